@@ -1,0 +1,5 @@
+import sys
+
+from pykubelet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,62 @@
+"""The `pykubelet` command: one entry point, one subcommand per component.
+
+Each subcommand lives in the package that owns it and is imported only when chosen, so that
+`pykubelet version` stays instant and the agent never loads the control plane's code (or the reverse).
+A subcommand module provides `add_arguments(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from pykubelet import KUBERNETES_VERSION, __version__
+
+# name -> (module, one-line help). Modules are imported lazily.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "version": ("pykubelet.cli", "print the pykubelet and Kubernetes versions"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--short", action="store_true", help="print only the pykubelet version")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.short:
+        print(__version__)
+    else:
+        print(f"pykubelet {__version__} (Kubernetes {KUBERNETES_VERSION} behaviour)")
+    return 0
+
+
+def _load(name: str):
+    module_name, _ = SUBCOMMANDS[name]
+    return importlib.import_module(module_name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="pykubelet", description="A Kubernetes node agent in Python.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    # Parse only the command name first so the chosen module alone gets imported.
+    if not argv or argv[0] not in SUBCOMMANDS:
+        parser.parse_args(argv or ["--help"])
+        return 2
+    name = argv[0]
+    module = _load(name)
+    cmd_parser = argparse.ArgumentParser(prog=f"pykubelet {name}", description=SUBCOMMANDS[name][1])
+    module.add_arguments(cmd_parser)
+    args = cmd_parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
