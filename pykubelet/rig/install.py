@@ -1,0 +1,72 @@
+"""Install the Debian packages that pykubelet drives, where they are missing.
+
+Idempotent and quiet when everything is present: it asks dpkg first and runs apt-get only for what
+is absent, so `./dev test` and `pykubelet up` can call it every time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
+
+# Package -> a file it installs, used to tell whether it is there without asking apt.
+PACKAGES: dict[str, str] = {
+    "containerd": "/usr/bin/containerd",
+    "runc": "/usr/sbin/runc",
+    "containernetworking-plugins": "/usr/lib/cni/bridge",
+    "busybox-static": "/bin/busybox",
+    "docker-registry": "/usr/bin/docker-registry",
+    "iproute2": "/sbin/ip",
+    "nftables": "/usr/sbin/nft",
+    "iptables": "/usr/sbin/iptables",
+    "etcd-server": "/usr/bin/etcd",
+}
+
+
+def _dpkg_installed(package: str) -> bool:
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
+    )
+    return out.returncode == 0 and "install ok installed" in out.stdout
+
+
+def missing_packages(packages: Iterable[str] | None = None) -> list[str]:
+    names = list(packages or PACKAGES)
+    if shutil.which("dpkg-query") is None:
+        return [p for p in names if not os.path.exists(PACKAGES.get(p, "/nonexistent"))]
+    return [p for p in names if not _dpkg_installed(p)]
+
+
+def ensure_packages(packages: Iterable[str] | None = None) -> list[str]:
+    """apt-get install whatever is missing; returns what was installed. Needs root on Debian/Ubuntu."""
+    missing = missing_packages(packages)
+    if not missing:
+        return []
+    if shutil.which("apt-get") is None:
+        raise RuntimeError(
+            f"missing packages {missing} and no apt-get to install them (Debian/Ubuntu needed)"
+        )
+    if os.geteuid() != 0:
+        raise RuntimeError(f"missing packages {missing}: run as root to install them")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    print(f"pykubelet: installing {' '.join(missing)}", file=sys.stderr)
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    return missing
+
+
+def main() -> int:
+    ensure_packages()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Running one daemon as a child process: start, wait until it answers, stop, and keep its log.
+
+Every daemon the project starts (registry, containerd, API server, agent) goes through `Daemon`, so
+start-up failures always show the daemon's own log and stopping is always SIGTERM, a grace period,
+then SIGKILL of the whole process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class DaemonError(RuntimeError):
+    pass
+
+
+@dataclass
+class Daemon:
+    """A child process in its own process group, logging to log_path."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+    proc: subprocess.Popen | None = field(default=None, init=False)
+
+    def start(self, ready: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:
+        """Start and poll `ready` until it is true; on failure stop the process and raise with its log."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                list(self.argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise DaemonError(
+                    f"{self.name} exited with code {self.proc.returncode} during start-up:\n{self.log_tail()}"
+                )
+            try:
+                if ready():
+                    return
+            except Exception:  # not ready yet, whatever the reason
+                pass
+            time.sleep(interval)
+        self.stop()
+        raise DaemonError(f"{self.name} not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, wait up to grace seconds, then SIGKILL it."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        if self.proc.poll() is None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                _signal_group(pgid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # Children that outlived the leader (the group id stays the leader's pid).
+        _signal_group(pgid, signal.SIGKILL)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the leader only, as a crash would (its children, if any, stay)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_blocking(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion from synchronous code, even when an event loop is already running
+    in this thread (a pytest-asyncio test calling a rig helper): then it runs on a private loop in a
+    helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_factory())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_factory())).result()
