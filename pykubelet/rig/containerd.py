@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,6 +237,16 @@ class Containerd:
             if ns.get("type") == "network" and ns.get("path", "").startswith(str(NETNS_DIR)):
                 self._netns_seen.add(os.path.basename(ns["path"]))
 
+    def _note_bundle_netns(self) -> None:
+        """Record the netns of every task bundle on disk: this works even when containerd is dead,
+        since the bundles (with their OCI config.json) stay while their shims run."""
+        for config in self.state.glob("io.containerd.runtime.v2.task/*/*/config.json"):
+            try:
+                spec = json.loads(config.read_text())
+            except (OSError, ValueError):
+                continue
+            self._note_netns(json.dumps({"runtimeSpec": spec}))
+
     def shim_pids(self) -> list[int]:
         """Shims serving this containerd: their command line names our socket."""
         pids = []
@@ -263,15 +272,21 @@ class Containerd:
                 run_blocking(self.remove_all)
             except Exception:  # a dead runtime: fall through to the forceful clean-up below
                 pass
+        self._note_bundle_netns()
         self.daemon.stop()
+        shims = []
         for pid in self.shim_pids():
             try:
-                psutil.Process(pid).kill()
+                shim = psutil.Process(pid)
+                # The shim's children (the containers' processes) die with their PID namespaces once
+                # the shim's init processes go; kill them all so nothing waits on a dead runtime.
+                family = [shim, *shim.children(recursive=True)]
+                for proc in family:
+                    proc.kill()
+                shims.extend(family)
             except psutil.NoSuchProcess:
                 pass
-        deadline = time.monotonic() + 5
-        while self.shim_pids() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        psutil.wait_procs(shims, timeout=5)
         for mount_point in sorted(_mounts_under(str(self.state_dir)), key=len, reverse=True):
             subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
         remove_empty_cgroups(DEFAULT_CGROUP_PARENT)

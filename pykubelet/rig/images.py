@@ -219,7 +219,7 @@ def push(registry: str, repository: str, tag: str, image: Image) -> str:
 
 
 @dataclass(frozen=True)
-class TestImages:
+class RigImages:
     """References to the pushed images, as a pod spec would name them."""
 
     registry: str
@@ -243,14 +243,14 @@ def busybox_version() -> str:
     return "1"
 
 
-def publish_test_images(registry: str) -> TestImages:
+def publish_test_images(registry: str) -> RigImages:
     """Build the images and push them; cheap to call again (blobs already there are skipped)."""
     images = build_images()
     version = busybox_version()
     for tag in ("latest", version):
         push(registry, "library/busybox", tag, images["library/busybox"])
     push(registry, "pause", "3.9", images["pause"])
-    return TestImages(
+    return RigImages(
         registry=registry,
         busybox=f"{registry}/library/busybox:latest",
         busybox_pinned=f"{registry}/library/busybox:{version}",

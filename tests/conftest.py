@@ -1,0 +1,90 @@
+"""Session-wide real parts for the test suite: a registry with the test images, and a containerd.
+
+Every test that needs containerd shares one (starting one costs about 0.2 s, but pulling and the
+first sandbox cost more); tests that need their own (teardown tests, other CNI set-ups) start one with
+the same rig classes. All of it is torn down at the end of the session, and the last fixture to go
+checks that nothing was left on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.cri import CRIClient
+from pykubelet.rig.containerd import Containerd
+from pykubelet.rig.images import RigImages, publish_test_images
+from pykubelet.rig.leaks import HostSnapshot, leaked_since
+from pykubelet.rig.refcni import ReferenceBridgeNetwork
+from pykubelet.rig.registry import Registry
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: drives containerd and network namespaces")
+
+
+@pytest.fixture(scope="session")
+def rig_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Kept short: unix socket paths are limited to 108 bytes.
+    return tmp_path_factory.mktemp("rig")
+
+
+@pytest.fixture(scope="session")
+def registry(rig_dir: Path) -> Iterator[Registry]:
+    _need_root()
+    with Registry(rig_dir / "registry") as reg:
+        yield reg
+
+
+@pytest.fixture(scope="session")
+def test_images(registry: Registry) -> RigImages:
+    return publish_test_images(registry.address)
+
+
+@pytest.fixture(scope="session")
+def ref_network(rig_dir: Path) -> Iterator[ReferenceBridgeNetwork]:
+    net = ReferenceBridgeNetwork(conf_dir=rig_dir / "cni-conf", data_dir=rig_dir / "cni-data")
+    net.write()
+    yield net
+    net.remove()
+
+
+@pytest.fixture(scope="session")
+def containerd(
+    rig_dir: Path, registry: Registry, test_images: RigImages, ref_network: ReferenceBridgeNetwork
+) -> Iterator[Containerd]:
+    """The shared containerd, on the reference bridge network; torn down and checked at session end."""
+    before = HostSnapshot.take()
+    ctd = Containerd(
+        rig_dir / "containerd",
+        cni_bin_dir=ref_network.bin_dir,
+        cni_conf_dir=ref_network.conf_dir,
+        sandbox_image=test_images.pause,
+        registry=registry.address,
+    )
+    ctd.start()
+    yield ctd
+    left = ctd.stop()
+    ref_network.remove()
+    assert left.empty(), f"containerd teardown left {left}"
+    leaked = leaked_since(before)
+    assert not leaked, f"the session left these on the host: {leaked}"
+
+
+@pytest.fixture
+async def cri(containerd: Containerd) -> AsyncIterator[CRIClient]:
+    async with await CRIClient.connect(containerd.endpoint) as client:
+        yield client
+
+
+@pytest.fixture
+def pod_log_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "pod-logs"
+    path.mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
