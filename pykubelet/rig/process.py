@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
+
 T = TypeVar("T")
 
 
@@ -75,34 +77,51 @@ class Daemon:
         self.stop()
         raise DaemonError(f"{self.name} not ready after {timeout:.0f} s:\n{self.log_tail()}")
 
+    @classmethod
+    def adopt(cls, name: str, pid: int, log_path: Path) -> Daemon:
+        """A Daemon for a process an earlier run started (found again from a pid file)."""
+        daemon = cls(name, [], log_path)
+        daemon._adopted_pid = pid
+        return daemon
+
+    _adopted_pid: int | None = field(default=None, init=False)
+
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+        if self.proc is not None:
+            return self.proc.pid
+        return self._adopted_pid
 
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None  # also reaps our child once it exits
+        return self._adopted_pid is not None and pid_alive(self._adopted_pid)
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the process group, wait up to grace seconds, then SIGKILL it."""
-        if self.proc is None:
+        pgid = self.pid
+        if pgid is None:
             return
-        pgid = self.proc.pid
-        if self.proc.poll() is None:
+        if self.running():
             _signal_group(pgid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                _signal_group(pgid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        # Children that outlived the leader (the group id stays the leader's pid).
+            deadline = time.monotonic() + grace
+            while self.running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        # SIGKILL whatever is left of the group, leader or children that outlived it.
         _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.proc = None
+        self._adopted_pid = None
 
     def kill(self) -> None:
         """SIGKILL the leader only, as a crash would (its children, if any, stay)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        pid = self.pid
+        if pid is not None and self.running():
+            os.kill(pid, signal.SIGKILL)
+            while self.running():
+                time.sleep(0.02)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -110,6 +129,14 @@ class Daemon:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:

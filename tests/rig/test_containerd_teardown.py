@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import uuid
 from pathlib import Path
 
@@ -108,8 +107,7 @@ def test_stop_after_kill_9_leaves_nothing(own_containerd, test_images: RigImages
     _, _, netns = run_blocking(lambda: _run_pod(ctd.endpoint, test_images.busybox))
     shims = ctd.shim_pids()
     assert shims
-    os.kill(ctd.daemon.pid, signal.SIGKILL)
-    ctd.daemon.proc.wait()
+    ctd.daemon.kill()
 
     left = ctd.stop()
     assert left.empty(), left

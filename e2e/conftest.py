@@ -1,0 +1,107 @@
+"""The e2e target: a cluster reached only through the Kubernetes API (and kubectl).
+
+With KUBECONFIG set, the suite runs against that cluster (a kind cluster's upstream kubelet, say), on
+node NODE_NAME (default: the first node) with image E2E_IMAGE (default busybox:1.36). Without it, the
+suite starts the project's own single-machine stack for the session and tears it down at the end,
+checking that nothing was left on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pykubelet.rig.leaks import HostSnapshot, leaked_since
+
+
+@dataclass
+class Target:
+    kubeconfig: Path
+    node_name: str
+    image: str
+    stack: object | None  # pykubelet.rig.stack.Stack when the target is our own
+
+
+def _external_target() -> Target:
+    from kubernetes import client, config
+
+    kubeconfig = Path(os.environ["KUBECONFIG"])
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    node = os.environ.get("NODE_NAME") or api.list_node().items[0].metadata.name
+    return Target(kubeconfig, node, os.environ.get("E2E_IMAGE", "busybox:1.36"), None)
+
+
+@pytest.fixture(scope="session")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    if os.environ.get("KUBECONFIG"):
+        yield _external_target()
+        return
+    if os.geteuid() != 0:
+        pytest.skip("the project's own stack needs root (containerd, network namespaces)")
+    from pykubelet.rig.stack import Stack, StackConfig
+
+    before = HostSnapshot.take()
+    stack = Stack(StackConfig(state_dir=tmp_path_factory.mktemp("stack"), node_name="e2e-node", bridge="pyke2e0"))
+    stack.start()
+    try:
+        assert stack.images is not None
+        yield Target(stack.kubeconfig, stack.node_name, stack.images.busybox, stack)
+    finally:
+        problems = stack.stop()
+        assert not problems, problems
+        leaked = leaked_since(before)
+        assert not leaked, f"the e2e session left these on the host: {leaked}"
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(target: Target) -> Path:
+    return target.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def node_name(target: Target) -> str:
+    return target.node_name
+
+
+@pytest.fixture(scope="session")
+def image(target: Target) -> str:
+    return target.image
+
+
+@pytest.fixture(scope="session")
+def stack(target: Target):
+    """The project's own stack, for scenarios that restart its parts; skipped on external clusters."""
+    if target.stack is None:
+        pytest.skip("needs the project's own stack (restarts the agent or containerd)")
+    return target.stack
+
+
+@pytest.fixture(scope="session")
+def api_client(target: Target):
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(target.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def kube(api_client):
+    """CoreV1Api of the official client."""
+    from kubernetes import client
+
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def namespace(kube) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (with whatever it holds)."""
+    from kubernetes import client
+
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    kube.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    kube.delete_namespace(name)

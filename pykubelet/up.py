@@ -1,0 +1,85 @@
+"""`pykubelet up`: install what is missing, start the single-machine cluster, run the sample pod.
+
+The daemons keep running after this command returns (each in its own session, recorded in
+<state-dir>/stack.json); `pykubelet down` stops them and cleans up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from pykubelet.rig.install import ensure_packages
+from pykubelet.rig.stack import (
+    DEFAULT_POD_CIDR,
+    Stack,
+    StackConfig,
+    StackRecord,
+    default_node_name,
+    stop_recorded,
+)
+
+DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")
+EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where everything lives")
+    parser.add_argument("--node-name", default=default_node_name())
+    parser.add_argument("--pod-cidr", default=DEFAULT_POD_CIDR)
+    parser.add_argument("--api-port", type=int, default=6443)
+    parser.add_argument("--no-example", action="store_true", help="do not run the sample pod")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the sample pod")
+
+
+def run(args: argparse.Namespace) -> int:
+    ensure_packages()
+    state_dir = args.state_dir.resolve()
+    record = StackRecord.load(state_dir)
+    if record is not None:
+        print(f"pykubelet: a stack was recorded in {state_dir}; stopping it first", file=sys.stderr)
+        stop_recorded(state_dir)
+    stack = Stack(
+        StackConfig(
+            state_dir=state_dir, node_name=args.node_name, pod_cidr=args.pod_cidr, api_port=args.api_port
+        )
+    )
+    print(
+        f"pykubelet: starting registry, containerd, API server and agent in {state_dir} ...", file=sys.stderr
+    )
+    stack.start()
+    print(f"pykubelet: node {stack.node_name} is Ready", file=sys.stderr)
+    if not args.no_example:
+        run_example(stack, args.timeout)
+    print(f"export KUBECONFIG={stack.kubeconfig}")
+    print("kubectl get nodes,pods -o wide     # pykubelet down   stops everything", file=sys.stderr)
+    return 0
+
+
+def run_example(stack: Stack, timeout: float) -> None:
+    """Create the sample pod (bound to our node: there is no scheduler yet) and wait for Running."""
+    from kubernetes.client.exceptions import ApiException
+
+    core = stack.core_api()
+    manifest = yaml.safe_load(EXAMPLE_POD.read_text())
+    manifest["spec"]["nodeName"] = stack.node_name
+    name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+    try:
+        core.create_namespaced_pod(namespace, manifest)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    deadline = time.monotonic() + timeout
+    phase = "?"
+    while time.monotonic() < deadline:
+        pod = core.read_namespaced_pod(name, namespace)
+        phase = pod.status.phase
+        if phase == "Running":
+            print(f"pykubelet: pod {namespace}/{name} is Running at {pod.status.pod_ip}", file=sys.stderr)
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"pykubelet: pod {namespace}/{name} still {phase} after {timeout:.0f} s")
