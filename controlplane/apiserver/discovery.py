@@ -1,0 +1,105 @@
+"""Discovery documents (/api, /apis, /api/v1, /apis/<g>/<v>) and /version, derived from resources.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from controlplane.apiserver.resources import GROUPS, Resource, by_group_version
+from pykubelet import KUBERNETES_VERSION
+
+Obj = dict[str, Any]
+
+
+def version_info() -> Obj:
+    major, minor, _ = KUBERNETES_VERSION.lstrip("v").split(".")
+    return {
+        "major": major,
+        "minor": minor,
+        "gitVersion": KUBERNETES_VERSION,
+        "gitCommit": "pykubelet",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "python3",
+        "compiler": "cpython",
+        "platform": "linux/amd64",
+    }
+
+
+def api_versions(server_address: str) -> Obj:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
+
+
+def _group(name: str, version: str) -> Obj:
+    gv = {"groupVersion": f"{name}/{version}", "version": version}
+    return {"name": name, "versions": [gv], "preferredVersion": gv}
+
+
+def api_group_list() -> Obj:
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g, v) for g, v in GROUPS]}
+
+
+def api_group(name: str) -> Obj | None:
+    for group, version in GROUPS:
+        if group == name:
+            return {"kind": "APIGroup", "apiVersion": "v1", **_group(group, version)}
+    return None
+
+
+def _storage_hash(res: Resource) -> str:
+    digest = hashlib.sha256(f"{res.group}/{res.version}/{res.kind}".encode()).digest()
+    import base64
+
+    return base64.b64encode(digest[:8]).decode()
+
+
+def _resource_entries(res: Resource) -> list[Obj]:
+    entry: Obj = {
+        "name": res.plural,
+        "singularName": res.singular,
+        "namespaced": res.namespaced,
+        "kind": res.kind,
+        "verbs": sorted(res.verbs),
+    }
+    if res.short_names:
+        entry["shortNames"] = list(res.short_names)
+    if res.categories:
+        entry["categories"] = list(res.categories)
+    if "get" in res.verbs:
+        entry["storageVersionHash"] = _storage_hash(res)
+    out = [entry]
+    for sub, (group, version, kind, verbs) in res.subresources.items():
+        sub_entry: Obj = {
+            "name": f"{res.plural}/{sub}",
+            "singularName": "",
+            "namespaced": res.namespaced,
+            "kind": kind,
+            "verbs": sorted(verbs),
+        }
+        if (group, version) != (res.group, res.version):
+            sub_entry["group"] = group
+            sub_entry["version"] = version
+        out.append(sub_entry)
+    return out
+
+
+def resource_list(group: str, version: str) -> Obj | None:
+    resources = by_group_version(group, version)
+    if not resources:
+        return None
+    items = [e for r in resources for e in _resource_entries(r)]
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": items,
+    }
+
+
+def etag(doc: Obj) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]

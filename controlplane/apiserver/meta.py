@@ -1,0 +1,79 @@
+"""Small helpers on object metadata shared by the registry, tables and handlers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from typing import Any
+
+Obj = dict[str, Any]
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def timestamp(when: dt.datetime | None = None) -> str:
+    return (when or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def random_suffix(length: int = 5) -> str:
+    """Same alphabet as upstream's generateName (no vowels, no look-alike digits)."""
+    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(length))
+
+
+def metadata(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = obj["metadata"] = {}
+    return meta
+
+
+def human_duration(delta: dt.timedelta) -> str:
+    """kubectl's AGE column format (k8s.io/apimachinery/pkg/util/duration.HumanDuration)."""
+    seconds = int(delta.total_seconds())
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    if seconds < 60 * 2:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes < 10:
+        s = seconds % 60
+        return f"{minutes}m{s}s" if s else f"{minutes}m"
+    if minutes < 60 * 3:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        m = minutes % 60
+        return f"{hours}h{m}m" if m else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        h = hours % 24
+        return f"{hours // 24}d{h}h" if h else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        d = (hours // 24) % 365
+        return f"{hours // 24 // 365}y{d}d" if d else f"{hours // 24 // 365}y"
+    return f"{hours // 24 // 365}y"
+
+
+def age(obj: Obj) -> str:
+    created = parse_time(metadata(obj).get("creationTimestamp"))
+    if created is None:
+        return "<unknown>"
+    return human_duration(now() - created)

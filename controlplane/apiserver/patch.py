@@ -1,0 +1,230 @@
+"""The patch types: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch.
+
+Strategic merge needs to know, per field, whether a list is merged by a key (containers by name, ports
+by containerPort, conditions by type, ...) or replaced. `smp_schema.py` holds those facts for the
+served types; this module only applies them, including the directives kubectl sends
+($patch, $retainKeys, $setElementOrder/..., $deleteFromPrimitiveList/...).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from controlplane.apiserver.errors import ApiError, bad_request
+from controlplane.apiserver.smp_schema import ListSpec, Schema
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+# --- JSON patch -----------------------------------------------------------------------------------
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise bad_request(f'json patch: invalid path "{path}"')
+    return [_unescape(t) for t in path[1:].split("/")]
+
+
+def _walk(doc: Any, tokens: list[str], path: str) -> Any:
+    for token in tokens:
+        if isinstance(doc, dict):
+            if token not in doc:
+                raise _unprocessable(f"doc is missing path: \"{path}\": missing value")
+            doc = doc[token]
+        elif isinstance(doc, list):
+            doc = doc[_index(doc, token, path, allow_end=False)]
+        else:
+            raise _unprocessable(f"doc is missing path: \"{path}\"")
+    return doc
+
+
+def _index(container: list[Any], token: str, path: str, allow_end: bool) -> int:
+    if token == "-" and allow_end:
+        return len(container)
+    try:
+        index = int(token)
+    except ValueError:
+        raise _unprocessable(f'invalid array index "{token}" in "{path}"') from None
+    limit = len(container) if allow_end else len(container) - 1
+    if index < 0 or index > limit:
+        raise _unprocessable(f'unable to access invalid index: {index} in "{path}"')
+    return index
+
+
+def _unprocessable(message: str) -> ApiError:
+    return ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: {message}")
+
+
+def _add(doc: Any, path: str, value: Any) -> Any:
+    tokens = _pointer(path)
+    if not tokens:
+        return value
+    parent = _walk(doc, tokens[:-1], path)
+    last = tokens[-1]
+    if isinstance(parent, dict):
+        parent[last] = value
+    elif isinstance(parent, list):
+        parent.insert(_index(parent, last, path, allow_end=True), value)
+    else:
+        raise _unprocessable(f'doc is missing path: "{path}"')
+    return doc
+
+
+def _remove(doc: Any, path: str) -> Any:
+    tokens = _pointer(path)
+    if not tokens:
+        raise _unprocessable("cannot remove the whole document")
+    parent = _walk(doc, tokens[:-1], path)
+    last = tokens[-1]
+    if isinstance(parent, dict):
+        if last not in parent:
+            raise _unprocessable(f'Unable to remove nonexistent key: {last}: missing value')
+        return parent.pop(last)
+    if isinstance(parent, list):
+        return parent.pop(_index(parent, last, path, allow_end=False))
+    raise _unprocessable(f'doc is missing path: "{path}"')
+
+
+def json_patch(doc: Any, operations: Any) -> Any:
+    if not isinstance(operations, list):
+        raise bad_request("json patch must be a JSON array of operations")
+    doc = copy.deepcopy(doc)
+    for op in operations:
+        if not isinstance(op, dict) or "op" not in op:
+            raise bad_request("json patch: each operation must be an object with an \"op\"")
+        kind = op["op"]
+        path = op.get("path", "")
+        if not isinstance(path, str):
+            raise bad_request("json patch: path must be a string")
+        if kind == "add":
+            doc = _add(doc, path, copy.deepcopy(op.get("value")))
+        elif kind == "remove":
+            _remove(doc, path)
+        elif kind == "replace":
+            tokens = _pointer(path)
+            if not tokens:
+                doc = copy.deepcopy(op.get("value"))
+                continue
+            _walk(doc, tokens, path)  # must exist
+            _remove(doc, path)
+            doc = _add(doc, path, copy.deepcopy(op.get("value")))
+        elif kind in ("move", "copy"):
+            source = op.get("from", "")
+            value = copy.deepcopy(_walk(doc, _pointer(source), source))
+            if kind == "move":
+                _remove(doc, source)
+            doc = _add(doc, path, value)
+        elif kind == "test":
+            if _walk(doc, _pointer(path), path) != op.get("value"):
+                raise _unprocessable(f'testing value {path} failed')
+        else:
+            raise bad_request(f'json patch: unexpected kind of operation: "{kind}"')
+    return doc
+
+
+# --- strategic merge patch ---------------------------------------------------------------------------
+
+_ORDER = "$setElementOrder/"
+_DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
+
+
+def strategic_merge(original: Any, patch: Any, schema: Schema | None) -> Any:
+    """Apply a strategic merge patch to `original` (not modified) and return the result."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    directive = patch.get("$patch")
+    if directive == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    if directive == "delete":
+        return None
+    result: dict[str, Any] = dict(original) if isinstance(original, dict) else {}
+    orders: dict[str, list[Any]] = {}
+    for key, value in patch.items():
+        if key in ("$patch", "$retainKeys"):
+            continue
+        if key.startswith(_ORDER):
+            orders[key[len(_ORDER):]] = value if isinstance(value, list) else []
+            continue
+        if key.startswith(_DELETE_PRIMITIVE):
+            field = key[len(_DELETE_PRIMITIVE):]
+            if isinstance(result.get(field), list) and isinstance(value, list):
+                result[field] = [v for v in result[field] if v not in value]
+            continue
+        if value is None:
+            result.pop(key, None)
+            continue
+        sub = schema.get(key) if isinstance(schema, dict) else None
+        if isinstance(value, dict):
+            merged = strategic_merge(result.get(key), value, sub if isinstance(sub, dict) else None)
+            if merged is None:
+                result.pop(key, None)
+            else:
+                result[key] = merged
+        elif isinstance(value, list) and isinstance(sub, ListSpec):
+            result[key] = _merge_list(result.get(key) or [], value, sub)
+        else:
+            result[key] = copy.deepcopy(value)
+    for field, order in orders.items():
+        sub = schema.get(field) if isinstance(schema, dict) else None
+        if isinstance(result.get(field), list) and isinstance(sub, ListSpec):
+            result[field] = _reorder(result[field], order, sub)
+    retain = patch.get("$retainKeys")
+    if isinstance(retain, list):
+        result = {k: v for k, v in result.items() if k in retain}
+    return result
+
+
+def _identity(item: Any, spec: ListSpec) -> Any:
+    if spec.merge_key is None:
+        return item
+    return item.get(spec.merge_key) if isinstance(item, dict) else None
+
+
+def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec) -> list[Any]:
+    if any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
+        return [copy.deepcopy(p) for p in patch if not (isinstance(p, dict) and "$patch" in p)]
+    if spec.merge_key is None:
+        # A primitive list with the merge strategy (finalizers): union, original order first.
+        out = list(original)
+        for item in patch:
+            if item not in out:
+                out.append(copy.deepcopy(item))
+        return out
+    result = list(original)
+    for item in patch:
+        ident = _identity(item, spec)
+        position = next((i for i, cur in enumerate(result) if _identity(cur, spec) == ident), None)
+        if isinstance(item, dict) and item.get("$patch") == "delete":
+            if position is not None:
+                result.pop(position)
+            continue
+        if position is None:
+            result.append(strategic_merge({}, item, spec.item))
+        else:
+            result[position] = strategic_merge(result[position], item, spec.item)
+    return result
+
+
+def _reorder(items: list[Any], order: list[Any], spec: ListSpec) -> list[Any]:
+    wanted = [_identity(o, spec) if spec.merge_key else o for o in order]
+    ranked = {ident: i for i, ident in enumerate(wanted)}
+    placed = sorted((i for i in items if _identity(i, spec) in ranked), key=lambda i: ranked[_identity(i, spec)])
+    rest = [i for i in items if _identity(i, spec) not in ranked]
+    return placed + rest

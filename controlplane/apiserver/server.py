@@ -1,0 +1,225 @@
+"""Assembles the API server: store, watch cache, registry, request chain, routes, TLS; runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from controlplane.apiserver import discovery, openapi
+from controlplane.apiserver.admission import default_chain
+from controlplane.apiserver.authn import Authenticator, load_token_file
+from controlplane.apiserver.authz import AllowAll, AuthorizerChain
+from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
+from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.handlers import RestHandler, json_response
+from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
+from controlplane.apiserver.registry import Registry
+from controlplane.apiserver.request import MAX_BODY
+from controlplane.storage.cache import WatchCache
+from controlplane.storage.sqlite import SQLiteStore
+
+log = logging.getLogger("controlplane.apiserver")
+
+# Reachable without credentials, as upstream's system:public-info-viewer role allows.
+PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
+
+
+@dataclass
+class ServerConfig:
+    data_dir: Path
+    port: int = 6443
+    bind: str = "127.0.0.1"
+    advertise: str = ""  # host written into admin.kubeconfig; defaults to bind (or 127.0.0.1)
+    token_file: Path | None = None
+    insecure_http: bool = False  # tests of the TLS-less path and benchmarks only
+    watch_window: int = 10_000
+    compact_interval: float = 300.0
+    extra_sans: list[str] = field(default_factory=list)
+
+
+class ApiServer:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = SQLiteStore(config.data_dir / "state.db")
+        self.cache = WatchCache(self.store, window=config.watch_window)
+        self.registry = Registry(self.cache, default_chain())
+        self.finalizer = NamespaceFinalizer(self.registry)
+        tokens = load_token_file(config.token_file) if config.token_file else {}
+        self.authenticator = Authenticator(tokens)
+        self.authorizer = AuthorizerChain([AllowAll()])
+        self.rest = RestHandler(self.registry, self.authorizer)
+        self.ready = False
+        self.pki: Pki | None = None
+        self._runner: web.AppRunner | None = None
+        self._compactor: asyncio.Task[None] | None = None
+        self.port = config.port
+        self._openapi_v3 = openapi.v3_index()
+        self._openapi_v2 = openapi.v2_document()
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.store.start()
+        await self.cache.start()
+        await self.registry.ensure_default_namespaces()
+        self.finalizer.resume()
+        ssl_context = None
+        if not self.config.insecure_http:
+            self.pki = ensure_pki(self.config.data_dir, self.config.extra_sans)
+            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
+            ssl_context.load_verify_locations(self.pki.ca_cert)
+            ssl_context.verify_mode = ssl.CERT_OPTIONAL
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.bind, self.config.port, ssl_context=ssl_context, backlog=2048)
+        await site.start()
+        server = site._server
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        if self.pki is not None:
+            host = self.config.advertise or ("127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind)
+            write_kubeconfig(
+                self.config.data_dir / "admin.kubeconfig", f"https://{host}:{self.port}", self.pki,
+                self.pki.admin_cert, self.pki.admin_key,
+            )
+        self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
+        self.ready = True
+        log.info("event=serving port=%d tls=%s data_dir=%s", self.port, ssl_context is not None, self.config.data_dir)
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self._compactor:
+            self._compactor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compactor
+        await self.finalizer.stop()
+        await self.cache.stop()
+        if self._runner:
+            await self._runner.cleanup()
+        await self.store.close()
+
+    async def _compact_loop(self) -> None:
+        """Keep history bounded like etcd's periodic compaction, leaving a window for watchers and
+        paginated lists to catch up."""
+        last = self.store.revision
+        while True:
+            await asyncio.sleep(self.config.compact_interval)
+            target = last
+            last = self.store.revision
+            if target > self.store.compacted_revision:
+                await self.store.compact(target)
+
+    # --- HTTP ----------------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY)
+        r = app.router
+        for path in ("/healthz", "/livez", "/readyz"):
+            r.add_get(path, self._health)
+            r.add_get(path + "/{check:.*}", self._health)
+        r.add_get("/version", lambda req: json_response(discovery.version_info()))
+        r.add_get("/api", self._api)
+        r.add_get("/apis", self._apis)
+        r.add_get("/api/v1", self._core_resources)
+        r.add_get("/apis/{group}", self._group)
+        r.add_get("/apis/{group}/{version}", self._group_resources)
+        r.add_get("/openapi/v2", self._openapi_v2_handler)
+        r.add_get("/openapi/v3", self._openapi_v3_root)
+        r.add_get("/openapi/v3/{path:.+}", self._openapi_v3_doc)
+        r.add_route("*", "/api/v1/{tail:.+}", self.rest.core)
+        r.add_route("*", "/apis/{group}/{version}/{tail:.+}", self.rest.grouped)
+        return app
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
+        try:
+            user = self.authenticator.authenticate(request)
+            if user is None:
+                if request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
+                    return await handler(request)
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            request["user"] = user
+            return await handler(request)
+        except ApiError as err:
+            return json_response(err.status(), err.code)
+        except web.HTTPException as exc:
+            if exc.status == 404:
+                return json_response(ApiError(404, "NotFound", "the server could not find the requested resource", {}).status(), 404)
+            if exc.status == 405:
+                return json_response(ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource").status(), 405)
+            if exc.status == 413:
+                return json_response(ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}").status(), 413)
+            raise
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            log.exception("path=%s method=%s", request.path, request.method)
+            return json_response(ApiError(500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}").status(), 500)
+
+    async def _health(self, request: web.Request) -> web.Response:
+        if request.path.startswith("/readyz") and not self.ready:
+            return web.Response(status=500, text="[-]ready failed: not started\nreadyz check failed", content_type="text/plain")
+        return web.Response(text="ok", content_type="text/plain")
+
+    def _address(self, request: web.Request) -> str:
+        return request.host or f"127.0.0.1:{self.port}"
+
+    async def _api(self, request: web.Request) -> web.Response:
+        return json_response(discovery.api_versions(self._address(request)))
+
+    async def _apis(self, request: web.Request) -> web.Response:
+        return json_response(discovery.api_group_list())
+
+    async def _core_resources(self, request: web.Request) -> web.Response:
+        doc = discovery.resource_list("", "v1")
+        assert doc is not None
+        return json_response(doc)
+
+    async def _group(self, request: web.Request) -> web.Response:
+        doc = discovery.api_group(request.match_info["group"])
+        if doc is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        return json_response(doc)
+
+    async def _group_resources(self, request: web.Request) -> web.Response:
+        doc = discovery.resource_list(request.match_info["group"], request.match_info["version"])
+        if doc is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        return json_response(doc)
+
+    async def _openapi_v2_handler(self, request: web.Request) -> web.Response:
+        accept = request.headers.get("Accept", "")
+        if "protobuf" in accept and "json" not in accept:
+            raise ApiError(406, "NotAcceptable", "only application/json is supported for /openapi/v2")
+        return json_response(self._openapi_v2)
+
+    async def _openapi_v3_root(self, request: web.Request) -> web.Response:
+        return json_response(self._openapi_v3[0])
+
+    async def _openapi_v3_doc(self, request: web.Request) -> web.Response:
+        entry = self._openapi_v3[1].get(request.match_info["path"])
+        if entry is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        return json_response(entry[0])
+
+
+async def serve(config: ServerConfig) -> None:
+    server = ApiServer(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()

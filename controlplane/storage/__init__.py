@@ -1,0 +1,28 @@
+"""Storage for the control plane: one revisioned key-value interface and the backends behind it.
+
+The API server only ever talks to `Store` (interface.py); SQLite is the default backend and an etcd
+backend can be added later without touching the REST layer. `WatchCache` (cache.py) sits in front of a
+store so that watches and cheap lists never reach the backend.
+"""
+
+from controlplane.storage.interface import (
+    CompactedError,
+    ConflictError,
+    Event,
+    KeyExistsError,
+    KeyValue,
+    NotFoundError,
+    Store,
+    StoreError,
+)
+
+__all__ = [
+    "CompactedError",
+    "ConflictError",
+    "Event",
+    "KeyExistsError",
+    "KeyValue",
+    "NotFoundError",
+    "Store",
+    "StoreError",
+]

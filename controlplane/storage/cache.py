@@ -1,0 +1,269 @@
+"""The watch cache: the current state of every object plus a retained window of recent events.
+
+Upstream's apiserver keeps one of these per resource so that thousands of watchers and resourceVersion=0
+lists never touch etcd; we do the same in front of any `Store`. Objects are kept decoded *and* encoded:
+a write is encoded once and every watcher and list reuses the bytes, which is what makes 1 000 watchers
+and 10 000-item lists cheap. Keys look like `/<bucket>/<namespace>/<name>` or `/<bucket>/<name>`, the
+bucket being the resource (`pods`, `deployments.apps`); each bucket has its own event window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from controlplane.storage.interface import Event, Store
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+Predicate = Callable[[dict[str, Any]], bool]
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def bucket_of(key: str) -> str:
+    return key.split("/", 2)[1]
+
+
+@dataclass(slots=True)
+class CachedObject:
+    """One object version; `obj` and `raw` both carry its resourceVersion. Never mutate `obj`."""
+
+    key: str
+    obj: dict[str, Any]
+    raw: bytes
+    revision: int
+
+    @classmethod
+    def from_value(cls, key: str, value: bytes, revision: int) -> CachedObject:
+        obj = json.loads(value)
+        obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
+        return cls(key, obj, encode(obj), revision)
+
+
+@dataclass(slots=True)
+class CacheEvent:
+    type: EventType
+    obj: CachedObject
+    prev: CachedObject | None
+    revision: int
+
+
+class GoneError(Exception):
+    """The requested resourceVersion is older than the retained window (becomes 410 Gone)."""
+
+    def __init__(self, requested: int, oldest: int) -> None:
+        super().__init__(f"too old resource version: {requested} ({oldest})")
+        self.requested = requested
+        self.oldest = oldest
+
+
+class TooLargeResourceVersionError(Exception):
+    """The requested resourceVersion is newer than anything stored, even after waiting."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        super().__init__(f"Too large resource version: {requested}, current: {current}")
+        self.requested = requested
+        self.current = current
+
+
+CLOSED = None  # queued to a watcher when the cache drops it (too slow or shutting down)
+
+
+@dataclass(eq=False)
+class Watcher:
+    """One watch stream's view: events it matches, in revision order, delivered through `queue`."""
+
+    bucket: str
+    key_prefix: str
+    predicate: Predicate | None
+    queue: asyncio.Queue[CacheEvent | None]
+    cache: WatchCache
+    closed: bool = False
+    # Highest revision handed to the queue; with an empty queue the watcher has seen everything up
+    # to the cache's revision, which is what a bookmark may promise.
+    last_revision: int = 0
+
+    def matches(self, cached: CachedObject | None) -> bool:
+        if cached is None or not cached.key.startswith(self.key_prefix):
+            return False
+        return self.predicate is None or self.predicate(cached.obj)
+
+    def offer(self, event: CacheEvent) -> None:
+        new_ok = event.type != "DELETED" and self.matches(event.obj)
+        old_ok = self.matches(event.prev) if event.type != "ADDED" else False
+        if event.type == "DELETED":
+            old_ok = self.matches(event.obj)
+            if not old_ok:
+                return
+            out = event
+        elif new_ok and old_ok:
+            out = CacheEvent("MODIFIED", event.obj, event.prev, event.revision)
+        elif new_ok:
+            out = CacheEvent("ADDED", event.obj, event.prev, event.revision)
+        elif old_ok:
+            # It left the selection: watchers see it as deleted, carrying the new state.
+            out = CacheEvent("DELETED", event.obj, event.prev, event.revision)
+        else:
+            return
+        self._put(out)
+
+    def _put(self, event: CacheEvent) -> None:
+        if self.closed:
+            return
+        if self.queue.full():
+            self.close()
+            return
+        self.queue.put_nowait(event)
+        self.last_revision = event.revision
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.cache._remove(self)
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(CLOSED)
+
+
+@dataclass
+class _Bucket:
+    objects: dict[str, CachedObject] = field(default_factory=dict)
+    events: deque[CacheEvent] = field(default_factory=deque)
+    # Watches may resume from any revision >= window_start.
+    window_start: int = 0
+    watchers: set[Watcher] = field(default_factory=set)
+
+
+class WatchCache:
+    """Feeds itself from `store.watch` and serves current state, windowed history and fan-out."""
+
+    def __init__(self, store: Store, window: int = 10_000, watcher_queue: int = 10_000) -> None:
+        self.store = store
+        self.window = window
+        self.watcher_queue = watcher_queue
+        self._buckets: dict[str, _Bucket] = {}
+        self.revision = 0
+        self._task: asyncio.Task[None] | None = None
+        self._advanced = asyncio.Condition()
+
+    def _bucket(self, name: str) -> _Bucket:
+        bucket = self._buckets.get(name)
+        if bucket is None:
+            bucket = self._buckets[name] = _Bucket(window_start=self.revision)
+        return bucket
+
+    async def start(self) -> None:
+        items, rev, _ = await self.store.list("/")
+        for kv in items:
+            self._bucket(bucket_of(kv.key)).objects[kv.key] = CachedObject.from_value(
+                kv.key, kv.value, kv.mod_revision
+            )
+        self.revision = rev
+        for bucket in self._buckets.values():
+            bucket.window_start = rev
+        self._task = asyncio.create_task(self._feed(rev), name="watch-cache-feed")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for bucket in self._buckets.values():
+            for watcher in list(bucket.watchers):
+                watcher.close()
+
+    async def _feed(self, from_revision: int) -> None:
+        async for batch in self.store.watch(from_revision):
+            for event in batch:
+                self._apply(event)
+            async with self._advanced:
+                self._advanced.notify_all()
+
+    def _apply(self, event: Event) -> None:
+        bucket = self._bucket(bucket_of(event.key))
+        prev = bucket.objects.get(event.key)
+        cached = CachedObject.from_value(event.key, event.value, event.revision)
+        if event.type == "DELETE":
+            bucket.objects.pop(event.key, None)
+            ce = CacheEvent("DELETED", cached, prev, event.revision)
+        else:
+            bucket.objects[event.key] = cached
+            ce = CacheEvent("MODIFIED" if prev is not None else "ADDED", cached, prev, event.revision)
+        self.revision = event.revision
+        bucket.events.append(ce)
+        if len(bucket.events) > self.window:
+            dropped = bucket.events.popleft()
+            bucket.window_start = dropped.revision
+        for watcher in list(bucket.watchers):
+            watcher.offer(ce)
+
+    async def wait_for(self, revision: int, patience: float = 3.0) -> None:
+        """Wait until the cache has applied `revision` (consistent reads, watches from the future)."""
+        if self.revision >= revision:
+            return
+        async with self._advanced:
+            try:
+                await asyncio.wait_for(self._advanced.wait_for(lambda: self.revision >= revision), patience)
+            except TimeoutError:
+                raise TooLargeResourceVersionError(revision, self.revision) from None
+
+    async def wait_fresh(self) -> None:
+        await self.wait_for(self.store.revision)
+
+    def get(self, key: str) -> CachedObject | None:
+        bucket = self._buckets.get(bucket_of(key))
+        return bucket.objects.get(key) if bucket else None
+
+    def list(self, bucket_name: str, key_prefix: str, predicate: Predicate | None = None) -> list[CachedObject]:
+        bucket = self._buckets.get(bucket_name)
+        if bucket is None:
+            return []
+        out = [
+            c
+            for k, c in bucket.objects.items()
+            if k.startswith(key_prefix) and (predicate is None or predicate(c.obj))
+        ]
+        out.sort(key=lambda c: c.key)
+        return out
+
+    def watch(
+        self,
+        bucket_name: str,
+        key_prefix: str,
+        predicate: Predicate | None,
+        from_revision: int | None,
+    ) -> Watcher:
+        """Register a watcher. `from_revision=None` means synthetic ADDED events for current state first.
+
+        Registration is synchronous so no event can slip between the replay and the live feed.
+        """
+        bucket = self._bucket(bucket_name)
+        initial = self.list(bucket_name, key_prefix, predicate) if from_revision is None else []
+        queue: asyncio.Queue[CacheEvent | None] = asyncio.Queue(self.watcher_queue + len(initial))
+        watcher = Watcher(bucket_name, key_prefix, predicate, queue, self)
+        if from_revision is None:
+            for cached in initial:
+                watcher._put(CacheEvent("ADDED", cached, None, cached.revision))
+        else:
+            if from_revision < bucket.window_start:
+                raise GoneError(from_revision, bucket.window_start + 1)
+            for event in bucket.events:
+                if event.revision > from_revision:
+                    watcher.offer(event)
+        watcher.last_revision = self.revision
+        bucket.watchers.add(watcher)
+        return watcher
+
+    def _remove(self, watcher: Watcher) -> None:
+        bucket = self._buckets.get(watcher.bucket)
+        if bucket:
+            bucket.watchers.discard(watcher)
+
+    def watcher_count(self) -> int:
+        return sum(len(b.watchers) for b in self._buckets.values())
