@@ -1,0 +1,181 @@
+"""host-local compatible IP address management on the file system.
+
+Layout (the same as the reference host-local plugin, so tools and operators find what they expect):
+`<dataDir>/<network>/<ip>` holds "<containerID>\\r\\n<ifname>", `last_reserved_ip.0` remembers where the
+round-robin stopped and `lock` is flock()ed around every change. State lives only on disk, so
+allocations survive restarts of the network service, the agent and containerd.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import ipaddress
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.cni import errors
+from agent.cni.errors import CniError
+from agent.cni.netconf import IPRange
+
+LINE_BREAK = "\r\n"
+LAST_RESERVED = "last_reserved_ip.0"
+LOCK = "lock"
+
+
+@dataclass(frozen=True)
+class Allocation:
+    ip: ipaddress.IPv4Address
+    range: IPRange
+
+    @property
+    def interface(self) -> ipaddress.IPv4Interface:
+        return ipaddress.IPv4Interface(f"{self.ip}/{self.range.subnet.prefixlen}")
+
+
+class HostLocalStore:
+    """One network's allocations; safe across threads and processes thanks to flock."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], network: str) -> None:
+        self.dir = Path(data_dir) / network
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the network's lock file; each call opens its own file description so flock
+        also serialises threads of one process."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+            fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise CniError(errors.IO_FAILURE, "cannot open IPAM lock", f"{self.dir}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _owner(self, name: str) -> tuple[str, str] | None:
+        try:
+            text = (self.dir / name).read_bytes().decode(errors="replace")
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+        cid, _, ifname = text.partition(LINE_BREAK)
+        return cid.strip(), ifname.strip()
+
+    def entries(self) -> dict[ipaddress.IPv4Address, tuple[str, str]]:
+        """Every allocated IP with its (container id, ifname); files that are not IPs are skipped."""
+        out: dict[ipaddress.IPv4Address, tuple[str, str]] = {}
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return out
+        for name in names:
+            try:
+                ip = ipaddress.IPv4Address(name)
+            except ValueError:
+                continue
+            owner = self._owner(name)
+            if owner is not None:
+                out[ip] = owner
+        return out
+
+    def find(self, container_id: str, ifname: str) -> list[ipaddress.IPv4Address]:
+        return sorted(ip for ip, owner in self.entries().items() if owner == (container_id, ifname))
+
+    # -- changing ------------------------------------------------------------------------------
+
+    def allocate(self, container_id: str, ifname: str, ranges: list[IPRange]) -> Allocation:
+        """Reserve the next free IP after the last reserved one, wrapping round the range set."""
+        with self.locked():
+            entries = self.entries()
+            for ip, owner in entries.items():
+                if owner == (container_id, ifname):
+                    raise CniError(
+                        errors.INTERNAL,
+                        "duplicate allocation is not allowed",
+                        f"{ip} has been allocated to {container_id}/{ifname}",
+                    )
+            candidates = [(ip, r) for r in ranges for ip in r.candidates()]
+            if not candidates:
+                raise CniError(errors.INVALID_CONFIG, "range set has no allocatable address")
+            start = 0
+            last = self._last_reserved()
+            if last is not None:
+                for i, (ip, _) in enumerate(candidates):
+                    if ip == last:
+                        start = i + 1
+                        break
+            n = len(candidates)
+            for k in range(n):
+                ip, rng = candidates[(start + k) % n]
+                if ip in entries:
+                    continue
+                if self._reserve(ip, container_id, ifname):
+                    self._write_last_reserved(ip)
+                    return Allocation(ip, rng)
+            raise CniError(
+                errors.INTERNAL,
+                "no IP addresses available in range set",
+                ", ".join(f"{r.start}-{r.end}" for r in ranges),
+            )
+
+    def _reserve(self, ip: ipaddress.IPv4Address, container_id: str, ifname: str) -> bool:
+        path = self.dir / str(ip)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise CniError(errors.IO_FAILURE, "cannot write IPAM file", f"{path}: {exc}") from exc
+        try:
+            os.write(fd, f"{container_id}{LINE_BREAK}{ifname}".encode())
+        finally:
+            os.close(fd)
+        return True
+
+    def _last_reserved(self) -> ipaddress.IPv4Address | None:
+        try:
+            return ipaddress.IPv4Address((self.dir / LAST_RESERVED).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write_last_reserved(self, ip: ipaddress.IPv4Address) -> None:
+        tmp = self.dir / f".{LAST_RESERVED}.tmp"
+        tmp.write_text(str(ip))
+        os.replace(tmp, self.dir / LAST_RESERVED)
+
+    def release(self, container_id: str, ifname: str) -> list[ipaddress.IPv4Address]:
+        """Free every IP held by id + ifname; releasing nothing is not an error (DEL is idempotent)."""
+        with self.locked():
+            freed = []
+            for ip, owner in self.entries().items():
+                if owner == (container_id, ifname):
+                    self._remove(ip)
+                    freed.append(ip)
+            return freed
+
+    def gc(self, valid: set[tuple[str, str]]) -> list[tuple[ipaddress.IPv4Address, str, str]]:
+        """Free allocations whose attachment is not in `valid` (CNI 1.1 GC)."""
+        with self.locked():
+            freed = []
+            for ip, owner in self.entries().items():
+                if owner not in valid:
+                    self._remove(ip)
+                    freed.append((ip, *owner))
+            return freed
+
+    def _remove(self, ip: ipaddress.IPv4Address) -> None:
+        try:
+            os.unlink(self.dir / str(ip))
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise CniError(errors.IO_FAILURE, "cannot remove IPAM file", f"{ip}: {exc}") from exc
+
+    def free_count(self, ranges: list[IPRange]) -> int:
+        taken = set(self.entries())
+        return sum(1 for r in ranges for ip in r.candidates() if ip not in taken)

@@ -1,0 +1,146 @@
+"""Pods on our bridge network talk to each other, to the host and through hostPorts (real netns,
+real kernel, busybox for ICMP and HTTP)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cnitest import Namespaces, Plugin, PodNetwork, in_ns, sh
+
+pytestmark = pytest.mark.integration
+
+
+def wait_http(ns: str | None, url: str, timeout: float = 10.0) -> str:
+    """GET url (from inside ns, or from the host when ns is None) until the server is up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        # (busybox wget crashes on this Debian build; Python's urllib is always at hand)
+        argv = [sys.executable, "-c", _GET, url]
+        proc = in_ns(ns, *argv, check=False) if ns else sh(*argv, check=False)
+        if proc.returncode == 0 or time.monotonic() > deadline:
+            return proc.stdout if proc.returncode == 0 else f"FAILED: {proc.stderr}"
+        time.sleep(0.1)
+
+
+_GET = "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())"
+
+
+_ECHO_PEER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = self.client_address[0].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def ping(ns: str | None, ip: str) -> bool:
+    argv = ["busybox", "ping", "-c", "1", "-W", "2", ip]
+    proc = in_ns(ns, *argv, check=False) if ns else sh(*argv, check=False)
+    return proc.returncode == 0
+
+
+def serve(namespaces: Namespaces, ns: str | None, root: Path, port: int, text: str) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "index.html").write_text(text)
+    namespaces.spawn(ns, "busybox", "httpd", "-f", "-p", str(port), "-h", str(root))
+
+
+def host_address() -> str:
+    """The host's own primary IPv4 address (a route lookup; no packet is sent)."""
+    routes = json.loads(sh("ip", "-j", "-4", "route", "show", "default").stdout or "[]")
+    if not routes:
+        pytest.skip("host has no default route to take its address from")
+    dev = routes[0]["dev"]
+    addrs = json.loads(sh("ip", "-j", "-4", "addr", "show", "dev", dev).stdout)
+    return addrs[0]["addr_info"][0]["local"]
+
+
+def pod_ip(result: dict) -> str:
+    return str(ipaddress.ip_interface(result["ips"][0]["address"]).ip)
+
+
+def test_two_pods_host_and_back(
+    plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces, tmp_path: Path
+) -> None:
+    conf = network.conf()
+    a, b = namespaces.new(), namespaces.new()
+    ra = plugin.add(conf, "pod-a", a)
+    rb = plugin.add(conf, "pod-b", b)
+    ip_a, ip_b = pod_ip(ra), pod_ip(rb)
+    assert ip_a != ip_b and {ipaddress.ip_address(ip_a), ipaddress.ip_address(ip_b)} <= set(network.subnet)
+    try:
+        # ICMP: pod <-> pod, host -> pod, pod -> host (its gateway is a host address)
+        assert ping(a, ip_b) and ping(b, ip_a)
+        assert ping(None, ip_a)
+        assert ping(a, str(network.gateway))
+        # HTTP: pod -> pod, host -> pod, pod -> host
+        serve(namespaces, b, tmp_path / "b", 8080, "hello from b")
+        assert wait_http(a, f"http://{ip_b}:8080/") == "hello from b"
+        assert wait_http(None, f"http://{ip_b}:8080/") == "hello from b"
+        serve(namespaces, None, tmp_path / "host", 18931, "hello from host")
+        assert wait_http(a, f"http://{network.gateway}:18931/") == "hello from host"
+    finally:
+        plugin.delete(conf, "pod-a", a)
+        plugin.delete(conf, "pod-b", b)
+    assert not ping(None, ip_a)
+
+
+def test_host_port_reachable_on_host_address(
+    plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces, tmp_path: Path
+) -> None:
+    host_ip = host_address()
+    web, client = namespaces.new(), namespaces.new()
+    mapped = network.conf(
+        runtimeConfig={
+            "portMappings": [{"HostPort": 18932, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""}]
+        }
+    )
+    plugin.add(mapped, "web", web)
+    plugin.add(network.conf(), "client", client)
+    try:
+        serve(namespaces, web, tmp_path / "web", 80, "hostport ok")
+        # from the host itself to its own address, and from another pod through the host address
+        assert wait_http(None, f"http://{host_ip}:18932/") == "hostport ok"
+        assert wait_http(client, f"http://{host_ip}:18932/") == "hostport ok"
+        assert network.nat_rules() == ["web/eth0"]
+    finally:
+        plugin.delete(mapped, "web", web)
+        plugin.delete(network.conf(), "client", client)
+    assert network.nat_rules() == []
+    assert "hostport ok" not in wait_http(None, f"http://{host_ip}:18932/", timeout=0)
+
+
+def test_masquerade_to_outside(
+    plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces, tmp_path: Path
+) -> None:
+    """A pod reaching a network that is not the pod range is seen with the host's address there.
+    The "outside" is one more namespace wired to the host with a veth on a private /30."""
+    outside = namespaces.new()
+    host_end = f"pko{network.bridge[-3:]}"
+    sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", outside)
+    try:
+        sh("ip", "addr", "add", "192.168.251.1/30", "dev", host_end)
+        sh("ip", "link", "set", host_end, "up")
+        in_ns(outside, "ip", "addr", "add", "192.168.251.2/30", "dev", "eth0")
+        in_ns(outside, "ip", "link", "set", "eth0", "up")
+        pod = namespaces.new()
+        conf = network.conf(ipMasq=True)
+        plugin.add(conf, "masq", pod)
+        try:
+            # the outside server answers with the client address it saw
+            namespaces.spawn(outside, sys.executable, "-c", _ECHO_PEER, "8081")
+            assert wait_http(pod, "http://192.168.251.2:8081/") == "192.168.251.1"
+        finally:
+            plugin.delete(conf, "masq", pod)
+    finally:
+        sh("ip", "link", "del", host_end, check=False)
