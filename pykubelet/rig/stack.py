@@ -178,14 +178,15 @@ class Stack:
 
     def record(self) -> StackRecord:
         pids = {}
-        for name, daemon in (
-            ("registry", self.registry.daemon),
-            ("containerd", self.containerd.daemon if self.containerd else None),
-            ("apiserver", getattr(self.apiserver, "daemon", None)),
-            ("agent", self.agent),
+        apiserver_process = getattr(self.apiserver, "process", None)
+        for name, pid in (
+            ("registry", self.registry.daemon.pid),
+            ("containerd", self.containerd.daemon.pid if self.containerd else None),
+            ("apiserver", apiserver_process.pid if apiserver_process else None),
+            ("agent", self.agent.pid if self.agent else None),
         ):
-            if daemon is not None and daemon.pid is not None:
-                pids[name] = daemon.pid
+            if pid is not None:
+                pids[name] = pid
         return StackRecord(
             state_dir=str(self.config.state_dir),
             node_name=self.node_name,
