@@ -16,7 +16,7 @@ from agent.cni.install import install_plugins
 
 # isort: off
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers module beside this file
-from cnitest import Namespaces, Plugin, ServiceThread, PodNetwork, need_root, new_network
+from cnitest import Namespaces, Plugin, PodNetwork, ServiceThread, need_root, new_network
 # isort: on
 
 

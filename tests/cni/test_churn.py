@@ -1,0 +1,81 @@
+"""Many pods coming and going at once: no address handed out twice, nothing left behind; and a
+restarted service keeps the pods it did not create."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from cnitest import Namespaces, Plugin, PodNetwork, ServiceThread, in_ns, sh
+
+pytestmark = pytest.mark.integration
+
+CYCLES = 200
+PARALLEL = 10
+
+
+def test_200_add_del_cycles_10_at_a_time_leave_nothing(
+    plugin: Plugin, service: ServiceThread, network: PodNetwork
+) -> None:
+    live: dict[str, str] = {}  # ip -> container id, for the pods that exist right now
+    lock = threading.Lock()
+    problems: list[str] = []
+
+    def cycle(i: int) -> None:
+        ns = f"pkc-churn-{i}"
+        sh("ip", "netns", "add", ns)
+        cid = f"churn-{i}"
+        conf = network.conf(
+            ipMasq=True,
+            runtimeConfig={"portMappings": [{"HostPort": 20000 + i, "ContainerPort": 80, "Protocol": "tcp"}]},
+        )
+        try:
+            result = plugin.add(conf, cid, ns)
+            ip = str(ipaddress.ip_interface(result["ips"][0]["address"]).ip)
+            with lock:
+                if ip in live:
+                    problems.append(f"{ip} given to {cid} while {live[ip]} holds it")
+                live[ip] = cid
+            if in_ns(ns, "ip", "-4", "-o", "addr", "show", "eth0").stdout.count(ip) != 1:
+                problems.append(f"{cid}: {ip} not on eth0")
+            with lock:
+                del live[ip]
+            plugin.delete(conf, cid, ns)
+        finally:
+            sh("ip", "netns", "del", ns, check=False)
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        list(pool.map(cycle, range(CYCLES)))
+    assert problems == []
+    assert network.bridge_ports() == []
+    assert network.ip_files() == []
+    assert network.nat_rules() == []
+    veths = sh("ip", "-o", "link", "show", "type", "veth").stdout
+    assert "master " + network.bridge not in veths
+
+
+def test_restarted_service_keeps_existing_pods(
+    plugin: Plugin, socket_path: str, network: PodNetwork, namespaces: Namespaces
+) -> None:
+    conf = network.conf()
+    first = ServiceThread(socket_path).start()
+    a = namespaces.new()
+    try:
+        ra = plugin.add(conf, "before-restart", a)
+    finally:
+        first.stop()
+    ip_a = ipaddress.ip_interface(ra["ips"][0]["address"]).ip
+    second = ServiceThread(socket_path).start()  # a new agent process would start a new service
+    try:
+        b = namespaces.new()
+        rb = plugin.add(conf, "after-restart", b)
+        ip_b = ipaddress.ip_interface(rb["ips"][0]["address"]).ip
+        assert ip_b != ip_a
+        plugin.check(conf, ra, "before-restart", a)  # the old pod kept its address and IPAM entry
+        assert in_ns(b, "busybox", "ping", "-c", "1", "-W", "2", str(ip_a), check=False).returncode == 0
+        plugin.delete(conf, "before-restart", a)
+        plugin.delete(conf, "after-restart", b)
+    finally:
+        second.stop()
