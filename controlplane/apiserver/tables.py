@@ -85,7 +85,7 @@ def _pod(obj: Obj) -> list[Any]:
             elif state.get("terminated"):
                 t = state["terminated"]
                 reason = f"Signal:{t['signal']}" if t.get("signal") else f"ExitCode:{t.get('exitCode')}"
-            elif cs.get("ready") and state.get("running"):
+            elif cs.get("ready") and state.get("running") is not None:
                 running = True
                 ready += 1
         if reason == "Completed" and running:

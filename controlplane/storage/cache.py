@@ -127,8 +127,14 @@ class Watcher:
         if not self.closed:
             self.closed = True
             self.cache._remove(self)
-            with contextlib.suppress(asyncio.QueueFull):
-                self.queue.put_nowait(CLOSED)
+            # Make room for the end marker: the stream ends and the client resumes from the last
+            # resourceVersion it saw, which the window replays.
+            while True:
+                try:
+                    self.queue.put_nowait(CLOSED)
+                    break
+                except asyncio.QueueFull:
+                    self.queue.get_nowait()
 
 
 @dataclass

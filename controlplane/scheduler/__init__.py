@@ -1,0 +1,16 @@
+"""The scheduler: puts pods without spec.nodeName onto nodes.
+
+It is a plain API client (watch pods and nodes, POST pods/binding), so it runs against any API server.
+The pipeline mirrors upstream kube-scheduler's framework in miniature: a queue of pending pods, a cache
+of what each node has committed, filter plugins that say *why* a node cannot take a pod, score plugins
+that rank the rest, and an asynchronous bind with the pod assumed in the cache until the watch confirms.
+
+Entry points: `run_scheduler(kubeconfig, config, stop)` (embedding) and `pykubelet scheduler` (CLI).
+"""
+
+from __future__ import annotations
+
+from controlplane.scheduler.config import SchedulerConfig, load_config
+from controlplane.scheduler.runner import run_scheduler
+
+__all__ = ["SchedulerConfig", "load_config", "run_scheduler"]

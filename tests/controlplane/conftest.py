@@ -1,0 +1,83 @@
+"""Fixtures for the API server tests: one shared server (each test works in its own namespace), the
+official client and kubectl pointed at it. Tests that restart or kill a server start their own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from pykubelet.rig.apiserver import ApiServer
+
+KUBECTL = shutil.which("kubectl")
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    server = ApiServer(tmp_path_factory.mktemp("apiserver"))
+    server.start()
+    yield server
+    server.stop()
+    assert not server.running
+
+
+def make_client(kubeconfig: Path) -> client.ApiClient:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+@pytest.fixture(scope="session")
+def api(apiserver: ApiServer) -> Iterator[client.ApiClient]:
+    with make_client(apiserver.kubeconfig) as api_client:
+        yield api_client
+
+
+@pytest.fixture(scope="session")
+def v1(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture
+def namespace(v1: client.CoreV1Api) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+
+
+class Kubectl:
+    """Runs the real kubectl against a server, failing the test with kubectl's output on error."""
+
+    def __init__(self, kubeconfig: Path, home: Path) -> None:
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(home)}
+
+    def run(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL is not None
+        proc = subprocess.run(
+            [KUBECTL, *args], input=input, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if check and proc.returncode != 0:
+            pytest.fail(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def __call__(self, *args: str, **kwargs: object) -> str:
+        return self.run(*args, **kwargs).stdout  # type: ignore[arg-type]
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        assert KUBECTL is not None
+        return subprocess.Popen(
+            [KUBECTL, *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+
+@pytest.fixture(scope="session")
+def kubectl(apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed (apt-get install kubectl, or put kubectl 1.32 on PATH)")
+    return Kubectl(apiserver.kubeconfig, tmp_path_factory.mktemp("kubectl-home"))

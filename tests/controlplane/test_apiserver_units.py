@@ -1,0 +1,172 @@
+"""Pure functions of the API server: patches, selectors, defaulting, validation, tables, apply."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from controlplane.apiserver import defaults, ssa, tables, validation
+from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.meta import human_duration
+from controlplane.apiserver.patch import json_patch, merge_patch, strategic_merge
+from controlplane.apiserver.selectors import make_predicate, parse_field_selector, parse_label_selector
+from controlplane.apiserver.smp_schema import schema_for
+
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "labels": {"app": "a"}, "finalizers": ["x/y"]},
+    "spec": {
+        "containers": [
+            {"name": "a", "image": "img:1", "env": [{"name": "E1", "value": "1"}], "ports": [{"containerPort": 80}]},
+            {"name": "b", "image": "img:2"},
+        ]
+    },
+    "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]},
+}
+
+
+def test_strategic_merge_uses_upstream_merge_keys() -> None:
+    patch = {
+        "metadata": {"finalizers": ["z/w"]},
+        "spec": {"containers": [{"name": "b", "image": "img:3", "env": [{"name": "E2", "value": "2"}]},
+                                {"name": "c", "image": "new"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    out = strategic_merge(POD, patch, schema_for("Pod"))
+    containers = out["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["a", "b", "c"]
+    assert containers[0] == POD["spec"]["containers"][0]
+    assert containers[1] == {"name": "b", "image": "img:3", "env": [{"name": "E2", "value": "2"}]}
+    assert out["status"]["conditions"] == [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]
+    assert out["metadata"]["finalizers"] == ["x/y", "z/w"]
+    assert POD["spec"]["containers"][1]["image"] == "img:2", "the original must not change"
+
+
+def test_strategic_merge_directives() -> None:
+    patch = {
+        "$setElementOrder/containers": [{"name": "b"}, {"name": "a"}],
+        "spec": {
+            "$setElementOrder/containers": [{"name": "b"}, {"name": "a"}],
+            "containers": [{"name": "a", "$patch": "delete"}],
+        },
+        "metadata": {"labels": {"app": None}, "$deleteFromPrimitiveList/finalizers": ["x/y"]},
+    }
+    out = strategic_merge(POD, patch, schema_for("Pod"))
+    assert [c["name"] for c in out["spec"]["containers"]] == ["b"]
+    assert out["metadata"]["labels"] == {} and out["metadata"]["finalizers"] == []
+    replaced = strategic_merge(POD, {"spec": {"containers": [{"name": "z", "image": "i"}, {"$patch": "replace"}]}}, schema_for("Pod"))
+    assert replaced["spec"]["containers"] == [{"name": "z", "image": "i"}]
+    # Lists without a merge key (tolerations) are replaced whole.
+    tol = strategic_merge({"spec": {"tolerations": [{"key": "a"}]}}, {"spec": {"tolerations": [{"key": "b"}]}}, schema_for("Pod"))
+    assert tol["spec"]["tolerations"] == [{"key": "b"}]
+
+
+def test_merge_patch_and_json_patch() -> None:
+    assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": None, "d": 3}, "l": [2]}) == {"a": {"c": 2, "d": 3}, "l": [2]}
+    doc = {"metadata": {"labels": {"a/b": "1"}}, "items": [1, 2]}
+    out = json_patch(doc, [
+        {"op": "add", "path": "/items/-", "value": 3},
+        {"op": "replace", "path": "/metadata/labels/a~1b", "value": "2"},
+        {"op": "copy", "from": "/items/0", "path": "/first"},
+        {"op": "move", "from": "/first", "path": "/moved"},
+        {"op": "remove", "path": "/items/1"},
+        {"op": "test", "path": "/moved", "value": 1},
+    ])
+    assert out == {"metadata": {"labels": {"a/b": "2"}}, "items": [1, 3], "moved": 1}
+    with pytest.raises(ApiError) as err:
+        json_patch(doc, [{"op": "test", "path": "/items/0", "value": 9}])
+    assert err.value.code == 422
+    with pytest.raises(ApiError):
+        json_patch(doc, [{"op": "remove", "path": "/nope"}])
+
+
+def test_label_selectors() -> None:
+    labels = {"app": "web", "tier": "front", "n": "5"}
+    cases = {
+        "app=web": True, "app==web": True, "app!=web": False, "app in (web,api)": True,
+        "app notin (web)": False, "tier": True, "!tier": False, "missing": False, "!missing": True,
+        "app=web,tier in (back)": False, "n>4": True, "n<4": False, "": True,
+    }
+    for text, expected in cases.items():
+        pred = make_predicate(parse_label_selector(text), [])
+        result = True if pred is None else pred({"metadata": {"labels": labels}})
+        assert result is expected, text
+
+
+def test_field_selectors() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "n"}, "spec": {"nodeName": "node1"}, "status": {"phase": "Running"}}
+    pred = make_predicate([], parse_field_selector("spec.nodeName=node1,status.phase!=Failed", "pods"))
+    assert pred is not None and pred(pod)
+    pred = make_predicate([], parse_field_selector("spec.nodeName=", "pods"))
+    assert pred is not None and not pred(pod)
+    with pytest.raises(ApiError) as err:
+        parse_field_selector("spec.bogus=1", "pods")
+    assert err.value.code == 400
+
+
+def test_pod_defaults_match_upstream() -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "a", "image": "busybox", "ports": [{"containerPort": 80}], "livenessProbe": {"httpGet": {"port": 80}}},
+        {"name": "b", "image": "reg:5000/busybox:1.36", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+        {"name": "c", "image": "busybox:latest"},
+    ]}}
+    defaults.apply_defaults("Pod", pod, creating=True)
+    spec = pod["spec"]
+    assert (spec["restartPolicy"], spec["terminationGracePeriodSeconds"], spec["dnsPolicy"]) == ("Always", 30, "ClusterFirst")
+    assert (spec["schedulerName"], spec["serviceAccountName"], spec["enableServiceLinks"], spec["priority"]) == (
+        "default-scheduler", "default", True, 0)
+    a, b, c = spec["containers"]
+    assert [a["imagePullPolicy"], b["imagePullPolicy"], c["imagePullPolicy"]] == ["Always", "IfNotPresent", "Always"]
+    assert a["terminationMessagePath"] == "/dev/termination-log" and a["terminationMessagePolicy"] == "File"
+    assert a["ports"][0]["protocol"] == "TCP"
+    assert a["livenessProbe"] == {"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1,
+                                  "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
+    assert b["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+    assert pod["status"] == {"phase": "Pending", "qosClass": "Burstable"}
+
+
+def test_validation_causes() -> None:
+    pod = {"metadata": {"name": "Bad_Name"}, "spec": {"containers": [{"name": "c"}, {"name": "c", "image": "x"}], "restartPolicy": "Sometimes"}}
+    errors = {(e.field, e.type) for e in validation.validate("Pod", pod, True)}
+    assert ("metadata.name", "FieldValueInvalid") in errors
+    assert ("spec.containers[0].image", "FieldValueRequired") in errors
+    assert ("spec.containers[1].name", "FieldValueDuplicate") in errors
+    assert ("spec.restartPolicy", "FieldValueNotSupported") in errors
+    deploy = {"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "x"}},
+                                                  "template": {"metadata": {"labels": {"app": "y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    assert [e.field for e in validation.validate("Deployment", deploy, True)] == ["spec.template.metadata.labels"]
+
+
+def test_pod_table_status_column() -> None:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod = {"metadata": {"name": "p", "creationTimestamp": now}, "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n1"},
+           "status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [
+               {"name": "a", "ready": True, "restartCount": 2, "state": {"running": {}}},
+               {"name": "b", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+    table = tables.table("pods", [pod])
+    assert [c["name"] for c in table["columnDefinitions"]] == [
+        "Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
+    assert table["rows"][0]["cells"][:4] == ["p", "1/2", "CrashLoopBackOff", "2"]
+    assert table["rows"][0]["cells"][5:7] == ["10.0.0.5", "n1"]
+    pod["metadata"]["deletionTimestamp"] = now
+    assert tables.table("pods", [pod])["rows"][0]["cells"][2] == "Terminating"
+
+
+def test_human_duration() -> None:
+    assert [human_duration(dt.timedelta(seconds=s)) for s in (5, 150, 600, 4000, 30000, 200000)] == [
+        "5s", "2m30s", "10m", "66m", "8h", "2d7h"]
+
+
+def test_server_side_apply_removes_fields_the_manager_dropped() -> None:
+    first = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1", "b": "2"}}, "data": {"x": "1", "y": "2"}}
+    live = ssa.apply(None, first, "mgr")
+    live["data"]["other"] = "kept"  # written by someone else
+    second = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"x": "9"}}
+    out = ssa.apply(live, second, "mgr")
+    assert out["data"] == {"x": "9", "other": "kept"}
+    assert out["metadata"]["labels"] == {"a": "1"}
+    entry = out["metadata"]["managedFields"][0]
+    assert entry["manager"] == "mgr" and entry["operation"] == "Apply"
+    assert entry["fieldsV1"] == {"f:data": {"f:x": {}}, "f:metadata": {"f:labels": {"f:a": {}}}}

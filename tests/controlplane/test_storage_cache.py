@@ -1,0 +1,89 @@
+"""The watch cache: consistent state, filtered fan-out, the retained window and 410 beyond it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from controlplane.storage.cache import CLOSED, GoneError, WatchCache
+from controlplane.storage.sqlite import SQLiteStore
+
+
+def obj(name: str, **labels: str) -> bytes:
+    return json.dumps({"kind": "ConfigMap", "metadata": {"name": name, "labels": labels}}).encode()
+
+
+@pytest.fixture
+async def cache(tmp_path: Path):
+    store = SQLiteStore(tmp_path / "db")
+    await store.start()
+    await store.create("/configmaps/ns/pre", obj("pre"))
+    c = WatchCache(store, window=5)
+    await c.start()
+    yield c
+    await c.stop()
+    await store.close()
+
+
+async def drain(watcher, n: int) -> list[tuple[str, str, str]]:
+    out = []
+    for _ in range(n):
+        ev = await asyncio.wait_for(watcher.queue.get(), 2)
+        assert ev is not CLOSED
+        out.append((ev.type, ev.obj.obj["metadata"]["name"], ev.obj.obj["metadata"]["resourceVersion"]))
+    return out
+
+
+async def test_state_carries_resource_versions(cache: WatchCache) -> None:
+    rev = await cache.store.create("/configmaps/ns/a", obj("a"))
+    await cache.wait_for(rev)
+    cached = cache.get("/configmaps/ns/a")
+    assert cached is not None and cached.obj["metadata"]["resourceVersion"] == str(rev)
+    assert json.loads(cached.raw)["metadata"]["resourceVersion"] == str(rev)
+    assert [c.key for c in cache.list("configmaps", "/configmaps/ns/")] == ["/configmaps/ns/a", "/configmaps/ns/pre"]
+
+
+async def test_initial_events_and_selector_transitions(cache: WatchCache) -> None:
+    store = cache.store
+    watcher = cache.watch("configmaps", "/configmaps/", lambda o: o["metadata"]["labels"].get("app") == "x", None)
+    all_events = cache.watch("configmaps", "/configmaps/", None, None)
+    assert await drain(all_events, 1) == [("ADDED", "pre", "1")]
+    r = await store.create("/configmaps/ns/b", obj("b", app="x"))
+    r2 = await store.update("/configmaps/ns/b", obj("b", app="y"), r)
+    r3 = await store.update("/configmaps/ns/b", obj("b", app="x"), r2)
+    await store.delete("/configmaps/ns/b", r3)
+    # Leaving the selection looks like a deletion, entering it like an addition.
+    assert [e[0] for e in await drain(watcher, 4)] == ["ADDED", "DELETED", "ADDED", "DELETED"]
+    assert [e[0] for e in await drain(all_events, 4)] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]
+
+
+async def test_resume_inside_window_and_gone_outside(cache: WatchCache) -> None:
+    store = cache.store
+    revs = [await store.create(f"/configmaps/ns/k{i}", obj(f"k{i}")) for i in range(8)]
+    await cache.wait_for(revs[-1])
+    watcher = cache.watch("configmaps", "/configmaps/", None, revs[-3])
+    assert [e[1] for e in await drain(watcher, 2)] == ["k6", "k7"]
+    with pytest.raises(GoneError):
+        cache.watch("configmaps", "/configmaps/", None, revs[0])
+
+
+async def test_slow_watcher_is_closed_not_blocking(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "db2")
+    await store.start()
+    c = WatchCache(store, window=100, watcher_queue=3)
+    await c.start()
+    slow = c.watch("configmaps", "/configmaps/", None, c.revision)
+    for i in range(6):
+        rev = await store.create(f"/configmaps/ns/s{i}", obj(f"s{i}"))
+    await c.wait_for(rev)
+    assert slow.closed and c.watcher_count() == 0
+    await c.stop()
+    await store.close()
+    # The stream still ends (the client then resumes from its last resourceVersion).
+    items = []
+    while not slow.queue.empty():
+        items.append(slow.queue.get_nowait())
+    assert items[-1] is CLOSED
