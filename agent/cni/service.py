@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -115,6 +116,37 @@ def _warm_up() -> None:
 
     with IPRoute() as ipr:
         ipr.link_lookup(ifname="lo")
+
+
+class BackgroundService:
+    """A NetworkService on its own event loop thread, for callers without a loop of their own
+    (benchmarks, tests, tools); the agent instead awaits NetworkService.start() in its loop."""
+
+    def __init__(self, socket_path: str = protocol.DEFAULT_SOCKET, max_workers: int = 8) -> None:
+        self.service = NetworkService(socket_path, max_workers)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="cni-service", daemon=True)
+
+    def start(self, timeout: float = 30.0) -> BackgroundService:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.service.start(), self._loop).result(timeout)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if not self._thread.is_alive():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.service.stop(), self._loop).result(timeout)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+            self._loop.close()
+
+    def __enter__(self) -> BackgroundService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 async def _run(socket_path: str, workers: int) -> None:

@@ -3,14 +3,12 @@ Everything made here is removed again by its owner's close()/remove()."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import itertools
 import json
 import os
 import shutil
 import subprocess
-import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 
 from agent.cni import nat
-from agent.cni.service import NetworkService
+from agent.cni.service import BackgroundService
 
 NETNS_DIR = Path("/var/run/netns")
 _net_counter = itertools.count(200)
@@ -143,26 +141,8 @@ def new_network(tmp_path: Path) -> PodNetwork:
     )
 
 
-class ServiceThread:
-    """Hosts a NetworkService in its own event loop thread, as the agent will host it in its loop."""
-
-    def __init__(self, socket_path: str) -> None:
-        self.service = NetworkService(socket_path)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="cni-service", daemon=True)
-
-    def start(self) -> ServiceThread:
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.service.start(), self.loop).result(timeout=30)
-        return self
-
-    def stop(self) -> None:
-        if not self.thread.is_alive():
-            return
-        asyncio.run_coroutine_threadsafe(self.service.stop(), self.loop).result(timeout=30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.loop.close()
+# the tests host the service the way tools do; the agent awaits NetworkService.start() instead
+ServiceThread = BackgroundService
 
 
 class CniFailed(Exception):
