@@ -17,6 +17,7 @@ from pykubelet import KUBERNETES_VERSION, __version__
 # name -> (module, one-line help). Modules are imported lazily.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "version": ("pykubelet.cli", "print the pykubelet and Kubernetes versions"),
+    "agent": ("agent.cli", "run the node agent (the kubelet)"),
     "server": ("controlplane.cli", "run the project's own Kubernetes API server"),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),

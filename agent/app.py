@@ -1,0 +1,192 @@
+"""Wiring of the node agent: one event loop running the node status loop, the Lease heartbeat, the pod
+informer, the PLEG relist, the event poster and the pod workers.
+
+Stopping the agent (SIGTERM/SIGINT) stops only the agent: pods keep running and a restarted agent
+adopts them, as with the upstream kubelet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from agent.config import AgentConfig
+from agent.cri import (
+    CRIClient,
+    CRIError,
+    IncompatibleRuntimeError,
+    RuntimeUnreachableError,
+    runtime_condition,
+)
+from agent.kube.backoff import Backoff
+from agent.kube.client import ApiError, KubeClient
+from agent.kube.config import load_config
+from agent.kube.informer import Informer
+from agent.node.controller import NodeController
+from agent.node.lease import LeaseController
+from agent.node.status import RuntimeHealth
+from agent.pods.backoff import BackoffTable
+from agent.pods.dns import DNS, parse_resolv_conf
+from agent.pods.events import EventRecorder
+from agent.pods.images import ImageManager
+from agent.pods.manager import PodManager
+from agent.pods.runtime import RuntimeInspector
+from agent.pods.status_manager import StatusManager
+from agent.pods.worker import PodContext
+
+log = logging.getLogger("agent")
+
+_KIND_PATHS = {"ConfigMap": "configmaps", "Secret": "secrets"}
+
+
+async def connect_runtime(cfg: AgentConfig) -> CRIClient:
+    """Connect to the runtime, waiting for it to come up (as upstream does at start)."""
+    backoff = Backoff(initial=0.5, maximum=5.0)
+    while True:
+        try:
+            return await CRIClient.connect(cfg.container_runtime_endpoint, cfg.image_service_endpoint)
+        except RuntimeUnreachableError as err:
+            delay = backoff.next()
+            log.warning("runtime not reachable endpoint=%s error=%r retry_in=%.1fs", cfg.container_runtime_endpoint, str(err), delay)
+            await asyncio.sleep(delay)
+
+
+async def runtime_health(cri: CRIClient) -> RuntimeHealth:
+    try:
+        status = await cri.status()
+    except CRIError:
+        return RuntimeHealth(reachable=False)
+    rt = runtime_condition(status, "RuntimeReady")
+    net = runtime_condition(status, "NetworkReady")
+    version = f"{cri.version.runtime_name}://{cri.version.runtime_version}" if cri.version else ""
+    return RuntimeHealth(
+        reachable=True,
+        runtime_ready=bool(rt and rt.status),
+        runtime_reason=rt.reason if rt else "",
+        runtime_message=rt.message if rt else "",
+        network_ready=bool(net and net.status),
+        network_reason=net.reason if net else "",
+        network_message=net.message if net else "",
+        version=version,
+    )
+
+
+def read_host_dns(path: str) -> DNS:
+    if not path:
+        return DNS()
+    try:
+        return parse_resolv_conf(Path(path).read_text())
+    except OSError:
+        log.warning("resolv.conf not readable path=%s", path)
+        return DNS()
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig) -> None:
+        self.cfg = cfg
+        self.client = KubeClient(load_config(cfg.kubeconfig), qps=cfg.kube_api_qps, burst=cfg.kube_api_burst)
+        self.cri: CRIClient | None = None
+        self.node: NodeController | None = None
+        self.lease: LeaseController | None = None
+        self.pods: PodManager | None = None
+        self.informer: Informer | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def fetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.client.get(f"/api/v1/namespaces/{namespace}/{_KIND_PATHS[kind]}/{quote(name)}")
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        Path(cfg.root_dir).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at start
+        self.cri = cri = await connect_runtime(cfg)
+        log.info("runtime connected name=%s version=%s", cri.version.runtime_name if cri.version else "", cri.version.runtime_version if cri.version else "")
+        if cfg.pod_cidr:
+            try:
+                await cri.update_runtime_config(cfg.pod_cidr)
+            except CRIError as err:
+                log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", cfg.pod_cidr, str(err))
+        self.node = NodeController(self.client, cfg, lambda: runtime_health(cri))
+        recorder = EventRecorder(self.client, cfg.node_name)
+        ctx = PodContext(
+            cfg=cfg,
+            cri=cri,
+            inspector=RuntimeInspector(cri),
+            images=ImageManager(
+                cri, recorder, self.fetch, cfg.serialize_image_pulls, BackoffTable(cfg.backoff_initial, cfg.backoff_max)
+            ),
+            recorder=recorder,
+            status=StatusManager(self.client),
+            crash_backoff=BackoffTable(cfg.backoff_initial, cfg.backoff_max),
+            fetch=self.fetch,
+            host_ip=lambda: self.node.internal_ip if self.node else "",
+            node_hostname=cfg.node_name,
+            host_dns=await asyncio.to_thread(read_host_dns, cfg.resolv_conf),
+        )
+        self.pods = PodManager(ctx)
+        self.informer = Informer(
+            self.client,
+            "/api/v1/pods",
+            self.pods.on_pod_event,
+            field_selector=f"spec.nodeName={cfg.node_name}",
+        )
+        self.pods.attach(self.informer)
+        self._spawn(recorder.run(), "events")
+        self._spawn(self.node.run(), "node-status")
+        await self.node.registered.wait()
+        ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
+        self.lease = LeaseController(self.client, cfg.node_name, lambda: self.node.uid if self.node else "", cfg.node_lease_duration_seconds)
+        self._spawn(self.lease.run(), "lease")
+        self._spawn(self.informer.run(), "pod-informer")
+        self._spawn(self.pods.run_pleg(), "pleg")
+        log.info("agent running node=%s", cfg.node_name)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("agent loop died task=%s error=%r", task.get_name(), task.exception())
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.pods is not None:
+            await self.pods.stop()
+        await self.client.close()
+        if self.cri is not None:
+            await self.cri.close()
+
+
+async def serve(cfg: AgentConfig) -> int:
+    agent = Agent(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        starting = asyncio.create_task(agent.start())
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done() and starting.exception() is not None:
+            raise starting.exception()  # type: ignore[misc]
+        await stop.wait()
+        starting.cancel()
+        log.info("agent stopping (pods keep running)")
+    except IncompatibleRuntimeError as err:
+        log.error("runtime incompatible error=%r", str(err))
+        return 1
+    finally:
+        await agent.stop()
+    return 0

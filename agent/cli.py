@@ -1,0 +1,66 @@
+"""`pykubelet agent`: flags named as the upstream kubelet's, plus --config for a KubeletConfiguration file.
+
+Flags given on the command line win over the file, as upstream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from agent.config import AgentConfig, ConfigFileError, load_config_file, parse_labels
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig for the API server (default: in-cluster config)")
+    parser.add_argument("--node-name", dest="node_name", help="the Node's name (default: the hostname)")
+    parser.add_argument("--hostname-override", dest="hostname_override", help="alias of --node-name")
+    parser.add_argument("--container-runtime-endpoint", dest="container_runtime_endpoint")
+    parser.add_argument("--image-service-endpoint", dest="image_service_endpoint")
+    parser.add_argument("--config", help="KubeletConfiguration (kubelet.config.k8s.io/v1beta1) YAML file")
+    parser.add_argument("--root-dir", dest="root_dir", help="agent state directory (default /var/lib/kubelet)")
+    parser.add_argument("--node-ip", dest="node_ip", help="the Node's InternalIP (default: the default route's)")
+    parser.add_argument("--node-labels", dest="node_labels", help="extra labels: k1=v1,k2=v2")
+    parser.add_argument("--pod-cidr", dest="pod_cidr")
+    parser.add_argument("--max-pods", dest="max_pods", type=int)
+    parser.add_argument("--cluster-domain", dest="cluster_domain")
+    parser.add_argument("--cluster-dns", dest="cluster_dns", help="comma-separated DNS server IPs")
+    parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (>=4: debug)")
+
+
+def build_config(args: argparse.Namespace) -> AgentConfig:
+    cfg = AgentConfig()
+    if args.config:
+        load_config_file(args.config, cfg)
+    name = args.node_name or args.hostname_override
+    if name:
+        cfg.node_name = name.lower()
+    for attr in ("kubeconfig", "container_runtime_endpoint", "image_service_endpoint", "root_dir", "node_ip", "pod_cidr", "max_pods", "cluster_domain"):
+        value = getattr(args, attr, None)
+        if value is not None:
+            setattr(cfg, attr, value)
+    if args.node_labels:
+        cfg.node_labels.update(parse_labels(args.node_labels))
+    if args.cluster_dns:
+        cfg.cluster_dns = [s.strip() for s in args.cluster_dns.split(",") if s.strip()]
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbosity >= 4 else logging.INFO,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("asyncio", "aiohttp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        cfg = build_config(args)
+    except ConfigFileError as err:
+        print(f"pykubelet agent: {err}", file=sys.stderr)
+        return 2
+    from agent.app import serve
+
+    return asyncio.run(serve(cfg))

@@ -1,0 +1,158 @@
+"""The agent's settings: a subset of upstream's KubeletConfiguration (kubelet.config.k8s.io/v1beta1) plus
+the flags that only exist as flags, folded into one dataclass.
+
+Field names and defaults follow upstream, so a config file written for the upstream kubelet means the
+same here (fields we do not implement are ignored with a warning, never misread). Flags win over the
+file, as upstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger("agent.config")
+
+API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KIND = "KubeletConfiguration"
+
+# Upstream's default hard eviction thresholds (pkg/kubelet/eviction/defaults_linux.go).
+DEFAULT_EVICTION_HARD = {
+    "memory.available": "100Mi",
+    "nodefs.available": "10%",
+    "nodefs.inodesFree": "5%",
+    "imagefs.available": "15%",
+}
+
+
+class ConfigFileError(Exception):
+    pass
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str | int | float) -> float:
+    """A Go duration ("10s", "5m0s", "1h30m", "250ms") in seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    text = value.strip()
+    if text in ("0", ""):
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text):
+        raise ConfigFileError(f"invalid duration {value!r}")
+    return total
+
+
+@dataclass
+class AgentConfig:
+    node_name: str = ""
+    kubeconfig: str | None = None
+    container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
+    image_service_endpoint: str | None = None
+    root_dir: str = "/var/lib/kubelet"
+    pod_cidr: str = ""
+    pod_logs_dir: str = "/var/log/pods"
+    cluster_domain: str = ""
+    cluster_dns: list[str] = field(default_factory=list)
+    resolv_conf: str = "/etc/resolv.conf"
+    port: int = 10250
+    node_ip: str = ""
+    node_labels: dict[str, str] = field(default_factory=dict)
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
+    node_status_update_frequency: float = 10.0
+    node_status_report_frequency: float = 300.0
+    node_lease_duration_seconds: int = 40
+    sync_frequency: float = 60.0
+    serialize_image_pulls: bool = True
+    max_pods: int = 110
+    system_reserved: dict[str, str] = field(default_factory=dict)
+    kube_reserved: dict[str, str] = field(default_factory=dict)
+    eviction_hard: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
+    cgroups_per_qos: bool = True
+    cgroup_root: str = "/"
+    cgroup_driver: str = "cgroupfs"
+    # Pull backoff and crash-loop backoff (upstream: 10 s doubling to 300 s for both).
+    backoff_initial: float = 10.0
+    backoff_max: float = 300.0
+    # How often the PLEG-like relist runs (upstream relists every second).
+    relist_period: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.node_name:
+            self.node_name = socket.gethostname().lower()
+
+
+# config-file key -> (dataclass field, converter)
+_FILE_FIELDS: dict[str, tuple[str, Any]] = {
+    "podCIDR": ("pod_cidr", str),
+    "podLogsDir": ("pod_logs_dir", str),
+    "clusterDomain": ("cluster_domain", str),
+    "clusterDNS": ("cluster_dns", list),
+    "resolvConf": ("resolv_conf", str),
+    "port": ("port", int),
+    "kubeAPIQPS": ("kube_api_qps", float),
+    "kubeAPIBurst": ("kube_api_burst", int),
+    "nodeStatusUpdateFrequency": ("node_status_update_frequency", parse_duration),
+    "nodeStatusReportFrequency": ("node_status_report_frequency", parse_duration),
+    "nodeLeaseDurationSeconds": ("node_lease_duration_seconds", int),
+    "syncFrequency": ("sync_frequency", parse_duration),
+    "serializeImagePulls": ("serialize_image_pulls", bool),
+    "maxPods": ("max_pods", int),
+    "systemReserved": ("system_reserved", dict),
+    "kubeReserved": ("kube_reserved", dict),
+    "evictionHard": ("eviction_hard", dict),
+    "cgroupsPerQOS": ("cgroups_per_qos", bool),
+    "cgroupRoot": ("cgroup_root", str),
+    "cgroupDriver": ("cgroup_driver", str),
+    "containerRuntimeEndpoint": ("container_runtime_endpoint", str),
+    "imageServiceEndpoint": ("image_service_endpoint", str),
+}
+_IGNORED_QUIETLY = {"apiVersion", "kind", "authentication", "authorization", "staticPodPath", "address"}
+
+
+def load_config_file(path: str | Path, into: AgentConfig | None = None) -> AgentConfig:
+    cfg = into or AgentConfig()
+    try:
+        doc = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as err:
+        raise ConfigFileError(f"cannot read {path}: {err.strerror}") from None
+    if not isinstance(doc, dict):
+        raise ConfigFileError(f"{path}: not a KubeletConfiguration object")
+    if doc.get("kind", KIND) != KIND or doc.get("apiVersion", API_VERSION) != API_VERSION:
+        raise ConfigFileError(f"{path}: expected {API_VERSION} {KIND}, got {doc.get('apiVersion')} {doc.get('kind')}")
+    for key, value in doc.items():
+        if key in _FILE_FIELDS:
+            name, conv = _FILE_FIELDS[key]
+            try:
+                setattr(cfg, name, conv(value))
+            except (TypeError, ValueError) as err:
+                raise ConfigFileError(f"{path}: {key}: {err}") from None
+        elif key not in _IGNORED_QUIETLY:
+            log.warning("config field not supported, ignored field=%s", key)
+    if cfg.cgroup_driver not in ("cgroupfs", "systemd"):
+        raise ConfigFileError(f"{path}: cgroupDriver must be cgroupfs or systemd")
+    return cfg
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """--node-labels k1=v1,k2=v2"""
+    labels: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        labels[key] = value
+    return labels

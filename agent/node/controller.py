@@ -1,0 +1,131 @@
+"""Register (or adopt) the Node and keep its status current.
+
+Status is computed every nodeStatusUpdateFrequency (10 s) and patched when anything but heartbeat times
+changed, or when nodeStatusReportFrequency (5 min) has passed since the last report, as upstream does,
+so an idle node costs the API server one small write per five minutes besides its Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agent.config import AgentConfig
+from agent.kube.backoff import Backoff
+from agent.kube.client import ApiError, KubeClient
+from agent.node import facts as host
+from agent.node.status import RuntimeHealth, node_labels, node_status, without_heartbeats
+
+log = logging.getLogger("agent.node")
+
+HealthProbe = Callable[[], Awaitable[RuntimeHealth]]
+
+
+class NodeController:
+    def __init__(self, client: KubeClient, cfg: AgentConfig, health: HealthProbe) -> None:
+        self.client = client
+        self.cfg = cfg
+        self.health = health
+        self.node: dict[str, Any] | None = None
+        self.facts: host.HostFacts | None = None
+        self.internal_ip = cfg.node_ip
+        self._last_reported: dict[str, Any] | None = None
+        self._last_report_at = 0.0
+        self.registered = asyncio.Event()
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/nodes/{self.cfg.node_name}"
+
+    @property
+    def uid(self) -> str:
+        return (self.node or {}).get("metadata", {}).get("uid", "")
+
+    async def _compute(self) -> dict[str, Any]:
+        if self.facts is None:
+            self.facts = await asyncio.to_thread(host.host_facts)
+        if not self.internal_ip:
+            self.internal_ip = await asyncio.to_thread(host.default_route_ip)
+        use = await asyncio.to_thread(host.usage, self.cfg.root_dir)
+        health = await self.health()
+        previous = ((self.node or {}).get("status") or {}).get("conditions") or []
+        return node_status(self.cfg, self.facts, use, health, self.internal_ip, previous)
+
+    async def register(self) -> None:
+        """Create the Node, or adopt the one that exists (updating the labels we own)."""
+        backoff = Backoff(initial=0.2, maximum=7.0)
+        while True:
+            try:
+                await self._register_once()
+                self.registered.set()
+                return
+            except ApiError as err:
+                delay = backoff.next()
+                log.warning("node registration failed node=%s error=%r retry_in=%.1fs", self.cfg.node_name, str(err), delay)
+                await asyncio.sleep(delay)
+
+    async def _register_once(self) -> None:
+        status = await self._compute()
+        assert self.facts is not None
+        labels = node_labels(self.cfg, self.facts)
+        try:
+            existing = await self.client.get(self.path)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            existing = None
+        if existing is None:
+            body: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": self.cfg.node_name, "labels": labels},
+                "spec": {},
+            }
+            if self.cfg.pod_cidr:
+                body["spec"] = {"podCIDR": self.cfg.pod_cidr, "podCIDRs": [self.cfg.pod_cidr]}
+            try:
+                self.node = await self.client.create("/api/v1/nodes", body)
+                log.info("node registered node=%s", self.cfg.node_name)
+            except ApiError as err:
+                if not err.conflict:
+                    raise
+                self.node = await self.client.get(self.path)
+        else:
+            missing = {k: v for k, v in labels.items() if existing.get("metadata", {}).get("labels", {}).get(k) != v}
+            self.node = existing
+            if missing:
+                self.node = await self.client.patch(self.path, {"metadata": {"labels": missing}})
+            log.info("node adopted node=%s uid=%s", self.cfg.node_name, self.uid)
+        await self._post(status)
+
+    async def _post(self, status: dict[str, Any]) -> None:
+        self.node = await self.client.patch(self.path + "/status", {"status": status})
+        self._last_reported = without_heartbeats(status)
+        self._last_report_at = time.monotonic()
+
+    async def sync_status(self) -> bool:
+        """Compute the status; patch it if it changed or the report interval passed. True if posted."""
+        status = await self._compute()
+        stale = time.monotonic() - self._last_report_at >= self.cfg.node_status_report_frequency
+        if not stale and without_heartbeats(status) == self._last_reported:
+            return False
+        await self._post(status)
+        return True
+
+    async def run(self) -> None:
+        await self.register()
+        while True:
+            await asyncio.sleep(self.cfg.node_status_update_frequency)
+            try:
+                if await self.sync_status():
+                    log.debug("node status posted node=%s", self.cfg.node_name)
+            except ApiError as err:
+                if err.not_found:
+                    log.warning("node object deleted, registering again node=%s", self.cfg.node_name)
+                    self.registered.clear()
+                    await self.register()
+                else:
+                    log.warning("node status update failed node=%s error=%r", self.cfg.node_name, str(err))

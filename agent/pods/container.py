@@ -1,0 +1,112 @@
+"""ContainerConfig from a container spec: command, args, env, working dir, resources, security context,
+log path, and the labels/annotations that let the agent recognise the container later.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent.cri import pb
+from agent.node.quantity import QuantityError, milli_cpu, to_bytes
+from agent.pods import labels as L
+from agent.pods.env import ConfigError, expand
+from agent.pods.qos import qos_class
+from agent.pods.sandbox import namespace_options
+
+CPU_PERIOD = 100_000
+MIN_SHARES = 2
+MIN_QUOTA = 1000
+
+
+def linux_resources(pod: dict[str, Any], container: dict[str, Any], node_memory: int) -> pb.LinuxContainerResources:
+    res = container.get("resources") or {}
+    requests = res.get("requests") or {}
+    limits = res.get("limits") or {}
+    out = pb.LinuxContainerResources()
+    try:
+        cpu_req = requests.get("cpu") or limits.get("cpu")
+        out.cpu_shares = max(MIN_SHARES, milli_cpu(cpu_req) * 1024 // 1000) if cpu_req else MIN_SHARES
+        if limits.get("cpu"):
+            out.cpu_period = CPU_PERIOD
+            out.cpu_quota = max(MIN_QUOTA, milli_cpu(limits["cpu"]) * CPU_PERIOD // 1000)
+        if limits.get("memory"):
+            out.memory_limit_in_bytes = to_bytes(limits["memory"])
+        qos = qos_class(pod)
+        if qos == "Guaranteed":
+            out.oom_score_adj = -997
+        elif qos == "BestEffort":
+            out.oom_score_adj = 1000
+        else:
+            mem_req = to_bytes(requests["memory"]) if requests.get("memory") else 0
+            adj = 1000 - (1000 * mem_req) // max(node_memory, 1)
+            out.oom_score_adj = int(min(max(adj, 2), 999))
+    except QuantityError as err:
+        raise ConfigError(str(err)) from None
+    return out
+
+
+def security_context(pod: dict[str, Any], container: dict[str, Any]) -> pb.LinuxContainerSecurityContext:
+    psc = (pod.get("spec") or {}).get("securityContext") or {}
+    csc = container.get("securityContext") or {}
+    sec = pb.LinuxContainerSecurityContext(
+        privileged=bool(csc.get("privileged")),
+        readonly_rootfs=bool(csc.get("readOnlyRootFilesystem")),
+        namespace_options=namespace_options(pod),
+        no_new_privs=csc.get("allowPrivilegeEscalation") is False,
+    )
+    user = csc.get("runAsUser", psc.get("runAsUser"))
+    group = csc.get("runAsGroup", psc.get("runAsGroup"))
+    if user is not None:
+        sec.run_as_user.value = int(user)
+    if group is not None:
+        sec.run_as_group.value = int(group)
+    sec.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    caps = csc.get("capabilities") or {}
+    if caps.get("add") or caps.get("drop"):
+        sec.capabilities.add_capabilities.extend(caps.get("add") or [])
+        sec.capabilities.drop_capabilities.extend(caps.get("drop") or [])
+    return sec
+
+
+def container_config(
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    kind: str,
+    restart_count: int,
+    image_ref: str,
+    env: list[tuple[str, str]],
+    node_memory: int,
+) -> pb.ContainerConfig:
+    name = container["name"]
+    values = dict(env)
+    spec = pod.get("spec") or {}
+    annotations = {
+        L.CONTAINER_HASH: L.container_hash(container),
+        L.RESTART_COUNT: str(restart_count),
+        L.TERMINATION_MESSAGE_PATH: container.get("terminationMessagePath") or "/dev/termination-log",
+        L.TERMINATION_MESSAGE_POLICY: container.get("terminationMessagePolicy") or "File",
+        L.POD_TERMINATION_GRACE: str(spec.get("terminationGracePeriodSeconds", 30)),
+    }
+    if container.get("ports"):
+        annotations[L.CONTAINER_PORTS] = json.dumps(container["ports"], separators=(",", ":"))
+    labels = L.container_labels(pod, name)
+    labels[L.CONTAINER_KIND] = kind
+    return pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name=name, attempt=restart_count),
+        image=pb.ImageSpec(image=image_ref, user_specified_image=container.get("image", "")),
+        command=[expand(a, values) for a in container.get("command") or []],
+        args=[expand(a, values) for a in container.get("args") or []],
+        working_dir=container.get("workingDir") or "",
+        envs=[pb.KeyValue(key=k, value=v) for k, v in env],
+        labels=labels,
+        annotations=annotations,
+        log_path=f"{name}/{restart_count}.log",
+        stdin=bool(container.get("stdin")),
+        stdin_once=bool(container.get("stdinOnce")),
+        tty=bool(container.get("tty")),
+        linux=pb.LinuxContainerConfig(
+            resources=linux_resources(pod, container, node_memory),
+            security_context=security_context(pod, container),
+        ),
+    )

@@ -1,0 +1,136 @@
+"""Container environment: env and envFrom resolved to values, and $(VAR) references expanded.
+
+Expansion follows upstream's rules: `$(NAME)` is replaced by a variable defined earlier (or the pod's
+service variables), `$$` is an escaped `$`, and a reference to an unknown name is left as written.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agent.node.quantity import QuantityError, parse_quantity
+
+# fetch(kind, namespace, name) -> the object, or None when it does not exist.
+Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
+
+
+class ConfigError(Exception):
+    """The container cannot be configured yet (CreateContainerConfigError)."""
+
+
+_REF = re.compile(r"\$\$|\$\(([^)]*)\)")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return env[name] if name in env else m.group(0)
+
+    return _REF.sub(sub, text)
+
+
+def field_value(pod: dict[str, Any], path: str, host_ip: str, pod_ip: str) -> str:
+    meta = pod["metadata"]
+    spec = pod.get("spec") or {}
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']*)'\]", path)
+    if m:
+        return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+    simple = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.hostIP": host_ip,
+        "status.hostIPs": host_ip,
+        "status.podIP": pod_ip,
+        "status.podIPs": pod_ip,
+    }
+    if path not in simple:
+        raise ConfigError(f"unsupported fieldPath {path!r}")
+    return str(simple[path])
+
+
+def resource_value(container: dict[str, Any], ref: dict[str, Any], node_alloc: dict[str, str]) -> str:
+    resource = ref.get("resource", "")
+    kind, _, name = resource.partition(".")
+    res = (container.get("resources") or {}).get(kind) or {}
+    raw = res.get(name) or (node_alloc.get(name) if kind == "limits" else None) or "0"
+    try:
+        value = parse_quantity(raw)
+        divisor = parse_quantity(ref.get("divisor") or "1")
+        result = -(-value // divisor)  # ceiling
+    except (QuantityError, ArithmeticError):
+        raise ConfigError(f"invalid resource value for {resource}") from None
+    return str(int(result))
+
+
+def _data(obj: dict[str, Any], secret: bool) -> dict[str, str]:
+    out = dict(obj.get("stringData") or {}) if not secret else {}
+    if secret:
+        for k, v in (obj.get("data") or {}).items():
+            out[k] = base64.b64decode(v).decode(errors="replace")
+    else:
+        out.update(obj.get("data") or {})
+    return out
+
+
+async def resolve_env(
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    fetch: Fetch,
+    host_ip: str = "",
+    pod_ip: str = "",
+    node_alloc: dict[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """The container's variables in order (envFrom first, then env), values resolved and expanded."""
+    ns = pod["metadata"]["namespace"]
+    env: dict[str, str] = {}
+    order: list[str] = []
+
+    def put(name: str, value: str) -> None:
+        if name not in env:
+            order.append(name)
+        env[name] = value
+
+    for src in container.get("envFrom") or []:
+        prefix = src.get("prefix") or ""
+        ref, kind = (src.get("configMapRef"), "ConfigMap") if src.get("configMapRef") else (src.get("secretRef"), "Secret")
+        if not ref:
+            continue
+        obj = await fetch(kind, ns, ref["name"])
+        if obj is None:
+            if ref.get("optional"):
+                continue
+            raise ConfigError(f'{kind.lower()} "{ref["name"]}" not found')
+        for k, v in _data(obj, kind == "Secret").items():
+            put(prefix + k, v)
+    for var in container.get("env") or []:
+        name = var["name"]
+        if "valueFrom" not in var or var.get("valueFrom") is None:
+            put(name, expand(var.get("value") or "", env))
+            continue
+        vf = var["valueFrom"]
+        if vf.get("fieldRef"):
+            put(name, field_value(pod, vf["fieldRef"]["fieldPath"], host_ip, pod_ip))
+        elif vf.get("resourceFieldRef"):
+            put(name, resource_value(container, vf["resourceFieldRef"], node_alloc or {}))
+        else:
+            ref, kind = (vf.get("configMapKeyRef"), "ConfigMap") if vf.get("configMapKeyRef") else (vf.get("secretKeyRef"), "Secret")
+            if not ref:
+                continue
+            obj = await fetch(kind, ns, ref["name"])
+            data = _data(obj, kind == "Secret") if obj is not None else None
+            if data is None or ref["key"] not in data:
+                if ref.get("optional"):
+                    continue
+                if data is None:
+                    raise ConfigError(f'{kind.lower()} "{ref["name"]}" not found')
+                raise ConfigError(f"couldn't find key {ref['key']} in {kind} {ns}/{ref['name']}")
+            put(name, data[ref["key"]])
+    return [(k, env[k]) for k in order]

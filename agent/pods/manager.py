@@ -1,0 +1,107 @@
+"""The pod manager: turns informer events and runtime changes into wake-ups of per-pod workers.
+
+Desired state arrives from the API through the informer; actual state from a PLEG-like relist of CRI
+about once a second (containerd 1.6 has no container event stream over CRI). Either kind of change wakes
+the worker of that pod UID, which does all the work. Sandboxes found in CRI for pods the API no longer
+has (once the informer has synced, so a slow first list never kills healthy pods) get a worker too,
+which stops and removes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from agent.cri import CRIError
+from agent.kube.informer import Informer
+from agent.pods import labels as L
+from agent.pods.worker import PodContext, PodWorker
+
+log = logging.getLogger("agent.pods.manager")
+
+
+class PodManager:
+    def __init__(self, ctx: PodContext) -> None:
+        self.ctx = ctx
+        self.informer: Informer | None = None
+        self.workers: dict[str, PodWorker] = {}
+        self._fingerprints: dict[str, tuple[tuple[str, int], ...]] = {}
+        self.relists = 0
+
+    # -- desired state ---------------------------------------------------------------------------
+
+    def attach(self, informer: Informer) -> None:
+        self.informer = informer
+
+    def pod(self, uid: str) -> dict[str, Any] | None:
+        return self.informer.get(uid) if self.informer is not None else None
+
+    def on_pod_event(self, kind: str, pod: dict[str, Any]) -> None:
+        """Informer handler: every event is a reason to sync that pod."""
+        uid = pod["metadata"]["uid"]
+        if kind == "DELETED" and uid not in self.workers:
+            return
+        self._ensure_worker(uid).wake()
+
+    def _ensure_worker(self, uid: str) -> PodWorker:
+        worker = self.workers.get(uid)
+        if worker is None:
+            worker = PodWorker(self.ctx, uid, lambda: self.pod(uid))
+            self.workers[uid] = worker
+            worker.start(self._worker_exited)
+        return worker
+
+    def _worker_exited(self, worker: PodWorker) -> None:
+        if self.workers.get(worker.uid) is worker:
+            del self.workers[worker.uid]
+        # The pod may have come back (or changed) while the worker was finishing.
+        pod = self.pod(worker.uid)
+        if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+            self._ensure_worker(worker.uid).wake()
+
+    # -- actual state ----------------------------------------------------------------------------
+
+    async def relist(self) -> set[str]:
+        """One PLEG pass: wake the workers of pods whose sandboxes or containers changed."""
+        sandboxes = await self.ctx.cri.list_pod_sandbox()
+        containers = await self.ctx.cri.list_containers()
+        prints: dict[str, list[tuple[str, int]]] = {}
+        for sb in sandboxes:
+            uid = sb.labels.get(L.POD_UID)
+            if uid:
+                prints.setdefault(uid, []).append((sb.id, sb.state))
+        for c in containers:
+            uid = c.labels.get(L.POD_UID)
+            if uid:
+                prints.setdefault(uid, []).append((c.id, c.state))
+        current = {uid: tuple(sorted(v)) for uid, v in prints.items()}
+        changed = {uid for uid in set(current) | set(self._fingerprints) if current.get(uid) != self._fingerprints.get(uid)}
+        self._fingerprints = current
+        self.relists += 1
+        synced = self.informer is not None and self.informer.synced.is_set()
+        for uid in changed:
+            if uid in self.workers:
+                self.workers[uid].wake()
+            elif uid in current and synced:
+                # In CRI but no worker: a pod the API has (worker retired) or an orphan to clean up.
+                self._ensure_worker(uid).wake()
+        if synced:
+            for uid in current:
+                if uid not in self.workers and self.pod(uid) is None:
+                    self._ensure_worker(uid).wake()
+        return changed
+
+    async def run_pleg(self) -> None:
+        while True:
+            try:
+                await self.relist()
+            except CRIError as err:
+                log.debug("relist failed error=%r", str(err))
+            await asyncio.sleep(self.ctx.cfg.relist_period)
+
+    async def stop(self) -> None:
+        tasks = [w.task for w in self.workers.values() if w.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

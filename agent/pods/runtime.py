@@ -1,0 +1,159 @@
+"""What CRI says about one pod: its sandboxes and containers, newest first, with full container status.
+
+This is the "actual state" half of every sync. Statuses of exited containers never change, so they are
+cached by container ID; a running container is asked again only when ListContainers shows its state
+moved. The agent stores nothing else: labels and annotations carry everything needed after a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.cri import CRIClient, NotFoundError, pb
+from agent.pods import labels as L
+
+STATE_NAMES = {pb.CONTAINER_CREATED: "created", pb.CONTAINER_RUNNING: "running", pb.CONTAINER_EXITED: "exited"}
+
+
+@dataclass(frozen=True)
+class ContainerRecord:
+    id: str
+    name: str
+    kind: str  # "init" or "app"
+    sandbox_id: str
+    restart_count: int
+    hash: str
+    state: str  # created / running / exited / unknown
+    created_at: int  # ns
+    started_at: int
+    finished_at: int
+    exit_code: int
+    reason: str
+    message: str
+    image: str
+    image_ref: str
+    log_path: str
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    id: str
+    attempt: int
+    ready: bool
+    created_at: int
+    ip: str
+    ips: tuple[str, ...]
+    host_network: bool
+
+
+@dataclass
+class PodRuntime:
+    uid: str
+    sandboxes: list[SandboxRecord] = field(default_factory=list)  # newest first
+    containers: dict[str, list[ContainerRecord]] = field(default_factory=dict)  # name -> newest first
+
+    @property
+    def latest_sandbox(self) -> SandboxRecord | None:
+        return self.sandboxes[0] if self.sandboxes else None
+
+    def all_containers(self) -> list[ContainerRecord]:
+        return [c for recs in self.containers.values() for c in recs]
+
+    def latest(self, name: str, sandbox_id: str | None = None) -> ContainerRecord | None:
+        for rec in self.containers.get(name, []):
+            if sandbox_id is None or rec.sandbox_id == sandbox_id:
+                return rec
+        return None
+
+    def running(self) -> list[ContainerRecord]:
+        return [c for c in self.all_containers() if c.state in ("running", "created", "unknown")]
+
+    def empty(self) -> bool:
+        return not self.sandboxes and not any(self.containers.values())
+
+
+class RuntimeInspector:
+    def __init__(self, cri: CRIClient) -> None:
+        self.cri = cri
+        self._status_cache: dict[str, ContainerRecord] = {}
+        self._sandbox_net: dict[str, tuple[str, tuple[str, ...], bool]] = {}
+
+    async def inspect(self, uid: str) -> PodRuntime:
+        selector = {L.POD_UID: uid}
+        sandboxes = await self.cri.list_pod_sandbox(labels=selector)
+        containers = await self.cri.list_containers(labels=selector)
+        rt = PodRuntime(uid)
+        for sb in sorted(sandboxes, key=lambda s: (s.metadata.attempt, s.created_at), reverse=True):
+            ready = sb.state == pb.SANDBOX_READY
+            net = self._sandbox_net.get(sb.id)
+            if net is None and ready:
+                try:
+                    st = (await self.cri.pod_sandbox_status(sb.id)).status
+                    host_net = st.linux.namespaces.options.network == pb.NODE
+                    net = (st.network.ip, tuple(ip.ip for ip in st.network.additional_ips), host_net)
+                    self._sandbox_net[sb.id] = net
+                except NotFoundError:
+                    continue
+            ip, ips, host_net = net or ("", (), False)
+            rt.sandboxes.append(SandboxRecord(sb.id, sb.metadata.attempt, ready, sb.created_at, ip, ips, host_net))
+        for c in containers:
+            rec = await self._record(c)
+            if rec is not None:
+                rt.containers.setdefault(rec.name, []).append(rec)
+        for recs in rt.containers.values():
+            recs.sort(key=lambda r: (r.restart_count, r.created_at), reverse=True)
+        return rt
+
+    async def _record(self, c: pb.Container) -> ContainerRecord | None:
+        state = STATE_NAMES.get(c.state, "unknown")
+        cached = self._status_cache.get(c.id)
+        if cached is not None and cached.state == state:
+            return cached
+        try:
+            st = (await self.cri.container_status(c.id)).status
+        except NotFoundError:
+            return None
+        rec = _from_status(st, c.pod_sandbox_id)
+        self._status_cache[c.id] = rec
+        return rec
+
+    def forget(self, container_ids: list[str] | None = None, sandbox_ids: list[str] | None = None) -> None:
+        for cid in container_ids or []:
+            self._status_cache.pop(cid, None)
+        for sid in sandbox_ids or []:
+            self._sandbox_net.pop(sid, None)
+
+
+def _from_status(st: pb.ContainerStatus, sandbox_id: str) -> ContainerRecord:
+    ann = st.annotations
+    try:
+        restarts = int(ann.get(L.RESTART_COUNT, st.metadata.attempt))
+    except ValueError:
+        restarts = st.metadata.attempt
+    return ContainerRecord(
+        id=st.id,
+        name=st.labels.get(L.CONTAINER_NAME, st.metadata.name),
+        kind=st.labels.get(L.CONTAINER_KIND, "app"),
+        sandbox_id=sandbox_id,
+        restart_count=restarts,
+        hash=ann.get(L.CONTAINER_HASH, ""),
+        state=STATE_NAMES.get(st.state, "unknown"),
+        created_at=st.created_at,
+        started_at=st.started_at,
+        finished_at=st.finished_at,
+        exit_code=st.exit_code,
+        reason=st.reason,
+        message=st.message,
+        image=st.image.image,
+        image_ref=st.image_ref,
+        log_path=st.log_path,
+    )
+
+
+def runtime_summary(rt: PodRuntime) -> dict[str, Any]:
+    """A compact view for logs."""
+    return {
+        "sandboxes": [(s.id[:12], s.attempt, s.ready) for s in rt.sandboxes],
+        "containers": {n: [(r.id[:12], r.state, r.restart_count) for r in recs] for n, recs in rt.containers.items()},
+    }

@@ -1,0 +1,96 @@
+"""PodSandboxConfig from a pod: identity, hostname, logs, DNS, host ports, namespaces and cgroup parent.
+
+The config is a pure function of the pod (plus the attempt number), so a worker can rebuild it for
+CreateContainer after a restart of the agent without having stored anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.config import AgentConfig
+from agent.cri import pb
+from agent.pods import labels as L
+from agent.pods.dns import DNS, pod_dns
+from agent.pods.qos import cgroup_parent
+
+_PROTOCOLS = {"TCP": pb.TCP, "UDP": pb.UDP, "SCTP": pb.SCTP}
+
+
+def pod_log_dir(cfg: AgentConfig, pod: dict[str, Any]) -> str:
+    meta = pod["metadata"]
+    return f"{cfg.pod_logs_dir.rstrip('/')}/{meta['namespace']}_{meta['name']}_{meta['uid']}"
+
+
+def namespace_options(pod: dict[str, Any]) -> pb.NamespaceOption:
+    spec = pod.get("spec") or {}
+    return pb.NamespaceOption(
+        network=pb.NODE if spec.get("hostNetwork") else pb.POD,
+        pid=pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER),
+        ipc=pb.NODE if spec.get("hostIPC") else pb.POD,
+    )
+
+
+def port_mappings(pod: dict[str, Any]) -> list[pb.PortMapping]:
+    out = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for p in c.get("ports") or []:
+            if not p.get("hostPort"):
+                continue
+            out.append(
+                pb.PortMapping(
+                    protocol=_PROTOCOLS.get(p.get("protocol") or "TCP", pb.TCP),
+                    container_port=int(p["containerPort"]),
+                    host_port=int(p["hostPort"]),
+                    host_ip=p.get("hostIP") or "",
+                )
+            )
+    return out
+
+
+def hostname(pod: dict[str, Any], node_hostname: str) -> str:
+    spec = pod.get("spec") or {}
+    if spec.get("hostNetwork"):
+        return node_hostname
+    name = spec.get("hostname") or pod["metadata"]["name"]
+    return name[:63].rstrip("-.")
+
+
+def sandbox_config(
+    cfg: AgentConfig, pod: dict[str, Any], attempt: int, host_dns: DNS, node_hostname: str
+) -> pb.PodSandboxConfig:
+    meta = pod["metadata"]
+    spec = pod.get("spec") or {}
+    dns = pod_dns(pod, host_dns, cfg.cluster_dns, cfg.cluster_domain)
+    privileged = any(
+        ((c.get("securityContext") or {}).get("privileged") is True)
+        for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    )
+    psc = spec.get("securityContext") or {}
+    sec = pb.LinuxSandboxSecurityContext(namespace_options=namespace_options(pod), privileged=privileged)
+    if psc.get("runAsUser") is not None:
+        sec.run_as_user.value = int(psc["runAsUser"])
+    if psc.get("runAsGroup") is not None:
+        sec.run_as_group.value = int(psc["runAsGroup"])
+    sec.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    sysctls = {s["name"]: s.get("value", "") for s in psc.get("sysctls") or []}
+    subdomain = spec.get("subdomain") or ""
+    return pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(
+            name=meta["name"], uid=meta["uid"], namespace=meta["namespace"], attempt=attempt
+        ),
+        hostname=hostname(pod, node_hostname),
+        log_directory=pod_log_dir(cfg, pod),
+        dns_config=pb.DNSConfig(servers=dns.servers, searches=dns.searches, options=dns.options),
+        port_mappings=port_mappings(pod),
+        labels=L.pod_labels(pod),
+        annotations={
+            **(meta.get("annotations") or {}),
+            **({"pykubelet.io/subdomain": subdomain} if subdomain else {}),
+        },
+        linux=pb.LinuxPodSandboxConfig(
+            cgroup_parent=cgroup_parent(pod, cfg.cgroup_root, cfg.cgroup_driver) if cfg.cgroups_per_qos else "",
+            security_context=sec,
+            sysctls=sysctls,
+        ),
+    )

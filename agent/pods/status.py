@@ -1,0 +1,264 @@
+"""The pod's status from its spec and what CRI reports: phase, conditions and container statuses, with
+upstream's rules, reasons and messages (pkg/kubelet/kubelet_pods.go getPhase and friends).
+
+Pure functions, so each rule is tested on its own. `waiting` carries the reasons the worker hit while
+acting (ErrImagePull, CrashLoopBackOff, ...), which CRI cannot know.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agent.pods.qos import qos_class
+from agent.pods.runtime import ContainerRecord, PodRuntime
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass
+class StatusInputs:
+    pod: dict[str, Any]
+    runtime: PodRuntime
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)
+    host_ip: str = ""
+    runtime_name: str = "containerd"
+    terminal: bool = False  # the agent stopped the pod for good (deletion, or a finished pod)
+    readiness: dict[str, bool] = field(default_factory=dict)  # probe results, when a prober reports them
+    now: str = ""
+
+
+def rfc3339(ns: int) -> str | None:
+    if ns <= 0:
+        return None
+    return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _terminated(rec: ContainerRecord, runtime_name: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "exitCode": rec.exit_code,
+        "reason": rec.reason or ("Completed" if rec.exit_code == 0 else "Error"),
+        "startedAt": rfc3339(rec.started_at),
+        "finishedAt": rfc3339(rec.finished_at),
+        "containerID": f"{runtime_name}://{rec.id}",
+    }
+    if rec.message:
+        out["message"] = rec.message
+    return out
+
+
+def _gone(rec: ContainerRecord, runtime_name: str) -> dict[str, Any]:
+    """A container that vanished or never reported an exit: upstream's ContainerStatusUnknown."""
+    return {
+        "exitCode": 137,
+        "reason": "ContainerStatusUnknown",
+        "message": "The container could not be located when the pod was terminated",
+        "startedAt": rfc3339(rec.started_at),
+        "finishedAt": rfc3339(rec.finished_at),
+        "containerID": f"{runtime_name}://{rec.id}",
+    }
+
+
+def container_status(
+    spec: dict[str, Any],
+    records: list[ContainerRecord],
+    waiting: tuple[str, str] | None,
+    default_waiting: str,
+    inp: StatusInputs,
+) -> dict[str, Any]:
+    name = spec["name"]
+    status: dict[str, Any] = {
+        "name": name,
+        "state": {},
+        "lastState": {},
+        "ready": False,
+        "restartCount": 0,
+        "image": spec.get("image", ""),
+        "imageID": "",
+        "started": False,
+    }
+    if not records:
+        reason, message = waiting or (default_waiting, "")
+        status["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+        return status
+    latest = records[0]
+    status["restartCount"] = latest.restart_count
+    status["image"] = latest.image or spec.get("image", "")
+    status["imageID"] = latest.image_ref
+    status["containerID"] = f"{inp.runtime_name}://{latest.id}"
+    previous = next((r for r in records[1:] if r.state == "exited"), None)
+    if previous is not None:
+        status["lastState"] = {"terminated": _terminated(previous, inp.runtime_name)}
+    if latest.state == "running":
+        if inp.terminal:
+            status["state"] = {"terminated": _gone(latest, inp.runtime_name)}
+        else:
+            status["state"] = {"running": {"startedAt": rfc3339(latest.started_at)}}
+            status["started"] = True
+            status["ready"] = inp.readiness.get(name, True)
+    elif latest.state == "exited":
+        term = {"terminated": _terminated(latest, inp.runtime_name)}
+        if waiting and not inp.terminal:
+            status["lastState"] = term
+            status["state"] = {"waiting": {"reason": waiting[0], **({"message": waiting[1]} if waiting[1] else {})}}
+        else:
+            status["state"] = term
+    elif inp.terminal:
+        status["state"] = {"terminated": _gone(latest, inp.runtime_name)}
+    else:
+        reason, message = waiting or ("ContainerCreating", "")
+        status["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+    return status
+
+
+def pod_phase(pod: dict[str, Any], init: list[dict[str, Any]], app: list[dict[str, Any]], terminal: bool) -> str:
+    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    pending_init = failed_init = 0
+    for cs in init:
+        state, last = cs["state"], cs["lastState"]
+        if "running" in state:
+            pending_init += 1
+        elif "terminated" in state:
+            if state["terminated"]["exitCode"] != 0:
+                failed_init += 1
+        elif "waiting" in state:
+            if "terminated" in last and last["terminated"]["exitCode"] != 0:
+                failed_init += 1
+            elif "terminated" not in last:
+                pending_init += 1
+        else:
+            pending_init += 1
+    unknown = running = waiting = stopped = succeeded = 0
+    for cs in app:
+        state, last = cs["state"], cs["lastState"]
+        if "running" in state:
+            running += 1
+        elif "terminated" in state:
+            stopped += 1
+            if state["terminated"]["exitCode"] == 0:
+                succeeded += 1
+        elif "waiting" in state:
+            if "terminated" in last:
+                stopped += 1
+            else:
+                waiting += 1
+        else:
+            unknown += 1
+    if failed_init and policy == "Never":
+        return "Failed"
+    if pending_init or (failed_init and policy != "Never") or waiting:
+        return "Pending"
+    if running and not unknown:
+        return "Running"
+    if not running and stopped and not unknown:
+        if terminal:
+            return "Succeeded" if stopped == succeeded else "Failed"
+        if policy == "Always":
+            return "Running"
+        if stopped == succeeded:
+            return "Succeeded"
+        if policy == "Never":
+            return "Failed"
+        return "Running"
+    return "Pending"
+
+
+def _condition(type_: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
+    cond: dict[str, Any] = {"type": type_, "status": "True" if ok else "False", "lastProbeTime": None}
+    if not ok and reason:
+        cond["reason"] = reason
+        if message:
+            cond["message"] = message
+    elif ok and reason == "PodCompleted":
+        cond["reason"] = reason
+    return cond
+
+
+def _names(names: list[str]) -> str:
+    return "[" + " ".join(names) + "]"
+
+
+def compute_status(inp: StatusInputs) -> dict[str, Any]:
+    pod = inp.pod
+    spec = pod.get("spec") or {}
+    previous = pod.get("status") or {}
+    rt = inp.runtime
+    now = inp.now or now_rfc3339()
+    init_specs = list(spec.get("initContainers") or [])
+    app_specs = list(spec.get("containers") or [])
+    app_started = any(rt.containers.get(c["name"]) for c in app_specs)
+    init_done = app_started or all(
+        (rec := rt.latest(c["name"])) is not None and rec.state == "exited" and rec.exit_code == 0 for c in init_specs
+    )
+    init_statuses = [
+        container_status(c, rt.containers.get(c["name"], []), inp.waiting.get(c["name"]), "PodInitializing", inp)
+        for c in init_specs
+    ]
+    app_default = "ContainerCreating" if init_done else "PodInitializing"
+    app_statuses = [
+        container_status(c, rt.containers.get(c["name"], []), inp.waiting.get(c["name"]), app_default, inp)
+        for c in app_specs
+    ]
+    phase = pod_phase(pod, init_statuses, app_statuses, inp.terminal)
+    if previous.get("phase") in TERMINAL:
+        phase = previous["phase"]  # terminal phases never change
+
+    sandbox = rt.latest_sandbox
+    net_ready = bool(sandbox and sandbox.ready and (sandbox.ip or sandbox.host_network)) and not inp.terminal
+    incomplete = [
+        c["name"]
+        for c in init_specs
+        if not app_started
+        and not ((rec := rt.latest(c["name"])) is not None and rec.state == "exited" and rec.exit_code == 0)
+    ]
+    unready = [cs["name"] for cs in app_statuses if not cs["ready"]]
+    if phase == "Succeeded":
+        ready_cond = ("PodCompleted", "")
+    else:
+        ready_cond = ("ContainersNotReady", f"containers with unready status: {_names(unready)}")
+    conditions = [
+        _condition("PodReadyToStartContainers", net_ready),
+        _condition(
+            "Initialized",
+            not incomplete,
+            "ContainersNotInitialized",
+            f"containers with incomplete status: {_names(incomplete)}",
+        ),
+        _condition("Ready", not unready and phase not in TERMINAL, *ready_cond),
+        _condition("ContainersReady", not unready and phase not in TERMINAL, *ready_cond),
+    ]
+    old = {c.get("type"): c for c in previous.get("conditions") or []}
+    for cond in conditions:
+        prev = old.get(cond["type"])
+        same = prev is not None and prev.get("status") == cond["status"]
+        cond["lastTransitionTime"] = prev.get("lastTransitionTime") if same else now
+    conditions.append(old.get("PodScheduled") or {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now})
+
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": conditions,
+        "hostIP": inp.host_ip,
+        "hostIPs": [{"ip": inp.host_ip}] if inp.host_ip else [],
+        "startTime": previous.get("startTime") or now,
+        "qosClass": previous.get("qosClass") or qos_class(pod),
+        "containerStatuses": app_statuses,
+    }
+    if init_specs:
+        status["initContainerStatuses"] = init_statuses
+    pod_ip = ""
+    pod_ips: list[str] = []
+    if spec.get("hostNetwork"):
+        pod_ip, pod_ips = inp.host_ip, [inp.host_ip] if inp.host_ip else []
+    elif sandbox is not None and sandbox.ip:
+        pod_ip, pod_ips = sandbox.ip, [sandbox.ip, *sandbox.ips]
+    elif previous.get("podIP"):
+        pod_ip, pod_ips = previous["podIP"], [p.get("ip") for p in previous.get("podIPs") or []]
+    if pod_ip:
+        status["podIP"] = pod_ip
+        status["podIPs"] = [{"ip": ip} for ip in pod_ips if ip]
+    return status

@@ -1,0 +1,461 @@
+"""One worker per pod UID: a level-triggered sync loop that owns everything the agent does to that pod.
+
+Each pass reads the pod (from the informer's cache) and what CRI reports, writes the status that follows,
+and takes the next steps toward the spec: sandbox, images, init containers one at a time, app containers,
+restarts under backoff, and termination. Because every pass starts from CRI, a missed event, a restarted
+agent or a restarted containerd heals on the next pass, and running containers are adopted, not redone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agent.config import AgentConfig
+from agent.cri import CRIClient, CRIError, NotFoundError
+from agent.kube.client import ApiError
+from agent.pods import labels as L
+from agent.pods.backoff import BackoffTable, format_go_duration
+from agent.pods.container import container_config
+from agent.pods.dns import DNS
+from agent.pods.env import ConfigError, Fetch, resolve_env
+from agent.pods.events import NORMAL, WARNING, EventRecorder, container_field
+from agent.pods.images import ImageError, ImageManager
+from agent.pods.qos import cgroup_parent, remove_pod_cgroup
+from agent.pods.runtime import ContainerRecord, PodRuntime, RuntimeInspector, SandboxRecord
+from agent.pods.sandbox import pod_log_dir, sandbox_config
+from agent.pods.status import TERMINAL, StatusInputs, compute_status
+from agent.pods.status_manager import StatusManager
+
+log = logging.getLogger("agent.pods.worker")
+
+MIN_GRACE = 2
+RETRY_AFTER_ERROR = 5.0
+
+
+@dataclass
+class PodContext:
+    """What every worker shares: configuration, clients and the node-wide managers."""
+
+    cfg: AgentConfig
+    cri: CRIClient
+    inspector: RuntimeInspector
+    images: ImageManager
+    recorder: EventRecorder
+    status: StatusManager
+    crash_backoff: BackoffTable
+    fetch: Fetch
+    host_ip: Callable[[], str]
+    node_hostname: str
+    host_dns: DNS
+    node_memory: int = 0
+
+    @property
+    def runtime_name(self) -> str:
+        return self.cri.version.runtime_name if self.cri.version else "containerd"
+
+
+def pod_ref(pod: dict[str, Any]) -> str:
+    """upstream's format.Pod: name_namespace(uid)"""
+    m = pod["metadata"]
+    return f"{m['name']}_{m['namespace']}({m['uid']})"
+
+
+def should_restart(policy: str, exit_code: int) -> bool:
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def remaining_grace(pod: dict[str, Any], now: datetime | None = None) -> int:
+    """Seconds left until the deletion deadline, at least MIN_GRACE (upstream's minimum)."""
+    meta = pod["metadata"]
+    ts = meta.get("deletionTimestamp")
+    if not ts:
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        return max(MIN_GRACE, int(grace if grace is not None else 30))
+    deadline = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    now = now or datetime.now(deadline.tzinfo)
+    return max(MIN_GRACE, math.ceil((deadline - now).total_seconds()))
+
+
+@dataclass
+class SyncResult:
+    done: bool = False
+    next_in: float = 0.0
+
+
+class PodWorker:
+    def __init__(self, ctx: PodContext, uid: str, get_pod: Callable[[], dict[str, Any] | None]) -> None:
+        self.ctx = ctx
+        self.uid = uid
+        self.get_pod = get_pod
+        self.last_pod: dict[str, Any] | None = None
+        self.waiting: dict[str, tuple[str, str]] = {}
+        self.finished = False  # reached Succeeded/Failed: never start anything again
+        self.syncs = 0
+        self._wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self, on_exit: Callable[[PodWorker], None]) -> None:
+        async def main() -> None:
+            try:
+                await self.run()
+            finally:
+                on_exit(self)
+
+        self.task = asyncio.create_task(main(), name=f"pod-worker-{self.uid}")
+
+    async def run(self) -> None:
+        delay = 0.0
+        errors = 0
+        while True:
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+            self._wake.clear()
+            try:
+                result = await self.sync()
+                errors = 0
+            except (CRIError, ApiError, OSError) as err:
+                errors += 1
+                delay = min(RETRY_AFTER_ERROR * errors, 30.0)
+                log.warning("pod sync failed pod=%s error=%r retry_in=%.0fs", self._name(), str(err), delay)
+                continue
+            if result.done:
+                return
+            delay = result.next_in
+
+    def _name(self) -> str:
+        pod = self.last_pod
+        if pod is None:
+            return self.uid
+        return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+    # -- the sync pass ---------------------------------------------------------------------------
+
+    async def sync(self) -> SyncResult:
+        self.syncs += 1
+        ctx = self.ctx
+        pod = self.get_pod()
+        if pod is not None:
+            self.last_pod = pod
+        rt = await ctx.inspector.inspect(self.uid)
+        if pod is None:
+            # Gone from the API (force-deleted, or never ours): stop and remove whatever runs.
+            await self._kill(rt, MIN_GRACE, None)
+            await self._remove_all(await ctx.inspector.inspect(self.uid))
+            return SyncResult(done=True)
+        if pod["metadata"].get("deletionTimestamp"):
+            return await self._terminate(pod, rt)
+        if self.finished or (pod.get("status") or {}).get("phase") in TERMINAL:
+            self.finished = True
+            if await self._release(pod, rt):
+                rt = await ctx.inspector.inspect(self.uid)
+            await ctx.status.update(pod, self._status(pod, rt, terminal=True))
+            return SyncResult(next_in=ctx.cfg.sync_frequency)
+        status = self._status(pod, rt)
+        await ctx.status.update(pod, status)
+        if status["phase"] in TERMINAL:
+            self.finished = True
+            return SyncResult(next_in=0)
+        acted, next_in = await self._converge(pod, rt)
+        if not acted:
+            await self._gc(rt)
+        return SyncResult(next_in=0 if acted else next_in)
+
+    def _status(self, pod: dict[str, Any], rt: PodRuntime, terminal: bool = False) -> dict[str, Any]:
+        return compute_status(
+            StatusInputs(
+                pod=pod,
+                runtime=rt,
+                waiting=self.waiting,
+                host_ip=self.ctx.host_ip(),
+                runtime_name=self.ctx.runtime_name,
+                terminal=terminal,
+            )
+        )
+
+    # -- converging toward the spec --------------------------------------------------------------
+
+    async def _converge(self, pod: dict[str, Any], rt: PodRuntime) -> tuple[bool, float]:
+        ctx = self.ctx
+        spec = pod.get("spec") or {}
+        policy = spec.get("restartPolicy") or "Always"
+        idle = ctx.cfg.sync_frequency
+        sb = rt.latest_sandbox
+        if sb is None or not sb.ready:
+            if sb is not None and policy == "Never" and rt.all_containers():
+                return False, idle  # upstream: a Never pod whose containers ran gets no new sandbox
+            if sb is not None:
+                ctx.recorder.event(pod, NORMAL, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+                await self._kill(rt, remaining_grace(pod), pod)
+            created = await self._create_sandbox(pod, sb.attempt + 1 if sb else 0)
+            if not created:
+                return False, RETRY_AFTER_ERROR
+            rt = await ctx.inspector.inspect(self.uid)
+            sb = rt.latest_sandbox
+            if sb is None or not sb.ready:
+                return True, 0
+        for extra in rt.sandboxes[1:]:
+            if extra.ready:
+                await self._stop_sandbox(extra.id)
+        sb_config = sandbox_config(ctx.cfg, pod, sb.attempt, ctx.host_dns, ctx.node_hostname)
+
+        app = list(spec.get("containers") or [])
+        app_started = any(rt.latest(c["name"], sb.id) for c in app)
+        if not app_started:
+            for c in spec.get("initContainers") or []:
+                rec = rt.latest(c["name"], sb.id)
+                if rec is None:
+                    ok, retry = await self._start(pod, c, "init", sb, sb_config, self._next_count(rt, c["name"]))
+                    return ok, retry
+                if rec.state in ("running",):
+                    return False, idle
+                if rec.state == "created":
+                    return await self._start_created(pod, c, "init", rec), idle
+                if rec.exit_code == 0 and rec.state == "exited":
+                    continue
+                if policy == "Never":
+                    return False, idle
+                wait = self._crash_backoff(pod, c["name"])
+                if wait > 0:
+                    return False, wait
+                ok, retry = await self._start(pod, c, "init", sb, sb_config, self._next_count(rt, c["name"]))
+                return ok, retry
+
+        acted = False
+        next_in = idle
+        for c in app:
+            name = c["name"]
+            rec = rt.latest(name, sb.id)
+            if rec is None:
+                ok, retry = await self._start(pod, c, "app", sb, sb_config, self._next_count(rt, name))
+                acted = acted or ok
+                if not ok:
+                    next_in = min(next_in, retry)
+                continue
+            if rec.state == "running":
+                if rec.hash and rec.hash != L.container_hash(c):
+                    ctx.recorder.event(
+                        pod, NORMAL, "Killing", f"Container {name} definition changed, will be restarted",
+                        container_field("app", name),
+                    )
+                    await self._stop_container(rec, remaining_grace(pod))
+                    ok, retry = await self._start(pod, c, "app", sb, sb_config, self._next_count(rt, name))
+                    acted = True
+                    if not ok:
+                        next_in = min(next_in, retry)
+                continue
+            if rec.state == "created":
+                acted = await self._start_created(pod, c, "app", rec) or acted
+                continue
+            if not should_restart(policy, rec.exit_code):
+                continue
+            wait = self._crash_backoff(pod, name)
+            if wait > 0:
+                next_in = min(next_in, wait)
+                continue
+            ok, retry = await self._start(pod, c, "app", sb, sb_config, self._next_count(rt, name))
+            acted = acted or ok
+            if not ok:
+                next_in = min(next_in, retry)
+        return acted, next_in
+
+    @staticmethod
+    def _next_count(rt: PodRuntime, name: str) -> int:
+        latest = rt.latest(name)
+        return latest.restart_count + 1 if latest is not None else 0
+
+    def _crash_backoff(self, pod: dict[str, Any], name: str) -> float:
+        """Seconds to wait before restarting `name` (0: go now, and the backoff grows)."""
+        table = self.ctx.crash_backoff
+        key = (self.uid, name)
+        wait = table.remaining(key)
+        if wait > 0:
+            delay = format_go_duration(table.delay(key))
+            self.waiting[name] = (
+                "CrashLoopBackOff",
+                f"back-off {delay} restarting failed container={name} pod={pod_ref(pod)}",
+            )
+            kind = "init" if any(c["name"] == name for c in (pod["spec"].get("initContainers") or [])) else "app"
+            self.ctx.recorder.event(
+                pod, WARNING, "BackOff", f"Back-off restarting failed container {name} in pod {pod_ref(pod)}",
+                container_field(kind, name),
+            )
+            return wait
+        table.next(key)
+        return 0.0
+
+    async def _create_sandbox(self, pod: dict[str, Any], attempt: int) -> bool:
+        ctx = self.ctx
+        config = sandbox_config(ctx.cfg, pod, attempt, ctx.host_dns, ctx.node_hostname)
+        await asyncio.to_thread(os.makedirs, pod_log_dir(ctx.cfg, pod), 0o755, True)
+        try:
+            sid = await ctx.cri.run_pod_sandbox(config)
+        except CRIError as err:
+            ctx.recorder.event(pod, WARNING, "FailedCreatePodSandBox", f"Failed to create pod sandbox: {err}")
+            log.warning("sandbox failed pod=%s error=%r", self._name(), str(err))
+            return False
+        log.info("sandbox started pod=%s sandbox=%s attempt=%d", self._name(), sid[:13], attempt)
+        return True
+
+    async def _start(
+        self,
+        pod: dict[str, Any],
+        c: dict[str, Any],
+        kind: str,
+        sb: SandboxRecord,
+        sb_config: Any,
+        restart_count: int,
+    ) -> tuple[bool, float]:
+        """Image, config, CreateContainer, StartContainer. Returns (started, retry_in)."""
+        ctx = self.ctx
+        name = c["name"]
+        field = container_field(kind, name)
+        try:
+            image_ref = await ctx.images.ensure(pod, c, sb_config, field)
+        except ImageError as err:
+            self.waiting[name] = (err.reason, err.message)
+            ctx.recorder.event(pod, WARNING, "Failed", f"Error: {err.reason}", field)
+            retry = ctx.images.backoff.remaining((self.uid, c.get("image", "")))
+            return False, retry if retry > 0 else RETRY_AFTER_ERROR
+        try:
+            env = await resolve_env(pod, c, ctx.fetch, ctx.host_ip(), sb.ip)
+            config = container_config(pod, c, kind, restart_count, image_ref, env, ctx.node_memory)
+        except (ConfigError, ApiError) as err:
+            self.waiting[name] = ("CreateContainerConfigError", str(err))
+            ctx.recorder.event(pod, WARNING, "Failed", f"Error: {err}", field)
+            return False, RETRY_AFTER_ERROR
+        try:
+            cid = await ctx.cri.create_container(sb.id, config, sb_config)
+        except CRIError as err:
+            self.waiting[name] = ("CreateContainerError", err.details)
+            ctx.recorder.event(pod, WARNING, "Failed", f"Error: {err.details}", field)
+            return False, RETRY_AFTER_ERROR
+        ctx.recorder.event(pod, NORMAL, "Created", f"Created container: {name}", field)
+        try:
+            await ctx.cri.start_container(cid)
+        except CRIError as err:
+            self.waiting[name] = ("RunContainerError", err.details)
+            ctx.recorder.event(pod, WARNING, "Failed", f"Error: {err.details}", field)
+            return False, RETRY_AFTER_ERROR
+        ctx.recorder.event(pod, NORMAL, "Started", f"Started container: {name}", field)
+        self.waiting.pop(name, None)
+        log.info("container started pod=%s container=%s id=%s restarts=%d", self._name(), name, cid[:13], restart_count)
+        return True, 0.0
+
+    async def _start_created(self, pod: dict[str, Any], c: dict[str, Any], kind: str, rec: ContainerRecord) -> bool:
+        """A container created but never started (the agent died in between): start it now."""
+        try:
+            await self.ctx.cri.start_container(rec.id)
+        except CRIError as err:
+            self.waiting[c["name"]] = ("RunContainerError", err.details)
+            return False
+        self.ctx.recorder.event(pod, NORMAL, "Started", f"Started container: {c['name']}", container_field(kind, c["name"]))
+        self.waiting.pop(c["name"], None)
+        return True
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    async def _stop_container(self, rec: ContainerRecord, grace: int) -> None:
+        try:
+            await self.ctx.cri.stop_container(rec.id, grace)
+        except NotFoundError:
+            pass
+        self.ctx.inspector.forget(container_ids=[rec.id])
+
+    async def _stop_sandbox(self, sandbox_id: str) -> None:
+        try:
+            await self.ctx.cri.stop_pod_sandbox(sandbox_id)
+        except NotFoundError:
+            pass
+        self.ctx.inspector.forget(sandbox_ids=[sandbox_id])
+
+    async def _kill(self, rt: PodRuntime, grace: int, pod: dict[str, Any] | None) -> bool:
+        """Stop every live container (in parallel, with `grace`), then every ready sandbox."""
+        live = rt.running()
+        if pod is not None:
+            for rec in live:
+                if rec.state == "running":
+                    self.ctx.recorder.event(
+                        pod, NORMAL, "Killing", f"Stopping container {rec.name}", container_field(rec.kind, rec.name)
+                    )
+        await asyncio.gather(*(self._stop_container(rec, grace) for rec in live))
+        ready = [s for s in rt.sandboxes if s.ready]
+        for sb in ready:
+            await self._stop_sandbox(sb.id)
+        return bool(live or ready)
+
+    async def _release(self, pod: dict[str, Any], rt: PodRuntime) -> bool:
+        """A finished pod keeps its containers (for logs) but gives back its sandbox and network."""
+        return await self._kill(rt, remaining_grace(pod), pod)
+
+    async def _terminate(self, pod: dict[str, Any], rt: PodRuntime) -> SyncResult:
+        ctx = self.ctx
+        grace = remaining_grace(pod)
+        log.info("terminating pod=%s grace=%ds", self._name(), grace)
+        await self._kill(rt, grace, pod)
+        rt = await ctx.inspector.inspect(self.uid)
+        await ctx.status.update(pod, self._status(pod, rt, terminal=True))
+        await ctx.status.delete(pod)
+        await self._remove_all(rt)
+        return SyncResult(done=True)
+
+    async def _remove_all(self, rt: PodRuntime) -> None:
+        ctx = self.ctx
+        for rec in rt.all_containers():
+            try:
+                await ctx.cri.remove_container(rec.id)
+            except NotFoundError:
+                pass
+        for sb in rt.sandboxes:
+            try:
+                await ctx.cri.stop_pod_sandbox(sb.id)
+                await ctx.cri.remove_pod_sandbox(sb.id)
+            except NotFoundError:
+                pass
+        ctx.inspector.forget([r.id for r in rt.all_containers()], [s.id for s in rt.sandboxes])
+        ctx.crash_backoff.forget_prefix(self.uid)
+        ctx.images.backoff.forget_prefix(self.uid)
+        ctx.status.forget(self.uid)
+        if ctx.cfg.cgroups_per_qos and ctx.cfg.cgroup_driver == "cgroupfs":
+            fake = {"metadata": {"uid": self.uid}, "status": {}}
+            for qos in ("Guaranteed", "Burstable", "BestEffort"):
+                fake["status"]["qosClass"] = qos
+                await asyncio.to_thread(remove_pod_cgroup, cgroup_parent(fake, ctx.cfg.cgroup_root))
+        log.info("pod removed from runtime uid=%s pod=%s", self.uid, self._name())
+
+    async def _gc(self, rt: PodRuntime) -> None:
+        """Remove dead containers but the newest dead one per container, and dead sandboxes left empty."""
+        ctx = self.ctx
+        removed: list[str] = []
+        for recs in rt.containers.values():
+            dead = [r for r in recs if r.state == "exited"]
+            for rec in dead[1:]:
+                try:
+                    await ctx.cri.remove_container(rec.id)
+                except NotFoundError:
+                    pass
+                removed.append(rec.id)
+        if removed:
+            ctx.inspector.forget(container_ids=removed)
+        kept = {r.sandbox_id for r in rt.all_containers() if r.id not in removed}
+        for sb in rt.sandboxes[1:]:
+            if not sb.ready and sb.id not in kept:
+                try:
+                    await ctx.cri.remove_pod_sandbox(sb.id)
+                except NotFoundError:
+                    pass
+                ctx.inspector.forget(sandbox_ids=[sb.id])
+
+
