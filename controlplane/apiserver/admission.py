@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from controlplane.apiserver import defaults, validation
 from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.errors import ApiError, invalid_object
+from controlplane.apiserver.fieldcheck import fill_required
 from controlplane.apiserver.resources import Resource
 
 Obj = dict[str, Any]
@@ -39,6 +40,7 @@ class Defaulting:
     def admit(self, request: AdmissionRequest) -> None:
         if request.subresource in ("", "status"):
             defaults.apply_defaults(request.resource.kind, request.obj, request.operation == "CREATE")
+        fill_required(request.resource.kind, request.obj)
 
 
 class Validation:

@@ -1,4 +1,5 @@
-"""Regenerate fields.json: the known JSON fields of every served type, for fieldValidation.
+"""Regenerate fields.json: the known JSON fields of every served type (for fieldValidation) and the
+fields upstream always serializes (so responses carry their zero values as Go would).
 
 Run `python -m controlplane.apiserver.gen_fields` after upgrading the `kubernetes` client. The facts come
 from that client's generated models (themselves generated from upstream's OpenAPI), loaded only here so
@@ -25,6 +26,8 @@ def main() -> None:
     from kubernetes.client import models
 
     types: dict[str, dict[str, str]] = {}
+    # Fields upstream always serializes (no omitempty); Go fills them with zero values.
+    required: dict[str, list[str]] = {}
 
     def visit(name: str) -> None:
         if name in types or not hasattr(models, name):
@@ -32,6 +35,10 @@ def main() -> None:
         cls = getattr(models, name)
         fields = {cls.attribute_map[k]: v for k, v in cls.openapi_types.items()}
         types[name] = fields
+        model_fields = getattr(cls, "model_fields", {})
+        needed = sorted(cls.attribute_map[k] for k, f in model_fields.items() if f.is_required() and k in cls.attribute_map)
+        if needed:
+            required[name] = needed
         for ref in fields.values():
             while True:
                 m = _INNER.match(ref)
@@ -42,7 +49,7 @@ def main() -> None:
 
     for root in ROOTS.values():
         visit(root)
-    out = {"roots": ROOTS, "types": types}
+    out = {"roots": ROOTS, "types": types, "required": required}
     path = Path(__file__).with_name("fields.json")
     path.write_text(json.dumps(out, sort_keys=True, separators=(",", ":")) + "\n")
     print(f"wrote {path} ({len(types)} types)")

@@ -5,12 +5,8 @@ The pipeline mirrors upstream kube-scheduler's framework in miniature: a queue o
 of what each node has committed, filter plugins that say *why* a node cannot take a pod, score plugins
 that rank the rest, and an asynchronous bind with the pod assumed in the cache until the watch confirms.
 
-Entry points: `run_scheduler(kubeconfig, config, stop)` (embedding) and `pykubelet scheduler` (CLI).
+Entry points: `controlplane.scheduler.runner.run_scheduler(kubeconfig, config, stop)` for embedding and
+`pykubelet scheduler` (controlplane.scheduler.cli). Nothing is imported here, so the pure parts (filters,
+scores) load without aiohttp.
 """
 
-from __future__ import annotations
-
-from controlplane.scheduler.config import SchedulerConfig, load_config
-from controlplane.scheduler.runner import run_scheduler
-
-__all__ = ["SchedulerConfig", "load_config", "run_scheduler"]

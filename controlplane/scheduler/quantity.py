@@ -25,14 +25,9 @@ def parse_quantity(text: str | int | float) -> Decimal:
     for suffix, factor in _BINARY.items():
         if s.endswith(suffix):
             return _number(s[: -len(suffix)], text) * factor
-    if s[-1] in "numkMGTPE" and not _is_exponent(s):
+    if s[-1] in "numkMGTPE":  # a trailing letter is always a suffix ("1e3" ends in a digit)
         return _number(s[:-1], text) * _DECIMAL[s[-1]]
     return _number(s, text)
-
-
-def _is_exponent(s: str) -> bool:
-    # "1E3" is an exponent, "1E" is exa.
-    return len(s) > 1 and s[-1] == "E" and False
 
 
 def _number(s: str, original: object) -> Decimal:

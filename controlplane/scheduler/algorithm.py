@@ -1,0 +1,108 @@
+"""One scheduling decision: filter every node, score the feasible ones, pick the best.
+
+Pure and synchronous (no I/O), so it is unit-testable with hand-built nodes and never yields the event
+loop halfway through a decision, which is what keeps the assumed-pod bookkeeping race-free.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controlplane.scheduler.framework import SKIP, ClusterView, FilterPlugin, ScorePlugin
+from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.podinfo import PodInfo
+
+NO_NODES = "no nodes available to schedule pods"
+
+
+@dataclass
+class FitError(Exception):
+    """No node fits. `reasons` maps node name -> the first failing filter's reasons."""
+
+    num_nodes: int
+    reasons: dict[str, tuple[str, ...]]
+
+    def __str__(self) -> str:
+        return fit_message(self.num_nodes, self.reasons)
+
+
+def fit_message(num_nodes: int, reasons: dict[str, tuple[str, ...]]) -> str:
+    """Upstream's FitError text: `0/N nodes are available: <count> <reason>, ....` with the
+    "<count> <reason>" strings sorted as strings (so "10 x" sorts before "2 y", as upstream's does)."""
+    if num_nodes == 0:
+        return NO_NODES
+    histogram: Counter[str] = Counter()
+    for node_reasons in reasons.values():
+        histogram.update(node_reasons)
+    parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
+    message = f"0/{num_nodes} nodes are available:"
+    if parts:
+        message += f" {', '.join(parts)}."
+    return message
+
+
+@dataclass(frozen=True)
+class WeightedScore:
+    plugin: ScorePlugin
+    weight: int
+
+
+def find_feasible(pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[FilterPlugin]
+                  ) -> tuple[list[NodeInfo], dict[str, tuple[str, ...]]]:
+    feasible: list[NodeInfo] = []
+    rejected: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        for f in filters:
+            reasons = f.filter(pod, node)
+            if reasons:
+                rejected[node.name] = reasons
+                break
+        else:
+            feasible.append(node)
+    return feasible, rejected
+
+
+def score_nodes(pod: PodInfo, nodes: Sequence[NodeInfo], scores: Sequence[WeightedScore],
+                cluster: ClusterView) -> list[int]:
+    totals = [0] * len(nodes)
+    for ws in scores:
+        if ws.weight <= 0:
+            continue
+        state = ws.plugin.prepare(pod, nodes, cluster)
+        if state is SKIP:
+            continue
+        raw = [ws.plugin.score(pod, n, state) for n in nodes]
+        for i, s in enumerate(ws.plugin.normalize(raw)):
+            totals[i] += s * ws.weight
+    return totals
+
+
+def select_host(nodes: Sequence[NodeInfo], totals: Sequence[int], rng: random.Random) -> NodeInfo:
+    """Highest total wins; ties broken uniformly at random (reservoir sampling, as upstream)."""
+    best = nodes[0]
+    best_score = totals[0]
+    ties = 1
+    for node, score in zip(nodes[1:], totals[1:], strict=True):
+        if score > best_score:
+            best, best_score, ties = node, score, 1
+        elif score == best_score:
+            ties += 1
+            if rng.randrange(ties) == 0:
+                best = node
+    return best
+
+
+def schedule(pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[FilterPlugin],
+             scores: Sequence[WeightedScore], cluster: ClusterView, rng: random.Random) -> NodeInfo:
+    """The chosen node, or FitError saying why none fits."""
+    if not nodes:
+        raise FitError(0, {})
+    feasible, rejected = find_feasible(pod, nodes, filters)
+    if not feasible:
+        raise FitError(len(nodes), rejected)
+    if len(feasible) == 1:
+        return feasible[0]
+    return select_host(feasible, score_nodes(pod, feasible, scores, cluster), rng)

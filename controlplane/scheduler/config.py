@@ -1,0 +1,126 @@
+"""Scheduler configuration: which scoring strategy, which score weights, how long to back off.
+
+The file is a subset of upstream's KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1), so a
+config written for kube-scheduler means the same here where it overlaps:
+
+    apiVersion: kubescheduler.config.k8s.io/v1
+    kind: KubeSchedulerConfiguration
+    podInitialBackoffSeconds: 1
+    podMaxBackoffSeconds: 10
+    profiles:
+    - schedulerName: default-scheduler
+      plugins:
+        score:
+          enabled:  [{name: ImageLocality, weight: 5}]
+          disabled: [{name: NodeResourcesBalancedAllocation}]   # or {name: "*"}
+      pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated                  # or LeastAllocated (default)
+            resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]
+
+Only the first profile is used. `PodTopologySpread` names this scheduler's owner spreading (see
+scores/owner_spread.py). Unknown plugin names are an error, so a typo does not silently do nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane.scheduler.podinfo import SCHEDULER_NAME
+from controlplane.scheduler.scores.resource_allocation import LEAST_ALLOCATED, MOST_ALLOCATED
+
+# Upstream's default score weights (pkg/scheduler/apis/config/v1/default_plugins.go).
+DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
+    "TaintToleration": 3,
+    "NodeAffinity": 2,
+    "OwnerSpread": 2,
+    "NodeResourcesFit": 1,
+    "NodeResourcesBalancedAllocation": 1,
+    "ImageLocality": 1,
+}
+_ALIASES = {"PodTopologySpread": "OwnerSpread", "SelectorSpread": "OwnerSpread"}
+# Filter-only upstream plugins a config may mention; they have no score here.
+_FILTER_ONLY = {"NodeUnschedulable", "NodeName", "NodePorts", "PrioritySort", "DefaultBinder",
+                "SchedulingGates", "VolumeRestrictions", "VolumeBinding", "VolumeZone", "NodeVolumeLimits",
+                "InterPodAffinity", "DefaultPreemption", "EBSLimits", "GCEPDLimits", "AzureDiskLimits"}
+
+
+@dataclass
+class SchedulerConfig:
+    scheduler_name: str = SCHEDULER_NAME
+    scoring_strategy: str = LEAST_ALLOCATED
+    resource_weights: list[tuple[str, int]] = field(default_factory=lambda: [("cpu", 1), ("memory", 1)])
+    score_weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
+    backoff_initial: float = 1.0
+    backoff_max: float = 10.0
+    # Unschedulable pods are retried on a relevant cluster change; this is the safety net.
+    unschedulable_flush: float = 300.0
+    # Bindings in flight at once: enough to hide API latency, few enough not to swamp the server.
+    bind_concurrency: int = 32
+    event_concurrency: int = 8
+
+
+def _plugin_name(name: str) -> str:
+    name = _ALIASES.get(name, name)
+    if name not in DEFAULT_SCORE_WEIGHTS and name not in _FILTER_ONLY and name != "*":
+        raise ValueError(f"unknown scheduler plugin {name!r}")
+    return name
+
+
+def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
+    cfg = SchedulerConfig()
+    if "podInitialBackoffSeconds" in doc:
+        cfg.backoff_initial = float(doc["podInitialBackoffSeconds"])
+    if "podMaxBackoffSeconds" in doc:
+        cfg.backoff_max = float(doc["podMaxBackoffSeconds"])
+    if cfg.backoff_initial <= 0 or cfg.backoff_max < cfg.backoff_initial:
+        raise ValueError("need 0 < podInitialBackoffSeconds <= podMaxBackoffSeconds")
+    profiles = doc.get("profiles") or []
+    if not profiles:
+        return cfg
+    profile = profiles[0] or {}
+    cfg.scheduler_name = str(profile.get("schedulerName") or SCHEDULER_NAME)
+    plugins = profile.get("plugins") or {}
+    for point in ("multiPoint", "score"):
+        section = plugins.get(point) or {}
+        for item in section.get("disabled") or ():
+            name = _plugin_name(str(item.get("name")))
+            if name == "*":
+                cfg.score_weights = {k: 0 for k in cfg.score_weights}
+            elif name in cfg.score_weights:
+                cfg.score_weights[name] = 0
+        for item in section.get("enabled") or ():
+            name = _plugin_name(str(item.get("name")))
+            if name in DEFAULT_SCORE_WEIGHTS:
+                weight = item.get("weight")
+                cfg.score_weights[name] = int(weight) if weight is not None else DEFAULT_SCORE_WEIGHTS[name]
+    for entry in profile.get("pluginConfig") or ():
+        if entry.get("name") != "NodeResourcesFit":
+            continue
+        strategy = ((entry.get("args") or {}).get("scoringStrategy")) or {}
+        kind = str(strategy.get("type") or LEAST_ALLOCATED)
+        if kind not in (LEAST_ALLOCATED, MOST_ALLOCATED):
+            raise ValueError(f"unsupported scoringStrategy.type {kind!r} (LeastAllocated or MostAllocated)")
+        cfg.scoring_strategy = kind
+        if strategy.get("resources"):
+            cfg.resource_weights = [(str(r["name"]), int(r.get("weight", 1))) for r in strategy["resources"]]
+    for name, weight in cfg.score_weights.items():
+        if weight < 0:
+            raise ValueError(f"score weight of {name} must not be negative")
+    return cfg
+
+
+def load_config(path: Path | None) -> SchedulerConfig:
+    """Defaults when `path` is None; otherwise the file's settings over the defaults."""
+    if path is None:
+        return SchedulerConfig()
+    doc = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a KubeSchedulerConfiguration mapping")
+    return config_from_dict(doc)

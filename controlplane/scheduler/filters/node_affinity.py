@@ -1,0 +1,30 @@
+"""NodeAffinity (filter): spec.nodeSelector must match the node's labels exactly, and, if present, one of
+the required node affinity terms must match."""
+
+from __future__ import annotations
+
+from controlplane.scheduler.framework import FITS
+from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.nodeselector import any_term_matches
+from controlplane.scheduler.podinfo import PodInfo
+
+REASON = "node(s) didn't match Pod's node affinity/selector"
+
+
+def node_matches(pod: PodInfo, labels: dict[str, str], node_name: str) -> bool:
+    for key, value in pod.node_selector.items():
+        if labels.get(key) != value:
+            return False
+    if pod.required_terms is not None and not any_term_matches(pod.required_terms, labels, node_name):
+        return False
+    return True
+
+
+class NodeAffinityFilter:
+    name = "NodeAffinity"
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
+        assert node.facts is not None
+        if not pod.node_selector and pod.required_terms is None:
+            return FITS
+        return FITS if node_matches(pod, node.facts.labels, node.name) else (REASON,)

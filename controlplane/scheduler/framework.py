@@ -1,0 +1,61 @@
+"""The two plugin shapes and the constants they share.
+
+A filter answers "can this node take this pod?" with the reasons it cannot (upstream's Status reasons;
+they end up verbatim in the FailedScheduling message). A score plugin ranks the feasible nodes 0..100;
+`prepare` runs once per pod (upstream's PreScore) and may return SKIP when the plugin has nothing to say
+about this pod, so the per-node `score` stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.podinfo import PodInfo
+
+MAX_NODE_SCORE = 100
+SKIP: Any = object()  # returned by ScorePlugin.prepare: this plugin does not score this pod
+FITS: tuple[str, ...] = ()
+
+
+class FilterPlugin(Protocol):
+    name: str
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
+        """Empty tuple if the node fits, otherwise the reasons it does not."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Cluster-wide facts a score may need beyond the one node it scores."""
+
+    total_nodes: int
+    image_nodes: Counter[str]
+
+
+class ScorePlugin(Protocol):
+    name: str
+
+    def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
+        """Per-pod state handed to `score`, or SKIP."""
+        ...
+
+    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int: ...
+
+    def normalize(self, scores: list[int]) -> list[int]:
+        """Rescale the raw scores of all feasible nodes into 0..MAX_NODE_SCORE."""
+        ...
+
+
+def normalize_to_max(scores: list[int], reverse: bool = False) -> list[int]:
+    """Upstream's DefaultNormalizeScore: scale so the best raw score becomes 100 (or, reversed, so the
+    highest raw count becomes 0). All-zero input stays 0, or becomes 100 everywhere when reversed."""
+    top = max(scores, default=0)
+    if top == 0:
+        return [MAX_NODE_SCORE] * len(scores) if reverse else list(scores)
+    out = [MAX_NODE_SCORE * s // top for s in scores]
+    return [MAX_NODE_SCORE - s for s in out] if reverse else out

@@ -1,0 +1,96 @@
+"""One node as the scheduler sees it: its parsed object plus the running total of what its pods take.
+
+Totals are updated incrementally as pods are added and removed (assumed, confirmed, deleted), so a
+filter never has to walk a node's pod list. The node object may be missing (pods bound to a node that
+the watch has not shown yet, or that was deleted): such a NodeInfo is kept for its pods only and is
+never offered to a pod.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlplane.scheduler.podinfo import HostPort, PodInfo, Resources, normalize_image
+from controlplane.scheduler.quantity import resource_amount
+from controlplane.scheduler.taints import Taint, parse_taints
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """The parts of a Node object the plugins read, parsed once per node update."""
+
+    name: str
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    allocatable: Resources
+    images: dict[str, int]  # normalized image name -> size in bytes
+
+    @classmethod
+    def from_node(cls, node: dict[str, Any]) -> NodeFacts:
+        meta = node.get("metadata") or {}
+        spec = node.get("spec") or {}
+        status = node.get("status") or {}
+        alloc_src = status.get("allocatable") or status.get("capacity") or {}
+        allocatable: Resources = {}
+        for name, q in alloc_src.items():
+            try:
+                allocatable[name] = resource_amount(name, q)
+            except ValueError:
+                continue
+        images: dict[str, int] = {}
+        for image in status.get("images") or ():
+            size = int(image.get("sizeBytes") or 0)
+            for n in image.get("names") or ():
+                if "@sha256:" not in n:
+                    images[normalize_image(str(n))] = size
+        return cls(
+            name=str(meta.get("name") or ""),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            taints=parse_taints(spec.get("taints")),
+            unschedulable=bool(spec.get("unschedulable")),
+            allocatable=allocatable,
+            images=images,
+        )
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    name: str
+    facts: NodeFacts | None = None
+    pods: dict[str, PodInfo] = field(default_factory=dict)
+    requested: Resources = field(default_factory=dict)
+    nonzero_cpu: int = 0
+    nonzero_memory: int = 0
+    ports: list[HostPort] = field(default_factory=list)
+    owners: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add_pod(self, pod: PodInfo) -> None:
+        if pod.uid in self.pods:
+            self.remove_pod(pod.uid)
+        self.pods[pod.uid] = pod
+        for k, v in pod.requests.items():
+            self.requested[k] = self.requested.get(k, 0) + v
+        self.nonzero_cpu += pod.nonzero_cpu
+        self.nonzero_memory += pod.nonzero_memory
+        self.ports.extend(pod.host_ports)
+        if pod.owner:
+            self.owners[pod.owner] += 1
+
+    def remove_pod(self, uid: str) -> PodInfo | None:
+        pod = self.pods.pop(uid, None)
+        if pod is None:
+            return None
+        for k, v in pod.requests.items():
+            self.requested[k] = self.requested.get(k, 0) - v
+        self.nonzero_cpu -= pod.nonzero_cpu
+        self.nonzero_memory -= pod.nonzero_memory
+        for p in pod.host_ports:
+            self.ports.remove(p)
+        if pod.owner:
+            self.owners[pod.owner] -= 1
+            if self.owners[pod.owner] <= 0:
+                del self.owners[pod.owner]
+        return pod

@@ -1,0 +1,200 @@
+"""What the scheduler needs to know about one pod, computed once per pod object, not once per node.
+
+Resource requests follow upstream's PodRequests: the sum of the app containers, raised to the largest
+init-container step (an init container needs its own request plus the restartable "sidecar" init
+containers started before it; sidecars also run beside the app containers and so add to the sum), then
+pod-level requests where set, then the RuntimeClass overhead. Scoring uses the "non-zero" variant that
+counts a container without a cpu/memory request as 100m / 200Mi, so empty pods still spread out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.scheduler.nodeselector import Term
+from controlplane.scheduler.quantity import resource_amount
+from controlplane.scheduler.taints import Toleration, parse_tolerations
+
+Resources = dict[str, int]
+
+DEFAULT_MILLI_CPU_REQUEST = 100  # upstream DefaultMilliCPURequest
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024  # upstream DefaultMemoryRequest (200Mi)
+SCHEDULER_NAME = "default-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    ip: str
+    protocol: str
+    port: int
+
+    def conflicts(self, other: HostPort) -> bool:
+        """Same port and protocol, and one side listens on every address or both on the same one."""
+        if self.port != other.port or self.protocol != other.protocol:
+            return False
+        return self.ip == other.ip or self.ip == "0.0.0.0" or other.ip == "0.0.0.0"
+
+
+@dataclass(slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    obj: dict[str, Any]
+    requests: Resources
+    nonzero_cpu: int
+    nonzero_memory: int
+    host_ports: tuple[HostPort, ...]
+    tolerations: tuple[Toleration, ...]
+    node_selector: dict[str, str]
+    required_terms: tuple[Term, ...] | None  # None: no required node affinity
+    preferred_terms: tuple[tuple[int, Term], ...]
+    images: tuple[str, ...]
+    owner: tuple[str, str] | None  # (namespace, controller uid)
+    node_name: str
+    scheduler_name: str
+    priority: int
+    phase: str
+    deleting: bool
+    gated: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def best_effort(self) -> bool:
+        return not any(self.requests.values())
+
+
+def _container_requests(container: dict[str, Any]) -> Resources:
+    reqs = ((container.get("resources") or {}).get("requests")) or {}
+    return {name: resource_amount(name, q) for name, q in reqs.items()}
+
+
+def _nonzero(reqs: Resources, present: dict[str, Any]) -> Resources:
+    """Fill a *missing* cpu/memory request with upstream's defaults; an explicit 0 stays 0."""
+    out = dict(reqs)
+    if "cpu" not in present:
+        out["cpu"] = DEFAULT_MILLI_CPU_REQUEST
+    if "memory" not in present:
+        out["memory"] = DEFAULT_MEMORY_REQUEST
+    return out
+
+
+def _add(into: Resources, more: Resources) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, 0) + v
+
+
+def _raise_to(into: Resources, other: Resources) -> None:
+    for k, v in other.items():
+        if v > into.get(k, 0):
+            into[k] = v
+
+
+def pod_requests(spec: dict[str, Any], nonzero: bool = False) -> Resources:
+    """Effective requests of a pod spec (see the module docstring for the rule)."""
+
+    def reqs_of(c: dict[str, Any]) -> Resources:
+        r = _container_requests(c)
+        if nonzero:
+            r = _nonzero(r, ((c.get("resources") or {}).get("requests")) or {})
+        return r
+
+    total: Resources = {}
+    for c in spec.get("containers") or ():
+        _add(total, reqs_of(c))
+    sidecars: Resources = {}
+    init_peak: Resources = {}
+    for c in spec.get("initContainers") or ():
+        r = reqs_of(c)
+        if c.get("restartPolicy") == "Always":
+            _add(total, r)
+            _add(sidecars, r)
+            step = dict(sidecars)
+        else:
+            step = dict(r)
+            _add(step, sidecars)
+        _raise_to(init_peak, step)
+    _raise_to(total, init_peak)
+    pod_level = ((spec.get("resources") or {}).get("requests")) or {}
+    for name in ("cpu", "memory"):  # upstream's supported pod-level resources
+        if name in pod_level:
+            total[name] = resource_amount(name, pod_level[name])
+    _add(total, {k: resource_amount(k, v) for k, v in (spec.get("overhead") or {}).items()})
+    return total
+
+
+def normalize_image(name: str) -> str:
+    """Canonical image reference so `busybox`, `busybox:latest` and `docker.io/library/busybox:latest`
+    count as the same image in ImageLocality (node status lists fully qualified names)."""
+    if "@" not in name and name.rfind(":") <= name.rfind("/"):
+        name += ":latest"
+    if "/" not in name:
+        return f"docker.io/library/{name}"
+    first = name.split("/", 1)[0]
+    if "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    if name.startswith("docker.io/") and name.count("/") == 1:
+        name = "docker.io/library/" + name[len("docker.io/"):]
+    return name
+
+
+def _host_ports(spec: dict[str, Any]) -> tuple[HostPort, ...]:
+    out: list[HostPort] = []
+    for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        for p in c.get("ports") or ():
+            port = int(p.get("hostPort") or 0)
+            if port > 0:
+                out.append(HostPort(str(p.get("hostIP") or "0.0.0.0"), str(p.get("protocol") or "TCP"), port))
+    return tuple(out)
+
+
+def _controller_owner(meta: dict[str, Any]) -> tuple[str, str] | None:
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("uid"):
+            return str(meta.get("namespace") or ""), str(ref["uid"])
+    return None
+
+
+def pod_info(pod: dict[str, Any]) -> PodInfo:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    requests = pod_requests(spec)
+    nz = pod_requests(spec, nonzero=True)
+    node_affinity = ((spec.get("affinity") or {}).get("nodeAffinity")) or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    required_terms = (tuple(Term.from_dict(t) for t in required.get("nodeSelectorTerms") or ())
+                      if isinstance(required, dict) else None)
+    preferred = tuple(
+        (int(p.get("weight") or 0), Term.from_dict(p.get("preference")))
+        for p in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    )
+    images = tuple(normalize_image(str(c["image"]))
+                   for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+                   if c.get("image"))
+    return PodInfo(
+        uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        obj=pod,
+        requests=requests,
+        nonzero_cpu=nz.get("cpu", 0),
+        nonzero_memory=nz.get("memory", 0),
+        host_ports=_host_ports(spec),
+        tolerations=parse_tolerations(spec.get("tolerations")),
+        node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+        required_terms=required_terms,
+        preferred_terms=preferred,
+        images=images,
+        owner=_controller_owner(meta),
+        node_name=str(spec.get("nodeName") or ""),
+        scheduler_name=str(spec.get("schedulerName") or SCHEDULER_NAME),
+        priority=int(spec.get("priority") or 0),
+        phase=str(status.get("phase") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        gated=bool(spec.get("schedulingGates")),
+    )

@@ -1,0 +1,68 @@
+"""NodeResourcesFit (score): LeastAllocated spreads load, MostAllocated packs it (bin packing).
+
+Per resource, with `requested` = what the node's pods request (cpu/memory counted with the non-zero
+defaults, 100m/200Mi for a container that requests nothing) plus this pod:
+  LeastAllocated: (allocatable - requested) * 100 / allocatable   (0 when it would not fit)
+  MostAllocated:  min(requested, allocatable) * 100 / allocatable
+The node's score is the weighted mean over the configured resources (default cpu and memory, weight 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from controlplane.scheduler.framework import MAX_NODE_SCORE, ClusterView
+from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.podinfo import PodInfo
+
+LEAST_ALLOCATED = "LeastAllocated"
+MOST_ALLOCATED = "MostAllocated"
+
+
+def least_requested(requested: int, allocatable: int) -> int:
+    if allocatable == 0 or requested > allocatable:
+        return 0
+    return (allocatable - requested) * MAX_NODE_SCORE // allocatable
+
+
+def most_requested(requested: int, allocatable: int) -> int:
+    if allocatable == 0:
+        return 0
+    return min(requested, allocatable) * MAX_NODE_SCORE // allocatable
+
+
+def node_requested(pod: PodInfo, node: NodeInfo, resource: str) -> int:
+    """What the node would request of `resource` with the pod on it (scoring's non-zero view)."""
+    if resource == "cpu":
+        return node.nonzero_cpu + pod.nonzero_cpu
+    if resource == "memory":
+        return node.nonzero_memory + pod.nonzero_memory
+    return node.requested.get(resource, 0) + pod.requests.get(resource, 0)
+
+
+class ResourceAllocation:
+    name = "NodeResourcesFit"
+
+    def __init__(self, strategy: str = LEAST_ALLOCATED, resources: Sequence[tuple[str, int]] = (("cpu", 1),
+                                                                                                   ("memory", 1))):
+        if strategy not in (LEAST_ALLOCATED, MOST_ALLOCATED):
+            raise ValueError(f"unknown scoring strategy {strategy!r} (LeastAllocated or MostAllocated)")
+        self.strategy = strategy
+        self.resources = tuple(resources)
+        self._fn = least_requested if strategy == LEAST_ALLOCATED else most_requested
+
+    def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
+        return None
+
+    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int:
+        assert node.facts is not None
+        alloc = node.facts.allocatable
+        total = weights = 0
+        for resource, weight in self.resources:
+            total += self._fn(node_requested(pod, node, resource), alloc.get(resource, 0)) * weight
+            weights += weight
+        return total // weights if weights else 0
+
+    def normalize(self, scores: list[int]) -> list[int]:
+        return scores

@@ -1,0 +1,28 @@
+"""TaintToleration (score): fewer untolerated PreferNoSchedule taints is better. The raw score counts
+them; normalization reverses it so the node with the most such taints gets 0 and clean nodes 100."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from controlplane.scheduler.framework import ClusterView, normalize_to_max
+from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.podinfo import PodInfo
+from controlplane.scheduler.taints import PREFER_NO_SCHEDULE, tolerated
+
+
+class TaintTolerationScore:
+    name = "TaintToleration"
+
+    def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
+        # Only tolerations that can apply to PreferNoSchedule count, as upstream filters them.
+        return tuple(t for t in pod.tolerations if t.effect in ("", PREFER_NO_SCHEDULE))
+
+    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int:
+        assert node.facts is not None
+        return sum(1 for taint in node.facts.taints
+                   if taint.effect == PREFER_NO_SCHEDULE and not tolerated(taint, state))
+
+    def normalize(self, scores: list[int]) -> list[int]:
+        return normalize_to_max(scores, reverse=True)

@@ -1,0 +1,331 @@
+"""The official Python client, unchanged, against the real server: the semantics the agent relies on."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from pykubelet.rig.apiserver import ApiServer
+
+from .conftest import make_client
+
+pytestmark = pytest.mark.integration
+
+
+def pod(name: str, node: str | None = None, **labels: str) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels=labels or None),
+        spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", image="busybox")]),
+    )
+
+
+def raw(server: ApiServer, method: str, path: str, body: object = None, content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None) -> tuple[int, dict]:
+    """Call the server directly over HTTPS with the admin client certificate."""
+    data = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    with urlopen_admin(server, method, path, data, content_type, query) as resp:
+        status, payload = resp.status, resp.read()
+    return status, json.loads(payload or b"{}")
+
+
+class _Response:
+    def __init__(self, status: int, stream) -> None:  # type: ignore[no-untyped-def]
+        self.status = status
+        self.stream = stream
+
+    def read(self) -> bytes:
+        return self.stream.read()
+
+    def __enter__(self) -> _Response:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stream.close()
+
+
+def urlopen_admin(server: ApiServer, method: str, path: str, data: bytes | None = None,
+                  content_type: str = "application/json", query: list[tuple[str, str]] | None = None) -> _Response:
+    context = ssl.create_default_context(cafile=str(server.ca_cert))
+    context.load_cert_chain(server.data_dir / "pki" / "admin.crt", server.data_dir / "pki" / "admin.key")
+    url = server.url + path + ("?" + urllib.parse.urlencode(query) if query else "")
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type, "Accept": "application/json"})
+    try:
+        resp = urllib.request.urlopen(request, context=context, timeout=30)
+        return _Response(resp.status, resp)
+    except urllib.error.HTTPError as err:
+        return _Response(err.code, err)
+
+
+def test_crud_conflicts_and_status_shapes(v1: client.CoreV1Api, namespace: str) -> None:
+    created = v1.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c"), data={"a": "1"}))
+    rv = created.metadata.resource_version
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
+    assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "AlreadyExists"
+    created.data = {"a": "2"}
+    updated = v1.replace_namespaced_config_map("c", namespace, created)
+    assert int(updated.metadata.resource_version) > int(rv)
+    created.metadata.resource_version = rv
+    with pytest.raises(ApiException) as err:
+        v1.replace_namespaced_config_map("c", namespace, created)
+    status = json.loads(err.value.body)
+    assert err.value.status == 409 and status["reason"] == "Conflict" and status["kind"] == "Status"
+    assert status["details"] == {"name": "c", "kind": "configmaps"}
+    with pytest.raises(ApiException) as err:
+        v1.read_namespaced_config_map("missing", namespace)
+    status = json.loads(err.value.body)
+    assert err.value.status == 404 and status["reason"] == "NotFound" and status["message"] == 'configmaps "missing" not found'
+    generated = v1.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(generate_name="gen-")))
+    assert generated.metadata.name.startswith("gen-") and len(generated.metadata.name) == 9
+
+
+def test_validation_422_with_causes(v1: client.CoreV1Api, namespace: str) -> None:
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(name="p"),
+                                                         spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="")])))
+    status = json.loads(err.value.body)
+    assert err.value.status == 422 and status["reason"] == "Invalid"
+    assert status["message"] == 'Pod "p" is invalid: spec.containers[0].image: Required value'
+    assert status["details"]["causes"] == [{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].image"}]
+
+
+def test_list_selectors_and_pagination(v1: client.CoreV1Api, namespace: str) -> None:
+    for i in range(7):
+        v1.create_namespaced_pod(namespace, pod(f"p{i}", node="n1" if i % 2 else None, app="a" if i < 4 else "b"))
+    names = lambda items: sorted(p.metadata.name for p in items)  # noqa: E731
+    assert names(v1.list_namespaced_pod(namespace, field_selector="spec.nodeName=n1").items) == ["p1", "p3", "p5"]
+    assert names(v1.list_pod_for_all_namespaces(field_selector=f"spec.nodeName=n1,metadata.namespace={namespace}").items) == ["p1", "p3", "p5"]
+    assert names(v1.list_namespaced_pod(namespace, label_selector="app=b").items) == ["p4", "p5", "p6"]
+    assert names(v1.list_namespaced_pod(namespace, label_selector="app in (a),app!=b", field_selector="spec.nodeName!=n1").items) == ["p0", "p2"]
+    seen: list[str] = []
+    token = None
+    pages = 0
+    first_rv = None
+    while True:
+        page = v1.list_namespaced_pod(namespace, limit=3, _continue=token)
+        first_rv = first_rv or page.metadata.resource_version
+        assert page.metadata.resource_version == first_rv, "every page is served at the first page's revision"
+        seen += [p.metadata.name for p in page.items]
+        pages += 1
+        if pages == 1:
+            v1.create_namespaced_pod(namespace, pod("p9"))  # not visible in the snapshot
+        token = page.metadata._continue
+        if not token:
+            break
+    assert seen == [f"p{i}" for i in range(7)] and pages == 3
+    with pytest.raises(ApiException) as err:
+        v1.list_namespaced_pod(namespace, field_selector="spec.bogus=1")
+    assert err.value.status == 400
+
+
+def test_watch_resume_and_410(tmp_path: Path) -> None:
+    # A server with a tiny watch window so that an old resourceVersion really falls out of it.
+    with ApiServer(tmp_path / "small", extra_args=["--watch-cache-size", "5"]) as server, make_client(server.kubeconfig) as api:
+        v1 = client.CoreV1Api(api)
+        listed = v1.list_namespaced_config_map("default")
+        start_rv = listed.metadata.resource_version
+        for i in range(3):
+            v1.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"w{i}")))
+        w = watch.Watch()
+        events = []
+        for event in w.stream(v1.list_namespaced_config_map, "default", resource_version=start_rv, timeout_seconds=5):
+            events.append((event["type"], event["object"].metadata.name))
+            if len(events) == 3:
+                w.stop()
+        assert events == [("ADDED", "w0"), ("ADDED", "w1"), ("ADDED", "w2")]
+        for i in range(10):
+            v1.patch_namespaced_config_map("w0", "default", {"data": {"i": str(i)}})
+        status, body = raw(server, "GET", "/api/v1/namespaces/default/configmaps",
+                           query=[("watch", "true"), ("resourceVersion", start_rv), ("timeoutSeconds", "2")])
+        assert status == 200 and body["type"] == "ERROR"
+        assert body["object"]["code"] == 410 and body["object"]["reason"] == "Expired"
+        # The client's own 410 handling: it raises ApiException(410) once it cannot retry.
+        with pytest.raises(ApiException) as err:
+            for _ in watch.Watch().stream(v1.list_namespaced_config_map, "default", resource_version=start_rv, timeout_seconds=2):
+                pass
+        assert err.value.status == 410
+
+
+def test_watch_initial_events_bookmarks_and_single_object(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> None:
+    for i in range(3):
+        v1.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"i{i}")))
+    with urlopen_admin(apiserver, "GET", f"/api/v1/namespaces/{namespace}/configmaps", query=[
+            ("watch", "true"), ("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"),
+            ("allowWatchBookmarks", "true"), ("timeoutSeconds", "3")]) as resp:
+        lines = [json.loads(line) for line in resp.read().splitlines() if line.strip()]
+    assert resp.status == 200
+    types = [ev["type"] for ev in lines]
+    assert types[:4] == ["ADDED", "ADDED", "ADDED", "BOOKMARK"]
+    assert lines[3]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert types[-1] == "BOOKMARK", "a bookmark comes before timeoutSeconds ends"
+    # One object by name (what `kubectl get -w NAME` does).
+    got = []
+    w = watch.Watch()
+
+    def change() -> None:
+        time.sleep(0.3)
+        v1.patch_namespaced_config_map("i1", namespace, {"data": {"x": "1"}})
+        v1.patch_namespaced_config_map("i2", namespace, {"data": {"x": "1"}})
+        v1.delete_namespaced_config_map("i1", namespace)
+
+    threading.Thread(target=change, daemon=True).start()
+    for event in w.stream(v1.list_namespaced_config_map, namespace, field_selector="metadata.name=i1", timeout_seconds=5):
+        got.append(event["type"])
+        if event["type"] == "DELETED":
+            w.stop()
+    assert got == ["ADDED", "MODIFIED", "DELETED"]
+
+
+def test_status_subresource_and_binding(v1: client.CoreV1Api, namespace: str) -> None:
+    v1.create_namespaced_pod(namespace, pod("s"))
+    # The main resource ignores status; the status subresource ignores everything else.
+    v1.patch_namespaced_pod("s", namespace, {"status": {"phase": "Running"}, "metadata": {"labels": {"a": "b"}}})
+    p = v1.read_namespaced_pod("s", namespace)
+    assert p.status.phase == "Pending" and p.metadata.labels == {"a": "b"}
+    v1.patch_namespaced_pod_status("s", namespace, {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+                                                    "metadata": {"labels": {"a": "c"}}})
+    p = v1.read_namespaced_pod("s", namespace)
+    assert p.status.phase == "Running" and p.metadata.labels == {"a": "b"}
+    # Strategic merge on status merges conditions by type.
+    v1.patch_namespaced_pod_status("s", namespace, {"status": {"conditions": [{"type": "ContainersReady", "status": "True"}]}})
+    assert sorted(c.type for c in v1.read_namespaced_pod("s", namespace).status.conditions) == ["ContainersReady", "Ready"]
+    binding = client.V1Binding(metadata=client.V1ObjectMeta(name="s"), target=client.V1ObjectReference(kind="Node", name="n1"))
+    v1.create_namespaced_pod_binding("s", namespace, binding, _preload_content=False)
+    p = v1.read_namespaced_pod("s", namespace)
+    assert p.spec.node_name == "n1" and any(c.type == "PodScheduled" for c in p.status.conditions)
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod_binding("s", namespace, binding, _preload_content=False)
+    assert err.value.status == 409
+
+
+def test_graceful_pod_deletion_and_uid_precondition(v1: client.CoreV1Api, namespace: str) -> None:
+    v1.create_namespaced_pod(namespace, pod("bound", node="n1"))
+    v1.create_namespaced_pod(namespace, pod("unbound"))
+    v1.delete_namespaced_pod("unbound", namespace)
+    with pytest.raises(ApiException):
+        v1.read_namespaced_pod("unbound", namespace)
+    deleted = v1.delete_namespaced_pod("bound", namespace)
+    assert deleted.metadata.deletion_timestamp is not None and deleted.metadata.deletion_grace_period_seconds == 30
+    p = v1.read_namespaced_pod("bound", namespace)
+    assert p.metadata.deletion_timestamp is not None
+    with pytest.raises(ApiException) as err:
+        v1.delete_namespaced_pod("bound", namespace, body=client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid="not-the-uid")))
+    assert err.value.status == 409 and "Precondition failed: UID in precondition" in json.loads(err.value.body)["message"]
+    v1.delete_namespaced_pod("bound", namespace, body=client.V1DeleteOptions(
+        grace_period_seconds=0, preconditions=client.V1Preconditions(uid=p.metadata.uid)))
+    with pytest.raises(ApiException) as err:
+        v1.read_namespaced_pod("bound", namespace)
+    assert err.value.status == 404
+
+
+def test_finalizers_hold_objects(v1: client.CoreV1Api, namespace: str) -> None:
+    v1.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="f", finalizers=["example.com/hold"])))
+    v1.delete_namespaced_config_map("f", namespace)
+    held = v1.read_namespaced_config_map("f", namespace)
+    assert held.metadata.deletion_timestamp is not None
+    v1.patch_namespaced_config_map("f", namespace, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/hold"]}})
+    with pytest.raises(ApiException) as err:
+        v1.read_namespaced_config_map("f", namespace)
+    assert err.value.status == 404
+
+
+def test_namespace_deletion_terminates_and_empties(v1: client.CoreV1Api) -> None:
+    v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="doomed")))
+    v1.create_namespaced_config_map("doomed", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
+    v1.create_namespaced_pod("doomed", pod("p"))
+    v1.delete_namespace("doomed")
+    assert v1.read_namespace("doomed").status.phase == "Terminating"
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_config_map("doomed", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="late")))
+    assert err.value.status == 403
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            v1.read_namespace("doomed")
+        except ApiException as e:
+            assert e.status == 404
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("namespace was not removed")
+    assert v1.list_namespaced_config_map("doomed").items == []
+    with pytest.raises(ApiException) as err:
+        v1.delete_namespace("default")
+    assert err.value.status == 403
+
+
+def test_agent_paths_nodes_leases_events(api: client.ApiClient, v1: client.CoreV1Api) -> None:
+    node = v1.create_node(client.V1Node(metadata=client.V1ObjectMeta(name="agent-node", labels={"kubernetes.io/hostname": "agent-node"})))
+    v1.patch_node_status("agent-node", {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                                                   "nodeInfo": {"kubeletVersion": "v1.32.0"}}})
+    assert v1.read_node("agent-node").status.conditions[0].reason == "KubeletReady"
+    assert node.metadata.uid
+    coord = client.CoordinationV1Api(api)
+    lease = coord.create_namespaced_lease("kube-node-lease", client.V1Lease(
+        metadata=client.V1ObjectMeta(name="agent-node"),
+        spec=client.V1LeaseSpec(holder_identity="agent-node", lease_duration_seconds=40)))
+    lease.spec.renew_time = lease.metadata.creation_timestamp
+    renewed = coord.replace_namespaced_lease("agent-node", "kube-node-lease", lease)
+    assert int(renewed.metadata.resource_version) > int(lease.metadata.resource_version)
+    ev1 = client.EventsV1Api(api)
+    ev1.create_namespaced_event("default", client.EventsV1Event(
+        metadata=client.V1ObjectMeta(name="agent-node.1"), event_time=lease.metadata.creation_timestamp,
+        regarding=client.V1ObjectReference(kind="Node", name="agent-node"), reason="Starting", note="Starting kubelet.",
+        type="Normal", action="Start", reporting_controller="kubelet", reporting_instance="agent-node"))
+    core = v1.read_namespaced_event("agent-node.1", "default")
+    assert core.involved_object.name == "agent-node" and core.message == "Starting kubelet." and core.reporting_component == "kubelet"
+    v1.patch_namespaced_event("agent-node.1", "default", {"count": 2})
+    assert ev1.read_namespaced_event("agent-node.1", "default").deprecated_count == 2
+
+
+def test_bad_input(apiserver: ApiServer, namespace: str) -> None:
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    status, body = raw(apiserver, "POST", path, "{not json")
+    assert status == 400 and body["reason"] == "BadRequest"
+    status, body = raw(apiserver, "POST", path, "a: [", content_type="application/yaml")
+    assert status == 400 and "yaml" in body["message"].lower()
+    status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})
+    assert status == 400 and "does not match the expected kind" in body["message"]
+    status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"k": "x" * (1600 * 1024)}})
+    assert status == 413
+    status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "bogus": 1, "data": {"k": "v", "x": 1}},
+                       query=[("fieldValidation", "Strict")])
+    assert status == 400 and 'unknown field "bogus"' in body["message"]
+    # Nothing of the rejected requests was stored.
+    status, body = raw(apiserver, "GET", path)
+    assert status == 200 and body["items"] == []
+
+
+def test_authentication(apiserver: ApiServer, tmp_path: Path) -> None:
+    context = ssl.create_default_context(cafile=str(apiserver.ca_cert))
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{apiserver.url}/api/v1/namespaces", context=context)
+    assert err.value.code == 401 and json.loads(err.value.read())["reason"] == "Unauthorized"
+    with urllib.request.urlopen(f"{apiserver.url}/readyz", context=context) as resp:
+        assert resp.read() == b"ok"
+
+
+def test_token_file_authentication(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text('s3cret-token,alice,1001,"devs,ops"\n')
+    with ApiServer(tmp_path / "tok", extra_args=["--token-auth-file", str(tokens)]) as server:
+        context = ssl.create_default_context(cafile=str(server.ca_cert))
+        request = urllib.request.Request(f"{server.url}/api/v1/namespaces", headers={"Authorization": "Bearer s3cret-token"})
+        with urllib.request.urlopen(request, context=context) as resp:
+            assert resp.status == 200
+        bad = urllib.request.Request(f"{server.url}/api/v1/namespaces", headers={"Authorization": "Bearer wrong"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(bad, context=context)
+        assert err.value.code == 401
+        assert "s3cret-token" not in (server.data_dir / "apiserver.log").read_text()
