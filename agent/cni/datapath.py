@@ -12,6 +12,8 @@ import hashlib
 import ipaddress
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,27 @@ def _write_sysctl(path: str, value: str) -> None:
 
 def enable_ip_forward() -> None:
     _write_sysctl("/proc/sys/net/ipv4/ip_forward", "1")
+
+
+_local = threading.local()
+
+
+@contextmanager
+def host_netlink() -> Iterator[IPRoute]:
+    """A netlink socket in the host namespace, kept per thread: the service's worker threads live
+    long, and opening one costs about a millisecond of an ADD. A socket that saw an unexpected
+    error is dropped rather than trusted again."""
+    ipr = getattr(_local, "ipr", None)
+    if ipr is None:
+        ipr = _local.ipr = IPRoute()
+    try:
+        yield ipr
+    except CniError:
+        raise  # our own verdicts leave the socket in a clean state
+    except BaseException:
+        _local.ipr = None
+        ipr.close()
+        raise
 
 
 def _get(ipr: IPRoute, name: str) -> Any | None:

@@ -73,13 +73,18 @@ def _ensure_table() -> None:
 
 
 def ensure_network(subnet: ipaddress.IPv4Network, masquerade: bool) -> None:
-    """Make sure the table exists and the subnet is in the pod (and masquerade) sets."""
+    """Make sure the table exists and the subnet is in the pod (and masquerade) sets.
+
+    Runs on every ADD so a flushed ruleset heals; adding an existing element is a no-op in nftables,
+    so the common case is one library call and the table is only built when that call fails."""
+    cmds = f"add element ip {TABLE} pod_nets {{ {subnet} }}\n"
+    if masquerade:
+        cmds += f"add element ip {TABLE} masq_nets {{ {subnet} }}\n"
     with _locked():
-        _ensure_table()
-        cmds = f"add element ip {TABLE} pod_nets {{ {subnet} }}\n"
-        if masquerade:
-            cmds += f"add element ip {TABLE} masq_nets {{ {subnet} }}\n"
-        nft().run(cmds)
+        ok, _, _ = nft().run(cmds, check=False)
+        if not ok:
+            _ensure_table()
+            nft().run(cmds)
 
 
 def add_port_mappings(key: str, pod_ip: ipaddress.IPv4Address, mappings: list[PortMapping]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,9 +34,18 @@ class IPRange:
 
     def candidates(self) -> list[ipaddress.IPv4Address]:
         """Every allocatable address in order; the gateway is never handed out."""
-        first, last = int(self.start), int(self.end)
+        return list(self.iter_from(self.start))
+
+    @property
+    def size(self) -> int:
+        return int(self.end) - int(self.start) + 1 - (1 if self.gateway in self else 0)
+
+    def iter_from(self, first: ipaddress.IPv4Address) -> Iterator[ipaddress.IPv4Address]:
+        """Allocatable addresses from `first` to the end of the range (lazily: a /16 has 65k)."""
         gw = int(self.gateway)
-        return [ipaddress.IPv4Address(i) for i in range(first, last + 1) if i != gw]
+        for i in range(max(int(first), int(self.start)), int(self.end) + 1):
+            if i != gw:
+                yield ipaddress.IPv4Address(i)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyroute2 import IPRoute
-
 from agent.cni import datapath, errors, nat
 from agent.cni.errors import CniError
 from agent.cni.ipam import HostLocalStore
@@ -118,7 +116,7 @@ def cmd_add(conf: NetConf, args: CniArgs) -> dict[str, Any] | None:
     host_name = datapath.host_veth_name(args.container_id, args.ifname)
     try:
         gw_iface = ipaddress.IPv4Interface(f"{alloc.range.gateway}/{alloc.range.subnet.prefixlen}")
-        with IPRoute() as ipr:
+        with datapath.host_netlink() as ipr:
             bridge = datapath.ensure_bridge(
                 ipr, conf.bridge, gw_iface if conf.is_gateway else None, conf.mtu, bool(conf.port_mappings)
             )
@@ -170,7 +168,7 @@ def _undo(conf: NetConf, args: CniArgs, store: HostLocalStore, host_name: str, k
 
 
 def _delete_host_veth(name: str) -> None:
-    with IPRoute() as ipr:
+    with datapath.host_netlink() as ipr:
         datapath.delete_link(ipr, name)
 
 
@@ -184,8 +182,21 @@ def cmd_del(conf: NetConf, args: CniArgs) -> dict[str, Any] | None:
     args.require("container_id", "ifname")
     nat.remove_port_mappings(nat.attachment_key(args.container_id, args.ifname))
     _delete_host_veth(datapath.host_veth_name(args.container_id, args.ifname))
-    HostLocalStore(conf.data_dir, conf.name).release(args.container_id, args.ifname)
+    HostLocalStore(conf.data_dir, conf.name).release(args.container_id, args.ifname, _prev_ips(conf))
     return None
+
+
+def _prev_ips(conf: NetConf) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses of prevResult (libcni passes its cached ADD result to DEL)."""
+    out = []
+    for ip in (conf.prev_result or {}).get("ips") or []:
+        try:
+            iface = ipaddress.ip_interface(ip.get("address", ""))
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(iface, ipaddress.IPv4Interface):
+            out.append(iface.ip)
+    return out
 
 
 # -- CHECK --------------------------------------------------------------------------------------
@@ -235,7 +246,7 @@ def cmd_check(conf: NetConf, args: CniArgs) -> dict[str, Any] | None:
         dst = str(ipaddress.ip_network(route["dst"], strict=False))
         if dst not in have_routes:
             raise CniError(errors.CHECK_FAILED, "route missing in container", dst)
-    with IPRoute() as ipr:
+    with datapath.host_netlink() as ipr:
         master = datapath.host_link_master(ipr, datapath.host_veth_name(args.container_id, args.ifname))
     if master is None:
         raise CniError(errors.CHECK_FAILED, "host veth missing", args.container_id)

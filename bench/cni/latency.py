@@ -110,6 +110,23 @@ def burst(v: Variant, names: list[str], parallel: int) -> dict[str, float]:
     return {"add_s": t1 - t0, "del_s": t2 - t1}
 
 
+def iptables_nat_exists() -> bool:
+    return (
+        subprocess.run(["nft", "list", "table", "ip", "nat"], capture_output=True, check=False).returncode
+        == 0
+    )
+
+
+def drop_empty_iptables_nat() -> None:
+    """The reference bridge plugin's ipMasq leaves iptables' (empty) nat table behind after DEL;
+    remove it when it holds no rule at all, so the bench leaves the host as it found it."""
+    out = subprocess.run(
+        ["nft", "-j", "list", "table", "ip", "nat"], capture_output=True, text=True, check=False
+    )
+    if out.returncode == 0 and not any("rule" in o for o in json.loads(out.stdout)["nftables"]):
+        subprocess.run(["nft", "delete", "table", "ip", "nat"], check=False)
+
+
 def run(pods: int, rounds: int, parallel: int, masq: bool) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="pkcni-bench-"))
     # each plugin gets its own namespaces: both name the pod interface eth0
@@ -138,6 +155,7 @@ def run(pods: int, rounds: int, parallel: int, masq: bool) -> dict[str, Any]:
         REFERENCE_DIR / "bridge",
         netconf(*nets["reference"], work / "ipam-ref", True, masq),
     )
+    had_nat = iptables_nat_exists()
     service = BackgroundService(socket_path).start()
     concurrent: dict[str, float] = {}
     try:
@@ -169,6 +187,8 @@ def run(pods: int, rounds: int, parallel: int, masq: bool) -> dict[str, Any]:
         for _name, bridge, subnet in nets.values():
             subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
             nat.remove_network(ipaddress.IPv4Network(subnet))
+        if not had_nat:
+            drop_empty_iptables_nat()
         shutil.rmtree(work, ignore_errors=True)
     return {
         "masq": masq,

@@ -99,3 +99,35 @@ def test_concurrent_processes_never_share_an_ip(tmp_path: Path) -> None:
     ips = [ip for chunk in results for ip in chunk]
     assert len(ips) == 120 and len(set(ips)) == 120
     assert len(HostLocalStore(tmp_path, "net").entries()) == 120
+
+
+def test_release_hint_is_verified(tmp_path: Path) -> None:
+    store = HostLocalStore(tmp_path, "net")
+    a = store.allocate("a", "eth0", small_range()).ip
+    b = store.allocate("b", "eth0", small_range()).ip
+    # a stale or wrong prevResult must never free someone else's address
+    assert store.release("a", "eth0", hint=[b]) == [a]
+    assert store.find("b", "eth0") == [b]
+    assert store.release("b", "eth0", hint=[b]) == [b]
+    assert store.entries() == {}
+
+
+def test_order_over_several_ranges(tmp_path: Path) -> None:
+    import json
+
+    raw = [{"subnet": "10.6.0.0/30"}, {"subnet": "10.6.1.0/30"}]  # one usable IP each (.1 is the gateway)
+    nc = parse_netconf(
+        json.dumps({"cniVersion": "1.0.0", "name": "n", "type": "t", "ipam": {"ranges": [raw]}})
+    )
+    store = HostLocalStore(tmp_path, "net")
+    assert [str(store.allocate(c, "eth0", nc.ranges).ip) for c in "ab"] == ["10.6.0.2", "10.6.1.2"]
+    store.release("a", "eth0")
+    assert str(store.allocate("c", "eth0", nc.ranges).ip) == "10.6.0.2"  # wrapped to the first range
+    assert store.free_count(nc.ranges) == 0
+
+
+def test_large_range_allocates_lazily(tmp_path: Path) -> None:
+    ranges = small_range("10.7.0.0/16")
+    store = HostLocalStore(tmp_path, "net")
+    assert str(store.allocate("a", "eth0", ranges).ip) == "10.7.0.2"
+    assert store.free_count(ranges) == 65533 - 1
