@@ -1,0 +1,96 @@
+"""Failures of the agent and of the runtime, on the project's own stack (these restart its parts).
+
+kill -9 of the agent must not touch running pods: the restarted agent adopts the same containers with
+the same restart counts. Stopping containerd makes the Node NotReady with the runtime's message, and
+Ready again once containerd is back, with the pods untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last={last!r}")
+
+
+def sleeper(name: str, node: str, image: str) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            node_name=node,
+            termination_grace_period_seconds=1,
+            containers=[client.V1Container(name="main", image=image, command=["sleep", "3600"])],
+        ),
+    )
+
+
+def snapshot(kube, namespace: str) -> dict[str, tuple[str, int, str]]:
+    """name -> (containerID, restartCount, phase) for every pod in the namespace."""
+    out = {}
+    for pod in kube.list_namespaced_pod(namespace).items:
+        cs = (pod.status.container_statuses or [None])[0]
+        out[pod.metadata.name] = (cs.container_id if cs else "", cs.restart_count if cs else -1, pod.status.phase)
+    return out
+
+
+def all_running(kube, namespace: str, count: int) -> Callable[[], Any]:
+    def check():
+        snap = snapshot(kube, namespace)
+        ok = len(snap) == count and all(phase == "Running" and cid for cid, _, phase in snap.values())
+        return snap if ok else None
+
+    return check
+
+
+def ready_condition(kube, node: str):
+    return next(c for c in kube.read_node(node).status.conditions if c.type == "Ready")
+
+
+def test_agent_kill_9_adopts_running_pods(kube, namespace, node_name, image, stack):
+    for i in range(5):
+        kube.create_namespaced_pod(namespace, sleeper(f"keep-{i}", node_name, image))
+    before = wait_for(all_running(kube, namespace, 5), what="5 pods Running")
+    stack.agent.kill()
+    stack.start_agent()
+    # Give the restarted agent a few relist/sync rounds to (wrongly) restart anything.
+    time.sleep(4)
+    after = wait_for(all_running(kube, namespace, 5), what="5 pods Running after restart")
+    assert after == before
+    # And it still acts: a new pod starts under the restarted agent.
+    kube.create_namespaced_pod(namespace, sleeper("after-restart", node_name, image))
+    wait_for(all_running(kube, namespace, 6), what="new pod Running")
+
+
+def test_containerd_down_makes_node_not_ready(kube, namespace, node_name, image, stack):
+    kube.create_namespaced_pod(namespace, sleeper("survivor", node_name, image))
+    before = wait_for(all_running(kube, namespace, 1), what="survivor Running")
+    assert ready_condition(kube, node_name).status == "True"
+    stack.containerd.daemon.stop()
+    try:
+        cond = wait_for(
+            lambda: (c := ready_condition(kube, node_name)).status == "False" and c,
+            timeout=40,
+            what="Ready=False",
+        )
+        assert cond.reason == "KubeletNotReady"
+        assert "container runtime is down" in cond.message
+    finally:
+        stack.containerd.start()
+    wait_for(lambda: ready_condition(kube, node_name).status == "True", timeout=40, what="Ready again")
+    time.sleep(2)
+    assert snapshot(kube, namespace) == before
