@@ -1,51 +1,95 @@
 """Unknown-field detection for fieldValidation=Strict/Warn, and zero-value filling of fields upstream
 always serializes (Go structs without omitempty), from the generated fields.json. Strict clients (the
-Python client's models) reject objects that lack them."""
+Python client's models) reject objects that lack them.
+
+Type references are parsed once into a small table, because both walks run on every write.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 _LIST = re.compile(r"^(?:List|list)\[(.+)\]$")
 _MAP = re.compile(r"^(?:Dict|dict)\[str, ?(.+)\]$|^dict\(str, ?(.+)\)$")
+_ZERO: dict[str, Any] = {"str": "", "int": 0, "bool": False}
+
+
+@dataclass
+class _Type:
+    shape: str  # "list", "map", "object" or "scalar"
+    inner: _Type | None = None
+    fields: dict[str, _Type] = field(default_factory=dict)
+    # Zero values for required scalar fields (what Go always serializes).
+    zeros: dict[str, Any] = field(default_factory=dict)
 
 
 @cache
-def _fields() -> dict[str, Any]:
-    return json.loads(Path(__file__).with_name("fields.json").read_text())
+def _table() -> tuple[dict[str, str], dict[str, _Type]]:
+    data = json.loads(Path(__file__).with_name("fields.json").read_text())
+    types: dict[str, _Type] = {}
+
+    def resolve(ref: str) -> _Type:
+        if ref in types:
+            return types[ref]
+        m = _LIST.match(ref)
+        if m:
+            t = types[ref] = _Type("list")
+            t.inner = resolve(m.group(1))
+            return t
+        m = _MAP.match(ref)
+        if m:
+            t = types[ref] = _Type("map")
+            t.inner = resolve(m.group(1) or m.group(2))
+            return t
+        fields = data["types"].get(ref)
+        if fields is None:
+            t = types[ref] = _Type("scalar")
+            return t
+        t = types[ref] = _Type("object")
+        for name, sub in fields.items():
+            t.fields[name] = resolve(sub)
+        for name in data["required"].get(ref, ()):
+            if fields.get(name) in _ZERO:
+                t.zeros[name] = _ZERO[fields[name]]
+        return t
+
+    roots = {kind: name for kind, name in data["roots"].items()}
+    for name in roots.values():
+        resolve(name)
+    return roots, types
 
 
-def _walk(value: Any, type_name: str, path: str, out: list[str]) -> None:
-    m = _LIST.match(type_name)
-    if m:
-        if isinstance(value, list):
+def _root(kind: str) -> _Type | None:
+    roots, types = _table()
+    name = roots.get(kind)
+    return types.get(name) if name else None
+
+
+def _walk(value: Any, t: _Type, path: str, out: list[str]) -> None:
+    if t.shape == "list":
+        if isinstance(value, list) and t.inner is not None and t.inner.shape != "scalar":
             for i, item in enumerate(value):
-                _walk(item, m.group(1), f"{path}[{i}]", out)
-        return
-    m = _MAP.match(type_name)
-    if m:
-        if isinstance(value, dict):
-            inner = m.group(1) or m.group(2)
+                _walk(item, t.inner, f"{path}[{i}]", out)
+    elif t.shape == "map":
+        if isinstance(value, dict) and t.inner is not None and t.inner.shape != "scalar":
             for key, item in value.items():
-                _walk(item, inner, f"{path}.{key}" if path else key, out)
-        return
-    fields = _fields()["types"].get(type_name)
-    if fields is None or not isinstance(value, dict):
-        return
-    for key, item in value.items():
-        child = f"{path}.{key}" if path else key
-        if key not in fields:
-            out.append(child)
-        else:
-            _walk(item, fields[key], child, out)
+                _walk(item, t.inner, f"{path}.{key}" if path else key, out)
+    elif t.shape == "object" and isinstance(value, dict):
+        for key, item in value.items():
+            sub = t.fields.get(key)
+            if sub is None:
+                out.append(f"{path}.{key}" if path else key)
+            elif sub.shape != "scalar":
+                _walk(item, sub, f"{path}.{key}" if path else key, out)
 
 
 def unknown_fields(kind: str, obj: Any) -> list[str]:
-    root = _fields()["roots"].get(kind)
+    root = _root(kind)
     if root is None:
         return []
     out: list[str] = []
@@ -53,38 +97,25 @@ def unknown_fields(kind: str, obj: Any) -> list[str]:
     return out
 
 
-_ZERO = {"str": "", "int": 0, "bool": False}
-
-
-def _fill(value: Any, type_name: str) -> None:
-    m = _LIST.match(type_name)
-    if m:
-        if isinstance(value, list):
-            for item in value:
-                _fill(item, m.group(1))
-        return
-    m = _MAP.match(type_name)
-    if m:
-        if isinstance(value, dict):
-            inner = m.group(1) or m.group(2)
-            for item in value.values():
-                _fill(item, inner)
-        return
-    if not isinstance(value, dict):
-        return
-    data = _fields()
-    fields = data["types"].get(type_name)
-    if fields is None:
-        return
-    for name in data["required"].get(type_name, ()):
-        if value.get(name) is None and fields.get(name) in _ZERO:
-            value[name] = _ZERO[fields[name]]
-    for key, item in value.items():
-        if isinstance(item, dict | list) and key in fields:
-            _fill(item, fields[key])
+def _fill(value: Any, t: _Type) -> None:
+    if t.shape in ("list", "map"):
+        inner = t.inner
+        if inner is None or inner.shape == "scalar":
+            return
+        items = value if isinstance(value, list) else value.values() if isinstance(value, dict) else ()
+        for item in items:
+            _fill(item, inner)
+    elif t.shape == "object" and isinstance(value, dict):
+        for name, zero in t.zeros.items():
+            if value.get(name) is None:
+                value[name] = zero
+        for key, item in value.items():
+            sub = t.fields.get(key)
+            if sub is not None and sub.shape != "scalar" and isinstance(item, dict | list):
+                _fill(item, sub)
 
 
 def fill_required(kind: str, obj: Any) -> None:
-    root = _fields()["roots"].get(kind)
+    root = _root(kind)
     if root is not None:
         _fill(obj, root)

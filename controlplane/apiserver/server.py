@@ -14,7 +14,7 @@ from aiohttp import web
 
 from controlplane.apiserver import discovery, openapi
 from controlplane.apiserver.admission import default_chain
-from controlplane.apiserver.authn import Authenticator, load_token_file
+from controlplane.apiserver.authn import Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import AllowAll, AuthorizerChain
 from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
 from controlplane.apiserver.errors import ApiError
@@ -28,6 +28,7 @@ from controlplane.storage.sqlite import SQLiteStore
 log = logging.getLogger("controlplane.apiserver")
 
 # Reachable without credentials, as upstream's system:public-info-viewer role allows.
+INSECURE_USER = UserInfo("system:admin", groups=("system:masters", "system:authenticated"))
 PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
 
 
@@ -143,6 +144,9 @@ class ApiServer:
     async def _middleware(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
         try:
             user = self.authenticator.authenticate(request)
+            if user is None and self.config.insecure_http:
+                # Like upstream's old insecure port: no TLS means no identity; everyone is admin.
+                user = INSECURE_USER
             if user is None:
                 if request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
                     return await handler(request)

@@ -74,7 +74,7 @@ def score_nodes(pod: PodInfo, nodes: Sequence[NodeInfo], scores: Sequence[Weight
         state = ws.plugin.prepare(pod, nodes, cluster)
         if state is SKIP:
             continue
-        raw = [ws.plugin.score(pod, n, state) for n in nodes]
+        raw = ws.plugin.score_all(pod, nodes, state)
         for i, s in enumerate(ws.plugin.normalize(raw)):
             totals[i] += s * ws.weight
     return totals

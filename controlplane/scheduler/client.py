@@ -51,11 +51,11 @@ class ApiClient:
         return f"{self.conn.server}{path}{query}"
 
     async def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
-                      content_type: str = "application/json", timeout: float = 30.0) -> Any:
+                      content_type: str = "application/json", deadline: float = 30.0) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": content_type} if data is not None else None
         async with self.session.request(method, self._url(path, params), data=data, headers=headers,
-                                        timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                                        timeout=aiohttp.ClientTimeout(total=deadline)) as resp:
             raw = await resp.read()
             try:
                 payload = json.loads(raw) if raw else None
@@ -71,7 +71,7 @@ class ApiClient:
         token: str | None = None
         while True:
             out = await self.request("GET", path, params={**(params or {}), "limit": page, "continue": token},
-                                     timeout=120)
+                                     deadline=120)
             items.extend(out.get("items") or ())
             meta = out.get("metadata") or {}
             token = meta.get("continue") or None

@@ -3,7 +3,7 @@
 A filter answers "can this node take this pod?" with the reasons it cannot (upstream's Status reasons;
 they end up verbatim in the FailedScheduling message). A score plugin ranks the feasible nodes 0..100;
 `prepare` runs once per pod (upstream's PreScore) and may return SKIP when the plugin has nothing to say
-about this pod, so the per-node `score` stays cheap.
+about this pod (it would give every node the same score), so no per-node work is done at all.
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ class ScorePlugin(Protocol):
         """Per-pod state handed to `score`, or SKIP."""
         ...
 
-    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int: ...
+    def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
+        """Raw scores, one per node, in order. One call per pod (not per node) keeps the hot loop
+        inside the plugin, where it is a plain comprehension."""
+        ...
 
     def normalize(self, scores: list[int]) -> list[int]:
         """Rescale the raw scores of all feasible nodes into 0..MAX_NODE_SCORE."""

@@ -63,7 +63,7 @@ class Informer:
                 need_list = True
             except asyncio.CancelledError:
                 raise
-            except (ApiError, OSError, ValueError, asyncio.TimeoutError) as err:
+            except (TimeoutError, ApiError, OSError, ValueError) as err:
                 failures += 1
                 if isinstance(err, ApiError) and err.status == 410:
                     need_list = True
@@ -113,8 +113,8 @@ class Informer:
                     continue
                 key = _key(obj)
                 if kind == "DELETED":
-                    old = self.store.pop(key, None)
-                    self.on_delete(old if old is not None and obj is None else obj)
+                    self.store.pop(key, None)
+                    self.on_delete(obj)
                 elif kind in ("ADDED", "MODIFIED"):
                     old = self.store.get(key)
                     self.store[key] = obj

@@ -14,7 +14,7 @@ from typing import Any
 
 from controlplane.scheduler.podinfo import HostPort, PodInfo, Resources, normalize_image
 from controlplane.scheduler.quantity import resource_amount
-from controlplane.scheduler.taints import Taint, parse_taints
+from controlplane.scheduler.taints import PREFER_NO_SCHEDULE, Taint, parse_taints
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,7 @@ class NodeFacts:
     name: str
     labels: dict[str, str]
     taints: tuple[Taint, ...]
+    soft_taints: tuple[Taint, ...]  # the PreferNoSchedule ones, which only the score reads
     unschedulable: bool
     allocatable: Resources
     images: dict[str, int]  # normalized image name -> size in bytes
@@ -46,10 +47,12 @@ class NodeFacts:
             for n in image.get("names") or ():
                 if "@sha256:" not in n:
                     images[normalize_image(str(n))] = size
+        taints = parse_taints(spec.get("taints"))
         return cls(
             name=str(meta.get("name") or ""),
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-            taints=parse_taints(spec.get("taints")),
+            taints=taints,
+            soft_taints=tuple(t for t in taints if t.effect == PREFER_NO_SCHEDULE),
             unschedulable=bool(spec.get("unschedulable")),
             allocatable=allocatable,
             images=images,

@@ -58,6 +58,8 @@ class PodInfo:
     phase: str
     deleting: bool
     gated: bool = False
+    # Non-zero requests in the order NodeResourcesFit checks them: cpu, memory, ephemeral-storage, rest.
+    fit_checks: tuple[tuple[str, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -197,4 +199,13 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         phase=str(status.get("phase") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         gated=bool(spec.get("schedulingGates")),
+        fit_checks=fit_order(requests),
     )
+
+
+_FIRST = ("cpu", "memory", "ephemeral-storage")
+
+
+def fit_order(requests: Resources) -> tuple[tuple[str, int], ...]:
+    rest = sorted(k for k in requests if k not in _FIRST and k != "pods")
+    return tuple((k, requests[k]) for k in (*_FIRST, *rest) if requests.get(k, 0) > 0)

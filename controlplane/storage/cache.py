@@ -156,7 +156,7 @@ class WatchCache:
         self._buckets: dict[str, _Bucket] = {}
         self.revision = 0
         self._task: asyncio.Task[None] | None = None
-        self._advanced = asyncio.Condition()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def _bucket(self, name: str) -> _Bucket:
         bucket = self._buckets.get(name)
@@ -173,7 +173,12 @@ class WatchCache:
         self.revision = rev
         for bucket in self._buckets.values():
             bucket.window_start = rev
-        self._task = asyncio.create_task(self._feed(rev), name="watch-cache-feed")
+        subscribe = getattr(self.store, "subscribe", None)
+        if subscribe is not None:
+            # An in-process store tells us about each commit synchronously.
+            subscribe(self._apply)
+        else:
+            self._task = asyncio.create_task(self._feed(rev), name="watch-cache-feed")
 
     async def stop(self) -> None:
         if self._task:
@@ -188,8 +193,6 @@ class WatchCache:
         async for batch in self.store.watch(from_revision):
             for event in batch:
                 self._apply(event)
-            async with self._advanced:
-                self._advanced.notify_all()
 
     def _apply(self, event: Event) -> None:
         bucket = self._bucket(bucket_of(event.key))
@@ -208,16 +211,28 @@ class WatchCache:
             bucket.window_start = dropped.revision
         for watcher in list(bucket.watchers):
             watcher.offer(ce)
+        if self._waiters:
+            self._wake()
 
     async def wait_for(self, revision: int, patience: float = 3.0) -> None:
         """Wait until the cache has applied `revision` (consistent reads, watches from the future)."""
         if self.revision >= revision:
             return
-        async with self._advanced:
-            try:
-                await asyncio.wait_for(self._advanced.wait_for(lambda: self.revision >= revision), patience)
-            except TimeoutError:
-                raise TooLargeResourceVersionError(revision, self.revision) from None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (revision, future)
+        self._waiters.append(entry)
+        try:
+            await asyncio.wait_for(future, patience)
+        except TimeoutError:
+            raise TooLargeResourceVersionError(revision, self.revision) from None
+        finally:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+
+    def _wake(self) -> None:
+        for revision, future in self._waiters:
+            if revision <= self.revision and not future.done():
+                future.set_result(None)
 
     async def wait_fresh(self) -> None:
         await self.wait_for(self.store.revision)

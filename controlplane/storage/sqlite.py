@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from controlplane.storage.interface import (
@@ -53,6 +53,7 @@ class SQLiteStore:
         self._revision = 0
         self._compacted = 0
         self._subscribers: set[asyncio.Queue[list[Event]]] = set()
+        self._listeners: list[Callable[[Event], None]] = []
 
     async def start(self) -> None:
         db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
@@ -131,7 +132,17 @@ class SQLiteStore:
         self._revision = rev
         return rev
 
+    def subscribe(self, listener: Callable[[Event], None]) -> None:
+        """Call `listener` synchronously after each commit, before the write returns.
+
+        The watch cache uses this for an in-process store so that it is never behind the store: a read
+        right after an acknowledged write needs no waiting.
+        """
+        self._listeners.append(listener)
+
     def _publish(self, event: Event) -> None:
+        for listener in self._listeners:
+            listener(event)
         batch = [event]
         for queue in self._subscribers:
             queue.put_nowait(batch)

@@ -10,7 +10,6 @@ from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
 
 TOO_MANY_PODS = "Too many pods"
-_ORDER = ("cpu", "memory", "ephemeral-storage")
 
 
 def insufficient(resource: str) -> str:
@@ -24,20 +23,12 @@ class NodeResourcesFitFilter:
         assert node.facts is not None
         alloc = node.facts.allocatable
         used = node.requested
-        reasons: list[str] = []
+        reasons: list[str] | None = None
         if len(node.pods) + 1 > alloc.get("pods", 0):
-            reasons.append(TOO_MANY_PODS)
-        requests = pod.requests
-        if not any(requests.values()):
-            return tuple(reasons)
-        for name in _ORDER:
-            want = requests.get(name, 0)
-            if want > 0 and want > alloc.get(name, 0) - used.get(name, 0):
-                reasons.append(insufficient(name))
-        for name in sorted(requests):
-            if name in _ORDER or name == "pods":
-                continue
-            want = requests[name]
-            if want > 0 and want > alloc.get(name, 0) - used.get(name, 0):
+            reasons = [TOO_MANY_PODS]
+        for name, want in pod.fit_checks:  # only the non-zero requests, in upstream's order
+            if want > alloc.get(name, 0) - used.get(name, 0):
+                if reasons is None:
+                    reasons = []
                 reasons.append(insufficient(name))
         return tuple(reasons) if reasons else FITS

@@ -36,7 +36,7 @@ class BalancedAllocation:
             return SKIP
         return None
 
-    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int:
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
         assert node.facts is not None
         fractions: list[float] = []
         for r in self.resources:
@@ -45,6 +45,9 @@ class BalancedAllocation:
                 continue
             fractions.append(min((node.requested.get(r, 0) + pod.requests.get(r, 0)) / alloc, 1.0))
         return balanced_score(fractions)
+
+    def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
+        return [self.score(pod, n) for n in nodes]
 
     def normalize(self, scores: list[int]) -> list[int]:
         return scores

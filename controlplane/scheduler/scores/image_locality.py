@@ -28,13 +28,12 @@ class ImageLocality:
     name = "ImageLocality"
 
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
-        if not pod.images or cluster.total_nodes == 0:
-            return SKIP
+        if cluster.total_nodes == 0 or not any(cluster.image_nodes.get(i, 0) > 0 for i in pod.images):
+            return SKIP  # no node has any of its images: every node would score 0
         return cluster
 
-    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int:
+    def score(self, pod: PodInfo, node: NodeInfo, cluster: ClusterView) -> int:
         assert node.facts is not None
-        cluster: ClusterView = state
         have = node.facts.images
         total = 0
         for image in pod.images:
@@ -42,6 +41,9 @@ class ImageLocality:
             if size is not None:
                 total += int(size * (cluster.image_nodes[image] / cluster.total_nodes))
         return image_priority(total, len(pod.images))
+
+    def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
+        return [self.score(pod, n, state) for n in nodes]
 
     def normalize(self, scores: list[int]) -> list[int]:
         return scores

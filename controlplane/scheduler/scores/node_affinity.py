@@ -17,10 +17,13 @@ class NodeAffinityScore:
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
         return None if pod.preferred_terms else SKIP
 
-    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int:
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
         assert node.facts is not None
         labels = node.facts.labels
         return sum(weight for weight, term in pod.preferred_terms if weight and term.matches(labels, node.name))
+
+    def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
+        return [self.score(pod, n) for n in nodes]
 
     def normalize(self, scores: list[int]) -> list[int]:
         return normalize_to_max(scores)

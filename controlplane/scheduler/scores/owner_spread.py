@@ -23,8 +23,8 @@ class OwnerSpread:
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
         return pod.owner if pod.owner is not None else SKIP
 
-    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int:
-        return node.owners.get(state, 0)
+    def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
+        return [n.owners.get(state, 0) for n in nodes]
 
     def normalize(self, scores: list[int]) -> list[int]:
         top = max(scores, default=0)

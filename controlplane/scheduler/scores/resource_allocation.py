@@ -44,25 +44,31 @@ def node_requested(pod: PodInfo, node: NodeInfo, resource: str) -> int:
 class ResourceAllocation:
     name = "NodeResourcesFit"
 
-    def __init__(self, strategy: str = LEAST_ALLOCATED, resources: Sequence[tuple[str, int]] = (("cpu", 1),
-                                                                                                   ("memory", 1))):
+    def __init__(self, strategy: str = LEAST_ALLOCATED,
+                 resources: Sequence[tuple[str, int]] = (("cpu", 1), ("memory", 1))) -> None:
         if strategy not in (LEAST_ALLOCATED, MOST_ALLOCATED):
             raise ValueError(f"unknown scoring strategy {strategy!r} (LeastAllocated or MostAllocated)")
         self.strategy = strategy
-        self.resources = tuple(resources)
+        self.resources = tuple((r, w) for r, w in resources if w > 0)
+        self.weight_sum = sum(w for _, w in self.resources)
         self._fn = least_requested if strategy == LEAST_ALLOCATED else most_requested
 
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
         return None
 
-    def score(self, pod: PodInfo, node: NodeInfo, state: Any) -> int:
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
         assert node.facts is not None
+        if not self.weight_sum:
+            return 0
         alloc = node.facts.allocatable
-        total = weights = 0
+        fn = self._fn
+        total = 0
         for resource, weight in self.resources:
-            total += self._fn(node_requested(pod, node, resource), alloc.get(resource, 0)) * weight
-            weights += weight
-        return total // weights if weights else 0
+            total += fn(node_requested(pod, node, resource), alloc.get(resource, 0)) * weight
+        return total // self.weight_sum
+
+    def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
+        return [self.score(pod, n) for n in nodes]
 
     def normalize(self, scores: list[int]) -> list[int]:
         return scores

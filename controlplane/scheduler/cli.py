@@ -1,0 +1,38 @@
+"""`pykubelet scheduler`: run the scheduler against any API server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
+    parser.add_argument("--kubeconfig", type=Path, default=Path(default),
+                        help="kubeconfig of the API server (default: $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="KubeSchedulerConfiguration file (scoring strategy, score weights, backoff)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from controlplane.scheduler.config import load_config
+    from controlplane.scheduler.runner import run_scheduler
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = load_config(args.config)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_scheduler(args.kubeconfig, config, stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,28 @@
+"""Building the plugin lists a SchedulerConfig asks for."""
+
+from __future__ import annotations
+
+from controlplane.scheduler.algorithm import WeightedScore
+from controlplane.scheduler.config import SchedulerConfig
+from controlplane.scheduler.framework import ScorePlugin
+from controlplane.scheduler.scores import (
+    BalancedAllocation,
+    ImageLocality,
+    NodeAffinityScore,
+    OwnerSpread,
+    ResourceAllocation,
+    TaintTolerationScore,
+)
+
+
+def build_scores(config: SchedulerConfig) -> list[WeightedScore]:
+    plugins: list[ScorePlugin] = [
+        TaintTolerationScore(),
+        NodeAffinityScore(),
+        OwnerSpread(),
+        ResourceAllocation(config.scoring_strategy, config.resource_weights),
+        BalancedAllocation(),
+        ImageLocality(),
+    ]
+    return [WeightedScore(p, config.score_weights.get(p.name, 0)) for p in plugins
+            if config.score_weights.get(p.name, 0) > 0]

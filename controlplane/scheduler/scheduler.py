@@ -1,0 +1,231 @@
+"""The scheduler proper: watch handlers feed the cache and the queue; one loop takes a pod at a time,
+decides synchronously, assumes the pod on its node, and hands the binding to a background task.
+
+Binding is asynchronous (as upstream's binding cycle) so that a slow API call never holds up the next
+decision; a semaphore caps bindings in flight, which is the back-pressure when the API server is the
+bottleneck. Status patches and events are also off the decision path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.scheduler.algorithm import FitError, schedule
+from controlplane.scheduler.cache import SchedulerCache
+from controlplane.scheduler.client import ApiClient, ApiError
+from controlplane.scheduler.config import SchedulerConfig
+from controlplane.scheduler.events import EventRecorder, now_rfc3339
+from controlplane.scheduler.filters import default_filters
+from controlplane.scheduler.framework import ClusterView
+from controlplane.scheduler.informer import Informer
+from controlplane.scheduler.plugins import build_scores
+from controlplane.scheduler.podinfo import PodInfo, pod_info
+from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+TERMINAL = ("Succeeded", "Failed")
+# Terminal pods hold no resources: upstream's scheduler does not even watch them.
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclass
+class Stats:
+    scheduled: int = 0
+    unschedulable: int = 0
+    bind_errors: int = 0
+
+
+class Scheduler:
+    def __init__(self, client: ApiClient, config: SchedulerConfig, rng: random.Random | None = None) -> None:
+        self.client = client
+        self.config = config
+        self.rng = rng or random.Random()
+        self.cache = SchedulerCache()
+        self.queue = SchedulingQueue(config.backoff_initial, config.backoff_max, config.unschedulable_flush)
+        self.filters = default_filters()
+        self.scores = build_scores(config)
+        self.events = EventRecorder(client, workers=config.event_concurrency, component=config.scheduler_name)
+        self.stats = Stats()
+        self._bind_slots = asyncio.Semaphore(config.bind_concurrency)
+        self._background: set[asyncio.Task[None]] = set()
+        self.nodes = Informer(client, "/api/v1/nodes", self._node_added, self._node_updated, self._node_deleted)
+        self.pods = Informer(client, "/api/v1/pods", self._pod_added, self._pod_updated, self._pod_deleted,
+                             field_selector=POD_FIELD_SELECTOR)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set; then finish in-flight bindings and flush events."""
+        self.events.start()
+        informers = [asyncio.create_task(self.nodes.run(), name="watch-nodes"),
+                     asyncio.create_task(self.pods.run(), name="watch-pods")]
+        loop_task: asyncio.Task[None] | None = None
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            # Decide nothing before both caches are filled, or the first pods would see no nodes.
+            synced = asyncio.gather(self.nodes.synced.wait(), self.pods.synced.wait())
+            await asyncio.wait([synced, stopper, *informers], return_when=asyncio.FIRST_COMPLETED)
+            if not stop.is_set():
+                for t in informers:
+                    if t.done():
+                        t.result()  # an informer died: surface its error
+                log.info("caches synced nodes=%d pods=%d", len(self.nodes.store), len(self.pods.store))
+                loop_task = asyncio.create_task(self._loop(), name="schedule-loop")
+                await asyncio.wait([loop_task, stopper, *informers], return_when=asyncio.FIRST_COMPLETED)
+                for t in (loop_task, *informers):
+                    if t.done() and not t.cancelled():
+                        t.result()
+            synced.cancel()
+        finally:
+            for t in (loop_task, stopper, *informers):
+                if t is not None:
+                    t.cancel()
+            await asyncio.gather(*(t for t in (loop_task, stopper, *informers) if t is not None),
+                                 return_exceptions=True)
+            if self._background:
+                await asyncio.wait(self._background, timeout=10)
+            for t in self._background:
+                t.cancel()
+            await self.events.stop()
+
+    # the decision loop --------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            qp = await self.queue.pop()
+            await self._bind_slots.acquire()
+            try:
+                self.schedule_one(qp)
+            except Exception:
+                self._bind_slots.release()
+                log.exception("scheduling failed pod=%s", qp.info.key)
+                self.queue.retry_after_error(qp)
+            await asyncio.sleep(0)  # let watches and bindings run between decisions
+
+    def schedule_one(self, qp: QueuedPod) -> None:
+        """Decide for one popped pod. Holds one bind slot, released here or by the bind task."""
+        pod = qp.info
+        nodes = self.cache.nodes()
+        try:
+            node = schedule(pod, nodes, self.filters, self.scores,
+                            ClusterView(len(nodes), self.cache.image_nodes), self.rng)
+        except FitError as err:
+            self._bind_slots.release()
+            self._failed(qp, str(err))
+            return
+        self.cache.assume(pod, node.name)
+        self.queue.done(pod.uid)
+        self._spawn(self._bind(qp, node.name), hold_slot=True)
+
+    async def _bind(self, qp: QueuedPod, node: str) -> None:
+        pod = qp.info
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        try:
+            await self.client.request("POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body)
+        except Exception as err:  # any failure: forget the assumption, retry later
+            self.cache.forget(pod.uid)
+            self.stats.bind_errors += 1
+            if isinstance(err, ApiError) and err.status in (404, 409):
+                # Gone, already bound elsewhere, or being deleted: the pod watch tells the rest.
+                log.info("binding refused pod=%s node=%s status=%d", pod.key, node, err.status)
+                return
+            log.warning("binding failed pod=%s node=%s error=%s", pod.key, node, err)
+            self.events.record(pod.obj, "Warning", "FailedScheduling", "Scheduling", f"Binding rejected: {err}")
+            self.queue.retry_after_error(qp)
+            return
+        self.stats.scheduled += 1
+        log.debug("bound pod=%s node=%s", pod.key, node)
+        self.events.record(pod.obj, "Normal", "Scheduled", "Binding",
+                           f"Successfully assigned {pod.namespace}/{pod.name} to {node}")
+
+    def _failed(self, qp: QueuedPod, message: str) -> None:
+        pod = qp.info
+        self.stats.unschedulable += 1
+        log.info("unschedulable pod=%s attempts=%d reason=%r", pod.key, qp.attempts, message)
+        self.queue.unschedulable(qp)
+        self.events.record(pod.obj, "Warning", "FailedScheduling", "Scheduling", message)
+        patch = _unschedulable_patch(pod.obj, message)
+        if patch is not None:
+            self._spawn(self._patch_status(pod, patch))
+
+    async def _patch_status(self, pod: PodInfo, patch: Obj) -> None:
+        try:
+            await self.client.request("PATCH", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
+                                      patch, content_type="application/strategic-merge-patch+json")
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("status patch failed pod=%s error=%s", pod.key, err)
+        except Exception as err:
+            log.warning("status patch failed pod=%s error=%r", pod.key, err)
+
+    def _spawn(self, coro: Any, hold_slot: bool = False) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._background.discard(t)
+            if hold_slot:
+                self._bind_slots.release()
+
+        task.add_done_callback(done)
+
+    # watch handlers -----------------------------------------------------------------------------------
+    def _pod_added(self, obj: Obj) -> None:
+        self._pod_seen(pod_info(obj))
+
+    def _pod_updated(self, old: Obj, new: Obj) -> None:
+        self._pod_seen(pod_info(new))
+
+    def _pod_seen(self, info: PodInfo) -> None:
+        if info.node_name:
+            self.queue.delete(info.uid)
+            if info.phase in TERMINAL:
+                if self.cache.remove_pod(info.uid):
+                    self.queue.move_all()
+            else:
+                self.cache.set_pod(info)
+            return
+        if self.cache.is_assumed(info.uid):
+            return  # our binding is in flight; this is an older view of the pod
+        if info.scheduler_name != self.config.scheduler_name or info.deleting or info.phase in TERMINAL:
+            self.queue.delete(info.uid)
+            return
+        self.queue.add(info)
+
+    def _pod_deleted(self, obj: Obj) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        self.queue.delete(uid)
+        self.events.forget(uid)
+        if self.cache.remove_pod(uid):
+            self.queue.move_all()
+
+    def _node_added(self, obj: Obj) -> None:
+        self.cache.set_node(obj)
+        self.queue.move_all()
+
+    def _node_updated(self, old: Obj, new: Obj) -> None:
+        before, after = self.cache.set_node(new)
+        if before != after:  # heartbeats change conditions only; they cannot make a pod fit
+            self.queue.move_all()
+
+    def _node_deleted(self, obj: Obj) -> None:
+        self.cache.remove_node(str((obj.get("metadata") or {}).get("name") or ""))
+
+
+def _unschedulable_patch(pod: Obj, message: str) -> Obj | None:
+    """The strategic merge patch setting PodScheduled=False/Unschedulable, or None if already so."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+    if (current and current.get("status") == "False" and current.get("reason") == "Unschedulable"
+            and current.get("message") == message):
+        return None
+    since = current.get("lastTransitionTime") if current and current.get("status") == "False" else None
+    return {"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+        "lastProbeTime": None, "lastTransitionTime": since or now_rfc3339(),
+    }]}}
