@@ -1,4 +1,5 @@
-"""Kernel side of a pod attachment with pyroute2: bridge, veth pair, addresses and routes.
+"""Kernel side of a pod attachment: bridge, veth pair, addresses and routes (pyroute2 messages over
+agent.cni.rtnl).
 
 Every function is idempotent where the CNI spec needs it (a second bridge setup, DEL of something
 already gone) and names the host veth deterministically from container id + ifname, so DEL finds it
@@ -12,18 +13,21 @@ import hashlib
 import ipaddress
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from agent.cni import errors
 from agent.cni.errors import CniError
 from agent.cni.netns import in_netns, open_netns
+from agent.cni.rtnl import IFF_UP, Rtnl
+
+LOOPBACK_INDEX = 1  # lo is always ifindex 1 in a network namespace
+T = TypeVar("T")
 
 
 def host_veth_name(container_id: str, ifname: str) -> str:
@@ -39,7 +43,11 @@ class LinkInfo:
     index: int = 0
 
 
-LOOPBACK_INDEX = 1
+@dataclass
+class VethPair:
+    host: LinkInfo
+    peer_index: int  # ifindex of CNI_IFNAME inside the pod namespace
+    peer_mac: str
 
 
 @dataclass
@@ -68,40 +76,25 @@ def enable_ip_forward() -> None:
     _write_sysctl("/proc/sys/net/ipv4/ip_forward", "1")
 
 
-_local = threading.local()
-
-
 @contextmanager
-def host_netlink() -> Iterator[IPRoute]:
-    """A netlink socket in the host namespace, kept per thread: the service's worker threads live
-    long, and opening one costs about a millisecond of an ADD. A socket that saw an unexpected
-    error is dropped rather than trusted again."""
-    ipr = getattr(_local, "ipr", None)
-    if ipr is None:
-        ipr = _local.ipr = IPRoute()
+def host_netlink() -> Iterator[Rtnl]:
+    """A netlink socket in the host namespace for one operation (creating one costs microseconds)."""
+    rtnl = Rtnl()
     try:
-        yield ipr
-    except CniError:
-        raise  # our own verdicts leave the socket in a clean state
-    except BaseException:
-        _local.ipr = None
-        ipr.close()
-        raise
+        yield rtnl
+    finally:
+        rtnl.close()
 
 
-def _get(ipr: IPRoute, name: str) -> Any | None:
-    """One RTM_GETLINK by name (a dump via link_lookup costs more); None when missing."""
+def _in_pod(netns_path: str, fn: Callable[[Rtnl], T]) -> T:
+    """Run fn with a netlink socket opened inside the pod's namespace."""
+    fd = open_netns(netns_path)
     try:
-        return ipr.link("get", ifname=name)[0]
-    except NetlinkError as exc:
-        if exc.code in (errno.ENODEV, errno.ENOENT):
-            return None
-        raise
-
-
-def _index(ipr: IPRoute, name: str) -> int | None:
-    link = _get(ipr, name)
-    return None if link is None else int(link["index"])
+        rtnl = in_netns(fd, Rtnl)  # the socket keeps the namespace it was born in
+    finally:
+        os.close(fd)
+    with rtnl:
+        return fn(rtnl)
 
 
 def random_mac() -> str:
@@ -111,10 +104,10 @@ def random_mac() -> str:
     return ":".join(f"{x:02x}" for x in b)
 
 
-def add_address(ipr: IPRoute, index: int, address: ipaddress.IPv4Interface, what: str) -> None:
+def add_address(rtnl: Rtnl, index: int, address: ipaddress.IPv4Interface, what: str) -> None:
     """Add an address; already being there is success (a retried ADD, a shared bridge)."""
     try:
-        ipr.addr("add", index=index, address=str(address.ip), prefixlen=address.network.prefixlen)
+        rtnl.add_address(index, address)
     except NetlinkError as exc:
         if exc.code != errno.EEXIST:
             raise CniError(errors.INTERNAL, f"cannot add {what} address", f"{address}: {exc}") from exc
@@ -133,35 +126,30 @@ _bridges_lock = threading.Lock()
 
 
 def ensure_bridge(
-    ipr: IPRoute, name: str, gateway: ipaddress.IPv4Interface | None, mtu: int, localnet: bool
+    rtnl: Rtnl, name: str, gateway: ipaddress.IPv4Interface | None, mtu: int, localnet: bool
 ) -> LinkInfo:
     """Create the bridge if missing, bring it up and give it the gateway address."""
-    link = _get(ipr, name)
+    link = rtnl.get_link(name)
     if link is None:
-        spec: dict[str, object] = {"ifname": name, "kind": "bridge", "state": "up"}
-        if mtu:
-            spec["mtu"] = mtu
         try:
-            ipr.link("add", **spec)
+            rtnl.add_bridge(name, mtu)
         except NetlinkError as exc:
-            if exc.code != errno.EEXIST:
+            if exc.code != errno.EEXIST:  # a concurrent ADD made it first
                 raise CniError(errors.INTERNAL, "cannot create bridge", f"{name}: {exc}") from exc
-        link = _get(ipr, name)
+        link = rtnl.get_link(name)
         if link is None:
             raise CniError(errors.INTERNAL, "bridge vanished after creation", name)
     info = link.get_attr("IFLA_LINKINFO")
     if info is None or info.get_attr("IFLA_INFO_KIND") != "bridge":
         raise CniError(errors.INVALID_CONFIG, "interface exists and is not a bridge", name)
     idx = int(link["index"])
+    if not link["flags"] & IFF_UP:
+        rtnl.set_link(idx, up=True)
     with _bridges_lock:
         memo = _bridges.get(name)
-    if not link["flags"] & 1:
-        ipr.link("set", index=idx, state="up")
     if memo is None or memo.index != idx or memo.gateway != gateway:
-        if gateway is not None:
-            have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ipr.get_addr(index=idx, family=2)}
-            if (str(gateway.ip), gateway.network.prefixlen) not in have:
-                add_address(ipr, idx, gateway, "gateway")
+        if gateway is not None and gateway not in rtnl.addresses(idx):
+            add_address(rtnl, idx, gateway, "gateway")
         with _bridges_lock:
             _bridges[name] = _BridgeMemo(idx, gateway)
     if localnet:
@@ -170,58 +158,37 @@ def ensure_bridge(
     return LinkInfo(name=name, mac=link.get_attr("IFLA_ADDRESS"), index=idx)
 
 
-def delete_link(ipr: IPRoute, name: str) -> bool:
+def delete_link(rtnl: Rtnl, name: str) -> bool:
     """Delete a link by name; a missing link is fine (DEL is idempotent)."""
     try:
-        ipr.link("del", ifname=name)
+        return rtnl.del_link(name)
     except NetlinkError as exc:
-        if exc.code not in (errno.ENODEV, errno.ENOENT):
-            raise CniError(errors.INTERNAL, "cannot delete link", f"{name}: {exc}") from exc
-        return False
-    return True
-
-
-@dataclass
-class VethPair:
-    host: LinkInfo
-    peer_index: int  # ifindex of CNI_IFNAME inside the pod namespace
-    peer_mac: str
+        raise CniError(errors.INTERNAL, "cannot delete link", f"{name}: {exc}") from exc
 
 
 def create_veth(
-    ipr: IPRoute, host_name: str, netns_fd: int, ifname: str, bridge_index: int, mtu: int, hairpin: bool
+    rtnl: Rtnl, host_name: str, netns_fd: int, ifname: str, bridge_index: int, mtu: int, hairpin: bool
 ) -> VethPair:
-    """Create the pair with its peer born directly inside the pod namespace under CNI_IFNAME,
-    enslaved and with a MAC we chose, so the pod side needs fewer round trips."""
+    """Create the pair in one request: host end up and on the bridge, the peer born inside the pod
+    namespace as CNI_IFNAME with a MAC we chose, so the pod side needs fewer round trips."""
     peer_mac = random_mac()
-    peer: dict[str, object] = {"ifname": ifname, "net_ns_fd": netns_fd, "address": peer_mac}
-    spec: dict[str, object] = {
-        "ifname": host_name,
-        "kind": "veth",
-        "peer": peer,
-        "master": bridge_index,
-        "state": "up",
-    }
-    if mtu:
-        spec["mtu"] = mtu
-        peer["mtu"] = mtu
     for attempt in (1, 2):
         try:
-            ipr.link("add", **spec)
+            rtnl.add_veth(host_name, ifname, netns_fd, peer_mac, bridge_index, mtu)
             break
         except NetlinkError as exc:
             if exc.code != errno.EEXIST:
                 raise CniError(errors.INTERNAL, "cannot create veth pair", f"{host_name}: {exc}") from exc
-            if attempt == 2 or not delete_link(ipr, host_name):
+            if attempt == 2 or not delete_link(rtnl, host_name):
                 # the host name is free, so the clash is CNI_IFNAME inside the pod
                 raise CniError(errors.INTERNAL, "container interface already exists", ifname) from exc
             # else: a leftover host end of an ADD that died half way; removed, try again
-    link = _get(ipr, host_name)
+    link = rtnl.get_link(host_name)
     if link is None:
         raise CniError(errors.INTERNAL, "veth vanished after creation", host_name)
     idx = int(link["index"])
-    if not link["flags"] & 1:
-        ipr.link("set", index=idx, state="up")
+    if not link["flags"] & IFF_UP:
+        rtnl.set_link(idx, up=True)
     if hairpin:
         Path(f"/sys/class/net/{host_name}/brport/hairpin_mode").write_text("1")
     return VethPair(
@@ -238,111 +205,58 @@ def configure_container(
     address: ipaddress.IPv4Interface,
     routes: list[tuple[ipaddress.IPv4Network, ipaddress.IPv4Address]],
 ) -> LinkInfo:
-    """Inside the pod: address CNI_IFNAME, bring up lo (always ifindex 1 in a namespace), add routes."""
-    fd = open_netns(netns_path)
-    try:
+    """Inside the pod: bring up lo and CNI_IFNAME, address it, add the routes."""
 
-        def work() -> None:
-            with IPRoute() as ipr:
-                ipr.link("set", index=LOOPBACK_INDEX, state="up")
-                idx = veth.peer_index
-                ipr.link("set", index=idx, state="up")
-                add_address(ipr, idx, address, "pod")
-                for dst, gw in routes:
-                    try:
-                        ipr.route("add", dst=str(dst), gateway=str(gw), oif=idx)
-                    except NetlinkError as exc:
-                        if exc.code != errno.EEXIST:
-                            raise CniError(
-                                errors.INTERNAL, "cannot add route", f"{dst} via {gw}: {exc}"
-                            ) from exc
+    def work(rtnl: Rtnl) -> None:
+        rtnl.set_link(LOOPBACK_INDEX, up=True)
+        rtnl.set_link(veth.peer_index, up=True)
+        add_address(rtnl, veth.peer_index, address, "pod")
+        for dst, gw in routes:
+            try:
+                rtnl.add_route(dst, gw, veth.peer_index)
+            except NetlinkError as exc:
+                if exc.code != errno.EEXIST:
+                    raise CniError(errors.INTERNAL, "cannot add route", f"{dst} via {gw}: {exc}") from exc
 
-        in_netns(fd, work)
-    finally:
-        os.close(fd)
+    _in_pod(netns_path, work)
     return LinkInfo(name=ifname, mac=veth.peer_mac, sandbox=netns_path, index=veth.peer_index)
 
 
 def inspect_container(netns_path: str, ifname: str) -> ContainerState | None:
     """Read the pod side back (None when the interface is missing)."""
-    fd = open_netns(netns_path)
-    try:
 
-        def work() -> ContainerState | None:
-            with IPRoute() as ipr:
-                idx = _index(ipr, ifname)
-                if idx is None:
-                    return None
-                link = ipr.link("get", index=idx)[0]
-                lo = _index(ipr, "lo")
-                lo_up = bool(lo is not None and ipr.link("get", index=lo)[0]["flags"] & 1)
-                addrs = [
-                    ipaddress.IPv4Interface(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}")
-                    for a in ipr.get_addr(index=idx, family=2)
-                ]
-                routes = []
-                for r in ipr.get_routes(family=2, table=254):
-                    if r.get_attr("RTA_OIF") != idx:
-                        continue
-                    dst = r.get_attr("RTA_DST")
-                    routes.append((f"{dst or '0.0.0.0'}/{r['dst_len']}", r.get_attr("RTA_GATEWAY") or ""))
-                return ContainerState(
-                    ifname=ifname,
-                    mac=link.get_attr("IFLA_ADDRESS"),
-                    up=bool(link["flags"] & 1),
-                    mtu=link.get_attr("IFLA_MTU"),
-                    addresses=addrs,
-                    routes=sorted(routes),
-                    lo_up=lo_up,
-                )
+    def work(rtnl: Rtnl) -> ContainerState | None:
+        link = rtnl.get_link(ifname)
+        if link is None:
+            return None
+        idx = int(link["index"])
+        lo = rtnl.get_link(index=LOOPBACK_INDEX)
+        return ContainerState(
+            ifname=ifname,
+            mac=link.get_attr("IFLA_ADDRESS"),
+            up=bool(link["flags"] & IFF_UP),
+            mtu=link.get_attr("IFLA_MTU"),
+            addresses=rtnl.addresses(idx),
+            routes=rtnl.routes(idx),
+            lo_up=bool(lo is not None and lo["flags"] & IFF_UP),
+        )
 
-        return in_netns(fd, work)
-    finally:
-        os.close(fd)
-
-
-def delete_container_link(netns_path: str, ifname: str) -> None:
-    """Remove CNI_IFNAME inside the pod namespace (its veth peer goes with it)."""
-    try:
-        fd = open_netns(netns_path)
-    except CniError:
-        return  # namespace already gone: so is the interface
-
-    def work() -> None:
-        with IPRoute() as ipr:
-            delete_link(ipr, ifname)
-
-    try:
-        in_netns(fd, work)
-    finally:
-        os.close(fd)
+    return _in_pod(netns_path, work)
 
 
 def bring_up_loopback(netns_path: str) -> LinkInfo:
     """The whole job of the loopback plugin."""
-    fd = open_netns(netns_path)
-    try:
-
-        def work() -> LinkInfo:
-            with IPRoute() as ipr:
-                lo = _index(ipr, "lo")
-                if lo is None:
-                    raise CniError(errors.INTERNAL, "no loopback interface in namespace", netns_path)
-                ipr.link("set", index=lo, state="up")
-                return LinkInfo(name="lo", mac="00:00:00:00:00:00", sandbox=netns_path)
-
-        return in_netns(fd, work)
-    finally:
-        os.close(fd)
+    _in_pod(netns_path, lambda rtnl: rtnl.set_link(LOOPBACK_INDEX, up=True))
+    return LinkInfo(name="lo", mac="00:00:00:00:00:00", sandbox=netns_path, index=LOOPBACK_INDEX)
 
 
-def host_link_master(ipr: IPRoute, name: str) -> str | None:
+def host_link_master(rtnl: Rtnl, name: str) -> str | None:
     """Name of the bridge a host link is enslaved to, '' if none, None if the link is missing."""
-    idx = _index(ipr, name)
-    if idx is None:
+    link = rtnl.get_link(name)
+    if link is None:
         return None
-    master = ipr.link("get", index=idx)[0].get_attr("IFLA_MASTER")
+    master = link.get_attr("IFLA_MASTER")
     if not master:
         return ""
-    found = ipr.link("get", index=master)
-    return found[0].get_attr("IFLA_IFNAME") if found else ""
+    bridge = rtnl.get_link(index=master)
+    return bridge.get_attr("IFLA_IFNAME") if bridge is not None else ""

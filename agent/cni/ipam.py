@@ -164,9 +164,13 @@ class HostLocalStore:
             return None
 
     def _write_last_reserved(self, ip: ipaddress.IPv4Address) -> None:
-        tmp = self.dir / f".{LAST_RESERVED}.tmp"
-        tmp.write_text(str(ip))
-        os.replace(tmp, self.dir / LAST_RESERVED)
+        # written in place like host-local: a torn write only makes the next scan start at the
+        # beginning of the range, and a rename would cost a directory update on every ADD
+        fd = os.open(self.dir / LAST_RESERVED, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, str(ip).encode())
+        finally:
+            os.close(fd)
 
     def release(
         self, container_id: str, ifname: str, hint: list[ipaddress.IPv4Address] | None = None

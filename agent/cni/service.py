@@ -44,7 +44,7 @@ class NetworkService:
             return
         _prepare_socket_path(self.socket_path)
         self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="cni")
-        # warm up pyroute2 (lazy imports, first netlink socket) before the first real request
+        # warm up pyroute2 (lazy imports of its message classes, first netlink socket) before the first real request
         await asyncio.get_running_loop().run_in_executor(self._pool, _warm_up)
         old_umask = os.umask(0o077)
         try:
@@ -112,10 +112,10 @@ def _prepare_socket_path(path: str) -> None:
 
 
 def _warm_up() -> None:
-    from pyroute2 import IPRoute
+    from agent.cni.rtnl import Rtnl
 
-    with IPRoute() as ipr:
-        ipr.link_lookup(ifname="lo")
+    with Rtnl() as rtnl:
+        rtnl.get_link("lo")
 
 
 class BackgroundService:

@@ -4,6 +4,7 @@ restarted service keeps the pods it did not create."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,7 +39,8 @@ def test_200_add_del_cycles_10_at_a_time_leave_nothing(
                 if ip in live:
                     problems.append(f"{ip} given to {cid} while {live[ip]} holds it")
                 live[ip] = cid
-            if in_ns(ns, "ip", "-4", "-o", "addr", "show", "eth0").stdout.count(ip) != 1:
+            shown = json.loads(in_ns(ns, "ip", "-j", "-4", "addr", "show", "eth0").stdout)
+            if [a["local"] for a in shown[0]["addr_info"]] != [ip]:
                 problems.append(f"{cid}: {ip} not on eth0")
             with lock:
                 del live[ip]

@@ -102,7 +102,10 @@ def test_host_port_reachable_on_host_address(
     web, client = namespaces.new(), namespaces.new()
     mapped = network.conf(
         runtimeConfig={
-            "portMappings": [{"HostPort": 18932, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""}]
+            "portMappings": [
+                {"HostPort": 18932, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""},
+                {"HostPort": 18933, "ContainerPort": 80, "Protocol": "tcp", "HostIP": str(network.gateway)},
+            ]
         }
     )
     plugin.add(mapped, "web", web)
@@ -112,7 +115,14 @@ def test_host_port_reachable_on_host_address(
         # from the host itself to its own address, and from another pod through the host address
         assert wait_http(None, f"http://{host_ip}:18932/") == "hostport ok"
         assert wait_http(client, f"http://{host_ip}:18932/") == "hostport ok"
-        assert network.nat_rules() == ["web/eth0"]
+        # hairpin: the pod reaches itself through its own hostPort
+        assert wait_http(web, f"http://{host_ip}:18932/") == "hostport ok"
+        # localhost on the host, as the portmap plugin allows
+        assert wait_http(None, "http://127.0.0.1:18932/") == "hostport ok"
+        # a mapping bound to one host address answers there only
+        assert wait_http(None, f"http://{network.gateway}:18933/") == "hostport ok"
+        assert "hostport ok" not in wait_http(None, f"http://{host_ip}:18933/", timeout=0)
+        assert network.nat_rules() == ["web/eth0", "web/eth0"]
     finally:
         plugin.delete(mapped, "web", web)
         plugin.delete(network.conf(), "client", client)
