@@ -39,5 +39,15 @@ def run(args: argparse.Namespace) -> int:
         compact_interval=args.compact_interval,
         extra_sans=args.tls_san,
     )
-    asyncio.run(serve(config))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(serve(config))
     return 0
+
+
+def _loop_factory():  # type: ignore[no-untyped-def]
+    """uvloop when installed: it roughly halves the per-request cost of the HTTP layer."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop

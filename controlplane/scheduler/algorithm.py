@@ -52,6 +52,8 @@ class WeightedScore:
 
 def find_feasible(pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[FilterPlugin]
                   ) -> tuple[list[NodeInfo], dict[str, tuple[str, ...]]]:
+    # Upstream's PreFilter "Skip": a filter with nothing to check for this pod is not run per node.
+    filters = [f for f in filters if f.applies(pod)]
     feasible: list[NodeInfo] = []
     rejected: dict[str, tuple[str, ...]] = {}
     for node in nodes:
@@ -90,7 +92,7 @@ def select_host(nodes: Sequence[NodeInfo], totals: Sequence[int], rng: random.Ra
             best, best_score, ties = node, score, 1
         elif score == best_score:
             ties += 1
-            if rng.randrange(ties) == 0:
+            if rng.random() * ties < 1.0:
                 best = node
     return best
 

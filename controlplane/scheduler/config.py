@@ -63,7 +63,7 @@ class SchedulerConfig:
     unschedulable_flush: float = 300.0
     # Bindings in flight at once: enough to hide API latency, few enough not to swamp the server.
     bind_concurrency: int = 32
-    event_concurrency: int = 8
+    event_concurrency: int = 2
 
 
 def _plugin_name(name: str) -> str:

@@ -24,6 +24,10 @@ FITS: tuple[str, ...] = ()
 class FilterPlugin(Protocol):
     name: str
 
+    def applies(self, pod: PodInfo) -> bool:
+        """False when the filter cannot reject any node for this pod (upstream's PreFilter Skip)."""
+        ...
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         """Empty tuple if the node fits, otherwise the reasons it does not."""
         ...

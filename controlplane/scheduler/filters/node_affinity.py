@@ -23,6 +23,9 @@ def node_matches(pod: PodInfo, labels: dict[str, str], node_name: str) -> bool:
 class NodeAffinityFilter:
     name = "NodeAffinity"
 
+    def applies(self, pod: PodInfo) -> bool:
+        return bool(pod.node_selector) or pod.required_terms is not None
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         assert node.facts is not None
         if not pod.node_selector and pod.required_terms is None:

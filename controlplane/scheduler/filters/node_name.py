@@ -13,6 +13,9 @@ REASON = "node(s) didn't match the requested node name"
 class NodeNameFilter:
     name = "NodeName"
 
+    def applies(self, pod: PodInfo) -> bool:
+        return bool(pod.node_name)
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         if pod.node_name and pod.node_name != node.name:
             return (REASON,)

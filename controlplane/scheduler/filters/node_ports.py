@@ -13,6 +13,9 @@ REASON = "node(s) didn't have free ports for the requested pod ports"
 class NodePortsFilter:
     name = "NodePorts"
 
+    def applies(self, pod: PodInfo) -> bool:
+        return bool(pod.host_ports)
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         if not pod.host_ports or not node.ports:
             return FITS

@@ -19,6 +19,9 @@ def insufficient(resource: str) -> str:
 class NodeResourcesFitFilter:
     name = "NodeResourcesFit"
 
+    def applies(self, pod: PodInfo) -> bool:
+        return True  # the pod count always applies
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         assert node.facts is not None
         alloc = node.facts.allocatable

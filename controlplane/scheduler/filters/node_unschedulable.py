@@ -15,6 +15,9 @@ _TAINT = Taint(TAINT_UNSCHEDULABLE, "", NO_SCHEDULE)
 class NodeUnschedulableFilter:
     name = "NodeUnschedulable"
 
+    def applies(self, pod: PodInfo) -> bool:
+        return True  # depends on the node
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         assert node.facts is not None
         if node.facts.unschedulable and not tolerated(_TAINT, pod.tolerations):

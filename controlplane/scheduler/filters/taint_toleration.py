@@ -17,6 +17,9 @@ def reason(key: str, value: str) -> str:
 class TaintTolerationFilter:
     name = "TaintToleration"
 
+    def applies(self, pod: PodInfo) -> bool:
+        return True  # depends on the node
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         assert node.facts is not None
         if not node.facts.taints:

@@ -37,17 +37,22 @@ class BalancedAllocation:
         return None
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
-        assert node.facts is not None
-        fractions: list[float] = []
-        for r in self.resources:
-            alloc = node.facts.allocatable.get(r, 0)
-            if alloc == 0:
-                continue
-            fractions.append(min((node.requested.get(r, 0) + pod.requests.get(r, 0)) / alloc, 1.0))
-        return balanced_score(fractions)
+        return self.score_all(pod, [node], None)[0]
 
     def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
-        return [self.score(pod, n) for n in nodes]
+        wanted = [(r, pod.requests.get(r, 0)) for r in self.resources]
+        out: list[int] = []
+        for node in nodes:
+            assert node.facts is not None
+            alloc, used = node.facts.allocatable, node.requested
+            fractions: list[float] = []
+            for r, want in wanted:
+                a = alloc.get(r, 0)
+                if a:
+                    f = (used.get(r, 0) + want) / a
+                    fractions.append(f if f < 1.0 else 1.0)
+            out.append(balanced_score(fractions))
+        return out
 
     def normalize(self, scores: list[int]) -> list[int]:
         return scores

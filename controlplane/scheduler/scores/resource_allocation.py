@@ -57,18 +57,21 @@ class ResourceAllocation:
         return None
 
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
-        assert node.facts is not None
-        if not self.weight_sum:
-            return 0
-        alloc = node.facts.allocatable
-        fn = self._fn
-        total = 0
-        for resource, weight in self.resources:
-            total += fn(node_requested(pod, node, resource), alloc.get(resource, 0)) * weight
-        return total // self.weight_sum
+        return self.score_all(pod, [node], None)[0]
 
     def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
-        return [self.score(pod, n) for n in nodes]
+        if not self.weight_sum:
+            return [0] * len(nodes)
+        fn, resources, weight_sum = self._fn, self.resources, self.weight_sum
+        out: list[int] = []
+        for node in nodes:
+            assert node.facts is not None
+            alloc = node.facts.allocatable
+            total = 0
+            for resource, weight in resources:
+                total += fn(node_requested(pod, node, resource), alloc.get(resource, 0)) * weight
+            out.append(total // weight_sum)
+        return out
 
     def normalize(self, scores: list[int]) -> list[int]:
         return scores

@@ -1,0 +1,217 @@
+"""API server benchmarks (issue 3): figures are reported, never asserted.
+
+  python bench/apiserver/run.py [--nodes 5000 --rate 500 --seconds 20 --pods 10000 --watchers 1000]
+
+(a) lease renewals: 5 000 leases in kube-node-lease, renewed by PUT at a fixed open-loop rate (the
+    upstream kubelet cadence: 5 000 nodes / 10 s = 500 updates/s); p50/p99 latency.
+(b) list 10 000 pods: full JSON list, consistent (resourceVersion unset) and from cache (rv=0).
+(c) 1 000 concurrent watchers: time from a write's acknowledgement to its event at the last watcher.
+
+The server runs as a subprocess through the rig (HTTPS, client-certificate auth, SQLite store), the
+load generator is one asyncio process on the same 2-core machine, so both share the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from pykubelet.rig.apiserver import ApiServer
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def ssl_context(server: ApiServer) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(server.ca_cert))
+    ctx.load_cert_chain(server.data_dir / "pki" / "admin.crt", server.data_dir / "pki" / "admin.key")
+    return ctx
+
+
+async def bulk(session: aiohttp.ClientSession, url: str, bodies: list[dict], concurrency: int = 64) -> None:
+    queue = list(reversed(bodies))
+
+    async def worker() -> None:
+        while queue:
+            body = queue.pop()
+            async with session.post(url, json=body) as resp:
+                if resp.status != 201:
+                    raise RuntimeError(f"create failed {resp.status}: {await resp.text()}")
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def bench_leases(server: ApiServer, session: aiohttp.ClientSession, nodes: int, rate: float, seconds: float) -> dict:
+    url = f"{server.url}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+    await bulk(session, url, [
+        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": f"node-{i}"},
+         "spec": {"holderIdentity": f"node-{i}", "leaseDurationSeconds": 40, "renewTime": now}}
+        for i in range(nodes)])
+    async with session.get(url) as resp:
+        leases = {item["metadata"]["name"]: item for item in (await resp.json())["items"]}
+    latencies: list[float] = []
+    errors = 0
+    total = int(rate * seconds)
+    start = time.perf_counter()
+
+    async def renew(i: int) -> None:
+        nonlocal errors
+        name = f"node-{i % nodes}"
+        lease = leases[name]
+        lease["spec"]["renewTime"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        t0 = time.perf_counter()
+        async with session.put(f"{url}/{name}", json=lease) as resp:
+            body = await resp.json()
+        latencies.append(time.perf_counter() - t0)
+        if resp.status == 200:
+            leases[name] = body
+        else:
+            errors += 1
+
+    tasks = []
+    for i in range(total):
+        target = start + i / rate
+        delay = target - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(renew(i)))
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - start
+    return {
+        "leases": nodes, "target_rate": rate, "requests": total, "achieved_rate": round(total / elapsed, 1),
+        "errors": errors, "p50_ms": round(pct(latencies, 50) * 1000, 2), "p99_ms": round(pct(latencies, 99) * 1000, 2),
+        "max_ms": round(max(latencies) * 1000, 2),
+    }
+
+
+async def bench_list(server: ApiServer, session: aiohttp.ClientSession, pods: int) -> dict:
+    await session.post(f"{server.url}/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
+    url = f"{server.url}/api/v1/namespaces/bench/pods"
+    t0 = time.perf_counter()
+    await bulk(session, url, [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{i}", "labels": {"app": f"a{i % 10}"}},
+         "spec": {"nodeName": f"node-{i % 5000}", "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                                                                  "ports": [{"containerPort": 8080}]}]}}
+        for i in range(pods)])
+    create_s = time.perf_counter() - t0
+    out: dict = {"pods": pods, "create_rate_per_s": round(pods / create_s, 1)}
+    for label, query in (("consistent", ""), ("rv0", "?resourceVersion=0"), ("all_namespaces", "")):
+        target = f"{server.url}/api/v1/pods{query}" if label == "all_namespaces" else url + query
+        times = []
+        size = 0
+        for _ in range(5):
+            t0 = time.perf_counter()
+            async with session.get(target) as resp:
+                data = await resp.read()
+            times.append(time.perf_counter() - t0)
+            size = len(data)
+        count = len(json.loads(data)["items"])
+        out[label] = {"items": count, "bytes": size, "median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3)}
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        async with session.get(f"{url}?fieldSelector=spec.nodeName%3Dnode-7") as resp:
+            await resp.read()
+        times.append(time.perf_counter() - t0)
+    out["field_selector_one_node_median_s"] = round(statistics.median(times), 4)
+    return out
+
+
+async def bench_watchers(server: ApiServer, ctx: ssl.SSLContext, watchers: int, rounds: int = 5) -> dict:
+    url = f"{server.url}/api/v1/namespaces/default/configmaps"
+    connector = aiohttp.TCPConnector(ssl=ctx, limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        async with session.post(url, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "watched"}, "data": {"n": "0"}}) as resp:
+            rv = (await resp.json())["metadata"]["resourceVersion"]
+        arrivals: list[dict[str, float]] = [{} for _ in range(watchers)]
+        ready = 0
+
+        async def watch(i: int) -> None:
+            nonlocal ready
+            async with session.get(url, params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "600"}) as resp:
+                ready += 1
+                async for line in resp.content:
+                    event = json.loads(line)
+                    value = event["object"].get("data", {}).get("n")
+                    arrivals[i][value] = time.perf_counter()
+
+        tasks = [asyncio.create_task(watch(i)) for i in range(watchers)]
+        t0 = time.perf_counter()
+        while ready < watchers:
+            await asyncio.sleep(0.05)
+        connect_s = time.perf_counter() - t0
+        await asyncio.sleep(1)
+        results = []
+        for r in range(1, rounds + 1):
+            sent = time.perf_counter()
+            async with session.patch(f"{url}/watched", data=json.dumps({"data": {"n": str(r)}}),
+                                     headers={"Content-Type": "application/merge-patch+json"}) as resp:
+                await resp.read()
+            acked = time.perf_counter()
+            deadline = time.perf_counter() + 30
+            while any(str(r) not in a for a in arrivals) and time.perf_counter() < deadline:
+                await asyncio.sleep(0.005)
+            last = max(a.get(str(r), float("inf")) for a in arrivals)
+            first = min(a.get(str(r), float("inf")) for a in arrivals)
+            results.append({"write_ack_ms": round((acked - sent) * 1000, 1), "first_ms": round((first - sent) * 1000, 1),
+                            "last_ms": round((last - sent) * 1000, 1)})
+            await asyncio.sleep(0.5)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return {"watchers": watchers, "connect_all_s": round(connect_s, 2), "rounds": results,
+            "last_watcher_median_ms": statistics.median(r["last_ms"] for r in results)}
+
+
+async def main(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="apiserver-bench-") as tmp, ApiServer(Path(tmp) / "data") as server:
+        ctx = ssl_context(server)
+        report: dict = {}
+        connector = aiohttp.TCPConnector(ssl=ctx, limit=args.connections)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            if args.rate:
+                report["a_lease_renewals"] = await bench_leases(server, session, args.nodes, args.rate, args.seconds)
+                print(json.dumps(report["a_lease_renewals"]), flush=True)
+            if args.pods:
+                report["b_list_pods"] = await bench_list(server, session, args.pods)
+                print(json.dumps(report["b_list_pods"]), flush=True)
+        if args.watchers:
+            report["c_watchers"] = await bench_watchers(server, ctx, args.watchers)
+            print(json.dumps(report["c_watchers"]), flush=True)
+        return report
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--rate", type=float, default=500)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--watchers", type=int, default=1000)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        result = runner.run(main(args))
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
