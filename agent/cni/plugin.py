@@ -61,7 +61,9 @@ def _peek_version(stdin: bytes) -> str:
 
 
 def _result_version(conf: NetConf) -> str:
-    return conf.cni_version
+    """0.x configs get 0.x results; 1.x configs get 1.0.0 results, the newest format containerd 1.6
+    parses (1.1 changed nothing in the ADD result that we fill in)."""
+    return conf.cni_version if conf.cni_version < "1.0.0" else RESULT_VERSION
 
 
 def _container_routes(conf: NetConf) -> list[tuple[ipaddress.IPv4Network, ipaddress.IPv4Address]]:
@@ -84,12 +86,12 @@ def _loopback(conf: NetConf, args: CniArgs) -> dict[str, Any] | None:
         lo = datapath.bring_up_loopback(args.netns)
         if conf.prev_result:
             # chained after the bridge plugin: pass the pod's result through, as the reference does
-            return {**conf.prev_result, "cniVersion": conf.cni_version}
+            return {**conf.prev_result, "cniVersion": _result_version(conf)}
         ips: dict[str, Any] = {"address": "127.0.0.1/8", "interface": 0}
         if conf.cni_version < "1.0.0":
             ips["version"] = "4"
         return {
-            "cniVersion": conf.cni_version,
+            "cniVersion": _result_version(conf),
             "interfaces": [{"name": lo.name, "mac": lo.mac, "sandbox": lo.sandbox}],
             "ips": [ips],
             "dns": {},

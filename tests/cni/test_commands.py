@@ -5,10 +5,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
-from cnitest import NETNS_DIR, CniFailed, Namespaces, Plugin, PodNetwork, in_ns
+from cnitest import NETNS_DIR, CniFailed, Namespaces, Plugin, PodNetwork, ServiceThread, in_ns
 
 from agent.cni import errors
 from agent.cni.install import install_plugins
@@ -210,3 +211,45 @@ def test_python_forwarder_when_no_compiler(
     forwarder.add(conf, "fwd", ns)
     forwarder.delete(conf, "fwd", ns)
     assert service.service.requests == before + 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("version", ["0.4.0", "1.1.0"])
+def test_result_versions(
+    plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces, version: str
+) -> None:
+    """0.x configs get 0.x results (with per-IP "version"); 1.1 configs get 1.0.0 results, which is
+    what containerd 1.6 can parse."""
+    ns = namespaces.new()
+    conf = network.conf(cniVersion=version)
+    result = plugin.add(conf, f"v{version}", ns)
+    if version == "0.4.0":
+        assert result["cniVersion"] == "0.4.0" and result["ips"][0]["version"] == "4"
+    else:
+        assert result["cniVersion"] == "1.0.0" and "version" not in result["ips"][0]
+    plugin.delete(conf, f"v{version}", ns)
+
+
+def test_large_config_through_shim_and_fallback(
+    plugin: Plugin, socket_path: str, network: PodNetwork, namespaces: Namespaces
+) -> None:
+    """A config bigger than a pipe buffer reaches the plugin intact on both shim paths."""
+    conf = network.conf(padding="x" * 200_000)
+    ns = namespaces.new()
+    result = plugin.add(conf, "big-fallback", ns)  # no service: the shim replays stdin to Python
+    plugin.check(conf, result, "big-fallback", ns)
+    with ServiceThread(socket_path):
+        result = plugin.add(conf, "big-service", namespaces.new())
+        assert ipaddress.ip_interface(result["ips"][0]["address"]).ip in network.subnet
+        plugin.call("DEL", conf, "big-service", "")
+    plugin.delete(conf, "big-fallback", ns)
+
+
+def test_service_survives_garbage(plugin: Plugin, socket_path: str, service: object) -> None:
+    for junk in (b"", b"GET / HTTP/1.1\r\n\r\n", b"PKCNI1\nCNI_COMMAND=ADD"):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(socket_path)
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)
+            assert s.recv(100) == b""  # dropped without an answer
+    # and it still answers proper requests afterwards
+    assert plugin.call("VERSION", {"cniVersion": "1.0.0"})["cniVersion"] == "1.0.0"
