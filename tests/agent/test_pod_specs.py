@@ -1,0 +1,196 @@
+"""Pure translations from pod specs to CRI configs: DNS, env, QoS/cgroups, resources, images, backoff."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from agent.config import AgentConfig
+from agent.cri import pb
+from agent.pods import labels as L
+from agent.pods.backoff import BackoffTable, format_go_duration
+from agent.pods.container import container_config, linux_resources
+from agent.pods.dns import DNS, parse_resolv_conf, pod_dns
+from agent.pods.env import ConfigError, expand, resolve_env
+from agent.pods.images import auth_from_secrets, default_pull_policy, registry_host, valid_reference
+from agent.pods.qos import cgroup_parent, qos_class
+from agent.pods.sandbox import sandbox_config
+
+
+def make_pod(**spec):
+    return {
+        "metadata": {"name": "web", "namespace": "prod", "uid": "1234-5678", "labels": {"app": "web"}, "annotations": {"a": "b"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
+    }
+
+
+HOST = DNS(["192.0.2.53"], ["corp.example"], ["edns0"])
+
+
+def test_dns_cluster_first():
+    dns = pod_dns(make_pod(), HOST, ["10.96.0.10"], "cluster.local")
+    assert dns.servers == ["10.96.0.10"]
+    assert dns.searches == ["prod.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"]
+    assert dns.options == ["ndots:5"]
+
+
+def test_dns_cluster_first_without_cluster_dns_falls_back_to_host():
+    assert pod_dns(make_pod(), HOST, [], "cluster.local").servers == ["192.0.2.53"]
+
+
+def test_dns_host_network_and_with_host_net():
+    assert pod_dns(make_pod(hostNetwork=True), HOST, ["10.96.0.10"], "cluster.local").servers == ["192.0.2.53"]
+    p = make_pod(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    assert pod_dns(p, HOST, ["10.96.0.10"], "cluster.local").servers == ["10.96.0.10"]
+
+
+def test_dns_none_with_config_merge():
+    p = make_pod(dnsPolicy="None", dnsConfig={"nameservers": ["1.2.3.4"], "searches": ["x.y"], "options": [{"name": "ndots", "value": "2"}, {"name": "rotate"}]})
+    dns = pod_dns(p, HOST, ["10.96.0.10"], "cluster.local")
+    assert (dns.servers, dns.searches, dns.options) == (["1.2.3.4"], ["x.y"], ["ndots:2", "rotate"])
+
+
+def test_parse_resolv_conf():
+    dns = parse_resolv_conf("# c\nnameserver 1.1.1.1\nsearch a b\noptions ndots:2 edns0\nnameserver 8.8.8.8\n")
+    assert dns == DNS(["1.1.1.1", "8.8.8.8"], ["a", "b"], ["ndots:2", "edns0"])
+
+
+def test_expand():
+    env = {"A": "x", "B": "y"}
+    assert expand("$(A)-$(B)-$(C)-$$(A)", env) == "x-y-$(C)-$(A)"
+
+
+async def test_resolve_env_sources():
+    secret = {"data": {"pw": base64.b64encode(b"s3cret").decode()}}
+    cm = {"data": {"k": "v", "other": "o"}}
+
+    async def fetch(kind, ns, name):
+        assert ns == "prod"
+        return {"ConfigMap": {"cm": cm}, "Secret": {"sec": secret}}[kind].get(name)
+
+    c = {
+        "name": "c",
+        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+        "env": [
+            {"name": "A", "value": "one"},
+            {"name": "B", "value": "$(A)-two"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "LBL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "pw"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "x", "optional": True}}},
+        ],
+    }
+    env = dict(await resolve_env(make_pod(), c, fetch, "192.0.2.1", "10.0.0.7"))
+    assert env == {
+        "CM_k": "v", "CM_other": "o", "A": "one", "B": "one-two", "POD": "web", "LBL": "web", "PW": "s3cret", "IP": "10.0.0.7",
+    }
+    with pytest.raises(ConfigError, match='configmap "gone" not found'):
+        await resolve_env(make_pod(), {"name": "c", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "x"}}}]}, fetch)
+
+
+def res(requests=None, limits=None):
+    return {"resources": {"requests": requests or {}, "limits": limits or {}}}
+
+
+def test_qos_and_cgroup_parent():
+    best = make_pod()
+    guaranteed = make_pod(containers=[{"name": "c", **res({"cpu": "500m", "memory": "64Mi"}, {"cpu": "0.5", "memory": "64Mi"})}])
+    burst = make_pod(containers=[{"name": "c", **res({"cpu": "100m"})}])
+    assert [qos_class(p) for p in (best, guaranteed, burst)] == ["BestEffort", "Guaranteed", "Burstable"]
+    assert cgroup_parent(best) == "/kubepods/besteffort/pod1234-5678"
+    assert cgroup_parent(guaranteed) == "/kubepods/pod1234-5678"
+    assert cgroup_parent(burst, "/test-root") == "/test-root/kubepods/burstable/pod1234-5678"
+    assert cgroup_parent(burst, driver="systemd") == "kubepods-burstable-pod1234_5678.slice"
+
+
+def test_linux_resources():
+    c = {"name": "c", **res({"cpu": "250m", "memory": "32Mi"}, {"cpu": "1", "memory": "64Mi"})}
+    r = linux_resources(make_pod(containers=[c]), c, node_memory=2**30)
+    assert (r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes) == (256, 100000, 100000, 64 * 2**20)
+    assert r.oom_score_adj == 1000 - (1000 * 32 * 2**20) // 2**30
+    be = linux_resources(make_pod(), {"name": "c"}, 2**30)
+    assert (be.cpu_shares, be.cpu_quota, be.oom_score_adj) == (2, 0, 1000)
+
+
+def test_container_config_identity_and_security():
+    c = {
+        "name": "c",
+        "image": "busybox:1.35.0",
+        "command": ["sh", "-c"],
+        "args": ["echo $(GREETING)"],
+        "workingDir": "/tmp",
+        "ports": [{"containerPort": 80}],
+        "securityContext": {"runAsUser": 1000, "runAsGroup": 2000, "readOnlyRootFilesystem": True, "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}},
+    }
+    p = make_pod(containers=[c])
+    cfg = container_config(p, c, "app", 3, "sha256:img", [("GREETING", "hi")], 2**30)
+    assert list(cfg.args) == ["echo hi"] and cfg.working_dir == "/tmp"
+    assert cfg.metadata.attempt == 3 and cfg.log_path == "c/3.log"
+    assert cfg.image.image == "sha256:img" and cfg.image.user_specified_image == "busybox:1.35.0"
+    assert cfg.labels[L.POD_UID] == "1234-5678" and cfg.labels[L.CONTAINER_NAME] == "c"
+    assert cfg.annotations[L.RESTART_COUNT] == "3" and cfg.annotations[L.CONTAINER_HASH] == L.container_hash(c)
+    assert json.loads(cfg.annotations[L.CONTAINER_PORTS]) == [{"containerPort": 80}]
+    sec = cfg.linux.security_context
+    assert (sec.run_as_user.value, sec.run_as_group.value, sec.readonly_rootfs) == (1000, 2000, True)
+    assert list(sec.capabilities.add_capabilities) == ["NET_ADMIN"]
+
+
+def test_container_hash_ignores_resources_only():
+    a = {"name": "c", "image": "x:1", **res({"cpu": "1"})}
+    assert L.container_hash(a) == L.container_hash({**a, **res({"cpu": "2"})})
+    assert L.container_hash(a) != L.container_hash({**a, "image": "x:2"})
+
+
+def test_sandbox_config():
+    cfg = AgentConfig(node_name="n1", pod_logs_dir="/logs", cluster_domain="cluster.local", cluster_dns=["10.96.0.10"])
+    p = make_pod(
+        hostname="h", hostPID=True,
+        containers=[{"name": "c", "image": "b", "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "protocol": "UDP"}]}],
+    )
+    sb = sandbox_config(cfg, p, 2, HOST, "node-host")
+    assert (sb.metadata.name, sb.metadata.namespace, sb.metadata.uid, sb.metadata.attempt) == ("web", "prod", "1234-5678", 2)
+    assert sb.hostname == "h" and sb.log_directory == "/logs/prod_web_1234-5678"
+    assert sb.labels["app"] == "web" and sb.labels[L.POD_NAME] == "web" and sb.annotations["a"] == "b"
+    assert [(m.container_port, m.host_port, m.protocol) for m in sb.port_mappings] == [(80, 8080, pb.TCP)]
+    ns = sb.linux.security_context.namespace_options
+    assert (ns.network, ns.pid, ns.ipc) == (pb.POD, pb.NODE, pb.POD)
+    assert sb.linux.cgroup_parent == "/kubepods/besteffort/pod1234-5678"
+    assert list(sb.dns_config.servers) == ["10.96.0.10"]
+    host_net = sandbox_config(cfg, make_pod(hostNetwork=True), 0, HOST, "node-host")
+    assert host_net.hostname == "node-host" and host_net.linux.security_context.namespace_options.network == pb.NODE
+
+
+def test_image_reference_and_policy():
+    assert valid_reference("127.0.0.1:5000/library/busybox:latest")
+    assert not valid_reference("BusyBox") and not valid_reference("a b")
+    assert default_pull_policy("busybox") == "Always"
+    assert default_pull_policy("busybox:latest") == "Always"
+    assert default_pull_policy("busybox:1.35") == "IfNotPresent"
+    assert default_pull_policy("reg:5000/busybox") == "Always"
+    assert registry_host("busybox") == "docker.io" and registry_host("reg.io:5000/a/b") == "reg.io:5000"
+
+
+def test_auth_from_dockerconfigjson():
+    doc = {"auths": {"reg.io:5000": {"auth": base64.b64encode(b"alice:pw").decode()}, "other.io": {"username": "bob", "password": "x"}}}
+    secret = {"type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": base64.b64encode(json.dumps(doc).encode()).decode()}}
+    auths = auth_from_secrets([secret], "reg.io:5000/team/app:1")
+    assert [(a.username, a.password, a.server_address) for a in auths] == [("alice", "pw", "reg.io:5000")]
+    assert auth_from_secrets([secret], "busybox") == []
+
+
+def test_backoff_table_doubles_caps_and_resets():
+    now = [0.0]
+    table = BackoffTable(10, 300, clock=lambda: now[0])
+    key = ("u", "c")
+    assert table.remaining(key) == 0
+    delays = []
+    for _ in range(7):
+        delays.append(table.next(key))
+        now[0] += table.remaining(key)
+    assert delays == [10, 20, 40, 80, 160, 300, 300]
+    now[0] += 601  # ten minutes of clean running
+    assert table.remaining(key) == 0 and table.next(key) == 10
+    assert [format_go_duration(s) for s in (10, 80, 300)] == ["10s", "1m20s", "5m0s"]

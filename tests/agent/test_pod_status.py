@@ -1,0 +1,167 @@
+"""Pod status rules (phase, container states, conditions) against upstream's, one case at a time."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.pods.runtime import ContainerRecord, PodRuntime, SandboxRecord
+from agent.pods.status import StatusInputs, compute_status, pod_phase
+
+NS = 1_000_000_000
+
+
+def pod(restart="Always", containers=("main",), init=(), status=None):
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+        "spec": {
+            "restartPolicy": restart,
+            "containers": [{"name": n, "image": "busybox"} for n in containers],
+            "initContainers": [{"name": n, "image": "busybox"} for n in init],
+        },
+        "status": status or {},
+    }
+
+
+def rec(name, state, exit_code=0, restarts=0, cid=None, kind="app", sandbox="sb1", reason=""):
+    return ContainerRecord(
+        id=cid or f"{name}-{restarts}",
+        name=name,
+        kind=kind,
+        sandbox_id=sandbox,
+        restart_count=restarts,
+        hash="",
+        state=state,
+        created_at=restarts + 1,
+        started_at=10 * NS,
+        finished_at=20 * NS if state == "exited" else 0,
+        exit_code=exit_code,
+        reason=reason or ("" if state != "exited" else ("Completed" if exit_code == 0 else "Error")),
+        message="",
+        image="docker.io/library/busybox:latest",
+        image_ref="docker.io/library/busybox@sha256:abc",
+        log_path="",
+    )
+
+
+def runtime(*records, ready=True):
+    rt = PodRuntime("u1", [SandboxRecord("sb1", 0, ready, 1, "10.0.0.5", (), False)])
+    for r in records:
+        rt.containers.setdefault(r.name, []).append(r)
+    for recs in rt.containers.values():
+        recs.sort(key=lambda r: r.restart_count, reverse=True)
+    return rt
+
+
+def status_of(p, rt, **kw):
+    return compute_status(StatusInputs(pod=p, runtime=rt, host_ip="192.0.2.1", now="2026-01-01T00:00:00Z", **kw))
+
+
+def test_running_container():
+    st = status_of(pod(), runtime(rec("main", "running")))
+    assert st["phase"] == "Running"
+    cs = st["containerStatuses"][0]
+    assert cs["state"] == {"running": {"startedAt": "1970-01-01T00:00:10Z"}}
+    assert cs["ready"] and cs["started"] and cs["restartCount"] == 0
+    assert cs["containerID"] == "containerd://main-0"
+    assert cs["imageID"] == "docker.io/library/busybox@sha256:abc"
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert {k: v["status"] for k, v in conds.items()} == {
+        "PodReadyToStartContainers": "True",
+        "Initialized": "True",
+        "Ready": "True",
+        "ContainersReady": "True",
+        "PodScheduled": "True",
+    }
+    assert st["podIP"] == "10.0.0.5" and st["podIPs"] == [{"ip": "10.0.0.5"}]
+    assert st["hostIP"] == "192.0.2.1" and st["qosClass"] == "BestEffort"
+
+
+def test_nothing_yet_is_container_creating():
+    st = status_of(pod(), PodRuntime("u1"))
+    assert st["phase"] == "Pending"
+    assert st["containerStatuses"][0]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["ContainersReady"]["reason"] == "ContainersNotReady"
+    assert conds["ContainersReady"]["message"] == "containers with unready status: [main]"
+    assert conds["PodReadyToStartContainers"]["status"] == "False"
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "phase"),
+    [("Never", 0, "Succeeded"), ("Never", 1, "Failed"), ("OnFailure", 0, "Succeeded"), ("OnFailure", 1, "Running"), ("Always", 0, "Running")],
+)
+def test_exited_phase_by_policy(policy, code, phase):
+    st = status_of(pod(restart=policy), runtime(rec("main", "exited", code)))
+    assert st["phase"] == phase
+    term = st["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == code and term["reason"] == ("Completed" if code == 0 else "Error")
+
+
+def test_succeeded_ready_reason_pod_completed():
+    st = status_of(pod(restart="Never"), runtime(rec("main", "exited", 0)))
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "PodCompleted"
+
+
+def test_crash_loop_waiting_with_last_state():
+    rt = runtime(rec("main", "exited", 3, restarts=1), rec("main", "exited", 3, restarts=0))
+    st = status_of(pod(), rt, waiting={"main": ("CrashLoopBackOff", "back-off 10s restarting failed container=main pod=p_ns(u1)")})
+    cs = st["containerStatuses"][0]
+    assert cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    assert cs["lastState"]["terminated"]["exitCode"] == 3
+    assert cs["restartCount"] == 1 and not cs["ready"]
+    assert st["phase"] == "Running"
+
+
+def test_running_after_restart_shows_previous_termination():
+    rt = runtime(rec("main", "running", restarts=2), rec("main", "exited", 1, restarts=1))
+    cs = status_of(pod(), rt)["containerStatuses"][0]
+    assert "running" in cs["state"] and cs["lastState"]["terminated"]["containerID"] == "containerd://main-1"
+    assert cs["restartCount"] == 2
+
+
+def test_init_pending_then_app_pod_initializing():
+    p = pod(init=("i1", "i2"))
+    st = status_of(p, runtime(rec("i1", "running", kind="init")))
+    assert st["phase"] == "Pending"
+    assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    assert st["initContainerStatuses"][1]["state"]["waiting"]["reason"] == "PodInitializing"
+    init = {c["type"]: c for c in st["conditions"]}["Initialized"]
+    assert init["status"] == "False" and init["message"] == "containers with incomplete status: [i1 i2]"
+
+
+def test_failed_init_under_never_fails_pod():
+    st = status_of(pod(restart="Never", init=("i1",)), runtime(rec("i1", "exited", 7, kind="init")))
+    assert st["phase"] == "Failed"
+
+
+def test_failed_init_under_always_stays_pending():
+    st = status_of(pod(init=("i1",)), runtime(rec("i1", "exited", 7, kind="init")))
+    assert st["phase"] == "Pending"
+
+
+def test_terminal_phase_never_changes():
+    st = status_of(pod(status={"phase": "Failed"}), runtime(rec("main", "running")))
+    assert st["phase"] == "Failed"
+
+
+def test_terminating_always_pod_becomes_failed_or_succeeded():
+    assert status_of(pod(), runtime(rec("main", "exited", 137)), terminal=True)["phase"] == "Failed"
+    assert status_of(pod(), runtime(rec("main", "exited", 0)), terminal=True)["phase"] == "Succeeded"
+
+
+def test_vanished_running_container_is_status_unknown_when_terminal():
+    cs = status_of(pod(), runtime(rec("main", "running")), terminal=True)["containerStatuses"][0]
+    assert cs["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert cs["state"]["terminated"]["exitCode"] == 137
+
+
+def test_transition_time_kept_when_status_unchanged():
+    first = status_of(pod(), runtime(rec("main", "running")))
+    p = pod(status={**first, "conditions": [{**c, "lastTransitionTime": "2025-01-01T00:00:00Z"} for c in first["conditions"]]})
+    again = status_of(p, runtime(rec("main", "running")))
+    assert all(c["lastTransitionTime"] == "2025-01-01T00:00:00Z" for c in again["conditions"])
+
+
+def test_phase_missing_status_counts_unknown():
+    assert pod_phase(pod(), [], [{"state": {}, "lastState": {}}], False) == "Pending"
