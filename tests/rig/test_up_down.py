@@ -1,0 +1,59 @@
+"""The README's main command: `pykubelet up` brings the cluster up with the sample pod Running, and
+`pykubelet down` takes all of it away again."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pykubelet.rig.leaks import HostSnapshot, leaked_since
+from pykubelet.rig.process import free_port, pid_alive
+from pykubelet.rig.stack import StackRecord
+
+pytestmark = pytest.mark.integration
+
+
+def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    before = HostSnapshot.take()
+    up = subprocess.run(
+        ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-test"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    record = StackRecord.load(state)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert record is not None
+        kubeconfig = record.kubeconfig
+        assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
+        assert "pod default/hello is Running" in up.stderr
+        # The daemons outlive the `up` command, and kubectl sees the node and the pod.
+        assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
+        pods = subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, "get", "pod", "hello", "-o", "jsonpath={.status.phase}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert pods.stdout == "Running"
+        nodes = subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, "get", "node", "up-test", "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert nodes.stdout.strip() == "node/up-test"
+    finally:
+        down = subprocess.run(
+            ["pykubelet", "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=120, check=False
+        )
+    assert down.returncode == 0, down.stderr
+    assert StackRecord.load(state) is None
+    assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
+    leaked = leaked_since(before)
+    assert not leaked, f"`pykubelet down` left {leaked}"
