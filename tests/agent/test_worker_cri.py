@@ -172,3 +172,36 @@ async def test_never_pod_finishes_and_releases_sandbox(ctx: PodContext, cri: CRI
     gone = PodWorker(ctx, uid, lambda: None)
     assert (await gone.sync()).done
     assert await cri.list_pod_sandbox(labels={L.POD_UID: uid}) == []
+
+
+async def test_dead_sandbox_is_replaced(ctx: PodContext, cri: CRIClient, test_images: RigImages):
+    pod = make_pod(test_images.busybox, "sleep 3600")
+    uid = pod["metadata"]["uid"]
+    worker = PodWorker(ctx, uid, lambda: pod)
+    await sync_until(worker, ctx, lambda s: s["phase"] == "Running")
+    [old] = await cri.list_pod_sandbox(labels={L.POD_UID: uid})
+    await cri.stop_pod_sandbox(old.id)  # the sandbox dies under the pod
+    status = await sync_until(
+        worker, ctx, lambda s: s["phase"] == "Running" and main(s)["restartCount"] == 1 and "running" in main(s)["state"]
+    )
+    ready = await cri.list_pod_sandbox(labels={L.POD_UID: uid}, state=pb.SANDBOX_READY)
+    assert [s.metadata.attempt for s in ready] == [1]
+    assert status["podIP"]
+    assert any(u == uid and r == "SandboxChanged" for u, _t, r, _m in ctx.recorder.recorded)
+    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert (await worker.sync()).done
+    assert await cri.list_pod_sandbox(labels={L.POD_UID: uid}) == []
+
+
+async def test_changed_image_restarts_container(ctx: PodContext, cri: CRIClient, test_images: RigImages):
+    pod = make_pod(test_images.busybox, "sleep 3600")
+    uid = pod["metadata"]["uid"]
+    worker = PodWorker(ctx, uid, lambda: pod)
+    first = main(await sync_until(worker, ctx, lambda s: s["phase"] == "Running"))["containerID"]
+    pod["spec"]["containers"][0]["image"] = test_images.busybox_pinned
+    status = await sync_until(worker, ctx, lambda s: "running" in main(s)["state"] and main(s)["containerID"] != first)
+    assert main(status)["restartCount"] == 1
+    [live] = await cri.list_containers(labels={L.POD_UID: uid}, state=pb.CONTAINER_RUNNING)
+    assert live.annotations[L.CONTAINER_HASH] == L.container_hash(pod["spec"]["containers"][0])
+    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert (await worker.sync()).done
