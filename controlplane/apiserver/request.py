@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from controlplane.apiserver import errors
+from controlplane.apiserver import errors, protobuf
 from controlplane.apiserver.resources import Resource, by_path
 
 MAX_BODY = 3 * 1024 * 1024
@@ -57,11 +57,7 @@ def decode(body: bytes, content_type: str) -> Any:
     if len(body) > MAX_OBJECT:
         raise errors.ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_OBJECT}")
     if "protobuf" in content_type:
-        raise errors.ApiError(
-            415, "UnsupportedMediaType",
-            f'the body of the request was in an unknown format - accepted media types include: '
-            f'application/json, application/yaml; got "{content_type}"',
-        )
+        return protobuf.decode(body)
     if not body.strip():
         raise errors.bad_request("the body of the request was empty")
     if "yaml" in content_type:

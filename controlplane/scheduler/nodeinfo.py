@@ -8,7 +8,6 @@ never offered to a pod.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +67,7 @@ class NodeInfo:
     nonzero_cpu: int = 0
     nonzero_memory: int = 0
     ports: list[HostPort] = field(default_factory=list)
-    owners: Counter[tuple[str, str]] = field(default_factory=Counter)
+    owners: dict[str, int] = field(default_factory=dict)
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.uid in self.pods:
@@ -80,7 +79,7 @@ class NodeInfo:
         self.nonzero_memory += pod.nonzero_memory
         self.ports.extend(pod.host_ports)
         if pod.owner:
-            self.owners[pod.owner] += 1
+            self.owners[pod.owner] = self.owners.get(pod.owner, 0) + 1
 
     def remove_pod(self, uid: str) -> PodInfo | None:
         pod = self.pods.pop(uid, None)
@@ -93,7 +92,9 @@ class NodeInfo:
         for p in pod.host_ports:
             self.ports.remove(p)
         if pod.owner:
-            self.owners[pod.owner] -= 1
-            if self.owners[pod.owner] <= 0:
-                del self.owners[pod.owner]
+            left = self.owners.get(pod.owner, 0) - 1
+            if left > 0:
+                self.owners[pod.owner] = left
+            else:
+                self.owners.pop(pod.owner, None)
         return pod

@@ -51,7 +51,7 @@ class PodInfo:
     required_terms: tuple[Term, ...] | None  # None: no required node affinity
     preferred_terms: tuple[tuple[int, Term], ...]
     images: tuple[str, ...]
-    owner: tuple[str, str] | None  # (namespace, controller uid)
+    owner: str | None  # "namespace/controller-uid" (a str: its hash is cached, a tuple's is not)
     node_name: str
     scheduler_name: str
     priority: int
@@ -154,10 +154,10 @@ def _host_ports(spec: dict[str, Any]) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
-def _controller_owner(meta: dict[str, Any]) -> tuple[str, str] | None:
+def _controller_owner(meta: dict[str, Any]) -> str | None:
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller") and ref.get("uid"):
-            return str(meta.get("namespace") or ""), str(ref["uid"])
+            return f"{meta.get('namespace') or ''}/{ref['uid']}"
     return None
 
 

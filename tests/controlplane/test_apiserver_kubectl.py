@@ -222,3 +222,22 @@ def test_delete_pod_waits_for_graceful_deletion(kubectl, v1: client.CoreV1Api, n
     # Unbound pods and other kinds go at once.
     kubectl("delete", "-n", namespace, "deploy", "api", "--timeout=10s")
     assert kubectl.run("get", "-n", namespace, "deploy", "api", check=False).returncode != 0
+
+
+def test_imperative_create_sends_protobuf(kubectl, namespace: str) -> None:
+    """kubectl's generators post protobuf bodies; the server decodes those kinds."""
+    kubectl("create", "configmap", "-n", namespace, "c1", "--from-literal=a=1", "--from-literal=b=two")
+    kubectl("create", "secret", "generic", "-n", namespace, "s1", "--from-literal=pw=hunter2")
+    kubectl("create", "serviceaccount", "-n", namespace, "sa1")
+    kubectl("create", "deployment", "-n", namespace, "d1", "--image=busybox:1.36", "--replicas=3", "--port=80", "--", "sleep", "10")
+    kubectl("create", "namespace", f"{namespace}-extra")
+    assert json.loads(kubectl("get", "cm", "-n", namespace, "c1", "-o", "json"))["data"] == {"a": "1", "b": "two"}
+    secret = json.loads(kubectl("get", "secret", "-n", namespace, "s1", "-o", "json"))
+    assert secret["type"] == "Opaque" and secret["data"] == {"pw": "aHVudGVyMg=="}
+    deploy = json.loads(kubectl("get", "deploy", "-n", namespace, "d1", "-o", "json"))
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert deploy["spec"]["replicas"] == 3 and deploy["spec"]["selector"] == {"matchLabels": {"app": "d1"}}
+    assert container["command"] == ["sleep", "10"] and container["image"] == "busybox:1.36"
+    assert container["ports"] == [{"containerPort": 80, "protocol": "TCP"}]
+    assert kubectl("get", "ns", f"{namespace}-extra", "-o", "name").strip() == f"namespace/{namespace}-extra"
+    kubectl("get", "sa", "-n", namespace, "sa1")
