@@ -1,0 +1,265 @@
+"""Pod startup latency through the agent vs. the raw CRI floor, and the agent's idle cost (issue 4).
+
+  python bench/agent/startup.py [--sizes 1,30,110] [--idle-seconds 30] [--out bench/agent/results]
+
+For each size N, in the same run on the same containerd:
+  floor: N x (RunPodSandbox + CreateContainer + StartContainer) issued at once straight to CRI;
+  agent: N pods created at once through the API; latency = the moment a watch shows the pod Running
+         minus the moment the creation requests were sent (creationTimestamp has 1 s resolution, so it
+         is reported beside, not used for the ratio).
+Then with 110 pods running: the agent's CPU seconds and RSS while idle. Figures are reported, never
+asserted. The image is pre-pulled (upstream's pod-startup SLO also excludes pulls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from agent.cri import CRIClient, pb
+from agent.kube.client import ApiError, KubeClient
+from agent.kube.config import load_kubeconfig
+from pykubelet.rig.stack import Stack, StackConfig
+
+NS = "bench"
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"p50": round(pct(values, 50), 3), "p99": round(pct(values, 99), 3), "max": round(max(values), 3)}
+
+
+async def raw_floor(cri: CRIClient, n: int, image: str, log_dir: Path) -> list[float]:
+    """The same calls the agent makes for a one-container pod, made directly (no pod UID label, so the
+    agent's orphan clean-up leaves them alone)."""
+
+    async def one(i: int) -> tuple[float, str]:
+        name = f"floor-{i}-{uuid.uuid4().hex[:6]}"
+        sb = pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name=name, uid=str(uuid.uuid4()), namespace=NS),
+            hostname=name,
+            log_directory=str(log_dir / name),
+            labels={"bench": "floor"},
+            linux=pb.LinuxPodSandboxConfig(cgroup_parent=""),
+        )
+        sid = await cri.run_pod_sandbox(sb)
+        cfg = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name="main"),
+            image=pb.ImageSpec(image=image),
+            command=["sleep", "3600"],
+            log_path="main/0.log",
+            labels={"bench": "floor"},
+        )
+        cid = await cri.create_container(sid, cfg, sb)
+        await cri.start_container(cid)
+        return time.monotonic(), sid
+
+    t0 = time.monotonic()
+    results = await asyncio.gather(*(one(i) for i in range(n)))
+    latencies = [t - t0 for t, _ in results]
+    for _, sid in results:
+        await cri.stop_pod_sandbox(sid)
+        for c in await cri.list_containers(sandbox_id=sid):
+            await cri.remove_container(c.id)
+        await cri.remove_pod_sandbox(sid)
+    return latencies
+
+
+def pod_body(name: str, node: str, image: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}],
+        },
+    }
+
+
+async def agent_run(client: KubeClient, n: int, node: str, image: str) -> tuple[list[float], list[float]]:
+    names = [f"p{n}-{i}" for i in range(n)]
+    listing = await client.get(f"/api/v1/namespaces/{NS}/pods")
+    rv = listing["metadata"]["resourceVersion"]
+    running: dict[str, tuple[float, float]] = {}
+    created: dict[str, float] = {}
+
+    async def watch() -> None:
+        async for ev in client.watch(f"/api/v1/namespaces/{NS}/pods", {"resourceVersion": rv, "timeoutSeconds": 600}):
+            pod = ev["object"]
+            name = pod["metadata"]["name"]
+            if name in running or name not in names or pod.get("status", {}).get("phase") != "Running":
+                continue
+            running[name] = (time.monotonic(), time.time())
+            if pod["metadata"].get("creationTimestamp"):
+                created[name] = datetime.fromisoformat(pod["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+            if len(running) == n:
+                return
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.sleep(0.2)
+    t0 = time.monotonic()
+    await asyncio.gather(*(client.create(f"/api/v1/namespaces/{NS}/pods", pod_body(nm, node, image)) for nm in names))
+    await asyncio.wait_for(watcher, 300)
+    from_send = [running[nm][0] - t0 for nm in names]
+    from_creation = [running[nm][1] - created[nm] for nm in names if nm in created]
+    return from_send, from_creation
+
+
+async def delete_all(client: KubeClient) -> None:
+    pods = (await client.get(f"/api/v1/namespaces/{NS}/pods"))["items"]
+    await asyncio.gather(*(client.delete(f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}") for p in pods))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if not (await client.get(f"/api/v1/namespaces/{NS}/pods"))["items"]:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError("pods not removed within 120 s")
+
+
+class ProcWatch:
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.cpu0 = self._cpu()
+        self.t0 = time.monotonic()
+        self.max_rss = self.proc.memory_info().rss
+
+    def _cpu(self) -> float:
+        t = self.proc.cpu_times()
+        return t.user + t.system
+
+    def sample(self) -> None:
+        self.max_rss = max(self.max_rss, self.proc.memory_info().rss)
+
+    def result(self) -> dict[str, float]:
+        self.sample()
+        secs = time.monotonic() - self.t0
+        cpu = self._cpu() - self.cpu0
+        return {"cpu_seconds": round(cpu, 3), "wall_seconds": round(secs, 2), "cpu_percent_of_core": round(100 * cpu / secs, 2), "max_rss_mib": round(self.max_rss / 2**20, 1)}
+
+
+async def sampled(watch: ProcWatch, coro):
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        watch.sample()
+        await asyncio.wait({task}, timeout=0.5)
+    return task.result()
+
+
+async def bench(stack: Stack, sizes: list[int], idle_seconds: float) -> dict:
+    assert stack.images and stack.containerd and stack.agent and stack.agent.pid
+    image = stack.images.busybox_pinned
+    client = KubeClient(load_kubeconfig(stack.kubeconfig), qps=5000, burst=5000)
+    cri = await CRIClient.connect(stack.containerd.endpoint)
+    await cri.pull_image(image)
+    try:
+        await client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    except ApiError as err:
+        if not err.conflict:
+            raise
+    report: dict = {"sizes": {}}
+    log_dir = stack.config.state_dir / "floor-logs"
+    for n in sizes:
+        floor = await raw_floor(cri, n, image, log_dir)
+        watch = ProcWatch(stack.agent.pid)
+        from_send, from_creation = await sampled(watch, agent_run(client, n, stack.node_name, image))
+        burst = watch.result()
+        entry = {
+            "floor": summary(floor),
+            "agent": summary(from_send),
+            "agent_from_creationTimestamp": summary(from_creation) if from_creation else None,
+            "ratio_p50": round(pct(from_send, 50) / pct(floor, 50), 2),
+            "ratio_p99": round(pct(from_send, 99) / pct(floor, 99), 2),
+            "agent_during_burst": burst,
+        }
+        report["sizes"][str(n)] = entry
+        print(f"N={n}: {json.dumps(entry)}", flush=True)
+        if n != sizes[-1] or n < 110:
+            await delete_all(client)
+    if max(sizes) < 110:
+        await agent_run(client, 110, stack.node_name, image)
+    await asyncio.sleep(10)  # let the last status writes and event posts settle
+    watch = ProcWatch(stack.agent.pid)
+    deadline = time.monotonic() + idle_seconds
+    while time.monotonic() < deadline:
+        watch.sample()
+        await asyncio.sleep(1)
+    report["idle_110_pods"] = watch.result()
+    print(f"idle with 110 pods: {json.dumps(report['idle_110_pods'])}", flush=True)
+    await delete_all(client)
+    await cri.close()
+    await client.close()
+    return report
+
+
+def svg_plot(report: dict) -> str:
+    """A small grouped bar chart (p50 and p99, floor vs agent, per size) without plotting libraries."""
+    sizes = list(report["sizes"])
+    bars = []
+    for n in sizes:
+        e = report["sizes"][n]
+        bars += [(f"{n} floor p50", e["floor"]["p50"]), (f"{n} agent p50", e["agent"]["p50"]),
+                 (f"{n} floor p99", e["floor"]["p99"]), (f"{n} agent p99", e["agent"]["p99"])]
+    top = max(v for _, v in bars) or 1
+    width, height, bw = 60 + 40 * len(bars), 260, 28
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 110}" font-family="sans-serif" font-size="10">',
+           '<text x="10" y="14" font-size="12">pod startup latency (s): raw CRI floor vs agent</text>']
+    for i, (label, v) in enumerate(bars):
+        h = v / top * height
+        x = 40 + i * 40
+        color = "#999" if "floor" in label else "#2a6ebb"
+        out.append(f'<rect x="{x}" y="{20 + height - h:.1f}" width="{bw}" height="{h:.1f}" fill="{color}"/>')
+        out.append(f'<text x="{x}" y="{16 + height - h:.1f}">{v:.2f}</text>')
+        out.append(f'<text transform="translate({x + 10},{height + 26}) rotate(60)">{label}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,30,110")
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="pykb-bench-") as tmp:
+        stack = Stack(StackConfig(state_dir=Path(tmp), node_name="bench-node", bridge="pykbn0", pod_cidr="10.247.0.0/24"))
+        stack.start()
+        try:
+            report = asyncio.run(bench(stack, sizes, args.idle_seconds))
+        finally:
+            problems = stack.stop()
+            if problems:
+                print(f"teardown problems: {problems}", file=sys.stderr)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "agent-startup.json").write_text(json.dumps(report, indent=2))
+    (out / "agent-startup.svg").write_text(svg_plot(report))
+    lines = ["# Agent pod startup vs raw CRI floor", "", "| pods | floor p50 | floor p99 | agent p50 | agent p99 | ratio p50 | ratio p99 | agent CPU s (burst) | agent max RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for n, e in report["sizes"].items():
+        lines.append(f"| {n} | {e['floor']['p50']} | {e['floor']['p99']} | {e['agent']['p50']} | {e['agent']['p99']} | {e['ratio_p50']} | {e['ratio_p99']} | {e['agent_during_burst']['cpu_seconds']} | {e['agent_during_burst']['max_rss_mib']} |")
+    idle = report["idle_110_pods"]
+    lines += ["", f"Idle with 110 pods over {idle['wall_seconds']} s: {idle['cpu_percent_of_core']} % of one core, max RSS {idle['max_rss_mib']} MiB.", "", "![plot](agent-startup.svg)", ""]
+    (out / "agent-startup.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
