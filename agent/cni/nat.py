@@ -23,7 +23,7 @@ from agent.cni.netconf import PortMapping
 from agent.cni.nft import Nft
 
 TABLE = "pykubelet-cni"
-LOCK_PATH = "/run/pykubelet-cni.nft.lock"
+LOCK_PATH = "/run/pykubelet/cni-nft.lock"
 
 _TABLE_DEF = f"""
 add table ip {TABLE}
@@ -55,6 +55,7 @@ def nft() -> Nft:
 def _locked() -> Iterator[None]:
     """Serialise table changes across threads and across standalone plugin processes."""
     with _thread_lock:
+        os.makedirs(os.path.dirname(LOCK_PATH), exist_ok=True)
         fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

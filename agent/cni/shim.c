@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,9 @@
 #endif
 #ifndef FALLBACK_PYTHON
 #define FALLBACK_PYTHON "/usr/bin/python3"
+#endif
+#ifndef SERVICE_TIMEOUT_SECONDS
+#define SERVICE_TIMEOUT_SECONDS 120
 #endif
 #ifndef FALLBACK_PYTHONPATH
 #define FALLBACK_PYTHONPATH ""
@@ -62,7 +66,7 @@ static void read_all(int fd, struct buf *b) {
         if (n == 0) return;
         if (n < 0) {
             if (errno == EINTR) continue;
-            die("read failed");
+            die(errno == EAGAIN ? "network service timed out" : "read failed");
         }
         put(b, tmp, (size_t)n);
     }
@@ -130,6 +134,10 @@ int main(void) {
     strcpy(addr.sun_path, path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) die("socket failed");
+    /* A hung service must not hang the runtime forever; an ADD takes milliseconds. */
+    struct timeval tv = {.tv_sec = SERVICE_TIMEOUT_SECONDS};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
         if (errno == ENOENT || errno == ECONNREFUSED || errno == ENOTDIR) fallback(&in);
         die("connect to the network service failed");
