@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "version": ("pykubelet.cli", "print the pykubelet and Kubernetes versions"),
     "agent": ("agent.cli", "run the node agent (the kubelet)"),
     "server": ("controlplane.cli", "run the project's own Kubernetes API server"),
+    "scheduler": ("controlplane.scheduler.cli", "run the scheduler against an API server"),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
 }

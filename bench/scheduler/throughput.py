@@ -1,0 +1,193 @@
+"""Scheduling throughput, end to end through the project's API server: N pods onto M nodes.
+
+Three processes, as in a real cluster: the API server, the scheduler (`pykubelet scheduler`), and this
+script, which creates Node objects and pods and watches until every pod has spec.nodeName.
+
+Two scenarios:
+- backlog: all pods exist before the scheduler starts; rate = pods / (last bound - scheduler ready).
+- stream: the scheduler is running; pods are created as fast as the server takes them;
+  rate = pods / (last bound - first create). This one is capped by pod creation itself, so the
+  creation rate without a scheduler running is printed beside it as the baseline.
+
+Usage: python bench/scheduler/throughput.py [--pods 1000] [--nodes 100]
+Writes bench/results/scheduler-throughput.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from controlplane.scheduler.client import ApiClient
+from controlplane.scheduler.kubeconfig import load_kubeconfig
+from pykubelet.rig.apiserver import ApiServer
+
+ROOT = Path(__file__).resolve().parents[2]
+GOAL = 200.0
+
+
+def node(name: str) -> dict:
+    alloc = {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": alloc, "allocatable": alloc,
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+
+
+def pod(name: str, owner_uid: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": "bench"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "bench",
+                                              "uid": owner_uid, "controller": True}]},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}
+
+
+async def create_all(client: ApiClient, path: str, objs: list[dict], concurrency: int = 32) -> float:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(o: dict) -> None:
+        async with sem:
+            await client.request("POST", path, o)
+
+    start = time.monotonic()
+    await asyncio.gather(*(one(o) for o in objs))
+    return time.monotonic() - start
+
+
+async def wait_bound(client: ApiClient, ns: str, total: int, timeout: float) -> tuple[float, Counter[str]]:
+    """Watch pods in `ns` until `total` are bound; returns the monotonic time of the last binding."""
+    items, rv = await client.list(f"/api/v1/namespaces/{ns}/pods")
+    bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in items if p["spec"].get("nodeName")}
+    last = time.monotonic()
+    deadline = time.monotonic() + timeout
+    while len(bound) < total:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(bound)}/{total} bound after {timeout}s")
+        async with asyncio.timeout(max(deadline - time.monotonic(), 0.1)):
+            async for ev in client.watch(f"/api/v1/namespaces/{ns}/pods", {"resourceVersion": rv,
+                                                                           "timeoutSeconds": 60}):
+                obj = ev["object"]
+                rv = obj["metadata"].get("resourceVersion", rv)
+                n = (obj.get("spec") or {}).get("nodeName")
+                if n and obj["metadata"]["name"] not in bound:
+                    bound[obj["metadata"]["name"]] = n
+                    last = time.monotonic()
+                    if len(bound) >= total:
+                        break
+    return last, Counter(bound.values())
+
+
+def start_scheduler(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "pykubelet", "scheduler", "--kubeconfig", str(kubeconfig)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_process(p: subprocess.Popen[bytes]) -> None:
+    p.terminate()
+    try:
+        p.wait(15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+async def wait_synced(log: Path, timeout: float = 30) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "caches synced" in log.read_text(errors="replace"):
+            return time.monotonic()
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"scheduler did not sync; log:\n{log.read_text()[-2000:]}")
+
+
+async def scenario(server: ApiServer, work: Path, name: str, pods: int, nodes: int) -> dict:
+    client = ApiClient(load_kubeconfig(server.kubeconfig), max_connections=64)
+    try:
+        ns = f"bench-{name}"
+        await client.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        objs = [pod(f"p{i:05d}", f"owner-{name}") for i in range(pods)]
+        log = work / f"scheduler-{name}.log"
+        result: dict = {"scenario": name, "pods": pods, "nodes": nodes}
+        if name == "backlog":
+            result["create_seconds"] = await create_all(client, f"/api/v1/namespaces/{ns}/pods", objs)
+            sched = start_scheduler(server.kubeconfig, log)
+            try:
+                ready = await wait_synced(log)
+                last, per_node = await wait_bound(client, ns, pods, 120)
+            finally:
+                stop_process(sched)
+            result["seconds"] = last - ready
+        else:
+            sched = start_scheduler(server.kubeconfig, log)
+            try:
+                await wait_synced(log)
+                waiter = asyncio.create_task(wait_bound(client, ns, pods, 120))
+                await asyncio.sleep(0.2)  # the watch is open before the first create
+                first = time.monotonic()
+                result["create_seconds"] = await create_all(client, f"/api/v1/namespaces/{ns}/pods", objs)
+                last, per_node = await waiter
+            finally:
+                stop_process(sched)
+            result["seconds"] = last - first
+        result["pods_per_second"] = pods / result["seconds"]
+        result["create_per_second"] = pods / result["create_seconds"]
+        result["per_node_min"], result["per_node_max"] = min(per_node.values()), max(per_node.values())
+        result["nodes_used"] = len(per_node)
+        return result
+    finally:
+        await client.close()
+
+
+async def main_async(args: argparse.Namespace) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="bench-sched-") as tmp:
+        work = Path(tmp)
+        with ApiServer(work / "api") as server:
+            client = ApiClient(load_kubeconfig(server.kubeconfig))
+            try:
+                await create_all(client, "/api/v1/nodes", [node(f"node-{i:03d}") for i in range(args.nodes)])
+            finally:
+                await client.close()
+            results = []
+            for name in ("backlog", "stream"):
+                results.append(await scenario(server, work, name, args.pods, args.nodes))
+            return results
+
+
+def report(results: list[dict], out_dir: Path) -> str:
+    lines = ["# Scheduler throughput", "",
+             f"Goal: {GOAL:.0f} pods/s end to end (1 000 pods, 100 nodes) on this machine.", "",
+             "| scenario | pods | nodes | seconds | pods/s | ratio to goal | pod creation/s | pods per node (min-max) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        lines.append(f"| {r['scenario']} | {r['pods']} | {r['nodes']} | {r['seconds']:.2f} | "
+                     f"{r['pods_per_second']:.0f} | {r['pods_per_second'] / GOAL:.2f}x | "
+                     f"{r['create_per_second']:.0f} | {r['per_node_min']}-{r['per_node_max']} |")
+    text = "\n".join(lines) + "\n"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "scheduler-throughput.md").write_text(text)
+    (out_dir / "scheduler-throughput.json").write_text(json.dumps(results, indent=2))
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    print(report(results, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

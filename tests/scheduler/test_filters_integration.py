@@ -1,0 +1,190 @@
+"""Each filter alone, against the real API server with Node objects only (no agents)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_binds_and_records_scheduled_event(cluster, start_scheduler):
+    only = cluster.add_node("a")
+    start_scheduler()
+    cluster.create(cluster.pod("web"))
+    assert cluster.wait_bound("web") == only
+    pod = cluster.get("web")
+    scheduled = [c for c in pod.status.conditions if c.type == "PodScheduled"]
+    assert scheduled and scheduled[0].status == "True"
+    ev = cluster.wait_event("web", "Scheduled")
+    assert ev.type == "Normal"
+    assert ev.message == f"Successfully assigned {cluster.namespace}/web to {only}"
+    assert ev.source.component == "default-scheduler"
+
+
+def test_node_unschedulable(cluster, start_scheduler):
+    cordoned = cluster.add_node("cordoned", unschedulable=True)
+    start_scheduler()
+    cluster.create(cluster.pod("plain"))
+    assert cluster.wait_unschedulable("plain") == "0/1 nodes are available: 1 node(s) were unschedulable."
+    # A pod tolerating the unschedulable taint (as DaemonSet pods do) may still go there.
+    cluster.create(cluster.pod("daemon", tolerations=[
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]))
+    assert cluster.wait_bound("daemon") == cordoned
+    # Uncordoning is a node change: the waiting pod is retried and bound.
+    cluster.patch_node(cordoned, {"spec": {"unschedulable": False}})
+    assert cluster.wait_bound("plain") == cordoned
+
+
+def test_node_resources_fit(cluster, start_scheduler):
+    small = cluster.add_node("small", cpu="1", memory="1Gi", pods=2)
+    big = cluster.add_node("big", cpu="8", memory="16Gi", pods=2)
+    start_scheduler()
+    cluster.create(cluster.pod("needs-2cpu", cpu="2", memory="64Mi"))
+    assert cluster.wait_bound("needs-2cpu") == big
+    cluster.create(cluster.pod("needs-4gi", cpu="100m", memory="4Gi"))
+    assert cluster.wait_bound("needs-4gi") == big
+    # big is now out of pod slots; small lacks cpu and memory: every shortfall is counted.
+    cluster.create(cluster.pod("huge", cpu="3", memory="2Gi"))
+    assert cluster.wait_unschedulable("huge") == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 Too many pods.")
+    assert small != big
+
+
+def test_init_containers_and_overhead_count(cluster, start_scheduler):
+    node = cluster.add_node("n", cpu="2", memory="4Gi")
+    start_scheduler()
+    # App containers need 1 cpu, but the init container needs 3 at its step: the pod needs 3.
+    init_heavy = cluster.pod("init-heavy", cpu="1")
+    init_heavy["spec"]["initContainers"] = [{"name": "init", "image": "busybox",
+                                             "resources": {"requests": {"cpu": "3"}}}]
+    cluster.create(init_heavy)
+    assert cluster.wait_unschedulable("init-heavy") == "0/1 nodes are available: 1 Insufficient cpu."
+    # Sequential init containers do not add up: max(1.5, 1.5) and the app's 1 -> 1.5 cpu fits.
+    init_light = cluster.pod("init-light", cpu="1")
+    init_light["spec"]["initContainers"] = [
+        {"name": f"i{i}", "image": "busybox", "resources": {"requests": {"cpu": "1500m"}}} for i in range(2)]
+    cluster.create(init_light)
+    assert cluster.wait_bound("init-light") == node
+    # 1.5 cpu left on the node is taken; a 400m pod plus 200m overhead no longer fits in 500m.
+    overhead = cluster.pod("with-overhead", cpu="400m", overhead={"cpu": "200m"})
+    cluster.create(overhead)
+    assert cluster.wait_unschedulable("with-overhead") == "0/1 nodes are available: 1 Insufficient cpu."
+
+
+def test_pods_bound_by_others_take_their_share(cluster, start_scheduler):
+    node = cluster.add_node("n", cpu="2")
+    cluster.create(cluster.pod("prebound", cpu="1500m", nodeName=node))
+    start_scheduler()
+    cluster.create(cluster.pod("second", cpu="1"))
+    assert cluster.wait_unschedulable("second") == "0/1 nodes are available: 1 Insufficient cpu."
+
+
+@pytest.mark.parametrize(
+    ("operator", "values", "expected"),
+    [
+        ("In", ["ssd", "nvme"], "fast"),
+        ("NotIn", ["ssd", "nvme"], "slow"),
+        ("Exists", None, "fast"),
+        ("DoesNotExist", None, "slow"),
+    ],
+)
+def test_required_node_affinity_label_operators(cluster, start_scheduler, operator, values, expected):
+    nodes = {"fast": cluster.add_node("fast", labels={"disk": "ssd"}),
+             "slow": cluster.add_node("slow", labels={})}
+    start_scheduler()
+    expression = {"key": "disk", "operator": operator, **({"values": values} if values else {})}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [expression]}]}}}
+    for i in range(3):  # several pods: a lucky random pick cannot pass this
+        cluster.create(cluster.pod(f"p{i}", affinity=affinity))
+    for i in range(3):
+        assert cluster.wait_bound(f"p{i}") == nodes[expected]
+
+
+@pytest.mark.parametrize(("operator", "value", "expected"), [("Gt", "8", "large"), ("Lt", "8", "small")])
+def test_required_node_affinity_gt_lt(cluster, start_scheduler, operator, value, expected):
+    nodes = {"large": cluster.add_node("large", labels={"cores": "16"}),
+             "small": cluster.add_node("small", labels={"cores": "4"}),
+             "odd": cluster.add_node("odd", labels={"cores": "many"})}
+    start_scheduler()
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "cores", "operator": operator, "values": [value]}]}]}}}
+    for i in range(3):
+        cluster.create(cluster.pod(f"p{i}", affinity=affinity))
+    for i in range(3):
+        assert cluster.wait_bound(f"p{i}") == nodes[expected]
+
+
+def test_node_selector_and_match_fields(cluster, start_scheduler):
+    gpu = cluster.add_node("gpu", labels={"accelerator": "gpu"})
+    cpu = cluster.add_node("cpu")
+    start_scheduler()
+    cluster.create(cluster.pod("selector", nodeSelector={"accelerator": "gpu"}))
+    assert cluster.wait_bound("selector") == gpu
+    by_name = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [cpu]}]}]}}}
+    cluster.create(cluster.pod("fields", affinity=by_name))
+    assert cluster.wait_bound("fields") == cpu
+    cluster.create(cluster.pod("nowhere", nodeSelector={"accelerator": "tpu"}))
+    assert cluster.wait_unschedulable("nowhere") == (
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.")
+
+
+def test_taint_toleration(cluster, start_scheduler):
+    gpu = cluster.add_node("gpu", taints=[{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+    evicting = cluster.add_node("evicting", taints=[{"key": "maintenance", "effect": "NoExecute"}])
+    start_scheduler()
+    cluster.create(cluster.pod("plain"))
+    assert cluster.wait_unschedulable("plain") == (
+        "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, "
+        "1 node(s) had untolerated taint {maintenance: }.")
+    cluster.create(cluster.pod("equal", tolerations=[
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]))
+    assert cluster.wait_bound("equal") == gpu
+    cluster.create(cluster.pod("exists", tolerations=[{"key": "maintenance", "operator": "Exists"}]))
+    assert cluster.wait_bound("exists") == evicting
+    # A toleration for the wrong value does not count.
+    cluster.create(cluster.pod("wrong-value", tolerations=[
+        {"key": "dedicated", "operator": "Equal", "value": "tpu", "effect": "NoSchedule"}]))
+    cluster.wait_unschedulable("wrong-value")
+
+
+def test_not_ready_and_unreachable_taints(cluster, start_scheduler):
+    # The node lifecycle controller sets NoSchedule taints for both conditions (TaintNodesByCondition).
+    not_ready = cluster.add_node("not-ready", taints=[
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
+    unreachable = cluster.add_node("unreachable", taints=[
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}])
+    start_scheduler()
+    cluster.create(cluster.pod("plain"))
+    assert cluster.wait_unschedulable("plain") == (
+        "0/2 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, "
+        "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }.")
+    # The node lifecycle controller lifting the taint is a node change: the pod is retried.
+    cluster.patch_node(not_ready, {"spec": {"taints": None}})
+    assert cluster.wait_bound("plain") == not_ready
+    # The NoExecute variants are tolerated for 300 s by the tolerations the API server's admission adds
+    # to every pod, so they do not keep a new pod off the node, as upstream.
+    cluster.patch_node(unreachable, {"spec": {"taints": [
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}})
+    cluster.patch_node(not_ready, {"spec": {"unschedulable": True}})
+    cluster.create(cluster.pod("defaulted"))
+    tolerations = {t.key for t in cluster.get("defaulted").spec.tolerations or ()}
+    assert "node.kubernetes.io/unreachable" in tolerations
+    assert cluster.wait_bound("defaulted") == unreachable
+
+
+def test_node_ports(cluster, start_scheduler):
+    a = cluster.add_node("a")
+    b = cluster.add_node("b")
+    start_scheduler()
+    port = [{"containerPort": 80, "hostPort": 8080, "protocol": "TCP"}]
+    for i in range(2):
+        cluster.create(cluster.pod(f"web{i}", ports=port))
+    assert {cluster.wait_bound("web0"), cluster.wait_bound("web1")} == {a, b}
+    cluster.create(cluster.pod("web2", ports=port))
+    assert cluster.wait_unschedulable("web2") == (
+        "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports.")
+    # Same port, other protocol: no conflict.
+    cluster.create(cluster.pod("dns", ports=[{"containerPort": 53, "hostPort": 8080, "protocol": "UDP"}]))
+    assert cluster.wait_bound("dns") in (a, b)
