@@ -1,7 +1,8 @@
 """Our plugin under a real containerd: the conflist writer makes the network ready, pod sandboxes get
 addresses from our range through the shim and the network service hosted in this event loop (as the
-agent will host it), pods reach each other and the host, a hostPort works, and removing the pods
-leaves nothing of ours behind."""
+agent will host it), pods reach each other and the host, a hostPort works, a pod started while the
+service is down gets networking from the in-process fallback, a restarted service serves the old
+pods' DELs, and removing the pods leaves nothing of ours behind."""
 
 from __future__ import annotations
 
@@ -162,7 +163,22 @@ async def check_pods(
     )
     assert net.nat_rules() == [f"{pods['web']['sandbox']}/eth0"]
 
-    for pod in pods.values():
-        await cri.stop_pod_sandbox(pod["sandbox"])
-        await cri.remove_pod_sandbox(pod["sandbox"])
+    # the agent goes away: containerd's calls fall back to the in-process plugin, and the running
+    # pods keep their addresses; a new service then takes over the same allocations
+    await service.stop()
+    late = sandbox_config("late", log_dir)
+    late_id = await cri.run_pod_sandbox(late)
+    late_ip = (await cri.pod_sandbox_status(late_id)).status.network.ip
+    assert ipaddress.ip_address(late_ip) in net.subnet and late_ip not in (web, pods["client"]["ip"])
+    restarted = NetworkService(service.socket_path)
+    await restarted.start()
+    try:
+        assert await http_get(f"http://{web}:8080/index.html") == b"hello from pykubelet busybox\n"
+        pods["late"] = {"sandbox": late_id, "ip": late_ip}
+        for pod in pods.values():
+            await cri.stop_pod_sandbox(pod["sandbox"])
+            await cri.remove_pod_sandbox(pod["sandbox"])
+        assert restarted.requests >= 3  # the DELs went to the new service
+    finally:
+        await restarted.stop()
     assert net.ip_files() == [] and net.nat_rules() == [] and net.bridge_ports() == []
