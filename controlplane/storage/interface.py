@@ -54,7 +54,8 @@ class KeyValue:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One committed change. For DELETE, `value` is the last live value (watchers need the object)."""
+    """One committed change. For DELETE, `value` is the last live value (watchers need the object).
+    `prev_value` is filled where the backend has it cheaply (history replay); None otherwise."""
 
     type: Literal["PUT", "DELETE"]
     key: str

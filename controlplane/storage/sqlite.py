@@ -54,6 +54,9 @@ class SQLiteStore:
         self._compacted = 0
         self._subscribers: set[asyncio.Queue[list[Event]]] = set()
         self._listeners: list[Callable[[Event], None]] = []
+        # key -> (revision, create revision, deleted) of its newest row: the precondition check of a
+        # write needs no query (this process is the only writer).
+        self._index: dict[str, tuple[int, int, bool]] = {}
 
     async def start(self) -> None:
         db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
@@ -68,6 +71,12 @@ class SQLiteStore:
         row = db.execute("SELECT value FROM meta WHERE name='revision'").fetchone()
         if row:
             self._revision = max(self._revision, int(row[0]))
+        self._index = {
+            key: (rev, create_rev, bool(deleted))
+            for key, rev, create_rev, deleted in db.execute(
+                "SELECT key, rev, create_rev, deleted FROM log WHERE rev IN (SELECT MAX(rev) FROM log GROUP BY key)"
+            )
+        }
         self._db = db
 
     async def close(self) -> None:
@@ -94,6 +103,13 @@ class SQLiteStore:
         return self.db.execute(
             "SELECT rev, create_rev, deleted, value FROM log WHERE key=? ORDER BY rev DESC LIMIT 1", (key,)
         ).fetchone()
+
+    def _live(self, key: str) -> tuple[int, int] | None:
+        """(rev, create_rev) of the key's live value, from the index."""
+        entry = self._index.get(key)
+        if entry is None or entry[2]:
+            return None
+        return entry[0], entry[1]
 
     async def get(self, key: str) -> KeyValue | None:
         row = self._latest(key)
@@ -130,6 +146,7 @@ class SQLiteStore:
             (rev, key, create_rev or rev, prev_rev, int(deleted), value),
         )
         self._revision = rev
+        self._index[key] = (rev, create_rev or rev, deleted)
         return rev
 
     def subscribe(self, listener: Callable[[Event], None]) -> None:
@@ -148,25 +165,28 @@ class SQLiteStore:
             queue.put_nowait(batch)
 
     async def create(self, key: str, value: bytes) -> int:
-        latest = self._latest(key)
-        if latest is not None and not latest[2]:
+        if self._live(key) is not None:
             raise KeyExistsError(key)
-        prev = latest[0] if latest else 0
+        entry = self._index.get(key)
+        prev = entry[0] if entry else 0
         rev = self._append(key, 0, prev, False, value)
         self._publish(Event("PUT", key, value, rev, rev, None))
         return rev
 
     async def update(self, key: str, value: bytes, expected_revision: int) -> int:
-        latest = self._latest(key)
-        if latest is None or latest[2]:
+        live = self._live(key)
+        if live is None:
             raise NotFoundError(key)
-        if expected_revision and latest[0] != expected_revision:
-            raise ConflictError(key, expected_revision, latest[0])
-        rev = self._append(key, latest[1], latest[0], False, value)
-        self._publish(Event("PUT", key, value, rev, latest[1], latest[3]))
+        if expected_revision and live[0] != expected_revision:
+            raise ConflictError(key, expected_revision, live[0])
+        rev = self._append(key, live[1], live[0], False, value)
+        # prev_value is left out on the write path (the watch cache keeps its own previous state).
+        self._publish(Event("PUT", key, value, rev, live[1], None))
         return rev
 
     async def delete(self, key: str, expected_revision: int) -> int:
+        if self._live(key) is None:
+            raise NotFoundError(key)
         latest = self._latest(key)
         if latest is None or latest[2]:
             raise NotFoundError(key)
@@ -226,3 +246,4 @@ class SQLiteStore:
             db.execute("ROLLBACK")
             raise
         self._compacted = revision
+        self._index = {k: v for k, v in self._index.items() if not (v[2] and v[0] <= revision)}
