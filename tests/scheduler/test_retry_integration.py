@@ -1,0 +1,104 @@
+"""Why a pod stays Pending, and how it stops being Pending: messages, events, retries."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from controlplane.scheduler.quantity import milli_value
+
+pytestmark = pytest.mark.integration
+
+
+def test_failed_scheduling_message_matches_upstream_form(cluster, start_scheduler):
+    gpu = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
+    cluster.add_node("small", memory="1Gi")
+    cluster.add_node("gpu1", taints=gpu)
+    cluster.add_node("gpu2", taints=gpu)
+    start_scheduler()
+    cluster.create(cluster.pod("hungry", memory="2Gi"))
+    expected = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) had untolerated taint {dedicated: gpu}."
+    assert cluster.wait_unschedulable("hungry") == expected
+    ev = cluster.wait_event("hungry", "FailedScheduling")
+    assert ev.type == "Warning"
+    assert ev.message == expected
+    assert cluster.get("hungry").status.phase == "Pending"
+
+
+def test_no_nodes_at_all(cluster, start_scheduler, v1):
+    if v1.list_node().items:
+        pytest.skip("another test's nodes are still registered")
+    start_scheduler()
+    cluster.create(cluster.pod("alone"))
+    assert cluster.wait_unschedulable("alone") == "no nodes available to schedule pods"
+
+
+def test_pending_pod_bound_once_a_fitting_node_appears(cluster, start_scheduler):
+    cluster.add_node("tiny", cpu="500m")
+    start_scheduler()
+    cluster.create(cluster.pod("big", cpu="2"))
+    cluster.wait_unschedulable("big")
+    roomy = cluster.add_node("roomy", cpu="4")
+    assert cluster.wait_bound("big") == roomy
+    assert cluster.wait_event("big", "Scheduled").message.endswith(f"/big to {roomy}")
+
+
+def test_pending_pod_bound_once_a_pod_is_deleted(cluster, start_scheduler):
+    node = cluster.add_node("one-slot", cpu="1")
+    start_scheduler()
+    cluster.create(cluster.pod("first", cpu="800m"))
+    assert cluster.wait_bound("first") == node
+    cluster.create(cluster.pod("second", cpu="800m"))
+    cluster.wait_unschedulable("second")
+    cluster.v1.delete_namespaced_pod("first", cluster.namespace, grace_period_seconds=0)
+    assert cluster.wait_bound("second") == node
+
+
+def test_repeated_failures_update_one_event(cluster, start_scheduler):
+    node = cluster.add_node("tiny", cpu="100m")
+    start_scheduler()
+    cluster.create(cluster.pod("stuck", cpu="1"))
+    cluster.wait_unschedulable("stuck")
+    # A node change (even an irrelevant one) makes the scheduler retry after the pod's backoff; the same
+    # message again bumps the count of the one FailedScheduling event instead of adding events.
+    cluster.patch_node(node, {"metadata": {"labels": {"touched": "yes"}}})
+    failed = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        failed = [e for e in cluster.events("stuck") if e.reason == "FailedScheduling"]
+        if failed and (failed[0].count or 0) >= 2:
+            break
+        time.sleep(0.1)
+    assert len(failed) == 1
+    assert failed[0].count >= 2
+
+
+def test_fifty_pods_racing_for_ten_slots_never_overcommit(cluster, start_scheduler):
+    nodes = [cluster.add_node(f"n{i}", cpu="2", memory="4Gi") for i in range(5)]  # 2 x 1 cpu slots each
+    start_scheduler()
+    names = [f"racer-{i:02d}" for i in range(50)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: cluster.create(cluster.pod(n, cpu="1", memory="256Mi")), names))
+    losers = []
+    for name in names:
+        pod = cluster.get(name)
+        if not pod.spec.node_name:
+            try:
+                cluster.wait_unschedulable(name)
+                losers.append(name)
+            except AssertionError:
+                # Bound while we waited: it won a slot.
+                if not cluster.get(name).spec.node_name:
+                    raise
+    bound = cluster.bound_nodes()
+    assert len(bound) == 10
+    assert len(losers) == 40
+    per_node = Counter(bound.values())
+    assert per_node == Counter({n: 2 for n in nodes})
+    for node in nodes:
+        used = sum(milli_value(p.spec.containers[0].resources.requests["cpu"])
+                   for p in cluster.v1.list_namespaced_pod(cluster.namespace).items if p.spec.node_name == node)
+        assert used <= 2000
