@@ -235,6 +235,38 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def svg_plot(reports: list[dict[str, Any]]) -> str:
+    """Grouped bars (ADD/DEL p50 and p90 per plugin, per ipMasq setting), no plotting library needed."""
+    colours = {"pykubelet-cni (shim + service)": "#2b7bb9", "reference bridge + host-local": "#d9822b"}
+    groups = [
+        (f"{op} {stat} masq={r['masq']}", {k: r["variants"][k][op.lower()][stat] for k in colours})
+        for r in reports
+        for op in ("ADD", "DEL")
+        for stat in ("p50", "p90")
+    ]
+    top = max(v for _, vals in groups for v in vals.values()) or 1.0
+    bar, gap, height = 18, 22, 220
+    width = len(groups) * (len(colours) * bar + gap) + 60
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 90}" font-family="sans-serif" font-size="10">'
+    ]
+    x = 40
+    for label, vals in groups:
+        for i, (name, colour) in enumerate(colours.items()):
+            h = vals[name] / top * height
+            out.append(
+                f'<rect x="{x + i * bar}" y="{height - h + 10:.1f}" width="{bar - 2}" height="{h:.1f}" fill="{colour}"/>'
+            )
+            out.append(f'<text x="{x + i * bar}" y="{height - h + 7:.1f}">{vals[name]:.0f}</text>')
+        out.append(f'<text x="{x}" y="{height + 24}" transform="rotate(30 {x} {height + 24})">{label}</text>')
+        x += len(colours) * bar + gap
+    for i, (name, colour) in enumerate(colours.items()):
+        out.append(f'<rect x="40" y="{height + 62 + i * 12}" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="54" y="{height + 71 + i * 12}">{name} (ms)</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -255,7 +287,8 @@ def main() -> int:
     text = "\n\n".join(render(r) for r in reports)
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cni-latency.md").write_text(text + "\n")
+    (RESULTS / "cni-latency.md").write_text(text + "\n\n![plot](cni-latency.svg)\n")
+    (RESULTS / "cni-latency.svg").write_text(svg_plot(reports))
     (RESULTS / "cni-latency.json").write_text(json.dumps(reports, indent=2))
     print(f"\nwritten: {RESULTS / 'cni-latency.md'}")
     return 0
