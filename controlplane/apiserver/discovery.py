@@ -103,3 +103,45 @@ def resource_list(group: str, version: str) -> Obj | None:
 
 def etag(doc: Obj) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def wants_aggregated(accept: str) -> bool:
+    """kubectl asks for the aggregated v2 form first; one request then replaces one per group."""
+    return any(
+        "as=APIGroupDiscoveryList" in part and "v=v2" in part.replace("v=v2beta1", "")
+        for part in accept.split(",")
+    )
+
+
+def _aggregated_resource(res: Resource) -> Obj:
+    entry: Obj = {
+        "resource": res.plural,
+        "responseKind": {"group": res.group, "version": res.version, "kind": res.kind},
+        "scope": "Namespaced" if res.namespaced else "Cluster",
+        "singularResource": res.singular,
+        "verbs": sorted(res.verbs),
+    }
+    if res.short_names:
+        entry["shortNames"] = list(res.short_names)
+    if res.categories:
+        entry["categories"] = list(res.categories)
+    subs = []
+    for sub, (group, version, kind, verbs) in res.subresources.items():
+        subs.append({"subresource": sub, "responseKind": {"group": group, "version": version, "kind": kind},
+                     "verbs": sorted(verbs)})
+    if subs:
+        entry["subresources"] = subs
+    return entry
+
+
+def aggregated(core: bool) -> Obj:
+    groups = [("", "v1")] if core else GROUPS
+    items = []
+    for group, version in groups:
+        resources = [_aggregated_resource(r) for r in by_group_version(group, version)]
+        meta = {"name": group} if group else {}
+        items.append({"metadata": meta, "versions": [{"version": version, "resources": resources, "freshness": "Current"}]})
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items}

@@ -22,7 +22,7 @@ from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
-from controlplane.storage.cache import WatchCache
+from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.sqlite import SQLiteStore
 
 log = logging.getLogger("controlplane.apiserver")
@@ -178,10 +178,19 @@ class ApiServer:
         return request.host or f"127.0.0.1:{self.port}"
 
     async def _api(self, request: web.Request) -> web.Response:
+        if discovery.wants_aggregated(request.headers.get("Accept", "")):
+            return self._aggregated(True)
         return json_response(discovery.api_versions(self._address(request)))
 
     async def _apis(self, request: web.Request) -> web.Response:
+        if discovery.wants_aggregated(request.headers.get("Accept", "")):
+            return self._aggregated(False)
         return json_response(discovery.api_group_list())
+
+    def _aggregated(self, core: bool) -> web.Response:
+        response = web.Response(body=encode(discovery.aggregated(core)))
+        response.headers["Content-Type"] = discovery.AGGREGATED_CONTENT_TYPE
+        return response
 
     async def _core_resources(self, request: web.Request) -> web.Response:
         doc = discovery.resource_list("", "v1")
