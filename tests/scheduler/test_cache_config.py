@@ -1,0 +1,101 @@
+"""The cache's assume/confirm/forget bookkeeping, and reading a KubeSchedulerConfiguration."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.scheduler.cache import SchedulerCache
+from controlplane.scheduler.config import DEFAULT_SCORE_WEIGHTS, config_from_dict, load_config
+from controlplane.scheduler.plugins import build_scores
+from tests.scheduler.helpers import make_pod
+
+
+def node_obj(name, images=()):
+    return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "10"},
+                                                   "images": [{"names": [i], "sizeBytes": 1} for i in images]}}
+
+
+def test_assume_confirm_forget():
+    cache = SchedulerCache()
+    cache.set_node(node_obj("a"))
+    pod = make_pod(cpu="1")
+    cache.assume(pod, "a")
+    assert cache.is_assumed(pod.uid) and cache.node("a").requested["cpu"] == 1000
+    cache.forget(pod.uid)
+    assert not cache.has_pod(pod.uid) and cache.node("a").requested["cpu"] == 0
+    cache.assume(pod, "a")
+    pod.node_name = "a"
+    cache.set_pod(pod)  # the watch confirms: counted once, no longer assumed
+    assert not cache.is_assumed(pod.uid) and cache.node("a").requested["cpu"] == 1000
+    cache.forget(pod.uid)  # a late failure report cannot undo a confirmed pod
+    assert cache.has_pod(pod.uid)
+    assert cache.remove_pod(pod.uid) and cache.node("a").requested["cpu"] == 0
+
+
+def test_pods_on_unknown_nodes_are_kept_but_not_offered():
+    cache = SchedulerCache()
+    pod = make_pod(cpu="1", nodeName="later")
+    cache.set_pod(pod)
+    assert cache.nodes() == []
+    cache.set_node(node_obj("later"))
+    assert [n.name for n in cache.nodes()] == ["later"]
+    assert cache.node("later").requested["cpu"] == 1000
+    cache.remove_node("later")
+    assert cache.nodes() == [] and cache.node("later") is not None  # still holds the pod
+    cache.remove_pod(pod.uid)
+    assert cache.node("later") is None
+
+
+def test_image_spread_counts():
+    cache = SchedulerCache()
+    cache.set_node(node_obj("a", ["busybox"]))
+    cache.set_node(node_obj("b", ["docker.io/library/busybox:latest"]))
+    assert cache.image_nodes["docker.io/library/busybox:latest"] == 2
+    cache.set_node(node_obj("b"))
+    assert cache.image_nodes["docker.io/library/busybox:latest"] == 1
+
+
+def test_defaults_match_upstream_weights():
+    cfg = load_config(None)
+    assert cfg.scoring_strategy == "LeastAllocated" and cfg.backoff_initial == 1 and cfg.backoff_max == 10
+    assert {s.plugin.name: s.weight for s in build_scores(cfg)} == DEFAULT_SCORE_WEIGHTS
+
+
+def test_config_file(tmp_path):
+    path = tmp_path / "sched.yaml"
+    path.write_text("""
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+podInitialBackoffSeconds: 2
+podMaxBackoffSeconds: 20
+profiles:
+- schedulerName: my-scheduler
+  plugins:
+    score:
+      disabled: [{name: NodeResourcesBalancedAllocation}]
+      enabled: [{name: ImageLocality, weight: 5}, {name: PodTopologySpread, weight: 4}]
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+        resources: [{name: cpu, weight: 2}, {name: memory, weight: 1}]
+""")
+    cfg = load_config(path)
+    assert cfg.scheduler_name == "my-scheduler"
+    assert (cfg.backoff_initial, cfg.backoff_max) == (2, 20)
+    assert cfg.scoring_strategy == "MostAllocated" and cfg.resource_weights == [("cpu", 2), ("memory", 1)]
+    weights = {s.plugin.name: s.weight for s in build_scores(cfg)}
+    assert "NodeResourcesBalancedAllocation" not in weights
+    assert weights["ImageLocality"] == 5 and weights["OwnerSpread"] == 4
+
+
+@pytest.mark.parametrize("doc", [
+    {"profiles": [{"plugins": {"score": {"enabled": [{"name": "NoSuchPlugin"}]}}}]},
+    {"profiles": [{"pluginConfig": [{"name": "NodeResourcesFit",
+                                     "args": {"scoringStrategy": {"type": "RequestedToCapacityRatio"}}}]}]},
+    {"podInitialBackoffSeconds": 5, "podMaxBackoffSeconds": 1},
+])
+def test_bad_config_is_refused(doc):
+    with pytest.raises(ValueError):
+        config_from_dict(doc)

@@ -1,0 +1,127 @@
+"""Score plugins: upstream's formulas on hand-built nodes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from controlplane.scheduler.framework import SKIP, ClusterView, normalize_to_max
+from controlplane.scheduler.scores import (
+    BalancedAllocation,
+    ImageLocality,
+    NodeAffinityScore,
+    OwnerSpread,
+    ResourceAllocation,
+    TaintTolerationScore,
+)
+from controlplane.scheduler.scores.balanced_allocation import balanced_score
+from controlplane.scheduler.scores.image_locality import MB, image_priority
+from controlplane.scheduler.scores.resource_allocation import least_requested, most_requested
+from tests.scheduler.helpers import make_node, make_pod
+
+VIEW = ClusterView(1, Counter())
+
+
+def test_least_and_most_requested_formulas():
+    assert least_requested(1000, 4000) == 75
+    assert least_requested(5000, 4000) == 0
+    assert least_requested(0, 0) == 0
+    assert most_requested(1000, 4000) == 25
+    assert most_requested(5000, 4000) == 100  # capped: non-zero defaults can exceed allocatable
+
+
+def test_least_allocated_prefers_the_emptier_node_most_allocated_the_fuller():
+    empty, busy = make_node("empty"), make_node("busy")
+    busy.add_pod(make_pod(cpu="2", memory="4Gi"))
+    pod = make_pod(cpu="1", memory="2Gi")
+    least = ResourceAllocation("LeastAllocated").score_all(pod, [empty, busy], None)
+    most = ResourceAllocation("MostAllocated").score_all(pod, [empty, busy], None)
+    assert least == [75, 25]  # (4-1)/4 and (4-3)/4 for both cpu and memory
+    assert most == [25, 75]
+
+
+def test_resource_weights_and_nonzero_requests():
+    node = make_node(cpu="1", memory="1Gi")
+    best_effort = make_pod(cpu=None, memory=None)
+    # Counted as 100m and 200Mi: cpu (1000-100)/1000 = 90, memory (1024-200)/1024 = 80.
+    assert ResourceAllocation().score_all(best_effort, [node], None) == [85]
+    cpu_only = ResourceAllocation("LeastAllocated", [("cpu", 3), ("memory", 1)])
+    assert cpu_only.score_all(best_effort, [node], None) == [(90 * 3 + 80) // 4]
+
+
+def test_balanced_allocation():
+    assert balanced_score([0.5, 0.5]) == 100
+    assert balanced_score([0.2, 0.6]) == 80
+    assert balanced_score([0.1, 0.2, 0.3]) == int((1 - (2 / 300) ** 0.5) * 100)
+    plugin = BalancedAllocation()
+    assert plugin.prepare(make_pod(cpu=None, memory=None), [], VIEW) is SKIP  # best-effort pods
+    balanced, lopsided = make_node("b", cpu="4", memory="4Gi"), make_node("l", cpu="4", memory="4Gi")
+    balanced.add_pod(make_pod(cpu="1", memory="1Gi"))
+    lopsided.add_pod(make_pod(cpu="3", memory="100Mi"))
+    scores = plugin.score_all(make_pod(cpu="1", memory="1Gi"), [balanced, lopsided], None)
+    assert scores[0] == 100 and scores[1] < 70
+
+
+def test_image_locality():
+    assert image_priority(0, 1) == 0
+    assert image_priority(1000 * MB, 1) == 100
+    assert image_priority(5000 * MB, 2) == 100
+    assert image_priority(23 * MB + (977 * MB) // 2, 1) == 50
+    size = 500 * MB
+    have = make_node("have", images={"docker.io/library/app:1": size})
+    lack = make_node("lack")
+    view = ClusterView(2, Counter({"docker.io/library/app:1": 1}))
+    plugin = ImageLocality()
+    pod = make_pod(image="app:1")
+    state = plugin.prepare(pod, [have, lack], view)
+    # Spread 1/2 scales the 500 MiB image to 250 MiB.
+    assert plugin.score_all(pod, [have, lack], state) == [image_priority(size // 2, 1), 0]
+    assert plugin.prepare(make_pod(image="other"), [have, lack], view) is SKIP
+
+
+def test_taint_toleration_score_counts_untolerated_prefer_no_schedule():
+    soft = {"key": "spot", "effect": "PreferNoSchedule"}
+    clean, one, two = make_node("c"), make_node("o", taints=[soft]), make_node(
+        "t", taints=[soft, {"key": "old", "effect": "PreferNoSchedule"}])
+    plugin = TaintTolerationScore()
+    pod = make_pod()
+    raw = plugin.score_all(pod, [clean, one, two], plugin.prepare(pod, [clean, one, two], VIEW))
+    assert raw == [0, 1, 2]
+    assert plugin.normalize(raw) == [100, 50, 0]
+    tolerant = make_pod(tolerations=[{"key": "spot", "operator": "Exists", "effect": "PreferNoSchedule"}])
+    assert plugin.score_all(tolerant, [one], plugin.prepare(tolerant, [one], VIEW)) == [0]
+    assert plugin.prepare(pod, [clean], VIEW) is SKIP
+
+
+def test_preferred_node_affinity():
+    pod = make_pod(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}},
+        {"weight": 30, "preference": {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}},
+    ]}})
+    nodes = [make_node("a", labels={"zone": "a"}), make_node("b", labels={"disk": "ssd"}),
+             make_node("c", labels={"zone": "a", "disk": "ssd"}), make_node("d")]
+    plugin = NodeAffinityScore()
+    raw = plugin.score_all(pod, nodes, plugin.prepare(pod, nodes, VIEW))
+    assert raw == [10, 30, 40, 0]
+    assert plugin.normalize(raw) == [25, 75, 100, 0]
+    assert plugin.prepare(make_pod(), nodes, VIEW) is SKIP
+
+
+def test_owner_spread():
+    a, b, c = make_node("a"), make_node("b"), make_node("c")
+    for _ in range(2):
+        a.add_pod(make_pod(owner="rs1"))
+    b.add_pod(make_pod(owner="rs1"))
+    b.add_pod(make_pod(owner="other"))
+    plugin = OwnerSpread()
+    pod = make_pod(owner="rs1")
+    raw = plugin.score_all(pod, [a, b, c], plugin.prepare(pod, [a, b, c], VIEW))
+    assert raw == [2, 1, 0]
+    assert plugin.normalize(raw) == [0, 50, 100]
+    assert plugin.normalize([0, 0]) == [100, 100]
+    assert plugin.prepare(make_pod(), [a], VIEW) is SKIP
+
+
+def test_default_normalize():
+    assert normalize_to_max([0, 5, 10]) == [0, 50, 100]
+    assert normalize_to_max([0, 0]) == [0, 0]
+    assert normalize_to_max([0, 0], reverse=True) == [100, 100]
