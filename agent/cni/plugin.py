@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.cni import datapath, errors, nat
 from agent.cni.errors import CniError
-from agent.cni.ipam import HostLocalStore
+from agent.cni.ipam import Allocation, HostLocalStore
 from agent.cni.netconf import SUPPORTED_VERSIONS, CniArgs, NetConf, parse_netconf
 from agent.cni.netns import open_netns
 
@@ -112,29 +112,8 @@ def cmd_add(conf: NetConf, args: CniArgs) -> dict[str, Any] | None:
         return _loopback(conf, args)
     args.require("container_id", "netns", "ifname")
     netns_fd = open_netns(args.netns)
-    store = HostLocalStore(conf.data_dir, conf.name)
-    alloc = store.allocate(args.container_id, args.ifname, conf.ranges)
-    key = nat.attachment_key(args.container_id, args.ifname)
-    host_name = datapath.host_veth_name(args.container_id, args.ifname)
     try:
-        gw_iface = ipaddress.IPv4Interface(f"{alloc.range.gateway}/{alloc.range.subnet.prefixlen}")
-        with datapath.host_netlink() as ipr:
-            bridge = datapath.ensure_bridge(
-                ipr, conf.bridge, gw_iface if conf.is_gateway else None, conf.mtu, bool(conf.port_mappings)
-            )
-            if conf.is_gateway or conf.ip_masq:
-                datapath.enable_ip_forward()
-            nat.ensure_network(alloc.range.subnet, conf.ip_masq)
-            veth = datapath.create_veth(
-                ipr, host_name, netns_fd, args.ifname, bridge.index, conf.mtu, conf.hairpin_mode
-            )
-        container = datapath.configure_container(
-            args.netns, veth, args.ifname, alloc.interface, _container_routes(conf)
-        )
-        nat.add_port_mappings(key, alloc.ip, conf.port_mappings)
-    except BaseException:
-        _undo(conf, args, store, host_name, key)
-        raise
+        alloc, bridge, veth, container = _attach(conf, args, netns_fd)
     finally:
         os.close(netns_fd)
     ip_entry: dict[str, Any] = {"address": str(alloc.interface), "interface": 2}
@@ -156,7 +135,37 @@ def cmd_add(conf: NetConf, args: CniArgs) -> dict[str, Any] | None:
     return result
 
 
-def _undo(conf: NetConf, args: CniArgs, store: HostLocalStore, host_name: str, key: str) -> None:
+def _attach(
+    conf: NetConf, args: CniArgs, netns_fd: int
+) -> tuple[Allocation, datapath.LinkInfo, datapath.VethPair, datapath.LinkInfo]:
+    """Reserve an address and wire the pod to the bridge; on any failure undo what was done."""
+    store = HostLocalStore(conf.data_dir, conf.name)
+    alloc = store.allocate(args.container_id, args.ifname, conf.ranges)
+    key = nat.attachment_key(args.container_id, args.ifname)
+    host_name = datapath.host_veth_name(args.container_id, args.ifname)
+    try:
+        gw_iface = ipaddress.IPv4Interface(f"{alloc.range.gateway}/{alloc.range.subnet.prefixlen}")
+        with datapath.host_netlink() as rtnl:
+            bridge = datapath.ensure_bridge(
+                rtnl, conf.bridge, gw_iface if conf.is_gateway else None, conf.mtu, bool(conf.port_mappings)
+            )
+            if conf.is_gateway or conf.ip_masq:
+                datapath.enable_ip_forward()
+            nat.ensure_network(alloc.range.subnet, conf.ip_masq)
+            veth = datapath.create_veth(
+                rtnl, host_name, netns_fd, args.ifname, bridge.index, conf.mtu, conf.hairpin_mode
+            )
+        container = datapath.configure_container(
+            args.netns, veth, args.ifname, alloc.interface, _container_routes(conf)
+        )
+        nat.add_port_mappings(key, alloc.ip, conf.port_mappings)
+    except BaseException:
+        _undo(args, store, host_name, key)
+        raise
+    return alloc, bridge, veth, container
+
+
+def _undo(args: CniArgs, store: HostLocalStore, host_name: str, key: str) -> None:
     """Best-effort rollback of a half-done ADD so a retry starts clean."""
     for step in (
         lambda: nat.remove_port_mappings(key),
@@ -170,8 +179,8 @@ def _undo(conf: NetConf, args: CniArgs, store: HostLocalStore, host_name: str, k
 
 
 def _delete_host_veth(name: str) -> None:
-    with datapath.host_netlink() as ipr:
-        datapath.delete_link(ipr, name)
+    with datapath.host_netlink() as rtnl:
+        datapath.delete_link(rtnl, name)
 
 
 # -- DEL ----------------------------------------------------------------------------------------
@@ -248,8 +257,8 @@ def cmd_check(conf: NetConf, args: CniArgs) -> dict[str, Any] | None:
         dst = str(ipaddress.ip_network(route["dst"], strict=False))
         if dst not in have_routes:
             raise CniError(errors.CHECK_FAILED, "route missing in container", dst)
-    with datapath.host_netlink() as ipr:
-        master = datapath.host_link_master(ipr, datapath.host_veth_name(args.container_id, args.ifname))
+    with datapath.host_netlink() as rtnl:
+        master = datapath.host_link_master(rtnl, datapath.host_veth_name(args.container_id, args.ifname))
     if master is None:
         raise CniError(errors.CHECK_FAILED, "host veth missing", args.container_id)
     if master != conf.bridge:

@@ -69,8 +69,11 @@ def test_add_result_and_duplicate(
     # the MAC we report is the MAC the pod has
     link = json.loads(in_ns(ns, "ip", "-j", "link", "show", "eth0").stdout)[0]
     assert link["address"] == result["interfaces"][2]["mac"]
-    with pytest.raises(CniFailed, match="duplicate allocation"):
-        plugin.add(conf, "dup", ns)
+    open_fds = len(os.listdir("/proc/self/fd"))  # the service runs in this process
+    for _ in range(5):
+        with pytest.raises(CniFailed, match="duplicate allocation"):
+            plugin.add(conf, "dup", ns)
+    assert len(os.listdir("/proc/self/fd")) == open_fds, "a failed ADD leaked file descriptors"
     # the failed second ADD left the first attachment alone
     plugin.check(conf, result, "dup", ns)
     plugin.delete(conf, "dup", ns)
