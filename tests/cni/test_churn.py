@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,12 +26,12 @@ def test_200_add_del_cycles_10_at_a_time_leave_nothing(
     problems: list[str] = []
 
     def cycle(i: int) -> None:
-        ns = f"pkc-churn-{i}"
+        ns = f"pkc-churn-{i + 1}"
         sh("ip", "netns", "add", ns)
-        cid = f"churn-{i}"
+        cid = f"churn-{i + 1}"
         conf = network.conf(
             ipMasq=True,
-            runtimeConfig={"portMappings": [{"HostPort": 20000 + i, "ContainerPort": 80, "Protocol": "tcp"}]},
+            runtimeConfig={"portMappings": [{"HostPort": 20001 + i, "ContainerPort": 80, "Protocol": "tcp"}]},
         )
         try:
             result = plugin.add(conf, cid, ns)
@@ -48,9 +49,14 @@ def test_200_add_del_cycles_10_at_a_time_leave_nothing(
         finally:
             sh("ip", "netns", "del", ns, check=False)
 
+    cycle(-1)  # warm-up, so the service's worker threads exist before counting
+    fds, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
     with ThreadPoolExecutor(PARALLEL) as pool:
         list(pool.map(cycle, range(CYCLES)))
     assert problems == []
+    # the service runs in this process: 400 calls must not leave descriptors or threads behind
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert threading.active_count() <= threads + service.service.max_workers  # the pool may grow, no more
     assert network.bridge_ports() == []
     assert network.ip_files() == []
     assert network.nat_rules() == []
