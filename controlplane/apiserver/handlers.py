@@ -401,7 +401,9 @@ class RestHandler:
             ns = meta.get("namespace")
             if ns and ns != info.namespace:
                 raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
-        created = await self.registry.create(res, info.namespace, obj, request["user"], self._dry_run(request))
+        created = await self.registry.create(
+            res, info.namespace, obj, request["user"], self._dry_run(request), _manager(request)
+        )
         return self._warn(json_response(_out(res, created), 201), unknown)
 
     async def _bind(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
@@ -430,7 +432,9 @@ class RestHandler:
                                "lastTransitionTime": pod["metadata"].get("creationTimestamp")})
             return pod
 
-        await self.registry.guaranteed_update(pods, info.namespace, pod_name, mutate, "binding", request["user"])
+        await self.registry.guaranteed_update(
+            pods, info.namespace, pod_name, mutate, "binding", request["user"], False, _manager(request)
+        )
         return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
 
     async def _update(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
@@ -447,7 +451,8 @@ class RestHandler:
                 f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
             )
         updated = await self.registry.update(
-            res, info.namespace, info.name, obj, info.subresource, request["user"], self._dry_run(request)
+            res, info.namespace, info.name, obj, info.subresource, request["user"], self._dry_run(request),
+            _manager(request),
         )
         return self._warn(json_response(_out(res, updated)), unknown)
 
@@ -467,7 +472,8 @@ class RestHandler:
             return current
 
         updated = await self.registry.guaranteed_update(
-            info.resource, info.namespace, info.name, mutate, "", request["user"], self._dry_run(request)
+            info.resource, info.namespace, info.name, mutate, "", request["user"], self._dry_run(request),
+            _manager(request),
         )
         return json_response(_scale_of(updated))
 
@@ -511,7 +517,8 @@ class RestHandler:
             return eventsv1.to_core(patched) if _is_events_v1(res) else patched
 
         updated = await self.registry.guaranteed_update(
-            res, info.namespace, info.name, mutate, info.subresource, request["user"], self._dry_run(request)
+            res, info.namespace, info.name, mutate, info.subresource, request["user"], self._dry_run(request),
+            _manager(request),
         )
         return self._warn(json_response(_out(res, updated)), unknown)
 
@@ -527,6 +534,7 @@ class RestHandler:
             raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})")
         meta["name"] = info.name
         dry_run = self._dry_run(request)
+        force = bool_param(request.query, "force")
         if info.subresource == "":
             try:
                 await self.registry.get(res, info.namespace, info.name)
@@ -539,7 +547,7 @@ class RestHandler:
                 return self._warn(json_response(_out(res, created), 201), unknown)
 
         def mutate(current: Obj) -> Obj:
-            result = ssa.apply(_out(res, current), applied, manager)
+            result = ssa.apply(_out(res, current), applied, manager, force)
             return eventsv1.to_core(result) if _is_events_v1(res) else result
 
         updated = await self.registry.guaranteed_update(
@@ -578,6 +586,12 @@ class RestHandler:
         return json_response({"kind": res.list_kind, "apiVersion": res.api_version,
                               "metadata": {"resourceVersion": str(self.registry.store.revision)},
                               "items": [_out(res, o) for o in deleted]})
+
+
+def _manager(request: web.Request) -> str:
+    """The fieldManager parameter, else the User-Agent up to its first "/" (upstream's default)."""
+    manager = request.query.get("fieldManager") or request.headers.get("User-Agent", "unknown").split("/", 1)[0]
+    return manager[:128] or "unknown"
 
 
 def _scale_of(obj: Obj) -> Obj:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.apiserver import errors
+from controlplane.apiserver import errors, ssa
 from controlplane.apiserver.admission import AdmissionChain, AdmissionRequest
 from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.errors import ApiError
@@ -114,8 +114,15 @@ class Registry:
             )
 
     async def create(
-        self, res: Resource, namespace: str, obj: Obj, user: UserInfo | None = None, dry_run: bool = False
+        self,
+        res: Resource,
+        namespace: str,
+        obj: Obj,
+        user: UserInfo | None = None,
+        dry_run: bool = False,
+        manager: str | None = None,
     ) -> Obj:
+        """`manager`: the field manager recorded in managedFields (None: the caller already did)."""
         meta = metadata(obj)
         if res.namespaced:
             meta["namespace"] = namespace
@@ -149,6 +156,9 @@ class Registry:
             )
             if res.kind == "Service":
                 self._allocate_cluster_ip(obj)
+            if manager is not None:
+                obj.setdefault("metadata", {}).pop("managedFields", None)
+                ssa.track_update(None, obj, manager)
             if dry_run:
                 return obj
             try:
@@ -194,6 +204,7 @@ class Registry:
         subresource: str = "",
         user: UserInfo | None = None,
         dry_run: bool = False,
+        manager: str | None = None,
     ) -> Obj:
         """PUT semantics: the body replaces the object (or its status), guarded by its resourceVersion."""
         wanted_rv = (body.get("metadata") or {}).get("resourceVersion") or ""
@@ -203,7 +214,7 @@ class Registry:
                 raise errors.conflict(res.plural, res.group, name, errors.MODIFIED)
             return body
 
-        return await self.guaranteed_update(res, namespace, name, mutate, subresource, user, dry_run)
+        return await self.guaranteed_update(res, namespace, name, mutate, subresource, user, dry_run, manager)
 
     async def guaranteed_update(
         self,
@@ -214,8 +225,11 @@ class Registry:
         subresource: str = "",
         user: UserInfo | None = None,
         dry_run: bool = False,
+        manager: str | None = None,
     ) -> Obj:
-        """Read, mutate, write with the read revision; retry from a fresh read when another write won."""
+        """Read, mutate, write with the read revision; retry from a fresh read when another write won.
+
+        `manager` records field ownership for the change (None: the mutation did, as apply does)."""
         key = res.key(namespace, name)
         for _ in range(_RETRIES):
             cached = await self.get(res, namespace, name)
@@ -225,6 +239,11 @@ class Registry:
             if new is None:
                 return current
             self.admission.run(AdmissionRequest("UPDATE", res, subresource, namespace, name, new, current, user))
+            if manager is not None:
+                new.setdefault("metadata", {})["managedFields"] = (current.get("metadata") or {}).get("managedFields", [])
+                ssa.track_update(current, new, manager, subresource if subresource in ("status", "scale") else "")
+                if not new["metadata"]["managedFields"]:
+                    new["metadata"].pop("managedFields")
             if _same_object(new, current):
                 return current
             if dry_run:

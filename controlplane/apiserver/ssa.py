@@ -1,11 +1,14 @@
-"""Server-side apply (application/apply-patch+yaml), in a reduced form.
+"""Field ownership (metadata.managedFields) and server-side apply (application/apply-patch+yaml).
 
-What it does: the applied configuration is merged into the live object with strategic-merge rules, the
-manager's field set is recorded in metadata.managedFields (upstream's FieldsV1 format, list items keyed
-by their merge key), and fields the same manager applied before but no longer lists are removed.
-What is missing (and why): conflict detection between managers (409 with per-field conflicts) and
-`force`, ownership transfer for non-apply updates, and managedFields entries for Update operations; they
-need a full structured-merge-diff implementation, which comes with RBAC-era controllers.
+What it does: every write records which fields its manager set, in upstream's FieldsV1 format (list
+items keyed by their merge key): Update entries for create/update/patch (per manager and subresource,
+taking over the fields they changed), Apply entries for apply. An apply merges the configuration into
+the live object with strategic-merge rules, removes fields the same manager applied before and no
+longer lists (unless another manager owns them), and fails with 409 Conflict naming each field another
+manager owns with a different value, unless force=true, which takes the fields over.
+What is missing: the structured-merge-diff type model (atomic vs granular maps and structs beyond the
+merge keys we know, `x-kubernetes-list-type: set/map` for custom types, unions); managedFields are kept
+for status and main resource alike, and apply on the status subresource is treated like the main one.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.patch import strategic_merge
 from controlplane.apiserver.smp_schema import ListSpec, schema_for
@@ -57,61 +61,195 @@ def _meta_fields(applied: Obj) -> Obj:
     return fs
 
 
-def _remove(target: Any, stale: Obj, current: Obj, schema: Any) -> None:
-    """Delete from `target` the fields in `stale` that `current` (the new field set) no longer has."""
-    if not isinstance(target, dict):
+def _delete_at(obj: Any, path: tuple[str, ...]) -> None:
+    """Delete the field or list item a FieldsV1 path names; a missing path is a no-op."""
+    if path and path[-1] == ".":
+        path = path[:-1]
+    if not path:
         return
-    for key, sub in stale.items():
-        if not key.startswith("f:"):
-            continue
-        name = key[2:]
-        sub_schema = schema.get(name) if isinstance(schema, dict) else None
-        if key not in current:
-            target.pop(name, None)
-            continue
-        value = target.get(name)
-        if isinstance(value, list) and isinstance(sub_schema, ListSpec):
-            keep = []
-            for item in value:
-                if sub_schema.merge_key is None:
-                    ident = "v:" + json.dumps(item, separators=(",", ":"))
-                elif isinstance(item, dict):
-                    ident = "k:" + json.dumps({sub_schema.merge_key: item.get(sub_schema.merge_key)}, separators=(",", ":"))
-                else:
-                    ident = ""
-                if ident in sub and ident not in current[key]:
-                    continue
-                if ident in sub and isinstance(item, dict):
-                    _remove(item, sub[ident], current[key][ident], sub_schema.item)
-                keep.append(item)
-            target[name] = keep
-        elif isinstance(value, dict) and sub:
-            _remove(value, sub, current[key], sub_schema if isinstance(sub_schema, dict) else None)
+    parent = value_at(obj, path[:-1])
+    last = path[-1]
+    if last.startswith("f:") and isinstance(parent, dict):
+        parent.pop(last[2:], None)
+    elif last.startswith("k:") and isinstance(parent, list):
+        wanted = json.loads(last[2:])
+        parent[:] = [i for i in parent if not (isinstance(i, dict) and all(i.get(k) == v for k, v in wanted.items()))]
+    elif last.startswith("v:") and isinstance(parent, list):
+        value = json.loads(last[2:])
+        parent[:] = [i for i in parent if i != value]
 
 
-def apply(current: Obj | None, applied: Obj, manager: str) -> Obj:
+Path = tuple[str, ...]
+
+
+def leaves(fs: Obj, prefix: Path = ()) -> set[Path]:
+    """Every owned path; a path ends where the set has no children (or at an item's "." marker)."""
+    out: set[Path] = set()
+    for key, sub in fs.items():
+        path = (*prefix, key)
+        if isinstance(sub, dict) and sub:
+            out |= leaves(sub, path)
+        else:
+            out.add(path)
+    return out
+
+
+def build(paths: set[Path]) -> Obj:
+    root: Obj = {}
+    for path in sorted(paths):
+        node = root
+        for key in path:
+            node = node.setdefault(key, {})
+    return root
+
+
+_MISSING = object()
+
+
+def value_at(obj: Any, path: Path) -> Any:
+    """The value a FieldsV1 path points at in `obj` (_MISSING when absent)."""
+    current = obj
+    for key in path:
+        if key == ".":
+            continue
+        if key.startswith("f:"):
+            if not isinstance(current, dict) or key[2:] not in current:
+                return _MISSING
+            current = current[key[2:]]
+        elif key.startswith("k:"):
+            wanted = json.loads(key[2:])
+            if not isinstance(current, list):
+                return _MISSING
+            current = next(
+                (i for i in current if isinstance(i, dict) and all(i.get(k) == v for k, v in wanted.items())),
+                _MISSING,
+            )
+            if current is _MISSING:
+                return _MISSING
+        elif key.startswith("v:"):
+            wanted = json.loads(key[2:])
+            if not isinstance(current, list) or wanted not in current:
+                return _MISSING
+            current = wanted
+    return current
+
+
+def _object_fields(obj: Obj) -> Obj:
+    return _meta_fields(obj)
+
+
+def _entry(manager: str, operation: str, api_version: str, fields: Obj, subresource: str = "") -> Obj:
+    entry: Obj = {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": api_version,
+        "time": timestamp(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }
+    if subresource:
+        entry["subresource"] = subresource
+    return entry
+
+
+def track_update(old: Obj | None, new: Obj, manager: str, subresource: str = "") -> None:
+    """Record an Update by `manager`: it now owns every field it changed; others lose those fields."""
+    meta = new.setdefault("metadata", {})
+    managed = [dict(m) for m in ((old or {}).get("metadata") or {}).get("managedFields") or []]
+    new_paths = leaves(_object_fields(new))
+    old_paths = leaves(_object_fields(old)) if old else set()
+    changed = {p for p in new_paths if old is None or p not in old_paths or value_at(old, p) != value_at(new, p)}
+    gone = old_paths - new_paths
+    if not changed and not gone:
+        if managed:
+            meta["managedFields"] = managed
+        return
+    kept = []
+    mine = None
+    for m in managed:
+        paths = leaves(m.get("fieldsV1") or {})
+        if m.get("manager") == manager and m.get("operation") == "Update" and m.get("subresource", "") == subresource:
+            mine = paths
+            continue
+        paths -= changed | gone
+        if paths:
+            kept.append({**m, "fieldsV1": build(paths)})
+    owned = ((mine or set()) - gone) | changed
+    kept.append(_entry(manager, "Update", new.get("apiVersion", ""), build(owned), subresource))
+    meta["managedFields"] = kept
+
+
+def _conflicts(live: Obj, applied: Obj, new_paths: set[Path], managed: list[Obj], manager: str) -> list[tuple[str, str, Path]]:
+    out = []
+    for m in managed:
+        if m.get("manager") == manager and m.get("operation") == "Apply":
+            continue
+        for path in leaves(m.get("fieldsV1") or {}) & new_paths:
+            if path[-1] == ".":
+                continue
+            if value_at(live, path) != value_at(applied, path):
+                out.append((m.get("manager", ""), m.get("apiVersion", ""), path))
+    return out
+
+
+def _dotted(path: Path) -> str:
+    parts = []
+    for key in path:
+        if key.startswith("f:"):
+            parts.append("." + key[2:])
+        elif key.startswith(("k:", "v:")):
+            parts.append("[" + key[2:].replace('"', "").replace("{", "").replace("}", "").replace(":", "=") + "]")
+    return "".join(parts)
+
+
+def apply(current: Obj | None, applied: Obj, manager: str, force: bool = False) -> Obj:
     """The object after `manager` applies `applied` to `current` (None: create)."""
     kind = applied.get("kind", "")
     schema = schema_for(kind)
     new_fields = _meta_fields(applied)
-    entry = {
-        "manager": manager,
-        "operation": "Apply",
-        "apiVersion": applied.get("apiVersion", ""),
-        "time": timestamp(),
-        "fieldsType": "FieldsV1",
-        "fieldsV1": new_fields,
-    }
+    entry = _entry(manager, "Apply", applied.get("apiVersion", ""), new_fields)
     if current is None:
         result = json.loads(json.dumps(applied))
         result.setdefault("metadata", {})["managedFields"] = [entry]
         return result
-    managed = list((current.get("metadata") or {}).get("managedFields") or [])
+    managed = [dict(m) for m in (current.get("metadata") or {}).get("managedFields") or []]
+    new_paths = leaves(new_fields)
+    conflicts = _conflicts(current, applied, new_paths, managed, manager)
+    if conflicts and not force:
+        causes = [
+            {"reason": "FieldManagerConflict", "message": f'conflict with "{who}" using {version}', "field": _dotted(path)}
+            for who, version, path in conflicts
+        ]
+        lines = "\n".join(f"- {c['message']}: {c['field']}" for c in causes)
+        count = len(causes)
+        raise ApiError(
+            409, "Conflict",
+            f"Apply failed with {count} conflict{'s' if count > 1 else ''}: " + (
+                f"{causes[0]['message']}: {causes[0]['field']}" if count == 1 else "\n" + lines),
+            {"causes": causes},
+        )
     previous = next((m for m in managed if m.get("manager") == manager and m.get("operation") == "Apply"), None)
-    result = strategic_merge(current, applied, schema)
+    others = set()
+    for m in managed:
+        if m is not previous:
+            others |= leaves(m.get("fieldsV1") or {})
+    result = json.loads(json.dumps(strategic_merge(current, applied, schema)))
     if previous is not None:
-        _remove(result, previous.get("fieldsV1") or {}, new_fields, schema)
-    managed = [m for m in managed if m is not previous]
-    managed.append(entry)
-    result.setdefault("metadata", {})["managedFields"] = managed
+        stale = leaves(previous.get("fieldsV1") or {}) - new_paths
+        for path in sorted(stale, key=len, reverse=True):
+            item = path[:-1] if path[-1] == "." else path
+            # Keep what another manager still owns (an item with someone else's fields in it stays).
+            if any(other[: len(item)] == item for other in others):
+                continue
+            _delete_at(result, path)
+    taken = {path for _, _, path in conflicts}
+    kept = []
+    for m in managed:
+        if m is previous:
+            continue
+        paths = leaves(m.get("fieldsV1") or {}) - taken
+        if paths:
+            kept.append({**m, "fieldsV1": build(paths)})
+    kept.append(entry)
+    result.setdefault("metadata", {})["managedFields"] = kept
     return result

@@ -34,5 +34,16 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await run_scheduler(args.kubeconfig, config, stop)
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(main())
     return 0
+
+
+def _loop_factory():  # type: ignore[no-untyped-def]
+    """uvloop when installed: its sockets and TLS cost about a third less CPU per API call, which is
+    most of the scheduler's work besides the decisions. The standard loop otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop

@@ -241,3 +241,24 @@ def test_imperative_create_sends_protobuf(kubectl, namespace: str) -> None:
     assert container["ports"] == [{"containerPort": 80, "protocol": "TCP"}]
     assert kubectl("get", "ns", f"{namespace}-extra", "-o", "name").strip() == f"namespace/{namespace}-extra"
     kubectl("get", "sa", "-n", namespace, "sa1")
+
+
+def test_server_side_apply_conflicts_and_force(kubectl, namespace: str) -> None:
+    manifest = MANIFEST.split("---")[2]
+    assert "serverside-applied" in kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest)
+    kubectl("scale", "-n", namespace, "deploy", "api", "--replicas=5")
+    conflict = kubectl.run("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest, check=False)
+    assert conflict.returncode != 0
+    assert 'Apply failed with 1 conflict: conflict with "kubectl" using apps/v1: .spec.replicas' in conflict.stderr
+    kubectl("apply", "--server-side", "--force-conflicts", "-n", namespace, "-f", "-", input=manifest)
+    deploy = json.loads(kubectl("get", "-n", namespace, "deploy", "api", "-o", "json", "--show-managed-fields"))
+    assert deploy["spec"]["replicas"] == 2
+    owners = {(m["manager"], m["operation"]): m["fieldsV1"] for m in deploy["metadata"]["managedFields"]}
+    assert "f:replicas" in owners[("kubectl", "Apply")]["f:spec"]
+    assert "f:replicas" not in owners.get(("kubectl", "Update"), {}).get("f:spec", {})
+    # A label the manager stops applying is removed, as nobody else owns it.
+    labelled = manifest.replace("metadata:\n  name: api\n", "metadata:\n  name: api\n  labels: {team: a, tier: b}\n")
+    kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=labelled)
+    kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=labelled.replace(", tier: b", ""))
+    deploy = json.loads(kubectl("get", "-n", namespace, "deploy", "api", "-o", "json"))
+    assert deploy["metadata"]["labels"] == {"team": "a"}
