@@ -55,7 +55,17 @@ POD_SPEC: Schema = {
     20: ("initContainers", "messages", CONTAINER),
 }
 TEMPLATE: Schema = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", POD_SPEC)}
+INT_OR_STRING: Schema = {1: ("type", "int", None), 2: ("intVal", "int", None), 3: ("strVal", "string", None)}
+SERVICE_SPEC: Schema = {
+    1: ("ports", "messages", {1: ("name", "string", None), 2: ("protocol", "string", None),
+                              3: ("port", "int", None), 4: ("targetPort", "intorstring", INT_OR_STRING),
+                              5: ("nodePort", "int", None), 6: ("appProtocol", "string", None)}),
+    2: ("selector", "map", "string"), 3: ("clusterIP", "string", None), 4: ("type", "string", None),
+    5: ("externalIPs", "strings", None), 7: ("sessionAffinity", "string", None),
+    10: ("externalName", "string", None), 11: ("externalTrafficPolicy", "string", None),
+}
 SCHEMAS: dict[str, Schema] = {
+    "Service": {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SERVICE_SPEC)},
     "Deployment": {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", {
         1: ("replicas", "int*", None), 2: ("selector", "message", LABEL_SELECTOR), 3: ("template", "message", TEMPLATE),
         5: ("minReadySeconds", "int", None), 6: ("revisionHistoryLimit", "int*", None),
@@ -135,6 +145,9 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
                 obj[name] = number
         elif kind == "strings":
             obj.setdefault(name, []).append(_text(value))
+        elif kind == "intorstring" and isinstance(value, bytes):
+            parsed = _message(value, sub)
+            obj[name] = parsed.get("strVal", "") if parsed.get("type") == 1 else parsed.get("intVal", 0)
         elif kind == "message" and isinstance(value, bytes):
             obj[name] = _message(value, sub)
         elif kind == "messages" and isinstance(value, bytes):

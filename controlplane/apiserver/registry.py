@@ -173,6 +173,17 @@ class Registry:
 
     def _allocate_cluster_ip(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
+        if spec.get("type") in ("NodePort", "LoadBalancer"):
+            spec.setdefault("externalTrafficPolicy", "Cluster")
+            used_ports = {
+                p.get("nodePort")
+                for c in self.cache.list(core("services").bucket, "/services/")
+                for p in (c.obj.get("spec") or {}).get("ports") or []
+            }
+            free = (n for n in range(30000, 32768) if n not in used_ports)
+            for port in spec.get("ports") or []:
+                if isinstance(port, dict) and not port.get("nodePort"):
+                    port["nodePort"] = next(free, None)
         if spec.get("type") == "ExternalName" or spec.get("clusterIP") == "None":
             if spec.get("clusterIP") == "None":
                 spec["clusterIPs"] = ["None"]

@@ -1,7 +1,9 @@
 """Events about pods (Scheduled, FailedScheduling), written off the scheduling path.
 
-Events are for people reading `kubectl describe`; they must never slow a decision down, so they go
-into a bounded queue drained by a few workers. When the queue is full the oldest intent is dropped
+Events are for people reading `kubectl describe`; they must never slow a decision or a binding down,
+so they go into a bounded queue drained by a few workers, and while bindings are in flight the workers
+hold each event back for up to MAX_LAG seconds (the API server's time goes to bindings first; under
+sustained load events simply trail by MAX_LAG). When the queue is full the oldest intent is dropped
 (upstream's recorder also drops under pressure). A repeated FailedScheduling with the same message for
 the same pod bumps the count of the existing Event instead of creating a new one, as upstream's
 correlator does, so a pod retried every 10 s does not grow an event per attempt.
@@ -24,6 +26,7 @@ from controlplane.scheduler.client import ApiClient, ApiError
 log = logging.getLogger(__name__)
 
 COMPONENT = "default-scheduler"
+MAX_LAG = 2.0  # seconds an event may wait for the bindings in flight to finish
 
 
 def now_rfc3339() -> str:
@@ -37,6 +40,7 @@ class _Intent:
     reason: str
     action: str
     message: str
+    at: float
 
 
 class EventRecorder:
@@ -49,6 +53,8 @@ class EventRecorder:
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._open = asyncio.Event()  # set while nothing more urgent (a binding) is in flight
+        self._open.set()
         self._busy = 0
         self._workers = workers
         self._tasks: list[asyncio.Task[None]] = []
@@ -74,8 +80,15 @@ class EventRecorder:
             await self._idle.wait()
 
     def record(self, pod: dict[str, Any], type_: str, reason: str, action: str, message: str) -> None:
-        self._queue.append(_Intent(pod, type_, reason, action, message))
+        self._queue.append(_Intent(pod, type_, reason, action, message, time.monotonic()))
         self._ready.set()
+
+    def hold(self) -> None:
+        """Something more urgent is in flight: let events wait (at most MAX_LAG)."""
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
 
     def forget(self, uid: str) -> None:
         for key in [k for k in self._last if k[0] == uid]:
@@ -91,6 +104,12 @@ class EventRecorder:
             intent = self._queue.popleft()
             self._busy += 1
             try:
+                lag = intent.at + MAX_LAG - time.monotonic()
+                if lag > 0 and not self._open.is_set():
+                    try:
+                        await asyncio.wait_for(self._open.wait(), lag)
+                    except TimeoutError:
+                        pass
                 await self._send(intent)
             except asyncio.CancelledError:
                 raise

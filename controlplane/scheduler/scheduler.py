@@ -54,6 +54,7 @@ class Scheduler:
         self.stats = Stats()
         self._bind_slots = asyncio.Semaphore(config.bind_concurrency)
         self._background: set[asyncio.Task[None]] = set()
+        self._binding = 0
         self.nodes = Informer(client, "/api/v1/nodes", self._node_added, self._node_updated, self._node_deleted)
         self.pods = Informer(client, "/api/v1/pods", self._pod_added, self._pod_updated, self._pod_deleted,
                              field_selector=POD_FIELD_SELECTOR)
@@ -166,11 +167,17 @@ class Scheduler:
     def _spawn(self, coro: Any, hold_slot: bool = False) -> None:
         task = asyncio.create_task(coro)
         self._background.add(task)
+        if hold_slot:
+            self._binding += 1
+            self.events.hold()
 
         def done(t: asyncio.Task[None]) -> None:
             self._background.discard(t)
             if hold_slot:
                 self._bind_slots.release()
+                self._binding -= 1
+                if self._binding == 0:
+                    self.events.release()
 
         task.add_done_callback(done)
 

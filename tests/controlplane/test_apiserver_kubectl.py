@@ -262,3 +262,15 @@ def test_server_side_apply_conflicts_and_force(kubectl, namespace: str) -> None:
     kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=labelled.replace(", tier: b", ""))
     deploy = json.loads(kubectl("get", "-n", namespace, "deploy", "api", "-o", "json"))
     assert deploy["metadata"]["labels"] == {"team": "a"}
+
+
+def test_create_and_expose_services(kubectl, namespace: str) -> None:
+    kubectl("create", "service", "clusterip", "-n", namespace, "s1", "--tcp=80:8080", "--tcp=443:https")
+    spec = json.loads(kubectl("get", "svc", "-n", namespace, "s1", "-o", "json"))["spec"]
+    assert spec["ports"] == [{"name": "80-8080", "port": 80, "protocol": "TCP", "targetPort": 8080},
+                             {"name": "443-https", "port": 443, "protocol": "TCP", "targetPort": "https"}]
+    assert spec["clusterIP"].startswith("10.96.") and spec["selector"] == {"app": "s1"}
+    kubectl("create", "deployment", "-n", namespace, "web", "--image=busybox", "--port=8080")
+    kubectl("expose", "deployment", "-n", namespace, "web", "--port=80", "--target-port=8080", "--type=NodePort", "--name=web-np")
+    row = kubectl("get", "svc", "-n", namespace, "web-np", "--no-headers").split()
+    assert row[1] == "NodePort" and row[4].startswith("80:3") and row[4].endswith("/TCP")
