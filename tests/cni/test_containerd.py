@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from cnitest import PodNetwork, new_network, sh
 
-from agent.cni.conflist import write_conflist
-from agent.cni.install import install_plugins
+from agent.cni.node import NodeNetwork
 from agent.cni.service import NetworkService
 from agent.cri import CRIClient, pb, runtime_condition
 from pykubelet.rig.containerd import Containerd
@@ -82,19 +81,27 @@ def host_address() -> str:
 
 @pytest.fixture
 async def our_network(tmp_path: Path) -> AsyncIterator[tuple[PodNetwork, NetworkService, Path, Path]]:
-    """Bin dir with our shim + loopback, the conflist for a test pod CIDR, and the service."""
+    """The node network as the agent sets it up: executables, conflist, service in this loop."""
     net = new_network(tmp_path)
-    bin_dir, conf_dir = tmp_path / "cni-bin", tmp_path / "cni-conf"
-    socket_path = str(tmp_path / "cni.sock")
-    install_plugins(bin_dir, socket_path)
-    write_conflist(conf_dir, str(net.subnet), name=net.name, bridge=net.bridge, data_dir=str(net.data_dir))
-    service = NetworkService(socket_path)
-    await service.start()
+    node = NodeNetwork(
+        conf_dir=tmp_path / "cni-conf",
+        bin_dir=tmp_path / "cni-bin",
+        data_dir=net.data_dir,
+        pod_cidr=str(net.subnet),
+        name=net.name,
+        bridge=net.bridge,
+        socket_path=str(tmp_path / "cni.sock"),
+        ip_masq=False,
+    )
+    await node.start()
+    assert node.service is not None
     try:
-        yield net, service, bin_dir, conf_dir
+        yield net, node.service, node.bin_dir, node.conf_dir
     finally:
-        await service.stop()
-        net.remove()
+        await node.stop()
+        node.remove()
+        assert not node.conflist_path.exists() and net.bridge_ports() == []
+        assert sh("ip", "link", "show", net.bridge, check=False).returncode != 0, "bridge left"
 
 
 async def test_pods_on_our_network_under_containerd(
