@@ -121,7 +121,7 @@ def test_get_table_wide_yaml(kubectl, namespace: str) -> None:
 
 def test_get_watch_sees_changes(kubectl, namespace: str) -> None:
     kubectl("apply", "-n", namespace, "-f", "-", input="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: watched}\ndata: {a: '1'}\n")
-    proc = kubectl.popen("get", "-n", namespace, "cm", "watched", "-w", "--request-timeout=20s", "-o", "jsonpath={.data.a}{\"\\n\"}")
+    proc = kubectl.popen("get", "-n", namespace, "cm", "watched", "-w", "--request-timeout=40s", "-o", "jsonpath={.data.a}{\"\\n\"}")
     lines: list[str] = []
 
     def read() -> None:
@@ -132,7 +132,7 @@ def test_get_watch_sees_changes(kubectl, namespace: str) -> None:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while "1" not in lines and time.monotonic() < deadline:
             time.sleep(0.05)
         kubectl("patch", "-n", namespace, "cm", "watched", "--type=merge", "-p", '{"data":{"a":"2"}}')
