@@ -133,10 +133,6 @@ def remove_port_mappings(key: str) -> int:
         return len(handles)
 
 
-def port_mapping_keys() -> list[str]:
-    return [comment for _, comment, _ in hostport_rules()]
-
-
 def gc_port_mappings(subnet: ipaddress.IPv4Network, valid: set[str]) -> int:
     """Delete DNAT rules into `subnet` whose attachment is not in `valid` (CNI 1.1 GC)."""
 
