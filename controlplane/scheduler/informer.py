@@ -47,10 +47,13 @@ class Informer:
         self.store: dict[str, Obj] = {}
         self.resource_version = ""
         self.synced = asyncio.Event()
+        self.lists = 0  # how many times it listed (1 + relists), for logs and tests
 
     async def run(self) -> None:
+        """Keep the store in step with the server until cancelled. Run again after a cancel, it
+        resumes watching from where it stopped (and relists if that is too old by now)."""
         failures = 0
-        need_list = True
+        need_list = not self.resource_version
         while True:
             try:
                 if need_list:
@@ -76,22 +79,31 @@ class Informer:
                 log.warning("watch failed path=%s error=%r retry_in=%.1fs", self.path, err, delay)
                 await asyncio.sleep(delay)
 
+    def _call(self, handler: Callable[..., None], *objs: Obj) -> None:
+        """A handler that fails on one object (say, a quantity it cannot parse) must not stop the
+        watch, or the same event would be replayed and fail forever."""
+        try:
+            handler(*objs)
+        except Exception:
+            log.exception("handler failed path=%s object=%s", self.path, _key(objs[-1]))
+
     def _params(self) -> dict[str, Any]:
         return {"fieldSelector": self.field_selector} if self.field_selector else {}
 
     async def _relist(self) -> None:
         items, rv = await self.client.list(self.path, self._params())
+        self.lists += 1
         fresh = {_key(o): o for o in items}
         for key in [k for k in self.store if k not in fresh]:
-            self.on_delete(self.store.pop(key))
+            self._call(self.on_delete, self.store.pop(key))
         for key, obj in fresh.items():
             old = self.store.get(key)
             self.store[key] = obj
             if old is None:
-                self.on_add(obj)
+                self._call(self.on_add, obj)
             elif (old.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
                     "resourceVersion"):
-                self.on_update(old, obj)
+                self._call(self.on_update, old, obj)
         self.resource_version = rv
         self.synced.set()
 
@@ -114,14 +126,14 @@ class Informer:
                 key = _key(obj)
                 if kind == "DELETED":
                     self.store.pop(key, None)
-                    self.on_delete(obj)
+                    self._call(self.on_delete, obj)
                 elif kind in ("ADDED", "MODIFIED"):
                     old = self.store.get(key)
                     self.store[key] = obj
                     if old is None:
-                        self.on_add(obj)
+                        self._call(self.on_add, obj)
                     else:
-                        self.on_update(old, obj)
+                        self._call(self.on_update, old, obj)
         except ApiError as err:
             if err.status == 410:
                 raise Gone() from err

@@ -102,3 +102,18 @@ def test_fifty_pods_racing_for_ten_slots_never_overcommit(cluster, start_schedul
         used = sum(milli_value(p.spec.containers[0].resources.requests["cpu"])
                    for p in cluster.v1.list_namespaced_pod(cluster.namespace).items if p.spec.node_name == node)
         assert used <= 2000
+
+
+def test_a_pod_it_cannot_read_does_not_stop_scheduling(cluster, start_scheduler):
+    node = cluster.add_node("n")
+    sched = start_scheduler()
+    bad = cluster.pod("bad-quantity", cpu="lots")
+    try:
+        cluster.create(bad)
+    except Exception as err:  # an API server that validates quantities refuses it: fine too
+        assert "lots" in str(err)
+    cluster.create(cluster.pod("good"))
+    assert cluster.wait_bound("good") == node
+    if "bad-quantity" in {p.metadata.name for p in cluster.v1.list_namespaced_pod(cluster.namespace).items}:
+        assert not cluster.get("bad-quantity").spec.node_name
+        assert "handler failed" in sched.log()

@@ -1,0 +1,64 @@
+"""The informer against the real API server: list, watch, and relist when the server answers 410."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from controlplane.scheduler.client import ApiClient
+from controlplane.scheduler.informer import Informer
+from controlplane.scheduler.kubeconfig import load_kubeconfig
+from pykubelet.rig.apiserver import ApiServer
+
+pytestmark = pytest.mark.integration
+
+PATH = "/api/v1/namespaces/default/configmaps"
+
+
+async def until(predicate, timeout: float = 15.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def test_resumes_and_relists_after_410(tmp_path):
+    # A watch window of 5 events: a watcher that misses more than that must start over.
+    with ApiServer(tmp_path / "api", extra_args=["--watch-cache-size", "5"]) as server:
+        client = ApiClient(load_kubeconfig(server.kubeconfig))
+        seen: dict[str, str] = {}
+        deleted: list[str] = []
+        informer = Informer(
+            client, PATH,
+            on_add=lambda o: seen.__setitem__(o["metadata"]["name"], o["data"]["v"]),
+            on_update=lambda old, new: seen.__setitem__(new["metadata"]["name"], new["data"]["v"]),
+            on_delete=lambda o: (seen.pop(o["metadata"]["name"], None), deleted.append(o["metadata"]["name"])),
+        )
+        try:
+            await client.request("POST", PATH, {"metadata": {"name": "before"}, "data": {"v": "0"}})
+            task = asyncio.create_task(informer.run())
+            await asyncio.wait_for(informer.synced.wait(), 15)
+            assert seen == {"before": "0"} and informer.lists == 1
+            await client.request("POST", PATH, {"metadata": {"name": "watched"}, "data": {"v": "1"}})
+            await until(lambda: "watched" in seen)
+            assert informer.lists == 1  # that came through the watch, not a list
+
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            # While it is away: more changes than the window holds, including a delete and an update.
+            for i in range(12):
+                await client.request("POST", PATH, {"metadata": {"name": f"missed-{i}"}, "data": {"v": "2"}})
+            await client.request("DELETE", f"{PATH}/before")
+            await client.request("PATCH", f"{PATH}/watched", {"data": {"v": "3"}},
+                                 content_type="application/merge-patch+json")
+
+            task = asyncio.create_task(informer.run())
+            await until(lambda: len(seen) == 13)
+            assert informer.lists == 2  # resumed, got 410 Gone, listed again
+            assert seen["watched"] == "3" and "before" not in seen and deleted == ["before"]
+            await client.request("POST", PATH, {"metadata": {"name": "after"}, "data": {"v": "4"}})
+            await until(lambda: "after" in seen)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        finally:
+            await client.close()
