@@ -2,7 +2,7 @@
 
 How the pieces fit (see README.md beside this file):
   containerd --exec--> pykubelet-cni (C shim, or Python forwarder) --unix socket--> NetworkService
-  (hosted by the agent, or `python -m agent.cni.service`) --> plugin.handle() --> datapath/ipam/nat.
+  (hosted by the agent, or `pykubelet-cni serve`) --> plugin.handle() --> datapath/ipam/nat.
   With no service listening, the shim runs `python -m agent.cni.standalone` instead.
 
 Entry points for other packages: `install.install_plugins`, `conflist.write_conflist`,

@@ -1,4 +1,5 @@
-"""`pykubelet-cni`: hand the invocation to the network service, or run it in-process.
+"""`pykubelet-cni`: hand the invocation to the network service, or run it in-process;
+`pykubelet-cni serve` runs the service itself when no agent hosts it.
 
 Imports only the standard library and the tiny protocol module, so the fast path stays cheap; the
 in-process fallback (pyroute2 and all) is imported only when no service answers.
@@ -35,6 +36,10 @@ def call_service(path: str, env: dict[str, str], stdin: bytes) -> tuple[int, byt
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["serve"]:  # `pykubelet-cni serve [--socket PATH]`: the standalone daemon
+        from agent.cni.service import main as serve
+
+        return serve(sys.argv[2:])
     env = dict(os.environ)
     stdin = sys.stdin.buffer.read()
     answer = call_service(protocol.default_socket_path(), env, stdin)

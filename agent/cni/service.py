@@ -2,8 +2,8 @@
 
 Importing pyroute2 and warming its netlink machinery costs ~0.3 s; paying it once per node instead of
 once per CNI call is what makes ADD as fast as the reference Go plugin. The agent hosts the service in
-its own event loop (`NetworkService(...).start()`); `pykubelet-cni-daemon` style standalone running
-is `python -m agent.cni.service`.
+its own event loop (`NetworkService(...).start()`); without an agent, `pykubelet-cni serve` (or
+`python -m agent.cni.service`) runs it as a daemon.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ async def _run(socket_path: str, workers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agent.cni.service", description=__doc__)
+    parser = argparse.ArgumentParser(prog="pykubelet-cni serve", description=__doc__)
     parser.add_argument("--socket", default=protocol.default_socket_path())
     parser.add_argument("--workers", type=int, default=8)
     ns = parser.parse_args(argv)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
+import signal
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -256,3 +260,28 @@ def test_service_survives_garbage(plugin: Plugin, socket_path: str, service: obj
             assert s.recv(100) == b""  # dropped without an answer
     # and it still answers proper requests afterwards
     assert plugin.call("VERSION", {"cniVersion": "1.0.0"})["cniVersion"] == "1.0.0"
+
+
+def test_standalone_daemon(
+    plugin: Plugin, socket_path: str, network: PodNetwork, namespaces: Namespaces
+) -> None:
+    """`pykubelet-cni serve` as its own process: serves the shim, and SIGTERM takes its socket away."""
+    exe = shutil.which("pykubelet-cni")
+    if exe is None:
+        pytest.skip("pykubelet-cni console script not installed (pip install -e .)")
+    daemon = subprocess.Popen([exe, "serve", "--socket", socket_path], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(socket_path):
+            assert daemon.poll() is None and time.monotonic() < deadline, "daemon did not come up"
+            time.sleep(0.05)
+        ns = namespaces.new()
+        conf = network.conf()
+        plugin.add(conf, "daemon", ns)
+        plugin.delete(conf, "daemon", ns)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    assert "cni ADD" not in err  # no failed request was logged
+    assert not os.path.exists(socket_path)
