@@ -285,3 +285,33 @@ def test_standalone_daemon(
     assert daemon.returncode == 0, err
     assert "cni ADD" not in err  # no failed request was logged
     assert not os.path.exists(socket_path)
+
+
+def test_mtu_hairpin_and_no_default_route(
+    plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces
+) -> None:
+    ns = namespaces.new()
+    conf = network.conf(
+        mtu=1400,
+        hairpinMode=False,
+        isDefaultGateway=False,
+        ipam={
+            "ranges": [[{"subnet": str(network.subnet)}]],
+            "routes": [{"dst": "192.168.77.0/24"}],
+        },
+    )
+    result = plugin.add(conf, "knobs", ns)
+    host_veth = result["interfaces"][1]["name"]
+    try:
+        assert Path(f"/sys/class/net/{host_veth}/brport/hairpin_mode").read_text().strip() == "0"
+        assert Path(f"/sys/class/net/{host_veth}/mtu").read_text().strip() == "1400"
+        assert Path(f"/sys/class/net/{network.bridge}/mtu").read_text().strip() == "1400"
+        pod_link = json.loads(in_ns(ns, "ip", "-j", "link", "show", "eth0").stdout)[0]
+        assert pod_link["mtu"] == 1400
+        routes = {r["dst"]: r.get("gateway") for r in json.loads(in_ns(ns, "ip", "-j", "-4", "route").stdout)}
+        assert "default" not in routes
+        assert routes["192.168.77.0/24"] == str(network.gateway)  # ipam routes go via the gateway
+        assert result["routes"] == [{"dst": "192.168.77.0/24", "gw": str(network.gateway)}]
+        plugin.check(conf, result, "knobs", ns)
+    finally:
+        plugin.delete(conf, "knobs", ns)
