@@ -80,8 +80,9 @@ def host_address() -> str:
 
 
 @pytest.fixture
-async def our_network(tmp_path: Path) -> AsyncIterator[tuple[PodNetwork, NetworkService, Path, Path]]:
-    """The node network as the agent sets it up: executables, conflist, service in this loop."""
+async def our_network(tmp_path: Path) -> AsyncIterator[tuple[PodNetwork, NodeNetwork]]:
+    """The node network as the agent will own it; the test starts it (executables, service in this
+    loop, conflist) once containerd runs."""
     net = new_network(tmp_path)
     node = NodeNetwork(
         conf_dir=tmp_path / "cni-conf",
@@ -93,10 +94,8 @@ async def our_network(tmp_path: Path) -> AsyncIterator[tuple[PodNetwork, Network
         socket_path=str(tmp_path / "cni.sock"),
         ip_masq=False,
     )
-    await node.start()
-    assert node.service is not None
     try:
-        yield net, node.service, node.bin_dir, node.conf_dir
+        yield net, node
     finally:
         await node.stop()
         node.remove()
@@ -105,17 +104,17 @@ async def our_network(tmp_path: Path) -> AsyncIterator[tuple[PodNetwork, Network
 
 
 async def test_pods_on_our_network_under_containerd(
-    our_network: tuple[PodNetwork, NetworkService, Path, Path],
+    our_network: tuple[PodNetwork, NodeNetwork],
     registry: Registry,
     test_images: RigImages,
     rig_dir: Path,
     tmp_path: Path,
 ) -> None:
-    net, service, bin_dir, conf_dir = our_network
+    net, node = our_network
     ctd = Containerd(
         rig_dir / f"containerd-cni-{uuid.uuid4().hex[:6]}",
-        cni_bin_dir=bin_dir,
-        cni_conf_dir=conf_dir,
+        cni_bin_dir=node.bin_dir,
+        cni_conf_dir=node.conf_dir,
         sandbox_image=test_images.pause,
         registry=registry.address,
     )
@@ -123,18 +122,29 @@ async def test_pods_on_our_network_under_containerd(
     await asyncio.to_thread(ctd.start)
     try:
         async with await CRIClient.connect(ctd.endpoint) as cri:
-            await check_pods(cri, net, service, test_images, tmp_path)
+            # no conflist yet: containerd reports the network not ready until the agent writes one
+            assert not await network_ready(cri)
+            await node.start()
+            assert node.service is not None
+            deadline = time.monotonic() + 20
+            while not await network_ready(cri):  # containerd reloads on the rename
+                assert time.monotonic() < deadline, "NetworkReady never became true"
+                await asyncio.sleep(0.1)
+            await check_pods(cri, net, node.service, test_images, tmp_path)
     finally:
         left = await asyncio.to_thread(ctd.stop)
     assert left.empty(), f"containerd left {left}"
     assert net.bridge_ports() == [] and net.ip_files() == [] and net.nat_rules() == []
 
 
+async def network_ready(cri: CRIClient) -> bool:
+    cond = runtime_condition(await cri.status(), "NetworkReady")
+    return bool(cond and cond.status)
+
+
 async def check_pods(
     cri: CRIClient, net: PodNetwork, service: NetworkService, images: RigImages, tmp_path: Path
 ) -> None:
-    cond = runtime_condition(await cri.status(), "NetworkReady")
-    assert cond is not None and cond.status, f"network not ready: {cond}"
     await cri.pull_image(images.busybox)
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
