@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import ssl
 import statistics
 import sys
@@ -28,6 +29,12 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pykubelet.rig.apiserver import ApiServer
+
+
+def cpu_seconds(pid: int) -> float:
+    """User+system CPU time of a process: a figure other load on the machine does not inflate much."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], p: float) -> float:
@@ -66,6 +73,8 @@ async def bench_leases(server: ApiServer, session: aiohttp.ClientSession, nodes:
     latencies: list[float] = []
     errors = 0
     total = int(rate * seconds)
+    assert server.process is not None
+    cpu_before = cpu_seconds(server.process.pid)
     start = time.perf_counter()
 
     async def renew(i: int) -> None:
@@ -91,7 +100,11 @@ async def bench_leases(server: ApiServer, session: aiohttp.ClientSession, nodes:
         tasks.append(asyncio.create_task(renew(i)))
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
+    server_cpu = cpu_seconds(server.process.pid) - cpu_before
     return {
+        "server_cpu_ms_per_request": round(server_cpu / total * 1000, 3),
+        "server_cpu_percent_of_one_core": round(server_cpu / elapsed * 100, 1),
+        "load_average_1m": os.getloadavg()[0],
         "leases": nodes, "target_rate": rate, "requests": total, "achieved_rate": round(total / elapsed, 1),
         "errors": errors, "p50_ms": round(pct(latencies, 50) * 1000, 2), "p99_ms": round(pct(latencies, 99) * 1000, 2),
         "max_ms": round(max(latencies) * 1000, 2),
@@ -121,6 +134,7 @@ async def bench_list(server: ApiServer, session: aiohttp.ClientSession, pods: in
             size = len(data)
         count = len(json.loads(data)["items"])
         out[label] = {"items": count, "bytes": size, "median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3)}
+    out["load_average_1m"] = os.getloadavg()[0]
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -174,6 +188,7 @@ async def bench_watchers(server: ApiServer, ctx: ssl.SSLContext, watchers: int, 
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return {"watchers": watchers, "connect_all_s": round(connect_s, 2), "rounds": results,
+            "load_average_1m": os.getloadavg()[0],
             "last_watcher_median_ms": statistics.median(r["last_ms"] for r in results)}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import ssl
@@ -93,6 +94,12 @@ class ApiServer:
                 self.pki.admin_cert, self.pki.admin_key,
             )
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
+        # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
+        # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight and
+        # collect the young generation less often.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(20_000, 20, 50)
         self.ready = True
         log.info("event=serving port=%d tls=%s data_dir=%s", self.port, ssl_context is not None, self.config.data_dir)
 

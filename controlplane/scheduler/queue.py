@@ -116,6 +116,10 @@ class SchedulingQueue:
             except TimeoutError:
                 pass
 
+    def owns(self, qp: QueuedPod) -> bool:
+        """Whether `qp` is still this queue's pod (not deleted or replaced since it was popped)."""
+        return self._pods.get(qp.info.uid) is qp
+
     def done(self, uid: str) -> None:
         """The pod got a node (assumed): it leaves the queue."""
         self._pods.pop(uid, None)

@@ -109,6 +109,10 @@ class Scheduler:
     def schedule_one(self, qp: QueuedPod) -> None:
         """Decide for one popped pod. Holds one bind slot, released here or by the bind task."""
         pod = qp.info
+        if not self.queue.owns(qp) or self.cache.has_pod(pod.uid):
+            # Deleted, or bound by someone else, while it waited for a bind slot.
+            self._bind_slots.release()
+            return
         nodes = self.cache.nodes()
         try:
             node = schedule(pod, nodes, self.filters, self.scores,
