@@ -107,13 +107,3 @@ def reference() -> Plugin:
     if not Path("/usr/lib/cni/bridge").exists():
         pytest.skip("reference CNI plugins not installed")
     return Plugin(Path("/usr/lib/cni/bridge"))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _restore_ip_forward() -> Iterator[None]:
-    """The plugin turns on ip_forward (as the reference bridge plugin does); give it back after."""
-    path = Path("/proc/sys/net/ipv4/ip_forward")
-    before = path.read_text() if path.exists() else None
-    yield
-    if before is not None and os.geteuid() == 0:
-        path.write_text(before)
