@@ -69,6 +69,15 @@ def security_context(pod: dict[str, Any], container: dict[str, Any]) -> pb.Linux
     return sec
 
 
+def _mounts(termination_path: str, termination_file: str, hosts_file: str) -> list[pb.Mount]:
+    out = []
+    if hosts_file:
+        out.append(pb.Mount(container_path="/etc/hosts", host_path=hosts_file))
+    if termination_file:
+        out.append(pb.Mount(container_path=termination_path, host_path=termination_file))
+    return out
+
+
 def container_config(
     pod: dict[str, Any],
     container: dict[str, Any],
@@ -77,6 +86,8 @@ def container_config(
     image_ref: str,
     env: list[tuple[str, str]],
     node_memory: int,
+    termination_file: str = "",
+    hosts_file: str = "",
 ) -> pb.ContainerConfig:
     name = container["name"]
     values = dict(env)
@@ -102,6 +113,7 @@ def container_config(
         labels=labels,
         annotations=annotations,
         log_path=f"{name}/{restart_count}.log",
+        mounts=_mounts(annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file),
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),

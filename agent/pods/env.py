@@ -71,12 +71,12 @@ def resource_value(container: dict[str, Any], ref: dict[str, Any], node_alloc: d
 
 
 def _data(obj: dict[str, Any], secret: bool) -> dict[str, str]:
-    out = dict(obj.get("stringData") or {}) if not secret else {}
-    if secret:
-        for k, v in (obj.get("data") or {}).items():
-            out[k] = base64.b64decode(v).decode(errors="replace")
-    else:
-        out.update(obj.get("data") or {})
+    """A ConfigMap's data, or a Secret's data decoded (plus stringData, should a server hand it back
+    unmerged: upstream's API server folds it into data on write)."""
+    if not secret:
+        return dict(obj.get("data") or {})
+    out = {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.get("data") or {}).items()}
+    out.update(obj.get("stringData") or {})
     return out
 
 

@@ -7,10 +7,13 @@ moved. The agent stores nothing else: labels and annotations carry everything ne
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.cri import CRIClient, NotFoundError, pb
+from agent.cri.logs import LogFormatError, read_entries
 from agent.pods import labels as L
 
 STATE_NAMES = {pb.CONTAINER_CREATED: "created", pb.CONTAINER_RUNNING: "running", pb.CONTAINER_EXITED: "exited"}
@@ -115,6 +118,10 @@ class RuntimeInspector:
         except NotFoundError:
             return None
         rec = _from_status(st, c.pod_sandbox_id)
+        if rec.state == "exited":
+            extra = await asyncio.to_thread(termination_message, st, rec)
+            if extra:
+                rec = replace(rec, message=f"{rec.message}: {extra}" if rec.message else extra)
         self._status_cache[c.id] = rec
         return rec
 
@@ -149,6 +156,37 @@ def _from_status(st: pb.ContainerStatus, sandbox_id: str) -> ContainerRecord:
         image_ref=st.image_ref,
         log_path=st.log_path,
     )
+
+
+MAX_MESSAGE_BYTES = 4096
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+
+
+def termination_message(st: pb.ContainerStatus, rec: ContainerRecord) -> str:
+    """What the container wrote to its terminationMessagePath (a host file mounted there), or, with
+    policy FallbackToLogsOnError and a failed exit, the tail of its log, as upstream reports them."""
+    path = st.annotations.get(L.TERMINATION_MESSAGE_PATH, "")
+    text = ""
+    for mount in st.mounts:
+        if path and mount.container_path == path and mount.host_path:
+            try:
+                with open(mount.host_path, "rb") as f:
+                    text = f.read(MAX_MESSAGE_BYTES).decode(errors="replace")
+            except OSError:
+                pass
+    if text:
+        return text
+    policy = st.annotations.get(L.TERMINATION_MESSAGE_POLICY, "File")
+    if policy == "FallbackToLogsOnError" and rec.exit_code != 0 and st.log_path:
+        try:
+            with open(st.log_path, encoding="utf-8", errors="replace") as f:
+                lines = deque(f, maxlen=FALLBACK_LOG_LINES)
+            content = "".join(e.content + "\n" for e in read_entries(lines))
+        except (OSError, LogFormatError):
+            return ""
+        return content[-FALLBACK_LOG_BYTES:]
+    return ""
 
 
 def runtime_summary(rt: PodRuntime) -> dict[str, Any]:

@@ -49,11 +49,43 @@ def port_mappings(pod: dict[str, Any]) -> list[pb.PortMapping]:
 
 
 def hostname(pod: dict[str, Any], node_hostname: str) -> str:
+    """The pod's hostname; empty for host-network pods, which share the node's UTS namespace (runc
+    refuses to set a hostname there, and the node's own name is what such a pod sees anyway)."""
     spec = pod.get("spec") or {}
     if spec.get("hostNetwork"):
-        return node_hostname
+        return ""
     name = spec.get("hostname") or pod["metadata"]["name"]
     return name[:63].rstrip("-.")
+
+
+def hosts_file(pod: dict[str, Any], pod_ip: str, cluster_domain: str) -> str:
+    """The kubelet-managed /etc/hosts: localhost entries, the pod's own name (its FQDN when it has a
+    subdomain) and spec.hostAliases, as upstream writes it."""
+    spec = pod.get("spec") or {}
+    lines = [
+        "# Kubernetes-managed hosts file.",
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "fe00::0\tip6-localnet",
+        "fe00::0\tip6-mcastprefix",
+        "fe00::1\tip6-allnodes",
+        "fe00::2\tip6-allrouters",
+    ]
+    name = hostname(pod, "")
+    if pod_ip and name:
+        subdomain = spec.get("subdomain") or ""
+        if subdomain and cluster_domain:
+            fqdn = f"{name}.{subdomain}.{pod['metadata']['namespace']}.svc.{cluster_domain}"
+            lines.append(f"{pod_ip}\t{fqdn}\t{name}")
+        else:
+            lines.append(f"{pod_ip}\t{name}")
+    aliases = spec.get("hostAliases") or []
+    if aliases:
+        lines.append("")
+        lines.append("# Entries added by HostAliases.")
+        for alias in aliases:
+            lines.append(f"{alias.get('ip', '')}\t" + "\t".join(alias.get("hostnames") or []))
+    return "\n".join(lines) + "\n"
 
 
 def sandbox_config(
@@ -74,7 +106,6 @@ def sandbox_config(
         sec.run_as_group.value = int(psc["runAsGroup"])
     sec.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
     sysctls = {s["name"]: s.get("value", "") for s in psc.get("sysctls") or []}
-    subdomain = spec.get("subdomain") or ""
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(
             name=meta["name"], uid=meta["uid"], namespace=meta["namespace"], attempt=attempt
@@ -84,10 +115,7 @@ def sandbox_config(
         dns_config=pb.DNSConfig(servers=dns.servers, searches=dns.searches, options=dns.options),
         port_mappings=port_mappings(pod),
         labels=L.pod_labels(pod),
-        annotations={
-            **(meta.get("annotations") or {}),
-            **({"pykubelet.io/subdomain": subdomain} if subdomain else {}),
-        },
+        annotations=dict(meta.get("annotations") or {}),
         linux=pb.LinuxPodSandboxConfig(
             cgroup_parent=cgroup_parent(pod, cfg.cgroup_root, cfg.cgroup_driver) if cfg.cgroups_per_qos else "",
             security_context=sec,

@@ -12,9 +12,12 @@ import asyncio
 import logging
 import math
 import os
+import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from agent.config import AgentConfig
@@ -29,7 +32,7 @@ from agent.pods.events import NORMAL, WARNING, EventRecorder, container_field
 from agent.pods.images import ImageError, ImageManager
 from agent.pods.qos import cgroup_parent, remove_pod_cgroup
 from agent.pods.runtime import ContainerRecord, PodRuntime, RuntimeInspector, SandboxRecord
-from agent.pods.sandbox import pod_log_dir, sandbox_config
+from agent.pods.sandbox import hosts_file, pod_log_dir, sandbox_config
 from agent.pods.status import TERMINAL, StatusInputs, compute_status
 from agent.pods.status_manager import StatusManager
 
@@ -331,7 +334,9 @@ class PodWorker:
             return False, retry if retry > 0 else RETRY_AFTER_ERROR
         try:
             env = await resolve_env(pod, c, ctx.fetch, ctx.host_ip(), sb.ip)
-            config = container_config(pod, c, kind, restart_count, image_ref, env, ctx.node_memory)
+            term_file = await asyncio.to_thread(self._termination_file, name)
+            hosts = "" if (pod.get("spec") or {}).get("hostNetwork") else await asyncio.to_thread(self._hosts_file, pod, sb.ip)
+            config = container_config(pod, c, kind, restart_count, image_ref, env, ctx.node_memory, term_file, hosts)
         except (ConfigError, ApiError) as err:
             self.waiting[name] = ("CreateContainerConfigError", str(err))
             ctx.recorder.event(pod, WARNING, "Failed", f"Error: {err}", field)
@@ -349,10 +354,32 @@ class PodWorker:
             self.waiting[name] = ("RunContainerError", err.details)
             ctx.recorder.event(pod, WARNING, "Failed", f"Error: {err.details}", field)
             return False, RETRY_AFTER_ERROR
-        ctx.recorder.event(pod, NORMAL, "Started", f"Started container: {name}", field)
+        ctx.recorder.event(pod, NORMAL, "Started", f"Started container {name}", field)
         self.waiting.pop(name, None)
         log.info("container started pod=%s container=%s id=%s restarts=%d", self._name(), name, cid[:13], restart_count)
         return True, 0.0
+
+    def _pod_dir(self) -> Path:
+        return Path(self.ctx.cfg.root_dir) / "pods" / self.uid
+
+    def _termination_file(self, name: str) -> str:
+        """A fresh host file for the container's termination message, writable by any user in the
+        container (as upstream makes it), under <root-dir>/pods/<uid>/containers/<name>/."""
+        folder = self._pod_dir() / "containers" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / uuid.uuid4().hex[:8]
+        path.touch()
+        path.chmod(0o666)
+        return str(path)
+
+    def _hosts_file(self, pod: dict[str, Any], pod_ip: str) -> str:
+        path = self._pod_dir() / "etc-hosts"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(hosts_file(pod, pod_ip, self.ctx.cfg.cluster_domain))
+        tmp.chmod(0o644)
+        tmp.replace(path)
+        return str(path)
 
     async def _start_created(self, pod: dict[str, Any], c: dict[str, Any], kind: str, rec: ContainerRecord) -> bool:
         """A container created but never started (the agent died in between): start it now."""
@@ -361,7 +388,7 @@ class PodWorker:
         except CRIError as err:
             self.waiting[c["name"]] = ("RunContainerError", err.details)
             return False
-        self.ctx.recorder.event(pod, NORMAL, "Started", f"Started container: {c['name']}", container_field(kind, c["name"]))
+        self.ctx.recorder.event(pod, NORMAL, "Started", f"Started container {c['name']}", container_field(kind, c["name"]))
         self.waiting.pop(c["name"], None)
         return True
 
@@ -428,6 +455,7 @@ class PodWorker:
         ctx.crash_backoff.forget_prefix(self.uid)
         ctx.images.backoff.forget_prefix(self.uid)
         ctx.status.forget(self.uid)
+        await asyncio.to_thread(shutil.rmtree, self._pod_dir(), True)
         if ctx.cfg.cgroups_per_qos and ctx.cfg.cgroup_driver == "cgroupfs":
             fake = {"metadata": {"uid": self.uid}, "status": {}}
             for qos in ("Guaranteed", "Burstable", "BestEffort"):

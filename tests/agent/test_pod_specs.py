@@ -160,7 +160,7 @@ def test_sandbox_config():
     assert sb.linux.cgroup_parent == "/kubepods/besteffort/pod1234-5678"
     assert list(sb.dns_config.servers) == ["10.96.0.10"]
     host_net = sandbox_config(cfg, make_pod(hostNetwork=True), 0, HOST, "node-host")
-    assert host_net.hostname == "node-host" and host_net.linux.security_context.namespace_options.network == pb.NODE
+    assert host_net.hostname == "" and host_net.linux.security_context.namespace_options.network == pb.NODE
 
 
 def test_image_reference_and_policy():
@@ -194,3 +194,14 @@ def test_backoff_table_doubles_caps_and_resets():
     now[0] += 601  # ten minutes of clean running
     assert table.remaining(key) == 0 and table.next(key) == 10
     assert [format_go_duration(s) for s in (10, 80, 300)] == ["10s", "1m20s", "5m0s"]
+
+
+def test_hosts_file_with_subdomain_and_aliases():
+    from agent.pods.sandbox import hosts_file
+
+    p = make_pod(hostname="db-0", subdomain="db", hostAliases=[{"ip": "192.0.2.9", "hostnames": ["a.test", "b.test"]}])
+    text = hosts_file(p, "10.0.0.8", "cluster.local")
+    assert "10.0.0.8\tdb-0.db.prod.svc.cluster.local\tdb-0\n" in text
+    assert text.startswith("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
+    assert "192.0.2.9\ta.test\tb.test\n" in text
+    assert "10.0.0.8\tweb\n" in hosts_file(make_pod(), "10.0.0.8", "cluster.local")

@@ -41,7 +41,13 @@ async def no_objects(kind: str, ns: str, name: str) -> dict[str, Any] | None:
 
 @pytest.fixture
 async def ctx(cri: CRIClient, pod_log_dir: Path):
-    cfg = AgentConfig(node_name="worker-test", pod_logs_dir=str(pod_log_dir), cgroup_root=CGROUP_ROOT, sync_frequency=1.0)
+    cfg = AgentConfig(
+        node_name="worker-test",
+        pod_logs_dir=str(pod_log_dir),
+        root_dir=str(pod_log_dir.parent / "agent-root"),
+        cgroup_root=CGROUP_ROOT,
+        sync_frequency=1.0,
+    )
     recorder = EventRecorder(None, cfg.node_name)
     context = PodContext(
         cfg=cfg,

@@ -1,0 +1,166 @@
+"""What the spec asks of a container, checked from inside it: each pod runs a shell test of its own
+environment and exits 0 only if it holds, so Succeeded (seen through the API) is the proof.
+
+Covers env with $(VAR) expansion, fieldRef, configMap/secret sources, args and workingDir, runAsUser,
+readOnlyRootFilesystem, a memory limit, dnsPolicy None with dnsConfig, hostNetwork, the termination
+message, and CreateContainerConfigError for a missing ConfigMap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last={last!r}")
+
+
+def finished(kube, ns: str, name: str) -> client.V1Pod:
+    def check():
+        pod = kube.read_namespaced_pod(name, ns)
+        return pod if pod.status.phase in ("Succeeded", "Failed") else None
+
+    return wait_for(check, what=f"{name} to finish")
+
+
+def run(kube, ns, node, image, name, script, **container) -> client.V1Pod:
+    pod_fields = {k: container.pop(k) for k in ("host_network", "dns_policy", "dns_config") if k in container}
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={"app": "spec-test"}),
+        spec=client.V1PodSpec(
+            node_name=node,
+            restart_policy="Never",
+            containers=[client.V1Container(name="main", image=image, command=["sh", "-c", script], **container)],
+            **pod_fields,
+        ),
+    )
+    kube.create_namespaced_pod(ns, pod)
+    return finished(kube, ns, name)
+
+
+def assert_succeeded(pod: client.V1Pod) -> None:
+    term = pod.status.container_statuses[0].state.terminated
+    assert pod.status.phase == "Succeeded", f"{pod.metadata.name}: exit {term.exit_code} {term.message or ''}"
+
+
+def test_env_sources_and_expansion(kube, namespace, node_name, image):
+    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cm"), data={"color": "blue"}))
+    kube.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="sec"), string_data={"pw": "s3cret"}))
+    env = [
+        client.V1EnvVar(name="FIRST", value="one"),
+        client.V1EnvVar(name="BOTH", value="$(FIRST)-two-$$(FIRST)"),
+        client.V1EnvVar(name="POD_NAME", value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path="metadata.name"))),
+        client.V1EnvVar(name="POD_NS", value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path="metadata.namespace"))),
+        client.V1EnvVar(name="COLOR", value_from=client.V1EnvVarSource(config_map_key_ref=client.V1ConfigMapKeySelector(name="cm", key="color"))),
+        client.V1EnvVar(name="PW", value_from=client.V1EnvVarSource(secret_key_ref=client.V1SecretKeySelector(name="sec", key="pw"))),
+    ]
+    # The agent expands $(VAR) in command and args too: $$(FIRST) reaches the shell as a literal $(FIRST)
+    # (single-quoted there), and the last $(FIRST) arrives already replaced by "one".
+    script = (
+        "test \"$BOTH\" = 'one-two-$$(FIRST)' && test \"$POD_NAME\" = env && test \"$POD_NS\" = \"$EXPECT_NS\" "
+        "&& test \"$COLOR\" = blue && test \"$PW\" = s3cret && test \"$(pwd)\" = /tmp && test \"$1\" = arg-one "
+        "&& test $(FIRST) = one"
+    )
+    env.append(client.V1EnvVar(name="EXPECT_NS", value=namespace))
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="env"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            containers=[
+                client.V1Container(
+                    name="main", image=image, command=["sh", "-c", script, "sh"], args=["arg-$(FIRST)"], working_dir="/tmp", env=env
+                )
+            ],
+        ),
+    )
+    # command + args: sh -c SCRIPT sh ARG, so $1 inside the script is the expanded arg.
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "env"))
+
+
+def test_security_context(kube, namespace, node_name, image):
+    sc = client.V1SecurityContext(run_as_user=1000, run_as_group=3000, read_only_root_filesystem=True)
+    pod = run(kube, namespace, node_name, image, "secctx", 'test "$(id -u)" = 1000 && test "$(id -g)" = 3000 && ! touch /probe 2>/dev/null', security_context=sc)
+    assert_succeeded(pod)
+
+
+def test_memory_limit_applied(kube, namespace, node_name, image):
+    limits = client.V1ResourceRequirements(limits={"memory": "64Mi", "cpu": "500m"}, requests={"memory": "64Mi", "cpu": "500m"})
+    script = "v=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max); test \"$v\" = 67108864"
+    pod = run(kube, namespace, node_name, image, "limits", script, resources=limits)
+    assert_succeeded(pod)
+    assert pod.status.qos_class == "Guaranteed"
+
+
+def test_dns_none_with_config(kube, namespace, node_name, image):
+    cfg = client.V1PodDNSConfig(nameservers=["192.0.2.53"], searches=["example.test"], options=[client.V1PodDNSConfigOption(name="ndots", value="2")])
+    script = "grep -q 'nameserver 192.0.2.53' /etc/resolv.conf && grep -q 'search example.test' /etc/resolv.conf && grep -q 'ndots:2' /etc/resolv.conf"
+    assert_succeeded(run(kube, namespace, node_name, image, "dns", script, dns_policy="None", dns_config=cfg))
+
+
+def test_hostname_subdomain_and_host_aliases(kube, namespace, node_name, image):
+    script = (
+        f'test "$(hostname)" = db-0 && grep -q "db-0.db.{namespace}.svc.cluster.local" /etc/hosts '
+        "&& grep -q '192.0.2.9' /etc/hosts && grep -q 'alias.test' /etc/hosts"
+    )
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="named"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            hostname="db-0",
+            subdomain="db",
+            host_aliases=[client.V1HostAlias(ip="192.0.2.9", hostnames=["alias.test"])],
+            containers=[client.V1Container(name="main", image=image, command=["sh", "-c", script])],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "named"))
+
+
+def test_host_network_pod_ip_is_host_ip(kube, namespace, node_name, image):
+    pod = run(kube, namespace, node_name, image, "hostnet", "true", host_network=True)
+    assert_succeeded(pod)
+    assert pod.status.pod_ip == pod.status.host_ip
+
+
+def test_termination_message(kube, namespace, node_name, image):
+    pod = run(kube, namespace, node_name, image, "lastwords", "printf 'bye now' > /dev/termination-log; exit 4")
+    term = pod.status.container_statuses[0].state.terminated
+    assert (term.exit_code, term.message) == (4, "bye now")
+    pod = run(
+        kube, namespace, node_name, image, "fallback", "echo from-the-log; exit 5", termination_message_policy="FallbackToLogsOnError"
+    )
+    assert pod.status.container_statuses[0].state.terminated.message == "from-the-log\n"
+
+
+def test_missing_configmap_is_config_error(kube, namespace, node_name, image):
+    env = [client.V1EnvVar(name="X", value_from=client.V1EnvVarSource(config_map_key_ref=client.V1ConfigMapKeySelector(name="absent", key="k")))]
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="cfgerr"),
+        spec=client.V1PodSpec(node_name=node_name, containers=[client.V1Container(name="main", image=image, command=["true"], env=env)]),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+
+    def config_error():
+        st = kube.read_namespaced_pod("cfgerr", namespace).status.container_statuses
+        w = st[0].state.waiting if st else None
+        return w if w and w.reason == "CreateContainerConfigError" else None
+
+    waiting = wait_for(config_error, what="CreateContainerConfigError")
+    assert "absent" in waiting.message
