@@ -103,3 +103,14 @@ async def test_delete_and_gates_and_spec_updates():
     assert q.counts()[UNSCHEDULABLE] == 1
     q.add(make_pod(name="gated", tolerations=[{"operator": "Exists"}]))
     assert q.counts()[ACTIVE] == 1
+
+
+async def test_a_pod_deleted_after_pop_is_no_longer_owned():
+    q = SchedulingQueue(clock=Clock())
+    q.add(make_pod(name="p"))
+    qp = await q.pop()
+    assert q.owns(qp)
+    q.delete(qp.info.uid)
+    assert not q.owns(qp)
+    q.unschedulable(qp)  # a late failure report does not bring it back
+    assert sum(q.counts().values()) == 0
