@@ -393,6 +393,13 @@ class RestHandler:
         res = info.resource
         if info.subresource == "binding" or res.plural == "bindings":
             return await self._bind(request, info)
+        if res.kind == "SelfSubjectReview":
+            user: UserInfo = request["user"]
+            info_out: Obj = {"username": user.name, "groups": list(user.groups)}
+            if user.uid:
+                info_out["uid"] = user.uid
+            return json_response({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+                                  "metadata": {"creationTimestamp": None}, "status": {"userInfo": info_out}}, 201)
         body = self._check_kind(res, await self._body(request))
         unknown = self._strict(request, res, body)
         obj = eventsv1.to_core(body) if _is_events_v1(res) else body

@@ -29,7 +29,8 @@ def _gv_path(group: str, version: str) -> str:
 
 def _definition_name(res: Resource) -> str:
     group = res.group or "core"
-    prefix = "io.k8s.api." + {"": "core", "coordination.k8s.io": "coordination", "events.k8s.io": "events"}.get(
+    prefix = "io.k8s.api." + {"": "core", "coordination.k8s.io": "coordination", "events.k8s.io": "events",
+                                  "authentication.k8s.io": "authentication"}.get(
         res.group, group
     )
     return f"{prefix}.{res.version}.{res.kind}"

@@ -80,12 +80,17 @@ RESOURCES: list[Resource] = [
     Resource("events.k8s.io", "v1", "Event", "events", "event", True, ("ev",), storage_bucket="events"),
     Resource("apps", "v1", "Deployment", "deployments", "deployment", True, ("deploy",), ("all",),
              subresources={"status": _status("Deployment", "apps"), "scale": _SCALE}),
+    # Not stored: answers "who am I" for the caller (kubectl auth whoami).
+    Resource("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", False,
+             verbs=("create",)),
     Resource("apps", "v1", "ReplicaSet", "replicasets", "replicaset", True, ("rs",), ("all",),
              subresources={"status": _status("ReplicaSet", "apps"), "scale": _SCALE}),
 ]
 
 # Upstream lists preferred versions per group in this order.
-GROUPS: list[tuple[str, str]] = [("apps", "v1"), ("events.k8s.io", "v1"), ("coordination.k8s.io", "v1")]
+GROUPS: list[tuple[str, str]] = [
+    ("apps", "v1"), ("events.k8s.io", "v1"), ("authentication.k8s.io", "v1"), ("coordination.k8s.io", "v1"),
+]
 
 
 def by_path(group: str, version: str, plural: str) -> Resource | None:

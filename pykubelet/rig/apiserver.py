@@ -68,6 +68,23 @@ class ApiServer:
         self._wait_ready(timeout)
         return self
 
+    def client_kubeconfig(self, user: str, groups: tuple[str, ...], path: str | os.PathLike[str]) -> Path:
+        """A kubeconfig for another identity, with a client certificate from the cluster CA.
+
+        e.g. `client_kubeconfig("system:node:n1", ("system:nodes",), dir / "kubelet.kubeconfig")` for a node
+        agent. The server must have started once (the CA exists).
+        """
+        from controlplane.apiserver.certs import ensure_pki, issue_client_cert, write_kubeconfig
+
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pki = ensure_pki(self.data_dir)
+        safe = user.replace(":", "_").replace("/", "_")
+        cert, key = target.parent / f"{safe}.crt", target.parent / f"{safe}.key"
+        issue_client_cert(pki, user, groups, cert, key)
+        write_kubeconfig(target, self.url, pki, cert, key, user=safe)
+        return target
+
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         context = ssl.create_default_context()

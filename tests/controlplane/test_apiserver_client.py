@@ -324,8 +324,24 @@ def test_token_file_authentication(tmp_path: Path) -> None:
         request = urllib.request.Request(f"{server.url}/api/v1/namespaces", headers={"Authorization": "Bearer s3cret-token"})
         with urllib.request.urlopen(request, context=context) as resp:
             assert resp.status == 200
+        whoami = urllib.request.Request(f"{server.url}/apis/authentication.k8s.io/v1/selfsubjectreviews", method="POST",
+                                        data=b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}',
+                                        headers={"Authorization": "Bearer s3cret-token", "Content-Type": "application/json"})
+        with urllib.request.urlopen(whoami, context=context) as resp:
+            assert json.loads(resp.read())["status"]["userInfo"] == {
+                "username": "alice", "uid": "1001", "groups": ["devs", "ops", "system:authenticated"]}
         bad = urllib.request.Request(f"{server.url}/api/v1/namespaces", headers={"Authorization": "Bearer wrong"})
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(bad, context=context)
         assert err.value.code == 401
         assert "s3cret-token" not in (server.data_dir / "apiserver.log").read_text()
+
+
+def test_rig_issues_kubeconfigs_for_other_identities(apiserver: ApiServer, tmp_path: Path) -> None:
+    path = apiserver.client_kubeconfig("system:node:n1", ("system:nodes",), tmp_path / "kubelet.kubeconfig")
+    with make_client(path) as api:
+        assert client.CoreV1Api(api).list_namespace().items
+        review = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
+        assert review.status.user_info.username == "system:node:n1"
+        assert review.status.user_info.groups == ["system:nodes", "system:authenticated"]
+    assert (tmp_path / "system_node_n1.key").stat().st_mode & 0o077 == 0

@@ -74,6 +74,7 @@ def test_api_resources_match_upstream(kubectl) -> None:
         ("replicasets", "rs", "apps/v1", "true", "ReplicaSet"),
     ]:
         assert expected in rows, f"{expected} missing from:\n{out}"
+    assert "kubernetes-admin" in kubectl("auth", "whoami")
     assert set(kubectl("get", "ns", "-o", "name").split()) >= {
         "namespace/default", "namespace/kube-system", "namespace/kube-public", "namespace/kube-node-lease"}
 
