@@ -143,6 +143,13 @@ class Agent:
         self._spawn(self.node.run(), "node-status")
         await self.node.registered.wait()
         ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
+        node_cidr = ((self.node.node or {}).get("spec") or {}).get("podCIDR", "")
+        if not cfg.pod_cidr and node_cidr:
+            # As upstream: a CIDR allocated to the Node by the control plane is handed to the runtime.
+            try:
+                await cri.update_runtime_config(node_cidr)
+            except CRIError as err:
+                log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", node_cidr, str(err))
         self.lease = LeaseController(self.client, cfg.node_name, lambda: self.node.uid if self.node else "", cfg.node_lease_duration_seconds)
         self._spawn(self.lease.run(), "lease")
         self._spawn(self.informer.run(), "pod-informer")

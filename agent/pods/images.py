@@ -53,6 +53,21 @@ class ImageError(Exception):
         super().__init__(f"{reason}: {message}")
 
 
+def grpc_error_text(err: ImagePullError) -> str:
+    """The error as upstream shows it (Go's gRPC status text): rpc error: code = NotFound desc = ..."""
+    code = "".join(part.title() for part in err.code.name.split("_")) if err.code is not None else "Unknown"
+    return f"rpc error: code = {code} desc = {err.details}"
+
+
+def go_duration(seconds: float) -> str:
+    """Seconds as Go prints a time.Duration: 51.4ms, 1.234s."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3f}".rstrip("0").rstrip(".") + "µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.6f}".rstrip("0").rstrip(".") + "ms"
+    return f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
+
+
 def default_pull_policy(image: str) -> str:
     if "@" in image:
         return "IfNotPresent"
@@ -152,9 +167,9 @@ class ImageManager:
             ref, started = await self._pull(image, await self._secrets(pod), sandbox)
         except ImagePullError as err:
             self.backoff.next(key)
-            msg = f'Failed to pull image "{image}": {err.details}'
-            self.recorder.event(pod, WARNING, "Failed", msg, field)
-            raise ImageError("ErrImagePull", err.details) from None
+            reason = grpc_error_text(err)
+            self.recorder.event(pod, WARNING, "Failed", f'Failed to pull image "{image}": {reason}', field)
+            raise ImageError("ErrImagePull", reason) from None
         done = time.monotonic()
         size = ""
         try:
@@ -167,7 +182,8 @@ class ImageManager:
             pod,
             NORMAL,
             "Pulled",
-            f'Successfully pulled image "{image}" in {done - started:.3g}s ({done - asked:.3g}s including waiting).{size}',
+            f'Successfully pulled image "{image}" in {go_duration(done - started)} '
+            f"({go_duration(done - asked)} including waiting).{size}",
             field,
         )
         return ref

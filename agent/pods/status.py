@@ -226,8 +226,8 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
         _condition(
             "Initialized",
             not incomplete,
-            "ContainersNotInitialized",
-            f"containers with incomplete status: {_names(incomplete)}",
+            *(("PodCompleted", "") if phase == "Succeeded" and init_specs else
+              ("ContainersNotInitialized", f"containers with incomplete status: {_names(incomplete)}")),
         ),
         _condition("Ready", not unready and phase not in TERMINAL, *ready_cond),
         _condition("ContainersReady", not unready and phase not in TERMINAL, *ready_cond),

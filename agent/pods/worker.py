@@ -134,6 +134,13 @@ class PodWorker:
                 delay = min(RETRY_AFTER_ERROR * errors, 30.0)
                 log.warning("pod sync failed pod=%s error=%r retry_in=%.0fs", self._name(), str(err), delay)
                 continue
+            except Exception:
+                # A bug or a spec we do not understand: keep the worker (a dead one would be restarted at
+                # once by the manager, in a tight loop) and retry slowly.
+                errors += 1
+                delay = min(RETRY_AFTER_ERROR * errors, 60.0)
+                log.exception("pod sync crashed pod=%s retry_in=%.0fs", self._name(), delay)
+                continue
             if result.done:
                 return
             delay = result.next_in

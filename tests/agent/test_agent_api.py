@@ -156,3 +156,28 @@ async def test_status_written_only_on_change(agent: Agent, test_images: RigImage
         return False
 
     await wait_until(deleted)
+
+
+async def test_repeated_event_is_counted(agent: Agent):
+    """The same event twice makes one Event object with count 2, as upstream's correlator does."""
+    client = agent.client
+    name = f"ev-{uuid.uuid4().hex[:6]}"
+    pod = await client.create(
+        "/api/v1/namespaces/default/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"nodeName": "elsewhere", "containers": [{"name": "c", "image": "busybox:1.35.0"}]}},
+    )
+    assert agent.pods is not None
+    recorder = agent.pods.ctx.recorder
+    for _ in range(2):
+        recorder.event(pod, "Warning", "BackOff", "Back-off restarting failed container c", "spec.containers{c}")
+
+    async def counted():
+        items = (await client.get("/api/v1/namespaces/default/events"))["items"]
+        ours = [e for e in items if e["involvedObject"].get("uid") == pod["metadata"]["uid"]]
+        return ours if ours and ours[0].get("count") == 2 else None
+
+    [event] = await wait_until(counted, timeout=15)
+    assert event["source"] == {"component": "kubelet", "host": agent.cfg.node_name}
+    assert event["involvedObject"]["fieldPath"] == "spec.containers{c}" and event["type"] == "Warning"
+    await client.delete(f"/api/v1/namespaces/default/pods/{name}", {"gracePeriodSeconds": 0})

@@ -205,3 +205,14 @@ def test_hosts_file_with_subdomain_and_aliases():
     assert text.startswith("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
     assert "192.0.2.9\ta.test\tb.test\n" in text
     assert "10.0.0.8\tweb\n" in hosts_file(make_pod(), "10.0.0.8", "cluster.local")
+
+
+def test_upstream_text_formats():
+    import grpc
+
+    from agent.cri import ImagePullError
+    from agent.pods.images import go_duration, grpc_error_text
+
+    err = ImagePullError("x", grpc.StatusCode.NOT_FOUND, 'failed to pull and unpack image "x": not found')
+    assert grpc_error_text(err) == 'rpc error: code = NotFound desc = failed to pull and unpack image "x": not found'
+    assert [go_duration(s) for s in (0.0514, 1.5, 0.0000025)] == ["51.4ms", "1.5s", "2.5µs"]

@@ -165,3 +165,10 @@ def test_transition_time_kept_when_status_unchanged():
 
 def test_phase_missing_status_counts_unknown():
     assert pod_phase(pod(), [], [{"state": {}, "lastState": {}}], False) == "Pending"
+
+
+def test_succeeded_pod_with_init_is_initialized_pod_completed():
+    rt = runtime(rec("i1", "exited", 0, kind="init"), rec("main", "exited", 0))
+    st = status_of(pod(restart="Never", init=("i1",)), rt)
+    init = {c["type"]: c for c in st["conditions"]}["Initialized"]
+    assert (st["phase"], init["status"], init["reason"]) == ("Succeeded", "True", "PodCompleted")
