@@ -157,22 +157,33 @@ class WatchCache:
         self.revision = 0
         self._task: asyncio.Task[None] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # Every bucket holds all events after this revision until its window overflows.
+        self._floor = 0
 
     def _bucket(self, name: str) -> _Bucket:
         bucket = self._buckets.get(name)
         if bucket is None:
-            bucket = self._buckets[name] = _Bucket(window_start=self.revision)
+            bucket = self._buckets[name] = _Bucket(window_start=self._floor)
         return bucket
 
     async def start(self) -> None:
-        items, rev, _ = await self.store.list("/")
+        """Load the state as of a past revision and replay the history since, so that watchers of the
+        previous server process can resume across a restart instead of relisting."""
+        current = self.store.revision
+        history = getattr(self.store, "history", None)
+        base = max(self.store.compacted_revision + 1, current - self.window)
+        if history is None or base >= current:
+            base = current
+        items, rev, _ = await self.store.list("/", base)
+        self._floor = rev
+        self.revision = rev
         for kv in items:
             self._bucket(bucket_of(kv.key)).objects[kv.key] = CachedObject.from_value(
                 kv.key, kv.value, kv.mod_revision
             )
-        self.revision = rev
-        for bucket in self._buckets.values():
-            bucket.window_start = rev
+        if history is not None and base < current:
+            for event in history(base):
+                self._apply(event)
         subscribe = getattr(self.store, "subscribe", None)
         if subscribe is not None:
             # An in-process store tells us about each commit synchronously.

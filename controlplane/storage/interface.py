@@ -105,3 +105,7 @@ class Store(Protocol):
         ...
 
     async def compact(self, revision: int) -> None: ...
+
+    # Optional, for backends that have them (the watch cache uses them when present):
+    #   history(after: int) -> list[Event]        retained events after a revision, for a warm restart
+    #   subscribe(listener: Callable[[Event], None])  synchronous commit notification (in-process stores)

@@ -196,7 +196,8 @@ class SQLiteStore:
         self._publish(Event("DELETE", key, latest[3], rev, latest[1], latest[3]))
         return rev
 
-    def _history(self, after: int) -> list[Event]:
+    def history(self, after: int) -> list[Event]:
+        """Every retained event after `after`, oldest first (the watch cache rebuilds its window)."""
         rows = self.db.execute(
             "SELECT l.rev, l.key, l.create_rev, l.deleted, l.value, p.value FROM log l"
             " LEFT JOIN log p ON p.rev = l.prev_rev AND p.key = l.key AND p.deleted = 0"
@@ -214,7 +215,7 @@ class SQLiteStore:
         self._subscribers.add(queue)
         try:
             last = from_revision
-            backlog = self._history(from_revision)
+            backlog = self.history(from_revision)
             if backlog:
                 last = backlog[-1].revision
                 yield backlog

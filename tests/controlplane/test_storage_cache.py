@@ -87,3 +87,21 @@ async def test_slow_watcher_is_closed_not_blocking(tmp_path: Path) -> None:
     while not slow.queue.empty():
         items.append(slow.queue.get_nowait())
     assert items[-1] is CLOSED
+
+
+async def test_window_survives_a_restart(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "db3")
+    await store.start()
+    revs = [await store.create(f"/configmaps/ns/r{i}", obj(f"r{i}")) for i in range(4)]
+    await store.update("/configmaps/ns/r0", obj("r0", app="x"), revs[0])
+    await store.close()
+    reopened = SQLiteStore(tmp_path / "db3")
+    await reopened.start()
+    c = WatchCache(reopened, window=100)
+    await c.start()
+    assert [k.key for k in c.list("configmaps", "/configmaps/")] == [f"/configmaps/ns/r{i}" for i in range(4)]
+    # A watcher of the previous process resumes from its last resourceVersion.
+    watcher = c.watch("configmaps", "/configmaps/", None, revs[1])
+    assert await drain(watcher, 3) == [("ADDED", "r2", "3"), ("ADDED", "r3", "4"), ("MODIFIED", "r0", "5")]
+    await c.stop()
+    await reopened.close()
