@@ -62,5 +62,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"pykubelet agent: {err}", file=sys.stderr)
         return 2
     from agent.app import serve
+    from agent.kube.config import ConfigError
 
-    return asyncio.run(serve(cfg))
+    try:
+        return asyncio.run(serve(cfg))
+    except ConfigError as err:
+        print(f"pykubelet agent: {err}", file=sys.stderr)
+        return 2
