@@ -188,3 +188,44 @@ def test_node_ports(cluster, start_scheduler):
     # Same port, other protocol: no conflict.
     cluster.create(cluster.pod("dns", ports=[{"containerPort": 53, "hostPort": 8080, "protocol": "UDP"}]))
     assert cluster.wait_bound("dns") in (a, b)
+
+
+def test_ephemeral_storage(cluster, start_scheduler):
+    cluster.add_node("small-disk", ephemeral="1Gi")
+    roomy = cluster.add_node("big-disk", ephemeral="100Gi")
+    start_scheduler()
+    pod = cluster.pod("scratch")
+    pod["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "10Gi"
+    cluster.create(pod)
+    assert cluster.wait_bound("scratch") == roomy
+    pod = cluster.pod("too-big")
+    pod["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "95Gi"
+    cluster.create(pod)
+    assert cluster.wait_unschedulable("too-big") == (
+        "0/2 nodes are available: 2 Insufficient ephemeral-storage.")
+
+
+def test_all_filters_combined(cluster, start_scheduler):
+    """Six nodes, each failing a different filter but one; a pod that needs everything lands there, and
+    its twin (now also blocked by the port) is told about every node."""
+    labels = {"tier": "web"}
+    cluster.add_node("cordoned", labels=labels, unschedulable=True)
+    cluster.add_node("tainted", labels=labels, taints=[{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])
+    cluster.add_node("unlabelled")
+    cluster.add_node("small", labels=labels, cpu="500m")
+    busy_port = cluster.add_node("port-taken", labels=labels)
+    good = cluster.add_node("good", labels=labels, taints=[{"key": "team", "value": "a", "effect": "NoSchedule"}])
+    start_scheduler()
+    port = [{"containerPort": 80, "hostPort": 80}]
+    cluster.create(cluster.pod("holder", ports=port, nodeName=busy_port))
+    spec = {"nodeSelector": {"tier": "web"}, "ports": port,
+            "tolerations": [{"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}]}
+    cluster.create(cluster.pod("first", cpu="1", **spec))
+    assert cluster.wait_bound("first") == good
+    cluster.create(cluster.pod("twin", cpu="1", **spec))
+    assert cluster.wait_unschedulable("twin") == (
+        "0/6 nodes are available: 1 Insufficient cpu, "
+        "1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) had untolerated taint {dedicated: db}, "
+        "1 node(s) were unschedulable, "
+        "2 node(s) didn't have free ports for the requested pod ports.")
