@@ -164,3 +164,11 @@ def test_missing_configmap_is_config_error(kube, namespace, node_name, image):
 
     waiting = wait_for(config_error, what="CreateContainerConfigError")
     assert "absent" in waiting.message
+
+
+def test_capabilities_and_privileged(kube, namespace, node_name, image):
+    drop = client.V1SecurityContext(capabilities=client.V1Capabilities(drop=["CHOWN"]))
+    assert_succeeded(run(kube, namespace, node_name, image, "nochown", "touch /tmp/f && ! chown 1:1 /tmp/f 2>/dev/null", security_context=drop))
+    mount = "mkdir -p /x && mount -t tmpfs none /x"
+    assert_succeeded(run(kube, namespace, node_name, image, "priv", mount, security_context=client.V1SecurityContext(privileged=True)))
+    assert_succeeded(run(kube, namespace, node_name, image, "unpriv", f"! ( {mount} ) 2>/dev/null"))
