@@ -44,13 +44,12 @@ class NetworkService:
             return
         _prepare_socket_path(self.socket_path)
         self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="cni")
-        # warm up pyroute2 (lazy imports of its message classes, first netlink socket) before the first real request
+        # warm up pyroute2 (lazy imports of its message classes, first netlink socket) first
         await asyncio.get_running_loop().run_in_executor(self._pool, _warm_up)
-        old_umask = os.umask(0o077)
-        try:
-            self._server = await asyncio.start_unix_server(self._serve, path=self.socket_path)
-        finally:
-            os.umask(old_umask)
+        self._server = await asyncio.start_unix_server(self._serve, path=self.socket_path)
+        # root only: connecting needs write permission on the socket (no umask games, which would
+        # be process-wide in the agent)
+        os.chmod(self.socket_path, 0o600)
         log.info("cni service listening socket=%s", self.socket_path)
 
     async def stop(self) -> None:
@@ -74,12 +73,12 @@ class NetworkService:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            data = b""
+            data = bytearray()
             while len(data) <= protocol.MAX_REQUEST and (more := await reader.read(65536)):
                 data += more
             if len(data) > protocol.MAX_REQUEST:
                 raise protocol.ProtocolError("request too large")
-            req = protocol.decode_request(data)
+            req = protocol.decode_request(bytes(data))
             pool = self._pool
             if pool is None:
                 raise protocol.ProtocolError("service stopping")

@@ -174,13 +174,7 @@ class KubeClient:
             ) as resp:
                 if resp.status >= 400:
                     raise _api_error(resp.status, await resp.read())
-                while True:
-                    line = await resp.content.readline()
-                    if not line:
-                        return
-                    line = line.strip()
-                    if not line:
-                        continue
+                async for line in _lines(resp.content):
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
@@ -191,8 +185,22 @@ class KubeClient:
                             status,
                         )
                     yield event
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError, ValueError) as exc:
             raise ApiError(0, "Unreachable", f"watch {path}: {exc or type(exc).__name__}") from None
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Newline-delimited records of any length (aiohttp's readline caps a line at 64 KiB, and one pod
+    with a large last-applied annotation can exceed that)."""
+    buf = b""
+    async for chunk in stream.iter_any():
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if buf.strip():
+        yield buf
 
 
 def _param(value: Any) -> Any:

@@ -143,6 +143,12 @@ class Informer:
                 delay = backoff.next()
                 log.warning("watch failed path=%s error=%r retry_in=%.1fs", self.path, str(err), delay)
                 await asyncio.sleep(delay)
+            except (ValueError, KeyError, TypeError) as err:
+                # A malformed answer: start over from a fresh list rather than trust the cache.
+                need_list = True
+                delay = backoff.next()
+                log.warning("watch answer unusable path=%s error=%r retry_in=%.1fs", self.path, str(err), delay)
+                await asyncio.sleep(delay)
 
 
 def _rv(obj: Obj) -> str:

@@ -129,3 +129,5 @@ class NodeController:
                     await self.register()
                 else:
                     log.warning("node status update failed node=%s error=%r", self.cfg.node_name, str(err))
+            except (OSError, ValueError) as err:
+                log.warning("node status not computed node=%s error=%r", self.cfg.node_name, str(err))

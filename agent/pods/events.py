@@ -111,7 +111,7 @@ class EventRecorder:
                         {"count": seen.count, "lastTimestamp": _now()},
                         content_type=MERGE_PATCH,
                     )
-            except ApiError as err:
+            except (ApiError, ValueError) as err:
                 if seen:
                     seen.posted.set()
                 log.debug("event not posted reason=%s error=%r", (body or {}).get("reason"), str(err))

@@ -98,6 +98,8 @@ class PodManager:
                 await self.relist()
             except CRIError as err:
                 log.debug("relist failed error=%r", str(err))
+            except Exception:
+                log.exception("relist crashed")
             await asyncio.sleep(self.ctx.cfg.relist_period)
 
     async def stop(self) -> None:
