@@ -315,3 +315,7 @@ def test_mtu_hairpin_and_no_default_route(
         plugin.check(conf, result, "knobs", ns)
     finally:
         plugin.delete(conf, "knobs", ns)
+
+
+def test_service_socket_is_root_only(socket_path: str, service: object) -> None:
+    assert os.stat(socket_path).st_mode & 0o777 == 0o600
