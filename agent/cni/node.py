@@ -7,14 +7,17 @@ rig, `pykubelet up` and the agent can switch to our plugin by swapping one objec
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agent.cni import nat, protocol
-from agent.cni.conflist import DEFAULT_FILENAME, DEFAULT_NETWORK, write_conflist
+from agent.cni.conflist import DEFAULT_FILENAME, DEFAULT_NETWORK, build_conflist, write_conflist
 from agent.cni.datapath import delete_link, host_netlink
 from agent.cni.install import install_plugins
 from agent.cni.netconf import DEFAULT_BRIDGE
@@ -37,6 +40,37 @@ class NodeNetwork:
     @property
     def conflist_path(self) -> Path:
         return Path(self.conf_dir) / DEFAULT_FILENAME
+
+    def conflist(self) -> dict[str, Any]:
+        return build_conflist(
+            self.pod_cidr,
+            name=self.name,
+            bridge=self.bridge,
+            mtu=self.mtu,
+            ip_masq=self.ip_masq,
+            data_dir=str(self.data_dir),
+        )
+
+    def plugin_conf(self) -> dict[str, Any]:
+        """The network configuration our plugin receives from a runtime for this network."""
+        doc = self.conflist()
+        return {**doc["plugins"][0], "name": doc["name"], "cniVersion": doc["cniVersion"]}
+
+    async def gc(self, valid_container_ids: set[str], ifname: str = "eth0") -> None:
+        """CNI GC: free addresses, host veths and hostPort rules of sandboxes that no longer exist
+        (after a reboot, or a runtime that lost a DEL). The agent passes the sandbox ids CRI lists."""
+        from agent.cni.plugin import handle
+
+        conf = {
+            **self.plugin_conf(),
+            "cniVersion": "1.1.0",
+            "cni.dev/valid-attachments": [
+                {"containerID": c, "ifname": ifname} for c in sorted(valid_container_ids)
+            ],
+        }
+        resp = await asyncio.to_thread(handle, {"CNI_COMMAND": "GC"}, json.dumps(conf).encode())
+        if resp.code:
+            raise RuntimeError(f"CNI GC of network {self.name} failed: {resp.stdout} {resp.stderr}")
 
     def write(self) -> Path:
         """Install the executables and write the conflist (containerd's NetworkReady follows).
