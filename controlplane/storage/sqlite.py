@@ -12,6 +12,7 @@ revisions strictly ordered without locks, and a thread hop would cost more than 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -57,11 +58,16 @@ class SQLiteStore:
         # key -> (revision, create revision, deleted) of its newest row: the precondition check of a
         # write needs no query (this process is the only writer).
         self._index: dict[str, tuple[int, int, bool]] = {}
+        self._checkpointer: asyncio.Task[None] | None = None
+        self.checkpoint_interval = 1.0
 
     async def start(self) -> None:
         db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
+        # Checkpoints fsync the database file, which can stall for a long time on a busy disk; they run in
+        # a thread on their own connection instead of inside a commit on the event loop.
+        db.execute("PRAGMA wal_autocheckpoint=0")
         db.executescript(_SCHEMA)
         row = db.execute("SELECT MAX(rev) FROM log").fetchone()
         self._revision = int(row[0] or 0)
@@ -78,8 +84,29 @@ class SQLiteStore:
             )
         }
         self._db = db
+        self._checkpointer = asyncio.create_task(self._checkpoint_loop(), name="sqlite-checkpoint")
+
+    async def _checkpoint_loop(self) -> None:
+        def checkpoint() -> None:
+            conn = sqlite3.connect(self._path, isolation_level=None)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            finally:
+                conn.close()
+
+        while True:
+            await asyncio.sleep(self.checkpoint_interval)
+            try:
+                await asyncio.to_thread(checkpoint)
+            except sqlite3.Error:
+                continue  # busy: the next round catches up
 
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpointer
+            self._checkpointer = None
         if self._db is not None:
             self._db.close()
             self._db = None
