@@ -3,11 +3,13 @@
 Three processes, as in a real cluster: the API server, the scheduler (`pykubelet scheduler`), and this
 script, which creates Node objects and pods and watches until every pod has spec.nodeName.
 
-Two scenarios:
+Three scenarios:
 - backlog: all pods exist before the scheduler starts; rate = pods / (last bound - scheduler ready).
 - stream: the scheduler is running; pods are created as fast as the server takes them;
   rate = pods / (last bound - first create). This one is capped by pod creation itself, so the
-  creation rate without a scheduler running is printed beside it as the baseline.
+  creation rate is printed beside it as the baseline.
+- embedded-stream: as stream, but the scheduler runs inside the API server's process and event loop
+  (bench/scheduler/embedded_server.py), as `pykubelet server` will run it.
 
 Usage: python bench/scheduler/throughput.py [--pods 1000] [--nodes 100]
 Writes bench/results/scheduler-throughput.{json,md}.
@@ -93,7 +95,7 @@ async def wait_events(client: ApiClient, ns: str, total: int, timeout: float = 6
         items, _ = await client.list(f"/api/v1/namespaces/{ns}/events", {"fieldSelector": "reason=Scheduled"})
         if len(items) >= total:
             return time.monotonic()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.25)
     raise TimeoutError(f"Scheduled events incomplete after {timeout}s")
 
 
@@ -163,19 +165,60 @@ async def scenario(server: ApiServer, work: Path, name: str, pods: int, nodes: i
         await client.close()
 
 
+class EmbeddedServer(ApiServer):
+    """The rig's ApiServer, but running embedded_server.py (API server + scheduler in one process)."""
+
+    def start(self, timeout: float = 30.0) -> EmbeddedServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("embedded_server.py")), str(self.data_dir),
+                 str(self.port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_ready(timeout)
+        return self
+
+
+async def add_nodes(server: ApiServer, count: int) -> None:
+    client = ApiClient(load_kubeconfig(server.kubeconfig))
+    try:
+        await create_all(client, "/api/v1/nodes", [node(f"node-{i:03d}") for i in range(count)])
+    finally:
+        await client.close()
+
+
+async def embedded_stream(work: Path, pods: int, nodes: int) -> dict:
+    with EmbeddedServer(work / "embedded") as server:
+        await add_nodes(server, nodes)
+        client = ApiClient(load_kubeconfig(server.kubeconfig), max_connections=64)
+        try:
+            ns = "bench-embedded"
+            await client.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+            waiter = asyncio.create_task(wait_bound(client, ns, pods, 120))
+            await asyncio.sleep(0.2)
+            first = time.monotonic()
+            create = await create_all(client, f"/api/v1/namespaces/{ns}/pods",
+                                      [pod(f"p{i:05d}", "owner-embedded") for i in range(pods)])
+            last, per_node = await waiter
+            events_done = await wait_events(client, ns, pods)
+        finally:
+            await client.close()
+    return {"scenario": "embedded-stream", "pods": pods, "nodes": nodes, "create_seconds": create,
+            "seconds": last - first, "events_seconds": events_done - first,
+            "pods_per_second": pods / (last - first), "create_per_second": pods / create,
+            "per_node_min": min(per_node.values()), "per_node_max": max(per_node.values()),
+            "nodes_used": len(per_node)}
+
+
 async def main_async(args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-sched-") as tmp:
         work = Path(tmp)
+        results = []
         with ApiServer(work / "api") as server:
-            client = ApiClient(load_kubeconfig(server.kubeconfig))
-            try:
-                await create_all(client, "/api/v1/nodes", [node(f"node-{i:03d}") for i in range(args.nodes)])
-            finally:
-                await client.close()
-            results = []
+            await add_nodes(server, args.nodes)
             for name in ("backlog", "stream"):
                 results.append(await scenario(server, work, name, args.pods, args.nodes))
-            return results
+        results.append(await embedded_stream(work, args.pods, args.nodes))
+        return results
 
 
 def report(results: list[dict], out_dir: Path) -> str:

@@ -1,0 +1,38 @@
+"""The API server and the scheduler on one event loop in one process: what `pykubelet server` becomes
+once it embeds the scheduler. The throughput bench starts this to compare against separate processes.
+
+Usage: python bench/scheduler/embedded_server.py DATA_DIR PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from controlplane.apiserver.server import ApiServer, ServerConfig
+from controlplane.scheduler.config import SchedulerConfig
+from controlplane.scheduler.runner import run_scheduler
+
+
+async def main(data_dir: Path, port: int) -> None:
+    server = ApiServer(ServerConfig(data_dir=data_dir, port=port))
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await run_scheduler(data_dir / "admin.kubeconfig", SchedulerConfig(), stop)
+    finally:
+        await server.stop()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main(Path(sys.argv[1]), int(sys.argv[2])))
