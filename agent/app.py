@@ -31,12 +31,14 @@ from agent.node.lease import LeaseController
 from agent.node.status import RuntimeHealth
 from agent.pods.backoff import BackoffTable
 from agent.pods.dns import DNS, parse_resolv_conf
+from agent.pods.env import field_value
 from agent.pods.events import EventRecorder
 from agent.pods.images import ImageManager
 from agent.pods.manager import PodManager
 from agent.pods.runtime import RuntimeInspector
 from agent.pods.status_manager import StatusManager
 from agent.pods.worker import PodContext
+from agent.volumes import VolumeManager
 
 log = logging.getLogger("agent")
 
@@ -130,6 +132,11 @@ class Agent:
             host_ip=lambda: self.node.internal_ip if self.node else "",
             node_hostname=cfg.node_name,
             host_dns=await asyncio.to_thread(read_host_dns, cfg.resolv_conf),
+        )
+        ctx.volumes = VolumeManager(
+            cfg.root_dir,
+            self.fetch,
+            lambda pod, path: field_value(pod, path, ctx.host_ip(), (pod.get("status") or {}).get("podIP", "")),
         )
         self.pods = PodManager(ctx)
         self.informer = Informer(

@@ -172,3 +172,72 @@ def test_capabilities_and_privileged(kube, namespace, node_name, image):
     mount = "mkdir -p /x && mount -t tmpfs none /x"
     assert_succeeded(run(kube, namespace, node_name, image, "priv", mount, security_context=client.V1SecurityContext(privileged=True)))
     assert_succeeded(run(kube, namespace, node_name, image, "unpriv", f"! ( {mount} ) 2>/dev/null"))
+
+
+def test_volumes_shared_and_projected(kube, namespace, node_name, image):
+    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="files"), data={"app.conf": "mode=fast"}))
+    kube.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), data={"token": "dDBr"}))
+    volumes = [
+        client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource()),
+        client.V1Volume(name="conf", config_map=client.V1ConfigMapVolumeSource(name="files")),
+        client.V1Volume(name="secret", secret=client.V1SecretVolumeSource(secret_name="creds")),
+        client.V1Volume(
+            name="info",
+            downward_api=client.V1DownwardAPIVolumeSource(
+                items=[client.V1DownwardAPIVolumeFile(path="labels", field_ref=client.V1ObjectFieldSelector(field_path="metadata.labels"))]
+            ),
+        ),
+    ]
+    mounts = [
+        client.V1VolumeMount(name="scratch", mount_path="/scratch"),
+        client.V1VolumeMount(name="conf", mount_path="/etc/app"),
+        client.V1VolumeMount(name="secret", mount_path="/run/creds"),
+        client.V1VolumeMount(name="info", mount_path="/etc/podinfo"),
+    ]
+    check = (
+        "test \"$(cat /scratch/from-init)\" = hello && grep -q mode=fast /etc/app/app.conf && test \"$(cat /run/creds/token)\" = t0k "
+        "&& grep -q 'app=\"spec-test\"' /etc/podinfo/labels && ! touch /etc/app/new 2>/dev/null"
+    )
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="vols", labels={"app": "spec-test"}),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            volumes=volumes,
+            init_containers=[
+                client.V1Container(
+                    name="writer", image=image, command=["sh", "-c", "echo hello > /scratch/from-init"],
+                    volume_mounts=[client.V1VolumeMount(name="scratch", mount_path="/scratch")],
+                )
+            ],
+            containers=[client.V1Container(name="main", image=image, command=["sh", "-c", check], volume_mounts=mounts)],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "vols"))
+
+
+def test_missing_configmap_volume_holds_pod(kube, namespace, node_name, image):
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="novol"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            volumes=[client.V1Volume(name="conf", config_map=client.V1ConfigMapVolumeSource(name="not-there"))],
+            containers=[client.V1Container(name="main", image=image, command=["sleep", "3600"],
+                                           volume_mounts=[client.V1VolumeMount(name="conf", mount_path="/etc/app")])],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+
+    def failed_mount():
+        events = kube.list_namespaced_event(namespace, field_selector="involvedObject.name=novol").items
+        return [e for e in events if e.reason == "FailedMount"]
+
+    [event] = wait_for(failed_mount, what="FailedMount event")[:1]
+    assert 'configmap "not-there" not found' in event.message
+    pod = kube.read_namespaced_pod("novol", namespace)
+    assert pod.status.phase == "Pending"
+    assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    # Once the ConfigMap exists, the pod starts.
+    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="not-there"), data={"k": "v"}))
+    wait_for(lambda: kube.read_namespaced_pod("novol", namespace).status.phase == "Running", what="Running once mounted")

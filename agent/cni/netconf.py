@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from agent.cni.errors import CniError
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 DEFAULT_BRIDGE = "cni0"
+_CONTAINER_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,13 @@ class CniArgs:
             raise CniError(
                 errors.INVALID_ENV, "missing environment variables", ", ".join(env_names[m] for m in missing)
             )
+        # the spec's formats; they also keep ids out of nftables comments and interface names sane
+        if self.container_id and not _CONTAINER_ID.fullmatch(self.container_id):
+            raise CniError(errors.INVALID_ENV, "invalid CNI_CONTAINERID", repr(self.container_id))
+        if self.ifname and (
+            len(self.ifname) > 15 or self.ifname in (".", "..") or any(c in self.ifname for c in "/: \t\n")
+        ):
+            raise CniError(errors.INVALID_ENV, "invalid CNI_IFNAME", repr(self.ifname))
 
 
 def _ci_get(mapping: Mapping[str, Any], key: str, default: Any = None) -> Any:

@@ -88,6 +88,7 @@ def container_config(
     node_memory: int,
     termination_file: str = "",
     hosts_file: str = "",
+    volume_mounts: list[pb.Mount] | None = None,
 ) -> pb.ContainerConfig:
     name = container["name"]
     values = dict(env)
@@ -113,7 +114,7 @@ def container_config(
         labels=labels,
         annotations=annotations,
         log_path=f"{name}/{restart_count}.log",
-        mounts=_mounts(annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file),
+        mounts=[*(volume_mounts or []), *_mounts(annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file)],
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),

@@ -35,6 +35,8 @@ from agent.pods.runtime import ContainerRecord, PodRuntime, RuntimeInspector, Sa
 from agent.pods.sandbox import hosts_file, pod_log_dir, sandbox_config
 from agent.pods.status import TERMINAL, StatusInputs, compute_status
 from agent.pods.status_manager import StatusManager
+from agent.volumes import VolumeError, VolumeManager, container_mounts
+from agent.volumes.manager import ReadyVolume
 
 log = logging.getLogger("agent.pods.worker")
 
@@ -58,6 +60,7 @@ class PodContext:
     node_hostname: str
     host_dns: DNS
     node_memory: int = 0
+    volumes: VolumeManager | None = None
 
     @property
     def runtime_name(self) -> str:
@@ -101,6 +104,7 @@ class PodWorker:
         self.waiting: dict[str, tuple[str, str]] = {}
         self.finished = False  # reached Succeeded/Failed: never start anything again
         self.syncs = 0
+        self._volumes: dict[str, ReadyVolume] | None = None
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -155,6 +159,7 @@ class PodWorker:
 
     async def sync(self) -> SyncResult:
         self.syncs += 1
+        self._volumes = None  # volumes are made ready (again) only in a pass that needs them
         ctx = self.ctx
         pod = self.get_pod()
         if pod is not None:
@@ -206,6 +211,8 @@ class PodWorker:
         if sb is None or not sb.ready:
             if sb is not None and policy == "Never" and rt.all_containers():
                 return False, idle  # upstream: a Never pod whose containers ran gets no new sandbox
+            if await self._ready_volumes(pod) is None:
+                return False, RETRY_AFTER_ERROR
             if sb is not None:
                 ctx.recorder.event(pod, NORMAL, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
                 await self._kill(rt, remaining_grace(pod), pod)
@@ -332,6 +339,9 @@ class PodWorker:
         ctx = self.ctx
         name = c["name"]
         field = container_field(kind, name)
+        volumes = await self._ready_volumes(pod)
+        if volumes is None:
+            return False, RETRY_AFTER_ERROR
         try:
             image_ref = await ctx.images.ensure(pod, c, sb_config, field)
         except ImageError as err:
@@ -343,8 +353,11 @@ class PodWorker:
             env = await resolve_env(pod, c, ctx.fetch, ctx.host_ip(), sb.ip)
             term_file = await asyncio.to_thread(self._termination_file, name)
             hosts = "" if (pod.get("spec") or {}).get("hostNetwork") else await asyncio.to_thread(self._hosts_file, pod, sb.ip)
-            config = container_config(pod, c, kind, restart_count, image_ref, env, ctx.node_memory, term_file, hosts)
-        except (ConfigError, ApiError) as err:
+            mounts = await asyncio.to_thread(container_mounts, c, volumes)
+            config = container_config(
+                pod, c, kind, restart_count, image_ref, env, ctx.node_memory, term_file, hosts, mounts
+            )
+        except (ConfigError, ApiError, VolumeError) as err:
             self.waiting[name] = ("CreateContainerConfigError", str(err))
             ctx.recorder.event(pod, WARNING, "Failed", f"Error: {err}", field)
             return False, RETRY_AFTER_ERROR
@@ -365,6 +378,23 @@ class PodWorker:
         self.waiting.pop(name, None)
         log.info("container started pod=%s container=%s id=%s restarts=%d", self._name(), name, cid[:13], restart_count)
         return True, 0.0
+
+    async def _ready_volumes(self, pod: dict[str, Any]) -> dict[str, ReadyVolume] | None:
+        """The pod's volumes, set up once per pass; None (with a FailedMount event) if one is not ready."""
+        if self._volumes is not None:
+            return self._volumes
+        if self.ctx.volumes is None:
+            self._volumes = {}
+            return self._volumes
+        try:
+            self._volumes = await self.ctx.volumes.prepare(pod)
+        except VolumeError as err:
+            self.ctx.recorder.event(pod, WARNING, "FailedMount", str(err))
+            return None
+        except ApiError as err:
+            self.ctx.recorder.event(pod, WARNING, "FailedMount", f"MountVolume.SetUp failed: {err}")
+            return None
+        return self._volumes
 
     def _pod_dir(self) -> Path:
         return Path(self.ctx.cfg.root_dir) / "pods" / self.uid

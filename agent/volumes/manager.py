@@ -1,0 +1,246 @@
+"""Making pod volumes ready on the host and turning volumeMounts into CRI mounts.
+
+configMap, secret, downwardAPI and projected volumes are written the way upstream's atomic writer
+lays them out: the files live in a timestamped folder, `..data` is a symlink to it that is swapped in
+one rename, and each top-level name is a symlink through `..data`. A reader inside the container thus
+never sees half an update. Such volumes are mounted read-only, as upstream does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.cri import pb
+
+Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
+FieldValue = Callable[[dict[str, Any], str], str]
+
+DEFAULT_MODE = 0o644
+READ_ONLY_KINDS = ("configMap", "secret", "downwardAPI", "projected")
+SUPPORTED = ("emptyDir", "hostPath", *READ_ONLY_KINDS)
+
+
+class VolumeError(Exception):
+    """A volume cannot be set up now (FailedMount); the message is upstream's wording."""
+
+
+@dataclass(frozen=True)
+class ReadyVolume:
+    name: str
+    kind: str
+    host_path: str
+    read_only: bool
+
+
+def _kind(volume: dict[str, Any]) -> str:
+    for kind in SUPPORTED:
+        if volume.get(kind) is not None:
+            return kind
+    others = [k for k in volume if k != "name"]
+    return others[0] if others else "emptyDir"
+
+
+def _decode(obj: dict[str, Any], secret: bool) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    if secret:
+        out.update({k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()})
+        out.update({k: v.encode() for k, v in (obj.get("stringData") or {}).items()})
+    else:
+        out.update({k: v.encode() for k, v in (obj.get("data") or {}).items()})
+        out.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+    return out
+
+
+def _select(data: dict[str, bytes], items: list[dict[str, Any]] | None, default_mode: int, what: str) -> dict[str, tuple[bytes, int]]:
+    if not items:
+        return {k: (v, default_mode) for k, v in data.items()}
+    out = {}
+    for item in items:
+        if item["key"] not in data:
+            raise VolumeError(f"configuration for {what} has no key {item['key']!r}")
+        out[item["path"]] = (data[item["key"]], int(item.get("mode", default_mode)))
+    return out
+
+
+def write_atomic(target: Path, files: dict[str, tuple[bytes, int]]) -> bool:
+    """Lay out `files` in `target` as upstream's atomic writer does; False if nothing changed."""
+    target.mkdir(parents=True, exist_ok=True)
+    data_link = target / "..data"
+    if data_link.is_symlink():
+        current = target / os.readlink(data_link)
+        if _same_content(current, files):
+            return False
+    stamp = target / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{time.time_ns() % 10**9}"
+    for rel, (content, mode) in files.items():
+        path = stamp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        path.chmod(mode)
+    tmp_link = target / "..data_tmp"
+    tmp_link.unlink(missing_ok=True)
+    tmp_link.symlink_to(stamp.name)
+    old = os.readlink(data_link) if data_link.is_symlink() else None
+    os.replace(tmp_link, data_link)
+    tops = {rel.split("/", 1)[0] for rel in files}
+    for top in tops:
+        link = target / top
+        if not link.is_symlink():
+            link.symlink_to(f"..data/{top}")
+    for entry in target.iterdir():
+        if entry.is_symlink() and not entry.name.startswith("..") and entry.name not in tops:
+            entry.unlink()
+    if old and old != stamp.name:
+        shutil.rmtree(target / old, ignore_errors=True)
+    return True
+
+
+def _same_content(folder: Path, files: dict[str, tuple[bytes, int]]) -> bool:
+    try:
+        present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+        if present != set(files):
+            return False
+        return all((folder / rel).read_bytes() == content for rel, (content, _) in files.items())
+    except OSError:
+        return False
+
+
+class VolumeManager:
+    def __init__(self, root_dir: str, fetch: Fetch, field_value: FieldValue) -> None:
+        self.root_dir = Path(root_dir)
+        self.fetch = fetch
+        self.field_value = field_value
+
+    def pod_volumes_dir(self, uid: str) -> Path:
+        return self.root_dir / "pods" / uid / "volumes"
+
+    async def prepare(self, pod: dict[str, Any]) -> dict[str, ReadyVolume]:
+        """Every volume of the pod, ready to mount; raises VolumeError for the first that is not."""
+        ready = {}
+        for volume in (pod.get("spec") or {}).get("volumes") or []:
+            ready[volume["name"]] = await self._prepare_one(pod, volume)
+        return ready
+
+    async def _prepare_one(self, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
+        name, kind = volume["name"], _kind(volume)
+        if kind not in SUPPORTED:
+            raise VolumeError(f'MountVolume.SetUp failed for volume "{name}" : volume type {kind} is not supported by this node')
+        folder = self.pod_volumes_dir(pod["metadata"]["uid"]) / f"kubernetes.io~{kind.lower()}" / name
+        if kind == "emptyDir":
+            await asyncio.to_thread(_make_dir, folder, 0o777)
+            return ReadyVolume(name, kind, str(folder), False)
+        if kind == "hostPath":
+            path = await asyncio.to_thread(_host_path, volume["hostPath"], name)
+            return ReadyVolume(name, kind, path, False)
+        files = await self._files(pod, kind, volume[kind], name)
+        await asyncio.to_thread(write_atomic, folder, files)
+        return ReadyVolume(name, kind, str(folder), True)
+
+    async def _files(self, pod: dict[str, Any], kind: str, src: dict[str, Any], volume: str) -> dict[str, tuple[bytes, int]]:
+        mode = int(src.get("defaultMode", DEFAULT_MODE))
+        ns = pod["metadata"]["namespace"]
+        if kind in ("configMap", "secret"):
+            ref = src.get("name") if kind == "configMap" else src.get("secretName")
+            obj = await self.fetch("ConfigMap" if kind == "configMap" else "Secret", ns, ref or "")
+            if obj is None:
+                if src.get("optional"):
+                    return {}
+                noun = "configmap" if kind == "configMap" else "secret"
+                raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : {noun} "{ref}" not found')
+            return _select(_decode(obj, kind == "secret"), src.get("items"), mode, f"{kind} {ref}")
+        if kind == "downwardAPI":
+            return self._downward(pod, src.get("items") or [], mode)
+        files: dict[str, tuple[bytes, int]] = {}
+        for source in src.get("sources") or []:
+            if source.get("configMap") is not None:
+                files.update(await self._files(pod, "configMap", {**source["configMap"], "defaultMode": mode}, volume))
+            elif source.get("secret") is not None:
+                sec = dict(source["secret"])
+                sec["secretName"] = sec.pop("name", "")
+                files.update(await self._files(pod, "secret", {**sec, "defaultMode": mode}, volume))
+            elif source.get("downwardAPI") is not None:
+                files.update(self._downward(pod, source["downwardAPI"].get("items") or [], mode))
+            else:
+                kinds = [k for k in source if source[k] is not None]
+                raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : projection {kinds} is not supported by this node')
+        return files
+
+    def _downward(self, pod: dict[str, Any], items: list[dict[str, Any]], mode: int) -> dict[str, tuple[bytes, int]]:
+        out = {}
+        for item in items:
+            if item.get("fieldRef"):
+                path = item["fieldRef"]["fieldPath"]
+                if path in ("metadata.labels", "metadata.annotations"):
+                    values = pod["metadata"].get(path.split(".")[1]) or {}
+                    text = "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
+                else:
+                    try:
+                        text = self.field_value(pod, path)
+                    except Exception as err:  # the field resolver's own error type: not ours to know
+                        raise VolumeError(f"downwardAPI item {item['path']!r}: {err}") from None
+            else:
+                text = ""
+            out[item["path"]] = (text.encode(), int(item.get("mode", mode)))
+        return out
+
+
+def _make_dir(path: Path, mode: int) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(mode)
+
+
+def _host_path(src: dict[str, Any], volume: str) -> str:
+    path, kind = src["path"], src.get("type") or ""
+    p = Path(path)
+    if kind == "DirectoryOrCreate":
+        p.mkdir(parents=True, exist_ok=True)
+    elif kind == "FileOrCreate":
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.touch(exist_ok=True)
+    checks = {
+        "Directory": p.is_dir,
+        "File": p.is_file,
+        "Socket": p.is_socket,
+        "CharDevice": p.is_char_device,
+        "BlockDevice": p.is_block_device,
+    }
+    if kind in checks and not checks[kind]():
+        raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : hostPath type check failed: {path} is not a {kind.lower()}')
+    return path
+
+
+def container_mounts(container: dict[str, Any], volumes: dict[str, ReadyVolume]) -> list[pb.Mount]:
+    """CRI mounts for the container's volumeMounts (subPath inside the volume)."""
+    out = []
+    for vm in container.get("volumeMounts") or []:
+        vol = volumes.get(vm["name"])
+        if vol is None:
+            raise VolumeError(f'unable to find volume "{vm["name"]}" for container "{container["name"]}"')
+        host = vol.host_path
+        if vm.get("subPath"):
+            sub = os.path.normpath(vm["subPath"])
+            if sub.startswith("..") or os.path.isabs(sub):
+                raise VolumeError(f"subPath {vm['subPath']!r} must be a relative path inside the volume")
+            host = os.path.join(host, sub)
+            if not os.path.lexists(host):
+                os.makedirs(host, exist_ok=True)
+        propagation = {
+            "HostToContainer": pb.PROPAGATION_HOST_TO_CONTAINER,
+            "Bidirectional": pb.PROPAGATION_BIDIRECTIONAL,
+        }.get(vm.get("mountPropagation") or "", pb.PROPAGATION_PRIVATE)
+        out.append(
+            pb.Mount(
+                container_path=vm["mountPath"],
+                host_path=host,
+                readonly=bool(vm.get("readOnly")) or vol.read_only,
+                propagation=propagation,
+            )
+        )
+    return out
