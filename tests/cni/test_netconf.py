@@ -139,3 +139,27 @@ def test_loopback_needs_no_addressing() -> None:
 def test_gc_attachments() -> None:
     nc = parse_netconf(conf(**{"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}]}))
     assert nc.valid_attachments == [("a", "eth0")]
+
+
+@pytest.mark.parametrize(
+    ("cid", "ifname"),
+    [
+        ('x"; flush ruleset', "eth0"),
+        ("-lead", "eth0"),
+        ("ok", "a-name-longer-than-15"),
+        ("ok", "e/0"),
+        ("ok", ".."),
+    ],
+)
+def test_invalid_ids_and_ifnames_are_code_4(cid: str, ifname: str) -> None:
+    args = CniArgs.from_env(
+        {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": cid, "CNI_NETNS": "/n", "CNI_IFNAME": ifname}
+    )
+    with pytest.raises(CniError) as info:
+        args.require("container_id", "netns", "ifname")
+    assert info.value.code == errors.INVALID_ENV
+
+
+def test_valid_ids_pass() -> None:
+    args = CniArgs.from_env({"CNI_CONTAINERID": "a1b2_c.d-e", "CNI_NETNS": "/n", "CNI_IFNAME": "net1"})
+    args.require("container_id", "netns", "ifname")
