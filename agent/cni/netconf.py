@@ -129,10 +129,13 @@ class CniArgs:
         # the spec's formats; they also keep ids out of nftables comments and interface names sane
         if self.container_id and not _CONTAINER_ID.fullmatch(self.container_id):
             raise CniError(errors.INVALID_ENV, "invalid CNI_CONTAINERID", repr(self.container_id))
-        if self.ifname and (
-            len(self.ifname) > 15 or self.ifname in (".", "..") or any(c in self.ifname for c in "/: \t\n")
-        ):
+        if self.ifname and not _valid_ifname(self.ifname):
             raise CniError(errors.INVALID_ENV, "invalid CNI_IFNAME", repr(self.ifname))
+
+
+def _valid_ifname(name: str) -> bool:
+    """Linux interface name rules (also what keeps it safe inside /proc and /sys paths)."""
+    return 0 < len(name) <= 15 and name not in (".", "..") and not any(c in name for c in "/: \t\n")
 
 
 def _ci_get(mapping: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -258,7 +261,7 @@ def parse_netconf(data: bytes | str) -> NetConf:
             f"config is {version!r}, plugin supports {', '.join(SUPPORTED_VERSIONS)}",
         )
     name = conf.get("name")
-    if not isinstance(name, str) or not name or "/" in name:
+    if not isinstance(name, str) or not _CONTAINER_ID.fullmatch(name):  # the spec's network name format
         raise CniError(errors.INVALID_CONFIG, "network name missing or invalid", repr(name))
     plugin_type = str(conf.get("type", ""))
     nc = NetConf(cni_version=version, name=name, type=plugin_type, raw=conf)
@@ -274,7 +277,7 @@ def parse_netconf(data: bytes | str) -> NetConf:
     if plugin_type == "loopback":
         return nc  # the loopback network carries no addressing
     bridge = conf.get("bridge", DEFAULT_BRIDGE)
-    if not isinstance(bridge, str) or not (0 < len(bridge) <= 15):
+    if not isinstance(bridge, str) or not _valid_ifname(bridge):
         raise CniError(errors.INVALID_CONFIG, "invalid bridge name", repr(bridge))
     nc.bridge = bridge
     nc.ranges = _parse_ranges(conf)

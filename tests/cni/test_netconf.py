@@ -102,6 +102,9 @@ def test_port_mappings_keys_are_case_insensitive() -> None:
         (conf(mtu=10), errors.INVALID_CONFIG),
         (conf(ipMasq="yes"), errors.INVALID_CONFIG),
         (conf(bridge="a-name-longer-than-15"), errors.INVALID_CONFIG),
+        (conf(bridge="../all"), errors.INVALID_CONFIG),
+        (conf(name=".."), errors.INVALID_CONFIG),
+        (conf(name="a/b"), errors.INVALID_CONFIG),
         (conf(runtimeConfig={"portMappings": [{"hostPort": 0, "containerPort": 80}]}), errors.INVALID_CONFIG),
         (
             conf(runtimeConfig={"portMappings": [{"hostPort": 1, "containerPort": 80, "protocol": "icmp"}]}),
