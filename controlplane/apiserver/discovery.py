@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from typing import Any
@@ -53,23 +54,26 @@ def api_group(name: str) -> Obj | None:
 
 def _storage_hash(res: Resource) -> str:
     digest = hashlib.sha256(f"{res.group}/{res.version}/{res.kind}".encode()).digest()
-    import base64
-
     return base64.b64encode(digest[:8]).decode()
 
 
+def _with_names(entry: Obj, res: Resource) -> Obj:
+    """Short names and categories, present only when the resource has them (as upstream)."""
+    if res.short_names:
+        entry["shortNames"] = list(res.short_names)
+    if res.categories:
+        entry["categories"] = list(res.categories)
+    return entry
+
+
 def _resource_entries(res: Resource) -> list[Obj]:
-    entry: Obj = {
+    entry: Obj = _with_names({
         "name": res.plural,
         "singularName": res.singular,
         "namespaced": res.namespaced,
         "kind": res.kind,
         "verbs": sorted(res.verbs),
-    }
-    if res.short_names:
-        entry["shortNames"] = list(res.short_names)
-    if res.categories:
-        entry["categories"] = list(res.categories)
+    }, res)
     if "get" in res.verbs:
         entry["storageVersionHash"] = _storage_hash(res)
     out = [entry]
@@ -117,17 +121,13 @@ def wants_aggregated(accept: str) -> bool:
 
 
 def _aggregated_resource(res: Resource) -> Obj:
-    entry: Obj = {
+    entry: Obj = _with_names({
         "resource": res.plural,
         "responseKind": {"group": res.group, "version": res.version, "kind": res.kind},
         "scope": "Namespaced" if res.namespaced else "Cluster",
         "singularResource": res.singular,
         "verbs": sorted(res.verbs),
-    }
-    if res.short_names:
-        entry["shortNames"] = list(res.short_names)
-    if res.categories:
-        entry["categories"] = list(res.categories)
+    }, res)
     subs = []
     for sub, (group, version, kind, verbs) in res.subresources.items():
         subs.append({"subresource": sub, "responseKind": {"group": group, "version": version, "kind": kind},

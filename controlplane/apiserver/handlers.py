@@ -562,14 +562,19 @@ class RestHandler:
         )
         return self._warn(json_response(_out(res, updated)), unknown)
 
-    async def _delete(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        res = info.resource
+    @staticmethod
+    async def _delete_options(request: web.Request) -> DeleteOptions:
+        """DeleteOptions from the (optional) body, else from the query string."""
         body = None
         if request.can_read_body:
             raw = await request.read()
             if raw.strip():
                 body = decode(raw, request.content_type or "application/json")
-        options = DeleteOptions.parse(body if isinstance(body, dict) else None, dict(request.query))
+        return DeleteOptions.parse(body if isinstance(body, dict) else None, dict(request.query))
+
+    async def _delete(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        res = info.resource
+        options = await self._delete_options(request)
         obj, gone = await self.registry.delete(res, info.namespace, info.name, options)
         if gone and res.kind not in ("Pod",):
             details: Obj = {"name": info.name, "kind": res.plural, "uid": obj["metadata"].get("uid")}
@@ -581,12 +586,7 @@ class RestHandler:
     async def _deletecollection(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
         predicate, _ = self._predicate(request, res)
-        body = None
-        if request.can_read_body:
-            raw = await request.read()
-            if raw.strip():
-                body = decode(raw, request.content_type or "application/json")
-        options = DeleteOptions.parse(body if isinstance(body, dict) else None, dict(request.query))
+        options = await self._delete_options(request)
         await self.cache.wait_fresh()
         items = self.cache.list(res.bucket, res.prefix(info.namespace), predicate)
         deleted = await self.registry.delete_collection(res, info.namespace, items, options)

@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kubeconfig of the API server (default: $KUBECONFIG or ~/.kube/config)")
     parser.add_argument("--config", type=Path, default=None,
                         help="KubeSchedulerConfiguration file (scoring strategy, score weights, backoff)")
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=None,
+                        help="hold the kube-system/kube-scheduler Lease before scheduling (default: on, or "
+                             "the config file's leaderElection.leaderElect)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -26,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load_config(args.config)
+    if args.leader_elect is not None:
+        config.leader_election.enabled = args.leader_elect
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -34,8 +39,14 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await run_scheduler(args.kubeconfig, config, stop)
 
+    from controlplane.scheduler.runner import LeadershipLost
+
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(main())
+        try:
+            runner.run(main())
+        except LeadershipLost as err:
+            logging.getLogger(__name__).error("%s; exiting", err)
+            return 1
     return 0
 
 

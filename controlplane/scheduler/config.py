@@ -5,6 +5,7 @@ config written for kube-scheduler means the same here where it overlaps:
 
     apiVersion: kubescheduler.config.k8s.io/v1
     kind: KubeSchedulerConfiguration
+    leaderElection: {leaderElect: true, leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 2s}
     podInitialBackoffSeconds: 1
     podMaxBackoffSeconds: 10
     profiles:
@@ -32,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from controlplane.scheduler.leader import LeaderElection
 from controlplane.scheduler.podinfo import SCHEDULER_NAME
 from controlplane.scheduler.scores.resource_allocation import LEAST_ALLOCATED, MOST_ALLOCATED
 
@@ -64,6 +66,7 @@ class SchedulerConfig:
     # Bindings in flight at once: enough to hide API latency, few enough not to swamp the server.
     bind_concurrency: int = 32
     event_concurrency: int = 2
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
 
 
 def _plugin_name(name: str) -> str:
@@ -73,8 +76,48 @@ def _plugin_name(name: str) -> str:
     return name
 
 
+def parse_duration(value: Any) -> float:
+    """Go-style durations as upstream's config writes them ("15s", "500ms", "1m30s"), or seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    text, total, number = str(value).strip(), 0.0, ""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if unit not in units or not number:
+            raise ValueError(f"invalid duration {value!r}")
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    if number:
+        raise ValueError(f"invalid duration {value!r} (missing unit)")
+    return total
+
+
+def _leader_election(doc: dict[str, Any]) -> LeaderElection:
+    le = LeaderElection()
+    le.enabled = bool(doc.get("leaderElect", True))
+    le.namespace = str(doc.get("resourceNamespace") or le.namespace)
+    le.name = str(doc.get("resourceName") or le.name)
+    for key, attr in (("leaseDuration", "lease_duration"), ("renewDeadline", "renew_deadline"),
+                      ("retryPeriod", "retry_period")):
+        if key in doc:
+            setattr(le, attr, parse_duration(doc[key]))
+    if not le.lease_duration > le.renew_deadline > le.retry_period > 0:
+        raise ValueError("leaderElection needs leaseDuration > renewDeadline > retryPeriod > 0")
+    return le
+
+
 def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
     cfg = SchedulerConfig()
+    if "leaderElection" in doc:
+        cfg.leader_election = _leader_election(doc["leaderElection"] or {})
     if "podInitialBackoffSeconds" in doc:
         cfg.backoff_initial = float(doc["podInitialBackoffSeconds"])
     if "podMaxBackoffSeconds" in doc:
