@@ -134,8 +134,9 @@ class CniArgs:
 
 
 def _valid_ifname(name: str) -> bool:
-    """Linux interface name rules (also what keeps it safe inside /proc and /sys paths)."""
-    return 0 < len(name) <= 15 and name not in (".", "..") and not any(c in name for c in "/: \t\n")
+    """Linux interface name rules (what keeps it safe inside /proc and /sys paths), minus quotes and
+    backslashes, which the kernel allows but which would break out of an nftables comment."""
+    return 0 < len(name) <= 15 and name not in (".", "..") and not any(c in name for c in '/: \t\n"\\')
 
 
 def _ci_get(mapping: Mapping[str, Any], key: str, default: Any = None) -> Any:
