@@ -17,6 +17,7 @@ from controlplane.apiserver import discovery, openapi
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.authn import Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import AllowAll, AuthorizerChain
+from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.handlers import RestHandler, json_response
@@ -87,8 +88,9 @@ class ApiServer:
         server = site._server
         if server is not None and server.sockets:
             self.port = server.sockets[0].getsockname()[1]
+        host = self.config.advertise or ("127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind)
+        await ensure_kubernetes_service(self.registry, host, self.port)
         if self.pki is not None:
-            host = self.config.advertise or ("127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind)
             write_kubeconfig(
                 self.config.data_dir / "admin.kubeconfig", f"https://{host}:{self.port}", self.pki,
                 self.pki.admin_cert, self.pki.admin_key,

@@ -337,6 +337,13 @@ def test_token_file_authentication(tmp_path: Path) -> None:
         assert "s3cret-token" not in (server.data_dir / "apiserver.log").read_text()
 
 
+def test_kubernetes_service_points_at_the_server(apiserver: ApiServer, v1: client.CoreV1Api) -> None:
+    svc = v1.read_namespaced_service("kubernetes", "default")
+    assert svc.spec.cluster_ip == "10.96.0.1" and svc.spec.ports[0].port == 443
+    ep = v1.read_namespaced_endpoints("kubernetes", "default")
+    assert ep.subsets[0].addresses[0].ip == "127.0.0.1" and ep.subsets[0].ports[0].port == apiserver.port
+
+
 def test_rig_issues_kubeconfigs_for_other_identities(apiserver: ApiServer, tmp_path: Path) -> None:
     path = apiserver.client_kubeconfig("system:node:n1", ("system:nodes",), tmp_path / "kubelet.kubeconfig")
     with make_client(path) as api:

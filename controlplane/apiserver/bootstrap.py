@@ -1,0 +1,53 @@
+"""Objects the API server itself keeps: the `default/kubernetes` Service and its Endpoints.
+
+Upstream's apiserver maintains them so that every pod finds the API (the kubelet derives
+KUBERNETES_SERVICE_HOST/PORT from this service, in-cluster clients dial kubernetes.default.svc).
+The Endpoints are rewritten on each start because the port or address may have changed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.registry import Registry
+from controlplane.apiserver.resources import core
+
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+
+
+async def ensure_kubernetes_service(registry: Registry, address: str, port: int) -> None:
+    services, endpoints = core("services"), core("endpoints")
+    if registry.cache.get(services.key("default", "kubernetes")) is None:
+        service: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"type": "ClusterIP", "clusterIP": KUBERNETES_SERVICE_IP, "sessionAffinity": "None",
+                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]},
+        }
+        try:
+            await registry.create(services, "default", service)
+        except ApiError as err:
+            if err.code != 409:
+                raise
+    else:
+        def retarget(svc: dict[str, Any]) -> dict[str, Any]:
+            for p in (svc.get("spec") or {}).get("ports") or []:
+                if p.get("name") == "https":
+                    p["targetPort"] = port
+            return svc
+
+        await registry.guaranteed_update(services, "default", "kubernetes", retarget)
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return  # a host name cannot go into Endpoints; in-cluster clients then need DNS-free config
+    subsets = [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]
+    body = {"apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": subsets}
+    if registry.cache.get(endpoints.key("default", "kubernetes")) is None:
+        await registry.create(endpoints, "default", body)
+    else:
+        await registry.update(endpoints, "default", "kubernetes", body)
