@@ -45,7 +45,8 @@ def v1(apiserver: ApiServer) -> Iterator[client.CoreV1Api]:
 class SchedulerProcess:
     """`pykubelet scheduler` against the test server; its log is printed when a test fails."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path, settings: dict[str, Any] | None) -> None:
+    def __init__(self, kubeconfig: Path, workdir: Path, settings: dict[str, Any] | None,
+                 wait_synced: bool = True) -> None:
         self.log_path = workdir / f"scheduler-{uuid.uuid4().hex[:6]}.log"
         cmd = [sys.executable, "-m", "pykubelet", "scheduler", "--kubeconfig", str(kubeconfig), "-v"]
         if settings is not None:
@@ -54,7 +55,8 @@ class SchedulerProcess:
             cmd += ["--config", str(cfg_path)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_synced()
+        if wait_synced:
+            self._wait_synced()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -201,18 +203,20 @@ def start_scheduler(apiserver: ApiServer, tmp_path: Path, request: pytest.Fixtur
                     ) -> Iterator[Callable[..., SchedulerProcess]]:
     started: list[SchedulerProcess] = []
 
-    def start(settings: dict[str, Any] | None = None) -> SchedulerProcess:
-        proc = SchedulerProcess(apiserver.kubeconfig, tmp_path, settings)
+    def start(settings: dict[str, Any] | None = None, wait_synced: bool = True) -> SchedulerProcess:
+        proc = SchedulerProcess(apiserver.kubeconfig, tmp_path, settings, wait_synced)
         started.append(proc)
         return proc
 
+    start.background = lambda settings=None: start(settings, wait_synced=False)  # type: ignore[attr-defined]
     yield start
     for proc in started:
+        killed = proc.process.returncode == -signal.SIGKILL  # a test killed it on purpose
         code = proc.stop()
         failed = getattr(request.node, "rep_call", None)
         if failed is not None and failed.failed:
             print(f"--- scheduler log ---\n{proc.log()[-6000:]}")
-        assert code == 0, f"scheduler exited {code}:\n{proc.log()[-3000:]}"
+        assert killed or code == 0, f"scheduler exited {code}:\n{proc.log()[-3000:]}"
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

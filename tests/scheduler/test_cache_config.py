@@ -99,3 +99,23 @@ profiles:
 def test_bad_config_is_refused(doc):
     with pytest.raises(ValueError):
         config_from_dict(doc)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("15s", 15), ("500ms", 0.5), ("1m30s", 90), ("2h", 7200), (3, 3)])
+def test_durations(text, seconds):
+    from controlplane.scheduler.config import parse_duration
+
+    assert parse_duration(text) == seconds
+
+
+def test_leader_election_settings():
+    cfg = config_from_dict({"leaderElection": {"leaderElect": True, "leaseDuration": "4s",
+                                               "renewDeadline": "3s", "retryPeriod": "1s",
+                                               "resourceName": "other"}})
+    le = cfg.leader_election
+    assert (le.enabled, le.lease_duration, le.renew_deadline, le.retry_period, le.name) == (True, 4, 3, 1, "other")
+    assert load_config(None).leader_election.enabled  # on by default, as upstream
+    with pytest.raises(ValueError):
+        config_from_dict({"leaderElection": {"leaseDuration": "2s", "renewDeadline": "5s"}})
+    with pytest.raises(ValueError):
+        config_from_dict({"leaderElection": {"leaseDuration": "15"}})
