@@ -38,6 +38,8 @@ from agent.pods.manager import PodManager
 from agent.pods.runtime import RuntimeInspector
 from agent.pods.status_manager import StatusManager
 from agent.pods.worker import PodContext
+from agent.server import KubeletServer
+from agent.server.tls import ensure_self_signed, server_context
 from agent.volumes import VolumeManager
 
 log = logging.getLogger("agent")
@@ -97,6 +99,7 @@ class Agent:
         self.pods: PodManager | None = None
         self.informer: Informer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self.server: KubeletServer | None = None
 
     async def fetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -159,9 +162,33 @@ class Agent:
                 log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", node_cidr, str(err))
         self.lease = LeaseController(self.client, cfg.node_name, lambda: self.node.uid if self.node else "", cfg.node_lease_duration_seconds)
         self._spawn(self.lease.run(), "lease")
+        if cfg.port > 0:
+            await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")
         self._spawn(self.pods.run_pleg(), "pleg")
         log.info("agent running node=%s", cfg.node_name)
+
+    async def _start_server(self, cri: CRIClient) -> None:
+        cfg = self.cfg
+        if cfg.tls_cert_file and cfg.tls_private_key_file:
+            cert, key = Path(cfg.tls_cert_file), Path(cfg.tls_private_key_file)
+        else:
+            ips = [self.node.internal_ip] if self.node and self.node.internal_ip else []
+            cert, key = await asyncio.to_thread(ensure_self_signed, Path(cfg.root_dir) / "pki", cfg.node_name, ips)
+        context = await asyncio.to_thread(server_context, cert, key, cfg.client_ca_file or None)
+
+        def lookup(namespace: str, name: str) -> dict[str, Any] | None:
+            for pod in (self.informer.cache.values() if self.informer else []):
+                meta = pod["metadata"]
+                if meta["namespace"] == namespace and meta["name"] == name:
+                    return pod
+            return None
+
+        self.server = KubeletServer(
+            cri, lookup, lambda: list(self.informer.cache.values()) if self.informer else [],
+            anonymous=cfg.anonymous_auth, ssl_context=context,
+        )
+        await self.server.start(cfg.address, cfg.port)
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -173,6 +200,8 @@ class Agent:
             log.error("agent loop died task=%s error=%r", task.get_name(), task.exception())
 
     async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

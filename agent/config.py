@@ -69,7 +69,12 @@ class AgentConfig:
     cluster_domain: str = ""
     cluster_dns: list[str] = field(default_factory=list)
     resolv_conf: str = "/etc/resolv.conf"
-    port: int = 10250
+    port: int = 10250  # the kubelet API (HTTPS); 0 turns it off
+    address: str = "0.0.0.0"
+    tls_cert_file: str = ""
+    tls_private_key_file: str = ""
+    client_ca_file: str = ""
+    anonymous_auth: bool = False
     node_ip: str = ""
     node_labels: dict[str, str] = field(default_factory=dict)
     kube_api_qps: float = 50.0
@@ -120,9 +125,12 @@ _FILE_FIELDS: dict[str, tuple[str, Any]] = {
     "cgroupRoot": ("cgroup_root", str),
     "cgroupDriver": ("cgroup_driver", str),
     "containerRuntimeEndpoint": ("container_runtime_endpoint", str),
+    "address": ("address", str),
+    "tlsCertFile": ("tls_cert_file", str),
+    "tlsPrivateKeyFile": ("tls_private_key_file", str),
     "imageServiceEndpoint": ("image_service_endpoint", str),
 }
-_IGNORED_QUIETLY = {"apiVersion", "kind", "authentication", "authorization", "staticPodPath", "address"}
+_IGNORED_QUIETLY = {"apiVersion", "kind", "authorization", "staticPodPath"}
 
 
 def load_config_file(path: str | Path, into: AgentConfig | None = None) -> AgentConfig:
@@ -142,6 +150,9 @@ def load_config_file(path: str | Path, into: AgentConfig | None = None) -> Agent
                 setattr(cfg, name, conv(value))
             except (TypeError, ValueError) as err:
                 raise ConfigFileError(f"{path}: {key}: {err}") from None
+        elif key == "authentication" and isinstance(value, dict):
+            cfg.client_ca_file = ((value.get("x509") or {}).get("clientCAFile")) or cfg.client_ca_file
+            cfg.anonymous_auth = bool((value.get("anonymous") or {}).get("enabled", cfg.anonymous_auth))
         elif key not in _IGNORED_QUIETLY:
             log.warning("config field not supported, ignored field=%s", key)
     if cfg.cgroup_driver not in ("cgroupfs", "systemd"):

@@ -6,21 +6,29 @@ re-posted only on change.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from agent.app import Agent
 from agent.config import AgentConfig
-from agent.cri import CRIClient, pb
+from agent.cri import CRIClient, CRIError, pb
 from agent.pods import labels as L
 from agent.pods.qos import remove_pod_cgroup
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.images import RigImages
+from pykubelet.rig.process import free_port
 from pykubelet.rig.refcni import ReferenceBridgeNetwork
 from pykubelet.rig.registry import Registry
 
@@ -55,9 +63,37 @@ def own_containerd(
     assert left.empty(), f"containerd teardown left {left}"
 
 
+@pytest.fixture(scope="module")
+def client_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A client CA and one client certificate it signed, for the kubelet API's x509 authentication."""
+    d = tmp_path_factory.mktemp("client-pki")
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-client-ca")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(2).not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1)).sign(ca_key, hashes.SHA256())
+    )
+    paths = {"ca": d / "ca.crt", "cert": d / "client.crt", "key": d / "client.key"}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return paths
+
+
 @pytest.fixture
-async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path) -> AsyncIterator[Agent]:
+async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path, client_pki: dict[str, Path]) -> AsyncIterator[Agent]:
     cfg = AgentConfig(
+        port=free_port(),
+        address="127.0.0.1",
+        client_ca_file=str(client_pki["ca"]),
         node_name=f"api-{uuid.uuid4().hex[:6]}",
         kubeconfig=str(apiserver.kubeconfig),
         container_runtime_endpoint=own_containerd.endpoint,
@@ -69,12 +105,15 @@ async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path
     a = Agent(cfg)
     await asyncio.wait_for(a.start(), 30)
     yield a
-    # Remove what the test's pods left, then stop the agent.
-    assert a.cri is not None
-    for sb in await a.cri.list_pod_sandbox():
-        await a.cri.stop_pod_sandbox(sb.id)
-        await a.cri.remove_pod_sandbox(sb.id)
     await a.stop()
+    # Remove what the test's pods left (the agent may have been half-way through removing them).
+    async with await CRIClient.connect(own_containerd.endpoint) as cri:
+        for sb in await cri.list_pod_sandbox():
+            try:
+                await cri.stop_pod_sandbox(sb.id)
+                await cri.remove_pod_sandbox(sb.id)
+            except CRIError:
+                pass
 
 
 async def wait_until(check, timeout: float = 30.0):
@@ -181,3 +220,52 @@ async def test_repeated_event_is_counted(agent: Agent):
     assert event["source"] == {"component": "kubelet", "host": agent.cfg.node_name}
     assert event["involvedObject"]["fieldPath"] == "spec.containers{c}" and event["type"] == "Warning"
     await client.delete(f"/api/v1/namespaces/default/pods/{name}", {"gracePeriodSeconds": 0})
+
+
+async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki: dict[str, Path]):
+    client = agent.client
+    name = f"talk-{uuid.uuid4().hex[:6]}"
+    script = "echo one; echo two; echo three >&2; sleep 2; echo four; exit 0"
+    await client.create(
+        "/api/v1/namespaces/default/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"nodeName": agent.cfg.node_name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                  "containers": [{"name": "main", "image": test_images.busybox_pinned, "command": ["sh", "-c", script]}]}},
+    )
+    assert agent.server is not None
+    base = f"https://127.0.0.1:{agent.server.port}"
+    trusted = ssl.create_default_context()
+    trusted.check_hostname = False
+    trusted.verify_mode = ssl.CERT_NONE  # the kubelet's own cert is self-signed, as upstream's default
+    with_cert = ssl.create_default_context()
+    with_cert.check_hostname = False
+    with_cert.verify_mode = ssl.CERT_NONE
+    with_cert.load_cert_chain(str(client_pki["cert"]), str(client_pki["key"]))
+    logs = f"{base}/containerLogs/default/{name}/main"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/healthz", ssl=trusted) as resp:
+            assert (resp.status, await resp.text()) == (200, "ok")
+        async with http.get(logs, ssl=trusted) as resp:
+            assert resp.status == 401  # no client certificate, anonymous off
+
+        async def started():
+            async with http.get(logs, ssl=with_cert) as resp:
+                return resp.status == 200 and "one" in await resp.text()
+
+        await wait_until(started)
+        # follow: streams until the container exits, then ends.
+        async with http.get(logs, params={"follow": "true"}, ssl=with_cert) as resp:
+            body = await asyncio.wait_for(resp.text(), 30)
+        assert body == "one\ntwo\nthree\nfour\n"
+        async with http.get(logs, params={"tailLines": "2", "timestamps": "true"}, ssl=with_cert) as resp:
+            lines = (await resp.text()).splitlines()
+        assert [line.split(" ", 1)[1] for line in lines] == ["three", "four"]
+        assert lines[0].split(" ", 1)[0].endswith("Z")
+        async with http.get(logs, params={"limitBytes": "5"}, ssl=with_cert) as resp:
+            assert await resp.text() == "one\nt"
+        async with http.get(logs, params={"previous": "true"}, ssl=with_cert) as resp:
+            assert resp.status == 400 and "previous terminated container" in (await resp.json())["message"]
+        async with http.get(f"{base}/pods", ssl=with_cert) as resp:
+            names = [p["metadata"]["name"] for p in (await resp.json())["items"]]
+            assert name in names
+    await client.delete(f"/api/v1/namespaces/default/pods/{name}")

@@ -77,6 +77,7 @@ def test_config_file_and_flags(tmp_path: Path):
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodCIDR: 10.1.0.0/24\n"
         "podLogsDir: /tmp/logs\nclusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nport: 10260\n"
         "nodeStatusUpdateFrequency: 5s\nnodeStatusReportFrequency: 1m0s\nmaxPods: 20\nunknownField: 1\n"
+        "authentication:\n  x509:\n    clientCAFile: /pki/ca.crt\n  anonymous:\n    enabled: true\naddress: 127.0.0.1\n"
     )
     import argparse
 
@@ -88,6 +89,7 @@ def test_config_file_and_flags(tmp_path: Path):
     assert (cfg.node_status_update_frequency, cfg.node_status_report_frequency, cfg.max_pods) == (5.0, 60.0, 20)
     assert cfg.cluster_dns == ["10.96.0.10"] and cfg.node_labels == {"a": "b", "c": "d"}
     assert cfg.eviction_hard["memory.available"] == "100Mi"
+    assert (cfg.client_ca_file, cfg.anonymous_auth, cfg.address) == ("/pki/ca.crt", True, "127.0.0.1")
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: Pod\n")
     with pytest.raises(ConfigFileError):

@@ -1,0 +1,221 @@
+"""HTTP handlers of the kubelet API: /healthz, /pods and /containerLogs/{ns}/{pod}/{container}.
+
+Authentication follows KubeletConfiguration: a client certificate signed by authentication.x509
+.clientCAFile is accepted; anonymous requests only when authentication.anonymous.enabled. Everything
+but /healthz needs one or the other. Logs are read from the CRI log files of the container (or, with
+previous=true, of its last terminated instance), with follow, tailLines, limitBytes, sinceSeconds and
+timestamps meaning what they mean for `kubectl logs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from agent.cri import CRIClient, CRIError, pb
+from agent.cri.logs import LogEntry, LogFormatError, parse_line
+from agent.pods import labels as L
+
+log = logging.getLogger("agent.server")
+
+PodLookup = Callable[[str, str], dict[str, Any] | None]
+PodList = Callable[[], list[dict[str, Any]]]
+
+
+def _status_body(code: int, reason: str, message: str) -> web.Response:
+    return web.json_response(
+        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message, "code": code},
+        status=code,
+    )
+
+
+class KubeletServer:
+    def __init__(
+        self,
+        cri: CRIClient,
+        lookup: PodLookup,
+        pods: PodList,
+        *,
+        anonymous: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.cri = cri
+        self.lookup = lookup
+        self.pods = pods
+        self.anonymous = anonymous
+        self.ssl_context = ssl_context
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth])
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/pods", self.list_pods)
+        app.router.add_get("/pods/", self.list_pods)
+        app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self.container_logs)
+        return app
+
+    async def start(self, host: str, port: int) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=self.ssl_context)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        log.info("kubelet server listening address=%s port=%d tls=%s", host, self.port, self.ssl_context is not None)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path == "/healthz":
+            return await handler(request)
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        if peer:
+            subject = dict(x[0] for x in peer.get("subject", ()))
+            user = subject.get("commonName", "")
+        elif self.anonymous:
+            user = "system:anonymous"
+        else:
+            return _status_body(401, "Unauthorized", "Unauthorized")
+        log.debug("kubelet api request user=%s path=%s", user, request.path)
+        return await handler(request)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        try:
+            await self.cri.status()
+        except CRIError as err:
+            return web.Response(status=500, text=f"[-]runtime failed: {err}\nhealthz check failed\n")
+        return web.Response(text="ok")
+
+    async def list_pods(self, request: web.Request) -> web.Response:
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self.pods()})
+
+    async def container_logs(self, request: web.Request) -> web.StreamResponse:
+        ns, name, cname = request.match_info["namespace"], request.match_info["pod"], request.match_info["container"]
+        pod = self.lookup(ns, name)
+        if pod is None:
+            return _status_body(404, "NotFound", f'pods "{name}" not found')
+        q = request.query
+        previous = q.get("previous") in ("true", "1")
+        try:
+            path, running_id = await self._log_path(pod, cname, previous)
+        except LookupError as err:
+            return _status_body(400, "BadRequest", str(err))
+        try:
+            tail = int(q["tailLines"]) if "tailLines" in q else None
+            limit = int(q["limitBytes"]) if "limitBytes" in q else None
+            since = int(q["sinceSeconds"]) if "sinceSeconds" in q else None
+        except ValueError:
+            return _status_body(400, "BadRequest", "tailLines, limitBytes and sinceSeconds must be integers")
+        since_time = datetime.now(UTC) - timedelta(seconds=since) if since else None
+        if q.get("sinceTime"):
+            since_time = datetime.fromisoformat(q["sinceTime"].replace("Z", "+00:00"))
+        follow = q.get("follow") in ("true", "1") and not previous
+        timestamps = q.get("timestamps") in ("true", "1")
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        state = _Writer(resp, limit)
+        offset, pending = await asyncio.to_thread(_read_from, path, 0)
+        entries = [e for e in pending if since_time is None or e.time >= since_time]
+        if tail is not None:
+            entries = entries[-tail:] if tail > 0 else []
+        for e in entries:
+            if not await state.write(e, timestamps):
+                return resp
+        while follow:
+            await asyncio.sleep(0.2)
+            offset, fresh = await asyncio.to_thread(_read_from, path, offset)
+            for e in fresh:
+                if not await state.write(e, timestamps):
+                    return resp
+            if not fresh and not await self._still_running(running_id):
+                _, last = await asyncio.to_thread(_read_from, path, offset)
+                for e in last:
+                    await state.write(e, timestamps)
+                break
+        await resp.write_eof()
+        return resp
+
+    async def _log_path(self, pod: dict[str, Any], cname: str, previous: bool) -> tuple[str, str]:
+        uid = pod["metadata"]["uid"]
+        names = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+        names += [c["name"] for c in (pod.get("spec") or {}).get("initContainers") or []]
+        if cname not in names:
+            raise LookupError(f"container {cname} is not valid for pod {pod['metadata']['name']}")
+        found = await self.cri.list_containers(labels={L.POD_UID: uid, L.CONTAINER_NAME: cname})
+        found.sort(key=lambda c: (int(c.annotations.get(L.RESTART_COUNT, "0") or 0), c.created_at), reverse=True)
+        index = 1 if previous else 0
+        if len(found) <= index:
+            if previous:
+                raise LookupError(f'previous terminated container "{cname}" in pod "{pod["metadata"]["name"]}" not found')
+            raise LookupError(f'container "{cname}" in pod "{pod["metadata"]["name"]}" is waiting to start')
+        chosen = found[index]
+        status = (await self.cri.container_status(chosen.id)).status
+        return status.log_path, chosen.id if chosen.state == pb.CONTAINER_RUNNING else ""
+
+    async def _still_running(self, container_id: str) -> bool:
+        if not container_id:
+            return False
+        try:
+            return (await self.cri.container_status(container_id)).status.state == pb.CONTAINER_RUNNING
+        except CRIError:
+            return False
+
+
+class _Writer:
+    """Writes log lines, stopping at limitBytes."""
+
+    def __init__(self, resp: web.StreamResponse, limit: int | None) -> None:
+        self.resp = resp
+        self.left = limit
+
+    async def write(self, entry: LogEntry, timestamps: bool) -> bool:
+        data = ((entry.timestamp + " ") if timestamps else "") + entry.content + "\n"
+        raw = data.encode()
+        if self.left is not None:
+            if self.left <= 0:
+                return False
+            raw = raw[: self.left]
+            self.left -= len(raw)
+        await self.resp.write(raw)
+        return self.left is None or self.left > 0
+
+
+def _read_from(path: str, offset: int) -> tuple[int, list[LogEntry]]:
+    """Whole lines from `offset` on, partial (P) entries joined; returns the offset after the last
+    complete line so a follower never splits one."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset, []
+    end = data.rfind(b"\n")
+    if end < 0:
+        return offset, []
+    out: list[LogEntry] = []
+    pending: dict[str, tuple[str, list[str]]] = {}
+    for raw in data[: end + 1].decode("utf-8", errors="replace").splitlines():
+        if not raw.strip():
+            continue
+        try:
+            ts, stream, tag, content = parse_line(raw)
+        except LogFormatError:
+            continue
+        first, parts = pending.pop(stream, (ts, []))
+        parts.append(content)
+        if "P" in tag.split(":"):
+            pending[stream] = (first, parts)
+        else:
+            out.append(LogEntry(first, stream, "".join(parts)))
+    return offset + end + 1, out
