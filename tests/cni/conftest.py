@@ -4,6 +4,7 @@ network fixture fails the test if a veth, an IP file or a NAT rule of its own wa
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from collections.abc import Iterator
@@ -107,3 +108,19 @@ def reference() -> Plugin:
     if not Path("/usr/lib/cni/bridge").exists():
         pytest.skip("reference CNI plugins not installed")
     return Plugin(Path("/usr/lib/cni/bridge"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_cni_session_at_a_time() -> Iterator[None]:
+    """Test networks, bridge names and hostPorts are fixed per session: two sessions of this suite on
+    one machine (a developer and `./dev test`) would trip over each other, so they take turns."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.makedirs("/run/pykubelet", exist_ok=True)
+    fd = os.open("/run/pykubelet/cni-tests.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
