@@ -12,7 +12,8 @@ Three scenarios:
   (bench/scheduler/embedded_server.py), as `pykubelet server` will run it.
 
 Usage: python bench/scheduler/throughput.py [--pods 1000] [--nodes 100]
-Writes bench/results/scheduler-throughput.{json,md}.
+A fourth line times the decisions alone (same plugins, no API) for comparison.
+Writes bench/results/scheduler-throughput.{json,md,svg}.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -28,8 +30,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from controlplane.scheduler.algorithm import schedule
+from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.client import ApiClient
+from controlplane.scheduler.config import SchedulerConfig
+from controlplane.scheduler.filters import default_filters
+from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.kubeconfig import load_kubeconfig
+from controlplane.scheduler.plugins import build_scores
+from controlplane.scheduler.podinfo import pod_info
 from pykubelet.rig.apiserver import ApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,6 +218,54 @@ async def embedded_stream(work: Path, pods: int, nodes: int) -> dict:
             "nodes_used": len(per_node)}
 
 
+def decisions_only(pods: int, nodes: int) -> dict:
+    """The same filters and scores with no API in the way: what one core decides per second. The gap to
+    the end-to-end figures is the API server's and the HTTP layer's share."""
+    cache = SchedulerCache()
+    for i in range(nodes):
+        cache.set_node(node(f"node-{i:03d}"))
+    infos = []
+    for i in range(pods):
+        body = pod(f"p{i:05d}", "owner-decisions")
+        body["metadata"].update(namespace="bench", uid=f"uid-{i}")
+        infos.append(pod_info(body))
+    filters, scores, rng = default_filters(), build_scores(SchedulerConfig()), random.Random(0)
+    start = time.process_time()
+    for info in infos:
+        nodes_now = cache.nodes()
+        chosen = schedule(info, nodes_now, filters, scores, ClusterView(len(nodes_now), cache.image_nodes), rng)
+        cache.assume(info, chosen.name)
+    seconds = time.process_time() - start
+    per_node = Counter(cache.pod_node(i.uid) for i in infos)
+    return {"scenario": "decisions only (no API, CPU time)", "pods": pods, "nodes": nodes, "seconds": seconds,
+            "events_seconds": float("nan"), "pods_per_second": pods / seconds, "create_seconds": float("nan"),
+            "create_per_second": float("nan"), "per_node_min": min(per_node.values()),
+            "per_node_max": max(per_node.values()), "nodes_used": len(per_node)}
+
+
+def write_plot(results: list[dict], path: Path) -> None:
+    """A plain SVG bar chart (no plotting library needed): pods/s per scenario against the goal."""
+    width, bar_h, gap, left = 640, 28, 14, 230
+    top = max(max(r["pods_per_second"] for r in results), GOAL) * 1.1
+    height = len(results) * (bar_h + gap) + 60
+    scale = (width - left - 20) / top
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             'font-family="sans-serif" font-size="12">',
+             f'<text x="10" y="18" font-size="14">Scheduler throughput, pods/s ({results[0]["pods"]} pods, '
+             f'{results[0]["nodes"]} nodes)</text>']
+    for i, r in enumerate(results):
+        y = 34 + i * (bar_h + gap)
+        w = r["pods_per_second"] * scale
+        colour = "#4a7" if r["pods_per_second"] >= GOAL else "#c84"
+        parts += [f'<text x="10" y="{y + bar_h * 0.65:.0f}">{r["scenario"][:32]}</text>',
+                  f'<rect x="{left}" y="{y}" width="{w:.0f}" height="{bar_h}" fill="{colour}"/>',
+                  f'<text x="{left + w + 4:.0f}" y="{y + bar_h * 0.65:.0f}">{r["pods_per_second"]:.0f}</text>']
+    gx = left + GOAL * scale
+    parts += [f'<line x1="{gx:.0f}" y1="28" x2="{gx:.0f}" y2="{height - 20}" stroke="#000" stroke-dasharray="4"/>',
+              f'<text x="{gx + 4:.0f}" y="{height - 8}">goal {GOAL:.0f}/s</text>', "</svg>"]
+    path.write_text("\n".join(parts) + "\n")
+
+
 async def main_async(args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-sched-") as tmp:
         work = Path(tmp)
@@ -218,6 +275,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
             for name in ("backlog", "stream"):
                 results.append(await scenario(server, work, name, args.pods, args.nodes))
         results.append(await embedded_stream(work, args.pods, args.nodes))
+        results.append(decisions_only(args.pods, args.nodes))
         return results
 
 
@@ -228,6 +286,11 @@ def report(results: list[dict], out_dir: Path) -> str:
              "| pod creation/s | pods per node (min-max) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
+        if r["scenario"].startswith("decisions"):
+            lines.append(f"| {r['scenario']} | {r['pods']} | {r['nodes']} | {r['seconds']:.2f} | "
+                         f"{r['pods_per_second']:.0f} | {r['pods_per_second'] / GOAL:.2f}x | - | - | "
+                         f"{r['per_node_min']}-{r['per_node_max']} |")
+            continue
         lines.append(f"| {r['scenario']} | {r['pods']} | {r['nodes']} | {r['seconds']:.2f} | "
                      f"{r['pods_per_second']:.0f} | {r['pods_per_second'] / GOAL:.2f}x | {r['events_seconds']:.2f} | "
                      f"{r['create_per_second']:.0f} | {r['per_node_min']}-{r['per_node_max']} |")
@@ -240,6 +303,7 @@ def report(results: list[dict], out_dir: Path) -> str:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "scheduler-throughput.md").write_text(text)
     (out_dir / "scheduler-throughput.json").write_text(json.dumps(results, indent=2))
+    write_plot(results, out_dir / "scheduler-throughput.svg")
     return text
 
 
