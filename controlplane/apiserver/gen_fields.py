@@ -28,6 +28,8 @@ def main() -> None:
     types: dict[str, dict[str, str]] = {}
     # Fields upstream always serializes (no omitempty); Go fills them with zero values.
     required: dict[str, list[str]] = {}
+    # Descriptions for the OpenAPI documents (kubectl explain), kept apart from the hot-path file.
+    docs: dict[str, dict[str, str]] = {}
 
     def visit(name: str) -> None:
         if name in types or not hasattr(models, name):
@@ -35,6 +37,13 @@ def main() -> None:
         cls = getattr(models, name)
         fields = {cls.attribute_map[k]: v for k, v in cls.openapi_types.items()}
         types[name] = fields
+        type_doc = (cls.__doc__ or "").strip().split("\n\n")[0].strip()
+        field_docs = {
+            cls.attribute_map[k]: f.description
+            for k, f in getattr(cls, "model_fields", {}).items()
+            if k in cls.attribute_map and f.description
+        }
+        docs[name] = {"": " ".join(type_doc.split()), **field_docs}
         model_fields = getattr(cls, "model_fields", {})
         needed = sorted(cls.attribute_map[k] for k, f in model_fields.items() if f.is_required() and k in cls.attribute_map)
         if needed:
@@ -53,6 +62,9 @@ def main() -> None:
     path = Path(__file__).with_name("fields.json")
     path.write_text(json.dumps(out, sort_keys=True, separators=(",", ":")) + "\n")
     print(f"wrote {path} ({len(types)} types)")
+    docs_path = Path(__file__).with_name("fielddocs.json")
+    docs_path.write_text(json.dumps(docs, sort_keys=True, separators=(",", ":")) + "\n")
+    print(f"wrote {docs_path}")
 
 
 if __name__ == "__main__":

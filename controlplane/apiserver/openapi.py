@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from controlplane.apiserver.resources import GROUPS, RESOURCES, Resource
@@ -20,6 +23,9 @@ from pykubelet import KUBERNETES_VERSION
 
 Obj = dict[str, Any]
 
+_LIST = re.compile(r"^(?:List|list)\[(.+)\]$")
+_MAP = re.compile(r"^(?:Dict|dict)\[str, ?(.+)\]$|^dict\(str, ?(.+)\)$")
+_REF_NAME = re.compile(r"[A-Z][A-Za-z0-9]+")
 _PATCH_TYPES = ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
 
 
@@ -49,7 +55,7 @@ def _paths(res: Resource, v3: bool) -> dict[str, Obj]:
     base = f"/{_gv_path(res.group, res.version)}"
     coll = f"{base}/namespaces/{{namespace}}/{res.plural}" if res.namespaced else f"{base}/{res.plural}"
     gvk = {"group": res.group, "version": res.version, "kind": res.kind}
-    ref = {"$ref": f"#/components/schemas/{_definition_name(res)}" if v3 else f"#/definitions/{_definition_name(res)}"}
+    ref = _ref(_root_type(res) or _definition_name(res), v3)
     ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}} if v3 else {"description": "OK", "schema": ref}}
 
     def op(action: str, **extra: Any) -> Obj:
@@ -71,30 +77,109 @@ def _paths(res: Resource, v3: bool) -> dict[str, Obj]:
     return {coll: collection, f"{coll}/{{name}}": item}
 
 
-def _schema(schema: Any) -> Obj:
-    """Turn our strategic-merge facts into OpenAPI properties with the x-kubernetes-patch-* tags."""
-    props: Obj = {}
-    for field, spec in (schema or {}).items():
+_SCALARS: dict[str, Obj] = {
+    "str": {"type": "string"},
+    "int": {"type": "integer", "format": "int64"},
+    "bool": {"type": "boolean"},
+    "float": {"type": "number", "format": "double"},
+    "datetime": {"type": "string", "format": "date-time"},
+    "date": {"type": "string", "format": "date"},
+    "object": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+}
+
+
+@cache
+def _fields() -> Obj:
+    return json.loads(Path(__file__).with_name("fields.json").read_text())
+
+
+@cache
+def _docs() -> Obj:
+    path = Path(__file__).with_name("fielddocs.json")
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _root_type(res: Resource) -> str | None:
+    roots = _fields()["roots"]
+    return roots.get("events.k8s.io/Event" if res.group == "events.k8s.io" else res.kind)
+
+
+def _ref(name: str, v3: bool) -> Obj:
+    return {"$ref": f"#/components/schemas/{name}" if v3 else f"#/definitions/{name}"}
+
+
+def _type_schema(ref: str, v3: bool) -> Obj:
+    m = _LIST.match(ref)
+    if m:
+        return {"type": "array", "items": _type_schema(m.group(1), v3)}
+    m = _MAP.match(ref)
+    if m:
+        return {"type": "object", "additionalProperties": _type_schema(m.group(1) or m.group(2), v3)}
+    if ref in _SCALARS:
+        return dict(_SCALARS[ref])
+    return _ref(ref, v3) if ref in _fields()["types"] else {"type": "object"}
+
+
+def _merge_keys(type_name: str, smp: Any, out: dict[tuple[str, str], ListSpec]) -> None:
+    """Which (type, field) lists merge by which key, found by walking our strategic-merge facts."""
+    fields = _fields()["types"].get(type_name, {})
+    for field, spec in (smp or {}).items():
+        ref = fields.get(field)
+        if ref is None:
+            continue
         if isinstance(spec, ListSpec):
-            entry: Obj = {"type": "array", "items": _schema(spec.item) if spec.item else {"type": "object"}}
-            entry["x-kubernetes-patch-strategy"] = "merge"
-            if spec.merge_key:
-                entry["x-kubernetes-patch-merge-key"] = spec.merge_key
-            props[field] = entry
-        else:
-            props[field] = _schema(spec)
-    return {"type": "object", "properties": props} if props else {"type": "object"}
+            out[(type_name, field)] = spec
+            inner = _LIST.match(ref)
+            if spec.item and inner:
+                _merge_keys(inner.group(1), spec.item, out)
+        elif isinstance(spec, dict):
+            _merge_keys(ref, spec, out)
 
 
-def _definitions() -> Obj:
+def _definitions(v3: bool, resources: list[Resource] | None = None) -> Obj:
+    """Schemas of the served kinds and every type they use, from fields.json (the Python client's
+    models), with x-kubernetes-group-version-kind on the kinds and the patch merge keys we apply."""
+    types = _fields()["types"]
+    required = _fields()["required"]
+    merge: dict[tuple[str, str], ListSpec] = {}
+    roots: dict[str, list[Obj]] = {}
+    for res in resources if resources is not None else RESOURCES:
+        root = _root_type(res)
+        if root is None:
+            continue
+        roots.setdefault(root, []).append({"group": res.group, "version": res.version, "kind": res.kind})
+        _merge_keys(root, schema_for(res.kind), merge)
+    wanted: list[str] = list(roots)
+    seen: set[str] = set()
     out: Obj = {}
-    for res in RESOURCES:
-        body = _schema(schema_for(res.kind))
-        body.setdefault("properties", {}).update(
-            {"apiVersion": {"type": "string"}, "kind": {"type": "string"}}
-        )
-        body["x-kubernetes-group-version-kind"] = [{"group": res.group, "version": res.version, "kind": res.kind}]
-        out[_definition_name(res)] = body
+    while wanted:
+        name = wanted.pop()
+        if name in seen or name not in types:
+            continue
+        seen.add(name)
+        props: Obj = {}
+        for field, ref in types[name].items():
+            prop = _type_schema(ref, v3)
+            doc = _docs().get(name, {}).get(field)
+            if doc:
+                prop = {"allOf": [prop], "description": doc} if "$ref" in prop else {**prop, "description": doc}
+            spec = merge.get((name, field))
+            if spec is not None:
+                prop["x-kubernetes-patch-strategy"] = "merge"
+                if spec.merge_key:
+                    prop["x-kubernetes-patch-merge-key"] = spec.merge_key
+            props[field] = prop
+            for inner in _REF_NAME.findall(ref):
+                if inner in types:
+                    wanted.append(inner)
+        body: Obj = {"type": "object", "properties": props}
+        if _docs().get(name, {}).get(""):
+            body["description"] = _docs()[name][""]
+        if required.get(name):
+            body["required"] = required[name]
+        if name in roots:
+            body["x-kubernetes-group-version-kind"] = roots[name]
+        out[name] = body
     return out
 
 
@@ -106,7 +191,7 @@ def v2_document() -> Obj:
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": KUBERNETES_VERSION},
         "paths": paths,
-        "definitions": _definitions(),
+        "definitions": _definitions(v3=False),
     }
 
 
@@ -117,7 +202,7 @@ def v3_group_version(group: str, version: str) -> Obj | None:
     paths: Obj = {}
     for res in resources:
         paths.update(_paths(res, v3=True))
-    schemas = {k: v for k, v in _definitions().items() if any(_definition_name(r) == k for r in resources)}
+    schemas = _definitions(v3=True, resources=resources)
     return {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": KUBERNETES_VERSION},

@@ -98,32 +98,33 @@ class Scheduler:
         while True:
             qp = await self.queue.pop()
             await self._bind_slots.acquire()
+            handed_off = False  # True once a bind task owns the slot
             try:
-                self.schedule_one(qp)
+                handed_off = self.schedule_one(qp)
             except Exception:
-                self._bind_slots.release()
                 log.exception("scheduling failed pod=%s", qp.info.key)
                 self.queue.retry_after_error(qp)
+            finally:
+                if not handed_off:
+                    self._bind_slots.release()
             await asyncio.sleep(0)  # let watches and bindings run between decisions
 
-    def schedule_one(self, qp: QueuedPod) -> None:
-        """Decide for one popped pod. Holds one bind slot, released here or by the bind task."""
+    def schedule_one(self, qp: QueuedPod) -> bool:
+        """Decide for one popped pod; True if a bind task was started (it then owns the bind slot)."""
         pod = qp.info
         if not self.queue.owns(qp) or self.cache.has_pod(pod.uid):
-            # Deleted, or bound by someone else, while it waited for a bind slot.
-            self._bind_slots.release()
-            return
+            return False  # deleted, or bound by someone else, while it waited for a bind slot
         nodes = self.cache.nodes()
         try:
             node = schedule(pod, nodes, self.filters, self.scores,
                             ClusterView(len(nodes), self.cache.image_nodes), self.rng)
         except FitError as err:
-            self._bind_slots.release()
             self._failed(qp, str(err))
-            return
+            return False
         self.cache.assume(pod, node.name)
         self.queue.done(pod.uid)
         self._spawn(self._bind(qp, node.name), hold_slot=True)
+        return True
 
     async def _bind(self, qp: QueuedPod, node: str) -> None:
         pod = qp.info

@@ -75,6 +75,7 @@ def test_api_resources_match_upstream(kubectl) -> None:
     ]:
         assert expected in rows, f"{expected} missing from:\n{out}"
     assert "kubernetes-admin" in kubectl("auth", "whoami")
+    assert "Restart policy for all containers within the pod" in kubectl("explain", "pod.spec.restartPolicy")
     assert set(kubectl("get", "ns", "-o", "name").split()) >= {
         "namespace/default", "namespace/kube-system", "namespace/kube-public", "namespace/kube-node-lease"}
 
