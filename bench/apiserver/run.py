@@ -68,6 +68,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -165,7 +172,8 @@ async def bench_list(server: ApiServer, session: aiohttp.ClientSession, pods: in
                                                                   "ports": [{"containerPort": 8080}]}]}}
         for i in range(pods)])
     create_s = time.perf_counter() - t0
-    out: dict = {"pods": pods, "create_rate_per_s": round(pods / create_s, 1)}
+    assert server.process is not None
+    out: dict = {"pods": pods, "create_rate_per_s": round(pods / create_s, 1), "server_rss_mb": rss_mb(server.process.pid)}
     for label, query in (("consistent", ""), ("rv0", "?resourceVersion=0"), ("all_namespaces", "")):
         target = f"{server.url}/api/v1/pods{query}" if label == "all_namespaces" else url + query
         times = []
