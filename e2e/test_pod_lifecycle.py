@@ -240,3 +240,13 @@ def test_delete_stops_within_grace_and_removes_object(kube, namespace, node_name
     assert elapsed >= 2.5, f"stubborn container removed after {elapsed:.1f} s, before its grace period"
     events = {e.reason for e in kube.list_namespaced_event(namespace).items}
     assert "Killing" in events
+
+
+def test_active_deadline_fails_pod(kube, namespace, node_name, image):
+    pod = make_pod("deadline", node_name, image, "sleep 3600", restart="Always", grace=1)
+    pod.spec.active_deadline_seconds = 3
+    kube.create_namespaced_pod(namespace, pod)
+    pod = wait_for(phase_is(kube, namespace, "deadline", "Failed", "Succeeded"), timeout=60, what="Failed by deadline")
+    assert (pod.status.phase, pod.status.reason) == ("Failed", "DeadlineExceeded")
+    assert pod.status.message == "Pod was active on the node longer than the specified deadline"
+    assert main_status(pod).state.terminated is not None

@@ -26,6 +26,7 @@ class StatusInputs:
     runtime_name: str = "containerd"
     terminal: bool = False  # the agent stopped the pod for good (deletion, or a finished pod)
     readiness: dict[str, bool] = field(default_factory=dict)  # probe results, when a prober reports them
+    failure: tuple[str, str] | None = None  # the agent failed the pod itself: (reason, message)
     now: str = ""
 
 
@@ -205,6 +206,8 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
         for c in app_specs
     ]
     phase = pod_phase(pod, init_statuses, app_statuses, inp.terminal)
+    if inp.failure is not None:
+        phase = "Failed"
     if previous.get("phase") in TERMINAL:
         phase = previous["phase"]  # terminal phases never change
 
@@ -250,6 +253,12 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
     }
     if init_specs:
         status["initContainerStatuses"] = init_statuses
+    if inp.failure is not None:
+        status["reason"], status["message"] = inp.failure
+    elif previous.get("phase") in TERMINAL and previous.get("reason"):
+        status["reason"] = previous["reason"]
+        if previous.get("message"):
+            status["message"] = previous["message"]
     pod_ip = ""
     pod_ips: list[str] = []
     if spec.get("hostNetwork"):

@@ -89,6 +89,17 @@ def remaining_grace(pod: dict[str, Any], now: datetime | None = None) -> int:
     return max(MIN_GRACE, math.ceil((deadline - now).total_seconds()))
 
 
+def active_deadline_left(pod: dict[str, Any], now: datetime | None = None) -> float | None:
+    """Seconds until spec.activeDeadlineSeconds runs out (counted from status.startTime), or None."""
+    deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    start = (pod.get("status") or {}).get("startTime")
+    if not deadline or not start:
+        return None
+    started = datetime.fromisoformat(start.replace("Z", "+00:00"))
+    now = now or datetime.now(started.tzinfo)
+    return started.timestamp() + int(deadline) - now.timestamp()
+
+
 @dataclass
 class SyncResult:
     done: bool = False
@@ -103,6 +114,7 @@ class PodWorker:
         self.last_pod: dict[str, Any] | None = None
         self.waiting: dict[str, tuple[str, str]] = {}
         self.finished = False  # reached Succeeded/Failed: never start anything again
+        self.failure: tuple[str, str] | None = None  # set when the agent itself fails the pod
         self.syncs = 0
         self._volumes: dict[str, ReadyVolume] | None = None
         self._wake = asyncio.Event()
@@ -178,6 +190,9 @@ class PodWorker:
                 rt = await ctx.inspector.inspect(self.uid)
             await ctx.status.update(pod, self._status(pod, rt, terminal=True))
             return SyncResult(next_in=ctx.cfg.sync_frequency)
+        deadline_in = active_deadline_left(pod)
+        if deadline_in is not None and deadline_in <= 0:
+            return await self._fail(pod, rt, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
         status = self._status(pod, rt)
         await ctx.status.update(pod, status)
         if status["phase"] in TERMINAL:
@@ -186,7 +201,19 @@ class PodWorker:
         acted, next_in = await self._converge(pod, rt)
         if not acted:
             await self._gc(rt)
+        if deadline_in is not None:
+            next_in = min(next_in, deadline_in)
         return SyncResult(next_in=0 if acted else next_in)
+
+    async def _fail(self, pod: dict[str, Any], rt: PodRuntime, reason: str, message: str) -> SyncResult:
+        """The agent fails the pod itself (activeDeadlineSeconds): kill it, report Failed with why."""
+        self.finished = True
+        self.failure = (reason, message)
+        self.ctx.recorder.event(pod, WARNING, reason, message)
+        await self._kill(rt, remaining_grace(pod), pod)
+        rt = await self.ctx.inspector.inspect(self.uid)
+        await self.ctx.status.update(pod, self._status(pod, rt, terminal=True))
+        return SyncResult(next_in=self.ctx.cfg.sync_frequency)
 
     def _status(self, pod: dict[str, Any], rt: PodRuntime, terminal: bool = False) -> dict[str, Any]:
         return compute_status(
@@ -197,6 +224,7 @@ class PodWorker:
                 host_ip=self.ctx.host_ip(),
                 runtime_name=self.ctx.runtime_name,
                 terminal=terminal,
+                failure=self.failure,
             )
         )
 

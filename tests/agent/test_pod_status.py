@@ -172,3 +172,21 @@ def test_succeeded_pod_with_init_is_initialized_pod_completed():
     st = status_of(pod(restart="Never", init=("i1",)), rt)
     init = {c["type"]: c for c in st["conditions"]}["Initialized"]
     assert (st["phase"], init["status"], init["reason"]) == ("Succeeded", "True", "PodCompleted")
+
+
+def test_failure_forces_failed_with_reason_and_keeps_it():
+    st = status_of(pod(), runtime(rec("main", "exited", 137)), terminal=True, failure=("DeadlineExceeded", "Pod was active on the node longer than the specified deadline"))
+    assert (st["phase"], st["reason"]) == ("Failed", "DeadlineExceeded")
+    again = status_of(pod(status=st), runtime(rec("main", "exited", 137)), terminal=True)
+    assert (again["phase"], again["reason"], again["message"]) == ("Failed", "DeadlineExceeded", st["message"])
+
+
+def test_active_deadline_left():
+    from datetime import UTC, datetime
+
+    from agent.pods.worker import active_deadline_left
+
+    p = pod(status={"startTime": "2026-01-01T00:00:00Z"})
+    assert active_deadline_left(p) is None
+    p["spec"]["activeDeadlineSeconds"] = 30
+    assert active_deadline_left(p, datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)) == 20
