@@ -8,6 +8,7 @@ config written for kube-scheduler means the same here where it overlaps:
     leaderElection: {leaderElect: true, leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 2s}
     podInitialBackoffSeconds: 1
     podMaxBackoffSeconds: 10
+    percentageOfNodesToScore: 0                # 0: upstream's adaptive default
     profiles:
     - schedulerName: default-scheduler
       plugins:
@@ -67,6 +68,8 @@ class SchedulerConfig:
     bind_concurrency: int = 32
     event_concurrency: int = 2
     leader_election: LeaderElection = field(default_factory=LeaderElection)
+    # 0: upstream's adaptive default (all nodes below 100; 50% minus 1% per 125 nodes above).
+    percentage_of_nodes_to_score: int = 0
 
 
 def _plugin_name(name: str) -> str:
@@ -118,6 +121,10 @@ def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
     cfg = SchedulerConfig()
     if "leaderElection" in doc:
         cfg.leader_election = _leader_election(doc["leaderElection"] or {})
+    if "percentageOfNodesToScore" in doc:
+        cfg.percentage_of_nodes_to_score = int(doc["percentageOfNodesToScore"] or 0)
+        if not 0 <= cfg.percentage_of_nodes_to_score <= 100:
+            raise ValueError("percentageOfNodesToScore must be within 0..100")
     if "podInitialBackoffSeconds" in doc:
         cfg.backoff_initial = float(doc["podInitialBackoffSeconds"])
     if "podMaxBackoffSeconds" in doc:

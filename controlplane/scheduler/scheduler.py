@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.scheduler.algorithm import FitError, schedule
+from controlplane.scheduler.algorithm import FitError, Search, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.client import ApiClient, ApiError
 from controlplane.scheduler.config import SchedulerConfig
@@ -52,6 +52,7 @@ class Scheduler:
         self.scores = build_scores(config)
         self.events = EventRecorder(client, workers=config.event_concurrency, component=config.scheduler_name)
         self.stats = Stats()
+        self.search = Search(percentage=config.percentage_of_nodes_to_score)
         self._bind_slots = asyncio.Semaphore(config.bind_concurrency)
         self._background: set[asyncio.Task[None]] = set()
         self._binding = 0
@@ -117,7 +118,7 @@ class Scheduler:
         nodes = self.cache.nodes()
         try:
             node = schedule(pod, nodes, self.filters, self.scores,
-                            ClusterView(len(nodes), self.cache.image_nodes), self.rng)
+                            ClusterView(len(nodes), self.cache.image_nodes), self.rng, self.search)
         except FitError as err:
             self._failed(qp, str(err))
             return False

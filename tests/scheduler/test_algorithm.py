@@ -7,7 +7,15 @@ from collections import Counter
 
 import pytest
 
-from controlplane.scheduler.algorithm import FitError, fit_message, schedule, select_host
+from controlplane.scheduler.algorithm import (
+    FitError,
+    Search,
+    feasible_nodes_to_find,
+    find_feasible,
+    fit_message,
+    schedule,
+    select_host,
+)
 from controlplane.scheduler.config import SchedulerConfig, config_from_dict
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
@@ -84,3 +92,26 @@ def test_sequential_decisions_with_assumed_pods_never_overcommit():
         placed[node.name] += 1
     assert sum(placed.values()) == 10
     assert all(v == 2 for v in placed.values())
+
+
+@pytest.mark.parametrize(("nodes", "percentage", "expected"), [
+    (50, 0, 50), (100, 0, 100), (500, 0, 230), (1000, 0, 420), (5000, 0, 500), (6000, 0, 300),
+    (500, 10, 100), (1000, 30, 300), (1000, 100, 1000),
+])
+def test_feasible_nodes_to_find(nodes, percentage, expected):
+    assert feasible_nodes_to_find(nodes, percentage) == expected
+
+
+def test_big_clusters_stop_early_and_rotate_the_start():
+    nodes = [make_node(f"n{i:03d}") for i in range(500)]
+    search = Search()
+    feasible, rejected = find_feasible(make_pod(), nodes, default_filters(), search)
+    assert len(feasible) == 230 and not rejected
+    assert [n.name for n in feasible[:2]] == ["n000", "n001"] and search.next_start == 230
+    feasible, _ = find_feasible(make_pod(), nodes, default_filters(), search)
+    assert feasible[0].name == "n230" and feasible[-1].name == "n459"
+    # When nothing fits, every node is looked at and reported.
+    with pytest.raises(FitError) as err:
+        schedule(make_pod(cpu="64"), nodes, default_filters(), [], ClusterView(500, Counter()), random.Random(0),
+                 search)
+    assert str(err.value) == "0/500 nodes are available: 500 Insufficient cpu."
