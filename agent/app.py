@@ -79,6 +79,19 @@ async def runtime_health(cri: CRIClient) -> RuntimeHealth:
     )
 
 
+MAX_NODE_IMAGES = 50  # upstream's nodeStatusMaxImages
+
+
+async def node_images(cri: CRIClient) -> list[dict[str, Any]]:
+    """node.status.images as upstream reports them: the largest images first, names = tags + digests."""
+    images = sorted(await cri.list_images(), key=lambda i: i.size, reverse=True)[:MAX_NODE_IMAGES]
+    return [
+        {"names": [*img.repo_digests, *img.repo_tags], "sizeBytes": int(img.size)}
+        for img in images
+        if img.repo_tags or img.repo_digests
+    ]
+
+
 def read_host_dns(path: str) -> DNS:
     if not path:
         return DNS()
@@ -119,7 +132,7 @@ class Agent:
                 await cri.update_runtime_config(cfg.pod_cidr)
             except CRIError as err:
                 log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", cfg.pod_cidr, str(err))
-        self.node = NodeController(self.client, cfg, lambda: runtime_health(cri))
+        self.node = NodeController(self.client, cfg, lambda: runtime_health(cri), lambda: node_images(cri))
         recorder = EventRecorder(self.client, cfg.node_name)
         ctx = PodContext(
             cfg=cfg,

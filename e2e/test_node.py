@@ -33,6 +33,23 @@ def test_node_registered_and_ready(kube, node_name):
     assert node.status.daemon_endpoints.kubelet_endpoint.port > 0
 
 
+def test_node_reports_its_images(kube, namespace, node_name, image):
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="img"),
+        spec=client.V1PodSpec(node_name=node_name, restart_policy="Never",
+                              containers=[client.V1Container(name="main", image=image, command=["true"])]),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        images = kube.read_node(node_name).status.images or []
+        if any(image.split("/")[-1].split(":")[0] in name for img in images for name in img.names):
+            assert all(img.size_bytes > 0 for img in images)
+            return
+        time.sleep(1)
+    raise AssertionError(f"{image} not in node.status.images")
+
+
 def test_lease_renewed(api_client, kube, node_name):
     coord = client.CoordinationV1Api(api_client)
     lease = coord.read_namespaced_lease(node_name, "kube-node-lease")

@@ -22,13 +22,17 @@ from agent.node.status import RuntimeHealth, node_labels, node_status, without_h
 log = logging.getLogger("agent.node")
 
 HealthProbe = Callable[[], Awaitable[RuntimeHealth]]
+ImageLister = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 class NodeController:
-    def __init__(self, client: KubeClient, cfg: AgentConfig, health: HealthProbe) -> None:
+    def __init__(
+        self, client: KubeClient, cfg: AgentConfig, health: HealthProbe, images: ImageLister | None = None
+    ) -> None:
         self.client = client
         self.cfg = cfg
         self.health = health
+        self.images = images
         self.node: dict[str, Any] | None = None
         self.facts: host.HostFacts | None = None
         self.internal_ip = cfg.node_ip
@@ -52,7 +56,13 @@ class NodeController:
         use = await asyncio.to_thread(host.usage, self.cfg.root_dir)
         health = await self.health()
         previous = ((self.node or {}).get("status") or {}).get("conditions") or []
-        return node_status(self.cfg, self.facts, use, health, self.internal_ip, previous)
+        status = node_status(self.cfg, self.facts, use, health, self.internal_ip, previous)
+        if self.images is not None and health.reachable:
+            try:
+                status["images"] = await self.images()
+            except Exception as err:  # the runtime went away between the two calls: report without
+                log.debug("image list failed error=%r", str(err))
+        return status
 
     async def register(self) -> None:
         """Create the Node, or adopt the one that exists (updating the labels we own)."""
