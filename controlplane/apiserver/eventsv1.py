@@ -44,5 +44,8 @@ def from_core(event: Obj) -> Obj:
         if old in event:
             out[new] = event[old]
     if out.get("eventTime") is None:
-        out["eventTime"] = None
+        # Upstream serializes a missing eventTime as null, which strict clients (the Python client's
+        # models require it) cannot read; the best stand-in is when the event was first seen.
+        seen = out.get("deprecatedFirstTimestamp") or (out.get("metadata") or {}).get("creationTimestamp")
+        out["eventTime"] = seen.replace("Z", ".000000Z") if isinstance(seen, str) and "." not in seen else seen
     return out

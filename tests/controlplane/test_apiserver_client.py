@@ -352,3 +352,31 @@ def test_rig_issues_kubeconfigs_for_other_identities(apiserver: ApiServer, tmp_p
         assert review.status.user_info.username == "system:node:n1"
         assert review.status.user_info.groups == ["system:nodes", "system:authenticated"]
     assert (tmp_path / "system_node_n1.key").stat().st_mode & 0o077 == 0
+
+
+def test_dry_run_deletecollection_and_events_v1_views(api: client.ApiClient, v1: client.CoreV1Api, namespace: str) -> None:
+    cm = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="dry"))
+    created = v1.create_namespaced_config_map(namespace, cm, dry_run="All")
+    assert created.metadata.uid
+    with pytest.raises(ApiException):
+        v1.read_namespaced_config_map("dry", namespace)
+    for i in range(4):
+        v1.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=f"c{i}", labels={"batch": "a" if i < 3 else "b"})))
+    v1.delete_collection_namespaced_config_map(namespace, label_selector="batch=a")
+    assert [c.metadata.name for c in v1.list_namespaced_config_map(namespace).items] == ["c3"]
+    v1.delete_namespaced_config_map("c3", namespace, dry_run="All")
+    assert v1.read_namespaced_config_map("c3", namespace).metadata.name == "c3"
+    # events.k8s.io/v1 is a view of core events: selectors and watches use its field names.
+    ev1 = client.EventsV1Api(api)
+    stamp = v1.read_namespaced_config_map("c3", namespace).metadata.creation_timestamp
+    for name, target in (("e1", "c3"), ("e2", "other")):
+        v1.create_namespaced_event(namespace, client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=name), involved_object=client.V1ObjectReference(kind="ConfigMap", name=target),
+            reason="Tested", message=f"about {target}", type="Normal", first_timestamp=stamp, last_timestamp=stamp))
+    listed = ev1.list_namespaced_event(namespace, field_selector="regarding.name=c3")
+    assert [(e.metadata.name, e.note, e.regarding.name) for e in listed.items] == [("e1", "about c3", "c3")]
+    events = []
+    for event in watch.Watch().stream(ev1.list_namespaced_event, namespace, timeout_seconds=2):
+        events.append((event["type"], event["object"].note))
+    assert sorted(events) == [("ADDED", "about c3"), ("ADDED", "about other")]
