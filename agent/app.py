@@ -28,12 +28,14 @@ from agent.kube.config import load_config
 from agent.kube.informer import Informer
 from agent.node.controller import NodeController
 from agent.node.lease import LeaseController
+from agent.node.quantity import to_bytes
 from agent.node.status import RuntimeHealth
 from agent.pods.backoff import BackoffTable
 from agent.pods.dns import DNS, parse_resolv_conf
 from agent.pods.env import field_value
 from agent.pods.events import EventRecorder
 from agent.pods.images import ImageManager
+from agent.pods.logrotate import LogRotator, RotationPolicy
 from agent.pods.manager import PodManager
 from agent.pods.runtime import RuntimeInspector
 from agent.pods.status_manager import StatusManager
@@ -179,6 +181,8 @@ class Agent:
             await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")
         self._spawn(self.pods.run_pleg(), "pleg")
+        rotation = RotationPolicy(to_bytes(cfg.container_log_max_size), max(cfg.container_log_max_files, 2))
+        self._spawn(LogRotator(cri, rotation).run(), "log-rotation")
         log.info("agent running node=%s", cfg.node_name)
 
     async def _start_server(self, cri: CRIClient) -> None:

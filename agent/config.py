@@ -94,6 +94,8 @@ class AgentConfig:
     # Pull backoff and crash-loop backoff (upstream: 10 s doubling to 300 s for both).
     backoff_initial: float = 10.0
     backoff_max: float = 300.0
+    container_log_max_size: str = "10Mi"
+    container_log_max_files: int = 5
     # How often the PLEG-like relist runs (upstream relists every second).
     relist_period: float = 1.0
 
@@ -126,6 +128,8 @@ _FILE_FIELDS: dict[str, tuple[str, Any]] = {
     "cgroupDriver": ("cgroup_driver", str),
     "containerRuntimeEndpoint": ("container_runtime_endpoint", str),
     "address": ("address", str),
+    "containerLogMaxSize": ("container_log_max_size", str),
+    "containerLogMaxFiles": ("container_log_max_files", int),
     "tlsCertFile": ("tls_cert_file", str),
     "tlsPrivateKeyFile": ("tls_private_key_file", str),
     "imageServiceEndpoint": ("image_service_endpoint", str),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -196,6 +197,8 @@ def _read_from(path: str, offset: int) -> tuple[int, list[LogEntry]]:
     complete line so a follower never splits one."""
     try:
         with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size < offset:
+                offset = 0  # the log was rotated under a follower: continue in the new file
             f.seek(offset)
             data = f.read()
     except OSError:

@@ -211,3 +211,28 @@ async def test_changed_image_restarts_container(ctx: PodContext, cri: CRIClient,
     assert live.annotations[L.CONTAINER_HASH] == L.container_hash(pod["spec"]["containers"][0])
     pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert (await worker.sync()).done
+
+
+async def test_log_rotation(ctx: PodContext, cri: CRIClient, test_images: RigImages):
+    from agent.pods.logrotate import LogRotator, RotationPolicy, rotated_files
+
+    line = "x" * 200
+    pod = make_pod(test_images.busybox, f"i=0; while true; do i=$((i+1)); echo $i-{line}; sleep 0.01; done")
+    uid = pod["metadata"]["uid"]
+    worker = PodWorker(ctx, uid, lambda: pod)
+    await sync_until(worker, ctx, lambda s: s["phase"] == "Running")
+    [c] = await cri.list_containers(labels={L.POD_UID: uid}, state=pb.CONTAINER_RUNNING)
+    log_path = (await cri.container_status(c.id)).status.log_path
+    rotator = LogRotator(cri, RotationPolicy(max_size=4096, max_files=3))
+    for _ in range(4):
+        while Path(log_path).stat().st_size < 4096:
+            await asyncio.sleep(0.05)
+        assert await rotator.rotate_once() >= 1
+    old = rotated_files(log_path)
+    assert len(old) == 2  # max_files 3: the live file and two earlier ones
+    assert old[0].suffix == ".gz" and old[1].suffix != ".gz"  # all but the newest compressed
+    # The runtime writes to the new file after the reopen.
+    await asyncio.sleep(0.5)
+    assert Path(log_path).stat().st_size > 0
+    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert (await worker.sync()).done
