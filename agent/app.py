@@ -8,6 +8,7 @@ adopts them, as with the upstream kubelet.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from pathlib import Path
@@ -134,7 +135,12 @@ class Agent:
                 await cri.update_runtime_config(cfg.pod_cidr)
             except CRIError as err:
                 log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", cfg.pod_cidr, str(err))
-        self.node = NodeController(self.client, cfg, lambda: runtime_health(cri), lambda: node_images(cri))
+        async def health() -> RuntimeHealth:
+            state = await runtime_health(cri)
+            problem = self.pods.pleg_problem() if self.pods is not None else None
+            return dataclasses.replace(state, pleg=problem) if problem else state
+
+        self.node = NodeController(self.client, cfg, health, lambda: node_images(cri))
         recorder = EventRecorder(self.client, cfg.node_name)
         ctx = PodContext(
             cfg=cfg,

@@ -33,11 +33,12 @@ class RuntimeHealth:
     network_reason: str = ""
     network_message: str = ""
     version: str = ""  # containerd://1.6.20
+    pleg: str | None = None  # "PLEG is not healthy: ..." when relisting stalled
 
     def problems(self) -> list[str]:
         """Upstream's messages for a runtime that is not ready, in its order."""
         if not self.reachable:
-            return ["container runtime is down"]
+            return ["container runtime is down", *([self.pleg] if self.pleg else [])]
         out = []
         if not self.runtime_ready:
             out.append(
@@ -49,6 +50,8 @@ class RuntimeHealth:
                 f"container runtime network not ready: NetworkReady=false reason:{self.network_reason} "
                 f"message:{self.network_message}"
             )
+        if self.pleg:
+            out.append(self.pleg)
         return out
 
 

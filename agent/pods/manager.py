@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from agent.cri import CRIError
 from agent.kube.informer import Informer
 from agent.pods import labels as L
+from agent.pods.backoff import format_go_duration
 from agent.pods.worker import PodContext, PodWorker
 
 log = logging.getLogger("agent.pods.manager")
@@ -28,6 +30,7 @@ class PodManager:
         self.workers: dict[str, PodWorker] = {}
         self._fingerprints: dict[str, tuple[tuple[str, int], ...]] = {}
         self.relists = 0
+        self.last_relist = time.monotonic()  # for the PLEG health check, as upstream's
 
     # -- desired state ---------------------------------------------------------------------------
 
@@ -79,6 +82,7 @@ class PodManager:
         changed = {uid for uid in set(current) | set(self._fingerprints) if current.get(uid) != self._fingerprints.get(uid)}
         self._fingerprints = current
         self.relists += 1
+        self.last_relist = time.monotonic()
         synced = self.informer is not None and self.informer.synced.is_set()
         for uid in changed:
             if uid in self.workers:
@@ -91,6 +95,16 @@ class PodManager:
                 if uid not in self.workers and self.pod(uid) is None:
                     self._ensure_worker(uid).wake()
         return changed
+
+    def pleg_problem(self, threshold: float = 180.0) -> str | None:
+        """Upstream's PLEG health message when relisting has not succeeded for `threshold` seconds."""
+        since = time.monotonic() - self.last_relist
+        if since < threshold:
+            return None
+        return (
+            f"PLEG is not healthy: pleg was last seen active {format_go_duration(since)} ago; "
+            f"threshold is {format_go_duration(threshold)}"
+        )
 
     async def run_pleg(self) -> None:
         while True:

@@ -238,7 +238,9 @@ class PodWorker:
         sb = rt.latest_sandbox
         if sb is None or not sb.ready:
             if sb is not None and policy == "Never" and rt.all_containers():
-                return False, idle  # upstream: a Never pod whose containers ran gets no new sandbox
+                # Upstream: a Never pod whose containers ran gets no new sandbox; what still runs in the
+                # dead one is stopped, and the pod's phase follows from the exits.
+                return await self._kill(rt, remaining_grace(pod), pod), idle
             if await self._ready_volumes(pod) is None:
                 return False, RETRY_AFTER_ERROR
             if sb is not None:

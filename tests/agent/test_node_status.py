@@ -95,3 +95,14 @@ def test_config_file_and_flags(tmp_path: Path):
     with pytest.raises(ConfigFileError):
         load_config_file(bad)
     assert parse_duration("1h2m3.5s") == 3723.5
+
+
+def test_pleg_problem_joins_the_ready_message():
+    import dataclasses
+
+    cfg = AgentConfig(node_name="n")
+    pleg = "PLEG is not healthy: pleg was last seen active 3m5s ago; threshold is 3m0s"
+    ready = {s.type: s for s in condition_specs(cfg, FACTS, USAGE, dataclasses.replace(HEALTHY, pleg=pleg))}["Ready"]
+    assert (ready.status, ready.message) == ("False", pleg)
+    both = {s.type: s for s in condition_specs(cfg, FACTS, USAGE, RuntimeHealth(False, pleg=pleg))}["Ready"]
+    assert both.message == f"[container runtime is down, {pleg}]"
