@@ -57,6 +57,18 @@ def test_pending_pod_bound_once_a_pod_is_deleted(cluster, start_scheduler):
     assert cluster.wait_bound("second") == node
 
 
+def test_pending_pod_bound_once_a_pod_finishes(cluster, start_scheduler):
+    node = cluster.add_node("one-slot", cpu="1")
+    start_scheduler()
+    cluster.create(cluster.pod("job", cpu="800m", restartPolicy="Never"))
+    assert cluster.wait_bound("job") == node
+    cluster.create(cluster.pod("next", cpu="800m"))
+    cluster.wait_unschedulable("next")
+    # A finished pod holds no resources (the scheduler's watch excludes terminal pods).
+    cluster.v1.patch_namespaced_pod_status("job", cluster.namespace, {"status": {"phase": "Succeeded"}})
+    assert cluster.wait_bound("next") == node
+
+
 def test_repeated_failures_update_one_event(cluster, start_scheduler):
     node = cluster.add_node("tiny", cpu="100m")
     start_scheduler()
