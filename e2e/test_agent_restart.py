@@ -94,3 +94,16 @@ def test_containerd_down_makes_node_not_ready(kube, namespace, node_name, image,
     wait_for(lambda: ready_condition(kube, node_name).status == "True", timeout=40, what="Ready again")
     time.sleep(2)
     assert snapshot(kube, namespace) == before
+
+
+def test_api_server_restart_is_survived(kube, namespace, node_name, image, stack):
+    kube.create_namespaced_pod(namespace, sleeper("before", node_name, image))
+    wait_for(all_running(kube, namespace, 1), what="before Running")
+    stack.apiserver.stop()
+    time.sleep(3)
+    stack.apiserver.start()
+    # The agent's watch resumes (or relists): a pod created after the restart starts, and the node
+    # keeps reporting Ready.
+    kube.create_namespaced_pod(namespace, sleeper("after", node_name, image))
+    wait_for(all_running(kube, namespace, 2), timeout=90, what="after Running")
+    assert ready_condition(kube, node_name).status == "True"
