@@ -270,12 +270,17 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-sched-") as tmp:
         work = Path(tmp)
         results = []
-        with ApiServer(work / "api") as server:
-            await add_nodes(server, args.nodes)
-            for name in ("backlog", "stream"):
-                results.append(await scenario(server, work, name, args.pods, args.nodes))
-        results.append(await embedded_stream(work, args.pods, args.nodes))
-        results.append(decisions_only(args.pods, args.nodes))
+        wanted = args.scenarios
+        if "backlog" in wanted or "stream" in wanted:
+            with ApiServer(work / "api") as server:
+                await add_nodes(server, args.nodes)
+                for name in ("backlog", "stream"):
+                    if name in wanted:
+                        results.append(await scenario(server, work, name, args.pods, args.nodes))
+        if "embedded" in wanted:
+            results.append(await embedded_stream(work, args.pods, args.nodes))
+        if "decisions" in wanted:
+            results.append(decisions_only(args.pods, args.nodes))
         return results
 
 
@@ -312,6 +317,8 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--scenarios", nargs="+", default=["backlog", "stream", "embedded", "decisions"],
+                        choices=["backlog", "stream", "embedded", "decisions"])
     args = parser.parse_args()
     results = asyncio.run(main_async(args))
     print(report(results, args.out))
