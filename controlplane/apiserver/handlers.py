@@ -32,6 +32,7 @@ from controlplane.apiserver.selectors import (
     parse_field_selector,
     parse_label_selector,
     single_name,
+    slim_view,
 )
 from controlplane.apiserver.smp_schema import schema_for
 from controlplane.storage import CompactedError
@@ -200,8 +201,8 @@ class RestHandler:
                 kvs, served, more = await self.registry.store.list(prefix, revision, start_after, page)
                 revision = served
                 for kv in kvs:
-                    cached = CachedObject.from_value(kv.key, kv.value, kv.mod_revision)
-                    if predicate is None or predicate(cached.obj):
+                    cached = CachedObject.from_value(kv.key, kv.value, kv.mod_revision, slim_view)
+                    if predicate is None or predicate(cached.view):
                         out.append(cached)
                     start_after = kv.key
                 if not more or (limit and len(out) >= limit):

@@ -35,8 +35,8 @@ class NamespaceFinalizer:
         """Pick up namespaces that were Terminating when the server stopped."""
         ns = core("namespaces")
         for cached in self.registry.cache.list(ns.bucket, ns.prefix("")):
-            if cached.obj["metadata"].get("deletionTimestamp"):
-                self.enqueue(cached.obj["metadata"]["name"])
+            if cached.view["metadata"].get("deletionTimestamp"):
+                self.enqueue(cached.view["metadata"]["name"])
 
     async def stop(self) -> None:
         for task in self._tasks.values():
@@ -69,7 +69,7 @@ class NamespaceFinalizer:
             if not items:
                 continue
             empty = False
-            pending = [c for c in items if not c.obj["metadata"].get("deletionTimestamp")]
+            pending = [c for c in items if not c.view["metadata"].get("deletionTimestamp")]
             await self.registry.delete_collection(res, name, pending, DeleteOptions())
         return empty
 

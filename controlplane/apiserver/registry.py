@@ -105,7 +105,7 @@ class Registry:
         ns = self.cache.get(core("namespaces").key("", namespace))
         if ns is None:
             raise errors.not_found("namespaces", "", namespace)
-        if ns.obj.get("metadata", {}).get("deletionTimestamp"):
+        if ns.view.get("metadata", {}).get("deletionTimestamp"):
             raise errors.forbidden_request(
                 f'{res.plural} "{{name}}" is forbidden: unable to create new content in namespace {namespace} '
                 "because it is being terminated",
@@ -428,7 +428,7 @@ class Registry:
     ) -> list[Obj]:
         out = []
         for cached in items:
-            meta = cached.obj["metadata"]
+            meta = cached.view["metadata"]
             try:
                 obj, _ = await self.delete(res, meta.get("namespace", ""), meta["name"], options)
             except ApiError as err:

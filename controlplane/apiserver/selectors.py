@@ -189,3 +189,30 @@ def single_name(fields: list[tuple[str, bool, str]]) -> str | None:
         if name == "metadata.name" and equal:
             return value
     return None
+
+
+# Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.
+_VIEW_PATHS = sorted(
+    {p for paths in _FIELDS.values() for p in paths}
+    | {"metadata.name", "metadata.namespace", "metadata.labels", "metadata.deletionTimestamp", "source.component"}
+)
+
+
+def slim_view(obj: Obj) -> Obj:
+    """The part of an object selectors need, so the cache need not keep every object decoded."""
+    view: Obj = {}
+    for path in _VIEW_PATHS:
+        current: Any = obj
+        parts = path.split(".")
+        for part in parts:
+            if not isinstance(current, dict) or part not in current:
+                current = None
+                break
+            current = current[part]
+        if current is None:
+            continue
+        node = view
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = current
+    return view

@@ -24,6 +24,7 @@ from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
+from controlplane.apiserver.selectors import slim_view
 from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.sqlite import SQLiteStore
 
@@ -52,7 +53,7 @@ class ApiServer:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SQLiteStore(config.data_dir / "state.db")
-        self.cache = WatchCache(self.store, window=config.watch_window)
+        self.cache = WatchCache(self.store, window=config.watch_window, viewer=slim_view)
         self.registry = Registry(self.cache, default_chain())
         self.finalizer = NamespaceFinalizer(self.registry)
         tokens = load_token_file(config.token_file) if config.token_file else {}

@@ -31,20 +31,33 @@ def bucket_of(key: str) -> str:
     return key.split("/", 2)[1]
 
 
+Viewer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def full_view(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
 @dataclass(slots=True)
 class CachedObject:
-    """One object version; `obj` and `raw` both carry its resourceVersion. Never mutate `obj`."""
+    """One object version. `raw` (with its resourceVersion) is what lists and watches send; `view` is
+    what selectors look at: by default the whole object, or a slim projection when the cache was given
+    a viewer (a decoded pod costs ~12 KB against ~2 KB encoded). `obj` decodes a fresh full copy."""
 
     key: str
-    obj: dict[str, Any]
     raw: bytes
     revision: int
+    view: dict[str, Any]
 
     @classmethod
-    def from_value(cls, key: str, value: bytes, revision: int) -> CachedObject:
+    def from_value(cls, key: str, value: bytes, revision: int, viewer: Viewer = full_view) -> CachedObject:
         obj = json.loads(value)
         obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
-        return cls(key, obj, encode(obj), revision)
+        return cls(key, encode(obj), revision, viewer(obj))
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        return json.loads(self.raw)
 
 
 @dataclass(slots=True)
@@ -93,7 +106,7 @@ class Watcher:
     def matches(self, cached: CachedObject | None) -> bool:
         if cached is None or not cached.key.startswith(self.key_prefix):
             return False
-        return self.predicate is None or self.predicate(cached.obj)
+        return self.predicate is None or self.predicate(cached.view)
 
     def offer(self, event: CacheEvent) -> None:
         new_ok = event.type != "DELETED" and self.matches(event.obj)
@@ -149,8 +162,11 @@ class _Bucket:
 class WatchCache:
     """Feeds itself from `store.watch` and serves current state, windowed history and fan-out."""
 
-    def __init__(self, store: Store, window: int = 10_000, watcher_queue: int = 10_000) -> None:
+    def __init__(
+        self, store: Store, window: int = 10_000, watcher_queue: int = 10_000, viewer: Viewer = full_view
+    ) -> None:
         self.store = store
+        self.viewer = viewer
         self.window = window
         self.watcher_queue = watcher_queue
         self._buckets: dict[str, _Bucket] = {}
@@ -179,7 +195,7 @@ class WatchCache:
         self.revision = rev
         for kv in items:
             self._bucket(bucket_of(kv.key)).objects[kv.key] = CachedObject.from_value(
-                kv.key, kv.value, kv.mod_revision
+                kv.key, kv.value, kv.mod_revision, self.viewer
             )
         if history is not None and base < current:
             for event in history(base):
@@ -208,7 +224,7 @@ class WatchCache:
     def _apply(self, event: Event) -> None:
         bucket = self._bucket(bucket_of(event.key))
         prev = bucket.objects.get(event.key)
-        cached = CachedObject.from_value(event.key, event.value, event.revision)
+        cached = CachedObject.from_value(event.key, event.value, event.revision, self.viewer)
         if event.type == "DELETE":
             bucket.objects.pop(event.key, None)
             ce = CacheEvent("DELETED", cached, prev, event.revision)
@@ -259,7 +275,7 @@ class WatchCache:
         out = [
             c
             for k, c in bucket.objects.items()
-            if k.startswith(key_prefix) and (predicate is None or predicate(c.obj))
+            if k.startswith(key_prefix) and (predicate is None or predicate(c.view))
         ]
         out.sort(key=lambda c: c.key)
         return out
