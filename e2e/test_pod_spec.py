@@ -241,3 +241,32 @@ def test_missing_configmap_volume_holds_pod(kube, namespace, node_name, image):
     # Once the ConfigMap exists, the pod starts.
     kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="not-there"), data={"k": "v"}))
     wait_for(lambda: kube.read_namespaced_pod("novol", namespace).status.phase == "Running", what="Running once mounted")
+
+
+def test_host_port_reaches_the_pod(kube, namespace, node_name, image):
+    import random
+
+    port = random.randint(30500, 32000)
+    server = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            termination_grace_period_seconds=1,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image=image,
+                    command=["sh", "-c", "mkdir -p /srv && echo served-by-pod > /srv/index.html && exec httpd -f -p 8080 -h /srv"],
+                    ports=[client.V1ContainerPort(container_port=8080, host_port=port)],
+                )
+            ],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, server)
+    wait_for(lambda: kube.read_namespaced_pod("web", namespace).status.phase == "Running", what="web Running")
+    host_ip = client.V1EnvVar(name="HOST_IP", value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path="status.hostIP")))
+    # nc, not wget: the test image's static busybox crashes in wget's name lookup.
+    request = "printf 'GET / HTTP/1.0\\r\\n\\r\\n'"
+    script = f'for i in 1 2 3 4 5 6 7 8 9 10; do {request} | nc -w 2 "$HOST_IP" {port} | grep -q served-by-pod && exit 0; sleep 1; done; exit 1'
+    # Another pod reaches the server through the node's IP and the hostPort.
+    assert_succeeded(run(kube, namespace, node_name, image, "fetch", script, env=[host_ip]))
