@@ -49,6 +49,8 @@ class Validation:
         errors = validation.validate(kind, request.obj, request.resource.namespaced)
         if request.old is not None and kind == "Pod" and request.subresource != "binding":
             errors += validation.pod_update(request.old, request.obj)
+        if request.old is not None and kind == "Service":
+            errors += validation.service_update(request.old, request.obj)
         if request.old is not None and kind in ("Deployment", "ReplicaSet"):
             old_sel = (request.old.get("spec") or {}).get("selector")
             new_sel = (request.obj.get("spec") or {}).get("selector")

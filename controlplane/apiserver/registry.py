@@ -323,6 +323,8 @@ class Registry:
                 new.pop("status", None)
         if res.kind == "Namespace":
             new["spec"] = current.get("spec", {})
+        if res.kind == "Service":
+            _keep_allocations(current, new)
         if res.kind in GENERATION_KINDS and new.get("spec") != current.get("spec"):
             # Compare after defaulting would be more exact; defaulting is idempotent, so run it first.
             from controlplane.apiserver.defaults import apply_defaults
@@ -449,6 +451,22 @@ class Registry:
                 except ApiError as err:
                     if err.code != 409:
                         raise
+
+
+def _keep_allocations(current: Obj, new: Obj) -> None:
+    """An update that leaves out the allocated cluster IP or node ports keeps them (as upstream)."""
+    old_spec, spec = current.get("spec") or {}, new.get("spec")
+    if not isinstance(spec, dict) or "ExternalName" in (old_spec.get("type"), spec.get("type")):
+        return
+    for field in ("clusterIP", "clusterIPs"):
+        if not spec.get(field) and old_spec.get(field):
+            spec[field] = old_spec[field]
+    old_ports = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort") for p in old_spec.get("ports") or []}
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict) and not port.get("nodePort") and spec.get("type") in ("NodePort", "LoadBalancer"):
+            node_port = old_ports.get((port.get("port"), port.get("protocol", "TCP")))
+            if node_port:
+                port["nodePort"] = node_port
 
 
 def namespaced_resources() -> list[Resource]:

@@ -391,6 +391,10 @@ def pod_update(old: Obj, new: Obj) -> list[FieldError]:
                 {**o, "image": n.get("image")} if isinstance(o, dict) and isinstance(n, dict) else o
                 for o, n in zip(olds, news, strict=True)
             ]
+    old_tolerations = old_spec.get("tolerations") or []
+    new_tolerations = new_spec.get("tolerations") or []
+    if any(t not in new_tolerations for t in old_tolerations):
+        errors.append(forbidden("spec.tolerations", "existing toleration can not be modified except its tolerationSeconds"))
     for key in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"):
         old_spec.pop(key, None)
         new_spec.pop(key, None)
@@ -405,3 +409,13 @@ def pod_update(old: Obj, new: Obj) -> list[FieldError]:
             )
         )
     return errors
+
+
+def service_update(old: Obj, new: Obj) -> list[FieldError]:
+    """spec.clusterIP is immutable once allocated (upstream), except for a change to/from ExternalName."""
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    if "ExternalName" in (old_spec.get("type"), new_spec.get("type")):
+        return []
+    if old_spec.get("clusterIP") and new_spec.get("clusterIP", old_spec["clusterIP"]) != old_spec["clusterIP"]:
+        return [invalid("spec.clusterIPs[0]", new_spec.get("clusterIP"), "may not change once set")]
+    return []

@@ -113,8 +113,11 @@ class Scheduler:
     def schedule_one(self, qp: QueuedPod) -> bool:
         """Decide for one popped pod; True if a bind task was started (it then owns the bind slot)."""
         pod = qp.info
-        if not self.queue.owns(qp) or self.cache.has_pod(pod.uid):
-            return False  # deleted, or bound by someone else, while it waited for a bind slot
+        if not self.queue.owns(qp):
+            return False  # deleted while it waited for a bind slot
+        if self.cache.has_pod(pod.uid):
+            self.queue.done(pod.uid)  # bound by someone else meanwhile
+            return False
         nodes = self.cache.nodes()
         try:
             node = schedule(pod, nodes, self.filters, self.scores,
@@ -137,12 +140,17 @@ class Scheduler:
         except Exception as err:  # any failure: forget the assumption, retry later
             self.cache.forget(pod.uid)
             self.stats.bind_errors += 1
-            if isinstance(err, ApiError) and err.status in (404, 409):
-                # Gone, already bound elsewhere, or being deleted: the pod watch tells the rest.
-                log.info("binding refused pod=%s node=%s status=%d", pod.key, node, err.status)
+            status = err.status if isinstance(err, ApiError) else 0
+            if status == 404 or (status == 409 and self.cache.has_pod(pod.uid)):
+                # Gone, or already bound elsewhere and seen so: the pod watch has told the rest.
+                log.info("binding refused pod=%s node=%s status=%d", pod.key, node, status)
                 return
+            # Anything else (including a 409 the watch has not explained yet) is retried after backoff;
+            # if the pod turns out to be bound or deleted meanwhile, the watch takes it off the queue.
             log.warning("binding failed pod=%s node=%s error=%s", pod.key, node, err)
-            self.events.record(pod.obj, "Warning", "FailedScheduling", "Scheduling", f"Binding rejected: {err}")
+            if status != 409:
+                self.events.record(pod.obj, "Warning", "FailedScheduling", "Scheduling",
+                                   f"Binding rejected: {err}")
             self.queue.retry_after_error(qp)
             return
         self.stats.scheduled += 1

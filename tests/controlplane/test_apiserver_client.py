@@ -383,3 +383,24 @@ def test_dry_run_deletecollection_and_events_v1_views(api: client.ApiClient, v1:
     for event in watch.Watch().stream(ev1.list_namespaced_event, namespace, timeout_seconds=2):
         events.append((event["type"], event["object"].note))
     assert sorted(events) == [("ADDED", "about c3"), ("ADDED", "about other")]
+
+
+def test_service_allocations_survive_updates_and_pod_tolerations_only_grow(v1: client.CoreV1Api, namespace: str) -> None:
+    svc = v1.create_namespaced_service(namespace, client.V1Service(
+        metadata=client.V1ObjectMeta(name="s"), spec=client.V1ServiceSpec(type="NodePort", selector={"a": "b"},
+                                                                           ports=[client.V1ServicePort(port=80)])))
+    ip, node_port = svc.spec.cluster_ip, svc.spec.ports[0].node_port
+    assert ip and 30000 <= node_port <= 32767
+    replaced = v1.replace_namespaced_service("s", namespace, client.V1Service(
+        metadata=client.V1ObjectMeta(name="s"), spec=client.V1ServiceSpec(type="NodePort", selector={"a": "c"},
+                                                                           ports=[client.V1ServicePort(port=80)])))
+    assert replaced.spec.cluster_ip == ip and replaced.spec.ports[0].node_port == node_port
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_service("s", namespace, {"spec": {"clusterIP": "10.96.9.9"}})
+    assert err.value.status == 422
+    v1.create_namespaced_pod(namespace, pod("t"))
+    extra = {"key": "example.com/x", "operator": "Exists", "effect": "NoSchedule"}
+    v1.patch_namespaced_pod("t", namespace, [{"op": "add", "path": "/spec/tolerations/-", "value": extra}])
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_pod("t", namespace, [{"op": "remove", "path": "/spec/tolerations/0"}])
+    assert err.value.status == 422
