@@ -268,4 +268,49 @@ async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki
         async with http.get(f"{base}/pods", ssl=with_cert) as resp:
             names = [p["metadata"]["name"] for p in (await resp.json())["items"]]
             assert name in names
+        # The container has exited: no streaming session for it.
+        async with http.post(f"{base}/exec/default/{name}/main", params={"command": "true"}, ssl=with_cert, allow_redirects=False) as resp:
+            assert resp.status == 400 and "is not running" in (await resp.json())["message"]
     await client.delete(f"/api/v1/namespaces/default/pods/{name}")
+
+
+async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, test_images: RigImages, client_pki: dict[str, Path]):
+    name = f"sh-{uuid.uuid4().hex[:6]}"
+    await agent.client.create(
+        "/api/v1/namespaces/default/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"nodeName": agent.cfg.node_name, "terminationGracePeriodSeconds": 1,
+                  "containers": [{"name": "main", "image": test_images.busybox_pinned, "command": ["sleep", "3600"]}]}},
+    )
+    path = f"/api/v1/namespaces/default/pods/{name}"
+
+    async def running():
+        return (await agent.client.get(path)).get("status", {}).get("phase") == "Running"
+
+    await wait_until(running)
+    assert agent.server is not None
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.load_cert_chain(str(client_pki["cert"]), str(client_pki["key"]))
+    base = f"https://127.0.0.1:{agent.server.port}"
+    locations: list[str] = []
+    async with aiohttp.ClientSession() as http:
+        for url, params in (
+            (f"{base}/exec/default/{name}/main", [("command", "sh"), ("command", "-c"), ("command", "echo hi"), ("output", "1")]),
+            (f"{base}/attach/default/{name}/main", [("output", "1")]),
+            (f"{base}/portForward/default/{name}", [("port", "8080")]),
+        ):
+            async with http.post(url, params=params, ssl=ctx, allow_redirects=False) as resp:
+                assert resp.status == 302, await resp.text()
+                assert resp.headers["Location"].startswith("http://127.0.0.1:")
+                locations.append(resp.headers["Location"])
+        # The exec URL is a live session on the runtime's streaming server (WebSocket, channel.k8s.io:
+        # the first byte of each message names the stream; 1 is stdout).
+        out = b""
+        async with http.ws_connect(locations[0], protocols=["channel.k8s.io"]) as ws:
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x01":
+                    out += msg.data[1:]
+        assert out == b"hi\n"
+    await agent.client.delete(path)
