@@ -61,29 +61,40 @@ def _compress_and_trim(log_path: str, max_files: int, newest: Path) -> None:
         old.unlink(missing_ok=True)
 
 
+def _sizes(paths: dict[str, str]) -> dict[str, int]:
+    out = {}
+    for cid, path in paths.items():
+        if not path:
+            continue
+        try:
+            out[cid] = os.stat(path).st_size
+        except OSError:
+            continue
+    return out
+
+
 class LogRotator:
     def __init__(self, cri: CRIClient, policy: RotationPolicy | None = None) -> None:
         self.cri = cri
         self.policy = policy or RotationPolicy()
         self.rotations = 0
+        self._paths: dict[str, str] = {}
 
     async def rotate_once(self) -> int:
         """One pass over running containers; returns how many logs were rotated."""
         done = 0
-        for c in await self.cri.list_containers(state=pb.CONTAINER_RUNNING):
-            try:
-                status = (await self.cri.container_status(c.id)).status
-            except CRIError:
-                continue
-            if not status.log_path:
-                continue
-            try:
-                size = (await asyncio.to_thread(os.stat, status.log_path)).st_size
-            except OSError:
-                continue
-            if size < self.policy.max_size:
-                continue
-            if await self._rotate(c.id, status.log_path):
+        running = await self.cri.list_containers(state=pb.CONTAINER_RUNNING)
+        # A container's log path never changes: ask for it once, then only stat the file.
+        self._paths = {c.id: self._paths[c.id] for c in running if c.id in self._paths}
+        for c in running:
+            if c.id not in self._paths:
+                try:
+                    self._paths[c.id] = (await self.cri.container_status(c.id)).status.log_path
+                except CRIError:
+                    continue
+        sizes = await asyncio.to_thread(_sizes, self._paths)
+        for cid, size in sizes.items():
+            if size >= self.policy.max_size and await self._rotate(cid, self._paths[cid]):
                 done += 1
         self.rotations += done
         return done
