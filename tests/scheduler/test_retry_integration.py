@@ -129,3 +129,34 @@ def test_a_pod_it_cannot_read_does_not_stop_scheduling(cluster, start_scheduler)
     if "bad-quantity" in {p.metadata.name for p in cluster.v1.list_namespaced_pod(cluster.namespace).items}:
         assert not cluster.get("bad-quantity").spec.node_name
         assert "handler failed" in sched.log()
+
+
+def test_racing_another_binder_loses_no_pod_and_overcommits_nothing(cluster, start_scheduler):
+    """Someone else binds some of the pending pods while the scheduler works on them: every pod ends up
+    bound once or reported Unschedulable, and the scheduler's nodes stay within their slots."""
+    nodes = [cluster.add_node(f"n{i}", cpu="2") for i in range(3)]  # 6 one-cpu slots
+    other = cluster.add_node("other", cpu="64", taints=[{"key": "manual", "effect": "NoSchedule"}])
+    names = [f"pod-{i:02d}" for i in range(20)]
+    for name in names:
+        cluster.create(cluster.pod(name, cpu="1"))
+    start_scheduler()
+    stolen = set()
+    for name in names[::2]:  # bind every other pod ourselves, racing the scheduler
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": other}}
+        try:
+            cluster.v1.create_namespaced_binding(cluster.namespace, body, _preload_content=False)
+            stolen.add(name)
+        except Exception as err:  # the scheduler got there first
+            assert "already assigned" in str(err)
+    for name in names:
+        if not cluster.get(name).spec.node_name:
+            try:
+                cluster.wait_unschedulable(name)
+            except AssertionError:
+                assert cluster.get(name).spec.node_name  # bound while we waited
+    bound = cluster.bound_nodes()
+    assert {n for n, node in bound.items() if node == other} == stolen
+    per_node = Counter(node for node in bound.values() if node != other)
+    assert all(per_node[n] <= 2 for n in nodes)
+    assert sum(per_node.values()) == min(6, len(names) - len(stolen))
