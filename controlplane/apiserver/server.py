@@ -16,7 +16,7 @@ from aiohttp import web
 from controlplane.apiserver import discovery, openapi
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.authn import Authenticator, UserInfo, load_token_file
-from controlplane.apiserver.authz import AllowAll, AuthorizerChain
+from controlplane.apiserver.authz import AllowAll, Attributes, AuthorizerChain
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
 from controlplane.apiserver.errors import ApiError
@@ -162,6 +162,17 @@ class ApiServer:
                     return await handler(request)
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             request["user"] = user
+            path = request.path
+            if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
+                # Non-resource paths (discovery, OpenAPI, health) are authorized by path, as upstream;
+                # resource requests are authorized in the REST handler once the path is parsed.
+                verb = {"GET": "get", "HEAD": "get", "POST": "post", "PUT": "put", "PATCH": "patch",
+                        "DELETE": "delete"}.get(request.method, request.method.lower())
+                decision = self.authorizer.authorize(
+                    Attributes(user, verb, path=request.path, resource_request=False)
+                )
+                if not decision.allowed:
+                    raise ApiError(403, "Forbidden", f'forbidden: User "{user.name}" cannot {verb} path "{request.path}"')
             return await handler(request)
         except ApiError as err:
             return json_response(err.status(), err.code)
