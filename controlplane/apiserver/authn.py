@@ -11,6 +11,7 @@ import hmac
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -23,6 +24,9 @@ class UserInfo:
 
 
 ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
+
+# Where the authenticated user travels with the request (typed key; plain string on older aiohttp).
+USER_KEY: Any = web.RequestKey("user", UserInfo) if hasattr(web, "RequestKey") else "user"
 
 
 def load_token_file(path: Path) -> dict[str, UserInfo]:

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from controlplane.apiserver import errors, eventsv1, ssa, tables
-from controlplane.apiserver.authn import UserInfo
+from controlplane.apiserver.authn import USER_KEY, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldcheck import unknown_fields
@@ -105,7 +105,7 @@ class RestHandler:
                 raise errors.method_not_allowed()
         if info.name and verb == "create" and not info.subresource:
             raise errors.method_not_allowed()
-        user: UserInfo = request["user"]
+        user: UserInfo = request[USER_KEY]
         decision = self.authorizer.authorize(
             Attributes(user, verb, info.resource.group, info.resource.version, info.resource.plural,
                        info.subresource, info.namespace, info.name, request.path)
@@ -395,7 +395,7 @@ class RestHandler:
         if info.subresource == "binding" or res.plural == "bindings":
             return await self._bind(request, info)
         if res.kind == "SelfSubjectReview":
-            user: UserInfo = request["user"]
+            user: UserInfo = request[USER_KEY]
             info_out: Obj = {"username": user.name, "groups": list(user.groups)}
             if user.uid:
                 info_out["uid"] = user.uid
@@ -410,7 +410,7 @@ class RestHandler:
             if ns and ns != info.namespace:
                 raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         created = await self.registry.create(
-            res, info.namespace, obj, request["user"], self._dry_run(request), _manager(request)
+            res, info.namespace, obj, request[USER_KEY], self._dry_run(request), _manager(request)
         )
         return self._warn(json_response(_out(res, created), 201), unknown)
 
@@ -441,7 +441,7 @@ class RestHandler:
             return pod
 
         await self.registry.guaranteed_update(
-            pods, info.namespace, pod_name, mutate, "binding", request["user"], False, _manager(request)
+            pods, info.namespace, pod_name, mutate, "binding", request[USER_KEY], False, _manager(request)
         )
         return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
 
@@ -459,7 +459,7 @@ class RestHandler:
                 f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
             )
         updated = await self.registry.update(
-            res, info.namespace, info.name, obj, info.subresource, request["user"], self._dry_run(request),
+            res, info.namespace, info.name, obj, info.subresource, request[USER_KEY], self._dry_run(request),
             _manager(request),
         )
         return self._warn(json_response(_out(res, updated)), unknown)
@@ -480,7 +480,7 @@ class RestHandler:
             return current
 
         updated = await self.registry.guaranteed_update(
-            info.resource, info.namespace, info.name, mutate, "", request["user"], self._dry_run(request),
+            info.resource, info.namespace, info.name, mutate, "", request[USER_KEY], self._dry_run(request),
             _manager(request),
         )
         return json_response(_scale_of(updated))
@@ -525,7 +525,7 @@ class RestHandler:
             return eventsv1.to_core(patched) if _is_events_v1(res) else patched
 
         updated = await self.registry.guaranteed_update(
-            res, info.namespace, info.name, mutate, info.subresource, request["user"], self._dry_run(request),
+            res, info.namespace, info.name, mutate, info.subresource, request[USER_KEY], self._dry_run(request),
             _manager(request),
         )
         return self._warn(json_response(_out(res, updated)), unknown)
@@ -551,7 +551,7 @@ class RestHandler:
                     raise
                 obj = ssa.apply(None, applied, manager)
                 obj = eventsv1.to_core(obj) if _is_events_v1(res) else obj
-                created = await self.registry.create(res, info.namespace, obj, request["user"], dry_run)
+                created = await self.registry.create(res, info.namespace, obj, request[USER_KEY], dry_run)
                 return self._warn(json_response(_out(res, created), 201), unknown)
 
         def mutate(current: Obj) -> Obj:
@@ -559,7 +559,7 @@ class RestHandler:
             return eventsv1.to_core(result) if _is_events_v1(res) else result
 
         updated = await self.registry.guaranteed_update(
-            res, info.namespace, info.name, mutate, info.subresource, request["user"], dry_run
+            res, info.namespace, info.name, mutate, info.subresource, request[USER_KEY], dry_run
         )
         return self._warn(json_response(_out(res, updated)), unknown)
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from controlplane.apiserver import discovery, openapi
 from controlplane.apiserver.admission import default_chain
-from controlplane.apiserver.authn import Authenticator, UserInfo, load_token_file
+from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import AllowAll, Attributes, AuthorizerChain
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
@@ -137,7 +137,7 @@ class ApiServer:
         for path in ("/healthz", "/livez", "/readyz"):
             r.add_get(path, self._health)
             r.add_get(path + "/{check:.*}", self._health)
-        r.add_get("/version", lambda req: json_response(discovery.version_info()))
+        r.add_get("/version", self._version)
         r.add_get("/api", self._api)
         r.add_get("/apis", self._apis)
         r.add_get("/api/v1", self._core_resources)
@@ -161,7 +161,7 @@ class ApiServer:
                 if request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
                     return await handler(request)
                 raise ApiError(401, "Unauthorized", "Unauthorized")
-            request["user"] = user
+            request[USER_KEY] = user
             path = request.path
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
                 # Non-resource paths (discovery, OpenAPI, health) are authorized by path, as upstream;
@@ -189,6 +189,9 @@ class ApiServer:
         except Exception as exc:
             log.exception("path=%s method=%s", request.path, request.method)
             return json_response(ApiError(500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}").status(), 500)
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return json_response(discovery.version_info())
 
     async def _health(self, request: web.Request) -> web.Response:
         if request.path.startswith("/readyz") and not self.ready:
