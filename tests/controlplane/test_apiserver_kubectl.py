@@ -276,3 +276,54 @@ def test_create_and_expose_services(kubectl, namespace: str) -> None:
     kubectl("expose", "deployment", "-n", namespace, "web", "--port=80", "--target-port=8080", "--type=NodePort", "--name=web-np")
     row = kubectl("get", "svc", "-n", namespace, "web-np", "--no-headers").split()
     assert row[1] == "NodePort" and row[4].startswith("80:3") and row[4].endswith("/TCP")
+
+
+APPLY_V1 = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {a: "1", b: "2"}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: busybox:1.36
+        env: [{name: A, value: "1"}, {name: B, value: "2"}]
+        ports: [{containerPort: 80}, {containerPort: 81}]
+      - name: side
+        image: busybox:1.36
+"""
+
+APPLY_V2 = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {a: "1"}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: side
+        image: busybox:1.37
+      - name: web
+        image: busybox:1.36
+        env: [{name: B, value: "3"}]
+        ports: [{containerPort: 81}]
+"""
+
+
+def test_client_side_apply_removes_and_reorders_list_items(kubectl, namespace: str) -> None:
+    """kubectl's three-way patch ($patch: delete, $setElementOrder, null labels) applied by the server."""
+    kubectl("apply", "-n", namespace, "-f", "-", input=APPLY_V1)
+    kubectl("apply", "-n", namespace, "-f", "-", input=APPLY_V2)
+    deploy = json.loads(kubectl("get", "-n", namespace, "deploy", "web", "-o", "json"))
+    containers = deploy["spec"]["template"]["spec"]["containers"]
+    assert deploy["metadata"]["labels"] == {"a": "1"}
+    assert [(c["name"], c["image"]) for c in containers] == [("side", "busybox:1.37"), ("web", "busybox:1.36")]
+    assert containers[1]["env"] == [{"name": "B", "value": "3"}]
+    assert [p["containerPort"] for p in containers[1]["ports"]] == [81]
