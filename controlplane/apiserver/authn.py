@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import hmac
 import ssl
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,11 @@ def load_token_file(path: Path) -> dict[str, UserInfo]:
     return tokens
 
 
+# One TLS connection carries one verified certificate (renegotiation is off on the server context), so the
+# user is read once per connection; weak keys drop the entry with the connection.
+_CERT_USERS: weakref.WeakKeyDictionary[ssl.SSLObject, UserInfo | None] = weakref.WeakKeyDictionary()
+
+
 def _from_certificate(request: web.Request) -> UserInfo | None:
     transport = request.transport
     if transport is None:
@@ -48,6 +54,14 @@ def _from_certificate(request: web.Request) -> UserInfo | None:
     ssl_object = transport.get_extra_info("ssl_object")
     if not isinstance(ssl_object, ssl.SSLObject):
         return None
+    try:
+        return _CERT_USERS[ssl_object]
+    except KeyError:
+        user = _CERT_USERS[ssl_object] = _read_certificate(ssl_object)
+        return user
+
+
+def _read_certificate(ssl_object: ssl.SSLObject) -> UserInfo | None:
     cert = ssl_object.getpeercert()
     if not cert:
         return None

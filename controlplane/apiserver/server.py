@@ -82,6 +82,7 @@ class ApiServer:
             ssl_context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
             ssl_context.load_verify_locations(self.pki.ca_cert)
             ssl_context.verify_mode = ssl.CERT_OPTIONAL
+            ssl_context.options |= ssl.OP_NO_RENEGOTIATION
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bind, self.config.port, ssl_context=ssl_context, backlog=2048)
