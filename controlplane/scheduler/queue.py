@@ -6,8 +6,9 @@ Three places, as upstream's PriorityQueue:
 - unschedulable: no node fitted and nothing has changed since; a cluster change that could make it fit
   (`move_all`: node added or changed, pod deleted) sends it on to backoff or active. A pod that stays
   there longer than `flush_after` is retried anyway, in case an event was missed.
-A change that arrives while a pod is being scheduled counts too: the failed pod then goes to backoff,
-not to unschedulable, so it cannot miss the node that appeared mid-decision.
+A change that arrives while a pod is being scheduled counts too (a cluster change, or an update of the
+pod itself): the failed pod then goes to backoff, not to unschedulable, so it cannot miss the node that
+appeared mid-decision.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class QueuedPod:
     parked_at: float = 0.0  # when it entered unschedulable
     where: str = ACTIVE
     seq: int = 0  # identifies its live heap entry; older entries are skipped
+    changed_in_flight: bool = False  # its spec changed while it was being decided
 
 
 def backoff_duration(attempts: int, initial: float, maximum: float) -> float:
@@ -72,7 +74,9 @@ class SchedulingQueue:
             return
         changed = _spec_changed(qp.info, info)
         qp.info = info
-        if qp.where == GATED and not info.gated:
+        if qp.where == IN_FLIGHT and changed:
+            qp.changed_in_flight = True
+        elif qp.where == GATED and not info.gated:
             self._place(qp)
         elif qp.where == UNSCHEDULABLE and changed:
             self._unschedulable.discard(info.uid)
@@ -128,7 +132,8 @@ class SchedulingQueue:
         """No node fitted in this attempt."""
         if self._pods.get(qp.info.uid) is not qp:
             return  # deleted meanwhile
-        if self._move_cycle >= qp.cycle:
+        if self._move_cycle >= qp.cycle or qp.changed_in_flight:
+            qp.changed_in_flight = False
             self._after_failure(qp)
         else:
             qp.where = UNSCHEDULABLE

@@ -114,3 +114,13 @@ async def test_a_pod_deleted_after_pop_is_no_longer_owned():
     assert not q.owns(qp)
     q.unschedulable(qp)  # a late failure report does not bring it back
     assert sum(q.counts().values()) == 0
+
+
+async def test_pod_updated_during_its_attempt_goes_to_backoff():
+    q = SchedulingQueue(clock=Clock())
+    q.add(make_pod(name="p"))
+    qp = await q.pop()
+    q.add(make_pod(name="p", tolerations=[{"operator": "Exists"}]))  # e.g. a toleration was added
+    q.unschedulable(qp)
+    assert q.counts()[BACKOFF] == 1
+    assert qp.info.tolerations  # the next attempt sees the new spec
