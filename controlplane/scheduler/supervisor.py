@@ -1,8 +1,9 @@
 """Run the scheduler as a child process of the caller, for `pykubelet server`.
 
 Why a process and not a task on the server's loop: the scheduler is an API client, so in-process every
-binding crosses TLS twice on one core; the bench (bench/scheduler/throughput.py, embedded-stream) shows
-about a third of the throughput of two processes on this 2-core machine. The child is the plain
+binding crosses TLS twice on one core, and the server's and the scheduler's work share one event loop;
+the bench (bench/scheduler/throughput.py, embedded-stream vs stream) measured between a third and nine
+tenths of the two-process throughput on this 2-core machine, depending on its other load. The child is the plain
 `pykubelet scheduler` command, restarted with backoff if it dies, and stopped (SIGTERM, then SIGKILL)
 when `stop` is set, so nothing outlives its owner.
 """
