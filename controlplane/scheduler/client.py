@@ -18,6 +18,7 @@ import aiohttp
 from controlplane.scheduler.kubeconfig import Connection
 
 USER_AGENT = "pykubelet-scheduler/0.1"
+WATCH_SILENCE = 150.0  # seconds
 
 
 class ApiError(Exception):
@@ -82,8 +83,11 @@ class ApiClient:
         """Watch events as dicts until the server ends the stream. Errors before the stream starts
         raise ApiError; an in-stream error arrives as an ERROR event."""
         query = {**params, "watch": "true", "allowWatchBookmarks": "true"}
+        # No total timeout (the server ends the stream after timeoutSeconds), but a silent connection is
+        # dropped after WATCH_SILENCE: servers send a bookmark about every minute, so silence that long
+        # means a dead peer, and the caller resumes from its last resourceVersion.
         async with self.session.get(self._url(path, query),
-                                    timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as resp:
+                                    timeout=aiohttp.ClientTimeout(total=None, sock_read=WATCH_SILENCE)) as resp:
             if resp.status >= 400:
                 raw = await resp.read()
                 try:
