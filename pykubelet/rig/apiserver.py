@@ -19,6 +19,15 @@ from pathlib import Path
 from types import TracebackType
 
 
+def api_client(kubeconfig: str | os.PathLike[str]):  # type: ignore[no-untyped-def]
+    """An official-client ApiClient for a kubeconfig (its own Configuration, not the global default)."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -45,6 +54,10 @@ class ApiServer:
     @property
     def kubeconfig(self) -> Path:
         return self.data_dir / "admin.kubeconfig"
+
+    def api_client(self):  # type: ignore[no-untyped-def]
+        """The official client as the cluster admin (a context manager: `with server.api_client() as api`)."""
+        return api_client(self.kubeconfig)
 
     @property
     def url(self) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from pykubelet.rig.apiserver import ApiServer
 
@@ -27,15 +27,9 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     assert not server.running
 
 
-def make_client(kubeconfig: Path) -> client.ApiClient:
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    return client.ApiClient(cfg)
-
-
 @pytest.fixture(scope="session")
 def api(apiserver: ApiServer) -> Iterator[client.ApiClient]:
-    with make_client(apiserver.kubeconfig) as api_client:
+    with apiserver.api_client() as api_client:
         yield api_client
 
 

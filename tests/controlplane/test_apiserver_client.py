@@ -15,9 +15,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from pykubelet.rig.apiserver import ApiServer
-
-from .conftest import make_client
+from pykubelet.rig.apiserver import ApiServer, api_client
 
 pytestmark = pytest.mark.integration
 
@@ -130,7 +128,7 @@ def test_list_selectors_and_pagination(v1: client.CoreV1Api, namespace: str) -> 
 
 def test_watch_resume_and_410(tmp_path: Path) -> None:
     # A server with a tiny watch window so that an old resourceVersion really falls out of it.
-    with ApiServer(tmp_path / "small", extra_args=["--watch-cache-size", "5"]) as server, make_client(server.kubeconfig) as api:
+    with ApiServer(tmp_path / "small", extra_args=["--watch-cache-size", "5"]) as server, api_client(server.kubeconfig) as api:
         v1 = client.CoreV1Api(api)
         listed = v1.list_namespaced_config_map("default")
         start_rv = listed.metadata.resource_version
@@ -349,7 +347,7 @@ def test_kubernetes_service_points_at_the_server(apiserver: ApiServer, v1: clien
 
 def test_rig_issues_kubeconfigs_for_other_identities(apiserver: ApiServer, tmp_path: Path) -> None:
     path = apiserver.client_kubeconfig("system:node:n1", ("system:nodes",), tmp_path / "kubelet.kubeconfig")
-    with make_client(path) as api:
+    with api_client(path) as api:
         assert client.CoreV1Api(api).list_namespace().items
         review = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
         assert review.status.user_info.username == "system:node:n1"

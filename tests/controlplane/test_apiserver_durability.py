@@ -10,16 +10,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from pykubelet.rig.apiserver import ApiServer
-
-from .conftest import make_client
+from pykubelet.rig.apiserver import ApiServer, api_client
 
 pytestmark = pytest.mark.integration
 
 
 def _writer(kubeconfig: Path, prefix: str, acked: dict[str, str], stop: threading.Event) -> None:
     """Create and then update objects as fast as possible; remember every acknowledged version."""
-    with make_client(kubeconfig) as api:
+    with api_client(kubeconfig) as api:
         v1 = client.CoreV1Api(api)
         i = 0
         while not stop.is_set():
@@ -54,7 +52,7 @@ def test_kill_9_and_restart_lose_no_acknowledged_write(tmp_path: Path) -> None:
         snapshot = dict(acked)
         assert len(snapshot) >= 150
         server.start()
-        with make_client(server.kubeconfig) as api:
+        with api_client(server.kubeconfig) as api:
             v1 = client.CoreV1Api(api)
             stored = {cm.metadata.name: cm for cm in v1.list_namespaced_config_map("default").items}
             for name, version in snapshot.items():
@@ -68,7 +66,7 @@ def test_kill_9_and_restart_lose_no_acknowledged_write(tmp_path: Path) -> None:
         server.stop()
         server.start()
         assert server.ca_cert.read_bytes() == ca_before
-        with make_client(server.kubeconfig) as api:
+        with api_client(server.kubeconfig) as api:
             v1 = client.CoreV1Api(api)
             assert v1.read_namespaced_config_map("after-kill", "default").metadata.name == "after-kill"
             with pytest.raises(ApiException) as err:
