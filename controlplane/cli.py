@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-san", action="append", default=[], help="extra name or IP for the serving cert")
     parser.add_argument("--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume")
     parser.add_argument("--compact-interval", type=float, default=300.0, help="seconds between history compactions")
+    parser.add_argument("--event-ttl", type=float, default=3600.0, help="seconds an idle event is kept")
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         insecure_http=args.insecure_http,
         watch_window=args.watch_cache_size,
         compact_interval=args.compact_interval,
+        event_ttl=args.event_ttl,
         extra_sans=args.tls_san,
     )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import gc
 import logging
 import signal
@@ -20,6 +21,7 @@ from controlplane.apiserver.authz import AllowAll, Attributes, AuthorizerChain
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
 from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.eventttl import run_event_ttl
 from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
 from controlplane.apiserver.registry import Registry
@@ -45,6 +47,7 @@ class ServerConfig:
     insecure_http: bool = False  # tests of the TLS-less path and benchmarks only
     watch_window: int = 10_000
     compact_interval: float = 300.0
+    event_ttl: float = 3600.0
     extra_sans: list[str] = field(default_factory=list)
 
 
@@ -64,6 +67,7 @@ class ApiServer:
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
+        self._event_ttl: asyncio.Task[None] | None = None
         self.port = config.port
         self._openapi_v3 = openapi.v3_index()
         self._openapi_v2 = openapi.v2_document()
@@ -98,6 +102,9 @@ class ApiServer:
                 self.pki.admin_cert, self.pki.admin_key,
             )
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
+        self._event_ttl = asyncio.create_task(
+            run_event_ttl(self.registry, dt.timedelta(seconds=self.config.event_ttl)), name="event-ttl"
+        )
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
         # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight and
         # collect the young generation less often.
@@ -109,10 +116,11 @@ class ApiServer:
 
     async def stop(self) -> None:
         self.ready = False
-        if self._compactor:
-            self._compactor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._compactor
+        for task in (self._compactor, self._event_ttl):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.finalizer.stop()
         await self.cache.stop()
         if self._runner:

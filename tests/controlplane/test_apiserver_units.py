@@ -170,3 +170,28 @@ def test_server_side_apply_removes_fields_the_manager_dropped() -> None:
     entry = out["metadata"]["managedFields"][0]
     assert entry["manager"] == "mgr" and entry["operation"] == "Apply"
     assert entry["fieldsV1"] == {"f:data": {"f:x": {}}, "f:metadata": {"f:labels": {"f:a": {}}}}
+
+
+async def test_idle_events_expire(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from controlplane.apiserver.eventttl import expire_events
+    from controlplane.apiserver.resources import core
+    from controlplane.apiserver.server import ApiServer, ServerConfig
+
+    server = ApiServer(ServerConfig(tmp_path / "d", port=0, insecure_http=True))
+    await server.start()
+    try:
+        events = core("events")
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+        recent = (later - dt.timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for name, last in (("old", None), ("fresh", recent)):
+            body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+                    "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R", "message": "m"}
+            if last:
+                body["lastTimestamp"] = last
+                body["firstTimestamp"] = last
+            await server.registry.create(events, "default", body)
+        # Two hours on: the event last seen at creation has expired, the one seen 30 minutes ago has not.
+        assert await expire_events(server.registry, dt.timedelta(hours=1), at=later) == 1
+        assert [c.key for c in server.cache.list(events.bucket, events.prefix("default"))] == ["/events/default/fresh"]
+    finally:
+        await server.stop()
