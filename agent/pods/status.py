@@ -15,6 +15,7 @@ from agent.pods.qos import qos_class
 from agent.pods.runtime import ContainerRecord, PodRuntime
 
 TERMINAL = ("Succeeded", "Failed")
+KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
 
 
 @dataclass
@@ -180,6 +181,19 @@ def _condition(type_: str, ok: bool, reason: str = "", message: str = "") -> dic
     return cond
 
 
+def _unready_gates(spec: dict[str, Any], conditions: dict[str, dict[str, Any]]) -> list[str]:
+    """Upstream's messages for readiness gates whose condition is missing or not True."""
+    out = []
+    for gate in spec.get("readinessGates") or []:
+        kind = gate.get("conditionType", "")
+        cond = conditions.get(kind)
+        if cond is None:
+            out.append(f'corresponding condition of pod readiness gate "{kind}" does not exist.')
+        elif cond.get("status") != "True":
+            out.append(f'the status of pod readiness gate "{kind}" is not "True", but {cond.get("status")}')
+    return out
+
+
 def _names(names: list[str]) -> str:
     return "[" + " ".join(names) + "]"
 
@@ -236,11 +250,16 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
         _condition("ContainersReady", not unready and phase not in TERMINAL, *ready_cond),
     ]
     old = {c.get("type"): c for c in previous.get("conditions") or []}
+    gates = _unready_gates(spec, old)
+    if gates and conditions[2]["status"] == "True":
+        conditions[2] = _condition("Ready", False, "ReadinessGatesNotReady", ", ".join(gates))
     for cond in conditions:
         prev = old.get(cond["type"])
         same = prev is not None and prev.get("status") == cond["status"]
         cond["lastTransitionTime"] = prev.get("lastTransitionTime") if same else now
     conditions.append(old.get("PodScheduled") or {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now})
+    # Conditions others own (readiness gates, DisruptionTarget, ...) are kept as they are.
+    conditions += [c for t, c in old.items() if t not in KUBELET_CONDITIONS and t != "PodScheduled"]
 
     status: dict[str, Any] = {
         "phase": phase,

@@ -190,3 +190,17 @@ def test_active_deadline_left():
     assert active_deadline_left(p) is None
     p["spec"]["activeDeadlineSeconds"] = 30
     assert active_deadline_left(p, datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)) == 20
+
+
+def test_readiness_gates_and_foreign_conditions_kept():
+    p = pod()
+    p["spec"]["readinessGates"] = [{"conditionType": "example.com/lb"}]
+    st = status_of(p, runtime(rec("main", "running")))
+    ready = {c["type"]: c for c in st["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+    assert ready["message"] == 'corresponding condition of pod readiness gate "example.com/lb" does not exist.'
+    gate = {"type": "example.com/lb", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    p["status"] = {"conditions": [gate]}
+    st = status_of(p, runtime(rec("main", "running")))
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Ready"]["status"] == "True" and conds["example.com/lb"] == gate
