@@ -71,6 +71,15 @@ def _wants_table(request: web.Request) -> bool:
     return _TABLE in request.headers.get("Accept", "")
 
 
+def _wants_metadata(request: web.Request) -> bool:
+    """Metadata-only clients (client-go's metadata informers) ask for PartialObjectMetadata(List)."""
+    return "as=PartialObjectMetadata" in request.headers.get("Accept", "")
+
+
+def _partial(obj: Obj) -> Obj:
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata", {})}
+
+
 class RestHandler:
     def __init__(self, registry: Registry, authorizer: AuthorizerChain) -> None:
         self.registry = registry
@@ -133,6 +142,8 @@ class RestHandler:
                 tables.table(res.bucket, [cached.obj], request.query.get("includeObject", "Metadata"),
                              {"resourceVersion": str(cached.revision)})
             )
+        if _wants_metadata(request):
+            return json_response(_partial(cached.obj))
         if _is_events_v1(res):
             return json_response(_out(res, cached.obj))
         return web.Response(body=cached.raw, content_type="application/json")
@@ -176,6 +187,9 @@ class RestHandler:
         if _wants_table(request):
             objs = [_out(res, c.obj) for c in items]
             return json_response(tables.table(res.bucket, objs, q.get("includeObject", "Metadata"), list_meta))
+        if _wants_metadata(request):
+            return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                                  "metadata": list_meta, "items": [_partial(c.obj) for c in items]})
         head = encode({"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta})
         body = b"".join([head[:-1], b',"items":[', b",".join(_out_raw(res, c) for c in items), b"]}"])
         return web.Response(body=body, content_type="application/json")
@@ -267,7 +281,7 @@ class RestHandler:
             error_status = errors.gone(f"too old resource version: {err.requested} ({err.oldest})").status()
         initial_count = watcher.queue.qsize() if (watcher and send_initial) else -1
         initial_rv = self.cache.revision
-        table = _wants_table(request)
+        mode = "table" if _wants_table(request) else "metadata" if _wants_metadata(request) else "object"
         response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -276,7 +290,7 @@ class RestHandler:
             if error_status is not None or watcher is None:
                 await response.write(encode({"type": "ERROR", "object": error_status}) + b"\n")
                 return response
-            await self._pump(response, watcher, res, table, request.query.get("includeObject", "Metadata"),
+            await self._pump(response, watcher, res, mode, request.query.get("includeObject", "Metadata"),
                              bookmarks, timeout, initial_count, initial_rv)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
@@ -289,7 +303,7 @@ class RestHandler:
         return response
 
     async def _pump(
-        self, response: web.StreamResponse, watcher: Any, res: Resource, table: bool, include: str,
+        self, response: web.StreamResponse, watcher: Any, res: Resource, mode: str, include: str,
         bookmarks: bool, duration: float, initial_count: int, initial_rv: int,
     ) -> None:
         deadline = time.monotonic() + duration
@@ -320,10 +334,12 @@ class RestHandler:
                 continue
             if event is CLOSED:
                 return
-            if table:
+            if mode == "table":
                 obj = tables.table(res.bucket, [_out(res, event.obj.obj)], include, headers=not sent_headers)
                 sent_headers = True
                 line = encode({"type": event.type, "object": obj})
+            elif mode == "metadata":
+                line = encode({"type": event.type, "object": _partial(event.obj.obj)})
             else:
                 line = b"".join([b'{"type":"', event.type.encode(), b'","object":', _out_raw(res, event.obj), b"}"])
             await response.write(line + b"\n")

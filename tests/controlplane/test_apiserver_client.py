@@ -402,3 +402,16 @@ def test_service_allocations_survive_updates_and_pod_tolerations_only_grow(v1: c
     with pytest.raises(ApiException) as err:
         v1.patch_namespaced_pod("t", namespace, [{"op": "remove", "path": "/spec/tolerations/0"}])
     assert err.value.status == 422
+
+
+def test_metadata_only_views(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> None:
+    v1.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="m", labels={"k": "v"}), data={"big": "x" * 1000}))
+    accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+    context = ssl.create_default_context(cafile=str(apiserver.ca_cert))
+    context.load_cert_chain(apiserver.data_dir / "pki" / "admin.crt", apiserver.data_dir / "pki" / "admin.key")
+    request = urllib.request.Request(f"{apiserver.url}/api/v1/namespaces/{namespace}/configmaps", headers={"Accept": accept})
+    with urllib.request.urlopen(request, context=context) as resp:
+        body = json.loads(resp.read())
+    assert body["kind"] == "PartialObjectMetadataList"
+    assert body["items"][0]["kind"] == "PartialObjectMetadata" and body["items"][0]["metadata"]["labels"] == {"k": "v"}
+    assert "data" not in body["items"][0]
