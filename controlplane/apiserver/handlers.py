@@ -185,7 +185,8 @@ class RestHandler:
         if next_token:
             list_meta["continue"] = next_token
         if _wants_table(request):
-            objs = [_out(res, c.obj) for c in items]
+            # Cells come from the stored (core) form, which the column functions read.
+            objs = [c.obj for c in items]
             return json_response(tables.table(res.bucket, objs, q.get("includeObject", "Metadata"), list_meta))
         if _wants_metadata(request):
             return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
@@ -335,7 +336,7 @@ class RestHandler:
             if event is CLOSED:
                 return
             if mode == "table":
-                obj = tables.table(res.bucket, [_out(res, event.obj.obj)], include, headers=not sent_headers)
+                obj = tables.table(res.bucket, [event.obj.obj], include, headers=not sent_headers)
                 sent_headers = True
                 line = encode({"type": event.type, "object": obj})
             elif mode == "metadata":
