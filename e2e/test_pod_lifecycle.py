@@ -250,3 +250,23 @@ def test_active_deadline_fails_pod(kube, namespace, node_name, image):
     assert (pod.status.phase, pod.status.reason) == ("Failed", "DeadlineExceeded")
     assert pod.status.message == "Pod was active on the node longer than the specified deadline"
     assert main_status(pod).state.terminated is not None
+
+
+def test_sidecar_runs_beside_the_app_and_stops_after_it(kube, namespace, node_name, image):
+    pod = make_pod("sidecar", node_name, image, "sleep 3; exit 0", restart="Never", grace=1)
+    side = client.V1Container(name="side", image=image, command=["sh", "-c", "sleep 3600"], restart_policy="Always")
+    pod.spec.init_containers = [side]
+    kube.create_namespaced_pod(namespace, pod)
+
+    def both_running():
+        p = kube.read_namespaced_pod("sidecar", namespace)
+        inits = p.status.init_container_statuses or []
+        main = main_status(p)
+        ok = inits and inits[0].state.running and main and main.state.running
+        return p if ok else None
+
+    p = wait_for(both_running, what="sidecar and app running together")
+    assert p.status.phase == "Running"
+    assert {c.type: c.status for c in p.status.conditions}["Initialized"] == "True"
+    p = wait_for(phase_is(kube, namespace, "sidecar", "Succeeded", "Failed"), what="done when the app exits")
+    assert p.status.phase == "Succeeded"

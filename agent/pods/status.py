@@ -118,11 +118,26 @@ def container_status(
     return status
 
 
-def pod_phase(pod: dict[str, Any], init: list[dict[str, Any]], app: list[dict[str, Any]], terminal: bool) -> str:
+def is_sidecar(container: dict[str, Any]) -> bool:
+    """An init container with restartPolicy Always (a sidecar: started in order, then kept running)."""
+    return container.get("restartPolicy") == "Always"
+
+
+def pod_phase(
+    pod: dict[str, Any],
+    init: list[dict[str, Any]],
+    app: list[dict[str, Any]],
+    terminal: bool,
+    initialized: bool = False,
+) -> str:
     policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    sidecars = {c["name"] for c in (pod.get("spec") or {}).get("initContainers") or [] if is_sidecar(c)}
     pending_init = failed_init = 0
-    for cs in init:
+    for cs in [] if initialized else init:
         state, last = cs["state"], cs["lastState"]
+        if cs["name"] in sidecars:
+            pending_init += 0 if "running" in state else 1
+            continue
         if "running" in state:
             pending_init += 1
         elif "terminated" in state:
@@ -181,6 +196,15 @@ def _condition(type_: str, ok: bool, reason: str = "", message: str = "") -> dic
     return cond
 
 
+def _init_complete(c: dict[str, Any], rt: PodRuntime) -> bool:
+    rec = rt.latest(c["name"])
+    if rec is None:
+        return False
+    if is_sidecar(c):
+        return rec.state == "running"
+    return rec.state == "exited" and rec.exit_code == 0
+
+
 def _unready_gates(spec: dict[str, Any], conditions: dict[str, dict[str, Any]]) -> list[str]:
     """Upstream's messages for readiness gates whose condition is missing or not True."""
     out = []
@@ -207,9 +231,7 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
     init_specs = list(spec.get("initContainers") or [])
     app_specs = list(spec.get("containers") or [])
     app_started = any(rt.containers.get(c["name"]) for c in app_specs)
-    init_done = app_started or all(
-        (rec := rt.latest(c["name"])) is not None and rec.state == "exited" and rec.exit_code == 0 for c in init_specs
-    )
+    init_done = app_started or all(_init_complete(c, rt) for c in init_specs)
     init_statuses = [
         container_status(c, rt.containers.get(c["name"], []), inp.waiting.get(c["name"]), "PodInitializing", inp)
         for c in init_specs
@@ -219,7 +241,7 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
         container_status(c, rt.containers.get(c["name"], []), inp.waiting.get(c["name"]), app_default, inp)
         for c in app_specs
     ]
-    phase = pod_phase(pod, init_statuses, app_statuses, inp.terminal)
+    phase = pod_phase(pod, init_statuses, app_statuses, inp.terminal, app_started)
     if inp.failure is not None:
         phase = "Failed"
     if previous.get("phase") in TERMINAL:
@@ -227,13 +249,10 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
 
     sandbox = rt.latest_sandbox
     net_ready = bool(sandbox and sandbox.ready and (sandbox.ip or sandbox.host_network)) and not inp.terminal
-    incomplete = [
-        c["name"]
-        for c in init_specs
-        if not app_started
-        and not ((rec := rt.latest(c["name"])) is not None and rec.state == "exited" and rec.exit_code == 0)
-    ]
-    unready = [cs["name"] for cs in app_statuses if not cs["ready"]]
+    incomplete = [c["name"] for c in init_specs if not app_started and not _init_complete(c, rt)]
+    sidecar_names = {c["name"] for c in init_specs if is_sidecar(c)}
+    unready = [cs["name"] for cs in init_statuses if cs["name"] in sidecar_names and not cs["ready"]]
+    unready += [cs["name"] for cs in app_statuses if not cs["ready"]]
     if phase == "Succeeded":
         ready_cond = ("PodCompleted", "")
     else:

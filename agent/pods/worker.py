@@ -33,7 +33,7 @@ from agent.pods.images import ImageError, ImageManager
 from agent.pods.qos import cgroup_parent, remove_pod_cgroup
 from agent.pods.runtime import ContainerRecord, PodRuntime, RuntimeInspector, SandboxRecord
 from agent.pods.sandbox import hosts_file, pod_log_dir, sandbox_config
-from agent.pods.status import TERMINAL, StatusInputs, compute_status
+from agent.pods.status import TERMINAL, StatusInputs, compute_status, is_sidecar
 from agent.pods.status_manager import StatusManager
 from agent.volumes import VolumeError, VolumeManager, container_mounts
 from agent.volumes.manager import ReadyVolume
@@ -260,9 +260,23 @@ class PodWorker:
 
         app = list(spec.get("containers") or [])
         app_started = any(rt.latest(c["name"], sb.id) for c in app)
+        acted = False
+        next_in = idle
+        if app_started:
+            # Sidecars keep running beside the app containers: restart them (under backoff) when they exit.
+            for c in spec.get("initContainers") or []:
+                if is_sidecar(c):
+                    acted_sc, wait_sc = await self._keep_sidecar(pod, c, sb, sb_config, rt)
+                    acted = acted or acted_sc
+                    next_in = min(next_in, wait_sc) if not acted_sc else next_in
         if not app_started:
             for c in spec.get("initContainers") or []:
                 rec = rt.latest(c["name"], sb.id)
+                if is_sidecar(c):
+                    acted_sc, wait_sc = await self._keep_sidecar(pod, c, sb, sb_config, rt)
+                    if acted_sc or rec is None or rec.state != "running":
+                        return acted_sc, wait_sc
+                    continue
                 if rec is None:
                     ok, retry = await self._start(pod, c, "init", sb, sb_config, self._next_count(rt, c["name"]))
                     return ok, retry
@@ -280,8 +294,6 @@ class PodWorker:
                 ok, retry = await self._start(pod, c, "init", sb, sb_config, self._next_count(rt, c["name"]))
                 return ok, retry
 
-        acted = False
-        next_in = idle
         for c in app:
             name = c["name"]
             rec = rt.latest(name, sb.id)
@@ -317,6 +329,21 @@ class PodWorker:
             if not ok:
                 next_in = min(next_in, retry)
         return acted, next_in
+
+    async def _keep_sidecar(
+        self, pod: dict[str, Any], c: dict[str, Any], sb: SandboxRecord, sb_config: Any, rt: PodRuntime
+    ) -> tuple[bool, float]:
+        """Start the sidecar if it is not running; (acted, seconds until worth looking again)."""
+        rec = rt.latest(c["name"], sb.id)
+        if rec is not None and rec.state == "running":
+            return False, self.ctx.cfg.sync_frequency
+        if rec is not None and rec.state == "created":
+            return await self._start_created(pod, c, "init", rec), self.ctx.cfg.sync_frequency
+        if rec is not None:
+            wait = self._crash_backoff(pod, c["name"])
+            if wait > 0:
+                return False, wait
+        return await self._start(pod, c, "init", sb, sb_config, self._next_count(rt, c["name"]))
 
     @staticmethod
     def _next_count(rt: PodRuntime, name: str) -> int:
@@ -484,7 +511,9 @@ class PodWorker:
                     self.ctx.recorder.event(
                         pod, NORMAL, "Killing", f"Stopping container {rec.name}", container_field(rec.kind, rec.name)
                     )
-        await asyncio.gather(*(self._stop_container(rec, grace) for rec in live))
+        # App containers first, then sidecars (init containers still running), as upstream orders it.
+        await asyncio.gather(*(self._stop_container(rec, grace) for rec in live if rec.kind != "init"))
+        await asyncio.gather(*(self._stop_container(rec, grace) for rec in live if rec.kind == "init"))
         ready = [s for s in rt.sandboxes if s.ready]
         for sb in ready:
             await self._stop_sandbox(sb.id)

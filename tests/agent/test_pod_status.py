@@ -204,3 +204,23 @@ def test_readiness_gates_and_foreign_conditions_kept():
     st = status_of(p, runtime(rec("main", "running")))
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Ready"]["status"] == "True" and conds["example.com/lb"] == gate
+
+
+def test_sidecar_running_initializes_and_counts_for_readiness():
+    p = pod(init=("side",))
+    p["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+    st = status_of(p, runtime(rec("side", "running", kind="init")))
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Initialized"]["status"] == "True"
+    assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    st = status_of(p, runtime(rec("side", "exited", 1, kind="init"), rec("main", "running")))
+    assert st["phase"] == "Running"
+    ready = {c["type"]: c for c in st["conditions"]}["ContainersReady"]
+    assert ready["status"] == "False" and ready["message"] == "containers with unready status: [side]"
+
+
+def test_never_pod_with_sidecar_succeeds_on_app_exit():
+    p = pod(restart="Never", init=("side",))
+    p["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+    st = status_of(p, runtime(rec("side", "running", kind="init"), rec("main", "exited", 0)))
+    assert st["phase"] == "Succeeded"
