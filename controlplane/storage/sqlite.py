@@ -254,24 +254,32 @@ class SQLiteStore:
         finally:
             self._subscribers.discard(queue)
 
-    async def compact(self, revision: int) -> None:
-        """Drop history at or below `revision`, keeping each key's newest row at that point."""
+    async def compact(self, revision: int, batch: int = 2000) -> None:
+        """Drop history at or below `revision`, keeping each key's newest row at that point.
+
+        Runs in small transactions with a yield to the event loop between them, so compacting a large
+        history never stalls requests; revisions at or below `revision` are refused from the start.
+        """
         if revision <= self._compacted:
             return
         db = self.db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute(
-                "DELETE FROM log WHERE rev <= ? AND rev NOT IN ("
-                " SELECT MAX(rev) FROM log WHERE rev <= ? GROUP BY key)",
-                (revision, revision),
-            )
-            db.execute("DELETE FROM log WHERE rev <= ? AND deleted = 1", (revision,))
-            db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('compacted', ?)", (revision,))
-            db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('revision', ?)", (self._revision,))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         self._compacted = revision
+        low = 0
+        while low < revision:
+            high = min(low + batch, revision)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(
+                    "DELETE FROM log WHERE rev > ? AND rev <= ? AND (deleted = 1 OR EXISTS ("
+                    " SELECT 1 FROM log n WHERE n.key = log.key AND n.rev > log.rev AND n.rev <= ?))",
+                    (low, high, revision),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            low = high
+            await asyncio.sleep(0)
+        db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('compacted', ?)", (revision,))
+        db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('revision', ?)", (self._revision,))
         self._index = {k: v for k, v in self._index.items() if not (v[2] and v[0] <= revision)}
