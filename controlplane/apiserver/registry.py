@@ -286,6 +286,12 @@ class Registry:
                 f"the name of the object ({new_meta.get('name')}) does not match the name on the URL "
                 f"({cur_meta['name']})"
             )
+        if new_meta.get("uid") and new_meta["uid"] != cur_meta.get("uid"):
+            # A uid in the body is a precondition (the kubelet's status patches carry one).
+            raise errors.conflict(
+                res.plural, res.group, cur_meta["name"],
+                f"Precondition failed: UID in precondition: {new_meta['uid']}, UID in object meta: {cur_meta.get('uid')}",
+            )
         if res.namespaced and new_meta.get("namespace", cur_meta.get("namespace")) != cur_meta.get("namespace"):
             raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         if subresource == "binding":

@@ -197,6 +197,12 @@ def test_status_subresource_and_binding(v1: client.CoreV1Api, namespace: str) ->
                                                     "metadata": {"labels": {"a": "c"}}})
     p = v1.read_namespaced_pod("s", namespace)
     assert p.status.phase == "Running" and p.metadata.labels == {"a": "b"}
+    # A uid in the patch is a precondition, as the kubelet's status manager relies on.
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_pod_status("s", namespace, {"metadata": {"uid": "someone-else"}, "status": {"phase": "Failed"}})
+    assert err.value.status == 409 and "Precondition failed: UID" in json.loads(err.value.body)["message"]
+    uid = v1.read_namespaced_pod("s", namespace).metadata.uid
+    v1.patch_namespaced_pod_status("s", namespace, {"metadata": {"uid": uid}, "status": {"phase": "Running"}})
     # Strategic merge on status merges conditions by type.
     v1.patch_namespaced_pod_status("s", namespace, {"status": {"conditions": [{"type": "ContainersReady", "status": "True"}]}})
     assert sorted(c.type for c in v1.read_namespaced_pod("s", namespace).status.conditions) == ["ContainersReady", "Ready"]
