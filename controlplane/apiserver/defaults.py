@@ -6,6 +6,7 @@ Applied on create and update before validation, so clients see exactly the objec
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 Obj = dict[str, Any]
@@ -174,6 +175,12 @@ def service(obj: Obj, creating: bool) -> None:
 
 def secret(obj: Obj, creating: bool) -> None:
     obj.setdefault("type", "Opaque")
+    # stringData is write-only: it is folded into data (base64) and never stored or returned.
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict):
+        data = obj.setdefault("data", {})
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
 
 
 def namespace(obj: Obj, creating: bool) -> None:

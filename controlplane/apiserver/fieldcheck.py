@@ -70,22 +70,24 @@ def _root(kind: str) -> _Type | None:
     return types.get(name) if name else None
 
 
-def _walk(value: Any, t: _Type, path: str, out: list[str]) -> None:
+def _walk(value: Any, t: _Type, path: str, out: list[str], prune: bool = False) -> None:
     if t.shape == "list":
         if isinstance(value, list) and t.inner is not None and t.inner.shape != "scalar":
             for i, item in enumerate(value):
-                _walk(item, t.inner, f"{path}[{i}]", out)
+                _walk(item, t.inner, f"{path}[{i}]", out, prune)
     elif t.shape == "map":
         if isinstance(value, dict) and t.inner is not None and t.inner.shape != "scalar":
             for key, item in value.items():
-                _walk(item, t.inner, f"{path}.{key}" if path else key, out)
+                _walk(item, t.inner, f"{path}.{key}" if path else key, out, prune)
     elif t.shape == "object" and isinstance(value, dict):
-        for key, item in value.items():
+        for key, item in list(value.items()):
             sub = t.fields.get(key)
             if sub is None:
                 out.append(f"{path}.{key}" if path else key)
+                if prune:
+                    del value[key]
             elif sub.shape != "scalar":
-                _walk(item, sub, f"{path}.{key}" if path else key, out)
+                _walk(item, sub, f"{path}.{key}" if path else key, out, prune)
 
 
 def unknown_fields(kind: str, obj: Any) -> list[str]:
@@ -94,6 +96,16 @@ def unknown_fields(kind: str, obj: Any) -> list[str]:
         return []
     out: list[str] = []
     _walk(obj, root, "", out)
+    return out
+
+
+def prune_unknown(kind: str, obj: Any) -> list[str]:
+    """Remove unknown fields (upstream's decoder drops them unless validation is Strict); their paths."""
+    root = _root(kind)
+    if root is None:
+        return []
+    out: list[str] = []
+    _walk(obj, root, "", out, prune=True)
     return out
 
 

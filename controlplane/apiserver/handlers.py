@@ -21,7 +21,7 @@ from controlplane.apiserver import errors, eventsv1, ssa, tables
 from controlplane.apiserver.authn import USER_KEY, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain
 from controlplane.apiserver.errors import ApiError
-from controlplane.apiserver.fieldcheck import unknown_fields
+from controlplane.apiserver.fieldcheck import prune_unknown, unknown_fields
 from controlplane.apiserver.patch import json_patch, merge_patch, strategic_merge
 from controlplane.apiserver.registry import DeleteOptions, Registry
 from controlplane.apiserver.request import MAX_BODY, RequestInfo, bool_param, decode, parse_path
@@ -381,18 +381,21 @@ class RestHandler:
         return obj
 
     def _strict(self, request: web.Request, res: Resource, obj: Obj) -> list[str]:
-        """fieldValidation: Strict -> 400 naming each unknown field; Warn -> warning headers."""
+        """fieldValidation: Strict -> 400 naming each unknown field; Warn (default) -> warning headers;
+        Ignore -> silence. Unknown fields are dropped before storing, as upstream's decoder does."""
         mode = request.query.get("fieldValidation", "Warn")
-        if mode == "Ignore":
+        kind = res.kind if not _is_events_v1(res) else "events.k8s.io/Event"
+        if mode == "Strict":
+            unknown = unknown_fields(kind, obj)
+            if unknown:
+                fields = ", ".join(f'unknown field "{f}"' for f in unknown)
+                raise errors.bad_request(
+                    f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+                    f"strict decoding error: {fields}"
+                )
             return []
-        unknown = unknown_fields(res.kind if not _is_events_v1(res) else "events.k8s.io/Event", obj)
-        if unknown and mode == "Strict":
-            fields = ", ".join(f'unknown field "{f}"' for f in unknown)
-            raise errors.bad_request(
-                f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
-                f"strict decoding error: {fields}"
-            )
-        return unknown
+        unknown = prune_unknown(kind, obj)
+        return [] if mode == "Ignore" else unknown
 
     @staticmethod
     def _warn(response: web.StreamResponse, unknown: list[str]) -> web.StreamResponse:

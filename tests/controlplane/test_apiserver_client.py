@@ -87,6 +87,12 @@ def test_crud_conflicts_and_status_shapes(v1: client.CoreV1Api, namespace: str) 
     assert generated.metadata.name.startswith("gen-") and len(generated.metadata.name) == 9
 
 
+def test_secret_string_data_is_folded_into_data(v1: client.CoreV1Api, namespace: str) -> None:
+    secret = v1.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="s"), data={"a": "YQ=="}, string_data={"b": "bee"}))
+    assert secret.data == {"a": "YQ==", "b": "YmVl"} and secret.string_data is None and secret.type == "Opaque"
+
+
 def test_validation_422_with_causes(v1: client.CoreV1Api, namespace: str) -> None:
     with pytest.raises(ApiException) as err:
         v1.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(name="p"),
@@ -309,6 +315,10 @@ def test_bad_input(apiserver: ApiServer, namespace: str) -> None:
     status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "bogus": 1, "data": {"k": "v", "x": 1}},
                        query=[("fieldValidation", "Strict")])
     assert status == 400 and 'unknown field "bogus"' in body["message"]
+    # Without Strict, unknown fields are dropped (and reported in a Warning header), never stored.
+    status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w"}, "bogus": 1})
+    assert status == 201 and "bogus" not in body
+    raw(apiserver, "DELETE", f"{path}/w")
     # Nothing of the rejected requests was stored.
     status, body = raw(apiserver, "GET", path)
     assert status == 200 and body["items"] == []
