@@ -108,7 +108,9 @@ def read_host_dns(path: str) -> DNS:
 class Agent:
     def __init__(self, cfg: AgentConfig) -> None:
         self.cfg = cfg
-        self.client = KubeClient(load_config(cfg.kubeconfig), qps=cfg.kube_api_qps, burst=cfg.kube_api_burst)
+        cluster = load_config(cfg.kubeconfig)
+        self.client = KubeClient(cluster, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst)
+        self.event_client = KubeClient(cluster, qps=cfg.event_record_qps, burst=cfg.event_burst)
         self.cri: CRIClient | None = None
         self.node: NodeController | None = None
         self.lease: LeaseController | None = None
@@ -141,7 +143,7 @@ class Agent:
             return dataclasses.replace(state, pleg=problem) if problem else state
 
         self.node = NodeController(self.client, cfg, health, lambda: node_images(cri))
-        recorder = EventRecorder(self.client, cfg.node_name)
+        recorder = EventRecorder(self.event_client, cfg.node_name)
         ctx = PodContext(
             cfg=cfg,
             cri=cri,
@@ -171,6 +173,7 @@ class Agent:
         )
         self.pods.attach(self.informer)
         self._spawn(recorder.run(), "events")
+        self._spawn(ctx.status.run(), "pod-status")
         self._spawn(self.node.run(), "node-status")
         await self.node.registered.wait()
         ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
@@ -231,6 +234,7 @@ class Agent:
         if self.pods is not None:
             await self.pods.stop()
         await self.client.close()
+        await self.event_client.close()
         if self.cri is not None:
             await self.cri.close()
 

@@ -79,6 +79,8 @@ class AgentConfig:
     node_labels: dict[str, str] = field(default_factory=dict)
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
+    event_record_qps: float = 50.0  # events have their own budget, as upstream's eventRecordQPS/eventBurst
+    event_burst: int = 100
     node_status_update_frequency: float = 10.0
     node_status_report_frequency: float = 300.0
     node_lease_duration_seconds: int = 40
@@ -114,6 +116,8 @@ _FILE_FIELDS: dict[str, tuple[str, Any]] = {
     "port": ("port", int),
     "kubeAPIQPS": ("kube_api_qps", float),
     "kubeAPIBurst": ("kube_api_burst", int),
+    "eventRecordQPS": ("event_record_qps", float),
+    "eventBurst": ("event_burst", int),
     "nodeStatusUpdateFrequency": ("node_status_update_frequency", parse_duration),
     "nodeStatusReportFrequency": ("node_status_report_frequency", parse_duration),
     "nodeLeaseDurationSeconds": ("node_lease_duration_seconds", int),

@@ -13,8 +13,8 @@ import gzip
 import logging
 import os
 import shutil
-import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.cri import CRIClient, CRIError, pb
@@ -39,7 +39,7 @@ def rotated_files(log_path: str) -> list[Path]:
 
 def _rotate_file(log_path: str) -> Path | None:
     path = Path(log_path)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**6:06d}"
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S.%f")  # sorts in time order, even within a second
     target = path.with_name(f"{path.name}.{stamp}")
     try:
         os.rename(path, target)

@@ -2,18 +2,26 @@
 wrote (and from what the API already holds), with the pod's UID as a precondition so a status never lands
 on a newer pod of the same name.
 
+Writes are asynchronous, as upstream's status manager does them: a worker hands over the newest status
+and goes on converging; writer tasks send the newest status of each pod, so a burst of changes to one pod
+(Pending, then Running a moment later) costs one PATCH, and a slow or rate-limited API server never holds
+up starting containers. `flush` waits for a pod's status to be written (before the final DELETE).
+
 Also performs the final DELETE of a pod the agent finished terminating (gracePeriodSeconds 0 with a UID
 precondition), which is what removes the object once the node has let go of it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from agent.kube.client import MERGE_PATCH, ApiError, KubeClient
 
 log = logging.getLogger("agent.pods.status")
+
+WRITERS = 8
 
 
 def pod_path(pod: dict[str, Any]) -> str:
@@ -25,35 +33,86 @@ class StatusManager:
     def __init__(self, client: KubeClient | None) -> None:
         self.client = client
         self._written: dict[str, dict[str, Any]] = {}
+        self._latest: dict[str, dict[str, Any]] = {}
+        self._pending: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # uid -> (pod, status)
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._idle: dict[str, asyncio.Event] = {}
         self.patches = 0
 
     def last(self, uid: str) -> dict[str, Any] | None:
-        return self._written.get(uid)
+        """The newest status computed for the pod (written or about to be)."""
+        return self._latest.get(uid)
 
     async def update(self, pod: dict[str, Any], status: dict[str, Any]) -> bool:
-        """Write the status if it changed; True if a PATCH was sent."""
+        """Hand over a computed status; True if it differs from what the API has (a write is queued)."""
         uid = pod["metadata"]["uid"]
+        self._latest[uid] = status
         if self._written.get(uid) == status or _same(pod.get("status") or {}, status):
+            self._pending.pop(uid, None)
             self._written[uid] = status
             return False
         if self.client is None:
             self._written[uid] = status
             return True
+        queued = uid in self._pending
+        self._pending[uid] = (pod, status)
+        self._idle.setdefault(uid, asyncio.Event()).clear()
+        if not queued:
+            self._queue.put_nowait(uid)
+        return True
+
+    async def flush(self, uid: str, within: float = 30.0) -> None:
+        """Wait until the pod's newest status has been written (or given up on)."""
+        event = self._idle.get(uid)
+        if event is not None and uid in self._pending:
+            try:
+                await asyncio.wait_for(event.wait(), within)
+            except TimeoutError:
+                log.warning("status flush timed out uid=%s", uid)
+
+    async def run(self) -> None:
+        """Writer tasks until cancelled."""
+        await asyncio.gather(*(self._writer() for _ in range(WRITERS)))
+
+    async def _writer(self) -> None:
+        while True:
+            uid = await self._queue.get()
+            entry = self._pending.get(uid)
+            if entry is None:
+                continue
+            pod, status = entry
+            try:
+                await self._patch(pod, status)
+            except ApiError as err:
+                log.warning("status write failed pod=%s error=%r", pod_path(pod), str(err))
+                await asyncio.sleep(1.0)
+                if self._pending.get(uid) is entry:
+                    self._queue.put_nowait(uid)  # try again with whatever is newest then
+                continue
+            if self._pending.get(uid) is entry:
+                del self._pending[uid]
+                self._idle.setdefault(uid, asyncio.Event()).set()
+            elif uid in self._pending:
+                self._queue.put_nowait(uid)  # a newer status arrived while this one was written
+
+    async def _patch(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        assert self.client is not None
         body = {"metadata": {"uid": uid}, "status": status}
         try:
             await self.client.patch(pod_path(pod) + "/status", body, content_type=MERGE_PATCH)
         except ApiError as err:
             if err.not_found or err.conflict:
                 log.info("status not written, pod gone pod=%s uid=%s", pod_path(pod), uid)
-                return False
+                return
             raise
         self._written[uid] = status
         self.patches += 1
-        return True
 
     async def delete(self, pod: dict[str, Any]) -> bool:
         """The final DELETE after termination; True when the object is gone (or was already)."""
         uid = pod["metadata"]["uid"]
+        await self.flush(uid)
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         if self.client is not None:
             try:
@@ -66,6 +125,11 @@ class StatusManager:
 
     def forget(self, uid: str) -> None:
         self._written.pop(uid, None)
+        self._latest.pop(uid, None)
+        self._pending.pop(uid, None)
+        event = self._idle.pop(uid, None)
+        if event is not None:
+            event.set()
 
 
 def _same(api: dict[str, Any], ours: dict[str, Any]) -> bool:
