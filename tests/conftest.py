@@ -1,4 +1,5 @@
-"""Session-wide real parts for the test suite: a registry with the test images, and a containerd.
+"""Session-wide real parts for the test suite: a registry with the test images, the project's own pod
+network (pykubelet-cni, served by its network service), and a containerd.
 
 Every test that needs containerd shares one (starting one costs about 0.2 s, but pulling and the
 first sandbox cost more); tests that need their own (teardown tests, other CNI set-ups) start one with
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.cni.node import NodeNetwork
+from agent.cni.service import BackgroundService
 from agent.cri import CRIClient
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.images import RigImages, publish_test_images
@@ -47,8 +50,26 @@ def test_images(registry: Registry) -> RigImages:
 
 
 @pytest.fixture(scope="session")
+def pod_network(rig_dir: Path) -> Iterator[NodeNetwork]:
+    """Our CNI plugin with its service running, as the agent runs it on a node."""
+    net = NodeNetwork(
+        conf_dir=rig_dir / "cni-conf",
+        bin_dir=rig_dir / "cni-bin",
+        data_dir=rig_dir / "cni-data",
+        pod_cidr="10.87.0.0/24",
+        bridge="pykrig0",
+        socket_path=str(rig_dir / "cni.sock"),
+    )
+    net.write()
+    service = BackgroundService(net.socket_path).start()
+    yield net
+    service.stop()
+
+
+@pytest.fixture(scope="session")
 def ref_network(rig_dir: Path) -> Iterator[ReferenceBridgeNetwork]:
-    net = ReferenceBridgeNetwork(conf_dir=rig_dir / "cni-conf", data_dir=rig_dir / "cni-data")
+    """The reference bridge + host-local plugins, for tests that compare against them."""
+    net = ReferenceBridgeNetwork(conf_dir=rig_dir / "ref-cni-conf", data_dir=rig_dir / "ref-cni-data")
     net.write()
     yield net
     net.remove()
@@ -56,21 +77,21 @@ def ref_network(rig_dir: Path) -> Iterator[ReferenceBridgeNetwork]:
 
 @pytest.fixture(scope="session")
 def containerd(
-    rig_dir: Path, registry: Registry, test_images: RigImages, ref_network: ReferenceBridgeNetwork
+    rig_dir: Path, registry: Registry, test_images: RigImages, pod_network: NodeNetwork
 ) -> Iterator[Containerd]:
-    """The shared containerd, on the reference bridge network; torn down and checked at session end."""
+    """The shared containerd, on our pod network; torn down and checked at session end."""
     before = HostSnapshot.take()
     ctd = Containerd(
         rig_dir / "containerd",
-        cni_bin_dir=ref_network.bin_dir,
-        cni_conf_dir=ref_network.conf_dir,
+        cni_bin_dir=pod_network.bin_dir,
+        cni_conf_dir=pod_network.conf_dir,
         sandbox_image=test_images.pause,
         registry=registry.address,
     )
     ctd.start()
     yield ctd
     left = ctd.stop()
-    ref_network.remove()
+    pod_network.remove()
     assert left.empty(), f"containerd teardown left {left}"
     leaked = leaked_since(before)
     assert not leaked, f"the session left these on the host: {leaked}"

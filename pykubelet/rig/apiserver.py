@@ -71,8 +71,17 @@ class ApiServer:
         if self.process is not None and self.process.poll() is None:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pykubelet", "server", "--data-dir", str(self.data_dir),
-               "--port", str(self.port), *self.extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pykubelet",
+            "server",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        ]
         log = open(self.log_path, "ab")
         try:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

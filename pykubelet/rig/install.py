@@ -23,6 +23,9 @@ PACKAGES: dict[str, str] = {
     "nftables": "/usr/sbin/nft",
     "iptables": "/usr/sbin/iptables",
     "etcd-server": "/usr/bin/etcd",
+    # The CNI plugin's executable is a small C shim compiled on the node (agent/cni/install.py).
+    "gcc": "/usr/bin/gcc",
+    "libc6-dev": "/usr/include/stdio.h",
 }
 
 

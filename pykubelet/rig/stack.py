@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from agent.cni.node import NodeNetwork
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.images import RigImages, publish_test_images
 from pykubelet.rig.process import Daemon, free_port
-from pykubelet.rig.refcni import ReferenceBridgeNetwork
 from pykubelet.rig.registry import Registry
 
 DEFAULT_POD_CIDR = "10.244.0.0/24"
@@ -37,6 +37,19 @@ class StackConfig:
     api_port: int | None = None  # None: a free port
     registry_port: int | None = None
     kubelet_port: int | None = None
+
+
+def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
+    """The stack's pod network: our CNI plugin, its files under <state>/cni."""
+    cni = state_dir / "cni"
+    return NodeNetwork(
+        conf_dir=cni / "net.d",
+        bin_dir=cni / "bin",
+        data_dir=cni / "ipam",
+        pod_cidr=pod_cidr,
+        bridge=bridge,
+        socket_path=str(cni / "cni.sock"),
+    )
 
 
 @dataclass
@@ -69,12 +82,13 @@ class Stack:
         self.config = config
         d = config.state_dir = Path(config.state_dir).resolve()
         self.registry = Registry(d / "registry", port=config.registry_port)
-        self.network = ReferenceBridgeNetwork(
-            conf_dir=d / "cni" / "net.d",
-            data_dir=d / "cni" / "ipam",
-            name="pykubelet",
-            bridge=config.bridge,
-            subnet=config.pod_cidr,
+        self.network = stack_network(d, config.pod_cidr, config.bridge)
+        # The network service answers the CNI calls containerd makes; without it the plugin still
+        # works, in-process and slower.
+        self.network_service = Daemon(
+            "pykubelet-cni serve",
+            ["pykubelet-cni", "serve", "--socket", self.network.socket_path],
+            d / "cni" / "service.log",
         )
         self.images: RigImages | None = None
         self.containerd: Containerd | None = None
@@ -104,6 +118,7 @@ class Stack:
             self.registry.start()
             self.images = publish_test_images(self.registry.address)
             self.network.write()
+            self.network_service.start(lambda: Path(self.network.socket_path).exists())
             self.containerd = Containerd(
                 d / "containerd",
                 cni_bin_dir=self.network.bin_dir,
@@ -181,6 +196,7 @@ class Stack:
         apiserver_process = getattr(self.apiserver, "process", None)
         for name, pid in (
             ("registry", self.registry.daemon.pid),
+            ("network", self.network_service.pid),
             ("containerd", self.containerd.daemon.pid if self.containerd else None),
             ("apiserver", apiserver_process.pid if apiserver_process else None),
             ("agent", self.agent.pid if self.agent else None),
@@ -211,6 +227,7 @@ class Stack:
             left = self.containerd.stop()
             if not left.empty():
                 problems.append(f"containerd left {left}")
+        self.network_service.stop()
         self.network.remove()
         self.registry.stop()
         (self.config.state_dir / "stack.json").unlink(missing_ok=True)
@@ -234,10 +251,11 @@ def stop_recorded(state_dir: Path) -> list[str]:
         daemon = adopted(name, state / name / f"{name}.log")
         if daemon is not None:
             daemon.stop()
+    network_files = stack_network(state, record.pod_cidr, record.bridge)
     ctd = Containerd(
         state / "containerd",
-        cni_bin_dir=Path("/usr/lib/cni"),
-        cni_conf_dir=state / "cni" / "net.d",
+        cni_bin_dir=network_files.bin_dir,
+        cni_conf_dir=network_files.conf_dir,
         sandbox_image="",
     )
     ctd.daemon = adopted("containerd", ctd.daemon.log_path) or ctd.daemon
@@ -247,8 +265,9 @@ def stop_recorded(state_dir: Path) -> list[str]:
     registry = adopted("registry", state / "registry" / "registry.log")
     if registry is not None:
         registry.stop()
-    ReferenceBridgeNetwork(
-        conf_dir=state / "cni" / "net.d", data_dir=state / "cni" / "ipam", bridge=record.bridge
-    ).remove()
+    network = adopted("network", state / "cni" / "service.log")
+    if network is not None:
+        network.stop()
+    network_files.remove()
     (state / "stack.json").unlink(missing_ok=True)
     return problems

@@ -1,4 +1,4 @@
-"""The whole CRI sequence against the real containerd, its registry and the reference bridge network.
+"""The whole CRI sequence against the real containerd, its registry and our own pod network.
 
 Each step is checked through the runtime's own answers and, where the host can see it, from the host:
 the pod's IP answers HTTP, the log file holds the container's output, and once everything is removed
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.cni.node import NodeNetwork
 from agent.cri import CRIClient, DeadlineExceededError, NotFoundError, pb
 from agent.cri.logs import read_log_file
 from pykubelet.rig.images import RigImages
 from pykubelet.rig.leaks import HostSnapshot, leaked_since
-from pykubelet.rig.refcni import ReferenceBridgeNetwork
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def http_get(url: str) -> bytes:
 
 
 async def test_pod_lifecycle_end_to_end(
-    cri: CRIClient, test_images: RigImages, ref_network: ReferenceBridgeNetwork, pod_log_dir: Path
+    cri: CRIClient, test_images: RigImages, pod_network: NodeNetwork, pod_log_dir: Path
 ) -> None:
     before = HostSnapshot.take()
 
@@ -88,7 +88,7 @@ async def test_pod_lifecycle_end_to_end(
     assert status.status.state == pb.SANDBOX_READY
     assert status.status.metadata.uid == sandbox.metadata.uid
     pod_ip = status.status.network.ip
-    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(ref_network.subnet)
+    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(pod_network.pod_cidr)
     listed = await cri.list_pod_sandbox(labels={"io.kubernetes.pod.uid": sandbox.metadata.uid})
     assert [s.id for s in listed] == [sandbox_id]
 

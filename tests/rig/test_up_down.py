@@ -19,7 +19,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
     state = tmp_path / "state"
     before = HostSnapshot.take()
     up = subprocess.run(
-        ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-test"],
+        ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-test", "--pod-cidr", "10.88.0.0/24"],
         capture_output=True,
         text=True,
         timeout=300,
