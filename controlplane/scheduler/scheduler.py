@@ -140,6 +140,9 @@ class Scheduler:
         except Exception as err:  # any failure: forget the assumption, retry later
             self.cache.forget(pod.uid)
             self.stats.bind_errors += 1
+            # The slot it held is free again, and pods may have been refused for want of it (upstream
+            # moves its unschedulable pods on a binding failure for the same reason).
+            self.queue.move_all()
             status = err.status if isinstance(err, ApiError) else 0
             if status == 404 or (status == 409 and self.cache.has_pod(pod.uid)):
                 # Gone, or already bound elsewhere and seen so: the pod watch has told the rest.
