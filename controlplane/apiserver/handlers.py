@@ -317,6 +317,9 @@ class RestHandler:
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
+                # Late (a busy server): still end with the bookmark the client asked for.
+                if bookmarks and watcher.queue.empty():
+                    await response.write(self._bookmark(res, self.cache.revision, False))
                 return
             wait = min(remaining, next_bookmark - now) if bookmarks else remaining
             # Upstream sends a last bookmark shortly before a watch with timeoutSeconds ends.
