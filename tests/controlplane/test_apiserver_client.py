@@ -142,7 +142,7 @@ def test_watch_resume_and_410(tmp_path: Path) -> None:
             v1.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"w{i}")))
         w = watch.Watch()
         events = []
-        for event in w.stream(v1.list_namespaced_config_map, "default", resource_version=start_rv, timeout_seconds=5):
+        for event in w.stream(v1.list_namespaced_config_map, "default", resource_version=start_rv, timeout_seconds=15):
             events.append((event["type"], event["object"].metadata.name))
             if len(events) == 3:
                 w.stop()
@@ -262,7 +262,7 @@ def test_namespace_deletion_terminates_and_empties(v1: client.CoreV1Api) -> None
     with pytest.raises(ApiException) as err:
         v1.create_namespaced_config_map("doomed", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="late")))
     assert err.value.status == 403
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             v1.read_namespace("doomed")

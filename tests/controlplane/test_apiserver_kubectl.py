@@ -206,8 +206,8 @@ def test_delete_pod_waits_for_graceful_deletion(kubectl, v1: client.CoreV1Api, n
     kubectl("apply", "-n", namespace, "-f", "-", input=MANIFEST)
     body = client.V1Binding(metadata=client.V1ObjectMeta(name="web"), target=client.V1ObjectReference(kind="Node", name="node-1"))
     v1.create_namespaced_binding(namespace, body, _preload_content=False)
-    proc = kubectl.popen("delete", "-n", namespace, "pod", "web", "--timeout=30s")
-    deadline = time.monotonic() + 10
+    proc = kubectl.popen("delete", "-n", namespace, "pod", "web", "--timeout=60s")
+    deadline = time.monotonic() + 30
     pod = v1.read_namespaced_pod("web", namespace)
     while pod.metadata.deletion_timestamp is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -218,7 +218,7 @@ def test_delete_pod_waits_for_graceful_deletion(kubectl, v1: client.CoreV1Api, n
     # The kubelet finishes: grace 0 with a UID precondition.
     v1.delete_namespaced_pod("web", namespace, body=client.V1DeleteOptions(
         grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.metadata.uid)))
-    out, err = proc.communicate(timeout=20)
+    out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert 'pod "web" deleted' in out
     # Unbound pods and other kinds go at once.
