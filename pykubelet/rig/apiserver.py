@@ -67,7 +67,7 @@ class ApiServer:
     def ca_cert(self) -> Path:
         return self.data_dir / "pki" / "ca.crt"
 
-    def start(self, timeout: float = 30.0) -> ApiServer:
+    def start(self, timeout: float = 60.0) -> ApiServer:
         if self.process is not None and self.process.poll() is None:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
