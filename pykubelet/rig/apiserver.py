@@ -17,9 +17,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 
-def api_client(kubeconfig: str | os.PathLike[str]):  # type: ignore[no-untyped-def]
+def api_client(kubeconfig: str | os.PathLike[str]) -> ApiClient:
     """An official-client ApiClient for a kubeconfig (its own Configuration, not the global default)."""
     from kubernetes import client, config
 
@@ -55,7 +59,7 @@ class ApiServer:
     def kubeconfig(self) -> Path:
         return self.data_dir / "admin.kubeconfig"
 
-    def api_client(self):  # type: ignore[no-untyped-def]
+    def api_client(self) -> ApiClient:
         """The official client as the cluster admin (a context manager: `with server.api_client() as api`)."""
         return api_client(self.kubeconfig)
 
