@@ -18,6 +18,7 @@ from typing import Any
 from controlplane.apiserver import errors, ssa
 from controlplane.apiserver.admission import AdmissionChain, AdmissionRequest
 from controlplane.apiserver.authn import UserInfo
+from controlplane.apiserver.defaults import apply_defaults
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.meta import metadata, now, random_suffix, timestamp
 from controlplane.apiserver.resources import RESOURCES, Resource, core
@@ -332,9 +333,7 @@ class Registry:
         if res.kind == "Service":
             _keep_allocations(current, new)
         if res.kind in GENERATION_KINDS and new.get("spec") != current.get("spec"):
-            # Compare after defaulting would be more exact; defaulting is idempotent, so run it first.
-            from controlplane.apiserver.defaults import apply_defaults
-
+            # Defaulting is idempotent: run it first so a spec that only differs by defaults is no change.
             apply_defaults(res.kind, new, False)
             if new.get("spec") != current.get("spec"):
                 meta["generation"] = int(cur_meta.get("generation", 1)) + 1
