@@ -42,8 +42,11 @@ async def test_authorizer_chain_decides(tmp_path: Path) -> None:
             lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "n1"}, "spec": {}}
             async with session.post(f"{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", json=lease) as resp:
                 assert resp.status == 201
+            async with session.get(f"{base}/apis") as resp:
+                assert resp.status == 200
         denied = next(a for a in policy.seen if a.verb == "create" and a.resource == "configmaps")
         assert (denied.user.name, denied.namespace, denied.api_version) == ("system:admin", "default", "v1")
-        assert any(not a.resource_request and a.path == "/version" for a in policy.seen) is False
+        # Discovery is a non-resource request: authorized by path.
+        assert any(not a.resource_request and a.path == "/apis" and a.verb == "get" for a in policy.seen)
     finally:
         await server.stop()
