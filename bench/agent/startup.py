@@ -4,6 +4,8 @@
 
 For each size N, in the same run on the same containerd:
   floor: N x (RunPodSandbox + CreateContainer + StartContainer) issued at once straight to CRI;
+  (floor and agent alternate for several rounds at 1 and 30 pods, samples pooled, to even out load
+  from anything else on the machine)
   agent: N pods created at once through the API; latency = the moment a watch shows the pod Running
          minus the moment the creation requests were sent (creationTimestamp has 1 s resolution, so it
          is reported beside, not used for the ratio).
@@ -93,8 +95,12 @@ def pod_body(name: str, node: str, image: str) -> dict:
     }
 
 
-async def agent_run(client: KubeClient, n: int, node: str, image: str) -> tuple[list[float], list[float]]:
-    names = [f"p{n}-{i}" for i in range(n)]
+def rounds_for(n: int) -> int:
+    return 5 if n <= 1 else 3 if n <= 30 else 1
+
+
+async def agent_run(client: KubeClient, n: int, node: str, image: str, tag: str = "") -> tuple[list[float], list[float]]:
+    names = [f"p{n}{tag}-{i}" for i in range(n)]
     listing = await client.get(f"/api/v1/namespaces/{NS}/pods")
     rv = listing["metadata"]["resourceVersion"]
     running: dict[str, tuple[float, float]] = {}
@@ -176,9 +182,20 @@ async def bench(stack: Stack, sizes: list[int], idle_seconds: float) -> dict:
     report: dict = {"sizes": {}}
     log_dir = stack.config.state_dir / "floor-logs"
     for n in sizes:
-        floor = await raw_floor(cri, n, image, log_dir)
+        # Floor and agent alternate, several rounds for the smaller sizes, and the samples are pooled:
+        # the machine is shared, and load that shifts between two single runs would skew their ratio.
+        rounds = rounds_for(n)
+        floor: list[float] = []
+        from_send: list[float] = []
+        from_creation: list[float] = []
         watch = ProcWatch(stack.agent.pid)
-        from_send, from_creation = await sampled(watch, agent_run(client, n, stack.node_name, image))
+        for r in range(rounds):
+            floor += await raw_floor(cri, n, image, log_dir)
+            sent, created = await sampled(watch, agent_run(client, n, stack.node_name, image, tag=f"r{r}"))
+            from_send += sent
+            from_creation += created
+            if r < rounds - 1:
+                await delete_all(client)
         burst = watch.result()
         entry = {
             "floor": summary(floor),
@@ -186,6 +203,7 @@ async def bench(stack: Stack, sizes: list[int], idle_seconds: float) -> dict:
             "agent_from_creationTimestamp": summary(from_creation) if from_creation else None,
             "ratio_p50": round(pct(from_send, 50) / pct(floor, 50), 2),
             "ratio_p99": round(pct(from_send, 99) / pct(floor, 99), 2),
+            "rounds": rounds,
             "agent_during_burst": burst,
         }
         report["sizes"][str(n)] = entry
