@@ -32,6 +32,7 @@ Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
 # Terminal pods hold no resources: upstream's scheduler does not even watch them.
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+STATS_INTERVAL = 60.0
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Scheduler:
                         t.result()  # an informer died: surface its error
                 log.info("caches synced nodes=%d pods=%d", len(self.nodes.store), len(self.pods.store))
                 loop_task = asyncio.create_task(self._loop(), name="schedule-loop")
+                informers.append(asyncio.create_task(self._report(), name="stats"))
                 await asyncio.wait([loop_task, stopper, *informers], return_when=asyncio.FIRST_COMPLETED)
                 for t in (loop_task, *informers):
                     if t.done() and not t.cancelled():
@@ -93,6 +95,20 @@ class Scheduler:
             for t in self._background:
                 t.cancel()
             await self.events.stop()
+
+    async def _report(self, every: float = STATS_INTERVAL) -> None:
+        """One log line a minute, only when something happened: what an operator of `pykubelet up` looks
+        for first when pods stay Pending."""
+        last = None
+        while True:
+            await asyncio.sleep(every)
+            counts = self.queue.counts()
+            now = (self.stats.scheduled, self.stats.unschedulable, self.stats.bind_errors, tuple(counts.values()))
+            if now != last:
+                log.info("stats scheduled=%d unschedulable_attempts=%d bind_errors=%d nodes=%d queue=%s",
+                         self.stats.scheduled, self.stats.unschedulable, self.stats.bind_errors,
+                         len(self.cache.nodes()), ",".join(f"{k}:{v}" for k, v in counts.items()))
+                last = now
 
     # the decision loop --------------------------------------------------------------------------------
     async def _loop(self) -> None:

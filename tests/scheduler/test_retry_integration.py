@@ -164,3 +164,15 @@ def test_racing_another_binder_loses_no_pod_and_overcommits_nothing(cluster, sta
     assert {n for n, node in bound.items() if node == other} == stolen
     for name in set(names) - set(bound):
         cluster.wait_unschedulable(name)  # the rest say why they wait
+
+
+def test_a_deleted_node_is_no_longer_offered(cluster, start_scheduler):
+    doomed = cluster.add_node("doomed", cpu="8")
+    small = cluster.add_node("small", cpu="1")
+    start_scheduler()
+    cluster.create(cluster.pod("first", cpu="2"))
+    assert cluster.wait_bound("first") == doomed
+    cluster.v1.delete_node(doomed)
+    cluster.create(cluster.pod("second", cpu="2"))
+    assert cluster.wait_unschedulable("second") == "0/1 nodes are available: 1 Insufficient cpu."
+    assert small in cluster.nodes
