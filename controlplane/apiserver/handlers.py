@@ -42,6 +42,7 @@ log = logging.getLogger("controlplane.apiserver")
 Obj = dict[str, Any]
 
 BOOKMARK_INTERVAL = 60.0
+DISCONNECT_CHECK = 5.0  # how often an idle watch looks whether its client is still there
 _TABLE = "as=Table"
 _PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -291,7 +292,7 @@ class RestHandler:
             if error_status is not None or watcher is None:
                 await response.write(encode({"type": "ERROR", "object": error_status}) + b"\n")
                 return response
-            await self._pump(response, watcher, res, mode, request.query.get("includeObject", "Metadata"),
+            await self._pump(request, response, watcher, res, mode, request.query.get("includeObject", "Metadata"),
                              bookmarks, timeout, initial_count, initial_rv)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
@@ -304,7 +305,7 @@ class RestHandler:
         return response
 
     async def _pump(
-        self, response: web.StreamResponse, watcher: Any, res: Resource, mode: str, include: str,
+        self, request: web.Request, response: web.StreamResponse, watcher: Any, res: Resource, mode: str, include: str,
         bookmarks: bool, duration: float, initial_count: int, initial_rv: int,
     ) -> None:
         deadline = time.monotonic() + duration
@@ -314,6 +315,9 @@ class RestHandler:
         if initial_count == 0:
             await response.write(self._bookmark(res, initial_rv, True))
         while True:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return  # the client went away: release the watcher now, not at the next event
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
@@ -325,6 +329,7 @@ class RestHandler:
             # Upstream sends a last bookmark shortly before a watch with timeoutSeconds ends.
             if bookmarks and remaining > 1:
                 wait = min(wait, remaining - 1 if remaining > 2 else remaining)
+            wait = min(wait, DISCONNECT_CHECK)
             try:
                 event = await asyncio.wait_for(watcher.queue.get(), max(wait, 0.01))
             except TimeoutError:

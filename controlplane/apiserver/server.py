@@ -147,6 +147,7 @@ class ApiServer:
             r.add_get(path, self._health)
             r.add_get(path + "/{check:.*}", self._health)
         r.add_get("/version", self._version)
+        r.add_get("/metrics", self._metrics)
         r.add_get("/api", self._api)
         r.add_get("/apis", self._apis)
         r.add_get("/api/v1", self._core_resources)
@@ -198,6 +199,27 @@ class ApiServer:
         except Exception as exc:
             log.exception("path=%s method=%s", request.path, request.method)
             return json_response(ApiError(500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}").status(), 500)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """A few Prometheus gauges with upstream's names where upstream has them."""
+        lines = [
+            "# HELP apiserver_longrunning_requests Gauge of all active long-running apiserver requests.",
+            "# TYPE apiserver_longrunning_requests gauge",
+            f'apiserver_longrunning_requests{{verb="WATCH"}} {self.rest.active_watches}',
+            "# HELP apiserver_registered_watchers Number of currently registered watchers.",
+            "# TYPE apiserver_registered_watchers gauge",
+            f"apiserver_registered_watchers {self.cache.watcher_count()}",
+            "# HELP apiserver_storage_objects Number of stored objects per resource.",
+            "# TYPE apiserver_storage_objects gauge",
+        ]
+        for bucket, count in sorted(self.cache.object_counts().items()):
+            lines.append(f'apiserver_storage_objects{{resource="{bucket}"}} {count}')
+        lines += [
+            "# HELP pykube_storage_revision Newest committed store revision.",
+            "# TYPE pykube_storage_revision gauge",
+            f"pykube_storage_revision {self.store.revision}",
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _version(self, request: web.Request) -> web.Response:
         return json_response(discovery.version_info())

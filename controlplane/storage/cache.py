@@ -313,5 +313,8 @@ class WatchCache:
         if bucket:
             bucket.watchers.discard(watcher)
 
+    def object_counts(self) -> dict[str, int]:
+        return {name: len(bucket.objects) for name, bucket in self._buckets.items()}
+
     def watcher_count(self) -> int:
         return sum(len(b.watchers) for b in self._buckets.values())

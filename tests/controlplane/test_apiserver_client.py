@@ -431,3 +431,28 @@ def test_metadata_only_views(apiserver: ApiServer, v1: client.CoreV1Api, namespa
     assert body["kind"] == "PartialObjectMetadataList"
     assert body["items"][0]["kind"] == "PartialObjectMetadata" and body["items"][0]["metadata"]["labels"] == {"k": "v"}
     assert "data" not in body["items"][0]
+
+
+def _metric(server: ApiServer, name: str) -> float:
+    with urlopen_admin(server, "GET", "/metrics") as resp:
+        text = resp.read().decode()
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name)))
+
+
+def test_idle_watch_of_a_departed_client_is_released(tmp_path: Path) -> None:
+    with ApiServer(tmp_path / "w") as server:  # its own server: no other test's watchers in the count
+        assert _metric(server, "apiserver_registered_watchers") == 0
+        context = ssl.create_default_context(cafile=str(server.ca_cert))
+        context.load_cert_chain(server.data_dir / "pki" / "admin.crt", server.data_dir / "pki" / "admin.key")
+        request = urllib.request.Request(f"{server.url}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=600")
+        resp = urllib.request.urlopen(request, context=context, timeout=30)
+        deadline = time.monotonic() + 10
+        while _metric(server, "apiserver_registered_watchers") == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _metric(server, "apiserver_registered_watchers") == 1
+        assert _metric(server, 'apiserver_storage_objects{resource="namespaces"}') == 4
+        resp.close()  # the client goes away without a word; no event will ever come for this watch
+        deadline = time.monotonic() + 20
+        while _metric(server, "apiserver_registered_watchers") > 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _metric(server, "apiserver_registered_watchers") == 0
