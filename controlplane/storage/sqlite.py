@@ -264,6 +264,10 @@ class SQLiteStore:
             return
         db = self.db
         self._compacted = revision
+        # Recorded before any row goes, so that a crash half-way never lets an old revision be served
+        # from a partly compacted history.
+        db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('compacted', ?)", (revision,))
+        db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('revision', ?)", (self._revision,))
         low = 0
         while low < revision:
             high = min(low + batch, revision)
@@ -280,6 +284,4 @@ class SQLiteStore:
                 raise
             low = high
             await asyncio.sleep(0)
-        db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('compacted', ?)", (revision,))
-        db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('revision', ?)", (self._revision,))
         self._index = {k: v for k, v in self._index.items() if not (v[2] and v[0] <= revision)}
