@@ -268,7 +268,7 @@ class SQLiteStore:
         # from a partly compacted history.
         db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('compacted', ?)", (revision,))
         db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('revision', ?)", (self._revision,))
-        low = 0
+        low = max(int(db.execute("SELECT MIN(rev) FROM log").fetchone()[0] or 1) - 1, 0)
         while low < revision:
             high = min(low + batch, revision)
             db.execute("BEGIN IMMEDIATE")
