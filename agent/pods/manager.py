@@ -10,6 +10,7 @@ which stops and removes them.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -23,11 +24,17 @@ from agent.pods.worker import PodContext, PodWorker
 log = logging.getLogger("agent.pods.manager")
 
 
+def _desired(pod: dict[str, Any]) -> str:
+    meta = {k: v for k, v in pod["metadata"].items() if k not in ("resourceVersion", "managedFields", "generation")}
+    return json.dumps([meta, pod.get("spec")], sort_keys=True, separators=(",", ":"))
+
+
 class PodManager:
     def __init__(self, ctx: PodContext) -> None:
         self.ctx = ctx
         self.informer: Informer | None = None
         self.workers: dict[str, PodWorker] = {}
+        self._seen: dict[str, str] = {}  # uid -> what of the pod a worker acts on, serialized
         self._fingerprints: dict[str, tuple[tuple[str, int], ...]] = {}
         self.relists = 0
         self.last_relist = time.monotonic()  # for the PLEG health check, as upstream's
@@ -41,10 +48,18 @@ class PodManager:
         return self.informer.get(uid) if self.informer is not None else None
 
     def on_pod_event(self, kind: str, pod: dict[str, Any]) -> None:
-        """Informer handler: every event is a reason to sync that pod."""
+        """Informer handler: a new, deleted or re-specified pod is a reason to sync it. Changes to the
+        status alone (mostly our own writes coming back) are not, as upstream's pod config ignores them."""
         uid = pod["metadata"]["uid"]
-        if kind == "DELETED" and uid not in self.workers:
+        if kind == "DELETED":
+            self._seen.pop(uid, None)
+            if uid in self.workers:
+                self.workers[uid].wake()
             return
+        desired = _desired(pod)
+        if kind == "MODIFIED" and self._seen.get(uid) == desired and uid in self.workers:
+            return
+        self._seen[uid] = desired
         self._ensure_worker(uid).wake()
 
     def _ensure_worker(self, uid: str) -> PodWorker:
