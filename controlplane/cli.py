@@ -18,6 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume")
     parser.add_argument("--compact-interval", type=float, default=300.0, help="seconds between history compactions")
     parser.add_argument("--event-ttl", type=float, default=3600.0, help="seconds an idle event is kept")
+    parser.add_argument(
+        "--scheduler",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the scheduler as a child process (--no-scheduler: another scheduler binds pods)",
+    )
+    parser.add_argument("--scheduler-config", type=Path, default=None, help="KubeSchedulerConfiguration file")
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -40,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         compact_interval=args.compact_interval,
         event_ttl=args.event_ttl,
         extra_sans=args.tls_san,
+        scheduler=args.scheduler,
+        scheduler_config=args.scheduler_config,
     )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(serve(config))

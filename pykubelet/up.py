@@ -61,12 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_example(stack: Stack, timeout: float) -> None:
-    """Create the sample pod (bound to our node: there is no scheduler yet) and wait for Running."""
+    """Create the sample pod (the scheduler binds it to our node) and wait for Running."""
     from kubernetes.client.exceptions import ApiException
 
     core = stack.core_api()
     manifest = yaml.safe_load(EXAMPLE_POD.read_text())
-    manifest["spec"]["nodeName"] = stack.node_name
     name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     try:
         core.create_namespaced_pod(namespace, manifest)

@@ -47,12 +47,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GOAL = 200.0
 
 
-def server_args() -> list[str]:
-    """`--no-scheduler` once `pykubelet server` embeds one: this bench starts its own."""
-    out = subprocess.run([sys.executable, "-m", "pykubelet", "server", "--help"], capture_output=True,
-                         text=True, timeout=60).stdout
-    return ["--no-scheduler"] if "--no-scheduler" in out else []
-
 
 def node(name: str) -> dict:
     alloc = {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "100Gi"}
@@ -315,7 +309,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
         results = []
         wanted = args.scenarios
         if "backlog" in wanted or "stream" in wanted:
-            with ApiServer(work / "api", extra_args=server_args()) as server:
+            with ApiServer(work / "api") as server:
                 await add_nodes(server, args.nodes)
                 for name in ("backlog", "stream"):
                     if name in wanted:

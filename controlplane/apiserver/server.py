@@ -49,6 +49,9 @@ class ServerConfig:
     compact_interval: float = 300.0
     event_ttl: float = 3600.0
     extra_sans: list[str] = field(default_factory=list)
+    # The scheduler runs as a supervised child process of the server (see controlplane/scheduler/supervisor.py).
+    scheduler: bool = False
+    scheduler_config: Path | None = None
 
 
 class ApiServer:
@@ -287,7 +290,21 @@ async def serve(config: ServerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    scheduler = None
+    if config.scheduler and not config.insecure_http:  # --insecure-http writes no kubeconfig
+        from controlplane.scheduler.supervisor import run_scheduler_process
+
+        scheduler = asyncio.create_task(
+            run_scheduler_process(
+                config.data_dir / "admin.kubeconfig",
+                config.scheduler_config,
+                stop,
+                log_path=config.data_dir / "scheduler.log",
+            )
+        )
     try:
         await stop.wait()
     finally:
+        if scheduler is not None:
+            await scheduler  # SIGTERM to the child (it releases its lease), SIGKILL after a grace period
         await server.stop()

@@ -1,23 +1,20 @@
 """Start and stop the project's API server as a subprocess (tests, benchmarks and `pykubelet up`).
 
-One owner starts it, waits until /readyz answers, and kills it (and only it) on stop, so no test leaves a
-server behind. The server writes DIR/admin.kubeconfig on every start.
+One owner (a rig Daemon) starts it, waits until /readyz answers, and stops its whole process group, so no
+test leaves a server (or its scheduler child) behind. The server writes DIR/admin.kubeconfig on every start.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import ssl
-import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
+
+from pykubelet.rig.process import Daemon, free_port
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -32,28 +29,41 @@ def api_client(kubeconfig: str | os.PathLike[str]) -> ApiClient:
     return client.ApiClient(configuration)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class ApiServer:
-    """The API server in `data_dir` on `port` (0: a free port is chosen before start)."""
+    """The API server in `data_dir` on `port` (0: a free port is chosen before start).
+
+    The scheduler that `pykubelet server` embeds is off unless `scheduler=True`: most tests bind pods
+    themselves or run a scheduler of their own, and an embedded one would race them."""
 
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
         port: int = 0,
         *,
+        scheduler: bool = False,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self.scheduler = scheduler
         self.extra_args = list(extra_args or [])
         self.log_path = Path(log_path) if log_path else self.data_dir / "apiserver.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.daemon = Daemon("pykubelet server", self.command(), self.log_path)
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "pykubelet",
+            "server",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--scheduler" if self.scheduler else "--no-scheduler",
+            *self.extra_args,
+        ]
 
     @property
     def kubeconfig(self) -> Path:
@@ -71,28 +81,23 @@ class ApiServer:
     def ca_cert(self) -> Path:
         return self.data_dir / "pki" / "ca.crt"
 
+    @property
+    def pid(self) -> int | None:
+        return self.daemon.pid
+
     def start(self, timeout: float = 60.0) -> ApiServer:
-        if self.process is not None and self.process.poll() is None:
+        if self.running:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "pykubelet",
-            "server",
-            "--data-dir",
-            str(self.data_dir),
-            "--port",
-            str(self.port),
-            *self.extra_args,
-        ]
-        log = open(self.log_path, "ab")
-        try:
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        finally:
-            log.close()
-        self._wait_ready(timeout)
+        self.daemon.start(self._ready, timeout=timeout)
         return self
+
+    def _ready(self) -> bool:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        with urllib.request.urlopen(f"{self.url}/readyz", context=context, timeout=2) as resp:
+            return resp.status == 200 and self.kubeconfig.exists()
 
     def client_kubeconfig(self, user: str, groups: tuple[str, ...], path: str | os.PathLike[str]) -> Path:
         """A kubeconfig for another identity, with a client certificate from the cluster CA.
@@ -111,53 +116,17 @@ class ApiServer:
         write_kubeconfig(target, self.url, pki, cert, key, user=safe)
         return target
 
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        last_error = ""
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                raise RuntimeError(f"apiserver exited early; see {self.log_path}:\n{self._log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/readyz", context=context, timeout=2) as resp:
-                    if resp.status == 200 and self.kubeconfig.exists():
-                        return
-            except (urllib.error.URLError, OSError) as err:
-                last_error = str(err)
-            time.sleep(0.05)
-        self.stop()
-        raise TimeoutError(f"apiserver not ready after {timeout}s ({last_error}); log:\n{self._log_tail()}")
-
-    def _log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after `timeout`; always reaps the child."""
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        """SIGTERM (the server stops its scheduler child), then SIGKILL of the group after `timeout`."""
+        self.daemon.stop(grace=timeout)
 
     def kill(self) -> None:
         """SIGKILL without warning: what a crash looks like to the store."""
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        self.daemon.kill()
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.daemon.running()
 
     def __enter__(self) -> ApiServer:
         return self.start()

@@ -1,4 +1,5 @@
-"""The whole single-machine cluster: registry + images, containerd, the API server and the agent.
+"""The whole single-machine cluster: registry + images, the pod network, containerd, the API server (with
+its scheduler) and the agent.
 
 One class owns every part, so `pykubelet up`, the e2e suite and the benchmarks start and stop the
 same thing. Each daemon is a child process in its own session: `up` leaves them running after it
@@ -127,7 +128,8 @@ class Stack:
                 registry=self.registry.address,
             )
             self.containerd.start()
-            self.apiserver = ApiServer(d / "apiserver", port=self.config.api_port or free_port())
+            # The server runs the scheduler as its child, so pods without a nodeName land on our node.
+            self.apiserver = ApiServer(d / "apiserver", port=self.config.api_port or free_port(), scheduler=True)
             self.apiserver.start()
             self.start_agent(wait_ready=wait_ready)
         except BaseException:
@@ -193,12 +195,11 @@ class Stack:
 
     def record(self) -> StackRecord:
         pids = {}
-        apiserver_process = getattr(self.apiserver, "process", None)
         for name, pid in (
             ("registry", self.registry.daemon.pid),
             ("network", self.network_service.pid),
             ("containerd", self.containerd.daemon.pid if self.containerd else None),
-            ("apiserver", apiserver_process.pid if apiserver_process else None),
+            ("apiserver", self.apiserver.pid if self.apiserver else None),
             ("agent", self.agent.pid if self.agent else None),
         ):
             if pid is not None:

@@ -35,12 +35,15 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
         # The daemons outlive the `up` command, and kubectl sees the node and the pod.
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         pods = subprocess.run(
-            ["kubectl", "--kubeconfig", kubeconfig, "get", "pod", "hello", "-o", "jsonpath={.status.phase}"],
+            [
+                "kubectl", "--kubeconfig", kubeconfig, "get", "pod", "hello",
+                "-o", "jsonpath={.spec.nodeName} {.status.phase}",
+            ],
             capture_output=True,
             text=True,
             check=True,
         )
-        assert pods.stdout == "Running"
+        assert pods.stdout == "up-test Running"  # bound by the server's scheduler, run by our agent
         nodes = subprocess.run(
             ["kubectl", "--kubeconfig", kubeconfig, "get", "node", "up-test", "-o", "name"],
             capture_output=True,

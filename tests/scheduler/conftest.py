@@ -7,7 +7,6 @@ nothing one test left in a scheduler's cache can leak into the next. The schedul
 
 from __future__ import annotations
 
-import functools
 import signal
 import subprocess
 import sys
@@ -26,18 +25,9 @@ from pykubelet.rig.apiserver import ApiServer
 WAIT = 30.0  # generous: backoff tops out at 10 s, and CI machines are busy
 
 
-@functools.cache
-def server_args() -> list[str]:
-    """`--no-scheduler` once `pykubelet server` embeds a scheduler: these tests run their own, and the
-    embedded one would hold the leader lease."""
-    out = subprocess.run([sys.executable, "-m", "pykubelet", "server", "--help"], capture_output=True,
-                         text=True, timeout=60).stdout
-    return ["--no-scheduler"] if "--no-scheduler" in out else []
-
-
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = ApiServer(tmp_path_factory.mktemp("sched-apiserver"), extra_args=server_args())
+    server = ApiServer(tmp_path_factory.mktemp("sched-apiserver"))  # embedded scheduler off: tests run their own
     server.start()
     yield server
     server.stop()

@@ -9,13 +9,13 @@ import pytest
 from kubernetes import client, config
 
 from pykubelet.rig.apiserver import ApiServer
-from tests.scheduler.conftest import Cluster, SchedulerProcess, scheduler_config, server_args
+from tests.scheduler.conftest import Cluster, SchedulerProcess, scheduler_config
 
 pytestmark = pytest.mark.integration
 
 
 def test_scheduler_survives_an_apiserver_restart(tmp_path):
-    server = ApiServer(tmp_path / "api", extra_args=server_args())
+    server = ApiServer(tmp_path / "api")
     server.start()
     sched = None
     try:

@@ -10,7 +10,6 @@ from controlplane.scheduler.client import ApiClient
 from controlplane.scheduler.informer import Informer
 from controlplane.scheduler.kubeconfig import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
-from tests.scheduler.conftest import server_args
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +24,7 @@ async def until(predicate, timeout: float = 15.0) -> None:
 
 async def test_resumes_and_relists_after_410(tmp_path):
     # A watch window of 5 events: a watcher that misses more than that must start over.
-    with ApiServer(tmp_path / "api", extra_args=["--watch-cache-size", "5", *server_args()]) as server:
+    with ApiServer(tmp_path / "api", extra_args=["--watch-cache-size", "5"]) as server:
         client = ApiClient(load_kubeconfig(server.kubeconfig))
         seen: dict[str, str] = {}
         deleted: list[str] = []
