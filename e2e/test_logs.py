@@ -48,7 +48,7 @@ def pod(name: str, node: str, image: str, script: str, restart: str) -> client.V
 
 
 def test_logs_and_previous(kube, namespace, node_name, image):
-    kube.create_namespaced_pod(namespace, pod("hello", node_name, image, "echo hello; echo world >&2", "Never"))
+    kube.create_namespaced_pod(namespace, pod("hello", node_name, image, "echo hello; sleep 0.5; echo world >&2", "Never"))
     wait_for(lambda: kube.read_namespaced_pod("hello", namespace).status.phase == "Succeeded", what="Succeeded")
     assert read_log(kube, namespace, "hello") == "hello\nworld\n"
     assert read_log(kube, namespace, "hello", tail_lines=1) == "world\n"

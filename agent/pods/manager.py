@@ -35,6 +35,7 @@ class PodManager:
         self.informer: Informer | None = None
         self.workers: dict[str, PodWorker] = {}
         self._seen: dict[str, str] = {}  # uid -> what of the pod a worker acts on, serialized
+        self._stopping = False
         self._fingerprints: dict[str, tuple[tuple[str, int], ...]] = {}
         self.relists = 0
         self.last_relist = time.monotonic()  # for the PLEG health check, as upstream's
@@ -73,6 +74,8 @@ class PodManager:
     def _worker_exited(self, worker: PodWorker) -> None:
         if self.workers.get(worker.uid) is worker:
             del self.workers[worker.uid]
+        if self._stopping:
+            return
         # The pod may have come back (or changed) while the worker was finishing.
         pod = self.pod(worker.uid)
         if pod is not None and not pod["metadata"].get("deletionTimestamp"):
@@ -132,6 +135,7 @@ class PodManager:
             await asyncio.sleep(self.ctx.cfg.relist_period)
 
     async def stop(self) -> None:
+        self._stopping = True
         tasks = [w.task for w in self.workers.values() if w.task is not None]
         for task in tasks:
             task.cancel()

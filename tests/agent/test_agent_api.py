@@ -225,7 +225,8 @@ async def test_repeated_event_is_counted(agent: Agent):
 async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki: dict[str, Path]):
     client = agent.client
     name = f"talk-{uuid.uuid4().hex[:6]}"
-    script = "echo one; echo two; echo three >&2; sleep 2; echo four; exit 0"
+    # stdout and stderr are written by separate runtime goroutines: a pause keeps their order fixed.
+    script = "echo one; echo two; sleep 0.5; echo three >&2; sleep 2; echo four; exit 0"
     await client.create(
         "/api/v1/namespaces/default/pods",
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
