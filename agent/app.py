@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from agent.cni.node import NodeNetwork
 from agent.config import AgentConfig
 from agent.cri import (
     CRIClient,
@@ -118,6 +119,7 @@ class Agent:
         self.informer: Informer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.server: KubeletServer | None = None
+        self.network: NodeNetwork | None = None
 
     async def fetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -184,6 +186,9 @@ class Agent:
                 await cri.update_runtime_config(node_cidr)
             except CRIError as err:
                 log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", node_cidr, str(err))
+        pod_cidr = cfg.pod_cidr or node_cidr
+        if cfg.cni_conf_dir:
+            await self._start_network(pod_cidr)
         self.lease = LeaseController(self.client, cfg.node_name, lambda: self.node.uid if self.node else "", cfg.node_lease_duration_seconds)
         self._spawn(self.lease.run(), "lease")
         if cfg.port > 0:
@@ -193,6 +198,25 @@ class Agent:
         rotation = RotationPolicy(to_bytes(cfg.container_log_max_size), max(cfg.container_log_max_files, 2))
         self._spawn(LogRotator(cri, rotation).run(), "log-rotation")
         log.info("agent running node=%s", cfg.node_name)
+
+    async def _start_network(self, pod_cidr: str) -> None:
+        """Host the node's pod network: the CNI service in this loop, and the conflist that makes the
+        runtime report NetworkReady. Until a pod CIDR is known there is no range to hand out, and the
+        node stays NotReady with the runtime's message, as upstream does without a network."""
+        if not pod_cidr:
+            log.warning("no pod CIDR (spec.podCIDR or podCIDR in the config): pod network not started")
+            return
+        cfg = self.cfg
+        self.network = NodeNetwork(
+            conf_dir=Path(cfg.cni_conf_dir),
+            bin_dir=Path(cfg.cni_bin_dir),
+            data_dir=Path(cfg.cni_data_dir),
+            pod_cidr=pod_cidr,
+            bridge=cfg.cni_bridge,
+            socket_path=str(Path(cfg.root_dir) / "cni.sock"),
+        )
+        await self.network.start()
+        log.info("pod network serving pod_cidr=%s conf_dir=%s", pod_cidr, cfg.cni_conf_dir)
 
     async def _start_server(self, cri: CRIClient) -> None:
         cfg = self.cfg
@@ -233,6 +257,9 @@ class Agent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.pods is not None:
             await self.pods.stop()
+        if self.network is not None:
+            # Pods keep their network; CNI calls made while the agent is down run the plugin in-process.
+            await self.network.stop()
         await self.client.close()
         await self.event_client.close()
         if self.cri is not None:

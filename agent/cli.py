@@ -27,6 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pods", dest="max_pods", type=int)
     parser.add_argument("--cluster-domain", dest="cluster_domain")
     parser.add_argument("--cluster-dns", dest="cluster_dns", help="comma-separated DNS server IPs")
+    parser.add_argument(
+        "--cni-conf-dir",
+        dest="cni_conf_dir",
+        help="run pykubelet's own pod network: write its conflist here (containerd's CNI conf_dir)",
+    )
+    parser.add_argument("--cni-bin-dir", dest="cni_bin_dir", help="where to install pykubelet-cni (default /opt/cni/bin)")
+    parser.add_argument("--cni-data-dir", dest="cni_data_dir", help="IPAM state (default /var/lib/cni/networks)")
+    parser.add_argument("--cni-bridge", dest="cni_bridge", help="the pod network's bridge (default cni0)")
     parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (>=4: debug)")
 
 
@@ -37,7 +45,7 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
     name = args.node_name or args.hostname_override
     if name:
         cfg.node_name = name.lower()
-    for attr in ("kubeconfig", "container_runtime_endpoint", "image_service_endpoint", "root_dir", "node_ip", "pod_cidr", "max_pods", "cluster_domain"):
+    for attr in ("kubeconfig", "container_runtime_endpoint", "image_service_endpoint", "root_dir", "node_ip", "pod_cidr", "max_pods", "cluster_domain", "cni_conf_dir", "cni_bin_dir", "cni_data_dir", "cni_bridge"):
         value = getattr(args, attr, None)
         if value is not None:
             setattr(cfg, attr, value)

@@ -100,6 +100,13 @@ class AgentConfig:
     container_log_max_files: int = 5
     # How often the PLEG-like relist runs (upstream relists every second).
     relist_period: float = 1.0
+    # pykubelet's own pod network (agent/cni). Upstream kubelets leave CNI to the runtime and a network
+    # add-on; with cni_conf_dir set, this agent is that add-on for its node: it installs pykubelet-cni into
+    # cni_bin_dir, serves its CNI calls from this process and writes the conflist for the pod CIDR.
+    cni_conf_dir: str = ""
+    cni_bin_dir: str = "/opt/cni/bin"
+    cni_data_dir: str = "/var/lib/cni/networks"
+    cni_bridge: str = "cni0"
 
     def __post_init__(self) -> None:
         if not self.node_name:

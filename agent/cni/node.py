@@ -88,7 +88,8 @@ class NodeNetwork:
 
     async def start(self) -> None:
         """write() and serve CNI calls from this event loop (the agent's)."""
-        self.write()
+        # Compiling the shim and writing files: off the event loop, which serves pods meanwhile.
+        await asyncio.to_thread(self.write)
         if self.service is None:
             self.service = NetworkService(self.socket_path)
         await self.service.start()

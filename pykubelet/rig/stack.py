@@ -49,7 +49,7 @@ def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
         data_dir=cni / "ipam",
         pod_cidr=pod_cidr,
         bridge=bridge,
-        socket_path=str(cni / "cni.sock"),
+        socket_path=str(state_dir / "agent" / "cni.sock"),  # where the agent serves it
     )
 
 
@@ -84,13 +84,9 @@ class Stack:
         d = config.state_dir = Path(config.state_dir).resolve()
         self.registry = Registry(d / "registry", port=config.registry_port)
         self.network = stack_network(d, config.pod_cidr, config.bridge)
-        # The network service answers the CNI calls containerd makes; without it the plugin still
-        # works, in-process and slower.
-        self.network_service = Daemon(
-            "pykubelet-cni serve",
-            ["pykubelet-cni", "serve", "--socket", self.network.socket_path],
-            d / "cni" / "service.log",
-        )
+        # The agent hosts this network: it installs the plugin, serves its calls and writes the conflist
+        # for the pod CIDR (containerd reports NetworkReady from then on). The stack only knows where the
+        # files are, to remove them at teardown.
         self.images: RigImages | None = None
         self.containerd: Containerd | None = None
         self.apiserver = None  # pykubelet.rig.apiserver.ApiServer
@@ -118,8 +114,6 @@ class Stack:
         try:
             self.registry.start()
             self.images = publish_test_images(self.registry.address)
-            self.network.write()
-            self.network_service.start(lambda: Path(self.network.socket_path).exists())
             self.containerd = Containerd(
                 d / "containerd",
                 cni_bin_dir=self.network.bin_dir,
@@ -149,6 +143,8 @@ class Stack:
             "clusterDomain": "cluster.local",
             "resolvConf": "/etc/resolv.conf",
             "port": self.kubelet_port,
+            # The kubelet API accepts client certificates from the cluster's CA (the API server's own).
+            "authentication": {"x509": {"clientCAFile": str(self.apiserver.ca_cert)}},
         }
         self.agent_config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         return self.agent_config_path
@@ -170,6 +166,14 @@ class Stack:
             str(self.write_agent_config()),
             "--root-dir",
             str(self.config.state_dir / "agent"),
+            "--cni-conf-dir",
+            str(self.network.conf_dir),
+            "--cni-bin-dir",
+            str(self.network.bin_dir),
+            "--cni-data-dir",
+            str(self.network.data_dir),
+            "--cni-bridge",
+            self.config.bridge,
         ]
 
     def start_agent(self, wait_ready: float = 120.0) -> Daemon:
@@ -197,7 +201,6 @@ class Stack:
         pids = {}
         for name, pid in (
             ("registry", self.registry.daemon.pid),
-            ("network", self.network_service.pid),
             ("containerd", self.containerd.daemon.pid if self.containerd else None),
             ("apiserver", self.apiserver.pid if self.apiserver else None),
             ("agent", self.agent.pid if self.agent else None),
@@ -228,7 +231,6 @@ class Stack:
             left = self.containerd.stop()
             if not left.empty():
                 problems.append(f"containerd left {left}")
-        self.network_service.stop()
         self.network.remove()
         self.registry.stop()
         (self.config.state_dir / "stack.json").unlink(missing_ok=True)
@@ -266,9 +268,6 @@ def stop_recorded(state_dir: Path) -> list[str]:
     registry = adopted("registry", state / "registry" / "registry.log")
     if registry is not None:
         registry.stop()
-    network = adopted("network", state / "cni" / "service.log")
-    if network is not None:
-        network.stop()
     network_files.remove()
     (state / "stack.json").unlink(missing_ok=True)
     return problems

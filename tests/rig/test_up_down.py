@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import subprocess
 from pathlib import Path
 
@@ -37,13 +39,18 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
         pods = subprocess.run(
             [
                 "kubectl", "--kubeconfig", kubeconfig, "get", "pod", "hello",
-                "-o", "jsonpath={.spec.nodeName} {.status.phase}",
+                "-o", "jsonpath={.spec.nodeName} {.status.phase} {.status.podIP}",
             ],
             capture_output=True,
             text=True,
             check=True,
         )
-        assert pods.stdout == "up-test Running"  # bound by the server's scheduler, run by our agent
+        node, phase, pod_ip = pods.stdout.split()
+        assert (node, phase) == ("up-test", "Running")  # bound by the server's scheduler, run by our agent
+        # The address comes from the pod network the agent runs: our plugin on the range given to `up`.
+        assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network("10.88.0.0/24")
+        conflist = json.loads(next((state / "cni" / "net.d").glob("*.conflist")).read_text())
+        assert [p["type"] for p in conflist["plugins"]][0] == "pykubelet-cni"
         nodes = subprocess.run(
             ["kubectl", "--kubeconfig", kubeconfig, "get", "node", "up-test", "-o", "name"],
             capture_output=True,
