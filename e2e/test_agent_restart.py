@@ -14,18 +14,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from e2e.waiting import wait_for
+
 pytestmark = pytest.mark.integration
 
 
-def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last={last!r}")
 
 
 def sleeper(name: str, node: str, image: str) -> client.V1Pod:
@@ -80,7 +73,7 @@ def test_containerd_down_makes_node_not_ready(kube, namespace, node_name, image,
     kube.create_namespaced_pod(namespace, sleeper("survivor", node_name, image))
     before = wait_for(all_running(kube, namespace, 1), what="survivor Running")
     assert ready_condition(kube, node_name).status == "True"
-    stack.containerd.daemon.stop()
+    stack.containerd.stop_daemon()
     try:
         cond = wait_for(
             lambda: (c := ready_condition(kube, node_name)).status == "False" and c,

@@ -14,18 +14,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from e2e.waiting import wait_for
+
 pytestmark = pytest.mark.integration
 
 
-def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what or fn}; last={last!r}")
 
 
 def make_pod(

@@ -206,6 +206,11 @@ class Containerd:
             cond = runtime_condition(await cri.status(), "RuntimeReady")
             return bool(cond and cond.status)
 
+    def stop_daemon(self) -> None:
+        """Stop the containerd process only, as an operator restarting it on a node would: the shims
+        and the containers they run keep going, and start() brings containerd back to them."""
+        self.daemon.stop()
+
     # -- teardown ------------------------------------------------------------------------------
 
     async def remove_all(self) -> None:
