@@ -55,7 +55,8 @@ def test_200_add_del_cycles_10_at_a_time_leave_nothing(
         list(pool.map(cycle, range(CYCLES)))
     assert problems == []
     # the service runs in this process: 400 calls must not leave descriptors or threads behind
-    assert len(os.listdir("/proc/self/fd")) == fds
+    # (other session fixtures in this process may close descriptors meanwhile, never open ours)
+    assert len(os.listdir("/proc/self/fd")) <= fds
     assert threading.active_count() <= threads + service.service.max_workers  # the pool may grow, no more
     assert network.bridge_ports() == []
     assert network.ip_files() == []
