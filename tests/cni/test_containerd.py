@@ -23,6 +23,7 @@ from agent.cni.node import NodeNetwork
 from agent.cni.service import NetworkService
 from agent.cri import CRIClient, pb, runtime_condition
 from pykubelet.rig.containerd import Containerd
+from pykubelet.rig.cripod import pod_sandbox_config
 from pykubelet.rig.images import RigImages
 from pykubelet.rig.registry import Registry
 
@@ -31,21 +32,8 @@ pytestmark = pytest.mark.integration
 HOST_PORT = 18961
 
 
-def sandbox_config(
-    name: str, log_dir: Path, ports: list[pb.PortMapping] | None = None
-) -> pb.PodSandboxConfig:
-    uid = str(uuid.uuid4())
-    return pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="cni-test", attempt=0),
-        hostname=name,
-        log_directory=str(log_dir),
-        labels={
-            "io.kubernetes.pod.name": name,
-            "io.kubernetes.pod.namespace": "cni-test",
-            "io.kubernetes.pod.uid": uid,
-        },
-        port_mappings=ports or [],
-    )
+def sandbox_config(name: str, log_dir: Path, ports: list[pb.PortMapping] | None = None) -> pb.PodSandboxConfig:
+    return pod_sandbox_config(name, "cni-test", log_dir, ports)
 
 
 def container_config(

@@ -11,7 +11,6 @@ import asyncio
 import ipaddress
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from agent.cni.node import NodeNetwork
 from agent.cri import CRIClient, DeadlineExceededError, NotFoundError, pb
 from agent.cri.logs import read_log_file
+from pykubelet.rig.cripod import pod_sandbox_config
 from pykubelet.rig.images import RigImages
 from pykubelet.rig.leaks import HostSnapshot, leaked_since
 
@@ -26,18 +26,9 @@ pytestmark = pytest.mark.integration
 
 
 def sandbox_config(name: str, log_dir: Path) -> pb.PodSandboxConfig:
-    uid = str(uuid.uuid4())
-    return pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default", attempt=0),
-        hostname=name,
-        log_directory=str(log_dir),
-        labels={
-            "io.kubernetes.pod.name": name,
-            "io.kubernetes.pod.namespace": "default",
-            "io.kubernetes.pod.uid": uid,
-        },
-        dns_config=pb.DNSConfig(servers=["127.0.0.1"], searches=["default.svc.cluster.local"]),
-    )
+    config = pod_sandbox_config(name, "default", log_dir)
+    config.dns_config.CopyFrom(pb.DNSConfig(servers=["127.0.0.1"], searches=["default.svc.cluster.local"]))
+    return config
 
 
 def container_config(
