@@ -22,6 +22,7 @@ from controlplane.apiserver.authn import USER_KEY, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldcheck import prune_unknown, unknown_fields
+from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.patch import json_patch, merge_patch, strategic_merge
 from controlplane.apiserver.registry import DeleteOptions, Registry
 from controlplane.apiserver.request import MAX_BODY, RequestInfo, bool_param, decode, parse_path
@@ -452,9 +453,18 @@ class RestHandler:
         if not node:
             raise errors.invalid_object("Binding", "", pod_name, [errors.required("target.name")])
         pods = core("pods")
+        # A uid in the Binding's metadata is a precondition, as upstream: a scheduler that decided for
+        # a pod which has since been deleted and recreated under the same name must not bind the new one.
+        want_uid = (body.get("metadata") or {}).get("uid")
 
         def mutate(pod: Obj) -> Obj:
             spec = pod.setdefault("spec", {})
+            have_uid = pod["metadata"].get("uid")
+            if want_uid and want_uid != have_uid:
+                raise errors.conflict(
+                    "pods/binding", "", pod_name,
+                    f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: {have_uid}",
+                )
             if spec.get("nodeName"):
                 raise errors.conflict(
                     "pods/binding", "", pod_name, f'pod {pod_name} is already assigned to node "{spec["nodeName"]}"'
@@ -465,7 +475,7 @@ class RestHandler:
             conditions = pod.setdefault("status", {}).setdefault("conditions", [])
             conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
             conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                               "lastTransitionTime": pod["metadata"].get("creationTimestamp")})
+                               "lastTransitionTime": timestamp()})
             return pod
 
         await self.registry.guaranteed_update(

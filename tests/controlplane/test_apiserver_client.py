@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import ssl
 import threading
@@ -212,10 +213,23 @@ def test_status_subresource_and_binding(v1: client.CoreV1Api, namespace: str) ->
     # Strategic merge on status merges conditions by type.
     v1.patch_namespaced_pod_status("s", namespace, {"status": {"conditions": [{"type": "ContainersReady", "status": "True"}]}})
     assert sorted(c.type for c in v1.read_namespaced_pod("s", namespace).status.conditions) == ["ContainersReady", "Ready"]
-    binding = client.V1Binding(metadata=client.V1ObjectMeta(name="s"), target=client.V1ObjectReference(kind="Node", name="n1"))
+    # A uid in the Binding is a precondition too: a decision about an older pod of that name is refused.
+    stale = client.V1Binding(
+        metadata=client.V1ObjectMeta(name="s", uid="an-older-pod"), target=client.V1ObjectReference(kind="Node", name="n1")
+    )
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod_binding("s", namespace, stale, _preload_content=False)
+    assert err.value.status == 409 and "Precondition failed: UID in precondition: an-older-pod" in str(err.value.body)
+    assert v1.read_namespaced_pod("s", namespace).spec.node_name is None
+    binding = client.V1Binding(
+        metadata=client.V1ObjectMeta(name="s", uid=uid), target=client.V1ObjectReference(kind="Node", name="n1")
+    )
+    before_bind = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     v1.create_namespaced_pod_binding("s", namespace, binding, _preload_content=False)
     p = v1.read_namespaced_pod("s", namespace)
-    assert p.spec.node_name == "n1" and any(c.type == "PodScheduled" for c in p.status.conditions)
+    scheduled = next(c for c in p.status.conditions if c.type == "PodScheduled")
+    assert p.spec.node_name == "n1" and scheduled.status == "True"
+    assert scheduled.last_transition_time >= before_bind  # the time of binding, not of creation
     with pytest.raises(ApiException) as err:
         v1.create_namespaced_pod_binding("s", namespace, binding, _preload_content=False)
     assert err.value.status == 409
