@@ -217,6 +217,13 @@ class Agent:
         )
         await self.network.start()
         log.info("pod network serving pod_cidr=%s conf_dir=%s", pod_cidr, cfg.cni_conf_dir)
+        # Free what a reboot or a lost DEL left allocated: attachments of sandboxes the runtime no longer
+        # has. Pod workers have not started yet, so no sandbox can be half-made by us at this point.
+        try:
+            assert self.cri is not None
+            await self.network.gc({sandbox.id for sandbox in await self.cri.list_pod_sandbox()})
+        except (CRIError, RuntimeError) as err:
+            log.warning("pod network GC failed error=%r", str(err))
 
     async def _start_server(self, cri: CRIClient) -> None:
         cfg = self.cfg
