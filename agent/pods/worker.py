@@ -78,9 +78,17 @@ def should_restart(policy: str, exit_code: int) -> bool:
 
 
 def remaining_grace(pod: dict[str, Any], now: datetime | None = None) -> int:
-    """Seconds left until the deletion deadline, at least MIN_GRACE (upstream's minimum)."""
+    """The grace period to stop the pod's containers with, at least MIN_GRACE (upstream's minimum).
+
+    A pod being deleted gets its deletionGracePeriodSeconds, counted from when the agent stops it, as
+    the upstream kubelet's effective grace period is: the deletionTimestamp is only second-precise
+    (and written by the server's clock), so a deadline derived from it can cut a 3 s grace to 2 s.
+    The timestamp is the fallback for servers that do not set the period."""
     meta = pod["metadata"]
     ts = meta.get("deletionTimestamp")
+    period = meta.get("deletionGracePeriodSeconds")
+    if ts and period is not None:
+        return max(MIN_GRACE, int(period))
     if not ts:
         grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
         return max(MIN_GRACE, int(grace if grace is not None else 30))
