@@ -41,15 +41,17 @@ class NodeNetwork:
     def conflist_path(self) -> Path:
         return Path(self.conf_dir) / DEFAULT_FILENAME
 
+    def _conflist_options(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "bridge": self.bridge,
+            "mtu": self.mtu,
+            "ip_masq": self.ip_masq,
+            "data_dir": str(self.data_dir),
+        }
+
     def conflist(self) -> dict[str, Any]:
-        return build_conflist(
-            self.pod_cidr,
-            name=self.name,
-            bridge=self.bridge,
-            mtu=self.mtu,
-            ip_masq=self.ip_masq,
-            data_dir=str(self.data_dir),
-        )
+        return build_conflist(self.pod_cidr, **self._conflist_options())
 
     def plugin_conf(self) -> dict[str, Any]:
         """The network configuration our plugin receives from a runtime for this network."""
@@ -76,15 +78,7 @@ class NodeNetwork:
         """Install the executables and write the conflist (containerd's NetworkReady follows).
         Without a running service the plugin still works, in-process and slower."""
         install_plugins(self.bin_dir, self.socket_path)
-        return write_conflist(
-            self.conf_dir,
-            self.pod_cidr,
-            name=self.name,
-            bridge=self.bridge,
-            mtu=self.mtu,
-            ip_masq=self.ip_masq,
-            data_dir=str(self.data_dir),
-        )
+        return write_conflist(self.conf_dir, self.pod_cidr, **self._conflist_options())
 
     async def start(self) -> None:
         """write() and serve CNI calls from this event loop (the agent's)."""

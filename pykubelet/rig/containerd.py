@@ -109,6 +109,22 @@ def _mounts_under(prefix: str) -> list[str]:
     return found
 
 
+def network_namespace(spec: dict) -> str | None:
+    """The network namespace path of an OCI runtime spec (a sandbox's or a task bundle's)."""
+    for ns in (spec.get("linux") or {}).get("namespaces") or []:
+        if ns.get("type") == "network" and ns.get("path"):
+            return ns["path"]
+    return None
+
+
+def sandbox_runtime_spec(status) -> dict:
+    """containerd's OCI spec of a sandbox, from a verbose PodSandboxStatus answer ({} if absent)."""
+    try:
+        return json.loads(status.info.get("info", "") or "{}").get("runtimeSpec") or {}
+    except ValueError:
+        return {}
+
+
 def cgroup_dirs(name: str) -> list[Path]:
     """The folders of cgroup `name` in every hierarchy (v1: one per controller; v2: one)."""
     if (CGROUP_ROOT / "cgroup.controllers").exists():
@@ -227,20 +243,16 @@ class Containerd:
             for sandbox in await cri.list_pod_sandbox():
                 try:
                     status = await cri.pod_sandbox_status(sandbox.id, verbose=True)
-                    self._note_netns(status.info.get("info", ""))
+                    self._note_netns(sandbox_runtime_spec(status))
                     await cri.stop_pod_sandbox(sandbox.id)
                     await cri.remove_pod_sandbox(sandbox.id)
                 except CRIError:
                     pass
 
-    def _note_netns(self, info_json: str) -> None:
-        try:
-            path = json.loads(info_json).get("runtimeSpec", {}).get("linux", {}).get("namespaces", [])
-        except ValueError:
-            return
-        for ns in path:
-            if ns.get("type") == "network" and ns.get("path", "").startswith(str(NETNS_DIR)):
-                self._netns_seen.add(os.path.basename(ns["path"]))
+    def _note_netns(self, spec: dict) -> None:
+        path = network_namespace(spec)
+        if path and path.startswith(str(NETNS_DIR)):
+            self._netns_seen.add(os.path.basename(path))
 
     def _note_bundle_netns(self) -> None:
         """Record the netns of every task bundle on disk: this works even when containerd is dead,
@@ -250,7 +262,7 @@ class Containerd:
                 spec = json.loads(config.read_text())
             except (OSError, ValueError):
                 continue
-            self._note_netns(json.dumps({"runtimeSpec": spec}))
+            self._note_netns(spec)
 
     def shim_pids(self) -> list[int]:
         """Shims serving this containerd: their command line names our socket."""

@@ -8,7 +8,6 @@ sandbox, container, cgroup, netns or veth of the pod may remain.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from agent.pods.qos import CGROUP_FS, remove_pod_cgroup
 from agent.pods.runtime import RuntimeInspector
 from agent.pods.status_manager import StatusManager
 from agent.pods.worker import PodContext, PodWorker
+from pykubelet.rig.containerd import network_namespace, sandbox_runtime_spec
 from pykubelet.rig.images import RigImages
 
 pytestmark = pytest.mark.integration
@@ -94,8 +94,9 @@ async def sync_until(worker: PodWorker, ctx: PodContext, check, timeout: float =
 
 
 def sandbox_netns(status: pb.PodSandboxStatusResponse) -> Path:
-    spec = json.loads(status.info["info"])["runtimeSpec"]
-    return Path(next(ns["path"] for ns in spec["linux"]["namespaces"] if ns["type"] == "network"))
+    path = network_namespace(sandbox_runtime_spec(status))
+    assert path is not None, "the sandbox has no network namespace"
+    return Path(path)
 
 
 def main(status: dict[str, Any]) -> dict[str, Any]:

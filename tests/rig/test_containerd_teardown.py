@@ -10,7 +10,12 @@ import psutil
 import pytest
 
 from agent.cri import CRIClient, pb
-from pykubelet.rig.containerd import Containerd, oom_score_adj_restricted
+from pykubelet.rig.containerd import (
+    Containerd,
+    network_namespace,
+    oom_score_adj_restricted,
+    sandbox_runtime_spec,
+)
 from pykubelet.rig.images import RigImages
 from pykubelet.rig.leaks import HostSnapshot, leaked_since
 from pykubelet.rig.process import run_blocking
@@ -61,10 +66,8 @@ async def _run_pod(endpoint: str, image: str) -> tuple[str, str, str]:
         container_id = await cri.create_container(sandbox_id, config, sandbox)
         await cri.start_container(container_id)
         status = await cri.pod_sandbox_status(sandbox_id, verbose=True)
-        import json
-
-        spec = json.loads(status.info["info"])["runtimeSpec"]
-        netns = next(ns["path"] for ns in spec["linux"]["namespaces"] if ns["type"] == "network")
+        netns = network_namespace(sandbox_runtime_spec(status))
+        assert netns is not None
         return sandbox_id, container_id, netns
 
 
