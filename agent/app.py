@@ -42,9 +42,13 @@ from agent.pods.manager import PodManager
 from agent.pods.runtime import RuntimeInspector
 from agent.pods.status_manager import StatusManager
 from agent.pods.worker import PodContext
+from agent.probes.handlers import user_agent
+from agent.probes.hooks import HookRunner
+from agent.probes.manager import ProberManager
 from agent.server import KubeletServer
 from agent.server.tls import ensure_self_signed, server_context
 from agent.volumes import VolumeManager
+from pykubelet import KUBERNETES_VERSION
 
 log = logging.getLogger("agent")
 
@@ -167,6 +171,10 @@ class Agent:
             lambda pod, path: field_value(pod, path, ctx.host_ip(), (pod.get("status") or {}).get("podIP", "")),
         )
         self.pods = PodManager(ctx)
+        ctx.prober = ProberManager.for_runtime(
+            cri, user_agent(KUBERNETES_VERSION), self.pods.wake, self.pods.container_event
+        )
+        ctx.hooks = HookRunner(cri, user_agent(KUBERNETES_VERSION, "lifecycle"))
         self.informer = Informer(
             self.client,
             "/api/v1/pods",
@@ -244,8 +252,13 @@ class Agent:
         self.server = KubeletServer(
             cri, lookup, lambda: list(self.informer.cache.values()) if self.informer else [],
             anonymous=cfg.anonymous_auth, ssl_context=context,
+            probe_metrics=self._probe_metrics,
         )
         await self.server.start(cfg.address, cfg.port)
+
+    def _probe_metrics(self) -> str:
+        prober = self.pods.ctx.prober if self.pods is not None else None
+        return prober.metrics.exposition() if prober is not None else ""
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -264,6 +277,8 @@ class Agent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.pods is not None:
             await self.pods.stop()
+            if self.pods.ctx.prober is not None:
+                await self.pods.ctx.prober.stop()
         if self.network is not None:
             # Pods keep their network; CNI calls made while the agent is down run the plugin in-process.
             await self.network.stop()

@@ -11,19 +11,11 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from e2e.waiting import wait_for
+from e2e.waiting import finished, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-
-
-def finished(kube, ns: str, name: str) -> client.V1Pod:
-    def check():
-        pod = kube.read_namespaced_pod(name, ns)
-        return pod if pod.status.phase in ("Succeeded", "Failed") else None
-
-    return wait_for(check, what=f"{name} to finish")
 
 
 def run(kube, ns, node, image, name, script, **container) -> client.V1Pod:

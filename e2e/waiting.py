@@ -21,3 +21,13 @@ def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what or fn}; last={last!r}")
+
+
+def finished(kube: Any, namespace: str, name: str, timeout: float = 60.0) -> Any:
+    """The pod (official client object) once its phase is Succeeded or Failed."""
+
+    def check() -> Any:
+        pod = kube.read_namespaced_pod(name, namespace)
+        return pod if pod.status.phase in ("Succeeded", "Failed") else None
+
+    return wait_for(check, timeout=timeout, what=f"pod {name} to finish")

@@ -11,6 +11,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agent.expansion import expand
 from agent.node.quantity import QuantityError, parse_quantity
 
 # fetch(kind, namespace, name) -> the object, or None when it does not exist.
@@ -20,18 +21,6 @@ Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 class ConfigError(Exception):
     """The container cannot be configured yet (CreateContainerConfigError)."""
 
-
-_REF = re.compile(r"\$\$|\$\(([^)]*)\)")
-
-
-def expand(text: str, env: dict[str, str]) -> str:
-    def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group(1)
-        return env[name] if name in env else m.group(0)
-
-    return _REF.sub(sub, text)
 
 
 def field_value(pod: dict[str, Any], path: str, host_ip: str, pod_ip: str) -> str:

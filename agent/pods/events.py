@@ -119,3 +119,9 @@ class EventRecorder:
 
 def container_field(kind: str, name: str) -> str:
     return f"spec.{'initContainers' if kind == 'init' else 'containers'}{{{name}}}"
+
+
+def field_of(pod: dict[str, Any], name: str) -> str:
+    """The fieldPath of the pod's container `name`, init or app, for an event about it."""
+    init = (pod.get("spec") or {}).get("initContainers") or []
+    return container_field("init" if any(c["name"] == name for c in init) else "app", name)

@@ -19,6 +19,7 @@ from agent.cri import CRIError
 from agent.kube.informer import Informer
 from agent.pods import labels as L
 from agent.pods.backoff import format_go_duration
+from agent.pods.events import field_of
 from agent.pods.worker import PodContext, PodWorker
 
 log = logging.getLogger("agent.pods.manager")
@@ -62,6 +63,16 @@ class PodManager:
             return
         self._seen[uid] = desired
         self._ensure_worker(uid).wake()
+
+    def wake(self, uid: str) -> None:
+        """Something about the pod changed outside CRI and the API (a probe verdict): sync it."""
+        worker = self.workers.get(uid)
+        if worker is not None:
+            worker.wake()
+
+    def container_event(self, pod: dict[str, Any], name: str, type_: str, reason: str, message: str) -> None:
+        """An event about one of the pod's containers, with its fieldPath (for the prober)."""
+        self.ctx.recorder.event(pod, type_, reason, message, field_of(pod, name))
 
     def _ensure_worker(self, uid: str) -> PodWorker:
         worker = self.workers.get(uid)

@@ -26,7 +26,9 @@ class StatusInputs:
     host_ip: str = ""
     runtime_name: str = "containerd"
     terminal: bool = False  # the agent stopped the pod for good (deletion, or a finished pod)
-    readiness: dict[str, bool] = field(default_factory=dict)  # probe results, when a prober reports them
+    # Probe verdicts for running containers, by name; a container missing from either has no such probe.
+    readiness: dict[str, bool] = field(default_factory=dict)
+    started: dict[str, bool] = field(default_factory=dict)
     failure: tuple[str, str] | None = None  # the agent failed the pod itself: (reason, message)
     now: str = ""
 
@@ -101,8 +103,8 @@ def container_status(
             status["state"] = {"terminated": _gone(latest, inp.runtime_name)}
         else:
             status["state"] = {"running": {"startedAt": rfc3339(latest.started_at)}}
-            status["started"] = True
-            status["ready"] = inp.readiness.get(name, True)
+            status["started"] = inp.started.get(name, True)
+            status["ready"] = status["started"] and inp.readiness.get(name, True)
     elif latest.state == "exited":
         term = {"terminated": _terminated(latest, inp.runtime_name)}
         if waiting and not inp.terminal:
@@ -236,6 +238,11 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
         container_status(c, rt.containers.get(c["name"], []), inp.waiting.get(c["name"]), "PodInitializing", inp)
         for c in init_specs
     ]
+    for c, cs in zip(init_specs, init_statuses, strict=True):
+        if not is_sidecar(c):
+            # Upstream: a regular init container is ready once it has exited 0, never while it runs.
+            done = cs["state"].get("terminated")
+            cs["ready"] = bool(done) and done.get("exitCode") == 0
     app_default = "ContainerCreating" if init_done else "PodInitializing"
     app_statuses = [
         container_status(c, rt.containers.get(c["name"], []), inp.waiting.get(c["name"]), app_default, inp)

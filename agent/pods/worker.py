@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,13 +29,17 @@ from agent.pods.backoff import BackoffTable, format_go_duration
 from agent.pods.container import container_config
 from agent.pods.dns import DNS
 from agent.pods.env import ConfigError, Fetch, resolve_env
-from agent.pods.events import NORMAL, WARNING, EventRecorder, container_field
+from agent.pods.events import NORMAL, WARNING, EventRecorder, container_field, field_of
 from agent.pods.images import ImageError, ImageManager
 from agent.pods.qos import cgroup_parent, remove_pod_cgroup
 from agent.pods.runtime import ContainerRecord, PodRuntime, RuntimeInspector, SandboxRecord
 from agent.pods.sandbox import hosts_file, pod_log_dir, sandbox_config
 from agent.pods.status import TERMINAL, StatusInputs, compute_status, is_sidecar
 from agent.pods.status_manager import StatusManager
+from agent.probes.hooks import HookRunner
+from agent.probes.manager import ProberManager, probed_containers
+from agent.probes.result import Target
+from agent.probes.worker import ContainerView
 from agent.volumes import VolumeError, VolumeManager, container_mounts
 from agent.volumes.manager import ReadyVolume
 
@@ -42,6 +47,7 @@ log = logging.getLogger("agent.pods.worker")
 
 MIN_GRACE = 2
 RETRY_AFTER_ERROR = 5.0
+HOOK_CANCEL_CHECK = 1.0  # how often a running postStart hook looks whether its pod is being deleted
 
 
 @dataclass
@@ -61,6 +67,8 @@ class PodContext:
     host_dns: DNS
     node_memory: int = 0
     volumes: VolumeManager | None = None
+    prober: ProberManager | None = None
+    hooks: HookRunner | None = None
 
     @property
     def runtime_name(self) -> str:
@@ -71,6 +79,11 @@ def pod_ref(pod: dict[str, Any]) -> str:
     """upstream's format.Pod: name_namespace(uid)"""
     m = pod["metadata"]
     return f"{m['name']}_{m['namespace']}({m['uid']})"
+
+
+def _container_spec(pod: dict[str, Any], name: str) -> dict[str, Any] | None:
+    spec = pod.get("spec") or {}
+    return next((c for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])] if c["name"] == name), None)
 
 
 def should_restart(policy: str, exit_code: int) -> bool:
@@ -187,6 +200,7 @@ class PodWorker:
         rt = await ctx.inspector.inspect(self.uid)
         if pod is None:
             # Gone from the API (force-deleted, or never ours): stop and remove whatever runs.
+            self._forget_probes()
             await self._kill(rt, MIN_GRACE, None)
             await self._remove_all(await ctx.inspector.inspect(self.uid))
             return SyncResult(done=True)
@@ -194,6 +208,7 @@ class PodWorker:
             return await self._terminate(pod, rt)
         if self.finished or (pod.get("status") or {}).get("phase") in TERMINAL:
             self.finished = True
+            self._forget_probes()
             if await self._release(pod, rt):
                 rt = await ctx.inspector.inspect(self.uid)
             await ctx.status.update(pod, self._status(pod, rt, terminal=True))
@@ -201,10 +216,12 @@ class PodWorker:
         deadline_in = active_deadline_left(pod)
         if deadline_in is not None and deadline_in <= 0:
             return await self._fail(pod, rt, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+        self._tell_prober(pod, rt)
         status = self._status(pod, rt)
         await ctx.status.update(pod, status)
         if status["phase"] in TERMINAL:
             self.finished = True
+            self._forget_probes()
             return SyncResult(next_in=0)
         acted, next_in = await self._converge(pod, rt)
         if not acted:
@@ -224,6 +241,15 @@ class PodWorker:
         return SyncResult(next_in=self.ctx.cfg.sync_frequency)
 
     def _status(self, pod: dict[str, Any], rt: PodRuntime, terminal: bool = False) -> dict[str, Any]:
+        started: dict[str, bool] = {}
+        readiness: dict[str, bool] = {}
+        prober = self.ctx.prober
+        if prober is not None and not terminal:
+            for c in probed_containers(pod):
+                rec = rt.latest(c["name"])
+                if rec is not None and rec.state == "running":
+                    started[c["name"]] = prober.started(self.uid, c["name"], rec.id)
+                    readiness[c["name"]] = started[c["name"]] and prober.ready(self.uid, c["name"], rec.id)
         return compute_status(
             StatusInputs(
                 pod=pod,
@@ -232,9 +258,57 @@ class PodWorker:
                 host_ip=self.ctx.host_ip(),
                 runtime_name=self.ctx.runtime_name,
                 terminal=terminal,
+                readiness=readiness,
+                started=started,
                 failure=self.failure,
             )
         )
+
+    # -- probes ----------------------------------------------------------------------------------
+
+    def _pod_ip(self, pod: dict[str, Any], sb: SandboxRecord | None) -> str:
+        if (pod.get("spec") or {}).get("hostNetwork"):
+            return self.ctx.host_ip()
+        return sb.ip if sb is not None else ""
+
+    def _tell_prober(self, pod: dict[str, Any], rt: PodRuntime) -> None:
+        """Hand the prober what runs now, so its workers probe the right container at the right IP."""
+        prober = self.ctx.prober
+        if prober is None:
+            return
+        sb = rt.latest_sandbox
+        views: dict[str, ContainerView] = {}
+        for c in probed_containers(pod):
+            rec = rt.latest(c["name"], sb.id if sb is not None else None)
+            if rec is not None:
+                views[c["name"]] = ContainerView(rec.id, rec.state, rec.started_at / 1e9)
+        prober.sync_pod(pod, self._pod_ip(pod, sb), views)
+
+    def _forget_probes(self) -> None:
+        if self.ctx.prober is not None:
+            self.ctx.prober.remove_pod(self.uid)
+
+    def _started(self, name: str, rec: ContainerRecord) -> bool:
+        prober = self.ctx.prober
+        return rec.state == "running" and (prober is None or prober.started(self.uid, name, rec.id))
+
+    async def _kill_if_unhealthy(self, pod: dict[str, Any], c: dict[str, Any], kind: str, rec: ContainerRecord) -> bool:
+        """Stop a running container its liveness or startup probe failed; the normal restart path
+        (restartPolicy, crash backoff) brings up the next one. True when it was stopped."""
+        prober = self.ctx.prober
+        failed = prober.failed(self.uid, c["name"], rec.id) if prober is not None else None
+        if failed is None:
+            return False
+        probe, probe_grace = failed
+        policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+        message = f"Container {c['name']} failed {probe.value.lower()} probe"
+        if policy != "Never" or is_sidecar(c):
+            message += ", will be restarted"
+        self.ctx.recorder.event(pod, NORMAL, "Killing", message, container_field(kind, c["name"]))
+        grace = max(MIN_GRACE, probe_grace) if probe_grace is not None else remaining_grace(pod)
+        log.info("container unhealthy pod=%s container=%s probe=%s grace=%ds", self._name(), c["name"], probe.value, grace)
+        await self._stop_container(rec, grace, pod)
+        return True
 
     # -- converging toward the spec --------------------------------------------------------------
 
@@ -282,7 +356,8 @@ class PodWorker:
                 rec = rt.latest(c["name"], sb.id)
                 if is_sidecar(c):
                     acted_sc, wait_sc = await self._keep_sidecar(pod, c, sb, sb_config, rt)
-                    if acted_sc or rec is None or rec.state != "running":
+                    if acted_sc or rec is None or not self._started(c["name"], rec):
+                        # The next init container waits until this sidecar has started (startup probe).
                         return acted_sc, wait_sc
                     continue
                 if rec is None:
@@ -312,12 +387,15 @@ class PodWorker:
                     next_in = min(next_in, retry)
                 continue
             if rec.state == "running":
+                if await self._kill_if_unhealthy(pod, c, "app", rec):
+                    acted = True
+                    continue
                 if rec.hash and rec.hash != L.container_hash(c):
                     ctx.recorder.event(
                         pod, NORMAL, "Killing", f"Container {name} definition changed, will be restarted",
                         container_field("app", name),
                     )
-                    await self._stop_container(rec, remaining_grace(pod))
+                    await self._stop_container(rec, remaining_grace(pod), pod)
                     ok, retry = await self._start(pod, c, "app", sb, sb_config, self._next_count(rt, name))
                     acted = True
                     if not ok:
@@ -344,6 +422,8 @@ class PodWorker:
         """Start the sidecar if it is not running; (acted, seconds until worth looking again)."""
         rec = rt.latest(c["name"], sb.id)
         if rec is not None and rec.state == "running":
+            if await self._kill_if_unhealthy(pod, c, "init", rec):
+                return True, 0.0
             return False, self.ctx.cfg.sync_frequency
         if rec is not None and rec.state == "created":
             return await self._start_created(pod, c, "init", rec), self.ctx.cfg.sync_frequency
@@ -369,10 +449,9 @@ class PodWorker:
                 "CrashLoopBackOff",
                 f"back-off {delay} restarting failed container={name} pod={pod_ref(pod)}",
             )
-            kind = "init" if any(c["name"] == name for c in (pod["spec"].get("initContainers") or [])) else "app"
             self.ctx.recorder.event(
                 pod, WARNING, "BackOff", f"Back-off restarting failed container {name} in pod {pod_ref(pod)}",
-                container_field(kind, name),
+                field_of(pod, name),
             )
             return wait
         table.next(key)
@@ -442,7 +521,32 @@ class PodWorker:
         ctx.recorder.event(pod, NORMAL, "Started", f"Started container {name}", field)
         self.waiting.pop(name, None)
         log.info("container started pod=%s container=%s id=%s restarts=%d", self._name(), name, cid[:13], restart_count)
+        hook = (c.get("lifecycle") or {}).get("postStart")
+        if hook and ctx.hooks is not None:
+            failure = await self._post_start(pod, c, hook, Target(self._pod_ip(pod, sb), cid))
+            if failure is not None:
+                # Upstream: the container is killed and its status waits with PostStartHookError; the
+                # usual restart path (policy, backoff) decides what comes next.
+                ctx.recorder.event(pod, WARNING, "FailedPostStartHook", failure, field)
+                ctx.recorder.event(pod, NORMAL, "Killing", "FailedPostStartHook", field)
+                await self._stop_id(cid, name, remaining_grace(pod), pod)
+                self.waiting[name] = ("PostStartHookError", failure)
         return True, 0.0
+
+    async def _post_start(self, pod: dict[str, Any], c: dict[str, Any], hook: dict[str, Any], target: Target) -> str | None:
+        """Run the postStart hook to its end, as upstream does (no timeout of its own), unless the pod is
+        deleted meanwhile: then it is abandoned and the pod's termination takes over."""
+        assert self.ctx.hooks is not None
+        task = asyncio.create_task(self.ctx.hooks.run(hook, target, c["name"], pod_ref(pod)))
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=HOOK_CANCEL_CHECK)
+            if done:
+                return task.result()
+            current = self.get_pod()
+            if current is None or current["metadata"].get("deletionTimestamp"):
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                return None
 
     async def _ready_volumes(self, pod: dict[str, Any]) -> dict[str, ReadyVolume] | None:
         """The pod's volumes, set up once per pass; None (with a FailedMount event) if one is not ready."""
@@ -496,12 +600,36 @@ class PodWorker:
 
     # -- stopping --------------------------------------------------------------------------------
 
-    async def _stop_container(self, rec: ContainerRecord, grace: int) -> None:
+    async def _stop_container(self, rec: ContainerRecord, grace: int, pod: dict[str, Any] | None = None) -> None:
+        await self._stop_id(rec.id, rec.name, grace, pod if rec.state == "running" else None)
+
+    async def _stop_id(self, cid: str, name: str, grace: int, pod: dict[str, Any] | None) -> None:
+        """StopContainer with `grace`, after the container's preStop hook (when a pod is given), which
+        spends part of that grace as upstream's does: what is left, at least MIN_GRACE, goes to SIGTERM."""
+        spec = _container_spec(pod, name) if pod is not None else None
+        hook = ((spec or {}).get("lifecycle") or {}).get("preStop")
+        if pod is not None and hook and self.ctx.hooks is not None and grace > 0:
+            grace = max(MIN_GRACE, grace - await self._pre_stop(pod, name, hook, cid, grace))
         try:
-            await self.ctx.cri.stop_container(rec.id, grace)
+            await self.ctx.cri.stop_container(cid, grace)
         except NotFoundError:
             pass
-        self.ctx.inspector.forget(container_ids=[rec.id])
+        self.ctx.inspector.forget(container_ids=[cid])
+
+    async def _pre_stop(self, pod: dict[str, Any], name: str, hook: dict[str, Any], cid: str, grace: int) -> int:
+        """Run the preStop hook for at most `grace` seconds; returns the whole seconds it took."""
+        assert self.ctx.hooks is not None
+        started = time.monotonic()
+        sb_ip = (pod.get("status") or {}).get("podIP", "")
+        target = Target(self.ctx.host_ip() if (pod.get("spec") or {}).get("hostNetwork") else sb_ip, cid)
+        try:
+            failure = await asyncio.wait_for(self.ctx.hooks.run(hook, target, name, pod_ref(pod), grace), timeout=grace)
+        except TimeoutError:
+            log.info("preStop hook not completed in grace period pod=%s container=%s grace=%ds", self._name(), name, grace)
+            failure = None
+        if failure is not None:
+            self.ctx.recorder.event(pod, WARNING, "FailedPreStopHook", failure, field_of(pod, name))
+        return int(time.monotonic() - started)
 
     async def _stop_sandbox(self, sandbox_id: str) -> None:
         try:
@@ -520,8 +648,8 @@ class PodWorker:
                         pod, NORMAL, "Killing", f"Stopping container {rec.name}", container_field(rec.kind, rec.name)
                     )
         # App containers first, then sidecars (init containers still running), as upstream orders it.
-        await asyncio.gather(*(self._stop_container(rec, grace) for rec in live if rec.kind != "init"))
-        await asyncio.gather(*(self._stop_container(rec, grace) for rec in live if rec.kind == "init"))
+        await asyncio.gather(*(self._stop_container(rec, grace, pod) for rec in live if rec.kind != "init"))
+        await asyncio.gather(*(self._stop_container(rec, grace, pod) for rec in live if rec.kind == "init"))
         ready = [s for s in rt.sandboxes if s.ready]
         for sb in ready:
             await self._stop_sandbox(sb.id)
@@ -535,10 +663,13 @@ class PodWorker:
         ctx = self.ctx
         grace = remaining_grace(pod)
         log.info("terminating pod=%s grace=%ds", self._name(), grace)
+        if ctx.prober is not None:
+            ctx.prober.stop_liveness_and_startup(self.uid)
         await self._kill(rt, grace, pod)
         rt = await ctx.inspector.inspect(self.uid)
         await ctx.status.update(pod, self._status(pod, rt, terminal=True))
         await ctx.status.delete(pod)
+        self._forget_probes()
         await self._remove_all(rt)
         return SyncResult(done=True)
 

@@ -46,8 +46,10 @@ class KubeletServer:
         *,
         anonymous: bool = False,
         ssl_context: ssl.SSLContext | None = None,
+        probe_metrics: Callable[[], str] | None = None,
     ) -> None:
         self.cri = cri
+        self.probe_metrics = probe_metrics
         self.lookup = lookup
         self.pods = pods
         self.anonymous = anonymous
@@ -64,6 +66,7 @@ class KubeletServer:
         for verb in ("exec", "attach"):
             app.router.add_route("*", f"/{verb}/{{namespace}}/{{pod}}/{{container}}", self.stream)
         app.router.add_route("*", "/portForward/{namespace}/{pod}", self.port_forward)
+        app.router.add_get("/metrics/probes", self.metrics_probes)
         return app
 
     async def start(self, host: str, port: int) -> None:
@@ -101,6 +104,11 @@ class KubeletServer:
         except CRIError as err:
             return web.Response(status=500, text=f"[-]runtime failed: {err}\nhealthz check failed\n")
         return web.Response(text="ok")
+
+    async def metrics_probes(self, request: web.Request) -> web.Response:
+        """Probe counts and durations in Prometheus text format, at upstream's path."""
+        text = self.probe_metrics() if self.probe_metrics is not None else ""
+        return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
 
     async def list_pods(self, request: web.Request) -> web.Response:
         return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self.pods()})

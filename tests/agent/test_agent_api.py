@@ -116,6 +116,17 @@ async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path
                 pass
 
 
+def kubelet_tls(client_pki: dict[str, Path] | None = None) -> ssl.SSLContext:
+    """A client context for the kubelet API: its serving certificate is self-signed (upstream's default
+    too), so it is not verified; with `client_pki`, the client certificate is presented."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if client_pki is not None:
+        context.load_cert_chain(str(client_pki["cert"]), str(client_pki["key"]))
+    return context
+
+
 async def wait_until(check, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -235,13 +246,7 @@ async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki
     )
     assert agent.server is not None
     base = f"https://127.0.0.1:{agent.server.port}"
-    trusted = ssl.create_default_context()
-    trusted.check_hostname = False
-    trusted.verify_mode = ssl.CERT_NONE  # the kubelet's own cert is self-signed, as upstream's default
-    with_cert = ssl.create_default_context()
-    with_cert.check_hostname = False
-    with_cert.verify_mode = ssl.CERT_NONE
-    with_cert.load_cert_chain(str(client_pki["cert"]), str(client_pki["key"]))
+    trusted, with_cert = kubelet_tls(), kubelet_tls(client_pki)
     logs = f"{base}/containerLogs/default/{name}/main"
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{base}/healthz", ssl=trusted) as resp:
@@ -290,10 +295,7 @@ async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, test_images: 
 
     await wait_until(running)
     assert agent.server is not None
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.load_cert_chain(str(client_pki["cert"]), str(client_pki["key"]))
+    ctx = kubelet_tls(client_pki)
     base = f"https://127.0.0.1:{agent.server.port}"
     locations: list[str] = []
     async with aiohttp.ClientSession() as http:
@@ -315,3 +317,35 @@ async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, test_images: 
                     out += msg.data[1:]
         assert out == b"hi\n"
     await agent.client.delete(path)
+
+
+async def test_kubelet_api_probe_metrics(agent: Agent, test_images: RigImages, client_pki: dict[str, Path]):
+    """/metrics/probes counts what the prober did for a real container, behind client-certificate auth."""
+    name = f"probed-{uuid.uuid4().hex[:6]}"
+    await agent.client.create(
+        "/api/v1/namespaces/default/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"nodeName": agent.cfg.node_name, "terminationGracePeriodSeconds": 1,
+                  "containers": [{"name": "main", "image": test_images.busybox_pinned, "command": ["sleep", "3600"],
+                                  "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}]}},
+    )
+
+    async def ready():
+        pod = await agent.client.get(f"/api/v1/namespaces/default/pods/{name}")
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        return bool(statuses) and statuses[0]["ready"]
+
+    await wait_until(ready)
+    assert agent.server is not None
+    with_cert = kubelet_tls(client_pki)
+    url = f"https://127.0.0.1:{agent.server.port}/metrics/probes"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url, ssl=with_cert) as resp:
+            assert resp.status == 200
+            text = await resp.text()
+        async with http.get(url, ssl=kubelet_tls()) as resp:
+            assert resp.status == 401
+    counts = [line for line in text.splitlines() if line.startswith('prober_probe_total{probe_type="Readiness",result="successful"}')]
+    assert counts and int(counts[0].rsplit(" ", 1)[1]) >= 1
+    assert 'prober_probe_duration_seconds_count{probe_type="Readiness",handler="exec"}' in text
+    await agent.client.delete(f"/api/v1/namespaces/default/pods/{name}")
