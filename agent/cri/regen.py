@@ -1,8 +1,10 @@
-"""Regenerate the committed Python modules for the CRI protocol: `python -m agent.cri.regen`.
+"""Regenerate the committed Python modules for the CRI protocol (and for grpc.health.v1, which the
+gRPC probe speaks): `python -m agent.cri.regen`.
 
 The generated modules are committed (so installing pykubelet needs no protobuf compiler) and
-`tests/cri/test_protos_fresh.py` regenerates them into a temporary folder and fails when they differ,
-so a change to protos/runtime/v1/api.proto cannot land without its Python counterpart.
+`tests/cri/test_protos_fresh.py` (`tests/probes/test_health_proto_fresh.py`) regenerates them into a
+temporary folder and fails when they differ, so a change to protos/runtime/v1/api.proto (or
+protos/grpc/health/v1/health.proto) cannot land without its Python counterpart.
 """
 
 from __future__ import annotations
@@ -17,10 +19,20 @@ REPO = Path(__file__).resolve().parents[2]
 PROTO_ROOT = REPO / "protos"
 PROTO = PROTO_ROOT / "runtime" / "v1" / "api.proto"
 OUT_DIR = Path(__file__).resolve().parent / "pb"
-GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+HEALTH_PROTO = PROTO_ROOT / "grpc" / "health" / "v1" / "health.proto"
+HEALTH_OUT_DIR = REPO / "agent" / "probes" / "pb"
+# Each proto and the package its modules are committed to.
+TARGETS = ((PROTO, OUT_DIR), (HEALTH_PROTO, HEALTH_OUT_DIR))
 
 
-def generate(out_dir: Path) -> list[Path]:
+def generated_names(proto: Path) -> tuple[str, ...]:
+    return tuple(proto.stem + suffix for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"))
+
+
+GENERATED = generated_names(PROTO)
+
+
+def generate(out_dir: Path, proto: Path = PROTO) -> list[Path]:
     """Run protoc (from grpcio-tools) into out_dir and make the gRPC module import its sibling relatively."""
     from grpc_tools import protoc  # imported here: only needed by developers, not at run time
 
@@ -29,34 +41,37 @@ def generate(out_dir: Path) -> list[Path]:
         # the proto package (runtime.v1) still sets the wire names.
         args = [
             "protoc",
-            f"-I{PROTO.parent}",
+            f"-I{proto.parent}",
             f"--python_out={tmp}",
             f"--pyi_out={tmp}",
             f"--grpc_python_out={tmp}",
-            str(PROTO),
+            str(proto),
         ]
         if protoc.main(args) != 0:
-            raise RuntimeError("protoc failed on " + str(PROTO))
+            raise RuntimeError("protoc failed on " + str(proto))
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
-        for name in GENERATED:
+        module = proto.stem + "_pb2"
+        for name in generated_names(proto):
             text = (Path(tmp) / name).read_text()
-            text = re.sub(r"^import api_pb2 as", "from . import api_pb2 as", text, flags=re.M)
+            text = re.sub(rf"^import {module} as", f"from . import {module} as", text, flags=re.M)
             target = out_dir / name
             target.write_text(text)
             written.append(target)
     init = out_dir / "__init__.py"
     if not init.exists():
-        init.write_text('"""Generated from protos/runtime/v1/api.proto by `python -m agent.cri.regen`."""\n')
+        source = proto.relative_to(REPO) if proto.is_relative_to(REPO) else proto
+        init.write_text(f'"""Generated from {source} by `python -m agent.cri.regen`."""\n')
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="folder to write the modules to")
+    parser.add_argument("--out", type=Path, help="one folder to write all the modules to")
     args = parser.parse_args(argv)
-    for path in generate(args.out):
-        print(path)
+    for proto, out_dir in TARGETS:
+        for path in generate(args.out or out_dir, proto):
+            print(path)
     return 0
 
 

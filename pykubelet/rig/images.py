@@ -1,9 +1,12 @@
 """Container images built on the machine, without internet, and pushed to a registry over its HTTP API.
 
-Two images, both from Debian's busybox-static: `busybox` (one layer: /bin/busybox, a link per applet,
-a minimal /etc) and `pause` (the same layer, with a PID 1 that sleeps until SIGTERM). Layers are built
-deterministically (fixed mtimes, sorted entries, gzip without a timestamp), so the same busybox gives
-the same digests on every run and `IfNotPresent` pulls behave as they would against a real registry.
+Three images, all from Debian's busybox-static: `busybox` (one layer: /bin/busybox, a link per applet,
+a minimal /etc), `pause` (the same layer, with a PID 1 that sleeps until SIGTERM) and `grpc-health`
+(the same layer plus /bin/grpc-health, a grpc.health.v1 server compiled here from grpchealth.c, for
+gRPC probes; see that file for its flags). Layers are built deterministically (fixed mtimes, sorted
+entries, gzip without a timestamp, a stripped static binary compiled from a fixed file name), so the
+same busybox and compiler give the same digests on every run and `IfNotPresent` pulls behave as they
+would against a real registry.
 """
 
 from __future__ import annotations
@@ -12,12 +15,17 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import platform
+import shutil
+import stat
 import subprocess
 import tarfile
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 
 BUSYBOX_BINARY = "/bin/busybox"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -28,6 +36,13 @@ EPOCH = 1_700_000_000  # fixed mtime for reproducible layers
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 PAUSE_SCRIPT = 'trap "exit 0" TERM INT; while :; do sleep 3600 & wait $!; done'
+
+GRPC_HEALTH_SOURCE = Path(__file__).with_name("grpchealth.c")
+GRPC_HEALTH_BINARY = "/bin/grpc-health"
+GRPC_HEALTH_REPOSITORY, GRPC_HEALTH_TAG = "grpc-health", "1"
+GRPC_HEALTH_PORT = 5000  # the server's default -port
+# Static (the image has no libc), stripped (no symbol table naming the build folder).
+GRPC_HEALTH_CFLAGS = ("-static", "-O2", "-s", "-Wall")
 
 
 def oci_arch() -> str:
@@ -81,24 +96,25 @@ def _busybox_applets() -> list[str]:
     return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})
 
 
+def _add_dir(tar: tarfile.TarFile, path: str, mode: int = 0o755) -> None:
+    info = tarfile.TarInfo(path)
+    info.type = tarfile.DIRTYPE
+    info.mode = mode
+    info.mtime = EPOCH
+    tar.addfile(info)
+
+
+def _add_file(tar: tarfile.TarFile, path: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(path)
+    info.size = len(data)
+    info.mode = mode
+    info.mtime = EPOCH
+    tar.addfile(info, io.BytesIO(data))
+
+
 def _busybox_layer_tar() -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-
-        def add_dir(path: str, mode: int = 0o755) -> None:
-            info = tarfile.TarInfo(path)
-            info.type = tarfile.DIRTYPE
-            info.mode = mode
-            info.mtime = EPOCH
-            tar.addfile(info)
-
-        def add_file(path: str, data: bytes, mode: int = 0o644) -> None:
-            info = tarfile.TarInfo(path)
-            info.size = len(data)
-            info.mode = mode
-            info.mtime = EPOCH
-            tar.addfile(info, io.BytesIO(data))
-
         for d in (
             "bin",
             "sbin",
@@ -114,13 +130,13 @@ def _busybox_layer_tar() -> bytes:
             "sys",
             "dev",
         ):
-            add_dir(d, 0o700 if d == "root" else 0o755)
-        add_dir("tmp", 0o1777)
+            _add_dir(tar, d, 0o700 if d == "root" else 0o755)
+        _add_dir(tar, "tmp", 0o1777)
         with open(BUSYBOX_BINARY, "rb") as f:
-            add_file("bin/busybox", f.read(), 0o755)
-        add_file("etc/passwd", PASSWD.encode())
-        add_file("etc/group", GROUP.encode())
-        add_file("var/www/index.html", b"hello from pykubelet busybox\n")
+            _add_file(tar, "bin/busybox", f.read(), 0o755)
+        _add_file(tar, "etc/passwd", PASSWD.encode())
+        _add_file(tar, "etc/group", GROUP.encode())
+        _add_file(tar, "var/www/index.html", b"hello from pykubelet busybox\n")
         for applet in _busybox_applets():
             path = applet.lstrip("/")
             if path == "bin/busybox":
@@ -141,7 +157,68 @@ def _gzip(data: bytes) -> bytes:
     return out.getvalue()
 
 
-def _config(diff_id: str, cmd: list[str], entrypoint: list[str] | None = None) -> Blob:
+def _compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise RuntimeError("building the grpc-health image needs a C compiler (gcc, libc6-dev): none on PATH")
+    return cc
+
+
+def _cache_dir() -> Path:
+    configured = os.environ.get("PYKUBELET_BUILD_CACHE")
+    return Path(configured or Path(tempfile.gettempdir()) / f"pykubelet-build-cache-{os.getuid()}")
+
+
+def _private_dir(path: Path) -> bool:
+    """Create path for this user only; False when it is someone else's or others may write to it (a
+    shared /tmp must not let another user plant the binary the tests run as root)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.lstat()
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def grpc_health_binary(cache_dir: Path | None = None) -> Path:
+    """The grpc-health server compiled from grpchealth.c: static, so it runs in the busybox image and on
+    the host alike. Compiling takes about half a second, so the result is kept in cache_dir under a
+    hash of the source, flags and compiler; the compile runs on a copy with a fixed name in an empty
+    folder, so every checkout and every run makes the same bytes."""
+    cc = _compiler()
+    source = GRPC_HEALTH_SOURCE.read_bytes()
+    version = subprocess.run([cc, "--version"], capture_output=True, check=False).stdout
+    key = hashlib.sha256(b"\0".join([source, " ".join(GRPC_HEALTH_CFLAGS).encode(), cc.encode(), version]))
+    folder = cache_dir or _cache_dir()
+    if not _private_dir(folder):
+        raise RuntimeError(f"build cache {folder} is not private to this user: remove it or set PYKUBELET_BUILD_CACHE")
+    cached = folder / f"grpc-health-{key.hexdigest()[:24]}"
+    if cached.exists():
+        return cached
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "grpc-health.c").write_bytes(source)
+        proc = subprocess.run(
+            [cc, *GRPC_HEALTH_CFLAGS, "-o", "grpc-health", "grpc-health.c"],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"compiling {GRPC_HEALTH_SOURCE} failed:\n{proc.stderr.strip()}")
+        partial = cached.with_name(f".{cached.name}.{os.getpid()}")
+        shutil.copyfile(Path(tmp, "grpc-health"), partial)
+        os.chmod(partial, 0o755)
+        os.replace(partial, cached)  # whole or absent, even with builds running side by side
+    return cached
+
+
+def _grpc_health_layer_tar(binary: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _add_dir(tar, "bin")  # as in the busybox layer, so stacking it changes nothing but the file
+        _add_file(tar, GRPC_HEALTH_BINARY.lstrip("/"), binary.read_bytes(), 0o755)
+    return buf.getvalue()
+
+
+def _config(diff_ids: list[str], cmd: list[str], entrypoint: list[str] | None = None) -> Blob:
     cfg: dict = {
         "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
         "Cmd": cmd,
@@ -154,22 +231,28 @@ def _config(diff_id: str, cmd: list[str], entrypoint: list[str] | None = None) -
         "os": "linux",
         "created": "2023-11-14T22:13:20Z",
         "config": cfg,
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
         "history": [
-            {"created": "2023-11-14T22:13:20Z", "created_by": "pykubelet.rig.images from busybox-static"}
+            {"created": "2023-11-14T22:13:20Z", "created_by": f"pykubelet.rig.images from {source}"}
+            for source in ("busybox-static", "grpchealth.c")[: len(diff_ids)]
         ],
     }
     return Blob(OCI_CONFIG, json.dumps(config, sort_keys=True).encode())
 
 
 def build_images() -> dict[str, Image]:
-    """The test images by repository name: 'library/busybox' and 'pause'."""
+    """The test images by repository name: 'library/busybox', 'pause' and 'grpc-health'."""
     tar = _busybox_layer_tar()
     layer = Blob(OCI_LAYER_GZIP, _gzip(tar))
     diff_id = _sha256(tar)
+    grpc_tar = _grpc_health_layer_tar(grpc_health_binary())
+    grpc_layer = Blob(OCI_LAYER_GZIP, _gzip(grpc_tar))
     return {
-        "library/busybox": Image(_config(diff_id, ["sh"]), [layer]),
-        "pause": Image(_config(diff_id, [], ["/bin/sh", "-c", PAUSE_SCRIPT]), [layer]),
+        "library/busybox": Image(_config([diff_id], ["sh"]), [layer]),
+        "pause": Image(_config([diff_id], [], ["/bin/sh", "-c", PAUSE_SCRIPT]), [layer]),
+        GRPC_HEALTH_REPOSITORY: Image(
+            _config([diff_id, _sha256(grpc_tar)], [], [GRPC_HEALTH_BINARY]), [layer, grpc_layer]
+        ),
     }
 
 
@@ -226,6 +309,7 @@ class RigImages:
     busybox: str  # registry/library/busybox:latest
     busybox_pinned: str  # a non-latest tag, for IfNotPresent
     pause: str
+    grpc_health: str  # registry/grpc-health:1, entrypoint /bin/grpc-health (serves on port 5000)
 
     @property
     def busybox_short(self) -> str:
@@ -250,9 +334,11 @@ def publish_test_images(registry: str) -> RigImages:
     for tag in ("latest", version):
         push(registry, "library/busybox", tag, images["library/busybox"])
     push(registry, "pause", "3.9", images["pause"])
+    push(registry, GRPC_HEALTH_REPOSITORY, GRPC_HEALTH_TAG, images[GRPC_HEALTH_REPOSITORY])
     return RigImages(
         registry=registry,
         busybox=f"{registry}/library/busybox:latest",
         busybox_pinned=f"{registry}/library/busybox:{version}",
         pause=f"{registry}/pause:3.9",
+        grpc_health=f"{registry}/{GRPC_HEALTH_REPOSITORY}:{GRPC_HEALTH_TAG}",
     )
