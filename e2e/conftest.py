@@ -1,7 +1,9 @@
 """The e2e target: a cluster reached only through the Kubernetes API (and kubectl).
 
 With KUBECONFIG set, the suite runs against that cluster (a kind cluster's upstream kubelet, say), on
-node NODE_NAME (default: the first node) with image E2E_IMAGE (default busybox:1.36). Without it, the
+node NODE_NAME (default: the first node) with image E2E_IMAGE (default busybox:1.36), and for the gRPC
+probe scenarios E2E_GRPC_IMAGE (the rig's grpc-health image pushed somewhere the cluster pulls from;
+those scenarios skip without it). Without KUBECONFIG, the
 suite starts the project's own single-machine stack for the session and tears it down at the end,
 checking that nothing was left on the host.
 """
@@ -25,6 +27,7 @@ class Target:
     node_name: str
     image: str
     stack: object | None  # pykubelet.rig.stack.Stack when the target is our own
+    grpc_image: str | None = None  # the rig's grpc-health image (a grpc.health.v1 server)
 
 
 def _external_target() -> Target:
@@ -33,7 +36,9 @@ def _external_target() -> Target:
     kubeconfig = Path(os.environ["KUBECONFIG"])
     api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
     node = os.environ.get("NODE_NAME") or api.list_node().items[0].metadata.name
-    return Target(kubeconfig, node, os.environ.get("E2E_IMAGE", "busybox:1.36"), None)
+    return Target(
+        kubeconfig, node, os.environ.get("E2E_IMAGE", "busybox:1.36"), None, os.environ.get("E2E_GRPC_IMAGE")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +55,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     stack.start()
     try:
         assert stack.images is not None
-        yield Target(stack.kubeconfig, stack.node_name, stack.images.busybox, stack)
+        yield Target(stack.kubeconfig, stack.node_name, stack.images.busybox, stack, stack.images.grpc_health)
     finally:
         problems = stack.stop()
         assert not problems, problems
@@ -71,6 +76,14 @@ def node_name(target: Target) -> str:
 @pytest.fixture(scope="session")
 def image(target: Target) -> str:
     return target.image
+
+
+@pytest.fixture(scope="session")
+def grpc_image(target: Target) -> str:
+    """An image whose /bin/grpc-health serves grpc.health.v1 (pykubelet.rig's; E2E_GRPC_IMAGE elsewhere)."""
+    if not target.grpc_image:
+        pytest.skip("no grpc-health image for this cluster (set E2E_GRPC_IMAGE)")
+    return target.grpc_image
 
 
 @pytest.fixture(scope="session")

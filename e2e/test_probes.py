@@ -174,3 +174,46 @@ def test_liveness_failure_under_restart_policy_never_fails_the_pod(kube, namespa
     assert main_status(pod).state.terminated is not None and main_status(pod).restart_count == 0
     assert has_event(kube, namespace, "never-live", "Killing", "Container main failed liveness probe")
     assert not has_event(kube, namespace, "never-live", "Killing", "will be restarted")
+
+
+def test_grpc_probes_against_a_real_health_server(kube, namespace, node_name, grpc_image):
+    # SERVING for the whole server and for svc-a; the whole server turns NOT_SERVING after 6 s.
+    script = "touch /tmp/up; (sleep 6; rm /tmp/up) & exec grpc-health -port 5000 -serving svc-a -status-file /tmp/up"
+    body = probe_pod(
+        "grpc",
+        node_name,
+        grpc_image,
+        script,
+        readinessProbe=fast({"grpc": {"port": 5000}}),
+        livenessProbe=fast({"grpc": {"port": 5000, "service": "svc-a"}}, failureThreshold=3),
+    )
+    kube.create_namespaced_pod(namespace, body)
+    wait_for(lambda: (cs := main_status(read(kube, namespace, "grpc"))) and cs.ready, timeout=60, what="ready")
+    pod = wait_for(
+        lambda: (p := read(kube, namespace, "grpc")) and (cs := main_status(p)) and cs.state.running and not cs.ready and p,
+        timeout=30,
+        what="unready once the server says NOT_SERVING",
+    )
+    assert conditions(pod)["Ready"].status == "False"
+    assert has_event(kube, namespace, "grpc", "Unhealthy", 'Readiness probe failed: service unhealthy (responded with "NOT_SERVING")')
+    assert main_status(pod).restart_count == 0  # svc-a stays SERVING: liveness holds
+
+
+def test_grpc_liveness_for_an_unknown_service_restarts(kube, namespace, node_name, grpc_image):
+    body = probe_pod(
+        "grpc-unknown",
+        node_name,
+        grpc_image,
+        "exec grpc-health -port 5000",
+        livenessProbe=fast({"grpc": {"port": 5000, "service": "nobody"}}, failureThreshold=2),
+    )
+    kube.create_namespaced_pod(namespace, body)
+    wait_for(
+        lambda: (cs := main_status(read(kube, namespace, "grpc-unknown"))) and cs.restart_count >= 1,
+        timeout=60,
+        what="a restart after the grpc liveness probe fails",
+    )
+    assert has_event(
+        kube, namespace, "grpc-unknown", "Unhealthy",
+        "Liveness probe failed: error: health rpc probe failed: rpc error: code = NotFound desc = unknown service",
+    )

@@ -36,11 +36,11 @@ class ProbeMetrics:
         self.totals: dict[tuple[str, str], int] = {}
         self.durations: dict[tuple[str, str], Histogram] = {}
 
-    def observe(self, kind: Kind, action: dict[str, Any], result: Result, seconds: float) -> None:
+    def observe(self, kind: Kind, handler: str, result: Result, seconds: float) -> None:
         probe_type = kind.value
         key = (probe_type, RESULT_LABEL[result])
         self.totals[key] = self.totals.get(key, 0) + 1
-        self.durations.setdefault((probe_type, handler_name(action)), Histogram()).observe(seconds)
+        self.durations.setdefault((probe_type, handler), Histogram()).observe(seconds)
 
     def exposition(self) -> str:
         """Prometheus text format."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent.expansion import expand_static
+from agent.probes.metrics import handler_name
 from agent.probes.result import Outcome, Result, Target
 from agent.probes.spec import Kind, ProbeSpec
 
@@ -29,6 +30,11 @@ log = logging.getLogger("agent.probes")
 # Upstream retries a probe that could not run at all (not one that failed) this many times.
 MAX_PROBE_RETRIES = 3
 INITIAL: dict[Kind, Result | None] = {Kind.READINESS: Result.FAILURE, Kind.LIVENESS: Result.SUCCESS, Kind.STARTUP: None}
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class ProbeWorker:
             command = expand_static(list(spec.action["exec"].get("command") or []), container)
             spec = dataclasses.replace(spec, action={"exec": {"command": command}})
         self.spec = spec
+        self.handler = handler_name(spec.action)
         self.sidecar = container.get("restartPolicy") == "Always"  # restarted whatever the pod's policy
         self.container_id = ""
         self.result: Result | None = None
@@ -61,7 +68,8 @@ class ProbeWorker:
         self.result_run = 0
         self.on_hold = False
         self.finished = False  # the container will not run again (exited under restartPolicy Never)
-        self._trigger = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        self._triggered = False
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -69,7 +77,10 @@ class ProbeWorker:
 
     def trigger(self) -> None:
         """Probe now rather than at the next tick (a container just started and has no verdict yet)."""
-        self._trigger.set()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        else:
+            self._triggered = True
 
     def verdict(self, container_id: str) -> Result | None:
         return self.result if container_id and container_id == self.container_id else None
@@ -95,11 +106,20 @@ class ProbeWorker:
             await self._wait(period)
 
     async def _wait(self, seconds: float) -> None:
+        """Sleep until the next tick or a trigger. A bare future and timer rather than wait_for on an
+        event: with 220 probe workers this runs twenty times a second, and wait_for makes a task each
+        time (about a fifth of a millisecond of CPU)."""
+        if self._triggered:
+            self._triggered = False
+            return
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(seconds, _wake, waiter)
         try:
-            await asyncio.wait_for(self._trigger.wait(), timeout=seconds)
-        except TimeoutError:
-            pass
-        self._trigger.clear()
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     def _set(self, result: Result | None) -> None:
         if result != self.result:
@@ -152,7 +172,7 @@ class ProbeWorker:
         for _ in range(MAX_PROBE_RETRIES):
             started = time.perf_counter()
             outcome = await self.manager.run_handler(self.spec.action, target, float(self.spec.timeout))
-            self.manager.metrics.observe(self.kind, self.spec.action, outcome.result, time.perf_counter() - started)
+            self.manager.metrics.observe(self.kind, self.handler, outcome.result, time.perf_counter() - started)
             if outcome.result is not Result.UNKNOWN:
                 break
         kind = self.kind.value

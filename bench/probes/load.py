@@ -29,8 +29,11 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from agent.cri import CRIClient
 from agent.kube.client import ApiError, KubeClient
 from agent.kube.config import load_kubeconfig
+from agent.pods.labels import POD_UID
+from agent.probes.exec import exec_probe
 from agent.probes.http import http_probe
 from agent.probes.metrics import BUCKETS
 from bench.agent.startup import ProcWatch, delete_all, pct
@@ -120,6 +123,27 @@ async def http_floor(pod_ips: list[str], spread: float) -> list[float]:
     return list(await asyncio.gather(*(one(ip) for ip in pod_ips)))
 
 
+async def client_cost(cri: CRIClient, container_id: str, pod_ip: str, calls: int = 300) -> dict:
+    """CPU (all threads of this process) per exec and per GET, made one at a time with the agent's own
+    handler code: the part of the agent's per-probe CPU that is the calls themselves."""
+    out: dict = {}
+    for handler, call in (
+        ("exec", lambda: exec_probe(cri, container_id, ["cat", "/tmp/ready"], 1.0)),
+        ("httpGet", lambda: http_probe(f"http://{pod_ip}:8080/healthz", [], 1.0, "kube-probe/1.32")),
+    ):
+        await call()  # warm up (channel, imports)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            outcome = await call()
+            if not outcome.ok:
+                raise RuntimeError(f"{handler} failed: {outcome.output}")
+        out[handler] = {
+            "cpu_ms_per_call": round(1000 * (time.process_time() - cpu0) / calls, 3),
+            "wall_ms_per_call": round(1000 * (time.perf_counter() - wall0) / calls, 3),
+        }
+    return out
+
+
 async def window(pid: int, seconds: float) -> dict:
     watch = ProcWatch(pid)
     deadline = time.monotonic() + seconds
@@ -130,7 +154,7 @@ async def window(pid: int, seconds: float) -> dict:
 
 
 async def bench(stack: Stack, n: int, seconds: float) -> dict:
-    assert stack.images and stack.agent and stack.agent.pid and stack.apiserver
+    assert stack.images and stack.agent and stack.agent.pid and stack.apiserver and stack.containerd
     image = stack.images.busybox_pinned
     client = KubeClient(load_kubeconfig(stack.kubeconfig), qps=5000, burst=5000)
     cert_dir = stack.config.state_dir / "bench-client"
@@ -151,6 +175,7 @@ async def bench(stack: Stack, n: int, seconds: float) -> dict:
     pods = await create_and_wait(client, n, stack.node_name, image, probes=True)
     await asyncio.sleep(10)
     before = parse_histograms(await scrape(stack.kubelet_port, cert, key))
+    print(f"measuring with probes, agent pid {stack.agent.pid}", flush=True)
     report["with_probes"] = await window(stack.agent.pid, seconds)
     after = parse_histograms(await scrape(stack.kubelet_port, cert, key))
     latency: dict = {}
@@ -167,6 +192,14 @@ async def bench(stack: Stack, n: int, seconds: float) -> dict:
     floor = await http_floor(ips, 10.0)
     report["http_floor_ms"] = {"p50": round(1000 * pct(floor, 50), 2), "p99": round(1000 * pct(floor, 99), 2), "n": len(floor)}
     print(f"raw GET floor: {json.dumps(report['http_floor_ms'])}", flush=True)
+    cri = await CRIClient.connect(stack.containerd.endpoint)
+    try:
+        uid = pods[0]["metadata"]["uid"]
+        containers = await cri.list_containers(labels={POD_UID: uid})
+        report["client_cost"] = await client_cost(cri, containers[0].id, ips[0])
+    finally:
+        await cri.close()
+    print(f"client cost per call: {json.dumps(report['client_cost'])}", flush=True)
     await delete_all(client)
     await client.close()
     return report
@@ -204,6 +237,9 @@ def main() -> int:
         lines.append(f"| {handler} | {row['probes']} | {row['p50_ms']} | {row['p99_ms']} |")
     floor = report["http_floor_ms"]
     lines += ["", f"Raw GET floor from the bench process: p50 {floor['p50']} ms, p99 {floor['p99']} ms (goal for httpGet p99: under 50 ms).", ""]
+    lines += ["CPU per call of the handlers alone, one at a time in the bench process:", ""]
+    lines += [f"- {h}: {c['cpu_ms_per_call']} ms CPU, {c['wall_ms_per_call']} ms wall" for h, c in report["client_cost"].items()]
+    lines.append("")
     (out / "probes-load.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

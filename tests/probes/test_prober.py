@@ -5,6 +5,7 @@ tests/probes/test_handlers*.py and e2e/test_probes.py."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -229,3 +230,19 @@ async def test_exec_command_expands_literal_env_only():
     ]
     h.sync(body)
     assert h.worker(Kind.READINESS).spec.action == {"exec": {"command": ["check", "8080", "$(SECRET)", "$(PORT)"]}}
+
+
+async def test_trigger_cuts_the_wait_short_and_is_remembered():
+    h = Harness(Script())
+    h.sync(pod(readinessProbe=EXEC))
+    w = h.worker(Kind.READINESS)
+    waiting = asyncio.create_task(w._wait(30))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    w.trigger()
+    await asyncio.wait_for(waiting, 1)
+    w.trigger()  # while nobody waits: the next wait returns at once
+    await asyncio.wait_for(w._wait(30), 1)
+    started = time.monotonic()
+    await w._wait(0.05)  # and the one after waits again
+    assert time.monotonic() - started >= 0.04
