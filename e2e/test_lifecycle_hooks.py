@@ -59,13 +59,17 @@ def test_http_post_start_that_cannot_connect_fails(kube, namespace, node_name, i
         "post-start-http",
         node_name,
         image,
-        TERM_AWARE,
+        # No TERM handler (PID 1 ignores SIGTERM): the kill ends in SIGKILL after the grace period, so the
+        # phase cannot depend on whether a trap was set before the hook failed.
+        "sleep 3600",
         restart="Never",
+        grace=2,
         lifecycle={"postStart": {"httpGet": {"path": "/started", "port": 8080}}},
     )
     kube.create_namespaced_pod(namespace, body)
     pod = finished(kube, namespace, "post-start-http")
     assert pod.status.phase == "Failed"
+    assert main_status(pod).state.terminated.exit_code == 137
     assert has_event(
         kube, namespace, "post-start-http", "FailedPostStartHook",
         'HTTP lifecycle hook (/started) for Container "main" in Pod',
