@@ -107,7 +107,8 @@ def container_status(
             status["ready"] = status["started"] and inp.readiness.get(name, True)
     elif latest.state == "exited":
         term = {"terminated": _terminated(latest, inp.runtime_name)}
-        if waiting and not inp.terminal:
+        if waiting and not inp.terminal and _restarts(spec, latest, inp.pod):
+            # As upstream's reason cache: why the next start failed shows only if there will be one.
             status["lastState"] = term
             status["state"] = {"waiting": {"reason": waiting[0], **({"message": waiting[1]} if waiting[1] else {})}}
         else:
@@ -118,6 +119,17 @@ def container_status(
         reason, message = waiting or ("ContainerCreating", "")
         status["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
     return status
+
+
+def _restarts(spec: dict[str, Any], latest: ContainerRecord, pod: dict[str, Any]) -> bool:
+    """Whether the agent will start this exited container again (upstream's ShouldContainerBeRestarted)."""
+    if is_sidecar(spec):
+        return True
+    return should_restart((pod.get("spec") or {}).get("restartPolicy") or "Always", latest.exit_code)
+
+
+def should_restart(policy: str, exit_code: int) -> bool:
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
 
 
 def is_sidecar(container: dict[str, Any]) -> bool:

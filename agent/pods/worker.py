@@ -34,7 +34,7 @@ from agent.pods.images import ImageError, ImageManager
 from agent.pods.qos import cgroup_parent, remove_pod_cgroup
 from agent.pods.runtime import ContainerRecord, PodRuntime, RuntimeInspector, SandboxRecord
 from agent.pods.sandbox import hosts_file, pod_log_dir, sandbox_config
-from agent.pods.status import TERMINAL, StatusInputs, compute_status, is_sidecar
+from agent.pods.status import TERMINAL, StatusInputs, compute_status, is_sidecar, should_restart
 from agent.pods.status_manager import StatusManager
 from agent.probes.hooks import HookRunner
 from agent.probes.manager import ProberManager, probed_containers
@@ -84,10 +84,6 @@ def pod_ref(pod: dict[str, Any]) -> str:
 def _container_spec(pod: dict[str, Any], name: str) -> dict[str, Any] | None:
     spec = pod.get("spec") or {}
     return next((c for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])] if c["name"] == name), None)
-
-
-def should_restart(policy: str, exit_code: int) -> bool:
-    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
 
 
 def remaining_grace(pod: dict[str, Any], now: datetime | None = None) -> int:

@@ -224,3 +224,43 @@ def test_never_pod_with_sidecar_succeeds_on_app_exit():
     p["spec"]["initContainers"][0]["restartPolicy"] = "Always"
     st = status_of(p, runtime(rec("side", "running", kind="init"), rec("main", "exited", 0)))
     assert st["phase"] == "Succeeded"
+
+
+@pytest.mark.parametrize(
+    ("restart", "exit_code", "shows_waiting"),
+    [("Always", 0, True), ("OnFailure", 137, True), ("OnFailure", 0, False), ("Never", 137, False)],
+)
+def test_start_failure_reason_shows_only_when_the_container_will_start_again(restart, exit_code, shows_waiting):
+    """upstream's reason cache: PostStartHookError (or CrashLoopBackOff) replaces the terminated state
+    only for a container that will be started again; under Never it stays terminated."""
+    st = status_of(
+        pod(restart=restart), runtime(rec("main", "exited", exit_code=exit_code)),
+        waiting={"main": ("PostStartHookError", "hook failed")},
+    )
+    cs = st["containerStatuses"][0]
+    if shows_waiting:
+        assert cs["state"] == {"waiting": {"reason": "PostStartHookError", "message": "hook failed"}}
+        assert cs["lastState"]["terminated"]["exitCode"] == exit_code
+    else:
+        assert cs["state"]["terminated"]["exitCode"] == exit_code and cs["lastState"] == {}
+
+
+def test_probe_verdicts_in_container_status():
+    st = status_of(
+        pod(containers=("a", "b", "c")),
+        runtime(rec("a", "running"), rec("b", "running"), rec("c", "running")),
+        started={"b": False}, readiness={"a": True, "b": True, "c": False},
+    )
+    by_name = {cs["name"]: cs for cs in st["containerStatuses"]}
+    assert (by_name["a"]["started"], by_name["a"]["ready"]) == (True, True)
+    assert (by_name["b"]["started"], by_name["b"]["ready"]) == (False, False)  # not started: never ready
+    assert (by_name["c"]["started"], by_name["c"]["ready"]) == (True, False)
+    ready = {c["type"]: c for c in st["conditions"]}["Ready"]
+    assert ready["message"] == "containers with unready status: [b c]"
+
+
+def test_regular_init_container_is_ready_once_it_exited_zero():
+    st = status_of(pod(init=("setup",)), runtime(rec("setup", "exited", kind="init"), rec("main", "running")))
+    assert st["initContainerStatuses"][0]["ready"] is True
+    st = status_of(pod(init=("setup",)), runtime(rec("setup", "running", kind="init")))
+    assert st["initContainerStatuses"][0]["ready"] is False
