@@ -31,6 +31,8 @@ class Pki:
     serving_key: Path
     admin_cert: Path
     admin_key: Path
+    kubelet_client_cert: Path  # the server's own identity towards node agents (pods/log)
+    kubelet_client_key: Path
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
@@ -113,6 +115,8 @@ def ensure_pki(data_dir: Path, extra_sans: list[str] | None = None) -> Pki:
         pki_dir / "apiserver.key",
         pki_dir / "admin.crt",
         pki_dir / "admin.key",
+        pki_dir / "apiserver-kubelet-client.crt",
+        pki_dir / "apiserver-kubelet-client.key",
     )
     if not (pki.ca_cert.exists() and pki.ca_key.exists()):
         ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -142,6 +146,11 @@ def ensure_pki(data_dir: Path, extra_sans: list[str] | None = None) -> Pki:
         _write_cert(pki.serving_cert, cert)
     if not (pki.admin_cert.exists() and pki.admin_key.exists()):
         issue_client_cert(pki, "kubernetes-admin", ("system:masters",), pki.admin_cert, pki.admin_key)
+    if not (pki.kubelet_client_cert.exists() and pki.kubelet_client_key.exists()):
+        # kubeadm's name and group for the same certificate.
+        issue_client_cert(
+            pki, "kube-apiserver-kubelet-client", ("system:masters",), pki.kubelet_client_cert, pki.kubelet_client_key
+        )
     return pki
 
 

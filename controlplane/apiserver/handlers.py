@@ -22,6 +22,7 @@ from controlplane.apiserver.authn import USER_KEY, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldcheck import prune_unknown, unknown_fields
+from controlplane.apiserver.kubeletproxy import KubeletClient, log_container, validate_log_query
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.patch import json_patch, merge_patch, strategic_merge
 from controlplane.apiserver.registry import DeleteOptions, Registry
@@ -88,6 +89,7 @@ class RestHandler:
         self.cache = registry.cache
         self.authorizer = authorizer
         self.active_watches = 0
+        self.kubelet: KubeletClient | None = None  # set when the server has a client certificate for nodes
 
     # --- routing -------------------------------------------------------------------------------------
 
@@ -134,11 +136,25 @@ class RestHandler:
 
     # --- reads ---------------------------------------------------------------------------------------
 
+    async def _pod_log(self, request: web.Request, pod: Obj) -> web.StreamResponse:
+        """GET pods/{name}/log: checked here, streamed from the pod's node agent."""
+        container = log_container(pod, request.query.get("container", ""))
+        params = validate_log_query(request.query)
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            raise errors.bad_request(f"pod {pod['metadata']['name']} does not have a host assigned")
+        if self.kubelet is None:
+            raise errors.internal("this server has no client certificate for node agents (serving plain HTTP)")
+        node = await self.registry.get(core("nodes"), "", node_name)
+        return await self.kubelet.stream_log(request, pod, node.obj, container, params)
+
     async def _get(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
         cached = await self.registry.get(res, info.namespace, info.name)
         if info.subresource == "scale":
             return json_response(_scale_of(cached.obj))
+        if info.subresource == "log":
+            return await self._pod_log(request, cached.obj)
         if _wants_table(request):
             return json_response(
                 tables.table(res.bucket, [cached.obj], request.query.get("includeObject", "Metadata"),

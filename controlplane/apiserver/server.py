@@ -23,6 +23,7 @@ from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.eventttl import run_event_ttl
 from controlplane.apiserver.handlers import RestHandler, json_response
+from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
@@ -85,6 +86,7 @@ class ApiServer:
         ssl_context = None
         if not self.config.insecure_http:
             self.pki = ensure_pki(self.config.data_dir, self.config.extra_sans)
+            self.rest.kubelet = KubeletClient(self.pki.kubelet_client_cert, self.pki.kubelet_client_key)
             ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
             ssl_context.load_verify_locations(self.pki.ca_cert)
@@ -125,6 +127,8 @@ class ApiServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.finalizer.stop()
+        if self.rest.kubelet is not None:
+            await self.rest.kubelet.close()
         await self.cache.stop()
         if self._runner:
             await self._runner.cleanup()

@@ -470,3 +470,70 @@ def test_idle_watch_of_a_departed_client_is_released(tmp_path: Path) -> None:
         while _metric(server, "apiserver_registered_watchers") > 0 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _metric(server, "apiserver_registered_watchers") == 0
+
+
+def test_pod_log_is_streamed_from_the_node_agent(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, tmp_path: Path) -> None:
+    """pods/log: the server finds the node's kubelet endpoint, presents its kubelet-client certificate
+    (signed by the cluster CA) and passes the PodLogOptions and the answer through."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from controlplane.apiserver.certs import ensure_pki
+
+    seen: list[tuple[str, str]] = []
+
+    class Kubelet(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            peer = self.connection.getpeercert() or {}
+            subject = dict(x[0] for x in peer.get("subject", ()))
+            seen.append((self.path, subject.get("commonName", "")))
+            if "previous=true" in self.path:
+                body = json.dumps({"kind": "Status", "status": "Failure", "reason": "BadRequest", "code": 400,
+                                   "message": 'previous terminated container "c" in pod "logged" not found'}).encode()
+                self.send_response(400)
+                self.send_header("Content-Type", "application/json")
+            else:
+                body = b"one\ntwo\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    pki = ensure_pki(apiserver.data_dir)  # the kubelet trusts the cluster CA, as the stack's agent does
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca_cert))
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    server_ctx.load_cert_chain(pki.serving_cert, pki.serving_key)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Kubelet)
+    httpd.socket = server_ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    node_name = f"logs-{namespace}"
+    try:
+        v1.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=node_name)))
+        v1.patch_node_status(node_name, {"status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": httpd.server_address[1]}},
+        }})
+        v1.create_namespaced_pod(namespace, pod("logged", node_name))
+        assert v1.read_namespaced_pod_log("logged", namespace, tail_lines=2, timestamps=True) == "one\ntwo\n"
+        path, cn = seen[-1]
+        assert path.startswith(f"/containerLogs/{namespace}/logged/c?")
+        assert "tailLines=2" in path and "timestamps=true" in path
+        assert cn == "kube-apiserver-kubelet-client"
+        with pytest.raises(ApiException) as err:
+            v1.read_namespaced_pod_log("logged", namespace, previous=True)
+        assert err.value.status == 400 and "previous terminated container" in err.value.body
+        v1.create_namespaced_pod(namespace, pod("unbound"))
+        with pytest.raises(ApiException) as err:
+            v1.read_namespaced_pod_log("unbound", namespace)
+        assert err.value.status == 400 and "pod unbound does not have a host assigned" in err.value.body
+        httpd.shutdown()
+        httpd.server_close()
+        with pytest.raises(ApiException) as err:
+            v1.read_namespaced_pod_log("logged", namespace)
+        assert err.value.status == 500 and "/containerLogs/" in err.value.body
+    finally:
+        httpd.shutdown()
+        v1.delete_node(node_name)
