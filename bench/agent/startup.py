@@ -149,6 +149,7 @@ class ProcWatch:
     def __init__(self, pid: int) -> None:
         self.proc = psutil.Process(pid)
         self.cpu0 = self._cpu()
+        self.sys0 = self.proc.cpu_times().system
         self.t0 = time.monotonic()
         self.max_rss = self.proc.memory_info().rss
 
@@ -163,7 +164,8 @@ class ProcWatch:
         self.sample()
         secs = time.monotonic() - self.t0
         cpu = self._cpu() - self.cpu0
-        return {"cpu_seconds": round(cpu, 3), "wall_seconds": round(secs, 2), "cpu_percent_of_core": round(100 * cpu / secs, 2), "max_rss_mib": round(self.max_rss / 2**20, 1)}
+        kernel = self.proc.cpu_times().system - self.sys0
+        return {"cpu_seconds": round(cpu, 3), "kernel_cpu_seconds": round(kernel, 3), "wall_seconds": round(secs, 2), "cpu_percent_of_core": round(100 * cpu / secs, 2), "max_rss_mib": round(self.max_rss / 2**20, 1)}
 
 
 async def sampled(watch: ProcWatch, coro):

@@ -228,7 +228,9 @@ def main() -> int:
         f"# Prober load: {report['pods']} pods, exec readiness + httpGet liveness every 10 s",
         "",
         f"Agent CPU over {report['window_seconds']:.0f} s: {probed['cpu_percent_of_core']} % of one core with probes, "
-        f"{idle['cpu_percent_of_core']} % without (goal: under 5 %). Max RSS {probed['max_rss_mib']} MiB.",
+        f"{idle['cpu_percent_of_core']} % without (goal: under 5 %). Max RSS {probed['max_rss_mib']} MiB. "
+        f"Kernel time (syscalls, TCP handshakes charged to the agent): {probed['kernel_cpu_seconds']} s of "
+        f"{probed['cpu_seconds']} s with probes, {idle['kernel_cpu_seconds']} s of {idle['cpu_seconds']} s without.",
         "",
         "| handler | probes in window | p50 ms | p99 ms |",
         "|---|---|---|---|",
