@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from e2e.probing import exec_action, fast, has_event, main_status, probe_pod, read
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -100,3 +101,35 @@ def test_api_server_restart_is_survived(kube, namespace, node_name, image, stack
     kube.create_namespaced_pod(namespace, sleeper("after", node_name, image))
     wait_for(all_running(kube, namespace, 2), timeout=90, what="after Running")
     assert ready_condition(kube, node_name).status == "True"
+
+
+def test_agent_kill_9_keeps_probed_pods_alive_and_ready(kube, namespace, node_name, image, stack):
+    """The restarted agent starts its probes over (verdicts are not persisted, as upstream's): liveness
+    starts as alive, so nothing is killed, and readiness and startup are probed at once, so the pod is
+    Ready again within a few seconds."""
+    body = probe_pod(
+        "probed",
+        node_name,
+        image,
+        "mkdir -p /www && echo ok > /www/healthz && touch /tmp/ready && exec httpd -f -p 8080 -h /www",
+        startupProbe=fast(exec_action("true")),
+        readinessProbe=fast(exec_action("cat /tmp/ready"), periodSeconds=10),
+        livenessProbe=fast({"httpGet": {"path": "/healthz", "port": 8080}}, periodSeconds=10),
+    )
+    kube.create_namespaced_pod(namespace, body)
+    before = wait_for(
+        lambda: (cs := main_status(read(kube, namespace, "probed"))) and cs.ready and cs,
+        timeout=60,
+        what="ready",
+    )
+    stack.agent.kill()
+    stack.start_agent()
+    after = wait_for(
+        lambda: (cs := main_status(read(kube, namespace, "probed"))) and cs.ready and cs.started and cs,
+        timeout=15,
+        what="ready again under the restarted agent",
+    )
+    assert (after.container_id, after.restart_count) == (before.container_id, 0)
+    time.sleep(3)  # a few probe rounds: still nothing killed
+    assert main_status(read(kube, namespace, "probed")).restart_count == 0
+    assert not has_event(kube, namespace, "probed", "Killing")
