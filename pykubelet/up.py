@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_example(stack: Stack, timeout: float) -> None:
-    """Create the sample pod (the scheduler binds it to our node) and wait for Running."""
+    """Create the sample pod (the scheduler binds it to our node) and wait until it is Running and its
+    readiness probe has passed."""
     from kubernetes.client.exceptions import ApiException
 
     core = stack.core_api()
@@ -77,8 +78,9 @@ def run_example(stack: Stack, timeout: float) -> None:
     while time.monotonic() < deadline:
         pod = core.read_namespaced_pod(name, namespace)
         phase = pod.status.phase
-        if phase == "Running":
-            print(f"pykubelet: pod {namespace}/{name} is Running at {pod.status.pod_ip}", file=sys.stderr)
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        if phase == "Running" and ready:
+            print(f"pykubelet: pod {namespace}/{name} is Running and Ready at {pod.status.pod_ip}", file=sys.stderr)
             return
         time.sleep(0.5)
     raise SystemExit(f"pykubelet: pod {namespace}/{name} still {phase} after {timeout:.0f} s")

@@ -33,7 +33,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
         assert record is not None
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
-        assert "pod default/hello is Running" in up.stderr
+        assert "pod default/hello is Running and Ready" in up.stderr  # its readiness probe passed
         # The daemons outlive the `up` command, and kubectl sees the node and the pod.
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         pods = subprocess.run(
