@@ -47,6 +47,11 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
         )
         node, phase, pod_ip = pods.stdout.split()
         assert (node, phase) == ("up-test", "Running")  # bound by the server's scheduler, run by our agent
+        # kubectl logs goes server -> agent: httpd logged the readiness probe's GET.
+        logs = subprocess.run(
+            ["kubectl", "--kubeconfig", kubeconfig, "logs", "hello"], capture_output=True, text=True, check=True
+        )
+        assert "response:200" in logs.stdout
         # The address comes from the pod network the agent runs: our plugin on the range given to `up`.
         assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network("10.88.0.0/24")
         conflist = json.loads(next((state / "cni" / "net.d").glob("*.conflist")).read_text())
