@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -236,6 +237,19 @@ async def bench(stack: Stack, sizes: list[int], idle_seconds: float) -> dict:
     return report
 
 
+def run_on_stack(bridge: str, pod_cidr: str, run: Callable[[Stack], Awaitable[dict]]) -> dict:
+    """A whole single-machine stack in a temporary folder for one benchmark, torn down afterwards."""
+    with tempfile.TemporaryDirectory(prefix="pykb-bench-") as tmp:
+        stack = Stack(StackConfig(state_dir=Path(tmp), node_name="bench-node", bridge=bridge, pod_cidr=pod_cidr))
+        stack.start()
+        try:
+            return asyncio.run(run(stack))
+        finally:
+            problems = stack.stop()
+            if problems:
+                print(f"teardown problems: {problems}", file=sys.stderr)
+
+
 def svg_plot(report: dict) -> str:
     """A small grouped bar chart (p50 and p99, floor vs agent, per size) without plotting libraries."""
     sizes = list(report["sizes"])
@@ -266,15 +280,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="pykb-bench-") as tmp:
-        stack = Stack(StackConfig(state_dir=Path(tmp), node_name="bench-node", bridge="pykbn0", pod_cidr="10.247.0.0/24"))
-        stack.start()
-        try:
-            report = asyncio.run(bench(stack, sizes, args.idle_seconds))
-        finally:
-            problems = stack.stop()
-            if problems:
-                print(f"teardown problems: {problems}", file=sys.stderr)
+    report = run_on_stack("pykbn0", "10.247.0.0/24", lambda stack: bench(stack, sizes, args.idle_seconds))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "agent-startup.json").write_text(json.dumps(report, indent=2))

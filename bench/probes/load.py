@@ -21,7 +21,6 @@ import json
 import random
 import ssl
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,8 +35,8 @@ from agent.pods.labels import POD_UID
 from agent.probes.exec import exec_probe
 from agent.probes.http import http_probe
 from agent.probes.metrics import BUCKETS
-from bench.agent.startup import ProcWatch, delete_all, pct
-from pykubelet.rig.stack import Stack, StackConfig
+from bench.agent.startup import ProcWatch, delete_all, pct, run_on_stack
+from pykubelet.rig.stack import Stack
 
 NS = "bench"
 SERVE = "mkdir -p /www && echo ok > /www/healthz && touch /tmp/ready && exec httpd -f -p 8080 -h /www"
@@ -211,15 +210,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="pykb-bench-") as tmp:
-        stack = Stack(StackConfig(state_dir=Path(tmp), node_name="bench-node", bridge="pykbp0", pod_cidr="10.246.0.0/24"))
-        stack.start()
-        try:
-            report = asyncio.run(bench(stack, args.pods, args.seconds))
-        finally:
-            problems = stack.stop()
-            if problems:
-                print(f"teardown problems: {problems}", file=sys.stderr)
+    report = run_on_stack("pykbp0", "10.246.0.0/24", lambda stack: bench(stack, args.pods, args.seconds))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "probes-load.json").write_text(json.dumps(report, indent=2))
