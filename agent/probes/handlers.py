@@ -24,7 +24,14 @@ def user_agent(version: str, purpose: str = "probe") -> str:
     return f"kube-{purpose}/{match.group(1)}.{match.group(2)}" if match else f"kube-{purpose}/{version}"
 
 
-def _port(target: Target, value: Any) -> int:
+def http_request(action: dict, host: str, port: int) -> tuple[str, list[tuple[str, str]]]:
+    """The URL and headers an httpGet action (probe or hook) asks for, at `host` and the resolved `port`."""
+    scheme = (action.get("scheme") or "http").lower()
+    headers = [(h.get("name", ""), h.get("value", "")) for h in action.get("httpHeaders") or []]
+    return probe_url(scheme, host, port, action.get("path") or ""), headers
+
+
+def resolve_port(target: Target, value: Any) -> int:
     # An unset IntOrString is the integer 0, which upstream rejects as "invalid port number: 0".
     if value is None:
         value = 0
@@ -46,16 +53,13 @@ async def run_handler(action: dict, target: Target, timeout: float, cri: Any, us
         if spec is None:
             continue
         try:
-            port = _port(target, spec.get("port"))
+            port = resolve_port(target, spec.get("port"))
         except ValueError as err:
             return Outcome(Result.UNKNOWN, str(err))
         # httpGet and tcpSocket may name a host; the grpc action has none and always probes the pod.
         host = spec.get("host") or target.pod_ip
         if kind == "httpGet":
-            scheme = (spec.get("scheme") or "http").lower()
-            url = probe_url(scheme, host, port, spec.get("path") or "")
-            headers = [(h.get("name", ""), h.get("value", "")) for h in spec.get("httpHeaders") or []]
-            return await http_probe(url, headers, timeout, user_agent)
+            return await http_probe(*http_request(spec, host, port), timeout, user_agent)
         if kind == "tcpSocket":
             return await tcp_probe(host, port, timeout)
         # Imported here: the gRPC health client (grpcio channels, generated stubs) loads only when a pod

@@ -65,8 +65,8 @@ def canonical_header(name: str) -> str:
     return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
 
 
-class _Failed(Exception):
-    """Ends a probe with this outcome."""
+class HttpFailure(Exception):
+    """No usable HTTP answer: the exchange ended with this outcome (Go's error text as output)."""
 
     def __init__(self, outcome: Outcome) -> None:
         self.outcome = outcome
@@ -179,7 +179,7 @@ def _parse_head(raw: bytes, url: str) -> _Response:
     lines = raw.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
-        raise _Failed(
+        raise HttpFailure(
             Outcome(
                 Result.FAILURE,
                 f"Get {go_quote(url)}: net/http: HTTP/1.x transport connection broken: "
@@ -242,11 +242,11 @@ async def _round_trip(request: _Request, deadline: float, first_host: str | None
     parts = urlsplit(request.url)
     if parts.scheme not in ("http", "https"):
         reason = f"unsupported protocol scheme {go_quote(parts.scheme)}"
-        raise _Failed(Outcome(Result.FAILURE, f"Get {go_quote(request.url)}: {reason}"))
+        raise HttpFailure(Outcome(Result.FAILURE, f"Get {go_quote(request.url)}: {reason}"))
     for name in request.headers:
         if not name or any(ch not in _TOKEN for ch in name):
             reason = f"net/http: invalid header field name {go_quote(name)}"
-            raise _Failed(Outcome(Result.FAILURE, f"Get {go_quote(request.url)}: {reason}"))
+            raise HttpFailure(Outcome(Result.FAILURE, f"Get {go_quote(request.url)}: {reason}"))
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     loop = asyncio.get_running_loop()
@@ -254,7 +254,7 @@ async def _round_trip(request: _Request, deadline: float, first_host: str | None
         sock = await dial(host, port, max(deadline - loop.time(), 0))
     except DialError as err:
         text = _AWAITING_HEADERS if err.timeout else str(err)
-        raise _Failed(Outcome(Result.FAILURE, f"Get {go_quote(request.url)}: {text}")) from None
+        raise HttpFailure(Outcome(Result.FAILURE, f"Get {go_quote(request.url)}: {text}")) from None
     local = join_host_port(*sock.getsockname()[:2])
     remote = join_host_port(*sock.getpeername()[:2])
     writer: asyncio.StreamWriter | None = None
@@ -292,14 +292,14 @@ async def _round_trip(request: _Request, deadline: float, first_host: str | None
                     reason = f"read tcp {local}->{remote}: read: {errno_text(err)}"
                 else:
                     reason = str(err)
-                raise _Failed(Outcome(Result.UNKNOWN, reason)) from None
+                raise HttpFailure(Outcome(Result.UNKNOWN, reason)) from None
             return response, ""
     except TimeoutError:
         if phase == _READING_BODY:
-            raise _Failed(Outcome(Result.UNKNOWN, phase)) from None
-        raise _Failed(Outcome(Result.FAILURE, f"Get {go_quote(request.url)}: {phase}")) from None
+            raise HttpFailure(Outcome(Result.UNKNOWN, phase)) from None
+        raise HttpFailure(Outcome(Result.FAILURE, f"Get {go_quote(request.url)}: {phase}")) from None
     except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as err:
-        raise _Failed(_transport_error(request.url, err, local, remote)) from None
+        raise HttpFailure(_transport_error(request.url, err, local, remote)) from None
     finally:
         if writer is not None:
             writer.close()
@@ -307,31 +307,38 @@ async def _round_trip(request: _Request, deadline: float, first_host: str | None
             sock.close()
 
 
-async def http_probe(url: str, headers: list[tuple[str, str]], timeout: float, user_agent: str) -> Outcome:
+async def http_get(url: str, headers: list[tuple[str, str]], timeout: float, user_agent: str) -> _Response:
     """GET `url` within `timeout` seconds (the whole exchange, redirects included), with the probe's
-    httpHeaders and upstream's defaults (`user_agent` as User-Agent, `Accept: */*`)."""
+    httpHeaders and upstream's defaults (`user_agent` as User-Agent, `Accept: */*`); the final answer,
+    or HttpFailure when none came back."""
     merged = _probe_headers(headers, user_agent)
     request = _Request(url, merged, merged.get("Host", [""])[0])
     first_host = urlsplit(url).hostname
     deadline = asyncio.get_running_loop().time() + timeout
+    for followed in range(MAX_REDIRECTS + 1):
+        response, next_url = await _round_trip(request, deadline, first_host)
+        if not next_url:
+            break
+        location = response.headers["location"]
+        if followed == MAX_REDIRECTS:
+            raise HttpFailure(
+                Outcome(Result.FAILURE, f"Get {go_quote(location)}: stopped after {MAX_REDIRECTS} redirects")
+            )
+        redirected = dict(request.headers)
+        # Go names the page that redirected, unless that would leak an https URL to plain http.
+        if not (request.url.startswith("https:") and next_url.startswith("http:")):
+            redirected["Referer"] = [request.url]
+        # Go keeps a custom Host through a redirect only when the Location is relative.
+        keep_host = request.host_header if not urlsplit(location).netloc else ""
+        request = _Request(next_url, redirected, keep_host)
+    return response
+
+
+async def http_probe(url: str, headers: list[tuple[str, str]], timeout: float, user_agent: str) -> Outcome:
+    """http_get judged as upstream's prober: 2xx success, an unfollowed 3xx a warning, else failure."""
     try:
-        for followed in range(MAX_REDIRECTS + 1):
-            response, next_url = await _round_trip(request, deadline, first_host)
-            if not next_url:
-                break
-            location = response.headers["location"]
-            if followed == MAX_REDIRECTS:
-                return Outcome(
-                    Result.FAILURE, f"Get {go_quote(location)}: stopped after {MAX_REDIRECTS} redirects"
-                )
-            redirected = dict(request.headers)
-            # Go names the page that redirected, unless that would leak an https URL to plain http.
-            if not (request.url.startswith("https:") and next_url.startswith("http:")):
-                redirected["Referer"] = [request.url]
-            # Go keeps a custom Host through a redirect only when the Location is relative.
-            keep_host = request.host_header if not urlsplit(location).netloc else ""
-            request = _Request(next_url, redirected, keep_host)
-    except _Failed as failed:
+        response = await http_get(url, headers, timeout, user_agent)
+    except HttpFailure as failed:
         return failed.outcome
     body = response.body.decode("utf-8", "replace")
     if 200 <= response.status < 300:

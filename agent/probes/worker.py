@@ -67,7 +67,6 @@ class ProbeWorker:
         self.last_result: Result | None = None
         self.result_run = 0
         self.on_hold = False
-        self.finished = False  # the container will not run again (exited under restartPolicy Never)
         self._waiter: asyncio.Future[None] | None = None
         self._triggered = False
         self.task: asyncio.Task[None] | None = None
@@ -101,7 +100,6 @@ class ProbeWorker:
                 log.exception("probe crashed pod=%s container=%s kind=%s", self.uid, self.name, self.kind.value)
                 keep_going = True
             if not keep_going:
-                self.finished = True
                 return
             await self._wait(period)
 
