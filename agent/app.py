@@ -48,7 +48,7 @@ from agent.probes.manager import ProberManager
 from agent.server import KubeletServer
 from agent.server.tls import ensure_self_signed, server_context
 from agent.volumes import VolumeManager
-from pykubelet import KUBERNETES_VERSION
+from kubeclient.version import KUBERNETES_VERSION
 
 log = logging.getLogger("agent")
 

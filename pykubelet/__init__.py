@@ -5,6 +5,7 @@ Kubernetes API); this package is the one place allowed to know both, so it holds
 dispatcher and the rig that installs and starts the real parts (containerd, registry, servers).
 """
 
+from kubeclient.version import KUBERNETES_VERSION
+
 __version__ = "0.1.0"
-# The Kubernetes version whose behaviour we match; reported as kubeletVersion and by `version`.
-KUBERNETES_VERSION = "v1.32.0"
+__all__ = ["KUBERNETES_VERSION", "__version__"]

@@ -14,7 +14,7 @@ from typing import Any
 from agent.config import AgentConfig
 from agent.node.facts import HostFacts, Usage
 from agent.node.quantity import QuantityError, format_ki, milli_cpu, threshold_bytes, to_bytes
-from pykubelet import KUBERNETES_VERSION
+from kubeclient.version import KUBERNETES_VERSION
 
 
 def now_rfc3339() -> str:

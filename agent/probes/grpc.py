@@ -22,7 +22,7 @@ import grpc.aio
 from agent.probes.pb import health_pb2, health_pb2_grpc
 from agent.probes.result import Outcome, Result
 from agent.probes.tcp import go_code, go_duration, go_quote, join_host_port
-from pykubelet import KUBERNETES_VERSION
+from kubeclient.version import KUBERNETES_VERSION
 
 
 def _user_agent() -> str:

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from controlplane.apiserver.resources import GROUPS, Resource, by_group_version
-from pykubelet import KUBERNETES_VERSION
+from kubeclient.version import KUBERNETES_VERSION
 
 Obj = dict[str, Any]
 

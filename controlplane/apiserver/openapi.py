@@ -19,7 +19,7 @@ from typing import Any
 
 from controlplane.apiserver.resources import GROUPS, RESOURCES, Resource
 from controlplane.apiserver.smp_schema import ListSpec, schema_for
-from pykubelet import KUBERNETES_VERSION
+from kubeclient.version import KUBERNETES_VERSION
 
 Obj = dict[str, Any]
 

@@ -1,0 +1,98 @@
+"""Upstream's name rules (k8s.io/apimachinery/pkg/util/validation) with upstream's messages.
+
+Label keys and values, DNS-1123 labels and subdomains: the API server validates objects with them, the
+selector parser validates keys and values with them, and users match on the texts, so they live once.
+Each check returns a list of messages (empty: valid), as upstream's `IsQualifiedName` and friends do.
+"""
+
+from __future__ import annotations
+
+import re
+
+DNS1123_LABEL_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
+QUALIFIED_NAME_MAX = 63
+LABEL_VALUE_MAX = 63
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+DNS1123_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+DNS1123_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+QUALIFIED_NAME_MSG = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+    "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
+    "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+
+
+def _too_long(limit: int) -> str:
+    return f"must be no more than {limit} characters"
+
+
+def dns1123_label(value: str) -> list[str]:
+    errors = []
+    if len(value) > DNS1123_LABEL_MAX:
+        errors.append(_too_long(DNS1123_LABEL_MAX))
+    if not _DNS1123_LABEL.fullmatch(value):
+        errors.append(DNS1123_LABEL_MSG)
+    return errors
+
+
+def dns1123_subdomain(value: str) -> list[str]:
+    errors = []
+    if len(value) > DNS1123_SUBDOMAIN_MAX:
+        errors.append(_too_long(DNS1123_SUBDOMAIN_MAX))
+    if not _DNS1123_SUBDOMAIN.fullmatch(value):
+        errors.append(DNS1123_SUBDOMAIN_MSG)
+    return errors
+
+
+def qualified_name(value: str) -> list[str]:
+    """A label key, annotation key or finalizer: an optional DNS subdomain prefix and '/', then a name."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        prefix, name = "", parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            return ["prefix part must be non-empty"]
+    else:
+        return [
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+            "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+            "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix "
+            "and '/' (e.g. 'example.com/MyName')"
+        ]
+    errors = ["prefix part " + e for e in dns1123_subdomain(prefix)] if prefix else []
+    if not name:
+        errors.append("name part must be non-empty")
+    elif len(name) > QUALIFIED_NAME_MAX:
+        errors.append("name part " + _too_long(QUALIFIED_NAME_MAX))
+    if name and not _QUALIFIED_NAME.fullmatch(name):
+        errors.append(QUALIFIED_NAME_MSG)
+    return errors
+
+
+def label_value(value: str) -> list[str]:
+    errors = []
+    if len(value) > LABEL_VALUE_MAX:
+        errors.append(_too_long(LABEL_VALUE_MAX))
+    if not _LABEL_VALUE.fullmatch(value):
+        errors.append(LABEL_VALUE_MSG)
+    return errors
