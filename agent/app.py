@@ -13,7 +13,6 @@ import logging
 import signal
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from agent.cni.node import NodeNetwork
 from agent.config import AgentConfig
@@ -24,18 +23,15 @@ from agent.cri import (
     RuntimeUnreachableError,
     runtime_condition,
 )
-from agent.kube.backoff import Backoff
-from agent.kube.client import ApiError, KubeClient
-from agent.kube.config import load_config
-from agent.kube.informer import Informer
+from agent.kube.objects import ObjectReader
+from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.node.controller import NodeController
 from agent.node.lease import LeaseController
-from agent.node.quantity import to_bytes
 from agent.node.status import RuntimeHealth
 from agent.pods.backoff import BackoffTable
 from agent.pods.dns import DNS, parse_resolv_conf
 from agent.pods.env import field_value
-from agent.pods.events import EventRecorder
+from agent.pods.events import kubelet_recorder
 from agent.pods.images import ImageManager
 from agent.pods.logrotate import LogRotator, RotationPolicy
 from agent.pods.manager import PodManager
@@ -48,12 +44,14 @@ from agent.probes.manager import ProberManager
 from agent.server import KubeletServer
 from agent.server.tls import ensure_self_signed, server_context
 from agent.volumes import VolumeManager
+from kubeclient import quantity
+from kubeclient.backoff import Backoff
+from kubeclient.client import KubeClient
+from kubeclient.config import load_config
+from kubeclient.informer import Informer
 from kubeclient.version import KUBERNETES_VERSION
 
 log = logging.getLogger("agent")
-
-_KIND_PATHS = {"ConfigMap": "configmaps", "Secret": "secrets"}
-
 
 async def connect_runtime(cfg: AgentConfig) -> CRIClient:
     """Connect to the runtime, waiting for it to come up (as upstream does at start)."""
@@ -114,8 +112,9 @@ class Agent:
     def __init__(self, cfg: AgentConfig) -> None:
         self.cfg = cfg
         cluster = load_config(cfg.kubeconfig)
-        self.client = KubeClient(cluster, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst)
-        self.event_client = KubeClient(cluster, qps=cfg.event_record_qps, burst=cfg.event_burst)
+        self.client = KubeClient(cluster, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst, component="kubelet")
+        self.event_client = KubeClient(cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet")
+        self.objects = ObjectReader(self.client)
         self.cri: CRIClient | None = None
         self.node: NodeController | None = None
         self.lease: LeaseController | None = None
@@ -124,14 +123,6 @@ class Agent:
         self._tasks: list[asyncio.Task[Any]] = []
         self.server: KubeletServer | None = None
         self.network: NodeNetwork | None = None
-
-    async def fetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return await self.client.get(f"/api/v1/namespaces/{namespace}/{_KIND_PATHS[kind]}/{quote(name)}")
-        except ApiError as err:
-            if err.not_found:
-                return None
-            raise
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -149,25 +140,25 @@ class Agent:
             return dataclasses.replace(state, pleg=problem) if problem else state
 
         self.node = NodeController(self.client, cfg, health, lambda: node_images(cri))
-        recorder = EventRecorder(self.event_client, cfg.node_name)
+        recorder = kubelet_recorder(self.event_client, cfg.node_name)
         ctx = PodContext(
             cfg=cfg,
             cri=cri,
             inspector=RuntimeInspector(cri),
             images=ImageManager(
-                cri, recorder, self.fetch, cfg.serialize_image_pulls, BackoffTable(cfg.backoff_initial, cfg.backoff_max)
+                cri, recorder, self.objects.fetch, cfg.serialize_image_pulls, BackoffTable(cfg.backoff_initial, cfg.backoff_max)
             ),
             recorder=recorder,
             status=StatusManager(self.client),
             crash_backoff=BackoffTable(cfg.backoff_initial, cfg.backoff_max),
-            fetch=self.fetch,
+            fetch=self.objects.fetch,
             host_ip=lambda: self.node.internal_ip if self.node else "",
             node_hostname=cfg.node_name,
             host_dns=await asyncio.to_thread(read_host_dns, cfg.resolv_conf),
         )
         ctx.volumes = VolumeManager(
             cfg.root_dir,
-            self.fetch,
+            self.objects.fetch,
             lambda pod, path: field_value(pod, path, ctx.host_ip(), (pod.get("status") or {}).get("podIP", "")),
         )
         self.pods = PodManager(ctx)
@@ -175,12 +166,7 @@ class Agent:
             cri, user_agent(KUBERNETES_VERSION), self.pods.wake, self.pods.container_event
         )
         ctx.hooks = HookRunner(cri, user_agent(KUBERNETES_VERSION, "lifecycle"))
-        self.informer = Informer(
-            self.client,
-            "/api/v1/pods",
-            self.pods.on_pod_event,
-            field_selector=f"spec.nodeName={cfg.node_name}",
-        )
+        self.informer = node_pod_informer(self.client, cfg.node_name)
         self.pods.attach(self.informer)
         self._spawn(recorder.run(), "events")
         self._spawn(ctx.status.run(), "pod-status")
@@ -203,7 +189,7 @@ class Agent:
             await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")
         self._spawn(self.pods.run_pleg(), "pleg")
-        rotation = RotationPolicy(to_bytes(cfg.container_log_max_size), max(cfg.container_log_max_files, 2))
+        rotation = RotationPolicy(quantity.value(cfg.container_log_max_size), max(cfg.container_log_max_files, 2))
         self._spawn(LogRotator(cri, rotation).run(), "log-rotation")
         log.info("agent running node=%s", cfg.node_name)
 
@@ -243,14 +229,10 @@ class Agent:
         context = await asyncio.to_thread(server_context, cert, key, cfg.client_ca_file or None)
 
         def lookup(namespace: str, name: str) -> dict[str, Any] | None:
-            for pod in (self.informer.cache.values() if self.informer else []):
-                meta = pod["metadata"]
-                if meta["namespace"] == namespace and meta["name"] == name:
-                    return pod
-            return None
+            return pod_by_name(self.informer, namespace, name) if self.informer else None
 
         self.server = KubeletServer(
-            cri, lookup, lambda: list(self.informer.cache.values()) if self.informer else [],
+            cri, lookup, lambda: self.informer.list() if self.informer else [],
             anonymous=cfg.anonymous_auth, ssl_context=context,
             probe_metrics=self._probe_metrics,
         )

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pykubelet agent: {err}", file=sys.stderr)
         return 2
     from agent.app import serve
-    from agent.kube.config import ConfigError
+    from kubeclient.config import ConfigError
 
     try:
         return asyncio.run(serve(cfg))

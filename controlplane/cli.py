@@ -1,11 +1,22 @@
-"""`pykubelet server`: run the project's own Kubernetes API server."""
+"""`pykubelet server`: run the project's own Kubernetes API server, and the components it supervises.
+
+This is the control plane's composition root: the API server, the scheduler and the controllers to come
+know nothing of each other (an import-linter contract says so); here the server is started and each
+component is run as a supervised child process that talks to it through the API, as upstream's
+components talk to kube-apiserver.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.server import ServerConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +40,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
+async def serve(config: ServerConfig, scheduler: bool, scheduler_config: Path | None) -> None:
+    """The server until SIGTERM/SIGINT, with its scheduler child (unless --no-scheduler)."""
+    from controlplane.apiserver.server import ApiServer
+    from controlplane.supervisor import component_command, supervise
+
+    server = ApiServer(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    children = []
+    kubeconfig = config.data_dir / "admin.kubeconfig"
+    if scheduler and not config.insecure_http:  # --insecure-http writes no kubeconfig
+        command = component_command("scheduler", kubeconfig, scheduler_config)
+        children.append(asyncio.create_task(supervise(command, stop, config.data_dir / "scheduler.log")))
+    try:
+        await stop.wait()
+    finally:
+        # SIGTERM to each child (the scheduler releases its lease), SIGKILL after a grace period.
+        await asyncio.gather(*children, return_exceptions=True)
+        await server.stop()
+
+
 def run(args: argparse.Namespace) -> int:
-    from controlplane.apiserver.server import ServerConfig, serve
+    from controlplane.apiserver.server import ServerConfig
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -47,11 +82,9 @@ def run(args: argparse.Namespace) -> int:
         compact_interval=args.compact_interval,
         event_ttl=args.event_ttl,
         extra_sans=args.tls_san,
-        scheduler=args.scheduler,
-        scheduler_config=args.scheduler_config,
     )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(serve(config))
+        runner.run(serve(config, args.scheduler, args.scheduler_config))
     return 0
 
 

@@ -4,7 +4,9 @@
 One parser for every component: the API server rejects what upstream rejects (with upstream's error
 texts) and stores the canonical form (`0.5` -> `500m`, `1.5Gi` -> `1536Mi`), the scheduler and the agent
 read the same numbers. Values are exact `Decimal`s; conversions to integers round up, as upstream's
-`Value()`/`MilliValue()` do (a request of "0.1m" still takes one millicore), and saturate at int64.
+`Value()`/`MilliValue()` do (a request of "0.1m" still takes one millicore), and stay exact where Go's
+int64 would overflow. Exponents beyond 10^±1000 are refused (ErrNumeric), so no quantity can cost more
+than microseconds to turn into an integer; upstream accepts them, and nobody writes them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_UP, Context, Decimal, InvalidOperation, localcontext
+from functools import lru_cache
 
 FORMAT_PATTERN = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 FORMAT_ERROR = f"quantities must match the regular expression '{FORMAT_PATTERN}'"
@@ -31,9 +34,7 @@ _BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _DECIMAL_BY_EXPONENT = {e: s for s, e in _DECIMAL.items()}
 _BINARY_BY_EXPONENT = {e: s for s, e in _BINARY.items()}
-# Exponents beyond this are kept exact but never expanded into integers (1e999999999 would need
-# gigabytes); their integer conversions saturate as upstream's do.
-_MAX_EXPONENT = 10_000
+_MAX_EXPONENT = 1000
 _NANO = Decimal("1e-9")
 # Enough digits for any quantity an int64 mantissa with a 1e-9 scale can hold, and then some.
 _CONTEXT = Context(prec=200, Emax=_MAX_EXPONENT * 2, Emin=-_MAX_EXPONENT * 2)
@@ -60,17 +61,17 @@ class Quantity:
             text = repr(text) if isinstance(text, float) else str(text)
         if not isinstance(text, str):
             raise QuantityError(FORMAT_ERROR)
-        return _parse(text.strip())
+        return _parse(text)
 
     def __str__(self) -> str:
         return _canonical(self)
 
     def milli_value(self) -> int:
-        """Thousandths (millicores for cpu), rounded up; saturates at int64."""
-        return _to_int(self.amount * 1000)
+        """Thousandths (millicores for cpu), rounded up."""
+        return _to_int(self.amount.scaleb(3))
 
     def value(self) -> int:
-        """Whole units (bytes, pods, devices), rounded up; saturates at int64."""
+        """Whole units (bytes, pods, devices), rounded up."""
         return _to_int(self.amount)
 
     def is_zero(self) -> bool:
@@ -133,7 +134,10 @@ def _interpret(suffix: str) -> tuple[int, int, str] | None:
     return None
 
 
+@lru_cache(maxsize=4096)
 def _parse(text: str) -> Quantity:
+    """Cached: a cluster uses a few hundred distinct quantities, read on every pod and node update."""
+    text = text.strip()
     if not text:
         raise QuantityError(FORMAT_ERROR)
     _, value, _, _, suffix = _split(text)
@@ -163,11 +167,8 @@ def _parse(text: str) -> Quantity:
 
 
 def _to_int(amount: Decimal) -> int:
-    if amount.adjusted() > 20:
-        return INT64_MAX if amount > 0 else INT64_MIN
     with localcontext(_CONTEXT):
-        n = int(amount.to_integral_value(rounding=ROUND_CEILING if amount > 0 else ROUND_UP))
-    return max(INT64_MIN, min(INT64_MAX, n))
+        return int(amount.to_integral_value(rounding=ROUND_CEILING if amount > 0 else ROUND_UP))
 
 
 def _canonical(q: Quantity) -> str:
@@ -211,14 +212,24 @@ def canonical(text: str | int | float) -> str:
     return str(Quantity.parse(text))
 
 
+@lru_cache(maxsize=4096)
+def _milli(text: str) -> int:
+    return _parse(text).milli_value()
+
+
+@lru_cache(maxsize=4096)
+def _whole(text: str) -> int:
+    return _parse(text).value()
+
+
 def milli_value(text: str | int | float) -> int:
     """Thousandths of the quantity (millicores for cpu), rounded up."""
-    return Quantity.parse(text).milli_value()
+    return _milli(text) if type(text) is str else Quantity.parse(text).milli_value()
 
 
 def value(text: str | int | float) -> int:
     """Whole units (bytes, pods, devices), rounded up."""
-    return Quantity.parse(text).value()
+    return _whole(text) if type(text) is str else Quantity.parse(text).value()
 
 
 def format_ki(n_bytes: int) -> str:

@@ -1,11 +1,6 @@
-"""Kubernetes API access for the agent: kubeconfig and in-cluster config, an asyncio REST client with a
-client-side rate limit and retries, and an informer (list + watch) that keeps a local cache.
+"""The agent's own API glue, on the shared client library (`kubeclient`): the informer of the pods
+bound to this node, and reads of the ConfigMaps and Secrets its pods name.
 
-Everything here is non-blocking: the agent's one event loop also drives CRI, so an HTTP call must never
-hold it up. Objects are plain JSON dicts, as the API serves them.
+Everything generic (the REST client, kubeconfig, informers, backoff, events) lives in `kubeclient`; what
+is here is what only a node does, scoped as the Node authorizer scopes a kubelet.
 """
-
-from agent.kube.client import ApiError, KubeClient
-from agent.kube.config import ClusterConfig, load_config
-
-__all__ = ["ApiError", "ClusterConfig", "KubeClient", "load_config"]

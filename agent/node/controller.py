@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.kube.backoff import Backoff
-from agent.kube.client import ApiError, KubeClient
 from agent.node import facts as host
 from agent.node.status import RuntimeHealth, node_labels, node_status, without_heartbeats
+from kubeclient.backoff import Backoff
+from kubeclient.client import KubeClient
+from kubeclient.errors import ApiError
 
 log = logging.getLogger("agent.node")
 

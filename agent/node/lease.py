@@ -14,8 +14,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.kube.backoff import Backoff
-from agent.kube.client import ApiError, KubeClient
+from kubeclient.backoff import Backoff
+from kubeclient.client import KubeClient
+from kubeclient.errors import ApiError
 
 log = logging.getLogger("agent.node.lease")
 

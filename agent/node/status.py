@@ -13,9 +13,16 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.node.facts import HostFacts, Usage
-from agent.node.quantity import QuantityError, format_ki, milli_cpu, threshold_bytes, to_bytes
+from kubeclient.quantity import QuantityError, format_ki, milli_value, parse_quantity, value
 from kubeclient.version import KUBERNETES_VERSION
 
+
+def threshold_bytes(text: str, capacity: int) -> int:
+    """An eviction threshold: an absolute quantity or a percentage of capacity (upstream's forms)."""
+    text = text.strip()
+    if text.endswith("%"):
+        return int(parse_quantity(text[:-1]) / 100 * capacity)
+    return value(text)
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -82,7 +89,7 @@ def _reserved(cfg: AgentConfig, name: str) -> str | None:
     total = None
     for res in (cfg.system_reserved, cfg.kube_reserved):
         if name in res:
-            total = (total or 0) + (milli_cpu(res[name]) if name == "cpu" else to_bytes(res[name]))
+            total = (total or 0) + (milli_value(res[name]) if name == "cpu" else value(res[name]))
     return None if total is None else str(total)
 
 

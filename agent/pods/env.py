@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agent.expansion import expand
-from agent.node.quantity import QuantityError, parse_quantity
+from kubeclient.quantity import QuantityError, parse_quantity
 
 # fetch(kind, namespace, name) -> the object, or None when it does not exist.
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]

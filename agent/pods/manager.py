@@ -16,11 +16,12 @@ import time
 from typing import Any
 
 from agent.cri import CRIError
-from agent.kube.informer import Informer
+from agent.kube.pods import pod_by_uid
 from agent.pods import labels as L
 from agent.pods.backoff import format_go_duration
 from agent.pods.events import field_of
 from agent.pods.worker import PodContext, PodWorker
+from kubeclient.informer import Informer
 
 log = logging.getLogger("agent.pods.manager")
 
@@ -45,9 +46,14 @@ class PodManager:
 
     def attach(self, informer: Informer) -> None:
         self.informer = informer
+        informer.add_handler(
+            on_add=lambda pod: self.on_pod_event("ADDED", pod),
+            on_update=lambda _old, pod: self.on_pod_event("MODIFIED", pod),
+            on_delete=lambda pod: self.on_pod_event("DELETED", pod),
+        )
 
     def pod(self, uid: str) -> dict[str, Any] | None:
-        return self.informer.get(uid) if self.informer is not None else None
+        return pod_by_uid(self.informer, uid) if self.informer is not None else None
 
     def on_pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         """Informer handler: a new, deleted or re-specified pod is a reason to sync it. Changes to the

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent.node.quantity import QuantityError, parse_quantity
+from kubeclient.quantity import QuantityError, parse_quantity
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 

@@ -17,7 +17,8 @@ import asyncio
 import logging
 from typing import Any
 
-from agent.kube.client import MERGE_PATCH, ApiError, KubeClient
+from kubeclient.client import MERGE_PATCH, KubeClient
+from kubeclient.errors import ApiError
 
 log = logging.getLogger("agent.pods.status")
 

@@ -23,7 +23,6 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.cri import CRIClient, CRIError, NotFoundError
-from agent.kube.client import ApiError
 from agent.pods import labels as L
 from agent.pods.backoff import BackoffTable, format_go_duration
 from agent.pods.container import container_config
@@ -42,6 +41,7 @@ from agent.probes.result import Target
 from agent.probes.worker import ContainerView
 from agent.volumes import VolumeError, VolumeManager, container_mounts
 from agent.volumes.manager import ReadyVolume
+from kubeclient.errors import ApiError
 
 log = logging.getLogger("agent.pods.worker")
 

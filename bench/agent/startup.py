@@ -31,8 +31,9 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.cri import CRIClient, pb
-from agent.kube.client import ApiError, KubeClient
-from agent.kube.config import load_kubeconfig
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
+from kubeclient.errors import ApiError
 from pykubelet.rig.stack import Stack, StackConfig
 
 NS = "bench"

@@ -29,13 +29,14 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.cri import CRIClient
-from agent.kube.client import ApiError, KubeClient
-from agent.kube.config import load_kubeconfig
 from agent.pods.labels import POD_UID
 from agent.probes.exec import exec_probe
 from agent.probes.http import http_probe
 from agent.probes.metrics import BUCKETS
 from bench.agent.startup import ProcWatch, delete_all, pct, run_on_stack
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
+from kubeclient.errors import ApiError
 from pykubelet.rig.stack import Stack
 
 NS = "bench"

@@ -34,13 +34,13 @@ import psutil
 
 from controlplane.scheduler.algorithm import schedule
 from controlplane.scheduler.cache import SchedulerCache
-from controlplane.scheduler.client import ApiClient
 from controlplane.scheduler.config import SchedulerConfig
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
-from controlplane.scheduler.kubeconfig import load_kubeconfig
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import pod_info
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,19 +65,19 @@ def pod(name: str, owner_uid: str) -> dict:
                                      "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}
 
 
-async def create_all(client: ApiClient, path: str, objs: list[dict], concurrency: int = 32) -> float:
+async def create_all(client: KubeClient, path: str, objs: list[dict], concurrency: int = 32) -> float:
     sem = asyncio.Semaphore(concurrency)
 
     async def one(o: dict) -> None:
         async with sem:
-            await client.request("POST", path, o)
+            await client.create(path, o)
 
     start = time.monotonic()
     await asyncio.gather(*(one(o) for o in objs))
     return time.monotonic() - start
 
 
-async def wait_bound(client: ApiClient, ns: str, total: int, timeout: float) -> tuple[float, Counter[str]]:
+async def wait_bound(client: KubeClient, ns: str, total: int, timeout: float) -> tuple[float, Counter[str]]:
     """Watch pods in `ns` until `total` are bound; returns the monotonic time of the last binding."""
     items, rv = await client.list(f"/api/v1/namespaces/{ns}/pods")
     bound = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in items if p["spec"].get("nodeName")}
@@ -100,7 +100,7 @@ async def wait_bound(client: ApiClient, ns: str, total: int, timeout: float) -> 
     return last, Counter(bound.values())
 
 
-async def wait_events(client: ApiClient, ns: str, total: int, timeout: float = 60) -> float:
+async def wait_events(client: KubeClient, ns: str, total: int, timeout: float = 60) -> float:
     """When the last `Scheduled` event was written (events trail bindings on purpose). Watched, not
     polled, so measuring costs the server little."""
     path = f"/api/v1/namespaces/{ns}/events"
@@ -164,10 +164,10 @@ async def wait_synced(log: Path, timeout: float = 30) -> float:
 
 
 async def scenario(server: ApiServer, work: Path, name: str, pods: int, nodes: int) -> dict:
-    client = ApiClient(load_kubeconfig(server.kubeconfig), max_connections=64)
+    client = KubeClient(load_kubeconfig(server.kubeconfig), qps=0, max_connections=64)
     try:
         ns = f"bench-{name}"
-        await client.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
         objs = [pod(f"p{i:05d}", f"owner-{name}") for i in range(pods)]
         log = work / f"scheduler-{name}.log"
         result: dict = {"scenario": name, "pods": pods, "nodes": nodes}
@@ -223,7 +223,7 @@ class EmbeddedServer(ApiServer):
 
 
 async def add_nodes(server: ApiServer, count: int) -> None:
-    client = ApiClient(load_kubeconfig(server.kubeconfig))
+    client = KubeClient(load_kubeconfig(server.kubeconfig), qps=0)
     try:
         await create_all(client, "/api/v1/nodes", [node(f"node-{i:03d}") for i in range(count)])
     finally:
@@ -233,10 +233,10 @@ async def add_nodes(server: ApiServer, count: int) -> None:
 async def embedded_stream(work: Path, pods: int, nodes: int) -> dict:
     with EmbeddedServer(work / "embedded") as server:
         await add_nodes(server, nodes)
-        client = ApiClient(load_kubeconfig(server.kubeconfig), max_connections=64)
+        client = KubeClient(load_kubeconfig(server.kubeconfig), qps=0, max_connections=64)
         try:
             ns = "bench-embedded"
-            await client.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+            await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
             waiter = asyncio.create_task(wait_bound(client, ns, pods, 120))
             await asyncio.sleep(0.2)
             first = time.monotonic()

@@ -7,7 +7,6 @@ import contextlib
 import datetime as dt
 import gc
 import logging
-import signal
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,9 +49,6 @@ class ServerConfig:
     compact_interval: float = 300.0
     event_ttl: float = 3600.0
     extra_sans: list[str] = field(default_factory=list)
-    # The scheduler runs as a supervised child process of the server (see controlplane/scheduler/supervisor.py).
-    scheduler: bool = False
-    scheduler_config: Path | None = None
 
 
 class ApiServer:
@@ -285,30 +281,3 @@ class ApiServer:
         if entry is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         return json_response(entry[0])
-
-
-async def serve(config: ServerConfig) -> None:
-    server = ApiServer(config)
-    await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    scheduler = None
-    if config.scheduler and not config.insecure_http:  # --insecure-http writes no kubeconfig
-        from controlplane.scheduler.supervisor import run_scheduler_process
-
-        scheduler = asyncio.create_task(
-            run_scheduler_process(
-                config.data_dir / "admin.kubeconfig",
-                config.scheduler_config,
-                stop,
-                log_path=config.data_dir / "scheduler.log",
-            )
-        )
-    try:
-        await stop.wait()
-    finally:
-        if scheduler is not None:
-            await scheduler  # SIGTERM to the child (it releases its lease), SIGKILL after a grace period
-        await server.stop()

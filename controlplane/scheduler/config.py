@@ -34,9 +34,9 @@ from typing import Any
 
 import yaml
 
-from controlplane.scheduler.leader import LeaderElection
 from controlplane.scheduler.podinfo import SCHEDULER_NAME
 from controlplane.scheduler.scores.resource_allocation import LEAST_ALLOCATED, MOST_ALLOCATED
+from kubeclient.leaderelection import LeaderElection
 
 # Upstream's default score weights (pkg/scheduler/apis/config/v1/default_plugins.go).
 DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
@@ -67,9 +67,13 @@ class SchedulerConfig:
     # Bindings in flight at once: enough to hide API latency, few enough not to swamp the server.
     bind_concurrency: int = 32
     event_concurrency: int = 2
-    leader_election: LeaderElection = field(default_factory=LeaderElection)
+    leader_election: LeaderElection = field(default_factory=lambda: LeaderElection("kube-scheduler"))
     # 0: upstream's adaptive default (all nodes below 100; 50% minus 1% per 125 nodes above).
     percentage_of_nodes_to_score: int = 0
+    # clientConnection.qps/burst. 0 (no client-side limit) unless the config sets them: the bind slots
+    # are this scheduler's back-pressure. Upstream's kube-scheduler defaults to 50 / 100.
+    client_qps: float = 0.0
+    client_burst: int = 100
 
 
 def _plugin_name(name: str) -> str:
@@ -104,7 +108,7 @@ def parse_duration(value: Any) -> float:
 
 
 def _leader_election(doc: dict[str, Any]) -> LeaderElection:
-    le = LeaderElection()
+    le = LeaderElection("kube-scheduler")
     le.enabled = bool(doc.get("leaderElect", True))
     le.namespace = str(doc.get("resourceNamespace") or le.namespace)
     le.name = str(doc.get("resourceName") or le.name)
@@ -121,6 +125,13 @@ def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
     cfg = SchedulerConfig()
     if "leaderElection" in doc:
         cfg.leader_election = _leader_election(doc["leaderElection"] or {})
+    connection = doc.get("clientConnection") or {}
+    if "qps" in connection:
+        cfg.client_qps = float(connection["qps"])
+    if "burst" in connection:
+        cfg.client_burst = int(connection["burst"])
+    if cfg.client_qps < 0 or cfg.client_burst < 1:
+        raise ValueError("clientConnection needs qps >= 0 and burst >= 1")
     if "percentageOfNodesToScore" in doc:
         cfg.percentage_of_nodes_to_score = int(doc["percentageOfNodesToScore"] or 0)
         if not 0 <= cfg.percentage_of_nodes_to_score <= 100:

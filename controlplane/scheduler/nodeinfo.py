@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.scheduler.podinfo import HostPort, PodInfo, Resources, normalize_image
-from controlplane.scheduler.quantity import resource_amount
+from controlplane.scheduler.podinfo import HostPort, PodInfo, Resources, normalize_image, resource_amount
 from controlplane.scheduler.taints import PREFER_NO_SCHEDULE, Taint, parse_taints
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlplane.scheduler.nodeselector import Term
-from controlplane.scheduler.quantity import resource_amount
 from controlplane.scheduler.taints import Toleration, parse_tolerations
+from kubeclient.quantity import milli_value, value
 
 Resources = dict[str, int]
 
@@ -68,6 +68,12 @@ class PodInfo:
     @property
     def best_effort(self) -> bool:
         return not any(self.requests.values())
+
+
+def resource_amount(name: str, text: str | int | float) -> int:
+    """The integer the scheduler keeps for resource `name`: millicores for cpu, units otherwise, both
+    rounded up as upstream's MilliValue()/Value() (a request of "0.1m" still takes one millicore)."""
+    return milli_value(text) if name == "cpu" else value(text)
 
 
 def _container_requests(container: dict[str, Any]) -> Resources:

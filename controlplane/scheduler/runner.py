@@ -5,19 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
 
-from controlplane.scheduler.client import ApiClient
 from controlplane.scheduler.config import SchedulerConfig
-from controlplane.scheduler.kubeconfig import load_kubeconfig
-from controlplane.scheduler.leader import LeaderElector
 from controlplane.scheduler.scheduler import Scheduler
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
+from kubeclient.leaderelection import LeaderElector, LeadershipLost, run_as_leader
 
 log = logging.getLogger(__name__)
 
-
-class LeadershipLost(RuntimeError):
-    """Another scheduler holds the lease now; this one stopped scheduling (upstream exits too)."""
+__all__ = ["LeadershipLost", "run_scheduler"]
 
 
 async def run_scheduler(kubeconfig: Path, config: SchedulerConfig | None = None,
@@ -28,51 +25,22 @@ async def run_scheduler(kubeconfig: Path, config: SchedulerConfig | None = None,
     it stops holding it."""
     config = config or SchedulerConfig()
     stop = stop or asyncio.Event()
-    client = ApiClient(load_kubeconfig(kubeconfig), max_connections=config.bind_concurrency + 8)
+    # No client-side rate limit by default: the scheduler's throughput is bounded by its bind slots
+    # (config.bind_concurrency), which are the back-pressure; upstream's kube-scheduler defaults to
+    # clientConnection qps 50 / burst 100.
+    client = KubeClient(load_kubeconfig(kubeconfig), qps=config.client_qps, burst=config.client_burst,
+                        component=config.scheduler_name, max_connections=config.bind_concurrency + 8)
     elector = LeaderElector(client, config.leader_election) if config.leader_election.enabled else None
-    lost = False
-    try:
-        log.info("scheduler starting name=%s strategy=%s server=%s", config.scheduler_name,
-                 config.scoring_strategy, client.conn.server)
-        if elector is not None and not await _until_stopped(elector.acquire(), stop):
-            return
+
+    async def schedule(halt: asyncio.Event) -> None:
         scheduler = Scheduler(client, config)
-        inner = asyncio.Event()  # set on an outside stop or on lost leadership
-        watchers = [asyncio.create_task(_relay(stop, inner))]
-        if elector is not None:
-            watchers.append(asyncio.create_task(elector.hold()))
-        watchers[-1].add_done_callback(lambda _: inner.set())
-        try:
-            await scheduler.run(inner)
-        finally:
-            lost = elector is not None and watchers[-1].done() and not stop.is_set()
-            for w in watchers:
-                w.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+        await scheduler.run(halt)
         log.info("scheduler stopped scheduled=%d unschedulable=%d bind_errors=%d", scheduler.stats.scheduled,
                  scheduler.stats.unschedulable, scheduler.stats.bind_errors)
+
+    try:
+        log.info("scheduler starting name=%s strategy=%s server=%s", config.scheduler_name,
+                 config.scoring_strategy, client.server)
+        await run_as_leader(elector, stop, schedule)
     finally:
-        if elector is not None and not lost:
-            await elector.release()
         await client.close()
-    if lost:
-        raise LeadershipLost("lost the scheduler lease")
-
-
-async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()
-
-
-async def _until_stopped(work: Any, stop: asyncio.Event) -> bool:
-    """Run `work` unless `stop` comes first; True if the work finished."""
-    task = asyncio.ensure_future(work)
-    stopper = asyncio.create_task(stop.wait())
-    await asyncio.wait([task, stopper], return_when=asyncio.FIRST_COMPLETED)
-    stopper.cancel()
-    if task.done():
-        task.result()
-        return True
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return False

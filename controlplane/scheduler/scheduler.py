@@ -11,20 +11,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from controlplane.scheduler.algorithm import FitError, Search, schedule
 from controlplane.scheduler.cache import SchedulerCache
-from controlplane.scheduler.client import ApiClient, ApiError
 from controlplane.scheduler.config import SchedulerConfig
-from controlplane.scheduler.events import EventRecorder, now_rfc3339
+from controlplane.scheduler.events import scheduler_events
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
-from controlplane.scheduler.informer import Informer
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import PodInfo, pod_info
 from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
+from kubeclient.client import STRATEGIC_PATCH, KubeClient
+from kubeclient.errors import ApiError
+from kubeclient.eventcorrelator import rfc3339
+from kubeclient.informer import Informer
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ class Stats:
 
 
 class Scheduler:
-    def __init__(self, client: ApiClient, config: SchedulerConfig, rng: random.Random | None = None) -> None:
+    def __init__(self, client: KubeClient, config: SchedulerConfig, rng: random.Random | None = None) -> None:
         self.client = client
         self.config = config
         self.rng = rng or random.Random()
@@ -51,15 +54,16 @@ class Scheduler:
         self.queue = SchedulingQueue(config.backoff_initial, config.backoff_max, config.unschedulable_flush)
         self.filters = default_filters()
         self.scores = build_scores(config)
-        self.events = EventRecorder(client, workers=config.event_concurrency, component=config.scheduler_name)
+        self.events = scheduler_events(client, config.scheduler_name, config.event_concurrency)
         self.stats = Stats()
         self.search = Search(percentage=config.percentage_of_nodes_to_score)
         self._bind_slots = asyncio.Semaphore(config.bind_concurrency)
         self._background: set[asyncio.Task[None]] = set()
         self._binding = 0
-        self.nodes = Informer(client, "/api/v1/nodes", self._node_added, self._node_updated, self._node_deleted)
-        self.pods = Informer(client, "/api/v1/pods", self._pod_added, self._pod_updated, self._pod_deleted,
-                             field_selector=POD_FIELD_SELECTOR)
+        self.nodes = Informer(client, "/api/v1/nodes")
+        self.nodes.add_handler(self._node_added, self._node_updated, self._node_deleted)
+        self.pods = Informer(client, "/api/v1/pods", field_selector=POD_FIELD_SELECTOR)
+        self.pods.add_handler(self._pod_added, self._pod_updated, self._pod_deleted)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; then finish in-flight bindings and flush events."""
@@ -152,7 +156,7 @@ class Scheduler:
                 "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         try:
-            await self.client.request("POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body)
+            await self.client.create(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body)
         except Exception as err:  # any failure: forget the assumption, retry later
             self.cache.forget(pod.uid)
             self.stats.bind_errors += 1
@@ -168,31 +172,31 @@ class Scheduler:
             # if the pod turns out to be bound or deleted meanwhile, the watch takes it off the queue.
             log.warning("binding failed pod=%s node=%s error=%s", pod.key, node, err)
             if status != 409:
-                self.events.record(pod.obj, "Warning", "FailedScheduling", "Scheduling",
-                                   f"Binding rejected: {err}")
+                self.events.event(pod.obj, "Warning", "FailedScheduling", f"Binding rejected: {err}",
+                                  action="Scheduling")
             self.queue.retry_after_error(qp)
             return
         self.stats.scheduled += 1
         log.debug("bound pod=%s node=%s", pod.key, node)
-        self.events.record(pod.obj, "Normal", "Scheduled", "Binding",
-                           f"Successfully assigned {pod.namespace}/{pod.name} to {node}")
+        self.events.event(pod.obj, "Normal", "Scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
+                          action="Binding")
 
     def _failed(self, qp: QueuedPod, message: str) -> None:
         pod = qp.info
         self.stats.unschedulable += 1
         log.info("unschedulable pod=%s attempts=%d reason=%r", pod.key, qp.attempts, message)
         self.queue.unschedulable(qp)
-        self.events.record(pod.obj, "Warning", "FailedScheduling", "Scheduling", message)
+        self.events.event(pod.obj, "Warning", "FailedScheduling", message, action="Scheduling")
         patch = _unschedulable_patch(pod.obj, message)
         if patch is not None:
             self._spawn(self._patch_status(pod, patch))
 
     async def _patch_status(self, pod: PodInfo, patch: Obj) -> None:
         try:
-            await self.client.request("PATCH", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
-                                      patch, content_type="application/strategic-merge-patch+json")
+            await self.client.patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", patch,
+                                    content_type=STRATEGIC_PATCH)
         except ApiError as err:
-            if err.status != 404:
+            if not err.not_found:
                 log.warning("status patch failed pod=%s error=%s", pod.key, err)
         except Exception as err:
             log.warning("status patch failed pod=%s error=%r", pod.key, err)
@@ -240,7 +244,6 @@ class Scheduler:
     def _pod_deleted(self, obj: Obj) -> None:
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         self.queue.delete(uid)
-        self.events.forget(uid)
         if self.cache.remove_pod(uid):
             self.queue.move_all()
 
@@ -267,5 +270,5 @@ def _unschedulable_patch(pod: Obj, message: str) -> Obj | None:
     since = current.get("lastTransitionTime") if current and current.get("status") == "False" else None
     return {"status": {"conditions": [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-        "lastProbeTime": None, "lastTransitionTime": since or now_rfc3339(),
+        "lastProbeTime": None, "lastTransitionTime": since or rfc3339(time.time()),
     }]}}

@@ -21,7 +21,7 @@ from agent.cri import CRIClient, pb
 from agent.pods import labels as L
 from agent.pods.backoff import BackoffTable
 from agent.pods.dns import DNS
-from agent.pods.events import EventRecorder
+from agent.pods.events import kubelet_recorder
 from agent.pods.images import ImageManager
 from agent.pods.qos import CGROUP_FS, remove_pod_cgroup
 from agent.pods.runtime import RuntimeInspector
@@ -48,7 +48,7 @@ async def ctx(cri: CRIClient, pod_log_dir: Path):
         cgroup_root=CGROUP_ROOT,
         sync_frequency=1.0,
     )
-    recorder = EventRecorder(None, cfg.node_name)
+    recorder = kubelet_recorder(None, cfg.node_name)
     context = PodContext(
         cfg=cfg,
         cri=cri,

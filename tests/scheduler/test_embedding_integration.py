@@ -6,25 +6,25 @@ import asyncio
 
 import pytest
 
-from controlplane.scheduler.client import ApiClient
 from controlplane.scheduler.config import SchedulerConfig
-from controlplane.scheduler.kubeconfig import load_kubeconfig
 from controlplane.scheduler.runner import run_scheduler
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
 
 pytestmark = pytest.mark.integration
 
 
 async def test_run_scheduler_in_process_until_stopped(apiserver, cluster):
     node = cluster.add_node("embedded")
-    client = ApiClient(load_kubeconfig(apiserver.kubeconfig))
+    client = KubeClient(load_kubeconfig(apiserver.kubeconfig))
     stop = asyncio.Event()
     task = asyncio.create_task(run_scheduler(apiserver.kubeconfig, SchedulerConfig(), stop))
     try:
         ns = cluster.namespace
-        await client.request("POST", f"/api/v1/namespaces/{ns}/pods", cluster.pod("inproc"))
+        await client.create(f"/api/v1/namespaces/{ns}/pods", cluster.pod("inproc"))
         async with asyncio.timeout(30):
             while True:
-                pod = await client.request("GET", f"/api/v1/namespaces/{ns}/pods/inproc")
+                pod = await client.get(f"/api/v1/namespaces/{ns}/pods/inproc")
                 if pod["spec"].get("nodeName"):
                     break
                 await asyncio.sleep(0.05)

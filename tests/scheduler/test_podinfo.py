@@ -11,7 +11,7 @@ from controlplane.scheduler.podinfo import (
     pod_info,
     pod_requests,
 )
-from controlplane.scheduler.quantity import milli_value, parse_quantity, value
+from kubeclient.quantity import milli_value, parse_quantity, value
 
 
 def c(cpu: str | None = None, memory: str | None = None, **extra):

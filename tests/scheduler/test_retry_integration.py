@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from controlplane.scheduler.quantity import milli_value
+from kubeclient.quantity import milli_value
 
 pytestmark = pytest.mark.integration
 

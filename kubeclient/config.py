@@ -1,8 +1,10 @@
 """Where the API server is and how to prove who we are: kubeconfig files and in-cluster config.
 
-Supports what a kubelet's kubeconfig holds in practice: a server URL, a CA (file or inline data, or
-insecure-skip-tls-verify), client certificates (file or inline), a bearer token (inline or tokenFile)
-and basic auth. Relative paths are resolved against the kubeconfig's folder, as kubectl does.
+Supports what the kubeconfigs of kubeadm, kind and our own API server hold: a server URL, a CA (file or
+inline data, or insecure-skip-tls-verify), client certificates (file or inline), a bearer token (inline
+or tokenFile, re-read on every request since projected tokens rotate) and basic auth. Relative paths are
+resolved against the kubeconfig's folder, as kubectl does. Inside a pod, the service account's token and
+CA (`in_cluster_config`).
 """
 
 from __future__ import annotations
@@ -59,9 +61,11 @@ class ClusterConfig:
         return self.token
 
     def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS client context, or None for plain HTTP. A bare context when the kubeconfig names its
+        CA: loading the system trust store costs about 0.1 s and is of no use then."""
         if not self.server.startswith("https://"):
             return None
-        ctx = ssl.create_default_context()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
@@ -69,9 +73,11 @@ class ClusterConfig:
             ctx.load_verify_locations(cadata=self.ca_data.decode())
         elif self.ca_file:
             ctx.load_verify_locations(cafile=self.ca_file)
+        else:
+            ctx.load_default_certs()
         if self.client_cert_data and self.client_key_data:
             # ssl wants files: write both to a private temporary folder, load, and remove at once.
-            with tempfile.TemporaryDirectory(prefix="pykubelet-cred-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="kubeclient-cred-") as tmp:
                 cert, key = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
                 for path, data in ((cert, self.client_cert_data), (key, self.client_key_data)):
                     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -109,6 +115,10 @@ def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) ->
         doc = yaml.safe_load(file.read_text()) or {}
     except OSError as err:
         raise ConfigError(f"cannot read kubeconfig {file}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"kubeconfig {file} is not YAML: {err}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"kubeconfig {file} is not a kubeconfig")
     base = file.resolve().parent
     ctx_name = context or doc.get("current-context")
     if not ctx_name:

@@ -1,5 +1,7 @@
-"""API access: kubeconfig loading, the REST client's retries and rate limit, and the informer's
-list/watch/resume/relist, against a small fake API server (aiohttp) that records what it was asked."""
+"""The shared client: kubeconfig loading, the REST client's retries and rate limit, and the informer's
+list/watch/resume/relist with indexes and resync, against a small fake API server (aiohttp) that records
+what it was asked. (The real API server is driven by every integration test of the agent, the scheduler
+and the controllers.)"""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agent.kube.client import ApiError, KubeClient
-from agent.kube.config import ClusterConfig, ConfigError, in_cluster_config, load_kubeconfig
-from agent.kube.informer import Informer
-from agent.kube.ratelimit import TokenBucket
+from kubeclient.client import KubeClient
+from kubeclient.config import ClusterConfig, ConfigError, in_cluster_config, load_kubeconfig
+from kubeclient.errors import ApiError
+from kubeclient.informer import Informer, by_namespace, by_uid
+from kubeclient.ratelimit import TokenBucket
 
 
 def self_signed() -> tuple[bytes, bytes]:
@@ -88,6 +91,7 @@ class FakeApi:
         self.requests: list[dict] = []
         self.watch_scripts: list[list] = []  # each: events to send, then close; "GONE" sends 410
         self.fail_next = 0
+        self.fail_with_429 = False
         self.watch_waiters: list[asyncio.Event] = []
 
     def pod(self, name: str, uid: str) -> dict:
@@ -101,6 +105,9 @@ class FakeApi:
         self.requests.append({"path": request.path, "auth": request.headers.get("Authorization"), **q})
         if self.fail_next:
             self.fail_next -= 1
+            if self.fail_with_429:
+                return web.json_response({"kind": "Status", "reason": "TooManyRequests", "message": "slow down"},
+                                         status=429, headers={"Retry-After": "0"})
             return web.json_response({"kind": "Status", "reason": "ServiceUnavailable", "message": "busy"}, status=503)
         if request.path == "/api/v1/namespaces/d/pods/missing":
             return web.json_response({"kind": "Status", "reason": "NotFound", "message": 'pods "missing" not found', "code": 404}, status=404)
@@ -148,6 +155,19 @@ async def test_client_retries_5xx_and_sends_token(fake_api):
     assert len(api.requests) == 3 and api.requests[-1]["auth"] == "Bearer t0k"
 
 
+async def test_client_never_sends_a_post_twice_on_5xx_but_retries_429(fake_api):
+    """A POST that reached the server may have been carried out: only a 429 (the server did nothing)
+    is retried, so a generateName create can never be made twice."""
+    api, client = fake_api
+    api.fail_next = 1
+    with pytest.raises(ApiError) as err:
+        await client.create("/api/v1/namespaces/d/pods", {"metadata": {"generateName": "x-"}})
+    assert err.value.status == 503 and len(api.requests) == 1
+    api.fail_next, api.fail_with_429 = 2, True
+    await client.create("/api/v1/namespaces/d/pods", {"metadata": {"generateName": "x-"}})
+    assert len(api.requests) == 4
+
+
 async def test_client_raises_api_status_without_retrying_404(fake_api):
     api, client = fake_api
     with pytest.raises(ApiError) as err:
@@ -162,7 +182,12 @@ async def test_informer_lists_watches_resumes_and_relists(fake_api):
     b = api.pod("b", "uid-b")
     list_rv = str(api.rv)
     seen: list[tuple[str, str]] = []
-    inf = Informer(client, "/api/v1/pods", lambda kind, obj: seen.append((kind, obj["metadata"]["name"])), field_selector="spec.nodeName=n1")
+    inf = Informer(client, "/api/v1/pods", field_selector="spec.nodeName=n1", indexers={"uid": by_uid})
+    inf.add_handler(
+        on_add=lambda obj: seen.append(("ADDED", obj["metadata"]["name"])),
+        on_update=lambda old, obj: seen.append(("MODIFIED", obj["metadata"]["name"])),
+        on_delete=lambda obj: seen.append(("DELETED", obj["metadata"]["name"])),
+    )
     # c's annotation makes its watch line longer than aiohttp's 64 KiB readline limit.
     c = {"metadata": {"name": "c", "namespace": "d", "uid": "uid-c", "resourceVersion": "20", "annotations": {"big": "x" * 100_000}}}
 
@@ -180,7 +205,7 @@ async def test_informer_lists_watches_resumes_and_relists(fake_api):
         ["HOLD"],
     ]
     task = asyncio.create_task(inf.run())
-    while inf.relists < 2:
+    while inf.lists < 2:
         await asyncio.sleep(0.01)
     task.cancel()
     watches = [r for r in api.requests if r.get("watch") == "true"]
@@ -189,5 +214,47 @@ async def test_informer_lists_watches_resumes_and_relists(fake_api):
     assert watches[1]["resourceVersion"] == "25"  # resumed after the bookmark, not relisted
     assert seen[:3] == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
     assert set(seen[3:]) == {("DELETED", "b"), ("MODIFIED", "a")}
-    assert set(inf.cache) == {"uid-a", "uid-c"}
-    assert b["metadata"]["uid"] not in inf.cache
+    assert set(inf.store) == {"d/a", "d/c"}
+    assert inf.by_index("uid", "uid-c")[0]["metadata"]["name"] == "c"
+    assert inf.by_index("uid", b["metadata"]["uid"]) == []
+
+
+async def test_informer_relist_reports_a_replaced_object_as_delete_then_add(fake_api):
+    """Deleted and created again under the same name while the watch was away: handlers see the old
+    object go and the new one come, never an "update" from one UID to another."""
+    api, client = fake_api
+    api.pod("a", "uid-1")
+    seen: list[tuple[str, str]] = []
+    inf = Informer(client, "/api/v1/pods", indexers={"ns": by_namespace})
+    inf.add_handler(on_add=lambda o: seen.append(("add", o["metadata"]["uid"])),
+                    on_update=lambda old, o: seen.append(("update", o["metadata"]["uid"])),
+                    on_delete=lambda o: seen.append(("delete", o["metadata"]["uid"])))
+    await inf.relist()
+    del api.pods["uid-1"]
+    api.pod("a", "uid-2")
+    await inf.relist()
+    assert seen == [("add", "uid-1"), ("delete", "uid-1"), ("add", "uid-2")]
+    assert [o["metadata"]["uid"] for o in inf.by_index("ns", "d")] == ["uid-2"]
+
+
+async def test_informer_resync_redelivers_every_object_as_an_update(fake_api):
+    api, client = fake_api
+    api.pod("a", "uid-a")
+    api.pod("b", "uid-b")
+    updates: list[str] = []
+    inf = Informer(client, "/api/v1/pods")
+    inf.add_handler(on_update=lambda old, new: updates.append(new["metadata"]["name"]) if old is new else None)
+    await inf.relist()
+    inf.resync()
+    assert sorted(updates) == ["a", "b"]
+
+
+async def test_a_failing_handler_does_not_stop_the_next(fake_api):
+    api, client = fake_api
+    api.pod("a", "uid-a")
+    seen: list[str] = []
+    inf = Informer(client, "/api/v1/pods")
+    inf.add_handler(on_add=lambda o: 1 / 0)
+    inf.add_handler(on_add=lambda o: seen.append(o["metadata"]["name"]))
+    await inf.relist()
+    assert seen == ["a"]

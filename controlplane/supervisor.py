@@ -1,11 +1,13 @@
-"""Run the scheduler as a child process of the caller, for `pykubelet server`.
+"""Run a control-plane component as a child process of `pykubelet server`: the scheduler today, the
+controller manager next.
 
-Why a process and not a task on the server's loop: the scheduler is an API client, so in-process every
-binding crosses TLS twice on one core, and the server's and the scheduler's work share one event loop;
-the bench (bench/scheduler/throughput.py, embedded-stream vs stream) measured between a third and nine
-tenths of the two-process throughput on this 2-core machine, depending on its other load. The child is the plain
-`pykubelet scheduler` command, restarted with backoff if it dies, and stopped (SIGTERM, then SIGKILL)
-when `stop` is set, so nothing outlives its owner.
+Why a process and not a task on the server's loop: each component is an API client, so in-process every
+call crosses TLS twice on one core, and the server's and the component's work share one event loop; the
+bench (bench/scheduler/throughput.py, embedded-stream vs stream) measured between a third and nine tenths
+of the two-process throughput for the scheduler on this 2-core machine, depending on its other load. The
+child is the component's plain `pykubelet <component>` command, restarted with backoff if it dies, and
+stopped (SIGTERM, then SIGKILL) when `stop` is set, so nothing outlives its owner; the kernel also
+SIGTERMs it if the server dies (PR_SET_PDEATHSIG), even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ def _die_with_parent() -> None:
         pass
 
 
-def scheduler_command(kubeconfig: Path, config_file: Path | None = None, verbose: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "pykubelet", "scheduler", "--kubeconfig", str(kubeconfig)]
+def component_command(component: str, kubeconfig: Path, config_file: Path | None = None,
+                      verbose: bool = False) -> list[str]:
+    """`pykubelet <component> --kubeconfig K [--config C] [-v]` with this interpreter."""
+    cmd = [sys.executable, "-m", "pykubelet", component, "--kubeconfig", str(kubeconfig)]
     if config_file is not None:
         cmd += ["--config", str(config_file)]
     if verbose:
@@ -44,29 +48,29 @@ def scheduler_command(kubeconfig: Path, config_file: Path | None = None, verbose
     return cmd
 
 
-async def run_scheduler_process(
-    kubeconfig: Path,
-    config_file: Path | None,
+async def supervise(
+    command: list[str],
     stop: asyncio.Event,
     log_path: Path | None = None,
     started: asyncio.Queue[int] | None = None,
     grace: float = 10.0,
 ) -> None:
-    """Keep one scheduler child running until `stop` is set. Each child's pid goes to `started`
+    """Keep one child running `command` until `stop` is set. Each child's pid goes to `started`
     (tests use it). Its output goes to `log_path` (appended), or to this process's stderr."""
+    name = command[3] if len(command) > 3 else command[0]
     failures = 0
     while not stop.is_set():
         # A descriptor only the child keeps open (opening a local log file does not block for long).
         out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if log_path else None
         try:
             child = await asyncio.create_subprocess_exec(
-                *scheduler_command(kubeconfig, config_file), stdout=out if out is not None else sys.stderr,
+                *command, stdout=out if out is not None else sys.stderr,
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         finally:
             if out is not None:
                 os.close(out)
-        log.info("scheduler process started pid=%d", child.pid)
+        log.info("%s process started pid=%d", name, child.pid)
         if started is not None:
             started.put_nowait(child.pid)
         exited = asyncio.create_task(child.wait())
@@ -74,16 +78,16 @@ async def run_scheduler_process(
         await asyncio.wait([exited, stopping], return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if stop.is_set():
-            await _terminate(child, exited, grace)
+            await _terminate(name, child, exited, grace)
             return
         failures += 1
         delay = min(0.5 * 2 ** min(failures, 5), 10.0)
-        log.warning("scheduler process exited code=%s restart_in=%.1fs", child.returncode, delay)
+        log.warning("%s process exited code=%s restart_in=%.1fs", name, child.returncode, delay)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
 
 
-async def _terminate(child: asyncio.subprocess.Process, exited: asyncio.Task[int], grace: float) -> None:
+async def _terminate(name: str, child: asyncio.subprocess.Process, exited: asyncio.Task[int], grace: float) -> None:
     if child.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signal.SIGTERM)
@@ -93,4 +97,4 @@ async def _terminate(child: asyncio.subprocess.Process, exited: asyncio.Task[int
             with contextlib.suppress(ProcessLookupError):
                 child.kill()
     await exited
-    log.info("scheduler process stopped code=%s", child.returncode)
+    log.info("%s process stopped code=%s", name, child.returncode)

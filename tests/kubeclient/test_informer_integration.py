@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from controlplane.scheduler.client import ApiClient
-from controlplane.scheduler.informer import Informer
-from controlplane.scheduler.kubeconfig import load_kubeconfig
+from kubeclient.client import MERGE_PATCH, KubeClient
+from kubeclient.config import load_kubeconfig
+from kubeclient.informer import Informer
 from pykubelet.rig.apiserver import ApiServer
 
 pytestmark = pytest.mark.integration
@@ -25,21 +25,21 @@ async def until(predicate, timeout: float = 15.0) -> None:
 async def test_resumes_and_relists_after_410(tmp_path):
     # A watch window of 5 events: a watcher that misses more than that must start over.
     with ApiServer(tmp_path / "api", extra_args=["--watch-cache-size", "5"]) as server:
-        client = ApiClient(load_kubeconfig(server.kubeconfig))
+        client = KubeClient(load_kubeconfig(server.kubeconfig))
         seen: dict[str, str] = {}
         deleted: list[str] = []
-        informer = Informer(
-            client, PATH,
+        informer = Informer(client, PATH)
+        informer.add_handler(
             on_add=lambda o: seen.__setitem__(o["metadata"]["name"], o["data"]["v"]),
             on_update=lambda old, new: seen.__setitem__(new["metadata"]["name"], new["data"]["v"]),
             on_delete=lambda o: (seen.pop(o["metadata"]["name"], None), deleted.append(o["metadata"]["name"])),
         )
         try:
-            await client.request("POST", PATH, {"metadata": {"name": "before"}, "data": {"v": "0"}})
+            await client.create(PATH, {"metadata": {"name": "before"}, "data": {"v": "0"}})
             task = asyncio.create_task(informer.run())
             await asyncio.wait_for(informer.synced.wait(), 15)
             assert seen == {"before": "0"} and informer.lists == 1
-            await client.request("POST", PATH, {"metadata": {"name": "watched"}, "data": {"v": "1"}})
+            await client.create(PATH, {"metadata": {"name": "watched"}, "data": {"v": "1"}})
             await until(lambda: "watched" in seen)
             assert informer.lists == 1  # that came through the watch, not a list
 
@@ -47,16 +47,15 @@ async def test_resumes_and_relists_after_410(tmp_path):
             await asyncio.gather(task, return_exceptions=True)
             # While it is away: more changes than the window holds, including a delete and an update.
             for i in range(12):
-                await client.request("POST", PATH, {"metadata": {"name": f"missed-{i}"}, "data": {"v": "2"}})
-            await client.request("DELETE", f"{PATH}/before")
-            await client.request("PATCH", f"{PATH}/watched", {"data": {"v": "3"}},
-                                 content_type="application/merge-patch+json")
+                await client.create(PATH, {"metadata": {"name": f"missed-{i}"}, "data": {"v": "2"}})
+            await client.delete(f"{PATH}/before")
+            await client.patch(f"{PATH}/watched", {"data": {"v": "3"}}, content_type=MERGE_PATCH)
 
             task = asyncio.create_task(informer.run())
             await until(lambda: len(seen) == 13)
             assert informer.lists == 2  # resumed, got 410 Gone, listed again
             assert seen["watched"] == "3" and "before" not in seen and deleted == ["before"]
-            await client.request("POST", PATH, {"metadata": {"name": "after"}, "data": {"v": "4"}})
+            await client.create(PATH, {"metadata": {"name": "after"}, "data": {"v": "4"}})
             await until(lambda: "after" in seen)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

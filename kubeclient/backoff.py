@@ -1,6 +1,6 @@
-"""Exponential backoff with jitter, shared by API retries, the informer's reconnects and the lease loop.
+"""Exponential backoff with jitter, for API retries, informer reconnects and heartbeat loops.
 
-Jitter keeps many agents (or many watches) that failed at the same moment from retrying in lockstep.
+Jitter keeps many clients (or many watches) that failed at the same moment from retrying in lockstep.
 """
 
 from __future__ import annotations

@@ -1,0 +1,264 @@
+"""An asyncio REST client for the Kubernetes API, over JSON dicts.
+
+The official Python client blocks (a thread per call in flight, another per watch), and every component
+here shares one event loop with its own work (the agent with CRI and its pod workers, the scheduler with
+its decisions), so this is a thin aiohttp client instead: one keep-alive connection pool, a token-bucket
+rate limit (client-go's QPS and burst), and retries with backoff where a retry cannot do harm:
+
+- 429 Too Many Requests (the server did nothing) for every verb, honouring Retry-After;
+- a connection that could not be made (nothing was sent) for every verb;
+- other connection failures, timeouts and 5xx only for idempotent verbs (GET, PUT, PATCH, DELETE): a
+  POST that may have reached the server is never sent twice, so a generateName create cannot duplicate.
+
+Errors come out as `ApiError` carrying the server's Status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+
+from kubeclient.backoff import Backoff
+from kubeclient.config import ClusterConfig
+from kubeclient.errors import ApiError
+from kubeclient.ratelimit import TokenBucket
+from kubeclient.version import KUBERNETES_VERSION
+
+log = logging.getLogger("kubeclient")
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
+# A watch that sends nothing (not even the bookmark servers send about every minute) for this long is
+# taken as a dead peer; the caller resumes from its last resourceVersion.
+WATCH_SILENCE = 150.0
+
+
+def user_agent(component: str) -> str:
+    """client-go's shape, `<component>/<version> (linux/amd64) kubernetes/<commit>`; the API server takes
+    the part before "/" as the default field manager."""
+    return f"{component}/{KUBERNETES_VERSION} (linux/amd64) kubernetes/pykubelet"
+
+
+class KubeClient:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        qps: float = 50.0,
+        burst: int = 100,
+        max_attempts: int = 5,
+        request_timeout: float = 30.0,
+        component: str = "pykubelet",
+        max_connections: int = 64,
+    ) -> None:
+        self.config = config
+        self.limiter = TokenBucket(qps, burst)
+        self.max_attempts = max_attempts
+        self.request_timeout = request_timeout
+        self.user_agent = user_agent(component)
+        self.max_connections = max_connections
+        self._ssl = config.ssl_context()
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def server(self) -> str:
+        return self.config.server
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                ssl=self._ssl if self._ssl is not None else False, limit=self.max_connections
+            )
+            auth = None
+            if self.config.username and self.config.password is not None:
+                auth = aiohttp.BasicAuth(self.config.username, self.config.password)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers={"User-Agent": self.user_agent, "Accept": JSON}, auth=auth
+            )
+        return self._session
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        token = self.config.bearer_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- one call ------------------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        retry: bool = True,
+        deadline: float | None = None,
+    ) -> Any:
+        """One API call with the rate limit and the retries above; returns the decoded JSON body.
+        `deadline` bounds each attempt (default: the client's request_timeout)."""
+        backoff = Backoff(initial=0.2, maximum=5.0)
+        attempts = self.max_attempts if retry else 1
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        url = self.config.server + path
+        query = _query(params)
+        what = f"{method} {path}"
+        for attempt in range(1, attempts + 1):
+            await self.limiter.acquire()
+            try:
+                async with self._get_session().request(
+                    method,
+                    url,
+                    params=query,
+                    data=data,
+                    headers=self._headers(content_type if data is not None else None),
+                    timeout=aiohttp.ClientTimeout(total=deadline or self.request_timeout),
+                ) as resp:
+                    raw = await resp.read()
+                    if resp.status < 400:
+                        return json.loads(raw) if raw else {}
+                    err = ApiError.from_response(resp.status, raw, what)
+                    retryable = resp.status == 429 or (resp.status in RETRYABLE_STATUS and method in IDEMPOTENT)
+                    if not retryable or attempt == attempts:
+                        raise err
+                    delay = _retry_after(resp.headers.get("Retry-After")) or err.retry_after or backoff.next()
+            except aiohttp.ClientConnectorError as exc:  # no connection: nothing was sent
+                if attempt == attempts:
+                    raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
+                delay = backoff.next()
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+                if method not in IDEMPOTENT or attempt == attempts:
+                    raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
+                delay = backoff.next()
+            log.debug("api retry method=%s path=%s attempt=%d delay=%.2f", method, path, attempt, delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def get(self, path: str, **params: Any) -> dict[str, Any]:
+        return await self.request("GET", path, params=params)
+
+    async def create(self, path: str, body: dict[str, Any], **params: Any) -> dict[str, Any]:
+        return await self.request("POST", path, body=body, params=params)
+
+    async def replace(self, path: str, body: dict[str, Any], **params: Any) -> dict[str, Any]:
+        return await self.request("PUT", path, body=body, params=params)
+
+    async def patch(
+        self, path: str, body: Any, content_type: str = STRATEGIC_PATCH, **params: Any
+    ) -> dict[str, Any]:
+        return await self.request("PATCH", path, body=body, content_type=content_type, params=params)
+
+    async def delete(self, path: str, body: dict[str, Any] | None = None, **params: Any) -> dict[str, Any]:
+        return await self.request("DELETE", path, body=body, params=params)
+
+    async def list(
+        self, path: str, params: Mapping[str, Any] | None = None, page: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All items (following `continue`, one consistent snapshot) and the list's resourceVersion.
+
+        Items carry apiVersion and kind, taken from the list where the server left them out (upstream
+        omits them in list items), so an item reads like the object a watch or a GET returns."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            out = await self.request(
+                "GET", path, params={**(params or {}), "limit": page, "continue": token}, deadline=120
+            )
+            kind = str(out.get("kind") or "")
+            item_kind = kind[:-4] if kind.endswith("List") else ""
+            for item in out.get("items") or ():
+                if item_kind and isinstance(item, dict) and not item.get("kind"):
+                    item["kind"] = item_kind
+                    item.setdefault("apiVersion", out.get("apiVersion", "v1"))
+                items.append(item)
+            meta = out.get("metadata") or {}
+            token = meta.get("continue") or None
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    # --- watch ---------------------------------------------------------------------------------------
+
+    async def watch(
+        self, path: str, params: Mapping[str, Any] | None = None, idle_timeout: float = WATCH_SILENCE
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events ({type, object}) from one watch request until the server ends it.
+
+        An ERROR event (410 Gone for a too-old resourceVersion, say) is raised as ApiError. If nothing
+        arrives for `idle_timeout` seconds the stream is taken as dead (a half-open connection) and
+        ApiError(0) is raised, as for any other broken connection."""
+        await self.limiter.acquire()
+        query = _query({**(params or {}), "watch": True})
+        what = f"WATCH {path}"
+        try:
+            async with self._get_session().get(
+                self.config.server + path,
+                params=query,
+                headers=self._headers(None),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout),
+            ) as resp:
+                if resp.status >= 400:
+                    raise ApiError.from_response(resp.status, await resp.read(), what)
+                async for line in _lines(resp.content):
+                    event = json.loads(line)
+                    if not isinstance(event, dict):
+                        raise ValueError("a watch event is not an object")
+                    if event.get("type") == "ERROR":
+                        raise ApiError.from_status(event.get("object") or {}, what)
+                    yield event
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Newline-delimited records of any length (aiohttp's readline caps a line at 64 KiB, and one pod
+    with a large last-applied annotation can exceed that)."""
+    buf = b""
+    async for chunk in stream.iter_any():
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if buf.strip():
+        yield buf
+
+
+def _query(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in (params or {}).items():
+        if value is None:
+            continue
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else value
+    return out
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return min(float(value), 10.0) if value else None
+    except ValueError:
+        return None

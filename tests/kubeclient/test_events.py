@@ -1,0 +1,105 @@
+"""Event correlation as upstream's recorder does it (spam filter, aggregation of similar events,
+deduplication into count patches), and the recorder writing the verdicts to an API server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from kubeclient.client import KubeClient
+from kubeclient.config import ClusterConfig
+from kubeclient.eventcorrelator import COMBINED_PREFIX, EventCorrelator
+from kubeclient.events import EventRecorder, EventSource
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "d", "uid": "u1"}}
+
+
+def event(message: str, reason: str = "BackOff", type_: str = "Warning") -> dict[str, Any]:
+    return {"metadata": {"name": f"web.{message}", "namespace": "d"}, "involvedObject": {"kind": "Pod", "name": "web", "namespace": "d", "uid": "u1"},
+            "reason": reason, "message": message, "type": type_, "source": {"component": "kubelet", "host": "n1"}}
+
+
+def test_identical_events_become_count_patches() -> None:
+    c = EventCorrelator(clock=lambda: 1000.0)
+    first = c.correlate(event("same"))
+    assert first.action == "create"
+    second = c.correlate(event("same"))
+    assert second.action == "patch" and second.patch is not None
+    assert second.patch["count"] == 2 and second.target is first.target
+    assert second.event["metadata"]["name"] == first.event["metadata"]["name"]
+    assert c.correlate(event("other")).action == "create"
+
+
+def test_ten_distinct_messages_in_ten_minutes_are_combined() -> None:
+    now = [1000.0]
+    c = EventCorrelator(clock=lambda: now[0])
+    verdicts = [c.correlate(event(f"m{i}", reason="FailedMount")) for i in range(12)]
+    assert [v.action for v in verdicts[:9]] == ["create"] * 9
+    tenth, eleventh = verdicts[9], verdicts[10]
+    assert tenth.action == "create" and tenth.event["message"] == COMBINED_PREFIX + "m9"
+    assert eleventh.action == "patch" and eleventh.patch and eleventh.patch["message"] == COMBINED_PREFIX + "m10"
+    now[0] += 601  # the window passed: messages stand alone again
+    assert c.correlate(event("late", reason="FailedMount")).event["message"] == "late"
+
+
+def test_spam_filter_drops_beyond_25_per_object_and_refills_slowly() -> None:
+    now = [0.0]
+    c = EventCorrelator(clock=lambda: now[0])
+    actions = [c.correlate(event(f"x{i}", reason=f"R{i}")).action for i in range(26)]
+    assert actions[:25] == ["create"] * 25 and actions[25] == "drop"
+    now[0] += 300  # one token per five minutes
+    assert c.correlate(event("y", reason="R99")).action == "create"
+
+
+class EventSink:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.gone: set[str] = set()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.calls.append((request.method, request.path, body))
+        name = request.path.rsplit("/", 1)[-1]
+        if request.method == "PATCH" and name in self.gone:
+            return web.json_response({"kind": "Status", "reason": "NotFound", "code": 404}, status=404)
+        return web.json_response(body, status=201 if request.method == "POST" else 200)
+
+
+async def test_recorder_creates_then_patches_and_recreates_a_vanished_event() -> None:
+    sink = EventSink()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", sink.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    client = KubeClient(ClusterConfig(server=f"http://127.0.0.1:{port}"))
+    recorder = EventRecorder(client, EventSource("kubelet", "n1"), workers=4)
+    recorder.start()
+    try:
+        recorder.event(POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}")
+        recorder.event(POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}")
+        await asyncio.wait_for(recorder.flush(), 5)
+        (m1, p1, created), (m2, p2, patch) = sink.calls
+        assert (m1, p1) == ("POST", "/api/v1/namespaces/d/events")
+        assert created["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "u1",
+                                             "resourceVersion": "", "namespace": "d", "fieldPath": "spec.containers{c}"}
+        assert created["source"] == {"component": "kubelet", "host": "n1"} and created["count"] == 1
+        assert (m2, p2) == ("PATCH", f"/api/v1/namespaces/d/events/{created['metadata']['name']}")
+        assert patch["count"] == 2
+        sink.gone.add(created["metadata"]["name"])  # expired meanwhile
+        recorder.event(POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}")
+        await asyncio.wait_for(recorder.flush(), 5)
+        assert [c[0] for c in sink.calls[2:]] == ["PATCH", "POST"]
+        assert sink.calls[3][2]["count"] == 3
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "nu"}}
+        recorder.event(node, "Normal", "NodeReady", "Node n1 status is now: NodeReady")
+        await asyncio.wait_for(recorder.flush(), 5)
+        assert sink.calls[-1][1] == "/api/v1/namespaces/default/events"  # cluster-scoped: default
+    finally:
+        await recorder.stop()
+        await client.close()
+        await runner.cleanup()
