@@ -18,11 +18,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from kubeclient.client import KubeClient
-from kubeclient.config import ClusterConfig, ConfigError, in_cluster_config, load_kubeconfig
+from kubeclient.config import ConfigError, in_cluster_config, load_kubeconfig
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer, by_namespace, by_uid
 from kubeclient.ratelimit import TokenBucket
+from tests.kubeclient.conftest import served
 
 
 def self_signed() -> tuple[bytes, bytes]:
@@ -134,17 +134,8 @@ class FakeApi:
 @pytest.fixture
 async def fake_api():
     api = FakeApi()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", api.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    client = KubeClient(ClusterConfig(server=f"http://127.0.0.1:{port}", token="t0k"), max_attempts=3)
-    yield api, client
-    await client.close()
-    await runner.cleanup()
+    async with served(api.handle, token="t0k", max_attempts=3) as client:
+        yield api, client
 
 
 async def test_client_retries_5xx_and_sends_token(fake_api):

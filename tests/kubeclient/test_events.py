@@ -8,10 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
-from kubeclient.client import KubeClient
-from kubeclient.config import ClusterConfig
 from kubeclient.eventcorrelator import COMBINED_PREFIX, EventCorrelator
 from kubeclient.events import EventRecorder, EventSource
+from tests.kubeclient.conftest import served
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "d", "uid": "u1"}}
 
@@ -69,15 +68,12 @@ class EventSink:
 
 async def test_recorder_creates_then_patches_and_recreates_a_vanished_event() -> None:
     sink = EventSink()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", sink.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    client = KubeClient(ClusterConfig(server=f"http://127.0.0.1:{port}"))
-    recorder = EventRecorder(client, EventSource("kubelet", "n1"), workers=4)
+    async with served(sink.handle) as client:
+        await _record_into(client, sink)
+
+
+async def _record_into(client: object, sink: EventSink) -> None:
+    recorder = EventRecorder(client, EventSource("kubelet", "n1"), workers=4)  # type: ignore[arg-type]
     recorder.start()
     try:
         recorder.event(POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}")
@@ -101,5 +97,3 @@ async def test_recorder_creates_then_patches_and_recreates_a_vanished_event() ->
         assert sink.calls[-1][1] == "/api/v1/namespaces/default/events"  # cluster-scoped: default
     finally:
         await recorder.stop()
-        await client.close()
-        await runner.cleanup()
