@@ -9,13 +9,14 @@ file, as upstream.
 from __future__ import annotations
 
 import logging
-import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from kubeclient.duration import parse_duration as _parse_duration
 
 log = logging.getLogger("agent.config")
 
@@ -35,26 +36,12 @@ class ConfigFileError(Exception):
     pass
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(value: str | int | float) -> float:
     """A Go duration ("10s", "5m0s", "1h30m", "250ms") in seconds."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = value.strip()
-    if text in ("0", ""):
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text):
-        raise ConfigFileError(f"invalid duration {value!r}")
-    return total
+    try:
+        return _parse_duration(value)
+    except ValueError as err:
+        raise ConfigFileError(str(err)) from None
 
 
 @dataclass

@@ -36,12 +36,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the scheduler as a child process (--no-scheduler: another scheduler binds pods)",
     )
     parser.add_argument("--scheduler-config", type=Path, default=None, help="KubeSchedulerConfiguration file")
+    parser.add_argument(
+        "--controllers",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the controller manager as a child process (--no-controllers: leave the loops to another)",
+    )
+    parser.add_argument("--controller-manager-port", type=int, default=10257,
+                        help="the controller manager's healthz/metrics HTTPS port (0: none)")
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
-async def serve(config: ServerConfig, scheduler: bool, scheduler_config: Path | None) -> None:
-    """The server until SIGTERM/SIGINT, with its scheduler child (unless --no-scheduler)."""
+async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
+    """The server until SIGTERM/SIGINT, with its scheduler and controller manager children (unless
+    --no-scheduler / --no-controllers)."""
     from controlplane.apiserver.server import ApiServer
     from controlplane.supervisor import component_command, supervise
 
@@ -53,9 +62,17 @@ async def serve(config: ServerConfig, scheduler: bool, scheduler_config: Path | 
         loop.add_signal_handler(sig, stop.set)
     children = []
     kubeconfig = config.data_dir / "admin.kubeconfig"
-    if scheduler and not config.insecure_http:  # --insecure-http writes no kubeconfig
-        command = component_command("scheduler", kubeconfig, scheduler_config)
-        children.append(asyncio.create_task(supervise(command, stop, config.data_dir / "scheduler.log")))
+    if not config.insecure_http:  # --insecure-http writes no kubeconfig for children
+        if args.scheduler:
+            command = component_command("scheduler", kubeconfig, args.scheduler_config)
+            children.append(asyncio.create_task(supervise(command, stop, config.data_dir / "scheduler.log")))
+        if args.controllers:
+            command = component_command("controller-manager", kubeconfig) + [
+                "--secure-port", str(args.controller_manager_port),
+                "--cert-dir", str(config.data_dir / "controller-manager"),
+                "--client-ca-file", str(config.data_dir / "pki" / "ca.crt"),
+            ]
+            children.append(asyncio.create_task(supervise(command, stop, config.data_dir / "controller-manager.log")))
     try:
         await stop.wait()
     finally:
@@ -84,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         extra_sans=args.tls_san,
     )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(serve(config, args.scheduler, args.scheduler_config))
+        runner.run(serve(config, args))
     return 0
 
 

@@ -125,6 +125,19 @@ class Informer:
 
     # --- handlers and reads --------------------------------------------------------------------------
 
+    def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
+        """More indexes on a shared informer (controllers add theirs before the factory starts it);
+        objects already cached are indexed at once."""
+        for name, fn in indexers.items():
+            if name in self._indexers:
+                continue
+            self._indexers[name] = fn
+            index: dict[str, set[str]] = {}
+            for key, obj in self.store.items():
+                for value in fn(obj):
+                    index.setdefault(value, set()).add(key)
+            self._indices[name] = index
+
     def add_handler(
         self,
         on_add: Callable[[Obj], None] | None = None,

@@ -1,57 +1,16 @@
 """The kubelet's serving certificate: the configured pair, or a self-signed one made once in
-<root-dir>/pki (as upstream does when no tlsCertFile is given), valid for the node's names and IPs."""
+<root-dir>/pki as kubelet.crt/kubelet.key (as upstream does when no tlsCertFile is given), valid for the
+node's names and IPs. The machinery is the shared one (`kubeclient.serving`)."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
-import os
-import ssl
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from kubeclient.serving import ensure_self_signed as _ensure_self_signed
+from kubeclient.serving import server_context
+
+__all__ = ["ensure_self_signed", "server_context"]
 
 
 def ensure_self_signed(pki_dir: Path, node_name: str, ips: list[str]) -> tuple[Path, Path]:
-    cert_path, key_path = pki_dir / "kubelet.crt", pki_dir / "kubelet.key"
-    if cert_path.exists() and key_path.exists():
-        return cert_path, key_path
-    pki_dir.mkdir(parents=True, exist_ok=True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_name}@{int(now.timestamp())}")])
-    sans: list[x509.GeneralName] = [x509.DNSName(node_name), x509.DNSName("localhost")]
-    for ip in {*ips, "127.0.0.1"}:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(ip)))
-        except ValueError:
-            continue
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return cert_path, key_path
-
-
-def server_context(cert: Path, key: Path, client_ca: str | None) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(str(cert), str(key))
-    if client_ca:
-        ctx.load_verify_locations(cafile=client_ca)
-        ctx.verify_mode = ssl.CERT_OPTIONAL  # verified when presented; requests without one are anonymous
-    return ctx
+    return _ensure_self_signed(pki_dir, node_name, ips, stem="kubelet")

@@ -36,6 +36,7 @@ import yaml
 
 from controlplane.scheduler.podinfo import SCHEDULER_NAME
 from controlplane.scheduler.scores.resource_allocation import LEAST_ALLOCATED, MOST_ALLOCATED
+from kubeclient.duration import parse_duration
 from kubeclient.leaderelection import LeaderElection
 
 # Upstream's default score weights (pkg/scheduler/apis/config/v1/default_plugins.go).
@@ -81,30 +82,6 @@ def _plugin_name(name: str) -> str:
     if name not in DEFAULT_SCORE_WEIGHTS and name not in _FILTER_ONLY and name != "*":
         raise ValueError(f"unknown scheduler plugin {name!r}")
     return name
-
-
-def parse_duration(value: Any) -> float:
-    """Go-style durations as upstream's config writes them ("15s", "500ms", "1m30s"), or seconds."""
-    if isinstance(value, int | float):
-        return float(value)
-    text, total, number = str(value).strip(), 0.0, ""
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or ch == ".":
-            number += ch
-            i += 1
-            continue
-        unit = "ms" if text.startswith("ms", i) else ch
-        if unit not in units or not number:
-            raise ValueError(f"invalid duration {value!r}")
-        total += float(number) * units[unit]
-        number = ""
-        i += len(unit)
-    if number:
-        raise ValueError(f"invalid duration {value!r} (missing unit)")
-    return total
 
 
 def _leader_election(doc: dict[str, Any]) -> LeaderElection:

@@ -32,8 +32,9 @@ def api_client(kubeconfig: str | os.PathLike[str]) -> ApiClient:
 class ApiServer:
     """The API server in `data_dir` on `port` (0: a free port is chosen before start).
 
-    The scheduler that `pykubelet server` embeds is off unless `scheduler=True`: most tests bind pods
-    themselves or run a scheduler of their own, and an embedded one would race them."""
+    The scheduler and the controller manager that `pykubelet server` supervises are off unless
+    `scheduler=True` / `controllers=True`: most tests bind pods themselves or run the loop under test
+    on their own, and a supervised one would race them."""
 
     def __init__(
         self,
@@ -41,12 +42,16 @@ class ApiServer:
         port: int = 0,
         *,
         scheduler: bool = False,
+        controllers: bool = False,
+        controller_manager_port: int | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.scheduler = scheduler
+        self.controllers = controllers
+        self.controller_manager_port = controller_manager_port or (free_port() if controllers else 0)
         self.extra_args = list(extra_args or [])
         self.log_path = Path(log_path) if log_path else self.data_dir / "apiserver.log"
         self.daemon = Daemon("pykubelet server", self.command(), self.log_path)
@@ -62,6 +67,9 @@ class ApiServer:
             "--port",
             str(self.port),
             "--scheduler" if self.scheduler else "--no-scheduler",
+            "--controllers" if self.controllers else "--no-controllers",
+            "--controller-manager-port",
+            str(self.controller_manager_port),
             *self.extra_args,
         ]
 

@@ -122,8 +122,11 @@ class Stack:
                 registry=self.registry.address,
             )
             self.containerd.start()
-            # The server runs the scheduler as its child, so pods without a nodeName land on our node.
-            self.apiserver = ApiServer(d / "apiserver", port=self.config.api_port or free_port(), scheduler=True)
+            # The server runs the scheduler and the controller manager as its children, so pods without a
+            # nodeName land on our node and every namespace gets its service account and CA bundle.
+            self.apiserver = ApiServer(
+                d / "apiserver", port=self.config.api_port or free_port(), scheduler=True, controllers=True
+            )
             self.apiserver.start()
             self.start_agent(wait_ready=wait_ready)
         except BaseException:

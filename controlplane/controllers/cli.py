@@ -1,0 +1,80 @@
+"""`pykubelet controller-manager`: run the control loops against any API server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from kubeclient.duration import parse_duration
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
+    parser.add_argument("--kubeconfig", type=Path, default=Path(default),
+                        help="kubeconfig of the API server (default: $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--controllers", default="*",
+                        help="'*' (the default set), 'name' to turn one on, '-name' to turn one off, comma-separated")
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                        help="hold the kube-system/kube-controller-manager Lease before acting")
+    parser.add_argument("--leader-elect-lease-duration", default="15s")
+    parser.add_argument("--leader-elect-renew-deadline", default="10s")
+    parser.add_argument("--leader-elect-retry-period", default="2s")
+    parser.add_argument("--bind-address", default="127.0.0.1", help="address of the healthz/metrics endpoint")
+    parser.add_argument("--secure-port", type=int, default=10257, help="HTTPS port for healthz and metrics (0: none)")
+    parser.add_argument("--cert-dir", type=Path, default=None, help="where the self-signed serving certificate goes")
+    parser.add_argument("--client-ca-file", default=None, help="CA whose client certificates may read /metrics")
+    parser.add_argument("--root-ca-file", type=Path, default=None,
+                        help="the CA published as kube-root-ca.crt (default: the kubeconfig's CA)")
+    parser.add_argument("--kube-api-qps", type=float, default=20.0)
+    parser.add_argument("--kube-api-burst", type=int, default=30)
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from controlplane.controllers.manager import LEASE_NAME, ManagerConfig, serve_forever
+    from controlplane.controllers.registry import enabled
+    from kubeclient.client import KubeClient
+    from kubeclient.config import load_kubeconfig
+    from kubeclient.leaderelection import LeaderElection, LeadershipLost
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    cluster = load_kubeconfig(args.kubeconfig)
+    root_ca = args.root_ca_file.read_bytes() if args.root_ca_file else (cluster.ca_data or b"")
+    if not root_ca and cluster.ca_file:
+        root_ca = Path(cluster.ca_file).read_bytes()
+    election = LeaderElection(
+        LEASE_NAME, enabled=args.leader_elect,
+        lease_duration=parse_duration(args.leader_elect_lease_duration),
+        renew_deadline=parse_duration(args.leader_elect_renew_deadline),
+        retry_period=parse_duration(args.leader_elect_retry_period),
+    )
+    config = ManagerConfig(
+        controllers=enabled(args.controllers),
+        leader_election=election,
+        bind_address=args.bind_address,
+        secure_port=args.secure_port,
+        cert_dir=args.cert_dir or Path(tempfile.gettempdir()) / "pykubelet-controller-manager",
+        client_ca_file=args.client_ca_file,
+        options={"root_ca": root_ca},
+    )
+    client = KubeClient(cluster, qps=args.kube_api_qps, burst=args.kube_api_burst, component="kube-controller-manager")
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        try:
+            runner.run(serve_forever(client, config))
+        except LeadershipLost as err:
+            logging.getLogger(__name__).error("%s; exiting", err)
+            return 1
+    return 0
+
+
+def _loop_factory():  # type: ignore[no-untyped-def]
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop

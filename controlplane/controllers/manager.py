@@ -1,0 +1,149 @@
+"""The controller manager: one process, many control loops, one leader at a time.
+
+Like kube-controller-manager it takes the Lease kube-system/kube-controller-manager before it acts, so
+two instances never both create the missing replica; builds the enabled controllers (each asks the
+shared informers for what it watches), starts the informers, waits until all have listed, then runs
+every controller's workers. Its HTTPS port serves /healthz (open, as upstream's always-allowed paths)
+and /metrics (the work queues' metrics with client-go's names; a client certificate from the cluster CA
+is required).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+from controlplane.controllers.base import Controller, ControllerContext
+from controlplane.controllers.informers import SharedInformers
+from controlplane.controllers.registry import CONTROLLERS
+from kubeclient.client import KubeClient
+from kubeclient.leaderelection import LeaderElection, LeaderElector, run_as_leader
+from kubeclient.serving import ensure_self_signed, server_context
+
+log = logging.getLogger("controlplane.controllers")
+
+LEASE_NAME = "kube-controller-manager"
+DEFAULT_PORT = 10257
+
+
+@dataclass
+class ManagerConfig:
+    controllers: list[str]
+    leader_election: LeaderElection = field(default_factory=lambda: LeaderElection(LEASE_NAME))
+    bind_address: str = "127.0.0.1"
+    secure_port: int = DEFAULT_PORT  # 0: no HTTPS endpoint
+    cert_dir: Path = Path("/var/run/kubernetes")
+    client_ca_file: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    resync_period: float = 0.0
+
+
+class ControllerManager:
+    def __init__(self, client: KubeClient, config: ManagerConfig) -> None:
+        self.client = client
+        self.config = config
+        self.registry = CollectorRegistry()
+        self.is_leader = Gauge("leader_election_master_status",
+                               "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+                               "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+                               ["name"], registry=self.registry)
+        self.controllers: list[Controller] = []
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    # --- the loops -----------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._serve()
+        elector = LeaderElector(self.client, self.config.leader_election) if self.config.leader_election.enabled else None
+        try:
+            await run_as_leader(elector, stop, self._lead)
+        finally:
+            self.is_leader.labels(self.config.leader_election.name).set(0)
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+    async def _lead(self, halt: asyncio.Event) -> None:
+        self.is_leader.labels(self.config.leader_election.name).set(1)
+        informers = SharedInformers(self.client, self.config.resync_period)
+        ctx = ControllerContext(self.client, informers, self.registry, dict(self.config.options))
+        self.controllers = [CONTROLLERS[name](ctx) for name in self.config.controllers]
+        log.info("controllers starting: %s", ",".join(c.name for c in self.controllers))
+        informers.start()
+        for recorder in ctx.recorders:
+            recorder.start()
+        try:
+            synced = asyncio.ensure_future(informers.wait_for_sync())
+            halted = asyncio.ensure_future(halt.wait())
+            await asyncio.wait([synced, halted], return_when=asyncio.FIRST_COMPLETED)
+            synced.cancel()
+            if not halt.is_set():
+                log.info("caches synced; controllers running")
+                await asyncio.gather(*(c.run(halt) for c in self.controllers))
+            halted.cancel()
+        finally:
+            await informers.stop()
+            for recorder in ctx.recorders:
+                await recorder.stop()
+
+    # --- health and metrics --------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        if not self.config.secure_port:
+            return  # --secure-port=0: no endpoint, as upstream
+        cert, key = await asyncio.to_thread(
+            ensure_self_signed, self.config.cert_dir, "kube-controller-manager", [self.config.bind_address],
+            "kube-controller-manager",
+        )
+        context = await asyncio.to_thread(server_context, cert, key, self.config.client_ca_file)
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/livez", self._healthz)
+        app.router.add_get("/readyz", self._healthz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.bind_address, self.config.secure_port, ssl_context=context)
+        await site.start()
+        self.port = self.config.secure_port
+        log.info("serving healthz and metrics on https://%s:%d", self.config.bind_address, self.port)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if not _has_client_certificate(request):
+            return web.Response(status=401, text="Unauthorized")
+        for controller in self.controllers:
+            controller.queue.observe_unfinished()
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _has_client_certificate(request: web.Request) -> bool:
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    return isinstance(ssl_object, ssl.SSLObject) and bool(ssl_object.getpeercert())
+
+
+async def serve_forever(client: KubeClient, config: ManagerConfig) -> None:
+    """Until SIGTERM/SIGINT (used by `pykubelet controller-manager`)."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    manager = ControllerManager(client, config)
+    try:
+        await manager.run(stop)
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()

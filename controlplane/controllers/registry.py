@@ -1,0 +1,42 @@
+"""The controllers the manager can run, by their --controllers names, and which are on by default.
+
+`--controllers` reads as upstream's: `*` is every controller that is on by default, `name` turns one
+on, `-name` turns one off (`*,-podgc`: all the defaults but pod GC).
+"""
+
+from __future__ import annotations
+
+from controlplane.controllers.base import Controller
+from controlplane.controllers.rootca import RootCAPublisher
+from controlplane.controllers.serviceaccount import ServiceAccountController
+
+CONTROLLERS: dict[str, type[Controller]] = {
+    c.name: c
+    for c in (
+        ServiceAccountController,
+        RootCAPublisher,
+    )
+}
+# Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
+OFF_BY_DEFAULT: frozenset[str] = frozenset()
+
+
+def enabled(spec: str) -> list[str]:
+    """The controller names a --controllers value turns on; ValueError naming an unknown one."""
+    on: set[str] = set()
+    off: set[str] = set()
+    star = False
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        if item == "*":
+            star = True
+            continue
+        name = item[1:] if item.startswith("-") else item
+        if name not in CONTROLLERS:
+            raise ValueError(f'"{name}" is not in the list of known controllers ({", ".join(sorted(CONTROLLERS))})')
+        (off if item.startswith("-") else on).add(name)
+    chosen = {n for n in CONTROLLERS if n not in OFF_BY_DEFAULT} if star else set()
+    chosen |= on
+    chosen -= off
+    return [n for n in CONTROLLERS if n in chosen]

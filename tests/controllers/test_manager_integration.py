@@ -1,0 +1,149 @@
+"""The controller manager against the real API server: supervised by `pykubelet server`, its first
+loops (service accounts, the root CA bundle) at work, its HTTPS health and metrics endpoint, and leader
+election between two instances (kill -9 of the leader hands over)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from pykubelet.rig.apiserver import ApiServer
+
+pytestmark = pytest.mark.integration
+T = TypeVar("T")
+
+
+def eventually(probe: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll `probe` (an API read) until it returns something; the bound is far above the loop's work."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def read(fn: Callable[[], T]) -> T | None:
+    try:
+        return fn()
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    with ApiServer(tmp_path_factory.mktemp("cm-api"), controllers=True) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def v1(server: ApiServer) -> Iterator[client.CoreV1Api]:
+    with server.api_client() as api:
+        yield client.CoreV1Api(api)
+
+
+def new_namespace(v1: client.CoreV1Api) -> str:
+    name = f"cm-{uuid.uuid4().hex[:8]}"
+    v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    return name
+
+
+def test_every_namespace_gets_a_default_service_account_and_the_ca_bundle(server: ApiServer, v1: client.CoreV1Api) -> None:
+    ns = new_namespace(v1)
+    sa = eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="default SA")
+    cm = eventually(lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)), what="CA bundle")
+    assert cm.data == {"ca.crt": server.ca_cert.read_text()}
+    assert "kube-apiserver" in cm.metadata.annotations["kubernetes.io/description"]
+    # Taken away, both come back (new objects, new UIDs).
+    v1.delete_namespaced_service_account("default", ns)
+    v1.delete_namespaced_config_map("kube-root-ca.crt", ns)
+    again = eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="SA again")
+    assert again.metadata.uid != sa.metadata.uid
+    eventually(lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)), what="CA again")
+    # Changed by hand, the bundle is put right.
+    v1.patch_namespaced_config_map("kube-root-ca.crt", ns, {"data": {"ca.crt": "not a CA"}})
+    eventually(lambda: (read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)).data or {}).get("ca.crt")
+               == server.ca_cert.read_text(), what="CA restored")
+
+
+def _get(url: str, cert: tuple[Path, Path] | None = None) -> tuple[int, str]:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if cert:
+        ctx.load_cert_chain(*cert)
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_healthz_is_open_and_metrics_need_a_cluster_certificate(server: ApiServer, v1: client.CoreV1Api) -> None:
+    new_namespace(v1)  # some work for the queues
+    base = f"https://127.0.0.1:{server.controller_manager_port}"
+    assert eventually(lambda: _get(f"{base}/healthz")[0] == 200, what="healthz")
+    assert _get(f"{base}/metrics")[0] == 401
+    admin = (server.data_dir / "pki" / "admin.crt", server.data_dir / "pki" / "admin.key")
+    status, text = _get(f"{base}/metrics", admin)
+    assert status == 200
+    assert 'workqueue_adds_total{name="serviceaccount"}' in text
+    assert 'leader_election_master_status{name="kube-controller-manager"} 1.0' in text
+
+
+def _manager(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "pykubelet", "controller-manager", "--kubeconfig", str(kubeconfig),
+           "--secure-port", "0", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
+           "--leader-elect-retry-period", "500ms"]
+    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_two_managers_hand_over_leadership(tmp_path: Path) -> None:
+    with ApiServer(tmp_path / "api") as srv, srv.api_client() as api:
+        v1 = client.CoreV1Api(api)
+        leases = client.CoordinationV1Api(api)
+        a = _manager(srv.kubeconfig, tmp_path / "a.log")
+        b = _manager(srv.kubeconfig, tmp_path / "b.log")
+        try:
+            def holder() -> str | None:
+                lease = read(lambda: leases.read_namespaced_lease("kube-controller-manager", "kube-system"))
+                return lease.spec.holder_identity if lease else None
+
+            first = eventually(holder, what="a leader")
+            leader, standby = (a, b) if f"_{a.pid}_" in first else (b, a)
+            assert f"_{leader.pid}_" in first
+            ns = new_namespace(v1)
+            eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="SA")
+            os.killpg(leader.pid, signal.SIGKILL)
+            leader.wait()
+            second = eventually(lambda: (h := holder()) and f"_{standby.pid}_" in h and h, timeout=20,
+                                what="the standby to take the lease")
+            assert second != first
+            ns2 = new_namespace(v1)  # only the new leader can have made this one's account
+            eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns2)), what="SA by new leader")
+            standby.send_signal(signal.SIGTERM)
+            assert standby.wait(timeout=20) == 0
+            released = read(lambda: leases.read_namespaced_lease("kube-controller-manager", "kube-system"))
+            assert released is not None and not released.spec.holder_identity  # a clean stop releases it
+        finally:
+            for proc in (a, b):
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
