@@ -7,12 +7,14 @@ on, `-name` turns one off (`*,-podgc`: all the defaults but pod GC).
 from __future__ import annotations
 
 from controlplane.controllers.base import Controller
+from controlplane.controllers.replicaset import ReplicaSetController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
 
 CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
     for c in (
+        ReplicaSetController,
         ServiceAccountController,
         RootCAPublisher,
     )

@@ -1,0 +1,99 @@
+"""Adoption and release of pods by their controller (upstream's ControllerRefManager).
+
+A controller owns the pods whose controller ownerReference names it. A pod its selector matches that has
+no controller is adopted (a patch adding the reference, guarded by the pod's UID); a pod it owns whose
+labels no longer match is released (the reference removed). Adoption first re-reads the owner from the
+API, never the cache, so a controller that is being deleted (or was replaced under the same name) never
+adopts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from controlplane.controllers.podcontrol import controller_ref
+from kubeclient.client import STRATEGIC_PATCH, KubeClient
+from kubeclient.errors import ApiError
+from kubeclient.informer import controller_ref as owner_ref_of
+from kubeclient.selectors import Selector
+
+Obj = dict[str, Any]
+
+
+class RefManager:
+    def __init__(self, client: KubeClient, owner: Obj, selector: Selector,
+                 can_adopt: Callable[[], Awaitable[bool]]) -> None:
+        self.client = client
+        self.owner = owner
+        self.selector = selector
+        self._can_adopt = can_adopt
+        self._checked: bool | None = None
+
+    async def _adoptable(self) -> bool:
+        if self._checked is None:
+            self._checked = await self._can_adopt()
+        return self._checked
+
+    async def claim(self, pods: Sequence[Obj]) -> list[Obj]:
+        """The pods this owner controls after adopting orphans and releasing what no longer matches."""
+        uid = self.owner["metadata"]["uid"]
+        claimed: list[Obj] = []
+        for pod in pods:
+            meta = pod["metadata"]
+            ref = owner_ref_of(pod)
+            matches = self.selector.matches(meta.get("labels"))
+            if ref is not None:
+                if ref.get("uid") != uid:
+                    continue  # someone else's
+                if matches:
+                    claimed.append(pod)
+                elif not self.owner["metadata"].get("deletionTimestamp"):
+                    await self._release(pod)
+                continue
+            if not matches or meta.get("deletionTimestamp") or self.owner["metadata"].get("deletionTimestamp"):
+                continue
+            if not await self._adoptable():
+                continue
+            adopted = await self._adopt(pod)
+            if adopted is not None:
+                claimed.append(adopted)
+        return claimed
+
+    def _path(self, pod: Obj) -> str:
+        meta = pod["metadata"]
+        return f"/api/v1/namespaces/{quote(meta['namespace'])}/pods/{quote(meta['name'])}"
+
+    async def _adopt(self, pod: Obj) -> Obj | None:
+        patch = {"metadata": {"ownerReferences": [controller_ref(self.owner)], "uid": pod["metadata"]["uid"]}}
+        try:
+            return await self.client.patch(self._path(pod), patch, content_type=STRATEGIC_PATCH)
+        except ApiError as err:
+            if err.not_found or err.conflict or err.invalid:
+                return None  # gone, replaced, or being deleted: not ours to have
+            raise
+
+    async def _release(self, pod: Obj) -> None:
+        patch = {"metadata": {"ownerReferences": [{"$patch": "delete", "uid": self.owner["metadata"]["uid"]}],
+                              "uid": pod["metadata"]["uid"]}}
+        try:
+            await self.client.patch(self._path(pod), patch, content_type=STRATEGIC_PATCH)
+        except ApiError as err:
+            if not (err.not_found or err.conflict or err.invalid):
+                raise
+
+
+def recheck(client: KubeClient, path: str, uid: str) -> Callable[[], Awaitable[bool]]:
+    """upstream's RecheckDeletionTimestamp: a fresh GET of the owner must show the same UID, not deleting."""
+    async def check() -> bool:
+        try:
+            fresh = await client.get(path)
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+        meta = fresh.get("metadata") or {}
+        return meta.get("uid") == uid and not meta.get("deletionTimestamp")
+
+    return check

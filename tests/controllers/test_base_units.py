@@ -1,0 +1,49 @@
+"""The base controller's rules: a key whose sync keeps failing is retried with its own backoff and
+finally dropped, and never stops the other keys."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+
+from controlplane.controllers.base import Controller, ControllerContext
+from controlplane.controllers.informers import SharedInformers
+from kubeclient.workqueue import ItemExponentialFailureRateLimiter
+
+
+class Flaky(Controller):
+    name = "flaky"
+    workers = 2
+    max_retries = 3
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        super().__init__(ctx)
+        self.queue.rate_limiter = ItemExponentialFailureRateLimiter(base=0.001)
+        self.calls: dict[str, int] = {}
+        self.done = asyncio.Event()
+
+    async def sync(self, key: str) -> None:
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if key == "ns/broken":
+            raise RuntimeError("this object cannot be synced")
+        if self.calls.get("ns/broken", 0) > self.max_retries:
+            self.done.set()
+
+
+async def test_a_failing_key_is_retried_then_dropped_and_others_go_on() -> None:
+    ctx = ControllerContext(client=None, informers=SharedInformers(None), registry=CollectorRegistry())  # type: ignore[arg-type]
+    controller = Flaky(ctx)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(controller.run(stop))
+    controller.queue.add("ns/broken")
+    for _ in range(20):
+        await asyncio.sleep(0.02)
+        controller.queue.add("ns/fine")
+        if controller.done.is_set():
+            break
+    stop.set()
+    await runner
+    assert controller.calls["ns/broken"] == 1 + Flaky.max_retries  # first try, then the retries, then dropped
+    assert controller.calls["ns/fine"] >= 2
+    assert controller.queue.num_requeues("ns/broken") == 0  # forgotten once dropped
