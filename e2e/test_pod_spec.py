@@ -251,3 +251,16 @@ def test_host_port_reaches_the_pod(kube, namespace, node_name, image):
     script = f'for i in 1 2 3 4 5 6 7 8 9 10; do {request} | nc -w 2 "$HOST_IP" {port} | grep -q served-by-pod && exit 0; sleep 1; done; exit 1'
     # Another pod reaches the server through the node's IP and the hostPort.
     assert_succeeded(run(kube, namespace, node_name, image, "fetch", script, env=[host_ip]))
+
+
+def test_termination_message_from_logs_as_written(kube, namespace, node_name, image):
+    """FallbackToLogsOnError gives the end of the log as `kubectl logs --tail=80` prints it, cut to its
+    last 2048 bytes: a last line without a newline stays without one (issue 22 item 3)."""
+    pod = run(kube, namespace, node_name, image, "nonl", "echo started; printf DONE; exit 1", termination_message_policy="FallbackToLogsOnError")
+    assert pod.status.container_statuses[0].state.terminated.message == "started\nDONE"
+    script = "for i in $(seq 1 100); do echo line $i; done; exit 2"
+    pod = run(kube, namespace, node_name, image, "many", script, termination_message_policy="FallbackToLogsOnError")
+    assert pod.status.container_statuses[0].state.terminated.message == "".join(f"line {i}\n" for i in range(21, 101))
+    pod = run(kube, namespace, node_name, image, "long", "printf 'a%.0s' $(seq 1 3000); echo; exit 3", termination_message_policy="FallbackToLogsOnError")
+    assert pod.status.container_statuses[0].state.terminated.message == "a" * 2047 + "\n"
+
