@@ -8,6 +8,8 @@ message, and CreateContainerConfigError for a missing ConfigMap.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from kubernetes import client
 
@@ -263,4 +265,44 @@ def test_termination_message_from_logs_as_written(kube, namespace, node_name, im
     assert pod.status.container_statuses[0].state.terminated.message == "".join(f"line {i}\n" for i in range(21, 101))
     pod = run(kube, namespace, node_name, image, "long", "printf 'a%.0s' $(seq 1 3000); echo; exit 3", termination_message_policy="FallbackToLogsOnError")
     assert pod.status.container_statuses[0].state.terminated.message == "a" * 2047 + "\n"
+
+
+def test_resource_field_ref_env(kube, namespace, node_name, image):
+    """resourceFieldRef values are divided by the divisor and rounded up; a container without limits
+    sees the node's allocatable as its limits (issue 22 item 4)."""
+    from kubernetes.utils import parse_quantity
+
+    def ref(resource: str, divisor: str | None = None) -> client.V1EnvVarSource:
+        return client.V1EnvVarSource(resource_field_ref=client.V1ResourceFieldSelector(resource=resource, divisor=divisor))
+
+    env = [
+        client.V1EnvVar(name="CPU_LIMIT", value_from=ref("limits.cpu")),
+        client.V1EnvVar(name="CPU_LIMIT_M", value_from=ref("limits.cpu", "1m")),
+        client.V1EnvVar(name="CPU_REQUEST", value_from=ref("requests.cpu")),
+        client.V1EnvVar(name="MEM_LIMIT_MI", value_from=ref("limits.memory", "1Mi")),
+        client.V1EnvVar(name="MEM_LIMIT", value_from=ref("limits.memory")),
+    ]
+    show = "echo $CPU_LIMIT $CPU_LIMIT_M $CPU_REQUEST $MEM_LIMIT_MI $MEM_LIMIT"
+    limited = client.V1ResourceRequirements(
+        limits={"cpu": "1250m", "memory": "100Mi"}, requests={"cpu": "250m", "memory": "50Mi"}
+    )
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="resenv"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            containers=[
+                client.V1Container(name="limited", image=image, command=["sh", "-c", show], env=env, resources=limited),
+                client.V1Container(name="free", image=image, command=["sh", "-c", show], env=env),
+            ],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "resenv"))
+    log = lambda c: kube.read_namespaced_pod_log("resenv", namespace, container=c).split()  # noqa: E731
+    assert log("limited") == ["2", "1250", "1", str(100), str(100 * 2**20)]
+    allocatable = kube.read_node(node_name).status.allocatable
+    cpu, memory = parse_quantity(allocatable["cpu"]), parse_quantity(allocatable["memory"])
+    expected = [math.ceil(cpu), math.ceil(cpu * 1000), 0, math.ceil(memory / 2**20), math.ceil(memory)]
+    assert log("free") == [str(v) for v in expected]
 
