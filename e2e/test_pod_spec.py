@@ -306,3 +306,27 @@ def test_resource_field_ref_env(kube, namespace, node_name, image):
     expected = [math.ceil(cpu), math.ceil(cpu * 1000), 0, math.ceil(memory / 2**20), math.ceil(memory)]
     assert log("free") == [str(v) for v in expected]
 
+
+def test_container_mount_at_etc_hosts_is_left_alone(kube, namespace, node_name, image):
+    """A container mounting its own /etc/hosts gets that file, not the kubelet-managed one (issue 22
+    item 5); its sibling without such a mount still gets the managed file."""
+    hosts = "192.0.2.77 mine.test\n"
+    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="hosts"), data={"hosts": hosts}))
+    mount = client.V1VolumeMount(name="hosts", mount_path="/etc/hosts", sub_path="hosts")
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="ownhosts"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            volumes=[client.V1Volume(name="hosts", config_map=client.V1ConfigMapVolumeSource(name="hosts"))],
+            containers=[
+                client.V1Container(name="own", image=image, command=["cat", "/etc/hosts"], volume_mounts=[mount]),
+                client.V1Container(name="managed", image=image, command=["cat", "/etc/hosts"]),
+            ],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "ownhosts"))
+    assert kube.read_namespaced_pod_log("ownhosts", namespace, container="own") == hosts
+    managed = kube.read_namespaced_pod_log("ownhosts", namespace, container="managed")
+    assert "ownhosts" in managed and "mine.test" not in managed

@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 from agent.cri import pb
-from agent.node.quantity import QuantityError, milli_cpu, to_bytes
 from agent.pods import labels as L
 from agent.pods.env import ConfigError, expand
 from agent.pods.qos import qos_class
 from agent.pods.sandbox import namespace_options
+from kubeclient.quantity import QuantityError, milli_value, value
 
 CPU_PERIOD = 100_000
 MIN_SHARES = 2
@@ -26,19 +26,19 @@ def linux_resources(pod: dict[str, Any], container: dict[str, Any], node_memory:
     out = pb.LinuxContainerResources()
     try:
         cpu_req = requests.get("cpu") or limits.get("cpu")
-        out.cpu_shares = max(MIN_SHARES, milli_cpu(cpu_req) * 1024 // 1000) if cpu_req else MIN_SHARES
+        out.cpu_shares = max(MIN_SHARES, milli_value(cpu_req) * 1024 // 1000) if cpu_req else MIN_SHARES
         if limits.get("cpu"):
             out.cpu_period = CPU_PERIOD
-            out.cpu_quota = max(MIN_QUOTA, milli_cpu(limits["cpu"]) * CPU_PERIOD // 1000)
+            out.cpu_quota = max(MIN_QUOTA, milli_value(limits["cpu"]) * CPU_PERIOD // 1000)
         if limits.get("memory"):
-            out.memory_limit_in_bytes = to_bytes(limits["memory"])
+            out.memory_limit_in_bytes = value(limits["memory"])
         qos = qos_class(pod)
         if qos == "Guaranteed":
             out.oom_score_adj = -997
         elif qos == "BestEffort":
             out.oom_score_adj = 1000
         else:
-            mem_req = to_bytes(requests["memory"]) if requests.get("memory") else 0
+            mem_req = value(requests["memory"]) if requests.get("memory") else 0
             adj = 1000 - (1000 * mem_req) // max(node_memory, 1)
             out.oom_score_adj = int(min(max(adj, 2), 999))
     except QuantityError as err:
@@ -69,10 +69,16 @@ def security_context(pod: dict[str, Any], container: dict[str, Any]) -> pb.Linux
     return sec
 
 
-def _mounts(termination_path: str, termination_file: str, hosts_file: str) -> list[pb.Mount]:
+ETC_HOSTS = "/etc/hosts"
+
+
+def _mounts(container: dict[str, Any], termination_path: str, termination_file: str, hosts_file: str) -> list[pb.Mount]:
+    """The agent's own mounts. The managed /etc/hosts only when the container mounts nothing there
+    itself, as upstream's makeMounts decides."""
     out = []
-    if hosts_file:
-        out.append(pb.Mount(container_path="/etc/hosts", host_path=hosts_file))
+    own_hosts = any(m.get("mountPath") == ETC_HOSTS for m in container.get("volumeMounts") or [])
+    if hosts_file and not own_hosts:
+        out.append(pb.Mount(container_path=ETC_HOSTS, host_path=hosts_file))
     if termination_file:
         out.append(pb.Mount(container_path=termination_path, host_path=termination_file))
     return out
@@ -114,7 +120,7 @@ def container_config(
         labels=labels,
         annotations=annotations,
         log_path=f"{name}/{restart_count}.log",
-        mounts=[*(volume_mounts or []), *_mounts(annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file)],
+        mounts=[*(volume_mounts or []), *_mounts(container, annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file)],
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),

@@ -131,6 +131,16 @@ async def test_resource_field_ref_of_another_container_and_errors():
             await resolve_env(make_pod(containers=[bad]), bad, None)
 
 
+def test_own_etc_hosts_mount_replaces_the_managed_one():
+    own = pb.Mount(container_path="/etc/hosts", host_path="/volumes/hosts")
+    c = {"name": "c", "volumeMounts": [{"name": "h", "mountPath": "/etc/hosts", "subPath": "hosts"}]}
+    cfg = container_config(make_pod(containers=[c]), c, "app", 0, "img", [], 2**30, "/t/log", "/pod/hosts", [own])
+    assert [(m.container_path, m.host_path) for m in cfg.mounts] == [("/etc/hosts", "/volumes/hosts"), ("/dev/termination-log", "/t/log")]
+    plain = {"name": "c"}
+    cfg = container_config(make_pod(containers=[plain]), plain, "app", 0, "img", [], 2**30, "/t/log", "/pod/hosts")
+    assert [(m.container_path, m.host_path) for m in cfg.mounts] == [("/etc/hosts", "/pod/hosts"), ("/dev/termination-log", "/t/log")]
+
+
 def res(requests=None, limits=None):
     return {"resources": {"requests": requests or {}, "limits": limits or {}}}
 
