@@ -183,6 +183,7 @@ class Agent:
         )
         self.pods.attach(self.informer)
         self._spawn(recorder.run(), "events")
+        self._spawn(ctx.prober.run(), "prober-updates")
         self._spawn(ctx.status.run(), "pod-status")
         self._spawn(self.node.run(), "node-status")
         await self.node.registered.wait()

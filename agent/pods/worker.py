@@ -38,8 +38,8 @@ from agent.pods.status import TERMINAL, StatusInputs, compute_status, is_sidecar
 from agent.pods.status_manager import StatusManager
 from agent.probes.hooks import HookRunner
 from agent.probes.manager import ProberManager, probed_containers
+from agent.probes.podview import ContainerView
 from agent.probes.result import Target
-from agent.probes.worker import ContainerView
 from agent.volumes import VolumeError, VolumeManager, container_mounts
 from agent.volumes.manager import ReadyVolume
 
