@@ -169,10 +169,12 @@ class Agent:
         self.informer = node_pod_informer(self.client, cfg.node_name)
         self.pods.attach(self.informer)
         self._spawn(recorder.run(), "events")
+        self._spawn(ctx.prober.run(), "prober-updates")
         self._spawn(ctx.status.run(), "pod-status")
         self._spawn(self.node.run(), "node-status")
         await self.node.registered.wait()
         ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
+        ctx.node_allocatable = lambda: (((self.node.node if self.node else None) or {}).get("status") or {}).get("allocatable") or {}
         node_cidr = ((self.node.node or {}).get("spec") or {}).get("podCIDR", "")
         if not cfg.pod_cidr and node_cidr:
             # As upstream: a CIDR allocated to the Node by the control plane is handed to the runtime.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -97,3 +98,39 @@ def test_kubectl_logs_follow(kubeconfig, kube, namespace, node_name, image):
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     assert out == "line 1\nline 2\nline 3\n"
+
+
+def kubectl_logs(kubeconfig, namespace: str, name: str, *flags: str) -> str:
+    """`kubectl logs` output; a broken or truncated stream makes kubectl fail, and this with it."""
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "logs", name, *flags],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+
+
+def test_kubectl_logs_since_and_since_time(kubeconfig, kube, namespace, node_name, image):
+    """--since and --since-time compare each line's CRI timestamp with the bound (issue 22 item 1)."""
+    kube.create_namespaced_pod(namespace, pod("clock", node_name, image, "echo early; sleep 3; echo late; sleep 3600", "Never"))
+    wait_for(lambda: kube.read_namespaced_pod("clock", namespace).status.phase == "Running", what="Running")
+    wait_for(lambda: read_log(kube, namespace, "clock") == "early\nlate\n", what="both lines logged")
+    assert kubectl_logs(kubeconfig, namespace, "clock", "--since=1h") == "early\nlate\n"
+    stamped = kubectl_logs(kubeconfig, namespace, "clock", "--timestamps").splitlines()
+    assert [line.split(" ", 1)[1] for line in stamped] == ["early", "late"]
+    # upstream writes RFC3339 with nine fraction digits (RFC3339NanoFixed), whatever the runtime wrote.
+    rfc3339_nano_fixed = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}(Z|[+-]\d\d:\d\d)"
+    assert all(re.fullmatch(rfc3339_nano_fixed, line.split(" ", 1)[0]) for line in stamped), stamped
+    # sinceTime travels with second precision: the second "late" was written in is after "early".
+    late_second = re.sub(r"\.\d+", "", stamped[1].split(" ", 1)[0])
+    assert kubectl_logs(kubeconfig, namespace, "clock", f"--since-time={late_second}") == "late\n"
+    assert read_log(kube, namespace, "clock", since_seconds=3600) == "early\nlate\n"
+    wait_for(lambda: kubectl_logs(kubeconfig, namespace, "clock", "--since=1s") == "", what="no line in the last second")
+
+
+def test_final_partial_line_is_served(kubeconfig, kube, namespace, node_name, image):
+    """A last line without a newline is in the log as a partial (P) entry: served as written, with and
+    without -f (issue 22 item 2)."""
+    kube.create_namespaced_pod(namespace, pod("nonl", node_name, image, "echo first; printf DONE", "Never"))
+    wait_for(lambda: kube.read_namespaced_pod("nonl", namespace).status.phase == "Succeeded", what="Succeeded")
+    assert read_log(kube, namespace, "nonl") == "first\nDONE"
+    assert kubectl_logs(kubeconfig, namespace, "nonl", "-f") == "first\nDONE"
+    assert kubectl_logs(kubeconfig, namespace, "nonl", "--tail=1") == "DONE"

@@ -8,6 +8,8 @@ message, and CreateContainerConfigError for a missing ConfigMap.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from kubernetes import client
 
@@ -251,3 +253,80 @@ def test_host_port_reaches_the_pod(kube, namespace, node_name, image):
     script = f'for i in 1 2 3 4 5 6 7 8 9 10; do {request} | nc -w 2 "$HOST_IP" {port} | grep -q served-by-pod && exit 0; sleep 1; done; exit 1'
     # Another pod reaches the server through the node's IP and the hostPort.
     assert_succeeded(run(kube, namespace, node_name, image, "fetch", script, env=[host_ip]))
+
+
+def test_termination_message_from_logs_as_written(kube, namespace, node_name, image):
+    """FallbackToLogsOnError gives the end of the log as `kubectl logs --tail=80` prints it, cut to its
+    last 2048 bytes: a last line without a newline stays without one (issue 22 item 3)."""
+    pod = run(kube, namespace, node_name, image, "nonl", "echo started; printf DONE; exit 1", termination_message_policy="FallbackToLogsOnError")
+    assert pod.status.container_statuses[0].state.terminated.message == "started\nDONE"
+    script = "for i in $(seq 1 100); do echo line $i; done; exit 2"
+    pod = run(kube, namespace, node_name, image, "many", script, termination_message_policy="FallbackToLogsOnError")
+    assert pod.status.container_statuses[0].state.terminated.message == "".join(f"line {i}\n" for i in range(21, 101))
+    pod = run(kube, namespace, node_name, image, "long", "printf 'a%.0s' $(seq 1 3000); echo; exit 3", termination_message_policy="FallbackToLogsOnError")
+    assert pod.status.container_statuses[0].state.terminated.message == "a" * 2047 + "\n"
+
+
+def test_resource_field_ref_env(kube, namespace, node_name, image):
+    """resourceFieldRef values are divided by the divisor and rounded up; a container without limits
+    sees the node's allocatable as its limits (issue 22 item 4)."""
+    from kubernetes.utils import parse_quantity
+
+    def ref(resource: str, divisor: str | None = None) -> client.V1EnvVarSource:
+        return client.V1EnvVarSource(resource_field_ref=client.V1ResourceFieldSelector(resource=resource, divisor=divisor))
+
+    env = [
+        client.V1EnvVar(name="CPU_LIMIT", value_from=ref("limits.cpu")),
+        client.V1EnvVar(name="CPU_LIMIT_M", value_from=ref("limits.cpu", "1m")),
+        client.V1EnvVar(name="CPU_REQUEST", value_from=ref("requests.cpu")),
+        client.V1EnvVar(name="MEM_LIMIT_MI", value_from=ref("limits.memory", "1Mi")),
+        client.V1EnvVar(name="MEM_LIMIT", value_from=ref("limits.memory")),
+    ]
+    show = "echo $CPU_LIMIT $CPU_LIMIT_M $CPU_REQUEST $MEM_LIMIT_MI $MEM_LIMIT"
+    limited = client.V1ResourceRequirements(
+        limits={"cpu": "1250m", "memory": "100Mi"}, requests={"cpu": "250m", "memory": "50Mi"}
+    )
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="resenv"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            containers=[
+                client.V1Container(name="limited", image=image, command=["sh", "-c", show], env=env, resources=limited),
+                client.V1Container(name="free", image=image, command=["sh", "-c", show], env=env),
+            ],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "resenv"))
+    log = lambda c: kube.read_namespaced_pod_log("resenv", namespace, container=c).split()  # noqa: E731
+    assert log("limited") == ["2", "1250", "1", str(100), str(100 * 2**20)]
+    allocatable = kube.read_node(node_name).status.allocatable
+    cpu, memory = parse_quantity(allocatable["cpu"]), parse_quantity(allocatable["memory"])
+    expected = [math.ceil(cpu), math.ceil(cpu * 1000), 0, math.ceil(memory / 2**20), math.ceil(memory)]
+    assert log("free") == [str(v) for v in expected]
+
+
+def test_container_mount_at_etc_hosts_is_left_alone(kube, namespace, node_name, image):
+    """A container mounting its own /etc/hosts gets that file, not the kubelet-managed one (issue 22
+    item 5); its sibling without such a mount still gets the managed file."""
+    hosts = "192.0.2.77 mine.test\n"
+    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="hosts"), data={"hosts": hosts}))
+    mount = client.V1VolumeMount(name="hosts", mount_path="/etc/hosts", sub_path="hosts")
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="ownhosts"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            volumes=[client.V1Volume(name="hosts", config_map=client.V1ConfigMapVolumeSource(name="hosts"))],
+            containers=[
+                client.V1Container(name="own", image=image, command=["cat", "/etc/hosts"], volume_mounts=[mount]),
+                client.V1Container(name="managed", image=image, command=["cat", "/etc/hosts"]),
+            ],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "ownhosts"))
+    assert kube.read_namespaced_pod_log("ownhosts", namespace, container="own") == hosts
+    managed = kube.read_namespaced_pod_log("ownhosts", namespace, container="managed")
+    assert "ownhosts" in managed and "mine.test" not in managed

@@ -69,10 +69,16 @@ def security_context(pod: dict[str, Any], container: dict[str, Any]) -> pb.Linux
     return sec
 
 
-def _mounts(termination_path: str, termination_file: str, hosts_file: str) -> list[pb.Mount]:
+ETC_HOSTS = "/etc/hosts"
+
+
+def _mounts(container: dict[str, Any], termination_path: str, termination_file: str, hosts_file: str) -> list[pb.Mount]:
+    """The agent's own mounts. The managed /etc/hosts only when the container mounts nothing there
+    itself, as upstream's makeMounts decides."""
     out = []
-    if hosts_file:
-        out.append(pb.Mount(container_path="/etc/hosts", host_path=hosts_file))
+    own_hosts = any(m.get("mountPath") == ETC_HOSTS for m in container.get("volumeMounts") or [])
+    if hosts_file and not own_hosts:
+        out.append(pb.Mount(container_path=ETC_HOSTS, host_path=hosts_file))
     if termination_file:
         out.append(pb.Mount(container_path=termination_path, host_path=termination_file))
     return out
@@ -114,7 +120,7 @@ def container_config(
         labels=labels,
         annotations=annotations,
         log_path=f"{name}/{restart_count}.log",
-        mounts=[*(volume_mounts or []), *_mounts(annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file)],
+        mounts=[*(volume_mounts or []), *_mounts(container, annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file)],
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),

@@ -9,10 +9,11 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from typing import Any
 
 from agent.expansion import expand
-from kubeclient.quantity import QuantityError, parse_quantity
+from kubeclient import quantity
 
 # fetch(kind, namespace, name) -> the object, or None when it does not exist.
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
@@ -20,7 +21,6 @@ Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 
 class ConfigError(Exception):
     """The container cannot be configured yet (CreateContainerConfigError)."""
-
 
 
 def field_value(pod: dict[str, Any], path: str, host_ip: str, pod_ip: str) -> str:
@@ -45,18 +45,39 @@ def field_value(pod: dict[str, Any], path: str, host_ip: str, pod_ip: str) -> st
     return str(simple[path])
 
 
-def resource_value(container: dict[str, Any], ref: dict[str, Any], node_alloc: dict[str, str]) -> str:
+# Limits a container without its own take from the node's allocatable (upstream's
+# MergeContainerResourceLimits; hugepages are never overcommitted, so never defaulted).
+DEFAULTED_LIMITS = ("cpu", "memory", "ephemeral-storage")
+
+
+def resource_value(
+    pod: dict[str, Any], container: dict[str, Any], ref: dict[str, Any], node_alloc: dict[str, str]
+) -> str:
+    """A resourceFieldRef's value as upstream's ExtractContainerResourceValue gives it: the container's
+    request or limit (a missing or zero limit is the node's allocatable) divided by the divisor and
+    rounded up; cpu counted in millicores, everything else in whole units."""
     resource = ref.get("resource", "")
+    if ref.get("containerName"):
+        spec = pod.get("spec") or {}
+        every = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        found = next((c for c in every if c.get("name") == ref["containerName"]), None)
+        if found is None:
+            raise ConfigError(f"container {ref['containerName']} not found")
+        container = found
     kind, _, name = resource.partition(".")
-    res = (container.get("resources") or {}).get(kind) or {}
-    raw = res.get(name) or (node_alloc.get(name) if kind == "limits" else None) or "0"
+    if kind not in ("limits", "requests") or not (name in DEFAULTED_LIMITS or name.startswith("hugepages-")):
+        raise ConfigError(f"unsupported container resource : {resource}")
+    raw = ((container.get("resources") or {}).get(kind) or {}).get(name) or "0"
     try:
-        value = parse_quantity(raw)
-        divisor = parse_quantity(ref.get("divisor") or "1")
-        result = -(-value // divisor)  # ceiling
-    except (QuantityError, ArithmeticError):
-        raise ConfigError(f"invalid resource value for {resource}") from None
-    return str(int(result))
+        if kind == "limits" and name in DEFAULTED_LIMITS and quantity.Quantity.parse(raw).is_zero():
+            raw = node_alloc.get(name) or raw
+        scale = quantity.milli_value if name == "cpu" else quantity.value
+        divisor = scale(ref.get("divisor") or "1")
+        if divisor <= 0:
+            raise ConfigError(f"invalid divisor {ref.get('divisor')!r} for {resource}")
+        return str(quantity.divide_round_up(Decimal(scale(raw)), Decimal(divisor)))
+    except quantity.QuantityError as err:
+        raise ConfigError(f"invalid quantity for {resource}: {err}") from None
 
 
 def _data(obj: dict[str, Any], secret: bool) -> dict[str, str]:
@@ -108,7 +129,7 @@ async def resolve_env(
         if vf.get("fieldRef"):
             put(name, field_value(pod, vf["fieldRef"]["fieldPath"], host_ip, pod_ip))
         elif vf.get("resourceFieldRef"):
-            put(name, resource_value(container, vf["resourceFieldRef"], node_alloc or {}))
+            put(name, resource_value(pod, container, vf["resourceFieldRef"], node_alloc or {}))
         else:
             ref, kind = (vf.get("configMapKeyRef"), "ConfigMap") if vf.get("configMapKeyRef") else (vf.get("secretKeyRef"), "Secret")
             if not ref:

@@ -8,12 +8,12 @@ moved. The agent stores nothing else: labels and annotations carry everything ne
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.cri import CRIClient, NotFoundError, pb
-from agent.cri.logs import LogFormatError, read_entries
+from agent.cri.logs import read_tail
 from agent.pods import labels as L
 
 STATE_NAMES = {pb.CONTAINER_CREATED: "created", pb.CONTAINER_RUNNING: "running", pb.CONTAINER_EXITED: "exited"}
@@ -158,35 +158,34 @@ def _from_status(st: pb.ContainerStatus, sandbox_id: str) -> ContainerRecord:
     )
 
 
+# upstream's MaxContainerTerminationMessageLength, MaxContainerTerminationMessageLogLines and
+# MaxContainerTerminationMessageLogLength
 MAX_MESSAGE_BYTES = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
 
 
 def termination_message(st: pb.ContainerStatus, rec: ContainerRecord) -> str:
-    """What the container wrote to its terminationMessagePath (a host file mounted there), or, with
-    policy FallbackToLogsOnError and a failed exit, the tail of its log, as upstream reports them."""
+    """What the container wrote to its terminationMessagePath (a host file mounted there: its last
+    4096 bytes), or, with policy FallbackToLogsOnError, a failed exit and no such message, the end of
+    its log as `kubectl logs --tail=80` prints it, cut to the last 2048 bytes (a last line without a
+    newline stays without one), as upstream reports them."""
     path = st.annotations.get(L.TERMINATION_MESSAGE_PATH, "")
-    text = ""
+    data = b""
     for mount in st.mounts:
         if path and mount.container_path == path and mount.host_path:
             try:
                 with open(mount.host_path, "rb") as f:
-                    text = f.read(MAX_MESSAGE_BYTES).decode(errors="replace")
+                    size = f.seek(0, os.SEEK_END)
+                    f.seek(max(0, size - MAX_MESSAGE_BYTES))
+                    data = f.read()
             except OSError:
                 pass
-    if text:
-        return text
+            break
     policy = st.annotations.get(L.TERMINATION_MESSAGE_POLICY, "File")
-    if policy == "FallbackToLogsOnError" and rec.exit_code != 0 and st.log_path:
-        try:
-            with open(st.log_path, encoding="utf-8", errors="replace") as f:
-                lines = deque(f, maxlen=FALLBACK_LOG_LINES)
-            content = "".join(e.content + "\n" for e in read_entries(lines))
-        except (OSError, LogFormatError):
-            return ""
-        return content[-FALLBACK_LOG_BYTES:]
-    return ""
+    if not data and policy == "FallbackToLogsOnError" and rec.exit_code != 0 and st.log_path:
+        data = read_tail(st.log_path, FALLBACK_LOG_LINES, FALLBACK_LOG_BYTES)  # b"" if unreadable
+    return data.decode(errors="replace")
 
 
 def runtime_summary(rt: PodRuntime) -> dict[str, Any]:

@@ -37,8 +37,8 @@ from agent.pods.status import TERMINAL, StatusInputs, compute_status, is_sidecar
 from agent.pods.status_manager import StatusManager
 from agent.probes.hooks import HookRunner
 from agent.probes.manager import ProberManager, probed_containers
+from agent.probes.podview import ContainerView
 from agent.probes.result import Target
-from agent.probes.worker import ContainerView
 from agent.volumes import VolumeError, VolumeManager, container_mounts
 from agent.volumes.manager import ReadyVolume
 from kubeclient.errors import ApiError
@@ -66,6 +66,9 @@ class PodContext:
     node_hostname: str
     host_dns: DNS
     node_memory: int = 0
+    # The node's status.allocatable as last posted: the limits of a container that sets none, for
+    # resourceFieldRef (upstream's defaultPodLimitsForDownwardAPI).
+    node_allocatable: Callable[[], dict[str, str]] = dict
     volumes: VolumeManager | None = None
     prober: ProberManager | None = None
     hooks: HookRunner | None = None
@@ -490,7 +493,7 @@ class PodWorker:
             retry = ctx.images.backoff.remaining((self.uid, c.get("image", "")))
             return False, retry if retry > 0 else RETRY_AFTER_ERROR
         try:
-            env = await resolve_env(pod, c, ctx.fetch, ctx.host_ip(), sb.ip)
+            env = await resolve_env(pod, c, ctx.fetch, ctx.host_ip(), sb.ip, ctx.node_allocatable())
             term_file = await asyncio.to_thread(self._termination_file, name)
             hosts = "" if (pod.get("spec") or {}).get("hostNetwork") else await asyncio.to_thread(self._hosts_file, pod, sb.ip)
             mounts = await asyncio.to_thread(container_mounts, c, volumes)

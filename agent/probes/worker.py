@@ -1,10 +1,16 @@
-"""One probe of one container: runs on its own timer, counts results against the thresholds, and keeps
-the current verdict for the container it last saw (upstream pkg/kubelet/prober/worker.go).
+"""One probe of one container: runs on its own timer, counts results against the thresholds, and writes
+its verdict about the container it last saw into the results store (upstream
+pkg/kubelet/prober/worker.go).
 
-The verdict is keyed by container ID: when the container is replaced the worker starts over from the
-kind's initial value (readiness: not ready; liveness: alive; startup: unknown), so a verdict about a
-dead container never touches its successor. A liveness or startup failure puts the worker on hold
-until a new container appears, so the one failure leads to exactly one kill.
+The verdict is keyed by container ID: when the container is replaced the worker forgets the old
+container's verdict and starts over from the kind's initial value (readiness: not ready; liveness:
+alive; startup: unknown), so a verdict about a dead container never touches its successor. A liveness
+or startup failure puts the worker on hold until a new container appears, so the one failure leads to
+exactly one kill.
+
+A worker knows its pod only through the PodView the manager keeps current, and tells the world only
+through the results store and the event sink it was handed: it never calls its manager (which
+import-linter holds to), so the manager and whoever reads verdicts can change without touching it.
 """
 
 from __future__ import annotations
@@ -14,18 +20,21 @@ import dataclasses
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.expansion import expand_static
-from agent.probes.metrics import handler_name
+from agent.probes.metrics import ProbeMetrics, handler_name
+from agent.probes.podview import ContainerView, PodView
 from agent.probes.result import Outcome, Result, Target
+from agent.probes.results import ResultsStore
 from agent.probes.spec import Kind, ProbeSpec
 
-if TYPE_CHECKING:
-    from agent.probes.manager import ProberManager
-
 log = logging.getLogger("agent.probes")
+
+EventSink = Callable[[dict[str, Any], str, str, str, str], None]  # pod, container name, type, reason, message
+HandlerRunner = Callable[[dict[str, Any], Target, float], Awaitable[Outcome]]  # action, target, timeout
 
 # Upstream retries a probe that could not run at all (not one that failed) this many times.
 MAX_PROBE_RETRIES = 3
@@ -38,18 +47,23 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 
 @dataclass(frozen=True)
-class ContainerView:
-    """What the pod worker last saw of a container in CRI: all a probe needs to decide whether to run."""
+class ProbeDeps:
+    """What every probe worker is handed: how to run a handler, where verdicts go, what to count, where
+    events go."""
 
-    id: str
-    state: str  # created / running / exited / unknown
-    started_at: float = 0.0  # epoch seconds
+    run_handler: HandlerRunner
+    results: ResultsStore
+    metrics: ProbeMetrics
+    on_event: EventSink
 
 
 class ProbeWorker:
-    def __init__(self, manager: ProberManager, uid: str, container: dict[str, Any], kind: Kind, spec: ProbeSpec) -> None:
-        self.manager = manager
-        self.uid = uid
+    def __init__(
+        self, deps: ProbeDeps, pod: PodView, container: dict[str, Any], kind: Kind, spec: ProbeSpec
+    ) -> None:
+        self.deps = deps
+        self.pod = pod
+        self.uid = pod.uid
         self.name: str = container["name"]
         self.ports = tuple(
             (p["name"], int(p["containerPort"])) for p in container.get("ports") or [] if p.get("name") and p.get("containerPort")
@@ -62,8 +76,9 @@ class ProbeWorker:
         self.spec = spec
         self.handler = handler_name(spec.action)
         self.sidecar = container.get("restartPolicy") == "Always"  # restarted whatever the pod's policy
+        # Liveness and readiness wait for the startup probe's success, when the container has one.
+        self.gated = kind is not Kind.STARTUP and bool(container.get(Kind.STARTUP.field))
         self.container_id = ""
-        self.result: Result | None = None
         self.last_result: Result | None = None
         self.result_run = 0
         self.on_hold = False
@@ -81,8 +96,10 @@ class ProbeWorker:
         else:
             self._triggered = True
 
-    def verdict(self, container_id: str) -> Result | None:
-        return self.result if container_id and container_id == self.container_id else None
+    @property
+    def result(self) -> Result | None:
+        """The verdict about the container this worker probes now."""
+        return self.deps.results.get(self.kind, self.container_id)
 
     async def run(self) -> None:
         period = float(self.spec.period)
@@ -120,16 +137,15 @@ class ProbeWorker:
             self._waiter = None
 
     def _set(self, result: Result | None) -> None:
-        if result != self.result:
-            self.result = result
-            self.manager.changed(self)
+        self.deps.results.set(self.kind, self.container_id, result, self.uid)
 
     async def do_probe(self) -> bool:
         """One tick. False when the container is gone for good and the worker should end."""
-        view = self.manager.view(self.uid, self.name)
+        view = self.pod.containers.get(self.name)
         if view is None:
             return True  # not created yet
         if view.id != self.container_id:
+            self.deps.results.remove(self.kind, self.container_id)
             self.container_id = view.id
             self.on_hold = False
             self.last_result, self.result_run = None, 0
@@ -138,8 +154,8 @@ class ProbeWorker:
             return True
         if view.state != "running":
             self._set(Result.FAILURE)
-            return not (view.state == "exited" and not self.sidecar and self.manager.restart_never(self.uid))
-        if self.kind is not Kind.STARTUP and not self.manager.started(self.uid, self.name, view.id, trigger=False):
+            return not (view.state == "exited" and not self.sidecar and self.pod.restart_never)
+        if self.gated and self.deps.results.get(Kind.STARTUP, view.id) is not Result.SUCCESS:
             return True  # liveness and readiness wait for the startup probe
         if self.kind is Kind.STARTUP and self.result is Result.SUCCESS:
             return True  # started once: nothing more to find out about this container
@@ -165,22 +181,25 @@ class ProbeWorker:
         return True
 
     async def _probe(self, view: ContainerView) -> Outcome | None:
-        target = Target(self.manager.pod_ip(self.uid), view.id, self.ports)
+        target = Target(self.pod.pod_ip, view.id, self.ports)
         outcome = Outcome(Result.UNKNOWN, "")
         for _ in range(MAX_PROBE_RETRIES):
             started = time.perf_counter()
-            outcome = await self.manager.run_handler(self.spec.action, target, float(self.spec.timeout))
-            self.manager.metrics.observe(self.kind, self.handler, outcome.result, time.perf_counter() - started)
+            outcome = await self.deps.run_handler(self.spec.action, target, float(self.spec.timeout))
+            self.deps.metrics.observe(self.kind, self.handler, outcome.result, time.perf_counter() - started)
             if outcome.result is not Result.UNKNOWN:
                 break
         kind = self.kind.value
         if outcome.result is Result.UNKNOWN:
-            self.manager.event(self, "Warning", "Unhealthy", f"{kind} probe errored: {outcome.output}")
+            self._event("Unhealthy", f"{kind} probe errored: {outcome.output}")
             log.info("probe errored pod=%s container=%s kind=%s output=%r", self.uid, self.name, kind, outcome.output)
             return None
         if outcome.result is Result.FAILURE:
-            self.manager.event(self, "Warning", "Unhealthy", f"{kind} probe failed: {outcome.output}")
+            self._event("Unhealthy", f"{kind} probe failed: {outcome.output}")
             log.info("probe failed pod=%s container=%s kind=%s output=%r", self.uid, self.name, kind, outcome.output)
         elif outcome.result is Result.WARNING:
-            self.manager.event(self, "Warning", "ProbeWarning", f"{kind} probe warning: {outcome.output}")
+            self._event("ProbeWarning", f"{kind} probe warning: {outcome.output}")
         return outcome
+
+    def _event(self, reason: str, message: str) -> None:
+        self.deps.on_event(self.pod.pod, self.name, "Warning", reason, message)

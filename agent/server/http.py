@@ -3,26 +3,23 @@
 
 Authentication follows KubeletConfiguration: a client certificate signed by authentication.x509
 .clientCAFile is accepted; anonymous requests only when authentication.anonymous.enabled. Everything
-but /healthz needs one or the other. Logs are read from the CRI log files of the container (or, with
-previous=true, of its last terminated instance), with follow, tailLines, limitBytes, sinceSeconds and
-timestamps meaning what they mean for `kubectl logs`.
+but /healthz needs one or the other. Logs are read from the CRI log file of the container (or, with
+previous=true, of its last terminated instance) and streamed by agent/server/logs.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 import ssl
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
 from agent.cri import CRIClient, CRIError, pb
-from agent.cri.logs import LogEntry, LogFormatError, parse_line
 from agent.pods import labels as L
+from agent.server.logs import LogOptions, LogOptionsError, stream_log
 
 log = logging.getLogger("agent.server")
 
@@ -118,45 +115,20 @@ class KubeletServer:
         pod = self.lookup(ns, name)
         if pod is None:
             return _status_body(404, "NotFound", f'pods "{name}" not found')
-        q = request.query
-        previous = q.get("previous") in ("true", "1")
+        previous = request.query.get("previous") in ("true", "1")
+        try:
+            opts = LogOptions.from_query(request.query)
+        except LogOptionsError as err:
+            return _status_body(err.code, "BadRequest" if err.code == 400 else "Invalid", str(err))
         try:
             path, running_id = await self._log_path(pod, cname, previous)
         except LookupError as err:
             return _status_body(400, "BadRequest", str(err))
-        try:
-            tail = int(q["tailLines"]) if "tailLines" in q else None
-            limit = int(q["limitBytes"]) if "limitBytes" in q else None
-            since = int(q["sinceSeconds"]) if "sinceSeconds" in q else None
-        except ValueError:
-            return _status_body(400, "BadRequest", "tailLines, limitBytes and sinceSeconds must be integers")
-        since_time = datetime.now(UTC) - timedelta(seconds=since) if since else None
-        if q.get("sinceTime"):
-            since_time = datetime.fromisoformat(q["sinceTime"].replace("Z", "+00:00"))
-        follow = q.get("follow") in ("true", "1") and not previous
-        timestamps = q.get("timestamps") in ("true", "1")
+        if previous:
+            opts = replace(opts, follow=False)
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await resp.prepare(request)
-        state = _Writer(resp, limit)
-        offset, pending = await asyncio.to_thread(_read_from, path, 0)
-        entries = [e for e in pending if since_time is None or e.time >= since_time]
-        if tail is not None:
-            entries = entries[-tail:] if tail > 0 else []
-        for e in entries:
-            if not await state.write(e, timestamps):
-                return resp
-        while follow:
-            await asyncio.sleep(0.2)
-            offset, fresh = await asyncio.to_thread(_read_from, path, offset)
-            for e in fresh:
-                if not await state.write(e, timestamps):
-                    return resp
-            if not fresh and not await self._still_running(running_id):
-                _, last = await asyncio.to_thread(_read_from, path, offset)
-                for e in last:
-                    await state.write(e, timestamps)
-                break
-        await resp.write_eof()
+        await stream_log(resp, path, opts, lambda: self._still_running(running_id))
         return resp
 
     async def stream(self, request: web.Request) -> web.Response:
@@ -231,54 +203,3 @@ class KubeletServer:
             return (await self.cri.container_status(container_id)).status.state == pb.CONTAINER_RUNNING
         except CRIError:
             return False
-
-
-class _Writer:
-    """Writes log lines, stopping at limitBytes."""
-
-    def __init__(self, resp: web.StreamResponse, limit: int | None) -> None:
-        self.resp = resp
-        self.left = limit
-
-    async def write(self, entry: LogEntry, timestamps: bool) -> bool:
-        data = ((entry.timestamp + " ") if timestamps else "") + entry.content + "\n"
-        raw = data.encode()
-        if self.left is not None:
-            if self.left <= 0:
-                return False
-            raw = raw[: self.left]
-            self.left -= len(raw)
-        await self.resp.write(raw)
-        return self.left is None or self.left > 0
-
-
-def _read_from(path: str, offset: int) -> tuple[int, list[LogEntry]]:
-    """Whole lines from `offset` on, partial (P) entries joined; returns the offset after the last
-    complete line so a follower never splits one."""
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < offset:
-                offset = 0  # the log was rotated under a follower: continue in the new file
-            f.seek(offset)
-            data = f.read()
-    except OSError:
-        return offset, []
-    end = data.rfind(b"\n")
-    if end < 0:
-        return offset, []
-    out: list[LogEntry] = []
-    pending: dict[str, tuple[str, list[str]]] = {}
-    for raw in data[: end + 1].decode("utf-8", errors="replace").splitlines():
-        if not raw.strip():
-            continue
-        try:
-            ts, stream, tag, content = parse_line(raw)
-        except LogFormatError:
-            continue
-        first, parts = pending.pop(stream, (ts, []))
-        parts.append(content)
-        if "P" in tag.split(":"):
-            pending[stream] = (first, parts)
-        else:
-            out.append(LogEntry(first, stream, "".join(parts)))
-    return offset + end + 1, out

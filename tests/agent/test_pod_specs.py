@@ -91,6 +91,56 @@ async def test_resolve_env_sources():
         await resolve_env(make_pod(), {"name": "c", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "x"}}}]}, fetch)
 
 
+@pytest.mark.parametrize(
+    ("resource", "divisor", "resources", "expected"),
+    [
+        ("limits.cpu", None, {"limits": {"cpu": "1250m"}}, "2"),  # rounded up, never toward zero
+        ("limits.cpu", "1m", {"limits": {"cpu": "1250m"}}, "1250"),
+        ("requests.cpu", None, {"requests": {"cpu": "250m"}}, "1"),
+        ("requests.cpu", "1m", {"requests": {"cpu": "0.1m"}}, "1"),  # millicores, rounded up first
+        ("limits.memory", "1Mi", {"limits": {"memory": "100Mi"}}, "100"),
+        ("limits.memory", "1Mi", {"limits": {"memory": "1.5Mi"}}, "2"),
+        ("limits.memory", None, {"limits": {"memory": "1G"}}, "1000000000"),
+        ("requests.memory", "1k", {}, "0"),  # no request: 0, as upstream
+        ("limits.cpu", None, {}, "3"),  # no limit: the node's allocatable 2500m, rounded up
+        ("limits.cpu", "1m", {"limits": {"cpu": "0"}}, "2500"),  # a zero limit too
+        ("limits.memory", "1Ki", {}, "4096"),
+        ("limits.ephemeral-storage", "1Gi", {}, "10"),
+        ("limits.hugepages-2Mi", "1Mi", {"limits": {"hugepages-2Mi": "4Mi"}}, "4"),
+        ("limits.hugepages-2Mi", None, {}, "0"),  # hugepages are never defaulted from the node
+    ],
+)
+async def test_resource_field_ref_values(resource, divisor, resources, expected):
+    alloc = {"cpu": "2500m", "memory": "4Mi", "ephemeral-storage": "10Gi", "pods": "110"}
+    ref = {"resource": resource, **({"divisor": divisor} if divisor else {})}
+    c = {"name": "c", "resources": resources, "env": [{"name": "V", "valueFrom": {"resourceFieldRef": ref}}]}
+    assert await resolve_env(make_pod(containers=[c]), c, None, node_alloc=alloc) == [("V", expected)]
+
+
+async def test_resource_field_ref_of_another_container_and_errors():
+    other = {"name": "side", "resources": {"limits": {"cpu": "3"}}}
+    c = {"name": "c", "env": [{"name": "V", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "containerName": "side"}}}]}
+    assert await resolve_env(make_pod(containers=[c, other]), c, None) == [("V", "3")]
+    for ref, message in [
+        ({"resource": "limits.cpu", "containerName": "gone"}, "container gone not found"),
+        ({"resource": "limits.pods"}, "unsupported container resource : limits.pods"),
+        ({"resource": "limits.cpu", "divisor": "lots"}, "invalid quantity for limits.cpu"),
+    ]:
+        bad = {"name": "c", "env": [{"name": "V", "valueFrom": {"resourceFieldRef": ref}}]}
+        with pytest.raises(ConfigError, match=message):
+            await resolve_env(make_pod(containers=[bad]), bad, None)
+
+
+def test_own_etc_hosts_mount_replaces_the_managed_one():
+    own = pb.Mount(container_path="/etc/hosts", host_path="/volumes/hosts")
+    c = {"name": "c", "volumeMounts": [{"name": "h", "mountPath": "/etc/hosts", "subPath": "hosts"}]}
+    cfg = container_config(make_pod(containers=[c]), c, "app", 0, "img", [], 2**30, "/t/log", "/pod/hosts", [own])
+    assert [(m.container_path, m.host_path) for m in cfg.mounts] == [("/etc/hosts", "/volumes/hosts"), ("/dev/termination-log", "/t/log")]
+    plain = {"name": "c"}
+    cfg = container_config(make_pod(containers=[plain]), plain, "app", 0, "img", [], 2**30, "/t/log", "/pod/hosts")
+    assert [(m.container_path, m.host_path) for m in cfg.mounts] == [("/etc/hosts", "/pod/hosts"), ("/dev/termination-log", "/t/log")]
+
+
 def res(requests=None, limits=None):
     return {"resources": {"requests": requests or {}, "limits": limits or {}}}
 

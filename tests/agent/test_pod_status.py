@@ -264,3 +264,37 @@ def test_regular_init_container_is_ready_once_it_exited_zero():
     assert st["initContainerStatuses"][0]["ready"] is True
     st = status_of(pod(init=("setup",)), runtime(rec("setup", "running", kind="init")))
     assert st["initContainerStatuses"][0]["ready"] is False
+
+
+def _exited(tmp_path, log: bytes, message_file: bytes | None, policy: str, exit_code: int):
+    from agent.cri import pb
+    from agent.pods import labels as L
+
+    (tmp_path / "0.log").write_bytes(log)
+    st = pb.ContainerStatus(id="c1", state=pb.CONTAINER_EXITED, exit_code=exit_code, log_path=str(tmp_path / "0.log"))
+    st.annotations[L.TERMINATION_MESSAGE_PATH] = "/dev/termination-log"
+    st.annotations[L.TERMINATION_MESSAGE_POLICY] = policy
+    if message_file is not None:
+        (tmp_path / "msg").write_bytes(message_file)
+        st.mounts.append(pb.Mount(container_path="/dev/termination-log", host_path=str(tmp_path / "msg")))
+    return st, rec("main", "exited", exit_code=exit_code)
+
+
+@pytest.mark.parametrize(
+    ("log", "message_file", "policy", "exit_code", "expected"),
+    [
+        (b"2016-10-06T00:17:09Z stdout F started\n2016-10-06T00:17:10Z stdout P DONE\n", b"", "FallbackToLogsOnError", 1, "started\nDONE"),
+        (b"2016-10-06T00:17:09Z stdout F started\n", b"", "FallbackToLogsOnError", 0, ""),  # only after a failure
+        (b"2016-10-06T00:17:09Z stdout F started\n", b"", "File", 1, ""),
+        (b"2016-10-06T00:17:09Z stdout F started\n", b"written", "FallbackToLogsOnError", 1, "written"),
+        (b"", b"x" * 5000 + b"END", "File", 0, "x" * 4093 + "END"),  # the file's last 4096 bytes
+        (b"".join(b"2016-10-06T00:17:09Z stderr F %d\n" % i for i in range(100)), None, "FallbackToLogsOnError", 2,
+         "".join(f"{i}\n" for i in range(20, 100))),  # the last 80 records
+        (b"2016-10-06T00:17:09Z stdout F " + b"a" * 3000 + b"\n", None, "FallbackToLogsOnError", 2, "a" * 2047 + "\n"),
+    ],
+    ids=["partial-last-line", "success", "policy-file", "file-first", "file-tail", "80-records", "2048-bytes"],
+)
+def test_termination_message_as_upstream_reads_it(tmp_path, log, message_file, policy, exit_code, expected):
+    from agent.pods.runtime import termination_message
+
+    assert termination_message(*_exited(tmp_path, log, message_file, policy, exit_code)) == expected

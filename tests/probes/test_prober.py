@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from agent.probes.manager import ProberManager
+from agent.probes.podview import ContainerView
 from agent.probes.result import Outcome, Result, Target
 from agent.probes.spec import Kind, ProbeSpec, container_probes
-from agent.probes.worker import ContainerView
 
 
 class Script:
@@ -48,11 +48,20 @@ EXEC = {"exec": {"command": ["true"]}}
 
 class Harness:
     def __init__(self, script: Script) -> None:
-        self.woken: list[str] = []
+        self.updates: list[str] = []
         self.events: list[tuple[str, str, str]] = []
         self.manager = ProberManager(
-            script, self.woken.append, lambda p, n, t, r, m: self.events.append((t, r, m))
+            script, lambda uid: None, lambda p, n, t, r, m: self.events.append((t, r, m))
         )
+
+    @property
+    def woken(self) -> list[str]:
+        """The pods of every verdict change so far: what the manager's run() wakes, read off the
+        results store's updates queue (no run() task here: the tests drive the workers by hand)."""
+        queue = self.manager.results.updates
+        while not queue.empty():
+            self.updates.append(queue.get_nowait().pod_uid)
+        return self.updates
 
     def sync(
         self, body: dict[str, Any], cid: str = "c1", state: str = "running", started_at: float | None = None
@@ -246,3 +255,58 @@ async def test_trigger_cuts_the_wait_short_and_is_remembered():
     started = time.monotonic()
     await w._wait(0.05)  # and the one after waits again
     assert time.monotonic() - started >= 0.04
+
+
+async def test_verdicts_travel_through_the_results_store():
+    h = Harness(Script(Result.SUCCESS))
+    h.sync(pod(readinessProbe=EXEC))
+    w = h.worker(Kind.READINESS)
+    await w.do_probe()
+    assert h.manager.results.get(Kind.READINESS, "c1") is Result.SUCCESS
+    h.sync(pod(readinessProbe=EXEC), cid="c2")
+    await w.do_probe()
+    assert h.manager.results.get(Kind.READINESS, "c1") is None  # the replaced container is forgotten
+    assert h.manager.results.get(Kind.READINESS, "c2") is Result.SUCCESS
+    h.manager.remove_pod("u1")
+    assert h.manager.results.get(Kind.READINESS, "c2") is None
+
+
+async def test_run_wakes_each_changed_pod_once_per_batch():
+    woken: list[str] = []
+    arrived = asyncio.Event()
+
+    def on_change(uid: str) -> None:
+        woken.append(uid)
+        arrived.set()
+
+    manager = ProberManager(Script(), on_change, lambda *_: None)
+    for uid in ("u1", "u2"):
+        manager.sync_pod(pod(uid, readinessProbe=EXEC), "10.0.0.5", {})
+    for worker in manager.workers.values():
+        worker.task.cancel()
+    runner = asyncio.create_task(manager.run())
+    manager.results.set(Kind.READINESS, "c1", Result.FAILURE, "u1")
+    manager.results.set(Kind.READINESS, "c1", Result.SUCCESS, "u1")
+    manager.results.set(Kind.READINESS, "c9", Result.SUCCESS, "u2")
+    manager.results.set(Kind.READINESS, "c9", Result.SUCCESS, "u2")  # no change: no update
+    manager.results.set(Kind.READINESS, "c5", Result.SUCCESS, "gone")  # a removed pod wakes nobody
+    await asyncio.wait_for(arrived.wait(), 5)
+    assert woken == ["u1", "u2"]
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_stopped_startup_probe_counts_as_started():
+    """As upstream: a terminating pod's startup probe stops and its container counts as started, so
+    readiness goes on being probed while the pod shuts down."""
+    script = Script(Result.FAILURE, Result.SUCCESS)
+    h = Harness(script)
+    h.sync(pod(startupProbe={**EXEC, "failureThreshold": 5}, readinessProbe=EXEC))
+    startup, ready = h.worker(Kind.STARTUP), h.worker(Kind.READINESS)
+    await startup.do_probe()
+    await ready.do_probe()
+    assert len(script.calls) == 1 and h.manager.started("u1", "main", "c1") is False
+    h.manager.stop_liveness_and_startup("u1")
+    assert h.manager.started("u1", "main", "c1") is True
+    await ready.do_probe()
+    assert len(script.calls) == 2 and h.manager.ready("u1", "main", "c1") is True
