@@ -30,7 +30,7 @@ from agent.node.lease import LeaseController
 from agent.node.status import RuntimeHealth
 from agent.pods.backoff import BackoffTable
 from agent.pods.dns import DNS, parse_resolv_conf
-from agent.pods.env import field_value
+from agent.pods.env import field_value, resource_value
 from agent.pods.events import kubelet_recorder
 from agent.pods.images import ImageManager
 from agent.pods.logrotate import LogRotator, RotationPolicy
@@ -160,6 +160,8 @@ class Agent:
             cfg.root_dir,
             self.objects.fetch,
             lambda pod, path: field_value(pod, path, ctx.host_ip(), (pod.get("status") or {}).get("podIP", "")),
+            # A volume item names its container (upstream requires containerName there).
+            lambda pod, ref: resource_value(pod, {}, ref, ctx.node_allocatable()),
         )
         self.pods = PodManager(ctx)
         ctx.prober = ProberManager.for_runtime(

@@ -307,6 +307,40 @@ def test_resource_field_ref_env(kube, namespace, node_name, image):
     assert log("free") == [str(v) for v in expected]
 
 
+def test_resource_field_ref_in_a_downward_api_volume(kube, namespace, node_name, image):
+    """downwardAPI volume items with resourceFieldRef hold the same values as the env form: divided by
+    the divisor and rounded up, the node's allocatable where the container has no limit."""
+    from kubernetes.utils import parse_quantity
+
+    def item(path: str, container: str, resource: str, divisor: str | None = None) -> client.V1DownwardAPIVolumeFile:
+        return client.V1DownwardAPIVolumeFile(path=path, resource_field_ref=client.V1ResourceFieldSelector(
+            container_name=container, resource=resource, divisor=divisor))
+
+    volume = client.V1Volume(name="res", downward_api=client.V1DownwardAPIVolumeSource(items=[
+        item("cpu_limit", "limited", "limits.cpu"), item("mem_request_mi", "limited", "requests.memory", "1Mi"),
+        item("free_cpu_limit_m", "free", "limits.cpu", "1m"),
+    ]))
+    show = "cat /res/cpu_limit; echo; cat /res/mem_request_mi; echo; cat /res/free_cpu_limit_m"
+    mount = [client.V1VolumeMount(name="res", mount_path="/res")]
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="resvol"),
+        spec=client.V1PodSpec(
+            node_name=node_name, restart_policy="Never", volumes=[volume],
+            containers=[
+                client.V1Container(name="limited", image=image, command=["sh", "-c", show], volume_mounts=mount,
+                                   resources=client.V1ResourceRequirements(
+                                       limits={"cpu": "1250m", "memory": "100Mi"}, requests={"memory": "50Mi"})),
+                client.V1Container(name="free", image=image, command=["true"]),
+            ],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "resvol"))
+    cpu = parse_quantity(kube.read_node(node_name).status.allocatable["cpu"])
+    lines = kube.read_namespaced_pod_log("resvol", namespace, container="limited").split()
+    assert lines == ["2", "50", str(math.ceil(cpu * 1000))]
+
+
 def test_container_mount_at_etc_hosts_is_left_alone(kube, namespace, node_name, image):
     """A container mounting its own /etc/hosts gets that file, not the kubelet-managed one (issue 22
     item 5); its sibling without such a mount still gets the managed file."""

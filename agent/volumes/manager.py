@@ -22,6 +22,8 @@ from agent.cri import pb
 
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 FieldValue = Callable[[dict[str, Any], str], str]
+# (pod, resourceFieldRef) -> the value as text; the pod layer knows the rule (requests, limits, divisors).
+ResourceValue = Callable[[dict[str, Any], dict[str, Any]], str]
 
 DEFAULT_MODE = 0o644
 READ_ONLY_KINDS = ("configMap", "secret", "downwardAPI", "projected")
@@ -113,10 +115,13 @@ def _same_content(folder: Path, files: dict[str, tuple[bytes, int]]) -> bool:
 
 
 class VolumeManager:
-    def __init__(self, root_dir: str, fetch: Fetch, field_value: FieldValue) -> None:
+    def __init__(
+        self, root_dir: str, fetch: Fetch, field_value: FieldValue, resource_value: ResourceValue | None = None
+    ) -> None:
         self.root_dir = Path(root_dir)
         self.fetch = fetch
         self.field_value = field_value
+        self.resource_value = resource_value
 
     def pod_volumes_dir(self, uid: str) -> Path:
         return self.root_dir / "pods" / uid / "volumes"
@@ -185,6 +190,11 @@ class VolumeManager:
                         text = self.field_value(pod, path)
                     except Exception as err:  # the field resolver's own error type: not ours to know
                         raise VolumeError(f"downwardAPI item {item['path']!r}: {err}") from None
+            elif item.get("resourceFieldRef") and self.resource_value is not None:
+                try:
+                    text = self.resource_value(pod, item["resourceFieldRef"])
+                except Exception as err:
+                    raise VolumeError(f"downwardAPI item {item['path']!r}: {err}") from None
             else:
                 text = ""
             out[item["path"]] = (text.encode(), int(item.get("mode", mode)))
