@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pykubelet.rig.leaks import HostSnapshot, leaked_since
+from pykubelet.rig.leaks import Scope
 from pykubelet.rig.process import free_port, pid_alive
 from pykubelet.rig.stack import StackRecord
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    before = HostSnapshot.take()
+    scope = Scope.of(state, bridges=["pykbr0"], pod_cidrs=["10.88.0.0/24"])
     up = subprocess.run(
         ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-test", "--pod-cidr", "10.88.0.0/24"],
         capture_output=True,
@@ -70,5 +70,5 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert StackRecord.load(state) is None
     assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
-    leaked = leaked_since(before)
+    leaked = scope.leaked()
     assert not leaked, f"`pykubelet down` left {leaked}"
