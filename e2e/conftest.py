@@ -4,8 +4,10 @@ With KUBECONFIG set, the suite runs against that cluster (a kind cluster's upstr
 node NODE_NAME (default: the first node) with image E2E_IMAGE (default busybox:1.36), and for the gRPC
 probe scenarios E2E_GRPC_IMAGE (the rig's grpc-health image pushed somewhere the cluster pulls from;
 those scenarios skip without it). Without KUBECONFIG, the
-suite starts the project's own single-machine stack for the session and tears it down at the end,
-checking that nothing was left on the host.
+suite starts the project's own single-machine stack for the session (on a bridge and pod CIDR leased
+for it) and tears it down at the end, checking that nothing the stack owns is left on the host: no
+process, shim, mount or netns under its state dir, no veth on its bridge, the bridge gone, no NAT entry
+for its CIDR (pykubelet.rig.leaks; what is not the stack's is never reported).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pykubelet.rig.leaks import HostSnapshot, leaked_since
+from pykubelet.rig.leaks import Scope
+from pykubelet.rig.netlease import lease_network
 
 
 @dataclass
@@ -50,17 +53,24 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         pytest.skip("the project's own stack needs root (containerd, network namespaces)")
     from pykubelet.rig.stack import Stack, StackConfig
 
-    before = HostSnapshot.take()
-    stack = Stack(StackConfig(state_dir=tmp_path_factory.mktemp("stack"), node_name="e2e-node", bridge="pyke2e0"))
-    stack.start()
-    try:
-        assert stack.images is not None
-        yield Target(stack.kubeconfig, stack.node_name, stack.images.busybox, stack, stack.images.grpc_health)
-    finally:
-        problems = stack.stop()
-        assert not problems, problems
-        leaked = leaked_since(before)
-        assert not leaked, f"the e2e session left these on the host: {leaked}"
+    with lease_network("e") as net:
+        config = StackConfig(
+            state_dir=tmp_path_factory.mktemp("stack"),
+            node_name="e2e-node",
+            bridge=net.bridge,
+            pod_cidr=net.pod_cidr,
+        )
+        scope = Scope.of(config.state_dir, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+        stack = Stack(config)
+        stack.start()
+        try:
+            assert stack.images is not None
+            yield Target(stack.kubeconfig, stack.node_name, stack.images.busybox, stack, stack.images.grpc_health)
+        finally:
+            problems = stack.stop()
+            assert not problems, problems
+            leaked = scope.leaked()
+            assert not leaked, f"the e2e session left these on the host: {leaked}"
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""`pykubelet down`: stop what `pykubelet up` started and leave nothing behind."""
+"""`pykubelet down`: stop what `pykubelet up` started and leave nothing behind, also when `up` was
+killed half-way or the daemons crashed (pykubelet.rig.sweep finds them without a complete record)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pykubelet.rig.stack import stop_recorded
+from pykubelet.rig.sweep import sweep
 from pykubelet.up import DEFAULT_STATE_DIR
 
 
@@ -17,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    problems = stop_recorded(args.state_dir.resolve())
+    problems = sweep(args.state_dir.resolve())
     for problem in problems:
         print(f"pykubelet down: {problem}", file=sys.stderr)
     if args.purge and not problems:

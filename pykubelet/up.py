@@ -1,12 +1,15 @@
 """`pykubelet up`: install what is missing, start the single-machine cluster, run the sample pod.
 
 The daemons keep running after this command returns (each in its own session, recorded in
-<state-dir>/stack.json); `pykubelet down` stops them and cleans up.
+<state-dir>/stack.json as each starts); `pykubelet down` stops them and cleans up. SIGTERM or SIGHUP
+(a closed terminal) while the stack is starting stops what was started; a SIGKILL leaves it to
+`pykubelet down`, which finds it from the partial record and the state dir.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,13 +18,13 @@ import yaml
 
 from pykubelet.rig.install import ensure_packages
 from pykubelet.rig.stack import (
+    DEFAULT_BRIDGE,
     DEFAULT_POD_CIDR,
     Stack,
     StackConfig,
-    StackRecord,
     default_node_name,
-    stop_recorded,
 )
+from pykubelet.rig.sweep import looks_like_a_stack, sweep
 
 DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")
 EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
@@ -31,21 +34,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where everything lives")
     parser.add_argument("--node-name", default=default_node_name())
     parser.add_argument("--pod-cidr", default=DEFAULT_POD_CIDR)
+    parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
     parser.add_argument("--api-port", type=int, default=6443)
     parser.add_argument("--no-example", action="store_true", help="do not run the sample pod")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the sample pod")
 
 
+def _exit_on(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds Stack.start, which stops what it started
+
+
 def run(args: argparse.Namespace) -> int:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on)
     ensure_packages()
     state_dir = args.state_dir.resolve()
-    record = StackRecord.load(state_dir)
-    if record is not None:
-        print(f"pykubelet: a stack was recorded in {state_dir}; stopping it first", file=sys.stderr)
-        stop_recorded(state_dir)
+    if looks_like_a_stack(state_dir):
+        print(f"pykubelet: stopping what an earlier stack left in {state_dir} first", file=sys.stderr)
+        for problem in sweep(state_dir):
+            print(f"pykubelet: {problem}", file=sys.stderr)
     stack = Stack(
         StackConfig(
-            state_dir=state_dir, node_name=args.node_name, pod_cidr=args.pod_cidr, api_port=args.api_port
+            state_dir=state_dir,
+            node_name=args.node_name,
+            pod_cidr=args.pod_cidr,
+            bridge=args.bridge,
+            api_port=args.api_port,
         )
     )
     print(

@@ -1,6 +1,7 @@
 """Pod startup latency through the agent vs. the raw CRI floor, and the agent's idle cost (issue 4).
 
-  python bench/agent/startup.py [--sizes 1,30,110] [--idle-seconds 30] [--out bench/agent/results]
+  python bench/agent/startup.py [--sizes 1,30,110] [--idle-seconds 30] [--out bench/results]
+  python bench/agent/startup.py --smoke --out DIR     # 1 pod, 1 round, 2 idle pods: about 30 s
 
 For each size N, in the same run on the same containerd:
   floor: N x (RunPodSandbox + CreateContainer + StartContainer) issued at once straight to CRI;
@@ -9,8 +10,9 @@ For each size N, in the same run on the same containerd:
   agent: N pods created at once through the API; latency = the moment a watch shows the pod Running
          minus the moment the creation requests were sent (creationTimestamp has 1 s resolution, so it
          is reported beside, not used for the ratio).
-Then with 110 pods running: the agent's CPU seconds and RSS while idle. Figures are reported, never
-asserted. The image is pre-pulled (upstream's pod-startup SLO also excludes pulls).
+Then with 110 pods running (--idle-pods): the agent's CPU seconds and RSS while idle. Figures are
+reported, never asserted. The image is pre-pulled (upstream's pod-startup SLO also excludes pulls).
+Writes agent-startup.{json,md,svg}.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -31,10 +32,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.cri import CRIClient, pb
+from bench.reporting import add_run_options, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from kubeclient.errors import ApiError
-from pykubelet.rig.stack import Stack, StackConfig
+from pykubelet.rig.onstack import run_on_stack
+from pykubelet.rig.stack import Stack
 
 NS = "bench"
 
@@ -95,6 +98,20 @@ def pod_body(name: str, node: str, image: str) -> dict:
             "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}],
         },
     }
+
+
+@dataclass(frozen=True)
+class Size:
+    """How much to run: the full benchmark, or a smoke run that only proves it still works."""
+
+    sizes: tuple[int, ...] = (1, 30, 110)
+    idle_pods: int = 110
+    idle_seconds: float = 30.0
+    settle_seconds: float = 10.0  # for the last status writes and event posts before an idle window
+    rounds: int | None = None  # None: rounds_for(n)
+
+
+SMOKE = Size(sizes=(1,), idle_pods=2, idle_seconds=1.0, settle_seconds=1.0, rounds=1)
 
 
 def rounds_for(n: int) -> int:
@@ -178,7 +195,7 @@ async def sampled(watch: ProcWatch, coro):
     return task.result()
 
 
-async def bench(stack: Stack, sizes: list[int], idle_seconds: float) -> dict:
+async def bench(stack: Stack, size: Size) -> dict:
     assert stack.images and stack.containerd and stack.agent and stack.agent.pid
     image = stack.images.busybox_pinned
     client = KubeClient(load_kubeconfig(stack.kubeconfig), qps=5000, burst=5000)
@@ -191,10 +208,11 @@ async def bench(stack: Stack, sizes: list[int], idle_seconds: float) -> dict:
             raise
     report: dict = {"sizes": {}}
     log_dir = stack.config.state_dir / "floor-logs"
+    sizes = list(size.sizes)
     for n in sizes:
         # Floor and agent alternate, several rounds for the smaller sizes, and the samples are pooled:
         # the machine is shared, and load that shifts between two single runs would skew their ratio.
-        rounds = rounds_for(n)
+        rounds = size.rounds or rounds_for(n)
         floor: list[float] = []
         from_send: list[float] = []
         from_creation: list[float] = []
@@ -220,35 +238,22 @@ async def bench(stack: Stack, sizes: list[int], idle_seconds: float) -> dict:
         }
         report["sizes"][str(n)] = entry
         print(f"N={n}: {json.dumps(entry)}", flush=True)
-        if n != sizes[-1] or n < 110:
+        if n != sizes[-1] or n != size.idle_pods:
             await delete_all(client)
-    if max(sizes) < 110:
-        await agent_run(client, 110, stack.node_name, image)
-    await asyncio.sleep(10)  # let the last status writes and event posts settle
+    if sizes[-1] != size.idle_pods:
+        await agent_run(client, size.idle_pods, stack.node_name, image, tag="idle")
+    await asyncio.sleep(size.settle_seconds)  # let the last status writes and event posts settle
     watch = ProcWatch(stack.agent.pid)
-    deadline = time.monotonic() + idle_seconds
+    deadline = time.monotonic() + size.idle_seconds
     while time.monotonic() < deadline:
         watch.sample()
-        await asyncio.sleep(1)
-    report["idle_110_pods"] = watch.result()
-    print(f"idle with 110 pods: {json.dumps(report['idle_110_pods'])}", flush=True)
+        await asyncio.sleep(min(1.0, size.idle_seconds))
+    report["idle"] = {"pods": size.idle_pods, **watch.result()}
+    print(f"idle with {size.idle_pods} pods: {json.dumps(report['idle'])}", flush=True)
     await delete_all(client)
     await cri.close()
     await client.close()
     return report
-
-
-def run_on_stack(bridge: str, pod_cidr: str, run: Callable[[Stack], Awaitable[dict]]) -> dict:
-    """A whole single-machine stack in a temporary folder for one benchmark, torn down afterwards."""
-    with tempfile.TemporaryDirectory(prefix="pykb-bench-") as tmp:
-        stack = Stack(StackConfig(state_dir=Path(tmp), node_name="bench-node", bridge=bridge, pod_cidr=pod_cidr))
-        stack.start()
-        try:
-            return asyncio.run(run(stack))
-        finally:
-            problems = stack.stop()
-            if problems:
-                print(f"teardown problems: {problems}", file=sys.stderr)
 
 
 def svg_plot(report: dict) -> str:
@@ -274,25 +279,34 @@ def svg_plot(report: dict) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1,30,110")
-    parser.add_argument("--idle-seconds", type=float, default=30.0)
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    report = run_on_stack("pykbn0", "10.247.0.0/24", lambda stack: bench(stack, sizes, args.idle_seconds))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "agent-startup.json").write_text(json.dumps(report, indent=2))
-    (out / "agent-startup.svg").write_text(svg_plot(report))
+def markdown(report: dict) -> str:
     lines = ["# Agent pod startup vs raw CRI floor", "", "| pods | rounds | floor p50 | floor p99 | agent p50 | agent p99 | ratio p50 | ratio p99 | API create s | agent CPU s (burst) | agent max RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n, e in report["sizes"].items():
         lines.append(f"| {n} | {e['rounds']} | {e['floor']['p50']} | {e['floor']['p99']} | {e['agent']['p50']} | {e['agent']['p99']} | {e['ratio_p50']} | {e['ratio_p99']} | {e['api_create_seconds_median']} | {e['agent_during_burst']['cpu_seconds']} | {e['agent_during_burst']['max_rss_mib']} |")
-    idle = report["idle_110_pods"]
-    lines += ["", f"Idle with 110 pods over {idle['wall_seconds']} s: {idle['cpu_percent_of_core']} % of one core, max RSS {idle['max_rss_mib']} MiB.", "", "![plot](agent-startup.svg)", ""]
-    (out / "agent-startup.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    idle = report["idle"]
+    lines += ["", f"Idle with {idle['pods']} pods over {idle['wall_seconds']} s: {idle['cpu_percent_of_core']} % of one core, max RSS {idle['max_rss_mib']} MiB."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=None, help="pods per burst, e.g. 1,30,110")
+    parser.add_argument("--idle-seconds", type=float, default=None)
+    parser.add_argument("--idle-pods", type=int, default=None)
+    add_run_options(parser)
+    args = parser.parse_args()
+    out = out_dir(parser, args)
+    size = SMOKE if args.smoke else Size()
+    if args.sizes:
+        size = replace(size, sizes=tuple(int(s) for s in args.sizes.split(",")))
+    if args.idle_seconds is not None:
+        size = replace(size, idle_seconds=args.idle_seconds)
+    if args.idle_pods is not None:
+        size = replace(size, idle_pods=args.idle_pods)
+    report = run_on_stack(lambda stack: bench(stack, size), tag="n")
+    text = markdown(report)
+    write_report(out, "agent-startup", report, text, svg_plot(report))
+    print(text)
     return 0
 
 

@@ -1,6 +1,7 @@
 """API server benchmarks (issue 3): figures are reported, never asserted.
 
-  python bench/apiserver/run.py [--nodes 5000 --rate 500 --seconds 20 --pods 10000 --watchers 1000]
+  python bench/apiserver/run.py [--nodes 5000 --rate 500 --seconds 20 --pods 10000 --watchers 1000] [--out DIR]
+  python bench/apiserver/run.py --smoke --out DIR    # 20 leases at 20/s for 1 s, 20 pods, 5 watchers
 
 (a) lease renewals: 5 000 leases in kube-node-lease, renewed by PUT at a fixed open-loop rate (the
     upstream kubelet cadence: 5 000 nodes / 10 s = 500 updates/s); p50/p99 latency.
@@ -9,6 +10,7 @@
 
 The server runs as a subprocess through the rig (HTTPS, client-certificate auth, SQLite store), the
 load generator is one asyncio process on the same 2-core machine, so both share the CPU.
+Writes apiserver.{json,md,svg} (default bench/results/).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.reporting import add_run_options, bar_svg, out_dir, write_report
 from pykubelet.rig.apiserver import ApiServer
 
 _RV = re.compile(rb'"resourceVersion":"(\d+)"')
@@ -113,7 +116,8 @@ async def bench_leases(
     latencies: list[float] = []
     errors = 0
     total = int(rate * seconds)
-    assert server.process is not None
+    pid = server.pid
+    assert pid is not None
     # A lean client (raw HTTP/1.1 on persistent TLS connections) so that the load generator, which
     # shares the 2 cores with the server, can keep the schedule; latency counts from the scheduled
     # send time, so client-side queueing is charged to the result, not hidden.
@@ -137,7 +141,7 @@ async def bench_leases(
                 errors += 1
 
     workers = [asyncio.create_task(worker(c)) for c in conns]
-    cpu_before = cpu_seconds(server.process.pid)
+    cpu_before = cpu_seconds(pid)
     start = time.perf_counter()
     for i in range(total):
         target = start + i / rate
@@ -151,7 +155,7 @@ async def bench_leases(
     for conn in conns:
         conn.close()
     elapsed = time.perf_counter() - start
-    server_cpu = cpu_seconds(server.process.pid) - cpu_before
+    server_cpu = cpu_seconds(pid) - cpu_before
     return {
         "server_cpu_ms_per_request": round(server_cpu / total * 1000, 3),
         "server_cpu_percent_of_one_core": round(server_cpu / elapsed * 100, 1),
@@ -172,8 +176,8 @@ async def bench_list(server: ApiServer, session: aiohttp.ClientSession, pods: in
                                                                   "ports": [{"containerPort": 8080}]}]}}
         for i in range(pods)])
     create_s = time.perf_counter() - t0
-    assert server.process is not None
-    out: dict = {"pods": pods, "create_rate_per_s": round(pods / create_s, 1), "server_rss_mb": rss_mb(server.process.pid)}
+    assert server.pid is not None
+    out: dict = {"pods": pods, "create_rate_per_s": round(pods / create_s, 1), "server_rss_mb": rss_mb(server.pid)}
     for label, query in (("consistent", ""), ("rv0", "?resourceVersion=0"), ("all_namespaces", "")):
         target = f"{server.url}/api/v1/pods{query}" if label == "all_namespaces" else url + query
         times = []
@@ -197,7 +201,7 @@ async def bench_list(server: ApiServer, session: aiohttp.ClientSession, pods: in
     return out
 
 
-async def bench_watchers(server: ApiServer, ctx: ssl.SSLContext, watchers: int, rounds: int = 5) -> dict:
+async def bench_watchers(server: ApiServer, ctx: ssl.SSLContext, watchers: int, rounds: int) -> dict:
     url = f"{server.url}/api/v1/namespaces/default/configmaps"
     connector = aiohttp.TCPConnector(ssl=ctx, limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
@@ -251,15 +255,63 @@ async def main(args: argparse.Namespace) -> dict:
         connector = aiohttp.TCPConnector(ssl=ctx, limit=args.connections)
         async with aiohttp.ClientSession(connector=connector) as session:
             if args.rate:
-                report["a_lease_renewals"] = await bench_leases(server, session, args.nodes, args.rate, args.seconds)
+                report["a_lease_renewals"] = await bench_leases(
+                    server, session, args.nodes, args.rate, args.seconds, args.connections
+                )
                 print(json.dumps(report["a_lease_renewals"]), flush=True)
             if args.pods:
                 report["b_list_pods"] = await bench_list(server, session, args.pods)
                 print(json.dumps(report["b_list_pods"]), flush=True)
         if args.watchers:
-            report["c_watchers"] = await bench_watchers(server, ctx, args.watchers)
+            report["c_watchers"] = await bench_watchers(server, ctx, args.watchers, args.watch_rounds)
             print(json.dumps(report["c_watchers"]), flush=True)
         return report
+
+
+def markdown(report: dict) -> str:
+    lines = ["# API server benchmarks", "", "| benchmark | figures |", "| --- | --- |"]
+    if "a_lease_renewals" in report:
+        a = report["a_lease_renewals"]
+        lines.append(
+            f"| (a) {a['leases']} leases renewed by PUT at {a['target_rate']:g}/s ({a['requests']} requests) "
+            f"| achieved {a['achieved_rate']}/s, p50 {a['p50_ms']} ms, p99 {a['p99_ms']} ms, max {a['max_ms']} ms, "
+            f"{a['errors']} errors; server CPU {a['server_cpu_ms_per_request']} ms per renewal "
+            f"({a['server_cpu_percent_of_one_core']} % of one core); load average {a['load_average_1m']:.1f} |"
+        )
+    if "b_list_pods" in report:
+        b = report["b_list_pods"]
+        lines.append(
+            f"| (b) list {b['pods']} pods ({b['consistent']['bytes'] / 1e6:.1f} MB JSON) "
+            f"| consistent {b['consistent']['median_s']} s median; rv=0 {b['rv0']['median_s']} s; all namespaces "
+            f"{b['all_namespaces']['median_s']} s; fieldSelector spec.nodeName for one node "
+            f"{b['field_selector_one_node_median_s']} s; created at {b['create_rate_per_s']}/s; server RSS "
+            f"{b['server_rss_mb']} MB |"
+        )
+    if "c_watchers" in report:
+        c = report["c_watchers"]
+        last = ", ".join(str(r["last_ms"]) for r in c["rounds"])
+        lines.append(
+            f"| (c) {c['watchers']} watchers, one write | last watcher {c['last_watcher_median_ms']} ms median "
+            f"(rounds: {last} ms); all connected in {c['connect_all_s']} s |"
+        )
+    return "\n".join(lines)
+
+
+def svg_plot(report: dict) -> str:
+    bars = []
+    if "a_lease_renewals" in report:
+        a = report["a_lease_renewals"]
+        bars += [("(a) lease renewal p50", a["p50_ms"]), ("(a) lease renewal p99", a["p99_ms"])]
+    if "b_list_pods" in report:
+        b = report["b_list_pods"]
+        bars += [(f"(b) list {b['pods']} pods, {k}", b[k]["median_s"] * 1000) for k in ("consistent", "rv0", "all_namespaces")]
+    if "c_watchers" in report:
+        c = report["c_watchers"]
+        bars.append((f"(c) write to last of {c['watchers']} watchers", float(c["last_watcher_median_ms"])))
+    return bar_svg("API server", bars, "ms")
+
+
+SMOKE = {"nodes": 20, "rate": 20.0, "seconds": 1.0, "pods": 20, "watchers": 5, "watch_rounds": 2, "connections": 4}
 
 
 if __name__ == "__main__":
@@ -269,9 +321,13 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--watchers", type=int, default=1000)
+    parser.add_argument("--watch-rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.json"))
+    add_run_options(parser)
     args = parser.parse_args()
+    out = out_dir(parser, args)
+    if args.smoke:
+        vars(args).update(SMOKE)
     try:
         import uvloop
 
@@ -280,5 +336,6 @@ if __name__ == "__main__":
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         result = runner.run(main(args))
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    text = markdown(result)
+    write_report(out, "apiserver", result, text, svg_plot(result))
+    print(text)

@@ -2,9 +2,13 @@
 
 Both run in the same process, on the same machine, against the same kind of network (one bridge each,
 same netconf shape, private ranges on bridges made here), interleaved call by call so that noise hits
-both alike. Prints a table with ratios and writes bench/results/cni-latency.{md,json}.
+both alike. Prints a table with ratios and writes cni-latency.{json,md,svg} (default bench/results/).
+The bridges and ranges are leased (pykubelet.rig.netlease) and the namespaces carry the run's own
+token, so a run beside a test session collides with nothing; afterwards the run checks that it left
+none of its namespaces, bridges, veths or NAT entries.
 
-    sudo python3 bench/cni/latency.py [--pods 40] [--rounds 3] [--parallel 10]
+    sudo python3 bench/cni/latency.py [--pods 40] [--rounds 3] [--parallel 10] [--masq] [--out DIR]
+    sudo python3 bench/cni/latency.py --smoke --out DIR     # 3 pods, 1 round: seconds
 """
 
 from __future__ import annotations
@@ -19,17 +23,24 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from agent.cni import nat
 from agent.cni.install import install_plugins
 from agent.cni.service import BackgroundService
+from bench.reporting import add_run_options, out_dir, write_report
+from pykubelet.rig.leaks import Scope
+from pykubelet.rig.netlease import lease_network
 
 REFERENCE_DIR = Path("/usr/lib/cni")
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+NETNS_DIR = Path("/var/run/netns")
 
 
 @dataclass
@@ -128,14 +139,29 @@ def drop_empty_iptables_nat() -> None:
 
 
 def run(pods: int, rounds: int, parallel: int, masq: bool) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="pkcni-bench-"))
-    # each plugin gets its own namespaces: both name the pod interface eth0
-    spaces = {k: [f"pkcb-{k}-{i}" for i in range(pods)] for k in ("o", "r")}
-    nets = {
-        "ours": ("pkcbench", "pkcbr-bench", "10.244.240.0/24"),
-        "ours-standalone": ("pkcbench2", "pkcbr-bench2", "10.244.242.0/24"),
-        "reference": ("pkcbenchref", "pkcbr-ref", "10.244.241.0/24"),
-    }
+    with ExitStack() as leases:
+        leased = {k: leases.enter_context(lease_network("c")) for k in ("ours", "ours-standalone", "reference")}
+        nets = {
+            k: (name, leased[k].bridge, leased[k].pod_cidr)
+            for k, name in (("ours", "pkcbench"), ("ours-standalone", "pkcbench2"), ("reference", "pkcbenchref"))
+        }
+        work = Path(tempfile.mkdtemp(prefix="pkcni-bench-"))
+        scope = Scope.of(work, bridges=[n.bridge for n in leased.values()], pod_cidrs=[n.pod_cidr for n in leased.values()])
+        token = uuid.uuid4().hex[:6]
+        # each plugin gets its own namespaces: both name the pod interface eth0
+        spaces = {k: [f"pkcb-{token}-{k}-{i}" for i in range(pods)] for k in ("o", "r")}
+        report = measure(work, spaces, nets, pods, rounds, parallel, masq)
+        leaked = scope.leaked()
+        left_netns = sorted(set(os.listdir(NETNS_DIR)) & set(spaces["o"] + spaces["r"])) if NETNS_DIR.is_dir() else []
+        if leaked or left_netns:
+            raise RuntimeError(f"the benchmark left {leaked} {left_netns}")
+        return report
+
+
+def measure(
+    work: Path, spaces: dict[str, list[str]], nets: dict[str, tuple[str, str, str]], pods: int, rounds: int,
+    parallel: int, masq: bool,
+) -> dict[str, Any]:
     socket_path = str(work / "cni.sock")
     install_plugins(work / "bin", socket_path)
     our = Variant(
@@ -174,7 +200,7 @@ def run(pods: int, rounds: int, parallel: int, masq: bool) -> dict[str, Any]:
                 for v, names in pairs:
                     v.del_ms.append(v.call("DEL", f"{v.conf['name']}-{r}-{i}", names[i]))
         # the standalone path is slow, a few calls are enough to show it
-        for i, ns in enumerate(spaces["o"][:5]):
+        for i, ns in enumerate(spaces["o"][: min(5, pods)]):
             standalone.add_ms.append(standalone.call("ADD", f"sa-{i}", ns))
             standalone.del_ms.append(standalone.call("DEL", f"sa-{i}", ns))
         # throughput: all pods at once, `parallel` at a time
@@ -267,6 +293,9 @@ def svg_plot(reports: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+SMOKE = {"pods": 3, "rounds": 1, "parallel": 2}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -277,7 +306,11 @@ def main() -> int:
     parser.add_argument(
         "--masq", action="store_true", help="also measure with ipMasq (iptables for the reference)"
     )
+    add_run_options(parser)
     ns = parser.parse_args()
+    out = out_dir(parser, ns)
+    if ns.smoke:
+        vars(ns).update(SMOKE)
     if os.geteuid() != 0:
         print("needs root (network namespaces, bridges)", file=sys.stderr)
         return 2
@@ -286,11 +319,7 @@ def main() -> int:
         reports.append(run(ns.pods, ns.rounds, ns.parallel, masq=True))
     text = "\n\n".join(render(r) for r in reports)
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cni-latency.md").write_text(text + "\n\n![plot](cni-latency.svg)\n")
-    (RESULTS / "cni-latency.svg").write_text(svg_plot(reports))
-    (RESULTS / "cni-latency.json").write_text(json.dumps(reports, indent=2))
-    print(f"\nwritten: {RESULTS / 'cni-latency.md'}")
+    write_report(out, "cni-latency", reports, "```\n" + text + "\n```", svg_plot(reports))
     return 0
 
 

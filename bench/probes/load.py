@@ -1,6 +1,7 @@
 """The prober's cost with 110 pods (issue 6): agent CPU and probe latency, against same-run floors.
 
   python bench/probes/load.py [--pods 110] [--seconds 120] [--out bench/results]
+  python bench/probes/load.py --smoke --out DIR     # 2 pods, 2 s windows: under a minute
 
 One stack (registry, containerd, API server, agent), one run:
   1. 110 pods without probes, all Running: the agent's CPU over --seconds (the idle floor).
@@ -11,6 +12,7 @@ One stack (registry, containerd, API server, agent), one run:
   3. The raw floor for httpGet: the same GET issued by this process to every pod IP, with the same
      code the agent uses, spread over 10 s like the probes are.
 Goals (reported, never asserted): the agent under 5 % of one core; httpGet probe p99 under 50 ms.
+Writes probes-load.{json,md,svg}.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import random
 import ssl
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -33,13 +36,29 @@ from agent.pods.labels import POD_UID
 from agent.probes.exec import exec_probe
 from agent.probes.http import http_probe
 from agent.probes.metrics import BUCKETS
-from bench.agent.startup import ProcWatch, delete_all, pct, run_on_stack
+from bench.agent.startup import ProcWatch, delete_all, pct
+from bench.reporting import add_run_options, bar_svg, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from kubeclient.errors import ApiError
+from pykubelet.rig.onstack import run_on_stack
 from pykubelet.rig.stack import Stack
 
 NS = "bench"
+
+
+@dataclass(frozen=True)
+class Size:
+    """How much to run: the full benchmark, or a smoke run that only proves it still works."""
+
+    pods: int = 110
+    seconds: float = 120.0  # each measuring window
+    settle_seconds: float = 10.0  # for status writes and events before a window
+    spread: float = 10.0  # the floor's GETs are spread over this long, like the probes (period 10 s)
+    calls: int = 300  # per handler, for the CPU cost of one call
+
+
+SMOKE = Size(pods=2, seconds=2.0, settle_seconds=1.0, spread=1.0, calls=10)
 SERVE = "mkdir -p /www && echo ok > /www/healthz && touch /tmp/ready && exec httpd -f -p 8080 -h /www"
 
 
@@ -123,7 +142,7 @@ async def http_floor(pod_ips: list[str], spread: float) -> list[float]:
     return list(await asyncio.gather(*(one(ip) for ip in pod_ips)))
 
 
-async def client_cost(cri: CRIClient, container_id: str, pod_ip: str, calls: int = 300) -> dict:
+async def client_cost(cri: CRIClient, container_id: str, pod_ip: str, calls: int) -> dict:
     """CPU (all threads of this process) per exec and per GET, made one at a time with the agent's own
     handler code: the part of the agent's per-probe CPU that is the calls themselves."""
     out: dict = {}
@@ -153,7 +172,7 @@ async def window(pid: int, seconds: float) -> dict:
     return watch.result()
 
 
-async def bench(stack: Stack, n: int, seconds: float) -> dict:
+async def bench(stack: Stack, size: Size) -> dict:
     assert stack.images and stack.agent and stack.agent.pid and stack.apiserver and stack.containerd
     image = stack.images.busybox_pinned
     client = KubeClient(load_kubeconfig(stack.kubeconfig), qps=5000, burst=5000)
@@ -165,15 +184,16 @@ async def bench(stack: Stack, n: int, seconds: float) -> dict:
     except ApiError as err:
         if not err.conflict:
             raise
+    n, seconds = size.pods, size.seconds
     report: dict = {"pods": n, "window_seconds": seconds}
     await create_and_wait(client, n, stack.node_name, image, probes=False)
-    await asyncio.sleep(10)  # status writes and events settle
+    await asyncio.sleep(size.settle_seconds)  # status writes and events settle
     report["no_probes"] = await window(stack.agent.pid, seconds)
     print(f"{n} pods, no probes: {json.dumps(report['no_probes'])}", flush=True)
     await delete_all(client)
 
     pods = await create_and_wait(client, n, stack.node_name, image, probes=True)
-    await asyncio.sleep(10)
+    await asyncio.sleep(size.settle_seconds)
     before = parse_histograms(await scrape(stack.kubelet_port, cert, key))
     print(f"measuring with probes, agent pid {stack.agent.pid}", flush=True)
     report["with_probes"] = await window(stack.agent.pid, seconds)
@@ -189,14 +209,14 @@ async def bench(stack: Stack, n: int, seconds: float) -> dict:
     report["probe_latency"] = latency
     print(f"{n} pods with probes: {json.dumps(report['with_probes'])}; latency {json.dumps(latency)}", flush=True)
     ips = [p["status"]["podIP"] for p in pods]
-    floor = await http_floor(ips, 10.0)
+    floor = await http_floor(ips, size.spread)
     report["http_floor_ms"] = {"p50": round(1000 * pct(floor, 50), 2), "p99": round(1000 * pct(floor, 99), 2), "n": len(floor)}
     print(f"raw GET floor: {json.dumps(report['http_floor_ms'])}", flush=True)
     cri = await CRIClient.connect(stack.containerd.endpoint)
     try:
         uid = pods[0]["metadata"]["uid"]
         containers = await cri.list_containers(labels={POD_UID: uid})
-        report["client_cost"] = await client_cost(cri, containers[0].id, ips[0])
+        report["client_cost"] = await client_cost(cri, containers[0].id, ips[0], size.calls)
     finally:
         await cri.close()
     print(f"client cost per call: {json.dumps(report['client_cost'])}", flush=True)
@@ -205,16 +225,7 @@ async def bench(stack: Stack, n: int, seconds: float) -> dict:
     return report
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=110)
-    parser.add_argument("--seconds", type=float, default=120.0)
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results"))
-    args = parser.parse_args()
-    report = run_on_stack("pykbp0", "10.246.0.0/24", lambda stack: bench(stack, args.pods, args.seconds))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "probes-load.json").write_text(json.dumps(report, indent=2))
+def markdown(report: dict) -> str:
     idle, probed = report["no_probes"], report["with_probes"]
     lines = [
         f"# Prober load: {report['pods']} pods, exec readiness + httpGet liveness every 10 s",
@@ -233,9 +244,37 @@ def main() -> int:
     lines += ["", f"Raw GET floor from the bench process: p50 {floor['p50']} ms, p99 {floor['p99']} ms (goal for httpGet p99: under 50 ms).", ""]
     lines += ["CPU per call of the handlers alone, one at a time in the bench process:", ""]
     lines += [f"- {h}: {c['cpu_ms_per_call']} ms CPU, {c['wall_ms_per_call']} ms wall" for h, c in report["client_cost"].items()]
-    lines.append("")
-    (out / "probes-load.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
+
+
+def svg_plot(report: dict) -> str:
+    """Probe latency per handler beside the raw GET floor."""
+    bars = []
+    for handler, row in report["probe_latency"].items():
+        bars += [(f"{handler} probe p50", row["p50_ms"]), (f"{handler} probe p99", row["p99_ms"])]
+    floor = report["http_floor_ms"]
+    bars += [("raw GET floor p50", floor["p50"]), ("raw GET floor p99", floor["p99"])]
+    # A window without a probe of some handler has no quantile (nan): show it as 0, labelled.
+    bars = [(label if v == v else f"{label} (none)", v if v == v else 0.0) for label, v in bars]
+    return bar_svg(f"probe latency, {report['pods']} pods", bars, "ms")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None, help="each measuring window")
+    add_run_options(parser)
+    args = parser.parse_args()
+    out = out_dir(parser, args)
+    size = SMOKE if args.smoke else Size()
+    if args.pods is not None:
+        size = replace(size, pods=args.pods)
+    if args.seconds is not None:
+        size = replace(size, seconds=args.seconds)
+    report = run_on_stack(lambda stack: bench(stack, size), tag="p")
+    text = markdown(report)
+    write_report(out, "probes-load", report, text, svg_plot(report))
+    print(text)
     return 0
 
 

@@ -11,16 +11,16 @@ Three scenarios:
 - embedded-stream: as stream, but the scheduler runs inside the API server's process and event loop
   (bench/scheduler/embedded_server.py), as `pykubelet server` will run it.
 
-Usage: python bench/scheduler/throughput.py [--pods 1000] [--nodes 100]
+Usage: python bench/scheduler/throughput.py [--pods 1000] [--nodes 100] [--out DIR]
+       python bench/scheduler/throughput.py --smoke --out DIR    # 20 pods onto 5 nodes
 A fourth line times the decisions alone (same plugins, no API) for comparison.
-Writes bench/results/scheduler-throughput.{json,md,svg}.
+Writes scheduler-throughput.{json,md,svg} (default bench/results/).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import subprocess
@@ -32,6 +32,9 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.reporting import add_run_options, out_dir, write_report
 from controlplane.scheduler.algorithm import schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
@@ -43,10 +46,7 @@ from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
 
-ROOT = Path(__file__).resolve().parents[2]
 GOAL = 200.0
-
-
 
 def node(name: str) -> dict:
     alloc = {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "100Gi"}
@@ -176,7 +176,7 @@ async def scenario(server: ApiServer, work: Path, name: str, pods: int, nodes: i
             sched = start_scheduler(server.kubeconfig, log)
             try:
                 ready = await wait_synced(log)
-                meter = CpuMeter(server=server.process.pid, scheduler=sched.pid).start()  # type: ignore[union-attr]
+                meter = CpuMeter(server=server_pid(server), scheduler=sched.pid).start()
                 last, per_node = await wait_bound(client, ns, pods, 120)
                 events_done = await wait_events(client, ns, pods)
                 result["cpu"] = meter.stop()
@@ -191,7 +191,7 @@ async def scenario(server: ApiServer, work: Path, name: str, pods: int, nodes: i
                 waiter = asyncio.create_task(wait_bound(client, ns, pods, 120))
                 await asyncio.sleep(0.2)  # the watch is open before the first create
                 first = time.monotonic()
-                meter = CpuMeter(server=server.process.pid, scheduler=sched.pid).start()  # type: ignore[union-attr]
+                meter = CpuMeter(server=server_pid(server), scheduler=sched.pid).start()
                 result["create_seconds"] = await create_all(client, f"/api/v1/namespaces/{ns}/pods", objs)
                 last, per_node = await waiter
                 events_done = await wait_events(client, ns, pods)
@@ -209,17 +209,19 @@ async def scenario(server: ApiServer, work: Path, name: str, pods: int, nodes: i
         await client.close()
 
 
-class EmbeddedServer(ApiServer):
-    """The rig's ApiServer, but running embedded_server.py (API server + scheduler in one process)."""
+def server_pid(server: ApiServer) -> int:
+    pid = server.pid
+    if pid is None:
+        raise RuntimeError("the API server is not running")
+    return pid
 
-    def start(self, timeout: float = 30.0) -> EmbeddedServer:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, str(Path(__file__).with_name("embedded_server.py")), str(self.data_dir),
-                 str(self.port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_ready(timeout)
-        return self
+
+class EmbeddedServer(ApiServer):
+    """The rig's ApiServer (same daemon handling, readiness and teardown), but running
+    embedded_server.py: API server + scheduler in one process."""
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(Path(__file__).with_name("embedded_server.py")), str(self.data_dir), str(self.port)]
 
 
 async def add_nodes(server: ApiServer, count: int) -> None:
@@ -240,7 +242,7 @@ async def embedded_stream(work: Path, pods: int, nodes: int) -> dict:
             waiter = asyncio.create_task(wait_bound(client, ns, pods, 120))
             await asyncio.sleep(0.2)
             first = time.monotonic()
-            meter = CpuMeter(server=server.process.pid).start()  # type: ignore[union-attr]
+            meter = CpuMeter(server=server_pid(server)).start()
             create = await create_all(client, f"/api/v1/namespaces/{ns}/pods",
                                       [pod(f"p{i:05d}", "owner-embedded") for i in range(pods)])
             last, per_node = await waiter
@@ -280,7 +282,7 @@ def decisions_only(pods: int, nodes: int) -> dict:
             "per_node_max": max(per_node.values()), "nodes_used": len(per_node)}
 
 
-def write_plot(results: list[dict], path: Path) -> None:
+def svg_plot(results: list[dict]) -> str:
     """A plain SVG bar chart (no plotting library needed): pods/s per scenario against the goal."""
     width, bar_h, gap, left = 640, 28, 14, 230
     top = max(max(r["pods_per_second"] for r in results), GOAL) * 1.1
@@ -300,7 +302,7 @@ def write_plot(results: list[dict], path: Path) -> None:
     gx = left + GOAL * scale
     parts += [f'<line x1="{gx:.0f}" y1="28" x2="{gx:.0f}" y2="{height - 20}" stroke="#000" stroke-dasharray="4"/>',
               f'<text x="{gx + 4:.0f}" y="{height - 8}">goal {GOAL:.0f}/s</text>', "</svg>"]
-    path.write_text("\n".join(parts) + "\n")
+    return "\n".join(parts) + "\n"
 
 
 async def main_async(args: argparse.Namespace) -> list[dict]:
@@ -333,7 +335,7 @@ def idle_estimate(r: dict) -> float:
     return r["pods"] / busiest if busiest else float("nan")
 
 
-def report(results: list[dict], out_dir: Path) -> str:
+def report(results: list[dict]) -> str:
     lines = ["# Scheduler throughput", "",
              f"Goal: {GOAL:.0f} pods/s end to end (1 000 pods, 100 nodes) on this machine.", "",
              "| scenario | pods | nodes | seconds to all bound | pods/s | ratio to goal | all Scheduled events (s) "
@@ -356,24 +358,24 @@ def report(results: list[dict], out_dir: Path) -> str:
               "the pod creations). The idle-machine estimate is pods / CPU seconds of the busier process.", "",
               f"Load average while running: {os.getloadavg()[0]:.1f} (2 cores; other work on the machine "
               "slows every figure)."]
-    text = "\n".join(lines) + "\n"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "scheduler-throughput.md").write_text(text)
-    (out_dir / "scheduler-throughput.json").write_text(json.dumps(results, indent=2))
-    write_plot(results, out_dir / "scheduler-throughput.svg")
-    return text
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=1000)
-    parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--pods", type=int, default=None, help="default 1000 (smoke: 20)")
+    parser.add_argument("--nodes", type=int, default=None, help="default 100 (smoke: 5)")
     parser.add_argument("--scenarios", nargs="+", default=["backlog", "stream", "embedded", "decisions"],
                         choices=["backlog", "stream", "embedded", "decisions"])
+    add_run_options(parser)
     args = parser.parse_args()
+    out = out_dir(parser, args)
+    args.pods = args.pods or (20 if args.smoke else 1000)
+    args.nodes = args.nodes or (5 if args.smoke else 100)
     results = asyncio.run(main_async(args))
-    print(report(results, args.out))
+    text = report(results)
+    write_report(out, "scheduler-throughput", results, text, svg_plot(results))
+    print(text)
     return 0
 
 

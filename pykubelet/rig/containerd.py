@@ -4,10 +4,17 @@ nothing behind.
 containerd 1.6 from Debian, CRI plugin on. This machine refuses to lower oom_score_adj below 0, which
 makes runc fail for the sandbox (`can't get final child's PID from pipe: EOF`) unless the CRI plugin's
 `restrict_oom_score_adj` is set; we detect the restriction rather than assume it.
+
+Everything a containerd of ours makes lives under its own dir, so its teardown (and the leak checks,
+pykubelet.rig.leaks) can tell it from the host's and other sessions': the sandboxes' network namespaces
+(`netns_mounts_under_state_dir`, instead of the host-wide /var/run/netns) and runc's container state
+(`Root`, instead of /run/containerd/runc). Only the shims' sockets go to containerd's fixed
+/run/containerd/s; they are named from our socket and the task ids, and removed by name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -17,14 +24,16 @@ from pathlib import Path
 
 import psutil
 
+from pykubelet.rig import host
 from pykubelet.rig.process import Daemon, run_blocking
 
 CONTAINERD_BINARY = "/usr/bin/containerd"
-NETNS_DIR = Path("/var/run/netns")
+# Where containerd 1.6 puts every shim's socket, whatever its own state dir: sha256(address/ns/id).
+SHIM_SOCKET_DIR = Path("/run/containerd/s")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # containerd's CRI plugin puts containers whose sandbox names no cgroup parent under this one.
 DEFAULT_CGROUP_PARENT = "k8s.io"
-SHIM_NAMES = ("containerd-shim-runc-v2", "containerd-shim")
+SHIM_NAMES = host.SHIM_NAMES
 
 CONFIG = """version = 2
 root = "{root}"
@@ -55,6 +64,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_port = "0"
   enable_selinux = false
   max_container_log_line_size = 16384
+  # Sandboxes' network namespaces under {state}/io.containerd.grpc.v1.cri/netns, not the host-wide
+  # /var/run/netns: everything this containerd makes is then found (and removed) under its own dirs.
+  netns_mounts_under_state_dir = true
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -63,6 +75,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        # runc's container state beside ours, not in the host-wide /run/containerd/runc.
+        Root = "{state}/runc"
 
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{cni_bin_dir}"
@@ -97,16 +111,6 @@ class Leftovers:
 
     def empty(self) -> bool:
         return not (self.shims or self.mounts or self.netns)
-
-
-def _mounts_under(prefix: str) -> list[str]:
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mount_point = line.split()[4].replace("\\040", " ")
-            if mount_point == prefix or mount_point.startswith(prefix.rstrip("/") + "/"):
-                found.append(mount_point)
-    return found
 
 
 def network_namespace(spec: dict) -> str | None:
@@ -153,8 +157,8 @@ class Containerd:
     """`with Containerd(dir, cni_bin_dir=..., cni_conf_dir=..., registry=..., sandbox_image=...) as c:`
 
     `c.endpoint` is the CRI endpoint (`unix:///.../containerd.sock`). stop() removes every sandbox and
-    container through CRI, stops containerd, kills shims it started, unmounts what it mounted under its
-    root and state, and deletes the network namespaces its sandboxes used.
+    container through CRI, stops containerd, kills shims it started, and unmounts what it mounted under
+    its dir (rootfs overlays, shm, its sandboxes' network namespaces).
     """
 
     def __init__(
@@ -185,9 +189,6 @@ class Containerd:
             [CONTAINERD_BINARY, "--config", str(self.config_path)],
             self.state_dir / "containerd.log",
         )
-        # Network namespaces live in a host-wide folder shared with anything else on the machine (other
-        # containerds, tests making their own); only the ones our sandboxes reported are ours to delete.
-        self._netns_seen: set[str] = set()
 
     def render_config(self) -> str:
         mirrors = ""
@@ -230,7 +231,7 @@ class Containerd:
     # -- teardown ------------------------------------------------------------------------------
 
     async def remove_all(self) -> None:
-        """Stop and remove every container and sandbox this containerd knows, recording their netns."""
+        """Stop and remove every container and sandbox this containerd knows (CNI DEL runs for each)."""
         from agent.cri import CRIClient, CRIError
 
         async with await CRIClient.connect(self.endpoint) as cri:
@@ -242,54 +243,43 @@ class Containerd:
                     pass
             for sandbox in await cri.list_pod_sandbox():
                 try:
-                    status = await cri.pod_sandbox_status(sandbox.id, verbose=True)
-                    self._note_netns(sandbox_runtime_spec(status))
                     await cri.stop_pod_sandbox(sandbox.id)
                     await cri.remove_pod_sandbox(sandbox.id)
                 except CRIError:
                     pass
 
-    def _note_netns(self, spec: dict) -> None:
-        path = network_namespace(spec)
-        if path and path.startswith(str(NETNS_DIR)):
-            self._netns_seen.add(os.path.basename(path))
-
-    def _note_bundle_netns(self) -> None:
-        """Record the netns of every task bundle on disk: this works even when containerd is dead,
-        since the bundles (with their OCI config.json) stay while their shims run."""
-        for config in self.state.glob("io.containerd.runtime.v2.task/*/*/config.json"):
-            try:
-                spec = json.loads(config.read_text())
-            except (OSError, ValueError):
-                continue
-            self._note_netns(spec)
-
     def shim_pids(self) -> list[int]:
-        """Shims serving this containerd: their command line names our socket."""
-        pids = []
-        sock = str(self.socket)
-        for proc in psutil.process_iter(["name", "cmdline"]):
-            try:
-                if proc.info["name"] in SHIM_NAMES and sock in " ".join(proc.info["cmdline"] or []):
-                    pids.append(proc.pid)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return pids
+        """Shims serving this containerd: their -address is our socket."""
+        return [p.pid for p in host.processes_of([str(self.state_dir)]) if p.is_shim]
+
+    def shim_sockets(self) -> list[Path]:
+        """The sockets in SHIM_SOCKET_DIR of the tasks whose bundles are in our state (a shim killed
+        with its containerd leaves its socket there)."""
+        sockets = []
+        for bundle in self.state.glob("io.containerd.runtime.v2.task/*/*"):
+            namespace, task_id = bundle.parent.name, bundle.name
+            digest = hashlib.sha256(f"{self.socket}/{namespace}/{task_id}".encode()).hexdigest()
+            sockets.append(SHIM_SOCKET_DIR / digest)
+        return [s for s in sockets if s.exists()]
 
     def leftovers(self) -> Leftovers:
-        netns = []
-        if NETNS_DIR.exists():
-            netns = sorted(self._netns_seen & set(os.listdir(NETNS_DIR)))
-        return Leftovers(shims=self.shim_pids(), mounts=_mounts_under(str(self.state_dir)), netns=netns)
+        mounts = host.mounts_under([str(self.state_dir)])
+        return Leftovers(
+            shims=self.shim_pids(),
+            mounts=[m.point for m in mounts if not m.is_netns],
+            netns=[m.point for m in mounts if m.is_netns],
+        )
 
     def stop(self, remove_state: bool = True) -> Leftovers:
-        """Tear everything down; returns what could not be removed (empty when all went well)."""
+        """Tear everything down; returns what could not be removed (empty when all went well).
+
+        Works on a dead or killed containerd too: its shims are found by their -address, its mounts
+        and its sandboxes' network namespaces under its state dir."""
         if self.daemon.running():
             try:
                 run_blocking(self.remove_all)
             except Exception:  # a dead runtime: fall through to the forceful clean-up below
                 pass
-        self._note_bundle_netns()
         self.daemon.stop()
         shims = []
         for pid in self.shim_pids():
@@ -304,16 +294,14 @@ class Containerd:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(shims, timeout=5)
-        for mount_point in sorted(_mounts_under(str(self.state_dir)), key=len, reverse=True):
-            subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
+        for socket in self.shim_sockets():
+            socket.unlink(missing_ok=True)
+        # Rootfs overlays, shm, and the sandboxes' netns bind mounts: a netns with no process and no
+        # mount left is freed by the kernel, and the pod's veth pair with it.
+        host.unmount_all_under([str(self.state_dir)])
         remove_empty_cgroups(DEFAULT_CGROUP_PARENT)
-        for name in self._netns_seen:
-            path = NETNS_DIR / name
-            if path.exists():
-                subprocess.run(["umount", str(path)], capture_output=True, check=False)
-                path.unlink(missing_ok=True)
         left = self.leftovers()
-        if remove_state and not left.mounts:
+        if remove_state and not left.mounts and not left.netns:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return left
 

@@ -1,74 +1,104 @@
-"""What a test leaves on the host: a snapshot before, a snapshot after, and the difference.
+"""What a session (a test run, an e2e stack, a benchmark, a `pykubelet up`) still owns on the host.
 
-Clean-up is part of every feature here, so tests (and e2e and benchmarks) compare the host's veths,
-network namespaces, shims and mounts before and after instead of trusting that teardown worked.
+Clean-up is part of every feature here, so tests, e2e and benchmarks check the host after their
+teardown instead of trusting it. The check is exact about ownership: a session names what is its own
+(its state dirs, its bridges, its pod CIDRs) and only what those name is looked at, so the host's own
+state (a /run/netns that became a mount point, the machine's services) and another session running
+beside it are never reported, and nothing of the session's goes unseen because something else
+changed at the same time. What a scope owns:
+
+  processes  whose command line names a path under a root (registry, containerd, API server and its
+             scheduler, agent, anything started with a state file), or whose working directory is
+             under one; plus everything running under one of our shims (sandboxes, containers)
+  shims      containerd shims whose -address is the socket of a containerd under a root
+  netns      network namespaces bind-mounted under a root (our containerds keep their sandboxes'
+             netns under their state dir: `netns_mounts_under_state_dir`)
+  mounts     every other mount point under a root (rootfs overlays, shm, volume tmpfs)
+  veths      veths whose master is one of our bridges (or of a borrowed one: a test on the session's
+             shared pod network owns the veths it attached, not the bridge)
+  bridges    our bridges, while they exist
+  nft        our pod CIDRs in the pykubelet-cni table's sets, hostPort rules into them
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-import psutil
+from pykubelet.rig import host
 
-NETNS_DIR = "/var/run/netns"
-
-
-def veths() -> set[str]:
-    out = subprocess.run(
-        ["ip", "-j", "link", "show", "type", "veth"], capture_output=True, text=True, check=True
-    )
-    return {link["ifname"] for link in json.loads(out.stdout or "[]")}
-
-
-def netns() -> set[str]:
-    return set(os.listdir(NETNS_DIR)) if os.path.isdir(NETNS_DIR) else set()
-
-
-def shims() -> set[int]:
-    found = set()
-    for proc in psutil.process_iter(["name"]):
-        if (proc.info["name"] or "").startswith("containerd-shim"):
-            found.add(proc.pid)
-    return found
-
-
-def mounts() -> set[str]:
-    with open("/proc/self/mountinfo") as f:
-        return {line.split()[4] for line in f}
+CATEGORIES = ("processes", "shims", "netns", "mounts", "veths", "bridges", "nft")
 
 
 @dataclass(frozen=True)
-class HostSnapshot:
-    veths: frozenset[str]
-    netns: frozenset[str]
-    shims: frozenset[int]
-    mounts: frozenset[str]
+class Owned:
+    """One look at what a scope owns: category -> descriptions (sorted, comparable across looks)."""
 
-    @classmethod
-    def take(cls) -> HostSnapshot:
-        return cls(frozenset(veths()), frozenset(netns()), frozenset(shims()), frozenset(mounts()))
+    found: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def added_since(self, before: HostSnapshot) -> dict[str, list]:
-        """What exists now that did not before; an empty dict means nothing leaked."""
-        diff = {
-            "veths": sorted(self.veths - before.veths),
-            "netns": sorted(self.netns - before.netns),
-            "shims": sorted(self.shims - before.shims),
-            "mounts": sorted(self.mounts - before.mounts),
-        }
+    def __bool__(self) -> bool:
+        return any(self.found.values())
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {k: list(v) for k, v in self.found.items() if v}
+
+    def added_since(self, before: Owned) -> dict[str, list[str]]:
+        """What this look found that `before` did not; an empty dict means nothing was added."""
+        diff = {k: sorted(set(v) - set(before.found.get(k, ()))) for k, v in self.found.items()}
         return {k: v for k, v in diff.items() if v}
 
 
-def leaked_since(before: HostSnapshot, settle: float = 5.0) -> dict[str, list]:
-    """What was added since `before`, allowing `settle` seconds for things that go away asynchronously
-    (a shim exits shortly after its last task is deleted)."""
-    deadline = time.monotonic() + settle
-    while True:
-        diff = HostSnapshot.take().added_since(before)
-        if not diff or time.monotonic() > deadline:
-            return diff
-        time.sleep(0.1)
+@dataclass(frozen=True)
+class Scope:
+    """What a session owns, named by where it lives: state dirs (`roots`), bridges, pod CIDRs."""
+
+    roots: tuple[str, ...]
+    bridges: tuple[str, ...] = ()
+    pod_cidrs: tuple[str, ...] = ()
+    borrowed_bridges: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        *roots: os.PathLike[str] | str,
+        bridges: Iterable[str] = (),
+        pod_cidrs: Iterable[str] = (),
+        borrowed_bridges: Iterable[str] = (),
+    ) -> Scope:
+        return cls(host.resolved(roots), tuple(bridges), tuple(pod_cidrs), tuple(borrowed_bridges))
+
+    def owned(self) -> Owned:
+        procs = host.processes_of(self.roots)
+        mounts = host.mounts_under(self.roots)
+        links = host.links()
+        bridges = set(self.bridges)
+        masters = bridges | set(self.borrowed_bridges)
+        found = {
+            "processes": tuple(p.describe() for p in procs if not p.is_shim),
+            "shims": tuple(p.describe() for p in procs if p.is_shim),
+            "netns": tuple(sorted(m.point for m in mounts if m.is_netns)),
+            "mounts": tuple(sorted(f"{m.point} ({m.fstype})" for m in mounts if not m.is_netns)),
+            "veths": tuple(
+                sorted(
+                    f"{link['ifname']} on {link['master']}"
+                    for link in links
+                    if host.link_kind(link) == "veth" and link.get("master") in masters
+                )
+            ),
+            "bridges": tuple(sorted(link["ifname"] for link in links if link["ifname"] in bridges)),
+            "nft": tuple(sorted(host.nft_entries_for(self.pod_cidrs))),
+        }
+        return Owned(found)
+
+    def leaked(self, before: Owned | None = None, settle: float = 5.0) -> dict[str, list[str]]:
+        """What the scope still owns (or, given `before`, owns beyond it), after allowing `settle`
+        seconds for what goes away by itself (a shim exits shortly after its last task is deleted)."""
+        deadline = time.monotonic() + settle
+        while True:
+            now = self.owned()
+            diff = now.added_since(before) if before is not None else now.as_dict()
+            if not diff or time.monotonic() > deadline:
+                return diff
+            time.sleep(0.1)

@@ -44,6 +44,9 @@ class Daemon:
     log_path: Path
     env: dict[str, str] | None = None
     cwd: Path | None = None
+    # Called with the pid as soon as the process exists, before it is ready: an owner that records its
+    # daemons (stack.json) can then find one that was interrupted while starting.
+    on_spawn: Callable[[int], None] | None = field(default=None, repr=False)
     proc: subprocess.Popen | None = field(default=None, init=False)
 
     def start(self, ready: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:
@@ -62,6 +65,8 @@ class Daemon:
             )
         finally:
             log.close()
+        if self.on_spawn is not None:
+            self.on_spawn(self.proc.pid)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

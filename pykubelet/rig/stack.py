@@ -3,12 +3,16 @@ its scheduler) and the agent.
 
 One class owns every part, so `pykubelet up`, the e2e suite and the benchmarks start and stop the
 same thing. Each daemon is a child process in its own session: `up` leaves them running after it
-returns and records them in `<state>/stack.json`, from which `down` (or a later `up`) finds them again.
+returns. `<state>/stack.json` records the stack from before its first daemon starts, and each daemon
+the moment it exists and again once it is ready (written to a temporary file and renamed, so a reader
+never sees half a record); `down` (pykubelet.rig.sweep) reads it, and also finds what an interrupted
+or crashed stack left without a record.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,29 +57,38 @@ def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
     )
 
 
+RECORD_FILE = "stack.json"
+
+
 @dataclass
 class StackRecord:
-    """What `down` needs to find a stack that `up` left running."""
+    """What `down` needs to find a stack that `up` left running (or left half-started)."""
 
     state_dir: str
     node_name: str
     kubeconfig: str
-    pids: dict[str, int]
+    pids: dict[str, int]  # daemon -> pid, from the moment the process exists
     registry: str
     containerd_endpoint: str
     bridge: str
     pod_cidr: str
+    ready: list[str] = field(default_factory=list)  # daemons that answered, in start order
 
     @classmethod
     def load(cls, state_dir: Path) -> StackRecord | None:
-        path = state_dir / "stack.json"
-        if not path.exists():
+        """The record, or None when there is none or it cannot be read (then down searches instead)."""
+        path = state_dir / RECORD_FILE
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
             return None
-        return cls(**json.loads(path.read_text()))
 
     def save(self) -> None:
-        path = Path(self.state_dir) / "stack.json"
-        path.write_text(json.dumps(asdict(self), indent=2))
+        """Write-then-rename: a reader (or an `up` killed mid-write) never leaves half a file."""
+        path = Path(self.state_dir) / RECORD_FILE
+        tmp = path.with_name(f".{RECORD_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, path)
 
 
 class Stack:
@@ -94,6 +107,9 @@ class Stack:
         self.kubelet_port = config.kubelet_port or free_port()
         self.agent_config_path = d / "agent" / "kubelet-config.yaml"
         self.pod_logs_dir = d / "pod-logs"
+        self._ready: list[str] = []
+        self._recording = False
+        self.registry.daemon.on_spawn = self._spawned
 
     @property
     def node_name(self) -> str:
@@ -111,8 +127,11 @@ class Stack:
 
         d = self.config.state_dir
         d.mkdir(parents=True, exist_ok=True)
+        self._recording = True
         try:
+            self.record().save()  # before anything runs: where the network and the files will be
             self.registry.start()
+            self._started("registry")
             self.images = publish_test_images(self.registry.address)
             self.containerd = Containerd(
                 d / "containerd",
@@ -121,19 +140,31 @@ class Stack:
                 sandbox_image=self.images.pause,
                 registry=self.registry.address,
             )
+            self.containerd.daemon.on_spawn = self._spawned
             self.containerd.start()
+            self._started("containerd")
             # The server runs the scheduler and the controller manager as its children, so pods without a
             # nodeName land on our node and every namespace gets its service account and CA bundle.
             self.apiserver = ApiServer(
                 d / "apiserver", port=self.config.api_port or free_port(), scheduler=True, controllers=True
             )
+            self.apiserver.daemon.on_spawn = self._spawned
             self.apiserver.start()
+            self._started("apiserver")
             self.start_agent(wait_ready=wait_ready)
         except BaseException:
             self.stop()
             raise
-        self.record().save()
         return self
+
+    def _spawned(self, _pid: int) -> None:
+        if self._recording:
+            self.record().save()
+
+    def _started(self, name: str) -> None:
+        if name not in self._ready:
+            self._ready.append(name)
+        self._spawned(0)
 
     def write_agent_config(self) -> Path:
         self.agent_config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,9 +215,13 @@ class Stack:
         if self.agent is not None and self.agent.running():
             raise RuntimeError("the agent is already running")
         self.agent = Daemon(
-            "pykubelet agent", self.agent_argv(), self.config.state_dir / "agent" / "agent.log"
+            "pykubelet agent",
+            self.agent_argv(),
+            self.config.state_dir / "agent" / "agent.log",
+            on_spawn=self._spawned,
         )
         self.agent.start(self.node_ready, timeout=wait_ready, interval=0.5)
+        self._started("agent")
         return self.agent
 
     def node_ready(self) -> bool:
@@ -219,6 +254,7 @@ class Stack:
             containerd_endpoint=self.containerd.endpoint if self.containerd else "",
             bridge=self.config.bridge,
             pod_cidr=self.config.pod_cidr,
+            ready=list(self._ready),
         )
 
     # -- stop ------------------------------------------------------------------------------------
@@ -236,41 +272,6 @@ class Stack:
                 problems.append(f"containerd left {left}")
         self.network.remove()
         self.registry.stop()
-        (self.config.state_dir / "stack.json").unlink(missing_ok=True)
+        self._recording = False
+        (self.config.state_dir / RECORD_FILE).unlink(missing_ok=True)
         return problems
-
-
-def stop_recorded(state_dir: Path) -> list[str]:
-    """Stop a stack that an earlier process started, from its stack.json; used by `pykubelet down`."""
-    record = StackRecord.load(state_dir)
-    if record is None:
-        return []
-    state = Path(record.state_dir)
-    problems: list[str] = []
-
-    def adopted(name: str, log: Path) -> Daemon | None:
-        pid = record.pids.get(name)
-        return Daemon.adopt(name, pid, log) if pid is not None else None
-
-    # The agent first (so it does not fight the teardown), then the API server, then the runtime.
-    for name in ("agent", "apiserver"):
-        daemon = adopted(name, state / name / f"{name}.log")
-        if daemon is not None:
-            daemon.stop()
-    network_files = stack_network(state, record.pod_cidr, record.bridge)
-    ctd = Containerd(
-        state / "containerd",
-        cni_bin_dir=network_files.bin_dir,
-        cni_conf_dir=network_files.conf_dir,
-        sandbox_image="",
-    )
-    ctd.daemon = adopted("containerd", ctd.daemon.log_path) or ctd.daemon
-    left = ctd.stop()
-    if not left.empty():
-        problems.append(f"containerd left {left}")
-    registry = adopted("registry", state / "registry" / "registry.log")
-    if registry is not None:
-        registry.stop()
-    network_files.remove()
-    (state / "stack.json").unlink(missing_ok=True)
-    return problems

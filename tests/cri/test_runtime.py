@@ -18,9 +18,10 @@ import pytest
 from agent.cni.node import NodeNetwork
 from agent.cri import CRIClient, DeadlineExceededError, NotFoundError, pb
 from agent.cri.logs import read_log_file
+from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.cripod import pod_sandbox_config
 from pykubelet.rig.images import RigImages
-from pykubelet.rig.leaks import HostSnapshot, leaked_since
+from pykubelet.rig.leaks import Scope
 
 pytestmark = pytest.mark.integration
 
@@ -63,9 +64,12 @@ def http_get(url: str) -> bytes:
 
 
 async def test_pod_lifecycle_end_to_end(
-    cri: CRIClient, test_images: RigImages, pod_network: NodeNetwork, pod_log_dir: Path
+    cri: CRIClient, containerd: Containerd, test_images: RigImages, pod_network: NodeNetwork, pod_log_dir: Path
 ) -> None:
-    before = HostSnapshot.take()
+    # What this test adds to the shared containerd's own (shims, mounts, netns) and to the shared
+    # network's bridge (veths); the bridge itself and its NAT entries are the session's.
+    scope = Scope.of(containerd.state_dir, pod_log_dir, borrowed_bridges=[pod_network.bridge])
+    before = scope.owned()
 
     image_ref = await cri.pull_image(test_images.busybox)
     assert image_ref.startswith("sha256:")
@@ -151,7 +155,7 @@ async def test_pod_lifecycle_end_to_end(
         await cri.pod_sandbox_status(sandbox_id)
     assert await cri.list_pod_sandbox(labels={"io.kubernetes.pod.uid": sandbox.metadata.uid}) == []
 
-    leaked = leaked_since(before)
+    leaked = scope.leaked(before)
     assert not leaked, f"left behind: {leaked}"
 
 

@@ -1,4 +1,6 @@
-"""A containerd's teardown leaves nothing behind, also after the daemon was killed with -9."""
+"""A containerd's teardown leaves nothing behind, also after the daemon was killed with -9; and the leak
+scope sees what a containerd of the session owns (its shims, the containers under them, its mounts, its
+sandboxes' netns and their veths) while it is there."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from pykubelet.rig.containerd import (
     sandbox_runtime_spec,
 )
 from pykubelet.rig.images import RigImages
-from pykubelet.rig.leaks import HostSnapshot, leaked_since
+from pykubelet.rig.leaks import Scope
+from pykubelet.rig.netlease import lease_network
 from pykubelet.rig.process import run_blocking
 from pykubelet.rig.refcni import ReferenceBridgeNetwork
 from pykubelet.rig.registry import Registry
@@ -27,24 +30,29 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def own_containerd(tmp_path: Path, registry: Registry, test_images: RigImages):
-    net = ReferenceBridgeNetwork(
-        conf_dir=tmp_path / "conf",
-        data_dir=tmp_path / "ipam",
-        name="teardown",
-        bridge="pyktd0",
-        subnet="10.86.0.0/24",
-    )
-    net.write()
-    ctd = Containerd(
-        tmp_path / "ctd",
-        cni_bin_dir=net.bin_dir,
-        cni_conf_dir=net.conf_dir,
-        sandbox_image=test_images.pause,
-        registry=registry.address,
-    )
-    yield ctd, net
-    ctd.stop()
-    net.remove()
+    with lease_network("t") as lease:
+        net = ReferenceBridgeNetwork(
+            conf_dir=tmp_path / "conf",
+            data_dir=tmp_path / "ipam",
+            name="teardown",
+            bridge=lease.bridge,
+            subnet=lease.pod_cidr,
+        )
+        net.write()
+        ctd = Containerd(
+            tmp_path / "ctd",
+            cni_bin_dir=net.bin_dir,
+            cni_conf_dir=net.conf_dir,
+            sandbox_image=test_images.pause,
+            registry=registry.address,
+        )
+        yield ctd, net
+        ctd.stop()
+        net.remove()
+
+
+def scope_of(ctd: Containerd, net: ReferenceBridgeNetwork) -> Scope:
+    return Scope.of(ctd.state_dir, bridges=[net.bridge], pod_cidrs=[net.subnet])
 
 
 async def _run_pod(endpoint: str, image: str) -> tuple[str, str, str]:
@@ -89,33 +97,47 @@ def test_config_reflects_the_machine(own_containerd) -> None:
 
 
 def test_clean_stop_leaves_nothing(own_containerd, test_images: RigImages) -> None:
-    ctd, _net = own_containerd
-    before = HostSnapshot.take()
+    ctd, net = own_containerd
+    scope = scope_of(ctd, net)
     ctd.start()
     _, _, netns = run_blocking(lambda: _run_pod(ctd.endpoint, test_images.busybox))
     assert os.path.exists(netns) and ctd.shim_pids()
+    # The sandbox's netns lives under the runtime's own state, not in the host-wide /var/run/netns.
+    assert netns.startswith(str(ctd.state_dir) + "/"), netns
 
     left = ctd.stop()
     assert left.empty(), left
     assert not os.path.exists(netns)
     assert not ctd.state_dir.exists()
-    assert not leaked_since(before)
+    net.remove()
+    assert not scope.leaked()
 
 
 def test_stop_after_kill_9_leaves_nothing(own_containerd, test_images: RigImages) -> None:
     """containerd dies with its pods running: the shims, mounts and netns must still be cleaned up."""
-    ctd, _net = own_containerd
-    before = HostSnapshot.take()
+    ctd, net = own_containerd
+    scope = scope_of(ctd, net)
     ctd.start()
     _, _, netns = run_blocking(lambda: _run_pod(ctd.endpoint, test_images.busybox))
     shims = ctd.shim_pids()
     assert shims
     ctd.daemon.kill()
 
+    # What the dead runtime leaves is what the leak scope reports: every kind of it.
+    left_by_the_crash = scope.owned().as_dict()
+    assert {"shims", "processes", "mounts", "netns", "veths"} <= left_by_the_crash.keys(), left_by_the_crash
+    assert left_by_the_crash["netns"] == [netns]
+    assert all(f"on {net.bridge}" in v for v in left_by_the_crash["veths"])
+    assert {int(s.split()[0]) for s in left_by_the_crash["shims"]} == set(shims)
+    sockets = ctd.shim_sockets()
+    assert sockets  # the shims' sockets in /run/containerd/s, named from our socket and the task ids
+
     left = ctd.stop()
     assert left.empty(), left
     assert not os.path.exists(netns)
     assert not any(_alive(pid) for pid in shims)
-    leaked = leaked_since(before)
+    assert not any(s.exists() for s in sockets)
+    net.remove()
+    leaked = scope.leaked()
     # The sandbox's veth went with its netns; nothing else may remain either.
     assert not leaked, leaked

@@ -10,18 +10,28 @@ from pathlib import Path
 
 import pytest
 
-from pykubelet.rig.leaks import HostSnapshot, leaked_since
+from pykubelet.rig.leaks import Scope
+from pykubelet.rig.netlease import lease_network
 from pykubelet.rig.process import free_port, pid_alive
 from pykubelet.rig.stack import StackRecord
 
 pytestmark = pytest.mark.integration
 
 
-def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
+@pytest.fixture
+def net():
+    with lease_network("u") as lease:
+        yield lease
+
+
+def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
     state = tmp_path / "state"
-    before = HostSnapshot.take()
+    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
     up = subprocess.run(
-        ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-test", "--pod-cidr", "10.88.0.0/24"],
+        [
+            "pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-test",
+            "--pod-cidr", net.pod_cidr, "--bridge", net.bridge,
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -31,6 +41,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
     try:
         assert up.returncode == 0, up.stderr
         assert record is not None
+        assert record.ready == ["registry", "containerd", "apiserver", "agent"]
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
         assert "pod default/hello is Running and Ready" in up.stderr  # its readiness probe passed
@@ -53,7 +64,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
         )
         assert "response:200" in logs.stdout
         # The address comes from the pod network the agent runs: our plugin on the range given to `up`.
-        assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network("10.88.0.0/24")
+        assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(net.pod_cidr)
         conflist = json.loads(next((state / "cni" / "net.d").glob("*.conflist")).read_text())
         assert [p["type"] for p in conflist["plugins"]][0] == "pykubelet-cni"
         nodes = subprocess.run(
@@ -70,5 +81,5 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert StackRecord.load(state) is None
     assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
-    leaked = leaked_since(before)
+    leaked = scope.leaked()
     assert not leaked, f"`pykubelet down` left {leaked}"

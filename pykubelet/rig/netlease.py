@@ -1,0 +1,84 @@
+"""A bridge name and a pod CIDR of a session's own, so two sessions on one host never share either.
+
+Sessions (the test suite, the e2e stack, each benchmark, a `pykubelet up` under test) used to pick
+fixed names and ranges; two of them on one machine then fought over one bridge and one route. A lease
+takes the first /24 of POOL whose lock file nobody holds (flock: the kernel releases it when its
+holder exits, even by SIGKILL) and that no route on the host overlaps (a crashed session's bridge
+keeps its route until someone removes it), and names the bridge after it.
+
+Only every other /24 is handed out, so no two leased ranges are adjacent: the CNI's nftables sets
+auto-merge adjacent ranges into one interval, from which nftables 1.0.6 cannot delete one /24 again
+(removing one network would fail and leave both in the sets).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+POOL = ipaddress.IPv4Network("10.200.0.0/16")
+LEASE_DIR = Path("/run/pykubelet/network-leases")
+
+
+@dataclass
+class NetworkLease:
+    bridge: str
+    pod_cidr: str
+    _fd: int | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> NetworkLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _routed_networks() -> list[ipaddress.IPv4Network]:
+    out = subprocess.run(
+        ["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True, check=False
+    )
+    nets = []
+    for route in json.loads(out.stdout or "[]") if out.returncode == 0 else []:
+        dst = route.get("dst", "")
+        if dst and dst != "default":
+            try:
+                nets.append(ipaddress.IPv4Network(dst, strict=False))
+            except ValueError:
+                continue
+    return nets
+
+
+def _link_exists(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", name], capture_output=True, check=False).returncode == 0
+
+
+def lease_network(tag: str = "s") -> NetworkLease:
+    """The first free (bridge, /24) of POOL, held until release() or until this process exits.
+    `tag` (a letter or two) goes into the bridge name, so a leftover bridge tells whose it was."""
+    LEASE_DIR.mkdir(parents=True, exist_ok=True)
+    routed = _routed_networks()
+    for index, subnet in enumerate(POOL.subnets(new_prefix=24)):
+        if index == 0 or index % 2:
+            continue  # never adjacent to another lease; 10.200.0.0/24 stays free for experiments
+        bridge = f"pyk{tag[:4]}{index}"
+        fd = os.open(LEASE_DIR / f"{subnet.network_address}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if any(subnet.overlaps(r) for r in routed) or _link_exists(bridge):
+            os.close(fd)
+            continue
+        return NetworkLease(bridge, str(subnet), fd)
+    raise RuntimeError(f"no free /24 left in {POOL} (every lease in {LEASE_DIR} is held)")

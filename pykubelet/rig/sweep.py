@@ -1,0 +1,200 @@
+"""Stop and remove everything of one state dir, whatever shape it was left in: `pykubelet down`.
+
+A stack that `up` finished is recorded in stack.json; one whose `up` was killed half-way, or whose
+daemons crashed, is recorded only in part, or not at all, or with pids that died long ago (and may
+since belong to someone else). So `down` trusts the host over the record, whose pids it never signals
+blindly: it finds the processes whose command line names the stack's parts
+(registry, containerd, API server and scheduler, agent, and an `up` still running), the shims of
+the stack's containerd (by their -address) and what runs under them, the mounts and sandbox network
+namespaces under the state dir, and the pod network from the record or, without one, from the
+conflist on disk. It stops them in dependency order (the front end first, then the agent so it does not
+fight the teardown, then the API server, scheduler and registry, then the runtime with its sandboxes),
+removes the bridge and NAT entries, and finally checks with the leak scope that nothing is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from agent.cni.node import NodeNetwork
+from pykubelet.rig import host
+from pykubelet.rig.containerd import DEFAULT_CGROUP_PARENT, Containerd, remove_empty_cgroups
+from pykubelet.rig.leaks import Scope
+from pykubelet.rig.process import Daemon
+from pykubelet.rig.stack import DEFAULT_BRIDGE, DEFAULT_POD_CIDR, RECORD_FILE, StackRecord, stack_network
+
+# The stack's parts under its state dir. Processes and mounts are looked for under these only, so a
+# state dir given by mistake (`--state-dir /var/lib`) cannot make down touch anything but a stack's.
+STACK_PARTS = ("registry", "containerd", "apiserver", "agent", "cni", "pod-logs")
+
+
+@dataclass(frozen=True)
+class StackNetwork:
+    bridge: str
+    pod_cidr: str
+
+
+def parts(state_dir: Path) -> list[Path]:
+    return [state_dir / p for p in STACK_PARTS]
+
+
+def looks_like_a_stack(state_dir: Path) -> bool:
+    return (state_dir / RECORD_FILE).exists() or any(p.exists() for p in parts(state_dir))
+
+
+def find_network(state_dir: Path, record: StackRecord | None) -> StackNetwork | None:
+    """The record's network, or the one the agent wrote in its conflist; None when neither exists (then
+    no pod was ever attached, so there is no bridge to remove)."""
+    if record is not None:
+        return StackNetwork(record.bridge, record.pod_cidr)
+    for conflist in sorted((state_dir / "cni" / "net.d").glob("*.conflist")):
+        try:
+            plugin = json.loads(conflist.read_text())["plugins"][0]
+            return StackNetwork(plugin["bridge"], plugin["ipam"]["ranges"][0][0]["subnet"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            continue
+    return None
+
+
+def scope_of(state_dir: Path, network: StackNetwork | None) -> Scope:
+    return Scope.of(
+        *parts(state_dir),
+        bridges=[network.bridge] if network else [],
+        pod_cidrs=[network.pod_cidr] if network else [],
+    )
+
+
+def _is_up_for(proc: psutil.Process, state_dir: Path) -> bool:
+    """A `pykubelet up` (still starting things) for this state dir."""
+    try:
+        argv, cwd = proc.cmdline(), proc.cwd()
+    except psutil.Error:
+        return False
+    if "up" not in argv or not any(a.endswith("pykubelet") or a == "pykubelet" for a in argv):
+        return False
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--state-dir" and i + 1 < len(argv) else None
+        if arg.startswith("--state-dir="):
+            value = arg.split("=", 1)[1]
+        if value is not None and os.path.realpath(os.path.join(cwd, value)) == str(state_dir):
+            return True
+    return False
+
+
+def _terminate(pids: list[int], grace: float) -> None:
+    """SIGTERM, up to `grace` seconds, SIGKILL: each process (not its group: a recorded pid may lead
+    no group, and what it started is found on its own)."""
+    procs = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            proc.send_signal(signal.SIGTERM)
+            procs.append(proc)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=10)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _role(argv: tuple[str, ...]) -> str:
+    if "agent" in argv and any("pykubelet" in a for a in argv):
+        return "agent"
+    if "server" in argv and any("pykubelet" in a for a in argv):
+        return "apiserver"
+    if argv and os.path.basename(argv[0]) == "containerd":
+        return "containerd"
+    return "other"
+
+
+def _containerd_dirs(state_dir: Path, found: list[host.OwnedProcess]) -> list[Path]:
+    dirs = {state_dir / "containerd"}
+    for proc in found:
+        if _role(proc.cmdline) == "containerd" and "--config" in proc.cmdline:
+            i = proc.cmdline.index("--config")
+            if i + 1 < len(proc.cmdline):
+                dirs.add(Path(proc.cmdline[i + 1]).parent)
+    return sorted(dirs)
+
+
+def _stop_ups(state_dir: Path) -> None:
+    """An `up` still running would go on starting things: it goes first, without ceremony (its daemons
+    run in sessions of their own and are stopped after it)."""
+    ups = [p for p in psutil.process_iter() if _is_up_for(p, state_dir)]
+    for proc in ups:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(ups, timeout=10)
+
+
+def _stop_daemons(found: list[host.OwnedProcess]) -> None:
+    """The agent first (so it neither restarts pods nor fights the teardown), politely, as its owner
+    would; then, together, the API server with its scheduler, the registry and whatever else runs for
+    the stack, except the runtime and what runs under it (_stop_runtimes)."""
+    _terminate([p.pid for p in found if _role(p.cmdline) == "agent"], grace=10)
+    runtime = {p.pid for p in found if p.is_shim or _role(p.cmdline) == "containerd"}
+    runtime |= {c.pid for p in found if p.is_shim for c in _descendants(p.pid)}
+    _terminate([p.pid for p in found if _role(p.cmdline) != "agent" and p.pid not in runtime], grace=10)
+
+
+def _stop_runtimes(state_dir: Path, found: list[host.OwnedProcess], cni: NodeNetwork) -> list[str]:
+    """Each containerd of the stack: through CRI while it answers (CNI DEL runs for every sandbox), then
+    its shims, their containers, its mounts and sandboxes' netns, whether or not it answered."""
+    problems = []
+    for directory in _containerd_dirs(state_dir, found):
+        ctd = Containerd(directory, cni_bin_dir=cni.bin_dir, cni_conf_dir=cni.conf_dir, sandbox_image="")
+        alive = [p for p in host.processes_of([str(directory)]) if _role(p.cmdline) == "containerd"]
+        if alive:
+            ctd.daemon = Daemon.adopt("containerd", alive[0].pid, ctd.daemon.log_path)
+        left = ctd.stop()
+        if not left.empty():
+            problems.append(f"containerd in {directory} left {left}")
+    return problems
+
+
+def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
+    """Stop and remove everything of the stack in `state_dir`; returns what could not be removed."""
+    state_dir = Path(os.path.realpath(state_dir))
+    if not looks_like_a_stack(state_dir):
+        return []
+    network = find_network(state_dir, StackRecord.load(state_dir))
+    scope = scope_of(state_dir, network)
+    # Without a known network its files are still where the stack keeps them; only remove() needs it.
+    cni = stack_network(
+        state_dir, network.pod_cidr if network else DEFAULT_POD_CIDR, network.bridge if network else DEFAULT_BRIDGE
+    )
+    _stop_ups(state_dir)
+    found = host.processes_of(scope.roots)
+    _stop_daemons(found)
+    problems = _stop_runtimes(state_dir, found, cni)
+    # Anything that started meanwhile or outlived its parent (nothing, normally).
+    _terminate([p.pid for p in host.processes_of(scope.roots)], grace=10)
+    # The pod network (bridge, NAT entries, conflist, IPAM state), the remaining mounts (volumes),
+    # empty pod cgroups, and the record.
+    if network is not None:
+        cni.remove()
+    host.unmount_all_under(scope.roots)
+    remove_empty_cgroups(DEFAULT_CGROUP_PARENT)
+    (state_dir / RECORD_FILE).unlink(missing_ok=True)
+
+    leaked = scope.leaked(settle=settle)
+    return problems + [f"left {kind}: {', '.join(items)}" for kind, items in leaked.items()]

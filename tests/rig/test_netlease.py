@@ -1,0 +1,44 @@
+"""Network leases: each session's bridge and pod CIDR are its own on the host."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from pykubelet.rig.netlease import POOL, lease_network
+
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: lock files in /run, links")
+
+
+def test_leases_held_at_once_differ_and_never_touch() -> None:
+    with lease_network("q") as a, lease_network("q") as b:
+        nets = [ipaddress.IPv4Network(x.pod_cidr) for x in (a, b)]
+        assert a.bridge != b.bridge and all(n.subnet_of(POOL) and n.prefixlen == 24 for n in nets)
+        # not adjacent: nftables would merge adjacent ranges in one set interval
+        assert abs(int(nets[0].network_address) - int(nets[1].network_address)) > 256
+        assert len(a.bridge) <= 15 and len(b.bridge) <= 15  # IFNAMSIZ
+
+
+def test_a_range_the_host_routes_is_never_leased() -> None:
+    with lease_network("q") as first:
+        taken = first.pod_cidr
+    link = f"pykr{uuid.uuid4().hex[:6]}"
+    gateway = ipaddress.IPv4Network(taken).network_address + 1
+    subprocess.run(["ip", "link", "add", link, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", f"{gateway}/24", "dev", link], check=True)
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+        with lease_network("q") as again:
+            assert again.pod_cidr != taken  # a crashed session's bridge still routes it
+    finally:
+        subprocess.run(["ip", "link", "del", link], check=False)
+    with lease_network("q") as after:
+        assert after.pod_cidr == taken  # free again once nothing routes it and nobody holds it
