@@ -10,6 +10,7 @@ from controlplane.controllers.base import Controller
 from controlplane.controllers.replicaset import ReplicaSetController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
+from controlplane.controllers.tainteviction import TaintEvictionController
 
 CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
@@ -17,6 +18,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         ReplicaSetController,
         ServiceAccountController,
         RootCAPublisher,
+        TaintEvictionController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
