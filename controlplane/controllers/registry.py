@@ -7,6 +7,7 @@ on, `-name` turns one off (`*,-podgc`: all the defaults but pod GC).
 from __future__ import annotations
 
 from controlplane.controllers.base import Controller
+from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.replicaset import ReplicaSetController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
@@ -18,6 +19,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         ReplicaSetController,
         ServiceAccountController,
         RootCAPublisher,
+        NodeLifecycleController,
         TaintEvictionController,
     )
 }
