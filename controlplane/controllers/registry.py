@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from controlplane.controllers.base import Controller
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
+from controlplane.controllers.podgc import PodGCController
 from controlplane.controllers.replicaset import ReplicaSetController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
@@ -21,6 +22,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         RootCAPublisher,
         NodeLifecycleController,
         TaintEvictionController,
+        PodGCController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
