@@ -27,8 +27,8 @@ LOCK_PATH = "/run/pykubelet/cni-nft.lock"
 
 _TABLE_DEF = f"""
 add table ip {TABLE}
-add set ip {TABLE} pod_nets {{ type ipv4_addr; flags interval; auto-merge; }}
-add set ip {TABLE} masq_nets {{ type ipv4_addr; flags interval; auto-merge; }}
+add set ip {TABLE} pod_nets {{ type ipv4_addr; flags interval; }}
+add set ip {TABLE} masq_nets {{ type ipv4_addr; flags interval; }}
 add chain ip {TABLE} hostports
 add chain ip {TABLE} prerouting {{ type nat hook prerouting priority -100; policy accept; }}
 add chain ip {TABLE} output {{ type nat hook output priority -100; policy accept; }}

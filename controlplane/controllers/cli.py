@@ -9,6 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from controlplane.controllers import options as tunables
 from kubeclient.duration import parse_duration
 
 
@@ -31,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the CA published as kube-root-ca.crt (default: the kubeconfig's CA)")
     parser.add_argument("--kube-api-qps", type=float, default=20.0)
     parser.add_argument("--kube-api-burst", type=int, default=30)
+    tunables.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         secure_port=args.secure_port,
         cert_dir=args.cert_dir or Path(tempfile.gettempdir()) / "pykubelet-controller-manager",
         client_ca_file=args.client_ca_file,
-        options={"root_ca": root_ca},
+        options={"root_ca": root_ca, **tunables.from_args(args)},
     )
     client = KubeClient(cluster, qps=args.kube_api_qps, burst=args.kube_api_burst, component="kube-controller-manager")
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:

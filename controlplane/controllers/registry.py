@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from controlplane.controllers.base import Controller
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
+from controlplane.controllers.nodelifecycle import NodeLifecycleController
+from controlplane.controllers.podgc import PodGCController
 from controlplane.controllers.replicaset import ReplicaSetController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
+from controlplane.controllers.tainteviction import TaintEvictionController
 
 CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
@@ -19,6 +22,9 @@ CONTROLLERS: dict[str, type[Controller]] = {
         GarbageCollector,
         ServiceAccountController,
         RootCAPublisher,
+        NodeLifecycleController,
+        TaintEvictionController,
+        PodGCController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
