@@ -2,7 +2,10 @@
 
 Status is computed every nodeStatusUpdateFrequency (10 s) and patched when anything but heartbeat times
 changed, or when nodeStatusReportFrequency (5 min) has passed since the last report, as upstream does,
-so an idle node costs the API server one small write per five minutes besides its Lease.
+so an idle node costs the API server one small write per five minutes besides its Lease. "Changed" is
+judged against the Node as the API holds it (read from the server's cache each time, as upstream's
+tryUpdateNodeStatus does), not only against our own last post: when the node lifecycle controller has
+marked the conditions Unknown (we were unreachable for a while), the next sync puts them right at once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ log = logging.getLogger("agent.node")
 
 HealthProbe = Callable[[], Awaitable[RuntimeHealth]]
 ImageLister = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+
+def _conditions(conditions: list[dict[str, Any]] | None) -> list[tuple[str, str, str, str]]:
+    """What a condition says, without its times: whether another writer changed ours."""
+    return sorted((str(c.get("type")), str(c.get("status")), str(c.get("reason", "")), str(c.get("message", "")))
+                  for c in conditions or [])
 
 
 class NodeController:
@@ -119,9 +128,11 @@ class NodeController:
 
     async def sync_status(self) -> bool:
         """Compute the status; patch it if it changed or the report interval passed. True if posted."""
+        self.node = await self.client.get(self.path, resourceVersion="0")
         status = await self._compute()
         stale = time.monotonic() - self._last_report_at >= self.cfg.node_status_report_frequency
-        if not stale and without_heartbeats(status) == self._last_reported:
+        held = _conditions(((self.node or {}).get("status") or {}).get("conditions"))
+        if not stale and without_heartbeats(status) == self._last_reported and held == _conditions(status["conditions"]):
             return False
         await self._post(status)
         return True

@@ -208,6 +208,20 @@ async def test_status_written_only_on_change(agent: Agent, test_images: RigImage
     await wait_until(deleted)
 
 
+async def test_node_status_marked_unknown_by_another_writer_is_put_right_at_once(agent: Agent):
+    """As the node lifecycle controller does after a partition: the conditions say Unknown while our
+    last post said Ready. The next sync sees the Node as the API holds it and posts again."""
+    assert agent.node is not None
+    assert await agent.node.sync_status() is False  # nothing changed since the last post
+    unknown = {"status": "Unknown", "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status."}
+    conditions = [{**c, **unknown} for c in agent.node.node["status"]["conditions"]]
+    await agent.client.patch(f"/api/v1/nodes/{agent.cfg.node_name}/status", {"status": {"conditions": conditions}})
+    assert await agent.node.sync_status() is True
+    node = await agent.client.get(f"/api/v1/nodes/{agent.cfg.node_name}")
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
+
+
 async def test_repeated_event_is_counted(agent: Agent):
     """The same event twice makes one Event object with count 2, as upstream's correlator does."""
     client = agent.client
