@@ -207,7 +207,9 @@ class RestHandler:
     @staticmethod
     def warn(response: web.StreamResponse, unknown: list[str]) -> web.StreamResponse:
         for field in unknown:
-            response.headers.add("Warning", f'299 - "unknown field \\"{field}\\""')
+            # Quoted as upstream's warning header quotes its text; control characters escaped too.
+            text = json.dumps(field)[1:-1]
+            response.headers.add("Warning", f'299 - "unknown field \\"{text}\\""')
         return response
 
     # --- reads ---------------------------------------------------------------------------------------

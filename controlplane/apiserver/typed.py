@@ -43,7 +43,8 @@ STRUCT, LIST, MAP = "struct", "list", "map"
 _GO_SCALAR = {STRING: "string", INT32: "int32", INT64: "int64", FLOAT: "float64", BOOL: "bool", BYTES: "[]uint8",
               TIME: "v1.Time", MICROTIME: "v1.MicroTime", QUANTITY: "resource.Quantity",
               INT_OR_STRING: "intstr.IntOrString", ANY: "interface {}"}
-_ZERO: dict[str, Any] = {STRING: "", INT32: 0, INT64: 0, FLOAT: 0, BOOL: False, QUANTITY: "0", INT_OR_STRING: 0}
+_ZERO: dict[str, Any] = {STRING: "", INT32: 0, INT64: 0, FLOAT: 0, BOOL: False, QUANTITY: "0", INT_OR_STRING: 0,
+                         BYTES: ""}
 _INT_RANGE = {INT32: (-(2**31), 2**31 - 1), INT64: (-(2**63), 2**63 - 1)}
 _TYPE_NAME = re.compile(r"^(?:[A-Z][a-z]+)*?(V\d+(?:alpha\d+|beta\d+)?)([A-Z]\w*)$")
 

@@ -44,6 +44,13 @@ def no_name_rule(path: str, value: str) -> list[FieldError]:
     return []
 
 
+def path_segment(name: str) -> list[str]:
+    """IsValidPathSegmentName: every name becomes a URL path segment (upstream checks it for all kinds)."""
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in "/%" if c in name]
+
+
 def labels(path: str, value: Any) -> list[FieldError]:
     """ValidateLabels: qualified-name keys, label values."""
     errors: list[FieldError] = []
@@ -74,7 +81,7 @@ def object_meta(meta: Any, name_check: NameCheck) -> list[FieldError]:
     if not name:
         errors.append(required("metadata.name", "name or generateName is required"))
     else:
-        errors += name_check("metadata.name", name)
+        errors += name_check("metadata.name", name) or _invalid_each("metadata.name", name, path_segment(name))
     errors += labels("metadata.labels", meta.get("labels"))
     errors += annotations("metadata.annotations", meta.get("annotations"))
     for i, f in enumerate(meta.get("finalizers") or []):
