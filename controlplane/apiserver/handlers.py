@@ -441,7 +441,10 @@ class RestHandler:
     async def _create(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
         if info.subresource:
-            return await res.subresource(info.subresource).create(self, request, info)  # type: ignore[union-attr]
+            sub = res.subresource(info.subresource)
+            if sub is None or not sub.handles("create"):
+                raise errors.method_not_allowed()
+            return await sub.create(self, request, info)  # type: ignore[attr-defined]
         if not res.stored:
             return await res.create_virtual(self, request, info)
         body, unknown = await self.decode_body(request, info, res.kind, res.api_version, res.schema)

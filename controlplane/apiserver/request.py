@@ -30,7 +30,7 @@ def parse_path(group: str, version: str, tail: str) -> RequestInfo:
         watch = True
         parts = parts[1:]
     namespace = ""
-    if len(parts) >= 3 and parts[0] == "namespaces" and parts[2] not in ("status", "finalize"):
+    if len(parts) >= 3 and parts[0] == "namespaces" and parts[2] not in _namespace_subresources():
         namespace = parts[1]
         parts = parts[2:]
     if not parts or len(parts) > 3:
@@ -43,6 +43,13 @@ def parse_path(group: str, version: str, tail: str) -> RequestInfo:
     if sub and res.subresource(sub) is None:
         raise not_found()
     return RequestInfo(res, namespace, name, sub, watch)
+
+
+@cache
+def _namespace_subresources() -> frozenset[str]:
+    """/namespaces/{name}/status is the namespace's subresource, /namespaces/{ns}/pods a collection in it."""
+    namespaces = kinds.by_path("", "v1", "namespaces")
+    return frozenset(s.name for s in namespaces.subresources) if namespaces else frozenset()
 
 
 def not_found() -> errors.ApiError:

@@ -26,7 +26,7 @@ import datetime as dt
 import json
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +233,15 @@ def _check_base64(value: str) -> None:
 # --- the walk ----------------------------------------------------------------------------------------
 
 
+_WRONG = object()  # a scalar of the wrong JSON type
+
+
+@lru_cache(maxsize=4096)
+def _canonical(value: str | int | float) -> str:
+    """Quantities repeat ("500m", "128Mi"): parse each spelling once."""
+    return canonical(value)
+
+
 @dataclass
 class _Walk:
     prune: bool
@@ -245,13 +254,16 @@ def _zero(t: Type) -> Any:
     return _ZERO.get(t.code)
 
 
-def _scalar(value: Any, t: Type, struct: str, stack: tuple[str, ...]) -> Any:
-    """The value to store for a scalar field (canonical where upstream canonicalizes); raises DecodeError."""
+def _scalar(value: Any, t: Type, struct: str, stack: tuple[str, ...], key: str | None = None) -> Any:
+    """The value to store for a scalar (canonical where upstream canonicalizes), or _WRONG for a value of
+    the wrong JSON type; raises DecodeError for what the type's own parser refuses. `key`: the field the
+    value is in (not yet on `stack`, which is built only for an error)."""
     code = t.code
+    if key is not None and code not in (STRING, BOOL, FLOAT, BYTES, ANY):
+        stack = (*stack, key)
     if code == STRING:
-        if isinstance(value, str):
-            return value
-    elif code in (INT32, INT64):
+        return value if isinstance(value, str) else _WRONG
+    if code == INT32 or code == INT64:
         if isinstance(value, int) and not isinstance(value, bool):
             low, high = _INT_RANGE[code]
             if low <= value <= high:
@@ -259,37 +271,42 @@ def _scalar(value: Any, t: Type, struct: str, stack: tuple[str, ...]) -> Any:
             raise _type_error(_number_literal(value), struct, stack, t.go)
         if isinstance(value, float):
             raise _type_error(_number_literal(value), struct, stack, t.go)
-    elif code == BOOL:
-        if isinstance(value, bool):
-            return value
-    elif code == FLOAT:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return value
-    elif code == QUANTITY:
+        return _WRONG
+    if code == BOOL:
+        return value if isinstance(value, bool) else _WRONG
+    if code == FLOAT:
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else _WRONG
+    if code == QUANTITY:
         if isinstance(value, bool) or isinstance(value, dict | list):
             value = json.dumps(value)
         try:
-            return canonical(value)
+            return _canonical(value)
         except QuantityError as err:
             raise DecodeError(str(err)) from None
-    elif code == INT_OR_STRING:
+    if code == INT_OR_STRING:
         if isinstance(value, str):
             return value
         if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31:
             return value
         what = _number_literal(value) if isinstance(value, int | float) and not isinstance(value, bool) else _describe(value)
         raise _type_error(what, struct, stack, "int32")
-    elif code in (TIME, MICROTIME):
+    if code == TIME or code == MICROTIME:
         if isinstance(value, str):
             return _time(value, code == MICROTIME)
         raise _type_error(_describe(value), struct, stack, "string")
-    elif code == BYTES:
+    if code == BYTES:
         if isinstance(value, str):
             _check_base64(value)
             return value
-    elif code == ANY:
-        return value
-    raise _type_error(_describe(value), struct, stack, t.go)
+        return _WRONG
+    return value  # ANY
+
+
+def _store(value: Any, t: Type, struct: str, stack: tuple[str, ...]) -> Any:
+    new = _scalar(value, t, struct, stack)
+    if new is _WRONG:
+        raise _type_error(_describe(value), struct, stack, t.go)
+    return new
 
 
 def _struct(obj: dict[str, Any], t: Type, path: str, stack: tuple[str, ...], walk: _Walk) -> None:
@@ -309,8 +326,12 @@ def _struct(obj: dict[str, Any], t: Type, path: str, stack: tuple[str, ...], wal
         code = sub.code
         if code == STRUCT or code == LIST or code == MAP:
             _container(value, sub, f"{path}.{key}" if path else key, (*stack, key), t.struct, walk)
+        elif code == STRING and isinstance(value, str):
+            continue  # the common case, without building the error context
         else:
-            new = _scalar(value, sub, t.struct, (*stack, key))
+            new = _scalar(value, sub, t.struct, stack, key)
+            if new is _WRONG:
+                raise _type_error(_describe(value), t.struct, (*stack, key), sub.go)
             if new is not value:
                 obj[key] = new
 
@@ -341,7 +362,7 @@ def _container(value: Any, t: Type, path: str, stack: tuple[str, ...], struct: s
         elif nested:
             _container(item, inner, where.format(path, index), stack, struct, walk)
         else:
-            new = _scalar(item, inner, struct, stack)
+            new = _store(item, inner, struct, stack)
             if new is not item:
                 value[index] = new
 

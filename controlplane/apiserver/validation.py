@@ -8,11 +8,12 @@ Required value`) because users and tools match on them. Name rules and their tex
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 from controlplane.apiserver.errors import FieldError, forbidden, invalid, required
 from kubeclient import names
-from kubeclient.quantity import Quantity, QuantityError
+from kubeclient.quantity import FORMAT_ERROR, Quantity, QuantityError
 
 Obj = dict[str, Any]
 NameCheck = Callable[[str, str], list[FieldError]]
@@ -110,14 +111,22 @@ def nonnegative(path: str, value: Any) -> list[FieldError]:
     return []
 
 
+@lru_cache(maxsize=4096)
+def quantity(text: str) -> Quantity | None:
+    """The quantity a (decoded, so canonical) string holds; None if it holds none. Cached: they repeat."""
+    try:
+        return Quantity.parse(text)
+    except QuantityError:
+        return None
+
+
 def nonnegative_quantity(path: str, text: Any) -> list[FieldError]:
     """ValidateNonnegativeQuantity (the value is shown in canonical form, as upstream)."""
-    try:
-        quantity = Quantity.parse(text)
-    except QuantityError as err:
-        return [invalid(path, text, str(err))]
-    if quantity.sign() < 0:
-        return [invalid(path, str(quantity), NEGATIVE)]
+    quantity_ = quantity(text)
+    if quantity_ is None:
+        return [invalid(path, text, FORMAT_ERROR)]
+    if quantity_.sign() < 0:
+        return [invalid(path, str(quantity_), NEGATIVE)]
     return []
 
 

@@ -16,8 +16,8 @@ from controlplane.apiserver.validation import (
     nonnegative_quantity,
     port_number,
     qualified_name,
+    quantity,
 )
-from kubeclient.quantity import Quantity, QuantityError
 
 Obj = dict[str, Any]
 
@@ -84,8 +84,8 @@ def _container(c: Obj) -> None:
     resources = c.setdefault("resources", {})
     if resources.get("limits"):
         requests = resources.setdefault("requests", {})
-        for name, quantity in resources["limits"].items():
-            requests.setdefault(name, quantity)
+        for name, amount in resources["limits"].items():
+            requests.setdefault(name, amount)
     for port in c.get("ports") or []:
         port.setdefault("protocol", "TCP")
     for name in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -215,13 +215,6 @@ def _container_resource_name(path: str, resource: str) -> list[FieldError]:
     return qualified_name(path, resource)
 
 
-def _quantity(text: str) -> Quantity | None:
-    try:
-        return Quantity.parse(text)
-    except QuantityError:
-        return None
-
-
 def validate_resources(path: str, resources: Obj, container: bool = True) -> list[FieldError]:
     """ValidateResourceRequirements: known names, non-negative amounts, requests within limits."""
     errors: list[FieldError] = []
@@ -237,7 +230,7 @@ def validate_resources(path: str, resources: Obj, container: bool = True) -> lis
         if container:
             errors += _container_resource_name(p, name)
         errors += nonnegative_quantity(p, amount)
-        request, limit = _quantity(amount), _quantity(limits[name]) if name in limits else None
+        request, limit = quantity(amount), quantity(limits[name]) if name in limits else None
         if request is None:
             continue
         if limit is not None:
@@ -320,7 +313,7 @@ def _volumes(path: str, spec: Obj) -> tuple[list[FieldError], set[str]]:
             errors.append(duplicate(f"{path}.volumes[{i}].name", name))
         volumes.add(name)
         size = (volume.get("emptyDir") or {}).get("sizeLimit")
-        q = _quantity(size) if size is not None else None
+        q = quantity(size) if size is not None else None
         if q is not None and q.sign() < 0:
             errors.append(FieldError("FieldValueForbidden", f"{path}.volumes[{i}].emptyDir.sizeLimit",
                                      "Forbidden: SizeLimit field must be a valid resource quantity"))
