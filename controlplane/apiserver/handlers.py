@@ -9,13 +9,9 @@ wherever the object needs no change (lists, watch events), which is most of the 
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import json
 import logging
-import random
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,58 +29,28 @@ from controlplane.apiserver.options import DeleteOptions
 from controlplane.apiserver.patch import json_patch, merge_patch, strategic_merge
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY, RequestInfo, bool_param, decode, int_param, parse_path
+from controlplane.apiserver.responses import (
+    json_response,
+    out_raw,
+    partial,
+    revision,
+    too_large,
+    wants_metadata,
+    wants_table,
+)
+from controlplane.apiserver.watch import serve_watch
 from controlplane.storage import CompactedError
-from controlplane.storage.cache import CLOSED, CachedObject, GoneError, TooLargeResourceVersionError, encode
+from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, encode
 
 log = logging.getLogger("controlplane.apiserver")
 Obj = dict[str, Any]
 
-BOOKMARK_INTERVAL = 60.0
-DISCONNECT_CHECK = 5.0  # how often an idle watch looks whether its client is still there
-_TABLE = "as=Table"
 _PATCH_TYPES = {
     "application/json-patch+json": "json",
     "application/merge-patch+json": "merge",
     "application/strategic-merge-patch+json": "strategic",
     "application/apply-patch+yaml": "apply",
 }
-
-
-def json_response(obj: Obj, status: int = 200) -> web.Response:
-    return web.Response(body=encode(obj), status=status, content_type="application/json")
-
-
-def _out_raw(res: Kind, cached: CachedObject) -> bytes:
-    return encode(res.from_storage(cached.obj)) if res.converts else cached.raw
-
-
-def _too_large(err: TooLargeResourceVersionError) -> ApiError:
-    return ApiError(504, "Timeout", f"Too large resource version: {err.requested}, current: {err.current}",
-                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                     "retryAfterSeconds": 1})
-
-
-def _revision(rv: str) -> int:
-    try:
-        revision = int(rv)
-    except ValueError:
-        raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
-    if revision < 0:
-        raise errors.bad_request(f"invalid resourceVersion {rv!r}")
-    return revision
-
-
-def _wants_table(request: web.Request) -> bool:
-    return _TABLE in request.headers.get("Accept", "")
-
-
-def _wants_metadata(request: web.Request) -> bool:
-    """Metadata-only clients (client-go's metadata informers) ask for PartialObjectMetadata(List)."""
-    return "as=PartialObjectMetadata" in request.headers.get("Accept", "")
-
-
-def _partial(obj: Obj) -> Obj:
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata", {})}
 
 
 class RestHandler:
@@ -220,26 +186,26 @@ class RestHandler:
         if sub is not None and sub.handles("get"):
             return await sub.get(self, request, info)  # type: ignore[attr-defined]
         cached = await self.registry.get(res, info.namespace, info.name)
-        if _wants_table(request):
+        if wants_table(request):
             return json_response(
                 tables.table(res, [cached.obj], request.query.get("includeObject", "Metadata"),
                              {"resourceVersion": str(cached.revision)})
             )
-        if _wants_metadata(request):
-            return json_response(_partial(cached.obj))
+        if wants_metadata(request):
+            return json_response(partial(cached.obj))
         if res.converts:
             return json_response(res.from_storage(cached.obj))
         return web.Response(body=cached.raw, content_type="application/json")
 
     @staticmethod
-    def _predicate(request: web.Request, res: Kind) -> tuple[Any, str | None]:
+    def predicate(request: web.Request, res: Kind) -> tuple[Any, str | None]:
         q = request.query
         return fieldselect.predicate(res, q.get("labelSelector", ""), q.get("fieldSelector", ""))
 
     async def _list(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
         q = request.query
-        predicate, _ = self._predicate(request, res)
+        predicate, _ = self.predicate(request, res)
         rv = q.get("resourceVersion", "")
         match = q.get("resourceVersionMatch", "")
         limit = int_param(q, "limit")
@@ -251,25 +217,25 @@ class RestHandler:
         else:
             try:
                 if rv not in ("", "0"):
-                    await self.cache.wait_for(_revision(rv))
+                    await self.cache.wait_for(revision(rv))
                 elif rv == "":
                     await self.cache.wait_fresh()
             except TooLargeResourceVersionError as err:
-                raise _too_large(err) from None
+                raise too_large(err) from None
             items = self.cache.list(res.bucket, prefix, predicate)
             list_rv = self.cache.revision
         list_meta: Obj = {"resourceVersion": str(list_rv)}
         if next_token:
             list_meta["continue"] = next_token
-        if _wants_table(request):
+        if wants_table(request):
             # Cells come from the stored (core) form, which the column functions read.
             objs = [c.obj for c in items]
             return json_response(tables.table(res, objs, q.get("includeObject", "Metadata"), list_meta))
-        if _wants_metadata(request):
+        if wants_metadata(request):
             return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                                  "metadata": list_meta, "items": [_partial(c.obj) for c in items]})
+                                  "metadata": list_meta, "items": [partial(c.obj) for c in items]})
         head = encode({"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta})
-        body = b"".join([head[:-1], b',"items":[', b",".join(_out_raw(res, c) for c in items), b"]}"])
+        body = b"".join([head[:-1], b',"items":[', b",".join(out_raw(res, c) for c in items), b"]}"])
         return web.Response(body=body, content_type="application/json")
 
     async def _list_from_store(
@@ -285,7 +251,7 @@ class RestHandler:
             except (ValueError, KeyError, TypeError):
                 raise errors.bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)") from None
         elif match == "Exact" and rv:
-            revision = _revision(rv)
+            revision = revision(rv)
         out: list[CachedObject] = []
         try:
             while True:
@@ -315,126 +281,7 @@ class RestHandler:
     # --- watch ---------------------------------------------------------------------------------------
 
     async def _watch(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        res = info.resource
-        q = request.query
-        predicate, one_name = self._predicate(request, res)
-        if info.name:
-            one_name = info.name
-            base = predicate
-            predicate = (lambda o: o["metadata"].get("name") == info.name and (base is None or base(o)))  # noqa: E731
-        rv = q.get("resourceVersion", "")
-        bookmarks = bool_param(q, "allowWatchBookmarks")
-        initial = q.get("sendInitialEvents")
-        send_initial = str(initial).lower() == "true"
-        if initial is not None and q.get("resourceVersionMatch") != "NotOlderThan":
-            raise errors.invalid_object("ListOptions", "meta.k8s.io", "", [errors.forbidden(
-                "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")])
-        timeout = float(int_param(q, "timeoutSeconds") or random.uniform(1800, 3600))
-        key_prefix = res.key(info.namespace, one_name) if one_name and (info.namespace or not res.namespaced) else res.prefix(info.namespace)
-        from_revision: int | None
-        error_status: Obj | None = None
-        try:
-            if send_initial:
-                if rv == "":
-                    await self.cache.wait_fresh()
-                elif rv != "0":
-                    await self.cache.wait_for(_revision(rv))
-                from_revision = None
-            elif rv in ("", "0"):
-                if rv == "":
-                    await self.cache.wait_fresh()
-                from_revision = None
-            else:
-                from_revision = _revision(rv)
-                await self.cache.wait_for(from_revision)
-        except TooLargeResourceVersionError as err:
-            raise _too_large(err) from None
-        watcher = None
-        try:
-            watcher = self.cache.watch(res.bucket, key_prefix, predicate, from_revision)
-        except GoneError as err:
-            error_status = errors.gone(f"too old resource version: {err.requested} ({err.oldest})").status()
-        initial_count = watcher.queue.qsize() if (watcher and send_initial) else -1
-        initial_rv = self.cache.revision
-        mode = "table" if _wants_table(request) else "metadata" if _wants_metadata(request) else "object"
-        response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        self.active_watches += 1
-        try:
-            if error_status is not None or watcher is None:
-                await response.write(encode({"type": "ERROR", "object": error_status}) + b"\n")
-                return response
-            await self._pump(request, response, watcher, res, mode, request.query.get("includeObject", "Metadata"),
-                             bookmarks, timeout, initial_count, initial_rv)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            self.active_watches -= 1
-            if watcher is not None:
-                watcher.close()
-        with contextlib.suppress(ConnectionResetError, RuntimeError):
-            await response.write_eof()
-        return response
-
-    async def _pump(
-        self, request: web.Request, response: web.StreamResponse, watcher: Any, res: Kind, mode: str, include: str,
-        bookmarks: bool, duration: float, initial_count: int, initial_rv: int,
-    ) -> None:
-        deadline = time.monotonic() + duration
-        next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
-        sent_headers = False
-        sent = 0
-        if initial_count == 0:
-            await response.write(self._bookmark(res, initial_rv, True))
-        while True:
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                return  # the client went away: release the watcher now, not at the next event
-            now = time.monotonic()
-            remaining = deadline - now
-            if remaining <= 0:
-                # Late (a busy server): still end with the bookmark the client asked for.
-                if bookmarks and watcher.queue.empty():
-                    await response.write(self._bookmark(res, self.cache.revision, False))
-                return
-            wait = min(remaining, next_bookmark - now) if bookmarks else remaining
-            # Upstream sends a last bookmark shortly before a watch with timeoutSeconds ends.
-            if bookmarks and remaining > 1:
-                wait = min(wait, remaining - 1 if remaining > 2 else remaining)
-            wait = min(wait, DISCONNECT_CHECK)
-            try:
-                event = await asyncio.wait_for(watcher.queue.get(), max(wait, 0.01))
-            except TimeoutError:
-                if bookmarks and (time.monotonic() >= next_bookmark or deadline - time.monotonic() <= 1.5):
-                    if watcher.queue.empty():
-                        await response.write(self._bookmark(res, self.cache.revision, False))
-                    next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
-                    if deadline - time.monotonic() <= 1.5:
-                        await asyncio.sleep(max(deadline - time.monotonic(), 0))
-                        return
-                continue
-            if event is CLOSED:
-                return
-            if mode == "table":
-                obj = tables.table(res, [event.obj.obj], include, headers=not sent_headers)
-                sent_headers = True
-                line = encode({"type": event.type, "object": obj})
-            elif mode == "metadata":
-                line = encode({"type": event.type, "object": _partial(event.obj.obj)})
-            else:
-                line = b"".join([b'{"type":"', event.type.encode(), b'","object":', _out_raw(res, event.obj), b"}"])
-            await response.write(line + b"\n")
-            sent += 1
-            if sent == initial_count:
-                await response.write(self._bookmark(res, initial_rv, True))
-
-    @staticmethod
-    def _bookmark(res: Kind, revision: int, initial_end: bool) -> bytes:
-        meta: Obj = {"resourceVersion": str(revision), "creationTimestamp": None}
-        if initial_end:
-            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return encode({"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}}) + b"\n"
+        return await serve_watch(self, request, info)
 
     # --- writes ---------------------------------------------------------------------------------------
 
@@ -562,7 +409,7 @@ class RestHandler:
 
     async def _deletecollection(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
-        predicate, _ = self._predicate(request, res)
+        predicate, _ = self.predicate(request, res)
         options = await self._delete_options(request)
         await self.cache.wait_fresh()
         items = self.cache.list(res.bucket, res.prefix(info.namespace), predicate)
