@@ -169,7 +169,11 @@ def _time(value: str, micro: bool) -> str:
     """metav1.Time / MicroTime: parse RFC 3339 (with time.Parse's errors), print in UTC to the second
     (Time) or the microsecond (MicroTime), as upstream stores them."""
     if (_CANONICAL_MICRO if micro else _CANONICAL_TIME).match(value):
-        return value
+        try:
+            dt.datetime.fromisoformat(value[:19])  # the ranges (day of month, hour, ...) hold
+            return value
+        except ValueError:
+            pass
     layout = _LAYOUT_MICRO if micro else _LAYOUT
     rest = value
 
