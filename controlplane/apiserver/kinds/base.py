@@ -8,9 +8,11 @@ what differs (its columns, its validation, what create and update may change, it
 
 Strategy hooks, in the order a write meets them (upstream's generic store, registry/store.go):
 
-create: default -> prepare_for_create -> admission (mutating, then validating: validate) -> begin_create
-update: prepare_for_update (or the subresource's merge) -> default -> admission -> validate + validate_update
-delete: deletion_grace and held decide whether the object goes now or is marked; on_deleting marks it
+create: default -> prepare_for_create -> admission `admit` -> validate -> admission `validate` -> begin_create
+update: prepare_for_update (or the subresource's merge) -> default -> admission `admit` -> validate and
+        validate_update -> admission `validate`
+delete: check_delete; deletion_grace and held decide whether the object goes now or is marked
+        (deletionTimestamp, and on_deleting for the rest)
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ Obj = dict[str, Any]
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 NO_COLLECTION = tuple(v for v in ALL_VERBS if v != "deletecollection")
-READ_ONLY = ("get", "list", "watch")
 
 
 @dataclass(frozen=True)
