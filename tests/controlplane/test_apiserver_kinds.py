@@ -278,3 +278,13 @@ def test_kubectl_discovers_explains_and_applies_the_new_kinds(kubectl: Kubectl) 
     assert bad.returncode != 0 and 'unknown field "bogus"' in bad.stderr
     for kind, name in (("pc", "batch"), ("runtimeclass", "crun"), ("podtemplate", "tpl"), ("controllerrevision", "tpl-1")):
         kubectl("delete", kind, name, "-n", "default")
+
+
+def test_kubectl_create_priorityclass_sends_protobuf(kubectl: Kubectl) -> None:
+    """kubectl's generator posts the PriorityClass as protobuf; every field arrives."""
+    kubectl("create", "priorityclass", "imperative", "--value=1000", "--description=made by kubectl",
+            "--preemption-policy=Never")
+    made = json.loads(kubectl("get", "priorityclass", "imperative", "-o", "json"))
+    assert (made["value"], made["description"], made["preemptionPolicy"], made.get("globalDefault", False)) == (
+        1000, "made by kubectl", "Never", False)
+    kubectl("delete", "priorityclass", "imperative")
