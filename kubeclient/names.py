@@ -96,3 +96,26 @@ def label_value(value: str) -> list[str]:
     if not _LABEL_VALUE.fullmatch(value):
         errors.append(LABEL_VALUE_MSG)
     return errors
+
+
+_CONFIG_MAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+CONFIG_MAP_KEY_MSG = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+    "'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+
+
+def config_map_key(value: str) -> list[str]:
+    """A key of a ConfigMap's or Secret's data (IsConfigMapKey): it becomes a file name in volumes."""
+    errors = []
+    if len(value) > DNS1123_SUBDOMAIN_MAX:
+        errors.append(_too_long(DNS1123_SUBDOMAIN_MAX))
+    if not _CONFIG_MAP_KEY.fullmatch(value):
+        errors.append(CONFIG_MAP_KEY_MSG)
+    if value == ".":
+        errors.append("must not be '.'")
+    elif value == "..":
+        errors.append("must not be '..'")
+    elif value.startswith(".."):
+        errors.append("must not start with '..'")
+    return errors

@@ -1,19 +1,20 @@
-"""Admission: mutating plugins (defaulting, lifecycle checks), then validating plugins, then storage.
-
-Each plugin sees one `AdmissionRequest`; more plugins (node restriction, quota, service account
-tokens) are added to the lists in `default_chain` without touching the registry.
+"""Admission: plugins that see every write after the kind's own defaulting and before it is stored.
+Mutating plugins (`admit`) run first, then the kind's validation (the registry's), then validating
+plugins (`validate`). The plugins come from the kinds list: each kind module declares those it owns
+(NamespaceLifecycle in namespace.py, Priority in priorityclass.py), in the order of KINDS; this module
+knows no kind.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from controlplane.apiserver import defaults, validation
 from controlplane.apiserver.authn import UserInfo
-from controlplane.apiserver.errors import ApiError, invalid_object
-from controlplane.apiserver.fieldcheck import fill_required
-from controlplane.apiserver.resources import Resource
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.kinds.base import Kind
+    from controlplane.apiserver.registry import Registry
 
 Obj = dict[str, Any]
 
@@ -21,60 +22,39 @@ Obj = dict[str, Any]
 @dataclass
 class AdmissionRequest:
     operation: str  # CREATE, UPDATE
-    resource: Resource
+    kind: Kind
     subresource: str
     namespace: str
     name: str
     obj: Obj
     old: Obj | None
     user: UserInfo | None
+    registry: Registry
 
 
 class Plugin(Protocol):
-    def admit(self, request: AdmissionRequest) -> None:
-        """Mutate request.obj or raise ApiError."""
-        ...
-
-
-class Defaulting:
-    def admit(self, request: AdmissionRequest) -> None:
-        if request.subresource in ("", "status"):
-            defaults.apply_defaults(request.resource.kind, request.obj, request.operation == "CREATE")
-        fill_required(request.resource.kind, request.obj)
-
-
-class Validation:
-    def admit(self, request: AdmissionRequest) -> None:
-        kind = request.resource.kind
-        errors = validation.validate(kind, request.obj, request.resource.namespaced)
-        if request.old is not None and kind == "Pod" and request.subresource != "binding":
-            errors += validation.pod_update(request.old, request.obj)
-        if request.old is not None and kind == "Service":
-            errors += validation.service_update(request.old, request.obj)
-        if request.old is not None and kind in ("Deployment", "ReplicaSet"):
-            old_sel = (request.old.get("spec") or {}).get("selector")
-            new_sel = (request.obj.get("spec") or {}).get("selector")
-            if old_sel != new_sel:
-                errors.append(validation.invalid("spec.selector", new_sel, "field is immutable"))
-        if errors:
-            group = request.resource.group
-            raise invalid_object(kind, group, request.name, errors)
+    """A plugin implements `admit(request)` (may change request.obj), `validate(request)`, or both;
+    either raises an ApiError to refuse the write."""
 
 
 class AdmissionChain:
-    def __init__(self, mutating: list[Plugin], validating: list[Plugin]) -> None:
-        self.mutating = mutating
-        self.validating = validating
+    def __init__(self, plugins: list[Any]) -> None:
+        self.mutating = [p for p in plugins if callable(getattr(p, "admit", None))]
+        self.validating = [p for p in plugins if callable(getattr(p, "validate", None))]
 
-    def run(self, request: AdmissionRequest) -> None:
+    def admit(self, request: AdmissionRequest) -> None:
         for plugin in self.mutating:
             plugin.admit(request)
+
+    def validate(self, request: AdmissionRequest) -> None:
         for plugin in self.validating:
-            plugin.admit(request)
+            plugin.validate(request)
 
 
 def default_chain() -> AdmissionChain:
-    return AdmissionChain([Defaulting()], [Validation()])
+    from controlplane.apiserver.kinds import KINDS
+
+    return AdmissionChain([plugin for kind in KINDS for plugin in kind.admission])
 
 
-__all__ = ["AdmissionChain", "AdmissionRequest", "ApiError", "Plugin", "default_chain"]
+__all__ = ["AdmissionChain", "AdmissionRequest", "Plugin", "default_chain"]

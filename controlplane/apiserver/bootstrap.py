@@ -11,14 +11,15 @@ import ipaddress
 from typing import Any
 
 from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.kinds.endpoints import KIND as ENDPOINTS
+from controlplane.apiserver.kinds.service import KIND as SERVICES
 from controlplane.apiserver.registry import Registry
-from controlplane.apiserver.resources import core
 
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
 async def ensure_kubernetes_service(registry: Registry, address: str, port: int) -> None:
-    services, endpoints = core("services"), core("endpoints")
+    services, endpoints = SERVICES, ENDPOINTS
     if registry.cache.get(services.key("default", "kubernetes")) is None:
         service: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Service",

@@ -1,4 +1,4 @@
-"""Discovery documents (/api, /apis, /api/v1, /apis/<g>/<v>) and /version, derived from resources.py."""
+"""Discovery documents (/api, /apis, /api/v1, /apis/<g>/<v>) and /version, derived from the kinds list."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import hashlib
 import json
 from typing import Any
 
-from controlplane.apiserver.resources import GROUPS, Resource, by_group_version
+from controlplane.apiserver.kinds import by_group_version, groups
+from controlplane.apiserver.kinds.base import Kind, Subresource
 from kubeclient.version import KUBERNETES_VERSION
 
 Obj = dict[str, Any]
@@ -42,22 +43,27 @@ def _group(name: str, version: str) -> Obj:
 
 
 def api_group_list() -> Obj:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g, v) for g, v in GROUPS]}
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g, v) for g, v in groups()]}
 
 
 def api_group(name: str) -> Obj | None:
-    for group, version in GROUPS:
+    for group, version in groups():
         if group == name:
             return {"kind": "APIGroup", "apiVersion": "v1", **_group(group, version)}
     return None
 
 
-def _storage_hash(res: Resource) -> str:
+def sub_kind(res: Kind, sub: Subresource) -> tuple[str, str, str]:
+    """The group, version and kind a subresource answers with (its parent's unless it says otherwise)."""
+    return (sub.group, sub.version, sub.kind) if sub.kind else (res.group, res.version, res.kind)
+
+
+def _storage_hash(res: Kind) -> str:
     digest = hashlib.sha256(f"{res.group}/{res.version}/{res.kind}".encode()).digest()
     return base64.b64encode(digest[:8]).decode()
 
 
-def _with_names(entry: Obj, res: Resource) -> Obj:
+def _with_names(entry: Obj, res: Kind) -> Obj:
     """Short names and categories, present only when the resource has them (as upstream)."""
     if res.short_names:
         entry["shortNames"] = list(res.short_names)
@@ -66,7 +72,7 @@ def _with_names(entry: Obj, res: Resource) -> Obj:
     return entry
 
 
-def _resource_entries(res: Resource) -> list[Obj]:
+def _resource_entries(res: Kind) -> list[Obj]:
     entry: Obj = _with_names({
         "name": res.plural,
         "singularName": res.singular,
@@ -77,13 +83,14 @@ def _resource_entries(res: Resource) -> list[Obj]:
     if "get" in res.verbs:
         entry["storageVersionHash"] = _storage_hash(res)
     out = [entry]
-    for sub, (group, version, kind, verbs) in res.subresources.items():
+    for sub in res.subresources:
+        group, version, kind = sub_kind(res, sub)
         sub_entry: Obj = {
-            "name": f"{res.plural}/{sub}",
+            "name": f"{res.plural}/{sub.name}",
             "singularName": "",
             "namespaced": res.namespaced,
             "kind": kind,
-            "verbs": sorted(verbs),
+            "verbs": sorted(sub.verbs),
         }
         if (group, version) != (res.group, res.version):
             sub_entry["group"] = group
@@ -120,7 +127,7 @@ def wants_aggregated(accept: str) -> bool:
     )
 
 
-def _aggregated_resource(res: Resource) -> Obj:
+def _aggregated_resource(res: Kind) -> Obj:
     entry: Obj = _with_names({
         "resource": res.plural,
         "responseKind": {"group": res.group, "version": res.version, "kind": res.kind},
@@ -129,18 +136,19 @@ def _aggregated_resource(res: Resource) -> Obj:
         "verbs": sorted(res.verbs),
     }, res)
     subs = []
-    for sub, (group, version, kind, verbs) in res.subresources.items():
-        subs.append({"subresource": sub, "responseKind": {"group": group, "version": version, "kind": kind},
-                     "verbs": sorted(verbs)})
+    for sub in res.subresources:
+        group, version, kind = sub_kind(res, sub)
+        subs.append({"subresource": sub.name, "responseKind": {"group": group, "version": version, "kind": kind},
+                     "verbs": sorted(sub.verbs)})
     if subs:
         entry["subresources"] = subs
     return entry
 
 
 def aggregated(core: bool) -> Obj:
-    groups = [("", "v1")] if core else GROUPS
+    wanted = [("", "v1")] if core else groups()
     items = []
-    for group, version in groups:
+    for group, version in wanted:
         resources = [_aggregated_resource(r) for r in by_group_version(group, version)]
         meta = {"name": group} if group else {}
         items.append({"metadata": meta, "versions": [{"version": version, "resources": resources, "freshness": "Current"}]})

@@ -2,8 +2,8 @@
 
 Upstream's namespace controller runs in the controller manager and talks to the API; ours runs inside
 the API server on the registry because it is the only controller the API itself needs to keep its
-promise (deleting a namespace removes what it holds). Pods bound to a node are deleted gracefully, so the
-namespace waits for their kubelet, as upstream.
+promise (deleting a namespace removes what it holds). The Namespace kind starts it. Pods bound to a node
+are deleted gracefully, so the namespace waits for their kubelet, as upstream.
 """
 
 from __future__ import annotations
@@ -11,29 +11,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
+from controlplane.apiserver import kinds
 from controlplane.apiserver.errors import ApiError
-from controlplane.apiserver.registry import DeleteOptions, Registry, namespaced_resources
-from controlplane.apiserver.resources import core
+from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.options import DeleteOptions
+from controlplane.apiserver.registry import Registry
 
 log = logging.getLogger("controlplane.nsfinalizer")
+FINALIZER = "kubernetes"
 
 
 class NamespaceFinalizer:
-    def __init__(self, registry: Registry, interval: float = 1.0) -> None:
+    def __init__(self, registry: Registry, namespaces: Kind, interval: float = 1.0) -> None:
         self.registry = registry
+        self.namespaces = namespaces
         self.interval = interval
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        registry.on_namespace_terminating = self.enqueue
+        registry.marked_listeners.append(self._marked)
+
+    def _marked(self, kind: Kind, obj: dict[str, Any]) -> None:
+        if kind is self.namespaces:
+            self.enqueue(obj["metadata"]["name"])
 
     def enqueue(self, name: str) -> None:
         task = self._tasks.get(name)
         if task is None or task.done():
             self._tasks[name] = asyncio.create_task(self._finish(name), name=f"ns-finalize-{name}")
 
-    def resume(self) -> None:
+    def start(self) -> None:
         """Pick up namespaces that were Terminating when the server stopped."""
-        ns = core("namespaces")
+        ns = self.namespaces
         for cached in self.registry.cache.list(ns.bucket, ns.prefix("")):
             if cached.view["metadata"].get("deletionTimestamp"):
                 self.enqueue(cached.view["metadata"]["name"])
@@ -46,11 +55,10 @@ class NamespaceFinalizer:
                 await task
 
     async def _finish(self, name: str) -> None:
-        ns = core("namespaces")
         while True:
             try:
                 if await self._sweep(name):
-                    await self.registry.guaranteed_update(ns, "", name, _drop_kubernetes_finalizer, "finalize")
+                    await self.registry.guaranteed_update(self.namespaces, "", name, _drop_finalizer, "finalize")
                     return
             except ApiError as err:
                 if err.code == 404:
@@ -64,7 +72,7 @@ class NamespaceFinalizer:
         """Delete what the namespace holds; True once nothing is left."""
         await self.registry.cache.wait_fresh()
         empty = True
-        for res in namespaced_resources():
+        for res in kinds.sweepable():
             items = self.registry.cache.list(res.bucket, res.prefix(name))
             if not items:
                 continue
@@ -74,7 +82,7 @@ class NamespaceFinalizer:
         return empty
 
 
-def _drop_kubernetes_finalizer(current: dict) -> dict:
+def _drop_finalizer(current: dict[str, Any]) -> dict[str, Any]:
     spec = current.setdefault("spec", {})
-    spec["finalizers"] = [f for f in spec.get("finalizers") or [] if f != "kubernetes"]
+    spec["finalizers"] = [f for f in spec.get("finalizers") or [] if f != FINALIZER]
     return current

@@ -17,14 +17,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from controlplane.apiserver.resources import GROUPS, RESOURCES, Resource
-from controlplane.apiserver.smp_schema import ListSpec, schema_for
+from controlplane.apiserver.kinds import KINDS, by_group_version, groups
+from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.smp_schema import ListSpec
 from kubeclient.version import KUBERNETES_VERSION
 
 Obj = dict[str, Any]
 
-_LIST = re.compile(r"^(?:List|list)\[(.+)\]$")
-_MAP = re.compile(r"^(?:Dict|dict)\[str, ?(.+)\]$|^dict\(str, ?(.+)\)$")
 _REF_NAME = re.compile(r"[A-Z][A-Za-z0-9]+")
 _PATCH_TYPES = ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
 
@@ -33,13 +32,9 @@ def _gv_path(group: str, version: str) -> str:
     return f"api/{version}" if not group else f"apis/{group}/{version}"
 
 
-def _definition_name(res: Resource) -> str:
-    group = res.group or "core"
-    prefix = "io.k8s.api." + {"": "core", "coordination.k8s.io": "coordination", "events.k8s.io": "events",
-                                  "authentication.k8s.io": "authentication"}.get(
-        res.group, group
-    )
-    return f"{prefix}.{res.version}.{res.kind}"
+def _definition_name(res: Kind) -> str:
+    """Upstream's definition name (io.k8s.api.apps.v1.Deployment), for kinds without a schema of ours."""
+    return f"io.k8s.api.{res.group.split('.')[0] or 'core'}.{res.version}.{res.kind}"
 
 
 def _query_params() -> list[Obj]:
@@ -51,11 +46,11 @@ def _query_params() -> list[Obj]:
     ]
 
 
-def _paths(res: Resource, v3: bool) -> dict[str, Obj]:
+def _paths(res: Kind, v3: bool) -> dict[str, Obj]:
     base = f"/{_gv_path(res.group, res.version)}"
     coll = f"{base}/namespaces/{{namespace}}/{res.plural}" if res.namespaced else f"{base}/{res.plural}"
     gvk = {"group": res.group, "version": res.version, "kind": res.kind}
-    ref = _ref(_root_type(res) or _definition_name(res), v3)
+    ref = _ref(res.schema if res.schema in _fields()["types"] else _definition_name(res), v3)
     ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}} if v3 else {"description": "OK", "schema": ref}}
 
     def op(action: str, **extra: Any) -> Obj:
@@ -78,14 +73,19 @@ def _paths(res: Resource, v3: bool) -> dict[str, Obj]:
 
 
 _SCALARS: dict[str, Obj] = {
-    "str": {"type": "string"},
-    "int": {"type": "integer", "format": "int64"},
+    "string": {"type": "string"},
+    "int32": {"type": "integer", "format": "int32"},
+    "int64": {"type": "integer", "format": "int64"},
     "bool": {"type": "boolean"},
-    "float": {"type": "number", "format": "double"},
-    "datetime": {"type": "string", "format": "date-time"},
-    "date": {"type": "string", "format": "date"},
-    "object": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    "float64": {"type": "number", "format": "double"},
+    "time": {"type": "string", "format": "date-time"},
+    "microtime": {"type": "string", "format": "date-time"},
+    "quantity": {"type": "string"},
+    "bytes": {"type": "string", "format": "byte"},
+    "any": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
 }
+_INT_OR_STRING_V2: Obj = {"type": "string", "format": "int-or-string"}
+_INT_OR_STRING_V3: Obj = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
 
 
 @cache
@@ -99,22 +99,17 @@ def _docs() -> Obj:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _root_type(res: Resource) -> str | None:
-    roots = _fields()["roots"]
-    return roots.get("events.k8s.io/Event" if res.group == "events.k8s.io" else res.kind)
-
-
 def _ref(name: str, v3: bool) -> Obj:
     return {"$ref": f"#/components/schemas/{name}" if v3 else f"#/definitions/{name}"}
 
 
 def _type_schema(ref: str, v3: bool) -> Obj:
-    m = _LIST.match(ref)
-    if m:
-        return {"type": "array", "items": _type_schema(m.group(1), v3)}
-    m = _MAP.match(ref)
-    if m:
-        return {"type": "object", "additionalProperties": _type_schema(m.group(1) or m.group(2), v3)}
+    if ref.startswith("[]"):
+        return {"type": "array", "items": _type_schema(ref[2:], v3)}
+    if ref.startswith("map["):
+        return {"type": "object", "additionalProperties": _type_schema(ref[4:-1], v3)}
+    if ref == "int-or-string":
+        return dict(_INT_OR_STRING_V3 if v3 else _INT_OR_STRING_V2)
     if ref in _SCALARS:
         return dict(_SCALARS[ref])
     return _ref(ref, v3) if ref in _fields()["types"] else {"type": "object"}
@@ -129,26 +124,24 @@ def _merge_keys(type_name: str, smp: Any, out: dict[tuple[str, str], ListSpec]) 
             continue
         if isinstance(spec, ListSpec):
             out[(type_name, field)] = spec
-            inner = _LIST.match(ref)
-            if spec.item and inner:
-                _merge_keys(inner.group(1), spec.item, out)
+            if spec.item and ref.startswith("[]"):
+                _merge_keys(ref[2:], spec.item, out)
         elif isinstance(spec, dict):
             _merge_keys(ref, spec, out)
 
 
-def _definitions(v3: bool, resources: list[Resource] | None = None) -> Obj:
+def _definitions(v3: bool, resources: list[Kind] | None = None) -> Obj:
     """Schemas of the served kinds and every type they use, from fields.json (the Python client's
     models), with x-kubernetes-group-version-kind on the kinds and the patch merge keys we apply."""
     types = _fields()["types"]
     required = _fields()["required"]
     merge: dict[tuple[str, str], ListSpec] = {}
     roots: dict[str, list[Obj]] = {}
-    for res in resources if resources is not None else RESOURCES:
-        root = _root_type(res)
-        if root is None:
+    for res in resources if resources is not None else KINDS:
+        if res.schema not in types:
             continue
-        roots.setdefault(root, []).append({"group": res.group, "version": res.version, "kind": res.kind})
-        _merge_keys(root, schema_for(res.kind), merge)
+        roots.setdefault(res.schema, []).append({"group": res.group, "version": res.version, "kind": res.kind})
+        _merge_keys(res.schema, res.smp, merge)
     wanted: list[str] = list(roots)
     seen: set[str] = set()
     out: Obj = {}
@@ -185,7 +178,7 @@ def _definitions(v3: bool, resources: list[Resource] | None = None) -> Obj:
 
 def v2_document() -> Obj:
     paths: Obj = {}
-    for res in RESOURCES:
+    for res in KINDS:
         paths.update(_paths(res, v3=False))
     return {
         "swagger": "2.0",
@@ -196,7 +189,7 @@ def v2_document() -> Obj:
 
 
 def v3_group_version(group: str, version: str) -> Obj | None:
-    resources = [r for r in RESOURCES if r.group == group and r.version == version]
+    resources = by_group_version(group, version)
     if not resources:
         return None
     paths: Obj = {}
@@ -218,7 +211,7 @@ def _hash(doc: Obj) -> str:
 def v3_index() -> tuple[Obj, dict[str, tuple[Obj, str]]]:
     """The /openapi/v3 root and its per-group-version documents with their hashes."""
     docs: dict[str, tuple[Obj, str]] = {}
-    for group, version in [("", "v1"), *GROUPS]:
+    for group, version in [("", "v1"), *groups()]:
         doc = v3_group_version(group, version)
         if doc is not None:
             docs[_gv_path(group, version)] = (doc, _hash(doc))

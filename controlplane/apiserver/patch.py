@@ -9,6 +9,7 @@ served types; this module only applies them, including the directives kubectl se
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from controlplane.apiserver.errors import ApiError, bad_request
@@ -222,9 +223,18 @@ def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec) -> list[A
     return result
 
 
+def _rank_key(ident: Any) -> str:
+    """Identities (merge key values, or whole items) may be any JSON value; rank them by their text."""
+    return json.dumps(ident, sort_keys=True)
+
+
 def _reorder(items: list[Any], order: list[Any], spec: ListSpec) -> list[Any]:
     wanted = [_identity(o, spec) if spec.merge_key else o for o in order]
-    ranked = {ident: i for i, ident in enumerate(wanted)}
-    placed = sorted((i for i in items if _identity(i, spec) in ranked), key=lambda i: ranked[_identity(i, spec)])
-    rest = [i for i in items if _identity(i, spec) not in ranked]
+    ranked = {_rank_key(ident): i for i, ident in enumerate(wanted)}
+
+    def rank(item: Any) -> int | None:
+        return ranked.get(_rank_key(_identity(item, spec)))
+
+    placed = sorted((i for i in items if rank(i) is not None), key=lambda i: rank(i) or 0)
+    rest = [i for i in items if rank(i) is None]
     return placed + rest

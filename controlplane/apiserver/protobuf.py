@@ -3,14 +3,16 @@
 kubectl 1.32 posts `application/vnd.kubernetes.protobuf` from its typed clients (`kubectl create
 namespace|configmap|secret|serviceaccount ...`) and does not fall back to JSON on 415. The wire format is
 the 4-byte magic `k8s\\0` and a runtime.Unknown envelope (typeMeta=1, raw=2) around the object's own
-message; the field numbers below are those of upstream's generated.proto for these kinds (only the fields
-those generators set). Other kinds
-still get 415 (kubectl apply/create -f use JSON and cover everything).
+message. Each kind module declares its message (`Kind.protobuf`: upstream's generated.proto field
+numbers, only the fields those generators set) from the shared messages here. Other kinds still get
+415 (kubectl apply/create -f use JSON and cover everything). The result is a plain JSON object, decoded
+and checked against the kind's schema like any other body.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Any
 
 from controlplane.apiserver.errors import ApiError, bad_request
@@ -56,31 +58,6 @@ POD_SPEC: Schema = {
 }
 TEMPLATE: Schema = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", POD_SPEC)}
 INT_OR_STRING: Schema = {1: ("type", "int", None), 2: ("intVal", "int", None), 3: ("strVal", "string", None)}
-SERVICE_SPEC: Schema = {
-    1: ("ports", "messages", {1: ("name", "string", None), 2: ("protocol", "string", None),
-                              3: ("port", "int", None), 4: ("targetPort", "intorstring", INT_OR_STRING),
-                              5: ("nodePort", "int", None), 6: ("appProtocol", "string", None)}),
-    2: ("selector", "map", "string"), 3: ("clusterIP", "string", None), 4: ("type", "string", None),
-    5: ("externalIPs", "strings", None), 7: ("sessionAffinity", "string", None),
-    10: ("externalName", "string", None), 11: ("externalTrafficPolicy", "string", None),
-}
-SCHEMAS: dict[str, Schema] = {
-    "Service": {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SERVICE_SPEC)},
-    "Deployment": {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", {
-        1: ("replicas", "int*", None), 2: ("selector", "message", LABEL_SELECTOR), 3: ("template", "message", TEMPLATE),
-        5: ("minReadySeconds", "int", None), 6: ("revisionHistoryLimit", "int*", None),
-        9: ("progressDeadlineSeconds", "int*", None)})},
-    "ConfigMap": {1: ("metadata", "message", OBJECT_META), 2: ("data", "map", "string"),
-                  3: ("binaryData", "map", "bytes"), 4: ("immutable", "bool*", None)},
-    "Secret": {1: ("metadata", "message", OBJECT_META), 2: ("data", "map", "bytes"), 3: ("type", "string", None),
-               4: ("stringData", "map", "string"), 5: ("immutable", "bool*", None)},
-    "Namespace": {1: ("metadata", "message", OBJECT_META),
-                  2: ("spec", "message", {1: ("finalizers", "strings", None)}),
-                  3: ("status", "message", {1: ("phase", "string", None)})},
-    "ServiceAccount": {1: ("metadata", "message", OBJECT_META), 2: ("secrets", "messages", OBJECT_REFERENCE),
-                       3: ("imagePullSecrets", "messages", {1: ("name", "string", None)}),
-                       4: ("automountServiceAccountToken", "bool*", None)},
-}
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -119,7 +96,8 @@ def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
 
 
 def _text(value: int | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    # Go does not check UTF-8 here and its JSON encoder replaces what is invalid; so do we.
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _message(data: bytes, schema: Schema) -> dict[str, Any]:
@@ -163,7 +141,8 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
     return obj
 
 
-def decode(body: bytes) -> dict[str, Any]:
+def decode(body: bytes, schemas: Mapping[tuple[str, str], Schema]) -> dict[str, Any]:
+    """The object in a protobuf body; `schemas` are the messages of the kinds accepted, by (apiVersion, kind)."""
     if not body.startswith(MAGIC):
         raise bad_request("protobuf: missing the k8s magic prefix")
     envelope = dict(_fields(body[len(MAGIC):]))
@@ -171,11 +150,12 @@ def decode(body: bytes) -> dict[str, Any]:
     meta = dict(_fields(type_meta)) if isinstance(type_meta, bytes) else {}
     api_version = _text(meta.get(1, b""))
     kind = _text(meta.get(2, b""))
-    schema = SCHEMAS.get(kind)
+    schema = schemas.get((api_version, kind))
     if schema is None:
+        accepted = ", ".join(sorted({k for _, k in schemas}))
         raise ApiError(
             415, "UnsupportedMediaType",
-            f"protobuf bodies are accepted for {', '.join(sorted(SCHEMAS))} only, not {kind or 'this kind'}; "
+            f"protobuf bodies are accepted for {accepted} only, not {kind or 'this kind'}; "
             "send application/json (kubectl apply -f / create -f do)",
         )
     raw = envelope.get(2, b"")

@@ -1,24 +1,22 @@
-"""Parsing a request path into what it addresses (upstream's RequestInfo), and decoding bodies."""
+"""Parsing a request path into what it addresses (upstream's RequestInfo), and the query parameters
+every verb shares; bodies are decoded by decoding.py (formats) and typed.py (types)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
-import yaml
+from controlplane.apiserver import decoding, errors, kinds
+from controlplane.apiserver.decoding import MAX_BODY, MAX_OBJECT
+from controlplane.apiserver.kinds.base import Kind
 
-from controlplane.apiserver import errors, protobuf
-from controlplane.apiserver.resources import Resource, by_path
-
-MAX_BODY = 3 * 1024 * 1024
-MAX_OBJECT = 1536 * 1024  # 1.5 MiB, etcd's default request limit upstream
 RESERVED_SUBRESOURCES = {"log", "exec", "attach", "portforward", "proxy", "eviction", "ephemeralcontainers", "token"}
 
 
 @dataclass
 class RequestInfo:
-    resource: Resource
+    resource: Kind
     namespace: str
     name: str
     subresource: str
@@ -32,44 +30,54 @@ def parse_path(group: str, version: str, tail: str) -> RequestInfo:
         watch = True
         parts = parts[1:]
     namespace = ""
-    if len(parts) >= 3 and parts[0] == "namespaces" and parts[2] not in ("status", "finalize"):
+    if len(parts) >= 3 and parts[0] == "namespaces" and parts[2] not in _namespace_subresources():
         namespace = parts[1]
         parts = parts[2:]
     if not parts or len(parts) > 3:
-        raise _not_found()
-    res = by_path(group, version, parts[0])
-    if res is None:
-        raise _not_found()
-    if namespace and not res.namespaced:
-        raise _not_found()
+        raise not_found()
+    res = kinds.by_path(group, version, parts[0])
+    if res is None or (namespace and not res.namespaced):
+        raise not_found()
     name = parts[1] if len(parts) > 1 else ""
     sub = parts[2] if len(parts) > 2 else ""
-    if sub and sub not in res.subresources:
-        raise _not_found()
+    if sub and res.subresource(sub) is None:
+        raise not_found()
     return RequestInfo(res, namespace, name, sub, watch)
 
 
-def _not_found() -> errors.ApiError:
+@cache
+def _namespace_subresources() -> frozenset[str]:
+    """/namespaces/{name}/status is the namespace's subresource, /namespaces/{ns}/pods a collection in it."""
+    namespaces = kinds.by_path("", "v1", "namespaces")
+    return frozenset(s.name for s in namespaces.subresources) if namespaces else frozenset()
+
+
+def not_found() -> errors.ApiError:
     return errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
 
+@cache
+def protobuf_schemas() -> dict[tuple[str, str], Any]:
+    return {(k.api_version, k.kind): k.protobuf for k in kinds.KINDS if k.protobuf}
+
+
 def decode(body: bytes, content_type: str) -> Any:
-    if len(body) > MAX_OBJECT:
-        raise errors.ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_OBJECT}")
-    if "protobuf" in content_type:
-        return protobuf.decode(body)
-    if not body.strip():
-        raise errors.bad_request("the body of the request was empty")
-    if "yaml" in content_type:
-        try:
-            return yaml.safe_load(body)
-        except yaml.YAMLError as err:
-            raise errors.bad_request(f"error converting YAML to JSON: {err}") from None
-    try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise errors.bad_request(f"couldn't get version/kind; json parse error: {err}") from None
+    return decoding.decode(body, content_type, protobuf_schemas())
 
 
 def bool_param(query: Any, name: str) -> bool:
     return str(query.get(name, "")).lower() in ("1", "true")
+
+
+def int_param(query: Any, name: str, default: int = 0) -> int:
+    """An integer query parameter; a 400 naming it when it is not one."""
+    text = query.get(name, "")
+    if text in ("", None):
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise errors.bad_request(f'invalid value "{text}" for query parameter {name}: strconv.ParseInt: parsing "{text}": invalid syntax') from None
+
+
+__all__ = ["MAX_BODY", "MAX_OBJECT", "RequestInfo", "bool_param", "decode", "int_param", "parse_path"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import gc
 import logging
 import ssl
@@ -13,20 +12,18 @@ from pathlib import Path
 
 from aiohttp import web
 
-from controlplane.apiserver import discovery, openapi
+from controlplane.apiserver import discovery, kinds, openapi
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import AllowAll, Attributes, AuthorizerChain
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
 from controlplane.apiserver.errors import ApiError
-from controlplane.apiserver.eventttl import run_event_ttl
+from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.kubeletproxy import KubeletClient
-from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
-from controlplane.apiserver.selectors import slim_view
 from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.sqlite import SQLiteStore
 
@@ -58,7 +55,8 @@ class ApiServer:
         self.store = SQLiteStore(config.data_dir / "state.db")
         self.cache = WatchCache(self.store, window=config.watch_window, viewer=slim_view)
         self.registry = Registry(self.cache, default_chain())
-        self.finalizer = NamespaceFinalizer(self.registry)
+        # In-process loops the kinds need (the namespace finalizer, event expiry).
+        self.controllers = [c for kind in kinds.KINDS for c in kind.controllers(self.registry, config)]
         tokens = load_token_file(config.token_file) if config.token_file else {}
         self.authenticator = Authenticator(tokens)
         self.authorizer = AuthorizerChain([AllowAll()])
@@ -67,7 +65,6 @@ class ApiServer:
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
-        self._event_ttl: asyncio.Task[None] | None = None
         self.port = config.port
         self._openapi_v3 = openapi.v3_index()
         self._openapi_v2 = openapi.v2_document()
@@ -77,8 +74,9 @@ class ApiServer:
     async def start(self) -> None:
         await self.store.start()
         await self.cache.start()
-        await self.registry.ensure_default_namespaces()
-        self.finalizer.resume()
+        await self.registry.bootstrap()
+        for controller in self.controllers:
+            controller.start()
         ssl_context = None
         if not self.config.insecure_http:
             self.pki = ensure_pki(self.config.data_dir, self.config.extra_sans)
@@ -103,9 +101,6 @@ class ApiServer:
                 self.pki.admin_cert, self.pki.admin_key,
             )
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
-        self._event_ttl = asyncio.create_task(
-            run_event_ttl(self.registry, dt.timedelta(seconds=self.config.event_ttl)), name="event-ttl"
-        )
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
         # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight and
         # collect the young generation less often.
@@ -117,12 +112,12 @@ class ApiServer:
 
     async def stop(self) -> None:
         self.ready = False
-        for task in (self._compactor, self._event_ttl):
-            if task:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        await self.finalizer.stop()
+        if self._compactor:
+            self._compactor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compactor
+        for controller in self.controllers:
+            await controller.stop()
         if self.rest.kubelet is not None:
             await self.rest.kubelet.close()
         await self.cache.stop()

@@ -1,5 +1,6 @@
-"""Strategic-merge facts for the served types: which lists merge by which key (upstream's
-`patchMergeKey`/`patchStrategy` struct tags). Lists not named here are atomic (replaced whole).
+"""Strategic-merge facts shared by the served types: which lists merge by which key (upstream's
+`patchMergeKey`/`patchStrategy` struct tags). Each kind module declares its own schema (`Kind.smp`) from
+these pieces; lists not named in it are atomic (replaced whole).
 """
 
 from __future__ import annotations
@@ -47,21 +48,5 @@ POD_STATUS: Schema = {
 TEMPLATE: Schema = {"metadata": META, "spec": POD_SPEC}
 CONDITIONS: Schema = {"conditions": ListSpec("type")}
 
-SCHEMAS: dict[str, Schema] = {
-    "Pod": {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS},
-    "Deployment": {"metadata": META, "spec": {"template": TEMPLATE}, "status": CONDITIONS},
-    "ReplicaSet": {"metadata": META, "spec": {"template": TEMPLATE}, "status": CONDITIONS},
-    "Node": {
-        "metadata": META,
-        "spec": {"podCIDRs": ListSpec(None)},
-        "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")},
-    },
-    "Service": {"metadata": META, "spec": {"ports": ListSpec("port")}, "status": CONDITIONS},
-    "Namespace": {"metadata": META, "status": CONDITIONS},
-    "ServiceAccount": {"metadata": META, "secrets": ListSpec("name"), "imagePullSecrets": ListSpec("name")},
-}
-
-
-def schema_for(kind: str) -> Schema:
-    return SCHEMAS.get(kind, {"metadata": META})
-
+# What a kind without lists that merge by key declares (only metadata's finalizers and owners merge).
+OBJECT: Schema = {"metadata": META}

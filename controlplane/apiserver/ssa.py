@@ -19,7 +19,7 @@ from typing import Any
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.patch import strategic_merge
-from controlplane.apiserver.smp_schema import ListSpec, schema_for
+from controlplane.apiserver.smp_schema import OBJECT, ListSpec, Schema
 
 Obj = dict[str, Any]
 _SKIP_META = {"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "name", "namespace"}
@@ -48,8 +48,8 @@ def field_set(value: Any, schema: Any) -> Obj:
     return out
 
 
-def _meta_fields(applied: Obj) -> Obj:
-    fs = field_set(applied, schema_for(applied.get("kind", "")))
+def _meta_fields(applied: Obj, schema: Schema) -> Obj:
+    fs = field_set(applied, schema)
     meta = fs.get("f:metadata")
     if isinstance(meta, dict):
         for name in _SKIP_META:
@@ -134,8 +134,8 @@ def value_at(obj: Any, path: Path) -> Any:
     return current
 
 
-def _object_fields(obj: Obj) -> Obj:
-    return _meta_fields(obj)
+def _object_fields(obj: Obj, schema: Schema) -> Obj:
+    return _meta_fields(obj, schema)
 
 
 def _entry(manager: str, operation: str, api_version: str, fields: Obj, subresource: str = "") -> Obj:
@@ -152,12 +152,12 @@ def _entry(manager: str, operation: str, api_version: str, fields: Obj, subresou
     return entry
 
 
-def track_update(old: Obj | None, new: Obj, manager: str, subresource: str = "") -> None:
+def track_update(old: Obj | None, new: Obj, manager: str, subresource: str = "", schema: Schema = OBJECT) -> None:
     """Record an Update by `manager`: it now owns every field it changed; others lose those fields."""
     meta = new.setdefault("metadata", {})
     managed = [dict(m) for m in ((old or {}).get("metadata") or {}).get("managedFields") or []]
-    new_paths = leaves(_object_fields(new))
-    old_paths = leaves(_object_fields(old)) if old else set()
+    new_paths = leaves(_object_fields(new, schema))
+    old_paths = leaves(_object_fields(old, schema)) if old else set()
     changed = {p for p in new_paths if old is None or p not in old_paths or value_at(old, p) != value_at(new, p)}
     gone = old_paths - new_paths
     if not changed and not gone:
@@ -202,11 +202,10 @@ def _dotted(path: Path) -> str:
     return "".join(parts)
 
 
-def apply(current: Obj | None, applied: Obj, manager: str, force: bool = False) -> Obj:
-    """The object after `manager` applies `applied` to `current` (None: create)."""
-    kind = applied.get("kind", "")
-    schema = schema_for(kind)
-    new_fields = _meta_fields(applied)
+def apply(current: Obj | None, applied: Obj, manager: str, force: bool = False, schema: Schema = OBJECT) -> Obj:
+    """The object after `manager` applies `applied` to `current` (None: create); `schema`: the kind's
+    strategic merge keys."""
+    new_fields = _meta_fields(applied, schema)
     entry = _entry(manager, "Apply", applied.get("apiVersion", ""), new_fields)
     if current is None:
         result = json.loads(json.dumps(applied))

@@ -326,9 +326,15 @@ def test_bad_input(apiserver: ApiServer, namespace: str) -> None:
     assert status == 400 and "does not match the expected kind" in body["message"]
     status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"k": "x" * (1600 * 1024)}})
     assert status == 413
-    status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "bogus": 1, "data": {"k": "v", "x": 1}},
+    status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "bogus": 1, "data": {"k": "v"}},
                        query=[("fieldValidation", "Strict")])
     assert status == 400 and 'unknown field "bogus"' in body["message"]
+    # A value of the wrong type is a hard decoding error, which upstream reports before unknown fields.
+    status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "bogus": 1, "data": {"k": "v", "x": 1}},
+                       query=[("fieldValidation", "Strict")])
+    assert status == 400 and body["message"] == (
+        'ConfigMap in version "v1" cannot be handled as a ConfigMap: '
+        "json: cannot unmarshal number into Go struct field ConfigMap.data of type string")
     # Without Strict, unknown fields are dropped (and reported in a Warning header), never stored.
     status, body = raw(apiserver, "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w"}, "bogus": 1})
     assert status == 201 and "bogus" not in body

@@ -6,12 +6,14 @@ import datetime as dt
 
 import pytest
 
-from controlplane.apiserver import defaults, ssa, tables, validation
+from controlplane.apiserver import fieldselect, ssa, tables
 from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.kinds.deployment import KIND as DEPLOYMENT
+from controlplane.apiserver.kinds.event import KIND as EVENT
+from controlplane.apiserver.kinds.pod import KIND as PODS
+from controlplane.apiserver.kinds.priorityclass import resolve_pod_priority
 from controlplane.apiserver.meta import human_duration
 from controlplane.apiserver.patch import json_patch, merge_patch, strategic_merge
-from controlplane.apiserver.selectors import make_predicate, parse_field_selector, parse_label_selector
-from controlplane.apiserver.smp_schema import schema_for
 
 POD = {
     "apiVersion": "v1",
@@ -34,7 +36,7 @@ def test_strategic_merge_uses_upstream_merge_keys() -> None:
                                 {"name": "c", "image": "new"}]},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
-    out = strategic_merge(POD, patch, schema_for("Pod"))
+    out = strategic_merge(POD, patch, PODS.smp)
     containers = out["spec"]["containers"]
     assert [c["name"] for c in containers] == ["a", "b", "c"]
     assert containers[0] == POD["spec"]["containers"][0]
@@ -53,13 +55,13 @@ def test_strategic_merge_directives() -> None:
         },
         "metadata": {"labels": {"app": None}, "$deleteFromPrimitiveList/finalizers": ["x/y"]},
     }
-    out = strategic_merge(POD, patch, schema_for("Pod"))
+    out = strategic_merge(POD, patch, PODS.smp)
     assert [c["name"] for c in out["spec"]["containers"]] == ["b"]
     assert out["metadata"]["labels"] == {} and out["metadata"]["finalizers"] == []
-    replaced = strategic_merge(POD, {"spec": {"containers": [{"name": "z", "image": "i"}, {"$patch": "replace"}]}}, schema_for("Pod"))
+    replaced = strategic_merge(POD, {"spec": {"containers": [{"name": "z", "image": "i"}, {"$patch": "replace"}]}}, PODS.smp)
     assert replaced["spec"]["containers"] == [{"name": "z", "image": "i"}]
     # Lists without a merge key (tolerations) are replaced whole.
-    tol = strategic_merge({"spec": {"tolerations": [{"key": "a"}]}}, {"spec": {"tolerations": [{"key": "b"}]}}, schema_for("Pod"))
+    tol = strategic_merge({"spec": {"tolerations": [{"key": "a"}]}}, {"spec": {"tolerations": [{"key": "b"}]}}, PODS.smp)
     assert tol["spec"]["tolerations"] == [{"key": "b"}]
 
 
@@ -90,19 +92,19 @@ def test_label_selectors() -> None:
         "app=web,tier in (back)": False, "n>4": True, "n<4": False, "": True,
     }
     for text, expected in cases.items():
-        pred = make_predicate(parse_label_selector(text), [])
+        pred, _ = fieldselect.predicate(PODS, text, "")
         result = True if pred is None else pred({"metadata": {"labels": labels}})
         assert result is expected, text
 
 
 def test_field_selectors() -> None:
     pod = {"metadata": {"name": "p", "namespace": "n"}, "spec": {"nodeName": "node1"}, "status": {"phase": "Running"}}
-    pred = make_predicate([], parse_field_selector("spec.nodeName=node1,status.phase!=Failed", "pods"))
+    pred, _ = fieldselect.predicate(PODS, "", "spec.nodeName=node1,status.phase!=Failed")
     assert pred is not None and pred(pod)
-    pred = make_predicate([], parse_field_selector("spec.nodeName=", "pods"))
+    pred, _ = fieldselect.predicate(PODS, "", "spec.nodeName=")
     assert pred is not None and not pred(pod)
     with pytest.raises(ApiError) as err:
-        parse_field_selector("spec.bogus=1", "pods")
+        fieldselect.predicate(PODS, "", "spec.bogus=1")
     assert err.value.code == 400
 
 
@@ -112,7 +114,10 @@ def test_pod_defaults_match_upstream() -> None:
         {"name": "b", "image": "reg:5000/busybox:1.36", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
         {"name": "c", "image": "busybox:latest"},
     ]}}
-    defaults.apply_defaults("Pod", pod, creating=True)
+    # Defaulting, the status a new pod gets, and the Priority admission plugin with no classes.
+    PODS.default(pod, True)
+    PODS.prepare_for_create(pod)
+    resolve_pod_priority(pod, [])
     spec = pod["spec"]
     assert (spec["restartPolicy"], spec["terminationGracePeriodSeconds"], spec["dnsPolicy"]) == ("Always", 30, "ClusterFirst")
     assert (spec["schedulerName"], spec["serviceAccountName"], spec["enableServiceLinks"], spec["priority"]) == (
@@ -129,14 +134,14 @@ def test_pod_defaults_match_upstream() -> None:
 
 def test_validation_causes() -> None:
     pod = {"metadata": {"name": "Bad_Name"}, "spec": {"containers": [{"name": "c"}, {"name": "c", "image": "x"}], "restartPolicy": "Sometimes"}}
-    errors = {(e.field, e.type) for e in validation.validate("Pod", pod, True)}
+    errors = {(e.field, e.type) for e in PODS.validate(pod)}
     assert ("metadata.name", "FieldValueInvalid") in errors
     assert ("spec.containers[0].image", "FieldValueRequired") in errors
     assert ("spec.containers[1].name", "FieldValueDuplicate") in errors
     assert ("spec.restartPolicy", "FieldValueNotSupported") in errors
     deploy = {"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "x"}},
                                                   "template": {"metadata": {"labels": {"app": "y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
-    assert [e.field for e in validation.validate("Deployment", deploy, True)] == ["spec.template.metadata.labels"]
+    assert [e.field for e in DEPLOYMENT.validate(deploy)] == ["spec.template.metadata.labels"]
 
 
 def test_pod_table_status_column() -> None:
@@ -145,13 +150,13 @@ def test_pod_table_status_column() -> None:
            "status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [
                {"name": "a", "ready": True, "restartCount": 2, "state": {"running": {}}},
                {"name": "b", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
-    table = tables.table("pods", [pod])
+    table = tables.table(PODS, [pod])
     assert [c["name"] for c in table["columnDefinitions"]] == [
         "Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
     assert table["rows"][0]["cells"][:4] == ["p", "1/2", "CrashLoopBackOff", "2"]
     assert table["rows"][0]["cells"][5:7] == ["10.0.0.5", "n1"]
     pod["metadata"]["deletionTimestamp"] = now
-    assert tables.table("pods", [pod])["rows"][0]["cells"][2] == "Terminating"
+    assert tables.table(PODS, [pod])["rows"][0]["cells"][2] == "Terminating"
 
 
 def test_human_duration() -> None:
@@ -174,13 +179,12 @@ def test_server_side_apply_removes_fields_the_manager_dropped() -> None:
 
 async def test_idle_events_expire(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from controlplane.apiserver.eventttl import expire_events
-    from controlplane.apiserver.resources import core
     from controlplane.apiserver.server import ApiServer, ServerConfig
 
     server = ApiServer(ServerConfig(tmp_path / "d", port=0, insecure_http=True))
     await server.start()
     try:
-        events = core("events")
+        events = EVENT
         later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
         recent = (later - dt.timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
         for name, last in (("old", None), ("fresh", recent)):
@@ -191,7 +195,7 @@ async def test_idle_events_expire(tmp_path) -> None:  # type: ignore[no-untyped-
                 body["firstTimestamp"] = last
             await server.registry.create(events, "default", body)
         # Two hours on: the event last seen at creation has expired, the one seen 30 minutes ago has not.
-        assert await expire_events(server.registry, dt.timedelta(hours=1), at=later) == 1
+        assert await expire_events(server.registry, events, dt.timedelta(hours=1), at=later) == 1
         assert [c.key for c in server.cache.list(events.bucket, events.prefix("default"))] == ["/events/default/fresh"]
     finally:
         await server.stop()

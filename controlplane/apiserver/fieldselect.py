@@ -1,0 +1,88 @@
+"""List and watch filters: the labelSelector and fieldSelector of a request as one predicate over
+cached objects. The grammar, its errors and the matching are `kubeclient.selectors` (the same code the
+clients use); what is kind-specific, the fields a kind lets selectors name, each kind module declares
+(`Kind.field_selectors`). The watch cache keeps only the fields selectors read (`slim_view`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from controlplane.apiserver import errors, kinds
+from controlplane.apiserver.kinds.base import Kind, SelectableField
+from kubeclient.selectors import FieldRequirement, Selector, SelectorError, parse_fields, parse_labels
+
+Obj = dict[str, Any]
+Predicate = Callable[[Obj], bool]
+
+_META_FIELDS = (SelectableField("metadata.name"), SelectableField("metadata.namespace"))
+
+
+def _value(obj: Obj, field: SelectableField) -> str:
+    current: Any = obj
+    for part in field.at.split("."):
+        if not isinstance(current, dict):
+            return field.missing
+        current = current.get(part)
+    if current is None:
+        return field.missing
+    if isinstance(current, bool):
+        return "true" if current else "false"
+    return str(current)
+
+
+def _fields(kind: Kind, requirements: list[FieldRequirement]) -> list[tuple[SelectableField, bool, str]]:
+    known = {f.name: f for f in (*_META_FIELDS, *kind.field_selectors)}
+    out = []
+    for req in requirements:
+        field = known.get(req.field)
+        if field is None:
+            raise errors.bad_request(f"field label not supported: {req.field}")
+        out.append((field, req.equal, req.value))
+    return out
+
+
+def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Predicate | None, str | None]:
+    """The filter of a list or watch (None: everything), and the name a `metadata.name=X` pins."""
+    try:
+        labels: Selector = parse_labels(label_selector)
+        fields = _fields(kind, parse_fields(field_selector))
+    except SelectorError as err:
+        raise errors.bad_request(str(err)) from None
+    one_name = next((v for f, equal, v in fields if f.name == "metadata.name" and equal), None)
+    if labels.empty and not fields:
+        return None, one_name
+
+    def matches(obj: Obj) -> bool:
+        if not labels.empty and not labels.matches((obj.get("metadata") or {}).get("labels")):
+            return False
+        return all((_value(obj, f) == value) == equal for f, equal, value in fields)
+
+    return matches, one_name
+
+
+# Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.
+_VIEW_PATHS = sorted(
+    {f.at for k in kinds.KINDS for f in k.field_selectors}
+    | {"metadata.name", "metadata.namespace", "metadata.labels", "metadata.deletionTimestamp"}
+)
+
+
+def slim_view(obj: Obj) -> Obj:
+    """The part of an object selectors need, so the cache need not keep every object decoded."""
+    view: Obj = {}
+    for path in _VIEW_PATHS:
+        current: Any = obj
+        parts = path.split(".")
+        for part in parts:
+            if not isinstance(current, dict) or part not in current:
+                current = None
+                break
+            current = current[part]
+        if current is None:
+            continue
+        node = view
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = current
+    return view

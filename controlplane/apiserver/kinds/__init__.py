@@ -1,0 +1,88 @@
+"""The served kinds: one module each, one entry each in KINDS.
+
+Everything the server does per kind (routes, discovery, OpenAPI, decoding, strategic merge, tables,
+field selectors, admission, bootstrap objects, in-process controllers) is read from this list; adding
+a kind is a new module holding its `Kind` and an entry here (then `python -m
+controlplane.apiserver.gen_fields` to add its types to the decoder's table). The order is discovery's:
+the core group first, then the API groups in upstream's order; a namespace is emptied in this order.
+"""
+
+from __future__ import annotations
+
+from controlplane.apiserver.kinds import (
+    binding,
+    configmap,
+    controllerrevision,
+    deployment,
+    endpoints,
+    event,
+    eventsv1,
+    lease,
+    namespace,
+    node,
+    pod,
+    podtemplate,
+    priorityclass,
+    replicaset,
+    runtimeclass,
+    secret,
+    selfsubjectreview,
+    service,
+    serviceaccount,
+)
+from controlplane.apiserver.kinds.base import Kind
+
+KINDS: list[Kind] = [
+    namespace.KIND,
+    node.KIND,
+    pod.KIND,
+    binding.KIND,
+    podtemplate.KIND,
+    event.KIND,
+    configmap.KIND,
+    secret.KIND,
+    serviceaccount.KIND,
+    service.KIND,
+    endpoints.KIND,
+    deployment.KIND,
+    replicaset.KIND,
+    controllerrevision.KIND,
+    eventsv1.KIND,
+    selfsubjectreview.KIND,
+    priorityclass.KIND,
+    lease.KIND,
+    runtimeclass.KIND,
+]
+
+_BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
+
+
+def by_path(group: str, version: str, plural: str) -> Kind | None:
+    return _BY_PATH.get((group, version, plural))
+
+
+def by_group_version(group: str, version: str) -> list[Kind]:
+    return [k for k in KINDS if k.group == group and k.version == version]
+
+
+def groups() -> list[tuple[str, str]]:
+    """The API groups (not core) and their one version, in the order KINDS first names them."""
+    return list(dict.fromkeys((k.group, k.version) for k in KINDS if k.group))
+
+
+def by_kind(api_version: str, kind: str) -> Kind | None:
+    return next((k for k in KINDS if k.api_version == api_version and k.kind == kind), None)
+
+
+def sweepable() -> list[Kind]:
+    """One stored, deletable namespaced kind per storage bucket: what emptying a namespace deletes."""
+    seen: set[str] = set()
+    out = []
+    for k in KINDS:
+        if k.namespaced and k.stored and "delete" in k.verbs and k.bucket not in seen:
+            seen.add(k.bucket)
+            out.append(k)
+    return out
+
+
+__all__ = ["KINDS", "Kind", "by_group_version", "by_kind", "by_path", "groups", "sweepable"]

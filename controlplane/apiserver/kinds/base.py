@@ -1,0 +1,265 @@
+"""What a served kind is: its names and verbs, and its strategy (upstream's RESTCreateStrategy and
+RESTUpdateStrategy, pkg/registry/<group>/<kind>/strategy.go).
+
+Each served kind is one module in this package holding one `Kind` subclass; the registry, the REST
+handlers, discovery, OpenAPI, tables, admission and field selectors read everything kind-specific from
+it, so they never name a kind. The defaults here keep simple kinds to a few lines: a kind only states
+what differs (its columns, its validation, what create and update may change, its subresources).
+
+Strategy hooks, in the order a write meets them (upstream's generic store, registry/store.go):
+
+create: default -> prepare_for_create -> admission `admit` -> validate -> admission `validate` -> begin_create
+update: prepare_for_update (or the subresource's merge) -> default -> admission `admit` -> validate and
+        validate_update -> admission `validate`
+delete: check_delete; deletion_grace and held decide whether the object goes now or is marked
+        (deletionTimestamp, and on_deleting for the rest)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from controlplane.apiserver import smp_schema, tables
+from controlplane.apiserver.errors import FieldError
+from controlplane.apiserver.validation import dns_subdomain, object_meta
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from controlplane.apiserver.admission import Plugin
+    from controlplane.apiserver.handlers import RestHandler
+    from controlplane.apiserver.options import DeleteOptions
+    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.server import ServerConfig
+
+Obj = dict[str, Any]
+
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+NO_COLLECTION = tuple(v for v in ALL_VERBS if v != "deletecollection")
+
+
+@dataclass(frozen=True)
+class SelectableField:
+    """A field a field selector may name (beyond metadata.name/namespace, which every kind has): the
+    path it reads in the stored object and the value it has when the field is missing."""
+
+    name: str
+    path: str = ""
+    missing: str = ""
+
+    @property
+    def at(self) -> str:
+        return self.path or self.name
+
+
+def fields(*names: str) -> tuple[SelectableField, ...]:
+    return tuple(SelectableField(n) for n in names)
+
+
+class Subresource:
+    """A subresource of a kind. `merge` says what an update through it may change; the REST verbs it
+    answers differently from the main resource (a Scale view, a Binding, a log stream) are methods
+    `get`, `create`, `update`, `patch` on the subclass."""
+
+    name: str = ""
+    group: str = ""
+    version: str = "v1"
+    kind: str = ""  # the response kind ("" = the parent's)
+    verbs: tuple[str, ...] = ("get", "patch", "update")
+    schema: str = ""  # the body's root type in fields.json ("" = the parent's)
+
+    def merge(self, current: Obj, desired: Obj) -> Obj:
+        """The object after an update through this subresource (`desired` is the request body)."""
+        return desired
+
+    def handles(self, verb: str) -> bool:
+        return callable(getattr(self, verb, None))
+
+
+class StatusSubresource(Subresource):
+    """`<kind>/status`: updates change the status and nothing else (the main resource keeps it)."""
+
+    name = "status"
+
+    def __init__(self, kind: str = "", group: str = "") -> None:
+        self.kind, self.group = kind, group
+
+    def merge(self, current: Obj, desired: Obj) -> Obj:
+        new = dict(current)
+        new["status"] = desired.get("status", {})
+        return new
+
+
+class Kind:
+    """A served kind. Subclasses set the class attributes and override the hooks they need."""
+
+    # --- what it is (discovery, routing) ----------------------------------------------------------
+    group: ClassVar[str] = ""
+    version: ClassVar[str] = "v1"
+    kind: ClassVar[str] = ""
+    plural: ClassVar[str] = ""
+    singular: ClassVar[str] = ""
+    namespaced: ClassVar[bool] = True
+    short_names: ClassVar[tuple[str, ...]] = ()
+    categories: ClassVar[tuple[str, ...]] = ()
+    verbs: ClassVar[tuple[str, ...]] = ALL_VERBS
+    subresources: ClassVar[tuple[Subresource, ...]] = ()
+    # False for "virtual" kinds: create-only, answered by `create_virtual`, never stored.
+    stored: ClassVar[bool] = True
+    # Objects that live in another kind's storage (events.k8s.io Events are core Events), named by
+    # that kind's bucket; `to_storage` / `from_storage` convert at the edge.
+    storage_bucket: ClassVar[str] = ""
+
+    # --- its schema -------------------------------------------------------------------------------
+    # The root type in fields.json (the Python client's model name), for decoding, field validation,
+    # OpenAPI and `kubectl explain`.
+    schema: ClassVar[str] = ""
+    # Fields the Python client types loosely that upstream types precisely (gen_fields writes them
+    # into fields.json): {(type, field): "quantity" | "int-or-string" | "microtime" | ...}.
+    type_marks: ClassVar[dict[tuple[str, str], str]] = {}
+    # Strategic merge keys (patchMergeKey / patchStrategy) of its lists.
+    smp: ClassVar[smp_schema.Schema] = smp_schema.OBJECT
+    # Protobuf field numbers for the kinds kubectl's generators send that way (None: JSON/YAML only).
+    protobuf: ClassVar[dict[int, tuple[str, str, Any]] | None] = None
+    # Field selectors it supports beyond metadata.name and metadata.namespace.
+    field_selectors: ClassVar[tuple[SelectableField, ...]] = ()
+    # Table output (upstream's printers.go); the default is upstream's for kinds without a printer.
+    columns: ClassVar[tuple[tables.Column, ...]] = (tables.NAME, tables.CREATED_AT)
+
+    # --- its strategy -----------------------------------------------------------------------------
+    # metadata.generation starts at 1 and grows with every change of the spec.
+    generation: ClassVar[bool] = False
+    # DELETE answers with the object rather than a Status (upstream's ReturnDeletedObject).
+    return_deleted_object: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        if not self.singular:
+            type(self).singular = self.kind.lower()
+        self._subresources = {s.name: s for s in self.subresources}
+
+    def __repr__(self) -> str:
+        return f"<Kind {self.api_version} {self.kind}>"
+
+    # identity ---------------------------------------------------------------------------------------
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    @property
+    def bucket(self) -> str:
+        if self.storage_bucket:
+            return self.storage_bucket
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def resource(self) -> str:
+        """The group-qualified resource as errors name it (`deployments.apps`)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def key(self, namespace: str, name: str) -> str:
+        return f"/{self.bucket}/{namespace}/{name}" if self.namespaced else f"/{self.bucket}/{name}"
+
+    def prefix(self, namespace: str) -> str:
+        if self.namespaced and namespace:
+            return f"/{self.bucket}/{namespace}/"
+        return f"/{self.bucket}/"
+
+    def subresource(self, name: str) -> Subresource | None:
+        return self._subresources.get(name)
+
+    @property
+    def storage_schema(self) -> str:
+        """The root type of the stored form (another kind's, for kinds that convert)."""
+        return self.schema
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self._subresources
+
+    # strategy ---------------------------------------------------------------------------------------
+
+    def default(self, obj: Obj, creating: bool) -> None:
+        """Upstream's SetDefaults_* (applied at decode time upstream, so on create and update)."""
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        """What a create may not set (the status, for most kinds with a status subresource; a node agent
+        registers its Node with a status)."""
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        """What an update of the main resource may not change: the status, when a subresource owns it."""
+        if self.has_status:
+            if "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+
+    def validate_name(self, path: str, name: str) -> list[FieldError]:
+        return dns_subdomain(path, name)
+
+    def validate(self, obj: Obj) -> list[FieldError]:
+        """Upstream's Validate<Kind>: object metadata, then the kind's own rules (`validate_spec`)."""
+        return object_meta(obj.get("metadata"), self.validate_name) + self.validate_spec(obj)
+
+    def validate_spec(self, obj: Obj) -> list[FieldError]:
+        return []
+
+    def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
+        """Upstream's Validate<Kind>Update: what may not change (beyond what `validate` checks)."""
+        return []
+
+    # lifecycle --------------------------------------------------------------------------------------
+
+    async def begin_create(self, registry: Registry, obj: Obj) -> None:
+        """Last step before the store (upstream's BeginCreate hooks: allocations)."""
+
+    def check_delete(self, name: str) -> None:
+        """Raise an ApiError if the object may never be deleted."""
+
+    def deletion_grace(self, obj: Obj, options: DeleteOptions) -> int:
+        """Seconds the object stays (marked) after a DELETE; 0 removes it at once unless held."""
+        return 0
+
+    def held(self, obj: Obj) -> bool:
+        """Whether something still holds the object (finalizers) once it is marked for deletion."""
+        return bool((obj.get("metadata") or {}).get("finalizers"))
+
+    def on_deleting(self, obj: Obj) -> None:
+        """Mark `obj` as being deleted beyond deletionTimestamp (a phase, for instance)."""
+
+    # conversion (for kinds stored as another kind) -------------------------------------------------
+
+    converts: ClassVar[bool] = False
+
+    def to_storage(self, obj: Obj) -> Obj:
+        return obj
+
+    def from_storage(self, obj: Obj) -> Obj:
+        return obj
+
+    # what the server starts with the kind -----------------------------------------------------------
+
+    admission: ClassVar[tuple[Plugin, ...]] = ()
+
+    async def bootstrap(self, registry: Registry) -> None:
+        """Objects the server keeps from its first start (default namespaces, system classes)."""
+
+    def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:
+        """In-process loops the kind needs (each has `start()` and `async stop()`)."""
+        return []
+
+    async def create_virtual(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        """POST of a kind that is not stored (`stored = False`)."""
+        raise NotImplementedError
+
+    # table ------------------------------------------------------------------------------------------
+
+    def cells(self, obj: Obj) -> list[Any]:
+        return tables.name_and_created(obj)
+

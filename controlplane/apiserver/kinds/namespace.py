@@ -1,0 +1,125 @@
+"""core/v1 Namespace, and namespace lifecycle: the namespaces the server keeps (default, kube-system,
+kube-public, kube-node-lease; the first three cannot be deleted), DELETE making a namespace Terminating
+until its content is gone (the `kubernetes` finalizer in spec.finalizers, removed through
+namespaces/finalize by the in-process finalizer), and the NamespaceLifecycle admission plugin that
+refuses new content in a missing or terminating namespace.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from controlplane.apiserver import errors, tables
+from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource, Subresource, fields
+from controlplane.apiserver.meta import age
+from controlplane.apiserver.protobuf import OBJECT_META
+from controlplane.apiserver.smp_schema import CONDITIONS, META
+from controlplane.apiserver.validation import dns_label
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.server import ServerConfig
+
+Obj = dict[str, Any]
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+IMMORTAL = ("default", "kube-system", "kube-public")
+FINALIZER = "kubernetes"
+
+
+class Finalize(Subresource):
+    """namespaces/finalize: an update changes spec.finalizers only."""
+
+    name = "finalize"
+    kind = "Namespace"
+    verbs = ("update",)
+
+    def merge(self, current: Obj, desired: Obj) -> Obj:
+        new = dict(current)
+        new["spec"] = {**(current.get("spec") or {}), "finalizers": (desired.get("spec") or {}).get("finalizers") or []}
+        return new
+
+
+class Lifecycle:
+    """NamespaceLifecycle: namespaced objects are created only in namespaces that exist and are not
+    being terminated."""
+
+    def admit(self, request: AdmissionRequest) -> None:
+        kind = request.kind
+        if request.operation != "CREATE" or not kind.namespaced or request.subresource:
+            return
+        ns = request.registry.cache.get(KIND.key("", request.namespace))
+        if ns is None:
+            raise errors.not_found(KIND.plural, "", request.namespace)
+        if ns.view.get("metadata", {}).get("deletionTimestamp"):
+            meta = request.obj.get("metadata") or {}
+            name = meta.get("name") or meta.get("generateName") or ""
+            raise errors.forbidden_request(
+                f'{kind.resource} "{name}" is forbidden: unable to create new content in namespace '
+                f"{request.namespace} because it is being terminated",
+                kind.plural, kind.group, name,
+            )
+
+
+class Namespace(Kind):
+    kind = "Namespace"
+    plural = "namespaces"
+    namespaced = False
+    short_names = ("ns",)
+    verbs = NO_COLLECTION
+    subresources = (StatusSubresource("Namespace"), Finalize())
+    schema = "V1Namespace"
+    smp = {"metadata": META, "status": CONDITIONS}
+    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", {1: ("finalizers", "strings", None)}),
+                3: ("status", "message", {1: ("phase", "string", None)})}
+    field_selectors = fields("status.phase")
+    columns = (tables.NAME, tables.column("Status", desc="The status of the namespace"), tables.AGE)
+    admission = (Lifecycle(),)
+
+    def validate_name(self, path: str, name: str) -> list[errors.FieldError]:
+        return dns_label(path, name)
+
+    def default(self, obj: Obj, creating: bool) -> None:
+        meta = obj.setdefault("metadata", {})
+        if meta.get("name"):
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        # Active, and the kubernetes finalizer always (upstream adds it to any the client sent).
+        obj["status"] = {"phase": "Active"}
+        spec = obj.setdefault("spec", {})
+        finalizers = spec.setdefault("finalizers", [])
+        if FINALIZER not in finalizers:
+            finalizers.append(FINALIZER)
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        super().prepare_for_update(new, old)
+        new["spec"] = old.get("spec", {})  # only namespaces/finalize changes it
+
+    def check_delete(self, name: str) -> None:
+        if name in IMMORTAL:
+            raise errors.forbidden_request(
+                f'namespaces "{name}" is forbidden: this namespace may not be deleted', self.plural, "", name
+            )
+
+    def held(self, obj: Obj) -> bool:
+        return super().held(obj) or bool((obj.get("spec") or {}).get("finalizers"))
+
+    def on_deleting(self, obj: Obj) -> None:
+        obj.setdefault("status", {})["phase"] = "Terminating"
+
+    async def bootstrap(self, registry: Registry) -> None:
+        for name in DEFAULT_NAMESPACES:
+            await registry.ensure(self, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:
+        from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
+
+        return [NamespaceFinalizer(registry, self)]
+
+    def cells(self, obj: Obj) -> list[Any]:
+        return [obj["metadata"].get("name"), (obj.get("status") or {}).get("phase", ""), age(obj)]
+
+
+KIND = Namespace()

@@ -1,0 +1,75 @@
+"""core/v1 Node: cluster-scoped, its status written by the node agent (capacity and allocatable are
+quantities, stored in canonical form)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.apiserver import tables
+from controlplane.apiserver.errors import FieldError
+from controlplane.apiserver.kinds.base import Kind, SelectableField, StatusSubresource
+from controlplane.apiserver.meta import age
+from controlplane.apiserver.smp_schema import META, ListSpec
+from controlplane.apiserver.validation import nonnegative_quantity
+
+Obj = dict[str, Any]
+
+
+class Node(Kind):
+    kind = "Node"
+    plural = "nodes"
+    namespaced = False
+    short_names = ("no",)
+    subresources = (StatusSubresource("Node"),)
+    schema = "V1Node"
+    type_marks = {("V1NodeStatus", "capacity"): "map[quantity]", ("V1NodeStatus", "allocatable"): "map[quantity]"}
+    smp = {"metadata": META, "spec": {"podCIDRs": ListSpec(None)},
+           "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")}}
+    field_selectors = (SelectableField("spec.unschedulable", missing="false"),)
+    columns = (
+        tables.NAME, tables.column("Status", desc="The status of the node"),
+        tables.column("Roles", desc="The roles of the node"), tables.AGE,
+        tables.column("Version", desc="Kubelet Version reported by the node."),
+        tables.column("Internal-IP", 1, desc="List of addresses reachable to the node."),
+        tables.column("External-IP", 1, desc="List of addresses reachable to the node."),
+        tables.column("OS-Image", 1, desc="OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
+        tables.column("Kernel-Version", 1, desc="Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
+        tables.column("Container-Runtime", 1, desc="ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+    )
+
+    def validate_spec(self, obj: Obj) -> list[FieldError]:
+        errors: list[FieldError] = []
+        status = obj.get("status") or {}
+        for field in ("capacity", "allocatable"):
+            for name, amount in (status.get(field) or {}).items():
+                errors += nonnegative_quantity(f"status.{field}[{name}]", amount)
+        return errors
+
+    def cells(self, obj: Obj) -> list[Any]:
+        status = obj.get("status") or {}
+        spec = obj.get("spec") or {}
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        state = "Unknown"
+        if ready is not None:
+            state = {"True": "Ready", "False": "NotReady"}.get(ready.get("status"), "Unknown")
+        if spec.get("unschedulable"):
+            state += ",SchedulingDisabled"
+        roles = sorted(
+            {k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and k.split("/", 1)[1]}
+            | ({labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set())
+        )
+        addresses = status.get("addresses") or []
+        info = status.get("nodeInfo") or {}
+
+        def address(kind: str) -> str:
+            return next((a.get("address") for a in addresses if a.get("type") == kind), None) or "<none>"
+
+        return [
+            obj["metadata"].get("name"), state, ",".join(roles) or "<none>", age(obj), info.get("kubeletVersion", ""),
+            address("InternalIP"), address("ExternalIP"), info.get("osImage") or "<unknown>",
+            info.get("kernelVersion") or "<unknown>", info.get("containerRuntimeVersion") or "<unknown>",
+        ]
+
+
+KIND = Node()

@@ -1,0 +1,214 @@
+"""core/v1 Pod (upstream's pkg/registry/core/pod/strategy.go): defaults, what create and update may
+change (the status belongs to pods/status; the spec is immutable but for images, tolerations and a few
+more), graceful deletion (a bound pod stays, marked, for its grace period until its kubelet deletes it
+with gracePeriodSeconds=0), the pods/log stream from the node agent, and the pod table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from controlplane.apiserver import errors, tables
+from controlplane.apiserver.errors import FieldError, forbidden
+from controlplane.apiserver.kinds import podspec
+from controlplane.apiserver.kinds.base import Kind, SelectableField, StatusSubresource, Subresource, fields
+from controlplane.apiserver.kinds.binding import BINDING
+from controlplane.apiserver.kinds.node import KIND as NODE
+from controlplane.apiserver.kubeletproxy import log_container, validate_log_query
+from controlplane.apiserver.meta import age
+from controlplane.apiserver.smp_schema import META, POD_SPEC, POD_STATUS
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.handlers import RestHandler
+    from controlplane.apiserver.options import DeleteOptions
+    from controlplane.apiserver.request import RequestInfo
+
+Obj = dict[str, Any]
+
+_TERMINAL = ("Succeeded", "Failed")
+# Added by admission plugins upstream (DefaultTolerationSeconds).
+_DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+# What a pod update may change in the spec (upstream ValidatePodUpdate).
+_MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates")
+_SPEC_UPDATE = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+    "(allow it to be set to 1 if it was previously negative)"
+)
+
+
+class Log(Subresource):
+    """pods/log: checked here, streamed from the pod's node agent (kubeletproxy.py)."""
+
+    name = "log"
+    kind = "Pod"
+    verbs = ("get",)
+
+    async def get(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        pod = (await rest.registry.get(info.resource, info.namespace, info.name)).obj
+        container = log_container(pod, request.query.get("container", ""))
+        params = validate_log_query(request.query)
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            raise errors.bad_request(f"pod {pod['metadata']['name']} does not have a host assigned")
+        if rest.kubelet is None:
+            raise errors.internal("this server has no client certificate for node agents (serving plain HTTP)")
+        node = await rest.registry.get(NODE, "", node_name)
+        return await rest.kubelet.stream_log(request, pod, node.obj, container, params)
+
+
+class Pod(Kind):
+    kind = "Pod"
+    plural = "pods"
+    short_names = ("po",)
+    categories = ("all",)
+    subresources = (StatusSubresource("Pod"), BINDING, Log())
+    schema = "V1Pod"
+    type_marks = podspec.TYPE_MARKS
+    smp = {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS}
+    field_selectors = (
+        *fields("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+                "status.phase", "status.podIP", "status.nominatedNodeName"),
+        SelectableField("spec.hostNetwork", missing="false"),
+    )
+    # DELETE answers with the pod (marked, or as it was), not a Status.
+    return_deleted_object = True
+    columns = (
+        tables.NAME, tables.column("Ready", desc="The aggregate readiness state of this pod for accepting traffic."),
+        tables.column("Status", desc="The aggregate status of the containers in this pod."),
+        tables.column("Restarts", desc="The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
+        tables.AGE, tables.column("IP", 1, desc="IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated."),
+        tables.column("Node", 1, desc="NodeName is a request to schedule this pod onto a specific node."),
+        tables.column("Nominated Node", 1, desc="nominatedNodeName is set only when this pod preempts other pods on the node."),
+        tables.column("Readiness Gates", 1, desc="If specified, all readiness gates will be evaluated for pod readiness."),
+    )
+
+    def default(self, obj: Obj, creating: bool) -> None:
+        spec = obj.setdefault("spec", {})
+        podspec.default_pod_spec(spec)
+        if creating:
+            # These come from admission plugins upstream (ServiceAccount, DefaultTolerationSeconds).
+            spec.setdefault("serviceAccountName", "default")
+            spec["serviceAccount"] = spec["serviceAccountName"]
+            spec.setdefault("enableServiceLinks", True)
+            tolerations = spec.setdefault("tolerations", [])
+            for key in _DEFAULT_TOLERATIONS:
+                if not any(t.get("key") == key for t in tolerations):
+                    tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
+
+    def validate_spec(self, obj: Obj) -> list[FieldError]:
+        return podspec.validate_pod_spec(obj.get("spec"))
+
+    def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
+        if subresource == "binding":
+            return []
+        old_spec = dict(old.get("spec") or {})
+        new_spec = dict(new.get("spec") or {})
+        errors_: list[FieldError] = []
+        for group in ("containers", "initContainers"):
+            olds, news = old_spec.get(group) or [], new_spec.get(group) or []
+            if group in old_spec and len(olds) == len(news):
+                # Images may change; copy the new ones over the old so the rest can be compared.
+                old_spec[group] = [{**o, "image": n.get("image")} for o, n in zip(olds, news, strict=True)]
+        old_tolerations = old_spec.get("tolerations") or []
+        new_tolerations = new_spec.get("tolerations") or []
+        if any(t not in new_tolerations for t in old_tolerations):
+            errors_.append(forbidden("spec.tolerations", "existing toleration can not be modified except its tolerationSeconds"))
+        for key in _MUTABLE:
+            old_spec.pop(key, None)
+            new_spec.pop(key, None)
+        if old_spec != new_spec:
+            errors_.append(forbidden("spec", _SPEC_UPDATE))
+        return errors_
+
+    def deletion_grace(self, obj: Obj, options: DeleteOptions) -> int:
+        """The pod's terminationGracePeriodSeconds (or the DELETE's); 0 for unbound or finished pods."""
+        spec = obj.get("spec") or {}
+        if not spec.get("nodeName") or (obj.get("status") or {}).get("phase") in _TERMINAL:
+            return 0
+        grace = options.grace_period if options.grace_period is not None else spec.get("terminationGracePeriodSeconds", 30)
+        return max(int(grace), 0)
+
+    def cells(self, obj: Obj) -> list[Any]:
+        return pod_cells(obj)
+
+
+def _init_status(spec: Obj, status: Obj) -> tuple[str | None, int, str | None]:
+    """The STATUS reason while init containers run (None once they are done), restarts, last restart."""
+    restarts = 0
+    last_restart = None
+    init_specs = spec.get("initContainers") or []
+    for i, cs in enumerate(status.get("initContainerStatuses") or []):
+        restarts += cs.get("restartCount", 0)
+        state = cs.get("state") or {}
+        term = (cs.get("lastState") or {}).get("terminated")
+        if term and term.get("finishedAt"):
+            last_restart = max(last_restart or "", term["finishedAt"])
+        if state.get("terminated") and state["terminated"].get("exitCode") == 0:
+            continue
+        if state.get("terminated"):
+            t = state["terminated"]
+            reason = "Init:" + (t.get("reason") or (f"Signal:{t['signal']}" if t.get("signal") else f"ExitCode:{t.get('exitCode')}"))
+        elif (state.get("waiting") or {}).get("reason") not in (None, "", "PodInitializing"):
+            reason = "Init:" + state["waiting"]["reason"]
+        else:
+            reason = f"Init:{i}/{len(init_specs)}"
+        return reason, restarts, last_restart
+    return None, restarts, last_restart
+
+
+def pod_cells(obj: Obj) -> list[Any]:
+    """printPod: READY, STATUS (the reason kubectl shows), RESTARTS, and the wide columns."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    meta = obj.get("metadata") or {}
+    ready = 0
+    reason = status.get("reason") or status.get("phase") or ""
+    init_reason, restarts, last_restart = _init_status(spec, status)
+    if init_reason is not None:
+        reason = init_reason
+    else:
+        restarts = 0
+        running = False
+        for cs in reversed(status.get("containerStatuses") or []):
+            restarts += cs.get("restartCount", 0)
+            state = cs.get("state") or {}
+            term = (cs.get("lastState") or {}).get("terminated")
+            if term and term.get("finishedAt"):
+                last_restart = max(last_restart or "", term["finishedAt"])
+            if (state.get("waiting") or {}).get("reason"):
+                reason = state["waiting"]["reason"]
+            elif (state.get("terminated") or {}).get("reason"):
+                reason = state["terminated"]["reason"]
+            elif state.get("terminated"):
+                t = state["terminated"]
+                reason = f"Signal:{t['signal']}" if t.get("signal") else f"ExitCode:{t.get('exitCode')}"
+            elif cs.get("ready") and state.get("running") is not None:
+                running = True
+                ready += 1
+        if reason == "Completed" and running:
+            pod_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+            reason = "Running" if pod_ready else "NotReady"
+    if meta.get("deletionTimestamp"):
+        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    restart_text = str(restarts)
+    if last_restart and restarts:
+        restart_text = f"{restarts} ({tables.since(last_restart)} ago)"
+    gates = spec.get("readinessGates") or []
+    gate_text = "<none>"
+    if gates:
+        conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        gate_text = f"{sum(1 for g in gates if conds.get(g.get('conditionType')) == 'True')}/{len(gates)}"
+    return [
+        meta.get("name"), f"{ready}/{len(spec.get('containers') or [])}", reason, restart_text, age(obj),
+        status.get("podIP") or "<none>", spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>", gate_text,
+    ]
+
+
+KIND = Pod()

@@ -1,0 +1,51 @@
+"""core/v1 Secret: base64 data (stringData is write-only, folded into data), a type that never
+changes, and frozen once `immutable` is set."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from controlplane.apiserver import tables
+from controlplane.apiserver.errors import FieldError
+from controlplane.apiserver.kinds.base import Kind, fields
+from controlplane.apiserver.kinds.configmap import validate_immutable, validate_keys
+from controlplane.apiserver.meta import age
+from controlplane.apiserver.protobuf import OBJECT_META
+from controlplane.apiserver.validation import immutable
+
+Obj = dict[str, Any]
+
+
+class Secret(Kind):
+    kind = "Secret"
+    plural = "secrets"
+    schema = "V1Secret"
+    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("data", "map", "bytes"), 3: ("type", "string", None),
+                4: ("stringData", "map", "string"), 5: ("immutable", "bool*", None)}
+    field_selectors = fields("type")
+    columns = (
+        tables.NAME, tables.column("Type", desc="Used to facilitate programmatic handling of secret data."),
+        tables.column("Data", kind="integer", desc="Data contains the secret data."), tables.AGE,
+    )
+
+    def default(self, obj: Obj, creating: bool) -> None:
+        obj.setdefault("type", "Opaque")
+        # stringData is write-only: it is folded into data (base64) and never stored or returned.
+        string_data = obj.pop("stringData", None)
+        if string_data:
+            data = obj.setdefault("data", {})
+            for key, value in string_data.items():
+                data[key] = base64.b64encode(value.encode()).decode()
+
+    def validate_spec(self, obj: Obj) -> list[FieldError]:
+        return validate_keys(obj, ("data",))
+
+    def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
+        return immutable("type", new.get("type"), old.get("type")) + validate_immutable(new, old, ("data",))
+
+    def cells(self, obj: Obj) -> list[Any]:
+        return [obj["metadata"].get("name"), obj.get("type", ""), len(obj.get("data") or {}), age(obj)]
+
+
+KIND = Secret()

@@ -1,0 +1,39 @@
+"""authentication.k8s.io/v1 SelfSubjectReview: "who am I" for the caller (`kubectl auth whoami`);
+create-only and never stored."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.protobuf import OBJECT_META
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.handlers import RestHandler
+    from controlplane.apiserver.request import RequestInfo
+
+
+class SelfSubjectReview(Kind):
+    group = "authentication.k8s.io"
+    kind = "SelfSubjectReview"
+    plural = "selfsubjectreviews"
+    namespaced = False
+    verbs = ("create",)
+    stored = False
+    schema = "V1SelfSubjectReview"
+    # `kubectl auth whoami` posts it as protobuf: an empty review.
+    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("status", "message", {})}
+
+    async def create_virtual(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        await rest.decode_body(request, info, self.kind, self.api_version, self.schema)
+        user = rest.user(request)
+        user_info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
+        if user.uid:
+            user_info["uid"] = user.uid
+        return rest.json({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"creationTimestamp": None},
+                          "status": {"userInfo": user_info}}, 201)
+
+
+KIND = SelfSubjectReview()

@@ -1,0 +1,175 @@
+"""core/v1 Service: defaults, validation, and the allocations the server makes (a cluster IP from
+10.96.0.0/16, node ports from 30000-32767 for NodePort and LoadBalancer services) which updates keep."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from controlplane.apiserver import errors, tables
+from controlplane.apiserver.errors import FieldError, duplicate, invalid, not_supported, required
+from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource
+from controlplane.apiserver.meta import age
+from controlplane.apiserver.protobuf import INT_OR_STRING, OBJECT_META
+from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
+from controlplane.apiserver.validation import dns_label, port_number
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.registry import Registry
+
+Obj = dict[str, Any]
+
+TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
+NODE_PORTS = range(30000, 32768)
+SERVICE_SPEC = {
+    1: ("ports", "messages", {1: ("name", "string", None), 2: ("protocol", "string", None),
+                              3: ("port", "int", None), 4: ("targetPort", "intorstring", INT_OR_STRING),
+                              5: ("nodePort", "int", None), 6: ("appProtocol", "string", None)}),
+    2: ("selector", "map", "string"), 3: ("clusterIP", "string", None), 4: ("type", "string", None),
+    5: ("externalIPs", "strings", None), 7: ("sessionAffinity", "string", None),
+    10: ("externalName", "string", None), 11: ("externalTrafficPolicy", "string", None),
+}
+
+
+def _node_ports(spec: Obj) -> bool:
+    return spec.get("type") in ("NodePort", "LoadBalancer")
+
+
+class Service(Kind):
+    kind = "Service"
+    plural = "services"
+    short_names = ("svc",)
+    categories = ("all",)
+    verbs = NO_COLLECTION
+    subresources = (StatusSubresource("Service"),)
+    schema = "V1Service"
+    type_marks = {("V1ServicePort", "targetPort"): "int-or-string"}
+    smp = {"metadata": META, "spec": {"ports": ListSpec("port")}, "status": CONDITIONS}
+    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SERVICE_SPEC)}
+    columns = (
+        tables.NAME, tables.column("Type", desc="type determines how the Service is exposed."),
+        tables.column("Cluster-IP", desc="clusterIP is the IP address of the service."),
+        tables.column("External-IP", desc="externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service."),
+        tables.column("Port(s)", desc="The list of ports that are exposed by this service."), tables.AGE,
+        tables.column("Selector", 1, desc="Route service traffic to pods with label keys and values matching this selector."),
+    )
+
+    def validate_name(self, path: str, name: str) -> list[FieldError]:
+        return dns_label(path, name)
+
+    def default(self, obj: Obj, creating: bool) -> None:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+        if spec["type"] != "ExternalName":
+            spec.setdefault("ipFamilyPolicy", "SingleStack")
+            spec.setdefault("ipFamilies", ["IPv4"])
+            spec.setdefault("internalTrafficPolicy", "Cluster")
+        for port in spec.get("ports") or []:
+            port.setdefault("protocol", "TCP")
+            if "port" in port:
+                port.setdefault("targetPort", port["port"])
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj["status"] = {"loadBalancer": {}}
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        super().prepare_for_update(new, old)
+        _keep_allocations(old, new)
+
+    def validate_spec(self, obj: Obj) -> list[FieldError]:
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return [required("spec")]
+        errors: list[FieldError] = []
+        if spec.get("type") not in TYPES:
+            errors.append(not_supported("spec.type", spec.get("type"), TYPES))
+        ports = spec.get("ports") or []
+        if not ports and spec.get("type") != "ExternalName" and spec.get("clusterIP") != "None":
+            errors.append(required("spec.ports"))
+        names: set[str] = set()
+        for i, port in enumerate(ports):
+            errors += port_number(f"spec.ports[{i}].port", port.get("port"))
+            if len(ports) > 1 and not port.get("name"):
+                errors.append(required(f"spec.ports[{i}].name"))
+            if port.get("name"):
+                if port["name"] in names:
+                    errors.append(duplicate(f"spec.ports[{i}].name", port["name"]))
+                names.add(port["name"])
+        return errors
+
+    def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
+        """spec.clusterIP is immutable once allocated, except for a change to or from ExternalName."""
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+        if "ExternalName" in (old_spec.get("type"), new_spec.get("type")):
+            return []
+        if old_spec.get("clusterIP") and new_spec.get("clusterIP", old_spec["clusterIP"]) != old_spec["clusterIP"]:
+            return [invalid("spec.clusterIPs[0]", new_spec.get("clusterIP"), "may not change once set")]
+        return []
+
+    async def begin_create(self, registry: Registry, obj: Obj) -> None:
+        """Allocate node ports and the cluster IP (upstream's service REST does it before storing)."""
+        spec = obj.setdefault("spec", {})
+        services = [c.obj.get("spec") or {} for c in registry.cache.list(self.bucket, self.prefix(""))]
+        if _node_ports(spec):
+            spec.setdefault("externalTrafficPolicy", "Cluster")
+            used_ports = {p.get("nodePort") for s in services for p in s.get("ports") or []}
+            free = (n for n in NODE_PORTS if n not in used_ports)
+            for port in spec.get("ports") or []:
+                if not port.get("nodePort"):
+                    port["nodePort"] = next(free, None)
+        if spec.get("type") == "ExternalName" or spec.get("clusterIP") == "None":
+            if spec.get("clusterIP") == "None":
+                spec["clusterIPs"] = ["None"]
+            return
+        if spec.get("clusterIP"):
+            spec.setdefault("clusterIPs", [spec["clusterIP"]])
+            return
+        used = {s.get("clusterIP") for s in services}
+        # 10.96.0.1 is the kubernetes service's address upstream; hand out the rest of 10.96.0.0/16.
+        for n in range(10, 65534):
+            ip = f"10.96.{n // 256}.{n % 256}"
+            if ip not in used:
+                spec["clusterIP"] = ip
+                spec["clusterIPs"] = [ip]
+                return
+        raise errors.internal("service IP range exhausted")
+
+    def cells(self, obj: Obj) -> list[Any]:
+        spec = obj.get("spec") or {}
+        kind = spec.get("type", "ClusterIP")
+        external = "<none>"
+        if kind == "LoadBalancer":
+            ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+            ips = [i.get("ip") or i.get("hostname") for i in ingress] + (spec.get("externalIPs") or [])
+            external = ",".join(ips) if ips else "<pending>"
+        elif kind == "ExternalName":
+            external = spec.get("externalName", "<none>")
+        elif spec.get("externalIPs"):
+            external = ",".join(spec["externalIPs"])
+        ports = []
+        for p in spec.get("ports") or []:
+            text = f"{p.get('port')}:{p['nodePort']}" if p.get("nodePort") else str(p.get("port"))
+            ports.append(f"{text}/{p.get('protocol', 'TCP')}")
+        return [
+            obj["metadata"].get("name"), kind, spec.get("clusterIP") or "<none>", external,
+            ",".join(ports) or "<none>", age(obj), tables.format_labels(spec.get("selector")),
+        ]
+
+
+def _keep_allocations(current: Obj, new: Obj) -> None:
+    """An update that leaves out the allocated cluster IP or node ports keeps them (as upstream)."""
+    old_spec, spec = current.get("spec") or {}, new.get("spec")
+    if not isinstance(spec, dict) or "ExternalName" in (old_spec.get("type"), spec.get("type")):
+        return
+    for field in ("clusterIP", "clusterIPs"):
+        if not spec.get(field) and old_spec.get(field):
+            spec[field] = old_spec[field]
+    old_ports = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort") for p in old_spec.get("ports") or []}
+    for port in spec.get("ports") or []:
+        if not port.get("nodePort") and _node_ports(spec):
+            node_port = old_ports.get((port.get("port"), port.get("protocol", "TCP")))
+            if node_port:
+                port["nodePort"] = node_port
+
+
+KIND = Service()

@@ -1,0 +1,35 @@
+"""core/v1 ServiceAccount (tokens are not issued yet)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.apiserver import tables
+from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.meta import age
+from controlplane.apiserver.protobuf import OBJECT_META, OBJECT_REFERENCE
+from controlplane.apiserver.smp_schema import META, ListSpec
+
+Obj = dict[str, Any]
+
+
+class ServiceAccount(Kind):
+    kind = "ServiceAccount"
+    plural = "serviceaccounts"
+    short_names = ("sa",)
+    schema = "V1ServiceAccount"
+    smp = {"metadata": META, "secrets": ListSpec("name"), "imagePullSecrets": ListSpec("name")}
+    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("secrets", "messages", OBJECT_REFERENCE),
+                3: ("imagePullSecrets", "messages", {1: ("name", "string", None)}),
+                4: ("automountServiceAccountToken", "bool*", None)}
+    columns = (
+        tables.NAME,
+        tables.column("Secrets", kind="integer", desc="Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use."),
+        tables.AGE,
+    )
+
+    def cells(self, obj: Obj) -> list[Any]:
+        return [obj["metadata"].get("name"), len(obj.get("secrets") or []), age(obj)]
+
+
+KIND = ServiceAccount()

@@ -1,0 +1,53 @@
+"""What every REST verb's answer is made of: JSON bodies (reusing the cache's encoded bytes where the
+object needs no change), the Table and metadata-only forms clients ask for, resourceVersion parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from controlplane.apiserver import errors
+from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.kinds.base import Kind
+from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, encode
+
+Obj = dict[str, Any]
+_TABLE = "as=Table"
+
+
+def json_response(obj: Obj, status: int = 200) -> web.Response:
+    return web.Response(body=encode(obj), status=status, content_type="application/json")
+
+
+def out_raw(res: Kind, cached: CachedObject) -> bytes:
+    return encode(res.from_storage(cached.obj)) if res.converts else cached.raw
+
+
+def too_large(err: TooLargeResourceVersionError) -> ApiError:
+    return ApiError(504, "Timeout", f"Too large resource version: {err.requested}, current: {err.current}",
+                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                     "retryAfterSeconds": 1})
+
+
+def revision(rv: str) -> int:
+    try:
+        revision = int(rv)
+    except ValueError:
+        raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
+    if revision < 0:
+        raise errors.bad_request(f"invalid resourceVersion {rv!r}")
+    return revision
+
+
+def wants_table(request: web.Request) -> bool:
+    return _TABLE in request.headers.get("Accept", "")
+
+
+def wants_metadata(request: web.Request) -> bool:
+    """Metadata-only clients (client-go's metadata informers) ask for PartialObjectMetadata(List)."""
+    return "as=PartialObjectMetadata" in request.headers.get("Accept", "")
+
+
+def partial(obj: Obj) -> Obj:
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata", {})}

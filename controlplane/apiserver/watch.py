@@ -1,0 +1,161 @@
+"""Watches: a stream of ADDED/MODIFIED/DELETED events from the watch cache, with bookmarks (periodic,
+before timeoutSeconds ends, and the `k8s.io/initial-events-end` one after sendInitialEvents), a 410
+ERROR for a resourceVersion the window no longer holds, and the watcher released as soon as its client
+is gone. Events are written from the cache's encoded bytes unless the kind converts or a Table is asked
+for."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from controlplane.apiserver import errors, tables
+from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.request import RequestInfo, bool_param, int_param
+from controlplane.apiserver.responses import (
+    out_raw,
+    partial,
+    revision,
+    too_large,
+    wants_metadata,
+    wants_table,
+)
+from controlplane.storage.cache import CLOSED, GoneError, TooLargeResourceVersionError, WatchCache, encode
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.handlers import RestHandler
+
+Obj = dict[str, Any]
+
+BOOKMARK_INTERVAL = 60.0
+DISCONNECT_CHECK = 5.0  # how often an idle watch looks whether its client is still there
+
+
+async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    """GET with watch=true: the events of a collection (or one object) from a resourceVersion on."""
+    res = info.resource
+    q = request.query
+    predicate, one_name = rest.predicate(request, res)
+    if info.name:
+        one_name = info.name
+        base = predicate
+        predicate = (lambda o: o["metadata"].get("name") == info.name and (base is None or base(o)))  # noqa: E731
+    rv = q.get("resourceVersion", "")
+    bookmarks = bool_param(q, "allowWatchBookmarks")
+    initial = q.get("sendInitialEvents")
+    send_initial = str(initial).lower() == "true"
+    if initial is not None and q.get("resourceVersionMatch") != "NotOlderThan":
+        raise errors.invalid_object("ListOptions", "meta.k8s.io", "", [errors.forbidden(
+            "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")])
+    timeout = float(int_param(q, "timeoutSeconds") or random.uniform(1800, 3600))
+    key_prefix = res.key(info.namespace, one_name) if one_name and (info.namespace or not res.namespaced) else res.prefix(info.namespace)
+    from_revision: int | None
+    error_status: Obj | None = None
+    try:
+        if send_initial:
+            if rv == "":
+                await rest.cache.wait_fresh()
+            elif rv != "0":
+                await rest.cache.wait_for(revision(rv))
+            from_revision = None
+        elif rv in ("", "0"):
+            if rv == "":
+                await rest.cache.wait_fresh()
+            from_revision = None
+        else:
+            from_revision = revision(rv)
+            await rest.cache.wait_for(from_revision)
+    except TooLargeResourceVersionError as err:
+        raise too_large(err) from None
+    watcher = None
+    try:
+        watcher = rest.cache.watch(res.bucket, key_prefix, predicate, from_revision)
+    except GoneError as err:
+        error_status = errors.gone(f"too old resource version: {err.requested} ({err.oldest})").status()
+    initial_count = watcher.queue.qsize() if (watcher and send_initial) else -1
+    initial_rv = rest.cache.revision
+    mode = "table" if wants_table(request) else "metadata" if wants_metadata(request) else "object"
+    response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    rest.active_watches += 1
+    try:
+        if error_status is not None or watcher is None:
+            await response.write(encode({"type": "ERROR", "object": error_status}) + b"\n")
+            return response
+        await _pump(request, response, watcher, res, rest.cache, mode, request.query.get("includeObject", "Metadata"),
+                    bookmarks, timeout, initial_count, initial_rv)
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        rest.active_watches -= 1
+        if watcher is not None:
+            watcher.close()
+    with contextlib.suppress(ConnectionResetError, RuntimeError):
+        await response.write_eof()
+    return response
+
+
+async def _pump(
+    request: web.Request, response: web.StreamResponse, watcher: Any, res: Kind, cache: WatchCache, mode: str, include: str,
+    bookmarks: bool, duration: float, initial_count: int, initial_rv: int,
+) -> None:
+    deadline = time.monotonic() + duration
+    next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
+    sent_headers = False
+    sent = 0
+    if initial_count == 0:
+        await response.write(_bookmark(res, initial_rv, True))
+    while True:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return  # the client went away: release the watcher now, not at the next event
+        now = time.monotonic()
+        remaining = deadline - now
+        if remaining <= 0:
+            # Late (a busy server): still end with the bookmark the client asked for.
+            if bookmarks and watcher.queue.empty():
+                await response.write(_bookmark(res, cache.revision, False))
+            return
+        wait = min(remaining, next_bookmark - now) if bookmarks else remaining
+        # Upstream sends a last bookmark shortly before a watch with timeoutSeconds ends.
+        if bookmarks and remaining > 1:
+            wait = min(wait, remaining - 1 if remaining > 2 else remaining)
+        wait = min(wait, DISCONNECT_CHECK)
+        try:
+            event = await asyncio.wait_for(watcher.queue.get(), max(wait, 0.01))
+        except TimeoutError:
+            if bookmarks and (time.monotonic() >= next_bookmark or deadline - time.monotonic() <= 1.5):
+                if watcher.queue.empty():
+                    await response.write(_bookmark(res, cache.revision, False))
+                next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
+                if deadline - time.monotonic() <= 1.5:
+                    await asyncio.sleep(max(deadline - time.monotonic(), 0))
+                    return
+            continue
+        if event is CLOSED:
+            return
+        if mode == "table":
+            obj = tables.table(res, [event.obj.obj], include, headers=not sent_headers)
+            sent_headers = True
+            line = encode({"type": event.type, "object": obj})
+        elif mode == "metadata":
+            line = encode({"type": event.type, "object": partial(event.obj.obj)})
+        else:
+            line = b"".join([b'{"type":"', event.type.encode(), b'","object":', out_raw(res, event.obj), b"}"])
+        await response.write(line + b"\n")
+        sent += 1
+        if sent == initial_count:
+            await response.write(_bookmark(res, initial_rv, True))
+
+
+def _bookmark(res: Kind, rv: int, initial_end: bool) -> bytes:
+    meta: Obj = {"resourceVersion": str(rv), "creationTimestamp": None}
+    if initial_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    return encode({"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}}) + b"\n"

@@ -1,0 +1,88 @@
+"""Rules upstream's validation enforces that the server once let through (issue 22 item 6): sysctl names,
+and ConfigMaps and Secrets marked immutable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+pytestmark = pytest.mark.integration
+
+SYSCTL_REGEX = r"^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$"
+FROZEN = "Forbidden: field is immutable when `immutable` is set"
+
+
+def _pod(name: str, sysctls: list[tuple[str, str]], **spec: object) -> client.V1Pod:
+    return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=client.V1PodSpec(
+        containers=[client.V1Container(name="c", image="busybox")],
+        security_context=client.V1PodSecurityContext(sysctls=[client.V1Sysctl(name=n, value=v) for n, v in sysctls]),
+        **spec))
+
+
+def _message(err: pytest.ExceptionInfo[ApiException]) -> str:
+    assert err.value.status == 422
+    return json.loads(err.value.body)["message"]
+
+
+def test_sysctl_names_are_validated(v1: client.CoreV1Api, namespace: str) -> None:
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod(namespace, _pod("upper", [("Kernel.SHM_rmid", "1")]))
+    assert _message(err) == (
+        'Pod "upper" is invalid: spec.securityContext.sysctls[0].name: Invalid value: "Kernel.SHM_rmid": '
+        f"must have at most 253 characters and match regex {SYSCTL_REGEX}")
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod(namespace, _pod("dots", [("net..ipv4", "1"), ("kernel.shmmax", "1"), ("kernel.shmmax", "2")]))
+    message = _message(err)
+    assert 'spec.securityContext.sysctls[0].name: Invalid value: "net..ipv4"' in message
+    assert 'spec.securityContext.sysctls[2].name: Duplicate value: "kernel.shmmax"' in message
+    # A namespaced sysctl of a namespace the pod shares with its host would change the host's.
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod(namespace, _pod("hostnet", [("net.ipv4.ip_local_port_range", "1024 65535")], host_network=True))
+    assert _message(err) == (
+        'Pod "hostnet" is invalid: spec.securityContext.sysctls[0].name: Invalid value: '
+        "\"net.ipv4.ip_local_port_range\": may not be specified when 'hostNetwork' is true")
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod(namespace, _pod("hostipc", [("kernel/shm_rmid_forced", "1")], host_ipc=True))
+    assert "may not be specified when 'hostIPC' is true" in _message(err)
+    # Well-formed names (dots or slashes) are the node's business: the kubelet decides which it allows.
+    ok = v1.create_namespaced_pod(namespace, _pod("ok", [("kernel.shm_rmid_forced", "1"), ("net/ipv4/ip_unprivileged_port_start", "0")]))
+    assert [s.name for s in ok.spec.security_context.sysctls] == ["kernel.shm_rmid_forced", "net/ipv4/ip_unprivileged_port_start"]
+
+
+def test_immutable_config_maps_keep_their_data(v1: client.CoreV1Api, namespace: str) -> None:
+    v1.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="frozen"), data={"a": "1"}, binary_data={"b": "Yg=="}, immutable=True))
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_config_map("frozen", namespace, {"data": {"a": "2"}})
+    assert _message(err) == f'ConfigMap "frozen" is invalid: data: {FROZEN}'
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_config_map("frozen", namespace, {"binaryData": {"b": "Yw=="}})
+    assert _message(err) == f'ConfigMap "frozen" is invalid: binaryData: {FROZEN}'
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_config_map("frozen", namespace, {"immutable": False})
+    assert _message(err) == f'ConfigMap "frozen" is invalid: immutable: {FROZEN}'
+    current = v1.read_namespaced_config_map("frozen", namespace)
+    current.data = {"a": "3"}
+    current.immutable = None
+    with pytest.raises(ApiException) as err:
+        v1.replace_namespaced_config_map("frozen", namespace, current)
+    assert _message(err) == f'ConfigMap "frozen" is invalid: [immutable: {FROZEN}, data: {FROZEN}]'
+    # Its metadata may still change, and it may be deleted.
+    labelled = v1.patch_namespaced_config_map("frozen", namespace, {"metadata": {"labels": {"x": "y"}}})
+    assert labelled.metadata.labels == {"x": "y"} and labelled.data == {"a": "1"}
+    v1.delete_namespaced_config_map("frozen", namespace)
+
+
+def test_immutable_secrets_keep_their_data(v1: client.CoreV1Api, kubectl, namespace: str) -> None:  # type: ignore[no-untyped-def]
+    v1.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="frozen"), data={"a": "MQ=="}, immutable=True))
+    bad = kubectl.run("patch", "-n", namespace, "secret", "frozen", "-p", '{"stringData":{"a":"2"}}', check=False)
+    assert bad.returncode != 0 and f'The Secret "frozen" is invalid: data: {FROZEN}' in bad.stderr
+    bad = kubectl.run("patch", "-n", namespace, "secret", "frozen", "-p", '{"immutable":false}', check=False)
+    assert bad.returncode != 0 and f"immutable: {FROZEN}" in bad.stderr
+    bad = kubectl.run("patch", "-n", namespace, "secret", "frozen", "-p", '{"type":"kubernetes.io/tls"}', check=False)
+    assert bad.returncode != 0 and 'type: Invalid value: "kubernetes.io/tls": field is immutable' in bad.stderr
+    assert v1.read_namespaced_secret("frozen", namespace).data == {"a": "MQ=="}
