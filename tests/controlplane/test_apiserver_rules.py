@@ -86,3 +86,23 @@ def test_immutable_secrets_keep_their_data(v1: client.CoreV1Api, kubectl, namesp
     bad = kubectl.run("patch", "-n", namespace, "secret", "frozen", "-p", '{"type":"kubernetes.io/tls"}', check=False)
     assert bad.returncode != 0 and 'type: Invalid value: "kubernetes.io/tls": field is immutable' in bad.stderr
     assert v1.read_namespaced_secret("frozen", namespace).data == {"a": "MQ=="}
+
+
+def test_default_toleration_seconds_as_upstreams_admission_adds_them(v1: client.CoreV1Api, namespace: str) -> None:
+    """A pod gets the 300 s NoExecute tolerations for not-ready and unreachable unless it already
+    tolerates that taint with NoExecute (or with no effect), by key or with an empty key."""
+
+    def defaults(name: str, tolerations: list[client.V1Toleration]) -> set[tuple[str, int]]:
+        pod = v1.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=client.V1PodSpec(
+            containers=[client.V1Container(name="c", image="busybox")], tolerations=tolerations)))
+        return {(t.key, t.toleration_seconds) for t in pod.spec.tolerations if t.toleration_seconds == 300}
+
+    both = {("node.kubernetes.io/not-ready", 300), ("node.kubernetes.io/unreachable", 300)}
+    assert defaults("plain", []) == both
+    # Tolerating the taint for NoSchedule only is not tolerating its NoExecute form.
+    assert defaults("noschedule", [client.V1Toleration(key="node.kubernetes.io/unreachable", operator="Exists",
+                                                       effect="NoSchedule")]) == both
+    # Tolerating everything (empty key and effect) needs no defaults.
+    assert defaults("everything", [client.V1Toleration(operator="Exists")]) == set()
+    own = client.V1Toleration(key="node.kubernetes.io/not-ready", operator="Exists", effect="NoExecute", toleration_seconds=60)
+    assert defaults("own", [own]) == {("node.kubernetes.io/unreachable", 300)}

@@ -29,6 +29,12 @@ Obj = dict[str, Any]
 _TERMINAL = ("Succeeded", "Failed")
 # Added by admission plugins upstream (DefaultTolerationSeconds).
 _DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _tolerates_no_execute(toleration: Obj, key: str) -> bool:
+    """upstream's DefaultTolerationSeconds test: the pod already tolerates the taint when a toleration
+    names its key (or no key at all) with effect NoExecute (or no effect)."""
+    return toleration.get("key") in (key, "", None) and toleration.get("effect") in ("NoExecute", "", None)
 # What a pod update may change in the spec (upstream ValidatePodUpdate).
 _MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates")
 _SPEC_UPDATE = (
@@ -95,7 +101,7 @@ class Pod(Kind):
             spec.setdefault("enableServiceLinks", True)
             tolerations = spec.setdefault("tolerations", [])
             for key in _DEFAULT_TOLERATIONS:
-                if not any(t.get("key") == key for t in tolerations):
+                if not any(_tolerates_no_execute(t, key) for t in tolerations if isinstance(t, dict)):
                     tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
 
     def prepare_for_create(self, obj: Obj) -> None:
