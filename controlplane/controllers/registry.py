@@ -7,6 +7,7 @@ on, `-name` turns one off (`*,-podgc`: all the defaults but pod GC).
 from __future__ import annotations
 
 from controlplane.controllers.base import Controller
+from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.replicaset import ReplicaSetController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
@@ -15,6 +16,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
     for c in (
         ReplicaSetController,
+        DeploymentController,
         ServiceAccountController,
         RootCAPublisher,
     )
