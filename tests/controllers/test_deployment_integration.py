@@ -312,3 +312,22 @@ async def test_rollback_annotation_goes_back_to_a_revision(apiserver, v1, apps, 
         assert back.metadata.name == first  # the old ReplicaSet is new again, with the next revision
         assert back.metadata.annotations["deployment.kubernetes.io/revision-history"] == "1"
         assert 'Rolled back deployment "web" to revision 1' in events(v1, namespace, "DeploymentRollback")
+
+
+async def test_a_settled_deployment_writes_nothing(apiserver, v1, apps, namespace):
+    """Syncing a rolled-out Deployment again and again changes no object: writes happen only on change."""
+    async with running(apiserver, "replicaset", "deployment") as manager, kubelet(apiserver, namespace):
+        apps.create_namespaced_deployment(namespace, deployment("web", 3))
+        await eventually(lambda: (x := rolled_out(apps, namespace, "web", 3)) and
+                         condition(x, "Progressing").reason == "NewReplicaSetAvailable", what="settled")
+        controller = next(c for c in manager.controllers if c.name == "deployment")
+        d = apps.read_namespaced_deployment("web", namespace)
+        [rs] = replica_sets(apps, namespace)
+        writes, syncs = controller.writes, controller.syncs
+        for _ in range(5):
+            controller.queue.add(f"{namespace}/web")
+            await eventually(lambda s=controller.syncs: controller.syncs > s, what="another sync")
+        assert controller.syncs >= syncs + 5
+        assert controller.writes == writes
+        assert apps.read_namespaced_deployment("web", namespace).metadata.resource_version == d.metadata.resource_version
+        assert replica_sets(apps, namespace)[0].metadata.resource_version == rs.metadata.resource_version
