@@ -7,6 +7,7 @@ on, `-name` turns one off (`*,-podgc`: all the defaults but pod GC).
 from __future__ import annotations
 
 from controlplane.controllers.base import Controller
+from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.podgc import PodGCController
@@ -19,6 +20,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
     for c in (
         ReplicaSetController,
+        DeploymentController,
         GarbageCollector,
         ServiceAccountController,
         RootCAPublisher,
