@@ -34,10 +34,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.cri import CRIClient
-from bench.agent.startup import ProcWatch, run_on_stack
+from bench.agent.startup import ProcWatch
+from bench.reporting import add_run_options, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from kubeclient.errors import ApiError
+from pykubelet.rig.onstack import run_on_stack
 from pykubelet.rig.stack import Stack
 
 NS = "bench-deploy"
@@ -273,7 +275,7 @@ def markdown(report: dict) -> str:
                      f"{d['kubectl_apply_seconds']} | {f['store_writes']} | {d['store_writes']} | {d['deployment_changes']} | "
                      f"{d['replicaset_changes']} | {cpu.get('controller-manager', '-')} | {cpu.get('apiserver', '-')} |")
     lines += ["", f"Median floor {report['floor_seconds_median']} s, median deployment {report['deployment_seconds_median']} s: "
-              f"ratio {report['ratio_of_medians']} (goal: at most 1.3).", "", "![plot](deployment.svg)", ""]
+              f"ratio {report['ratio_of_medians']} (goal: at most 1.3).", ""]
     return "\n".join(lines)
 
 
@@ -281,17 +283,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--smoke", action="store_true", help="10 replicas, 1 round")
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    add_run_options(parser)
     args = parser.parse_args()
+    out = out_dir(parser, args)
     replicas, rounds = (10, 1) if args.smoke else (args.replicas, args.rounds)
-    report = run_on_stack("pykbd0", "10.245.0.0/24", lambda stack: bench(stack, replicas, rounds))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "deployment.json").write_text(json.dumps(report, indent=2))
-    (out / "deployment.svg").write_text(svg_plot(report))
-    (out / "deployment.md").write_text(markdown(report))
-    print(markdown(report))
+    report = run_on_stack(lambda stack: bench(stack, replicas, rounds), tag="d")
+    text = markdown(report)
+    print(text)
+    write_report(out, "controllers-deployment", report, text, svg_plot(report))
     return 0
 
 
