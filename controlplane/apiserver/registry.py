@@ -243,7 +243,7 @@ class Registry:
         if res.namespaced and new_meta.get("namespace", cur_meta.get("namespace")) != cur_meta.get("namespace"):
             raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         sub = res.subresource(subresource) if subresource else None
-        if sub is not None:
+        if sub is not None and not sub.whole_object:
             return sub.merge(current, desired)
         new = dict(desired)
         new["apiVersion"] = current.get("apiVersion")
@@ -261,6 +261,10 @@ class Registry:
         if "managedFields" not in meta and "managedFields" in cur_meta:
             meta["managedFields"] = cur_meta["managedFields"]
         new["metadata"] = meta
+        if sub is not None:
+            new = sub.merge(current, new)
+            res.prepare_for_status_update(new, current)
+            return new
         res.prepare_for_update(new, current)
         return new
 

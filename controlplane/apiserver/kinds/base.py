@@ -70,8 +70,14 @@ class Subresource:
     verbs: tuple[str, ...] = ("get", "patch", "update")
     schema: str = ""  # the body's root type in fields.json ("" = the parent's)
 
+    # True: the body is the whole object, and the generic store first applies its metadata rules to it
+    # (system fields kept, the rest of metadata taken from the body) before `merge` (upstream's status
+    # strategies: a status update may change labels and annotations, never the spec).
+    whole_object: bool = False
+
     def merge(self, current: Obj, desired: Obj) -> Obj:
-        """The object after an update through this subresource (`desired` is the request body)."""
+        """The object after an update through this subresource (`desired` is the request body, or the
+        body with the store's metadata rules applied, for `whole_object` subresources)."""
         return desired
 
     def handles(self, verb: str) -> bool:
@@ -79,15 +85,22 @@ class Subresource:
 
 
 class StatusSubresource(Subresource):
-    """`<kind>/status`: updates change the status and nothing else (the main resource keeps it)."""
+    """`<kind>/status`: an update may change the status and the metadata, never the spec (upstream's
+    <kind>StatusStrategy.PrepareForUpdate: `new.Spec = old.Spec`); kinds reset more through
+    `Kind.prepare_for_status_update` (a Deployment's labels, a Pod's ownerReferences)."""
 
     name = "status"
+    whole_object = True
 
     def __init__(self, kind: str = "", group: str = "") -> None:
         self.kind, self.group = kind, group
 
     def merge(self, current: Obj, desired: Obj) -> Obj:
-        new = dict(current)
+        new = dict(desired)
+        if "spec" in current:
+            new["spec"] = current["spec"]
+        else:
+            new.pop("spec", None)
         new["status"] = desired.get("status", {})
         return new
 
@@ -199,6 +212,9 @@ class Kind:
                 new["status"] = old["status"]
             else:
                 new.pop("status", None)
+
+    def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
+        """What a status update may not change beyond the spec (upstream's status strategies)."""
 
     def validate_name(self, path: str, name: str) -> list[FieldError]:
         return dns_subdomain(path, name)

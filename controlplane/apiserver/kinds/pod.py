@@ -107,6 +107,19 @@ class Pod(Kind):
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
 
+    def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
+        # upstream's podStatusStrategy: "old kubelets corrupt" ownerReferences, so pods/status never
+        # touches them (the garbage collector depends on them).
+        refs = (old.get("metadata") or {}).get("ownerReferences")
+        if refs is None:
+            new["metadata"].pop("ownerReferences", None)
+        else:
+            new["metadata"]["ownerReferences"] = refs
+        # The QoS class is set at creation and immutable; a status without it keeps the old one.
+        status = new.setdefault("status", {})
+        if isinstance(status, dict) and not status.get("qosClass") and (old.get("status") or {}).get("qosClass"):
+            status["qosClass"] = old["status"]["qosClass"]
+
     def validate_spec(self, obj: Obj) -> list[FieldError]:
         return podspec.validate_pod_spec(obj.get("spec"))
 

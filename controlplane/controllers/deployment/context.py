@@ -6,10 +6,8 @@ object as the API server last returned it, so each write sends only what changed
 resourceVersion (upstream discards the returned object and its next write of the same sync conflicts; we
 keep it and do not pay that 409 and retry).
 
-Upstream's status strategy lets a /status write change annotations (it resets only spec and labels), and
-the controller relies on that to publish the revision annotation. Our API server keeps all of metadata
-out of a /status write, so a changed annotation is written through the main resource first (spec
-unchanged, so the generation does not move), then the status. The result is the same object.
+A /status write carries the revision annotation too: upstream's status strategy resets only the spec
+and the labels, and the controller relies on that to publish the revision in the same write.
 """
 
 from __future__ import annotations
@@ -98,15 +96,15 @@ class SyncContext:
         self.writes += 1
 
     async def update_status(self) -> None:
-        """Store the working copy's status (and annotations, see the module docstring) if they changed."""
+        """Store the working copy's status and annotations (one /status write) if they changed."""
         path = deployment_path(self.namespace, self.name)
-        if annotations(self.d) != annotations(self.stored):
+        status = self.d.get("status") or {}
+        changed_annotations = annotations(self.d) != annotations(self.stored)
+        if changed_annotations or significant(status) != significant(self.stored.get("status") or {}):
             body = copy.deepcopy(self.stored)
             body["metadata"]["annotations"] = dict(annotations(self.d))
-            self._stored(await self.client.replace(path, body))
-        status = self.d.get("status") or {}
-        if significant(status) != significant(self.stored.get("status") or {}):
-            self._stored(await self.client.replace(f"{path}/status", {**self.stored, "status": status}))
+            body["status"] = status
+            self._stored(await self.client.replace(f"{path}/status", body))
 
     async def update(self) -> None:
         """Store the working copy's spec and metadata (a rollback)."""
