@@ -10,7 +10,7 @@ from controlplane.controllers.base import Controller
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.podgc import PodGCController
-from controlplane.controllers.replicaset import ReplicaSetController
+from controlplane.controllers.replicaset import ReplicaSetController, ReplicationControllerController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
 from controlplane.controllers.tainteviction import TaintEvictionController
@@ -19,6 +19,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
     for c in (
         ReplicaSetController,
+        ReplicationControllerController,
         GarbageCollector,
         ServiceAccountController,
         RootCAPublisher,
