@@ -11,7 +11,7 @@ from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.podgc import PodGCController
-from controlplane.controllers.replicaset import ReplicaSetController
+from controlplane.controllers.replicaset import ReplicaSetController, ReplicationControllerController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
 from controlplane.controllers.tainteviction import TaintEvictionController
@@ -21,6 +21,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
     for c in (
         ReplicaSetController,
         DeploymentController,
+        ReplicationControllerController,
         GarbageCollector,
         ServiceAccountController,
         RootCAPublisher,

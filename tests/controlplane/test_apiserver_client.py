@@ -249,7 +249,10 @@ def test_graceful_pod_deletion_and_uid_precondition(v1: client.CoreV1Api, namesp
     with pytest.raises(ApiException) as err:
         v1.delete_namespaced_pod("bound", namespace, body=client.V1DeleteOptions(
             grace_period_seconds=0, preconditions=client.V1Preconditions(uid="not-the-uid")))
-    assert err.value.status == 409 and "Precondition failed: UID in precondition" in json.loads(err.value.body)["message"]
+    # rest.BeforeDelete's text, naming the kind.
+    assert err.value.status == 409 and json.loads(err.value.body)["message"] == (
+        f'Operation cannot be fulfilled on Pod "bound": the UID in the precondition (not-the-uid) does not match '
+        f"the UID in record ({p.metadata.uid}). The object might have been deleted and then recreated")
     v1.delete_namespaced_pod("bound", namespace, body=client.V1DeleteOptions(
         grace_period_seconds=0, preconditions=client.V1Preconditions(uid=p.metadata.uid)))
     with pytest.raises(ApiException) as err:

@@ -11,8 +11,9 @@ Strategy hooks, in the order a write meets them (upstream's generic store, regis
 create: default -> prepare_for_create -> admission `admit` -> validate -> admission `validate` -> begin_create
 update: prepare_for_update (or the subresource's merge) -> default -> admission `admit` -> validate and
         validate_update -> admission `validate`
-delete: check_delete; deletion_grace and held decide whether the object goes now or is marked
-        (deletionTimestamp, and on_deleting for the rest)
+delete: check_delete -> check_delete_preconditions -> (graceful kinds) deletion_grace ->
+        deletion_finalizers (the garbage collector's, from gc_policy) -> held decides whether the object
+        goes now or is marked (deletionTimestamp, and on_deleting for the rest); deletion.py decides
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from controlplane.apiserver import smp_schema, tables
+from controlplane.apiserver import deletion, smp_schema, tables
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.validation import dns_subdomain, object_meta
 
@@ -144,8 +145,16 @@ class Kind:
     # --- its strategy -----------------------------------------------------------------------------
     # metadata.generation starts at 1 and grows with every change of the spec.
     generation: ClassVar[bool] = False
-    # DELETE answers with the object rather than a Status (upstream's ReturnDeletedObject).
+    # DELETE answers with the object rather than a Status once it is gone (upstream's
+    # ReturnDeletedObject: pods, podtemplates, services, serviceaccounts, namespaces).
     return_deleted_object: ClassVar[bool] = False
+    # What a DELETE naming no propagation does with dependents (upstream's
+    # DefaultGarbageCollectionPolicy): DeleteDependents (background), OrphanDependents, or Unsupported
+    # (never the garbage collector's finalizers: events).
+    gc_policy: ClassVar[str] = deletion.DELETE_DEPENDENTS
+    # Graceful deletion (upstream's RESTGracefulDeleteStrategy): a DELETE marks the object for a grace
+    # period (`deletion_grace`) and a later DELETE with gracePeriodSeconds=0 removes it (pods).
+    graceful: ClassVar[bool] = False
 
     def __init__(self) -> None:
         if not self.singular:
@@ -238,9 +247,18 @@ class Kind:
     def check_delete(self, name: str) -> None:
         """Raise an ApiError if the object may never be deleted."""
 
-    def deletion_grace(self, obj: Obj, options: DeleteOptions) -> int:
-        """Seconds the object stays (marked) after a DELETE; 0 removes it at once unless held."""
+    def check_delete_preconditions(self, obj: Obj, options: DeleteOptions) -> None:
+        """A 409 when the DELETE's preconditions (uid, resourceVersion) do not hold."""
+        deletion.check_preconditions(self, obj, options)
+
+    def deletion_grace(self, obj: Obj, grace: int | None) -> int:
+        """Graceful kinds: seconds the object stays (marked) after a first DELETE asking for `grace`
+        (None: the kind's default); 0 removes it at once unless held (upstream's CheckGracefulDelete)."""
         return 0
+
+    def deletion_finalizers(self, obj: Obj, options: DeleteOptions) -> list[str] | None:
+        """The finalizers the object has after a DELETE with `options` (None: unchanged)."""
+        return deletion.gc_finalizers(list((obj.get("metadata") or {}).get("finalizers") or []), options, self.gc_policy)
 
     def held(self, obj: Obj) -> bool:
         """Whether something still holds the object (finalizers) once it is marked for deletion."""
