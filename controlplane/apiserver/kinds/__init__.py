@@ -29,6 +29,8 @@ from controlplane.apiserver.kinds import (
     selfsubjectreview,
     service,
     serviceaccount,
+    subjectaccessreview,
+    tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
 
@@ -48,7 +50,9 @@ KINDS: list[Kind] = [
     replicaset.KIND,
     controllerrevision.KIND,
     eventsv1.KIND,
+    tokenreview.KIND,
     selfsubjectreview.KIND,
+    subjectaccessreview.KIND,
     priorityclass.KIND,
     lease.KIND,
     runtimeclass.KIND,
