@@ -263,7 +263,10 @@ async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki
     trusted, with_cert = kubelet_tls(), kubelet_tls(client_pki)
     logs = f"{base}/containerLogs/default/{name}/main"
     async with aiohttp.ClientSession() as http:
+        # Upstream's secure port authenticates /healthz too (the open one is healthzPort, 10248).
         async with http.get(f"{base}/healthz", ssl=trusted) as resp:
+            assert (resp.status, await resp.text()) == (401, "Unauthorized")
+        async with http.get(f"{base}/healthz", ssl=with_cert) as resp:
             assert (resp.status, await resp.text()) == (200, "ok")
         async with http.get(logs, ssl=trusted) as resp:
             assert resp.status == 401  # no client certificate, anonymous off
