@@ -34,6 +34,11 @@ log = logging.getLogger("controlplane.apiserver")
 # Reachable without credentials, as upstream's system:public-info-viewer role allows.
 INSECURE_USER = UserInfo("system:admin", groups=("system:masters", "system:authenticated"))
 PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
+# TLS 1.2 suites: forward-secret AEAD only. Security level 0 lets a client that sends no
+# signature_algorithms (busybox's wget, in many a pod) get the SHA-1 handshake signature TLS 1.2 then
+# prescribes, as Go's TLS server (and so kube-apiserver 1.32) grants it; every other client negotiates
+# SHA-256 or better, and TLS 1.3 is untouched.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:@SECLEVEL=0"
 
 
 @dataclass
@@ -101,6 +106,7 @@ class ApiServer:
             ssl_context.load_verify_locations(self.pki.ca_cert)
             ssl_context.verify_mode = ssl.CERT_OPTIONAL
             ssl_context.options |= ssl.OP_NO_RENEGOTIATION
+            ssl_context.set_ciphers(TLS12_CIPHERS)
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bind, self.config.port, ssl_context=ssl_context, backlog=2048)

@@ -394,3 +394,17 @@ def test_max_token_expiration_shortens_with_a_warning(tmp_path: Path) -> None:
         claims = claims_of(body["status"]["token"])
         assert claims["exp"] - claims["iat"] == 7200
         assert headers["Warning"] == '299 - "requested expiration of 86400 seconds shortened to 7200 seconds"'
+
+
+def test_busybox_wget_can_talk_to_the_server(server: ApiServer) -> None:
+    """busybox's own TLS (what a pod's wget uses, with no openssl beside it) sends no
+    signature_algorithms; the server still completes the handshake, as kube-apiserver does."""
+    import subprocess
+
+    busybox = Path("/bin/busybox")
+    if not busybox.exists():
+        pytest.skip("busybox-static is not installed")
+    proc = subprocess.run([str(busybox), "wget", "-q", "-O", "-", "--no-check-certificate", f"{server.url}/version"],
+                          env={"PATH": "/nonexistent"}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["major"] == "1"
