@@ -46,6 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--controller-manager-port", type=int, default=10257,
                         help="the controller manager's healthz/metrics HTTPS port (0: none)")
+    parser.add_argument("--service-account-issuer", action="append", default=[],
+                        help="issuer of service-account tokens (repeat to accept more; the first signs)")
+    parser.add_argument("--api-audiences", default="", help="comma-separated audiences of the API (default: the issuers)")
+    parser.add_argument("--service-account-max-token-expiration", type=_duration, default=0,
+                        help="longest lifetime a TokenRequest gets, e.g. 24h (default: no limit)")
+    parser.add_argument("--service-account-extend-token-expiration", action=argparse.BooleanOptionalAction, default=True,
+                        help="issue the admission plugin's 3607 s pod tokens for a year, flagged stale after 3607 s")
+    parser.add_argument("--service-account-jwks-uri", default="", help="jwks_uri of the OpenID discovery document")
+    parser.add_argument("--disable-admission-plugins", default="",
+                        help="comma-separated admission plugins to turn off (e.g. ServiceAccount)")
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -83,7 +93,28 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
         await server.stop()
 
 
+def _duration(text: str) -> float:
+    from kubeclient.duration import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _admission_plugins(text: str) -> list[str]:
+    from controlplane.apiserver.admission import known_plugins
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = known_plugins()
+    for name in names:
+        if name not in known:
+            raise SystemExit(f'admission plugin "{name}" is unknown (known: {", ".join(known)})')
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
+    from controlplane.apiserver.satokens import DEFAULT_ISSUER
     from controlplane.apiserver.server import ServerConfig
 
     logging.basicConfig(
@@ -101,6 +132,12 @@ def run(args: argparse.Namespace) -> int:
         compact_interval=args.compact_interval,
         event_ttl=args.event_ttl,
         extra_sans=args.tls_san,
+        service_account_issuers=args.service_account_issuer or [DEFAULT_ISSUER],
+        api_audiences=[a for a in args.api_audiences.split(",") if a],
+        max_token_expiration=int(args.service_account_max_token_expiration),
+        extend_token_expiration=args.service_account_extend_token_expiration,
+        jwks_uri=args.service_account_jwks_uri,
+        disable_admission_plugins=_admission_plugins(args.disable_admission_plugins),
     )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(serve(config, args))

@@ -202,6 +202,8 @@ class PodWorker:
             self._forget_probes()
             await self._kill(rt, MIN_GRACE, None)
             await self._remove_all(await ctx.inspector.inspect(self.uid))
+            if ctx.volumes is not None:
+                ctx.volumes.forget(self.uid)
             return SyncResult(done=True)
         if pod["metadata"].get("deletionTimestamp"):
             return await self._terminate(pod, rt)
@@ -225,6 +227,7 @@ class PodWorker:
         acted, next_in = await self._converge(pod, rt)
         if not acted:
             await self._gc(rt)
+            next_in = min(next_in, await self._refresh_volumes(pod))
         if deadline_in is not None:
             next_in = min(next_in, deadline_in)
         return SyncResult(next_in=0 if acted else next_in)
@@ -563,6 +566,20 @@ class PodWorker:
             self.ctx.recorder.event(pod, WARNING, "FailedMount", f"MountVolume.SetUp failed: {err}")
             return None
         return self._volumes
+
+    async def _refresh_volumes(self, pod: dict[str, Any]) -> float:
+        """Rewrite the projected volumes whose service-account token is due (upstream remounts them on
+        its periodic sync); seconds until the next one is due."""
+        volumes = self.ctx.volumes
+        if volumes is None:
+            return math.inf
+        try:
+            await volumes.refresh(pod)
+        except (VolumeError, ApiError) as err:
+            self.ctx.recorder.event(pod, WARNING, "FailedMount", str(err))
+            return RETRY_AFTER_ERROR
+        due = volumes.refresh_in(self.uid)
+        return math.inf if due is None else due
 
     def _pod_dir(self) -> Path:
         return Path(self.ctx.cfg.root_dir) / "pods" / self.uid

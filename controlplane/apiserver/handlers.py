@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from controlplane.apiserver import errors, fieldselect, ssa, tables, typed
-from controlplane.apiserver.authn import USER_KEY, UserInfo
+from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
@@ -38,6 +38,7 @@ from controlplane.apiserver.responses import (
     wants_metadata,
     wants_table,
 )
+from controlplane.apiserver.satokens import TokenIssuer
 from controlplane.apiserver.watch import serve_watch
 from controlplane.storage import CompactedError
 from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, encode
@@ -60,6 +61,8 @@ class RestHandler:
         self.authorizer = authorizer
         self.active_watches = 0
         self.kubelet: KubeletClient | None = None  # set when the server has a client certificate for nodes
+        self.authenticator: Authenticator | None = None  # bearer-token authentication, for TokenReview
+        self.token_issuer: TokenIssuer | None = None  # signs serviceaccounts/<name>/token
 
     # --- routing -------------------------------------------------------------------------------------
 

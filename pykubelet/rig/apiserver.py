@@ -34,7 +34,11 @@ class ApiServer:
 
     The scheduler and the controller manager that `pykubelet server` supervises are off unless
     `scheduler=True` / `controllers=True`: most tests bind pods themselves or run the loop under test
-    on their own, and a supervised one would race them."""
+    on their own, and a supervised one would race them.
+
+    Without the controller manager no namespace gets its `default` ServiceAccount, so the ServiceAccount
+    admission plugin would refuse every pod: it is off unless `service_account_admission=True` (default:
+    on exactly when the controllers run), as upstream's integration-test servers turn it off."""
 
     def __init__(
         self,
@@ -44,6 +48,7 @@ class ApiServer:
         scheduler: bool = False,
         controllers: bool = False,
         controller_manager_port: int | None = None,
+        service_account_admission: bool | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -53,6 +58,8 @@ class ApiServer:
         self.controllers = controllers
         self.controller_manager_port = controller_manager_port or (free_port() if controllers else 0)
         self.extra_args = list(extra_args or [])
+        if not (controllers if service_account_admission is None else service_account_admission):
+            self.extra_args += ["--disable-admission-plugins", "ServiceAccount"]
         self.log_path = Path(log_path) if log_path else self.data_dir / "apiserver.log"
         self.daemon = Daemon("pykubelet server", self.command(), self.log_path)
 

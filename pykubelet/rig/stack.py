@@ -145,8 +145,11 @@ class Stack:
             self._started("containerd")
             # The server runs the scheduler and the controller manager as its children, so pods without a
             # nodeName land on our node and every namespace gets its service account and CA bundle.
+            # On every address, as upstream's default: pods reach it through their gateway (this host), with
+            # the credentials the ServiceAccount admission plugin mounts for them.
             self.apiserver = ApiServer(
-                d / "apiserver", port=self.config.api_port or free_port(), scheduler=True, controllers=True
+                d / "apiserver", port=self.config.api_port or free_port(), scheduler=True, controllers=True,
+                extra_args=["--bind-address", "0.0.0.0"],
             )
             self.apiserver.daemon.on_spawn = self._spawned
             self.apiserver.start()

@@ -263,7 +263,10 @@ async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki
     trusted, with_cert = kubelet_tls(), kubelet_tls(client_pki)
     logs = f"{base}/containerLogs/default/{name}/main"
     async with aiohttp.ClientSession() as http:
+        # Upstream's secure port authenticates /healthz too (the open one is healthzPort, 10248).
         async with http.get(f"{base}/healthz", ssl=trusted) as resp:
+            assert (resp.status, await resp.text()) == (401, "Unauthorized")
+        async with http.get(f"{base}/healthz", ssl=with_cert) as resp:
             assert (resp.status, await resp.text()) == (200, "ok")
         async with http.get(logs, ssl=trusted) as resp:
             assert resp.status == 401  # no client certificate, anonymous off
@@ -363,3 +366,33 @@ async def test_kubelet_api_probe_metrics(agent: Agent, test_images: RigImages, c
     assert counts and int(counts[0].rsplit(" ", 1)[1]) >= 1
     assert 'prober_probe_duration_seconds_count{probe_type="Readiness",handler="exec"}' in text
     await agent.client.delete(f"/api/v1/namespaces/default/pods/{name}")
+
+
+async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(agent: Agent, caplog: pytest.LogCaptureFixture):
+    """A service-account token on the kubelet API: reviewed by the real API server (TokenReview), the
+    request authorized there (SubjectAccessReview; allow-all here); a bad token is a bare 401; neither
+    token reaches a log line."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    client = agent.client
+    account = f"caller-{uuid.uuid4().hex[:6]}"
+    await client.create("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": account}})
+    issued = await client.create(f"/api/v1/namespaces/default/serviceaccounts/{account}/token",
+                                 {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    token = issued["status"]["token"]
+    forged = token[:-12] + "AAAAAAAAAAAA"
+    assert agent.server is not None
+    url = f"https://127.0.0.1:{agent.server.port}/pods"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
+            assert resp.status == 200 and (await resp.json())["kind"] == "PodList"
+        async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {forged}"}) as resp:
+            assert (resp.status, await resp.text()) == (401, "Unauthorized")
+        async with http.get(url, ssl=kubelet_tls()) as resp:
+            assert resp.status == 401
+    assert any("kubelet api request user=system:serviceaccount:default:" in r.getMessage() for r in caplog.records)
+    for record in caplog.records:
+        text = record.getMessage()
+        assert token.split(".")[2] not in text and forged.split(".")[2][:-12] not in text
+    await client.delete(f"/api/v1/namespaces/default/serviceaccounts/{account}")

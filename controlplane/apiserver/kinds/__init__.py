@@ -30,6 +30,8 @@ from controlplane.apiserver.kinds import (
     selfsubjectreview,
     service,
     serviceaccount,
+    subjectaccessreview,
+    tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
 
@@ -50,7 +52,9 @@ KINDS: list[Kind] = [
     replicaset.KIND,
     controllerrevision.KIND,
     eventsv1.KIND,
+    tokenreview.KIND,
     selfsubjectreview.KIND,
+    subjectaccessreview.KIND,
     priorityclass.KIND,
     lease.KIND,
     runtimeclass.KIND,
