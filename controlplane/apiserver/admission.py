@@ -21,7 +21,7 @@ Obj = dict[str, Any]
 
 @dataclass
 class AdmissionRequest:
-    operation: str  # CREATE, UPDATE
+    operation: str  # CREATE, UPDATE, DELETE
     kind: Kind
     subresource: str
     namespace: str
@@ -34,13 +34,15 @@ class AdmissionRequest:
 
 class Plugin(Protocol):
     """A plugin implements `admit(request)` (may change request.obj), `validate(request)`, or both;
-    either raises an ApiError to refuse the write."""
+    either raises an ApiError to refuse the write. Plugins that judge deletes implement
+    `admit_delete(request)` (request.old is the object)."""
 
 
 class AdmissionChain:
     def __init__(self, plugins: list[Any]) -> None:
         self.mutating = [p for p in plugins if callable(getattr(p, "admit", None))]
         self.validating = [p for p in plugins if callable(getattr(p, "validate", None))]
+        self.deleting = [p for p in plugins if callable(getattr(p, "admit_delete", None))]
 
     def admit(self, request: AdmissionRequest) -> None:
         for plugin in self.mutating:
@@ -49,6 +51,10 @@ class AdmissionChain:
     def validate(self, request: AdmissionRequest) -> None:
         for plugin in self.validating:
             plugin.validate(request)
+
+    def admit_delete(self, request: AdmissionRequest) -> None:
+        for plugin in self.deleting:
+            plugin.admit_delete(request)
 
 
 def default_chain() -> AdmissionChain:

@@ -22,6 +22,8 @@ class UserInfo:
     name: str
     uid: str = ""
     groups: tuple[str, ...] = field(default_factory=tuple)
+    # user.Info's Extra (impersonation's Impersonate-Extra-*, a SubjectAccessReview's spec.extra).
+    extra: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
 
 ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))

@@ -14,13 +14,21 @@ from aiohttp import web
 
 from controlplane.apiserver import discovery, kinds, openapi
 from controlplane.apiserver.admission import default_chain
+from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo, load_token_file
-from controlplane.apiserver.authz import AllowAll, Attributes, AuthorizerChain
+from controlplane.apiserver.authz import Attributes, forbidden
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
-from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
+from controlplane.apiserver.certs import (
+    CONTROLLER_MANAGER_USER,
+    SCHEDULER_USER,
+    Pki,
+    ensure_pki,
+    write_kubeconfig,
+)
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.handlers import RestHandler, json_response
+from controlplane.apiserver.impersonation import impersonate
 from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
@@ -32,6 +40,8 @@ log = logging.getLogger("controlplane.apiserver")
 # Reachable without credentials, as upstream's system:public-info-viewer role allows.
 INSECURE_USER = UserInfo("system:admin", groups=("system:masters", "system:authenticated"))
 PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
+SCHEDULER_KUBECONFIG = "scheduler.conf"
+CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.conf"
 
 
 @dataclass
@@ -46,6 +56,7 @@ class ServerConfig:
     compact_interval: float = 300.0
     event_ttl: float = 3600.0
     extra_sans: list[str] = field(default_factory=list)
+    authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
 
 
 class ApiServer:
@@ -59,7 +70,9 @@ class ApiServer:
         self.controllers = [c for kind in kinds.KINDS for c in kind.controllers(self.registry, config)]
         tokens = load_token_file(config.token_file) if config.token_file else {}
         self.authenticator = Authenticator(tokens)
-        self.authorizer = AuthorizerChain([AllowAll()])
+        self.authorization = Authorization(config.authorization_modes)
+        self.authorizer = self.authorization.chain
+        self.registry.authorization = self.authorization
         self.rest = RestHandler(self.registry, self.authorizer)
         self.ready = False
         self.pki: Pki | None = None
@@ -74,6 +87,7 @@ class ApiServer:
     async def start(self) -> None:
         await self.store.start()
         await self.cache.start()
+        self.authorization.start(self.cache)
         await self.registry.bootstrap()
         for controller in self.controllers:
             controller.start()
@@ -96,10 +110,12 @@ class ApiServer:
         host = self.config.advertise or ("127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind)
         await ensure_kubernetes_service(self.registry, host, self.port)
         if self.pki is not None:
-            write_kubeconfig(
-                self.config.data_dir / "admin.kubeconfig", f"https://{host}:{self.port}", self.pki,
-                self.pki.admin_cert, self.pki.admin_key,
-            )
+            url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
+            write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
+            # The supervised components' own identities, as kubeadm writes scheduler.conf and controller-manager.conf.
+            write_kubeconfig(data / SCHEDULER_KUBECONFIG, url, pki, pki.scheduler_cert, pki.scheduler_key, SCHEDULER_USER)
+            write_kubeconfig(data / CONTROLLER_MANAGER_KUBECONFIG, url, pki, pki.controller_manager_cert,
+                             pki.controller_manager_key, CONTROLLER_MANAGER_USER)
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
         # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight and
@@ -169,6 +185,7 @@ class ApiServer:
                 if request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
                     return await handler(request)
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            user = impersonate(request.headers, user, self.authorizer)
             request[USER_KEY] = user
             path = request.path
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
@@ -176,11 +193,10 @@ class ApiServer:
                 # resource requests are authorized in the REST handler once the path is parsed.
                 verb = {"GET": "get", "HEAD": "get", "POST": "post", "PUT": "put", "PATCH": "patch",
                         "DELETE": "delete"}.get(request.method, request.method.lower())
-                decision = self.authorizer.authorize(
-                    Attributes(user, verb, path=request.path, resource_request=False)
-                )
+                attrs = Attributes(user, verb, path=request.path, resource_request=False)
+                decision = self.authorizer.authorize(attrs)
                 if not decision.allowed:
-                    raise ApiError(403, "Forbidden", f'forbidden: User "{user.name}" cannot {verb} path "{request.path}"')
+                    raise forbidden(attrs, decision.reason)
             return await handler(request)
         except ApiError as err:
             return json_response(err.status(), err.code)
