@@ -146,14 +146,18 @@ class RuleResolver:
         parts = key.split("/")
         bucket, name = parts[1], parts[-1]
         namespace = parts[2] if len(parts) == 4 else ""
-        self.generation += 1
-        self._resolved.clear()
+        self.invalidate()
         if bucket == ROLES:
             self._set(self.roles, self.role_sources, (namespace, name), obj)
         elif bucket == CLUSTER_ROLES:
             self._set(self.cluster_roles, self.cluster_role_sources, name, obj)
         elif bucket in (ROLE_BINDINGS, CLUSTER_ROLE_BINDINGS):
             self._bind(bucket, namespace, name, obj)
+
+    def invalidate(self) -> None:
+        """Forget every user's resolution (any RBAC object changed)."""
+        self.generation += 1
+        self._resolved.clear()
 
     @staticmethod
     def _set(compiled: dict[Any, tuple[Rule, ...]], sources: dict[Any, tuple[PolicyRule, ...]], key: Any,
