@@ -360,3 +360,15 @@ def test_impersonated_user_and_its_groups() -> None:
         impersonate(headers(("Impersonate-User", "bob")), ALICE, AuthorizerChain([RBACAuthorizer(RuleResolver())]))
     assert err.value.message == ('users "bob" is forbidden: User "alice" cannot impersonate resource "users" in API group "" '
                                  "at the cluster scope")
+
+
+def test_only_gc_fields_changes_skip_the_escalation_check() -> None:
+    from controlplane.apiserver.rbac.escalation import escalation_allowed, only_gc_fields
+
+    old = {"metadata": {"name": "r", "resourceVersion": "5"}, "rules": [rule(["get"], [""], ["pods"]).to_dict()]}
+    owned = {**old, "metadata": {**old["metadata"], "ownerReferences": [{"uid": "u"}], "finalizers": ["x/y"]}}
+    assert only_gc_fields(owned, old)
+    assert not only_gc_fields({**old, "rules": []}, old)
+    assert not only_gc_fields(owned, None)
+    assert escalation_allowed(None) and escalation_allowed(UserInfo("root", groups=("system:masters",)))
+    assert not escalation_allowed(ALICE)
