@@ -29,6 +29,10 @@ class ClusterRole(Kind):
     protobuf = CLUSTER_ROLE_PROTOBUF
     admission = (RoleEscalation("clusterroles"),)
 
+    def default(self, obj: Obj, creating: bool) -> None:
+        # Go writes the field without omitempty: a role without rules says `rules: null`.
+        obj.setdefault("rules", None)
+
     def validate_name(self, path: str, name: str) -> list[FieldError]:
         return validation.role_name(path, name)
 

@@ -23,6 +23,10 @@ class Role(Kind):
     protobuf = ROLE_PROTOBUF
     admission = (RoleEscalation("roles"),)
 
+    def default(self, obj: Obj, creating: bool) -> None:
+        # Go writes the field without omitempty: a role without rules says `rules: null`.
+        obj.setdefault("rules", None)
+
     def validate_name(self, path: str, name: str) -> list[FieldError]:
         return validation.role_name(path, name)
 

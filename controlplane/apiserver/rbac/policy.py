@@ -55,7 +55,7 @@ def metadata(name: str, namespace: str = "", labels: dict[str, str] | None = Non
 def cluster_role(name: str, rules: list[PolicyRule], labels: dict[str, str] | None = None,
                  aggregate: str = "") -> Obj:
     obj: Obj = {"apiVersion": API_VERSION, "kind": "ClusterRole", "metadata": metadata(name, labels=labels),
-                "rules": [r.to_dict() for r in rules]}
+                "rules": [r.to_dict() for r in rules] or None}
     if aggregate:
         obj["aggregationRule"] = {"clusterRoleSelectors": [{"matchLabels": {aggregate: "true"}}]}
     return obj
