@@ -15,6 +15,8 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kubeclient.eventloop import loop_factory
+
 if TYPE_CHECKING:
     from controlplane.apiserver.server import ServerConfig
 
@@ -117,15 +119,6 @@ def run(args: argparse.Namespace) -> int:
         extra_sans=args.tls_san,
         authorization_modes=args.authorization_mode,
     )
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(serve(config, args))
     return 0
-
-
-def _loop_factory():  # type: ignore[no-untyped-def]
-    """uvloop when installed: it roughly halves the per-request cost of the HTTP layer."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop

@@ -16,6 +16,7 @@ Errors come out as `ApiError` carrying the server's Status.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -74,6 +75,16 @@ class KubeClient:
     def server(self) -> str:
         return self.config.server
 
+    def derive(self, qps: float | None = None, burst: int | None = None) -> KubeClient:
+        """A client on the same connections and credentials with a rate limit of its own, as client-go
+        gives each controller its own clientset. Call it on the event loop; the parent closes the pool."""
+        other = copy.copy(self)
+        other.limiter = TokenBucket(self.limiter.qps if qps is None else qps,
+                                    self.limiter.burst if burst is None else burst)
+        other._session = self._get_session()
+        other._derived = True
+        return other
+
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
@@ -96,7 +107,11 @@ class KubeClient:
             headers["Content-Type"] = content_type
         return headers
 
+    _derived = False
+
     async def close(self) -> None:
+        if self._derived:
+            return  # the pool is the parent's
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -396,7 +396,7 @@ class RestHandler:
         return self.warn(json_response(res.from_storage(updated)), unknown)
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:
-        """DeleteOptions from the (optional) body, else from the query string."""
+        """DeleteOptions from the body if there is one, else from the query string; checked (422)."""
         body = None
         if request.can_read_body:
             raw = await request.read()
@@ -405,18 +405,23 @@ class RestHandler:
                 if not isinstance(body, dict):
                     raise errors.bad_request("the body of a DELETE must be a DeleteOptions object")
                 self.decode(body, "DeleteOptions", "v1", DELETE_OPTIONS, request)
-        return DeleteOptions.parse(body, request.query)
+        return DeleteOptions.parse(body, request.query).check()
 
     async def _delete(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        """Upstream's DeleteResource: 200 with a Status (or, for kinds that return it, the object) once
+        the object is gone; 200 with the object while finalizers or a grace period hold it; 202 instead
+        when the request asked `orphanDependents: false` and the object stays."""
         res = info.resource
         options = await self._delete_options(request)
         obj, gone = await self.registry.delete(res, info.namespace, info.name, options)
+        status = 202 if not gone and options.orphan_dependents is False else 200
         if gone and not res.return_deleted_object:
             details: Obj = {"name": info.name, "kind": res.plural, "uid": obj["metadata"].get("uid")}
             if res.group:
                 details["group"] = res.group
-            return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
-        return json_response(res.from_storage(obj))
+            return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                  "details": details}, status)
+        return json_response(res.from_storage(obj), status)
 
     async def _deletecollection(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource

@@ -9,6 +9,10 @@ from typing import Any
 Obj = dict[str, Any]
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+# upstream's SimpleNameGenerator: a generated name is at most 63 characters, the base cut to leave room
+# for the 5 random ones.
+_RANDOM_LENGTH = 5
+MAX_GENERATED_NAME_LENGTH = 63 - _RANDOM_LENGTH
 
 
 def now() -> dt.datetime:
@@ -28,9 +32,14 @@ def parse_time(value: str | None) -> dt.datetime | None:
         return None
 
 
-def random_suffix(length: int = 5) -> str:
+def random_suffix(length: int = _RANDOM_LENGTH) -> str:
     """Same alphabet as upstream's generateName (no vowels, no look-alike digits)."""
     return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(length))
+
+
+def generate_name(base: str) -> str:
+    """A name from metadata.generateName: the base cut to 58 characters, then 5 random ones."""
+    return base[:MAX_GENERATED_NAME_LENGTH] + random_suffix()
 
 
 def metadata(obj: Obj) -> Obj:

@@ -78,7 +78,7 @@ class NamespaceFinalizer:
                 continue
             empty = False
             pending = [c for c in items if not c.view["metadata"].get("deletionTimestamp")]
-            await self.registry.delete_collection(res, name, pending, DeleteOptions())
+            await self.registry.delete_collection(res, name, pending, DeleteOptions(propagation="Background"))
         return empty
 
 

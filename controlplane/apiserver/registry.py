@@ -11,18 +11,18 @@ so a lost race is a 409 or an automatic retry, never a silent overwrite.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from controlplane.apiserver import errors, kinds, ssa
+from controlplane.apiserver import deletion, errors, kinds, ssa
 from controlplane.apiserver.admission import AdmissionChain, AdmissionRequest
 from controlplane.apiserver.authn import UserInfo
+from controlplane.apiserver.deletion import Step
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.meta import metadata, now, random_suffix, timestamp
+from controlplane.apiserver.meta import generate_name, metadata, timestamp
 from controlplane.apiserver.options import DeleteOptions
 from controlplane.apiserver.typed import fill_required
 from controlplane.storage import ConflictError, KeyExistsError, NotFoundError
@@ -110,7 +110,7 @@ class Registry:
         await self.cache.wait_fresh()
         for attempt in range(_RETRIES):
             if generate:
-                meta["name"] = f"{meta['generateName']}{random_suffix()}"
+                meta["name"] = generate_name(meta["generateName"])
             for field in ("resourceVersion", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(field, None)
             meta["uid"] = str(uuid.uuid4())
@@ -245,7 +245,7 @@ class Registry:
         if res.namespaced and new_meta.get("namespace", cur_meta.get("namespace")) != cur_meta.get("namespace"):
             raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         sub = res.subresource(subresource) if subresource else None
-        if sub is not None:
+        if sub is not None and not sub.whole_object:
             return sub.merge(current, desired)
         new = dict(desired)
         new["apiVersion"] = current.get("apiVersion")
@@ -263,6 +263,10 @@ class Registry:
         if "managedFields" not in meta and "managedFields" in cur_meta:
             meta["managedFields"] = cur_meta["managedFields"]
         new["metadata"] = meta
+        if sub is not None:
+            new = sub.merge(current, new)
+            res.prepare_for_status_update(new, current)
+            return new
         res.prepare_for_update(new, current)
         return new
 
@@ -277,65 +281,35 @@ class Registry:
     # --- delete --------------------------------------------------------------------------------------
 
     async def delete(self, res: Kind, namespace: str, name: str, options: DeleteOptions) -> tuple[Obj, bool]:
-        """Returns (object, gone now?). Objects held (finalizers) or with a grace period stay, marked."""
+        """Returns (object, gone now?). An object held (finalizers, the garbage collector's among them)
+        or in a grace period stays, marked (deletion.py decides which)."""
         key = res.key(namespace, name)
         res.check_delete(name)
         for _ in range(_RETRIES):
             cached = await self.get(res, namespace, name)
+            before = json.loads(cached.raw)
             obj = json.loads(cached.raw)
-            meta = obj["metadata"]
-            if options.uid and options.uid != meta.get("uid"):
-                raise errors.conflict(
-                    res.plural, res.group, name,
-                    f"Precondition failed: UID in precondition: {options.uid}, UID in object meta: {meta.get('uid')}",
-                )
-            if options.resource_version and options.resource_version != meta.get("resourceVersion"):
-                raise errors.conflict(
-                    res.plural, res.group, name,
-                    f"Precondition failed: ResourceVersion in precondition: {options.resource_version}, "
-                    f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
-                )
-            marked = self._mark_for_deletion(res, obj, options)
-            if options.dry_run:
-                return obj, marked is None
+            res.check_delete_preconditions(obj, options)
+            step = deletion.plan(res, obj, options)
+            if step is Step.PENDING or options.dry_run:
+                return obj, step is Step.NOW
+            if step is Step.MARK and _same_object(obj, before):
+                return before, False  # marked already, as this request wants it
             try:
-                if marked is None:
+                if step is Step.NOW:
                     await self.store.delete(key, cached.revision)
-                    meta["resourceVersion"] = str(self.store.revision)
+                    obj["metadata"]["resourceVersion"] = str(self.store.revision)
                     return obj, True
-                if marked is False:
-                    return obj, False
                 rev = await self.store.update(key, _strip_rv(obj), cached.revision)
             except ConflictError:
                 continue
             except NotFoundError:
                 raise errors.not_found(res.plural, res.group, name) from None
-            meta["resourceVersion"] = str(rev)
+            obj["metadata"]["resourceVersion"] = str(rev)
             for listener in self.marked_listeners:
                 listener(res, obj)
             return obj, False
         raise errors.conflict(res.plural, res.group, name, errors.MODIFIED)
-
-    @staticmethod
-    def _mark_for_deletion(res: Kind, obj: Obj, options: DeleteOptions) -> bool | None:
-        """None: delete now. True: obj was changed to record the pending deletion. False: unchanged."""
-        meta = obj["metadata"]
-        grace = res.deletion_grace(obj, options)
-        held = res.held(obj)
-        if meta.get("deletionTimestamp"):
-            # Already going: a shorter grace period may hurry it, nothing else changes.
-            old_grace = meta.get("deletionGracePeriodSeconds") or 0
-            if grace >= old_grace and not (grace == 0 and not held):
-                return False
-            if grace == 0 and not held:
-                return None
-        elif grace == 0 and not held:
-            return None
-        else:
-            res.on_deleting(obj)
-        meta["deletionTimestamp"] = timestamp(now() + dt.timedelta(seconds=grace))
-        meta["deletionGracePeriodSeconds"] = grace
-        return True
 
     async def delete_collection(
         self, res: Kind, namespace: str, items: list[CachedObject], options: DeleteOptions

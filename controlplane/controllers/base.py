@@ -41,12 +41,17 @@ class ControllerContext:
     _recorders: dict[str, EventRecorder] = field(default_factory=dict)
     event_client: KubeClient | None = None
 
+    def client_for(self, controller: str) -> KubeClient:
+        """The controller's own client: the shared connections, its own QPS/burst (kube-controller-
+        manager gives each controller its own clientset, so one busy loop cannot starve the others)."""
+        return self.client.derive()
+
     def recorder(self, component: str) -> EventRecorder:
         """One event recorder per reporting component (`replicaset-controller`, ...), started by the
-        manager."""
+        manager; events have their own rate limit, as upstream's broadcaster's sink has."""
         recorder = self._recorders.get(component)
         if recorder is None:
-            recorder = EventRecorder(self.event_client or self.client, EventSource(component))
+            recorder = EventRecorder((self.event_client or self.client).derive(), EventSource(component))
             self._recorders[component] = recorder
         return recorder
 
@@ -75,7 +80,7 @@ class Controller(ABC):
 
     def __init__(self, ctx: ControllerContext) -> None:
         self.ctx = ctx
-        self.client = ctx.client
+        self.client = ctx.client_for(self.name)
         self.queue: WorkQueue[str] = WorkQueue(self.name, metrics=QueueMetrics.of(ctx.registry))
         self.syncs = 0
         self.errors = 0

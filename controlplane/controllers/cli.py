@@ -11,6 +11,7 @@ from pathlib import Path
 
 from controlplane.controllers import options as tunables
 from kubeclient.duration import parse_duration
+from kubeclient.eventloop import loop_factory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,18 +80,10 @@ def run(args: argparse.Namespace) -> int:
         service_account_signer=signer,
     )
     client = KubeClient(cluster, qps=args.kube_api_qps, burst=args.kube_api_burst, component="kube-controller-manager")
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         try:
             runner.run(serve_forever(client, config))
         except LeadershipLost as err:
             logging.getLogger(__name__).error("%s; exiting", err)
             return 1
     return 0
-
-
-def _loop_factory():  # type: ignore[no-untyped-def]
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop

@@ -1,10 +1,12 @@
-"""Adoption and release of pods by their controller (upstream's ControllerRefManager).
+"""Adoption and release of a controller's children (upstream's ControllerRefManager): a ReplicaSet's
+pods, a Deployment's ReplicaSets.
 
-A controller owns the pods whose controller ownerReference names it. A pod its selector matches that has
-no controller is adopted (a patch adding the reference, guarded by the pod's UID); a pod it owns whose
-labels no longer match is released (the reference removed). Adoption first re-reads the owner from the
-API, never the cache, so a controller that is being deleted (or was replaced under the same name) never
-adopts.
+A controller owns the children whose controller ownerReference names it. A child its selector matches
+(by the child's labels) that has no controller is adopted (a patch adding the reference, guarded by the
+child's UID); a child it owns whose labels no longer match is released (the reference removed).
+Adoption first re-reads the owner from the API, never the cache, so a controller that is being deleted
+(or was replaced under the same name) never adopts. `path_of` says where a child lives (pods by
+default).
 """
 
 from __future__ import annotations
@@ -22,14 +24,25 @@ from kubeclient.selectors import Selector
 Obj = dict[str, Any]
 
 
+def pod_path(pod: Obj) -> str:
+    meta = pod["metadata"]
+    return f"/api/v1/namespaces/{quote(meta['namespace'])}/pods/{quote(meta['name'])}"
+
+
+def replicaset_path(rs: Obj) -> str:
+    meta = rs["metadata"]
+    return f"/apis/apps/v1/namespaces/{quote(meta['namespace'])}/replicasets/{quote(meta['name'])}"
+
+
 class RefManager:
     def __init__(self, client: KubeClient, owner: Obj, selector: Selector,
-                 can_adopt: Callable[[], Awaitable[bool]]) -> None:
+                 can_adopt: Callable[[], Awaitable[bool]], path_of: Callable[[Obj], str] = pod_path) -> None:
         self.client = client
         self.owner = owner
         self.selector = selector
         self._can_adopt = can_adopt
         self._checked: bool | None = None
+        self._path = path_of
 
     async def _adoptable(self) -> bool:
         if self._checked is None:
@@ -37,7 +50,7 @@ class RefManager:
         return self._checked
 
     async def claim(self, pods: Sequence[Obj]) -> list[Obj]:
-        """The pods this owner controls after adopting orphans and releasing what no longer matches."""
+        """The children this owner controls after adopting orphans and releasing what no longer matches."""
         uid = self.owner["metadata"]["uid"]
         claimed: list[Obj] = []
         for pod in pods:
@@ -60,10 +73,6 @@ class RefManager:
             if adopted is not None:
                 claimed.append(adopted)
         return claimed
-
-    def _path(self, pod: Obj) -> str:
-        meta = pod["metadata"]
-        return f"/api/v1/namespaces/{quote(meta['namespace'])}/pods/{quote(meta['name'])}"
 
     async def _adopt(self, pod: Obj) -> Obj | None:
         patch = {"metadata": {"ownerReferences": [controller_ref(self.owner)], "uid": pod["metadata"]["uid"]}}

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from controlplane.controllers.base import Controller
 from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
+from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.podgc import PodGCController
-from controlplane.controllers.replicaset import ReplicaSetController
+from controlplane.controllers.replicaset import ReplicaSetController, ReplicationControllerController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
 from controlplane.controllers.tainteviction import TaintEvictionController
@@ -20,6 +21,8 @@ CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
     for c in (
         ReplicaSetController,
+        DeploymentController,
+        ReplicationControllerController,
         GarbageCollector,
         ServiceAccountController,
         RootCAPublisher,

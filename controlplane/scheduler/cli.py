@@ -9,6 +9,8 @@ import os
 import signal
 from pathlib import Path
 
+from kubeclient.eventloop import loop_factory
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
@@ -41,20 +43,10 @@ def run(args: argparse.Namespace) -> int:
 
     from controlplane.scheduler.runner import LeadershipLost
 
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         try:
             runner.run(main())
         except LeadershipLost as err:
             logging.getLogger(__name__).error("%s; exiting", err)
             return 1
     return 0
-
-
-def _loop_factory():  # type: ignore[no-untyped-def]
-    """uvloop when installed: its sockets and TLS cost about a third less CPU per API call, which is
-    most of the scheduler's work besides the decisions. The standard loop otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop

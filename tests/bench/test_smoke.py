@@ -39,6 +39,8 @@ BENCHMARKS = {
     "cni": Benchmark("bench/cni/latency.py", "cni-latency", needs_root=True),
     "agent-startup": Benchmark("bench/agent/startup.py", "agent-startup", needs_root=True),
     "probes-load": Benchmark("bench/probes/load.py", "probes-load", needs_root=True),
+    "controllers-replicasets": Benchmark("bench/controllers/replicasets.py", "controllers-replicasets", needs_root=False),
+    "controllers-deployment": Benchmark("bench/controllers/deployment.py", "controllers-deployment", needs_root=True),
 }
 
 

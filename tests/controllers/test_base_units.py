@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.controllers.base import Controller, ControllerContext
 from controlplane.controllers.informers import SharedInformers
+from kubeclient.client import KubeClient
+from kubeclient.config import ClusterConfig
 from kubeclient.workqueue import ItemExponentialFailureRateLimiter
 
 
@@ -32,7 +34,8 @@ class Flaky(Controller):
 
 
 async def test_a_failing_key_is_retried_then_dropped_and_others_go_on() -> None:
-    ctx = ControllerContext(client=None, informers=SharedInformers(None), registry=CollectorRegistry())  # type: ignore[arg-type]
+    unused = KubeClient(ClusterConfig(server="http://127.0.0.1:9"))  # this controller never calls the API
+    ctx = ControllerContext(client=unused, informers=SharedInformers(unused), registry=CollectorRegistry())
     controller = Flaky(ctx)
     stop = asyncio.Event()
     runner = asyncio.create_task(controller.run(stop))
@@ -47,3 +50,4 @@ async def test_a_failing_key_is_retried_then_dropped_and_others_go_on() -> None:
     assert controller.calls["ns/broken"] == 1 + Flaky.max_retries  # first try, then the retries, then dropped
     assert controller.calls["ns/fine"] >= 2
     assert controller.queue.num_requeues("ns/broken") == 0  # forgotten once dropped
+    await unused.close()

@@ -3,6 +3,8 @@ ownerReferences), status, replacement, scale-down order, adoption and release.""
 
 from __future__ import annotations
 
+import asyncio
+
 from kubernetes import client
 
 from tests.controllers.conftest import eventually, mark_ready, running
@@ -89,3 +91,29 @@ async def test_orphans_are_adopted_and_mismatched_pods_released(apiserver, v1, a
         assert len(fresh) == 1
         released = v1.read_namespaced_pod("orphan", namespace)
         assert not released.metadata.owner_references
+
+
+async def test_a_template_the_server_refuses_gives_replica_failure_and_backs_off(apiserver, v1, apps, namespace):
+    """The API server refuses every pod of this template (its priority class does not exist): the
+    ReplicaSet shows ReplicaFailure with the server's message, FailedCreate events, and its attempts
+    slow down (slow start: one pod per attempt; per-key backoff between attempts) instead of hammering."""
+    body = replicaset("web", 5)
+    body["spec"]["template"]["spec"]["priorityClassName"] = "no-such-class"
+    async with running(apiserver, "replicaset"):
+        apps.create_namespaced_replica_set(namespace, body)
+        status = await eventually(lambda: (s := apps.read_namespaced_replica_set_status("web", namespace).status)
+                                  and s.conditions and s, what="ReplicaFailure")
+        (cond,) = status.conditions
+        assert (cond.type, cond.status, cond.reason) == ("ReplicaFailure", "True", "FailedCreate")
+        assert "no PriorityClass with name no-such-class was found" in cond.message
+        events = await eventually(lambda: (e := [e for e in v1.list_namespaced_event(namespace).items
+                                                 if e.reason == "FailedCreate"]) and e, what="FailedCreate")
+        assert events[0].message.startswith("Error creating: ") and events[0].type == "Warning"
+        first = events[0].count or 1
+        await asyncio.sleep(3)  # a window to count attempts in (the claim is about a rate)
+        again = [e for e in v1.list_namespaced_event(namespace).items if e.reason == "FailedCreate"]
+        attempts = sum(e.count or 1 for e in again) - first
+        # Per-key backoff doubles from 5 ms: at most ~10 further attempts fit in 3 s, one pod each
+        # (slow start stops at the first failed batch), never 5 pods per attempt.
+        assert attempts <= 12, f"{attempts} create attempts in 3 s"
+        assert v1.list_namespaced_pod(namespace).items == []

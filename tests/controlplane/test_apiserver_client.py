@@ -196,14 +196,15 @@ def test_watch_initial_events_bookmarks_and_single_object(apiserver: ApiServer, 
 
 def test_status_subresource_and_binding(v1: client.CoreV1Api, namespace: str) -> None:
     v1.create_namespaced_pod(namespace, pod("s"))
-    # The main resource ignores status; the status subresource ignores everything else.
+    # The main resource ignores status; the status subresource ignores the spec and the ownerReferences
+    # but takes metadata changes (upstream's podStatusStrategy resets only those).
     v1.patch_namespaced_pod("s", namespace, {"status": {"phase": "Running"}, "metadata": {"labels": {"a": "b"}}})
     p = v1.read_namespaced_pod("s", namespace)
     assert p.status.phase == "Pending" and p.metadata.labels == {"a": "b"}
     v1.patch_namespaced_pod_status("s", namespace, {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
                                                     "metadata": {"labels": {"a": "c"}}})
     p = v1.read_namespaced_pod("s", namespace)
-    assert p.status.phase == "Running" and p.metadata.labels == {"a": "b"}
+    assert p.status.phase == "Running" and p.metadata.labels == {"a": "c"}
     # A uid in the patch is a precondition, as the kubelet's status manager relies on.
     with pytest.raises(ApiException) as err:
         v1.patch_namespaced_pod_status("s", namespace, {"metadata": {"uid": "someone-else"}, "status": {"phase": "Failed"}})
@@ -248,7 +249,10 @@ def test_graceful_pod_deletion_and_uid_precondition(v1: client.CoreV1Api, namesp
     with pytest.raises(ApiException) as err:
         v1.delete_namespaced_pod("bound", namespace, body=client.V1DeleteOptions(
             grace_period_seconds=0, preconditions=client.V1Preconditions(uid="not-the-uid")))
-    assert err.value.status == 409 and "Precondition failed: UID in precondition" in json.loads(err.value.body)["message"]
+    # rest.BeforeDelete's text, naming the kind.
+    assert err.value.status == 409 and json.loads(err.value.body)["message"] == (
+        f'Operation cannot be fulfilled on Pod "bound": the UID in the precondition (not-the-uid) does not match '
+        f"the UID in record ({p.metadata.uid}). The object might have been deleted and then recreated")
     v1.delete_namespaced_pod("bound", namespace, body=client.V1DeleteOptions(
         grace_period_seconds=0, preconditions=client.V1Preconditions(uid=p.metadata.uid)))
     with pytest.raises(ApiException) as err:

@@ -106,3 +106,52 @@ def test_default_toleration_seconds_as_upstreams_admission_adds_them(v1: client.
     assert defaults("everything", [client.V1Toleration(operator="Exists")]) == set()
     own = client.V1Toleration(key="node.kubernetes.io/not-ready", operator="Exists", effect="NoExecute", toleration_seconds=60)
     assert defaults("own", [own]) == {("node.kubernetes.io/unreachable", 300)}
+
+
+def test_status_updates_take_metadata_but_not_the_spec_or_what_the_kind_resets(
+    v1: client.CoreV1Api, namespace: str, api: client.ApiClient
+) -> None:
+    """upstream's status strategies: a /status write may change labels and annotations; a Deployment's
+    keeps its labels, a Pod's keeps its ownerReferences; the spec never changes through /status."""
+    apps = client.AppsV1Api(api)
+    body = {"metadata": {"name": "web", "labels": {"tier": "a"}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    apps.create_namespaced_deployment(namespace, body)
+    d = apps.patch_namespaced_deployment_status("web", namespace, {
+        "metadata": {"annotations": {"deployment.kubernetes.io/revision": "1"}, "labels": {"tier": "b"}},
+        "spec": {"replicas": 5}, "status": {"observedGeneration": 1}})
+    assert d.metadata.annotations == {"deployment.kubernetes.io/revision": "1"}
+    assert d.metadata.labels == {"tier": "a"} and d.spec.replicas == 1 and d.status.observed_generation == 1
+    owner = v1.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
+    v1.create_namespaced_pod(namespace, {"metadata": {"name": "p", "ownerReferences": [ref]},
+                                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    p = v1.patch_namespaced_pod_status("p", namespace, {"metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner.metadata.uid}],
+                                                                     "annotations": {"x": "y"}}, "status": {"phase": "Running"}})
+    assert [r.uid for r in p.metadata.owner_references] == [owner.metadata.uid]
+    assert p.metadata.annotations == {"x": "y"} and p.status.qos_class == "BestEffort"
+
+
+@pytest.mark.parametrize(("strategy", "extra", "message"), [
+    ({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}, {},
+     "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: 0: may not be 0 when `maxSurge` is 0"),
+    ({"type": "Recreate", "rollingUpdate": {"maxSurge": 1}}, {},
+     "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"),
+    ({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "oops", "maxUnavailable": 1}}, {},
+     "spec.strategy.rollingUpdate.maxSurge: Invalid value: \"oops\": a valid percent string must be a numeric string "
+     "followed by an ending '%'"),
+    ({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "150%"}}, {},
+     "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: \"150%\": must not be greater than 100%"),
+    (None, {"minReadySeconds": 30, "progressDeadlineSeconds": 30},
+     "spec.progressDeadlineSeconds: Invalid value: 30: must be greater than minReadySeconds"),
+    ({"type": "Sideways"}, {}, 'spec.strategy.type: Unsupported value: "Sideways"'),
+])
+def test_deployment_strategy_and_deadlines_are_validated(api: client.ApiClient, namespace: str, strategy, extra, message) -> None:
+    spec = {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, **extra,
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    if strategy is not None:
+        spec["strategy"] = strategy
+    with pytest.raises(ApiException) as err:
+        client.AppsV1Api(api).create_namespaced_deployment(namespace, {"metadata": {"name": "bad"}, "spec": spec})
+    assert message in _message(err)

@@ -11,8 +11,9 @@ Strategy hooks, in the order a write meets them (upstream's generic store, regis
 create: default -> prepare_for_create -> admission `admit` -> validate -> admission `validate` -> begin_create
 update: prepare_for_update (or the subresource's merge) -> default -> admission `admit` -> validate and
         validate_update -> admission `validate`
-delete: check_delete; deletion_grace and held decide whether the object goes now or is marked
-        (deletionTimestamp, and on_deleting for the rest)
+delete: check_delete -> check_delete_preconditions -> (graceful kinds) deletion_grace ->
+        deletion_finalizers (the garbage collector's, from gc_policy) -> held decides whether the object
+        goes now or is marked (deletionTimestamp, and on_deleting for the rest); deletion.py decides
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from controlplane.apiserver import smp_schema, tables
+from controlplane.apiserver import deletion, smp_schema, tables
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.validation import dns_subdomain, object_meta
 
@@ -70,8 +71,14 @@ class Subresource:
     verbs: tuple[str, ...] = ("get", "patch", "update")
     schema: str = ""  # the body's root type in fields.json ("" = the parent's)
 
+    # True: the body is the whole object, and the generic store first applies its metadata rules to it
+    # (system fields kept, the rest of metadata taken from the body) before `merge` (upstream's status
+    # strategies: a status update may change labels and annotations, never the spec).
+    whole_object: bool = False
+
     def merge(self, current: Obj, desired: Obj) -> Obj:
-        """The object after an update through this subresource (`desired` is the request body)."""
+        """The object after an update through this subresource (`desired` is the request body, or the
+        body with the store's metadata rules applied, for `whole_object` subresources)."""
         return desired
 
     def handles(self, verb: str) -> bool:
@@ -79,15 +86,22 @@ class Subresource:
 
 
 class StatusSubresource(Subresource):
-    """`<kind>/status`: updates change the status and nothing else (the main resource keeps it)."""
+    """`<kind>/status`: an update may change the status and the metadata, never the spec (upstream's
+    <kind>StatusStrategy.PrepareForUpdate: `new.Spec = old.Spec`); kinds reset more through
+    `Kind.prepare_for_status_update` (a Deployment's labels, a Pod's ownerReferences)."""
 
     name = "status"
+    whole_object = True
 
     def __init__(self, kind: str = "", group: str = "") -> None:
         self.kind, self.group = kind, group
 
     def merge(self, current: Obj, desired: Obj) -> Obj:
-        new = dict(current)
+        new = dict(desired)
+        if "spec" in current:
+            new["spec"] = current["spec"]
+        else:
+            new.pop("spec", None)
         new["status"] = desired.get("status", {})
         return new
 
@@ -131,8 +145,16 @@ class Kind:
     # --- its strategy -----------------------------------------------------------------------------
     # metadata.generation starts at 1 and grows with every change of the spec.
     generation: ClassVar[bool] = False
-    # DELETE answers with the object rather than a Status (upstream's ReturnDeletedObject).
+    # DELETE answers with the object rather than a Status once it is gone (upstream's
+    # ReturnDeletedObject: pods, podtemplates, services, serviceaccounts, namespaces).
     return_deleted_object: ClassVar[bool] = False
+    # What a DELETE naming no propagation does with dependents (upstream's
+    # DefaultGarbageCollectionPolicy): DeleteDependents (background), OrphanDependents, or Unsupported
+    # (never the garbage collector's finalizers: events).
+    gc_policy: ClassVar[str] = deletion.DELETE_DEPENDENTS
+    # Graceful deletion (upstream's RESTGracefulDeleteStrategy): a DELETE marks the object for a grace
+    # period (`deletion_grace`) and a later DELETE with gracePeriodSeconds=0 removes it (pods).
+    graceful: ClassVar[bool] = False
 
     def __init__(self) -> None:
         if not self.singular:
@@ -200,6 +222,9 @@ class Kind:
             else:
                 new.pop("status", None)
 
+    def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
+        """What a status update may not change beyond the spec (upstream's status strategies)."""
+
     def validate_name(self, path: str, name: str) -> list[FieldError]:
         return dns_subdomain(path, name)
 
@@ -222,9 +247,18 @@ class Kind:
     def check_delete(self, name: str) -> None:
         """Raise an ApiError if the object may never be deleted."""
 
-    def deletion_grace(self, obj: Obj, options: DeleteOptions) -> int:
-        """Seconds the object stays (marked) after a DELETE; 0 removes it at once unless held."""
+    def check_delete_preconditions(self, obj: Obj, options: DeleteOptions) -> None:
+        """A 409 when the DELETE's preconditions (uid, resourceVersion) do not hold."""
+        deletion.check_preconditions(self, obj, options)
+
+    def deletion_grace(self, obj: Obj, grace: int | None) -> int:
+        """Graceful kinds: seconds the object stays (marked) after a first DELETE asking for `grace`
+        (None: the kind's default); 0 removes it at once unless held (upstream's CheckGracefulDelete)."""
         return 0
+
+    def deletion_finalizers(self, obj: Obj, options: DeleteOptions) -> list[str] | None:
+        """The finalizers the object has after a DELETE with `options` (None: unchanged)."""
+        return deletion.gc_finalizers(list((obj.get("metadata") or {}).get("finalizers") or []), options, self.gc_policy)
 
     def held(self, obj: Obj) -> bool:
         """Whether something still holds the object (finalizers) once it is marked for deletion."""

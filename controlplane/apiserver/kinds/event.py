@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver import tables
+from controlplane.apiserver import deletion, tables
 from controlplane.apiserver.errors import FieldError, not_supported, required
 from controlplane.apiserver.kinds.base import Kind, SelectableField, fields
 from controlplane.apiserver.validation import no_name_rule
@@ -61,6 +61,7 @@ class Event(Kind):
     plural = "events"
     short_names = ("ev",)
     schema = "CoreV1Event"
+    gc_policy = deletion.UNSUPPORTED  # events own nothing: no garbage-collector finalizers
     type_marks = {("CoreV1Event", "eventTime"): "microtime", ("CoreV1EventSeries", "lastObservedTime"): "microtime"}
     field_selectors = (
         *fields("involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",

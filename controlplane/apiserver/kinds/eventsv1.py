@@ -40,6 +40,7 @@ class EventV1(Kind):
     short_names = ("ev",)
     storage_bucket = CORE_EVENT.bucket
     converts = True
+    gc_policy = CORE_EVENT.gc_policy
     schema = "EventsV1Event"
     type_marks = {("EventsV1Event", "eventTime"): "microtime", ("EventsV1EventSeries", "lastObservedTime"): "microtime"}
     # upstream's field label conversion for events.k8s.io/v1 (selectors name the v1 fields)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver import errors, tables
+from controlplane.apiserver import deletion, errors, tables
 from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource, Subresource, fields
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.protobuf import OBJECT_META
@@ -18,6 +18,7 @@ from controlplane.apiserver.validation import dns_label
 
 if TYPE_CHECKING:
     from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.options import DeleteOptions
     from controlplane.apiserver.registry import Registry
     from controlplane.apiserver.server import ServerConfig
 
@@ -68,6 +69,7 @@ class Namespace(Kind):
     namespaced = False
     short_names = ("ns",)
     verbs = NO_COLLECTION
+    return_deleted_object = True
     subresources = (StatusSubresource("Namespace"), Finalize())
     schema = "V1Namespace"
     smp = {"metadata": META, "status": CONDITIONS}
@@ -102,6 +104,29 @@ class Namespace(Kind):
             raise errors.forbidden_request(
                 f'namespaces "{name}" is forbidden: this namespace may not be deleted', self.plural, "", name
             )
+
+    def check_delete_preconditions(self, obj: Obj, options: DeleteOptions) -> None:
+        """The namespace store's own check (and text: `Precondition failed: UID in precondition: ...`)."""
+        meta = obj["metadata"]
+        for what, wanted, have in (("UID", options.uid, meta.get("uid")),
+                                   ("ResourceVersion", options.resource_version, meta.get("resourceVersion"))):
+            if wanted is not None and wanted != have:
+                raise errors.conflict(self.plural, "", meta["name"],
+                                      f"Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {have}")
+
+    def deletion_finalizers(self, obj: Obj, options: DeleteOptions) -> list[str] | None:
+        """A first DELETE sets the GC finalizers from the request alone (orphanDependents=false means
+        foreground here); while the namespace is emptied, a DELETE changes nothing."""
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return None if (obj.get("spec") or {}).get("finalizers") else super().deletion_finalizers(obj, options)
+        finalizers = list(meta.get("finalizers") or [])
+        orphan, foreground = deletion.ORPHAN_FINALIZER in finalizers, deletion.FOREGROUND_FINALIZER in finalizers
+        if options.orphan_dependents is not None:
+            orphan, foreground = options.orphan_dependents, not options.orphan_dependents
+        elif options.propagation is not None:
+            orphan, foreground = options.propagation == "Orphan", options.propagation == "Foreground"
+        return deletion.with_gc_finalizers(finalizers, orphan, foreground)
 
     def held(self, obj: Obj) -> bool:
         return super().held(obj) or bool((obj.get("spec") or {}).get("finalizers"))

@@ -21,7 +21,6 @@ from controlplane.apiserver.smp_schema import META, POD_SPEC, POD_STATUS
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.options import DeleteOptions
     from controlplane.apiserver.request import RequestInfo
 
 Obj = dict[str, Any]
@@ -79,8 +78,9 @@ class Pod(Kind):
                 "status.phase", "status.podIP", "status.nominatedNodeName"),
         SelectableField("spec.hostNetwork", missing="false"),
     )
-    # DELETE answers with the pod (marked, or as it was), not a Status.
+    # DELETE answers with the pod (marked, or as it was), not a Status; it is deleted gracefully.
     return_deleted_object = True
+    graceful = True
     columns = (
         tables.NAME, tables.column("Ready", desc="The aggregate readiness state of this pod for accepting traffic."),
         tables.column("Status", desc="The aggregate status of the containers in this pod."),
@@ -107,6 +107,19 @@ class Pod(Kind):
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
 
+    def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
+        # upstream's podStatusStrategy: "old kubelets corrupt" ownerReferences, so pods/status never
+        # touches them (the garbage collector depends on them).
+        refs = (old.get("metadata") or {}).get("ownerReferences")
+        if refs is None:
+            new["metadata"].pop("ownerReferences", None)
+        else:
+            new["metadata"]["ownerReferences"] = refs
+        # The QoS class is set at creation and immutable; a status without it keeps the old one.
+        status = new.setdefault("status", {})
+        if isinstance(status, dict) and not status.get("qosClass") and (old.get("status") or {}).get("qosClass"):
+            status["qosClass"] = old["status"]["qosClass"]
+
     def validate_spec(self, obj: Obj) -> list[FieldError]:
         return podspec.validate_pod_spec(obj.get("spec"))
 
@@ -132,12 +145,14 @@ class Pod(Kind):
             errors_.append(forbidden("spec", _SPEC_UPDATE))
         return errors_
 
-    def deletion_grace(self, obj: Obj, options: DeleteOptions) -> int:
-        """The pod's terminationGracePeriodSeconds (or the DELETE's); 0 for unbound or finished pods."""
+    def deletion_grace(self, obj: Obj, grace: int | None) -> int:
+        """CheckGracefulDelete: the DELETE's grace period, else the pod's terminationGracePeriodSeconds;
+        0 for unbound or finished pods."""
         spec = obj.get("spec") or {}
         if not spec.get("nodeName") or (obj.get("status") or {}).get("phase") in _TERMINAL:
             return 0
-        grace = options.grace_period if options.grace_period is not None else spec.get("terminationGracePeriodSeconds", 30)
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds", 30)
         return max(int(grace), 0)
 
     def cells(self, obj: Obj) -> list[Any]:

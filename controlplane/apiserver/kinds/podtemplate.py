@@ -18,6 +18,7 @@ class PodTemplate(Kind):
     kind = "PodTemplate"
     plural = "podtemplates"
     schema = "V1PodTemplate"
+    return_deleted_object = True
     type_marks = podspec.TYPE_MARKS
     smp = {"metadata": META, "template": TEMPLATE}
     columns = (

@@ -1,5 +1,6 @@
 """The scale subresource (autoscaling/v1 Scale) of workloads: a view of spec.replicas, status.replicas
-and the selector; reading and writing it goes through this one place."""
+and the selector; reading and writing it goes through this one place. A kind whose selector is a plain
+label map (ReplicationController) has its own instance, `Scale(map_selector)`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from aiohttp import web
 
 from controlplane.apiserver import errors
 from controlplane.apiserver.kinds.base import Subresource
-from kubeclient.selectors import SelectorError, from_label_selector
+from kubeclient.selectors import SelectorError, from_label_selector, from_set
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
@@ -19,13 +20,23 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 
-def scale_of(obj: Obj) -> Obj:
+def label_selector(selector: Any) -> str:
+    """A metav1.LabelSelector as the Scale's status.selector text."""
+    try:
+        return str(from_label_selector(selector or {}))
+    except SelectorError:
+        return ""
+
+
+def map_selector(selector: Any) -> str:
+    """A map selector (labels.SelectorFromSet(...).String())."""
+    return str(from_set(selector)) if isinstance(selector, dict) else ""
+
+
+def scale_of(obj: Obj, selector_text: Callable[[Any], str] = label_selector) -> Obj:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    try:
-        selector = str(from_label_selector(spec.get("selector") or {}))
-    except SelectorError:
-        selector = ""
+    selector = selector_text(spec.get("selector"))
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -41,9 +52,12 @@ class Scale(Subresource):
     kind = "Scale"
     schema = "V1Scale"
 
+    def __init__(self, selector_text: Callable[[Any], str] = label_selector) -> None:
+        self.selector_text = selector_text
+
     async def get(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         cached = await rest.registry.get(info.resource, info.namespace, info.name)
-        return rest.json(scale_of(cached.obj))
+        return rest.json(scale_of(cached.obj, self.selector_text))
 
     async def update(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         body, _ = await rest.decode_body(request, info, "Scale", "autoscaling/v1", self.schema)
@@ -59,7 +73,7 @@ class Scale(Subresource):
 
     async def _set(self, rest: RestHandler, request: web.Request, info: RequestInfo, change: Callable[[Obj], Obj]) -> web.StreamResponse:
         def mutate(current: Obj) -> Obj:
-            scale = change(scale_of(current))
+            scale = change(scale_of(current, self.selector_text))
             rv = (scale.get("metadata") or {}).get("resourceVersion")
             if rv and rv != current["metadata"].get("resourceVersion"):
                 raise errors.conflict(info.resource.plural, info.resource.group, info.name, errors.MODIFIED)
@@ -74,7 +88,7 @@ class Scale(Subresource):
             info.resource, info.namespace, info.name, mutate, "", rest.user(request), rest.dry_run(request),
             rest.manager(request),
         )
-        return rest.json(scale_of(updated))
+        return rest.json(scale_of(updated, self.selector_text))
 
 
 SCALE = Scale()

@@ -42,6 +42,7 @@ class Service(Kind):
     verbs = NO_COLLECTION
     subresources = (StatusSubresource("Service"),)
     schema = "V1Service"
+    return_deleted_object = True
     type_marks = {("V1ServicePort", "targetPort"): "int-or-string"}
     smp = {"metadata": META, "spec": {"ports": ListSpec("port")}, "status": CONDITIONS}
     protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SERVICE_SPEC)}

@@ -18,6 +18,7 @@ class ServiceAccount(Kind):
     plural = "serviceaccounts"
     short_names = ("sa",)
     schema = "V1ServiceAccount"
+    return_deleted_object = True
     smp = {"metadata": META, "secrets": ListSpec("name"), "imagePullSecrets": ListSpec("name")}
     protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("secrets", "messages", OBJECT_REFERENCE),
                 3: ("imagePullSecrets", "messages", {1: ("name", "string", None)}),
