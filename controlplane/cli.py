@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume")
     parser.add_argument("--compact-interval", type=float, default=300.0, help="seconds between history compactions")
     parser.add_argument("--event-ttl", type=float, default=3600.0, help="seconds an idle event is kept")
+    parser.add_argument("--authorization-mode", default=("Node", "RBAC"), type=_authorization_modes,
+                        help="ordered authorizers: Node, RBAC, AlwaysAllow (comma-separated; default Node,RBAC)")
     parser.add_argument(
         "--scheduler",
         action=argparse.BooleanOptionalAction,
@@ -60,10 +62,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
+def _authorization_modes(text: str) -> tuple[str, ...]:
+    from controlplane.apiserver.authmodes import parse_modes
+
+    try:
+        return parse_modes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
     """The server until SIGTERM/SIGINT, with its scheduler and controller manager children (unless
     --no-scheduler / --no-controllers)."""
-    from controlplane.apiserver.server import ApiServer
+    from controlplane.apiserver.server import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG, ApiServer
     from controlplane.supervisor import component_command, supervise
 
     server = ApiServer(config)
@@ -73,18 +84,23 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     children = []
-    kubeconfig = config.data_dir / "admin.kubeconfig"
+    data, pki = config.data_dir, config.data_dir / "pki"
     if not config.insecure_http:  # --insecure-http writes no kubeconfig for children
+        # Each child on its own identity, from the kubeconfigs the server wrote (kubeadm's scheduler.conf and
+        # controller-manager.conf); the controller manager runs each controller as its service account.
         if args.scheduler:
-            command = component_command("scheduler", kubeconfig, args.scheduler_config)
-            children.append(asyncio.create_task(supervise(command, stop, config.data_dir / "scheduler.log")))
+            command = component_command("scheduler", data / SCHEDULER_KUBECONFIG, args.scheduler_config)
+            children.append(asyncio.create_task(supervise(command, stop, data / "scheduler.log")))
         if args.controllers:
-            command = component_command("controller-manager", kubeconfig) + [
+            command = component_command("controller-manager", data / CONTROLLER_MANAGER_KUBECONFIG) + [
                 "--secure-port", str(args.controller_manager_port),
-                "--cert-dir", str(config.data_dir / "controller-manager"),
-                "--client-ca-file", str(config.data_dir / "pki" / "ca.crt"),
+                "--cert-dir", str(data / "controller-manager"),
+                "--client-ca-file", str(pki / "ca.crt"),
+                "--use-service-account-credentials",
+                "--cluster-signing-cert-file", str(pki / "ca.crt"),
+                "--cluster-signing-key-file", str(pki / "ca.key"),
             ]
-            children.append(asyncio.create_task(supervise(command, stop, config.data_dir / "controller-manager.log")))
+            children.append(asyncio.create_task(supervise(command, stop, data / "controller-manager.log")))
     try:
         await stop.wait()
     finally:
@@ -138,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         extend_token_expiration=args.service_account_extend_token_expiration,
         jwks_uri=args.service_account_jwks_uri,
         disable_admission_plugins=_admission_plugins(args.disable_admission_plugins),
+        authorization_modes=args.authorization_mode,
     )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(serve(config, args))

@@ -26,7 +26,7 @@ async def main(data_dir: Path, port: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await run_scheduler(data_dir / "admin.kubeconfig", SchedulerConfig(), stop)
+        await run_scheduler(data_dir / "scheduler.conf", SchedulerConfig(), stop)  # its own identity
     finally:
         await server.stop()
 

@@ -25,7 +25,7 @@ Obj = dict[str, Any]
 
 @dataclass
 class AdmissionRequest:
-    operation: str  # CREATE, UPDATE
+    operation: str  # CREATE, UPDATE, DELETE
     kind: Kind
     subresource: str
     namespace: str
@@ -38,13 +38,15 @@ class AdmissionRequest:
 
 class Plugin(Protocol):
     """A plugin implements `admit(request)` (may change request.obj), `validate(request)`, or both;
-    either raises an ApiError to refuse the write."""
+    either raises an ApiError to refuse the write. Plugins that judge deletes implement
+    `admit_delete(request)` (request.old is the object)."""
 
 
 class AdmissionChain:
     def __init__(self, plugins: list[Any]) -> None:
         self.mutating = [p for p in plugins if callable(getattr(p, "admit", None))]
         self.validating = [p for p in plugins if callable(getattr(p, "validate", None))]
+        self.deleting = [p for p in plugins if callable(getattr(p, "admit_delete", None))]
 
     async def admit(self, request: AdmissionRequest) -> None:
         for plugin in self.mutating:
@@ -57,6 +59,10 @@ class AdmissionChain:
             result = plugin.validate(request)
             if inspect.isawaitable(result):
                 await result
+
+    def admit_delete(self, request: AdmissionRequest) -> None:
+        for plugin in self.deleting:
+            plugin.admit_delete(request)
 
 
 def plugin_name(plugin: Any) -> str:

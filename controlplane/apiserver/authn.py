@@ -29,7 +29,8 @@ class UserInfo:
     name: str
     uid: str = ""
     groups: tuple[str, ...] = field(default_factory=tuple)
-    # Upstream's user.Info extra: (key, values) pairs, kept hashable (authentication.kubernetes.io/pod-name, ...).
+    # Upstream's user.Info extra: (key, values) pairs, kept hashable (a token's authentication.kubernetes.io/
+    # pod-name, ..., impersonation's Impersonate-Extra-*, a SubjectAccessReview's spec.extra).
     extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def extra_dict(self) -> dict[str, list[str]]:

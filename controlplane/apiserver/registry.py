@@ -62,6 +62,8 @@ class Registry:
         self.admission = admission
         # Called with (kind, object) when an object is marked for deletion (in-process controllers).
         self.marked_listeners: list[Callable[[Kind, Obj], None]] = []
+        # The server's authorizers and the RBAC index (authmodes.Authorization): RBAC's escalation checks ask them.
+        self.authorization: Any = None
 
     # --- reads ---------------------------------------------------------------------------------------
 

@@ -14,13 +14,21 @@ from aiohttp import web
 
 from controlplane.apiserver import discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
+from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo, load_token_file
-from controlplane.apiserver.authz import AllowAll, Attributes, AuthorizerChain
+from controlplane.apiserver.authz import Attributes, forbidden
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
-from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
+from controlplane.apiserver.certs import (
+    CONTROLLER_MANAGER_USER,
+    SCHEDULER_USER,
+    Pki,
+    ensure_pki,
+    write_kubeconfig,
+)
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.handlers import RestHandler, json_response
+from controlplane.apiserver.impersonation import impersonate
 from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
@@ -39,6 +47,8 @@ PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
 # prescribes, as Go's TLS server (and so kube-apiserver 1.32) grants it; every other client negotiates
 # SHA-256 or better, and TLS 1.3 is untouched.
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:@SECLEVEL=0"
+SCHEDULER_KUBECONFIG = "scheduler.conf"
+CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.conf"
 
 
 @dataclass
@@ -62,6 +72,7 @@ class ServerConfig:
     extend_token_expiration: bool = True
     jwks_uri: str = ""
     disable_admission_plugins: list[str] = field(default_factory=list)
+    authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
 
 
 class ApiServer:
@@ -76,7 +87,9 @@ class ApiServer:
         tokens = load_token_file(config.token_file) if config.token_file else {}
         self.api_audiences = tuple(config.api_audiences or config.service_account_issuers)
         self.authenticator = Authenticator(tokens, api_audiences=self.api_audiences)
-        self.authorizer = AuthorizerChain([AllowAll()])
+        self.authorization = Authorization(config.authorization_modes)
+        self.authorizer = self.authorization.chain
+        self.registry.authorization = self.authorization
         self.rest = RestHandler(self.registry, self.authorizer)
         self.rest.authenticator = self.authenticator
         self.signing_key: SigningKey | None = None
@@ -93,6 +106,7 @@ class ApiServer:
     async def start(self) -> None:
         await self.store.start()
         await self.cache.start()
+        self.authorization.start(self.cache)
         await self.registry.bootstrap()
         for controller in self.controllers:
             controller.start()
@@ -117,10 +131,12 @@ class ApiServer:
         host = self.config.advertise or ("127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind)
         await ensure_kubernetes_service(self.registry, host, self.port)
         if self.pki is not None:
-            write_kubeconfig(
-                self.config.data_dir / "admin.kubeconfig", f"https://{host}:{self.port}", self.pki,
-                self.pki.admin_cert, self.pki.admin_key,
-            )
+            url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
+            write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
+            # The supervised components' own identities, as kubeadm writes scheduler.conf and controller-manager.conf.
+            write_kubeconfig(data / SCHEDULER_KUBECONFIG, url, pki, pki.scheduler_cert, pki.scheduler_key, SCHEDULER_USER)
+            write_kubeconfig(data / CONTROLLER_MANAGER_KUBECONFIG, url, pki, pki.controller_manager_cert,
+                             pki.controller_manager_key, CONTROLLER_MANAGER_USER)
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
         # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight and
@@ -209,6 +225,7 @@ class ApiServer:
                 if request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
                     return await handler(request)
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            user = impersonate(request.headers, user, self.authorizer)
             request[USER_KEY] = user
             path = request.path
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
@@ -216,11 +233,10 @@ class ApiServer:
                 # resource requests are authorized in the REST handler once the path is parsed.
                 verb = {"GET": "get", "HEAD": "get", "POST": "post", "PUT": "put", "PATCH": "patch",
                         "DELETE": "delete"}.get(request.method, request.method.lower())
-                decision = self.authorizer.authorize(
-                    Attributes(user, verb, path=request.path, resource_request=False)
-                )
+                attrs = Attributes(user, verb, path=request.path, resource_request=False)
+                decision = self.authorizer.authorize(attrs)
                 if not decision.allowed:
-                    raise ApiError(403, "Forbidden", f'forbidden: User "{user.name}" cannot {verb} path "{request.path}"')
+                    raise forbidden(attrs, decision.reason)
             return await handler(request)
         except ApiError as err:
             return json_response(err.status(), err.code)

@@ -1,7 +1,9 @@
 """Start and stop the project's API server as a subprocess (tests, benchmarks and `pykubelet up`).
 
 One owner (a rig Daemon) starts it, waits until /readyz answers, and stops its whole process group, so no
-test leaves a server (or its scheduler child) behind. The server writes DIR/admin.kubeconfig on every start.
+test leaves a server (or its scheduler child) behind. The server writes DIR/admin.kubeconfig (system:masters),
+DIR/scheduler.conf and DIR/controller-manager.conf (the components' own identities) on every start;
+`client_kubeconfig` issues any other identity (a node's, a user's) from the cluster CA.
 """
 
 from __future__ import annotations
@@ -82,7 +84,24 @@ class ApiServer:
 
     @property
     def kubeconfig(self) -> Path:
+        """The administrator's (system:masters)."""
         return self.data_dir / "admin.kubeconfig"
+
+    @property
+    def scheduler_kubeconfig(self) -> Path:
+        """The scheduler's own identity (system:kube-scheduler), written by the server on every start."""
+        return self.data_dir / "scheduler.conf"
+
+    @property
+    def controller_manager_kubeconfig(self) -> Path:
+        """The controller manager's own identity (system:kube-controller-manager)."""
+        return self.data_dir / "controller-manager.conf"
+
+    @property
+    def signing_pair(self) -> tuple[bytes, bytes]:
+        """The cluster CA's certificate and key (PEM): what kubeadm hands the controller manager to sign with."""
+        pki = self.data_dir / "pki"
+        return (pki / "ca.crt").read_bytes(), (pki / "ca.key").read_bytes()
 
     def api_client(self) -> ApiClient:
         """The official client as the cluster admin (a context manager: `with server.api_client() as api`)."""

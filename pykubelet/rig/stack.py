@@ -117,8 +117,19 @@ class Stack:
 
     @property
     def kubeconfig(self) -> Path:
+        """The administrator's kubeconfig (system:masters)."""
         assert self.apiserver is not None, "the API server is not started"
         return Path(self.apiserver.kubeconfig)
+
+    @property
+    def agent_kubeconfig(self) -> Path:
+        """The node's own credentials (system:node:<name> in system:nodes), as kubeadm's kubelet.conf."""
+        return self.config.state_dir / "agent" / "kubelet.kubeconfig"
+
+    def write_agent_kubeconfig(self) -> Path:
+        assert self.apiserver is not None, "the API server is not started"
+        return self.apiserver.client_kubeconfig(f"system:node:{self.node_name}", ("system:nodes",),
+                                                self.agent_kubeconfig)
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -194,7 +205,7 @@ class Stack:
             "pykubelet",
             "agent",
             "--kubeconfig",
-            str(self.kubeconfig),
+            str(self.write_agent_kubeconfig()),
             "--node-name",
             self.node_name,
             "--container-runtime-endpoint",

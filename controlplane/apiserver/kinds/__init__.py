@@ -10,7 +10,10 @@ the core group first, then the API groups in upstream's order; a namespace is em
 from __future__ import annotations
 
 from controlplane.apiserver.kinds import (
+    accessreview,
     binding,
+    clusterrole,
+    clusterrolebinding,
     configmap,
     controllerrevision,
     deployment,
@@ -25,12 +28,14 @@ from controlplane.apiserver.kinds import (
     priorityclass,
     replicaset,
     replicationcontroller,
+    role,
+    rolebinding,
+    rulesreview,
     runtimeclass,
     secret,
     selfsubjectreview,
     service,
     serviceaccount,
-    subjectaccessreview,
     tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
@@ -54,7 +59,13 @@ KINDS: list[Kind] = [
     eventsv1.KIND,
     tokenreview.KIND,
     selfsubjectreview.KIND,
-    subjectaccessreview.KIND,
+    *accessreview.KINDS[:2],
+    rulesreview.KIND,
+    accessreview.KINDS[2],
+    clusterrolebinding.KIND,
+    clusterrole.KIND,
+    rolebinding.KIND,
+    role.KIND,
     priorityclass.KIND,
     lease.KIND,
     runtimeclass.KIND,
