@@ -3,10 +3,9 @@ kube-api-access volume the ServiceAccount admission plugin adds, the files the n
 (upstream's modes), a process in the pod calling the API with its own token, the token dying with its
 pod, `kubectl create token`, TokenReview, wrong audiences and the issuer's discovery documents.
 
-Authorization differs between worlds: under allow-all a service account may list its namespace's pods
-(200), under upstream's RBAC an unbound one may not (403). The assertions hold in both: they check who
-the API says the caller is (SelfSubjectReview, which every authenticated user may create) and that a
-valid token is never refused as unauthenticated (401).
+Authorization is RBAC's, as on a kubeadm or kind cluster: an unbound service account may not list its
+namespace's pods (403) but may ask who it is (SelfSubjectReview, which every authenticated user may
+create); bound to `view`, the same token may list them.
 """
 
 from __future__ import annotations
@@ -50,7 +49,8 @@ def api_endpoint(kube: Any) -> tuple[str, int]:
 
 def caller_script(host: str, port: int) -> str:
     """Read the projected files, then call the API with them (busybox wget: the token and namespace go
-    into the request; the CA is printed for the test to check against the server's certificate)."""
+    into the request; the CA is printed for the test to check against the server's certificate); then
+    list the namespace's pods again each second (for two minutes at most) until the account may."""
     return f"""
 D={MOUNT}
 HOST={host or "$(ip route | awk '/^default/ {print $3}')"}
@@ -67,6 +67,14 @@ echo "wget-errors $HOST $(tr '\\n' ' ' < /tmp/wget.err)"
 echo "pods $(wget -S -O /dev/null --no-check-certificate --header "Authorization: Bearer $TOKEN" \\
   https://$HOST:{port}/api/v1/namespaces/$NS/pods 2>&1 | grep -o 'HTTP/1.1 [0-9]*' | head -1)"
 echo done
+n=0
+while [ $n -lt 120 ]; do
+  s=$(wget -S -O /dev/null --no-check-certificate --header "Authorization: Bearer $TOKEN" \
+    https://$HOST:{port}/api/v1/namespaces/$NS/pods 2>&1 | grep -o 'HTTP/1.1 [0-9]*' | head -1)
+  [ "$s" = "HTTP/1.1 200" ] && break
+  n=$((n+1)); sleep 1
+done
+echo "bound $s"
 exec sleep 3600
 """
 
@@ -165,7 +173,14 @@ def test_a_pod_calls_the_api_with_its_own_credentials(kube, namespace, node_name
     assert f"system:serviceaccounts:{namespace}" in user["groups"] and "system:authenticated" in user["groups"]
     assert user["extra"]["authentication.kubernetes.io/pod-name"] == ["caller"]
     assert user["extra"]["authentication.kubernetes.io/pod-uid"] == [pod.metadata.uid]
-    assert got["pods"] in ("HTTP/1.1 200", "HTTP/1.1 403")  # allowed (allow-all) or forbidden (RBAC), never 401
+    assert got["pods"] == "HTTP/1.1 403"  # authenticated, but RBAC grants an unbound account nothing
+    # Bound to `view` in its namespace, the same token may list the pods.
+    rbac = client.RbacAuthorizationV1Api(kube.api_client)
+    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name="default-view"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="view"),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="default", namespace=namespace)]))
+    assert fields_of(log_with(kube, namespace, "caller", "bound "))["bound"] == "HTTP/1.1 200"
 
     token = got["token"]
     claims = jwt.decode(token, options={"verify_signature": False})
