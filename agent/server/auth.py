@@ -28,6 +28,7 @@ from aiohttp import web
 
 from agent.kube.tokens import ReviewedUser
 from kubeclient.errors import ApiError
+from kubeclient.serving import peer_subject
 
 log = logging.getLogger("agent.server.auth")
 
@@ -89,17 +90,8 @@ def certificate_user(request: web.Request) -> User | None:
     ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
     if not isinstance(ssl_object, ssl.SSLObject):
         return None
-    cert = ssl_object.getpeercert()
-    if not cert:
-        return None
-    cn, orgs = "", []
-    for rdn in cert.get("subject", ()):
-        for attr, value in rdn:
-            if attr == "commonName":
-                cn = value
-            elif attr == "organizationName":
-                orgs.append(value)
-    return User(cn, groups=tuple(orgs)) if cn else None
+    subject = peer_subject(ssl_object)
+    return None if subject is None else User(subject[0], groups=subject[1])
 
 
 def _with_authenticated(user: User) -> User:

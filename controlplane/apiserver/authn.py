@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups
+from kubeclient.serving import peer_subject
 
 log = logging.getLogger("controlplane.apiserver.authn")
 
@@ -85,19 +86,10 @@ def _from_certificate(request: web.Request) -> UserInfo | None:
 
 
 def _read_certificate(ssl_object: ssl.SSLObject) -> UserInfo | None:
-    cert = ssl_object.getpeercert()
-    if not cert:
+    subject = peer_subject(ssl_object)
+    if subject is None:
         return None
-    cn = ""
-    orgs: list[str] = []
-    for rdn in cert.get("subject", ()):
-        for attr, value in rdn:
-            if attr == "commonName":
-                cn = value
-            elif attr == "organizationName":
-                orgs.append(value)
-    if not cn:
-        return None
+    cn, orgs = subject
     return UserInfo(cn, groups=(*orgs, "system:authenticated"))
 
 
