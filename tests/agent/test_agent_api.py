@@ -106,6 +106,9 @@ async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path
         pod_logs_dir=str(tmp_path / "logs"),
         cgroup_root=CGROUP_ROOT,
         node_status_update_frequency=0.5,
+        # A denial is remembered for cacheUnauthorizedTTL (30 s by default); the token test's caller is
+        # bound after its first refusal, so the agent here forgets refusals after 2 s.
+        authorization_unauthorized_ttl=2.0,
     )
     a = Agent(cfg)
     await asyncio.wait_for(a.start(), 30)
@@ -412,7 +415,7 @@ async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(agent: A
             async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
                 return resp.status == 200 and (await resp.json())["kind"] == "PodList"
 
-        await wait_until(allowed)
+        await wait_until(allowed, timeout=20)
         async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {forged}"}) as resp:
             assert (resp.status, await resp.text()) == (401, "Unauthorized")
         async with http.get(url, ssl=kubelet_tls()) as resp:
