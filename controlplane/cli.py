@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume")
     parser.add_argument("--compact-interval", type=float, default=300.0, help="seconds between history compactions")
     parser.add_argument("--event-ttl", type=float, default=3600.0, help="seconds an idle event is kept")
+    parser.add_argument("--anonymous-auth", action=argparse.BooleanOptionalAction, default=True,
+                        help="requests without credentials are system:anonymous (default; --no-anonymous-auth: 401)")
     parser.add_argument("--authorization-mode", default=("Node", "RBAC"), type=_authorization_modes,
                         help="ordered authorizers: Node, RBAC, AlwaysAllow (comma-separated; default Node,RBAC)")
     parser.add_argument(
@@ -155,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         jwks_uri=args.service_account_jwks_uri,
         disable_admission_plugins=_admission_plugins(args.disable_admission_plugins),
         authorization_modes=args.authorization_mode,
+        anonymous_auth=args.anonymous_auth,
     )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(serve(config, args))

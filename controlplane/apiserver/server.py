@@ -15,7 +15,7 @@ from aiohttp import web
 from controlplane.apiserver import discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
-from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo, load_token_file
+from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import Attributes, forbidden
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.certs import (
@@ -51,6 +51,10 @@ SCHEDULER_KUBECONFIG = "scheduler.conf"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.conf"
 
 
+def _presents_token(request: web.Request) -> bool:
+    return request.headers.get("Authorization", "")[:7].lower() == "bearer "
+
+
 @dataclass
 class ServerConfig:
     data_dir: Path
@@ -73,6 +77,7 @@ class ServerConfig:
     jwks_uri: str = ""
     disable_admission_plugins: list[str] = field(default_factory=list)
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
+    anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
 
 
 class ApiServer:
@@ -222,9 +227,18 @@ class ApiServer:
                 # Like upstream's old insecure port: no TLS means no identity; everyone is admin.
                 user = INSECURE_USER
             if user is None:
-                if request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
+                if _presents_token(request):
+                    # A credential that failed is a 401 whatever the path, as upstream's fail-on-error
+                    # union of authenticators answers it.
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
+                if self.config.anonymous_auth:
+                    # No credentials at all: upstream's anonymous user, whom authorization then judges
+                    # (RBAC's system:public-info-viewer lets it read health and version, nothing else).
+                    user = ANONYMOUS
+                elif request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
                     return await handler(request)
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+                else:
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
             user = impersonate(request.headers, user, self.authorizer)
             request[USER_KEY] = user
             path = request.path

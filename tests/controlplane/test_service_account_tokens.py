@@ -310,7 +310,8 @@ def test_openid_discovery_document(server: ApiServer, api: client.ApiClient) -> 
     assert data == {"issuer": DEFAULT_ISSUER, "jwks_uri": f"{DEFAULT_ISSUER}/openid/v1/jwks",
                     "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
                     "id_token_signing_alg_values_supported": ["RS256"]}
-    assert raw(server, "GET", "/openid/v1/jwks")[0] == 401  # no credentials
+    # Anonymous callers are not among those system:service-account-issuer-discovery is bound to.
+    assert raw(server, "GET", "/openid/v1/jwks")[0] == 403
     key = server.data_dir / "pki" / "sa.key"
     assert key.stat().st_mode & 0o777 == 0o600 and b"RSA PRIVATE KEY" in key.read_bytes()
     assert serialization.load_pem_public_key((server.data_dir / "pki" / "sa.pub").read_bytes()).key_size == 2048
