@@ -80,13 +80,14 @@ exec sleep 3600
 
 
 def log_with(kube: Any, namespace: str, pod: str, marker: str, timeout: float = 90) -> str:
-    """The pod's log once it holds `marker` (400 while the container has not started yet)."""
+    """The pod's log once it holds `marker`: the node answers 404 until it has seen the new pod (its
+    kubelet's `pod "x" does not exist`) and 400 while the container has not started yet."""
 
     def read() -> str | None:
         try:
             text = kube.read_namespaced_pod_log(pod, namespace)
         except ApiException as err:
-            if err.status == 400:
+            if err.status in (400, 404):
                 return None
             raise
         return text if marker in text else None
