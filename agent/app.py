@@ -29,6 +29,7 @@ from agent.node.controller import NodeController
 from agent.node.lease import LeaseController
 from agent.node.status import RuntimeHealth
 from agent.pods.backoff import BackoffTable
+from agent.pods.context import PodContext
 from agent.pods.dns import DNS, parse_resolv_conf
 from agent.pods.env import field_value, resource_value
 from agent.pods.events import kubelet_recorder
@@ -37,7 +38,6 @@ from agent.pods.logrotate import LogRotator, RotationPolicy
 from agent.pods.manager import PodManager
 from agent.pods.runtime import RuntimeInspector
 from agent.pods.status_manager import StatusManager
-from agent.pods.worker import PodContext
 from agent.probes.handlers import user_agent
 from agent.probes.hooks import HookRunner
 from agent.probes.manager import ProberManager
@@ -177,6 +177,7 @@ class Agent:
         await self.node.registered.wait()
         ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
         ctx.node_allocatable = lambda: (((self.node.node if self.node else None) or {}).get("status") or {}).get("allocatable") or {}
+        ctx.node = lambda: self.node.node if self.node else None
         node_cidr = ((self.node.node or {}).get("spec") or {}).get("podCIDR", "")
         if not cfg.pod_cidr and node_cidr:
             # As upstream: a CIDR allocated to the Node by the control plane is handed to the runtime.
