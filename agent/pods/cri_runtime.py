@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,8 @@ class CRIRuntime:
     node_allocatable: Any  # Callable[[], dict[str, str]]
     volumes: VolumeManager | None = None
     hooks: HookRunner | None = None
+    # The volumes made ready by the pass's prepare_volumes, for the containers it starts.
+    _ready: dict[str, Any] = field(default_factory=dict)
 
     @property
     def runtime_name(self) -> str:
@@ -95,7 +97,7 @@ class CRIRuntime:
         if self.volumes is None:
             return True
         try:
-            await self.volumes.prepare(pod)
+            self._ready[pod["metadata"]["uid"]] = await self.volumes.prepare(pod)
         except VolumeError as err:
             self.recorder.event(pod, WARNING, "FailedMount", str(err))
             return False
@@ -172,7 +174,9 @@ class CRIRuntime:
         self, pod: dict[str, Any], container: dict[str, Any], kind: str, sandbox: SandboxRecord,
         restart_count: int, image_ref: str,
     ) -> Any:
-        volumes = await self.volumes.prepare(pod) if self.volumes is not None else {}
+        volumes = self._ready.get(pod["metadata"]["uid"])
+        if volumes is None:
+            volumes = await self.volumes.prepare(pod) if self.volumes is not None else {}
         env = await resolve_env(pod, container, self.fetch, self.host_ip(), sandbox.ip, self.node_allocatable())
         term_file = await asyncio.to_thread(self._termination_file, pod, container["name"])
         hosts = "" if (pod.get("spec") or {}).get("hostNetwork") else await asyncio.to_thread(self._hosts_file, pod, sandbox.ip)
@@ -236,6 +240,7 @@ class CRIRuntime:
     async def remove_pod_files(self, uid: str, pod: dict[str, Any] | None) -> None:
         """What the pod left on the host besides CRI objects: <root-dir>/pods/<uid>, its log folder
         (/var/log/pods/<ns>_<name>_<uid>, as upstream's log GC removes it) and its cgroups."""
+        self._ready.pop(uid, None)
         await asyncio.to_thread(shutil.rmtree, self._pod_dir(uid), True)
         if pod is not None:
             await asyncio.to_thread(shutil.rmtree, pod_log_dir(self.cfg, pod), True)

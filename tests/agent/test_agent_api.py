@@ -363,3 +363,23 @@ async def test_kubelet_api_probe_metrics(agent: Agent, test_images: RigImages, c
     assert counts and int(counts[0].rsplit(" ", 1)[1]) >= 1
     assert 'prober_probe_duration_seconds_count{probe_type="Readiness",handler="exec"}' in text
     await agent.client.delete(f"/api/v1/namespaces/default/pods/{name}")
+
+
+async def test_node_events_reach_the_api(agent: Agent):
+    """Starting, the conditions' events and NodeAllocatableEnforced, about the Node, from kubelet on it,
+    in the default namespace (where events of cluster-scoped objects go)."""
+    node = agent.cfg.node_name
+
+    async def reported():
+        items = (await agent.client.get("/api/v1/namespaces/default/events"))["items"]
+        mine = [e for e in items if e["involvedObject"].get("kind") == "Node" and e["involvedObject"].get("name") == node]
+        reasons = {e["reason"]: e for e in mine}
+        wanted = {"Starting", "NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID", "NodeAllocatableEnforced"}
+        return reasons if wanted <= set(reasons) else None
+
+    reasons = await wait_until(reported, timeout=20)
+    assert reasons["Starting"]["message"] == "Starting kubelet."
+    assert reasons["NodeHasSufficientPID"]["message"] == f"Node {node} status is now: NodeHasSufficientPID"
+    assert reasons["NodeAllocatableEnforced"]["message"] == "Updated Node Allocatable limit across pods"
+    event = reasons["Starting"]
+    assert event["involvedObject"]["uid"] == node and event["source"] == {"component": "kubelet", "host": node}
