@@ -24,6 +24,7 @@ from agent.cri import (
 )
 from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
+from agent.kube.tokens import CredentialClient
 from agent.node.controller import NodeController
 from agent.node.images import node_images
 from agent.node.lease import LeaseController
@@ -43,8 +44,10 @@ from agent.probes.handlers import user_agent
 from agent.probes.hooks import HookRunner
 from agent.probes.manager import ProberManager
 from agent.server import KubeletServer
+from agent.server.auth import KubeletAuth
 from agent.server.tls import ensure_self_signed, server_context
 from agent.volumes import VolumeManager
+from agent.volumes.tokens import TokenManager
 from kubeclient import quantity
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
@@ -83,6 +86,7 @@ class Agent:
         self.client = KubeClient(cluster, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst, component="kubelet")
         self.event_client = KubeClient(cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet")
         self.objects = ObjectReader(self.client)
+        self.credentials = CredentialClient(self.client)
         self.cri: CRIClient | None = None
         self.node: NodeController | None = None
         self.lease: LeaseController | None = None
@@ -135,6 +139,7 @@ class Agent:
             lambda pod, path: field_value(pod, path, ctx.host_ip(), (pod.get("status") or {}).get("podIP", "")),
             # A volume item names its container (upstream requires containerName there).
             lambda pod, ref: resource_value(pod, {}, ref, ctx.node_allocatable()),
+            tokens=TokenManager(self.credentials.request_token),
         )
         self.pods = PodManager(ctx)
         ctx.prober = ProberManager.for_runtime(
@@ -210,9 +215,16 @@ class Agent:
         def lookup(namespace: str, name: str) -> dict[str, Any] | None:
             return pod_by_name(self.informer, namespace, name) if self.informer else None
 
+        auth = KubeletAuth(
+            cfg.node_name, x509=bool(cfg.client_ca_file), anonymous=cfg.anonymous_auth,
+            review_token=self.credentials.review_token if cfg.webhook_authentication else None,
+            token_ttl=cfg.webhook_authentication_cache_ttl,
+            review_access=self.credentials.review_access if cfg.authorization_mode == "Webhook" else None,
+            authorized_ttl=cfg.authorization_authorized_ttl, unauthorized_ttl=cfg.authorization_unauthorized_ttl,
+        )
         self.server = KubeletServer(
             cri, lookup, lambda: self.informer.list() if self.informer else [],
-            anonymous=cfg.anonymous_auth, ssl_context=context,
+            auth=auth, ssl_context=context,
             probe_metrics=self._probe_metrics,
         )
         await self.server.start(cfg.address, cfg.port)

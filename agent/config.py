@@ -62,6 +62,13 @@ class AgentConfig:
     tls_private_key_file: str = ""
     client_ca_file: str = ""
     anonymous_auth: bool = False
+    # The kubelet API's delegation to the API server, with the config file's defaults: bearer tokens
+    # through TokenReview (authentication.webhook), requests through SubjectAccessReview (Webhook mode).
+    webhook_authentication: bool = True
+    webhook_authentication_cache_ttl: float = 120.0
+    authorization_mode: str = "Webhook"  # or AlwaysAllow
+    authorization_authorized_ttl: float = 300.0
+    authorization_unauthorized_ttl: float = 30.0
     node_ip: str = ""
     node_labels: dict[str, str] = field(default_factory=dict)
     kube_api_qps: float = 50.0
@@ -132,7 +139,7 @@ _FILE_FIELDS: dict[str, tuple[str, Any]] = {
     "tlsPrivateKeyFile": ("tls_private_key_file", str),
     "imageServiceEndpoint": ("image_service_endpoint", str),
 }
-_IGNORED_QUIETLY = {"apiVersion", "kind", "authorization", "staticPodPath"}
+_IGNORED_QUIETLY = {"apiVersion", "kind", "staticPodPath"}
 
 
 def load_config_file(path: str | Path, into: AgentConfig | None = None) -> AgentConfig:
@@ -153,13 +160,35 @@ def load_config_file(path: str | Path, into: AgentConfig | None = None) -> Agent
             except (TypeError, ValueError) as err:
                 raise ConfigFileError(f"{path}: {key}: {err}") from None
         elif key == "authentication" and isinstance(value, dict):
-            cfg.client_ca_file = ((value.get("x509") or {}).get("clientCAFile")) or cfg.client_ca_file
-            cfg.anonymous_auth = bool((value.get("anonymous") or {}).get("enabled", cfg.anonymous_auth))
+            _authentication(cfg, value, path)
+        elif key == "authorization" and isinstance(value, dict):
+            _authorization(cfg, value, path)
         elif key not in _IGNORED_QUIETLY:
             log.warning("config field not supported, ignored field=%s", key)
     if cfg.cgroup_driver not in ("cgroupfs", "systemd"):
         raise ConfigFileError(f"{path}: cgroupDriver must be cgroupfs or systemd")
     return cfg
+
+
+def _authentication(cfg: AgentConfig, value: dict[str, Any], path: str | Path) -> None:
+    cfg.client_ca_file = ((value.get("x509") or {}).get("clientCAFile")) or cfg.client_ca_file
+    cfg.anonymous_auth = bool((value.get("anonymous") or {}).get("enabled", cfg.anonymous_auth))
+    webhook = value.get("webhook") or {}
+    cfg.webhook_authentication = bool(webhook.get("enabled", cfg.webhook_authentication))
+    if "cacheTTL" in webhook:
+        cfg.webhook_authentication_cache_ttl = parse_duration(webhook["cacheTTL"])
+
+
+def _authorization(cfg: AgentConfig, value: dict[str, Any], path: str | Path) -> None:
+    mode = value.get("mode", cfg.authorization_mode)
+    if mode not in ("AlwaysAllow", "Webhook"):
+        raise ConfigFileError(f"{path}: authorization.mode must be AlwaysAllow or Webhook, got {mode!r}")
+    cfg.authorization_mode = mode
+    webhook = value.get("webhook") or {}
+    if "cacheAuthorizedTTL" in webhook:
+        cfg.authorization_authorized_ttl = parse_duration(webhook["cacheAuthorizedTTL"])
+    if "cacheUnauthorizedTTL" in webhook:
+        cfg.authorization_unauthorized_ttl = parse_duration(webhook["cacheUnauthorizedTTL"])
 
 
 def parse_labels(text: str) -> dict[str, str]:

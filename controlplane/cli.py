@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume")
     parser.add_argument("--compact-interval", type=float, default=300.0, help="seconds between history compactions")
     parser.add_argument("--event-ttl", type=float, default=3600.0, help="seconds an idle event is kept")
+    parser.add_argument("--authorization-mode", default=("Node", "RBAC"), type=_authorization_modes,
+                        help="ordered authorizers: Node, RBAC, AlwaysAllow (comma-separated; default Node,RBAC)")
     parser.add_argument(
         "--scheduler",
         action=argparse.BooleanOptionalAction,
@@ -46,14 +48,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--controller-manager-port", type=int, default=10257,
                         help="the controller manager's healthz/metrics HTTPS port (0: none)")
+    parser.add_argument("--service-account-issuer", action="append", default=[],
+                        help="issuer of service-account tokens (repeat to accept more; the first signs)")
+    parser.add_argument("--api-audiences", default="", help="comma-separated audiences of the API (default: the issuers)")
+    parser.add_argument("--service-account-max-token-expiration", type=_duration, default=0,
+                        help="longest lifetime a TokenRequest gets, e.g. 24h (default: no limit)")
+    parser.add_argument("--service-account-extend-token-expiration", action=argparse.BooleanOptionalAction, default=True,
+                        help="issue the admission plugin's 3607 s pod tokens for a year, flagged stale after 3607 s")
+    parser.add_argument("--service-account-jwks-uri", default="", help="jwks_uri of the OpenID discovery document")
+    parser.add_argument("--disable-admission-plugins", default="",
+                        help="comma-separated admission plugins to turn off (e.g. ServiceAccount)")
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def _authorization_modes(text: str) -> tuple[str, ...]:
+    from controlplane.apiserver.authmodes import parse_modes
+
+    try:
+        return parse_modes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
     """The server until SIGTERM/SIGINT, with its scheduler and controller manager children (unless
     --no-scheduler / --no-controllers)."""
-    from controlplane.apiserver.server import ApiServer
+    from controlplane.apiserver.server import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG, ApiServer
     from controlplane.supervisor import component_command, supervise
 
     server = ApiServer(config)
@@ -63,18 +84,23 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     children = []
-    kubeconfig = config.data_dir / "admin.kubeconfig"
+    data, pki = config.data_dir, config.data_dir / "pki"
     if not config.insecure_http:  # --insecure-http writes no kubeconfig for children
+        # Each child on its own identity, from the kubeconfigs the server wrote (kubeadm's scheduler.conf and
+        # controller-manager.conf); the controller manager runs each controller as its service account.
         if args.scheduler:
-            command = component_command("scheduler", kubeconfig, args.scheduler_config)
-            children.append(asyncio.create_task(supervise(command, stop, config.data_dir / "scheduler.log")))
+            command = component_command("scheduler", data / SCHEDULER_KUBECONFIG, args.scheduler_config)
+            children.append(asyncio.create_task(supervise(command, stop, data / "scheduler.log")))
         if args.controllers:
-            command = component_command("controller-manager", kubeconfig) + [
+            command = component_command("controller-manager", data / CONTROLLER_MANAGER_KUBECONFIG) + [
                 "--secure-port", str(args.controller_manager_port),
-                "--cert-dir", str(config.data_dir / "controller-manager"),
-                "--client-ca-file", str(config.data_dir / "pki" / "ca.crt"),
+                "--cert-dir", str(data / "controller-manager"),
+                "--client-ca-file", str(pki / "ca.crt"),
+                "--use-service-account-credentials",
+                "--cluster-signing-cert-file", str(pki / "ca.crt"),
+                "--cluster-signing-key-file", str(pki / "ca.key"),
             ]
-            children.append(asyncio.create_task(supervise(command, stop, config.data_dir / "controller-manager.log")))
+            children.append(asyncio.create_task(supervise(command, stop, data / "controller-manager.log")))
     try:
         await stop.wait()
     finally:
@@ -83,7 +109,28 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
         await server.stop()
 
 
+def _duration(text: str) -> float:
+    from kubeclient.duration import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _admission_plugins(text: str) -> list[str]:
+    from controlplane.apiserver.admission import known_plugins
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = known_plugins()
+    for name in names:
+        if name not in known:
+            raise SystemExit(f'admission plugin "{name}" is unknown (known: {", ".join(known)})')
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
+    from controlplane.apiserver.satokens import DEFAULT_ISSUER
     from controlplane.apiserver.server import ServerConfig
 
     logging.basicConfig(
@@ -101,6 +148,13 @@ def run(args: argparse.Namespace) -> int:
         compact_interval=args.compact_interval,
         event_ttl=args.event_ttl,
         extra_sans=args.tls_san,
+        service_account_issuers=args.service_account_issuer or [DEFAULT_ISSUER],
+        api_audiences=[a for a in args.api_audiences.split(",") if a],
+        max_token_expiration=int(args.service_account_max_token_expiration),
+        extend_token_expiration=args.service_account_extend_token_expiration,
+        jwks_uri=args.service_account_jwks_uri,
+        disable_admission_plugins=_admission_plugins(args.disable_admission_plugins),
+        authorization_modes=args.authorization_mode,
     )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(serve(config, args))

@@ -121,10 +121,24 @@ def kube(api_client):
 
 @pytest.fixture
 def namespace(kube) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (with whatever it holds)."""
+    """A fresh namespace per test, deleted afterwards (with whatever it holds). As upstream's e2e
+    framework, it is handed over once its `default` ServiceAccount exists: pods need it."""
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from e2e.waiting import wait_for
 
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     kube.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def account() -> bool:
+        try:
+            return bool(kube.read_namespaced_service_account("default", name))
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+
+    wait_for(account, timeout=30, what=f"the default ServiceAccount of {name}")
     yield name
     kube.delete_namespace(name)

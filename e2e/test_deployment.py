@@ -77,28 +77,31 @@ def env_of(pod: client.V1Pod) -> str:
     return next(e.value for e in pod.spec.containers[0].env if e.name == "VERSION")
 
 
-class Census:
-    """A pod watch (official client) on its own thread: the most pods (not terminating) and the fewest
-    Ready ones seen at any event."""
+class Watcher:
+    """A watch (official client) on its own thread, from a listing's resourceVersion, feeding each
+    ADDED/MODIFIED/DELETED event to `observe`."""
 
-    def __init__(self, kube: client.CoreV1Api, ns: str, app: str) -> None:
-        listing = kube.list_namespaced_pod(ns, label_selector=f"app={app}")
-        self.pods = {p.metadata.uid: p for p in listing.items if not p.metadata.deletion_timestamp}
-        self.most = len(self.pods)
-        self.least_ready = sum(is_ready(p) for p in self.pods.values())
+    def __init__(self, lister: Any, ns: str, app: str, observe: Any) -> None:
+        listing = lister(ns, label_selector=f"app={app}")
+        self.items = listing.items
         self.events = 0
         self.error: str | None = None  # set if the watch broke before stop(): events may be missing
+        self._observe = observe
         self._stopped = False
         self._watch = watch.Watch()
-        self._thread = threading.Thread(target=self._run, args=(kube, ns, app, listing.metadata.resource_version),
+        self._thread = threading.Thread(target=self._run, args=(lister, ns, app, listing.metadata.resource_version),
                                         daemon=True)
+
+    def start(self) -> None:
         self._thread.start()
 
-    def _run(self, kube: client.CoreV1Api, ns: str, app: str, rv: str) -> None:
+    def _run(self, lister: Any, ns: str, app: str, rv: str) -> None:
         try:
-            for event in self._watch.stream(kube.list_namespaced_pod, ns, label_selector=f"app={app}",
-                                            resource_version=rv, timeout_seconds=300):
-                self._observe(event)
+            for event in self._watch.stream(lister, ns, label_selector=f"app={app}", resource_version=rv,
+                                            timeout_seconds=300):
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    self.events += 1
+                    self._observe(event["type"], event["object"])
         except Exception as err:  # reported through .error, checked by the test
             if not self._stopped:
                 self.error = repr(err)
@@ -106,21 +109,54 @@ class Census:
         if not self._stopped:
             self.error = "the watch ended before the test stopped it"
 
-    def _observe(self, event: dict[str, Any]) -> None:
-        if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
-            return
-        pod = event["object"]
-        if event["type"] == "DELETED" or pod.metadata.deletion_timestamp:
-            self.pods.pop(pod.metadata.uid, None)
-        else:
-            self.pods[pod.metadata.uid] = pod
-        self.events += 1
-        self.most = max(self.most, len(self.pods))
-        self.least_ready = min(self.least_ready, sum(is_ready(p) for p in self.pods.values()))
-
     def stop(self) -> None:
         self._stopped = True
         self._watch.stop()
+
+
+class Census:
+    """What a rolling update promises, watched as it happens: the ReplicaSets' replicas (spec) never add up
+    to more than replicas + maxSurge, and the pods (not terminating) never have fewer Ready than replicas -
+    maxUnavailable. The bound is on the ReplicaSets, as upstream's controller computes it: an old pod the
+    ReplicaSet controller has yet to delete can briefly coexist with the new one the surge allows."""
+
+    def __init__(self, kube: client.CoreV1Api, apps: client.AppsV1Api, ns: str, app: str) -> None:
+        self.pods: dict[str, client.V1Pod] = {}
+        self.sets: dict[str, int] = {}
+        self._pod_watch = Watcher(kube.list_namespaced_pod, ns, app, self._pod)
+        self._set_watch = Watcher(apps.list_namespaced_replica_set, ns, app, self._set)
+        self.pods.update({p.metadata.uid: p for p in self._pod_watch.items if not p.metadata.deletion_timestamp})
+        self.sets.update({rs.metadata.uid: rs.spec.replicas or 0 for rs in self._set_watch.items})
+        self.most = sum(self.sets.values())
+        self.least_ready = sum(is_ready(p) for p in self.pods.values())
+        self._pod_watch.start()
+        self._set_watch.start()
+
+    @property
+    def events(self) -> int:
+        return self._pod_watch.events + self._set_watch.events
+
+    @property
+    def error(self) -> str | None:
+        return self._pod_watch.error or self._set_watch.error
+
+    def _pod(self, kind: str, pod: client.V1Pod) -> None:
+        if kind == "DELETED" or pod.metadata.deletion_timestamp:
+            self.pods.pop(pod.metadata.uid, None)
+        else:
+            self.pods[pod.metadata.uid] = pod
+        self.least_ready = min(self.least_ready, sum(is_ready(p) for p in self.pods.values()))
+
+    def _set(self, kind: str, rs: client.V1ReplicaSet) -> None:
+        if kind == "DELETED":
+            self.sets.pop(rs.metadata.uid, None)
+        else:
+            self.sets[rs.metadata.uid] = rs.spec.replicas or 0
+        self.most = max(self.most, sum(self.sets.values()))
+
+    def stop(self) -> None:
+        self._pod_watch.stop()
+        self._set_watch.stop()
 
 
 def test_walkthrough_create_deployment_to_three_ready_pods(kubeconfig, kube, api_client, namespace, image):
@@ -153,13 +189,14 @@ def test_walkthrough_create_deployment_to_three_ready_pods(kubeconfig, kube, api
 
 
 def test_rolling_update_within_bounds_then_undo(kubeconfig, kube, api_client, namespace, image):
-    """4 replicas, maxSurge 1, maxUnavailable 1: from v1 to v2 (kubectl set env) a watch never sees
-    more than 5 pods or fewer than 3 Ready; `rollout undo` makes v1's ReplicaSet the new one again."""
+    """4 replicas, maxSurge 1, maxUnavailable 1: from v1 to v2 (kubectl set env) watches never see the
+    ReplicaSets ask for more than 5 pods or fewer than 3 pods Ready; `rollout undo` makes v1's ReplicaSet
+    the new one again."""
     apps = apps_api(api_client)
     strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}}
     apps.create_namespaced_deployment(namespace, served("web", image, 4, strategy=strategy))
     kubectl(kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=150s")
-    census = Census(kube, namespace, "web")
+    census = Census(kube, apps, namespace, "web")
     try:
         kubectl(kubeconfig, namespace, "set", "env", "deployment/web", "VERSION=2")
         kubectl(kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=150s")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import glob
 import logging
+import math
 import os
 import re
 import shutil
@@ -105,6 +106,17 @@ class CRIRuntime:
             self.recorder.event(pod, WARNING, "FailedMount", f"MountVolume.SetUp failed: {err}")
             return False
         return True
+
+    async def refresh_volumes(self, pod: dict[str, Any]) -> float:
+        if self.volumes is None:
+            return math.inf
+        try:
+            await self.volumes.refresh(pod)
+        except (VolumeError, ApiError) as err:
+            self.recorder.event(pod, WARNING, "FailedMount", str(err))
+            return RETRY_AFTER_ERROR
+        due = self.volumes.refresh_in(pod["metadata"]["uid"])
+        return math.inf if due is None else due
 
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
         config = sandbox_config(self.cfg, pod, attempt, self.host_dns, self.node_hostname)
@@ -241,6 +253,8 @@ class CRIRuntime:
         """What the pod left on the host besides CRI objects: <root-dir>/pods/<uid>, its log folder
         (/var/log/pods/<ns>_<name>_<uid>, as upstream's log GC removes it) and its cgroups."""
         self._ready.pop(uid, None)
+        if self.volumes is not None:
+            self.volumes.forget(uid)
         await asyncio.to_thread(shutil.rmtree, self._pod_dir(uid), True)
         if pod is not None:
             await asyncio.to_thread(shutil.rmtree, pod_log_dir(self.cfg, pod), True)

@@ -44,6 +44,11 @@ class RuntimeService(Protocol):
         """Make the pod's volumes ready; False (with a FailedMount event) when one is not."""
         ...
 
+    async def refresh_volumes(self, pod: dict[str, Any]) -> float:
+        """Rewrite the volumes whose service-account token is due (upstream remounts them on its
+        periodic sync); seconds until the next one is due (inf: none)."""
+        ...
+
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
         """Create and start the pod's sandbox (raises SandboxError)."""
         ...

@@ -145,6 +145,7 @@ async def sync_pod(ctx: PodContext, state: PodState, pod: dict[str, Any]) -> Syn
     next_in = ctx.cfg.sync_frequency
     if actions.nothing():
         await collect_dead(ctx.service, pod, rt)
+        next_in = min(next_in, await ctx.service.refresh_volumes(pod))
     elif (actions.create_sandbox or actions.containers_to_start or actions.init_to_start) and not await ctx.service.prepare_volumes(pod):
         return SyncOutcome(next_in=RETRY_AFTER_ERROR)
     else:
@@ -153,6 +154,7 @@ async def sync_pod(ctx: PodContext, state: PodState, pod: dict[str, Any]) -> Syn
             next_in = 0.0
         else:  # held back (backoff): a pass that changed nothing is when dead containers go
             await collect_dead(ctx.service, pod, rt)
+            next_in = min(next_in, await ctx.service.refresh_volumes(pod))
             if applied.retry_in is not None:
                 next_in = min(next_in, applied.retry_in)
     if deadline_in is not None:

@@ -167,6 +167,11 @@ class PodWorker:
         if not completed or outcome is None:  # deleted meanwhile: the sync was cancelled
             self._begin_terminating(self.get_pod())
             return 0.0
+        if outcome.terminal and st.rejection is not None:
+            # Nothing of a rejected pod ever ran: its rejection is its last status (upstream's rejectPod
+            # never hands the pod to a worker), so there is nothing to stop or to add.
+            st.phase = Phase.TERMINATED
+            return 0.0
         if outcome.terminal:
             self._begin_terminating(pod, grace=False)
             return 0.0

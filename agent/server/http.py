@@ -1,10 +1,11 @@
 """HTTP handlers of the kubelet API: /healthz, /pods, /containerLogs/{ns}/{pod}/{container}, and
 /exec, /attach and /portForward, which redirect to the runtime's streaming server.
 
-Authentication follows KubeletConfiguration: a client certificate signed by authentication.x509
-.clientCAFile is accepted; anonymous requests only when authentication.anonymous.enabled. Everything
-but /healthz needs one or the other. Logs are read from the CRI log file of the container (or, with
-previous=true, of its last terminated instance) and streamed by agent/server/logs.py.
+Every request, /healthz included, is authenticated and authorized first (agent/server/auth.py: client
+certificates, bearer tokens through TokenReview, anonymous only when enabled; AlwaysAllow or Webhook
+with SubjectAccessReview), with upstream's answers: 401 "Unauthorized", 403 "Forbidden (user=...,
+verb=..., resource=nodes, subresource=...)". Logs are read from the CRI log file of the container (or,
+with previous=true, of its last terminated instance) and streamed by agent/server/logs.py.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from aiohttp import web
 
 from agent.cri import CRIClient, CRIError, pb
 from agent.pods import labels as L
+from agent.server.auth import KubeletAuth, request_attributes
 from agent.server.logs import LogOptions, LogOptionsError, stream_log
+from kubeclient.errors import ApiError
 
 log = logging.getLogger("agent.server")
 
@@ -41,7 +44,7 @@ class KubeletServer:
         lookup: PodLookup,
         pods: PodList,
         *,
-        anonymous: bool = False,
+        auth: KubeletAuth,
         ssl_context: ssl.SSLContext | None = None,
         probe_metrics: Callable[[], str] | None = None,
     ) -> None:
@@ -49,7 +52,7 @@ class KubeletServer:
         self.probe_metrics = probe_metrics
         self.lookup = lookup
         self.pods = pods
-        self.anonymous = anonymous
+        self.auth = auth
         self.ssl_context = ssl_context
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -82,17 +85,21 @@ class KubeletServer:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path == "/healthz":
-            return await handler(request)
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
-        if peer:
-            subject = dict(x[0] for x in peer.get("subject", ()))
-            user = subject.get("commonName", "")
-        elif self.anonymous:
-            user = "system:anonymous"
-        else:
-            return _status_body(401, "Unauthorized", "Unauthorized")
-        log.debug("kubelet api request user=%s path=%s", user, request.path)
+        user = await self.auth.authenticate(request)
+        if user is None:
+            return web.Response(status=401, text="Unauthorized")
+        attrs = request_attributes(user, request.method, request.path, self.auth.node)
+        what = f"user={user.name}, verb={attrs.verb}, resource=nodes, subresource={attrs.subresource}"
+        try:
+            allowed = await self.auth.authorize(attrs)
+        except ApiError as err:
+            log.warning("kubelet api authorization error user=%s verb=%s subresource=%s error=%r",
+                        user.name, attrs.verb, attrs.subresource, str(err))
+            return web.Response(status=500, text=f"Authorization error ({what})")
+        if not allowed:
+            log.info("kubelet api forbidden user=%s verb=%s subresource=%s", user.name, attrs.verb, attrs.subresource)
+            return web.Response(status=403, text=f"Forbidden ({what})")
+        log.debug("kubelet api request user=%s path=%s", user.name, request.path)
         return await handler(request)
 
     async def healthz(self, request: web.Request) -> web.Response:

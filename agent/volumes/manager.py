@@ -4,6 +4,9 @@ configMap, secret, downwardAPI and projected volumes are written the way upstrea
 lays them out: the files live in a timestamped folder, `..data` is a symlink to it that is swapped in
 one rename, and each top-level name is a symlink through `..data`. A reader inside the container thus
 never sees half an update. Such volumes are mounted read-only, as upstream does.
+
+A projected `serviceAccountToken` source is a token from TokenRequest bound to the pod (tokens.py keeps
+them); `refresh` rewrites the volumes holding one when a token is due, the same atomic way.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.cri import pb
+from agent.volumes.tokens import TokenManager
+from kubeclient.errors import ApiError
 
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 FieldValue = Callable[[dict[str, Any], str], str]
@@ -84,8 +89,11 @@ def write_atomic(target: Path, files: dict[str, tuple[bytes, int]]) -> bool:
     for rel, (content, mode) in files.items():
         path = stamp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content)
-        path.chmod(mode)
+        # Created with its mode (a secret is never readable by others, not even for a moment).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            os.fchmod(f.fileno(), mode)
     tmp_link = target / "..data_tmp"
     tmp_link.unlink(missing_ok=True)
     tmp_link.symlink_to(stamp.name)
@@ -116,12 +124,14 @@ def _same_content(folder: Path, files: dict[str, tuple[bytes, int]]) -> bool:
 
 class VolumeManager:
     def __init__(
-        self, root_dir: str, fetch: Fetch, field_value: FieldValue, resource_value: ResourceValue | None = None
+        self, root_dir: str, fetch: Fetch, field_value: FieldValue, resource_value: ResourceValue | None = None,
+        tokens: TokenManager | None = None,
     ) -> None:
         self.root_dir = Path(root_dir)
         self.fetch = fetch
         self.field_value = field_value
         self.resource_value = resource_value
+        self.tokens = tokens
 
     def pod_volumes_dir(self, uid: str) -> Path:
         return self.root_dir / "pods" / uid / "volumes"
@@ -132,6 +142,27 @@ class VolumeManager:
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             ready[volume["name"]] = await self._prepare_one(pod, volume)
         return ready
+
+    async def refresh(self, pod: dict[str, Any]) -> bool:
+        """Rewrite the pod's volumes that project a service-account token once one of its tokens is due
+        (the atomic writer swaps them whole); True when something was rewritten."""
+        if self.tokens is None or not self.tokens.due(pod["metadata"]["uid"]):
+            return False
+        written = False
+        for volume in _token_volumes(pod):
+            folder = self.pod_volumes_dir(pod["metadata"]["uid"]) / "kubernetes.io~projected" / volume["name"]
+            files = await self._files(pod, "projected", volume["projected"], volume["name"])
+            written |= await asyncio.to_thread(write_atomic, folder, files)
+        return written
+
+    def refresh_in(self, uid: str) -> float | None:
+        """Seconds until a token of the pod is due (None: the pod projects none)."""
+        return self.tokens.next_refresh_in(uid) if self.tokens is not None else None
+
+    def forget(self, uid: str) -> None:
+        """The pod is gone: drop its tokens."""
+        if self.tokens is not None:
+            self.tokens.forget(uid)
 
     async def _prepare_one(self, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
         name, kind = volume["name"], _kind(volume)
@@ -172,10 +203,29 @@ class VolumeManager:
                 files.update(await self._files(pod, "secret", {**sec, "defaultMode": mode}, volume))
             elif source.get("downwardAPI") is not None:
                 files.update(self._downward(pod, source["downwardAPI"].get("items") or [], mode))
+            elif source.get("serviceAccountToken") is not None and self.tokens is not None:
+                files.update(await self._token(pod, source["serviceAccountToken"], mode, volume))
             else:
                 kinds = [k for k in source if source[k] is not None]
                 raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : projection {kinds} is not supported by this node')
         return files
+
+    async def _token(self, pod: dict[str, Any], src: dict[str, Any], mode: int, volume: str) -> dict[str, tuple[bytes, int]]:
+        """A bound token for the pod's account, as upstream's projection asks for it: the source's
+        audience (none: the API server's), expirationSeconds (default 3600), bound to this pod. The file
+        gets the volume's defaultMode (upstream makes it 0600 only for an fsGroup or fsUser it then chowns
+        to, which this node does not do)."""
+        assert self.tokens is not None
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        audiences = [src["audience"]] if src.get("audience") else []
+        try:
+            token = await self.tokens.get(
+                meta["namespace"], spec.get("serviceAccountName") or "default", audiences,
+                int(src.get("expirationSeconds") or 3600), meta["name"], meta["uid"],
+            )
+        except ApiError as err:
+            raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : failed to fetch token: {err.message or err}') from None
+        return {src.get("path") or "token": (token.encode(), mode)}
 
     def _downward(self, pod: dict[str, Any], items: list[dict[str, Any]], mode: int) -> dict[str, tuple[bytes, int]]:
         out = {}
@@ -199,6 +249,13 @@ class VolumeManager:
                 text = ""
             out[item["path"]] = (text.encode(), int(item.get("mode", mode)))
         return out
+
+
+def _token_volumes(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        v for v in (pod.get("spec") or {}).get("volumes") or []
+        if any(s.get("serviceAccountToken") is not None for s in (v.get("projected") or {}).get("sources") or [])
+    ]
 
 
 def _make_dir(path: Path, mode: int) -> None:

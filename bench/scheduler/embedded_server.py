@@ -18,14 +18,15 @@ from controlplane.scheduler.runner import run_scheduler
 
 
 async def main(data_dir: Path, port: int) -> None:
-    server = ApiServer(ServerConfig(data_dir=data_dir, port=port))
+    # No controller manager makes namespaces' `default` accounts here: the ServiceAccount plugin is off.
+    server = ApiServer(ServerConfig(data_dir=data_dir, port=port, disable_admission_plugins=["ServiceAccount"]))
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await run_scheduler(data_dir / "admin.kubeconfig", SchedulerConfig(), stop)
+        await run_scheduler(data_dir / "scheduler.conf", SchedulerConfig(), stop)  # its own identity
     finally:
         await server.stop()
 

@@ -173,7 +173,7 @@ async def scenario(server: ApiServer, work: Path, name: str, pods: int, nodes: i
         result: dict = {"scenario": name, "pods": pods, "nodes": nodes}
         if name == "backlog":
             result["create_seconds"] = await create_all(client, f"/api/v1/namespaces/{ns}/pods", objs)
-            sched = start_scheduler(server.kubeconfig, log)
+            sched = start_scheduler(server.scheduler_kubeconfig, log)
             try:
                 ready = await wait_synced(log)
                 meter = CpuMeter(server=server_pid(server), scheduler=sched.pid).start()
@@ -185,7 +185,7 @@ async def scenario(server: ApiServer, work: Path, name: str, pods: int, nodes: i
             result["seconds"] = last - ready
             result["events_seconds"] = events_done - ready
         else:
-            sched = start_scheduler(server.kubeconfig, log)
+            sched = start_scheduler(server.scheduler_kubeconfig, log)
             try:
                 await wait_synced(log)
                 waiter = asyncio.create_task(wait_bound(client, ns, pods, 120))

@@ -1,12 +1,16 @@
 """Admission: plugins that see every write after the kind's own defaulting and before it is stored.
 Mutating plugins (`admit`) run first, then the kind's validation (the registry's), then validating
 plugins (`validate`). The plugins come from the kinds list: each kind module declares those it owns
-(NamespaceLifecycle in namespace.py, Priority in priorityclass.py), in the order of KINDS; this module
-knows no kind.
+(NamespaceLifecycle in namespace.py, Priority in priorityclass.py, ServiceAccount in
+saadmission.py), in the order of KINDS; this module knows no kind. A plugin's method may be a coroutine
+(ServiceAccount waits briefly for a namespace's `default` account, as upstream's does); a plugin's
+`name` is what --disable-admission-plugins names.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,7 +25,7 @@ Obj = dict[str, Any]
 
 @dataclass
 class AdmissionRequest:
-    operation: str  # CREATE, UPDATE
+    operation: str  # CREATE, UPDATE, DELETE
     kind: Kind
     subresource: str
     namespace: str
@@ -34,27 +38,47 @@ class AdmissionRequest:
 
 class Plugin(Protocol):
     """A plugin implements `admit(request)` (may change request.obj), `validate(request)`, or both;
-    either raises an ApiError to refuse the write."""
+    either raises an ApiError to refuse the write. Plugins that judge deletes implement
+    `admit_delete(request)` (request.old is the object)."""
 
 
 class AdmissionChain:
     def __init__(self, plugins: list[Any]) -> None:
         self.mutating = [p for p in plugins if callable(getattr(p, "admit", None))]
         self.validating = [p for p in plugins if callable(getattr(p, "validate", None))]
+        self.deleting = [p for p in plugins if callable(getattr(p, "admit_delete", None))]
 
-    def admit(self, request: AdmissionRequest) -> None:
+    async def admit(self, request: AdmissionRequest) -> None:
         for plugin in self.mutating:
-            plugin.admit(request)
+            result = plugin.admit(request)
+            if inspect.isawaitable(result):
+                await result
 
-    def validate(self, request: AdmissionRequest) -> None:
+    async def validate(self, request: AdmissionRequest) -> None:
         for plugin in self.validating:
-            plugin.validate(request)
+            result = plugin.validate(request)
+            if inspect.isawaitable(result):
+                await result
+
+    def admit_delete(self, request: AdmissionRequest) -> None:
+        for plugin in self.deleting:
+            plugin.admit_delete(request)
 
 
-def default_chain() -> AdmissionChain:
+def plugin_name(plugin: Any) -> str:
+    return getattr(plugin, "name", "") or type(plugin).__name__
+
+
+def known_plugins() -> list[str]:
     from controlplane.apiserver.kinds import KINDS
 
-    return AdmissionChain([plugin for kind in KINDS for plugin in kind.admission])
+    return [plugin_name(p) for kind in KINDS for p in kind.admission]
 
 
-__all__ = ["AdmissionChain", "AdmissionRequest", "Plugin", "default_chain"]
+def default_chain(disabled: Collection[str] = ()) -> AdmissionChain:
+    from controlplane.apiserver.kinds import KINDS
+
+    return AdmissionChain([p for kind in KINDS for p in kind.admission if plugin_name(p) not in disabled])
+
+
+__all__ = ["AdmissionChain", "AdmissionRequest", "Plugin", "default_chain", "known_plugins", "plugin_name"]

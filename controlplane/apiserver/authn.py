@@ -1,13 +1,16 @@
-"""Authentication: client certificates (CN = user, O = groups) and a static bearer token file.
+"""Authentication: client certificates (CN = user, O = groups), a static bearer token file and bound
+service-account tokens (JWTs this server signed, satokens.py).
 
 The TLS layer verifies client certificates against the cluster CA (optional at the handshake, so token
-users can connect); this module only reads the verified subject. Tokens are compared, never logged.
+users can connect); this module only reads the verified subject. Tokens are compared, never logged: a
+refused token is logged with the reason alone, and the client gets a bare 401, as upstream answers.
 """
 
 from __future__ import annotations
 
 import csv
 import hmac
+import logging
 import ssl
 import weakref
 from dataclasses import dataclass, field
@@ -16,12 +19,32 @@ from typing import Any
 
 from aiohttp import web
 
+from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups
+
+log = logging.getLogger("controlplane.apiserver.authn")
+
 
 @dataclass(frozen=True)
 class UserInfo:
     name: str
     uid: str = ""
     groups: tuple[str, ...] = field(default_factory=tuple)
+    # Upstream's user.Info extra: (key, values) pairs, kept hashable (a token's authentication.kubernetes.io/
+    # pod-name, ..., impersonation's Impersonate-Extra-*, a SubjectAccessReview's spec.extra).
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def extra_dict(self) -> dict[str, list[str]]:
+        return {k: list(v) for k, v in self.extra}
+
+
+@dataclass(frozen=True)
+class TokenResult:
+    """What a bearer token authenticates as (None: it does not), the audiences it was good for, and
+    why not (for the server log and TokenReview; never the token itself)."""
+
+    user: UserInfo | None
+    audiences: tuple[str, ...] = ()
+    error: str = ""
 
 
 ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
@@ -81,16 +104,43 @@ def _read_certificate(ssl_object: ssl.SSLObject) -> UserInfo | None:
 class Authenticator:
     """Turns a request into a user, or None (the caller answers 401)."""
 
-    def __init__(self, tokens: dict[str, UserInfo] | None = None) -> None:
+    def __init__(
+        self, tokens: dict[str, UserInfo] | None = None, service_accounts: TokenValidator | None = None,
+        api_audiences: tuple[str, ...] = (),
+    ) -> None:
         self._tokens = tokens or {}
+        self.service_accounts = service_accounts
+        self.api_audiences = api_audiences
 
     def authenticate(self, request: web.Request) -> UserInfo | None:
         header = request.headers.get("Authorization", "")
         if header[:7].lower() == "bearer ":
-            token = header[7:].strip()
-            for known, user in self._tokens.items():
-                if hmac.compare_digest(known.encode(), token.encode()):
-                    return UserInfo(user.name, user.uid, (*user.groups, "system:authenticated"))
+            result = self.authenticate_token(header[7:].strip())
+            if result.user is None:
+                log.info("event=authentication_failed method=%s path=%s reason=%r", request.method, request.path, result.error)
             # A wrong token is a failed login even if a certificate came along, as upstream does.
-            return None
+            return result.user
         return _from_certificate(request)
+
+    def authenticate_token(self, token: str, audiences: tuple[str, ...] = ()) -> TokenResult:
+        """A bearer token against the static tokens, then the service-account tokens (upstream's token
+        union). `audiences`: the ones the caller asks for (TokenReview); default the API server's."""
+        wanted = audiences or self.api_audiences
+        for known, user in self._tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                # Audience-agnostic, as upstream wraps it: good for the API server's own audiences only.
+                matched = tuple(a for a in wanted if a in self.api_audiences) if self.api_audiences else wanted
+                if self.api_audiences and not matched:
+                    return TokenResult(None, error="token audiences are invalid for the target audiences")
+                return TokenResult(UserInfo(user.name, user.uid, (*user.groups, "system:authenticated")), matched)
+        if self.service_accounts is None:
+            return TokenResult(None, error="invalid bearer token")
+        try:
+            who = self.service_accounts.authenticate(token, wanted)
+        except NotOurs:
+            return TokenResult(None, error="invalid bearer token")
+        except TokenRejected as err:
+            return TokenResult(None, error=f"[invalid bearer token, {err}]")
+        extra = tuple((k, tuple(v)) for k, v in sorted(who.extra().items()))
+        user = UserInfo(who.username, who.uid, (*groups(who.namespace), "system:authenticated"), extra)
+        return TokenResult(user, who.audiences)

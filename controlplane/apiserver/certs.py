@@ -1,4 +1,7 @@
-"""First-start PKI: a CA, the serving certificate and the admin client certificate, all in the data dir.
+"""First-start PKI: a CA, the serving certificate, and a client certificate per identity, all in the data
+dir: the administrator (system:masters), the scheduler (system:kube-scheduler), the controller manager
+(system:kube-controller-manager) and the server's own kubelet client (kube-apiserver-kubelet-client,
+which RBAC lets use the kubelet API only), as kubeadm issues them.
 
 EC P-256 keys because they are generated in milliseconds (tests start many servers) and every client we
 must serve (Go's crypto/tls, Python's ssl) accepts them. Key files are written 0600.
@@ -33,6 +36,15 @@ class Pki:
     admin_key: Path
     kubelet_client_cert: Path  # the server's own identity towards node agents (pods/log)
     kubelet_client_key: Path
+    scheduler_cert: Path
+    scheduler_key: Path
+    controller_manager_cert: Path
+    controller_manager_key: Path
+
+
+KUBELET_CLIENT = "kube-apiserver-kubelet-client"
+SCHEDULER_USER = "system:kube-scheduler"
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
@@ -117,6 +129,10 @@ def ensure_pki(data_dir: Path, extra_sans: list[str] | None = None) -> Pki:
         pki_dir / "admin.key",
         pki_dir / "apiserver-kubelet-client.crt",
         pki_dir / "apiserver-kubelet-client.key",
+        pki_dir / "kube-scheduler.crt",
+        pki_dir / "kube-scheduler.key",
+        pki_dir / "kube-controller-manager.crt",
+        pki_dir / "kube-controller-manager.key",
     )
     if not (pki.ca_cert.exists() and pki.ca_key.exists()):
         ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -146,12 +162,22 @@ def ensure_pki(data_dir: Path, extra_sans: list[str] | None = None) -> Pki:
         _write_cert(pki.serving_cert, cert)
     if not (pki.admin_cert.exists() and pki.admin_key.exists()):
         issue_client_cert(pki, "kubernetes-admin", ("system:masters",), pki.admin_cert, pki.admin_key)
-    if not (pki.kubelet_client_cert.exists() and pki.kubelet_client_key.exists()):
-        # kubeadm's name and group for the same certificate.
-        issue_client_cert(
-            pki, "kube-apiserver-kubelet-client", ("system:masters",), pki.kubelet_client_cert, pki.kubelet_client_key
-        )
+    # kubeadm's names. The kubelet client is no administrator: a ClusterRoleBinding gives it
+    # system:kubelet-api-admin. One issued by an older server (O=system:masters) is replaced.
+    identities = (
+        (KUBELET_CLIENT, pki.kubelet_client_cert, pki.kubelet_client_key),
+        (SCHEDULER_USER, pki.scheduler_cert, pki.scheduler_key),
+        (CONTROLLER_MANAGER_USER, pki.controller_manager_cert, pki.controller_manager_key),
+    )
+    for user, cert, key in identities:
+        if not (cert.exists() and key.exists()) or _organizations(cert):
+            issue_client_cert(pki, user, (), cert, key)
     return pki
+
+
+def _organizations(cert: Path) -> list[str]:
+    subject = x509.load_pem_x509_certificate(cert.read_bytes()).subject
+    return [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
 
 
 def write_kubeconfig(path: Path, server: str, pki: Pki, cert: Path, key: Path, user: str = "admin") -> None:

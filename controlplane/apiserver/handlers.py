@@ -18,8 +18,9 @@ from typing import Any
 from aiohttp import web
 
 from controlplane.apiserver import errors, fieldselect, ssa, tables, typed
-from controlplane.apiserver.authn import USER_KEY, UserInfo
-from controlplane.apiserver.authz import Attributes, AuthorizerChain
+from controlplane.apiserver.admission import AdmissionRequest
+from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo
+from controlplane.apiserver.authz import Attributes, AuthorizerChain, exact_field, forbidden
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.kinds.base import Kind
@@ -38,6 +39,7 @@ from controlplane.apiserver.responses import (
     wants_metadata,
     wants_table,
 )
+from controlplane.apiserver.satokens import TokenIssuer
 from controlplane.apiserver.watch import serve_watch
 from controlplane.storage import CompactedError
 from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, encode
@@ -60,6 +62,8 @@ class RestHandler:
         self.authorizer = authorizer
         self.active_watches = 0
         self.kubelet: KubeletClient | None = None  # set when the server has a client certificate for nodes
+        self.authenticator: Authenticator | None = None  # bearer-token authentication, for TokenReview
+        self.token_issuer: TokenIssuer | None = None  # signs serviceaccounts/<name>/token
 
     # --- routing -------------------------------------------------------------------------------------
 
@@ -88,20 +92,30 @@ class RestHandler:
         if info.name and verb == "create" and not info.subresource:
             raise errors.method_not_allowed()
         user: UserInfo = request[USER_KEY]
-        decision = self.authorizer.authorize(
-            Attributes(user, verb, info.resource.group, info.resource.version, info.resource.plural,
-                       info.subresource, info.namespace, info.name, request.path)
-        )
-        if not decision.allowed:
-            raise errors.forbidden_request(
-                f'{info.resource.plural} is forbidden: User "{user.name}" cannot {verb} resource '
-                f'"{info.resource.plural}": {decision.reason}',
-                info.resource.plural, info.resource.group, info.name,
-            )
+        self._authorize(request, info, user, verb)
         if info.resource.namespaced and not info.namespace and verb not in ("list", "watch", "deletecollection"):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         handler = getattr(self, f"_{verb}")
         return await handler(request, info)
+
+    def _authorize(self, request: web.Request, info: RequestInfo, user: UserInfo, verb: str) -> None:
+        """Upstream's WithAuthorization: a request no authorizer allows is a 403 carrying their reasons. A
+        list or watch of one object (fieldSelector metadata.name=x) is judged as that object, as upstream's
+        RequestInfo names it. Deletes then pass the admission plugins that judge them (NodeRestriction)."""
+        res = info.resource
+        selector = request.query.get("fieldSelector", "") if verb in ("list", "watch") else ""
+        name = info.name or (exact_field(selector, "metadata.name") or "" if selector else "")
+        attrs = Attributes(user, verb, res.group, res.version, res.plural, info.subresource, info.namespace, name,
+                           request.path, field_selector=selector)
+        decision = self.authorizer.authorize(attrs)
+        if not decision.allowed:
+            raise forbidden(attrs, decision.reason)
+        if verb == "delete" and self.registry.admission.deleting:
+            cached = self.cache.get(res.key(info.namespace, info.name)) if res.stored else None
+            if cached is not None:
+                old = cached.obj
+                self.registry.admission.admit_delete(
+                    AdmissionRequest("DELETE", res, info.subresource, info.namespace, info.name, old, old, user, self.registry))
 
     # --- what kinds and subresources use ---------------------------------------------------------
 

@@ -62,6 +62,8 @@ class Registry:
         self.admission = admission
         # Called with (kind, object) when an object is marked for deletion (in-process controllers).
         self.marked_listeners: list[Callable[[Kind, Obj], None]] = []
+        # The server's authorizers and the RBAC index (authmodes.Authorization): RBAC's escalation checks ask them.
+        self.authorization: Any = None
 
     # --- reads ---------------------------------------------------------------------------------------
 
@@ -74,17 +76,17 @@ class Registry:
 
     # --- the strategy and admission, shared by create and update --------------------------------------
 
-    def _admit(self, operation: str, res: Kind, subresource: str, namespace: str, obj: Obj, old: Obj | None,
-               user: UserInfo | None) -> None:
+    async def _admit(self, operation: str, res: Kind, subresource: str, namespace: str, obj: Obj, old: Obj | None,
+                     user: UserInfo | None) -> None:
         name = obj["metadata"].get("name", "")
         request = AdmissionRequest(operation, res, subresource, namespace, name, obj, old, user, self)
-        self.admission.admit(request)
+        await self.admission.admit(request)
         problems = res.validate(obj)
         if old is not None:
             problems += res.validate_update(obj, old, subresource)
         if problems:
             raise errors.invalid_object(res.kind, res.group, name, problems)
-        self.admission.validate(request)
+        await self.admission.validate(request)
 
     # --- create --------------------------------------------------------------------------------------
 
@@ -120,7 +122,7 @@ class Registry:
             res.default(obj, True)
             res.prepare_for_create(obj)
             fill_required(obj, res.storage_schema)
-            self._admit("CREATE", res, "", namespace, obj, None, user)
+            await self._admit("CREATE", res, "", namespace, obj, None, user)
             await res.begin_create(self, obj)
             if manager is not None:
                 meta.pop("managedFields", None)
@@ -197,7 +199,7 @@ class Registry:
             if not subresource and res.generation and new.get("spec") != current.get("spec"):
                 new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
             fill_required(new, res.storage_schema)
-            self._admit("UPDATE", res, subresource, namespace, new, current, user)
+            await self._admit("UPDATE", res, subresource, namespace, new, current, user)
             if manager is not None:
                 new["metadata"]["managedFields"] = current["metadata"].get("managedFields", [])
                 ssa.track_update(current, new, manager, subresource if subresource in ("status", "scale") else "", res.smp)

@@ -58,7 +58,12 @@ def not_found() -> errors.ApiError:
 
 @cache
 def protobuf_schemas() -> dict[tuple[str, str], Any]:
-    return {(k.api_version, k.kind): k.protobuf for k in kinds.KINDS if k.protobuf}
+    schemas = {(k.api_version, k.kind): k.protobuf for k in kinds.KINDS if k.protobuf}
+    for k in kinds.KINDS:  # subresources with their own body kind (serviceaccounts/token's TokenRequest)
+        for sub in k.subresources:
+            if getattr(sub, "protobuf", None) and sub.kind:
+                schemas[(f"{sub.group}/{sub.version}" if sub.group else sub.version, sub.kind)] = sub.protobuf
+    return schemas
 
 
 def decode(body: bytes, content_type: str) -> Any:

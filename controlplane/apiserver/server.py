@@ -12,18 +12,28 @@ from pathlib import Path
 
 from aiohttp import web
 
-from controlplane.apiserver import discovery, kinds, openapi
+from controlplane.apiserver import discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
+from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo, load_token_file
-from controlplane.apiserver.authz import AllowAll, Attributes, AuthorizerChain
+from controlplane.apiserver.authz import Attributes, forbidden
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
-from controlplane.apiserver.certs import Pki, ensure_pki, write_kubeconfig
+from controlplane.apiserver.certs import (
+    CONTROLLER_MANAGER_USER,
+    SCHEDULER_USER,
+    Pki,
+    ensure_pki,
+    write_kubeconfig,
+)
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.handlers import RestHandler, json_response
+from controlplane.apiserver.impersonation import impersonate
 from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
+from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key
+from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
 from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.sqlite import SQLiteStore
 
@@ -32,6 +42,13 @@ log = logging.getLogger("controlplane.apiserver")
 # Reachable without credentials, as upstream's system:public-info-viewer role allows.
 INSECURE_USER = UserInfo("system:admin", groups=("system:masters", "system:authenticated"))
 PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
+# TLS 1.2 suites: forward-secret AEAD only. Security level 0 lets a client that sends no
+# signature_algorithms (busybox's wget, in many a pod) get the SHA-1 handshake signature TLS 1.2 then
+# prescribes, as Go's TLS server (and so kube-apiserver 1.32) grants it; every other client negotiates
+# SHA-256 or better, and TLS 1.3 is untouched.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:@SECLEVEL=0"
+SCHEDULER_KUBECONFIG = "scheduler.conf"
+CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.conf"
 
 
 @dataclass
@@ -46,6 +63,16 @@ class ServerConfig:
     compact_interval: float = 300.0
     event_ttl: float = 3600.0
     extra_sans: list[str] = field(default_factory=list)
+    # Service-account tokens (upstream's --service-account-issuer, --api-audiences (default: the issuers),
+    # --service-account-max-token-expiration (0: none), --service-account-extend-token-expiration,
+    # --service-account-jwks-uri); the signing key pair is DIR/pki/sa.key, made on first start.
+    service_account_issuers: list[str] = field(default_factory=lambda: [DEFAULT_ISSUER])
+    api_audiences: list[str] = field(default_factory=list)
+    max_token_expiration: int = 0
+    extend_token_expiration: bool = True
+    jwks_uri: str = ""
+    disable_admission_plugins: list[str] = field(default_factory=list)
+    authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
 
 
 class ApiServer:
@@ -54,13 +81,18 @@ class ApiServer:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = SQLiteStore(config.data_dir / "state.db")
         self.cache = WatchCache(self.store, window=config.watch_window, viewer=slim_view)
-        self.registry = Registry(self.cache, default_chain())
+        self.registry = Registry(self.cache, default_chain(config.disable_admission_plugins))
         # In-process loops the kinds need (the namespace finalizer, event expiry).
         self.controllers = [c for kind in kinds.KINDS for c in kind.controllers(self.registry, config)]
         tokens = load_token_file(config.token_file) if config.token_file else {}
-        self.authenticator = Authenticator(tokens)
-        self.authorizer = AuthorizerChain([AllowAll()])
+        self.api_audiences = tuple(config.api_audiences or config.service_account_issuers)
+        self.authenticator = Authenticator(tokens, api_audiences=self.api_audiences)
+        self.authorization = Authorization(config.authorization_modes)
+        self.authorizer = self.authorization.chain
+        self.registry.authorization = self.authorization
         self.rest = RestHandler(self.registry, self.authorizer)
+        self.rest.authenticator = self.authenticator
+        self.signing_key: SigningKey | None = None
         self.ready = False
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
@@ -74,9 +106,11 @@ class ApiServer:
     async def start(self) -> None:
         await self.store.start()
         await self.cache.start()
+        self.authorization.start(self.cache)
         await self.registry.bootstrap()
         for controller in self.controllers:
             controller.start()
+        await self._start_service_account_tokens()
         ssl_context = None
         if not self.config.insecure_http:
             self.pki = ensure_pki(self.config.data_dir, self.config.extra_sans)
@@ -86,6 +120,7 @@ class ApiServer:
             ssl_context.load_verify_locations(self.pki.ca_cert)
             ssl_context.verify_mode = ssl.CERT_OPTIONAL
             ssl_context.options |= ssl.OP_NO_RENEGOTIATION
+            ssl_context.set_ciphers(TLS12_CIPHERS)
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.bind, self.config.port, ssl_context=ssl_context, backlog=2048)
@@ -96,10 +131,12 @@ class ApiServer:
         host = self.config.advertise or ("127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind)
         await ensure_kubernetes_service(self.registry, host, self.port)
         if self.pki is not None:
-            write_kubeconfig(
-                self.config.data_dir / "admin.kubeconfig", f"https://{host}:{self.port}", self.pki,
-                self.pki.admin_cert, self.pki.admin_key,
-            )
+            url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
+            write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
+            # The supervised components' own identities, as kubeadm writes scheduler.conf and controller-manager.conf.
+            write_kubeconfig(data / SCHEDULER_KUBECONFIG, url, pki, pki.scheduler_cert, pki.scheduler_key, SCHEDULER_USER)
+            write_kubeconfig(data / CONTROLLER_MANAGER_KUBECONFIG, url, pki, pki.controller_manager_cert,
+                             pki.controller_manager_key, CONTROLLER_MANAGER_USER)
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
         # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight and
@@ -109,6 +146,23 @@ class ApiServer:
         gc.set_threshold(20_000, 20, 50)
         self.ready = True
         log.info("event=serving port=%d tls=%s data_dir=%s", self.port, ssl_context is not None, self.config.data_dir)
+
+    async def _start_service_account_tokens(self) -> None:
+        config = self.config
+        self.signing_key = key = await asyncio.to_thread(ensure_signing_key, config.data_dir / "pki")
+        self.rest.token_issuer = TokenIssuer(
+            key, config.service_account_issuers[0], self.api_audiences, config.max_token_expiration,
+            config.extend_token_expiration,
+        )
+        self.authenticator.service_accounts = TokenValidator(
+            [key], config.service_account_issuers, self.api_audiences, self._lookup
+        )
+
+    def _lookup(self, resource: str, namespace: str, name: str) -> Obj | None:
+        """A core object from the watch cache, for the checks of bound tokens."""
+        kind = kinds.by_path("", "v1", resource)
+        cached = self.cache.get(kind.key(namespace, name)) if kind is not None else None
+        return cached.obj if cached is not None else None
 
     async def stop(self) -> None:
         self.ready = False
@@ -154,6 +208,8 @@ class ApiServer:
         r.add_get("/openapi/v2", self._openapi_v2_handler)
         r.add_get("/openapi/v3", self._openapi_v3_root)
         r.add_get("/openapi/v3/{path:.+}", self._openapi_v3_doc)
+        r.add_get(oidc.CONFIG_PATH, self._openid_configuration)
+        r.add_get(oidc.JWKS_PATH, self._jwks)
         r.add_route("*", "/api/v1/{tail:.+}", self.rest.core)
         r.add_route("*", "/apis/{group}/{version}/{tail:.+}", self.rest.grouped)
         return app
@@ -169,6 +225,7 @@ class ApiServer:
                 if request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
                     return await handler(request)
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            user = impersonate(request.headers, user, self.authorizer)
             request[USER_KEY] = user
             path = request.path
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
@@ -176,11 +233,10 @@ class ApiServer:
                 # resource requests are authorized in the REST handler once the path is parsed.
                 verb = {"GET": "get", "HEAD": "get", "POST": "post", "PUT": "put", "PATCH": "patch",
                         "DELETE": "delete"}.get(request.method, request.method.lower())
-                decision = self.authorizer.authorize(
-                    Attributes(user, verb, path=request.path, resource_request=False)
-                )
+                attrs = Attributes(user, verb, path=request.path, resource_request=False)
+                decision = self.authorizer.authorize(attrs)
                 if not decision.allowed:
-                    raise ApiError(403, "Forbidden", f'forbidden: User "{user.name}" cannot {verb} path "{request.path}"')
+                    raise forbidden(attrs, decision.reason)
             return await handler(request)
         except ApiError as err:
             return json_response(err.status(), err.code)
@@ -267,6 +323,12 @@ class ApiServer:
         if "protobuf" in accept and "json" not in accept:
             raise ApiError(406, "NotAcceptable", "only application/json is supported for /openapi/v2")
         return json_response(self._openapi_v2)
+
+    async def _openid_configuration(self, request: web.Request) -> web.Response:
+        return oidc.configuration_response(self.config.service_account_issuers[0], self.config.jwks_uri)
+
+    async def _jwks(self, request: web.Request) -> web.Response:
+        return oidc.jwks_response([self.signing_key] if self.signing_key else [])
 
     async def _openapi_v3_root(self, request: web.Request) -> web.Response:
         return json_response(self._openapi_v3[0])

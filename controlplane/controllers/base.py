@@ -70,6 +70,13 @@ class Controller(ABC):
     name: ClassVar[str]
     workers: ClassVar[int] = 5
     max_retries: ClassVar[int] = 15
+    # The service account kube-system/<account> it acts as (upstream's ClientBuilder.ClientOrDie name,
+    # bound to system:controller:<account>); "" means "<name>-controller".
+    account: ClassVar[str] = ""
+
+    @classmethod
+    def account_name(cls) -> str:
+        return cls.account or f"{cls.name}-controller"
 
     def __init__(self, ctx: ControllerContext) -> None:
         self.ctx = ctx

@@ -31,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-ca-file", default=None, help="CA whose client certificates may read /metrics")
     parser.add_argument("--root-ca-file", type=Path, default=None,
                         help="the CA published as kube-root-ca.crt (default: the kubeconfig's CA)")
+    parser.add_argument("--use-service-account-credentials", action="store_true",
+                        help="run each controller as its service account kube-system/<controller> (kubeadm sets it)")
+    parser.add_argument("--cluster-signing-cert-file", type=Path, default=None,
+                        help="the cluster CA certificate (PEM) the controllers' credentials are signed with")
+    parser.add_argument("--cluster-signing-key-file", type=Path, default=None,
+                        help="the cluster CA's private key (PEM)")
     parser.add_argument("--kube-api-qps", type=float, default=20.0)
     parser.add_argument("--kube-api-burst", type=int, default=30)
     tunables.add_arguments(parser)
@@ -56,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
         renew_deadline=parse_duration(args.leader_elect_renew_deadline),
         retry_period=parse_duration(args.leader_elect_retry_period),
     )
+    signer = None
+    if args.use_service_account_credentials:
+        if args.cluster_signing_cert_file is None or args.cluster_signing_key_file is None:
+            logging.getLogger(__name__).error("--use-service-account-credentials needs --cluster-signing-cert-file "
+                                              "and --cluster-signing-key-file")
+            return 2
+        signer = (args.cluster_signing_cert_file.read_bytes(), args.cluster_signing_key_file.read_bytes())
     config = ManagerConfig(
         controllers=enabled(args.controllers),
         leader_election=election,
@@ -64,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         cert_dir=args.cert_dir or Path(tempfile.gettempdir()) / "pykubelet-controller-manager",
         client_ca_file=args.client_ca_file,
         options={"root_ca": root_ca, **tunables.from_args(args)},
+        service_account_signer=signer,
     )
     client = KubeClient(cluster, qps=args.kube_api_qps, burst=args.kube_api_burst, component="kube-controller-manager")
     with asyncio.Runner(loop_factory=loop_factory()) as runner:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
 from controlplane.controllers.base import Controller, ControllerContext
+from controlplane.controllers.clientbuilder import ClientBuilder, RootClientBuilder, ServiceAccountCredentials
 from controlplane.controllers.informers import SharedInformers
 from controlplane.controllers.registry import CONTROLLERS
+from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
+from kubeclient.errors import ApiError
 from kubeclient.leaderelection import LeaderElection, LeaderElector, run_as_leader
 from kubeclient.serving import ensure_self_signed, server_context
 
@@ -44,6 +47,9 @@ class ManagerConfig:
     client_ca_file: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     resync_period: float = 0.0
+    # --use-service-account-credentials: the cluster signing CA (certificate, key PEM) the manager signs
+    # each controller's service-account credentials with (clientbuilder.py); None: the manager's own client.
+    service_account_signer: tuple[bytes, bytes] | None = None
 
 
 class ControllerManager:
@@ -57,6 +63,10 @@ class ControllerManager:
                                ["name"], registry=self.registry)
         self.controllers: list[Controller] = []
         self.port = 0
+        signer = config.service_account_signer
+        self.credentials: ClientBuilder = (
+            ServiceAccountCredentials(client, signer[0], signer[1], client.limiter.qps, client.limiter.burst)
+            if signer is not None else RootClientBuilder(client))
         self._runner: web.AppRunner | None = None
 
     # --- the loops -----------------------------------------------------------------------------------
@@ -73,12 +83,17 @@ class ControllerManager:
 
     async def _lead(self, halt: asyncio.Event) -> None:
         self.is_leader.labels(self.config.leader_election.name).set(1)
+        # Informers on the manager's identity, each controller's writes and events on its own.
         informers = SharedInformers(self.client, self.config.resync_period)
-        ctx = ControllerContext(self.client, informers, self.registry, dict(self.config.options))
-        self.controllers = [CONTROLLERS[name](ctx) for name in self.config.controllers]
+        base = ControllerContext(self.client, informers, self.registry, dict(self.config.options))
+        contexts = await self._contexts(base, halt)
+        if contexts is None:
+            return
+        self.controllers = [CONTROLLERS[name](ctx) for name, ctx in contexts.items()]
+        recorders = list({id(r): r for ctx in contexts.values() for r in ctx.recorders}.values())
         log.info("controllers starting: %s", ",".join(c.name for c in self.controllers))
         informers.start()
-        for recorder in ctx.recorders:
+        for recorder in recorders:
             recorder.start()
         try:
             synced = asyncio.ensure_future(informers.wait_for_sync())
@@ -91,8 +106,30 @@ class ControllerManager:
             halted.cancel()
         finally:
             await informers.stop()
-            for recorder in ctx.recorders:
+            for recorder in recorders:
                 await recorder.stop()
+            await self.credentials.close()
+
+    async def _contexts(self, base: ControllerContext, halt: asyncio.Event) -> dict[str, ControllerContext] | None:
+        """Each controller's context: the shared informers and its own client (None if halted first)."""
+        out: dict[str, ControllerContext] = {}
+        by_account: dict[str, ControllerContext] = {}
+        backoff = Backoff(initial=0.5, maximum=10.0)
+        for name in self.config.controllers:
+            account = CONTROLLERS[name].account_name()
+            while account not in by_account:
+                try:
+                    client = await self.credentials.client(account)
+                except (ApiError, OSError, TimeoutError) as err:
+                    log.warning("credentials for %s: %s", account, err)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(halt.wait(), backoff.next())
+                    if halt.is_set():
+                        return None
+                    continue
+                by_account[account] = base if client is self.client else replace(base, client=client, _recorders={})
+            out[name] = by_account[account]
+        return out
 
     # --- health and metrics --------------------------------------------------------------------------
 

@@ -76,6 +76,7 @@ def _status_of(cond: Obj | None) -> str:
 
 class NodeLifecycleController(Controller):
     name = "nodelifecycle"
+    account = "node-controller"
     workers = PARALLEL_NODES  # the node queue: NoSchedule taints and labels
 
     def __init__(self, ctx: ControllerContext) -> None:

@@ -144,6 +144,7 @@ class Quarantine:
 
 class PodGCController(Controller):
     name = "podgc"
+    account = "pod-garbage-collector"
     workers = 1
 
     def __init__(self, ctx: ControllerContext) -> None:

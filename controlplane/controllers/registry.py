@@ -7,6 +7,7 @@ on, `-name` turns one off (`*,-podgc`: all the defaults but pod GC).
 from __future__ import annotations
 
 from controlplane.controllers.base import Controller
+from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
 from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
@@ -28,6 +29,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         NodeLifecycleController,
         TaintEvictionController,
         PodGCController,
+        ClusterRoleAggregationController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

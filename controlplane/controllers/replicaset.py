@@ -106,6 +106,7 @@ def calculate_status(owner: Obj, pods: list[Obj], failure: tuple[str, str] | Non
 
 class ReplicaSetController(Controller):
     name = REPLICA_SET.controller
+    account = REPLICA_SET.component
     kind = REPLICA_SET
 
     def __init__(self, ctx: ControllerContext) -> None:
@@ -304,4 +305,5 @@ def _significant(status: Obj) -> Obj:
 
 class ReplicationControllerController(ReplicaSetController):
     name = REPLICATION_CONTROLLER.controller
+    account = REPLICATION_CONTROLLER.component
     kind = REPLICATION_CONTROLLER

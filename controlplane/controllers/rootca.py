@@ -22,6 +22,7 @@ DESCRIPTION = (
 
 class RootCAPublisher(Controller):
     name = "root-ca-cert-publisher"
+    account = "root-ca-cert-publisher"
     workers = 1
 
     def __init__(self, ctx: ControllerContext) -> None:

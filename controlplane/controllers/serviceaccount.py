@@ -16,6 +16,7 @@ DEFAULT_NAMES = ("default",)
 
 class ServiceAccountController(Controller):
     name = "serviceaccount"
+    account = "service-account-controller"
     workers = 1
 
     def __init__(self, ctx: ControllerContext) -> None:

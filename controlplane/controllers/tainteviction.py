@@ -76,6 +76,7 @@ def _pod_ref(key: str) -> Obj:
 
 class TaintEvictionController(Controller):
     name = NAME
+    account = "node-controller"  # upstream runs it on the node controller's account and role
     workers = 1  # every step is a cache read and a timer; nothing here waits on the API
 
     def __init__(self, ctx: ControllerContext) -> None:

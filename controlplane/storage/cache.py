@@ -157,6 +157,8 @@ class _Bucket:
     # Watches may resume from any revision >= window_start.
     window_start: int = 0
     watchers: set[Watcher] = field(default_factory=set)
+    # In-process readers kept in step with every commit, before any watcher or reader sees it.
+    subscribers: list[Callable[[CacheEvent], None]] = field(default_factory=list)
 
 
 class WatchCache:
@@ -232,6 +234,8 @@ class WatchCache:
             bucket.objects[event.key] = cached
             ce = CacheEvent("MODIFIED" if prev is not None else "ADDED", cached, prev, event.revision)
         self.revision = event.revision
+        for subscriber in bucket.subscribers:
+            subscriber(ce)
         bucket.events.append(ce)
         if len(bucket.events) > self.window:
             dropped = bucket.events.popleft()
@@ -307,6 +311,14 @@ class WatchCache:
         watcher.last_revision = self.revision
         bucket.watchers.add(watcher)
         return watcher
+
+    def subscribe(self, bucket_name: str, callback: Callable[[CacheEvent], None]) -> list[CachedObject]:
+        """Call `callback` synchronously with every change of the bucket from now on (in-process indexes
+        such as the authorizers', which must agree with the store at the next request); returns the
+        bucket's current objects to start from."""
+        bucket = self._bucket(bucket_name)
+        bucket.subscribers.append(callback)
+        return self.list(bucket_name, "/")
 
     def _remove(self, watcher: Watcher) -> None:
         bucket = self._buckets.get(watcher.bucket)

@@ -1,7 +1,9 @@
 """Start and stop the project's API server as a subprocess (tests, benchmarks and `pykubelet up`).
 
 One owner (a rig Daemon) starts it, waits until /readyz answers, and stops its whole process group, so no
-test leaves a server (or its scheduler child) behind. The server writes DIR/admin.kubeconfig on every start.
+test leaves a server (or its scheduler child) behind. The server writes DIR/admin.kubeconfig (system:masters),
+DIR/scheduler.conf and DIR/controller-manager.conf (the components' own identities) on every start;
+`client_kubeconfig` issues any other identity (a node's, a user's) from the cluster CA.
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ class ApiServer:
 
     The scheduler and the controller manager that `pykubelet server` supervises are off unless
     `scheduler=True` / `controllers=True`: most tests bind pods themselves or run the loop under test
-    on their own, and a supervised one would race them."""
+    on their own, and a supervised one would race them.
+
+    Without the controller manager no namespace gets its `default` ServiceAccount, so the ServiceAccount
+    admission plugin would refuse every pod: it is off unless `service_account_admission=True` (default:
+    on exactly when the controllers run), as upstream's integration-test servers turn it off."""
 
     def __init__(
         self,
@@ -44,6 +50,7 @@ class ApiServer:
         scheduler: bool = False,
         controllers: bool = False,
         controller_manager_port: int | None = None,
+        service_account_admission: bool | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -53,6 +60,8 @@ class ApiServer:
         self.controllers = controllers
         self.controller_manager_port = controller_manager_port or (free_port() if controllers else 0)
         self.extra_args = list(extra_args or [])
+        if not (controllers if service_account_admission is None else service_account_admission):
+            self.extra_args += ["--disable-admission-plugins", "ServiceAccount"]
         self.log_path = Path(log_path) if log_path else self.data_dir / "apiserver.log"
         self.daemon = Daemon("pykubelet server", self.command(), self.log_path)
 
@@ -75,7 +84,24 @@ class ApiServer:
 
     @property
     def kubeconfig(self) -> Path:
+        """The administrator's (system:masters)."""
         return self.data_dir / "admin.kubeconfig"
+
+    @property
+    def scheduler_kubeconfig(self) -> Path:
+        """The scheduler's own identity (system:kube-scheduler), written by the server on every start."""
+        return self.data_dir / "scheduler.conf"
+
+    @property
+    def controller_manager_kubeconfig(self) -> Path:
+        """The controller manager's own identity (system:kube-controller-manager)."""
+        return self.data_dir / "controller-manager.conf"
+
+    @property
+    def signing_pair(self) -> tuple[bytes, bytes]:
+        """The cluster CA's certificate and key (PEM): what kubeadm hands the controller manager to sign with."""
+        pki = self.data_dir / "pki"
+        return (pki / "ca.crt").read_bytes(), (pki / "ca.key").read_bytes()
 
     def api_client(self) -> ApiClient:
         """The official client as the cluster admin (a context manager: `with server.api_client() as api`)."""

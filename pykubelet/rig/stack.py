@@ -117,8 +117,19 @@ class Stack:
 
     @property
     def kubeconfig(self) -> Path:
+        """The administrator's kubeconfig (system:masters)."""
         assert self.apiserver is not None, "the API server is not started"
         return Path(self.apiserver.kubeconfig)
+
+    @property
+    def agent_kubeconfig(self) -> Path:
+        """The node's own credentials (system:node:<name> in system:nodes), as kubeadm's kubelet.conf."""
+        return self.config.state_dir / "agent" / "kubelet.kubeconfig"
+
+    def write_agent_kubeconfig(self) -> Path:
+        assert self.apiserver is not None, "the API server is not started"
+        return self.apiserver.client_kubeconfig(f"system:node:{self.node_name}", ("system:nodes",),
+                                                self.agent_kubeconfig)
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -145,8 +156,11 @@ class Stack:
             self._started("containerd")
             # The server runs the scheduler and the controller manager as its children, so pods without a
             # nodeName land on our node and every namespace gets its service account and CA bundle.
+            # On every address, as upstream's default: pods reach it through their gateway (this host), with
+            # the credentials the ServiceAccount admission plugin mounts for them.
             self.apiserver = ApiServer(
-                d / "apiserver", port=self.config.api_port or free_port(), scheduler=True, controllers=True
+                d / "apiserver", port=self.config.api_port or free_port(), scheduler=True, controllers=True,
+                extra_args=["--bind-address", "0.0.0.0"],
             )
             self.apiserver.daemon.on_spawn = self._spawned
             self.apiserver.start()
@@ -191,7 +205,7 @@ class Stack:
             "pykubelet",
             "agent",
             "--kubeconfig",
-            str(self.kubeconfig),
+            str(self.write_agent_kubeconfig()),
             "--node-name",
             self.node_name,
             "--container-runtime-endpoint",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -95,6 +96,9 @@ class FakeRuntime:
 
     async def prepare_volumes(self, pod: dict[str, Any]) -> bool:
         return self.volumes_ready
+
+    async def refresh_volumes(self, pod: dict[str, Any]) -> float:
+        return math.inf
 
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
         uid = pod["metadata"]["uid"]

@@ -25,6 +25,8 @@ from agent.config import AgentConfig
 from agent.cri import CRIClient, CRIError, pb
 from agent.pods import labels as L
 from agent.pods.qos import remove_pod_cgroup
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.images import RigImages
@@ -90,12 +92,15 @@ def client_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path, client_pki: dict[str, Path]) -> AsyncIterator[Agent]:
+    node_name = f"api-{uuid.uuid4().hex[:6]}"
+    # The node's own credentials, as a kubelet has: the Node authorizer and NodeRestriction apply.
+    kubeconfig = apiserver.client_kubeconfig(f"system:node:{node_name}", ("system:nodes",), tmp_path / "kubelet.kubeconfig")
     cfg = AgentConfig(
         port=free_port(),
         address="127.0.0.1",
         client_ca_file=str(client_pki["ca"]),
-        node_name=f"api-{uuid.uuid4().hex[:6]}",
-        kubeconfig=str(apiserver.kubeconfig),
+        node_name=node_name,
+        kubeconfig=str(kubeconfig),
         container_runtime_endpoint=own_containerd.endpoint,
         root_dir=str(tmp_path / "root"),
         pod_logs_dir=str(tmp_path / "logs"),
@@ -114,6 +119,14 @@ async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path
                 await cri.remove_pod_sandbox(sb.id)
             except CRIError:
                 pass
+
+
+@pytest.fixture
+async def admin(apiserver: ApiServer) -> AsyncIterator[KubeClient]:
+    """The test's own client (the administrator): it creates and deletes pods as users do; the agent acts
+    on its node's credentials."""
+    async with KubeClient(load_kubeconfig(apiserver.kubeconfig)) as client:
+        yield client
 
 
 def kubelet_tls(client_pki: dict[str, Path] | None = None) -> ssl.SSLContext:
@@ -160,8 +173,8 @@ async def test_orphan_sandbox_is_removed(agent: Agent, own_containerd: Container
         await cri.remove_pod_sandbox(foreign)
 
 
-async def test_status_written_only_on_change(agent: Agent, test_images: RigImages):
-    client = agent.client
+async def test_status_written_only_on_change(agent: Agent, admin: KubeClient, test_images: RigImages):
+    client = admin
     node = agent.cfg.node_name
     pod = {
         "apiVersion": "v1",
@@ -208,23 +221,23 @@ async def test_status_written_only_on_change(agent: Agent, test_images: RigImage
     await wait_until(deleted)
 
 
-async def test_node_status_marked_unknown_by_another_writer_is_put_right_at_once(agent: Agent):
+async def test_node_status_marked_unknown_by_another_writer_is_put_right_at_once(agent: Agent, admin: KubeClient):
     """As the node lifecycle controller does after a partition: the conditions say Unknown while our
     last post said Ready. The next sync sees the Node as the API holds it and posts again."""
     assert agent.node is not None
     assert await agent.node.sync_status() is False  # nothing changed since the last post
     unknown = {"status": "Unknown", "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status."}
     conditions = [{**c, **unknown} for c in agent.node.node["status"]["conditions"]]
-    await agent.client.patch(f"/api/v1/nodes/{agent.cfg.node_name}/status", {"status": {"conditions": conditions}})
+    await admin.patch(f"/api/v1/nodes/{agent.cfg.node_name}/status", {"status": {"conditions": conditions}})
     assert await agent.node.sync_status() is True
-    node = await agent.client.get(f"/api/v1/nodes/{agent.cfg.node_name}")
+    node = await admin.get(f"/api/v1/nodes/{agent.cfg.node_name}")
     ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "KubeletReady")
 
 
-async def test_repeated_event_is_counted(agent: Agent):
+async def test_repeated_event_is_counted(agent: Agent, admin: KubeClient):
     """The same event twice makes one Event object with count 2, as upstream's correlator does."""
-    client = agent.client
+    client = admin
     name = f"ev-{uuid.uuid4().hex[:6]}"
     pod = await client.create(
         "/api/v1/namespaces/default/pods",
@@ -247,8 +260,8 @@ async def test_repeated_event_is_counted(agent: Agent):
     await client.delete(f"/api/v1/namespaces/default/pods/{name}", {"gracePeriodSeconds": 0})
 
 
-async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki: dict[str, Path]):
-    client = agent.client
+async def test_kubelet_api_logs(agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]):
+    client = admin
     name = f"talk-{uuid.uuid4().hex[:6]}"
     # stdout and stderr are written by separate runtime goroutines: a pause keeps their order fixed.
     script = "echo one; echo two; sleep 0.5; echo three >&2; sleep 2; echo four; exit 0"
@@ -263,7 +276,10 @@ async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki
     trusted, with_cert = kubelet_tls(), kubelet_tls(client_pki)
     logs = f"{base}/containerLogs/default/{name}/main"
     async with aiohttp.ClientSession() as http:
+        # Upstream's secure port authenticates /healthz too (the open one is healthzPort, 10248).
         async with http.get(f"{base}/healthz", ssl=trusted) as resp:
+            assert (resp.status, await resp.text()) == (401, "Unauthorized")
+        async with http.get(f"{base}/healthz", ssl=with_cert) as resp:
             assert (resp.status, await resp.text()) == (200, "ok")
         async with http.get(logs, ssl=trusted) as resp:
             assert resp.status == 401  # no client certificate, anonymous off
@@ -294,9 +310,9 @@ async def test_kubelet_api_logs(agent: Agent, test_images: RigImages, client_pki
     await client.delete(f"/api/v1/namespaces/default/pods/{name}")
 
 
-async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, test_images: RigImages, client_pki: dict[str, Path]):
+async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]):
     name = f"sh-{uuid.uuid4().hex[:6]}"
-    await agent.client.create(
+    await admin.create(
         "/api/v1/namespaces/default/pods",
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
          "spec": {"nodeName": agent.cfg.node_name, "terminationGracePeriodSeconds": 1,
@@ -305,7 +321,7 @@ async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, test_images: 
     path = f"/api/v1/namespaces/default/pods/{name}"
 
     async def running():
-        return (await agent.client.get(path)).get("status", {}).get("phase") == "Running"
+        return (await admin.get(path)).get("status", {}).get("phase") == "Running"
 
     await wait_until(running)
     assert agent.server is not None
@@ -330,13 +346,13 @@ async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, test_images: 
                 if msg.type == aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x01":
                     out += msg.data[1:]
         assert out == b"hi\n"
-    await agent.client.delete(path)
+    await admin.delete(path)
 
 
-async def test_kubelet_api_probe_metrics(agent: Agent, test_images: RigImages, client_pki: dict[str, Path]):
+async def test_kubelet_api_probe_metrics(agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]):
     """/metrics/probes counts what the prober did for a real container, behind client-certificate auth."""
     name = f"probed-{uuid.uuid4().hex[:6]}"
-    await agent.client.create(
+    await admin.create(
         "/api/v1/namespaces/default/pods",
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
          "spec": {"nodeName": agent.cfg.node_name, "terminationGracePeriodSeconds": 1,
@@ -345,7 +361,7 @@ async def test_kubelet_api_probe_metrics(agent: Agent, test_images: RigImages, c
     )
 
     async def ready():
-        pod = await agent.client.get(f"/api/v1/namespaces/default/pods/{name}")
+        pod = await admin.get(f"/api/v1/namespaces/default/pods/{name}")
         statuses = pod.get("status", {}).get("containerStatuses") or []
         return bool(statuses) and statuses[0]["ready"]
 
@@ -362,16 +378,61 @@ async def test_kubelet_api_probe_metrics(agent: Agent, test_images: RigImages, c
     counts = [line for line in text.splitlines() if line.startswith('prober_probe_total{probe_type="Readiness",result="successful"}')]
     assert counts and int(counts[0].rsplit(" ", 1)[1]) >= 1
     assert 'prober_probe_duration_seconds_count{probe_type="Readiness",handler="exec"}' in text
-    await agent.client.delete(f"/api/v1/namespaces/default/pods/{name}")
+    await admin.delete(f"/api/v1/namespaces/default/pods/{name}")
 
 
-async def test_node_events_reach_the_api(agent: Agent):
+async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(agent: Agent, admin: KubeClient,
+                                                                        caplog: pytest.LogCaptureFixture):
+    """A service-account token on the kubelet API: reviewed by the real API server (TokenReview), the
+    request authorized there (SubjectAccessReview under RBAC: forbidden until the account is bound to
+    system:kubelet-api-admin); a bad token is a bare 401; neither token reaches a log line."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    client = admin
+    account = f"caller-{uuid.uuid4().hex[:6]}"
+    await client.create("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": account}})
+    issued = await client.create(f"/api/v1/namespaces/default/serviceaccounts/{account}/token",
+                                 {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    token = issued["status"]["token"]
+    forged = token[:-12] + "AAAAAAAAAAAA"
+    assert agent.server is not None
+    url = f"https://127.0.0.1:{agent.server.port}/pods"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
+            assert (resp.status, await resp.text()) == (403, f"Forbidden (user=system:serviceaccount:default:{account}, "
+                                                             "verb=get, resource=nodes, subresource=proxy)")
+        binding = f"{account}-kubelet-api"
+        await client.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "metadata": {"name": binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": "default"}]})
+
+        async def allowed() -> bool:
+            async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
+                return resp.status == 200 and (await resp.json())["kind"] == "PodList"
+
+        # The first answer (403) is cached for upstream's cacheUnauthorizedTTL, 30 s: wait past it.
+        await wait_until(allowed, timeout=45)
+        async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {forged}"}) as resp:
+            assert (resp.status, await resp.text()) == (401, "Unauthorized")
+        async with http.get(url, ssl=kubelet_tls()) as resp:
+            assert resp.status == 401
+    assert any("kubelet api request user=system:serviceaccount:default:" in r.getMessage() for r in caplog.records)
+    for record in caplog.records:
+        text = record.getMessage()
+        assert token.split(".")[2] not in text and forged.split(".")[2][:-12] not in text
+    await client.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
+    await client.delete(f"/api/v1/namespaces/default/serviceaccounts/{account}")
+
+
+async def test_node_events_reach_the_api(agent: Agent, admin: KubeClient):
     """Starting, the conditions' events and NodeAllocatableEnforced, about the Node, from kubelet on it,
     in the default namespace (where events of cluster-scoped objects go)."""
     node = agent.cfg.node_name
 
     async def reported():
-        items = (await agent.client.get("/api/v1/namespaces/default/events"))["items"]
+        items = (await admin.get("/api/v1/namespaces/default/events"))["items"]
         mine = [e for e in items if e["involvedObject"].get("kind") == "Node" and e["involvedObject"].get("name") == node]
         reasons = {e["reason"]: e for e in mine}
         wanted = {"Starting", "NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID", "NodeAllocatableEnforced"}

@@ -65,10 +65,13 @@ async def test_agent_runs_the_pod_network(
     agent = None
     try:
         assert not await _network_ready(ctd.endpoint)  # no conflist yet
+        node_name = f"net-{uuid.uuid4().hex[:6]}"
+        kubeconfig = apiserver.client_kubeconfig(f"system:node:{node_name}", ("system:nodes",),
+                                                 dirs["root"] / "kubelet.kubeconfig")
         cfg = AgentConfig(
             port=0,
-            node_name=f"net-{uuid.uuid4().hex[:6]}",
-            kubeconfig=str(apiserver.kubeconfig),
+            node_name=node_name,
+            kubeconfig=str(kubeconfig),
             container_runtime_endpoint=ctd.endpoint,
             root_dir=str(dirs["root"] / "agent"),
             pod_logs_dir=str(dirs["logs"]),

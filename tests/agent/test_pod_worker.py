@@ -299,6 +299,8 @@ async def test_rejected_pod_fails_with_the_admission_reason_and_never_starts():
     assert (final["phase"], final["reason"]) == ("Failed", "OutOfcpu")
     assert final["message"] == "Pod was rejected: Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 2000"
     assert fake.calls == []
+    # As upstream's rejectPod: that status and nothing more (no worker ever looked at containers).
+    assert "containerStatuses" not in final and not final.get("conditions")
     assert ("Warning", "OutOfcpu", "Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 2000") in events(ctx, "u1")
 
 

@@ -97,3 +97,138 @@ async def test_container_mounts(manager: VolumeManager):
         container_mounts({"name": "m", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPath": "../../etc"}]}, ready)
     with pytest.raises(VolumeError, match='unable to find volume "zz"'):
         container_mounts({"name": "m", "volumeMounts": [{"name": "zz", "mountPath": "/x"}]}, ready)
+
+
+# --- projected service-account tokens ------------------------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeTokenAPI:
+    """Stands in for TokenRequest: numbered tokens, each valid for what was asked; can be made to fail."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.calls: list[tuple[str, str, list[str], int, str, str]] = []
+        self.fail = False
+
+    async def __call__(self, namespace, account, audiences, expiration, pod_name, pod_uid):
+        from agent.kube.tokens import IssuedToken
+        from kubeclient.errors import ApiError
+
+        if self.fail:
+            raise ApiError(503, "ServiceUnavailable", "the server is down")
+        self.calls.append((namespace, account, audiences, expiration, pod_name, pod_uid))
+        return IssuedToken(f"token-{len(self.calls)}", self.clock.now + expiration, expiration)
+
+
+def token_pod(expiration: int | None = 3607, audience: str = "") -> dict:
+    source: dict = {"path": "token"}
+    if expiration is not None:
+        source["expirationSeconds"] = expiration
+    if audience:
+        source["audience"] = audience
+    pod = make_pod([{"name": "kube-api-access-x2z4k", "projected": {"defaultMode": 0o644, "sources": [
+        {"serviceAccountToken": source},
+        {"configMap": {"name": "cfg", "items": [{"key": "app.conf", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+    ]}}])
+    pod["spec"]["serviceAccountName"] = "robot"
+    return pod
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def token_api(clock: Clock) -> FakeTokenAPI:
+    return FakeTokenAPI(clock)
+
+
+@pytest.fixture
+def with_tokens(tmp_path: Path, clock: Clock, token_api: FakeTokenAPI) -> VolumeManager:
+    from agent.volumes.tokens import TokenManager
+
+    def field(pod, path):
+        return {"metadata.namespace": pod["metadata"]["namespace"]}[path]
+
+    return VolumeManager(str(tmp_path), fetch, field, tokens=TokenManager(token_api, clock, jitter=lambda: 0.0))
+
+
+async def test_service_account_token_projection(with_tokens: VolumeManager, token_api: FakeTokenAPI):
+    pod = token_pod(audience="vault")
+    ready = await with_tokens.prepare(pod)
+    folder = Path(ready["kube-api-access-x2z4k"].host_path)
+    assert folder.name == "kube-api-access-x2z4k" and folder.parent.name == "kubernetes.io~projected"
+    assert (folder / "token").read_text() == "token-1"
+    assert (folder / "namespace").read_text() == "ns" and (folder / "ca.crt").read_text() == "a=1\n"
+    # Bound to the pod, for its account, the audience and lifetime the projection asks for.
+    assert token_api.calls == [("ns", "robot", ["vault"], 3607, "p", "u-1")]
+    # Upstream's layout and modes: files 0644 in a 0755 timestamped folder behind ..data.
+    data = folder / os.readlink(folder / "..data")
+    for name in ("token", "ca.crt", "namespace"):
+        assert (folder / name).is_symlink() and os.readlink(folder / name) == f"..data/{name}"
+        assert (data / name).stat().st_mode & 0o777 == 0o644
+    assert data.stat().st_mode & 0o777 == 0o755 and ready["kube-api-access-x2z4k"].read_only
+    # Another pass before the token is due keeps it; no second TokenRequest.
+    await with_tokens.prepare(pod)
+    assert len(token_api.calls) == 1
+    # No audience: none is sent (the API server's own apply); the default lifetime is 3600 s.
+    await with_tokens.prepare(token_pod(expiration=None))
+    assert token_api.calls[-1][2:4] == ([], 3600)
+
+
+async def test_tokens_are_refreshed_at_80_percent_of_their_life(with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI):
+    pod = token_pod(expiration=3607)
+    ready = await with_tokens.prepare(pod)
+    folder = Path(ready["kube-api-access-x2z4k"].host_path)
+    first = os.readlink(folder / "..data")
+    # 80 % of 3607 s is 2886 s (upstream computes the 20 % in whole seconds: 721).
+    assert with_tokens.refresh_in("u-1") == pytest.approx(3607 - 721)
+    clock.now += 2885
+    assert not await with_tokens.refresh(pod) and (folder / "token").read_text() == "token-1"
+    clock.now += 2
+    assert await with_tokens.refresh(pod)
+    assert (folder / "token").read_text() == "token-2" and len(token_api.calls) == 2
+    # Swapped atomically: a new timestamped folder behind ..data, the old one gone.
+    assert os.readlink(folder / "..data") != first and not (folder / first).exists()
+    assert with_tokens.refresh_in("u-1") == pytest.approx(2886)
+
+
+async def test_long_lived_tokens_are_refreshed_after_a_day(with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI):
+    pod = token_pod(expiration=7 * 24 * 3600)
+    await with_tokens.prepare(pod)
+    assert with_tokens.refresh_in("u-1") == pytest.approx(24 * 3600)
+    clock.now += 24 * 3600 + 1
+    assert await with_tokens.refresh(pod) and len(token_api.calls) == 2
+
+
+async def test_a_failed_refresh_keeps_the_valid_token_and_retries_later(with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI):
+    from agent.volumes.tokens import RETRY_AFTER_FAILURE
+
+    pod = token_pod(expiration=600)
+    ready = await with_tokens.prepare(pod)
+    folder = Path(ready["kube-api-access-x2z4k"].host_path)
+    clock.now += 500  # due at 480 s, valid until 600 s
+    token_api.fail = True
+    assert not await with_tokens.refresh(pod) and (folder / "token").read_text() == "token-1"
+    assert with_tokens.refresh_in("u-1") == pytest.approx(RETRY_AFTER_FAILURE)  # no tight retry loop
+    clock.now += 200  # expired, and still no API: the mount fails as upstream's does
+    with pytest.raises(VolumeError, match='volume "kube-api-access-x2z4k" : failed to fetch token: the server is down'):
+        await with_tokens.refresh(pod)
+    token_api.fail = False
+    assert await with_tokens.refresh(pod) and (folder / "token").read_text() == "token-2"
+    with_tokens.forget("u-1")
+    assert with_tokens.refresh_in("u-1") is None and not await with_tokens.refresh(pod)
+
+
+async def test_token_projection_needs_a_token_source(manager: VolumeManager):
+    with pytest.raises(VolumeError, match=r"projection \['serviceAccountToken'\] is not supported"):
+        await manager.prepare(token_pod())

@@ -181,6 +181,10 @@ async def test_crash_loop_restarts_with_backoff_and_gc(ctx: PodContext, cri: CRI
     # Restart counts come from CRI annotations, so they survive a fresh worker.
     counts = sorted(int(c.annotations[L.RESTART_COUNT]) for c in containers)
     assert counts[-1] >= 3
+    # A collected container's log file goes with it (upstream's removeContainerLog): only the kept
+    # containers' <restartCount>.log files are left.
+    log_dir = Path(ctx.cfg.pod_logs_dir) / f"default_{pod['metadata']['name']}_{uid}" / "main"
+    assert sorted(p.name for p in log_dir.iterdir()) == sorted(f"{n}.log" for n in counts)
     await delete(pod, worker)
     assert await cri.list_containers(labels={L.POD_UID: uid}) == []
 

@@ -54,11 +54,13 @@ def namespace(v1: client.CoreV1Api) -> str:
 
 @contextlib.asynccontextmanager
 async def running(apiserver: ApiServer, *names: str, **options: Any) -> AsyncIterator[ControllerManager]:
-    """The named controllers, in-process, until the block ends."""
-    kube = KubeClient(load_kubeconfig(apiserver.kubeconfig), qps=0)
+    """The named controllers, in-process, until the block ends, on the identities the real manager runs
+    them on: the manager's (system:kube-controller-manager) for informers, each controller's service
+    account for the rest."""
+    kube = KubeClient(load_kubeconfig(apiserver.controller_manager_kubeconfig), qps=0)
     manager = ControllerManager(kube, ManagerConfig(
         controllers=list(names), leader_election=LeaderElection("kube-controller-manager", enabled=False),
-        secure_port=0, options=options))
+        secure_port=0, options=options, service_account_signer=apiserver.signing_pair))
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(stop))
     try:

@@ -363,8 +363,12 @@ def test_token_file_authentication(tmp_path: Path) -> None:
     with ApiServer(tmp_path / "tok", extra_args=["--token-auth-file", str(tokens)]) as server:
         context = ssl.create_default_context(cafile=str(server.ca_cert))
         request = urllib.request.Request(f"{server.url}/api/v1/namespaces", headers={"Authorization": "Bearer s3cret-token"})
-        with urllib.request.urlopen(request, context=context) as resp:
-            assert resp.status == 200
+        # Authenticated, but RBAC grants alice nothing beyond what every user holds.
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(request, context=context)
+        assert denied.value.code == 403
+        assert json.loads(denied.value.read())["message"] == (
+            'namespaces is forbidden: User "alice" cannot list resource "namespaces" in API group "" at the cluster scope')
         whoami = urllib.request.Request(f"{server.url}/apis/authentication.k8s.io/v1/selfsubjectreviews", method="POST",
                                         data=b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}',
                                         headers={"Authorization": "Bearer s3cret-token", "Content-Type": "application/json"})
@@ -388,7 +392,11 @@ def test_kubernetes_service_points_at_the_server(apiserver: ApiServer, v1: clien
 def test_rig_issues_kubeconfigs_for_other_identities(apiserver: ApiServer, tmp_path: Path) -> None:
     path = apiserver.client_kubeconfig("system:node:n1", ("system:nodes",), tmp_path / "kubelet.kubeconfig")
     with api_client(path) as api:
-        assert client.CoreV1Api(api).list_namespace().items
+        # A node may read services (system:node's rules), not namespaces.
+        assert client.CoreV1Api(api).list_service_for_all_namespaces().items
+        with pytest.raises(ApiException) as denied:
+            client.CoreV1Api(api).list_namespace()
+        assert denied.value.status == 403
         review = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
         assert review.status.user_info.username == "system:node:n1"
         assert review.status.user_info.groups == ["system:nodes", "system:authenticated"]

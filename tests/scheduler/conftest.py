@@ -204,7 +204,7 @@ def start_scheduler(apiserver: ApiServer, tmp_path: Path, request: pytest.Fixtur
     started: list[SchedulerProcess] = []
 
     def start(settings: dict[str, Any] | None = None, wait_synced: bool = True) -> SchedulerProcess:
-        proc = SchedulerProcess(apiserver.kubeconfig, tmp_path, settings, wait_synced)
+        proc = SchedulerProcess(apiserver.scheduler_kubeconfig, tmp_path, settings, wait_synced)
         started.append(proc)
         return proc
 

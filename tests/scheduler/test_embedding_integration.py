@@ -18,7 +18,7 @@ async def test_run_scheduler_in_process_until_stopped(apiserver, cluster):
     node = cluster.add_node("embedded")
     client = KubeClient(load_kubeconfig(apiserver.kubeconfig))
     stop = asyncio.Event()
-    task = asyncio.create_task(run_scheduler(apiserver.kubeconfig, SchedulerConfig(), stop))
+    task = asyncio.create_task(run_scheduler(apiserver.scheduler_kubeconfig, SchedulerConfig(), stop))
     try:
         ns = cluster.namespace
         await client.create(f"/api/v1/namespaces/{ns}/pods", cluster.pod("inproc"))

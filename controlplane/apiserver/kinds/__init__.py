@@ -10,7 +10,10 @@ the core group first, then the API groups in upstream's order; a namespace is em
 from __future__ import annotations
 
 from controlplane.apiserver.kinds import (
+    accessreview,
     binding,
+    clusterrole,
+    clusterrolebinding,
     configmap,
     controllerrevision,
     deployment,
@@ -25,11 +28,15 @@ from controlplane.apiserver.kinds import (
     priorityclass,
     replicaset,
     replicationcontroller,
+    role,
+    rolebinding,
+    rulesreview,
     runtimeclass,
     secret,
     selfsubjectreview,
     service,
     serviceaccount,
+    tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
 
@@ -50,7 +57,15 @@ KINDS: list[Kind] = [
     replicaset.KIND,
     controllerrevision.KIND,
     eventsv1.KIND,
+    tokenreview.KIND,
     selfsubjectreview.KIND,
+    *accessreview.KINDS[:2],
+    rulesreview.KIND,
+    accessreview.KINDS[2],
+    clusterrolebinding.KIND,
+    clusterrole.KIND,
+    rolebinding.KIND,
+    role.KIND,
     priorityclass.KIND,
     lease.KIND,
     runtimeclass.KIND,

@@ -46,6 +46,8 @@ class Lifecycle:
     """NamespaceLifecycle: namespaced objects are created only in namespaces that exist and are not
     being terminated."""
 
+    name = "NamespaceLifecycle"
+
     def admit(self, request: AdmissionRequest) -> None:
         kind = request.kind
         if request.operation != "CREATE" or not kind.namespaced or request.subresource:

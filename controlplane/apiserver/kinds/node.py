@@ -1,5 +1,6 @@
 """core/v1 Node: cluster-scoped, its status written by the node agent (capacity and allocatable are
-quantities, stored in canonical form)."""
+quantities, stored in canonical form). The NodeRestriction admission plugin (what a node may write of
+Nodes, pods, leases and tokens) comes with it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.meta import age
+from controlplane.apiserver.nodeauthz.restriction import NodeRestriction
 from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import nonnegative_quantity
 
@@ -26,6 +28,7 @@ class Node(Kind):
     smp = {"metadata": META, "spec": {"podCIDRs": ListSpec(None)},
            "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")}}
     field_selectors = (SelectableField("spec.unschedulable", missing="false"),)
+    admission = (NodeRestriction(),)
     columns = (
         tables.NAME, tables.column("Status", desc="The status of the node"),
         tables.column("Roles", desc="The roles of the node"), tables.AGE,

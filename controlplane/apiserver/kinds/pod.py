@@ -96,8 +96,10 @@ class Pod(Kind):
         podspec.default_pod_spec(spec)
         if creating:
             # These come from admission plugins upstream (ServiceAccount, DefaultTolerationSeconds).
-            spec.setdefault("serviceAccountName", "default")
-            spec["serviceAccount"] = spec["serviceAccountName"]
+            # (A mirror pod may name no account: the ServiceAccount plugin refuses one that does.)
+            if "kubernetes.io/config.mirror" not in ((obj.get("metadata") or {}).get("annotations") or {}):
+                spec["serviceAccountName"] = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+                spec["serviceAccount"] = spec["serviceAccountName"]
             spec.setdefault("enableServiceLinks", True)
             tolerations = spec.setdefault("tolerations", [])
             for key in _DEFAULT_TOLERATIONS:

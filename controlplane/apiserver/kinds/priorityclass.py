@@ -91,6 +91,8 @@ def resolve_pod_priority(pod: Obj, classes: list[Obj]) -> None:
 class Priority:
     """The Priority admission plugin: resolves pods' priorities; one globalDefault class at most."""
 
+    name = "Priority"
+
     def admit(self, request: AdmissionRequest) -> None:
         if request.kind is not POD or request.subresource:
             return

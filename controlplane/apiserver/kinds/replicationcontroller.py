@@ -55,10 +55,12 @@ def validate_status(status: Obj) -> list[FieldError]:
         errors += nonnegative(f"status.{name}", status.get(name, 0))
     replicas = status.get("replicas", 0)
     for name in ("fullyLabeledReplicas", "readyReplicas", "availableReplicas"):
-        if status.get(name, 0) > replicas:
-            errors.append(invalid(f"status.{name}", status[name], "cannot be greater than status.replicas"))
-    if status.get("availableReplicas", 0) > status.get("readyReplicas", 0):
-        errors.append(invalid("status.availableReplicas", status["availableReplicas"], "cannot be greater than readyReplicas"))
+        count = status.get(name, 0)
+        if count > replicas:
+            errors.append(invalid(f"status.{name}", count, "cannot be greater than status.replicas"))
+    available = status.get("availableReplicas", 0)
+    if available > status.get("readyReplicas", 0):
+        errors.append(invalid("status.availableReplicas", available, "cannot be greater than readyReplicas"))
     return errors
 
 

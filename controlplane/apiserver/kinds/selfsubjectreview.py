@@ -32,6 +32,8 @@ class SelfSubjectReview(Kind):
         user_info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
         if user.uid:
             user_info["uid"] = user.uid
+        if user.extra:
+            user_info["extra"] = user.extra_dict()
         return rest.json({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"creationTimestamp": None},
                           "status": {"userInfo": user_info}}, 201)
 

@@ -1,4 +1,5 @@
-"""core/v1 ServiceAccount (tokens are not issued yet)."""
+"""core/v1 ServiceAccount, with its `token` subresource (TokenRequest, tokenrequest.py) and the
+ServiceAccount admission plugin that gives pods their account's credentials (saadmission.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 from controlplane.apiserver import tables
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.kinds.saadmission import ServiceAccountAdmission
+from controlplane.apiserver.kinds.tokenrequest import TOKEN
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.protobuf import OBJECT_META, OBJECT_REFERENCE
 from controlplane.apiserver.smp_schema import META, ListSpec
@@ -19,6 +22,8 @@ class ServiceAccount(Kind):
     short_names = ("sa",)
     schema = "V1ServiceAccount"
     return_deleted_object = True
+    subresources = (TOKEN,)
+    admission = (ServiceAccountAdmission(),)
     smp = {"metadata": META, "secrets": ListSpec("name"), "imagePullSecrets": ListSpec("name")}
     protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("secrets", "messages", OBJECT_REFERENCE),
                 3: ("imagePullSecrets", "messages", {1: ("name", "string", None)}),

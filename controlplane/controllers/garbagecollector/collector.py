@@ -35,6 +35,7 @@ REDISCOVERY_PERIOD = 30.0
 
 class GarbageCollector(Controller):
     name = "garbage-collector"
+    account = "generic-garbage-collector"
     workers = 20  # upstream's --concurrent-gc-syncs
 
     def __init__(self, ctx: ControllerContext) -> None:
