@@ -4,11 +4,13 @@ straight to the node (spec.nodeName, no scheduler in the way), and a container k
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
-from e2e.waiting import finished
+from e2e.waiting import finished, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +45,22 @@ def test_pod_whose_node_selector_does_not_match_is_rejected(kube, namespace, nod
     pod = finished(kube, namespace, "elsewhere")
     assert (pod.status.phase, pod.status.reason) == ("Failed", "NodeAffinity")
     assert pod.status.message == "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+
+
+def test_pod_whose_host_port_is_taken_is_rejected(kube, namespace, node_name, image):
+    port = random.randint(40000, 49000)
+    ports = [client.V1ContainerPort(container_port=8080, host_port=port)]
+    kube.create_namespaced_pod(namespace, bound("first", node_name, image, ports=ports))
+
+    def running():
+        return kube.read_namespaced_pod("first", namespace).status.phase == "Running"
+
+    wait_for(running, what="the first pod Running")
+    kube.create_namespaced_pod(namespace, bound("second", node_name, image, ports=ports))
+    pod = finished(kube, namespace, "second")
+    assert (pod.status.phase, pod.status.reason) == ("Failed", "NodePorts")
+    assert pod.status.message == "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+    assert kube.read_namespaced_pod("first", namespace).status.phase == "Running"
 
 
 def test_container_past_its_memory_limit_is_oom_killed(kube, namespace, node_name, image):
