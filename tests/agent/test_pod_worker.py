@@ -315,3 +315,25 @@ async def test_active_deadline_fails_the_pod(code):
     final = shown(ctx)
     assert (final["phase"], final["reason"]) == ("Failed", "DeadlineExceeded")
     assert ("Normal", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline") in events(ctx, "u1")
+
+
+async def test_liveness_failure_under_never_kills_the_whole_pod_with_the_plain_stop_text():
+    """upstream's computePodActions: a container failing liveness under Never leaves nothing to run, so
+    the pod is killed (KillPod), and that kill's event names no cause: `Stopping container main`."""
+    from agent.pods.actions import FAILURE, compute_pod_actions
+    from agent.pods.executor import apply_actions
+    from tests.agent.test_pod_actions import Verdicts
+
+    fake = FakeRuntime()
+    ctx = fake_context(fake)
+    pod = make_pod(restart="Never")
+    worker = PodWorker(ctx, "u1", lambda: pod)
+    await until(worker, started(fake, 1))
+    rt = await fake.pod_state("u1")
+    record = rt.latest("main")
+    assert record is not None
+    actions = compute_pod_actions(pod, rt, Verdicts(liveness={record.id: FAILURE}))
+    assert actions.kill_pod
+    await apply_actions(fake, ctx.recorder, ctx.crash_backoff, {}, pod, rt, actions)
+    killing = [m for _t, r, m in events(ctx, "u1") if r == "Killing"]
+    assert killing == ["Stopping container main"]
