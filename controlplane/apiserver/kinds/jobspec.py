@@ -1,0 +1,141 @@
+"""The Job spec, shared by Jobs and by CronJobs' jobTemplate: upstream's validateJobSpec (the counts,
+the completion mode, the pod template whose pods never restart Always) and the generated selector of a
+Job (pkg/registry/batch/job/strategy.go generateSelector, validation.ValidateGeneratedSelector).
+
+A Job asks for a selector only when `manualSelector` is true; otherwise the API server writes one that
+selects the Job's UID, and labels the template with it and the Job's name, both in the
+`batch.kubernetes.io/` form and the legacy one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.apiserver.errors import FieldError, invalid, not_supported, required
+from controlplane.apiserver.kinds import podspec
+from controlplane.apiserver.validation import labels, nonnegative
+from kubeclient.selectors import SelectorError, from_label_selector
+
+Obj = dict[str, Any]
+
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+JOB_NAME = "batch.kubernetes.io/job-name"
+LEGACY_CONTROLLER_UID = "controller-uid"
+LEGACY_JOB_NAME = "job-name"
+NON_INDEXED, INDEXED = "NonIndexed", "Indexed"
+MAX_PARALLELISM_INDEXED = 100_000
+_RESTART = ["OnFailure", "Never"]
+_REPLACEMENT = ["Failed", "TerminatingOrFailed"]
+
+TYPE_MARKS: dict[tuple[str, str], str] = dict(podspec.TYPE_MARKS)
+
+
+def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
+    """validateJobSpec: everything but the selector."""
+    if not isinstance(spec, dict):
+        return [required(path)]
+    errors: list[FieldError] = []
+    for name in ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "ttlSecondsAfterFinished",
+                 "backoffLimitPerIndex", "maxFailedIndexes"):
+        errors += nonnegative(f"{path}.{name}", spec.get(name))
+    mode = spec.get("completionMode")
+    if mode is not None and mode not in (NON_INDEXED, INDEXED):
+        errors.append(not_supported(f"{path}.completionMode", mode, [NON_INDEXED, INDEXED]))
+    if mode == INDEXED:
+        if spec.get("completions") is None:
+            errors.append(required(f"{path}.completions", f"when completion mode is {INDEXED}"))
+        parallelism = spec.get("parallelism")
+        if isinstance(parallelism, int) and parallelism > MAX_PARALLELISM_INDEXED:
+            errors.append(invalid(f"{path}.parallelism", parallelism,
+                                  f"must be less than or equal to {MAX_PARALLELISM_INDEXED} when completion mode is {INDEXED}"))
+    replacement = spec.get("podReplacementPolicy")
+    if replacement is not None and replacement not in _REPLACEMENT:
+        errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, _REPLACEMENT))
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        return [*errors, required(f"{path}.template")]
+    errors += labels(f"{path}.template.metadata.labels", (template.get("metadata") or {}).get("labels"))
+    pod_spec = template.get("spec")
+    errors += podspec.validate_pod_spec(pod_spec, f"{path}.template.spec")
+    restart = (pod_spec or {}).get("restartPolicy") if isinstance(pod_spec, dict) else None
+    if restart not in _RESTART:
+        errors.append(not_supported(f"{path}.template.spec.restartPolicy", restart or "", _RESTART))
+    return errors
+
+
+def validate_selector(spec: Obj, path: str) -> list[FieldError]:
+    """ValidateJobSpec's selector part: present, valid, matching the template's labels."""
+    selector = spec.get("selector")
+    if not selector:
+        return [required(f"{path}.selector")]
+    template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
+    try:
+        matches = from_label_selector(selector).matches(template_labels or {})
+    except SelectorError as err:
+        return [invalid(f"{path}.selector", selector, str(err))]
+    if not matches:
+        return [invalid(f"{path}.template.metadata.labels", template_labels, "`selector` does not match template `labels`")]
+    return []
+
+
+def generate_selector(job: Obj) -> None:
+    """generateSelector: the template's name and UID labels (unless set) and the UID selector."""
+    meta = job["metadata"]
+    spec = job.setdefault("spec", {})
+    if not isinstance(spec.get("template"), dict):
+        return
+    tmeta = spec["template"].setdefault("metadata", {})
+    template_labels = tmeta.get("labels")
+    if not isinstance(template_labels, dict):
+        template_labels = tmeta["labels"] = {}
+    for key in (LEGACY_JOB_NAME, JOB_NAME):
+        template_labels.setdefault(key, meta.get("name", ""))
+    for key in (LEGACY_CONTROLLER_UID, CONTROLLER_UID):
+        template_labels.setdefault(key, meta.get("uid", ""))
+    selector = spec.get("selector")
+    if not isinstance(selector, dict):
+        selector = spec["selector"] = {}
+    match = selector.get("matchLabels")
+    if not isinstance(match, dict):
+        match = selector["matchLabels"] = {}
+    match.setdefault(CONTROLLER_UID, meta.get("uid", ""))
+
+
+def _has_label(template_labels: Obj, path: str, key: str, expected: str) -> list[FieldError]:
+    """ValidateHasLabel."""
+    if key not in template_labels:
+        return [required(f"{path}.labels[{key}]", f"must be '{expected}'")]
+    if template_labels[key] != expected:
+        return [invalid(f"{path}.labels[{key}]", template_labels, f"must be '{expected}'")]
+    return []
+
+
+def validate_generated_selector(job: Obj) -> list[FieldError]:
+    """ValidateGeneratedSelector: the labels and the selector generate_selector writes are intact."""
+    meta, spec = job.get("metadata") or {}, job.get("spec") or {}
+    if spec.get("manualSelector") is True or spec.get("selector") is None:
+        return []
+    template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
+    if template_labels is None:
+        return []
+    uid, name = meta.get("uid", ""), meta.get("name", "")
+    path = "spec.template.metadata"
+    errors = [required("metadata.uid")] if not uid else []
+    errors += _has_label(template_labels, path, LEGACY_CONTROLLER_UID, uid)
+    errors += _has_label(template_labels, path, LEGACY_JOB_NAME, name)
+    errors += _has_label(template_labels, path, CONTROLLER_UID, uid)
+    errors += _has_label(template_labels, path, JOB_NAME, name)
+    if spec["selector"] != {"matchLabels": {CONTROLLER_UID: uid}}:
+        errors.append(invalid("spec.selector", spec["selector"], "`selector` not auto-generated"))
+    return errors
+
+
+def validate_template_of_cronjob(spec: Any, path: str) -> list[FieldError]:
+    """ValidateJobTemplateSpec: a CronJob's jobs always get a generated selector."""
+    errors = validate_job_spec(spec, path)
+    if isinstance(spec, dict):
+        if spec.get("selector") is not None:
+            errors.append(invalid(f"{path}.selector", spec["selector"], "`selector` will be auto-generated"))
+        if spec.get("manualSelector") is True:
+            errors.append(not_supported(f"{path}.manualSelector", True, ["nil", "false"]))
+    return errors
