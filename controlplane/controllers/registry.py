@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from controlplane.controllers.base import Controller
 from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
+from controlplane.controllers.cronjob import CronJobController
 from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.job import JobController
@@ -34,6 +35,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         ClusterRoleAggregationController,
         JobController,
         TTLAfterFinishedController,
+        CronJobController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
