@@ -9,6 +9,7 @@ from __future__ import annotations
 from controlplane.controllers.base import Controller
 from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
 from controlplane.controllers.cronjob import CronJobController
+from controlplane.controllers.daemonset import DaemonSetController
 from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.job import JobController
@@ -36,6 +37,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         JobController,
         TTLAfterFinishedController,
         CronJobController,
+        DaemonSetController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
