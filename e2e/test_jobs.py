@@ -100,3 +100,29 @@ def test_bad_jobs_are_refused(kubeconfig, namespace, image):
     done = kubectl(kubeconfig, namespace, "patch", "job", "fixed", "-p", '{"spec":{"completions":3}}', check=False)
     assert done.returncode != 0
     assert 'The Job "fixed" is invalid: spec.completions: Invalid value: 3: field is immutable' in done.stderr
+
+
+def test_a_job_made_from_a_cronjob_runs(kubeconfig, kube, api_client, namespace, image):
+    cronjob = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"}, "spec": {
+        "schedule": "0 3 * * *", "timeZone": "Etc/UTC", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "command": ["sh", "-c", "echo made by hand"]}]}}}}}}
+    kubectl(kubeconfig, namespace, "create", "-f", "-", stdin=json.dumps(cronjob))
+    kubectl(kubeconfig, namespace, "create", "job", "now", "--from=cronjob/nightly")
+    kubectl(kubeconfig, namespace, "wait", "--for=condition=complete", "job/now", "--timeout=120s", timeout=140)
+    made = client.BatchV1Api(api_client).read_namespaced_job("now", namespace)
+    assert made.metadata.annotations["cronjob.kubernetes.io/instantiate"] == "manual"
+    assert made.metadata.owner_references[0].kind == "CronJob"
+    pod = pods_of(kube, namespace, "now")[0]
+    assert kube.read_namespaced_pod_log(pod.metadata.name, namespace).strip() == "made by hand"
+    table = kubectl(kubeconfig, namespace, "get", "cronjob", "nightly").stdout.splitlines()
+    assert table[0].split() == ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE"]
+    assert table[1].split()[1:10] == ["0", "3", "*", "*", "*", "Etc/UTC", "False", "0", "<none>"]
+    bad = dict(cronjob, metadata={"name": "bad"}, spec={**cronjob["spec"], "schedule": "0 25 * * *"})
+    done = kubectl(kubeconfig, namespace, "create", "-f", "-", stdin=json.dumps(bad), check=False)
+    assert done.returncode != 0
+    assert 'The CronJob "bad" is invalid: spec.schedule: Invalid value: "0 25 * * *": end of range (25) above maximum (23): 25' \
+        in done.stderr
+    zone = dict(cronjob, metadata={"name": "zone"}, spec={**cronjob["spec"], "timeZone": "Mars/Olympus"})
+    done = kubectl(kubeconfig, namespace, "create", "-f", "-", stdin=json.dumps(zone), check=False)
+    assert done.returncode != 0 and 'spec.timeZone: Invalid value: "Mars/Olympus": unknown time zone Mars/Olympus' in done.stderr
