@@ -1,5 +1,5 @@
 """The tests' stand-in for a kubelet running a Job's pods: every pod of the namespace is bound and run,
-then ends as `outcome(pod)` says (Succeeded, Failed, or None: keeps running, Ready); a pod being
+then ends as `outcome(pod)` says (Succeeded, Failed, Failed:<exit code>, or None: keeps running, Ready); a pod being
 deleted ends Failed (unless it already ended) and is removed with gracePeriodSeconds=0, as the kubelet
 does once its containers stopped. The most pods seen running at once is recorded (parallelism)."""
 
@@ -70,8 +70,9 @@ async def job_kubelet(apiserver: ApiServer, namespace: str, outcome: Callable[[O
             if end is None or uid in stopping:
                 return
             state.running.discard(uid)
-            await kube.patch(f"{base(pod)}/status", {"metadata": {"uid": uid},
-                                                     "status": _ended(end, 0 if end == "Succeeded" else 1)})
+            phase, _, code = end.partition(":")  # "Failed:42" ends with exit code 42
+            await kube.patch(f"{base(pod)}/status", {"metadata": {"uid": uid}, "status": _ended(
+                phase, 0 if phase == "Succeeded" else int(code or 1))})
 
     async def stop(pod: Obj) -> None:
         uid = pod["metadata"]["uid"]

@@ -150,3 +150,32 @@ async def test_ttl_after_finished_deletes_the_job(apiserver, v1, batch, namespac
         await eventually(lambda: not [j for j in batch.list_namespaced_job(namespace).items if j.metadata.name == "short"],
                          timeout=30, what="the Job deleted")
         await eventually(lambda: not pods_of(v1, namespace, "short"), timeout=30, what="its pods deleted")
+
+
+async def test_pod_failure_policy(apiserver, v1, batch, namespace):
+    codes = iter([7, 7, 42])  # two ignored failures, then one that fails the Job
+    seen: dict[str, int] = {}
+
+    def outcome(pod: dict) -> str:
+        uid = pod["metadata"]["uid"]
+        if uid not in seen:
+            seen[uid] = next(codes, 1)
+        return f"Failed:{seen[uid]}"
+
+    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}},
+                        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [7]}}]}
+    async with running(apiserver, "job"), job_kubelet(apiserver, namespace, outcome):
+        made = batch.create_namespaced_job(namespace, job("policy", backoffLimit=0, podFailurePolicy=policy))
+        assert made.spec.pod_replacement_policy == "Failed"
+        failed = await eventually(lambda: (j := batch.read_namespaced_job_status("policy", namespace))
+                                  and "Failed" in conditions(j) and j, timeout=30, what="Failed")
+        assert conditions(failed) == {"FailureTarget": ("True", "PodFailurePolicy"), "Failed": ("True", "PodFailurePolicy")}
+        pods = sorted(pods_of(v1, namespace, "policy"), key=lambda p: p.metadata.creation_timestamp)
+        assert len(pods) == 3  # the ignored failures were replaced at once, without backoff, and not counted
+        gaps = [(b.metadata.creation_timestamp - a.metadata.creation_timestamp).total_seconds()
+                for a, b in zip(pods, pods[1:], strict=False)]
+        assert max(gaps) < 5, gaps
+        last = pods[-1].metadata.name
+        message = next(c.message for c in failed.status.conditions if c.type == "Failed")
+        assert message == f"Container c for pod {namespace}/{last} failed with exit code 42 matching FailJob rule at index 0"
+        assert failed.status.failed == 1

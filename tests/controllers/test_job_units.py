@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from controlplane.controllers.job import failurepolicy as fp
 from controlplane.controllers.job import logic
 from controlplane.controllers.job import pods as jp
 from controlplane.controllers.ttlafterfinished import expires_at
@@ -162,3 +163,27 @@ def test_ttl_expiry() -> None:
     assert expires_at(finished) == NOW + timedelta(seconds=55)
     assert expires_at(job(ttlSecondsAfterFinished=60)) is None
     assert expires_at({**finished, "spec": {}}) is None
+
+
+def test_pod_failure_policy_verdicts() -> None:
+    policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                        {"action": "FailJob", "onExitCodes": {"containerName": "c", "operator": "In", "values": [42]}},
+                        {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [42]}}]}
+    j = job(podFailurePolicy=policy)
+
+    def failed(code: int, conditions: list | None = None) -> dict:
+        p = pod("p", "Failed")
+        p["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": code}}
+        p["status"]["conditions"] = conditions or []
+        return p
+
+    assert fp.evaluate(job(), failed(42)) is None
+    verdict = fp.evaluate(j, failed(42))
+    assert verdict == fp.Verdict("FailJob", "Container c for pod ns/p failed with exit code 42 matching FailJob rule at index 1")
+    assert fp.evaluate(j, failed(3)).action == "Count"
+    disrupted = fp.evaluate(j, failed(42, [{"type": "DisruptionTarget", "status": "True"}]))
+    assert disrupted == fp.Verdict("Ignore", "Pod ns/p has condition DisruptionTarget matching Ignore rule at index 0")
+    t = logic.tally(j, [failed(42)], logic.JobSpec.of(j), set())
+    assert logic.failure(j, logic.JobSpec.of(j), t, NOW) == ("PodFailurePolicy", verdict.message)
+    ignored = logic.tally(j, [failed(1, [{"type": "DisruptionTarget", "status": "True"}])], logic.JobSpec.of(j), set())
+    assert not ignored.uncounted_failed and not ignored.new_failures and len(ignored.release) == 1

@@ -122,3 +122,24 @@ def test_kubectl_create_get_and_columns(kubectl: Kubectl, batch: client.BatchV1A
     wide = kubectl.run("get", "job", "hello", "-o", "wide", "-n", namespace).stdout.splitlines()
     assert wide[0].split()[5:] == ["CONTAINERS", "IMAGES", "SELECTOR"]
     assert wide[1].split()[5:] == ["hello", "busybox:1.36", f"batch.kubernetes.io/controller-uid={made.metadata.uid}"]
+
+
+def test_pod_failure_policy_validation(batch: client.BatchV1Api, namespace: str) -> None:
+    good = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 42]}},
+                      {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    made = batch.create_namespaced_job(namespace, job("ok", podFailurePolicy=good))
+    assert made.spec.pod_replacement_policy == "Failed"
+    assert made.spec.pod_failure_policy.rules[1].on_pod_conditions[0].status == "True"
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(namespace, job("restarts", restart="OnFailure", podFailurePolicy=good))
+    assert message(err) == ('Job.batch "restarts" is invalid: spec.template.spec.restartPolicy: Invalid value: '
+                            '"OnFailure": only "Never" is supported when podFailurePolicy is specified')
+    bad = {"rules": [{"action": "Explode", "onExitCodes": {"operator": "In", "values": [0, 3, 2]}}, {"action": "Count"}]}
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(namespace, job("bad", podFailurePolicy=bad))
+    assert message(err) == (
+        'Job.batch "bad" is invalid: [spec.podFailurePolicy.rules[0].action: Unsupported value: "Explode": supported '
+        'values: "Count", "FailIndex", "FailJob", "Ignore", spec.podFailurePolicy.rules[0].onExitCodes.values[0]: '
+        'Invalid value: 0: must not be 0 for the In operator, spec.podFailurePolicy.rules[0].onExitCodes.values[2]: '
+        'Invalid value: 2: must be ordered, spec.podFailurePolicy.rules[1]: Invalid value: specifying one of '
+        'OnExitCodes and OnPodConditions is required]')

@@ -51,6 +51,15 @@ def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
     replacement = spec.get("podReplacementPolicy")
     if replacement is not None and replacement not in _REPLACEMENT:
         errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, _REPLACEMENT))
+    policy = spec.get("podFailurePolicy")
+    if policy is not None:
+        errors += validate_pod_failure_policy(policy, f"{path}.podFailurePolicy")
+        if replacement not in (None, "Failed"):
+            errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, ["Failed"]))
+        restart = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+        if isinstance(spec.get("template"), dict) and restart != "Never":
+            errors.append(invalid(f"{path}.template.spec.restartPolicy", restart or "",
+                                  'only "Never" is supported when podFailurePolicy is specified'))
     template = spec.get("template")
     if not isinstance(template, dict):
         return [*errors, required(f"{path}.template")]
@@ -60,6 +69,70 @@ def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
     restart = (pod_spec or {}).get("restartPolicy") if isinstance(pod_spec, dict) else None
     if restart not in _RESTART:
         errors.append(not_supported(f"{path}.template.spec.restartPolicy", restart or "", _RESTART))
+    return errors
+
+
+_ACTIONS = ["Count", "FailIndex", "FailJob", "Ignore"]
+_OPERATORS = ["In", "NotIn"]
+MAX_RULES = 20
+MAX_VALUES = 255
+MAX_PATTERNS = 20
+
+
+def validate_pod_failure_policy(policy: Any, path: str) -> list[FieldError]:
+    """validatePodFailurePolicy: at most 20 rules, each with a known action and exactly one of onExitCodes
+    (In/NotIn, at most 255 ordered unique values, no 0 for In) and onPodConditions."""
+    if not isinstance(policy, dict):
+        return []
+    rules = policy.get("rules") or []
+    errors: list[FieldError] = []
+    if len(rules) > MAX_RULES:
+        errors.append(FieldError("FieldValueTooMany", f"{path}.rules",
+                                 f"Too many: {len(rules)}: must have at most {MAX_RULES} items"))
+    for i, rule in enumerate(rules[:MAX_RULES]):
+        at = f"{path}.rules[{i}]"
+        action = rule.get("action")
+        if action not in _ACTIONS:
+            errors.append(not_supported(f"{at}.action", action or "", _ACTIONS))
+        codes, conditions = rule.get("onExitCodes"), rule.get("onPodConditions")
+        if codes is not None and conditions is not None:
+            errors.append(_omitted(at, "specifying both OnExitCodes and OnPodConditions is not supported"))
+        elif codes is None and conditions is None:
+            errors.append(_omitted(at, "specifying one of OnExitCodes and OnPodConditions is required"))
+        if isinstance(codes, dict):
+            errors += _validate_exit_codes(codes, f"{at}.onExitCodes")
+        for j, pattern in enumerate(conditions or []):
+            if pattern.get("status") not in ("True", "False", "Unknown"):
+                errors.append(not_supported(f"{at}.onPodConditions[{j}].status", pattern.get("status") or "",
+                                            ["True", "False", "Unknown"]))
+            if not pattern.get("type"):
+                errors.append(required(f"{at}.onPodConditions[{j}].type"))
+    return errors
+
+
+def _omitted(path: str, detail: str) -> FieldError:
+    """field.Invalid with OmitValueType: the message names no value."""
+    return FieldError("FieldValueInvalid", path, f"Invalid value: {detail}")
+
+
+def _validate_exit_codes(codes: Obj, path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    operator = codes.get("operator")
+    if operator not in _OPERATORS:
+        errors.append(not_supported(f"{path}.operator", operator or "", _OPERATORS))
+    values = codes.get("values") or []
+    if not values:
+        errors.append(required(f"{path}.values", "at least one value is required"))
+    if len(values) > MAX_VALUES:
+        errors.append(FieldError("FieldValueTooMany", f"{path}.values",
+                                 f"Too many: {len(values)}: must have at most {MAX_VALUES} items"))
+    for k, value in enumerate(values):
+        if k > 0 and value == values[k - 1]:
+            errors.append(FieldError("FieldValueDuplicate", f"{path}.values[{k}]", f"Duplicate value: {value}"))
+        elif k > 0 and value < values[k - 1]:
+            errors.append(invalid(f"{path}.values[{k}]", value, "must be ordered"))
+        if operator == "In" and value == 0:
+            errors.append(invalid(f"{path}.values[{k}]", value, "must not be 0 for the In operator"))
     return errors
 
 

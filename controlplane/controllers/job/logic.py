@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from controlplane.controllers.job import failurepolicy
 from controlplane.controllers.job import pods as jp
 from controlplane.controllers.podutil import is_ready, parse_time
 
@@ -116,6 +117,7 @@ class Tally:
     release: list[Obj] = field(default_factory=list)  # pods whose finalizer goes
     new_failures: list[Obj] = field(default_factory=list)
     new_success: bool = False
+    fail_job: str = ""  # a podFailurePolicy FailJob rule's message
 
 
 def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str]) -> Tally:
@@ -161,6 +163,11 @@ def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str]) -
         elif spec.suspend and jp.deleting(pod):
             continue  # stopped by suspension: not a failure
         else:
+            verdict = failurepolicy.evaluate(job, pod)
+            if verdict is not None and verdict.action == failurepolicy.IGNORE:
+                continue  # released, neither counted nor backed off
+            if verdict is not None and verdict.action == failurepolicy.FAIL_JOB and not t.fail_job:
+                t.fail_job = verdict.message
             t.uncounted_failed.append(uid)
             t.new_failures.append(pod)
     t.succeeded = int(status.get("succeeded") or 0) + len(t.uncounted_succeeded)
@@ -172,10 +179,12 @@ def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str]) -
 
 def failure(job: Obj, spec: JobSpec, t: Tally, now: datetime) -> tuple[str, str] | None:
     """Why the Job fails now, if it does: the backoff limit (failed pods, or container restarts under
-    OnFailure), or its active deadline."""
+    OnFailure), its active deadline, or a FailJob rule of its podFailurePolicy."""
     target = condition(job, FAILURE_TARGET)
     if target is not None and target.get("status") == "True":
         return target.get("reason", ""), target.get("message", "")
+    if t.fail_job:
+        return failurepolicy.REASON, t.fail_job
     if t.failed > spec.backoff_limit or _past_backoff_on_failure(spec, t.active):
         return BACKOFF_LIMIT_EXCEEDED
     if deadline_left(job, spec, now) == 0:
