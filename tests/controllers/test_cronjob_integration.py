@@ -100,6 +100,7 @@ async def test_jobs_status_and_history(apiserver, v1, batch, namespace):
         assert ("SuccessfulCreate", f"Created job {made[0].metadata.name}") in said
         assert ("SawCompletedJob", f"Saw completed job: {made[3].metadata.name}, condition: Complete") in said
         assert ("SuccessfulDelete", f"Deleted job {made[0].metadata.name}") in said
+        assert not [m for r, m in said if r == "UnexpectedJob"]  # its own Jobs, however fast they are seen
 
 
 async def test_forbid_and_replace(apiserver, v1, batch, namespace):

@@ -134,6 +134,10 @@ class CronJobController(Controller):
             juid = meta(job)["uid"]
             done = finished_condition(job)
             if juid not in listed and done is None:
+                fresh = await self._fresh_active(cj)
+                if juid in {a.get("uid") for a in fresh}:
+                    active, listed = fresh, {a.get("uid") for a in fresh}  # our cache was behind our own write
+                    continue
                 self.recorder.event(cj, WARNING, "UnexpectedJob",
                                     f"Saw a job that the controller did not create or forgot: {meta(job)['name']}")
             elif juid in listed and done is not None:
@@ -162,6 +166,20 @@ class CronJobController(Controller):
             status["active"] = active
         else:
             status.pop("active", None)
+
+    async def _fresh_active(self, cj: Obj) -> list[Obj]:
+        """status.active as the API has it now (upstream re-reads the CronJob before calling a Job unexpected)."""
+        try:
+            fresh = await self.client.get(cronjob_path(meta(cj)["namespace"], meta(cj)["name"]))
+        except ApiError as err:
+            if err.not_found:
+                return []
+            raise
+        if meta(fresh).get("uid") != meta(cj)["uid"]:
+            return []
+        cj["metadata"]["resourceVersion"] = meta(fresh).get("resourceVersion")
+        cj["status"].update({k: v for k, v in (fresh.get("status") or {}).items() if k != "active"})
+        return list((fresh.get("status") or {}).get("active") or [])
 
     async def _schedule(self, cj: Obj) -> float | None:
         """Start the Job due now, if any; the seconds until the next time is due (None: never)."""
