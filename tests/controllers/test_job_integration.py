@@ -175,7 +175,7 @@ async def test_pod_failure_policy(apiserver, v1, batch, namespace):
         gaps = [(b.metadata.creation_timestamp - a.metadata.creation_timestamp).total_seconds()
                 for a, b in zip(pods, pods[1:], strict=False)]
         assert max(gaps) < 5, gaps
-        last = pods[-1].metadata.name
+        last = next(p.metadata.name for p in pods if seen.get(p.metadata.uid) == 42)
         message = next(c.message for c in failed.status.conditions if c.type == "Failed")
         assert message == f"Container c for pod {namespace}/{last} failed with exit code 42 matching FailJob rule at index 0"
         assert failed.status.failed == 1
