@@ -91,6 +91,9 @@ def validate_pod_failure_policy(policy: Any, path: str) -> list[FieldError]:
                                  f"Too many: {len(rules)}: must have at most {MAX_RULES} items"))
     for i, rule in enumerate(rules[:MAX_RULES]):
         at = f"{path}.rules[{i}]"
+        if not isinstance(rule, dict):
+            errors.append(required(at))
+            continue
         action = rule.get("action")
         if action not in _ACTIONS:
             errors.append(not_supported(f"{at}.action", action or "", _ACTIONS))
@@ -101,7 +104,10 @@ def validate_pod_failure_policy(policy: Any, path: str) -> list[FieldError]:
             errors.append(_omitted(at, "specifying one of OnExitCodes and OnPodConditions is required"))
         if isinstance(codes, dict):
             errors += _validate_exit_codes(codes, f"{at}.onExitCodes")
-        for j, pattern in enumerate(conditions or []):
+        for j, pattern in enumerate(conditions if isinstance(conditions, list) else []):
+            if not isinstance(pattern, dict):
+                errors.append(required(f"{at}.onPodConditions[{j}]"))
+                continue
             if pattern.get("status") not in ("True", "False", "Unknown"):
                 errors.append(not_supported(f"{at}.onPodConditions[{j}].status", pattern.get("status") or "",
                                             ["True", "False", "Unknown"]))
@@ -120,7 +126,7 @@ def _validate_exit_codes(codes: Obj, path: str) -> list[FieldError]:
     operator = codes.get("operator")
     if operator not in _OPERATORS:
         errors.append(not_supported(f"{path}.operator", operator or "", _OPERATORS))
-    values = codes.get("values") or []
+    values = [v for v in codes.get("values") or [] if isinstance(v, int)]
     if not values:
         errors.append(required(f"{path}.values", "at least one value is required"))
     if len(values) > MAX_VALUES:
