@@ -239,3 +239,16 @@ async def test_surge_and_on_delete(apiserver, v1, apps, namespace, nodes):
                                              and p.metadata.uid != manual[0].metadata.uid], timeout=30)
         assert replaced[0].spec.containers[0].image == "busybox:2"
         assert any(p.spec.containers[0].image == "busybox:1" for p in live(v1, namespace, "manual"))
+
+
+async def test_a_failed_daemon_pod_is_replaced(apiserver, v1, apps, namespace, nodes):
+    nodes(1)
+    async with running(apiserver, "daemonset"), scheduler_and_kubelets(apiserver, namespace):
+        apps.create_namespaced_daemon_set(namespace, daemonset("agent", namespace))
+        first = (await eventually(lambda: [p for p in live(v1, namespace, "agent") if p.status.phase == "Running"]))[0]
+        v1.patch_namespaced_pod_status(first.metadata.name, namespace, {"status": {"phase": "Failed"}})
+        await eventually(lambda: [p for p in live(v1, namespace, "agent") if p.metadata.uid != first.metadata.uid
+                                  and p.status.phase == "Running"], timeout=30, what="a replacement")
+        said = [e.message for e in v1.list_namespaced_event(namespace).items if e.reason == "FailedDaemonPod"]
+        assert said == [f"Found failed daemon pod {namespace}/{first.metadata.name} on node {first.spec.node_name}, "
+                        "will try to kill it"]

@@ -124,3 +124,18 @@ def test_history() -> None:
            for i in range(1, 6)]
     gone = history.to_delete(old, in_use={"h2"}, current="r5", limit=1)
     assert [r["metadata"]["name"] for r in gone] == ["r1", "r3"]
+
+
+def test_failed_pod_backoff_doubles_per_node() -> None:
+    backoff = logic.FailedPodBackoff()
+    assert backoff.wait("ds/n1", 100.0) == 0
+    backoff.step("ds/n1", 100.0)
+    assert backoff.wait("ds/n1", 100.5) == 0.5 and backoff.wait("ds/n2", 100.5) == 0
+    backoff.step("ds/n1", 101.0)
+    backoff.step("ds/n1", 103.0)
+    assert backoff.wait("ds/n1", 103.0) == 4.0
+    for _ in range(20):
+        backoff.step("ds/n1", 200.0)
+    assert backoff.wait("ds/n1", 200.0) == 900.0
+    backoff.step("ds/n1", 200.0 + 1801)  # idle for longer than twice the maximum: starts over
+    assert backoff.wait("ds/n1", 2001.0) == 1.0

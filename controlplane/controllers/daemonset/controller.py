@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -82,6 +83,7 @@ class DaemonSetController(Controller):
         self.recorder = ctx.recorder("daemonset-controller")
         self.pod_control = PodControl(self.client, self.recorder)
         self.expectations = Expectations()
+        self.failed_backoff = logic.FailedPodBackoff()
         self.daemonsets.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue)
         self.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
         self.nodes.add_handler(on_add=lambda _n: self._all(), on_update=self._node_updated)
@@ -185,9 +187,7 @@ class DaemonSetController(Controller):
         pods_by_node = logic.by_node(pods)
         if not meta(ds).get("deletionTimestamp") and self.expectations.satisfied(key):
             plan = logic.manage(ds, nodes, pods_by_node)
-            for pod, node in plan.failed:
-                self.recorder.event(ds, WARNING, "FailedDaemonPod",
-                                    f"Found failed daemon pod {namespace}/{meta(pod)['name']} on node {node}, will try to kill it")
+            self._limit_failed(key, ds, plan)
             changed = await self._apply(key, ds, plan, digest)
             strategy = ((ds.get("spec") or {}).get("updateStrategy") or {}).get("type")
             if not changed and strategy == "RollingUpdate":
@@ -198,6 +198,20 @@ class DaemonSetController(Controller):
         min_ready = int((ds.get("spec") or {}).get("minReadySeconds") or 0)
         if min_ready > 0:
             self.queue.add_after(key, min_ready)
+
+    def _limit_failed(self, key: str, ds: Obj, plan: logic.Plan) -> None:
+        """Failed pods go (FailedDaemonPod) unless their node's backoff says wait; then look again later."""
+        now = time.monotonic()
+        for pod, node in plan.failed:
+            backoff_key = f"{meta(ds)['uid']}/{node}"
+            wait = self.failed_backoff.wait(backoff_key, now)
+            if wait > 0:
+                plan.delete = [p for p in plan.delete if p is not pod]
+                self.queue.add_after(key, wait)
+                continue
+            self.failed_backoff.step(backoff_key, now)
+            self.recorder.event(ds, WARNING, "FailedDaemonPod", f"Found failed daemon pod "
+                                f"{meta(pod)['namespace']}/{meta(pod)['name']} on node {node}, will try to kill it")
 
     async def _apply(self, key: str, ds: Obj, plan: logic.Plan, digest: str) -> bool:
         """Carry out a plan's deletions and creations; True if there were any."""

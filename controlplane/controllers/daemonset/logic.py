@@ -67,6 +67,33 @@ class Plan:
     failed: list[tuple[Obj, str]] = field(default_factory=list)  # (pod, node): FailedDaemonPod
 
 
+class FailedPodBackoff:
+    """upstream's failedPodsBackoff (flowcontrol.NewBackOff(1 s, 15 min)) per DaemonSet and node: a failed
+    daemon pod is deleted at once, the next one on that node only after 1 s, then 2 s, 4 s, ... up to
+    15 minutes, so a node agent refusing the pod is not fought in a hot loop; an entry idle for twice
+    the maximum starts over."""
+
+    INITIAL, MAXIMUM = 1.0, 900.0
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[float, float]] = {}  # key -> (delay, last update)
+
+    def wait(self, key: str, now: float) -> float:
+        """Seconds until a failed pod under `key` may be deleted (0: now)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return 0.0
+        delay, since = entry
+        return max(0.0, since + delay - now)
+
+    def step(self, key: str, now: float) -> None:
+        entry = self._entries.get(key)
+        if entry is None or now - entry[1] > 2 * self.MAXIMUM:
+            self._entries[key] = (self.INITIAL, now)
+        else:
+            self._entries[key] = (min(entry[0] * 2, self.MAXIMUM), now)
+
+
 def allows_surge(ds: Obj) -> bool:
     strategy = (ds.get("spec") or {}).get("updateStrategy") or {}
     return strategy.get("type") == "RollingUpdate" and bool(
