@@ -90,8 +90,8 @@ def test_bad_jobs_are_refused(kubeconfig, namespace, image):
     bad["spec"]["template"]["spec"]["restartPolicy"] = "Always"
     done = kubectl(kubeconfig, namespace, "create", "-f", "-", stdin=json.dumps(bad), check=False)
     assert done.returncode != 0
-    assert ('The Job "always" is invalid: spec.template.spec.restartPolicy: Unsupported value: "Always": '
-            'supported values: "OnFailure", "Never"') in done.stderr
+    assert ('The Job "always" is invalid: spec.template.spec.restartPolicy: Required value: valid values: '
+            '"OnFailure", "Never"') in done.stderr
     indexed = job("noidx", image, "true", completionMode="Indexed", parallelism=2)
     done = kubectl(kubeconfig, namespace, "create", "-f", "-", stdin=json.dumps(indexed), check=False)
     assert done.returncode != 0

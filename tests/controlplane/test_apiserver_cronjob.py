@@ -91,8 +91,8 @@ def test_validation(batch: client.BatchV1Api, namespace: str) -> None:
     with pytest.raises(ApiException) as err:
         batch.create_namespaced_cron_job(namespace, bad_template)
     assert message(err) == (
-        'CronJob.batch "e" is invalid: [spec.jobTemplate.spec.template.spec.restartPolicy: Unsupported value: '
-        '"Always": supported values: "OnFailure", "Never", spec.jobTemplate.spec.selector: Invalid value: '
+        'CronJob.batch "e" is invalid: [spec.jobTemplate.spec.template.spec.restartPolicy: Required value: '
+        'valid values: "OnFailure", "Never", spec.jobTemplate.spec.selector: Invalid value: '
         '{"matchLabels":{"a":"b"}}: `selector` will be auto-generated]')
     with pytest.raises(ApiException) as err:
         batch.create_namespaced_cron_job(namespace, cronjob("x" * 53))

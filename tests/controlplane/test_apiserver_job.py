@@ -50,8 +50,16 @@ def test_defaults_and_the_generated_selector(batch: client.BatchV1Api, namespace
 def test_validation(batch: client.BatchV1Api, namespace: str) -> None:
     with pytest.raises(ApiException) as err:
         batch.create_namespaced_job(namespace, job("a", restart="Always"))
-    assert message(err) == ('Job.batch "a" is invalid: spec.template.spec.restartPolicy: Unsupported value: '
-                            '"Always": supported values: "OnFailure", "Never"')
+    assert message(err) == ('Job.batch "a" is invalid: spec.template.spec.restartPolicy: Required value: '
+                            'valid values: "OnFailure", "Never"')
+    unset = job("a2")
+    del unset["spec"]["template"]["spec"]["restartPolicy"]  # defaulted to Always, which a Job may not have
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(namespace, unset)
+    assert 'spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"' in message(err)
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(namespace, job("a3", restart="Sometimes"))
+    assert 'spec.template.spec.restartPolicy: Unsupported value: "Sometimes"' in message(err)
     with pytest.raises(ApiException) as err:
         batch.create_namespaced_job(namespace, job("b", completions=-1, backoffLimit=-2))
     assert message(err) == ('Job.batch "b" is invalid: [spec.completions: Invalid value: -1: must be greater than or '
@@ -134,12 +142,16 @@ def test_pod_failure_policy_validation(batch: client.BatchV1Api, namespace: str)
         batch.create_namespaced_job(namespace, job("restarts", restart="OnFailure", podFailurePolicy=good))
     assert message(err) == ('Job.batch "restarts" is invalid: spec.template.spec.restartPolicy: Invalid value: '
                             '"OnFailure": only "Never" is supported when podFailurePolicy is specified')
-    bad = {"rules": [{"action": "Explode", "onExitCodes": {"operator": "In", "values": [0, 3, 2]}}, {"action": "Count"}]}
+    bad = {"rules": [{"action": "Explode", "onExitCodes": {"operator": "In", "values": [0, 3, 2, 3]}}, {"action": "Count"},
+                     {"action": "FailJob", "onExitCodes": {"containerName": "nope", "operator": "NotIn", "values": []}}]}
     with pytest.raises(ApiException) as err:
         batch.create_namespaced_job(namespace, job("bad", podFailurePolicy=bad))
     assert message(err) == (
         'Job.batch "bad" is invalid: [spec.podFailurePolicy.rules[0].action: Unsupported value: "Explode": supported '
         'values: "Count", "FailIndex", "FailJob", "Ignore", spec.podFailurePolicy.rules[0].onExitCodes.values[0]: '
-        'Invalid value: 0: must not be 0 for the In operator, spec.podFailurePolicy.rules[0].onExitCodes.values[2]: '
-        'Invalid value: 2: must be ordered, spec.podFailurePolicy.rules[1]: Invalid value: specifying one of '
-        'OnExitCodes and OnPodConditions is required]')
+        'Invalid value: 0: must not be 0 for the In operator, spec.podFailurePolicy.rules[0].onExitCodes.values[3]: '
+        'Duplicate value: 3, spec.podFailurePolicy.rules[0].onExitCodes.values: Invalid value: [0,3,2,3]: must be '
+        'ordered, spec.podFailurePolicy.rules[1]: Invalid value: specifying one of OnExitCodes and OnPodConditions is '
+        'required, spec.podFailurePolicy.rules[2].onExitCodes.containerName: Invalid value: "nope": must be one of the '
+        'container or initContainer names in the pod template, spec.podFailurePolicy.rules[2].onExitCodes.values: '
+        'Invalid value: []: at least one value is required]')

@@ -13,7 +13,7 @@ from typing import Any
 
 from controlplane.apiserver.errors import FieldError, invalid, not_supported, required
 from controlplane.apiserver.kinds import podspec
-from controlplane.apiserver.validation import labels, nonnegative
+from controlplane.apiserver.validation import labels, nonnegative, qualified_name
 from kubeclient.selectors import SelectorError, from_label_selector
 
 Obj = dict[str, Any]
@@ -49,17 +49,13 @@ def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
             errors.append(invalid(f"{path}.parallelism", parallelism,
                                   f"must be less than or equal to {MAX_PARALLELISM_INDEXED} when completion mode is {INDEXED}"))
     replacement = spec.get("podReplacementPolicy")
-    if replacement is not None and replacement not in _REPLACEMENT:
-        errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, _REPLACEMENT))
     policy = spec.get("podFailurePolicy")
+    if policy is None and replacement is not None and replacement not in _REPLACEMENT:
+        errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, _REPLACEMENT))
     if policy is not None:
-        errors += validate_pod_failure_policy(policy, f"{path}.podFailurePolicy")
+        errors += validate_pod_failure_policy(policy, f"{path}.podFailurePolicy", spec)
         if replacement not in (None, "Failed"):
             errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, ["Failed"]))
-        restart = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
-        if isinstance(spec.get("template"), dict) and restart != "Never":
-            errors.append(invalid(f"{path}.template.spec.restartPolicy", restart or "",
-                                  'only "Never" is supported when podFailurePolicy is specified'))
     template = spec.get("template")
     if not isinstance(template, dict):
         return [*errors, required(f"{path}.template")]
@@ -67,8 +63,14 @@ def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
     pod_spec = template.get("spec")
     errors += podspec.validate_pod_spec(pod_spec, f"{path}.template.spec")
     restart = (pod_spec or {}).get("restartPolicy") if isinstance(pod_spec, dict) else None
-    if restart not in _RESTART:
-        errors.append(not_supported(f"{path}.template.spec.restartPolicy", restart or "", _RESTART))
+    at = f"{path}.template.spec.restartPolicy"
+    if restart in (None, "", "Always"):
+        # Defaulted to Always when left out: upstream asks for one of the two.
+        errors.append(required(at, 'valid values: "OnFailure", "Never"'))
+    elif restart not in _RESTART:
+        errors.append(not_supported(at, restart, _RESTART))
+    elif spec.get("podFailurePolicy") is not None and restart != "Never":
+        errors.append(invalid(at, restart, 'only "Never" is supported when podFailurePolicy is specified'))
     return errors
 
 
@@ -79,9 +81,20 @@ MAX_VALUES = 255
 MAX_PATTERNS = 20
 
 
-def validate_pod_failure_policy(policy: Any, path: str) -> list[FieldError]:
+def _go_list(values: list[str]) -> str:
+    """Go's %q of a []string: ["a" "b"]."""
+    return "[" + " ".join(f'"{v}"' for v in values) + "]"
+
+
+def _container_names(spec: Obj) -> set[str]:
+    pod_spec = (spec.get("template") or {}).get("spec") or {}
+    return {c.get("name", "") for group in ("containers", "initContainers") for c in pod_spec.get(group) or []
+            if isinstance(c, dict)}
+
+
+def validate_pod_failure_policy(policy: Any, path: str, spec: Obj) -> list[FieldError]:
     """validatePodFailurePolicy: at most 20 rules, each with a known action and exactly one of onExitCodes
-    (In/NotIn, at most 255 ordered unique values, no 0 for In) and onPodConditions."""
+    and onPodConditions."""
     if not isinstance(policy, dict):
         return []
     rules = policy.get("rules") or []
@@ -89,30 +102,47 @@ def validate_pod_failure_policy(policy: Any, path: str) -> list[FieldError]:
     if len(rules) > MAX_RULES:
         errors.append(FieldError("FieldValueTooMany", f"{path}.rules",
                                  f"Too many: {len(rules)}: must have at most {MAX_RULES} items"))
-    for i, rule in enumerate(rules[:MAX_RULES]):
+    names = _container_names(spec)
+    for i, rule in enumerate(rules):
         at = f"{path}.rules[{i}]"
         if not isinstance(rule, dict):
             errors.append(required(at))
             continue
         action = rule.get("action")
-        if action not in _ACTIONS:
-            errors.append(not_supported(f"{at}.action", action or "", _ACTIONS))
-        codes, conditions = rule.get("onExitCodes"), rule.get("onPodConditions")
-        if codes is not None and conditions is not None:
-            errors.append(_omitted(at, "specifying both OnExitCodes and OnPodConditions is not supported"))
-        elif codes is None and conditions is None:
-            errors.append(_omitted(at, "specifying one of OnExitCodes and OnPodConditions is required"))
+        if not action:
+            errors.append(required(f"{at}.action", f"valid values: {_go_list(_ACTIONS)}"))
+        elif action == "FailIndex":
+            if spec.get("backoffLimitPerIndex") is None:
+                errors.append(invalid(f"{at}.action", action, "requires the backoffLimitPerIndex to be set"))
+        elif action not in _ACTIONS:
+            errors.append(not_supported(f"{at}.action", action, _ACTIONS))
+        codes, conditions = rule.get("onExitCodes"), rule.get("onPodConditions") or []
         if isinstance(codes, dict):
-            errors += _validate_exit_codes(codes, f"{at}.onExitCodes")
-        for j, pattern in enumerate(conditions if isinstance(conditions, list) else []):
-            if not isinstance(pattern, dict):
-                errors.append(required(f"{at}.onPodConditions[{j}]"))
-                continue
-            if pattern.get("status") not in ("True", "False", "Unknown"):
-                errors.append(not_supported(f"{at}.onPodConditions[{j}].status", pattern.get("status") or "",
-                                            ["True", "False", "Unknown"]))
-            if not pattern.get("type"):
-                errors.append(required(f"{at}.onPodConditions[{j}].type"))
+            errors += _validate_exit_codes(codes, f"{at}.onExitCodes", names)
+        if isinstance(conditions, list):
+            errors += _validate_conditions(conditions, f"{at}.onPodConditions")
+        if codes is not None and conditions:
+            errors.append(_omitted(at, "specifying both OnExitCodes and OnPodConditions is not supported"))
+        elif codes is None and not conditions:
+            errors.append(_omitted(at, "specifying one of OnExitCodes and OnPodConditions is required"))
+    return errors
+
+
+def _validate_conditions(patterns: list[Any], path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if len(patterns) > MAX_PATTERNS:
+        errors.append(FieldError("FieldValueTooMany", path, f"Too many: {len(patterns)}: must have at most {MAX_PATTERNS} items"))
+    statuses = ["False", "True", "Unknown"]
+    for j, pattern in enumerate(patterns):
+        if not isinstance(pattern, dict):
+            errors.append(required(f"{path}[{j}]"))
+            continue
+        errors += qualified_name(f"{path}[{j}].type", pattern.get("type") or "")
+        status = pattern.get("status")
+        if not status:
+            errors.append(required(f"{path}[{j}].status", f"valid values: {_go_list(statuses)}"))
+        elif status not in statuses:
+            errors.append(not_supported(f"{path}[{j}].status", status, statuses))
     return errors
 
 
@@ -121,24 +151,36 @@ def _omitted(path: str, detail: str) -> FieldError:
     return FieldError("FieldValueInvalid", path, f"Invalid value: {detail}")
 
 
-def _validate_exit_codes(codes: Obj, path: str) -> list[FieldError]:
+def _validate_exit_codes(codes: Obj, path: str, names: set[str]) -> list[FieldError]:
+    """validatePodFailurePolicyRuleOnExitCodes."""
     errors: list[FieldError] = []
     operator = codes.get("operator")
-    if operator not in _OPERATORS:
-        errors.append(not_supported(f"{path}.operator", operator or "", _OPERATORS))
+    if not operator:
+        errors.append(required(f"{path}.operator", f"valid values: {_go_list(_OPERATORS)}"))
+    elif operator not in _OPERATORS:
+        errors.append(not_supported(f"{path}.operator", operator, _OPERATORS))
+    container = codes.get("containerName")
+    if container is not None and container not in names:
+        errors.append(invalid(f"{path}.containerName", container,
+                              "must be one of the container or initContainer names in the pod template"))
     values = [v for v in codes.get("values") or [] if isinstance(v, int)]
     if not values:
-        errors.append(required(f"{path}.values", "at least one value is required"))
-    if len(values) > MAX_VALUES:
+        errors.append(invalid(f"{path}.values", values, "at least one value is required"))
+    elif len(values) > MAX_VALUES:
         errors.append(FieldError("FieldValueTooMany", f"{path}.values",
                                  f"Too many: {len(values)}: must have at most {MAX_VALUES} items"))
+    seen: set[int] = set()
+    ordered = True
     for k, value in enumerate(values):
-        if k > 0 and value == values[k - 1]:
-            errors.append(FieldError("FieldValueDuplicate", f"{path}.values[{k}]", f"Duplicate value: {value}"))
-        elif k > 0 and value < values[k - 1]:
-            errors.append(invalid(f"{path}.values[{k}]", value, "must be ordered"))
         if operator == "In" and value == 0:
             errors.append(invalid(f"{path}.values[{k}]", value, "must not be 0 for the In operator"))
+        if value in seen:
+            errors.append(FieldError("FieldValueDuplicate", f"{path}.values[{k}]", f"Duplicate value: {value}"))
+        seen.add(value)
+        if k > 0 and values[k - 1] > value:
+            ordered = False
+    if not ordered:
+        errors.append(invalid(f"{path}.values", values, "must be ordered"))
     return errors
 
 
