@@ -179,3 +179,21 @@ async def test_pod_failure_policy(apiserver, v1, batch, namespace):
         message = next(c.message for c in failed.status.conditions if c.type == "Failed")
         assert message == f"Container c for pod {namespace}/{last} failed with exit code 42 matching FailJob rule at index 0"
         assert failed.status.failed == 1
+
+
+async def test_success_policy(apiserver, v1, batch, namespace):
+    def outcome(pod: dict) -> str | None:
+        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        return "Succeeded" if index == "1" else None  # the rest run until the Job no longer needs them
+
+    policy = {"rules": [{"succeededIndexes": "0,2-3", "succeededCount": 2}, {"succeededIndexes": "1"}]}
+    async with running(apiserver, "job"), job_kubelet(apiserver, namespace, outcome):
+        batch.create_namespaced_job(namespace, job("leader", completions=4, parallelism=4, completionMode="Indexed",
+                                                   successPolicy=policy))
+        done = await eventually(lambda: (j := batch.read_namespaced_job_status("leader", namespace))
+                                and "Complete" in conditions(j) and j, timeout=30, what="Complete")
+        assert conditions(done) == {"SuccessCriteriaMet": ("True", "SuccessPolicy"), "Complete": ("True", "SuccessPolicy")}
+        assert {c.message for c in done.status.conditions} == {"Matched rules at index 1"}
+        assert done.status.completed_indexes == "1" and done.status.succeeded == 1
+        await eventually(lambda: all(p.status.phase == "Succeeded" for p in pods_of(v1, namespace, "leader")),
+                         what="the other indexes' pods removed")

@@ -187,3 +187,14 @@ def test_pod_failure_policy_verdicts() -> None:
     assert logic.failure(j, logic.JobSpec.of(j), t, NOW) == ("PodFailurePolicy", verdict.message)
     ignored = logic.tally(j, [failed(1, [{"type": "DisruptionTarget", "status": "True"}])], logic.JobSpec.of(j), set())
     assert not ignored.uncounted_failed and not ignored.new_failures and len(ignored.release) == 1
+
+
+def test_success_policy_rules() -> None:
+    policy = {"rules": [{"succeededIndexes": "0,2-3", "succeededCount": 2}, {"succeededCount": 3}]}
+    j = job({"completedIndexes": "0,1"}, completions=5, completionMode="Indexed", successPolicy=policy)
+    spec = logic.JobSpec.of(j)
+    assert logic.success_policy(j, spec, logic.tally(j, [], spec, set())) is None
+    two = job({"completedIndexes": "0,3"}, completions=5, completionMode="Indexed", successPolicy=policy)
+    assert logic.success_policy(two, spec, logic.tally(two, [], spec, set())) == ("SuccessPolicy", "Matched rules at index 0")
+    three = job({"completedIndexes": "1,4,0"}, completions=5, completionMode="Indexed", successPolicy=policy)
+    assert logic.success_policy(three, spec, logic.tally(three, [], spec, set())) == ("SuccessPolicy", "Matched rules at index 1")

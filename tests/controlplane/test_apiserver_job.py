@@ -155,3 +155,23 @@ def test_pod_failure_policy_validation(batch: client.BatchV1Api, namespace: str)
         'required, spec.podFailurePolicy.rules[2].onExitCodes.containerName: Invalid value: "nope": must be one of the '
         'container or initContainer names in the pod template, spec.podFailurePolicy.rules[2].onExitCodes.values: '
         'Invalid value: []: at least one value is required]')
+
+
+def test_success_policy_validation(batch: client.BatchV1Api, namespace: str) -> None:
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(namespace, job("plain", successPolicy={"rules": [{"succeededCount": 1}]}))
+    assert message(err) == ('Job.batch "plain" is invalid: spec.successPolicy: Invalid value: '
+                            '{"rules":[{"succeededCount":1}]}: requires indexed completion mode')
+    indexed = {"completionMode": "Indexed", "completions": 3, "parallelism": 3}
+    bad = {"rules": [{}, {"succeededIndexes": "2,1"}, {"succeededIndexes": "0-1", "succeededCount": 3}]}
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(namespace, job("bad", successPolicy=bad, **indexed))
+    assert message(err) == (
+        'Job.batch "bad" is invalid: [spec.successPolicy.rules[0]: Required value: at least one of succeededCount or '
+        'succeededIndexes must be specified, spec.successPolicy.rules[1].succeededIndexes: Invalid value: "2,1": error '
+        'parsing succeededIndexes: non-increasing order, previous: 2, current: 1, '
+        'spec.successPolicy.rules[2].succeededCount: Invalid value: 3: must be less than or equal to 2 (the number of '
+        'indexes in the specified succeededIndexes field)]')
+    made = batch.create_namespaced_job(namespace, job("ok", successPolicy={"rules": [{"succeededIndexes": "0-2"}]},
+                                                      **indexed))
+    assert made.spec.success_policy.rules[0].succeeded_indexes == "0-2"

@@ -54,8 +54,14 @@ def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
         errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, _REPLACEMENT))
     if policy is not None:
         errors += validate_pod_failure_policy(policy, f"{path}.podFailurePolicy", spec)
-        if replacement not in (None, "Failed"):
-            errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, ["Failed"]))
+    success = spec.get("successPolicy")
+    if isinstance(success, dict):
+        if mode != INDEXED:
+            errors.append(invalid(f"{path}.successPolicy", success, "requires indexed completion mode"))
+        else:
+            errors += validate_success_policy(success, f"{path}.successPolicy", spec.get("completions"))
+    if policy is not None and replacement not in (None, "Failed"):
+        errors.append(not_supported(f"{path}.podReplacementPolicy", replacement, ["Failed"]))
     template = spec.get("template")
     if not isinstance(template, dict):
         return [*errors, required(f"{path}.template")]
@@ -181,6 +187,77 @@ def _validate_exit_codes(codes: Obj, path: str, names: set[str]) -> list[FieldEr
             ordered = False
     if not ordered:
         errors.append(invalid(f"{path}.values", values, "must be ordered"))
+    return errors
+
+
+MAX_SUCCESS_RULES = 20
+MAX_SUCCEEDED_INDEXES = 64 * 1024
+
+
+def indexes_total(text: str, completions: int) -> int:
+    """validateIndexesFormat: how many indexes `1,3-5` names; ValueError with upstream's reason."""
+    if not text:
+        return 0
+    last: int | None = None
+    total = 0
+    for interval in text.split(","):
+        limits = interval.split("-")
+        if len(limits) > 2:
+            raise ValueError(f"the fragment {json_quote(interval)} violates the requirement that an index interval "
+                             "can have at most two parts separated by '-'")
+        numbers = []
+        for limit in limits:
+            if not limit.isdigit():
+                raise ValueError(f"cannot convert string to integer for index: {json_quote(limit)}")
+            if int(limit) >= completions:
+                raise ValueError(f"too large index: {json_quote(limit)}")
+            if last is not None and last >= int(limit):
+                raise ValueError(f"non-increasing order, previous: {last}, current: {int(limit)}")
+            last = int(limit)
+            numbers.append(last)
+        total += 1 if len(numbers) == 1 else numbers[1] - numbers[0] + 1
+    return total
+
+
+def json_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def validate_success_policy(policy: Obj, path: str, completions: Any) -> list[FieldError]:
+    """validateSuccessPolicy (Indexed Jobs only)."""
+    rules = policy.get("rules") or []
+    errors: list[FieldError] = []
+    if not rules:
+        errors.append(required(f"{path}.rules", "at least one rules must be specified when the successPolicy is specified"))
+    if len(rules) > MAX_SUCCESS_RULES:
+        errors.append(FieldError("FieldValueTooMany", f"{path}.rules",
+                                 f"Too many: {len(rules)}: must have at most {MAX_SUCCESS_RULES} items"))
+    limit = int(completions) if isinstance(completions, int) else 0
+    for i, rule in enumerate(rules):
+        at = f"{path}.rules[{i}]"
+        if not isinstance(rule, dict):
+            errors.append(required(at))
+            continue
+        indexes, count = rule.get("succeededIndexes"), rule.get("succeededCount")
+        if indexes is None and count is None:
+            errors.append(required(at, "at least one of succeededCount or succeededIndexes must be specified"))
+        total = 0
+        if isinstance(indexes, str):
+            if len(indexes) > MAX_SUCCEEDED_INDEXES:
+                errors.append(FieldError("FieldValueTooLong", f"{at}.succeededIndexes",
+                                         f"Too long: may not be more than {MAX_SUCCEEDED_INDEXES} bytes"))
+            try:
+                total = indexes_total(indexes, limit)
+            except ValueError as err:
+                errors.append(invalid(f"{at}.succeededIndexes", indexes, f"error parsing succeededIndexes: {err}"))
+        if isinstance(count, int):
+            errors += nonnegative(f"{at}.succeededCount", count)
+            if count > limit:
+                errors.append(invalid(f"{at}.succeededCount", count,
+                                      f"must be less than or equal to {limit} (the number of specified completions)"))
+            if indexes is not None and count > total:
+                errors.append(invalid(f"{at}.succeededCount", count, f"must be less than or equal to {total} (the "
+                                      "number of indexes in the specified succeededIndexes field)"))
     return errors
 
 

@@ -179,8 +179,11 @@ class JobController(Controller):
         if why is not None:
             logic.set_condition(status, logic.FAILURE_TARGET, "True", why[0], why[1], now_s)
             return await self._delete(key, job, t.active)
-        if logic.has(job, logic.SUCCESS_CRITERIA_MET) or logic.succeeded(spec, t):
-            logic.set_condition(status, logic.SUCCESS_CRITERIA_MET, "True", *logic.COMPLETIONS_REACHED, now_s)
+        met = None if logic.has(job, logic.SUCCESS_CRITERIA_MET) else (
+            logic.success_policy(job, spec, t) or (logic.COMPLETIONS_REACHED if logic.succeeded(spec, t) else None))
+        if met is not None:
+            logic.set_condition(status, logic.SUCCESS_CRITERIA_MET, "True", *met, now_s)
+        if met is not None or logic.has(job, logic.SUCCESS_CRITERIA_MET):
             return await self._delete(key, job, t.active)
         if not self.expectations.satisfied(key):
             return 0
@@ -294,7 +297,9 @@ class JobController(Controller):
             await self._write_status(job, status)
             self.recorder.event(job, WARNING, reason, message)
         elif logic.has(job, logic.SUCCESS_CRITERIA_MET):
-            logic.set_condition(status, logic.COMPLETE, "True", *logic.COMPLETIONS_REACHED, now_s)
+            met = logic.condition(job, logic.SUCCESS_CRITERIA_MET) or {}
+            logic.set_condition(status, logic.COMPLETE, "True", met.get("reason", logic.COMPLETIONS_REACHED[0]),
+                                met.get("message", logic.COMPLETIONS_REACHED[1]), now_s)
             status["completionTime"] = now_s
             await self._write_status(job, status)
             self.recorder.event(job, NORMAL, "Completed", "Job completed")

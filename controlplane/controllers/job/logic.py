@@ -27,6 +27,7 @@ SUCCESS_CRITERIA_MET, FAILURE_TARGET, SUSPENDED = "SuccessCriteriaMet", "Failure
 COMPLETIONS_REACHED = ("CompletionsReached", "Reached expected number of succeeded pods")
 BACKOFF_LIMIT_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
 DEADLINE_EXCEEDED = ("DeadlineExceeded", "Job was active longer than specified deadline")
+SUCCESS_POLICY = "SuccessPolicy"
 
 
 # --- indexes ------------------------------------------------------------------------------------------
@@ -217,6 +218,25 @@ def succeeded(spec: JobSpec, t: Tally) -> bool:
     if spec.completions is not None:
         return t.succeeded >= spec.completions
     return t.succeeded > 0 and not t.active
+
+
+def success_policy(job: Obj, spec: JobSpec, t: Tally) -> tuple[str, str] | None:
+    """matchSuccessPolicy: the first rule of an Indexed Job's successPolicy its succeeded indexes meet."""
+    policy = (job.get("spec") or {}).get("successPolicy")
+    if not policy or not spec.indexed or not t.completed_indexes:
+        return None
+    for index, rule in enumerate(policy.get("rules") or []):
+        count = rule.get("succeededCount")
+        if rule.get("succeededIndexes") is not None:
+            wanted = parse_intervals(rule["succeededIndexes"], spec.completions or 0)
+            if not wanted:
+                continue
+            done = len(wanted & t.completed_indexes)
+            if (count is not None and done >= count) or (count is None and done == len(wanted)):
+                return SUCCESS_POLICY, f"Matched rules at index {index}"
+        elif count is not None and len(t.completed_indexes) >= count:
+            return SUCCESS_POLICY, f"Matched rules at index {index}"
+    return None
 
 
 # --- how many to run ---------------------------------------------------------------------------------
