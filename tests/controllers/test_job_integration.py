@@ -197,3 +197,25 @@ async def test_success_policy(apiserver, v1, batch, namespace):
         assert done.status.completed_indexes == "1" and done.status.succeeded == 1
         await eventually(lambda: all(p.status.phase == "Succeeded" for p in pods_of(v1, namespace, "leader")),
                          what="the other indexes' pods removed")
+
+
+async def test_backoff_limit_per_index(apiserver, v1, batch, namespace):
+    def outcome(pod: dict) -> str:
+        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        return "Failed" if index == "1" else "Succeeded"
+
+    async with running(apiserver, "job"), job_kubelet(apiserver, namespace, outcome):
+        batch.create_namespaced_job(namespace, job("each", completions=3, parallelism=3, completionMode="Indexed",
+                                                   backoffLimitPerIndex=1))
+        failed = await eventually(lambda: (j := batch.read_namespaced_job_status("each", namespace))
+                                  and "Failed" in conditions(j) and j, timeout=40, what="Failed")
+        assert conditions(failed)["Failed"] == ("True", "FailedIndexes")
+        assert failed.status.failed_indexes == "1" and failed.status.completed_indexes == "0,2"
+        assert (failed.status.failed, failed.status.succeeded) == (2, 2)
+        ones = sorted((p for p in pods_of(v1, namespace, "each")
+                       if p.metadata.annotations["batch.kubernetes.io/job-completion-index"] == "1"),
+                      key=lambda p: int(p.metadata.annotations["batch.kubernetes.io/job-index-failure-count"]))
+        assert [p.metadata.annotations["batch.kubernetes.io/job-index-failure-count"] for p in ones] == ["0", "1"]
+        # The index's second pod waited out its own backoff (10 s).
+        finished = ones[0].status.container_statuses[0].state.terminated.finished_at
+        assert (ones[1].metadata.creation_timestamp - finished).total_seconds() >= 9

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from controlplane.controllers.job import failurepolicy as fp
-from controlplane.controllers.job import logic
+from controlplane.controllers.job import logic, perindex
 from controlplane.controllers.job import pods as jp
 from controlplane.controllers.ttlafterfinished import expires_at
 
@@ -198,3 +198,22 @@ def test_success_policy_rules() -> None:
     assert logic.success_policy(two, spec, logic.tally(two, [], spec, set())) == ("SuccessPolicy", "Matched rules at index 0")
     three = job({"completedIndexes": "1,4,0"}, completions=5, completionMode="Indexed", successPolicy=policy)
     assert logic.success_policy(three, spec, logic.tally(three, [], spec, set())) == ("SuccessPolicy", "Matched rules at index 1")
+
+
+def test_per_index_failures_and_verdicts() -> None:
+    j = job({"completedIndexes": "0"}, completions=3, completionMode="Indexed", backoffLimitPerIndex=1)
+    spec = logic.JobSpec.of(j)
+    first = pod("a", "Failed", index=1, finished_ago=5)
+    again = pod("b", "Failed", index=1, finished_ago=1)
+    again["metadata"]["annotations"][perindex.FAILURE_COUNT] = "1"
+    once = logic.tally(j, [first], spec, set(), NOW)
+    assert once.failed_indexes == set() and once.index_failures.counts == {1: 1}
+    assert logic.indexes_to_start(spec, once, 3, NOW) == [2]  # index 1 backs off its 10 s
+    assert [round(w) for w in logic.index_waits(spec, once, NOW)] == [5]
+    twice = logic.tally(j, [first, again], spec, set(), NOW)
+    assert twice.failed_indexes == {1} and logic.wanted_active(spec, twice) == 1
+    assert perindex.verdict({1}, {0, 2}, 3, None) == perindex.FAILED_INDEXES
+    assert perindex.verdict({1}, {0}, 3, None) is None
+    assert perindex.verdict({1, 2}, set(), 5, 1) == perindex.MAX_FAILED_INDEXES
+    made = jp.pod_for({**j, "apiVersion": "batch/v1", "kind": "Job"}, 1, 2)
+    assert made["metadata"]["annotations"][perindex.FAILURE_COUNT] == "2"

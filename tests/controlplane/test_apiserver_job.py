@@ -175,3 +175,19 @@ def test_success_policy_validation(batch: client.BatchV1Api, namespace: str) -> 
     made = batch.create_namespaced_job(namespace, job("ok", successPolicy={"rules": [{"succeededIndexes": "0-2"}]},
                                                       **indexed))
     assert made.spec.success_policy.rules[0].succeeded_indexes == "0-2"
+
+
+def test_backoff_limit_per_index_validation(batch: client.BatchV1Api, namespace: str) -> None:
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(namespace, job("plain", backoffLimitPerIndex=1, maxFailedIndexes=1))
+    assert message(err) == ('Job.batch "plain" is invalid: [spec.backoffLimitPerIndex: Invalid value: 1: requires '
+                            'indexed completion mode, spec.maxFailedIndexes: Invalid value: 1: requires indexed '
+                            'completion mode]')
+    indexed = {"completionMode": "Indexed", "completions": 2, "parallelism": 2}
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(namespace, job("lone", maxFailedIndexes=3, **indexed))
+    assert message(err) == ('Job.batch "lone" is invalid: [spec.backoffLimitPerIndex: Required value: when '
+                            'maxFailedIndexes is specified, spec.maxFailedIndexes: Invalid value: 3: must be less than '
+                            'or equal to completions]')
+    made = batch.create_namespaced_job(namespace, job("ok", backoffLimitPerIndex=2, **indexed))
+    assert made.spec.backoff_limit == 2147483647  # the Job-wide limit steps aside

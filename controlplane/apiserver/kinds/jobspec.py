@@ -39,6 +39,7 @@ def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
                  "backoffLimitPerIndex", "maxFailedIndexes"):
         errors += nonnegative(f"{path}.{name}", spec.get(name))
     mode = spec.get("completionMode")
+    errors += _per_index(spec, path, mode)
     if mode is not None and mode not in (NON_INDEXED, INDEXED):
         errors.append(not_supported(f"{path}.completionMode", mode, [NON_INDEXED, INDEXED]))
     if mode == INDEXED:
@@ -258,6 +259,23 @@ def validate_success_policy(policy: Obj, path: str, completions: Any) -> list[Fi
             if indexes is not None and count > total:
                 errors.append(invalid(f"{at}.succeededCount", count, f"must be less than or equal to {total} (the "
                                       "number of indexes in the specified succeededIndexes field)"))
+    return errors
+
+
+def _per_index(spec: Obj, path: str, mode: Any) -> list[FieldError]:
+    """backoffLimitPerIndex and maxFailedIndexes: Indexed Jobs only, the second needing the first."""
+    per_index, max_failed = spec.get("backoffLimitPerIndex"), spec.get("maxFailedIndexes")
+    errors: list[FieldError] = []
+    if max_failed is not None and per_index is None:
+        errors.append(required(f"{path}.backoffLimitPerIndex", "when maxFailedIndexes is specified"))
+    if mode == INDEXED:
+        completions = spec.get("completions")
+        if isinstance(max_failed, int) and isinstance(completions, int) and max_failed > completions:
+            errors.append(invalid(f"{path}.maxFailedIndexes", max_failed, "must be less than or equal to completions"))
+    else:
+        for name, value in (("backoffLimitPerIndex", per_index), ("maxFailedIndexes", max_failed)):
+            if value is not None:
+                errors.append(invalid(f"{path}.{name}", value, "requires indexed completion mode"))
     return errors
 
 

@@ -138,19 +138,19 @@ class JobController(Controller):
         spec = logic.JobSpec.of(job)
         now = self.clock()
         pending = self.removed.setdefault(key, set())
-        tally = logic.tally(job, pods, spec, pending)
+        tally = logic.tally(job, pods, spec, pending, now)
         record = self.backoff.setdefault(key, logic.BackoffRecord())
         record.update(tally, now)
         status = copy.deepcopy(job.get("status") or {})
         deleted = 0
         if not logic.finished(job):
             deleted = await self._step(key, job, spec, tally, status, now, record)
-        self._fill_counts(status, tally, deleted)
+        self._fill_counts(status, spec, tally, deleted)
         job = await self._write_status(job, status)
         job = await self._flush(key, job, tally, pods)
         if not logic.finished(job):
             await self._finish(job, tally, deleted, now)
-        self._requeue(key, job, spec, now, record)
+        self._requeue(key, job, spec, tally, now, record)
 
     async def _await_expired_removals(self, key: str, pods: list[Obj]) -> None:
         """Forget removals the cache has since shown (a pod no longer carrying the finalizer, or gone)."""
@@ -192,16 +192,22 @@ class JobController(Controller):
         if excess:
             return await self._delete(key, job, excess)
         missing = min(wanted - len(t.active), BURST)
-        if missing > 0 and record.remaining(now) == 0:
-            indexes: list[int | None] = list(logic.indexes_to_start(spec, t, missing)) if spec.indexed else [None] * missing
-            await self._create(key, job, indexes)
+        per_index = spec.per_index_limit is not None
+        if missing > 0 and (per_index or record.remaining(now) == 0):
+            indexes: list[int | None] = list(logic.indexes_to_start(spec, t, missing, now)) if spec.indexed \
+                else [None] * missing
+            await self._create(key, job, indexes, t if per_index else None)
         return 0
 
-    async def _create(self, key: str, job: Obj, indexes: list[int | None]) -> None:
+    async def _create(self, key: str, job: Obj, indexes: list[int | None], t: logic.Tally | None = None) -> None:
         if not indexes:
             return
         self.expectations.expect_creations(key, len(indexes))
-        results = await asyncio.gather(*(self.pod_control.create(job, jp.pod_for(job, i)) for i in indexes),
+
+        def failures(index: int | None) -> int | None:
+            return None if t is None or index is None else t.index_failures.counts.get(index, 0)
+
+        results = await asyncio.gather(*(self.pod_control.create(job, jp.pod_for(job, i, failures(i))) for i in indexes),
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         self.expectations.lower(key, adds=len(errors))
@@ -225,7 +231,7 @@ class JobController(Controller):
             gone += 1
         return gone
 
-    def _fill_counts(self, status: Obj, t: logic.Tally, deleted: int) -> None:
+    def _fill_counts(self, status: Obj, spec: logic.JobSpec, t: logic.Tally, deleted: int) -> None:
         status["active"] = max(0, len(t.active) - deleted)
         status["ready"] = sum(1 for p in t.active if podutil.is_ready(p))
         status["terminating"] = t.terminating + deleted
@@ -233,6 +239,8 @@ class JobController(Controller):
                                                                 ("failed", t.uncounted_failed)) if v}
         if t.completed_indexes or "completedIndexes" in status:
             status["completedIndexes"] = logic.format_intervals(t.completed_indexes)
+        if spec.per_index_limit is not None:
+            status["failedIndexes"] = logic.format_intervals(t.failed_indexes)
         for name in ("active", "succeeded", "failed"):
             if not status.get(name):
                 status.pop(name, None)
@@ -321,10 +329,11 @@ class JobController(Controller):
         written.setdefault("kind", KIND)
         return written
 
-    def _requeue(self, key: str, job: Obj, spec: logic.JobSpec, now: datetime, record: logic.BackoffRecord) -> None:
+    def _requeue(self, key: str, job: Obj, spec: logic.JobSpec, tally: logic.Tally, now: datetime,
+                 record: logic.BackoffRecord) -> None:
         if logic.finished(job):
             return
-        waits = [record.remaining(now)]
+        waits = [0.0 if spec.per_index_limit is not None else record.remaining(now), *logic.index_waits(spec, tally, now)]
         left = logic.deadline_left(job, spec, now)
         if left is not None:
             waits.append(left)

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from controlplane.controllers.job import failurepolicy
+from controlplane.controllers.job import failurepolicy, perindex
 from controlplane.controllers.job import pods as jp
 from controlplane.controllers.podutil import is_ready, parse_time
+from controlplane.controllers.podutil import now as utcnow
 
 Obj = dict[str, Any]
 
@@ -72,6 +73,8 @@ class JobSpec:
     deadline: int | None
     suspend: bool
     on_failure: bool
+    per_index_limit: int | None = None  # backoffLimitPerIndex
+    max_failed_indexes: int | None = None
 
     @classmethod
     def of(cls, job: Obj) -> JobSpec:
@@ -86,6 +89,8 @@ class JobSpec:
             deadline=spec.get("activeDeadlineSeconds"),
             suspend=bool(spec.get("suspend")),
             on_failure=template_spec.get("restartPolicy") == "OnFailure",
+            per_index_limit=spec.get("backoffLimitPerIndex") if spec.get("completionMode") == "Indexed" else None,
+            max_failed_indexes=spec.get("maxFailedIndexes"),
         )
 
 
@@ -119,9 +124,11 @@ class Tally:
     new_failures: list[Obj] = field(default_factory=list)
     new_success: bool = False
     fail_job: str = ""  # a podFailurePolicy FailJob rule's message
+    failed_indexes: set[int] = field(default_factory=set)  # backoffLimitPerIndex
+    index_failures: perindex.IndexFailures = field(default_factory=perindex.IndexFailures)
 
 
-def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str]) -> Tally:
+def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str], now: datetime | None = None) -> Tally:
     """Count the Job's pods (upstream's trackJobStatusAndRemoveFinalizers, first half): every pod with the
     finalizer that has finished and is not yet recorded joins uncountedTerminatedPods; every recorded or
     finished pod (and every pod of a finished or deleted Job) loses the finalizer. `pending_removal`:
@@ -173,6 +180,10 @@ def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str]) -
             t.new_failures.append(pod)
     t.succeeded = int(status.get("succeeded") or 0) + len(t.uncounted_succeeded)
     t.failed = int(status.get("failed") or 0) + len(t.uncounted_failed)
+    if spec.per_index_limit is not None:
+        t.index_failures = perindex.IndexFailures.of(job, pods, completions, now or utcnow())
+        t.failed_indexes = (parse_intervals(status.get("failedIndexes"), completions)
+                            | t.index_failures.failed(spec.per_index_limit)) - t.completed_indexes
     return t
 
 
@@ -186,6 +197,10 @@ def failure(job: Obj, spec: JobSpec, t: Tally, now: datetime) -> tuple[str, str]
         return target.get("reason", ""), target.get("message", "")
     if t.fail_job:
         return failurepolicy.REASON, t.fail_job
+    if spec.per_index_limit is not None:
+        by_index = perindex.verdict(t.failed_indexes, t.completed_indexes, spec.completions or 0, spec.max_failed_indexes)
+        if by_index is not None:
+            return by_index
     if t.failed > spec.backoff_limit or _past_backoff_on_failure(spec, t.active):
         return BACKOFF_LIMIT_EXCEEDED
     if deadline_left(job, spec, now) == 0:
@@ -246,22 +261,33 @@ def wanted_active(spec: JobSpec, t: Tally) -> int:
     if spec.suspend:
         return 0
     if spec.indexed:
-        return min(spec.parallelism, (spec.completions or 0) - len(t.completed_indexes))
+        return max(0, min(spec.parallelism, (spec.completions or 0) - len(t.completed_indexes) - len(t.failed_indexes)))
     if spec.completions is None:
         return len(t.active) if t.succeeded > 0 else spec.parallelism
     return max(0, min(spec.parallelism, spec.completions - t.succeeded))
 
 
-def indexes_to_start(spec: JobSpec, t: Tally, count: int) -> list[int]:
-    """The lowest indexes neither done nor running (firstPendingIndexes)."""
+def indexes_to_start(spec: JobSpec, t: Tally, count: int, now: datetime | None = None) -> list[int]:
+    """The lowest indexes neither done, failed, running nor backing off (firstPendingIndexes)."""
     running = {jp.index_of(p, spec.completions or 0) for p in t.active}
     out: list[int] = []
     for index in range(spec.completions or 0):
         if len(out) >= count:
             break
-        if index not in t.completed_indexes and index not in running:
-            out.append(index)
+        if index in t.completed_indexes or index in running or index in t.failed_indexes:
+            continue
+        if spec.per_index_limit is not None and t.index_failures.wait(index, now or utcnow(), backoff_delay) > 0:
+            continue
+        out.append(index)
     return out
+
+
+def index_waits(spec: JobSpec, t: Tally, now: datetime) -> list[float]:
+    """Seconds until each backing-off index may run again (backoffLimitPerIndex)."""
+    if spec.per_index_limit is None:
+        return []
+    pending = set(t.index_failures.counts) - t.completed_indexes - t.failed_indexes
+    return [w for w in (t.index_failures.wait(i, now, backoff_delay) for i in pending) if w > 0]
 
 
 def excess_active(spec: JobSpec, t: Tally, wanted: int) -> list[Obj]:

@@ -18,6 +18,7 @@ TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 INDEX_LABEL = INDEX_ANNOTATION
 INDEX_ENV = "JOB_COMPLETION_INDEX"
+INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 
 
 def phase(pod: Obj) -> str:
@@ -99,7 +100,7 @@ def restarts(pod: Obj) -> int:
                for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])])
 
 
-def pod_for(job: Obj, index: int | None) -> Obj:
+def pod_for(job: Obj, index: int | None, failures: int | None = None) -> Obj:
     """The pod the Job creates (upstream's createPod with the tracking finalizer; for an Indexed Job
     addCompletionIndexAnnotation, the index label, the hostname and addCompletionIndexEnvVariables)."""
     template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
@@ -108,6 +109,8 @@ def pod_for(job: Obj, index: int | None) -> Obj:
         tmeta = template.setdefault("metadata", {})
         tmeta.setdefault("annotations", {})[INDEX_ANNOTATION] = str(index)
         tmeta.setdefault("labels", {})[INDEX_LABEL] = str(index)
+        if failures is not None:  # backoffLimitPerIndex: the index's failures so far
+            tmeta["annotations"][INDEX_FAILURE_COUNT] = str(failures)
         pod_spec = template.setdefault("spec", {})
         pod_spec["hostname"] = f"{name}-{index}"
         for group in ("initContainers", "containers"):
