@@ -217,3 +217,13 @@ def test_per_index_failures_and_verdicts() -> None:
     assert perindex.verdict({1, 2}, set(), 5, 1) == perindex.MAX_FAILED_INDEXES
     made = jp.pod_for({**j, "apiVersion": "batch/v1", "kind": "Job"}, 1, 2)
     assert made["metadata"]["annotations"][perindex.FAILURE_COUNT] == "2"
+
+
+def test_fail_index_rule_fails_the_index_at_once() -> None:
+    policy = {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}}]}
+    j = job(completions=3, completionMode="Indexed", backoffLimitPerIndex=5, podFailurePolicy=policy)
+    spec = logic.JobSpec.of(j)
+    failed = pod("f", "Failed", index=2)
+    failed["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 3}}
+    t = logic.tally(j, [failed], spec, set(), NOW)
+    assert t.failed_indexes == {2} and t.uncounted_failed == ["f"]

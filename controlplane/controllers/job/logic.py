@@ -142,6 +142,7 @@ def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str], n
     if spec.indexed:
         t.completed_indexes = parse_intervals(status.get("completedIndexes"), completions)
     ending = finished(job) or bool((job.get("metadata") or {}).get("deletionTimestamp"))
+    failed_now: set[int] = set()  # indexes a FailIndex rule failed in this sync
     for pod in pods:
         uid = pod["metadata"]["uid"]
         if jp.is_terminating(pod):
@@ -176,13 +177,17 @@ def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str], n
                 continue  # released, neither counted nor backed off
             if verdict is not None and verdict.action == failurepolicy.FAIL_JOB and not t.fail_job:
                 t.fail_job = verdict.message
+            if verdict is not None and verdict.action == failurepolicy.FAIL_INDEX and spec.indexed:
+                index = jp.index_of(pod, completions)
+                if index is not None:
+                    failed_now.add(index)  # the index fails at once, whatever its backoffLimitPerIndex
             t.uncounted_failed.append(uid)
             t.new_failures.append(pod)
     t.succeeded = int(status.get("succeeded") or 0) + len(t.uncounted_succeeded)
     t.failed = int(status.get("failed") or 0) + len(t.uncounted_failed)
     if spec.per_index_limit is not None:
         t.index_failures = perindex.IndexFailures.of(job, pods, completions, now or utcnow())
-        t.failed_indexes = (parse_intervals(status.get("failedIndexes"), completions)
+        t.failed_indexes = (parse_intervals(status.get("failedIndexes"), completions) | failed_now
                             | t.index_failures.failed(spec.per_index_limit)) - t.completed_indexes
     return t
 
