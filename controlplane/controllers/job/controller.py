@@ -134,7 +134,7 @@ class JobController(Controller):
             return
         manager = RefManager(self.client, job, selector, recheck(self.client, job_path(namespace, name), meta(job)["uid"]))
         pods = await manager.claim(self.pods.by_index("namespace", namespace))
-        await self._await_expired_removals(key, pods)
+        self._forget_seen_removals(key, pods)
         spec = logic.JobSpec.of(job)
         now = self.clock()
         pending = self.removed.setdefault(key, set())
@@ -152,7 +152,7 @@ class JobController(Controller):
             await self._finish(job, tally, deleted, now)
         self._requeue(key, job, spec, tally, now, record)
 
-    async def _await_expired_removals(self, key: str, pods: list[Obj]) -> None:
+    def _forget_seen_removals(self, key: str, pods: list[Obj]) -> None:
         """Forget removals the cache has since shown (a pod no longer carrying the finalizer, or gone)."""
         pending = self.removed.get(key)
         if not pending:
