@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from controlplane.storage.interface import Event, Store
+from controlplane.storage.interface import CompactedError, Event, Store
 
+log = logging.getLogger("controlplane.storage.cache")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Predicate = Callable[[dict[str, Any]], bool]
 
@@ -189,10 +191,15 @@ class WatchCache:
         previous server process can resume across a restart instead of relisting."""
         current = self.store.revision
         history = getattr(self.store, "history", None)
+        subscribe = getattr(self.store, "subscribe", None)
         base = max(self.store.compacted_revision + 1, current - self.window)
-        if history is None or base >= current:
+        # A store that feeds the cache by watch (etcd) replays the history itself from the base revision.
+        if (history is None and subscribe is not None) or base >= current:
             base = current
-        items, rev, _ = await self.store.list("/", base)
+        try:
+            items, rev, _ = await self.store.list("/", base)
+        except CompactedError:
+            items, rev, _ = await self.store.list("/")
         self._floor = rev
         self.revision = rev
         for kv in items:
@@ -202,7 +209,6 @@ class WatchCache:
         if history is not None and base < current:
             for event in history(base):
                 self._apply(event)
-        subscribe = getattr(self.store, "subscribe", None)
         if subscribe is not None:
             # An in-process store tells us about each commit synchronously.
             subscribe(self._apply)
@@ -219,9 +225,17 @@ class WatchCache:
                 watcher.close()
 
     async def _feed(self, from_revision: int) -> None:
-        async for batch in self.store.watch(from_revision):
-            for event in batch:
-                self._apply(event)
+        try:
+            async for batch in self.store.watch(from_revision):
+                for event in batch:
+                    self._apply(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The store's watch already retries what can be retried; past this the cache is stale, and
+            # reads that wait for freshness time out (a 504-like error) rather than serve old data.
+            log.exception("event=watch-cache-feed-ended revision=%d", self.revision)
+            raise
 
     def _apply(self, event: Event) -> None:
         bucket = self._bucket(bucket_of(event.key))

@@ -1,4 +1,4 @@
-"""The store interface every backend implements (SQLite now, etcd later).
+"""The store interface every backend implements (SQLite and etcd).
 
 It mirrors etcd's model on purpose: one global revision counter, every write gets the next revision,
 and that revision is the object's resourceVersion. Keeping the REST layer on this narrow surface is what
@@ -31,6 +31,15 @@ class ConflictError(StoreError):
         super().__init__(f"{key}: expected revision {expected}, found {actual}")
         self.expected = expected
         self.actual = actual
+
+
+class StoreUnavailableError(StoreError):
+    """The backend could not be reached or did not answer in time (a retryable 5xx above); a write that
+    failed so was applied whole or not at all."""
+
+
+class StoreTooLargeError(StoreError):
+    """The value is over the backend's request size limit (etcd's --max-request-bytes): a 413 above."""
 
 
 class CompactedError(StoreError):

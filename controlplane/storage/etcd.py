@@ -1,0 +1,346 @@
+"""etcd backend: the `Store` interface on etcd's v3 gRPC API (grpc.aio, etcd 3.4 as Debian ships it).
+
+It is the same model as the SQLite log seen from above, because etcd is that log: one revision counter,
+resourceVersion = the key's mod_revision, and every write a transaction that compares the mod_revision
+the caller read (kube-apiserver's optimistic concurrency), so a write either applies whole or not at
+all. Lists at a revision with a limit page through etcd's MVCC history; one etcd watch over the
+`/registry/` range feeds the watch cache (the cache orders all resources by one revision, so it wants
+one ordered stream); history is compacted as kube-apiserver's compactor does it, coordinated through
+`compact_rev_key` so that several API servers on one etcd compact once per round.
+
+Values are the objects' JSON (what the SQLite store keeps). kube-apiserver writes its protobuf envelope
+(`k8s\\x00` + runtime.Unknown) for built-in kinds, but its storage decoder recognizes JSON too (as with
+`--storage-media-type=application/json`), our server has no protobuf encoder, and JSON stays readable
+with etcdctl; so JSON it is.
+
+Failures are typed: etcd unreachable or timing out is `StoreUnavailableError` (a retryable 5xx above),
+a value over etcd's request limit is `StoreTooLargeError` (413), a compacted revision `CompactedError`
+(410). A lost watch stream is re-established from the last revision it delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+
+from controlplane.storage.etcdkeys import PREFIX, from_etcd, prefix_end, to_etcd
+from controlplane.storage.etcdpb import rpc_pb2 as pb
+from controlplane.storage.etcdpb import rpc_pb2_grpc as pb_grpc
+from controlplane.storage.interface import (
+    CompactedError,
+    ConflictError,
+    Event,
+    KeyExistsError,
+    KeyValue,
+    NotFoundError,
+    StoreError,
+    StoreTooLargeError,
+    StoreUnavailableError,
+)
+
+log = logging.getLogger("controlplane.storage.etcd")
+
+# kube-apiserver's compactor keeps its round counter in this key (outside /registry/), so that of several
+# API servers only the one whose transaction wins compacts.
+COMPACT_KEY = b"compact_rev_key"
+_UNAVAILABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+_COMPACTED = "required revision has been compacted"
+_WATCH_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+@dataclass(frozen=True)
+class EtcdConfig:
+    """What `--etcd-servers`, `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile` say."""
+
+    servers: tuple[str, ...]
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    dial_timeout: float = 5.0  # the first contact at start: fail within seconds, naming the address
+    request_timeout: float = 10.0
+
+    @property
+    def secure(self) -> bool:
+        return urlsplit(self.servers[0]).scheme == "https"
+
+    def target(self) -> str:
+        """The gRPC target: several members become one ipv4: list gRPC fails over between."""
+        hosts = [urlsplit(s).netloc for s in self.servers]
+        if len(hosts) == 1:
+            return hosts[0]
+        return "ipv4:" + ",".join(hosts)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(path: Path | None) -> bytes | None:
+            return path.read_bytes() if path is not None else None
+
+        return grpc.ssl_channel_credentials(read(self.ca_file), read(self.key_file), read(self.cert_file))
+
+
+def _kv(kv: pb.KeyValue) -> KeyValue:
+    return KeyValue(from_etcd(kv.key.decode()), kv.value, kv.mod_revision, kv.create_revision)
+
+
+def _range_op(key: bytes) -> pb.RequestOp:
+    return pb.RequestOp(request_range=pb.RangeRequest(key=key))
+
+
+def _translate(err: grpc.aio.AioRpcError, what: str) -> StoreError:
+    details = err.details() or ""
+    if "request is too large" in details or err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return StoreTooLargeError(f"etcdserver: request is too large ({what})")
+    if err.code() in _UNAVAILABLE or "etcdserver:" in details:
+        return StoreUnavailableError(f"etcd {what}: {err.code().name}: {details}")
+    return StoreError(f"etcd {what}: {err.code().name}: {details}")
+
+
+class EtcdStore:
+    """`Store` on etcd. One channel; every key under /registry/ in upstream's layout (etcdkeys.py)."""
+
+    def __init__(self, config: EtcdConfig) -> None:
+        if not config.servers:
+            raise ValueError("at least one etcd server is needed")
+        self.config = config
+        self._channel: grpc.aio.Channel | None = None
+        self._kv: pb_grpc.KVStub | None = None
+        self._watch: pb_grpc.WatchStub | None = None
+        self._revision = 0
+        self._compacted = 0
+        self._compact_version = 0  # compact_rev_key's version: the compactor's round counter
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        # Unlimited receive size: a list of the whole keyspace (the watch cache's start) can be large.
+        options = [("grpc.max_receive_message_length", -1), ("grpc.keepalive_time_ms", 30_000)]
+        target = self.config.target()
+        if self.config.secure:
+            credentials = await asyncio.to_thread(self.config.credentials)
+            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=options)
+        self._kv = pb_grpc.KVStub(self._channel)
+        self._watch = pb_grpc.WatchStub(self._channel)
+        maintenance = pb_grpc.MaintenanceStub(self._channel)
+        where = ",".join(self.config.servers)
+        try:
+            status = await maintenance.Status(pb.StatusRequest(), timeout=self.config.dial_timeout, wait_for_ready=True)
+            got = await self._kv.Range(pb.RangeRequest(key=COMPACT_KEY), timeout=self.config.request_timeout)
+        except grpc.aio.AioRpcError as err:
+            await self.close()
+            cause = err.details() or err.code().name
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                cause = f"no answer within {self.config.dial_timeout:g} s (is etcd running there, and are the TLS files right?)"
+            raise StoreUnavailableError(f"etcd at {where} is not reachable: {cause}") from None
+        self._seen(status.header.revision)
+        self._seen(got.header.revision)
+        if got.kvs:
+            self._compacted = int(got.kvs[0].value or 0)
+            self._compact_version = got.kvs[0].version
+        log.info("event=etcd-connected servers=%s version=%s revision=%d compacted=%d",
+                 where, status.version, self._revision, self._compacted)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    @property
+    def revision(self) -> int:
+        """The newest revision this server has seen etcd answer with (its writes, reads and watch)."""
+        return self._revision
+
+    @property
+    def compacted_revision(self) -> int:
+        return self._compacted
+
+    def _seen(self, revision: int) -> None:
+        if revision > self._revision:
+            self._revision = revision
+
+    @property
+    def kv(self) -> pb_grpc.KVStub:
+        if self._kv is None:
+            raise StoreUnavailableError("etcd store not started")
+        return self._kv
+
+    async def _call(self, method: Any, request: Any, what: str) -> Any:
+        try:
+            response = await method(request, timeout=self.config.request_timeout)
+        except grpc.aio.AioRpcError as err:
+            if _COMPACTED in (err.details() or ""):
+                raise CompactedError(getattr(request, "revision", 0), self._compacted) from None
+            raise _translate(err, what) from None
+        self._seen(response.header.revision)
+        return response
+
+    # --- reads ---------------------------------------------------------------------------------------
+
+    async def get(self, key: str) -> KeyValue | None:
+        response = await self._call(self.kv.Range, pb.RangeRequest(key=to_etcd(key).encode()), f"get {key}")
+        return _kv(response.kvs[0]) if response.kvs else None
+
+    async def list(
+        self, prefix: str, revision: int = 0, start_after: str = "", limit: int = 0
+    ) -> tuple[list[KeyValue], int, bool]:
+        if revision and revision <= self._compacted:
+            raise CompactedError(revision, self._compacted)
+        low = to_etcd(prefix).encode()
+        start = (to_etcd(start_after) + "\x00").encode() if start_after else low
+        request = pb.RangeRequest(key=max(low, start), range_end=prefix_end(low), revision=revision, limit=limit)
+        response = await self._call(self.kv.Range, request, f"list {prefix}")
+        served = revision or response.header.revision
+        return [_kv(kv) for kv in response.kvs], served, bool(limit) and response.more
+
+    # --- writes: one transaction each, comparing the mod_revision read ---------------------------------
+
+    async def _txn(self, key: str, compare: pb.Compare, success: pb.RequestOp, what: str) -> pb.TxnResponse:
+        request = pb.TxnRequest(compare=[compare], success=[success], failure=[_range_op(compare.key)])
+        return await self._call(self.kv.Txn, request, f"{what} {key}")
+
+    @staticmethod
+    def _mod_compare(key: bytes, result: int, revision: int) -> pb.Compare:
+        return pb.Compare(result=result, target=pb.Compare.MOD, key=key, mod_revision=revision)
+
+    @staticmethod
+    def _failed(key: str, response: pb.TxnResponse, expected: int) -> StoreError:
+        found = response.responses[0].response_range.kvs
+        if not found:
+            return NotFoundError(key)
+        return ConflictError(key, expected, found[0].mod_revision)
+
+    async def create(self, key: str, value: bytes) -> int:
+        ekey = to_etcd(key).encode()
+        put = pb.RequestOp(request_put=pb.PutRequest(key=ekey, value=value))
+        response = await self._txn(key, self._mod_compare(ekey, pb.Compare.EQUAL, 0), put, "create")
+        if not response.succeeded:
+            raise KeyExistsError(key)
+        return response.header.revision
+
+    async def update(self, key: str, value: bytes, expected_revision: int) -> int:
+        ekey = to_etcd(key).encode()
+        if expected_revision:
+            compare = self._mod_compare(ekey, pb.Compare.EQUAL, expected_revision)
+        else:
+            compare = self._mod_compare(ekey, pb.Compare.GREATER, 0)
+        put = pb.RequestOp(request_put=pb.PutRequest(key=ekey, value=value))
+        response = await self._txn(key, compare, put, "update")
+        if not response.succeeded:
+            raise self._failed(key, response, expected_revision)
+        return response.header.revision
+
+    async def delete(self, key: str, expected_revision: int) -> int:
+        ekey = to_etcd(key).encode()
+        if expected_revision:
+            compare = self._mod_compare(ekey, pb.Compare.EQUAL, expected_revision)
+        else:
+            compare = self._mod_compare(ekey, pb.Compare.GREATER, 0)
+        remove = pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=ekey))
+        response = await self._txn(key, compare, remove, "delete")
+        if not response.succeeded:
+            raise self._failed(key, response, expected_revision)
+        return response.header.revision
+
+    # --- watch ---------------------------------------------------------------------------------------
+
+    async def watch(self, from_revision: int) -> AsyncIterator[list[Event]]:
+        """Every event under /registry/ after `from_revision`, one batch per etcd response.
+
+        A broken stream (etcd restarting, a member lost) is opened again from the last delivered
+        revision; only a compacted start ends the watch (CompactedError), as a 410 ends a client's.
+        """
+        last = from_revision
+        failures = 0
+        while True:
+            try:
+                async for batch in self._watch_once(last):
+                    failures = 0
+                    if batch:
+                        last = batch[-1].revision
+                    yield batch
+                return
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in _UNAVAILABLE:
+                    raise _translate(err, "watch") from None
+                delay = _WATCH_BACKOFF[min(failures, len(_WATCH_BACKOFF) - 1)]
+                failures += 1
+                log.warning("event=etcd-watch-lost from=%d code=%s retry_in=%.1f", last, err.code().name, delay)
+                await asyncio.sleep(delay)
+
+    async def _watch_once(self, after: int) -> AsyncIterator[list[Event]]:
+        if self._watch is None:
+            raise StoreUnavailableError("etcd store not started")
+        low = PREFIX.encode()
+        create = pb.WatchCreateRequest(
+            key=low, range_end=prefix_end(low), start_revision=after + 1, prev_kv=True, progress_notify=True
+        )
+        # The request side stays open for the stream's life (closing it would end the watch).
+        call = self._watch.Watch()
+        try:
+            await call.write(pb.WatchRequest(create_request=create))
+            while (response := await call.read()) is not grpc.aio.EOF:
+                if response.compact_revision:
+                    raise CompactedError(after, response.compact_revision)
+                if response.canceled:
+                    raise StoreUnavailableError(f"etcd canceled the watch: {response.cancel_reason}")
+                self._seen(response.header.revision)
+                if response.created:
+                    continue
+                # A response without events is a progress notification: nothing up to its revision is missing.
+                yield [self._event(e) for e in response.events]
+        finally:
+            call.cancel()
+
+    @staticmethod
+    def _event(event: pb.Event) -> Event:
+        kv = event.kv
+        prev = event.prev_kv if event.HasField("prev_kv") else None
+        key = from_etcd(kv.key.decode())
+        if event.type == pb.Event.DELETE:
+            value = prev.value if prev is not None else b"{}"
+            create_revision = prev.create_revision if prev is not None else 0
+            return Event("DELETE", key, value, kv.mod_revision, create_revision, value if prev is not None else None)
+        return Event("PUT", key, kv.value, kv.mod_revision, kv.create_revision, prev.value if prev is not None else None)
+
+    # --- compaction ----------------------------------------------------------------------------------
+
+    async def compact(self, revision: int) -> None:
+        """Compact etcd's history to `revision`, once per round across API servers (compact_rev_key)."""
+        if revision <= self._compacted:
+            return
+        compare = pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.VERSION, key=COMPACT_KEY,
+                             version=self._compact_version)
+        put = pb.RequestOp(request_put=pb.PutRequest(key=COMPACT_KEY, value=str(revision).encode()))
+        request = pb.TxnRequest(compare=[compare], success=[put], failure=[_range_op(COMPACT_KEY)])
+        response = await self._call(self.kv.Txn, request, "compact")
+        if not response.succeeded:
+            # Another API server compacted this round: take its word and its round counter.
+            found = response.responses[0].response_range.kvs
+            if found:
+                self._compact_version = found[0].version
+                self._compacted = max(self._compacted, int(found[0].value or 0))
+            return
+        self._compact_version += 1
+        # Refused from now on, before etcd has finished dropping the history.
+        self._compacted = revision
+        with contextlib.suppress(CompactedError):
+            await self._call(self.kv.Compact, pb.CompactionRequest(revision=revision), "compact")
+        log.info("event=etcd-compacted revision=%d", revision)
+
+
+def parse_servers(text: str) -> tuple[str, ...]:
+    """`--etcd-servers`: comma-separated http(s)://host:port URLs."""
+    servers: Sequence[str] = [s.strip() for s in text.split(",") if s.strip()]
+    for server in servers:
+        parts = urlsplit(server)
+        if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
+            raise ValueError(f"--etcd-servers: {server!r} is not an http(s)://host:port URL")
+    return tuple(servers)
