@@ -66,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--etcd-cafile", type=Path, default=None, help="CA that signed etcd's serving certificate")
     parser.add_argument("--etcd-certfile", type=Path, default=None, help="client certificate presented to etcd")
     parser.add_argument("--etcd-keyfile", type=Path, default=None, help="key of --etcd-certfile")
+    parser.add_argument("--etcd-prefix", default="/registry", help="the prefix of every key in etcd")
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -192,4 +193,4 @@ def _etcd_config(args: argparse.Namespace) -> EtcdConfig | None:
             raise SystemExit(f"pykubelet server: --{flag.replace('_', '-')} {path}: no such file")
     if (args.etcd_certfile is None) != (args.etcd_keyfile is None):
         raise SystemExit("pykubelet server: --etcd-certfile and --etcd-keyfile go together")
-    return EtcdConfig(servers, args.etcd_cafile, args.etcd_certfile, args.etcd_keyfile)
+    return EtcdConfig(servers, args.etcd_cafile, args.etcd_certfile, args.etcd_keyfile, args.etcd_prefix)

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from controlplane.storage.etcdkeys import PREFIX, from_etcd, prefix_end, to_etcd
+from controlplane.storage.etcdkeys import PREFIX, from_etcd, normal_prefix, prefix_end, to_etcd
 from controlplane.storage.etcdpb import rpc_pb2 as pb
 from controlplane.storage.etcdpb import rpc_pb2_grpc as pb_grpc
 from controlplane.storage.interface import (
@@ -64,6 +64,7 @@ class EtcdConfig:
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
+    prefix: str = PREFIX  # --etcd-prefix: every key lives under it
     dial_timeout: float = 5.0  # the first contact at start: fail within seconds, naming the address
     request_timeout: float = 10.0
 
@@ -85,10 +86,6 @@ class EtcdConfig:
         return grpc.ssl_channel_credentials(read(self.ca_file), read(self.key_file), read(self.cert_file))
 
 
-def _kv(kv: pb.KeyValue) -> KeyValue:
-    return KeyValue(from_etcd(kv.key.decode()), kv.value, kv.mod_revision, kv.create_revision)
-
-
 def _range_op(key: bytes) -> pb.RequestOp:
     return pb.RequestOp(request_range=pb.RangeRequest(key=key))
 
@@ -102,6 +99,24 @@ def _translate(err: grpc.aio.AioRpcError, what: str) -> StoreError:
     return StoreError(f"etcd {what}: {err.code().name}: {details}")
 
 
+# What gRPC's TLS failures mean in a user's words (its own text follows in the message).
+_TLS_HINTS = (
+    (("Unwrap failed", "BAD_CERTIFICATE"), "etcd refused our client certificate (--etcd-certfile/--etcd-keyfile)"),
+    (("certificate signature failure", "CERTIFICATE_VERIFY_FAILED", "unable to get local issuer"),
+     "etcd's serving certificate is not signed by --etcd-cafile"),
+)
+
+
+def _start_cause(err: grpc.aio.AioRpcError, dial_timeout: float) -> str:
+    details = err.details() or err.code().name
+    if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"no answer within {dial_timeout:g} s"
+    for needles, hint in _TLS_HINTS:
+        if any(n in details for n in needles):
+            return f"{hint}: {details}"
+    return details
+
+
 class EtcdStore:
     """`Store` on etcd. One channel; every key under /registry/ in upstream's layout (etcdkeys.py)."""
 
@@ -109,18 +124,23 @@ class EtcdStore:
         if not config.servers:
             raise ValueError("at least one etcd server is needed")
         self.config = config
+        self.prefix = normal_prefix(config.prefix)
         self._channel: grpc.aio.Channel | None = None
         self._kv: pb_grpc.KVStub | None = None
         self._watch: pb_grpc.WatchStub | None = None
         self._revision = 0
         self._compacted = 0
         self._compact_version = 0  # compact_rev_key's version: the compactor's round counter
+        self._watch_calls: set[Any] = set()  # running watch streams, for request_progress
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
     async def start(self) -> None:
         # Unlimited receive size: a list of the whole keyspace (the watch cache's start) can be large.
-        options = [("grpc.max_receive_message_length", -1), ("grpc.keepalive_time_ms", 30_000)]
+        # Reconnect within about a second of a member coming back (gRPC's default backoff grows to 120 s).
+        options = [("grpc.max_receive_message_length", -1), ("grpc.keepalive_time_ms", 30_000),
+                   ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1000)]
         target = self.config.target()
         if self.config.secure:
             credentials = await asyncio.to_thread(self.config.credentials)
@@ -132,13 +152,11 @@ class EtcdStore:
         maintenance = pb_grpc.MaintenanceStub(self._channel)
         where = ",".join(self.config.servers)
         try:
-            status = await maintenance.Status(pb.StatusRequest(), timeout=self.config.dial_timeout, wait_for_ready=True)
+            status = await maintenance.Status(pb.StatusRequest(), timeout=self.config.dial_timeout)
             got = await self._kv.Range(pb.RangeRequest(key=COMPACT_KEY), timeout=self.config.request_timeout)
         except grpc.aio.AioRpcError as err:
             await self.close()
-            cause = err.details() or err.code().name
-            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                cause = f"no answer within {self.config.dial_timeout:g} s (is etcd running there, and are the TLS files right?)"
+            cause = _start_cause(err, self.config.dial_timeout)
             raise StoreUnavailableError(f"etcd at {where} is not reachable: {cause}") from None
         self._seen(status.header.revision)
         self._seen(got.header.revision)
@@ -166,6 +184,12 @@ class EtcdStore:
         if revision > self._revision:
             self._revision = revision
 
+    def _key(self, key: str) -> bytes:
+        return to_etcd(key, self.prefix).encode()
+
+    def _keyvalue(self, kv: pb.KeyValue) -> KeyValue:
+        return KeyValue(from_etcd(kv.key.decode(), self.prefix), kv.value, kv.mod_revision, kv.create_revision)
+
     @property
     def kv(self) -> pb_grpc.KVStub:
         if self._kv is None:
@@ -185,20 +209,20 @@ class EtcdStore:
     # --- reads ---------------------------------------------------------------------------------------
 
     async def get(self, key: str) -> KeyValue | None:
-        response = await self._call(self.kv.Range, pb.RangeRequest(key=to_etcd(key).encode()), f"get {key}")
-        return _kv(response.kvs[0]) if response.kvs else None
+        response = await self._call(self.kv.Range, pb.RangeRequest(key=self._key(key)), f"get {key}")
+        return self._keyvalue(response.kvs[0]) if response.kvs else None
 
     async def list(
         self, prefix: str, revision: int = 0, start_after: str = "", limit: int = 0
     ) -> tuple[list[KeyValue], int, bool]:
         if revision and revision <= self._compacted:
             raise CompactedError(revision, self._compacted)
-        low = to_etcd(prefix).encode()
-        start = (to_etcd(start_after) + "\x00").encode() if start_after else low
+        low = self._key(prefix)
+        start = self._key(start_after) + b"\x00" if start_after else low
         request = pb.RangeRequest(key=max(low, start), range_end=prefix_end(low), revision=revision, limit=limit)
         response = await self._call(self.kv.Range, request, f"list {prefix}")
         served = revision or response.header.revision
-        return [_kv(kv) for kv in response.kvs], served, bool(limit) and response.more
+        return [self._keyvalue(kv) for kv in response.kvs], served, bool(limit) and response.more
 
     # --- writes: one transaction each, comparing the mod_revision read ---------------------------------
 
@@ -218,7 +242,7 @@ class EtcdStore:
         return ConflictError(key, expected, found[0].mod_revision)
 
     async def create(self, key: str, value: bytes) -> int:
-        ekey = to_etcd(key).encode()
+        ekey = self._key(key)
         put = pb.RequestOp(request_put=pb.PutRequest(key=ekey, value=value))
         response = await self._txn(key, self._mod_compare(ekey, pb.Compare.EQUAL, 0), put, "create")
         if not response.succeeded:
@@ -226,7 +250,7 @@ class EtcdStore:
         return response.header.revision
 
     async def update(self, key: str, value: bytes, expected_revision: int) -> int:
-        ekey = to_etcd(key).encode()
+        ekey = self._key(key)
         if expected_revision:
             compare = self._mod_compare(ekey, pb.Compare.EQUAL, expected_revision)
         else:
@@ -238,7 +262,7 @@ class EtcdStore:
         return response.header.revision
 
     async def delete(self, key: str, expected_revision: int) -> int:
-        ekey = to_etcd(key).encode()
+        ekey = self._key(key)
         if expected_revision:
             compare = self._mod_compare(ekey, pb.Compare.EQUAL, expected_revision)
         else:
@@ -263,8 +287,7 @@ class EtcdStore:
             try:
                 async for batch in self._watch_once(last):
                     failures = 0
-                    if batch:
-                        last = batch[-1].revision
+                    last = max(last, batch[-1].revision)
                     yield batch
                 return
             except grpc.aio.AioRpcError as err:
@@ -278,7 +301,7 @@ class EtcdStore:
     async def _watch_once(self, after: int) -> AsyncIterator[list[Event]]:
         if self._watch is None:
             raise StoreUnavailableError("etcd store not started")
-        low = PREFIX.encode()
+        low = self.prefix.encode()
         create = pb.WatchCreateRequest(
             key=low, range_end=prefix_end(low), start_revision=after + 1, prev_kv=True, progress_notify=True
         )
@@ -286,6 +309,7 @@ class EtcdStore:
         call = self._watch.Watch()
         try:
             await call.write(pb.WatchRequest(create_request=create))
+            self._watch_calls.add(call)
             while (response := await call.read()) is not grpc.aio.EOF:
                 if response.compact_revision:
                     raise CompactedError(after, response.compact_revision)
@@ -294,16 +318,25 @@ class EtcdStore:
                 self._seen(response.header.revision)
                 if response.created:
                     continue
-                # A response without events is a progress notification: nothing up to its revision is missing.
+                if not response.events:
+                    # A progress notification (periodic, or asked for): nothing up to its revision is missing.
+                    yield [Event("PROGRESS", "", b"", response.header.revision, 0, None)]
+                    continue
                 yield [self._event(e) for e in response.events]
         finally:
+            self._watch_calls.discard(call)
             call.cancel()
 
-    @staticmethod
-    def _event(event: pb.Event) -> Event:
+    async def request_progress(self) -> None:
+        """Ask every running watch for a progress notification (etcd 3.4's WatchProgressRequest)."""
+        for call in list(self._watch_calls):
+            with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                await call.write(pb.WatchRequest(progress_request=pb.WatchProgressRequest()))
+
+    def _event(self, event: pb.Event) -> Event:
         kv = event.kv
         prev = event.prev_kv if event.HasField("prev_kv") else None
-        key = from_etcd(kv.key.decode())
+        key = from_etcd(kv.key.decode(), self.prefix)
         if event.type == pb.Event.DELETE:
             value = prev.value if prev is not None else b"{}"
             create_revision = prev.create_revision if prev is not None else 0

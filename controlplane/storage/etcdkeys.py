@@ -11,6 +11,11 @@ from __future__ import annotations
 
 PREFIX = "/registry/"
 
+
+def normal_prefix(prefix: str) -> str:
+    """--etcd-prefix as given (`/registry`, `registry/`) with one leading and one trailing slash."""
+    return "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+
 # Store bucket -> upstream's etcd resource prefix, where they differ beyond dropping the group.
 _UPSTREAM: dict[str, str] = {
     "nodes": "minions",
@@ -29,17 +34,18 @@ _UPSTREAM.update({bucket: bucket.split(".", 1)[0] for bucket in _GROUPED})
 _BACK: dict[str, str] = {etcd: bucket for bucket, etcd in _UPSTREAM.items()}
 
 
-def to_etcd(key: str) -> str:
-    """A store key or key prefix (`/`, `/pods/`, `/pods/ns/`, `/pods/ns/name`) in etcd's layout."""
+def to_etcd(key: str, prefix: str = PREFIX) -> str:
+    """A store key or key prefix (`/`, `/pods/`, `/pods/ns/`, `/pods/ns/name`) in etcd's layout, under
+    `prefix` (upstream's --etcd-prefix, `/registry/` by default)."""
     bucket, sep, rest = key[1:].partition("/")
     if not bucket:
-        return PREFIX
-    return PREFIX + _UPSTREAM.get(bucket, bucket) + sep + rest
+        return prefix
+    return prefix + _UPSTREAM.get(bucket, bucket) + sep + rest
 
 
-def from_etcd(key: str) -> str:
-    """The store key of an etcd key under PREFIX."""
-    rest = key[len(PREFIX):]
+def from_etcd(key: str, prefix: str = PREFIX) -> str:
+    """The store key of an etcd key under `prefix`."""
+    rest = key[len(prefix):]
     first, _, tail = rest.partition("/")
     if first == "services":  # two-level prefixes: services/specs, services/endpoints
         second, _, tail = tail.partition("/")

@@ -64,9 +64,11 @@ class KeyValue:
 @dataclass(frozen=True, slots=True)
 class Event:
     """One committed change. For DELETE, `value` is the last live value (watchers need the object).
-    `prev_value` is filled where the backend has it cheaply (history replay); None otherwise."""
+    `prev_value` is filled where the backend has it cheaply (history replay); None otherwise.
+    PROGRESS (etcd's progress notification) changes nothing and has no key: every event up to its
+    revision has been delivered, so a cache fed by the watch is current up to there."""
 
-    type: Literal["PUT", "DELETE"]
+    type: Literal["PUT", "DELETE", "PROGRESS"]
     key: str
     value: bytes
     revision: int
@@ -114,6 +116,10 @@ class Store(Protocol):
         ...
 
     async def compact(self, revision: int) -> None: ...
+
+    # Optional, for backends whose watch can report progress (etcd): request_progress() asks the
+    # running watch for a PROGRESS event, so that a cache behind the store's revision (another writer,
+    # a revision spent outside the watched range) learns it is current without waiting for a change.
 
     # Optional, for backends that have them (the watch cache uses them when present):
     #   history(after: int) -> list[Event]        retained events after a revision, for a warm restart

@@ -1,0 +1,134 @@
+"""What only the etcd store has, on a real etcd 3.4 with TLS client certificates: upstream's key layout,
+transactions racing between two servers, refusal without the right certificates, an unreachable etcd
+failing fast, and progress notifications keeping a watch-fed cache current."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from controlplane.storage import ConflictError, KeyExistsError, StoreUnavailableError
+from controlplane.storage.cache import WatchCache
+from controlplane.storage.etcd import EtcdConfig, EtcdStore, parse_servers
+from controlplane.storage.etcdkeys import from_etcd, prefix_end, to_etcd
+from controlplane.storage.etcdpb import rpc_pb2 as pb
+from pykubelet.rig.etcd import Etcd, make_pki
+from pykubelet.rig.process import free_port
+
+from .conftest import etcd_store
+
+
+@pytest.fixture
+async def pair(etcd: Etcd, tmp_path: Path):
+    """Two stores on one prefix: two API servers sharing an etcd."""
+    prefix = f"/t-{tmp_path.name[-12:]}/"
+    a, b = etcd_store(etcd, prefix), etcd_store(etcd, prefix)
+    await a.start()
+    await b.start()
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+def test_key_layout_is_upstreams_both_ways() -> None:
+    cases = {
+        "/pods/default/web": "/registry/pods/default/web",
+        "/nodes/n1": "/registry/minions/n1",
+        "/services/default/kubernetes": "/registry/services/specs/default/kubernetes",
+        "/endpoints/default/kubernetes": "/registry/services/endpoints/default/kubernetes",
+        "/replicationcontrollers/ns/rc": "/registry/controllers/ns/rc",
+        "/deployments.apps/ns/d": "/registry/deployments/ns/d",
+        "/leases.coordination.k8s.io/kube-node-lease/n1": "/registry/leases/kube-node-lease/n1",
+        "/clusterroles.rbac.authorization.k8s.io/admin": "/registry/clusterroles/admin",
+    }
+    for key, etcd_key in cases.items():
+        assert to_etcd(key) == etcd_key
+        assert from_etcd(etcd_key) == key
+    assert to_etcd("/") == "/registry/"
+    assert to_etcd("/services/") == "/registry/services/specs/"
+    assert prefix_end(b"/registry/") == b"/registry0"
+    with pytest.raises(ValueError, match="not an http"):
+        parse_servers("127.0.0.1:2379")
+
+
+async def test_keys_land_where_upstream_puts_them(pair: tuple[EtcdStore, EtcdStore]) -> None:
+    store, _ = pair
+    await store.create("/nodes/n1", b'{"kind":"Node"}')
+    await store.create("/services/default/s", b'{"kind":"Service"}')
+    low = store.prefix.encode()
+    raw = await store.kv.Range(pb.RangeRequest(key=low, range_end=prefix_end(low), keys_only=True))
+    assert [kv.key.decode()[len(store.prefix):] for kv in raw.kvs] == ["minions/n1", "services/specs/default/s"]
+
+
+async def test_racing_writes_one_wins_whole(pair: tuple[EtcdStore, EtcdStore]) -> None:
+    a, b = pair
+    results = await asyncio.gather(a.create("/cm/ns/x", b"from-a"), b.create("/cm/ns/x", b"from-b"),
+                                   return_exceptions=True)
+    assert sorted(type(r).__name__ for r in results) == ["KeyExistsError", "int"]
+    kv = await a.get("/cm/ns/x")
+    assert kv is not None
+    # Both read the same revision, both write with it: etcd's compare lets exactly one through.
+    results = await asyncio.gather(a.update("/cm/ns/x", b"a2", kv.mod_revision),
+                                   b.update("/cm/ns/x", b"b2", kv.mod_revision), return_exceptions=True)
+    won = [r for r in results if isinstance(r, int)]
+    lost = [r for r in results if isinstance(r, ConflictError)]
+    assert len(won) == 1 and len(lost) == 1 and lost[0].actual == won[0]
+    now = await b.get("/cm/ns/x")
+    assert now is not None and now.mod_revision == won[0]
+    assert now.value == (b"a2" if results[0] == won[0] else b"b2")
+    with pytest.raises(KeyExistsError):
+        await b.create("/cm/ns/x", b"again")
+
+
+async def test_client_certificate_is_required(etcd: Etcd, tmp_path: Path) -> None:
+    no_cert = EtcdStore(EtcdConfig((etcd.url,), etcd.pki.ca_cert, dial_timeout=2))
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match=f"etcd at {etcd.url} is not reachable"):
+        await no_cert.start()
+    assert time.monotonic() - started < 5
+    # A certificate from another CA is refused too, and so is a server our CA did not sign.
+    other = make_pki(tmp_path / "other")
+    stranger = EtcdStore(EtcdConfig((etcd.url,), etcd.pki.ca_cert, other.client_cert, other.client_key, dial_timeout=2))
+    with pytest.raises(StoreUnavailableError, match="etcd refused our client certificate"):
+        await stranger.start()
+    wrong_ca = EtcdStore(EtcdConfig((etcd.url,), other.ca_cert, etcd.pki.client_cert, etcd.pki.client_key, dial_timeout=2))
+    with pytest.raises(StoreUnavailableError, match="not signed by --etcd-cafile"):
+        await wrong_ca.start()
+
+
+async def test_unreachable_etcd_fails_within_seconds() -> None:
+    url = f"https://127.0.0.1:{free_port()}"
+    store = EtcdStore(EtcdConfig((url,), dial_timeout=2))
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as err:
+        await store.start()
+    assert time.monotonic() - started < 5
+    assert url in str(err.value) and "Connection refused" in str(err.value)
+
+
+async def test_progress_keeps_a_watch_fed_cache_current(etcd: Etcd, tmp_path: Path) -> None:
+    """Revisions spent outside the cache's prefix (another server's keys, the compactor's) must not make
+    the cache look stale: a progress notification, asked for while waiting, says it is current."""
+    mine = etcd_store(etcd, f"/t-{tmp_path.name[-12:]}-mine/")
+    other = etcd_store(etcd, f"/t-{tmp_path.name[-12:]}-other/")
+    await mine.start()
+    await other.start()
+    cache = WatchCache(mine)
+    await cache.start()
+    try:
+        rev = await mine.create("/configmaps/ns/a", b'{"metadata":{"name":"a"}}')
+        await cache.wait_for(rev)
+        await other.create("/configmaps/ns/b", b"{}")
+        await mine.get("/configmaps/ns/a")  # learns etcd's newer revision from the answer's header
+        assert mine.revision > cache.revision
+        started = time.monotonic()
+        await cache.wait_fresh()
+        assert time.monotonic() - started < 1.0
+        assert cache.revision >= mine.revision and cache.get("/configmaps/ns/b") is None
+    finally:
+        await cache.stop()
+        await mine.close()
+        await other.close()
