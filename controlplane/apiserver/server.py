@@ -34,7 +34,7 @@ from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
 from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
-from controlplane.storage import StoreTooLargeError, StoreUnavailableError
+from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
@@ -196,7 +196,10 @@ class ApiServer:
             target = last
             last = self.store.revision
             if target > self.store.compacted_revision:
-                await self.store.compact(target)
+                try:
+                    await self.store.compact(target)
+                except StoreError as err:  # etcd away: the next round compacts further
+                    log.warning("event=compaction-failed revision=%d cause=%s", target, err)
 
     # --- HTTP ----------------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -273,29 +273,13 @@ class WatchCache:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (revision, future)
         self._waiters.append(entry)
-        request_progress = getattr(self.store, "request_progress", None)
         try:
-            if request_progress is None:
-                await asyncio.wait_for(future, patience)
-            else:
-                await self._wait_with_progress(future, patience, request_progress)
+            await asyncio.wait_for(future, patience)
         except TimeoutError:
             raise TooLargeResourceVersionError(revision, self.revision) from None
         finally:
             if entry in self._waiters:
                 self._waiters.remove(entry)
-
-    @staticmethod
-    async def _wait_with_progress(
-        future: asyncio.Future[None], patience: float, request_progress: Callable[[], Awaitable[None]]
-    ) -> None:
-        """Ask the store's watch for progress now and then while waiting: the revision waited for may
-        have been spent on keys the watch does not cover (etcd's compact_rev_key, another prefix)."""
-        async with asyncio.timeout(patience):
-            while not future.done():
-                await request_progress()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(future), 0.5)
 
     def _wake(self) -> None:
         for revision, future in self._waiters:

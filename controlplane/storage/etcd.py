@@ -131,7 +131,6 @@ class EtcdStore:
         self._revision = 0
         self._compacted = 0
         self._compact_version = 0  # compact_rev_key's version: the compactor's round counter
-        self._watch_calls: set[Any] = set()  # running watch streams, for request_progress
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
@@ -158,13 +157,26 @@ class EtcdStore:
             await self.close()
             cause = _start_cause(err, self.config.dial_timeout)
             raise StoreUnavailableError(f"etcd at {where} is not reachable: {cause}") from None
-        self._seen(status.header.revision)
-        self._seen(got.header.revision)
+        # The revision to be fresh at is the newest change under our prefix, not etcd's newest revision:
+        # that may have been spent elsewhere (compact_rev_key, another prefix) and would never come
+        # through the watch. Deletions after the newest live key arrive by the watch's replay.
+        low = self.prefix.encode()
+        newest = await self._newest_under(low)
+        self._seen(max(newest, int(got.kvs[0].value or 0) if got.kvs else 0))
         if got.kvs:
             self._compacted = int(got.kvs[0].value or 0)
             self._compact_version = got.kvs[0].version
-        log.info("event=etcd-connected servers=%s version=%s revision=%d compacted=%d",
-                 where, status.version, self._revision, self._compacted)
+        log.info("event=etcd-connected servers=%s version=%s etcd_revision=%d revision=%d compacted=%d",
+                 where, status.version, status.header.revision, self._revision, self._compacted)
+
+    async def _newest_under(self, low: bytes) -> int:
+        request = pb.RangeRequest(key=low, range_end=prefix_end(low), limit=1, keys_only=True,
+                                  sort_order=pb.RangeRequest.DESCEND, sort_target=pb.RangeRequest.MOD)
+        try:
+            response = await self.kv.Range(request, timeout=self.config.request_timeout)
+        except grpc.aio.AioRpcError as err:
+            raise StoreUnavailableError(f"etcd at {','.join(self.config.servers)}: {err.details()}") from None
+        return response.kvs[0].mod_revision if response.kvs else 0
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -173,7 +185,8 @@ class EtcdStore:
 
     @property
     def revision(self) -> int:
-        """The newest revision this server has seen etcd answer with (its writes, reads and watch)."""
+        """The newest revision of a change under the prefix this server knows of (its own writes, the
+        watch's events and etcd's periodic progress notifications): what a fresh read waits for."""
         return self._revision
 
     @property
@@ -203,7 +216,6 @@ class EtcdStore:
             if _COMPACTED in (err.details() or ""):
                 raise CompactedError(getattr(request, "revision", 0), self._compacted) from None
             raise _translate(err, what) from None
-        self._seen(response.header.revision)
         return response
 
     # --- reads ---------------------------------------------------------------------------------------
@@ -234,6 +246,10 @@ class EtcdStore:
     def _mod_compare(key: bytes, result: int, revision: int) -> pb.Compare:
         return pb.Compare(result=result, target=pb.Compare.MOD, key=key, mod_revision=revision)
 
+    def _written(self, response: pb.TxnResponse) -> int:
+        self._seen(response.header.revision)
+        return response.header.revision
+
     @staticmethod
     def _failed(key: str, response: pb.TxnResponse, expected: int) -> StoreError:
         found = response.responses[0].response_range.kvs
@@ -247,7 +263,7 @@ class EtcdStore:
         response = await self._txn(key, self._mod_compare(ekey, pb.Compare.EQUAL, 0), put, "create")
         if not response.succeeded:
             raise KeyExistsError(key)
-        return response.header.revision
+        return self._written(response)
 
     async def update(self, key: str, value: bytes, expected_revision: int) -> int:
         ekey = self._key(key)
@@ -259,7 +275,7 @@ class EtcdStore:
         response = await self._txn(key, compare, put, "update")
         if not response.succeeded:
             raise self._failed(key, response, expected_revision)
-        return response.header.revision
+        return self._written(response)
 
     async def delete(self, key: str, expected_revision: int) -> int:
         ekey = self._key(key)
@@ -271,7 +287,7 @@ class EtcdStore:
         response = await self._txn(key, compare, remove, "delete")
         if not response.succeeded:
             raise self._failed(key, response, expected_revision)
-        return response.header.revision
+        return self._written(response)
 
     # --- watch ---------------------------------------------------------------------------------------
 
@@ -309,29 +325,28 @@ class EtcdStore:
         call = self._watch.Watch()
         try:
             await call.write(pb.WatchRequest(create_request=create))
-            self._watch_calls.add(call)
             while (response := await call.read()) is not grpc.aio.EOF:
                 if response.compact_revision:
                     raise CompactedError(after, response.compact_revision)
                 if response.canceled:
                     raise StoreUnavailableError(f"etcd canceled the watch: {response.cancel_reason}")
-                self._seen(response.header.revision)
                 if response.created:
                     continue
                 if not response.events:
-                    # A progress notification (periodic, or asked for): nothing up to its revision is missing.
+                    if response.watch_id == -1:
+                        # The answer to a WatchProgressRequest, which etcd before 3.4.25 sends even while
+                        # the watcher is still catching up (etcd issue 15220): not a promise. We never
+                        # ask, but another client library on this stream might.
+                        continue
+                    # A periodic progress notification (etcd sends it to synced watchers only): nothing
+                    # up to its revision is missing.
+                    self._seen(response.header.revision)
                     yield [Event("PROGRESS", "", b"", response.header.revision, 0, None)]
                     continue
+                self._seen(response.events[-1].kv.mod_revision)
                 yield [self._event(e) for e in response.events]
         finally:
-            self._watch_calls.discard(call)
             call.cancel()
-
-    async def request_progress(self) -> None:
-        """Ask every running watch for a progress notification (etcd 3.4's WatchProgressRequest)."""
-        for call in list(self._watch_calls):
-            with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
-                await call.write(pb.WatchRequest(progress_request=pb.WatchProgressRequest()))
 
     def _event(self, event: pb.Event) -> Event:
         kv = event.kv

@@ -117,10 +117,6 @@ class Store(Protocol):
 
     async def compact(self, revision: int) -> None: ...
 
-    # Optional, for backends whose watch can report progress (etcd): request_progress() asks the
-    # running watch for a PROGRESS event, so that a cache behind the store's revision (another writer,
-    # a revision spent outside the watched range) learns it is current without waiting for a change.
-
     # Optional, for backends that have them (the watch cache uses them when present):
     #   history(after: int) -> list[Event]        retained events after a revision, for a warm restart
     #   subscribe(listener: Callable[[Event], None])  synchronous commit notification (in-process stores)
