@@ -116,8 +116,6 @@ class Etcd:
             "--cert-file", str(self.pki.server_cert), "--key-file", str(self.pki.server_key),
             "--trusted-ca-file", str(self.pki.ca_cert), "--client-cert-auth",
             "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
-            # The metrics listener would otherwise share the client port; there is nothing to scrape here.
-            "--listen-metrics-urls", "",
         ]
         if max_request_bytes:
             argv += ["--max-request-bytes", str(max_request_bytes)]
