@@ -72,18 +72,23 @@ class EtcdConfig:
     def secure(self) -> bool:
         return urlsplit(self.servers[0]).scheme == "https"
 
-    def target(self) -> str:
-        """The gRPC target: several members become one ipv4: list gRPC fails over between."""
-        hosts = [urlsplit(s).netloc for s in self.servers]
-        if len(hosts) == 1:
-            return hosts[0]
-        return "ipv4:" + ",".join(hosts)
 
     def credentials(self) -> grpc.ChannelCredentials:
         def read(path: Path | None) -> bytes | None:
             return path.read_bytes() if path is not None else None
 
         return grpc.ssl_channel_credentials(read(self.ca_file), read(self.key_file), read(self.cert_file))
+
+
+def _channel(target: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+    # Unlimited receive size: a list of the whole keyspace (the watch cache's start) can be large.
+    # Reconnect within about a second of a member coming back (gRPC's default backoff grows to 120 s).
+    options = [("grpc.max_receive_message_length", -1), ("grpc.keepalive_time_ms", 30_000),
+               ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+               ("grpc.max_reconnect_backoff_ms", 1000)]
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=options)
 
 
 def _range_op(key: bytes) -> pb.RequestOp:
@@ -135,28 +140,26 @@ class EtcdStore:
     # --- lifecycle -----------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        # Unlimited receive size: a list of the whole keyspace (the watch cache's start) can be large.
-        # Reconnect within about a second of a member coming back (gRPC's default backoff grows to 120 s).
-        options = [("grpc.max_receive_message_length", -1), ("grpc.keepalive_time_ms", 30_000),
-                   ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                   ("grpc.max_reconnect_backoff_ms", 1000)]
-        target = self.config.target()
-        if self.config.secure:
-            credentials = await asyncio.to_thread(self.config.credentials)
-            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+        """Connect to the first of the servers that answers (in the order given); fail within seconds,
+        naming each address and why, when none does. Moving to another member once connected is left
+        to a later change (client failover); a member that comes back is reconnected to."""
+        credentials = await asyncio.to_thread(self.config.credentials) if self.config.secure else None
+        causes = []
+        for server in self.config.servers:
+            channel = _channel(urlsplit(server).netloc, credentials)
+            try:
+                status = await pb_grpc.MaintenanceStub(channel).Status(pb.StatusRequest(), timeout=self.config.dial_timeout)
+                got = await pb_grpc.KVStub(channel).Range(pb.RangeRequest(key=COMPACT_KEY), timeout=self.config.request_timeout)
+            except grpc.aio.AioRpcError as err:
+                await channel.close()
+                causes.append(f"etcd at {server} is not reachable: {_start_cause(err, self.config.dial_timeout)}")
+                continue
+            self._channel, where = channel, server
+            break
         else:
-            self._channel = grpc.aio.insecure_channel(target, options=options)
+            raise StoreUnavailableError("; ".join(causes))
         self._kv = pb_grpc.KVStub(self._channel)
         self._watch = pb_grpc.WatchStub(self._channel)
-        maintenance = pb_grpc.MaintenanceStub(self._channel)
-        where = ",".join(self.config.servers)
-        try:
-            status = await maintenance.Status(pb.StatusRequest(), timeout=self.config.dial_timeout)
-            got = await self._kv.Range(pb.RangeRequest(key=COMPACT_KEY), timeout=self.config.request_timeout)
-        except grpc.aio.AioRpcError as err:
-            await self.close()
-            cause = _start_cause(err, self.config.dial_timeout)
-            raise StoreUnavailableError(f"etcd at {where} is not reachable: {cause}") from None
         # The revision to be fresh at is the newest change under our prefix, not etcd's newest revision:
         # that may have been spent elsewhere (compact_rev_key, another prefix) and would never come
         # through the watch. Deletions after the newest live key arrive by the watch's replay.
@@ -391,4 +394,6 @@ def parse_servers(text: str) -> tuple[str, ...]:
         parts = urlsplit(server)
         if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
             raise ValueError(f"--etcd-servers: {server!r} is not an http(s)://host:port URL")
+    if len({urlsplit(s).scheme for s in servers}) > 1:
+        raise ValueError("--etcd-servers: all http or all https")
     return tuple(servers)

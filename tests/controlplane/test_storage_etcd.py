@@ -52,6 +52,9 @@ def test_key_layout_is_upstreams_both_ways() -> None:
     assert prefix_end(b"/registry/") == b"/registry0"
     with pytest.raises(ValueError, match="not an http"):
         parse_servers("127.0.0.1:2379")
+    with pytest.raises(ValueError, match="all http or all https"):
+        parse_servers("http://127.0.0.1:2379,https://127.0.0.1:22379")
+    assert parse_servers("https://a:2379, https://b:2379") == ("https://a:2379", "https://b:2379")
 
 
 async def test_keys_land_where_upstream_puts_them(pair: tuple[EtcdStore, EtcdStore]) -> None:
@@ -107,6 +110,22 @@ async def test_unreachable_etcd_fails_within_seconds() -> None:
         await store.start()
     assert time.monotonic() - started < 5
     assert url in str(err.value) and "Connection refused" in str(err.value)
+
+
+async def test_the_first_server_that_answers_is_used(etcd: Etcd, tmp_path: Path) -> None:
+    dead = [f"https://127.0.0.1:{free_port()}" for _ in range(2)]
+    pki = etcd.pki
+    store = EtcdStore(EtcdConfig((dead[0], etcd.url), pki.ca_cert, pki.client_cert, pki.client_key,
+                                 prefix=f"/t-{tmp_path.name[-12:]}/"))
+    await store.start()
+    try:
+        assert await store.create("/cm/ns/x", b"{}") > 0
+    finally:
+        await store.close()
+    nobody = EtcdStore(EtcdConfig(tuple(dead), pki.ca_cert, pki.client_cert, pki.client_key))
+    with pytest.raises(StoreUnavailableError) as err:
+        await nobody.start()
+    assert all(f"etcd at {url} is not reachable" in str(err.value) for url in dead)
 
 
 async def test_a_watch_fed_cache_is_fresh_at_our_revisions_only(etcd: Etcd, tmp_path: Path) -> None:
