@@ -1,8 +1,8 @@
 """The API server on etcd, as a user meets it: state in etcd across a server restart, compaction turning
 an old watch into 410 and an informer relisting, etcd lost mid-request (a retryable 5xx, nothing half
 written, and everything resumes when it is back), an object over etcd's request limit (413), and an
-unreachable etcd at start (the server exits within seconds naming it). The kubectl scenarios run on
-etcd too with PYKUBE_STORE=etcd (tests/controlplane/conftest.py)."""
+unreachable etcd at start (the server exits within seconds naming it); a subset of the kubectl scenarios
+and paged lists. All the API-server tests run on etcd with PYKUBE_STORE=etcd (tests/controlplane/conftest.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,21 @@ from kubeclient.informer import Informer
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.etcd import Etcd
 from pykubelet.rig.process import free_port
+
+from . import test_apiserver_kubectl as kubectl_scenarios
+from .conftest import KUBECTL, Kubectl
+
+# The kubectl scenarios that run on etcd in every run (all of them do with PYKUBE_STORE=etcd): writes of
+# each kind of patch, apply and server-side apply, watches, scale, Table output.
+ON_ETCD = (
+    "test_apply_twice_second_is_noop_and_validates",
+    "test_get_table_wide_yaml",
+    "test_get_watch_sees_changes",
+    "test_patch_label_annotate_all_types",
+    "test_scale_deployment",
+    "test_server_side_apply_conflicts_and_force",
+    "test_create_and_expose_services",
+)
 
 
 def eventually(check, timeout: float = 15.0, interval: float = 0.1):  # type: ignore[no-untyped-def]
@@ -60,6 +75,47 @@ def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Etcd, Ap
     server.stop()
     etcd.remove()
     assert not server.running and not etcd.running
+
+
+@pytest.fixture(scope="module")
+def steady(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """A server on the session's etcd, under a prefix of its own (the shared server may be on etcd too)."""
+    server = ApiServer(tmp_path_factory.mktemp("steady"), etcd=etcd, extra_args=["--etcd-prefix", "/steady"])
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("scenario", ON_ETCD)
+def test_kubectl_scenario_on_etcd(scenario: str, steady: ApiServer, tmp_path: Path) -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    kubectl = Kubectl(steady.kubeconfig, tmp_path)
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    kubectl("create", "namespace", namespace)
+    getattr(kubectl_scenarios, scenario)(kubectl, namespace)
+
+
+def test_paged_lists_come_from_one_etcd_revision(steady: ApiServer) -> None:
+    """kubectl's --chunk-size pages are continue tokens: each page is read from etcd at the first
+    page's revision, so a write between pages does not show."""
+    with steady.api_client() as api:
+        v1 = client.CoreV1Api(api)
+        ns = f"t-{uuid.uuid4().hex[:8]}"
+        v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        for i in range(5):
+            v1.create_namespaced_config_map(ns, configmap(f"c{i}"))
+        first = v1.list_namespaced_config_map(ns, limit=2)
+        v1.create_namespaced_config_map(ns, configmap("c-late"))
+        v1.delete_namespaced_config_map("c3", ns)
+        names = [c.metadata.name for c in first.items]
+        token = first.metadata._continue
+        while token:
+            page = v1.list_namespaced_config_map(ns, limit=2, _continue=token)
+            assert page.metadata.resource_version == first.metadata.resource_version
+            names += [c.metadata.name for c in page.items]
+            token = page.metadata._continue
+        assert names == [f"c{i}" for i in range(5)]
 
 
 def test_state_lives_in_etcd_across_a_server_restart_and_old_watches_get_410(fragile) -> None:
