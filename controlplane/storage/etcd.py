@@ -232,6 +232,11 @@ class EtcdStore:
     ) -> tuple[list[KeyValue], int, bool]:
         if revision and revision <= self._compacted:
             raise CompactedError(revision, self._compacted)
+        if not revision and self._revision:
+            # "Now" is the newest change we know of, not etcd's newest revision: a client that watches
+            # from the list's resourceVersion must find the watch cache there already (etcd's revision may
+            # have moved on keys outside the prefix, such as the compactor's).
+            revision = max(self._revision, self._compacted)
         low = self._key(prefix)
         start = self._key(start_after) + b"\x00" if start_after else low
         request = pb.RangeRequest(key=max(low, start), range_end=prefix_end(low), revision=revision, limit=limit)

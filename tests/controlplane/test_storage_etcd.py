@@ -147,6 +147,9 @@ async def test_a_watch_fed_cache_is_fresh_at_our_revisions_only(etcd: Etcd, tmp_
         started = time.monotonic()
         await cache.wait_fresh()
         assert time.monotonic() - started < 0.5
+        # A list "now" is served at a revision the cache has reached, so a watch from it starts at once.
+        _, served, _ = await mine.list("/configmaps/", limit=1)
+        assert served == mine.revision <= cache.revision
         # The session's etcd notifies progress every second: the cache's revision passes the others'.
         deadline = time.monotonic() + 5
         while cache.revision <= rev + 1:
