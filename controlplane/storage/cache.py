@@ -228,9 +228,17 @@ class WatchCache:
 
     async def _feed(self, from_revision: int) -> None:
         try:
-            async for batch in self.store.watch(from_revision):
-                for event in batch:
-                    self._apply(event)
+            while True:
+                try:
+                    async for batch in self.store.watch(from_revision):
+                        for event in batch:
+                            self._apply(event)
+                    return
+                except CompactedError as err:
+                    # The watch fell behind a compaction (etcd away for longer than a compaction round,
+                    # or etcd's own auto-compaction): relist and go on from there, as an informer does.
+                    log.warning("event=watch-cache-relist from=%d compacted=%d", from_revision, err.compacted)
+                    from_revision = await self._relist()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -238,6 +246,36 @@ class WatchCache:
             # reads that wait for freshness time out (a 504-like error) rather than serve old data.
             log.exception("event=watch-cache-feed-ended revision=%d", self.revision)
             raise
+
+    async def _relist(self) -> int:
+        """Replace every bucket's state with a fresh list. Watchers are closed (they resume from their
+        resourceVersion, older than the new window: 410, and relist); in-process subscribers are told
+        the differences, so their indexes stay in step. Returns the list's revision."""
+        items, rev, _ = await self.store.list("/")
+        fresh: dict[str, dict[str, CachedObject]] = {}
+        for kv in items:
+            cached = CachedObject.from_value(kv.key, kv.value, kv.mod_revision, self.viewer)
+            fresh.setdefault(bucket_of(kv.key), {})[kv.key] = cached
+        for name in set(self._buckets) | set(fresh):
+            bucket = self._bucket(name)
+            new = fresh.get(name, {})
+            for watcher in list(bucket.watchers):
+                watcher.close()
+            changes = [CacheEvent("DELETED", old, old, rev) for key, old in bucket.objects.items() if key not in new]
+            for key, cached in new.items():
+                prev = bucket.objects.get(key)
+                if prev is None or prev.revision != cached.revision:
+                    changes.append(CacheEvent("MODIFIED" if prev else "ADDED", cached, prev, rev))
+            bucket.objects = new
+            bucket.events.clear()
+            bucket.window_start = rev
+            for change in changes:
+                for subscriber in bucket.subscribers:
+                    subscriber(change)
+        self._floor = rev
+        self.revision = max(self.revision, rev)
+        self._wake()
+        return rev
 
     def _apply(self, event: Event) -> None:
         if event.type == "PROGRESS":

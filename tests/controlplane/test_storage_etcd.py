@@ -5,13 +5,14 @@ failing fast, and progress notifications keeping a watch-fed cache current."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
 import pytest
 
 from controlplane.storage import ConflictError, KeyExistsError, StoreUnavailableError
-from controlplane.storage.cache import WatchCache
+from controlplane.storage.cache import GoneError, WatchCache
 from controlplane.storage.etcd import EtcdConfig, EtcdStore, parse_servers
 from controlplane.storage.etcdkeys import from_etcd, prefix_end, to_etcd
 from controlplane.storage.etcdpb import rpc_pb2 as pb
@@ -160,3 +161,45 @@ async def test_a_watch_fed_cache_is_fresh_at_our_revisions_only(etcd: Etcd, tmp_
         await cache.stop()
         await mine.close()
         await other.close()
+
+
+async def test_a_cache_behind_a_compaction_relists(etcd: Etcd, tmp_path: Path) -> None:
+    """A watch-fed cache whose watch comes back after a compaction passed it (etcd away for longer than
+    a round) relists: its state is the store's again, watchers are closed to resume (and get 410), and
+    in-process subscribers are told what changed."""
+    store = etcd_store(etcd, f"/t-{tmp_path.name[-12:]}/")
+    await store.start()
+    cache = WatchCache(store)
+    await cache.start()
+    try:
+        x = await store.create("/configmaps/ns/x", b'{"metadata":{"name":"x"}}')
+        y = await store.create("/configmaps/ns/y", b'{"metadata":{"name":"y"}}')
+        await cache.wait_for(y)
+        seen: list[tuple[str, str]] = []
+        cache.subscribe("configmaps", lambda e: seen.append((e.type, e.obj.key)))
+        watcher = cache.watch("configmaps", "/configmaps/", None, y)
+        # The feed goes away; meanwhile x changes, y goes, z comes, and history is compacted past it all.
+        assert cache._task is not None
+        cache._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await cache._task
+        await store.update("/configmaps/ns/x", b'{"metadata":{"name":"x"},"data":{"a":"1"}}', x)
+        await store.delete("/configmaps/ns/y", y)
+        z = await store.create("/configmaps/ns/z", b'{"metadata":{"name":"z"}}')
+        await store.compact(z)
+        cache._task = asyncio.create_task(cache._feed(y))
+        await cache.wait_for(z, patience=5)
+        assert [c.key for c in cache.list("configmaps", "/configmaps/")] == ["/configmaps/ns/x", "/configmaps/ns/z"]
+        assert cache.get("/configmaps/ns/x").obj["data"] == {"a": "1"}  # type: ignore[union-attr]
+        assert sorted(seen) == [("ADDED", "/configmaps/ns/z"), ("DELETED", "/configmaps/ns/y"),
+                                ("MODIFIED", "/configmaps/ns/x")]
+        assert watcher.closed
+        with pytest.raises(GoneError):
+            cache.watch("configmaps", "/configmaps/", None, y)
+        # And the feed goes on from the relist.
+        w = await store.create("/configmaps/ns/w", b'{"metadata":{"name":"w"}}')
+        await cache.wait_for(w)
+        assert cache.get("/configmaps/ns/w") is not None
+    finally:
+        await cache.stop()
+        await store.close()
