@@ -34,7 +34,9 @@ from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
 from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
+from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import WatchCache, encode
+from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
 
 log = logging.getLogger("controlplane.apiserver")
@@ -78,13 +80,14 @@ class ServerConfig:
     disable_admission_plugins: list[str] = field(default_factory=list)
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
+    etcd: EtcdConfig | None = None  # --etcd-servers and its TLS files; None: SQLite in DIR/state.db
 
 
 class ApiServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = SQLiteStore(config.data_dir / "state.db")
+        self.store = EtcdStore(config.etcd) if config.etcd else SQLiteStore(config.data_dir / "state.db")
         self.cache = WatchCache(self.store, window=config.watch_window, viewer=slim_view)
         self.registry = Registry(self.cache, default_chain(config.disable_admission_plugins))
         # In-process loops the kinds need (the namespace finalizer, event expiry).
@@ -193,7 +196,10 @@ class ApiServer:
             target = last
             last = self.store.revision
             if target > self.store.compacted_revision:
-                await self.store.compact(target)
+                try:
+                    await self.store.compact(target)
+                except StoreError as err:  # etcd away: the next round compacts further
+                    log.warning("event=compaction-failed revision=%d cause=%s", target, err)
 
     # --- HTTP ----------------------------------------------------------------------------------------
 
@@ -264,6 +270,14 @@ class ApiServer:
             raise
         except (ConnectionResetError, asyncio.CancelledError):
             raise
+        except StoreUnavailableError as exc:
+            # Upstream's answer to an unreachable or timing-out etcd (storage.IsUnreachable): a retryable
+            # ServerTimeout. Writes are single transactions, so nothing was half applied.
+            log.warning("path=%s method=%s store=unavailable cause=%s", request.path, request.method, exc)
+            message = "The operation could not be completed at this time, please try again."
+            return json_response(ApiError(500, "ServerTimeout", message, {"retryAfterSeconds": 2}).status(), 500)
+        except StoreTooLargeError:
+            return json_response(ApiError(413, "RequestEntityTooLarge", "etcdserver: request is too large").status(), 413)
         except Exception as exc:
             log.exception("path=%s method=%s", request.path, request.method)
             return json_response(ApiError(500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}").status(), 500)
