@@ -31,6 +31,18 @@ def namespace_options(pod: dict[str, Any]) -> pb.NamespaceOption:
     )
 
 
+def pod_groups(pod: dict[str, Any]) -> list[int]:
+    """The extra groups of every process of the pod: fsGroup first, then supplementalGroups, as
+    upstream's determineEffectiveSecurityContext orders them, so files of a volume owned by fsGroup
+    are the container's to use."""
+    psc = (pod.get("spec") or {}).get("securityContext") or {}
+    groups = [int(psc["fsGroup"])] if psc.get("fsGroup") is not None else []
+    for group in psc.get("supplementalGroups") or []:
+        if int(group) not in groups:
+            groups.append(int(group))
+    return groups
+
+
 def port_mappings(pod: dict[str, Any]) -> list[pb.PortMapping]:
     out = []
     for c in (pod.get("spec") or {}).get("containers") or []:
@@ -104,7 +116,7 @@ def sandbox_config(
         sec.run_as_user.value = int(psc["runAsUser"])
     if psc.get("runAsGroup") is not None:
         sec.run_as_group.value = int(psc["runAsGroup"])
-    sec.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    sec.supplemental_groups.extend(pod_groups(pod))
     sysctls = {s["name"]: s.get("value", "") for s in psc.get("sysctls") or []}
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(
