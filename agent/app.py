@@ -47,6 +47,7 @@ from agent.server import KubeletServer
 from agent.server.auth import KubeletAuth
 from agent.server.tls import ensure_self_signed, server_context
 from agent.volumes import VolumeManager
+from agent.volumes.emptydir import allocatable_memory
 from agent.volumes.tokens import TokenManager
 from kubeclient import quantity
 from kubeclient.backoff import Backoff
@@ -140,6 +141,7 @@ class Agent:
             # A volume item names its container (upstream requires containerName there).
             lambda pod, ref: resource_value(pod, {}, ref, ctx.node_allocatable()),
             tokens=TokenManager(self.credentials.request_token),
+            node_memory=lambda: allocatable_memory(ctx.node_allocatable()),
         )
         self.pods = PodManager(ctx)
         ctx.prober = ProberManager.for_runtime(

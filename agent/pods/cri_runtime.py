@@ -255,6 +255,11 @@ class CRIRuntime:
         self._ready.pop(uid, None)
         if self.volumes is not None:
             self.volumes.forget(uid)
+            try:
+                await self.volumes.teardown(uid)
+            except OSError as err:
+                log.warning("volume unmount failed uid=%s error=%r", uid, str(err))
+                raise
         await asyncio.to_thread(shutil.rmtree, self._pod_dir(uid), True)
         if pod is not None:
             await asyncio.to_thread(shutil.rmtree, pod_log_dir(self.cfg, pod), True)

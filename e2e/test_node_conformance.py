@@ -1,0 +1,130 @@
+"""What upstream's node conformance suite checks of every kubelet, through the API only: sysctls (the
+safe set applied, an unsafe one refused at admission), fsGroup with supplementalGroups and the file
+modes of volumes, allowPrivilegeEscalation, memory-backed emptyDir as a sized tmpfs, and configMap and
+downwardAPI volumes that follow their sources in a running pod. Each pod checks its own view with a
+shell test and exits 0 only if it holds, so Succeeded is the proof.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from e2e.waiting import finished, wait_for
+
+pytestmark = pytest.mark.integration
+
+# Upstream's kubelet rewrites such volumes on its periodic sync (1 min) plus the cache TTL; its
+# conformance tests allow minutes. This bound is what a genuine node meets with room to spare.
+REFRESH_TIMEOUT = 150.0
+
+
+def pod_of(name, node, image, script, volumes=None, mounts=None, security=None, container_security=None, **spec):
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={"app": "conformance"}),
+        spec=client.V1PodSpec(
+            node_name=node,
+            restart_policy="Never",
+            termination_grace_period_seconds=1,
+            security_context=security,
+            volumes=volumes,
+            containers=[client.V1Container(
+                name="main", image=image, command=["sh", "-c", script], volume_mounts=mounts,
+                security_context=container_security,
+            )],
+            **spec,
+        ),
+    )
+
+
+def succeeded(kube, ns, pod) -> None:
+    kube.create_namespaced_pod(ns, pod)
+    done = finished(kube, ns, pod.metadata.name)
+    statuses = done.status.container_statuses or []
+    term = statuses[0].state.terminated if statuses else None
+    detail = f"exit {term.exit_code}" if term else f"{done.status.reason}: {done.status.message}"
+    assert done.status.phase == "Succeeded", f"{pod.metadata.name}: {detail}"
+
+
+def test_safe_sysctl_is_set_and_an_unsafe_one_is_forbidden(kube, namespace, node_name, image):
+    safe = client.V1PodSecurityContext(sysctls=[client.V1Sysctl(name="kernel.shm_rmid_forced", value="1")])
+    succeeded(kube, namespace, pod_of("safe-sysctl", node_name, image, 'test "$(cat /proc/sys/kernel/shm_rmid_forced)" = 1', security=safe))
+    unsafe = client.V1PodSecurityContext(sysctls=[client.V1Sysctl(name="kernel.msgmax", value="10000000")])
+    kube.create_namespaced_pod(namespace, pod_of("unsafe-sysctl", node_name, image, "true", security=unsafe))
+    pod = finished(kube, namespace, "unsafe-sysctl")
+    assert (pod.status.phase, pod.status.reason) == ("Failed", "SysctlForbidden")
+    assert pod.status.message == 'Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted'
+
+
+def test_fs_group_owns_volumes_and_joins_the_groups(kube, namespace, node_name, image):
+    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cfg"), data={"k": "v"}))
+    volumes = [
+        client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource()),
+        client.V1Volume(name="cfg", config_map=client.V1ConfigMapVolumeSource(name="cfg", default_mode=0o440)),
+    ]
+    mounts = [client.V1VolumeMount(name="scratch", mount_path="/scratch"), client.V1VolumeMount(name="cfg", mount_path="/cfg")]
+    security = client.V1PodSecurityContext(run_as_user=1001, run_as_group=1002, fs_group=2000, supplemental_groups=[3000])
+    script = (
+        'test "$(id -u)" = 1001 && test "$(id -g)" = 1002 && id -G | grep -qw 2000 && id -G | grep -qw 3000 '
+        '&& test "$(stat -c %g /scratch)" = 2000 && stat -c %A /scratch | grep -q "^drwxrwsrwx" '
+        '&& echo x > /scratch/new && test "$(stat -c %g /scratch/new)" = 2000 '
+        '&& test "$(stat -L -c %a:%g /cfg/k)" = 440:2000 && cat /cfg/k'
+    )
+    succeeded(kube, namespace, pod_of("fsgroup", node_name, image, script, volumes, mounts, security))
+
+
+def test_file_modes_without_fs_group(kube, namespace, node_name, image):
+    kube.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="sec"), string_data={"a": "1", "b": "2"}))
+    items = [client.V1KeyToPath(key="a", path="a"), client.V1KeyToPath(key="b", path="b", mode=0o440)]
+    volumes = [client.V1Volume(name="sec", secret=client.V1SecretVolumeSource(secret_name="sec", default_mode=0o400, items=items))]
+    mounts = [client.V1VolumeMount(name="sec", mount_path="/sec")]
+    script = 'test "$(stat -L -c %A /sec/a)" = -r-------- && test "$(stat -L -c %A /sec/b)" = -r--r----- && test "$(stat -L -c %g /sec/a)" = 0'
+    succeeded(kube, namespace, pod_of("modes", node_name, image, script, volumes, mounts))
+
+
+def test_allow_privilege_escalation_false_sets_no_new_privs(kube, namespace, node_name, image):
+    no_escalation = client.V1SecurityContext(allow_privilege_escalation=False)
+    script = "grep -q '^NoNewPrivs:[[:space:]]*1' /proc/self/status"
+    succeeded(kube, namespace, pod_of("nnp", node_name, image, script, container_security=no_escalation))
+    succeeded(kube, namespace, pod_of("nnp-default", node_name, image, "grep -q '^NoNewPrivs:[[:space:]]*0' /proc/self/status"))
+
+
+def test_memory_emptydir_is_a_tmpfs_of_its_size_limit(kube, namespace, node_name, image):
+    volumes = [client.V1Volume(name="mem", empty_dir=client.V1EmptyDirVolumeSource(medium="Memory", size_limit="16Mi"))]
+    mounts = [client.V1VolumeMount(name="mem", mount_path="/mem")]
+    script = "grep -q ' /mem tmpfs ' /proc/mounts && test \"$(df -k /mem | awk 'NR==2 {print $2}')\" = 16384 && echo x > /mem/f"
+    succeeded(kube, namespace, pod_of("tmpfs", node_name, image, script, volumes, mounts))
+
+
+def _log_has(kube, ns, name, text):
+    def check():
+        try:
+            return text in kube.read_namespaced_pod_log(name, ns, container="main", tail_lines=5)
+        except client.ApiException:
+            return False
+
+    return check
+
+
+def test_config_map_and_labels_reach_a_running_pod_but_not_a_sub_path(kube, namespace, node_name, image):
+    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="live"), data={"value": "one"}))
+    volumes = [
+        client.V1Volume(name="live", config_map=client.V1ConfigMapVolumeSource(name="live")),
+        client.V1Volume(name="info", downward_api=client.V1DownwardAPIVolumeSource(items=[
+            client.V1DownwardAPIVolumeFile(path="labels", field_ref=client.V1ObjectFieldSelector(field_path="metadata.labels"))])),
+    ]
+    mounts = [
+        client.V1VolumeMount(name="live", mount_path="/live"),
+        client.V1VolumeMount(name="live", mount_path="/pinned", sub_path="value"),
+        client.V1VolumeMount(name="info", mount_path="/info"),
+    ]
+    script = "while true; do echo \"live=$(cat /live/value) pinned=$(cat /pinned) $(cat /info/labels | tr '\\n' ' ')\"; sleep 1; done"
+    pod = pod_of("refresh", node_name, image, script, volumes, mounts)
+    pod.spec.restart_policy = "Always"
+    kube.create_namespaced_pod(namespace, pod)
+    wait_for(_log_has(kube, namespace, "refresh", "live=one pinned=one"), timeout=60, what="the first content")
+    # The ConfigMap alone: nothing about the pod changes, so only the node's periodic sync carries it.
+    kube.patch_namespaced_config_map("live", namespace, {"data": {"value": "two"}})
+    wait_for(_log_has(kube, namespace, "refresh", "live=two pinned=one"), timeout=REFRESH_TIMEOUT, what="the new ConfigMap value")
+    kube.patch_namespaced_pod("refresh", namespace, {"metadata": {"labels": {"stage": "later"}}})
+    wait_for(_log_has(kube, namespace, "refresh", 'stage="later"'), timeout=REFRESH_TIMEOUT, what="the new label")
