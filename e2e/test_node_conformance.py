@@ -128,3 +128,40 @@ def test_config_map_and_labels_reach_a_running_pod_but_not_a_sub_path(kube, name
     wait_for(_log_has(kube, namespace, "refresh", "live=two pinned=one"), timeout=REFRESH_TIMEOUT, what="the new ConfigMap value")
     kube.patch_namespaced_pod("refresh", namespace, {"metadata": {"labels": {"stage": "later"}}})
     wait_for(_log_has(kube, namespace, "refresh", 'stage="later"'), timeout=REFRESH_TIMEOUT, what="the new label")
+
+
+def _env(name, value=None, field=None):
+    if field:
+        return client.V1EnvVar(name=name, value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path=field)))
+    return client.V1EnvVar(name=name, value=value)
+
+
+def test_sub_path_expr_expands_the_container_env(kube, namespace, node_name, image):
+    volumes = [client.V1Volume(name="logs", empty_dir=client.V1EmptyDirVolumeSource())]
+    mounts = [
+        client.V1VolumeMount(name="logs", mount_path="/all"),
+        client.V1VolumeMount(name="logs", mount_path="/mine", sub_path_expr="pods/$(POD_NAME)"),
+    ]
+    pod = pod_of("subexpr", node_name, image, "echo hi > /mine/f && test \"$(cat /all/pods/subexpr/f)\" = hi", volumes, mounts)
+    pod.spec.containers[0].env = [_env("POD_NAME", field="metadata.name")]
+    succeeded(kube, namespace, pod)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("/abs/x", "error SubPath `/abs/x` must not be an absolute path"), ("a/..", "unable to provision SubPath `a/..`: must not contain '..'")],
+)
+def test_a_sub_path_leaving_the_volume_is_a_config_error(kube, namespace, node_name, image, value, message):
+    volumes = [client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource())]
+    mounts = [client.V1VolumeMount(name="scratch", mount_path="/x", sub_path_expr="$(WHERE)")]
+    pod = pod_of("badsub", node_name, image, "true", volumes, mounts)
+    pod.spec.containers[0].env = [_env("WHERE", value)]
+    kube.create_namespaced_pod(namespace, pod)
+
+    def config_error():
+        statuses = kube.read_namespaced_pod("badsub", namespace).status.container_statuses or []
+        waiting = statuses[0].state.waiting if statuses else None
+        return waiting if waiting and waiting.reason == "CreateContainerConfigError" else None
+
+    assert wait_for(config_error, what="CreateContainerConfigError").message == message
+

@@ -192,7 +192,7 @@ class CRIRuntime:
         env = await resolve_env(pod, container, self.fetch, self.host_ip(), sandbox.ip, self.node_allocatable())
         term_file = await asyncio.to_thread(self._termination_file, pod, container["name"])
         hosts = "" if (pod.get("spec") or {}).get("hostNetwork") else await asyncio.to_thread(self._hosts_file, pod, sandbox.ip)
-        mounts = await asyncio.to_thread(container_mounts, container, volumes)
+        mounts = await asyncio.to_thread(container_mounts, container, volumes, dict(env))
         await asyncio.to_thread(os.makedirs, os.path.join(pod_log_dir(self.cfg, pod), container["name"]), 0o755, True)
         return container_config(
             pod, container, kind, restart_count, image_ref, env, self.node_memory(), term_file, hosts, mounts

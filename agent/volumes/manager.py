@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.cri import pb
+from agent.volumes import subpath
 from agent.volumes.emptydir import mount_tmpfs, tmpfs_size, unmount_under
 from agent.volumes.ownership import set_ownership
 from agent.volumes.tokens import TokenManager
@@ -316,21 +317,21 @@ def _host_path(src: dict[str, Any], volume: str) -> str:
     return path
 
 
-def container_mounts(container: dict[str, Any], volumes: dict[str, ReadyVolume]) -> list[pb.Mount]:
-    """CRI mounts for the container's volumeMounts (subPath inside the volume)."""
+def container_mounts(container: dict[str, Any], volumes: dict[str, ReadyVolume], env: dict[str, str] | None = None) -> list[pb.Mount]:
+    """CRI mounts for the container's volumeMounts; subPath and subPathExpr (expanded with `env`, the
+    container's variables) as agent/volumes/subpath.py checks them."""
     out = []
     for vm in container.get("volumeMounts") or []:
         vol = volumes.get(vm["name"])
         if vol is None:
             raise VolumeError(f'unable to find volume "{vm["name"]}" for container "{container["name"]}"')
         host = vol.host_path
-        if vm.get("subPath"):
-            sub = os.path.normpath(vm["subPath"])
-            if sub.startswith("..") or os.path.isabs(sub):
-                raise VolumeError(f"subPath {vm['subPath']!r} must be a relative path inside the volume")
-            host = os.path.join(host, sub)
-            if not os.path.lexists(host):
-                os.makedirs(host, exist_ok=True)
+        try:
+            sub = subpath.sub_path(vm, env or {})
+            if sub:
+                host = subpath.prepare(host, sub)
+        except subpath.SubPathError as err:
+            raise VolumeError(str(err)) from None
         propagation = {
             "HostToContainer": pb.PROPAGATION_HOST_TO_CONTAINER,
             "Bidirectional": pb.PROPAGATION_BIDIRECTIONAL,

@@ -136,3 +136,40 @@ async def test_refresh_rewrites_changed_config_maps_and_labels(manager):
     pod["metadata"]["labels"] = {"app": "y"}
     assert await manager.refresh(pod)
     assert (labels / "labels").read_text() == 'app="y"'
+
+
+# -- subPath and subPathExpr (upstream's makeMounts and pkg/volume/util/subpath) -----------------
+
+
+@pytest.mark.parametrize(
+    ("mount", "env", "message"),
+    [
+        ({"subPath": "/etc"}, {}, "error SubPath `/etc` must not be an absolute path"),
+        ({"subPathExpr": "$(WHERE)"}, {"WHERE": "/abs"}, "error SubPath `/abs` must not be an absolute path"),
+        ({"subPathExpr": "a/$(UP)/b"}, {"UP": ".."}, "unable to provision SubPath `a/../b`: must not contain '..'"),
+        ({"subPathExpr": "$(NOPE)/$(EMPTY)"}, {"EMPTY": ""}, "missing value for EMPTY, NOPE"),
+    ],
+)
+async def test_sub_path_errors(manager, mount, env, message):
+    from agent.volumes import VolumeError, container_mounts
+
+    ready = await manager.prepare(make_pod([{"name": "e", "emptyDir": {}}]))
+    with pytest.raises(VolumeError) as err:
+        container_mounts({"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", **mount}]}, ready, env)
+    assert str(err.value) == message
+
+
+async def test_sub_path_expr_expands_the_container_env_and_stays_in_the_volume(manager):
+    from agent.volumes import VolumeError, container_mounts
+
+    ready = await manager.prepare(make_pod([{"name": "e", "emptyDir": {}}, {"name": "cm", "configMap": {"name": "cfg"}}]))
+    root = Path(ready["e"].host_path)
+    [m] = container_mounts({"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPathExpr": "logs/$(POD)"}]}, ready, {"POD": "web-1"})
+    assert m.host_path == str(root / "logs" / "web-1") and Path(m.host_path).is_dir()
+    assert mode(Path(m.host_path)) == mode(root)
+    (root / "escape").symlink_to("/etc")
+    with pytest.raises(VolumeError, match='subpath "/etc" not within volume path'):
+        container_mounts({"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPath": "escape"}]}, ready)
+    # A key of a configMap volume binds the file as it is now: a later update does not reach it.
+    [pinned] = container_mounts({"name": "c", "volumeMounts": [{"name": "cm", "mountPath": "/a", "subPath": "a"}]}, ready)
+    assert Path(pinned.host_path).read_text() == "1" and "..data" not in pinned.host_path and not Path(pinned.host_path).is_symlink()
