@@ -24,6 +24,7 @@ from agent.cri import (
 )
 from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
+from agent.kube.services import service_informer, services_of
 from agent.kube.tokens import CredentialClient
 from agent.node.controller import NodeController
 from agent.node.images import node_images
@@ -93,6 +94,7 @@ class Agent:
         self.lease: LeaseController | None = None
         self.pods: PodManager | None = None
         self.informer: Informer | None = None
+        self.services: Informer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.server: KubeletServer | None = None
         self.network: NodeNetwork | None = None
@@ -149,6 +151,9 @@ class Agent:
         )
         ctx.hooks = HookRunner(cri, user_agent(KUBERNETES_VERSION, "lifecycle"))
         self.informer = node_pod_informer(self.client, cfg.node_name)
+        services = self.services = service_informer(self.client)
+        ctx.services = lambda: services_of(services)
+        self._spawn(services.run(), "service-informer")  # early: pods wait for its first list
         self.pods.attach(self.informer)
         self._spawn(recorder.run(), "events")
         self._spawn(runtime.run(), "runtime-up")

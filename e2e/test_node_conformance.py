@@ -165,3 +165,29 @@ def test_a_sub_path_leaving_the_volume_is_a_config_error(kube, namespace, node_n
 
     assert wait_for(config_error, what="CreateContainerConfigError").message == message
 
+
+def test_service_environment_variables_and_enable_service_links(kube, namespace, node_name, image):
+    svc = client.V1Service(
+        metadata=client.V1ObjectMeta(name="fooservice"),
+        spec=client.V1ServiceSpec(selector={"app": "none"}, ports=[client.V1ServicePort(name="web", port=8765, target_port=8080)]),
+    )
+    ip = kube.create_namespaced_service(namespace, svc).spec.cluster_ip
+    linked = (
+        f'test "$FOOSERVICE_SERVICE_HOST" = {ip} && test "$FOOSERVICE_SERVICE_PORT" = 8765 '
+        f'&& test "$FOOSERVICE_SERVICE_PORT_WEB" = 8765 && test "$FOOSERVICE_PORT" = tcp://{ip}:8765 '
+        f'&& test "$FOOSERVICE_PORT_8765_TCP_ADDR" = {ip} && test "$FOOSERVICE_PORT_8765_TCP_PROTO" = tcp '
+        '&& test -n "$KUBERNETES_SERVICE_HOST" && test "$FROM_SERVICE" = "port-8765"'
+    )
+    pod = pod_of("linked", node_name, image, linked)
+    pod.spec.containers[0].env = [_env("FROM_SERVICE", "port-$(FOOSERVICE_SERVICE_PORT)")]
+    succeeded(kube, namespace, pod)
+    unlinked = pod_of("unlinked", node_name, image, 'test -z "$FOOSERVICE_SERVICE_HOST" && test -n "$KUBERNETES_SERVICE_HOST"')
+    unlinked.spec.enable_service_links = False
+    succeeded(kube, namespace, unlinked)
+
+
+def test_set_hostname_as_fqdn(kube, namespace, node_name, image):
+    fqdn = f"db-0.db.{namespace}.svc.cluster.local"
+    pod = pod_of("fqdn", node_name, image, f'test "$(hostname)" = {fqdn} && grep -q "{fqdn}" /etc/hosts',
+                 hostname="db-0", subdomain="db", set_hostname_as_fqdn=True)
+    succeeded(kube, namespace, pod)

@@ -70,6 +70,29 @@ def hostname(pod: dict[str, Any], node_hostname: str) -> str:
     return name[:63].rstrip("-.")
 
 
+FQDN_MAX_LEN = 64  # the kernel's nodename field
+
+
+class HostnameError(ValueError):
+    """The pod's FQDN does not fit the kernel's hostname (setHostnameAsFQDN)."""
+
+
+def kernel_hostname(pod: dict[str, Any], cluster_domain: str) -> str:
+    """The hostname the sandbox gets: the pod's, or with setHostnameAsFQDN and a subdomain its FQDN
+    (upstream's GetNodenameForKernel, with its error when that is over 64 characters)."""
+    name = hostname(pod, "")
+    spec = pod.get("spec") or {}
+    if name and spec.get("setHostnameAsFQDN") and spec.get("subdomain"):
+        fqdn = f"{name}.{spec['subdomain']}.{pod['metadata']['namespace']}.svc.{cluster_domain}"
+        if len(fqdn) > FQDN_MAX_LEN:
+            raise HostnameError(
+                f"failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long "
+                f"({FQDN_MAX_LEN} characters is the max, {len(fqdn)} characters requested)"
+            )
+        return fqdn
+    return name
+
+
 def hosts_file(pod: dict[str, Any], pod_ip: str, cluster_domain: str) -> str:
     """The kubelet-managed /etc/hosts: localhost entries, the pod's own name (its FQDN when it has a
     subdomain) and spec.hostAliases, as upstream writes it."""
@@ -122,7 +145,7 @@ def sandbox_config(
         metadata=pb.PodSandboxMetadata(
             name=meta["name"], uid=meta["uid"], namespace=meta["namespace"], attempt=attempt
         ),
-        hostname=hostname(pod, node_hostname),
+        hostname=kernel_hostname(pod, cfg.cluster_domain),
         log_directory=pod_log_dir(cfg, pod),
         dns_config=pb.DNSConfig(servers=dns.servers, searches=dns.searches, options=dns.options),
         port_mappings=port_mappings(pod),
