@@ -7,6 +7,8 @@ shell test and exits 0 only if it holds, so Succeeded is the proof.
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from kubernetes import client
 
@@ -191,3 +193,25 @@ def test_set_hostname_as_fqdn(kube, namespace, node_name, image):
     pod = pod_of("fqdn", node_name, image, f'test "$(hostname)" = {fqdn} && grep -q "{fqdn}" /etc/hosts',
                  hostname="db-0", subdomain="db", set_hostname_as_fqdn=True)
     succeeded(kube, namespace, pod)
+
+
+def test_kubectl_debug_runs_an_ephemeral_container_once(kube, kubeconfig, namespace, node_name, image):
+    pod = pod_of("debugged", node_name, image, "sleep 3600")
+    kube.create_namespaced_pod(namespace, pod)
+    wait_for(lambda: kube.read_namespaced_pod("debugged", namespace).status.phase == "Running", what="the pod Running")
+    subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "debug", "debugged", f"--image={image}",
+         "--container=dbg", "--", "sh", "-c", "exit 3"],
+        check=True, capture_output=True, text=True, timeout=60,
+    )
+
+    def ended():
+        statuses = kube.read_namespaced_pod("debugged", namespace).status.ephemeral_container_statuses or []
+        term = statuses[0].state.terminated if statuses else None
+        return term
+
+    term = wait_for(ended, what="the ephemeral container to finish")
+    assert term.exit_code == 3
+    after = kube.read_namespaced_pod("debugged", namespace)
+    assert after.status.phase == "Running" and after.status.container_statuses[0].restart_count == 0
+    assert [c.name for c in after.status.container_statuses] == ["main"]

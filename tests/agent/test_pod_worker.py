@@ -337,3 +337,24 @@ async def test_liveness_failure_under_never_kills_the_whole_pod_with_the_plain_s
     await apply_actions(fake, ctx.recorder, ctx.crash_backoff, {}, pod, rt, actions)
     killing = [m for _t, r, m in events(ctx, "u1") if r == "Killing"]
     assert killing == ["Stopping container main"]
+
+
+async def test_an_ephemeral_container_starts_once_and_is_never_restarted():
+    fake = FakeRuntime()
+    ctx = fake_context(fake)
+    pod = make_pod()
+    worker = PodWorker(ctx, "u1", lambda: pod)
+    await until(worker, started(fake, 1))
+    pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox", "command": ["true"]}]
+    await until(worker, lambda: fake.names_called("start") == ["main", "debugger"])
+    await until(worker, lambda: "running" in ((shown(ctx).get("ephemeralContainerStatuses") or [{}])[0].get("state") or {}))
+    [eph] = shown(ctx)["ephemeralContainerStatuses"]
+    assert eph["name"] == "debugger"
+    assert [cs["name"] for cs in shown(ctx)["containerStatuses"]] == ["main"]
+    fake.exit("u1", "debugger", code=1)
+    await until(worker, lambda: "terminated" in shown(ctx)["ephemeralContainerStatuses"][0]["state"])
+    for _ in range(3):
+        await worker.step()
+    assert fake.names_called("start") == ["main", "debugger"]  # under Always too: never again
+    [eph] = shown(ctx)["ephemeralContainerStatuses"]
+    assert eph["state"]["terminated"]["exitCode"] == 1 and shown(ctx)["phase"] == "Running"
