@@ -215,3 +215,13 @@ def test_kubectl_debug_runs_an_ephemeral_container_once(kube, kubeconfig, namesp
     after = kube.read_namespaced_pod("debugged", namespace)
     assert after.status.phase == "Running" and after.status.container_statuses[0].restart_count == 0
     assert [c.name for c in after.status.container_statuses] == ["main"]
+
+
+def test_an_empty_dir_over_its_size_limit_evicts_the_pod(kube, namespace, node_name, image):
+    volumes = [client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource(size_limit="1Mi"))]
+    mounts = [client.V1VolumeMount(name="scratch", mount_path="/scratch")]
+    script = "dd if=/dev/urandom of=/scratch/fill bs=1048576 count=4 2>/dev/null; sleep 3600"
+    kube.create_namespaced_pod(namespace, pod_of("filler", node_name, image, script, volumes, mounts))
+    pod = finished(kube, namespace, "filler", timeout=180)
+    assert (pod.status.phase, pod.status.reason) == ("Failed", "Evicted")
+    assert pod.status.message == 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '

@@ -120,6 +120,11 @@ class CRIRuntime:
         due = self.volumes.refresh_in(pod["metadata"]["uid"])
         return math.inf if due is None else due
 
+    async def local_storage_exceeded(self, pod: dict[str, Any]) -> str | None:
+        if self.volumes is None:
+            return None
+        return await self.volumes.empty_dir_over_limit(pod)
+
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
         try:
             config = sandbox_config(self.cfg, pod, attempt, self.host_dns, self.node_hostname)

@@ -49,6 +49,10 @@ class RuntimeService(Protocol):
         periodic sync); seconds until the next one is due (inf: none)."""
         ...
 
+    async def local_storage_exceeded(self, pod: dict[str, Any]) -> str | None:
+        """The eviction message when a disk emptyDir of the pod uses more than its sizeLimit, else None."""
+        ...
+
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
         """Create and start the pod's sandbox (raises SandboxError)."""
         ...

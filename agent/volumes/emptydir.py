@@ -100,3 +100,23 @@ def allocatable_memory(allocatable: dict[str, str]) -> int:
         return value(allocatable["memory"]) if allocatable.get("memory") else 0
     except QuantityError:
         return 0
+
+
+def disk_usage(root: Path) -> int:
+    """Bytes the files under `root` occupy (allocated blocks, symlinks not followed, one filesystem),
+    as upstream's `du` of a volume counts them."""
+    total = 0
+    try:
+        device = root.lstat().st_dev
+    except OSError:
+        return 0
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            try:
+                info = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if info.st_dev == device:
+                total += info.st_blocks * 512
+        dirs[:] = [d for d in dirs if os.lstat(os.path.join(folder, d)).st_dev == device]
+    return total

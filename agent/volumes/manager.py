@@ -28,10 +28,11 @@ from typing import Any
 
 from agent.cri import pb
 from agent.volumes import subpath
-from agent.volumes.emptydir import mount_tmpfs, tmpfs_size, unmount_under
+from agent.volumes.emptydir import disk_usage, mount_tmpfs, tmpfs_size, unmount_under
 from agent.volumes.ownership import set_ownership
 from agent.volumes.tokens import TokenManager
 from kubeclient.errors import ApiError
+from kubeclient.quantity import QuantityError, value
 
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 FieldValue = Callable[[dict[str, Any], str], str]
@@ -173,6 +174,21 @@ class VolumeManager:
         if self.tokens is not None:
             self.tokens.forget(uid)
 
+    async def empty_dir_over_limit(self, pod: dict[str, Any]) -> str | None:
+        """upstream's eviction manager for local storage: the message for the first disk-backed emptyDir
+        whose usage is over its sizeLimit (`Usage of EmptyDir volume "v" exceeds the limit "1Mi". `),
+        None when every one fits."""
+        for volume in limited_empty_dirs(pod):
+            limit_text = volume["emptyDir"]["sizeLimit"]
+            try:
+                limit = value(limit_text)
+            except QuantityError:
+                continue
+            used = await asyncio.to_thread(disk_usage, self._folder(pod, "emptyDir", volume["name"]))
+            if used > limit:
+                return f'Usage of EmptyDir volume "{volume["name"]}" exceeds the limit "{limit_text}". '
+        return None
+
     async def teardown(self, uid: str) -> list[str]:
         """Unmount whatever the pod's volumes mounted (tmpfs emptyDirs), before its folder goes."""
         return await asyncio.to_thread(unmount_under, self.root_dir / "pods" / uid)
@@ -287,6 +303,14 @@ class VolumeManager:
                 text = ""
             out[item["path"]] = (text.encode(), int(item.get("mode", mode)))
         return out
+
+
+def limited_empty_dirs(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's disk-backed emptyDir volumes with a sizeLimit (a memory one is bounded by its tmpfs)."""
+    return [
+        v for v in (pod.get("spec") or {}).get("volumes") or []
+        if isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("sizeLimit") and v["emptyDir"].get("medium") != "Memory"
+    ]
 
 
 def _make_dir(path: Path, mode: int) -> None:

@@ -358,3 +358,20 @@ async def test_an_ephemeral_container_starts_once_and_is_never_restarted():
     assert fake.names_called("start") == ["main", "debugger"]  # under Always too: never again
     [eph] = shown(ctx)["ephemeralContainerStatuses"]
     assert eph["state"]["terminated"]["exitCode"] == 1 and shown(ctx)["phase"] == "Running"
+
+
+async def test_an_empty_dir_over_its_size_limit_evicts_the_pod_with_upstreams_message():
+    fake = FakeRuntime()
+    ctx = fake_context(fake)
+    pod = make_pod(grace=30, volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}])
+    worker = PodWorker(ctx, "u1", lambda: pod)
+    await until(worker, started(fake, 1))
+    _, delay = await worker.step()
+    assert delay <= 10.0  # measured as often as upstream's eviction manager looks
+    message = 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '
+    fake.storage_over_limit = message
+    await until(worker, lambda: worker.phase is Phase.FINISHED)
+    final = shown(ctx)
+    assert (final["phase"], final["reason"], final["message"]) == ("Failed", "Evicted", message)
+    assert ("Warning", "Evicted", message) in events(ctx, "u1")
+    assert ("stop", "main", 2) in fake.calls  # no grace beyond the minimum

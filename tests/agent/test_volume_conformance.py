@@ -173,3 +173,14 @@ async def test_sub_path_expr_expands_the_container_env_and_stays_in_the_volume(m
     # A key of a configMap volume binds the file as it is now: a later update does not reach it.
     [pinned] = container_mounts({"name": "c", "volumeMounts": [{"name": "cm", "mountPath": "/a", "subPath": "a"}]}, ready)
     assert Path(pinned.host_path).read_text() == "1" and "..data" not in pinned.host_path and not Path(pinned.host_path).is_symlink()
+
+
+async def test_a_disk_empty_dir_over_its_size_limit_is_named(manager):
+    pod = make_pod([{"name": "small", "emptyDir": {"sizeLimit": "1Mi"}}, {"name": "free", "emptyDir": {}}])
+    vols = await manager.prepare(pod)
+    (Path(vols["free"].host_path) / "big").write_bytes(os.urandom(3 * 2**20))
+    assert await manager.empty_dir_over_limit(pod) is None  # no limit there
+    (Path(vols["small"].host_path) / "half").write_bytes(os.urandom(2**19))
+    assert await manager.empty_dir_over_limit(pod) is None
+    (Path(vols["small"].host_path) / "more").write_bytes(os.urandom(2**20))
+    assert await manager.empty_dir_over_limit(pod) == 'Usage of EmptyDir volume "small" exceeds the limit "1Mi". '
