@@ -46,3 +46,19 @@ def test_kubectl_debug_adds_an_ephemeral_container(apiserver, kubectl):
         assert err.value.status == 422
         got = v1.read_namespaced_pod_ephemeralcontainers(name, "default")
         assert [c.name for c in got.spec.ephemeral_containers] == ["dbg"]
+
+
+def test_a_pod_update_keeps_its_ephemeral_containers(apiserver):
+    with apiserver.api_client() as api:
+        v1 = client.CoreV1Api(api)
+        name = f"keep-{uuid.uuid4().hex[:6]}"
+        _pod(v1, name)
+        v1.patch_namespaced_pod_ephemeralcontainers(
+            name, "default", {"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox"}]}})
+        pod = v1.read_namespaced_pod(name, "default")
+        pod.spec.ephemeral_containers = None
+        pod.metadata.labels = {"touched": "yes"}
+        v1.replace_namespaced_pod(name, "default", pod)
+        again = v1.read_namespaced_pod(name, "default")
+        assert again.metadata.labels == {"touched": "yes"}
+        assert [c.name for c in again.spec.ephemeral_containers] == ["dbg"]

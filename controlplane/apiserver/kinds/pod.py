@@ -156,6 +156,18 @@ class Pod(Kind):
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
 
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        super().prepare_for_update(new, old)
+        # upstream's podStrategy.PrepareForUpdate: ephemeral containers change only through their
+        # subresource; an update of the pod keeps those it has.
+        spec = new.get("spec")
+        if isinstance(spec, dict):
+            kept = (old.get("spec") or {}).get("ephemeralContainers")
+            if kept:
+                spec["ephemeralContainers"] = kept
+            else:
+                spec.pop("ephemeralContainers", None)
+
     def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
         # upstream's podStatusStrategy: "old kubelets corrupt" ownerReferences, so pods/status never
         # touches them (the garbage collector depends on them).
