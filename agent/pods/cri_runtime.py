@@ -264,6 +264,14 @@ class CRIRuntime:
 
     # -- host files of a removed pod -------------------------------------------------------------
 
+    async def release_volumes(self, uid: str) -> None:
+        if self.volumes is None:
+            return
+        try:
+            await self.volumes.teardown(uid)
+        except OSError as err:
+            log.warning("volume unmount failed uid=%s error=%r", uid, str(err))
+
     async def remove_pod_files(self, uid: str, pod: dict[str, Any] | None) -> None:
         """What the pod left on the host besides CRI objects: <root-dir>/pods/<uid>, its log folder
         (/var/log/pods/<ns>_<name>_<uid>, as upstream's log GC removes it) and its cgroups."""

@@ -89,6 +89,11 @@ class RuntimeService(Protocol):
         record of (upstream's calcRestartCountByLogDir: the highest <n>.log plus one)."""
         ...
 
+    async def release_volumes(self, uid: str) -> None:
+        """Unmount what the pod's volumes mounted (a memory emptyDir's tmpfs) once nothing of the pod
+        runs, as upstream's volume manager does for a terminated pod."""
+        ...
+
     async def remove_pod_files(self, uid: str, pod: dict[str, Any] | None) -> None:
         """What a removed pod left on the host: its folder under the root dir, its log folder, its cgroups."""
         ...

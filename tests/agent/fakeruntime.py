@@ -104,6 +104,9 @@ class FakeRuntime:
     async def local_storage_exceeded(self, pod: dict[str, Any]) -> str | None:
         return self.storage_over_limit
 
+    async def release_volumes(self, uid: str) -> None:
+        self.calls.append(("release_volumes", uid))
+
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
         uid = pod["metadata"]["uid"]
         self.calls.append(("run_sandbox", attempt))

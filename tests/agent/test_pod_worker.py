@@ -375,3 +375,15 @@ async def test_an_empty_dir_over_its_size_limit_evicts_the_pod_with_upstreams_me
     assert (final["phase"], final["reason"], final["message"]) == ("Failed", "Evicted", message)
     assert ("Warning", "Evicted", message) in events(ctx, "u1")
     assert ("stop", "main", 2) in fake.calls  # no grace beyond the minimum
+
+
+async def test_a_finished_pod_releases_its_volume_mounts_before_its_final_status():
+    fake = FakeRuntime()
+    ctx = fake_context(fake)
+    pod = make_pod(restart="Never")
+    worker = PodWorker(ctx, "u1", lambda: pod)
+    await until(worker, started(fake, 1))
+    fake.exit("u1", "main", code=0)
+    await until(worker, lambda: worker.phase is Phase.FINISHED)
+    assert ("release_volumes", "u1") in fake.calls
+    assert shown(ctx)["phase"] == "Succeeded"
