@@ -24,6 +24,7 @@ from agent.cri import (
 )
 from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
+from agent.kube.services import service_informer, services_of
 from agent.kube.tokens import CredentialClient
 from agent.node.controller import NodeController
 from agent.node.images import node_images
@@ -47,6 +48,7 @@ from agent.server import KubeletServer
 from agent.server.auth import KubeletAuth
 from agent.server.tls import ensure_self_signed, server_context
 from agent.volumes import VolumeManager
+from agent.volumes.emptydir import allocatable_memory
 from agent.volumes.tokens import TokenManager
 from kubeclient import quantity
 from kubeclient.backoff import Backoff
@@ -92,6 +94,7 @@ class Agent:
         self.lease: LeaseController | None = None
         self.pods: PodManager | None = None
         self.informer: Informer | None = None
+        self.services: Informer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.server: KubeletServer | None = None
         self.network: NodeNetwork | None = None
@@ -140,6 +143,7 @@ class Agent:
             # A volume item names its container (upstream requires containerName there).
             lambda pod, ref: resource_value(pod, {}, ref, ctx.node_allocatable()),
             tokens=TokenManager(self.credentials.request_token),
+            node_memory=lambda: allocatable_memory(ctx.node_allocatable()),
         )
         self.pods = PodManager(ctx)
         ctx.prober = ProberManager.for_runtime(
@@ -147,6 +151,9 @@ class Agent:
         )
         ctx.hooks = HookRunner(cri, user_agent(KUBERNETES_VERSION, "lifecycle"))
         self.informer = node_pod_informer(self.client, cfg.node_name)
+        services = self.services = service_informer(self.client)
+        ctx.services = lambda: services_of(services)
+        self._spawn(services.run(), "service-informer")  # early: pods wait for its first list
         self.pods.attach(self.informer)
         self._spawn(recorder.run(), "events")
         self._spawn(runtime.run(), "runtime-up")

@@ -81,6 +81,7 @@ class AgentConfig:
     sync_frequency: float = 60.0
     serialize_image_pulls: bool = True
     max_pods: int = 110
+    allowed_unsafe_sysctls: list[str] = field(default_factory=list)
     system_reserved: dict[str, str] = field(default_factory=dict)
     kube_reserved: dict[str, str] = field(default_factory=dict)
     eviction_hard: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
@@ -125,6 +126,7 @@ _FILE_FIELDS: dict[str, tuple[str, Any]] = {
     "syncFrequency": ("sync_frequency", parse_duration),
     "serializeImagePulls": ("serialize_image_pulls", bool),
     "maxPods": ("max_pods", int),
+    "allowedUnsafeSysctls": ("allowed_unsafe_sysctls", list),
     "systemReserved": ("system_reserved", dict),
     "kubeReserved": ("kube_reserved", dict),
     "evictionHard": ("eviction_hard", dict),

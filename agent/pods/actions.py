@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from agent.pods import labels as L
 from agent.pods.runtime import ContainerRecord, PodRuntime, sandbox_changed
-from agent.pods.spec import app_containers, init_containers, is_sidecar, restart_policy
+from agent.pods.spec import app_containers, ephemeral_containers, init_containers, is_sidecar, restart_policy
 from agent.pods.status import container_should_be_restarted
 
 # Why a container is killed: decides which grace period it gets (upstream's containerKillReason).
@@ -61,10 +61,11 @@ class PodActions:
     init_to_start: list[int] = field(default_factory=list)  # indexes into spec.initContainers
     containers_to_start: list[int] = field(default_factory=list)  # indexes into spec.containers
     containers_to_kill: dict[str, Kill] = field(default_factory=dict)  # by container ID
+    ephemeral_to_start: list[int] = field(default_factory=list)  # indexes into spec.ephemeralContainers
 
     def nothing(self) -> bool:
         return not (self.kill_pod or self.create_sandbox or self.init_to_start or self.containers_to_start
-                    or self.containers_to_kill)
+                    or self.containers_to_kill or self.ephemeral_to_start)
 
 
 def container_changed(container: dict[str, Any], rec: ContainerRecord) -> bool:
@@ -83,6 +84,8 @@ def compute_pod_actions(pod: dict[str, Any], rt: PodRuntime, verdicts: Verdicts)
                          attempt=check.attempt)
     if check.changed:
         return _for_new_sandbox(pod, rt, actions)
+    # Ephemeral containers start even before the pod has initialized, once each: never restarted.
+    actions.ephemeral_to_start = [i for i, c in enumerate(ephemeral_containers(pod)) if rt.latest(c["name"]) is None]
     initialized = _init_actions(pod, rt, verdicts, actions)
     if actions.kill_pod or not initialized:
         return actions
@@ -115,6 +118,7 @@ def compute_pod_actions(pod: dict[str, Any], rt: PodRuntime, verdicts: Verdicts)
         # Nothing of the pod runs or will run again: stop it all, sidecars included, and start none.
         actions.kill_pod = True
         actions.init_to_start = []
+        actions.ephemeral_to_start = []
     return actions
 
 

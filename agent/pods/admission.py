@@ -4,7 +4,7 @@ starts, it must fit the node, with the pods already admitted here counted. A pod
 fails (phase Failed, the check's reason, `Pod was rejected: <message>`) instead of starting; pods bound
 straight to the node (spec.nodeName, no scheduler) meet the same checks.
 
-Checked in upstream's order, the first failure reported: the pod's kubernetes.io/os label and spec.os,
+Checked in upstream's order, the first failure reported: sysctls (agent/pods/sysctls.py), the pod's kubernetes.io/os label and spec.os,
 then resources (pods, cpu, memory, ephemeral-storage, other resources), node affinity and
 nodeSelector, the node name, host ports, and taints with effect NoExecute the pod does not tolerate.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.pods.spec import app_containers, init_containers, is_sidecar
+from agent.pods.sysctls import FORBIDDEN_REASON, Allowlist, forbidden
 from kubeclient.quantity import QuantityError, milli_value, value
 
 OUT_OF = {"cpu": "OutOfcpu", "memory": "OutOfmemory", "ephemeral-storage": "OutOfephemeral-storage", "pods": "OutOfpods"}
@@ -196,8 +197,21 @@ def _predicate(check: tuple[str, str]) -> Verdict:
     return Verdict(False, check[0], f"Predicate {check[0]} failed: {check[1]}")
 
 
-def admit(pod: dict[str, Any], node: dict[str, Any] | None, others: list[dict[str, Any]]) -> Verdict:
-    """Whether `pod` may start on `node` beside the pods already admitted there (`others`)."""
+_SAFE_ONLY: Allowlist | None = None
+
+
+def admit(
+    pod: dict[str, Any], node: dict[str, Any] | None, others: list[dict[str, Any]], sysctls: Allowlist | None = None
+) -> Verdict:
+    """Whether `pod` may start on `node` beside the pods already admitted there (`others`). The sysctl
+    allowlist is checked first, as upstream's handler comes before the predicates."""
+    global _SAFE_ONLY
+    if sysctls is None:
+        _SAFE_ONLY = _SAFE_ONLY or Allowlist.build()
+        sysctls = _SAFE_ONLY
+    refused = forbidden(pod, sysctls)
+    if refused is not None:
+        return Verdict(False, FORBIDDEN_REASON, refused)
     if node is None:
         return Verdict(False, "InvalidNodeInfo", "Kubelet cannot get node info.")
     pod_os = ((pod.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/os")

@@ -11,7 +11,7 @@ from agent.cri import pb
 from agent.pods import labels as L
 from agent.pods.env import ConfigError, expand
 from agent.pods.qos import cgroup2_unified, oom_score_adj
-from agent.pods.sandbox import namespace_options
+from agent.pods.sandbox import namespace_options, pod_groups
 from kubeclient.quantity import QuantityError, milli_value, value
 
 CPU_PERIOD = 100_000
@@ -47,11 +47,25 @@ def linux_resources(
     return out
 
 
+# What a container must not read or write of /proc and /sys unless it asks for procMount Unmasked
+# (upstream's securitycontext defaultMaskedPaths / defaultReadonlyPaths; a privileged container gets
+# none from the runtime either way).
+DEFAULT_MASKED_PATHS = (
+    "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+    "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+)
+DEFAULT_READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+
+
 def security_context(pod: dict[str, Any], container: dict[str, Any]) -> pb.LinuxContainerSecurityContext:
+    """The container's effective security context: its own fields over the pod's (runAsUser,
+    runAsGroup), the pod's groups, capabilities, privileged, readOnlyRootFilesystem, no_new_privs for
+    allowPrivilegeEscalation false, and the masked /proc paths unless procMount is Unmasked."""
     psc = (pod.get("spec") or {}).get("securityContext") or {}
     csc = container.get("securityContext") or {}
+    privileged = bool(csc.get("privileged"))
     sec = pb.LinuxContainerSecurityContext(
-        privileged=bool(csc.get("privileged")),
+        privileged=privileged,
         readonly_rootfs=bool(csc.get("readOnlyRootFilesystem")),
         namespace_options=namespace_options(pod),
         no_new_privs=csc.get("allowPrivilegeEscalation") is False,
@@ -62,11 +76,14 @@ def security_context(pod: dict[str, Any], container: dict[str, Any]) -> pb.Linux
         sec.run_as_user.value = int(user)
     if group is not None:
         sec.run_as_group.value = int(group)
-    sec.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    sec.supplemental_groups.extend(pod_groups(pod))
     caps = csc.get("capabilities") or {}
     if caps.get("add") or caps.get("drop"):
         sec.capabilities.add_capabilities.extend(caps.get("add") or [])
         sec.capabilities.drop_capabilities.extend(caps.get("drop") or [])
+    if csc.get("procMount") != "Unmasked":
+        sec.masked_paths.extend(DEFAULT_MASKED_PATHS)
+        sec.readonly_paths.extend(DEFAULT_READONLY_PATHS)
     return sec
 
 

@@ -51,6 +51,8 @@ class PodContext:
     prober: ProberManager | None = None
     hooks: HookRunner | None = None
     runtime: RuntimeService | None = None
+    # Every Service the agent's informer holds (None until it has listed once), for service env vars.
+    services: Callable[[], list[dict[str, Any]] | None] = list
 
     @property
     def service(self) -> RuntimeService:
@@ -62,7 +64,7 @@ class PodContext:
             self.runtime = CRIRuntime(
                 self.cfg, self.cri, self.inspector, self.images, self.recorder, self.fetch, self.host_ip,
                 self.node_hostname, self.host_dns, lambda: self.node_memory, lambda: self.node_allocatable(),
-                self.volumes, self.hooks,
+                self.volumes, self.hooks, lambda: self.services(),
             )
         return self.runtime
 

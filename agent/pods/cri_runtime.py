@@ -27,7 +27,8 @@ from agent.pods.images import ImageError, ImageManager
 from agent.pods.qos import cgroup_parent, remove_pod_cgroup
 from agent.pods.runtime import ContainerRecord, PodRuntime, RuntimeInspector, SandboxRecord
 from agent.pods.runtime_service import SandboxError, StartError
-from agent.pods.sandbox import hosts_file, pod_log_dir, sandbox_config
+from agent.pods.sandbox import HostnameError, hosts_file, pod_log_dir, sandbox_config
+from agent.pods.service_env import NOT_SYNCED, service_env
 from agent.pods.spec import pod_ref
 from agent.probes.hooks import HookRunner
 from agent.probes.result import Target
@@ -82,6 +83,7 @@ class CRIRuntime:
     node_allocatable: Any  # Callable[[], dict[str, str]]
     volumes: VolumeManager | None = None
     hooks: HookRunner | None = None
+    services: Any = list  # Callable[[], list[dict] | None]: None while the informer has not listed
     # The volumes made ready by the pass's prepare_volumes, for the containers it starts.
     _ready: dict[str, Any] = field(default_factory=dict)
 
@@ -118,8 +120,16 @@ class CRIRuntime:
         due = self.volumes.refresh_in(pod["metadata"]["uid"])
         return math.inf if due is None else due
 
+    async def local_storage_exceeded(self, pod: dict[str, Any]) -> str | None:
+        if self.volumes is None:
+            return None
+        return await self.volumes.empty_dir_over_limit(pod)
+
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
-        config = sandbox_config(self.cfg, pod, attempt, self.host_dns, self.node_hostname)
+        try:
+            config = sandbox_config(self.cfg, pod, attempt, self.host_dns, self.node_hostname)
+        except HostnameError as err:
+            raise SandboxError(str(err)) from None
         await asyncio.to_thread(os.makedirs, pod_log_dir(self.cfg, pod), 0o755, True)
         try:
             sid = await self.cri.run_pod_sandbox(config)
@@ -189,10 +199,15 @@ class CRIRuntime:
         volumes = self._ready.get(pod["metadata"]["uid"])
         if volumes is None:
             volumes = await self.volumes.prepare(pod) if self.volumes is not None else {}
-        env = await resolve_env(pod, container, self.fetch, self.host_ip(), sandbox.ip, self.node_allocatable())
+        services = self.services()
+        if services is None:
+            raise ConfigError(NOT_SYNCED)
+        env = await resolve_env(
+            pod, container, self.fetch, self.host_ip(), sandbox.ip, self.node_allocatable(), service_env(pod, services)
+        )
         term_file = await asyncio.to_thread(self._termination_file, pod, container["name"])
         hosts = "" if (pod.get("spec") or {}).get("hostNetwork") else await asyncio.to_thread(self._hosts_file, pod, sandbox.ip)
-        mounts = await asyncio.to_thread(container_mounts, container, volumes)
+        mounts = await asyncio.to_thread(container_mounts, container, volumes, dict(env))
         await asyncio.to_thread(os.makedirs, os.path.join(pod_log_dir(self.cfg, pod), container["name"]), 0o755, True)
         return container_config(
             pod, container, kind, restart_count, image_ref, env, self.node_memory(), term_file, hosts, mounts
@@ -249,12 +264,25 @@ class CRIRuntime:
 
     # -- host files of a removed pod -------------------------------------------------------------
 
+    async def release_volumes(self, uid: str) -> None:
+        if self.volumes is None:
+            return
+        try:
+            await self.volumes.teardown(uid)
+        except OSError as err:
+            log.warning("volume unmount failed uid=%s error=%r", uid, str(err))
+
     async def remove_pod_files(self, uid: str, pod: dict[str, Any] | None) -> None:
         """What the pod left on the host besides CRI objects: <root-dir>/pods/<uid>, its log folder
         (/var/log/pods/<ns>_<name>_<uid>, as upstream's log GC removes it) and its cgroups."""
         self._ready.pop(uid, None)
         if self.volumes is not None:
             self.volumes.forget(uid)
+            try:
+                await self.volumes.teardown(uid)
+            except OSError as err:
+                log.warning("volume unmount failed uid=%s error=%r", uid, str(err))
+                raise
         await asyncio.to_thread(shutil.rmtree, self._pod_dir(uid), True)
         if pod is not None:
             await asyncio.to_thread(shutil.rmtree, pod_log_dir(self.cfg, pod), True)

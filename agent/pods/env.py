@@ -97,11 +97,15 @@ async def resolve_env(
     host_ip: str = "",
     pod_ip: str = "",
     node_alloc: dict[str, str] | None = None,
+    services: list[tuple[str, str]] | None = None,
 ) -> list[tuple[str, str]]:
-    """The container's variables in order (envFrom first, then env), values resolved and expanded."""
+    """The container's variables in order (envFrom first, then env, then the service variables the
+    container does not set itself), values resolved and expanded; $(VAR) sees the service variables
+    too, as upstream's MappingFuncFor(tmpEnv, serviceEnv)."""
     ns = pod["metadata"]["namespace"]
     env: dict[str, str] = {}
     order: list[str] = []
+    service_vars = dict(services or [])
 
     def put(name: str, value: str) -> None:
         if name not in env:
@@ -123,7 +127,7 @@ async def resolve_env(
     for var in container.get("env") or []:
         name = var["name"]
         if "valueFrom" not in var or var.get("valueFrom") is None:
-            put(name, expand(var.get("value") or "", env))
+            put(name, expand(var.get("value") or "", {**service_vars, **env}))
             continue
         vf = var["valueFrom"]
         if vf.get("fieldRef"):
@@ -143,4 +147,4 @@ async def resolve_env(
                     raise ConfigError(f'{kind.lower()} "{ref["name"]}" not found')
                 raise ConfigError(f"couldn't find key {ref['key']} in {kind} {ns}/{ref['name']}")
             put(name, data[ref["key"]])
-    return [(k, env[k]) for k in order]
+    return [(k, env[k]) for k in order] + [(k, v) for k, v in service_vars.items() if k not in env]

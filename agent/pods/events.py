@@ -19,11 +19,17 @@ def kubelet_recorder(client: KubeClient | None, node_name: str) -> EventRecorder
     return EventRecorder(client, EventSource("kubelet", node_name))
 
 
+_FIELDS = {"init": "initContainers", "ephemeral": "ephemeralContainers"}
+
+
 def container_field(kind: str, name: str) -> str:
-    return f"spec.{'initContainers' if kind == 'init' else 'containers'}{{{name}}}"
+    return f"spec.{_FIELDS.get(kind, 'containers')}{{{name}}}"
 
 
 def field_of(pod: dict[str, Any], name: str) -> str:
     """The fieldPath of the pod's container `name`, init or app, for an event about it."""
-    init = (pod.get("spec") or {}).get("initContainers") or []
-    return container_field("init" if any(c["name"] == name for c in init) else "app", name)
+    spec = pod.get("spec") or {}
+    for kind, group in _FIELDS.items():
+        if any(c["name"] == name for c in spec.get(group) or []):
+            return container_field(kind, name)
+    return container_field("app", name)

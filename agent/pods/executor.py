@@ -19,7 +19,7 @@ from agent.pods.events import NORMAL, WARNING, EventRecorder, container_field, f
 from agent.pods.killing import kill_container, kill_pod
 from agent.pods.runtime import ContainerRecord, PodRuntime, SandboxRecord
 from agent.pods.runtime_service import RuntimeService, SandboxError, StartError
-from agent.pods.spec import app_containers, init_containers, is_sidecar, pod_ref
+from agent.pods.spec import app_containers, ephemeral_containers, init_containers, is_sidecar, pod_ref
 
 log = logging.getLogger("agent.pods.executor")
 
@@ -104,6 +104,10 @@ async def apply_actions(
         started = await _start(runtime, recorder, backoff, waiting, pod, rt, inits[idx], "init", sandbox, applied)
         if not started and not is_sidecar(inits[idx]):
             return applied  # the next init container waits for this one
+    if not actions.kill_pod:
+        ephemeral = ephemeral_containers(pod)
+        for idx in actions.ephemeral_to_start:
+            await _start(runtime, recorder, backoff, waiting, pod, rt, ephemeral[idx], "ephemeral", sandbox, applied)
     for idx in actions.containers_to_start:
         await _start(runtime, recorder, backoff, waiting, pod, rt, apps[idx], "app", sandbox, applied)
     return applied

@@ -28,6 +28,7 @@ from agent.pods.backoff import format_go_duration
 from agent.pods.context import PodContext
 from agent.pods.cri_runtime import log_dir_uid, remove_pod_log_dirs
 from agent.pods.events import field_of
+from agent.pods.sysctls import Allowlist
 from agent.pods.worker import PodWorker
 from kubeclient.informer import Informer
 
@@ -53,6 +54,7 @@ class PodManager:
         self.last_relist = time.monotonic()  # for the PLEG health check, as upstream's
         self._admission = asyncio.Lock()
         self._last_log_gc = 0.0
+        self._sysctls = Allowlist.build(ctx.cfg.allowed_unsafe_sysctls)
         ctx.status.could_have_running = self.could_have_running
 
     # -- desired state ---------------------------------------------------------------------------
@@ -105,7 +107,7 @@ class PodManager:
         async with self._admission:
             uid = pod["metadata"]["uid"]
             others = [w.last_pod for w in self.workers.values() if w.uid != uid and w.active() and w.last_pod]
-            verdict = admit(pod, self.ctx.node(), others)
+            verdict = admit(pod, self.ctx.node(), others, self._sysctls)
             return verdict.admit, verdict.reason, verdict.message
 
     def _ensure_worker(self, uid: str) -> PodWorker:

@@ -49,6 +49,10 @@ class RuntimeService(Protocol):
         periodic sync); seconds until the next one is due (inf: none)."""
         ...
 
+    async def local_storage_exceeded(self, pod: dict[str, Any]) -> str | None:
+        """The eviction message when a disk emptyDir of the pod uses more than its sizeLimit, else None."""
+        ...
+
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
         """Create and start the pod's sandbox (raises SandboxError)."""
         ...
@@ -83,6 +87,11 @@ class RuntimeService(Protocol):
     async def logged_restarts(self, pod: dict[str, Any], name: str) -> int:
         """The restart count the container's log directory implies, for a container the runtime has no
         record of (upstream's calcRestartCountByLogDir: the highest <n>.log plus one)."""
+        ...
+
+    async def release_volumes(self, uid: str) -> None:
+        """Unmount what the pod's volumes mounted (a memory emptyDir's tmpfs) once nothing of the pod
+        runs, as upstream's volume manager does for a terminated pod."""
         ...
 
     async def remove_pod_files(self, uid: str, pod: dict[str, Any] | None) -> None:

@@ -31,6 +31,18 @@ def namespace_options(pod: dict[str, Any]) -> pb.NamespaceOption:
     )
 
 
+def pod_groups(pod: dict[str, Any]) -> list[int]:
+    """The extra groups of every process of the pod: fsGroup first, then supplementalGroups, as
+    upstream's determineEffectiveSecurityContext orders them, so files of a volume owned by fsGroup
+    are the container's to use."""
+    psc = (pod.get("spec") or {}).get("securityContext") or {}
+    groups = [int(psc["fsGroup"])] if psc.get("fsGroup") is not None else []
+    for group in psc.get("supplementalGroups") or []:
+        if int(group) not in groups:
+            groups.append(int(group))
+    return groups
+
+
 def port_mappings(pod: dict[str, Any]) -> list[pb.PortMapping]:
     out = []
     for c in (pod.get("spec") or {}).get("containers") or []:
@@ -56,6 +68,29 @@ def hostname(pod: dict[str, Any], node_hostname: str) -> str:
         return ""
     name = spec.get("hostname") or pod["metadata"]["name"]
     return name[:63].rstrip("-.")
+
+
+FQDN_MAX_LEN = 64  # the kernel's nodename field
+
+
+class HostnameError(ValueError):
+    """The pod's FQDN does not fit the kernel's hostname (setHostnameAsFQDN)."""
+
+
+def kernel_hostname(pod: dict[str, Any], cluster_domain: str) -> str:
+    """The hostname the sandbox gets: the pod's, or with setHostnameAsFQDN and a subdomain its FQDN
+    (upstream's GetNodenameForKernel, with its error when that is over 64 characters)."""
+    name = hostname(pod, "")
+    spec = pod.get("spec") or {}
+    if name and spec.get("setHostnameAsFQDN") and spec.get("subdomain"):
+        fqdn = f"{name}.{spec['subdomain']}.{pod['metadata']['namespace']}.svc.{cluster_domain}"
+        if len(fqdn) > FQDN_MAX_LEN:
+            raise HostnameError(
+                f"failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long "
+                f"({FQDN_MAX_LEN} characters is the max, {len(fqdn)} characters requested)"
+            )
+        return fqdn
+    return name
 
 
 def hosts_file(pod: dict[str, Any], pod_ip: str, cluster_domain: str) -> str:
@@ -104,13 +139,13 @@ def sandbox_config(
         sec.run_as_user.value = int(psc["runAsUser"])
     if psc.get("runAsGroup") is not None:
         sec.run_as_group.value = int(psc["runAsGroup"])
-    sec.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    sec.supplemental_groups.extend(pod_groups(pod))
     sysctls = {s["name"]: s.get("value", "") for s in psc.get("sysctls") or []}
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(
             name=meta["name"], uid=meta["uid"], namespace=meta["namespace"], attempt=attempt
         ),
-        hostname=hostname(pod, node_hostname),
+        hostname=kernel_hostname(pod, cfg.cluster_domain),
         log_directory=pod_log_dir(cfg, pod),
         dns_config=pb.DNSConfig(servers=dns.servers, searches=dns.searches, options=dns.options),
         port_mappings=port_mappings(pod),

@@ -22,6 +22,11 @@ def app_containers(pod: Obj) -> list[Obj]:
     return list(pod_spec(pod).get("containers") or [])
 
 
+def ephemeral_containers(pod: Obj) -> list[Obj]:
+    """spec.ephemeralContainers (added through pods/ephemeralcontainers; started once, never restarted)."""
+    return list(pod_spec(pod).get("ephemeralContainers") or [])
+
+
 def is_sidecar(container: Obj) -> bool:
     """An init container with restartPolicy Always (a sidecar: started in order, then kept running)."""
     return container.get("restartPolicy") == "Always"

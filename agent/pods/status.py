@@ -18,7 +18,7 @@ from typing import Any
 from agent.pods.conditions import TERMINAL, ConditionInputs, generate_conditions
 from agent.pods.qos import qos_class
 from agent.pods.runtime import ContainerRecord, PodRuntime
-from agent.pods.spec import app_containers, init_containers, is_sidecar, restart_policy
+from agent.pods.spec import app_containers, ephemeral_containers, init_containers, is_sidecar, restart_policy
 
 STATUS_UNKNOWN = "ContainerStatusUnknown"
 UNKNOWN_TERMINATED = "The container could not be located when the pod was terminated"
@@ -304,6 +304,8 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
     init_specs, app_specs = init_containers(pod), app_containers(pod)
     inits = container_statuses(inp, init_specs, previous.get("initContainerStatuses") or [], True)
     apps = container_statuses(inp, app_specs, previous.get("containerStatuses") or [], False)
+    ephemeral_specs = ephemeral_containers(pod)
+    ephemeral = container_statuses(inp, ephemeral_specs, previous.get("ephemeralContainerStatuses") or [], False)
     active = {r.name for r in inp.runtime.active()}
     initialized = any(c["name"] in active for c in app_specs)
     phase = pod_phase(pod, [*inits, *apps], inp.terminal, initialized)
@@ -335,6 +337,8 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
     }
     if init_specs:
         status["initContainerStatuses"] = inits
+    if ephemeral_specs:
+        status["ephemeralContainerStatuses"] = ephemeral
     if reason:
         status["reason"] = reason
     if message:

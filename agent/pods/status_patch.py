@@ -21,7 +21,7 @@ MAX_POD_TERMINATION_MESSAGE = 12 * 1024  # upstream's MaxPodTerminationMessageLo
 # resourceClaimStatuses, ...) belongs to someone else and is never touched.
 KUBELET_FIELDS = (
     "phase", "conditions", "message", "reason", "hostIP", "hostIPs", "podIP", "podIPs", "startTime",
-    "qosClass", "initContainerStatuses", "containerStatuses",
+    "qosClass", "initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses",
 )
 
 
@@ -30,7 +30,7 @@ def normalize(pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     count = len(spec.get("containers") or []) + len(spec.get("initContainers") or []) + len(spec.get("ephemeralContainers") or [])
     per_status = MAX_POD_TERMINATION_MESSAGE // count if count else MAX_POD_TERMINATION_MESSAGE
-    for key in ("containerStatuses", "initContainerStatuses"):
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
         for cs in out.get(key) or []:
             for part in ("state", "lastState"):
                 term = (cs.get(part) or {}).get("terminated")

@@ -16,7 +16,7 @@ from typing import Any
 from agent.pods.actions import FAILURE, SUCCESS, compute_pod_actions
 from agent.pods.conditions import TERMINAL
 from agent.pods.context import PodContext
-from agent.pods.events import NORMAL
+from agent.pods.events import NORMAL, WARNING
 from agent.pods.executor import apply_actions, pod_ip_of
 from agent.pods.gc import collect_dead
 from agent.pods.podstate import PodState
@@ -27,11 +27,15 @@ from agent.probes.manager import probed_containers
 from agent.probes.podview import ContainerView
 from agent.probes.result import Result
 from agent.probes.spec import Kind
+from agent.volumes.manager import limited_empty_dirs
 
 log = logging.getLogger("agent.pods.sync")
 
 RETRY_AFTER_ERROR = 5.0
 DEADLINE_EXCEEDED = ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+EVICTED = "Evicted"
+# How often local storage is measured for pods with a sized emptyDir (upstream's eviction monitoring).
+EVICTION_MONITORING_PERIOD = 10.0
 
 
 @dataclass
@@ -135,6 +139,9 @@ async def sync_pod(ctx: PodContext, state: PodState, pod: dict[str, Any]) -> Syn
     if deadline_in is not None and deadline_in <= 0 and state.failure is None:
         state.failure = DEADLINE_EXCEEDED
         ctx.recorder.event(pod, NORMAL, *DEADLINE_EXCEEDED)
+    watch_storage = bool(limited_empty_dirs(pod)) and state.failure is None
+    if watch_storage and rt.running():
+        await evict_if_over_limit(ctx, state, pod)
     status = pod_status(ctx, state, pod, rt, terminal=False)
     await ctx.status.update(pod, status)
     if status["phase"] in TERMINAL:
@@ -159,7 +166,22 @@ async def sync_pod(ctx: PodContext, state: PodState, pod: dict[str, Any]) -> Syn
                 next_in = min(next_in, applied.retry_in)
     if deadline_in is not None:
         next_in = min(next_in, max(deadline_in, 0.0))
+    if watch_storage:
+        next_in = min(next_in, EVICTION_MONITORING_PERIOD)
     return SyncOutcome(next_in=next_in)
+
+
+async def evict_if_over_limit(ctx: PodContext, state: PodState, pod: dict[str, Any]) -> None:
+    """upstream's localStorageEviction for an emptyDir over its sizeLimit: the pod fails with reason
+    Evicted and the eviction manager's message, a Warning event says so, and its containers are killed
+    with no grace period beyond the minimum (gracePeriodOverride 0)."""
+    message = await ctx.service.local_storage_exceeded(pod)
+    if message is None:
+        return
+    state.failure = (EVICTED, message)
+    state.grace = 0
+    ctx.recorder.event(pod, WARNING, EVICTED, message)
+    log.info("pod evicted pod=%s message=%r", state.name, message)
 
 
 def sidecar_names(pod: dict[str, Any]) -> set[str]:

@@ -2,7 +2,7 @@
 
 - `sync_terminated_pod` (upstream's SyncTerminatedPod and the status manager's TerminatePod): nothing
   of the pod runs any more, so its final status goes out (a terminal phase now, the status manager no
-  longer holds it back), its cgroups are released, and a pod being deleted is deleted for good (the
+  longer holds it back), its cgroups and volume mounts (tmpfs) are released, and a pod being deleted is deleted for good (the
   final DELETE with grace 0 and a UID precondition).
 - `remove_pod` (upstream's container GC and pod cleanup, for a pod the API no longer has): every
   container and sandbox, with their log files, the pod's folders and cgroups.
@@ -22,6 +22,8 @@ log = logging.getLogger("agent.pods.terminated")
 
 
 async def sync_terminated_pod(ctx: PodContext, state: PodState, pod: dict[str, Any] | None) -> None:
+    if state.rejection is None:  # a rejected pod never mounted anything
+        await ctx.service.release_volumes(state.uid)
     if pod is None:
         return  # gone from the API: nothing to report to
     status = ctx.status.last(state.uid)

@@ -2,7 +2,9 @@
 service-account tokens).
 
 Each volume is made ready under <root-dir>/pods/<uid>/volumes/<kind>/<name> before the pod's sandbox
-starts, and bind-mounted into containers by their volumeMounts; everything goes with the pod's folder.
+starts (a memory emptyDir as a tmpfs there, fsGroup applied), rewritten on each sync of the pod from its
+sources, and bind-mounted into containers by their volumeMounts (subPath, subPathExpr: subpath.py);
+mounts are taken away and everything goes with the pod's folder.
 """
 
 from agent.volumes.manager import VolumeError, VolumeManager, container_mounts

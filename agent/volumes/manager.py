@@ -6,7 +6,12 @@ one rename, and each top-level name is a symlink through `..data`. A reader insi
 never sees half an update. Such volumes are mounted read-only, as upstream does.
 
 A projected `serviceAccountToken` source is a token from TokenRequest bound to the pod (tokens.py keeps
-them); `refresh` rewrites the volumes holding one when a token is due, the same atomic way.
+them). `refresh`, called on the pod worker's periodic sync (syncFrequency, 1 min by default) and on every
+change of the pod, rewrites these volumes from the objects as they are then, the same atomic way, so a
+changed ConfigMap, Secret, label or annotation (or a token due) reaches running containers, as upstream's
+remount on sync does. The objects are read by name (GET), as the Node authorizer allows.
+
+emptyDir with `medium: Memory` is a tmpfs (emptydir.py); fsGroup is applied as upstream (ownership.py).
 """
 
 from __future__ import annotations
@@ -22,8 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.cri import pb
+from agent.volumes import subpath
+from agent.volumes.emptydir import disk_usage, mount_tmpfs, tmpfs_size, unmount_under
+from agent.volumes.ownership import set_ownership
 from agent.volumes.tokens import TokenManager
 from kubeclient.errors import ApiError
+from kubeclient.quantity import QuantityError, value
 
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 FieldValue = Callable[[dict[str, Any], str], str]
@@ -125,13 +134,14 @@ def _same_content(folder: Path, files: dict[str, tuple[bytes, int]]) -> bool:
 class VolumeManager:
     def __init__(
         self, root_dir: str, fetch: Fetch, field_value: FieldValue, resource_value: ResourceValue | None = None,
-        tokens: TokenManager | None = None,
+        tokens: TokenManager | None = None, node_memory: Callable[[], int] = lambda: 0,
     ) -> None:
         self.root_dir = Path(root_dir)
         self.fetch = fetch
         self.field_value = field_value
         self.resource_value = resource_value
         self.tokens = tokens
+        self.node_memory = node_memory  # the node's allocatable memory: the largest a tmpfs emptyDir gets
 
     def pod_volumes_dir(self, uid: str) -> Path:
         return self.root_dir / "pods" / uid / "volumes"
@@ -144,15 +154,15 @@ class VolumeManager:
         return ready
 
     async def refresh(self, pod: dict[str, Any]) -> bool:
-        """Rewrite the pod's volumes that project a service-account token once one of its tokens is due
-        (the atomic writer swaps them whole); True when something was rewritten."""
-        if self.tokens is None or not self.tokens.due(pod["metadata"]["uid"]):
-            return False
+        """Rewrite the pod's configMap, secret, downwardAPI and projected volumes from the objects (and
+        the pod's labels and annotations) as they are now, as upstream's periodic remount does; the
+        atomic writer swaps a volume only when its content changed. True when something was rewritten.
+        Mounts with a subPath keep what they bound at start (upstream's behaviour too)."""
         written = False
-        for volume in _token_volumes(pod):
-            folder = self.pod_volumes_dir(pod["metadata"]["uid"]) / "kubernetes.io~projected" / volume["name"]
-            files = await self._files(pod, "projected", volume["projected"], volume["name"])
-            written |= await asyncio.to_thread(write_atomic, folder, files)
+        for volume in (pod.get("spec") or {}).get("volumes") or []:
+            kind = _kind(volume)
+            if kind in READ_ONLY_KINDS:
+                written |= await self._write(pod, volume, kind)
         return written
 
     def refresh_in(self, uid: str) -> float | None:
@@ -164,20 +174,64 @@ class VolumeManager:
         if self.tokens is not None:
             self.tokens.forget(uid)
 
+    async def empty_dir_over_limit(self, pod: dict[str, Any]) -> str | None:
+        """upstream's eviction manager for local storage: the message for the first disk-backed emptyDir
+        whose usage is over its sizeLimit (`Usage of EmptyDir volume "v" exceeds the limit "1Mi". `),
+        None when every one fits."""
+        for volume in limited_empty_dirs(pod):
+            limit_text = volume["emptyDir"]["sizeLimit"]
+            try:
+                limit = value(limit_text)
+            except QuantityError:
+                continue
+            used = await asyncio.to_thread(disk_usage, self._folder(pod, "emptyDir", volume["name"]))
+            if used > limit:
+                return f'Usage of EmptyDir volume "{volume["name"]}" exceeds the limit "{limit_text}". '
+        return None
+
+    async def teardown(self, uid: str) -> list[str]:
+        """Unmount whatever the pod's volumes mounted (tmpfs emptyDirs), before its folder goes."""
+        return await asyncio.to_thread(unmount_under, self.root_dir / "pods" / uid)
+
     async def _prepare_one(self, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
         name, kind = volume["name"], _kind(volume)
         if kind not in SUPPORTED:
             raise VolumeError(f'MountVolume.SetUp failed for volume "{name}" : volume type {kind} is not supported by this node')
-        folder = self.pod_volumes_dir(pod["metadata"]["uid"]) / f"kubernetes.io~{kind.lower()}" / name
+        folder = self._folder(pod, kind, name)
         if kind == "emptyDir":
-            await asyncio.to_thread(_make_dir, folder, 0o777)
+            if (volume["emptyDir"] or {}).get("medium") == "Memory":
+                size = tmpfs_size(pod, volume, self.node_memory())
+                try:
+                    await asyncio.to_thread(mount_tmpfs, folder, size)
+                except OSError as err:
+                    raise VolumeError(f'MountVolume.SetUp failed for volume "{name}" : {err}') from None
+            else:
+                await asyncio.to_thread(_make_dir, folder, 0o777)
+            await self._own(pod, folder, read_only=False)
             return ReadyVolume(name, kind, str(folder), False)
         if kind == "hostPath":
             path = await asyncio.to_thread(_host_path, volume["hostPath"], name)
             return ReadyVolume(name, kind, path, False)
-        files = await self._files(pod, kind, volume[kind], name)
-        await asyncio.to_thread(write_atomic, folder, files)
+        await self._write(pod, volume, kind)
         return ReadyVolume(name, kind, str(folder), True)
+
+    def _folder(self, pod: dict[str, Any], kind: str, name: str) -> Path:
+        return self.pod_volumes_dir(pod["metadata"]["uid"]) / f"kubernetes.io~{kind.lower()}" / name
+
+    async def _write(self, pod: dict[str, Any], volume: dict[str, Any], kind: str) -> bool:
+        folder = self._folder(pod, kind, volume["name"])
+        files = await self._files(pod, kind, volume[kind], volume["name"])
+        written = await asyncio.to_thread(write_atomic, folder, files)
+        if written:
+            await self._own(pod, folder, read_only=True)
+        return written
+
+    async def _own(self, pod: dict[str, Any], folder: Path, read_only: bool) -> None:
+        """fsGroup and fsGroupChangePolicy (agent/volumes/ownership.py)."""
+        psc = (pod.get("spec") or {}).get("securityContext") or {}
+        if psc.get("fsGroup") is None:
+            return
+        await asyncio.to_thread(set_ownership, folder, int(psc["fsGroup"]), read_only, psc.get("fsGroupChangePolicy") or "")
 
     async def _files(self, pod: dict[str, Any], kind: str, src: dict[str, Any], volume: str) -> dict[str, tuple[bytes, int]]:
         mode = int(src.get("defaultMode", DEFAULT_MODE))
@@ -251,16 +305,20 @@ class VolumeManager:
         return out
 
 
-def _token_volumes(pod: dict[str, Any]) -> list[dict[str, Any]]:
+def limited_empty_dirs(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's disk-backed emptyDir volumes with a sizeLimit (a memory one is bounded by its tmpfs)."""
     return [
         v for v in (pod.get("spec") or {}).get("volumes") or []
-        if any(s.get("serviceAccountToken") is not None for s in (v.get("projected") or {}).get("sources") or [])
+        if isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("sizeLimit") and v["emptyDir"].get("medium") != "Memory"
     ]
 
 
 def _make_dir(path: Path, mode: int) -> None:
+    """The folder with `mode`, set only when its permission bits differ (upstream's setupDir), so the
+    setgid bit fsGroup gave it stays."""
     path.mkdir(parents=True, exist_ok=True)
-    path.chmod(mode)
+    if path.stat().st_mode & 0o777 != mode:
+        path.chmod(mode)
 
 
 def _host_path(src: dict[str, Any], volume: str) -> str:
@@ -283,21 +341,21 @@ def _host_path(src: dict[str, Any], volume: str) -> str:
     return path
 
 
-def container_mounts(container: dict[str, Any], volumes: dict[str, ReadyVolume]) -> list[pb.Mount]:
-    """CRI mounts for the container's volumeMounts (subPath inside the volume)."""
+def container_mounts(container: dict[str, Any], volumes: dict[str, ReadyVolume], env: dict[str, str] | None = None) -> list[pb.Mount]:
+    """CRI mounts for the container's volumeMounts; subPath and subPathExpr (expanded with `env`, the
+    container's variables) as agent/volumes/subpath.py checks them."""
     out = []
     for vm in container.get("volumeMounts") or []:
         vol = volumes.get(vm["name"])
         if vol is None:
             raise VolumeError(f'unable to find volume "{vm["name"]}" for container "{container["name"]}"')
         host = vol.host_path
-        if vm.get("subPath"):
-            sub = os.path.normpath(vm["subPath"])
-            if sub.startswith("..") or os.path.isabs(sub):
-                raise VolumeError(f"subPath {vm['subPath']!r} must be a relative path inside the volume")
-            host = os.path.join(host, sub)
-            if not os.path.lexists(host):
-                os.makedirs(host, exist_ok=True)
+        try:
+            sub = subpath.sub_path(vm, env or {})
+            if sub:
+                host = subpath.prepare(host, sub)
+        except subpath.SubPathError as err:
+            raise VolumeError(str(err)) from None
         propagation = {
             "HostToContainer": pb.PROPAGATION_HOST_TO_CONTAINER,
             "Bidirectional": pb.PROPAGATION_BIDIRECTIONAL,

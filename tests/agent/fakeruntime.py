@@ -51,6 +51,7 @@ class FakeRuntime:
     hooks: dict[tuple[str, str], tuple[str | None, float]] = field(default_factory=dict)  # (container, kind) -> (failure, seconds)
     restarts_in_logs: dict[str, int] = field(default_factory=dict)
     volumes_ready: bool = True
+    storage_over_limit: str | None = None  # the eviction message local_storage_exceeded answers
     sandboxes: dict[str, list[SandboxRecord]] = field(default_factory=dict)  # uid -> records
     containers: dict[str, list[ContainerRecord]] = field(default_factory=dict)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
@@ -99,6 +100,12 @@ class FakeRuntime:
 
     async def refresh_volumes(self, pod: dict[str, Any]) -> float:
         return math.inf
+
+    async def local_storage_exceeded(self, pod: dict[str, Any]) -> str | None:
+        return self.storage_over_limit
+
+    async def release_volumes(self, uid: str) -> None:
+        self.calls.append(("release_volumes", uid))
 
     async def run_sandbox(self, pod: dict[str, Any], attempt: int) -> SandboxRecord:
         uid = pod["metadata"]["uid"]

@@ -94,3 +94,46 @@ def test_pod_requests_count_init_containers_and_sidecars():
     }}
     # max(app 500m + sidecar 200m, setup 1000m beside the sidecar 200m) + overhead 50m
     assert pod_requests(p)["cpu"] == 1250
+
+
+# -- sysctls (upstream's pkg/kubelet/sysctl allowlist, checked before the predicates) ---------------
+
+
+def with_sysctls(*names, **spec):
+    return pod(securityContext={"sysctls": [{"name": n, "value": "1"} for n in names]}, **spec)
+
+
+def test_safe_sysctls_are_admitted_in_either_spelling():
+    assert admit(with_sysctls("kernel.shm_rmid_forced", "net/ipv4/ip_local_port_range"), node(), []).admit
+
+
+@pytest.mark.parametrize(
+    ("names", "spec", "message"),
+    [
+        (("kernel.msgmax",), {}, 'forbidden sysctl: "kernel.msgmax" not allowlisted'),
+        (("net.core.somaxconn",), {}, 'forbidden sysctl: "net.core.somaxconn" not allowlisted'),
+        (("net.ipv4.tcp_syncookies",), {"hostNetwork": True}, 'forbidden sysctl: "net.ipv4.tcp_syncookies" not allowed with host net enabled'),
+    ],
+)
+def test_unsafe_sysctls_are_forbidden_before_anything_else(names, spec, message):
+    # Even a pod that also does not fit the node is refused for its sysctl first.
+    verdict = admit(with_sysctls(*names, **spec), node(cpu="0"), [])
+    assert (verdict.admit, verdict.reason, verdict.message) == (False, "SysctlForbidden", message)
+
+
+def test_allowed_unsafe_sysctls_extend_the_safe_set():
+    from agent.pods.sysctls import Allowlist
+
+    allow = Allowlist.build(["kernel.msg*", "net.core.somaxconn"])
+    assert admit(with_sysctls("kernel.msgmax", "net.core.somaxconn"), node(), [], allow).admit
+    verdict = admit(with_sysctls("kernel.sem", "vm.swappiness"), node(), [], allow)
+    assert verdict.message == 'forbidden sysctl: "kernel.sem" not allowlisted'
+    with pytest.raises(ValueError, match="not known to be namespaced"):
+        Allowlist.build(["vm.swappiness"])
+
+
+def test_kernel_gated_safe_sysctls():
+    from agent.pods.sysctls import safe_sysctls
+
+    assert "net.ipv4.tcp_fin_timeout" not in safe_sysctls("4.4.0-generic")
+    assert "net.ipv4.tcp_fin_timeout" in safe_sysctls("6.1.0-18-amd64")

@@ -328,3 +328,17 @@ def test_crash_backoff_counts_from_the_event_and_expires_after_ten_minutes_of_ru
     assert not table.in_backoff_since(key, 1040.0 + 601)
     now[0] = 1040.0 + 601
     assert table.next(key, now[0]) == 10
+
+
+def test_security_context_groups_masks_and_privilege_escalation():
+    c = {"name": "c", "securityContext": {"allowPrivilegeEscalation": False, "runAsGroup": 7}}
+    p = make_pod(containers=[c], securityContext={"runAsUser": 5, "fsGroup": 2000, "supplementalGroups": [3000, 2000]})
+    sec = container_config(p, c, "app", 0, "img", [], 2**30).linux.security_context
+    assert (sec.run_as_user.value, sec.run_as_group.value, sec.no_new_privs) == (5, 7, True)
+    assert list(sec.supplemental_groups) == [2000, 3000]  # fsGroup first, as upstream
+    assert "/proc/kcore" in sec.masked_paths and "/proc/sys" in sec.readonly_paths
+    unmasked = {"name": "c", "securityContext": {"procMount": "Unmasked"}}
+    sec = container_config(make_pod(containers=[unmasked]), unmasked, "app", 0, "img", [], 2**30).linux.security_context
+    assert list(sec.masked_paths) == [] and list(sec.readonly_paths) == []
+    sb = sandbox_config(AgentConfig(node_name="n1"), p, 0, DNS(), "n1").linux.security_context
+    assert list(sb.supplemental_groups) == [2000, 3000]

@@ -337,3 +337,53 @@ async def test_liveness_failure_under_never_kills_the_whole_pod_with_the_plain_s
     await apply_actions(fake, ctx.recorder, ctx.crash_backoff, {}, pod, rt, actions)
     killing = [m for _t, r, m in events(ctx, "u1") if r == "Killing"]
     assert killing == ["Stopping container main"]
+
+
+async def test_an_ephemeral_container_starts_once_and_is_never_restarted():
+    fake = FakeRuntime()
+    ctx = fake_context(fake)
+    pod = make_pod()
+    worker = PodWorker(ctx, "u1", lambda: pod)
+    await until(worker, started(fake, 1))
+    pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox", "command": ["true"]}]
+    await until(worker, lambda: fake.names_called("start") == ["main", "debugger"])
+    await until(worker, lambda: "running" in ((shown(ctx).get("ephemeralContainerStatuses") or [{}])[0].get("state") or {}))
+    [eph] = shown(ctx)["ephemeralContainerStatuses"]
+    assert eph["name"] == "debugger"
+    assert [cs["name"] for cs in shown(ctx)["containerStatuses"]] == ["main"]
+    fake.exit("u1", "debugger", code=1)
+    await until(worker, lambda: "terminated" in shown(ctx)["ephemeralContainerStatuses"][0]["state"])
+    for _ in range(3):
+        await worker.step()
+    assert fake.names_called("start") == ["main", "debugger"]  # under Always too: never again
+    [eph] = shown(ctx)["ephemeralContainerStatuses"]
+    assert eph["state"]["terminated"]["exitCode"] == 1 and shown(ctx)["phase"] == "Running"
+
+
+async def test_an_empty_dir_over_its_size_limit_evicts_the_pod_with_upstreams_message():
+    fake = FakeRuntime()
+    ctx = fake_context(fake)
+    pod = make_pod(grace=30, volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}])
+    worker = PodWorker(ctx, "u1", lambda: pod)
+    await until(worker, started(fake, 1))
+    _, delay = await worker.step()
+    assert delay <= 10.0  # measured as often as upstream's eviction manager looks
+    message = 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '
+    fake.storage_over_limit = message
+    await until(worker, lambda: worker.phase is Phase.FINISHED)
+    final = shown(ctx)
+    assert (final["phase"], final["reason"], final["message"]) == ("Failed", "Evicted", message)
+    assert ("Warning", "Evicted", message) in events(ctx, "u1")
+    assert ("stop", "main", 2) in fake.calls  # no grace beyond the minimum
+
+
+async def test_a_finished_pod_releases_its_volume_mounts_before_its_final_status():
+    fake = FakeRuntime()
+    ctx = fake_context(fake)
+    pod = make_pod(restart="Never")
+    worker = PodWorker(ctx, "u1", lambda: pod)
+    await until(worker, started(fake, 1))
+    fake.exit("u1", "main", code=0)
+    await until(worker, lambda: worker.phase is Phase.FINISHED)
+    assert ("release_volumes", "u1") in fake.calls
+    assert shown(ctx)["phase"] == "Succeeded"

@@ -5,6 +5,7 @@ with gracePeriodSeconds=0), the pods/log stream from the node agent, and the pod
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -64,12 +65,58 @@ class Log(Subresource):
         return await rest.kubelet.stream_log(request, pod, node.obj, container, params)
 
 
+class EphemeralContainers(Subresource):
+    """pods/ephemeralcontainers (upstream's podEphemeralContainersStrategy): an update or patch through it
+    changes spec.ephemeralContainers and nothing else; existing ones may not change (validate_update)."""
+
+    name = "ephemeralcontainers"
+    whole_object = True
+
+    def merge(self, current: Obj, desired: Obj) -> Obj:
+        new = copy.deepcopy(current)
+        new["metadata"] = desired.get("metadata") or new["metadata"]
+        wanted = (desired.get("spec") or {}).get("ephemeralContainers")
+        if wanted:
+            new.setdefault("spec", {})["ephemeralContainers"] = wanted
+        else:
+            (new.get("spec") or {}).pop("ephemeralContainers", None)
+        return new
+
+
+def validate_ephemeral_update(new: Obj, old: Obj) -> list[FieldError]:
+    """upstream's ValidatePodEphemeralContainersUpdate: ephemeral containers may be added, never changed
+    or removed, each with a name unique in the pod and an image."""
+    path = "spec.ephemeralContainers"
+    olds = {c.get("name"): c for c in (old.get("spec") or {}).get("ephemeralContainers") or []}
+    news = (new.get("spec") or {}).get("ephemeralContainers") or []
+    by_name = {c.get("name"): c for c in news if isinstance(c, dict)}
+    problems: list[FieldError] = []
+    for name, was in olds.items():
+        if name not in by_name:
+            problems.append(forbidden(path, f'existing ephemeral containers "{name}" may not be removed'))
+        elif by_name[name] != was:
+            problems.append(forbidden(path, f'existing ephemeral containers "{name}" may not be changed'))
+    spec = new.get("spec") or {}
+    taken = {c.get("name") for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]}
+    for i, c in enumerate(news):
+        if not isinstance(c, dict) or c.get("name") in olds:
+            continue
+        if not c.get("name"):
+            problems.append(errors.required(f"{path}[{i}].name"))
+        elif c["name"] in taken:
+            problems.append(errors.duplicate(f"{path}[{i}].name", c["name"]))
+        if not c.get("image"):
+            problems.append(errors.required(f"{path}[{i}].image"))
+        taken.add(c.get("name"))
+    return problems
+
+
 class Pod(Kind):
     kind = "Pod"
     plural = "pods"
     short_names = ("po",)
     categories = ("all",)
-    subresources = (StatusSubresource("Pod"), BINDING, Log())
+    subresources = (StatusSubresource("Pod"), BINDING, Log(), EphemeralContainers())
     schema = "V1Pod"
     type_marks = podspec.TYPE_MARKS
     smp = {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS}
@@ -109,6 +156,18 @@ class Pod(Kind):
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
 
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        super().prepare_for_update(new, old)
+        # upstream's podStrategy.PrepareForUpdate: ephemeral containers change only through their
+        # subresource; an update of the pod keeps those it has.
+        spec = new.get("spec")
+        if isinstance(spec, dict):
+            kept = (old.get("spec") or {}).get("ephemeralContainers")
+            if kept:
+                spec["ephemeralContainers"] = kept
+            else:
+                spec.pop("ephemeralContainers", None)
+
     def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
         # upstream's podStatusStrategy: "old kubelets corrupt" ownerReferences, so pods/status never
         # touches them (the garbage collector depends on them).
@@ -128,6 +187,8 @@ class Pod(Kind):
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
         if subresource == "binding":
             return []
+        if subresource == "ephemeralcontainers":
+            return validate_ephemeral_update(new, old)
         old_spec = dict(old.get("spec") or {})
         new_spec = dict(new.get("spec") or {})
         errors_: list[FieldError] = []
