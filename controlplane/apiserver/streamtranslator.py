@@ -101,9 +101,17 @@ class _Session:
     async def pump_client(self) -> None:
         """Client to kubelet: stdin, resize and the CLOSE signal, until the client goes."""
         async for msg in self.ws:
-            if msg.type != aiohttp.WSMsgType.BINARY or not msg.data:
+            # Text messages count as their UTF-8 bytes, as x/net/websocket's Message.Receive reads them
+            # (the official Python client sends stdin as text).
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                data = msg.data.encode()
+            elif msg.type == aiohttp.WSMsgType.BINARY:
+                data = msg.data
+            else:
                 continue
-            channel, payload = msg.data[0], msg.data[1:]
+            if not data:
+                continue
+            channel, payload = data[0], data[1:]
             if channel == P.CLOSE_SIGNAL:
                 if payload[:1] == bytes([P.STDIN]) and P.STDIN in self.ids:
                     await self.spdy.close_stream(self.ids[P.STDIN])
