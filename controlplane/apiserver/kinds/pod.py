@@ -18,6 +18,7 @@ from controlplane.apiserver.kinds.binding import BINDING
 from controlplane.apiserver.kinds.node import KIND as NODE
 from controlplane.apiserver.kubeletproxy import log_container, validate_log_query
 from controlplane.apiserver.meta import age
+from controlplane.apiserver.resourceproxy import Proxy, pod_location
 from controlplane.apiserver.smp_schema import META, POD_SPEC, POD_STATUS
 
 if TYPE_CHECKING:
@@ -70,12 +71,7 @@ class _Streaming(Subresource):
     (streaming.py). GET (WebSocket) and POST (SPDY) both connect, authorized as get and create."""
 
     verbs = ("create", "get")
-
-    async def get(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        return await self.connect(rest, request, info)
-
-    async def create(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        return await self.connect(rest, request, info)
+    connects = True
 
     async def connect(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         if self.name == "portforward":
@@ -103,7 +99,7 @@ class Pod(Kind):
     plural = "pods"
     short_names = ("po",)
     categories = ("all",)
-    subresources = (StatusSubresource("Pod"), BINDING, Log(), Exec(), Attach(), PortForward())
+    subresources = (StatusSubresource("Pod"), BINDING, Log(), Exec(), Attach(), PortForward(), Proxy("PodProxyOptions", pod_location))
     schema = "V1Pod"
     type_marks = podspec.TYPE_MARKS
     smp = {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS}
