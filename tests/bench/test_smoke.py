@@ -41,6 +41,7 @@ BENCHMARKS = {
     "probes-load": Benchmark("bench/probes/load.py", "probes-load", needs_root=True),
     "controllers-replicasets": Benchmark("bench/controllers/replicasets.py", "controllers-replicasets", needs_root=False),
     "controllers-deployment": Benchmark("bench/controllers/deployment.py", "controllers-deployment", needs_root=True),
+    "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
 }
 
 
