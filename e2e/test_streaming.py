@@ -54,7 +54,7 @@ def kubectl(kubeconfig: Path, namespace: str, *args: str, stdin: bytes | None = 
 
 def make_pod(kube, namespace: str, name: str, node: str, image: str, script: str, wait: bool = True) -> None:
     kube.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
+        metadata=client.V1ObjectMeta(name=name, labels={"app": name}),
         spec=client.V1PodSpec(node_name=node, termination_grace_period_seconds=1, containers=[
             client.V1Container(name="main", image=image, command=["sh", "-c", script])])))
     if wait:
@@ -174,12 +174,20 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def forwarded(request, kubeconfig, namespace, web) -> Iterator[int]:
-    """`kubectl port-forward pod/web LOCAL:8080` running; yields LOCAL."""
+def forwarded(request, kube, kubeconfig, namespace, web) -> Iterator[int]:
+    """`kubectl port-forward pod/web LOCAL:8080` (or `svc/web LOCAL:80`, kubectl picking a pod of the
+    Service) running; yields LOCAL."""
     local = _free_port()
-    env = {**os.environ, **(SPDY if getattr(request, "param", "") == "spdy" else {})}
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "port-forward", f"pod/{web}",
-                             f"{local}:8080", "--address", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    mode = getattr(request, "param", "")
+    env = {**os.environ, **(SPDY if mode == "spdy" else {})}
+    what, port = f"pod/{web}", 8080
+    if mode == "service":
+        kube.create_namespaced_service(namespace, client.V1Service(
+            metadata=client.V1ObjectMeta(name=web),
+            spec=client.V1ServiceSpec(selector={"app": web}, ports=[client.V1ServicePort(port=80, target_port=8080)])))
+        what, port = f"svc/{web}", 80
+    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "port-forward", what,
+                             f"{local}:{port}", "--address", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline().decode()
@@ -195,7 +203,7 @@ def _get(port: int, path: str) -> bytes:
         return resp.read()
 
 
-@pytest.mark.parametrize("forwarded", ["websocket", "spdy"], indirect=True)
+@pytest.mark.parametrize("forwarded", ["websocket", "spdy", "service"], indirect=True)
 def test_port_forward_carries_http_and_parallel_connections(forwarded):
     assert _get(forwarded, "/index.html") == b"hello-web\n"
     big = (b"0123456789abcdef\n" * (BIG // 17 + 1))[:BIG]
@@ -329,3 +337,25 @@ def test_tls_is_required_of_a_stream(api_client, namespace, shell):
                     f"Host: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
                     "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n".encode())
         assert tls.recv(100).startswith(b"HTTP/1.1 401 ")
+
+
+def test_a_closed_port_is_reported_on_the_error_stream(kubeconfig, namespace, web):
+    local = _free_port()
+    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "port-forward", f"pod/{web}",
+                             f"{local}:9999", "--address", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith(b"Forwarding from")
+        with socket.create_connection(("127.0.0.1", local), timeout=20) as conn:
+            conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert conn.recv(100) == b""  # nothing listens there: the forwarded connection just ends
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert b"connection refused" in err, err
+
+
+def test_pod_and_node_proxy_reach_their_targets(kube, kubeconfig, namespace, node_name, web):
+    done = kubectl(kubeconfig, namespace, "get", "--raw", f"/api/v1/namespaces/{namespace}/pods/{web}:8080/proxy/index.html")
+    assert (done.returncode, done.stdout) == (0, b"hello-web\n"), done
+    done = kubectl(kubeconfig, namespace, "get", "--raw", f"/api/v1/nodes/{node_name}/proxy/healthz")
+    assert (done.returncode, done.stdout) == (0, b"ok"), done

@@ -199,6 +199,9 @@ def test_attribute_mapping_is_upstreams():
         ("GET", "/metrics/cadvisor"): ("get", "metrics"), ("GET", "/logs/"): ("get", "log"),
         ("GET", "/statsx"): ("get", "proxy"), ("GET", "/containerLogs/ns/p/c"): ("get", "proxy"),
         ("GET", "/pods"): ("get", "proxy"), ("POST", "/exec/ns/p/c"): ("create", "proxy"),
+        ("GET", "/exec/ns/p/c"): ("get", "proxy"), ("POST", "/attach/ns/p/c"): ("create", "proxy"),
+        ("POST", "/portForward/ns/p"): ("create", "proxy"), ("GET", "/portForward/ns/p"): ("get", "proxy"),
+        ("POST", "/run/ns/p/c"): ("create", "proxy"),
         ("PUT", "/x"): ("update", "proxy"), ("PATCH", "/x"): ("patch", "proxy"), ("DELETE", "/x"): ("delete", "proxy"),
     }
     for (method, path), expected in cases.items():
