@@ -135,3 +135,16 @@ def test_proxy_is_listed_and_authorized_by_method(apiserver: ApiServer) -> None:
     done = subprocess.run(["kubectl", "--kubeconfig", str(apiserver.kubeconfig), "--as", "mallory", "get", "--raw",
                            "/api/v1/nodes/any/proxy/healthz"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and 'cannot get resource "nodes/proxy"' in done.stderr, done
+
+
+def test_the_proxied_path_is_what_follows_proxy() -> None:
+    from controlplane.apiserver.request import parse_path
+    from controlplane.apiserver.resourceproxy import split_name
+
+    info = parse_path("", "v1", "namespaces/ns/pods/web:80/proxy/a/b/")
+    assert (info.namespace, info.name, info.subresource, info.subpath) == ("ns", "web:80", "proxy", "a/b/")
+    info = parse_path("", "v1", "namespaces/ns/pods/proxy/proxy/proxy/x")
+    assert (info.name, info.subpath) == ("proxy", "proxy/x")
+    assert parse_path("", "v1", "nodes/n1/proxy").subpath == ""
+    assert split_name("https:web:8443") == ("https", "web", "8443")
+    assert split_name("web") == ("", "web", "")
