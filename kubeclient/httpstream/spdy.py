@@ -184,8 +184,8 @@ class SpdyClient:
             if not self.writer.is_closing():
                 self.writer.write(control_frame(GOAWAY, 0, struct.pack(">II", 0, 0)))
         self.writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.writer.wait_closed()
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+            await asyncio.wait_for(self.writer.wait_closed(), 2.0)  # a peer that never answers TLS's close
 
 
 __all__ = [
