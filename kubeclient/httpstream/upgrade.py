@@ -27,7 +27,7 @@ from multidict import CIMultiDict
 
 from kubeclient.httpstream.protocols import Headers
 
-CHUNK = 64 * 1024
+CHUNK = 256 * 1024  # per read: fewer, larger WebSocket messages and TLS writes
 # What an upgrade handshake needs of the client's request; everything else (Authorization,
 # Impersonate-*, cookies) stays behind: the proxy dials with its own identity.
 FORWARDED = (
