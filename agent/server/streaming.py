@@ -7,8 +7,9 @@ WebSocket (channel.k8s.io, v4.channel.k8s.io, portforward websockets) both pass,
 streaming server speaks them. /run is a one-shot ExecSync whose output is the answer.
 
 Refusals are upstream's: no such pod 404; a container that is not running `container not found ("c")`
-and a pod without a running sandbox `pod not found ("name_ns")` (500, as the kubelet's WriteError); a
-request that is no upgrade is refused before any session is made.
+and a pod without a running sandbox `pod not found ("name_ns")` (500, as the kubelet's WriteError), in
+upstream's order (stream options, pod, container); a request that is no upgrade is refused (400) before
+any runtime session is made.
 """
 
 from __future__ import annotations
@@ -76,10 +77,9 @@ class StreamingHandlers:
         return found[0].id if found else None
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
+        # upstream's order: the stream options (400), the pod (404), the container, then the upgrade.
         verb = request.path.split("/", 2)[1]
         cname = request.match_info["container"]
-        if not is_upgrade_request(request.headers):
-            return _status(400, "BadRequest", "Upgrade request required")
         q = request.query
         tty = _flag(q, "tty")
         stdin, stdout, stderr = _flag(q, "input", "stdin"), _flag(q, "output", "stdout"), _flag(q, "error", "stderr")
@@ -94,6 +94,8 @@ class StreamingHandlers:
         container_id = await self._running_container(pod, cname)
         if container_id is None:
             return web.Response(status=500, text=f'container not found ("{cname}")')
+        if not is_upgrade_request(request.headers):  # before a runtime session is made
+            return _status(400, "BadRequest", "Upgrade request required")
         try:
             if verb == "exec":
                 url = await self.cri.exec(container_id, command, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr)
@@ -104,8 +106,6 @@ class StreamingHandlers:
         return await self._proxy(request, url)
 
     async def port_forward(self, request: web.Request) -> web.StreamResponse:
-        if not is_upgrade_request(request.headers):
-            return _status(400, "BadRequest", "Upgrade request required")
         pod = self._pod(request)
         if pod is None:
             return _status(404, "NotFound", "pod does not exist")
@@ -113,6 +113,8 @@ class StreamingHandlers:
         if not sandboxes:
             meta = pod["metadata"]
             return web.Response(status=500, text=f'pod not found ("{meta["name"]}_{meta["namespace"]}")')
+        if not is_upgrade_request(request.headers):
+            return _status(400, "BadRequest", "Upgrade request required")
         ports = [int(p) for p in request.query.getall("port", []) if p.isdigit()]
         try:
             url = await self.cri.port_forward(sandboxes[0].id, ports)
