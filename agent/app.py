@@ -21,15 +21,17 @@ from agent.cri import (
     CRIError,
     IncompatibleRuntimeError,
     RuntimeUnreachableError,
-    runtime_condition,
 )
 from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.kube.tokens import CredentialClient
 from agent.node.controller import NodeController
+from agent.node.images import node_images
 from agent.node.lease import LeaseController
+from agent.node.runtime import RuntimeTracker, runtime_status
 from agent.node.status import RuntimeHealth
 from agent.pods.backoff import BackoffTable
+from agent.pods.context import PodContext
 from agent.pods.dns import DNS, parse_resolv_conf
 from agent.pods.env import field_value, resource_value
 from agent.pods.events import kubelet_recorder
@@ -38,7 +40,6 @@ from agent.pods.logrotate import LogRotator, RotationPolicy
 from agent.pods.manager import PodManager
 from agent.pods.runtime import RuntimeInspector
 from agent.pods.status_manager import StatusManager
-from agent.pods.worker import PodContext
 from agent.probes.handlers import user_agent
 from agent.probes.hooks import HookRunner
 from agent.probes.manager import ProberManager
@@ -66,39 +67,6 @@ async def connect_runtime(cfg: AgentConfig) -> CRIClient:
             delay = backoff.next()
             log.warning("runtime not reachable endpoint=%s error=%r retry_in=%.1fs", cfg.container_runtime_endpoint, str(err), delay)
             await asyncio.sleep(delay)
-
-
-async def runtime_health(cri: CRIClient) -> RuntimeHealth:
-    try:
-        status = await cri.status()
-    except CRIError:
-        return RuntimeHealth(reachable=False)
-    rt = runtime_condition(status, "RuntimeReady")
-    net = runtime_condition(status, "NetworkReady")
-    version = f"{cri.version.runtime_name}://{cri.version.runtime_version}" if cri.version else ""
-    return RuntimeHealth(
-        reachable=True,
-        runtime_ready=bool(rt and rt.status),
-        runtime_reason=rt.reason if rt else "",
-        runtime_message=rt.message if rt else "",
-        network_ready=bool(net and net.status),
-        network_reason=net.reason if net else "",
-        network_message=net.message if net else "",
-        version=version,
-    )
-
-
-MAX_NODE_IMAGES = 50  # upstream's nodeStatusMaxImages
-
-
-async def node_images(cri: CRIClient) -> list[dict[str, Any]]:
-    """node.status.images as upstream reports them: the largest images first, names = tags + digests."""
-    images = sorted(await cri.list_images(), key=lambda i: i.size, reverse=True)[:MAX_NODE_IMAGES]
-    return [
-        {"names": [*img.repo_digests, *img.repo_tags], "sizeBytes": int(img.size)}
-        for img in images
-        if img.repo_tags or img.repo_digests
-    ]
 
 
 def read_host_dns(path: str) -> DNS:
@@ -138,13 +106,18 @@ class Agent:
                 await cri.update_runtime_config(cfg.pod_cidr)
             except CRIError as err:
                 log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", cfg.pod_cidr, str(err))
+        runtime = RuntimeTracker(lambda: runtime_status(cri))
+
         async def health() -> RuntimeHealth:
-            state = await runtime_health(cri)
+            # Until the node is first posted Ready the runtime is asked each time (the fast status
+            # update looks every 100 ms); afterwards the 5 s loop's judgement is read.
+            ready = self.node is not None and self.node.ready()
+            state = await (runtime.current() if ready else runtime.check())
             problem = self.pods.pleg_problem() if self.pods is not None else None
             return dataclasses.replace(state, pleg=problem) if problem else state
 
-        self.node = NodeController(self.client, cfg, health, lambda: node_images(cri))
         recorder = kubelet_recorder(self.event_client, cfg.node_name)
+        self.node = NodeController(self.client, cfg, health, lambda: node_images(cri), recorder)
         ctx = PodContext(
             cfg=cfg,
             cri=cri,
@@ -176,12 +149,14 @@ class Agent:
         self.informer = node_pod_informer(self.client, cfg.node_name)
         self.pods.attach(self.informer)
         self._spawn(recorder.run(), "events")
+        self._spawn(runtime.run(), "runtime-up")
         self._spawn(ctx.prober.run(), "prober-updates")
         self._spawn(ctx.status.run(), "pod-status")
         self._spawn(self.node.run(), "node-status")
         await self.node.registered.wait()
         ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
         ctx.node_allocatable = lambda: (((self.node.node if self.node else None) or {}).get("status") or {}).get("allocatable") or {}
+        ctx.node = lambda: self.node.node if self.node else None
         node_cidr = ((self.node.node or {}).get("spec") or {}).get("podCIDR", "")
         if not cfg.pod_cidr and node_cidr:
             # As upstream: a CIDR allocated to the Node by the control plane is handed to the runtime.

@@ -19,6 +19,7 @@ from kubeclient.eventloop import loop_factory
 
 if TYPE_CHECKING:
     from controlplane.apiserver.server import ServerConfig
+    from controlplane.storage.etcd import EtcdConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume")
     parser.add_argument("--compact-interval", type=float, default=300.0, help="seconds between history compactions")
     parser.add_argument("--event-ttl", type=float, default=3600.0, help="seconds an idle event is kept")
+    parser.add_argument("--anonymous-auth", action=argparse.BooleanOptionalAction, default=True,
+                        help="requests without credentials are system:anonymous (default; --no-anonymous-auth: 401)")
     parser.add_argument("--authorization-mode", default=("Node", "RBAC"), type=_authorization_modes,
                         help="ordered authorizers: Node, RBAC, AlwaysAllow (comma-separated; default Node,RBAC)")
     parser.add_argument(
@@ -58,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service-account-jwks-uri", default="", help="jwks_uri of the OpenID discovery document")
     parser.add_argument("--disable-admission-plugins", default="",
                         help="comma-separated admission plugins to turn off (e.g. ServiceAccount)")
+    parser.add_argument("--etcd-servers", default="",
+                        help="etcd members to store in, e.g. https://127.0.0.1:2379[,...] (default: SQLite in DIR)")
+    parser.add_argument("--etcd-cafile", type=Path, default=None, help="CA that signed etcd's serving certificate")
+    parser.add_argument("--etcd-certfile", type=Path, default=None, help="client certificate presented to etcd")
+    parser.add_argument("--etcd-keyfile", type=Path, default=None, help="key of --etcd-certfile")
+    parser.add_argument("--etcd-prefix", default="/registry", help="the prefix of every key in etcd")
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -155,7 +164,33 @@ def run(args: argparse.Namespace) -> int:
         jwks_uri=args.service_account_jwks_uri,
         disable_admission_plugins=_admission_plugins(args.disable_admission_plugins),
         authorization_modes=args.authorization_mode,
+        anonymous_auth=args.anonymous_auth,
+        etcd=_etcd_config(args),
     )
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(serve(config, args))
+    from controlplane.storage import StoreUnavailableError
+
+    try:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(serve(config, args))
+    except StoreUnavailableError as err:
+        raise SystemExit(f"pykubelet server: {err}") from None
     return 0
+
+
+def _etcd_config(args: argparse.Namespace) -> EtcdConfig | None:
+    """The etcd store's settings, or None for SQLite; files that are named must exist."""
+    from controlplane.storage.etcd import EtcdConfig, parse_servers
+
+    if not args.etcd_servers:
+        return None
+    try:
+        servers = parse_servers(args.etcd_servers)
+    except ValueError as err:
+        raise SystemExit(f"pykubelet server: {err}") from None
+    for flag in ("etcd_cafile", "etcd_certfile", "etcd_keyfile"):
+        path = getattr(args, flag)
+        if path is not None and not path.is_file():
+            raise SystemExit(f"pykubelet server: --{flag.replace('_', '-')} {path}: no such file")
+    if (args.etcd_certfile is None) != (args.etcd_keyfile is None):
+        raise SystemExit("pykubelet server: --etcd-certfile and --etcd-keyfile go together")
+    return EtcdConfig(servers, args.etcd_cafile, args.etcd_certfile, args.etcd_keyfile, args.etcd_prefix)

@@ -59,6 +59,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
             node_name="e2e-node",
             bridge=net.bridge,
             pod_cidr=net.pod_cidr,
+            store=os.environ.get("PYKUBE_STORE", "sqlite"),  # PYKUBE_STORE=etcd: the stack on a local etcd
         )
         scope = Scope.of(config.state_dir, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
         stack = Stack(config)

@@ -1,8 +1,9 @@
 """Failures of the agent and of the runtime, on the project's own stack (these restart its parts).
 
 kill -9 of the agent must not touch running pods: the restarted agent adopts the same containers with
-the same restart counts. Stopping containerd makes the Node NotReady with the runtime's message, and
-Ready again once containerd is back, with the pods untouched.
+the same restart counts. Stopping containerd makes the Node NotReady with the runtime's message (once
+it has not answered for 30 s, as upstream), and Ready again once containerd is back, with the pods
+untouched.
 """
 
 from __future__ import annotations
@@ -75,12 +76,19 @@ def test_containerd_down_makes_node_not_ready(kube, namespace, node_name, image,
     before = wait_for(all_running(kube, namespace, 1), what="survivor Running")
     assert ready_condition(kube, node_name).status == "True"
     stack.containerd.stop_daemon()
+    stopped = time.monotonic()
     try:
+        # One failed Status call is no outage: the node turns NotReady only once the runtime has not
+        # answered for 30 s (upstream's threshold), so it is still Ready some 15 s in.
+        time.sleep(15)
+        assert ready_condition(kube, node_name).status == "True"
         cond = wait_for(
             lambda: (c := ready_condition(kube, node_name)).status == "False" and c,
-            timeout=40,
+            timeout=60,
             what="Ready=False",
         )
+        # Its last answer came at most one 5 s round of upstream's updateRuntimeUp before the stop.
+        assert time.monotonic() - stopped >= 24
         assert cond.reason == "KubeletNotReady"
         assert "container runtime is down" in cond.message
     finally:
@@ -133,3 +141,15 @@ def test_agent_kill_9_keeps_probed_pods_alive_and_ready(kube, namespace, node_na
     time.sleep(3)  # a few probe rounds: still nothing killed
     assert main_status(read(kube, namespace, "probed")).restart_count == 0
     assert not has_event(kube, namespace, "probed", "Killing")
+
+
+def test_restarted_agent_reports_starting(kube, node_name, stack):
+    """Each start of the agent is a Starting event on the Node (upstream's BirthCry)."""
+    def starts() -> int:
+        items = kube.list_namespaced_event("default", field_selector=f"involvedObject.name={node_name}").items
+        return sum((e.count or 1) for e in items if e.reason == "Starting" and e.involved_object.kind == "Node")
+
+    before = starts()
+    stack.agent.kill()
+    stack.start_agent()
+    wait_for(lambda: starts() > before, timeout=30, what="a new Starting event")

@@ -263,3 +263,144 @@ def test_sidecar_runs_beside_the_app_and_stops_after_it(kube, namespace, node_na
     assert {c.type: c.status for c in p.status.conditions}["Initialized"] == "True"
     p = wait_for(phase_is(kube, namespace, "sidecar", "Succeeded", "Failed"), what="done when the app exits")
     assert p.status.phase == "Succeeded"
+
+
+def _watch_pod(kube, namespace: str, name: str, until: Callable[[client.V1Pod], bool], timeout: int = 90) -> list[client.V1Pod]:
+    """Every version of the pod a watch shows, until `until` holds for one (which is the last)."""
+    from kubernetes import watch
+
+    seen: list[client.V1Pod] = []
+    w = watch.Watch()
+    for event in w.stream(kube.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
+                          timeout_seconds=timeout):
+        seen.append(event["object"])
+        if until(event["object"]):
+            w.stop()
+    assert seen and until(seen[-1]), f"pod {name} never reached the state waited for; last: {seen[-1].status if seen else None}"
+    return seen
+
+
+def test_crash_backoff_is_counted_from_the_exit(kube, namespace, node_name, image):
+    """The restart of a container that ran for a while still waits out its back-off window, counted
+    from its exit (not from its last start): after the second exit it shows CrashLoopBackOff and starts
+    again no sooner than 10 s later."""
+    kube.create_namespaced_pod(namespace, make_pod("slowcrash", node_name, image, "sleep 12; exit 1", restart="Always", grace=1))
+    seen = _watch_pod(
+        kube, namespace, "slowcrash",
+        lambda p: bool((cs := main_status(p)) and cs.restart_count >= 2 and cs.state.running), timeout=120,
+    )
+    reasons = [cs.state.waiting.reason for p in seen if (cs := main_status(p)) and cs.restart_count == 1 and cs.state.waiting]
+    assert "CrashLoopBackOff" in reasons
+    last = main_status(seen[-1])
+    waited = (last.state.running.started_at - last.last_state.terminated.finished_at).total_seconds()
+    assert waited >= 9, f"restarted {waited} s after its exit"
+
+
+def _other_name(image: str) -> str:
+    """The same image under another reference (another container hash, the same content)."""
+    if image.endswith(":latest"):
+        return image.removesuffix(":latest")
+    return image if "/" in image else f"docker.io/library/{image}"
+
+
+def test_fixed_image_restarts_at_once(kube, namespace, node_name, image):
+    """The crash-loop back-off belongs to the container's definition: once its image is changed, the
+    container starts right away instead of waiting out the old definition's window."""
+    kube.create_namespaced_pod(namespace, make_pod("fixme", node_name, image, "exit 1", restart="Always", grace=1))
+    wait_for(lambda: (cs := main_status(kube.read_namespaced_pod("fixme", namespace))) and cs.restart_count >= 3, timeout=90,
+             what="three restarts (a 40 s window ahead)")
+    patch = {"spec": {"containers": [{"name": "main", "image": _other_name(image)}]}}
+    changed = time.monotonic()
+    kube.patch_namespaced_pod("fixme", namespace, patch)
+    wait_for(
+        lambda: (cs := main_status(kube.read_namespaced_pod("fixme", namespace))) and cs.image_id and cs.restart_count >= 4,
+        timeout=20, what="a start with the new image",
+    )
+    assert time.monotonic() - changed < 15
+
+
+def test_never_pod_with_sidecar_is_terminal_only_once_the_sidecar_stopped(kube, namespace, node_name, image):
+    pod = make_pod("side-done", node_name, image, "sleep 2; exit 0", restart="Never", grace=2)
+    pod.spec.init_containers = [client.V1Container(name="side", image=image, command=["sh", "-c", "sleep 3600"], restart_policy="Always")]
+    kube.create_namespaced_pod(namespace, pod)
+    seen = _watch_pod(kube, namespace, "side-done", lambda p: p.status.phase in ("Succeeded", "Failed"))
+    final = seen[-1]
+    assert final.status.phase == "Succeeded"
+    side = final.status.init_container_statuses[0]
+    assert side.state.terminated is not None, "a terminal phase while the sidecar still ran"
+    # Before the end, the app container's exit left the pod Running while the sidecar was stopped.
+    assert any(p.status.phase == "Running" and main_status(p) and main_status(p).state.terminated for p in seen)
+
+
+def test_terminal_phase_arrives_with_the_sandbox_stopped(kube, namespace, node_name, image):
+    kube.create_namespaced_pod(namespace, make_pod("done", node_name, image, "echo done", restart="Never"))
+    seen = _watch_pod(kube, namespace, "done", lambda p: p.status.phase in ("Succeeded", "Failed"))
+    conditions = {c.type: c.status for c in seen[-1].status.conditions}
+    assert conditions["PodReadyToStartContainers"] == "False"
+
+
+def test_container_statuses_sorted_by_name(kube, namespace, node_name, image):
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="order"),
+        spec=client.V1PodSpec(node_name=node_name, termination_grace_period_seconds=1, containers=[
+            client.V1Container(name=n, image=image, command=["sleep", "3600"]) for n in ("zeta", "alpha", "mid")
+        ]),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    pod = wait_for(phase_is(kube, namespace, "order", "Running"), what="Running")
+    assert [cs.name for cs in pod.status.container_statuses] == ["alpha", "mid", "zeta"]
+
+
+def test_force_deleted_pod_is_stopped_with_its_own_grace_and_events(kube, namespace, node_name, image):
+    kube.create_namespaced_pod(namespace, make_pod("forced", node_name, image, "trap 'exit 0' TERM; sleep 3600 & wait", restart="Always", grace=20))
+    wait_for(phase_is(kube, namespace, "forced", "Running"), what="Running")
+    kube.delete_namespaced_pod("forced", namespace, grace_period_seconds=0)  # kubectl delete --force --grace-period=0
+
+    def killing():
+        items = kube.list_namespaced_event(namespace, field_selector="involvedObject.name=forced").items
+        return [e for e in items if e.reason == "Killing"]
+
+    [event] = wait_for(killing, timeout=30, what="a Killing event for the force-deleted pod")[:1]
+    assert event.message == "Stopping container main"
+
+
+def test_shorter_grace_period_cuts_a_running_termination(kubeconfig, kube, namespace, node_name, image):
+    import subprocess
+
+    kube.create_namespaced_pod(namespace, make_pod("slowstop", node_name, image, "trap '' TERM; while true; do sleep 0.2; done", restart="Always", grace=60))
+    wait_for(phase_is(kube, namespace, "slowstop", "Running"), what="Running")
+    kubectl = ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "delete", "pod", "slowstop", "--wait=false"]
+    subprocess.run(kubectl, check=True, capture_output=True, timeout=30)
+    wait_for(lambda: any(e.reason == "Killing" for e in kube.list_namespaced_event(
+        namespace, field_selector="involvedObject.name=slowstop").items), timeout=30, what="the stop begun")
+    started = time.monotonic()
+    subprocess.run([*kubectl, "--grace-period=1"], check=True, capture_output=True, timeout=30)
+
+    def gone() -> bool:
+        try:
+            kube.read_namespaced_pod("slowstop", namespace)
+        except ApiException as err:
+            return err.status == 404
+        return False
+
+    wait_for(gone, timeout=40, what="the pod gone with the shorter grace period")
+    assert time.monotonic() - started < 30, "the 60 s stop was not cut short"
+
+
+def test_deleted_pending_pod_ends_failed(kube, namespace, node_name, image):
+    """A pod deleted before it ever ran gets Failed as its last phase (upstream's TerminatePod)."""
+    from kubernetes import watch
+
+    missing = "no-such-image-pykubelet:3.0"
+    kube.create_namespaced_pod(namespace, make_pod("never-ran", node_name, missing, "true", restart="Always", grace=1))
+    wait_for(lambda: (cs := main_status(kube.read_namespaced_pod("never-ran", namespace))) and cs.state.waiting
+             and cs.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff"), timeout=60, what="image pull failing")
+    phases = []
+    w = watch.Watch()
+    for event in w.stream(kube.list_namespaced_pod, namespace, field_selector="metadata.name=never-ran", timeout_seconds=60):
+        if event["type"] == "ADDED" and not phases:
+            kube.delete_namespaced_pod("never-ran", namespace)
+        phases.append(event["object"].status.phase)
+        if event["type"] == "DELETED":
+            w.stop()
+    assert phases[-1] == "Failed", phases

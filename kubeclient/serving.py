@@ -61,3 +61,21 @@ def server_context(cert: Path, key: Path, client_ca: str | None) -> ssl.SSLConte
         ctx.load_verify_locations(cafile=client_ca)
         ctx.verify_mode = ssl.CERT_OPTIONAL  # verified when presented; requests without one are anonymous
     return ctx
+
+
+def peer_subject(ssl_object: ssl.SSLObject) -> tuple[str, tuple[str, ...]] | None:
+    """The verified client certificate's CN and O values (Kubernetes' user name and groups), or None when
+    the peer sent no certificate or one without a CN (upstream's x509 authenticator refuses those)."""
+    cert = ssl_object.getpeercert()
+    if not cert:
+        return None
+    cn = ""
+    orgs: list[str] = []
+    for rdn in cert.get("subject", ()):
+        for attr, value in rdn:
+            if attr == "commonName":
+                cn = value
+            elif attr == "organizationName":
+                orgs.append(value)
+    return (cn, tuple(orgs)) if cn else None
+

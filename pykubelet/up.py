@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod-cidr", default=DEFAULT_POD_CIDR)
     parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
     parser.add_argument("--api-port", type=int, default=6443)
+    parser.add_argument("--store", choices=("sqlite", "etcd"), default="sqlite",
+                        help="where the API server stores the cluster: SQLite in its data dir, or a local etcd "
+                             "(with its own data dir and certificates under <state-dir>/etcd) that up starts and "
+                             "down stops")
     parser.add_argument("--no-example", action="store_true", help="do not run the sample pod")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the sample pod")
 
@@ -60,10 +64,12 @@ def run(args: argparse.Namespace) -> int:
             pod_cidr=args.pod_cidr,
             bridge=args.bridge,
             api_port=args.api_port,
+            store=args.store,
         )
     )
     print(
-        f"pykubelet: starting registry, containerd, API server and agent in {state_dir} ...", file=sys.stderr
+        f"pykubelet: starting registry, containerd, {'etcd, ' if args.store == 'etcd' else ''}API server and agent"
+        f" in {state_dir} ...", file=sys.stderr
     )
     stack.start()
     print(f"pykubelet: node {stack.node_name} is Ready", file=sys.stderr)

@@ -16,6 +16,7 @@ from agent.cri.errors import (
     RuntimeUnavailableError,
     RuntimeUnreachableError,
     UnimplementedError,
+    go_code,
 )
 from agent.cri.pb import api_pb2 as pb
 
@@ -34,6 +35,7 @@ __all__ = [
     "RuntimeVersion",
     "Timeouts",
     "UnimplementedError",
+    "go_code",
     "pb",
     "runtime_condition",
 ]

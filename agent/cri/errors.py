@@ -10,6 +10,14 @@ from __future__ import annotations
 import grpc
 
 
+def go_code(code: grpc.StatusCode | None) -> str:
+    """A gRPC status code as Go's codes.Code prints it: NOT_FOUND -> NotFound, CANCELLED -> Canceled."""
+    if code is None:
+        return "Unknown"
+    special = {"OK": "OK", "CANCELLED": "Canceled"}
+    return special.get(code.name) or "".join(word.capitalize() for word in code.name.split("_"))
+
+
 class CRIError(Exception):
     """A CRI call failed. `code` is the gRPC status code, `details` the runtime's own message."""
 
@@ -18,9 +26,14 @@ class CRIError(Exception):
         self.code = code
         self.details = details
         self.subject = subject
-        code_name = code.name if code is not None else "UNKNOWN"
         about = f" {subject}" if subject else ""
-        super().__init__(f"{method}{about}: rpc error: code = {code_name} desc = {details}")
+        super().__init__(f"{method}{about}: {self.rpc_text}")
+
+    @property
+    def rpc_text(self) -> str:
+        """The error as upstream's events and messages show it (Go's gRPC status text), without the
+        call and object this error names for the agent's own log: `rpc error: code = NotFound desc = ...`."""
+        return f"rpc error: code = {go_code(self.code)} desc = {self.details}"
 
 
 class NotFoundError(CRIError):

@@ -6,6 +6,13 @@ so an idle node costs the API server one small write per five minutes besides it
 judged against the Node as the API holds it (read from the server's cache each time, as upstream's
 tryUpdateNodeStatus does), not only against our own last post: when the node lifecycle controller has
 marked the conditions Unknown (we were unreachable for a while), the next sync puts them right at once.
+
+Right after registration a node that is not ready yet is looked at every 100 ms and its status posted
+the moment it is (upstream's fastStatusUpdateOnce), instead of at the next 10 s tick.
+
+The Node's events are upstream's, from source kubelet: Starting, NodeAllocatableEnforced, Rebooted
+when the boot ID changed, and each condition's change (NodeHasSufficientMemory, NodeHasNoDiskPressure,
+NodeHasSufficientPID, NodeReady, NodeNotReady, ...) against the Node the API held.
 """
 
 from __future__ import annotations
@@ -18,15 +25,29 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.node import facts as host
-from agent.node.status import RuntimeHealth, node_labels, node_status, without_heartbeats
+from agent.node.allocatable import enforce_node_allocatable
+from agent.node.status import (
+    RuntimeHealth,
+    condition_events,
+    condition_specs,
+    node_labels,
+    node_status,
+    rebooted,
+    status_event_message,
+    without_heartbeats,
+)
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
+from kubeclient.events import NORMAL, WARNING, EventRecorder
 
 log = logging.getLogger("agent.node")
 
 HealthProbe = Callable[[], Awaitable[RuntimeHealth]]
 ImageLister = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+FAST_UPDATE_PERIOD = 0.1  # upstream's fastStatusUpdateOnce tick
+NODE_READY_GRACE = 120.0  # upstream's nodeReadyGracePeriod: give up on the fast update after this
 
 
 def _conditions(conditions: list[dict[str, Any]] | None) -> list[tuple[str, str, str, str]]:
@@ -37,17 +58,24 @@ def _conditions(conditions: list[dict[str, Any]] | None) -> list[tuple[str, str,
 
 class NodeController:
     def __init__(
-        self, client: KubeClient, cfg: AgentConfig, health: HealthProbe, images: ImageLister | None = None
+        self,
+        client: KubeClient,
+        cfg: AgentConfig,
+        health: HealthProbe,
+        images: ImageLister | None = None,
+        recorder: EventRecorder | None = None,
     ) -> None:
         self.client = client
         self.cfg = cfg
         self.health = health
         self.images = images
+        self.recorder = recorder
         self.node: dict[str, Any] | None = None
         self.facts: host.HostFacts | None = None
         self.internal_ip = cfg.node_ip
         self._last_reported: dict[str, Any] | None = None
         self._last_report_at = 0.0
+        self._pending_events: list[str] = []
         self.registered = asyncio.Event()
 
     @property
@@ -58,15 +86,30 @@ class NodeController:
     def uid(self) -> str:
         return (self.node or {}).get("metadata", {}).get("uid", "")
 
+    @property
+    def ref(self) -> dict[str, Any]:
+        """The Node as events name it (upstream's nodeRef: the node's name as its UID too)."""
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.cfg.node_name, "uid": self.cfg.node_name}}
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.event(self.ref, type_, reason, message)
+
     async def _compute(self) -> dict[str, Any]:
         if self.facts is None:
             self.facts = await asyncio.to_thread(host.host_facts)
         if not self.internal_ip:
-            self.internal_ip = await asyncio.to_thread(host.default_route_ip)
+            self.internal_ip = await asyncio.to_thread(
+                host.choose_node_ip, self.cfg.node_ip, self.cfg.node_name, self.cfg.node_name
+            )
         use = await asyncio.to_thread(host.usage, self.cfg.root_dir)
         health = await self.health()
-        previous = ((self.node or {}).get("status") or {}).get("conditions") or []
+        held = (self.node or {}).get("status") or {}
+        previous = held.get("conditions") or []
         status = node_status(self.cfg, self.facts, use, health, self.internal_ip, previous)
+        self._pending_events = condition_events(previous, condition_specs(self.cfg, self.facts, use, health))
+        if rebooted(held, self.facts):
+            self._pending_events.append("Rebooted")
         if self.images is not None and health.reachable:
             try:
                 status["images"] = await self.images()
@@ -82,14 +125,14 @@ class NodeController:
                 await self._register_once()
                 self.registered.set()
                 return
-            except ApiError as err:
+            except (ApiError, OSError, host.NodeIPError) as err:
                 delay = backoff.next()
                 log.warning("node registration failed node=%s error=%r retry_in=%.1fs", self.cfg.node_name, str(err), delay)
                 await asyncio.sleep(delay)
 
     async def _register_once(self) -> None:
-        status = await self._compute()
-        assert self.facts is not None
+        if self.facts is None:
+            self.facts = await asyncio.to_thread(host.host_facts)
         labels = node_labels(self.cfg, self.facts)
         try:
             existing = await self.client.get(self.path)
@@ -119,12 +162,43 @@ class NodeController:
             if missing:
                 self.node = await self.client.patch(self.path, {"metadata": {"labels": missing}})
             log.info("node adopted node=%s uid=%s", self.cfg.node_name, self.uid)
-        await self._post(status)
+        # The status is judged against the Node the API holds (an adopted one keeps its conditions, so
+        # only what changed is announced).
+        await self._post(await self._compute())
 
     async def _post(self, status: dict[str, Any]) -> None:
         self.node = await self.client.patch(self.path + "/status", {"status": status})
         self._last_reported = without_heartbeats(status)
         self._last_report_at = time.monotonic()
+        for event in self._pending_events:
+            if event == "Rebooted":
+                assert self.facts is not None
+                self.event(WARNING, "Rebooted", f"Node {self.cfg.node_name} has been rebooted, boot id: {self.facts.boot_id}")
+            else:
+                self.event(NORMAL, event, status_event_message(self.cfg.node_name, event))
+        self._pending_events = []
+
+    def ready(self) -> bool:
+        """Whether the Node as last posted says Ready."""
+        conditions = ((self.node or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    async def fast_status_update(self) -> None:
+        """Until the node is ready (or two minutes passed): look every 100 ms and post the moment it is."""
+        started = time.monotonic()
+        while not self.ready() and time.monotonic() - started < NODE_READY_GRACE:
+            await asyncio.sleep(FAST_UPDATE_PERIOD)
+            try:
+                status = await self._compute()
+            except (OSError, ValueError, host.NodeIPError) as err:
+                log.debug("fast node status not computed error=%r", str(err))
+                continue
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"]):
+                try:
+                    await self._post(status)
+                    log.info("node ready node=%s after=%.1fs", self.cfg.node_name, time.monotonic() - started)
+                except ApiError as err:
+                    log.warning("node status update failed node=%s error=%r", self.cfg.node_name, str(err))
 
     async def sync_status(self) -> bool:
         """Compute the status; patch it if it changed or the report interval passed. True if posted."""
@@ -138,7 +212,12 @@ class NodeController:
         return True
 
     async def run(self) -> None:
+        self.event(NORMAL, "Starting", "Starting kubelet.")
         await self.register()
+        assert self.facts is not None
+        if await asyncio.to_thread(enforce_node_allocatable, self.cfg, self.facts):
+            self.event(NORMAL, "NodeAllocatableEnforced", "Updated Node Allocatable limit across pods")
+        await self.fast_status_update()
         while True:
             await asyncio.sleep(self.cfg.node_status_update_frequency)
             try:
@@ -151,5 +230,5 @@ class NodeController:
                     await self.register()
                 else:
                     log.warning("node status update failed node=%s error=%r", self.cfg.node_name, str(err))
-            except (OSError, ValueError) as err:
+            except (OSError, ValueError, host.NodeIPError) as err:
                 log.warning("node status not computed node=%s error=%r", self.cfg.node_name, str(err))

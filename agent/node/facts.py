@@ -1,15 +1,17 @@
-"""What the host is: machine and boot IDs, kernel and OS, CPU, memory, disk and addresses.
+"""What the host is: machine and boot IDs, kernel and OS, CPU, memory, huge pages, disk and addresses.
 
-These are blocking reads of /proc, /sys and statvfs; callers run them in a thread. Nothing here touches
-the network: the internal IP comes from the interface that holds the default route.
+These are blocking reads of /proc, /sys and statvfs (and one name lookup for the node IP); callers run
+them in a thread.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import platform
 import socket
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -47,25 +49,73 @@ def meminfo() -> dict[str, int]:
     return out
 
 
-def default_route_ip() -> str:
-    """The first IPv4 address of the interface holding the default route, else the hostname's."""
-    iface = ""
+def _route_interface() -> str:
     for line in _read("/proc/net/route").splitlines()[1:]:
         fields = line.split()
         if len(fields) > 2 and fields[1] == "00000000":
-            iface = fields[0]
-            break
-    addrs = psutil.net_if_addrs()
-    for addr in addrs.get(iface, []):
-        if addr.family == socket.AF_INET:
-            return addr.address
-    for name, entries in addrs.items():
-        if name == "lo":
-            continue
-        for addr in entries:
-            if addr.family == socket.AF_INET:
-                return addr.address
-    return "127.0.0.1"
+            return fields[0]
+    return ""
+
+
+def local_ipv4() -> dict[str, list[str]]:
+    """IPv4 addresses by interface."""
+    return {
+        name: [a.address for a in entries if a.family == socket.AF_INET]
+        for name, entries in psutil.net_if_addrs().items()
+    }
+
+
+def default_route_ip() -> str:
+    """The first global IPv4 address of the interface holding the default route ("" when none)."""
+    for ip in local_ipv4().get(_route_interface(), []):
+        addr = ipaddress.ip_address(ip)
+        if not (addr.is_loopback or addr.is_link_local or addr.is_multicast or addr.is_unspecified):
+            return ip
+    return ""
+
+
+def _lookup(name: str) -> list[str]:
+    try:
+        return [info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET)]
+    except OSError:
+        return []
+
+
+class NodeIPError(Exception):
+    pass
+
+
+def _usable(ip: str, local: set[str]) -> bool:
+    """upstream's validateNodeIP: not loopback, link-local, multicast or unspecified, and on this host."""
+    addr = ipaddress.ip_address(ip)
+    return not (addr.is_loopback or addr.is_link_local or addr.is_multicast or addr.is_unspecified) and ip in local
+
+
+def choose_node_ip(
+    node_ip: str,
+    hostname: str,
+    node_name: str,
+    lookup: Callable[[str], list[str]] = _lookup,
+    local: Callable[[], dict[str, list[str]]] = local_ipv4,
+    route_ip: Callable[[], str] = default_route_ip,
+) -> str:
+    """The node's InternalIP as upstream's NodeAddress setter picks it without a cloud provider:
+    --node-ip; else the host name when it is an IP; else the node name's address in DNS (one on this
+    host, never loopback); else the default route's interface. Never a silent 127.0.0.1: NodeIPError."""
+    if node_ip and node_ip not in ("0.0.0.0", "::"):
+        return node_ip
+    try:
+        return str(ipaddress.ip_address(hostname))
+    except ValueError:
+        pass
+    addresses = {ip for ips in local().values() for ip in ips}
+    for ip in lookup(node_name):
+        if _usable(ip, addresses):
+            return ip
+    ip = route_ip()
+    if ip:
+        return ip
+    raise NodeIPError(f"can't get ip address of node {node_name}. error: no usable address")
 
 
 @dataclass(frozen=True)
@@ -79,6 +129,24 @@ class HostFacts:
     cpus: int
     memory_bytes: int
     hostname: str
+    hugepages: dict[int, int] = field(default_factory=dict)  # page size in bytes -> pages
+
+
+def hugepages(root: str = "/sys/kernel/mm/hugepages") -> dict[int, int]:
+    """The host's huge page pools: page size (bytes) -> number of pages (every size the kernel offers)."""
+    out: dict[int, int] = {}
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return out
+    for name in names:
+        if name.startswith("hugepages-") and name.endswith("kB"):
+            try:
+                size = int(name[len("hugepages-"):-2]) * 1024
+                out[size] = int(_read(f"{root}/{name}/nr_hugepages", "0") or 0)
+            except ValueError:
+                continue
+    return out
 
 
 def host_facts() -> HostFacts:
@@ -92,6 +160,7 @@ def host_facts() -> HostFacts:
         cpus=os.cpu_count() or 1,
         memory_bytes=meminfo().get("MemTotal", 0),
         hostname=socket.gethostname().lower(),
+        hugepages=hugepages(),
     )
 
 

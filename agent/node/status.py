@@ -30,7 +30,9 @@ def now_rfc3339() -> str:
 
 @dataclass(frozen=True)
 class RuntimeHealth:
-    """What the CRI Status call said (or that it could not be asked)."""
+    """What the runtime's Status call said, as the node's Ready condition judges it (upstream's
+    runtimeState): `reachable` False means the runtime has not answered for longer than the threshold
+    (or never has); the readiness fields are then from its last answer, when `stale` says there was one."""
 
     reachable: bool
     runtime_ready: bool = False
@@ -41,25 +43,29 @@ class RuntimeHealth:
     network_message: str = ""
     version: str = ""  # containerd://1.6.20
     pleg: str | None = None  # "PLEG is not healthy: ..." when relisting stalled
+    down: str = "container runtime is down"  # or "container runtime status check may not have completed yet"
+    stale: bool = False
 
     def problems(self) -> list[str]:
-        """Upstream's messages for a runtime that is not ready, in its order."""
-        if not self.reachable:
-            return ["container runtime is down", *([self.pleg] if self.pleg else [])]
+        """Upstream's messages for a node that is not ready, in its order: the runtime's sync, the
+        health checks (PLEG), the runtime's own error, then the network's."""
         out = []
-        if not self.runtime_ready:
-            out.append(
-                f"container runtime not ready: RuntimeReady=false reason:{self.runtime_reason} "
-                f"message:{self.runtime_message}"
-            )
-        if not self.network_ready:
-            out.append(
-                f"container runtime network not ready: NetworkReady=false reason:{self.network_reason} "
-                f"message:{self.network_message}"
-            )
+        if not self.reachable:
+            out.append(self.down)
         if self.pleg:
             out.append(self.pleg)
-        return out
+        if self.reachable or self.stale:
+            if not self.runtime_ready:
+                out.append(
+                    f"container runtime not ready: RuntimeReady=false reason:{self.runtime_reason} "
+                    f"message:{self.runtime_message}"
+                )
+            if not self.network_ready:
+                out.append(
+                    f"container runtime network not ready: NetworkReady=false reason:{self.network_reason} "
+                    f"message:{self.network_message}"
+                )
+        return list(dict.fromkeys(out))
 
 
 def node_labels(cfg: AgentConfig, facts: HostFacts) -> dict[str, str]:
@@ -74,15 +80,30 @@ def node_labels(cfg: AgentConfig, facts: HostFacts) -> dict[str, str]:
     return labels
 
 
+def binary_si(n: int) -> str:
+    """A byte count in upstream's canonical BinarySI form: 0, 2Mi, 1Gi, 4096Ki, 1536."""
+    if n == 0:
+        return "0"
+    for exp, suffix in ((60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")):
+        if n % (1 << exp) == 0:
+            return f"{n >> exp}{suffix}"
+    return str(n)
+
+
+def hugepage_resources(facts: HostFacts) -> dict[str, int]:
+    """hugepages-<size> -> bytes, for every page size the host offers (as cadvisor reports them)."""
+    return {f"hugepages-{binary_si(size)}": size * pages for size, pages in sorted(facts.hugepages.items())}
+
+
 def capacity(cfg: AgentConfig, facts: HostFacts, usage: Usage) -> dict[str, str]:
-    return {
+    out = {
         "cpu": str(facts.cpus),
         "memory": format_ki(facts.memory_bytes),
         "ephemeral-storage": format_ki(usage.fs_capacity),
         "pods": str(cfg.max_pods),
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
     }
+    out.update({name: binary_si(amount) for name, amount in hugepage_resources(facts).items()})
+    return out
 
 
 def _reserved(cfg: AgentConfig, name: str) -> str | None:
@@ -106,14 +127,17 @@ def allocatable(cfg: AgentConfig, facts: HostFacts, usage: Usage) -> dict[str, s
     except (QuantityError, ArithmeticError):
         pass
     cpu = str(cpu_m // 1000) if cpu_m % 1000 == 0 else f"{cpu_m}m"
-    return {
+    pages = hugepage_resources(facts)
+    mem -= sum(pages.values())  # memory held in huge pages is not allocatable as memory
+    out = {
         "cpu": cpu,
         "memory": format_ki(max(mem, 0)),
         "ephemeral-storage": str(max(disk, 0)),
         "pods": str(cfg.max_pods),
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
     }
+    for name, amount in pages.items():
+        out[name] = binary_si(max(amount - int(_reserved(cfg, name) or 0), 0))
+    return out
 
 
 def _below(threshold: str | None, available: int, capacity_: int) -> bool:
@@ -220,3 +244,44 @@ def without_heartbeats(status: dict[str, Any]) -> dict[str, Any]:
     """The status with heartbeat times removed: what decides whether anything changed."""
     conds = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"} for c in status.get("conditions", [])]
     return {**status, "conditions": conds}
+
+
+# The event a condition's new status is announced with (upstream's setters record them on the Node).
+_CONDITION_EVENTS = {
+    ("MemoryPressure", "True"): "NodeHasInsufficientMemory",
+    ("MemoryPressure", "False"): "NodeHasSufficientMemory",
+    ("DiskPressure", "True"): "NodeHasDiskPressure",
+    ("DiskPressure", "False"): "NodeHasNoDiskPressure",
+    ("PIDPressure", "True"): "NodeHasInsufficientPID",
+    ("PIDPressure", "False"): "NodeHasSufficientPID",
+    ("Ready", "True"): "NodeReady",
+    ("Ready", "False"): "NodeNotReady",
+}
+
+
+def condition_events(previous: list[dict[str, Any]], specs: list[CondSpec]) -> list[str]:
+    """The events upstream's condition setters record against the Node the API holds: a pressure
+    condition announces every change of status (a new one counts as changed from Unknown); Ready only a
+    change of a condition that was there."""
+    held = {c.get("type"): c.get("status") for c in previous or []}
+    out = []
+    for spec in specs:
+        old = held.get(spec.type)
+        if spec.type == "Ready":
+            changed = old is not None and old != spec.status
+        else:
+            changed = (old or "Unknown") != spec.status
+        if changed and (spec.type, spec.status) in _CONDITION_EVENTS:
+            out.append(_CONDITION_EVENTS[(spec.type, spec.status)])
+    return out
+
+
+def status_event_message(node_name: str, event: str) -> str:
+    """upstream's recordNodeStatusEvent text."""
+    return f"Node {node_name} status is now: {event}"
+
+
+def rebooted(previous_status: dict[str, Any], facts: HostFacts) -> bool:
+    """The Node the API holds was reported from another boot of this host."""
+    boot = (previous_status.get("nodeInfo") or {}).get("bootID")
+    return bool(boot) and boot != facts.boot_id

@@ -10,7 +10,7 @@ from typing import Any
 from agent.cri import pb
 from agent.pods import labels as L
 from agent.pods.env import ConfigError, expand
-from agent.pods.qos import qos_class
+from agent.pods.qos import cgroup2_unified, oom_score_adj
 from agent.pods.sandbox import namespace_options
 from kubeclient.quantity import QuantityError, milli_value, value
 
@@ -19,30 +19,31 @@ MIN_SHARES = 2
 MIN_QUOTA = 1000
 
 
-def linux_resources(pod: dict[str, Any], container: dict[str, Any], node_memory: int) -> pb.LinuxContainerResources:
+def linux_resources(
+    pod: dict[str, Any], container: dict[str, Any], node_memory: int, cgroup2: bool | None = None
+) -> pb.LinuxContainerResources:
+    """Shares from the cpu request (the limit when no request), CFS quota from the cpu limit, the memory
+    limit, the OOM score of the pod's QoS class, and on cgroup v2 memory.oom.group=1, so an OOM kills
+    the whole container as a unit (upstream 1.32's default, singleProcessOOMKill false)."""
     res = container.get("resources") or {}
     requests = res.get("requests") or {}
     limits = res.get("limits") or {}
     out = pb.LinuxContainerResources()
     try:
-        cpu_req = requests.get("cpu") or limits.get("cpu")
-        out.cpu_shares = max(MIN_SHARES, milli_value(cpu_req) * 1024 // 1000) if cpu_req else MIN_SHARES
-        if limits.get("cpu"):
+        cpu_request = milli_value(requests["cpu"]) if requests.get("cpu") else 0
+        cpu_limit = milli_value(limits["cpu"]) if limits.get("cpu") else 0
+        millis = cpu_limit if cpu_request == 0 and cpu_limit else cpu_request
+        out.cpu_shares = max(MIN_SHARES, millis * 1024 // 1000) if millis else MIN_SHARES
+        if cpu_limit:
             out.cpu_period = CPU_PERIOD
-            out.cpu_quota = max(MIN_QUOTA, milli_value(limits["cpu"]) * CPU_PERIOD // 1000)
+            out.cpu_quota = max(MIN_QUOTA, cpu_limit * CPU_PERIOD // 1000)
         if limits.get("memory"):
             out.memory_limit_in_bytes = value(limits["memory"])
-        qos = qos_class(pod)
-        if qos == "Guaranteed":
-            out.oom_score_adj = -997
-        elif qos == "BestEffort":
-            out.oom_score_adj = 1000
-        else:
-            mem_req = value(requests["memory"]) if requests.get("memory") else 0
-            adj = 1000 - (1000 * mem_req) // max(node_memory, 1)
-            out.oom_score_adj = int(min(max(adj, 2), 999))
+        out.oom_score_adj = oom_score_adj(pod, container, node_memory)
     except QuantityError as err:
         raise ConfigError(str(err)) from None
+    if cgroup2_unified() if cgroup2 is None else cgroup2:
+        out.unified["memory.oom.group"] = "1"
     return out
 
 

@@ -55,17 +55,23 @@ class ImageError(Exception):
 
 def grpc_error_text(err: ImagePullError) -> str:
     """The error as upstream shows it (Go's gRPC status text): rpc error: code = NotFound desc = ..."""
-    code = "".join(part.title() for part in err.code.name.split("_")) if err.code is not None else "Unknown"
-    return f"rpc error: code = {code} desc = {err.details}"
+    return err.rpc_text
 
 
 def go_duration(seconds: float) -> str:
-    """Seconds as Go prints a time.Duration: 51.4ms, 1.234s."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3f}".rstrip("0").rstrip(".") + "µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.6f}".rstrip("0").rstrip(".") + "ms"
-    return f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
+    """A pull's duration as upstream's Pulled event prints it: truncated to the millisecond, then as Go
+    prints a time.Duration (51ms, 1.234s, 1m2.5s, 0s)."""
+    ms = int(seconds * 1000)
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    text = f"{rest // 1000}.{rest % 1000:03d}".rstrip("0").rstrip(".") + "s"
+    if hours or minutes:
+        text = f"{minutes}m{text}"
+    return f"{hours}h{text}" if hours else text
 
 
 def default_pull_policy(image: str) -> str:

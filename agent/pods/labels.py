@@ -6,7 +6,6 @@ under the upstream kubelet, and so a restarted agent can rebuild everything from
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -38,9 +37,16 @@ def container_labels(pod: dict[str, Any], name: str) -> dict[str, str]:
     return {POD_NAME: meta["name"], POD_NAMESPACE: meta["namespace"], POD_UID: meta["uid"], CONTAINER_NAME: name}
 
 
+def _fnv32a(data: bytes) -> int:
+    h = 0x811C9DC5
+    for byte in data:
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
 def container_hash(container: dict[str, Any]) -> str:
-    """A hash of the container's spec without its resources (which can change in place), as upstream
-    does: a running container whose hash no longer matches its spec is restarted."""
-    spec = {k: v for k, v in container.items() if k != "resources"}
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return digest[:8]
+    """The container's hash over its name and image only, as upstream's HashContainer since 1.31 (an
+    FNV-32a of those two fields, in hex): a running container whose hash no longer matches its spec is
+    restarted, so fields the API server defaults later (or that may change in place) never restart it."""
+    fields = {"image": container.get("image", ""), "name": container.get("name", "")}
+    return format(_fnv32a(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()), "x")

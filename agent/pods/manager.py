@@ -5,6 +5,10 @@ about once a second (containerd 1.6 has no container event stream over CRI). Eit
 the worker of that pod UID, which does all the work. Sandboxes found in CRI for pods the API no longer
 has (once the informer has synced, so a slow first list never kills healthy pods) get a worker too,
 which stops and removes them.
+
+The manager also answers what concerns all pods: admission (one pod at a time, against the pods already
+admitted, as upstream's HandlePodAdditions), whether a pod could still have running containers (for the
+status manager's hold on terminal phases), and the log folders of pods that are gone.
 """
 
 from __future__ import annotations
@@ -12,18 +16,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from typing import Any
 
 from agent.cri import CRIError
 from agent.kube.pods import pod_by_uid
 from agent.pods import labels as L
+from agent.pods.admission import admit
 from agent.pods.backoff import format_go_duration
+from agent.pods.context import PodContext
+from agent.pods.cri_runtime import log_dir_uid, remove_pod_log_dirs
 from agent.pods.events import field_of
-from agent.pods.worker import PodContext, PodWorker
+from agent.pods.worker import PodWorker
 from kubeclient.informer import Informer
 
 log = logging.getLogger("agent.pods.manager")
+
+LOG_GC_PERIOD = 60.0  # upstream's garbage collection period
 
 
 def _desired(pod: dict[str, Any]) -> str:
@@ -41,6 +51,9 @@ class PodManager:
         self._fingerprints: dict[str, tuple[tuple[str, int], ...]] = {}
         self.relists = 0
         self.last_relist = time.monotonic()  # for the PLEG health check, as upstream's
+        self._admission = asyncio.Lock()
+        self._last_log_gc = 0.0
+        ctx.status.could_have_running = self.could_have_running
 
     # -- desired state ---------------------------------------------------------------------------
 
@@ -80,10 +93,25 @@ class PodManager:
         """An event about one of the pod's containers, with its fieldPath (for the prober)."""
         self.ctx.recorder.event(pod, type_, reason, message, field_of(pod, name))
 
+    def could_have_running(self, uid: str) -> bool:
+        """Whether something of the pod may still run: its worker has not finished terminating it
+        (upstream's CouldHaveRunningContainers)."""
+        worker = self.workers.get(uid)
+        return worker is not None and worker.could_have_running()
+
+    async def admit(self, pod: dict[str, Any]) -> tuple[bool, str, str]:
+        """Admission for a pod about to start, one at a time, against the pods admitted and not yet
+        terminated (upstream's canAdmitPod over the active pods)."""
+        async with self._admission:
+            uid = pod["metadata"]["uid"]
+            others = [w.last_pod for w in self.workers.values() if w.uid != uid and w.active() and w.last_pod]
+            verdict = admit(pod, self.ctx.node(), others)
+            return verdict.admit, verdict.reason, verdict.message
+
     def _ensure_worker(self, uid: str) -> PodWorker:
         worker = self.workers.get(uid)
         if worker is None:
-            worker = PodWorker(self.ctx, uid, lambda: self.pod(uid))
+            worker = PodWorker(self.ctx, uid, lambda: self.pod(uid), self.admit)
             self.workers[uid] = worker
             worker.start(self._worker_exited)
         return worker
@@ -141,10 +169,32 @@ class PodManager:
             f"threshold is {format_go_duration(threshold)}"
         )
 
+    async def gc_pod_logs(self) -> list[str]:
+        """Remove the log folders (/var/log/pods/<ns>_<name>_<uid>) of pods that are gone: no worker, not
+        in the API, nothing in CRI (upstream's evictPodLogsDirectories, once all sources are ready)."""
+        if self.informer is None or not self.informer.synced.is_set():
+            return []
+        try:
+            entries = await asyncio.to_thread(os.listdir, self.ctx.cfg.pod_logs_dir)
+        except OSError:
+            return []
+        known = set(self.workers) | set(self._fingerprints)
+        gone = {uid for name in entries if (uid := log_dir_uid(name)) and uid not in known and self.pod(uid) is None}
+        if not gone:
+            return []
+        removed = await asyncio.to_thread(remove_pod_log_dirs, self.ctx.cfg.pod_logs_dir, gone)
+        if removed:
+            log.info("pod log folders removed count=%d", len(removed))
+        return removed
+
     async def run_pleg(self) -> None:
         while True:
             try:
                 await self.relist()
+                if time.monotonic() - self._last_log_gc >= LOG_GC_PERIOD:
+                    self._last_log_gc = time.monotonic()
+                    await self.gc_pod_logs()
+                    self.ctx.crash_backoff.gc()
             except CRIError as err:
                 log.debug("relist failed error=%r", str(err))
             except Exception:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kubeclient.quantity import QuantityError, parse_quantity
+from kubeclient.quantity import QuantityError, parse_quantity, value
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 
@@ -21,27 +21,89 @@ def _all_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
 
 
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def _positive(resources: dict[str, Any], into: dict[str, Any]) -> set[str]:
+    """Add the positive cpu/memory quantities of `resources` to `into`; the names found."""
+    found = set()
+    for name, text in resources.items():
+        if name not in _QOS_RESOURCES:
+            continue
+        try:
+            amount = parse_quantity(text)
+        except QuantityError:
+            continue
+        if amount > 0:
+            found.add(name)
+            into[name] = into.get(name, 0) + amount
+    return found
+
+
 def qos_class(pod: dict[str, Any]) -> str:
+    """upstream's GetPodQOS: requests and limits summed over all containers, zero quantities ignored
+    (a zero cpu request does not make a pod Burstable); Guaranteed when every container limits both cpu
+    and memory and the summed requests equal the summed limits."""
     requests: dict[str, Any] = {}
     limits: dict[str, Any] = {}
     guaranteed = True
     for c in _all_containers(pod):
         res = c.get("resources") or {}
-        req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}
-        lim = {k: v for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
-        requests.update(req)
-        limits.update(lim)
-        if set(lim) != {"cpu", "memory"}:
+        _positive(res.get("requests") or {}, requests)
+        if not {"cpu", "memory"} <= _positive(res.get("limits") or {}, limits):
             guaranteed = False
-        for k, v in req.items():
-            try:
-                if k not in lim or parse_quantity(v) != parse_quantity(lim[k]):
-                    guaranteed = False
-            except QuantityError:
-                guaranteed = False
     if not requests and not limits:
         return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
+    if guaranteed and all(limits.get(name) == amount for name, amount in requests.items()) and len(requests) == len(limits):
+        return "Guaranteed"
+    return "Burstable"
+
+
+GUARANTEED_OOM_SCORE_ADJ = -997
+BEST_EFFORT_OOM_SCORE_ADJ = 1000
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+
+
+def _memory_request(container: dict[str, Any]) -> int:
+    text = ((container.get("resources") or {}).get("requests") or {}).get("memory")
+    return value(text) if text else 0
+
+
+def _node_critical(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    return spec.get("priorityClassName") == "system-node-critical" and int(spec.get("priority") or 0) >= SYSTEM_CRITICAL_PRIORITY
+
+
+def oom_score_adj(pod: dict[str, Any], container: dict[str, Any], memory_capacity: int) -> int:
+    """upstream's GetContainerOOMScoreAdjust: -997 for Guaranteed (and node-critical) pods, 1000 for
+    BestEffort, and for Burstable 1000 - 1000 * request / capacity, kept within 3..999 (above every
+    Guaranteed container, below every BestEffort one); a sidecar scores no higher than the pod's regular
+    container with the smallest request."""
+    if _node_critical(pod):
+        return GUARANTEED_OOM_SCORE_ADJ
+    qos = qos_class(pod)
+    if qos == "Guaranteed":
+        return GUARANTEED_OOM_SCORE_ADJ
+    if qos == "BestEffort":
+        return BEST_EFFORT_OOM_SCORE_ADJ
+    capacity = max(memory_capacity, 1)
+    adj = 1000 - (1000 * _memory_request(container)) // capacity
+    spec = pod.get("spec") or {}
+    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    regular = spec.get("containers") or []
+    if any(c is container or c.get("name") == container.get("name") for c in sidecars) and regular:
+        smallest = min(_memory_request(c) for c in regular)
+        adj = min(adj, 1000 - (1000 * smallest) // capacity)
+    if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ:
+        return 1000 + GUARANTEED_OOM_SCORE_ADJ
+    if adj == BEST_EFFORT_OOM_SCORE_ADJ:
+        return adj - 1
+    return int(adj)
+
+
+def cgroup2_unified() -> bool:
+    """Whether /sys/fs/cgroup is the cgroup v2 unified hierarchy (upstream's IsCgroup2UnifiedMode)."""
+    return (CGROUP_FS / "cgroup.controllers").exists()
 
 
 def cgroup_parent(pod: dict[str, Any], cgroup_root: str = "/", driver: str = "cgroupfs") -> str:

@@ -70,7 +70,13 @@ class PodRuntime:
         return None
 
     def running(self) -> list[ContainerRecord]:
-        return [c for c in self.all_containers() if c.state in ("running", "created", "unknown")]
+        """The containers a kill stops (upstream's ConvertPodStatusToRunningPod: running ones only)."""
+        return [c for c in self.all_containers() if c.state == "running"]
+
+    def active(self) -> list[ContainerRecord]:
+        """Containers of the newest sandbox (upstream's ActiveContainerStatuses)."""
+        sb = self.latest_sandbox
+        return [c for c in self.all_containers() if sb is not None and c.sandbox_id == sb.id]
 
     def empty(self) -> bool:
         return not self.sandboxes and not any(self.containers.values())
@@ -87,7 +93,7 @@ class RuntimeInspector:
         sandboxes = await self.cri.list_pod_sandbox(labels=selector)
         containers = await self.cri.list_containers(labels=selector)
         rt = PodRuntime(uid)
-        for sb in sorted(sandboxes, key=lambda s: (s.metadata.attempt, s.created_at), reverse=True):
+        for sb in sorted(sandboxes, key=lambda s: s.created_at, reverse=True):
             ready = sb.state == pb.SANDBOX_READY
             net = self._sandbox_net.get(sb.id)
             if net is None and ready:
@@ -105,7 +111,7 @@ class RuntimeInspector:
             if rec is not None:
                 rt.containers.setdefault(rec.name, []).append(rec)
         for recs in rt.containers.values():
-            recs.sort(key=lambda r: (r.restart_count, r.created_at), reverse=True)
+            recs.sort(key=lambda r: r.created_at, reverse=True)
         return rt
 
     async def _record(self, c: pb.Container) -> ContainerRecord | None:
@@ -186,6 +192,32 @@ def termination_message(st: pb.ContainerStatus, rec: ContainerRecord) -> str:
     if not data and policy == "FallbackToLogsOnError" and rec.exit_code != 0 and st.log_path:
         data = read_tail(st.log_path, FALLBACK_LOG_LINES, FALLBACK_LOG_BYTES)  # b"" if unreadable
     return data.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class SandboxCheck:
+    """upstream's PodSandboxChanged: whether a new sandbox is needed, its attempt number, and the
+    sandbox the pod has now (empty when it has none, or the network mode changed)."""
+
+    changed: bool
+    attempt: int
+    sandbox_id: str
+
+
+def sandbox_changed(pod: dict[str, Any], rt: PodRuntime) -> SandboxCheck:
+    """A new sandbox is needed when there is none, when more than one is ready, when the newest is not
+    ready, when its network mode no longer matches the pod's, or when it has no IP (pod network)."""
+    if not rt.sandboxes:
+        return SandboxCheck(True, 0, "")
+    newest = rt.sandboxes[0]
+    if sum(1 for sb in rt.sandboxes if sb.ready) > 1 or not newest.ready:
+        return SandboxCheck(True, newest.attempt + 1, newest.id)
+    host = bool((pod.get("spec") or {}).get("hostNetwork"))
+    if newest.host_network != host:
+        return SandboxCheck(True, newest.attempt + 1, "")
+    if not host and not newest.ip:
+        return SandboxCheck(True, newest.attempt + 1, newest.id)
+    return SandboxCheck(False, newest.attempt, newest.id)
 
 
 def runtime_summary(rt: PodRuntime) -> dict[str, Any]:

@@ -7,6 +7,10 @@ and goes on converging; writer tasks send the newest status of each pod, so a bu
 (Pending, then Running a moment later) costs one PATCH, and a slow or rate-limited API server never holds
 up starting containers. `flush` waits for a pod's status to be written (before the final DELETE).
 
+What is written is upstream's merge (agent/pods/status_patch.py): a terminal phase waits until the pod
+worker reports that nothing of the pod can run any more (`could_have_running`), conditions other writers
+own are left alone, and the write is a strategic merge patch.
+
 Also performs the final DELETE of a pod the agent finished terminating (gracePeriodSeconds 0 with a UID
 precondition), which is what removes the object once the node has let go of it.
 """
@@ -15,14 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from kubeclient.client import MERGE_PATCH, KubeClient
+from agent.pods.status_patch import merge, normalize, same, status_patch
+from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
 
 log = logging.getLogger("agent.pods.status")
 
 WRITERS = 8
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def pod_path(pod: dict[str, Any]) -> str:
@@ -33,7 +46,11 @@ def pod_path(pod: dict[str, Any]) -> str:
 class StatusManager:
     def __init__(self, client: KubeClient | None) -> None:
         self.client = client
-        self._written: dict[str, dict[str, Any]] = {}
+        # Whether the pod's worker may still have something running: until it says no, a terminal phase
+        # is not written (the pod manager answers; with no manager nothing is held back).
+        self.could_have_running: Callable[[str], bool] = lambda uid: False
+        self._written: dict[str, dict[str, Any]] = {}  # the status our last write left in the API
+        self._written_rv: dict[str, int] = {}
         self._latest: dict[str, dict[str, Any]] = {}
         self._pending: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # uid -> (pod, status)
         self._queue: asyncio.Queue[str] = asyncio.Queue()
@@ -41,19 +58,35 @@ class StatusManager:
         self.patches = 0
 
     def last(self, uid: str) -> dict[str, Any] | None:
-        """The newest status computed for the pod (written or about to be)."""
+        """The newest status computed for the pod (written or about to be), before any holding back."""
         return self._latest.get(uid)
+
+    def shown(self, uid: str) -> dict[str, Any] | None:
+        """What the API holds of the pod's status as far as this manager knows (the last merged write)."""
+        return self._written.get(uid)
+
+    def _held(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The freshest status the API holds as far as we know: the pod as the informer last saw it,
+        unless our own last write is newer than that."""
+        uid = pod["metadata"]["uid"]
+        written = self._written.get(uid)
+        if written is None or _rv(pod) >= self._written_rv.get(uid, 0):
+            return pod.get("status") or {}
+        return written
 
     async def update(self, pod: dict[str, Any], status: dict[str, Any]) -> bool:
         """Hand over a computed status; True if it differs from what the API has (a write is queued)."""
         uid = pod["metadata"]["uid"]
         self._latest[uid] = status
-        if self._written.get(uid) == status or _same(pod.get("status") or {}, status):
+        held = self._held(pod)
+        merged = merge(held, normalize(pod, status), self.could_have_running(uid))
+        if same(held, merged):
             self._pending.pop(uid, None)
-            self._written[uid] = status
+            self._idle.setdefault(uid, asyncio.Event()).set()
             return False
         if self.client is None:
-            self._written[uid] = status
+            self._written[uid] = merged
+            self._written_rv[uid] = _rv(pod) + 1
             return True
         queued = uid in self._pending
         self._pending[uid] = (pod, status)
@@ -99,15 +132,20 @@ class StatusManager:
     async def _patch(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
         assert self.client is not None
-        body = {"metadata": {"uid": uid}, "status": status}
+        api = self._held(pod)
+        merged = merge(api, normalize(pod, status), self.could_have_running(uid))
+        if same(api, merged):
+            return
+        body = {"metadata": {"uid": uid}, "status": status_patch(api, merged)}
         try:
-            await self.client.patch(pod_path(pod) + "/status", body, content_type=MERGE_PATCH)
+            written = await self.client.patch(pod_path(pod) + "/status", body, content_type=STRATEGIC_PATCH)
         except ApiError as err:
             if err.not_found or err.conflict:
                 log.info("status not written, pod gone pod=%s uid=%s", pod_path(pod), uid)
                 return
             raise
-        self._written[uid] = status
+        self._written[uid] = (written or {}).get("status") or merged
+        self._written_rv[uid] = _rv(written or {})
         self.patches += 1
 
     async def delete(self, pod: dict[str, Any]) -> bool:
@@ -126,13 +164,9 @@ class StatusManager:
 
     def forget(self, uid: str) -> None:
         self._written.pop(uid, None)
+        self._written_rv.pop(uid, None)
         self._latest.pop(uid, None)
         self._pending.pop(uid, None)
         event = self._idle.pop(uid, None)
         if event is not None:
             event.set()
-
-
-def _same(api: dict[str, Any], ours: dict[str, Any]) -> bool:
-    """Whether the API already holds our status (fields the API may add, like nominatedNodeName, aside)."""
-    return all(api.get(k) == v for k, v in ours.items())

@@ -43,7 +43,7 @@ class HookRunner:
         try:
             res = await self.cri.exec_sync(target.container_id, command, int(timeout))
         except CRIError as err:
-            return f'Exec lifecycle hook ({shown}) for Container "{container}" in Pod "{pod_ref}" failed - error: {err}, message: ""'
+            return f'Exec lifecycle hook ({shown}) for Container "{container}" in Pod "{pod_ref}" failed - error: {err.rpc_text}, message: ""'
         if res.exit_code == 0:
             return None
         output = (res.stdout + res.stderr).decode(errors="replace")

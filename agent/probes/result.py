@@ -14,7 +14,7 @@ class Result(enum.Enum):
     WARNING = "warning"
     FAILURE = "failure"
     # The probe could not be run at all (bad port name, exec that the runtime refused): upstream's
-    # probe.Unknown, reported as "<Kind> probe errored: ..." and counted as a failure.
+    # probe.Unknown, reported as "<Kind> probe errored and resulted in unknown state: ..." and thrown away.
     UNKNOWN = "unknown"
 
 

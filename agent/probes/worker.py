@@ -191,7 +191,7 @@ class ProbeWorker:
                 break
         kind = self.kind.value
         if outcome.result is Result.UNKNOWN:
-            self._event("Unhealthy", f"{kind} probe errored: {outcome.output}")
+            self._event("Unhealthy", f"{kind} probe errored and resulted in unknown state: {outcome.output}")
             log.info("probe errored pod=%s container=%s kind=%s output=%r", self.uid, self.name, kind, outcome.output)
             return None
         if outcome.result is Result.FAILURE:

@@ -28,6 +28,8 @@ from aiohttp import web
 
 from agent.kube.tokens import ReviewedUser
 from kubeclient.errors import ApiError
+from kubeclient.serving import peer_subject
+from kubeclient.ttlcache import TTLCache
 
 log = logging.getLogger("agent.server.auth")
 
@@ -89,56 +91,14 @@ def certificate_user(request: web.Request) -> User | None:
     ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
     if not isinstance(ssl_object, ssl.SSLObject):
         return None
-    cert = ssl_object.getpeercert()
-    if not cert:
-        return None
-    cn, orgs = "", []
-    for rdn in cert.get("subject", ()):
-        for attr, value in rdn:
-            if attr == "commonName":
-                cn = value
-            elif attr == "organizationName":
-                orgs.append(value)
-    return User(cn, groups=tuple(orgs)) if cn else None
+    subject = peer_subject(ssl_object)
+    return None if subject is None else User(subject[0], groups=subject[1])
 
 
 def _with_authenticated(user: User) -> User:
     if "system:authenticated" in user.groups:
         return user
     return User(user.name, user.uid, (*user.groups, "system:authenticated"), user.extra)
-
-
-@dataclass
-class _Remembered:
-    value: Any
-    until: float
-
-
-@dataclass
-class TTLCache:
-    """A small map whose entries expire; bounded so a flood of distinct keys cannot grow it forever."""
-
-    clock: Callable[[], float] = time.monotonic
-    limit: int = 4096
-    _entries: dict[str, _Remembered] = field(default_factory=dict)
-
-    def get(self, key: str) -> tuple[bool, Any]:
-        entry = self._entries.get(key)
-        if entry is None:
-            return False, None
-        if self.clock() >= entry.until:
-            del self._entries[key]
-            return False, None
-        return True, entry.value
-
-    def put(self, key: str, value: Any, ttl: float) -> None:
-        if ttl <= 0:
-            return
-        if len(self._entries) >= self.limit:
-            now = self.clock()
-            for k in [k for k, e in self._entries.items() if e.until <= now] or list(self._entries)[: self.limit // 4]:
-                del self._entries[k]
-        self._entries[key] = _Remembered(value, self.clock() + ttl)
 
 
 @dataclass
@@ -152,8 +112,8 @@ class KubeletAuth:
     authorized_ttl: float = 300.0
     unauthorized_ttl: float = 30.0
     clock: Callable[[], float] = time.monotonic
-    _tokens: TTLCache = field(init=False)
-    _decisions: TTLCache = field(init=False)
+    _tokens: TTLCache[str, User | None] = field(init=False)
+    _decisions: TTLCache[str, bool] = field(init=False)
 
     def __post_init__(self) -> None:
         self._tokens = TTLCache(self.clock)

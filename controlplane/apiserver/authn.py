@@ -20,6 +20,8 @@ from typing import Any
 from aiohttp import web
 
 from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups
+from controlplane.apiserver.tokencache import SUCCESS_TTL, TokenCache
+from kubeclient.serving import peer_subject
 
 log = logging.getLogger("controlplane.apiserver.authn")
 
@@ -85,19 +87,10 @@ def _from_certificate(request: web.Request) -> UserInfo | None:
 
 
 def _read_certificate(ssl_object: ssl.SSLObject) -> UserInfo | None:
-    cert = ssl_object.getpeercert()
-    if not cert:
+    subject = peer_subject(ssl_object)
+    if subject is None:
         return None
-    cn = ""
-    orgs: list[str] = []
-    for rdn in cert.get("subject", ()):
-        for attr, value in rdn:
-            if attr == "commonName":
-                cn = value
-            elif attr == "organizationName":
-                orgs.append(value)
-    if not cn:
-        return None
+    cn, orgs = subject
     return UserInfo(cn, groups=(*orgs, "system:authenticated"))
 
 
@@ -106,11 +99,12 @@ class Authenticator:
 
     def __init__(
         self, tokens: dict[str, UserInfo] | None = None, service_accounts: TokenValidator | None = None,
-        api_audiences: tuple[str, ...] = (),
+        api_audiences: tuple[str, ...] = (), success_cache_ttl: float = SUCCESS_TTL,
     ) -> None:
         self._tokens = tokens or {}
         self.service_accounts = service_accounts
         self.api_audiences = api_audiences
+        self._cache: TokenCache[TokenResult] = TokenCache(success_cache_ttl)
 
     def authenticate(self, request: web.Request) -> UserInfo | None:
         header = request.headers.get("Authorization", "")
@@ -126,6 +120,15 @@ class Authenticator:
         """A bearer token against the static tokens, then the service-account tokens (upstream's token
         union). `audiences`: the ones the caller asks for (TokenReview); default the API server's."""
         wanted = audiences or self.api_audiences
+        cached = self._cache.get(token, wanted)
+        if cached is not None:
+            return cached
+        result = self._authenticate_token(token, wanted)
+        if result.user is not None:
+            self._cache.put(token, wanted, result)
+        return result
+
+    def _authenticate_token(self, token: str, wanted: tuple[str, ...]) -> TokenResult:
         for known, user in self._tokens.items():
             if hmac.compare_digest(known.encode(), token.encode()):
                 # Audience-agnostic, as upstream wraps it: good for the API server's own audiences only.

@@ -22,11 +22,12 @@ from typing import Any
 # The shared request bodies, beside the kinds' own.
 EXTRA_ROOTS = ("V1DeleteOptions",)
 # Integer fields that are int64 upstream (metadata.generation, grace periods, user and group ids,
-# tolerationSeconds, observedGeneration, ControllerRevision.revision, image sizes, sleep seconds).
+# tolerationSeconds, observedGeneration, ControllerRevision.revision, image sizes, sleep seconds,
+# CronJob.startingDeadlineSeconds).
 INT64_FIELDS = {
     "generation", "deletionGracePeriodSeconds", "terminationGracePeriodSeconds", "activeDeadlineSeconds",
     "runAsUser", "runAsGroup", "fsGroup", "supplementalGroups", "tolerationSeconds", "expirationSeconds",
-    "observedGeneration", "revision", "sizeBytes", "seconds", "uid", "gid",
+    "observedGeneration", "revision", "sizeBytes", "seconds", "uid", "gid", "startingDeadlineSeconds",
 }
 _SCALARS = {"str": "string", "bool": "bool", "float": "float64", "datetime": "time", "date": "string",
             "object": "any", "bytes": "bytes", "bytearray": "bytes"}

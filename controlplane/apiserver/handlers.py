@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from controlplane.apiserver import errors, fieldselect, ssa, tables, typed
+from controlplane.apiserver import errors, fieldselect, responses, ssa, tables, typed
 from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain, exact_field, forbidden
@@ -267,7 +267,7 @@ class RestHandler:
             except (ValueError, KeyError, TypeError):
                 raise errors.bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)") from None
         elif match == "Exact" and rv:
-            revision = revision(rv)
+            revision = responses.revision(rv)
         out: list[CachedObject] = []
         try:
             while True:

@@ -15,7 +15,7 @@ from aiohttp import web
 from controlplane.apiserver import discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
-from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo, load_token_file
+from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import Attributes, forbidden
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.certs import (
@@ -34,7 +34,9 @@ from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
 from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
+from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import WatchCache, encode
+from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
 
 log = logging.getLogger("controlplane.apiserver")
@@ -49,6 +51,10 @@ PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:@SECLEVEL=0"
 SCHEDULER_KUBECONFIG = "scheduler.conf"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.conf"
+
+
+def _presents_token(request: web.Request) -> bool:
+    return request.headers.get("Authorization", "")[:7].lower() == "bearer "
 
 
 @dataclass
@@ -73,13 +79,15 @@ class ServerConfig:
     jwks_uri: str = ""
     disable_admission_plugins: list[str] = field(default_factory=list)
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
+    anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
+    etcd: EtcdConfig | None = None  # --etcd-servers and its TLS files; None: SQLite in DIR/state.db
 
 
 class ApiServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = SQLiteStore(config.data_dir / "state.db")
+        self.store = EtcdStore(config.etcd) if config.etcd else SQLiteStore(config.data_dir / "state.db")
         self.cache = WatchCache(self.store, window=config.watch_window, viewer=slim_view)
         self.registry = Registry(self.cache, default_chain(config.disable_admission_plugins))
         # In-process loops the kinds need (the namespace finalizer, event expiry).
@@ -188,7 +196,10 @@ class ApiServer:
             target = last
             last = self.store.revision
             if target > self.store.compacted_revision:
-                await self.store.compact(target)
+                try:
+                    await self.store.compact(target)
+                except StoreError as err:  # etcd away: the next round compacts further
+                    log.warning("event=compaction-failed revision=%d cause=%s", target, err)
 
     # --- HTTP ----------------------------------------------------------------------------------------
 
@@ -222,9 +233,18 @@ class ApiServer:
                 # Like upstream's old insecure port: no TLS means no identity; everyone is admin.
                 user = INSECURE_USER
             if user is None:
-                if request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
+                if _presents_token(request):
+                    # A credential that failed is a 401 whatever the path, as upstream's fail-on-error
+                    # union of authenticators answers it.
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
+                if self.config.anonymous_auth:
+                    # No credentials at all: upstream's anonymous user, whom authorization then judges
+                    # (RBAC's system:public-info-viewer lets it read health and version, nothing else).
+                    user = ANONYMOUS
+                elif request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
                     return await handler(request)
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+                else:
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
             user = impersonate(request.headers, user, self.authorizer)
             request[USER_KEY] = user
             path = request.path
@@ -250,6 +270,14 @@ class ApiServer:
             raise
         except (ConnectionResetError, asyncio.CancelledError):
             raise
+        except StoreUnavailableError as exc:
+            # Upstream's answer to an unreachable or timing-out etcd (storage.IsUnreachable): a retryable
+            # ServerTimeout. Writes are single transactions, so nothing was half applied.
+            log.warning("path=%s method=%s store=unavailable cause=%s", request.path, request.method, exc)
+            message = "The operation could not be completed at this time, please try again."
+            return json_response(ApiError(500, "ServerTimeout", message, {"retryAfterSeconds": 2}).status(), 500)
+        except StoreTooLargeError:
+            return json_response(ApiError(413, "RequestEntityTooLarge", "etcdserver: request is too large").status(), 413)
         except Exception as exc:
             log.exception("path=%s method=%s", request.path, request.method)
             return json_response(ApiError(500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}").status(), 500)

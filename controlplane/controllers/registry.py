@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from controlplane.controllers.base import Controller
 from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
+from controlplane.controllers.cronjob import CronJobController
+from controlplane.controllers.daemonset import DaemonSetController
 from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
+from controlplane.controllers.job import JobController
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.podgc import PodGCController
 from controlplane.controllers.replicaset import ReplicaSetController, ReplicationControllerController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
 from controlplane.controllers.tainteviction import TaintEvictionController
+from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 
 CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
@@ -30,6 +34,10 @@ CONTROLLERS: dict[str, type[Controller]] = {
         TaintEvictionController,
         PodGCController,
         ClusterRoleAggregationController,
+        JobController,
+        TTLAfterFinishedController,
+        CronJobController,
+        DaemonSetController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

@@ -1,8 +1,8 @@
 """Storage for the control plane: one revisioned key-value interface and the backends behind it.
 
-The API server only ever talks to `Store` (interface.py); SQLite is the default backend and an etcd
-backend can be added later without touching the REST layer. `WatchCache` (cache.py) sits in front of a
-store so that watches and cheap lists never reach the backend.
+The API server only ever talks to `Store` (interface.py); SQLite is the default backend, etcd (etcd.py)
+the one for a control plane that outlives a machine; neither touches the REST layer. `WatchCache`
+(cache.py) sits in front of a store so that watches and cheap lists never reach the backend.
 """
 
 from controlplane.storage.interface import (
@@ -14,6 +14,8 @@ from controlplane.storage.interface import (
     NotFoundError,
     Store,
     StoreError,
+    StoreTooLargeError,
+    StoreUnavailableError,
 )
 
 __all__ = [
@@ -25,4 +27,6 @@ __all__ = [
     "NotFoundError",
     "Store",
     "StoreError",
+    "StoreTooLargeError",
+    "StoreUnavailableError",
 ]

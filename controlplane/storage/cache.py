@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from controlplane.storage.interface import Event, Store
+from controlplane.storage.interface import CompactedError, Event, Store
 
+log = logging.getLogger("controlplane.storage.cache")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Predicate = Callable[[dict[str, Any]], bool]
 
@@ -189,10 +191,15 @@ class WatchCache:
         previous server process can resume across a restart instead of relisting."""
         current = self.store.revision
         history = getattr(self.store, "history", None)
+        subscribe = getattr(self.store, "subscribe", None)
         base = max(self.store.compacted_revision + 1, current - self.window)
-        if history is None or base >= current:
+        # A store that feeds the cache by watch (etcd) replays the history itself from the base revision.
+        if (history is None and subscribe is not None) or base >= current:
             base = current
-        items, rev, _ = await self.store.list("/", base)
+        try:
+            items, rev, _ = await self.store.list("/", base)
+        except CompactedError:
+            items, rev, _ = await self.store.list("/")
         self._floor = rev
         self.revision = rev
         for kv in items:
@@ -202,12 +209,13 @@ class WatchCache:
         if history is not None and base < current:
             for event in history(base):
                 self._apply(event)
-        subscribe = getattr(self.store, "subscribe", None)
         if subscribe is not None:
             # An in-process store tells us about each commit synchronously.
             subscribe(self._apply)
         else:
             self._task = asyncio.create_task(self._feed(rev), name="watch-cache-feed")
+            # Serve nothing older than the store was at start: the replay of (base, current] comes first.
+            await self.wait_for(current, patience=60.0)
 
     async def stop(self) -> None:
         if self._task:
@@ -219,11 +227,62 @@ class WatchCache:
                 watcher.close()
 
     async def _feed(self, from_revision: int) -> None:
-        async for batch in self.store.watch(from_revision):
-            for event in batch:
-                self._apply(event)
+        try:
+            while True:
+                try:
+                    async for batch in self.store.watch(from_revision):
+                        for event in batch:
+                            self._apply(event)
+                    return
+                except CompactedError as err:
+                    # The watch fell behind a compaction (etcd away for longer than a compaction round,
+                    # or etcd's own auto-compaction): relist and go on from there, as an informer does.
+                    log.warning("event=watch-cache-relist from=%d compacted=%d", from_revision, err.compacted)
+                    from_revision = await self._relist()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The store's watch already retries what can be retried; past this the cache is stale, and
+            # reads that wait for freshness time out (a 504-like error) rather than serve old data.
+            log.exception("event=watch-cache-feed-ended revision=%d", self.revision)
+            raise
+
+    async def _relist(self) -> int:
+        """Replace every bucket's state with a fresh list. Watchers are closed (they resume from their
+        resourceVersion, older than the new window: 410, and relist); in-process subscribers are told
+        the differences, so their indexes stay in step. Returns the list's revision."""
+        items, rev, _ = await self.store.list("/")
+        fresh: dict[str, dict[str, CachedObject]] = {}
+        for kv in items:
+            cached = CachedObject.from_value(kv.key, kv.value, kv.mod_revision, self.viewer)
+            fresh.setdefault(bucket_of(kv.key), {})[kv.key] = cached
+        for name in set(self._buckets) | set(fresh):
+            bucket = self._bucket(name)
+            new = fresh.get(name, {})
+            for watcher in list(bucket.watchers):
+                watcher.close()
+            changes = [CacheEvent("DELETED", old, old, rev) for key, old in bucket.objects.items() if key not in new]
+            for key, cached in new.items():
+                prev = bucket.objects.get(key)
+                if prev is None or prev.revision != cached.revision:
+                    changes.append(CacheEvent("MODIFIED" if prev else "ADDED", cached, prev, rev))
+            bucket.objects = new
+            bucket.events.clear()
+            bucket.window_start = rev
+            for change in changes:
+                for subscriber in bucket.subscribers:
+                    subscriber(change)
+        self._floor = rev
+        self.revision = max(self.revision, rev)
+        self._wake()
+        return rev
 
     def _apply(self, event: Event) -> None:
+        if event.type == "PROGRESS":
+            if event.revision > self.revision:
+                self.revision = event.revision
+                self._wake()
+            return
         bucket = self._bucket(bucket_of(event.key))
         prev = bucket.objects.get(event.key)
         cached = CachedObject.from_value(event.key, event.value, event.revision, self.viewer)

@@ -1,4 +1,4 @@
-"""The store interface every backend implements (SQLite now, etcd later).
+"""The store interface every backend implements (SQLite and etcd).
 
 It mirrors etcd's model on purpose: one global revision counter, every write gets the next revision,
 and that revision is the object's resourceVersion. Keeping the REST layer on this narrow surface is what
@@ -33,6 +33,15 @@ class ConflictError(StoreError):
         self.actual = actual
 
 
+class StoreUnavailableError(StoreError):
+    """The backend could not be reached or did not answer in time (a retryable 5xx above); a write that
+    failed so was applied whole or not at all."""
+
+
+class StoreTooLargeError(StoreError):
+    """The value is over the backend's request size limit (etcd's --max-request-bytes): a 413 above."""
+
+
 class CompactedError(StoreError):
     """A revision older than the compaction point was asked for (becomes 410 Gone)."""
 
@@ -55,9 +64,11 @@ class KeyValue:
 @dataclass(frozen=True, slots=True)
 class Event:
     """One committed change. For DELETE, `value` is the last live value (watchers need the object).
-    `prev_value` is filled where the backend has it cheaply (history replay); None otherwise."""
+    `prev_value` is filled where the backend has it cheaply (history replay); None otherwise.
+    PROGRESS (etcd's progress notification) changes nothing and has no key: every event up to its
+    revision has been delivered, so a cache fed by the watch is current up to there."""
 
-    type: Literal["PUT", "DELETE"]
+    type: Literal["PUT", "DELETE", "PROGRESS"]
     key: str
     value: bytes
     revision: int

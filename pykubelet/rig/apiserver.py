@@ -21,6 +21,8 @@ from pykubelet.rig.process import Daemon, free_port
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from pykubelet.rig.etcd import Etcd
+
 
 def api_client(kubeconfig: str | os.PathLike[str]) -> ApiClient:
     """An official-client ApiClient for a kubeconfig (its own Configuration, not the global default)."""
@@ -53,13 +55,15 @@ class ApiServer:
         service_account_admission: bool | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
+        etcd: Etcd | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.etcd = etcd  # store in this etcd (its client certificate) instead of DIR/state.db
         self.port = port or free_port()
         self.scheduler = scheduler
         self.controllers = controllers
         self.controller_manager_port = controller_manager_port or (free_port() if controllers else 0)
-        self.extra_args = list(extra_args or [])
+        self.extra_args = list(extra_args or []) + (etcd.server_args() if etcd is not None else [])
         if not (controllers if service_account_admission is None else service_account_admission):
             self.extra_args += ["--disable-admission-plugins", "ServiceAccount"]
         self.log_path = Path(log_path) if log_path else self.data_dir / "apiserver.log"

@@ -1,5 +1,6 @@
 """The whole single-machine cluster: registry + images, the pod network, containerd, the API server (with
-its scheduler) and the agent.
+its scheduler), its store (SQLite in its data dir, or a local etcd the stack owns: `store="etcd"`) and
+the agent.
 
 One class owns every part, so `pykubelet up`, the e2e suite and the benchmarks start and stop the
 same thing. Each daemon is a child process in its own session: `up` leaves them running after it
@@ -21,6 +22,7 @@ import yaml
 
 from agent.cni.node import NodeNetwork
 from pykubelet.rig.containerd import Containerd
+from pykubelet.rig.etcd import Etcd
 from pykubelet.rig.images import RigImages, publish_test_images
 from pykubelet.rig.process import Daemon, free_port
 from pykubelet.rig.registry import Registry
@@ -42,6 +44,7 @@ class StackConfig:
     api_port: int | None = None  # None: a free port
     registry_port: int | None = None
     kubelet_port: int | None = None
+    store: str = "sqlite"  # or "etcd": a local etcd under <state>/etcd, started before the API server
 
 
 def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
@@ -101,6 +104,11 @@ class Stack:
         # for the pod CIDR (containerd reports NetworkReady from then on). The stack only knows where the
         # files are, to remove them at teardown.
         self.images: RigImages | None = None
+        if config.store not in ("sqlite", "etcd"):
+            raise ValueError(f"store {config.store!r}: sqlite or etcd")
+        self.etcd = Etcd(d / "etcd") if config.store == "etcd" else None
+        if self.etcd is not None:
+            self.etcd.daemon.on_spawn = self._spawned
         self.containerd: Containerd | None = None
         self.apiserver = None  # pykubelet.rig.apiserver.ApiServer
         self.agent: Daemon | None = None
@@ -158,9 +166,12 @@ class Stack:
             # nodeName land on our node and every namespace gets its service account and CA bundle.
             # On every address, as upstream's default: pods reach it through their gateway (this host), with
             # the credentials the ServiceAccount admission plugin mounts for them.
+            if self.etcd is not None:
+                self.etcd.start()
+                self._started("etcd")
             self.apiserver = ApiServer(
                 d / "apiserver", port=self.config.api_port or free_port(), scheduler=True, controllers=True,
-                extra_args=["--bind-address", "0.0.0.0"],
+                extra_args=["--bind-address", "0.0.0.0"], etcd=self.etcd,
             )
             self.apiserver.daemon.on_spawn = self._spawned
             self.apiserver.start()
@@ -254,6 +265,7 @@ class Stack:
         for name, pid in (
             ("registry", self.registry.daemon.pid),
             ("containerd", self.containerd.daemon.pid if self.containerd else None),
+            ("etcd", self.etcd.pid if self.etcd else None),
             ("apiserver", self.apiserver.pid if self.apiserver else None),
             ("agent", self.agent.pid if self.agent else None),
         ):
@@ -280,6 +292,8 @@ class Stack:
             self.agent.stop()
         if self.apiserver is not None:
             self.apiserver.stop()
+        if self.etcd is not None:
+            self.etcd.stop()
         if self.containerd is not None:
             left = self.containerd.stop()
             if not left.empty():

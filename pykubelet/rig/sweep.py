@@ -4,7 +4,7 @@ A stack that `up` finished is recorded in stack.json; one whose `up` was killed 
 daemons crashed, is recorded only in part, or not at all, or with pids that died long ago (and may
 since belong to someone else). So `down` trusts the host over the record, whose pids it never signals
 blindly: it finds the processes whose command line names the stack's parts
-(registry, containerd, API server and scheduler, agent, and an `up` still running), the shims of
+(registry, containerd, etcd, API server and scheduler, agent, and an `up` still running), the shims of
 the stack's containerd (by their -address) and what runs under them, the mounts and sandbox network
 namespaces under the state dir, and the pod network from the record or, without one, from the
 conflist on disk. It stops them in dependency order (the front end first, then the agent so it does not
@@ -31,7 +31,7 @@ from pykubelet.rig.stack import DEFAULT_BRIDGE, DEFAULT_POD_CIDR, RECORD_FILE, S
 
 # The stack's parts under its state dir. Processes and mounts are looked for under these only, so a
 # state dir given by mistake (`--state-dir /var/lib`) cannot make down touch anything but a stack's.
-STACK_PARTS = ("registry", "containerd", "apiserver", "agent", "cni", "pod-logs")
+STACK_PARTS = ("registry", "containerd", "etcd", "apiserver", "agent", "cni", "pod-logs")
 
 
 @dataclass(frozen=True)

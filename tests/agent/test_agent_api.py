@@ -106,6 +106,9 @@ async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path
         pod_logs_dir=str(tmp_path / "logs"),
         cgroup_root=CGROUP_ROOT,
         node_status_update_frequency=0.5,
+        # A denial is remembered for cacheUnauthorizedTTL (30 s by default); the token test's caller is
+        # bound after its first refusal, so the agent here forgets refusals after 2 s.
+        authorization_unauthorized_ttl=2.0,
     )
     a = Agent(cfg)
     await asyncio.wait_for(a.start(), 30)
@@ -424,7 +427,7 @@ async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(agent: A
             async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
                 return resp.status == 200 and (await resp.json())["kind"] == "PodList"
 
-        await wait_until(allowed)
+        await wait_until(allowed, timeout=20)
         async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {forged}"}) as resp:
             assert (resp.status, await resp.text()) == (401, "Unauthorized")
         async with http.get(url, ssl=kubelet_tls()) as resp:
@@ -435,3 +438,23 @@ async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(agent: A
         assert token.split(".")[2] not in text and forged.split(".")[2][:-12] not in text
     await client.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
     await client.delete(f"/api/v1/namespaces/default/serviceaccounts/{account}")
+
+
+async def test_node_events_reach_the_api(agent: Agent, admin: KubeClient):
+    """Starting, the conditions' events and NodeAllocatableEnforced, about the Node, from kubelet on it,
+    in the default namespace (where events of cluster-scoped objects go)."""
+    node = agent.cfg.node_name
+
+    async def reported():
+        items = (await admin.get("/api/v1/namespaces/default/events"))["items"]
+        mine = [e for e in items if e["involvedObject"].get("kind") == "Node" and e["involvedObject"].get("name") == node]
+        reasons = {e["reason"]: e for e in mine}
+        wanted = {"Starting", "NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID", "NodeAllocatableEnforced"}
+        return reasons if wanted <= set(reasons) else None
+
+    reasons = await wait_until(reported, timeout=20)
+    assert reasons["Starting"]["message"] == "Starting kubelet."
+    assert reasons["NodeHasSufficientPID"]["message"] == f"Node {node} status is now: NodeHasSufficientPID"
+    assert reasons["NodeAllocatableEnforced"]["message"] == "Updated Node Allocatable limit across pods"
+    event = reasons["Starting"]
+    assert event["involvedObject"]["uid"] == node and event["source"] == {"component": "kubelet", "host": node}

@@ -265,4 +265,66 @@ def test_upstream_text_formats():
 
     err = ImagePullError("x", grpc.StatusCode.NOT_FOUND, 'failed to pull and unpack image "x": not found')
     assert grpc_error_text(err) == 'rpc error: code = NotFound desc = failed to pull and unpack image "x": not found'
-    assert [go_duration(s) for s in (0.0514, 1.5, 0.0000025)] == ["51.4ms", "1.5s", "2.5µs"]
+    # Pulled durations are truncated to the millisecond before printing, as upstream's image manager does.
+    assert [go_duration(s) for s in (0.0514, 1.5, 0.0000025, 62.5009, 0.9999)] == ["51ms", "1.5s", "0s", "1m2.5s", "999ms"]
+    err = ImagePullError("x", grpc.StatusCode.UNKNOWN, "boom")
+    assert grpc_error_text(err) == "rpc error: code = Unknown desc = boom"
+
+
+def test_zero_cpu_request_leaves_a_pod_best_effort():
+    """upstream's GetPodQOS counts only positive quantities, summed over the pod's containers."""
+    zero = make_pod(containers=[{"name": "c", **res({"cpu": "0"})}])
+    assert qos_class(zero) == "BestEffort"
+    summed = make_pod(containers=[
+        {"name": "a", **res({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"})},
+        {"name": "b", **res({"cpu": "1", "memory": "1Gi"}, {"cpu": "0", "memory": "1Gi"})},
+    ])
+    assert qos_class(summed) == "Burstable"  # b limits no cpu
+
+
+def test_oom_score_adj_tiers_and_the_burstable_floor():
+    from agent.pods.qos import oom_score_adj
+
+    node = 2**30
+    big = {"name": "c", **res({"memory": "2Gi"})}  # requests more than the node has
+    burst = make_pod(containers=[big])
+    assert oom_score_adj(burst, big, node) == 3  # never at or below a Guaranteed container's score
+    tiny = {"name": "c", **res({"cpu": "10m"})}
+    assert oom_score_adj(make_pod(containers=[tiny]), tiny, node) == 999  # always above BestEffort
+    side = {"name": "side", "restartPolicy": "Always", **res({"cpu": "10m"})}
+    app = {"name": "app", **res({"memory": "512Mi"})}
+    with_sidecar = make_pod(containers=[app], initContainers=[side])
+    assert oom_score_adj(with_sidecar, side, node) == oom_score_adj(with_sidecar, app, node) == 500
+
+
+def test_memory_oom_group_on_cgroup_v2_only():
+    """upstream 1.32 (singleProcessOOMKill false): on cgroup v2 an OOM kills the whole container."""
+    c = {"name": "c", **res(limits={"memory": "64Mi"})}
+    assert dict(linux_resources(make_pod(containers=[c]), c, 2**30, cgroup2=True).unified) == {"memory.oom.group": "1"}
+    assert dict(linux_resources(make_pod(containers=[c]), c, 2**30, cgroup2=False).unified) == {}
+
+
+def test_restart_count_from_the_log_folder(tmp_path):
+    from agent.pods.cri_runtime import restart_count_from_logs
+
+    assert restart_count_from_logs(str(tmp_path / "missing")) == 0
+    for name in ("0.log", "3.log.20260101-000000.gz", "2.log", "notes.txt", "7x.log"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "9.log").mkdir()
+    assert restart_count_from_logs(str(tmp_path)) == 4
+
+
+def test_crash_backoff_counts_from_the_event_and_expires_after_ten_minutes_of_running():
+    now = [1000.0]
+    table = BackoffTable(10, 300, clock=lambda: now[0])
+    key = ("u", "c")
+    table.next(key, 995.0)  # the first restart, after an exit at 995
+    now[0] = 1030.0  # it ran 30 s and exited just now
+    assert table.in_backoff_since(key, 1030.0) and table.remaining_since(key, 1030.0) == 10
+    now[0] = 1040.0
+    assert not table.in_backoff_since(key, 1030.0)
+    assert table.next(key, 1030.0) == 20
+    # An exit more than 10 minutes after the last restart starts over.
+    assert not table.in_backoff_since(key, 1040.0 + 601)
+    now[0] = 1040.0 + 601
+    assert table.next(key, now[0]) == 10

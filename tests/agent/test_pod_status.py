@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.pods.runtime import ContainerRecord, PodRuntime, SandboxRecord
-from agent.pods.status import StatusInputs, compute_status, pod_phase
+from agent.pods.status import StatusInputs, compute_status, pod_phase, terminate_pod
 
 NS = 1_000_000_000
 
@@ -150,10 +150,15 @@ def test_terminating_always_pod_becomes_failed_or_succeeded():
     assert status_of(pod(), runtime(rec("main", "exited", 0)), terminal=True)["phase"] == "Succeeded"
 
 
-def test_vanished_running_container_is_status_unknown_when_terminal():
-    cs = status_of(pod(), runtime(rec("main", "running")), terminal=True)["containerStatuses"][0]
+def test_final_status_counts_a_container_without_an_end_as_failed():
+    """upstream's TerminatePod: in the last status a container that reported no end is
+    ContainerStatusUnknown (137), and the pod is Failed."""
+    final = terminate_pod(pod(), status_of(pod(), runtime(rec("main", "running")), terminal=True))
+    cs = final["containerStatuses"][0]
     assert cs["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
     assert cs["state"]["terminated"]["exitCode"] == 137
+    assert cs["state"]["terminated"]["message"] == "The container could not be located when the pod was terminated"
+    assert final["phase"] == "Failed"
 
 
 def test_transition_time_kept_when_status_unchanged():
@@ -164,7 +169,7 @@ def test_transition_time_kept_when_status_unchanged():
 
 
 def test_phase_missing_status_counts_unknown():
-    assert pod_phase(pod(), [], [{"state": {}, "lastState": {}}], False) == "Pending"
+    assert pod_phase(pod(), [{"name": "main", "state": {}, "lastState": {}}], False) == "Pending"
 
 
 def test_succeeded_pod_with_init_is_initialized_pod_completed():
@@ -184,7 +189,7 @@ def test_failure_forces_failed_with_reason_and_keeps_it():
 def test_active_deadline_left():
     from datetime import UTC, datetime
 
-    from agent.pods.worker import active_deadline_left
+    from agent.pods.sync import active_deadline_left
 
     p = pod(status={"startTime": "2026-01-01T00:00:00Z"})
     assert active_deadline_left(p) is None
@@ -212,17 +217,22 @@ def test_sidecar_running_initializes_and_counts_for_readiness():
     st = status_of(p, runtime(rec("side", "running", kind="init")))
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Initialized"]["status"] == "True"
-    assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    # With init containers, an app container not yet created waits with PodInitializing (upstream's default).
+    assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
     st = status_of(p, runtime(rec("side", "exited", 1, kind="init"), rec("main", "running")))
     assert st["phase"] == "Running"
     ready = {c["type"]: c for c in st["conditions"]}["ContainersReady"]
     assert ready["status"] == "False" and ready["message"] == "containers with unready status: [side]"
 
 
-def test_never_pod_with_sidecar_succeeds_on_app_exit():
+def test_never_pod_with_sidecar_stays_running_until_the_sidecar_stops():
+    """upstream's getPhase counts a running sidecar as running: the pod is Running after its app
+    container exited, and Succeeded only once the sidecar has been stopped too."""
     p = pod(restart="Never", init=("side",))
     p["spec"]["initContainers"][0]["restartPolicy"] = "Always"
     st = status_of(p, runtime(rec("side", "running", kind="init"), rec("main", "exited", 0)))
+    assert st["phase"] == "Running"
+    st = status_of(p, runtime(rec("side", "exited", 137, kind="init"), rec("main", "exited", 0)))
     assert st["phase"] == "Succeeded"
 
 
@@ -298,3 +308,136 @@ def test_termination_message_as_upstream_reads_it(tmp_path, log, message_file, p
     from agent.pods.runtime import termination_message
 
     assert termination_message(*_exited(tmp_path, log, message_file, policy, exit_code)) == expected
+
+
+def conditions_of(st):
+    return {c["type"]: c for c in st["conditions"]}
+
+
+def test_app_containers_wait_with_pod_initializing_whenever_the_pod_has_init_containers():
+    """upstream's default waiting state: PodInitializing for every pod with init containers, also once
+    they are done and the app container is being created."""
+    st = status_of(pod(init=("setup",)), runtime(rec("setup", "exited", 0, kind="init")))
+    assert st["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+
+
+def test_container_statuses_are_sorted_by_name():
+    st = status_of(pod(containers=("zeta", "alpha", "mid")), runtime(rec("zeta", "running"), rec("alpha", "running")))
+    assert [cs["name"] for cs in st["containerStatuses"]] == ["alpha", "mid", "zeta"]
+    st = status_of(pod(init=("z1", "a2")), runtime())
+    assert [cs["name"] for cs in st["initContainerStatuses"]] == ["z1", "a2"]  # init ones keep spec order
+
+
+def test_init_containers_running_again_in_a_new_sandbox_make_the_pod_pending():
+    rt = runtime(rec("setup", "running", kind="init", sandbox="sb2", restarts=1), rec("main", "exited", 137, sandbox="sb1"))
+    rt.sandboxes = [SandboxRecord("sb2", 1, True, 2, "10.0.0.6", (), False), *rt.sandboxes]
+    st = status_of(pod(init=("setup",)), rt)
+    assert st["phase"] == "Pending"
+
+
+def test_sidecar_is_not_initialized_before_its_startup_probe_passed():
+    p = pod(init=("side",))
+    p["spec"]["initContainers"][0]["restartPolicy"] = "Always"
+    st = status_of(p, runtime(rec("side", "running", kind="init")), started={"side": False})
+    init = conditions_of(st)["Initialized"]
+    assert (init["status"], init["message"]) == ("False", "containers with incomplete status: [side]")
+    assert st["phase"] == "Pending"
+    st = status_of(p, runtime(rec("side", "running", kind="init")), started={"side": True})
+    assert conditions_of(st)["Initialized"]["status"] == "True"
+
+
+def test_container_the_runtime_lost_counts_as_ended_and_restarted():
+    previous = status_of(pod(), runtime(rec("main", "running")))
+    st = status_of(pod(status=previous), PodRuntime("u1", [SandboxRecord("sb1", 0, True, 1, "10.0.0.5", (), False)]))
+    cs = st["containerStatuses"][0]
+    assert cs["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert cs["lastState"]["terminated"]["exitCode"] == 137
+    assert cs["restartCount"] == 1
+    assert st["phase"] != "Pending"
+
+
+def test_container_in_unknown_state_that_was_running_is_terminated_unknown():
+    previous = status_of(pod(), runtime(rec("main", "running")))
+    st = status_of(pod(status=previous), runtime(rec("main", "unknown")))
+    cs = st["containerStatuses"][0]
+    assert cs["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert cs["state"]["terminated"]["message"] == "The container could not be located when the pod was terminated"
+    assert cs["restartCount"] == 1
+
+
+def test_failed_pod_is_not_ready_with_reason_pod_failed():
+    st = status_of(pod(restart="Never"), runtime(rec("main", "exited", 1)))
+    assert st["phase"] == "Failed"
+    ready = conditions_of(st)["Ready"]
+    assert (ready["status"], ready.get("reason"), ready.get("message")) == ("False", "PodFailed", None)
+
+
+def test_volume_mounts_in_container_statuses():
+    p = pod()
+    p["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}, {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True}]
+    waiting = status_of(p, runtime())
+    expected = [{"name": "data", "mountPath": "/data"},
+                {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True, "recursiveReadOnly": "Disabled"}]
+    assert waiting["containerStatuses"][0]["volumeMounts"] == expected
+    running = status_of(pod(status=waiting) | {"spec": p["spec"]}, runtime(rec("main", "running")))
+    assert running["containerStatuses"][0]["volumeMounts"] == expected
+
+
+def test_final_status_of_a_deleted_pod_that_never_started_is_failed():
+    p = pod()
+    p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    st = status_of(p, runtime(), waiting={"main": ("ErrImagePull", "not found")}, terminal=True)
+    assert st["phase"] == "Pending"
+    final = terminate_pod(p, st)
+    assert final["phase"] == "Failed"
+    assert final["containerStatuses"][0]["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+
+
+def test_final_status_marks_init_containers_that_had_started():
+    p = pod(init=("a", "b", "c"))
+    st = status_of(p, runtime(rec("a", "exited", 0, kind="init"), rec("b", "running", kind="init")), terminal=True)
+    final = terminate_pod(p, st)
+    states = [cs["state"] for cs in final["initContainerStatuses"]]
+    assert "terminated" in states[0] and states[1]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert states[2] == {"waiting": {"reason": "PodInitializing"}}  # never tried to start: left waiting
+    assert final["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}  # not initialized
+
+
+def test_termination_messages_share_twelve_kib_per_pod():
+    from agent.pods.status_patch import normalize
+
+    p = pod(containers=("a", "b", "c", "d"))
+    st = {"containerStatuses": [
+        {"name": n, "state": {"terminated": {"exitCode": 0, "message": "x" * 4000 + "END"}}, "lastState": {}}
+        for n in ("d", "c", "b", "a")
+    ]}
+    out = normalize(p, st)
+    assert [cs["name"] for cs in out["containerStatuses"]] == ["a", "b", "c", "d"]
+    assert all(len(cs["state"]["terminated"]["message"]) == 3072 for cs in out["containerStatuses"])
+    one = normalize(pod(), {"containerStatuses": [{"name": "main", "state": {"terminated": {"message": "y" * 4096}}}]})
+    assert len(one["containerStatuses"][0]["state"]["terminated"]["message"]) == 4096
+
+
+def test_status_patch_merges_conditions_by_type_and_holds_terminal_phases():
+    from agent.pods.status_patch import merge, same, status_patch
+
+    api = {
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": "containers with unready status: [main]"},
+            {"type": "example.com/gate", "status": "True"},
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
+        ],
+        "nominatedNodeName": "n1",
+    }
+    ours = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}]}
+    merged = merge(api, ours, could_have_running=True)
+    assert [c["type"] for c in merged["conditions"]] == ["example.com/gate", "DisruptionTarget", "Ready"]
+    patch = status_patch(api, merged)
+    # Only our condition, by type, with the reason and message that no longer apply removed; nothing
+    # another writer owns (their conditions, nominatedNodeName) is named.
+    assert patch == {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None, "reason": None, "message": None}]}
+    held = merge(api, {**ours, "phase": "Succeeded"}, could_have_running=True)
+    assert held["phase"] == "Running"
+    assert merge(api, {**ours, "phase": "Succeeded"}, could_have_running=False)["phase"] == "Succeeded"
+    assert same(api, merge(api, {"phase": "Running", "conditions": [api["conditions"][0]]}, True))

@@ -20,13 +20,15 @@ from agent.config import AgentConfig
 from agent.cri import CRIClient, pb
 from agent.pods import labels as L
 from agent.pods.backoff import BackoffTable
+from agent.pods.context import PodContext
 from agent.pods.dns import DNS
 from agent.pods.events import kubelet_recorder
 from agent.pods.images import ImageManager
+from agent.pods.podstate import Phase
 from agent.pods.qos import CGROUP_FS, remove_pod_cgroup
 from agent.pods.runtime import RuntimeInspector
 from agent.pods.status_manager import StatusManager
-from agent.pods.worker import PodContext, PodWorker
+from agent.pods.worker import PodWorker
 from pykubelet.rig.containerd import network_namespace, sandbox_runtime_spec
 from pykubelet.rig.images import RigImages
 
@@ -83,14 +85,34 @@ def make_pod(image: str, script: str, restart: str = "Always") -> dict[str, Any]
 async def sync_until(worker: PodWorker, ctx: PodContext, check, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        result = await worker.sync()
+        done, _ = await worker.step()
         status = ctx.status.last(worker.uid)
         if status is not None and check(status):
             return status
-        if result.done:
+        if done:
             raise AssertionError("worker finished early")
         await asyncio.sleep(0.2)
     raise AssertionError(f"not reached within {timeout} s: {ctx.status.last(worker.uid)}")
+
+
+async def finish(worker: PodWorker, timeout: float = 60.0) -> None:
+    """Passes until the worker is done (the pod deleted or gone: everything of it removed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, _ = await worker.step()
+        if done:
+            return
+    raise AssertionError(f"worker not done within {timeout} s: phase {worker.phase}")
+
+
+async def delete(pod: dict[str, Any], worker: PodWorker) -> None:
+    """kubectl delete as the worker sees it: the deletion mark, then (after the final DELETE) gone."""
+    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod["metadata"]["deletionGracePeriodSeconds"] = 2
+    while worker.phase is not Phase.FINISHED:
+        await worker.step()
+    worker.get_pod = lambda: None
+    await finish(worker)
 
 
 def sandbox_netns(status: pb.PodSandboxStatusResponse) -> Path:
@@ -122,15 +144,14 @@ async def test_start_adopt_and_terminate(ctx: PodContext, cri: CRIClient, test_i
     # A new worker (as after an agent restart) adopts: same container, nothing created.
     fresh = PodWorker(ctx, uid, lambda: pod)
     ctx.inspector = RuntimeInspector(cri)
+    ctx.runtime = None  # rebuilt on the new inspector, as a restarted agent has
     for _ in range(3):
-        await fresh.sync()
+        await fresh.step()
     containers = await cri.list_containers(labels={L.POD_UID: uid})
     assert [c.id for c in containers] == [cid]
     assert len(await cri.list_pod_sandbox(labels={L.POD_UID: uid})) == 1
 
-    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result = await fresh.sync()
-    assert result.done
+    await delete(pod, fresh)
     assert await cri.list_containers(labels={L.POD_UID: uid}) == []
     assert await cri.list_pod_sandbox(labels={L.POD_UID: uid}) == []
     assert not cgroup.exists()
@@ -153,15 +174,18 @@ async def test_crash_loop_restarts_with_backoff_and_gc(ctx: PodContext, cri: CRI
     assert f"restarting failed container=main pod={pod['metadata']['name']}_default({uid})" in cs["state"]["waiting"]["message"]
     await sync_until(worker, ctx, lambda s: main(s)["restartCount"] >= 3)
     # Dead containers are collected down to the newest dead one (plus a live one, if any).
-    await worker.sync()
+    await worker.step()
     containers = await cri.list_containers(labels={L.POD_UID: uid})
     exited = [c for c in containers if c.state == pb.CONTAINER_EXITED]
     assert len(exited) <= 2 and len(containers) <= 2
     # Restart counts come from CRI annotations, so they survive a fresh worker.
     counts = sorted(int(c.annotations[L.RESTART_COUNT]) for c in containers)
     assert counts[-1] >= 3
-    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert (await worker.sync()).done
+    # A collected container's log file goes with it (upstream's removeContainerLog): only the kept
+    # containers' <restartCount>.log files are left.
+    log_dir = Path(ctx.cfg.pod_logs_dir) / f"default_{pod['metadata']['name']}_{uid}" / "main"
+    assert sorted(p.name for p in log_dir.iterdir()) == sorted(f"{n}.log" for n in counts)
+    await delete(pod, worker)
     assert await cri.list_containers(labels={L.POD_UID: uid}) == []
 
 
@@ -171,14 +195,19 @@ async def test_never_pod_finishes_and_releases_sandbox(ctx: PodContext, cri: CRI
     worker = PodWorker(ctx, uid, lambda: pod)
     status = await sync_until(worker, ctx, lambda s: s["phase"] == "Succeeded")
     assert main(status)["state"]["terminated"]["reason"] == "Completed"
-    await worker.sync()  # the pass after the terminal status releases the sandbox
+    while worker.phase is not Phase.FINISHED:  # terminating releases the sandbox
+        await worker.step()
     sandboxes = await cri.list_pod_sandbox(labels={L.POD_UID: uid})
     assert [s.state for s in sandboxes] == [pb.SANDBOX_NOTREADY]
     assert len(await cri.list_containers(labels={L.POD_UID: uid})) == 1  # kept for logs
-    # A pod that vanished from the API (force delete) is cleaned up entirely.
-    gone = PodWorker(ctx, uid, lambda: None)
-    assert (await gone.sync()).done
+    log_dir = Path(ctx.cfg.pod_logs_dir) / f"default_{pod['metadata']['name']}_{uid}"
+    assert (log_dir / "main" / "0.log").exists()
+    # The pod vanished from the API: everything of it goes, its log folder included.
+    worker.get_pod = lambda: None
+    await finish(worker)
     assert await cri.list_pod_sandbox(labels={L.POD_UID: uid}) == []
+    assert await cri.list_containers(labels={L.POD_UID: uid}) == []
+    assert not log_dir.exists()
 
 
 async def test_dead_sandbox_is_replaced(ctx: PodContext, cri: CRIClient, test_images: RigImages):
@@ -195,8 +224,7 @@ async def test_dead_sandbox_is_replaced(ctx: PodContext, cri: CRIClient, test_im
     assert [s.metadata.attempt for s in ready] == [1]
     assert status["podIP"]
     assert any(u == uid and r == "SandboxChanged" for u, _t, r, _m in ctx.recorder.recorded)
-    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert (await worker.sync()).done
+    await delete(pod, worker)
     assert await cri.list_pod_sandbox(labels={L.POD_UID: uid}) == []
 
 
@@ -210,8 +238,7 @@ async def test_changed_image_restarts_container(ctx: PodContext, cri: CRIClient,
     assert main(status)["restartCount"] == 1
     [live] = await cri.list_containers(labels={L.POD_UID: uid}, state=pb.CONTAINER_RUNNING)
     assert live.annotations[L.CONTAINER_HASH] == L.container_hash(pod["spec"]["containers"][0])
-    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert (await worker.sync()).done
+    await delete(pod, worker)
 
 
 async def test_log_rotation(ctx: PodContext, cri: CRIClient, test_images: RigImages):
@@ -235,5 +262,4 @@ async def test_log_rotation(ctx: PodContext, cri: CRIClient, test_images: RigIma
     # The runtime writes to the new file after the reopen.
     await asyncio.sleep(0.5)
     assert Path(log_path).stat().st_size > 0
-    pod["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert (await worker.sync()).done
+    await delete(pod, worker)

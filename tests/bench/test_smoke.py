@@ -35,12 +35,14 @@ class Benchmark:
 BENCHMARKS = {
     "apiserver": Benchmark("bench/apiserver/run.py", "apiserver", needs_root=False),
     "apiserver-authz": Benchmark("bench/apiserver/authz.py", "apiserver-authz", needs_root=False),
+    "apiserver-stores": Benchmark("bench/apiserver/stores.py", "apiserver-stores", needs_root=False),
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),
     "cni": Benchmark("bench/cni/latency.py", "cni-latency", needs_root=True),
     "agent-startup": Benchmark("bench/agent/startup.py", "agent-startup", needs_root=True),
     "probes-load": Benchmark("bench/probes/load.py", "probes-load", needs_root=True),
     "controllers-replicasets": Benchmark("bench/controllers/replicasets.py", "controllers-replicasets", needs_root=False),
     "controllers-deployment": Benchmark("bench/controllers/deployment.py", "controllers-deployment", needs_root=True),
+    "controllers-jobs": Benchmark("bench/controllers/jobs.py", "controllers-jobs", needs_root=True),
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
 }
 

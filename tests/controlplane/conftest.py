@@ -13,14 +13,58 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from controlplane.storage.etcd import EtcdConfig, EtcdStore
+from controlplane.storage.sqlite import SQLiteStore
 from pykubelet.rig.apiserver import ApiServer
+from pykubelet.rig.etcd import Etcd
 
 KUBECTL = shutil.which("kubectl")
+# PYKUBE_STORE=etcd runs the session's shared API server (and so every test using it) on etcd.
+SESSION_STORE = os.environ.get("PYKUBE_STORE", "sqlite")
 
 
 @pytest.fixture(scope="session")
-def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = ApiServer(tmp_path_factory.mktemp("apiserver"))
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
+    """One etcd for the session (its own data dir and PKI); tests keep apart by key prefix."""
+    server = Etcd(tmp_path_factory.mktemp("etcd"), progress_notify_interval="1s")
+    server.start()
+    yield server
+    server.remove()
+    assert not server.running
+
+
+def etcd_store(etcd: Etcd, prefix: str) -> EtcdStore:
+    """A store on the session's etcd under its own prefix, with the API server's client certificate."""
+    pki = etcd.pki
+    return EtcdStore(EtcdConfig((etcd.url,), pki.ca_cert, pki.client_cert, pki.client_key, prefix=prefix))
+
+
+class Backend:
+    """Opens stores of one backend for a test: `backend.open("db")` twice is the same state (a restart)."""
+
+    def __init__(self, name: str, tmp: Path, etcd: Etcd | None) -> None:
+        self.name = name
+        self.tmp = tmp
+        self.etcd = etcd
+        self.tag = uuid.uuid4().hex[:8]
+
+    def open(self, name: str = "state") -> SQLiteStore | EtcdStore:
+        if self.etcd is not None:
+            return etcd_store(self.etcd, f"/t-{self.tag}-{name}/")
+        return SQLiteStore(self.tmp / f"{name}.db")
+
+
+@pytest.fixture(params=["sqlite", "etcd"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each store test runs on both backends, SQLite and a real etcd."""
+    etcd = request.getfixturevalue("etcd") if request.param == "etcd" else None
+    return Backend(request.param, tmp_path, etcd)
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ApiServer]:
+    etcd = request.getfixturevalue("etcd") if SESSION_STORE == "etcd" else None
+    server = ApiServer(tmp_path_factory.mktemp("apiserver"), etcd=etcd)
     server.start()
     yield server
     server.stop()

@@ -349,12 +349,35 @@ def test_bad_input(apiserver: ApiServer, namespace: str) -> None:
 
 
 def test_authentication(apiserver: ApiServer, tmp_path: Path) -> None:
+    """No credentials: system:anonymous (--anonymous-auth defaults to true, as kube-apiserver's), whom RBAC
+    lets read health and version only; a bearer token that fails is a 401, never anonymous."""
     context = ssl.create_default_context(cafile=str(apiserver.ca_cert))
+    for path, message in [
+        ("/api/v1/namespaces", 'namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" '
+                               'in API group "" at the cluster scope'),
+        ("/api", 'forbidden: User "system:anonymous" cannot get path "/api"'),
+    ]:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{apiserver.url}{path}", context=context)
+        body = json.loads(err.value.read())
+        assert (err.value.code, body["reason"], body["message"]) == (403, "Forbidden", message)
+    for path in ("/readyz", "/version"):
+        with urllib.request.urlopen(f"{apiserver.url}{path}", context=context) as resp:
+            assert resp.status == 200
+    bad = urllib.request.Request(f"{apiserver.url}/version", headers={"Authorization": "Bearer not-a-token"})
     with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(f"{apiserver.url}/api/v1/namespaces", context=context)
+        urllib.request.urlopen(bad, context=context)
     assert err.value.code == 401 and json.loads(err.value.read())["reason"] == "Unauthorized"
-    with urllib.request.urlopen(f"{apiserver.url}/readyz", context=context) as resp:
-        assert resp.read() == b"ok"
+
+
+def test_without_anonymous_auth_no_credentials_is_a_401(tmp_path: Path) -> None:
+    with ApiServer(tmp_path / "noanon", extra_args=["--no-anonymous-auth"]) as server:
+        context = ssl.create_default_context(cafile=str(server.ca_cert))
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{server.url}/api/v1/namespaces", context=context)
+        assert err.value.code == 401 and json.loads(err.value.read())["reason"] == "Unauthorized"
+        with urllib.request.urlopen(f"{server.url}/readyz", context=context) as resp:
+            assert resp.read() == b"ok"
 
 
 def test_token_file_authentication(tmp_path: Path) -> None:

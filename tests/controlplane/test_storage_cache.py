@@ -1,15 +1,16 @@
-"""The watch cache: consistent state, filtered fan-out, the retained window and 410 beyond it."""
+"""The watch cache: consistent state, filtered fan-out, the retained window and 410 beyond it, on both
+backends (SQLite tells the cache of each commit; etcd feeds it through a watch)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 
 from controlplane.storage.cache import CLOSED, GoneError, WatchCache
-from controlplane.storage.sqlite import SQLiteStore
+
+from .conftest import Backend
 
 
 def obj(name: str, **labels: str) -> bytes:
@@ -17,11 +18,12 @@ def obj(name: str, **labels: str) -> bytes:
 
 
 @pytest.fixture
-async def cache(tmp_path: Path):
-    store = SQLiteStore(tmp_path / "db")
+async def cache(backend: Backend):
+    store = backend.open("db")
     await store.start()
-    await store.create("/configmaps/ns/pre", obj("pre"))
+    pre = await store.create("/configmaps/ns/pre", obj("pre"))
     c = WatchCache(store, window=5)
+    c.pre_revision = pre  # type: ignore[attr-defined]
     await c.start()
     yield c
     await c.stop()
@@ -50,7 +52,7 @@ async def test_initial_events_and_selector_transitions(cache: WatchCache) -> Non
     store = cache.store
     watcher = cache.watch("configmaps", "/configmaps/", lambda o: o["metadata"]["labels"].get("app") == "x", None)
     all_events = cache.watch("configmaps", "/configmaps/", None, None)
-    assert await drain(all_events, 1) == [("ADDED", "pre", "1")]
+    assert await drain(all_events, 1) == [("ADDED", "pre", str(cache.pre_revision))]  # type: ignore[attr-defined]
     r = await store.create("/configmaps/ns/b", obj("b", app="x"))
     r2 = await store.update("/configmaps/ns/b", obj("b", app="y"), r)
     r3 = await store.update("/configmaps/ns/b", obj("b", app="x"), r2)
@@ -70,8 +72,8 @@ async def test_resume_inside_window_and_gone_outside(cache: WatchCache) -> None:
         cache.watch("configmaps", "/configmaps/", None, revs[0])
 
 
-async def test_slow_watcher_is_closed_not_blocking(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "db2")
+async def test_slow_watcher_is_closed_not_blocking(backend: Backend) -> None:
+    store = backend.open("db2")
     await store.start()
     c = WatchCache(store, window=100, watcher_queue=3)
     await c.start()
@@ -89,19 +91,20 @@ async def test_slow_watcher_is_closed_not_blocking(tmp_path: Path) -> None:
     assert items[-1] is CLOSED
 
 
-async def test_window_survives_a_restart(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "db3")
+async def test_window_survives_a_restart(backend: Backend) -> None:
+    store = backend.open("db3")
     await store.start()
     revs = [await store.create(f"/configmaps/ns/r{i}", obj(f"r{i}")) for i in range(4)]
-    await store.update("/configmaps/ns/r0", obj("r0", app="x"), revs[0])
+    r4 = await store.update("/configmaps/ns/r0", obj("r0", app="x"), revs[0])
     await store.close()
-    reopened = SQLiteStore(tmp_path / "db3")
+    reopened = backend.open("db3")
     await reopened.start()
     c = WatchCache(reopened, window=100)
     await c.start()
     assert [k.key for k in c.list("configmaps", "/configmaps/")] == [f"/configmaps/ns/r{i}" for i in range(4)]
     # A watcher of the previous process resumes from its last resourceVersion.
     watcher = c.watch("configmaps", "/configmaps/", None, revs[1])
-    assert await drain(watcher, 3) == [("ADDED", "r2", "3"), ("ADDED", "r3", "4"), ("MODIFIED", "r0", "5")]
+    assert await drain(watcher, 3) == [("ADDED", "r2", str(revs[2])), ("ADDED", "r3", str(revs[3])),
+                                       ("MODIFIED", "r0", str(r4))]
     await c.stop()
     await reopened.close()

@@ -30,7 +30,8 @@ def test_status_codes_map_to_types(code: grpc.StatusCode, cls: type) -> None:
     assert type(err) is cls
     assert isinstance(err, errors.CRIError)
     assert err.code == code
-    assert str(err) == f"ContainerStatus abc123: rpc error: code = {code.name} desc = boom"
+    assert str(err) == f"ContainerStatus abc123: rpc error: code = {errors.go_code(code)} desc = boom"
+    assert err.rpc_text == f"rpc error: code = {errors.go_code(code)} desc = boom"
 
 
 def test_image_pull_error_keeps_registry_reason() -> None:
@@ -43,3 +44,10 @@ def test_image_pull_error_keeps_registry_reason() -> None:
 def test_unreachable_message_names_endpoint_and_cause() -> None:
     err = errors.RuntimeUnreachableError("unix:///x.sock", "no socket at /x.sock")
     assert str(err) == "container runtime not reachable at unix:///x.sock: no socket at /x.sock"
+
+
+def test_codes_print_as_go_spells_them() -> None:
+    """Events and messages quote CRI errors as Go's gRPC status does (upstream's texts)."""
+    assert [errors.go_code(c) for c in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN, grpc.StatusCode.OK,
+                                          grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, None)] == [
+        "NotFound", "Unknown", "OK", "Canceled", "DeadlineExceeded", "Unknown"]

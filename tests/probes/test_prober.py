@@ -188,7 +188,7 @@ async def test_errored_probe_is_retried_then_thrown_away():
     await h.worker(Kind.LIVENESS).do_probe()
     assert len(script.calls) == 3  # upstream's maxProbeRetries
     assert h.manager.failed("u1", "main", "c1") is None  # an error is not a failure
-    assert ("Warning", "Unhealthy", "Liveness probe errored: out-3") in h.events
+    assert ("Warning", "Unhealthy", "Liveness probe errored and resulted in unknown state: out-3") in h.events
 
 
 async def test_warning_counts_as_success_with_an_event():

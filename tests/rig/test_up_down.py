@@ -83,3 +83,53 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
     assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
     leaked = scope.leaked()
     assert not leaked, f"`pykubelet down` left {leaked}"
+
+
+def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> None:
+    """`--store etcd`: up starts an etcd of its own (data dir and certificates under the state dir)
+    before the API server, the cluster lives in it, and down stops it with the rest."""
+    import asyncio
+
+    from controlplane.storage.etcd import EtcdConfig, EtcdStore
+
+    state = tmp_path / "state"
+    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+    up = subprocess.run(
+        [
+            "pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-etcd",
+            "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--store", "etcd", "--no-example",
+        ],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    record = StackRecord.load(state)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert record is not None
+        assert record.ready == ["registry", "containerd", "etcd", "apiserver", "agent"]
+        assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
+        assert not (state / "apiserver" / "state.db").exists()
+        pki = state / "etcd" / "pki"
+        cmdline = Path(f"/proc/{record.pids['etcd']}/cmdline").read_bytes().split(b"\0")
+        url = cmdline[cmdline.index(b"--listen-client-urls") + 1].decode()
+
+        async def node_in_etcd() -> bytes | None:
+            store = EtcdStore(EtcdConfig((url,), pki / "ca.crt", pki / "apiserver-etcd-client.crt",
+                                         pki / "apiserver-etcd-client.key"))
+            await store.start()
+            try:
+                kv = await store.get("/nodes/up-etcd")
+                return kv.value if kv else None
+            finally:
+                await store.close()
+
+        value = asyncio.run(node_in_etcd())
+        assert value is not None and json.loads(value)["metadata"]["name"] == "up-etcd"
+    finally:
+        down = subprocess.run(
+            ["pykubelet", "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=120, check=False
+        )
+    assert down.returncode == 0, down.stderr
+    assert StackRecord.load(state) is None
+    assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
+    leaked = scope.leaked()
+    assert not leaked, f"`pykubelet down` left {leaked}"

@@ -3,8 +3,9 @@
 controller manager runs that controller as. Only the roles of upstream's default set (no feature-gated
 ones); the controllers this project runs use: replicaset-controller, replication-controller,
 deployment-controller, generic-garbage-collector, node-controller (node lifecycle and taint eviction),
-pod-garbage-collector, service-account-controller, root-ca-cert-publisher and
-clusterrole-aggregation-controller.
+pod-garbage-collector, service-account-controller, root-ca-cert-publisher,
+clusterrole-aggregation-controller, job-controller, ttl-after-finished-controller, cronjob-controller and
+daemon-set-controller.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Generated from protos/etcd/etcdserverpb/rpc.proto by `python -m controlplane.storage.etcdregen`."""
