@@ -201,7 +201,7 @@ def test_kubectl_debug_runs_an_ephemeral_container_once(kube, kubeconfig, namesp
     wait_for(lambda: kube.read_namespaced_pod("debugged", namespace).status.phase == "Running", what="the pod Running")
     subprocess.run(
         ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "debug", "debugged", f"--image={image}",
-         "--container=dbg", "--", "sh", "-c", "exit 3"],
+         "--container=dbg", "--", "sh", "-c", "echo from-dbg; exit 3"],
         check=True, capture_output=True, text=True, timeout=60,
     )
 
@@ -215,6 +215,9 @@ def test_kubectl_debug_runs_an_ephemeral_container_once(kube, kubeconfig, namesp
     after = kube.read_namespaced_pod("debugged", namespace)
     assert after.status.phase == "Running" and after.status.container_statuses[0].restart_count == 0
     assert [c.name for c in after.status.container_statuses] == ["main"]
+    logs = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "logs", "debugged", "-c", "dbg"],
+                          capture_output=True, text=True, timeout=60)
+    assert (logs.returncode, logs.stdout) == (0, "from-dbg\n"), logs.stderr
 
 
 def test_an_empty_dir_over_its_size_limit_evicts_the_pod(kube, namespace, node_name, image):

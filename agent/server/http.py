@@ -1,5 +1,5 @@
 """HTTP handlers of the kubelet API: /healthz, /pods, /containerLogs/{ns}/{pod}/{container}, and
-/exec, /attach and /portForward, which redirect to the runtime's streaming server.
+/exec, /attach, /portForward and /run, proxied to the runtime's streaming server (agent/server/streaming.py).
 
 Every request, /healthz included, is authenticated and authorized first (agent/server/auth.py: client
 certificates, bearer tokens through TokenReview, anonymous only when enabled; AlwaysAllow or Webhook
@@ -22,6 +22,7 @@ from agent.cri import CRIClient, CRIError, pb
 from agent.pods import labels as L
 from agent.server.auth import KubeletAuth, request_attributes
 from agent.server.logs import LogOptions, LogOptionsError, stream_log
+from agent.server.streaming import StreamingHandlers
 from kubeclient.errors import ApiError
 
 log = logging.getLogger("agent.server")
@@ -63,9 +64,7 @@ class KubeletServer:
         app.router.add_get("/pods", self.list_pods)
         app.router.add_get("/pods/", self.list_pods)
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self.container_logs)
-        for verb in ("exec", "attach"):
-            app.router.add_route("*", f"/{verb}/{{namespace}}/{{pod}}/{{container}}", self.stream)
-        app.router.add_route("*", "/portForward/{namespace}/{pod}", self.port_forward)
+        StreamingHandlers(self.cri, self.lookup).routes(app)
         app.router.add_get("/metrics/probes", self.metrics_probes)
         return app
 
@@ -138,58 +137,11 @@ class KubeletServer:
         await stream_log(resp, path, opts, lambda: self._still_running(running_id))
         return resp
 
-    async def stream(self, request: web.Request) -> web.Response:
-        """exec/attach: ask the runtime for a streaming session and redirect the caller to it (upstream's
-        redirect mode; the caller, normally the API server, speaks SPDY or WebSocket to that URL)."""
-        verb = request.path.split("/", 2)[1]
-        ns, name, cname = request.match_info["namespace"], request.match_info["pod"], request.match_info["container"]
-        pod = self.lookup(ns, name)
-        if pod is None:
-            return _status_body(404, "NotFound", f'pods "{name}" not found')
-        found = await self.cri.list_containers(
-            labels={L.POD_UID: pod["metadata"]["uid"], L.CONTAINER_NAME: cname}, state=pb.CONTAINER_RUNNING
-        )
-        if not found:
-            return _status_body(400, "BadRequest", f'container "{cname}" in pod "{name}" is not running')
-        q = request.query
-        flag = lambda *keys: any(q.get(k) in ("1", "true") for k in keys)  # noqa: E731
-        try:
-            if verb == "exec":
-                command = q.getall("command", [])
-                if not command:
-                    return _status_body(400, "BadRequest", "you must specify at least 1 command")
-                url = await self.cri.exec(
-                    found[0].id, command, tty=flag("tty"), stdin=flag("input", "stdin"),
-                    stdout=flag("output", "stdout"), stderr=flag("error", "stderr"),
-                )
-            else:
-                url = await self.cri.attach(
-                    found[0].id, tty=flag("tty"), stdin=flag("input", "stdin"),
-                    stdout=flag("output", "stdout"), stderr=flag("error", "stderr"),
-                )
-        except CRIError as err:
-            return _status_body(500, "InternalError", str(err))
-        raise web.HTTPFound(url)
-
-    async def port_forward(self, request: web.Request) -> web.Response:
-        ns, name = request.match_info["namespace"], request.match_info["pod"]
-        pod = self.lookup(ns, name)
-        if pod is None:
-            return _status_body(404, "NotFound", f'pods "{name}" not found')
-        sandboxes = await self.cri.list_pod_sandbox(labels={L.POD_UID: pod["metadata"]["uid"]}, state=pb.SANDBOX_READY)
-        if not sandboxes:
-            return _status_body(400, "BadRequest", f'pod "{name}" has no running sandbox')
-        ports = [int(p) for p in request.query.getall("port", []) if p.isdigit()]
-        try:
-            url = await self.cri.port_forward(sandboxes[0].id, ports)
-        except CRIError as err:
-            return _status_body(500, "InternalError", str(err))
-        raise web.HTTPFound(url)
-
     async def _log_path(self, pod: dict[str, Any], cname: str, previous: bool) -> tuple[str, str]:
         uid = pod["metadata"]["uid"]
         names = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
         names += [c["name"] for c in (pod.get("spec") or {}).get("initContainers") or []]
+        names += [c["name"] for c in (pod.get("spec") or {}).get("ephemeralContainers") or []]
         if cname not in names:
             raise LookupError(f"container {cname} is not valid for pod {pod['metadata']['name']}")
         found = await self.cri.list_containers(labels={L.POD_UID: uid, L.CONTAINER_NAME: cname})

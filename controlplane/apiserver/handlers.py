@@ -95,6 +95,8 @@ class RestHandler:
         self._authorize(request, info, user, verb)
         if info.resource.namespaced and not info.namespace and verb not in ("list", "watch", "deletecollection"):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        if sub is not None and sub.connects:
+            return await sub.connect(self, request, info)  # type: ignore[attr-defined]
         handler = getattr(self, f"_{verb}")
         return await handler(request, info)
 

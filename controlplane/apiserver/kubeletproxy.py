@@ -86,6 +86,11 @@ class KubeletClient:
         self._context.load_cert_chain(cert, key)
         self._session: aiohttp.ClientSession | None = None
 
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS with the kubelet-client certificate, for the streaming subresources' own connections."""
+        return self._context
+
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # No overall timeout: a followed log streams for as long as the client keeps reading.

@@ -21,6 +21,7 @@ class RequestInfo:
     name: str
     subresource: str
     watch_path: bool  # legacy /watch/ prefix
+    subpath: str = ""  # what follows .../{name}/proxy/ (the proxied path, its trailing slash kept)
 
 
 def parse_path(group: str, version: str, tail: str) -> RequestInfo:
@@ -33,6 +34,13 @@ def parse_path(group: str, version: str, tail: str) -> RequestInfo:
     if len(parts) >= 3 and parts[0] == "namespaces" and parts[2] not in _namespace_subresources():
         namespace = parts[1]
         parts = parts[2:]
+    subpath = ""
+    if len(parts) >= 3 and parts[2] == "proxy":
+        # .../{name}/proxy/{path}: the rest goes to the proxied server as it came (trailing slash kept).
+        consumed = (1 if watch else 0) + (2 if namespace else 0) + 3
+        segments = tail.lstrip("/").split("/")
+        subpath = "/".join(segments[consumed:])
+        parts = parts[:3]
     if not parts or len(parts) > 3:
         raise not_found()
     res = kinds.by_path(group, version, parts[0])
@@ -42,7 +50,7 @@ def parse_path(group: str, version: str, tail: str) -> RequestInfo:
     sub = parts[2] if len(parts) > 2 else ""
     if sub and res.subresource(sub) is None:
         raise not_found()
-    return RequestInfo(res, namespace, name, sub, watch)
+    return RequestInfo(res, namespace, name, sub, watch, subpath)
 
 
 @cache

@@ -143,6 +143,14 @@ def kubelet_tls(client_pki: dict[str, Path] | None = None) -> ssl.SSLContext:
     return context
 
 
+async def upgrade_refused(http: aiohttp.ClientSession, url: str, params, ctx: ssl.SSLContext) -> tuple[int, str]:
+    """The status and text of a WebSocket upgrade the server refuses."""
+    headers = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": "v4.channel.k8s.io"}
+    async with http.get(url, params=params, headers=headers, ssl=ctx) as resp:
+        return resp.status, await resp.text()
+
+
 async def wait_until(check, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -308,12 +316,12 @@ async def test_kubelet_api_logs(agent: Agent, admin: KubeClient, test_images: Ri
             names = [p["metadata"]["name"] for p in (await resp.json())["items"]]
             assert name in names
         # The container has exited: no streaming session for it.
-        async with http.post(f"{base}/exec/default/{name}/main", params={"command": "true"}, ssl=with_cert, allow_redirects=False) as resp:
-            assert resp.status == 400 and "is not running" in (await resp.json())["message"]
+        assert await upgrade_refused(http, f"{base}/exec/default/{name}/main", {"command": "true", "output": "1"},
+                                     with_cert) == (500, 'container not found ("main")')
     await client.delete(f"/api/v1/namespaces/default/pods/{name}")
 
 
-async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]):
+async def test_kubelet_api_streams_are_proxied_to_the_runtime(agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]):
     name = f"sh-{uuid.uuid4().hex[:6]}"
     await admin.create(
         "/api/v1/namespaces/default/pods",
@@ -330,25 +338,29 @@ async def test_kubelet_api_exec_redirects_to_runtime(agent: Agent, admin: KubeCl
     assert agent.server is not None
     ctx = kubelet_tls(client_pki)
     base = f"https://127.0.0.1:{agent.server.port}"
-    locations: list[str] = []
+    exec_url = f"{base}/exec/default/{name}/main"
     async with aiohttp.ClientSession() as http:
-        for url, params in (
-            (f"{base}/exec/default/{name}/main", [("command", "sh"), ("command", "-c"), ("command", "echo hi"), ("output", "1")]),
-            (f"{base}/attach/default/{name}/main", [("output", "1")]),
-            (f"{base}/portForward/default/{name}", [("port", "8080")]),
-        ):
-            async with http.post(url, params=params, ssl=ctx, allow_redirects=False) as resp:
-                assert resp.status == 302, await resp.text()
-                assert resp.headers["Location"].startswith("http://127.0.0.1:")
-                locations.append(resp.headers["Location"])
-        # The exec URL is a live session on the runtime's streaming server (WebSocket, channel.k8s.io:
-        # the first byte of each message names the stream; 1 is stdout).
-        out = b""
-        async with http.ws_connect(locations[0], protocols=["channel.k8s.io"]) as ws:
+        # The kubelet proxies the upgraded connection to the runtime's streaming server (WebSocket,
+        # v4.channel.k8s.io: the first byte of each message names the stream; 1 is stdout, 3 the status).
+        out, status = b"", b""
+        params = [("command", "sh"), ("command", "-c"), ("command", "echo hi; exit 3"), ("output", "1")]
+        async with http.ws_connect(exec_url, params=params, protocols=["v4.channel.k8s.io"], ssl=ctx) as ws:
+            assert ws.protocol == "v4.channel.k8s.io"
             async for msg in ws:
                 if msg.type == aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x01":
                     out += msg.data[1:]
+                elif msg.type == aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x03":
+                    status += msg.data[1:]
         assert out == b"hi\n"
+        assert '"reason":"NonZeroExitCode"' in status.decode() and '"message":"3"' in status.decode()
+        # /run: the command's output, run to completion (cmd split on white space, as upstream).
+        async with http.post(f"{base}/run/default/{name}/main", params={"cmd": "echo ran"}, ssl=ctx) as resp:
+            assert (resp.status, await resp.text()) == (200, "ran\n")
+        # Not an upgrade: refused before any runtime session is made.
+        async with http.post(exec_url, params=params, ssl=ctx) as resp:
+            assert resp.status == 400 and (await resp.json())["message"] == "Upgrade request required"
+        assert await upgrade_refused(http, f"{base}/exec/default/{name}/other", params, ctx) == (
+            500, 'container not found ("other")')
     await admin.delete(path)
 
 

@@ -170,8 +170,9 @@ async def test_client_certificates_are_authorized_with_their_groups(rig: Rig):
     review = rig.api.access_reviews[0]
     assert review["user"] == "kube-apiserver-kubelet-client" and review["groups"] == ["system:masters", "system:authenticated"]
     assert rig.api.token_reviews == []
-    # exec is a POST: verb create on nodes/proxy (404 here: no such pod, but only after authorization).
-    assert (await rig.get("/exec/ns/p/c?command=true", with_cert=True, method="POST"))[0] == 404
+    # exec is a POST: verb create on nodes/proxy (404 here: no such pod, but only after authorization;
+    # a stream is asked for, else upstream's kubelet refuses the options first, 400).
+    assert (await rig.get("/exec/ns/p/c?command=true&output=1", with_cert=True, method="POST"))[0] == 404
     assert rig.api.access_reviews[-1]["resourceAttributes"]["verb"] == "create"
 
 
@@ -199,6 +200,9 @@ def test_attribute_mapping_is_upstreams():
         ("GET", "/metrics/cadvisor"): ("get", "metrics"), ("GET", "/logs/"): ("get", "log"),
         ("GET", "/statsx"): ("get", "proxy"), ("GET", "/containerLogs/ns/p/c"): ("get", "proxy"),
         ("GET", "/pods"): ("get", "proxy"), ("POST", "/exec/ns/p/c"): ("create", "proxy"),
+        ("GET", "/exec/ns/p/c"): ("get", "proxy"), ("POST", "/attach/ns/p/c"): ("create", "proxy"),
+        ("POST", "/portForward/ns/p"): ("create", "proxy"), ("GET", "/portForward/ns/p"): ("get", "proxy"),
+        ("POST", "/run/ns/p/c"): ("create", "proxy"),
         ("PUT", "/x"): ("update", "proxy"), ("PATCH", "/x"): ("patch", "proxy"), ("DELETE", "/x"): ("delete", "proxy"),
     }
     for (method, path), expected in cases.items():

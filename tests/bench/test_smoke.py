@@ -43,6 +43,7 @@ BENCHMARKS = {
     "controllers-replicasets": Benchmark("bench/controllers/replicasets.py", "controllers-replicasets", needs_root=False),
     "controllers-deployment": Benchmark("bench/controllers/deployment.py", "controllers-deployment", needs_root=True),
     "controllers-jobs": Benchmark("bench/controllers/jobs.py", "controllers-jobs", needs_root=True),
+    "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
 }
 
 

@@ -81,6 +81,10 @@ class Subresource:
         body with the store's metadata rules applied, for `whole_object` subresources)."""
         return desired
 
+    # True: a Connecter (upstream's rest.Connecter: exec, attach, portforward, proxy): every method the
+    # verbs allow goes to `connect(rest, request, info)` once authorized, body and all.
+    connects: bool = False
+
     def handles(self, verb: str) -> bool:
         return callable(getattr(self, verb, None))
 

@@ -11,6 +11,7 @@ from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.nodeauthz.restriction import NodeRestriction
+from controlplane.apiserver.resourceproxy import Proxy, node_location
 from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import nonnegative_quantity
 
@@ -22,7 +23,7 @@ class Node(Kind):
     plural = "nodes"
     namespaced = False
     short_names = ("no",)
-    subresources = (StatusSubresource("Node"),)
+    subresources = (StatusSubresource("Node"), Proxy("NodeProxyOptions", node_location))
     schema = "V1Node"
     type_marks = {("V1NodeStatus", "capacity"): "map[quantity]", ("V1NodeStatus", "allocatable"): "map[quantity]"}
     smp = {"metadata": META, "spec": {"podCIDRs": ListSpec(None)},

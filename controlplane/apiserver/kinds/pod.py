@@ -1,7 +1,8 @@
 """core/v1 Pod (upstream's pkg/registry/core/pod/strategy.go): defaults, what create and update may
 change (the status belongs to pods/status; the spec is immutable but for images, tolerations and a few
 more), graceful deletion (a bound pod stays, marked, for its grace period until its kubelet deletes it
-with gracePeriodSeconds=0), the pods/log stream from the node agent, and the pod table."""
+with gracePeriodSeconds=0), the pods/log stream from the node agent, pods/exec, attach and portforward
+(streaming.py), and the pod table."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from controlplane.apiserver import errors, tables
+from controlplane.apiserver import errors, streaming, tables
 from controlplane.apiserver.errors import FieldError, forbidden
 from controlplane.apiserver.kinds import podspec
 from controlplane.apiserver.kinds.base import Kind, SelectableField, StatusSubresource, Subresource, fields
@@ -18,6 +19,7 @@ from controlplane.apiserver.kinds.binding import BINDING
 from controlplane.apiserver.kinds.node import KIND as NODE
 from controlplane.apiserver.kubeletproxy import log_container, validate_log_query
 from controlplane.apiserver.meta import age
+from controlplane.apiserver.resourceproxy import Proxy, pod_location
 from controlplane.apiserver.smp_schema import META, POD_SPEC, POD_STATUS
 
 if TYPE_CHECKING:
@@ -111,12 +113,41 @@ def validate_ephemeral_update(new: Obj, old: Obj) -> list[FieldError]:
     return problems
 
 
+class _Streaming(Subresource):
+    """pods/exec, pods/attach, pods/portforward: upgraded connections streamed to the pod's node agent
+    (streaming.py). GET (WebSocket) and POST (SPDY) both connect, authorized as get and create."""
+
+    verbs = ("create", "get")
+    connects = True
+
+    async def connect(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        if self.name == "portforward":
+            return await streaming.connect_port_forward(rest, request, info)
+        return await streaming.connect_stream(rest, request, info, self.name)
+
+
+class Exec(_Streaming):
+    name = "exec"
+    kind = "PodExecOptions"
+
+
+class Attach(_Streaming):
+    name = "attach"
+    kind = "PodAttachOptions"
+
+
+class PortForward(_Streaming):
+    name = "portforward"
+    kind = "PodPortForwardOptions"
+
+
 class Pod(Kind):
     kind = "Pod"
     plural = "pods"
     short_names = ("po",)
     categories = ("all",)
-    subresources = (StatusSubresource("Pod"), BINDING, Log(), EphemeralContainers())
+    subresources = (StatusSubresource("Pod"), BINDING, Log(), EphemeralContainers(), Exec(), Attach(), PortForward(),
+                    Proxy("PodProxyOptions", pod_location))
     schema = "V1Pod"
     type_marks = podspec.TYPE_MARKS
     smp = {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS}

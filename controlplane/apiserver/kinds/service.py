@@ -10,6 +10,7 @@ from controlplane.apiserver.errors import FieldError, duplicate, invalid, not_su
 from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.protobuf import INT_OR_STRING, OBJECT_META
+from controlplane.apiserver.resourceproxy import Proxy, service_location
 from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
 from controlplane.apiserver.validation import dns_label, port_number
 
@@ -40,7 +41,7 @@ class Service(Kind):
     short_names = ("svc",)
     categories = ("all",)
     verbs = NO_COLLECTION
-    subresources = (StatusSubresource("Service"),)
+    subresources = (StatusSubresource("Service"), Proxy("ServiceProxyOptions", service_location))
     schema = "V1Service"
     return_deleted_object = True
     type_marks = {("V1ServicePort", "targetPort"): "int-or-string"}

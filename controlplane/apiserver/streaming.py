@@ -1,0 +1,182 @@
+"""pods/exec, pods/attach and pods/portforward: checked here, then streamed to the pod's kubelet with the
+API server's kubelet-client identity, as upstream's ExecREST, AttachREST and PortForwardREST
+(pkg/registry/core/pod/rest/subresources.go, strategy.go's streamLocation).
+
+How the client's upgrade travels, as in 1.32:
+- WebSocket asking for v5.channel.k8s.io (kubectl exec/attach/cp, the official clients): ended here and
+  translated to SPDY to the kubelet (streamtranslator.py).
+- WebSocket asking for SPDY/3.1+portforward.k8s.io (kubectl port-forward): a tunnel; the SPDY inside
+  the WebSocket messages is spliced to a SPDY upgrade of the kubelet's /portForward (tunnel()).
+- Any other upgrade (SPDY/3.1, kubectl's fallback; older WebSocket subprotocols, the official client's
+  port-forward): proxied byte for byte to the kubelet, who proxies it to the runtime.
+- No upgrade at all: 400 "Upgrade request required".
+Errors before any upgrade are upstream's: no such pod 404, `container c is not valid for pod p`, `pod p
+does not have a host assigned` (400).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+from aiohttp import web
+
+from controlplane.apiserver import errors
+from controlplane.apiserver.kinds.node import KIND as NODE
+from controlplane.apiserver.kubeletproxy import kubelet_address, log_container
+from controlplane.apiserver.streamtranslator import Streams, translate
+from kubeclient.httpstream import protocols as P
+from kubeclient.httpstream.upgrade import CHUNK, UpgradeError, dial, proxy_upgrade
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.handlers import RestHandler
+    from controlplane.apiserver.request import RequestInfo
+
+Obj = dict[str, Any]
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
+_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+
+
+def _bool(query: Any, name: str) -> bool:
+    value = query.get(name, "")
+    if value in _TRUE:
+        return True
+    if value in ("", *_FALSE):
+        return False
+    raise errors.bad_request(f'{name}: invalid value "{value}": strconv.ParseBool: parsing "{value}": invalid syntax')
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """PodExecOptions / PodAttachOptions as the query carries them."""
+
+    container: str
+    command: tuple[str, ...]
+    streams: Streams
+
+    @classmethod
+    def from_query(cls, pod: Obj, query: Any, needs_command: bool) -> StreamRequest:
+        streams = Streams(_bool(query, "stdin"), _bool(query, "stdout"), _bool(query, "stderr"), _bool(query, "tty"))
+        command = tuple(query.getall("command", []))
+        if needs_command and not command:
+            raise errors.bad_request("you must specify at least 1 command")
+        if not (streams.stdin or streams.stdout or streams.stderr):
+            raise errors.bad_request("you must specify at least 1 of stdin, stdout, stderr")
+        return cls(log_container(pod, query.get("container", "")), command, streams)
+
+    def kubelet_query(self) -> list[tuple[str, str]]:
+        """upstream's streamParams: the kubelet's names for the streams."""
+        out = [("command", c) for c in self.command]
+        for flag, name in ((self.streams.stdin, "input"), (self.streams.stdout, "output"),
+                           (self.streams.stderr, "error"), (self.streams.tty, "tty")):
+            if flag:
+                out.append((name, "1"))
+        return out
+
+
+async def _pod_and_node(rest: RestHandler, info: RequestInfo) -> tuple[Obj, Obj]:
+    pod = (await rest.registry.get(info.resource, info.namespace, info.name)).obj
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if not node_name:
+        raise errors.bad_request(f"pod {pod['metadata']['name']} does not have a host assigned")
+    if rest.kubelet is None:
+        raise errors.internal("this server has no client certificate for node agents (serving plain HTTP)")
+    node = await rest.registry.get(NODE, "", node_name)
+    return pod, node.obj
+
+
+def _kubelet_url(node: Obj, path: str, query: list[tuple[str, str]]) -> str:
+    host, port = kubelet_address(node)
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"https://{netloc}{path}" + (f"?{urlencode(query, quote_via=quote)}" if query else "")
+
+
+async def connect_stream(rest: RestHandler, request: web.Request, info: RequestInfo, verb: str) -> web.StreamResponse:
+    """pods/exec and pods/attach."""
+    pod, node = await _pod_and_node(rest, info)
+    opts = StreamRequest.from_query(pod, request.query, needs_command=verb == "exec")
+    meta = pod["metadata"]
+    path = f"/{verb}/{quote(meta['namespace'])}/{quote(meta['name'])}/{quote(opts.container)}"
+    url = _kubelet_url(node, path, opts.kubelet_query())
+    assert rest.kubelet is not None
+    if P.is_websocket_request(request.headers) and P.STREAM_V5 in P.websocket_protocols(request.headers):
+        return await translate(request, url, rest.kubelet.ssl_context, opts.streams)
+    return await _upgrade(request, url, rest)
+
+
+async def connect_port_forward(rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    pod, node = await _pod_and_node(rest, info)
+    ports: list[tuple[str, str]] = []
+    for value in request.query.getall("ports", []):
+        for port in value.split(","):
+            if not port.strip().isdigit() or not 0 < int(port) < 65536:
+                raise errors.bad_request(f'ports: invalid value "{port}": port must be between 1 and 65535')
+            ports.append(("port", str(int(port))))
+    meta = pod["metadata"]
+    url = _kubelet_url(node, f"/portForward/{quote(meta['namespace'])}/{quote(meta['name'])}", ports)
+    assert rest.kubelet is not None
+    tunneled = P.tunneled_spdy_protocols(request.headers) if P.is_websocket_request(request.headers) else []
+    if tunneled:
+        return await tunnel(request, url, rest, tunneled)
+    return await _upgrade(request, url, rest)
+
+
+async def _upgrade(request: web.Request, url: str, rest: RestHandler) -> web.StreamResponse:
+    if not P.is_upgrade_request(request.headers):
+        raise errors.bad_request("Upgrade request required")
+    assert rest.kubelet is not None
+    try:
+        return await proxy_upgrade(request, url, rest.kubelet.ssl_context)
+    except UpgradeError as err:
+        raise errors.internal(str(err)) from None
+
+
+async def tunnel(request: web.Request, url: str, rest: RestHandler, spdy_protocols: list[str]) -> web.StreamResponse:
+    """upstream's TunnelingHandler: a SPDY upgrade of the kubelet, whose bytes ride WebSocket messages."""
+    assert rest.kubelet is not None
+    headers = [("Connection", "Upgrade"), ("Upgrade", P.SPDY_31)]
+    headers += [(P.PROTOCOL_VERSION_HEADER, p) for p in spdy_protocols]
+    try:
+        backend = await dial(url, "POST", headers, rest.kubelet.ssl_context)
+    except UpgradeError as err:
+        raise errors.internal(str(err)) from None
+    if backend.status != 101:
+        body = await backend.body()
+        backend.close()
+        return web.Response(status=backend.status, body=body,
+                            headers={"Content-Type": backend.headers.get("Content-Type", "text/plain; charset=utf-8")})
+    chosen = backend.headers.get(P.PROTOCOL_VERSION_HEADER, "").strip()
+    ws = web.WebSocketResponse(protocols=(P.TUNNELING_PREFIX + chosen,) if chosen else (), max_msg_size=0)
+    try:
+        await ws.prepare(request)
+    except (ConnectionError, OSError):
+        backend.close()
+        raise
+
+    async def up() -> None:
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                backend.writer.write(msg.data)
+                await backend.writer.drain()
+
+    async def down() -> None:
+        while data := await backend.reader.read(CHUNK):
+            await ws.send_bytes(data)
+
+    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
+                await task
+        backend.close()
+        if not ws.closed:
+            with contextlib.suppress(ConnectionError, OSError):
+                await ws.close()
+    return ws
