@@ -18,6 +18,7 @@ from controlplane.apiserver.kinds import (
     controllerrevision,
     deployment,
     endpoints,
+    endpointslice,
     event,
     eventsv1,
     lease,
@@ -69,6 +70,7 @@ KINDS: list[Kind] = [
     priorityclass.KIND,
     lease.KIND,
     runtimeclass.KIND,
+    endpointslice.KIND,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
