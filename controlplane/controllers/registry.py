@@ -9,6 +9,8 @@ from __future__ import annotations
 from controlplane.controllers.base import Controller
 from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
 from controlplane.controllers.deployment import DeploymentController
+from controlplane.controllers.endpoints import EndpointsController
+from controlplane.controllers.endpointslice import EndpointSliceController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.podgc import PodGCController
@@ -30,6 +32,8 @@ CONTROLLERS: dict[str, type[Controller]] = {
         TaintEvictionController,
         PodGCController,
         ClusterRoleAggregationController,
+        EndpointsController,
+        EndpointSliceController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
