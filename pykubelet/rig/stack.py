@@ -1,5 +1,5 @@
 """The whole single-machine cluster: registry + images, the pod network, containerd, the API server (with
-its scheduler) and the agent.
+its scheduler), the agent and the service proxy.
 
 One class owns every part, so `pykubelet up`, the e2e suite and the benchmarks start and stop the
 same thing. Each daemon is a child process in its own session: `up` leaves them running after it
@@ -27,6 +27,17 @@ from pykubelet.rig.registry import Registry
 
 DEFAULT_POD_CIDR = "10.244.0.0/24"
 DEFAULT_BRIDGE = "pykbr0"
+PROXY_TABLE = "kube-proxy"
+
+
+def proxy_table(bridge: str) -> str:
+    """The service proxy's nftables table: kube-proxy's own name for the default stack, one per pod
+    network otherwise (a test stack on a leased bridge never touches another stack's table)."""
+    return PROXY_TABLE if bridge == DEFAULT_BRIDGE else f"{PROXY_TABLE}-{bridge}"
+
+
+def proxy_cleanup_argv(table: str) -> list[str]:
+    return ["python3", "-m", "pykubelet", "proxy", "--cleanup", "--nft-table", table]
 
 
 def default_node_name() -> str:
@@ -73,6 +84,7 @@ class StackRecord:
     bridge: str
     pod_cidr: str
     ready: list[str] = field(default_factory=list)  # daemons that answered, in start order
+    proxy_table: str = ""
 
     @classmethod
     def load(cls, state_dir: Path) -> StackRecord | None:
@@ -104,6 +116,9 @@ class Stack:
         self.containerd: Containerd | None = None
         self.apiserver = None  # pykubelet.rig.apiserver.ApiServer
         self.agent: Daemon | None = None
+        self.proxy: Daemon | None = None
+        self.proxy_table = proxy_table(config.bridge)
+        self.proxy_healthz_port = free_port()
         self.kubelet_port = config.kubelet_port or free_port()
         self.agent_config_path = d / "agent" / "kubelet-config.yaml"
         self.pod_logs_dir = d / "pod-logs"
@@ -166,6 +181,7 @@ class Stack:
             self.apiserver.start()
             self._started("apiserver")
             self.start_agent(wait_ready=wait_ready)
+            self.start_proxy()
         except BaseException:
             self.stop()
             raise
@@ -238,6 +254,48 @@ class Stack:
         self._started("agent")
         return self.agent
 
+    @property
+    def proxy_kubeconfig(self) -> Path:
+        return self.config.state_dir / "proxy" / "proxy.kubeconfig"
+
+    def proxy_argv(self) -> list[str]:
+        """The service proxy on its own identity, system:kube-proxy (bound to system:node-proxier), as
+        kubeadm runs kube-proxy."""
+        assert self.apiserver is not None
+        kubeconfig = self.apiserver.client_kubeconfig("system:kube-proxy", (), self.proxy_kubeconfig)
+        return [
+            "python3", "-m", "pykubelet", "proxy", "--kubeconfig", str(kubeconfig),
+            "--hostname-override", self.node_name, "--cluster-cidr", self.config.pod_cidr,
+            "--nft-table", self.proxy_table,
+            "--healthz-bind-address", f"127.0.0.1:{self.proxy_healthz_port}", "--metrics-bind-address", "",
+        ]
+
+    def start_proxy(self, timeout: float = 60.0) -> Daemon:
+        """Start (or restart) the service proxy and wait until it has written its table."""
+        if self.proxy is not None and self.proxy.running():
+            raise RuntimeError("the proxy is already running")
+        self.proxy = Daemon("pykubelet proxy", self.proxy_argv(), self.config.state_dir / "proxy" / "proxy.log",
+                            on_spawn=self._spawned)
+        self.proxy.start(self.proxy_synced, timeout=timeout, interval=0.2)
+        self._started("proxy")
+        return self.proxy
+
+    def proxy_synced(self) -> bool:
+        import subprocess
+
+        listed = subprocess.run(["nft", "list", "chain", "ip", self.proxy_table, "services"],
+                                capture_output=True, text=True, check=False)
+        return listed.returncode == 0
+
+    def stop_proxy(self, cleanup: bool = True) -> None:
+        """Stop the proxy (its rules stay, as kube-proxy's do); `cleanup` then removes its table."""
+        import subprocess
+
+        if self.proxy is not None:
+            self.proxy.stop()
+        if cleanup:
+            subprocess.run(proxy_cleanup_argv(self.proxy_table), capture_output=True, check=False, timeout=60)
+
     def node_ready(self) -> bool:
         node = self.core_api().read_node(self.node_name)
         return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
@@ -256,6 +314,7 @@ class Stack:
             ("containerd", self.containerd.daemon.pid if self.containerd else None),
             ("apiserver", self.apiserver.pid if self.apiserver else None),
             ("agent", self.agent.pid if self.agent else None),
+            ("proxy", self.proxy.pid if self.proxy else None),
         ):
             if pid is not None:
                 pids[name] = pid
@@ -269,6 +328,7 @@ class Stack:
             bridge=self.config.bridge,
             pod_cidr=self.config.pod_cidr,
             ready=list(self._ready),
+            proxy_table=self.proxy_table,
         )
 
     # -- stop ------------------------------------------------------------------------------------
@@ -276,6 +336,7 @@ class Stack:
     def stop(self) -> list[str]:
         """Stop everything in reverse order; returns a description of anything left behind."""
         problems = []
+        self.stop_proxy()
         if self.agent is not None:
             self.agent.stop()
         if self.apiserver is not None:
