@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(
-        f"pykubelet: starting registry, containerd, API server and agent in {state_dir} ...", file=sys.stderr
+        f"pykubelet: starting registry, containerd, API server, agent and service proxy in {state_dir} ...", file=sys.stderr
     )
     stack.start()
     print(f"pykubelet: node {stack.node_name} is Ready", file=sys.stderr)
