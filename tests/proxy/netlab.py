@@ -35,6 +35,17 @@ with socketserver.TCPServer((host, int(port)), H) as s:
 """
 
 
+UDP_SERVER = """
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((host, int(port)))
+while True:
+    data, peer = s.recvfrom(2048)
+    s.sendto(sys.argv[2].encode(), peer)
+"""
+
+
 @dataclass
 class NetLab:
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
@@ -77,6 +88,35 @@ class NetLab:
                 return
             time.sleep(0.05)
         raise AssertionError(f"server on {address} did not start: {proc.stderr.read() if proc.poll() is not None else ''}")
+
+    def serve_udp(self, address: str, reply: str) -> None:
+        """A UDP server in the backend namespace answering every datagram with `reply`."""
+        proc = subprocess.Popen(["ip", "netns", "exec", self.backend, sys.executable, "-c", UDP_SERVER, address, reply],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.servers.append(proc)
+        deadline = time.monotonic() + 10
+        host, port = address.rsplit(":", 1)
+        while time.monotonic() < deadline:
+            if self.ask_udp(host, int(port), 0, ns=self.backend) == reply:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"UDP server on {address} did not start")
+
+    def ask_udp(self, ip: str, port: int, source_port: int, ns: str | None = None) -> str:
+        """One datagram from the client's address and `source_port` (0: any); the answer or "" on timeout."""
+        code = (
+            "import socket, sys\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            f"s.bind(('', {source_port}))\n"
+            "s.settimeout(1.5)\n"
+            f"s.sendto(b'?', ({ip!r}, {port}))\n"
+            "try:\n"
+            "    print(s.recv(2048).decode())\n"
+            "except OSError as e:\n"
+            "    print('')\n"
+        )
+        return sh("ip", "netns", "exec", ns or self.client, sys.executable, "-c", code, check=False).stdout.strip()
 
     def get(self, url: str, ns: str | None = None, timeout: float = 3.0) -> tuple[str, str, float]:
         """("ok", body) or ("refused" | "timeout" | other error, message), and the seconds it took."""

@@ -244,6 +244,30 @@ async def test_traffic_reaches_a_ready_backend_and_no_endpoints_refuse(proxier, 
     assert outcome == "refused" and took < 1.0  # a port the ClusterIP does not serve
 
 
+async def test_udp_conntrack_entries_of_a_gone_endpoint_are_flushed(proxier, lab, v1, discovery, namespace):
+    await asyncio.to_thread(lab.serve_udp, f"{BACKEND_IP}:5353", "first")
+    await asyncio.to_thread(lab.serve_udp, f"{EXTRA_BACKEND_IP}:5353", "second")
+    dns = service(v1, namespace, "dns", ports=[{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}])
+    body = {"metadata": {"name": "dns-abc", "labels": {"kubernetes.io/service-name": "dns"}}, "addressType": "IPv4",
+            "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}],
+            "endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}}]}
+    discovery.create_namespaced_endpoint_slice(namespace, body)
+    ip = dns.spec.cluster_ip
+
+    async def answer(expected: str) -> bool:
+        return await asyncio.to_thread(lab.ask_udp, ip, 53, 40053) == expected
+
+    await until(lambda: answer("first"), what="the first backend over UDP")
+    # The same client flow now has a conntrack entry to the first backend; the endpoint is replaced.
+    body["endpoints"] = [{"addresses": [EXTRA_BACKEND_IP], "conditions": {"ready": True}}]
+    discovery.replace_namespaced_endpoint_slice("dns-abc", namespace, body)
+    # Without the flush the entry would keep this flow on the first backend (still up) until it expires.
+    await until(lambda: answer("second"), what="the flow moved to the new backend", timeout=10)
+    listed = subprocess.run(["ip", "netns", "exec", lab.client, "conntrack", "-L", "-p", "udp", "--orig-dst", ip],
+                            capture_output=True, text=True)
+    assert BACKEND_IP not in listed.stdout.replace(f"src={BACKEND_IP}", "")  # no entry DNATs there any more
+
+
 async def test_a_failed_sync_leaves_the_previous_ruleset(proxier, lab, v1, discovery, namespace):
     service(v1, namespace, "web")
     endpoint_slice(discovery, namespace, "web", [BACKEND_IP])
