@@ -16,6 +16,7 @@ done in postrouting, as upstream.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 from dataclasses import dataclass
 
@@ -58,6 +59,7 @@ class NodeSettings:
     masquerade_all: bool = False
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def hash_and_truncate(name: str) -> str:
     """upstream's hashAndTruncate: an 8-character base32 hash of the name, then the name."""
     digest = base64.b32encode(hashlib.sha256(name.encode()).digest()).decode()
