@@ -106,3 +106,26 @@ def test_a_service_without_endpoints_refuses_at_once(kube, api_client, namespace
     assert "Connection refused" in last and "rc=1" in last, log
     took = int(last.rsplit("took=", 1)[1].split()[0])
     assert took <= 2, log
+
+
+def test_a_client_reaches_a_service_by_short_name_and_fqdn(kube, api_client, namespace, node_name, image):
+    kube.create_namespaced_pod(namespace, backend("web-a", node_name, image))
+    web_service(kube, namespace)
+    ip = pod_ip(kube, namespace, "web-a")
+    wait_for(lambda: slice_endpoints(api_client, namespace) == {ip: True}, timeout=60, what="the backend ready")
+    fqdn = f"web.{namespace}.svc.cluster.local"
+    script = (f"for i in $(seq 20); do timeout 5 wget -q -O /dev/null http://web/ && break; sleep 0.5; done; "
+              f"echo short=$(timeout 5 wget -q -O - http://web/); echo fqdn=$(timeout 5 wget -q -O - http://{fqdn}/); "
+              "echo resolv=$(grep -c 'nameserver' /etc/resolv.conf) $(grep ndots /etc/resolv.conf)")
+    log = run_client(kube, namespace, node_name, image, script)
+    assert "short=web-a" in log and "fqdn=web-a" in log, log
+    assert "ndots:5" in log, log
+
+
+def test_kubernetes_default_svc_resolves_and_dns_rcodes(kube, namespace, node_name, image):
+    script = ("nslookup kubernetes.default.svc.cluster.local 2>&1; echo ---; "
+              f"nslookup nope.{namespace}.svc.cluster.local 2>&1; echo rc=$?")
+    log = run_client(kube, namespace, node_name, image, script)
+    first, second = log.split("---", 1)
+    assert "10.96.0.1" in first, log
+    assert "NXDOMAIN" in second, log

@@ -28,6 +28,10 @@ from pykubelet.rig.registry import Registry
 DEFAULT_POD_CIDR = "10.244.0.0/24"
 DEFAULT_BRIDGE = "pykbr0"
 PROXY_TABLE = "kube-proxy"
+# The cluster DNS Service's address, as kubeadm's default service range puts it.
+KUBE_DNS_IP = "10.96.0.10"
+DNS_USER = "system:serviceaccount:kube-system:coredns"
+DNS_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system")
 
 
 def proxy_table(bridge: str) -> str:
@@ -117,6 +121,9 @@ class Stack:
         self.apiserver = None  # pykubelet.rig.apiserver.ApiServer
         self.agent: Daemon | None = None
         self.proxy: Daemon | None = None
+        self.dns: Daemon | None = None
+        self.dns_port = free_port()
+        self.dns_address = ""
         self.proxy_table = proxy_table(config.bridge)
         self.proxy_healthz_port = free_port()
         self.kubelet_port = config.kubelet_port or free_port()
@@ -180,6 +187,7 @@ class Stack:
             self.apiserver.daemon.on_spawn = self._spawned
             self.apiserver.start()
             self._started("apiserver")
+            self.start_dns()
             self.start_agent(wait_ready=wait_ready)
             self.start_proxy()
         except BaseException:
@@ -206,6 +214,8 @@ class Stack:
             "podLogsDir": str(self.pod_logs_dir),
             "clusterDomain": "cluster.local",
             "resolvConf": "/etc/resolv.conf",
+            # Pods resolve through the cluster DNS (the kube-dns Service, carried by the service proxy).
+            "clusterDNS": [KUBE_DNS_IP],
             "port": self.kubelet_port,
             # The kubelet API accepts client certificates from the cluster's CA (the API server's own).
             "authentication": {"x509": {"clientCAFile": str(self.apiserver.ca_cert)}},
@@ -296,6 +306,58 @@ class Stack:
         if cleanup:
             subprocess.run(proxy_cleanup_argv(self.proxy_table), capture_output=True, check=False, timeout=60)
 
+    def start_dns(self, timeout: float = 60.0) -> Daemon:
+        """The cluster DNS on the host (the node's address, a free port) on its own identity, and the
+        kube-dns Service and EndpointSlice pointing at it, as a genuine cluster has them. It binds the
+        node's address, not all of them: a UDP answer must leave from the address the question went to
+        (pods ask through the bridge, whose own address would otherwise be the source)."""
+        from agent.node.facts import default_route_ip
+
+        assert self.apiserver is not None
+        self.dns_address = default_route_ip()
+        kubeconfig = self.apiserver.client_kubeconfig(DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig")
+        argv = ["python3", "-m", "pykubelet", "dns", "--kubeconfig", str(kubeconfig), "--bind-address", self.dns_address,
+                "--port", str(self.dns_port)]
+        self.dns = Daemon("pykubelet dns", argv, self.config.state_dir / "dns" / "dns.log", on_spawn=self._spawned)
+        self.dns.start(self._dns_answers, timeout=timeout, interval=0.2)
+        self._publish_kube_dns()
+        self._started("dns")
+        return self.dns
+
+    def _dns_answers(self) -> bool:
+        from dnslib import DNSRecord
+
+        try:
+            reply = DNSRecord.parse(DNSRecord.question("kubernetes.default.svc.cluster.local").send(
+                self.dns_address, self.dns_port, timeout=1))
+        except OSError:
+            return False
+        return bool(reply.rr)
+
+    def _publish_kube_dns(self) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        api = self.core_api()
+        ports = [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": self.dns_port},
+                 {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": self.dns_port}]
+        service = {"metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
+                   "spec": {"clusterIP": KUBE_DNS_IP, "ports": ports}}
+        endpoints = {"metadata": {"name": "kube-dns-host", "labels": {"kubernetes.io/service-name": "kube-dns",
+                                                                      "k8s-app": "kube-dns"}},
+                     "addressType": "IPv4",
+                     "endpoints": [{"addresses": [self.dns_address], "conditions": {"ready": True},
+                                    "nodeName": self.node_name}],
+                     "ports": [{"name": p["name"], "port": self.dns_port, "protocol": p["protocol"]} for p in ports]}
+        discovery = client.DiscoveryV1Api(api.api_client)
+        for create in (lambda: api.create_namespaced_service("kube-system", service),
+                       lambda: discovery.create_namespaced_endpoint_slice("kube-system", endpoints)):
+            try:
+                create()
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+
     def node_ready(self) -> bool:
         node = self.core_api().read_node(self.node_name)
         return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
@@ -315,6 +377,7 @@ class Stack:
             ("apiserver", self.apiserver.pid if self.apiserver else None),
             ("agent", self.agent.pid if self.agent else None),
             ("proxy", self.proxy.pid if self.proxy else None),
+            ("dns", self.dns.pid if self.dns else None),
         ):
             if pid is not None:
                 pids[name] = pid
@@ -337,6 +400,8 @@ class Stack:
         """Stop everything in reverse order; returns a description of anything left behind."""
         problems = []
         self.stop_proxy()
+        if self.dns is not None:
+            self.dns.stop()
         if self.agent is not None:
             self.agent.stop()
         if self.apiserver is not None:

@@ -46,6 +46,7 @@ STAGES: dict[str, Callable[[Path], bool]] = {
     "registry": _ready("registry"),
     "containerd": _ready("containerd"),
     "apiserver": _ready("apiserver"),
+    "dns": _ready("dns"),
     "agent": _ready("agent"),
     "proxy": _ready("proxy"),
     "sample-pod": _sandbox_started,

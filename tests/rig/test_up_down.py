@@ -41,7 +41,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
     try:
         assert up.returncode == 0, up.stderr
         assert record is not None
-        assert record.ready == ["registry", "containerd", "apiserver", "agent", "proxy"]
+        assert record.ready == ["registry", "containerd", "apiserver", "dns", "agent", "proxy"]
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
         assert "pod default/hello is Running and Ready" in up.stderr  # its readiness probe passed
