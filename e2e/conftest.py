@@ -51,7 +51,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         return
     if os.geteuid() != 0:
         pytest.skip("the project's own stack needs root (containerd, network namespaces)")
-    from pykubelet.rig.stack import Stack, StackConfig
+    from pykubelet.rig.stack import Stack, StackConfig, proxy_table
 
     with lease_network("e") as net:
         config = StackConfig(
@@ -61,7 +61,8 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
             pod_cidr=net.pod_cidr,
             store=os.environ.get("PYKUBE_STORE", "sqlite"),  # PYKUBE_STORE=etcd: the stack on a local etcd
         )
-        scope = Scope.of(config.state_dir, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+        scope = Scope.of(config.state_dir, bridges=[net.bridge], pod_cidrs=[net.pod_cidr],
+                         nft_tables=[f"ip {proxy_table(net.bridge)}"])
         stack = Stack(config)
         stack.start()
         try:

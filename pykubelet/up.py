@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(
-        f"pykubelet: starting registry, containerd, {'etcd, ' if args.store == 'etcd' else ''}API server and agent"
-        f" in {state_dir} ...", file=sys.stderr
+        f"pykubelet: starting registry, containerd, {'etcd, ' if args.store == 'etcd' else ''}API server, agent,"
+        f" service proxy and DNS in {state_dir} ...", file=sys.stderr
     )
     stack.start()
     print(f"pykubelet: node {stack.node_name} is Ready", file=sys.stderr)

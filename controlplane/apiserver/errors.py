@@ -56,6 +56,10 @@ def forbidden(path: str, detail: str) -> FieldError:
     return FieldError("FieldValueForbidden", path, f"Forbidden: {detail}")
 
 
+def too_many(path: str, actual: int, limit: int) -> FieldError:
+    return FieldError("FieldValueTooMany", path, f"Too many: {actual}: must have at most {limit} items")
+
+
 class ApiError(Exception):
     """Raised anywhere below the HTTP layer; the handler renders it as a Status with `code`."""
 

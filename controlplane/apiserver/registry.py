@@ -77,11 +77,11 @@ class Registry:
     # --- the strategy and admission, shared by create and update --------------------------------------
 
     async def _admit(self, operation: str, res: Kind, subresource: str, namespace: str, obj: Obj, old: Obj | None,
-                     user: UserInfo | None) -> None:
+                     user: UserInfo | None, validate: bool = True) -> None:
         name = obj["metadata"].get("name", "")
         request = AdmissionRequest(operation, res, subresource, namespace, name, obj, old, user, self)
         await self.admission.admit(request)
-        problems = res.validate(obj)
+        problems = res.validate(obj) if validate else []
         if old is not None:
             problems += res.validate_update(obj, old, subresource)
         if problems:
@@ -98,9 +98,10 @@ class Registry:
         user: UserInfo | None = None,
         dry_run: bool = False,
         manager: str | None = None,
+        validate: bool = True,
     ) -> Obj:
         """`obj` in its stored form. `manager`: the field manager recorded in managedFields (None: the
-        caller already did)."""
+        caller already did). `validate=False` only for what the server writes about itself (bootstrap.py)."""
         meta = metadata(obj)
         if res.namespaced:
             meta["namespace"] = namespace
@@ -122,7 +123,7 @@ class Registry:
             res.default(obj, True)
             res.prepare_for_create(obj)
             fill_required(obj, res.storage_schema)
-            await self._admit("CREATE", res, "", namespace, obj, None, user)
+            await self._admit("CREATE", res, "", namespace, obj, None, user, validate)
             await res.begin_create(self, obj)
             if manager is not None:
                 meta.pop("managedFields", None)
@@ -164,6 +165,7 @@ class Registry:
         user: UserInfo | None = None,
         dry_run: bool = False,
         manager: str | None = None,
+        validate: bool = True,
     ) -> Obj:
         """PUT semantics: the body replaces the object (or its status), guarded by its resourceVersion."""
         wanted_rv = (body.get("metadata") or {}).get("resourceVersion") or ""
@@ -173,7 +175,7 @@ class Registry:
                 raise errors.conflict(res.plural, res.group, name, errors.MODIFIED)
             return body
 
-        return await self.guaranteed_update(res, namespace, name, mutate, subresource, user, dry_run, manager)
+        return await self.guaranteed_update(res, namespace, name, mutate, subresource, user, dry_run, manager, validate)
 
     async def guaranteed_update(
         self,
@@ -185,6 +187,7 @@ class Registry:
         user: UserInfo | None = None,
         dry_run: bool = False,
         manager: str | None = None,
+        validate: bool = True,
     ) -> Obj:
         """Read, mutate, write with the read revision; retry from a fresh read when another write won.
 
@@ -199,7 +202,7 @@ class Registry:
             if not subresource and res.generation and new.get("spec") != current.get("spec"):
                 new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
             fill_required(new, res.storage_schema)
-            await self._admit("UPDATE", res, subresource, namespace, new, current, user)
+            await self._admit("UPDATE", res, subresource, namespace, new, current, user, validate)
             if manager is not None:
                 new["metadata"]["managedFields"] = current["metadata"].get("managedFields", [])
                 ssa.track_update(current, new, manager, subresource if subresource in ("status", "scale") else "", res.smp)

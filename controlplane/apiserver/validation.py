@@ -7,6 +7,7 @@ Required value`) because users and tools match on them. Name rules and their tex
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -105,6 +106,43 @@ def port_number(path: str, value: Any) -> list[FieldError]:
     return []
 
 
+IP_FORMAT = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+
+
+def _ip(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def ip_address(path: str, value: Any, family: int = 0) -> list[FieldError]:
+    """IsValidIP / IsValidIPv4Address / IsValidIPv6Address (family 0, 4 or 6)."""
+    ip = _ip(value)
+    if family == 4 and (ip is None or ip.version != 4):
+        return [invalid(path, value, "must be a valid IPv4 address")]
+    if family == 6 and (ip is None or ip.version != 6):
+        return [invalid(path, value, "must be a valid IPv6 address")]
+    return [invalid(path, value, IP_FORMAT)] if ip is None else []
+
+
+def endpoint_ip(path: str, value: Any) -> list[FieldError]:
+    """ValidateEndpointIP: no unspecified, loopback or link-local addresses behind a Service."""
+    ip = _ip(value)
+    if ip is None:
+        return [invalid(path, value, "must be a valid IP address")]
+    errors: list[FieldError] = []
+    if ip.is_unspecified:
+        errors.append(invalid(path, value, f"may not be unspecified ({value})"))
+    if ip.is_loopback:
+        errors.append(invalid(path, value, "may not be in the loopback range (127.0.0.0/8, ::1/128)"))
+    if ip.is_link_local and not ip.is_multicast:
+        errors.append(invalid(path, value, "may not be in the link-local range (169.254.0.0/16, fe80::/10)"))
+    if ip in ipaddress.ip_network("224.0.0.0/24") or ip in ipaddress.ip_network("ff02::/16"):
+        errors.append(invalid(path, value, "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)"))
+    return errors
+
+
 def nonnegative(path: str, value: Any) -> list[FieldError]:
     if isinstance(value, int) and value < 0:
         return [invalid(path, value, NEGATIVE)]
@@ -140,6 +178,6 @@ def forbidden_change(path: str, new: Any, old: Any, detail: str) -> list[FieldEr
 
 
 __all__ = [
-    "IMMUTABLE", "NEGATIVE", "annotations", "dns_label", "dns_subdomain", "forbidden_change", "immutable",
-    "labels", "no_name_rule", "nonnegative", "nonnegative_quantity", "object_meta", "port_number", "qualified_name",
+    "IMMUTABLE", "IP_FORMAT", "NEGATIVE", "annotations", "dns_label", "dns_subdomain", "endpoint_ip",
+    "forbidden_change", "immutable", "ip_address", "labels", "no_name_rule", "nonnegative", "nonnegative_quantity", "object_meta", "port_number", "qualified_name",
 ]

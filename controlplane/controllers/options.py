@@ -63,6 +63,9 @@ TUNABLES: tuple[Tunable, ...] = (
     Tunable("unhealthy-zone-threshold", 0.55, FLOAT,
             "Fraction of Nodes in a zone which needs to be not Ready (minimum 3) for zone to be treated as "
             "unhealthy."),
+    Tunable("max-endpoints-per-slice", 100, INT,
+            "The maximum number of endpoints that will be added to an EndpointSlice. More endpoints per slice will "
+            "result in less endpoint slices, but larger resources. Defaults to 100."),
     Tunable("terminated-pod-gc-threshold", 12500, INT,
             "Number of terminated pods that can exist before the terminated pod garbage collector starts deleting "
             "terminated pods. If <= 0, the terminated pod garbage collector is disabled."),

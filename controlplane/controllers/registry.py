@@ -11,6 +11,8 @@ from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregati
 from controlplane.controllers.cronjob import CronJobController
 from controlplane.controllers.daemonset import DaemonSetController
 from controlplane.controllers.deployment import DeploymentController
+from controlplane.controllers.endpoints import EndpointsController
+from controlplane.controllers.endpointslice import EndpointSliceController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.job import JobController
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
@@ -38,6 +40,8 @@ CONTROLLERS: dict[str, type[Controller]] = {
         TTLAfterFinishedController,
         CronJobController,
         DaemonSetController,
+        EndpointsController,
+        EndpointSliceController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

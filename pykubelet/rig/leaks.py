@@ -17,12 +17,16 @@ changed at the same time. What a scope owns:
   veths      veths whose master is one of our bridges (or of a borrowed one: a test on the session's
              shared pod network owns the veths it attached, not the bridge)
   bridges    our bridges, while they exist
-  nft        our pod CIDRs in the pykubelet-cni table's sets, hostPort rules into them
+  nft        our pod CIDRs in the pykubelet-cni table's sets, hostPort rules into them; the service
+             proxy's tables the scope names (`nft_tables`, in the host's namespace)
+  netns      also the named network namespaces the scope names (`named_netns`, /run/netns/<name>:
+             the service proxy's tests program their rules in namespaces of their own)
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -58,6 +62,8 @@ class Scope:
     bridges: tuple[str, ...] = ()
     pod_cidrs: tuple[str, ...] = ()
     borrowed_bridges: tuple[str, ...] = ()
+    named_netns: tuple[str, ...] = ()
+    nft_tables: tuple[str, ...] = ()  # "ip kube-proxy"
 
     @classmethod
     def of(
@@ -66,8 +72,11 @@ class Scope:
         bridges: Iterable[str] = (),
         pod_cidrs: Iterable[str] = (),
         borrowed_bridges: Iterable[str] = (),
+        named_netns: Iterable[str] = (),
+        nft_tables: Iterable[str] = (),
     ) -> Scope:
-        return cls(host.resolved(roots), tuple(bridges), tuple(pod_cidrs), tuple(borrowed_bridges))
+        return cls(host.resolved(roots), tuple(bridges), tuple(pod_cidrs), tuple(borrowed_bridges),
+                   tuple(named_netns), tuple(nft_tables))
 
     def owned(self) -> Owned:
         procs = host.processes_of(self.roots)
@@ -78,7 +87,8 @@ class Scope:
         found = {
             "processes": tuple(p.describe() for p in procs if not p.is_shim),
             "shims": tuple(p.describe() for p in procs if p.is_shim),
-            "netns": tuple(sorted(m.point for m in mounts if m.is_netns)),
+            "netns": tuple(sorted({m.point for m in mounts if m.is_netns}
+                                  | {f"/run/netns/{n}" for n in self.named_netns if os.path.exists(f"/run/netns/{n}")})),
             "mounts": tuple(sorted(f"{m.point} ({m.fstype})" for m in mounts if not m.is_netns)),
             "veths": tuple(
                 sorted(
@@ -88,7 +98,7 @@ class Scope:
                 )
             ),
             "bridges": tuple(sorted(link["ifname"] for link in links if link["ifname"] in bridges)),
-            "nft": tuple(sorted(host.nft_entries_for(self.pod_cidrs))),
+            "nft": tuple(sorted(host.nft_entries_for(self.pod_cidrs) + _tables_present(self.nft_tables))),
         }
         return Owned(found)
 
@@ -102,3 +112,15 @@ class Scope:
             if not diff or time.monotonic() > deadline:
                 return diff
             time.sleep(0.1)
+
+
+def _tables_present(tables: tuple[str, ...]) -> list[str]:
+    """Which of these nftables tables ("ip kube-proxy") exist in the host's namespace."""
+    if not tables or os.geteuid() != 0:
+        return []
+    try:
+        out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    present = {line.removeprefix("table ").strip() for line in out.splitlines()}
+    return [f"table {t}" for t in tables if t in present]

@@ -1,6 +1,6 @@
 """The whole single-machine cluster: registry + images, the pod network, containerd, the API server (with
-its scheduler), its store (SQLite in its data dir, or a local etcd the stack owns: `store="etcd"`) and
-the agent.
+its scheduler), its store (SQLite in its data dir, or a local etcd the stack owns: `store="etcd"`), the
+agent, the service proxy and the cluster DNS.
 
 One class owns every part, so `pykubelet up`, the e2e suite and the benchmarks start and stop the
 same thing. Each daemon is a child process in its own session: `up` leaves them running after it
@@ -29,6 +29,21 @@ from pykubelet.rig.registry import Registry
 
 DEFAULT_POD_CIDR = "10.244.0.0/24"
 DEFAULT_BRIDGE = "pykbr0"
+PROXY_TABLE = "kube-proxy"
+# The cluster DNS Service's address, as kubeadm's default service range puts it.
+KUBE_DNS_IP = "10.96.0.10"
+DNS_USER = "system:serviceaccount:kube-system:coredns"
+DNS_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system")
+
+
+def proxy_table(bridge: str) -> str:
+    """The service proxy's nftables table: kube-proxy's own name for the default stack, one per pod
+    network otherwise (a test stack on a leased bridge never touches another stack's table)."""
+    return PROXY_TABLE if bridge == DEFAULT_BRIDGE else f"{PROXY_TABLE}-{bridge}"
+
+
+def proxy_cleanup_argv(table: str) -> list[str]:
+    return ["python3", "-m", "pykubelet", "proxy", "--cleanup", "--nft-table", table]
 
 
 def default_node_name() -> str:
@@ -76,6 +91,7 @@ class StackRecord:
     bridge: str
     pod_cidr: str
     ready: list[str] = field(default_factory=list)  # daemons that answered, in start order
+    proxy_table: str = ""
 
     @classmethod
     def load(cls, state_dir: Path) -> StackRecord | None:
@@ -112,6 +128,12 @@ class Stack:
         self.containerd: Containerd | None = None
         self.apiserver = None  # pykubelet.rig.apiserver.ApiServer
         self.agent: Daemon | None = None
+        self.proxy: Daemon | None = None
+        self.dns: Daemon | None = None
+        self.dns_port = free_port()
+        self.dns_address = ""
+        self.proxy_table = proxy_table(config.bridge)
+        self.proxy_healthz_port = free_port()
         self.kubelet_port = config.kubelet_port or free_port()
         self.agent_config_path = d / "agent" / "kubelet-config.yaml"
         self.pod_logs_dir = d / "pod-logs"
@@ -176,7 +198,9 @@ class Stack:
             self.apiserver.daemon.on_spawn = self._spawned
             self.apiserver.start()
             self._started("apiserver")
+            self.start_dns()
             self.start_agent(wait_ready=wait_ready)
+            self.start_proxy()
         except BaseException:
             self.stop()
             raise
@@ -201,6 +225,8 @@ class Stack:
             "podLogsDir": str(self.pod_logs_dir),
             "clusterDomain": "cluster.local",
             "resolvConf": "/etc/resolv.conf",
+            # Pods resolve through the cluster DNS (the kube-dns Service, carried by the service proxy).
+            "clusterDNS": [KUBE_DNS_IP],
             "port": self.kubelet_port,
             # The kubelet API accepts client certificates from the cluster's CA (the API server's own).
             "authentication": {"x509": {"clientCAFile": str(self.apiserver.ca_cert)}},
@@ -249,6 +275,100 @@ class Stack:
         self._started("agent")
         return self.agent
 
+    @property
+    def proxy_kubeconfig(self) -> Path:
+        return self.config.state_dir / "proxy" / "proxy.kubeconfig"
+
+    def proxy_argv(self) -> list[str]:
+        """The service proxy on its own identity, system:kube-proxy (bound to system:node-proxier), as
+        kubeadm runs kube-proxy."""
+        assert self.apiserver is not None
+        kubeconfig = self.apiserver.client_kubeconfig("system:kube-proxy", (), self.proxy_kubeconfig)
+        return [
+            "python3", "-m", "pykubelet", "proxy", "--kubeconfig", str(kubeconfig),
+            "--hostname-override", self.node_name, "--cluster-cidr", self.config.pod_cidr,
+            "--nft-table", self.proxy_table,
+            "--healthz-bind-address", f"127.0.0.1:{self.proxy_healthz_port}", "--metrics-bind-address", "",
+        ]
+
+    def start_proxy(self, timeout: float = 60.0) -> Daemon:
+        """Start (or restart) the service proxy and wait until it has written its table."""
+        if self.proxy is not None and self.proxy.running():
+            raise RuntimeError("the proxy is already running")
+        self.proxy = Daemon("pykubelet proxy", self.proxy_argv(), self.config.state_dir / "proxy" / "proxy.log",
+                            on_spawn=self._spawned)
+        self.proxy.start(self.proxy_synced, timeout=timeout, interval=0.2)
+        self._started("proxy")
+        return self.proxy
+
+    def proxy_synced(self) -> bool:
+        import subprocess
+
+        listed = subprocess.run(["nft", "list", "chain", "ip", self.proxy_table, "services"],
+                                capture_output=True, text=True, check=False)
+        return listed.returncode == 0
+
+    def stop_proxy(self, cleanup: bool = True) -> None:
+        """Stop the proxy (its rules stay, as kube-proxy's do); `cleanup` then removes its table."""
+        import subprocess
+
+        if self.proxy is not None:
+            self.proxy.stop()
+        if cleanup:
+            subprocess.run(proxy_cleanup_argv(self.proxy_table), capture_output=True, check=False, timeout=60)
+
+    def start_dns(self, timeout: float = 60.0) -> Daemon:
+        """The cluster DNS on the host (the node's address, a free port) on its own identity, and the
+        kube-dns Service and EndpointSlice pointing at it, as a genuine cluster has them. It binds the
+        node's address, not all of them: a UDP answer must leave from the address the question went to
+        (pods ask through the bridge, whose own address would otherwise be the source)."""
+        from agent.node.facts import default_route_ip
+
+        assert self.apiserver is not None
+        self.dns_address = default_route_ip()
+        kubeconfig = self.apiserver.client_kubeconfig(DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig")
+        argv = ["python3", "-m", "pykubelet", "dns", "--kubeconfig", str(kubeconfig), "--bind-address", self.dns_address,
+                "--port", str(self.dns_port)]
+        self.dns = Daemon("pykubelet dns", argv, self.config.state_dir / "dns" / "dns.log", on_spawn=self._spawned)
+        self.dns.start(self._dns_answers, timeout=timeout, interval=0.2)
+        self._publish_kube_dns()
+        self._started("dns")
+        return self.dns
+
+    def _dns_answers(self) -> bool:
+        from dnslib import DNSRecord
+
+        try:
+            reply = DNSRecord.parse(DNSRecord.question("kubernetes.default.svc.cluster.local").send(
+                self.dns_address, self.dns_port, timeout=1))
+        except OSError:
+            return False
+        return bool(reply.rr)
+
+    def _publish_kube_dns(self) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        api = self.core_api()
+        ports = [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": self.dns_port},
+                 {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": self.dns_port}]
+        service = {"metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
+                   "spec": {"clusterIP": KUBE_DNS_IP, "ports": ports}}
+        endpoints = {"metadata": {"name": "kube-dns-host", "labels": {"kubernetes.io/service-name": "kube-dns",
+                                                                      "k8s-app": "kube-dns"}},
+                     "addressType": "IPv4",
+                     "endpoints": [{"addresses": [self.dns_address], "conditions": {"ready": True},
+                                    "nodeName": self.node_name}],
+                     "ports": [{"name": p["name"], "port": self.dns_port, "protocol": p["protocol"]} for p in ports]}
+        discovery = client.DiscoveryV1Api(api.api_client)
+        for create in (lambda: api.create_namespaced_service("kube-system", service),
+                       lambda: discovery.create_namespaced_endpoint_slice("kube-system", endpoints)):
+            try:
+                create()
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+
     def node_ready(self) -> bool:
         node = self.core_api().read_node(self.node_name)
         return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
@@ -268,6 +388,8 @@ class Stack:
             ("etcd", self.etcd.pid if self.etcd else None),
             ("apiserver", self.apiserver.pid if self.apiserver else None),
             ("agent", self.agent.pid if self.agent else None),
+            ("proxy", self.proxy.pid if self.proxy else None),
+            ("dns", self.dns.pid if self.dns else None),
         ):
             if pid is not None:
                 pids[name] = pid
@@ -281,6 +403,7 @@ class Stack:
             bridge=self.config.bridge,
             pod_cidr=self.config.pod_cidr,
             ready=list(self._ready),
+            proxy_table=self.proxy_table,
         )
 
     # -- stop ------------------------------------------------------------------------------------
@@ -288,6 +411,9 @@ class Stack:
     def stop(self) -> list[str]:
         """Stop everything in reverse order; returns a description of anything left behind."""
         problems = []
+        self.stop_proxy()
+        if self.dns is not None:
+            self.dns.stop()
         if self.agent is not None:
             self.agent.stop()
         if self.apiserver is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +28,19 @@ from pykubelet.rig import host
 from pykubelet.rig.containerd import DEFAULT_CGROUP_PARENT, Containerd, remove_empty_cgroups
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.process import Daemon
-from pykubelet.rig.stack import DEFAULT_BRIDGE, DEFAULT_POD_CIDR, RECORD_FILE, StackRecord, stack_network
+from pykubelet.rig.stack import (
+    DEFAULT_BRIDGE,
+    DEFAULT_POD_CIDR,
+    RECORD_FILE,
+    StackRecord,
+    proxy_cleanup_argv,
+    proxy_table,
+    stack_network,
+)
 
 # The stack's parts under its state dir. Processes and mounts are looked for under these only, so a
 # state dir given by mistake (`--state-dir /var/lib`) cannot make down touch anything but a stack's.
-STACK_PARTS = ("registry", "containerd", "etcd", "apiserver", "agent", "cni", "pod-logs")
+STACK_PARTS = ("registry", "containerd", "etcd", "apiserver", "agent", "proxy", "dns", "cni", "pod-logs")
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ def scope_of(state_dir: Path, network: StackNetwork | None) -> Scope:
         *parts(state_dir),
         bridges=[network.bridge] if network else [],
         pod_cidrs=[network.pod_cidr] if network else [],
+        nft_tables=[f"ip {proxy_table(network.bridge if network else DEFAULT_BRIDGE)}"]
+        if (state_dir / "proxy").exists() else [],
     )
 
 
@@ -192,6 +203,10 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     # empty pod cgroups, and the record.
     if network is not None:
         cni.remove()
+    if (state_dir / "proxy").exists():
+        # The service proxy's table (its rules outlive the process, as kube-proxy's do).
+        table = proxy_table(network.bridge if network else DEFAULT_BRIDGE)
+        subprocess.run(proxy_cleanup_argv(table), capture_output=True, check=False, timeout=60)
     host.unmount_all_under(scope.roots)
     remove_empty_cgroups(DEFAULT_CGROUP_PARENT)
     (state_dir / RECORD_FILE).unlink(missing_ok=True)

@@ -41,6 +41,7 @@ BENCHMARKS = {
     "agent-startup": Benchmark("bench/agent/startup.py", "agent-startup", needs_root=True),
     "probes-load": Benchmark("bench/probes/load.py", "probes-load", needs_root=True),
     "controllers-replicasets": Benchmark("bench/controllers/replicasets.py", "controllers-replicasets", needs_root=False),
+    "proxy-sync": Benchmark("bench/proxy/sync.py", "proxy-sync", needs_root=True),
     "controllers-deployment": Benchmark("bench/controllers/deployment.py", "controllers-deployment", needs_root=True),
     "controllers-jobs": Benchmark("bench/controllers/jobs.py", "controllers-jobs", needs_root=True),
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),

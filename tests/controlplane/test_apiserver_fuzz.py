@@ -96,6 +96,8 @@ SEEDS: dict[str, dict] = {
     "PriorityClass": {"metadata": {"name": "seeded"}, "value": 10},
     "Lease": {"metadata": {"name": "seeded"}, "spec": {"holderIdentity": "h"}},
     "RuntimeClass": {"metadata": {"name": "seeded"}, "handler": "runc"},
+    "EndpointSlice": {"metadata": {"name": "seeded"}, "addressType": "IPv4", "ports": [{"port": 80}],
+                      "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}]},
 }
 SEEDS["ReplicaSet"] = SEEDS["Deployment"]
 

@@ -22,7 +22,7 @@ import pytest
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import NetworkLease, lease_network
 from pykubelet.rig.process import free_port
-from pykubelet.rig.stack import RECORD_FILE, StackRecord
+from pykubelet.rig.stack import RECORD_FILE, StackRecord, proxy_table
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,9 @@ STAGES: dict[str, Callable[[Path], bool]] = {
     "registry": _ready("registry"),
     "containerd": _ready("containerd"),
     "apiserver": _ready("apiserver"),
+    "dns": _ready("dns"),
     "agent": _ready("agent"),
+    "proxy": _ready("proxy"),
     "sample-pod": _sandbox_started,
 }
 
@@ -87,7 +89,7 @@ def down(state: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_down_cleans_up_after_up_was_killed(stage: str, signum: signal.Signals, tmp_path: Path, net) -> None:
     state = tmp_path / "state"
-    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"])
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
         # Only the last stage needs the sample pod; the earlier ones are killed before it anyway.
@@ -119,7 +121,7 @@ def test_down_cleans_up_a_crashed_stack_without_its_record(tmp_path: Path, net) 
     """The daemons die (SIGKILL, as a crash or the OOM killer would) with the sample pod running, and the
     record is lost too: down finds everything from the state dir alone."""
     state = tmp_path / "state"
-    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"])
     up = subprocess.run(up_argv(state, net, example=True), capture_output=True, text=True, timeout=UP_TIMEOUT, check=False)
     try:
         assert up.returncode == 0, up.stderr

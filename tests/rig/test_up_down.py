@@ -13,7 +13,7 @@ import pytest
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import lease_network
 from pykubelet.rig.process import free_port, pid_alive
-from pykubelet.rig.stack import StackRecord
+from pykubelet.rig.stack import StackRecord, proxy_table
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def net():
 
 def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
     state = tmp_path / "state"
-    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"])
     up = subprocess.run(
         [
             "pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-test",
@@ -41,7 +41,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
     try:
         assert up.returncode == 0, up.stderr
         assert record is not None
-        assert record.ready == ["registry", "containerd", "apiserver", "agent"]
+        assert record.ready == ["registry", "containerd", "apiserver", "dns", "agent", "proxy"]
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
         assert "pod default/hello is Running and Ready" in up.stderr  # its readiness probe passed

@@ -20,6 +20,7 @@ from controlplane.apiserver.kinds import (
     daemonset,
     deployment,
     endpoints,
+    endpointslice,
     event,
     eventsv1,
     job,
@@ -75,6 +76,7 @@ KINDS: list[Kind] = [
     priorityclass.KIND,
     lease.KIND,
     runtimeclass.KIND,
+    endpointslice.KIND,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}

@@ -216,6 +216,12 @@ def _component_roles() -> list[Obj]:
             events_rule(),
             rule(("list", "watch"), (DISCOVERY,), ("endpointslices",)),
         ]),
+        # kubeadm's CoreDNS role (its addon, not the API server's bootstrap policy upstream): what the
+        # cluster DNS (dns/) reads, bound to kube-system/coredns as kubeadm binds it.
+        cluster_role("system:coredns", [
+            rule(("list", "watch"), (CORE,), ("endpoints", "services", "pods", "namespaces")),
+            rule(("list", "watch"), (DISCOVERY,), ("endpointslices",)),
+        ]),
         cluster_role("system:node-bootstrapper", [
             rule(("create", "get", "list", "watch"), (CERTS,), ("certificatesigningrequests",)),
         ]),
@@ -290,6 +296,7 @@ def cluster_role_bindings() -> list[Obj]:
         cluster_binding("system:node-proxier", *users(KUBE_PROXY)),
         cluster_binding("system:kube-controller-manager", *users(KUBE_CONTROLLER_MANAGER)),
         cluster_binding("system:kube-dns", subject("ServiceAccount", "kube-dns", "kube-system")),
+        cluster_binding("system:coredns", subject("ServiceAccount", "coredns", "kube-system")),
         cluster_binding("system:kube-scheduler", *users(KUBE_SCHEDULER)),
         cluster_binding("system:volume-scheduler", *users(KUBE_SCHEDULER)),
         cluster_binding("system:service-account-issuer-discovery", *groups(SERVICE_ACCOUNTS)),

@@ -1,0 +1,67 @@
+"""`pykubelet dns`: the cluster DNS server against any API server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+from kubeclient.eventloop import loop_factory
+
+log = logging.getLogger("dns")
+
+
+def upstreams(resolv_conf: Path, skip: set[str]) -> list[str]:
+    """The host's nameservers (ours excluded, so a forwarded question never comes back to us)."""
+    try:
+        lines = resolv_conf.read_text().splitlines()
+    except OSError:
+        return []
+    found = [line.split()[1] for line in lines if line.startswith("nameserver") and len(line.split()) > 1]
+    return [ip for ip in found if ip not in skip]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
+    parser.add_argument("--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the server's identity")
+    parser.add_argument("--bind-address", default="0.0.0.0", help="address to answer on (UDP and TCP)")
+    parser.add_argument("--port", type=int, default=53)
+    parser.add_argument("--cluster-domain", default="cluster.local")
+    parser.add_argument("--resolv-conf", type=Path, default=Path("/etc/resolv.conf"), help="where the upstreams are")
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from dns.server import Resolver, serve
+    from dns.watch import ClusterZone
+    from kubeclient.client import KubeClient
+    from kubeclient.config import load_kubeconfig
+
+    client = KubeClient(load_kubeconfig(args.kubeconfig), component="coredns")
+    zone = ClusterZone(client, args.cluster_domain)
+    await zone.start()
+    resolver = Resolver(zone.zone, upstreams(args.resolv_conf, {args.bind_address}))
+    servers = await serve(resolver, args.bind_address, args.port)
+    log.info("serving address=%s port=%d domain=%s upstreams=%s", args.bind_address, servers.port,
+             args.cluster_domain, ",".join(resolver.upstreams) or "-")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await servers.close()
+        await zone.stop()
+        await client.close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(_main(args))

@@ -1,0 +1,188 @@
+"""The DNS server: UDP and TCP on one address, wire format by dnslib (no hand-written packets).
+
+Questions inside the cluster domain (and reverse names of cluster addresses) are answered from the
+zone the watches keep; everything else is forwarded to the host's resolvers and their answer relayed.
+Bad input never raises: an unparseable query is FORMERR (or dropped when not even its header can be
+read), an opcode other than QUERY is NOTIMP, a query without exactly one question is FORMERR, an
+upstream that does not answer is SERVFAIL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dnslib import AAAA, CNAME, PTR, QTYPE, RCODE, RR, SOA, SRV, A, DNSHeader, DNSLabel, DNSRecord
+from dnslib.dns import DNSError
+
+from dns.records import TTL, Answer, Record, Zone
+
+log = logging.getLogger("dns")
+UPSTREAM_TIMEOUT = 2.0
+
+
+def _rdata(record: Record):  # type: ignore[no-untyped-def]
+    if record.type == "A":
+        return A(record.value)
+    if record.type == "AAAA":
+        return AAAA(record.value)
+    if record.type == "CNAME":
+        return CNAME(record.value + ".")
+    if record.type == "PTR":
+        return PTR(record.value + ".")
+    priority, weight, port, target = record.value.split()
+    return SRV(int(priority), int(weight), int(port), target + ".")
+
+
+def soa(domain: str) -> RR:
+    return RR(domain + ".", QTYPE.SOA, ttl=TTL, rdata=SOA(f"ns.dns.{domain}.", f"hostmaster.{domain}.",
+                                                          (1, 7200, 1800, 86400, TTL)))
+
+
+def _error(data: bytes, rcode: int) -> bytes | None:
+    """A reply carrying only the query's id and the rcode; None if not even a header can be read."""
+    if len(data) < 12:
+        return None
+    (qid,) = struct.unpack("!H", data[:2])
+    return DNSRecord(DNSHeader(id=qid, qr=1, ra=1, rcode=rcode)).pack()
+
+
+@dataclass
+class Resolver:
+    zone: Callable[[], Zone]
+    upstreams: list[str]
+
+    async def handle(self, data: bytes, tcp: bool = False) -> bytes | None:
+        try:
+            query = DNSRecord.parse(data)
+        except (DNSError, struct.error, ValueError, IndexError, UnicodeDecodeError):
+            return _error(data, RCODE.FORMERR)
+        if query.header.qr:
+            return None  # a response sent to us: ignore it
+        if query.header.opcode != 0:
+            return self._reply(query, RCODE.NOTIMP)
+        if len(query.questions) != 1:
+            return self._reply(query, RCODE.FORMERR)
+        question = query.questions[0]
+        if len(question.qname) > 253:  # longer than a name may be: it cannot even be echoed back
+            return _error(data, RCODE.FORMERR)
+        name = str(question.qname)
+        zone = self.zone()
+        if zone.in_zone(name):
+            return self._answer(query, zone, name, QTYPE.get(question.qtype, str(question.qtype)), tcp)
+        return await self._forward(query, data)
+
+    def _reply(self, query: DNSRecord, rcode: int) -> bytes:
+        reply = query.reply()
+        reply.header.rcode = rcode
+        return reply.pack()
+
+    def _answer(self, query: DNSRecord, zone: Zone, name: str, qtype: str, tcp: bool) -> bytes:
+        answer: Answer = zone.lookup(name, qtype)
+        reply = query.reply(ra=1, aa=1)
+        reply.header.rcode = getattr(RCODE, answer.rcode)
+        for record in answer.records:
+            reply.add_answer(RR(DNSLabel(record.name + "."), getattr(QTYPE, record.type), ttl=TTL, rdata=_rdata(record)))
+        if not answer.records:
+            reply.add_auth(soa(zone.domain))
+        packed = reply.pack()
+        if not tcp and len(packed) > 512 and not query.ar:
+            reply = query.reply(ra=1, aa=1)
+            reply.header.tc = 1
+            packed = reply.pack()
+        return packed
+
+    async def _forward(self, query: DNSRecord, data: bytes) -> bytes:
+        loop = asyncio.get_running_loop()
+        for upstream in self.upstreams:
+            future: asyncio.Future[bytes] = loop.create_future()
+            host, _, port = upstream.rpartition(":") if upstream.count(":") == 1 else (upstream, "", "53")
+            try:
+                transport, _ = await loop.create_datagram_endpoint(lambda f=future: _Upstream(f, data[:2]),
+                                                                   remote_addr=(host, int(port or 53)))
+            except OSError as err:
+                log.warning("forward failed upstream=%s error=%s", upstream, err)
+                continue
+            try:
+                transport.sendto(data)
+                return await asyncio.wait_for(future, UPSTREAM_TIMEOUT)
+            except (TimeoutError, OSError):
+                log.warning("no answer upstream=%s name=%s", upstream, query.q.qname)
+            finally:
+                transport.close()
+        return self._reply(query, RCODE.SERVFAIL)
+
+
+class _Upstream(asyncio.DatagramProtocol):
+    """One forwarded question: the first reply with its id completes `future`."""
+
+    def __init__(self, future: asyncio.Future[bytes], qid: bytes) -> None:
+        self.future, self.qid = future, qid
+
+    def datagram_received(self, reply: bytes, _addr: object) -> None:
+        if not self.future.done() and reply[:2] == self.qid:
+            self.future.set_result(reply)
+
+
+class _Udp(asyncio.DatagramProtocol):
+    def __init__(self, resolver: Resolver) -> None:
+        self.resolver = resolver
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        asyncio.ensure_future(self._answer(data, addr))
+
+    async def _answer(self, data: bytes, addr: tuple[str, int]) -> None:
+        try:
+            reply = await self.resolver.handle(data)
+        except Exception:  # never let one query take the server down
+            log.exception("query failed peer=%s", addr[0])
+            reply = _error(data, RCODE.SERVFAIL)
+        if reply is not None and self.transport is not None:
+            self.transport.sendto(reply, addr)
+
+
+async def _tcp_client(resolver: Resolver, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            size = struct.unpack("!H", await reader.readexactly(2))[0]
+            data = await reader.readexactly(size)
+            try:
+                reply = await resolver.handle(data, tcp=True)
+            except Exception:
+                log.exception("query failed over TCP")
+                reply = _error(data, RCODE.SERVFAIL)
+            if reply is None:
+                break
+            writer.write(struct.pack("!H", len(reply)) + reply)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+@dataclass
+class Servers:
+    udp: asyncio.DatagramTransport
+    tcp: asyncio.AbstractServer
+    port: int
+
+    async def close(self) -> None:
+        self.udp.close()
+        self.tcp.close()
+        await self.tcp.wait_closed()
+
+
+async def serve(resolver: Resolver, host: str, port: int) -> Servers:
+    """UDP and TCP on host:port (port 0: a free port, the same for both)."""
+    loop = asyncio.get_running_loop()
+    tcp = await asyncio.start_server(lambda r, w: _tcp_client(resolver, r, w), host, port)
+    bound = tcp.sockets[0].getsockname()[1]
+    udp, _ = await loop.create_datagram_endpoint(lambda: _Udp(resolver), local_addr=(host, bound))
+    return Servers(udp, tcp, bound)

@@ -1,0 +1,262 @@
+"""The service proxy's loop (upstream's nftables Proxier with its BoundedFrequencyRunner): informers
+on Services and EndpointSlices; every change queues a sync; syncs run at most `burst` per
+`min_sync_period` and at least every `sync_period`. A sync builds the whole wanted ruleset from the
+caches (rules.py) and writes it in one `nft -f` transaction: a full one at start, after a failure and
+every `full_sync_period`, otherwise only the difference from the last ruleset written. After a sync
+that took, stale UDP conntrack entries are flushed. Stopping leaves the rules in place (so a restart
+drops no connection); `cleanup` removes the table."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubeclient.client import KubeClient
+from kubeclient.informer import Informer, key_of
+from proxy.conntrack import Conntrack
+from proxy.metrics import ProxyMetrics
+from proxy.model import Endpoint, ServicePort, ServicePortName, categorize, service_ports, slice_endpoints
+from proxy.nft import Nft, NftError
+from proxy.rules import NodeSettings, build
+from proxy.ruleset import Ruleset, Writer
+
+log = logging.getLogger("proxy")
+Obj = dict[str, Any]
+
+
+@dataclass
+class ProxyConfig:
+    node_name: str
+    cluster_cidr: str = ""
+    masquerade_all: bool = False
+    sync_period: float = 30.0
+    min_sync_period: float = 1.0
+    full_sync_period: float = 3600.0
+    burst_syncs: int = 2
+    nft: Nft = field(default_factory=Nft)
+    conntrack: Conntrack = field(default_factory=Conntrack)
+
+
+@dataclass
+class Health:
+    """What /healthz reports (upstream's ProxierHealthServer): unhealthy once a queued change has waited
+    longer than `timeout` (2 x sync period) without a successful sync."""
+
+    timeout: float
+    last_updated: float = 0.0
+    queued_since: float | None = None
+
+    def queued(self) -> None:
+        if self.queued_since is None:
+            self.queued_since = time.time()
+
+    def updated(self) -> None:
+        self.last_updated = time.time()
+        self.queued_since = None
+
+    def healthy(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return self.queued_since is None or now - self.queued_since <= self.timeout
+
+
+class Proxier:
+    def __init__(self, client: KubeClient, config: ProxyConfig, metrics: ProxyMetrics | None = None) -> None:
+        self.client = client
+        self.config = config
+        self.metrics = metrics or ProxyMetrics()
+        self.health = Health(timeout=2 * config.sync_period)
+        self.writer = Writer(config.nft.table, config.nft.family)
+        self.settings = NodeSettings(config.node_name, config.cluster_cidr, config.masquerade_all)
+        self.services = Informer(client, "/api/v1/services")
+        self.slices = Informer(client, "/apis/discovery.k8s.io/v1/endpointslices")
+        self.services.add_handler(on_add=self._service_changed, on_update=lambda o, n: self._service_changed(n, o),
+                                  on_delete=self._service_changed)
+        self.slices.add_handler(on_add=self._slice_changed, on_update=lambda o, n: self._slice_changed(n, o),
+                                on_delete=self._slice_changed)
+        self.last: Ruleset | None = None
+        self.need_full = True
+        self.last_full = 0.0
+        self.syncs = 0
+        self.failures = 0
+        self._wake = asyncio.Event()
+        self._pending_since: float | None = None
+        self._parsed: dict[str, tuple[str, dict[ServicePortName, list[Endpoint]]]] = {}
+        self._udp_endpoints: dict[ServicePortName, tuple[ServicePort, frozenset[str]]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- changes -------------------------------------------------------------------------------------
+
+    def _queue(self) -> None:
+        now = time.time()
+        if self._pending_since is None:
+            self._pending_since = now
+        self.health.queued()
+        self.metrics.last_queued.set(now)
+        self._wake.set()
+
+    def _service_changed(self, new: Obj, old: Obj | None = None) -> None:
+        if old is not None and (old.get("metadata") or {}).get("resourceVersion") == (new.get("metadata") or {}).get("resourceVersion"):
+            return
+        self.metrics.service_changes.inc()
+        self.metrics.service_changes_pending.inc()
+        self._queue()
+
+    def _slice_changed(self, new: Obj, old: Obj | None = None) -> None:
+        if old is not None and (old.get("metadata") or {}).get("resourceVersion") == (new.get("metadata") or {}).get("resourceVersion"):
+            return
+        self.metrics.endpoint_changes.inc()
+        self.metrics.endpoint_changes_pending.inc()
+        self._queue()
+
+    # --- the model from the caches -------------------------------------------------------------------
+
+    def _endpoints(self) -> dict[ServicePortName, tuple[Endpoint, ...]]:
+        merged: dict[ServicePortName, dict[str, Endpoint]] = {}
+        seen_keys = set()
+        for slice_ in sorted(self.slices.list(), key=lambda s: (s.get("metadata") or {}).get("name", "")):
+            key = key_of(slice_)
+            seen_keys.add(key)
+            rv = (slice_.get("metadata") or {}).get("resourceVersion", "")
+            cached = self._parsed.get(key)
+            if cached is None or cached[0] != rv:
+                cached = (rv, slice_endpoints(slice_))
+                self._parsed[key] = cached
+            for name, endpoints in cached[1].items():
+                bucket = merged.setdefault(name, {})
+                for ep in endpoints:
+                    bucket.setdefault(ep.address, ep)
+        for gone in set(self._parsed) - seen_keys:
+            del self._parsed[gone]
+        return {name: tuple(sorted(eps.values())) for name, eps in merged.items()}
+
+    def wanted(self) -> tuple[Ruleset, list[ServicePort], dict[ServicePortName, tuple[Endpoint, ...]]]:
+        ports = [p for s in self.services.list() for p in service_ports(s)]
+        endpoints = self._endpoints()
+        return build(ports, endpoints, self.settings), ports, endpoints
+
+    # --- syncing -------------------------------------------------------------------------------------
+
+    async def sync(self) -> bool:
+        """One sync; True if the kernel now holds the wanted ruleset."""
+        started = time.monotonic()
+        pending_since = self._pending_since
+        self._pending_since = None
+        self.metrics.endpoint_changes_pending.set(0)
+        self.metrics.service_changes_pending.set(0)
+        wanted, ports, endpoints = self.wanted()
+        full = self.need_full or self.last is None or time.monotonic() - self.last_full > self.config.full_sync_period
+        try:
+            if full:
+                script = self.writer.full(wanted, await self.config.nft.existing())
+            else:
+                assert self.last is not None
+                script = self.writer.partial(self.last, wanted)
+            if script:
+                await self.config.nft.apply(script)
+        except (NftError, OSError) as err:
+            self.failures += 1
+            self.need_full = True
+            self.metrics.sync_failures.inc()
+            if self._pending_since is None:
+                self._pending_since = pending_since
+            log.error("nftables sync failed full=%s error=%s", full, err)
+            return False
+        self.syncs += 1
+        self.last = wanted
+        if full:
+            self.need_full = False
+            self.last_full = time.monotonic()
+        elapsed = time.monotonic() - started
+        self.metrics.sync_duration.observe(elapsed)
+        (self.metrics.full_sync_duration if full else self.metrics.partial_sync_duration).observe(elapsed)
+        self.metrics.last_sync.set(time.time())
+        if pending_since is not None:
+            self.metrics.network_programming.observe(time.time() - pending_since)
+        self._count_no_local(ports, endpoints)
+        self.health.updated()
+        log.info("synced full=%s services=%d chains=%d elapsed=%.3fs", full, len(ports), len(wanted.chains), elapsed)
+        await self._flush_udp(ports, endpoints)
+        return True
+
+    def _count_no_local(self, ports: list[ServicePort], endpoints: dict[ServicePortName, tuple[Endpoint, ...]]) -> None:
+        internal = external = 0
+        for svc in ports:
+            cat = categorize(svc, endpoints.get(svc.name, ()), self.config.node_name)
+            if cat.has_any and not cat.local:
+                internal += svc.internal_local
+                external += svc.external_local and svc.externally_accessible
+        self.metrics.no_local_endpoints.labels("internal").set(internal)
+        self.metrics.no_local_endpoints.labels("external").set(external)
+
+    async def _flush_udp(self, ports: list[ServicePort], endpoints: dict[ServicePortName, tuple[Endpoint, ...]]) -> None:
+        now: dict[ServicePortName, tuple[ServicePort, frozenset[str]]] = {}
+        for svc in ports:
+            if svc.protocol != "udp":
+                continue
+            cat = categorize(svc, endpoints.get(svc.name, ()), self.config.node_name)
+            now[svc.name] = (svc, frozenset(e.ip for e in cat.reachable))
+        jobs = []
+        for name, (svc, ips) in now.items():
+            before = self._udp_endpoints.get(name)
+            old_ips = before[1] if before else frozenset()
+            if ips and not old_ips:
+                jobs.append(self.config.conntrack.clear_service(svc.cluster_ip))
+                if svc.node_port:
+                    jobs.append(self.config.conntrack.clear_node_port(svc.node_port))
+            for ip in old_ips - ips:
+                jobs.append(self.config.conntrack.clear_nat(svc.cluster_ip, ip))
+                if svc.node_port:
+                    jobs.append(self.config.conntrack.clear_port_nat(svc.node_port, ip))
+        for name, (svc, old_ips) in self._udp_endpoints.items():
+            if name not in now:
+                for ip in old_ips:
+                    jobs.append(self.config.conntrack.clear_nat(svc.cluster_ip, ip))
+        self._udp_endpoints = now
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Informers, then the sync loop until `stop` is set. The rules stay when it ends."""
+        self._tasks = [asyncio.create_task(self.services.run(), name="services informer"),
+                       asyncio.create_task(self.slices.run(), name="endpointslices informer")]
+        try:
+            waiter = asyncio.create_task(stop.wait())
+            synced = asyncio.gather(self.services.synced.wait(), self.slices.synced.wait())
+            await asyncio.wait({waiter, synced}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                synced.cancel()
+                return
+            await self._loop(stop)
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _loop(self, stop: asyncio.Event) -> None:
+        recent: list[float] = []
+        retry_at: float | None = None
+        self._wake.set()  # the first sync, as soon as both caches are filled
+        while not stop.is_set():
+            deadline = retry_at if retry_at is not None else self.config.sync_period
+            wake = asyncio.create_task(self._wake.wait())
+            halt = asyncio.create_task(stop.wait())
+            await asyncio.wait({wake, halt}, timeout=deadline, return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+            halt.cancel()
+            if stop.is_set():
+                return
+            # At most `burst_syncs` per min_sync_period (the BoundedFrequencyRunner's token bucket).
+            now = time.monotonic()
+            recent = [t for t in recent if now - t < self.config.min_sync_period]
+            if len(recent) >= self.config.burst_syncs:
+                await asyncio.sleep(self.config.min_sync_period - (now - recent[0]))
+            self._wake.clear()
+            recent.append(time.monotonic())
+            ok = await self.sync()
+            retry_at = None if ok else self.config.sync_period
+
+    async def cleanup(self) -> bool:
+        return await self.config.nft.delete_table()

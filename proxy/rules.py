@@ -1,0 +1,229 @@
+"""The ruleset the Services need, as kube-proxy's nftables mode lays it out (pkg/proxy/nftables),
+without I/O: pure from the service ports, their endpoints and this node's settings.
+
+Traffic path: the nat hooks jump to `services`, whose verdict maps send a ClusterIP/externalIP/LB IP
+(`service-ips`) or a node port on any local address (`service-nodeports`) to the service port's chain;
+that chain picks an endpoint evenly (`numgen random mod N vmap`) among the ready ones (serving-
+terminating ones only when none is ready), first honouring ClientIP affinity sets, and each endpoint
+chain masquerades hairpin traffic (a pod reaching itself) and DNATs. External traffic (node ports, LB
+IPs, external IPs) goes through an `external-` chain that masquerades (Cluster policy) or keeps the
+source and uses node-local endpoints only (Local policy). Services without endpoints are rejected at
+once by the filter hooks (`no-endpoint-services` / `no-endpoint-nodeports` -> `reject-chain`); an
+unserved port of a ClusterIP is rejected by `cluster-ips-check`. Masquerading is marked (0x4000) and
+done in postrouting, as upstream.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+from dataclasses import dataclass
+
+from proxy.model import Endpoint, ServicePort, ServicePortName, categorize
+from proxy.ruleset import Chain, NftSet, Ruleset
+
+MASQ_MARK = "0x00004000"
+NO_LOCALHOST = "ip daddr != 127.0.0.0/8"
+SERVICES, MASQUERADING, MARK_MASQ = "services", "masquerading", "mark-for-masquerade"
+ENDPOINTS_CHECK, CLUSTER_IPS_CHECK, REJECT = "service-endpoints-check", "cluster-ips-check", "reject-chain"
+SERVICE_IPS, SERVICE_NODEPORTS = "service-ips", "service-nodeports"
+NO_ENDPOINT_SERVICES, NO_ENDPOINT_NODEPORTS, CLUSTER_IPS = "no-endpoint-services", "no-endpoint-nodeports", "cluster-ips"
+# name -> hook line (priorities: dstnat -100, srcnat 100; the filter chains see pre-DNAT addresses)
+BASE_CHAINS = {
+    "filter-prerouting": "type filter hook prerouting priority -110",
+    "filter-input": "type filter hook input priority -110",
+    "filter-forward": "type filter hook forward priority -110",
+    "filter-output": "type filter hook output priority -110",
+    "filter-output-post-dnat": "type filter hook output priority -90",
+    "nat-prerouting": "type nat hook prerouting priority -100",
+    "nat-output": "type nat hook output priority -100",
+    "nat-postrouting": "type nat hook postrouting priority 100",
+}
+JUMPS = {
+    "filter-input": (f"ct state new jump {ENDPOINTS_CHECK}",),
+    "filter-forward": (f"ct state new jump {ENDPOINTS_CHECK}", f"ct state new jump {CLUSTER_IPS_CHECK}"),
+    "filter-output": (f"ct state new jump {ENDPOINTS_CHECK}",),
+    "filter-output-post-dnat": (f"ct state new jump {CLUSTER_IPS_CHECK}",),
+    "nat-prerouting": (f"jump {SERVICES}",),
+    "nat-output": (f"jump {SERVICES}",),
+    "nat-postrouting": (f"jump {MASQUERADING}",),
+}
+NAME_MAX = 256 - 16
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    node_name: str
+    cluster_cidr: str = ""  # pod traffic is "local" (upstream's detect-local-mode ClusterCIDR); "" = unknown
+    masquerade_all: bool = False
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def hash_and_truncate(name: str) -> str:
+    """upstream's hashAndTruncate: an 8-character base32 hash of the name, then the name."""
+    digest = base64.b32encode(hashlib.sha256(name.encode()).digest()).decode()
+    out = f"{digest[:8]}-{name}"
+    return out if len(out) <= NAME_MAX else out[:NAME_MAX - 3] + "..."
+
+
+def endpoint_base(svc: ServicePortName, ep: Endpoint) -> str:
+    return hash_and_truncate(f"{svc.chain_base}__{ep.ip}/{ep.port}")
+
+
+@dataclass(frozen=True)
+class ChainNames:
+    cluster: str
+    local: str
+    external: str
+
+    @classmethod
+    def of(cls, name: ServicePortName) -> ChainNames:
+        base = hash_and_truncate(name.chain_base)
+        return cls(f"service-{base}", f"local-{base}", f"external-{base}")
+
+
+def _fixed_chains(rs: Ruleset, settings: NodeSettings) -> None:
+    for name, hook in BASE_CHAINS.items():
+        rs.add_chain(Chain(name, JUMPS.get(name, ()), hook=hook))
+    rs.add_chain(Chain(MARK_MASQ, (f"mark set mark or {MASQ_MARK}",)))
+    rs.add_chain(Chain(MASQUERADING, (f"mark and {MASQ_MARK} == 0 return", f"mark set mark xor {MASQ_MARK}",
+                                      "masquerade fully-random")))
+    rs.add_chain(Chain(REJECT, ("reject",), comment="helper for @no-endpoint-services / @no-endpoint-nodeports"))
+    rs.add_chain(Chain(ENDPOINTS_CHECK, (
+        f"ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}",
+        f"fib daddr type local {NO_LOCALHOST} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}",
+    )))
+    rs.add_chain(Chain(CLUSTER_IPS_CHECK, (
+        f'ip daddr @{CLUSTER_IPS} reject comment "Reject traffic to invalid ports of ClusterIPs"',)))
+    rs.add_chain(Chain(SERVICES, (
+        f"ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}",
+        f"fib daddr type local {NO_LOCALHOST} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}",
+    )))
+
+
+class _Builder:
+    def __init__(self, settings: NodeSettings) -> None:
+        self.settings = settings
+        self.rs = Ruleset()
+        self.service_ips: list[tuple[str, str]] = []
+        self.nodeports: list[tuple[str, str]] = []
+        self.no_endpoint_services: list[tuple[str, str]] = []
+        self.no_endpoint_nodeports: list[tuple[str, str]] = []
+        self.cluster_ips: set[str] = set()
+
+    def if_local(self) -> str:
+        return f"ip saddr {self.settings.cluster_cidr}"
+
+    def if_not_local(self) -> str:
+        return f"ip saddr != {self.settings.cluster_cidr}"
+
+    def service(self, svc: ServicePort, endpoints: tuple[Endpoint, ...]) -> None:
+        names = ChainNames.of(svc.name)
+        cat = categorize(svc, endpoints, self.settings.node_name)
+        proto, port = svc.protocol, svc.port
+        self.cluster_ips.add(svc.cluster_ip)
+        internal_chain = names.local if svc.internal_local else names.cluster
+        has_internal = cat.has_any and (not svc.internal_local or bool(cat.local))
+        has_external = cat.has_any and (not svc.external_local or bool(cat.local))
+        external_policy_chain = names.local if svc.external_local else names.cluster
+        uses_external = cat.has_any and svc.externally_accessible
+        internal_verdict = f"goto {REJECT}" if not cat.has_any else "drop"
+        external_verdict = internal_verdict
+
+        key = f"{svc.cluster_ip} . {proto} . {port}"
+        if has_internal:
+            self.service_ips.append((key, f"goto {internal_chain}"))
+        else:
+            self.no_endpoint_services.append((key, internal_verdict))
+        for ip in (*svc.external_ips, *svc.load_balancer_ips):
+            ext_key = f"{ip} . {proto} . {port}"
+            if cat.has_any:
+                self.service_ips.append((ext_key, f"goto {names.external}"))
+            if not has_external:
+                self.no_endpoint_services.append((ext_key, external_verdict))
+        if svc.node_port:
+            np_key = f"{proto} . {svc.node_port}"
+            if cat.has_any:
+                self.nodeports.append((np_key, f"goto {names.external}"))
+            if not has_external:
+                self.no_endpoint_nodeports.append((np_key, external_verdict))
+
+        masq_internal: list[str] = []
+        if has_internal:
+            if self.settings.masquerade_all:
+                masq_internal = [f"ip daddr {svc.cluster_ip} {proto} dport {port} jump {MARK_MASQ}"]
+            elif self.settings.cluster_cidr:
+                masq_internal = [f"ip daddr {svc.cluster_ip} {proto} dport {port} {self.if_not_local()} jump {MARK_MASQ}"]
+        if uses_external:
+            cluster_chain = names.cluster if cat.cluster and svc.uses_cluster_endpoints else ""
+            self._external(svc, names, external_policy_chain, has_external, cluster_chain)
+        if cat.cluster and svc.uses_cluster_endpoints:
+            prefix = masq_internal if internal_chain == names.cluster else []
+            self._service_chain(svc, names.cluster, cat.cluster, prefix)
+        if cat.local and svc.uses_local_endpoints:
+            prefix = masq_internal if internal_chain == names.local else []
+            self._service_chain(svc, names.local, cat.local, prefix)
+        for ep in cat.reachable:
+            self._endpoint_chain(svc, ep)
+
+    def _external(self, svc: ServicePort, names: ChainNames, policy_chain: str, has_external: bool,
+                  cluster_chain: str) -> None:
+        rules: list[str] = []
+        if not svc.external_local:
+            rules.append(f"jump {MARK_MASQ}")
+        else:
+            # Pods and the node itself reach the Service as from inside (any endpoint), as upstream.
+            if self.settings.cluster_cidr and cluster_chain:
+                rules.append(f'{self.if_local()} goto {cluster_chain} comment "short-circuit pod traffic"')
+            rules.append(f'fib saddr type local jump {MARK_MASQ} comment "masquerade local traffic"')
+            if cluster_chain:
+                rules.append(f'fib saddr type local goto {cluster_chain} comment "short-circuit local traffic"')
+        if has_external:
+            rules.append(f"goto {policy_chain}")
+        self.rs.add_chain(Chain(names.external, tuple(rules)))
+
+    def _service_chain(self, svc: ServicePort, chain: str, endpoints: tuple[Endpoint, ...], prefix: list[str]) -> None:
+        rules = list(prefix)
+        if svc.affinity_timeout is not None:
+            for ep in endpoints:
+                base = endpoint_base(svc.name, ep)
+                rules.append(f"ip saddr @affinity-{base} goto endpoint-{base}")
+        targets = ", ".join(f"{i} : goto endpoint-{endpoint_base(svc.name, ep)}" for i, ep in enumerate(endpoints))
+        rules.append(f"numgen random mod {len(endpoints)} vmap {{ {targets} }}")
+        self.rs.add_chain(Chain(chain, tuple(rules)))
+
+    def _endpoint_chain(self, svc: ServicePort, ep: Endpoint) -> None:
+        base = endpoint_base(svc.name, ep)
+        rules = [f"ip saddr {ep.ip} jump {MARK_MASQ}"]
+        if svc.affinity_timeout is not None:
+            self.rs.add_set(NftSet(f"affinity-{base}", "ipv4_addr", flags=("dynamic", "timeout"),
+                                   timeout=svc.affinity_timeout, dynamic=True))
+            rules.append(f"update @affinity-{base} {{ ip saddr }}")
+        rules.append(f"meta l4proto {svc.protocol} dnat to {ep.ip}:{ep.port}")
+        self.rs.add_chain(Chain(f"endpoint-{base}", tuple(rules)))
+
+    def maps(self) -> None:
+        addr = "ipv4_addr . inet_proto . inet_service"
+        port = "inet_proto . inet_service"
+        for name, type_, elements, comment in (
+            (SERVICE_IPS, addr, self.service_ips, "ClusterIP, ExternalIP and LoadBalancer IP traffic"),
+            (SERVICE_NODEPORTS, port, self.nodeports, "NodePort traffic"),
+            (NO_ENDPOINT_SERVICES, addr, self.no_endpoint_services,
+             "vmap to drop or reject packets to services with no endpoints"),
+            (NO_ENDPOINT_NODEPORTS, port, self.no_endpoint_nodeports,
+             "vmap to drop or reject packets to service nodeports with no endpoints"),
+        ):
+            self.rs.add_set(NftSet(name, type_, is_map=True, comment=comment, elements=tuple(sorted(elements))))
+        self.rs.add_set(NftSet(CLUSTER_IPS, "ipv4_addr", comment="Active ClusterIPs",
+                               elements=tuple((ip, None) for ip in sorted(self.cluster_ips))))
+
+
+def build(services: list[ServicePort], endpoints: dict[ServicePortName, tuple[Endpoint, ...]],
+          settings: NodeSettings) -> Ruleset:
+    builder = _Builder(settings)
+    _fixed_chains(builder.rs, settings)
+    for svc in sorted(services, key=lambda s: s.name):
+        builder.service(svc, endpoints.get(svc.name, ()))
+    builder.maps()
+    return builder.rs

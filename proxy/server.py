@@ -1,0 +1,53 @@
+"""The proxy's two plain-HTTP endpoints, as kube-proxy serves them: /healthz and /livez on the healthz
+address (0.0.0.0:10256; 503 once a queued change has gone unsynced for twice the sync period) and
+/metrics on the metrics address (127.0.0.1:10249)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from proxy.metrics import ProxyMetrics
+from proxy.proxier import Health
+
+
+def _stamp(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(when)) + f".{int(when % 1 * 1e9):09d} +0000 UTC"
+
+
+def healthz_app(health: Health) -> web.Application:
+    async def handle(request: web.Request) -> web.Response:
+        now = time.time()
+        body = {"lastUpdated": _stamp(health.last_updated), "currentTime": _stamp(now)}
+        if request.path == "/healthz":
+            body["nodeEligible"] = True
+        ok = health.healthy(now)
+        return web.Response(status=200 if ok else 503, text=json.dumps(body), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/healthz", handle)
+    app.router.add_get("/livez", handle)
+    return app
+
+
+def metrics_app(metrics: ProxyMetrics) -> web.Application:
+    async def handle(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", handle)
+    return app
+
+
+async def serve(app: web.Application, address: str) -> tuple[web.AppRunner, int]:
+    """Serve `app` on host:port (port 0: a free one); returns the runner and the bound port."""
+    host, _, port = address.rpartition(":")
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host.strip("[]") or "0.0.0.0", int(port))
+    await site.start()
+    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+    return runner, (sockets[0].getsockname()[1] if sockets else int(port))

@@ -1,0 +1,95 @@
+"""Cluster DNS without a server: the zone built from Services and slices, and the resolver's answers
+to well-formed, malformed and unsupported questions (dnslib builds and reads every packet)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from dnslib import QTYPE, RCODE, DNSRecord
+
+from dns.records import build
+from dns.server import Resolver
+
+SERVICES = [
+    {"metadata": {"name": "web", "namespace": "shop"}, "spec": {"clusterIP": "10.96.3.4", "clusterIPs": ["10.96.3.4"],
+     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}},
+    {"metadata": {"name": "db", "namespace": "shop"}, "spec": {"clusterIP": "None",
+     "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]}},
+    {"metadata": {"name": "ext", "namespace": "shop"}, "spec": {"type": "ExternalName", "externalName": "example.org"}},
+]
+SLICES = [{"metadata": {"name": "db-1", "namespace": "shop", "labels": {"kubernetes.io/service-name": "db"}},
+           "addressType": "IPv4", "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
+           "endpoints": [{"addresses": ["10.244.0.5"], "hostname": "db-0", "conditions": {"ready": True}},
+                         {"addresses": ["10.244.0.6"], "conditions": {"ready": True}},
+                         {"addresses": ["10.244.0.7"], "conditions": {"ready": False}}]}]
+
+
+def ask(name: str, qtype: str = "A", resolver: Resolver | None = None) -> DNSRecord:
+    resolver = resolver or Resolver(lambda: build(SERVICES, SLICES), [])
+    reply = asyncio.run(resolver.handle(DNSRecord.question(name, qtype).pack()))
+    assert reply is not None
+    return DNSRecord.parse(reply)
+
+
+def answers(reply: DNSRecord) -> list[tuple[str, str, str, int]]:
+    return [(str(rr.rname), QTYPE[rr.rtype], str(rr.rdata), rr.ttl) for rr in reply.rr]
+
+
+def test_service_names_answer_their_cluster_ip_with_ttl_30() -> None:
+    reply = ask("web.shop.svc.cluster.local")
+    assert reply.header.rcode == RCODE.NOERROR and reply.header.aa
+    assert answers(reply) == [("web.shop.svc.cluster.local.", "A", "10.96.3.4", 30)]
+    assert answers(ask("WEB.shop.svc.cluster.local."))[0][2] == "10.96.3.4"
+
+
+def test_headless_services_answer_ready_pod_ips_and_per_pod_names() -> None:
+    assert sorted(a[2] for a in answers(ask("db.shop.svc.cluster.local"))) == ["10.244.0.5", "10.244.0.6"]
+    assert answers(ask("db-0.db.shop.svc.cluster.local"))[0][2] == "10.244.0.5"
+    assert answers(ask("10-244-0-6.db.shop.svc.cluster.local"))[0][2] == "10.244.0.6"
+
+
+def test_srv_for_named_ports() -> None:
+    assert answers(ask("_http._tcp.web.shop.svc.cluster.local", "SRV")) == [
+        ("_http._tcp.web.shop.svc.cluster.local.", "SRV", "0 100 80 web.shop.svc.cluster.local.", 30)]
+    targets = sorted(a[2] for a in answers(ask("_pg._tcp.db.shop.svc.cluster.local", "SRV")))
+    assert targets == ["0 100 5432 10-244-0-6.db.shop.svc.cluster.local.", "0 100 5432 db-0.db.shop.svc.cluster.local."]
+
+
+def test_ptr_external_name_and_pod_records() -> None:
+    assert answers(ask("4.3.96.10.in-addr.arpa", "PTR"))[0][2] == "web.shop.svc.cluster.local."
+    assert answers(ask("5.0.244.10.in-addr.arpa", "PTR"))[0][2] == "db-0.db.shop.svc.cluster.local."
+    assert answers(ask("ext.shop.svc.cluster.local"))[0][1:3] == ("CNAME", "example.org.")
+    assert answers(ask("10-244-0-9.shop.pod.cluster.local"))[0][2] == "10.244.0.9"
+    assert ask("not-an-ip.shop.pod.cluster.local").header.rcode == RCODE.NXDOMAIN
+
+
+def test_nxdomain_versus_nodata() -> None:
+    missing = ask("nope.shop.svc.cluster.local")
+    assert missing.header.rcode == RCODE.NXDOMAIN and not missing.rr and QTYPE[missing.auth[0].rtype] == "SOA"
+    nodata = ask("web.shop.svc.cluster.local", "AAAA")
+    assert nodata.header.rcode == RCODE.NOERROR and not nodata.rr and QTYPE[nodata.auth[0].rtype] == "SOA"
+    assert ask("shop.svc.cluster.local").header.rcode == RCODE.NOERROR  # an empty non-terminal
+    assert ask("web.shop.svc.cluster.local", "MX").header.rcode == RCODE.NOERROR  # unsupported type: NODATA
+
+
+def test_garbage_huge_and_odd_queries_get_proper_rcodes() -> None:
+    resolver = Resolver(lambda: build(SERVICES, SLICES), [])
+    garbage = asyncio.run(resolver.handle(b"\x12\x34" + b"\xff" * 30))
+    assert garbage is not None and DNSRecord.parse(garbage).header.rcode == RCODE.FORMERR
+    assert DNSRecord.parse(garbage).header.id == 0x1234
+    assert asyncio.run(resolver.handle(b"\x01")) is None  # not even a header: dropped
+    huge = b"\x00\x07\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + (b"\x3f" + b"a" * 63) * 5 + b"\x00\x00\x01\x00\x01"
+    reply = asyncio.run(resolver.handle(huge))
+    assert reply is not None and DNSRecord.parse(reply).header.rcode in (RCODE.FORMERR, RCODE.NXDOMAIN, RCODE.SERVFAIL)
+    update = DNSRecord.question("web.shop.svc.cluster.local")
+    update.header.opcode = 5
+    assert DNSRecord.parse(asyncio.run(resolver.handle(update.pack()))).header.rcode == RCODE.NOTIMP
+    two = DNSRecord.question("a.cluster.local")
+    two.add_question(*DNSRecord.question("b.cluster.local").questions)
+    assert DNSRecord.parse(asyncio.run(resolver.handle(two.pack()))).header.rcode == RCODE.FORMERR
+    assert struct.unpack("!H", garbage[:2])[0] == 0x1234
+
+
+def test_outside_names_without_upstream_are_servfail() -> None:
+    assert ask("example.org").header.rcode == RCODE.SERVFAIL

@@ -1,0 +1,334 @@
+"""The service proxy for real: against the real API server (on the proxy's own identity,
+system:kube-proxy), writing real nftables rules with `nft -f`, in network namespaces of the test's own
+(so the host's rules are never touched), and real connections through them. Run under the host lock.
+
+The table is diffed against the set of chains and map elements the Services need; deleting a Service
+removes its rules; a sync nft refuses leaves the previous ruleset; `--cleanup` removes the table;
+traffic to a ClusterIP reaches a ready backend and a Service without endpoints refuses at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
+from proxy.conntrack import Conntrack
+from proxy.model import ServicePortName
+from proxy.nft import Nft, NftError
+from proxy.proxier import Proxier, ProxyConfig
+from proxy.rules import ChainNames, hash_and_truncate
+from pykubelet.rig.apiserver import ApiServer
+from pykubelet.rig.leaks import Scope
+from pykubelet.rig.process import free_port
+from tests.proxy.netlab import BACKEND_IP, EXTRA_BACKEND_IP, NetLab
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and nftables")]
+
+TABLE = "kube-proxy"
+FIXED_CHAINS = {
+    "filter-prerouting", "filter-input", "filter-forward", "filter-output", "filter-output-post-dnat",
+    "nat-prerouting", "nat-output", "nat-postrouting", "mark-for-masquerade", "masquerading", "reject-chain",
+    "service-endpoints-check", "cluster-ips-check", "services",
+}
+
+
+@pytest.fixture(scope="module")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    with ApiServer(tmp_path_factory.mktemp("proxy-api")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxy_kubeconfig(apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The proxy's own identity, as the rig issues it: system:kube-proxy, bound to system:node-proxier."""
+    return apiserver.client_kubeconfig("system:kube-proxy", (), tmp_path_factory.mktemp("proxy") / "proxy.kubeconfig")
+
+
+@pytest.fixture(scope="module")
+def v1(apiserver: ApiServer) -> Iterator[client.CoreV1Api]:
+    with apiserver.api_client() as api:
+        yield client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="module")
+def discovery(apiserver: ApiServer) -> Iterator[client.DiscoveryV1Api]:
+    with apiserver.api_client() as api:
+        yield client.DiscoveryV1Api(api)
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[NetLab]:
+    lab = NetLab().open()
+    try:
+        yield lab
+    finally:
+        lab.close()
+        leaked = Scope.of(tmp_path, named_netns=lab.names).leaked(settle=2.0)
+        assert not leaked, f"left on the host: {leaked}"
+
+
+@pytest.fixture
+def namespace(v1: client.CoreV1Api) -> Iterator[str]:
+    name = f"p-{os.urandom(4).hex()}"
+    v1.create_namespace({"metadata": {"name": name}})
+    yield name
+    v1.delete_namespace(name)
+
+
+@pytest.fixture
+async def proxier(proxy_kubeconfig: Path, lab: NetLab) -> AsyncIterator[Proxier]:
+    kube = KubeClient(load_kubeconfig(proxy_kubeconfig), component="kube-proxy")
+    proxier = Proxier(kube, ProxyConfig(node_name="n1", cluster_cidr="10.250.0.0/24", min_sync_period=0.05,
+                                        nft=Nft(TABLE, netns=lab.client), conntrack=Conntrack(lab.client)))
+    stop = asyncio.Event()
+    task = asyncio.create_task(proxier.run(stop))
+    try:
+        yield proxier
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await kube.close()
+        await proxier.cleanup()
+
+
+def service(v1: client.CoreV1Api, ns: str, name: str, **spec: Any) -> client.V1Service:
+    ports = spec.pop("ports", [{"name": "http", "port": 80, "targetPort": 8080}])
+    return v1.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": {"ports": ports, **spec}})
+
+
+def endpoint_slice(discovery: client.DiscoveryV1Api, ns: str, service_name: str, addresses: list[str],
+                   ready: bool = True, port: int = 8080) -> None:
+    discovery.create_namespaced_endpoint_slice(ns, {
+        "metadata": {"name": f"{service_name}-abc", "labels": {"kubernetes.io/service-name": service_name}},
+        "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [a], "conditions": {"ready": ready}, "nodeName": "n1"} for a in addresses]})
+
+
+def _verdict(value: Any) -> str:
+    if isinstance(value, dict):
+        for kind in ("goto", "jump"):
+            if kind in value:
+                return f"{kind} {value[kind]['target']}"
+        return next(iter(value))
+    return str(value)
+
+
+def _key(value: Any) -> str:
+    if isinstance(value, dict) and "concat" in value:
+        return " . ".join(str(v) for v in value["concat"])
+    return str(value)
+
+
+async def table(lab: NetLab) -> dict[str, Any] | None:
+    """The kernel's table as comparable data: chain -> rule count, map/set -> {key: verdict}."""
+    objects = await Nft(TABLE, netns=lab.client).table_json()
+    if objects is None:
+        return None
+    chains: dict[str, int] = {}
+    maps: dict[str, dict[str, str | None]] = {}
+    for o in objects:
+        if "chain" in o:
+            chains.setdefault(o["chain"]["name"], 0)
+        elif "rule" in o:
+            chains[o["rule"]["chain"]] = chains.get(o["rule"]["chain"], 0) + 1
+        for kind in ("map", "set"):
+            if kind in o:
+                elements: dict[str, str | None] = {}
+                for elem in o[kind].get("elem", []):
+                    if kind == "map":
+                        elements[_key(elem[0])] = _verdict(elem[1])
+                    else:
+                        elements[_key(elem)] = None
+                maps[o[kind]["name"]] = elements
+    return {"chains": chains, "maps": maps}
+
+
+async def until(probe: Any, timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}; last={last!r}")
+
+
+def _endpoint_chain(name: ServicePortName, ip: str, port: int) -> str:
+    return "endpoint-" + hash_and_truncate(f"{name.chain_base}__{ip}/{port}")
+
+
+async def test_the_table_is_exactly_what_the_services_need(proxier, lab, v1, discovery, namespace):
+    web = service(v1, namespace, "web")
+    idle = service(v1, namespace, "idle", type="NodePort", ports=[{"name": "dns", "port": 53, "protocol": "UDP"}])
+    endpoint_slice(discovery, namespace, "web", [BACKEND_IP, EXTRA_BACKEND_IP])
+    kubernetes = v1.read_namespaced_service("kubernetes", "default")
+    k8s_port = v1.read_namespaced_endpoints("kubernetes", "default").subsets[0].ports[0].port
+    web_name = ServicePortName(namespace, "web", "http", "TCP")
+    k8s_name = ServicePortName("default", "kubernetes", "https", "TCP")
+    web_chain, k8s_chain = ChainNames.of(web_name).cluster, ChainNames.of(k8s_name).cluster
+    node_port = idle.spec.ports[0].node_port
+    expected = {
+        "chains": {
+            **{c: None for c in FIXED_CHAINS},
+            web_chain: 2,  # masquerade off-cluster sources, then numgen over both endpoints
+            _endpoint_chain(web_name, BACKEND_IP, 8080): 2,  # hairpin masquerade, DNAT
+            _endpoint_chain(web_name, EXTRA_BACKEND_IP, 8080): 2,
+            k8s_chain: 2,
+            _endpoint_chain(k8s_name, "127.0.0.1", k8s_port): 2,
+        },
+        "maps": {
+            "service-ips": {f"{web.spec.cluster_ip} . tcp . 80": f"goto {web_chain}",
+                            f"{kubernetes.spec.cluster_ip} . tcp . 443": f"goto {k8s_chain}"},
+            "service-nodeports": {},
+            "no-endpoint-services": {f"{idle.spec.cluster_ip} . udp . 53": "goto reject-chain"},
+            "no-endpoint-nodeports": {f"udp . {node_port}": "goto reject-chain"},
+            "cluster-ips": {ip: None for ip in (web.spec.cluster_ip, idle.spec.cluster_ip, kubernetes.spec.cluster_ip)},
+        },
+    }
+
+    async def matches() -> dict | None:
+        got = await table(lab)
+        if got is None:
+            return None
+        chains = {c: (n if expected["chains"].get(c) is not None else None) for c, n in got["chains"].items()}
+        return got if chains == expected["chains"] and got["maps"] == expected["maps"] else None
+
+    try:
+        await until(matches, what="the expected table")
+    except AssertionError:
+        pytest.fail(f"table differs:\n{json.dumps(await table(lab), indent=1, sort_keys=True)}\n"
+                    f"expected:\n{json.dumps(expected, indent=1, sort_keys=True)}")
+    rules = await Nft(TABLE, netns=lab.client).listing()
+    assert f"numgen random mod 2 vmap {{ 0 : goto {_endpoint_chain(web_name, BACKEND_IP, 8080)}" in rules
+    assert f"meta l4proto tcp dnat to {BACKEND_IP}:8080" in rules
+
+    v1.delete_namespaced_service("web", namespace)
+
+    async def web_gone() -> bool:
+        got = await table(lab)
+        return bool(got) and not any(f"-{namespace}/web/" in c for c in got["chains"]) and \
+            web.spec.cluster_ip not in json.dumps(got["maps"])
+
+    await until(web_gone, what="web's rules removed")
+
+
+async def test_traffic_reaches_a_ready_backend_and_no_endpoints_refuse(proxier, lab, v1, discovery, namespace):
+    await asyncio.to_thread(lab.serve, f"{BACKEND_IP}:8080", "from-backend")
+    web = service(v1, namespace, "web")
+    empty = service(v1, namespace, "empty")
+    endpoint_slice(discovery, namespace, "web", [BACKEND_IP])
+
+    async def reached() -> tuple | None:
+        answer = await asyncio.to_thread(lab.get, f"http://{web.spec.cluster_ip}/")
+        return answer if answer[:2] == ("ok", "from-backend") else None
+
+    await until(reached, what="the backend through the ClusterIP")
+    outcome, _, took = await asyncio.to_thread(lab.get, f"http://{empty.spec.cluster_ip}/")
+    assert outcome == "refused" and took < 1.0
+    outcome, _, took = await asyncio.to_thread(lab.get, f"http://{web.spec.cluster_ip}:81/")
+    assert outcome == "refused" and took < 1.0  # a port the ClusterIP does not serve
+
+
+async def test_udp_conntrack_entries_of_a_gone_endpoint_are_flushed(proxier, lab, v1, discovery, namespace):
+    await asyncio.to_thread(lab.serve_udp, f"{BACKEND_IP}:5353", "first")
+    await asyncio.to_thread(lab.serve_udp, f"{EXTRA_BACKEND_IP}:5353", "second")
+    dns = service(v1, namespace, "dns", ports=[{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}])
+    body = {"metadata": {"name": "dns-abc", "labels": {"kubernetes.io/service-name": "dns"}}, "addressType": "IPv4",
+            "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}],
+            "endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}}]}
+    discovery.create_namespaced_endpoint_slice(namespace, body)
+    ip = dns.spec.cluster_ip
+
+    async def answer(expected: str) -> bool:
+        return await asyncio.to_thread(lab.ask_udp, ip, 53, 40053) == expected
+
+    await until(lambda: answer("first"), what="the first backend over UDP")
+    # The same client flow now has a conntrack entry to the first backend; the endpoint is replaced.
+    body["endpoints"] = [{"addresses": [EXTRA_BACKEND_IP], "conditions": {"ready": True}}]
+    discovery.replace_namespaced_endpoint_slice("dns-abc", namespace, body)
+    # Without the flush the entry would keep this flow on the first backend (still up) until it expires.
+    await until(lambda: answer("second"), what="the flow moved to the new backend", timeout=10)
+    listed = subprocess.run(["ip", "netns", "exec", lab.client, "conntrack", "-L", "-p", "udp", "--orig-dst", ip],
+                            capture_output=True, text=True)
+    assert BACKEND_IP not in listed.stdout.replace(f"src={BACKEND_IP}", "")  # no entry DNATs there any more
+
+
+async def test_a_failed_sync_leaves_the_previous_ruleset(proxier, lab, v1, discovery, namespace):
+    service(v1, namespace, "web")
+    endpoint_slice(discovery, namespace, "web", [BACKEND_IP])
+    nft = Nft(TABLE, netns=lab.client)
+    await until(lambda: _has(nft, f"-{namespace}/web/"), what="web's rules")
+    before = await nft.listing()
+    real_partial = proxier.writer.partial
+    proxier.writer.partial = lambda old, new: real_partial(old, new) + "add rule ip kube-proxy services bogus\n"  # type: ignore[method-assign]
+    failures = proxier.failures
+    db = service(v1, namespace, "db")
+    await until(lambda: _true(proxier.failures > failures), what="the sync to fail")
+    assert await nft.listing() == before  # nothing of the failed transaction was applied
+    assert proxier.need_full
+    proxier.writer.partial = real_partial  # type: ignore[method-assign]
+    proxier._queue()  # the retry (a full sync) goes through
+    await until(lambda: _has(nft, f"{db.spec.cluster_ip} . tcp . 80 : goto reject-chain"), what="recovery")
+    with pytest.raises(NftError):
+        await nft.apply("add rule ip kube-proxy services bogus\n")
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _has(nft: Nft, text: str) -> bool:
+    try:
+        return text in await nft.listing()
+    except NftError:
+        return False
+
+
+async def test_the_command_serves_health_and_metrics_and_cleanup_removes_the_table(proxy_kubeconfig, lab):
+    health, metrics = free_port(), free_port()
+    argv = [sys.executable, "-m", "pykubelet", "proxy", "--kubeconfig", str(proxy_kubeconfig),
+            "--hostname-override", "n1", "--netns", lab.client, "--min-sync-period", "100ms",
+            "--healthz-bind-address", f"127.0.0.1:{health}", "--metrics-bind-address", f"127.0.0.1:{metrics}"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        def healthz() -> dict | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as resp:
+                    return json.loads(resp.read()) if resp.status == 200 else None
+            except OSError:
+                return None
+
+        body = await until(lambda: asyncio.to_thread(healthz), what="healthz")
+        assert body["nodeEligible"] is True and body["lastUpdated"].endswith("+0000 UTC")
+        await until(lambda: _has(Nft(TABLE, netns=lab.client), "chain services"), what="the table")
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        for name in ("kubeproxy_sync_proxy_rules_duration_seconds_bucket", "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                     "kubeproxy_sync_full_proxy_rules_duration_seconds_count", "kubeproxy_network_programming_duration_seconds"):
+            assert name in text, name
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert await table(lab) is not None  # stopping leaves the rules (connections survive a restart)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    done = subprocess.run([sys.executable, "-m", "pykubelet", "proxy", "--cleanup", "--netns", lab.client],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert await table(lab) is None
