@@ -59,6 +59,7 @@ from kubeclient.version import KUBERNETES_VERSION
 
 log = logging.getLogger("agent")
 
+
 async def connect_runtime(cfg: AgentConfig) -> CRIClient:
     """Connect to the runtime, waiting for it to come up (as upstream does at start)."""
     backoff = Backoff(initial=0.5, maximum=5.0)
@@ -67,7 +68,12 @@ async def connect_runtime(cfg: AgentConfig) -> CRIClient:
             return await CRIClient.connect(cfg.container_runtime_endpoint, cfg.image_service_endpoint)
         except RuntimeUnreachableError as err:
             delay = backoff.next()
-            log.warning("runtime not reachable endpoint=%s error=%r retry_in=%.1fs", cfg.container_runtime_endpoint, str(err), delay)
+            log.warning(
+                "runtime not reachable endpoint=%s error=%r retry_in=%.1fs",
+                cfg.container_runtime_endpoint,
+                str(err),
+                delay,
+            )
             await asyncio.sleep(delay)
 
 
@@ -86,7 +92,9 @@ class Agent:
         self.cfg = cfg
         cluster = load_config(cfg.kubeconfig)
         self.client = KubeClient(cluster, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst, component="kubelet")
-        self.event_client = KubeClient(cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet")
+        self.event_client = KubeClient(
+            cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet"
+        )
         self.objects = ObjectReader(self.client)
         self.credentials = CredentialClient(self.client)
         self.cri: CRIClient | None = None
@@ -103,7 +111,11 @@ class Agent:
         cfg = self.cfg
         Path(cfg.root_dir).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at start
         self.cri = cri = await connect_runtime(cfg)
-        log.info("runtime connected name=%s version=%s", cri.version.runtime_name if cri.version else "", cri.version.runtime_version if cri.version else "")
+        log.info(
+            "runtime connected name=%s version=%s",
+            cri.version.runtime_name if cri.version else "",
+            cri.version.runtime_version if cri.version else "",
+        )
         if cfg.pod_cidr:
             try:
                 await cri.update_runtime_config(cfg.pod_cidr)
@@ -126,7 +138,11 @@ class Agent:
             cri=cri,
             inspector=RuntimeInspector(cri),
             images=ImageManager(
-                cri, recorder, self.objects.fetch, cfg.serialize_image_pulls, BackoffTable(cfg.backoff_initial, cfg.backoff_max)
+                cri,
+                recorder,
+                self.objects.fetch,
+                cfg.serialize_image_pulls,
+                BackoffTable(cfg.backoff_initial, cfg.backoff_max),
             ),
             recorder=recorder,
             status=StatusManager(self.client),
@@ -139,7 +155,9 @@ class Agent:
         ctx.volumes = VolumeManager(
             cfg.root_dir,
             self.objects.fetch,
-            lambda pod, path: field_value(pod, path, ctx.host_ip(), (pod.get("status") or {}).get("podIP", "")),
+            lambda pod, path: field_value(
+                pod, path, ctx.host_ip(), (pod.get("status") or {}).get("podIP", "")
+            ),
             # A volume item names its container (upstream requires containerName there).
             lambda pod, ref: resource_value(pod, {}, ref, ctx.node_allocatable()),
             tokens=TokenManager(self.credentials.request_token),
@@ -162,7 +180,9 @@ class Agent:
         self._spawn(self.node.run(), "node-status")
         await self.node.registered.wait()
         ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
-        ctx.node_allocatable = lambda: (((self.node.node if self.node else None) or {}).get("status") or {}).get("allocatable") or {}
+        ctx.node_allocatable = lambda: (
+            (((self.node.node if self.node else None) or {}).get("status") or {}).get("allocatable") or {}
+        )
         ctx.node = lambda: self.node.node if self.node else None
         node_cidr = ((self.node.node or {}).get("spec") or {}).get("podCIDR", "")
         if not cfg.pod_cidr and node_cidr:
@@ -174,13 +194,20 @@ class Agent:
         pod_cidr = cfg.pod_cidr or node_cidr
         if cfg.cni_conf_dir:
             await self._start_network(pod_cidr)
-        self.lease = LeaseController(self.client, cfg.node_name, lambda: self.node.uid if self.node else "", cfg.node_lease_duration_seconds)
+        self.lease = LeaseController(
+            self.client,
+            cfg.node_name,
+            lambda: self.node.uid if self.node else "",
+            cfg.node_lease_duration_seconds,
+        )
         self._spawn(self.lease.run(), "lease")
         if cfg.port > 0:
             await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")
         self._spawn(self.pods.run_pleg(), "pleg")
-        rotation = RotationPolicy(quantity.value(cfg.container_log_max_size), max(cfg.container_log_max_files, 2))
+        rotation = RotationPolicy(
+            quantity.value(cfg.container_log_max_size), max(cfg.container_log_max_files, 2)
+        )
         self._spawn(LogRotator(cri, rotation).run(), "log-rotation")
         log.info("agent running node=%s", cfg.node_name)
 
@@ -216,22 +243,30 @@ class Agent:
             cert, key = Path(cfg.tls_cert_file), Path(cfg.tls_private_key_file)
         else:
             ips = [self.node.internal_ip] if self.node and self.node.internal_ip else []
-            cert, key = await asyncio.to_thread(ensure_self_signed, Path(cfg.root_dir) / "pki", cfg.node_name, ips)
+            cert, key = await asyncio.to_thread(
+                ensure_self_signed, Path(cfg.root_dir) / "pki", cfg.node_name, ips
+            )
         context = await asyncio.to_thread(server_context, cert, key, cfg.client_ca_file or None)
 
         def lookup(namespace: str, name: str) -> dict[str, Any] | None:
             return pod_by_name(self.informer, namespace, name) if self.informer else None
 
         auth = KubeletAuth(
-            cfg.node_name, x509=bool(cfg.client_ca_file), anonymous=cfg.anonymous_auth,
+            cfg.node_name,
+            x509=bool(cfg.client_ca_file),
+            anonymous=cfg.anonymous_auth,
             review_token=self.credentials.review_token if cfg.webhook_authentication else None,
             token_ttl=cfg.webhook_authentication_cache_ttl,
             review_access=self.credentials.review_access if cfg.authorization_mode == "Webhook" else None,
-            authorized_ttl=cfg.authorization_authorized_ttl, unauthorized_ttl=cfg.authorization_unauthorized_ttl,
+            authorized_ttl=cfg.authorization_authorized_ttl,
+            unauthorized_ttl=cfg.authorization_unauthorized_ttl,
         )
         self.server = KubeletServer(
-            cri, lookup, lambda: self.informer.list() if self.informer else [],
-            auth=auth, ssl_context=context,
+            cri,
+            lookup,
+            lambda: self.informer.list() if self.informer else [],
+            auth=auth,
+            ssl_context=context,
             probe_metrics=self._probe_metrics,
         )
         await self.server.start(cfg.address, cfg.port)

@@ -20,8 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--container-runtime-endpoint", dest="container_runtime_endpoint")
     parser.add_argument("--image-service-endpoint", dest="image_service_endpoint")
     parser.add_argument("--config", help="KubeletConfiguration (kubelet.config.k8s.io/v1beta1) YAML file")
-    parser.add_argument("--root-dir", dest="root_dir", help="agent state directory (default /var/lib/kubelet)")
-    parser.add_argument("--node-ip", dest="node_ip", help="the Node's InternalIP (default: the default route's)")
+    parser.add_argument(
+        "--root-dir", dest="root_dir", help="agent state directory (default /var/lib/kubelet)"
+    )
+    parser.add_argument(
+        "--node-ip", dest="node_ip", help="the Node's InternalIP (default: the default route's)"
+    )
     parser.add_argument("--node-labels", dest="node_labels", help="extra labels: k1=v1,k2=v2")
     parser.add_argument("--pod-cidr", dest="pod_cidr")
     parser.add_argument("--max-pods", dest="max_pods", type=int)
@@ -32,8 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="cni_conf_dir",
         help="run pykubelet's own pod network: write its conflist here (containerd's CNI conf_dir)",
     )
-    parser.add_argument("--cni-bin-dir", dest="cni_bin_dir", help="where to install pykubelet-cni (default /opt/cni/bin)")
-    parser.add_argument("--cni-data-dir", dest="cni_data_dir", help="IPAM state (default /var/lib/cni/networks)")
+    parser.add_argument(
+        "--cni-bin-dir", dest="cni_bin_dir", help="where to install pykubelet-cni (default /opt/cni/bin)"
+    )
+    parser.add_argument(
+        "--cni-data-dir", dest="cni_data_dir", help="IPAM state (default /var/lib/cni/networks)"
+    )
     parser.add_argument("--cni-bridge", dest="cni_bridge", help="the pod network's bridge (default cni0)")
     parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (>=4: debug)")
 
@@ -45,7 +53,20 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
     name = args.node_name or args.hostname_override
     if name:
         cfg.node_name = name.lower()
-    for attr in ("kubeconfig", "container_runtime_endpoint", "image_service_endpoint", "root_dir", "node_ip", "pod_cidr", "max_pods", "cluster_domain", "cni_conf_dir", "cni_bin_dir", "cni_data_dir", "cni_bridge"):
+    for attr in (
+        "kubeconfig",
+        "container_runtime_endpoint",
+        "image_service_endpoint",
+        "root_dir",
+        "node_ip",
+        "pod_cidr",
+        "max_pods",
+        "cluster_domain",
+        "cni_conf_dir",
+        "cni_bin_dir",
+        "cni_data_dir",
+        "cni_bridge",
+    ):
         value = getattr(args, attr, None)
         if value is not None:
             setattr(cfg, attr, value)

@@ -153,7 +153,9 @@ def load_config_file(path: str | Path, into: AgentConfig | None = None) -> Agent
     if not isinstance(doc, dict):
         raise ConfigFileError(f"{path}: not a KubeletConfiguration object")
     if doc.get("kind", KIND) != KIND or doc.get("apiVersion", API_VERSION) != API_VERSION:
-        raise ConfigFileError(f"{path}: expected {API_VERSION} {KIND}, got {doc.get('apiVersion')} {doc.get('kind')}")
+        raise ConfigFileError(
+            f"{path}: expected {API_VERSION} {KIND}, got {doc.get('apiVersion')} {doc.get('kind')}"
+        )
     for key, value in doc.items():
         if key in _FILE_FIELDS:
             name, conv = _FILE_FIELDS[key]

@@ -23,19 +23,37 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", required=True, type=Path, help="state, PKI and admin.kubeconfig live here")
+    parser.add_argument(
+        "--data-dir", required=True, type=Path, help="state, PKI and admin.kubeconfig live here"
+    )
     parser.add_argument("--port", type=int, default=6443, help="HTTPS port (0 picks a free one)")
     parser.add_argument("--bind-address", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--advertise-address", default="", help="host written into admin.kubeconfig")
-    parser.add_argument("--token-auth-file", type=Path, default=None, help="static tokens: token,user,uid,\"groups\"")
-    parser.add_argument("--tls-san", action="append", default=[], help="extra name or IP for the serving cert")
-    parser.add_argument("--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume")
-    parser.add_argument("--compact-interval", type=float, default=300.0, help="seconds between history compactions")
+    parser.add_argument(
+        "--token-auth-file", type=Path, default=None, help='static tokens: token,user,uid,"groups"'
+    )
+    parser.add_argument(
+        "--tls-san", action="append", default=[], help="extra name or IP for the serving cert"
+    )
+    parser.add_argument(
+        "--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume"
+    )
+    parser.add_argument(
+        "--compact-interval", type=float, default=300.0, help="seconds between history compactions"
+    )
     parser.add_argument("--event-ttl", type=float, default=3600.0, help="seconds an idle event is kept")
-    parser.add_argument("--anonymous-auth", action=argparse.BooleanOptionalAction, default=True,
-                        help="requests without credentials are system:anonymous (default; --no-anonymous-auth: 401)")
-    parser.add_argument("--authorization-mode", default=("Node", "RBAC"), type=_authorization_modes,
-                        help="ordered authorizers: Node, RBAC, AlwaysAllow (comma-separated; default Node,RBAC)")
+    parser.add_argument(
+        "--anonymous-auth",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="requests without credentials are system:anonymous (default; --no-anonymous-auth: 401)",
+    )
+    parser.add_argument(
+        "--authorization-mode",
+        default=("Node", "RBAC"),
+        type=_authorization_modes,
+        help="ordered authorizers: Node, RBAC, AlwaysAllow (comma-separated; default Node,RBAC)",
+    )
     parser.add_argument(
         "--scheduler",
         action=argparse.BooleanOptionalAction,
@@ -49,22 +67,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="run the controller manager as a child process (--no-controllers: leave the loops to another)",
     )
-    parser.add_argument("--controller-manager-port", type=int, default=10257,
-                        help="the controller manager's healthz/metrics HTTPS port (0: none)")
-    parser.add_argument("--service-account-issuer", action="append", default=[],
-                        help="issuer of service-account tokens (repeat to accept more; the first signs)")
-    parser.add_argument("--api-audiences", default="", help="comma-separated audiences of the API (default: the issuers)")
-    parser.add_argument("--service-account-max-token-expiration", type=_duration, default=0,
-                        help="longest lifetime a TokenRequest gets, e.g. 24h (default: no limit)")
-    parser.add_argument("--service-account-extend-token-expiration", action=argparse.BooleanOptionalAction, default=True,
-                        help="issue the admission plugin's 3607 s pod tokens for a year, flagged stale after 3607 s")
-    parser.add_argument("--service-account-jwks-uri", default="", help="jwks_uri of the OpenID discovery document")
-    parser.add_argument("--disable-admission-plugins", default="",
-                        help="comma-separated admission plugins to turn off (e.g. ServiceAccount)")
-    parser.add_argument("--etcd-servers", default="",
-                        help="etcd members to store in, e.g. https://127.0.0.1:2379[,...] (default: SQLite in DIR)")
-    parser.add_argument("--etcd-cafile", type=Path, default=None, help="CA that signed etcd's serving certificate")
-    parser.add_argument("--etcd-certfile", type=Path, default=None, help="client certificate presented to etcd")
+    parser.add_argument(
+        "--controller-manager-port",
+        type=int,
+        default=10257,
+        help="the controller manager's healthz/metrics HTTPS port (0: none)",
+    )
+    parser.add_argument(
+        "--service-account-issuer",
+        action="append",
+        default=[],
+        help="issuer of service-account tokens (repeat to accept more; the first signs)",
+    )
+    parser.add_argument(
+        "--api-audiences", default="", help="comma-separated audiences of the API (default: the issuers)"
+    )
+    parser.add_argument(
+        "--service-account-max-token-expiration",
+        type=_duration,
+        default=0,
+        help="longest lifetime a TokenRequest gets, e.g. 24h (default: no limit)",
+    )
+    parser.add_argument(
+        "--service-account-extend-token-expiration",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="issue the admission plugin's 3607 s pod tokens for a year, flagged stale after 3607 s",
+    )
+    parser.add_argument(
+        "--service-account-jwks-uri", default="", help="jwks_uri of the OpenID discovery document"
+    )
+    parser.add_argument(
+        "--disable-admission-plugins",
+        default="",
+        help="comma-separated admission plugins to turn off (e.g. ServiceAccount)",
+    )
+    parser.add_argument(
+        "--etcd-servers",
+        default="",
+        help="etcd members to store in, e.g. https://127.0.0.1:2379[,...] (default: SQLite in DIR)",
+    )
+    parser.add_argument(
+        "--etcd-cafile", type=Path, default=None, help="CA that signed etcd's serving certificate"
+    )
+    parser.add_argument(
+        "--etcd-certfile", type=Path, default=None, help="client certificate presented to etcd"
+    )
     parser.add_argument("--etcd-keyfile", type=Path, default=None, help="key of --etcd-certfile")
     parser.add_argument("--etcd-prefix", default="/registry", help="the prefix of every key in etcd")
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
@@ -102,12 +150,17 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
             children.append(asyncio.create_task(supervise(command, stop, data / "scheduler.log")))
         if args.controllers:
             command = component_command("controller-manager", data / CONTROLLER_MANAGER_KUBECONFIG) + [
-                "--secure-port", str(args.controller_manager_port),
-                "--cert-dir", str(data / "controller-manager"),
-                "--client-ca-file", str(pki / "ca.crt"),
+                "--secure-port",
+                str(args.controller_manager_port),
+                "--cert-dir",
+                str(data / "controller-manager"),
+                "--client-ca-file",
+                str(pki / "ca.crt"),
                 "--use-service-account-credentials",
-                "--cluster-signing-cert-file", str(pki / "ca.crt"),
-                "--cluster-signing-key-file", str(pki / "ca.key"),
+                "--cluster-signing-cert-file",
+                str(pki / "ca.crt"),
+                "--cluster-signing-key-file",
+                str(pki / "ca.key"),
             ]
             children.append(asyncio.create_task(supervise(command, stop, data / "controller-manager.log")))
     try:

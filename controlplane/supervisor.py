@@ -37,8 +37,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def component_command(component: str, kubeconfig: Path, config_file: Path | None = None,
-                      verbose: bool = False) -> list[str]:
+def component_command(
+    component: str, kubeconfig: Path, config_file: Path | None = None, verbose: bool = False
+) -> list[str]:
     """`pykubelet <component> --kubeconfig K [--config C] [-v]` with this interpreter."""
     cmd = [sys.executable, "-m", "pykubelet", component, "--kubeconfig", str(kubeconfig)]
     if config_file is not None:
@@ -64,9 +65,13 @@ async def supervise(
         out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if log_path else None
         try:
             child = await asyncio.create_subprocess_exec(
-                *command, stdout=out if out is not None else sys.stderr,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                *command,
+                stdout=out if out is not None else sys.stderr,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         finally:
             if out is not None:
                 os.close(out)
@@ -87,7 +92,9 @@ async def supervise(
             await asyncio.wait_for(stop.wait(), delay)
 
 
-async def _terminate(name: str, child: asyncio.subprocess.Process, exited: asyncio.Task[int], grace: float) -> None:
+async def _terminate(
+    name: str, child: asyncio.subprocess.Process, exited: asyncio.Task[int], grace: float
+) -> None:
     if child.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signal.SIGTERM)

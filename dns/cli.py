@@ -26,11 +26,15 @@ def upstreams(resolv_conf: Path, skip: set[str]) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
-    parser.add_argument("--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the server's identity")
+    parser.add_argument(
+        "--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the server's identity"
+    )
     parser.add_argument("--bind-address", default="0.0.0.0", help="address to answer on (UDP and TCP)")
     parser.add_argument("--port", type=int, default=53)
     parser.add_argument("--cluster-domain", default="cluster.local")
-    parser.add_argument("--resolv-conf", type=Path, default=Path("/etc/resolv.conf"), help="where the upstreams are")
+    parser.add_argument(
+        "--resolv-conf", type=Path, default=Path("/etc/resolv.conf"), help="where the upstreams are"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -45,8 +49,13 @@ async def _main(args: argparse.Namespace) -> int:
     await zone.start()
     resolver = Resolver(zone.zone, upstreams(args.resolv_conf, {args.bind_address}))
     servers = await serve(resolver, args.bind_address, args.port)
-    log.info("serving address=%s port=%d domain=%s upstreams=%s", args.bind_address, servers.port,
-             args.cluster_domain, ",".join(resolver.upstreams) or "-")
+    log.info(
+        "serving address=%s port=%d domain=%s upstreams=%s",
+        args.bind_address,
+        servers.port,
+        args.cluster_domain,
+        ",".join(resolver.upstreams) or "-",
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -61,7 +70,9 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(_main(args))

@@ -98,7 +98,9 @@ class Zone:
             return None if len(labels) == 1 else Answer("NXDOMAIN")
         dashed, _namespace = labels
         try:
-            ip = ipaddress.ip_address(dashed.replace("-", ".") if dashed.count("-") == 3 else dashed.replace("-", ":"))
+            ip = ipaddress.ip_address(
+                dashed.replace("-", ".") if dashed.count("-") == 3 else dashed.replace("-", ":")
+            )
         except ValueError:
             return Answer("NXDOMAIN")
         want = "A" if ip.version == 4 else "AAAA"
@@ -144,7 +146,11 @@ def _service(zone: Zone, service: Obj, by_service: dict[tuple[str, str], list[Ob
             except ValueError:
                 continue
         for p in ports:
-            zone.add(f"_{p['name']}._{(p.get('protocol') or 'TCP').lower()}.{fqdn}", "SRV", f"0 100 {p.get('port')} {fqdn}")
+            zone.add(
+                f"_{p['name']}._{(p.get('protocol') or 'TCP').lower()}.{fqdn}",
+                "SRV",
+                f"0 100 {p.get('port')} {fqdn}",
+            )
         return
     publish = bool(spec.get("publishNotReadyAddresses"))
     for s in by_service.get((ns, name), []):

@@ -37,8 +37,12 @@ def _rdata(record: Record):  # type: ignore[no-untyped-def]
 
 
 def soa(domain: str) -> RR:
-    return RR(domain + ".", QTYPE.SOA, ttl=TTL, rdata=SOA(f"ns.dns.{domain}.", f"hostmaster.{domain}.",
-                                                          (1, 7200, 1800, 86400, TTL)))
+    return RR(
+        domain + ".",
+        QTYPE.SOA,
+        ttl=TTL,
+        rdata=SOA(f"ns.dns.{domain}.", f"hostmaster.{domain}.", (1, 7200, 1800, 86400, TTL)),
+    )
 
 
 def _error(data: bytes, rcode: int) -> bytes | None:
@@ -84,7 +88,9 @@ class Resolver:
         reply = query.reply(ra=1, aa=1)
         reply.header.rcode = getattr(RCODE, answer.rcode)
         for record in answer.records:
-            reply.add_answer(RR(DNSLabel(record.name + "."), getattr(QTYPE, record.type), ttl=TTL, rdata=_rdata(record)))
+            reply.add_answer(
+                RR(DNSLabel(record.name + "."), getattr(QTYPE, record.type), ttl=TTL, rdata=_rdata(record))
+            )
         if not answer.records:
             reply.add_auth(soa(zone.domain))
         packed = reply.pack()
@@ -100,8 +106,9 @@ class Resolver:
             future: asyncio.Future[bytes] = loop.create_future()
             host, _, port = upstream.rpartition(":") if upstream.count(":") == 1 else (upstream, "", "53")
             try:
-                transport, _ = await loop.create_datagram_endpoint(lambda f=future: _Upstream(f, data[:2]),
-                                                                   remote_addr=(host, int(port or 53)))
+                transport, _ = await loop.create_datagram_endpoint(
+                    lambda f=future: _Upstream(f, data[:2]), remote_addr=(host, int(port or 53))
+                )
             except OSError as err:
                 log.warning("forward failed upstream=%s error=%s", upstream, err)
                 continue

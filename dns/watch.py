@@ -16,7 +16,9 @@ class ClusterZone:
         self.services = Informer(client, "/api/v1/services")
         self.slices = Informer(client, "/apis/discovery.k8s.io/v1/endpointslices")
         for informer in (self.services, self.slices):
-            informer.add_handler(on_add=self._changed, on_update=lambda _o, _n: self._changed(), on_delete=self._changed)
+            informer.add_handler(
+                on_add=self._changed, on_update=lambda _o, _n: self._changed(), on_delete=self._changed
+            )
         self._zone = Zone(domain)
         self._stale = True
         self._tasks: list[asyncio.Task[None]] = []
@@ -31,7 +33,9 @@ class ClusterZone:
         return self._zone
 
     async def start(self) -> None:
-        self._tasks = [asyncio.create_task(i.run(), name=f"informer {i.path}") for i in (self.services, self.slices)]
+        self._tasks = [
+            asyncio.create_task(i.run(), name=f"informer {i.path}") for i in (self.services, self.slices)
+        ]
         await asyncio.gather(self.services.synced.wait(), self.slices.synced.wait())
 
     async def stop(self) -> None:

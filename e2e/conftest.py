@@ -61,13 +61,19 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
             pod_cidr=net.pod_cidr,
             store=os.environ.get("PYKUBE_STORE", "sqlite"),  # PYKUBE_STORE=etcd: the stack on a local etcd
         )
-        scope = Scope.of(config.state_dir, bridges=[net.bridge], pod_cidrs=[net.pod_cidr],
-                         nft_tables=[f"ip {proxy_table(net.bridge)}"])
+        scope = Scope.of(
+            config.state_dir,
+            bridges=[net.bridge],
+            pod_cidrs=[net.pod_cidr],
+            nft_tables=[f"ip {proxy_table(net.bridge)}"],
+        )
         stack = Stack(config)
         stack.start()
         try:
             assert stack.images is not None
-            yield Target(stack.kubeconfig, stack.node_name, stack.images.busybox, stack, stack.images.grpc_health)
+            yield Target(
+                stack.kubeconfig, stack.node_name, stack.images.busybox, stack, stack.images.grpc_health
+            )
         finally:
             problems = stack.stop()
             assert not problems, problems

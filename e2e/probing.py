@@ -25,7 +25,12 @@ def probe_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"nodeName": node, "restartPolicy": restart, "terminationGracePeriodSeconds": grace, "containers": [main]},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [main],
+        },
     }
 
 

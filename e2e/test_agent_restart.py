@@ -21,8 +21,6 @@ from e2e.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 
-
-
 def sleeper(name: str, node: str, image: str) -> client.V1Pod:
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name),
@@ -39,7 +37,11 @@ def snapshot(kube, namespace: str) -> dict[str, tuple[str, int, str]]:
     out = {}
     for pod in kube.list_namespaced_pod(namespace).items:
         cs = (pod.status.container_statuses or [None])[0]
-        out[pod.metadata.name] = (cs.container_id if cs else "", cs.restart_count if cs else -1, pod.status.phase)
+        out[pod.metadata.name] = (
+            cs.container_id if cs else "",
+            cs.restart_count if cs else -1,
+            pod.status.phase,
+        )
     return out
 
 
@@ -145,9 +147,12 @@ def test_agent_kill_9_keeps_probed_pods_alive_and_ready(kube, namespace, node_na
 
 def test_restarted_agent_reports_starting(kube, node_name, stack):
     """Each start of the agent is a Starting event on the Node (upstream's BirthCry)."""
+
     def starts() -> int:
         items = kube.list_namespaced_event("default", field_selector=f"involvedObject.name={node_name}").items
-        return sum((e.count or 1) for e in items if e.reason == "Starting" and e.involved_object.kind == "Node")
+        return sum(
+            (e.count or 1) for e in items if e.reason == "Starting" and e.involved_object.kind == "Node"
+        )
 
     before = starts()
     stack.agent.kill()

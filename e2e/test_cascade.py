@@ -30,15 +30,35 @@ TERM_AWARE = "trap 'exit 0' TERM; sleep 3600 & wait"
 
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
-    proc = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], input=stdin, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stdout}{proc.stderr}"
     return proc.stdout
 
 
 def get(kubeconfig: Path, namespace: str, what: str) -> dict[str, Any] | None:
-    proc = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "get", what, "-o", "json",
-                           "--ignore-not-found"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "get",
+            what,
+            "-o",
+            "json",
+            "--ignore-not-found",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout) if proc.stdout.strip() else None
 
@@ -47,13 +67,29 @@ def template(app: str, node: str, image: str, hold: bool = False) -> dict[str, A
     meta: dict[str, Any] = {"labels": {"app": app}}
     if hold:
         meta["finalizers"] = [HOLD]
-    return {"metadata": meta, "spec": {"nodeName": node, "terminationGracePeriodSeconds": 5,
-                                       "containers": [{"name": "main", "image": image, "command": ["sh", "-c", TERM_AWARE]}]}}
+    return {
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": image, "command": ["sh", "-c", TERM_AWARE]}],
+        },
+    }
 
 
 def replicaset(name: str, node: str, image: str, replicas: int = 2, hold: bool = False) -> str:
-    return yaml.safe_dump({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name}, "spec": {
-        "replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template(name, node, image, hold)}})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": template(name, node, image, hold),
+            },
+        }
+    )
 
 
 def pods(kube, namespace: str, app: str) -> list[Any]:
@@ -72,7 +108,9 @@ def running(kube, namespace: str, app: str, count: int) -> list[Any]:
 def release(kube, namespace: str, found: list[Any]) -> None:
     for pod in found:
         try:
-            kube.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"$deleteFromPrimitiveList/finalizers": [HOLD]}})
+            kube.patch_namespaced_pod(
+                pod.metadata.name, namespace, {"metadata": {"$deleteFromPrimitiveList/finalizers": [HOLD]}}
+            )
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -81,17 +119,26 @@ def release(kube, namespace: str, found: list[Any]) -> None:
 def test_kubectl_delete_removes_the_pods_in_the_background(kubeconfig, kube, namespace, node_name, image):
     kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", stdin=replicaset("web", node_name, image))
     running(kube, namespace, "web", 2)
-    assert kubectl(kubeconfig, "-n", namespace, "delete", "rs", "web").strip() == 'replicaset.apps "web" deleted'
+    assert (
+        kubectl(kubeconfig, "-n", namespace, "delete", "rs", "web").strip() == 'replicaset.apps "web" deleted'
+    )
     assert get(kubeconfig, namespace, "rs/web") is None  # gone at once: its pods go after it
     wait_for(lambda: not pods(kube, namespace, "web"), timeout=90, what="the ReplicaSet's pods to go")
 
 
-def test_foreground_keeps_the_replicaset_until_its_pods_are_gone(kubeconfig, kube, namespace, node_name, image):
-    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", stdin=replicaset("web", node_name, image, hold=True))
+def test_foreground_keeps_the_replicaset_until_its_pods_are_gone(
+    kubeconfig, kube, namespace, node_name, image
+):
+    kubectl(
+        kubeconfig, "-n", namespace, "apply", "-f", "-", stdin=replicaset("web", node_name, image, hold=True)
+    )
     running(kube, namespace, "web", 2)
     kubectl(kubeconfig, "-n", namespace, "delete", "rs", "web", "--cascade=foreground", "--wait=false")
-    held = wait_for(lambda: (p := pods(kube, namespace, "web")) and all(x.metadata.deletion_timestamp for x in p) and p,
-                    timeout=60, what="the pods to be deleted")
+    held = wait_for(
+        lambda: (p := pods(kube, namespace, "web")) and all(x.metadata.deletion_timestamp for x in p) and p,
+        timeout=60,
+        what="the pods to be deleted",
+    )
     rs = get(kubeconfig, namespace, "rs/web")
     assert rs is not None and rs["metadata"]["deletionTimestamp"]
     assert rs["metadata"]["finalizers"] == ["foregroundDeletion"]
@@ -99,7 +146,11 @@ def test_foreground_keeps_the_replicaset_until_its_pods_are_gone(kubeconfig, kub
     assert len(pods(kube, namespace, "web")) == 2
     release(kube, namespace, held)
     wait_for(lambda: not pods(kube, namespace, "web"), timeout=60, what="the released pods to go")
-    wait_for(lambda: get(kubeconfig, namespace, "rs/web") is None, timeout=60, what="the ReplicaSet to go after its pods")
+    wait_for(
+        lambda: get(kubeconfig, namespace, "rs/web") is None,
+        timeout=60,
+        what="the ReplicaSet to go after its pods",
+    )
 
 
 def test_orphan_leaves_the_pods_running_without_owner(kubeconfig, kube, namespace, node_name, image):
@@ -115,22 +166,51 @@ def test_orphan_leaves_the_pods_running_without_owner(kubeconfig, kube, namespac
 
 
 def test_a_pod_whose_owner_does_not_exist_is_collected(kubeconfig, kube, namespace, node_name, image):
-    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "ghost", "uid": str(uuid.uuid4()), "controller": True}
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stray", "ownerReferences": [owner]},
-            "spec": template("stray", node_name, image)["spec"]}
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "ghost",
+        "uid": str(uuid.uuid4()),
+        "controller": True,
+    }
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stray", "ownerReferences": [owner]},
+        "spec": template("stray", node_name, image)["spec"],
+    }
     kubectl(kubeconfig, "-n", namespace, "create", "-f", "-", stdin=yaml.safe_dump(body))
-    wait_for(lambda: get(kubeconfig, namespace, "pod/stray") is None, timeout=90, what="the ownerless pod to be collected")
+    wait_for(
+        lambda: get(kubeconfig, namespace, "pod/stray") is None,
+        timeout=90,
+        what="the ownerless pod to be collected",
+    )
 
 
 def test_kubectl_create_replicationcontroller_gets_its_pods(kubeconfig, kube, namespace, node_name, image):
-    manifest = yaml.safe_dump({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy"},
-                               "spec": {"replicas": 2, "template": template("legacy", node_name, image)}})
-    assert kubectl(kubeconfig, "-n", namespace, "create", "-f", "-", stdin=manifest).strip() == \
-        "replicationcontroller/legacy created"
+    manifest = yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "ReplicationController",
+            "metadata": {"name": "legacy"},
+            "spec": {"replicas": 2, "template": template("legacy", node_name, image)},
+        }
+    )
+    assert (
+        kubectl(kubeconfig, "-n", namespace, "create", "-f", "-", stdin=manifest).strip()
+        == "replicationcontroller/legacy created"
+    )
     made = running(kube, namespace, "legacy", 2)
     assert all(p.metadata.owner_references[0].kind == "ReplicationController" for p in made)
-    rc = wait_for(lambda: (r := get(kubeconfig, namespace, "rc/legacy")) and r.get("status", {}).get("readyReplicas") == 2 and r,
-                  timeout=60, what="the RC's status")
+    rc = wait_for(
+        lambda: (
+            (r := get(kubeconfig, namespace, "rc/legacy"))
+            and r.get("status", {}).get("readyReplicas") == 2
+            and r
+        ),
+        timeout=60,
+        what="the RC's status",
+    )
     assert rc["spec"]["selector"] == {"app": "legacy"}
     kubectl(kubeconfig, "-n", namespace, "delete", "rc", "legacy")  # kubectl asks for background
     wait_for(lambda: not pods(kube, namespace, "legacy"), timeout=90, what="the RC's pods to go")

@@ -24,9 +24,15 @@ SERVE = "mkdir -p /www && echo ok > /www/healthz && exec httpd -f -p 8080 -h /ww
 REVISION = "deployment.kubernetes.io/revision"
 
 
-def kubectl(kubeconfig: Path, namespace: str, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
-    done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, *args],
-                          capture_output=True, text=True, timeout=timeout)
+def kubectl(
+    kubeconfig: Path, namespace: str, *args: str, check: bool = True, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and done.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}: {done.stdout}{done.stderr}")
     return done
@@ -37,14 +43,31 @@ def served(name: str, image: str, replicas: int, version: str = "1", **spec: Any
     ticking every second); VERSION tells the templates apart."""
     labels = {"app": name}
     container = {
-        "name": "main", "image": image, "command": ["sh", "-c", SERVE], "env": [{"name": "VERSION", "value": version}],
+        "name": "main",
+        "image": image,
+        "command": ["sh", "-c", SERVE],
+        "env": [{"name": "VERSION", "value": version}],
         "ports": [{"containerPort": 8080}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 1},
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz", "port": 8080},
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+        },
     }
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, **spec,
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {"terminationGracePeriodSeconds": 1, "containers": [container]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            **spec,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [container]},
+            },
+        },
+    }
 
 
 def apps_api(api_client: Any) -> client.AppsV1Api:
@@ -57,7 +80,11 @@ def replica_sets(apps: client.AppsV1Api, ns: str) -> dict[str, client.V1ReplicaS
 
 
 def live_pods(kube: client.CoreV1Api, ns: str, app: str) -> list[client.V1Pod]:
-    return [p for p in kube.list_namespaced_pod(ns, label_selector=f"app={app}").items if not p.metadata.deletion_timestamp]
+    return [
+        p
+        for p in kube.list_namespaced_pod(ns, label_selector=f"app={app}").items
+        if not p.metadata.deletion_timestamp
+    ]
 
 
 def is_ready(pod: client.V1Pod) -> bool:
@@ -69,7 +96,9 @@ def condition(d: client.V1Deployment, type_: str) -> client.V1DeploymentConditio
 
 
 def deployment_events(kube: client.CoreV1Api, ns: str, name: str, reason: str) -> list[str]:
-    items = kube.list_namespaced_event(ns, field_selector=f"involvedObject.kind=Deployment,involvedObject.name={name}").items
+    items = kube.list_namespaced_event(
+        ns, field_selector=f"involvedObject.kind=Deployment,involvedObject.name={name}"
+    ).items
     return [e.message for e in items if e.reason == reason]
 
 
@@ -89,16 +118,18 @@ class Watcher:
         self._observe = observe
         self._stopped = False
         self._watch = watch.Watch()
-        self._thread = threading.Thread(target=self._run, args=(lister, ns, app, listing.metadata.resource_version),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(lister, ns, app, listing.metadata.resource_version), daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
 
     def _run(self, lister: Any, ns: str, app: str, rv: str) -> None:
         try:
-            for event in self._watch.stream(lister, ns, label_selector=f"app={app}", resource_version=rv,
-                                            timeout_seconds=300):
+            for event in self._watch.stream(
+                lister, ns, label_selector=f"app={app}", resource_version=rv, timeout_seconds=300
+            ):
                 if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                     self.events += 1
                     self._observe(event["type"], event["object"])
@@ -125,7 +156,9 @@ class Census:
         self.sets: dict[str, int] = {}
         self._pod_watch = Watcher(kube.list_namespaced_pod, ns, app, self._pod)
         self._set_watch = Watcher(apps.list_namespaced_replica_set, ns, app, self._set)
-        self.pods.update({p.metadata.uid: p for p in self._pod_watch.items if not p.metadata.deletion_timestamp})
+        self.pods.update(
+            {p.metadata.uid: p for p in self._pod_watch.items if not p.metadata.deletion_timestamp}
+        )
         self.sets.update({rs.metadata.uid: rs.spec.replicas or 0 for rs in self._set_watch.items})
         self.most = sum(self.sets.values())
         self.least_ready = sum(is_ready(p) for p in self.pods.values())
@@ -160,8 +193,20 @@ class Census:
 
 
 def test_walkthrough_create_deployment_to_three_ready_pods(kubeconfig, kube, api_client, namespace, image):
-    kubectl(kubeconfig, namespace, "create", "deployment", "web", f"--image={image}", "--replicas=3",
-            "--", "httpd", "-f", "-p", "8080")
+    kubectl(
+        kubeconfig,
+        namespace,
+        "create",
+        "deployment",
+        "web",
+        f"--image={image}",
+        "--replicas=3",
+        "--",
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+    )
     done = kubectl(kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=150s")
     assert 'deployment "web" successfully rolled out' in done.stdout
     apps = apps_api(api_client)
@@ -177,13 +222,28 @@ def test_walkthrough_create_deployment_to_three_ready_pods(kubeconfig, kube, api
         assert pod.metadata.labels["pod-template-hash"] == pod_hash
         assert pod.metadata.owner_references[0].name == rs.metadata.name
     d = apps.read_namespaced_deployment("web", namespace)
-    assert (d.status.replicas, d.status.updated_replicas, d.status.ready_replicas, d.status.available_replicas) == (3, 3, 3, 3)
-    assert (condition(d, "Available").status, condition(d, "Available").reason) == ("True", "MinimumReplicasAvailable")
-    progressing = wait_for(lambda: (c := condition(apps.read_namespaced_deployment("web", namespace), "Progressing"))
-                           and c.reason == "NewReplicaSetAvailable" and c, timeout=30)
+    assert (
+        d.status.replicas,
+        d.status.updated_replicas,
+        d.status.ready_replicas,
+        d.status.available_replicas,
+    ) == (3, 3, 3, 3)
+    assert (condition(d, "Available").status, condition(d, "Available").reason) == (
+        "True",
+        "MinimumReplicasAvailable",
+    )
+    progressing = wait_for(
+        lambda: (
+            (c := condition(apps.read_namespaced_deployment("web", namespace), "Progressing"))
+            and c.reason == "NewReplicaSetAvailable"
+            and c
+        ),
+        timeout=30,
+    )
     assert progressing.message == f'ReplicaSet "{rs.metadata.name}" has successfully progressed.'
     assert deployment_events(kube, namespace, "web", "ScalingReplicaSet") == [
-        f"Scaled up replica set {rs.metadata.name} from 0 to 3"]
+        f"Scaled up replica set {rs.metadata.name} from 0 to 3"
+    ]
     shown = kubectl(kubeconfig, namespace, "get", "deployment", "web").stdout.split("\n")[1].split()
     assert shown[:4] == ["web", "3/3", "3", "3"]
 
@@ -200,8 +260,11 @@ def test_rolling_update_within_bounds_then_undo(kubeconfig, kube, api_client, na
     try:
         kubectl(kubeconfig, namespace, "set", "env", "deployment/web", "VERSION=2")
         kubectl(kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=150s")
-        wait_for(lambda: len(census.pods) == 4 and all(is_ready(p) for p in census.pods.values()), timeout=60,
-                 what="4 ready v2 pods in the watch")
+        wait_for(
+            lambda: len(census.pods) == 4 and all(is_ready(p) for p in census.pods.values()),
+            timeout=60,
+            what="4 ready v2 pods in the watch",
+        )
     finally:
         census.stop()
     assert census.error is None, census.error
@@ -221,7 +284,11 @@ def test_rolling_update_within_bounds_then_undo(kubeconfig, kube, api_client, na
     assert set(rss) == {"2", "3"}  # v1's ReplicaSet is revision 3 now
     assert rss["3"].metadata.name == first and rss["3"].spec.replicas == 4
     assert rss["3"].metadata.annotations["deployment.kubernetes.io/revision-history"] == "1"
-    wait_for(lambda: {env_of(p) for p in live_pods(kube, namespace, "web")} == {"1"}, timeout=60, what="v1 pods only")
+    wait_for(
+        lambda: {env_of(p) for p in live_pods(kube, namespace, "web")} == {"1"},
+        timeout=60,
+        what="v1 pods only",
+    )
     d = apps.read_namespaced_deployment("web", namespace)
     assert d.metadata.annotations[REVISION] == "3"
     history = kubectl(kubeconfig, namespace, "rollout", "history", "deployment/web", "--revision=3").stdout
@@ -235,15 +302,29 @@ def test_pause_resume_and_restart(kubeconfig, kube, api_client, namespace, image
     kubectl(kubeconfig, namespace, "rollout", "pause", "deployment/web")
     kubectl(kubeconfig, namespace, "set", "env", "deployment/web", "VERSION=2")
     kubectl(kubeconfig, namespace, "scale", "deployment/web", "--replicas=3")
-    d = wait_for(lambda: (x := apps.read_namespaced_deployment("web", namespace)).status.observed_generation
-                 == x.metadata.generation and (x.status.ready_replicas or 0) == 3 and x, timeout=90,
-                 what="the paused Deployment scaled")
+    d = wait_for(
+        lambda: (
+            (x := apps.read_namespaced_deployment("web", namespace)).status.observed_generation
+            == x.metadata.generation
+            and (x.status.ready_replicas or 0) == 3
+            and x
+        ),
+        timeout=90,
+        what="the paused Deployment scaled",
+    )
     progressing = condition(d, "Progressing")
-    assert (progressing.status, progressing.reason, progressing.message) == ("Unknown", "DeploymentPaused", "Deployment is paused")
+    assert (progressing.status, progressing.reason, progressing.message) == (
+        "Unknown",
+        "DeploymentPaused",
+        "Deployment is paused",
+    )
     assert list(replica_sets(apps, namespace)) == ["1"]  # no rollout while paused
     assert {env_of(p) for p in live_pods(kube, namespace, "web")} == {"1"}
     restart = kubectl(kubeconfig, namespace, "rollout", "restart", "deployment/web", check=False)
-    assert restart.returncode != 0 and "can't restart paused deployment (run rollout resume first)" in restart.stderr
+    assert (
+        restart.returncode != 0
+        and "can't restart paused deployment (run rollout resume first)" in restart.stderr
+    )
 
     kubectl(kubeconfig, namespace, "rollout", "resume", "deployment/web")
     kubectl(kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=150s")
@@ -253,9 +334,17 @@ def test_pause_resume_and_restart(kubeconfig, kube, api_client, namespace, image
     rss = replica_sets(apps, namespace)
     assert set(rss) == {"1", "2", "3"} and rss["3"].spec.replicas == 3
     assert "kubectl.kubernetes.io/restartedAt" in rss["3"].spec.template.metadata.annotations
-    wait_for(lambda: len(live_pods(kube, namespace, "web")) == 3 and all(
-        p.metadata.labels["pod-template-hash"] == rss["3"].metadata.labels["pod-template-hash"]
-        for p in live_pods(kube, namespace, "web")), timeout=60, what="only restarted pods")
+    wait_for(
+        lambda: (
+            len(live_pods(kube, namespace, "web")) == 3
+            and all(
+                p.metadata.labels["pod-template-hash"] == rss["3"].metadata.labels["pod-template-hash"]
+                for p in live_pods(kube, namespace, "web")
+            )
+        ),
+        timeout=60,
+        what="only restarted pods",
+    )
 
 
 def test_image_that_never_runs_exceeds_the_progress_deadline(kubeconfig, kube, api_client, namespace, image):
@@ -263,14 +352,19 @@ def test_image_that_never_runs_exceeds_the_progress_deadline(kubeconfig, kube, a
     apps.create_namespaced_deployment(namespace, served("web", image, 2, progressDeadlineSeconds=8))
     kubectl(kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=150s")
     kubectl(kubeconfig, namespace, "set", "image", "deployment/web", f"main={image}-missing")
-    status = kubectl(kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=120s", check=False)
+    status = kubectl(
+        kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=120s", check=False
+    )
     assert status.returncode == 1
     assert 'error: deployment "web" exceeded its progress deadline' in status.stderr
     d = apps.read_namespaced_deployment("web", namespace)
     new = replica_sets(apps, namespace)["2"].metadata.name
     progressing = condition(d, "Progressing")
     assert (progressing.status, progressing.reason, progressing.message) == (
-        "False", "ProgressDeadlineExceeded", f'ReplicaSet "{new}" has timed out progressing.')
+        "False",
+        "ProgressDeadlineExceeded",
+        f'ReplicaSet "{new}" has timed out progressing.',
+    )
     assert condition(d, "Available").status == "True"  # the old pods still serve
     assert len([p for p in live_pods(kube, namespace, "web") if is_ready(p)]) >= 1
 
@@ -281,12 +375,23 @@ def test_a_deleted_pod_is_replaced(kubeconfig, kube, api_client, namespace, imag
     kubectl(kubeconfig, namespace, "rollout", "status", "deployment/web", "--timeout=150s")
     victim = live_pods(kube, namespace, "web")[0]
     kubectl(kubeconfig, namespace, "delete", "pod", victim.metadata.name, "--wait=false")
-    pods = wait_for(lambda: (p := live_pods(kube, namespace, "web")) and len(p) == 3 and all(map(is_ready, p))
-                    and victim.metadata.uid not in {x.metadata.uid for x in p} and p, timeout=90, what="a replacement")
+    pods = wait_for(
+        lambda: (
+            (p := live_pods(kube, namespace, "web"))
+            and len(p) == 3
+            and all(map(is_ready, p))
+            and victim.metadata.uid not in {x.metadata.uid for x in p}
+            and p
+        ),
+        timeout=90,
+        what="a replacement",
+    )
     assert victim.metadata.name not in {p.metadata.name for p in pods}
     assert len({p.metadata.labels["pod-template-hash"] for p in pods}) == 1
-    d = wait_for(lambda: (x := apps.read_namespaced_deployment("web", namespace)).status.available_replicas == 3 and x,
-                 timeout=30)
+    d = wait_for(
+        lambda: (x := apps.read_namespaced_deployment("web", namespace)).status.available_replicas == 3 and x,
+        timeout=30,
+    )
     assert condition(d, "Available").status == "True"
 
 
@@ -300,7 +405,10 @@ def test_kubectl_scale_up_and_down(kubeconfig, kube, api_client, namespace, imag
     assert len([p for p in live_pods(kube, namespace, "web") if is_ready(p)]) == 4
     kubectl(kubeconfig, namespace, "scale", "deployment/web", "--replicas=1")
     wait_for(lambda: len(live_pods(kube, namespace, "web")) == 1, timeout=60, what="scaled down to 1")
-    d = wait_for(lambda: (x := apps.read_namespaced_deployment("web", namespace)).status.replicas == 1 and x, timeout=60)
+    d = wait_for(
+        lambda: (x := apps.read_namespaced_deployment("web", namespace)).status.replicas == 1 and x,
+        timeout=60,
+    )
     assert (d.spec.replicas, d.status.available_replicas) == (1, 1)
     scaled = deployment_events(kube, namespace, "web", "ScalingReplicaSet")
     assert f"Scaled up replica set {name} from 2 to 4" in scaled

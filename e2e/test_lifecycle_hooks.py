@@ -34,19 +34,29 @@ def test_post_start_runs_in_the_container(kube, namespace, node_name, image):
 
 def test_failing_post_start_kills_the_container(kube, namespace, node_name, image):
     body = probe_pod(
-        "post-start-fails", node_name, image, TERM_AWARE, lifecycle={"postStart": exec_action("echo nope >&2; exit 3")}
+        "post-start-fails",
+        node_name,
+        image,
+        TERM_AWARE,
+        lifecycle={"postStart": exec_action("echo nope >&2; exit 3")},
     )
     seen: set[str] = set()
     w = watch.Watch()
     kube.create_namespaced_pod(namespace, body)
     for event in w.stream(
-        kube.list_namespaced_pod, namespace, field_selector="metadata.name=post-start-fails", timeout_seconds=60
+        kube.list_namespaced_pod,
+        namespace,
+        field_selector="metadata.name=post-start-fails",
+        timeout_seconds=60,
     ):
         cs = main_status(event["object"])
         if cs is not None and cs.state.waiting is not None:
             seen.add(cs.state.waiting.reason)
             if cs.state.waiting.reason == "PostStartHookError":
-                assert 'Exec lifecycle hook ([sh -c echo nope >&2; exit 3]) for Container "main" in Pod' in cs.state.waiting.message
+                assert (
+                    'Exec lifecycle hook ([sh -c echo nope >&2; exit 3]) for Container "main" in Pod'
+                    in cs.state.waiting.message
+                )
         if "PostStartHookError" in seen and cs.restart_count >= 1:
             w.stop()
     assert "PostStartHookError" in seen, seen
@@ -87,7 +97,12 @@ def test_pre_stop_runs_before_a_liveness_kill(kube, namespace, node_name, image)
     )
     kube.create_namespaced_pod(namespace, body)
     pod = wait_for(
-        lambda: (p := read(kube, namespace, "pre-stop-live")) and (cs := main_status(p)) and cs.restart_count >= 1 and p,
+        lambda: (
+            (p := read(kube, namespace, "pre-stop-live"))
+            and (cs := main_status(p))
+            and cs.restart_count >= 1
+            and p
+        ),
         timeout=60,
         what="a restart after liveness fails",
     )
@@ -114,7 +129,10 @@ def test_pre_stop_runs_when_the_pod_is_deleted(kube, namespace, node_name, image
     w = watch.Watch()
     messages: list[str] = []
     stream = w.stream(
-        kube.list_namespaced_pod, namespace, field_selector="metadata.name=pre-stop-delete", timeout_seconds=60
+        kube.list_namespaced_pod,
+        namespace,
+        field_selector="metadata.name=pre-stop-delete",
+        timeout_seconds=60,
     )
     for event in stream:
         if event["type"] == "ADDED" and not messages:
@@ -130,7 +148,11 @@ def test_pre_stop_runs_when_the_pod_is_deleted(kube, namespace, node_name, image
 
 def test_failing_pre_stop_event_names_no_output(kube, namespace, node_name, image):
     body = probe_pod(
-        "pre-stop-fails", node_name, image, TERM_AWARE, grace=5,
+        "pre-stop-fails",
+        node_name,
+        image,
+        TERM_AWARE,
+        grace=5,
         lifecycle={"preStop": exec_action("echo token=s3cret >&2; exit 4")},
     )
     kube.create_namespaced_pod(namespace, body)

@@ -16,8 +16,6 @@ from e2e.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 
-
-
 def read_log(kube, ns: str, name: str, **kw) -> str:
     return kube.read_namespaced_pod_log(name, ns, **kw)
 
@@ -35,8 +33,12 @@ def pod(name: str, node: str, image: str, script: str, restart: str) -> client.V
 
 
 def test_logs_and_previous(kube, namespace, node_name, image):
-    kube.create_namespaced_pod(namespace, pod("hello", node_name, image, "echo hello; sleep 0.5; echo world >&2", "Never"))
-    wait_for(lambda: kube.read_namespaced_pod("hello", namespace).status.phase == "Succeeded", what="Succeeded")
+    kube.create_namespaced_pod(
+        namespace, pod("hello", node_name, image, "echo hello; sleep 0.5; echo world >&2", "Never")
+    )
+    wait_for(
+        lambda: kube.read_namespaced_pod("hello", namespace).status.phase == "Succeeded", what="Succeeded"
+    )
     assert read_log(kube, namespace, "hello") == "hello\nworld\n"
     assert read_log(kube, namespace, "hello", tail_lines=1) == "world\n"
 
@@ -68,14 +70,19 @@ def test_log_errors_name_the_container(kube, namespace, node_name, image):
     with pytest.raises(ApiException) as err:
         read_log(kube, namespace, "two")
     assert err.value.status == 400
-    assert json.loads(err.value.body)["message"] == "a container name must be specified for pod two, choose one of: [a b]"
+    assert (
+        json.loads(err.value.body)["message"]
+        == "a container name must be specified for pod two, choose one of: [a b]"
+    )
     with pytest.raises(ApiException) as err:
         read_log(kube, namespace, "two", container="c")
     assert err.value.status == 400
     assert json.loads(err.value.body)["message"] == "container c is not valid for pod two"
     wait_for(
-        lambda: (statuses := kube.read_namespaced_pod("two", namespace).status.container_statuses)
-        and all(cs.state.running for cs in statuses),
+        lambda: (
+            (statuses := kube.read_namespaced_pod("two", namespace).status.container_statuses)
+            and all(cs.state.running for cs in statuses)
+        ),
         what="both containers running",
     )
     wait_for(lambda: read_log(kube, namespace, "two", container="b") == "b\n", what="b's log")
@@ -95,7 +102,10 @@ def test_kubectl_logs_follow(kubeconfig, kube, namespace, node_name, image):
     )
     out = subprocess.run(
         ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "logs", "-f", "counter"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     assert out == "line 1\nline 2\nline 3\n"
 
@@ -104,13 +114,18 @@ def kubectl_logs(kubeconfig, namespace: str, name: str, *flags: str) -> str:
     """`kubectl logs` output; a broken or truncated stream makes kubectl fail, and this with it."""
     return subprocess.run(
         ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "logs", name, *flags],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
 
 
 def test_kubectl_logs_since_and_since_time(kubeconfig, kube, namespace, node_name, image):
     """--since and --since-time compare each line's CRI timestamp with the bound (issue 22 item 1)."""
-    kube.create_namespaced_pod(namespace, pod("clock", node_name, image, "echo early; sleep 3; echo late; sleep 3600", "Never"))
+    kube.create_namespaced_pod(
+        namespace, pod("clock", node_name, image, "echo early; sleep 3; echo late; sleep 3600", "Never")
+    )
     wait_for(lambda: kube.read_namespaced_pod("clock", namespace).status.phase == "Running", what="Running")
     wait_for(lambda: read_log(kube, namespace, "clock") == "early\nlate\n", what="both lines logged")
     assert kubectl_logs(kubeconfig, namespace, "clock", "--since=1h") == "early\nlate\n"
@@ -123,14 +138,19 @@ def test_kubectl_logs_since_and_since_time(kubeconfig, kube, namespace, node_nam
     late_second = re.sub(r"\.\d+", "", stamped[1].split(" ", 1)[0])
     assert kubectl_logs(kubeconfig, namespace, "clock", f"--since-time={late_second}") == "late\n"
     assert read_log(kube, namespace, "clock", since_seconds=3600) == "early\nlate\n"
-    wait_for(lambda: kubectl_logs(kubeconfig, namespace, "clock", "--since=1s") == "", what="no line in the last second")
+    wait_for(
+        lambda: kubectl_logs(kubeconfig, namespace, "clock", "--since=1s") == "",
+        what="no line in the last second",
+    )
 
 
 def test_final_partial_line_is_served(kubeconfig, kube, namespace, node_name, image):
     """A last line without a newline is in the log as a partial (P) entry: served as written, with and
     without -f (issue 22 item 2)."""
     kube.create_namespaced_pod(namespace, pod("nonl", node_name, image, "echo first; printf DONE", "Never"))
-    wait_for(lambda: kube.read_namespaced_pod("nonl", namespace).status.phase == "Succeeded", what="Succeeded")
+    wait_for(
+        lambda: kube.read_namespaced_pod("nonl", namespace).status.phase == "Succeeded", what="Succeeded"
+    )
     assert read_log(kube, namespace, "nonl") == "first\nDONE"
     assert kubectl_logs(kubeconfig, namespace, "nonl", "-f") == "first\nDONE"
     assert kubectl_logs(kubeconfig, namespace, "nonl", "--tail=1") == "DONE"

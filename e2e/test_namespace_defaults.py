@@ -19,18 +19,30 @@ def _maybe(read):  # type: ignore[no-untyped-def]
 
 
 def test_new_namespace_gets_default_service_account_and_root_ca(kube, namespace):
-    sa = wait_for(lambda: _maybe(lambda: kube.read_namespaced_service_account("default", namespace)),
-                  timeout=30, what="the default ServiceAccount")
-    cm = wait_for(lambda: _maybe(lambda: kube.read_namespaced_config_map("kube-root-ca.crt", namespace)),
-                  timeout=30, what="the kube-root-ca.crt ConfigMap")
+    sa = wait_for(
+        lambda: _maybe(lambda: kube.read_namespaced_service_account("default", namespace)),
+        timeout=30,
+        what="the default ServiceAccount",
+    )
+    cm = wait_for(
+        lambda: _maybe(lambda: kube.read_namespaced_config_map("kube-root-ca.crt", namespace)),
+        timeout=30,
+        what="the kube-root-ca.crt ConfigMap",
+    )
     assert list(cm.data) == ["ca.crt"]
     assert cm.data["ca.crt"].startswith("-----BEGIN CERTIFICATE-----")
 
     kube.delete_namespaced_service_account("default", namespace)
     kube.delete_namespaced_config_map("kube-root-ca.crt", namespace)
-    again = wait_for(lambda: _maybe(lambda: kube.read_namespaced_service_account("default", namespace)),
-                     timeout=30, what="the default ServiceAccount to come back")
+    again = wait_for(
+        lambda: _maybe(lambda: kube.read_namespaced_service_account("default", namespace)),
+        timeout=30,
+        what="the default ServiceAccount to come back",
+    )
     assert again.metadata.uid != sa.metadata.uid
-    back = wait_for(lambda: _maybe(lambda: kube.read_namespaced_config_map("kube-root-ca.crt", namespace)),
-                    timeout=30, what="kube-root-ca.crt to come back")
+    back = wait_for(
+        lambda: _maybe(lambda: kube.read_namespaced_config_map("kube-root-ca.crt", namespace)),
+        timeout=30,
+        what="kube-root-ca.crt to come back",
+    )
     assert back.data == cm.data

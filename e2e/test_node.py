@@ -36,8 +36,11 @@ def test_node_registered_and_ready(kube, node_name):
 def test_node_reports_its_images(kube, namespace, node_name, image):
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="img"),
-        spec=client.V1PodSpec(node_name=node_name, restart_policy="Never",
-                              containers=[client.V1Container(name="main", image=image, command=["true"])]),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            containers=[client.V1Container(name="main", image=image, command=["true"])],
+        ),
     )
     kube.create_namespaced_pod(namespace, pod)
     deadline = time.monotonic() + 60

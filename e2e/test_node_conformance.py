@@ -21,7 +21,9 @@ pytestmark = pytest.mark.integration
 REFRESH_TIMEOUT = 150.0
 
 
-def pod_of(name, node, image, script, volumes=None, mounts=None, security=None, container_security=None, **spec):
+def pod_of(
+    name, node, image, script, volumes=None, mounts=None, security=None, container_security=None, **spec
+):
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, labels={"app": "conformance"}),
         spec=client.V1PodSpec(
@@ -30,10 +32,15 @@ def pod_of(name, node, image, script, volumes=None, mounts=None, security=None, 
             termination_grace_period_seconds=1,
             security_context=security,
             volumes=volumes,
-            containers=[client.V1Container(
-                name="main", image=image, command=["sh", "-c", script], volume_mounts=mounts,
-                security_context=container_security,
-            )],
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image=image,
+                    command=["sh", "-c", script],
+                    volume_mounts=mounts,
+                    security_context=container_security,
+                )
+            ],
             **spec,
         ),
     )
@@ -50,7 +57,17 @@ def succeeded(kube, ns, pod) -> None:
 
 def test_safe_sysctl_is_set_and_an_unsafe_one_is_forbidden(kube, namespace, node_name, image):
     safe = client.V1PodSecurityContext(sysctls=[client.V1Sysctl(name="kernel.shm_rmid_forced", value="1")])
-    succeeded(kube, namespace, pod_of("safe-sysctl", node_name, image, 'test "$(cat /proc/sys/kernel/shm_rmid_forced)" = 1', security=safe))
+    succeeded(
+        kube,
+        namespace,
+        pod_of(
+            "safe-sysctl",
+            node_name,
+            image,
+            'test "$(cat /proc/sys/kernel/shm_rmid_forced)" = 1',
+            security=safe,
+        ),
+    )
     unsafe = client.V1PodSecurityContext(sysctls=[client.V1Sysctl(name="kernel.msgmax", value="10000000")])
     kube.create_namespaced_pod(namespace, pod_of("unsafe-sysctl", node_name, image, "true", security=unsafe))
     pod = finished(kube, namespace, "unsafe-sysctl")
@@ -59,13 +76,22 @@ def test_safe_sysctl_is_set_and_an_unsafe_one_is_forbidden(kube, namespace, node
 
 
 def test_fs_group_owns_volumes_and_joins_the_groups(kube, namespace, node_name, image):
-    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cfg"), data={"k": "v"}))
+    kube.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cfg"), data={"k": "v"})
+    )
     volumes = [
         client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource()),
-        client.V1Volume(name="cfg", config_map=client.V1ConfigMapVolumeSource(name="cfg", default_mode=0o440)),
+        client.V1Volume(
+            name="cfg", config_map=client.V1ConfigMapVolumeSource(name="cfg", default_mode=0o440)
+        ),
     ]
-    mounts = [client.V1VolumeMount(name="scratch", mount_path="/scratch"), client.V1VolumeMount(name="cfg", mount_path="/cfg")]
-    security = client.V1PodSecurityContext(run_as_user=1001, run_as_group=1002, fs_group=2000, supplemental_groups=[3000])
+    mounts = [
+        client.V1VolumeMount(name="scratch", mount_path="/scratch"),
+        client.V1VolumeMount(name="cfg", mount_path="/cfg"),
+    ]
+    security = client.V1PodSecurityContext(
+        run_as_user=1001, run_as_group=1002, fs_group=2000, supplemental_groups=[3000]
+    )
     script = (
         'test "$(id -u)" = 1001 && test "$(id -g)" = 1002 && id -G | grep -qw 2000 && id -G | grep -qw 3000 '
         '&& test "$(stat -c %g /scratch)" = 2000 && stat -c %A /scratch | grep -q "^drwxrwsrwx" '
@@ -76,9 +102,15 @@ def test_fs_group_owns_volumes_and_joins_the_groups(kube, namespace, node_name, 
 
 
 def test_file_modes_without_fs_group(kube, namespace, node_name, image):
-    kube.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="sec"), string_data={"a": "1", "b": "2"}))
+    kube.create_namespaced_secret(
+        namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="sec"), string_data={"a": "1", "b": "2"})
+    )
     items = [client.V1KeyToPath(key="a", path="a"), client.V1KeyToPath(key="b", path="b", mode=0o440)]
-    volumes = [client.V1Volume(name="sec", secret=client.V1SecretVolumeSource(secret_name="sec", default_mode=0o400, items=items))]
+    volumes = [
+        client.V1Volume(
+            name="sec", secret=client.V1SecretVolumeSource(secret_name="sec", default_mode=0o400, items=items)
+        )
+    ]
     mounts = [client.V1VolumeMount(name="sec", mount_path="/sec")]
     script = 'test "$(stat -L -c %A /sec/a)" = -r-------- && test "$(stat -L -c %A /sec/b)" = -r--r----- && test "$(stat -L -c %g /sec/a)" = 0'
     succeeded(kube, namespace, pod_of("modes", node_name, image, script, volumes, mounts))
@@ -88,11 +120,19 @@ def test_allow_privilege_escalation_false_sets_no_new_privs(kube, namespace, nod
     no_escalation = client.V1SecurityContext(allow_privilege_escalation=False)
     script = "grep -q '^NoNewPrivs:[[:space:]]*1' /proc/self/status"
     succeeded(kube, namespace, pod_of("nnp", node_name, image, script, container_security=no_escalation))
-    succeeded(kube, namespace, pod_of("nnp-default", node_name, image, "grep -q '^NoNewPrivs:[[:space:]]*0' /proc/self/status"))
+    succeeded(
+        kube,
+        namespace,
+        pod_of("nnp-default", node_name, image, "grep -q '^NoNewPrivs:[[:space:]]*0' /proc/self/status"),
+    )
 
 
 def test_memory_emptydir_is_a_tmpfs_of_its_size_limit(kube, namespace, node_name, image):
-    volumes = [client.V1Volume(name="mem", empty_dir=client.V1EmptyDirVolumeSource(medium="Memory", size_limit="16Mi"))]
+    volumes = [
+        client.V1Volume(
+            name="mem", empty_dir=client.V1EmptyDirVolumeSource(medium="Memory", size_limit="16Mi")
+        )
+    ]
     mounts = [client.V1VolumeMount(name="mem", mount_path="/mem")]
     script = "grep -q ' /mem tmpfs ' /proc/mounts && test \"$(df -k /mem | awk 'NR==2 {print $2}')\" = 16384 && echo x > /mem/f"
     succeeded(kube, namespace, pod_of("tmpfs", node_name, image, script, volumes, mounts))
@@ -109,11 +149,21 @@ def _log_has(kube, ns, name, text):
 
 
 def test_config_map_and_labels_reach_a_running_pod_but_not_a_sub_path(kube, namespace, node_name, image):
-    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="live"), data={"value": "one"}))
+    kube.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="live"), data={"value": "one"})
+    )
     volumes = [
         client.V1Volume(name="live", config_map=client.V1ConfigMapVolumeSource(name="live")),
-        client.V1Volume(name="info", downward_api=client.V1DownwardAPIVolumeSource(items=[
-            client.V1DownwardAPIVolumeFile(path="labels", field_ref=client.V1ObjectFieldSelector(field_path="metadata.labels"))])),
+        client.V1Volume(
+            name="info",
+            downward_api=client.V1DownwardAPIVolumeSource(
+                items=[
+                    client.V1DownwardAPIVolumeFile(
+                        path="labels", field_ref=client.V1ObjectFieldSelector(field_path="metadata.labels")
+                    )
+                ]
+            ),
+        ),
     ]
     mounts = [
         client.V1VolumeMount(name="live", mount_path="/live"),
@@ -124,17 +174,28 @@ def test_config_map_and_labels_reach_a_running_pod_but_not_a_sub_path(kube, name
     pod = pod_of("refresh", node_name, image, script, volumes, mounts)
     pod.spec.restart_policy = "Always"
     kube.create_namespaced_pod(namespace, pod)
-    wait_for(_log_has(kube, namespace, "refresh", "live=one pinned=one"), timeout=60, what="the first content")
+    wait_for(
+        _log_has(kube, namespace, "refresh", "live=one pinned=one"), timeout=60, what="the first content"
+    )
     # The ConfigMap alone: nothing about the pod changes, so only the node's periodic sync carries it.
     kube.patch_namespaced_config_map("live", namespace, {"data": {"value": "two"}})
-    wait_for(_log_has(kube, namespace, "refresh", "live=two pinned=one"), timeout=REFRESH_TIMEOUT, what="the new ConfigMap value")
+    wait_for(
+        _log_has(kube, namespace, "refresh", "live=two pinned=one"),
+        timeout=REFRESH_TIMEOUT,
+        what="the new ConfigMap value",
+    )
     kube.patch_namespaced_pod("refresh", namespace, {"metadata": {"labels": {"stage": "later"}}})
-    wait_for(_log_has(kube, namespace, "refresh", 'stage="later"'), timeout=REFRESH_TIMEOUT, what="the new label")
+    wait_for(
+        _log_has(kube, namespace, "refresh", 'stage="later"'), timeout=REFRESH_TIMEOUT, what="the new label"
+    )
 
 
 def _env(name, value=None, field=None):
     if field:
-        return client.V1EnvVar(name=name, value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path=field)))
+        return client.V1EnvVar(
+            name=name,
+            value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path=field)),
+        )
     return client.V1EnvVar(name=name, value=value)
 
 
@@ -144,14 +205,24 @@ def test_sub_path_expr_expands_the_container_env(kube, namespace, node_name, ima
         client.V1VolumeMount(name="logs", mount_path="/all"),
         client.V1VolumeMount(name="logs", mount_path="/mine", sub_path_expr="pods/$(POD_NAME)"),
     ]
-    pod = pod_of("subexpr", node_name, image, "echo hi > /mine/f && test \"$(cat /all/pods/subexpr/f)\" = hi", volumes, mounts)
+    pod = pod_of(
+        "subexpr",
+        node_name,
+        image,
+        'echo hi > /mine/f && test "$(cat /all/pods/subexpr/f)" = hi',
+        volumes,
+        mounts,
+    )
     pod.spec.containers[0].env = [_env("POD_NAME", field="metadata.name")]
     succeeded(kube, namespace, pod)
 
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [("/abs/x", "error SubPath `/abs/x` must not be an absolute path"), ("a/..", "unable to provision SubPath `a/..`: must not contain '..'")],
+    [
+        ("/abs/x", "error SubPath `/abs/x` must not be an absolute path"),
+        ("a/..", "unable to provision SubPath `a/..`: must not contain '..'"),
+    ],
 )
 def test_a_sub_path_leaving_the_volume_is_a_config_error(kube, namespace, node_name, image, value, message):
     volumes = [client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource())]
@@ -171,7 +242,9 @@ def test_a_sub_path_leaving_the_volume_is_a_config_error(kube, namespace, node_n
 def test_service_environment_variables_and_enable_service_links(kube, namespace, node_name, image):
     svc = client.V1Service(
         metadata=client.V1ObjectMeta(name="fooservice"),
-        spec=client.V1ServiceSpec(selector={"app": "none"}, ports=[client.V1ServicePort(name="web", port=8765, target_port=8080)]),
+        spec=client.V1ServiceSpec(
+            selector={"app": "none"}, ports=[client.V1ServicePort(name="web", port=8765, target_port=8080)]
+        ),
     )
     ip = kube.create_namespaced_service(namespace, svc).spec.cluster_ip
     linked = (
@@ -183,26 +256,57 @@ def test_service_environment_variables_and_enable_service_links(kube, namespace,
     pod = pod_of("linked", node_name, image, linked)
     pod.spec.containers[0].env = [_env("FROM_SERVICE", "port-$(FOOSERVICE_SERVICE_PORT)")]
     succeeded(kube, namespace, pod)
-    unlinked = pod_of("unlinked", node_name, image, 'test -z "$FOOSERVICE_SERVICE_HOST" && test -n "$KUBERNETES_SERVICE_HOST"')
+    unlinked = pod_of(
+        "unlinked",
+        node_name,
+        image,
+        'test -z "$FOOSERVICE_SERVICE_HOST" && test -n "$KUBERNETES_SERVICE_HOST"',
+    )
     unlinked.spec.enable_service_links = False
     succeeded(kube, namespace, unlinked)
 
 
 def test_set_hostname_as_fqdn(kube, namespace, node_name, image):
     fqdn = f"db-0.db.{namespace}.svc.cluster.local"
-    pod = pod_of("fqdn", node_name, image, f'test "$(hostname)" = {fqdn} && grep -q "{fqdn}" /etc/hosts',
-                 hostname="db-0", subdomain="db", set_hostname_as_fqdn=True)
+    pod = pod_of(
+        "fqdn",
+        node_name,
+        image,
+        f'test "$(hostname)" = {fqdn} && grep -q "{fqdn}" /etc/hosts',
+        hostname="db-0",
+        subdomain="db",
+        set_hostname_as_fqdn=True,
+    )
     succeeded(kube, namespace, pod)
 
 
 def test_kubectl_debug_runs_an_ephemeral_container_once(kube, kubeconfig, namespace, node_name, image):
     pod = pod_of("debugged", node_name, image, "sleep 3600")
     kube.create_namespaced_pod(namespace, pod)
-    wait_for(lambda: kube.read_namespaced_pod("debugged", namespace).status.phase == "Running", what="the pod Running")
+    wait_for(
+        lambda: kube.read_namespaced_pod("debugged", namespace).status.phase == "Running",
+        what="the pod Running",
+    )
     subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "debug", "debugged", f"--image={image}",
-         "--container=dbg", "--", "sh", "-c", "echo from-dbg; exit 3"],
-        check=True, capture_output=True, text=True, timeout=60,
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "debug",
+            "debugged",
+            f"--image={image}",
+            "--container=dbg",
+            "--",
+            "sh",
+            "-c",
+            "echo from-dbg; exit 3",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
     def ended():
@@ -215,8 +319,12 @@ def test_kubectl_debug_runs_an_ephemeral_container_once(kube, kubeconfig, namesp
     after = kube.read_namespaced_pod("debugged", namespace)
     assert after.status.phase == "Running" and after.status.container_statuses[0].restart_count == 0
     assert [c.name for c in after.status.container_statuses] == ["main"]
-    logs = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "logs", "debugged", "-c", "dbg"],
-                          capture_output=True, text=True, timeout=60)
+    logs = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "logs", "debugged", "-c", "dbg"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (logs.returncode, logs.stdout) == (0, "from-dbg\n"), logs.stderr
 
 

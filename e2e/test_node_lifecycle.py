@@ -38,13 +38,31 @@ def stamp() -> str:
 
 def ready_status() -> dict:
     now = stamp()
-    conditions = [{"type": t, "status": "False", "reason": r, "message": "ok", "lastHeartbeatTime": now,
-                   "lastTransitionTime": now}
-                  for t, r in (("MemoryPressure", "KubeletHasSufficientMemory"),
-                               ("DiskPressure", "KubeletHasNoDiskPressure"), ("PIDPressure", "KubeletHasSufficientPID"))]
-    conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
-                       "message": "kubelet is posting ready status", "lastHeartbeatTime": now,
-                       "lastTransitionTime": now})
+    conditions = [
+        {
+            "type": t,
+            "status": "False",
+            "reason": r,
+            "message": "ok",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        for t, r in (
+            ("MemoryPressure", "KubeletHasSufficientMemory"),
+            ("DiskPressure", "KubeletHasNoDiskPressure"),
+            ("PIDPressure", "KubeletHasSufficientPID"),
+        )
+    ]
+    conditions.append(
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+    )
     capacity = {"cpu": "1", "memory": "1Gi", "pods": "110"}
     return {"conditions": conditions, "capacity": capacity, "allocatable": capacity}
 
@@ -54,9 +72,15 @@ def condition(obj, type_: str):
 
 
 def sleeper(name: str, node: str, image: str, tolerations: list[dict]) -> dict:
-    return {"metadata": {"name": name},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "tolerations": tolerations,
-                     "containers": [{"name": "main", "image": image, "command": ["sleep", "3600"]}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": tolerations,
+            "containers": [{"name": "main", "image": image, "command": ["sleep", "3600"]}],
+        },
+    }
 
 
 def read_pod(kube, namespace: str, name: str):
@@ -73,28 +97,61 @@ def test_a_silent_node_goes_unknown_is_tainted_and_its_pods_evicted(kube, api_cl
     name = f"e2e-stand-in-{uuid.uuid4().hex[:6]}"
     unreachable = {"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute"}
     try:
-        kube.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                          "spec": {"taints": [UNMANAGED]}})
+        kube.create_node(
+            {
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "spec": {"taints": [UNMANAGED]},
+            }
+        )
         kube.patch_node_status(name, {"status": ready_status()})
-        coord.create_namespaced_lease("kube-node-lease", {
-            "metadata": {"name": name},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
-                     "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}})
+        coord.create_namespaced_lease(
+            "kube-node-lease",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "holderIdentity": name,
+                    "leaseDurationSeconds": 40,
+                    "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                },
+            },
+        )
         silent_since = time.monotonic()
-        for pod, tolerations in (("short", [{**unreachable, "tolerationSeconds": 5}]), ("forever", [unreachable])):
+        for pod, tolerations in (
+            ("short", [{**unreachable, "tolerationSeconds": 5}]),
+            ("forever", [unreachable]),
+        ):
             kube.create_namespaced_pod(namespace, sleeper(pod, name, image, tolerations))
-            kube.patch_namespaced_pod_status(pod, namespace, {"status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": stamp()}]}})
+            kube.patch_namespaced_pod_status(
+                pod,
+                namespace,
+                {
+                    "status": {
+                        "phase": "Running",
+                        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp()}],
+                    }
+                },
+            )
 
-        node = wait_for(lambda: (n := kube.read_node(name)) and condition(n, "Ready").status == "Unknown" and n,
-                        timeout=GRACE + MARGIN, interval=1, what=f"{name} Ready=Unknown")
+        node = wait_for(
+            lambda: (n := kube.read_node(name)) and condition(n, "Ready").status == "Unknown" and n,
+            timeout=GRACE + MARGIN,
+            interval=1,
+            what=f"{name} Ready=Unknown",
+        )
         assert time.monotonic() - silent_since >= 0.75 * GRACE
         ready = condition(node, "Ready")
         assert (ready.reason, ready.message) == ("NodeStatusUnknown", "Kubelet stopped posting node status.")
 
-        node = wait_for(lambda: (n := kube.read_node(name)) and any(
-            t.key == UNREACHABLE and t.effect == "NoExecute" for t in n.spec.taints or []) and n,
-            timeout=MARGIN, interval=0.5, what="unreachable:NoExecute taint")
+        node = wait_for(
+            lambda: (
+                (n := kube.read_node(name))
+                and any(t.key == UNREACHABLE and t.effect == "NoExecute" for t in n.spec.taints or [])
+                and n
+            ),
+            timeout=MARGIN,
+            interval=0.5,
+            what="unreachable:NoExecute taint",
+        )
         taint = next(t for t in node.spec.taints if t.key == UNREACHABLE and t.effect == "NoExecute")
         assert taint.time_added is not None
 
@@ -119,5 +176,8 @@ def test_a_silent_node_goes_unknown_is_tainted_and_its_pods_evicted(kube, api_cl
             coord.delete_namespaced_lease(name, "kube-node-lease")
         with contextlib.suppress(ApiException):
             kube.delete_node(name)
-    wait_for(lambda: not any(n.metadata.name == name for n in kube.list_node().items), timeout=30,
-             what=f"{name} removed")
+    wait_for(
+        lambda: not any(n.metadata.name == name for n in kube.list_node().items),
+        timeout=30,
+        what=f"{name} removed",
+    )

@@ -19,8 +19,6 @@ from e2e.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 
-
-
 def make_pod(
     name: str,
     node: str,
@@ -124,10 +122,12 @@ def test_on_failure_restarts_failures_only(kube, namespace, node_name, image):
     pod = wait_for(phase_is(kube, namespace, "of-ok", "Succeeded", "Failed"), what="of-ok terminal")
     assert pod.status.phase == "Succeeded" and main_status(pod).restart_count == 0
     pod = wait_for(
-        lambda: (p := kube.read_namespaced_pod("of-bad", namespace))
-        and main_status(p)
-        and main_status(p).restart_count >= 1
-        and p,
+        lambda: (
+            (p := kube.read_namespaced_pod("of-bad", namespace))
+            and main_status(p)
+            and main_status(p).restart_count >= 1
+            and p
+        ),
         what="of-bad restarted",
     )
     assert pod.status.phase in ("Running", "Pending")
@@ -154,7 +154,10 @@ def test_init_containers_run_in_order_first(kube, namespace, node_name, image):
     conds = {c.type: c.status for c in pod.status.conditions}
     assert conds["Initialized"] == "True"
     wait_for(
-        lambda: {c.type: c.status for c in kube.read_namespaced_pod("init", namespace).status.conditions}["Ready"] == "True",
+        lambda: (
+            {c.type: c.status for c in kube.read_namespaced_pod("init", namespace).status.conditions}["Ready"]
+            == "True"
+        ),
         what="Ready",
     )
 
@@ -174,7 +177,9 @@ def test_failing_init_container_fails_never_pod(kube, namespace, node_name, imag
 
 def test_missing_image_pull_backoff(kube, namespace, node_name, image):
     registry = image.rsplit("/", 2)[0] if image.count("/") >= 2 else "docker.io"
-    missing = f"{registry}/library/no-such-image:1.0" if registry != "docker.io" else "no-such-image-pykubelet:1.0"
+    missing = (
+        f"{registry}/library/no-such-image:1.0" if registry != "docker.io" else "no-such-image-pykubelet:1.0"
+    )
     kube.create_namespaced_pod(namespace, make_pod("missing", node_name, missing, "true"))
     seen: set[str] = set()
 
@@ -187,7 +192,10 @@ def test_missing_image_pull_backoff(kube, namespace, node_name, image):
     wait_for(reasons, timeout=60, interval=0.1, what="ErrImagePull then ImagePullBackOff")
     pod = kube.read_namespaced_pod("missing", namespace)
     assert pod.status.phase == "Pending"
-    events = {e.reason for e in kube.list_namespaced_event(namespace, field_selector="involvedObject.name=missing").items}
+    events = {
+        e.reason
+        for e in kube.list_namespaced_event(namespace, field_selector="involvedObject.name=missing").items
+    }
     assert {"Pulling", "Failed", "BackOff"} <= events
 
 
@@ -205,8 +213,22 @@ def test_never_pull_policy_without_image(kube, namespace, node_name, image):
 
 def test_delete_stops_within_grace_and_removes_object(kube, namespace, node_name, image):
     # The container exits on SIGTERM; the one that ignores it is killed when its 3 s grace runs out.
-    polite = make_pod("polite", node_name, image, "trap 'exit 0' TERM; while true; do sleep 0.2; done", restart="Always", grace=30)
-    stubborn = make_pod("stubborn", node_name, image, "trap '' TERM; while true; do sleep 0.2; done", restart="Always", grace=3)
+    polite = make_pod(
+        "polite",
+        node_name,
+        image,
+        "trap 'exit 0' TERM; while true; do sleep 0.2; done",
+        restart="Always",
+        grace=30,
+    )
+    stubborn = make_pod(
+        "stubborn",
+        node_name,
+        image,
+        "trap '' TERM; while true; do sleep 0.2; done",
+        restart="Always",
+        grace=3,
+    )
     for pod in (polite, stubborn):
         kube.create_namespaced_pod(namespace, pod)
     for name in ("polite", "stubborn"):
@@ -239,7 +261,9 @@ def test_active_deadline_fails_pod(kube, namespace, node_name, image):
     pod = make_pod("deadline", node_name, image, "sleep 3600", restart="Always", grace=1)
     pod.spec.active_deadline_seconds = 3
     kube.create_namespaced_pod(namespace, pod)
-    pod = wait_for(phase_is(kube, namespace, "deadline", "Failed", "Succeeded"), timeout=60, what="Failed by deadline")
+    pod = wait_for(
+        phase_is(kube, namespace, "deadline", "Failed", "Succeeded"), timeout=60, what="Failed by deadline"
+    )
     assert (pod.status.phase, pod.status.reason) == ("Failed", "DeadlineExceeded")
     assert pod.status.message == "Pod was active on the node longer than the specified deadline"
     assert main_status(pod).state.terminated is not None
@@ -247,7 +271,9 @@ def test_active_deadline_fails_pod(kube, namespace, node_name, image):
 
 def test_sidecar_runs_beside_the_app_and_stops_after_it(kube, namespace, node_name, image):
     pod = make_pod("sidecar", node_name, image, "sleep 3; exit 0", restart="Never", grace=1)
-    side = client.V1Container(name="side", image=image, command=["sh", "-c", "sleep 3600"], restart_policy="Always")
+    side = client.V1Container(
+        name="side", image=image, command=["sh", "-c", "sleep 3600"], restart_policy="Always"
+    )
     pod.spec.init_containers = [side]
     kube.create_namespaced_pod(namespace, pod)
 
@@ -265,18 +291,23 @@ def test_sidecar_runs_beside_the_app_and_stops_after_it(kube, namespace, node_na
     assert p.status.phase == "Succeeded"
 
 
-def _watch_pod(kube, namespace: str, name: str, until: Callable[[client.V1Pod], bool], timeout: int = 90) -> list[client.V1Pod]:
+def _watch_pod(
+    kube, namespace: str, name: str, until: Callable[[client.V1Pod], bool], timeout: int = 90
+) -> list[client.V1Pod]:
     """Every version of the pod a watch shows, until `until` holds for one (which is the last)."""
     from kubernetes import watch
 
     seen: list[client.V1Pod] = []
     w = watch.Watch()
-    for event in w.stream(kube.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
-                          timeout_seconds=timeout):
+    for event in w.stream(
+        kube.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}", timeout_seconds=timeout
+    ):
         seen.append(event["object"])
         if until(event["object"]):
             w.stop()
-    assert seen and until(seen[-1]), f"pod {name} never reached the state waited for; last: {seen[-1].status if seen else None}"
+    assert seen and until(seen[-1]), (
+        f"pod {name} never reached the state waited for; last: {seen[-1].status if seen else None}"
+    )
     return seen
 
 
@@ -284,12 +315,21 @@ def test_crash_backoff_is_counted_from_the_exit(kube, namespace, node_name, imag
     """The restart of a container that ran for a while still waits out its back-off window, counted
     from its exit (not from its last start): after the second exit it shows CrashLoopBackOff and starts
     again no sooner than 10 s later."""
-    kube.create_namespaced_pod(namespace, make_pod("slowcrash", node_name, image, "sleep 12; exit 1", restart="Always", grace=1))
-    seen = _watch_pod(
-        kube, namespace, "slowcrash",
-        lambda p: bool((cs := main_status(p)) and cs.restart_count >= 2 and cs.state.running), timeout=120,
+    kube.create_namespaced_pod(
+        namespace, make_pod("slowcrash", node_name, image, "sleep 12; exit 1", restart="Always", grace=1)
     )
-    reasons = [cs.state.waiting.reason for p in seen if (cs := main_status(p)) and cs.restart_count == 1 and cs.state.waiting]
+    seen = _watch_pod(
+        kube,
+        namespace,
+        "slowcrash",
+        lambda p: bool((cs := main_status(p)) and cs.restart_count >= 2 and cs.state.running),
+        timeout=120,
+    )
+    reasons = [
+        cs.state.waiting.reason
+        for p in seen
+        if (cs := main_status(p)) and cs.restart_count == 1 and cs.state.waiting
+    ]
     assert "CrashLoopBackOff" in reasons
     last = main_status(seen[-1])
     waited = (last.state.running.started_at - last.last_state.terminated.finished_at).total_seconds()
@@ -306,22 +346,36 @@ def _other_name(image: str) -> str:
 def test_fixed_image_restarts_at_once(kube, namespace, node_name, image):
     """The crash-loop back-off belongs to the container's definition: once its image is changed, the
     container starts right away instead of waiting out the old definition's window."""
-    kube.create_namespaced_pod(namespace, make_pod("fixme", node_name, image, "exit 1", restart="Always", grace=1))
-    wait_for(lambda: (cs := main_status(kube.read_namespaced_pod("fixme", namespace))) and cs.restart_count >= 3, timeout=90,
-             what="three restarts (a 40 s window ahead)")
+    kube.create_namespaced_pod(
+        namespace, make_pod("fixme", node_name, image, "exit 1", restart="Always", grace=1)
+    )
+    wait_for(
+        lambda: (cs := main_status(kube.read_namespaced_pod("fixme", namespace))) and cs.restart_count >= 3,
+        timeout=90,
+        what="three restarts (a 40 s window ahead)",
+    )
     patch = {"spec": {"containers": [{"name": "main", "image": _other_name(image)}]}}
     changed = time.monotonic()
     kube.patch_namespaced_pod("fixme", namespace, patch)
     wait_for(
-        lambda: (cs := main_status(kube.read_namespaced_pod("fixme", namespace))) and cs.image_id and cs.restart_count >= 4,
-        timeout=20, what="a start with the new image",
+        lambda: (
+            (cs := main_status(kube.read_namespaced_pod("fixme", namespace)))
+            and cs.image_id
+            and cs.restart_count >= 4
+        ),
+        timeout=20,
+        what="a start with the new image",
     )
     assert time.monotonic() - changed < 15
 
 
 def test_never_pod_with_sidecar_is_terminal_only_once_the_sidecar_stopped(kube, namespace, node_name, image):
     pod = make_pod("side-done", node_name, image, "sleep 2; exit 0", restart="Never", grace=2)
-    pod.spec.init_containers = [client.V1Container(name="side", image=image, command=["sh", "-c", "sleep 3600"], restart_policy="Always")]
+    pod.spec.init_containers = [
+        client.V1Container(
+            name="side", image=image, command=["sh", "-c", "sleep 3600"], restart_policy="Always"
+        )
+    ]
     kube.create_namespaced_pod(namespace, pod)
     seen = _watch_pod(kube, namespace, "side-done", lambda p: p.status.phase in ("Succeeded", "Failed"))
     final = seen[-1]
@@ -329,7 +383,9 @@ def test_never_pod_with_sidecar_is_terminal_only_once_the_sidecar_stopped(kube, 
     side = final.status.init_container_statuses[0]
     assert side.state.terminated is not None, "a terminal phase while the sidecar still ran"
     # Before the end, the app container's exit left the pod Running while the sidecar was stopped.
-    assert any(p.status.phase == "Running" and main_status(p) and main_status(p).state.terminated for p in seen)
+    assert any(
+        p.status.phase == "Running" and main_status(p) and main_status(p).state.terminated for p in seen
+    )
 
 
 def test_terminal_phase_arrives_with_the_sandbox_stopped(kube, namespace, node_name, image):
@@ -342,9 +398,14 @@ def test_terminal_phase_arrives_with_the_sandbox_stopped(kube, namespace, node_n
 def test_container_statuses_sorted_by_name(kube, namespace, node_name, image):
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="order"),
-        spec=client.V1PodSpec(node_name=node_name, termination_grace_period_seconds=1, containers=[
-            client.V1Container(name=n, image=image, command=["sleep", "3600"]) for n in ("zeta", "alpha", "mid")
-        ]),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            termination_grace_period_seconds=1,
+            containers=[
+                client.V1Container(name=n, image=image, command=["sleep", "3600"])
+                for n in ("zeta", "alpha", "mid")
+            ],
+        ),
     )
     kube.create_namespaced_pod(namespace, pod)
     pod = wait_for(phase_is(kube, namespace, "order", "Running"), what="Running")
@@ -352,9 +413,16 @@ def test_container_statuses_sorted_by_name(kube, namespace, node_name, image):
 
 
 def test_force_deleted_pod_is_stopped_with_its_own_grace_and_events(kube, namespace, node_name, image):
-    kube.create_namespaced_pod(namespace, make_pod("forced", node_name, image, "trap 'exit 0' TERM; sleep 3600 & wait", restart="Always", grace=20))
+    kube.create_namespaced_pod(
+        namespace,
+        make_pod(
+            "forced", node_name, image, "trap 'exit 0' TERM; sleep 3600 & wait", restart="Always", grace=20
+        ),
+    )
     wait_for(phase_is(kube, namespace, "forced", "Running"), what="Running")
-    kube.delete_namespaced_pod("forced", namespace, grace_period_seconds=0)  # kubectl delete --force --grace-period=0
+    kube.delete_namespaced_pod(
+        "forced", namespace, grace_period_seconds=0
+    )  # kubectl delete --force --grace-period=0
 
     def killing():
         items = kube.list_namespaced_event(namespace, field_selector="involvedObject.name=forced").items
@@ -367,12 +435,40 @@ def test_force_deleted_pod_is_stopped_with_its_own_grace_and_events(kube, namesp
 def test_shorter_grace_period_cuts_a_running_termination(kubeconfig, kube, namespace, node_name, image):
     import subprocess
 
-    kube.create_namespaced_pod(namespace, make_pod("slowstop", node_name, image, "trap '' TERM; while true; do sleep 0.2; done", restart="Always", grace=60))
+    kube.create_namespaced_pod(
+        namespace,
+        make_pod(
+            "slowstop",
+            node_name,
+            image,
+            "trap '' TERM; while true; do sleep 0.2; done",
+            restart="Always",
+            grace=60,
+        ),
+    )
     wait_for(phase_is(kube, namespace, "slowstop", "Running"), what="Running")
-    kubectl = ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "delete", "pod", "slowstop", "--wait=false"]
+    kubectl = [
+        "kubectl",
+        "--kubeconfig",
+        str(kubeconfig),
+        "-n",
+        namespace,
+        "delete",
+        "pod",
+        "slowstop",
+        "--wait=false",
+    ]
     subprocess.run(kubectl, check=True, capture_output=True, timeout=30)
-    wait_for(lambda: any(e.reason == "Killing" for e in kube.list_namespaced_event(
-        namespace, field_selector="involvedObject.name=slowstop").items), timeout=30, what="the stop begun")
+    wait_for(
+        lambda: any(
+            e.reason == "Killing"
+            for e in kube.list_namespaced_event(
+                namespace, field_selector="involvedObject.name=slowstop"
+            ).items
+        ),
+        timeout=30,
+        what="the stop begun",
+    )
     started = time.monotonic()
     subprocess.run([*kubectl, "--grace-period=1"], check=True, capture_output=True, timeout=30)
 
@@ -392,12 +488,23 @@ def test_deleted_pending_pod_ends_failed(kube, namespace, node_name, image):
     from kubernetes import watch
 
     missing = "no-such-image-pykubelet:3.0"
-    kube.create_namespaced_pod(namespace, make_pod("never-ran", node_name, missing, "true", restart="Always", grace=1))
-    wait_for(lambda: (cs := main_status(kube.read_namespaced_pod("never-ran", namespace))) and cs.state.waiting
-             and cs.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff"), timeout=60, what="image pull failing")
+    kube.create_namespaced_pod(
+        namespace, make_pod("never-ran", node_name, missing, "true", restart="Always", grace=1)
+    )
+    wait_for(
+        lambda: (
+            (cs := main_status(kube.read_namespaced_pod("never-ran", namespace)))
+            and cs.state.waiting
+            and cs.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff")
+        ),
+        timeout=60,
+        what="image pull failing",
+    )
     phases = []
     w = watch.Watch()
-    for event in w.stream(kube.list_namespaced_pod, namespace, field_selector="metadata.name=never-ran", timeout_seconds=60):
+    for event in w.stream(
+        kube.list_namespaced_pod, namespace, field_selector="metadata.name=never-ran", timeout_seconds=60
+    ):
         if event["type"] == "ADDED" and not phases:
             kube.delete_namespaced_pod("never-ran", namespace)
         phases.append(event["object"].status.phase)

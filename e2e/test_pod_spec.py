@@ -18,8 +18,6 @@ from e2e.waiting import finished, wait_for
 pytestmark = pytest.mark.integration
 
 
-
-
 def run(kube, ns, node, image, name, script, **container) -> client.V1Pod:
     pod_fields = {k: container.pop(k) for k in ("host_network", "dns_policy", "dns_config") if k in container}
     pod = client.V1Pod(
@@ -27,7 +25,9 @@ def run(kube, ns, node, image, name, script, **container) -> client.V1Pod:
         spec=client.V1PodSpec(
             node_name=node,
             restart_policy="Never",
-            containers=[client.V1Container(name="main", image=image, command=["sh", "-c", script], **container)],
+            containers=[
+                client.V1Container(name="main", image=image, command=["sh", "-c", script], **container)
+            ],
             **pod_fields,
         ),
     )
@@ -41,21 +41,43 @@ def assert_succeeded(pod: client.V1Pod) -> None:
 
 
 def test_env_sources_and_expansion(kube, namespace, node_name, image):
-    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cm"), data={"color": "blue"}))
-    kube.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="sec"), string_data={"pw": "s3cret"}))
+    kube.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cm"), data={"color": "blue"})
+    )
+    kube.create_namespaced_secret(
+        namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="sec"), string_data={"pw": "s3cret"})
+    )
     env = [
         client.V1EnvVar(name="FIRST", value="one"),
         client.V1EnvVar(name="BOTH", value="$(FIRST)-two-$$(FIRST)"),
-        client.V1EnvVar(name="POD_NAME", value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path="metadata.name"))),
-        client.V1EnvVar(name="POD_NS", value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path="metadata.namespace"))),
-        client.V1EnvVar(name="COLOR", value_from=client.V1EnvVarSource(config_map_key_ref=client.V1ConfigMapKeySelector(name="cm", key="color"))),
-        client.V1EnvVar(name="PW", value_from=client.V1EnvVarSource(secret_key_ref=client.V1SecretKeySelector(name="sec", key="pw"))),
+        client.V1EnvVar(
+            name="POD_NAME",
+            value_from=client.V1EnvVarSource(
+                field_ref=client.V1ObjectFieldSelector(field_path="metadata.name")
+            ),
+        ),
+        client.V1EnvVar(
+            name="POD_NS",
+            value_from=client.V1EnvVarSource(
+                field_ref=client.V1ObjectFieldSelector(field_path="metadata.namespace")
+            ),
+        ),
+        client.V1EnvVar(
+            name="COLOR",
+            value_from=client.V1EnvVarSource(
+                config_map_key_ref=client.V1ConfigMapKeySelector(name="cm", key="color")
+            ),
+        ),
+        client.V1EnvVar(
+            name="PW",
+            value_from=client.V1EnvVarSource(secret_key_ref=client.V1SecretKeySelector(name="sec", key="pw")),
+        ),
     ]
     # The agent expands $(VAR) in command and args too: $$(FIRST) reaches the shell as a literal $(FIRST)
     # (single-quoted there), and the last $(FIRST) arrives already replaced by "one".
     script = (
-        "test \"$BOTH\" = 'one-two-$$(FIRST)' && test \"$POD_NAME\" = env && test \"$POD_NS\" = \"$EXPECT_NS\" "
-        "&& test \"$COLOR\" = blue && test \"$PW\" = s3cret && test \"$(pwd)\" = /tmp && test \"$1\" = arg-one "
+        'test "$BOTH" = \'one-two-$$(FIRST)\' && test "$POD_NAME" = env && test "$POD_NS" = "$EXPECT_NS" '
+        '&& test "$COLOR" = blue && test "$PW" = s3cret && test "$(pwd)" = /tmp && test "$1" = arg-one '
         "&& test $(FIRST) = one"
     )
     env.append(client.V1EnvVar(name="EXPECT_NS", value=namespace))
@@ -66,7 +88,12 @@ def test_env_sources_and_expansion(kube, namespace, node_name, image):
             restart_policy="Never",
             containers=[
                 client.V1Container(
-                    name="main", image=image, command=["sh", "-c", script, "sh"], args=["arg-$(FIRST)"], working_dir="/tmp", env=env
+                    name="main",
+                    image=image,
+                    command=["sh", "-c", script, "sh"],
+                    args=["arg-$(FIRST)"],
+                    working_dir="/tmp",
+                    env=env,
                 )
             ],
         ),
@@ -78,20 +105,34 @@ def test_env_sources_and_expansion(kube, namespace, node_name, image):
 
 def test_security_context(kube, namespace, node_name, image):
     sc = client.V1SecurityContext(run_as_user=1000, run_as_group=3000, read_only_root_filesystem=True)
-    pod = run(kube, namespace, node_name, image, "secctx", 'test "$(id -u)" = 1000 && test "$(id -g)" = 3000 && ! touch /probe 2>/dev/null', security_context=sc)
+    pod = run(
+        kube,
+        namespace,
+        node_name,
+        image,
+        "secctx",
+        'test "$(id -u)" = 1000 && test "$(id -g)" = 3000 && ! touch /probe 2>/dev/null',
+        security_context=sc,
+    )
     assert_succeeded(pod)
 
 
 def test_memory_limit_applied(kube, namespace, node_name, image):
-    limits = client.V1ResourceRequirements(limits={"memory": "64Mi", "cpu": "500m"}, requests={"memory": "64Mi", "cpu": "500m"})
-    script = "v=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max); test \"$v\" = 67108864"
+    limits = client.V1ResourceRequirements(
+        limits={"memory": "64Mi", "cpu": "500m"}, requests={"memory": "64Mi", "cpu": "500m"}
+    )
+    script = 'v=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max); test "$v" = 67108864'
     pod = run(kube, namespace, node_name, image, "limits", script, resources=limits)
     assert_succeeded(pod)
     assert pod.status.qos_class == "Guaranteed"
 
 
 def test_dns_none_with_config(kube, namespace, node_name, image):
-    cfg = client.V1PodDNSConfig(nameservers=["192.0.2.53"], searches=["example.test"], options=[client.V1PodDNSConfigOption(name="ndots", value="2")])
+    cfg = client.V1PodDNSConfig(
+        nameservers=["192.0.2.53"],
+        searches=["example.test"],
+        options=[client.V1PodDNSConfigOption(name="ndots", value="2")],
+    )
     script = "grep -q 'nameserver 192.0.2.53' /etc/resolv.conf && grep -q 'search example.test' /etc/resolv.conf && grep -q 'ndots:2' /etc/resolv.conf"
     assert_succeeded(run(kube, namespace, node_name, image, "dns", script, dns_policy="None", dns_config=cfg))
 
@@ -123,20 +164,38 @@ def test_host_network_pod_ip_is_host_ip(kube, namespace, node_name, image):
 
 
 def test_termination_message(kube, namespace, node_name, image):
-    pod = run(kube, namespace, node_name, image, "lastwords", "printf 'bye now' > /dev/termination-log; exit 4")
+    pod = run(
+        kube, namespace, node_name, image, "lastwords", "printf 'bye now' > /dev/termination-log; exit 4"
+    )
     term = pod.status.container_statuses[0].state.terminated
     assert (term.exit_code, term.message) == (4, "bye now")
     pod = run(
-        kube, namespace, node_name, image, "fallback", "echo from-the-log; exit 5", termination_message_policy="FallbackToLogsOnError"
+        kube,
+        namespace,
+        node_name,
+        image,
+        "fallback",
+        "echo from-the-log; exit 5",
+        termination_message_policy="FallbackToLogsOnError",
     )
     assert pod.status.container_statuses[0].state.terminated.message == "from-the-log\n"
 
 
 def test_missing_configmap_is_config_error(kube, namespace, node_name, image):
-    env = [client.V1EnvVar(name="X", value_from=client.V1EnvVarSource(config_map_key_ref=client.V1ConfigMapKeySelector(name="absent", key="k")))]
+    env = [
+        client.V1EnvVar(
+            name="X",
+            value_from=client.V1EnvVarSource(
+                config_map_key_ref=client.V1ConfigMapKeySelector(name="absent", key="k")
+            ),
+        )
+    ]
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="cfgerr"),
-        spec=client.V1PodSpec(node_name=node_name, containers=[client.V1Container(name="main", image=image, command=["true"], env=env)]),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            containers=[client.V1Container(name="main", image=image, command=["true"], env=env)],
+        ),
     )
     kube.create_namespaced_pod(namespace, pod)
 
@@ -151,15 +210,40 @@ def test_missing_configmap_is_config_error(kube, namespace, node_name, image):
 
 def test_capabilities_and_privileged(kube, namespace, node_name, image):
     drop = client.V1SecurityContext(capabilities=client.V1Capabilities(drop=["CHOWN"]))
-    assert_succeeded(run(kube, namespace, node_name, image, "nochown", "touch /tmp/f && ! chown 1:1 /tmp/f 2>/dev/null", security_context=drop))
+    assert_succeeded(
+        run(
+            kube,
+            namespace,
+            node_name,
+            image,
+            "nochown",
+            "touch /tmp/f && ! chown 1:1 /tmp/f 2>/dev/null",
+            security_context=drop,
+        )
+    )
     mount = "mkdir -p /x && mount -t tmpfs none /x"
-    assert_succeeded(run(kube, namespace, node_name, image, "priv", mount, security_context=client.V1SecurityContext(privileged=True)))
+    assert_succeeded(
+        run(
+            kube,
+            namespace,
+            node_name,
+            image,
+            "priv",
+            mount,
+            security_context=client.V1SecurityContext(privileged=True),
+        )
+    )
     assert_succeeded(run(kube, namespace, node_name, image, "unpriv", f"! ( {mount} ) 2>/dev/null"))
 
 
 def test_volumes_shared_and_projected(kube, namespace, node_name, image):
-    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="files"), data={"app.conf": "mode=fast"}))
-    kube.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), data={"token": "dDBr"}))
+    kube.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name="files"), data={"app.conf": "mode=fast"}),
+    )
+    kube.create_namespaced_secret(
+        namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), data={"token": "dDBr"})
+    )
     volumes = [
         client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource()),
         client.V1Volume(name="conf", config_map=client.V1ConfigMapVolumeSource(name="files")),
@@ -167,7 +251,11 @@ def test_volumes_shared_and_projected(kube, namespace, node_name, image):
         client.V1Volume(
             name="info",
             downward_api=client.V1DownwardAPIVolumeSource(
-                items=[client.V1DownwardAPIVolumeFile(path="labels", field_ref=client.V1ObjectFieldSelector(field_path="metadata.labels"))]
+                items=[
+                    client.V1DownwardAPIVolumeFile(
+                        path="labels", field_ref=client.V1ObjectFieldSelector(field_path="metadata.labels")
+                    )
+                ]
             ),
         ),
     ]
@@ -178,7 +266,7 @@ def test_volumes_shared_and_projected(kube, namespace, node_name, image):
         client.V1VolumeMount(name="info", mount_path="/etc/podinfo"),
     ]
     check = (
-        "test \"$(cat /scratch/from-init)\" = hello && grep -q mode=fast /etc/app/app.conf && test \"$(cat /run/creds/token)\" = t0k "
+        'test "$(cat /scratch/from-init)" = hello && grep -q mode=fast /etc/app/app.conf && test "$(cat /run/creds/token)" = t0k '
         "&& grep -q 'app=\"spec-test\"' /etc/podinfo/labels && ! touch /etc/app/new 2>/dev/null"
     )
     pod = client.V1Pod(
@@ -189,11 +277,17 @@ def test_volumes_shared_and_projected(kube, namespace, node_name, image):
             volumes=volumes,
             init_containers=[
                 client.V1Container(
-                    name="writer", image=image, command=["sh", "-c", "echo hello > /scratch/from-init"],
+                    name="writer",
+                    image=image,
+                    command=["sh", "-c", "echo hello > /scratch/from-init"],
                     volume_mounts=[client.V1VolumeMount(name="scratch", mount_path="/scratch")],
                 )
             ],
-            containers=[client.V1Container(name="main", image=image, command=["sh", "-c", check], volume_mounts=mounts)],
+            containers=[
+                client.V1Container(
+                    name="main", image=image, command=["sh", "-c", check], volume_mounts=mounts
+                )
+            ],
         ),
     )
     kube.create_namespaced_pod(namespace, pod)
@@ -205,9 +299,17 @@ def test_missing_configmap_volume_holds_pod(kube, namespace, node_name, image):
         metadata=client.V1ObjectMeta(name="novol"),
         spec=client.V1PodSpec(
             node_name=node_name,
-            volumes=[client.V1Volume(name="conf", config_map=client.V1ConfigMapVolumeSource(name="not-there"))],
-            containers=[client.V1Container(name="main", image=image, command=["sleep", "3600"],
-                                           volume_mounts=[client.V1VolumeMount(name="conf", mount_path="/etc/app")])],
+            volumes=[
+                client.V1Volume(name="conf", config_map=client.V1ConfigMapVolumeSource(name="not-there"))
+            ],
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image=image,
+                    command=["sleep", "3600"],
+                    volume_mounts=[client.V1VolumeMount(name="conf", mount_path="/etc/app")],
+                )
+            ],
         ),
     )
     kube.create_namespaced_pod(namespace, pod)
@@ -222,8 +324,13 @@ def test_missing_configmap_volume_holds_pod(kube, namespace, node_name, image):
     assert pod.status.phase == "Pending"
     assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
     # Once the ConfigMap exists, the pod starts.
-    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="not-there"), data={"k": "v"}))
-    wait_for(lambda: kube.read_namespaced_pod("novol", namespace).status.phase == "Running", what="Running once mounted")
+    kube.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="not-there"), data={"k": "v"})
+    )
+    wait_for(
+        lambda: kube.read_namespaced_pod("novol", namespace).status.phase == "Running",
+        what="Running once mounted",
+    )
 
 
 def test_host_port_reaches_the_pod(kube, namespace, node_name, image):
@@ -239,7 +346,11 @@ def test_host_port_reaches_the_pod(kube, namespace, node_name, image):
                 client.V1Container(
                     name="main",
                     image=image,
-                    command=["sh", "-c", "mkdir -p /srv && echo served-by-pod > /srv/index.html && exec httpd -f -p 8080 -h /srv"],
+                    command=[
+                        "sh",
+                        "-c",
+                        "mkdir -p /srv && echo served-by-pod > /srv/index.html && exec httpd -f -p 8080 -h /srv",
+                    ],
                     ports=[client.V1ContainerPort(container_port=8080, host_port=port)],
                 )
             ],
@@ -247,7 +358,10 @@ def test_host_port_reaches_the_pod(kube, namespace, node_name, image):
     )
     kube.create_namespaced_pod(namespace, server)
     wait_for(lambda: kube.read_namespaced_pod("web", namespace).status.phase == "Running", what="web Running")
-    host_ip = client.V1EnvVar(name="HOST_IP", value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path="status.hostIP")))
+    host_ip = client.V1EnvVar(
+        name="HOST_IP",
+        value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path="status.hostIP")),
+    )
     # nc, not wget: the test image's static busybox crashes in wget's name lookup.
     request = "printf 'GET / HTTP/1.0\\r\\n\\r\\n'"
     script = f'for i in 1 2 3 4 5 6 7 8 9 10; do {request} | nc -w 2 "$HOST_IP" {port} | grep -q served-by-pod && exit 0; sleep 1; done; exit 1'
@@ -258,12 +372,32 @@ def test_host_port_reaches_the_pod(kube, namespace, node_name, image):
 def test_termination_message_from_logs_as_written(kube, namespace, node_name, image):
     """FallbackToLogsOnError gives the end of the log as `kubectl logs --tail=80` prints it, cut to its
     last 2048 bytes: a last line without a newline stays without one (issue 22 item 3)."""
-    pod = run(kube, namespace, node_name, image, "nonl", "echo started; printf DONE; exit 1", termination_message_policy="FallbackToLogsOnError")
+    pod = run(
+        kube,
+        namespace,
+        node_name,
+        image,
+        "nonl",
+        "echo started; printf DONE; exit 1",
+        termination_message_policy="FallbackToLogsOnError",
+    )
     assert pod.status.container_statuses[0].state.terminated.message == "started\nDONE"
     script = "for i in $(seq 1 100); do echo line $i; done; exit 2"
-    pod = run(kube, namespace, node_name, image, "many", script, termination_message_policy="FallbackToLogsOnError")
-    assert pod.status.container_statuses[0].state.terminated.message == "".join(f"line {i}\n" for i in range(21, 101))
-    pod = run(kube, namespace, node_name, image, "long", "printf 'a%.0s' $(seq 1 3000); echo; exit 3", termination_message_policy="FallbackToLogsOnError")
+    pod = run(
+        kube, namespace, node_name, image, "many", script, termination_message_policy="FallbackToLogsOnError"
+    )
+    assert pod.status.container_statuses[0].state.terminated.message == "".join(
+        f"line {i}\n" for i in range(21, 101)
+    )
+    pod = run(
+        kube,
+        namespace,
+        node_name,
+        image,
+        "long",
+        "printf 'a%.0s' $(seq 1 3000); echo; exit 3",
+        termination_message_policy="FallbackToLogsOnError",
+    )
     assert pod.status.container_statuses[0].state.terminated.message == "a" * 2047 + "\n"
 
 
@@ -273,7 +407,9 @@ def test_resource_field_ref_env(kube, namespace, node_name, image):
     from kubernetes.utils import parse_quantity
 
     def ref(resource: str, divisor: str | None = None) -> client.V1EnvVarSource:
-        return client.V1EnvVarSource(resource_field_ref=client.V1ResourceFieldSelector(resource=resource, divisor=divisor))
+        return client.V1EnvVarSource(
+            resource_field_ref=client.V1ResourceFieldSelector(resource=resource, divisor=divisor)
+        )
 
     env = [
         client.V1EnvVar(name="CPU_LIMIT", value_from=ref("limits.cpu")),
@@ -292,7 +428,9 @@ def test_resource_field_ref_env(kube, namespace, node_name, image):
             node_name=node_name,
             restart_policy="Never",
             containers=[
-                client.V1Container(name="limited", image=image, command=["sh", "-c", show], env=env, resources=limited),
+                client.V1Container(
+                    name="limited", image=image, command=["sh", "-c", show], env=env, resources=limited
+                ),
                 client.V1Container(name="free", image=image, command=["sh", "-c", show], env=env),
             ],
         ),
@@ -312,24 +450,44 @@ def test_resource_field_ref_in_a_downward_api_volume(kube, namespace, node_name,
     the divisor and rounded up, the node's allocatable where the container has no limit."""
     from kubernetes.utils import parse_quantity
 
-    def item(path: str, container: str, resource: str, divisor: str | None = None) -> client.V1DownwardAPIVolumeFile:
-        return client.V1DownwardAPIVolumeFile(path=path, resource_field_ref=client.V1ResourceFieldSelector(
-            container_name=container, resource=resource, divisor=divisor))
+    def item(
+        path: str, container: str, resource: str, divisor: str | None = None
+    ) -> client.V1DownwardAPIVolumeFile:
+        return client.V1DownwardAPIVolumeFile(
+            path=path,
+            resource_field_ref=client.V1ResourceFieldSelector(
+                container_name=container, resource=resource, divisor=divisor
+            ),
+        )
 
-    volume = client.V1Volume(name="res", downward_api=client.V1DownwardAPIVolumeSource(items=[
-        item("cpu_limit", "limited", "limits.cpu"), item("mem_request_mi", "limited", "requests.memory", "1Mi"),
-        item("free_cpu_limit_m", "free", "limits.cpu", "1m"),
-    ]))
+    volume = client.V1Volume(
+        name="res",
+        downward_api=client.V1DownwardAPIVolumeSource(
+            items=[
+                item("cpu_limit", "limited", "limits.cpu"),
+                item("mem_request_mi", "limited", "requests.memory", "1Mi"),
+                item("free_cpu_limit_m", "free", "limits.cpu", "1m"),
+            ]
+        ),
+    )
     show = "cat /res/cpu_limit; echo; cat /res/mem_request_mi; echo; cat /res/free_cpu_limit_m"
     mount = [client.V1VolumeMount(name="res", mount_path="/res")]
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="resvol"),
         spec=client.V1PodSpec(
-            node_name=node_name, restart_policy="Never", volumes=[volume],
+            node_name=node_name,
+            restart_policy="Never",
+            volumes=[volume],
             containers=[
-                client.V1Container(name="limited", image=image, command=["sh", "-c", show], volume_mounts=mount,
-                                   resources=client.V1ResourceRequirements(
-                                       limits={"cpu": "1250m", "memory": "100Mi"}, requests={"memory": "50Mi"})),
+                client.V1Container(
+                    name="limited",
+                    image=image,
+                    command=["sh", "-c", show],
+                    volume_mounts=mount,
+                    resources=client.V1ResourceRequirements(
+                        limits={"cpu": "1250m", "memory": "100Mi"}, requests={"memory": "50Mi"}
+                    ),
+                ),
                 client.V1Container(name="free", image=image, command=["true"]),
             ],
         ),
@@ -345,7 +503,9 @@ def test_container_mount_at_etc_hosts_is_left_alone(kube, namespace, node_name, 
     """A container mounting its own /etc/hosts gets that file, not the kubelet-managed one (issue 22
     item 5); its sibling without such a mount still gets the managed file."""
     hosts = "192.0.2.77 mine.test\n"
-    kube.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="hosts"), data={"hosts": hosts}))
+    kube.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="hosts"), data={"hosts": hosts})
+    )
     mount = client.V1VolumeMount(name="hosts", mount_path="/etc/hosts", sub_path="hosts")
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="ownhosts"),
@@ -354,7 +514,9 @@ def test_container_mount_at_etc_hosts_is_left_alone(kube, namespace, node_name, 
             restart_policy="Never",
             volumes=[client.V1Volume(name="hosts", config_map=client.V1ConfigMapVolumeSource(name="hosts"))],
             containers=[
-                client.V1Container(name="own", image=image, command=["cat", "/etc/hosts"], volume_mounts=[mount]),
+                client.V1Container(
+                    name="own", image=image, command=["cat", "/etc/hosts"], volume_mounts=[mount]
+                ),
                 client.V1Container(name="managed", image=image, command=["cat", "/etc/hosts"]),
             ],
         ),

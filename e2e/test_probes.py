@@ -28,7 +28,9 @@ HTTPD = "mkdir -p /www && echo ok > /www/healthz && httpd -f -p 8080 -h /www"
 
 def test_exec_readiness_follows_a_file_without_restarting(kube, namespace, node_name, image):
     script = "touch /tmp/ready; sleep 6; rm /tmp/ready; sleep 6; touch /tmp/ready; sleep 3600"
-    body = probe_pod("ready-file", node_name, image, script, readinessProbe=fast(exec_action("cat /tmp/ready")))
+    body = probe_pod(
+        "ready-file", node_name, image, script, readinessProbe=fast(exec_action("cat /tmp/ready"))
+    )
     kube.create_namespaced_pod(namespace, body)
 
     def ready_is(value: bool):
@@ -68,14 +70,27 @@ def test_http_liveness_failure_restarts_the_container(kube, namespace, node_name
     )
     kube.create_namespaced_pod(namespace, body)
     pod = wait_for(
-        lambda: (p := read(kube, namespace, "http-live")) and (cs := main_status(p)) and cs.restart_count >= 1 and p,
+        lambda: (
+            (p := read(kube, namespace, "http-live"))
+            and (cs := main_status(p))
+            and cs.restart_count >= 1
+            and p
+        ),
         timeout=60,
         what="a restart after liveness fails",
     )
     last = main_status(pod).last_state.terminated
     assert last is not None and last.exit_code != 0
-    assert has_event(kube, namespace, "http-live", "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 404")
-    assert has_event(kube, namespace, "http-live", "Killing", "Container main failed liveness probe, will be restarted")
+    assert has_event(
+        kube,
+        namespace,
+        "http-live",
+        "Unhealthy",
+        "Liveness probe failed: HTTP probe failed with statuscode: 404",
+    )
+    assert has_event(
+        kube, namespace, "http-live", "Killing", "Container main failed liveness probe, will be restarted"
+    )
     # The new container serves /healthz again: ready, with the restart counted.
     wait_for(
         lambda: (cs := main_status(read(kube, namespace, "http-live"))) and cs.ready and cs.state.running,
@@ -99,7 +114,11 @@ def test_tcp_readiness_waits_for_the_listener(kube, namespace, node_name, image)
         timeout=60,
         what="running but not ready before the listener opens",
     )
-    wait_for(lambda: main_status(read(kube, namespace, "tcp-ready")).ready, timeout=30, what="ready once it listens")
+    wait_for(
+        lambda: main_status(read(kube, namespace, "tcp-ready")).ready,
+        timeout=30,
+        what="ready once it listens",
+    )
     assert has_event(kube, namespace, "tcp-ready", "Unhealthy", "Readiness probe failed: dial tcp ")
     assert any("connect: connection refused" in m for _, m in events(kube, namespace, "tcp-ready"))
     assert main_status(read(kube, namespace, "tcp-ready")).restart_count == 0
@@ -126,7 +145,9 @@ def test_startup_probe_holds_liveness_and_readiness_back(kube, namespace, node_n
     assert cs.started is False and cs.ready is False
     assert conditions(pod)["Ready"].status == "False"
     pod = wait_for(
-        lambda: (p := read(kube, namespace, "startup")) and main_status(p).ready and p, timeout=30, what="ready"
+        lambda: (p := read(kube, namespace, "startup")) and main_status(p).ready and p,
+        timeout=30,
+        what="ready",
     )
     assert main_status(pod).started is True and main_status(pod).restart_count == 0
     assert conditions(pod)["Ready"].status == "True"
@@ -135,7 +156,11 @@ def test_startup_probe_holds_liveness_and_readiness_back(kube, namespace, node_n
 
 def test_startup_probe_failure_kills_the_container(kube, namespace, node_name, image):
     body = probe_pod(
-        "startup-fail", node_name, image, "sleep 3600", startupProbe=fast(exec_action("exit 1"), failureThreshold=2)
+        "startup-fail",
+        node_name,
+        image,
+        "sleep 3600",
+        startupProbe=fast(exec_action("exit 1"), failureThreshold=2),
     )
     kube.create_namespaced_pod(namespace, body)
     wait_for(
@@ -143,13 +168,19 @@ def test_startup_probe_failure_kills_the_container(kube, namespace, node_name, i
         timeout=60,
         what="a restart after the startup probe fails",
     )
-    assert has_event(kube, namespace, "startup-fail", "Killing", "Container main failed startup probe, will be restarted")
+    assert has_event(
+        kube, namespace, "startup-fail", "Killing", "Container main failed startup probe, will be restarted"
+    )
     assert has_event(kube, namespace, "startup-fail", "Unhealthy", "Startup probe failed: ")
 
 
 def test_exec_probe_that_outlives_its_timeout_fails(kube, namespace, node_name, image):
     body = probe_pod(
-        "slow-probe", node_name, image, "sleep 3600", readinessProbe=fast(exec_action("sleep 10"), timeoutSeconds=1)
+        "slow-probe",
+        node_name,
+        image,
+        "sleep 3600",
+        readinessProbe=fast(exec_action("sleep 10"), timeoutSeconds=1),
     )
     kube.create_namespaced_pod(namespace, body)
     wait_for(
@@ -166,7 +197,12 @@ def test_exec_probe_that_outlives_its_timeout_fails(kube, namespace, node_name, 
 
 def test_liveness_failure_under_restart_policy_never_fails_the_pod(kube, namespace, node_name, image):
     body = probe_pod(
-        "never-live", node_name, image, "sleep 3600", restart="Never", livenessProbe=fast(exec_action("exit 1"))
+        "never-live",
+        node_name,
+        image,
+        "sleep 3600",
+        restart="Never",
+        livenessProbe=fast(exec_action("exit 1")),
     )
     kube.create_namespaced_pod(namespace, body)
     pod = finished(kube, namespace, "never-live")
@@ -175,8 +211,11 @@ def test_liveness_failure_under_restart_policy_never_fails_the_pod(kube, namespa
     assert has_event(kube, namespace, "never-live", "Unhealthy", "Liveness probe failed")
     # As upstream's computePodActions: with nothing left to run under Never the container is not killed
     # on its own but with the whole pod (KillPod), and that kill names no cause.
-    wait_for(lambda: has_event(kube, namespace, "never-live", "Killing", "Stopping container main"), timeout=10,
-             what="the pod's Killing event")
+    wait_for(
+        lambda: has_event(kube, namespace, "never-live", "Killing", "Stopping container main"),
+        timeout=10,
+        what="the pod's Killing event",
+    )
     assert not has_event(kube, namespace, "never-live", "Killing", "will be restarted")
 
 
@@ -192,14 +231,28 @@ def test_grpc_probes_against_a_real_health_server(kube, namespace, node_name, gr
         livenessProbe=fast({"grpc": {"port": 5000, "service": "svc-a"}}, failureThreshold=3),
     )
     kube.create_namespaced_pod(namespace, body)
-    wait_for(lambda: (cs := main_status(read(kube, namespace, "grpc"))) and cs.ready, timeout=60, what="ready")
+    wait_for(
+        lambda: (cs := main_status(read(kube, namespace, "grpc"))) and cs.ready, timeout=60, what="ready"
+    )
     pod = wait_for(
-        lambda: (p := read(kube, namespace, "grpc")) and (cs := main_status(p)) and cs.state.running and not cs.ready and p,
+        lambda: (
+            (p := read(kube, namespace, "grpc"))
+            and (cs := main_status(p))
+            and cs.state.running
+            and not cs.ready
+            and p
+        ),
         timeout=30,
         what="unready once the server says NOT_SERVING",
     )
     assert conditions(pod)["Ready"].status == "False"
-    assert has_event(kube, namespace, "grpc", "Unhealthy", 'Readiness probe failed: service unhealthy (responded with "NOT_SERVING")')
+    assert has_event(
+        kube,
+        namespace,
+        "grpc",
+        "Unhealthy",
+        'Readiness probe failed: service unhealthy (responded with "NOT_SERVING")',
+    )
     assert main_status(pod).restart_count == 0  # svc-a stays SERVING: liveness holds
 
 
@@ -218,6 +271,9 @@ def test_grpc_liveness_for_an_unknown_service_restarts(kube, namespace, node_nam
         what="a restart after the grpc liveness probe fails",
     )
     assert has_event(
-        kube, namespace, "grpc-unknown", "Unhealthy",
+        kube,
+        namespace,
+        "grpc-unknown",
+        "Unhealthy",
         "Liveness probe failed: error: health rpc probe failed: rpc error: code = NotFound desc = unknown service",
     )

@@ -29,7 +29,11 @@ class Kubectl:
     def refused(self, *args: str, input: str | None = None) -> str:
         proc = self.run(*args, input=input)
         assert proc.returncode != 0, f"kubectl {' '.join(args)} was allowed: {proc.stdout}"
-        return proc.stderr.strip().splitlines()[-1] if "Error from server" in proc.stderr else proc.stderr.strip()
+        return (
+            proc.stderr.strip().splitlines()[-1]
+            if "Error from server" in proc.stderr
+            else proc.stderr.strip()
+        )
 
 
 @pytest.fixture
@@ -45,11 +49,15 @@ def user() -> str:
 def test_a_role_binding_lets_exactly_its_verbs_through(k: Kubectl, namespace: str, user: str) -> None:
     assert k.refused("get", "configmaps", "--as", user) == (
         f'Error from server (Forbidden): configmaps is forbidden: User "{user}" cannot list resource "configmaps" in API '
-        f'group "" in the namespace "{namespace}"')
+        f'group "" in the namespace "{namespace}"'
+    )
     k("create", "role", "cm-reader", "--verb=get,list", "--resource=configmaps")
     k("create", "rolebinding", "cm-reader", "--role=cm-reader", f"--user={user}")
-    wait_for(lambda: k.run("auth", "can-i", "list", "configmaps", "--as", user).stdout.strip() == "yes",
-             timeout=30, what="the binding to take effect")
+    wait_for(
+        lambda: k.run("auth", "can-i", "list", "configmaps", "--as", user).stdout.strip() == "yes",
+        timeout=30,
+        what="the binding to take effect",
+    )
     k("create", "configmap", "mine", "--from-literal=a=b")
     assert "mine" in k("get", "configmaps", "--as", user)
     assert k("get", "configmap", "mine", "-o", "jsonpath={.data.a}", "--as", user) == "b"
@@ -64,12 +72,19 @@ def test_a_role_binding_lets_exactly_its_verbs_through(k: Kubectl, namespace: st
 def test_escalation_to_cluster_admin_is_refused(k: Kubectl, user: str) -> None:
     k("create", "role", "binder", "--verb=create,get,list", "--resource=rolebindings")
     k("create", "rolebinding", "binder", "--role=binder", f"--user={user}")
-    wait_for(lambda: k.run("auth", "can-i", "create", "rolebindings", "--as", user).stdout.strip() == "yes",
-             timeout=30, what="the binding to take effect")
-    message = k.refused("create", "rolebinding", "grab", "--clusterrole=cluster-admin", f"--user={user}", "--as", user)
-    assert message.startswith(f'error: failed to create rolebinding: rolebindings.rbac.authorization.k8s.io "grab" is '
-                              f'forbidden: user "{user}" (groups=["system:authenticated"]) is attempting to grant RBAC '
-                              "permissions not currently held:"), message
+    wait_for(
+        lambda: k.run("auth", "can-i", "create", "rolebindings", "--as", user).stdout.strip() == "yes",
+        timeout=30,
+        what="the binding to take effect",
+    )
+    message = k.refused(
+        "create", "rolebinding", "grab", "--clusterrole=cluster-admin", f"--user={user}", "--as", user
+    )
+    assert message.startswith(
+        f'error: failed to create rolebinding: rolebindings.rbac.authorization.k8s.io "grab" is '
+        f'forbidden: user "{user}" (groups=["system:authenticated"]) is attempting to grant RBAC '
+        "permissions not currently held:"
+    ), message
     # Binding what one holds is fine.
     k("create", "rolebinding", "copy", "--role=binder", f"--user={user}-2", "--as", user)
 
@@ -77,12 +92,26 @@ def test_escalation_to_cluster_admin_is_refused(k: Kubectl, user: str) -> None:
 def test_impersonation_needs_the_verb(k: Kubectl, user: str) -> None:
     other = f"{user}-other"
     assert k.run("auth", "can-i", "impersonate", f"users/{other}", "--as", user).stdout.strip() == "no"
-    k("create", "clusterrole", f"{user}-imp", "--verb=impersonate", "--resource=users", f"--resource-name={other}")
+    k(
+        "create",
+        "clusterrole",
+        f"{user}-imp",
+        "--verb=impersonate",
+        "--resource=users",
+        f"--resource-name={other}",
+    )
     k("create", "clusterrolebinding", f"{user}-imp", f"--clusterrole={user}-imp", f"--user={user}")
     try:
-        wait_for(lambda: k.run("auth", "can-i", "impersonate", f"users/{other}", "--as", user).stdout.strip() == "yes",
-                 timeout=30, what="impersonate to be granted")
-        assert k.run("auth", "can-i", "impersonate", "users/someone-else", "--as", user).stdout.strip() == "no"
+        wait_for(
+            lambda: (
+                k.run("auth", "can-i", "impersonate", f"users/{other}", "--as", user).stdout.strip() == "yes"
+            ),
+            timeout=30,
+            what="impersonate to be granted",
+        )
+        assert (
+            k.run("auth", "can-i", "impersonate", "users/someone-else", "--as", user).stdout.strip() == "no"
+        )
         assert k.run("auth", "can-i", "impersonate", "groups", "--as", user).stdout.strip() == "no"
     finally:
         k("delete", "clusterrolebinding", f"{user}-imp")
@@ -94,7 +123,8 @@ def test_a_binding_to_a_missing_role_grants_nothing(k: Kubectl, namespace: str, 
     k("create", "rolebinding", "dangling", f"--clusterrole={missing}", f"--user={user}")
     assert k.refused("get", "configmaps", "--as", user) == (
         f'Error from server (Forbidden): configmaps is forbidden: User "{user}" cannot list resource "configmaps" in API '
-        f'group "" in the namespace "{namespace}": RBAC: clusterrole.rbac.authorization.k8s.io "{missing}" not found')
+        f'group "" in the namespace "{namespace}": RBAC: clusterrole.rbac.authorization.k8s.io "{missing}" not found'
+    )
 
 
 def test_a_role_with_a_bad_rule_is_refused(k: Kubectl) -> None:
@@ -106,12 +136,17 @@ rules:
   resources: [pods]
 """
     assert k.refused("apply", "-f", "-", input=bad) == (
-        'The Role "bad" is invalid: rules[0].verbs: Required value: verbs must contain at least one value')
+        'The Role "bad" is invalid: rules[0].verbs: Required value: verbs must contain at least one value'
+    )
 
 
 def test_view_aggregates_what_is_labelled_for_it(k: Kubectl, user: str, namespace: str) -> None:
     role = f"{user}-widgets"
-    k("apply", "-f", "-", input=f"""apiVersion: rbac.authorization.k8s.io/v1
+    k(
+        "apply",
+        "-f",
+        "-",
+        input=f"""apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
   name: {role}
@@ -120,15 +155,27 @@ rules:
 - apiGroups: [""]
   resources: [podtemplates]
   verbs: [get, list]
-""")
+""",
+    )
     try:
         for aggregated in ("view", "edit", "admin"):
-            wait_for(lambda a=aggregated: "podtemplates" in k("get", "clusterrole", a, "-o", "jsonpath={.rules[*].resources}"),
-                     timeout=60, what=f"{aggregated} to gather the podtemplates rule")
+            wait_for(
+                lambda a=aggregated: (
+                    "podtemplates" in k("get", "clusterrole", a, "-o", "jsonpath={.rules[*].resources}")
+                ),
+                timeout=60,
+                what=f"{aggregated} to gather the podtemplates rule",
+            )
         k("create", "rolebinding", "viewer", "--clusterrole=view", f"--user={user}")
-        wait_for(lambda: k.run("auth", "can-i", "list", "podtemplates", "--as", user).stdout.strip() == "yes",
-                 timeout=30, what="the viewer to read podtemplates")
+        wait_for(
+            lambda: k.run("auth", "can-i", "list", "podtemplates", "--as", user).stdout.strip() == "yes",
+            timeout=30,
+            what="the viewer to read podtemplates",
+        )
     finally:
         k("delete", "clusterrole", role)
-    wait_for(lambda: "podtemplates" not in k("get", "clusterrole", "view", "-o", "jsonpath={.rules[*].resources}"),
-             timeout=60, what="view to drop the rule again")
+    wait_for(
+        lambda: "podtemplates" not in k("get", "clusterrole", "view", "-o", "jsonpath={.rules[*].resources}"),
+        timeout=60,
+        what="view to drop the rule again",
+    )

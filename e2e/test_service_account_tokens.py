@@ -133,22 +133,37 @@ def api_server(kubeconfig: Path) -> str:
 
 def test_a_pod_calls_the_api_with_its_own_credentials(kube, namespace, node_name, image, kubeconfig):
     host, port = api_endpoint(kube)
-    check_init = f"test -s {MOUNT}/token && test -s {MOUNT}/ca.crt && test \"$(cat {MOUNT}/namespace)\" = {namespace}"
-    kube.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="caller"),
-        spec=client.V1PodSpec(
-            node_name=node_name, termination_grace_period_seconds=1,
-            init_containers=[client.V1Container(name="init", image=image, command=["sh", "-c", check_init])],
-            containers=[client.V1Container(name="main", image=image, command=["sh", "-c", caller_script(host, port)])],
+    check_init = (
+        f'test -s {MOUNT}/token && test -s {MOUNT}/ca.crt && test "$(cat {MOUNT}/namespace)" = {namespace}'
+    )
+    kube.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="caller"),
+            spec=client.V1PodSpec(
+                node_name=node_name,
+                termination_grace_period_seconds=1,
+                init_containers=[
+                    client.V1Container(name="init", image=image, command=["sh", "-c", check_init])
+                ],
+                containers=[
+                    client.V1Container(
+                        name="main", image=image, command=["sh", "-c", caller_script(host, port)]
+                    )
+                ],
+            ),
         ),
-    ))
+    )
     pod = kube.read_namespaced_pod("caller", namespace)
     [volume] = [v for v in pod.spec.volumes if v.name.startswith("kube-api-access-")]
     assert re.fullmatch(r"kube-api-access-[a-z0-9]{5}", volume.name)
     assert pod.spec.service_account_name == "default"
     sources = volume.projected.sources
     assert volume.projected.default_mode == 0o644
-    assert (sources[0].service_account_token.path, sources[0].service_account_token.expiration_seconds) == ("token", 3607)
+    assert (sources[0].service_account_token.path, sources[0].service_account_token.expiration_seconds) == (
+        "token",
+        3607,
+    )
     assert sources[1].config_map.name == "kube-root-ca.crt" and sources[1].config_map.items[0].key == "ca.crt"
     assert sources[2].downward_api.items[0].field_ref.field_path == "metadata.namespace"
     for c in [*pod.spec.init_containers, *pod.spec.containers]:
@@ -164,23 +179,30 @@ def test_a_pod_calls_the_api_with_its_own_credentials(kube, namespace, node_name
     assert ca == kube.read_namespaced_config_map("kube-root-ca.crt", namespace).data["ca.crt"]
     context = ssl.create_default_context(cadata=ca)
     url = urllib.parse.urlsplit(api_server(kubeconfig))
-    with context.wrap_socket(socket.create_connection((url.hostname, url.port or 443), timeout=10),
-                             server_hostname=url.hostname) as tls:
+    with context.wrap_socket(
+        socket.create_connection((url.hostname, url.port or 443), timeout=10), server_hostname=url.hostname
+    ) as tls:
         assert tls.getpeercert()
     # From inside the pod, the API knows the caller as the pod's account, bound to the pod.
     assert got["whoami"], log
     user = json.loads(got["whoami"])["status"]["userInfo"]
     assert user["username"] == f"system:serviceaccount:{namespace}:default"
-    assert f"system:serviceaccounts:{namespace}" in user["groups"] and "system:authenticated" in user["groups"]
+    assert (
+        f"system:serviceaccounts:{namespace}" in user["groups"] and "system:authenticated" in user["groups"]
+    )
     assert user["extra"]["authentication.kubernetes.io/pod-name"] == ["caller"]
     assert user["extra"]["authentication.kubernetes.io/pod-uid"] == [pod.metadata.uid]
     assert got["pods"] == "HTTP/1.1 403"  # authenticated, but RBAC grants an unbound account nothing
     # Bound to `view` in its namespace, the same token may list the pods.
     rbac = client.RbacAuthorizationV1Api(kube.api_client)
-    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="default-view"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="view"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="default", namespace=namespace)]))
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="default-view"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="view"),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name="default", namespace=namespace)],
+        ),
+    )
     assert fields_of(log_with(kube, namespace, "caller", "bound "))["bound"] == "HTTP/1.1 200"
 
     token = got["token"]
@@ -202,13 +224,19 @@ def test_a_pod_calls_the_api_with_its_own_credentials(kube, namespace, node_name
     wait_for(gone, timeout=60, what="the pod to be gone")
     # kube-apiserver remembers a token that authenticated for 10 s (its token cache), so the refusal may
     # come that much after the pod is gone; a well-separated bound.
-    wait_for(lambda: whoami(kubeconfig, token)[0] == 401, timeout=30, what="the dead pod's token to be refused")
+    wait_for(
+        lambda: whoami(kubeconfig, token)[0] == 401, timeout=30, what="the dead pod's token to be refused"
+    )
 
 
 def test_kubectl_create_token_and_token_review(kube, api_client, namespace, kubeconfig):
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed")
-    env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(kubeconfig.parent)}
+    env = {
+        "KUBECONFIG": str(kubeconfig),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(kubeconfig.parent),
+    }
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=60)
@@ -227,7 +255,9 @@ def test_kubectl_create_token_and_token_review(kube, api_client, namespace, kube
     good = reviews.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
     assert good.status.authenticated and good.status.user.username == user.username
     assert good.status.user.groups[:2] == ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
-    bad = reviews.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token[:-8] + "AAAAAAAA")))
+    bad = reviews.create_token_review(
+        client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token[:-8] + "AAAAAAAA"))
+    )
     assert bad.status.authenticated is not True
 
     # A token for another audience is no good for the API, though it is a valid token for that audience.
@@ -235,8 +265,9 @@ def test_kubectl_create_token_and_token_review(kube, api_client, namespace, kube
     assert other.returncode == 0, other.stderr
     vault_token = other.stdout.strip()
     assert whoami(kubeconfig, vault_token)[0] == 401
-    for_vault = reviews.create_token_review(client.V1TokenReview(
-        spec=client.V1TokenReviewSpec(token=vault_token, audiences=["vault.example"])))
+    for_vault = reviews.create_token_review(
+        client.V1TokenReview(spec=client.V1TokenReviewSpec(token=vault_token, audiences=["vault.example"]))
+    )
     assert for_vault.status.authenticated and for_vault.status.audiences == ["vault.example"]
     # Bad input: unauthenticated, and the answer says nothing about why.
     for garbage in ("x", "a.b.c", token.rsplit(".", 1)[0] + "."):
@@ -249,13 +280,24 @@ def test_kubectl_create_token_and_token_review(kube, api_client, namespace, kube
 def test_issuer_discovery_documents_verify_the_tokens(api_client, namespace, kubeconfig):
     config = _get_json(kubeconfig, "/.well-known/openid-configuration")
     jwks = _get_json(kubeconfig, "/openid/v1/jwks")
-    assert config["jwks_uri"].endswith("/openid/v1/jwks") and "RS256" in config["id_token_signing_alg_values_supported"]
-    token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
-        "default", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=["vault.example"]))
-    ).status.token
+    assert (
+        config["jwks_uri"].endswith("/openid/v1/jwks")
+        and "RS256" in config["id_token_signing_alg_values_supported"]
+    )
+    token = (
+        client.CoreV1Api(api_client)
+        .create_namespaced_service_account_token(
+            "default",
+            namespace,
+            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=["vault.example"])),
+        )
+        .status.token
+    )
     kid = jwt.get_unverified_header(token)["kid"]
     [key] = [k for k in jwks["keys"] if k["kid"] == kid]
-    claims = jwt.decode(token, jwt.PyJWK(key).key, algorithms=["RS256"], audience="vault.example", issuer=config["issuer"])
+    claims = jwt.decode(
+        token, jwt.PyJWK(key).key, algorithms=["RS256"], audience="vault.example", issuer=config["issuer"]
+    )
     assert claims["sub"] == f"system:serviceaccount:{namespace}:default"
 
 
@@ -265,7 +307,8 @@ def _get_json(kubeconfig: Path, path: str) -> Any:
     kconfig.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     with client.ApiClient(cfg) as api:
         response = api.rest_client.pool_manager.request(
-            "GET", cfg.host + path, headers=api.default_headers | _auth_headers(cfg))
+            "GET", cfg.host + path, headers=api.default_headers | _auth_headers(cfg)
+        )
         assert response.status == 200, (path, response.status)
         return json.loads(response.data)
 

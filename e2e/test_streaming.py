@@ -46,19 +46,40 @@ WEB_SCRIPT = (
 )
 
 
-def kubectl(kubeconfig: Path, namespace: str, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, *args], input=stdin,
-                          capture_output=True, timeout=timeout, env={**os.environ, **(env or {})})
+def kubectl(
+    kubeconfig: Path,
+    namespace: str,
+    *args: str,
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def make_pod(kube, namespace: str, name: str, node: str, image: str, script: str, wait: bool = True) -> None:
-    kube.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels={"app": name}),
-        spec=client.V1PodSpec(node_name=node, termination_grace_period_seconds=1, containers=[
-            client.V1Container(name="main", image=image, command=["sh", "-c", script])])))
+    kube.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, labels={"app": name}),
+            spec=client.V1PodSpec(
+                node_name=node,
+                termination_grace_period_seconds=1,
+                containers=[client.V1Container(name="main", image=image, command=["sh", "-c", script])],
+            ),
+        ),
+    )
     if wait:
-        wait_for(lambda: kube.read_namespaced_pod(name, namespace).status.phase == "Running", what=f"{name} Running")
+        wait_for(
+            lambda: kube.read_namespaced_pod(name, namespace).status.phase == "Running",
+            what=f"{name} Running",
+        )
 
 
 @pytest.fixture
@@ -76,15 +97,21 @@ def web(kube, namespace, node_name, image) -> str:
 @pytest.mark.parametrize("protocol", ["websocket", "spdy"])
 def test_exec_exit_code_output_and_stdin(kubeconfig, namespace, shell, protocol):
     env = SPDY if protocol == "spdy" else None
-    done = kubectl(kubeconfig, namespace, "exec", shell, "--", "sh", "-c", "echo out; echo err >&2; exit 3", env=env)
+    done = kubectl(
+        kubeconfig, namespace, "exec", shell, "--", "sh", "-c", "echo out; echo err >&2; exit 3", env=env
+    )
     assert (done.returncode, done.stdout) == (3, b"out\n"), done
     assert b"err\n" in done.stderr and b"command terminated with exit code 3" in done.stderr
     # stdin piped, and its end reaches the command (cat and wc finish only on EOF).
-    done = kubectl(kubeconfig, namespace, "exec", "-i", shell, "--", "tr", "a-z", "A-Z", stdin=b"piped\n", env=env)
+    done = kubectl(
+        kubeconfig, namespace, "exec", "-i", shell, "--", "tr", "a-z", "A-Z", stdin=b"piped\n", env=env
+    )
     assert (done.returncode, done.stdout) == (0, b"PIPED\n"), done
     payload = os.urandom(300 * 1024)
     done = kubectl(kubeconfig, namespace, "exec", "-i", shell, "--", "sha256sum", stdin=payload, env=env)
-    assert done.returncode == 0 and done.stdout.split()[0].decode() == hashlib.sha256(payload).hexdigest(), done
+    assert done.returncode == 0 and done.stdout.split()[0].decode() == hashlib.sha256(payload).hexdigest(), (
+        done
+    )
 
 
 def _read_until(fd: int, pattern: str, timeout: float = 20.0) -> str:
@@ -107,8 +134,13 @@ def _read_until(fd: int, pattern: str, timeout: float = 20.0) -> str:
 def test_exec_tty_gives_a_working_shell_with_its_size(kubeconfig, namespace, shell):
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "exec", "-it", shell, "--", "sh"],
-                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    proc = subprocess.Popen(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "exec", "-it", shell, "--", "sh"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
     os.close(slave)
     try:
         os.write(master, b"stty size\r")
@@ -131,9 +163,19 @@ def test_exec_tty_gives_a_working_shell_with_its_size(kubeconfig, namespace, she
 
 
 def test_attach_follows_a_running_containers_output(kube, kubeconfig, namespace, node_name, image):
-    make_pod(kube, namespace, "ticker", node_name, image, "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.3; done")
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "attach", "ticker"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    make_pod(
+        kube,
+        namespace,
+        "ticker",
+        node_name,
+        image,
+        "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.3; done",
+    )
+    proc = subprocess.Popen(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "attach", "ticker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         ticks: list[int] = []
@@ -182,16 +224,40 @@ def forwarded(request, kube, kubeconfig, namespace, web) -> Iterator[int]:
     env = {**os.environ, **(SPDY if mode == "spdy" else {})}
     what, port = f"pod/{web}", 8080
     if mode == "service":
-        kube.create_namespaced_service(namespace, client.V1Service(
-            metadata=client.V1ObjectMeta(name=web),
-            spec=client.V1ServiceSpec(selector={"app": web}, ports=[client.V1ServicePort(port=80, target_port=8080)])))
+        kube.create_namespaced_service(
+            namespace,
+            client.V1Service(
+                metadata=client.V1ObjectMeta(name=web),
+                spec=client.V1ServiceSpec(
+                    selector={"app": web}, ports=[client.V1ServicePort(port=80, target_port=8080)]
+                ),
+            ),
+        )
         what, port = f"svc/{web}", 80
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "port-forward", what,
-                             f"{local}:{port}", "--address", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "port-forward",
+            what,
+            f"{local}:{port}",
+            "--address",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline().decode()
-        assert first.startswith(f"Forwarding from 127.0.0.1:{local}"), (first, proc.stderr.read() if proc.poll() is not None else "")
+        assert first.startswith(f"Forwarding from 127.0.0.1:{local}"), (
+            first,
+            proc.stderr.read() if proc.poll() is not None else "",
+        )
         yield local
     finally:
         proc.terminate()
@@ -213,11 +279,28 @@ def test_port_forward_carries_http_and_parallel_connections(forwarded):
 
 
 def test_official_client_stream_exec_and_port_forward(kube, namespace, shell, web):
-    out = stream(kube.connect_get_namespaced_pod_exec, shell, namespace, command=["sh", "-c", "echo hi"],
-                 stderr=True, stdin=False, stdout=True, tty=False)
+    out = stream(
+        kube.connect_get_namespaced_pod_exec,
+        shell,
+        namespace,
+        command=["sh", "-c", "echo hi"],
+        stderr=True,
+        stdin=False,
+        stdout=True,
+        tty=False,
+    )
     assert out == "hi\n"
-    resp = stream(kube.connect_get_namespaced_pod_exec, shell, namespace, command=["sh", "-c", "cat; exit 3"],
-                  stderr=True, stdin=True, stdout=True, tty=False, _preload_content=False)
+    resp = stream(
+        kube.connect_get_namespaced_pod_exec,
+        shell,
+        namespace,
+        command=["sh", "-c", "cat; exit 3"],
+        stderr=True,
+        stdin=True,
+        stdout=True,
+        tty=False,
+        _preload_content=False,
+    )
     resp.write_stdin("through stdin\n")
     resp.close_channel(0)  # v5's CLOSE: cat sees the end of its input
     resp.run_forever(timeout=30)
@@ -244,14 +327,22 @@ def test_stream_errors_are_upstreams(kube, kubeconfig, namespace, node_name, ima
     assert done.returncode == 1 and b'pods "nosuchpod" not found' in done.stderr, done
     # A container that never started: the kubelet has no container to exec in.
     make_pod(kube, namespace, "waiting", node_name, f"{image}-no-such-tag", "true", wait=False)
-    wait_for(lambda: (kube.read_namespaced_pod("waiting", namespace).status.container_statuses or [None])[0],
-             what="a container status")
+    wait_for(
+        lambda: (kube.read_namespaced_pod("waiting", namespace).status.container_statuses or [None])[0],
+        what="a container status",
+    )
     done = kubectl(kubeconfig, namespace, "exec", "waiting", "--", "true")
     assert done.returncode == 1 and b'container not found ("main")' in done.stderr, done
     # A pod no scheduler placed.
-    kube.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="unplaced"),
-        spec=client.V1PodSpec(scheduler_name="nobody", containers=[client.V1Container(name="main", image=image)])))
+    kube.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="unplaced"),
+            spec=client.V1PodSpec(
+                scheduler_name="nobody", containers=[client.V1Container(name="main", image=image)]
+            ),
+        ),
+    )
     with pytest.raises(ApiException) as err:
         kube.connect_post_namespaced_pod_exec("unplaced", namespace, command=["true"], stdout=True)
     assert err.value.status == 400 and "pod unplaced does not have a host assigned" in err.value.body
@@ -268,8 +359,9 @@ def test_bad_upgrade_requests_are_refused_at_once(api_client, kube, namespace, s
     from websocket import WebSocketBadStatusException
 
     host = api_client.configuration.host
-    url = get_websocket_url(f"{host}/api/v1/namespaces/{namespace}/pods/{shell}/exec",
-                            [("command", "true"), ("stdout", "true")])
+    url = get_websocket_url(
+        f"{host}/api/v1/namespaces/{namespace}/pods/{shell}/exec", [("command", "true"), ("stdout", "true")]
+    )
     with pytest.raises(WebSocketBadStatusException) as bad:
         create_websocket(api_client.configuration, url, headers={"sec-websocket-protocol": "bogus.k8s.io"})
     assert bad.value.status_code in (400, 403)
@@ -283,12 +375,16 @@ def _fds(pid: int) -> int:
 def test_aborted_sessions_leave_nothing_behind(stack, api_client, kube, kubeconfig, namespace, shell, web):
     from kubernetes.stream.ws_client import create_websocket, get_websocket_url
 
-    pids = {name: pid for name, pid in stack.record().pids.items() if name in ("apiserver", "agent", "containerd")}
+    pids = {
+        name: pid for name, pid in stack.record().pids.items() if name in ("apiserver", "agent", "containerd")
+    }
     # One session of each kind first, so lazily opened files and pools count in the baseline.
     assert kubectl(kubeconfig, namespace, "exec", shell, "--", "true").returncode == 0
     baseline = {name: _fds(pid) for name, pid in pids.items()}
-    url = get_websocket_url(f"{api_client.configuration.host}/api/v1/namespaces/{namespace}/pods/{shell}/exec",
-                            [("command", "cat"), ("stdin", "true"), ("stdout", "true")])
+    url = get_websocket_url(
+        f"{api_client.configuration.host}/api/v1/namespaces/{namespace}/pods/{shell}/exec",
+        [("command", "cat"), ("stdin", "true"), ("stdout", "true")],
+    )
     for _ in range(25):  # the client vanishes mid-stream, without a WebSocket close
         ws = create_websocket(api_client.configuration, url)
         ws.send_binary(b"\x00hello\n")
@@ -296,8 +392,11 @@ def test_aborted_sessions_leave_nothing_behind(stack, api_client, kube, kubeconf
         ws.sock.shutdown(socket.SHUT_RDWR)
         ws.sock.close()
     for _ in range(15):  # kubectl killed while its command runs
-        proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "exec", "-i", shell, "--",
-                                 "cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        proc = subprocess.Popen(
+            ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "exec", "-i", shell, "--", "cat"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(b"x\n")
         proc.stdin.flush()
@@ -306,8 +405,21 @@ def test_aborted_sessions_leave_nothing_behind(stack, api_client, kube, kubeconf
         proc.wait()
     for _ in range(10):  # port-forward killed with a connection open
         local = _free_port()
-        proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "port-forward",
-                                 f"pod/{web}", f"{local}:8080", "--address", "127.0.0.1"], stdout=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [
+                "kubectl",
+                "--kubeconfig",
+                str(kubeconfig),
+                "-n",
+                namespace,
+                "port-forward",
+                f"pod/{web}",
+                f"{local}:8080",
+                "--address",
+                "127.0.0.1",
+            ],
+            stdout=subprocess.PIPE,
+        )
         assert proc.stdout is not None and proc.stdout.readline().startswith(b"Forwarding from")
         conn = socket.create_connection(("127.0.0.1", local), timeout=10)
         conn.sendall(b"GET /big HTTP/1.0\r\n\r\n")
@@ -333,19 +445,37 @@ def test_an_anonymous_stream_is_refused(api_client, namespace, shell):
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    with socket.create_connection((name.strip("[]"), int(port)), timeout=10) as raw, \
-            context.wrap_socket(raw, server_hostname=name) as tls:
-        tls.sendall(f"POST /api/v1/namespaces/{namespace}/pods/{shell}/exec?command=true&stdout=true HTTP/1.1\r\n"
-                    f"Host: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-                    "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n".encode())
+    with (
+        socket.create_connection((name.strip("[]"), int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=name) as tls,
+    ):
+        tls.sendall(
+            f"POST /api/v1/namespaces/{namespace}/pods/{shell}/exec?command=true&stdout=true HTTP/1.1\r\n"
+            f"Host: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+            "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n".encode()
+        )
         answer = tls.recv(100)
         assert answer.startswith((b"HTTP/1.1 401 ", b"HTTP/1.1 403 ")), answer
 
 
 def test_a_closed_port_is_reported_on_the_error_stream(kubeconfig, namespace, web):
     local = _free_port()
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "port-forward", f"pod/{web}",
-                             f"{local}:9999", "--address", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "port-forward",
+            f"pod/{web}",
+            f"{local}:9999",
+            "--address",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().startswith(b"Forwarding from")
         with socket.create_connection(("127.0.0.1", local), timeout=20) as conn:
@@ -358,7 +488,13 @@ def test_a_closed_port_is_reported_on_the_error_stream(kubeconfig, namespace, we
 
 
 def test_pod_and_node_proxy_reach_their_targets(kube, kubeconfig, namespace, node_name, web):
-    done = kubectl(kubeconfig, namespace, "get", "--raw", f"/api/v1/namespaces/{namespace}/pods/{web}:8080/proxy/index.html")
+    done = kubectl(
+        kubeconfig,
+        namespace,
+        "get",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/{web}:8080/proxy/index.html",
+    )
     assert (done.returncode, done.stdout) == (0, b"hello-web\n"), done
     done = kubectl(kubeconfig, namespace, "get", "--raw", f"/api/v1/nodes/{node_name}/proxy/healthz")
     assert (done.returncode, done.stdout) == (0, b"ok"), done

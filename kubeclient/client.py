@@ -79,8 +79,9 @@ class KubeClient:
         """A client on the same connections and credentials with a rate limit of its own, as client-go
         gives each controller its own clientset. Call it on the event loop; the parent closes the pool."""
         other = copy.copy(self)
-        other.limiter = TokenBucket(self.limiter.qps if qps is None else qps,
-                                    self.limiter.burst if burst is None else burst)
+        other.limiter = TokenBucket(
+            self.limiter.qps if qps is None else qps, self.limiter.burst if burst is None else burst
+        )
         other._session = self._get_session()
         other._derived = True
         return other
@@ -158,7 +159,9 @@ class KubeClient:
                     if resp.status < 400:
                         return json.loads(raw) if raw else {}
                     err = ApiError.from_response(resp.status, raw, what)
-                    retryable = resp.status == 429 or (resp.status in RETRYABLE_STATUS and method in IDEMPOTENT)
+                    retryable = resp.status == 429 or (
+                        resp.status in RETRYABLE_STATUS and method in IDEMPOTENT
+                    )
                     if not retryable or attempt == attempts:
                         raise err
                     delay = _retry_after(resp.headers.get("Retry-After")) or err.retry_after or backoff.next()

@@ -26,7 +26,9 @@ class ApiResource:
         return self.group_version.rpartition("/")[0] if "/" in self.group_version else ""
 
     def collection(self, namespace: str = "") -> str:
-        base = f"/api/{self.group_version}" if "/" not in self.group_version else f"/apis/{self.group_version}"
+        base = (
+            f"/api/{self.group_version}" if "/" not in self.group_version else f"/apis/{self.group_version}"
+        )
         if self.namespaced and namespace:
             return f"{base}/namespaces/{quote(namespace)}/{self.plural}"
         return f"{base}/{self.plural}"
@@ -49,8 +51,15 @@ async def server_resources(client: KubeClient) -> list[ApiResource]:
         for entry in doc.get("resources") or []:
             if "/" in entry.get("name", ""):
                 continue
-            out.append(ApiResource(gv, entry.get("kind", ""), entry["name"], bool(entry.get("namespaced")),
-                                   frozenset(entry.get("verbs") or ())))
+            out.append(
+                ApiResource(
+                    gv,
+                    entry.get("kind", ""),
+                    entry["name"],
+                    bool(entry.get("namespaced")),
+                    frozenset(entry.get("verbs") or ()),
+                )
+            )
     return out
 
 

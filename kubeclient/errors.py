@@ -14,7 +14,12 @@ class ApiError(Exception):
     """An error Status from the API server, or status 0 when it could not be reached at all."""
 
     def __init__(
-        self, status: int, reason: str = "", message: str = "", body: dict[str, Any] | None = None, what: str = ""
+        self,
+        status: int,
+        reason: str = "",
+        message: str = "",
+        body: dict[str, Any] | None = None,
+        what: str = "",
     ) -> None:
         self.status = status
         self.reason = reason
@@ -22,7 +27,9 @@ class ApiError(Exception):
         self.body = body or {}
         self.what = what  # "METHOD /path", for logs
         prefix = f"{what}: " if what else ""
-        super().__init__(f"{prefix}{status} {reason}: {message}" if reason else f"{prefix}{status}: {message}")
+        super().__init__(
+            f"{prefix}{status} {reason}: {message}" if reason else f"{prefix}{status}: {message}"
+        )
 
     @classmethod
     def from_response(cls, status: int, raw: bytes, what: str = "") -> ApiError:
@@ -39,8 +46,11 @@ class ApiError(Exception):
     def from_status(cls, status: dict[str, Any], what: str = "") -> ApiError:
         """From a Status object (a watch ERROR event's object)."""
         return cls(
-            int(status.get("code") or 500), str(status.get("reason") or ""), str(status.get("message") or ""),
-            status, what,
+            int(status.get("code") or 500),
+            str(status.get("reason") or ""),
+            str(status.get("message") or ""),
+            status,
+            what,
         )
 
     @property

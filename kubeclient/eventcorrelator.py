@@ -62,8 +62,15 @@ class _LRU(Generic[V]):
 def _obj_parts(event: Obj) -> list[str]:
     src = event.get("source") or {}
     ref = event.get("involvedObject") or {}
-    return [src.get("component", ""), src.get("host", ""), ref.get("kind", ""), ref.get("namespace", ""),
-            ref.get("name", ""), ref.get("uid", ""), ref.get("apiVersion", "")]
+    return [
+        src.get("component", ""),
+        src.get("host", ""),
+        ref.get("kind", ""),
+        ref.get("namespace", ""),
+        ref.get("name", ""),
+        ref.get("uid", ""),
+        ref.get("apiVersion", ""),
+    ]
 
 
 def spam_key(event: Obj) -> str:
@@ -71,17 +78,35 @@ def spam_key(event: Obj) -> str:
 
 
 def aggregate_key(event: Obj) -> str:
-    return "\x00".join([*_obj_parts(event), event.get("type", ""), event.get("reason", ""),
-                        event.get("reportingComponent", ""), event.get("reportingInstance", "")])
+    return "\x00".join(
+        [
+            *_obj_parts(event),
+            event.get("type", ""),
+            event.get("reason", ""),
+            event.get("reportingComponent", ""),
+            event.get("reportingInstance", ""),
+        ]
+    )
 
 
 def event_key(event: Obj) -> str:
     ref = event.get("involvedObject") or {}
     src = event.get("source") or {}
-    return "\x00".join([src.get("component", ""), src.get("host", ""), ref.get("kind", ""),
-                        ref.get("namespace", ""), ref.get("name", ""), ref.get("fieldPath", ""),
-                        ref.get("uid", ""), ref.get("apiVersion", ""), event.get("type", ""),
-                        event.get("reason", ""), event.get("message", "")])
+    return "\x00".join(
+        [
+            src.get("component", ""),
+            src.get("host", ""),
+            ref.get("kind", ""),
+            ref.get("namespace", ""),
+            ref.get("name", ""),
+            ref.get("fieldPath", ""),
+            ref.get("uid", ""),
+            ref.get("apiVersion", ""),
+            event.get("type", ""),
+            event.get("reason", ""),
+            event.get("message", ""),
+        ]
+    )
 
 
 @dataclass
@@ -114,8 +139,9 @@ class Verdict:
 
 
 class EventCorrelator:
-    def __init__(self, clock: Callable[[], float] = time.time, spam_qps: float = SPAM_QPS,
-                 spam_burst: int = SPAM_BURST) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.time, spam_qps: float = SPAM_QPS, spam_burst: int = SPAM_BURST
+    ) -> None:
         self.clock = clock
         self.spam_qps = spam_qps
         self.spam_burst = spam_burst
@@ -138,15 +164,24 @@ class EventCorrelator:
         event, key = self._aggregate(event, now)
         seen = self._written.get(key)
         if seen is None:
-            written = Written(event["metadata"]["name"], event["metadata"].get("namespace", ""), 1,
-                              event.get("firstTimestamp") or rfc3339(now))
+            written = Written(
+                event["metadata"]["name"],
+                event["metadata"].get("namespace", ""),
+                1,
+                event.get("firstTimestamp") or rfc3339(now),
+            )
             self._written.put(key, written)
             return Verdict("create", event, key, target=written)
         seen.count += 1
         stamp = rfc3339(now)
         patch = {"count": seen.count, "lastTimestamp": stamp, "message": event.get("message", "")}
-        event = {**event, "metadata": {**event["metadata"], "name": seen.name}, "count": seen.count,
-                 "firstTimestamp": seen.first_timestamp, "lastTimestamp": stamp}
+        event = {
+            **event,
+            "metadata": {**event["metadata"], "name": seen.name},
+            "count": seen.count,
+            "firstTimestamp": seen.first_timestamp,
+            "lastTimestamp": stamp,
+        }
         return Verdict("patch", event, key, patch, seen)
 
     def _aggregate(self, event: Obj, now: float) -> tuple[Obj, str]:
@@ -165,8 +200,10 @@ class EventCorrelator:
         combined = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{ref.get('name', '')}.{int(now * 1e9):x}",
-                         "namespace": event["metadata"].get("namespace", "")},
+            "metadata": {
+                "name": f"{ref.get('name', '')}.{int(now * 1e9):x}",
+                "namespace": event["metadata"].get("namespace", ""),
+            },
             "involvedObject": ref,
             "reason": event.get("reason", ""),
             "message": COMBINED_PREFIX + event.get("message", ""),

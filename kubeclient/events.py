@@ -109,12 +109,18 @@ class EventRecorder:
             "apiVersion": "v1",
             "kind": "Event",
             # Cluster-scoped objects' events go to "default", as upstream's recorder puts them.
-            "metadata": {"name": f"{ref['name']}.{time.time_ns():x}", "namespace": ref.get("namespace") or "default"},
+            "metadata": {
+                "name": f"{ref['name']}.{time.time_ns():x}",
+                "namespace": ref.get("namespace") or "default",
+            },
             "involvedObject": ref,
             "reason": reason,
             "message": message,
             "type": type_,
-            "source": {"component": self.source.component, **({"host": self.source.host} if self.source.host else {})},
+            "source": {
+                "component": self.source.component,
+                **({"host": self.source.host} if self.source.host else {}),
+            },
             "reportingComponent": self.source.component,
             "reportingInstance": self.reporting_instance,
             "firstTimestamp": stamp,
@@ -123,8 +129,15 @@ class EventRecorder:
         }
         if action:
             body["action"] = action
-        log.info("event object=%s/%s kind=%s type=%s reason=%s message=%r", ref.get("namespace", ""),
-                 ref["name"], ref["kind"], type_, reason, message)
+        log.info(
+            "event object=%s/%s kind=%s type=%s reason=%s message=%r",
+            ref.get("namespace", ""),
+            ref["name"],
+            ref["kind"],
+            type_,
+            reason,
+            message,
+        )
         verdict = self.correlator.correlate(body)
         if verdict.action == "drop":
             self.dropped += 1
@@ -209,8 +222,9 @@ class EventRecorder:
         if verdict.action == "patch":
             await posted.wait()
             try:
-                await self.client.patch(f"/api/v1/namespaces/{ns}/events/{written.name}", verdict.patch,
-                                        content_type=MERGE_PATCH)
+                await self.client.patch(
+                    f"/api/v1/namespaces/{ns}/events/{written.name}", verdict.patch, content_type=MERGE_PATCH
+                )
                 return
             except ApiError as err:
                 if not err.not_found:

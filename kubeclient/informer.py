@@ -194,7 +194,9 @@ class Informer:
             try:
                 fn(*objs)
             except Exception:
-                log.exception("informer handler failed path=%s event=%s object=%s", self.path, kind, key_of(objs[-1]))
+                log.exception(
+                    "informer handler failed path=%s event=%s object=%s", self.path, kind, key_of(objs[-1])
+                )
 
     def _selectors(self) -> dict[str, Any]:
         return {"fieldSelector": self.field_selector, "labelSelector": self.label_selector}
@@ -288,7 +290,9 @@ class Informer:
                     # A malformed answer: start over from a fresh list rather than trust the cache.
                     need_list = True
                     delay = backoff.next()
-                    log.warning("watch answer unusable path=%s error=%r retry_in=%.1fs", self.path, str(err), delay)
+                    log.warning(
+                        "watch answer unusable path=%s error=%r retry_in=%.1fs", self.path, str(err), delay
+                    )
                     await asyncio.sleep(delay)
         finally:
             if resyncer is not None:

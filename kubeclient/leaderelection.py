@@ -58,7 +58,9 @@ class LeaderElector:
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One attempt, bounded by the renew deadline: this loop does its own retrying, on its own clock."""
-        return await self.client.request(method, path, body=body, retry=False, deadline=self.settings.renew_deadline)
+        return await self.client.request(
+            method, path, body=body, retry=False, deadline=self.settings.renew_deadline
+        )
 
     async def acquire(self) -> None:
         """Return once this process holds the lease (retrying every retry period)."""
@@ -66,8 +68,12 @@ class LeaderElector:
         while True:
             try:
                 if await self._try_acquire_or_renew():
-                    log.info("leader election: acquired lease=%s/%s identity=%s", self.settings.namespace,
-                             self.settings.name, self.identity)
+                    log.info(
+                        "leader election: acquired lease=%s/%s identity=%s",
+                        self.settings.namespace,
+                        self.settings.name,
+                        self.identity,
+                    )
                     return
                 if not announced:
                     holder = self._observed[0] if self._observed else "?"
@@ -115,10 +121,18 @@ class LeaderElector:
         except ApiError as err:
             if not err.not_found:
                 raise
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.settings.name, "namespace": self.settings.namespace},
-                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": duration,
-                             "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.settings.name, "namespace": self.settings.namespace},
+                "spec": {
+                    "holderIdentity": self.identity,
+                    "leaseDurationSeconds": duration,
+                    "acquireTime": now,
+                    "renewTime": now,
+                    "leaseTransitions": 0,
+                },
+            }
             try:
                 await self._call("POST", self._path.rsplit("/", 1)[0], body)
             except ApiError as create_err:
@@ -180,7 +194,9 @@ async def run_as_leader(
         if elector is not None and not lost:
             await elector.release()
     if lost:
-        raise LeadershipLost(f"lost the lease {elector.settings.namespace}/{elector.settings.name}" if elector else "")
+        raise LeadershipLost(
+            f"lost the lease {elector.settings.namespace}/{elector.settings.name}" if elector else ""
+        )
 
 
 async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:

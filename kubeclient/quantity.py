@@ -157,7 +157,9 @@ def _parse(text: str) -> Quantity:
         amount = amount.scaleb(exponent) if base == 10 else amount * (2**exponent)
         if amount != 0:
             # upstream rounds any non-zero amount up to its smallest unit, 1n: ask for some, get some.
-            magnitude = abs(amount).quantize(_NANO, rounding=ROUND_UP) if abs(amount).adjusted() < 40 else abs(amount)
+            magnitude = (
+                abs(amount).quantize(_NANO, rounding=ROUND_UP) if abs(amount).adjusted() < 40 else abs(amount)
+            )
             if fmt == BINARY_SI and magnitude > INT64_MAX:
                 magnitude = Decimal(INT64_MAX)
             if fmt == BINARY_SI and 0 < magnitude < 1:

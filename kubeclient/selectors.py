@@ -164,8 +164,15 @@ def from_label_selector(selector: Mapping[str, object] | None) -> Selector:
 # --- the string form ------------------------------------------------------------------------------
 
 _SPECIAL = frozenset("=!(),><")
-_OPERATOR_TOKENS = {"=": EQUALS, "==": DOUBLE_EQUALS, "!=": NOT_EQUALS, "in": IN, "notin": NOT_IN,
-                    ">": GREATER_THAN, "<": LESS_THAN}
+_OPERATOR_TOKENS = {
+    "=": EQUALS,
+    "==": DOUBLE_EQUALS,
+    "!=": NOT_EQUALS,
+    "in": IN,
+    "notin": NOT_IN,
+    ">": GREATER_THAN,
+    "<": LESS_THAN,
+}
 
 
 @dataclass
@@ -182,20 +189,22 @@ class _Lexer:
                 self.pos += 1
             elif ch in _SPECIAL:
                 start = self.pos
-                while self.pos < n and text[self.pos] in _SPECIAL and text[start:self.pos + 1] in (
-                    "=", "==", "!", "!=", "(", ")", ",", ">", "<"
+                while (
+                    self.pos < n
+                    and text[self.pos] in _SPECIAL
+                    and text[start : self.pos + 1] in ("=", "==", "!", "!=", "(", ")", ",", ">", "<")
                 ):
                     self.pos += 1
-                    if text[start:self.pos] in ("(", ")", ","):
+                    if text[start : self.pos] in ("(", ")", ","):
                         break
-                literal = text[start:self.pos]
+                literal = text[start : self.pos]
                 kind = {"(": "open", ")": "close", ",": "comma", "!": "not"}.get(literal, "op")
                 self.tokens.append((kind, literal))
             else:
                 start = self.pos
                 while self.pos < n and not text[self.pos].isspace() and text[self.pos] not in _SPECIAL:
                     self.pos += 1
-                word = text[start:self.pos]
+                word = text[start : self.pos]
                 self.tokens.append(("op" if word in ("in", "notin") else "id", word))
         self.tokens.append(("end", ""))
         return self.tokens
@@ -359,7 +368,7 @@ def parse_fields(text: str) -> list[FieldRequirement]:
         for op, equal in (("!=", False), ("==", True), ("=", True)):
             idx = _find_unescaped(part, op)
             if idx >= 0:
-                name, value = part[:idx].strip(), part[idx + len(op):]
+                name, value = part[:idx].strip(), part[idx + len(op) :]
                 out.append(FieldRequirement(name, equal, _unescape(value.strip())))
                 break
         else:

@@ -49,7 +49,11 @@ def ensure_self_signed(pki_dir: Path, name: str, ips: list[str], stem: str) -> t
     )
     fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
 
@@ -78,4 +82,3 @@ def peer_subject(ssl_object: ssl.SSLObject) -> tuple[str, tuple[str, ...]] | Non
             elif attr == "organizationName":
                 orgs.append(value)
     return (cn, tuple(orgs)) if cn else None
-

@@ -18,16 +18,26 @@ log = logging.getLogger("proxy")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
-    parser.add_argument("--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the proxy's identity")
+    parser.add_argument(
+        "--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the proxy's identity"
+    )
     parser.add_argument("--hostname-override", default="", help="the node name (default: the host name)")
     parser.add_argument("--cleanup", action="store_true", help="remove the proxy's nftables table, then exit")
     parser.add_argument("--proxy-mode", default="nftables", choices=["nftables"], help="only nftables")
-    parser.add_argument("--cluster-cidr", default="", help="the pods' range: traffic from outside it is masqueraded")
+    parser.add_argument(
+        "--cluster-cidr", default="", help="the pods' range: traffic from outside it is masqueraded"
+    )
     parser.add_argument("--masquerade-all", action="store_true", help="masquerade all traffic to ClusterIPs")
-    parser.add_argument("--healthz-bind-address", default="0.0.0.0:10256", help="host:port of /healthz ('' : none)")
-    parser.add_argument("--metrics-bind-address", default="127.0.0.1:10249", help="host:port of /metrics ('' : none)")
+    parser.add_argument(
+        "--healthz-bind-address", default="0.0.0.0:10256", help="host:port of /healthz ('' : none)"
+    )
+    parser.add_argument(
+        "--metrics-bind-address", default="127.0.0.1:10249", help="host:port of /metrics ('' : none)"
+    )
     parser.add_argument("--sync-period", default="30s", help="the longest time between syncs")
-    parser.add_argument("--min-sync-period", default="1s", help="the shortest time between syncs (bursts of 2)")
+    parser.add_argument(
+        "--min-sync-period", default="1s", help="the shortest time between syncs (bursts of 2)"
+    )
     # Not kube-proxy's: tests run the proxy on a table or in a network namespace of their own.
     parser.add_argument("--nft-table", default="kube-proxy", help=argparse.SUPPRESS)
     parser.add_argument("--netns", default="", help=argparse.SUPPRESS)
@@ -49,9 +59,15 @@ async def _main(args: argparse.Namespace) -> int:
         return 0
     node = (args.hostname_override or socket.gethostname().split(".")[0]).lower()
     client = KubeClient(load_kubeconfig(args.kubeconfig), component="kube-proxy")
-    config = ProxyConfig(node_name=node, cluster_cidr=args.cluster_cidr, masquerade_all=args.masquerade_all,
-                         sync_period=parse_duration(args.sync_period), min_sync_period=parse_duration(args.min_sync_period),
-                         nft=nft, conntrack=Conntrack(args.netns))
+    config = ProxyConfig(
+        node_name=node,
+        cluster_cidr=args.cluster_cidr,
+        masquerade_all=args.masquerade_all,
+        sync_period=parse_duration(args.sync_period),
+        min_sync_period=parse_duration(args.min_sync_period),
+        nft=nft,
+        conntrack=Conntrack(args.netns),
+    )
     proxier = Proxier(client, config)
     runners = []
     if args.healthz_bind_address:
@@ -77,7 +93,9 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(_main(args))

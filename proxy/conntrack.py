@@ -30,8 +30,9 @@ class Conntrack:
         if argv is None:
             log.warning("conntrack is not installed; stale UDP entries stay filters=%s", " ".join(filters))
             return
-        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL,
-                                                    stderr=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
         _, err = await proc.communicate()
         text = err.decode(errors="replace")
         if proc.returncode not in (0, 1) or (proc.returncode == 1 and "0 flow entries" not in text):

@@ -102,7 +102,7 @@ def service_ports(service: Obj) -> list[ServicePort]:
         return []  # headless ("None"), not allocated yet, or IPv6 only
     affinity = None
     if spec.get("sessionAffinity") == "ClientIP":
-        config = ((spec.get("sessionAffinityConfig") or {}).get("clientIP") or {})
+        config = (spec.get("sessionAffinityConfig") or {}).get("clientIP") or {}
         affinity = int(config.get("timeoutSeconds") or DEFAULT_AFFINITY_TIMEOUT)
     ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
     lb_ips = tuple(ip for ip in (_ipv4(i.get("ip")) for i in ingress) if ip)
@@ -112,13 +112,21 @@ def service_ports(service: Obj) -> list[ServicePort]:
         protocol = port.get("protocol") or "TCP"
         if protocol not in PROTOCOLS or not isinstance(port.get("port"), int):
             continue
-        out.append(ServicePort(
-            name=ServicePortName(meta.get("namespace", ""), meta.get("name", ""), port.get("name") or "", protocol),
-            cluster_ip=cluster_ip, port=port["port"], node_port=int(port.get("nodePort") or 0),
-            external_ips=external_ips, load_balancer_ips=lb_ips if spec.get("type") == "LoadBalancer" else (),
-            affinity_timeout=affinity, internal_local=spec.get("internalTrafficPolicy") == "Local",
-            external_local=spec.get("externalTrafficPolicy") == "Local",
-        ))
+        out.append(
+            ServicePort(
+                name=ServicePortName(
+                    meta.get("namespace", ""), meta.get("name", ""), port.get("name") or "", protocol
+                ),
+                cluster_ip=cluster_ip,
+                port=port["port"],
+                node_port=int(port.get("nodePort") or 0),
+                external_ips=external_ips,
+                load_balancer_ips=lb_ips if spec.get("type") == "LoadBalancer" else (),
+                affinity_timeout=affinity,
+                internal_local=spec.get("internalTrafficPolicy") == "Local",
+                external_local=spec.get("externalTrafficPolicy") == "Local",
+            )
+        )
     return out
 
 
@@ -133,23 +141,35 @@ def slice_endpoints(slice_: Obj) -> dict[ServicePortName, list[Endpoint]]:
     for port in slice_.get("ports") or []:
         number = port.get("port")
         if not isinstance(number, int) or not 0 < number < 65536:
-            log.warning("skipping slice port slice=%s port=%s reason=%s", where, port.get("name") or "",
-                        "no port number" if number is None else f"invalid port {number!r}")
+            log.warning(
+                "skipping slice port slice=%s port=%s reason=%s",
+                where,
+                port.get("name") or "",
+                "no port number" if number is None else f"invalid port {number!r}",
+            )
             continue
-        name = ServicePortName(meta.get("namespace", ""), service, port.get("name") or "", port.get("protocol") or "TCP")
+        name = ServicePortName(
+            meta.get("namespace", ""), service, port.get("name") or "", port.get("protocol") or "TCP"
+        )
         endpoints = out.setdefault(name, [])
         for ep in slice_.get("endpoints") or []:
             addresses = ep.get("addresses") or []
             ip = _ipv4(addresses[0]) if addresses else None
             if ip is None:
-                log.warning("skipping endpoint slice=%s address=%r reason=not an IPv4 address", where,
-                            addresses[0] if addresses else None)
+                log.warning(
+                    "skipping endpoint slice=%s address=%r reason=not an IPv4 address",
+                    where,
+                    addresses[0] if addresses else None,
+                )
                 continue
             conditions = ep.get("conditions") or {}
             ready = conditions.get("ready") is None or bool(conditions.get("ready"))
             serving = ready if conditions.get("serving") is None else bool(conditions.get("serving"))
-            endpoints.append(Endpoint(ip, number, ready, serving, bool(conditions.get("terminating")),
-                                      ep.get("nodeName") or ""))
+            endpoints.append(
+                Endpoint(
+                    ip, number, ready, serving, bool(conditions.get("terminating")), ep.get("nodeName") or ""
+                )
+            )
     return out
 
 

@@ -30,8 +30,11 @@ class Nft:
 
     async def _run(self, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
-            *self.argv(*args), stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            *self.argv(*args),
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await proc.communicate(stdin.encode() if stdin is not None else None)
         return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 

@@ -72,10 +72,16 @@ class Proxier:
         self.settings = NodeSettings(config.node_name, config.cluster_cidr, config.masquerade_all)
         self.services = Informer(client, "/api/v1/services")
         self.slices = Informer(client, "/apis/discovery.k8s.io/v1/endpointslices")
-        self.services.add_handler(on_add=self._service_changed, on_update=lambda o, n: self._service_changed(n, o),
-                                  on_delete=self._service_changed)
-        self.slices.add_handler(on_add=self._slice_changed, on_update=lambda o, n: self._slice_changed(n, o),
-                                on_delete=self._slice_changed)
+        self.services.add_handler(
+            on_add=self._service_changed,
+            on_update=lambda o, n: self._service_changed(n, o),
+            on_delete=self._service_changed,
+        )
+        self.slices.add_handler(
+            on_add=self._slice_changed,
+            on_update=lambda o, n: self._slice_changed(n, o),
+            on_delete=self._slice_changed,
+        )
         self.last: Ruleset | None = None
         self.need_full = True
         self.last_full = 0.0
@@ -98,14 +104,18 @@ class Proxier:
         self._wake.set()
 
     def _service_changed(self, new: Obj, old: Obj | None = None) -> None:
-        if old is not None and (old.get("metadata") or {}).get("resourceVersion") == (new.get("metadata") or {}).get("resourceVersion"):
+        if old is not None and (old.get("metadata") or {}).get("resourceVersion") == (
+            new.get("metadata") or {}
+        ).get("resourceVersion"):
             return
         self.metrics.service_changes.inc()
         self.metrics.service_changes_pending.inc()
         self._queue()
 
     def _slice_changed(self, new: Obj, old: Obj | None = None) -> None:
-        if old is not None and (old.get("metadata") or {}).get("resourceVersion") == (new.get("metadata") or {}).get("resourceVersion"):
+        if old is not None and (old.get("metadata") or {}).get("resourceVersion") == (
+            new.get("metadata") or {}
+        ).get("resourceVersion"):
             return
         self.metrics.endpoint_changes.inc()
         self.metrics.endpoint_changes_pending.inc()
@@ -147,7 +157,11 @@ class Proxier:
         self.metrics.endpoint_changes_pending.set(0)
         self.metrics.service_changes_pending.set(0)
         wanted, ports, endpoints = self.wanted()
-        full = self.need_full or self.last is None or time.monotonic() - self.last_full > self.config.full_sync_period
+        full = (
+            self.need_full
+            or self.last is None
+            or time.monotonic() - self.last_full > self.config.full_sync_period
+        )
         try:
             if full:
                 script = self.writer.full(wanted, await self.config.nft.existing())
@@ -177,11 +191,19 @@ class Proxier:
             self.metrics.network_programming.observe(time.time() - pending_since)
         self._count_no_local(ports, endpoints)
         self.health.updated()
-        log.info("synced full=%s services=%d chains=%d elapsed=%.3fs", full, len(ports), len(wanted.chains), elapsed)
+        log.info(
+            "synced full=%s services=%d chains=%d elapsed=%.3fs",
+            full,
+            len(ports),
+            len(wanted.chains),
+            elapsed,
+        )
         await self._flush_udp(ports, endpoints)
         return True
 
-    def _count_no_local(self, ports: list[ServicePort], endpoints: dict[ServicePortName, tuple[Endpoint, ...]]) -> None:
+    def _count_no_local(
+        self, ports: list[ServicePort], endpoints: dict[ServicePortName, tuple[Endpoint, ...]]
+    ) -> None:
         internal = external = 0
         for svc in ports:
             cat = categorize(svc, endpoints.get(svc.name, ()), self.config.node_name)
@@ -191,7 +213,9 @@ class Proxier:
         self.metrics.no_local_endpoints.labels("internal").set(internal)
         self.metrics.no_local_endpoints.labels("external").set(external)
 
-    async def _flush_udp(self, ports: list[ServicePort], endpoints: dict[ServicePortName, tuple[Endpoint, ...]]) -> None:
+    async def _flush_udp(
+        self, ports: list[ServicePort], endpoints: dict[ServicePortName, tuple[Endpoint, ...]]
+    ) -> None:
         now: dict[ServicePortName, tuple[ServicePort, frozenset[str]]] = {}
         for svc in ports:
             if svc.protocol != "udp":
@@ -220,8 +244,10 @@ class Proxier:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Informers, then the sync loop until `stop` is set. The rules stay when it ends."""
-        self._tasks = [asyncio.create_task(self.services.run(), name="services informer"),
-                       asyncio.create_task(self.slices.run(), name="endpointslices informer")]
+        self._tasks = [
+            asyncio.create_task(self.services.run(), name="services informer"),
+            asyncio.create_task(self.slices.run(), name="endpointslices informer"),
+        ]
         try:
             waiter = asyncio.create_task(stop.wait())
             synced = asyncio.gather(self.services.synced.wait(), self.slices.synced.wait())

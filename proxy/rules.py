@@ -28,7 +28,11 @@ NO_LOCALHOST = "ip daddr != 127.0.0.0/8"
 SERVICES, MASQUERADING, MARK_MASQ = "services", "masquerading", "mark-for-masquerade"
 ENDPOINTS_CHECK, CLUSTER_IPS_CHECK, REJECT = "service-endpoints-check", "cluster-ips-check", "reject-chain"
 SERVICE_IPS, SERVICE_NODEPORTS = "service-ips", "service-nodeports"
-NO_ENDPOINT_SERVICES, NO_ENDPOINT_NODEPORTS, CLUSTER_IPS = "no-endpoint-services", "no-endpoint-nodeports", "cluster-ips"
+NO_ENDPOINT_SERVICES, NO_ENDPOINT_NODEPORTS, CLUSTER_IPS = (
+    "no-endpoint-services",
+    "no-endpoint-nodeports",
+    "cluster-ips",
+)
 # name -> hook line (priorities: dstnat -100, srcnat 100; the filter chains see pre-DNAT addresses)
 BASE_CHAINS = {
     "filter-prerouting": "type filter hook prerouting priority -110",
@@ -64,7 +68,7 @@ def hash_and_truncate(name: str) -> str:
     """upstream's hashAndTruncate: an 8-character base32 hash of the name, then the name."""
     digest = base64.b32encode(hashlib.sha256(name.encode()).digest()).decode()
     out = f"{digest[:8]}-{name}"
-    return out if len(out) <= NAME_MAX else out[:NAME_MAX - 3] + "..."
+    return out if len(out) <= NAME_MAX else out[: NAME_MAX - 3] + "..."
 
 
 def endpoint_base(svc: ServicePortName, ep: Endpoint) -> str:
@@ -87,19 +91,43 @@ def _fixed_chains(rs: Ruleset, settings: NodeSettings) -> None:
     for name, hook in BASE_CHAINS.items():
         rs.add_chain(Chain(name, JUMPS.get(name, ()), hook=hook))
     rs.add_chain(Chain(MARK_MASQ, (f"mark set mark or {MASQ_MARK}",)))
-    rs.add_chain(Chain(MASQUERADING, (f"mark and {MASQ_MARK} == 0 return", f"mark set mark xor {MASQ_MARK}",
-                                      "masquerade fully-random")))
-    rs.add_chain(Chain(REJECT, ("reject",), comment="helper for @no-endpoint-services / @no-endpoint-nodeports"))
-    rs.add_chain(Chain(ENDPOINTS_CHECK, (
-        f"ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}",
-        f"fib daddr type local {NO_LOCALHOST} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}",
-    )))
-    rs.add_chain(Chain(CLUSTER_IPS_CHECK, (
-        f'ip daddr @{CLUSTER_IPS} reject comment "Reject traffic to invalid ports of ClusterIPs"',)))
-    rs.add_chain(Chain(SERVICES, (
-        f"ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}",
-        f"fib daddr type local {NO_LOCALHOST} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}",
-    )))
+    rs.add_chain(
+        Chain(
+            MASQUERADING,
+            (
+                f"mark and {MASQ_MARK} == 0 return",
+                f"mark set mark xor {MASQ_MARK}",
+                "masquerade fully-random",
+            ),
+        )
+    )
+    rs.add_chain(
+        Chain(REJECT, ("reject",), comment="helper for @no-endpoint-services / @no-endpoint-nodeports")
+    )
+    rs.add_chain(
+        Chain(
+            ENDPOINTS_CHECK,
+            (
+                f"ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}",
+                f"fib daddr type local {NO_LOCALHOST} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}",
+            ),
+        )
+    )
+    rs.add_chain(
+        Chain(
+            CLUSTER_IPS_CHECK,
+            (f'ip daddr @{CLUSTER_IPS} reject comment "Reject traffic to invalid ports of ClusterIPs"',),
+        )
+    )
+    rs.add_chain(
+        Chain(
+            SERVICES,
+            (
+                f"ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}",
+                f"fib daddr type local {NO_LOCALHOST} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}",
+            ),
+        )
+    )
 
 
 class _Builder:
@@ -154,7 +182,9 @@ class _Builder:
             if self.settings.masquerade_all:
                 masq_internal = [f"ip daddr {svc.cluster_ip} {proto} dport {port} jump {MARK_MASQ}"]
             elif self.settings.cluster_cidr:
-                masq_internal = [f"ip daddr {svc.cluster_ip} {proto} dport {port} {self.if_not_local()} jump {MARK_MASQ}"]
+                masq_internal = [
+                    f"ip daddr {svc.cluster_ip} {proto} dport {port} {self.if_not_local()} jump {MARK_MASQ}"
+                ]
         if uses_external:
             cluster_chain = names.cluster if cat.cluster and svc.uses_cluster_endpoints else ""
             self._external(svc, names, external_policy_chain, has_external, cluster_chain)
@@ -167,8 +197,9 @@ class _Builder:
         for ep in cat.reachable:
             self._endpoint_chain(svc, ep)
 
-    def _external(self, svc: ServicePort, names: ChainNames, policy_chain: str, has_external: bool,
-                  cluster_chain: str) -> None:
+    def _external(
+        self, svc: ServicePort, names: ChainNames, policy_chain: str, has_external: bool, cluster_chain: str
+    ) -> None:
         rules: list[str] = []
         if not svc.external_local:
             rules.append(f"jump {MARK_MASQ}")
@@ -178,18 +209,24 @@ class _Builder:
                 rules.append(f'{self.if_local()} goto {cluster_chain} comment "short-circuit pod traffic"')
             rules.append(f'fib saddr type local jump {MARK_MASQ} comment "masquerade local traffic"')
             if cluster_chain:
-                rules.append(f'fib saddr type local goto {cluster_chain} comment "short-circuit local traffic"')
+                rules.append(
+                    f'fib saddr type local goto {cluster_chain} comment "short-circuit local traffic"'
+                )
         if has_external:
             rules.append(f"goto {policy_chain}")
         self.rs.add_chain(Chain(names.external, tuple(rules)))
 
-    def _service_chain(self, svc: ServicePort, chain: str, endpoints: tuple[Endpoint, ...], prefix: list[str]) -> None:
+    def _service_chain(
+        self, svc: ServicePort, chain: str, endpoints: tuple[Endpoint, ...], prefix: list[str]
+    ) -> None:
         rules = list(prefix)
         if svc.affinity_timeout is not None:
             for ep in endpoints:
                 base = endpoint_base(svc.name, ep)
                 rules.append(f"ip saddr @affinity-{base} goto endpoint-{base}")
-        targets = ", ".join(f"{i} : goto endpoint-{endpoint_base(svc.name, ep)}" for i, ep in enumerate(endpoints))
+        targets = ", ".join(
+            f"{i} : goto endpoint-{endpoint_base(svc.name, ep)}" for i, ep in enumerate(endpoints)
+        )
         rules.append(f"numgen random mod {len(endpoints)} vmap {{ {targets} }}")
         self.rs.add_chain(Chain(chain, tuple(rules)))
 
@@ -197,8 +234,15 @@ class _Builder:
         base = endpoint_base(svc.name, ep)
         rules = [f"ip saddr {ep.ip} jump {MARK_MASQ}"]
         if svc.affinity_timeout is not None:
-            self.rs.add_set(NftSet(f"affinity-{base}", "ipv4_addr", flags=("dynamic", "timeout"),
-                                   timeout=svc.affinity_timeout, dynamic=True))
+            self.rs.add_set(
+                NftSet(
+                    f"affinity-{base}",
+                    "ipv4_addr",
+                    flags=("dynamic", "timeout"),
+                    timeout=svc.affinity_timeout,
+                    dynamic=True,
+                )
+            )
             rules.append(f"update @affinity-{base} {{ ip saddr }}")
         rules.append(f"meta l4proto {svc.protocol} dnat to {ep.ip}:{ep.port}")
         self.rs.add_chain(Chain(f"endpoint-{base}", tuple(rules)))
@@ -209,18 +253,37 @@ class _Builder:
         for name, type_, elements, comment in (
             (SERVICE_IPS, addr, self.service_ips, "ClusterIP, ExternalIP and LoadBalancer IP traffic"),
             (SERVICE_NODEPORTS, port, self.nodeports, "NodePort traffic"),
-            (NO_ENDPOINT_SERVICES, addr, self.no_endpoint_services,
-             "vmap to drop or reject packets to services with no endpoints"),
-            (NO_ENDPOINT_NODEPORTS, port, self.no_endpoint_nodeports,
-             "vmap to drop or reject packets to service nodeports with no endpoints"),
+            (
+                NO_ENDPOINT_SERVICES,
+                addr,
+                self.no_endpoint_services,
+                "vmap to drop or reject packets to services with no endpoints",
+            ),
+            (
+                NO_ENDPOINT_NODEPORTS,
+                port,
+                self.no_endpoint_nodeports,
+                "vmap to drop or reject packets to service nodeports with no endpoints",
+            ),
         ):
-            self.rs.add_set(NftSet(name, type_, is_map=True, comment=comment, elements=tuple(sorted(elements))))
-        self.rs.add_set(NftSet(CLUSTER_IPS, "ipv4_addr", comment="Active ClusterIPs",
-                               elements=tuple((ip, None) for ip in sorted(self.cluster_ips))))
+            self.rs.add_set(
+                NftSet(name, type_, is_map=True, comment=comment, elements=tuple(sorted(elements)))
+            )
+        self.rs.add_set(
+            NftSet(
+                CLUSTER_IPS,
+                "ipv4_addr",
+                comment="Active ClusterIPs",
+                elements=tuple((ip, None) for ip in sorted(self.cluster_ips)),
+            )
+        )
 
 
-def build(services: list[ServicePort], endpoints: dict[ServicePortName, tuple[Endpoint, ...]],
-          settings: NodeSettings) -> Ruleset:
+def build(
+    services: list[ServicePort],
+    endpoints: dict[ServicePortName, tuple[Endpoint, ...]],
+    settings: NodeSettings,
+) -> Ruleset:
     builder = _Builder(settings)
     _fixed_chains(builder.rs, settings)
     for svc in sorted(services, key=lambda s: s.name):

@@ -107,7 +107,11 @@ class Writer:
     def _add_elements(self, nft_set: NftSet, elements: list[tuple[str, str | None]]) -> list[str]:
         if not elements:
             return []
-        return [f"add element {self.at} {nft_set.name} {{ " + ", ".join(_element(k, v) for k, v in elements) + " }"]
+        return [
+            f"add element {self.at} {nft_set.name} {{ "
+            + ", ".join(_element(k, v) for k, v in elements)
+            + " }"
+        ]
 
     def full(self, wanted: Ruleset, existing: Existing) -> str:
         """Everything rewritten; what the kernel holds beyond `wanted` is deleted."""
@@ -120,7 +124,9 @@ class Writer:
             lines.append(f"flush chain {self.at} {name}")
         for nft_set in wanted.sets.values():
             known = kernel_sets.get(nft_set.name)
-            if known is not None and (known[0] != nft_set.keyword or (nft_set.dynamic and known[1] != nft_set.timeout)):
+            if known is not None and (
+                known[0] != nft_set.keyword or (nft_set.dynamic and known[1] != nft_set.timeout)
+            ):
                 lines.append(f"delete {known[0]} {self.at} {nft_set.name}")  # its shape changed: made anew
             lines.append(self._set_decl(nft_set))
             if not nft_set.dynamic:
@@ -139,13 +145,25 @@ class Writer:
 
     def partial(self, old: Ruleset, new: Ruleset) -> str:
         """Only what differs between the last ruleset written and the wanted one ("" when nothing)."""
-        if any(c.name in old.chains and (old.chains[c.name].hook, old.chains[c.name].comment) != (c.hook, c.comment)
-               for c in new.chains.values()):
-            return self.full(new, Existing(frozenset(old.chains),
-                                           tuple((s.name, s.keyword, s.timeout) for s in old.sets.values())))
-        remade = {n for n, s in new.sets.items() if n in old.sets and old.sets[n].declaration() != s.declaration()}
-        touched = [c for c in new.chains.values() if old.chains.get(c.name) != c
-                   or any(f"@{n}" in rule for n in remade for rule in c.rules)]
+        if any(
+            c.name in old.chains
+            and (old.chains[c.name].hook, old.chains[c.name].comment) != (c.hook, c.comment)
+            for c in new.chains.values()
+        ):
+            return self.full(
+                new,
+                Existing(
+                    frozenset(old.chains), tuple((s.name, s.keyword, s.timeout) for s in old.sets.values())
+                ),
+            )
+        remade = {
+            n for n, s in new.sets.items() if n in old.sets and old.sets[n].declaration() != s.declaration()
+        }
+        touched = [
+            c
+            for c in new.chains.values()
+            if old.chains.get(c.name) != c or any(f"@{n}" in rule for n in remade for rule in c.rules)
+        ]
         lines: list[str] = []
         for nft_set in new.sets.values():
             if nft_set.name not in old.sets:
@@ -167,7 +185,13 @@ class Writer:
         for nft_set in new.sets.values():
             if nft_set.dynamic:
                 continue
-            before = {} if nft_set.name in remade else dict(old.sets[nft_set.name].elements) if nft_set.name in old.sets else {}
+            before = (
+                {}
+                if nft_set.name in remade
+                else dict(old.sets[nft_set.name].elements)
+                if nft_set.name in old.sets
+                else {}
+            )
             wanted = dict(nft_set.elements)
             gone = [k for k, v in before.items() if k not in wanted or wanted[k] != v]
             if gone:

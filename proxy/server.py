@@ -35,7 +35,9 @@ def healthz_app(health: Health) -> web.Application:
 
 def metrics_app(metrics: ProxyMetrics) -> web.Application:
     async def handle(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
     app = web.Application()
     app.router.add_get("/metrics", handle)

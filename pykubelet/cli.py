@@ -20,7 +20,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("agent.cli", "run the node agent (the kubelet)"),
     "server": ("controlplane.cli", "run the project's own Kubernetes API server"),
     "scheduler": ("controlplane.scheduler.cli", "run the scheduler against an API server"),
-    "controller-manager": ("controlplane.controllers.cli", "run the controller manager against an API server"),
+    "controller-manager": (
+        "controlplane.controllers.cli",
+        "run the controller manager against an API server",
+    ),
     "proxy": ("proxy.cli", "run the service proxy (kube-proxy's nftables mode) against an API server"),
     "dns": ("dns.cli", "run the cluster DNS server (cluster.local from the API, the rest forwarded)"),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),

@@ -36,10 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pod-cidr", default=DEFAULT_POD_CIDR)
     parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
     parser.add_argument("--api-port", type=int, default=6443)
-    parser.add_argument("--store", choices=("sqlite", "etcd"), default="sqlite",
-                        help="where the API server stores the cluster: SQLite in its data dir, or a local etcd "
-                             "(with its own data dir and certificates under <state-dir>/etcd) that up starts and "
-                             "down stops")
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "etcd"),
+        default="sqlite",
+        help="where the API server stores the cluster: SQLite in its data dir, or a local etcd "
+        "(with its own data dir and certificates under <state-dir>/etcd) that up starts and "
+        "down stops",
+    )
     parser.add_argument("--no-example", action="store_true", help="do not run the sample pod")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the sample pod")
 
@@ -69,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"pykubelet: starting registry, containerd, {'etcd, ' if args.store == 'etcd' else ''}API server, agent,"
-        f" service proxy and DNS in {state_dir} ...", file=sys.stderr
+        f" service proxy and DNS in {state_dir} ...",
+        file=sys.stderr,
     )
     stack.start()
     print(f"pykubelet: node {stack.node_name} is Ready", file=sys.stderr)
@@ -100,7 +105,10 @@ def run_example(stack: Stack, timeout: float) -> None:
         phase = pod.status.phase
         ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
         if phase == "Running" and ready:
-            print(f"pykubelet: pod {namespace}/{name} is Running and Ready at {pod.status.pod_ip}", file=sys.stderr)
+            print(
+                f"pykubelet: pod {namespace}/{name} is Running and Ready at {pod.status.pod_ip}",
+                file=sys.stderr,
+            )
             return
         time.sleep(0.5)
     raise SystemExit(f"pykubelet: pod {namespace}/{name} still {phase} after {timeout:.0f} s")

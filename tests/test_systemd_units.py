@@ -23,7 +23,11 @@ def _exec_start(unit: Path) -> list[str]:
 
 
 def test_units_exist() -> None:
-    assert {u.name for u in UNITS} == {"pykubelet.service", "pykube-controlplane.service", "pykube-proxy.service"}
+    assert {u.name for u in UNITS} == {
+        "pykubelet.service",
+        "pykube-controlplane.service",
+        "pykube-proxy.service",
+    }
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)

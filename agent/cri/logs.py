@@ -30,9 +30,7 @@ _TAIL_BLOCK = 64 * 1024
 
 # RFC 3339 as Go's time.Parse reads upstream's layout "2006-01-02T15:04:05.999999999Z07:00": the
 # fraction is optional and may have any number of digits (beyond nine they are dropped).
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:(Z)|([+-])(\d\d):(\d\d))"
-)
+_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:(Z)|([+-])(\d\d):(\d\d))")
 _NS = 1_000_000_000
 
 

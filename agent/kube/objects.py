@@ -20,7 +20,9 @@ class ObjectReader:
     async def fetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None if it does not exist (other API errors are raised)."""
         try:
-            return await self.client.get(f"/api/v1/namespaces/{quote(namespace)}/{_KIND_PATHS[kind]}/{quote(name)}")
+            return await self.client.get(
+                f"/api/v1/namespaces/{quote(namespace)}/{_KIND_PATHS[kind]}/{quote(name)}"
+            )
         except ApiError as err:
             if err.not_found:
                 return None

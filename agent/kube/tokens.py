@@ -41,7 +41,13 @@ class CredentialClient:
         self.client = client
 
     async def request_token(
-        self, namespace: str, account: str, audiences: list[str], expiration_seconds: int, pod_name: str, pod_uid: str
+        self,
+        namespace: str,
+        account: str,
+        audiences: list[str],
+        expiration_seconds: int,
+        pod_name: str,
+        pod_uid: str,
     ) -> IssuedToken:
         """POST serviceaccounts/<account>/token bound to the pod, as upstream's kubelet asks for it."""
         spec: dict[str, Any] = {
@@ -71,7 +77,9 @@ class CredentialClient:
             return None
         user = status.get("user") or {}
         extra = tuple(sorted((k, tuple(v or ())) for k, v in (user.get("extra") or {}).items()))
-        return ReviewedUser(str(user.get("username", "")), str(user.get("uid", "")), tuple(user.get("groups") or ()), extra)
+        return ReviewedUser(
+            str(user.get("username", "")), str(user.get("uid", "")), tuple(user.get("groups") or ()), extra
+        )
 
     async def review_access(self, spec: dict[str, Any]) -> tuple[bool, bool, str]:
         """(allowed, denied, reason) of a SubjectAccessReview with this spec."""

@@ -52,8 +52,10 @@ NODE_READY_GRACE = 120.0  # upstream's nodeReadyGracePeriod: give up on the fast
 
 def _conditions(conditions: list[dict[str, Any]] | None) -> list[tuple[str, str, str, str]]:
     """What a condition says, without its times: whether another writer changed ours."""
-    return sorted((str(c.get("type")), str(c.get("status")), str(c.get("reason", "")), str(c.get("message", "")))
-                  for c in conditions or [])
+    return sorted(
+        (str(c.get("type")), str(c.get("status")), str(c.get("reason", "")), str(c.get("message", "")))
+        for c in conditions or []
+    )
 
 
 class NodeController:
@@ -89,7 +91,11 @@ class NodeController:
     @property
     def ref(self) -> dict[str, Any]:
         """The Node as events name it (upstream's nodeRef: the node's name as its UID too)."""
-        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.cfg.node_name, "uid": self.cfg.node_name}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.cfg.node_name, "uid": self.cfg.node_name},
+        }
 
     def event(self, type_: str, reason: str, message: str) -> None:
         if self.recorder is not None:
@@ -127,7 +133,12 @@ class NodeController:
                 return
             except (ApiError, OSError, host.NodeIPError) as err:
                 delay = backoff.next()
-                log.warning("node registration failed node=%s error=%r retry_in=%.1fs", self.cfg.node_name, str(err), delay)
+                log.warning(
+                    "node registration failed node=%s error=%r retry_in=%.1fs",
+                    self.cfg.node_name,
+                    str(err),
+                    delay,
+                )
                 await asyncio.sleep(delay)
 
     async def _register_once(self) -> None:
@@ -157,7 +168,9 @@ class NodeController:
                     raise
                 self.node = await self.client.get(self.path)
         else:
-            missing = {k: v for k, v in labels.items() if existing.get("metadata", {}).get("labels", {}).get(k) != v}
+            missing = {
+                k: v for k, v in labels.items() if existing.get("metadata", {}).get("labels", {}).get(k) != v
+            }
             self.node = existing
             if missing:
                 self.node = await self.client.patch(self.path, {"metadata": {"labels": missing}})
@@ -173,7 +186,11 @@ class NodeController:
         for event in self._pending_events:
             if event == "Rebooted":
                 assert self.facts is not None
-                self.event(WARNING, "Rebooted", f"Node {self.cfg.node_name} has been rebooted, boot id: {self.facts.boot_id}")
+                self.event(
+                    WARNING,
+                    "Rebooted",
+                    f"Node {self.cfg.node_name} has been rebooted, boot id: {self.facts.boot_id}",
+                )
             else:
                 self.event(NORMAL, event, status_event_message(self.cfg.node_name, event))
         self._pending_events = []
@@ -206,7 +223,11 @@ class NodeController:
         status = await self._compute()
         stale = time.monotonic() - self._last_report_at >= self.cfg.node_status_report_frequency
         held = _conditions(((self.node or {}).get("status") or {}).get("conditions"))
-        if not stale and without_heartbeats(status) == self._last_reported and held == _conditions(status["conditions"]):
+        if (
+            not stale
+            and without_heartbeats(status) == self._last_reported
+            and held == _conditions(status["conditions"])
+        ):
             return False
         await self._post(status)
         return True

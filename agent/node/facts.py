@@ -88,7 +88,10 @@ class NodeIPError(Exception):
 def _usable(ip: str, local: set[str]) -> bool:
     """upstream's validateNodeIP: not loopback, link-local, multicast or unspecified, and on this host."""
     addr = ipaddress.ip_address(ip)
-    return not (addr.is_loopback or addr.is_link_local or addr.is_multicast or addr.is_unspecified) and ip in local
+    return (
+        not (addr.is_loopback or addr.is_link_local or addr.is_multicast or addr.is_unspecified)
+        and ip in local
+    )
 
 
 def choose_node_ip(
@@ -142,7 +145,7 @@ def hugepages(root: str = "/sys/kernel/mm/hugepages") -> dict[int, int]:
     for name in names:
         if name.startswith("hugepages-") and name.endswith("kB"):
             try:
-                size = int(name[len("hugepages-"):-2]) * 1024
+                size = int(name[len("hugepages-") : -2]) * 1024
                 out[size] = int(_read(f"{root}/{name}/nr_hugepages", "0") or 0)
             except ValueError:
                 continue

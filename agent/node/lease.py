@@ -121,5 +121,7 @@ class LeaseController:
                 await asyncio.sleep(self.interval * (1 + random.uniform(0, 0.04)))
             except ApiError as err:
                 delay = backoff.next()
-                log.warning("lease renewal failed node=%s error=%r retry_in=%.1fs", self.node_name, str(err), delay)
+                log.warning(
+                    "lease renewal failed node=%s error=%r retry_in=%.1fs", self.node_name, str(err), delay
+                )
                 await asyncio.sleep(delay)

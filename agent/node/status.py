@@ -24,6 +24,7 @@ def threshold_bytes(text: str, capacity: int) -> int:
         return int(parse_quantity(text[:-1]) / 100 * capacity)
     return value(text)
 
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -157,7 +158,9 @@ class CondSpec:
     message: str
 
 
-def condition_specs(cfg: AgentConfig, facts: HostFacts, usage: Usage, health: RuntimeHealth) -> list[CondSpec]:
+def condition_specs(
+    cfg: AgentConfig, facts: HostFacts, usage: Usage, health: RuntimeHealth
+) -> list[CondSpec]:
     hard = cfg.eviction_hard
     mem_pressure = _below(hard.get("memory.available"), usage.memory_available, facts.memory_bytes)
     disk_pressure = _below(hard.get("nodefs.available"), usage.fs_available, usage.fs_capacity) or _below(
@@ -165,15 +168,24 @@ def condition_specs(cfg: AgentConfig, facts: HostFacts, usage: Usage, health: Ru
     )
     pid_pressure = _below(hard.get("pid.available"), usage.pids_max - usage.pids_used, usage.pids_max)
     specs = [
-        CondSpec("MemoryPressure", "True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available")
+        CondSpec(
+            "MemoryPressure",
+            "True",
+            "KubeletHasInsufficientMemory",
+            "kubelet has insufficient memory available",
+        )
         if mem_pressure
-        else CondSpec("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        else CondSpec(
+            "MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"
+        ),
         CondSpec("DiskPressure", "True", "KubeletHasDiskPressure", "kubelet has disk pressure")
         if disk_pressure
         else CondSpec("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
         CondSpec("PIDPressure", "True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available")
         if pid_pressure
-        else CondSpec("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        else CondSpec(
+            "PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"
+        ),
     ]
     problems = health.problems()
     if problems:
@@ -184,9 +196,7 @@ def condition_specs(cfg: AgentConfig, facts: HostFacts, usage: Usage, health: Ru
     return specs
 
 
-def merge_conditions(
-    previous: list[dict[str, Any]], specs: list[CondSpec], now: str
-) -> list[dict[str, Any]]:
+def merge_conditions(previous: list[dict[str, Any]], specs: list[CondSpec], now: str) -> list[dict[str, Any]]:
     """New conditions: lastHeartbeatTime is now; lastTransitionTime moves only when status changes."""
     prev = {c.get("type"): c for c in previous or []}
     out = []
@@ -232,7 +242,9 @@ def node_status(
             "kernelVersion": facts.kernel_version,
             "osImage": facts.os_image,
             "containerRuntimeVersion": health.version,
-            "kubeletVersion": KUBERNETES_VERSION if KUBERNETES_VERSION.startswith("v") else f"v{KUBERNETES_VERSION}",
+            "kubeletVersion": KUBERNETES_VERSION
+            if KUBERNETES_VERSION.startswith("v")
+            else f"v{KUBERNETES_VERSION}",
             "kubeProxyVersion": "",
             "operatingSystem": "linux",
             "architecture": facts.architecture,

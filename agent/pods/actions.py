@@ -64,8 +64,14 @@ class PodActions:
     ephemeral_to_start: list[int] = field(default_factory=list)  # indexes into spec.ephemeralContainers
 
     def nothing(self) -> bool:
-        return not (self.kill_pod or self.create_sandbox or self.init_to_start or self.containers_to_start
-                    or self.containers_to_kill or self.ephemeral_to_start)
+        return not (
+            self.kill_pod
+            or self.create_sandbox
+            or self.init_to_start
+            or self.containers_to_start
+            or self.containers_to_kill
+            or self.ephemeral_to_start
+        )
 
 
 def container_changed(container: dict[str, Any], rec: ContainerRecord) -> bool:
@@ -80,12 +86,18 @@ def _init_failed(rec: ContainerRecord) -> bool:
 
 def compute_pod_actions(pod: dict[str, Any], rt: PodRuntime, verdicts: Verdicts) -> PodActions:
     check = sandbox_changed(pod, rt)
-    actions = PodActions(kill_pod=check.changed, create_sandbox=check.changed, sandbox_id=check.sandbox_id,
-                         attempt=check.attempt)
+    actions = PodActions(
+        kill_pod=check.changed,
+        create_sandbox=check.changed,
+        sandbox_id=check.sandbox_id,
+        attempt=check.attempt,
+    )
     if check.changed:
         return _for_new_sandbox(pod, rt, actions)
     # Ephemeral containers start even before the pod has initialized, once each: never restarted.
-    actions.ephemeral_to_start = [i for i, c in enumerate(ephemeral_containers(pod)) if rt.latest(c["name"]) is None]
+    actions.ephemeral_to_start = [
+        i for i, c in enumerate(ephemeral_containers(pod)) if rt.latest(c["name"]) is None
+    ]
     initialized = _init_actions(pod, rt, verdicts, actions)
     if actions.kill_pod or not initialized:
         return actions
@@ -98,7 +110,10 @@ def compute_pod_actions(pod: dict[str, Any], rt: PodRuntime, verdicts: Verdicts)
                 actions.containers_to_start.append(idx)
                 if rec is not None and rec.state == "unknown":
                     actions.containers_to_kill[rec.id] = Kill(
-                        rec, f'Container is in "{rec.state}" state, try killing it before restart', REASON_UNKNOWN)
+                        rec,
+                        f'Container is in "{rec.state}" state, try killing it before restart',
+                        REASON_UNKNOWN,
+                    )
             continue
         restart = policy != "Never"
         if container_changed(c, rec):
@@ -129,7 +144,8 @@ def _for_new_sandbox(pod: dict[str, Any], rt: PodRuntime, actions: PodActions) -
         actions.create_sandbox = False
         return actions
     to_start = [
-        idx for idx, c in enumerate(app_containers(pod))
+        idx
+        for idx, c in enumerate(app_containers(pod))
         if not (restart_policy(pod) == "OnFailure" and _succeeded(c, rt))
     ]
     if not to_start and _any_regular_created(pod, rt):
@@ -148,8 +164,10 @@ def _succeeded(container: dict[str, Any], rt: PodRuntime) -> bool:
 
 
 def _any_regular_created(pod: dict[str, Any], rt: PodRuntime) -> bool:
-    return any((rec := rt.latest(c["name"])) is not None and rec.state in ("created", "running", "exited")
-               for c in app_containers(pod))
+    return any(
+        (rec := rt.latest(c["name"])) is not None and rec.state in ("created", "running", "exited")
+        for c in app_containers(pod)
+    )
 
 
 def _init_actions(pod: dict[str, Any], rt: PodRuntime, verdicts: Verdicts, actions: PodActions) -> bool:
@@ -160,7 +178,8 @@ def _init_actions(pod: dict[str, Any], rt: PodRuntime, verdicts: Verdicts, actio
     if not inits:
         return True
     initialized = any(
-        (rec := rt.latest(c["name"])) is not None and rec.state in ("created", "running") for c in app_containers(pod)
+        (rec := rt.latest(c["name"])) is not None and rec.state in ("created", "running")
+        for c in app_containers(pod)
     )
     previously = initialized
     restart_on_failure = restart_policy(pod) != "Never"
@@ -198,7 +217,10 @@ def _init_actions(pod: dict[str, Any], rt: PodRuntime, verdicts: Verdicts, actio
                 actions.init_to_start = []
                 return False
             actions.containers_to_kill[rec.id] = Kill(
-                rec, f'Init container is in "{rec.state}" state, try killing it before restart', REASON_UNKNOWN)
+                rec,
+                f'Init container is in "{rec.state}" state, try killing it before restart',
+                REASON_UNKNOWN,
+            )
             actions.init_to_start.append(i)
         previously = True
     if not previously:
@@ -208,7 +230,12 @@ def _init_actions(pod: dict[str, Any], rt: PodRuntime, verdicts: Verdicts, actio
 
 
 def _sidecar_running(
-    c: dict[str, Any], i: int, count: int, rec: ContainerRecord, previously: bool, verdicts: Verdicts,
+    c: dict[str, Any],
+    i: int,
+    count: int,
+    rec: ContainerRecord,
+    previously: bool,
+    verdicts: Verdicts,
     actions: PodActions,
 ) -> bool:
     """A running sidecar: once started (its startup probe passed), the next init container may start;
@@ -219,7 +246,9 @@ def _sidecar_running(
         if startup is None:
             return False  # wait for the startup probe's first verdict
         if startup != SUCCESS:
-            actions.containers_to_kill[rec.id] = Kill(rec, f"Init container {c['name']} failed startup probe", REASON_STARTUP)
+            actions.containers_to_kill[rec.id] = Kill(
+                rec, f"Init container {c['name']} failed startup probe", REASON_STARTUP
+            )
             actions.init_to_start.append(i)
             return False
     last = i == count - 1
@@ -230,6 +259,8 @@ def _sidecar_running(
         actions.init_to_start.append(i)
         return last
     if c.get("livenessProbe") and verdicts.liveness(rec.id) == FAILURE:
-        actions.containers_to_kill[rec.id] = Kill(rec, f"Init container {c['name']} failed liveness probe", REASON_LIVENESS)
+        actions.containers_to_kill[rec.id] = Kill(
+            rec, f"Init container {c['name']} failed liveness probe", REASON_LIVENESS
+        )
         actions.init_to_start.append(i)
     return last

@@ -18,7 +18,12 @@ from agent.pods.spec import app_containers, init_containers, is_sidecar
 from agent.pods.sysctls import FORBIDDEN_REASON, Allowlist, forbidden
 from kubeclient.quantity import QuantityError, milli_value, value
 
-OUT_OF = {"cpu": "OutOfcpu", "memory": "OutOfmemory", "ephemeral-storage": "OutOfephemeral-storage", "pods": "OutOfpods"}
+OUT_OF = {
+    "cpu": "OutOfcpu",
+    "memory": "OutOfmemory",
+    "ephemeral-storage": "OutOfephemeral-storage",
+    "pods": "OutOfpods",
+}
 AFFINITY = ("NodeAffinity", "node(s) didn't match Pod's node affinity/selector")
 NODE_NAME = ("NodeName", "node(s) didn't match the requested node name")
 PORTS = ("NodePorts", "node(s) didn't have free ports for the requested pod ports")
@@ -76,14 +81,20 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, int]:
 
 
 def _insufficient(name: str, requested: int, used: int, capacity: int) -> Verdict:
-    return Verdict(False, OUT_OF.get(name, f"OutOf{name}"),
-                   f"Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}")
+    return Verdict(
+        False,
+        OUT_OF.get(name, f"OutOf{name}"),
+        f"Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}",
+    )
 
 
 def _extended(name: str) -> bool:
     """An extended resource (a domain-prefixed name outside kubernetes.io, requests.* excluded)."""
-    return "/" in name and not name.startswith("requests.") and not (
-        name.split("/", 1)[0] == "kubernetes.io" or name.split("/", 1)[0].endswith(".kubernetes.io"))
+    return (
+        "/" in name
+        and not name.startswith("requests.")
+        and not (name.split("/", 1)[0] == "kubernetes.io" or name.split("/", 1)[0].endswith(".kubernetes.io"))
+    )
 
 
 def fits_resources(pod: dict[str, Any], node: dict[str, Any], others: list[dict[str, Any]]) -> Verdict | None:
@@ -137,7 +148,9 @@ def _term_matches(term: dict[str, Any], labels: dict[str, str], node_name: str) 
     if not exprs and not fields:
         return False
     field_labels = {"metadata.name": node_name}
-    return all(_expression_matches(e, labels) for e in exprs) and all(_expression_matches(f, field_labels) for f in fields)
+    return all(_expression_matches(e, labels) for e in exprs) and all(
+        _expression_matches(f, field_labels) for f in fields
+    )
 
 
 def matches_node_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
@@ -147,10 +160,14 @@ def matches_node_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     labels = meta.get("labels") or {}
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
         return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     if required is None:
         return True
-    return any(_term_matches(t, labels, meta.get("name", "")) for t in required.get("nodeSelectorTerms") or [])
+    return any(
+        _term_matches(t, labels, meta.get("name", "")) for t in required.get("nodeSelectorTerms") or []
+    )
 
 
 def _host_ports(pod: dict[str, Any]) -> list[tuple[str, str, int]]:
@@ -201,7 +218,10 @@ _SAFE_ONLY: Allowlist | None = None
 
 
 def admit(
-    pod: dict[str, Any], node: dict[str, Any] | None, others: list[dict[str, Any]], sysctls: Allowlist | None = None
+    pod: dict[str, Any],
+    node: dict[str, Any] | None,
+    others: list[dict[str, Any]],
+    sysctls: Allowlist | None = None,
 ) -> Verdict:
     """Whether `pod` may start on `node` beside the pods already admitted there (`others`). The sysctl
     allowlist is checked first, as upstream's handler comes before the predicates."""
@@ -216,11 +236,16 @@ def admit(
         return Verdict(False, "InvalidNodeInfo", "Kubelet cannot get node info.")
     pod_os = ((pod.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/os")
     if pod_os is not None and pod_os != "linux":
-        return Verdict(False, "PodOSSelectorNodeLabelDoesNotMatch",
-                       "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label")
+        return Verdict(
+            False,
+            "PodOSSelectorNodeLabelDoesNotMatch",
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
+        )
     spec_os = ((pod.get("spec") or {}).get("os") or {}).get("name")
     if spec_os is not None and spec_os != "linux":
-        return Verdict(False, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
+        return Verdict(
+            False, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS"
+        )
     shortage = fits_resources(pod, node, others)
     if shortage is not None:
         return shortage

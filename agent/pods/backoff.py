@@ -33,7 +33,9 @@ def stable_key(pod: dict[str, Any], container: dict[str, Any], container_hash: s
 
 
 class BackoffTable:
-    def __init__(self, initial: float = 10.0, maximum: float = 300.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, initial: float = 10.0, maximum: float = 300.0, clock: Callable[[], float] = time.time
+    ) -> None:
         self.initial = initial
         self.maximum = maximum
         self.clock = clock

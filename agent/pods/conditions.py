@@ -117,7 +117,9 @@ def ready(inp: ConditionInputs) -> Condition:
         if cond is None:
             messages.append(f'corresponding condition of pod readiness gate "{kind}" does not exist.')
         elif cond.get("status") != "True":
-            messages.append(f'the status of pod readiness gate "{kind}" is not "True", but {cond.get("status")}')
+            messages.append(
+                f'the status of pod readiness gate "{kind}" is not "True", but {cond.get("status")}'
+            )
     if messages:
         return Condition("Ready", False, "ReadinessGatesNotReady", ", ".join(messages))
     return Condition("Ready", True)
@@ -141,7 +143,9 @@ KUBELET_CONDITION_TYPES = frozenset(kind for kind, _ in KUBELET_CONDITIONS)
 def any_regular_container_started(pod: dict[str, Any], statuses: list[dict[str, Any]]) -> bool:
     """upstream's HasAnyRegularContainerStarted: an app container's status is running or terminated."""
     names = {c["name"] for c in app_containers(pod)}
-    return any(s["name"] in names and ("running" in s["state"] or "terminated" in s["state"]) for s in statuses)
+    return any(
+        s["name"] in names and ("running" in s["state"] or "terminated" in s["state"]) for s in statuses
+    )
 
 
 def generate_conditions(
@@ -151,13 +155,23 @@ def generate_conditions(
     then the kubelet's in the table's order; a condition's lastTransitionTime moves only when its
     status changes (upstream's updateLastTransitionTime against the last status)."""
     old = {c.get("type"): c for c in previous}
-    out = [c for c in inp.others if c.get("type") not in KUBELET_CONDITION_TYPES and c.get("type") != "DisruptionTarget"]
-    disruption = old.get("DisruptionTarget") or next((c for c in inp.others if c.get("type") == "DisruptionTarget"), None)
+    out = [
+        c
+        for c in inp.others
+        if c.get("type") not in KUBELET_CONDITION_TYPES and c.get("type") != "DisruptionTarget"
+    ]
+    disruption = old.get("DisruptionTarget") or next(
+        (c for c in inp.others if c.get("type") == "DisruptionTarget"), None
+    )
     if disruption is not None:
         out.append(disruption)
     for _kind, decide in KUBELET_CONDITIONS:
         cond = decide(inp)
-        item: dict[str, Any] = {"type": cond.type, "status": "True" if cond.ok else "False", "lastProbeTime": None}
+        item: dict[str, Any] = {
+            "type": cond.type,
+            "status": "True" if cond.ok else "False",
+            "lastProbeTime": None,
+        }
         if cond.reason:
             item["reason"] = cond.reason
         if cond.message:

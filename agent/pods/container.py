@@ -51,8 +51,17 @@ def linux_resources(
 # (upstream's securitycontext defaultMaskedPaths / defaultReadonlyPaths; a privileged container gets
 # none from the runtime either way).
 DEFAULT_MASKED_PATHS = (
-    "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
-    "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
 )
 DEFAULT_READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 
@@ -90,7 +99,9 @@ def security_context(pod: dict[str, Any], container: dict[str, Any]) -> pb.Linux
 ETC_HOSTS = "/etc/hosts"
 
 
-def _mounts(container: dict[str, Any], termination_path: str, termination_file: str, hosts_file: str) -> list[pb.Mount]:
+def _mounts(
+    container: dict[str, Any], termination_path: str, termination_file: str, hosts_file: str
+) -> list[pb.Mount]:
     """The agent's own mounts. The managed /etc/hosts only when the container mounts nothing there
     itself, as upstream's makeMounts decides."""
     out = []
@@ -138,7 +149,10 @@ def container_config(
         labels=labels,
         annotations=annotations,
         log_path=f"{name}/{restart_count}.log",
-        mounts=[*(volume_mounts or []), *_mounts(container, annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file)],
+        mounts=[
+            *(volume_mounts or []),
+            *_mounts(container, annotations[L.TERMINATION_MESSAGE_PATH], termination_file, hosts_file),
+        ],
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),

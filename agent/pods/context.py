@@ -62,9 +62,20 @@ class PodContext:
 
             assert self.cri is not None and self.inspector is not None and self.images is not None
             self.runtime = CRIRuntime(
-                self.cfg, self.cri, self.inspector, self.images, self.recorder, self.fetch, self.host_ip,
-                self.node_hostname, self.host_dns, lambda: self.node_memory, lambda: self.node_allocatable(),
-                self.volumes, self.hooks, lambda: self.services(),
+                self.cfg,
+                self.cri,
+                self.inspector,
+                self.images,
+                self.recorder,
+                self.fetch,
+                self.host_ip,
+                self.node_hostname,
+                self.host_dns,
+                lambda: self.node_memory,
+                lambda: self.node_allocatable(),
+                self.volumes,
+                self.hooks,
+                lambda: self.services(),
             )
         return self.runtime
 

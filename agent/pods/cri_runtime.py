@@ -161,7 +161,12 @@ class CRIRuntime:
     # -- containers ------------------------------------------------------------------------------
 
     async def start_container(
-        self, pod: dict[str, Any], container: dict[str, Any], kind: str, sandbox: SandboxRecord, restart_count: int
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        kind: str,
+        sandbox: SandboxRecord,
+        restart_count: int,
     ) -> str:
         name = container["name"]
         field = container_field(kind, name)
@@ -189,12 +194,23 @@ class CRIRuntime:
             self.recorder.event(pod, WARNING, "Failed", f"Error: {err.details}", field)
             raise StartError("RunContainerError", err.details) from None
         self.recorder.event(pod, "Normal", "Started", f"Started container {name}", field)
-        log.info("container started pod=%s container=%s id=%s restarts=%d", pod_ref(pod), name, cid[:13], restart_count)
+        log.info(
+            "container started pod=%s container=%s id=%s restarts=%d",
+            pod_ref(pod),
+            name,
+            cid[:13],
+            restart_count,
+        )
         return cid
 
     async def _config(
-        self, pod: dict[str, Any], container: dict[str, Any], kind: str, sandbox: SandboxRecord,
-        restart_count: int, image_ref: str,
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        kind: str,
+        sandbox: SandboxRecord,
+        restart_count: int,
+        image_ref: str,
     ) -> Any:
         volumes = self._ready.get(pod["metadata"]["uid"])
         if volumes is None:
@@ -203,12 +219,24 @@ class CRIRuntime:
         if services is None:
             raise ConfigError(NOT_SYNCED)
         env = await resolve_env(
-            pod, container, self.fetch, self.host_ip(), sandbox.ip, self.node_allocatable(), service_env(pod, services)
+            pod,
+            container,
+            self.fetch,
+            self.host_ip(),
+            sandbox.ip,
+            self.node_allocatable(),
+            service_env(pod, services),
         )
         term_file = await asyncio.to_thread(self._termination_file, pod, container["name"])
-        hosts = "" if (pod.get("spec") or {}).get("hostNetwork") else await asyncio.to_thread(self._hosts_file, pod, sandbox.ip)
+        hosts = (
+            ""
+            if (pod.get("spec") or {}).get("hostNetwork")
+            else await asyncio.to_thread(self._hosts_file, pod, sandbox.ip)
+        )
         mounts = await asyncio.to_thread(container_mounts, container, volumes, dict(env))
-        await asyncio.to_thread(os.makedirs, os.path.join(pod_log_dir(self.cfg, pod), container["name"]), 0o755, True)
+        await asyncio.to_thread(
+            os.makedirs, os.path.join(pod_log_dir(self.cfg, pod), container["name"]), 0o755, True
+        )
         return container_config(
             pod, container, kind, restart_count, image_ref, env, self.node_memory(), term_file, hosts, mounts
         )
@@ -251,16 +279,25 @@ class CRIRuntime:
         self.inspector.forget(container_ids=[record.id])
 
     async def run_hook(
-        self, pod: dict[str, Any], container: dict[str, Any], container_id: str, handler: dict[str, Any],
-        pod_ip: str, budget: float = 0,
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        container_id: str,
+        handler: dict[str, Any],
+        pod_ip: str,
+        budget: float = 0,
     ) -> str | None:
         if self.hooks is None:
             return None
         ip = self.host_ip() if (pod.get("spec") or {}).get("hostNetwork") else pod_ip
-        return await self.hooks.run(handler, Target(ip, container_id), container["name"], pod_ref(pod), budget)
+        return await self.hooks.run(
+            handler, Target(ip, container_id), container["name"], pod_ref(pod), budget
+        )
 
     async def logged_restarts(self, pod: dict[str, Any], name: str) -> int:
-        return await asyncio.to_thread(restart_count_from_logs, os.path.join(pod_log_dir(self.cfg, pod), name))
+        return await asyncio.to_thread(
+            restart_count_from_logs, os.path.join(pod_log_dir(self.cfg, pod), name)
+        )
 
     # -- host files of a removed pod -------------------------------------------------------------
 

@@ -64,7 +64,9 @@ def pod_dns(pod: dict[str, Any], host: DNS, cluster_dns: list[str], cluster_doma
         dns = DNS(list(host.servers), list(host.searches), list(host.options))
     else:
         ns = pod["metadata"]["namespace"]
-        searches = [f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] if cluster_domain else []
+        searches = (
+            [f"{ns}.svc.{cluster_domain}", f"svc.{cluster_domain}", cluster_domain] if cluster_domain else []
+        )
         dns = DNS(list(cluster_dns), _unique(searches + host.searches), ["ndots:5"])
     cfg = spec.get("dnsConfig") or {}
     dns.servers = _unique(dns.servers + list(cfg.get("nameservers") or []))

@@ -114,7 +114,11 @@ async def resolve_env(
 
     for src in container.get("envFrom") or []:
         prefix = src.get("prefix") or ""
-        ref, kind = (src.get("configMapRef"), "ConfigMap") if src.get("configMapRef") else (src.get("secretRef"), "Secret")
+        ref, kind = (
+            (src.get("configMapRef"), "ConfigMap")
+            if src.get("configMapRef")
+            else (src.get("secretRef"), "Secret")
+        )
         if not ref:
             continue
         obj = await fetch(kind, ns, ref["name"])
@@ -135,7 +139,11 @@ async def resolve_env(
         elif vf.get("resourceFieldRef"):
             put(name, resource_value(pod, container, vf["resourceFieldRef"], node_alloc or {}))
         else:
-            ref, kind = (vf.get("configMapKeyRef"), "ConfigMap") if vf.get("configMapKeyRef") else (vf.get("secretKeyRef"), "Secret")
+            ref, kind = (
+                (vf.get("configMapKeyRef"), "ConfigMap")
+                if vf.get("configMapKeyRef")
+                else (vf.get("secretKeyRef"), "Secret")
+            )
             if not ref:
                 continue
             obj = await fetch(kind, ns, ref["name"])

@@ -73,7 +73,9 @@ async def apply_actions(
     applied = Applied()
     pod_ip = pod_ip_of(pod, rt)
     if actions.create_sandbox and actions.sandbox_id:
-        recorder.event(pod, NORMAL, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+        recorder.event(
+            pod, NORMAL, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created."
+        )
     if actions.kill_pod:
         if rt.running() or any(sb.ready for sb in rt.sandboxes):
             applied.acted = True
@@ -87,27 +89,35 @@ async def apply_actions(
     else:
         for kill in actions.containers_to_kill.values():
             applied.acted = True
-            await kill_container(runtime, recorder, pod, kill.record, kill.message, kill.reason, None, None, pod_ip)
+            await kill_container(
+                runtime, recorder, pod, kill.record, kill.message, kill.reason, None, None, pod_ip
+            )
     sandbox = next((sb for sb in rt.sandboxes if sb.id == actions.sandbox_id), None)
     if actions.create_sandbox:
         applied.acted = True
         try:
             sandbox = await runtime.run_sandbox(pod, actions.attempt)
         except SandboxError as err:
-            recorder.event(pod, WARNING, "FailedCreatePodSandBox", f"Failed to create pod sandbox: {err.message}")
+            recorder.event(
+                pod, WARNING, "FailedCreatePodSandBox", f"Failed to create pod sandbox: {err.message}"
+            )
             applied.later(RETRY_AFTER_ERROR)
             return applied
     if sandbox is None:
         return applied
     inits, apps = init_containers(pod), app_containers(pod)
     for idx in actions.init_to_start:
-        started = await _start(runtime, recorder, backoff, waiting, pod, rt, inits[idx], "init", sandbox, applied)
+        started = await _start(
+            runtime, recorder, backoff, waiting, pod, rt, inits[idx], "init", sandbox, applied
+        )
         if not started and not is_sidecar(inits[idx]):
             return applied  # the next init container waits for this one
     if not actions.kill_pod:
         ephemeral = ephemeral_containers(pod)
         for idx in actions.ephemeral_to_start:
-            await _start(runtime, recorder, backoff, waiting, pod, rt, ephemeral[idx], "ephemeral", sandbox, applied)
+            await _start(
+                runtime, recorder, backoff, waiting, pod, rt, ephemeral[idx], "ephemeral", sandbox, applied
+            )
     for idx in actions.containers_to_start:
         await _start(runtime, recorder, backoff, waiting, pod, rt, apps[idx], "app", sandbox, applied)
     return applied
@@ -131,12 +141,19 @@ async def _start(
     wait, message = crash_backoff_wait(backoff, pod, container, rt)
     if wait > 0:
         waiting[name] = ("CrashLoopBackOff", message)
-        recorder.event(pod, WARNING, "BackOff", f"Back-off restarting failed container {name} in pod {pod_ref(pod)}",
-                       field_of(pod, name))
+        recorder.event(
+            pod,
+            WARNING,
+            "BackOff",
+            f"Back-off restarting failed container {name} in pod {pod_ref(pod)}",
+            field_of(pod, name),
+        )
         applied.later(wait)
         return False
     latest = rt.latest(name)
-    restart_count = latest.restart_count + 1 if latest is not None else await runtime.logged_restarts(pod, name)
+    restart_count = (
+        latest.restart_count + 1 if latest is not None else await runtime.logged_restarts(pod, name)
+    )
     try:
         cid = await runtime.start_container(pod, container, kind, sandbox, restart_count)
     except StartError as err:
@@ -155,8 +172,26 @@ async def _start(
     # Upstream: the event names no output (it may hold secrets); the status message keeps the details.
     field = container_field(kind, name)
     recorder.event(pod, WARNING, "FailedPostStartHook", "PostStartHook failed", field)
-    record = ContainerRecord(cid, name, kind, sandbox.id, restart_count, L.container_hash(container), "running",
-                             0, 0, 0, 0, "", "", container.get("image", ""), "", "")
-    await kill_container(runtime, recorder, pod, record, "FailedPostStartHook", REASON_POST_START, None, None, sandbox.ip)
+    record = ContainerRecord(
+        cid,
+        name,
+        kind,
+        sandbox.id,
+        restart_count,
+        L.container_hash(container),
+        "running",
+        0,
+        0,
+        0,
+        0,
+        "",
+        "",
+        container.get("image", ""),
+        "",
+        "",
+    )
+    await kill_container(
+        runtime, recorder, pod, record, "FailedPostStartHook", REASON_POST_START, None, None, sandbox.ip
+    )
     waiting[name] = ("PostStartHookError", failure)
     return False

@@ -19,7 +19,9 @@ from agent.pods.env import Fetch
 from agent.pods.events import NORMAL, WARNING, EventRecorder
 
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_DOMAIN = re.compile(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?$")
+_DOMAIN = re.compile(
+    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?$"
+)
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -157,7 +159,9 @@ class ImageManager:
         present = await self.cri.image_status(image)
         if policy == "Never" or (policy == "IfNotPresent" and present is not None):
             if present is not None:
-                self.recorder.event(pod, NORMAL, "Pulled", f'Container image "{image}" already present on machine', field)
+                self.recorder.event(
+                    pod, NORMAL, "Pulled", f'Container image "{image}" already present on machine', field
+                )
                 return present.id
             msg = f'Container image "{image}" is not present with pull policy of Never'
             self.recorder.event(pod, WARNING, "ErrImageNeverPull", msg, field)

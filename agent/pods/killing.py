@@ -82,22 +82,35 @@ class TerminationOrdering:
 
 
 async def run_pre_stop(
-    runtime: RuntimeService, recorder: EventRecorder, pod: dict[str, Any], container: dict[str, Any],
-    container_id: str, grace: int, pod_ip: str,
+    runtime: RuntimeService,
+    recorder: EventRecorder,
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    container_id: str,
+    grace: int,
+    pod_ip: str,
 ) -> int:
     """Run the preStop hook for at most `grace` seconds; the whole seconds it took. A failure is a
     FailedPreStopHook event with upstream's fixed text, never the hook's output (which may hold secrets)."""
     handler = (container.get("lifecycle") or {}).get("preStop") or {}
     started = time.monotonic()
     try:
-        failure = await asyncio.wait_for(runtime.run_hook(pod, container, container_id, handler, pod_ip, grace), grace)
+        failure = await asyncio.wait_for(
+            runtime.run_hook(pod, container, container_id, handler, pod_ip, grace), grace
+        )
     except TimeoutError:
-        log.info("preStop hook not completed in grace period pod=%s container=%s grace=%ds",
-                 pod["metadata"]["name"], container["name"], grace)
+        log.info(
+            "preStop hook not completed in grace period pod=%s container=%s grace=%ds",
+            pod["metadata"]["name"],
+            container["name"],
+            grace,
+        )
         failure = None
     if failure is not None:
         log.info("preStop hook failed pod=%s container=%s", pod["metadata"]["name"], container["name"])
-        recorder.event(pod, WARNING, "FailedPreStopHook", "PreStopHook failed", field_of(pod, container["name"]))
+        recorder.event(
+            pod, WARNING, "FailedPreStopHook", "PreStopHook failed", field_of(pod, container["name"])
+        )
     return int(time.monotonic() - started)
 
 
@@ -118,7 +131,9 @@ async def kill_container(
     spec = container_spec(pod, record.name) if pod is not None else None
     grace = termination_grace(pod, spec, reason) if pod is not None else MIN_GRACE
     if pod is not None:
-        recorder.event(pod, NORMAL, "Killing", message or f"Stopping container {record.name}", field_of(pod, record.name))
+        recorder.event(
+            pod, NORMAL, "Killing", message or f"Stopping container {record.name}", field_of(pod, record.name)
+        )
     if grace_override is not None:
         grace = grace_override
     if pod is not None and spec is not None and ((spec.get("lifecycle") or {}).get("preStop")) and grace > 0:
@@ -145,9 +160,14 @@ async def kill_pod(
     """upstream's killPodWithSyncResult: every running container at once (sidecars in their turn), then
     every sandbox."""
     running = rt.running()
-    ordering = TerminationOrdering(pod, [r.name for r in running]) if pod is not None and has_sidecars(pod) else None
+    ordering = (
+        TerminationOrdering(pod, [r.name for r in running]) if pod is not None and has_sidecars(pod) else None
+    )
     results = await asyncio.gather(
-        *(kill_container(runtime, recorder, pod, rec, "", "", grace_override, ordering, pod_ip) for rec in running),
+        *(
+            kill_container(runtime, recorder, pod, rec, "", "", grace_override, ordering, pod_ip)
+            for rec in running
+        ),
         return_exceptions=True,
     )
     for sb in rt.sandboxes:

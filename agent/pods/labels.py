@@ -34,7 +34,12 @@ def pod_labels(pod: dict[str, Any]) -> dict[str, str]:
 
 def container_labels(pod: dict[str, Any], name: str) -> dict[str, str]:
     meta = pod["metadata"]
-    return {POD_NAME: meta["name"], POD_NAMESPACE: meta["namespace"], POD_UID: meta["uid"], CONTAINER_NAME: name}
+    return {
+        POD_NAME: meta["name"],
+        POD_NAMESPACE: meta["namespace"],
+        POD_UID: meta["uid"],
+        CONTAINER_NAME: name,
+    }
 
 
 def _fnv32a(data: bytes) -> int:

@@ -107,7 +107,9 @@ class LogRotator:
             await self.cri.reopen_container_log(container_id)
         except CRIError as err:
             await asyncio.to_thread(os.rename, rotated, log_path)
-            log.warning("log reopen failed, rotation undone container=%s error=%r", container_id[:13], str(err))
+            log.warning(
+                "log reopen failed, rotation undone container=%s error=%r", container_id[:13], str(err)
+            )
             return False
         await asyncio.to_thread(_compress_and_trim, log_path, self.policy.max_files, rotated)
         log.info("container log rotated container=%s path=%s", container_id[:13], log_path)

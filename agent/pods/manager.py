@@ -38,7 +38,11 @@ LOG_GC_PERIOD = 60.0  # upstream's garbage collection period
 
 
 def _desired(pod: dict[str, Any]) -> str:
-    meta = {k: v for k, v in pod["metadata"].items() if k not in ("resourceVersion", "managedFields", "generation")}
+    meta = {
+        k: v
+        for k, v in pod["metadata"].items()
+        if k not in ("resourceVersion", "managedFields", "generation")
+    }
     return json.dumps([meta, pod.get("spec")], sort_keys=True, separators=(",", ":"))
 
 
@@ -144,7 +148,11 @@ class PodManager:
             if uid:
                 prints.setdefault(uid, []).append((c.id, c.state))
         current = {uid: tuple(sorted(v)) for uid, v in prints.items()}
-        changed = {uid for uid in set(current) | set(self._fingerprints) if current.get(uid) != self._fingerprints.get(uid)}
+        changed = {
+            uid
+            for uid in set(current) | set(self._fingerprints)
+            if current.get(uid) != self._fingerprints.get(uid)
+        }
         self._fingerprints = current
         self.relists += 1
         self.last_relist = time.monotonic()
@@ -181,7 +189,11 @@ class PodManager:
         except OSError:
             return []
         known = set(self.workers) | set(self._fingerprints)
-        gone = {uid for name in entries if (uid := log_dir_uid(name)) and uid not in known and self.pod(uid) is None}
+        gone = {
+            uid
+            for name in entries
+            if (uid := log_dir_uid(name)) and uid not in known and self.pod(uid) is None
+        }
         if not gone:
             return []
         removed = await asyncio.to_thread(remove_pod_log_dirs, self.ctx.cfg.pod_logs_dir, gone)

@@ -27,7 +27,9 @@ class PodState:
     # status.gracePeriod); None while terminating without one (a pod that finished on its own: each
     # container then gets its own period).
     grace: int | None = None
-    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # reason cache: name -> (reason, message)
+    waiting: dict[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # reason cache: name -> (reason, message)
     failure: tuple[str, str] | None = None  # the agent failed the pod (activeDeadlineSeconds)
     rejection: tuple[str, str] | None = None  # admission refused the pod: (reason, message)
     admitted: bool = False
@@ -37,7 +39,9 @@ class PodState:
         return self.phase in (Phase.SYNCING, Phase.TERMINATING)
 
 
-def effective_grace(current: int | None, pod: dict[str, Any] | None, override: int | None = None) -> tuple[int, bool]:
+def effective_grace(
+    current: int | None, pod: dict[str, Any] | None, override: int | None = None
+) -> tuple[int, bool]:
     """upstream's calculateEffectiveGracePeriod: the pod's deletionGracePeriodSeconds (the API server's
     word), or a shorter override, never longer than the grace already in force; else the spec's
     terminationGracePeriodSeconds; at least 1. Also whether this shortens a grace already in force."""

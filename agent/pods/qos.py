@@ -54,7 +54,11 @@ def qos_class(pod: dict[str, Any]) -> str:
             guaranteed = False
     if not requests and not limits:
         return "BestEffort"
-    if guaranteed and all(limits.get(name) == amount for name, amount in requests.items()) and len(requests) == len(limits):
+    if (
+        guaranteed
+        and all(limits.get(name) == amount for name, amount in requests.items())
+        and len(requests) == len(limits)
+    ):
         return "Guaranteed"
     return "Burstable"
 
@@ -71,7 +75,10 @@ def _memory_request(container: dict[str, Any]) -> int:
 
 def _node_critical(pod: dict[str, Any]) -> bool:
     spec = pod.get("spec") or {}
-    return spec.get("priorityClassName") == "system-node-critical" and int(spec.get("priority") or 0) >= SYSTEM_CRITICAL_PRIORITY
+    return (
+        spec.get("priorityClassName") == "system-node-critical"
+        and int(spec.get("priority") or 0) >= SYSTEM_CRITICAL_PRIORITY
+    )
 
 
 def oom_score_adj(pod: dict[str, Any], container: dict[str, Any], memory_capacity: int) -> int:

@@ -16,7 +16,11 @@ from agent.cri import CRIClient, NotFoundError, pb
 from agent.cri.logs import read_tail
 from agent.pods import labels as L
 
-STATE_NAMES = {pb.CONTAINER_CREATED: "created", pb.CONTAINER_RUNNING: "running", pb.CONTAINER_EXITED: "exited"}
+STATE_NAMES = {
+    pb.CONTAINER_CREATED: "created",
+    pb.CONTAINER_RUNNING: "running",
+    pb.CONTAINER_EXITED: "exited",
+}
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,9 @@ class RuntimeInspector:
                 except NotFoundError:
                     continue
             ip, ips, host_net = net or ("", (), False)
-            rt.sandboxes.append(SandboxRecord(sb.id, sb.metadata.attempt, ready, sb.created_at, ip, ips, host_net))
+            rt.sandboxes.append(
+                SandboxRecord(sb.id, sb.metadata.attempt, ready, sb.created_at, ip, ips, host_net)
+            )
         for c in containers:
             rec = await self._record(c)
             if rec is not None:
@@ -224,5 +230,7 @@ def runtime_summary(rt: PodRuntime) -> dict[str, Any]:
     """A compact view for logs."""
     return {
         "sandboxes": [(s.id[:12], s.attempt, s.ready) for s in rt.sandboxes],
-        "containers": {n: [(r.id[:12], r.state, r.restart_count) for r in recs] for n, recs in rt.containers.items()},
+        "containers": {
+            n: [(r.id[:12], r.state, r.restart_count) for r in recs] for n, recs in rt.containers.items()
+        },
     }

@@ -62,7 +62,12 @@ class RuntimeService(Protocol):
     async def remove_sandbox(self, sandbox_id: str) -> None: ...
 
     async def start_container(
-        self, pod: dict[str, Any], container: dict[str, Any], kind: str, sandbox: SandboxRecord, restart_count: int
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        kind: str,
+        sandbox: SandboxRecord,
+        restart_count: int,
     ) -> str:
         """Image, config, CreateContainer, StartContainer, with the Pulling/Pulled/Created/Started/Failed
         events; the new container's ID (raises StartError)."""
@@ -77,8 +82,13 @@ class RuntimeService(Protocol):
         ...
 
     async def run_hook(
-        self, pod: dict[str, Any], container: dict[str, Any], container_id: str, handler: dict[str, Any],
-        pod_ip: str, budget: float = 0,
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        container_id: str,
+        handler: dict[str, Any],
+        pod_ip: str,
+        budget: float = 0,
     ) -> str | None:
         """Run a postStart/preStop handler (an exec one bounded by `budget` seconds in the runtime, 0 for
         none); None when it worked, else upstream's failure message."""

@@ -26,7 +26,9 @@ def namespace_options(pod: dict[str, Any]) -> pb.NamespaceOption:
     spec = pod.get("spec") or {}
     return pb.NamespaceOption(
         network=pb.NODE if spec.get("hostNetwork") else pb.POD,
-        pid=pb.NODE if spec.get("hostPID") else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER),
+        pid=pb.NODE
+        if spec.get("hostPID")
+        else (pb.POD if spec.get("shareProcessNamespace") else pb.CONTAINER),
         ipc=pb.NODE if spec.get("hostIPC") else pb.POD,
     )
 
@@ -152,7 +154,9 @@ def sandbox_config(
         labels=L.pod_labels(pod),
         annotations=dict(meta.get("annotations") or {}),
         linux=pb.LinuxPodSandboxConfig(
-            cgroup_parent=cgroup_parent(pod, cfg.cgroup_root, cfg.cgroup_driver) if cfg.cgroups_per_qos else "",
+            cgroup_parent=cgroup_parent(pod, cfg.cgroup_root, cfg.cgroup_driver)
+            if cfg.cgroups_per_qos
+            else "",
             security_context=sec,
             sysctls=sysctls,
         ),

@@ -44,14 +44,19 @@ def visible_services(pod: dict[str, Any], services: list[dict[str, Any]]) -> lis
 def _link_variables(prefix: str, ip: str, ports: list[dict[str, Any]]) -> list[tuple[str, str]]:
     out = []
     for i, port in enumerate(ports):
-        proto = (port.get("protocol") or "TCP")
+        proto = port.get("protocol") or "TCP"
         number = int(port.get("port") or 0)
         host_port = f"[{ip}]:{number}" if ":" in ip else f"{ip}:{number}"
         url = f"{proto.lower()}://{host_port}"
         if i == 0:
             out.append((f"{prefix}_PORT", url))
         base = f"{prefix}_PORT_{number}_{proto.upper()}"
-        out += [(base, url), (f"{base}_PROTO", proto.lower()), (f"{base}_PORT", str(number)), (f"{base}_ADDR", ip)]
+        out += [
+            (base, url),
+            (f"{base}_PROTO", proto.lower()),
+            (f"{base}_PORT", str(number)),
+            (f"{base}_ADDR", ip),
+        ]
     return out
 
 

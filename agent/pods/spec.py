@@ -46,7 +46,7 @@ def container_spec(pod: Obj, name: str) -> Obj | None:
 
 
 def container_kind(pod: Obj, name: str) -> str:
-    """"init" for an init container (sidecars included), else "app"."""
+    """ "init" for an init container (sidecars included), else "app"."""
     return "init" if any(c.get("name") == name for c in init_containers(pod)) else "app"
 
 

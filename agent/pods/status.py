@@ -22,7 +22,9 @@ from agent.pods.spec import app_containers, ephemeral_containers, init_container
 
 STATUS_UNKNOWN = "ContainerStatusUnknown"
 UNKNOWN_TERMINATED = "The container could not be located when the pod was terminated"
-UNKNOWN_DELETED = "The container could not be located when the pod was deleted.  The container used to be Running"
+UNKNOWN_DELETED = (
+    "The container could not be located when the pod was deleted.  The container used to be Running"
+)
 
 
 @dataclass
@@ -87,7 +89,15 @@ def _terminated(rec: ContainerRecord, runtime_name: str) -> dict[str, Any]:
 
 
 def _unknown(message: str) -> dict[str, Any]:
-    return {"terminated": {"exitCode": 137, "reason": STATUS_UNKNOWN, "message": message, "startedAt": None, "finishedAt": None}}
+    return {
+        "terminated": {
+            "exitCode": 137,
+            "reason": STATUS_UNKNOWN,
+            "message": message,
+            "startedAt": None,
+            "finishedAt": None,
+        }
+    }
 
 
 def _waiting(reason: str, message: str = "") -> dict[str, Any]:
@@ -149,8 +159,14 @@ def container_statuses(
     statuses: dict[str, dict[str, Any]] = {}
     for c in specs:
         st: dict[str, Any] = {
-            "name": c["name"], "state": copy.deepcopy(default), "lastState": {}, "ready": False,
-            "restartCount": 0, "image": c.get("image", ""), "imageID": "", "started": False,
+            "name": c["name"],
+            "state": copy.deepcopy(default),
+            "lastState": {},
+            "ready": False,
+            "restartCount": 0,
+            "image": c.get("image", ""),
+            "imageID": "",
+            "started": False,
         }
         if mounts := volume_mount_statuses(c):
             st["volumeMounts"] = mounts
@@ -305,7 +321,9 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
     inits = container_statuses(inp, init_specs, previous.get("initContainerStatuses") or [], True)
     apps = container_statuses(inp, app_specs, previous.get("containerStatuses") or [], False)
     ephemeral_specs = ephemeral_containers(pod)
-    ephemeral = container_statuses(inp, ephemeral_specs, previous.get("ephemeralContainerStatuses") or [], False)
+    ephemeral = container_statuses(
+        inp, ephemeral_specs, previous.get("ephemeralContainerStatuses") or [], False
+    )
     active = {r.name for r in inp.runtime.active()}
     initialized = any(c["name"] in active for c in app_specs)
     phase = pod_phase(pod, [*inits, *apps], inp.terminal, initialized)
@@ -324,7 +342,9 @@ def compute_status(inp: StatusInputs) -> dict[str, Any]:
         phase = api["phase"]  # terminal phases never change
     others = [c for c in api.get("conditions") or []]
     conditions = generate_conditions(
-        ConditionInputs(pod, inp.runtime, [*inits, *apps], phase, others), previous.get("conditions") or [], now
+        ConditionInputs(pod, inp.runtime, [*inits, *apps], phase, others),
+        previous.get("conditions") or [],
+        now,
     )
     status: dict[str, Any] = {
         "phase": phase,
@@ -368,7 +388,9 @@ def _has_initialized(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     for cs in status.get("containerStatuses") or []:
         if "terminated" in (cs.get("lastState") or {}) or "waiting" not in (cs.get("state") or {}):
             return True
-    last = next((s for s in status.get("initContainerStatuses") or [] if s["name"] == inits[-1]["name"]), None)
+    last = next(
+        (s for s in status.get("initContainerStatuses") or [] if s["name"] == inits[-1]["name"]), None
+    )
     done = ((last or {}).get("state") or {}).get("terminated")
     return bool(done) and done.get("exitCode") == 0
 

@@ -152,7 +152,12 @@ class StatusManager:
         """The final DELETE after termination; True when the object is gone (or was already)."""
         uid = pod["metadata"]["uid"]
         await self.flush(uid)
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
         if self.client is not None:
             try:
                 await self.client.delete(pod_path(pod), body)

@@ -20,15 +20,30 @@ MAX_POD_TERMINATION_MESSAGE = 12 * 1024  # upstream's MaxPodTerminationMessageLo
 # The status fields the kubelet writes; anything else in the API's status (nominatedNodeName,
 # resourceClaimStatuses, ...) belongs to someone else and is never touched.
 KUBELET_FIELDS = (
-    "phase", "conditions", "message", "reason", "hostIP", "hostIPs", "podIP", "podIPs", "startTime",
-    "qosClass", "initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses",
+    "phase",
+    "conditions",
+    "message",
+    "reason",
+    "hostIP",
+    "hostIPs",
+    "podIP",
+    "podIPs",
+    "startTime",
+    "qosClass",
+    "initContainerStatuses",
+    "containerStatuses",
+    "ephemeralContainerStatuses",
 )
 
 
 def normalize(pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(status)
     spec = pod.get("spec") or {}
-    count = len(spec.get("containers") or []) + len(spec.get("initContainers") or []) + len(spec.get("ephemeralContainers") or [])
+    count = (
+        len(spec.get("containers") or [])
+        + len(spec.get("initContainers") or [])
+        + len(spec.get("ephemeralContainers") or [])
+    )
     per_status = MAX_POD_TERMINATION_MESSAGE // count if count else MAX_POD_TERMINATION_MESSAGE
     for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
         for cs in out.get(key) or []:
@@ -94,8 +109,11 @@ def status_patch(api: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
     for key in KUBELET_FIELDS:
         if key == "conditions":
             held = {c.get("type"): c for c in api.get("conditions") or []}
-            changed = [_condition_patch(held.get(c.get("type")), c) for c in ours.get("conditions") or []
-                       if _clean(held.get(c.get("type"))) != _clean(c)]
+            changed = [
+                _condition_patch(held.get(c.get("type")), c)
+                for c in ours.get("conditions") or []
+                if _clean(held.get(c.get("type"))) != _clean(c)
+            ]
             if changed:
                 patch["conditions"] = changed
             continue

@@ -44,7 +44,9 @@ class SyncOutcome:
     next_in: float = 0.0  # seconds until the next pass is worth it
 
 
-def active_deadline_left(pod: dict[str, Any], now: datetime | None = None, status: dict[str, Any] | None = None) -> float | None:
+def active_deadline_left(
+    pod: dict[str, Any], now: datetime | None = None, status: dict[str, Any] | None = None
+) -> float | None:
     """Seconds until spec.activeDeadlineSeconds runs out (counted from status.startTime), or None."""
     deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
     start = (status or pod.get("status") or {}).get("startTime")
@@ -79,7 +81,9 @@ class ProberVerdicts:
         return self._get(Kind.STARTUP, container_id)
 
 
-def probe_inputs(ctx: PodContext, pod: dict[str, Any], rt: PodRuntime) -> tuple[dict[str, bool], dict[str, bool]]:
+def probe_inputs(
+    ctx: PodContext, pod: dict[str, Any], rt: PodRuntime
+) -> tuple[dict[str, bool], dict[str, bool]]:
     """started / ready of each running probed container, as the prober says now."""
     started: dict[str, bool] = {}
     ready: dict[str, bool] = {}
@@ -95,12 +99,21 @@ def probe_inputs(ctx: PodContext, pod: dict[str, Any], rt: PodRuntime) -> tuple[
     return started, ready
 
 
-def pod_status(ctx: PodContext, state: PodState, pod: dict[str, Any], rt: PodRuntime, terminal: bool) -> dict[str, Any]:
+def pod_status(
+    ctx: PodContext, state: PodState, pod: dict[str, Any], rt: PodRuntime, terminal: bool
+) -> dict[str, Any]:
     started, ready = probe_inputs(ctx, pod, rt) if not terminal else ({}, {})
     return compute_status(
         StatusInputs(
-            pod=pod, runtime=rt, waiting=state.waiting, host_ip=ctx.host_ip(), runtime_name=ctx.runtime_name,
-            terminal=terminal, readiness=ready, started=started, failure=state.failure,
+            pod=pod,
+            runtime=rt,
+            waiting=state.waiting,
+            host_ip=ctx.host_ip(),
+            runtime_name=ctx.runtime_name,
+            terminal=terminal,
+            readiness=ready,
+            started=started,
+            failure=state.failure,
             previous=ctx.status.last(state.uid),
         )
     )
@@ -124,8 +137,13 @@ def rejected_status(pod: dict[str, Any], reason: str, message: str, now: str) ->
     """upstream's rejectPod: Failed with the admission's reason and `Pod was rejected: <message>`."""
     from agent.pods.qos import qos_class
 
-    return {"phase": "Failed", "reason": reason, "message": f"Pod was rejected: {message}",
-            "qosClass": qos_class(pod), "startTime": (pod.get("status") or {}).get("startTime") or now}
+    return {
+        "phase": "Failed",
+        "reason": reason,
+        "message": f"Pod was rejected: {message}",
+        "qosClass": qos_class(pod),
+        "startTime": (pod.get("status") or {}).get("startTime") or now,
+    }
 
 
 async def sync_pod(ctx: PodContext, state: PodState, pod: dict[str, Any]) -> SyncOutcome:
@@ -153,10 +171,14 @@ async def sync_pod(ctx: PodContext, state: PodState, pod: dict[str, Any]) -> Syn
     if actions.nothing():
         await collect_dead(ctx.service, pod, rt)
         next_in = min(next_in, await ctx.service.refresh_volumes(pod))
-    elif (actions.create_sandbox or actions.containers_to_start or actions.init_to_start) and not await ctx.service.prepare_volumes(pod):
+    elif (
+        actions.create_sandbox or actions.containers_to_start or actions.init_to_start
+    ) and not await ctx.service.prepare_volumes(pod):
         return SyncOutcome(next_in=RETRY_AFTER_ERROR)
     else:
-        applied = await apply_actions(ctx.service, ctx.recorder, ctx.crash_backoff, state.waiting, pod, rt, actions)
+        applied = await apply_actions(
+            ctx.service, ctx.recorder, ctx.crash_backoff, state.waiting, pod, rt, actions
+        )
         if applied.acted:
             next_in = 0.0
         else:  # held back (backoff): a pass that changed nothing is when dead containers go

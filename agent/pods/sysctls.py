@@ -105,7 +105,9 @@ def forbidden(pod: dict[str, Any], allowlist: Allowlist) -> str | None:
     """The admission message for a pod asking for a sysctl it may not set, else None."""
     spec = pod.get("spec") or {}
     for sysctl in (spec.get("securityContext") or {}).get("sysctls") or []:
-        problem = allowlist.problem(sysctl.get("name", ""), bool(spec.get("hostNetwork")), bool(spec.get("hostIPC")))
+        problem = allowlist.problem(
+            sysctl.get("name", ""), bool(spec.get("hostNetwork")), bool(spec.get("hostIPC"))
+        )
         if problem is not None:
             return f"forbidden sysctl: {problem}"
     return None

@@ -24,7 +24,9 @@ class StillRunning(Exception):
     """Containers still ran after a kill (the runtime did not stop them): terminate again."""
 
 
-async def sync_terminating_pod(ctx: PodContext, state: PodState, pod: dict[str, Any], grace: int | None) -> None:
+async def sync_terminating_pod(
+    ctx: PodContext, state: PodState, pod: dict[str, Any], grace: int | None
+) -> None:
     rt = await ctx.service.pod_state(state.uid)
     await ctx.status.update(pod, pod_status(ctx, state, pod, rt, terminal=False))
     if ctx.prober is not None:

@@ -46,7 +46,11 @@ async def admit_all(pod: dict[str, Any]) -> tuple[bool, str, str]:
 
 class PodWorker:
     def __init__(
-        self, ctx: PodContext, uid: str, get_pod: Callable[[], dict[str, Any] | None], admit: Admission = admit_all
+        self,
+        ctx: PodContext,
+        uid: str,
+        get_pod: Callable[[], dict[str, Any] | None],
+        admit: Admission = admit_all,
     ) -> None:
         self.ctx = ctx
         self.uid = uid
@@ -98,8 +102,13 @@ class PodWorker:
             except (CRIError, ApiError, OSError, StillRunning) as err:
                 errors += 1
                 delay = min(RETRY_AFTER_ERROR * errors, 30.0)
-                log.warning("pod sync failed pod=%s phase=%s error=%r retry_in=%.0fs", self.state.name,
-                            self.state.phase.value, str(err), delay)
+                log.warning(
+                    "pod sync failed pod=%s phase=%s error=%r retry_in=%.0fs",
+                    self.state.name,
+                    self.state.phase.value,
+                    str(err),
+                    delay,
+                )
                 continue
             except Exception:
                 # A bug or a spec we do not understand: keep the worker (a dead one would be restarted at
@@ -212,7 +221,9 @@ class PodWorker:
             return
         target = pod or self.last_pod
         assert target is not None
-        completed, _ = await self._watched(sync_terminating_pod(self.ctx, st, target, st.grace), self._grace_shortened)
+        completed, _ = await self._watched(
+            sync_terminating_pod(self.ctx, st, target, st.grace), self._grace_shortened
+        )
         if not completed:
             return  # started over with the shorter grace period at the next pass
         st.phase = Phase.TERMINATED

@@ -91,7 +91,9 @@ async def grpc_check(host: str, port: int, service: str, timeout: float) -> Outc
     finally:
         await channel.close()
     if response.status != health_pb2.HealthCheckResponse.SERVING:
-        return Outcome(Result.FAILURE, f"service unhealthy (responded with {go_quote(_status_name(response.status))})")
+        return Outcome(
+            Result.FAILURE, f"service unhealthy (responded with {go_quote(_status_name(response.status))})"
+        )
     return Outcome(Result.SUCCESS, "service healthy")
 
 
@@ -110,5 +112,6 @@ def _rpc_failure(err: grpc.aio.AioRpcError, channel: grpc.aio.Channel, addr: str
             f"error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {message}",
         )
     return Outcome(
-        Result.FAILURE, f"error: health rpc probe failed: rpc error: code = {go_code(code.name)} desc = {message}"
+        Result.FAILURE,
+        f"error: health rpc probe failed: rpc error: code = {go_code(code.name)} desc = {message}",
     )

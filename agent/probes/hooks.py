@@ -38,7 +38,9 @@ class HookRunner:
             return None
         return f"Cannot run handler: invalid handler: {go_quote(json.dumps(handler))}"
 
-    async def _exec(self, command: list[str], target: Target, container: str, pod_ref: str, timeout: float) -> str | None:
+    async def _exec(
+        self, command: list[str], target: Target, container: str, pod_ref: str, timeout: float
+    ) -> str | None:
         shown = "[" + " ".join(command) + "]"
         try:
             res = await self.cri.exec_sync(target.container_id, command, int(timeout))
@@ -53,7 +55,9 @@ class HookRunner:
             f"error: {error}, message: {go_quote(output)}"
         )
 
-    async def _http(self, action: dict[str, Any], target: Target, container: str, pod_ref: str, timeout: float) -> str | None:
+    async def _http(
+        self, action: dict[str, Any], target: Target, container: str, pod_ref: str, timeout: float
+    ) -> str | None:
         try:
             port = resolve_port(target, action.get("port"))
             url, headers = http_request(action, action.get("host") or target.pod_ip, port)

@@ -11,8 +11,32 @@ from typing import Any
 from agent.probes.result import Result
 from agent.probes.spec import Kind
 
-BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-RESULT_LABEL = {Result.SUCCESS: "successful", Result.WARNING: "successful", Result.FAILURE: "failed", Result.UNKNOWN: "unknown"}
+BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+RESULT_LABEL = {
+    Result.SUCCESS: "successful",
+    Result.WARNING: "successful",
+    Result.FAILURE: "failed",
+    Result.UNKNOWN: "unknown",
+}
 
 
 @dataclass

@@ -38,7 +38,11 @@ HandlerRunner = Callable[[dict[str, Any], Target, float], Awaitable[Outcome]]  #
 
 # Upstream retries a probe that could not run at all (not one that failed) this many times.
 MAX_PROBE_RETRIES = 3
-INITIAL: dict[Kind, Result | None] = {Kind.READINESS: Result.FAILURE, Kind.LIVENESS: Result.SUCCESS, Kind.STARTUP: None}
+INITIAL: dict[Kind, Result | None] = {
+    Kind.READINESS: Result.FAILURE,
+    Kind.LIVENESS: Result.SUCCESS,
+    Kind.STARTUP: None,
+}
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -66,7 +70,9 @@ class ProbeWorker:
         self.uid = pod.uid
         self.name: str = container["name"]
         self.ports = tuple(
-            (p["name"], int(p["containerPort"])) for p in container.get("ports") or [] if p.get("name") and p.get("containerPort")
+            (p["name"], int(p["containerPort"]))
+            for p in container.get("ports") or []
+            if p.get("name") and p.get("containerPort")
         )
         self.kind = kind
         if spec.action.get("exec") is not None:
@@ -87,7 +93,9 @@ class ProbeWorker:
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self.task = asyncio.create_task(self.run(), name=f"probe-{self.kind.name.lower()}-{self.uid}-{self.name}")
+        self.task = asyncio.create_task(
+            self.run(), name=f"probe-{self.kind.name.lower()}-{self.uid}-{self.name}"
+        )
 
     def trigger(self) -> None:
         """Probe now rather than at the next tick (a container just started and has no verdict yet)."""
@@ -114,7 +122,9 @@ class ProbeWorker:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("probe crashed pod=%s container=%s kind=%s", self.uid, self.name, self.kind.value)
+                log.exception(
+                    "probe crashed pod=%s container=%s kind=%s", self.uid, self.name, self.kind.value
+                )
                 keep_going = True
             if not keep_going:
                 return
@@ -192,11 +202,23 @@ class ProbeWorker:
         kind = self.kind.value
         if outcome.result is Result.UNKNOWN:
             self._event("Unhealthy", f"{kind} probe errored and resulted in unknown state: {outcome.output}")
-            log.info("probe errored pod=%s container=%s kind=%s output=%r", self.uid, self.name, kind, outcome.output)
+            log.info(
+                "probe errored pod=%s container=%s kind=%s output=%r",
+                self.uid,
+                self.name,
+                kind,
+                outcome.output,
+            )
             return None
         if outcome.result is Result.FAILURE:
             self._event("Unhealthy", f"{kind} probe failed: {outcome.output}")
-            log.info("probe failed pod=%s container=%s kind=%s output=%r", self.uid, self.name, kind, outcome.output)
+            log.info(
+                "probe failed pod=%s container=%s kind=%s output=%r",
+                self.uid,
+                self.name,
+                kind,
+                outcome.output,
+            )
         elif outcome.result is Result.WARNING:
             self._event("ProbeWarning", f"{kind} probe warning: {outcome.output}")
         return outcome

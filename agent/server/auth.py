@@ -37,7 +37,14 @@ TokenReviewer = Callable[[str], Awaitable[ReviewedUser | None]]
 AccessReviewer = Callable[[dict[str, Any]], Awaitable[tuple[bool, bool, str]]]
 
 ANONYMOUS = "system:anonymous"
-_VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_VERBS = {
+    "POST": "create",
+    "GET": "get",
+    "HEAD": "get",
+    "PUT": "update",
+    "PATCH": "patch",
+    "DELETE": "delete",
+}
 # Paths with their own subresource; everything else is nodes/proxy.
 _SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"))
 
@@ -63,8 +70,13 @@ class Attributes:
     def review_spec(self) -> dict[str, Any]:
         """The SubjectAccessReview spec upstream's Webhook authorizer sends for it."""
         spec: dict[str, Any] = {
-            "resourceAttributes": {"verb": self.verb, "version": "v1", "resource": "nodes",
-                                   "subresource": self.subresource, "name": self.node},
+            "resourceAttributes": {
+                "verb": self.verb,
+                "version": "v1",
+                "resource": "nodes",
+                "subresource": self.subresource,
+                "name": self.node,
+            },
             "user": self.user.name,
             "groups": list(self.user.groups),
         }
@@ -142,7 +154,11 @@ class KubeletAuth:
         except ApiError as err:
             log.warning("token review failed status=%d reason=%s", err.status, err.reason)
             return None  # not remembered: the next request asks again
-        user = None if reviewed is None else _with_authenticated(User(reviewed.name, reviewed.uid, reviewed.groups, reviewed.extra))
+        user = (
+            None
+            if reviewed is None
+            else _with_authenticated(User(reviewed.name, reviewed.uid, reviewed.groups, reviewed.extra))
+        )
         self._tokens.put(key, user, self.token_ttl)
         return user
 

@@ -33,7 +33,14 @@ PodList = Callable[[], list[dict[str, Any]]]
 
 def _status_body(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(
-        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message, "code": code},
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": reason,
+            "message": message,
+            "code": code,
+        },
         status=code,
     )
 
@@ -76,7 +83,12 @@ class KubeletServer:
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else port
-        log.info("kubelet server listening address=%s port=%d tls=%s", host, self.port, self.ssl_context is not None)
+        log.info(
+            "kubelet server listening address=%s port=%d tls=%s",
+            host,
+            self.port,
+            self.ssl_context is not None,
+        )
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -92,11 +104,21 @@ class KubeletServer:
         try:
             allowed = await self.auth.authorize(attrs)
         except ApiError as err:
-            log.warning("kubelet api authorization error user=%s verb=%s subresource=%s error=%r",
-                        user.name, attrs.verb, attrs.subresource, str(err))
+            log.warning(
+                "kubelet api authorization error user=%s verb=%s subresource=%s error=%r",
+                user.name,
+                attrs.verb,
+                attrs.subresource,
+                str(err),
+            )
             return web.Response(status=500, text=f"Authorization error ({what})")
         if not allowed:
-            log.info("kubelet api forbidden user=%s verb=%s subresource=%s", user.name, attrs.verb, attrs.subresource)
+            log.info(
+                "kubelet api forbidden user=%s verb=%s subresource=%s",
+                user.name,
+                attrs.verb,
+                attrs.subresource,
+            )
             return web.Response(status=403, text=f"Forbidden ({what})")
         log.debug("kubelet api request user=%s path=%s", user.name, request.path)
         return await handler(request)
@@ -111,13 +133,24 @@ class KubeletServer:
     async def metrics_probes(self, request: web.Request) -> web.Response:
         """Probe counts and durations in Prometheus text format, at upstream's path."""
         text = self.probe_metrics() if self.probe_metrics is not None else ""
-        return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+        return web.Response(
+            text=text,
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
     async def list_pods(self, request: web.Request) -> web.Response:
-        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self.pods()})
+        return web.json_response(
+            {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": self.pods()}
+        )
 
     async def container_logs(self, request: web.Request) -> web.StreamResponse:
-        ns, name, cname = request.match_info["namespace"], request.match_info["pod"], request.match_info["container"]
+        ns, name, cname = (
+            request.match_info["namespace"],
+            request.match_info["pod"],
+            request.match_info["container"],
+        )
         pod = self.lookup(ns, name)
         if pod is None:
             return _status_body(404, "NotFound", f'pods "{name}" not found')
@@ -145,11 +178,15 @@ class KubeletServer:
         if cname not in names:
             raise LookupError(f"container {cname} is not valid for pod {pod['metadata']['name']}")
         found = await self.cri.list_containers(labels={L.POD_UID: uid, L.CONTAINER_NAME: cname})
-        found.sort(key=lambda c: (int(c.annotations.get(L.RESTART_COUNT, "0") or 0), c.created_at), reverse=True)
+        found.sort(
+            key=lambda c: (int(c.annotations.get(L.RESTART_COUNT, "0") or 0), c.created_at), reverse=True
+        )
         index = 1 if previous else 0
         if len(found) <= index:
             if previous:
-                raise LookupError(f'previous terminated container "{cname}" in pod "{pod["metadata"]["name"]}" not found')
+                raise LookupError(
+                    f'previous terminated container "{cname}" in pod "{pod["metadata"]["name"]}" not found'
+                )
             raise LookupError(f'container "{cname}" in pod "{pod["metadata"]["name"]}" is waiting to start')
         chosen = found[index]
         status = (await self.cri.container_status(chosen.id)).status

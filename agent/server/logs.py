@@ -74,7 +74,9 @@ class LogOptions:
             try:
                 since = Timestamp.parse(query["sinceTime"])
             except LogFormatError:
-                raise LogOptionsError(400, f"sinceTime must be an RFC 3339 time: {query['sinceTime']!r}") from None
+                raise LogOptionsError(
+                    400, f"sinceTime must be an RFC 3339 time: {query['sinceTime']!r}"
+                ) from None
         return cls(tail, limit, since, flag("follow"), flag("timestamps"))
 
 

@@ -34,8 +34,15 @@ PodLookup = Callable[[str, str], dict[str, Any] | None]
 
 def _status(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(
-        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": reason,
-         "message": message, "code": code},
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "reason": reason,
+            "message": message,
+            "code": code,
+        },
         status=code,
     )
 
@@ -82,7 +89,11 @@ class StreamingHandlers:
         cname = request.match_info["container"]
         q = request.query
         tty = _flag(q, "tty")
-        stdin, stdout, stderr = _flag(q, "input", "stdin"), _flag(q, "output", "stdout"), _flag(q, "error", "stderr")
+        stdin, stdout, stderr = (
+            _flag(q, "input", "stdin"),
+            _flag(q, "output", "stdout"),
+            _flag(q, "error", "stderr"),
+        )
         if not (stdin or stdout or stderr):
             return _status(400, "BadRequest", "you must specify at least 1 of stdin, stdout, stderr")
         command = q.getall("command", [])
@@ -98,7 +109,9 @@ class StreamingHandlers:
             return _status(400, "BadRequest", "Upgrade request required")
         try:
             if verb == "exec":
-                url = await self.cri.exec(container_id, command, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr)
+                url = await self.cri.exec(
+                    container_id, command, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
+                )
             else:
                 url = await self.cri.attach(container_id, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr)
         except CRIError as err:
@@ -109,7 +122,9 @@ class StreamingHandlers:
         pod = self._pod(request)
         if pod is None:
             return _status(404, "NotFound", "pod does not exist")
-        sandboxes = await self.cri.list_pod_sandbox(labels={L.POD_UID: pod["metadata"]["uid"]}, state=pb.SANDBOX_READY)
+        sandboxes = await self.cri.list_pod_sandbox(
+            labels={L.POD_UID: pod["metadata"]["uid"]}, state=pb.SANDBOX_READY
+        )
         if not sandboxes:
             meta = pod["metadata"]
             return web.Response(status=500, text=f'pod not found ("{meta["name"]}_{meta["namespace"]}")')

@@ -86,7 +86,9 @@ def mount_tmpfs(folder: Path, size: int) -> None:
 def unmount_under(root: Path) -> list[str]:
     """Detach every mount at or below `root`, deepest first; the mount points taken away."""
     prefix = str(root).rstrip("/") + "/"
-    points = sorted({p for p in _mount_points() if p == str(root) or p.startswith(prefix)}, key=len, reverse=True)
+    points = sorted(
+        {p for p in _mount_points() if p == str(root) or p.startswith(prefix)}, key=len, reverse=True
+    )
     for point in points:
         if _libc.umount2(point.encode(), MNT_DETACH) != 0:
             err = ctypes.get_errno()

@@ -75,7 +75,9 @@ def _decode(obj: dict[str, Any], secret: bool) -> dict[str, bytes]:
     return out
 
 
-def _select(data: dict[str, bytes], items: list[dict[str, Any]] | None, default_mode: int, what: str) -> dict[str, tuple[bytes, int]]:
+def _select(
+    data: dict[str, bytes], items: list[dict[str, Any]] | None, default_mode: int, what: str
+) -> dict[str, tuple[bytes, int]]:
     if not items:
         return {k: (v, default_mode) for k, v in data.items()}
     out = {}
@@ -133,8 +135,13 @@ def _same_content(folder: Path, files: dict[str, tuple[bytes, int]]) -> bool:
 
 class VolumeManager:
     def __init__(
-        self, root_dir: str, fetch: Fetch, field_value: FieldValue, resource_value: ResourceValue | None = None,
-        tokens: TokenManager | None = None, node_memory: Callable[[], int] = lambda: 0,
+        self,
+        root_dir: str,
+        fetch: Fetch,
+        field_value: FieldValue,
+        resource_value: ResourceValue | None = None,
+        tokens: TokenManager | None = None,
+        node_memory: Callable[[], int] = lambda: 0,
     ) -> None:
         self.root_dir = Path(root_dir)
         self.fetch = fetch
@@ -196,7 +203,9 @@ class VolumeManager:
     async def _prepare_one(self, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
         name, kind = volume["name"], _kind(volume)
         if kind not in SUPPORTED:
-            raise VolumeError(f'MountVolume.SetUp failed for volume "{name}" : volume type {kind} is not supported by this node')
+            raise VolumeError(
+                f'MountVolume.SetUp failed for volume "{name}" : volume type {kind} is not supported by this node'
+            )
         folder = self._folder(pod, kind, name)
         if kind == "emptyDir":
             if (volume["emptyDir"] or {}).get("medium") == "Memory":
@@ -231,9 +240,13 @@ class VolumeManager:
         psc = (pod.get("spec") or {}).get("securityContext") or {}
         if psc.get("fsGroup") is None:
             return
-        await asyncio.to_thread(set_ownership, folder, int(psc["fsGroup"]), read_only, psc.get("fsGroupChangePolicy") or "")
+        await asyncio.to_thread(
+            set_ownership, folder, int(psc["fsGroup"]), read_only, psc.get("fsGroupChangePolicy") or ""
+        )
 
-    async def _files(self, pod: dict[str, Any], kind: str, src: dict[str, Any], volume: str) -> dict[str, tuple[bytes, int]]:
+    async def _files(
+        self, pod: dict[str, Any], kind: str, src: dict[str, Any], volume: str
+    ) -> dict[str, tuple[bytes, int]]:
         mode = int(src.get("defaultMode", DEFAULT_MODE))
         ns = pod["metadata"]["namespace"]
         if kind in ("configMap", "secret"):
@@ -243,14 +256,18 @@ class VolumeManager:
                 if src.get("optional"):
                     return {}
                 noun = "configmap" if kind == "configMap" else "secret"
-                raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : {noun} "{ref}" not found')
+                raise VolumeError(
+                    f'MountVolume.SetUp failed for volume "{volume}" : {noun} "{ref}" not found'
+                )
             return _select(_decode(obj, kind == "secret"), src.get("items"), mode, f"{kind} {ref}")
         if kind == "downwardAPI":
             return self._downward(pod, src.get("items") or [], mode)
         files: dict[str, tuple[bytes, int]] = {}
         for source in src.get("sources") or []:
             if source.get("configMap") is not None:
-                files.update(await self._files(pod, "configMap", {**source["configMap"], "defaultMode": mode}, volume))
+                files.update(
+                    await self._files(pod, "configMap", {**source["configMap"], "defaultMode": mode}, volume)
+                )
             elif source.get("secret") is not None:
                 sec = dict(source["secret"])
                 sec["secretName"] = sec.pop("name", "")
@@ -261,10 +278,14 @@ class VolumeManager:
                 files.update(await self._token(pod, source["serviceAccountToken"], mode, volume))
             else:
                 kinds = [k for k in source if source[k] is not None]
-                raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : projection {kinds} is not supported by this node')
+                raise VolumeError(
+                    f'MountVolume.SetUp failed for volume "{volume}" : projection {kinds} is not supported by this node'
+                )
         return files
 
-    async def _token(self, pod: dict[str, Any], src: dict[str, Any], mode: int, volume: str) -> dict[str, tuple[bytes, int]]:
+    async def _token(
+        self, pod: dict[str, Any], src: dict[str, Any], mode: int, volume: str
+    ) -> dict[str, tuple[bytes, int]]:
         """A bound token for the pod's account, as upstream's projection asks for it: the source's
         audience (none: the API server's), expirationSeconds (default 3600), bound to this pod. The file
         gets the volume's defaultMode (upstream makes it 0600 only for an fsGroup or fsUser it then chowns
@@ -274,14 +295,22 @@ class VolumeManager:
         audiences = [src["audience"]] if src.get("audience") else []
         try:
             token = await self.tokens.get(
-                meta["namespace"], spec.get("serviceAccountName") or "default", audiences,
-                int(src.get("expirationSeconds") or 3600), meta["name"], meta["uid"],
+                meta["namespace"],
+                spec.get("serviceAccountName") or "default",
+                audiences,
+                int(src.get("expirationSeconds") or 3600),
+                meta["name"],
+                meta["uid"],
             )
         except ApiError as err:
-            raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : failed to fetch token: {err.message or err}') from None
+            raise VolumeError(
+                f'MountVolume.SetUp failed for volume "{volume}" : failed to fetch token: {err.message or err}'
+            ) from None
         return {src.get("path") or "token": (token.encode(), mode)}
 
-    def _downward(self, pod: dict[str, Any], items: list[dict[str, Any]], mode: int) -> dict[str, tuple[bytes, int]]:
+    def _downward(
+        self, pod: dict[str, Any], items: list[dict[str, Any]], mode: int
+    ) -> dict[str, tuple[bytes, int]]:
         out = {}
         for item in items:
             if item.get("fieldRef"):
@@ -308,8 +337,11 @@ class VolumeManager:
 def limited_empty_dirs(pod: dict[str, Any]) -> list[dict[str, Any]]:
     """The pod's disk-backed emptyDir volumes with a sizeLimit (a memory one is bounded by its tmpfs)."""
     return [
-        v for v in (pod.get("spec") or {}).get("volumes") or []
-        if isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("sizeLimit") and v["emptyDir"].get("medium") != "Memory"
+        v
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if isinstance(v.get("emptyDir"), dict)
+        and v["emptyDir"].get("sizeLimit")
+        and v["emptyDir"].get("medium") != "Memory"
     ]
 
 
@@ -337,11 +369,15 @@ def _host_path(src: dict[str, Any], volume: str) -> str:
         "BlockDevice": p.is_block_device,
     }
     if kind in checks and not checks[kind]():
-        raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : hostPath type check failed: {path} is not a {kind.lower()}')
+        raise VolumeError(
+            f'MountVolume.SetUp failed for volume "{volume}" : hostPath type check failed: {path} is not a {kind.lower()}'
+        )
     return path
 
 
-def container_mounts(container: dict[str, Any], volumes: dict[str, ReadyVolume], env: dict[str, str] | None = None) -> list[pb.Mount]:
+def container_mounts(
+    container: dict[str, Any], volumes: dict[str, ReadyVolume], env: dict[str, str] | None = None
+) -> list[pb.Mount]:
     """CRI mounts for the container's volumeMounts; subPath and subPathExpr (expanded with `env`, the
     container's variables) as agent/volumes/subpath.py checks them."""
     out = []

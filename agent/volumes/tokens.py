@@ -48,7 +48,9 @@ class _Held:
 
 class TokenManager:
     def __init__(
-        self, request: Requester, clock: Callable[[], float] = time.time,
+        self,
+        request: Requester,
+        clock: Callable[[], float] = time.time,
         jitter: Callable[[], float] = lambda: random.uniform(0, MAX_JITTER),
     ) -> None:
         self._request = request
@@ -56,7 +58,9 @@ class TokenManager:
         self._jitter = jitter
         self._held: dict[Key, _Held] = {}
 
-    async def get(self, namespace: str, account: str, audiences: list[str], expiration: int, pod_name: str, pod_uid: str) -> str:
+    async def get(
+        self, namespace: str, account: str, audiences: list[str], expiration: int, pod_name: str, pod_uid: str
+    ) -> str:
         key: Key = (namespace, account, tuple(audiences), expiration, pod_uid)
         held = self._held.get(key)
         now = self._clock()
@@ -66,8 +70,13 @@ class TokenManager:
             fresh = await self._request(namespace, account, list(audiences), expiration, pod_name, pod_uid)
         except ApiError as err:
             if held is not None and now < held.token.expires_at:
-                log.warning("token refresh failed, the current one is still valid pod=%s/%s account=%s error=%r",
-                            namespace, pod_name, account, str(err))
+                log.warning(
+                    "token refresh failed, the current one is still valid pod=%s/%s account=%s error=%r",
+                    namespace,
+                    pod_name,
+                    account,
+                    str(err),
+                )
                 self._held[key] = _Held(held.token, held.jitter, now + RETRY_AFTER_FAILURE)
                 return held.token.token
             raise

@@ -95,7 +95,14 @@ def pod_body(name: str, node: str, image: str) -> dict:
         "spec": {
             "nodeName": node,
             "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "3600"],
+                }
+            ],
         },
     }
 
@@ -118,7 +125,9 @@ def rounds_for(n: int) -> int:
     return 5 if n <= 1 else 3 if n <= 30 else 1
 
 
-async def agent_run(client: KubeClient, n: int, node: str, image: str, tag: str = "") -> tuple[list[float], list[float]]:
+async def agent_run(
+    client: KubeClient, n: int, node: str, image: str, tag: str = ""
+) -> tuple[list[float], list[float]]:
     names = [f"p{n}{tag}-{i}" for i in range(n)]
     listing = await client.get(f"/api/v1/namespaces/{NS}/pods")
     rv = listing["metadata"]["resourceVersion"]
@@ -126,21 +135,27 @@ async def agent_run(client: KubeClient, n: int, node: str, image: str, tag: str 
     created: dict[str, float] = {}
 
     async def watch() -> None:
-        async for ev in client.watch(f"/api/v1/namespaces/{NS}/pods", {"resourceVersion": rv, "timeoutSeconds": 600}):
+        async for ev in client.watch(
+            f"/api/v1/namespaces/{NS}/pods", {"resourceVersion": rv, "timeoutSeconds": 600}
+        ):
             pod = ev["object"]
             name = pod["metadata"]["name"]
             if name in running or name not in names or pod.get("status", {}).get("phase") != "Running":
                 continue
             running[name] = (time.monotonic(), time.time())
             if pod["metadata"].get("creationTimestamp"):
-                created[name] = datetime.fromisoformat(pod["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+                created[name] = datetime.fromisoformat(
+                    pod["metadata"]["creationTimestamp"].replace("Z", "+00:00")
+                ).timestamp()
             if len(running) == n:
                 return
 
     watcher = asyncio.create_task(watch())
     await asyncio.sleep(0.2)
     t0 = time.monotonic()
-    await asyncio.gather(*(client.create(f"/api/v1/namespaces/{NS}/pods", pod_body(nm, node, image)) for nm in names))
+    await asyncio.gather(
+        *(client.create(f"/api/v1/namespaces/{NS}/pods", pod_body(nm, node, image)) for nm in names)
+    )
     CREATE_SECONDS.append(time.monotonic() - t0)
     await asyncio.wait_for(watcher, 300)
     from_send = [running[nm][0] - t0 for nm in names]
@@ -155,7 +170,9 @@ CREATE_SECONDS: list[float] = []
 
 async def delete_all(client: KubeClient) -> None:
     pods = (await client.get(f"/api/v1/namespaces/{NS}/pods"))["items"]
-    await asyncio.gather(*(client.delete(f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}") for p in pods))
+    await asyncio.gather(
+        *(client.delete(f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}") for p in pods)
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if not (await client.get(f"/api/v1/namespaces/{NS}/pods"))["items"]:
@@ -184,7 +201,13 @@ class ProcWatch:
         secs = time.monotonic() - self.t0
         cpu = self._cpu() - self.cpu0
         kernel = self.proc.cpu_times().system - self.sys0
-        return {"cpu_seconds": round(cpu, 3), "kernel_cpu_seconds": round(kernel, 3), "wall_seconds": round(secs, 2), "cpu_percent_of_core": round(100 * cpu / secs, 2), "max_rss_mib": round(self.max_rss / 2**20, 1)}
+        return {
+            "cpu_seconds": round(cpu, 3),
+            "kernel_cpu_seconds": round(kernel, 3),
+            "wall_seconds": round(secs, 2),
+            "cpu_percent_of_core": round(100 * cpu / secs, 2),
+            "max_rss_mib": round(self.max_rss / 2**20, 1),
+        }
 
 
 async def sampled(watch: ProcWatch, coro):
@@ -202,7 +225,9 @@ async def bench(stack: Stack, size: Size) -> dict:
     cri = await CRIClient.connect(stack.containerd.endpoint)
     await cri.pull_image(image)
     try:
-        await client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        await client.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        )
     except ApiError as err:
         if not err.conflict:
             raise
@@ -262,12 +287,18 @@ def svg_plot(report: dict) -> str:
     bars = []
     for n in sizes:
         e = report["sizes"][n]
-        bars += [(f"{n} floor p50", e["floor"]["p50"]), (f"{n} agent p50", e["agent"]["p50"]),
-                 (f"{n} floor p99", e["floor"]["p99"]), (f"{n} agent p99", e["agent"]["p99"])]
+        bars += [
+            (f"{n} floor p50", e["floor"]["p50"]),
+            (f"{n} agent p50", e["agent"]["p50"]),
+            (f"{n} floor p99", e["floor"]["p99"]),
+            (f"{n} agent p99", e["agent"]["p99"]),
+        ]
     top = max(v for _, v in bars) or 1
     width, height, bw = 60 + 40 * len(bars), 260, 28
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 110}" font-family="sans-serif" font-size="10">',
-           '<text x="10" y="14" font-size="12">pod startup latency (s): raw CRI floor vs agent</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 110}" font-family="sans-serif" font-size="10">',
+        '<text x="10" y="14" font-size="12">pod startup latency (s): raw CRI floor vs agent</text>',
+    ]
     for i, (label, v) in enumerate(bars):
         h = v / top * height
         x = 40 + i * 40
@@ -280,11 +311,21 @@ def svg_plot(report: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = ["# Agent pod startup vs raw CRI floor", "", "| pods | rounds | floor p50 | floor p99 | agent p50 | agent p99 | ratio p50 | ratio p99 | API create s | agent CPU s (burst) | agent max RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Agent pod startup vs raw CRI floor",
+        "",
+        "| pods | rounds | floor p50 | floor p99 | agent p50 | agent p99 | ratio p50 | ratio p99 | API create s | agent CPU s (burst) | agent max RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for n, e in report["sizes"].items():
-        lines.append(f"| {n} | {e['rounds']} | {e['floor']['p50']} | {e['floor']['p99']} | {e['agent']['p50']} | {e['agent']['p99']} | {e['ratio_p50']} | {e['ratio_p99']} | {e['api_create_seconds_median']} | {e['agent_during_burst']['cpu_seconds']} | {e['agent_during_burst']['max_rss_mib']} |")
+        lines.append(
+            f"| {n} | {e['rounds']} | {e['floor']['p50']} | {e['floor']['p99']} | {e['agent']['p50']} | {e['agent']['p99']} | {e['ratio_p50']} | {e['ratio_p99']} | {e['api_create_seconds_median']} | {e['agent_during_burst']['cpu_seconds']} | {e['agent_during_burst']['max_rss_mib']} |"
+        )
     idle = report["idle"]
-    lines += ["", f"Idle with {idle['pods']} pods over {idle['wall_seconds']} s: {idle['cpu_percent_of_core']} % of one core, max RSS {idle['max_rss_mib']} MiB."]
+    lines += [
+        "",
+        f"Idle with {idle['pods']} pods over {idle['wall_seconds']} s: {idle['cpu_percent_of_core']} % of one core, max RSS {idle['max_rss_mib']} MiB.",
+    ]
     return "\n".join(lines)
 
 

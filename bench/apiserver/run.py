@@ -50,8 +50,10 @@ class RawConnection:
         return cls(reader, writer)
 
     async def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
-        head = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
         self.writer.write(head + body)
         headers = await self.reader.readuntil(b"\r\n\r\n")
         status = int(headers[9:12])
@@ -103,14 +105,28 @@ async def bulk(session: aiohttp.ClientSession, url: str, bodies: list[dict], con
 
 
 async def bench_leases(
-    server: ApiServer, session: aiohttp.ClientSession, nodes: int, rate: float, seconds: float, connections: int = 64
+    server: ApiServer,
+    session: aiohttp.ClientSession,
+    nodes: int,
+    rate: float,
+    seconds: float,
+    connections: int = 64,
 ) -> dict:
     url = f"{server.url}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-    await bulk(session, url, [
-        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": f"node-{i}"},
-         "spec": {"holderIdentity": f"node-{i}", "leaseDurationSeconds": 40, "renewTime": now}}
-        for i in range(nodes)])
+    await bulk(
+        session,
+        url,
+        [
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": f"node-{i}"},
+                "spec": {"holderIdentity": f"node-{i}", "leaseDurationSeconds": 40, "renewTime": now},
+            }
+            for i in range(nodes)
+        ],
+    )
     async with session.get(url) as resp:
         leases = {item["metadata"]["name"]: item for item in (await resp.json())["items"]}
     latencies: list[float] = []
@@ -160,24 +176,54 @@ async def bench_leases(
         "server_cpu_ms_per_request": round(server_cpu / total * 1000, 3),
         "server_cpu_percent_of_one_core": round(server_cpu / elapsed * 100, 1),
         "load_average_1m": os.getloadavg()[0],
-        "leases": nodes, "target_rate": rate, "requests": total, "achieved_rate": round(total / elapsed, 1),
-        "errors": errors, "p50_ms": round(pct(latencies, 50) * 1000, 2), "p99_ms": round(pct(latencies, 99) * 1000, 2),
+        "leases": nodes,
+        "target_rate": rate,
+        "requests": total,
+        "achieved_rate": round(total / elapsed, 1),
+        "errors": errors,
+        "p50_ms": round(pct(latencies, 50) * 1000, 2),
+        "p99_ms": round(pct(latencies, 99) * 1000, 2),
         "max_ms": round(max(latencies) * 1000, 2),
     }
 
 
 async def bench_list(server: ApiServer, session: aiohttp.ClientSession, pods: int) -> dict:
-    await session.post(f"{server.url}/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
+    await session.post(
+        f"{server.url}/api/v1/namespaces",
+        json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}},
+    )
     url = f"{server.url}/api/v1/namespaces/bench/pods"
     t0 = time.perf_counter()
-    await bulk(session, url, [
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{i}", "labels": {"app": f"a{i % 10}"}},
-         "spec": {"nodeName": f"node-{i % 5000}", "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"],
-                                                                  "ports": [{"containerPort": 8080}]}]}}
-        for i in range(pods)])
+    await bulk(
+        session,
+        url,
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"pod-{i}", "labels": {"app": f"a{i % 10}"}},
+                "spec": {
+                    "nodeName": f"node-{i % 5000}",
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "busybox:1.36",
+                            "command": ["sleep", "3600"],
+                            "ports": [{"containerPort": 8080}],
+                        }
+                    ],
+                },
+            }
+            for i in range(pods)
+        ],
+    )
     create_s = time.perf_counter() - t0
     assert server.pid is not None
-    out: dict = {"pods": pods, "create_rate_per_s": round(pods / create_s, 1), "server_rss_mb": rss_mb(server.pid)}
+    out: dict = {
+        "pods": pods,
+        "create_rate_per_s": round(pods / create_s, 1),
+        "server_rss_mb": rss_mb(server.pid),
+    }
     for label, query in (("consistent", ""), ("rv0", "?resourceVersion=0"), ("all_namespaces", "")):
         target = f"{server.url}/api/v1/pods{query}" if label == "all_namespaces" else url + query
         times = []
@@ -189,7 +235,12 @@ async def bench_list(server: ApiServer, session: aiohttp.ClientSession, pods: in
             times.append(time.perf_counter() - t0)
             size = len(data)
         count = len(json.loads(data)["items"])
-        out[label] = {"items": count, "bytes": size, "median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3)}
+        out[label] = {
+            "items": count,
+            "bytes": size,
+            "median_s": round(statistics.median(times), 3),
+            "max_s": round(max(times), 3),
+        }
     out["load_average_1m"] = os.getloadavg()[0]
     times = []
     for _ in range(3):
@@ -204,15 +255,27 @@ async def bench_list(server: ApiServer, session: aiohttp.ClientSession, pods: in
 async def bench_watchers(server: ApiServer, ctx: ssl.SSLContext, watchers: int, rounds: int) -> dict:
     url = f"{server.url}/api/v1/namespaces/default/configmaps"
     connector = aiohttp.TCPConnector(ssl=ctx, limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        async with session.post(url, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "watched"}, "data": {"n": "0"}}) as resp:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+    ) as session:
+        async with session.post(
+            url,
+            json={
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "watched"},
+                "data": {"n": "0"},
+            },
+        ) as resp:
             rv = (await resp.json())["metadata"]["resourceVersion"]
         arrivals: list[dict[str, float]] = [{} for _ in range(watchers)]
         ready = 0
 
         async def watch(i: int) -> None:
             nonlocal ready
-            async with session.get(url, params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "600"}) as resp:
+            async with session.get(
+                url, params={"watch": "1", "resourceVersion": rv, "timeoutSeconds": "600"}
+            ) as resp:
                 ready += 1
                 async for line in resp.content:
                     event = json.loads(line)
@@ -228,8 +291,11 @@ async def bench_watchers(server: ApiServer, ctx: ssl.SSLContext, watchers: int, 
         results = []
         for r in range(1, rounds + 1):
             sent = time.perf_counter()
-            async with session.patch(f"{url}/watched", data=json.dumps({"data": {"n": str(r)}}),
-                                     headers={"Content-Type": "application/merge-patch+json"}) as resp:
+            async with session.patch(
+                f"{url}/watched",
+                data=json.dumps({"data": {"n": str(r)}}),
+                headers={"Content-Type": "application/merge-patch+json"},
+            ) as resp:
                 await resp.read()
             acked = time.perf_counter()
             deadline = time.perf_counter() + 30
@@ -237,19 +303,31 @@ async def bench_watchers(server: ApiServer, ctx: ssl.SSLContext, watchers: int, 
                 await asyncio.sleep(0.005)
             last = max(a.get(str(r), float("inf")) for a in arrivals)
             first = min(a.get(str(r), float("inf")) for a in arrivals)
-            results.append({"write_ack_ms": round((acked - sent) * 1000, 1), "first_ms": round((first - sent) * 1000, 1),
-                            "last_ms": round((last - sent) * 1000, 1)})
+            results.append(
+                {
+                    "write_ack_ms": round((acked - sent) * 1000, 1),
+                    "first_ms": round((first - sent) * 1000, 1),
+                    "last_ms": round((last - sent) * 1000, 1),
+                }
+            )
             await asyncio.sleep(0.5)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return {"watchers": watchers, "connect_all_s": round(connect_s, 2), "rounds": results,
-            "load_average_1m": os.getloadavg()[0],
-            "last_watcher_median_ms": statistics.median(r["last_ms"] for r in results)}
+    return {
+        "watchers": watchers,
+        "connect_all_s": round(connect_s, 2),
+        "rounds": results,
+        "load_average_1m": os.getloadavg()[0],
+        "last_watcher_median_ms": statistics.median(r["last_ms"] for r in results),
+    }
 
 
 async def main(args: argparse.Namespace) -> dict:
-    with tempfile.TemporaryDirectory(prefix="apiserver-bench-") as tmp, ApiServer(Path(tmp) / "data") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="apiserver-bench-") as tmp,
+        ApiServer(Path(tmp) / "data") as server,
+    ):
         ctx = ssl_context(server)
         report: dict = {}
         connector = aiohttp.TCPConnector(ssl=ctx, limit=args.connections)
@@ -304,18 +382,31 @@ def svg_plot(report: dict) -> str:
         bars += [("(a) lease renewal p50", a["p50_ms"]), ("(a) lease renewal p99", a["p99_ms"])]
     if "b_list_pods" in report:
         b = report["b_list_pods"]
-        bars += [(f"(b) list {b['pods']} pods, {k}", b[k]["median_s"] * 1000) for k in ("consistent", "rv0", "all_namespaces")]
+        bars += [
+            (f"(b) list {b['pods']} pods, {k}", b[k]["median_s"] * 1000)
+            for k in ("consistent", "rv0", "all_namespaces")
+        ]
     if "c_watchers" in report:
         c = report["c_watchers"]
         bars.append((f"(c) write to last of {c['watchers']} watchers", float(c["last_watcher_median_ms"])))
     return bar_svg("API server", bars, "ms")
 
 
-SMOKE = {"nodes": 20, "rate": 20.0, "seconds": 1.0, "pods": 20, "watchers": 5, "watch_rounds": 2, "connections": 4}
+SMOKE = {
+    "nodes": 20,
+    "rate": 20.0,
+    "seconds": 1.0,
+    "pods": 20,
+    "watchers": 5,
+    "watch_rounds": 2,
+    "connections": 4,
+}
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--rate", type=float, default=500)
     parser.add_argument("--seconds", type=float, default=20)

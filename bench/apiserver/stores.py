@@ -47,22 +47,40 @@ def _now() -> str:
 async def create_leases(server: ApiServer, nodes: int) -> dict[str, dict]:
     connector = aiohttp.TCPConnector(ssl=ssl_context(server), limit=32)
     async with aiohttp.ClientSession(connector=connector) as session:
-        await bulk(session, f"{server.url}{LEASES}", [
-            {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": f"node-{i}"},
-             "spec": {"holderIdentity": f"node-{i}", "leaseDurationSeconds": 40, "renewTime": _now()}}
-            for i in range(nodes)], concurrency=32)
+        await bulk(
+            session,
+            f"{server.url}{LEASES}",
+            [
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": f"node-{i}"},
+                    "spec": {"holderIdentity": f"node-{i}", "leaseDurationSeconds": 40, "renewTime": _now()},
+                }
+                for i in range(nodes)
+            ],
+            concurrency=32,
+        )
         async with session.get(f"{server.url}{LEASES}") as resp:
             return {item["metadata"]["name"]: item for item in (await resp.json())["items"]}
 
 
-async def renew(server: ApiServer, leases: dict[str, dict], rate: float, seconds: float, connections: int,
-                extra_pids: dict[str, int]) -> dict:
+async def renew(
+    server: ApiServer,
+    leases: dict[str, dict],
+    rate: float,
+    seconds: float,
+    connections: int,
+    extra_pids: dict[str, int],
+) -> dict:
     """One window of open-loop renewals; CPU of the server and of `extra_pids` over the window."""
     names = sorted(leases)
     total = max(int(rate * seconds), 1)
     latencies: list[float] = []
     errors = 0
-    conns = [await RawConnection.open("127.0.0.1", server.port, ssl_context(server)) for _ in range(connections)]
+    conns = [
+        await RawConnection.open("127.0.0.1", server.port, ssl_context(server)) for _ in range(connections)
+    ]
     queue: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
 
     async def worker(conn: RawConnection) -> None:
@@ -71,7 +89,9 @@ async def renew(server: ApiServer, leases: dict[str, dict], rate: float, seconds
             i, scheduled = item
             lease = leases[names[i % len(names)]]
             lease["spec"]["renewTime"] = _now()
-            status, body = await conn.request("PUT", f"{LEASES}/{lease['metadata']['name']}", json.dumps(lease).encode())
+            status, body = await conn.request(
+                "PUT", f"{LEASES}/{lease['metadata']['name']}", json.dumps(lease).encode()
+            )
             latencies.append(time.perf_counter() - scheduled)
             if status == 200:
                 lease["metadata"]["resourceVersion"] = _RV.search(body).group(1).decode()  # type: ignore[union-attr]
@@ -110,7 +130,9 @@ def etcd_metrics(etcd: Etcd) -> dict[str, float]:
     return out
 
 
-def combine(windows: list[dict], nodes: int, rate: float, before: dict | None = None, after: dict | None = None) -> dict:
+def combine(
+    windows: list[dict], nodes: int, rate: float, before: dict | None = None, after: dict | None = None
+) -> dict:
     latencies = [x for w in windows for x in w["latencies"]]
     requests = sum(w["requests"] for w in windows)
     elapsed = sum(w["elapsed_s"] for w in windows)
@@ -119,16 +141,22 @@ def combine(windows: list[dict], nodes: int, rate: float, before: dict | None = 
         for k, v in w["cpu_s"].items():
             cpu[k] = cpu.get(k, 0.0) + v
     out = {
-        "leases": nodes, "target_rate": rate, "requests": requests, "achieved_rate": round(requests / elapsed, 1),
+        "leases": nodes,
+        "target_rate": rate,
+        "requests": requests,
+        "achieved_rate": round(requests / elapsed, 1),
         "errors": sum(w["errors"] for w in windows),
-        "p50_ms": round(pct(latencies, 50) * 1000, 2), "p99_ms": round(pct(latencies, 99) * 1000, 2),
+        "p50_ms": round(pct(latencies, 50) * 1000, 2),
+        "p99_ms": round(pct(latencies, 99) * 1000, 2),
         "max_ms": round(max(latencies) * 1000, 2),
         "cpu_ms_per_renewal": {k: round(v / requests * 1000, 3) for k, v in cpu.items()},
         "load_average_1m": os.getloadavg()[0],
     }
     if before is not None and after is not None:
-        for name, label in (("etcd_disk_wal_fsync_duration_seconds", "wal_fsync"),
-                            ("etcd_disk_backend_commit_duration_seconds", "backend_commit")):
+        for name, label in (
+            ("etcd_disk_wal_fsync_duration_seconds", "wal_fsync"),
+            ("etcd_disk_backend_commit_duration_seconds", "backend_commit"),
+        ):
             count = after[f"{name}_count"] - before[f"{name}_count"]
             total = after[f"{name}_sum"] - before[f"{name}_sum"]
             out[f"etcd_{label}_per_renewal"] = round(count / requests, 3)
@@ -150,23 +178,36 @@ async def main(args: argparse.Namespace) -> dict:
             leases = {name: await create_leases(s, args.nodes) for name, s in servers.items()}
             extra = {"sqlite": {}, "etcd": {"etcd": etcd.pid or 0}}
             for name, server in servers.items():  # warm up (connections, caches): not counted
-                await renew(server, leases[name], args.rate, min(1.0, args.seconds), args.connections, extra[name])
+                await renew(
+                    server, leases[name], args.rate, min(1.0, args.seconds), args.connections, extra[name]
+                )
             windows: dict[str, list[dict]] = {name: [] for name in STORES}
             etcd_windows_metrics = []
             for _ in range(args.rounds):
                 for name in STORES:
                     if name == "etcd":
                         start = etcd_metrics(etcd)
-                    windows[name].append(await renew(servers[name], leases[name], args.rate,
-                                                     args.seconds / args.rounds, args.connections, extra[name]))
+                    windows[name].append(
+                        await renew(
+                            servers[name],
+                            leases[name],
+                            args.rate,
+                            args.seconds / args.rounds,
+                            args.connections,
+                            extra[name],
+                        )
+                    )
                     if name == "etcd":
                         etcd_windows_metrics.append((start, etcd_metrics(etcd)))
-            summed_before = {k: sum(b[k] for b, _ in etcd_windows_metrics) for k in etcd_windows_metrics[0][0]}
+            summed_before = {
+                k: sum(b[k] for b, _ in etcd_windows_metrics) for k in etcd_windows_metrics[0][0]
+            }
             summed_after = {k: sum(a[k] for _, a in etcd_windows_metrics) for k in etcd_windows_metrics[0][1]}
             return {
                 "sqlite": combine(windows["sqlite"], args.nodes, args.rate),
                 "etcd": combine(windows["etcd"], args.nodes, args.rate, summed_before, summed_after),
-                "rounds": args.rounds, "connections": args.connections,
+                "rounds": args.rounds,
+                "connections": args.connections,
             }
         finally:
             for server in servers.values():
@@ -187,12 +228,17 @@ def markdown(report: dict) -> str:
     for name in STORES:
         r = report[name]
         cpu = r["cpu_ms_per_renewal"]
-        lines.append(f"| {name} | {r['achieved_rate']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | {r['errors']} "
-                     f"| {cpu.get('apiserver', 0)} | {cpu.get('etcd', '-')} |")
+        lines.append(
+            f"| {name} | {r['achieved_rate']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | {r['errors']} "
+            f"| {cpu.get('apiserver', 0)} | {cpu.get('etcd', '-')} |"
+        )
     e = report["etcd"]
-    lines += ["", f"etcd: {e.get('etcd_wal_fsync_per_renewal')} WAL fsyncs per renewal, mean {e.get('etcd_wal_fsync_mean_ms')} ms; "
-              f"{e.get('etcd_backend_commit_per_renewal')} backend commits per renewal, mean {e.get('etcd_backend_commit_mean_ms')} ms. "
-              f"Load average {e['load_average_1m']:.1f}."]
+    lines += [
+        "",
+        f"etcd: {e.get('etcd_wal_fsync_per_renewal')} WAL fsyncs per renewal, mean {e.get('etcd_wal_fsync_mean_ms')} ms; "
+        f"{e.get('etcd_backend_commit_per_renewal')} backend commits per renewal, mean {e.get('etcd_backend_commit_mean_ms')} ms. "
+        f"Load average {e['load_average_1m']:.1f}.",
+    ]
     return "\n".join(lines)
 
 
@@ -207,7 +253,9 @@ SMOKE = {"nodes": 20, "rate": 20.0, "seconds": 1.0, "rounds": 1, "connections": 
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--rate", type=float, default=500)
     parser.add_argument("--seconds", type=float, default=20, help="per store, split over the rounds")

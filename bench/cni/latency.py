@@ -140,27 +140,42 @@ def drop_empty_iptables_nat() -> None:
 
 def run(pods: int, rounds: int, parallel: int, masq: bool) -> dict[str, Any]:
     with ExitStack() as leases:
-        leased = {k: leases.enter_context(lease_network("c")) for k in ("ours", "ours-standalone", "reference")}
+        leased = {
+            k: leases.enter_context(lease_network("c")) for k in ("ours", "ours-standalone", "reference")
+        }
         nets = {
             k: (name, leased[k].bridge, leased[k].pod_cidr)
-            for k, name in (("ours", "pkcbench"), ("ours-standalone", "pkcbench2"), ("reference", "pkcbenchref"))
+            for k, name in (
+                ("ours", "pkcbench"),
+                ("ours-standalone", "pkcbench2"),
+                ("reference", "pkcbenchref"),
+            )
         }
         work = Path(tempfile.mkdtemp(prefix="pkcni-bench-"))
-        scope = Scope.of(work, bridges=[n.bridge for n in leased.values()], pod_cidrs=[n.pod_cidr for n in leased.values()])
+        scope = Scope.of(
+            work, bridges=[n.bridge for n in leased.values()], pod_cidrs=[n.pod_cidr for n in leased.values()]
+        )
         token = uuid.uuid4().hex[:6]
         # each plugin gets its own namespaces: both name the pod interface eth0
         spaces = {k: [f"pkcb-{token}-{k}-{i}" for i in range(pods)] for k in ("o", "r")}
         report = measure(work, spaces, nets, pods, rounds, parallel, masq)
         leaked = scope.leaked()
-        left_netns = sorted(set(os.listdir(NETNS_DIR)) & set(spaces["o"] + spaces["r"])) if NETNS_DIR.is_dir() else []
+        left_netns = (
+            sorted(set(os.listdir(NETNS_DIR)) & set(spaces["o"] + spaces["r"])) if NETNS_DIR.is_dir() else []
+        )
         if leaked or left_netns:
             raise RuntimeError(f"the benchmark left {leaked} {left_netns}")
         return report
 
 
 def measure(
-    work: Path, spaces: dict[str, list[str]], nets: dict[str, tuple[str, str, str]], pods: int, rounds: int,
-    parallel: int, masq: bool,
+    work: Path,
+    spaces: dict[str, list[str]],
+    nets: dict[str, tuple[str, str, str]],
+    pods: int,
+    rounds: int,
+    parallel: int,
+    masq: bool,
 ) -> dict[str, Any]:
     socket_path = str(work / "cni.sock")
     install_plugins(work / "bin", socket_path)

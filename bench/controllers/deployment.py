@@ -49,25 +49,50 @@ Obj = dict[str, Any]
 
 
 def template(image: str) -> Obj:
-    return {"metadata": {"labels": {"app": APP}},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [
-                {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", SERVE]}]}}
+    return {
+        "metadata": {"labels": {"app": APP}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", SERVE],
+                }
+            ],
+        },
+    }
 
 
 def floor_pod(name: str, node: str, image: str) -> Obj:
     t = template(image)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, **t["metadata"]},
-            "spec": {**t["spec"], "nodeName": node}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, **t["metadata"]},
+        "spec": {**t["spec"], "nodeName": node},
+    }
 
 
 def deployment(replicas: int, image: str) -> Obj:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": APP, "namespace": NS},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": APP}}, "template": template(image)}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": APP, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": APP}},
+            "template": template(image),
+        },
+    }
 
 
 def is_ready(pod: Obj) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 async def revision(client: KubeClient) -> int:
@@ -130,14 +155,20 @@ async def ready_after(client: KubeClient, n: int, start: Any) -> tuple[float, in
 
 async def floor_round(client: KubeClient, n: int, node: str, image: str, tag: str) -> dict:
     async def start() -> None:
-        await asyncio.gather(*(client.create(f"/api/v1/namespaces/{NS}/pods", floor_pod(f"floor-{tag}-{i}", node, image))
-                               for i in range(n)))
+        await asyncio.gather(
+            *(
+                client.create(f"/api/v1/namespaces/{NS}/pods", floor_pod(f"floor-{tag}-{i}", node, image))
+                for i in range(n)
+            )
+        )
 
     seconds, writes, sent = await ready_after(client, n, start)
     return {"seconds": round(seconds, 3), "store_writes": writes, "create_seconds": sent}
 
 
-async def deployment_round(client: KubeClient, kubeconfig: Path, n: int, image: str, procs: dict[str, int]) -> dict:
+async def deployment_round(
+    client: KubeClient, kubeconfig: Path, n: int, image: str, procs: dict[str, int]
+) -> dict:
     manifest = Path(tempfile.mkstemp(suffix=".json", prefix="bench-deploy-")[1])
     manifest.write_text(json.dumps(deployment(n, image)))
     rv = (await client.get(f"/apis/apps/v1/namespaces/{NS}/deployments"))["metadata"]["resourceVersion"]
@@ -148,8 +179,15 @@ async def deployment_round(client: KubeClient, kubeconfig: Path, n: int, image: 
 
     async def start() -> None:
         t = time.monotonic()
-        proc = await asyncio.create_subprocess_exec("kubectl", "--kubeconfig", str(kubeconfig), "apply", "-f",
-                                                    str(manifest), stdout=asyncio.subprocess.DEVNULL)
+        proc = await asyncio.create_subprocess_exec(
+            "kubectl",
+            "--kubeconfig",
+            str(kubeconfig),
+            "apply",
+            "-f",
+            str(manifest),
+            stdout=asyncio.subprocess.DEVNULL,
+        )
         if await proc.wait() != 0:
             raise RuntimeError("kubectl apply failed")
         applied["seconds"] = time.monotonic() - t
@@ -159,7 +197,11 @@ async def deployment_round(client: KubeClient, kubeconfig: Path, n: int, image: 
     while True:  # the controller's own account of it
         d = deployments.objects.get(APP) or {}
         st = d.get("status") or {}
-        if st.get("availableReplicas") == n and st.get("updatedReplicas") == n and st.get("observedGeneration"):
+        if (
+            st.get("availableReplicas") == n
+            and st.get("updatedReplicas") == n
+            and st.get("observedGeneration")
+        ):
             break
         await asyncio.sleep(0.05)
     status_seconds = time.monotonic() - t0
@@ -188,7 +230,9 @@ async def delete_everything(client: KubeClient) -> None:
                     raise
     pods_path = f"/api/v1/namespaces/{NS}/pods"
     pods = (await client.get(pods_path))["items"]
-    await asyncio.gather(*(client.delete(f"{pods_path}/{p['metadata']['name']}") for p in pods), return_exceptions=True)
+    await asyncio.gather(
+        *(client.delete(f"{pods_path}/{p['metadata']['name']}") for p in pods), return_exceptions=True
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if not (await client.get(pods_path))["items"]:
@@ -216,7 +260,9 @@ async def bench(stack: Stack, replicas: int, rounds: int) -> dict:
     await cri.pull_image(image)
     await cri.close()
     try:
-        await client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        await client.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        )
     except ApiError as err:
         if not err.conflict:
             raise
@@ -227,7 +273,11 @@ async def bench(stack: Stack, replicas: int, rounds: int) -> dict:
         await delete_everything(client)
         deploy = await deployment_round(client, stack.kubeconfig, replicas, image, procs)
         await delete_everything(client)
-        entry = {"floor": floor, "deployment": deploy, "ratio": round(deploy["seconds"] / floor["seconds"], 2)}
+        entry = {
+            "floor": floor,
+            "deployment": deploy,
+            "ratio": round(deploy["seconds"] / floor["seconds"], 2),
+        }
         report["rounds"].append(entry)
         print(f"round {r}: {json.dumps(entry)}", flush=True)
     floors = [e["floor"]["seconds"] for e in report["rounds"]]
@@ -239,7 +289,9 @@ async def bench(stack: Stack, replicas: int, rounds: int) -> dict:
 def summarize(report: dict, floors: list[float], deploys: list[float]) -> dict:
     report["floor_seconds_median"] = round(statistics.median(floors), 3)
     report["deployment_seconds_median"] = round(statistics.median(deploys), 3)
-    report["ratio_of_medians"] = round(report["deployment_seconds_median"] / report["floor_seconds_median"], 2)
+    report["ratio_of_medians"] = round(
+        report["deployment_seconds_median"] / report["floor_seconds_median"], 2
+    )
     report["goal"] = "deployment <= 1.3 x floor"
     return report
 
@@ -247,12 +299,17 @@ def summarize(report: dict, floors: list[float], deploys: list[float]) -> dict:
 def svg_plot(report: dict) -> str:
     bars = []
     for i, e in enumerate(report["rounds"]):
-        bars += [(f"r{i} floor", e["floor"]["seconds"]), (f"r{i} deployment", e["deployment"]["seconds"]),
-                 (f"r{i} status", e["deployment"]["status_available_seconds"])]
+        bars += [
+            (f"r{i} floor", e["floor"]["seconds"]),
+            (f"r{i} deployment", e["deployment"]["seconds"]),
+            (f"r{i} status", e["deployment"]["status_available_seconds"]),
+        ]
     top = max(v for _, v in bars) or 1
     width, height, bw = 60 + 50 * len(bars), 240, 34
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 100}" font-family="sans-serif" font-size="10">',
-           f'<text x="10" y="14" font-size="12">{report["replicas"]} replicas to Ready (s): pre-bound pods vs kubectl apply of a Deployment</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 100}" font-family="sans-serif" font-size="10">',
+        f'<text x="10" y="14" font-size="12">{report["replicas"]} replicas to Ready (s): pre-bound pods vs kubectl apply of a Deployment</text>',
+    ]
     for i, (label, v) in enumerate(bars):
         h = v / top * height
         x = 40 + i * 50
@@ -265,17 +322,26 @@ def svg_plot(report: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"# Deployment of {report['replicas']} replicas vs {report['replicas']} pre-bound pods", "",
-             "| round | floor s | deployment s | ratio | status available s | kubectl apply s | store writes floor | store writes deployment | Deployment changes | ReplicaSet changes | controller-manager CPU s | API server CPU s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Deployment of {report['replicas']} replicas vs {report['replicas']} pre-bound pods",
+        "",
+        "| round | floor s | deployment s | ratio | status available s | kubectl apply s | store writes floor | store writes deployment | Deployment changes | ReplicaSet changes | controller-manager CPU s | API server CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for i, e in enumerate(report["rounds"]):
         f, d = e["floor"], e["deployment"]
         cpu = d["cpu_seconds"]
-        lines.append(f"| {i} | {f['seconds']} | {d['seconds']} | {e['ratio']} | {d['status_available_seconds']} | "
-                     f"{d['kubectl_apply_seconds']} | {f['store_writes']} | {d['store_writes']} | {d['deployment_changes']} | "
-                     f"{d['replicaset_changes']} | {cpu.get('controller-manager', '-')} | {cpu.get('apiserver', '-')} |")
-    lines += ["", f"Median floor {report['floor_seconds_median']} s, median deployment {report['deployment_seconds_median']} s: "
-              f"ratio {report['ratio_of_medians']} (goal: at most 1.3).", ""]
+        lines.append(
+            f"| {i} | {f['seconds']} | {d['seconds']} | {e['ratio']} | {d['status_available_seconds']} | "
+            f"{d['kubectl_apply_seconds']} | {f['store_writes']} | {d['store_writes']} | {d['deployment_changes']} | "
+            f"{d['replicaset_changes']} | {cpu.get('controller-manager', '-')} | {cpu.get('apiserver', '-')} |"
+        )
+    lines += [
+        "",
+        f"Median floor {report['floor_seconds_median']} s, median deployment {report['deployment_seconds_median']} s: "
+        f"ratio {report['ratio_of_medians']} (goal: at most 1.3).",
+        "",
+    ]
     return "\n".join(lines)
 
 

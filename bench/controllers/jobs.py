@@ -46,13 +46,26 @@ Obj = dict[str, Any]
 
 
 def pod_spec(image: str) -> Obj:
-    return {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [
-        {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["true"]}]}
+    return {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["true"]}
+        ],
+    }
 
 
 def job(completions: int, parallelism: int, image: str) -> Obj:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": NAME, "namespace": NS},
-            "spec": {"completions": completions, "parallelism": parallelism, "template": {"spec": pod_spec(image)}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {
+            "completions": completions,
+            "parallelism": parallelism,
+            "template": {"spec": pod_spec(image)},
+        },
+    }
 
 
 def succeeded(pods: Watcher) -> int:
@@ -73,8 +86,20 @@ async def floor_round(client: KubeClient, n: int, p: int, node: str, image: str,
         nonlocal made
         names = [f"floor-{tag}-{made + i}" for i in range(count)]
         made += count
-        await asyncio.gather(*(client.create(path, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                                                    "spec": {**pod_spec(image), "nodeName": node}}) for name in names))
+        await asyncio.gather(
+            *(
+                client.create(
+                    path,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": name},
+                        "spec": {**pod_spec(image), "nodeName": node},
+                    },
+                )
+                for name in names
+            )
+        )
 
     await create(min(p, n))
     while succeeded(pods) < n:
@@ -88,7 +113,9 @@ async def floor_round(client: KubeClient, n: int, p: int, node: str, image: str,
     return {"seconds": round(seconds, 3), "store_writes": await revision(client) - before}
 
 
-async def job_round(client: KubeClient, kubeconfig: Path, n: int, p: int, image: str, procs: dict[str, int]) -> dict:
+async def job_round(
+    client: KubeClient, kubeconfig: Path, n: int, p: int, image: str, procs: dict[str, int]
+) -> dict:
     manifest = Path(tempfile.mkstemp(suffix=".json", prefix="bench-job-")[1])
     manifest.write_text(json.dumps(job(n, p, image)))
     pods_path, jobs_path = f"/api/v1/namespaces/{NS}/pods", f"/apis/batch/v1/namespaces/{NS}/jobs"
@@ -100,8 +127,15 @@ async def job_round(client: KubeClient, kubeconfig: Path, n: int, p: int, image:
     await asyncio.sleep(0.2)
     before = await revision(client)
     t0 = time.monotonic()
-    proc = await asyncio.create_subprocess_exec("kubectl", "--kubeconfig", str(kubeconfig), "create", "-f",
-                                                str(manifest), stdout=asyncio.subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        "--kubeconfig",
+        str(kubeconfig),
+        "create",
+        "-f",
+        str(manifest),
+        stdout=asyncio.subprocess.DEVNULL,
+    )
     if await proc.wait() != 0:
         raise RuntimeError("kubectl create failed")
     pods_done: float | None = None
@@ -118,16 +152,22 @@ async def job_round(client: KubeClient, kubeconfig: Path, n: int, p: int, image:
     pods.stop()
     jobs.stop()
     manifest.unlink()
-    return {"seconds": round(seconds, 3), "pods_succeeded_seconds": round(pods_done or seconds, 3),
-            "store_writes": await revision(client) - before, "job_changes": jobs.added + jobs.modified,
-            "cpu_seconds": {name: w.result()["cpu_seconds"] for name, w in watches.items()}}
+    return {
+        "seconds": round(seconds, 3),
+        "pods_succeeded_seconds": round(pods_done or seconds, 3),
+        "store_writes": await revision(client) - before,
+        "job_changes": jobs.added + jobs.modified,
+        "cpu_seconds": {name: w.result()["cpu_seconds"] for name, w in watches.items()},
+    }
 
 
 async def delete_everything(client: KubeClient) -> None:
     jobs_path, pods_path = f"/apis/batch/v1/namespaces/{NS}/jobs", f"/api/v1/namespaces/{NS}/pods"
     for item in (await client.get(jobs_path))["items"]:
         try:
-            await client.delete(f"{jobs_path}/{item['metadata']['name']}", {"propagationPolicy": "Background"})
+            await client.delete(
+                f"{jobs_path}/{item['metadata']['name']}", {"propagationPolicy": "Background"}
+            )
         except ApiError as err:
             if not err.not_found:
                 raise
@@ -136,8 +176,14 @@ async def delete_everything(client: KubeClient) -> None:
         pods = (await client.get(pods_path))["items"]
         if not pods and not (await client.get(jobs_path))["items"]:
             return
-        await asyncio.gather(*(client.delete(f"{pods_path}/{p['metadata']['name']}") for p in pods
-                               if not p["metadata"].get("deletionTimestamp")), return_exceptions=True)
+        await asyncio.gather(
+            *(
+                client.delete(f"{pods_path}/{p['metadata']['name']}")
+                for p in pods
+                if not p["metadata"].get("deletionTimestamp")
+            ),
+            return_exceptions=True,
+        )
         await asyncio.sleep(0.5)
     raise RuntimeError("pods not removed within 180 s")
 
@@ -150,7 +196,9 @@ async def bench(stack: Stack, completions: int, parallelism: int, rounds: int) -
     await cri.pull_image(image)
     await cri.close()
     try:
-        await client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        await client.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        )
     except ApiError as err:
         if not err.conflict:
             raise
@@ -180,14 +228,18 @@ def svg_plot(report: dict) -> str:
         bars += [(f"r{i} floor", e["floor"]["seconds"]), (f"r{i} job", e["job"]["seconds"])]
     top = max(v for _, v in bars) or 1
     width, height, bw = 60 + 60 * len(bars), 240, 40
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 90}" font-family="sans-serif" font-size="10">',
-           f'<text x="10" y="14" font-size="12">{report["completions"]} completions, {report["parallelism"]} at a time (s): '
-           'the bench\'s own pods vs a Job</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 90}" font-family="sans-serif" font-size="10">',
+        f'<text x="10" y="14" font-size="12">{report["completions"]} completions, {report["parallelism"]} at a time (s): '
+        "the bench's own pods vs a Job</text>",
+    ]
     for i, (label, v) in enumerate(bars):
         h = v / top * height
         x = 40 + i * 60
-        out.append(f'<rect x="{x}" y="{20 + height - h:.1f}" width="{bw}" height="{h:.1f}" '
-                   f'fill="{"#999" if "floor" in label else "#2a6ebb"}"/>')
+        out.append(
+            f'<rect x="{x}" y="{20 + height - h:.1f}" width="{bw}" height="{h:.1f}" '
+            f'fill="{"#999" if "floor" in label else "#2a6ebb"}"/>'
+        )
         out.append(f'<text x="{x}" y="{16 + height - h:.1f}">{v:.2f}</text>')
         out.append(f'<text transform="translate({x + 10},{height + 26}) rotate(60)">{label}</text>')
     out.append("</svg>")
@@ -195,19 +247,28 @@ def svg_plot(report: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"# A Job of {report['completions']} completions, {report['parallelism']} at a time, vs the same pods run by "
-             "the bench", "",
-             "| round | floor s | job s | ratio | job pods succeeded s | store writes floor | store writes job | "
-             "Job changes | controller-manager CPU s | API server CPU s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# A Job of {report['completions']} completions, {report['parallelism']} at a time, vs the same pods run by "
+        "the bench",
+        "",
+        "| round | floor s | job s | ratio | job pods succeeded s | store writes floor | store writes job | "
+        "Job changes | controller-manager CPU s | API server CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for i, e in enumerate(report["rounds"]):
         f, j = e["floor"], e["job"]
         cpu = j["cpu_seconds"]
-        lines.append(f"| {i} | {f['seconds']} | {j['seconds']} | {e['ratio']} | {j['pods_succeeded_seconds']} | "
-                     f"{f['store_writes']} | {j['store_writes']} | {j['job_changes']} | "
-                     f"{cpu.get('controller-manager', '-')} | {cpu.get('apiserver', '-')} |")
-    lines += ["", f"Median floor {report['floor_seconds_median']} s, median Job {report['job_seconds_median']} s: "
-              f"ratio {report['ratio_of_medians']} (goal: at most 1.3).", ""]
+        lines.append(
+            f"| {i} | {f['seconds']} | {j['seconds']} | {e['ratio']} | {j['pods_succeeded_seconds']} | "
+            f"{f['store_writes']} | {j['store_writes']} | {j['job_changes']} | "
+            f"{cpu.get('controller-manager', '-')} | {cpu.get('apiserver', '-')} |"
+        )
+    lines += [
+        "",
+        f"Median floor {report['floor_seconds_median']} s, median Job {report['job_seconds_median']} s: "
+        f"ratio {report['ratio_of_medians']} (goal: at most 1.3).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -219,7 +280,9 @@ def main() -> int:
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)
-    completions, parallelism, rounds = (10, 3, 1) if args.smoke else (args.completions, args.parallelism, args.rounds)
+    completions, parallelism, rounds = (
+        (10, 3, 1) if args.smoke else (args.completions, args.parallelism, args.rounds)
+    )
     report = run_on_stack(lambda stack: bench(stack, completions, parallelism, rounds), tag="j")
     text = markdown(report)
     print(text)

@@ -52,14 +52,26 @@ TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name
 
 
 def pod(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "x"}}, "spec": TEMPLATE["spec"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "x"}},
+        "spec": TEMPLATE["spec"],
+    }
 
 
 def replicaset(name: str) -> dict:
     labels = {"app": name}
-    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": TEMPLATE["spec"]}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": TEMPLATE["spec"]},
+        },
+    }
 
 
 def deployment(name: str) -> dict:
@@ -99,8 +111,12 @@ async def until_settled(client: KubeClient, path: str, n: int, timeout: float = 
     start = time.monotonic()
     while True:
         items, _ = await client.list(path)
-        done = sum(1 for d in items if (d.get("status") or {}).get("observedGeneration") == d["metadata"].get("generation")
-                   and (d.get("status") or {}).get("updatedReplicas") == 1)
+        done = sum(
+            1
+            for d in items
+            if (d.get("status") or {}).get("observedGeneration") == d["metadata"].get("generation")
+            and (d.get("status") or {}).get("updatedReplicas") == 1
+        )
         if done >= n:
             return
         if time.monotonic() - start > timeout:
@@ -114,8 +130,19 @@ def cpu_seconds(proc: psutil.Process) -> float:
 
 
 def start_manager(kubeconfig: Path, controllers: str, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "pykubelet", "controller-manager", "--kubeconfig", str(kubeconfig),
-           "--controllers", controllers, "--secure-port", "0", "--no-leader-elect"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "controller-manager",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--controllers",
+        controllers,
+        "--secure-port",
+        "0",
+        "--no-leader-elect",
+    ]
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -124,7 +151,9 @@ async def synced(log: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while "caches synced" not in (log.read_text(errors="replace") if log.exists() else ""):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"controller manager not running after {timeout:.0f} s:\n{log.read_text()[-2000:]}")
+            raise TimeoutError(
+                f"controller manager not running after {timeout:.0f} s:\n{log.read_text()[-2000:]}"
+            )
         await asyncio.sleep(0.05)
 
 
@@ -138,15 +167,23 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def run(size: Size, work: Path) -> dict:
-    out: dict = {"replicasets": size.replicasets, "deployments": size.deployments, "idle_seconds": size.idle_seconds}
+    out: dict = {
+        "replicasets": size.replicasets,
+        "deployments": size.deployments,
+        "idle_seconds": size.idle_seconds,
+    }
     with ApiServer(work / "api") as server:
         client = KubeClient(load_kubeconfig(server.kubeconfig), qps=0)
         try:
             for ns in ("floor", "rs", "idle"):
                 await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
             start = time.monotonic()
-            await create_all(client, "/api/v1/namespaces/floor/pods", [pod(f"p{i}") for i in range(size.replicasets)],
-                             size.concurrency)
+            await create_all(
+                client,
+                "/api/v1/namespaces/floor/pods",
+                [pod(f"p{i}") for i in range(size.replicasets)],
+                size.concurrency,
+            )
             out["floor_pods_s"] = round(time.monotonic() - start, 2)
 
             manager = start_manager(server.kubeconfig, "replicaset", work / "cm-rs.log")
@@ -155,9 +192,14 @@ async def run(size: Size, work: Path) -> dict:
                 await synced(work / "cm-rs.log")
                 cpu0 = cpu_seconds(proc)
                 start = time.monotonic()
-                creating = asyncio.create_task(create_all(
-                    client, "/apis/apps/v1/namespaces/rs/replicasets",
-                    [replicaset(f"rs{i}") for i in range(size.replicasets)], size.concurrency))
+                creating = asyncio.create_task(
+                    create_all(
+                        client,
+                        "/apis/apps/v1/namespaces/rs/replicasets",
+                        [replicaset(f"rs{i}") for i in range(size.replicasets)],
+                        size.concurrency,
+                    )
+                )
                 await until_count(client, "/api/v1/namespaces/rs/pods", size.replicasets)
                 await creating
                 out["replicasets_pods_s"] = round(time.monotonic() - start, 2)
@@ -169,8 +211,12 @@ async def run(size: Size, work: Path) -> dict:
             manager = start_manager(server.kubeconfig, "*", work / "cm-all.log")
             proc = psutil.Process(manager.pid)
             try:
-                await create_all(client, "/apis/apps/v1/namespaces/idle/deployments",
-                                 [deployment(f"d{i}") for i in range(size.deployments)], size.concurrency)
+                await create_all(
+                    client,
+                    "/apis/apps/v1/namespaces/idle/deployments",
+                    [deployment(f"d{i}") for i in range(size.deployments)],
+                    size.concurrency,
+                )
                 await until_count(client, "/api/v1/namespaces/idle/pods", size.deployments)
                 await until_settled(client, "/apis/apps/v1/namespaces/idle/deployments", size.deployments)
                 cpu0, t0 = cpu_seconds(proc), time.monotonic()
@@ -181,34 +227,40 @@ async def run(size: Size, work: Path) -> dict:
                 stop(manager)
         finally:
             await client.close()
-    out["ratio_to_floor"] = round(out["replicasets_pods_s"] / out["floor_pods_s"], 2) if out["floor_pods_s"] else None
+    out["ratio_to_floor"] = (
+        round(out["replicasets_pods_s"] / out["floor_pods_s"], 2) if out["floor_pods_s"] else None
+    )
     out["load_average"] = round(os.getloadavg()[0], 1)
     out["client_qps"] = "20 (burst 30), kube-controller-manager's defaults"
     return out
 
 
 def markdown(r: dict) -> str:
-    return "\n".join([
-        f"# Controller manager: {r['replicasets']} ReplicaSets at once, {r['deployments']} idle Deployments",
-        "",
-        "| figure | value | goal |",
-        "| --- | --- | --- |",
-        f"| floor: {r['replicasets']} pods created by the bench | {r['floor_pods_s']} s | |",
-        f"| {r['replicasets']} one-replica ReplicaSets until every pod exists | {r['replicasets_pods_s']} s "
-        f"({r['ratio_to_floor']}x the floor) | |",
-        f"| controller manager CPU per 1 000 pods created | {r['cm_cpu_s_per_1000_pods']} s | |",
-        f"| idle controller manager with {r['deployments']} Deployments, CPU | {r['idle_cpu_pct']} % of a core | < 1 % |",
-        f"| idle controller manager RSS | {r['idle_rss_mib']} MiB | < 200 MiB |",
-        "",
-        f"The controller manager runs with its client-side limit at {r['client_qps']}: each pod is a create and a",
-        "status write, so the rate limit, not the loop, bounds step 2 at this size, as it does upstream.",
-        "",
-        f"Load average while running: {r['load_average']} (2 cores; other work on the machine slows every figure).",
-    ])
+    return "\n".join(
+        [
+            f"# Controller manager: {r['replicasets']} ReplicaSets at once, {r['deployments']} idle Deployments",
+            "",
+            "| figure | value | goal |",
+            "| --- | --- | --- |",
+            f"| floor: {r['replicasets']} pods created by the bench | {r['floor_pods_s']} s | |",
+            f"| {r['replicasets']} one-replica ReplicaSets until every pod exists | {r['replicasets_pods_s']} s "
+            f"({r['ratio_to_floor']}x the floor) | |",
+            f"| controller manager CPU per 1 000 pods created | {r['cm_cpu_s_per_1000_pods']} s | |",
+            f"| idle controller manager with {r['deployments']} Deployments, CPU | {r['idle_cpu_pct']} % of a core | < 1 % |",
+            f"| idle controller manager RSS | {r['idle_rss_mib']} MiB | < 200 MiB |",
+            "",
+            f"The controller manager runs with its client-side limit at {r['client_qps']}: each pod is a create and a",
+            "status write, so the rate limit, not the loop, bounds step 2 at this size, as it does upstream.",
+            "",
+            f"Load average while running: {r['load_average']} (2 cores; other work on the machine slows every figure).",
+        ]
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--replicasets", type=int, default=Size.replicasets)
     parser.add_argument("--deployments", type=int, default=Size.deployments)
     parser.add_argument("--idle-seconds", type=float, default=Size.idle_seconds)
@@ -220,9 +272,11 @@ def main() -> None:
         report = asyncio.run(run(size, Path(tmp)))
     text = markdown(report)
     print(text)
-    bars = [("floor: pods by the bench (s)", report["floor_pods_s"]),
-            ("pods through ReplicaSets (s)", report["replicasets_pods_s"]),
-            ("CM CPU per 1000 pods (s)", report["cm_cpu_s_per_1000_pods"])]
+    bars = [
+        ("floor: pods by the bench (s)", report["floor_pods_s"]),
+        ("pods through ReplicaSets (s)", report["replicasets_pods_s"]),
+        ("CM CPU per 1000 pods (s)", report["cm_cpu_s_per_1000_pods"]),
+    ]
     write_report(out, NAME, report, text, bar_svg("controller manager", bars, "s"))
 
 

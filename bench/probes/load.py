@@ -63,7 +63,12 @@ SERVE = "mkdir -p /www && echo ok > /www/healthz && touch /tmp/ready && exec htt
 
 
 def pod_body(name: str, node: str, image: str, probes: bool) -> dict:
-    container: dict = {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", SERVE]}
+    container: dict = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", SERVE],
+    }
     if probes:
         container["readinessProbe"] = {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 10}
         container["livenessProbe"] = {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 10}
@@ -77,11 +82,23 @@ def pod_body(name: str, node: str, image: str, probes: bool) -> dict:
 
 async def create_and_wait(client: KubeClient, n: int, node: str, image: str, probes: bool) -> list[dict]:
     """Create n pods at once; return them once every one is Ready (or Running, without probes)."""
-    await asyncio.gather(*(client.create(f"/api/v1/namespaces/{NS}/pods", pod_body(f"p-{i}", node, image, probes)) for i in range(n)))
+    await asyncio.gather(
+        *(
+            client.create(f"/api/v1/namespaces/{NS}/pods", pod_body(f"p-{i}", node, image, probes))
+            for i in range(n)
+        )
+    )
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         pods = (await client.get(f"/api/v1/namespaces/{NS}/pods"))["items"]
-        ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions") or [])]
+        ready = [
+            p
+            for p in pods
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p.get("status", {}).get("conditions") or []
+            )
+        ]
         if len(ready) == n:
             return ready
         await asyncio.sleep(2)
@@ -94,7 +111,7 @@ def parse_histograms(text: str) -> dict[str, list[float]]:
     for line in text.splitlines():
         if not line.startswith("prober_probe_duration_seconds_bucket{"):
             continue
-        labels, value = line[len("prober_probe_duration_seconds_bucket{"):].rsplit("} ", 1)
+        labels, value = line[len("prober_probe_duration_seconds_bucket{") :].rsplit("} ", 1)
         fields = dict(part.split("=", 1) for part in labels.split(","))
         handler = fields["handler"].strip('"')
         out.setdefault(handler, []).append(float(value))
@@ -123,7 +140,10 @@ async def scrape(port: int, cert: Path, key: Path) -> str:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # the agent's serving certificate is self-signed
     context.load_cert_chain(str(cert), str(key))
-    async with aiohttp.ClientSession() as http, http.get(f"https://127.0.0.1:{port}/metrics/probes", ssl=context) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"https://127.0.0.1:{port}/metrics/probes", ssl=context) as resp,
+    ):
         resp.raise_for_status()
         return await resp.text()
 
@@ -180,7 +200,9 @@ async def bench(stack: Stack, size: Size) -> dict:
     stack.apiserver.client_kubeconfig("bench", ("system:masters",), cert_dir / "bench.kubeconfig")
     cert, key = cert_dir / "bench.crt", cert_dir / "bench.key"
     try:
-        await client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        await client.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        )
     except ApiError as err:
         if not err.conflict:
             raise
@@ -207,10 +229,17 @@ async def bench(stack: Stack, size: Size) -> dict:
             "p99_ms": round(1000 * quantile(0.99, delta), 2),
         }
     report["probe_latency"] = latency
-    print(f"{n} pods with probes: {json.dumps(report['with_probes'])}; latency {json.dumps(latency)}", flush=True)
+    print(
+        f"{n} pods with probes: {json.dumps(report['with_probes'])}; latency {json.dumps(latency)}",
+        flush=True,
+    )
     ips = [p["status"]["podIP"] for p in pods]
     floor = await http_floor(ips, size.spread)
-    report["http_floor_ms"] = {"p50": round(1000 * pct(floor, 50), 2), "p99": round(1000 * pct(floor, 99), 2), "n": len(floor)}
+    report["http_floor_ms"] = {
+        "p50": round(1000 * pct(floor, 50), 2),
+        "p99": round(1000 * pct(floor, 99), 2),
+        "n": len(floor),
+    }
     print(f"raw GET floor: {json.dumps(report['http_floor_ms'])}", flush=True)
     cri = await CRIClient.connect(stack.containerd.endpoint)
     try:
@@ -241,9 +270,16 @@ def markdown(report: dict) -> str:
     for handler, row in report["probe_latency"].items():
         lines.append(f"| {handler} | {row['probes']} | {row['p50_ms']} | {row['p99_ms']} |")
     floor = report["http_floor_ms"]
-    lines += ["", f"Raw GET floor from the bench process: p50 {floor['p50']} ms, p99 {floor['p99']} ms (goal for httpGet p99: under 50 ms).", ""]
+    lines += [
+        "",
+        f"Raw GET floor from the bench process: p50 {floor['p50']} ms, p99 {floor['p99']} ms (goal for httpGet p99: under 50 ms).",
+        "",
+    ]
     lines += ["CPU per call of the handlers alone, one at a time in the bench process:", ""]
-    lines += [f"- {h}: {c['cpu_ms_per_call']} ms CPU, {c['wall_ms_per_call']} ms wall" for h, c in report["client_cost"].items()]
+    lines += [
+        f"- {h}: {c['cpu_ms_per_call']} ms CPU, {c['wall_ms_per_call']} ms wall"
+        for h, c in report["client_cost"].items()
+    ]
     return "\n".join(lines)
 
 

@@ -44,11 +44,21 @@ def address(i: int, e: int, endpoints: int, generation: int) -> str:
 
 
 def slice_body(i: int, endpoints: int, generation: int) -> dict:
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": f"s{i}-x", "labels": {"kubernetes.io/service-name": f"s{i}"}},
-            "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [address(i, e, endpoints, generation)], "conditions": {"ready": True},
-                           "nodeName": "n1"} for e in range(endpoints)]}
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": f"s{i}-x", "labels": {"kubernetes.io/service-name": f"s{i}"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [
+            {
+                "addresses": [address(i, e, endpoints, generation)],
+                "conditions": {"ready": True},
+                "nodeName": "n1",
+            }
+            for e in range(endpoints)
+        ],
+    }
 
 
 def pct(values: list[float], q: float) -> float:
@@ -56,7 +66,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def measure(server: ApiServer, kubeconfig: Path, netns: str, services: int, endpoints: int, changes: int) -> dict:
+async def measure(
+    server: ApiServer, kubeconfig: Path, netns: str, services: int, endpoints: int, changes: int
+) -> dict:
     admin = KubeClient(load_kubeconfig(server.kubeconfig), qps=0)
     ns_path = "/api/v1/namespaces/default"
     sem = asyncio.Semaphore(32)
@@ -65,13 +77,29 @@ async def measure(server: ApiServer, kubeconfig: Path, netns: str, services: int
         async with sem:
             await admin.create(path, body)
 
-    await asyncio.gather(*(create(f"{ns_path}/services", {"metadata": {"name": f"s{i}"}, "spec": {
-        "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}) for i in range(services)))
-    await asyncio.gather(*(create("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
-                                  slice_body(i, endpoints, 0)) for i in range(services)))
+    await asyncio.gather(
+        *(
+            create(
+                f"{ns_path}/services",
+                {
+                    "metadata": {"name": f"s{i}"},
+                    "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+                },
+            )
+            for i in range(services)
+        )
+    )
+    await asyncio.gather(
+        *(
+            create("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", slice_body(i, endpoints, 0))
+            for i in range(services)
+        )
+    )
     nft = Nft("kube-proxy", netns=netns)
     kube = KubeClient(load_kubeconfig(kubeconfig), component="kube-proxy")
-    proxier = Proxier(kube, ProxyConfig(node_name="n1", cluster_cidr="10.0.0.0/8", nft=nft, conntrack=Conntrack(netns)))
+    proxier = Proxier(
+        kube, ProxyConfig(node_name="n1", cluster_cidr="10.0.0.0/8", nft=nft, conntrack=Conntrack(netns))
+    )
     stop = asyncio.Event()
     started = time.monotonic()
     task = asyncio.create_task(proxier.run(stop))
@@ -111,12 +139,17 @@ async def measure(server: ApiServer, kubeconfig: Path, netns: str, services: int
     await kube.close()
     await admin.close()
     return {
-        "services": services, "endpoints_per_service": endpoints, "changes": changes,
-        "chains": len(before.chains), "first_full_sync_wall_s": round(first_sync_wall, 3),
-        "full_sync_s": round(full_seconds, 3), "nft_full_apply_alone_s": round(nft_full, 3),
+        "services": services,
+        "endpoints_per_service": endpoints,
+        "changes": changes,
+        "chains": len(before.chains),
+        "first_full_sync_wall_s": round(first_sync_wall, 3),
+        "full_sync_s": round(full_seconds, 3),
+        "nft_full_apply_alone_s": round(nft_full, 3),
         "model_build_s": round(build_seconds, 3),
         "partial_sync_mean_s": round(p_sum / p_count, 4) if p_count else float("nan"),
-        "change_to_rules_p50_s": round(pct(latencies, 0.5), 3), "change_to_rules_p99_s": round(pct(latencies, 0.99), 3),
+        "change_to_rules_p50_s": round(pct(latencies, 0.5), 3),
+        "change_to_rules_p99_s": round(pct(latencies, 0.99), 3),
         "change_to_rules_max_s": round(max(latencies), 3) if latencies else float("nan"),
         "change_to_rules_mean_s": round(statistics.mean(latencies), 3) if latencies else float("nan"),
     }
@@ -138,21 +171,29 @@ def main() -> int:
     try:
         with ApiServer(work / "api") as server:
             kubeconfig = server.client_kubeconfig("system:kube-proxy", (), work / "proxy.kubeconfig")
-            data = asyncio.run(measure(server, kubeconfig, netns, args.services, args.endpoints, args.changes))
+            data = asyncio.run(
+                measure(server, kubeconfig, netns, args.services, args.endpoints, args.changes)
+            )
     finally:
         subprocess.run(["ip", "netns", "del", netns], check=False)
     leaked = Scope.of(work, named_netns=[netns]).leaked()
     assert not leaked, f"left {leaked}"
     rows = [(k, v) for k, v in data.items() if k.endswith("_s")]
-    markdown = "\n".join([
-        f"# Service proxy sync: {data['services']} Services x {data['endpoints_per_service']} endpoints "
-        f"({data['chains']} chains)", "", "| figure | seconds |", "| --- | --- |",
-        *(f"| {k} | {v} |" for k, v in rows), "",
-        "Baseline in the same run: `nft_full_apply_alone_s` is `nft -f` of the whole table by itself. "
-        "change_to_rules: an EndpointSlice replaced through the API until the proxier's committed ruleset "
-        "(after `nft -f` returned) holds the new endpoint's chain; the sync loop runs at most 2 syncs per "
-        "1 s min-sync-period, as kube-proxy's.",
-    ])
+    markdown = "\n".join(
+        [
+            f"# Service proxy sync: {data['services']} Services x {data['endpoints_per_service']} endpoints "
+            f"({data['chains']} chains)",
+            "",
+            "| figure | seconds |",
+            "| --- | --- |",
+            *(f"| {k} | {v} |" for k, v in rows),
+            "",
+            "Baseline in the same run: `nft_full_apply_alone_s` is `nft -f` of the whole table by itself. "
+            "change_to_rules: an EndpointSlice replaced through the API until the proxier's committed ruleset "
+            "(after `nft -f` returned) holds the new endpoint's chain; the sync loop runs at most 2 syncs per "
+            "1 s min-sync-period, as kube-proxy's.",
+        ]
+    )
     write_report(out, "proxy-sync", data, markdown, bar_svg("service proxy sync", rows, "s"))
     print(markdown)
     return 0

@@ -19,7 +19,9 @@ from controlplane.scheduler.runner import run_scheduler
 
 async def main(data_dir: Path, port: int) -> None:
     # No controller manager makes namespaces' `default` accounts here: the ServiceAccount plugin is off.
-    server = ApiServer(ServerConfig(data_dir=data_dir, port=port, disable_admission_plugins=["ServiceAccount"]))
+    server = ApiServer(
+        ServerConfig(data_dir=data_dir, port=port, disable_admission_plugins=["ServiceAccount"])
+    )
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

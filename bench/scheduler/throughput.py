@@ -48,21 +48,48 @@ from pykubelet.rig.apiserver import ApiServer
 
 GOAL = 200.0
 
+
 def node(name: str) -> dict:
     alloc = {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": alloc, "allocatable": alloc,
-                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": alloc,
+            "allocatable": alloc,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
 
 
 def pod(name: str, owner_uid: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"app": "bench"},
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "bench",
-                                              "uid": owner_uid, "controller": True}]},
-            "spec": {"containers": [{"name": "c", "image": "busybox",
-                                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"app": "bench"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "bench",
+                    "uid": owner_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                }
+            ]
+        },
+    }
 
 
 async def create_all(client: KubeClient, path: str, objs: list[dict], concurrency: int = 32) -> float:
@@ -87,8 +114,9 @@ async def wait_bound(client: KubeClient, ns: str, total: int, timeout: float) ->
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {len(bound)}/{total} bound after {timeout}s")
         async with asyncio.timeout(max(deadline - time.monotonic(), 0.1)):
-            async for ev in client.watch(f"/api/v1/namespaces/{ns}/pods", {"resourceVersion": rv,
-                                                                           "timeoutSeconds": 60}):
+            async for ev in client.watch(
+                f"/api/v1/namespaces/{ns}/pods", {"resourceVersion": rv, "timeoutSeconds": 60}
+            ):
                 obj = ev["object"]
                 rv = obj["metadata"].get("resourceVersion", rv)
                 n = (obj.get("spec") or {}).get("nodeName")
@@ -108,8 +136,9 @@ async def wait_events(client: KubeClient, ns: str, total: int, timeout: float = 
     seen = {e["metadata"]["name"] for e in items}
     async with asyncio.timeout(timeout):
         while len(seen) < total:
-            async for ev in client.watch(path, {"fieldSelector": "reason=Scheduled", "resourceVersion": rv,
-                                                "timeoutSeconds": 60}):
+            async for ev in client.watch(
+                path, {"fieldSelector": "reason=Scheduled", "resourceVersion": rv, "timeoutSeconds": 60}
+            ):
                 rv = ev["object"]["metadata"].get("resourceVersion", rv)
                 if ev["type"] == "ADDED":
                     seen.add(ev["object"]["metadata"]["name"])
@@ -141,8 +170,12 @@ class CpuMeter:
 
 def start_scheduler(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "pykubelet", "scheduler", "--kubeconfig", str(kubeconfig)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "pykubelet", "scheduler", "--kubeconfig", str(kubeconfig)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def stop_process(p: subprocess.Popen[bytes]) -> None:
@@ -221,7 +254,12 @@ class EmbeddedServer(ApiServer):
     embedded_server.py: API server + scheduler in one process."""
 
     def command(self) -> list[str]:
-        return [sys.executable, str(Path(__file__).with_name("embedded_server.py")), str(self.data_dir), str(self.port)]
+        return [
+            sys.executable,
+            str(Path(__file__).with_name("embedded_server.py")),
+            str(self.data_dir),
+            str(self.port),
+        ]
 
 
 async def add_nodes(server: ApiServer, count: int) -> None:
@@ -243,18 +281,30 @@ async def embedded_stream(work: Path, pods: int, nodes: int) -> dict:
             await asyncio.sleep(0.2)
             first = time.monotonic()
             meter = CpuMeter(server=server_pid(server)).start()
-            create = await create_all(client, f"/api/v1/namespaces/{ns}/pods",
-                                      [pod(f"p{i:05d}", "owner-embedded") for i in range(pods)])
+            create = await create_all(
+                client,
+                f"/api/v1/namespaces/{ns}/pods",
+                [pod(f"p{i:05d}", "owner-embedded") for i in range(pods)],
+            )
             last, per_node = await waiter
             events_done = await wait_events(client, ns, pods)
             cpu = meter.stop()
         finally:
             await client.close()
-    return {"scenario": "embedded-stream", "pods": pods, "nodes": nodes, "create_seconds": create, "cpu": cpu,
-            "seconds": last - first, "events_seconds": events_done - first,
-            "pods_per_second": pods / (last - first), "create_per_second": pods / create,
-            "per_node_min": min(per_node.values()), "per_node_max": max(per_node.values()),
-            "nodes_used": len(per_node)}
+    return {
+        "scenario": "embedded-stream",
+        "pods": pods,
+        "nodes": nodes,
+        "create_seconds": create,
+        "cpu": cpu,
+        "seconds": last - first,
+        "events_seconds": events_done - first,
+        "pods_per_second": pods / (last - first),
+        "create_per_second": pods / create,
+        "per_node_min": min(per_node.values()),
+        "per_node_max": max(per_node.values()),
+        "nodes_used": len(per_node),
+    }
 
 
 def decisions_only(pods: int, nodes: int) -> dict:
@@ -272,14 +322,25 @@ def decisions_only(pods: int, nodes: int) -> dict:
     start = time.process_time()
     for info in infos:
         nodes_now = cache.nodes()
-        chosen = schedule(info, nodes_now, filters, scores, ClusterView(len(nodes_now), cache.image_nodes), rng)
+        chosen = schedule(
+            info, nodes_now, filters, scores, ClusterView(len(nodes_now), cache.image_nodes), rng
+        )
         cache.assume(info, chosen.name)
     seconds = time.process_time() - start
     per_node = Counter(cache.pod_node(i.uid) for i in infos)
-    return {"scenario": "decisions only (no API, CPU time)", "pods": pods, "nodes": nodes, "seconds": seconds,
-            "events_seconds": float("nan"), "pods_per_second": pods / seconds, "create_seconds": float("nan"),
-            "create_per_second": float("nan"), "per_node_min": min(per_node.values()),
-            "per_node_max": max(per_node.values()), "nodes_used": len(per_node)}
+    return {
+        "scenario": "decisions only (no API, CPU time)",
+        "pods": pods,
+        "nodes": nodes,
+        "seconds": seconds,
+        "events_seconds": float("nan"),
+        "pods_per_second": pods / seconds,
+        "create_seconds": float("nan"),
+        "create_per_second": float("nan"),
+        "per_node_min": min(per_node.values()),
+        "per_node_max": max(per_node.values()),
+        "nodes_used": len(per_node),
+    }
 
 
 def svg_plot(results: list[dict]) -> str:
@@ -288,20 +349,27 @@ def svg_plot(results: list[dict]) -> str:
     top = max(max(r["pods_per_second"] for r in results), GOAL) * 1.1
     height = len(results) * (bar_h + gap) + 60
     scale = (width - left - 20) / top
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             'font-family="sans-serif" font-size="12">',
-             f'<text x="10" y="18" font-size="14">Scheduler throughput, pods/s ({results[0]["pods"]} pods, '
-             f'{results[0]["nodes"]} nodes)</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="12">',
+        f'<text x="10" y="18" font-size="14">Scheduler throughput, pods/s ({results[0]["pods"]} pods, '
+        f"{results[0]['nodes']} nodes)</text>",
+    ]
     for i, r in enumerate(results):
         y = 34 + i * (bar_h + gap)
         w = r["pods_per_second"] * scale
         colour = "#4a7" if r["pods_per_second"] >= GOAL else "#c84"
-        parts += [f'<text x="10" y="{y + bar_h * 0.65:.0f}">{r["scenario"][:32]}</text>',
-                  f'<rect x="{left}" y="{y}" width="{w:.0f}" height="{bar_h}" fill="{colour}"/>',
-                  f'<text x="{left + w + 4:.0f}" y="{y + bar_h * 0.65:.0f}">{r["pods_per_second"]:.0f}</text>']
+        parts += [
+            f'<text x="10" y="{y + bar_h * 0.65:.0f}">{r["scenario"][:32]}</text>',
+            f'<rect x="{left}" y="{y}" width="{w:.0f}" height="{bar_h}" fill="{colour}"/>',
+            f'<text x="{left + w + 4:.0f}" y="{y + bar_h * 0.65:.0f}">{r["pods_per_second"]:.0f}</text>',
+        ]
     gx = left + GOAL * scale
-    parts += [f'<line x1="{gx:.0f}" y1="28" x2="{gx:.0f}" y2="{height - 20}" stroke="#000" stroke-dasharray="4"/>',
-              f'<text x="{gx + 4:.0f}" y="{height - 8}">goal {GOAL:.0f}/s</text>', "</svg>"]
+    parts += [
+        f'<line x1="{gx:.0f}" y1="28" x2="{gx:.0f}" y2="{height - 20}" stroke="#000" stroke-dasharray="4"/>',
+        f'<text x="{gx + 4:.0f}" y="{height - 8}">goal {GOAL:.0f}/s</text>',
+        "</svg>",
+    ]
     return "\n".join(parts) + "\n"
 
 
@@ -336,28 +404,40 @@ def idle_estimate(r: dict) -> float:
 
 
 def report(results: list[dict]) -> str:
-    lines = ["# Scheduler throughput", "",
-             f"Goal: {GOAL:.0f} pods/s end to end (1 000 pods, 100 nodes) on this machine.", "",
-             "| scenario | pods | nodes | seconds to all bound | pods/s | ratio to goal | all Scheduled events (s) "
-             "| pod creation/s | pods per node (min-max) | CPU ms/pod: server + scheduler | idle-machine estimate, pods/s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Scheduler throughput",
+        "",
+        f"Goal: {GOAL:.0f} pods/s end to end (1 000 pods, 100 nodes) on this machine.",
+        "",
+        "| scenario | pods | nodes | seconds to all bound | pods/s | ratio to goal | all Scheduled events (s) "
+        "| pod creation/s | pods per node (min-max) | CPU ms/pod: server + scheduler | idle-machine estimate, pods/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results:
         if r["scenario"].startswith("decisions"):
-            lines.append(f"| {r['scenario']} | {r['pods']} | {r['nodes']} | {r['seconds']:.2f} | "
-                         f"{r['pods_per_second']:.0f} | {r['pods_per_second'] / GOAL:.2f}x | - | - | "
-                         f"{r['per_node_min']}-{r['per_node_max']} | - | - |")
+            lines.append(
+                f"| {r['scenario']} | {r['pods']} | {r['nodes']} | {r['seconds']:.2f} | "
+                f"{r['pods_per_second']:.0f} | {r['pods_per_second'] / GOAL:.2f}x | - | - | "
+                f"{r['per_node_min']}-{r['per_node_max']} | - | - |"
+            )
             continue
-        lines.append(f"| {r['scenario']} | {r['pods']} | {r['nodes']} | {r['seconds']:.2f} | "
-                     f"{r['pods_per_second']:.0f} | {r['pods_per_second'] / GOAL:.2f}x | {r['events_seconds']:.2f} | "
-                     f"{r['create_per_second']:.0f} | {r['per_node_min']}-{r['per_node_max']} | "
-                     f"{cpu_cell(r)} | {idle_estimate(r):.0f} |")
-    lines += ["", "backlog: pods created first, clock starts when the scheduler's caches are synced. "
-              "stream: scheduler running, clock starts at the first create, so pod creation (the baseline "
-              "column, measured in the same run) bounds it. CPU is measured from the clock's start until the "
-              "last Scheduled event is written, so it includes the events (and, for the stream scenarios, "
-              "the pod creations). The idle-machine estimate is pods / CPU seconds of the busier process.", "",
-              f"Load average while running: {os.getloadavg()[0]:.1f} (2 cores; other work on the machine "
-              "slows every figure)."]
+        lines.append(
+            f"| {r['scenario']} | {r['pods']} | {r['nodes']} | {r['seconds']:.2f} | "
+            f"{r['pods_per_second']:.0f} | {r['pods_per_second'] / GOAL:.2f}x | {r['events_seconds']:.2f} | "
+            f"{r['create_per_second']:.0f} | {r['per_node_min']}-{r['per_node_max']} | "
+            f"{cpu_cell(r)} | {idle_estimate(r):.0f} |"
+        )
+    lines += [
+        "",
+        "backlog: pods created first, clock starts when the scheduler's caches are synced. "
+        "stream: scheduler running, clock starts at the first create, so pod creation (the baseline "
+        "column, measured in the same run) bounds it. CPU is measured from the clock's start until the "
+        "last Scheduled event is written, so it includes the events (and, for the stream scenarios, "
+        "the pod creations). The idle-machine estimate is pods / CPU seconds of the busier process.",
+        "",
+        f"Load average while running: {os.getloadavg()[0]:.1f} (2 cores; other work on the machine "
+        "slows every figure).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -365,8 +445,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=None, help="default 1000 (smoke: 20)")
     parser.add_argument("--nodes", type=int, default=None, help="default 100 (smoke: 5)")
-    parser.add_argument("--scenarios", nargs="+", default=["backlog", "stream", "embedded", "decisions"],
-                        choices=["backlog", "stream", "embedded", "decisions"])
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=["backlog", "stream", "embedded", "decisions"],
+        choices=["backlog", "stream", "embedded", "decisions"],
+    )
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)

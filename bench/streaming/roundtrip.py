@@ -46,8 +46,12 @@ SMOKE = Size(rounds=3, mib=1)
 
 
 def kubectl(stack: Stack, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    done = subprocess.run(["kubectl", "--kubeconfig", str(stack.kubeconfig), *args], input=stdin,
-                          capture_output=True, timeout=120)
+    done = subprocess.run(
+        ["kubectl", "--kubeconfig", str(stack.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.decode()}")
     return done
@@ -64,8 +68,11 @@ def timed(fn, rounds: int) -> list[float]:
 
 def ms(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
-    return {"p50": round(statistics.median(values) * 1000, 2), "p90": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 2),
-            "min": round(ordered[0] * 1000, 2)}
+    return {
+        "p50": round(statistics.median(values) * 1000, 2),
+        "p90": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 2),
+        "min": round(ordered[0] * 1000, 2),
+    }
 
 
 def fetch_rate(url: str, size: int) -> float:
@@ -88,9 +95,16 @@ async def bench(stack: Stack, size: Size) -> dict:
     assert stack.images is not None and stack.containerd is not None
     nbytes = size.mib << 20
     script = f"head -c {nbytes} /dev/zero > /srv && mkdir -p /www && mv /srv /www/blob && exec httpd -f -p 8080 -h /www"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "target", "namespace": "default"},
-           "spec": {"nodeName": stack.node_name, "terminationGracePeriodSeconds": 1, "containers": [
-               {"name": "main", "image": stack.images.busybox, "command": ["sh", "-c", script]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "target", "namespace": "default"},
+        "spec": {
+            "nodeName": stack.node_name,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": stack.images.busybox, "command": ["sh", "-c", script]}],
+        },
+    }
     kubectl(stack, "apply", "-f", "-", stdin=json.dumps(pod).encode())
     kubectl(stack, "wait", "--for=condition=Ready", "pod/target", "--timeout=120s")
     info = json.loads(kubectl(stack, "get", "pod", "target", "-o", "json").stdout)
@@ -112,12 +126,35 @@ async def bench(stack: Stack, size: Size) -> dict:
         await cri.close()
     anchor = timed(lambda: kubectl(stack, "get", "pod", "target", "-o", "name"), size.rounds)
     kexec = timed(lambda: kubectl(stack, "exec", "target", "--", "true"), size.rounds)
-    pyexec = timed(lambda: stream(core.connect_get_namespaced_pod_exec, "target", "default", command=["true"],
-                                  stderr=True, stdin=False, stdout=True, tty=False), size.rounds)
+    pyexec = timed(
+        lambda: stream(
+            core.connect_get_namespaced_pod_exec,
+            "target",
+            "default",
+            command=["true"],
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+        ),
+        size.rounds,
+    )
 
     local = free_port()
-    forward = subprocess.Popen(["kubectl", "--kubeconfig", str(stack.kubeconfig), "port-forward", "pod/target",
-                                f"{local}:8080", "--address", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    forward = subprocess.Popen(
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(stack.kubeconfig),
+            "port-forward",
+            "pod/target",
+            f"{local}:8080",
+            "--address",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert forward.stdout is not None and forward.stdout.readline().startswith(b"Forwarding from")
         rounds = max(3, size.rounds // 10)
@@ -128,11 +165,20 @@ async def bench(stack: Stack, size: Size) -> dict:
         forward.wait(timeout=10)
     direct_rate, tunnel_rate = statistics.median(direct), statistics.median(tunnel)
     return {
-        "rounds": size.rounds, "mib": size.mib, "cpus": os.cpu_count(),
-        "exec_ms": {"cri_exec_sync": ms(floor), "kubectl_get_anchor": ms(anchor), "kubectl_exec": ms(kexec),
-                    "client_stream_exec": ms(pyexec)},
+        "rounds": size.rounds,
+        "mib": size.mib,
+        "cpus": os.cpu_count(),
+        "exec_ms": {
+            "cri_exec_sync": ms(floor),
+            "kubectl_get_anchor": ms(anchor),
+            "kubectl_exec": ms(kexec),
+            "client_stream_exec": ms(pyexec),
+        },
         "kubectl_exec_over_get": round(statistics.median(kexec) / statistics.median(anchor), 2),
-        "port_forward_mib_s": {"direct": round(direct_rate, 1), "kubectl_port_forward": round(tunnel_rate, 1)},
+        "port_forward_mib_s": {
+            "direct": round(direct_rate, 1),
+            "kubectl_port_forward": round(tunnel_rate, 1),
+        },
         "port_forward_ratio": round(tunnel_rate / direct_rate, 3),
     }
 
@@ -160,7 +206,9 @@ def main() -> int:
     size = SMOKE if args.smoke else Size(args.rounds, args.mib)
     report = run_on_stack(lambda stack: bench(stack, size), tag="r")
     bars = [(f"exec {k} p50", v["p50"]) for k, v in report["exec_ms"].items()]
-    write_report(out, "streaming-roundtrip", report, markdown(report), bar_svg("Streaming round trips", bars, "ms"))
+    write_report(
+        out, "streaming-roundtrip", report, markdown(report), bar_svg("Streaming round trips", bars, "ms")
+    )
     print(markdown(report))
     return 0
 

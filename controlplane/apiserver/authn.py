@@ -98,8 +98,11 @@ class Authenticator:
     """Turns a request into a user, or None (the caller answers 401)."""
 
     def __init__(
-        self, tokens: dict[str, UserInfo] | None = None, service_accounts: TokenValidator | None = None,
-        api_audiences: tuple[str, ...] = (), success_cache_ttl: float = SUCCESS_TTL,
+        self,
+        tokens: dict[str, UserInfo] | None = None,
+        service_accounts: TokenValidator | None = None,
+        api_audiences: tuple[str, ...] = (),
+        success_cache_ttl: float = SUCCESS_TTL,
     ) -> None:
         self._tokens = tokens or {}
         self.service_accounts = service_accounts
@@ -111,7 +114,12 @@ class Authenticator:
         if header[:7].lower() == "bearer ":
             result = self.authenticate_token(header[7:].strip())
             if result.user is None:
-                log.info("event=authentication_failed method=%s path=%s reason=%r", request.method, request.path, result.error)
+                log.info(
+                    "event=authentication_failed method=%s path=%s reason=%r",
+                    request.method,
+                    request.path,
+                    result.error,
+                )
             # A wrong token is a failed login even if a certificate came along, as upstream does.
             return result.user
         return _from_certificate(request)
@@ -132,10 +140,14 @@ class Authenticator:
         for known, user in self._tokens.items():
             if hmac.compare_digest(known.encode(), token.encode()):
                 # Audience-agnostic, as upstream wraps it: good for the API server's own audiences only.
-                matched = tuple(a for a in wanted if a in self.api_audiences) if self.api_audiences else wanted
+                matched = (
+                    tuple(a for a in wanted if a in self.api_audiences) if self.api_audiences else wanted
+                )
                 if self.api_audiences and not matched:
                     return TokenResult(None, error="token audiences are invalid for the target audiences")
-                return TokenResult(UserInfo(user.name, user.uid, (*user.groups, "system:authenticated")), matched)
+                return TokenResult(
+                    UserInfo(user.name, user.uid, (*user.groups, "system:authenticated")), matched
+                )
         if self.service_accounts is None:
             return TokenResult(None, error="invalid bearer token")
         try:

@@ -22,7 +22,9 @@ class Attributes:
     """What an authorizer decides on (upstream's authorizer.Attributes): who, which verb, which object."""
 
     user: UserInfo
-    verb: str  # get list watch create update patch delete deletecollection ..., or the HTTP verb in lower case
+    verb: (
+        str  # get list watch create update patch delete deletecollection ..., or the HTTP verb in lower case
+    )
     api_group: str = ""
     api_version: str = ""
     resource: str = ""
@@ -140,7 +142,9 @@ def forbidden(attrs: Attributes, reason: str) -> errors.ApiError:
         return errors.ApiError(403, "Forbidden", f"forbidden: {message}", {})
     qualified = f"{attrs.resource}.{attrs.api_group}" if attrs.api_group else attrs.resource
     subject = f'{qualified} "{attrs.name}"' if attrs.name else qualified
-    return errors.forbidden_request(f"{subject} is forbidden: {message}", attrs.resource, attrs.api_group, attrs.name)
+    return errors.forbidden_request(
+        f"{subject} is forbidden: {message}", attrs.resource, attrs.api_group, attrs.name
+    )
 
 
 def exact_field(selector: str, name: str) -> str | None:
@@ -155,6 +159,16 @@ def exact_field(selector: str, name: str) -> str | None:
 
 
 __all__ = [
-    "AllowAll", "Attributes", "Authorizer", "AuthorizerChain", "Decision", "NonResourceRule", "ResourceRule",
-    "RuleSet", "exact_field", "forbidden", "forbidden_message", "no_opinion",
+    "AllowAll",
+    "Attributes",
+    "Authorizer",
+    "AuthorizerChain",
+    "Decision",
+    "NonResourceRule",
+    "ResourceRule",
+    "RuleSet",
+    "exact_field",
+    "forbidden",
+    "forbidden_message",
+    "no_opinion",
 ]

@@ -27,10 +27,18 @@ async def ensure_kubernetes_service(registry: Registry, address: str, port: int)
     services, endpoints = SERVICES, ENDPOINTS
     if registry.cache.get(services.key("default", "kubernetes")) is None:
         service: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
-            "spec": {"type": "ClusterIP", "clusterIP": KUBERNETES_SERVICE_IP, "sessionAffinity": "None",
-                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]},
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "kubernetes",
+                "labels": {"component": "apiserver", "provider": "kubernetes"},
+            },
+            "spec": {
+                "type": "ClusterIP",
+                "clusterIP": KUBERNETES_SERVICE_IP,
+                "sessionAffinity": "None",
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
+            },
         }
         try:
             await registry.create(services, "default", service)
@@ -38,6 +46,7 @@ async def ensure_kubernetes_service(registry: Registry, address: str, port: int)
             if err.code != 409:
                 raise
     else:
+
         def retarget(svc: dict[str, Any]) -> dict[str, Any]:
             for p in (svc.get("spec") or {}).get("ports") or []:
                 if p.get("name") == "https":
@@ -49,14 +58,20 @@ async def ensure_kubernetes_service(registry: Registry, address: str, port: int)
         ip = ipaddress.ip_address(address)
     except ValueError:
         return  # a host name cannot go into Endpoints; in-cluster clients then need DNS-free config
-    subsets = [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]
-    body = {"apiVersion": "v1", "kind": "Endpoints",
-            "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-            "subsets": subsets}
+    subsets = [
+        {"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}
+    ]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+        "subsets": subsets,
+    }
     validate = not ip.is_loopback
     await _put(registry, endpoints, body, validate)
     slice_ = {
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
         "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
         "addressType": "IPv6" if ip.version == 6 else "IPv4",
         "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],

@@ -144,7 +144,13 @@ def ensure_pki(data_dir: Path, extra_sans: list[str] | None = None) -> Pki:
     ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
     if not (pki.serving_cert.exists() and pki.serving_key.exists()):
         key = ec.generate_private_key(ec.SECP256R1())
-        names = {"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", socket.gethostname()}
+        names = {
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            socket.gethostname(),
+        }
         ips = {"127.0.0.1", "::1", "10.96.0.1"}
         for extra in extra_sans or []:
             try:
@@ -155,8 +161,12 @@ def ensure_pki(data_dir: Path, extra_sans: list[str] | None = None) -> Pki:
         sans: list[x509.GeneralName] = [x509.DNSName(n) for n in sorted(names)]
         sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in sorted(ips)]
         cert = _issue(
-            _name("kube-apiserver"), key, ca_cert.subject, ca_key,
-            usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans,
+            _name("kube-apiserver"),
+            key,
+            ca_cert.subject,
+            ca_key,
+            usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+            sans=sans,
         )
         _write_key(pki.serving_key, key)
         _write_cert(pki.serving_cert, cert)
@@ -190,9 +200,14 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, cert: Path, key: Path, u
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": "pykubelet", "cluster": {"server": server, "certificate-authority-data": b64(pki.ca_cert)}}
+            {
+                "name": "pykubelet",
+                "cluster": {"server": server, "certificate-authority-data": b64(pki.ca_cert)},
+            }
         ],
-        "users": [{"name": user, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+        "users": [
+            {"name": user, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}
+        ],
         "contexts": [{"name": f"{user}@pykubelet", "context": {"cluster": "pykubelet", "user": user}}],
         "current-context": f"{user}@pykubelet",
         "preferences": {},

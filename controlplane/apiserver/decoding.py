@@ -40,7 +40,9 @@ def _too_deep(container: Any, fmt: str) -> errors.ApiError:
     char = "{" if isinstance(container, dict) else "["
     if fmt == "yaml":
         return errors.bad_request(f"error converting YAML to JSON: yaml: exceeded max depth of {MAX_DEPTH}")
-    return errors.bad_request(f"couldn't get version/kind; json parse error: invalid character '{char}' exceeded max depth")
+    return errors.bad_request(
+        f"couldn't get version/kind; json parse error: invalid character '{char}' exceeded max depth"
+    )
 
 
 def check_depth(value: Any, fmt: str = "json") -> None:
@@ -90,7 +92,9 @@ def _json(body: bytes) -> Any:
     try:
         value = json.loads(body, parse_constant=_json_constant, parse_float=_json_float)
     except RecursionError:
-        raise errors.bad_request("couldn't get version/kind; json parse error: invalid character '[' exceeded max depth") from None
+        raise errors.bad_request(
+            "couldn't get version/kind; json parse error: invalid character '[' exceeded max depth"
+        ) from None
     except (ValueError, UnicodeDecodeError) as err:
         raise errors.bad_request(f"couldn't get version/kind; json parse error: {err}") from None
     if isinstance(value, dict | list) and body.count(b"{") + body.count(b"[") > MAX_DEPTH:
@@ -120,7 +124,9 @@ class _YamlToJson:
     def value(self, value: Any, depth: int = 1) -> Any:
         self.budget -= 1
         if self.budget < 0:
-            raise errors.bad_request("error converting YAML to JSON: yaml: document contains excessive aliasing")
+            raise errors.bad_request(
+                "error converting YAML to JSON: yaml: document contains excessive aliasing"
+            )
         if isinstance(value, dict | list) and depth > MAX_DEPTH:
             raise _too_deep(value, "yaml")
         if isinstance(value, dict):
@@ -136,26 +142,36 @@ class _YamlToJson:
                 raise errors.bad_request(f"error converting YAML to JSON: json: unsupported value: {value}")
             # Go's JSON encoder prints a whole float64 without a fraction: 80.0 reaches the decoder as 80.
             return int(value) if value.is_integer() and abs(value) < 1e21 else value
-        raise errors.bad_request(f"error converting YAML to JSON: yaml: unsupported value of type {type(value).__name__}")
+        raise errors.bad_request(
+            f"error converting YAML to JSON: yaml: unsupported value of type {type(value).__name__}"
+        )
 
 
 def _yaml(body: bytes) -> Any:
     try:
         value = yaml.load(body, Loader=_Loader)  # a SafeLoader without timestamps
     except RecursionError:
-        raise errors.bad_request(f"error converting YAML to JSON: yaml: exceeded max depth of {MAX_DEPTH}") from None
+        raise errors.bad_request(
+            f"error converting YAML to JSON: yaml: exceeded max depth of {MAX_DEPTH}"
+        ) from None
     except (yaml.YAMLError, UnicodeDecodeError, ValueError, TypeError) as err:
         raise errors.bad_request(f"error converting YAML to JSON: {err}") from None
     try:
         return _YamlToJson(max(10_000, 20 * len(body))).value(value)
     except RecursionError:  # an alias that contains itself
-        raise errors.bad_request("error converting YAML to JSON: yaml: document contains excessive aliasing") from None
+        raise errors.bad_request(
+            "error converting YAML to JSON: yaml: document contains excessive aliasing"
+        ) from None
 
 
-def decode(body: bytes, content_type: str, protobuf_schemas: Mapping[tuple[str, str], protobuf.Schema]) -> Any:
+def decode(
+    body: bytes, content_type: str, protobuf_schemas: Mapping[tuple[str, str], protobuf.Schema]
+) -> Any:
     """The JSON value in a request body."""
     if len(body) > MAX_OBJECT:
-        raise errors.ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_OBJECT}")
+        raise errors.ApiError(
+            413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_OBJECT}"
+        )
     if "protobuf" in content_type:
         return protobuf.decode(body, protobuf_schemas)
     if not body.strip():

@@ -59,13 +59,17 @@ def check_preconditions(res: Kind, obj: Obj, options: DeleteOptions) -> None:
     name = meta.get("name", "")
     if options.uid is not None and options.uid != meta.get("uid"):
         raise errors.conflict(
-            res.kind, res.group, name,
+            res.kind,
+            res.group,
+            name,
             f"the UID in the precondition ({options.uid}) does not match the UID in record ({meta.get('uid')}). "
             "The object might have been deleted and then recreated",
         )
     if options.resource_version is not None and options.resource_version != meta.get("resourceVersion"):
         raise errors.conflict(
-            res.kind, res.group, name,
+            res.kind,
+            res.group,
+            name,
             f"the ResourceVersion in the precondition ({options.resource_version}) does not match the "
             f"ResourceVersion in record ({meta.get('resourceVersion')}). The object might have been modified",
         )
@@ -116,8 +120,11 @@ def with_gc_finalizers(finalizers: list[str], orphan: bool, foreground: bool) ->
 
 def gc_finalizers(finalizers: list[str], options: DeleteOptions, policy: str) -> list[str] | None:
     """deletionFinalizersForGarbageCollection: the finalizers after the DELETE, None if unchanged."""
-    return with_gc_finalizers(finalizers, should_orphan(finalizers, options, policy),
-                              should_delete_dependents(finalizers, options, policy))
+    return with_gc_finalizers(
+        finalizers,
+        should_orphan(finalizers, options, policy),
+        should_delete_dependents(finalizers, options, policy),
+    )
 
 
 # --- graceful deletion and marking -----------------------------------------------------------------------

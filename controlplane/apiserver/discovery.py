@@ -73,13 +73,16 @@ def _with_names(entry: Obj, res: Kind) -> Obj:
 
 
 def _resource_entries(res: Kind) -> list[Obj]:
-    entry: Obj = _with_names({
-        "name": res.plural,
-        "singularName": res.singular,
-        "namespaced": res.namespaced,
-        "kind": res.kind,
-        "verbs": sorted(res.verbs),
-    }, res)
+    entry: Obj = _with_names(
+        {
+            "name": res.plural,
+            "singularName": res.singular,
+            "namespaced": res.namespaced,
+            "kind": res.kind,
+            "verbs": sorted(res.verbs),
+        },
+        res,
+    )
     if "get" in res.verbs:
         entry["storageVersionHash"] = _storage_hash(res)
     out = [entry]
@@ -128,18 +131,26 @@ def wants_aggregated(accept: str) -> bool:
 
 
 def _aggregated_resource(res: Kind) -> Obj:
-    entry: Obj = _with_names({
-        "resource": res.plural,
-        "responseKind": {"group": res.group, "version": res.version, "kind": res.kind},
-        "scope": "Namespaced" if res.namespaced else "Cluster",
-        "singularResource": res.singular,
-        "verbs": sorted(res.verbs),
-    }, res)
+    entry: Obj = _with_names(
+        {
+            "resource": res.plural,
+            "responseKind": {"group": res.group, "version": res.version, "kind": res.kind},
+            "scope": "Namespaced" if res.namespaced else "Cluster",
+            "singularResource": res.singular,
+            "verbs": sorted(res.verbs),
+        },
+        res,
+    )
     subs = []
     for sub in res.subresources:
         group, version, kind = sub_kind(res, sub)
-        subs.append({"subresource": sub.name, "responseKind": {"group": group, "version": version, "kind": kind},
-                     "verbs": sorted(sub.verbs)})
+        subs.append(
+            {
+                "subresource": sub.name,
+                "responseKind": {"group": group, "version": version, "kind": kind},
+                "verbs": sorted(sub.verbs),
+            }
+        )
     if subs:
         entry["subresources"] = subs
     return entry
@@ -151,5 +162,15 @@ def aggregated(core: bool) -> Obj:
     for group, version in wanted:
         resources = [_aggregated_resource(r) for r in by_group_version(group, version)]
         meta = {"name": group} if group else {}
-        items.append({"metadata": meta, "versions": [{"version": version, "resources": resources, "freshness": "Current"}]})
-    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items}
+        items.append(
+            {
+                "metadata": meta,
+                "versions": [{"version": version, "resources": resources, "freshness": "Current"}],
+            }
+        )
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    }

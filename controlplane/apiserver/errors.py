@@ -45,7 +45,9 @@ def invalid(path: str, value: Any, detail: str) -> FieldError:
 
 def not_supported(path: str, value: Any, supported: list[str]) -> FieldError:
     values = ", ".join(json.dumps(s) for s in supported)
-    return FieldError("FieldValueNotSupported", path, f"Unsupported value: {_quote(value)}: supported values: {values}")
+    return FieldError(
+        "FieldValueNotSupported", path, f"Unsupported value: {_quote(value)}: supported values: {values}"
+    )
 
 
 def duplicate(path: str, value: Any) -> FieldError:
@@ -136,7 +138,9 @@ def invalid_object(kind: str, group: str, name: str, errors: list[FieldError]) -
     summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     details = _details(name, group, kind)
     details["causes"] = [{"reason": e.type, "message": e.detail, "field": e.field} for e in errors]
-    return ApiError(422, "Invalid", f'{kind}{"." + group if group else ""} "{name}" is invalid: {summary}', details)
+    return ApiError(
+        422, "Invalid", f'{kind}{"." + group if group else ""} "{name}" is invalid: {summary}', details
+    )
 
 
 def bad_request(message: str) -> ApiError:
@@ -152,12 +156,18 @@ def gone(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
 
 
-def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> ApiError:
+def method_not_allowed(
+    message: str = "the server does not allow this method on the requested resource",
+) -> ApiError:
     return ApiError(405, "MethodNotAllowed", message)
 
 
 def unsupported_media(content_type: str) -> ApiError:
-    return ApiError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got "{content_type}"')
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        f'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got "{content_type}"',
+    )
 
 
 def internal(message: str) -> ApiError:

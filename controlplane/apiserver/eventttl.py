@@ -21,14 +21,18 @@ log = logging.getLogger("controlplane.eventttl")
 
 def last_activity(event: dict[str, Any]) -> dt.datetime | None:
     stamps = [
-        event.get("lastTimestamp"), event.get("eventTime"), (event.get("series") or {}).get("lastObservedTime"),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        (event.get("series") or {}).get("lastObservedTime"),
         (event.get("metadata") or {}).get("creationTimestamp"),
     ]
     times = [t for t in (parse_time(s) for s in stamps if isinstance(s, str)) if t is not None]
     return max(times) if times else None
 
 
-async def expire_events(registry: Registry, events: Kind, ttl: dt.timedelta, at: dt.datetime | None = None) -> int:
+async def expire_events(
+    registry: Registry, events: Kind, ttl: dt.timedelta, at: dt.datetime | None = None
+) -> int:
     """Delete events idle for longer than `ttl` (as of `at`, default now); returns how many went."""
     cutoff = (at or now()) - ttl
     expired = 0
@@ -39,7 +43,9 @@ async def expire_events(registry: Registry, events: Kind, ttl: dt.timedelta, at:
             continue
         meta = obj["metadata"]
         try:
-            await registry.delete(events, meta.get("namespace", ""), meta["name"], DeleteOptions(uid=meta.get("uid")))
+            await registry.delete(
+                events, meta.get("namespace", ""), meta["name"], DeleteOptions(uid=meta.get("uid"))
+            )
             expired += 1
         except ApiError as err:
             if err.code not in (404, 409):

@@ -25,12 +25,34 @@ EXTRA_ROOTS = ("V1DeleteOptions",)
 # tolerationSeconds, observedGeneration, ControllerRevision.revision, image sizes, sleep seconds,
 # CronJob.startingDeadlineSeconds).
 INT64_FIELDS = {
-    "generation", "deletionGracePeriodSeconds", "terminationGracePeriodSeconds", "activeDeadlineSeconds",
-    "runAsUser", "runAsGroup", "fsGroup", "supplementalGroups", "tolerationSeconds", "expirationSeconds",
-    "observedGeneration", "revision", "sizeBytes", "seconds", "uid", "gid", "startingDeadlineSeconds",
+    "generation",
+    "deletionGracePeriodSeconds",
+    "terminationGracePeriodSeconds",
+    "activeDeadlineSeconds",
+    "runAsUser",
+    "runAsGroup",
+    "fsGroup",
+    "supplementalGroups",
+    "tolerationSeconds",
+    "expirationSeconds",
+    "observedGeneration",
+    "revision",
+    "sizeBytes",
+    "seconds",
+    "uid",
+    "gid",
+    "startingDeadlineSeconds",
 }
-_SCALARS = {"str": "string", "bool": "bool", "float": "float64", "datetime": "time", "date": "string",
-            "object": "any", "bytes": "bytes", "bytearray": "bytes"}
+_SCALARS = {
+    "str": "string",
+    "bool": "bool",
+    "float": "float64",
+    "datetime": "time",
+    "date": "string",
+    "object": "any",
+    "bytes": "bytes",
+    "bytearray": "bytes",
+}
 _LIST = re.compile(r"^(?:List|list)\[(.+)\]$")
 _MAP = re.compile(r"^(?:Dict|dict)\[str, ?(.+)\]$|^dict\(str, ?(.+)\)$")
 
@@ -82,10 +104,17 @@ def generate() -> tuple[dict[str, Any], dict[str, dict[str, str]], list[str]]:
         types[name] = fields
         type_doc = (cls.__doc__ or "").strip().split("\n\n")[0].strip()
         model_fields = getattr(cls, "model_fields", {})
-        field_docs = {cls.attribute_map[k]: f.description for k, f in model_fields.items()
-                      if k in cls.attribute_map and f.description}
+        field_docs = {
+            cls.attribute_map[k]: f.description
+            for k, f in model_fields.items()
+            if k in cls.attribute_map and f.description
+        }
         docs[name] = {"": " ".join(type_doc.split()), **field_docs}
-        needed = sorted(cls.attribute_map[k] for k, f in model_fields.items() if f.is_required() and k in cls.attribute_map)
+        needed = sorted(
+            cls.attribute_map[k]
+            for k, f in model_fields.items()
+            if f.is_required() and k in cls.attribute_map
+        )
         if needed:
             required[name] = needed
         for ref in fields.values():

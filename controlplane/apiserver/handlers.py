@@ -74,16 +74,25 @@ class RestHandler:
         m = request.match_info
         return await self._dispatch(request, m["group"], m["version"], m["tail"])
 
-    async def _dispatch(self, request: web.Request, group: str, version: str, tail: str) -> web.StreamResponse:
+    async def _dispatch(
+        self, request: web.Request, group: str, version: str, tail: str
+    ) -> web.StreamResponse:
         info = parse_path(group, version, tail)
         method = request.method
         q = request.query
         watch = info.watch_path or bool_param(q, "watch")
         if not info.name:
-            verb = {"GET": "watch" if watch else "list", "POST": "create", "DELETE": "deletecollection"}.get(method)
+            verb = {"GET": "watch" if watch else "list", "POST": "create", "DELETE": "deletecollection"}.get(
+                method
+            )
         else:
-            verb = {"GET": "watch" if watch else "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete",
-                    "POST": "create"}.get(method)
+            verb = {
+                "GET": "watch" if watch else "get",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete",
+                "POST": "create",
+            }.get(method)
         if verb is None or (verb not in info.resource.verbs and not info.subresource):
             raise errors.method_not_allowed()
         sub = info.resource.subresource(info.subresource)
@@ -93,7 +102,11 @@ class RestHandler:
             raise errors.method_not_allowed()
         user: UserInfo = request[USER_KEY]
         self._authorize(request, info, user, verb)
-        if info.resource.namespaced and not info.namespace and verb not in ("list", "watch", "deletecollection"):
+        if (
+            info.resource.namespaced
+            and not info.namespace
+            and verb not in ("list", "watch", "deletecollection")
+        ):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         if sub is not None and sub.connects:
             return await sub.connect(self, request, info)  # type: ignore[attr-defined]
@@ -107,8 +120,18 @@ class RestHandler:
         res = info.resource
         selector = request.query.get("fieldSelector", "") if verb in ("list", "watch") else ""
         name = info.name or (exact_field(selector, "metadata.name") or "" if selector else "")
-        attrs = Attributes(user, verb, res.group, res.version, res.plural, info.subresource, info.namespace, name,
-                           request.path, field_selector=selector)
+        attrs = Attributes(
+            user,
+            verb,
+            res.group,
+            res.version,
+            res.plural,
+            info.subresource,
+            info.namespace,
+            name,
+            request.path,
+            field_selector=selector,
+        )
         decision = self.authorizer.authorize(attrs)
         if not decision.allowed:
             raise forbidden(attrs, decision.reason)
@@ -117,7 +140,18 @@ class RestHandler:
             if cached is not None:
                 old = cached.obj
                 self.registry.admission.admit_delete(
-                    AdmissionRequest("DELETE", res, info.subresource, info.namespace, info.name, old, old, user, self.registry))
+                    AdmissionRequest(
+                        "DELETE",
+                        res,
+                        info.subresource,
+                        info.namespace,
+                        info.name,
+                        old,
+                        old,
+                        user,
+                        self.registry,
+                    )
+                )
 
     # --- what kinds and subresources use ---------------------------------------------------------
 
@@ -130,7 +164,9 @@ class RestHandler:
     @staticmethod
     def manager(request: web.Request) -> str:
         """The fieldManager parameter, else the User-Agent up to its first "/" (upstream's default)."""
-        manager = request.query.get("fieldManager") or request.headers.get("User-Agent", "unknown").split("/", 1)[0]
+        manager = (
+            request.query.get("fieldManager") or request.headers.get("User-Agent", "unknown").split("/", 1)[0]
+        )
         return manager[:128] or "unknown"
 
     @staticmethod
@@ -143,7 +179,9 @@ class RestHandler:
 
     async def body(self, request: web.Request) -> Any:
         if request.content_length is not None and request.content_length > MAX_BODY:
-            raise errors.ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}")
+            raise errors.ApiError(
+                413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}"
+            )
         raw = await request.read()
         return decode(raw, request.content_type or "application/json")
 
@@ -156,13 +194,17 @@ class RestHandler:
                 f"the API version in the data ({obj['apiVersion']}) does not match the expected API version ({api_version})"
             )
         if obj.get("kind") and obj["kind"] != kind:
-            raise errors.bad_request(f"the kind in the data ({obj['kind']}) does not match the expected kind ({kind})")
+            raise errors.bad_request(
+                f"the kind in the data ({obj['kind']}) does not match the expected kind ({kind})"
+            )
         obj["apiVersion"] = api_version
         obj["kind"] = kind
         return obj
 
     @staticmethod
-    def decode(obj: Obj, kind: str, api_version: str, schema: str, request: web.Request, patch: bool = False) -> list[str]:
+    def decode(
+        obj: Obj, kind: str, api_version: str, schema: str, request: web.Request, patch: bool = False
+    ) -> list[str]:
         """Check `obj` against its type, as upstream decodes into Go structs. fieldValidation: Strict ->
         400 naming each unknown field; Warn (default) -> their names for Warning headers; Ignore ->
         silence. Unknown fields are dropped before storing, as upstream's decoder does. A value of the
@@ -174,14 +216,22 @@ class RestHandler:
             unknown = typed.decode(obj, schema, prune=mode != "Strict")
         except typed.DecodeError as err:
             if patch:
-                raise errors.invalid_object("", "", "", [errors.invalid("patch", encode(obj).decode(), str(err))]) from None
-            raise errors.bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {err}') from None
+                raise errors.invalid_object(
+                    "", "", "", [errors.invalid("patch", encode(obj).decode(), str(err))]
+                ) from None
+            raise errors.bad_request(
+                f'{kind} in version "{version}" cannot be handled as a {kind}: {err}'
+            ) from None
         if mode == "Strict" and unknown:
             fields = ", ".join(f'unknown field "{f}"' for f in unknown)
-            raise errors.bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {fields}')
+            raise errors.bad_request(
+                f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {fields}'
+            )
         return [] if mode == "Ignore" else unknown
 
-    async def decode_body(self, request: web.Request, info: RequestInfo, kind: str, api_version: str, schema: str) -> tuple[Obj, list[str]]:
+    async def decode_body(
+        self, request: web.Request, info: RequestInfo, kind: str, api_version: str, schema: str
+    ) -> tuple[Obj, list[str]]:
         """The request's body as a checked object of `kind`, and its unknown fields (for warnings)."""
         obj = self.check_kind(await self.body(request), kind, api_version)
         return obj, self.decode(obj, kind, api_version, schema, request)
@@ -204,8 +254,12 @@ class RestHandler:
         cached = await self.registry.get(res, info.namespace, info.name)
         if wants_table(request):
             return json_response(
-                tables.table(res, [cached.obj], request.query.get("includeObject", "Metadata"),
-                             {"resourceVersion": str(cached.revision)})
+                tables.table(
+                    res,
+                    [cached.obj],
+                    request.query.get("includeObject", "Metadata"),
+                    {"resourceVersion": str(cached.revision)},
+                )
             )
         if wants_metadata(request):
             return json_response(partial(cached.obj))
@@ -229,7 +283,9 @@ class RestHandler:
         prefix = res.prefix(info.namespace)
         next_token = ""
         if token or (limit and rv == "") or match == "Exact":
-            items, list_rv, next_token = await self._list_from_store(res, prefix, predicate, limit, token, rv, match)
+            items, list_rv, next_token = await self._list_from_store(
+                res, prefix, predicate, limit, token, rv, match
+            )
         else:
             try:
                 if rv not in ("", "0"):
@@ -248,8 +304,14 @@ class RestHandler:
             objs = [c.obj for c in items]
             return json_response(tables.table(res, objs, q.get("includeObject", "Metadata"), list_meta))
         if wants_metadata(request):
-            return json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                                  "metadata": list_meta, "items": [partial(c.obj) for c in items]})
+            return json_response(
+                {
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": list_meta,
+                    "items": [partial(c.obj) for c in items],
+                }
+            )
         head = encode({"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta})
         body = b"".join([head[:-1], b',"items":[', b",".join(out_raw(res, c) for c in items), b"]}"])
         return web.Response(body=body, content_type="application/json")
@@ -265,7 +327,9 @@ class RestHandler:
                 revision = int(decoded["rv"])
                 start_after = prefix + decoded["start"]
             except (ValueError, KeyError, TypeError):
-                raise errors.bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)") from None
+                raise errors.bad_request(
+                    "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+                ) from None
         elif match == "Exact" and rv:
             revision = responses.revision(rv)
         out: list[CachedObject] = []
@@ -287,10 +351,12 @@ class RestHandler:
                     "The provided continue parameter is too old to display a consistent list result. You can "
                     "start a new list without the continue parameter."
                 ) from None
-            raise errors.gone(f"too old resource version: {revision} ({self.registry.store.compacted_revision + 1})") from None
+            raise errors.gone(
+                f"too old resource version: {revision} ({self.registry.store.compacted_revision + 1})"
+            ) from None
         next_token = ""
         if limit and more:
-            payload = {"v": "meta.k8s.io/v1", "rv": revision, "start": start_after[len(prefix):]}
+            payload = {"v": "meta.k8s.io/v1", "rv": revision, "start": start_after[len(prefix) :]}
             next_token = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
         return out, revision, next_token
 
@@ -314,7 +380,9 @@ class RestHandler:
         obj = res.to_storage(body)
         meta = obj.setdefault("metadata", {})
         if res.namespaced and meta.get("namespace") and meta["namespace"] != info.namespace:
-            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
         created = await self.registry.create(
             res, info.namespace, obj, self.user(request), self.dry_run(request), self.manager(request)
         )
@@ -333,7 +401,13 @@ class RestHandler:
                 f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
             )
         updated = await self.registry.update(
-            res, info.namespace, info.name, obj, info.subresource, self.user(request), self.dry_run(request),
+            res,
+            info.namespace,
+            info.name,
+            obj,
+            info.subresource,
+            self.user(request),
+            self.dry_run(request),
             self.manager(request),
         )
         return self.warn(json_response(res.from_storage(updated)), unknown)
@@ -365,7 +439,13 @@ class RestHandler:
             return res.to_storage(patched)
 
         updated = await self.registry.guaranteed_update(
-            res, info.namespace, info.name, mutate, info.subresource, self.user(request), self.dry_run(request),
+            res,
+            info.namespace,
+            info.name,
+            mutate,
+            info.subresource,
+            self.user(request),
+            self.dry_run(request),
             self.manager(request),
         )
         return self.warn(json_response(res.from_storage(updated)), unknown)
@@ -378,7 +458,9 @@ class RestHandler:
         applied, unknown = await self.decode_body(request, info, res.kind, res.api_version, res.schema)
         meta = applied.setdefault("metadata", {})
         if meta.get("name") and meta["name"] != info.name:
-            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})")
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
+            )
         meta["name"] = info.name
         dry_run = self.dry_run(request)
         force = bool_param(request.query, "force")
@@ -424,8 +506,16 @@ class RestHandler:
             details: Obj = {"name": info.name, "kind": res.plural, "uid": obj["metadata"].get("uid")}
             if res.group:
                 details["group"] = res.group
-            return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                  "details": details}, status)
+            return json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": details,
+                },
+                status,
+            )
         return json_response(res.from_storage(obj), status)
 
     async def _deletecollection(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
@@ -435,9 +525,14 @@ class RestHandler:
         await self.cache.wait_fresh()
         items = self.cache.list(res.bucket, res.prefix(info.namespace), predicate)
         deleted = await self.registry.delete_collection(res, info.namespace, items, options)
-        return json_response({"kind": res.list_kind, "apiVersion": res.api_version,
-                              "metadata": {"resourceVersion": str(self.registry.store.revision)},
-                              "items": [res.from_storage(o) for o in deleted]})
+        return json_response(
+            {
+                "kind": res.list_kind,
+                "apiVersion": res.api_version,
+                "metadata": {"resourceVersion": str(self.registry.store.revision)},
+                "items": [res.from_storage(o) for o in deleted],
+            }
+        )
 
 
 def _patcher(kind: str, patch: Any, res: Kind) -> Callable[[Obj], Obj]:

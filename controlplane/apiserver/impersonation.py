@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 
 USER, GROUP, UID = "Impersonate-User", "Impersonate-Group", "Impersonate-Uid"
 EXTRA_PREFIX = "impersonate-extra-"
-ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED = "system:anonymous", "system:authenticated", "system:unauthenticated"
+ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED = (
+    "system:anonymous",
+    "system:authenticated",
+    "system:unauthenticated",
+)
 SA_PREFIX = "system:serviceaccount:"
 
 
@@ -42,17 +46,28 @@ class Request:
         if self.kind == "ServiceAccount":
             return Attributes(user, "impersonate", "", "", "serviceaccounts", "", self.namespace, self.name)
         if self.kind == "UserExtra":
-            return Attributes(user, "impersonate", "authentication.k8s.io", "v1", "userextras", self.extra_key, "", self.name)
+            return Attributes(
+                user,
+                "impersonate",
+                "authentication.k8s.io",
+                "v1",
+                "userextras",
+                self.extra_key,
+                "",
+                self.name,
+            )
         if self.kind == "UID":
             return Attributes(user, "impersonate", "authentication.k8s.io", "v1", "uids", "", "", self.name)
-        return Attributes(user, "impersonate", "", "", "users" if self.kind == "User" else "groups", "", "", self.name)
+        return Attributes(
+            user, "impersonate", "", "", "users" if self.kind == "User" else "groups", "", "", self.name
+        )
 
 
 def _split_service_account(name: str) -> tuple[str, str] | None:
     """serviceaccount.SplitUsername."""
     if not name.startswith(SA_PREFIX):
         return None
-    namespace, sep, account = name[len(SA_PREFIX):].partition(":")
+    namespace, sep, account = name[len(SA_PREFIX) :].partition(":")
     if not sep or not namespace or not account or ":" in account:
         return None
     return namespace, account
@@ -72,7 +87,7 @@ def requests_of(headers: CIMultiDictProxy[str]) -> list[Request]:
         if header.lower().startswith(EXTRA_PREFIX) and header not in extras:
             extras.append(header)
     for header in extras:
-        key = unquote(header[len(EXTRA_PREFIX):].lower())
+        key = unquote(header[len(EXTRA_PREFIX) :].lower())
         out += [Request("UserExtra", value, extra_key=key) for value in headers.getall(header)]
     uid = headers.get(UID, "")
     if uid:

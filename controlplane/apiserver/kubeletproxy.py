@@ -52,7 +52,9 @@ def kubelet_address(node: dict[str, Any]) -> tuple[str, int]:
     host = addresses.get("InternalIP") or addresses.get("Hostname") or addresses.get("ExternalIP")
     if not host:
         raise errors.internal(f"no preferred addresses found; known addresses: {list(addresses.items())}")
-    port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port") or DEFAULT_KUBELET_PORT
+    port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get(
+        "Port"
+    ) or DEFAULT_KUBELET_PORT
     return host, int(port)
 
 
@@ -67,11 +69,17 @@ def validate_log_query(query: Any) -> dict[str, str]:
                 raise errors.bad_request(f'{key}: invalid value "{out[key]}"') from None
             if value < minimum:
                 raise errors.invalid_object(
-                    "PodLogOptions", "", "", [errors.invalid(key, value, f"must be greater than or equal to {minimum}")]
+                    "PodLogOptions",
+                    "",
+                    "",
+                    [errors.invalid(key, value, f"must be greater than or equal to {minimum}")],
                 )
     if "sinceSeconds" in out and "sinceTime" in out:
         raise errors.invalid_object(
-            "PodLogOptions", "", "", [errors.forbidden("", "at most one of `sinceTime` or `sinceSeconds` may be specified")]
+            "PodLogOptions",
+            "",
+            "",
+            [errors.forbidden("", "at most one of `sinceTime` or `sinceSeconds` may be specified")],
         )
     return out
 
@@ -102,7 +110,12 @@ class KubeletClient:
             await self._session.close()
 
     async def stream_log(
-        self, request: web.Request, pod: dict[str, Any], node: dict[str, Any], container: str, params: dict[str, str]
+        self,
+        request: web.Request,
+        pod: dict[str, Any],
+        node: dict[str, Any],
+        container: str,
+        params: dict[str, str],
     ) -> web.StreamResponse:
         host, port = kubelet_address(node)
         meta = pod["metadata"]
@@ -119,7 +132,9 @@ class KubeletClient:
                 # The kubelet's own answer (a Status saying why) goes back as it came.
                 body = await upstream.read()
                 return web.Response(
-                    status=upstream.status, body=body, content_type=upstream.content_type or "application/json"
+                    status=upstream.status,
+                    body=body,
+                    content_type=upstream.content_type or "application/json",
                 )
             out = web.StreamResponse(headers={"Content-Type": "text/plain"})
             await out.prepare(request)

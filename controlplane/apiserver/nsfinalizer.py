@@ -58,7 +58,9 @@ class NamespaceFinalizer:
         while True:
             try:
                 if await self._sweep(name):
-                    await self.registry.guaranteed_update(self.namespaces, "", name, _drop_finalizer, "finalize")
+                    await self.registry.guaranteed_update(
+                        self.namespaces, "", name, _drop_finalizer, "finalize"
+                    )
                     return
             except ApiError as err:
                 if err.code == 404:

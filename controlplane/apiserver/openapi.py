@@ -51,7 +51,11 @@ def _paths(res: Kind, v3: bool) -> dict[str, Obj]:
     coll = f"{base}/namespaces/{{namespace}}/{res.plural}" if res.namespaced else f"{base}/{res.plural}"
     gvk = {"group": res.group, "version": res.version, "kind": res.kind}
     ref = _ref(res.schema if res.schema in _fields()["types"] else _definition_name(res), v3)
-    ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}} if v3 else {"description": "OK", "schema": ref}}
+    ok = {
+        "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
+        if v3
+        else {"description": "OK", "schema": ref}
+    }
 
     def op(action: str, **extra: Any) -> Obj:
         return {
@@ -64,10 +68,18 @@ def _paths(res: Kind, v3: bool) -> dict[str, Obj]:
 
     patch_op = op("patch", parameters=_query_params())
     if v3:
-        patch_op["requestBody"] = {"content": {t: {"schema": {"type": "object"}} for t in _PATCH_TYPES}, "required": True}
+        patch_op["requestBody"] = {
+            "content": {t: {"schema": {"type": "object"}} for t in _PATCH_TYPES},
+            "required": True,
+        }
     else:
         patch_op["consumes"] = list(_PATCH_TYPES)
-    item: Obj = {"get": op("get"), "put": op("put", parameters=_query_params()), "patch": patch_op, "delete": op("delete")}
+    item: Obj = {
+        "get": op("get"),
+        "put": op("put", parameters=_query_params()),
+        "patch": patch_op,
+        "delete": op("delete"),
+    }
     collection: Obj = {"get": op("list"), "post": op("post", parameters=_query_params())}
     return {coll: collection, f"{coll}/{{name}}": item}
 
@@ -85,7 +97,10 @@ _SCALARS: dict[str, Obj] = {
     "any": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
 }
 _INT_OR_STRING_V2: Obj = {"type": "string", "format": "int-or-string"}
-_INT_OR_STRING_V3: Obj = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+_INT_OR_STRING_V3: Obj = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "x-kubernetes-int-or-string": True,
+}
 
 
 @cache
@@ -140,7 +155,9 @@ def _definitions(v3: bool, resources: list[Kind] | None = None) -> Obj:
     for res in resources if resources is not None else KINDS:
         if res.schema not in types:
             continue
-        roots.setdefault(res.schema, []).append({"group": res.group, "version": res.version, "kind": res.kind})
+        roots.setdefault(res.schema, []).append(
+            {"group": res.group, "version": res.version, "kind": res.kind}
+        )
         _merge_keys(res.schema, res.smp, merge)
     wanted: list[str] = list(roots)
     seen: set[str] = set()
@@ -155,7 +172,9 @@ def _definitions(v3: bool, resources: list[Kind] | None = None) -> Obj:
             prop = _type_schema(ref, v3)
             doc = _docs().get(name, {}).get(field)
             if doc:
-                prop = {"allOf": [prop], "description": doc} if "$ref" in prop else {**prop, "description": doc}
+                prop = (
+                    {"allOf": [prop], "description": doc} if "$ref" in prop else {**prop, "description": doc}
+                )
             spec = merge.get((name, field))
             if spec is not None:
                 prop["x-kubernetes-patch-strategy"] = "merge"

@@ -56,22 +56,35 @@ class DeleteOptions:
             grace_period=grace,
             propagation=query.get("propagationPolicy") or None,
             orphan_dependents=_bool_param(query, "orphanDependents"),
-            dry_run_values=list(query.getall("dryRun", [])) if hasattr(query, "getall") else _listed(query.get("dryRun")),
+            dry_run_values=list(query.getall("dryRun", []))
+            if hasattr(query, "getall")
+            else _listed(query.get("dryRun")),
         )
 
     def problems(self) -> list[FieldError]:
         """ValidateDeleteOptions."""
         out: list[FieldError] = []
         if self.orphan_dependents is not None and self.propagation is not None:
-            out.append(errors.invalid("propagationPolicy", self.propagation,
-                                      "orphanDependents and deletionPropagation cannot be both set"))
+            out.append(
+                errors.invalid(
+                    "propagationPolicy",
+                    self.propagation,
+                    "orphanDependents and deletionPropagation cannot be both set",
+                )
+            )
         if self.propagation is not None and self.propagation not in PROPAGATION_POLICIES:
-            out.append(errors.not_supported("propagationPolicy", self.propagation, [*PROPAGATION_POLICIES, "nil"]))
+            out.append(
+                errors.not_supported("propagationPolicy", self.propagation, [*PROPAGATION_POLICIES, "nil"])
+            )
         unknown = [v for v in self.dry_run_values if v != "All"]
         if unknown:
             # field.NotSupported prints the []string with Go's %#v.
             shown = "[]string{" + ", ".join(f'"{v}"' for v in self.dry_run_values) + "}"
-            out.append(FieldError("FieldValueNotSupported", "dryRun", f'Unsupported value: {shown}: supported values: "All"'))
+            out.append(
+                FieldError(
+                    "FieldValueNotSupported", "dryRun", f'Unsupported value: {shown}: supported values: "All"'
+                )
+            )
         return out
 
     def check(self) -> DeleteOptions:
@@ -95,4 +108,6 @@ def _bool_param(query: Any, name: str) -> bool | None:
         return True
     if text in _FALSE:
         return False
-    raise errors.bad_request(f'invalid value "{text}" for query parameter {name}: strconv.ParseBool: parsing "{text}": invalid syntax')
+    raise errors.bad_request(
+        f'invalid value "{text}" for query parameter {name}: strconv.ParseBool: parsing "{text}": invalid syntax'
+    )

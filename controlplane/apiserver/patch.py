@@ -47,12 +47,12 @@ def _walk(doc: Any, tokens: list[str], path: str) -> Any:
     for token in tokens:
         if isinstance(doc, dict):
             if token not in doc:
-                raise _unprocessable(f"doc is missing path: \"{path}\": missing value")
+                raise _unprocessable(f'doc is missing path: "{path}": missing value')
             doc = doc[token]
         elif isinstance(doc, list):
             doc = doc[_index(doc, token, path, allow_end=False)]
         else:
-            raise _unprocessable(f"doc is missing path: \"{path}\"")
+            raise _unprocessable(f'doc is missing path: "{path}"')
     return doc
 
 
@@ -70,7 +70,9 @@ def _index(container: list[Any], token: str, path: str, allow_end: bool) -> int:
 
 
 def _unprocessable(message: str) -> ApiError:
-    return ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: {message}")
+    return ApiError(
+        422, "Invalid", f"the server rejected our request due to an error in our request: {message}"
+    )
 
 
 def _add(doc: Any, path: str, value: Any) -> Any:
@@ -96,7 +98,7 @@ def _remove(doc: Any, path: str) -> Any:
     last = tokens[-1]
     if isinstance(parent, dict):
         if last not in parent:
-            raise _unprocessable(f'Unable to remove nonexistent key: {last}: missing value')
+            raise _unprocessable(f"Unable to remove nonexistent key: {last}: missing value")
         return parent.pop(last)
     if isinstance(parent, list):
         return parent.pop(_index(parent, last, path, allow_end=False))
@@ -109,7 +111,7 @@ def json_patch(doc: Any, operations: Any) -> Any:
     doc = copy.deepcopy(doc)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op:
-            raise bad_request("json patch: each operation must be an object with an \"op\"")
+            raise bad_request('json patch: each operation must be an object with an "op"')
         kind = op["op"]
         path = op.get("path", "")
         if not isinstance(path, str):
@@ -134,7 +136,7 @@ def json_patch(doc: Any, operations: Any) -> Any:
             doc = _add(doc, path, value)
         elif kind == "test":
             if _walk(doc, _pointer(path), path) != op.get("value"):
-                raise _unprocessable(f'testing value {path} failed')
+                raise _unprocessable(f"testing value {path} failed")
         else:
             raise bad_request(f'json patch: unexpected kind of operation: "{kind}"')
     return doc
@@ -161,10 +163,10 @@ def strategic_merge(original: Any, patch: Any, schema: Schema | None) -> Any:
         if key in ("$patch", "$retainKeys"):
             continue
         if key.startswith(_ORDER):
-            orders[key[len(_ORDER):]] = value if isinstance(value, list) else []
+            orders[key[len(_ORDER) :]] = value if isinstance(value, list) else []
             continue
         if key.startswith(_DELETE_PRIMITIVE):
-            field = key[len(_DELETE_PRIMITIVE):]
+            field = key[len(_DELETE_PRIMITIVE) :]
             if isinstance(result.get(field), list) and isinstance(value, list):
                 result[field] = [v for v in result[field] if v not in value]
             continue

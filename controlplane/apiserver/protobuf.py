@@ -21,39 +21,73 @@ MAGIC = b"k8s\x00"
 Schema = dict[int, tuple[str, str, Any]]
 
 OWNER_REFERENCE: Schema = {
-    1: ("kind", "string", None), 3: ("name", "string", None), 4: ("uid", "string", None),
-    5: ("apiVersion", "string", None), 6: ("controller", "bool*", None), 7: ("blockOwnerDeletion", "bool*", None),
+    1: ("kind", "string", None),
+    3: ("name", "string", None),
+    4: ("uid", "string", None),
+    5: ("apiVersion", "string", None),
+    6: ("controller", "bool*", None),
+    7: ("blockOwnerDeletion", "bool*", None),
 }
 OBJECT_META: Schema = {
-    1: ("name", "string", None), 2: ("generateName", "string", None), 3: ("namespace", "string", None),
-    5: ("uid", "string", None), 6: ("resourceVersion", "string", None), 7: ("generation", "int", None),
-    11: ("labels", "map", "string"), 12: ("annotations", "map", "string"),
-    13: ("ownerReferences", "messages", OWNER_REFERENCE), 14: ("finalizers", "strings", None),
+    1: ("name", "string", None),
+    2: ("generateName", "string", None),
+    3: ("namespace", "string", None),
+    5: ("uid", "string", None),
+    6: ("resourceVersion", "string", None),
+    7: ("generation", "int", None),
+    11: ("labels", "map", "string"),
+    12: ("annotations", "map", "string"),
+    13: ("ownerReferences", "messages", OWNER_REFERENCE),
+    14: ("finalizers", "strings", None),
 }
 OBJECT_REFERENCE: Schema = {
-    1: ("kind", "string", None), 2: ("namespace", "string", None), 3: ("name", "string", None),
-    4: ("uid", "string", None), 5: ("apiVersion", "string", None), 6: ("resourceVersion", "string", None),
+    1: ("kind", "string", None),
+    2: ("namespace", "string", None),
+    3: ("name", "string", None),
+    4: ("uid", "string", None),
+    5: ("apiVersion", "string", None),
+    6: ("resourceVersion", "string", None),
     7: ("fieldPath", "string", None),
 }
 LABEL_SELECTOR: Schema = {
     1: ("matchLabels", "map", "string"),
-    2: ("matchExpressions", "messages", {1: ("key", "string", None), 2: ("operator", "string", None),
-                                         3: ("values", "strings", None)}),
+    2: (
+        "matchExpressions",
+        "messages",
+        {1: ("key", "string", None), 2: ("operator", "string", None), 3: ("values", "strings", None)},
+    ),
 }
 CONTAINER: Schema = {
-    1: ("name", "string", None), 2: ("image", "string", None), 3: ("command", "strings", None),
-    4: ("args", "strings", None), 5: ("workingDir", "string", None),
-    6: ("ports", "messages", {1: ("name", "string", None), 2: ("hostPort", "int", None),
-                              3: ("containerPort", "int", None), 4: ("protocol", "string", None)}),
+    1: ("name", "string", None),
+    2: ("image", "string", None),
+    3: ("command", "strings", None),
+    4: ("args", "strings", None),
+    5: ("workingDir", "string", None),
+    6: (
+        "ports",
+        "messages",
+        {
+            1: ("name", "string", None),
+            2: ("hostPort", "int", None),
+            3: ("containerPort", "int", None),
+            4: ("protocol", "string", None),
+        },
+    ),
     7: ("env", "messages", {1: ("name", "string", None), 2: ("value", "string", None)}),
-    8: ("resources", "message", {}), 13: ("terminationMessagePath", "string", None),
-    14: ("imagePullPolicy", "string", None), 20: ("terminationMessagePolicy", "string", None),
+    8: ("resources", "message", {}),
+    13: ("terminationMessagePath", "string", None),
+    14: ("imagePullPolicy", "string", None),
+    20: ("terminationMessagePolicy", "string", None),
 }
 POD_SPEC: Schema = {
-    2: ("containers", "messages", CONTAINER), 3: ("restartPolicy", "string", None),
-    4: ("terminationGracePeriodSeconds", "int*", None), 6: ("dnsPolicy", "string", None),
-    7: ("nodeSelector", "map", "string"), 8: ("serviceAccountName", "string", None),
-    10: ("nodeName", "string", None), 19: ("schedulerName", "string", None),
+    2: ("containers", "messages", CONTAINER),
+    3: ("restartPolicy", "string", None),
+    4: ("terminationGracePeriodSeconds", "int*", None),
+    6: ("dnsPolicy", "string", None),
+    7: ("nodeSelector", "map", "string"),
+    8: ("serviceAccountName", "string", None),
+    10: ("nodeName", "string", None),
+    19: ("schedulerName", "string", None),
     20: ("initContainers", "messages", CONTAINER),
 }
 TEMPLATE: Schema = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", POD_SPEC)}
@@ -84,7 +118,7 @@ def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
             out.append((number, value))
         elif wire == 2:
             length, pos = _varint(data, pos)
-            out.append((number, data[pos:pos + length]))
+            out.append((number, data[pos : pos + length]))
             pos += length
         elif wire == 1:
             pos += 8
@@ -135,7 +169,9 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
             key = _text(entry.get(1, b""))
             raw = entry.get(2, b"")
             if sub == "bytes":
-                obj.setdefault(name, {})[key] = base64.b64encode(raw if isinstance(raw, bytes) else b"").decode()
+                obj.setdefault(name, {})[key] = base64.b64encode(
+                    raw if isinstance(raw, bytes) else b""
+                ).decode()
             else:
                 obj.setdefault(name, {})[key] = _text(raw)
     return obj
@@ -145,7 +181,7 @@ def decode(body: bytes, schemas: Mapping[tuple[str, str], Schema]) -> dict[str, 
     """The object in a protobuf body; `schemas` are the messages of the kinds accepted, by (apiVersion, kind)."""
     if not body.startswith(MAGIC):
         raise bad_request("protobuf: missing the k8s magic prefix")
-    envelope = dict(_fields(body[len(MAGIC):]))
+    envelope = dict(_fields(body[len(MAGIC) :]))
     type_meta = envelope.get(1, b"")
     meta = dict(_fields(type_meta)) if isinstance(type_meta, bytes) else {}
     api_version = _text(meta.get(1, b""))
@@ -154,7 +190,8 @@ def decode(body: bytes, schemas: Mapping[tuple[str, str], Schema]) -> dict[str, 
     if schema is None:
         accepted = ", ".join(sorted({k for _, k in schemas}))
         raise ApiError(
-            415, "UnsupportedMediaType",
+            415,
+            "UnsupportedMediaType",
             f"protobuf bodies are accepted for {accepted} only, not {kind or 'this kind'}; "
             "send application/json (kubectl apply -f / create -f do)",
         )

@@ -76,8 +76,17 @@ class Registry:
 
     # --- the strategy and admission, shared by create and update --------------------------------------
 
-    async def _admit(self, operation: str, res: Kind, subresource: str, namespace: str, obj: Obj, old: Obj | None,
-                     user: UserInfo | None, validate: bool = True) -> None:
+    async def _admit(
+        self,
+        operation: str,
+        res: Kind,
+        subresource: str,
+        namespace: str,
+        obj: Obj,
+        old: Obj | None,
+        user: UserInfo | None,
+        validate: bool = True,
+    ) -> None:
         name = obj["metadata"].get("name", "")
         request = AdmissionRequest(operation, res, subresource, namespace, name, obj, old, user, self)
         await self.admission.admit(request)
@@ -175,7 +184,9 @@ class Registry:
                 raise errors.conflict(res.plural, res.group, name, errors.MODIFIED)
             return body
 
-        return await self.guaranteed_update(res, namespace, name, mutate, subresource, user, dry_run, manager, validate)
+        return await self.guaranteed_update(
+            res, namespace, name, mutate, subresource, user, dry_run, manager, validate
+        )
 
     async def guaranteed_update(
         self,
@@ -205,7 +216,9 @@ class Registry:
             await self._admit("UPDATE", res, subresource, namespace, new, current, user, validate)
             if manager is not None:
                 new["metadata"]["managedFields"] = current["metadata"].get("managedFields", [])
-                ssa.track_update(current, new, manager, subresource if subresource in ("status", "scale") else "", res.smp)
+                ssa.track_update(
+                    current, new, manager, subresource if subresource in ("status", "scale") else "", res.smp
+                )
                 if not new["metadata"]["managedFields"]:
                     new["metadata"].pop("managedFields")
             if _same_object(new, current):
@@ -242,11 +255,17 @@ class Registry:
         if new_meta.get("uid") and new_meta["uid"] != cur_meta.get("uid"):
             # A uid in the body is a precondition (the kubelet's status patches carry one).
             raise errors.conflict(
-                res.plural, res.group, cur_meta["name"],
+                res.plural,
+                res.group,
+                cur_meta["name"],
                 f"Precondition failed: UID in precondition: {new_meta['uid']}, UID in object meta: {cur_meta.get('uid')}",
             )
-        if res.namespaced and new_meta.get("namespace", cur_meta.get("namespace")) != cur_meta.get("namespace"):
-            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        if res.namespaced and new_meta.get("namespace", cur_meta.get("namespace")) != cur_meta.get(
+            "namespace"
+        ):
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
         sub = res.subresource(subresource) if subresource else None
         if sub is not None and not sub.whole_object:
             return sub.merge(current, desired)

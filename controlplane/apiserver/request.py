@@ -11,7 +11,16 @@ from controlplane.apiserver import decoding, errors, kinds
 from controlplane.apiserver.decoding import MAX_BODY, MAX_OBJECT
 from controlplane.apiserver.kinds.base import Kind
 
-RESERVED_SUBRESOURCES = {"log", "exec", "attach", "portforward", "proxy", "eviction", "ephemeralcontainers", "token"}
+RESERVED_SUBRESOURCES = {
+    "log",
+    "exec",
+    "attach",
+    "portforward",
+    "proxy",
+    "eviction",
+    "ephemeralcontainers",
+    "token",
+}
 
 
 @dataclass
@@ -90,7 +99,9 @@ def int_param(query: Any, name: str, default: int = 0) -> int:
     try:
         return int(text)
     except ValueError:
-        raise errors.bad_request(f'invalid value "{text}" for query parameter {name}: strconv.ParseInt: parsing "{text}": invalid syntax') from None
+        raise errors.bad_request(
+            f'invalid value "{text}" for query parameter {name}: strconv.ParseInt: parsing "{text}": invalid syntax'
+        ) from None
 
 
 __all__ = ["MAX_BODY", "MAX_OBJECT", "RequestInfo", "bool_param", "decode", "int_param", "parse_path"]

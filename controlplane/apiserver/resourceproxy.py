@@ -29,8 +29,20 @@ if TYPE_CHECKING:
     from controlplane.apiserver.request import RequestInfo
 
 Obj = dict[str, Any]
-_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
-        "proxy-authenticate", "proxy-authorization", "authorization", "host", "content-length"}
+_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "authorization",
+    "host",
+    "content-length",
+}
 _CHUNK = 64 * 1024
 
 
@@ -125,17 +137,31 @@ class Proxy(Subresource):
         return await _relay(rest, request, url, context)
 
 
-async def _relay(rest: RestHandler, request: web.Request, url: str, context: ssl.SSLContext | None) -> web.StreamResponse:
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP and not k.lower().startswith("impersonate-")}
+async def _relay(
+    rest: RestHandler, request: web.Request, url: str, context: ssl.SSLContext | None
+) -> web.StreamResponse:
+    headers = {
+        k: v
+        for k, v in request.headers.items()
+        if k.lower() not in _HOP and not k.lower().startswith("impersonate-")
+    }
     body = await request.read() if request.can_read_body else None
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as http:
         try:
-            upstream = await http.request(request.method, url, headers=headers, data=body, ssl=context if context else False,
-                                          allow_redirects=False)
+            upstream = await http.request(
+                request.method,
+                url,
+                headers=headers,
+                data=body,
+                ssl=context if context else False,
+                allow_redirects=False,
+            )
         except (aiohttp.ClientError, OSError) as err:
             # upstream's proxy answers 503 when the backend cannot be dialled.
-            raise errors.ApiError(503, "ServiceUnavailable", f"error trying to reach service: {err}", {}) from None
+            raise errors.ApiError(
+                503, "ServiceUnavailable", f"error trying to reach service: {err}", {}
+            ) from None
         try:
             out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for k, v in upstream.headers.items():

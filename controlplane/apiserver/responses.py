@@ -25,9 +25,15 @@ def out_raw(res: Kind, cached: CachedObject) -> bytes:
 
 
 def too_large(err: TooLargeResourceVersionError) -> ApiError:
-    return ApiError(504, "Timeout", f"Too large resource version: {err.requested}, current: {err.current}",
-                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                     "retryAfterSeconds": 1})
+    return ApiError(
+        504,
+        "Timeout",
+        f"Too large resource version: {err.requested}, current: {err.current}",
+        {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+    )
 
 
 def revision(rv: str) -> int:
@@ -50,4 +56,8 @@ def wants_metadata(request: web.Request) -> bool:
 
 
 def partial(obj: Obj) -> Obj:
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata", {})}
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata", {}),
+    }

@@ -66,7 +66,9 @@ def ensure_signing_key(pki_dir: Path) -> SigningKey:
     else:
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         data = private.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
         )
         tmp = key_path.with_name(f".{KEY_FILE}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -75,7 +77,9 @@ def ensure_signing_key(pki_dir: Path) -> SigningKey:
         os.replace(tmp, key_path)
     if not pub_path.exists():
         pub_path.write_bytes(
-            private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+            private.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
         )
     return SigningKey(private, key_id(private.public_key()))
 

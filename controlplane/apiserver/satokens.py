@@ -120,8 +120,15 @@ class TokenIssuer:
     clock: Callable[[], float] = field(default=time.time)
 
     def claims(
-        self, account: Obj, audiences: Sequence[str], expiration: int, *, pod: Obj | None = None,
-        secret: Obj | None = None, node: Obj | None = None, warn_after: int = 0,
+        self,
+        account: Obj,
+        audiences: Sequence[str],
+        expiration: int,
+        *,
+        pod: Obj | None = None,
+        secret: Obj | None = None,
+        node: Obj | None = None,
+        warn_after: int = 0,
     ) -> Obj:
         """Upstream's Claims(): public claims plus the `kubernetes.io` private claim."""
         now = int(self.clock())
@@ -136,14 +143,21 @@ class TokenIssuer:
         if warn_after:
             private["warnafter"] = now + warn_after
         return {
-            "aud": list(audiences), "exp": now + expiration, "iat": now, "iss": self.issuer,
-            "jti": str(uuid.uuid4()), "kubernetes.io": private, "nbf": now,
+            "aud": list(audiences),
+            "exp": now + expiration,
+            "iat": now,
+            "iss": self.issuer,
+            "jti": str(uuid.uuid4()),
+            "kubernetes.io": private,
+            "nbf": now,
             "sub": username(meta.get("namespace", ""), meta.get("name", "")),
         }
 
     def sign(self, claims: Obj) -> str:
         # Upstream's header holds alg and kid only (no typ).
-        return jwt.encode(claims, self.key.private, algorithm=ALGORITHM, headers={"kid": self.key.kid, "typ": None})
+        return jwt.encode(
+            claims, self.key.private, algorithm=ALGORITHM, headers={"kid": self.key.kid, "typ": None}
+        )
 
 
 def _peek(token: str) -> tuple[Obj, Obj]:
@@ -187,9 +201,16 @@ class TokenValidator:
         for key in keys:
             try:
                 return jwt.decode(
-                    token, key.public, algorithms=ALGORITHMS,
-                    options={"verify_aud": False, "verify_exp": False, "verify_nbf": False, "verify_iat": False,
-                             "verify_iss": False},
+                    token,
+                    key.public,
+                    algorithms=ALGORITHMS,
+                    options={
+                        "verify_aud": False,
+                        "verify_exp": False,
+                        "verify_nbf": False,
+                        "verify_iat": False,
+                        "verify_iss": False,
+                    },
                 )
             except jwt.InvalidSignatureError:
                 continue
@@ -203,7 +224,9 @@ class TokenValidator:
         token_auds = tuple([aud] if isinstance(aud, str) else aud or ()) or tuple(self.api_audiences)
         matched = tuple(a for a in token_auds if a in wanted)
         if not matched and self.api_audiences:
-            raise TokenRejected(f"token audiences {list(token_auds)} is invalid for the target audiences {list(wanted)}")
+            raise TokenRejected(
+                f"token audiences {list(token_auds)} is invalid for the target audiences {list(wanted)}"
+            )
         exp, nbf = claims.get("exp"), claims.get("nbf")
         if not isinstance(exp, int | float):
             raise TokenRejected("service account token has no expiry")
@@ -228,9 +251,14 @@ class TokenValidator:
             raise TokenRejected("service account token has been invalidated")
         jti = claims.get("jti")
         return Identity(
-            namespace=namespace, name=str(account_ref.get("name", "")), uid=str(account_ref.get("uid", "")),
-            audiences=matched or token_auds, pod_name=str(pod_ref.get("name", "")), pod_uid=str(pod_ref.get("uid", "")),
-            node_name=str(node_ref.get("name", "")), node_uid=str(node_ref.get("uid", "")),
+            namespace=namespace,
+            name=str(account_ref.get("name", "")),
+            uid=str(account_ref.get("uid", "")),
+            audiences=matched or token_auds,
+            pod_name=str(pod_ref.get("name", "")),
+            pod_uid=str(pod_ref.get("uid", "")),
+            node_name=str(node_ref.get("name", "")),
+            node_uid=str(node_ref.get("uid", "")),
             credential_id=f"JTI={jti}" if jti else "",
         )
 
@@ -256,6 +284,15 @@ def _epoch(timestamp: str) -> float:
 
 
 __all__ = [
-    "DEFAULT_ISSUER", "EXPIRATION_EXTENSION", "WARN_ONLY_EXPIRATION", "Identity", "Lookup", "NotOurs",
-    "TokenIssuer", "TokenRejected", "TokenValidator", "groups", "username",
+    "DEFAULT_ISSUER",
+    "EXPIRATION_EXTENSION",
+    "WARN_ONLY_EXPIRATION",
+    "Identity",
+    "Lookup",
+    "NotOurs",
+    "TokenIssuer",
+    "TokenRejected",
+    "TokenValidator",
+    "groups",
+    "username",
 ]

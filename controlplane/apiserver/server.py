@@ -131,20 +131,32 @@ class ApiServer:
             ssl_context.set_ciphers(TLS12_CIPHERS)
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.bind, self.config.port, ssl_context=ssl_context, backlog=2048)
+        site = web.TCPSite(
+            self._runner, self.config.bind, self.config.port, ssl_context=ssl_context, backlog=2048
+        )
         await site.start()
         server = site._server
         if server is not None and server.sockets:
             self.port = server.sockets[0].getsockname()[1]
-        host = self.config.advertise or ("127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind)
+        host = self.config.advertise or (
+            "127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind
+        )
         await ensure_kubernetes_service(self.registry, host, self.port)
         if self.pki is not None:
             url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
             write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
             # The supervised components' own identities, as kubeadm writes scheduler.conf and controller-manager.conf.
-            write_kubeconfig(data / SCHEDULER_KUBECONFIG, url, pki, pki.scheduler_cert, pki.scheduler_key, SCHEDULER_USER)
-            write_kubeconfig(data / CONTROLLER_MANAGER_KUBECONFIG, url, pki, pki.controller_manager_cert,
-                             pki.controller_manager_key, CONTROLLER_MANAGER_USER)
+            write_kubeconfig(
+                data / SCHEDULER_KUBECONFIG, url, pki, pki.scheduler_cert, pki.scheduler_key, SCHEDULER_USER
+            )
+            write_kubeconfig(
+                data / CONTROLLER_MANAGER_KUBECONFIG,
+                url,
+                pki,
+                pki.controller_manager_cert,
+                pki.controller_manager_key,
+                CONTROLLER_MANAGER_USER,
+            )
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
         # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight and
@@ -153,13 +165,21 @@ class ApiServer:
         gc.freeze()
         gc.set_threshold(20_000, 20, 50)
         self.ready = True
-        log.info("event=serving port=%d tls=%s data_dir=%s", self.port, ssl_context is not None, self.config.data_dir)
+        log.info(
+            "event=serving port=%d tls=%s data_dir=%s",
+            self.port,
+            ssl_context is not None,
+            self.config.data_dir,
+        )
 
     async def _start_service_account_tokens(self) -> None:
         config = self.config
         self.signing_key = key = await asyncio.to_thread(ensure_signing_key, config.data_dir / "pki")
         self.rest.token_issuer = TokenIssuer(
-            key, config.service_account_issuers[0], self.api_audiences, config.max_token_expiration,
+            key,
+            config.service_account_issuers[0],
+            self.api_audiences,
+            config.max_token_expiration,
             config.extend_token_expiration,
         )
         self.authenticator.service_accounts = TokenValidator(
@@ -241,7 +261,9 @@ class ApiServer:
                     # No credentials at all: upstream's anonymous user, whom authorization then judges
                     # (RBAC's system:public-info-viewer lets it read health and version, nothing else).
                     user = ANONYMOUS
-                elif request.path in PUBLIC_PATHS or request.path.startswith(("/healthz/", "/livez/", "/readyz/")):
+                elif request.path in PUBLIC_PATHS or request.path.startswith(
+                    ("/healthz/", "/livez/", "/readyz/")
+                ):
                     return await handler(request)
                 else:
                     raise ApiError(401, "Unauthorized", "Unauthorized")
@@ -251,8 +273,14 @@ class ApiServer:
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
                 # Non-resource paths (discovery, OpenAPI, health) are authorized by path, as upstream;
                 # resource requests are authorized in the REST handler once the path is parsed.
-                verb = {"GET": "get", "HEAD": "get", "POST": "post", "PUT": "put", "PATCH": "patch",
-                        "DELETE": "delete"}.get(request.method, request.method.lower())
+                verb = {
+                    "GET": "get",
+                    "HEAD": "get",
+                    "POST": "post",
+                    "PUT": "put",
+                    "PATCH": "patch",
+                    "DELETE": "delete",
+                }.get(request.method, request.method.lower())
                 attrs = Attributes(user, verb, path=request.path, resource_request=False)
                 decision = self.authorizer.authorize(attrs)
                 if not decision.allowed:
@@ -262,11 +290,28 @@ class ApiServer:
             return json_response(err.status(), err.code)
         except web.HTTPException as exc:
             if exc.status == 404:
-                return json_response(ApiError(404, "NotFound", "the server could not find the requested resource", {}).status(), 404)
+                return json_response(
+                    ApiError(
+                        404, "NotFound", "the server could not find the requested resource", {}
+                    ).status(),
+                    404,
+                )
             if exc.status == 405:
-                return json_response(ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource").status(), 405)
+                return json_response(
+                    ApiError(
+                        405,
+                        "MethodNotAllowed",
+                        "the server does not allow this method on the requested resource",
+                    ).status(),
+                    405,
+                )
             if exc.status == 413:
-                return json_response(ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}").status(), 413)
+                return json_response(
+                    ApiError(
+                        413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}"
+                    ).status(),
+                    413,
+                )
             raise
         except (ConnectionResetError, asyncio.CancelledError):
             raise
@@ -275,12 +320,21 @@ class ApiServer:
             # ServerTimeout. Writes are single transactions, so nothing was half applied.
             log.warning("path=%s method=%s store=unavailable cause=%s", request.path, request.method, exc)
             message = "The operation could not be completed at this time, please try again."
-            return json_response(ApiError(500, "ServerTimeout", message, {"retryAfterSeconds": 2}).status(), 500)
+            return json_response(
+                ApiError(500, "ServerTimeout", message, {"retryAfterSeconds": 2}).status(), 500
+            )
         except StoreTooLargeError:
-            return json_response(ApiError(413, "RequestEntityTooLarge", "etcdserver: request is too large").status(), 413)
+            return json_response(
+                ApiError(413, "RequestEntityTooLarge", "etcdserver: request is too large").status(), 413
+            )
         except Exception as exc:
             log.exception("path=%s method=%s", request.path, request.method)
-            return json_response(ApiError(500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}").status(), 500)
+            return json_response(
+                ApiError(
+                    500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}"
+                ).status(),
+                500,
+            )
 
     async def _metrics(self, request: web.Request) -> web.Response:
         """A few Prometheus gauges with upstream's names where upstream has them."""
@@ -308,7 +362,11 @@ class ApiServer:
 
     async def _health(self, request: web.Request) -> web.Response:
         if request.path.startswith("/readyz") and not self.ready:
-            return web.Response(status=500, text="[-]ready failed: not started\nreadyz check failed", content_type="text/plain")
+            return web.Response(
+                status=500,
+                text="[-]ready failed: not started\nreadyz check failed",
+                content_type="text/plain",
+            )
         return web.Response(text="ok", content_type="text/plain")
 
     def _address(self, request: web.Request) -> str:

@@ -22,7 +22,15 @@ from controlplane.apiserver.patch import strategic_merge
 from controlplane.apiserver.smp_schema import OBJECT, ListSpec, Schema
 
 Obj = dict[str, Any]
-_SKIP_META = {"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "name", "namespace"}
+_SKIP_META = {
+    "resourceVersion",
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "managedFields",
+    "name",
+    "namespace",
+}
 
 
 def field_set(value: Any, schema: Any) -> Obj:
@@ -40,7 +48,9 @@ def field_set(value: Any, schema: Any) -> Obj:
                 if sub_schema.merge_key is None:
                     items["v:" + json.dumps(item, separators=(",", ":"))] = {}
                 elif isinstance(item, dict) and sub_schema.merge_key in item:
-                    ident = "k:" + json.dumps({sub_schema.merge_key: item[sub_schema.merge_key]}, separators=(",", ":"))
+                    ident = "k:" + json.dumps(
+                        {sub_schema.merge_key: item[sub_schema.merge_key]}, separators=(",", ":")
+                    )
                     items[ident] = {".": {}, **field_set(item, sub_schema.item)}
             out[f"f:{key}"] = items
         else:
@@ -73,7 +83,9 @@ def _delete_at(obj: Any, path: tuple[str, ...]) -> None:
         parent.pop(last[2:], None)
     elif last.startswith("k:") and isinstance(parent, list):
         wanted = json.loads(last[2:])
-        parent[:] = [i for i in parent if not (isinstance(i, dict) and all(i.get(k) == v for k, v in wanted.items()))]
+        parent[:] = [
+            i for i in parent if not (isinstance(i, dict) and all(i.get(k) == v for k, v in wanted.items()))
+        ]
     elif last.startswith("v:") and isinstance(parent, list):
         value = json.loads(last[2:])
         parent[:] = [i for i in parent if i != value]
@@ -152,13 +164,17 @@ def _entry(manager: str, operation: str, api_version: str, fields: Obj, subresou
     return entry
 
 
-def track_update(old: Obj | None, new: Obj, manager: str, subresource: str = "", schema: Schema = OBJECT) -> None:
+def track_update(
+    old: Obj | None, new: Obj, manager: str, subresource: str = "", schema: Schema = OBJECT
+) -> None:
     """Record an Update by `manager`: it now owns every field it changed; others lose those fields."""
     meta = new.setdefault("metadata", {})
     managed = [dict(m) for m in ((old or {}).get("metadata") or {}).get("managedFields") or []]
     new_paths = leaves(_object_fields(new, schema))
     old_paths = leaves(_object_fields(old, schema)) if old else set()
-    changed = {p for p in new_paths if old is None or p not in old_paths or value_at(old, p) != value_at(new, p)}
+    changed = {
+        p for p in new_paths if old is None or p not in old_paths or value_at(old, p) != value_at(new, p)
+    }
     gone = old_paths - new_paths
     if not changed and not gone:
         if managed:
@@ -168,7 +184,11 @@ def track_update(old: Obj | None, new: Obj, manager: str, subresource: str = "",
     mine = None
     for m in managed:
         paths = leaves(m.get("fieldsV1") or {})
-        if m.get("manager") == manager and m.get("operation") == "Update" and m.get("subresource", "") == subresource:
+        if (
+            m.get("manager") == manager
+            and m.get("operation") == "Update"
+            and m.get("subresource", "") == subresource
+        ):
             mine = paths
             continue
         paths -= changed | gone
@@ -179,7 +199,9 @@ def track_update(old: Obj | None, new: Obj, manager: str, subresource: str = "",
     meta["managedFields"] = kept
 
 
-def _conflicts(live: Obj, applied: Obj, new_paths: set[Path], managed: list[Obj], manager: str) -> list[tuple[str, str, Path]]:
+def _conflicts(
+    live: Obj, applied: Obj, new_paths: set[Path], managed: list[Obj], manager: str
+) -> list[tuple[str, str, Path]]:
     out = []
     for m in managed:
         if m.get("manager") == manager and m.get("operation") == "Apply":
@@ -198,11 +220,15 @@ def _dotted(path: Path) -> str:
         if key.startswith("f:"):
             parts.append("." + key[2:])
         elif key.startswith(("k:", "v:")):
-            parts.append("[" + key[2:].replace('"', "").replace("{", "").replace("}", "").replace(":", "=") + "]")
+            parts.append(
+                "[" + key[2:].replace('"', "").replace("{", "").replace("}", "").replace(":", "=") + "]"
+            )
     return "".join(parts)
 
 
-def apply(current: Obj | None, applied: Obj, manager: str, force: bool = False, schema: Schema = OBJECT) -> Obj:
+def apply(
+    current: Obj | None, applied: Obj, manager: str, force: bool = False, schema: Schema = OBJECT
+) -> Obj:
     """The object after `manager` applies `applied` to `current` (None: create); `schema`: the kind's
     strategic merge keys."""
     new_fields = _meta_fields(applied, schema)
@@ -216,18 +242,25 @@ def apply(current: Obj | None, applied: Obj, manager: str, force: bool = False, 
     conflicts = _conflicts(current, applied, new_paths, managed, manager)
     if conflicts and not force:
         causes = [
-            {"reason": "FieldManagerConflict", "message": f'conflict with "{who}" using {version}', "field": _dotted(path)}
+            {
+                "reason": "FieldManagerConflict",
+                "message": f'conflict with "{who}" using {version}',
+                "field": _dotted(path),
+            }
             for who, version, path in conflicts
         ]
         lines = "\n".join(f"- {c['message']}: {c['field']}" for c in causes)
         count = len(causes)
         raise ApiError(
-            409, "Conflict",
-            f"Apply failed with {count} conflict{'s' if count > 1 else ''}: " + (
-                f"{causes[0]['message']}: {causes[0]['field']}" if count == 1 else "\n" + lines),
+            409,
+            "Conflict",
+            f"Apply failed with {count} conflict{'s' if count > 1 else ''}: "
+            + (f"{causes[0]['message']}: {causes[0]['field']}" if count == 1 else "\n" + lines),
             {"causes": causes},
         )
-    previous = next((m for m in managed if m.get("manager") == manager and m.get("operation") == "Apply"), None)
+    previous = next(
+        (m for m in managed if m.get("manager") == manager and m.get("operation") == "Apply"), None
+    )
     others = set()
     for m in managed:
         if m is not previous:

@@ -47,7 +47,9 @@ def _bool(query: Any, name: str) -> bool:
         return True
     if value in ("", *_FALSE):
         return False
-    raise errors.bad_request(f'{name}: invalid value "{value}": strconv.ParseBool: parsing "{value}": invalid syntax')
+    raise errors.bad_request(
+        f'{name}: invalid value "{value}": strconv.ParseBool: parsing "{value}": invalid syntax'
+    )
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,9 @@ class StreamRequest:
 
     @classmethod
     def from_query(cls, pod: Obj, query: Any, needs_command: bool) -> StreamRequest:
-        streams = Streams(_bool(query, "stdin"), _bool(query, "stdout"), _bool(query, "stderr"), _bool(query, "tty"))
+        streams = Streams(
+            _bool(query, "stdin"), _bool(query, "stdout"), _bool(query, "stderr"), _bool(query, "tty")
+        )
         command = tuple(query.getall("command", []))
         if needs_command and not command:
             raise errors.bad_request("you must specify at least 1 command")
@@ -71,8 +75,12 @@ class StreamRequest:
     def kubelet_query(self) -> list[tuple[str, str]]:
         """upstream's streamParams: the kubelet's names for the streams."""
         out = [("command", c) for c in self.command]
-        for flag, name in ((self.streams.stdin, "input"), (self.streams.stdout, "output"),
-                           (self.streams.stderr, "error"), (self.streams.tty, "tty")):
+        for flag, name in (
+            (self.streams.stdin, "input"),
+            (self.streams.stdout, "output"),
+            (self.streams.stderr, "error"),
+            (self.streams.tty, "tty"),
+        ):
             if flag:
                 out.append((name, "1"))
         return out
@@ -95,7 +103,9 @@ def _kubelet_url(node: Obj, path: str, query: list[tuple[str, str]]) -> str:
     return f"https://{netloc}{path}" + (f"?{urlencode(query, quote_via=quote)}" if query else "")
 
 
-async def connect_stream(rest: RestHandler, request: web.Request, info: RequestInfo, verb: str) -> web.StreamResponse:
+async def connect_stream(
+    rest: RestHandler, request: web.Request, info: RequestInfo, verb: str
+) -> web.StreamResponse:
     """pods/exec and pods/attach."""
     pod, node = await _pod_and_node(rest, info)
     opts = StreamRequest.from_query(pod, request.query, needs_command=verb == "exec")
@@ -108,7 +118,9 @@ async def connect_stream(rest: RestHandler, request: web.Request, info: RequestI
     return await _upgrade(request, url, rest)
 
 
-async def connect_port_forward(rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+async def connect_port_forward(
+    rest: RestHandler, request: web.Request, info: RequestInfo
+) -> web.StreamResponse:
     pod, node = await _pod_and_node(rest, info)
     ports: list[tuple[str, str]] = []
     for value in request.query.getall("ports", []):
@@ -135,7 +147,9 @@ async def _upgrade(request: web.Request, url: str, rest: RestHandler) -> web.Str
         raise errors.internal(str(err)) from None
 
 
-async def tunnel(request: web.Request, url: str, rest: RestHandler, spdy_protocols: list[str]) -> web.StreamResponse:
+async def tunnel(
+    request: web.Request, url: str, rest: RestHandler, spdy_protocols: list[str]
+) -> web.StreamResponse:
     """upstream's TunnelingHandler: a SPDY upgrade of the kubelet, whose bytes ride WebSocket messages."""
     assert rest.kubelet is not None
     headers = [("Connection", "Upgrade"), ("Upgrade", P.SPDY_31)]
@@ -147,8 +161,11 @@ async def tunnel(request: web.Request, url: str, rest: RestHandler, spdy_protoco
     if backend.status != 101:
         body = await backend.body()
         backend.close()
-        return web.Response(status=backend.status, body=body,
-                            headers={"Content-Type": backend.headers.get("Content-Type", "text/plain; charset=utf-8")})
+        return web.Response(
+            status=backend.status,
+            body=body,
+            headers={"Content-Type": backend.headers.get("Content-Type", "text/plain; charset=utf-8")},
+        )
     chosen = backend.headers.get(P.PROTOCOL_VERSION_HEADER, "").strip()
     ws = web.WebSocketResponse(protocols=(P.TUNNELING_PREFIX + chosen,) if chosen else (), max_msg_size=0)
     try:

@@ -51,10 +51,16 @@ class Streams:
 
 
 def internal_error(message: str) -> bytes:
-    return json.dumps({
-        "metadata": {}, "status": "Failure", "message": f"Internal error occurred: {message}",
-        "reason": "InternalError", "details": {"causes": [{"message": message}]}, "code": 500,
-    }).encode()
+    return json.dumps(
+        {
+            "metadata": {},
+            "status": "Failure",
+            "message": f"Internal error occurred: {message}",
+            "reason": "InternalError",
+            "details": {"causes": [{"message": message}]},
+            "code": 500,
+        }
+    ).encode()
 
 
 def refusal_message(body: bytes) -> str:
@@ -155,7 +161,10 @@ async def translate(
             if session.error_done:
                 await _finish(ws, session.status or SUCCESS)
             else:
-                await _finish(ws, internal_error("error reading from error stream: the connection to the kubelet closed"))
+                await _finish(
+                    ws,
+                    internal_error("error reading from error stream: the connection to the kubelet closed"),
+                )
     finally:
         for task in (client, reader):
             if task is not None:

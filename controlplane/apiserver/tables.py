@@ -20,7 +20,12 @@ Column = tuple[str, str, int, str]  # name, type, priority, description
 Cells = Callable[[Obj], list[Any]]
 
 NAME: Column = ("Name", "string", 0, "Name must be unique within a namespace.")
-AGE: Column = ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created.")
+AGE: Column = (
+    "Age",
+    "string",
+    0,
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+)
 CREATED_AT: Column = ("Created At", "date", 0, AGE[3])
 TEMPLATE_CONTAINERS: Column = ("Containers", "string", 1, "Names of each container in the template.")
 TEMPLATE_IMAGES: Column = ("Images", "string", 1, "Images referenced by each container in the template.")
@@ -64,8 +69,13 @@ def name_and_created(obj: Obj) -> list[Any]:
 
 def _column_defs(columns: tuple[Column, ...]) -> list[Obj]:
     return [
-        {"name": name, "type": kind, "format": "name" if name == "Name" and priority == 0 else "",
-         "description": desc, "priority": priority}
+        {
+            "name": name,
+            "type": kind,
+            "format": "name" if name == "Name" and priority == 0 else "",
+            "description": desc,
+            "priority": priority,
+        }
         for name, kind, priority, desc in columns
     ]
 
@@ -75,10 +85,20 @@ def _row_object(obj: Obj, include: str) -> Obj | None:
         return None
     if include == "Object":
         return obj
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata", {})}
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata", {}),
+    }
 
 
-def table(kind: Kind, objects: list[Obj], include: str = "Metadata", list_meta: Obj | None = None, headers: bool = True) -> Obj:
+def table(
+    kind: Kind,
+    objects: list[Obj],
+    include: str = "Metadata",
+    list_meta: Obj | None = None,
+    headers: bool = True,
+) -> Obj:
     """The Table of `objects` (in their stored form) with `kind`'s columns."""
     rows = []
     for obj in objects:

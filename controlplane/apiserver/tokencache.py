@@ -25,8 +25,12 @@ MAX_ENTRIES = 4096
 
 
 class TokenCache(Generic[T]):
-    def __init__(self, ttl: float = SUCCESS_TTL, max_entries: int = MAX_ENTRIES,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl: float = SUCCESS_TTL,
+        max_entries: int = MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ttl = ttl
         self._key = os.urandom(32)
         self._entries: TTLCache[bytes, T] = TTLCache(clock, max_entries)

@@ -36,15 +36,40 @@ FIELDS_FILE = Path(__file__).with_name("fields.json")
 
 # scalar type names in fields.json
 STRING, INT32, INT64, FLOAT, BOOL = "string", "int32", "int64", "float64", "bool"
-TIME, MICROTIME, QUANTITY, INT_OR_STRING, BYTES, ANY = "time", "microtime", "quantity", "int-or-string", "bytes", "any"
+TIME, MICROTIME, QUANTITY, INT_OR_STRING, BYTES, ANY = (
+    "time",
+    "microtime",
+    "quantity",
+    "int-or-string",
+    "bytes",
+    "any",
+)
 SCALARS = (STRING, INT32, INT64, FLOAT, BOOL, TIME, MICROTIME, QUANTITY, INT_OR_STRING, BYTES, ANY)
 STRUCT, LIST, MAP = "struct", "list", "map"
 
-_GO_SCALAR = {STRING: "string", INT32: "int32", INT64: "int64", FLOAT: "float64", BOOL: "bool", BYTES: "[]uint8",
-              TIME: "v1.Time", MICROTIME: "v1.MicroTime", QUANTITY: "resource.Quantity",
-              INT_OR_STRING: "intstr.IntOrString", ANY: "interface {}"}
-_ZERO: dict[str, Any] = {STRING: "", INT32: 0, INT64: 0, FLOAT: 0, BOOL: False, QUANTITY: "0", INT_OR_STRING: 0,
-                         BYTES: ""}
+_GO_SCALAR = {
+    STRING: "string",
+    INT32: "int32",
+    INT64: "int64",
+    FLOAT: "float64",
+    BOOL: "bool",
+    BYTES: "[]uint8",
+    TIME: "v1.Time",
+    MICROTIME: "v1.MicroTime",
+    QUANTITY: "resource.Quantity",
+    INT_OR_STRING: "intstr.IntOrString",
+    ANY: "interface {}",
+}
+_ZERO: dict[str, Any] = {
+    STRING: "",
+    INT32: 0,
+    INT64: 0,
+    FLOAT: 0,
+    BOOL: False,
+    QUANTITY: "0",
+    INT_OR_STRING: 0,
+    BYTES: "",
+}
 _INT_RANGE = {INT32: (-(2**31), 2**31 - 1), INT64: (-(2**63), 2**63 - 1)}
 _TYPE_NAME = re.compile(r"^(?:[A-Z][a-z]+)*?(V\d+(?:alpha\d+|beta\d+)?)([A-Z]\w*)$")
 
@@ -147,7 +172,9 @@ def _number_literal(value: Any) -> str:
 
 def _type_error(what: str, struct: str, stack: tuple[str, ...], go: str) -> DecodeError:
     if struct or stack:
-        return DecodeError(f"json: cannot unmarshal {what} into Go struct field {struct}.{'.'.join(stack)} of type {go}")
+        return DecodeError(
+            f"json: cannot unmarshal {what} into Go struct field {struct}.{'.'.join(stack)} of type {go}"
+        )
     return DecodeError(f"json: cannot unmarshal {what} into Go value of type {go}")
 
 
@@ -160,9 +187,26 @@ _CANONICAL_MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 _DIGITS = re.compile(r"[0-9]+")
 _ZONE = re.compile(r"[+-][0-9]{2}:[0-9]{2}")
 # RFC 3339 as Go's time.Parse walks it: (layout element, digits it takes; 0 for a literal)
-_ELEMENTS = (("2006", 4), ("-", 0), ("01", 2), ("-", 0), ("02", 2), ("T", 0), ("15", 2), (":", 0), ("04", 2),
-             (":", 0), ("05", 2))
-_RANGES = ((1, "month", 1, 12), (2, "day", 1, 31), (3, "hour", 0, 23), (4, "minute", 0, 59), (5, "second", 0, 59))
+_ELEMENTS = (
+    ("2006", 4),
+    ("-", 0),
+    ("01", 2),
+    ("-", 0),
+    ("02", 2),
+    ("T", 0),
+    ("15", 2),
+    (":", 0),
+    ("04", 2),
+    (":", 0),
+    ("05", 2),
+)
+_RANGES = (
+    (1, "month", 1, 12),
+    (2, "day", 1, 31),
+    (3, "hour", 0, 23),
+    (4, "minute", 0, 59),
+    (5, "second", 0, 59),
+)
 
 
 def _time(value: str, micro: bool) -> str:
@@ -178,7 +222,9 @@ def _time(value: str, micro: bool) -> str:
     rest = value
 
     def cannot(elem: str) -> DecodeError:
-        return DecodeError(f"parsing time {json.dumps(value)} as {json.dumps(layout)}: cannot parse {json.dumps(rest)} as {json.dumps(elem)}")
+        return DecodeError(
+            f"parsing time {json.dumps(value)} as {json.dumps(layout)}: cannot parse {json.dumps(rest)} as {json.dumps(elem)}"
+        )
 
     numbers: list[int] = []
     for elem, width in _ELEMENTS:
@@ -189,13 +235,13 @@ def _time(value: str, micro: bool) -> str:
             raise cannot(elem)
         else:
             numbers.append(int(rest[:width]))
-        rest = rest[width or len(elem):]
+        rest = rest[width or len(elem) :]
     micros = 0
     if len(rest) >= 2 and rest[0] in ".," and rest[1].isascii() and rest[1].isdigit():
         digits = _DIGITS.match(rest, 1)
         assert digits is not None
         micros = int((digits.group() + "000000")[:6])
-        rest = rest[digits.end():]
+        rest = rest[digits.end() :]
     offset = dt.timedelta()
     if rest.startswith("Z"):
         rest = rest[1:]
@@ -214,7 +260,9 @@ def _time(value: str, micro: bool) -> str:
         when = dt.datetime(*numbers, micros) - offset  # type: ignore[misc]
     except (ValueError, OverflowError):
         raise DecodeError(f"parsing time {json.dumps(value)}: day out of range") from None
-    text = f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}:{when.second:02d}"
+    text = (
+        f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}:{when.second:02d}"
+    )
     return f"{text}.{when.microsecond:06d}Z" if micro else text + "Z"
 
 
@@ -231,7 +279,9 @@ def _check_base64(value: str) -> None:
         base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         at = text.find("=")
-        raise DecodeError(f"illegal base64 data at input byte {at if at >= 0 else len(text) - len(text) % 4}") from None
+        raise DecodeError(
+            f"illegal base64 data at input byte {at if at >= 0 else len(text) - len(text) % 4}"
+        ) from None
 
 
 # --- the walk ----------------------------------------------------------------------------------------
@@ -292,7 +342,11 @@ def _scalar(value: Any, t: Type, struct: str, stack: tuple[str, ...], key: str |
             return value
         if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31:
             return value
-        what = _number_literal(value) if isinstance(value, int | float) and not isinstance(value, bool) else _describe(value)
+        what = (
+            _number_literal(value)
+            if isinstance(value, int | float) and not isinstance(value, bool)
+            else _describe(value)
+        )
         raise _type_error(what, struct, stack, "int32")
     if code == TIME or code == MICROTIME:
         if isinstance(value, str):

@@ -70,7 +70,9 @@ def annotations(path: str, value: Any) -> list[FieldError]:
         errors += _invalid_each(path, key, names.qualified_name(key.lower()))
         total += len(key) + len(val)
     if total > _ANNOTATIONS_LIMIT:
-        errors.append(FieldError("FieldValueTooLong", path, f"Too long: must have at most {_ANNOTATIONS_LIMIT} bytes"))
+        errors.append(
+            FieldError("FieldValueTooLong", path, f"Too long: must have at most {_ANNOTATIONS_LIMIT} bytes")
+        )
     return errors
 
 
@@ -83,7 +85,9 @@ def object_meta(meta: Any, name_check: NameCheck) -> list[FieldError]:
     if not name:
         errors.append(required("metadata.name", "name or generateName is required"))
     else:
-        errors += name_check("metadata.name", name) or _invalid_each("metadata.name", name, path_segment(name))
+        errors += name_check("metadata.name", name) or _invalid_each(
+            "metadata.name", name, path_segment(name)
+        )
     errors += labels("metadata.labels", meta.get("labels"))
     errors += annotations("metadata.annotations", meta.get("annotations"))
     for i, f in enumerate(meta.get("finalizers") or []):
@@ -92,7 +96,9 @@ def object_meta(meta: Any, name_check: NameCheck) -> list[FieldError]:
         if problems:
             errors += _invalid_each(path, f, problems)
         elif "/" not in f and f not in _STANDARD_FINALIZERS:
-            errors.append(invalid(path, f, "name is neither a standard finalizer name nor is it fully qualified"))
+            errors.append(
+                invalid(path, f, "name is neither a standard finalizer name nor is it fully qualified")
+            )
     for i, ref in enumerate(meta.get("ownerReferences") or []):
         for field in ("apiVersion", "kind", "name", "uid"):
             if not ref.get(field):
@@ -139,7 +145,9 @@ def endpoint_ip(path: str, value: Any) -> list[FieldError]:
     if ip.is_link_local and not ip.is_multicast:
         errors.append(invalid(path, value, "may not be in the link-local range (169.254.0.0/16, fe80::/10)"))
     if ip in ipaddress.ip_network("224.0.0.0/24") or ip in ipaddress.ip_network("ff02::/16"):
-        errors.append(invalid(path, value, "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)"))
+        errors.append(
+            invalid(path, value, "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)")
+        )
     return errors
 
 
@@ -178,6 +186,21 @@ def forbidden_change(path: str, new: Any, old: Any, detail: str) -> list[FieldEr
 
 
 __all__ = [
-    "IMMUTABLE", "IP_FORMAT", "NEGATIVE", "annotations", "dns_label", "dns_subdomain", "endpoint_ip",
-    "forbidden_change", "immutable", "ip_address", "labels", "no_name_rule", "nonnegative", "nonnegative_quantity", "object_meta", "port_number", "qualified_name",
+    "IMMUTABLE",
+    "IP_FORMAT",
+    "NEGATIVE",
+    "annotations",
+    "dns_label",
+    "dns_subdomain",
+    "endpoint_ip",
+    "forbidden_change",
+    "immutable",
+    "ip_address",
+    "labels",
+    "no_name_rule",
+    "nonnegative",
+    "nonnegative_quantity",
+    "object_meta",
+    "port_number",
+    "qualified_name",
 ]

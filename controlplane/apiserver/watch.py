@@ -44,16 +44,29 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     if info.name:
         one_name = info.name
         base = predicate
-        predicate = (lambda o: o["metadata"].get("name") == info.name and (base is None or base(o)))  # noqa: E731
+        predicate = lambda o: o["metadata"].get("name") == info.name and (base is None or base(o))  # noqa: E731
     rv = q.get("resourceVersion", "")
     bookmarks = bool_param(q, "allowWatchBookmarks")
     initial = q.get("sendInitialEvents")
     send_initial = str(initial).lower() == "true"
     if initial is not None and q.get("resourceVersionMatch") != "NotOlderThan":
-        raise errors.invalid_object("ListOptions", "meta.k8s.io", "", [errors.forbidden(
-            "resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")])
+        raise errors.invalid_object(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            [
+                errors.forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                )
+            ],
+        )
     timeout = float(int_param(q, "timeoutSeconds") or random.uniform(1800, 3600))
-    key_prefix = res.key(info.namespace, one_name) if one_name and (info.namespace or not res.namespaced) else res.prefix(info.namespace)
+    key_prefix = (
+        res.key(info.namespace, one_name)
+        if one_name and (info.namespace or not res.namespaced)
+        else res.prefix(info.namespace)
+    )
     from_revision: int | None
     error_status: Obj | None = None
     try:
@@ -88,8 +101,19 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
         if error_status is not None or watcher is None:
             await response.write(encode({"type": "ERROR", "object": error_status}) + b"\n")
             return response
-        await _pump(request, response, watcher, res, rest.cache, mode, request.query.get("includeObject", "Metadata"),
-                    bookmarks, timeout, initial_count, initial_rv)
+        await _pump(
+            request,
+            response,
+            watcher,
+            res,
+            rest.cache,
+            mode,
+            request.query.get("includeObject", "Metadata"),
+            bookmarks,
+            timeout,
+            initial_count,
+            initial_rv,
+        )
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
@@ -102,8 +126,17 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
 
 
 async def _pump(
-    request: web.Request, response: web.StreamResponse, watcher: Any, res: Kind, cache: WatchCache, mode: str, include: str,
-    bookmarks: bool, duration: float, initial_count: int, initial_rv: int,
+    request: web.Request,
+    response: web.StreamResponse,
+    watcher: Any,
+    res: Kind,
+    cache: WatchCache,
+    mode: str,
+    include: str,
+    bookmarks: bool,
+    duration: float,
+    initial_count: int,
+    initial_rv: int,
 ) -> None:
     deadline = time.monotonic() + duration
     next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
@@ -147,7 +180,9 @@ async def _pump(
         elif mode == "metadata":
             line = encode({"type": event.type, "object": partial(event.obj.obj)})
         else:
-            line = b"".join([b'{"type":"', event.type.encode(), b'","object":', out_raw(res, event.obj), b"}"])
+            line = b"".join(
+                [b'{"type":"', event.type.encode(), b'","object":', out_raw(res, event.obj), b"}"]
+            )
         await response.write(line + b"\n")
         sent += 1
         if sent == initial_count:
@@ -158,4 +193,12 @@ def _bookmark(res: Kind, rv: int, initial_end: bool) -> bytes:
     meta: Obj = {"resourceVersion": str(rv), "creationTimestamp": None}
     if initial_end:
         meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-    return encode({"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}}) + b"\n"
+    return (
+        encode(
+            {
+                "type": "BOOKMARK",
+                "object": {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta},
+            }
+        )
+        + b"\n"
+    )

@@ -95,6 +95,7 @@ class Controller(ABC):
 
     def handlers(self, key: Callable[[Obj], str | None] | None = None) -> dict[str, Any]:
         """add/update/delete handlers that enqueue the object (or the key `key` maps it to)."""
+
         def add(obj: Obj) -> None:
             k = key(obj) if key else key_of(obj)
             if k:
@@ -137,10 +138,21 @@ class Controller(ABC):
     def _retry(self, key: str, err: Exception) -> None:
         if self.queue.num_requeues(key) < self.max_retries:
             level = logging.INFO if isinstance(err, ApiError) and err.conflict else logging.WARNING
-            log.log(level, "sync failed controller=%s key=%s error=%s", self.name, key, err,
-                    exc_info=not isinstance(err, ApiError))
+            log.log(
+                level,
+                "sync failed controller=%s key=%s error=%s",
+                self.name,
+                key,
+                err,
+                exc_info=not isinstance(err, ApiError),
+            )
             self.queue.add_rate_limited(key)
             return
-        log.error("dropping key after %d retries controller=%s key=%s error=%s", self.max_retries, self.name,
-                  key, err)
+        log.error(
+            "dropping key after %d retries controller=%s key=%s error=%s",
+            self.max_retries,
+            self.name,
+            key,
+            err,
+        )
         self.queue.forget(key)

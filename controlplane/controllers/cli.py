@@ -16,27 +16,56 @@ from kubeclient.eventloop import loop_factory
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
-    parser.add_argument("--kubeconfig", type=Path, default=Path(default),
-                        help="kubeconfig of the API server (default: $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--controllers", default="*",
-                        help="'*' (the default set), 'name' to turn one on, '-name' to turn one off, comma-separated")
-    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
-                        help="hold the kube-system/kube-controller-manager Lease before acting")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path(default),
+        help="kubeconfig of the API server (default: $KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--controllers",
+        default="*",
+        help="'*' (the default set), 'name' to turn one on, '-name' to turn one off, comma-separated",
+    )
+    parser.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="hold the kube-system/kube-controller-manager Lease before acting",
+    )
     parser.add_argument("--leader-elect-lease-duration", default="15s")
     parser.add_argument("--leader-elect-renew-deadline", default="10s")
     parser.add_argument("--leader-elect-retry-period", default="2s")
     parser.add_argument("--bind-address", default="127.0.0.1", help="address of the healthz/metrics endpoint")
-    parser.add_argument("--secure-port", type=int, default=10257, help="HTTPS port for healthz and metrics (0: none)")
-    parser.add_argument("--cert-dir", type=Path, default=None, help="where the self-signed serving certificate goes")
-    parser.add_argument("--client-ca-file", default=None, help="CA whose client certificates may read /metrics")
-    parser.add_argument("--root-ca-file", type=Path, default=None,
-                        help="the CA published as kube-root-ca.crt (default: the kubeconfig's CA)")
-    parser.add_argument("--use-service-account-credentials", action="store_true",
-                        help="run each controller as its service account kube-system/<controller> (kubeadm sets it)")
-    parser.add_argument("--cluster-signing-cert-file", type=Path, default=None,
-                        help="the cluster CA certificate (PEM) the controllers' credentials are signed with")
-    parser.add_argument("--cluster-signing-key-file", type=Path, default=None,
-                        help="the cluster CA's private key (PEM)")
+    parser.add_argument(
+        "--secure-port", type=int, default=10257, help="HTTPS port for healthz and metrics (0: none)"
+    )
+    parser.add_argument(
+        "--cert-dir", type=Path, default=None, help="where the self-signed serving certificate goes"
+    )
+    parser.add_argument(
+        "--client-ca-file", default=None, help="CA whose client certificates may read /metrics"
+    )
+    parser.add_argument(
+        "--root-ca-file",
+        type=Path,
+        default=None,
+        help="the CA published as kube-root-ca.crt (default: the kubeconfig's CA)",
+    )
+    parser.add_argument(
+        "--use-service-account-credentials",
+        action="store_true",
+        help="run each controller as its service account kube-system/<controller> (kubeadm sets it)",
+    )
+    parser.add_argument(
+        "--cluster-signing-cert-file",
+        type=Path,
+        default=None,
+        help="the cluster CA certificate (PEM) the controllers' credentials are signed with",
+    )
+    parser.add_argument(
+        "--cluster-signing-key-file", type=Path, default=None, help="the cluster CA's private key (PEM)"
+    )
     parser.add_argument("--kube-api-qps", type=float, default=20.0)
     parser.add_argument("--kube-api-burst", type=int, default=30)
     tunables.add_arguments(parser)
@@ -50,14 +79,17 @@ def run(args: argparse.Namespace) -> int:
     from kubeclient.config import load_kubeconfig
     from kubeclient.leaderelection import LeaderElection, LeadershipLost
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     cluster = load_kubeconfig(args.kubeconfig)
     root_ca = args.root_ca_file.read_bytes() if args.root_ca_file else (cluster.ca_data or b"")
     if not root_ca and cluster.ca_file:
         root_ca = Path(cluster.ca_file).read_bytes()
     election = LeaderElection(
-        LEASE_NAME, enabled=args.leader_elect,
+        LEASE_NAME,
+        enabled=args.leader_elect,
         lease_duration=parse_duration(args.leader_elect_lease_duration),
         renew_deadline=parse_duration(args.leader_elect_renew_deadline),
         retry_period=parse_duration(args.leader_elect_retry_period),
@@ -65,8 +97,10 @@ def run(args: argparse.Namespace) -> int:
     signer = None
     if args.use_service_account_credentials:
         if args.cluster_signing_cert_file is None or args.cluster_signing_key_file is None:
-            logging.getLogger(__name__).error("--use-service-account-credentials needs --cluster-signing-cert-file "
-                                              "and --cluster-signing-key-file")
+            logging.getLogger(__name__).error(
+                "--use-service-account-credentials needs --cluster-signing-cert-file "
+                "and --cluster-signing-key-file"
+            )
             return 2
         signer = (args.cluster_signing_cert_file.read_bytes(), args.cluster_signing_key_file.read_bytes())
     config = ManagerConfig(
@@ -79,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
         options={"root_ca": root_ca, **tunables.from_args(args)},
         service_account_signer=signer,
     )
-    client = KubeClient(cluster, qps=args.kube_api_qps, burst=args.kube_api_burst, component="kube-controller-manager")
+    client = KubeClient(
+        cluster, qps=args.kube_api_qps, burst=args.kube_api_burst, component="kube-controller-manager"
+    )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         try:
             runner.run(serve_forever(client, config))

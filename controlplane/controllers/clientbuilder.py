@@ -59,7 +59,9 @@ class RootClientBuilder:
         return None
 
 
-def sign_client_certificate(ca_cert_pem: bytes, ca_key_pem: bytes, user: str, groups: tuple[str, ...]) -> tuple[bytes, bytes]:
+def sign_client_certificate(
+    ca_cert_pem: bytes, ca_key_pem: bytes, user: str, groups: tuple[str, ...]
+) -> tuple[bytes, bytes]:
     """(certificate, key) PEM of a client certificate for `user` (CN) in `groups` (O), signed by the CA."""
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, None)
@@ -83,18 +85,24 @@ def sign_client_certificate(ca_cert_pem: bytes, ca_key_pem: bytes, user: str, gr
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True
+        )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
 class ServiceAccountCredentials:
     """--use-service-account-credentials: a client per account, made once, its account ensured."""
 
-    def __init__(self, root: KubeClient, ca_cert_pem: bytes, ca_key_pem: bytes, qps: float, burst: int) -> None:
+    def __init__(
+        self, root: KubeClient, ca_cert_pem: bytes, ca_key_pem: bytes, qps: float, burst: int
+    ) -> None:
         self.root = root
         self.ca_cert_pem = ca_cert_pem
         self.ca_key_pem = ca_key_pem
@@ -105,12 +113,24 @@ class ServiceAccountCredentials:
         found = self._clients.get(account)
         if found is None:
             await self._ensure_account(account)
-            cert, key = sign_client_certificate(self.ca_cert_pem, self.ca_key_pem, account_user(account),
-                                                ("system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"))
-            config = replace(self.root.config, client_cert_data=cert, client_key_data=key, token=None, token_file=None,
-                             username=None, password=None)
-            found = self._clients[account] = KubeClient(config, qps=self.qps, burst=self.burst,
-                                                        component="kube-controller-manager")
+            cert, key = sign_client_certificate(
+                self.ca_cert_pem,
+                self.ca_key_pem,
+                account_user(account),
+                ("system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"),
+            )
+            config = replace(
+                self.root.config,
+                client_cert_data=cert,
+                client_key_data=key,
+                token=None,
+                token_file=None,
+                username=None,
+                password=None,
+            )
+            found = self._clients[account] = KubeClient(
+                config, qps=self.qps, burst=self.burst, component="kube-controller-manager"
+            )
         return found
 
     async def _ensure_account(self, account: str) -> None:
@@ -123,8 +143,14 @@ class ServiceAccountCredentials:
             if not err.not_found:
                 raise
         try:
-            await self.root.create(path, {"apiVersion": "v1", "kind": "ServiceAccount",
-                                          "metadata": {"name": account, "namespace": NAMESPACE}})
+            await self.root.create(
+                path,
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": account, "namespace": NAMESPACE},
+                },
+            )
             log.info("service account created account=%s/%s", NAMESPACE, account)
         except ApiError as err:
             if not err.already_exists:
@@ -136,4 +162,10 @@ class ServiceAccountCredentials:
         self._clients.clear()
 
 
-__all__ = ["ClientBuilder", "RootClientBuilder", "ServiceAccountCredentials", "account_user", "sign_client_certificate"]
+__all__ = [
+    "ClientBuilder",
+    "RootClientBuilder",
+    "ServiceAccountCredentials",
+    "account_user",
+    "sign_client_certificate",
+]

@@ -35,7 +35,9 @@ def aggregated_rules(role: Obj, roles: list[Obj]) -> list[Obj]:
     for raw in selectors:
         selector = from_label_selector(raw)
         for other in ordered:
-            if meta(other).get("name") == meta(role).get("name") or not selector.matches(meta(other).get("labels") or {}):
+            if meta(other).get("name") == meta(role).get("name") or not selector.matches(
+                meta(other).get("labels") or {}
+            ):
                 continue
             for rule in other.get("rules") or []:
                 if rule not in out:
@@ -51,8 +53,11 @@ class ClusterRoleAggregationController(Controller):
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
         self.roles = ctx.informers.get(PATH)
-        self.roles.add_handler(on_add=lambda _r: self._enqueue_all(), on_update=lambda _o, _n: self._enqueue_all(),
-                               on_delete=lambda _r: self._enqueue_all())
+        self.roles.add_handler(
+            on_add=lambda _r: self._enqueue_all(),
+            on_update=lambda _o, _n: self._enqueue_all(),
+            on_delete=lambda _r: self._enqueue_all(),
+        )
 
     def _enqueue_all(self) -> None:
         for role in self.roles.list():
@@ -70,11 +75,20 @@ class ClusterRoleAggregationController(Controller):
         if rules == (role.get("rules") or []):
             return
         name = meta(role)["name"]
-        body = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-                "rules": rules}
+        body = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": rules,
+        }
         try:
-            await self.client.patch(f"{PATH}/{quote(name)}", json.dumps(body).encode(), content_type=APPLY_PATCH,
-                                    fieldManager=FIELD_MANAGER, force="true")
+            await self.client.patch(
+                f"{PATH}/{quote(name)}",
+                json.dumps(body).encode(),
+                content_type=APPLY_PATCH,
+                fieldManager=FIELD_MANAGER,
+                force="true",
+            )
         except ApiError as err:
             if not err.not_found:
                 raise

@@ -102,7 +102,7 @@ def truncate(subsets: list[Obj]) -> tuple[list[Obj], bool]:
         size = len(subset.get("addresses") or []) + len(subset.get("notReadyAddresses") or [])
         share = budget if i == len(subsets) - 1 else min(budget, size * MAX_CAPACITY // total)
         ready = (subset.get("addresses") or [])[:share]
-        not_ready = (subset.get("notReadyAddresses") or [])[:share - len(ready)]
+        not_ready = (subset.get("notReadyAddresses") or [])[: share - len(ready)]
         budget -= len(ready) + len(not_ready)
         kept = {k: v for k, v in subset.items() if k not in ("addresses", "notReadyAddresses")}
         if ready:
@@ -129,7 +129,9 @@ class EndpointsController(Controller):
         self.endpoints = ctx.informers.get("/api/v1/endpoints")
         self.services.add_handler(**self.handlers())
         self.endpoints.add_handler(on_delete=self.enqueue)
-        self.pods.add_handler(on_add=self._pod_changed, on_update=self._pod_updated, on_delete=self._pod_changed)
+        self.pods.add_handler(
+            on_add=self._pod_changed, on_update=self._pod_updated, on_delete=self._pod_changed
+        )
 
     def _services_selecting(self, pod: Obj) -> list[str]:
         labels = meta(pod).get("labels") or {}
@@ -165,7 +167,9 @@ class EndpointsController(Controller):
         info = ServiceInfo.of(service)
         if info.selector is None or info.external_name:
             return
-        subsets, truncated = truncate(desired_subsets(info, selected_pods(info, self.pods.by_index("namespace", namespace))))
+        subsets, truncated = truncate(
+            desired_subsets(info, selected_pods(info, self.pods.by_index("namespace", namespace)))
+        )
         current = self.endpoints.get(key)
         labels = info.object_labels()
         annotations = dict((meta(current).get("annotations") or {}) if current else {})
@@ -174,8 +178,12 @@ class EndpointsController(Controller):
             annotations[OVER_CAPACITY] = "truncated"
         if current is not None and _same(current, subsets, labels, annotations):
             return
-        body: Obj = {"apiVersion": "v1", "kind": "Endpoints",
-                     "metadata": {"name": name, "namespace": namespace, "labels": labels}, "subsets": subsets}
+        body: Obj = {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "subsets": subsets,
+        }
         if annotations:
             body["metadata"]["annotations"] = annotations
         if current is None:
@@ -191,5 +199,8 @@ class EndpointsController(Controller):
 
 
 def _same(current: Obj, subsets: list[Obj], labels: dict[str, str], annotations: dict[str, str]) -> bool:
-    return (current.get("subsets") or []) == subsets and (meta(current).get("labels") or {}) == labels \
+    return (
+        (current.get("subsets") or []) == subsets
+        and (meta(current).get("labels") or {}) == labels
         and (meta(current).get("annotations") or {}) == annotations
+    )

@@ -107,9 +107,14 @@ class EndpointSliceController(Controller):
         self.slices = ctx.informers.get(SLICES, indexers={"service": by_service})
         self.tracker = SliceTracker()
         self.services.add_handler(**self.handlers())
-        self.pods.add_handler(on_add=self._pod_changed, on_update=self._pod_updated, on_delete=self._pod_changed)
-        self.slices.add_handler(on_add=self._slice_changed, on_update=lambda _o, n: self._slice_changed(n),
-                                on_delete=lambda s: self._slice_changed(s, deleted=True))
+        self.pods.add_handler(
+            on_add=self._pod_changed, on_update=self._pod_updated, on_delete=self._pod_changed
+        )
+        self.slices.add_handler(
+            on_add=self._slice_changed,
+            on_update=lambda _o, n: self._slice_changed(n),
+            on_delete=lambda s: self._slice_changed(s, deleted=True),
+        )
         self.nodes.add_handler(on_add=self._node_changed, on_delete=self._node_changed)
 
     # --- events --------------------------------------------------------------------------------------
@@ -165,9 +170,12 @@ class EndpointSliceController(Controller):
         info = ServiceInfo.of(service)
         if info.external_name or info.selector is None:
             return  # no endpoints from this controller; a user may write slices of their own
-        existing = [s for s in self.slices.by_index("service", key)
-                    if any(r.get("uid") == info.uid for r in meta(s).get("ownerReferences") or [])
-                    or not meta(s).get("ownerReferences")]
+        existing = [
+            s
+            for s in self.slices.by_index("service", key)
+            if any(r.get("uid") == info.uid for r in meta(s).get("ownerReferences") or [])
+            or not meta(s).get("ownerReferences")
+        ]
         if self.tracker.stale(key):
             # The pending slice events enqueue the Service again; look once more in case they never come.
             self.queue.add_after(key, SliceTracker.PATIENCE + 0.5)
@@ -206,10 +214,10 @@ class EndpointSliceController(Controller):
             self.tracker.wrote(key, name, None)
 
         # Creates and updates first, so a client never sees the Service without endpoints mid-way.
-        results = await asyncio.gather(*(create(b) for b in plan.create), *(update(b) for b in plan.update),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(create(b) for b in plan.create), *(update(b) for b in plan.update), return_exceptions=True
+        )
         results += await asyncio.gather(*(delete(b) for b in plan.delete), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-

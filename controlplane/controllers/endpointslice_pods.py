@@ -44,10 +44,15 @@ class ServiceInfo:
         m = meta(service)
         families = tuple(spec.get("ipFamilies") or ()) or ("IPv4",)
         return cls(
-            namespace=m.get("namespace", ""), name=m.get("name", ""), uid=m.get("uid", ""),
-            selector=spec.get("selector"), ports=tuple(spec.get("ports") or ()),
-            headless=spec.get("clusterIP") == "None", external_name=spec.get("type") == "ExternalName",
-            publish_not_ready=bool(spec.get("publishNotReadyAddresses")), families=families,
+            namespace=m.get("namespace", ""),
+            name=m.get("name", ""),
+            uid=m.get("uid", ""),
+            selector=spec.get("selector"),
+            ports=tuple(spec.get("ports") or ()),
+            headless=spec.get("clusterIP") == "None",
+            external_name=spec.get("type") == "ExternalName",
+            publish_not_ready=bool(spec.get("publishNotReadyAddresses")),
+            families=families,
             labels=dict(m.get("labels") or {}),
         )
 
@@ -132,13 +137,21 @@ def endpoint_ports(service: ServiceInfo, pod: Obj) -> list[Obj]:
 
 def should_set_hostname(pod: Obj, service: ServiceInfo) -> bool:
     spec = pod.get("spec") or {}
-    return bool(spec.get("hostname")) and spec.get("subdomain") == service.name \
+    return (
+        bool(spec.get("hostname"))
+        and spec.get("subdomain") == service.name
         and meta(pod).get("namespace") == service.namespace
+    )
 
 
 def target_ref(pod: Obj) -> Obj:
     m = meta(pod)
-    return {"kind": "Pod", "namespace": m.get("namespace", ""), "name": m.get("name", ""), "uid": m.get("uid", "")}
+    return {
+        "kind": "Pod",
+        "namespace": m.get("namespace", ""),
+        "name": m.get("name", ""),
+        "uid": m.get("uid", ""),
+    }
 
 
 def is_ready(pod: Obj) -> bool:
@@ -147,5 +160,7 @@ def is_ready(pod: Obj) -> bool:
 
 def selected_pods(service: ServiceInfo, pods: list[Obj]) -> list[Obj]:
     selector = service.pod_selector()
-    return sorted((p for p in pods if selector.matches(meta(p).get("labels") or {})),
-                  key=lambda p: meta(p).get("name", ""))
+    return sorted(
+        (p for p in pods if selector.matches(meta(p).get("labels") or {})),
+        key=lambda p: meta(p).get("name", ""),
+    )

@@ -87,8 +87,11 @@ def build_endpoint(service: ServiceInfo, pod: Obj, address: str, zone: str | Non
     ready = service.publish_not_ready or serving
     if terminating and not service.publish_not_ready:
         ready = False
-    ep: Obj = {"addresses": [address], "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
-               "targetRef": target_ref(pod)}
+    ep: Obj = {
+        "addresses": [address],
+        "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
+        "targetRef": target_ref(pod),
+    }
     node = (pod.get("spec") or {}).get("nodeName")
     if node:
         ep["nodeName"] = node
@@ -99,8 +102,9 @@ def build_endpoint(service: ServiceInfo, pod: Obj, address: str, zone: str | Non
     return ep
 
 
-def desired_endpoints(service: ServiceInfo, pods: list[Obj], family: str, zone_of: ZoneOf,
-                      skipped: list[str]) -> dict[tuple[Any, ...], tuple[list[Obj], dict[tuple[str, ...], Obj]]]:
+def desired_endpoints(
+    service: ServiceInfo, pods: list[Obj], family: str, zone_of: ZoneOf, skipped: list[str]
+) -> dict[tuple[Any, ...], tuple[list[Obj], dict[tuple[str, ...], Obj]]]:
     """Port mapping -> (its ports, endpoints by address) for the selected pods."""
     out: dict[tuple[Any, ...], tuple[list[Obj], dict[tuple[str, ...], Obj]]] = {}
     for pod in pods:
@@ -114,7 +118,9 @@ def desired_endpoints(service: ServiceInfo, pods: list[Obj], family: str, zone_o
         if node:
             exists, zone = zone_of(node)
             if not exists and not service.publish_not_ready:
-                skipped.append(f"skipping Pod {meta(pod).get('name')} for Service {service.key}: Node {node} Not Found")
+                skipped.append(
+                    f"skipping Pod {meta(pod).get('name')} for Service {service.key}: Node {node} Not Found"
+                )
                 continue
         ports = endpoint_ports(service, pod)
         key = port_key(ports)
@@ -129,23 +135,37 @@ def slice_labels(service: ServiceInfo) -> dict[str, str]:
 
 
 def owner_reference(service: ServiceInfo) -> Obj:
-    return {"apiVersion": "v1", "kind": "Service", "name": service.name, "uid": service.uid,
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "name": service.name,
+        "uid": service.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def new_slice(service: ServiceInfo, family: str, ports: list[Obj], endpoints: list[Obj]) -> Obj:
     return {
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"generateName": f"{service.name}-", "namespace": service.namespace,
-                     "labels": slice_labels(service), "ownerReferences": [owner_reference(service)]},
-        "addressType": family, "ports": copy.deepcopy(ports), "endpoints": endpoints,
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "generateName": f"{service.name}-",
+            "namespace": service.namespace,
+            "labels": slice_labels(service),
+            "ownerReferences": [owner_reference(service)],
+        },
+        "addressType": family,
+        "ports": copy.deepcopy(ports),
+        "endpoints": endpoints,
     }
 
 
 def _metadata_drift(service: ServiceInfo, slice_: Obj) -> bool:
     m = meta(slice_)
-    return (m.get("labels") or {}) != slice_labels(service) or \
-        not any(r.get("uid") == service.uid and r.get("controller") for r in m.get("ownerReferences") or [])
+    return (m.get("labels") or {}) != slice_labels(service) or not any(
+        r.get("uid") == service.uid and r.get("controller") for r in m.get("ownerReferences") or []
+    )
 
 
 def _with_metadata(service: ServiceInfo, slice_: Obj) -> Obj:
@@ -157,9 +177,14 @@ def _with_metadata(service: ServiceInfo, slice_: Obj) -> Obj:
     return out
 
 
-def _reconcile_family(service: ServiceInfo, family: str, existing: list[Obj],
-                      desired: dict[tuple[Any, ...], tuple[list[Obj], dict[tuple[str, ...], Obj]]],
-                      max_per_slice: int, plan: Plan) -> int:
+def _reconcile_family(
+    service: ServiceInfo,
+    family: str,
+    existing: list[Obj],
+    desired: dict[tuple[Any, ...], tuple[list[Obj], dict[tuple[str, ...], Obj]]],
+    max_per_slice: int,
+    plan: Plan,
+) -> int:
     """Fill `plan` for one address family; returns how many slices remain for it."""
     remaining = 0
     by_ports: dict[tuple[Any, ...], list[Obj]] = {}
@@ -206,14 +231,19 @@ def _reconcile_family(service: ServiceInfo, family: str, existing: list[Obj],
                 to_update.append(updated)
                 left = []
         for start in range(0, len(left), max_per_slice):
-            plan.create.append(new_slice(service, family, ports, left[start:start + max_per_slice]))
+            plan.create.append(new_slice(service, family, ports, left[start : start + max_per_slice]))
         plan.update.extend(to_update)
         remaining += len(to_update) + len(unchanged) + (len(left) + max_per_slice - 1) // max_per_slice
     return remaining
 
 
-def reconcile(service: ServiceInfo, pods: list[Obj], existing: list[Obj], zone_of: ZoneOf,
-              max_per_slice: int = MAX_ENDPOINTS_PER_SLICE) -> Plan:
+def reconcile(
+    service: ServiceInfo,
+    pods: list[Obj],
+    existing: list[Obj],
+    zone_of: ZoneOf,
+    max_per_slice: int = MAX_ENDPOINTS_PER_SLICE,
+) -> Plan:
     """What to write so the Service's managed slices list exactly its pods' endpoints."""
     plan = Plan()
     remaining = 0

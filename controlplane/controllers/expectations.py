@@ -26,7 +26,9 @@ class _Record:
 
 
 class Expectations:
-    def __init__(self, clock: Callable[[], float] = time.monotonic, timeout: float = EXPECTATIONS_TIMEOUT) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, timeout: float = EXPECTATIONS_TIMEOUT
+    ) -> None:
         self.clock = clock
         self.timeout = timeout
         self._records: dict[str, _Record] = {}

@@ -21,14 +21,22 @@ class SharedInformers:
         self._informers: dict[tuple[str, str], Informer] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
 
-    def get(self, path: str, *, field_selector: str | None = None,
-            indexers: dict[str, IndexFunc] | None = None, resync_period: float | None = None) -> Informer:
+    def get(
+        self,
+        path: str,
+        *,
+        field_selector: str | None = None,
+        indexers: dict[str, IndexFunc] | None = None,
+        resync_period: float | None = None,
+    ) -> Informer:
         """The informer of `path` (e.g. /api/v1/pods), created on first request."""
         key = (path, field_selector or "")
         informer = self._informers.get(key)
         if informer is None:
             informer = Informer(
-                self.client, path, field_selector=field_selector,
+                self.client,
+                path,
+                field_selector=field_selector,
                 resync_period=self.resync_period if resync_period is None else resync_period,
             )
             self._informers[key] = informer

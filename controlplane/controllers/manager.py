@@ -57,23 +57,32 @@ class ControllerManager:
         self.client = client
         self.config = config
         self.registry = CollectorRegistry()
-        self.is_leader = Gauge("leader_election_master_status",
-                               "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
-                               "backup, 1 indicates master. 'name' is the string used to identify the lease.",
-                               ["name"], registry=self.registry)
+        self.is_leader = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            ["name"],
+            registry=self.registry,
+        )
         self.controllers: list[Controller] = []
         self.port = 0
         signer = config.service_account_signer
         self.credentials: ClientBuilder = (
             ServiceAccountCredentials(client, signer[0], signer[1], client.limiter.qps, client.limiter.burst)
-            if signer is not None else RootClientBuilder(client))
+            if signer is not None
+            else RootClientBuilder(client)
+        )
         self._runner: web.AppRunner | None = None
 
     # --- the loops -----------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         await self._serve()
-        elector = LeaderElector(self.client, self.config.leader_election) if self.config.leader_election.enabled else None
+        elector = (
+            LeaderElector(self.client, self.config.leader_election)
+            if self.config.leader_election.enabled
+            else None
+        )
         try:
             await run_as_leader(elector, stop, self._lead)
         finally:
@@ -110,7 +119,9 @@ class ControllerManager:
                 await recorder.stop()
             await self.credentials.close()
 
-    async def _contexts(self, base: ControllerContext, halt: asyncio.Event) -> dict[str, ControllerContext] | None:
+    async def _contexts(
+        self, base: ControllerContext, halt: asyncio.Event
+    ) -> dict[str, ControllerContext] | None:
         """Each controller's context: the shared informers and its own client (None if halted first)."""
         out: dict[str, ControllerContext] = {}
         by_account: dict[str, ControllerContext] = {}
@@ -127,7 +138,9 @@ class ControllerManager:
                     if halt.is_set():
                         return None
                     continue
-                by_account[account] = base if client is self.client else replace(base, client=client, _recorders={})
+                by_account[account] = (
+                    base if client is self.client else replace(base, client=client, _recorders={})
+                )
             out[name] = by_account[account]
         return out
 
@@ -137,7 +150,10 @@ class ControllerManager:
         if not self.config.secure_port:
             return  # --secure-port=0: no endpoint, as upstream
         cert, key = await asyncio.to_thread(
-            ensure_self_signed, self.config.cert_dir, "kube-controller-manager", [self.config.bind_address],
+            ensure_self_signed,
+            self.config.cert_dir,
+            "kube-controller-manager",
+            [self.config.bind_address],
             "kube-controller-manager",
         )
         context = await asyncio.to_thread(server_context, cert, key, self.config.client_ca_file)
@@ -148,7 +164,9 @@ class ControllerManager:
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.bind_address, self.config.secure_port, ssl_context=context)
+        site = web.TCPSite(
+            self._runner, self.config.bind_address, self.config.secure_port, ssl_context=context
+        )
         await site.start()
         self.port = self.config.secure_port
         log.info("serving healthz and metrics on https://%s:%d", self.config.bind_address, self.port)
@@ -161,7 +179,9 @@ class ControllerManager:
             return web.Response(status=401, text="Unauthorized")
         for controller in self.controllers:
             controller.queue.observe_unfinished()
-        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
 
 def _has_client_certificate(request: web.Request) -> bool:

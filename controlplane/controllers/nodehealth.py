@@ -35,7 +35,10 @@ STOPPED_REASON, STOPPED_MESSAGE = "NodeStatusUnknown", "Kubelet stopped posting 
 NEVER_REASON, NEVER_MESSAGE = "NodeStatusNeverUpdated", "Kubelet never posted node status."
 
 ZONE_LABEL, REGION_LABEL = "topology.kubernetes.io/zone", "topology.kubernetes.io/region"
-BETA_ZONE_LABEL, BETA_REGION_LABEL = "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region"
+BETA_ZONE_LABEL, BETA_REGION_LABEL = (
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+)
 EXCLUDE_DISRUPTION_LABEL = "node.kubernetes.io/exclude-disruption"
 
 INITIAL, NORMAL = "Initial", "Normal"
@@ -84,8 +87,9 @@ def _lease_renewed(saved: Obj | None, observed: Obj | None) -> bool:
     return before is not None and after is not None and before < after
 
 
-def _observe(node: Obj, saved: NodeHealth | None, lease: Obj | None, now: datetime, grace: float,
-             startup_grace: float) -> tuple[NodeHealth, Obj, float]:
+def _observe(
+    node: Obj, saved: NodeHealth | None, lease: Obj | None, now: datetime, grace: float, startup_grace: float
+) -> tuple[NodeHealth, Obj, float]:
     """What to remember of the node this pass, its Ready condition as seen, and its grace period."""
     status = node.get("status") or {}
     created = parse_time(meta(node).get("creationTimestamp")) or now
@@ -93,8 +97,12 @@ def _observe(node: Obj, saved: NodeHealth | None, lease: Obj | None, now: dateti
     health = copy.copy(saved) if saved is not None else None
     if current is None:
         # Never posted: judged from its creation, with the longer startup grace.
-        observed: Obj = {"type": READY, "status": UNKNOWN, "lastHeartbeatTime": stamp(created),
-                         "lastTransitionTime": stamp(created)}
+        observed: Obj = {
+            "type": READY,
+            "status": UNKNOWN,
+            "lastHeartbeatTime": stamp(created),
+            "lastTransitionTime": stamp(created),
+        }
         period = startup_grace
         if health is not None:
             health.status = status
@@ -108,8 +116,11 @@ def _observe(node: Obj, saved: NodeHealth | None, lease: Obj | None, now: dateti
     if health is None or (saved_ready is None) != (current is None):
         # First sight of it, or its Ready condition appeared (or vanished): the clock starts now.
         health = NodeHealth(probe_timestamp=now, status=status)
-    elif saved_ready is not None and current is not None \
-            and saved_ready.get("lastHeartbeatTime") != current.get("lastHeartbeatTime"):
+    elif (
+        saved_ready is not None
+        and current is not None
+        and saved_ready.get("lastHeartbeatTime") != current.get("lastHeartbeatTime")
+    ):
         # A heartbeat. (Upstream forgets the saved lease here, so the next pass takes the lease as new.)
         health = NodeHealth(probe_timestamp=now, status=status)
     if _lease_renewed(saved_lease, lease):
@@ -125,15 +136,32 @@ def _silenced(status: Obj, created: datetime, now: datetime) -> Obj:
     for type_ in KUBELET_CONDITIONS:
         cond = condition(new_status, type_)
         if cond is None:
-            conditions.append({"type": type_, "status": UNKNOWN, "reason": NEVER_REASON, "message": NEVER_MESSAGE,
-                               "lastHeartbeatTime": stamp(created), "lastTransitionTime": stamp(now)})
+            conditions.append(
+                {
+                    "type": type_,
+                    "status": UNKNOWN,
+                    "reason": NEVER_REASON,
+                    "message": NEVER_MESSAGE,
+                    "lastHeartbeatTime": stamp(created),
+                    "lastTransitionTime": stamp(now),
+                }
+            )
         elif cond.get("status") != UNKNOWN:
-            cond.update(status=UNKNOWN, reason=STOPPED_REASON, message=STOPPED_MESSAGE, lastTransitionTime=stamp(now))
+            cond.update(
+                status=UNKNOWN, reason=STOPPED_REASON, message=STOPPED_MESSAGE, lastTransitionTime=stamp(now)
+            )
     return new_status
 
 
-def assess(node: Obj, saved: NodeHealth | None, lease: Obj | None, now: datetime, *,
-           grace: float, startup_grace: float) -> Assessment:
+def assess(
+    node: Obj,
+    saved: NodeHealth | None,
+    lease: Obj | None,
+    now: datetime,
+    *,
+    grace: float,
+    startup_grace: float,
+) -> Assessment:
     """One node's health this pass: what to remember, and the status to write if it went silent."""
     health, observed, period = _observe(node, saved, lease, now, grace, startup_grace)
     status = node.get("status") or {}

@@ -62,12 +62,18 @@ HEALTH_UPDATE_RETRIES, RETRY_SLEEP = 5, 0.02
 PARALLEL_NODES = 8  # upstream's nodeUpdateWorkerSize
 POD_WORKERS = 4
 # (stable, beta) labels kept equal, the stable one the source (upstream's labelReconcileInfo).
-RECONCILED_LABELS = (("kubernetes.io/os", "beta.kubernetes.io/os"), ("kubernetes.io/arch", "beta.kubernetes.io/arch"))
+RECONCILED_LABELS = (
+    ("kubernetes.io/os", "beta.kubernetes.io/os"),
+    ("kubernetes.io/arch", "beta.kubernetes.io/arch"),
+)
 
 
 def _node_ref(node: Obj) -> Obj:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": meta(node).get("name", ""),
-                                                             "uid": meta(node).get("uid", "")}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": meta(node).get("name", ""), "uid": meta(node).get("uid", "")},
+    }
 
 
 def _status_of(cond: Obj | None) -> str:
@@ -96,8 +102,9 @@ class NodeLifecycleController(Controller):
         self.pods = ctx.informers.get("/api/v1/pods", indexers={"node": by_node_name})
         self.leases = ctx.informers.get(f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases")
         self.recorder = ctx.recorder(COMPONENT)
-        self.pod_queue: WorkQueue[str] = WorkQueue("node_lifecycle_controller_pods",
-                                                   metrics=QueueMetrics.of(ctx.registry))
+        self.pod_queue: WorkQueue[str] = WorkQueue(
+            "node_lifecycle_controller_pods", metrics=QueueMetrics.of(ctx.registry)
+        )
         self.health: dict[str, NodeHealth] = {}
         self.known: dict[str, Obj] = {}
         self.zone_states: dict[str, str] = {}
@@ -105,20 +112,39 @@ class NodeLifecycleController(Controller):
         self.retry_nodes: set[str] = set()
         self.passes = 0
         self._metrics(ctx)
-        self.nodes.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n),
-                               on_delete=lambda n: self.retry_nodes.discard(meta(n).get("name", "")))
+        self.nodes.add_handler(
+            on_add=self.enqueue,
+            on_update=lambda _o, n: self.enqueue(n),
+            on_delete=lambda n: self.retry_nodes.discard(meta(n).get("name", "")),
+        )
         self.pods.add_handler(on_add=lambda p: self._pod_changed(None, p), on_update=self._pod_changed)
 
     def _metrics(self, ctx: ControllerContext) -> None:
         reg = ctx.registry
-        self.evictions = Counter("node_collector_evictions", "Number of Node evictions that happened since "
-                                 "current instance of NodeController started.", ["zone"], registry=reg)
-        self.zone_size = Gauge("node_collector_zone_size", "Gauge measuring number of registered Nodes per zones.",
-                               ["zone"], registry=reg)
-        self.zone_health = Gauge("node_collector_zone_health", "Gauge measuring percentage of healthy nodes per zone.",
-                                 ["zone"], registry=reg)
-        self.unhealthy = Gauge("node_collector_unhealthy_nodes_in_zone", "Gauge measuring number of not Ready Nodes "
-                               "per zones.", ["zone"], registry=reg)
+        self.evictions = Counter(
+            "node_collector_evictions",
+            "Number of Node evictions that happened since current instance of NodeController started.",
+            ["zone"],
+            registry=reg,
+        )
+        self.zone_size = Gauge(
+            "node_collector_zone_size",
+            "Gauge measuring number of registered Nodes per zones.",
+            ["zone"],
+            registry=reg,
+        )
+        self.zone_health = Gauge(
+            "node_collector_zone_health",
+            "Gauge measuring percentage of healthy nodes per zone.",
+            ["zone"],
+            registry=reg,
+        )
+        self.unhealthy = Gauge(
+            "node_collector_unhealthy_nodes_in_zone",
+            "Gauge measuring number of not Ready Nodes per zones.",
+            ["zone"],
+            registry=reg,
+        )
 
     def _pod_changed(self, old: Obj | None, new: Obj) -> None:
         node = (new.get("spec") or {}).get("nodeName")
@@ -129,8 +155,12 @@ class NodeLifecycleController(Controller):
 
     async def run(self, stop: asyncio.Event) -> None:
         loops = [
-            asyncio.create_task(self._every(self.monitor_period, self.monitor_node_health), name="node-health"),
-            asyncio.create_task(self._every(TAINTING_PERIOD, self.no_execute_tainting_pass), name="node-tainting"),
+            asyncio.create_task(
+                self._every(self.monitor_period, self.monitor_node_health), name="node-health"
+            ),
+            asyncio.create_task(
+                self._every(TAINTING_PERIOD, self.no_execute_tainting_pass), name="node-tainting"
+            ),
             *(asyncio.create_task(self._pod_worker(), name=f"node-pods-{i}") for i in range(POD_WORKERS)),
         ]
         try:
@@ -181,18 +211,24 @@ class NodeLifecycleController(Controller):
             raise RuntimeError(f"failed to swap taints of node {key}")
 
     async def _no_schedule_taints(self, node: Obj) -> bool:
-        add, drop = taintutil.difference(taintutil.condition_taints(node), taintutil.owned_no_schedule_taints(node))
+        add, drop = taintutil.difference(
+            taintutil.condition_taints(node), taintutil.owned_no_schedule_taints(node)
+        )
         if not add and not drop:
             return True
         return await swap_taints(self.client, node, add, drop, utcnow())
 
     async def _reconcile_labels(self, node: Obj) -> None:
         labels = meta(node).get("labels") or {}
-        update = {beta: labels[stable] for stable, beta in RECONCILED_LABELS
-                  if stable in labels and labels.get(beta) != labels[stable]}
+        update = {
+            beta: labels[stable]
+            for stable, beta in RECONCILED_LABELS
+            if stable in labels and labels.get(beta) != labels[stable]
+        }
         if update:
-            await self.client.patch(node_path(meta(node)["name"]), {"metadata": {"labels": update}},
-                                    content_type=MERGE_PATCH)
+            await self.client.patch(
+                node_path(meta(node)["name"]), {"metadata": {"labels": update}}, content_type=MERGE_PATCH
+            )
 
     # --- the health pass -----------------------------------------------------------------------------
 
@@ -204,16 +240,24 @@ class NodeLifecycleController(Controller):
         for node in added:
             name = meta(node)["name"]
             log.info("controller observed a new node node=%s", name)
-            self.recorder.event(_node_ref(node), NORMAL, "RegisteredNode",
-                                f"Node {name} event: Registered Node {name} in Controller")
+            self.recorder.event(
+                _node_ref(node),
+                NORMAL,
+                "RegisteredNode",
+                f"Node {name} event: Registered Node {name} in Controller",
+            )
             self.known[name] = node
             self._add_zone(node)
             await self._mark_reachable(node)
         for node in deleted:
             name = meta(node)["name"]
             log.info("controller observed a node deletion node=%s", name)
-            self.recorder.event(_node_ref(node), NORMAL, "RemovingNode",
-                                f"Node {name} event: Removing Node {name} from Controller")
+            self.recorder.event(
+                _node_ref(node),
+                NORMAL,
+                "RemovingNode",
+                f"Node {name} event: Removing Node {name} from Controller",
+            )
             self.known.pop(name, None)
             self.health.pop(name, None)
         zones: dict[str, list[Obj | None]] = {}
@@ -230,7 +274,9 @@ class NodeLifecycleController(Controller):
     def _classify(self, nodes: list[Obj]) -> tuple[list[Obj], list[Obj], list[Obj]]:
         names = {meta(n)["name"] for n in nodes}
         added = [n for n in nodes if meta(n)["name"] not in self.known]
-        new_zones = [n for n in nodes if meta(n)["name"] in self.known and health_.zone_key(n) not in self.zone_states]
+        new_zones = [
+            n for n in nodes if meta(n)["name"] in self.known and health_.zone_key(n) not in self.zone_states
+        ]
         deleted = [n for name, n in self.known.items() if name not in names]
         return added, deleted, new_zones
 
@@ -254,13 +300,17 @@ class NodeLifecycleController(Controller):
             await self._taint_based_eviction(node, observed)
             went_down = _status_of(current) != "True" and _status_of(observed) == "True"
             if went_down:
-                self.recorder.event(_node_ref(node), NORMAL, "NodeNotReady",
-                                    f"Node {name} status is now: NodeNotReady")
+                self.recorder.event(
+                    _node_ref(node), NORMAL, "NodeNotReady", f"Node {name} status is now: NodeNotReady"
+                )
             if went_down or (name in self.retry_nodes and _status_of(observed) != "True"):
                 errors = await self.mark_pods_not_ready(self.pods.by_index("node", name), name)
                 if errors:
-                    log.warning("unable to mark all pods NotReady on node=%s error=%s; queuing for retry",
-                                name, errors[0])
+                    log.warning(
+                        "unable to mark all pods NotReady on node=%s error=%s; queuing for retry",
+                        name,
+                        errors[0],
+                    )
                     self.retry_nodes.add(name)
                     return
         self.retry_nodes.discard(name)
@@ -271,20 +321,30 @@ class NodeLifecycleController(Controller):
         name = meta(node)["name"]
         for _ in range(HEALTH_UPDATE_RETRIES):
             lease = self.leases.get(f"{LEASE_NAMESPACE}/{name}")
-            verdict = health_.assess(node, self.health.get(name), lease, utcnow(),
-                                     grace=self.grace, startup_grace=self.startup_grace)
+            verdict = health_.assess(
+                node,
+                self.health.get(name),
+                lease,
+                utcnow(),
+                grace=self.grace,
+                startup_grace=self.startup_grace,
+            )
             self.health[name] = verdict.health
             if verdict.new_status is None:
                 return node, verdict.observed_ready, verdict.current_ready
             try:
-                written = await self.client.replace(node_path(name) + "/status", {**node, "status": verdict.new_status})
+                written = await self.client.replace(
+                    node_path(name) + "/status", {**node, "status": verdict.new_status}
+                )
             except ApiError as err:
                 log.info("node status not written node=%s error=%s", name, err)
                 await asyncio.sleep(RETRY_SLEEP)
                 try:
                     node = await self.client.get(node_path(name))
                 except ApiError as err:
-                    log.error("node not read again to retry its health (deleted?) node=%s error=%s", name, err)
+                    log.error(
+                        "node not read again to retry its health (deleted?) node=%s error=%s", name, err
+                    )
                     return None
                 continue
             log.info("node went silent node=%s ready=%s", name, _status_of(verdict.current_ready))
@@ -299,12 +359,19 @@ class NodeLifecycleController(Controller):
         taints = taintutil.node_taints(node)
         status = _status_of(observed)
         if status in ("False", "Unknown"):
-            wanted, other = ((taintutil.NOT_READY_NO_EXECUTE, taintutil.UNREACHABLE_NO_EXECUTE) if status == "False"
-                             else (taintutil.UNREACHABLE_NO_EXECUTE, taintutil.NOT_READY_NO_EXECUTE))
+            wanted, other = (
+                (taintutil.NOT_READY_NO_EXECUTE, taintutil.UNREACHABLE_NO_EXECUTE)
+                if status == "False"
+                else (taintutil.UNREACHABLE_NO_EXECUTE, taintutil.NOT_READY_NO_EXECUTE)
+            )
             if taintutil.has_taint(taints, other):
                 if not await swap_taints(self.client, node, [wanted], [other], utcnow()):
-                    log.error("failed to swap %s for %s on node=%s; next pass", other["key"], wanted["key"],
-                              meta(node)["name"])
+                    log.error(
+                        "failed to swap %s for %s on node=%s; next pass",
+                        other["key"],
+                        wanted["key"],
+                        meta(node)["name"],
+                    )
             elif self._mark_for_tainting(node, wanted):
                 log.debug("node queued for taint node=%s taint=%s", meta(node)["name"], wanted["key"])
         elif status == "True":
@@ -344,7 +411,9 @@ class NodeLifecycleController(Controller):
             pod.setdefault("kind", "Pod")
             if not update_pod_condition(pod["status"], {**cond, "status": "False"}, stamp):
                 continue
-            path = f"/api/v1/namespaces/{quote(meta(pod)['namespace'])}/pods/{quote(meta(pod)['name'])}/status"
+            path = (
+                f"/api/v1/namespaces/{quote(meta(pod)['namespace'])}/pods/{quote(meta(pod)['name'])}/status"
+            )
             try:
                 await self.client.replace(path, pod)
             except ApiError as err:
@@ -438,7 +507,9 @@ class NodeLifecycleController(Controller):
         if state in (health_.NORMAL, health_.FULL_DISRUPTION):
             self._tainter(zone).swap_limiter(self.eviction_qps)
         elif state == health_.PARTIAL_DISRUPTION:
-            self._tainter(zone).swap_limiter(health_.reduced_qps(size, self.large_cluster, self.secondary_qps))
+            self._tainter(zone).swap_limiter(
+                health_.reduced_qps(size, self.large_cluster, self.secondary_qps)
+            )
 
     # --- the tainting pass ---------------------------------------------------------------------------
 

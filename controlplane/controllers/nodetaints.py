@@ -34,8 +34,9 @@ def stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def _change_taints(client: KubeClient, name: str, cached: Obj | None,
-                         change: Callable[[list[Obj]], tuple[list[Obj], bool]]) -> None:
+async def _change_taints(
+    client: KubeClient, name: str, cached: Obj | None, change: Callable[[list[Obj]], tuple[list[Obj], bool]]
+) -> None:
     node = cached
     for attempt in range(RETRIES):
         if node is None:
@@ -43,8 +44,10 @@ async def _change_taints(client: KubeClient, name: str, cached: Obj | None,
         new, changed = change(taintutil.node_taints(node))
         if not changed:
             return
-        body = {"metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", "")},
-                "spec": {"taints": new or None}}
+        body = {
+            "metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", "")},
+            "spec": {"taints": new or None},
+        }
         try:
             await client.patch(node_path(name), body, content_type=MERGE_PATCH)
             return
@@ -55,7 +58,9 @@ async def _change_taints(client: KubeClient, name: str, cached: Obj | None,
         await asyncio.sleep(BACKOFF * (1 + random.random()))
 
 
-async def add_or_update_taints(client: KubeClient, name: str, taints: list[Obj], cached: Obj | None = None) -> None:
+async def add_or_update_taints(
+    client: KubeClient, name: str, taints: list[Obj], cached: Obj | None = None
+) -> None:
     """Put `taints` on the node (each replacing the same key+effect if it differs)."""
     if not taints:
         return

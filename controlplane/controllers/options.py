@@ -42,33 +42,65 @@ class Tunable:
 
 TUNABLES: tuple[Tunable, ...] = (
     Tunable("node-monitor-period", "5s", DURATION, "The period for syncing NodeStatus in NodeController."),
-    Tunable("node-monitor-grace-period", "50s", DURATION,
-            "Amount of time which we allow running Node to be unresponsive before marking it unhealthy. Must be N "
-            "times more than kubelet's nodeStatusUpdateFrequency, where N means number of retries allowed for kubelet "
-            "to post node status."),
-    Tunable("node-startup-grace-period", "1m0s", DURATION,
-            "Amount of time which we allow starting Node to be unresponsive before marking it unhealthy."),
-    Tunable("node-eviction-rate", 0.1, FLOAT,
-            "Number of nodes per second on which pods are deleted in case of node failure when a zone is healthy "
-            "(see --unhealthy-zone-threshold for definition of healthy/unhealthy). Zone refers to entire cluster in "
-            "non-multizone clusters."),
-    Tunable("secondary-node-eviction-rate", 0.01, FLOAT,
-            "Number of nodes per second on which pods are deleted in case of node failure when a zone is unhealthy. "
-            "This value is implicitly overridden to 0 if the cluster size is smaller than "
-            "--large-cluster-size-threshold."),
-    Tunable("large-cluster-size-threshold", 50, INT,
-            "Number of nodes from which node-lifecycle-controller treats the cluster as large for the eviction logic "
-            "purposes. --secondary-node-eviction-rate is implicitly overridden to 0 for clusters this size or "
-            "smaller."),
-    Tunable("unhealthy-zone-threshold", 0.55, FLOAT,
-            "Fraction of Nodes in a zone which needs to be not Ready (minimum 3) for zone to be treated as "
-            "unhealthy."),
-    Tunable("max-endpoints-per-slice", 100, INT,
-            "The maximum number of endpoints that will be added to an EndpointSlice. More endpoints per slice will "
-            "result in less endpoint slices, but larger resources. Defaults to 100."),
-    Tunable("terminated-pod-gc-threshold", 12500, INT,
-            "Number of terminated pods that can exist before the terminated pod garbage collector starts deleting "
-            "terminated pods. If <= 0, the terminated pod garbage collector is disabled."),
+    Tunable(
+        "node-monitor-grace-period",
+        "50s",
+        DURATION,
+        "Amount of time which we allow running Node to be unresponsive before marking it unhealthy. Must be N "
+        "times more than kubelet's nodeStatusUpdateFrequency, where N means number of retries allowed for kubelet "
+        "to post node status.",
+    ),
+    Tunable(
+        "node-startup-grace-period",
+        "1m0s",
+        DURATION,
+        "Amount of time which we allow starting Node to be unresponsive before marking it unhealthy.",
+    ),
+    Tunable(
+        "node-eviction-rate",
+        0.1,
+        FLOAT,
+        "Number of nodes per second on which pods are deleted in case of node failure when a zone is healthy "
+        "(see --unhealthy-zone-threshold for definition of healthy/unhealthy). Zone refers to entire cluster in "
+        "non-multizone clusters.",
+    ),
+    Tunable(
+        "secondary-node-eviction-rate",
+        0.01,
+        FLOAT,
+        "Number of nodes per second on which pods are deleted in case of node failure when a zone is unhealthy. "
+        "This value is implicitly overridden to 0 if the cluster size is smaller than "
+        "--large-cluster-size-threshold.",
+    ),
+    Tunable(
+        "large-cluster-size-threshold",
+        50,
+        INT,
+        "Number of nodes from which node-lifecycle-controller treats the cluster as large for the eviction logic "
+        "purposes. --secondary-node-eviction-rate is implicitly overridden to 0 for clusters this size or "
+        "smaller.",
+    ),
+    Tunable(
+        "unhealthy-zone-threshold",
+        0.55,
+        FLOAT,
+        "Fraction of Nodes in a zone which needs to be not Ready (minimum 3) for zone to be treated as "
+        "unhealthy.",
+    ),
+    Tunable(
+        "max-endpoints-per-slice",
+        100,
+        INT,
+        "The maximum number of endpoints that will be added to an EndpointSlice. More endpoints per slice will "
+        "result in less endpoint slices, but larger resources. Defaults to 100.",
+    ),
+    Tunable(
+        "terminated-pod-gc-threshold",
+        12500,
+        INT,
+        "Number of terminated pods that can exist before the terminated pod garbage collector starts deleting "
+        "terminated pods. If <= 0, the terminated pod garbage collector is disabled.",
+    ),
 )
 
 DEFAULTS: dict[str, float | int] = {t.name: t.parse(t.default) for t in TUNABLES}
@@ -76,8 +108,13 @@ DEFAULTS: dict[str, float | int] = {t.name: t.parse(t.default) for t in TUNABLES
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for tunable in TUNABLES:
-        parser.add_argument(f"--{tunable.flag}", dest=tunable.name, type=tunable.parse,
-                            default=DEFAULTS[tunable.name], help=f"{tunable.help} (default {tunable.default})")
+        parser.add_argument(
+            f"--{tunable.flag}",
+            dest=tunable.name,
+            type=tunable.parse,
+            default=DEFAULTS[tunable.name],
+            help=f"{tunable.help} (default {tunable.default})",
+        )
 
 
 def from_args(args: argparse.Namespace) -> dict[str, float | int]:

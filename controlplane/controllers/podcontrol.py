@@ -22,8 +22,14 @@ Obj = dict[str, Any]
 
 def controller_ref(owner: Obj) -> Obj:
     meta = owner["metadata"]
-    return {"apiVersion": owner.get("apiVersion", ""), "kind": owner.get("kind", ""), "name": meta["name"],
-            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": owner.get("apiVersion", ""),
+        "kind": owner.get("kind", ""),
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def pod_from_template(template: Obj, owner: Obj, generate_name: str | None = None) -> Obj:
@@ -37,7 +43,12 @@ def pod_from_template(template: Obj, owner: Obj, generate_name: str | None = Non
     for field in ("labels", "annotations", "finalizers"):
         if tmeta.get(field):
             meta[field] = copy.deepcopy(tmeta[field])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
 
 
 class PodControl:

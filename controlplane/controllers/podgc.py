@@ -95,8 +95,11 @@ def terminating_out_of_service(pods: list[Obj], nodes: dict[str, Obj]) -> list[O
     chosen = []
     for pod in pods:
         node = nodes.get(_node_name(pod)) if is_terminating(pod) else None
-        if node is not None and not node_ready(node) \
-                and taintutil.has_taint_key(taintutil.node_taints(node), taintutil.OUT_OF_SERVICE):
+        if (
+            node is not None
+            and not node_ready(node)
+            and taintutil.has_taint_key(taintutil.node_taints(node), taintutil.OUT_OF_SERVICE)
+        ):
             chosen.append(pod)
     return sorted(chosen, key=_eviction_then_age)
 
@@ -149,17 +152,26 @@ class PodGCController(Controller):
 
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
-        self.threshold = int(ctx.option("terminated_pod_gc_threshold", DEFAULTS["terminated_pod_gc_threshold"]))
+        self.threshold = int(
+            ctx.option("terminated_pod_gc_threshold", DEFAULTS["terminated_pod_gc_threshold"])
+        )
         self.period = float(ctx.option("pod_gc_period", GC_CHECK_PERIOD))
         self.quarantine = Quarantine(float(ctx.option("pod_gc_quarantine", QUARANTINE)))
         self.pods = ctx.informers.get("/api/v1/pods")
         self.nodes = ctx.informers.get("/api/v1/nodes")
-        self.deleting = Counter("pod_gc_collector_force_delete_pods", "Number of pods that are being forcefully "
-                                "deleted since the Pod GC Controller started.", ["namespace", "reason"],
-                                registry=ctx.registry)
-        self.delete_errors = Counter("pod_gc_collector_force_delete_pod_errors", "Number of errors encountered when "
-                                     "forcefully deleting the pods since the Pod GC Controller started.",
-                                     ["namespace", "reason"], registry=ctx.registry)
+        self.deleting = Counter(
+            "pod_gc_collector_force_delete_pods",
+            "Number of pods that are being forcefully deleted since the Pod GC Controller started.",
+            ["namespace", "reason"],
+            registry=ctx.registry,
+        )
+        self.delete_errors = Counter(
+            "pod_gc_collector_force_delete_pod_errors",
+            "Number of errors encountered when "
+            "forcefully deleting the pods since the Pod GC Controller started.",
+            ["namespace", "reason"],
+            registry=ctx.registry,
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         self.queue.add(GC_KEY)
@@ -178,11 +190,16 @@ class PodGCController(Controller):
             if victims:
                 log.info("garbage collecting terminated pods count=%d", len(victims))
             await asyncio.gather(*(self._delete(p, TERMINATED) for p in victims))
-        await asyncio.gather(*(self._delete(p, TERMINATING_OUT_OF_SERVICE)
-                               for p in terminating_out_of_service(pods, nodes)))
+        await asyncio.gather(
+            *(self._delete(p, TERMINATING_OUT_OF_SERVICE) for p in terminating_out_of_service(pods, nodes))
+        )
         await self._gc_orphaned(pods, set(nodes))
         for pod in unscheduled_terminating(pods):
-            log.info("deleting unscheduled terminating pod pod=%s/%s", meta(pod).get("namespace"), meta(pod).get("name"))
+            log.info(
+                "deleting unscheduled terminating pod pod=%s/%s",
+                meta(pod).get("namespace"),
+                meta(pod).get("name"),
+            )
             await self._delete(pod, TERMINATING_UNSCHEDULED)
 
     async def _gc_orphaned(self, pods: list[Obj], existing: set[str]) -> None:
@@ -200,8 +217,12 @@ class PodGCController(Controller):
                     log.warning("node not read node=%s error=%s", name, err)
         for pod in pods:
             if _node_name(pod) in gone:
-                log.info("deleting orphaned pod pod=%s/%s node=%s", meta(pod).get("namespace"), meta(pod).get("name"),
-                         _node_name(pod))
+                log.info(
+                    "deleting orphaned pod pod=%s/%s node=%s",
+                    meta(pod).get("namespace"),
+                    meta(pod).get("name"),
+                    _node_name(pod),
+                )
                 await self._delete(pod, ORPHANED, podstatus.disruption_target(ORPHAN_REASON, ORPHAN_MESSAGE))
 
     async def _delete(self, pod: Obj, reason: str, cond: Obj | None = None) -> None:
@@ -211,8 +232,13 @@ class PodGCController(Controller):
             await self._mark_failed_and_delete(pod, cond)
         except ApiError as err:
             if not err.not_found:
-                log.warning("pod not garbage collected pod=%s/%s reason=%s error=%s", namespace,
-                            meta(pod).get("name"), reason, err)
+                log.warning(
+                    "pod not garbage collected pod=%s/%s reason=%s error=%s",
+                    namespace,
+                    meta(pod).get("name"),
+                    reason,
+                    err,
+                )
                 self.delete_errors.labels(namespace, reason).inc()
 
     async def _mark_failed_and_delete(self, pod: Obj, cond: Obj | None) -> None:
@@ -223,5 +249,6 @@ class PodGCController(Controller):
                 podstatus.update_pod_condition(status, cond, stamp(utcnow()))
                 patch["conditions"] = [c for c in status["conditions"] if c.get("type") == cond["type"]]
             await podstatus.patch_pod_status(self.client, pod, patch)
-        await self.client.delete(podstatus.pod_path(meta(pod)["namespace"], meta(pod)["name"]),
-                                 {"gracePeriodSeconds": 0})
+        await self.client.delete(
+            podstatus.pod_path(meta(pod)["namespace"], meta(pod)["name"]), {"gracePeriodSeconds": 0}
+        )

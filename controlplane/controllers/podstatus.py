@@ -47,5 +47,6 @@ async def patch_pod_status(client: KubeClient, pod: Obj, status: Obj) -> Obj:
     """Patch the fields of `status` (phase, conditions by type) into the pod's status."""
     meta = pod["metadata"]
     body = {"metadata": {"uid": meta["uid"]}, "status": status}
-    return await client.patch(pod_path(meta["namespace"], meta["name"]) + "/status", body,
-                              content_type=STRATEGIC_PATCH)
+    return await client.patch(
+        pod_path(meta["namespace"], meta["name"]) + "/status", body, content_type=STRATEGIC_PATCH
+    )

@@ -49,8 +49,11 @@ def _ready_since(pod: Obj) -> datetime | None:
 
 def _max_restarts(pod: Obj) -> int:
     status = pod.get("status") or {}
-    counts = [int(c.get("restartCount") or 0) for key in ("containerStatuses", "initContainerStatuses")
-              for c in status.get(key) or []]
+    counts = [
+        int(c.get("restartCount") or 0)
+        for key in ("containerStatuses", "initContainerStatuses")
+        for c in status.get(key) or []
+    ]
     return max(counts, default=0)
 
 

@@ -35,8 +35,14 @@ def replicaset_path(rs: Obj) -> str:
 
 
 class RefManager:
-    def __init__(self, client: KubeClient, owner: Obj, selector: Selector,
-                 can_adopt: Callable[[], Awaitable[bool]], path_of: Callable[[Obj], str] = pod_path) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        owner: Obj,
+        selector: Selector,
+        can_adopt: Callable[[], Awaitable[bool]],
+        path_of: Callable[[Obj], str] = pod_path,
+    ) -> None:
         self.client = client
         self.owner = owner
         self.selector = selector
@@ -65,7 +71,11 @@ class RefManager:
                 elif not self.owner["metadata"].get("deletionTimestamp"):
                     await self._release(pod)
                 continue
-            if not matches or meta.get("deletionTimestamp") or self.owner["metadata"].get("deletionTimestamp"):
+            if (
+                not matches
+                or meta.get("deletionTimestamp")
+                or self.owner["metadata"].get("deletionTimestamp")
+            ):
                 continue
             if not await self._adoptable():
                 continue
@@ -84,8 +94,12 @@ class RefManager:
             raise
 
     async def _release(self, pod: Obj) -> None:
-        patch = {"metadata": {"ownerReferences": [{"$patch": "delete", "uid": self.owner["metadata"]["uid"]}],
-                              "uid": pod["metadata"]["uid"]}}
+        patch = {
+            "metadata": {
+                "ownerReferences": [{"$patch": "delete", "uid": self.owner["metadata"]["uid"]}],
+                "uid": pod["metadata"]["uid"],
+            }
+        }
         try:
             await self.client.patch(self._path(pod), patch, content_type=STRATEGIC_PATCH)
         except ApiError as err:
@@ -95,6 +109,7 @@ class RefManager:
 
 def recheck(client: KubeClient, path: str, uid: str) -> Callable[[], Awaitable[bool]]:
     """upstream's RecheckDeletionTimestamp: a fresh GET of the owner must show the same UID, not deleting."""
+
     async def check() -> bool:
         try:
             fresh = await client.get(path)

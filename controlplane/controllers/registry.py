@@ -61,7 +61,9 @@ def enabled(spec: str) -> list[str]:
             continue
         name = item[1:] if item.startswith("-") else item
         if name not in CONTROLLERS:
-            raise ValueError(f'"{name}" is not in the list of known controllers ({", ".join(sorted(CONTROLLERS))})')
+            raise ValueError(
+                f'"{name}" is not in the list of known controllers ({", ".join(sorted(CONTROLLERS))})'
+            )
         (off if item.startswith("-") else on).add(name)
     chosen = {n for n in CONTROLLERS if n not in OFF_BY_DEFAULT} if star else set()
     chosen |= on

@@ -56,13 +56,25 @@ class OwnerKind:
         raw = (owner.get("spec") or {}).get("selector")
         if self.kind == "ReplicationController":
             # A map, defaulted from the template's labels by the API server.
-            return from_set(raw or {}) if raw else from_set(((owner["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {})
+            return (
+                from_set(raw or {})
+                if raw
+                else from_set(
+                    ((owner["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+                )
+            )
         return from_label_selector(raw if isinstance(raw, dict) else None)
 
 
-REPLICA_SET = OwnerKind("replicaset", "replicaset-controller", "apps/v1", "ReplicaSet", "/apis/apps/v1/replicasets")
+REPLICA_SET = OwnerKind(
+    "replicaset", "replicaset-controller", "apps/v1", "ReplicaSet", "/apis/apps/v1/replicasets"
+)
 REPLICATION_CONTROLLER = OwnerKind(
-    "replicationcontroller", "replication-controller", "v1", "ReplicationController", "/api/v1/replicationcontrollers"
+    "replicationcontroller",
+    "replication-controller",
+    "v1",
+    "ReplicationController",
+    "/api/v1/replicationcontrollers",
 )
 
 
@@ -86,7 +98,9 @@ def calculate_status(owner: Obj, pods: list[Obj], failure: tuple[str, str] | Non
     status: Obj = {
         "replicas": len(pods),
         "fullyLabeledReplicas": sum(
-            1 for p in pods if all((meta(p).get("labels") or {}).get(k) == v for k, v in template_labels.items())
+            1
+            for p in pods
+            if all((meta(p).get("labels") or {}).get(k) == v for k, v in template_labels.items())
         ),
         "readyReplicas": sum(1 for p in pods if podutil.is_ready(p)),
         "availableReplicas": sum(1 for p in pods if podutil.is_available(p, min_ready, now)),
@@ -95,8 +109,15 @@ def calculate_status(owner: Obj, pods: list[Obj], failure: tuple[str, str] | Non
     conditions = [dict(c) for c in (owner.get("status") or {}).get("conditions") or []]
     existing = next((c for c in conditions if c.get("type") == REPLICA_FAILURE), None)
     if failure is not None and existing is None:
-        conditions.append({"type": REPLICA_FAILURE, "status": "True", "reason": failure[0], "message": failure[1],
-                           "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        conditions.append(
+            {
+                "type": REPLICA_FAILURE,
+                "status": "True",
+                "reason": failure[0],
+                "message": failure[1],
+                "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        )
     elif failure is None and existing is not None:
         conditions = [c for c in conditions if c.get("type") != REPLICA_FAILURE]
     if conditions:
@@ -113,12 +134,17 @@ class ReplicaSetController(Controller):
         super().__init__(ctx)
         self.expectations = Expectations()
         self.owners = ctx.informers.get(self.kind.collection, indexers={"namespace": by_namespace})
-        self.pods = ctx.informers.get("/api/v1/pods", indexers={"namespace": by_namespace,
-                                                                "controller": by_controller_uid})
+        self.pods = ctx.informers.get(
+            "/api/v1/pods", indexers={"namespace": by_namespace, "controller": by_controller_uid}
+        )
         self.recorder = ctx.recorder(self.kind.component)
         self.pod_control = PodControl(self.client, self.recorder)
-        self.owners.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue)
-        self.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
+        self.owners.add_handler(
+            on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue
+        )
+        self.pods.add_handler(
+            on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted
+        )
 
     # --- pod events, as upstream's addPod/updatePod/deletePod -------------------------------------------
 
@@ -199,8 +225,12 @@ class ReplicaSetController(Controller):
         namespace, name = split_key(key)
         needs_sync = self.expectations.satisfied(key)
         candidates = [p for p in self.pods.by_index("namespace", namespace) if podutil.is_active(p)]
-        manager = RefManager(self.client, owner, selector,
-                             recheck(self.client, self.kind.path(namespace, name), meta(owner)["uid"]))
+        manager = RefManager(
+            self.client,
+            owner,
+            selector,
+            recheck(self.client, self.kind.path(namespace, name), meta(owner)["uid"]),
+        )
         pods = await manager.claim(candidates)
         failure: tuple[str, str] | None = None
         error: Exception | None = None
@@ -216,8 +246,11 @@ class ReplicaSetController(Controller):
         if error is not None:
             raise error
         min_ready = int((owner.get("spec") or {}).get("minReadySeconds") or 0)
-        if min_ready > 0 and status["readyReplicas"] == int(owner["spec"].get("replicas", 1)) \
-                and status["availableReplicas"] != status["readyReplicas"]:
+        if (
+            min_ready > 0
+            and status["readyReplicas"] == int(owner["spec"].get("replicas", 1))
+            and status["availableReplicas"] != status["readyReplicas"]
+        ):
             self.queue.add_after(key, min_ready)
 
     def _invalid_selector(self, owner: Obj, err: SelectorError) -> None:
@@ -256,7 +289,9 @@ class ReplicaSetController(Controller):
         related = self._related_pods(owner, pods)
         victims = pods_to_delete(pods, related, count, podutil.now())
         self.expectations.expect_deletions(key, [key_of(p) for p in victims])
-        results = await asyncio.gather(*(self.pod_control.delete(owner, p) for p in victims), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.pod_control.delete(owner, p) for p in victims), return_exceptions=True
+        )
         failure: BaseException | None = None
         for pod, result in zip(victims, results, strict=True):
             if isinstance(result, BaseException):
@@ -273,8 +308,11 @@ class ReplicaSetController(Controller):
         parent = controller_ref(owner)
         if parent is None:
             return pods
-        siblings = [o for o in self.owners.by_index("namespace", meta(owner).get("namespace", ""))
-                    if (controller_ref(o) or {}).get("uid") == parent.get("uid")]
+        siblings = [
+            o
+            for o in self.owners.by_index("namespace", meta(owner).get("namespace", ""))
+            if (controller_ref(o) or {}).get("uid") == parent.get("uid")
+        ]
         related: list[Obj] = []
         for sibling in siblings:
             related.extend(self.pods.by_index("controller", meta(sibling)["uid"]))

@@ -36,9 +36,12 @@ class RootCAPublisher(Controller):
         self.configmaps.add_handler(**by_ns)
 
     def _wanted(self, namespace: str) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": NAME, "namespace": namespace, "annotations": {DESCRIPTION_KEY: DESCRIPTION}},
-                "data": {"ca.crt": self.ca}}
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": NAME, "namespace": namespace, "annotations": {DESCRIPTION_KEY: DESCRIPTION}},
+            "data": {"ca.crt": self.ca},
+        }
 
     async def sync(self, key: str) -> None:
         if not self.ca:
@@ -53,11 +56,16 @@ class RootCAPublisher(Controller):
                 await self.client.create(path, self._wanted(key))
                 return
             annotations = meta(current).get("annotations") or {}
-            if (current.get("data") or {}) == {"ca.crt": self.ca} and annotations.get(DESCRIPTION_KEY) == DESCRIPTION:
+            if (current.get("data") or {}) == {"ca.crt": self.ca} and annotations.get(
+                DESCRIPTION_KEY
+            ) == DESCRIPTION:
                 return
             updated = dict(current)
             updated["data"] = {"ca.crt": self.ca}
-            updated["metadata"] = {**meta(current), "annotations": {**annotations, DESCRIPTION_KEY: DESCRIPTION}}
+            updated["metadata"] = {
+                **meta(current),
+                "annotations": {**annotations, DESCRIPTION_KEY: DESCRIPTION},
+            }
             await self.client.replace(f"{path}/{NAME}", updated)
         except ApiError as err:
             if not (err.already_exists or err.forbidden or err.not_found):

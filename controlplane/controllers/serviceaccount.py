@@ -29,14 +29,21 @@ class ServiceAccountController(Controller):
 
     async def sync(self, key: str) -> None:
         ns = self.namespaces.get(key)
-        if ns is None or meta(ns).get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating":
+        if (
+            ns is None
+            or meta(ns).get("deletionTimestamp")
+            or (ns.get("status") or {}).get("phase") == "Terminating"
+        ):
             return
         have = {meta(sa).get("name") for sa in self.accounts.by_index("namespace", key)}
         for name in DEFAULT_NAMES:
             if name in have:
                 continue
-            body: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount",
-                                    "metadata": {"name": name, "namespace": key}}
+            body: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": key},
+            }
             try:
                 await self.client.create(f"/api/v1/namespaces/{key}/serviceaccounts", body)
             except ApiError as err:

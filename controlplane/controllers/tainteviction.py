@@ -40,7 +40,10 @@ Obj = dict[str, Any]
 NAME = "taint-eviction-controller"
 RETRIES = 5
 EVICTION_REASON = "TaintManagerEviction"
-DISRUPTION_REASON, DISRUPTION_MESSAGE = "DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"
+DISRUPTION_REASON, DISRUPTION_MESSAGE = (
+    "DeletionByTaintManager",
+    "Taint manager: deleting due to NoExecute taint",
+)
 
 NOW, AFTER, NEVER = "now", "after", "never"
 
@@ -86,26 +89,43 @@ class TaintEvictionController(Controller):
         self.recorder = ctx.recorder(NAME)
         self.tainted: dict[str, list[Obj]] = {}  # node -> its NoExecute taints
         self.evictions = TimedWorkerQueue(self._evict)
-        self.deletions = Counter("taint_eviction_controller_pod_deletions", "Number of Pods deleted by "
-                                 "TaintEvictionController since its start.", registry=ctx.registry)
-        self.pods.add_handler(on_add=lambda p: self._pod_changed(None, p), on_update=self._pod_changed,
-                              on_delete=lambda p: self._pod_changed(p, None))
-        self.nodes.add_handler(on_add=lambda n: self._node_changed(None, n), on_update=self._node_changed,
-                               on_delete=lambda n: self._node_changed(n, None))
+        self.deletions = Counter(
+            "taint_eviction_controller_pod_deletions",
+            "Number of Pods deleted by TaintEvictionController since its start.",
+            registry=ctx.registry,
+        )
+        self.pods.add_handler(
+            on_add=lambda p: self._pod_changed(None, p),
+            on_update=self._pod_changed,
+            on_delete=lambda p: self._pod_changed(p, None),
+        )
+        self.nodes.add_handler(
+            on_add=lambda n: self._node_changed(None, n),
+            on_update=self._node_changed,
+            on_delete=lambda n: self._node_changed(n, None),
+        )
 
     # --- events --------------------------------------------------------------------------------------
 
     def _pod_changed(self, old: Obj | None, new: Obj | None) -> None:
-        if old is not None and new is not None and _tolerations(old) == _tolerations(new) \
-                and _node_name(old) == _node_name(new):
+        if (
+            old is not None
+            and new is not None
+            and _tolerations(old) == _tolerations(new)
+            and _node_name(old) == _node_name(new)
+        ):
             return
         pod = new if new is not None else old
         assert pod is not None
         self.queue.add(f"pod/{meta(pod).get('namespace', '')}/{meta(pod).get('name', '')}/{_node_name(pod)}")
 
     def _node_changed(self, old: Obj | None, new: Obj | None) -> None:
-        if old is not None and new is not None and \
-                taintutil.no_execute(taintutil.node_taints(old)) == taintutil.no_execute(taintutil.node_taints(new)):
+        if (
+            old is not None
+            and new is not None
+            and taintutil.no_execute(taintutil.node_taints(old))
+            == taintutil.no_execute(taintutil.node_taints(new))
+        ):
             return
         node = new if new is not None else old
         assert node is not None
@@ -156,7 +176,12 @@ class TaintEvictionController(Controller):
             return
         now = time.time()
         for pod in pods:
-            self._process(f"{meta(pod).get('namespace', '')}/{meta(pod).get('name', '')}", _tolerations(pod), taints, now)
+            self._process(
+                f"{meta(pod).get('namespace', '')}/{meta(pod).get('name', '')}",
+                _tolerations(pod),
+                taints,
+                now,
+            )
 
     def _process(self, key: str, tolerations: list[Obj], taints: list[Obj], now: float) -> None:
         decision = plan(taints, tolerations)
@@ -179,14 +204,18 @@ class TaintEvictionController(Controller):
     def _cancel(self, key: str) -> None:
         if self.evictions.cancel(key):
             namespace, name = split_key(key)
-            self.recorder.event(_pod_ref(key), NORMAL, EVICTION_REASON, f"Cancelling deletion of Pod {namespace}/{name}")
+            self.recorder.event(
+                _pod_ref(key), NORMAL, EVICTION_REASON, f"Cancelling deletion of Pod {namespace}/{name}"
+            )
 
     # --- the eviction --------------------------------------------------------------------------------
 
     async def _evict(self, key: str) -> None:
         namespace, name = split_key(key)
         log.info("deleting pod controller=%s pod=%s", NAME, key)
-        self.recorder.event(_pod_ref(key), NORMAL, EVICTION_REASON, f"Marking for deletion Pod {namespace}/{name}")
+        self.recorder.event(
+            _pod_ref(key), NORMAL, EVICTION_REASON, f"Marking for deletion Pod {namespace}/{name}"
+        )
         error: ApiError | None = None
         for _ in range(RETRIES):
             try:

@@ -106,8 +106,12 @@ def condition_taints(node: Obj) -> list[Obj]:
 
 def owned_no_schedule_taints(node: Obj) -> list[Obj]:
     """The node's NoSchedule taints that the condition rule above manages (and may remove)."""
-    return [t for t in node_taints(node) if t.get("effect") == NO_SCHEDULE
-            and (t.get("key") == UNSCHEDULABLE or t.get("key") in CONDITION_TAINT_KEYS)]
+    return [
+        t
+        for t in node_taints(node)
+        if t.get("effect") == NO_SCHEDULE
+        and (t.get("key") == UNSCHEDULABLE or t.get("key") in CONDITION_TAINT_KEYS)
+    ]
 
 
 def no_execute(taints: Iterable[Obj]) -> list[Obj]:

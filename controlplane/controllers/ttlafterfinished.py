@@ -69,9 +69,13 @@ class TTLAfterFinishedController(Controller):
             return
         meta = fresh["metadata"]
         try:
-            await self.client.delete(job_path(namespace, name), {
-                "propagationPolicy": "Foreground",
-                "preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}})
+            await self.client.delete(
+                job_path(namespace, name),
+                {
+                    "propagationPolicy": "Foreground",
+                    "preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
+                },
+            )
         except ApiError as err:
             if not err.not_found:
                 raise

@@ -9,4 +9,3 @@ Entry points: `controlplane.scheduler.runner.run_scheduler(kubeconfig, config, s
 `pykubelet scheduler` (controlplane.scheduler.cli). Nothing is imported here, so the pure parts (filters,
 scores) load without aiohttp.
 """
-

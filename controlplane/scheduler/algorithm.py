@@ -73,8 +73,9 @@ class Search:
     next_start: int = 0
 
 
-def find_feasible(pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[FilterPlugin],
-                  search: Search | None = None) -> tuple[list[NodeInfo], dict[str, tuple[str, ...]]]:
+def find_feasible(
+    pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[FilterPlugin], search: Search | None = None
+) -> tuple[list[NodeInfo], dict[str, tuple[str, ...]]]:
     # Upstream's PreFilter "Skip": a filter with nothing to check for this pod is not run per node.
     filters = [f for f in filters if f.applies(pod)]
     feasible: list[NodeInfo] = []
@@ -100,8 +101,9 @@ def find_feasible(pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[Fil
     return feasible, rejected
 
 
-def score_nodes(pod: PodInfo, nodes: Sequence[NodeInfo], scores: Sequence[WeightedScore],
-                cluster: ClusterView) -> list[int]:
+def score_nodes(
+    pod: PodInfo, nodes: Sequence[NodeInfo], scores: Sequence[WeightedScore], cluster: ClusterView
+) -> list[int]:
     totals = [0] * len(nodes)
     for ws in scores:
         if ws.weight <= 0:
@@ -130,9 +132,15 @@ def select_host(nodes: Sequence[NodeInfo], totals: Sequence[int], rng: random.Ra
     return best
 
 
-def schedule(pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[FilterPlugin],
-             scores: Sequence[WeightedScore], cluster: ClusterView, rng: random.Random,
-             search: Search | None = None) -> NodeInfo:
+def schedule(
+    pod: PodInfo,
+    nodes: Sequence[NodeInfo],
+    filters: Sequence[FilterPlugin],
+    scores: Sequence[WeightedScore],
+    cluster: ClusterView,
+    rng: random.Random,
+    search: Search | None = None,
+) -> NodeInfo:
     """The chosen node, or FitError saying why none fits. With `search`, big clusters are searched
     only until enough nodes fit (upstream's percentageOfNodesToScore); without, every node is."""
     if not nodes:

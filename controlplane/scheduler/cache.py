@@ -51,8 +51,9 @@ class SchedulerCache:
     def nodes(self) -> list[NodeInfo]:
         """Nodes that exist as objects, in a stable order (by name)."""
         if self._schedulable is None:
-            self._schedulable = sorted((n for n in self._nodes.values() if n.facts is not None),
-                                       key=lambda n: n.name)
+            self._schedulable = sorted(
+                (n for n in self._nodes.values() if n.facts is not None), key=lambda n: n.name
+            )
         return self._schedulable
 
     def node(self, name: str) -> NodeInfo | None:

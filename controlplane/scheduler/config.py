@@ -50,9 +50,23 @@ DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
 }
 _ALIASES = {"PodTopologySpread": "OwnerSpread", "SelectorSpread": "OwnerSpread"}
 # Filter-only upstream plugins a config may mention; they have no score here.
-_FILTER_ONLY = {"NodeUnschedulable", "NodeName", "NodePorts", "PrioritySort", "DefaultBinder",
-                "SchedulingGates", "VolumeRestrictions", "VolumeBinding", "VolumeZone", "NodeVolumeLimits",
-                "InterPodAffinity", "DefaultPreemption", "EBSLimits", "GCEPDLimits", "AzureDiskLimits"}
+_FILTER_ONLY = {
+    "NodeUnschedulable",
+    "NodeName",
+    "NodePorts",
+    "PrioritySort",
+    "DefaultBinder",
+    "SchedulingGates",
+    "VolumeRestrictions",
+    "VolumeBinding",
+    "VolumeZone",
+    "NodeVolumeLimits",
+    "InterPodAffinity",
+    "DefaultPreemption",
+    "EBSLimits",
+    "GCEPDLimits",
+    "AzureDiskLimits",
+}
 
 
 @dataclass
@@ -89,8 +103,11 @@ def _leader_election(doc: dict[str, Any]) -> LeaderElection:
     le.enabled = bool(doc.get("leaderElect", True))
     le.namespace = str(doc.get("resourceNamespace") or le.namespace)
     le.name = str(doc.get("resourceName") or le.name)
-    for key, attr in (("leaseDuration", "lease_duration"), ("renewDeadline", "renew_deadline"),
-                      ("retryPeriod", "retry_period")):
+    for key, attr in (
+        ("leaseDuration", "lease_duration"),
+        ("renewDeadline", "renew_deadline"),
+        ("retryPeriod", "retry_period"),
+    ):
         if key in doc:
             setattr(le, attr, parse_duration(doc[key]))
     if not le.lease_duration > le.renew_deadline > le.retry_period > 0:

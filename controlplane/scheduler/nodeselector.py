@@ -20,8 +20,11 @@ class Requirement:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Requirement:
-        return cls(str(d.get("key") or ""), str(d.get("operator") or ""),
-                   tuple(str(v) for v in d.get("values") or ()))
+        return cls(
+            str(d.get("key") or ""),
+            str(d.get("operator") or ""),
+            tuple(str(v) for v in d.get("values") or ()),
+        )
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         op = self.operator
@@ -53,8 +56,10 @@ class Term:
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> Term:
         d = d or {}
-        return cls(tuple(Requirement.from_dict(r) for r in d.get("matchExpressions") or ()),
-                   tuple(Requirement.from_dict(r) for r in d.get("matchFields") or ()))
+        return cls(
+            tuple(Requirement.from_dict(r) for r in d.get("matchExpressions") or ()),
+            tuple(Requirement.from_dict(r) for r in d.get("matchFields") or ()),
+        )
 
     def matches(self, labels: Mapping[str, str], node_name: str) -> bool:
         if not self.expressions and not self.fields:

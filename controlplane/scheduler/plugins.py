@@ -24,5 +24,8 @@ def build_scores(config: SchedulerConfig) -> list[WeightedScore]:
         BalancedAllocation(),
         ImageLocality(),
     ]
-    return [WeightedScore(p, config.score_weights.get(p.name, 0)) for p in plugins
-            if config.score_weights.get(p.name, 0) > 0]
+    return [
+        WeightedScore(p, config.score_weights.get(p.name, 0))
+        for p in plugins
+        if config.score_weights.get(p.name, 0) > 0
+    ]

@@ -146,7 +146,7 @@ def normalize_image(name: str) -> str:
     if "." not in first and ":" not in first and first != "localhost":
         name = f"docker.io/{name}"
     if name.startswith("docker.io/") and name.count("/") == 1:
-        name = "docker.io/library/" + name[len("docker.io/"):]
+        name = "docker.io/library/" + name[len("docker.io/") :]
     return name
 
 
@@ -175,15 +175,20 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
     nz = pod_requests(spec, nonzero=True)
     node_affinity = ((spec.get("affinity") or {}).get("nodeAffinity")) or {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-    required_terms = (tuple(Term.from_dict(t) for t in required.get("nodeSelectorTerms") or ())
-                      if isinstance(required, dict) else None)
+    required_terms = (
+        tuple(Term.from_dict(t) for t in required.get("nodeSelectorTerms") or ())
+        if isinstance(required, dict)
+        else None
+    )
     preferred = tuple(
         (int(p.get("weight") or 0), Term.from_dict(p.get("preference")))
         for p in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
     )
-    images = tuple(normalize_image(str(c["image"]))
-                   for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
-                   if c.get("image"))
+    images = tuple(
+        normalize_image(str(c["image"]))
+        for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+        if c.get("image")
+    )
     return PodInfo(
         uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
         namespace=str(meta.get("namespace") or ""),

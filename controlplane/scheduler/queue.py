@@ -48,8 +48,13 @@ def backoff_duration(attempts: int, initial: float, maximum: float) -> float:
 
 
 class SchedulingQueue:
-    def __init__(self, backoff_initial: float = 1.0, backoff_max: float = 10.0, flush_after: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 10.0,
+        flush_after: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.flush_after = flush_after
@@ -193,5 +198,6 @@ class SchedulingQueue:
 def _spec_changed(old: PodInfo, new: PodInfo) -> bool:
     """Whether an update could change the outcome (status-only updates, like our own, cannot)."""
     o, n = old.obj, new.obj
-    return (o.get("spec") != n.get("spec")
-            or (o.get("metadata") or {}).get("labels") != (n.get("metadata") or {}).get("labels"))
+    return o.get("spec") != n.get("spec") or (o.get("metadata") or {}).get("labels") != (
+        n.get("metadata") or {}
+    ).get("labels")

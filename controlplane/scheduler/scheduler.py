@@ -68,8 +68,10 @@ class Scheduler:
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; then finish in-flight bindings and flush events."""
         self.events.start()
-        informers = [asyncio.create_task(self.nodes.run(), name="watch-nodes"),
-                     asyncio.create_task(self.pods.run(), name="watch-pods")]
+        informers = [
+            asyncio.create_task(self.nodes.run(), name="watch-nodes"),
+            asyncio.create_task(self.pods.run(), name="watch-pods"),
+        ]
         loop_task: asyncio.Task[None] | None = None
         stopper = asyncio.create_task(stop.wait())
         try:
@@ -92,8 +94,9 @@ class Scheduler:
             for t in (loop_task, stopper, *informers):
                 if t is not None:
                     t.cancel()
-            await asyncio.gather(*(t for t in (loop_task, stopper, *informers) if t is not None),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                *(t for t in (loop_task, stopper, *informers) if t is not None), return_exceptions=True
+            )
             if self._background:
                 await asyncio.wait(self._background, timeout=10)
             for t in self._background:
@@ -107,11 +110,21 @@ class Scheduler:
         while True:
             await asyncio.sleep(every)
             counts = self.queue.counts()
-            now = (self.stats.scheduled, self.stats.unschedulable, self.stats.bind_errors, tuple(counts.values()))
+            now = (
+                self.stats.scheduled,
+                self.stats.unschedulable,
+                self.stats.bind_errors,
+                tuple(counts.values()),
+            )
             if now != last:
-                log.info("stats scheduled=%d unschedulable_attempts=%d bind_errors=%d nodes=%d queue=%s",
-                         self.stats.scheduled, self.stats.unschedulable, self.stats.bind_errors,
-                         len(self.cache.nodes()), ",".join(f"{k}:{v}" for k, v in counts.items()))
+                log.info(
+                    "stats scheduled=%d unschedulable_attempts=%d bind_errors=%d nodes=%d queue=%s",
+                    self.stats.scheduled,
+                    self.stats.unschedulable,
+                    self.stats.bind_errors,
+                    len(self.cache.nodes()),
+                    ",".join(f"{k}:{v}" for k, v in counts.items()),
+                )
                 last = now
 
     # the decision loop --------------------------------------------------------------------------------
@@ -140,8 +153,15 @@ class Scheduler:
             return False
         nodes = self.cache.nodes()
         try:
-            node = schedule(pod, nodes, self.filters, self.scores,
-                            ClusterView(len(nodes), self.cache.image_nodes), self.rng, self.search)
+            node = schedule(
+                pod,
+                nodes,
+                self.filters,
+                self.scores,
+                ClusterView(len(nodes), self.cache.image_nodes),
+                self.rng,
+                self.search,
+            )
         except FitError as err:
             self._failed(qp, str(err))
             return False
@@ -152,9 +172,12 @@ class Scheduler:
 
     async def _bind(self, qp: QueuedPod, node: str) -> None:
         pod = qp.info
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         try:
             await self.client.create(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body)
         except Exception as err:  # any failure: forget the assumption, retry later
@@ -172,14 +195,20 @@ class Scheduler:
             # if the pod turns out to be bound or deleted meanwhile, the watch takes it off the queue.
             log.warning("binding failed pod=%s node=%s error=%s", pod.key, node, err)
             if status != 409:
-                self.events.event(pod.obj, "Warning", "FailedScheduling", f"Binding rejected: {err}",
-                                  action="Scheduling")
+                self.events.event(
+                    pod.obj, "Warning", "FailedScheduling", f"Binding rejected: {err}", action="Scheduling"
+                )
             self.queue.retry_after_error(qp)
             return
         self.stats.scheduled += 1
         log.debug("bound pod=%s node=%s", pod.key, node)
-        self.events.event(pod.obj, "Normal", "Scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
-                          action="Binding")
+        self.events.event(
+            pod.obj,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
+            action="Binding",
+        )
 
     def _failed(self, qp: QueuedPod, message: str) -> None:
         pod = qp.info
@@ -193,8 +222,11 @@ class Scheduler:
 
     async def _patch_status(self, pod: PodInfo, patch: Obj) -> None:
         try:
-            await self.client.patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", patch,
-                                    content_type=STRATEGIC_PATCH)
+            await self.client.patch(
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
+                patch,
+                content_type=STRATEGIC_PATCH,
+            )
         except ApiError as err:
             if not err.not_found:
                 log.warning("status patch failed pod=%s error=%s", pod.key, err)
@@ -264,11 +296,25 @@ def _unschedulable_patch(pod: Obj, message: str) -> Obj | None:
     """The strategic merge patch setting PodScheduled=False/Unschedulable, or None if already so."""
     conditions = (pod.get("status") or {}).get("conditions") or []
     current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
-    if (current and current.get("status") == "False" and current.get("reason") == "Unschedulable"
-            and current.get("message") == message):
+    if (
+        current
+        and current.get("status") == "False"
+        and current.get("reason") == "Unschedulable"
+        and current.get("message") == message
+    ):
         return None
     since = current.get("lastTransitionTime") if current and current.get("status") == "False" else None
-    return {"status": {"conditions": [{
-        "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-        "lastProbeTime": None, "lastTransitionTime": since or rfc3339(time.time()),
-    }]}}
+    return {
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": since or rfc3339(time.time()),
+                }
+            ]
+        }
+    }

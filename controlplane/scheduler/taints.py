@@ -45,8 +45,12 @@ class Toleration:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Toleration:
-        return cls(str(d.get("key") or ""), str(d.get("operator") or "Equal"),
-                   str(d.get("value") or ""), str(d.get("effect") or ""))
+        return cls(
+            str(d.get("key") or ""),
+            str(d.get("operator") or "Equal"),
+            str(d.get("value") or ""),
+            str(d.get("effect") or ""),
+        )
 
     def tolerates(self, taint: Taint) -> bool:
         if self.effect and self.effect != taint.effect:

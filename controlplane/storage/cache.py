@@ -261,7 +261,9 @@ class WatchCache:
             new = fresh.get(name, {})
             for watcher in list(bucket.watchers):
                 watcher.close()
-            changes = [CacheEvent("DELETED", old, old, rev) for key, old in bucket.objects.items() if key not in new]
+            changes = [
+                CacheEvent("DELETED", old, old, rev) for key, old in bucket.objects.items() if key not in new
+            ]
             for key, cached in new.items():
                 prev = bucket.objects.get(key)
                 if prev is None or prev.revision != cached.revision:
@@ -331,7 +333,9 @@ class WatchCache:
         bucket = self._buckets.get(bucket_of(key))
         return bucket.objects.get(key) if bucket else None
 
-    def list(self, bucket_name: str, key_prefix: str, predicate: Predicate | None = None) -> list[CachedObject]:
+    def list(
+        self, bucket_name: str, key_prefix: str, predicate: Predicate | None = None
+    ) -> list[CachedObject]:
         bucket = self._buckets.get(bucket_name)
         if bucket is None:
             return []

@@ -72,7 +72,6 @@ class EtcdConfig:
     def secure(self) -> bool:
         return urlsplit(self.servers[0]).scheme == "https"
 
-
     def credentials(self) -> grpc.ChannelCredentials:
         def read(path: Path | None) -> bytes | None:
             return path.read_bytes() if path is not None else None
@@ -83,9 +82,13 @@ class EtcdConfig:
 def _channel(target: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
     # Unlimited receive size: a list of the whole keyspace (the watch cache's start) can be large.
     # Reconnect within about a second of a member coming back (gRPC's default backoff grows to 120 s).
-    options = [("grpc.max_receive_message_length", -1), ("grpc.keepalive_time_ms", 30_000),
-               ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-               ("grpc.max_reconnect_backoff_ms", 1000)]
+    options = [
+        ("grpc.max_receive_message_length", -1),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
     if credentials is None:
         return grpc.aio.insecure_channel(target, options=options)
     return grpc.aio.secure_channel(target, credentials, options=options)
@@ -106,9 +109,14 @@ def _translate(err: grpc.aio.AioRpcError, what: str) -> StoreError:
 
 # What gRPC's TLS failures mean in a user's words (its own text follows in the message).
 _TLS_HINTS = (
-    (("Unwrap failed", "BAD_CERTIFICATE"), "etcd refused our client certificate (--etcd-certfile/--etcd-keyfile)"),
-    (("certificate signature failure", "CERTIFICATE_VERIFY_FAILED", "unable to get local issuer"),
-     "etcd's serving certificate is not signed by --etcd-cafile"),
+    (
+        ("Unwrap failed", "BAD_CERTIFICATE"),
+        "etcd refused our client certificate (--etcd-certfile/--etcd-keyfile)",
+    ),
+    (
+        ("certificate signature failure", "CERTIFICATE_VERIFY_FAILED", "unable to get local issuer"),
+        "etcd's serving certificate is not signed by --etcd-cafile",
+    ),
 )
 
 
@@ -148,11 +156,17 @@ class EtcdStore:
         for server in self.config.servers:
             channel = _channel(urlsplit(server).netloc, credentials)
             try:
-                status = await pb_grpc.MaintenanceStub(channel).Status(pb.StatusRequest(), timeout=self.config.dial_timeout)
-                got = await pb_grpc.KVStub(channel).Range(pb.RangeRequest(key=COMPACT_KEY), timeout=self.config.request_timeout)
+                status = await pb_grpc.MaintenanceStub(channel).Status(
+                    pb.StatusRequest(), timeout=self.config.dial_timeout
+                )
+                got = await pb_grpc.KVStub(channel).Range(
+                    pb.RangeRequest(key=COMPACT_KEY), timeout=self.config.request_timeout
+                )
             except grpc.aio.AioRpcError as err:
                 await channel.close()
-                causes.append(f"etcd at {server} is not reachable: {_start_cause(err, self.config.dial_timeout)}")
+                causes.append(
+                    f"etcd at {server} is not reachable: {_start_cause(err, self.config.dial_timeout)}"
+                )
                 continue
             self._channel, where = channel, server
             break
@@ -169,12 +183,24 @@ class EtcdStore:
         if got.kvs:
             self._compacted = int(got.kvs[0].value or 0)
             self._compact_version = got.kvs[0].version
-        log.info("event=etcd-connected servers=%s version=%s etcd_revision=%d revision=%d compacted=%d",
-                 where, status.version, status.header.revision, self._revision, self._compacted)
+        log.info(
+            "event=etcd-connected servers=%s version=%s etcd_revision=%d revision=%d compacted=%d",
+            where,
+            status.version,
+            status.header.revision,
+            self._revision,
+            self._compacted,
+        )
 
     async def _newest_under(self, low: bytes) -> int:
-        request = pb.RangeRequest(key=low, range_end=prefix_end(low), limit=1, keys_only=True,
-                                  sort_order=pb.RangeRequest.DESCEND, sort_target=pb.RangeRequest.MOD)
+        request = pb.RangeRequest(
+            key=low,
+            range_end=prefix_end(low),
+            limit=1,
+            keys_only=True,
+            sort_order=pb.RangeRequest.DESCEND,
+            sort_target=pb.RangeRequest.MOD,
+        )
         try:
             response = await self.kv.Range(request, timeout=self.config.request_timeout)
         except grpc.aio.AioRpcError as err:
@@ -204,7 +230,9 @@ class EtcdStore:
         return to_etcd(key, self.prefix).encode()
 
     def _keyvalue(self, kv: pb.KeyValue) -> KeyValue:
-        return KeyValue(from_etcd(kv.key.decode(), self.prefix), kv.value, kv.mod_revision, kv.create_revision)
+        return KeyValue(
+            from_etcd(kv.key.decode(), self.prefix), kv.value, kv.mod_revision, kv.create_revision
+        )
 
     @property
     def kv(self) -> pb_grpc.KVStub:
@@ -239,7 +267,9 @@ class EtcdStore:
             revision = max(self._revision, self._compacted)
         low = self._key(prefix)
         start = self._key(start_after) + b"\x00" if start_after else low
-        request = pb.RangeRequest(key=max(low, start), range_end=prefix_end(low), revision=revision, limit=limit)
+        request = pb.RangeRequest(
+            key=max(low, start), range_end=prefix_end(low), revision=revision, limit=limit
+        )
         response = await self._call(self.kv.Range, request, f"list {prefix}")
         served = revision or response.header.revision
         return [self._keyvalue(kv) for kv in response.kvs], served, bool(limit) and response.more
@@ -319,7 +349,9 @@ class EtcdStore:
                     raise _translate(err, "watch") from None
                 delay = _WATCH_BACKOFF[min(failures, len(_WATCH_BACKOFF) - 1)]
                 failures += 1
-                log.warning("event=etcd-watch-lost from=%d code=%s retry_in=%.1f", last, err.code().name, delay)
+                log.warning(
+                    "event=etcd-watch-lost from=%d code=%s retry_in=%.1f", last, err.code().name, delay
+                )
                 await asyncio.sleep(delay)
 
     async def _watch_once(self, after: int) -> AsyncIterator[list[Event]]:
@@ -363,8 +395,17 @@ class EtcdStore:
         if event.type == pb.Event.DELETE:
             value = prev.value if prev is not None else b"{}"
             create_revision = prev.create_revision if prev is not None else 0
-            return Event("DELETE", key, value, kv.mod_revision, create_revision, value if prev is not None else None)
-        return Event("PUT", key, kv.value, kv.mod_revision, kv.create_revision, prev.value if prev is not None else None)
+            return Event(
+                "DELETE", key, value, kv.mod_revision, create_revision, value if prev is not None else None
+            )
+        return Event(
+            "PUT",
+            key,
+            kv.value,
+            kv.mod_revision,
+            kv.create_revision,
+            prev.value if prev is not None else None,
+        )
 
     # --- compaction ----------------------------------------------------------------------------------
 
@@ -372,8 +413,9 @@ class EtcdStore:
         """Compact etcd's history to `revision`, once per round across API servers (compact_rev_key)."""
         if revision <= self._compacted:
             return
-        compare = pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.VERSION, key=COMPACT_KEY,
-                             version=self._compact_version)
+        compare = pb.Compare(
+            result=pb.Compare.EQUAL, target=pb.Compare.VERSION, key=COMPACT_KEY, version=self._compact_version
+        )
         put = pb.RequestOp(request_put=pb.PutRequest(key=COMPACT_KEY, value=str(revision).encode()))
         request = pb.TxnRequest(compare=[compare], success=[put], failure=[_range_op(COMPACT_KEY)])
         response = await self._call(self.kv.Txn, request, "compact")

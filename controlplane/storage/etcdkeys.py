@@ -16,6 +16,7 @@ def normal_prefix(prefix: str) -> str:
     """--etcd-prefix as given (`/registry`, `registry/`) with one leading and one trailing slash."""
     return "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
 
+
 # Store bucket -> upstream's etcd resource prefix, where they differ beyond dropping the group.
 _UPSTREAM: dict[str, str] = {
     "nodes": "minions",
@@ -24,10 +25,20 @@ _UPSTREAM: dict[str, str] = {
     "replicationcontrollers": "controllers",
 }
 _GROUPED = (
-    "deployments.apps", "replicasets.apps", "controllerrevisions.apps", "daemonsets.apps", "statefulsets.apps",
-    "jobs.batch", "cronjobs.batch", "leases.coordination.k8s.io", "priorityclasses.scheduling.k8s.io",
-    "runtimeclasses.node.k8s.io", "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io",
-    "clusterroles.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io",
+    "deployments.apps",
+    "replicasets.apps",
+    "controllerrevisions.apps",
+    "daemonsets.apps",
+    "statefulsets.apps",
+    "jobs.batch",
+    "cronjobs.batch",
+    "leases.coordination.k8s.io",
+    "priorityclasses.scheduling.k8s.io",
+    "runtimeclasses.node.k8s.io",
+    "roles.rbac.authorization.k8s.io",
+    "rolebindings.rbac.authorization.k8s.io",
+    "clusterroles.rbac.authorization.k8s.io",
+    "clusterrolebindings.rbac.authorization.k8s.io",
     "endpointslices.discovery.k8s.io",
 )
 _UPSTREAM.update({bucket: bucket.split(".", 1)[0] for bucket in _GROUPED})
@@ -45,7 +56,7 @@ def to_etcd(key: str, prefix: str = PREFIX) -> str:
 
 def from_etcd(key: str, prefix: str = PREFIX) -> str:
     """The store key of an etcd key under `prefix`."""
-    rest = key[len(prefix):]
+    rest = key[len(prefix) :]
     first, _, tail = rest.partition("/")
     if first == "services":  # two-level prefixes: services/specs, services/endpoints
         second, _, tail = tail.partition("/")

@@ -25,8 +25,14 @@ def generate(out_dir: Path) -> list[Path]:
     from grpc_tools import protoc  # a developer's tool, never needed at run time
 
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["protoc", f"-I{PROTO.parent}", f"--python_out={tmp}", f"--pyi_out={tmp}",
-                f"--grpc_python_out={tmp}", str(PROTO)]
+        args = [
+            "protoc",
+            f"-I{PROTO.parent}",
+            f"--python_out={tmp}",
+            f"--pyi_out={tmp}",
+            f"--grpc_python_out={tmp}",
+            str(PROTO),
+        ]
         if protoc.main(args) != 0:
             raise RuntimeError(f"protoc failed on {PROTO}")
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -39,7 +45,9 @@ def generate(out_dir: Path) -> list[Path]:
             written.append(out_dir / name)
     init = out_dir / "__init__.py"
     if not init.exists():
-        init.write_text('"""Generated from protos/etcd/etcdserverpb/rpc.proto by `python -m controlplane.storage.etcdregen`."""\n')
+        init.write_text(
+            '"""Generated from protos/etcd/etcdserverpb/rpc.proto by `python -m controlplane.storage.etcdregen`."""\n'
+        )
     return written
 
 

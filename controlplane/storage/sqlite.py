@@ -231,9 +231,7 @@ class SQLiteStore:
             " WHERE l.rev > ? ORDER BY l.rev",
             (after,),
         ).fetchall()
-        return [
-            Event("DELETE" if r[3] else "PUT", r[1], r[4], r[0], r[2], r[5]) for r in rows
-        ]
+        return [Event("DELETE" if r[3] else "PUT", r[1], r[4], r[0], r[2], r[5]) for r in rows]
 
     async def watch(self, from_revision: int) -> AsyncIterator[list[Event]]:
         if from_revision < self._compacted:

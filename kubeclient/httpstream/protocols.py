@@ -50,6 +50,7 @@ def websocket_protocols(headers: Headers) -> list[str]:
 def tunneled_spdy_protocols(headers: Headers) -> list[str]:
     """The SPDY protocols a port-forward tunnel asks for (`SPDY/3.1+portforward.k8s.io` -> `portforward.k8s.io`)."""
     return [
-        p[len(TUNNELING_PREFIX):] for p in websocket_protocols(headers)
+        p[len(TUNNELING_PREFIX) :]
+        for p in websocket_protocols(headers)
         if p.startswith(TUNNELING_PREFIX) and p.endswith(KUBERNETES_SUFFIX)
     ]

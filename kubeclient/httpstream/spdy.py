@@ -61,10 +61,10 @@ def parse_header_block(raw: bytes) -> list[tuple[str, str]]:
     (count,), pos, out = struct.unpack_from(">I", raw), 4, []
     for _ in range(count):
         (n,) = struct.unpack_from(">I", raw, pos)
-        name = raw[pos + 4: pos + 4 + n].decode()
+        name = raw[pos + 4 : pos + 4 + n].decode()
         pos += 4 + n
         (v,) = struct.unpack_from(">I", raw, pos)
-        out += [(name, value) for value in raw[pos + 4: pos + 4 + v].decode().split("\0")]
+        out += [(name, value) for value in raw[pos + 4 : pos + 4 + v].decode().split("\0")]
         pos += 4 + v
     return out
 
@@ -92,8 +92,11 @@ async def read_frame(reader: asyncio.StreamReader) -> Frame | None:
         version, kind = (first >> 16) & 0x7FFF, first & 0xFFFF
         if version != VERSION:
             raise SpdyError(f"unsupported SPDY version {version}")
-        stream_id = struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF if kind in (
-            SYN_STREAM, SYN_REPLY, RST_STREAM, HEADERS, WINDOW_UPDATE) and len(payload) >= 4 else 0
+        stream_id = (
+            struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF
+            if kind in (SYN_STREAM, SYN_REPLY, RST_STREAM, HEADERS, WINDOW_UPDATE) and len(payload) >= 4
+            else 0
+        )
         return Frame(True, kind, stream_id, flags, payload)
     return Frame(False, 0, first & 0x7FFFFFFF, flags, payload)
 
@@ -138,7 +141,7 @@ class SpdyClient:
 
     async def write(self, stream_id: int, data: bytes) -> None:
         for start in range(0, len(data), MAX_DATA):
-            await self._send(data_frame(stream_id, 0, data[start: start + MAX_DATA]))
+            await self._send(data_frame(stream_id, 0, data[start : start + MAX_DATA]))
 
     async def close_stream(self, stream_id: int) -> None:
         """Half-close: an empty DATA frame with FIN (spdystream's Stream.Close)."""
@@ -157,7 +160,9 @@ class SpdyClient:
                 elif frame.kind == RST_STREAM:
                     status = struct.unpack_from(">I", frame.payload, 4)[0] if len(frame.payload) >= 8 else 0
                     self.reset[frame.stream_id] = status
-                    self._resolve(frame.stream_id, SpdyError(f"stream {frame.stream_id} reset (status {status})"))
+                    self._resolve(
+                        frame.stream_id, SpdyError(f"stream {frame.stream_id} reset (status {status})")
+                    )
                     await on_data(frame.stream_id, b"", True)
                 elif frame.kind == PING and len(frame.payload) == 4:
                     if struct.unpack(">I", frame.payload)[0] % 2 == 0:  # the server's pings are even
@@ -189,6 +194,12 @@ class SpdyClient:
 
 
 __all__ = [
-    "Frame", "SpdyClient", "SpdyError", "control_frame", "data_frame", "header_block", "parse_header_block",
+    "Frame",
+    "SpdyClient",
+    "SpdyError",
+    "control_frame",
+    "data_frame",
+    "header_block",
+    "parse_header_block",
     "read_frame",
 ]

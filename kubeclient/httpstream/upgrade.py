@@ -31,8 +31,13 @@ CHUNK = 256 * 1024  # per read: fewer, larger WebSocket messages and TLS writes
 # What an upgrade handshake needs of the client's request; everything else (Authorization,
 # Impersonate-*, cookies) stays behind: the proxy dials with its own identity.
 FORWARDED = (
-    "Connection", "Upgrade", "X-Stream-Protocol-Version", "Sec-WebSocket-Key", "Sec-WebSocket-Version",
-    "Sec-WebSocket-Protocol", "User-Agent",
+    "Connection",
+    "Upgrade",
+    "X-Stream-Protocol-Version",
+    "Sec-WebSocket-Key",
+    "Sec-WebSocket-Version",
+    "Sec-WebSocket-Protocol",
+    "User-Agent",
 )
 # Headers of the backend's 101 that the server writes itself.
 _OWN = ("content-length", "transfer-encoding", "date", "server")
@@ -56,6 +61,7 @@ class BackendResponse:
 
     async def body(self, limit: int = 1 << 20, wait: float = 10.0) -> bytes:
         """The response body of a refused upgrade (Content-Length, chunked or up to EOF; capped)."""
+
         async def read() -> bytes:
             if "Content-Length" in self.headers:
                 return await self.reader.readexactly(min(int(self.headers["Content-Length"]), limit))
@@ -80,7 +86,10 @@ class BackendResponse:
 
 
 async def dial(
-    url: str, method: str, headers: Iterable[tuple[str, str]], ssl_context: ssl.SSLContext | None = None,
+    url: str,
+    method: str,
+    headers: Iterable[tuple[str, str]],
+    ssl_context: ssl.SSLContext | None = None,
     wait: float = 10.0,
 ) -> BackendResponse:
     """Send an upgrade request to `url` and read the answer's head (the body, if any, is left unread)."""
@@ -188,7 +197,9 @@ async def splice(client: Hijacked, backend: BackendResponse) -> None:
 
 
 async def proxy_upgrade(
-    request: web.Request, url: str, ssl_context: ssl.SSLContext | None = None,
+    request: web.Request,
+    url: str,
+    ssl_context: ssl.SSLContext | None = None,
     headers: Iterable[tuple[str, str]] | None = None,
 ) -> web.StreamResponse:
     """UpgradeAwareHandler: the backend's 101 spliced to the client, or its refusal passed back.
@@ -199,7 +210,8 @@ async def proxy_upgrade(
         body = await backend.body()
         backend.close()
         return web.Response(
-            status=backend.status, body=body,
+            status=backend.status,
+            body=body,
             headers={"Content-Type": backend.headers.get("Content-Type", "text/plain; charset=utf-8")},
         )
     try:
@@ -214,6 +226,12 @@ async def proxy_upgrade(
 
 
 __all__ = [
-    "BackendResponse", "Hijacked", "UpgradeError", "dial", "forwarded_headers", "proxy_upgrade", "splice",
+    "BackendResponse",
+    "Hijacked",
+    "UpgradeError",
+    "dial",
+    "forwarded_headers",
+    "proxy_upgrade",
+    "splice",
     "switch_protocols",
 ]

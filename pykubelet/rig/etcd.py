@@ -45,8 +45,9 @@ def _name(cn: str) -> x509.Name:
 
 def _write(path: Path, key: ec.EllipticCurvePrivateKey | None, cert: x509.Certificate | None) -> None:
     if key is not None:
-        data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
+        data = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -54,21 +55,32 @@ def _write(path: Path, key: ec.EllipticCurvePrivateKey | None, cert: x509.Certif
         path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-def _sign(subject: str, key: ec.EllipticCurvePrivateKey, ca: tuple[x509.Name, ec.EllipticCurvePrivateKey],
-          usages: list[x509.ObjectIdentifier] | None, sans: list[x509.GeneralName] | None = None) -> x509.Certificate:
+def _sign(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    ca: tuple[x509.Name, ec.EllipticCurvePrivateKey],
+    usages: list[x509.ObjectIdentifier] | None,
+    sans: list[x509.GeneralName] | None = None,
+) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     builder = (
-        x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(ca[0]).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(ca[0])
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=365))
         .add_extension(x509.BasicConstraints(ca=usages is None, path_length=None), critical=True)
     )
     if usages is None:
         builder = builder.add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )
     else:
         builder = builder.add_extension(
-            x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
+            x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True
+        )
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
@@ -77,8 +89,13 @@ def _sign(subject: str, key: ec.EllipticCurvePrivateKey, ca: tuple[x509.Name, ec
 
 def make_pki(pki_dir: Path) -> EtcdPki:
     """etcd's CA, serving and client certificates under pki_dir (made once, kept on restart)."""
-    pki = EtcdPki(pki_dir / "ca.crt", pki_dir / "server.crt", pki_dir / "server.key",
-                  pki_dir / "apiserver-etcd-client.crt", pki_dir / "apiserver-etcd-client.key")
+    pki = EtcdPki(
+        pki_dir / "ca.crt",
+        pki_dir / "server.crt",
+        pki_dir / "server.key",
+        pki_dir / "apiserver-etcd-client.crt",
+        pki_dir / "apiserver-etcd-client.key",
+    )
     if pki.client_key.exists():
         return pki
     pki_dir.mkdir(parents=True, exist_ok=True)
@@ -87,7 +104,10 @@ def make_pki(pki_dir: Path) -> EtcdPki:
     _write(pki_dir / "ca.key", ca_key, None)
     _write(pki.ca_cert, None, _sign("etcd-ca", ca_key, ca, None))
     server_key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    sans: list[x509.GeneralName] = [
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+    ]
     usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     _write(pki.server_key, server_key, None)
     _write(pki.server_cert, None, _sign("etcd-server", server_key, ca, usages, sans))
@@ -100,8 +120,14 @@ def make_pki(pki_dir: Path) -> EtcdPki:
 class Etcd:
     """`with Etcd(dir) as etcd:` -> etcd.url (https://127.0.0.1:PORT), etcd.server_args() for the API server."""
 
-    def __init__(self, state_dir: str | os.PathLike[str], *, port: int | None = None,
-                 max_request_bytes: int | None = None, progress_notify_interval: str = "") -> None:
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        max_request_bytes: int | None = None,
+        progress_notify_interval: str = "",
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.port = port or free_port()
         self.peer_port = free_port()
@@ -109,13 +135,36 @@ class Etcd:
         self.pki = make_pki(self.state_dir / "pki")
         peer = f"http://127.0.0.1:{self.peer_port}"
         argv = [
-            ETCD_BINARY, "--name", "default", "--data-dir", str(self.state_dir / "data"),
-            "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"default={peer}", "--initial-cluster-state", "new",
-            "--cert-file", str(self.pki.server_cert), "--key-file", str(self.pki.server_key),
-            "--trusted-ca-file", str(self.pki.ca_cert), "--client-cert-auth",
-            "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+            ETCD_BINARY,
+            "--name",
+            "default",
+            "--data-dir",
+            str(self.state_dir / "data"),
+            "--listen-client-urls",
+            self.url,
+            "--advertise-client-urls",
+            self.url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"default={peer}",
+            "--initial-cluster-state",
+            "new",
+            "--cert-file",
+            str(self.pki.server_cert),
+            "--key-file",
+            str(self.pki.server_key),
+            "--trusted-ca-file",
+            str(self.pki.ca_cert),
+            "--client-cert-auth",
+            "--logger",
+            "zap",
+            "--log-outputs",
+            "stderr",
+            "--log-level",
+            "warn",
         ]
         if max_request_bytes:
             argv += ["--max-request-bytes", str(max_request_bytes)]
@@ -125,8 +174,16 @@ class Etcd:
 
     def server_args(self) -> list[str]:
         """`pykubelet server`'s flags for this etcd, with the API server's client certificate."""
-        return ["--etcd-servers", self.url, "--etcd-cafile", str(self.pki.ca_cert),
-                "--etcd-certfile", str(self.pki.client_cert), "--etcd-keyfile", str(self.pki.client_key)]
+        return [
+            "--etcd-servers",
+            self.url,
+            "--etcd-cafile",
+            str(self.pki.ca_cert),
+            "--etcd-certfile",
+            str(self.pki.client_cert),
+            "--etcd-keyfile",
+            str(self.pki.client_key),
+        ]
 
     def ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
@@ -165,6 +222,7 @@ class Etcd:
     def __enter__(self) -> Etcd:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

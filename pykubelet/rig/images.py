@@ -188,7 +188,9 @@ def grpc_health_binary(cache_dir: Path | None = None) -> Path:
     key = hashlib.sha256(b"\0".join([source, " ".join(GRPC_HEALTH_CFLAGS).encode(), cc.encode(), version]))
     folder = cache_dir or _cache_dir()
     if not _private_dir(folder):
-        raise RuntimeError(f"build cache {folder} is not private to this user: remove it or set PYKUBELET_BUILD_CACHE")
+        raise RuntimeError(
+            f"build cache {folder} is not private to this user: remove it or set PYKUBELET_BUILD_CACHE"
+        )
     cached = folder / f"grpc-health-{key.hexdigest()[:24]}"
     if cached.exists():
         return cached

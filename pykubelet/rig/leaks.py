@@ -75,8 +75,14 @@ class Scope:
         named_netns: Iterable[str] = (),
         nft_tables: Iterable[str] = (),
     ) -> Scope:
-        return cls(host.resolved(roots), tuple(bridges), tuple(pod_cidrs), tuple(borrowed_bridges),
-                   tuple(named_netns), tuple(nft_tables))
+        return cls(
+            host.resolved(roots),
+            tuple(bridges),
+            tuple(pod_cidrs),
+            tuple(borrowed_bridges),
+            tuple(named_netns),
+            tuple(nft_tables),
+        )
 
     def owned(self) -> Owned:
         procs = host.processes_of(self.roots)
@@ -87,8 +93,12 @@ class Scope:
         found = {
             "processes": tuple(p.describe() for p in procs if not p.is_shim),
             "shims": tuple(p.describe() for p in procs if p.is_shim),
-            "netns": tuple(sorted({m.point for m in mounts if m.is_netns}
-                                  | {f"/run/netns/{n}" for n in self.named_netns if os.path.exists(f"/run/netns/{n}")})),
+            "netns": tuple(
+                sorted(
+                    {m.point for m in mounts if m.is_netns}
+                    | {f"/run/netns/{n}" for n in self.named_netns if os.path.exists(f"/run/netns/{n}")}
+                )
+            ),
             "mounts": tuple(sorted(f"{m.point} ({m.fstype})" for m in mounts if not m.is_netns)),
             "veths": tuple(
                 sorted(

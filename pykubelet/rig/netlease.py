@@ -71,7 +71,9 @@ def lease_network(tag: str = "s") -> NetworkLease:
         if index == 0 or index % 2:
             continue  # never adjacent to another lease; 10.200.0.0/24 stays free for experiments
         bridge = f"pyk{tag[:4]}{index}"
-        fd = os.open(LEASE_DIR / f"{subnet.network_address}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            LEASE_DIR / f"{subnet.network_address}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -29,8 +29,13 @@ def run_on_stack(run: Callable[[Stack], Awaitable[T]], tag: str = "b", node_name
 
     Raises StackLeftovers when the teardown left anything (after a successful run; a failing run's
     own error is not hidden behind it)."""
-    with lease_network(tag) as net, tempfile.TemporaryDirectory(prefix="pykb-", ignore_cleanup_errors=True) as tmp:
-        stack = Stack(StackConfig(state_dir=Path(tmp), node_name=node_name, bridge=net.bridge, pod_cidr=net.pod_cidr))
+    with (
+        lease_network(tag) as net,
+        tempfile.TemporaryDirectory(prefix="pykb-", ignore_cleanup_errors=True) as tmp,
+    ):
+        stack = Stack(
+            StackConfig(state_dir=Path(tmp), node_name=node_name, bridge=net.bridge, pod_cidr=net.pod_cidr)
+        )
         scope = Scope.of(tmp, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
         stack.start()
         succeeded = False

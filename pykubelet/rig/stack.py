@@ -158,8 +158,9 @@ class Stack:
 
     def write_agent_kubeconfig(self) -> Path:
         assert self.apiserver is not None, "the API server is not started"
-        return self.apiserver.client_kubeconfig(f"system:node:{self.node_name}", ("system:nodes",),
-                                                self.agent_kubeconfig)
+        return self.apiserver.client_kubeconfig(
+            f"system:node:{self.node_name}", ("system:nodes",), self.agent_kubeconfig
+        )
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -192,8 +193,12 @@ class Stack:
                 self.etcd.start()
                 self._started("etcd")
             self.apiserver = ApiServer(
-                d / "apiserver", port=self.config.api_port or free_port(), scheduler=True, controllers=True,
-                extra_args=["--bind-address", "0.0.0.0"], etcd=self.etcd,
+                d / "apiserver",
+                port=self.config.api_port or free_port(),
+                scheduler=True,
+                controllers=True,
+                extra_args=["--bind-address", "0.0.0.0"],
+                etcd=self.etcd,
             )
             self.apiserver.daemon.on_spawn = self._spawned
             self.apiserver.start()
@@ -285,18 +290,34 @@ class Stack:
         assert self.apiserver is not None
         kubeconfig = self.apiserver.client_kubeconfig("system:kube-proxy", (), self.proxy_kubeconfig)
         return [
-            "python3", "-m", "pykubelet", "proxy", "--kubeconfig", str(kubeconfig),
-            "--hostname-override", self.node_name, "--cluster-cidr", self.config.pod_cidr,
-            "--nft-table", self.proxy_table,
-            "--healthz-bind-address", f"127.0.0.1:{self.proxy_healthz_port}", "--metrics-bind-address", "",
+            "python3",
+            "-m",
+            "pykubelet",
+            "proxy",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--hostname-override",
+            self.node_name,
+            "--cluster-cidr",
+            self.config.pod_cidr,
+            "--nft-table",
+            self.proxy_table,
+            "--healthz-bind-address",
+            f"127.0.0.1:{self.proxy_healthz_port}",
+            "--metrics-bind-address",
+            "",
         ]
 
     def start_proxy(self, timeout: float = 60.0) -> Daemon:
         """Start (or restart) the service proxy and wait until it has written its table."""
         if self.proxy is not None and self.proxy.running():
             raise RuntimeError("the proxy is already running")
-        self.proxy = Daemon("pykubelet proxy", self.proxy_argv(), self.config.state_dir / "proxy" / "proxy.log",
-                            on_spawn=self._spawned)
+        self.proxy = Daemon(
+            "pykubelet proxy",
+            self.proxy_argv(),
+            self.config.state_dir / "proxy" / "proxy.log",
+            on_spawn=self._spawned,
+        )
         self.proxy.start(self.proxy_synced, timeout=timeout, interval=0.2)
         self._started("proxy")
         return self.proxy
@@ -304,8 +325,12 @@ class Stack:
     def proxy_synced(self) -> bool:
         import subprocess
 
-        listed = subprocess.run(["nft", "list", "chain", "ip", self.proxy_table, "services"],
-                                capture_output=True, text=True, check=False)
+        listed = subprocess.run(
+            ["nft", "list", "chain", "ip", self.proxy_table, "services"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         return listed.returncode == 0
 
     def stop_proxy(self, cleanup: bool = True) -> None:
@@ -326,10 +351,24 @@ class Stack:
 
         assert self.apiserver is not None
         self.dns_address = default_route_ip()
-        kubeconfig = self.apiserver.client_kubeconfig(DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig")
-        argv = ["python3", "-m", "pykubelet", "dns", "--kubeconfig", str(kubeconfig), "--bind-address", self.dns_address,
-                "--port", str(self.dns_port)]
-        self.dns = Daemon("pykubelet dns", argv, self.config.state_dir / "dns" / "dns.log", on_spawn=self._spawned)
+        kubeconfig = self.apiserver.client_kubeconfig(
+            DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig"
+        )
+        argv = [
+            "python3",
+            "-m",
+            "pykubelet",
+            "dns",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--bind-address",
+            self.dns_address,
+            "--port",
+            str(self.dns_port),
+        ]
+        self.dns = Daemon(
+            "pykubelet dns", argv, self.config.state_dir / "dns" / "dns.log", on_spawn=self._spawned
+        )
         self.dns.start(self._dns_answers, timeout=timeout, interval=0.2)
         self._publish_kube_dns()
         self._started("dns")
@@ -339,8 +378,11 @@ class Stack:
         from dnslib import DNSRecord
 
         try:
-            reply = DNSRecord.parse(DNSRecord.question("kubernetes.default.svc.cluster.local").send(
-                self.dns_address, self.dns_port, timeout=1))
+            reply = DNSRecord.parse(
+                DNSRecord.question("kubernetes.default.svc.cluster.local").send(
+                    self.dns_address, self.dns_port, timeout=1
+                )
+            )
         except OSError:
             return False
         return bool(reply.rr)
@@ -350,19 +392,33 @@ class Stack:
         from kubernetes.client.exceptions import ApiException
 
         api = self.core_api()
-        ports = [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": self.dns_port},
-                 {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": self.dns_port}]
-        service = {"metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
-                   "spec": {"clusterIP": KUBE_DNS_IP, "ports": ports}}
-        endpoints = {"metadata": {"name": "kube-dns-host", "labels": {"kubernetes.io/service-name": "kube-dns",
-                                                                      "k8s-app": "kube-dns"}},
-                     "addressType": "IPv4",
-                     "endpoints": [{"addresses": [self.dns_address], "conditions": {"ready": True},
-                                    "nodeName": self.node_name}],
-                     "ports": [{"name": p["name"], "port": self.dns_port, "protocol": p["protocol"]} for p in ports]}
+        ports = [
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": self.dns_port},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": self.dns_port},
+        ]
+        service = {
+            "metadata": {
+                "name": "kube-dns",
+                "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"},
+            },
+            "spec": {"clusterIP": KUBE_DNS_IP, "ports": ports},
+        }
+        endpoints = {
+            "metadata": {
+                "name": "kube-dns-host",
+                "labels": {"kubernetes.io/service-name": "kube-dns", "k8s-app": "kube-dns"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": [self.dns_address], "conditions": {"ready": True}, "nodeName": self.node_name}
+            ],
+            "ports": [{"name": p["name"], "port": self.dns_port, "protocol": p["protocol"]} for p in ports],
+        }
         discovery = client.DiscoveryV1Api(api.api_client)
-        for create in (lambda: api.create_namespaced_service("kube-system", service),
-                       lambda: discovery.create_namespaced_endpoint_slice("kube-system", endpoints)):
+        for create in (
+            lambda: api.create_namespaced_service("kube-system", service),
+            lambda: discovery.create_namespaced_endpoint_slice("kube-system", endpoints),
+        ):
             try:
                 create()
             except ApiException as err:

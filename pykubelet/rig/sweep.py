@@ -77,7 +77,8 @@ def scope_of(state_dir: Path, network: StackNetwork | None) -> Scope:
         bridges=[network.bridge] if network else [],
         pod_cidrs=[network.pod_cidr] if network else [],
         nft_tables=[f"ip {proxy_table(network.bridge if network else DEFAULT_BRIDGE)}"]
-        if (state_dir / "proxy").exists() else [],
+        if (state_dir / "proxy").exists()
+        else [],
     )
 
 
@@ -191,7 +192,9 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     scope = scope_of(state_dir, network)
     # Without a known network its files are still where the stack keeps them; only remove() needs it.
     cni = stack_network(
-        state_dir, network.pod_cidr if network else DEFAULT_POD_CIDR, network.bridge if network else DEFAULT_BRIDGE
+        state_dir,
+        network.pod_cidr if network else DEFAULT_POD_CIDR,
+        network.bridge if network else DEFAULT_BRIDGE,
     )
     _stop_ups(state_dir)
     found = host.processes_of(scope.roots)

@@ -48,7 +48,9 @@ class FakeRuntime:
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     fail_start: dict[str, StartError] = field(default_factory=dict)  # container name -> error
     fail_sandbox: str = ""
-    hooks: dict[tuple[str, str], tuple[str | None, float]] = field(default_factory=dict)  # (container, kind) -> (failure, seconds)
+    hooks: dict[tuple[str, str], tuple[str | None, float]] = field(
+        default_factory=dict
+    )  # (container, kind) -> (failure, seconds)
     restarts_in_logs: dict[str, int] = field(default_factory=dict)
     volumes_ready: bool = True
     storage_over_limit: str | None = None  # the eviction message local_storage_exceeded answers
@@ -74,8 +76,14 @@ class FakeRuntime:
         """The container exits `after` seconds of (fake) running."""
         rec = self.record(uid, name)
         self.clock.advance(after)
-        return self._replace(uid, rec, state="exited", exit_code=code, finished_at=self._ns(),
-                             reason="Completed" if code == 0 else "Error")
+        return self._replace(
+            uid,
+            rec,
+            state="exited",
+            exit_code=code,
+            finished_at=self._ns(),
+            reason="Completed" if code == 0 else "Error",
+        )
 
     def lose_sandbox(self, uid: str) -> None:
         self.sandboxes[uid] = [replace(sb, ready=False) for sb in self.sandboxes.get(uid, [])]
@@ -129,7 +137,12 @@ class FakeRuntime:
             self.sandboxes[uid] = [sb for sb in sbs if sb.id != sandbox_id]
 
     async def start_container(
-        self, pod: dict[str, Any], container: dict[str, Any], kind: str, sandbox: SandboxRecord, restart_count: int
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        kind: str,
+        sandbox: SandboxRecord,
+        restart_count: int,
     ) -> str:
         name = container["name"]
         self.calls.append(("start", name, restart_count))
@@ -138,8 +151,24 @@ class FakeRuntime:
         uid = pod["metadata"]["uid"]
         n = next(self._ids)
         now = self._ns() + n
-        rec = ContainerRecord(f"{name}-{n}", name, kind, sandbox.id, restart_count, L.container_hash(container),
-                              "running", now, now, 0, 0, "", "", container.get("image", ""), "sha256:img", f"/logs/{name}/{restart_count}.log")
+        rec = ContainerRecord(
+            f"{name}-{n}",
+            name,
+            kind,
+            sandbox.id,
+            restart_count,
+            L.container_hash(container),
+            "running",
+            now,
+            now,
+            0,
+            0,
+            "",
+            "",
+            container.get("image", ""),
+            "sha256:img",
+            f"/logs/{name}/{restart_count}.log",
+        )
         self.containers.setdefault(uid, []).append(rec)
         return rec.id
 
@@ -151,8 +180,14 @@ class FakeRuntime:
         for uid, recs in self.containers.items():
             for rec in recs:
                 if rec.id == container_id and rec.state == "running":
-                    self._replace(uid, rec, state="exited", exit_code=self.stop_exit_code, finished_at=self._ns(),
-                                  reason="Error" if self.stop_exit_code else "Completed")
+                    self._replace(
+                        uid,
+                        rec,
+                        state="exited",
+                        exit_code=self.stop_exit_code,
+                        finished_at=self._ns(),
+                        reason="Error" if self.stop_exit_code else "Completed",
+                    )
         self.calls.append(("stopped", name, grace))
 
     async def remove_container(self, record: ContainerRecord) -> None:
@@ -161,8 +196,13 @@ class FakeRuntime:
             self.containers[uid] = [r for r in recs if r.id != record.id]
 
     async def run_hook(
-        self, pod: dict[str, Any], container: dict[str, Any], container_id: str, handler: dict[str, Any],
-        pod_ip: str, budget: float = 0,
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        container_id: str,
+        handler: dict[str, Any],
+        pod_ip: str,
+        budget: float = 0,
     ) -> str | None:
         lifecycle = container.get("lifecycle") or {}
         kind = "postStart" if lifecycle.get("postStart") is handler else "preStop"
@@ -213,8 +253,13 @@ def fake_context(runtime: FakeRuntime, **cfg: Any) -> PodContext:
 
 
 def make_pod(
-    uid: str = "u1", restart: str = "Always", containers: tuple[str, ...] = ("main",), init: tuple[str, ...] = (),
-    sidecars: tuple[str, ...] = (), grace: int | None = 30, **spec: Any,
+    uid: str = "u1",
+    restart: str = "Always",
+    containers: tuple[str, ...] = ("main",),
+    init: tuple[str, ...] = (),
+    sidecars: tuple[str, ...] = (),
+    grace: int | None = 30,
+    **spec: Any,
 ) -> dict[str, Any]:
     def c(name: str, **extra: Any) -> dict[str, Any]:
         return {"name": name, "image": "busybox:1.36", **extra}
@@ -222,7 +267,12 @@ def make_pod(
     inits = [c(n, restartPolicy="Always") if n in sidecars else c(n) for n in init]
     body: dict[str, Any] = {
         "metadata": {"name": f"pod-{uid}", "namespace": "ns", "uid": uid},
-        "spec": {"restartPolicy": restart, "containers": [c(n) for n in containers], "initContainers": inits, **spec},
+        "spec": {
+            "restartPolicy": restart,
+            "containers": [c(n) for n in containers],
+            "initContainers": inits,
+            **spec,
+        },
         "status": {},
     }
     if grace is not None:

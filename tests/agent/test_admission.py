@@ -20,7 +20,10 @@ def pod(name="p", requests=None, ports=None, **spec):
     container = {"name": "c", "image": "busybox", "resources": {"requests": requests or {}}}
     if ports:
         container["ports"] = ports
-    return {"metadata": {"name": name, "namespace": "ns", "uid": name}, "spec": {"nodeName": "n1", "containers": [container], **spec}}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": name},
+        "spec": {"nodeName": "n1", "containers": [container], **spec},
+    }
 
 
 def test_fits():
@@ -30,9 +33,24 @@ def test_fits():
 @pytest.mark.parametrize(
     ("requests", "others", "reason", "message"),
     [
-        ({"cpu": "1500m"}, [{"cpu": "1"}], "OutOfcpu", "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000"),
-        ({"memory": "5Gi"}, [], "OutOfmemory", "Node didn't have enough resource: memory, requested: 5368709120, used: 0, capacity: 4294967296"),
-        ({"hugepages-2Mi": "4Mi"}, [], "OutOfhugepages-2Mi", "Node didn't have enough resource: hugepages-2Mi, requested: 4194304, used: 0, capacity: 0"),
+        (
+            {"cpu": "1500m"},
+            [{"cpu": "1"}],
+            "OutOfcpu",
+            "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000",
+        ),
+        (
+            {"memory": "5Gi"},
+            [],
+            "OutOfmemory",
+            "Node didn't have enough resource: memory, requested: 5368709120, used: 0, capacity: 4294967296",
+        ),
+        (
+            {"hugepages-2Mi": "4Mi"},
+            [],
+            "OutOfhugepages-2Mi",
+            "Node didn't have enough resource: hugepages-2Mi, requested: 4194304, used: 0, capacity: 0",
+        ),
     ],
 )
 def test_insufficient_resources(requests, others, reason, message):
@@ -42,26 +60,44 @@ def test_insufficient_resources(requests, others, reason, message):
 
 def test_max_pods_is_enforced_first():
     verdict = admit(pod(requests={"cpu": "100"}), node(pods="2"), [pod("a"), pod("b")])
-    assert (verdict.reason, verdict.message) == ("OutOfpods", "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2")
+    assert (verdict.reason, verdict.message) == (
+        "OutOfpods",
+        "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2",
+    )
 
 
 def test_node_selector_and_affinity():
     assert admit(pod(nodeSelector={"disk": "ssd"}), node(labels={"disk": "ssd"}), []).admit
     verdict = admit(pod(nodeSelector={"disk": "ssd"}), node(), [])
-    assert (verdict.reason, verdict.message) == ("NodeAffinity", "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector")
+    assert (verdict.reason, verdict.message) == (
+        "NodeAffinity",
+        "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector",
+    )
     term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    affinity = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
     assert admit(pod(affinity=affinity), node(labels={"zone": "b"}), []).admit
     assert not admit(pod(affinity=affinity), node(labels={"zone": "c"}), []).admit
-    by_name = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+    by_name = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+                ]
+            }
+        }
+    }
     assert admit(pod(affinity=by_name), node(), []).admit
 
 
 def test_host_ports():
     port = [{"containerPort": 80, "hostPort": 8080}]
     verdict = admit(pod(ports=port), node(), [pod("web", ports=port)])
-    assert (verdict.reason, verdict.message) == ("NodePorts", "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports")
+    assert (verdict.reason, verdict.message) == (
+        "NodePorts",
+        "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports",
+    )
     udp = [{"containerPort": 80, "hostPort": 8080, "protocol": "UDP"}]
     assert admit(pod(ports=udp), node(), [pod("web", ports=port)]).admit
     ip_a = [{"containerPort": 80, "hostPort": 8080, "hostIP": "10.0.0.1"}]
@@ -72,8 +108,13 @@ def test_host_ports():
 def test_untolerated_no_execute_taint():
     taint = {"key": "dedicated", "value": "gpu", "effect": "NoExecute"}
     verdict = admit(pod(), node(taints=[taint]), [])
-    assert (verdict.reason, verdict.message) == ("TaintToleration", "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate")
-    assert admit(pod(tolerations=[{"key": "dedicated", "operator": "Exists"}]), node(taints=[taint]), []).admit
+    assert (verdict.reason, verdict.message) == (
+        "TaintToleration",
+        "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate",
+    )
+    assert admit(
+        pod(tolerations=[{"key": "dedicated", "operator": "Exists"}]), node(taints=[taint]), []
+    ).admit
     # Only NoExecute matters to the kubelet: NoSchedule is the scheduler's business.
     assert admit(pod(), node(taints=[{**taint, "effect": "NoSchedule"}]), []).admit
 
@@ -84,14 +125,16 @@ def test_resources_come_before_other_checks():
 
 
 def test_pod_requests_count_init_containers_and_sidecars():
-    p = {"spec": {
-        "initContainers": [
-            {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "200m"}}},
-            {"name": "setup", "resources": {"requests": {"cpu": "1"}}},
-        ],
-        "containers": [{"name": "app", "resources": {"requests": {"cpu": "500m"}}}],
-        "overhead": {"cpu": "50m"},
-    }}
+    p = {
+        "spec": {
+            "initContainers": [
+                {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "200m"}}},
+                {"name": "setup", "resources": {"requests": {"cpu": "1"}}},
+            ],
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "500m"}}}],
+            "overhead": {"cpu": "50m"},
+        }
+    }
     # max(app 500m + sidecar 200m, setup 1000m beside the sidecar 200m) + overhead 50m
     assert pod_requests(p)["cpu"] == 1250
 
@@ -112,7 +155,11 @@ def test_safe_sysctls_are_admitted_in_either_spelling():
     [
         (("kernel.msgmax",), {}, 'forbidden sysctl: "kernel.msgmax" not allowlisted'),
         (("net.core.somaxconn",), {}, 'forbidden sysctl: "net.core.somaxconn" not allowlisted'),
-        (("net.ipv4.tcp_syncookies",), {"hostNetwork": True}, 'forbidden sysctl: "net.ipv4.tcp_syncookies" not allowed with host net enabled'),
+        (
+            ("net.ipv4.tcp_syncookies",),
+            {"hostNetwork": True},
+            'forbidden sysctl: "net.ipv4.tcp_syncookies" not allowed with host net enabled',
+        ),
     ],
 )
 def test_unsafe_sysctls_are_forbidden_before_anything_else(names, spec, message):

@@ -47,7 +47,10 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 
 @pytest.fixture(scope="module")
 def own_containerd(
-    tmp_path_factory: pytest.TempPathFactory, registry: Registry, test_images: RigImages, ref_network: ReferenceBridgeNetwork
+    tmp_path_factory: pytest.TempPathFactory,
+    registry: Registry,
+    test_images: RigImages,
+    ref_network: ReferenceBridgeNetwork,
 ) -> Iterator[Containerd]:
     """A containerd for this module alone: the agent cleans up every pod sandbox it does not know, so it
     must not share a runtime with other suites' sandboxes."""
@@ -73,28 +76,47 @@ def client_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-client-ca")])
     ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256())
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(2).not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1)).sign(ca_key, hashes.SHA256())
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(ca_key, hashes.SHA256())
     )
     paths = {"ca": d / "ca.crt", "cert": d / "client.crt", "key": d / "client.key"}
     paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    paths["key"].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return paths
 
 
 @pytest.fixture
-async def agent(apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path, client_pki: dict[str, Path]) -> AsyncIterator[Agent]:
+async def agent(
+    apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path, client_pki: dict[str, Path]
+) -> AsyncIterator[Agent]:
     node_name = f"api-{uuid.uuid4().hex[:6]}"
     # The node's own credentials, as a kubelet has: the Node authorizer and NodeRestriction apply.
-    kubeconfig = apiserver.client_kubeconfig(f"system:node:{node_name}", ("system:nodes",), tmp_path / "kubelet.kubeconfig")
+    kubeconfig = apiserver.client_kubeconfig(
+        f"system:node:{node_name}", ("system:nodes",), tmp_path / "kubelet.kubeconfig"
+    )
     cfg = AgentConfig(
         port=free_port(),
         address="127.0.0.1",
@@ -143,10 +165,17 @@ def kubelet_tls(client_pki: dict[str, Path] | None = None) -> ssl.SSLContext:
     return context
 
 
-async def upgrade_refused(http: aiohttp.ClientSession, url: str, params, ctx: ssl.SSLContext) -> tuple[int, str]:
+async def upgrade_refused(
+    http: aiohttp.ClientSession, url: str, params, ctx: ssl.SSLContext
+) -> tuple[int, str]:
     """The status and text of a WebSocket upgrade the server refuses."""
-    headers = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": "v4.channel.k8s.io"}
+    headers = {
+        "Connection": "Upgrade",
+        "Upgrade": "websocket",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Protocol": "v4.channel.k8s.io",
+    }
     async with http.get(url, params=params, headers=headers, ssl=ctx) as resp:
         return resp.status, await resp.text()
 
@@ -172,7 +201,10 @@ async def test_orphan_sandbox_is_removed(agent: Agent, own_containerd: Container
         await cri.run_pod_sandbox(config)
         # Not labelled as a pod's: the agent must leave it alone.
         foreign = await cri.run_pod_sandbox(
-            pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name="foreign", uid="f", namespace="x"), log_directory=str(tmp_path / "f"))
+            pb.PodSandboxConfig(
+                metadata=pb.PodSandboxMetadata(name="foreign", uid="f", namespace="x"),
+                log_directory=str(tmp_path / "f"),
+            )
         )
 
         async def gone():
@@ -194,7 +226,9 @@ async def test_status_written_only_on_change(agent: Agent, admin: KubeClient, te
         "spec": {
             "nodeName": node,
             "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": test_images.busybox_pinned, "command": ["sleep", "3600"]}],
+            "containers": [
+                {"name": "main", "image": test_images.busybox_pinned, "command": ["sleep", "3600"]}
+            ],
         },
     }
     created = await client.create("/api/v1/namespaces/default/pods", pod)
@@ -232,12 +266,18 @@ async def test_status_written_only_on_change(agent: Agent, admin: KubeClient, te
     await wait_until(deleted)
 
 
-async def test_node_status_marked_unknown_by_another_writer_is_put_right_at_once(agent: Agent, admin: KubeClient):
+async def test_node_status_marked_unknown_by_another_writer_is_put_right_at_once(
+    agent: Agent, admin: KubeClient
+):
     """As the node lifecycle controller does after a partition: the conditions say Unknown while our
     last post said Ready. The next sync sees the Node as the API holds it and posts again."""
     assert agent.node is not None
     assert await agent.node.sync_status() is False  # nothing changed since the last post
-    unknown = {"status": "Unknown", "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status."}
+    unknown = {
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+    }
     conditions = [{**c, **unknown} for c in agent.node.node["status"]["conditions"]]
     await admin.patch(f"/api/v1/nodes/{agent.cfg.node_name}/status", {"status": {"conditions": conditions}})
     assert await agent.node.sync_status() is True
@@ -252,13 +292,19 @@ async def test_repeated_event_is_counted(agent: Agent, admin: KubeClient):
     name = f"ev-{uuid.uuid4().hex[:6]}"
     pod = await client.create(
         "/api/v1/namespaces/default/pods",
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-         "spec": {"nodeName": "elsewhere", "containers": [{"name": "c", "image": "busybox:1.35.0"}]}},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "elsewhere", "containers": [{"name": "c", "image": "busybox:1.35.0"}]},
+        },
     )
     assert agent.pods is not None
     recorder = agent.pods.ctx.recorder
     for _ in range(2):
-        recorder.event(pod, "Warning", "BackOff", "Back-off restarting failed container c", "spec.containers{c}")
+        recorder.event(
+            pod, "Warning", "BackOff", "Back-off restarting failed container c", "spec.containers{c}"
+        )
 
     async def counted():
         items = (await client.get("/api/v1/namespaces/default/events"))["items"]
@@ -271,16 +317,28 @@ async def test_repeated_event_is_counted(agent: Agent, admin: KubeClient):
     await client.delete(f"/api/v1/namespaces/default/pods/{name}", {"gracePeriodSeconds": 0})
 
 
-async def test_kubelet_api_logs(agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]):
+async def test_kubelet_api_logs(
+    agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]
+):
     client = admin
     name = f"talk-{uuid.uuid4().hex[:6]}"
     # stdout and stderr are written by separate runtime goroutines: a pause keeps their order fixed.
     script = "echo one; echo two; sleep 0.5; echo three >&2; sleep 2; echo four; exit 0"
     await client.create(
         "/api/v1/namespaces/default/pods",
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-         "spec": {"nodeName": agent.cfg.node_name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
-                  "containers": [{"name": "main", "image": test_images.busybox_pinned, "command": ["sh", "-c", script]}]}},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": agent.cfg.node_name,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {"name": "main", "image": test_images.busybox_pinned, "command": ["sh", "-c", script]}
+                ],
+            },
+        },
     )
     assert agent.server is not None
     base = f"https://127.0.0.1:{agent.server.port}"
@@ -316,18 +374,30 @@ async def test_kubelet_api_logs(agent: Agent, admin: KubeClient, test_images: Ri
             names = [p["metadata"]["name"] for p in (await resp.json())["items"]]
             assert name in names
         # The container has exited: no streaming session for it.
-        assert await upgrade_refused(http, f"{base}/exec/default/{name}/main", {"command": "true", "output": "1"},
-                                     with_cert) == (500, 'container not found ("main")')
+        assert await upgrade_refused(
+            http, f"{base}/exec/default/{name}/main", {"command": "true", "output": "1"}, with_cert
+        ) == (500, 'container not found ("main")')
     await client.delete(f"/api/v1/namespaces/default/pods/{name}")
 
 
-async def test_kubelet_api_streams_are_proxied_to_the_runtime(agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]):
+async def test_kubelet_api_streams_are_proxied_to_the_runtime(
+    agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]
+):
     name = f"sh-{uuid.uuid4().hex[:6]}"
     await admin.create(
         "/api/v1/namespaces/default/pods",
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-         "spec": {"nodeName": agent.cfg.node_name, "terminationGracePeriodSeconds": 1,
-                  "containers": [{"name": "main", "image": test_images.busybox_pinned, "command": ["sleep", "3600"]}]}},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": agent.cfg.node_name,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {"name": "main", "image": test_images.busybox_pinned, "command": ["sleep", "3600"]}
+                ],
+            },
+        },
     )
     path = f"/api/v1/namespaces/default/pods/{name}"
 
@@ -360,19 +430,36 @@ async def test_kubelet_api_streams_are_proxied_to_the_runtime(agent: Agent, admi
         async with http.post(exec_url, params=params, ssl=ctx) as resp:
             assert resp.status == 400 and (await resp.json())["message"] == "Upgrade request required"
         assert await upgrade_refused(http, f"{base}/exec/default/{name}/other", params, ctx) == (
-            500, 'container not found ("other")')
+            500,
+            'container not found ("other")',
+        )
     await admin.delete(path)
 
 
-async def test_kubelet_api_probe_metrics(agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]):
+async def test_kubelet_api_probe_metrics(
+    agent: Agent, admin: KubeClient, test_images: RigImages, client_pki: dict[str, Path]
+):
     """/metrics/probes counts what the prober did for a real container, behind client-certificate auth."""
     name = f"probed-{uuid.uuid4().hex[:6]}"
     await admin.create(
         "/api/v1/namespaces/default/pods",
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-         "spec": {"nodeName": agent.cfg.node_name, "terminationGracePeriodSeconds": 1,
-                  "containers": [{"name": "main", "image": test_images.busybox_pinned, "command": ["sleep", "3600"],
-                                  "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}]}},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": agent.cfg.node_name,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": test_images.busybox_pinned,
+                        "command": ["sleep", "3600"],
+                        "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1},
+                    }
+                ],
+            },
+        },
     )
 
     async def ready():
@@ -390,14 +477,19 @@ async def test_kubelet_api_probe_metrics(agent: Agent, admin: KubeClient, test_i
             text = await resp.text()
         async with http.get(url, ssl=kubelet_tls()) as resp:
             assert resp.status == 401
-    counts = [line for line in text.splitlines() if line.startswith('prober_probe_total{probe_type="Readiness",result="successful"}')]
+    counts = [
+        line
+        for line in text.splitlines()
+        if line.startswith('prober_probe_total{probe_type="Readiness",result="successful"}')
+    ]
     assert counts and int(counts[0].rsplit(" ", 1)[1]) >= 1
     assert 'prober_probe_duration_seconds_count{probe_type="Readiness",handler="exec"}' in text
     await admin.delete(f"/api/v1/namespaces/default/pods/{name}")
 
 
-async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(agent: Agent, admin: KubeClient,
-                                                                        caplog: pytest.LogCaptureFixture):
+async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(
+    agent: Agent, admin: KubeClient, caplog: pytest.LogCaptureFixture
+):
     """A service-account token on the kubelet API: reviewed by the real API server (TokenReview), the
     request authorized there (SubjectAccessReview under RBAC: forbidden until the account is bound to
     system:kubelet-api-admin); a bad token is a bare 401; neither token reaches a log line."""
@@ -407,21 +499,34 @@ async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(agent: A
     client = admin
     account = f"caller-{uuid.uuid4().hex[:6]}"
     await client.create("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": account}})
-    issued = await client.create(f"/api/v1/namespaces/default/serviceaccounts/{account}/token",
-                                 {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    issued = await client.create(
+        f"/api/v1/namespaces/default/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
     token = issued["status"]["token"]
     forged = token[:-12] + "AAAAAAAAAAAA"
     assert agent.server is not None
     url = f"https://127.0.0.1:{agent.server.port}/pods"
     async with aiohttp.ClientSession() as http:
         async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
-            assert (resp.status, await resp.text()) == (403, f"Forbidden (user=system:serviceaccount:default:{account}, "
-                                                             "verb=get, resource=nodes, subresource=proxy)")
+            assert (resp.status, await resp.text()) == (
+                403,
+                f"Forbidden (user=system:serviceaccount:default:{account}, "
+                "verb=get, resource=nodes, subresource=proxy)",
+            )
         binding = f"{account}-kubelet-api"
-        await client.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-            "metadata": {"name": binding},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": "default"}]})
+        await client.create(
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "metadata": {"name": binding},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "system:kubelet-api-admin",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": "default"}],
+            },
+        )
 
         async def allowed() -> bool:
             async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
@@ -432,7 +537,9 @@ async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(agent: A
             assert (resp.status, await resp.text()) == (401, "Unauthorized")
         async with http.get(url, ssl=kubelet_tls()) as resp:
             assert resp.status == 401
-    assert any("kubelet api request user=system:serviceaccount:default:" in r.getMessage() for r in caplog.records)
+    assert any(
+        "kubelet api request user=system:serviceaccount:default:" in r.getMessage() for r in caplog.records
+    )
     for record in caplog.records:
         text = record.getMessage()
         assert token.split(".")[2] not in text and forged.split(".")[2][:-12] not in text
@@ -447,9 +554,19 @@ async def test_node_events_reach_the_api(agent: Agent, admin: KubeClient):
 
     async def reported():
         items = (await admin.get("/api/v1/namespaces/default/events"))["items"]
-        mine = [e for e in items if e["involvedObject"].get("kind") == "Node" and e["involvedObject"].get("name") == node]
+        mine = [
+            e
+            for e in items
+            if e["involvedObject"].get("kind") == "Node" and e["involvedObject"].get("name") == node
+        ]
         reasons = {e["reason"]: e for e in mine}
-        wanted = {"Starting", "NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID", "NodeAllocatableEnforced"}
+        wanted = {
+            "Starting",
+            "NodeHasSufficientMemory",
+            "NodeHasNoDiskPressure",
+            "NodeHasSufficientPID",
+            "NodeAllocatableEnforced",
+        }
         return reasons if wanted <= set(reasons) else None
 
     reasons = await wait_until(reported, timeout=20)
@@ -457,4 +574,7 @@ async def test_node_events_reach_the_api(agent: Agent, admin: KubeClient):
     assert reasons["NodeHasSufficientPID"]["message"] == f"Node {node} status is now: NodeHasSufficientPID"
     assert reasons["NodeAllocatableEnforced"]["message"] == "Updated Node Allocatable limit across pods"
     event = reasons["Starting"]
-    assert event["involvedObject"]["uid"] == node and event["source"] == {"component": "kubelet", "host": node}
+    assert event["involvedObject"]["uid"] == node and event["source"] == {
+        "component": "kubelet",
+        "host": node,
+    }

@@ -39,7 +39,9 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 def dirs(tmp_path: Path) -> Iterator[dict[str, Path]]:
     d = {name: tmp_path / name for name in ("conf", "bin", "ipam", "root", "logs")}
     yield d
-    NodeNetwork(conf_dir=d["conf"], bin_dir=d["bin"], data_dir=d["ipam"], pod_cidr=POD_CIDR, bridge=BRIDGE).remove()
+    NodeNetwork(
+        conf_dir=d["conf"], bin_dir=d["bin"], data_dir=d["ipam"], pod_cidr=POD_CIDR, bridge=BRIDGE
+    ).remove()
 
 
 async def _network_ready(endpoint: str) -> bool:
@@ -66,8 +68,9 @@ async def test_agent_runs_the_pod_network(
     try:
         assert not await _network_ready(ctd.endpoint)  # no conflist yet
         node_name = f"net-{uuid.uuid4().hex[:6]}"
-        kubeconfig = apiserver.client_kubeconfig(f"system:node:{node_name}", ("system:nodes",),
-                                                 dirs["root"] / "kubelet.kubeconfig")
+        kubeconfig = apiserver.client_kubeconfig(
+            f"system:node:{node_name}", ("system:nodes",), dirs["root"] / "kubelet.kubeconfig"
+        )
         cfg = AgentConfig(
             port=0,
             node_name=node_name,

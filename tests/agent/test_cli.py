@@ -8,7 +8,9 @@ from pathlib import Path
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pykubelet", "agent", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "pykubelet", "agent", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_bad_config_file(tmp_path: Path):

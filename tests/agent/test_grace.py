@@ -44,6 +44,10 @@ def test_a_containers_own_grace_period() -> None:
     container = {"name": "c", "livenessProbe": {"terminationGracePeriodSeconds": 4}, "startupProbe": {}}
     assert termination_grace(_pod({}, grace=20), container) == 20
     assert termination_grace(_pod({}, grace=20), container, REASON_LIVENESS) == 4
-    assert termination_grace(_pod({}, grace=20), container, REASON_STARTUP) == 20  # the startup probe sets none
-    assert termination_grace(_pod({"deletionGracePeriodSeconds": 9}, grace=20), container, REASON_LIVENESS) == 9
+    assert (
+        termination_grace(_pod({}, grace=20), container, REASON_STARTUP) == 20
+    )  # the startup probe sets none
+    assert (
+        termination_grace(_pod({"deletionGracePeriodSeconds": 9}, grace=20), container, REASON_LIVENESS) == 9
+    )
     assert termination_grace(_pod({}, grace=None), container) == MIN_GRACE

@@ -34,10 +34,16 @@ NODE = "n1"
 class StandIn:
     """The API server's review endpoints, answering as told and recording what they were asked."""
 
-    users: dict[str, dict[str, Any]] = field(default_factory=lambda: {
-        GOOD_TOKEN: {"username": "system:serviceaccount:ns:sa", "uid": "u-1",
-                     "groups": ["system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"],
-                     "extra": {"authentication.kubernetes.io/pod-name": ["p"]}}})
+    users: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            GOOD_TOKEN: {
+                "username": "system:serviceaccount:ns:sa",
+                "uid": "u-1",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"],
+                "extra": {"authentication.kubernetes.io/pod-name": ["p"]},
+            }
+        }
+    )
     allow: set[str] = field(default_factory=set)  # user names the SAR allows
     broken: bool = False
     token_reviews: list[dict[str, Any]] = field(default_factory=list)
@@ -47,12 +53,18 @@ class StandIn:
         body = await request.json()
         self.token_reviews.append(body["spec"])
         user = self.users.get(body["spec"]["token"])
-        status = {"authenticated": True, "user": user} if user else {"authenticated": False, "error": "invalid bearer token"}
+        status = (
+            {"authenticated": True, "user": user}
+            if user
+            else {"authenticated": False, "error": "invalid bearer token"}
+        )
         return web.json_response({**body, "status": status}, status=201)
 
     async def access_review(self, request: web.Request) -> web.Response:
         if self.broken:
-            return web.json_response({"kind": "Status", "code": 500, "reason": "InternalError", "message": "boom"}, status=500)
+            return web.json_response(
+                {"kind": "Status", "code": 500, "reason": "InternalError", "message": "boom"}, status=500
+            )
         body = await request.json()
         self.access_reviews.append(body["spec"])
         allowed = body["spec"]["user"] in self.allow
@@ -64,18 +76,42 @@ def _client_pki(d: Path) -> dict[str, Path]:
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")])
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(2).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1)).sign(ca_key, hashes.SHA256()))
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
+        ]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(ca_key, hashes.SHA256())
+    )
     paths = {"ca": d / "ca.crt", "cert": d / "client.crt", "key": d / "client.key"}
     paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    paths["key"].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return paths
 
 
@@ -94,11 +130,16 @@ class Rig:
             context.load_cert_chain(self.pki["cert"], self.pki["key"])
         return context
 
-    async def get(self, path: str, token: str | None = None, with_cert: bool = False, method: str = "GET") -> tuple[int, str]:
+    async def get(
+        self, path: str, token: str | None = None, with_cert: bool = False, method: str = "GET"
+    ) -> tuple[int, str]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with aiohttp.ClientSession() as http, http.request(
-            method, self.base + path, headers=headers, ssl=self.tls(with_cert), allow_redirects=False
-        ) as resp:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(
+                method, self.base + path, headers=headers, ssl=self.tls(with_cert), allow_redirects=False
+            ) as resp,
+        ):
             return resp.status, await resp.text()
 
 
@@ -115,10 +156,17 @@ async def _rig(tmp_path: Path, **auth_options: Any) -> AsyncIterator[Rig]:
     client = KubeClient(ClusterConfig(server=f"http://127.0.0.1:{port}"), max_attempts=1)
     credentials = CredentialClient(client)
     pki = _client_pki(tmp_path)
-    auth = KubeletAuth(NODE, review_token=credentials.review_token, review_access=credentials.review_access, **auth_options)
+    auth = KubeletAuth(
+        NODE, review_token=credentials.review_token, review_access=credentials.review_access, **auth_options
+    )
     cert, key = ensure_self_signed(tmp_path / "pki", NODE, ["127.0.0.1"])
-    server = KubeletServer(None, lambda ns, name: None, lambda: [{"metadata": {"name": "p"}}],  # type: ignore[arg-type]
-                           auth=auth, ssl_context=server_context(cert, key, str(pki["ca"])))
+    server = KubeletServer(
+        None,
+        lambda ns, name: None,
+        lambda: [{"metadata": {"name": "p"}}],  # type: ignore[arg-type]
+        auth=auth,
+        ssl_context=server_context(cert, key, str(pki["ca"])),
+    )
     await server.start("127.0.0.1", 0)
     try:
         yield Rig(api, f"https://127.0.0.1:{server.port}", pki, auth)
@@ -143,13 +191,25 @@ async def test_no_credentials_or_a_bad_token_is_401(rig: Rig):
 
 async def test_the_review_says_no_403_with_upstreams_text(rig: Rig):
     status, text = await rig.get("/pods", token=GOOD_TOKEN)
-    assert (status, text) == (403, "Forbidden (user=system:serviceaccount:ns:sa, verb=get, resource=nodes, subresource=proxy)")
-    assert rig.api.access_reviews == [{
-        "resourceAttributes": {"verb": "get", "version": "v1", "resource": "nodes", "subresource": "proxy", "name": NODE},
-        "user": "system:serviceaccount:ns:sa", "uid": "u-1",
-        "groups": ["system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"],
-        "extra": {"authentication.kubernetes.io/pod-name": ["p"]},
-    }]
+    assert (status, text) == (
+        403,
+        "Forbidden (user=system:serviceaccount:ns:sa, verb=get, resource=nodes, subresource=proxy)",
+    )
+    assert rig.api.access_reviews == [
+        {
+            "resourceAttributes": {
+                "verb": "get",
+                "version": "v1",
+                "resource": "nodes",
+                "subresource": "proxy",
+                "name": NODE,
+            },
+            "user": "system:serviceaccount:ns:sa",
+            "uid": "u-1",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"],
+            "extra": {"authentication.kubernetes.io/pod-name": ["p"]},
+        }
+    ]
     rig.api.allow.add("system:serviceaccount:ns:sa")
     # The denial is remembered for cacheUnauthorizedTTL: still 403 without asking again.
     assert (await rig.get("/pods", token=GOOD_TOKEN))[0] == 403 and len(rig.api.access_reviews) == 1
@@ -168,7 +228,10 @@ async def test_client_certificates_are_authorized_with_their_groups(rig: Rig):
     rig.api.allow.add("kube-apiserver-kubelet-client")
     assert (await rig.get("/pods", with_cert=True))[0] == 200
     review = rig.api.access_reviews[0]
-    assert review["user"] == "kube-apiserver-kubelet-client" and review["groups"] == ["system:masters", "system:authenticated"]
+    assert review["user"] == "kube-apiserver-kubelet-client" and review["groups"] == [
+        "system:masters",
+        "system:authenticated",
+    ]
     assert rig.api.token_reviews == []
     # exec is a POST: verb create on nodes/proxy (404 here: no such pod, but only after authorization;
     # a stream is asked for, else upstream's kubelet refuses the options first, 400).
@@ -179,7 +242,10 @@ async def test_client_certificates_are_authorized_with_their_groups(rig: Rig):
 async def test_authorization_errors_are_500(rig: Rig):
     rig.api.broken = True
     status, text = await rig.get("/pods", with_cert=True)
-    assert (status, text) == (500, "Authorization error (user=kube-apiserver-kubelet-client, verb=get, resource=nodes, subresource=proxy)")
+    assert (status, text) == (
+        500,
+        "Authorization error (user=kube-apiserver-kubelet-client, verb=get, resource=nodes, subresource=proxy)",
+    )
     rig.api.broken = False
     rig.api.allow.add("kube-apiserver-kubelet-client")
     assert (await rig.get("/pods", with_cert=True))[0] == 200  # errors are not remembered
@@ -195,15 +261,24 @@ async def test_anonymous_when_enabled_is_still_authorized(tmp_path: Path):
 def test_attribute_mapping_is_upstreams():
     user = User("u")
     cases = {
-        ("GET", "/stats/summary"): ("get", "stats"), ("GET", "/stats"): ("get", "stats"),
-        ("GET", "/metrics"): ("get", "metrics"), ("GET", "/metrics/probes"): ("get", "metrics"),
-        ("GET", "/metrics/cadvisor"): ("get", "metrics"), ("GET", "/logs/"): ("get", "log"),
-        ("GET", "/statsx"): ("get", "proxy"), ("GET", "/containerLogs/ns/p/c"): ("get", "proxy"),
-        ("GET", "/pods"): ("get", "proxy"), ("POST", "/exec/ns/p/c"): ("create", "proxy"),
-        ("GET", "/exec/ns/p/c"): ("get", "proxy"), ("POST", "/attach/ns/p/c"): ("create", "proxy"),
-        ("POST", "/portForward/ns/p"): ("create", "proxy"), ("GET", "/portForward/ns/p"): ("get", "proxy"),
+        ("GET", "/stats/summary"): ("get", "stats"),
+        ("GET", "/stats"): ("get", "stats"),
+        ("GET", "/metrics"): ("get", "metrics"),
+        ("GET", "/metrics/probes"): ("get", "metrics"),
+        ("GET", "/metrics/cadvisor"): ("get", "metrics"),
+        ("GET", "/logs/"): ("get", "log"),
+        ("GET", "/statsx"): ("get", "proxy"),
+        ("GET", "/containerLogs/ns/p/c"): ("get", "proxy"),
+        ("GET", "/pods"): ("get", "proxy"),
+        ("POST", "/exec/ns/p/c"): ("create", "proxy"),
+        ("GET", "/exec/ns/p/c"): ("get", "proxy"),
+        ("POST", "/attach/ns/p/c"): ("create", "proxy"),
+        ("POST", "/portForward/ns/p"): ("create", "proxy"),
+        ("GET", "/portForward/ns/p"): ("get", "proxy"),
         ("POST", "/run/ns/p/c"): ("create", "proxy"),
-        ("PUT", "/x"): ("update", "proxy"), ("PATCH", "/x"): ("patch", "proxy"), ("DELETE", "/x"): ("delete", "proxy"),
+        ("PUT", "/x"): ("update", "proxy"),
+        ("PATCH", "/x"): ("patch", "proxy"),
+        ("DELETE", "/x"): ("delete", "proxy"),
     }
     for (method, path), expected in cases.items():
         attrs = request_attributes(user, method, path, "n1")

@@ -108,7 +108,9 @@ async def test_follow_streams_what_is_appended_until_the_container_stops(served:
         checks += 1
         if checks == 1:
             with path.open("ab") as f:
-                f.write(b"2016-12-01T08:00:04Z stdout F  more\n2016-12-01T08:00:05Z stdout F")  # 2nd incomplete
+                f.write(
+                    b"2016-12-01T08:00:04Z stdout F  more\n2016-12-01T08:00:05Z stdout F"
+                )  # 2nd incomplete
             return True
         if checks == 2:
             with path.open("ab") as f:
@@ -133,7 +135,11 @@ async def test_a_failure_after_the_status_line_ends_the_stream_cleanly(served: S
         ({"tailLines": "-1"}, 422, "tailLines: Invalid value: -1: must be greater than or equal to 0"),
         ({"limitBytes": "0"}, 422, "limitBytes: Invalid value: 0: must be greater than 0"),
         ({"sinceSeconds": "0"}, 422, "sinceSeconds: Invalid value: 0: must be greater than 0"),
-        ({"sinceSeconds": "5", "sinceTime": "2016-12-01T08:00:00Z"}, 422, "at most one of `sinceTime` or `sinceSeconds` may be specified"),
+        (
+            {"sinceSeconds": "5", "sinceTime": "2016-12-01T08:00:00Z"},
+            422,
+            "at most one of `sinceTime` or `sinceSeconds` may be specified",
+        ),
         ({"tailLines": "ten"}, 400, "tailLines must be an integer: 'ten'"),
         ({"sinceTime": "yesterday"}, 400, "sinceTime must be an RFC 3339 time: 'yesterday'"),
     ],

@@ -30,7 +30,9 @@ from agent.pods.events import kubelet_recorder
 from kubeclient.errors import ApiError
 
 GI = 2**30
-FACTS = host.HostFacts("mid", "uuid", "boot-2", "6.1.0", "Debian", "amd64", 2, 8 * GI, "host", {2 * 2**20: 512, GI: 0})
+FACTS = host.HostFacts(
+    "mid", "uuid", "boot-2", "6.1.0", "Debian", "amd64", 2, 8 * GI, "host", {2 * 2**20: 512, GI: 0}
+)
 USAGE = host.Usage(6 * GI, 100 * GI, 50 * GI, 1000, 900, 32768, 300)
 HEALTHY = RuntimeHealth(True, True, "", "", True, "", "", "containerd://1.6.20")
 
@@ -39,12 +41,20 @@ def test_condition_events_against_the_node_the_api_holds():
     cfg = AgentConfig(node_name="n")
     specs = condition_specs(cfg, FACTS, USAGE, HEALTHY)
     # A new node: each pressure condition is announced, Ready (new) is not.
-    assert condition_events([], specs) == ["NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID"]
+    assert condition_events([], specs) == [
+        "NodeHasSufficientMemory",
+        "NodeHasNoDiskPressure",
+        "NodeHasSufficientPID",
+    ]
     held = [{"type": s.type, "status": s.status} for s in specs]
     assert condition_events(held, specs) == []  # an agent restart changes nothing
     unknown = [{**c, "status": "Unknown"} for c in held]  # the node lifecycle controller's marks
     assert condition_events(unknown, specs) == [
-        "NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID", "NodeReady"]
+        "NodeHasSufficientMemory",
+        "NodeHasNoDiskPressure",
+        "NodeHasSufficientPID",
+        "NodeReady",
+    ]
     down = condition_specs(cfg, FACTS, USAGE, RuntimeHealth(False))
     assert condition_events(held, down) == ["NodeNotReady"]
 
@@ -107,7 +117,9 @@ def test_node_ip_as_upstream_chooses_it():
     # The node name's address, when it is one of this host's...
     assert host.choose_node_ip("", "h", "n", lambda _: ["198.51.100.3"], local, route) == "198.51.100.3"
     # ...never loopback or a foreign one: then the default route's interface.
-    assert host.choose_node_ip("", "h", "n", lambda _: ["127.0.0.1", "203.0.113.1"], local, route) == "192.0.2.7"
+    assert (
+        host.choose_node_ip("", "h", "n", lambda _: ["127.0.0.1", "203.0.113.1"], local, route) == "192.0.2.7"
+    )
     with pytest.raises(host.NodeIPError, match="can't get ip address of node n"):
         host.choose_node_ip("", "h", "n", lambda _: ["127.0.0.1"], lambda: {"lo": ["127.0.0.1"]}, lambda: "")
 
@@ -131,7 +143,9 @@ def test_image_names_capped_at_five():
         def __init__(self, size, tags, digests=()):
             self.size, self.repo_tags, self.repo_digests = size, list(tags), list(digests)
 
-    images = image_list([Image(10, [f"r/i:{n}" for n in range(7)], ["r/i@sha256:1"]), Image(20, ["big:1"]), Image(5, [])])
+    images = image_list(
+        [Image(10, [f"r/i:{n}" for n in range(7)], ["r/i@sha256:1"]), Image(20, ["big:1"]), Image(5, [])]
+    )
     assert [i["sizeBytes"] for i in images] == [20, 10]
     assert images[1]["names"] == ["r/i@sha256:1", "r/i:0", "r/i:1", "r/i:2", "r/i:3"]
 
@@ -180,10 +194,17 @@ async def test_first_ready_is_posted_at_once_not_at_the_next_tick(tmp_path: Path
     network = {"ready": False}
 
     async def health():
-        return RuntimeHealth(True, True, "", "", network["ready"], "NetworkPluginNotReady", "cni", "containerd://1.6.20")
+        return RuntimeHealth(
+            True, True, "", "", network["ready"], "NetworkPluginNotReady", "cni", "containerd://1.6.20"
+        )
 
-    cfg = AgentConfig(node_name="n", node_ip="192.0.2.7", root_dir=str(tmp_path), node_status_update_frequency=10,
-                      cgroups_per_qos=False)
+    cfg = AgentConfig(
+        node_name="n",
+        node_ip="192.0.2.7",
+        root_dir=str(tmp_path),
+        node_status_update_frequency=10,
+        cgroups_per_qos=False,
+    )
     client = StandInClient()
     recorder = kubelet_recorder(None, "n")
     node = NodeController(client, cfg, health, None, recorder)  # type: ignore[arg-type]
@@ -216,11 +237,16 @@ async def test_adopted_node_from_another_boot_reports_rebooted(tmp_path: Path, m
         return HEALTHY
 
     cfg = AgentConfig(node_name="n", node_ip="192.0.2.7", root_dir=str(tmp_path))
-    existing = {"metadata": {"name": "n", "uid": "u", "labels": {}}, "status": {"nodeInfo": {"bootID": "boot-1"}}}
+    existing = {
+        "metadata": {"name": "n", "uid": "u", "labels": {}},
+        "status": {"nodeInfo": {"bootID": "boot-1"}},
+    }
     recorder = kubelet_recorder(None, "n")
     node = NodeController(StandInClient(existing), cfg, health, None, recorder)  # type: ignore[arg-type]
     await node.register()
-    assert ("Warning", "Rebooted", "Node n has been rebooted, boot id: boot-2") in [(t, r, m) for _u, t, r, m in recorder.recorded]
+    assert ("Warning", "Rebooted", "Node n has been rebooted, boot id: boot-2") in [
+        (t, r, m) for _u, t, r, m in recorder.recorded
+    ]
 
 
 def test_runtime_is_asked_once_a_period_and_judged_from_the_last_answer():

@@ -10,9 +10,24 @@ from tests.agent.fakeruntime import make_pod
 
 
 def rec(name, state="running", code=0, created=1, sandbox="sb1", image="busybox:1.36", cid=None):
-    return ContainerRecord(cid or f"{name}-{created}", name, "app", sandbox, 0,
-                           L.container_hash({"name": name, "image": image}), state, created, created,
-                           created + 1 if state == "exited" else 0, code, "", "", image, "", "")
+    return ContainerRecord(
+        cid or f"{name}-{created}",
+        name,
+        "app",
+        sandbox,
+        0,
+        L.container_hash({"name": name, "image": image}),
+        state,
+        created,
+        created,
+        created + 1 if state == "exited" else 0,
+        code,
+        "",
+        "",
+        image,
+        "",
+        "",
+    )
 
 
 def runtime(*records, ready=True, ip="10.0.0.5", sandboxes=None):
@@ -42,7 +57,12 @@ def test_new_pod_gets_a_sandbox_then_its_first_init_container():
 
 def test_sandbox_without_ip_is_replaced_with_the_next_attempt():
     actions = compute_pod_actions(make_pod(), runtime(rec("main"), ip=""), NoVerdicts())
-    assert (actions.create_sandbox, actions.kill_pod, actions.attempt, actions.sandbox_id) == (True, True, 1, "sb1")
+    assert (actions.create_sandbox, actions.kill_pod, actions.attempt, actions.sandbox_id) == (
+        True,
+        True,
+        1,
+        "sb1",
+    )
 
 
 def test_on_failure_new_sandbox_starts_only_what_did_not_succeed():
@@ -64,7 +84,9 @@ def test_never_pod_that_ran_gets_no_new_sandbox():
 def test_failed_liveness_kills_and_restarts_by_policy():
     rt = runtime(rec("main", cid="c1"))
     actions = compute_pod_actions(make_pod(), rt, Verdicts(liveness={"c1": FAILURE}))
-    assert actions.containers_to_kill["c1"].message == "Container main failed liveness probe, will be restarted"
+    assert (
+        actions.containers_to_kill["c1"].message == "Container main failed liveness probe, will be restarted"
+    )
     assert actions.containers_to_start == [0]
     never = compute_pod_actions(make_pod(restart="Never"), rt, Verdicts(liveness={"c1": FAILURE}))
     assert never.containers_to_kill["c1"].message == "Container main failed liveness probe"
@@ -117,7 +139,10 @@ def test_created_and_unknown_containers_start_again():
     rt = runtime(rec("main", "unknown", cid="u1"))
     actions = compute_pod_actions(make_pod(), rt, NoVerdicts())
     assert actions.containers_to_start == [0]
-    assert actions.containers_to_kill["u1"].message == 'Container is in "unknown" state, try killing it before restart'
+    assert (
+        actions.containers_to_kill["u1"].message
+        == 'Container is in "unknown" state, try killing it before restart'
+    )
     created = compute_pod_actions(make_pod(restart="Never"), runtime(rec("main", "created")), NoVerdicts())
     assert created.containers_to_start == [0]
 
@@ -133,8 +158,13 @@ def test_hash_covers_name_and_image_only():
     """upstream hashes name and image since 1.31: a field the API server defaults later (or one that may
     change in place) does not restart the container."""
     c = {"name": "main", "image": "busybox:1.36"}
-    defaulted = {**c, "imagePullPolicy": "IfNotPresent", "terminationMessagePolicy": "File",
-                 "resources": {"limits": {"cpu": "1"}}, "env": [{"name": "A", "value": "b"}]}
+    defaulted = {
+        **c,
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePolicy": "File",
+        "resources": {"limits": {"cpu": "1"}},
+        "env": [{"name": "A", "value": "b"}],
+    }
     assert L.container_hash(c) == L.container_hash(defaulted)
     assert L.container_hash(c) != L.container_hash({**c, "image": "busybox:1.37"})
     assert L.container_hash(c) != L.container_hash({**c, "name": "other"})

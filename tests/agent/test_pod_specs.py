@@ -21,7 +21,13 @@ from agent.pods.sandbox import sandbox_config
 
 def make_pod(**spec):
     return {
-        "metadata": {"name": "web", "namespace": "prod", "uid": "1234-5678", "labels": {"app": "web"}, "annotations": {"a": "b"}},
+        "metadata": {
+            "name": "web",
+            "namespace": "prod",
+            "uid": "1234-5678",
+            "labels": {"app": "web"},
+            "annotations": {"a": "b"},
+        },
         "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
     }
 
@@ -41,19 +47,30 @@ def test_dns_cluster_first_without_cluster_dns_falls_back_to_host():
 
 
 def test_dns_host_network_and_with_host_net():
-    assert pod_dns(make_pod(hostNetwork=True), HOST, ["10.96.0.10"], "cluster.local").servers == ["192.0.2.53"]
+    assert pod_dns(make_pod(hostNetwork=True), HOST, ["10.96.0.10"], "cluster.local").servers == [
+        "192.0.2.53"
+    ]
     p = make_pod(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
     assert pod_dns(p, HOST, ["10.96.0.10"], "cluster.local").servers == ["10.96.0.10"]
 
 
 def test_dns_none_with_config_merge():
-    p = make_pod(dnsPolicy="None", dnsConfig={"nameservers": ["1.2.3.4"], "searches": ["x.y"], "options": [{"name": "ndots", "value": "2"}, {"name": "rotate"}]})
+    p = make_pod(
+        dnsPolicy="None",
+        dnsConfig={
+            "nameservers": ["1.2.3.4"],
+            "searches": ["x.y"],
+            "options": [{"name": "ndots", "value": "2"}, {"name": "rotate"}],
+        },
+    )
     dns = pod_dns(p, HOST, ["10.96.0.10"], "cluster.local")
     assert (dns.servers, dns.searches, dns.options) == (["1.2.3.4"], ["x.y"], ["ndots:2", "rotate"])
 
 
 def test_parse_resolv_conf():
-    dns = parse_resolv_conf("# c\nnameserver 1.1.1.1\nsearch a b\noptions ndots:2 edns0\nnameserver 8.8.8.8\n")
+    dns = parse_resolv_conf(
+        "# c\nnameserver 1.1.1.1\nsearch a b\noptions ndots:2 edns0\nnameserver 8.8.8.8\n"
+    )
     assert dns == DNS(["1.1.1.1", "8.8.8.8"], ["a", "b"], ["ndots:2", "edns0"])
 
 
@@ -85,10 +102,24 @@ async def test_resolve_env_sources():
     }
     env = dict(await resolve_env(make_pod(), c, fetch, "192.0.2.1", "10.0.0.7"))
     assert env == {
-        "CM_k": "v", "CM_other": "o", "A": "one", "B": "one-two", "POD": "web", "LBL": "web", "PW": "s3cret", "IP": "10.0.0.7",
+        "CM_k": "v",
+        "CM_other": "o",
+        "A": "one",
+        "B": "one-two",
+        "POD": "web",
+        "LBL": "web",
+        "PW": "s3cret",
+        "IP": "10.0.0.7",
     }
     with pytest.raises(ConfigError, match='configmap "gone" not found'):
-        await resolve_env(make_pod(), {"name": "c", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "x"}}}]}, fetch)
+        await resolve_env(
+            make_pod(),
+            {
+                "name": "c",
+                "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "x"}}}],
+            },
+            fetch,
+        )
 
 
 @pytest.mark.parametrize(
@@ -119,7 +150,15 @@ async def test_resource_field_ref_values(resource, divisor, resources, expected)
 
 async def test_resource_field_ref_of_another_container_and_errors():
     other = {"name": "side", "resources": {"limits": {"cpu": "3"}}}
-    c = {"name": "c", "env": [{"name": "V", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "containerName": "side"}}}]}
+    c = {
+        "name": "c",
+        "env": [
+            {
+                "name": "V",
+                "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "containerName": "side"}},
+            }
+        ],
+    }
     assert await resolve_env(make_pod(containers=[c, other]), c, None) == [("V", "3")]
     for ref, message in [
         ({"resource": "limits.cpu", "containerName": "gone"}, "container gone not found"),
@@ -134,11 +173,21 @@ async def test_resource_field_ref_of_another_container_and_errors():
 def test_own_etc_hosts_mount_replaces_the_managed_one():
     own = pb.Mount(container_path="/etc/hosts", host_path="/volumes/hosts")
     c = {"name": "c", "volumeMounts": [{"name": "h", "mountPath": "/etc/hosts", "subPath": "hosts"}]}
-    cfg = container_config(make_pod(containers=[c]), c, "app", 0, "img", [], 2**30, "/t/log", "/pod/hosts", [own])
-    assert [(m.container_path, m.host_path) for m in cfg.mounts] == [("/etc/hosts", "/volumes/hosts"), ("/dev/termination-log", "/t/log")]
+    cfg = container_config(
+        make_pod(containers=[c]), c, "app", 0, "img", [], 2**30, "/t/log", "/pod/hosts", [own]
+    )
+    assert [(m.container_path, m.host_path) for m in cfg.mounts] == [
+        ("/etc/hosts", "/volumes/hosts"),
+        ("/dev/termination-log", "/t/log"),
+    ]
     plain = {"name": "c"}
-    cfg = container_config(make_pod(containers=[plain]), plain, "app", 0, "img", [], 2**30, "/t/log", "/pod/hosts")
-    assert [(m.container_path, m.host_path) for m in cfg.mounts] == [("/etc/hosts", "/pod/hosts"), ("/dev/termination-log", "/t/log")]
+    cfg = container_config(
+        make_pod(containers=[plain]), plain, "app", 0, "img", [], 2**30, "/t/log", "/pod/hosts"
+    )
+    assert [(m.container_path, m.host_path) for m in cfg.mounts] == [
+        ("/etc/hosts", "/pod/hosts"),
+        ("/dev/termination-log", "/t/log"),
+    ]
 
 
 def res(requests=None, limits=None):
@@ -147,7 +196,9 @@ def res(requests=None, limits=None):
 
 def test_qos_and_cgroup_parent():
     best = make_pod()
-    guaranteed = make_pod(containers=[{"name": "c", **res({"cpu": "500m", "memory": "64Mi"}, {"cpu": "0.5", "memory": "64Mi"})}])
+    guaranteed = make_pod(
+        containers=[{"name": "c", **res({"cpu": "500m", "memory": "64Mi"}, {"cpu": "0.5", "memory": "64Mi"})}]
+    )
     burst = make_pod(containers=[{"name": "c", **res({"cpu": "100m"})}])
     assert [qos_class(p) for p in (best, guaranteed, burst)] == ["BestEffort", "Guaranteed", "Burstable"]
     assert cgroup_parent(best) == "/kubepods/besteffort/pod1234-5678"
@@ -159,7 +210,12 @@ def test_qos_and_cgroup_parent():
 def test_linux_resources():
     c = {"name": "c", **res({"cpu": "250m", "memory": "32Mi"}, {"cpu": "1", "memory": "64Mi"})}
     r = linux_resources(make_pod(containers=[c]), c, node_memory=2**30)
-    assert (r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes) == (256, 100000, 100000, 64 * 2**20)
+    assert (r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes) == (
+        256,
+        100000,
+        100000,
+        64 * 2**20,
+    )
     assert r.oom_score_adj == 1000 - (1000 * 32 * 2**20) // 2**30
     be = linux_resources(make_pod(), {"name": "c"}, 2**30)
     assert (be.cpu_shares, be.cpu_quota, be.oom_score_adj) == (2, 0, 1000)
@@ -173,7 +229,12 @@ def test_container_config_identity_and_security():
         "args": ["echo $(GREETING)"],
         "workingDir": "/tmp",
         "ports": [{"containerPort": 80}],
-        "securityContext": {"runAsUser": 1000, "runAsGroup": 2000, "readOnlyRootFilesystem": True, "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}},
+        "securityContext": {
+            "runAsUser": 1000,
+            "runAsGroup": 2000,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]},
+        },
     }
     p = make_pod(containers=[c])
     cfg = container_config(p, c, "app", 3, "sha256:img", [("GREETING", "hi")], 2**30)
@@ -181,7 +242,9 @@ def test_container_config_identity_and_security():
     assert cfg.metadata.attempt == 3 and cfg.log_path == "c/3.log"
     assert cfg.image.image == "sha256:img" and cfg.image.user_specified_image == "busybox:1.35.0"
     assert cfg.labels[L.POD_UID] == "1234-5678" and cfg.labels[L.CONTAINER_NAME] == "c"
-    assert cfg.annotations[L.RESTART_COUNT] == "3" and cfg.annotations[L.CONTAINER_HASH] == L.container_hash(c)
+    assert cfg.annotations[L.RESTART_COUNT] == "3" and cfg.annotations[L.CONTAINER_HASH] == L.container_hash(
+        c
+    )
     assert json.loads(cfg.annotations[L.CONTAINER_PORTS]) == [{"containerPort": 80}]
     sec = cfg.linux.security_context
     assert (sec.run_as_user.value, sec.run_as_group.value, sec.readonly_rootfs) == (1000, 2000, True)
@@ -195,13 +258,27 @@ def test_container_hash_ignores_resources_only():
 
 
 def test_sandbox_config():
-    cfg = AgentConfig(node_name="n1", pod_logs_dir="/logs", cluster_domain="cluster.local", cluster_dns=["10.96.0.10"])
+    cfg = AgentConfig(
+        node_name="n1", pod_logs_dir="/logs", cluster_domain="cluster.local", cluster_dns=["10.96.0.10"]
+    )
     p = make_pod(
-        hostname="h", hostPID=True,
-        containers=[{"name": "c", "image": "b", "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "protocol": "UDP"}]}],
+        hostname="h",
+        hostPID=True,
+        containers=[
+            {
+                "name": "c",
+                "image": "b",
+                "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "protocol": "UDP"}],
+            }
+        ],
     )
     sb = sandbox_config(cfg, p, 2, HOST, "node-host")
-    assert (sb.metadata.name, sb.metadata.namespace, sb.metadata.uid, sb.metadata.attempt) == ("web", "prod", "1234-5678", 2)
+    assert (sb.metadata.name, sb.metadata.namespace, sb.metadata.uid, sb.metadata.attempt) == (
+        "web",
+        "prod",
+        "1234-5678",
+        2,
+    )
     assert sb.hostname == "h" and sb.log_directory == "/logs/prod_web_1234-5678"
     assert sb.labels["app"] == "web" and sb.labels[L.POD_NAME] == "web" and sb.annotations["a"] == "b"
     assert [(m.container_port, m.host_port, m.protocol) for m in sb.port_mappings] == [(80, 8080, pb.TCP)]
@@ -224,8 +301,16 @@ def test_image_reference_and_policy():
 
 
 def test_auth_from_dockerconfigjson():
-    doc = {"auths": {"reg.io:5000": {"auth": base64.b64encode(b"alice:pw").decode()}, "other.io": {"username": "bob", "password": "x"}}}
-    secret = {"type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": base64.b64encode(json.dumps(doc).encode()).decode()}}
+    doc = {
+        "auths": {
+            "reg.io:5000": {"auth": base64.b64encode(b"alice:pw").decode()},
+            "other.io": {"username": "bob", "password": "x"},
+        }
+    }
+    secret = {
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(json.dumps(doc).encode()).decode()},
+    }
     auths = auth_from_secrets([secret], "reg.io:5000/team/app:1")
     assert [(a.username, a.password, a.server_address) for a in auths] == [("alice", "pw", "reg.io:5000")]
     assert auth_from_secrets([secret], "busybox") == []
@@ -249,7 +334,9 @@ def test_backoff_table_doubles_caps_and_resets():
 def test_hosts_file_with_subdomain_and_aliases():
     from agent.pods.sandbox import hosts_file
 
-    p = make_pod(hostname="db-0", subdomain="db", hostAliases=[{"ip": "192.0.2.9", "hostnames": ["a.test", "b.test"]}])
+    p = make_pod(
+        hostname="db-0", subdomain="db", hostAliases=[{"ip": "192.0.2.9", "hostnames": ["a.test", "b.test"]}]
+    )
     text = hosts_file(p, "10.0.0.8", "cluster.local")
     assert "10.0.0.8\tdb-0.db.prod.svc.cluster.local\tdb-0\n" in text
     assert text.startswith("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
@@ -264,9 +351,18 @@ def test_upstream_text_formats():
     from agent.pods.images import go_duration, grpc_error_text
 
     err = ImagePullError("x", grpc.StatusCode.NOT_FOUND, 'failed to pull and unpack image "x": not found')
-    assert grpc_error_text(err) == 'rpc error: code = NotFound desc = failed to pull and unpack image "x": not found'
+    assert (
+        grpc_error_text(err)
+        == 'rpc error: code = NotFound desc = failed to pull and unpack image "x": not found'
+    )
     # Pulled durations are truncated to the millisecond before printing, as upstream's image manager does.
-    assert [go_duration(s) for s in (0.0514, 1.5, 0.0000025, 62.5009, 0.9999)] == ["51ms", "1.5s", "0s", "1m2.5s", "999ms"]
+    assert [go_duration(s) for s in (0.0514, 1.5, 0.0000025, 62.5009, 0.9999)] == [
+        "51ms",
+        "1.5s",
+        "0s",
+        "1m2.5s",
+        "999ms",
+    ]
     err = ImagePullError("x", grpc.StatusCode.UNKNOWN, "boom")
     assert grpc_error_text(err) == "rpc error: code = Unknown desc = boom"
 
@@ -275,10 +371,12 @@ def test_zero_cpu_request_leaves_a_pod_best_effort():
     """upstream's GetPodQOS counts only positive quantities, summed over the pod's containers."""
     zero = make_pod(containers=[{"name": "c", **res({"cpu": "0"})}])
     assert qos_class(zero) == "BestEffort"
-    summed = make_pod(containers=[
-        {"name": "a", **res({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"})},
-        {"name": "b", **res({"cpu": "1", "memory": "1Gi"}, {"cpu": "0", "memory": "1Gi"})},
-    ])
+    summed = make_pod(
+        containers=[
+            {"name": "a", **res({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"})},
+            {"name": "b", **res({"cpu": "1", "memory": "1Gi"}, {"cpu": "0", "memory": "1Gi"})},
+        ]
+    )
     assert qos_class(summed) == "Burstable"  # b limits no cpu
 
 
@@ -300,7 +398,9 @@ def test_oom_score_adj_tiers_and_the_burstable_floor():
 def test_memory_oom_group_on_cgroup_v2_only():
     """upstream 1.32 (singleProcessOOMKill false): on cgroup v2 an OOM kills the whole container."""
     c = {"name": "c", **res(limits={"memory": "64Mi"})}
-    assert dict(linux_resources(make_pod(containers=[c]), c, 2**30, cgroup2=True).unified) == {"memory.oom.group": "1"}
+    assert dict(linux_resources(make_pod(containers=[c]), c, 2**30, cgroup2=True).unified) == {
+        "memory.oom.group": "1"
+    }
     assert dict(linux_resources(make_pod(containers=[c]), c, 2**30, cgroup2=False).unified) == {}
 
 
@@ -332,13 +432,17 @@ def test_crash_backoff_counts_from_the_event_and_expires_after_ten_minutes_of_ru
 
 def test_security_context_groups_masks_and_privilege_escalation():
     c = {"name": "c", "securityContext": {"allowPrivilegeEscalation": False, "runAsGroup": 7}}
-    p = make_pod(containers=[c], securityContext={"runAsUser": 5, "fsGroup": 2000, "supplementalGroups": [3000, 2000]})
+    p = make_pod(
+        containers=[c], securityContext={"runAsUser": 5, "fsGroup": 2000, "supplementalGroups": [3000, 2000]}
+    )
     sec = container_config(p, c, "app", 0, "img", [], 2**30).linux.security_context
     assert (sec.run_as_user.value, sec.run_as_group.value, sec.no_new_privs) == (5, 7, True)
     assert list(sec.supplemental_groups) == [2000, 3000]  # fsGroup first, as upstream
     assert "/proc/kcore" in sec.masked_paths and "/proc/sys" in sec.readonly_paths
     unmasked = {"name": "c", "securityContext": {"procMount": "Unmasked"}}
-    sec = container_config(make_pod(containers=[unmasked]), unmasked, "app", 0, "img", [], 2**30).linux.security_context
+    sec = container_config(
+        make_pod(containers=[unmasked]), unmasked, "app", 0, "img", [], 2**30
+    ).linux.security_context
     assert list(sec.masked_paths) == [] and list(sec.readonly_paths) == []
     sb = sandbox_config(AgentConfig(node_name="n1"), p, 0, DNS(), "n1").linux.security_context
     assert list(sb.supplemental_groups) == [2000, 3000]

@@ -53,7 +53,9 @@ def runtime(*records, ready=True):
 
 
 def status_of(p, rt, **kw):
-    return compute_status(StatusInputs(pod=p, runtime=rt, host_ip="192.0.2.1", now="2026-01-01T00:00:00Z", **kw))
+    return compute_status(
+        StatusInputs(pod=p, runtime=rt, host_ip="192.0.2.1", now="2026-01-01T00:00:00Z", **kw)
+    )
 
 
 def test_running_container():
@@ -88,7 +90,13 @@ def test_nothing_yet_is_container_creating():
 
 @pytest.mark.parametrize(
     ("policy", "code", "phase"),
-    [("Never", 0, "Succeeded"), ("Never", 1, "Failed"), ("OnFailure", 0, "Succeeded"), ("OnFailure", 1, "Running"), ("Always", 0, "Running")],
+    [
+        ("Never", 0, "Succeeded"),
+        ("Never", 1, "Failed"),
+        ("OnFailure", 0, "Succeeded"),
+        ("OnFailure", 1, "Running"),
+        ("Always", 0, "Running"),
+    ],
 )
 def test_exited_phase_by_policy(policy, code, phase):
     st = status_of(pod(restart=policy), runtime(rec("main", "exited", code)))
@@ -105,7 +113,11 @@ def test_succeeded_ready_reason_pod_completed():
 
 def test_crash_loop_waiting_with_last_state():
     rt = runtime(rec("main", "exited", 3, restarts=1), rec("main", "exited", 3, restarts=0))
-    st = status_of(pod(), rt, waiting={"main": ("CrashLoopBackOff", "back-off 10s restarting failed container=main pod=p_ns(u1)")})
+    st = status_of(
+        pod(),
+        rt,
+        waiting={"main": ("CrashLoopBackOff", "back-off 10s restarting failed container=main pod=p_ns(u1)")},
+    )
     cs = st["containerStatuses"][0]
     assert cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
     assert cs["lastState"]["terminated"]["exitCode"] == 3
@@ -157,13 +169,21 @@ def test_final_status_counts_a_container_without_an_end_as_failed():
     cs = final["containerStatuses"][0]
     assert cs["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
     assert cs["state"]["terminated"]["exitCode"] == 137
-    assert cs["state"]["terminated"]["message"] == "The container could not be located when the pod was terminated"
+    assert (
+        cs["state"]["terminated"]["message"]
+        == "The container could not be located when the pod was terminated"
+    )
     assert final["phase"] == "Failed"
 
 
 def test_transition_time_kept_when_status_unchanged():
     first = status_of(pod(), runtime(rec("main", "running")))
-    p = pod(status={**first, "conditions": [{**c, "lastTransitionTime": "2025-01-01T00:00:00Z"} for c in first["conditions"]]})
+    p = pod(
+        status={
+            **first,
+            "conditions": [{**c, "lastTransitionTime": "2025-01-01T00:00:00Z"} for c in first["conditions"]],
+        }
+    )
     again = status_of(p, runtime(rec("main", "running")))
     assert all(c["lastTransitionTime"] == "2025-01-01T00:00:00Z" for c in again["conditions"])
 
@@ -180,10 +200,19 @@ def test_succeeded_pod_with_init_is_initialized_pod_completed():
 
 
 def test_failure_forces_failed_with_reason_and_keeps_it():
-    st = status_of(pod(), runtime(rec("main", "exited", 137)), terminal=True, failure=("DeadlineExceeded", "Pod was active on the node longer than the specified deadline"))
+    st = status_of(
+        pod(),
+        runtime(rec("main", "exited", 137)),
+        terminal=True,
+        failure=("DeadlineExceeded", "Pod was active on the node longer than the specified deadline"),
+    )
     assert (st["phase"], st["reason"]) == ("Failed", "DeadlineExceeded")
     again = status_of(pod(status=st), runtime(rec("main", "exited", 137)), terminal=True)
-    assert (again["phase"], again["reason"], again["message"]) == ("Failed", "DeadlineExceeded", st["message"])
+    assert (again["phase"], again["reason"], again["message"]) == (
+        "Failed",
+        "DeadlineExceeded",
+        st["message"],
+    )
 
 
 def test_active_deadline_left():
@@ -203,7 +232,9 @@ def test_readiness_gates_and_foreign_conditions_kept():
     st = status_of(p, runtime(rec("main", "running")))
     ready = {c["type"]: c for c in st["conditions"]}["Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
-    assert ready["message"] == 'corresponding condition of pod readiness gate "example.com/lb" does not exist.'
+    assert (
+        ready["message"] == 'corresponding condition of pod readiness gate "example.com/lb" does not exist.'
+    )
     gate = {"type": "example.com/lb", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
     p["status"] = {"conditions": [gate]}
     st = status_of(p, runtime(rec("main", "running")))
@@ -240,11 +271,14 @@ def test_never_pod_with_sidecar_stays_running_until_the_sidecar_stops():
     ("restart", "exit_code", "shows_waiting"),
     [("Always", 0, True), ("OnFailure", 137, True), ("OnFailure", 0, False), ("Never", 137, False)],
 )
-def test_start_failure_reason_shows_only_when_the_container_will_start_again(restart, exit_code, shows_waiting):
+def test_start_failure_reason_shows_only_when_the_container_will_start_again(
+    restart, exit_code, shows_waiting
+):
     """upstream's reason cache: PostStartHookError (or CrashLoopBackOff) replaces the terminated state
     only for a container that will be started again; under Never it stays terminated."""
     st = status_of(
-        pod(restart=restart), runtime(rec("main", "exited", exit_code=exit_code)),
+        pod(restart=restart),
+        runtime(rec("main", "exited", exit_code=exit_code)),
         waiting={"main": ("PostStartHookError", "hook failed")},
     )
     cs = st["containerStatuses"][0]
@@ -259,7 +293,8 @@ def test_probe_verdicts_in_container_status():
     st = status_of(
         pod(containers=("a", "b", "c")),
         runtime(rec("a", "running"), rec("b", "running"), rec("c", "running")),
-        started={"b": False}, readiness={"a": True, "b": True, "c": False},
+        started={"b": False},
+        readiness={"a": True, "b": True, "c": False},
     )
     by_name = {cs["name"]: cs for cs in st["containerStatuses"]}
     assert (by_name["a"]["started"], by_name["a"]["ready"]) == (True, True)
@@ -281,7 +316,9 @@ def _exited(tmp_path, log: bytes, message_file: bytes | None, policy: str, exit_
     from agent.pods import labels as L
 
     (tmp_path / "0.log").write_bytes(log)
-    st = pb.ContainerStatus(id="c1", state=pb.CONTAINER_EXITED, exit_code=exit_code, log_path=str(tmp_path / "0.log"))
+    st = pb.ContainerStatus(
+        id="c1", state=pb.CONTAINER_EXITED, exit_code=exit_code, log_path=str(tmp_path / "0.log")
+    )
     st.annotations[L.TERMINATION_MESSAGE_PATH] = "/dev/termination-log"
     st.annotations[L.TERMINATION_MESSAGE_POLICY] = policy
     if message_file is not None:
@@ -293,16 +330,47 @@ def _exited(tmp_path, log: bytes, message_file: bytes | None, policy: str, exit_
 @pytest.mark.parametrize(
     ("log", "message_file", "policy", "exit_code", "expected"),
     [
-        (b"2016-10-06T00:17:09Z stdout F started\n2016-10-06T00:17:10Z stdout P DONE\n", b"", "FallbackToLogsOnError", 1, "started\nDONE"),
-        (b"2016-10-06T00:17:09Z stdout F started\n", b"", "FallbackToLogsOnError", 0, ""),  # only after a failure
+        (
+            b"2016-10-06T00:17:09Z stdout F started\n2016-10-06T00:17:10Z stdout P DONE\n",
+            b"",
+            "FallbackToLogsOnError",
+            1,
+            "started\nDONE",
+        ),
+        (
+            b"2016-10-06T00:17:09Z stdout F started\n",
+            b"",
+            "FallbackToLogsOnError",
+            0,
+            "",
+        ),  # only after a failure
         (b"2016-10-06T00:17:09Z stdout F started\n", b"", "File", 1, ""),
         (b"2016-10-06T00:17:09Z stdout F started\n", b"written", "FallbackToLogsOnError", 1, "written"),
         (b"", b"x" * 5000 + b"END", "File", 0, "x" * 4093 + "END"),  # the file's last 4096 bytes
-        (b"".join(b"2016-10-06T00:17:09Z stderr F %d\n" % i for i in range(100)), None, "FallbackToLogsOnError", 2,
-         "".join(f"{i}\n" for i in range(20, 100))),  # the last 80 records
-        (b"2016-10-06T00:17:09Z stdout F " + b"a" * 3000 + b"\n", None, "FallbackToLogsOnError", 2, "a" * 2047 + "\n"),
+        (
+            b"".join(b"2016-10-06T00:17:09Z stderr F %d\n" % i for i in range(100)),
+            None,
+            "FallbackToLogsOnError",
+            2,
+            "".join(f"{i}\n" for i in range(20, 100)),
+        ),  # the last 80 records
+        (
+            b"2016-10-06T00:17:09Z stdout F " + b"a" * 3000 + b"\n",
+            None,
+            "FallbackToLogsOnError",
+            2,
+            "a" * 2047 + "\n",
+        ),
     ],
-    ids=["partial-last-line", "success", "policy-file", "file-first", "file-tail", "80-records", "2048-bytes"],
+    ids=[
+        "partial-last-line",
+        "success",
+        "policy-file",
+        "file-first",
+        "file-tail",
+        "80-records",
+        "2048-bytes",
+    ],
 )
 def test_termination_message_as_upstream_reads_it(tmp_path, log, message_file, policy, exit_code, expected):
     from agent.pods.runtime import termination_message
@@ -322,14 +390,19 @@ def test_app_containers_wait_with_pod_initializing_whenever_the_pod_has_init_con
 
 
 def test_container_statuses_are_sorted_by_name():
-    st = status_of(pod(containers=("zeta", "alpha", "mid")), runtime(rec("zeta", "running"), rec("alpha", "running")))
+    st = status_of(
+        pod(containers=("zeta", "alpha", "mid")), runtime(rec("zeta", "running"), rec("alpha", "running"))
+    )
     assert [cs["name"] for cs in st["containerStatuses"]] == ["alpha", "mid", "zeta"]
     st = status_of(pod(init=("z1", "a2")), runtime())
     assert [cs["name"] for cs in st["initContainerStatuses"]] == ["z1", "a2"]  # init ones keep spec order
 
 
 def test_init_containers_running_again_in_a_new_sandbox_make_the_pod_pending():
-    rt = runtime(rec("setup", "running", kind="init", sandbox="sb2", restarts=1), rec("main", "exited", 137, sandbox="sb1"))
+    rt = runtime(
+        rec("setup", "running", kind="init", sandbox="sb2", restarts=1),
+        rec("main", "exited", 137, sandbox="sb1"),
+    )
     rt.sandboxes = [SandboxRecord("sb2", 1, True, 2, "10.0.0.6", (), False), *rt.sandboxes]
     st = status_of(pod(init=("setup",)), rt)
     assert st["phase"] == "Pending"
@@ -348,7 +421,9 @@ def test_sidecar_is_not_initialized_before_its_startup_probe_passed():
 
 def test_container_the_runtime_lost_counts_as_ended_and_restarted():
     previous = status_of(pod(), runtime(rec("main", "running")))
-    st = status_of(pod(status=previous), PodRuntime("u1", [SandboxRecord("sb1", 0, True, 1, "10.0.0.5", (), False)]))
+    st = status_of(
+        pod(status=previous), PodRuntime("u1", [SandboxRecord("sb1", 0, True, 1, "10.0.0.5", (), False)])
+    )
     cs = st["containerStatuses"][0]
     assert cs["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
     assert cs["lastState"]["terminated"]["exitCode"] == 137
@@ -361,7 +436,10 @@ def test_container_in_unknown_state_that_was_running_is_terminated_unknown():
     st = status_of(pod(status=previous), runtime(rec("main", "unknown")))
     cs = st["containerStatuses"][0]
     assert cs["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
-    assert cs["state"]["terminated"]["message"] == "The container could not be located when the pod was terminated"
+    assert (
+        cs["state"]["terminated"]["message"]
+        == "The container could not be located when the pod was terminated"
+    )
     assert cs["restartCount"] == 1
 
 
@@ -374,10 +452,15 @@ def test_failed_pod_is_not_ready_with_reason_pod_failed():
 
 def test_volume_mounts_in_container_statuses():
     p = pod()
-    p["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}, {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True}]
+    p["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "data", "mountPath": "/data"},
+        {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True},
+    ]
     waiting = status_of(p, runtime())
-    expected = [{"name": "data", "mountPath": "/data"},
-                {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True, "recursiveReadOnly": "Disabled"}]
+    expected = [
+        {"name": "data", "mountPath": "/data"},
+        {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True, "recursiveReadOnly": "Disabled"},
+    ]
     assert waiting["containerStatuses"][0]["volumeMounts"] == expected
     running = status_of(pod(status=waiting) | {"spec": p["spec"]}, runtime(rec("main", "running")))
     assert running["containerStatuses"][0]["volumeMounts"] == expected
@@ -395,26 +478,38 @@ def test_final_status_of_a_deleted_pod_that_never_started_is_failed():
 
 def test_final_status_marks_init_containers_that_had_started():
     p = pod(init=("a", "b", "c"))
-    st = status_of(p, runtime(rec("a", "exited", 0, kind="init"), rec("b", "running", kind="init")), terminal=True)
+    st = status_of(
+        p, runtime(rec("a", "exited", 0, kind="init"), rec("b", "running", kind="init")), terminal=True
+    )
     final = terminate_pod(p, st)
     states = [cs["state"] for cs in final["initContainerStatuses"]]
     assert "terminated" in states[0] and states[1]["terminated"]["reason"] == "ContainerStatusUnknown"
     assert states[2] == {"waiting": {"reason": "PodInitializing"}}  # never tried to start: left waiting
-    assert final["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}  # not initialized
+    assert final["containerStatuses"][0]["state"] == {
+        "waiting": {"reason": "PodInitializing"}
+    }  # not initialized
 
 
 def test_termination_messages_share_twelve_kib_per_pod():
     from agent.pods.status_patch import normalize
 
     p = pod(containers=("a", "b", "c", "d"))
-    st = {"containerStatuses": [
-        {"name": n, "state": {"terminated": {"exitCode": 0, "message": "x" * 4000 + "END"}}, "lastState": {}}
-        for n in ("d", "c", "b", "a")
-    ]}
+    st = {
+        "containerStatuses": [
+            {
+                "name": n,
+                "state": {"terminated": {"exitCode": 0, "message": "x" * 4000 + "END"}},
+                "lastState": {},
+            }
+            for n in ("d", "c", "b", "a")
+        ]
+    }
     out = normalize(p, st)
     assert [cs["name"] for cs in out["containerStatuses"]] == ["a", "b", "c", "d"]
     assert all(len(cs["state"]["terminated"]["message"]) == 3072 for cs in out["containerStatuses"])
-    one = normalize(pod(), {"containerStatuses": [{"name": "main", "state": {"terminated": {"message": "y" * 4096}}}]})
+    one = normalize(
+        pod(), {"containerStatuses": [{"name": "main", "state": {"terminated": {"message": "y" * 4096}}}]}
+    )
     assert len(one["containerStatuses"][0]["state"]["terminated"]["message"]) == 4096
 
 
@@ -424,7 +519,12 @@ def test_status_patch_merges_conditions_by_type_and_holds_terminal_phases():
     api = {
         "phase": "Running",
         "conditions": [
-            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": "containers with unready status: [main]"},
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "ContainersNotReady",
+                "message": "containers with unready status: [main]",
+            },
             {"type": "example.com/gate", "status": "True"},
             {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
         ],
@@ -436,7 +536,11 @@ def test_status_patch_merges_conditions_by_type_and_holds_terminal_phases():
     patch = status_patch(api, merged)
     # Only our condition, by type, with the reason and message that no longer apply removed; nothing
     # another writer owns (their conditions, nominatedNodeName) is named.
-    assert patch == {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None, "reason": None, "message": None}]}
+    assert patch == {
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastProbeTime": None, "reason": None, "message": None}
+        ]
+    }
     held = merge(api, {**ours, "phase": "Succeeded"}, could_have_running=True)
     assert held["phase"] == "Running"
     assert merge(api, {**ours, "phase": "Succeeded"}, could_have_running=False)["phase"] == "Succeeded"

@@ -77,7 +77,9 @@ async def test_crash_backoff_is_counted_from_the_exit_not_from_the_restart():
     waiting = main_status(ctx.status.last("u1"))["state"]["waiting"]
     assert waiting["reason"] == "CrashLoopBackOff"
     assert waiting["message"] == "back-off 10s restarting failed container=main pod=pod-u1_ns(u1)"
-    assert ("Warning", "BackOff", "Back-off restarting failed container main in pod pod-u1_ns(u1)") in events(ctx, "u1")
+    assert ("Warning", "BackOff", "Back-off restarting failed container main in pod pod-u1_ns(u1)") in events(
+        ctx, "u1"
+    )
     fake.clock.advance(10)
     await until(worker, lambda: len(fake.names_called("start")) == 3)
 
@@ -243,11 +245,13 @@ async def test_restart_count_continues_from_the_log_folder_after_the_runtime_los
 
 
 async def test_post_start_failure_event_names_no_output():
-    secret = "Exec lifecycle hook ([sh -c echo s3cret; exit 3]) ... message: \"s3cret\\n\""
+    secret = 'Exec lifecycle hook ([sh -c echo s3cret; exit 3]) ... message: "s3cret\\n"'
     fake = FakeRuntime(hooks={("main", "postStart"): (secret, 0.0)})
     ctx = fake_context(fake)
     pod = make_pod(grace=5)
-    pod["spec"]["containers"][0]["lifecycle"] = {"postStart": {"exec": {"command": ["sh", "-c", "echo s3cret; exit 3"]}}}
+    pod["spec"]["containers"][0]["lifecycle"] = {
+        "postStart": {"exec": {"command": ["sh", "-c", "echo s3cret; exit 3"]}}
+    }
     worker = PodWorker(ctx, "u1", lambda: pod)
     await until(worker, lambda: ("stop", "main", 5) in fake.calls)
     recorded = events(ctx, "u1")
@@ -256,11 +260,14 @@ async def test_post_start_failure_event_names_no_output():
     assert not any("s3cret" in m for _t, _r, m in recorded)
     await steps(worker, 1)
     waiting = main_status(ctx.status.last("u1"))["state"]["waiting"]
-    assert (waiting["reason"], waiting["message"]) == ("PostStartHookError", secret)  # the status keeps the details
+    assert (waiting["reason"], waiting["message"]) == (
+        "PostStartHookError",
+        secret,
+    )  # the status keeps the details
 
 
 async def test_pre_stop_failure_event_names_no_output():
-    fake = FakeRuntime(hooks={("main", "preStop"): ("Exec lifecycle hook ... message: \"token=abc\"", 0.0)})
+    fake = FakeRuntime(hooks={("main", "preStop"): ('Exec lifecycle hook ... message: "token=abc"', 0.0)})
     ctx = fake_context(fake)
     pod = make_pod(grace=5)
     pod["spec"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": ["false"]}}}
@@ -281,9 +288,13 @@ async def test_on_failure_pod_does_not_rerun_a_succeeded_container_in_a_new_sand
     await until(worker, lambda: sorted(fake.names_called("start")) == ["done", "work"])
     fake.exit("u1", "done", 0)
     fake.lose_sandbox("u1")  # "work" dies with the sandbox (137)
-    await until(worker, lambda: len(fake.names_called("run_sandbox")) == 2 and len(fake.names_called("start")) == 3)
-    assert fake.names_called("start") [2:] == ["work"]
-    assert ("Normal", "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.") in events(ctx, "u1")
+    await until(
+        worker, lambda: len(fake.names_called("run_sandbox")) == 2 and len(fake.names_called("start")) == 3
+    )
+    assert fake.names_called("start")[2:] == ["work"]
+    assert ("Normal", "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.") in events(
+        ctx, "u1"
+    )
 
 
 async def test_rejected_pod_fails_with_the_admission_reason_and_never_starts():
@@ -291,17 +302,28 @@ async def test_rejected_pod_fails_with_the_admission_reason_and_never_starts():
     ctx = fake_context(fake)
 
     async def refuse(pod: dict[str, Any]) -> tuple[bool, str, str]:
-        return False, "OutOfcpu", "Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 2000"
+        return (
+            False,
+            "OutOfcpu",
+            "Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 2000",
+        )
 
     worker = PodWorker(ctx, "u1", lambda: make_pod(), refuse)
     await until(worker, lambda: worker.phase is Phase.FINISHED)
     final = shown(ctx)
     assert (final["phase"], final["reason"]) == ("Failed", "OutOfcpu")
-    assert final["message"] == "Pod was rejected: Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 2000"
+    assert (
+        final["message"]
+        == "Pod was rejected: Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 2000"
+    )
     assert fake.calls == []
     # As upstream's rejectPod: that status and nothing more (no worker ever looked at containers).
     assert "containerStatuses" not in final and not final.get("conditions")
-    assert ("Warning", "OutOfcpu", "Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 2000") in events(ctx, "u1")
+    assert (
+        "Warning",
+        "OutOfcpu",
+        "Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 2000",
+    ) in events(ctx, "u1")
 
 
 @pytest.mark.parametrize("code", [0, 1])
@@ -314,7 +336,11 @@ async def test_active_deadline_fails_the_pod(code):
     await until(worker, lambda: worker.phase is Phase.FINISHED)
     final = shown(ctx)
     assert (final["phase"], final["reason"]) == ("Failed", "DeadlineExceeded")
-    assert ("Normal", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline") in events(ctx, "u1")
+    assert (
+        "Normal",
+        "DeadlineExceeded",
+        "Pod was active on the node longer than the specified deadline",
+    ) in events(ctx, "u1")
 
 
 async def test_liveness_failure_under_never_kills_the_whole_pod_with_the_plain_stop_text():
@@ -347,7 +373,10 @@ async def test_an_ephemeral_container_starts_once_and_is_never_restarted():
     await until(worker, started(fake, 1))
     pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox", "command": ["true"]}]
     await until(worker, lambda: fake.names_called("start") == ["main", "debugger"])
-    await until(worker, lambda: "running" in ((shown(ctx).get("ephemeralContainerStatuses") or [{}])[0].get("state") or {}))
+    await until(
+        worker,
+        lambda: "running" in ((shown(ctx).get("ephemeralContainerStatuses") or [{}])[0].get("state") or {}),
+    )
     [eph] = shown(ctx)["ephemeralContainerStatuses"]
     assert eph["name"] == "debugger"
     assert [cs["name"] for cs in shown(ctx)["containerStatuses"]] == ["main"]

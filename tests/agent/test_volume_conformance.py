@@ -30,14 +30,19 @@ def objects():
 
 @pytest.fixture
 def manager(tmp_path: Path) -> VolumeManager:
-    return VolumeManager(str(tmp_path), fetch, lambda pod, path: pod["metadata"]["name"], node_memory=lambda: 2**30)
+    return VolumeManager(
+        str(tmp_path), fetch, lambda pod, path: pod["metadata"]["name"], node_memory=lambda: 2**30
+    )
 
 
 def make_pod(volumes, uid="u-1", security=None, containers=None, labels=None):
     spec = {"volumes": volumes, "containers": containers or [{"name": "c"}]}
     if security:
         spec["securityContext"] = security
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": uid, "labels": labels or {"app": "x"}}, "spec": spec}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid, "labels": labels or {"app": "x"}},
+        "spec": spec,
+    }
 
 
 def mode(path: Path) -> int:
@@ -45,8 +50,18 @@ def mode(path: Path) -> int:
 
 
 async def test_modes_without_fs_group(manager, tmp_path):
-    pod = make_pod([{"name": "v", "configMap": {"name": "cfg", "defaultMode": 0o400, "items": [
-        {"key": "a", "path": "a"}, {"key": "b", "path": "sub/b", "mode": 0o440}]}}])
+    pod = make_pod(
+        [
+            {
+                "name": "v",
+                "configMap": {
+                    "name": "cfg",
+                    "defaultMode": 0o400,
+                    "items": [{"key": "a", "path": "a"}, {"key": "b", "path": "sub/b", "mode": 0o440}],
+                },
+            }
+        ]
+    )
     vols = await manager.prepare(pod)
     root = Path(vols["v"].host_path)
     assert (mode(root / "a"), mode(root / "sub" / "b")) == (0o400, 0o440)
@@ -56,7 +71,10 @@ async def test_modes_without_fs_group(manager, tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 async def test_fs_group_owns_volumes_and_adds_group_bits(manager):
     pod = make_pod(
-        [{"name": "cm", "configMap": {"name": "cfg", "defaultMode": 0o400}}, {"name": "scratch", "emptyDir": {}}],
+        [
+            {"name": "cm", "configMap": {"name": "cfg", "defaultMode": 0o400}},
+            {"name": "scratch", "emptyDir": {}},
+        ],
         security={"fsGroup": 1234},
     )
     vols = await manager.prepare(pod)
@@ -71,7 +89,10 @@ async def test_fs_group_owns_volumes_and_adds_group_bits(manager):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 async def test_on_root_mismatch_skips_a_volume_whose_root_is_right(manager):
-    pod = make_pod([{"name": "scratch", "emptyDir": {}}], security={"fsGroup": 1234, "fsGroupChangePolicy": "OnRootMismatch"})
+    pod = make_pod(
+        [{"name": "scratch", "emptyDir": {}}],
+        security={"fsGroup": 1234, "fsGroupChangePolicy": "OnRootMismatch"},
+    )
     vols = await manager.prepare(pod)
     inner = Path(vols["scratch"].host_path) / "file"
     inner.write_text("x")
@@ -84,7 +105,10 @@ async def test_on_root_mismatch_skips_a_volume_whose_root_is_right(manager):
 
 
 def test_tmpfs_size_rules():
-    limited = [{"name": "c", "resources": {"limits": {"memory": "64Mi"}}}, {"name": "d", "resources": {"limits": {"memory": "32Mi"}}}]
+    limited = [
+        {"name": "c", "resources": {"limits": {"memory": "64Mi"}}},
+        {"name": "d", "resources": {"limits": {"memory": "32Mi"}}},
+    ]
     assert pod_memory_limit(make_pod([], containers=limited)) == 96 * 2**20
     assert pod_memory_limit(make_pod([], containers=[*limited, {"name": "e"}])) == 0
     vol = {"name": "m", "emptyDir": {"medium": "Memory"}}
@@ -123,10 +147,15 @@ async def test_memory_emptydir_is_a_sized_tmpfs_unmounted_on_teardown(manager):
 
 
 async def test_refresh_rewrites_changed_config_maps_and_labels(manager):
-    pod = make_pod([
-        {"name": "cm", "configMap": {"name": "cfg"}},
-        {"name": "labels", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
-    ])
+    pod = make_pod(
+        [
+            {"name": "cm", "configMap": {"name": "cfg"}},
+            {
+                "name": "labels",
+                "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]},
+            },
+        ]
+    )
     vols = await manager.prepare(pod)
     cm, labels = Path(vols["cm"].host_path), Path(vols["labels"].host_path)
     assert not await manager.refresh(pod)  # nothing changed: nothing rewritten
@@ -146,7 +175,11 @@ async def test_refresh_rewrites_changed_config_maps_and_labels(manager):
     [
         ({"subPath": "/etc"}, {}, "error SubPath `/etc` must not be an absolute path"),
         ({"subPathExpr": "$(WHERE)"}, {"WHERE": "/abs"}, "error SubPath `/abs` must not be an absolute path"),
-        ({"subPathExpr": "a/$(UP)/b"}, {"UP": ".."}, "unable to provision SubPath `a/../b`: must not contain '..'"),
+        (
+            {"subPathExpr": "a/$(UP)/b"},
+            {"UP": ".."},
+            "unable to provision SubPath `a/../b`: must not contain '..'",
+        ),
         ({"subPathExpr": "$(NOPE)/$(EMPTY)"}, {"EMPTY": ""}, "missing value for EMPTY, NOPE"),
     ],
 )
@@ -155,24 +188,40 @@ async def test_sub_path_errors(manager, mount, env, message):
 
     ready = await manager.prepare(make_pod([{"name": "e", "emptyDir": {}}]))
     with pytest.raises(VolumeError) as err:
-        container_mounts({"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", **mount}]}, ready, env)
+        container_mounts(
+            {"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", **mount}]}, ready, env
+        )
     assert str(err.value) == message
 
 
 async def test_sub_path_expr_expands_the_container_env_and_stays_in_the_volume(manager):
     from agent.volumes import VolumeError, container_mounts
 
-    ready = await manager.prepare(make_pod([{"name": "e", "emptyDir": {}}, {"name": "cm", "configMap": {"name": "cfg"}}]))
+    ready = await manager.prepare(
+        make_pod([{"name": "e", "emptyDir": {}}, {"name": "cm", "configMap": {"name": "cfg"}}])
+    )
     root = Path(ready["e"].host_path)
-    [m] = container_mounts({"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPathExpr": "logs/$(POD)"}]}, ready, {"POD": "web-1"})
+    [m] = container_mounts(
+        {"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPathExpr": "logs/$(POD)"}]},
+        ready,
+        {"POD": "web-1"},
+    )
     assert m.host_path == str(root / "logs" / "web-1") and Path(m.host_path).is_dir()
     assert mode(Path(m.host_path)) == mode(root)
     (root / "escape").symlink_to("/etc")
     with pytest.raises(VolumeError, match='subpath "/etc" not within volume path'):
-        container_mounts({"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPath": "escape"}]}, ready)
+        container_mounts(
+            {"name": "c", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPath": "escape"}]}, ready
+        )
     # A key of a configMap volume binds the file as it is now: a later update does not reach it.
-    [pinned] = container_mounts({"name": "c", "volumeMounts": [{"name": "cm", "mountPath": "/a", "subPath": "a"}]}, ready)
-    assert Path(pinned.host_path).read_text() == "1" and "..data" not in pinned.host_path and not Path(pinned.host_path).is_symlink()
+    [pinned] = container_mounts(
+        {"name": "c", "volumeMounts": [{"name": "cm", "mountPath": "/a", "subPath": "a"}]}, ready
+    )
+    assert (
+        Path(pinned.host_path).read_text() == "1"
+        and "..data" not in pinned.host_path
+        and not Path(pinned.host_path).is_symlink()
+    )
 
 
 async def test_a_disk_empty_dir_over_its_size_limit_is_named(manager):
@@ -183,4 +232,7 @@ async def test_a_disk_empty_dir_over_its_size_limit_is_named(manager):
     (Path(vols["small"].host_path) / "half").write_bytes(os.urandom(2**19))
     assert await manager.empty_dir_over_limit(pod) is None
     (Path(vols["small"].host_path) / "more").write_bytes(os.urandom(2**20))
-    assert await manager.empty_dir_over_limit(pod) == 'Usage of EmptyDir volume "small" exceeds the limit "1Mi". '
+    assert (
+        await manager.empty_dir_over_limit(pod)
+        == 'Usage of EmptyDir volume "small" exceeds the limit "1Mi". '
+    )

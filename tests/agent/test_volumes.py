@@ -24,7 +24,10 @@ async def fetch(kind, ns, name):
 
 
 def make_pod(volumes, uid="u-1"):
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": uid, "labels": {"app": "x", "tier": "web"}}, "spec": {"volumes": volumes}}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid, "labels": {"app": "x", "tier": "web"}},
+        "spec": {"volumes": volumes},
+    }
 
 
 @pytest.fixture
@@ -33,13 +36,29 @@ def manager(tmp_path: Path) -> VolumeManager:
 
 
 async def test_config_secret_downward_projected(manager: VolumeManager, tmp_path: Path):
-    pod = make_pod([
-        {"name": "c", "configMap": {"name": "cfg", "items": [{"key": "app.conf", "path": "conf/app.conf"}]}},
-        {"name": "s", "secret": {"secretName": "sec", "defaultMode": 0o400}},
-        {"name": "d", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}, {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
-        {"name": "pr", "projected": {"sources": [{"configMap": {"name": "cfg"}}, {"secret": {"name": "sec"}}]}},
-        {"name": "e", "emptyDir": {}},
-    ])
+    pod = make_pod(
+        [
+            {
+                "name": "c",
+                "configMap": {"name": "cfg", "items": [{"key": "app.conf", "path": "conf/app.conf"}]},
+            },
+            {"name": "s", "secret": {"secretName": "sec", "defaultMode": 0o400}},
+            {
+                "name": "d",
+                "downwardAPI": {
+                    "items": [
+                        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                    ]
+                },
+            },
+            {
+                "name": "pr",
+                "projected": {"sources": [{"configMap": {"name": "cfg"}}, {"secret": {"name": "sec"}}]},
+            },
+            {"name": "e", "emptyDir": {}},
+        ]
+    )
     ready = await manager.prepare(pod)
     c = Path(ready["c"].host_path)
     assert (c / "conf" / "app.conf").read_text() == "a=1\n" and not (c / "other").exists()
@@ -48,7 +67,11 @@ async def test_config_secret_downward_projected(manager: VolumeManager, tmp_path
     assert s.read_bytes() == b"t0k" and (s.resolve().stat().st_mode & 0o777) == 0o400
     d = Path(ready["d"].host_path)
     assert (d / "labels").read_text() == 'app="x"\ntier="web"' and (d / "name").read_text() == "p"
-    assert {p.name for p in Path(ready["pr"].host_path).iterdir() if not p.name.startswith("..")} == {"app.conf", "other", "token"}
+    assert {p.name for p in Path(ready["pr"].host_path).iterdir() if not p.name.startswith("..")} == {
+        "app.conf",
+        "other",
+        "token",
+    }
     assert ready["c"].read_only and not ready["e"].read_only
     assert Path(ready["e"].host_path).is_dir()
     assert str(c).startswith(str(tmp_path / "pods" / "u-1" / "volumes"))
@@ -65,9 +88,13 @@ def test_atomic_update_swaps_data(tmp_path: Path):
 
 
 async def test_missing_objects_and_optional(manager: VolumeManager):
-    with pytest.raises(VolumeError, match='MountVolume.SetUp failed for volume "c" : configmap "absent" not found'):
+    with pytest.raises(
+        VolumeError, match='MountVolume.SetUp failed for volume "c" : configmap "absent" not found'
+    ):
         await manager.prepare(make_pod([{"name": "c", "configMap": {"name": "absent"}}]))
-    ready = await manager.prepare(make_pod([{"name": "c", "configMap": {"name": "absent", "optional": True}}]))
+    ready = await manager.prepare(
+        make_pod([{"name": "c", "configMap": {"name": "absent", "optional": True}}])
+    )
     assert [n for n in os.listdir(ready["c"].host_path) if not n.startswith("..")] == []
     with pytest.raises(VolumeError, match="not supported"):
         await manager.prepare(make_pod([{"name": "n", "nfs": {"server": "x", "path": "/"}}]))
@@ -75,7 +102,9 @@ async def test_missing_objects_and_optional(manager: VolumeManager):
 
 async def test_host_path_types(manager: VolumeManager, tmp_path: Path):
     made = tmp_path / "made" / "here"
-    ready = await manager.prepare(make_pod([{"name": "h", "hostPath": {"path": str(made), "type": "DirectoryOrCreate"}}]))
+    ready = await manager.prepare(
+        make_pod([{"name": "h", "hostPath": {"path": str(made), "type": "DirectoryOrCreate"}}])
+    )
     assert made.is_dir() and ready["h"].host_path == str(made)
     with pytest.raises(VolumeError, match="is not a file"):
         await manager.prepare(make_pod([{"name": "h", "hostPath": {"path": str(made), "type": "File"}}]))
@@ -84,22 +113,32 @@ async def test_host_path_types(manager: VolumeManager, tmp_path: Path):
 async def test_container_mounts(manager: VolumeManager):
     pod = make_pod([{"name": "e", "emptyDir": {}}, {"name": "c", "configMap": {"name": "cfg"}}])
     ready = await manager.prepare(pod)
-    container = {"name": "main", "volumeMounts": [
-        {"name": "e", "mountPath": "/data", "subPath": "sub"},
-        {"name": "c", "mountPath": "/etc/app"},
-        {"name": "e", "mountPath": "/ro", "readOnly": True, "mountPropagation": "HostToContainer"},
-    ]}
+    container = {
+        "name": "main",
+        "volumeMounts": [
+            {"name": "e", "mountPath": "/data", "subPath": "sub"},
+            {"name": "c", "mountPath": "/etc/app"},
+            {"name": "e", "mountPath": "/ro", "readOnly": True, "mountPropagation": "HostToContainer"},
+        ],
+    }
     mounts = container_mounts(container, ready)
-    assert [(m.container_path, m.readonly) for m in mounts] == [("/data", False), ("/etc/app", True), ("/ro", True)]
+    assert [(m.container_path, m.readonly) for m in mounts] == [
+        ("/data", False),
+        ("/etc/app", True),
+        ("/ro", True),
+    ]
     assert mounts[0].host_path.endswith("/sub") and Path(mounts[0].host_path).is_dir()
     assert mounts[2].propagation == pb.PROPAGATION_HOST_TO_CONTAINER
     with pytest.raises(VolumeError, match="unable to provision SubPath `../../etc`: must not contain '..'"):
-        container_mounts({"name": "m", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPath": "../../etc"}]}, ready)
+        container_mounts(
+            {"name": "m", "volumeMounts": [{"name": "e", "mountPath": "/x", "subPath": "../../etc"}]}, ready
+        )
     with pytest.raises(VolumeError, match='unable to find volume "zz"'):
         container_mounts({"name": "m", "volumeMounts": [{"name": "zz", "mountPath": "/x"}]}, ready)
 
 
 # --- projected service-account tokens ------------------------------------------------------------
+
 
 class Clock:
     def __init__(self) -> None:
@@ -133,11 +172,30 @@ def token_pod(expiration: int | None = 3607, audience: str = "") -> dict:
         source["expirationSeconds"] = expiration
     if audience:
         source["audience"] = audience
-    pod = make_pod([{"name": "kube-api-access-x2z4k", "projected": {"defaultMode": 0o644, "sources": [
-        {"serviceAccountToken": source},
-        {"configMap": {"name": "cfg", "items": [{"key": "app.conf", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
-    ]}}])
+    pod = make_pod(
+        [
+            {
+                "name": "kube-api-access-x2z4k",
+                "projected": {
+                    "defaultMode": 0o644,
+                    "sources": [
+                        {"serviceAccountToken": source},
+                        {"configMap": {"name": "cfg", "items": [{"key": "app.conf", "path": "ca.crt"}]}},
+                        {
+                            "downwardAPI": {
+                                "items": [
+                                    {
+                                        "path": "namespace",
+                                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                                    }
+                                ]
+                            }
+                        },
+                    ],
+                },
+            }
+        ]
+    )
     pod["spec"]["serviceAccountName"] = "robot"
     return pod
 
@@ -159,7 +217,9 @@ def with_tokens(tmp_path: Path, clock: Clock, token_api: FakeTokenAPI) -> Volume
     def field(pod, path):
         return {"metadata.namespace": pod["metadata"]["namespace"]}[path]
 
-    return VolumeManager(str(tmp_path), fetch, field, tokens=TokenManager(token_api, clock, jitter=lambda: 0.0))
+    return VolumeManager(
+        str(tmp_path), fetch, field, tokens=TokenManager(token_api, clock, jitter=lambda: 0.0)
+    )
 
 
 async def test_service_account_token_projection(with_tokens: VolumeManager, token_api: FakeTokenAPI):
@@ -185,7 +245,9 @@ async def test_service_account_token_projection(with_tokens: VolumeManager, toke
     assert token_api.calls[-1][2:4] == ([], 3600)
 
 
-async def test_tokens_are_refreshed_at_80_percent_of_their_life(with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI):
+async def test_tokens_are_refreshed_at_80_percent_of_their_life(
+    with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI
+):
     pod = token_pod(expiration=3607)
     ready = await with_tokens.prepare(pod)
     folder = Path(ready["kube-api-access-x2z4k"].host_path)
@@ -202,7 +264,9 @@ async def test_tokens_are_refreshed_at_80_percent_of_their_life(with_tokens: Vol
     assert with_tokens.refresh_in("u-1") == pytest.approx(2886)
 
 
-async def test_long_lived_tokens_are_refreshed_after_a_day(with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI):
+async def test_long_lived_tokens_are_refreshed_after_a_day(
+    with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI
+):
     pod = token_pod(expiration=7 * 24 * 3600)
     await with_tokens.prepare(pod)
     assert with_tokens.refresh_in("u-1") == pytest.approx(24 * 3600)
@@ -210,7 +274,9 @@ async def test_long_lived_tokens_are_refreshed_after_a_day(with_tokens: VolumeMa
     assert await with_tokens.refresh(pod) and len(token_api.calls) == 2
 
 
-async def test_a_failed_refresh_keeps_the_valid_token_and_retries_later(with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI):
+async def test_a_failed_refresh_keeps_the_valid_token_and_retries_later(
+    with_tokens: VolumeManager, clock: Clock, token_api: FakeTokenAPI
+):
     from agent.volumes.tokens import RETRY_AFTER_FAILURE
 
     pod = token_pod(expiration=600)
@@ -221,7 +287,9 @@ async def test_a_failed_refresh_keeps_the_valid_token_and_retries_later(with_tok
     assert not await with_tokens.refresh(pod) and (folder / "token").read_text() == "token-1"
     assert with_tokens.refresh_in("u-1") == pytest.approx(RETRY_AFTER_FAILURE)  # no tight retry loop
     clock.now += 200  # expired, and still no API: the mount fails as upstream's does
-    with pytest.raises(VolumeError, match='volume "kube-api-access-x2z4k" : failed to fetch token: the server is down'):
+    with pytest.raises(
+        VolumeError, match='volume "kube-api-access-x2z4k" : failed to fetch token: the server is down'
+    ):
         await with_tokens.refresh(pod)
     token_api.fail = False
     assert await with_tokens.refresh(pod) and (folder / "token").read_text() == "token-2"

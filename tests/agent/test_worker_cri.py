@@ -76,7 +76,14 @@ def make_pod(image: str, script: str, restart: str = "Always") -> dict[str, Any]
         "spec": {
             "restartPolicy": restart,
             "terminationGracePeriodSeconds": 2,
-            "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", script]}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", script],
+                }
+            ],
         },
         "status": {},
     }
@@ -138,7 +145,10 @@ async def test_start_adopt_and_terminate(ctx: PodContext, cri: CRIClient, test_i
     cgroup = CGROUP_FS / "memory" / CGROUP_ROOT.strip("/") / "kubepods" / "besteffort" / f"pod{uid}"
     assert cgroup.is_dir()
     assert status["podIP"] and status["conditions"][0] == {
-        "type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": None, "lastTransitionTime": status["conditions"][0]["lastTransitionTime"],
+        "type": "PodReadyToStartContainers",
+        "status": "True",
+        "lastProbeTime": None,
+        "lastTransitionTime": status["conditions"][0]["lastTransitionTime"],
     }
 
     # A new worker (as after an agent restart) adopts: same container, nothing created.
@@ -157,12 +167,19 @@ async def test_start_adopt_and_terminate(ctx: PodContext, cri: CRIClient, test_i
     assert not cgroup.exists()
     reasons = [r for u, _t, r, _m in ctx.recorder.recorded if u == uid]
     assert "Pulled" in reasons and "Killing" in reasons
-    assert reasons.index("Pulled") < reasons.index("Created") < reasons.index("Started") < reasons.index("Killing")
+    assert (
+        reasons.index("Pulled")
+        < reasons.index("Created")
+        < reasons.index("Started")
+        < reasons.index("Killing")
+    )
     # What the pod had on the host is gone with it (checked per object: other suites share the host).
     assert not netns.exists()
 
 
-async def test_crash_loop_restarts_with_backoff_and_gc(ctx: PodContext, cri: CRIClient, test_images: RigImages):
+async def test_crash_loop_restarts_with_backoff_and_gc(
+    ctx: PodContext, cri: CRIClient, test_images: RigImages
+):
     pod = make_pod(test_images.busybox, "exit 2")
     uid = pod["metadata"]["uid"]
     worker = PodWorker(ctx, uid, lambda: pod)
@@ -171,7 +188,10 @@ async def test_crash_loop_restarts_with_backoff_and_gc(ctx: PodContext, cri: CRI
     )
     cs = main(status)
     assert cs["lastState"]["terminated"]["exitCode"] == 2 and cs["restartCount"] >= 1
-    assert f"restarting failed container=main pod={pod['metadata']['name']}_default({uid})" in cs["state"]["waiting"]["message"]
+    assert (
+        f"restarting failed container=main pod={pod['metadata']['name']}_default({uid})"
+        in cs["state"]["waiting"]["message"]
+    )
     await sync_until(worker, ctx, lambda s: main(s)["restartCount"] >= 3)
     # Dead containers are collected down to the newest dead one (plus a live one, if any).
     await worker.step()
@@ -189,7 +209,9 @@ async def test_crash_loop_restarts_with_backoff_and_gc(ctx: PodContext, cri: CRI
     assert await cri.list_containers(labels={L.POD_UID: uid}) == []
 
 
-async def test_never_pod_finishes_and_releases_sandbox(ctx: PodContext, cri: CRIClient, test_images: RigImages):
+async def test_never_pod_finishes_and_releases_sandbox(
+    ctx: PodContext, cri: CRIClient, test_images: RigImages
+):
     pod = make_pod(test_images.busybox, "echo bye", restart="Never")
     uid = pod["metadata"]["uid"]
     worker = PodWorker(ctx, uid, lambda: pod)
@@ -218,7 +240,9 @@ async def test_dead_sandbox_is_replaced(ctx: PodContext, cri: CRIClient, test_im
     [old] = await cri.list_pod_sandbox(labels={L.POD_UID: uid})
     await cri.stop_pod_sandbox(old.id)  # the sandbox dies under the pod
     status = await sync_until(
-        worker, ctx, lambda s: s["phase"] == "Running" and main(s)["restartCount"] == 1 and "running" in main(s)["state"]
+        worker,
+        ctx,
+        lambda s: s["phase"] == "Running" and main(s)["restartCount"] == 1 and "running" in main(s)["state"],
     )
     ready = await cri.list_pod_sandbox(labels={L.POD_UID: uid}, state=pb.SANDBOX_READY)
     assert [s.metadata.attempt for s in ready] == [1]
@@ -234,7 +258,9 @@ async def test_changed_image_restarts_container(ctx: PodContext, cri: CRIClient,
     worker = PodWorker(ctx, uid, lambda: pod)
     first = main(await sync_until(worker, ctx, lambda s: s["phase"] == "Running"))["containerID"]
     pod["spec"]["containers"][0]["image"] = test_images.busybox_pinned
-    status = await sync_until(worker, ctx, lambda s: "running" in main(s)["state"] and main(s)["containerID"] != first)
+    status = await sync_until(
+        worker, ctx, lambda s: "running" in main(s)["state"] and main(s)["containerID"] != first
+    )
     assert main(status)["restartCount"] == 1
     [live] = await cri.list_containers(labels={L.POD_UID: uid}, state=pb.CONTAINER_RUNNING)
     assert live.annotations[L.CONTAINER_HASH] == L.container_hash(pod["spec"]["containers"][0])

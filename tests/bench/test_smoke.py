@@ -40,9 +40,13 @@ BENCHMARKS = {
     "cni": Benchmark("bench/cni/latency.py", "cni-latency", needs_root=True),
     "agent-startup": Benchmark("bench/agent/startup.py", "agent-startup", needs_root=True),
     "probes-load": Benchmark("bench/probes/load.py", "probes-load", needs_root=True),
-    "controllers-replicasets": Benchmark("bench/controllers/replicasets.py", "controllers-replicasets", needs_root=False),
+    "controllers-replicasets": Benchmark(
+        "bench/controllers/replicasets.py", "controllers-replicasets", needs_root=False
+    ),
     "proxy-sync": Benchmark("bench/proxy/sync.py", "proxy-sync", needs_root=True),
-    "controllers-deployment": Benchmark("bench/controllers/deployment.py", "controllers-deployment", needs_root=True),
+    "controllers-deployment": Benchmark(
+        "bench/controllers/deployment.py", "controllers-deployment", needs_root=True
+    ),
     "controllers-jobs": Benchmark("bench/controllers/jobs.py", "controllers-jobs", needs_root=True),
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
 }
@@ -60,7 +64,11 @@ def test_smoke_run_writes_the_report(name: str, tmp_path_factory: pytest.TempPat
     # A short folder: the stack's unix sockets live under it (108 bytes at most).
     work = tmp_path_factory.mktemp("b")
     out = work / "report"
-    env = dict(os.environ, TMPDIR=str(work), PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        TMPDIR=str(work),
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
     result = subprocess.run(
         [sys.executable, str(ROOT / bench.script), "--smoke", "--out", str(out)],
         cwd=ROOT,
@@ -70,7 +78,9 @@ def test_smoke_run_writes_the_report(name: str, tmp_path_factory: pytest.TempPat
         timeout=300,
         check=False,
     )
-    assert result.returncode == 0, f"{bench.script} --smoke failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"{bench.script} --smoke failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     for suffix in ("json", "md", "svg"):
         path = out / f"{bench.report}.{suffix}"
         assert path.is_file() and path.stat().st_size > 0, f"{path} missing or empty"

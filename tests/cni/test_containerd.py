@@ -32,7 +32,9 @@ pytestmark = pytest.mark.integration
 HOST_PORT = 18961
 
 
-def sandbox_config(name: str, log_dir: Path, ports: list[pb.PortMapping] | None = None) -> pb.PodSandboxConfig:
+def sandbox_config(
+    name: str, log_dir: Path, ports: list[pb.PortMapping] | None = None
+) -> pb.PodSandboxConfig:
     return pod_sandbox_config(name, "cni-test", log_dir, ports)
 
 

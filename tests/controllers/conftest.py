@@ -58,9 +58,16 @@ async def running(apiserver: ApiServer, *names: str, **options: Any) -> AsyncIte
     them on: the manager's (system:kube-controller-manager) for informers, each controller's service
     account for the rest."""
     kube = KubeClient(load_kubeconfig(apiserver.controller_manager_kubeconfig), qps=0)
-    manager = ControllerManager(kube, ManagerConfig(
-        controllers=list(names), leader_election=LeaderElection("kube-controller-manager", enabled=False),
-        secure_port=0, options=options, service_account_signer=apiserver.signing_pair))
+    manager = ControllerManager(
+        kube,
+        ManagerConfig(
+            controllers=list(names),
+            leader_election=LeaderElection("kube-controller-manager", enabled=False),
+            secure_port=0,
+            options=options,
+            service_account_signer=apiserver.signing_pair,
+        ),
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run(stop))
     try:
@@ -87,9 +94,24 @@ def mark_ready(v1: client.CoreV1Api, pod: client.V1Pod, node: str = "n1", ready:
     """Do what a kubelet does for a started pod: bind it to a node, Running, Ready (or not)."""
     name, ns = pod.metadata.name, pod.metadata.namespace
     if not pod.spec.node_name:
-        v1.create_namespaced_binding(ns, client.V1Binding(
-            metadata=client.V1ObjectMeta(name=name), target=client.V1ObjectReference(kind="Node", name=node)),
-            _preload_content=False)
+        v1.create_namespaced_binding(
+            ns,
+            client.V1Binding(
+                metadata=client.V1ObjectMeta(name=name),
+                target=client.V1ObjectReference(kind="Node", name=node),
+            ),
+            _preload_content=False,
+        )
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    v1.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Running", "conditions": [
-        {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now}]}})
+    v1.patch_namespaced_pod_status(
+        name,
+        ns,
+        {
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now}
+                ],
+            }
+        },
+    )

@@ -25,11 +25,26 @@ def _stamp() -> str:
 
 
 def _ended(phase: str, code: int) -> Obj:
-    terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                  "startedAt": _stamp(), "finishedAt": _stamp()}
-    return {"phase": phase, "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _stamp()}],
-            "containerStatuses": [{"name": "c", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
-                                   "state": {"terminated": terminated}}]}
+    terminated = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "startedAt": _stamp(),
+        "finishedAt": _stamp(),
+    }
+    return {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _stamp()}],
+        "containerStatuses": [
+            {
+                "name": "c",
+                "image": "busybox",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": terminated},
+            }
+        ],
+    }
 
 
 @dataclass
@@ -40,8 +55,9 @@ class Kubelet:
 
 
 @contextlib.asynccontextmanager
-async def job_kubelet(apiserver: ApiServer, namespace: str, outcome: Callable[[Obj], str | None],
-                      run_for: float = 0.2) -> AsyncIterator[Kubelet]:
+async def job_kubelet(
+    apiserver: ApiServer, namespace: str, outcome: Callable[[Obj], str | None], run_for: float = 0.2
+) -> AsyncIterator[Kubelet]:
     kube = KubeClient(load_kubeconfig(apiserver.kubeconfig), qps=0)
     state = Kubelet()
     handled: set[str] = set()
@@ -59,27 +75,49 @@ async def job_kubelet(apiserver: ApiServer, namespace: str, outcome: Callable[[O
     async def run(pod: Obj) -> None:
         uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
         with contextlib.suppress(ApiError):
-            await kube.create(f"{base(pod)}/binding", {"apiVersion": "v1", "kind": "Binding",
-                                                       "metadata": {"name": name}, "target": {"kind": "Node", "name": "n1"}})
+            await kube.create(
+                f"{base(pod)}/binding",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": name},
+                    "target": {"kind": "Node", "name": "n1"},
+                },
+            )
             state.running.add(uid)
             state.most_running = max(state.most_running, len(state.running))
-            await kube.patch(f"{base(pod)}/status", {"metadata": {"uid": uid}, "status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": _stamp()}]}})
+            await kube.patch(
+                f"{base(pod)}/status",
+                {
+                    "metadata": {"uid": uid},
+                    "status": {
+                        "phase": "Running",
+                        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _stamp()}],
+                    },
+                },
+            )
             await asyncio.sleep(run_for)
             end = outcome(pod)
             if end is None or uid in stopping:
                 return
             state.running.discard(uid)
             phase, _, code = end.partition(":")  # "Failed:42" ends with exit code 42
-            await kube.patch(f"{base(pod)}/status", {"metadata": {"uid": uid}, "status": _ended(
-                phase, 0 if phase == "Succeeded" else int(code or 1))})
+            await kube.patch(
+                f"{base(pod)}/status",
+                {
+                    "metadata": {"uid": uid},
+                    "status": _ended(phase, 0 if phase == "Succeeded" else int(code or 1)),
+                },
+            )
 
     async def stop(pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
         state.running.discard(uid)
         with contextlib.suppress(ApiError):
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                await kube.patch(f"{base(pod)}/status", {"metadata": {"uid": uid}, "status": _ended("Failed", 137)})
+                await kube.patch(
+                    f"{base(pod)}/status", {"metadata": {"uid": uid}, "status": _ended("Failed", 137)}
+                )
             await kube.delete(base(pod), {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
 
     def handle(pod: Obj) -> None:
@@ -100,8 +138,9 @@ async def job_kubelet(apiserver: ApiServer, namespace: str, outcome: Callable[[O
         for pod in listing["items"]:
             handle(pod)
         while True:
-            async for event in kube.watch(path, {"resourceVersion": rv, "timeoutSeconds": 600,
-                                                 "allowWatchBookmarks": True}):
+            async for event in kube.watch(
+                path, {"resourceVersion": rv, "timeoutSeconds": 600, "allowWatchBookmarks": True}
+            ):
                 rv = event["object"]["metadata"].get("resourceVersion", rv)
                 if event["type"] in ("ADDED", "MODIFIED"):
                     handle(event["object"])

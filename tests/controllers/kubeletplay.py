@@ -26,12 +26,32 @@ def micro_now() -> str:
 def node_status(ready: str = "True") -> dict:
     stamp = now_stamp()
     reason = "KubeletReady" if ready == "True" else "KubeletNotReady"
-    kubelet = [("MemoryPressure", "KubeletHasSufficientMemory"), ("DiskPressure", "KubeletHasNoDiskPressure"),
-               ("PIDPressure", "KubeletHasSufficientPID")]
-    conditions = [{"type": t, "status": "False", "reason": r, "message": "ok", "lastHeartbeatTime": stamp,
-                   "lastTransitionTime": stamp} for t, r in kubelet]
-    conditions.append({"type": "Ready", "status": ready, "reason": reason, "message": f"{reason.lower()} status",
-                       "lastHeartbeatTime": stamp, "lastTransitionTime": stamp})
+    kubelet = [
+        ("MemoryPressure", "KubeletHasSufficientMemory"),
+        ("DiskPressure", "KubeletHasNoDiskPressure"),
+        ("PIDPressure", "KubeletHasSufficientPID"),
+    ]
+    conditions = [
+        {
+            "type": t,
+            "status": "False",
+            "reason": r,
+            "message": "ok",
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+        for t, r in kubelet
+    ]
+    conditions.append(
+        {
+            "type": "Ready",
+            "status": ready,
+            "reason": reason,
+            "message": f"{reason.lower()} status",
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+    )
     capacity = {"cpu": "2", "memory": "2Gi", "pods": "110"}
     return {"conditions": conditions, "capacity": capacity, "allocatable": capacity}
 
@@ -41,8 +61,10 @@ def post_status(v1: client.CoreV1Api, name: str, ready: str = "True") -> None:
 
 
 def renew_lease(coord: client.CoordinationV1Api, name: str) -> None:
-    body = {"metadata": {"name": name, "namespace": LEASE_NS},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()}}
+    body = {
+        "metadata": {"name": name, "namespace": LEASE_NS},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()},
+    }
     try:
         coord.patch_namespaced_lease(name, LEASE_NS, {"spec": {"renewTime": micro_now()}})
     except ApiException as err:
@@ -51,8 +73,14 @@ def renew_lease(coord: client.CoordinationV1Api, name: str) -> None:
         coord.create_namespaced_lease(LEASE_NS, body)
 
 
-def make_node(v1: client.CoreV1Api, coord: client.CoordinationV1Api | None, name: str, ready: str | None = "True",
-              labels: dict[str, str] | None = None, taints: list[dict] | None = None) -> client.V1Node:
+def make_node(
+    v1: client.CoreV1Api,
+    coord: client.CoordinationV1Api | None,
+    name: str,
+    ready: str | None = "True",
+    labels: dict[str, str] | None = None,
+    taints: list[dict] | None = None,
+) -> client.V1Node:
     """A Node (with a status unless ready is None, and a fresh Lease if coord is given)."""
     spec = {"taints": taints} if taints else {}
     v1.create_node({"metadata": {"name": name, "labels": labels or {}}, "spec": spec})
@@ -72,9 +100,11 @@ def delete_node(v1: client.CoreV1Api, coord: client.CoordinationV1Api | None, na
 
 
 @contextlib.asynccontextmanager
-async def heartbeat(v1: client.CoreV1Api, coord: client.CoordinationV1Api, name: str, every: float = 0.3,
-                    status: bool = False) -> AsyncIterator[None]:
+async def heartbeat(
+    v1: client.CoreV1Api, coord: client.CoordinationV1Api, name: str, every: float = 0.3, status: bool = False
+) -> AsyncIterator[None]:
     """Renew the node's Lease (and with status=True post a Ready status) every `every` s in the block."""
+
     async def beat() -> None:
         while True:
             await asyncio.to_thread(renew_lease, coord, name)
@@ -99,7 +129,9 @@ def taint_set(node: client.V1Node) -> set[tuple[str, str]]:
     return {(t.key, t.effect) for t in node.spec.taints or []}
 
 
-def pod_on(name: str, node: str, tolerations: list[dict] | None = None, finalizers: list[str] | None = None) -> dict:
+def pod_on(
+    name: str, node: str, tolerations: list[dict] | None = None, finalizers: list[str] | None = None
+) -> dict:
     meta: dict = {"name": name}
     if finalizers:
         meta["finalizers"] = finalizers
@@ -112,8 +144,16 @@ def pod_on(name: str, node: str, tolerations: list[dict] | None = None, finalize
 def run_ready(v1: client.CoreV1Api, namespace: str, name: str) -> None:
     """What the kubelet reports for a started pod: Running, Ready."""
     stamp = now_stamp()
-    v1.patch_namespaced_pod_status(name, namespace, {"status": {"phase": "Running", "conditions": [
-        {"type": "Ready", "status": "True", "lastTransitionTime": stamp}]}})
+    v1.patch_namespaced_pod_status(
+        name,
+        namespace,
+        {
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp}],
+            }
+        },
+    )
 
 
 def pod_condition(pod: client.V1Pod, type_: str) -> client.V1PodCondition | None:
@@ -129,6 +169,11 @@ def read_pod(v1: client.CoreV1Api, namespace: str, name: str) -> client.V1Pod | 
         raise
 
 
-def events(v1: client.CoreV1Api, namespace: str, reason: str, name: str | None = None) -> list[client.CoreV1Event]:
-    return [e for e in v1.list_namespaced_event(namespace).items
-            if e.reason == reason and (name is None or e.involved_object.name == name)]
+def events(
+    v1: client.CoreV1Api, namespace: str, reason: str, name: str | None = None
+) -> list[client.CoreV1Event]:
+    return [
+        e
+        for e in v1.list_namespaced_event(namespace).items
+        if e.reason == reason and (name is None or e.involved_object.name == name)
+    ]

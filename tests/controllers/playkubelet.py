@@ -31,8 +31,10 @@ def _stamp() -> str:
 
 
 def is_ready(pod: Obj) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 async def _start(kube: KubeClient, pod: Obj, node: str, ready: bool, delay: float) -> None:
@@ -40,11 +42,31 @@ async def _start(kube: KubeClient, pod: Obj, node: str, ready: bool, delay: floa
     base = f"/api/v1/namespaces/{ns}/pods/{name}"
     try:
         if not (pod.get("spec") or {}).get("nodeName"):
-            await kube.create(f"{base}/binding", {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                                                  "target": {"kind": "Node", "name": node}})
+            await kube.create(
+                f"{base}/binding",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": name},
+                    "target": {"kind": "Node", "name": node},
+                },
+            )
         await asyncio.sleep(delay)
-        await kube.patch(f"{base}/status", {"status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _stamp()}]}})
+        await kube.patch(
+            f"{base}/status",
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True" if ready else "False",
+                            "lastTransitionTime": _stamp(),
+                        }
+                    ],
+                }
+            },
+        )
     except ApiError as err:
         if not (err.not_found or err.conflict):
             raise
@@ -54,13 +76,21 @@ async def _finish(kube: KubeClient, pod: Obj, delay: float) -> None:
     ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     await asyncio.sleep(delay)
     with contextlib.suppress(ApiError):
-        await kube.delete(f"/api/v1/namespaces/{ns}/pods/{name}",
-                          {"gracePeriodSeconds": 0, "preconditions": {"uid": pod["metadata"]["uid"]}})
+        await kube.delete(
+            f"/api/v1/namespaces/{ns}/pods/{name}",
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": pod["metadata"]["uid"]}},
+        )
 
 
 @contextlib.asynccontextmanager
-async def kubelet(apiserver: ApiServer, namespace: str, ready: Callable[[Obj], bool] = lambda _p: True,
-                  delay: float = 0.0, stop_delay: float = 0.0, node: str = "n1") -> AsyncIterator[None]:
+async def kubelet(
+    apiserver: ApiServer,
+    namespace: str,
+    ready: Callable[[Obj], bool] = lambda _p: True,
+    delay: float = 0.0,
+    stop_delay: float = 0.0,
+    node: str = "n1",
+) -> AsyncIterator[None]:
     kube = KubeClient(load_kubeconfig(apiserver.kubeconfig), qps=0)
     started: set[str] = set()
     stopping: set[str] = set()
@@ -78,8 +108,9 @@ async def kubelet(apiserver: ApiServer, namespace: str, ready: Callable[[Obj], b
         for pod in listing["items"]:
             handle(pod)
         while True:
-            async for event in kube.watch(path, {"resourceVersion": rv, "timeoutSeconds": 600,
-                                                 "allowWatchBookmarks": True}):
+            async for event in kube.watch(
+                path, {"resourceVersion": rv, "timeoutSeconds": 600, "allowWatchBookmarks": True}
+            ):
                 rv = event["object"]["metadata"].get("resourceVersion", rv)
                 if event["type"] in ("ADDED", "MODIFIED"):
                     handle(event["object"])
@@ -162,8 +193,9 @@ async def census(apiserver: ApiServer, namespace: str) -> AsyncIterator[Census]:
         rv = listing["metadata"]["resourceVersion"]
         listed.set()
         while True:
-            async for event in kube.watch(path, {"resourceVersion": rv, "timeoutSeconds": 600,
-                                                 "allowWatchBookmarks": True}):
+            async for event in kube.watch(
+                path, {"resourceVersion": rv, "timeoutSeconds": 600, "allowWatchBookmarks": True}
+            ):
                 rv = event["object"]["metadata"].get("resourceVersion", rv)
                 seen.observe(event)
 

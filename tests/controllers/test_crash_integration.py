@@ -21,9 +21,24 @@ pytestmark = pytest.mark.integration
 
 
 def manager(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "pykubelet", "controller-manager", "--kubeconfig", str(kubeconfig),
-           "--controllers", "replicaset", "--secure-port", "0", "--leader-elect-lease-duration", "3s",
-           "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "controller-manager",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--controllers",
+        "replicaset",
+        "--secure-port",
+        "0",
+        "--leader-elect-lease-duration",
+        "3s",
+        "--leader-elect-renew-deadline",
+        "2s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ]
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
 

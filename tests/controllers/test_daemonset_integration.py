@@ -43,16 +43,32 @@ async def scheduler_and_kubelets(apiserver: ApiServer, namespace: str) -> AsyncI
         name = pod["metadata"]["name"]
         base = f"/api/v1/namespaces/{namespace}/pods/{name}"
         with contextlib.suppress(ApiError):
-            await kube.create(f"{base}/binding", {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                                                  "target": {"kind": "Node", "name": target_node(pod)}})
+            await kube.create(
+                f"{base}/binding",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": name},
+                    "target": {"kind": "Node", "name": target_node(pod)},
+                },
+            )
             await asyncio.sleep(0.3)
-            await kube.patch(f"{base}/status", {"status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": _stamp()}]}})
+            await kube.patch(
+                f"{base}/status",
+                {
+                    "status": {
+                        "phase": "Running",
+                        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _stamp()}],
+                    }
+                },
+            )
 
     async def stop(pod: Obj) -> None:
         with contextlib.suppress(ApiError):
-            await kube.delete(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
-                              {"gracePeriodSeconds": 0, "preconditions": {"uid": pod["metadata"]["uid"]}})
+            await kube.delete(
+                f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": pod["metadata"]["uid"]}},
+            )
 
     def spawn(coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -89,9 +105,19 @@ async def scheduler_and_kubelets(apiserver: ApiServer, namespace: str) -> AsyncI
 
 
 def daemonset(name: str, group: str, image: str = "busybox:1", **spec: Any) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name}, "spec": {
-        "selector": {"matchLabels": {"app": name}}, **spec, "template": {"metadata": {"labels": {"app": name}}, "spec": {
-            "nodeSelector": {"group": group}, "containers": [{"name": "c", "image": image}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            **spec,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"nodeSelector": {"group": group}, "containers": [{"name": "c", "image": image}]},
+            },
+        },
+    }
 
 
 @pytest.fixture
@@ -114,7 +140,11 @@ def nodes(v1: client.CoreV1Api, namespace: str):
 
 
 def live(v1: client.CoreV1Api, ns: str, app: str) -> list[client.V1Pod]:
-    return [p for p in v1.list_namespaced_pod(ns, label_selector=f"app={app}").items if not p.metadata.deletion_timestamp]
+    return [
+        p
+        for p in v1.list_namespaced_pod(ns, label_selector=f"app={app}").items
+        if not p.metadata.deletion_timestamp
+    ]
 
 
 def on_nodes(pods: list[client.V1Pod]) -> list[str]:
@@ -124,35 +154,89 @@ def on_nodes(pods: list[client.V1Pod]) -> list[str]:
 async def test_one_pod_per_eligible_node(apiserver, v1, apps, namespace, nodes):
     eligible = nodes(2)
     tainted = nodes(1, taints=[{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])
-    nodes(1, ready="False", taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
-                                    {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}])
+    nodes(
+        1,
+        ready="False",
+        taints=[
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+        ],
+    )
     make_node(v1, None, f"{namespace}-other", labels={"group": "elsewhere"})
     try:
         async with running(apiserver, "daemonset"), scheduler_and_kubelets(apiserver, namespace):
             apps.create_namespaced_daemon_set(namespace, daemonset("agent", namespace))
-            pods = await eventually(lambda: (p := live(v1, namespace, "agent")) and len(p) == 3
-                                    and all(x.spec.node_name for x in p) and p, what="3 daemon pods")
+            pods = await eventually(
+                lambda: (
+                    (p := live(v1, namespace, "agent"))
+                    and len(p) == 3
+                    and all(x.spec.node_name for x in p)
+                    and p
+                ),
+                what="3 daemon pods",
+            )
             assert tainted[0] not in on_nodes(pods) and set(eligible) <= set(on_nodes(pods))
             pod = pods[0]
             terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
             assert len(terms) == 1 and terms[0].match_fields[0].key == "metadata.name"
             assert terms[0].match_fields[0].values == [pod.spec.node_name]
             keys = {(t.key, t.effect) for t in pod.spec.tolerations}
-            assert keys == {("node.kubernetes.io/not-ready", "NoExecute"), ("node.kubernetes.io/unreachable", "NoExecute"),
-                            ("node.kubernetes.io/disk-pressure", "NoSchedule"),
-                            ("node.kubernetes.io/memory-pressure", "NoSchedule"),
-                            ("node.kubernetes.io/pid-pressure", "NoSchedule"),
-                            ("node.kubernetes.io/unschedulable", "NoSchedule")}
-            assert pod.metadata.labels["controller-revision-hash"] and pod.metadata.labels["pod-template-generation"] == "1"
-            status = (await eventually(lambda: (d := apps.read_namespaced_daemon_set_status("agent", namespace))
-                                       and d.status and d.status.number_ready == 3 and d)).status
-            assert (status.desired_number_scheduled, status.current_number_scheduled, status.updated_number_scheduled,
-                    status.number_available, status.number_misscheduled, status.observed_generation) == (3, 3, 3, 3, 0, 1)
+            assert keys == {
+                ("node.kubernetes.io/not-ready", "NoExecute"),
+                ("node.kubernetes.io/unreachable", "NoExecute"),
+                ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+                ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+                ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+                ("node.kubernetes.io/unschedulable", "NoSchedule"),
+            }
+            assert (
+                pod.metadata.labels["controller-revision-hash"]
+                and pod.metadata.labels["pod-template-generation"] == "1"
+            )
+            status = (
+                await eventually(
+                    lambda: (
+                        (d := apps.read_namespaced_daemon_set_status("agent", namespace))
+                        and d.status
+                        and d.status.number_ready == 3
+                        and d
+                    )
+                )
+            ).status
+            assert (
+                status.desired_number_scheduled,
+                status.current_number_scheduled,
+                status.updated_number_scheduled,
+                status.number_available,
+                status.number_misscheduled,
+                status.observed_generation,
+            ) == (3, 3, 3, 3, 0, 1)
             # Tolerating the taint brings a pod there too.
-            apps.patch_namespaced_daemon_set("agent", namespace, {"spec": {"template": {"spec": {"tolerations": [
-                {"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}]}}}})
-            await eventually(lambda: tainted[0] in on_nodes(live(v1, namespace, "agent")), timeout=30,
-                             what="a pod on the tainted node")
+            apps.patch_namespaced_daemon_set(
+                "agent",
+                namespace,
+                {
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "tolerations": [
+                                    {
+                                        "key": "dedicated",
+                                        "operator": "Equal",
+                                        "value": "db",
+                                        "effect": "NoSchedule",
+                                    }
+                                ]
+                            }
+                        }
+                    }
+                },
+            )
+            await eventually(
+                lambda: tainted[0] in on_nodes(live(v1, namespace, "agent")),
+                timeout=30,
+                what="a pod on the tainted node",
+            )
             # A node losing the label loses its pod.
             v1.patch_node(eligible[0], {"metadata": {"labels": {"group": "gone"}}})
             await eventually(lambda: eligible[0] not in on_nodes(live(v1, namespace, "agent")), timeout=30)
@@ -164,32 +248,56 @@ async def test_rolling_update_one_node_at_a_time_and_history(apiserver, v1, apps
     nodes(3)
     async with running(apiserver, "daemonset"), scheduler_and_kubelets(apiserver, namespace):
         apps.create_namespaced_daemon_set(namespace, daemonset("agent", namespace))
-        await eventually(lambda: (d := apps.read_namespaced_daemon_set_status("agent", namespace).status)
-                         and d.number_available == 3)
+        await eventually(
+            lambda: (
+                (d := apps.read_namespaced_daemon_set_status("agent", namespace).status)
+                and d.number_available == 3
+            )
+        )
         before = {p.metadata.uid for p in live(v1, namespace, "agent")}
-        apps.patch_namespaced_daemon_set("agent", namespace, {"spec": {"template": {"spec": {"containers": [
-            {"name": "c", "image": "busybox:2"}]}}}})
+        apps.patch_namespaced_daemon_set(
+            "agent",
+            namespace,
+            {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}}}},
+        )
         # Watch the pods: never fewer than 2 of 3 nodes with a live pod (maxUnavailable 1).
         least = 3
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
             pods = live(v1, namespace, "agent")
-            ready = [p for p in pods if p.status.conditions and any(c.type == "Ready" and c.status == "True"
-                                                                    for c in p.status.conditions)]
+            ready = [
+                p
+                for p in pods
+                if p.status.conditions
+                and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions)
+            ]
             least = min(least, len(ready))
-            if len(pods) == 3 and all(p.spec.containers[0].image == "busybox:2" for p in pods) and len(ready) == 3:
+            if (
+                len(pods) == 3
+                and all(p.spec.containers[0].image == "busybox:2" for p in pods)
+                and len(ready) == 3
+            ):
                 break
             await asyncio.sleep(0.05)
         else:
             raise AssertionError("the rollout did not finish")
         assert least >= 2
         assert not before & {p.metadata.uid for p in live(v1, namespace, "agent")}
-        status = (await eventually(lambda: (d := apps.read_namespaced_daemon_set_status("agent", namespace))
-                                   and d.status.updated_number_scheduled == 3 and d.status.number_available == 3
-                                   and d)).status
+        status = (
+            await eventually(
+                lambda: (
+                    (d := apps.read_namespaced_daemon_set_status("agent", namespace))
+                    and d.status.updated_number_scheduled == 3
+                    and d.status.number_available == 3
+                    and d
+                )
+            )
+        ).status
         assert status.observed_generation == 2
-        revisions = sorted(client.AppsV1Api(apps.api_client).list_namespaced_controller_revision(namespace).items,
-                           key=lambda r: r.revision)
+        revisions = sorted(
+            client.AppsV1Api(apps.api_client).list_namespaced_controller_revision(namespace).items,
+            key=lambda r: r.revision,
+        )
         assert [r.revision for r in revisions] == [1, 2]
         assert revisions[1].data["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:2"
         assert revisions[1].data["spec"]["template"]["$patch"] == "replace"
@@ -198,25 +306,54 @@ async def test_rolling_update_one_node_at_a_time_and_history(apiserver, v1, apps
         hashes = {p.metadata.labels["controller-revision-hash"] for p in live(v1, namespace, "agent")}
         assert hashes == {revisions[1].metadata.labels["controller-revision-hash"]}
         # Going back to the first template renumbers its revision instead of making a third.
-        apps.patch_namespaced_daemon_set("agent", namespace, {"spec": {"template": {"spec": {"containers": [
-            {"name": "c", "image": "busybox:1"}]}}}})
-        await eventually(lambda: sorted((r.metadata.name, r.revision) for r in client.AppsV1Api(apps.api_client)
-                                        .list_namespaced_controller_revision(namespace).items)
-                         == sorted([(revisions[0].metadata.name, 3), (revisions[1].metadata.name, 2)]))
+        apps.patch_namespaced_daemon_set(
+            "agent",
+            namespace,
+            {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}}},
+        )
+        await eventually(
+            lambda: (
+                sorted(
+                    (r.metadata.name, r.revision)
+                    for r in client.AppsV1Api(apps.api_client)
+                    .list_namespaced_controller_revision(namespace)
+                    .items
+                )
+                == sorted([(revisions[0].metadata.name, 3), (revisions[1].metadata.name, 2)])
+            )
+        )
 
 
 async def test_surge_and_on_delete(apiserver, v1, apps, namespace, nodes):
     nodes(2)
     async with running(apiserver, "daemonset"), scheduler_and_kubelets(apiserver, namespace):
-        apps.create_namespaced_daemon_set(namespace, daemonset("surge", namespace, updateStrategy={
-            "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}))
-        apps.create_namespaced_daemon_set(namespace, daemonset("manual", namespace, updateStrategy={"type": "OnDelete"}))
+        apps.create_namespaced_daemon_set(
+            namespace,
+            daemonset(
+                "surge",
+                namespace,
+                updateStrategy={
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+                },
+            ),
+        )
+        apps.create_namespaced_daemon_set(
+            namespace, daemonset("manual", namespace, updateStrategy={"type": "OnDelete"})
+        )
         for app in ("surge", "manual"):
-            await eventually(lambda a=app: (d := apps.read_namespaced_daemon_set_status(a, namespace).status)
-                             and d.number_available == 2)
+            await eventually(
+                lambda a=app: (
+                    (d := apps.read_namespaced_daemon_set_status(a, namespace).status)
+                    and d.number_available == 2
+                )
+            )
         for app in ("surge", "manual"):
-            apps.patch_namespaced_daemon_set(app, namespace, {"spec": {"template": {"spec": {"containers": [
-                {"name": "c", "image": "busybox:2"}]}}}})
+            apps.patch_namespaced_daemon_set(
+                app,
+                namespace,
+                {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}}}},
+            )
         most = 0
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
@@ -234,9 +371,14 @@ async def test_surge_and_on_delete(apiserver, v1, apps, namespace, nodes):
         status = apps.read_namespaced_daemon_set_status("manual", namespace).status
         assert status.updated_number_scheduled in (0, None)
         v1.delete_namespaced_pod(manual[0].metadata.name, namespace)
-        replaced = await eventually(lambda: [p for p in live(v1, namespace, "manual")
-                                             if p.spec.node_name == manual[0].spec.node_name
-                                             and p.metadata.uid != manual[0].metadata.uid], timeout=30)
+        replaced = await eventually(
+            lambda: [
+                p
+                for p in live(v1, namespace, "manual")
+                if p.spec.node_name == manual[0].spec.node_name and p.metadata.uid != manual[0].metadata.uid
+            ],
+            timeout=30,
+        )
         assert replaced[0].spec.containers[0].image == "busybox:2"
         assert any(p.spec.containers[0].image == "busybox:1" for p in live(v1, namespace, "manual"))
 
@@ -245,10 +387,21 @@ async def test_a_failed_daemon_pod_is_replaced(apiserver, v1, apps, namespace, n
     nodes(1)
     async with running(apiserver, "daemonset"), scheduler_and_kubelets(apiserver, namespace):
         apps.create_namespaced_daemon_set(namespace, daemonset("agent", namespace))
-        first = (await eventually(lambda: [p for p in live(v1, namespace, "agent") if p.status.phase == "Running"]))[0]
+        first = (
+            await eventually(lambda: [p for p in live(v1, namespace, "agent") if p.status.phase == "Running"])
+        )[0]
         v1.patch_namespaced_pod_status(first.metadata.name, namespace, {"status": {"phase": "Failed"}})
-        await eventually(lambda: [p for p in live(v1, namespace, "agent") if p.metadata.uid != first.metadata.uid
-                                  and p.status.phase == "Running"], timeout=30, what="a replacement")
+        await eventually(
+            lambda: [
+                p
+                for p in live(v1, namespace, "agent")
+                if p.metadata.uid != first.metadata.uid and p.status.phase == "Running"
+            ],
+            timeout=30,
+            what="a replacement",
+        )
         said = [e.message for e in v1.list_namespaced_event(namespace).items if e.reason == "FailedDaemonPod"]
-        assert said == [f"Found failed daemon pod {namespace}/{first.metadata.name} on node {first.spec.node_name}, "
-                        "will try to kill it"]
+        assert said == [
+            f"Found failed daemon pod {namespace}/{first.metadata.name} on node {first.spec.node_name}, "
+            "will try to kill it"
+        ]

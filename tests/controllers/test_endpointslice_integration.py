@@ -32,29 +32,56 @@ def discovery(api: client.ApiClient) -> client.DiscoveryV1Api:
     return client.DiscoveryV1Api(api)
 
 
-def start_pod(v1: client.CoreV1Api, ns: str, name: str, ip: str, node: str, ready: bool = True,
-              port: int = 8080, labels: dict[str, str] | None = None) -> None:
+def start_pod(
+    v1: client.CoreV1Api,
+    ns: str,
+    name: str,
+    ip: str,
+    node: str,
+    ready: bool = True,
+    port: int = 8080,
+    labels: dict[str, str] | None = None,
+) -> None:
     """Create, bind and start a pod as a kubelet would report it."""
-    v1.create_namespaced_pod(ns, {"metadata": {"name": name, "labels": labels or {"app": "web"}}, "spec": {
-        "containers": [{"name": "c", "image": "busybox", "ports": [{"name": "http", "containerPort": port}]}]}})
-    v1.create_namespaced_binding(ns, client.V1Binding(
-        metadata=client.V1ObjectMeta(name=name), target=client.V1ObjectReference(kind="Node", name=node)),
-        _preload_content=False)
+    v1.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": name, "labels": labels or {"app": "web"}},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "busybox", "ports": [{"name": "http", "containerPort": port}]}
+                ]
+            },
+        },
+    )
+    v1.create_namespaced_binding(
+        ns,
+        client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name), target=client.V1ObjectReference(kind="Node", name=node)
+        ),
+        _preload_content=False,
+    )
     set_ready(v1, ns, name, ready, ip)
 
 
 def set_ready(v1: client.CoreV1Api, ns: str, name: str, ready: bool, ip: str | None = None) -> None:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status: dict = {"phase": "Running", "conditions": [
-        {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now}]}
+    status: dict = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now}],
+    }
     if ip:
         status.update(podIP=ip, podIPs=[{"ip": ip}])
     v1.patch_namespaced_pod_status(name, ns, {"status": status})
 
 
-def make_service(v1: client.CoreV1Api, ns: str, name: str = "web", selector: dict | None = None, **spec: object) -> client.V1Service:
-    body = {"metadata": {"name": name, "labels": {"team": "a"}},
-            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": "http"}], **spec}}
+def make_service(
+    v1: client.CoreV1Api, ns: str, name: str = "web", selector: dict | None = None, **spec: object
+) -> client.V1Service:
+    body = {
+        "metadata": {"name": name, "labels": {"team": "a"}},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": "http"}], **spec},
+    }
     if selector is not False:
         body["spec"]["selector"] = selector or {"app": "web"}
     return v1.create_namespaced_service(ns, body)
@@ -62,15 +89,20 @@ def make_service(v1: client.CoreV1Api, ns: str, name: str = "web", selector: dic
 
 def managed(discovery: client.DiscoveryV1Api, ns: str, service: str = "web") -> list[client.V1EndpointSlice]:
     return discovery.list_namespaced_endpoint_slice(
-        ns, label_selector=f"kubernetes.io/service-name={service},{MANAGED}").items
+        ns, label_selector=f"kubernetes.io/service-name={service},{MANAGED}"
+    ).items
 
 
 def endpoints_of(discovery: client.DiscoveryV1Api, ns: str, service: str = "web") -> dict[str, tuple]:
     out = {}
     for s in managed(discovery, ns, service):
         for e in s.endpoints or []:
-            out[e.addresses[0]] = (e.conditions.ready, e.conditions.serving, e.conditions.terminating,
-                                   tuple((p.name, p.port) for p in s.ports or []))
+            out[e.addresses[0]] = (
+                e.conditions.ready,
+                e.conditions.serving,
+                e.conditions.terminating,
+                tuple((p.name, p.port) for p in s.ports or []),
+            )
     return out
 
 
@@ -81,9 +113,16 @@ async def test_slices_follow_pods_readiness(apiserver, v1, discovery, namespace,
         assert not placeholder[0].endpoints and not placeholder[0].ports
         start_pod(v1, namespace, "a", "10.244.1.2", node)
         start_pod(v1, namespace, "b", "10.244.1.3", node, ready=False, port=9090)
-        await eventually(lambda: endpoints_of(discovery, namespace) == {
-            "10.244.1.2": (True, True, False, (("http", 8080),)),
-            "10.244.1.3": (False, False, False, (("http", 9090),))}, what="both pods, ports resolved per pod")
+        await eventually(
+            lambda: (
+                endpoints_of(discovery, namespace)
+                == {
+                    "10.244.1.2": (True, True, False, (("http", 8080),)),
+                    "10.244.1.3": (False, False, False, (("http", 9090),)),
+                }
+            ),
+            what="both pods, ports resolved per pod",
+        )
         slices = managed(discovery, namespace)
         assert len(slices) == 2  # the placeholder gave way to one slice per port mapping
         first = next(s for s in slices if s.ports[0].port == 8080)
@@ -95,16 +134,27 @@ async def test_slices_follow_pods_readiness(apiserver, v1, discovery, namespace,
         assert (ep.node_name, ep.zone, ep.target_ref.kind, ep.target_ref.name) == (node, "z1", "Pod", "a")
         set_ready(v1, namespace, "b", True)
         set_ready(v1, namespace, "a", False)
-        await eventually(lambda: endpoints_of(discovery, namespace) == {
-            "10.244.1.2": (False, False, False, (("http", 8080),)),
-            "10.244.1.3": (True, True, False, (("http", 9090),))}, what="readiness flipped")
+        await eventually(
+            lambda: (
+                endpoints_of(discovery, namespace)
+                == {
+                    "10.244.1.2": (False, False, False, (("http", 8080),)),
+                    "10.244.1.3": (True, True, False, (("http", 9090),)),
+                }
+            ),
+            what="readiness flipped",
+        )
         v1.delete_namespaced_pod("b", namespace)  # bound: graceful, stays terminating
-        await eventually(lambda: endpoints_of(discovery, namespace).get("10.244.1.3", (None,))[:3] == (False, True, True),
-                         what="terminating but serving")
+        await eventually(
+            lambda: endpoints_of(discovery, namespace).get("10.244.1.3", (None,))[:3] == (False, True, True),
+            what="terminating but serving",
+        )
         v1.delete_namespaced_pod("b", namespace, grace_period_seconds=0)
         v1.delete_namespaced_pod("a", namespace, grace_period_seconds=0)
-        await eventually(lambda: (s := managed(discovery, namespace)) and len(s) == 1 and not s[0].endpoints,
-                         what="back to one empty placeholder")
+        await eventually(
+            lambda: (s := managed(discovery, namespace)) and len(s) == 1 and not s[0].endpoints,
+            what="back to one empty placeholder",
+        )
 
 
 async def test_endpoints_as_upstream_writes_them(apiserver, v1, namespace, node):
@@ -142,7 +192,9 @@ async def test_slices_hold_at_most_100_endpoints(apiserver, v1, discovery, names
         make_service(v1, namespace, ports=[{"name": "http", "port": 80, "targetPort": 8080}])
         for i in range(130):
             start_pod(v1, namespace, f"p{i:03}", f"10.244.3.{i + 2}", node)
-        await eventually(lambda: len(endpoints_of(discovery, namespace)) == 130, timeout=60, what="130 endpoints")
+        await eventually(
+            lambda: len(endpoints_of(discovery, namespace)) == 130, timeout=60, what="130 endpoints"
+        )
         assert sorted(len(s.endpoints) for s in managed(discovery, namespace)) == [30, 100]
 
 
@@ -152,18 +204,29 @@ async def test_published_not_ready_headless_and_selectorless(apiserver, v1, disc
         make_service(v1, namespace, "db", clusterIP="None", ports=[])
         make_service(v1, namespace, "ext", selector=False)
         start_pod(v1, namespace, "a", "10.244.4.2", node, ready=False)
-        await eventually(lambda: endpoints_of(discovery, namespace, "pub").get("10.244.4.2", (None,))[0] is True,
-                         what="not-ready pod published as ready")
-        headless = await eventually(lambda: (s := managed(discovery, namespace, "db")) and s[0].endpoints and s,
-                                    what="headless slice")
+        await eventually(
+            lambda: endpoints_of(discovery, namespace, "pub").get("10.244.4.2", (None,))[0] is True,
+            what="not-ready pod published as ready",
+        )
+        headless = await eventually(
+            lambda: (s := managed(discovery, namespace, "db")) and s[0].endpoints and s, what="headless slice"
+        )
         assert headless[0].metadata.labels["service.kubernetes.io/headless"] == ""
         assert not headless[0].ports
-        mine = discovery.create_namespaced_endpoint_slice(namespace, {
-            "metadata": {"name": "ext-mine", "labels": {"kubernetes.io/service-name": "ext"}}, "addressType": "IPv4",
-            "endpoints": [{"addresses": ["192.0.2.10"]}], "ports": [{"name": "http", "port": 80}]})
+        mine = discovery.create_namespaced_endpoint_slice(
+            namespace,
+            {
+                "metadata": {"name": "ext-mine", "labels": {"kubernetes.io/service-name": "ext"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["192.0.2.10"]}],
+                "ports": [{"name": "http", "port": 80}],
+            },
+        )
         # Another sync round for everything, then the user's slice is still as written and nothing was added.
         set_ready(v1, namespace, "a", True)
-        await eventually(lambda: endpoints_of(discovery, namespace, "db").get("10.244.4.2", (None,))[0] is True)
+        await eventually(
+            lambda: endpoints_of(discovery, namespace, "db").get("10.244.4.2", (None,))[0] is True
+        )
         assert managed(discovery, namespace, "ext") == []
         kept = discovery.read_namespaced_endpoint_slice("ext-mine", namespace)
         assert kept.metadata.resource_version == mine.metadata.resource_version

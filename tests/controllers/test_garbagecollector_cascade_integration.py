@@ -30,12 +30,18 @@ def gone(read: Any) -> bool:
 
 
 def ref(owner: client.V1ConfigMap, block: bool = True) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid,
-            "blockOwnerDeletion": block}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
+        "blockOwnerDeletion": block,
+    }
 
 
-def cm(v1: client.CoreV1Api, ns: str, name: str, owners: list[dict[str, Any]] | None = None,
-       hold: bool = False) -> client.V1ConfigMap:
+def cm(
+    v1: client.CoreV1Api, ns: str, name: str, owners: list[dict[str, Any]] | None = None, hold: bool = False
+) -> client.V1ConfigMap:
     meta: dict[str, Any] = {"name": name}
     if owners:
         meta["ownerReferences"] = owners
@@ -66,15 +72,19 @@ async def test_foreground_waits_for_blocking_dependents_only(apiserver, v1, name
         # The collector deletes every dependent; their finalizers keep them, and the blocking one keeps
         # the owner waiting.
         for name in ("blocker", "bystander"):
-            await eventually(lambda n=name: (x := read_cm(v1, namespace, n)) and x.metadata.deletion_timestamp,
-                             what=f"{name} to be deleted")
+            await eventually(
+                lambda n=name: (x := read_cm(v1, namespace, n)) and x.metadata.deletion_timestamp,
+                what=f"{name} to be deleted",
+            )
         waiting = read_cm(v1, namespace, "owner")
         assert waiting is not None and waiting.metadata.finalizers == ["foregroundDeletion"]
         assert waiting.metadata.deletion_timestamp is not None
         release(v1, namespace, "blocker")
         # The bystander (blockOwnerDeletion false) is still there, and does not hold the owner.
-        await eventually(lambda: gone(lambda: v1.read_namespaced_config_map("owner", namespace)),
-                         what="the owner to go once its blocking dependent is gone")
+        await eventually(
+            lambda: gone(lambda: v1.read_namespaced_config_map("owner", namespace)),
+            what="the owner to go once its blocking dependent is gone",
+        )
         assert read_cm(v1, namespace, "bystander") is not None
         release(v1, namespace, "bystander")
         await eventually(lambda: gone(lambda: v1.read_namespaced_config_map("bystander", namespace)))
@@ -87,13 +97,21 @@ async def test_a_foreground_chain_goes_from_the_leaves_up(apiserver, v1, namespa
     async with running(apiserver, "garbage-collector"):
         v1.delete_namespaced_config_map("a", namespace, propagation_policy="Foreground")
         # b has a dependent of its own, so the collector deletes it in the foreground too.
-        await eventually(lambda: (x := read_cm(v1, namespace, "b")) and "foregroundDeletion" in (x.metadata.finalizers or []),
-                         what="b to wait for c in the foreground")
-        await eventually(lambda: (x := read_cm(v1, namespace, "c")) and x.metadata.deletion_timestamp, what="c deleted")
+        await eventually(
+            lambda: (
+                (x := read_cm(v1, namespace, "b")) and "foregroundDeletion" in (x.metadata.finalizers or [])
+            ),
+            what="b to wait for c in the foreground",
+        )
+        await eventually(
+            lambda: (x := read_cm(v1, namespace, "c")) and x.metadata.deletion_timestamp, what="c deleted"
+        )
         assert read_cm(v1, namespace, "a") is not None and read_cm(v1, namespace, "b") is not None
         release(v1, namespace, "c")
         for name in ("c", "b", "a"):
-            await eventually(lambda n=name: gone(lambda: v1.read_namespaced_config_map(n, namespace)), what=f"{name} gone")
+            await eventually(
+                lambda n=name: gone(lambda: v1.read_namespaced_config_map(n, namespace)), what=f"{name} gone"
+            )
 
 
 async def test_orphan_releases_the_dependents_then_the_owner_goes(apiserver, v1, namespace):
@@ -103,7 +121,9 @@ async def test_orphan_releases_the_dependents_then_the_owner_goes(apiserver, v1,
     cm(v1, namespace, "shared", [ref(owner), ref(other)])
     async with running(apiserver, "garbage-collector"):
         v1.delete_namespaced_config_map("owner", namespace, propagation_policy="Orphan")
-        await eventually(lambda: gone(lambda: v1.read_namespaced_config_map("owner", namespace)), what="the owner to go")
+        await eventually(
+            lambda: gone(lambda: v1.read_namespaced_config_map("owner", namespace)), what="the owner to go"
+        )
         only, shared = read_cm(v1, namespace, "only"), read_cm(v1, namespace, "shared")
         assert only is not None and not only.metadata.owner_references
         assert [r.uid for r in shared.metadata.owner_references] == [other.metadata.uid]
@@ -113,19 +133,31 @@ async def test_orphan_releases_the_dependents_then_the_owner_goes(apiserver, v1,
 async def test_replicaset_foreground_waits_for_its_pods(apiserver, v1, apps, namespace):
     async with running(apiserver, "replicaset", "garbage-collector"):
         rs = apps.create_namespaced_replica_set(namespace, replicaset("web", 2))
-        pods = await eventually(lambda: (p := owned(v1, namespace, rs.metadata.uid)) and len(p) == 2 and p, what="2 pods")
+        pods = await eventually(
+            lambda: (p := owned(v1, namespace, rs.metadata.uid)) and len(p) == 2 and p, what="2 pods"
+        )
         for pod in pods:
             mark_ready(v1, pod)  # bound: deleted gracefully, so they stay until "their kubelet" finishes
         apps.delete_namespaced_replica_set("web", namespace, propagation_policy="Foreground")
-        terminating = await eventually(lambda: (p := v1.list_namespaced_pod(namespace).items)
-                                       and all(x.metadata.deletion_timestamp for x in p) and p, what="the pods deleted")
+        terminating = await eventually(
+            lambda: (
+                (p := v1.list_namespaced_pod(namespace).items)
+                and all(x.metadata.deletion_timestamp for x in p)
+                and p
+            ),
+            what="the pods deleted",
+        )
         assert len(terminating) == 2  # no replacement while the ReplicaSet is being deleted
         held = apps.read_namespaced_replica_set("web", namespace)
-        assert held.metadata.deletion_timestamp is not None and held.metadata.finalizers == ["foregroundDeletion"]
+        assert held.metadata.deletion_timestamp is not None and held.metadata.finalizers == [
+            "foregroundDeletion"
+        ]
         for pod in terminating:
             v1.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-        await eventually(lambda: gone(lambda: apps.read_namespaced_replica_set("web", namespace)),
-                         what="the ReplicaSet to go after its pods")
+        await eventually(
+            lambda: gone(lambda: apps.read_namespaced_replica_set("web", namespace)),
+            what="the ReplicaSet to go after its pods",
+        )
 
 
 async def test_a_namespace_deleted_in_the_foreground_goes(apiserver, v1):
@@ -142,8 +174,10 @@ async def test_a_dependent_with_another_live_owner_stays_and_stops_blocking(apis
     cm(v1, namespace, "shared", [ref(going), ref(staying)])
     async with running(apiserver, "garbage-collector"):
         v1.delete_namespaced_config_map("going", namespace, propagation_policy="Foreground")
-        await eventually(lambda: gone(lambda: v1.read_namespaced_config_map("going", namespace)),
-                         what="the foreground owner to go")
+        await eventually(
+            lambda: gone(lambda: v1.read_namespaced_config_map("going", namespace)),
+            what="the foreground owner to go",
+        )
         shared = read_cm(v1, namespace, "shared")
         # Not garbage (one owner lives); upstream's collector made its reference to the going owner
         # non-blocking so that owner could go (and the reference to a gone owner is dropped later).

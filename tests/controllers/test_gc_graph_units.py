@@ -5,12 +5,24 @@ from __future__ import annotations
 from controlplane.controllers.garbagecollector.graph import Graph
 
 
-def obj(uid: str, kind: str = "Pod", owners: list[str] = (), block: bool = False, deleting: bool = False,  # type: ignore[assignment]
-        finalizers: list[str] = ()) -> dict:  # type: ignore[assignment]
-    meta = {"uid": uid, "name": uid, "namespace": "ns",
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": o, "uid": o,
-                                 "blockOwnerDeletion": block} for o in owners],
-            "finalizers": list(finalizers)}
+def obj(
+    uid: str,
+    kind: str = "Pod",
+    owners: list[str] = (),
+    block: bool = False,
+    deleting: bool = False,  # type: ignore[assignment]
+    finalizers: list[str] = (),
+) -> dict:  # type: ignore[assignment]
+    meta = {
+        "uid": uid,
+        "name": uid,
+        "namespace": "ns",
+        "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": o, "uid": o, "blockOwnerDeletion": block}
+            for o in owners
+        ],
+        "finalizers": list(finalizers),
+    }
     if deleting:
         meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     return {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind, "metadata": meta}

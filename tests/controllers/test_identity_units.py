@@ -22,11 +22,23 @@ def make_ca() -> tuple[bytes, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
     now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return (
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
 
 
 @pytest.mark.filterwarnings("ignore:Attribute's length must be:UserWarning")  # reading the long name back
@@ -34,11 +46,15 @@ def test_service_account_certificate() -> None:
     ca_pem, ca_key = make_ca()
     user = account_user("clusterrole-aggregation-controller")
     assert len(user) > 64
-    cert_pem, key_pem = sign_client_certificate(ca_pem, ca_key, user, ("system:serviceaccounts", "system:serviceaccounts:kube-system"))
+    cert_pem, key_pem = sign_client_certificate(
+        ca_pem, ca_key, user, ("system:serviceaccounts", "system:serviceaccounts:kube-system")
+    )
     cert = x509.load_pem_x509_certificate(cert_pem)
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == user
     assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
-        "system:serviceaccounts", "system:serviceaccounts:kube-system"]
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+    ]
     ca = x509.load_pem_x509_certificate(ca_pem)
     cert.verify_directly_issued_by(ca)
     assert serialization.load_pem_private_key(key_pem, None).public_key() == cert.public_key()
@@ -60,12 +76,24 @@ def role(name: str, labels: dict[str, str], rules: list[dict]) -> dict:
 
 
 def test_aggregation_gathers_matching_roles_in_name_order_once() -> None:
-    target = {"metadata": {"name": "t"}, "aggregationRule": {"clusterRoleSelectors": [
-        {"matchLabels": {"a": "1"}}, {"matchExpressions": [{"key": "b", "operator": "Exists"}]}]}}
+    target = {
+        "metadata": {"name": "t"},
+        "aggregationRule": {
+            "clusterRoleSelectors": [
+                {"matchLabels": {"a": "1"}},
+                {"matchExpressions": [{"key": "b", "operator": "Exists"}]},
+            ]
+        },
+    }
     get = {"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}
     put = {"verbs": ["update"], "apiGroups": [""], "resources": ["pods"]}
-    roles = [target, role("z", {"a": "1"}, [put, get]), role("y", {"a": "1"}, [get]), role("x", {"b": ""}, [get]),
-             role("w", {"c": "1"}, [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}])]
+    roles = [
+        target,
+        role("z", {"a": "1"}, [put, get]),
+        role("y", {"a": "1"}, [get]),
+        role("x", {"b": ""}, [get]),
+        role("w", {"c": "1"}, [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]),
+    ]
     assert aggregated_rules(target, roles) == [get, put]
     # its own rules never feed it, even when it matches its own selector
     selfish = {**target, "metadata": {"name": "s", "labels": {"a": "1"}}, "rules": [put]}

@@ -18,17 +18,33 @@ def ts(ago: float) -> str:
 
 
 def job(status: dict | None = None, **spec: object) -> dict:
-    body = {"metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"},
-            "spec": {"completions": 3, "parallelism": 2, "backoffLimit": 2, "completionMode": "NonIndexed",
-                     "template": {"metadata": {"labels": {"a": "b"}}, "spec": {
-                         "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}},
-            "status": status or {}}
+    body = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"},
+        "spec": {
+            "completions": 3,
+            "parallelism": 2,
+            "backoffLimit": 2,
+            "completionMode": "NonIndexed",
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+        "status": status or {},
+    }
     body["spec"].update(spec)
     return body
 
 
-def pod(uid: str, phase: str = "Running", finalizer: bool = True, deleting: bool = False, index: int | None = None,
-        finished_ago: float | None = None, restarts: int = 0) -> dict:
+def pod(
+    uid: str,
+    phase: str = "Running",
+    finalizer: bool = True,
+    deleting: bool = False,
+    index: int | None = None,
+    finished_ago: float | None = None,
+    restarts: int = 0,
+) -> dict:
     meta: dict = {"name": uid, "namespace": "ns", "uid": uid, "creationTimestamp": ts(100)}
     if finalizer:
         meta["finalizers"] = [jp.TRACKING_FINALIZER]
@@ -37,7 +53,10 @@ def pod(uid: str, phase: str = "Running", finalizer: bool = True, deleting: bool
         meta["deletionGracePeriodSeconds"] = 30
     if index is not None:
         meta["annotations"] = {jp.INDEX_ANNOTATION: str(index)}
-    status: dict = {"phase": phase, "containerStatuses": [{"name": "c", "restartCount": restarts, "state": {}}]}
+    status: dict = {
+        "phase": phase,
+        "containerStatuses": [{"name": "c", "restartCount": restarts, "state": {}}],
+    }
     if finished_ago is not None:
         status["containerStatuses"][0]["state"] = {"terminated": {"finishedAt": ts(finished_ago)}}
     return {"metadata": meta, "status": status}
@@ -72,8 +91,14 @@ def test_backoff_record_counts_each_failed_pod_once_and_resets_on_success() -> N
 
 def test_tally_records_new_finished_pods_once() -> None:
     j = job({"succeeded": 1, "uncountedTerminatedPods": {"succeeded": ["old"]}})
-    pods = [pod("old", "Succeeded"), pod("new", "Succeeded"), pod("gone", "Failed", finalizer=False),
-            pod("run"), pod("del", deleting=True), pod("removing", "Succeeded")]
+    pods = [
+        pod("old", "Succeeded"),
+        pod("new", "Succeeded"),
+        pod("gone", "Failed", finalizer=False),
+        pod("run"),
+        pod("del", deleting=True),
+        pod("removing", "Succeeded"),
+    ]
     t = logic.tally(j, pods, logic.JobSpec.of(j), pending_removal={"removing"})
     assert t.uncounted_succeeded == ["old", "new"] and t.uncounted_failed == ["del"]
     assert t.succeeded == 3 and t.failed == 1
@@ -83,7 +108,9 @@ def test_tally_records_new_finished_pods_once() -> None:
 
 def test_deleted_pods_are_no_failures_when_only_failed_pods_are_replaced_or_suspended() -> None:
     strict = job(podReplacementPolicy="Failed")
-    assert not logic.tally(strict, [pod("d", deleting=True)], logic.JobSpec.of(strict), set()).uncounted_failed
+    assert not logic.tally(
+        strict, [pod("d", deleting=True)], logic.JobSpec.of(strict), set()
+    ).uncounted_failed
     suspended = job(suspend=True)
     t = logic.tally(suspended, [pod("d", deleting=True)], logic.JobSpec.of(suspended), set())
     assert not t.uncounted_failed and [p["metadata"]["uid"] for p in t.release] == ["d"]
@@ -91,8 +118,12 @@ def test_deleted_pods_are_no_failures_when_only_failed_pods_are_replaced_or_susp
 
 def test_indexed_success_counts_each_index_once() -> None:
     j = job({"completedIndexes": "0"}, completionMode="Indexed")
-    pods = [pod("a", "Succeeded", index=0), pod("b", "Succeeded", index=1), pod("c", "Succeeded", index=1),
-            pod("d", "Succeeded", index=9)]
+    pods = [
+        pod("a", "Succeeded", index=0),
+        pod("b", "Succeeded", index=1),
+        pod("c", "Succeeded", index=1),
+        pod("d", "Succeeded", index=9),
+    ]
     t = logic.tally(j, pods, logic.JobSpec.of(j), set())
     assert t.completed_indexes == {0, 1} and t.uncounted_succeeded == ["b"]
     assert len(t.release) == 4  # duplicates and strays lose the finalizer uncounted
@@ -106,13 +137,18 @@ def test_verdicts() -> None:
     assert logic.failure(within, spec, logic.tally(within, [], spec, set()), NOW) is None
     late = job({"startTime": ts(11)}, activeDeadlineSeconds=10)
     late_spec = logic.JobSpec.of(late)
-    assert logic.failure(late, late_spec, logic.tally(late, [], late_spec, set()), NOW) == logic.DEADLINE_EXCEEDED
+    assert (
+        logic.failure(late, late_spec, logic.tally(late, [], late_spec, set()), NOW)
+        == logic.DEADLINE_EXCEEDED
+    )
     assert logic.deadline_left(job({"startTime": ts(4)}, activeDeadlineSeconds=10), late_spec, NOW) == 6
     restarting = job(backoffLimit=2)
     restarting["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
     rs = logic.JobSpec.of(restarting)
-    assert logic.failure(restarting, rs, logic.tally(restarting, [pod("p", restarts=2)], rs, set()), NOW) \
+    assert (
+        logic.failure(restarting, rs, logic.tally(restarting, [pod("p", restarts=2)], rs, set()), NOW)
         == logic.BACKOFF_LIMIT_EXCEEDED
+    )
     done = job({"succeeded": 3})
     assert logic.succeeded(logic.JobSpec.of(done), logic.tally(done, [], logic.JobSpec.of(done), set()))
     queue = job({"succeeded": 1}, completions=None)
@@ -126,7 +162,10 @@ def test_wanted_active_and_indexes() -> None:
     spec = logic.JobSpec.of(j)
     assert logic.wanted_active(spec, logic.tally(j, [], spec, set())) == 1
     fresh = job()
-    assert logic.wanted_active(logic.JobSpec.of(fresh), logic.tally(fresh, [], logic.JobSpec.of(fresh), set())) == 2
+    assert (
+        logic.wanted_active(logic.JobSpec.of(fresh), logic.tally(fresh, [], logic.JobSpec.of(fresh), set()))
+        == 2
+    )
     assert logic.wanted_active(logic.JobSpec.of(job(suspend=True)), logic.Tally()) == 0
     indexed = job({"completedIndexes": "0,2"}, completions=5, parallelism=3, completionMode="Indexed")
     ispec = logic.JobSpec.of(indexed)
@@ -139,16 +178,32 @@ def test_wanted_active_and_indexes() -> None:
 
 def test_the_pods_a_job_makes() -> None:
     plain = jp.pod_for({**job(), "apiVersion": "batch/v1", "kind": "Job"}, None)
-    assert plain["metadata"]["generateName"] == "j-" and plain["metadata"]["finalizers"] == [jp.TRACKING_FINALIZER]
+    assert plain["metadata"]["generateName"] == "j-" and plain["metadata"]["finalizers"] == [
+        jp.TRACKING_FINALIZER
+    ]
     ref = plain["metadata"]["ownerReferences"][0]
-    assert (ref["kind"], ref["uid"], ref["controller"], ref["blockOwnerDeletion"]) == ("Job", "job-uid", True, True)
+    assert (ref["kind"], ref["uid"], ref["controller"], ref["blockOwnerDeletion"]) == (
+        "Job",
+        "job-uid",
+        True,
+        True,
+    )
     assert "env" not in plain["spec"]["containers"][0] and "hostname" not in plain["spec"]
     indexed = jp.pod_for(job(completionMode="Indexed"), 2)
     meta, spec = indexed["metadata"], indexed["spec"]
     assert meta["generateName"] == "j-2-" and meta["annotations"][jp.INDEX_ANNOTATION] == "2"
     assert meta["labels"] == {"a": "b", jp.INDEX_LABEL: "2"} and spec["hostname"] == "j-2"
-    assert spec["containers"][0]["env"] == [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-        "apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]
+    assert spec["containers"][0]["env"] == [
+        {
+            "name": "JOB_COMPLETION_INDEX",
+            "valueFrom": {
+                "fieldRef": {
+                    "apiVersion": "v1",
+                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+                }
+            },
+        }
+    ]
 
 
 def test_finish_time_of_a_deleted_pod_is_its_deletion_less_the_grace() -> None:
@@ -158,17 +213,23 @@ def test_finish_time_of_a_deleted_pod_is_its_deletion_less_the_grace() -> None:
 
 
 def test_ttl_expiry() -> None:
-    finished = job({"conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": ts(5)}]},
-                   ttlSecondsAfterFinished=60)
+    finished = job(
+        {"conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": ts(5)}]},
+        ttlSecondsAfterFinished=60,
+    )
     assert expires_at(finished) == NOW + timedelta(seconds=55)
     assert expires_at(job(ttlSecondsAfterFinished=60)) is None
     assert expires_at({**finished, "spec": {}}) is None
 
 
 def test_pod_failure_policy_verdicts() -> None:
-    policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                        {"action": "FailJob", "onExitCodes": {"containerName": "c", "operator": "In", "values": [42]}},
-                        {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [42]}}]}
+    policy = {
+        "rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "c", "operator": "In", "values": [42]}},
+            {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [42]}},
+        ]
+    }
     j = job(podFailurePolicy=policy)
 
     def failed(code: int, conditions: list | None = None) -> dict:
@@ -179,13 +240,19 @@ def test_pod_failure_policy_verdicts() -> None:
 
     assert fp.evaluate(job(), failed(42)) is None
     verdict = fp.evaluate(j, failed(42))
-    assert verdict == fp.Verdict("FailJob", "Container c for pod ns/p failed with exit code 42 matching FailJob rule at index 1")
+    assert verdict == fp.Verdict(
+        "FailJob", "Container c for pod ns/p failed with exit code 42 matching FailJob rule at index 1"
+    )
     assert fp.evaluate(j, failed(3)).action == "Count"
     disrupted = fp.evaluate(j, failed(42, [{"type": "DisruptionTarget", "status": "True"}]))
-    assert disrupted == fp.Verdict("Ignore", "Pod ns/p has condition DisruptionTarget matching Ignore rule at index 0")
+    assert disrupted == fp.Verdict(
+        "Ignore", "Pod ns/p has condition DisruptionTarget matching Ignore rule at index 0"
+    )
     t = logic.tally(j, [failed(42)], logic.JobSpec.of(j), set())
     assert logic.failure(j, logic.JobSpec.of(j), t, NOW) == ("PodFailurePolicy", verdict.message)
-    ignored = logic.tally(j, [failed(1, [{"type": "DisruptionTarget", "status": "True"}])], logic.JobSpec.of(j), set())
+    ignored = logic.tally(
+        j, [failed(1, [{"type": "DisruptionTarget", "status": "True"}])], logic.JobSpec.of(j), set()
+    )
     assert not ignored.uncounted_failed and not ignored.new_failures and len(ignored.release) == 1
 
 
@@ -195,9 +262,15 @@ def test_success_policy_rules() -> None:
     spec = logic.JobSpec.of(j)
     assert logic.success_policy(j, spec, logic.tally(j, [], spec, set())) is None
     two = job({"completedIndexes": "0,3"}, completions=5, completionMode="Indexed", successPolicy=policy)
-    assert logic.success_policy(two, spec, logic.tally(two, [], spec, set())) == ("SuccessPolicy", "Matched rules at index 0")
+    assert logic.success_policy(two, spec, logic.tally(two, [], spec, set())) == (
+        "SuccessPolicy",
+        "Matched rules at index 0",
+    )
     three = job({"completedIndexes": "1,4,0"}, completions=5, completionMode="Indexed", successPolicy=policy)
-    assert logic.success_policy(three, spec, logic.tally(three, [], spec, set())) == ("SuccessPolicy", "Matched rules at index 1")
+    assert logic.success_policy(three, spec, logic.tally(three, [], spec, set())) == (
+        "SuccessPolicy",
+        "Matched rules at index 1",
+    )
 
 
 def test_per_index_failures_and_verdicts() -> None:

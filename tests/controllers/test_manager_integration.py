@@ -65,22 +65,35 @@ def new_namespace(v1: client.CoreV1Api) -> str:
     return name
 
 
-def test_every_namespace_gets_a_default_service_account_and_the_ca_bundle(server: ApiServer, v1: client.CoreV1Api) -> None:
+def test_every_namespace_gets_a_default_service_account_and_the_ca_bundle(
+    server: ApiServer, v1: client.CoreV1Api
+) -> None:
     ns = new_namespace(v1)
-    sa = eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="default SA")
-    cm = eventually(lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)), what="CA bundle")
+    sa = eventually(
+        lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="default SA"
+    )
+    cm = eventually(
+        lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)), what="CA bundle"
+    )
     assert cm.data == {"ca.crt": server.ca_cert.read_text()}
     assert "kube-apiserver" in cm.metadata.annotations["kubernetes.io/description"]
     # Taken away, both come back (new objects, new UIDs).
     v1.delete_namespaced_service_account("default", ns)
     v1.delete_namespaced_config_map("kube-root-ca.crt", ns)
-    again = eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="SA again")
+    again = eventually(
+        lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="SA again"
+    )
     assert again.metadata.uid != sa.metadata.uid
     eventually(lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)), what="CA again")
     # Changed by hand, the bundle is put right.
     v1.patch_namespaced_config_map("kube-root-ca.crt", ns, {"data": {"ca.crt": "not a CA"}})
-    eventually(lambda: (read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)).data or {}).get("ca.crt")
-               == server.ca_cert.read_text(), what="CA restored")
+    eventually(
+        lambda: (
+            (read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)).data or {}).get("ca.crt")
+            == server.ca_cert.read_text()
+        ),
+        what="CA restored",
+    )
 
 
 def _get(url: str, cert: tuple[Path, Path] | None = None) -> tuple[int, str]:
@@ -96,7 +109,9 @@ def _get(url: str, cert: tuple[Path, Path] | None = None) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-def test_healthz_is_open_and_metrics_need_a_cluster_certificate(server: ApiServer, v1: client.CoreV1Api) -> None:
+def test_healthz_is_open_and_metrics_need_a_cluster_certificate(
+    server: ApiServer, v1: client.CoreV1Api
+) -> None:
     new_namespace(v1)  # some work for the queues
     base = f"https://127.0.0.1:{server.controller_manager_port}"
     assert eventually(lambda: _get(f"{base}/healthz")[0] == 200, what="healthz")
@@ -109,9 +124,22 @@ def test_healthz_is_open_and_metrics_need_a_cluster_certificate(server: ApiServe
 
 
 def _manager(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "pykubelet", "controller-manager", "--kubeconfig", str(kubeconfig),
-           "--secure-port", "0", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
-           "--leader-elect-retry-period", "500ms"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "controller-manager",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--secure-port",
+        "0",
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-deadline",
+        "3s",
+        "--leader-elect-retry-period",
+        "500ms",
+    ]
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -122,6 +150,7 @@ def test_two_managers_hand_over_leadership(tmp_path: Path) -> None:
         a = _manager(srv.kubeconfig, tmp_path / "a.log")
         b = _manager(srv.kubeconfig, tmp_path / "b.log")
         try:
+
             def holder() -> str | None:
                 lease = read(lambda: leases.read_namespaced_lease("kube-controller-manager", "kube-system"))
                 return lease.spec.holder_identity if lease else None
@@ -133,11 +162,17 @@ def test_two_managers_hand_over_leadership(tmp_path: Path) -> None:
             eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="SA")
             os.killpg(leader.pid, signal.SIGKILL)
             leader.wait()
-            second = eventually(lambda: (h := holder()) and f"_{standby.pid}_" in h and h, timeout=20,
-                                what="the standby to take the lease")
+            second = eventually(
+                lambda: (h := holder()) and f"_{standby.pid}_" in h and h,
+                timeout=20,
+                what="the standby to take the lease",
+            )
             assert second != first
             ns2 = new_namespace(v1)  # only the new leader can have made this one's account
-            eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns2)), what="SA by new leader")
+            eventually(
+                lambda: read(lambda: v1.read_namespaced_service_account("default", ns2)),
+                what="SA by new leader",
+            )
             standby.send_signal(signal.SIGTERM)
             assert standby.wait(timeout=20) == 0
             released = read(lambda: leases.read_namespaced_lease("kube-controller-manager", "kube-system"))

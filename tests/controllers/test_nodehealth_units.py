@@ -20,16 +20,37 @@ def ts(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def node(ready: str | None = "True", heartbeat: datetime = T0, created: datetime = T0 - timedelta(hours=1),
-         extra: list[dict] | None = None) -> dict:
-    conditions = [] if ready is None else [
-        {"type": "Ready", "status": ready, "reason": "KubeletReady", "message": "kubelet is posting ready status",
-         "lastHeartbeatTime": ts(heartbeat), "lastTransitionTime": ts(created)},
-        {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
-         "lastHeartbeatTime": ts(heartbeat), "lastTransitionTime": ts(created)},
-    ]
-    return {"metadata": {"name": "n1", "uid": "u1", "creationTimestamp": ts(created)},
-            "status": {"conditions": conditions + (extra or [])}}
+def node(
+    ready: str | None = "True",
+    heartbeat: datetime = T0,
+    created: datetime = T0 - timedelta(hours=1),
+    extra: list[dict] | None = None,
+) -> dict:
+    conditions = (
+        []
+        if ready is None
+        else [
+            {
+                "type": "Ready",
+                "status": ready,
+                "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": ts(heartbeat),
+                "lastTransitionTime": ts(created),
+            },
+            {
+                "type": "MemoryPressure",
+                "status": "False",
+                "reason": "KubeletHasSufficientMemory",
+                "lastHeartbeatTime": ts(heartbeat),
+                "lastTransitionTime": ts(created),
+            },
+        ]
+    )
+    return {
+        "metadata": {"name": "n1", "uid": "u1", "creationTimestamp": ts(created)},
+        "status": {"conditions": conditions + (extra or [])},
+    }
 
 
 def lease(renewed: datetime) -> dict:
@@ -59,7 +80,10 @@ def test_silent_for_the_grace_period_goes_unknown_with_upstream_texts():
     by_type = {c["type"]: c for c in verdict.new_status["conditions"]}
     ready = by_type["Ready"]
     assert (ready["status"], ready["reason"], ready["message"]) == (
-        "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+        "Unknown",
+        "NodeStatusUnknown",
+        "Kubelet stopped posting node status.",
+    )
     assert ready["lastHeartbeatTime"] == ts(T0)  # kept
     assert ready["lastTransitionTime"] == ts(later)
     assert by_type["MemoryPressure"]["reason"] == "NodeStatusUnknown"
@@ -67,7 +91,10 @@ def test_silent_for_the_grace_period_goes_unknown_with_upstream_texts():
     for type_ in ("DiskPressure", "PIDPressure"):
         cond = by_type[type_]
         assert (cond["status"], cond["reason"], cond["message"]) == (
-            "Unknown", "NodeStatusNeverUpdated", "Kubelet never posted node status.")
+            "Unknown",
+            "NodeStatusNeverUpdated",
+            "Kubelet never posted node status.",
+        )
         assert cond["lastHeartbeatTime"] == n["metadata"]["creationTimestamp"]
     assert "NetworkUnavailable" not in by_type
     assert verdict.observed_ready["status"] == "True" and verdict.current_ready["status"] == "Unknown"
@@ -87,10 +114,16 @@ def test_a_heartbeat_or_a_lease_renewal_restarts_the_clock():
     renewed_at = at + timedelta(seconds=45)
     renewed = judge(node(heartbeat=at), again.health, lease(renewed_at), renewed_at)
     assert renewed.health.probe_timestamp == renewed_at
-    assert judge(node(heartbeat=at), renewed.health, lease(renewed_at), renewed_at + timedelta(seconds=GRACE)
-                 ).new_status is None
+    assert (
+        judge(
+            node(heartbeat=at), renewed.health, lease(renewed_at), renewed_at + timedelta(seconds=GRACE)
+        ).new_status
+        is None
+    )
     # The same renewTime seen again is no renewal.
-    stale = judge(node(heartbeat=at), renewed.health, lease(renewed_at), renewed_at + timedelta(seconds=GRACE + 1))
+    stale = judge(
+        node(heartbeat=at), renewed.health, lease(renewed_at), renewed_at + timedelta(seconds=GRACE + 1)
+    )
     assert stale.new_status is not None
 
 
@@ -106,17 +139,25 @@ def test_a_node_that_never_posted_gets_the_startup_grace_from_its_creation():
     bare = {"metadata": {"name": "n1", "uid": "u1", "creationTimestamp": ts(created)}}
     early = judge(bare, None, None, created + timedelta(seconds=STARTUP))
     assert early.new_status is None and early.current_ready is None
-    assert early.observed_ready == {"type": "Ready", "status": "Unknown", "lastHeartbeatTime": ts(created),
-                                    "lastTransitionTime": ts(created)}
+    assert early.observed_ready == {
+        "type": "Ready",
+        "status": "Unknown",
+        "lastHeartbeatTime": ts(created),
+        "lastTransitionTime": ts(created),
+    }
     assert early.grace == STARTUP
     at = created + timedelta(seconds=STARTUP + 1)
     verdict = judge(bare, early.health, None, at)
     conditions = verdict.new_status["conditions"]
     assert [c["type"] for c in conditions] == ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]
     for cond in conditions:
-        assert (cond["status"], cond["reason"], cond["message"], cond["lastHeartbeatTime"],
-                cond["lastTransitionTime"]) == ("Unknown", "NodeStatusNeverUpdated",
-                                                "Kubelet never posted node status.", ts(created), ts(at))
+        assert (
+            cond["status"],
+            cond["reason"],
+            cond["message"],
+            cond["lastHeartbeatTime"],
+            cond["lastTransitionTime"],
+        ) == ("Unknown", "NodeStatusNeverUpdated", "Kubelet never posted node status.", ts(created), ts(at))
 
 
 def test_a_lease_keeps_a_node_that_never_posted_status_alive():
@@ -127,8 +168,10 @@ def test_a_lease_keeps_a_node_that_never_posted_status_alive():
 
 
 def test_no_schedule_taints_follow_the_conditions():
-    n = node(ready="Unknown", extra=[{"type": "DiskPressure", "status": "True"},
-                                     {"type": "NetworkUnavailable", "status": "True"}])
+    n = node(
+        ready="Unknown",
+        extra=[{"type": "DiskPressure", "status": "True"}, {"type": "NetworkUnavailable", "status": "True"}],
+    )
     n["spec"] = {"unschedulable": True}
     assert tu.condition_taints(n) == [
         {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
@@ -136,19 +179,25 @@ def test_no_schedule_taints_follow_the_conditions():
         {"key": "node.kubernetes.io/network-unavailable", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
     ]
-    assert tu.condition_taints(node(ready="False")) == [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    assert tu.condition_taints(node(ready="False")) == [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    ]
     assert tu.condition_taints(node(ready="True")) == []
 
 
 def test_only_owned_no_schedule_taints_are_diffed():
     n = node(ready="True")
-    n["spec"] = {"taints": [
-        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "timeAdded": "x"},
-        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},  # the NoExecute pass owns it
-        {"key": "example.com/mine", "effect": "NoSchedule"},  # the admin's
-    ]}
+    n["spec"] = {
+        "taints": [
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "timeAdded": "x"},
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},  # the NoExecute pass owns it
+            {"key": "example.com/mine", "effect": "NoSchedule"},  # the admin's
+        ]
+    }
     add, drop = tu.difference(tu.condition_taints(n), tu.owned_no_schedule_taints(n))
-    assert add == [] and drop == [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "timeAdded": "x"}]
+    assert add == [] and drop == [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "timeAdded": "x"}
+    ]
 
 
 def test_add_or_update_replaces_the_same_key_and_effect():
@@ -156,22 +205,28 @@ def test_add_or_update_replaces_the_same_key_and_effect():
     same, changed = tu.add_or_update(old, {"key": "a", "effect": "NoExecute", "timeAdded": "t1"})
     assert not changed and same == old
     new, changed = tu.add_or_update(old, {"key": "a", "effect": "NoExecute", "timeAdded": "t2"})
-    assert changed and new == [{"key": "a", "effect": "NoExecute", "timeAdded": "t2"}, {"key": "a", "effect": "NoSchedule"}]
+    assert changed and new == [
+        {"key": "a", "effect": "NoExecute", "timeAdded": "t2"},
+        {"key": "a", "effect": "NoSchedule"},
+    ]
     gone, changed = tu.remove(new, {"key": "a", "effect": "NoSchedule", "value": "ignored"})
     assert changed and gone == [{"key": "a", "effect": "NoExecute", "timeAdded": "t2"}]
 
 
-@pytest.mark.parametrize("statuses, state", [
-    ([], "Normal"),
-    (["True"], "Normal"),
-    (["Unknown"], "FullDisruption"),
-    ([None, "False"], "FullDisruption"),
-    (["True", "Unknown"], "Normal"),
-    (["True", "Unknown", "Unknown"], "Normal"),  # needs more than 2 not ready
-    (["True", "Unknown", "Unknown", "False"], "PartialDisruption"),  # 3/4 >= 0.55
-    (["True", "True", "Unknown", "Unknown", "False"], "PartialDisruption"),  # 3/5 = 0.6
-    (["True", "True", "True", "Unknown", "Unknown", "False"], "Normal"),  # 3/6 = 0.5
-])
+@pytest.mark.parametrize(
+    "statuses, state",
+    [
+        ([], "Normal"),
+        (["True"], "Normal"),
+        (["Unknown"], "FullDisruption"),
+        ([None, "False"], "FullDisruption"),
+        (["True", "Unknown"], "Normal"),
+        (["True", "Unknown", "Unknown"], "Normal"),  # needs more than 2 not ready
+        (["True", "Unknown", "Unknown", "False"], "PartialDisruption"),  # 3/4 >= 0.55
+        (["True", "True", "Unknown", "Unknown", "False"], "PartialDisruption"),  # 3/5 = 0.6
+        (["True", "True", "True", "Unknown", "Unknown", "False"], "Normal"),  # 3/6 = 0.5
+    ],
+)
 def test_zone_state(statuses, state):
     conditions = [None if s is None else {"type": "Ready", "status": s} for s in statuses]
     unhealthy, got = nh.zone_state(conditions, 0.55)
@@ -181,7 +236,9 @@ def test_zone_state(statuses, state):
 
 def test_zone_key_and_reduced_rate():
     assert nh.zone_key({"metadata": {}}) == ""
-    labelled = {"metadata": {"labels": {"topology.kubernetes.io/region": "r", "topology.kubernetes.io/zone": "z"}}}
+    labelled = {
+        "metadata": {"labels": {"topology.kubernetes.io/region": "r", "topology.kubernetes.io/zone": "z"}}
+    }
     assert nh.zone_key(labelled) == "r:\x00:z"
     beta = {"metadata": {"labels": {"failure-domain.beta.kubernetes.io/zone": "z"}}}
     assert nh.zone_key(beta) == ":\x00:z"

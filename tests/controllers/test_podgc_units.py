@@ -6,8 +6,14 @@ from __future__ import annotations
 from controlplane.controllers import podgc
 
 
-def pod(name: str, phase: str = "Running", created: str = "2025-01-01T00:00:00Z", node: str = "n1",
-        deleting: bool = False, reason: str = "") -> dict:
+def pod(
+    name: str,
+    phase: str = "Running",
+    created: str = "2025-01-01T00:00:00Z",
+    node: str = "n1",
+    deleting: bool = False,
+    reason: str = "",
+) -> dict:
     meta = {"name": name, "namespace": "ns", "uid": name, "creationTimestamp": created}
     if deleting:
         meta["deletionTimestamp"] = "2025-01-01T01:00:00Z"
@@ -40,15 +46,32 @@ def test_an_empty_phase_counts_as_terminated_as_upstream():
 
 
 def test_terminating_on_out_of_service_nodes_only():
-    out_of_service = {"metadata": {"name": "oos"}, "spec": {"taints": [
-        {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]},
-        "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
-    ready_tainted = {**out_of_service, "metadata": {"name": "ready"},
-                     "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    plain_down = {"metadata": {"name": "down"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    out_of_service = {
+        "metadata": {"name": "oos"},
+        "spec": {
+            "taints": [
+                {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+            ]
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]},
+    }
+    ready_tainted = {
+        **out_of_service,
+        "metadata": {"name": "ready"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    plain_down = {
+        "metadata": {"name": "down"},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+    }
     nodes = {"oos": out_of_service, "ready": ready_tainted, "down": plain_down}
-    pods = [pod("a", node="oos", deleting=True), pod("b", node="oos"), pod("c", node="ready", deleting=True),
-            pod("d", node="down", deleting=True), pod("e", node="absent", deleting=True)]
+    pods = [
+        pod("a", node="oos", deleting=True),
+        pod("b", node="oos"),
+        pod("c", node="ready", deleting=True),
+        pod("d", node="down", deleting=True),
+        pod("e", node="absent", deleting=True),
+    ]
     assert names(podgc.terminating_out_of_service(pods, nodes)) == ["a"]
 
 

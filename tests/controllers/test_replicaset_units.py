@@ -16,16 +16,38 @@ def ts(ago: float) -> str:
     return (NOW - timedelta(seconds=ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def pod(name: str, node: str = "n1", phase: str = "Running", ready: bool | None = True, ready_ago: float = 3600,
-        created_ago: float = 7200, restarts: int = 0, cost: int | None = None, labels: dict | None = None) -> dict:
-    conditions = [] if ready is None else [{"type": "Ready", "status": "True" if ready else "False",
-                                            "lastTransitionTime": ts(ready_ago)}]
+def pod(
+    name: str,
+    node: str = "n1",
+    phase: str = "Running",
+    ready: bool | None = True,
+    ready_ago: float = 3600,
+    created_ago: float = 7200,
+    restarts: int = 0,
+    cost: int | None = None,
+    labels: dict | None = None,
+) -> dict:
+    conditions = (
+        []
+        if ready is None
+        else [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": ts(ready_ago)}]
+    )
     annotations = {"controller.kubernetes.io/pod-deletion-cost": str(cost)} if cost is not None else {}
-    return {"metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": ts(created_ago),
-                         "annotations": annotations, "labels": labels or {"app": "web"}},
-            "spec": {"nodeName": node},
-            "status": {"phase": phase, "conditions": conditions,
-                       "containerStatuses": [{"name": "c", "restartCount": restarts}]}}
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "creationTimestamp": ts(created_ago),
+            "annotations": annotations,
+            "labels": labels or {"app": "web"},
+        },
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": phase,
+            "conditions": conditions,
+            "containerStatuses": [{"name": "c", "restartCount": restarts}],
+        },
+    }
 
 
 def victims(pods: list[dict], count: int, related: list[dict] | None = None) -> list[str]:
@@ -49,9 +71,13 @@ def test_deletion_order_follows_upstreams_ranking() -> None:
     assert victims([pod("restarts", restarts=5), pod("steady")], 1) == ["restarts"]
     # Ready for 30 s is deleted before ready for an hour; 1 h vs 1.1 h fall in one log2 bucket.
     assert victims([pod("old", ready_ago=3600), pod("fresh", ready_ago=30)], 1) == ["fresh"]
-    same_bucket = victims([pod("b", ready_ago=3600, created_ago=9000), pod("a", ready_ago=3700, created_ago=9000)], 1)
+    same_bucket = victims(
+        [pod("b", ready_ago=3600, created_ago=9000), pod("a", ready_ago=3700, created_ago=9000)], 1
+    )
     assert same_bucket == ["a"]  # same bucket, same age bucket: the UID decides
-    assert victims([pod("older", created_ago=90000), pod("newer", created_ago=60, ready=False)], 1) == ["newer"]
+    assert victims([pod("older", created_ago=90000), pod("newer", created_ago=60, ready=False)], 1) == [
+        "newer"
+    ]
 
 
 def test_doubled_up_pods_go_before_lone_ones() -> None:
@@ -64,13 +90,23 @@ def test_doubled_up_pods_go_before_lone_ones() -> None:
 
 
 def test_status_counts_and_replica_failure_condition() -> None:
-    owner = {"metadata": {"generation": 4}, "spec": {"replicas": 3, "minReadySeconds": 600,
-             "template": {"metadata": {"labels": {"app": "web", "tier": "a"}}}}}
-    pods = [pod("a", labels={"app": "web", "tier": "a"}, ready_ago=900), pod("b", ready_ago=60),
-            pod("c", ready=False)]
+    owner = {
+        "metadata": {"generation": 4},
+        "spec": {
+            "replicas": 3,
+            "minReadySeconds": 600,
+            "template": {"metadata": {"labels": {"app": "web", "tier": "a"}}},
+        },
+    }
+    pods = [
+        pod("a", labels={"app": "web", "tier": "a"}, ready_ago=900),
+        pod("b", ready_ago=60),
+        pod("c", ready=False),
+    ]
     status = calculate_status(owner, pods, None)
-    assert {k: status[k] for k in ("replicas", "fullyLabeledReplicas", "readyReplicas", "observedGeneration")} == {
-        "replicas": 3, "fullyLabeledReplicas": 1, "readyReplicas": 2, "observedGeneration": 4}
+    assert {
+        k: status[k] for k in ("replicas", "fullyLabeledReplicas", "readyReplicas", "observedGeneration")
+    } == {"replicas": 3, "fullyLabeledReplicas": 1, "readyReplicas": 2, "observedGeneration": 4}
     failed = calculate_status(owner, pods, ("FailedCreate", 'pods "web-x" is forbidden: quota'))
     (cond,) = failed["conditions"]
     assert (cond["type"], cond["status"], cond["reason"]) == ("ReplicaFailure", "True", "FailedCreate")

@@ -42,7 +42,9 @@ def deleted(v1: client.CoreV1Api, namespace: str, name: str):
     return lambda: (p := read_pod(v1, namespace, name)) is None or (p.metadata.deletion_timestamp and p)
 
 
-async def test_untolerated_goes_at_once_timed_after_its_seconds_forever_never(apiserver, v1, namespace, nodes):
+async def test_untolerated_goes_at_once_timed_after_its_seconds_forever_never(
+    apiserver, v1, namespace, nodes
+):
     make_node(v1, None, "maint")
     nodes.append("maint")
     v1.create_namespaced_pod(namespace, pod_on("intolerant", "maint"))
@@ -55,7 +57,10 @@ async def test_untolerated_goes_at_once_timed_after_its_seconds_forever_never(ap
         assert time.monotonic() - tainted_at < 1.5
         target = pod_condition(pod, "DisruptionTarget")
         assert (target.status, target.reason, target.message) == (
-            "True", "DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint")
+            "True",
+            "DeletionByTaintManager",
+            "Taint manager: deleting due to NoExecute taint",
+        )
         # A pod bound after the taint is judged against it at once too.
         v1.create_namespaced_pod(namespace, pod_on("late", "maint"))
         await eventually(deleted(v1, namespace, "late"), what="late pod deleted")
@@ -64,10 +69,12 @@ async def test_untolerated_goes_at_once_timed_after_its_seconds_forever_never(ap
         loyal = read_pod(v1, namespace, "loyal")
         assert loyal.metadata.deletion_timestamp is None and pod_condition(loyal, "DisruptionTarget") is None
         marked = await eventually(lambda: len(e := events(v1, namespace, "TaintManagerEviction")) >= 3 and e)
-        assert {e.message for e in marked} == {f"Marking for deletion Pod {namespace}/{n}"
-                                               for n in ("intolerant", "late", "patient")}
+        assert {e.message for e in marked} == {
+            f"Marking for deletion Pod {namespace}/{n}" for n in ("intolerant", "late", "patient")
+        }
         assert {(e.type, e.source.component, e.involved_object.kind) for e in marked} == {
-            ("Normal", "taint-eviction-controller", "Pod")}
+            ("Normal", "taint-eviction-controller", "Pod")
+        }
 
 
 async def test_a_taint_removed_in_time_cancels_the_deletion(apiserver, v1, namespace, nodes):
@@ -77,8 +84,10 @@ async def test_a_taint_removed_in_time_cancels_the_deletion(apiserver, v1, names
     v1.create_namespaced_pod(namespace, pod_on("rescued", "flaky", tolerate(3)))
     v1.create_namespaced_pod(namespace, pod_on("witness", "witness-node", tolerate(4)))
     async with running(apiserver, "taint-eviction-controller") as manager:
-        controller = await eventually(lambda: next(
-            (c for c in manager.controllers if isinstance(c, TaintEvictionController)), None), what="controller")
+        controller = await eventually(
+            lambda: next((c for c in manager.controllers if isinstance(c, TaintEvictionController)), None),
+            what="controller",
+        )
         set_taints(v1, "flaky", [TAINT])
         set_taints(v1, "witness-node", [TAINT])
         await eventually(lambda: f"{namespace}/rescued" in controller.evictions, what="deletion scheduled")

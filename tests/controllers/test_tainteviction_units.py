@@ -11,28 +11,37 @@ from controlplane.controllers import taints as tu
 from controlplane.controllers.tainteviction import AFTER, NEVER, NOW, Plan, plan
 from controlplane.controllers.timedworkers import TimedWorkerQueue
 
-UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2025-01-01T00:00:00Z"}
+UNREACHABLE = {
+    "key": "node.kubernetes.io/unreachable",
+    "effect": "NoExecute",
+    "timeAdded": "2025-01-01T00:00:00Z",
+}
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
 CUSTOM = {"key": "example.com/dedicated", "value": "db", "effect": "NoExecute"}
 
 
-def tol(key: str = "", operator: str = "Exists", effect: str = "", value: str = "", seconds: int | None = None) -> dict:
+def tol(
+    key: str = "", operator: str = "Exists", effect: str = "", value: str = "", seconds: int | None = None
+) -> dict:
     out = {"key": key, "operator": operator, "effect": effect, "value": value}
     if seconds is not None:
         out["tolerationSeconds"] = seconds
     return {k: v for k, v in out.items() if v != ""}
 
 
-@pytest.mark.parametrize("toleration, tolerated", [
-    (tol("node.kubernetes.io/unreachable", effect="NoExecute"), True),
-    (tol("node.kubernetes.io/unreachable"), True),  # any effect
-    (tol(), True),  # empty key with Exists: everything
-    (tol("node.kubernetes.io/unreachable", effect="NoSchedule"), False),
-    (tol("node.kubernetes.io/not-ready", effect="NoExecute"), False),
-    (tol("node.kubernetes.io/unreachable", operator="Equal", value=""), True),
-    (tol("node.kubernetes.io/unreachable", operator="Equal", value="x"), False),
-    (tol("node.kubernetes.io/unreachable", operator="Gt"), False),  # not an operator in 1.32
-])
+@pytest.mark.parametrize(
+    "toleration, tolerated",
+    [
+        (tol("node.kubernetes.io/unreachable", effect="NoExecute"), True),
+        (tol("node.kubernetes.io/unreachable"), True),  # any effect
+        (tol(), True),  # empty key with Exists: everything
+        (tol("node.kubernetes.io/unreachable", effect="NoSchedule"), False),
+        (tol("node.kubernetes.io/not-ready", effect="NoExecute"), False),
+        (tol("node.kubernetes.io/unreachable", operator="Equal", value=""), True),
+        (tol("node.kubernetes.io/unreachable", operator="Equal", value="x"), False),
+        (tol("node.kubernetes.io/unreachable", operator="Gt"), False),  # not an operator in 1.32
+    ],
+)
 def test_tolerates(toleration, tolerated):
     assert tu.tolerates(toleration, UNREACHABLE) is tolerated
 
@@ -44,15 +53,19 @@ def test_equal_compares_the_value_and_an_omitted_operator_means_equal():
 
 
 def test_untolerated_taint_goes_now():
-    defaults = [tol("node.kubernetes.io/not-ready", effect="NoExecute", seconds=300),
-                tol("node.kubernetes.io/unreachable", effect="NoExecute", seconds=300)]
+    defaults = [
+        tol("node.kubernetes.io/not-ready", effect="NoExecute", seconds=300),
+        tol("node.kubernetes.io/unreachable", effect="NoExecute", seconds=300),
+    ]
     assert plan([CUSTOM], defaults) == Plan(NOW)
     assert plan([UNREACHABLE], []) == Plan(NOW)
 
 
 def test_the_shortest_tolerationseconds_of_the_matching_tolerations_counts():
-    tolerations = [tol("node.kubernetes.io/unreachable", effect="NoExecute", seconds=5),
-                   tol("node.kubernetes.io/not-ready", effect="NoExecute", seconds=300)]
+    tolerations = [
+        tol("node.kubernetes.io/unreachable", effect="NoExecute", seconds=5),
+        tol("node.kubernetes.io/not-ready", effect="NoExecute", seconds=300),
+    ]
     assert plan([UNREACHABLE], tolerations) == Plan(AFTER, 5.0)
     assert plan([UNREACHABLE, NOT_READY], tolerations) == Plan(AFTER, 5.0)
     assert plan([NOT_READY], tolerations) == Plan(AFTER, 300.0)

@@ -62,7 +62,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 
 
 @pytest.fixture(scope="session")
-def apiserver(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ApiServer]:
+def apiserver(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ApiServer]:
     etcd = request.getfixturevalue("etcd") if SESSION_STORE == "etcd" else None
     server = ApiServer(tmp_path_factory.mktemp("apiserver"), etcd=etcd)
     server.start()
@@ -95,7 +97,9 @@ class Kubectl:
     def __init__(self, kubeconfig: Path, home: Path) -> None:
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(home)}
 
-    def run(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         assert KUBECTL is not None
         proc = subprocess.run(
             [KUBECTL, *args], input=input, env=self.env, capture_output=True, text=True, timeout=timeout

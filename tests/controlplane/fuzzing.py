@@ -20,16 +20,35 @@ from controlplane.apiserver.smp_schema import ListSpec
 
 MAX_DEPTH = 5
 
-JSON_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-                | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
 ANY_JSON = st.recursive(
-    JSON_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=10,
 )
-NAMES = st.sampled_from(["a", "web-1", "x.y", "system-x", "", "Bad_Name", "a/b", "%", "..", "n" * 70]) | st.text(max_size=10)
-QUANTITIES = st.sampled_from(["1", "0.5", "100m", "1.5Gi", "-1", "1e3", "lots", "", "1Ki", "12E", "0.1m", ".5", "1e999"])
-TIMES = st.sampled_from(["2024-01-02T03:04:05Z", "2024-01-02T03:04:05.123456+02:00", "yesterday", "2024-13-01T00:00:00Z",
-                         "2024-02-30T00:00:00Z", "", "2024-01-02T03:04:05"])
+NAMES = st.sampled_from(
+    ["a", "web-1", "x.y", "system-x", "", "Bad_Name", "a/b", "%", "..", "n" * 70]
+) | st.text(max_size=10)
+QUANTITIES = st.sampled_from(
+    ["1", "0.5", "100m", "1.5Gi", "-1", "1e3", "lots", "", "1Ki", "12E", "0.1m", ".5", "1e999"]
+)
+TIMES = st.sampled_from(
+    [
+        "2024-01-02T03:04:05Z",
+        "2024-01-02T03:04:05.123456+02:00",
+        "yesterday",
+        "2024-13-01T00:00:00Z",
+        "2024-02-30T00:00:00Z",
+        "",
+        "2024-01-02T03:04:05",
+    ]
+)
 
 
 def _base64() -> st.SearchStrategy[str]:
@@ -38,8 +57,10 @@ def _base64() -> st.SearchStrategy[str]:
 
 _SCALAR = {
     typed.STRING: st.text(max_size=10) | NAMES,
-    typed.INT32: st.integers(min_value=-(2**31), max_value=2**31 - 1) | st.integers(min_value=-5, max_value=70000),
-    typed.INT64: st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.integers(min_value=-5, max_value=100),
+    typed.INT32: st.integers(min_value=-(2**31), max_value=2**31 - 1)
+    | st.integers(min_value=-5, max_value=70000),
+    typed.INT64: st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.integers(min_value=-5, max_value=100),
     typed.FLOAT: st.floats(allow_nan=False, allow_infinity=False),
     typed.BOOL: st.booleans(),
     typed.TIME: TIMES,
@@ -65,11 +86,16 @@ def for_type(ref: str, depth: int = 0) -> st.SearchStrategy[Any]:
         names = sorted(t.fields)
         refs = {name: _ref_of(ref, name) for name in names}
         return st.lists(st.sampled_from(names), max_size=4, unique=True).flatmap(
-            lambda keys: st.fixed_dictionaries({k: _corrupt(for_type(refs[k], depth + 1)) for k in keys}))
+            lambda keys: st.fixed_dictionaries({k: _corrupt(for_type(refs[k], depth + 1)) for k in keys})
+        )
     if t.code == typed.LIST:
         return st.lists(for_type(ref[2:], depth + 1), max_size=2)
     if t.code == typed.MAP:
-        return st.dictionaries(NAMES | st.sampled_from(["cpu", "memory", "example.com/gpu"]), for_type(ref[4:-1], depth + 1), max_size=2)
+        return st.dictionaries(
+            NAMES | st.sampled_from(["cpu", "memory", "example.com/gpu"]),
+            for_type(ref[4:-1], depth + 1),
+            max_size=2,
+        )
     return _SCALAR[t.code]
 
 
@@ -84,13 +110,20 @@ def _ref_of(type_name: str, field: str) -> str:
 
 def objects(kind: Kind) -> st.SearchStrategy[dict[str, Any]]:
     """Objects of `kind` (in its API form, as clients send them)."""
-    meta = st.fixed_dictionaries({"name": NAMES}, optional={
-        "labels": st.dictionaries(NAMES, NAMES, max_size=2), "generateName": st.sampled_from(["gen-", "Bad-"]),
-        "finalizers": st.lists(st.sampled_from(["example.com/hold", "kubernetes", "bad finalizer"]), max_size=1),
-        "namespace": st.sampled_from(["other", ""]),
-    })
+    meta = st.fixed_dictionaries(
+        {"name": NAMES},
+        optional={
+            "labels": st.dictionaries(NAMES, NAMES, max_size=2),
+            "generateName": st.sampled_from(["gen-", "Bad-"]),
+            "finalizers": st.lists(
+                st.sampled_from(["example.com/hold", "kubernetes", "bad finalizer"]), max_size=1
+            ),
+            "namespace": st.sampled_from(["other", ""]),
+        },
+    )
     return st.tuples(for_type(kind.schema), _corrupt(meta)).map(
-        lambda pair: {**pair[0], "apiVersion": kind.api_version, "kind": kind.kind, "metadata": pair[1]})
+        lambda pair: {**pair[0], "apiVersion": kind.api_version, "kind": kind.kind, "metadata": pair[1]}
+    )
 
 
 def _protobuf(kind: Kind) -> st.SearchStrategy[bytes]:
@@ -116,11 +149,22 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-YAML_SNIPPETS = st.sampled_from([
-    "a: &x [*x]", "!!binary aGk=", "? [a, b]\n: c", "a: !!set {x, y}", "a: .nan", "a: 2024-01-01", "- a\n- b",
-    "metadata: {name: a}\nkind: ConfigMap\n---\nkind: Pod", "{a: {b: {c: [1, 2, {d: ~}]}}}", "a: 1e999", "'\\ud800'",
-    "metadata:\n  name: a\n  labels: {1: 2, true: false, ~: x}",
-])
+YAML_SNIPPETS = st.sampled_from(
+    [
+        "a: &x [*x]",
+        "!!binary aGk=",
+        "? [a, b]\n: c",
+        "a: !!set {x, y}",
+        "a: .nan",
+        "a: 2024-01-01",
+        "- a\n- b",
+        "metadata: {name: a}\nkind: ConfigMap\n---\nkind: Pod",
+        "{a: {b: {c: [1, 2, {d: ~}]}}}",
+        "a: 1e999",
+        "'\\ud800'",
+        "metadata:\n  name: a\n  labels: {1: 2, true: false, ~: x}",
+    ]
+)
 
 
 def bodies(kind: Kind) -> st.SearchStrategy[tuple[str, bytes]]:
@@ -128,8 +172,10 @@ def bodies(kind: Kind) -> st.SearchStrategy[tuple[str, bytes]]:
     objs = objects(kind)
     as_json = objs.map(lambda o: ("application/json", json.dumps(o).encode()))
     as_yaml = objs.map(lambda o: ("application/yaml", yaml.safe_dump(o).encode()))
-    garbage = st.tuples(st.sampled_from(["application/json", "application/yaml"]),
-                        st.binary(max_size=40) | YAML_SNIPPETS.map(str.encode))
+    garbage = st.tuples(
+        st.sampled_from(["application/json", "application/yaml"]),
+        st.binary(max_size=40) | YAML_SNIPPETS.map(str.encode),
+    )
     choices = [as_json, as_json, as_json, as_yaml, garbage]
     if kind.protobuf:
         choices.append(_protobuf(kind).map(lambda b: ("application/vnd.kubernetes.protobuf", b)))
@@ -145,8 +191,16 @@ def _directives(schema: Any, depth: int = 0) -> st.SearchStrategy[dict[str, Any]
     }
     for field, sub in (schema or {}).items():
         if isinstance(sub, ListSpec):
-            items = ANY_JSON if sub.merge_key is None else st.one_of(
-                ANY_JSON, st.fixed_dictionaries({sub.merge_key: ANY_JSON}, optional={"$patch": st.sampled_from(["delete", "replace"])}))
+            items = (
+                ANY_JSON
+                if sub.merge_key is None
+                else st.one_of(
+                    ANY_JSON,
+                    st.fixed_dictionaries(
+                        {sub.merge_key: ANY_JSON}, optional={"$patch": st.sampled_from(["delete", "replace"])}
+                    ),
+                )
+            )
             optional[field] = st.lists(items, max_size=3) | ANY_JSON
             optional[f"$setElementOrder/{field}"] = st.lists(items, max_size=3) | ANY_JSON
             optional[f"$deleteFromPrimitiveList/{field}"] = ANY_JSON
@@ -159,12 +213,31 @@ def patches(kind: Kind) -> st.SearchStrategy[tuple[str, bytes]]:
     """(patch content type, body): merge and strategic merge patches shaped like the kind, JSON patches."""
     partial = for_type(kind.schema).map(lambda o: json.dumps(o).encode())
     directives = _directives(kind.smp).map(lambda o: json.dumps(o).encode())
-    ops = st.lists(st.fixed_dictionaries({
-        "op": st.sampled_from(["add", "remove", "replace", "move", "copy", "test", "bogus"]),
-        "path": st.sampled_from(["/metadata/labels/a", "/spec", "/spec/containers/0/image", "/data/k", "", "/", "x",
-                                 "/metadata/finalizers/-", "/status", "/metadata/name", "/spec/ports/9"]),
-    }, optional={"value": ANY_JSON, "from": st.sampled_from(["/metadata", "/spec", "/nope", ""])}), max_size=3)
-    json_patches = (ops.map(lambda o: json.dumps(o).encode()) | ANY_JSON.map(lambda o: json.dumps(o).encode()))
+    ops = st.lists(
+        st.fixed_dictionaries(
+            {
+                "op": st.sampled_from(["add", "remove", "replace", "move", "copy", "test", "bogus"]),
+                "path": st.sampled_from(
+                    [
+                        "/metadata/labels/a",
+                        "/spec",
+                        "/spec/containers/0/image",
+                        "/data/k",
+                        "",
+                        "/",
+                        "x",
+                        "/metadata/finalizers/-",
+                        "/status",
+                        "/metadata/name",
+                        "/spec/ports/9",
+                    ]
+                ),
+            },
+            optional={"value": ANY_JSON, "from": st.sampled_from(["/metadata", "/spec", "/nope", ""])},
+        ),
+        max_size=3,
+    )
+    json_patches = ops.map(lambda o: json.dumps(o).encode()) | ANY_JSON.map(lambda o: json.dumps(o).encode())
     return st.one_of(
         partial.map(lambda b: ("application/merge-patch+json", b)),
         (partial | directives).map(lambda b: ("application/strategic-merge-patch+json", b)),

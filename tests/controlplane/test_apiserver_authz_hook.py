@@ -39,8 +39,15 @@ async def test_authorizer_chain_decides(tmp_path: Path) -> None:
             async with session.post(f"{base}/api/v1/namespaces/default/configmaps", json=cm) as resp:
                 body = await resp.json()
                 assert resp.status == 403 and body["reason"] == "Forbidden" and "read-only" in body["message"]
-            lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "n1"}, "spec": {}}
-            async with session.post(f"{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", json=lease) as resp:
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": "n1"},
+                "spec": {},
+            }
+            async with session.post(
+                f"{base}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", json=lease
+            ) as resp:
                 assert resp.status == 201
             async with session.get(f"{base}/apis") as resp:
                 assert resp.status == 200

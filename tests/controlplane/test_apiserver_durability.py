@@ -23,7 +23,9 @@ def _writer(kubeconfig: Path, prefix: str, acked: dict[str, str], stop: threadin
         while not stop.is_set():
             name = f"{prefix}-{i}"
             try:
-                cm = v1.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"v": "0"}))
+                cm = v1.create_namespaced_config_map(
+                    "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"v": "0"})
+                )
                 acked[name] = "0"
                 v1.patch_namespaced_config_map(name, "default", {"data": {"v": "1"}})
                 acked[name] = "1"
@@ -39,7 +41,9 @@ def test_kill_9_and_restart_lose_no_acknowledged_write(tmp_path: Path) -> None:
     try:
         acked: dict[str, str] = {}
         stop = threading.Event()
-        threads = [threading.Thread(target=_writer, args=(server.kubeconfig, f"w{t}", acked, stop)) for t in range(4)]
+        threads = [
+            threading.Thread(target=_writer, args=(server.kubeconfig, f"w{t}", acked, stop)) for t in range(4)
+        ]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 60
@@ -59,7 +63,9 @@ def test_kill_9_and_restart_lose_no_acknowledged_write(tmp_path: Path) -> None:
                 assert name in stored, f"acknowledged create of {name} was lost"
                 assert stored[name].data["v"] >= version, f"acknowledged update of {name} was lost"
             top = max(int(cm.metadata.resource_version) for cm in stored.values())
-            after = v1.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="after-kill")))
+            after = v1.create_namespaced_config_map(
+                "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="after-kill"))
+            )
             assert int(after.metadata.resource_version) > top, "revisions never go backwards"
         # A clean restart keeps everything too, and the CA and kubeconfig stay the same.
         ca_before = server.ca_cert.read_bytes()

@@ -15,8 +15,10 @@ pytestmark = pytest.mark.integration
 
 
 def _pod(v1: client.CoreV1Api, name: str) -> client.V1Pod:
-    body = client.V1Pod(metadata=client.V1ObjectMeta(name=name),
-                        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]))
+    body = client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+    )
     return v1.create_namespaced_pod("default", body)
 
 
@@ -31,16 +33,29 @@ def test_kubectl_debug_adds_an_ephemeral_container(apiserver, kubectl):
         assert (eph.name, eph.image, eph.command) == ("dbg", "busybox", ["true"])
         assert eph.termination_message_policy == "File" and pod.spec.containers[0].name == "c"
         # Through the subresource, nothing else of the pod changes, and the container stays as it is.
-        changed = {"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox:other", "command": ["true"]}]}}
+        changed = {
+            "spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox:other", "command": ["true"]}]}
+        }
         with pytest.raises(ApiException) as err:
             v1.patch_namespaced_pod_ephemeralcontainers(name, "default", changed)
         assert err.value.status == 422
         causes = json.loads(err.value.body)["details"]["causes"]
         assert causes[0]["field"] == "spec.ephemeralContainers"
         assert 'existing ephemeral containers "dbg" may not be changed' in causes[0]["message"]
-        dup = {"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox", "command": ["true"],
-                                                 "terminationMessagePolicy": "File", "imagePullPolicy": "Always"},
-                                                {"name": "c", "image": "busybox"}]}}
+        dup = {
+            "spec": {
+                "ephemeralContainers": [
+                    {
+                        "name": "dbg",
+                        "image": "busybox",
+                        "command": ["true"],
+                        "terminationMessagePolicy": "File",
+                        "imagePullPolicy": "Always",
+                    },
+                    {"name": "c", "image": "busybox"},
+                ]
+            }
+        }
         with pytest.raises(ApiException) as err:
             v1.patch_namespaced_pod_ephemeralcontainers(name, "default", dup)
         assert err.value.status == 422
@@ -54,7 +69,8 @@ def test_a_pod_update_keeps_its_ephemeral_containers(apiserver):
         name = f"keep-{uuid.uuid4().hex[:6]}"
         _pod(v1, name)
         v1.patch_namespaced_pod_ephemeralcontainers(
-            name, "default", {"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox"}]}})
+            name, "default", {"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox"}]}}
+        )
         pod = v1.read_namespaced_pod(name, "default")
         pod.spec.ephemeral_containers = None
         pod.metadata.labels = {"touched": "yes"}

@@ -140,8 +140,10 @@ def test_state_lives_in_etcd_across_a_server_restart_and_old_watches_get_410(fra
 
             async def compacted() -> bool:
                 try:
-                    await kube.list(f"/api/v1/namespaces/{ns}/configmaps",
-                                    params={"resourceVersion": old_rv, "resourceVersionMatch": "Exact"})
+                    await kube.list(
+                        f"/api/v1/namespaces/{ns}/configmaps",
+                        params={"resourceVersion": old_rv, "resourceVersionMatch": "Exact"},
+                    )
                 except ApiError as err:
                     return err.gone
                 return False
@@ -160,7 +162,9 @@ def test_state_lives_in_etcd_across_a_server_restart_and_old_watches_get_410(fra
             task = asyncio.create_task(informer.run())
             deadline = time.monotonic() + 15
             while informer.lists < 2 or f"{ns}/while-away" not in informer.store:
-                assert time.monotonic() < deadline, f"no relist: lists={informer.lists} keys={list(informer.store)}"
+                assert time.monotonic() < deadline, (
+                    f"no relist: lists={informer.lists} keys={list(informer.store)}"
+                )
                 await asyncio.sleep(0.1)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -183,7 +187,10 @@ def test_an_object_over_etcds_limit_is_413(fragile) -> None:
             v1.create_namespaced_config_map("default", configmap("big", blob="x" * 100_000))
         assert err.value.status == 413
         body = json.loads(err.value.body)
-        assert body["reason"] == "RequestEntityTooLarge" and body["message"] == "etcdserver: request is too large"
+        assert (
+            body["reason"] == "RequestEntityTooLarge"
+            and body["message"] == "etcdserver: request is too large"
+        )
         with pytest.raises(ApiException) as missing:
             v1.read_namespaced_config_map("big", "default")
         assert missing.value.status == 404
@@ -220,16 +227,41 @@ def test_unreachable_etcd_at_start_exits_within_seconds_naming_it(tmp_path: Path
     url = f"https://127.0.0.1:{free_port()}"
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pykubelet", "server", "--data-dir", str(tmp_path), "--port", "0",
-         "--no-scheduler", "--no-controllers", "--etcd-servers", url],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "pykubelet",
+            "server",
+            "--data-dir",
+            str(tmp_path),
+            "--port",
+            "0",
+            "--no-scheduler",
+            "--no-controllers",
+            "--etcd-servers",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode != 0
     assert time.monotonic() - started < 20
     assert f"pykubelet server: etcd at {url} is not reachable" in proc.stderr
     assert "Connection refused" in proc.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "pykubelet", "server", "--data-dir", str(tmp_path), "--etcd-servers", "127.0.0.1:2379"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "pykubelet",
+            "server",
+            "--data-dir",
+            str(tmp_path),
+            "--etcd-servers",
+            "127.0.0.1:2379",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert bad.returncode != 0 and "is not an http(s)://host:port URL" in bad.stderr

@@ -83,21 +83,36 @@ SEEDS: dict[str, dict] = {
     "Namespace": {"metadata": {"name": "seeded"}},
     "Node": {"metadata": {"name": "seeded"}, "status": {"capacity": {"cpu": "2", "pods": "110"}}},
     "Pod": {"metadata": {"name": "seeded"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
-    "PodTemplate": {"metadata": {"name": "seeded"}, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    "PodTemplate": {
+        "metadata": {"name": "seeded"},
+        "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+    },
     "Event": {"metadata": {"name": "seeded"}, "involvedObject": {"kind": "Pod", "name": "p"}},
     "ConfigMap": {"metadata": {"name": "seeded", "finalizers": ["example.com/x"]}, "data": {"a": "1"}},
     "Secret": {"metadata": {"name": "seeded"}, "data": {"a": "MQ=="}},
     "ServiceAccount": {"metadata": {"name": "seeded"}},
     "Service": {"metadata": {"name": "seeded"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}},
     "Endpoints": {"metadata": {"name": "seeded"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}]}]},
-    "Deployment": {"metadata": {"name": "seeded"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
-        "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}},
+    "Deployment": {
+        "metadata": {"name": "seeded"},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            },
+        },
+    },
     "ControllerRevision": {"metadata": {"name": "seeded"}, "revision": 1, "data": {"x": [1]}},
     "PriorityClass": {"metadata": {"name": "seeded"}, "value": 10},
     "Lease": {"metadata": {"name": "seeded"}, "spec": {"holderIdentity": "h"}},
     "RuntimeClass": {"metadata": {"name": "seeded"}, "handler": "runc"},
-    "EndpointSlice": {"metadata": {"name": "seeded"}, "addressType": "IPv4", "ports": [{"port": 80}],
-                      "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}]},
+    "EndpointSlice": {
+        "metadata": {"name": "seeded"},
+        "addressType": "IPv4",
+        "ports": [{"port": 80}],
+        "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}],
+    },
 }
 SEEDS["ReplicaSet"] = SEEDS["Deployment"]
 
@@ -112,10 +127,14 @@ class Http:
         self.context = context
         self.conn = http.client.HTTPSConnection(*self.args, context=context, timeout=30)
 
-    def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
+    ) -> tuple[int, bytes]:
         for attempt in (1, 2):
             try:
-                self.conn.request(method, path, body, {"Content-Type": content_type, "Accept": "application/json"})
+                self.conn.request(
+                    method, path, body, {"Content-Type": content_type, "Accept": "application/json"}
+                )
                 response = self.conn.getresponse()
                 return response.status, response.read()
             except (http.client.HTTPException, ConnectionError):
@@ -135,7 +154,12 @@ def collection(kind: Kind) -> str:
 def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
     with ApiServer(tmp_path_factory.mktemp("fuzz")) as server:
         conn = Http(server)
-        assert conn.request("POST", "/api/v1/namespaces", json.dumps({"metadata": {"name": NAMESPACE}}).encode())[0] == 201
+        assert (
+            conn.request(
+                "POST", "/api/v1/namespaces", json.dumps({"metadata": {"name": NAMESPACE}}).encode()
+            )[0]
+            == 201
+        )
         for kind in STORED:
             seed = SEEDS.get(kind.kind)
             if seed is not None and kind.storage_bucket == "":
@@ -189,8 +213,13 @@ def test_delete_options_bodies_never_make_a_500(http_server: Http) -> None:
     target = f"{collection(KINDS[2])}/absent"  # DELETE decodes the options before it looks the object up
 
     @settings(SETTINGS, max_examples=60 * SCALE)
-    @given(st.one_of(fuzzing.for_type(DELETE_OPTIONS).map(lambda o: json.dumps(o).encode()),
-                     fuzzing.ANY_JSON.map(lambda o: json.dumps(o).encode()), st.binary(max_size=20)))
+    @given(
+        st.one_of(
+            fuzzing.for_type(DELETE_OPTIONS).map(lambda o: json.dumps(o).encode()),
+            fuzzing.ANY_JSON.map(lambda o: json.dumps(o).encode()),
+            st.binary(max_size=20),
+        )
+    )
     def check(body: bytes) -> None:
         status, answer = http_server.request("DELETE", target, body)
         _no_500(status, answer, f"DELETE {target} {body[:500]!r}")

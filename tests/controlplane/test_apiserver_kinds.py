@@ -44,8 +44,10 @@ def _status(err: pytest.ExceptionInfo[ApiException]) -> dict:
 
 
 def _pod(name: str, **spec: object) -> client.V1Pod:
-    return client.V1Pod(metadata=client.V1ObjectMeta(name=name),
-                        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")], **spec))
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")], **spec),
+    )
 
 
 # --- PodTemplate -----------------------------------------------------------------------------------
@@ -57,19 +59,34 @@ def test_pod_templates_are_defaulted_validated_and_printed(api: client.ApiClient
         metadata=client.V1ObjectMeta(name="web"),
         template=client.V1PodTemplateSpec(
             metadata=client.V1ObjectMeta(labels={"app": "web", "tier": "a"}),
-            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox:1.36"),
-                                              client.V1Container(name="d", image="nginx")])))
+            spec=client.V1PodSpec(
+                containers=[
+                    client.V1Container(name="c", image="busybox:1.36"),
+                    client.V1Container(name="d", image="nginx"),
+                ]
+            ),
+        ),
+    )
     created = v1.create_namespaced_pod_template("default", template)
     spec = created.template.spec
     assert spec.restart_policy == "Always" and spec.dns_policy == "ClusterFirst"
     assert [c.image_pull_policy for c in spec.containers] == ["IfNotPresent", "Always"]
     assert [t.metadata.name for t in v1.list_namespaced_pod_template("default").items] == ["web"]
     with pytest.raises(ApiException) as err:
-        v1.create_namespaced_pod_template("default", client.V1PodTemplate(
-            metadata=client.V1ObjectMeta(name="bad"),
-            template=client.V1PodTemplateSpec(spec=client.V1PodSpec(containers=[client.V1Container(name="c")]))))
+        v1.create_namespaced_pod_template(
+            "default",
+            client.V1PodTemplate(
+                metadata=client.V1ObjectMeta(name="bad"),
+                template=client.V1PodTemplateSpec(
+                    spec=client.V1PodSpec(containers=[client.V1Container(name="c")])
+                ),
+            ),
+        )
     assert err.value.status == 422
-    assert _status(err)["message"] == 'PodTemplate "bad" is invalid: template.spec.containers[0].image: Required value'
+    assert (
+        _status(err)["message"]
+        == 'PodTemplate "bad" is invalid: template.spec.containers[0].image: Required value'
+    )
     table = kubectl("get", "podtemplates", "-n", "default").splitlines()
     assert table[0].split() == ["NAME", "CONTAINERS", "IMAGES", "POD", "LABELS"]
     assert table[1].split() == ["web", "c,d", "busybox:1.36,nginx", "app=web,tier=a"]
@@ -81,26 +98,47 @@ def test_pod_templates_are_defaulted_validated_and_printed(api: client.ApiClient
 
 def test_controller_revisions_keep_their_data(api: client.ApiClient, kubectl: Kubectl) -> None:
     apps = client.AppsV1Api(api)
-    owner = client.V1OwnerReference(api_version="apps/v1", kind="StatefulSet", name="db", uid="u-1", controller=True)
+    owner = client.V1OwnerReference(
+        api_version="apps/v1", kind="StatefulSet", name="db", uid="u-1", controller=True
+    )
     revision = client.V1ControllerRevision(
-        metadata=client.V1ObjectMeta(name="db-1", owner_references=[owner]), revision=3,
-        data={"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+        metadata=client.V1ObjectMeta(name="db-1", owner_references=[owner]),
+        revision=3,
+        data={"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}},
+    )
     created = apps.create_namespaced_controller_revision("default", revision)
-    assert created.revision == 3 and created.data["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox"
+    assert (
+        created.revision == 3
+        and created.data["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox"
+    )
     created.data = {"changed": True}
     with pytest.raises(ApiException) as err:
         apps.replace_namespaced_controller_revision("db-1", "default", created)
     assert err.value.status == 422 and _status(err)["details"]["causes"][0]["field"] == "data"
     assert "field is immutable" in _status(err)["message"]
     # (the Python client refuses a revision without data before sending it; kubectl leaves it to the server)
-    empty = kubectl.run("create", "-n", "default", "-f", "-", check=False,
-                        input="apiVersion: apps/v1\nkind: ControllerRevision\nmetadata: {name: empty}\nrevision: 1\n")
+    empty = kubectl.run(
+        "create",
+        "-n",
+        "default",
+        "-f",
+        "-",
+        check=False,
+        input="apiVersion: apps/v1\nkind: ControllerRevision\nmetadata: {name: empty}\nrevision: 1\n",
+    )
     assert empty.returncode != 0
-    assert 'The ControllerRevision "empty" is invalid: data: Required value: data is mandatory' in empty.stderr
+    assert (
+        'The ControllerRevision "empty" is invalid: data: Required value: data is mandatory' in empty.stderr
+    )
     with pytest.raises(ApiException) as err:
-        apps.create_namespaced_controller_revision("default", client.V1ControllerRevision(
-            metadata=client.V1ObjectMeta(name="neg"), revision=-1, data={}))
-    assert _status(err)["message"] == 'ControllerRevision.apps "neg" is invalid: revision: Invalid value: -1: must be greater than or equal to 0'
+        apps.create_namespaced_controller_revision(
+            "default",
+            client.V1ControllerRevision(metadata=client.V1ObjectMeta(name="neg"), revision=-1, data={}),
+        )
+    assert (
+        _status(err)["message"]
+        == 'ControllerRevision.apps "neg" is invalid: revision: Invalid value: -1: must be greater than or equal to 0'
+    )
     table = kubectl("get", "controllerrevisions", "-n", "default").splitlines()
     assert table[0].split() == ["NAME", "CONTROLLER", "REVISION", "AGE"]
     assert table[1].split()[:3] == ["db-1", "statefulset.apps/db", "3"]
@@ -118,7 +156,8 @@ def test_system_priority_classes_exist_and_stay(api: client.ApiClient, kubectl: 
     with pytest.raises(ApiException) as err:
         scheduling.delete_priority_class("system-node-critical")
     assert err.value.status == 403 and _status(err)["message"] == (
-        'priorityclasses.scheduling.k8s.io "system-node-critical" is forbidden: this is a system priority class and cannot be deleted')
+        'priorityclasses.scheduling.k8s.io "system-node-critical" is forbidden: this is a system priority class and cannot be deleted'
+    )
     rows = kubectl("get", "priorityclass").splitlines()
     assert rows[0].split() == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
     row = next(r.split() for r in rows if r.startswith("system-node-critical"))
@@ -129,62 +168,95 @@ def test_system_priority_classes_exist_and_stay(api: client.ApiClient, kubectl: 
 def test_priority_class_validation(api: client.ApiClient) -> None:
     scheduling = client.SchedulingV1Api(api)
     cases = [
-        (client.V1PriorityClass(metadata=client.V1ObjectMeta(name="huge"), value=1_000_000_001),
-         'PriorityClass.scheduling.k8s.io "huge" is invalid: value: Forbidden: maximum allowed value of a user defined priority is 1000000000'),
-        (client.V1PriorityClass(metadata=client.V1ObjectMeta(name="system-mine"), value=5),
-         'PriorityClass.scheduling.k8s.io "system-mine" is invalid: metadata.name: Forbidden: priority class names with '
-         "'system-' prefix are reserved for system use only. error: system-mine is not a known system priority class"),
-        (client.V1PriorityClass(metadata=client.V1ObjectMeta(name="odd"), value=5, preemption_policy="Sometimes"),
-         'PriorityClass.scheduling.k8s.io "odd" is invalid: preemptionPolicy: Unsupported value: "Sometimes": '
-         'supported values: "PreemptLowerPriority", "Never"'),
+        (
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name="huge"), value=1_000_000_001),
+            'PriorityClass.scheduling.k8s.io "huge" is invalid: value: Forbidden: maximum allowed value of a user defined priority is 1000000000',
+        ),
+        (
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name="system-mine"), value=5),
+            'PriorityClass.scheduling.k8s.io "system-mine" is invalid: metadata.name: Forbidden: priority class names with '
+            "'system-' prefix are reserved for system use only. error: system-mine is not a known system priority class",
+        ),
+        (
+            client.V1PriorityClass(
+                metadata=client.V1ObjectMeta(name="odd"), value=5, preemption_policy="Sometimes"
+            ),
+            'PriorityClass.scheduling.k8s.io "odd" is invalid: preemptionPolicy: Unsupported value: "Sometimes": '
+            'supported values: "PreemptLowerPriority", "Never"',
+        ),
     ]
     for body, message in cases:
         with pytest.raises(ApiException) as err:
             scheduling.create_priority_class(body)
         assert err.value.status == 422 and _status(err)["message"] == message
-    scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name="fixed"), value=10))
+    scheduling.create_priority_class(
+        client.V1PriorityClass(metadata=client.V1ObjectMeta(name="fixed"), value=10)
+    )
     with pytest.raises(ApiException) as err:
         scheduling.patch_priority_class("fixed", {"value": 11})
-    assert _status(err)["message"] == 'PriorityClass.scheduling.k8s.io "fixed" is invalid: value: Forbidden: may not be changed in an update.'
+    assert (
+        _status(err)["message"]
+        == 'PriorityClass.scheduling.k8s.io "fixed" is invalid: value: Forbidden: may not be changed in an update.'
+    )
     scheduling.delete_priority_class("fixed")
 
 
 def test_priority_admission(api: client.ApiClient) -> None:
     v1, scheduling = client.CoreV1Api(api), client.SchedulingV1Api(api)
-    scheduling.create_priority_class(client.V1PriorityClass(
-        metadata=client.V1ObjectMeta(name="high"), value=1000, preemption_policy="Never"))
+    scheduling.create_priority_class(
+        client.V1PriorityClass(
+            metadata=client.V1ObjectMeta(name="high"), value=1000, preemption_policy="Never"
+        )
+    )
     try:
         pod = v1.create_namespaced_pod("default", _pod("classed", priority_class_name="high"))
         assert (pod.spec.priority, pod.spec.preemption_policy) == (1000, "Never")
         plain = v1.create_namespaced_pod("default", _pod("plain"))
-        assert (plain.spec.priority, plain.spec.preemption_policy, plain.spec.priority_class_name) == (0, "PreemptLowerPriority", None)
-        critical = v1.create_namespaced_pod("default", _pod("critical", priority_class_name="system-node-critical"))
+        assert (plain.spec.priority, plain.spec.preemption_policy, plain.spec.priority_class_name) == (
+            0,
+            "PreemptLowerPriority",
+            None,
+        )
+        critical = v1.create_namespaced_pod(
+            "default", _pod("critical", priority_class_name="system-node-critical")
+        )
         assert critical.spec.priority == 2000001000
         with pytest.raises(ApiException) as err:
             v1.create_namespaced_pod("default", _pod("unknown", priority_class_name="nope"))
         assert err.value.status == 403
-        assert _status(err)["message"] == 'pods "unknown" is forbidden: no PriorityClass with name nope was found'
+        assert (
+            _status(err)["message"]
+            == 'pods "unknown" is forbidden: no PriorityClass with name nope was found'
+        )
         with pytest.raises(ApiException) as err:
             v1.create_namespaced_pod("default", _pod("chooser", priority_class_name="high", priority=7))
         assert err.value.status == 403 and _status(err)["message"] == (
             'pods "chooser" is forbidden: the integer value of priority (7) must not be provided in pod spec; '
-            "priority admission controller computed 1000 from the given PriorityClass name")
+            "priority admission controller computed 1000 from the given PriorityClass name"
+        )
         # A replace that leaves the priority out keeps it (the plugin set it on create).
         pod.spec.priority = None
         pod.metadata.labels = {"replaced": "yes"}
         assert v1.replace_namespaced_pod("classed", "default", pod).spec.priority == 1000
         # The globalDefault class applies to pods that name none; only one may be the default.
-        scheduling.create_priority_class(client.V1PriorityClass(
-            metadata=client.V1ObjectMeta(name="everyone"), value=50, global_default=True))
+        scheduling.create_priority_class(
+            client.V1PriorityClass(
+                metadata=client.V1ObjectMeta(name="everyone"), value=50, global_default=True
+            )
+        )
         try:
             defaulted = v1.create_namespaced_pod("default", _pod("defaulted"))
             assert (defaulted.spec.priority_class_name, defaulted.spec.priority) == ("everyone", 50)
             with pytest.raises(ApiException) as err:
-                scheduling.create_priority_class(client.V1PriorityClass(
-                    metadata=client.V1ObjectMeta(name="second"), value=60, global_default=True))
+                scheduling.create_priority_class(
+                    client.V1PriorityClass(
+                        metadata=client.V1ObjectMeta(name="second"), value=60, global_default=True
+                    )
+                )
             assert err.value.status == 403 and _status(err)["message"] == (
                 'priorityclasses.scheduling.k8s.io "second" is forbidden: PriorityClass everyone is already marked '
-                "as default. Only one default can exist")
+                "as default. Only one default can exist"
+            )
         finally:
             scheduling.delete_priority_class("everyone")
     finally:
@@ -197,24 +269,47 @@ def test_priority_admission(api: client.ApiClient) -> None:
 
 def test_runtime_classes(api: client.ApiClient, kubectl: Kubectl) -> None:
     node = client.NodeV1Api(api)
-    created = node.create_runtime_class(client.V1RuntimeClass(
-        metadata=client.V1ObjectMeta(name="gvisor"), handler="runsc",
-        overhead=client.V1Overhead(pod_fixed={"cpu": "0.25", "memory": "1.5Gi"})))
+    created = node.create_runtime_class(
+        client.V1RuntimeClass(
+            metadata=client.V1ObjectMeta(name="gvisor"),
+            handler="runsc",
+            overhead=client.V1Overhead(pod_fixed={"cpu": "0.25", "memory": "1.5Gi"}),
+        )
+    )
     assert created.handler == "runsc" and created.overhead.pod_fixed == {"cpu": "250m", "memory": "1536Mi"}
     for handler, message in [
-        ("", 'RuntimeClass.node.k8s.io "bad" is invalid: handler: Invalid value: "": a lowercase RFC 1123 label'),
-        ("Run_SC", 'RuntimeClass.node.k8s.io "bad" is invalid: handler: Invalid value: "Run_SC": a lowercase RFC 1123 label'),
+        (
+            "",
+            'RuntimeClass.node.k8s.io "bad" is invalid: handler: Invalid value: "": a lowercase RFC 1123 label',
+        ),
+        (
+            "Run_SC",
+            'RuntimeClass.node.k8s.io "bad" is invalid: handler: Invalid value: "Run_SC": a lowercase RFC 1123 label',
+        ),
     ]:
         with pytest.raises(ApiException) as err:
-            node.create_runtime_class(client.V1RuntimeClass(metadata=client.V1ObjectMeta(name="bad"), handler=handler))
+            node.create_runtime_class(
+                client.V1RuntimeClass(metadata=client.V1ObjectMeta(name="bad"), handler=handler)
+            )
         assert err.value.status == 422 and _status(err)["message"].startswith(message)
     with pytest.raises(ApiException) as err:
-        node.create_runtime_class(client.V1RuntimeClass(
-            metadata=client.V1ObjectMeta(name="neg"), handler="h", overhead=client.V1Overhead(pod_fixed={"cpu": "-1"})))
-    assert _status(err)["message"] == 'RuntimeClass.node.k8s.io "neg" is invalid: overhead.limits[cpu]: Invalid value: "-1": must be greater than or equal to 0'
+        node.create_runtime_class(
+            client.V1RuntimeClass(
+                metadata=client.V1ObjectMeta(name="neg"),
+                handler="h",
+                overhead=client.V1Overhead(pod_fixed={"cpu": "-1"}),
+            )
+        )
+    assert (
+        _status(err)["message"]
+        == 'RuntimeClass.node.k8s.io "neg" is invalid: overhead.limits[cpu]: Invalid value: "-1": must be greater than or equal to 0'
+    )
     with pytest.raises(ApiException) as err:
         node.patch_runtime_class("gvisor", {"handler": "kata"})
-    assert _status(err)["message"] == 'RuntimeClass.node.k8s.io "gvisor" is invalid: handler: Invalid value: "kata": field is immutable'
+    assert (
+        _status(err)["message"]
+        == 'RuntimeClass.node.k8s.io "gvisor" is invalid: handler: Invalid value: "kata": field is immutable'
+    )
     rows = kubectl("get", "runtimeclass").splitlines()
     assert rows[0].split() == ["NAME", "HANDLER", "AGE"] and rows[1].split()[:2] == ["gvisor", "runsc"]
 
@@ -258,11 +353,17 @@ def test_kubectl_discovers_explains_and_applies_the_new_kinds(kubectl: Kubectl) 
         ("runtimeclasses", "node.k8s.io/v1", "false", "RuntimeClass"),
     ]:
         assert expected in rows
-    assert "globalDefault specifies whether this PriorityClass" in kubectl("explain", "priorityclass.globalDefault")
+    assert "globalDefault specifies whether this PriorityClass" in kubectl(
+        "explain", "priorityclass.globalDefault"
+    )
     assert "handler specifies the underlying runtime" in kubectl("explain", "runtimeclass.handler")
     out = kubectl("apply", "-f", "-", input=MANIFEST)
-    for name in ("priorityclass.scheduling.k8s.io/batch", "runtimeclass.node.k8s.io/crun", "podtemplate/tpl",
-                 "controllerrevision.apps/tpl-1"):
+    for name in (
+        "priorityclass.scheduling.k8s.io/batch",
+        "runtimeclass.node.k8s.io/crun",
+        "podtemplate/tpl",
+        "controllerrevision.apps/tpl-1",
+    ):
         assert f"{name} created" in out
     template = yaml.safe_load(kubectl("get", "podtemplate", "tpl", "-n", "default", "-o", "yaml"))
     again = kubectl("apply", "-f", "-", input=MANIFEST)
@@ -270,21 +371,51 @@ def test_kubectl_discovers_explains_and_applies_the_new_kinds(kubectl: Kubectl) 
     # against a genuine cluster); the server finds nothing to change and writes nothing.
     assert again.count("unchanged") == 3 and "podtemplate/tpl configured" in again
     rv = template["metadata"]["resourceVersion"]
-    assert kubectl("get", "podtemplate", "tpl", "-n", "default", "-o", "jsonpath={.metadata.resourceVersion}") == rv
+    assert (
+        kubectl("get", "podtemplate", "tpl", "-n", "default", "-o", "jsonpath={.metadata.resourceVersion}")
+        == rv
+    )
     # Stored in canonical form, as a genuine cluster shows them.
-    assert template["template"]["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "500m", "memory": "1536Mi"}
-    assert template["template"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "1536Mi"}
-    bad = kubectl.run("apply", "-f", "-", check=False, input=MANIFEST.split("---")[0].replace("value: 100", "value: 100\nbogus: 1"))
+    assert template["template"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "cpu": "500m",
+        "memory": "1536Mi",
+    }
+    assert template["template"]["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "500m",
+        "memory": "1536Mi",
+    }
+    bad = kubectl.run(
+        "apply",
+        "-f",
+        "-",
+        check=False,
+        input=MANIFEST.split("---")[0].replace("value: 100", "value: 100\nbogus: 1"),
+    )
     assert bad.returncode != 0 and 'unknown field "bogus"' in bad.stderr
-    for kind, name in (("pc", "batch"), ("runtimeclass", "crun"), ("podtemplate", "tpl"), ("controllerrevision", "tpl-1")):
+    for kind, name in (
+        ("pc", "batch"),
+        ("runtimeclass", "crun"),
+        ("podtemplate", "tpl"),
+        ("controllerrevision", "tpl-1"),
+    ):
         kubectl("delete", kind, name, "-n", "default")
 
 
 def test_kubectl_create_priorityclass_sends_protobuf(kubectl: Kubectl) -> None:
     """kubectl's generator posts the PriorityClass as protobuf; every field arrives."""
-    kubectl("create", "priorityclass", "imperative", "--value=1000", "--description=made by kubectl",
-            "--preemption-policy=Never")
+    kubectl(
+        "create",
+        "priorityclass",
+        "imperative",
+        "--value=1000",
+        "--description=made by kubectl",
+        "--preemption-policy=Never",
+    )
     made = json.loads(kubectl("get", "priorityclass", "imperative", "-o", "json"))
-    assert (made["value"], made["description"], made["preemptionPolicy"], made.get("globalDefault", False)) == (
-        1000, "made by kubectl", "Never", False)
+    assert (
+        made["value"],
+        made["description"],
+        made["preemptionPolicy"],
+        made.get("globalDefault", False),
+    ) == (1000, "made by kubectl", "Never", False)
     kubectl("delete", "priorityclass", "imperative")

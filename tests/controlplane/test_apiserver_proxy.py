@@ -37,9 +37,15 @@ def _serve(host: str, context: ssl.SSLContext | None = None) -> tuple[ThreadingH
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             peer = self.connection.getpeercert() if context else None
-            seen.append({"method": self.command, "path": self.path, "body": self.rfile.read(length),
-                         "headers": dict(self.headers),
-                         "cn": dict(x[0] for x in (peer or {}).get("subject", ())).get("commonName", "")})
+            seen.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "body": self.rfile.read(length),
+                    "headers": dict(self.headers),
+                    "cn": dict(x[0] for x in (peer or {}).get("subject", ())).get("commonName", ""),
+                }
+            )
             body = json.dumps({"served": self.path}).encode()
             self.send_response(201 if self.command == "POST" else 200)
             self.send_header("Content-Type", "application/json")
@@ -70,41 +76,72 @@ def target() -> Iterator[tuple[str, int, list[dict]]]:
 
 
 def _raw(apiserver: ApiServer, path: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", "--kubeconfig", str(apiserver.kubeconfig), "get", "--raw", path],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(apiserver.kubeconfig), "get", "--raw", path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-def test_pod_proxy_relays_requests_to_the_pod(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, target) -> None:
+def test_pod_proxy_relays_requests_to_the_pod(
+    apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, target
+) -> None:
     host, port, seen = target
-    v1.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(name="web"), spec=client.V1PodSpec(
-        containers=[client.V1Container(name="c", image="busybox")])))
+    v1.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="web"),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+        ),
+    )
     v1.patch_namespaced_pod_status("web", namespace, {"status": {"podIP": host, "podIPs": [{"ip": host}]}})
     done = _raw(apiserver, f"/api/v1/namespaces/{namespace}/pods/web:{port}/proxy/some/path/?x=1&y=two")
     assert done.returncode == 0 and json.loads(done.stdout) == {"served": "/some/path/?x=1&y=two"}, done
     assert seen[-1]["method"] == "GET" and "Authorization" not in seen[-1]["headers"]
     v1.connect_post_namespaced_pod_proxy_with_path(f"web:{port}", namespace, "submit")
     assert (seen[-1]["method"], seen[-1]["path"]) == ("POST", "/submit")
-    v1.patch_namespaced_pod_status("web", namespace, {"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}})
+    v1.patch_namespaced_pod_status(
+        "web", namespace, {"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}}
+    )
     with pytest.raises(ApiException) as err:
         v1.connect_get_namespaced_pod_proxy_with_path(f"web:{port}", namespace, "x")
     assert err.value.status == 400 and "address not allowed" in err.value.body
 
 
-def test_service_proxy_reaches_an_endpoint(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, target) -> None:
+def test_service_proxy_reaches_an_endpoint(
+    apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, target
+) -> None:
     host, port, seen = target
-    v1.create_namespaced_service(namespace, client.V1Service(metadata=client.V1ObjectMeta(name="svc"), spec=client.V1ServiceSpec(
-        ports=[client.V1ServicePort(name="http", port=80, target_port=port)])))
+    v1.create_namespaced_service(
+        namespace,
+        client.V1Service(
+            metadata=client.V1ObjectMeta(name="svc"),
+            spec=client.V1ServiceSpec(ports=[client.V1ServicePort(name="http", port=80, target_port=port)]),
+        ),
+    )
     with pytest.raises(ApiException) as err:
         v1.connect_get_namespaced_service_proxy_with_path("svc:http", namespace, "x")
     assert err.value.status == 503 and 'no endpoints available for service \\"svc\\"' in err.value.body
-    v1.create_namespaced_endpoints(namespace, client.V1Endpoints(metadata=client.V1ObjectMeta(name="svc"), subsets=[
-        client.V1EndpointSubset(addresses=[client.V1EndpointAddress(ip=host)],
-                                ports=[client.CoreV1EndpointPort(name="http", port=port)])]))
+    v1.create_namespaced_endpoints(
+        namespace,
+        client.V1Endpoints(
+            metadata=client.V1ObjectMeta(name="svc"),
+            subsets=[
+                client.V1EndpointSubset(
+                    addresses=[client.V1EndpointAddress(ip=host)],
+                    ports=[client.CoreV1EndpointPort(name="http", port=port)],
+                )
+            ],
+        ),
+    )
     done = _raw(apiserver, f"/api/v1/namespaces/{namespace}/services/svc:http/proxy/index.html")
     assert done.returncode == 0 and json.loads(done.stdout) == {"served": "/index.html"}, done
 
 
-def test_node_proxy_reaches_the_kubelet_with_the_servers_identity(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> None:
+def test_node_proxy_reaches_the_kubelet_with_the_servers_identity(
+    apiserver: ApiServer, v1: client.CoreV1Api, namespace: str
+) -> None:
     from controlplane.apiserver.certs import ensure_pki
 
     pki = ensure_pki(apiserver.data_dir)
@@ -115,10 +152,19 @@ def test_node_proxy_reaches_the_kubelet_with_the_servers_identity(apiserver: Api
     node = f"proxied-{namespace}"
     try:
         v1.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=node)))
-        v1.patch_node_status(node, {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-                                               "daemonEndpoints": {"kubeletEndpoint": {"Port": httpd.server_address[1]}}}})
+        v1.patch_node_status(
+            node,
+            {
+                "status": {
+                    "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": httpd.server_address[1]}},
+                }
+            },
+        )
         done = _raw(apiserver, f"/api/v1/nodes/{node}/proxy/stats/summary?only_cpu_and_memory=true")
-        assert done.returncode == 0 and json.loads(done.stdout) == {"served": "/stats/summary?only_cpu_and_memory=true"}, done
+        assert done.returncode == 0 and json.loads(done.stdout) == {
+            "served": "/stats/summary?only_cpu_and_memory=true"
+        }, done
         assert seen[-1]["cn"] == "kube-apiserver-kubelet-client"
     finally:
         httpd.shutdown()
@@ -128,12 +174,28 @@ def test_node_proxy_reaches_the_kubelet_with_the_servers_identity(apiserver: Api
 
 def test_proxy_is_listed_and_authorized_by_method(apiserver: ApiServer) -> None:
     listed = {r["name"]: r for r in json.loads(_raw(apiserver, "/api/v1").stdout)["resources"]}
-    for name, kind in (("pods/proxy", "PodProxyOptions"), ("services/proxy", "ServiceProxyOptions"),
-                       ("nodes/proxy", "NodeProxyOptions")):
+    for name, kind in (
+        ("pods/proxy", "PodProxyOptions"),
+        ("services/proxy", "ServiceProxyOptions"),
+        ("nodes/proxy", "NodeProxyOptions"),
+    ):
         assert listed[name]["kind"] == kind
         assert sorted(listed[name]["verbs"]) == ["create", "delete", "get", "patch", "update"]
-    done = subprocess.run(["kubectl", "--kubeconfig", str(apiserver.kubeconfig), "--as", "mallory", "get", "--raw",
-                           "/api/v1/nodes/any/proxy/healthz"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(apiserver.kubeconfig),
+            "--as",
+            "mallory",
+            "get",
+            "--raw",
+            "/api/v1/nodes/any/proxy/healthz",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and 'cannot get resource "nodes/proxy"' in done.stderr, done
 
 

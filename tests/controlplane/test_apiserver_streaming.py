@@ -32,8 +32,14 @@ def kubelet(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> Itera
     class Kubelet(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             peer = self.connection.getpeercert() or {}
-            seen.append({"method": self.command, "path": self.path, "headers": self.headers,
-                         "cn": dict(x[0] for x in peer.get("subject", ())).get("commonName", "")})
+            seen.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": self.headers,
+                    "cn": dict(x[0] for x in peer.get("subject", ())).get("commonName", ""),
+                }
+            )
             body = b'container not found ("c")'
             self.send_response(500)
             self.send_header("Content-Length", str(len(body)))
@@ -54,8 +60,15 @@ def kubelet(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> Itera
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     node = f"stream-{namespace}"
     v1.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=node)))
-    v1.patch_node_status(node, {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-                                           "daemonEndpoints": {"kubeletEndpoint": {"Port": httpd.server_address[1]}}}})
+    v1.patch_node_status(
+        node,
+        {
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": httpd.server_address[1]}},
+            }
+        },
+    )
     try:
         yield node, seen
     finally:
@@ -65,20 +78,29 @@ def kubelet(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> Itera
 
 
 def _pod(name: str, node: str | None = None) -> client.V1Pod:
-    return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=client.V1PodSpec(
-        node_name=node, containers=[client.V1Container(name="c", image="busybox")]))
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", image="busybox")]),
+    )
 
 
 def _kubectl(apiserver: ApiServer, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", "--kubeconfig", str(apiserver.kubeconfig), *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(apiserver.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_discovery_lists_the_streaming_subresources(apiserver: ApiServer) -> None:
     listed = json.loads(_kubectl(apiserver, "get", "--raw", "/api/v1").stdout)["resources"]
     resources = {r["name"]: r for r in listed}
-    for name, kind in (("pods/exec", "PodExecOptions"), ("pods/attach", "PodAttachOptions"),
-                       ("pods/portforward", "PodPortForwardOptions")):
+    for name, kind in (
+        ("pods/exec", "PodExecOptions"),
+        ("pods/attach", "PodAttachOptions"),
+        ("pods/portforward", "PodPortForwardOptions"),
+    ):
         assert resources[name]["kind"] == kind and sorted(resources[name]["verbs"]) == ["create", "get"]
 
 
@@ -93,9 +115,16 @@ def test_refusals_before_any_upgrade(v1: client.CoreV1Api, namespace: str, kubel
     assert err.value.status == 400 and "pod unbound does not have a host assigned" in err.value.body
     v1.create_namespaced_pod(namespace, _pod("bound", node))
     for call, kwargs, message in (
-        (v1.connect_post_namespaced_pod_exec, {"command": ["true"], "stdout": True}, "Upgrade request required"),
-        (v1.connect_post_namespaced_pod_exec, {"command": ["true"], "stdout": True, "container": "x"},
-         "container x is not valid for pod bound"),
+        (
+            v1.connect_post_namespaced_pod_exec,
+            {"command": ["true"], "stdout": True},
+            "Upgrade request required",
+        ),
+        (
+            v1.connect_post_namespaced_pod_exec,
+            {"command": ["true"], "stdout": True, "container": "x"},
+            "container x is not valid for pod bound",
+        ),
         (v1.connect_post_namespaced_pod_exec, {"stdout": True}, "you must specify at least 1 command"),
         (v1.connect_post_namespaced_pod_attach, {}, "you must specify at least 1 of stdin, stdout, stderr"),
         (v1.connect_post_namespaced_pod_portforward, {"ports": "70000"}, "port must be between 1 and 65535"),
@@ -107,27 +136,42 @@ def test_refusals_before_any_upgrade(v1: client.CoreV1Api, namespace: str, kubel
     assert seen == []  # nothing reached the kubelet
 
 
-def test_streaming_is_authorized_as_create_on_the_subresource(apiserver: ApiServer, api: client.ApiClient,
-                                                               v1: client.CoreV1Api, namespace: str, kubelet) -> None:
+def test_streaming_is_authorized_as_create_on_the_subresource(
+    apiserver: ApiServer, api: client.ApiClient, v1: client.CoreV1Api, namespace: str, kubelet
+) -> None:
     node, seen = kubelet
     v1.create_namespaced_pod(namespace, _pod("guarded", node))
     rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(namespace, client.V1Role(metadata=client.V1ObjectMeta(name="reader"), rules=[
-        client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get"])]))
-    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="reader"), role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io",
-                                                                             kind="Role", name="reader"),
-        subjects=[client.RbacV1Subject(kind="User", name="mallory", api_group="rbac.authorization.k8s.io")]))
+    rbac.create_namespaced_role(
+        namespace,
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="reader"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get"])],
+        ),
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="reader"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="reader"),
+            subjects=[
+                client.RbacV1Subject(kind="User", name="mallory", api_group="rbac.authorization.k8s.io")
+            ],
+        ),
+    )
     # kubectl tries a WebSocket (GET) first, then SPDY (POST): refused as get, then as create.
     done = _kubectl(apiserver, "--as", "mallory", "-n", namespace, "exec", "guarded", "--", "true")
     assert done.returncode == 1
-    assert (f'pods "guarded" is forbidden: User "mallory" cannot create resource "pods/exec" '
-            f'in API group "" in the namespace "{namespace}"') in done.stderr, done.stderr
+    assert (
+        f'pods "guarded" is forbidden: User "mallory" cannot create resource "pods/exec" '
+        f'in API group "" in the namespace "{namespace}"'
+    ) in done.stderr, done.stderr
     assert seen == []
 
 
-def test_what_reaches_the_kubelet_and_its_refusal_reaching_kubectl(apiserver: ApiServer, v1: client.CoreV1Api,
-                                                                    namespace: str, kubelet, tmp_path: Path) -> None:
+def test_what_reaches_the_kubelet_and_its_refusal_reaching_kubectl(
+    apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, kubelet, tmp_path: Path
+) -> None:
     node, seen = kubelet
     v1.create_namespaced_pod(namespace, _pod("target", node))
     done = _kubectl(apiserver, "-n", namespace, "exec", "target", "--", "echo", "hi")

@@ -21,19 +21,30 @@ POD = {
     "metadata": {"name": "p", "labels": {"app": "a"}, "finalizers": ["x/y"]},
     "spec": {
         "containers": [
-            {"name": "a", "image": "img:1", "env": [{"name": "E1", "value": "1"}], "ports": [{"containerPort": 80}]},
+            {
+                "name": "a",
+                "image": "img:1",
+                "env": [{"name": "E1", "value": "1"}],
+                "ports": [{"containerPort": 80}],
+            },
             {"name": "b", "image": "img:2"},
         ]
     },
-    "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]},
+    "status": {
+        "conditions": [{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]
+    },
 }
 
 
 def test_strategic_merge_uses_upstream_merge_keys() -> None:
     patch = {
         "metadata": {"finalizers": ["z/w"]},
-        "spec": {"containers": [{"name": "b", "image": "img:3", "env": [{"name": "E2", "value": "2"}]},
-                                {"name": "c", "image": "new"}]},
+        "spec": {
+            "containers": [
+                {"name": "b", "image": "img:3", "env": [{"name": "E2", "value": "2"}]},
+                {"name": "c", "image": "new"},
+            ]
+        },
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
     out = strategic_merge(POD, patch, PODS.smp)
@@ -41,7 +52,10 @@ def test_strategic_merge_uses_upstream_merge_keys() -> None:
     assert [c["name"] for c in containers] == ["a", "b", "c"]
     assert containers[0] == POD["spec"]["containers"][0]
     assert containers[1] == {"name": "b", "image": "img:3", "env": [{"name": "E2", "value": "2"}]}
-    assert out["status"]["conditions"] == [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]
+    assert out["status"]["conditions"] == [
+        {"type": "Ready", "status": "True"},
+        {"type": "PodScheduled", "status": "True"},
+    ]
     assert out["metadata"]["finalizers"] == ["x/y", "z/w"]
     assert POD["spec"]["containers"][1]["image"] == "img:2", "the original must not change"
 
@@ -58,24 +72,34 @@ def test_strategic_merge_directives() -> None:
     out = strategic_merge(POD, patch, PODS.smp)
     assert [c["name"] for c in out["spec"]["containers"]] == ["b"]
     assert out["metadata"]["labels"] == {} and out["metadata"]["finalizers"] == []
-    replaced = strategic_merge(POD, {"spec": {"containers": [{"name": "z", "image": "i"}, {"$patch": "replace"}]}}, PODS.smp)
+    replaced = strategic_merge(
+        POD, {"spec": {"containers": [{"name": "z", "image": "i"}, {"$patch": "replace"}]}}, PODS.smp
+    )
     assert replaced["spec"]["containers"] == [{"name": "z", "image": "i"}]
     # Lists without a merge key (tolerations) are replaced whole.
-    tol = strategic_merge({"spec": {"tolerations": [{"key": "a"}]}}, {"spec": {"tolerations": [{"key": "b"}]}}, PODS.smp)
+    tol = strategic_merge(
+        {"spec": {"tolerations": [{"key": "a"}]}}, {"spec": {"tolerations": [{"key": "b"}]}}, PODS.smp
+    )
     assert tol["spec"]["tolerations"] == [{"key": "b"}]
 
 
 def test_merge_patch_and_json_patch() -> None:
-    assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": None, "d": 3}, "l": [2]}) == {"a": {"c": 2, "d": 3}, "l": [2]}
+    assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": None, "d": 3}, "l": [2]}) == {
+        "a": {"c": 2, "d": 3},
+        "l": [2],
+    }
     doc = {"metadata": {"labels": {"a/b": "1"}}, "items": [1, 2]}
-    out = json_patch(doc, [
-        {"op": "add", "path": "/items/-", "value": 3},
-        {"op": "replace", "path": "/metadata/labels/a~1b", "value": "2"},
-        {"op": "copy", "from": "/items/0", "path": "/first"},
-        {"op": "move", "from": "/first", "path": "/moved"},
-        {"op": "remove", "path": "/items/1"},
-        {"op": "test", "path": "/moved", "value": 1},
-    ])
+    out = json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/items/-", "value": 3},
+            {"op": "replace", "path": "/metadata/labels/a~1b", "value": "2"},
+            {"op": "copy", "from": "/items/0", "path": "/first"},
+            {"op": "move", "from": "/first", "path": "/moved"},
+            {"op": "remove", "path": "/items/1"},
+            {"op": "test", "path": "/moved", "value": 1},
+        ],
+    )
     assert out == {"metadata": {"labels": {"a/b": "2"}}, "items": [1, 3], "moved": 1}
     with pytest.raises(ApiError) as err:
         json_patch(doc, [{"op": "test", "path": "/items/0", "value": 9}])
@@ -87,9 +111,19 @@ def test_merge_patch_and_json_patch() -> None:
 def test_label_selectors() -> None:
     labels = {"app": "web", "tier": "front", "n": "5"}
     cases = {
-        "app=web": True, "app==web": True, "app!=web": False, "app in (web,api)": True,
-        "app notin (web)": False, "tier": True, "!tier": False, "missing": False, "!missing": True,
-        "app=web,tier in (back)": False, "n>4": True, "n<4": False, "": True,
+        "app=web": True,
+        "app==web": True,
+        "app!=web": False,
+        "app in (web,api)": True,
+        "app notin (web)": False,
+        "tier": True,
+        "!tier": False,
+        "missing": False,
+        "!missing": True,
+        "app=web,tier in (back)": False,
+        "n>4": True,
+        "n<4": False,
+        "": True,
     }
     for text, expected in cases.items():
         pred, _ = fieldselect.predicate(PODS, text, "")
@@ -98,7 +132,11 @@ def test_label_selectors() -> None:
 
 
 def test_field_selectors() -> None:
-    pod = {"metadata": {"name": "p", "namespace": "n"}, "spec": {"nodeName": "node1"}, "status": {"phase": "Running"}}
+    pod = {
+        "metadata": {"name": "p", "namespace": "n"},
+        "spec": {"nodeName": "node1"},
+        "status": {"phase": "Running"},
+    }
     pred, _ = fieldselect.predicate(PODS, "", "spec.nodeName=node1,status.phase!=Failed")
     assert pred is not None and pred(pod)
     pred, _ = fieldselect.predicate(PODS, "", "spec.nodeName=")
@@ -109,50 +147,114 @@ def test_field_selectors() -> None:
 
 
 def test_pod_defaults_match_upstream() -> None:
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [
-        {"name": "a", "image": "busybox", "ports": [{"containerPort": 80}], "livenessProbe": {"httpGet": {"port": 80}}},
-        {"name": "b", "image": "reg:5000/busybox:1.36", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
-        {"name": "c", "image": "busybox:latest"},
-    ]}}
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "image": "busybox",
+                    "ports": [{"containerPort": 80}],
+                    "livenessProbe": {"httpGet": {"port": 80}},
+                },
+                {
+                    "name": "b",
+                    "image": "reg:5000/busybox:1.36",
+                    "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                },
+                {"name": "c", "image": "busybox:latest"},
+            ]
+        },
+    }
     # Defaulting, the status a new pod gets, and the Priority admission plugin with no classes.
     PODS.default(pod, True)
     PODS.prepare_for_create(pod)
     resolve_pod_priority(pod, [])
     spec = pod["spec"]
-    assert (spec["restartPolicy"], spec["terminationGracePeriodSeconds"], spec["dnsPolicy"]) == ("Always", 30, "ClusterFirst")
-    assert (spec["schedulerName"], spec["serviceAccountName"], spec["enableServiceLinks"], spec["priority"]) == (
-        "default-scheduler", "default", True, 0)
+    assert (spec["restartPolicy"], spec["terminationGracePeriodSeconds"], spec["dnsPolicy"]) == (
+        "Always",
+        30,
+        "ClusterFirst",
+    )
+    assert (
+        spec["schedulerName"],
+        spec["serviceAccountName"],
+        spec["enableServiceLinks"],
+        spec["priority"],
+    ) == ("default-scheduler", "default", True, 0)
     a, b, c = spec["containers"]
-    assert [a["imagePullPolicy"], b["imagePullPolicy"], c["imagePullPolicy"]] == ["Always", "IfNotPresent", "Always"]
+    assert [a["imagePullPolicy"], b["imagePullPolicy"], c["imagePullPolicy"]] == [
+        "Always",
+        "IfNotPresent",
+        "Always",
+    ]
     assert a["terminationMessagePath"] == "/dev/termination-log" and a["terminationMessagePolicy"] == "File"
     assert a["ports"][0]["protocol"] == "TCP"
-    assert a["livenessProbe"] == {"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1,
-                                  "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
+    assert a["livenessProbe"] == {
+        "httpGet": {"port": 80, "path": "/", "scheme": "HTTP"},
+        "timeoutSeconds": 1,
+        "periodSeconds": 10,
+        "successThreshold": 1,
+        "failureThreshold": 3,
+    }
     assert b["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
     assert pod["status"] == {"phase": "Pending", "qosClass": "Burstable"}
 
 
 def test_validation_causes() -> None:
-    pod = {"metadata": {"name": "Bad_Name"}, "spec": {"containers": [{"name": "c"}, {"name": "c", "image": "x"}], "restartPolicy": "Sometimes"}}
+    pod = {
+        "metadata": {"name": "Bad_Name"},
+        "spec": {"containers": [{"name": "c"}, {"name": "c", "image": "x"}], "restartPolicy": "Sometimes"},
+    }
     errors = {(e.field, e.type) for e in PODS.validate(pod)}
     assert ("metadata.name", "FieldValueInvalid") in errors
     assert ("spec.containers[0].image", "FieldValueRequired") in errors
     assert ("spec.containers[1].name", "FieldValueDuplicate") in errors
     assert ("spec.restartPolicy", "FieldValueNotSupported") in errors
-    deploy = {"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "x"}},
-                                                  "template": {"metadata": {"labels": {"app": "y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    deploy = {
+        "metadata": {"name": "d"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {
+                "metadata": {"labels": {"app": "y"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            },
+        },
+    }
     assert [e.field for e in DEPLOYMENT.validate(deploy)] == ["spec.template.metadata.labels"]
 
 
 def test_pod_table_status_column() -> None:
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    pod = {"metadata": {"name": "p", "creationTimestamp": now}, "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n1"},
-           "status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [
-               {"name": "a", "ready": True, "restartCount": 2, "state": {"running": {}}},
-               {"name": "b", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}
+    pod = {
+        "metadata": {"name": "p", "creationTimestamp": now},
+        "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n1"},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.5",
+            "containerStatuses": [
+                {"name": "a", "ready": True, "restartCount": 2, "state": {"running": {}}},
+                {
+                    "name": "b",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                },
+            ],
+        },
+    }
     table = tables.table(PODS, [pod])
     assert [c["name"] for c in table["columnDefinitions"]] == [
-        "Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
+        "Name",
+        "Ready",
+        "Status",
+        "Restarts",
+        "Age",
+        "IP",
+        "Node",
+        "Nominated Node",
+        "Readiness Gates",
+    ]
     assert table["rows"][0]["cells"][:4] == ["p", "1/2", "CrashLoopBackOff", "2"]
     assert table["rows"][0]["cells"][5:7] == ["10.0.0.5", "n1"]
     pod["metadata"]["deletionTimestamp"] = now
@@ -161,14 +263,30 @@ def test_pod_table_status_column() -> None:
 
 def test_human_duration() -> None:
     assert [human_duration(dt.timedelta(seconds=s)) for s in (5, 150, 600, 4000, 30000, 200000)] == [
-        "5s", "2m30s", "10m", "66m", "8h", "2d7h"]
+        "5s",
+        "2m30s",
+        "10m",
+        "66m",
+        "8h",
+        "2d7h",
+    ]
 
 
 def test_server_side_apply_removes_fields_the_manager_dropped() -> None:
-    first = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1", "b": "2"}}, "data": {"x": "1", "y": "2"}}
+    first = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "labels": {"a": "1", "b": "2"}},
+        "data": {"x": "1", "y": "2"},
+    }
     live = ssa.apply(None, first, "mgr")
     live["data"]["other"] = "kept"  # written by someone else
-    second = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"x": "9"}}
+    second = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "labels": {"a": "1"}},
+        "data": {"x": "9"},
+    }
     out = ssa.apply(live, second, "mgr")
     assert out["data"] == {"x": "9", "other": "kept"}
     assert out["metadata"]["labels"] == {"a": "1"}
@@ -188,14 +306,22 @@ async def test_idle_events_expire(tmp_path) -> None:  # type: ignore[no-untyped-
         later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
         recent = (later - dt.timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
         for name, last in (("old", None), ("fresh", recent)):
-            body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
-                    "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R", "message": "m"}
+            body = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name},
+                "involvedObject": {"kind": "Pod", "name": "p"},
+                "reason": "R",
+                "message": "m",
+            }
             if last:
                 body["lastTimestamp"] = last
                 body["firstTimestamp"] = last
             await server.registry.create(events, "default", body)
         # Two hours on: the event last seen at creation has expired, the one seen 30 minutes ago has not.
         assert await expire_events(server.registry, events, dt.timedelta(hours=1), at=later) == 1
-        assert [c.key for c in server.cache.list(events.bucket, events.prefix("default"))] == ["/events/default/fresh"]
+        assert [c.key for c in server.cache.list(events.bucket, events.prefix("default"))] == [
+            "/events/default/fresh"
+        ]
     finally:
         await server.stop()

@@ -15,18 +15,31 @@ from controlplane.apiserver.options import DeleteOptions
 FG, OR = deletion.FOREGROUND_FINALIZER, deletion.ORPHAN_FINALIZER
 
 
-@pytest.mark.parametrize(("finalizers", "options", "policy", "expected"), [
-    ([], DeleteOptions(), deletion.DELETE_DEPENDENTS, None),
-    ([], DeleteOptions(), deletion.ORPHAN_DEPENDENTS, [OR]),
-    ([], DeleteOptions(propagation="Foreground"), deletion.ORPHAN_DEPENDENTS, [FG]),
-    ([], DeleteOptions(propagation="Orphan"), deletion.UNSUPPORTED, None),
-    (["x"], DeleteOptions(propagation="Orphan"), deletion.DELETE_DEPENDENTS, ["x", OR]),
-    ([FG], DeleteOptions(), deletion.ORPHAN_DEPENDENTS, None),  # the object's own finalizer beats the default
-    ([FG], DeleteOptions(propagation="Orphan"), deletion.DELETE_DEPENDENTS, [OR]),
-    ([FG, "x"], DeleteOptions(propagation="Background"), deletion.DELETE_DEPENDENTS, ["x"]),
-    ([OR], DeleteOptions(orphan_dependents=False), deletion.DELETE_DEPENDENTS, []),  # neither, in the generic store
-    ([FG], DeleteOptions(orphan_dependents=True), deletion.DELETE_DEPENDENTS, [OR]),
-])
+@pytest.mark.parametrize(
+    ("finalizers", "options", "policy", "expected"),
+    [
+        ([], DeleteOptions(), deletion.DELETE_DEPENDENTS, None),
+        ([], DeleteOptions(), deletion.ORPHAN_DEPENDENTS, [OR]),
+        ([], DeleteOptions(propagation="Foreground"), deletion.ORPHAN_DEPENDENTS, [FG]),
+        ([], DeleteOptions(propagation="Orphan"), deletion.UNSUPPORTED, None),
+        (["x"], DeleteOptions(propagation="Orphan"), deletion.DELETE_DEPENDENTS, ["x", OR]),
+        (
+            [FG],
+            DeleteOptions(),
+            deletion.ORPHAN_DEPENDENTS,
+            None,
+        ),  # the object's own finalizer beats the default
+        ([FG], DeleteOptions(propagation="Orphan"), deletion.DELETE_DEPENDENTS, [OR]),
+        ([FG, "x"], DeleteOptions(propagation="Background"), deletion.DELETE_DEPENDENTS, ["x"]),
+        (
+            [OR],
+            DeleteOptions(orphan_dependents=False),
+            deletion.DELETE_DEPENDENTS,
+            [],
+        ),  # neither, in the generic store
+        ([FG], DeleteOptions(orphan_dependents=True), deletion.DELETE_DEPENDENTS, [OR]),
+    ],
+)
 def test_gc_finalizers(finalizers, options, policy, expected):
     assert deletion.gc_finalizers(finalizers, options, policy) == expected
 
@@ -41,7 +54,11 @@ def test_plain_kinds_go_now_or_are_marked_when_held():
     held = obj(finalizers=["x"], generation=3)
     assert deletion.plan(cm, held, DeleteOptions(propagation="Foreground")) is Step.MARK
     meta = held["metadata"]
-    assert meta["finalizers"] == ["x", FG] and meta["deletionGracePeriodSeconds"] == 0 and meta["generation"] == 4
+    assert (
+        meta["finalizers"] == ["x", FG]
+        and meta["deletionGracePeriodSeconds"] == 0
+        and meta["generation"] == 4
+    )
     stamp = meta["deletionTimestamp"]
     # Marked already: the timestamp and generation stay, the GC finalizer follows the new request.
     assert deletion.plan(cm, held, DeleteOptions(propagation="Orphan")) is Step.MARK
@@ -77,7 +94,9 @@ def test_graceful_pods():
     unbound["spec"] = {}
     assert deletion.plan(p, unbound, DeleteOptions()) is Step.NOW
     held = bound_pod(finalizers=["x"])
-    assert deletion.plan(p, held, DeleteOptions(grace_period=0)) is Step.MARK  # grace 0, held by its finalizer
+    assert (
+        deletion.plan(p, held, DeleteOptions(grace_period=0)) is Step.MARK
+    )  # grace 0, held by its finalizer
 
 
 def test_namespace_rules():
@@ -90,14 +109,18 @@ def test_namespace_rules():
     assert first["metadata"]["finalizers"] == [FG]  # being emptied: unchanged
     with pytest.raises(ApiError) as err:
         ns.check_delete_preconditions(first, DeleteOptions(uid="v"))
-    assert err.value.message == 'Operation cannot be fulfilled on namespaces "x": Precondition failed: UID in precondition: v, UID in object meta: u'
+    assert (
+        err.value.message
+        == 'Operation cannot be fulfilled on namespaces "x": Precondition failed: UID in precondition: v, UID in object meta: u'
+    )
 
 
 def test_preconditions_name_the_kind():
     with pytest.raises(ApiError) as err:
         replicationcontroller.KIND.check_delete_preconditions(obj(), DeleteOptions(resource_version="6"))
     assert err.value.code == 409 and err.value.message.startswith(
-        'Operation cannot be fulfilled on ReplicationController "x": the ResourceVersion in the precondition (6)')
+        'Operation cannot be fulfilled on ReplicationController "x": the ResourceVersion in the precondition (6)'
+    )
 
 
 def test_options_come_from_the_body_or_else_the_query():
@@ -115,6 +138,12 @@ def test_option_problems():
     assert DeleteOptions(propagation="Orphan").problems() == []
     both = DeleteOptions(propagation="Orphan", orphan_dependents=False).problems()
     assert [(p.field, p.detail) for p in both] == [
-        ("propagationPolicy", 'Invalid value: "Orphan": orphanDependents and deletionPropagation cannot be both set')]
+        (
+            "propagationPolicy",
+            'Invalid value: "Orphan": orphanDependents and deletionPropagation cannot be both set',
+        )
+    ]
     assert [p.type for p in DeleteOptions(propagation="x", dry_run_values=["All", "x"]).problems()] == [
-        "FieldValueNotSupported", "FieldValueNotSupported"]
+        "FieldValueNotSupported",
+        "FieldValueNotSupported",
+    ]

@@ -53,11 +53,15 @@ def ns(v1: client.CoreV1Api) -> str:
     name = f"sa-{uuid.uuid4().hex[:8]}"
     v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     # No controller manager runs here: the test makes the accounts a namespace would get.
-    v1.create_namespaced_service_account(name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
+    v1.create_namespaced_service_account(
+        name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default"))
+    )
     return name
 
 
-def raw(server: ApiServer, method: str, path: str, token: str | None = None, body: Any = None) -> tuple[int, Any, Any]:
+def raw(
+    server: ApiServer, method: str, path: str, token: str | None = None, body: Any = None
+) -> tuple[int, Any, Any]:
     """(status, JSON body, headers) of a request with a bearer token (or none)."""
     context = ssl.create_default_context(cafile=str(server.ca_cert))
     headers = {"Content-Type": "application/json"}
@@ -73,8 +77,13 @@ def raw(server: ApiServer, method: str, path: str, token: str | None = None, bod
 
 
 def whoami(server: ApiServer, token: str) -> tuple[int, Any]:
-    status, body, _ = raw(server, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", token,
-                          {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    status, body, _ = raw(
+        server,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        token,
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
     return status, body
 
 
@@ -89,8 +98,12 @@ def refused_within(server: ApiServer, token: str, bound: float = SUCCESS_TTL + 1
 
 
 def request_token(server: ApiServer, ns: str, account: str, **spec: Any) -> tuple[int, Any, Any]:
-    return _admin(server, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token",
-                  {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    return _admin(
+        server,
+        "POST",
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
 
 
 def _admin(server: ApiServer, method: str, path: str, body: Any = None) -> tuple[int, Any, Any]:
@@ -106,8 +119,9 @@ def _admin(server: ApiServer, method: str, path: str, body: Any = None) -> tuple
     context = ssl.create_default_context(cafile=str(server.ca_cert))
     context.load_cert_chain(d / "c.crt", d / "c.key")
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(server.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        server.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, context=context, timeout=10) as resp:
             return resp.status, json.loads(resp.read()), resp.headers
@@ -119,9 +133,15 @@ def claims_of(token: str) -> dict[str, Any]:
     return jwt.decode(token, options={"verify_signature": False})
 
 
-def make_pod(v1: client.CoreV1Api, ns: str, name: str, account: str = "default", node: str = "", **spec: Any) -> Any:
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"serviceAccountName": account, "containers": [{"name": "c", "image": "busybox"}], **spec}}
+def make_pod(
+    v1: client.CoreV1Api, ns: str, name: str, account: str = "default", node: str = "", **spec: Any
+) -> Any:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"serviceAccountName": account, "containers": [{"name": "c", "image": "busybox"}], **spec},
+    }
     if node:
         body["spec"]["nodeName"] = node
     return v1.create_namespaced_pod(ns, body)
@@ -134,12 +154,18 @@ def jwks_keys(server: ApiServer, api: client.ApiClient) -> dict[str, Any]:
     return data
 
 
-def test_token_request_claims_identity_and_invalidation(server: ApiServer, api: client.ApiClient, v1: client.CoreV1Api, ns: str) -> None:
+def test_token_request_claims_identity_and_invalidation(
+    server: ApiServer, api: client.ApiClient, v1: client.CoreV1Api, ns: str
+) -> None:
     v1.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{ns}"}})
     node = v1.read_node(f"node-{ns}")
-    sa = v1.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="robot")))
+    sa = v1.create_namespaced_service_account(
+        ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="robot"))
+    )
     pod = make_pod(v1, ns, "p", "robot", node=f"node-{ns}", automountServiceAccountToken=False)
-    status, body, _ = request_token(server, ns, "robot", boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "p"})
+    status, body, _ = request_token(
+        server, ns, "robot", boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "p"}
+    )
     assert status == 201, body
     assert body["spec"]["audiences"] == [DEFAULT_ISSUER] and body["spec"]["expirationSeconds"] == 3600
     assert body["metadata"]["name"] == "robot" and body["metadata"]["namespace"] == ns
@@ -148,11 +174,17 @@ def test_token_request_claims_identity_and_invalidation(server: ApiServer, api: 
     claims = claims_of(token)
     assert set(header) == {"alg", "kid"} and header["alg"] == "RS256"
     assert claims["iss"] == DEFAULT_ISSUER and claims["sub"] == f"system:serviceaccount:{ns}:robot"
-    assert claims["aud"] == [DEFAULT_ISSUER] and claims["exp"] - claims["iat"] == 3600 and claims["nbf"] == claims["iat"]
+    assert (
+        claims["aud"] == [DEFAULT_ISSUER]
+        and claims["exp"] - claims["iat"] == 3600
+        and claims["nbf"] == claims["iat"]
+    )
     assert uuid.UUID(claims["jti"])
     assert claims["kubernetes.io"] == {
-        "namespace": ns, "serviceaccount": {"name": "robot", "uid": sa.metadata.uid},
-        "pod": {"name": "p", "uid": pod.metadata.uid}, "node": {"name": node.metadata.name, "uid": node.metadata.uid},
+        "namespace": ns,
+        "serviceaccount": {"name": "robot", "uid": sa.metadata.uid},
+        "pod": {"name": "p", "uid": pod.metadata.uid},
+        "node": {"name": node.metadata.name, "uid": node.metadata.uid},
     }
     # The discovery keys verify it, as any OIDC consumer would.
     keys = jwks_keys(server, api)["keys"]
@@ -164,7 +196,11 @@ def test_token_request_claims_identity_and_invalidation(server: ApiServer, api: 
     assert status == 201
     user = review["status"]["userInfo"]
     assert user["username"] == f"system:serviceaccount:{ns}:robot" and user["uid"] == sa.metadata.uid
-    assert user["groups"] == ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
+    assert user["groups"] == [
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{ns}",
+        "system:authenticated",
+    ]
     assert user["extra"] == {
         "authentication.kubernetes.io/credential-id": [f"JTI={claims['jti']}"],
         "authentication.kubernetes.io/node-name": [node.metadata.name],
@@ -181,36 +217,71 @@ def test_token_request_claims_identity_and_invalidation(server: ApiServer, api: 
     v1.delete_namespaced_pod("p", ns, grace_period_seconds=0)
     refused_within(server, token)
     gone = reviews.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
-    assert gone.status.authenticated is False and gone.status.error == "[invalid bearer token, service account token has been invalidated]"
+    assert (
+        gone.status.authenticated is False
+        and gone.status.error == "[invalid bearer token, service account token has been invalidated]"
+    )
 
 
-def test_token_request_validation_and_binding_errors(server: ApiServer, v1: client.CoreV1Api, ns: str) -> None:
-    v1.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="robot")))
+def test_token_request_validation_and_binding_errors(
+    server: ApiServer, v1: client.CoreV1Api, ns: str
+) -> None:
+    v1.create_namespaced_service_account(
+        ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="robot"))
+    )
     status, body, _ = request_token(server, ns, "robot", expirationSeconds=599)
     assert status == 422 and body["message"] == (
         'TokenRequest.authentication.k8s.io "" is invalid: spec.expirationSeconds: Invalid value: 599: '
-        "may not specify a duration less than 10 minutes")
+        "may not specify a duration less than 10 minutes"
+    )
     status, body, _ = request_token(server, ns, "robot", expirationSeconds=(1 << 32) + 1)
     assert status == 422 and "may not specify a duration larger than 2^32 seconds" in body["message"]
     status, body, _ = request_token(server, ns, "ghost")
     assert (status, body["message"]) == (404, 'serviceaccounts "ghost" not found')
     make_pod(v1, ns, "other")  # runs as `default`
-    status, body, _ = request_token(server, ns, "robot", boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "other"})
-    assert (status, body["message"]) == (400, 'cannot bind token for serviceaccount "robot" to pod running with different serviceaccount name.')
-    status, body, _ = request_token(server, ns, "default", boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "other", "uid": "not-it"})
+    status, body, _ = request_token(
+        server, ns, "robot", boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "other"}
+    )
+    assert (status, body["message"]) == (
+        400,
+        'cannot bind token for serviceaccount "robot" to pod running with different serviceaccount name.',
+    )
+    status, body, _ = request_token(
+        server,
+        ns,
+        "default",
+        boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "other", "uid": "not-it"},
+    )
     assert status == 409 and body["message"] == (
         'Operation cannot be fulfilled on Pod "other": the UID in the bound object reference (not-it) does not match '
-        "the UID in record. The object might have been deleted and then recreated")
-    status, body, _ = request_token(server, ns, "robot", boundObjectRef={"kind": "Deployment", "apiVersion": "apps/v1", "name": "d"})
+        "the UID in record. The object might have been deleted and then recreated"
+    )
+    status, body, _ = request_token(
+        server, ns, "robot", boundObjectRef={"kind": "Deployment", "apiVersion": "apps/v1", "name": "d"}
+    )
     assert (status, body["message"]) == (400, "cannot bind token to object of type apps/v1, Kind=Deployment")
-    status, body, _ = request_token(server, ns, "robot", boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "absent"})
+    status, body, _ = request_token(
+        server, ns, "robot", boundObjectRef={"kind": "Pod", "apiVersion": "v1", "name": "absent"}
+    )
     assert (status, body["message"]) == (404, 'pods "absent" not found')
-    status, body, _ = _admin(server, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/robot/token",
-                             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {"name": "x"}})
-    assert status == 422 and "metadata.name: Invalid value: \"x\": must match the service account name if specified" in body["message"]
+    status, body, _ = _admin(
+        server,
+        "POST",
+        f"/api/v1/namespaces/{ns}/serviceaccounts/robot/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {"name": "x"}},
+    )
+    assert (
+        status == 422
+        and 'metadata.name: Invalid value: "x": must match the service account name if specified'
+        in body["message"]
+    )
     # A secret-bound token dies with its secret.
-    secret = v1.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="s"), string_data={"k": "v"}))
-    status, body, _ = request_token(server, ns, "robot", boundObjectRef={"kind": "Secret", "apiVersion": "v1", "name": "s"})
+    secret = v1.create_namespaced_secret(
+        ns, client.V1Secret(metadata=client.V1ObjectMeta(name="s"), string_data={"k": "v"})
+    )
+    status, body, _ = request_token(
+        server, ns, "robot", boundObjectRef={"kind": "Secret", "apiVersion": "v1", "name": "s"}
+    )
     assert status == 201
     token = body["status"]["token"]
     assert claims_of(token)["kubernetes.io"]["secret"] == {"name": "s", "uid": secret.metadata.uid}
@@ -219,24 +290,36 @@ def test_token_request_validation_and_binding_errors(server: ApiServer, v1: clie
     refused_within(server, token)
 
 
-def test_admission_lifetime_is_extended_for_pod_bound_tokens(server: ApiServer, v1: client.CoreV1Api, ns: str) -> None:
+def test_admission_lifetime_is_extended_for_pod_bound_tokens(
+    server: ApiServer, v1: client.CoreV1Api, ns: str
+) -> None:
     make_pod(v1, ns, "p")
     bound = {"kind": "Pod", "apiVersion": "v1", "name": "p"}
     before = time.time()
     status, body, _ = request_token(server, ns, "default", expirationSeconds=3607, boundObjectRef=bound)
     assert status == 201
     claims = claims_of(body["status"]["token"])
-    assert claims["exp"] - claims["iat"] == YEAR and claims["kubernetes.io"]["warnafter"] == claims["iat"] + 3607
+    assert (
+        claims["exp"] - claims["iat"] == YEAR and claims["kubernetes.io"]["warnafter"] == claims["iat"] + 3607
+    )
     # The status says 3607 s: a kubelet refreshes it as if it expired then.
-    expires = time.mktime(time.strptime(body["status"]["expirationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    expires = (
+        time.mktime(time.strptime(body["status"]["expirationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+        - time.timezone
+    )
     assert before + 3607 - 2 <= expires <= time.time() + 3607 + 1
-    for spec in ({"expirationSeconds": 3607}, {"expirationSeconds": 3607, "boundObjectRef": bound, "audiences": ["vault"]}):
+    for spec in (
+        {"expirationSeconds": 3607},
+        {"expirationSeconds": 3607, "boundObjectRef": bound, "audiences": ["vault"]},
+    ):
         status, body, _ = request_token(server, ns, "default", **spec)
         claims = claims_of(body["status"]["token"])
         assert claims["exp"] - claims["iat"] == 3607 and "warnafter" not in claims["kubernetes.io"]
 
 
-def _sign(server: ApiServer, claims: dict[str, Any], key: Any = None, algorithm: str = "RS256", **headers: Any) -> str:
+def _sign(
+    server: ApiServer, claims: dict[str, Any], key: Any = None, algorithm: str = "RS256", **headers: Any
+) -> str:
     if key is None:
         key = serialization.load_pem_private_key((server.data_dir / "pki" / "sa.key").read_bytes(), None)
     return jwt.encode(claims, key, algorithm=algorithm, headers=headers or None)
@@ -267,13 +350,29 @@ def test_bad_tokens_get_a_bare_401(server: ApiServer, v1: client.CoreV1Api, ns: 
         "wrong audience": wrong_audience,
         "another issuer": _sign(server, {**claims, "iss": "https://elsewhere"}),
         "tampered": f"{head}.{base64.urlsafe_b64encode(json.dumps({**claims, 'sub': 'system:admin'}).encode()).rstrip(b'=').decode()}.{signature}",
-        "unknown account uid": _sign(server, {**claims, "kubernetes.io": {**claims["kubernetes.io"], "serviceaccount": {"name": "default", "uid": "x"}}}),
+        "unknown account uid": _sign(
+            server,
+            {
+                **claims,
+                "kubernetes.io": {
+                    **claims["kubernetes.io"],
+                    "serviceaccount": {"name": "default", "uid": "x"},
+                },
+            },
+        ),
     }
     for why, token in bad.items():
         status, body = whoami(server, token)
         assert status == 401, why
-        assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": "Unauthorized", "reason": "Unauthorized", "code": 401}, why
+        assert body == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "Unauthorized",
+            "reason": "Unauthorized",
+            "code": 401,
+        }, why
     log = (server.data_dir / "apiserver.log").read_text()
     assert "event=authentication_failed" in log and "service account token has expired" in log
     for token in [*bad.values(), good]:
@@ -293,11 +392,18 @@ def test_token_review(server: ApiServer, api: client.ApiClient, ns: str) -> None
     reviews = client.AuthenticationV1Api(api)
     status, body, _ = request_token(server, ns, "default", audiences=["vault", "other"])
     token = body["status"]["token"]
-    review = reviews.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=["vault"])))
+    review = reviews.create_token_review(
+        client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=["vault"]))
+    )
     assert review.status.authenticated and review.status.audiences == ["vault"]
     api_review = reviews.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
-    assert api_review.status.authenticated is False and "is invalid for the target audiences" in api_review.status.error
-    garbage = reviews.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token="garbage")))
+    assert (
+        api_review.status.authenticated is False
+        and "is invalid for the target audiences" in api_review.status.error
+    )
+    garbage = reviews.create_token_review(
+        client.V1TokenReview(spec=client.V1TokenReviewSpec(token="garbage"))
+    )
     assert garbage.status.authenticated is False and garbage.status.error == "invalid bearer token"
     with pytest.raises(ApiException) as err:
         reviews.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token="")))
@@ -307,45 +413,93 @@ def test_token_review(server: ApiServer, api: client.ApiClient, ns: str) -> None
 def test_openid_discovery_document(server: ApiServer, api: client.ApiClient) -> None:
     status, data, headers = _admin(server, "GET", "/.well-known/openid-configuration")
     assert status == 200 and headers["Content-Type"] == "application/json"
-    assert data == {"issuer": DEFAULT_ISSUER, "jwks_uri": f"{DEFAULT_ISSUER}/openid/v1/jwks",
-                    "response_types_supported": ["id_token"], "subject_types_supported": ["public"],
-                    "id_token_signing_alg_values_supported": ["RS256"]}
+    assert data == {
+        "issuer": DEFAULT_ISSUER,
+        "jwks_uri": f"{DEFAULT_ISSUER}/openid/v1/jwks",
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["RS256"],
+    }
     # Anonymous callers are not among those system:service-account-issuer-discovery is bound to.
     assert raw(server, "GET", "/openid/v1/jwks")[0] == 403
     key = server.data_dir / "pki" / "sa.key"
     assert key.stat().st_mode & 0o777 == 0o600 and b"RSA PRIVATE KEY" in key.read_bytes()
-    assert serialization.load_pem_public_key((server.data_dir / "pki" / "sa.pub").read_bytes()).key_size == 2048
+    assert (
+        serialization.load_pem_public_key((server.data_dir / "pki" / "sa.pub").read_bytes()).key_size == 2048
+    )
 
 
 def test_service_account_admission(server: ApiServer, v1: client.CoreV1Api, ns: str) -> None:
     with pytest.raises(ApiException) as err:
         make_pod(v1, ns, "nobody", "robot")
     assert err.value.status == 403 and json.loads(err.value.body)["message"] == (
-        f'pods "nobody" is forbidden: error looking up service account {ns}/robot: serviceaccount "robot" not found')
-    v1.create_namespaced_service_account(ns, {"metadata": {"name": "robot"}, "imagePullSecrets": [{"name": "reg"}]})
-    pod = v1.create_namespaced_pod(ns, {"metadata": {"name": "p"}, "spec": {
-        "serviceAccountName": "robot",
-        "initContainers": [{"name": "init", "image": "busybox"}],
-        "containers": [{"name": "a", "image": "busybox"},
-                       {"name": "own", "image": "busybox", "volumeMounts": [
-                           {"name": "mine", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
-        "volumes": [{"name": "mine", "emptyDir": {}}]}})
+        f'pods "nobody" is forbidden: error looking up service account {ns}/robot: serviceaccount "robot" not found'
+    )
+    v1.create_namespaced_service_account(
+        ns, {"metadata": {"name": "robot"}, "imagePullSecrets": [{"name": "reg"}]}
+    )
+    pod = v1.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "serviceAccountName": "robot",
+                "initContainers": [{"name": "init", "image": "busybox"}],
+                "containers": [
+                    {"name": "a", "image": "busybox"},
+                    {
+                        "name": "own",
+                        "image": "busybox",
+                        "volumeMounts": [
+                            {"name": "mine", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+                        ],
+                    },
+                ],
+                "volumes": [{"name": "mine", "emptyDir": {}}],
+            },
+        },
+    )
     spec = pod.to_dict()["spec"]
     [volume] = [v for v in pod.spec.volumes if v.name.startswith("kube-api-access-")]
     assert len(volume.name) == len("kube-api-access-") + 5
     got = client.ApiClient().sanitize_for_serialization(volume)
-    assert got == {"name": volume.name, "projected": {"defaultMode": 420, "sources": [
-        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
-    ]}}
-    mount = {"name": volume.name, "read_only": True, "mount_path": "/var/run/secrets/kubernetes.io/serviceaccount"}
-    assert [m for m in spec["init_containers"][0]["volume_mounts"] if m["name"] == volume.name][0].items() >= mount.items()
-    assert [m for m in spec["containers"][0]["volume_mounts"] if m["name"] == volume.name][0].items() >= mount.items()
+    assert got == {
+        "name": volume.name,
+        "projected": {
+            "defaultMode": 420,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "namespace",
+                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                            }
+                        ]
+                    }
+                },
+            ],
+        },
+    }
+    mount = {
+        "name": volume.name,
+        "read_only": True,
+        "mount_path": "/var/run/secrets/kubernetes.io/serviceaccount",
+    }
+    assert [m for m in spec["init_containers"][0]["volume_mounts"] if m["name"] == volume.name][
+        0
+    ].items() >= mount.items()
+    assert [m for m in spec["containers"][0]["volume_mounts"] if m["name"] == volume.name][
+        0
+    ].items() >= mount.items()
     assert [m["name"] for m in spec["containers"][1]["volume_mounts"]] == ["mine"]
     assert spec["service_account"] == "robot" and spec["image_pull_secrets"] == [{"name": "reg"}]
 
-    v1.create_namespaced_service_account(ns, {"metadata": {"name": "quiet"}, "automountServiceAccountToken": False})
+    v1.create_namespaced_service_account(
+        ns, {"metadata": {"name": "quiet"}, "automountServiceAccountToken": False}
+    )
     quiet = make_pod(v1, ns, "quiet", "quiet")
     assert not any(v.name.startswith("kube-api-access-") for v in quiet.spec.volumes or [])
     loud = make_pod(v1, ns, "loud", "quiet", automountServiceAccountToken=True)  # the pod's word wins
@@ -353,20 +507,31 @@ def test_service_account_admission(server: ApiServer, v1: client.CoreV1Api, ns: 
     off = make_pod(v1, ns, "off", automountServiceAccountToken=False)
     assert not any(v.name.startswith("kube-api-access-") for v in off.spec.volumes or [])
 
-    v1.create_namespaced_service_account(ns, {"metadata": {"name": "strict", "annotations": {
-        "kubernetes.io/enforce-mountable-secrets": "true"}}, "secrets": [{"name": "allowed"}]})
+    v1.create_namespaced_service_account(
+        ns,
+        {
+            "metadata": {
+                "name": "strict",
+                "annotations": {"kubernetes.io/enforce-mountable-secrets": "true"},
+            },
+            "secrets": [{"name": "allowed"}],
+        },
+    )
     make_pod(v1, ns, "ok", "strict", volumes=[{"name": "s", "secret": {"secretName": "allowed"}}])
     with pytest.raises(ApiException) as err:
         make_pod(v1, ns, "no", "strict", volumes=[{"name": "s", "secret": {"secretName": "other"}}])
     assert err.value.status == 403 and json.loads(err.value.body)["message"] == (
         'pods "no" is forbidden: volume with secret.secretName="other" is not allowed because service account '
-        "strict does not reference that secret")
+        "strict does not reference that secret"
+    )
 
 
 def test_pods_wait_briefly_for_the_default_account(server: ApiServer, v1: client.CoreV1Api) -> None:
     ns = f"sa-{uuid.uuid4().hex[:8]}"
     v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    late = threading.Timer(0.5, lambda: v1.create_namespaced_service_account(ns, {"metadata": {"name": "default"}}))
+    late = threading.Timer(
+        0.5, lambda: v1.create_namespaced_service_account(ns, {"metadata": {"name": "default"}})
+    )
     late.start()
     try:
         pod = make_pod(v1, ns, "early")  # the default account arrives while the create waits for it
@@ -389,16 +554,35 @@ def test_kubectl_create_token(server: ApiServer, v1: client.CoreV1Api, ns: str, 
     claims = claims_of(token)
     assert claims["exp"] - claims["iat"] == 600 and claims["sub"] == f"system:serviceaccount:{ns}:default"
     assert whoami(server, token)[0] == 201
-    bound = kubectl("create", "token", "default", "-n", ns, "--audience", "vault", "--bound-object-kind", "Pod",
-                    "--bound-object-name", "p", "--bound-object-uid", pod.metadata.uid).strip()
+    bound = kubectl(
+        "create",
+        "token",
+        "default",
+        "-n",
+        ns,
+        "--audience",
+        "vault",
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        "p",
+        "--bound-object-uid",
+        pod.metadata.uid,
+    ).strip()
     claims = claims_of(bound)
-    assert claims["aud"] == ["vault"] and claims["kubernetes.io"]["pod"] == {"name": "p", "uid": pod.metadata.uid}
+    assert claims["aud"] == ["vault"] and claims["kubernetes.io"]["pod"] == {
+        "name": "p",
+        "uid": pod.metadata.uid,
+    }
     failed = kubectl.run("create", "token", "default", "-n", ns, "--duration=1m", check=False)
     assert failed.returncode != 0 and "may not specify a duration less than 10 minutes" in failed.stderr
 
 
 def test_max_token_expiration_shortens_with_a_warning(tmp_path: Path) -> None:
-    with ApiServer(tmp_path / "max", extra_args=["--service-account-max-token-expiration", "2h"]) as s, s.api_client() as a:
+    with (
+        ApiServer(tmp_path / "max", extra_args=["--service-account-max-token-expiration", "2h"]) as s,
+        s.api_client() as a,
+    ):
         v1 = client.CoreV1Api(a)
         v1.create_namespaced_service_account("default", {"metadata": {"name": "robot"}})
         status, body, headers = request_token(s, "default", "robot", expirationSeconds=86400)
@@ -416,7 +600,12 @@ def test_busybox_wget_can_talk_to_the_server(server: ApiServer) -> None:
     busybox = Path("/bin/busybox")
     if not busybox.exists():
         pytest.skip("busybox-static is not installed")
-    proc = subprocess.run([str(busybox), "wget", "-q", "-O", "-", "--no-check-certificate", f"{server.url}/version"],
-                          env={"PATH": "/nonexistent"}, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [str(busybox), "wget", "-q", "-O", "-", "--no-check-certificate", f"{server.url}/version"],
+        env={"PATH": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["major"] == "1"

@@ -45,12 +45,17 @@ async def test_state_carries_resource_versions(cache: WatchCache) -> None:
     cached = cache.get("/configmaps/ns/a")
     assert cached is not None and cached.obj["metadata"]["resourceVersion"] == str(rev)
     assert json.loads(cached.raw)["metadata"]["resourceVersion"] == str(rev)
-    assert [c.key for c in cache.list("configmaps", "/configmaps/ns/")] == ["/configmaps/ns/a", "/configmaps/ns/pre"]
+    assert [c.key for c in cache.list("configmaps", "/configmaps/ns/")] == [
+        "/configmaps/ns/a",
+        "/configmaps/ns/pre",
+    ]
 
 
 async def test_initial_events_and_selector_transitions(cache: WatchCache) -> None:
     store = cache.store
-    watcher = cache.watch("configmaps", "/configmaps/", lambda o: o["metadata"]["labels"].get("app") == "x", None)
+    watcher = cache.watch(
+        "configmaps", "/configmaps/", lambda o: o["metadata"]["labels"].get("app") == "x", None
+    )
     all_events = cache.watch("configmaps", "/configmaps/", None, None)
     assert await drain(all_events, 1) == [("ADDED", "pre", str(cache.pre_revision))]  # type: ignore[attr-defined]
     r = await store.create("/configmaps/ns/b", obj("b", app="x"))
@@ -104,7 +109,10 @@ async def test_window_survives_a_restart(backend: Backend) -> None:
     assert [k.key for k in c.list("configmaps", "/configmaps/")] == [f"/configmaps/ns/r{i}" for i in range(4)]
     # A watcher of the previous process resumes from its last resourceVersion.
     watcher = c.watch("configmaps", "/configmaps/", None, revs[1])
-    assert await drain(watcher, 3) == [("ADDED", "r2", str(revs[2])), ("ADDED", "r3", str(revs[3])),
-                                       ("MODIFIED", "r0", str(r4))]
+    assert await drain(watcher, 3) == [
+        ("ADDED", "r2", str(revs[2])),
+        ("ADDED", "r3", str(revs[3])),
+        ("MODIFIED", "r0", str(r4)),
+    ]
     await c.stop()
     await reopened.close()

@@ -64,19 +64,26 @@ async def test_keys_land_where_upstream_puts_them(pair: tuple[EtcdStore, EtcdSto
     await store.create("/services/default/s", b'{"kind":"Service"}')
     low = store.prefix.encode()
     raw = await store.kv.Range(pb.RangeRequest(key=low, range_end=prefix_end(low), keys_only=True))
-    assert [kv.key.decode()[len(store.prefix):] for kv in raw.kvs] == ["minions/n1", "services/specs/default/s"]
+    assert [kv.key.decode()[len(store.prefix) :] for kv in raw.kvs] == [
+        "minions/n1",
+        "services/specs/default/s",
+    ]
 
 
 async def test_racing_writes_one_wins_whole(pair: tuple[EtcdStore, EtcdStore]) -> None:
     a, b = pair
-    results = await asyncio.gather(a.create("/cm/ns/x", b"from-a"), b.create("/cm/ns/x", b"from-b"),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        a.create("/cm/ns/x", b"from-a"), b.create("/cm/ns/x", b"from-b"), return_exceptions=True
+    )
     assert sorted(type(r).__name__ for r in results) == ["KeyExistsError", "int"]
     kv = await a.get("/cm/ns/x")
     assert kv is not None
     # Both read the same revision, both write with it: etcd's compare lets exactly one through.
-    results = await asyncio.gather(a.update("/cm/ns/x", b"a2", kv.mod_revision),
-                                   b.update("/cm/ns/x", b"b2", kv.mod_revision), return_exceptions=True)
+    results = await asyncio.gather(
+        a.update("/cm/ns/x", b"a2", kv.mod_revision),
+        b.update("/cm/ns/x", b"b2", kv.mod_revision),
+        return_exceptions=True,
+    )
     won = [r for r in results if isinstance(r, int)]
     lost = [r for r in results if isinstance(r, ConflictError)]
     assert len(won) == 1 and len(lost) == 1 and lost[0].actual == won[0]
@@ -95,10 +102,14 @@ async def test_client_certificate_is_required(etcd: Etcd, tmp_path: Path) -> Non
     assert time.monotonic() - started < 5
     # A certificate from another CA is refused too, and so is a server our CA did not sign.
     other = make_pki(tmp_path / "other")
-    stranger = EtcdStore(EtcdConfig((etcd.url,), etcd.pki.ca_cert, other.client_cert, other.client_key, dial_timeout=2))
+    stranger = EtcdStore(
+        EtcdConfig((etcd.url,), etcd.pki.ca_cert, other.client_cert, other.client_key, dial_timeout=2)
+    )
     with pytest.raises(StoreUnavailableError, match="etcd refused our client certificate"):
         await stranger.start()
-    wrong_ca = EtcdStore(EtcdConfig((etcd.url,), other.ca_cert, etcd.pki.client_cert, etcd.pki.client_key, dial_timeout=2))
+    wrong_ca = EtcdStore(
+        EtcdConfig((etcd.url,), other.ca_cert, etcd.pki.client_cert, etcd.pki.client_key, dial_timeout=2)
+    )
     with pytest.raises(StoreUnavailableError, match="not signed by --etcd-cafile"):
         await wrong_ca.start()
 
@@ -116,8 +127,15 @@ async def test_unreachable_etcd_fails_within_seconds() -> None:
 async def test_the_first_server_that_answers_is_used(etcd: Etcd, tmp_path: Path) -> None:
     dead = [f"https://127.0.0.1:{free_port()}" for _ in range(2)]
     pki = etcd.pki
-    store = EtcdStore(EtcdConfig((dead[0], etcd.url), pki.ca_cert, pki.client_cert, pki.client_key,
-                                 prefix=f"/t-{tmp_path.name[-12:]}/"))
+    store = EtcdStore(
+        EtcdConfig(
+            (dead[0], etcd.url),
+            pki.ca_cert,
+            pki.client_cert,
+            pki.client_key,
+            prefix=f"/t-{tmp_path.name[-12:]}/",
+        )
+    )
     await store.start()
     try:
         assert await store.create("/cm/ns/x", b"{}") > 0
@@ -189,10 +207,16 @@ async def test_a_cache_behind_a_compaction_relists(etcd: Etcd, tmp_path: Path) -
         await store.compact(z)
         cache._task = asyncio.create_task(cache._feed(y))
         await cache.wait_for(z, patience=5)
-        assert [c.key for c in cache.list("configmaps", "/configmaps/")] == ["/configmaps/ns/x", "/configmaps/ns/z"]
+        assert [c.key for c in cache.list("configmaps", "/configmaps/")] == [
+            "/configmaps/ns/x",
+            "/configmaps/ns/z",
+        ]
         assert cache.get("/configmaps/ns/x").obj["data"] == {"a": "1"}  # type: ignore[union-attr]
-        assert sorted(seen) == [("ADDED", "/configmaps/ns/z"), ("DELETED", "/configmaps/ns/y"),
-                                ("MODIFIED", "/configmaps/ns/x")]
+        assert sorted(seen) == [
+            ("ADDED", "/configmaps/ns/z"),
+            ("DELETED", "/configmaps/ns/y"),
+            ("MODIFIED", "/configmaps/ns/x"),
+        ]
         assert watcher.closed
         with pytest.raises(GoneError):
             cache.watch("configmaps", "/configmaps/", None, y)

@@ -13,4 +13,6 @@ def test_committed_etcd_modules_are_fresh(tmp_path: Path) -> None:
     for name in etcdregen.GENERATED:
         committed = (etcdregen.OUT_DIR / name).read_text()
         fresh = (tmp_path / name).read_text()
-        assert committed == fresh, f"controlplane/storage/etcdpb/{name} is stale: run `python -m controlplane.storage.etcdregen`"
+        assert committed == fresh, (
+            f"controlplane/storage/etcdpb/{name} is stale: run `python -m controlplane.storage.etcdregen`"
+        )

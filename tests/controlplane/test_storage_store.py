@@ -120,6 +120,7 @@ async def test_watch_replays_history_then_streams(store: Store) -> None:
     # A watch replaying history carries the previous values.
     replay = store.watch(r2)
     assert [(e.type, e.key, e.prev_value) for e in await events(replay, 2)] == [
-        ("PUT", "/a/1", b"1"), ("DELETE", "/a/2", b"2")
+        ("PUT", "/a/1", b"1"),
+        ("DELETE", "/a/2", b"2"),
     ]
     await replay.aclose()

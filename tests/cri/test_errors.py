@@ -48,6 +48,14 @@ def test_unreachable_message_names_endpoint_and_cause() -> None:
 
 def test_codes_print_as_go_spells_them() -> None:
     """Events and messages quote CRI errors as Go's gRPC status does (upstream's texts)."""
-    assert [errors.go_code(c) for c in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN, grpc.StatusCode.OK,
-                                          grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, None)] == [
-        "NotFound", "Unknown", "OK", "Canceled", "DeadlineExceeded", "Unknown"]
+    assert [
+        errors.go_code(c)
+        for c in (
+            grpc.StatusCode.NOT_FOUND,
+            grpc.StatusCode.UNKNOWN,
+            grpc.StatusCode.OK,
+            grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            None,
+        )
+    ] == ["NotFound", "Unknown", "OK", "Canceled", "DeadlineExceeded", "Unknown"]

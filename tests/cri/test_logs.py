@@ -58,8 +58,16 @@ def test_rfc3339_to_the_nanosecond(text: str, ns: int, printed: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["2016-10-06 00:17:09Z", "2016-10-06T00:17:09", "2016-10-06T00:17:09.Z", "2016-06-31T00:00:00Z",
-     "2016-10-06T00:17:60Z", "2016-10-06T00:17:09+24:00", "2016-10-06T00:17:09.5+0200", "yesterday"],
+    [
+        "2016-10-06 00:17:09Z",
+        "2016-10-06T00:17:09",
+        "2016-10-06T00:17:09.Z",
+        "2016-06-31T00:00:00Z",
+        "2016-10-06T00:17:60Z",
+        "2016-10-06T00:17:09+24:00",
+        "2016-10-06T00:17:09.5+0200",
+        "yesterday",
+    ],
 )
 def test_not_rfc3339_is_a_format_error(text: str) -> None:
     with pytest.raises(LogFormatError):
@@ -78,7 +86,9 @@ def test_record_renders_as_kubectl_logs_prints_it() -> None:
 
 
 def test_last_partial_record_is_its_own_line() -> None:
-    entries = list(read_entries(["2026-11-29T14:00:00Z stdout F first\n", "2026-11-29T14:00:01Z stdout P DONE\n"]))
+    entries = list(
+        read_entries(["2026-11-29T14:00:00Z stdout F first\n", "2026-11-29T14:00:01Z stdout P DONE\n"])
+    )
     assert [e.content for e in entries] == ["first", "DONE"]
 
 

@@ -64,7 +64,11 @@ def http_get(url: str) -> bytes:
 
 
 async def test_pod_lifecycle_end_to_end(
-    cri: CRIClient, containerd: Containerd, test_images: RigImages, pod_network: NodeNetwork, pod_log_dir: Path
+    cri: CRIClient,
+    containerd: Containerd,
+    test_images: RigImages,
+    pod_network: NodeNetwork,
+    pod_log_dir: Path,
 ) -> None:
     # What this test adds to the shared containerd's own (shims, mounts, netns) and to the shared
     # network's bridge (veths); the bridge itself and its NAT entries are the session's.

@@ -81,8 +81,13 @@ async def test_services_resolve_over_udp_and_tcp_and_follow_changes(dns_port, v1
     ns = f"d-{time.time_ns() % 10**8}"
     v1.create_namespace({"metadata": {"name": ns}})
     try:
-        svc = v1.create_namespaced_service(ns, {"metadata": {"name": "web"}, "spec": {
-            "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}})
+        svc = v1.create_namespaced_service(
+            ns,
+            {
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]},
+            },
+        )
         name = f"web.{ns}.svc.cluster.local"
         reply = await until(lambda: _answered(dns_port, name))
         assert addresses(reply) == [svc.spec.cluster_ip] and reply.rr[0].ttl == 30

@@ -12,17 +12,35 @@ from dns.records import build
 from dns.server import Resolver
 
 SERVICES = [
-    {"metadata": {"name": "web", "namespace": "shop"}, "spec": {"clusterIP": "10.96.3.4", "clusterIPs": ["10.96.3.4"],
-     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}},
-    {"metadata": {"name": "db", "namespace": "shop"}, "spec": {"clusterIP": "None",
-     "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]}},
-    {"metadata": {"name": "ext", "namespace": "shop"}, "spec": {"type": "ExternalName", "externalName": "example.org"}},
+    {
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {
+            "clusterIP": "10.96.3.4",
+            "clusterIPs": ["10.96.3.4"],
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+        },
+    },
+    {
+        "metadata": {"name": "db", "namespace": "shop"},
+        "spec": {"clusterIP": "None", "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]},
+    },
+    {
+        "metadata": {"name": "ext", "namespace": "shop"},
+        "spec": {"type": "ExternalName", "externalName": "example.org"},
+    },
 ]
-SLICES = [{"metadata": {"name": "db-1", "namespace": "shop", "labels": {"kubernetes.io/service-name": "db"}},
-           "addressType": "IPv4", "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
-           "endpoints": [{"addresses": ["10.244.0.5"], "hostname": "db-0", "conditions": {"ready": True}},
-                         {"addresses": ["10.244.0.6"], "conditions": {"ready": True}},
-                         {"addresses": ["10.244.0.7"], "conditions": {"ready": False}}]}]
+SLICES = [
+    {
+        "metadata": {"name": "db-1", "namespace": "shop", "labels": {"kubernetes.io/service-name": "db"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": ["10.244.0.5"], "hostname": "db-0", "conditions": {"ready": True}},
+            {"addresses": ["10.244.0.6"], "conditions": {"ready": True}},
+            {"addresses": ["10.244.0.7"], "conditions": {"ready": False}},
+        ],
+    }
+]
 
 
 def ask(name: str, qtype: str = "A", resolver: Resolver | None = None) -> DNSRecord:
@@ -51,9 +69,13 @@ def test_headless_services_answer_ready_pod_ips_and_per_pod_names() -> None:
 
 def test_srv_for_named_ports() -> None:
     assert answers(ask("_http._tcp.web.shop.svc.cluster.local", "SRV")) == [
-        ("_http._tcp.web.shop.svc.cluster.local.", "SRV", "0 100 80 web.shop.svc.cluster.local.", 30)]
+        ("_http._tcp.web.shop.svc.cluster.local.", "SRV", "0 100 80 web.shop.svc.cluster.local.", 30)
+    ]
     targets = sorted(a[2] for a in answers(ask("_pg._tcp.db.shop.svc.cluster.local", "SRV")))
-    assert targets == ["0 100 5432 10-244-0-6.db.shop.svc.cluster.local.", "0 100 5432 db-0.db.shop.svc.cluster.local."]
+    assert targets == [
+        "0 100 5432 10-244-0-6.db.shop.svc.cluster.local.",
+        "0 100 5432 db-0.db.shop.svc.cluster.local.",
+    ]
 
 
 def test_ptr_external_name_and_pod_records() -> None:
@@ -79,9 +101,17 @@ def test_garbage_huge_and_odd_queries_get_proper_rcodes() -> None:
     assert garbage is not None and DNSRecord.parse(garbage).header.rcode == RCODE.FORMERR
     assert DNSRecord.parse(garbage).header.id == 0x1234
     assert asyncio.run(resolver.handle(b"\x01")) is None  # not even a header: dropped
-    huge = b"\x00\x07\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + (b"\x3f" + b"a" * 63) * 5 + b"\x00\x00\x01\x00\x01"
+    huge = (
+        b"\x00\x07\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+        + (b"\x3f" + b"a" * 63) * 5
+        + b"\x00\x00\x01\x00\x01"
+    )
     reply = asyncio.run(resolver.handle(huge))
-    assert reply is not None and DNSRecord.parse(reply).header.rcode in (RCODE.FORMERR, RCODE.NXDOMAIN, RCODE.SERVFAIL)
+    assert reply is not None and DNSRecord.parse(reply).header.rcode in (
+        RCODE.FORMERR,
+        RCODE.NXDOMAIN,
+        RCODE.SERVFAIL,
+    )
     update = DNSRecord.question("web.shop.svc.cluster.local")
     update.header.opcode = 5
     assert DNSRecord.parse(asyncio.run(resolver.handle(update.pack()))).header.rcode == RCODE.NOTIMP

@@ -30,12 +30,19 @@ def self_signed() -> tuple[bytes, bytes]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "system:node:n1")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
@@ -46,14 +53,29 @@ def test_kubeconfig_inline_and_files(tmp_path: Path):
     doc = {
         "current-context": "b",
         "clusters": [
-            {"name": "c1", "cluster": {"server": "https://127.0.0.1:6443/", "certificate-authority-data": base64.b64encode(cert).decode()}},
+            {
+                "name": "c1",
+                "cluster": {
+                    "server": "https://127.0.0.1:6443/",
+                    "certificate-authority-data": base64.b64encode(cert).decode(),
+                },
+            },
             {"name": "c2", "cluster": {"server": "https://10.0.0.1", "certificate-authority": "ca.crt"}},
         ],
         "users": [
-            {"name": "u1", "user": {"client-certificate-data": base64.b64encode(cert).decode(), "client-key-data": base64.b64encode(key).decode()}},
+            {
+                "name": "u1",
+                "user": {
+                    "client-certificate-data": base64.b64encode(cert).decode(),
+                    "client-key-data": base64.b64encode(key).decode(),
+                },
+            },
             {"name": "u2", "user": {"tokenFile": "token"}},
         ],
-        "contexts": [{"name": "a", "context": {"cluster": "c1", "user": "u1"}}, {"name": "b", "context": {"cluster": "c2", "user": "u2"}}],
+        "contexts": [
+            {"name": "a", "context": {"cluster": "c1", "user": "u1"}},
+            {"name": "b", "context": {"cluster": "c2", "user": "u2"}},
+        ],
     }
     path = tmp_path / "kubeconfig"
     path.write_text(json.dumps(doc))
@@ -70,7 +92,9 @@ def test_kubeconfig_inline_and_files(tmp_path: Path):
 
 def test_in_cluster(tmp_path: Path):
     (tmp_path / "token").write_text("sa-token")
-    cfg = in_cluster_config(tmp_path, {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"})
+    cfg = in_cluster_config(
+        tmp_path, {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    )
     assert cfg.server == "https://10.96.0.1:443" and cfg.bearer_token() == "sa-token"
     with pytest.raises(ConfigError):
         in_cluster_config(tmp_path, {})
@@ -96,7 +120,10 @@ class FakeApi:
 
     def pod(self, name: str, uid: str) -> dict:
         self.rv += 1
-        obj = {"metadata": {"name": name, "namespace": "d", "uid": uid, "resourceVersion": str(self.rv)}, "spec": {"nodeName": "n1"}}
+        obj = {
+            "metadata": {"name": name, "namespace": "d", "uid": uid, "resourceVersion": str(self.rv)},
+            "spec": {"nodeName": "n1"},
+        }
         self.pods[uid] = obj
         return obj
 
@@ -106,19 +133,38 @@ class FakeApi:
         if self.fail_next:
             self.fail_next -= 1
             if self.fail_with_429:
-                return web.json_response({"kind": "Status", "reason": "TooManyRequests", "message": "slow down"},
-                                         status=429, headers={"Retry-After": "0"})
-            return web.json_response({"kind": "Status", "reason": "ServiceUnavailable", "message": "busy"}, status=503)
+                return web.json_response(
+                    {"kind": "Status", "reason": "TooManyRequests", "message": "slow down"},
+                    status=429,
+                    headers={"Retry-After": "0"},
+                )
+            return web.json_response(
+                {"kind": "Status", "reason": "ServiceUnavailable", "message": "busy"}, status=503
+            )
         if request.path == "/api/v1/namespaces/d/pods/missing":
-            return web.json_response({"kind": "Status", "reason": "NotFound", "message": 'pods "missing" not found', "code": 404}, status=404)
+            return web.json_response(
+                {"kind": "Status", "reason": "NotFound", "message": 'pods "missing" not found', "code": 404},
+                status=404,
+            )
         if q.get("watch") != "true":
-            return web.json_response({"kind": "PodList", "metadata": {"resourceVersion": str(self.rv)}, "items": list(self.pods.values())})
+            return web.json_response(
+                {
+                    "kind": "PodList",
+                    "metadata": {"resourceVersion": str(self.rv)},
+                    "items": list(self.pods.values()),
+                }
+            )
         resp = web.StreamResponse()
         await resp.prepare(request)
         script = self.watch_scripts.pop(0) if self.watch_scripts else []
         for item in script:
             if item == "GONE":
-                status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
+                status = {
+                    "kind": "Status",
+                    "code": 410,
+                    "reason": "Expired",
+                    "message": "too old resource version",
+                }
                 await resp.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
                 break
             if item == "HOLD":
@@ -180,7 +226,15 @@ async def test_informer_lists_watches_resumes_and_relists(fake_api):
         on_delete=lambda obj: seen.append(("DELETED", obj["metadata"]["name"])),
     )
     # c's annotation makes its watch line longer than aiohttp's 64 KiB readline limit.
-    c = {"metadata": {"name": "c", "namespace": "d", "uid": "uid-c", "resourceVersion": "20", "annotations": {"big": "x" * 100_000}}}
+    c = {
+        "metadata": {
+            "name": "c",
+            "namespace": "d",
+            "uid": "uid-c",
+            "resourceVersion": "20",
+            "annotations": {"big": "x" * 100_000},
+        }
+    }
 
     def while_away() -> None:
         # Missed by the informer (its watch expired): b deleted, a modified. The relist must report both.
@@ -190,7 +244,10 @@ async def test_informer_lists_watches_resumes_and_relists(fake_api):
 
     api.watch_scripts = [
         # First watch: a new pod, a bookmark, then the server closes the stream.
-        [{"type": "ADDED", "object": c}, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "25"}}}],
+        [
+            {"type": "ADDED", "object": c},
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "25"}}},
+        ],
         # Second watch (resumed at 25): too old -> relist.
         [while_away, "GONE"],
         ["HOLD"],
@@ -217,9 +274,11 @@ async def test_informer_relist_reports_a_replaced_object_as_delete_then_add(fake
     api.pod("a", "uid-1")
     seen: list[tuple[str, str]] = []
     inf = Informer(client, "/api/v1/pods", indexers={"ns": by_namespace})
-    inf.add_handler(on_add=lambda o: seen.append(("add", o["metadata"]["uid"])),
-                    on_update=lambda old, o: seen.append(("update", o["metadata"]["uid"])),
-                    on_delete=lambda o: seen.append(("delete", o["metadata"]["uid"])))
+    inf.add_handler(
+        on_add=lambda o: seen.append(("add", o["metadata"]["uid"])),
+        on_update=lambda old, o: seen.append(("update", o["metadata"]["uid"])),
+        on_delete=lambda o: seen.append(("delete", o["metadata"]["uid"])),
+    )
     await inf.relist()
     del api.pods["uid-1"]
     api.pod("a", "uid-2")
@@ -234,7 +293,9 @@ async def test_informer_resync_redelivers_every_object_as_an_update(fake_api):
     api.pod("b", "uid-b")
     updates: list[str] = []
     inf = Informer(client, "/api/v1/pods")
-    inf.add_handler(on_update=lambda old, new: updates.append(new["metadata"]["name"]) if old is new else None)
+    inf.add_handler(
+        on_update=lambda old, new: updates.append(new["metadata"]["name"]) if old is new else None
+    )
     await inf.relist()
     inf.resync()
     assert sorted(updates) == ["a", "b"]

@@ -16,8 +16,14 @@ POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace
 
 
 def event(message: str, reason: str = "BackOff", type_: str = "Warning") -> dict[str, Any]:
-    return {"metadata": {"name": f"web.{message}", "namespace": "d"}, "involvedObject": {"kind": "Pod", "name": "web", "namespace": "d", "uid": "u1"},
-            "reason": reason, "message": message, "type": type_, "source": {"component": "kubelet", "host": "n1"}}
+    return {
+        "metadata": {"name": f"web.{message}", "namespace": "d"},
+        "involvedObject": {"kind": "Pod", "name": "web", "namespace": "d", "uid": "u1"},
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source": {"component": "kubelet", "host": "n1"},
+    }
 
 
 def test_identical_events_become_count_patches() -> None:
@@ -38,7 +44,9 @@ def test_ten_distinct_messages_in_ten_minutes_are_combined() -> None:
     assert [v.action for v in verdicts[:9]] == ["create"] * 9
     tenth, eleventh = verdicts[9], verdicts[10]
     assert tenth.action == "create" and tenth.event["message"] == COMBINED_PREFIX + "m9"
-    assert eleventh.action == "patch" and eleventh.patch and eleventh.patch["message"] == COMBINED_PREFIX + "m10"
+    assert (
+        eleventh.action == "patch" and eleventh.patch and eleventh.patch["message"] == COMBINED_PREFIX + "m10"
+    )
     now[0] += 601  # the window passed: messages stand alone again
     assert c.correlate(event("late", reason="FailedMount")).event["message"] == "late"
 
@@ -76,18 +84,31 @@ async def _record_into(client: object, sink: EventSink) -> None:
     recorder = EventRecorder(client, EventSource("kubelet", "n1"), workers=4)  # type: ignore[arg-type]
     recorder.start()
     try:
-        recorder.event(POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}")
-        recorder.event(POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}")
+        recorder.event(
+            POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}"
+        )
+        recorder.event(
+            POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}"
+        )
         await asyncio.wait_for(recorder.flush(), 5)
         (m1, p1, created), (m2, p2, patch) = sink.calls
         assert (m1, p1) == ("POST", "/api/v1/namespaces/d/events")
-        assert created["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "u1",
-                                             "resourceVersion": "", "namespace": "d", "fieldPath": "spec.containers{c}"}
+        assert created["involvedObject"] == {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "web",
+            "uid": "u1",
+            "resourceVersion": "",
+            "namespace": "d",
+            "fieldPath": "spec.containers{c}",
+        }
         assert created["source"] == {"component": "kubelet", "host": "n1"} and created["count"] == 1
         assert (m2, p2) == ("PATCH", f"/api/v1/namespaces/d/events/{created['metadata']['name']}")
         assert patch["count"] == 2
         sink.gone.add(created["metadata"]["name"])  # expired meanwhile
-        recorder.event(POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}")
+        recorder.event(
+            POD, "Warning", "BackOff", "Back-off restarting failed container", "spec.containers{c}"
+        )
         await asyncio.wait_for(recorder.flush(), 5)
         assert [c[0] for c in sink.calls[2:]] == ["PATCH", "POST"]
         assert sink.calls[3][2]["count"] == 3

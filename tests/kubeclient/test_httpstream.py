@@ -59,14 +59,19 @@ async def test_websocket_is_spliced_with_its_subprotocol():
     proxy, proxy_port = await _proxy_to(port)
     try:
         async with aiohttp.ClientSession() as http:
-            async with http.ws_connect(f"http://127.0.0.1:{proxy_port}/exec?tag=%21",
-                                       protocols=("bogus", "v4.channel.k8s.io")) as ws:
+            async with http.ws_connect(
+                f"http://127.0.0.1:{proxy_port}/exec?tag=%21", protocols=("bogus", "v4.channel.k8s.io")
+            ) as ws:
                 assert ws.protocol == "v4.channel.k8s.io"
                 for i in range(20):
                     await ws.send_bytes(b"\x00" + str(i).encode() * 5000)
                     assert (await ws.receive_bytes()) == b"\x01" + str(i).encode() * 5000 + b"!"
-            headers = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-                       "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+            headers = {
+                "Connection": "Upgrade",
+                "Upgrade": "websocket",
+                "Sec-WebSocket-Version": "13",
+                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            }
             async with http.get(f"http://127.0.0.1:{proxy_port}/refuse", headers=headers) as resp:
                 assert resp.status == 403 and (await resp.json())["message"] == "no"
     finally:
@@ -80,8 +85,10 @@ async def test_a_non_websocket_upgrade_passes_byte_for_byte_and_the_backend_clos
     async def backend(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         assert b"Upgrade: SPDY/3.1" in head and b"Authorization" not in head
-        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-                     b"X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\nhello")
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+            b"X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\nhello"
+        )
         while data := await reader.read(1024):
             writer.write(data.upper())
         closed.set()
@@ -91,8 +98,10 @@ async def test_a_non_websocket_upgrade_passes_byte_for_byte_and_the_backend_clos
     proxy, proxy_port = await _proxy_to(server.sockets[0].getsockname()[1])
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
-        writer.write(b"POST /exec/x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-                     b"Authorization: Bearer secret\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n")
+        writer.write(
+            b"POST /exec/x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+            b"Authorization: Bearer secret\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n"
+        )
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 101 ") and b"X-Stream-Protocol-Version: v4.channel.k8s.io" in head
         assert await reader.readexactly(5) == b"hello"
@@ -110,11 +119,20 @@ async def test_a_non_websocket_upgrade_passes_byte_for_byte_and_the_backend_clos
 def test_protocol_helpers_read_headers_as_upstream():
     from multidict import CIMultiDict
 
-    h = CIMultiDict([("Connection", "keep-alive, Upgrade"), ("Upgrade", "websocket"),
-                     ("Sec-WebSocket-Protocol", "v5.channel.k8s.io, v4.channel.k8s.io"),
-                     ("Sec-WebSocket-Protocol", "SPDY/3.1+portforward.k8s.io")])
+    h = CIMultiDict(
+        [
+            ("Connection", "keep-alive, Upgrade"),
+            ("Upgrade", "websocket"),
+            ("Sec-WebSocket-Protocol", "v5.channel.k8s.io, v4.channel.k8s.io"),
+            ("Sec-WebSocket-Protocol", "SPDY/3.1+portforward.k8s.io"),
+        ]
+    )
     assert P.is_upgrade_request(h) and P.is_websocket_request(h)
-    assert P.websocket_protocols(h) == ["v5.channel.k8s.io", "v4.channel.k8s.io", "SPDY/3.1+portforward.k8s.io"]
+    assert P.websocket_protocols(h) == [
+        "v5.channel.k8s.io",
+        "v4.channel.k8s.io",
+        "SPDY/3.1+portforward.k8s.io",
+    ]
     assert P.tunneled_spdy_protocols(h) == ["portforward.k8s.io"]
     assert not P.is_upgrade_request(CIMultiDict([("Upgrade", "websocket")]))
 
@@ -125,7 +143,11 @@ def test_header_blocks_round_trip_through_one_zlib_stream():
         raw = header_block(headers)
         packed = compressor.compress(raw) + compressor.flush(zlib.Z_SYNC_FLUSH)
         assert inflater.decompress(packed) == raw
-    assert parse_header_block(header_block([("A", "1"), ("a", "2"), ("b", "")])) == [("a", "1"), ("a", "2"), ("b", "")]
+    assert parse_header_block(header_block([("A", "1"), ("a", "2"), ("b", "")])) == [
+        ("a", "1"),
+        ("a", "2"),
+        ("b", ""),
+    ]
 
 
 async def test_spdy_client_opens_streams_writes_half_closes_and_answers_pings():
@@ -163,7 +185,11 @@ async def test_spdy_client_opens_streams_writes_half_closes_and_answers_pings():
         deadline = asyncio.get_running_loop().time() + 5
         while not (got and got[-1][2]) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
-        assert b"".join(d for s, d, _ in got if s == second) == b"X" * 70_000 and got[-1] == (second, b"", True)
+        assert b"".join(d for s, d, _ in got if s == second) == b"X" * 70_000 and got[-1] == (
+            second,
+            b"",
+            True,
+        )
         assert (0, struct.pack(">I", 2), False) in seen  # the ping came back
     finally:
         await spdy.close()

@@ -32,7 +32,10 @@ async def test_resumes_and_relists_after_410(tmp_path):
         informer.add_handler(
             on_add=lambda o: seen.__setitem__(o["metadata"]["name"], o["data"]["v"]),
             on_update=lambda old, new: seen.__setitem__(new["metadata"]["name"], new["data"]["v"]),
-            on_delete=lambda o: (seen.pop(o["metadata"]["name"], None), deleted.append(o["metadata"]["name"])),
+            on_delete=lambda o: (
+                seen.pop(o["metadata"]["name"], None),
+                deleted.append(o["metadata"]["name"]),
+            ),
         )
         try:
             await client.create(PATH, {"metadata": {"name": "before"}, "data": {"v": "0"}})

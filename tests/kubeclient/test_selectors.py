@@ -72,7 +72,10 @@ def test_label_selector_objects() -> None:
 def test_field_selectors() -> None:
     reqs = parse_fields(r"spec.nodeName=n1,status.phase!=Failed,metadata.name==a\,b")
     assert [(r.field, r.equal, r.value) for r in reqs] == [
-        ("spec.nodeName", True, "n1"), ("status.phase", False, "Failed"), ("metadata.name", True, "a,b")]
+        ("spec.nodeName", True, "n1"),
+        ("status.phase", False, "Failed"),
+        ("metadata.name", True, "a,b"),
+    ]
     assert str(reqs[2]) == r"metadata.name=a\,b"
     with pytest.raises(SelectorError, match="can't understand 'x'"):
         parse_fields("x")

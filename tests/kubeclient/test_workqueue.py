@@ -117,9 +117,17 @@ async def test_metrics_carry_client_go_names() -> None:
     q.done(await q.get())
     q.observe_unfinished()
     text = generate_latest(registry).decode()
-    for name in ("workqueue_adds_total", "workqueue_retries_total", "workqueue_depth",
-                 "workqueue_queue_duration_seconds_bucket", "workqueue_work_duration_seconds_count",
-                 "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds"):
-        assert any(line.startswith(name + "{") and 'name="replicaset"' in line for line in text.splitlines()), name
+    for name in (
+        "workqueue_adds_total",
+        "workqueue_retries_total",
+        "workqueue_depth",
+        "workqueue_queue_duration_seconds_bucket",
+        "workqueue_work_duration_seconds_count",
+        "workqueue_unfinished_work_seconds",
+        "workqueue_longest_running_processor_seconds",
+    ):
+        assert any(
+            line.startswith(name + "{") and 'name="replicaset"' in line for line in text.splitlines()
+        ), name
     assert 'workqueue_adds_total{name="replicaset"} 1.0' in text
     assert 'workqueue_retries_total{name="replicaset"} 1.0' in text

@@ -28,7 +28,10 @@ async def test_http_hook_succeeds_on_any_answer_and_fails_without_one():
     hooks = HookRunner(None, UA)  # type: ignore[arg-type] - httpGet hooks never use the runtime
     try:
         target = Target("127.0.0.1", "cid", (("web", port),))
-        assert await hooks.run({"httpGet": {"path": "/hook", "port": "web"}}, target, "main", "p_ns(u)", 2) is None
+        assert (
+            await hooks.run({"httpGet": {"path": "/hook", "port": "web"}}, target, "main", "p_ns(u)", 2)
+            is None
+        )
         assert agents == [UA]
     finally:
         await runner.cleanup()

@@ -238,7 +238,9 @@ async def test_exec_command_expands_literal_env_only():
         {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
     ]
     h.sync(body)
-    assert h.worker(Kind.READINESS).spec.action == {"exec": {"command": ["check", "8080", "$(SECRET)", "$(PORT)"]}}
+    assert h.worker(Kind.READINESS).spec.action == {
+        "exec": {"command": ["check", "8080", "$(SECRET)", "$(PORT)"]}
+    }
 
 
 async def test_trigger_cuts_the_wait_short_and_is_remembered():

@@ -67,8 +67,25 @@ class NetLab:
         c, b = self.client, self.backend
         sh("ip", "netns", "add", c)
         sh("ip", "netns", "add", b)
-        sh("ip", "link", "add", f"pkc{self.tag}", "netns", c, "type", "veth", "peer", "name", f"pkb{self.tag}", "netns", b)
-        for ns, dev, ips in ((c, f"pkc{self.tag}", [CLIENT_IP]), (b, f"pkb{self.tag}", [BACKEND_IP, EXTRA_BACKEND_IP])):
+        sh(
+            "ip",
+            "link",
+            "add",
+            f"pkc{self.tag}",
+            "netns",
+            c,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            f"pkb{self.tag}",
+            "netns",
+            b,
+        )
+        for ns, dev, ips in (
+            (c, f"pkc{self.tag}", [CLIENT_IP]),
+            (b, f"pkb{self.tag}", [BACKEND_IP, EXTRA_BACKEND_IP]),
+        ):
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             for ip in ips:
                 sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
@@ -79,20 +96,30 @@ class NetLab:
 
     def serve(self, address: str, reply: str) -> None:
         """An HTTP server in the backend namespace answering `reply`, up before this returns."""
-        proc = subprocess.Popen(["ip", "netns", "exec", self.backend, sys.executable, "-c", SERVER, address, reply],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.backend, sys.executable, "-c", SERVER, address, reply],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.servers.append(proc)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.get(f"http://{address}/", ns=self.backend, timeout=1.0)[0] == "ok":
                 return
             time.sleep(0.05)
-        raise AssertionError(f"server on {address} did not start: {proc.stderr.read() if proc.poll() is not None else ''}")
+        raise AssertionError(
+            f"server on {address} did not start: {proc.stderr.read() if proc.poll() is not None else ''}"
+        )
 
     def serve_udp(self, address: str, reply: str) -> None:
         """A UDP server in the backend namespace answering every datagram with `reply`."""
-        proc = subprocess.Popen(["ip", "netns", "exec", self.backend, sys.executable, "-c", UDP_SERVER, address, reply],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.backend, sys.executable, "-c", UDP_SERVER, address, reply],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.servers.append(proc)
         deadline = time.monotonic() + 10
         host, port = address.rsplit(":", 1)
@@ -116,7 +143,9 @@ class NetLab:
             "except OSError as e:\n"
             "    print('')\n"
         )
-        return sh("ip", "netns", "exec", ns or self.client, sys.executable, "-c", code, check=False).stdout.strip()
+        return sh(
+            "ip", "netns", "exec", ns or self.client, sys.executable, "-c", code, check=False
+        ).stdout.strip()
 
     def get(self, url: str, ns: str | None = None, timeout: float = 3.0) -> tuple[str, str, float]:
         """("ok", body) or ("refused" | "timeout" | other error, message), and the seconds it took."""
@@ -133,8 +162,17 @@ class NetLab:
             "except Exception as e:\n"
             "    print('error', type(e).__name__, time.monotonic() - t)\n"
         )
-        out = sh("ip", "netns", "exec", ns or self.client, sys.executable, "-c", code, check=False,
-                 timeout=timeout + 10).stdout.split()
+        out = sh(
+            "ip",
+            "netns",
+            "exec",
+            ns or self.client,
+            sys.executable,
+            "-c",
+            code,
+            check=False,
+            timeout=timeout + 10,
+        ).stdout.split()
         return (out[0], out[1], float(out[2])) if len(out) == 3 else ("error", " ".join(out), 0.0)
 
     def close(self) -> None:

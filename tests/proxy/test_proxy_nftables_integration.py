@@ -35,14 +35,27 @@ from pykubelet.rig.leaks import Scope
 from pykubelet.rig.process import free_port
 from tests.proxy.netlab import BACKEND_IP, EXTRA_BACKEND_IP, NetLab
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and nftables")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and nftables"),
+]
 
 TABLE = "kube-proxy"
 FIXED_CHAINS = {
-    "filter-prerouting", "filter-input", "filter-forward", "filter-output", "filter-output-post-dnat",
-    "nat-prerouting", "nat-output", "nat-postrouting", "mark-for-masquerade", "masquerading", "reject-chain",
-    "service-endpoints-check", "cluster-ips-check", "services",
+    "filter-prerouting",
+    "filter-input",
+    "filter-forward",
+    "filter-output",
+    "filter-output-post-dnat",
+    "nat-prerouting",
+    "nat-output",
+    "nat-postrouting",
+    "mark-for-masquerade",
+    "masquerading",
+    "reject-chain",
+    "service-endpoints-check",
+    "cluster-ips-check",
+    "services",
 }
 
 
@@ -55,7 +68,9 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 @pytest.fixture(scope="module")
 def proxy_kubeconfig(apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The proxy's own identity, as the rig issues it: system:kube-proxy, bound to system:node-proxier."""
-    return apiserver.client_kubeconfig("system:kube-proxy", (), tmp_path_factory.mktemp("proxy") / "proxy.kubeconfig")
+    return apiserver.client_kubeconfig(
+        "system:kube-proxy", (), tmp_path_factory.mktemp("proxy") / "proxy.kubeconfig"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +107,16 @@ def namespace(v1: client.CoreV1Api) -> Iterator[str]:
 @pytest.fixture
 async def proxier(proxy_kubeconfig: Path, lab: NetLab) -> AsyncIterator[Proxier]:
     kube = KubeClient(load_kubeconfig(proxy_kubeconfig), component="kube-proxy")
-    proxier = Proxier(kube, ProxyConfig(node_name="n1", cluster_cidr="10.250.0.0/24", min_sync_period=0.05,
-                                        nft=Nft(TABLE, netns=lab.client), conntrack=Conntrack(lab.client)))
+    proxier = Proxier(
+        kube,
+        ProxyConfig(
+            node_name="n1",
+            cluster_cidr="10.250.0.0/24",
+            min_sync_period=0.05,
+            nft=Nft(TABLE, netns=lab.client),
+            conntrack=Conntrack(lab.client),
+        ),
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(proxier.run(stop))
     try:
@@ -110,12 +133,28 @@ def service(v1: client.CoreV1Api, ns: str, name: str, **spec: Any) -> client.V1S
     return v1.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": {"ports": ports, **spec}})
 
 
-def endpoint_slice(discovery: client.DiscoveryV1Api, ns: str, service_name: str, addresses: list[str],
-                   ready: bool = True, port: int = 8080) -> None:
-    discovery.create_namespaced_endpoint_slice(ns, {
-        "metadata": {"name": f"{service_name}-abc", "labels": {"kubernetes.io/service-name": service_name}},
-        "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [a], "conditions": {"ready": ready}, "nodeName": "n1"} for a in addresses]})
+def endpoint_slice(
+    discovery: client.DiscoveryV1Api,
+    ns: str,
+    service_name: str,
+    addresses: list[str],
+    ready: bool = True,
+    port: int = 8080,
+) -> None:
+    discovery.create_namespaced_endpoint_slice(
+        ns,
+        {
+            "metadata": {
+                "name": f"{service_name}-abc",
+                "labels": {"kubernetes.io/service-name": service_name},
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+            "endpoints": [
+                {"addresses": [a], "conditions": {"ready": ready}, "nodeName": "n1"} for a in addresses
+            ],
+        },
+    )
 
 
 def _verdict(value: Any) -> str:
@@ -174,7 +213,9 @@ def _endpoint_chain(name: ServicePortName, ip: str, port: int) -> str:
 
 async def test_the_table_is_exactly_what_the_services_need(proxier, lab, v1, discovery, namespace):
     web = service(v1, namespace, "web")
-    idle = service(v1, namespace, "idle", type="NodePort", ports=[{"name": "dns", "port": 53, "protocol": "UDP"}])
+    idle = service(
+        v1, namespace, "idle", type="NodePort", ports=[{"name": "dns", "port": 53, "protocol": "UDP"}]
+    )
     endpoint_slice(discovery, namespace, "web", [BACKEND_IP, EXTRA_BACKEND_IP])
     kubernetes = v1.read_namespaced_service("kubernetes", "default")
     k8s_port = v1.read_namespaced_endpoints("kubernetes", "default").subsets[0].ports[0].port
@@ -192,12 +233,16 @@ async def test_the_table_is_exactly_what_the_services_need(proxier, lab, v1, dis
             _endpoint_chain(k8s_name, "127.0.0.1", k8s_port): 2,
         },
         "maps": {
-            "service-ips": {f"{web.spec.cluster_ip} . tcp . 80": f"goto {web_chain}",
-                            f"{kubernetes.spec.cluster_ip} . tcp . 443": f"goto {k8s_chain}"},
+            "service-ips": {
+                f"{web.spec.cluster_ip} . tcp . 80": f"goto {web_chain}",
+                f"{kubernetes.spec.cluster_ip} . tcp . 443": f"goto {k8s_chain}",
+            },
             "service-nodeports": {},
             "no-endpoint-services": {f"{idle.spec.cluster_ip} . udp . 53": "goto reject-chain"},
             "no-endpoint-nodeports": {f"udp . {node_port}": "goto reject-chain"},
-            "cluster-ips": {ip: None for ip in (web.spec.cluster_ip, idle.spec.cluster_ip, kubernetes.spec.cluster_ip)},
+            "cluster-ips": {
+                ip: None for ip in (web.spec.cluster_ip, idle.spec.cluster_ip, kubernetes.spec.cluster_ip)
+            },
         },
     }
 
@@ -211,8 +256,10 @@ async def test_the_table_is_exactly_what_the_services_need(proxier, lab, v1, dis
     try:
         await until(matches, what="the expected table")
     except AssertionError:
-        pytest.fail(f"table differs:\n{json.dumps(await table(lab), indent=1, sort_keys=True)}\n"
-                    f"expected:\n{json.dumps(expected, indent=1, sort_keys=True)}")
+        pytest.fail(
+            f"table differs:\n{json.dumps(await table(lab), indent=1, sort_keys=True)}\n"
+            f"expected:\n{json.dumps(expected, indent=1, sort_keys=True)}"
+        )
     rules = await Nft(TABLE, netns=lab.client).listing()
     assert f"numgen random mod 2 vmap {{ 0 : goto {_endpoint_chain(web_name, BACKEND_IP, 8080)}" in rules
     assert f"meta l4proto tcp dnat to {BACKEND_IP}:8080" in rules
@@ -221,13 +268,18 @@ async def test_the_table_is_exactly_what_the_services_need(proxier, lab, v1, dis
 
     async def web_gone() -> bool:
         got = await table(lab)
-        return bool(got) and not any(f"-{namespace}/web/" in c for c in got["chains"]) and \
-            web.spec.cluster_ip not in json.dumps(got["maps"])
+        return (
+            bool(got)
+            and not any(f"-{namespace}/web/" in c for c in got["chains"])
+            and web.spec.cluster_ip not in json.dumps(got["maps"])
+        )
 
     await until(web_gone, what="web's rules removed")
 
 
-async def test_traffic_reaches_a_ready_backend_and_no_endpoints_refuse(proxier, lab, v1, discovery, namespace):
+async def test_traffic_reaches_a_ready_backend_and_no_endpoints_refuse(
+    proxier, lab, v1, discovery, namespace
+):
     await asyncio.to_thread(lab.serve, f"{BACKEND_IP}:8080", "from-backend")
     web = service(v1, namespace, "web")
     empty = service(v1, namespace, "empty")
@@ -247,10 +299,15 @@ async def test_traffic_reaches_a_ready_backend_and_no_endpoints_refuse(proxier, 
 async def test_udp_conntrack_entries_of_a_gone_endpoint_are_flushed(proxier, lab, v1, discovery, namespace):
     await asyncio.to_thread(lab.serve_udp, f"{BACKEND_IP}:5353", "first")
     await asyncio.to_thread(lab.serve_udp, f"{EXTRA_BACKEND_IP}:5353", "second")
-    dns = service(v1, namespace, "dns", ports=[{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}])
-    body = {"metadata": {"name": "dns-abc", "labels": {"kubernetes.io/service-name": "dns"}}, "addressType": "IPv4",
-            "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}],
-            "endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}}]}
+    dns = service(
+        v1, namespace, "dns", ports=[{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]
+    )
+    body = {
+        "metadata": {"name": "dns-abc", "labels": {"kubernetes.io/service-name": "dns"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}],
+        "endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}}],
+    }
     discovery.create_namespaced_endpoint_slice(namespace, body)
     ip = dns.spec.cluster_ip
 
@@ -263,8 +320,11 @@ async def test_udp_conntrack_entries_of_a_gone_endpoint_are_flushed(proxier, lab
     discovery.replace_namespaced_endpoint_slice("dns-abc", namespace, body)
     # Without the flush the entry would keep this flow on the first backend (still up) until it expires.
     await until(lambda: answer("second"), what="the flow moved to the new backend", timeout=10)
-    listed = subprocess.run(["ip", "netns", "exec", lab.client, "conntrack", "-L", "-p", "udp", "--orig-dst", ip],
-                            capture_output=True, text=True)
+    listed = subprocess.run(
+        ["ip", "netns", "exec", lab.client, "conntrack", "-L", "-p", "udp", "--orig-dst", ip],
+        capture_output=True,
+        text=True,
+    )
     assert BACKEND_IP not in listed.stdout.replace(f"src={BACKEND_IP}", "")  # no entry DNATs there any more
 
 
@@ -275,7 +335,9 @@ async def test_a_failed_sync_leaves_the_previous_ruleset(proxier, lab, v1, disco
     await until(lambda: _has(nft, f"-{namespace}/web/"), what="web's rules")
     before = await nft.listing()
     real_partial = proxier.writer.partial
-    proxier.writer.partial = lambda old, new: real_partial(old, new) + "add rule ip kube-proxy services bogus\n"  # type: ignore[method-assign]
+    proxier.writer.partial = lambda old, new: (
+        real_partial(old, new) + "add rule ip kube-proxy services bogus\n"
+    )  # type: ignore[method-assign]
     failures = proxier.failures
     db = service(v1, namespace, "db")
     await until(lambda: _true(proxier.failures > failures), what="the sync to fail")
@@ -301,11 +363,27 @@ async def _has(nft: Nft, text: str) -> bool:
 
 async def test_the_command_serves_health_and_metrics_and_cleanup_removes_the_table(proxy_kubeconfig, lab):
     health, metrics = free_port(), free_port()
-    argv = [sys.executable, "-m", "pykubelet", "proxy", "--kubeconfig", str(proxy_kubeconfig),
-            "--hostname-override", "n1", "--netns", lab.client, "--min-sync-period", "100ms",
-            "--healthz-bind-address", f"127.0.0.1:{health}", "--metrics-bind-address", f"127.0.0.1:{metrics}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "proxy",
+        "--kubeconfig",
+        str(proxy_kubeconfig),
+        "--hostname-override",
+        "n1",
+        "--netns",
+        lab.client,
+        "--min-sync-period",
+        "100ms",
+        "--healthz-bind-address",
+        f"127.0.0.1:{health}",
+        "--metrics-bind-address",
+        f"127.0.0.1:{metrics}",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
+
         def healthz() -> dict | None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as resp:
@@ -318,8 +396,12 @@ async def test_the_command_serves_health_and_metrics_and_cleanup_removes_the_tab
         await until(lambda: _has(Nft(TABLE, netns=lab.client), "chain services"), what="the table")
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
             text = resp.read().decode()
-        for name in ("kubeproxy_sync_proxy_rules_duration_seconds_bucket", "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-                     "kubeproxy_sync_full_proxy_rules_duration_seconds_count", "kubeproxy_network_programming_duration_seconds"):
+        for name in (
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+            "kubeproxy_sync_full_proxy_rules_duration_seconds_count",
+            "kubeproxy_network_programming_duration_seconds",
+        ):
             assert name in text, name
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
@@ -328,7 +410,11 @@ async def test_the_command_serves_health_and_metrics_and_cleanup_removes_the_tab
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    done = subprocess.run([sys.executable, "-m", "pykubelet", "proxy", "--cleanup", "--netns", lab.client],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "pykubelet", "proxy", "--cleanup", "--netns", lab.client],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     assert await table(lab) is None

@@ -23,10 +23,19 @@ def svc(name: str = "web", ip: str = "10.96.0.20", **spec: Any) -> Obj:
 
 
 def eps(service: str = "web", *endpoints: tuple[str, bool, bool, bool, str], port: int = 8080) -> Obj:
-    return {"metadata": {"name": f"{service}-x", "namespace": "ns", "labels": {"kubernetes.io/service-name": service}},
-            "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": r, "serving": s, "terminating": t}, "nodeName": n}
-                          for ip, r, s, t, n in endpoints]}
+    return {
+        "metadata": {
+            "name": f"{service}-x",
+            "namespace": "ns",
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [ip], "conditions": {"ready": r, "serving": s, "terminating": t}, "nodeName": n}
+            for ip, r, s, t, n in endpoints
+        ],
+    }
 
 
 def ruleset(services: list[Obj], slices: list[Obj], settings: NodeSettings = NODE):
@@ -41,18 +50,30 @@ def test_chain_names_are_upstreams_hash_and_name() -> None:
 
 
 def test_cluster_ip_spreads_evenly_over_ready_endpoints() -> None:
-    rs, ports = ruleset([svc()], [eps("web", ("10.244.0.5", True, True, False, "n1"),
-                                          ("10.244.0.6", True, True, False, "n2"),
-                                          ("10.244.0.7", False, False, False, "n2"))])
+    rs, ports = ruleset(
+        [svc()],
+        [
+            eps(
+                "web",
+                ("10.244.0.5", True, True, False, "n1"),
+                ("10.244.0.6", True, True, False, "n2"),
+                ("10.244.0.7", False, False, False, "n2"),
+            )
+        ],
+    )
     names = ChainNames.of(ports[0].name)
     assert dict(rs.sets["service-ips"].elements) == {"10.96.0.20 . tcp . 80": f"goto {names.cluster}"}
     rules = rs.chains[names.cluster].rules
     assert rules[0] == "ip daddr 10.96.0.20 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade"
-    chains = [f"endpoint-{endpoint_base(ports[0].name, Endpoint(ip, 8080, True, True, False, ''))}"
-              for ip in ("10.244.0.5", "10.244.0.6")]
+    chains = [
+        f"endpoint-{endpoint_base(ports[0].name, Endpoint(ip, 8080, True, True, False, ''))}"
+        for ip in ("10.244.0.5", "10.244.0.6")
+    ]
     assert rules[1] == f"numgen random mod 2 vmap {{ 0 : goto {chains[0]}, 1 : goto {chains[1]} }}"
-    assert rs.chains[chains[0]].rules == ("ip saddr 10.244.0.5 jump mark-for-masquerade",
-                                          "meta l4proto tcp dnat to 10.244.0.5:8080")
+    assert rs.chains[chains[0]].rules == (
+        "ip saddr 10.244.0.5 jump mark-for-masquerade",
+        "meta l4proto tcp dnat to 10.244.0.5:8080",
+    )
     assert not any("10.244.0.7" in c for c in rs.chains)
     assert dict(rs.sets["cluster-ips"].elements) == {"10.96.0.20": None}
 
@@ -61,7 +82,10 @@ def test_terminating_endpoints_only_when_none_is_ready() -> None:
     both = [("10.244.0.5", True, True, False, "n1"), ("10.244.0.6", False, True, True, "n1")]
     rs, _ = ruleset([svc()], [eps("web", *both)])
     assert not any("10.244.0.6" in c for c in rs.chains)
-    rs, _ = ruleset([svc()], [eps("web", ("10.244.0.6", False, True, True, "n1"), ("10.244.0.8", False, False, True, "n1"))])
+    rs, _ = ruleset(
+        [svc()],
+        [eps("web", ("10.244.0.6", False, True, True, "n1"), ("10.244.0.8", False, False, True, "n1"))],
+    )
     assert any("10.244.0.6" in c for c in rs.chains) and not any("10.244.0.8" in c for c in rs.chains)
 
 
@@ -73,49 +97,79 @@ def test_no_endpoints_reject_at_once_and_get_no_chains() -> None:
 
 
 def test_node_ports_and_external_traffic_policy_local() -> None:
-    spec = {"type": "NodePort", "externalTrafficPolicy": "Local", "ports": [{"name": "http", "port": 80, "nodePort": 30080}]}
-    rs, ports = ruleset([svc(**spec)], [eps("web", ("10.244.0.5", True, True, False, "n1"),
-                                                ("10.244.1.5", True, True, False, "n2"))])
+    spec = {
+        "type": "NodePort",
+        "externalTrafficPolicy": "Local",
+        "ports": [{"name": "http", "port": 80, "nodePort": 30080}],
+    }
+    rs, ports = ruleset(
+        [svc(**spec)],
+        [eps("web", ("10.244.0.5", True, True, False, "n1"), ("10.244.1.5", True, True, False, "n2"))],
+    )
     names = ChainNames.of(ports[0].name)
     assert dict(rs.sets["service-nodeports"].elements) == {"tcp . 30080": f"goto {names.external}"}
     external = rs.chains[names.external].rules
     assert external[0].startswith(f"ip saddr 10.244.0.0/16 goto {names.cluster}")
     assert external[-1] == f"goto {names.local}"
-    assert "10.244.1.5" not in rs.chains[names.local].rules[-1] and "mod 1" in rs.chains[names.local].rules[-1]
+    assert (
+        "10.244.1.5" not in rs.chains[names.local].rules[-1] and "mod 1" in rs.chains[names.local].rules[-1]
+    )
     # Cluster policy masquerades everything external.
-    rs, ports = ruleset([svc(**{**spec, "externalTrafficPolicy": "Cluster"})],
-                        [eps("web", ("10.244.0.5", True, True, False, "n1"))])
+    rs, ports = ruleset(
+        [svc(**{**spec, "externalTrafficPolicy": "Cluster"})],
+        [eps("web", ("10.244.0.5", True, True, False, "n1"))],
+    )
     assert rs.chains[ChainNames.of(ports[0].name).external].rules == (
-        "jump mark-for-masquerade", f"goto {ChainNames.of(ports[0].name).cluster}")
+        "jump mark-for-masquerade",
+        f"goto {ChainNames.of(ports[0].name).cluster}",
+    )
     # Local with no local endpoint: dropped from outside (not rejected), pods still served.
     rs, _ = ruleset([svc(**spec)], [eps("web", ("10.244.1.5", True, True, False, "n2"))])
     assert dict(rs.sets["no-endpoint-nodeports"].elements) == {"tcp . 30080": "drop"}
 
 
 def test_internal_traffic_policy_local_drops_without_local_endpoints() -> None:
-    rs, ports = ruleset([svc(internalTrafficPolicy="Local")], [eps("web", ("10.244.1.5", True, True, False, "n2"))])
+    rs, ports = ruleset(
+        [svc(internalTrafficPolicy="Local")], [eps("web", ("10.244.1.5", True, True, False, "n2"))]
+    )
     assert dict(rs.sets["no-endpoint-services"].elements) == {"10.96.0.20 . tcp . 80": "drop"}
-    rs, ports = ruleset([svc(internalTrafficPolicy="Local")], [eps("web", ("10.244.0.5", True, True, False, "n1"),
-                                                                     ("10.244.1.5", True, True, False, "n2"))])
+    rs, ports = ruleset(
+        [svc(internalTrafficPolicy="Local")],
+        [eps("web", ("10.244.0.5", True, True, False, "n1"), ("10.244.1.5", True, True, False, "n2"))],
+    )
     names = ChainNames.of(ports[0].name)
     assert dict(rs.sets["service-ips"].elements)["10.96.0.20 . tcp . 80"] == f"goto {names.local}"
     assert names.cluster not in rs.chains
 
 
 def test_session_affinity_client_ip() -> None:
-    rs, ports = ruleset([svc(sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}})],
-                        [eps("web", ("10.244.0.5", True, True, False, "n1"))])
+    rs, ports = ruleset(
+        [svc(sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}})],
+        [eps("web", ("10.244.0.5", True, True, False, "n1"))],
+    )
     base = endpoint_base(ports[0].name, Endpoint("10.244.0.5", 8080, True, True, False, ""))
     affinity = rs.sets[f"affinity-{base}"]
     assert affinity.dynamic and affinity.timeout == 60 and affinity.flags == ("dynamic", "timeout")
-    assert f"ip saddr @affinity-{base} goto endpoint-{base}" in rs.chains[ChainNames.of(ports[0].name).cluster].rules
+    assert (
+        f"ip saddr @affinity-{base} goto endpoint-{base}"
+        in rs.chains[ChainNames.of(ports[0].name).cluster].rules
+    )
     assert f"update @affinity-{base} {{ ip saddr }}" in rs.chains[f"endpoint-{base}"].rules
 
 
 def test_services_the_proxy_leaves_alone() -> None:
-    ignored = [svc("h", "None"), svc("x", "", type="ExternalName"),
-               {**svc("o"), "metadata": {"name": "o", "namespace": "ns",
-                                         "labels": {"service.kubernetes.io/service-proxy-name": "other"}}}]
+    ignored = [
+        svc("h", "None"),
+        svc("x", "", type="ExternalName"),
+        {
+            **svc("o"),
+            "metadata": {
+                "name": "o",
+                "namespace": "ns",
+                "labels": {"service.kubernetes.io/service-proxy-name": "other"},
+            },
+        },
+    ]
     assert [p for s in ignored for p in service_ports(s)] == []
 
 
@@ -124,7 +178,9 @@ def test_malformed_slices_are_skipped_with_a_reason(caplog: pytest.LogCaptureFix
     bad["endpoints"].append({"addresses": ["not-an-ip"]})
     bad["ports"].append({"name": "none", "protocol": "TCP"})
     with caplog.at_level(logging.WARNING, logger="proxy"):
-        merged = merge_endpoints([bad, {"metadata": {"name": "nolabel", "namespace": "ns"}, "addressType": "IPv4"}])
+        merged = merge_endpoints(
+            [bad, {"metadata": {"name": "nolabel", "namespace": "ns"}, "addressType": "IPv4"}]
+        )
     assert [e.ip for eps_ in merged.values() for e in eps_] == ["10.244.0.5"]
     assert "not an IPv4 address" in caplog.text and "no port number" in caplog.text
 
@@ -140,11 +196,20 @@ def test_categorize_uses_conditions_as_upstream() -> None:
 
 def test_partial_sync_touches_only_what_changed() -> None:
     writer = Writer("kp")
-    one, _ = ruleset([svc(), svc("db", "10.96.0.30")], [eps("web", ("10.244.0.5", True, True, False, "n1")),
-                                                         eps("db", ("10.244.0.9", True, True, False, "n1"))])
-    two, _ = ruleset([svc(), svc("db", "10.96.0.30")], [eps("web", ("10.244.0.5", True, True, False, "n1"),
-                                                                ("10.244.0.6", True, True, False, "n1")),
-                                                         eps("db", ("10.244.0.9", True, True, False, "n1"))])
+    one, _ = ruleset(
+        [svc(), svc("db", "10.96.0.30")],
+        [
+            eps("web", ("10.244.0.5", True, True, False, "n1")),
+            eps("db", ("10.244.0.9", True, True, False, "n1")),
+        ],
+    )
+    two, _ = ruleset(
+        [svc(), svc("db", "10.96.0.30")],
+        [
+            eps("web", ("10.244.0.5", True, True, False, "n1"), ("10.244.0.6", True, True, False, "n1")),
+            eps("db", ("10.244.0.9", True, True, False, "n1")),
+        ],
+    )
     script = writer.partial(one, two)
     assert "db" not in script and "10.244.0.6" in script
     assert writer.partial(two, two) == ""

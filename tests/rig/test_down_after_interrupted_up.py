@@ -63,13 +63,25 @@ def net() -> Iterator[NetworkLease]:
 
 def up_argv(state: Path, net: NetworkLease, example: bool) -> list[str]:
     argv = [
-        "pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "kill-test",
-        "--pod-cidr", net.pod_cidr, "--bridge", net.bridge,
+        "pykubelet",
+        "up",
+        "--state-dir",
+        str(state),
+        "--api-port",
+        str(free_port()),
+        "--node-name",
+        "kill-test",
+        "--pod-cidr",
+        net.pod_cidr,
+        "--bridge",
+        net.bridge,
     ]
     return argv if example else [*argv, "--no-example"]
 
 
-def wait_for_stage(up: subprocess.Popen[bytes], state: Path, reached: Callable[[Path], bool], log: Path) -> None:
+def wait_for_stage(
+    up: subprocess.Popen[bytes], state: Path, reached: Callable[[Path], bool], log: Path
+) -> None:
     deadline = time.monotonic() + UP_TIMEOUT
     while not reached(state):
         if up.poll() is not None:
@@ -81,7 +93,11 @@ def wait_for_stage(up: subprocess.Popen[bytes], state: Path, reached: Callable[[
 
 def down(state: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["pykubelet", "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=180, check=False
+        ["pykubelet", "down", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
 
 
@@ -89,7 +105,9 @@ def down(state: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_down_cleans_up_after_up_was_killed(stage: str, signum: signal.Signals, tmp_path: Path, net) -> None:
     state = tmp_path / "state"
-    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"])
+    scope = Scope.of(
+        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+    )
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
         # Only the last stage needs the sample pod; the earlier ones are killed before it anyway.
@@ -121,8 +139,12 @@ def test_down_cleans_up_a_crashed_stack_without_its_record(tmp_path: Path, net) 
     """The daemons die (SIGKILL, as a crash or the OOM killer would) with the sample pod running, and the
     record is lost too: down finds everything from the state dir alone."""
     state = tmp_path / "state"
-    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"])
-    up = subprocess.run(up_argv(state, net, example=True), capture_output=True, text=True, timeout=UP_TIMEOUT, check=False)
+    scope = Scope.of(
+        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+    )
+    up = subprocess.run(
+        up_argv(state, net, example=True), capture_output=True, text=True, timeout=UP_TIMEOUT, check=False
+    )
     try:
         assert up.returncode == 0, up.stderr
         record = StackRecord.load(state)

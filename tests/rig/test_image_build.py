@@ -27,7 +27,15 @@ def test_busybox_layer_has_the_applets_tests_need() -> None:
         names = set(tar.getnames())
         assert tar.getmember("bin/busybox").mode & 0o111
         assert tar.getmember("tmp").mode == 0o1777
-    for tool in ("bin/sh", "bin/sleep", "usr/bin/nc", "usr/bin/wget", "usr/sbin/httpd", "bin/cat", "bin/ping"):
+    for tool in (
+        "bin/sh",
+        "bin/sleep",
+        "usr/bin/nc",
+        "usr/bin/wget",
+        "usr/sbin/httpd",
+        "bin/cat",
+        "bin/ping",
+    ):
         assert tool in names, tool
     assert "etc/passwd" in names
 
@@ -84,5 +92,8 @@ def _elf_interpreter(binary: bytes) -> bool:
     phoff = int.from_bytes(binary[32:40], "little")
     phentsize = int.from_bytes(binary[54:56], "little")
     phnum = int.from_bytes(binary[56:58], "little")
-    types = [int.from_bytes(binary[phoff + i * phentsize : phoff + i * phentsize + 4], "little") for i in range(phnum)]
+    types = [
+        int.from_bytes(binary[phoff + i * phentsize : phoff + i * phentsize + 4], "little")
+        for i in range(phnum)
+    ]
     return 3 in types

@@ -81,7 +81,10 @@ def test_veths_on_our_bridge_and_the_bridge_are_reported_others_not(roots: tuple
             sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", peer)
             sh("ip", "link", "set", host_end, "master", bridge)
         found = scope.owned().as_dict()
-        assert found == {"veths": [f"{veths['ours'][0]} on {bridges['ours']}"], "bridges": [bridges["ours"]]}, found
+        assert found == {
+            "veths": [f"{veths['ours'][0]} on {bridges['ours']}"],
+            "bridges": [bridges["ours"]],
+        }, found
         # On a borrowed bridge (the session's shared network, seen from one test) the veth is the
         # test's, the bridge is not.
         borrowing = Scope.of(ours, borrowed_bridges=[bridges["ours"]])
@@ -110,7 +113,9 @@ def children_of(pid: int, timeout: float = 10.0) -> list[psutil.Process]:
     raise AssertionError(f"{pid} started no child within {timeout} s")
 
 
-def test_processes_and_shims_of_the_root_are_reported_others_not(roots: tuple[Path, Path], tmp_path: Path) -> None:
+def test_processes_and_shims_of_the_root_are_reported_others_not(
+    roots: tuple[Path, Path], tmp_path: Path
+) -> None:
     ours, theirs = roots
     scope = Scope.of(ours)
     shim = tmp_path / "bin" / "containerd-shim-runc-v2"

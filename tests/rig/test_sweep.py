@@ -15,7 +15,9 @@ from pykubelet.rig.sweep import StackNetwork, find_network, looks_like_a_stack, 
 def test_a_folder_that_holds_no_stack_is_left_alone(tmp_path: Path) -> None:
     """`down --state-dir` given the wrong folder must not kill what names it."""
     (tmp_path / "data").mkdir()
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path / "data")])
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path / "data")]
+    )
     try:
         assert not looks_like_a_stack(tmp_path)
         assert sweep(tmp_path) == []

@@ -26,11 +26,23 @@ def net():
 
 def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
     state = tmp_path / "state"
-    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"])
+    scope = Scope.of(
+        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+    )
     up = subprocess.run(
         [
-            "pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-test",
-            "--pod-cidr", net.pod_cidr, "--bridge", net.bridge,
+            "pykubelet",
+            "up",
+            "--state-dir",
+            str(state),
+            "--api-port",
+            str(free_port()),
+            "--node-name",
+            "up-test",
+            "--pod-cidr",
+            net.pod_cidr,
+            "--bridge",
+            net.bridge,
         ],
         capture_output=True,
         text=True,
@@ -49,8 +61,14 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         pods = subprocess.run(
             [
-                "kubectl", "--kubeconfig", kubeconfig, "get", "pod", "hello",
-                "-o", "jsonpath={.spec.nodeName} {.status.phase} {.status.podIP}",
+                "kubectl",
+                "--kubeconfig",
+                kubeconfig,
+                "get",
+                "pod",
+                "hello",
+                "-o",
+                "jsonpath={.spec.nodeName} {.status.phase} {.status.podIP}",
             ],
             capture_output=True,
             text=True,
@@ -60,7 +78,10 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
         assert (node, phase) == ("up-test", "Running")  # bound by the server's scheduler, run by our agent
         # kubectl logs goes server -> agent: httpd logged the readiness probe's GET.
         logs = subprocess.run(
-            ["kubectl", "--kubeconfig", kubeconfig, "logs", "hello"], capture_output=True, text=True, check=True
+            ["kubectl", "--kubeconfig", kubeconfig, "logs", "hello"],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert "response:200" in logs.stdout
         # The address comes from the pod network the agent runs: our plugin on the range given to `up`.
@@ -76,7 +97,11 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
         assert nodes.stdout.strip() == "node/up-test"
     finally:
         down = subprocess.run(
-            ["pykubelet", "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=120, check=False
+            ["pykubelet", "down", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
     assert down.returncode == 0, down.stderr
     assert StackRecord.load(state) is None
@@ -96,10 +121,26 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
     scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
     up = subprocess.run(
         [
-            "pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", "up-etcd",
-            "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--store", "etcd", "--no-example",
+            "pykubelet",
+            "up",
+            "--state-dir",
+            str(state),
+            "--api-port",
+            str(free_port()),
+            "--node-name",
+            "up-etcd",
+            "--pod-cidr",
+            net.pod_cidr,
+            "--bridge",
+            net.bridge,
+            "--store",
+            "etcd",
+            "--no-example",
         ],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     record = StackRecord.load(state)
     try:
@@ -113,8 +154,14 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
         url = cmdline[cmdline.index(b"--listen-client-urls") + 1].decode()
 
         async def node_in_etcd() -> bytes | None:
-            store = EtcdStore(EtcdConfig((url,), pki / "ca.crt", pki / "apiserver-etcd-client.crt",
-                                         pki / "apiserver-etcd-client.key"))
+            store = EtcdStore(
+                EtcdConfig(
+                    (url,),
+                    pki / "ca.crt",
+                    pki / "apiserver-etcd-client.crt",
+                    pki / "apiserver-etcd-client.key",
+                )
+            )
             await store.start()
             try:
                 kv = await store.get("/nodes/up-etcd")
@@ -126,7 +173,11 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
         assert value is not None and json.loads(value)["metadata"]["name"] == "up-etcd"
     finally:
         down = subprocess.run(
-            ["pykubelet", "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=120, check=False
+            ["pykubelet", "down", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
     assert down.returncode == 0, down.stderr
     assert StackRecord.load(state) is None

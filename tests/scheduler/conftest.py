@@ -27,7 +27,9 @@ WAIT = 30.0  # generous: backoff tops out at 10 s, and CI machines are busy
 
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = ApiServer(tmp_path_factory.mktemp("sched-apiserver"))  # embedded scheduler off: tests run their own
+    server = ApiServer(
+        tmp_path_factory.mktemp("sched-apiserver")
+    )  # embedded scheduler off: tests run their own
     server.start()
     yield server
     server.stop()
@@ -45,8 +47,9 @@ def v1(apiserver: ApiServer) -> Iterator[client.CoreV1Api]:
 class SchedulerProcess:
     """`pykubelet scheduler` against the test server; its log is printed when a test fails."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path, settings: dict[str, Any] | None,
-                 wait_synced: bool = True) -> None:
+    def __init__(
+        self, kubeconfig: Path, workdir: Path, settings: dict[str, Any] | None, wait_synced: bool = True
+    ) -> None:
         self.log_path = workdir / f"scheduler-{uuid.uuid4().hex[:6]}.log"
         cmd = [sys.executable, "-m", "pykubelet", "scheduler", "--kubeconfig", str(kubeconfig), "-v"]
         if settings is not None:
@@ -93,18 +96,30 @@ class Cluster:
         self.prefix = namespace
 
     # nodes
-    def add_node(self, name: str, cpu: str = "4", memory: str = "8Gi", pods: int = 110,
-                 labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
-                 unschedulable: bool = False, images: list[tuple[str, int]] | None = None,
-                 ephemeral: str = "100Gi") -> str:
+    def add_node(
+        self,
+        name: str,
+        cpu: str = "4",
+        memory: str = "8Gi",
+        pods: int = 110,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        unschedulable: bool = False,
+        images: list[tuple[str, int]] | None = None,
+        ephemeral: str = "100Gi",
+    ) -> str:
         full = f"{self.prefix}-{name}"
         alloc = {"cpu": cpu, "memory": memory, "pods": str(pods), "ephemeral-storage": ephemeral}
         body = {
-            "apiVersion": "v1", "kind": "Node",
+            "apiVersion": "v1",
+            "kind": "Node",
             "metadata": {"name": full, "labels": {"kubernetes.io/hostname": full, **(labels or {})}},
             "spec": {"taints": taints or [], "unschedulable": unschedulable},
-            "status": {"capacity": alloc, "allocatable": alloc,
-                       "images": [{"names": [n], "sizeBytes": s} for n, s in images or ()]},
+            "status": {
+                "capacity": alloc,
+                "allocatable": alloc,
+                "images": [{"names": [n], "sizeBytes": s} for n, s in images or ()],
+            },
         }
         self.v1.create_node(body)
         self.nodes.append(full)
@@ -114,17 +129,30 @@ class Cluster:
         self.v1.patch_node(name, patch)
 
     # pods
-    def pod(self, name: str, cpu: str | None = "100m", memory: str | None = "64Mi", **spec: Any) -> dict[str, Any]:
+    def pod(
+        self, name: str, cpu: str | None = "100m", memory: str | None = "64Mi", **spec: Any
+    ) -> dict[str, Any]:
         requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
         container = {"name": "c", "image": spec.pop("image", "busybox"), "resources": {"requests": requests}}
         if "ports" in spec:
             container["ports"] = spec.pop("ports")
         meta: dict[str, Any] = {"name": name, "labels": spec.pop("labels", {})}
         if "owner" in spec:
-            meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": spec["owner"],
-                                        "uid": f"uid-{spec.pop('owner')}", "controller": True}]
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-                "spec": {"containers": [container], **spec}}
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": spec["owner"],
+                    "uid": f"uid-{spec.pop('owner')}",
+                    "controller": True,
+                }
+            ]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": {"containers": [container], **spec},
+        }
 
     def create(self, body: dict[str, Any]) -> str:
         self.v1.create_namespaced_pod(self.namespace, body)
@@ -150,15 +178,20 @@ class Cluster:
             pod = self.get(name)
             assert not pod.spec.node_name, f"pod {name} unexpectedly bound to {pod.spec.node_name}"
             for c in pod.status.conditions or ():
-                if (c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
-                        and containing in (c.message or "")):
+                if (
+                    c.type == "PodScheduled"
+                    and c.status == "False"
+                    and c.reason == "Unschedulable"
+                    and containing in (c.message or "")
+                ):
                     return str(c.message)
             time.sleep(0.05)
         raise AssertionError(f"pod {name} never reported Unschedulable; status: {self.get(name).status}")
 
     def events(self, name: str) -> list[client.CoreV1Event]:
         items = self.v1.list_namespaced_event(
-            self.namespace, field_selector=f"involvedObject.name={name}").items
+            self.namespace, field_selector=f"involvedObject.name={name}"
+        ).items
         return list(items)
 
     def wait_event(self, name: str, reason: str, timeout: float = WAIT) -> client.CoreV1Event:
@@ -171,8 +204,11 @@ class Cluster:
         raise AssertionError(f"no {reason} event for {name}: {[e.reason for e in self.events(name)]}")
 
     def bound_nodes(self) -> dict[str, str]:
-        return {p.metadata.name: p.spec.node_name
-                for p in self.v1.list_namespaced_pod(self.namespace).items if p.spec.node_name}
+        return {
+            p.metadata.name: p.spec.node_name
+            for p in self.v1.list_namespaced_pod(self.namespace).items
+            if p.spec.node_name
+        }
 
     def cleanup(self) -> None:
         for p in self.v1.list_namespaced_pod(self.namespace).items:
@@ -199,8 +235,9 @@ def cluster(v1: client.CoreV1Api) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def start_scheduler(apiserver: ApiServer, tmp_path: Path, request: pytest.FixtureRequest
-                    ) -> Iterator[Callable[..., SchedulerProcess]]:
+def start_scheduler(
+    apiserver: ApiServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., SchedulerProcess]]:
     started: list[SchedulerProcess] = []
 
     def start(settings: dict[str, Any] | None = None, wait_synced: bool = True) -> SchedulerProcess:
@@ -231,17 +268,29 @@ def most_allocated(**weights: int) -> dict[str, Any]:
     return scheduler_config("MostAllocated", **weights)
 
 
-def scheduler_config(strategy: str = "LeastAllocated", only: list[str] | None = None, **weights: int
-                     ) -> dict[str, Any]:
+def scheduler_config(
+    strategy: str = "LeastAllocated", only: list[str] | None = None, **weights: int
+) -> dict[str, Any]:
     score: dict[str, Any] = {}
     if only is not None:
-        score = {"disabled": [{"name": "*"}], "enabled": [{"name": n, "weight": weights.get(n, 1)} for n in only]}
+        score = {
+            "disabled": [{"name": "*"}],
+            "enabled": [{"name": n, "weight": weights.get(n, 1)} for n in only],
+        }
     elif weights:
         score = {"enabled": [{"name": n, "weight": w} for n, w in weights.items()]}
     return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-        "podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 10,
-        "profiles": [{"schedulerName": "default-scheduler", "plugins": {"score": score},
-                      "pluginConfig": [{"name": "NodeResourcesFit",
-                                        "args": {"scoringStrategy": {"type": strategy}}}]}],
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "podInitialBackoffSeconds": 1,
+        "podMaxBackoffSeconds": 10,
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "plugins": {"score": score},
+                "pluginConfig": [
+                    {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": strategy}}}
+                ],
+            }
+        ],
     }

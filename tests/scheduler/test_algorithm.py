@@ -24,8 +24,14 @@ from tests.scheduler.helpers import make_node, make_pod
 
 
 def decide(pod, nodes, config=None, seed=0):
-    return schedule(pod, nodes, default_filters(), build_scores(config or SchedulerConfig()),
-                    ClusterView(len(nodes), Counter()), random.Random(seed))
+    return schedule(
+        pod,
+        nodes,
+        default_filters(),
+        build_scores(config or SchedulerConfig()),
+        ClusterView(len(nodes), Counter()),
+        random.Random(seed),
+    )
 
 
 def test_message_matches_upstream_example():
@@ -33,8 +39,9 @@ def test_message_matches_upstream_example():
     nodes = [make_node("a", memory="1Gi"), make_node("b", taints=gpu), make_node("c", taints=gpu)]
     with pytest.raises(FitError) as err:
         decide(make_pod(memory="2Gi"), nodes)
-    assert str(err.value) == ("0/3 nodes are available: 1 Insufficient memory, "
-                              "2 node(s) had untolerated taint {dedicated: gpu}.")
+    assert str(err.value) == (
+        "0/3 nodes are available: 1 Insufficient memory, 2 node(s) had untolerated taint {dedicated: gpu}."
+    )
 
 
 def test_first_failing_filter_names_the_reason():
@@ -73,8 +80,17 @@ def test_strategy_decides_between_emptier_and_fuller():
     busy.add_pod(make_pod(cpu="2", memory="4Gi"))
     pod = make_pod(cpu="1", memory="2Gi")
     assert decide(pod, [empty, busy]).name == "empty"
-    most = config_from_dict({"profiles": [{"pluginConfig": [
-        {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}]}]})
+    most = config_from_dict(
+        {
+            "profiles": [
+                {
+                    "pluginConfig": [
+                        {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}
+                    ]
+                }
+            ]
+        }
+    )
     assert decide(pod, [empty, busy], most).name == "busy"
 
 
@@ -94,10 +110,20 @@ def test_sequential_decisions_with_assumed_pods_never_overcommit():
     assert all(v == 2 for v in placed.values())
 
 
-@pytest.mark.parametrize(("nodes", "percentage", "expected"), [
-    (50, 0, 50), (100, 0, 100), (500, 0, 230), (1000, 0, 420), (5000, 0, 500), (6000, 0, 300),
-    (500, 10, 100), (1000, 30, 300), (1000, 100, 1000),
-])
+@pytest.mark.parametrize(
+    ("nodes", "percentage", "expected"),
+    [
+        (50, 0, 50),
+        (100, 0, 100),
+        (500, 0, 230),
+        (1000, 0, 420),
+        (5000, 0, 500),
+        (6000, 0, 300),
+        (500, 10, 100),
+        (1000, 30, 300),
+        (1000, 100, 1000),
+    ],
+)
 def test_feasible_nodes_to_find(nodes, percentage, expected):
     assert feasible_nodes_to_find(nodes, percentage) == expected
 
@@ -112,6 +138,13 @@ def test_big_clusters_stop_early_and_rotate_the_start():
     assert feasible[0].name == "n230" and feasible[-1].name == "n459"
     # When nothing fits, every node is looked at and reported.
     with pytest.raises(FitError) as err:
-        schedule(make_pod(cpu="64"), nodes, default_filters(), [], ClusterView(500, Counter()), random.Random(0),
-                 search)
+        schedule(
+            make_pod(cpu="64"),
+            nodes,
+            default_filters(),
+            [],
+            ClusterView(500, Counter()),
+            random.Random(0),
+            search,
+        )
     assert str(err.value) == "0/500 nodes are available: 500 Insufficient cpu."

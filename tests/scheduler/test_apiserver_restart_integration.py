@@ -26,8 +26,11 @@ def test_scheduler_survives_an_apiserver_restart(tmp_path):
             v1.create_namespace({"metadata": {"name": "restart"}})
             cluster = Cluster(v1, "restart")
             node = cluster.add_node("n")
-            sched = SchedulerProcess(server.scheduler_kubeconfig, tmp_path,
-                                     {**scheduler_config(), "leaderElection": {"leaderElect": False}})
+            sched = SchedulerProcess(
+                server.scheduler_kubeconfig,
+                tmp_path,
+                {**scheduler_config(), "leaderElection": {"leaderElect": False}},
+            )
             cluster.create(cluster.pod("before"))
             assert cluster.wait_bound("before") == node
 

@@ -11,8 +11,13 @@ from tests.scheduler.helpers import make_pod
 
 
 def node_obj(name, images=()):
-    return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "10"},
-                                                   "images": [{"names": [i], "sizeBytes": 1} for i in images]}}
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "allocatable": {"cpu": "2", "memory": "1Gi", "pods": "10"},
+            "images": [{"names": [i], "sizeBytes": 1} for i in images],
+        },
+    }
 
 
 def test_assume_confirm_forget():
@@ -90,18 +95,33 @@ profiles:
     assert weights["ImageLocality"] == 5 and weights["OwnerSpread"] == 4
 
 
-@pytest.mark.parametrize("doc", [
-    {"profiles": [{"plugins": {"score": {"enabled": [{"name": "NoSuchPlugin"}]}}}]},
-    {"profiles": [{"pluginConfig": [{"name": "NodeResourcesFit",
-                                     "args": {"scoringStrategy": {"type": "RequestedToCapacityRatio"}}}]}]},
-    {"podInitialBackoffSeconds": 5, "podMaxBackoffSeconds": 1},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"profiles": [{"plugins": {"score": {"enabled": [{"name": "NoSuchPlugin"}]}}}]},
+        {
+            "profiles": [
+                {
+                    "pluginConfig": [
+                        {
+                            "name": "NodeResourcesFit",
+                            "args": {"scoringStrategy": {"type": "RequestedToCapacityRatio"}},
+                        }
+                    ]
+                }
+            ]
+        },
+        {"podInitialBackoffSeconds": 5, "podMaxBackoffSeconds": 1},
+    ],
+)
 def test_bad_config_is_refused(doc):
     with pytest.raises(ValueError):
         config_from_dict(doc)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("15s", 15), ("500ms", 0.5), ("1m30s", 90), ("2h", 7200), (3, 3)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("15s", 15), ("500ms", 0.5), ("1m30s", 90), ("2h", 7200), (3, 3)]
+)
 def test_durations(text, seconds):
     from controlplane.scheduler.config import parse_duration
 
@@ -109,11 +129,25 @@ def test_durations(text, seconds):
 
 
 def test_leader_election_settings():
-    cfg = config_from_dict({"leaderElection": {"leaderElect": True, "leaseDuration": "4s",
-                                               "renewDeadline": "3s", "retryPeriod": "1s",
-                                               "resourceName": "other"}})
+    cfg = config_from_dict(
+        {
+            "leaderElection": {
+                "leaderElect": True,
+                "leaseDuration": "4s",
+                "renewDeadline": "3s",
+                "retryPeriod": "1s",
+                "resourceName": "other",
+            }
+        }
+    )
     le = cfg.leader_election
-    assert (le.enabled, le.lease_duration, le.renew_deadline, le.retry_period, le.name) == (True, 4, 3, 1, "other")
+    assert (le.enabled, le.lease_duration, le.renew_deadline, le.retry_period, le.name) == (
+        True,
+        4,
+        3,
+        1,
+        "other",
+    )
     assert load_config(None).leader_election.enabled  # on by default, as upstream
     with pytest.raises(ValueError):
         config_from_dict({"leaderElection": {"leaseDuration": "2s", "renewDeadline": "5s"}})

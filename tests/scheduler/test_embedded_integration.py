@@ -47,7 +47,8 @@ def test_embedded_scheduler_binds_and_dies_with_the_server(tmp_path: Path) -> No
                 }
             )
             v1.create_namespaced_pod(
-                "default", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+                "default",
+                {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
             )
             node = _wait(lambda: v1.read_namespaced_pod("p", "default").spec.node_name)
             assert node == "embedded-n1"

@@ -32,8 +32,9 @@ async def test_run_scheduler_in_process_until_stopped(apiserver, cluster):
         async with asyncio.timeout(30):  # the Scheduled event is flushed by the time run_scheduler returns
             stop.set()
             await task
-        events, _ = await client.list(f"/api/v1/namespaces/{ns}/events",
-                                      {"fieldSelector": "involvedObject.name=inproc"})
+        events, _ = await client.list(
+            f"/api/v1/namespaces/{ns}/events", {"fieldSelector": "involvedObject.name=inproc"}
+        )
         assert [e["reason"] for e in events] == ["Scheduled"]
     finally:
         stop.set()

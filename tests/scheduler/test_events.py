@@ -9,7 +9,11 @@ from typing import Any
 from controlplane.scheduler import events
 from controlplane.scheduler.events import scheduler_events
 
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7"}}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7"},
+}
 
 
 class RecordingClient:
@@ -30,19 +34,43 @@ async def test_event_fields_and_repeat_bumps_count():
     rec = scheduler_events(api, "default-scheduler", workers=1)  # type: ignore[arg-type]
     rec.start()
     try:
-        rec.event(POD, "Warning", "FailedScheduling", "0/1 nodes are available: 1 Too many pods.", action="Scheduling")
+        rec.event(
+            POD,
+            "Warning",
+            "FailedScheduling",
+            "0/1 nodes are available: 1 Too many pods.",
+            action="Scheduling",
+        )
         await rec.flush()
-        rec.event(POD, "Warning", "FailedScheduling", "0/1 nodes are available: 1 Too many pods.", action="Scheduling")
+        rec.event(
+            POD,
+            "Warning",
+            "FailedScheduling",
+            "0/1 nodes are available: 1 Too many pods.",
+            action="Scheduling",
+        )
         await rec.flush()
-        rec.event(POD, "Warning", "FailedScheduling", "0/2 nodes are available: 2 Too many pods.", action="Scheduling")
+        rec.event(
+            POD,
+            "Warning",
+            "FailedScheduling",
+            "0/2 nodes are available: 2 Too many pods.",
+            action="Scheduling",
+        )
         await rec.flush()
     finally:
         await rec.stop()
     methods = [(m, p.rsplit("/", 1)[-1] if m == "PATCH" else p) for m, p, _ in api.calls]
     assert methods[0] == ("POST", "/api/v1/namespaces/ns/events")
     created = api.calls[0][2]
-    assert created["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": "p",
-                                         "uid": "u1", "resourceVersion": "7"}
+    assert created["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "ns",
+        "name": "p",
+        "uid": "u1",
+        "resourceVersion": "7",
+    }
     assert (created["type"], created["reason"], created["count"]) == ("Warning", "FailedScheduling", 1)
     assert created["source"] == {"component": "default-scheduler"}
     assert methods[1] == ("PATCH", created["metadata"]["name"]) and api.calls[1][2]["count"] == 2

@@ -21,8 +21,11 @@ def test_node_unschedulable():
     f = NodeUnschedulableFilter()
     assert f.filter(make_pod(), make_node(unschedulable=True)) == ("node(s) were unschedulable",)
     assert f.filter(make_pod(), make_node()) == ()
-    tolerant = make_pod(tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
-                                      "effect": "NoSchedule"}])
+    tolerant = make_pod(
+        tolerations=[
+            {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    )
     assert f.filter(tolerant, make_node(unschedulable=True)) == ()
 
 
@@ -41,7 +44,10 @@ def test_resources_fit_counts_every_shortfall_in_order():
     assert f.filter(make_pod(cpu="400m", memory="256Mi"), node) == ("Too many pods",)
     node2 = make_node(cpu="1", memory="1Gi", pods=10)
     node2.add_pod(make_pod(cpu="500m", memory="512Mi"))
-    assert f.filter(make_pod(cpu="600m", memory="600Mi"), node2) == ("Insufficient cpu", "Insufficient memory")
+    assert f.filter(make_pod(cpu="600m", memory="600Mi"), node2) == (
+        "Insufficient cpu",
+        "Insufficient memory",
+    )
     assert f.filter(make_pod(cpu="500m", memory="512Mi"), node2) == ()  # exactly the rest fits
 
 
@@ -70,18 +76,36 @@ AFFINITY_REASON = "node(s) didn't match Pod's node affinity/selector"
 
 
 def required(*expressions, fields=()):
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": list(expressions), "matchFields": list(fields)}]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": list(expressions), "matchFields": list(fields)}]
+            }
+        }
+    }
 
 
-@pytest.mark.parametrize(("operator", "values", "labels", "fits"), [
-    ("In", ["a", "b"], {"k": "a"}, True), ("In", ["a"], {"k": "c"}, False), ("In", ["a"], {}, False),
-    ("NotIn", ["a"], {"k": "b"}, True), ("NotIn", ["a"], {}, True), ("NotIn", ["a"], {"k": "a"}, False),
-    ("Exists", [], {"k": ""}, True), ("Exists", [], {}, False),
-    ("DoesNotExist", [], {}, True), ("DoesNotExist", [], {"k": "x"}, False),
-    ("Gt", ["5"], {"k": "6"}, True), ("Gt", ["5"], {"k": "5"}, False), ("Gt", ["5"], {"k": "x"}, False),
-    ("Lt", ["5"], {"k": "4"}, True), ("Lt", ["5"], {"k": "5"}, False), ("Lt", ["5"], {}, False),
-])
+@pytest.mark.parametrize(
+    ("operator", "values", "labels", "fits"),
+    [
+        ("In", ["a", "b"], {"k": "a"}, True),
+        ("In", ["a"], {"k": "c"}, False),
+        ("In", ["a"], {}, False),
+        ("NotIn", ["a"], {"k": "b"}, True),
+        ("NotIn", ["a"], {}, True),
+        ("NotIn", ["a"], {"k": "a"}, False),
+        ("Exists", [], {"k": ""}, True),
+        ("Exists", [], {}, False),
+        ("DoesNotExist", [], {}, True),
+        ("DoesNotExist", [], {"k": "x"}, False),
+        ("Gt", ["5"], {"k": "6"}, True),
+        ("Gt", ["5"], {"k": "5"}, False),
+        ("Gt", ["5"], {"k": "x"}, False),
+        ("Lt", ["5"], {"k": "4"}, True),
+        ("Lt", ["5"], {"k": "5"}, False),
+        ("Lt", ["5"], {}, False),
+    ],
+)
 def test_node_affinity_operators(operator, values, labels, fits):
     pod = make_pod(affinity=required({"key": "k", "operator": operator, "values": values}))
     got = NodeAffinityFilter().filter(pod, make_node(labels=labels))
@@ -90,9 +114,16 @@ def test_node_affinity_operators(operator, values, labels, fits):
 
 def test_node_affinity_terms_are_ored_and_empty_term_matches_nothing():
     f = NodeAffinityFilter()
-    two_terms = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
-        {"matchExpressions": [{"key": "b", "operator": "Exists"}]}]}}}
+    two_terms = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
+                    {"matchExpressions": [{"key": "b", "operator": "Exists"}]},
+                ]
+            }
+        }
+    }
     assert f.filter(make_pod(affinity=two_terms), make_node(labels={"b": "1"})) == ()
     empty = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}}
     assert f.filter(make_pod(affinity=empty), make_node()) == (AFFINITY_REASON,)
@@ -102,7 +133,9 @@ def test_node_selector_and_match_fields():
     f = NodeAffinityFilter()
     assert f.filter(make_pod(nodeSelector={"a": "1"}), make_node(labels={"a": "1", "b": "2"})) == ()
     assert f.filter(make_pod(nodeSelector={"a": "1"}), make_node(labels={"a": "2"})) == (AFFINITY_REASON,)
-    by_name = make_pod(affinity=required(fields=[{"key": "metadata.name", "operator": "In", "values": ["n1"]}]))
+    by_name = make_pod(
+        affinity=required(fields=[{"key": "metadata.name", "operator": "In", "values": ["n1"]}])
+    )
     assert f.filter(by_name, make_node("n1")) == ()
     assert f.filter(by_name, make_node("n2")) == (AFFINITY_REASON,)
     assert Requirement("metadata.name", "Exists", ()).matches({"metadata.name": "n"})  # label semantics
@@ -112,9 +145,13 @@ def test_node_selector_and_match_fields():
 
 def test_taints_and_tolerations():
     f = TaintTolerationFilter()
-    node = make_node(taints=[{"key": "soft", "effect": "PreferNoSchedule"},
-                             {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
-                             {"key": "evict", "effect": "NoExecute"}])
+    node = make_node(
+        taints=[
+            {"key": "soft", "effect": "PreferNoSchedule"},
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            {"key": "evict", "effect": "NoExecute"},
+        ]
+    )
     assert f.filter(make_pod(), node) == ("node(s) had untolerated taint {dedicated: gpu}",)
     only_gpu = make_pod(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "gpu"}])
     assert f.filter(only_gpu, node) == ("node(s) had untolerated taint {evict: }",)
@@ -122,16 +159,19 @@ def test_taints_and_tolerations():
     assert f.filter(everything, node) == ()
 
 
-@pytest.mark.parametrize(("toleration", "tolerates"), [
-    (Toleration("k", "Equal", "v", "NoSchedule"), True),
-    (Toleration("k", "Equal", "v", ""), True),
-    (Toleration("k", "Equal", "w", "NoSchedule"), False),
-    (Toleration("k", "Exists", "", "NoSchedule"), True),
-    (Toleration("k", "Exists", "", "NoExecute"), False),
-    (Toleration("", "Exists", "", ""), True),
-    (Toleration("other", "Exists", "", ""), False),
-    (Toleration("k", "Lt", "v", ""), False),
-])
+@pytest.mark.parametrize(
+    ("toleration", "tolerates"),
+    [
+        (Toleration("k", "Equal", "v", "NoSchedule"), True),
+        (Toleration("k", "Equal", "v", ""), True),
+        (Toleration("k", "Equal", "w", "NoSchedule"), False),
+        (Toleration("k", "Exists", "", "NoSchedule"), True),
+        (Toleration("k", "Exists", "", "NoExecute"), False),
+        (Toleration("", "Exists", "", ""), True),
+        (Toleration("other", "Exists", "", ""), False),
+        (Toleration("k", "Lt", "v", ""), False),
+    ],
+)
 def test_toleration_matching(toleration, tolerates):
     assert toleration.tolerates(Taint("k", "v", "NoSchedule")) is tolerates
 
@@ -146,6 +186,9 @@ def test_node_ports():
     assert f.filter(make_pod(ports=[{"containerPort": 1, "hostPort": 8081}]), node) == ()
     specific = make_node()
     specific.add_pod(make_pod(ports=[{"containerPort": 80, "hostPort": 9000, "hostIP": "10.0.0.1"}]))
-    assert f.filter(make_pod(ports=[{"containerPort": 1, "hostPort": 9000, "hostIP": "10.0.0.2"}]), specific) == ()
+    assert (
+        f.filter(make_pod(ports=[{"containerPort": 1, "hostPort": 9000, "hostIP": "10.0.0.2"}]), specific)
+        == ()
+    )
     assert f.filter(make_pod(ports=[{"containerPort": 1, "hostPort": 9000}]), specific) == reason
     assert not f.applies(make_pod())

@@ -28,8 +28,14 @@ def test_node_unschedulable(cluster, start_scheduler):
     cluster.create(cluster.pod("plain"))
     assert cluster.wait_unschedulable("plain") == "0/1 nodes are available: 1 node(s) were unschedulable."
     # A pod tolerating the unschedulable taint (as DaemonSet pods do) may still go there.
-    cluster.create(cluster.pod("daemon", tolerations=[
-        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]))
+    cluster.create(
+        cluster.pod(
+            "daemon",
+            tolerations=[
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        )
+    )
     assert cluster.wait_bound("daemon") == cordoned
     # Uncordoning is a node change: the waiting pod is retried and bound.
     cluster.patch_node(cordoned, {"spec": {"unschedulable": False}})
@@ -47,7 +53,8 @@ def test_node_resources_fit(cluster, start_scheduler):
     # big is now out of pod slots; small lacks cpu and memory: every shortfall is counted.
     cluster.create(cluster.pod("huge", cpu="3", memory="2Gi"))
     assert cluster.wait_unschedulable("huge") == (
-        "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 Too many pods.")
+        "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 Too many pods."
+    )
     assert small != big
 
 
@@ -56,14 +63,16 @@ def test_init_containers_and_overhead_count(cluster, start_scheduler):
     start_scheduler()
     # App containers need 1 cpu, but the init container needs 3 at its step: the pod needs 3.
     init_heavy = cluster.pod("init-heavy", cpu="1")
-    init_heavy["spec"]["initContainers"] = [{"name": "init", "image": "busybox",
-                                             "resources": {"requests": {"cpu": "3"}}}]
+    init_heavy["spec"]["initContainers"] = [
+        {"name": "init", "image": "busybox", "resources": {"requests": {"cpu": "3"}}}
+    ]
     cluster.create(init_heavy)
     assert cluster.wait_unschedulable("init-heavy") == "0/1 nodes are available: 1 Insufficient cpu."
     # Sequential init containers do not add up: max(1.5, 1.5) and the app's 1 -> 1.5 cpu fits.
     init_light = cluster.pod("init-light", cpu="1")
     init_light["spec"]["initContainers"] = [
-        {"name": f"i{i}", "image": "busybox", "resources": {"requests": {"cpu": "1500m"}}} for i in range(2)]
+        {"name": f"i{i}", "image": "busybox", "resources": {"requests": {"cpu": "1500m"}}} for i in range(2)
+    ]
     cluster.create(init_light)
     assert cluster.wait_bound("init-light") == node
     # 1.5 cpu of 2 taken; a 400m pod plus 200m overhead no longer fits in the 500m left. (Upstream's
@@ -98,12 +107,19 @@ def test_pods_bound_by_others_take_their_share(cluster, start_scheduler):
     ],
 )
 def test_required_node_affinity_label_operators(cluster, start_scheduler, operator, values, expected):
-    nodes = {"fast": cluster.add_node("fast", labels={"disk": "ssd"}),
-             "slow": cluster.add_node("slow", labels={})}
+    nodes = {
+        "fast": cluster.add_node("fast", labels={"disk": "ssd"}),
+        "slow": cluster.add_node("slow", labels={}),
+    }
     start_scheduler()
     expression = {"key": "disk", "operator": operator, **({"values": values} if values else {})}
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [expression]}]}}}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expression]}]
+            }
+        }
+    }
     for i in range(3):  # several pods: a lucky random pick cannot pass this
         cluster.create(cluster.pod(f"p{i}", affinity=affinity))
     for i in range(3):
@@ -112,12 +128,21 @@ def test_required_node_affinity_label_operators(cluster, start_scheduler, operat
 
 @pytest.mark.parametrize(("operator", "value", "expected"), [("Gt", "8", "large"), ("Lt", "8", "small")])
 def test_required_node_affinity_gt_lt(cluster, start_scheduler, operator, value, expected):
-    nodes = {"large": cluster.add_node("large", labels={"cores": "16"}),
-             "small": cluster.add_node("small", labels={"cores": "4"}),
-             "odd": cluster.add_node("odd", labels={"cores": "many"})}
+    nodes = {
+        "large": cluster.add_node("large", labels={"cores": "16"}),
+        "small": cluster.add_node("small", labels={"cores": "4"}),
+        "odd": cluster.add_node("odd", labels={"cores": "many"}),
+    }
     start_scheduler()
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "cores", "operator": operator, "values": [value]}]}]}}}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "cores", "operator": operator, "values": [value]}]}
+                ]
+            }
+        }
+    }
     for i in range(3):
         cluster.create(cluster.pod(f"p{i}", affinity=affinity))
     for i in range(3):
@@ -130,13 +155,21 @@ def test_node_selector_and_match_fields(cluster, start_scheduler):
     start_scheduler()
     cluster.create(cluster.pod("selector", nodeSelector={"accelerator": "gpu"}))
     assert cluster.wait_bound("selector") == gpu
-    by_name = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [cpu]}]}]}}}
+    by_name = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [cpu]}]}
+                ]
+            }
+        }
+    }
     cluster.create(cluster.pod("fields", affinity=by_name))
     assert cluster.wait_bound("fields") == cpu
     cluster.create(cluster.pod("nowhere", nodeSelector={"accelerator": "tpu"}))
     assert cluster.wait_unschedulable("nowhere") == (
-        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.")
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    )
 
 
 def test_taint_toleration(cluster, start_scheduler):
@@ -146,36 +179,49 @@ def test_taint_toleration(cluster, start_scheduler):
     cluster.create(cluster.pod("plain"))
     assert cluster.wait_unschedulable("plain") == (
         "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, "
-        "1 node(s) had untolerated taint {maintenance: }.")
-    cluster.create(cluster.pod("equal", tolerations=[
-        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]))
+        "1 node(s) had untolerated taint {maintenance: }."
+    )
+    cluster.create(
+        cluster.pod(
+            "equal",
+            tolerations=[{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+        )
+    )
     assert cluster.wait_bound("equal") == gpu
     cluster.create(cluster.pod("exists", tolerations=[{"key": "maintenance", "operator": "Exists"}]))
     assert cluster.wait_bound("exists") == evicting
     # A toleration for the wrong value does not count.
-    cluster.create(cluster.pod("wrong-value", tolerations=[
-        {"key": "dedicated", "operator": "Equal", "value": "tpu", "effect": "NoSchedule"}]))
+    cluster.create(
+        cluster.pod(
+            "wrong-value",
+            tolerations=[{"key": "dedicated", "operator": "Equal", "value": "tpu", "effect": "NoSchedule"}],
+        )
+    )
     cluster.wait_unschedulable("wrong-value")
 
 
 def test_not_ready_and_unreachable_taints(cluster, start_scheduler):
     # The node lifecycle controller sets NoSchedule taints for both conditions (TaintNodesByCondition).
-    not_ready = cluster.add_node("not-ready", taints=[
-        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
-    unreachable = cluster.add_node("unreachable", taints=[
-        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}])
+    not_ready = cluster.add_node(
+        "not-ready", taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    )
+    unreachable = cluster.add_node(
+        "unreachable", taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]
+    )
     start_scheduler()
     cluster.create(cluster.pod("plain"))
     assert cluster.wait_unschedulable("plain") == (
         "0/2 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, "
-        "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }.")
+        "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }."
+    )
     # The node lifecycle controller lifting the taint is a node change: the pod is retried.
     cluster.patch_node(not_ready, {"spec": {"taints": None}})
     assert cluster.wait_bound("plain") == not_ready
     # The NoExecute variants are tolerated for 300 s by the tolerations the API server's admission adds
     # to every pod, so they do not keep a new pod off the node, as upstream.
-    cluster.patch_node(unreachable, {"spec": {"taints": [
-        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}})
+    cluster.patch_node(
+        unreachable, {"spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}}
+    )
     cluster.patch_node(not_ready, {"spec": {"unschedulable": True}})
     cluster.create(cluster.pod("defaulted"))
     tolerations = {t.key for t in cluster.get("defaulted").spec.tolerations or ()}
@@ -193,7 +239,8 @@ def test_node_ports(cluster, start_scheduler):
     assert {cluster.wait_bound("web0"), cluster.wait_bound("web1")} == {a, b}
     cluster.create(cluster.pod("web2", ports=port))
     assert cluster.wait_unschedulable("web2") == (
-        "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports.")
+        "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports."
+    )
     # Same port, other protocol: no conflict.
     cluster.create(cluster.pod("dns", ports=[{"containerPort": 53, "hostPort": 8080, "protocol": "UDP"}]))
     assert cluster.wait_bound("dns") in (a, b)
@@ -211,7 +258,8 @@ def test_ephemeral_storage(cluster, start_scheduler):
     pod["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "95Gi"
     cluster.create(pod)
     assert cluster.wait_unschedulable("too-big") == (
-        "0/2 nodes are available: 2 Insufficient ephemeral-storage.")
+        "0/2 nodes are available: 2 Insufficient ephemeral-storage."
+    )
 
 
 def test_all_filters_combined(cluster, start_scheduler):
@@ -219,16 +267,23 @@ def test_all_filters_combined(cluster, start_scheduler):
     its twin (now also blocked by the port) is told about every node."""
     labels = {"tier": "web"}
     cluster.add_node("cordoned", labels=labels, unschedulable=True)
-    cluster.add_node("tainted", labels=labels, taints=[{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])
+    cluster.add_node(
+        "tainted", labels=labels, taints=[{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]
+    )
     cluster.add_node("unlabelled")
     cluster.add_node("small", labels=labels, cpu="500m")
     busy_port = cluster.add_node("port-taken", labels=labels)
-    good = cluster.add_node("good", labels=labels, taints=[{"key": "team", "value": "a", "effect": "NoSchedule"}])
+    good = cluster.add_node(
+        "good", labels=labels, taints=[{"key": "team", "value": "a", "effect": "NoSchedule"}]
+    )
     start_scheduler()
     port = [{"containerPort": 80, "hostPort": 80}]
     cluster.create(cluster.pod("holder", ports=port, nodeName=busy_port))
-    spec = {"nodeSelector": {"tier": "web"}, "ports": port,
-            "tolerations": [{"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}]}
+    spec = {
+        "nodeSelector": {"tier": "web"},
+        "ports": port,
+        "tolerations": [{"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}],
+    }
     cluster.create(cluster.pod("first", cpu="1", **spec))
     assert cluster.wait_bound("first") == good
     cluster.create(cluster.pod("twin", cpu="1", **spec))
@@ -237,4 +292,5 @@ def test_all_filters_combined(cluster, start_scheduler):
         "1 node(s) didn't match Pod's node affinity/selector, "
         "1 node(s) had untolerated taint {dedicated: db}, "
         "1 node(s) were unschedulable, "
-        "2 node(s) didn't have free ports for the requested pod ports.")
+        "2 node(s) didn't have free ports for the requested pod ports."
+    )

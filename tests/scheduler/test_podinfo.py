@@ -19,11 +19,21 @@ def c(cpu: str | None = None, memory: str | None = None, **extra):
     return {"name": "x", "resources": {"requests": req}, **extra}
 
 
-@pytest.mark.parametrize(("text", "milli", "units"), [
-    ("100m", 100, 1), ("1", 1000, 1), ("0.5", 500, 1), ("1Gi", 2**30 * 1000, 2**30),
-    ("128Mi", 128 * 2**20 * 1000, 128 * 2**20), ("1e3", 1_000_000, 1000), ("1k", 1_000_000, 1000),
-    ("0.1m", 1, 1), ("2E", 2 * 10**21, 2 * 10**18), (3, 3000, 3),
-])
+@pytest.mark.parametrize(
+    ("text", "milli", "units"),
+    [
+        ("100m", 100, 1),
+        ("1", 1000, 1),
+        ("0.5", 500, 1),
+        ("1Gi", 2**30 * 1000, 2**30),
+        ("128Mi", 128 * 2**20 * 1000, 128 * 2**20),
+        ("1e3", 1_000_000, 1000),
+        ("1k", 1_000_000, 1000),
+        ("0.1m", 1, 1),
+        ("2E", 2 * 10**21, 2 * 10**18),
+        (3, 3000, 3),
+    ],
+)
 def test_quantities(text, milli, units):
     assert milli_value(text) == milli
     assert value(text) == units
@@ -36,8 +46,10 @@ def test_bad_quantities(bad):
 
 
 def test_containers_add_up():
-    assert pod_requests({"containers": [c("100m", "1Gi"), c("200m", "1Gi")]}) == {"cpu": 300,
-                                                                                   "memory": 2 * 2**30}
+    assert pod_requests({"containers": [c("100m", "1Gi"), c("200m", "1Gi")]}) == {
+        "cpu": 300,
+        "memory": 2 * 2**30,
+    }
 
 
 def test_init_containers_take_the_max_not_the_sum():
@@ -72,14 +84,28 @@ def test_nonzero_defaults_fill_missing_requests_only():
 
 
 def test_pod_info_collects_what_filters_need():
-    info = pod_info({
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u",
-                     "ownerReferences": [{"uid": "rs1", "controller": True}, {"uid": "x"}]},
-        "spec": {"containers": [{"name": "a", "image": "nginx", "ports": [
-            {"containerPort": 80, "hostPort": 8080}, {"containerPort": 81}]}],
-            "tolerations": [{"key": "k", "operator": "Exists"}], "nodeSelector": {"a": "b"},
-            "priority": 7},
-    })
+    info = pod_info(
+        {
+            "metadata": {
+                "name": "p",
+                "namespace": "ns",
+                "uid": "u",
+                "ownerReferences": [{"uid": "rs1", "controller": True}, {"uid": "x"}],
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "a",
+                        "image": "nginx",
+                        "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 81}],
+                    }
+                ],
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "nodeSelector": {"a": "b"},
+                "priority": 7,
+            },
+        }
+    )
     assert info.owner == "ns/rs1"
     assert [(p.ip, p.protocol, p.port) for p in info.host_ports] == [("0.0.0.0", "TCP", 8080)]
     assert info.images == ("docker.io/library/nginx:latest",)
@@ -87,14 +113,17 @@ def test_pod_info_collects_what_filters_need():
     assert info.best_effort
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("busybox", "docker.io/library/busybox:latest"),
-    ("busybox:1.36", "docker.io/library/busybox:1.36"),
-    ("docker.io/busybox:1", "docker.io/library/busybox:1"),
-    ("library/busybox", "docker.io/library/busybox:latest"),
-    ("127.0.0.1:5000/library/busybox:latest", "127.0.0.1:5000/library/busybox:latest"),
-    ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"),
-    ("localhost/img", "localhost/img:latest"),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("busybox", "docker.io/library/busybox:latest"),
+        ("busybox:1.36", "docker.io/library/busybox:1.36"),
+        ("docker.io/busybox:1", "docker.io/library/busybox:1"),
+        ("library/busybox", "docker.io/library/busybox:latest"),
+        ("127.0.0.1:5000/library/busybox:latest", "127.0.0.1:5000/library/busybox:latest"),
+        ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"),
+        ("localhost/img", "localhost/img:latest"),
+    ],
+)
 def test_image_names_normalize(name, expected):
     assert normalize_image(name) == expected

@@ -20,7 +20,9 @@ def test_failed_scheduling_message_matches_upstream_form(cluster, start_schedule
     cluster.add_node("gpu2", taints=gpu)
     start_scheduler()
     cluster.create(cluster.pod("hungry", memory="2Gi"))
-    expected = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) had untolerated taint {dedicated: gpu}."
+    expected = (
+        "0/3 nodes are available: 1 Insufficient memory, 2 node(s) had untolerated taint {dedicated: gpu}."
+    )
     assert cluster.wait_unschedulable("hungry") == expected
     ev = cluster.wait_event("hungry", "FailedScheduling")
     assert ev.type == "Warning"
@@ -111,8 +113,11 @@ def test_fifty_pods_racing_for_ten_slots_never_overcommit(cluster, start_schedul
     per_node = Counter(bound.values())
     assert per_node == Counter({n: 2 for n in nodes})
     for node in nodes:
-        used = sum(milli_value(p.spec.containers[0].resources.requests["cpu"])
-                   for p in cluster.v1.list_namespaced_pod(cluster.namespace).items if p.spec.node_name == node)
+        used = sum(
+            milli_value(p.spec.containers[0].resources.requests["cpu"])
+            for p in cluster.v1.list_namespaced_pod(cluster.namespace).items
+            if p.spec.node_name == node
+        )
         assert used <= 2000
 
 
@@ -122,7 +127,9 @@ def test_a_pod_it_cannot_read_does_not_stop_scheduling(cluster, start_scheduler)
     bad = cluster.pod("bad-quantity", cpu="lots")
     try:
         cluster.create(bad)
-    except Exception as err:  # an API server that validates quantities refuses it (400, upstream's text): fine too
+    except (
+        Exception
+    ) as err:  # an API server that validates quantities refuses it (400, upstream's text): fine too
         assert "quantities must match the regular expression" in str(err)
     cluster.create(cluster.pod("good"))
     assert cluster.wait_bound("good") == node
@@ -142,8 +149,12 @@ def test_racing_another_binder_loses_no_pod_and_overcommits_nothing(cluster, sta
     start_scheduler()
     stolen = set()
     for name in names[::2]:  # bind every other pod ourselves, racing the scheduler
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": other}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": other},
+        }
         try:
             cluster.v1.create_namespaced_binding(cluster.namespace, body, _preload_content=False)
             stolen.add(name)

@@ -80,8 +80,11 @@ def test_image_locality():
 
 def test_taint_toleration_score_counts_untolerated_prefer_no_schedule():
     soft = {"key": "spot", "effect": "PreferNoSchedule"}
-    clean, one, two = make_node("c"), make_node("o", taints=[soft]), make_node(
-        "t", taints=[soft, {"key": "old", "effect": "PreferNoSchedule"}])
+    clean, one, two = (
+        make_node("c"),
+        make_node("o", taints=[soft]),
+        make_node("t", taints=[soft, {"key": "old", "effect": "PreferNoSchedule"}]),
+    )
     plugin = TaintTolerationScore()
     pod = make_pod()
     raw = plugin.score_all(pod, [clean, one, two], plugin.prepare(pod, [clean, one, two], VIEW))
@@ -93,12 +96,30 @@ def test_taint_toleration_score_counts_untolerated_prefer_no_schedule():
 
 
 def test_preferred_node_affinity():
-    pod = make_pod(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}},
-        {"weight": 30, "preference": {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}},
-    ]}})
-    nodes = [make_node("a", labels={"zone": "a"}), make_node("b", labels={"disk": "ssd"}),
-             make_node("c", labels={"zone": "a", "disk": "ssd"}), make_node("d")]
+    pod = make_pod(
+        affinity={
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 10,
+                        "preference": {
+                            "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]
+                        },
+                    },
+                    {
+                        "weight": 30,
+                        "preference": {"matchExpressions": [{"key": "disk", "operator": "Exists"}]},
+                    },
+                ]
+            }
+        }
+    )
+    nodes = [
+        make_node("a", labels={"zone": "a"}),
+        make_node("b", labels={"disk": "ssd"}),
+        make_node("c", labels={"zone": "a", "disk": "ssd"}),
+        make_node("d"),
+    ]
     plugin = NodeAffinityScore()
     raw = plugin.score_all(pod, nodes, plugin.prepare(pod, nodes, VIEW))
     assert raw == [10, 30, 40, 0]

@@ -37,8 +37,9 @@ def test_most_allocated_picks_the_fuller_node(cluster, start_scheduler):
 def test_replicas_of_one_owner_spread_even_when_packing(cluster, start_scheduler):
     nodes = [cluster.add_node(n) for n in ("a", "b", "c")]
     # MostAllocated alone would stack every pod on one node; owner spreading must win over it.
-    start_scheduler(scheduler_config("MostAllocated", only=["NodeResourcesFit", "PodTopologySpread"],
-                                     PodTopologySpread=2))
+    start_scheduler(
+        scheduler_config("MostAllocated", only=["NodeResourcesFit", "PodTopologySpread"], PodTopologySpread=2)
+    )
     for i in range(6):
         cluster.create(cluster.pod(f"rs-{i}", cpu="100m", memory="200Mi", owner="web"))
         cluster.wait_bound(f"rs-{i}")
@@ -54,19 +55,35 @@ def test_replicas_of_one_owner_spread_even_when_packing(cluster, start_scheduler
 
 def test_preferred_node_affinity_and_prefer_no_schedule(cluster, start_scheduler):
     preferred = cluster.add_node("preferred", labels={"zone": "a"})
-    tainted = cluster.add_node("tainted", labels={"zone": "a"},
-                               taints=[{"key": "spot", "value": "true", "effect": "PreferNoSchedule"}])
+    tainted = cluster.add_node(
+        "tainted",
+        labels={"zone": "a"},
+        taints=[{"key": "spot", "value": "true", "effect": "PreferNoSchedule"}],
+    )
     other = cluster.add_node("other", labels={"zone": "b"})
     start_scheduler()
-    affinity = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 50, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}
+    affinity = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 50,
+                    "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                }
+            ]
+        }
+    }
     for i in range(3):
         cluster.create(cluster.pod(f"p{i}", affinity=affinity))
         assert cluster.wait_bound(f"p{i}") == preferred
     assert other != tainted
     # Tolerating the PreferNoSchedule taint removes the penalty; least allocated then favours `tainted`.
-    cluster.create(cluster.pod("tolerant", affinity=affinity, tolerations=[
-        {"key": "spot", "operator": "Exists", "effect": "PreferNoSchedule"}]))
+    cluster.create(
+        cluster.pod(
+            "tolerant",
+            affinity=affinity,
+            tolerations=[{"key": "spot", "operator": "Exists", "effect": "PreferNoSchedule"}],
+        )
+    )
     assert cluster.wait_bound("tolerant") == tainted
 
 

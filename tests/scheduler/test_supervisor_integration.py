@@ -37,7 +37,9 @@ async def test_supervised_scheduler_restarts_and_stops(apiserver, cluster, tmp_p
     # A short lease: the replacement of a killed scheduler waits for the dead one's lease to expire.
     config = tmp_path / "sched.yaml"
     config.write_text("leaderElection: {leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 500ms}\n")
-    task = asyncio.create_task(supervise(component_command("scheduler", apiserver.scheduler_kubeconfig, config), stop, log, pids))
+    task = asyncio.create_task(
+        supervise(component_command("scheduler", apiserver.scheduler_kubeconfig, config), stop, log, pids)
+    )
     try:
         first = await asyncio.wait_for(pids.get(), 10)
         cluster.create(cluster.pod("one"))

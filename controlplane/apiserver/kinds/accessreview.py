@@ -26,31 +26,56 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 GROUP = "authorization.k8s.io"
 
-RESOURCE_ATTRIBUTES = {1: ("namespace", "string", None), 2: ("verb", "string", None), 3: ("group", "string", None),
-                       4: ("version", "string", None), 5: ("resource", "string", None),
-                       6: ("subresource", "string", None), 7: ("name", "string", None)}
+RESOURCE_ATTRIBUTES = {
+    1: ("namespace", "string", None),
+    2: ("verb", "string", None),
+    3: ("group", "string", None),
+    4: ("version", "string", None),
+    5: ("resource", "string", None),
+    6: ("subresource", "string", None),
+    7: ("name", "string", None),
+}
 NON_RESOURCE_ATTRIBUTES = {1: ("path", "string", None), 2: ("verb", "string", None)}
-SELF_SPEC = {1: ("resourceAttributes", "message", RESOURCE_ATTRIBUTES),
-             2: ("nonResourceAttributes", "message", NON_RESOURCE_ATTRIBUTES)}
-SUBJECT_SPEC = {**SELF_SPEC, 3: ("user", "string", None), 4: ("groups", "strings", None), 6: ("uid", "string", None)}
+SELF_SPEC = {
+    1: ("resourceAttributes", "message", RESOURCE_ATTRIBUTES),
+    2: ("nonResourceAttributes", "message", NON_RESOURCE_ATTRIBUTES),
+}
+SUBJECT_SPEC = {
+    **SELF_SPEC,
+    3: ("user", "string", None),
+    4: ("groups", "strings", None),
+    6: ("uid", "string", None),
+}
 
 
 def _go_non_resource(value: Obj | None) -> str:
     if value is None:
         return "null"
-    return (f'authorization.NonResourceAttributes{{Path:"{value.get("path", "")}", '
-            f'Verb:"{value.get("verb", "")}"}}')
+    return (
+        f'authorization.NonResourceAttributes{{Path:"{value.get("path", "")}", '
+        f'Verb:"{value.get("verb", "")}"}}'
+    )
 
 
 def _both_or_neither(spec: Obj) -> list[FieldError]:
     resource, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     if resource is not None and non_resource is not None:
-        return [FieldError("FieldValueInvalid", "spec.nonResourceAttributes",
-                           f"Invalid value: {_go_non_resource(non_resource)}: cannot be specified in combination "
-                           "with resourceAttributes")]
+        return [
+            FieldError(
+                "FieldValueInvalid",
+                "spec.nonResourceAttributes",
+                f"Invalid value: {_go_non_resource(non_resource)}: cannot be specified in combination "
+                "with resourceAttributes",
+            )
+        ]
     if resource is None and non_resource is None:
-        return [FieldError("FieldValueInvalid", "spec.resourceAttributes",
-                           "Invalid value: null: exactly one of nonResourceAttributes or resourceAttributes must be specified")]
+        return [
+            FieldError(
+                "FieldValueInvalid",
+                "spec.resourceAttributes",
+                "Invalid value: null: exactly one of nonResourceAttributes or resourceAttributes must be specified",
+            )
+        ]
     return []
 
 
@@ -65,11 +90,20 @@ def attributes(user: UserInfo, spec: Obj) -> Attributes:
     """AuthorizationAttributesFrom: the request a review describes (version "" means every version)."""
     resource = spec.get("resourceAttributes")
     if resource is not None:
-        return Attributes(user, resource.get("verb") or "", resource.get("group") or "", resource.get("version") or "*",
-                          resource.get("resource") or "", resource.get("subresource") or "",
-                          resource.get("namespace") or "", resource.get("name") or "")
+        return Attributes(
+            user,
+            resource.get("verb") or "",
+            resource.get("group") or "",
+            resource.get("version") or "*",
+            resource.get("resource") or "",
+            resource.get("subresource") or "",
+            resource.get("namespace") or "",
+            resource.get("name") or "",
+        )
     non_resource = spec.get("nonResourceAttributes") or {}
-    return Attributes(user, non_resource.get("verb") or "", path=non_resource.get("path") or "", resource_request=False)
+    return Attributes(
+        user, non_resource.get("verb") or "", path=non_resource.get("path") or "", resource_request=False
+    )
 
 
 class AccessReview(Kind):
@@ -85,18 +119,26 @@ class AccessReview(Kind):
         spec = review.get("spec") or {}
         out = _both_or_neither(spec)
         if not self.self_review and not spec.get("user") and not spec.get("groups"):
-            out.append(invalid("spec.user", spec.get("user") or "", "at least one of user or group must be specified"))
+            out.append(
+                invalid(
+                    "spec.user", spec.get("user") or "", "at least one of user or group must be specified"
+                )
+            )
         if not _empty_meta(review.get("metadata")):
-            out.append(FieldError("FieldValueInvalid", "metadata", "Invalid value: \"\": must be empty"))
+            out.append(FieldError("FieldValueInvalid", "metadata", 'Invalid value: "": must be empty'))
         return out
 
     def subject(self, rest: RestHandler, request: web.Request, spec: Obj) -> UserInfo:
         if self.self_review:
             return rest.user(request)
-        extra = tuple((k, tuple(v)) for k, v in sorted((spec.get("extra") or {}).items()) if isinstance(v, list))
+        extra = tuple(
+            (k, tuple(v)) for k, v in sorted((spec.get("extra") or {}).items()) if isinstance(v, list)
+        )
         return UserInfo(spec.get("user") or "", spec.get("uid") or "", tuple(spec.get("groups") or ()), extra)
 
-    async def create_virtual(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    async def create_virtual(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo
+    ) -> web.StreamResponse:
         review, _ = await rest.decode_body(request, info, self.kind, self.api_version, self.schema)
         problems = self.problems(review, info)
         if problems:
@@ -139,22 +181,42 @@ class LocalSubjectAccessReview(AccessReview):
     def problems(self, review: Obj, info: RequestInfo) -> list[FieldError]:
         meta = review.setdefault("metadata", {})
         if meta.get("namespace") and meta["namespace"] != info.namespace:
-            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
         meta["namespace"] = info.namespace
         spec = review.get("spec") or {}
         out = _both_or_neither(spec)
         if not spec.get("user") and not spec.get("groups"):
-            out.append(invalid("spec.user", spec.get("user") or "", "at least one of user or group must be specified"))
+            out.append(
+                invalid(
+                    "spec.user", spec.get("user") or "", "at least one of user or group must be specified"
+                )
+            )
         if not _empty_meta(meta, ("namespace",)):
-            out.append(FieldError("FieldValueInvalid", "metadata", "Invalid value: \"\": must be empty except for namespace"))
+            out.append(
+                FieldError(
+                    "FieldValueInvalid", "metadata", 'Invalid value: "": must be empty except for namespace'
+                )
+            )
         resource = spec.get("resourceAttributes")
         if resource is not None and (resource.get("namespace") or "") != info.namespace:
-            out.append(invalid("spec.resourceAttributes.namespace", resource.get("namespace") or "",
-                               "must match metadata.namespace"))
+            out.append(
+                invalid(
+                    "spec.resourceAttributes.namespace",
+                    resource.get("namespace") or "",
+                    "must match metadata.namespace",
+                )
+            )
         if spec.get("nonResourceAttributes") is not None:
-            out.append(FieldError("FieldValueInvalid", "spec.nonResourceAttributes",
-                                  f"Invalid value: {_go_non_resource(spec['nonResourceAttributes'])}: disallowed on this "
-                                  "kind of request"))
+            out.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    "spec.nonResourceAttributes",
+                    f"Invalid value: {_go_non_resource(spec['nonResourceAttributes'])}: disallowed on this "
+                    "kind of request",
+                )
+            )
         return out
 
 

@@ -262,7 +262,9 @@ class Kind:
 
     def deletion_finalizers(self, obj: Obj, options: DeleteOptions) -> list[str] | None:
         """The finalizers the object has after a DELETE with `options` (None: unchanged)."""
-        return deletion.gc_finalizers(list((obj.get("metadata") or {}).get("finalizers") or []), options, self.gc_policy)
+        return deletion.gc_finalizers(
+            list((obj.get("metadata") or {}).get("finalizers") or []), options, self.gc_policy
+        )
 
     def held(self, obj: Obj) -> bool:
         """Whether something still holds the object (finalizers) once it is marked for deletion."""
@@ -292,7 +294,9 @@ class Kind:
         """In-process loops the kind needs (each has `start()` and `async stop()`)."""
         return []
 
-    async def create_virtual(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    async def create_virtual(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo
+    ) -> web.StreamResponse:
         """POST of a kind that is not stored (`stored = False`)."""
         raise NotImplementedError
 
@@ -300,4 +304,3 @@ class Kind:
 
     def cells(self, obj: Obj) -> list[Any]:
         return tables.name_and_created(obj)
-

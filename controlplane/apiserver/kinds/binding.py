@@ -37,17 +37,33 @@ async def bind(rest: RestHandler, request: web.Request, info: RequestInfo, pods:
         have_uid = pod["metadata"].get("uid")
         if want_uid and want_uid != have_uid:
             raise errors.conflict(
-                "pods/binding", "", pod_name,
+                "pods/binding",
+                "",
+                pod_name,
                 f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: {have_uid}",
             )
         if spec.get("nodeName"):
-            raise errors.conflict("pods/binding", "", pod_name, f'pod {pod_name} is already assigned to node "{spec["nodeName"]}"')
+            raise errors.conflict(
+                "pods/binding",
+                "",
+                pod_name,
+                f'pod {pod_name} is already assigned to node "{spec["nodeName"]}"',
+            )
         if pod["metadata"].get("deletionTimestamp"):
-            raise errors.conflict("pods/binding", "", pod_name, f"pod {pod_name} is being deleted, cannot be assigned to a host")
+            raise errors.conflict(
+                "pods/binding", "", pod_name, f"pod {pod_name} is being deleted, cannot be assigned to a host"
+            )
         spec["nodeName"] = node
         conditions = pod.setdefault("status", {}).setdefault("conditions", [])
         conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": timestamp()})
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": timestamp(),
+            }
+        )
         return pod
 
     await rest.registry.guaranteed_update(
@@ -75,7 +91,9 @@ class Binding(Kind):
     stored = False
     schema = SCHEMA
 
-    async def create_virtual(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    async def create_virtual(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo
+    ) -> web.StreamResponse:
         from controlplane.apiserver.kinds.pod import KIND as POD
 
         return await bind(rest, request, info, POD)

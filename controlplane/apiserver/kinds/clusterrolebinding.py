@@ -23,8 +23,10 @@ class ClusterRoleBinding(Kind):
     schema = "V1ClusterRoleBinding"
     protobuf = BINDING_PROTOBUF
     admission = (BindingEscalation("clusterrolebindings"),)
-    columns = binding_columns("RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot "
-                              "be resolved, the Authorizer must return an error. This field is immutable.")
+    columns = binding_columns(
+        "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot "
+        "be resolved, the Authorizer must return an error. This field is immutable."
+    )
 
     def default(self, obj: Obj, creating: bool) -> None:
         validation.default_binding(obj)
@@ -33,7 +35,9 @@ class ClusterRoleBinding(Kind):
         return validation.role_name(path, name)
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:
-        return validation.role_ref(obj.get("roleRef"), ["ClusterRole"]) + validation.subjects(obj, namespaced=False)
+        return validation.role_ref(obj.get("roleRef"), ["ClusterRole"]) + validation.subjects(
+            obj, namespaced=False
+        )
 
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
         return validation.role_ref_unchanged(new, old)

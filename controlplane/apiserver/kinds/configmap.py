@@ -54,9 +54,17 @@ class ConfigMap(Kind):
     plural = "configmaps"
     short_names = ("cm",)
     schema = "V1ConfigMap"
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("data", "map", "string"),
-                3: ("binaryData", "map", "bytes"), 4: ("immutable", "bool*", None)}
-    columns = (tables.NAME, tables.column("Data", kind="integer", desc="Data contains the configuration data."), tables.AGE)
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: ("data", "map", "string"),
+        3: ("binaryData", "map", "bytes"),
+        4: ("immutable", "bool*", None),
+    }
+    columns = (
+        tables.NAME,
+        tables.column("Data", kind="integer", desc="Data contains the configuration data."),
+        tables.AGE,
+    )
     bags = ("data", "binaryData")
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:
@@ -66,7 +74,11 @@ class ConfigMap(Kind):
         return validate_immutable(new, old, self.bags)
 
     def cells(self, obj: Obj) -> list[Any]:
-        return [obj["metadata"].get("name"), len(obj.get("data") or {}) + len(obj.get("binaryData") or {}), age(obj)]
+        return [
+            obj["metadata"].get("name"),
+            len(obj.get("data") or {}) + len(obj.get("binaryData") or {}),
+            age(obj),
+        ]
 
 
 KIND = ConfigMap()

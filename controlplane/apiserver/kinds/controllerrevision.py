@@ -32,8 +32,10 @@ class ControllerRevision(Kind):
     plural = "controllerrevisions"
     schema = "V1ControllerRevision"
     columns = (
-        tables.NAME, tables.column("Controller", desc="Controller of the object"),
-        tables.column("Revision", desc="Revision indicates the revision of the state represented by Data."), tables.AGE,
+        tables.NAME,
+        tables.column("Controller", desc="Controller of the object"),
+        tables.column("Revision", desc="Revision indicates the revision of the state represented by Data."),
+        tables.AGE,
     )
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:

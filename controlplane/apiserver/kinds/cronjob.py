@@ -38,7 +38,9 @@ def validate_schedule(schedule: Any, zone: Any, allow_tz: bool) -> list[FieldErr
     if allow_tz and "TZ" in schedule and zone is not None:
         errors.append(invalid(path, schedule, "cannot use both timeZone field and TZ or CRON_TZ in schedule"))
     elif not allow_tz and "TZ" in schedule:
-        errors.append(invalid(path, schedule, "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"))
+        errors.append(
+            invalid(path, schedule, "cannot use TZ or CRON_TZ in schedule, use timeZone field instead")
+        )
     return errors
 
 
@@ -59,8 +61,9 @@ def validate_cronjob_spec(spec: Any, old: Obj | None) -> list[FieldError]:
     elif policy not in POLICIES:
         errors.append(not_supported("spec.concurrencyPolicy", policy, POLICIES))
     template = spec.get("jobTemplate")
-    errors += jobspec.validate_template_of_cronjob((template or {}).get("spec") if isinstance(template, dict) else None,
-                                                   "spec.jobTemplate.spec")
+    errors += jobspec.validate_template_of_cronjob(
+        (template or {}).get("spec") if isinstance(template, dict) else None, "spec.jobTemplate.spec"
+    )
     for name in ("successfulJobsHistoryLimit", "failedJobsHistoryLimit"):
         errors += nonnegative(f"spec.{name}", spec.get(name))
     return errors
@@ -77,18 +80,41 @@ class CronJob(Kind):
     smp = {"metadata": META, "spec": {"jobTemplate": {"metadata": META, "spec": {"template": SMP_TEMPLATE}}}}
     generation = True
     subresources = (StatusSubresource("CronJob", "batch"),)
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", {
-        1: ("schedule", "string", None), 8: ("timeZone", "string", None), 2: ("startingDeadlineSeconds", "int*", None),
-        3: ("concurrencyPolicy", "string", None), 4: ("suspend", "bool*", None),
-        5: ("jobTemplate", "message", {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", JOB_SPEC_PROTOBUF)}),
-        6: ("successfulJobsHistoryLimit", "int*", None), 7: ("failedJobsHistoryLimit", "int*", None)})}
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: (
+            "spec",
+            "message",
+            {
+                1: ("schedule", "string", None),
+                8: ("timeZone", "string", None),
+                2: ("startingDeadlineSeconds", "int*", None),
+                3: ("concurrencyPolicy", "string", None),
+                4: ("suspend", "bool*", None),
+                5: (
+                    "jobTemplate",
+                    "message",
+                    {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", JOB_SPEC_PROTOBUF)},
+                ),
+                6: ("successfulJobsHistoryLimit", "int*", None),
+                7: ("failedJobsHistoryLimit", "int*", None),
+            },
+        ),
+    }
     columns = (
-        tables.NAME, tables.column("Schedule", desc="The schedule in Cron format."),
+        tables.NAME,
+        tables.column("Schedule", desc="The schedule in Cron format."),
         tables.column("Timezone", desc="The time zone name for the given schedule."),
-        tables.column("Suspend", kind="boolean", desc="This flag tells the controller to suspend subsequent executions."),
+        tables.column(
+            "Suspend", kind="boolean", desc="This flag tells the controller to suspend subsequent executions."
+        ),
         tables.column("Active", kind="integer", desc="A list of pointers to currently running jobs."),
-        tables.column("Last Schedule", desc="Information when was the last time the job was successfully scheduled."),
-        tables.AGE, tables.TEMPLATE_CONTAINERS, tables.TEMPLATE_IMAGES,
+        tables.column(
+            "Last Schedule", desc="Information when was the last time the job was successfully scheduled."
+        ),
+        tables.AGE,
+        tables.TEMPLATE_CONTAINERS,
+        tables.TEMPLATE_IMAGES,
         tables.column("Selector", 1, desc="A label query over pods that should match the pod count."),
     )
 
@@ -111,7 +137,11 @@ class CronJob(Kind):
 
     def _name(self, obj: Obj) -> list[FieldError]:
         name = (obj.get("metadata") or {}).get("name") or ""
-        return [invalid("metadata.name", name, f"must be no more than {MAX_NAME} characters")] if len(name) > MAX_NAME else []
+        return (
+            [invalid("metadata.name", name, f"must be no more than {MAX_NAME} characters")]
+            if len(name) > MAX_NAME
+            else []
+        )
 
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
         if subresource:
@@ -125,9 +155,18 @@ class CronJob(Kind):
         names, images = tables.containers_images((job_spec.get("template") or {}).get("spec") or {})
         suspend = spec.get("suspend")
         last = since(status["lastScheduleTime"]) if status.get("lastScheduleTime") else "<none>"
-        return [obj["metadata"].get("name"), spec.get("schedule", ""), spec.get("timeZone") or "<none>",
-                "<unset>" if suspend is None else ("True" if suspend else "False"), len(status.get("active") or []),
-                last, age(obj), names, images, tables.format_selector(job_spec.get("selector"))]
+        return [
+            obj["metadata"].get("name"),
+            spec.get("schedule", ""),
+            spec.get("timeZone") or "<none>",
+            "<unset>" if suspend is None else ("True" if suspend else "False"),
+            len(status.get("active") or []),
+            last,
+            age(obj),
+            names,
+            images,
+            tables.format_selector(job_spec.get("selector")),
+        ]
 
 
 KIND = CronJob()

@@ -12,12 +12,21 @@ import re
 import zoneinfo
 
 DESCRIPTORS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
-_MONTHS = {m: i for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
-                                       "dec"), start=1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1
+    )
+}
 _DAYS = {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
 # (minimum, maximum, names) of minute, hour, day of month, month, day of week.
-_FIELDS: tuple[tuple[int, int, dict[str, int]], ...] = ((0, 59, {}), (0, 23, {}), (1, 31, {}), (1, 12, _MONTHS),
-                                                        (0, 6, _DAYS))
+_FIELDS: tuple[tuple[int, int, dict[str, int]], ...] = (
+    (0, 59, {}),
+    (0, 23, {}),
+    (1, 31, {}),
+    (1, 12, _MONTHS),
+    (0, 6, _DAYS),
+)
 _DURATION = re.compile(r"^([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$")
 _TZ_PART = re.compile(r"^[A-Za-z\.\-_0-9+]{1,14}$")
 
@@ -30,7 +39,9 @@ def _number(text: str, names: dict[str, int]) -> int:
     if text.lower() in names:
         return names[text.lower()]
     if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise ScheduleError(f'failed to parse int from {text}: strconv.Atoi: parsing "{text}": invalid syntax')
+        raise ScheduleError(
+            f'failed to parse int from {text}: strconv.Atoi: parsing "{text}": invalid syntax'
+        )
     return int(text)
 
 
@@ -73,13 +84,15 @@ def parse_standard(schedule: str) -> None:
         try:
             zoneinfo.ZoneInfo(zone.split("=", 1)[1])
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ScheduleError(f"provided bad location {zone.split('=', 1)[1]}: unknown time zone "
-                                f"{zone.split('=', 1)[1]}") from None
+            raise ScheduleError(
+                f"provided bad location {zone.split('=', 1)[1]}: unknown time zone {zone.split('=', 1)[1]}"
+            ) from None
     if spec.startswith("@"):
         if spec.startswith("@every "):
-            if not _DURATION.match(spec[len("@every "):].strip()):
-                raise ScheduleError(f"failed to parse duration {spec}: time: invalid duration "
-                                    f'"{spec[len("@every "):]}"')
+            if not _DURATION.match(spec[len("@every ") :].strip()):
+                raise ScheduleError(
+                    f'failed to parse duration {spec}: time: invalid duration "{spec[len("@every ") :]}"'
+                )
             return
         if spec not in DESCRIPTORS:
             raise ScheduleError(f"unrecognized descriptor: {spec}")

@@ -43,7 +43,11 @@ def validate_rolling(rolling: Any, path: str) -> list[FieldError]:
         if isinstance(rolling.get(name), str) and value > 100:
             errors.append(invalid(f"{path}.{name}", rolling[name], "must not be greater than 100%"))
     if unavailable > 0 and surge > 0:
-        errors.append(invalid(f"{path}.maxSurge", rolling.get("maxSurge"), "may not be set when maxUnavailable is non-zero"))
+        errors.append(
+            invalid(
+                f"{path}.maxSurge", rolling.get("maxSurge"), "may not be set when maxUnavailable is non-zero"
+            )
+        )
     elif unavailable <= 0 and surge <= 0:
         errors.append(required(f"{path}.maxUnavailable", "cannot be 0 when maxSurge is 0"))
     return errors
@@ -69,8 +73,13 @@ def validate_daemonset_spec(spec: Any) -> list[FieldError]:
             errors.append(invalid("spec.selector", selector, str(err)))
         else:
             if not matches:
-                errors.append(invalid("spec.template.metadata.labels", template_labels,
-                                      "`selector` does not match template `labels`"))
+                errors.append(
+                    invalid(
+                        "spec.template.metadata.labels",
+                        template_labels,
+                        "`selector` does not match template `labels`",
+                    )
+                )
     pod_spec = template.get("spec")
     errors += podspec.validate_pod_spec(pod_spec, "spec.template.spec")
     if isinstance(pod_spec, dict):
@@ -78,7 +87,12 @@ def validate_daemonset_spec(spec: Any) -> list[FieldError]:
         if restart not in (None, "Always"):
             errors.append(not_supported("spec.template.spec.restartPolicy", restart, ["Always"]))
         if pod_spec.get("activeDeadlineSeconds") is not None:
-            errors.append(forbidden("spec.template.spec.activeDeadlineSeconds", "activeDeadlineSeconds in DaemonSet is not Supported"))
+            errors.append(
+                forbidden(
+                    "spec.template.spec.activeDeadlineSeconds",
+                    "activeDeadlineSeconds in DaemonSet is not Supported",
+                )
+            )
     errors += nonnegative("spec.minReadySeconds", spec.get("minReadySeconds"))
     errors += nonnegative("spec.revisionHistoryLimit", spec.get("revisionHistoryLimit"))
     strategy = spec.get("updateStrategy") or {}
@@ -103,13 +117,34 @@ class DaemonSet(Kind):
     subresources = (StatusSubresource("DaemonSet", "apps"),)
     columns = (
         tables.NAME,
-        tables.column("Desired", kind="integer", desc="The total number of nodes that should be running the daemon pod."),
-        tables.column("Current", kind="integer", desc="The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod."),
-        tables.column("Ready", kind="integer", desc="The number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition."),
-        tables.column("Up-to-date", kind="integer", desc="The total number of nodes that are running updated daemon pod"),
-        tables.column("Available", kind="integer", desc="The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)"),
-        tables.column("Node Selector", desc="NodeSelector is a selector which must be true for the pod to fit on a node."),
-        tables.AGE, tables.TEMPLATE_CONTAINERS, tables.TEMPLATE_IMAGES,
+        tables.column(
+            "Desired", kind="integer", desc="The total number of nodes that should be running the daemon pod."
+        ),
+        tables.column(
+            "Current",
+            kind="integer",
+            desc="The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod.",
+        ),
+        tables.column(
+            "Ready",
+            kind="integer",
+            desc="The number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition.",
+        ),
+        tables.column(
+            "Up-to-date", kind="integer", desc="The total number of nodes that are running updated daemon pod"
+        ),
+        tables.column(
+            "Available",
+            kind="integer",
+            desc="The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)",
+        ),
+        tables.column(
+            "Node Selector",
+            desc="NodeSelector is a selector which must be true for the pod to fit on a node.",
+        ),
+        tables.AGE,
+        tables.TEMPLATE_CONTAINERS,
+        tables.TEMPLATE_IMAGES,
         tables.column("Selector", 1, desc="A label query over pods that are managed by the daemon set."),
     )
 
@@ -148,11 +183,19 @@ class DaemonSet(Kind):
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         pod_spec = (spec.get("template") or {}).get("spec") or {}
         names, images = tables.containers_images(pod_spec)
-        return [obj["metadata"].get("name"), status.get("desiredNumberScheduled", 0),
-                status.get("currentNumberScheduled", 0), status.get("numberReady", 0),
-                status.get("updatedNumberScheduled", 0), status.get("numberAvailable", 0),
-                tables.format_labels(pod_spec.get("nodeSelector")), age(obj), names, images,
-                tables.format_selector(spec.get("selector"))]
+        return [
+            obj["metadata"].get("name"),
+            status.get("desiredNumberScheduled", 0),
+            status.get("currentNumberScheduled", 0),
+            status.get("numberReady", 0),
+            status.get("updatedNumberScheduled", 0),
+            status.get("numberAvailable", 0),
+            tables.format_labels(pod_spec.get("nodeSelector")),
+            age(obj),
+            names,
+            images,
+            tables.format_selector(spec.get("selector")),
+        ]
 
 
 KIND = DaemonSet()

@@ -42,19 +42,36 @@ def validate_strategy(strategy: Any, path: str = "spec.strategy") -> list[FieldE
     kind = strategy.get("type")
     rolling = strategy.get("rollingUpdate")
     if kind == "Recreate":
-        return [forbidden(f"{path}.rollingUpdate", "may not be specified when strategy `type` is 'Recreate'")] if rolling else []
+        return (
+            [forbidden(f"{path}.rollingUpdate", "may not be specified when strategy `type` is 'Recreate'")]
+            if rolling
+            else []
+        )
     if kind != "RollingUpdate":
         return [not_supported(f"{path}.type", kind, _STRATEGIES)]
     if not isinstance(rolling, dict):
         return [required(f"{path}.rollingUpdate", "this should be defaulted and never be nil")]
-    errors, unavailable = _int_or_percent(f"{path}.rollingUpdate.maxUnavailable", rolling.get("maxUnavailable"))
+    errors, unavailable = _int_or_percent(
+        f"{path}.rollingUpdate.maxUnavailable", rolling.get("maxUnavailable")
+    )
     surge_errors, surge = _int_or_percent(f"{path}.rollingUpdate.maxSurge", rolling.get("maxSurge"))
     errors += surge_errors
     if unavailable == 0 and surge == 0:
-        errors.append(invalid(f"{path}.rollingUpdate.maxUnavailable", rolling.get("maxUnavailable"),
-                              "may not be 0 when `maxSurge` is 0"))
+        errors.append(
+            invalid(
+                f"{path}.rollingUpdate.maxUnavailable",
+                rolling.get("maxUnavailable"),
+                "may not be 0 when `maxSurge` is 0",
+            )
+        )
     if isinstance(rolling.get("maxUnavailable"), str) and unavailable > 100:
-        errors.append(invalid(f"{path}.rollingUpdate.maxUnavailable", rolling["maxUnavailable"], "must not be greater than 100%"))
+        errors.append(
+            invalid(
+                f"{path}.rollingUpdate.maxUnavailable",
+                rolling["maxUnavailable"],
+                "must not be greater than 100%",
+            )
+        )
     return errors
 
 
@@ -63,16 +80,42 @@ class Deployment(Workload):
     plural = "deployments"
     short_names = ("deploy",)
     schema = "V1Deployment"
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", {
-        1: ("replicas", "int*", None), 2: ("selector", "message", LABEL_SELECTOR), 3: ("template", "message", TEMPLATE),
-        5: ("minReadySeconds", "int", None), 6: ("revisionHistoryLimit", "int*", None),
-        9: ("progressDeadlineSeconds", "int*", None)})}
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: (
+            "spec",
+            "message",
+            {
+                1: ("replicas", "int*", None),
+                2: ("selector", "message", LABEL_SELECTOR),
+                3: ("template", "message", TEMPLATE),
+                5: ("minReadySeconds", "int", None),
+                6: ("revisionHistoryLimit", "int*", None),
+                9: ("progressDeadlineSeconds", "int*", None),
+            },
+        ),
+    }
     columns = (
-        tables.NAME, tables.column("Ready", desc="Number of the pod with ready state"),
-        tables.column("Up-to-date", kind="integer", desc="Total number of non-terminated pods targeted by this deployment that have the desired template spec."),
-        tables.column("Available", kind="integer", desc="Total number of available pods (ready for at least minReadySeconds) targeted by this deployment."),
-        tables.AGE, tables.TEMPLATE_CONTAINERS, tables.TEMPLATE_IMAGES,
-        tables.column("Selector", 1, desc="Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment."),
+        tables.NAME,
+        tables.column("Ready", desc="Number of the pod with ready state"),
+        tables.column(
+            "Up-to-date",
+            kind="integer",
+            desc="Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+        ),
+        tables.column(
+            "Available",
+            kind="integer",
+            desc="Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+        ),
+        tables.AGE,
+        tables.TEMPLATE_CONTAINERS,
+        tables.TEMPLATE_IMAGES,
+        tables.column(
+            "Selector",
+            1,
+            desc="Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
+        ),
     )
 
     def default(self, obj: Obj, creating: bool) -> None:
@@ -104,7 +147,9 @@ class Deployment(Workload):
             if deadline < 0:
                 errors.append(invalid("spec.progressDeadlineSeconds", deadline, _NONNEGATIVE))
             if isinstance(min_ready, int) and deadline <= min_ready:
-                errors.append(invalid("spec.progressDeadlineSeconds", deadline, "must be greater than minReadySeconds"))
+                errors.append(
+                    invalid("spec.progressDeadlineSeconds", deadline, "must be greater than minReadySeconds")
+                )
         return errors
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> None:
@@ -119,9 +164,14 @@ class Deployment(Workload):
         status = obj.get("status") or {}
         names, images = tables.containers_images((spec.get("template") or {}).get("spec") or {})
         return [
-            obj["metadata"].get("name"), f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}",
-            status.get("updatedReplicas", 0), status.get("availableReplicas", 0), age(obj),
-            names, images, tables.format_selector(spec.get("selector")),
+            obj["metadata"].get("name"),
+            f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}",
+            status.get("updatedReplicas", 0),
+            status.get("availableReplicas", 0),
+            age(obj),
+            names,
+            images,
+            tables.format_selector(spec.get("selector")),
         ]
 
 

@@ -85,7 +85,9 @@ class Endpoints(Kind):
         for subset in obj.get("subsets") or []:
             for address in subset.get("addresses") or []:
                 for port in subset.get("ports") or [{}]:
-                    pairs.append(f"{address.get('ip')}:{port['port']}" if port.get("port") else address.get("ip"))
+                    pairs.append(
+                        f"{address.get('ip')}:{port['port']}" if port.get("port") else address.get("ip")
+                    )
         text = ",".join(pairs[:3]) + (f" + {len(pairs) - 3} more..." if len(pairs) > 3 else "")
         return [obj["metadata"].get("name"), text or "<none>", age(obj)]
 

@@ -91,7 +91,9 @@ def validate_endpoints(endpoints: list[Obj], address_type: str) -> list[FieldErr
             errors.append(too_many(f"{at}.deprecatedTopology", len(topology), MAX_TOPOLOGY_LABELS))
         errors += labels(f"{at}.deprecatedTopology", topology)
         if endpoint.get("zone") is not None:
-            errors += [invalid(f"{at}.zone", endpoint["zone"], m) for m in names.label_value(endpoint["zone"])]
+            errors += [
+                invalid(f"{at}.zone", endpoint["zone"], m) for m in names.label_value(endpoint["zone"])
+            ]
         if endpoint.get("hostname") is not None:
             errors += dns_label(f"{at}.hostname", endpoint["hostname"])
         if endpoint.get("hints") is not None:
@@ -136,9 +138,18 @@ class EndpointSlice(Kind):
     schema = "V1EndpointSlice"
     columns = (
         tables.NAME,
-        tables.column("AddressType", desc="addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported: * IPv4: Represents an IPv4 Address. * IPv6: Represents an IPv6 Address. * FQDN: Represents a Fully Qualified Domain Name."),
-        tables.column("Ports", desc="ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. When ports is empty, it indicates that there are no defined ports. When a port is defined with a nil port value, it indicates \"all ports\". Each slice may include a maximum of 100 ports."),
-        tables.column("Endpoints", desc="endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints."),
+        tables.column(
+            "AddressType",
+            desc="addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported: * IPv4: Represents an IPv4 Address. * IPv6: Represents an IPv6 Address. * FQDN: Represents a Fully Qualified Domain Name.",
+        ),
+        tables.column(
+            "Ports",
+            desc='ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. When ports is empty, it indicates that there are no defined ports. When a port is defined with a nil port value, it indicates "all ports". Each slice may include a maximum of 100 ports.',
+        ),
+        tables.column(
+            "Endpoints",
+            desc="endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints.",
+        ),
         tables.AGE,
     )
 
@@ -163,9 +174,19 @@ class EndpointSlice(Kind):
     def cells(self, obj: Obj) -> list[Any]:
         ports = []
         for port in obj.get("ports") or []:
-            ports.append(str(port["port"]) if port.get("port") is not None else (port["name"] if port.get("name") is not None else "*"))
+            ports.append(
+                str(port["port"])
+                if port.get("port") is not None
+                else (port["name"] if port.get("name") is not None else "*")
+            )
         addresses = [a for e in obj.get("endpoints") or [] for a in e.get("addresses") or []]
-        return [obj["metadata"].get("name"), obj.get("addressType", ""), _listed(ports), _listed(addresses), age(obj)]
+        return [
+            obj["metadata"].get("name"),
+            obj.get("addressType", ""),
+            _listed(ports),
+            _listed(addresses),
+            age(obj),
+        ]
 
 
 KIND = EndpointSlice()

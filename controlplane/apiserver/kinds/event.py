@@ -19,8 +19,13 @@ Obj = dict[str, Any]
 TYPES = ["Normal", "Warning"]
 COLUMNS = (
     tables.column("Last Seen", desc="Time when last event occurred"),
-    tables.column("Type", desc="Type of this event (Normal, Warning), new types could be added in the future."),
-    tables.column("Reason", desc="This should be a short, machine understandable string that gives the reason for the transition into the object's current status."),
+    tables.column(
+        "Type", desc="Type of this event (Normal, Warning), new types could be added in the future."
+    ),
+    tables.column(
+        "Reason",
+        desc="This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+    ),
     tables.column("Object", desc="The object that this event is about."),
     tables.column("Subobject", 1, desc="The field path of the object."),
     tables.column("Source", 1, desc="The component reporting this event."),
@@ -33,7 +38,11 @@ COLUMNS = (
 
 def event_cells(obj: Obj) -> list[Any]:
     """printEvent, on the stored (core) form."""
-    first = tables.since(obj.get("firstTimestamp")) if obj.get("firstTimestamp") else tables.since(obj.get("eventTime"))
+    first = (
+        tables.since(obj.get("firstTimestamp"))
+        if obj.get("firstTimestamp")
+        else tables.since(obj.get("eventTime"))
+    )
     last = tables.since(obj.get("lastTimestamp")) if obj.get("lastTimestamp") else first
     count = obj.get("count") or 0
     series = obj.get("series")
@@ -49,10 +58,20 @@ def event_cells(obj: Obj) -> list[Any]:
     if source.get("component"):
         src = source["component"] + (f", {source['host']}" if source.get("host") else "")
     else:
-        src = obj.get("reportingComponent", "") + (f", {obj['reportingInstance']}" if obj.get("reportingInstance") else "")
+        src = obj.get("reportingComponent", "") + (
+            f", {obj['reportingInstance']}" if obj.get("reportingInstance") else ""
+        )
     return [
-        last, obj.get("type", ""), obj.get("reason", ""), target, involved.get("fieldPath", ""), src,
-        (obj.get("message") or "").strip(), first, int(count), obj["metadata"].get("name"),
+        last,
+        obj.get("type", ""),
+        obj.get("reason", ""),
+        target,
+        involved.get("fieldPath", ""),
+        src,
+        (obj.get("message") or "").strip(),
+        first,
+        int(count),
+        obj["metadata"].get("name"),
     ]
 
 
@@ -62,11 +81,23 @@ class Event(Kind):
     short_names = ("ev",)
     schema = "CoreV1Event"
     gc_policy = deletion.UNSUPPORTED  # events own nothing: no garbage-collector finalizers
-    type_marks = {("CoreV1Event", "eventTime"): "microtime", ("CoreV1EventSeries", "lastObservedTime"): "microtime"}
+    type_marks = {
+        ("CoreV1Event", "eventTime"): "microtime",
+        ("CoreV1EventSeries", "lastObservedTime"): "microtime",
+    }
     field_selectors = (
-        *fields("involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
-                "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-                "reason", "reportingComponent", "type"),
+        *fields(
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "type",
+        ),
         SelectableField("source", "source.component"),
     )
     columns = COLUMNS

@@ -42,14 +42,21 @@ class EventV1(Kind):
     converts = True
     gc_policy = CORE_EVENT.gc_policy
     schema = "EventsV1Event"
-    type_marks = {("EventsV1Event", "eventTime"): "microtime", ("EventsV1EventSeries", "lastObservedTime"): "microtime"}
+    type_marks = {
+        ("EventsV1Event", "eventTime"): "microtime",
+        ("EventsV1EventSeries", "lastObservedTime"): "microtime",
+    }
     # upstream's field label conversion for events.k8s.io/v1 (selectors name the v1 fields)
     field_selectors = (
-        *(SelectableField(f"regarding.{f}", f"involvedObject.{f}")
-          for f in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")),
+        *(
+            SelectableField(f"regarding.{f}", f"involvedObject.{f}")
+            for f in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+        ),
         SelectableField("reportingController", "reportingComponent"),
-        SelectableField("reason"), SelectableField("type"),
+        SelectableField("reason"),
+        SelectableField("type"),
     )
+
     @property
     def storage_schema(self) -> str:
         return CORE_EVENT.schema
@@ -77,7 +84,9 @@ class EventV1(Kind):
             # Upstream serializes a missing eventTime as null, which strict clients (the Python client's
             # models require it) cannot read; the best stand-in is when the event was first seen.
             seen = out.get("deprecatedFirstTimestamp") or (out.get("metadata") or {}).get("creationTimestamp")
-            out["eventTime"] = seen.replace("Z", ".000000Z") if isinstance(seen, str) and "." not in seen else seen
+            out["eventTime"] = (
+                seen.replace("Z", ".000000Z") if isinstance(seen, str) and "." not in seen else seen
+            )
         return out
 
     def cells(self, obj: Obj) -> list[Any]:

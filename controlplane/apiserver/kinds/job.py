@@ -23,10 +23,16 @@ from controlplane.apiserver.validation import immutable
 Obj = dict[str, Any]
 
 JOB_SPEC_PROTOBUF = {
-    1: ("parallelism", "int*", None), 2: ("completions", "int*", None), 3: ("activeDeadlineSeconds", "int*", None),
-    4: ("selector", "message", LABEL_SELECTOR), 5: ("manualSelector", "bool*", None), 6: ("template", "message", TEMPLATE),
-    7: ("backoffLimit", "int*", None), 8: ("ttlSecondsAfterFinished", "int*", None),
-    9: ("completionMode", "string", None), 10: ("suspend", "bool*", None),
+    1: ("parallelism", "int*", None),
+    2: ("completions", "int*", None),
+    3: ("activeDeadlineSeconds", "int*", None),
+    4: ("selector", "message", LABEL_SELECTOR),
+    5: ("manualSelector", "bool*", None),
+    6: ("template", "message", TEMPLATE),
+    7: ("backoffLimit", "int*", None),
+    8: ("ttlSecondsAfterFinished", "int*", None),
+    9: ("completionMode", "string", None),
+    10: ("suspend", "bool*", None),
     14: ("podReplacementPolicy", "string", None),
 }
 # The scheduling directives a suspended Job that never started may still change
@@ -45,7 +51,9 @@ def default_job(obj: Obj) -> None:
     spec.setdefault("completionMode", jobspec.NON_INDEXED)
     spec.setdefault("suspend", False)
     spec.setdefault("manualSelector", False)
-    spec.setdefault("podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
+    spec.setdefault(
+        "podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+    )
     for rule in (spec.get("podFailurePolicy") or {}).get("rules") or []:
         for pattern in rule.get("onPodConditions") or []:
             pattern.setdefault("status", "True")
@@ -53,7 +61,10 @@ def default_job(obj: Obj) -> None:
 
 
 def has_condition(obj: Obj, kind: str) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
 
 
 def job_status(obj: Obj) -> str:
@@ -99,10 +110,13 @@ class Job(Kind):
     subresources = (StatusSubresource("Job", "batch"),)
     protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", JOB_SPEC_PROTOBUF)}
     columns = (
-        tables.NAME, tables.column("Status", desc="Status of the job."),
+        tables.NAME,
+        tables.column("Status", desc="Status of the job."),
         tables.column("Completions", desc="The number of pods which reached phase Succeeded."),
-        tables.column("Duration", desc="Time required to complete the job."), tables.AGE,
-        tables.TEMPLATE_CONTAINERS, tables.TEMPLATE_IMAGES,
+        tables.column("Duration", desc="Time required to complete the job."),
+        tables.AGE,
+        tables.TEMPLATE_CONTAINERS,
+        tables.TEMPLATE_IMAGES,
         tables.column("Selector", 1, desc="A label query over pods that should match the pod count."),
     )
 
@@ -131,25 +145,46 @@ class Job(Kind):
         if subresource:
             return []
         spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
-        errors = immutable("spec.completions", spec.get("completions"), old_spec.get("completions")) \
-            if not _elastic_indexed(spec, old_spec) else []
+        errors = (
+            immutable("spec.completions", spec.get("completions"), old_spec.get("completions"))
+            if not _elastic_indexed(spec, old_spec)
+            else []
+        )
         errors += immutable("spec.selector", spec.get("selector"), old_spec.get("selector"))
         errors += _template_update(new, old)
-        for name in ("completionMode", "podFailurePolicy", "backoffLimitPerIndex", "managedBy", "successPolicy"):
+        for name in (
+            "completionMode",
+            "podFailurePolicy",
+            "backoffLimitPerIndex",
+            "managedBy",
+            "successPolicy",
+        ):
             errors += immutable(f"spec.{name}", spec.get(name), old_spec.get(name))
         return errors
 
     def cells(self, obj: Obj) -> list[Any]:
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         names, images = tables.containers_images((spec.get("template") or {}).get("spec") or {})
-        return [obj["metadata"].get("name"), job_status(obj), completions_cell(spec, status), duration_cell(status),
-                age(obj), names, images, tables.format_selector(spec.get("selector"))]
+        return [
+            obj["metadata"].get("name"),
+            job_status(obj),
+            completions_cell(spec, status),
+            duration_cell(status),
+            age(obj),
+            names,
+            images,
+            tables.format_selector(spec.get("selector")),
+        ]
 
 
 def _elastic_indexed(spec: Obj, old: Obj) -> bool:
     """An Indexed Job may change completions together with parallelism, kept equal (elastic Jobs)."""
-    return (spec.get("completionMode") == jobspec.INDEXED and old.get("completionMode") == jobspec.INDEXED
-            and spec.get("completions") == spec.get("parallelism") and old.get("completions") == old.get("parallelism"))
+    return (
+        spec.get("completionMode") == jobspec.INDEXED
+        and old.get("completionMode") == jobspec.INDEXED
+        and spec.get("completions") == spec.get("parallelism")
+        and old.get("completions") == old.get("parallelism")
+    )
 
 
 def _template_update(new: Obj, old: Obj) -> list[FieldError]:
@@ -161,7 +196,10 @@ def _template_update(new: Obj, old: Obj) -> list[FieldError]:
             pod_spec = {k: v for k, v in (t.get("spec") or {}).items() if k not in _MUTABLE_WHILE_SUSPENDED}
             tmeta = {k: v for k, v in (t.get("metadata") or {}).items() if k not in ("labels", "annotations")}
             return {"metadata": tmeta, "spec": pod_spec}
-        return immutable("spec.template", template, old_template) if rest(template) != rest(old_template) else []
+
+        return (
+            immutable("spec.template", template, old_template) if rest(template) != rest(old_template) else []
+        )
     return immutable("spec.template", template, old_template)
 
 

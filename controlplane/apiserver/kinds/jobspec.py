@@ -35,8 +35,15 @@ def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
     if not isinstance(spec, dict):
         return [required(path)]
     errors: list[FieldError] = []
-    for name in ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "ttlSecondsAfterFinished",
-                 "backoffLimitPerIndex", "maxFailedIndexes"):
+    for name in (
+        "parallelism",
+        "completions",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "ttlSecondsAfterFinished",
+        "backoffLimitPerIndex",
+        "maxFailedIndexes",
+    ):
         errors += nonnegative(f"{path}.{name}", spec.get(name))
     mode = spec.get("completionMode")
     errors += _per_index(spec, path, mode)
@@ -47,8 +54,13 @@ def validate_job_spec(spec: Any, path: str) -> list[FieldError]:
             errors.append(required(f"{path}.completions", f"when completion mode is {INDEXED}"))
         parallelism = spec.get("parallelism")
         if isinstance(parallelism, int) and parallelism > MAX_PARALLELISM_INDEXED:
-            errors.append(invalid(f"{path}.parallelism", parallelism,
-                                  f"must be less than or equal to {MAX_PARALLELISM_INDEXED} when completion mode is {INDEXED}"))
+            errors.append(
+                invalid(
+                    f"{path}.parallelism",
+                    parallelism,
+                    f"must be less than or equal to {MAX_PARALLELISM_INDEXED} when completion mode is {INDEXED}",
+                )
+            )
     replacement = spec.get("podReplacementPolicy")
     policy = spec.get("podFailurePolicy")
     if policy is None and replacement is not None and replacement not in _REPLACEMENT:
@@ -95,8 +107,12 @@ def _go_list(values: list[str]) -> str:
 
 def _container_names(spec: Obj) -> set[str]:
     pod_spec = (spec.get("template") or {}).get("spec") or {}
-    return {c.get("name", "") for group in ("containers", "initContainers") for c in pod_spec.get(group) or []
-            if isinstance(c, dict)}
+    return {
+        c.get("name", "")
+        for group in ("containers", "initContainers")
+        for c in pod_spec.get(group) or []
+        if isinstance(c, dict)
+    }
 
 
 def validate_pod_failure_policy(policy: Any, path: str, spec: Obj) -> list[FieldError]:
@@ -107,8 +123,13 @@ def validate_pod_failure_policy(policy: Any, path: str, spec: Obj) -> list[Field
     rules = policy.get("rules") or []
     errors: list[FieldError] = []
     if len(rules) > MAX_RULES:
-        errors.append(FieldError("FieldValueTooMany", f"{path}.rules",
-                                 f"Too many: {len(rules)}: must have at most {MAX_RULES} items"))
+        errors.append(
+            FieldError(
+                "FieldValueTooMany",
+                f"{path}.rules",
+                f"Too many: {len(rules)}: must have at most {MAX_RULES} items",
+            )
+        )
     names = _container_names(spec)
     for i, rule in enumerate(rules):
         at = f"{path}.rules[{i}]"
@@ -138,7 +159,13 @@ def validate_pod_failure_policy(policy: Any, path: str, spec: Obj) -> list[Field
 def _validate_conditions(patterns: list[Any], path: str) -> list[FieldError]:
     errors: list[FieldError] = []
     if len(patterns) > MAX_PATTERNS:
-        errors.append(FieldError("FieldValueTooMany", path, f"Too many: {len(patterns)}: must have at most {MAX_PATTERNS} items"))
+        errors.append(
+            FieldError(
+                "FieldValueTooMany",
+                path,
+                f"Too many: {len(patterns)}: must have at most {MAX_PATTERNS} items",
+            )
+        )
     statuses = ["False", "True", "Unknown"]
     for j, pattern in enumerate(patterns):
         if not isinstance(pattern, dict):
@@ -168,21 +195,33 @@ def _validate_exit_codes(codes: Obj, path: str, names: set[str]) -> list[FieldEr
         errors.append(not_supported(f"{path}.operator", operator, _OPERATORS))
     container = codes.get("containerName")
     if container is not None and container not in names:
-        errors.append(invalid(f"{path}.containerName", container,
-                              "must be one of the container or initContainer names in the pod template"))
+        errors.append(
+            invalid(
+                f"{path}.containerName",
+                container,
+                "must be one of the container or initContainer names in the pod template",
+            )
+        )
     values = [v for v in codes.get("values") or [] if isinstance(v, int)]
     if not values:
         errors.append(invalid(f"{path}.values", values, "at least one value is required"))
     elif len(values) > MAX_VALUES:
-        errors.append(FieldError("FieldValueTooMany", f"{path}.values",
-                                 f"Too many: {len(values)}: must have at most {MAX_VALUES} items"))
+        errors.append(
+            FieldError(
+                "FieldValueTooMany",
+                f"{path}.values",
+                f"Too many: {len(values)}: must have at most {MAX_VALUES} items",
+            )
+        )
     seen: set[int] = set()
     ordered = True
     for k, value in enumerate(values):
         if operator == "In" and value == 0:
             errors.append(invalid(f"{path}.values[{k}]", value, "must not be 0 for the In operator"))
         if value in seen:
-            errors.append(FieldError("FieldValueDuplicate", f"{path}.values[{k}]", f"Duplicate value: {value}"))
+            errors.append(
+                FieldError("FieldValueDuplicate", f"{path}.values[{k}]", f"Duplicate value: {value}")
+            )
         seen.add(value)
         if k > 0 and values[k - 1] > value:
             ordered = False
@@ -204,8 +243,10 @@ def indexes_total(text: str, completions: int) -> int:
     for interval in text.split(","):
         limits = interval.split("-")
         if len(limits) > 2:
-            raise ValueError(f"the fragment {json_quote(interval)} violates the requirement that an index interval "
-                             "can have at most two parts separated by '-'")
+            raise ValueError(
+                f"the fragment {json_quote(interval)} violates the requirement that an index interval "
+                "can have at most two parts separated by '-'"
+            )
         numbers = []
         for limit in limits:
             if not limit.isdigit():
@@ -229,10 +270,19 @@ def validate_success_policy(policy: Obj, path: str, completions: Any) -> list[Fi
     rules = policy.get("rules") or []
     errors: list[FieldError] = []
     if not rules:
-        errors.append(required(f"{path}.rules", "at least one rules must be specified when the successPolicy is specified"))
+        errors.append(
+            required(
+                f"{path}.rules", "at least one rules must be specified when the successPolicy is specified"
+            )
+        )
     if len(rules) > MAX_SUCCESS_RULES:
-        errors.append(FieldError("FieldValueTooMany", f"{path}.rules",
-                                 f"Too many: {len(rules)}: must have at most {MAX_SUCCESS_RULES} items"))
+        errors.append(
+            FieldError(
+                "FieldValueTooMany",
+                f"{path}.rules",
+                f"Too many: {len(rules)}: must have at most {MAX_SUCCESS_RULES} items",
+            )
+        )
     limit = int(completions) if isinstance(completions, int) else 0
     for i, rule in enumerate(rules):
         at = f"{path}.rules[{i}]"
@@ -241,24 +291,44 @@ def validate_success_policy(policy: Obj, path: str, completions: Any) -> list[Fi
             continue
         indexes, count = rule.get("succeededIndexes"), rule.get("succeededCount")
         if indexes is None and count is None:
-            errors.append(required(at, "at least one of succeededCount or succeededIndexes must be specified"))
+            errors.append(
+                required(at, "at least one of succeededCount or succeededIndexes must be specified")
+            )
         total = 0
         if isinstance(indexes, str):
             if len(indexes) > MAX_SUCCEEDED_INDEXES:
-                errors.append(FieldError("FieldValueTooLong", f"{at}.succeededIndexes",
-                                         f"Too long: may not be more than {MAX_SUCCEEDED_INDEXES} bytes"))
+                errors.append(
+                    FieldError(
+                        "FieldValueTooLong",
+                        f"{at}.succeededIndexes",
+                        f"Too long: may not be more than {MAX_SUCCEEDED_INDEXES} bytes",
+                    )
+                )
             try:
                 total = indexes_total(indexes, limit)
             except ValueError as err:
-                errors.append(invalid(f"{at}.succeededIndexes", indexes, f"error parsing succeededIndexes: {err}"))
+                errors.append(
+                    invalid(f"{at}.succeededIndexes", indexes, f"error parsing succeededIndexes: {err}")
+                )
         if isinstance(count, int):
             errors += nonnegative(f"{at}.succeededCount", count)
             if count > limit:
-                errors.append(invalid(f"{at}.succeededCount", count,
-                                      f"must be less than or equal to {limit} (the number of specified completions)"))
+                errors.append(
+                    invalid(
+                        f"{at}.succeededCount",
+                        count,
+                        f"must be less than or equal to {limit} (the number of specified completions)",
+                    )
+                )
             if indexes is not None and count > total:
-                errors.append(invalid(f"{at}.succeededCount", count, f"must be less than or equal to {total} (the "
-                                      "number of indexes in the specified succeededIndexes field)"))
+                errors.append(
+                    invalid(
+                        f"{at}.succeededCount",
+                        count,
+                        f"must be less than or equal to {total} (the "
+                        "number of indexes in the specified succeededIndexes field)",
+                    )
+                )
     return errors
 
 
@@ -271,7 +341,9 @@ def _per_index(spec: Obj, path: str, mode: Any) -> list[FieldError]:
     if mode == INDEXED:
         completions = spec.get("completions")
         if isinstance(max_failed, int) and isinstance(completions, int) and max_failed > completions:
-            errors.append(invalid(f"{path}.maxFailedIndexes", max_failed, "must be less than or equal to completions"))
+            errors.append(
+                invalid(f"{path}.maxFailedIndexes", max_failed, "must be less than or equal to completions")
+            )
     else:
         for name, value in (("backoffLimitPerIndex", per_index), ("maxFailedIndexes", max_failed)):
             if value is not None:
@@ -290,7 +362,13 @@ def validate_selector(spec: Obj, path: str) -> list[FieldError]:
     except SelectorError as err:
         return [invalid(f"{path}.selector", selector, str(err))]
     if not matches:
-        return [invalid(f"{path}.template.metadata.labels", template_labels, "`selector` does not match template `labels`")]
+        return [
+            invalid(
+                f"{path}.template.metadata.labels",
+                template_labels,
+                "`selector` does not match template `labels`",
+            )
+        ]
     return []
 
 

@@ -38,7 +38,10 @@ class Finalize(Subresource):
 
     def merge(self, current: Obj, desired: Obj) -> Obj:
         new = dict(current)
-        new["spec"] = {**(current.get("spec") or {}), "finalizers": (desired.get("spec") or {}).get("finalizers") or []}
+        new["spec"] = {
+            **(current.get("spec") or {}),
+            "finalizers": (desired.get("spec") or {}).get("finalizers") or [],
+        }
         return new
 
 
@@ -61,7 +64,9 @@ class Lifecycle:
             raise errors.forbidden_request(
                 f'{kind.resource} "{name}" is forbidden: unable to create new content in namespace '
                 f"{request.namespace} because it is being terminated",
-                kind.plural, kind.group, name,
+                kind.plural,
+                kind.group,
+                name,
             )
 
 
@@ -75,8 +80,11 @@ class Namespace(Kind):
     subresources = (StatusSubresource("Namespace"), Finalize())
     schema = "V1Namespace"
     smp = {"metadata": META, "status": CONDITIONS}
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", {1: ("finalizers", "strings", None)}),
-                3: ("status", "message", {1: ("phase", "string", None)})}
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: ("spec", "message", {1: ("finalizers", "strings", None)}),
+        3: ("status", "message", {1: ("phase", "string", None)}),
+    }
     field_selectors = fields("status.phase")
     columns = (tables.NAME, tables.column("Status", desc="The status of the namespace"), tables.AGE)
     admission = (Lifecycle(),)
@@ -110,20 +118,33 @@ class Namespace(Kind):
     def check_delete_preconditions(self, obj: Obj, options: DeleteOptions) -> None:
         """The namespace store's own check (and text: `Precondition failed: UID in precondition: ...`)."""
         meta = obj["metadata"]
-        for what, wanted, have in (("UID", options.uid, meta.get("uid")),
-                                   ("ResourceVersion", options.resource_version, meta.get("resourceVersion"))):
+        for what, wanted, have in (
+            ("UID", options.uid, meta.get("uid")),
+            ("ResourceVersion", options.resource_version, meta.get("resourceVersion")),
+        ):
             if wanted is not None and wanted != have:
-                raise errors.conflict(self.plural, "", meta["name"],
-                                      f"Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {have}")
+                raise errors.conflict(
+                    self.plural,
+                    "",
+                    meta["name"],
+                    f"Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {have}",
+                )
 
     def deletion_finalizers(self, obj: Obj, options: DeleteOptions) -> list[str] | None:
         """A first DELETE sets the GC finalizers from the request alone (orphanDependents=false means
         foreground here); while the namespace is emptied, a DELETE changes nothing."""
         meta = obj["metadata"]
         if meta.get("deletionTimestamp"):
-            return None if (obj.get("spec") or {}).get("finalizers") else super().deletion_finalizers(obj, options)
+            return (
+                None
+                if (obj.get("spec") or {}).get("finalizers")
+                else super().deletion_finalizers(obj, options)
+            )
         finalizers = list(meta.get("finalizers") or [])
-        orphan, foreground = deletion.ORPHAN_FINALIZER in finalizers, deletion.FOREGROUND_FINALIZER in finalizers
+        orphan, foreground = (
+            deletion.ORPHAN_FINALIZER in finalizers,
+            deletion.FOREGROUND_FINALIZER in finalizers,
+        )
         if options.orphan_dependents is not None:
             orphan, foreground = options.orphan_dependents, not options.orphan_dependents
         elif options.propagation is not None:
@@ -138,7 +159,9 @@ class Namespace(Kind):
 
     async def bootstrap(self, registry: Registry) -> None:
         for name in DEFAULT_NAMESPACES:
-            await registry.ensure(self, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            await registry.ensure(
+                self, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
 
     def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:
         from controlplane.apiserver.nsfinalizer import NamespaceFinalizer

@@ -25,20 +25,40 @@ class Node(Kind):
     short_names = ("no",)
     subresources = (StatusSubresource("Node"), Proxy("NodeProxyOptions", node_location))
     schema = "V1Node"
-    type_marks = {("V1NodeStatus", "capacity"): "map[quantity]", ("V1NodeStatus", "allocatable"): "map[quantity]"}
-    smp = {"metadata": META, "spec": {"podCIDRs": ListSpec(None)},
-           "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")}}
+    type_marks = {
+        ("V1NodeStatus", "capacity"): "map[quantity]",
+        ("V1NodeStatus", "allocatable"): "map[quantity]",
+    }
+    smp = {
+        "metadata": META,
+        "spec": {"podCIDRs": ListSpec(None)},
+        "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")},
+    }
     field_selectors = (SelectableField("spec.unschedulable", missing="false"),)
     admission = (NodeRestriction(),)
     columns = (
-        tables.NAME, tables.column("Status", desc="The status of the node"),
-        tables.column("Roles", desc="The roles of the node"), tables.AGE,
+        tables.NAME,
+        tables.column("Status", desc="The status of the node"),
+        tables.column("Roles", desc="The roles of the node"),
+        tables.AGE,
         tables.column("Version", desc="Kubelet Version reported by the node."),
         tables.column("Internal-IP", 1, desc="List of addresses reachable to the node."),
         tables.column("External-IP", 1, desc="List of addresses reachable to the node."),
-        tables.column("OS-Image", 1, desc="OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
-        tables.column("Kernel-Version", 1, desc="Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
-        tables.column("Container-Runtime", 1, desc="ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+        tables.column(
+            "OS-Image",
+            1,
+            desc="OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+        ),
+        tables.column(
+            "Kernel-Version",
+            1,
+            desc="Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+        ),
+        tables.column(
+            "Container-Runtime",
+            1,
+            desc="ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+        ),
     )
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:
@@ -60,7 +80,11 @@ class Node(Kind):
         if spec.get("unschedulable"):
             state += ",SchedulingDisabled"
         roles = sorted(
-            {k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and k.split("/", 1)[1]}
+            {
+                k.split("/", 1)[1]
+                for k in labels
+                if k.startswith("node-role.kubernetes.io/") and k.split("/", 1)[1]
+            }
             | ({labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set())
         )
         addresses = status.get("addresses") or []
@@ -70,9 +94,16 @@ class Node(Kind):
             return next((a.get("address") for a in addresses if a.get("type") == kind), None) or "<none>"
 
         return [
-            obj["metadata"].get("name"), state, ",".join(roles) or "<none>", age(obj), info.get("kubeletVersion", ""),
-            address("InternalIP"), address("ExternalIP"), info.get("osImage") or "<unknown>",
-            info.get("kernelVersion") or "<unknown>", info.get("containerRuntimeVersion") or "<unknown>",
+            obj["metadata"].get("name"),
+            state,
+            ",".join(roles) or "<none>",
+            age(obj),
+            info.get("kubeletVersion", ""),
+            address("InternalIP"),
+            address("ExternalIP"),
+            info.get("osImage") or "<unknown>",
+            info.get("kernelVersion") or "<unknown>",
+            info.get("containerRuntimeVersion") or "<unknown>",
         ]
 
 

@@ -37,6 +37,8 @@ def _tolerates_no_execute(toleration: Obj, key: str) -> bool:
     """upstream's DefaultTolerationSeconds test: the pod already tolerates the taint when a toleration
     names its key (or no key at all) with effect NoExecute (or no effect)."""
     return toleration.get("key") in (key, "", None) and toleration.get("effect") in ("NoExecute", "", None)
+
+
 # What a pod update may change in the spec (upstream ValidatePodUpdate).
 _MUTABLE = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates")
 _SPEC_UPDATE = (
@@ -62,7 +64,9 @@ class Log(Subresource):
         if not node_name:
             raise errors.bad_request(f"pod {pod['metadata']['name']} does not have a host assigned")
         if rest.kubelet is None:
-            raise errors.internal("this server has no client certificate for node agents (serving plain HTTP)")
+            raise errors.internal(
+                "this server has no client certificate for node agents (serving plain HTTP)"
+            )
         node = await rest.registry.get(NODE, "", node_name)
         return await rest.kubelet.stream_log(request, pod, node.obj, container, params)
 
@@ -146,27 +150,59 @@ class Pod(Kind):
     plural = "pods"
     short_names = ("po",)
     categories = ("all",)
-    subresources = (StatusSubresource("Pod"), BINDING, Log(), EphemeralContainers(), Exec(), Attach(), PortForward(),
-                    Proxy("PodProxyOptions", pod_location))
+    subresources = (
+        StatusSubresource("Pod"),
+        BINDING,
+        Log(),
+        EphemeralContainers(),
+        Exec(),
+        Attach(),
+        PortForward(),
+        Proxy("PodProxyOptions", pod_location),
+    )
     schema = "V1Pod"
     type_marks = podspec.TYPE_MARKS
     smp = {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS}
     field_selectors = (
-        *fields("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-                "status.phase", "status.podIP", "status.nominatedNodeName"),
+        *fields(
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ),
         SelectableField("spec.hostNetwork", missing="false"),
     )
     # DELETE answers with the pod (marked, or as it was), not a Status; it is deleted gracefully.
     return_deleted_object = True
     graceful = True
     columns = (
-        tables.NAME, tables.column("Ready", desc="The aggregate readiness state of this pod for accepting traffic."),
+        tables.NAME,
+        tables.column("Ready", desc="The aggregate readiness state of this pod for accepting traffic."),
         tables.column("Status", desc="The aggregate status of the containers in this pod."),
-        tables.column("Restarts", desc="The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
-        tables.AGE, tables.column("IP", 1, desc="IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated."),
+        tables.column(
+            "Restarts",
+            desc="The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+        ),
+        tables.AGE,
+        tables.column(
+            "IP",
+            1,
+            desc="IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.",
+        ),
         tables.column("Node", 1, desc="NodeName is a request to schedule this pod onto a specific node."),
-        tables.column("Nominated Node", 1, desc="nominatedNodeName is set only when this pod preempts other pods on the node."),
-        tables.column("Readiness Gates", 1, desc="If specified, all readiness gates will be evaluated for pod readiness."),
+        tables.column(
+            "Nominated Node",
+            1,
+            desc="nominatedNodeName is set only when this pod preempts other pods on the node.",
+        ),
+        tables.column(
+            "Readiness Gates",
+            1,
+            desc="If specified, all readiness gates will be evaluated for pod readiness.",
+        ),
     )
 
     def default(self, obj: Obj, creating: bool) -> None:
@@ -176,13 +212,17 @@ class Pod(Kind):
             # These come from admission plugins upstream (ServiceAccount, DefaultTolerationSeconds).
             # (A mirror pod may name no account: the ServiceAccount plugin refuses one that does.)
             if "kubernetes.io/config.mirror" not in ((obj.get("metadata") or {}).get("annotations") or {}):
-                spec["serviceAccountName"] = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+                spec["serviceAccountName"] = (
+                    spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+                )
                 spec["serviceAccount"] = spec["serviceAccountName"]
             spec.setdefault("enableServiceLinks", True)
             tolerations = spec.setdefault("tolerations", [])
             for key in _DEFAULT_TOLERATIONS:
                 if not any(_tolerates_no_execute(t, key) for t in tolerations if isinstance(t, dict)):
-                    tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+                    tolerations.append(
+                        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+                    )
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
@@ -209,7 +249,11 @@ class Pod(Kind):
             new["metadata"]["ownerReferences"] = refs
         # The QoS class is set at creation and immutable; a status without it keeps the old one.
         status = new.setdefault("status", {})
-        if isinstance(status, dict) and not status.get("qosClass") and (old.get("status") or {}).get("qosClass"):
+        if (
+            isinstance(status, dict)
+            and not status.get("qosClass")
+            and (old.get("status") or {}).get("qosClass")
+        ):
             status["qosClass"] = old["status"]["qosClass"]
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:
@@ -231,7 +275,11 @@ class Pod(Kind):
         old_tolerations = old_spec.get("tolerations") or []
         new_tolerations = new_spec.get("tolerations") or []
         if any(t not in new_tolerations for t in old_tolerations):
-            errors_.append(forbidden("spec.tolerations", "existing toleration can not be modified except its tolerationSeconds"))
+            errors_.append(
+                forbidden(
+                    "spec.tolerations", "existing toleration can not be modified except its tolerationSeconds"
+                )
+            )
         for key in _MUTABLE:
             old_spec.pop(key, None)
             new_spec.pop(key, None)
@@ -268,7 +316,10 @@ def _init_status(spec: Obj, status: Obj) -> tuple[str | None, int, str | None]:
             continue
         if state.get("terminated"):
             t = state["terminated"]
-            reason = "Init:" + (t.get("reason") or (f"Signal:{t['signal']}" if t.get("signal") else f"ExitCode:{t.get('exitCode')}"))
+            reason = "Init:" + (
+                t.get("reason")
+                or (f"Signal:{t['signal']}" if t.get("signal") else f"ExitCode:{t.get('exitCode')}")
+            )
         elif (state.get("waiting") or {}).get("reason") not in (None, "", "PodInitializing"):
             reason = "Init:" + state["waiting"]["reason"]
         else:
@@ -307,7 +358,9 @@ def pod_cells(obj: Obj) -> list[Any]:
                 running = True
                 ready += 1
         if reason == "Completed" and running:
-            pod_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+            pod_ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+            )
             reason = "Running" if pod_ready else "NotReady"
     if meta.get("deletionTimestamp"):
         reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
@@ -320,9 +373,15 @@ def pod_cells(obj: Obj) -> list[Any]:
         conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         gate_text = f"{sum(1 for g in gates if conds.get(g.get('conditionType')) == 'True')}/{len(gates)}"
     return [
-        meta.get("name"), f"{ready}/{len(spec.get('containers') or [])}", reason, restart_text, age(obj),
-        status.get("podIP") or "<none>", spec.get("nodeName") or "<none>",
-        status.get("nominatedNodeName") or "<none>", gate_text,
+        meta.get("name"),
+        f"{ready}/{len(spec.get('containers') or [])}",
+        reason,
+        restart_text,
+        age(obj),
+        status.get("podIP") or "<none>",
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        gate_text,
     ]
 
 

@@ -45,10 +45,36 @@ TYPE_MARKS: dict[tuple[str, str], str] = {
 _PROBE_DEFAULTS = {"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
 _DEFAULT_MODE_SOURCES = ("secret", "configMap", "downwardAPI", "projected")
 _VOLUME_SOURCES = (
-    "hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs", "iscsi",
-    "glusterfs", "persistentVolumeClaim", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "downwardAPI",
-    "fc", "azureFile", "configMap", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk",
-    "projected", "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image",
+    "hostPath",
+    "emptyDir",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "gitRepo",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "persistentVolumeClaim",
+    "rbd",
+    "flexVolume",
+    "cinder",
+    "cephfs",
+    "flocker",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "configMap",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "projected",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+    "csi",
+    "ephemeral",
+    "image",
 )
 
 
@@ -182,7 +208,13 @@ def validate_sysctls(path: str, security: Obj) -> list[FieldError]:
         if not name:
             errors.append(required(p))
         elif len(name) > SYSCTL_MAX_LENGTH or not _SYSCTL.match(name):
-            errors.append(invalid(p, name, f"must have at most {SYSCTL_MAX_LENGTH} characters and match regex {SYSCTL_PATTERN}"))
+            errors.append(
+                invalid(
+                    p,
+                    name,
+                    f"must have at most {SYSCTL_MAX_LENGTH} characters and match regex {SYSCTL_PATTERN}",
+                )
+            )
         elif name in seen:
             errors.append(duplicate(p, name))
         seen.add(name)
@@ -195,9 +227,15 @@ def validate_host_sysctls(path: str, spec: Obj) -> list[FieldError]:
     for i, sysctl in enumerate((spec.get("securityContext") or {}).get("sysctls") or []):
         name = _sysctl_dotted(sysctl.get("name") or "")
         if spec.get("hostNetwork") and name.startswith(_NET_PREFIXES):
-            errors.append(invalid(f"{path}[{i}].name", sysctl["name"], "may not be specified when 'hostNetwork' is true"))
+            errors.append(
+                invalid(
+                    f"{path}[{i}].name", sysctl["name"], "may not be specified when 'hostNetwork' is true"
+                )
+            )
         if spec.get("hostIPC") and (name in _IPC_SYSCTLS or name.startswith(_IPC_PREFIXES)):
-            errors.append(invalid(f"{path}[{i}].name", sysctl["name"], "may not be specified when 'hostIPC' is true"))
+            errors.append(
+                invalid(f"{path}[{i}].name", sysctl["name"], "may not be specified when 'hostIPC' is true")
+            )
     return errors
 
 
@@ -235,9 +273,17 @@ def validate_resources(path: str, resources: Obj, container: bool = True) -> lis
             continue
         if limit is not None:
             if request.amount != limit.amount and not _overcommit_allowed(name):
-                errors.append(invalid(f"{path}.requests", str(request), f"must be equal to {name} limit of {limit}"))
+                errors.append(
+                    invalid(f"{path}.requests", str(request), f"must be equal to {name} limit of {limit}")
+                )
             elif request.amount > limit.amount:
-                errors.append(invalid(f"{path}.requests", str(request), f"must be less than or equal to {name} limit of {limit}"))
+                errors.append(
+                    invalid(
+                        f"{path}.requests",
+                        str(request),
+                        f"must be less than or equal to {name} limit of {limit}",
+                    )
+                )
         elif not _overcommit_allowed(name):
             errors.append(required(f"{path}.limits", "Limit must be set for non overcommitable resources"))
     return errors
@@ -263,7 +309,9 @@ def _ports(p: str, c: Obj) -> list[FieldError]:
     return errors
 
 
-def _containers(path: str, items: list[Obj] | None, volumes: set[str], required_nonempty: bool) -> list[FieldError]:
+def _containers(
+    path: str, items: list[Obj] | None, volumes: set[str], required_nonempty: bool
+) -> list[FieldError]:
     if not items:
         return [required(path)] if required_nonempty else []
     errors: list[FieldError] = []
@@ -293,7 +341,11 @@ def _containers(path: str, items: list[Obj] | None, volumes: set[str], required_
             if not mount.get("name"):
                 errors.append(required(f"{p}.volumeMounts[{j}].name"))
             elif mount["name"] not in volumes:
-                errors.append(FieldError("FieldValueNotFound", f"{p}.volumeMounts[{j}].name", f'Not found: "{mount["name"]}"'))
+                errors.append(
+                    FieldError(
+                        "FieldValueNotFound", f"{p}.volumeMounts[{j}].name", f'Not found: "{mount["name"]}"'
+                    )
+                )
             if not mount.get("mountPath"):
                 errors.append(required(f"{p}.volumeMounts[{j}].mountPath"))
         errors += validate_resources(f"{p}.resources", c.get("resources") or {})
@@ -315,8 +367,13 @@ def _volumes(path: str, spec: Obj) -> tuple[list[FieldError], set[str]]:
         size = (volume.get("emptyDir") or {}).get("sizeLimit")
         q = quantity(size) if size is not None else None
         if q is not None and q.sign() < 0:
-            errors.append(FieldError("FieldValueForbidden", f"{path}.volumes[{i}].emptyDir.sizeLimit",
-                                     "Forbidden: SizeLimit field must be a valid resource quantity"))
+            errors.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    f"{path}.volumes[{i}].emptyDir.sizeLimit",
+                    "Forbidden: SizeLimit field must be a valid resource quantity",
+                )
+            )
     return errors, volumes
 
 
@@ -334,10 +391,14 @@ def validate_pod_spec(spec: Any, path: str = "spec") -> list[FieldError]:
         errors.append(not_supported(f"{path}.dnsPolicy", dns, _DNS))
     grace = spec.get("terminationGracePeriodSeconds")
     if grace is not None and grace < 0:
-        errors.append(invalid(f"{path}.terminationGracePeriodSeconds", grace, "must be greater than or equal to 0"))
+        errors.append(
+            invalid(f"{path}.terminationGracePeriodSeconds", grace, "must be greater than or equal to 0")
+        )
     deadline = spec.get("activeDeadlineSeconds")
     if deadline is not None and deadline <= 0:
-        errors.append(invalid(f"{path}.activeDeadlineSeconds", deadline, "must be between 1 and 2147483647, inclusive"))
+        errors.append(
+            invalid(f"{path}.activeDeadlineSeconds", deadline, "must be between 1 and 2147483647, inclusive")
+        )
     if spec.get("nodeName"):
         errors += dns_subdomain(f"{path}.nodeName", spec["nodeName"])
     if spec.get("priorityClassName"):

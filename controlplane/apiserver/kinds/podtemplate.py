@@ -22,7 +22,8 @@ class PodTemplate(Kind):
     type_marks = podspec.TYPE_MARKS
     smp = {"metadata": META, "template": TEMPLATE}
     columns = (
-        tables.NAME, tables.column("Containers", desc="Names of each container in the template."),
+        tables.NAME,
+        tables.column("Containers", desc="Names of each container in the template."),
         tables.column("Images", desc="Images referenced by each container in the template."),
         tables.column("Pod Labels", desc="The labels for the pod template."),
     )
@@ -43,7 +44,12 @@ class PodTemplate(Kind):
     def cells(self, obj: Obj) -> list[Any]:
         template = obj.get("template") or {}
         names, images = tables.containers_images(template.get("spec") or {})
-        return [obj["metadata"].get("name"), names, images, tables.format_labels((template.get("metadata") or {}).get("labels"))]
+        return [
+            obj["metadata"].get("name"),
+            names,
+            images,
+            tables.format_labels((template.get("metadata") or {}).get("labels")),
+        ]
 
 
 KIND = PodTemplate()

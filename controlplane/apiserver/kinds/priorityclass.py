@@ -27,10 +27,16 @@ SYSTEM_PREFIX = "system-"
 PREEMPT_LOWER = "PreemptLowerPriority"
 POLICIES = [PREEMPT_LOWER, "Never"]
 SYSTEM_CLASSES: tuple[Obj, ...] = (
-    {"name": "system-node-critical", "value": SYSTEM_CRITICAL_PRIORITY + 1000,
-     "description": "Used for system critical pods that must not be moved from their current node."},
-    {"name": "system-cluster-critical", "value": SYSTEM_CRITICAL_PRIORITY,
-     "description": "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary."},
+    {
+        "name": "system-node-critical",
+        "value": SYSTEM_CRITICAL_PRIORITY + 1000,
+        "description": "Used for system critical pods that must not be moved from their current node.",
+    },
+    {
+        "name": "system-cluster-critical",
+        "value": SYSTEM_CRITICAL_PRIORITY,
+        "description": "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+    },
 )
 
 
@@ -107,16 +113,23 @@ class Priority:
         try:
             resolve_pod_priority(request.obj, _classes(request.registry))
         except PriorityRefused as err:
-            raise errors.forbidden_request(f'pods "{request.name}" is forbidden: {err}', "pods", "", request.name) from None
+            raise errors.forbidden_request(
+                f'pods "{request.name}" is forbidden: {err}', "pods", "", request.name
+            ) from None
 
     def validate(self, request: AdmissionRequest) -> None:
         if request.kind is not KIND or not request.obj.get("globalDefault"):
             return
-        chosen = default_class([c for c in _classes(request.registry) if c["metadata"]["name"] != request.name])
+        chosen = default_class(
+            [c for c in _classes(request.registry) if c["metadata"]["name"] != request.name]
+        )
         if chosen is not None:
             raise errors.forbidden_request(
                 f'{KIND.resource} "{request.name}" is forbidden: PriorityClass {chosen["metadata"]["name"]} is '
-                "already marked as default. Only one default can exist", KIND.plural, KIND.group, request.name,
+                "already marked as default. Only one default can exist",
+                KIND.plural,
+                KIND.group,
+                request.name,
             )
 
 
@@ -132,15 +145,31 @@ class PriorityClass(Kind):
     short_names = ("pc",)
     schema = "V1PriorityClass"
     # `kubectl create priorityclass` posts protobuf.
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("value", "int*", None), 3: ("globalDefault", "bool", None),
-                4: ("description", "string", None), 5: ("preemptionPolicy", "string", None)}
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: ("value", "int*", None),
+        3: ("globalDefault", "bool", None),
+        4: ("description", "string", None),
+        5: ("preemptionPolicy", "string", None),
+    }
     admission = (Priority(),)
     columns = (
         tables.NAME,
-        tables.column("Value", kind="integer", desc="value represents the integer value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec."),
-        tables.column("Global-Default", kind="boolean", desc="globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class. Only one PriorityClass can be marked as `globalDefault`. However, if more than one PriorityClasses exists with their `globalDefault` field set to true, the smallest value of such global default PriorityClasses will be used as the default priority."),
+        tables.column(
+            "Value",
+            kind="integer",
+            desc="value represents the integer value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec.",
+        ),
+        tables.column(
+            "Global-Default",
+            kind="boolean",
+            desc="globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class. Only one PriorityClass can be marked as `globalDefault`. However, if more than one PriorityClasses exists with their `globalDefault` field set to true, the smallest value of such global default PriorityClasses will be used as the default priority.",
+        ),
         tables.AGE,
-        tables.column("PreemptionPolicy", desc="preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset."),
+        tables.column(
+            "PreemptionPolicy",
+            desc="preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset.",
+        ),
     )
 
     def default(self, obj: Obj, creating: bool) -> None:
@@ -153,10 +182,20 @@ class PriorityClass(Kind):
         if name.startswith(SYSTEM_PREFIX):
             why = _known_system_class(name, value, bool(obj.get("globalDefault")))
             if why is not None:
-                errors_.append(forbidden("metadata.name", f"priority class names with '{SYSTEM_PREFIX}' prefix are "
-                                                           f"reserved for system use only. error: {why}"))
+                errors_.append(
+                    forbidden(
+                        "metadata.name",
+                        f"priority class names with '{SYSTEM_PREFIX}' prefix are "
+                        f"reserved for system use only. error: {why}",
+                    )
+                )
         elif value > HIGHEST_USER_DEFINABLE_PRIORITY:
-            errors_.append(forbidden("value", f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"))
+            errors_.append(
+                forbidden(
+                    "value",
+                    f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}",
+                )
+            )
         policy = obj.get("preemptionPolicy")
         if policy is not None and policy not in POLICIES:
             errors_.append(not_supported("preemptionPolicy", policy, POLICIES))
@@ -166,25 +205,41 @@ class PriorityClass(Kind):
         errors_ = []
         if new.get("value", 0) != old.get("value", 0):
             errors_.append(forbidden("value", "may not be changed in an update."))
-        return errors_ + immutable("preemptionPolicy", new.get("preemptionPolicy"), old.get("preemptionPolicy"))
+        return errors_ + immutable(
+            "preemptionPolicy", new.get("preemptionPolicy"), old.get("preemptionPolicy")
+        )
 
     def check_delete(self, name: str) -> None:
         if any(c["name"] == name for c in SYSTEM_CLASSES):
             raise errors.forbidden_request(
                 f'{self.resource} "{name}" is forbidden: this is a system priority class and cannot be deleted',
-                self.plural, self.group, name,
+                self.plural,
+                self.group,
+                name,
             )
 
     async def bootstrap(self, registry: Registry) -> None:
         for known in SYSTEM_CLASSES:
-            await registry.ensure(self, "", {
-                "apiVersion": self.api_version, "kind": self.kind, "metadata": {"name": known["name"]},
-                "value": known["value"], "description": known["description"],
-            })
+            await registry.ensure(
+                self,
+                "",
+                {
+                    "apiVersion": self.api_version,
+                    "kind": self.kind,
+                    "metadata": {"name": known["name"]},
+                    "value": known["value"],
+                    "description": known["description"],
+                },
+            )
 
     def cells(self, obj: Obj) -> list[Any]:
-        return [obj["metadata"].get("name"), obj.get("value", 0), bool(obj.get("globalDefault")), age(obj),
-                obj.get("preemptionPolicy") or "<unset>"]
+        return [
+            obj["metadata"].get("name"),
+            obj.get("value", 0),
+            bool(obj.get("globalDefault")),
+            age(obj),
+            obj.get("preemptionPolicy") or "<unset>",
+        ]
 
 
 KIND = PriorityClass()

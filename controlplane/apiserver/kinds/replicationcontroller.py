@@ -23,7 +23,13 @@ from controlplane.apiserver.validation import annotations, labels, nonnegative
 
 Obj = dict[str, Any]
 
-_STATUS_COUNTS = ("replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas", "observedGeneration")
+_STATUS_COUNTS = (
+    "replicas",
+    "fullyLabeledReplicas",
+    "readyReplicas",
+    "availableReplicas",
+    "observedGeneration",
+)
 
 
 def _validate_template(template: Any, selector: Obj) -> list[FieldError]:
@@ -34,17 +40,29 @@ def _validate_template(template: Any, selector: Obj) -> list[FieldError]:
     template_labels = meta.get("labels") or {}
     errors: list[FieldError] = []
     if selector and any(template_labels.get(k) != v for k, v in selector.items()):
-        errors.append(invalid("spec.template.metadata.labels", template_labels, "`selector` does not match template `labels`"))
+        errors.append(
+            invalid(
+                "spec.template.metadata.labels",
+                template_labels,
+                "`selector` does not match template `labels`",
+            )
+        )
     errors += labels("spec.template.labels", template_labels)
     errors += annotations("spec.template.annotations", meta.get("annotations"))
     spec = template.get("spec")
     errors += podspec.validate_pod_spec(spec, "spec.template.spec")
     spec = spec if isinstance(spec, dict) else {}
     if spec.get("restartPolicy") != "Always":
-        errors.append(not_supported("spec.template.spec.restartPolicy", spec.get("restartPolicy"), ["Always"]))
+        errors.append(
+            not_supported("spec.template.spec.restartPolicy", spec.get("restartPolicy"), ["Always"])
+        )
     if spec.get("activeDeadlineSeconds") is not None:
-        errors.append(forbidden("spec.template.spec.activeDeadlineSeconds",
-                                "activeDeadlineSeconds in ReplicationController is not Supported"))
+        errors.append(
+            forbidden(
+                "spec.template.spec.activeDeadlineSeconds",
+                "activeDeadlineSeconds in ReplicationController is not Supported",
+            )
+        )
     return errors
 
 
@@ -78,27 +96,48 @@ class ReplicationController(Kind):
     gc_policy = deletion.ORPHAN_DEPENDENTS
     columns = (
         tables.NAME,
-        tables.column("Desired", kind="integer", desc=(
-            "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero "
-            "and unspecified. Defaults to 1. More info: "
-            "https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller")),
-        tables.column("Current", kind="integer", desc=(
-            "Replicas is the most recently observed number of replicas. More info: "
-            "https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller")),
-        tables.column("Ready", kind="integer", desc="The number of ready replicas for this replication controller."),
-        tables.AGE, tables.TEMPLATE_CONTAINERS, tables.TEMPLATE_IMAGES,
-        tables.column("Selector", 1, desc=(
-            "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it "
-            "is defaulted to the labels present on the Pod template. Label keys and values that must match in "
-            "order to be controlled by this replication controller, if empty defaulted to labels on Pod template. "
-            "More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors")),
+        tables.column(
+            "Desired",
+            kind="integer",
+            desc=(
+                "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero "
+                "and unspecified. Defaults to 1. More info: "
+                "https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller"
+            ),
+        ),
+        tables.column(
+            "Current",
+            kind="integer",
+            desc=(
+                "Replicas is the most recently observed number of replicas. More info: "
+                "https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller#what-is-a-replicationcontroller"
+            ),
+        ),
+        tables.column(
+            "Ready", kind="integer", desc="The number of ready replicas for this replication controller."
+        ),
+        tables.AGE,
+        tables.TEMPLATE_CONTAINERS,
+        tables.TEMPLATE_IMAGES,
+        tables.column(
+            "Selector",
+            1,
+            desc=(
+                "Selector is a label query over pods that should match the Replicas count. If Selector is empty, it "
+                "is defaulted to the labels present on the Pod template. Label keys and values that must match in "
+                "order to be controlled by this replication controller, if empty defaulted to labels on Pod template. "
+                "More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"
+            ),
+        ),
     )
 
     def default(self, obj: Obj, creating: bool) -> None:
         """SetDefaults_ReplicationController: selector and labels from the template's labels, 1 replica."""
         spec = obj.setdefault("spec", {})
         template = spec.get("template")
-        template_labels = ((template.get("metadata") or {}).get("labels") if isinstance(template, dict) else None)
+        template_labels = (
+            (template.get("metadata") or {}).get("labels") if isinstance(template, dict) else None
+        )
         if template_labels:
             if not spec.get("selector"):
                 spec["selector"] = dict(template_labels)
@@ -130,8 +169,14 @@ class ReplicationController(Kind):
         status = obj.get("status") or {}
         names, images = tables.containers_images((spec.get("template") or {}).get("spec") or {})
         return [
-            obj["metadata"].get("name"), spec.get("replicas", 0), status.get("replicas", 0),
-            status.get("readyReplicas", 0), age(obj), names, images, tables.format_labels(spec.get("selector")),
+            obj["metadata"].get("name"),
+            spec.get("replicas", 0),
+            status.get("replicas", 0),
+            status.get("readyReplicas", 0),
+            age(obj),
+            names,
+            images,
+            tables.format_labels(spec.get("selector")),
         ]
 
 

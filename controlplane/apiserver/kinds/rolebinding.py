@@ -22,9 +22,11 @@ class RoleBinding(Kind):
     schema = "V1RoleBinding"
     protobuf = BINDING_PROTOBUF
     admission = (BindingEscalation("rolebindings"),)
-    columns = binding_columns("RoleRef can reference a Role in the current namespace or a ClusterRole in the global "
-                              "namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This "
-                              "field is immutable.")
+    columns = binding_columns(
+        "RoleRef can reference a Role in the current namespace or a ClusterRole in the global "
+        "namespace. If the RoleRef cannot be resolved, the Authorizer must return an error. This "
+        "field is immutable."
+    )
 
     def default(self, obj: Obj, creating: bool) -> None:
         validation.default_binding(obj)
@@ -33,7 +35,9 @@ class RoleBinding(Kind):
         return validation.role_name(path, name)
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:
-        return validation.role_ref(obj.get("roleRef"), ["Role", "ClusterRole"]) + validation.subjects(obj, namespaced=True)
+        return validation.role_ref(obj.get("roleRef"), ["Role", "ClusterRole"]) + validation.subjects(
+            obj, namespaced=True
+        )
 
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
         return validation.role_ref_unchanged(new, old)

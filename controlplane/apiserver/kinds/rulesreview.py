@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 
-def _resource_rule(verbs: tuple[str, ...], groups: tuple[str, ...], resources: tuple[str, ...],
-                   names: tuple[str, ...]) -> Obj:
+def _resource_rule(
+    verbs: tuple[str, ...], groups: tuple[str, ...], resources: tuple[str, ...], names: tuple[str, ...]
+) -> Obj:
     rule: Obj = {"verbs": list(verbs)}
     for key, values in (("apiGroups", groups), ("resources", resources), ("resourceNames", names)):
         if values:
@@ -37,25 +38,44 @@ class SelfSubjectRulesReview(Kind):
     verbs = ("create",)
     stored = False
     schema = "V1SelfSubjectRulesReview"
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", {1: ("namespace", "string", None)})}
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: ("spec", "message", {1: ("namespace", "string", None)}),
+    }
 
-    async def create_virtual(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    async def create_virtual(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo
+    ) -> web.StreamResponse:
         review, _ = await rest.decode_body(request, info, self.kind, self.api_version, self.schema)
         namespace = (review.get("spec") or {}).get("namespace") or ""
         if not namespace:
             raise errors.bad_request("no namespace on request")
         rules = rest.authorizer.rules_for(rest.user(request), namespace)
         status: Obj = {
-            "resourceRules": [_resource_rule(r.verbs, r.api_groups, r.resources, r.resource_names)
-                              for r in rules.resource_rules],
-            "nonResourceRules": [{"verbs": list(r.verbs), "nonResourceURLs": list(r.non_resource_urls)}
-                                 for r in rules.non_resource_rules],
+            "resourceRules": [
+                _resource_rule(r.verbs, r.api_groups, r.resources, r.resource_names)
+                for r in rules.resource_rules
+            ],
+            "nonResourceRules": [
+                {"verbs": list(r.verbs), "nonResourceURLs": list(r.non_resource_urls)}
+                for r in rules.non_resource_rules
+            ],
             "incomplete": rules.incomplete,
         }
         if rules.errors:
-            status["evaluationError"] = rules.errors[0] if len(rules.errors) == 1 else "[" + ", ".join(rules.errors) + "]"
-        return rest.json({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"creationTimestamp": None},
-                          "spec": {"namespace": namespace}, "status": status}, 201)
+            status["evaluationError"] = (
+                rules.errors[0] if len(rules.errors) == 1 else "[" + ", ".join(rules.errors) + "]"
+            )
+        return rest.json(
+            {
+                "kind": self.kind,
+                "apiVersion": self.api_version,
+                "metadata": {"creationTimestamp": None},
+                "spec": {"namespace": namespace},
+                "status": status,
+            },
+            201,
+        )
 
 
 KIND = SelfSubjectRulesReview()

@@ -41,11 +41,26 @@ DEFAULT_ACCOUNT_ATTEMPTS = 10  # upstream looks the default account up ten times
 
 def token_volume(name: str) -> Obj:
     """Upstream's TokenVolumeSource, defaultMode set explicitly as upstream does (#104464)."""
-    return {"name": name, "projected": {"defaultMode": 0o644, "sources": [
-        {"serviceAccountToken": {"expirationSeconds": WARN_ONLY_EXPIRATION, "path": "token"}},
-        {"configMap": {"name": ROOT_CA, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
-    ]}}
+    return {
+        "name": name,
+        "projected": {
+            "defaultMode": 0o644,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": WARN_ONLY_EXPIRATION, "path": "token"}},
+                {"configMap": {"name": ROOT_CA, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "namespace",
+                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                            }
+                        ]
+                    }
+                },
+            ],
+        },
+    }
 
 
 def should_automount(account: Obj, spec: Obj) -> bool:
@@ -58,7 +73,9 @@ def should_automount(account: Obj, spec: Obj) -> bool:
 
 def mount_token(spec: Obj) -> None:
     volumes = spec.get("volumes") or []
-    existing = next((v.get("name") for v in volumes if str(v.get("name", "")).startswith(VOLUME_PREFIX)), None)
+    existing = next(
+        (v.get("name") for v in volumes if str(v.get("name", "")).startswith(VOLUME_PREFIX)), None
+    )
     name = existing or VOLUME_PREFIX + random_suffix()
     needed = False
     for group in ("initContainers", "containers"):
@@ -104,7 +121,8 @@ def _forbidden(request: AdmissionRequest, why: str) -> errors.ApiError:
 
 def _not_found(request: AdmissionRequest, account: str) -> errors.ApiError:
     return _forbidden(
-        request, f'error looking up service account {request.namespace}/{account}: serviceaccount "{account}" not found'
+        request,
+        f'error looking up service account {request.namespace}/{account}: serviceaccount "{account}" not found',
     )
 
 
@@ -126,25 +144,33 @@ def secret_reference_problem(account: Obj, spec: Obj) -> str | None:
             for env in c.get("env") or []:
                 ref = ((env.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
                 if ref is not None and ref not in mountable:
-                    return (f'{noun} {c.get("name")} with envVar {env.get("name")} referencing secret.secretName="{ref}" '
-                            f"is not allowed because service account {name} does not reference that secret")
+                    return (
+                        f'{noun} {c.get("name")} with envVar {env.get("name")} referencing secret.secretName="{ref}" '
+                        f"is not allowed because service account {name} does not reference that secret"
+                    )
             for source in c.get("envFrom") or []:
                 ref = (source.get("secretRef") or {}).get("name")
                 if ref is not None and ref not in mountable:
-                    return (f'{noun} {c.get("name")} with envFrom referencing secret.secretName="{ref}" is not allowed '
-                            f"because service account {name} does not reference that secret")
+                    return (
+                        f'{noun} {c.get("name")} with envFrom referencing secret.secretName="{ref}" is not allowed '
+                        f"because service account {name} does not reference that secret"
+                    )
     pulls = {s.get("name") for s in account.get("imagePullSecrets") or []}
     for i, ref in enumerate(spec.get("imagePullSecrets") or []):
         if ref.get("name") not in pulls:
-            return (f'imagePullSecrets[{i}].name="{ref.get("name")}" is not allowed because service account {name} '
-                    "does not reference that imagePullSecret")
+            return (
+                f'imagePullSecrets[{i}].name="{ref.get("name")}" is not allowed because service account {name} '
+                "does not reference that imagePullSecret"
+            )
     return None
 
 
 def _mirror_problem(spec: Obj) -> str | None:
     if spec.get("serviceAccountName"):
         return "a mirror pod may not reference service accounts"
-    uses_secrets = any(v.get("secret") is not None for v in spec.get("volumes") or []) or bool(spec.get("imagePullSecrets"))
+    uses_secrets = any(v.get("secret") is not None for v in spec.get("volumes") or []) or bool(
+        spec.get("imagePullSecrets")
+    )
     for group in ("initContainers", "containers", "ephemeralContainers"):
         for c in spec.get(group) or []:
             uses_secrets |= any(((e.get("valueFrom") or {}).get("secretKeyRef")) for e in c.get("env") or [])
@@ -174,7 +200,9 @@ class ServiceAccountAdmission:
         spec = request.obj.setdefault("spec", {})
         if not spec.get("serviceAccountName"):
             spec["serviceAccountName"] = DEFAULT_ACCOUNT
-        spec["serviceAccount"] = spec["serviceAccountName"]  # the deprecated alias follows, as upstream's conversion
+        spec["serviceAccount"] = spec[
+            "serviceAccountName"
+        ]  # the deprecated alias follows, as upstream's conversion
         account = await _account(request.registry, request.namespace, spec["serviceAccountName"])
         if account is None:
             raise _not_found(request, spec["serviceAccountName"])
@@ -194,7 +222,9 @@ class ServiceAccountAdmission:
             return
         name = spec.get("serviceAccountName")
         if not name:
-            raise _forbidden(request, f"no service account specified for pod {request.namespace}/{request.name}")
+            raise _forbidden(
+                request, f"no service account specified for pod {request.namespace}/{request.name}"
+            )
         account = _cached_account(request.registry, request.namespace, name)
         if account is None:
             raise _not_found(request, name)

@@ -40,7 +40,11 @@ def scale_of(obj: Obj, selector_text: Callable[[Any], str] = label_selector) -> 
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta},
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
         "spec": {"replicas": spec.get("replicas", 0)},
         "status": {"replicas": (obj.get("status") or {}).get("replicas", 0), "selector": selector},
     }
@@ -63,15 +67,26 @@ class Scale(Subresource):
         body, _ = await rest.decode_body(request, info, "Scale", "autoscaling/v1", self.schema)
         return await self._set(rest, request, info, lambda scale: body)
 
-    async def patch(self, rest: RestHandler, request: web.Request, info: RequestInfo, apply_patch: Callable[[Obj], Obj]) -> web.StreamResponse:
+    async def patch(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo, apply_patch: Callable[[Obj], Obj]
+    ) -> web.StreamResponse:
         def patched(scale: Obj) -> Obj:
             out = apply_patch(scale)
-            rest.decode(rest.check_kind(out, self.kind, "autoscaling/v1"), self.kind, "autoscaling/v1", self.schema, request, patch=True)
+            rest.decode(
+                rest.check_kind(out, self.kind, "autoscaling/v1"),
+                self.kind,
+                "autoscaling/v1",
+                self.schema,
+                request,
+                patch=True,
+            )
             return out
 
         return await self._set(rest, request, info, patched)
 
-    async def _set(self, rest: RestHandler, request: web.Request, info: RequestInfo, change: Callable[[Obj], Obj]) -> web.StreamResponse:
+    async def _set(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo, change: Callable[[Obj], Obj]
+    ) -> web.StreamResponse:
         def mutate(current: Obj) -> Obj:
             scale = change(scale_of(current, self.selector_text))
             rv = (scale.get("metadata") or {}).get("resourceVersion")
@@ -79,13 +94,23 @@ class Scale(Subresource):
                 raise errors.conflict(info.resource.plural, info.resource.group, info.name, errors.MODIFIED)
             replicas = (scale.get("spec") or {}).get("replicas", 0)
             if replicas < 0:
-                raise errors.invalid_object("Scale", "autoscaling", info.name, [
-                    errors.invalid("spec.replicas", replicas, "must be greater than or equal to 0")])
+                raise errors.invalid_object(
+                    "Scale",
+                    "autoscaling",
+                    info.name,
+                    [errors.invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
+                )
             current.setdefault("spec", {})["replicas"] = replicas
             return current
 
         updated = await rest.registry.guaranteed_update(
-            info.resource, info.namespace, info.name, mutate, "", rest.user(request), rest.dry_run(request),
+            info.resource,
+            info.namespace,
+            info.name,
+            mutate,
+            "",
+            rest.user(request),
+            rest.dry_run(request),
             rest.manager(request),
         )
         return rest.json(scale_of(updated, self.selector_text))

@@ -21,12 +21,19 @@ class Secret(Kind):
     kind = "Secret"
     plural = "secrets"
     schema = "V1Secret"
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("data", "map", "bytes"), 3: ("type", "string", None),
-                4: ("stringData", "map", "string"), 5: ("immutable", "bool*", None)}
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: ("data", "map", "bytes"),
+        3: ("type", "string", None),
+        4: ("stringData", "map", "string"),
+        5: ("immutable", "bool*", None),
+    }
     field_selectors = fields("type")
     columns = (
-        tables.NAME, tables.column("Type", desc="Used to facilitate programmatic handling of secret data."),
-        tables.column("Data", kind="integer", desc="Data contains the secret data."), tables.AGE,
+        tables.NAME,
+        tables.column("Type", desc="Used to facilitate programmatic handling of secret data."),
+        tables.column("Data", kind="integer", desc="Data contains the secret data."),
+        tables.AGE,
     )
 
     def default(self, obj: Obj, creating: bool) -> None:

@@ -26,7 +26,9 @@ class SelfSubjectReview(Kind):
     # `kubectl auth whoami` posts it as protobuf: an empty review.
     protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("status", "message", {})}
 
-    async def create_virtual(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    async def create_virtual(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo
+    ) -> web.StreamResponse:
         await rest.decode_body(request, info, self.kind, self.api_version, self.schema)
         user = rest.user(request)
         user_info: dict[str, Any] = {"username": user.name, "groups": list(user.groups)}
@@ -34,8 +36,15 @@ class SelfSubjectReview(Kind):
             user_info["uid"] = user.uid
         if user.extra:
             user_info["extra"] = user.extra_dict()
-        return rest.json({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"creationTimestamp": None},
-                          "status": {"userInfo": user_info}}, 201)
+        return rest.json(
+            {
+                "kind": self.kind,
+                "apiVersion": self.api_version,
+                "metadata": {"creationTimestamp": None},
+                "status": {"userInfo": user_info},
+            },
+            201,
+        )
 
 
 KIND = SelfSubjectReview()

@@ -22,12 +22,25 @@ Obj = dict[str, Any]
 TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
 NODE_PORTS = range(30000, 32768)
 SERVICE_SPEC = {
-    1: ("ports", "messages", {1: ("name", "string", None), 2: ("protocol", "string", None),
-                              3: ("port", "int", None), 4: ("targetPort", "intorstring", INT_OR_STRING),
-                              5: ("nodePort", "int", None), 6: ("appProtocol", "string", None)}),
-    2: ("selector", "map", "string"), 3: ("clusterIP", "string", None), 4: ("type", "string", None),
-    5: ("externalIPs", "strings", None), 7: ("sessionAffinity", "string", None),
-    10: ("externalName", "string", None), 11: ("externalTrafficPolicy", "string", None),
+    1: (
+        "ports",
+        "messages",
+        {
+            1: ("name", "string", None),
+            2: ("protocol", "string", None),
+            3: ("port", "int", None),
+            4: ("targetPort", "intorstring", INT_OR_STRING),
+            5: ("nodePort", "int", None),
+            6: ("appProtocol", "string", None),
+        },
+    ),
+    2: ("selector", "map", "string"),
+    3: ("clusterIP", "string", None),
+    4: ("type", "string", None),
+    5: ("externalIPs", "strings", None),
+    7: ("sessionAffinity", "string", None),
+    10: ("externalName", "string", None),
+    11: ("externalTrafficPolicy", "string", None),
 }
 
 
@@ -48,11 +61,20 @@ class Service(Kind):
     smp = {"metadata": META, "spec": {"ports": ListSpec("port")}, "status": CONDITIONS}
     protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SERVICE_SPEC)}
     columns = (
-        tables.NAME, tables.column("Type", desc="type determines how the Service is exposed."),
+        tables.NAME,
+        tables.column("Type", desc="type determines how the Service is exposed."),
         tables.column("Cluster-IP", desc="clusterIP is the IP address of the service."),
-        tables.column("External-IP", desc="externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service."),
-        tables.column("Port(s)", desc="The list of ports that are exposed by this service."), tables.AGE,
-        tables.column("Selector", 1, desc="Route service traffic to pods with label keys and values matching this selector."),
+        tables.column(
+            "External-IP",
+            desc="externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
+        ),
+        tables.column("Port(s)", desc="The list of ports that are exposed by this service."),
+        tables.AGE,
+        tables.column(
+            "Selector",
+            1,
+            desc="Route service traffic to pods with label keys and values matching this selector.",
+        ),
     )
 
     def validate_name(self, path: str, name: str) -> list[FieldError]:
@@ -104,7 +126,10 @@ class Service(Kind):
         old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
         if "ExternalName" in (old_spec.get("type"), new_spec.get("type")):
             return []
-        if old_spec.get("clusterIP") and new_spec.get("clusterIP", old_spec["clusterIP"]) != old_spec["clusterIP"]:
+        if (
+            old_spec.get("clusterIP")
+            and new_spec.get("clusterIP", old_spec["clusterIP"]) != old_spec["clusterIP"]
+        ):
             return [invalid("spec.clusterIPs[0]", new_spec.get("clusterIP"), "may not change once set")]
         return []
 
@@ -153,8 +178,13 @@ class Service(Kind):
             text = f"{p.get('port')}:{p['nodePort']}" if p.get("nodePort") else str(p.get("port"))
             ports.append(f"{text}/{p.get('protocol', 'TCP')}")
         return [
-            obj["metadata"].get("name"), kind, spec.get("clusterIP") or "<none>", external,
-            ",".join(ports) or "<none>", age(obj), tables.format_labels(spec.get("selector")),
+            obj["metadata"].get("name"),
+            kind,
+            spec.get("clusterIP") or "<none>",
+            external,
+            ",".join(ports) or "<none>",
+            age(obj),
+            tables.format_labels(spec.get("selector")),
         ]
 
 
@@ -166,7 +196,9 @@ def _keep_allocations(current: Obj, new: Obj) -> None:
     for field in ("clusterIP", "clusterIPs"):
         if not spec.get(field) and old_spec.get(field):
             spec[field] = old_spec[field]
-    old_ports = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort") for p in old_spec.get("ports") or []}
+    old_ports = {
+        (p.get("port"), p.get("protocol", "TCP")): p.get("nodePort") for p in old_spec.get("ports") or []
+    }
     for port in spec.get("ports") or []:
         if not port.get("nodePort") and _node_ports(spec):
             node_port = old_ports.get((port.get("port"), port.get("protocol", "TCP")))

@@ -25,12 +25,19 @@ class ServiceAccount(Kind):
     subresources = (TOKEN,)
     admission = (ServiceAccountAdmission(),)
     smp = {"metadata": META, "secrets": ListSpec("name"), "imagePullSecrets": ListSpec("name")}
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("secrets", "messages", OBJECT_REFERENCE),
-                3: ("imagePullSecrets", "messages", {1: ("name", "string", None)}),
-                4: ("automountServiceAccountToken", "bool*", None)}
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: ("secrets", "messages", OBJECT_REFERENCE),
+        3: ("imagePullSecrets", "messages", {1: ("name", "string", None)}),
+        4: ("automountServiceAccountToken", "bool*", None),
+    }
     columns = (
         tables.NAME,
-        tables.column("Secrets", kind="integer", desc="Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use."),
+        tables.column(
+            "Secrets",
+            kind="integer",
+            desc="Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.",
+        ),
         tables.AGE,
     )
 

@@ -40,12 +40,24 @@ MAX_EXPIRATION = 1 << 32
 # TokenRequestSpec{audiences=1, boundObjectRef=3, expirationSeconds=4}.
 PROTOBUF = {
     1: ("metadata", "message", OBJECT_META),
-    2: ("spec", "message", {
-        1: ("audiences", "strings", None),
-        3: ("boundObjectRef", "message", {1: ("kind", "string", None), 2: ("apiVersion", "string", None),
-                                          3: ("name", "string", None), 4: ("uid", "string", None)}),
-        4: ("expirationSeconds", "int*", None),
-    }),
+    2: (
+        "spec",
+        "message",
+        {
+            1: ("audiences", "strings", None),
+            3: (
+                "boundObjectRef",
+                "message",
+                {
+                    1: ("kind", "string", None),
+                    2: ("apiVersion", "string", None),
+                    3: ("name", "string", None),
+                    4: ("uid", "string", None),
+                },
+            ),
+            4: ("expirationSeconds", "int*", None),
+        },
+    ),
 }
 
 
@@ -78,11 +90,29 @@ class TokenRequestSubresource(Subresource):
         body, unknown = await rest.decode_body(request, info, KIND, API_VERSION, self.schema)
         meta = body.get("metadata") or {}
         if meta.get("name") and meta["name"] != info.name:
-            raise errors.invalid_object(KIND, GROUP, info.name, [
-                errors.invalid("metadata.name", meta["name"], "must match the service account name if specified")])
+            raise errors.invalid_object(
+                KIND,
+                GROUP,
+                info.name,
+                [
+                    errors.invalid(
+                        "metadata.name", meta["name"], "must match the service account name if specified"
+                    )
+                ],
+            )
         if meta.get("namespace") and meta["namespace"] != info.namespace:
-            raise errors.invalid_object(KIND, GROUP, info.name, [
-                errors.invalid("metadata.namespace", meta["namespace"], "must match the service account namespace if specified")])
+            raise errors.invalid_object(
+                KIND,
+                GROUP,
+                info.name,
+                [
+                    errors.invalid(
+                        "metadata.namespace",
+                        meta["namespace"],
+                        "must match the service account namespace if specified",
+                    )
+                ],
+            )
         account = (await rest.registry.get(info.resource, info.namespace, info.name)).obj
         spec = body.get("spec") or {}
         audiences = list(spec.get("audiences") or issuer.audiences)
@@ -90,37 +120,58 @@ class TokenRequestSubresource(Subresource):
         expiration = DEFAULT_EXPIRATION if expiration is None else int(expiration)
         now = issuer.clock()
         out: Obj = {
-            "kind": KIND, "apiVersion": API_VERSION,
-            "metadata": {"name": info.name, "namespace": info.namespace, "creationTimestamp": _now_rfc3339(now)},
+            "kind": KIND,
+            "apiVersion": API_VERSION,
+            "metadata": {
+                "name": info.name,
+                "namespace": info.namespace,
+                "creationTimestamp": _now_rfc3339(now),
+            },
             "spec": {"audiences": audiences, "expirationSeconds": expiration},
         }
         if spec.get("boundObjectRef"):
             out["spec"]["boundObjectRef"] = spec["boundObjectRef"]
         if expiration < MIN_EXPIRATION:
-            raise _invalid("spec.expirationSeconds", expiration, "may not specify a duration less than 10 minutes")
+            raise _invalid(
+                "spec.expirationSeconds", expiration, "may not specify a duration less than 10 minutes"
+            )
         if expiration > MAX_EXPIRATION:
-            raise _invalid("spec.expirationSeconds", expiration, "may not specify a duration larger than 2^32 seconds")
+            raise _invalid(
+                "spec.expirationSeconds", expiration, "may not specify a duration larger than 2^32 seconds"
+            )
         user = rest.user(request)
-        admission = AdmissionRequest("CREATE", info.resource, self.name, info.namespace, info.name, out, None, user, rest.registry)
+        admission = AdmissionRequest(
+            "CREATE", info.resource, self.name, info.namespace, info.name, out, None, user, rest.registry
+        )
         await rest.registry.admission.admit(admission)
         await rest.registry.admission.validate(admission)
         pod, secret, node = await self._bound(rest, info, spec.get("boundObjectRef"))
         warnings = list(unknown)
         if issuer.max_expiration > 0 and expiration > issuer.max_expiration:
-            warnings.append(f"requested expiration of {expiration} seconds shortened to {issuer.max_expiration} seconds")
+            warnings.append(
+                f"requested expiration of {expiration} seconds shortened to {issuer.max_expiration} seconds"
+            )
             expiration = out["spec"]["expirationSeconds"] = issuer.max_expiration
         lifetime, warn_after = expiration, 0
-        if (issuer.extend_expiration and pod is not None and expiration == WARN_ONLY_EXPIRATION
-                and all(a in issuer.audiences for a in audiences)):
+        if (
+            issuer.extend_expiration
+            and pod is not None
+            and expiration == WARN_ONLY_EXPIRATION
+            and all(a in issuer.audiences for a in audiences)
+        ):
             lifetime, warn_after = EXPIRATION_EXTENSION, expiration
-        claims = issuer.claims(account, audiences, lifetime, pod=pod, secret=secret, node=node, warn_after=warn_after)
+        claims = issuer.claims(
+            account, audiences, lifetime, pod=pod, secret=secret, node=node, warn_after=warn_after
+        )
         out["status"] = {"token": issuer.sign(claims), "expirationTimestamp": _now_rfc3339(now + expiration)}
         response = rest.json(out, 201)
         for text in warnings:
             response.headers.add("Warning", f"299 - {json.dumps(text)}")
         return response
 
-    async def _bound(self, rest: RestHandler, info: RequestInfo, ref: Obj | None) -> tuple[Obj | None, Obj | None, Obj | None]:
+    async def _bound(
+        self, rest: RestHandler, info: RequestInfo, ref: Obj | None
+    ) -> tuple[Obj | None, Obj | None, Obj | None]:
         """The pod, secret or node the token is bound to (and a pod's node), checked as upstream does."""
         from controlplane.apiserver.kinds.node import KIND as NODES
         from controlplane.apiserver.kinds.pod import KIND as PODS
@@ -136,7 +187,8 @@ class TokenRequestSubresource(Subresource):
             pod = (await rest.registry.get(PODS, info.namespace, name)).obj
             if (pod.get("spec") or {}).get("serviceAccountName") != info.name:
                 raise errors.bad_request(
-                    f'cannot bind token for serviceaccount "{info.name}" to pod running with different serviceaccount name.')
+                    f'cannot bind token for serviceaccount "{info.name}" to pod running with different serviceaccount name.'
+                )
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name:
                 cached = rest.registry.cache.get(NODES.key("", node_name))
@@ -152,7 +204,9 @@ class TokenRequestSubresource(Subresource):
         uid = (bound.get("metadata") or {}).get("uid")
         if ref.get("uid") and ref["uid"] != uid:
             raise errors.conflict(
-                kind, "", name,
+                kind,
+                "",
+                name,
                 f"the UID in the bound object reference ({ref['uid']}) does not match the UID in record. "
                 "The object might have been deleted and then recreated",
             )

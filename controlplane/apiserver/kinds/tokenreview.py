@@ -28,10 +28,14 @@ class TokenReview(Kind):
     stored = False
     schema = "V1TokenReview"
     # Kubelets' delegated authentication posts it as protobuf (spec: token=1, audiences=2).
-    protobuf = {1: ("metadata", "message", OBJECT_META),
-                2: ("spec", "message", {1: ("token", "string", None), 2: ("audiences", "strings", None)})}
+    protobuf = {
+        1: ("metadata", "message", OBJECT_META),
+        2: ("spec", "message", {1: ("token", "string", None), 2: ("audiences", "strings", None)}),
+    }
 
-    async def create_virtual(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+    async def create_virtual(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo
+    ) -> web.StreamResponse:
         body, _ = await rest.decode_body(request, info, self.kind, self.api_version, self.schema)
         spec = body.get("spec") or {}
         token = spec.get("token") or ""
@@ -44,14 +48,26 @@ class TokenReview(Kind):
             status["authenticated"] = result.user is not None
             if result.user is not None:
                 user = result.user
-                status["user"] = {"username": user.name, "uid": user.uid, "groups": list(user.groups),
-                                  "extra": user.extra_dict()}
+                status["user"] = {
+                    "username": user.name,
+                    "uid": user.uid,
+                    "groups": list(user.groups),
+                    "extra": user.extra_dict(),
+                }
                 status["audiences"] = list(result.audiences)
             elif result.error:
                 status["error"] = result.error
         meta = {**(body.get("metadata") or {}), "creationTimestamp": None}
-        return rest.json({"kind": self.kind, "apiVersion": self.api_version, "metadata": meta, "spec": spec,
-                          "status": status}, 201)
+        return rest.json(
+            {
+                "kind": self.kind,
+                "apiVersion": self.api_version,
+                "metadata": meta,
+                "spec": spec,
+                "status": status,
+            },
+            201,
+        )
 
 
 KIND = TokenReview()

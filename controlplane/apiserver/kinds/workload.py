@@ -47,7 +47,13 @@ def validate_workload(obj: Obj) -> list[FieldError]:
             errors.append(invalid("spec.selector", selector, str(err)))
         else:
             if not matches:
-                errors.append(invalid("spec.template.metadata.labels", template_labels, "`selector` does not match template `labels`"))
+                errors.append(
+                    invalid(
+                        "spec.template.metadata.labels",
+                        template_labels,
+                        "`selector` does not match template `labels`",
+                    )
+                )
     errors += podspec.validate_pod_spec(template.get("spec"), "spec.template.spec")
     restart = (template.get("spec") or {}).get("restartPolicy")
     if restart not in (None, "Always"):

@@ -26,7 +26,7 @@ def node_identity(user: UserInfo | None) -> tuple[str, bool]:
     """NodeIdentity: (node name, is a node). A node name is "" if it cannot be told."""
     if user is None or not user.name.startswith(NODE_PREFIX) or NODES_GROUP not in user.groups:
         return "", False
-    return user.name[len(NODE_PREFIX):], True
+    return user.name[len(NODE_PREFIX) :], True
 
 
 class NodeAuthorizer:

@@ -26,9 +26,15 @@ PODS_BUCKET = "pods"
 
 # Volume sources naming a secret, and the field that does (podutil.VisitPodSecretNames).
 _SECRET_REFS = {
-    "azureFile": "secretName", "cephfs": ("secretRef", "name"), "cinder": ("secretRef", "name"),
-    "flexVolume": ("secretRef", "name"), "rbd": ("secretRef", "name"), "scaleIO": ("secretRef", "name"),
-    "iscsi": ("secretRef", "name"), "storageos": ("secretRef", "name"), "csi": ("nodePublishSecretRef", "name"),
+    "azureFile": "secretName",
+    "cephfs": ("secretRef", "name"),
+    "cinder": ("secretRef", "name"),
+    "flexVolume": ("secretRef", "name"),
+    "rbd": ("secretRef", "name"),
+    "scaleIO": ("secretRef", "name"),
+    "iscsi": ("secretRef", "name"),
+    "storageos": ("secretRef", "name"),
+    "csi": ("nodePublishSecretRef", "name"),
 }
 
 
@@ -95,8 +101,13 @@ def pod_refs(pod: Obj) -> PodRefs | None:
         for field, ref in _SECRET_REFS.items():
             if isinstance(volume.get(field), dict):
                 secrets.add(_get(volume[field], ref) if isinstance(ref, str) else _get(volume[field], *ref))
-    return PodRefs(node, frozenset(secrets - {""}), frozenset(configmaps - {""}), frozenset(pvcs - {""}),
-                   spec.get("serviceAccountName") or "")
+    return PodRefs(
+        node,
+        frozenset(secrets - {""}),
+        frozenset(configmaps - {""}),
+        frozenset(pvcs - {""}),
+        spec.get("serviceAccountName") or "",
+    )
 
 
 class NodeGraph:

@@ -24,12 +24,21 @@ Obj = dict[str, Any]
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 NODE_RESTRICTION_LABELS = "node-restriction.kubernetes.io"
 # kubeletapis.IsKubeletLabel: the kubernetes.io labels a kubelet may set on its Node.
-KUBELET_LABELS = frozenset({
-    "kubernetes.io/hostname", "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
-    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
-    "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type", "kubernetes.io/os",
-    "kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/arch",
-})
+KUBELET_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+    }
+)
 KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 
 
@@ -82,13 +91,18 @@ class NodeRestriction:
         if not is_node or (request.kind.group, request.kind.plural) != ("", "pods") or request.subresource:
             return
         if ((request.old or {}).get("spec") or {}).get("nodeName") != node:
-            raise self._forbidden(request, f'node "{node}" can only delete pods with spec.nodeName set to itself')
+            raise self._forbidden(
+                request, f'node "{node}" can only delete pods with spec.nodeName set to itself'
+            )
 
     @staticmethod
     def _checks() -> dict[tuple[str, str], Any]:
-        return {("", "pods"): NodeRestriction._pod, ("", "nodes"): NodeRestriction._node,
-                ("coordination.k8s.io", "leases"): NodeRestriction._lease,
-                ("", "serviceaccounts"): NodeRestriction._service_account}
+        return {
+            ("", "pods"): NodeRestriction._pod,
+            ("", "nodes"): NodeRestriction._node,
+            ("coordination.k8s.io", "leases"): NodeRestriction._lease,
+            ("", "serviceaccounts"): NodeRestriction._service_account,
+        }
 
     @staticmethod
     def _forbidden(request: AdmissionRequest, message: str) -> errors.ApiError:
@@ -105,19 +119,27 @@ class NodeRestriction:
         elif request.subresource == "eviction":
             pass  # evictions are not served
         elif request.subresource:
-            raise self._forbidden(request, f"unexpected pod subresource \"{request.subresource}\", only 'status' and "
-                                           "'eviction' are allowed")
+            raise self._forbidden(
+                request,
+                f"unexpected pod subresource \"{request.subresource}\", only 'status' and "
+                "'eviction' are allowed",
+            )
         elif request.operation == "CREATE":
             self._mirror_pod(node, request)
         else:
-            raise self._forbidden(request, f'unexpected operation "{request.operation}", node "{node}" can only create '
-                                           "and delete mirror pods")
+            raise self._forbidden(
+                request,
+                f'unexpected operation "{request.operation}", node "{node}" can only create '
+                "and delete mirror pods",
+            )
 
     def _pod_status(self, node: str, request: AdmissionRequest) -> None:
         if request.operation != "UPDATE":
             raise self._forbidden(request, f'unexpected operation "{request.operation}"')
         if ((request.old or {}).get("spec") or {}).get("nodeName") != node:
-            raise self._forbidden(request, f'node "{node}" can only update pod status for pods with spec.nodeName set to itself')
+            raise self._forbidden(
+                request, f'node "{node}" can only update pod status for pods with spec.nodeName set to itself'
+            )
         if (_meta(request.old).get("labels") or {}) != (_meta(request.obj).get("labels") or {}):
             raise self._forbidden(request, f'node "{node}" cannot update labels through pod status')
 
@@ -126,22 +148,37 @@ class NodeRestriction:
         pod, meta = request.obj, _meta(request.obj)
         spec = pod.get("spec") or {}
         if MIRROR_POD_ANNOTATION not in (meta.get("annotations") or {}):
-            raise self._forbidden(request, f'pod does not have "{MIRROR_POD_ANNOTATION}" annotation, node "{node}" '
-                                           "can only create mirror pods")
+            raise self._forbidden(
+                request,
+                f'pod does not have "{MIRROR_POD_ANNOTATION}" annotation, node "{node}" '
+                "can only create mirror pods",
+            )
         if spec.get("nodeName") != node:
-            raise self._forbidden(request, f'node "{node}" can only create pods with spec.nodeName set to itself')
+            raise self._forbidden(
+                request, f'node "{node}" can only create pods with spec.nodeName set to itself'
+            )
         owners = meta.get("ownerReferences") or []
         if len(owners) > 1:
-            raise self._forbidden(request, f'node "{node}" can only create pods with a single owner reference set to itself')
+            raise self._forbidden(
+                request, f'node "{node}" can only create pods with a single owner reference set to itself'
+            )
         if not owners:
-            raise self._forbidden(request, f'node "{node}" can only create pods with an owner reference set to itself')
+            raise self._forbidden(
+                request, f'node "{node}" can only create pods with an owner reference set to itself'
+            )
         owner = owners[0]
         if owner.get("apiVersion") != "v1" or owner.get("kind") != "Node" or owner.get("name") != node:
-            raise self._forbidden(request, f'node "{node}" can only create pods with an owner reference set to itself')
+            raise self._forbidden(
+                request, f'node "{node}" can only create pods with an owner reference set to itself'
+            )
         if not owner.get("controller"):
-            raise self._forbidden(request, f'node "{node}" can only create pods with a controller owner reference set to itself')
+            raise self._forbidden(
+                request, f'node "{node}" can only create pods with a controller owner reference set to itself'
+            )
         if owner.get("blockOwnerDeletion"):
-            raise self._forbidden(request, f'node "{node}" must not set blockOwnerDeletion on an owner reference')
+            raise self._forbidden(
+                request, f'node "{node}" must not set blockOwnerDeletion on an owner reference'
+            )
         from controlplane.apiserver.kinds.node import KIND as NODE
 
         registered = request.registry.cache.get(NODE.key("", node))
@@ -152,13 +189,17 @@ class NodeRestriction:
             raise self._forbidden(request, f"node {node} UID mismatch: expected {owner.get('uid')} got {uid}")
         refs = pod_refs(pod)
         if spec.get("serviceAccountName"):
-            raise self._forbidden(request, f'node "{node}" can not create pods that reference a service account')
+            raise self._forbidden(
+                request, f'node "{node}" can not create pods that reference a service account'
+            )
         if refs is not None and refs.secrets:
             raise self._forbidden(request, f'node "{node}" can not create pods that reference secrets')
         if refs is not None and refs.configmaps:
             raise self._forbidden(request, f'node "{node}" can not create pods that reference configmaps')
         if any(isinstance(v, dict) and "persistentVolumeClaim" in v for v in spec.get("volumes") or []):
-            raise self._forbidden(request, f'node "{node}" can not create pods that reference persistentvolumeclaims')
+            raise self._forbidden(
+                request, f'node "{node}" can not create pods that reference persistentvolumeclaims'
+            )
 
     # --- nodes, leases, tokens -----------------------------------------------------------------------------
 
@@ -170,13 +211,19 @@ class NodeRestriction:
         labels = _meta(request.obj).get("labels")
         if request.operation == "CREATE":
             if spec.get("configSource") is not None:
-                raise self._forbidden(request, f'node "{node}" is not allowed to create pods with a non-nil configSource')
+                raise self._forbidden(
+                    request, f'node "{node}" is not allowed to create pods with a non-nil configSource'
+                )
             refused = forbidden_labels(labels, None)
             if refused:
-                raise self._forbidden(request, f'node "{node}" is not allowed to set the following labels: {", ".join(refused)}')
+                raise self._forbidden(
+                    request, f'node "{node}" is not allowed to set the following labels: {", ".join(refused)}'
+                )
             return
         if spec.get("configSource") is not None and spec.get("configSource") != old_spec.get("configSource"):
-            raise self._forbidden(request, f'node "{node}" is not allowed to update configSource to a new non-nil configSource')
+            raise self._forbidden(
+                request, f'node "{node}" is not allowed to update configSource to a new non-nil configSource'
+            )
         if (spec.get("taints") or []) != (old_spec.get("taints") or []):
             raise self._forbidden(request, f'node "{node}" is not allowed to modify taints')
         refused = forbidden_labels(labels, _meta(request.old).get("labels"))
@@ -185,10 +232,14 @@ class NodeRestriction:
 
     def _lease(self, node: str, request: AdmissionRequest) -> None:
         if request.namespace != NODE_LEASE_NAMESPACE:
-            raise self._forbidden(request, f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace')
+            raise self._forbidden(
+                request, f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace'
+            )
         name = _meta(request.obj).get("name", "") if request.operation == "CREATE" else request.name
         if name != node:
-            raise self._forbidden(request, "can only access node lease with the same name as the requesting node")
+            raise self._forbidden(
+                request, "can only access node lease with the same name as the requesting node"
+            )
 
     def _service_account(self, node: str, request: AdmissionRequest) -> None:
         """admitServiceAccount: a node's TokenRequest must be bound to a pod scheduled on it."""
@@ -206,10 +257,15 @@ class NodeRestriction:
             raise errors.not_found("pods", "", ref["name"])
         pod = cached.obj
         if ref["uid"] != _meta(pod).get("uid"):
-            raise self._forbidden(request, f"the UID in the bound object reference ({ref['uid']}) does not match the UID "
-                                           "in record. The object might have been deleted and then recreated")
+            raise self._forbidden(
+                request,
+                f"the UID in the bound object reference ({ref['uid']}) does not match the UID "
+                "in record. The object might have been deleted and then recreated",
+            )
         if (pod.get("spec") or {}).get("nodeName") != node:
-            raise self._forbidden(request, "node requested token bound to a pod scheduled on a different node")
+            raise self._forbidden(
+                request, "node requested token bound to a pod scheduled on a different node"
+            )
 
 
 __all__ = ["NodeRestriction", "forbidden_labels", "is_kubelet_label"]

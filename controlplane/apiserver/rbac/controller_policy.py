@@ -65,14 +65,22 @@ def _roles() -> dict[str, list[PolicyRule]]:
             rule(("list", "watch"), (CORE,), ("nodes",)),
             rule(("list", "watch", "create", "delete", "patch"), (CORE,), ("pods",)),
             rule(("create",), (CORE,), ("pods/binding",)),
-            rule(("get", "list", "watch", "create", "delete", "update", "patch"), (APPS,), ("controllerrevisions",)),
+            rule(
+                ("get", "list", "watch", "create", "delete", "update", "patch"),
+                (APPS,),
+                ("controllerrevisions",),
+            ),
             events_rule(),
         ],
         "deployment-controller": [
             rule(("get", "list", "watch", "update"), (EXTENSIONS, APPS), ("deployments",)),
             rule(("update",), (EXTENSIONS, APPS), ("deployments/status",)),
             rule(("update",), (EXTENSIONS, APPS), ("deployments/finalizers",)),
-            rule(("get", "list", "watch", "create", "update", "patch", "delete"), (APPS, EXTENSIONS), ("replicasets",)),
+            rule(
+                ("get", "list", "watch", "create", "update", "patch", "delete"),
+                (APPS, EXTENSIONS),
+                ("replicasets",),
+            ),
             rule(("get", "list", "watch", "update"), (CORE,), ("pods",)),
             events_rule(),
         ],
@@ -209,7 +217,11 @@ def _roles() -> dict[str, list[PolicyRule]]:
             rule(("update",), (APPS,), ("statefulsets/status",)),
             rule(("update",), (APPS,), ("statefulsets/finalizers",)),
             rule(("get", "create", "delete", "update", "patch"), (CORE,), ("pods",)),
-            rule(("get", "create", "delete", "update", "patch", "list", "watch"), (APPS,), ("controllerrevisions",)),
+            rule(
+                ("get", "create", "delete", "update", "patch", "list", "watch"),
+                (APPS,),
+                ("controllerrevisions",),
+            ),
             rule(("get", "create", "list", "watch"), (CORE,), ("persistentvolumeclaims",)),
             rule(("update", "delete"), (CORE,), ("persistentvolumeclaims",)),
             rule(("update",), (CORE,), ("pods/finalizers",)),
@@ -221,11 +233,23 @@ def _roles() -> dict[str, list[PolicyRule]]:
         ],
         "certificate-controller": [
             rule(("get", "list", "watch", "delete"), (CERTS,), ("certificatesigningrequests",)),
-            rule(("update",), (CERTS,), ("certificatesigningrequests/status", "certificatesigningrequests/approval")),
+            rule(
+                ("update",),
+                (CERTS,),
+                ("certificatesigningrequests/status", "certificatesigningrequests/approval"),
+            ),
             rule(("approve",), (CERTS,), ("signers",), ("kubernetes.io/kube-apiserver-client-kubelet",)),
-            rule(("sign",), (CERTS,), ("signers",), (
-                "kubernetes.io/legacy-unknown", "kubernetes.io/kube-apiserver-client",
-                "kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving")),
+            rule(
+                ("sign",),
+                (CERTS,),
+                ("signers",),
+                (
+                    "kubernetes.io/legacy-unknown",
+                    "kubernetes.io/kube-apiserver-client",
+                    "kubernetes.io/kube-apiserver-client-kubelet",
+                    "kubernetes.io/kubelet-serving",
+                ),
+            ),
             rule(("create",), (AUTHZ,), ("subjectaccessreviews",)),
             events_rule(),
         ],
@@ -248,11 +272,15 @@ def _roles() -> dict[str, list[PolicyRule]]:
         ],
         "validatingadmissionpolicy-status-controller": [
             rule(READ, (ADMISSION_REGISTRATION,), ("validatingadmissionpolicies",)),
-            rule(("get", "patch", "update"), (ADMISSION_REGISTRATION,), ("validatingadmissionpolicies/status",)),
+            rule(
+                ("get", "patch", "update"), (ADMISSION_REGISTRATION,), ("validatingadmissionpolicies/status",)
+            ),
             events_rule(),
         ],
         "legacy-service-account-token-cleaner": [
-            rule(("get",), (CORE,), ("configmaps",), ("kube-apiserver-legacy-service-account-token-tracking",)),
+            rule(
+                ("get",), (CORE,), ("configmaps",), ("kube-apiserver-legacy-service-account-token-tracking",)
+            ),
             rule(("patch", "delete"), (CORE,), ("secrets",)),
         ],
     }
@@ -264,7 +292,10 @@ def controller_roles() -> list[Obj]:
 
 def controller_role_bindings() -> list[Obj]:
     """Each role to its service account in kube-system (addControllerRole)."""
-    return [cluster_binding(PREFIX + account, subject("ServiceAccount", account, "kube-system")) for account in _roles()]
+    return [
+        cluster_binding(PREFIX + account, subject("ServiceAccount", account, "kube-system"))
+        for account in _roles()
+    ]
 
 
 __all__ = ["PREFIX", "controller_role_bindings", "controller_roles"]

@@ -21,7 +21,9 @@ def breakdown(rule: PolicyRule) -> list[PolicyRule]:
         for resource in rule.resources:
             for verb in rule.verbs:
                 if rule.resource_names:
-                    out += [PolicyRule((verb,), (group,), (resource,), (name,)) for name in rule.resource_names]
+                    out += [
+                        PolicyRule((verb,), (group,), (resource,), (name,)) for name in rule.resource_names
+                    ]
                 else:
                     out.append(PolicyRule((verb,), (group,), (resource,)))
     for url in rule.non_resource_urls:
@@ -51,7 +53,9 @@ def rule_covers(owner: PolicyRule, sub: PolicyRule) -> bool:
 def covers(owner: Iterable[PolicyRule], servant: Iterable[PolicyRule]) -> tuple[bool, list[PolicyRule]]:
     """Covers: (every atom of `servant` covered by some rule of `owner`, the atoms that are not)."""
     owners = list(owner)
-    missing = [atom for rule in servant for atom in breakdown(rule) if not any(rule_covers(o, atom) for o in owners)]
+    missing = [
+        atom for rule in servant for atom in breakdown(rule) if not any(rule_covers(o, atom) for o in owners)
+    ]
     return not missing, missing
 
 
@@ -61,7 +65,12 @@ def compact(rules: list[PolicyRule]) -> list[PolicyRule]:
     out: list[PolicyRule] = []
     simple: dict[tuple[str, str], list[str]] = {}
     for r in rules:
-        if not r.resource_names and not r.non_resource_urls and len(r.api_groups) == 1 and len(r.resources) == 1:
+        if (
+            not r.resource_names
+            and not r.non_resource_urls
+            and len(r.api_groups) == 1
+            and len(r.resources) == 1
+        ):
             simple.setdefault((r.api_groups[0], r.resources[0]), []).extend(r.verbs)
         else:
             out.append(r)
@@ -77,19 +86,27 @@ def go_quote(values: Iterable[str]) -> str:
 def compact_string(rule: PolicyRule) -> str:
     """CompactString: `{APIGroups:[""], Resources:["pods"], Verbs:["get" "list"]}`."""
     parts = []
-    for label, values in (("APIGroups", rule.api_groups), ("Resources", rule.resources),
-                          ("NonResourceURLs", rule.non_resource_urls), ("ResourceNames", rule.resource_names),
-                          ("Verbs", rule.verbs)):
+    for label, values in (
+        ("APIGroups", rule.api_groups),
+        ("Resources", rule.resources),
+        ("NonResourceURLs", rule.non_resource_urls),
+        ("ResourceNames", rule.resource_names),
+        ("Verbs", rule.verbs),
+    ):
         if values:
             parts.append(f"{label}:{go_quote(values)}")
     return "{" + ", ".join(parts) + "}"
 
 
-def escalation_message(user: str, groups: Iterable[str], missing: list[PolicyRule], resolution_errors: list[str]) -> str:
+def escalation_message(
+    user: str, groups: Iterable[str], missing: list[PolicyRule], resolution_errors: list[str]
+) -> str:
     """ConfirmNoEscalation's error text."""
     described = sorted({compact_string(r) for r in compact(missing)})
-    message = (f'user "{user}" (groups={go_quote(groups)}) is attempting to grant RBAC permissions not currently '
-               "held:\n" + "\n".join(described))
+    message = (
+        f'user "{user}" (groups={go_quote(groups)}) is attempting to grant RBAC permissions not currently '
+        "held:\n" + "\n".join(described)
+    )
     if resolution_errors:
         message += f"; resolution errors: [{' '.join(resolution_errors)}]"
     return message
@@ -97,5 +114,13 @@ def escalation_message(user: str, groups: Iterable[str], missing: list[PolicyRul
 
 FULL_AUTHORITY = (PolicyRule((ALL,), (ALL,), (ALL,)), PolicyRule((ALL,), non_resource_urls=(ALL,)))
 
-__all__ = ["FULL_AUTHORITY", "breakdown", "compact", "compact_string", "covers", "escalation_message", "go_quote",
-           "rule_covers"]
+__all__ = [
+    "FULL_AUTHORITY",
+    "breakdown",
+    "compact",
+    "compact_string",
+    "covers",
+    "escalation_message",
+    "go_quote",
+    "rule_covers",
+]

@@ -55,8 +55,9 @@ def held_rules(chain: AuthorizerChain, user: UserInfo, namespace: str) -> tuple[
     return rules, held.errors
 
 
-def confirm_no_escalation(chain: AuthorizerChain | None, user: UserInfo, namespace: str,
-                          wanted: tuple[PolicyRule, ...]) -> str | None:
+def confirm_no_escalation(
+    chain: AuthorizerChain | None, user: UserInfo, namespace: str, wanted: tuple[PolicyRule, ...]
+) -> str | None:
     """None when the user holds every rule in `wanted`; else ConfirmNoEscalation's message."""
     owner, resolution_errors = held_rules(chain, user, namespace) if chain is not None else ([], [])
     ok, missing = covers(owner, wanted)
@@ -77,11 +78,17 @@ class _Plugin:
         self.plural = plural
 
     def _applies(self, request: AdmissionRequest) -> bool:
-        return (request.kind.plural == self.plural and request.kind.group == GROUP and not request.subresource
-                and request.operation in ("CREATE", "UPDATE"))
+        return (
+            request.kind.plural == self.plural
+            and request.kind.group == GROUP
+            and not request.subresource
+            and request.operation in ("CREATE", "UPDATE")
+        )
 
     def _forbidden(self, name: str, message: str) -> errors.ApiError:
-        return errors.forbidden_request(f'{self.plural}.{GROUP} "{name}" is forbidden: {message}', self.plural, GROUP, name)
+        return errors.forbidden_request(
+            f'{self.plural}.{GROUP} "{name}" is forbidden: {message}', self.plural, GROUP, name
+        )
 
 
 class RoleEscalation(_Plugin):
@@ -94,15 +101,24 @@ class RoleEscalation(_Plugin):
         chain = _chain(request)
         if request.operation == "UPDATE" and only_gc_fields(request.obj, request.old):
             return
-        escalate = Attributes(request.user, "escalate", GROUP, "*", self.plural, "", request.namespace, request.name)
+        escalate = Attributes(
+            request.user, "escalate", GROUP, "*", self.plural, "", request.namespace, request.name
+        )
         if _authorized(chain, escalate):
             return
-        refused = confirm_no_escalation(chain, request.user, request.namespace, parse_rules(request.obj.get("rules")))
+        refused = confirm_no_escalation(
+            chain, request.user, request.namespace, parse_rules(request.obj.get("rules"))
+        )
         if refused:
             raise self._forbidden(request.name, refused)
-        aggregated = request.obj.get("aggregationRule") is not None or (request.old or {}).get("aggregationRule") is not None
+        aggregated = (
+            request.obj.get("aggregationRule") is not None
+            or (request.old or {}).get("aggregationRule") is not None
+        )
         if aggregated and confirm_no_escalation(chain, request.user, request.namespace, FULL_AUTHORITY):
-            raise self._forbidden(request.name, "must have cluster-admin privileges to use the aggregationRule")
+            raise self._forbidden(
+                request.name, "must have cluster-admin privileges to use the aggregationRule"
+            )
 
 
 class BindingEscalation(_Plugin):
@@ -120,11 +136,17 @@ class BindingEscalation(_Plugin):
         resource = {"ClusterRole": "clusterroles", "Role": "roles"}.get(kind)
         if resource is None:
             return  # validation refuses the kind
-        bind = Attributes(request.user, "bind", ref.get("apiGroup") or "", "", resource, "", request.namespace, role_name)
+        bind = Attributes(
+            request.user, "bind", ref.get("apiGroup") or "", "", resource, "", request.namespace, role_name
+        )
         if _authorized(chain, bind):
             return
         authorization = request.registry.authorization
-        rules = authorization.resolver.role_sources_of(kind, request.namespace, role_name) if authorization else None
+        rules = (
+            authorization.resolver.role_sources_of(kind, request.namespace, role_name)
+            if authorization
+            else None
+        )
         if rules is None:
             raise errors.not_found(resource, GROUP, role_name)
         refused = confirm_no_escalation(chain, request.user, request.namespace, rules)
@@ -132,4 +154,10 @@ class BindingEscalation(_Plugin):
             raise self._forbidden(request.name, refused)
 
 
-__all__ = ["BindingEscalation", "RoleEscalation", "confirm_no_escalation", "escalation_allowed", "only_gc_fields"]
+__all__ = [
+    "BindingEscalation",
+    "RoleEscalation",
+    "confirm_no_escalation",
+    "escalation_allowed",
+    "only_gc_fields",
+]

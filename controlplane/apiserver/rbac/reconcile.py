@@ -41,11 +41,17 @@ class PolicyKinds:
 
 def bootstrap_objects(extra_cluster_role_bindings: list[Obj] | None = None) -> list[tuple[str, Obj]]:
     """(kind, object) for every bootstrap object, roles before bindings."""
-    return ([("ClusterRole", o) for o in cluster_roles() + controller_roles()]
-            + [("Role", o) for o in namespace_roles()]
-            + [("ClusterRoleBinding", o) for o in cluster_role_bindings() + controller_role_bindings()
-               + (extra_cluster_role_bindings or [])]
-            + [("RoleBinding", o) for o in namespace_role_bindings()])
+    return (
+        [("ClusterRole", o) for o in cluster_roles() + controller_roles()]
+        + [("Role", o) for o in namespace_roles()]
+        + [
+            ("ClusterRoleBinding", o)
+            for o in cluster_role_bindings()
+            + controller_role_bindings()
+            + (extra_cluster_role_bindings or [])
+        ]
+        + [("RoleBinding", o) for o in namespace_role_bindings()]
+    )
 
 
 def _merge_meta(expected: Obj, existing: Obj) -> bool:
@@ -99,10 +105,16 @@ def _same_subject(a: Obj, b: Obj) -> bool:
     return all((a.get(k) or "") == (b.get(k) or "") for k in ("kind", "apiGroup", "name", "namespace"))
 
 
-async def ensure_policy(registry: Registry, kinds: PolicyKinds, extra_cluster_role_bindings: list[Obj] | None = None) -> None:
+async def ensure_policy(
+    registry: Registry, kinds: PolicyKinds, extra_cluster_role_bindings: list[Obj] | None = None
+) -> None:
     """Create what is missing and reconcile what exists, for every bootstrap object."""
-    by_kind = {"Role": kinds.role, "ClusterRole": kinds.cluster_role, "RoleBinding": kinds.role_binding,
-               "ClusterRoleBinding": kinds.cluster_role_binding}
+    by_kind = {
+        "Role": kinds.role,
+        "ClusterRole": kinds.cluster_role,
+        "RoleBinding": kinds.role_binding,
+        "ClusterRoleBinding": kinds.cluster_role_binding,
+    }
     created = updated = 0
     for kind_name, expected in bootstrap_objects(extra_cluster_role_bindings):
         kind = by_kind[kind_name]

@@ -160,8 +160,12 @@ class RuleResolver:
         self._resolved.clear()
 
     @staticmethod
-    def _set(compiled: dict[Any, tuple[Rule, ...]], sources: dict[Any, tuple[PolicyRule, ...]], key: Any,
-             obj: dict[str, Any] | None) -> None:
+    def _set(
+        compiled: dict[Any, tuple[Rule, ...]],
+        sources: dict[Any, tuple[PolicyRule, ...]],
+        key: Any,
+        obj: dict[str, Any] | None,
+    ) -> None:
         if obj is None:
             compiled.pop(key, None)
             sources.pop(key, None)
@@ -172,7 +176,11 @@ class RuleResolver:
 
     def _bind(self, bucket: str, namespace: str, name: str, obj: dict[str, Any] | None) -> None:
         key = (namespace, name)
-        index = self.cluster_index if bucket == CLUSTER_ROLE_BINDINGS else self.namespace_index.setdefault(namespace, _Index())
+        index = (
+            self.cluster_index
+            if bucket == CLUSTER_ROLE_BINDINGS
+            else self.namespace_index.setdefault(namespace, _Index())
+        )
         old = self.bindings.pop(key, None)
         if old is not None:
             index.remove(key, old)
@@ -180,8 +188,14 @@ class RuleResolver:
             return
         ref = obj.get("roleRef") or {}
         subjects = tuple(s for s in obj.get("subjects") or [] if isinstance(s, dict))
-        binding = Binding("ClusterRoleBinding" if bucket == CLUSTER_ROLE_BINDINGS else "RoleBinding", namespace, name,
-                          str(ref.get("kind") or ""), str(ref.get("name") or ""), subjects)
+        binding = Binding(
+            "ClusterRoleBinding" if bucket == CLUSTER_ROLE_BINDINGS else "RoleBinding",
+            namespace,
+            name,
+            str(ref.get("kind") or ""),
+            str(ref.get("name") or ""),
+            subjects,
+        )
         self.bindings[key] = binding
         index.add(key, binding)
 
@@ -250,5 +264,18 @@ class RuleResolver:
         return len(self.bindings) + len(self.roles) + len(self.cluster_roles)
 
 
-__all__ = ["CLUSTER_ROLES", "CLUSTER_ROLE_BINDINGS", "GROUP", "ROLES", "ROLE_BINDINGS", "Binding", "Grant",
-           "Resolved", "RuleResolver", "describe_subject", "not_found", "service_account_user", "subject_key"]
+__all__ = [
+    "CLUSTER_ROLES",
+    "CLUSTER_ROLE_BINDINGS",
+    "GROUP",
+    "ROLES",
+    "ROLE_BINDINGS",
+    "Binding",
+    "Grant",
+    "Resolved",
+    "RuleResolver",
+    "describe_subject",
+    "not_found",
+    "service_account_user",
+    "subject_key",
+]

@@ -17,8 +17,13 @@ from controlplane.apiserver.authz import Attributes
 ALL = "*"
 Obj = dict[str, Any]
 
-_FIELDS = (("verbs", "verbs"), ("api_groups", "apiGroups"), ("resources", "resources"),
-           ("resource_names", "resourceNames"), ("non_resource_urls", "nonResourceURLs"))
+_FIELDS = (
+    ("verbs", "verbs"),
+    ("api_groups", "apiGroups"),
+    ("resources", "resources"),
+    ("resource_names", "resourceNames"),
+    ("non_resource_urls", "nonResourceURLs"),
+)
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -53,8 +58,13 @@ class PolicyRule:
         return out
 
 
-def rule(verbs: Iterable[str], groups: Iterable[str] = (), resources: Iterable[str] = (),
-         names: Iterable[str] = (), urls: Iterable[str] = ()) -> PolicyRule:
+def rule(
+    verbs: Iterable[str],
+    groups: Iterable[str] = (),
+    resources: Iterable[str] = (),
+    names: Iterable[str] = (),
+    urls: Iterable[str] = (),
+) -> PolicyRule:
     """Upstream's rbacv1helpers.NewRule(...).Groups(...).Resources(...).Names(...).URLs(...).RuleOrDie(),
     which sorts each list."""
     return PolicyRule(*(tuple(sorted(v)) for v in (verbs, groups, resources, names, urls)))

@@ -35,7 +35,9 @@ def invalid_go(path: str, value: Any, detail: str) -> FieldError:
 
 def role_name(path: str, name: str) -> list[FieldError]:
     """minimalNameRequirements: names need only be URL path segments (`system:controller:x` is fine)."""
-    return [FieldError("FieldValueInvalid", path, f'Invalid value: "{name}": {m}') for m in path_segment(name)]
+    return [
+        FieldError("FieldValueInvalid", path, f'Invalid value: "{name}": {m}') for m in path_segment(name)
+    ]
 
 
 def policy_rule(rule: Any, namespaced: bool, path: str) -> list[FieldError]:
@@ -47,10 +49,21 @@ def policy_rule(rule: Any, namespaced: bool, path: str) -> list[FieldError]:
     urls = rule.get("nonResourceURLs") or []
     if urls:
         if namespaced:
-            out.append(invalid_go(f"{path}.nonResourceURLs", go_value(urls), "namespaced rules cannot apply to non-resource URLs"))
+            out.append(
+                invalid_go(
+                    f"{path}.nonResourceURLs",
+                    go_value(urls),
+                    "namespaced rules cannot apply to non-resource URLs",
+                )
+            )
         if rule.get("apiGroups") or rule.get("resources") or rule.get("resourceNames"):
-            out.append(invalid_go(f"{path}.nonResourceURLs", go_value(urls),
-                                  "rules cannot apply to both regular resources and non-resource URLs"))
+            out.append(
+                invalid_go(
+                    f"{path}.nonResourceURLs",
+                    go_value(urls),
+                    "rules cannot apply to both regular resources and non-resource URLs",
+                )
+            )
         return out
     if not rule.get("apiGroups"):
         out.append(required(f"{path}.apiGroups", "resource rules must supply at least one api group"))
@@ -62,7 +75,9 @@ def policy_rule(rule: Any, namespaced: bool, path: str) -> list[FieldError]:
 
 
 def rules(obj: Obj, namespaced: bool) -> list[FieldError]:
-    return [e for i, r in enumerate(obj.get("rules") or []) for e in policy_rule(r, namespaced, f"rules[{i}]")]
+    return [
+        e for i, r in enumerate(obj.get("rules") or []) for e in policy_rule(r, namespaced, f"rules[{i}]")
+    ]
 
 
 def role_ref(ref: Any, kinds: list[str]) -> list[FieldError]:
@@ -82,8 +97,10 @@ def role_ref(ref: Any, kinds: list[str]) -> list[FieldError]:
 
 def go_role_ref(ref: Any) -> str:
     ref = ref if isinstance(ref, dict) else {}
-    return (f'rbac.RoleRef{{APIGroup:{_go_string(ref.get("apiGroup", ""))}, Kind:{_go_string(ref.get("kind", ""))}, '
-            f'Name:{_go_string(ref.get("name", ""))}}}')
+    return (
+        f"rbac.RoleRef{{APIGroup:{_go_string(ref.get('apiGroup', ''))}, Kind:{_go_string(ref.get('kind', ''))}, "
+        f"Name:{_go_string(ref.get('name', ''))}}}"
+    )
 
 
 def role_ref_unchanged(new: Obj, old: Obj) -> list[FieldError]:
@@ -109,8 +126,13 @@ def subject(value: Any, namespaced: bool, path: str) -> list[FieldError]:
             out.append(required(f"{path}.namespace"))
     elif kind in ("User", "Group"):
         if not name:
-            out.append(FieldError("FieldValueInvalid", f"{path}.name",
-                                  f'Invalid value: "": {kind.lower()} name cannot be empty'))
+            out.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    f"{path}.name",
+                    f'Invalid value: "": {kind.lower()} name cannot be empty',
+                )
+            )
         if group != GROUP:
             out.append(not_supported(f"{path}.apiGroup", group, [GROUP]))
     else:
@@ -119,7 +141,9 @@ def subject(value: Any, namespaced: bool, path: str) -> list[FieldError]:
 
 
 def subjects(obj: Obj, namespaced: bool) -> list[FieldError]:
-    return [e for i, s in enumerate(obj.get("subjects") or []) for e in subject(s, namespaced, f"subjects[{i}]")]
+    return [
+        e for i, s in enumerate(obj.get("subjects") or []) for e in subject(s, namespaced, f"subjects[{i}]")
+    ]
 
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -136,8 +160,13 @@ def label_selector(selector: Any, path: str) -> list[FieldError]:
         if operator in ("In", "NotIn") and not values:
             out.append(required(f"{where}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
         elif operator in ("Exists", "DoesNotExist") and values:
-            out.append(FieldError("FieldValueForbidden", f"{where}.values",
-                                  "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+            out.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    f"{where}.values",
+                    "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                )
+            )
         elif operator not in _OPERATORS:
             out.append(not_supported(f"{where}.operator", operator, list(_OPERATORS)))
         out += qualified_name(f"{where}.key", expr.get("key") or "")
@@ -150,9 +179,17 @@ def aggregation_rule(obj: Obj) -> list[FieldError]:
         return []
     selectors = (rule or {}).get("clusterRoleSelectors") or []
     if not selectors:
-        return [required("aggregationRule.clusterRoleSelectors",
-                         "at least one clusterRoleSelector required if aggregationRule is non-nil")]
-    return [e for i, s in enumerate(selectors) for e in label_selector(s, f"aggregationRule.clusterRoleSelectors[{i}]")]
+        return [
+            required(
+                "aggregationRule.clusterRoleSelectors",
+                "at least one clusterRoleSelector required if aggregationRule is non-nil",
+            )
+        ]
+    return [
+        e
+        for i, s in enumerate(selectors)
+        for e in label_selector(s, f"aggregationRule.clusterRoleSelectors[{i}]")
+    ]
 
 
 def default_binding(obj: Obj) -> None:
@@ -165,5 +202,16 @@ def default_binding(obj: Obj) -> None:
             s["apiGroup"] = GROUP
 
 
-__all__ = ["aggregation_rule", "default_binding", "go_value", "label_selector", "policy_rule", "role_name",
-           "role_ref", "role_ref_unchanged", "rules", "subject", "subjects"]
+__all__ = [
+    "aggregation_rule",
+    "default_binding",
+    "go_value",
+    "label_selector",
+    "policy_rule",
+    "role_name",
+    "role_ref",
+    "role_ref_unchanged",
+    "rules",
+    "subject",
+    "subjects",
+]

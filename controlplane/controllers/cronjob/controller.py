@@ -62,25 +62,41 @@ def job_from_template(cj: Obj, scheduled: datetime, sched: cs.Schedule) -> Obj:
     tmeta = template.get("metadata") or {}
     annotations = dict(tmeta.get("annotations") or {})
     annotations[cs.SCHEDULED_TIMESTAMP] = cs.scheduled_stamp(scheduled, sched)
-    job_meta: Obj = {"name": cs.job_name(cj, scheduled), "namespace": cj["metadata"]["namespace"],
-                     "annotations": annotations, "ownerReferences": [owner_reference(cj)]}
+    job_meta: Obj = {
+        "name": cs.job_name(cj, scheduled),
+        "namespace": cj["metadata"]["namespace"],
+        "annotations": annotations,
+        "ownerReferences": [owner_reference(cj)],
+    }
     if tmeta.get("labels"):
         job_meta["labels"] = dict(tmeta["labels"])
-    return {"apiVersion": API_VERSION, "kind": "Job", "metadata": job_meta,
-            "spec": copy.deepcopy(template.get("spec") or {})}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Job",
+        "metadata": job_meta,
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
 
 
 def job_reference(job: Obj) -> Obj:
     m = job["metadata"]
-    return {"apiVersion": API_VERSION, "kind": "Job", "name": m["name"], "namespace": m["namespace"],
-            "uid": m["uid"], "resourceVersion": m.get("resourceVersion", "")}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Job",
+        "name": m["name"],
+        "namespace": m["namespace"],
+        "uid": m["uid"],
+        "resourceVersion": m.get("resourceVersion", ""),
+    }
 
 
 def history_to_delete(jobs: list[Obj], limit: int | None) -> list[Obj]:
     """The oldest finished Jobs beyond `limit` (by startTime, those without one first, then by name)."""
     if limit is None or len(jobs) <= limit:
         return []
-    ordered = sorted(jobs, key=lambda j: ((j.get("status") or {}).get("startTime") or "", j["metadata"]["name"]))
+    ordered = sorted(
+        jobs, key=lambda j: ((j.get("status") or {}).get("startTime") or "", j["metadata"]["name"])
+    )
     return ordered[: len(jobs) - limit]
 
 
@@ -91,12 +107,18 @@ class CronJobController(Controller):
         super().__init__(ctx)
         self.clock: Callable[[], datetime] = ctx.option("cronjob_clock", podutil.now)
         self.cronjobs = ctx.informers.get("/apis/batch/v1/cronjobs", indexers={"namespace": by_namespace})
-        self.jobs = ctx.informers.get("/apis/batch/v1/jobs", indexers={"namespace": by_namespace,
-                                                                        "controller": by_controller_uid})
+        self.jobs = ctx.informers.get(
+            "/apis/batch/v1/jobs", indexers={"namespace": by_namespace, "controller": by_controller_uid}
+        )
         self.recorder = ctx.recorder("cronjob-controller")
-        self.cronjobs.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue)
-        self.jobs.add_handler(on_add=self._job_changed, on_update=lambda _o, n: self._job_changed(n),
-                              on_delete=self._job_changed)
+        self.cronjobs.add_handler(
+            on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue
+        )
+        self.jobs.add_handler(
+            on_add=self._job_changed,
+            on_update=lambda _o, n: self._job_changed(n),
+            on_delete=self._job_changed,
+        )
 
     def _job_changed(self, job: Obj) -> None:
         ref = controller_ref(job)
@@ -136,14 +158,25 @@ class CronJobController(Controller):
             if juid not in listed and done is None:
                 fresh = await self._fresh_active(cj)
                 if juid in {a.get("uid") for a in fresh}:
-                    active, listed = fresh, {a.get("uid") for a in fresh}  # our cache was behind our own write
+                    active, listed = (
+                        fresh,
+                        {a.get("uid") for a in fresh},
+                    )  # our cache was behind our own write
                     continue
-                self.recorder.event(cj, WARNING, "UnexpectedJob",
-                                    f"Saw a job that the controller did not create or forgot: {meta(job)['name']}")
+                self.recorder.event(
+                    cj,
+                    WARNING,
+                    "UnexpectedJob",
+                    f"Saw a job that the controller did not create or forgot: {meta(job)['name']}",
+                )
             elif juid in listed and done is not None:
                 active = [a for a in active if a.get("uid") != juid]
-                self.recorder.event(cj, NORMAL, "SawCompletedJob",
-                                    f"Saw completed job: {meta(job)['name']}, condition: {done}")
+                self.recorder.event(
+                    cj,
+                    NORMAL,
+                    "SawCompletedJob",
+                    f"Saw completed job: {meta(job)['name']}, condition: {done}",
+                )
             if done == "Complete":
                 completed = podutil.parse_time((job.get("status") or {}).get("completionTime"))
                 last = podutil.parse_time(status.get("lastSuccessfulTime"))
@@ -188,10 +221,16 @@ class CronJobController(Controller):
             sched = cs.Schedule.parse(spec.get("schedule", ""), spec.get("timeZone"))
         except cs.ScheduleError as err:
             if spec.get("timeZone") and "time zone" in str(err):
-                self.recorder.event(cj, WARNING, "UnknownTimeZone", f"invalid timeZone: {spec['timeZone']!r}: {err}")
+                self.recorder.event(
+                    cj, WARNING, "UnknownTimeZone", f"invalid timeZone: {spec['timeZone']!r}: {err}"
+                )
             else:
-                self.recorder.event(cj, WARNING, "UnparseableSchedule",
-                                    f"unparseable schedule: {spec.get('schedule')!r} : {err}")
+                self.recorder.event(
+                    cj,
+                    WARNING,
+                    "UnparseableSchedule",
+                    f"unparseable schedule: {spec.get('schedule')!r} : {err}",
+                )
             return None
         if spec.get("suspend"):
             return None
@@ -199,18 +238,25 @@ class CronJobController(Controller):
         try:
             _, scheduled, missed = cs.most_recent(cj, now, sched)
         except cs.ScheduleError as err:
-            self.recorder.event(cj, WARNING, "InvalidSchedule", f"invalid schedule: {spec.get('schedule')} : {err}")
+            self.recorder.event(
+                cj, WARNING, "InvalidSchedule", f"invalid schedule: {spec.get('schedule')} : {err}"
+            )
             return None
         if scheduled is not None and missed > cs.TOO_MANY_MISSED:
-            self.recorder.event(cj, WARNING, "TooManyMissedTimes",
-                                f"too many missed start times: {missed}. Set or decrease .spec.startingDeadlineSeconds "
-                                "or check clock skew")
+            self.recorder.event(
+                cj,
+                WARNING,
+                "TooManyMissedTimes",
+                f"too many missed start times: {missed}. Set or decrease .spec.startingDeadlineSeconds "
+                "or check clock skew",
+            )
         if scheduled is None or scheduled > now:
             return cs.next_delay(cj, now, sched)
         sds = spec.get("startingDeadlineSeconds")
         if sds is not None and (now - scheduled).total_seconds() > int(sds):
-            self.recorder.event(cj, WARNING, "MissSchedule",
-                                f"Missed scheduled time to start a job: {cs.rfc1123z(scheduled)}")
+            self.recorder.event(
+                cj, WARNING, "MissSchedule", f"Missed scheduled time to start a job: {cs.rfc1123z(scheduled)}"
+            )
             return cs.next_delay(cj, now, sched)
         name = cs.job_name(cj, scheduled)
         last = podutil.parse_time(status.get("lastScheduleTime"))
@@ -218,8 +264,12 @@ class CronJobController(Controller):
             return cs.next_delay(cj, now, sched)
         policy = spec.get("concurrencyPolicy", "Allow")
         if policy == "Forbid" and status.get("active"):
-            self.recorder.event(cj, NORMAL, "JobAlreadyActive",
-                                "Not starting job because prior execution is running and concurrency policy is Forbid")
+            self.recorder.event(
+                cj,
+                NORMAL,
+                "JobAlreadyActive",
+                "Not starting job because prior execution is running and concurrency policy is Forbid",
+            )
             return cs.next_delay(cj, now, sched)
         if policy == "Replace":
             await self._replace_active(cj)
@@ -230,8 +280,10 @@ class CronJobController(Controller):
         status = cj["status"]
         for ref in list(status.get("active") or []):
             try:
-                await self.client.delete(jobs_path(ref.get("namespace", ""), ref.get("name", "")),
-                                         {"propagationPolicy": "Background", "preconditions": {"uid": ref.get("uid")}})
+                await self.client.delete(
+                    jobs_path(ref.get("namespace", ""), ref.get("name", "")),
+                    {"propagationPolicy": "Background", "preconditions": {"uid": ref.get("uid")}},
+                )
             except ApiError as err:
                 if not (err.not_found or err.conflict):
                     self.recorder.event(cj, WARNING, "FailedDelete", f"Deleted job: {err.message or err}")
@@ -255,7 +307,9 @@ class CronJobController(Controller):
                     return
             else:
                 if not (err.forbidden and "being terminated" in err.message):
-                    self.recorder.event(cj, WARNING, "FailedCreate", f"Error creating job: {err.message or err}")
+                    self.recorder.event(
+                        cj, WARNING, "FailedCreate", f"Error creating job: {err.message or err}"
+                    )
                 raise
         else:
             self.recorder.event(cj, NORMAL, "SuccessfulCreate", f"Created job {meta(job)['name']}")
@@ -274,14 +328,23 @@ class CronJobController(Controller):
     async def _clean_history(self, cj: Obj, children: list[Obj]) -> None:
         """cleanupFinishedJobs: keep successfulJobsHistoryLimit Complete and failedJobsHistoryLimit Failed."""
         spec = cj.get("spec") or {}
-        succeeded = [j for j in children if finished_condition(j) == "Complete" and not meta(j).get("deletionTimestamp")]
-        failed = [j for j in children if finished_condition(j) == "Failed" and not meta(j).get("deletionTimestamp")]
-        doomed = history_to_delete(succeeded, spec.get("successfulJobsHistoryLimit")) + \
-            history_to_delete(failed, spec.get("failedJobsHistoryLimit"))
+        succeeded = [
+            j
+            for j in children
+            if finished_condition(j) == "Complete" and not meta(j).get("deletionTimestamp")
+        ]
+        failed = [
+            j for j in children if finished_condition(j) == "Failed" and not meta(j).get("deletionTimestamp")
+        ]
+        doomed = history_to_delete(succeeded, spec.get("successfulJobsHistoryLimit")) + history_to_delete(
+            failed, spec.get("failedJobsHistoryLimit")
+        )
         for job in doomed:
             try:
-                await self.client.delete(jobs_path(meta(job)["namespace"], meta(job)["name"]),
-                                         {"propagationPolicy": "Background", "preconditions": {"uid": meta(job)["uid"]}})
+                await self.client.delete(
+                    jobs_path(meta(job)["namespace"], meta(job)["name"]),
+                    {"propagationPolicy": "Background", "preconditions": {"uid": meta(job)["uid"]}},
+                )
             except ApiError as err:
                 if err.not_found or err.conflict:
                     continue

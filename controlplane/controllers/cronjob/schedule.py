@@ -52,7 +52,7 @@ class Schedule:
             raise ScheduleError(f"unknown time zone {time_zone}: {err}") from None
         expr = schedule.strip()
         if expr.startswith("@every "):
-            every = _duration(expr[len("@every "):].strip())
+            every = _duration(expr[len("@every ") :].strip())
             if every < 1:
                 every = 1.0  # robfig's ConstantDelaySchedule never fires more often than each second
             return cls(expr, zone, every)
@@ -79,7 +79,11 @@ def earliest(cj: Obj, now: datetime, deadline: bool) -> datetime:
     """Where looking for missed times starts: the last schedule (or creation), no earlier than
     startingDeadlineSeconds before now."""
     status, spec = cj.get("status") or {}, cj.get("spec") or {}
-    start = parse_time(status.get("lastScheduleTime")) or parse_time(cj["metadata"].get("creationTimestamp")) or now
+    start = (
+        parse_time(status.get("lastScheduleTime"))
+        or parse_time(cj["metadata"].get("creationTimestamp"))
+        or now
+    )
     sds = spec.get("startingDeadlineSeconds")
     if deadline and sds is not None:
         cutoff = now - timedelta(seconds=int(sds))
@@ -88,7 +92,9 @@ def earliest(cj: Obj, now: datetime, deadline: bool) -> datetime:
     return start
 
 
-def most_recent(cj: Obj, now: datetime, sched: Schedule, deadline: bool = True) -> tuple[datetime, datetime | None, int]:
+def most_recent(
+    cj: Obj, now: datetime, sched: Schedule, deadline: bool = True
+) -> tuple[datetime, datetime | None, int]:
     """mostRecentScheduleTime: (earliest, the most recent time due at or before now or None, how many
     were missed since earliest, counted as upstream does from the first two times' spacing)."""
     first = earliest(cj, now, deadline)

@@ -75,20 +75,30 @@ class DaemonSetController(Controller):
         super().__init__(ctx)
         self.clock = clock
         self.daemonsets = ctx.informers.get("/apis/apps/v1/daemonsets", indexers={"namespace": by_namespace})
-        self.pods = ctx.informers.get("/api/v1/pods", indexers={"namespace": by_namespace,
-                                                                "controller": by_controller_uid})
+        self.pods = ctx.informers.get(
+            "/api/v1/pods", indexers={"namespace": by_namespace, "controller": by_controller_uid}
+        )
         self.nodes = ctx.informers.get("/api/v1/nodes")
-        self.revisions = ctx.informers.get("/apis/apps/v1/controllerrevisions",
-                                           indexers={"namespace": by_namespace, "controller": by_controller_uid})
+        self.revisions = ctx.informers.get(
+            "/apis/apps/v1/controllerrevisions",
+            indexers={"namespace": by_namespace, "controller": by_controller_uid},
+        )
         self.recorder = ctx.recorder("daemonset-controller")
         self.pod_control = PodControl(self.client, self.recorder)
         self.expectations = Expectations()
         self.failed_backoff = logic.FailedPodBackoff()
-        self.daemonsets.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue)
-        self.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
+        self.daemonsets.add_handler(
+            on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue
+        )
+        self.pods.add_handler(
+            on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted
+        )
         self.nodes.add_handler(on_add=lambda _n: self._all(), on_update=self._node_updated)
-        self.revisions.add_handler(on_add=self._owned_changed, on_update=lambda _o, n: self._owned_changed(n),
-                                   on_delete=self._owned_changed)
+        self.revisions.add_handler(
+            on_add=self._owned_changed,
+            on_update=lambda _o, n: self._owned_changed(n),
+            on_delete=self._owned_changed,
+        )
 
     # --- events --------------------------------------------------------------------------------------
 
@@ -98,8 +108,12 @@ class DaemonSetController(Controller):
 
     def _node_updated(self, old: Obj, new: Obj) -> None:
         def relevant(node: Obj) -> Any:
-            return (meta(node).get("labels"), (node.get("spec") or {}).get("taints"),
-                    (node.get("spec") or {}).get("unschedulable"))
+            return (
+                meta(node).get("labels"),
+                (node.get("spec") or {}).get("taints"),
+                (node.get("spec") or {}).get("unschedulable"),
+            )
+
         if relevant(old) != relevant(new):
             self._all()
 
@@ -176,9 +190,16 @@ class DaemonSetController(Controller):
             self.recorder.event(ds, WARNING, "SelectorParsingFailed", str(err))
             return
         if selector.empty:
-            self.recorder.event(ds, WARNING, "SelectingAll", "This daemon set is selecting all pods. A non-empty selector is required.")
+            self.recorder.event(
+                ds,
+                WARNING,
+                "SelectingAll",
+                "This daemon set is selecting all pods. A non-empty selector is required.",
+            )
             return
-        manager = RefManager(self.client, ds, selector, recheck(self.client, ds_path(namespace, name), meta(ds)["uid"]))
+        manager = RefManager(
+            self.client, ds, selector, recheck(self.client, ds_path(namespace, name), meta(ds)["uid"])
+        )
         pods = await manager.claim(self.pods.by_index("namespace", namespace))
         nodes = self.nodes.list()
         digest = await self._history(ds)
@@ -191,8 +212,12 @@ class DaemonSetController(Controller):
             changed = await self._apply(key, ds, plan, digest)
             strategy = ((ds.get("spec") or {}).get("updateStrategy") or {}).get("type")
             if not changed and strategy == "RollingUpdate":
-                desired = logic.status(ds, nodes, pods_by_node, digest, self.clock())["desiredNumberScheduled"]
-                await self._apply(key, ds, logic.rolling_update(ds, pods_by_node, desired, digest, self.clock()), digest)
+                desired = logic.status(ds, nodes, pods_by_node, digest, self.clock())[
+                    "desiredNumberScheduled"
+                ]
+                await self._apply(
+                    key, ds, logic.rolling_update(ds, pods_by_node, desired, digest, self.clock()), digest
+                )
         await self._clean_history(ds, pods, digest)
         await self._write_status(ds, logic.status(ds, nodes, pods_by_node, digest, self.clock()))
         min_ready = int((ds.get("spec") or {}).get("minReadySeconds") or 0)
@@ -210,8 +235,13 @@ class DaemonSetController(Controller):
                 self.queue.add_after(key, wait)
                 continue
             self.failed_backoff.step(backoff_key, now)
-            self.recorder.event(ds, WARNING, "FailedDaemonPod", f"Found failed daemon pod "
-                                f"{meta(pod)['namespace']}/{meta(pod)['name']} on node {node}, will try to kill it")
+            self.recorder.event(
+                ds,
+                WARNING,
+                "FailedDaemonPod",
+                f"Found failed daemon pod "
+                f"{meta(pod)['namespace']}/{meta(pod)['name']} on node {node}, will try to kill it",
+            )
 
     async def _apply(self, key: str, ds: Obj, plan: logic.Plan, digest: str) -> bool:
         """Carry out a plan's deletions and creations; True if there were any."""
@@ -220,7 +250,9 @@ class DaemonSetController(Controller):
         errors: list[BaseException] = []
         if plan.delete:
             self.expectations.expect_deletions(key, [key_of(p) for p in plan.delete])
-            results = await asyncio.gather(*(self.pod_control.delete(ds, p) for p in plan.delete), return_exceptions=True)
+            results = await asyncio.gather(
+                *(self.pod_control.delete(ds, p) for p in plan.delete), return_exceptions=True
+            )
             for pod, result in zip(plan.delete, results, strict=True):
                 if isinstance(result, BaseException):
                     self.expectations.deletion_observed(key, key_of(pod))
@@ -238,8 +270,10 @@ class DaemonSetController(Controller):
         pending = list(nodes)
         for size in slow_start_batches(len(nodes)):
             batch, pending = pending[:size], pending[size:]
-            results = await asyncio.gather(*(self.pod_control.create(ds, daemon_pod(ds, n, digest)) for n in batch),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self.pod_control.create(ds, daemon_pod(ds, n, digest)) for n in batch),
+                return_exceptions=True,
+            )
             errors = [r for r in results if isinstance(r, BaseException)]
             self.expectations.lower(key, adds=len(errors))
             if errors:
@@ -270,8 +304,12 @@ class DaemonSetController(Controller):
         except ApiError as err:
             if not err.already_exists:
                 raise
-            existing = await self.client.get(revisions_path(meta(ds)["namespace"], revision["metadata"]["name"]))
-            if (controller_ref(existing) or {}).get("uid") == meta(ds)["uid"] and history.matches(ds, existing):
+            existing = await self.client.get(
+                revisions_path(meta(ds)["namespace"], revision["metadata"]["name"])
+            )
+            if (controller_ref(existing) or {}).get("uid") == meta(ds)["uid"] and history.matches(
+                ds, existing
+            ):
                 return history.template_hash(ds)
             # Someone else's revision, or another template, under our name: count the collision.
             status = copy.deepcopy(ds.get("status") or {})
@@ -281,16 +319,21 @@ class DaemonSetController(Controller):
         return history.template_hash(ds)
 
     async def _clean_history(self, ds: Obj, pods: list[Obj], digest: str) -> None:
-        limit = int((ds.get("spec") or {}).get("revisionHistoryLimit") if (ds.get("spec") or {}).get(
-            "revisionHistoryLimit") is not None else 10)
+        limit = int(
+            (ds.get("spec") or {}).get("revisionHistoryLimit")
+            if (ds.get("spec") or {}).get("revisionHistoryLimit") is not None
+            else 10
+        )
         owned = list(self.revisions.by_index("controller", meta(ds)["uid"]))
         in_use = {(meta(p).get("labels") or {}).get(history.HASH_LABEL, "") for p in pods}
         in_use.add(digest)
         current = f"{meta(ds)['name']}-{digest}"
         for revision in history.to_delete(owned, in_use, current, limit):
             try:
-                await self.client.delete(revisions_path(meta(ds)["namespace"], meta(revision)["name"]),
-                                         {"preconditions": {"uid": meta(revision)["uid"]}})
+                await self.client.delete(
+                    revisions_path(meta(ds)["namespace"], meta(revision)["name"]),
+                    {"preconditions": {"uid": meta(revision)["uid"]}},
+                )
             except ApiError as err:
                 if not (err.not_found or err.conflict):
                     raise

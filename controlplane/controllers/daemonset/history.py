@@ -43,13 +43,30 @@ def new_revision(ds: Obj, number: int) -> Obj:
     digest = template_hash(ds)
     labels = dict(((ds.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {})
     labels[HASH_LABEL] = digest
-    out_meta: Obj = {"name": f"{meta['name']}-{digest}", "namespace": meta["namespace"], "labels": labels,
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": meta["name"],
-                                          "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]}
+    out_meta: Obj = {
+        "name": f"{meta['name']}-{digest}",
+        "namespace": meta["namespace"],
+        "labels": labels,
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
     if meta.get("annotations"):
         out_meta["annotations"] = dict(meta["annotations"])
-    return {"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": out_meta,
-            "data": patch_of(ds), "revision": number}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": out_meta,
+        "data": patch_of(ds),
+        "revision": number,
+    }
 
 
 def matches(ds: Obj, revision: Obj) -> bool:
@@ -59,8 +76,12 @@ def matches(ds: Obj, revision: Obj) -> bool:
 
 def to_delete(revisions: list[Obj], in_use: set[str], current: str, limit: int) -> list[Obj]:
     """cleanupHistory: the oldest revisions no live pod runs, beyond revisionHistoryLimit."""
-    idle = [r for r in revisions if (r["metadata"].get("labels") or {}).get(HASH_LABEL) not in in_use
-            and r["metadata"]["name"] != current]
+    idle = [
+        r
+        for r in revisions
+        if (r["metadata"].get("labels") or {}).get(HASH_LABEL) not in in_use
+        and r["metadata"]["name"] != current
+    ]
     extra = len(idle) - limit
     if extra <= 0:
         return []

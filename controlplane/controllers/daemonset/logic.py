@@ -25,11 +25,19 @@ def target_node(pod: Obj) -> str:
     spec = pod.get("spec") or {}
     if spec.get("nodeName"):
         return str(spec["nodeName"])
-    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
     for term in terms:
         for req in term.get("matchFields") or []:
-            if req.get("key") == "metadata.name" and req.get("operator") == "In" and len(req.get("values") or []) == 1:
+            if (
+                req.get("key") == "metadata.name"
+                and req.get("operator") == "In"
+                and len(req.get("values") or []) == 1
+            ):
                 return str(req["values"][0])
     return ""
 
@@ -57,7 +65,9 @@ def is_updated(pod: Obj, ds: Obj, digest: str) -> bool:
     """IsPodUpdated: the pod's template generation or its revision hash is the DaemonSet's current one."""
     labels = pod["metadata"].get("labels") or {}
     generation = template_generation(ds)
-    return (bool(generation) and labels.get(GENERATION_LABEL) == generation) or labels.get(HASH_LABEL) == digest
+    return (bool(generation) and labels.get(GENERATION_LABEL) == generation) or labels.get(
+        HASH_LABEL
+    ) == digest
 
 
 @dataclass
@@ -97,7 +107,8 @@ class FailedPodBackoff:
 def allows_surge(ds: Obj) -> bool:
     strategy = (ds.get("spec") or {}).get("updateStrategy") or {}
     return strategy.get("type") == "RollingUpdate" and bool(
-        scaled_value((strategy.get("rollingUpdate") or {}).get("maxSurge") or 0, 100, True))
+        scaled_value((strategy.get("rollingUpdate") or {}).get("maxSurge") or 0, 100, True)
+    )
 
 
 def manage(ds: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]]) -> Plan:
@@ -149,8 +160,9 @@ def bounds(ds: Obj, desired: int) -> tuple[int, int]:
     both come to zero (updatedDesiredNodeCounts)."""
     rolling = (((ds.get("spec") or {}).get("updateStrategy") or {}).get("rollingUpdate")) or {}
     surge = scaled_value(rolling.get("maxSurge") or 0, desired, True)
-    unavailable = scaled_value(rolling.get("maxUnavailable") if rolling.get("maxUnavailable") is not None else 1,
-                               desired, True)
+    unavailable = scaled_value(
+        rolling.get("maxUnavailable") if rolling.get("maxUnavailable") is not None else 1, desired, True
+    )
     if surge == 0 and unavailable == 0:
         unavailable = 1
     return surge, unavailable
@@ -173,7 +185,9 @@ def _new_and_old(pods: list[Obj], ds: Obj, digest: str) -> tuple[Obj | None, Obj
     return new, old, True
 
 
-def rolling_update(ds: Obj, pods_by_node: dict[str, list[Obj]], desired: int, digest: str, now: datetime) -> Plan:
+def rolling_update(
+    ds: Obj, pods_by_node: dict[str, list[Obj]], desired: int, digest: str, now: datetime
+) -> Plan:
     """One step of a RollingUpdate (upstream's rollingUpdate)."""
     min_ready = int((ds.get("spec") or {}).get("minReadySeconds") or 0)
     max_surge, max_unavailable = bounds(ds, desired)
@@ -242,12 +256,21 @@ def status(ds: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]], digest
             ready += 1
             available += 1 if is_available(pod, min_ready, now) else 0
         updated += 1 if is_updated(pod, ds, digest) else 0
-    out: Obj = {"desiredNumberScheduled": desired, "currentNumberScheduled": current, "numberReady": ready,
-                "numberMisscheduled": misscheduled, "updatedNumberScheduled": updated, "numberAvailable": available,
-                "numberUnavailable": desired - available,
-                "observedGeneration": ds["metadata"].get("generation", 0)}
+    out: Obj = {
+        "desiredNumberScheduled": desired,
+        "currentNumberScheduled": current,
+        "numberReady": ready,
+        "numberMisscheduled": misscheduled,
+        "updatedNumberScheduled": updated,
+        "numberAvailable": available,
+        "numberUnavailable": desired - available,
+        "observedGeneration": ds["metadata"].get("generation", 0),
+    }
     collisions = (ds.get("status") or {}).get("collisionCount")
     if collisions is not None:
         out["collisionCount"] = collisions
-    return {k: v for k, v in out.items() if v or k in ("desiredNumberScheduled", "currentNumberScheduled",
-                                                          "numberReady", "numberMisscheduled")}
+    return {
+        k: v
+        for k, v in out.items()
+        if v or k in ("desiredNumberScheduled", "currentNumberScheduled", "numberReady", "numberMisscheduled")
+    }

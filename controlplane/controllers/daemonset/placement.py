@@ -23,9 +23,14 @@ NO_SCHEDULE, NO_EXECUTE = "NoSchedule", "NoExecute"
 
 
 def daemon_tolerations(host_network: bool) -> list[Obj]:
-    keys = [("node.kubernetes.io/not-ready", NO_EXECUTE), ("node.kubernetes.io/unreachable", NO_EXECUTE),
-            ("node.kubernetes.io/disk-pressure", NO_SCHEDULE), ("node.kubernetes.io/memory-pressure", NO_SCHEDULE),
-            ("node.kubernetes.io/pid-pressure", NO_SCHEDULE), ("node.kubernetes.io/unschedulable", NO_SCHEDULE)]
+    keys = [
+        ("node.kubernetes.io/not-ready", NO_EXECUTE),
+        ("node.kubernetes.io/unreachable", NO_EXECUTE),
+        ("node.kubernetes.io/disk-pressure", NO_SCHEDULE),
+        ("node.kubernetes.io/memory-pressure", NO_SCHEDULE),
+        ("node.kubernetes.io/pid-pressure", NO_SCHEDULE),
+        ("node.kubernetes.io/unschedulable", NO_SCHEDULE),
+    ]
     if host_network:
         keys.append(("node.kubernetes.io/network-unavailable", NO_SCHEDULE))
     return [{"key": key, "operator": "Exists", "effect": effect} for key, effect in keys]
@@ -35,9 +40,15 @@ def with_daemon_tolerations(pod_spec: Obj) -> list[Obj]:
     """The template's tolerations plus the daemon ones it lacks (AddOrUpdateTolerationInPodSpec)."""
     tolerations = [dict(t) for t in pod_spec.get("tolerations") or []]
     for extra in daemon_tolerations(bool(pod_spec.get("hostNetwork"))):
-        if not any((t.get("key"), t.get("effect"), t.get("operator", "Equal")) == (extra["key"], extra["effect"], "Exists")
-                   and t.get("tolerationSeconds") is None for t in tolerations):
-            tolerations = [t for t in tolerations if (t.get("key"), t.get("effect")) != (extra["key"], extra["effect"])]
+        if not any(
+            (t.get("key"), t.get("effect"), t.get("operator", "Equal"))
+            == (extra["key"], extra["effect"], "Exists")
+            and t.get("tolerationSeconds") is None
+            for t in tolerations
+        ):
+            tolerations = [
+                t for t in tolerations if (t.get("key"), t.get("effect")) != (extra["key"], extra["effect"])
+            ]
             tolerations.append(extra)
     return tolerations
 
@@ -47,12 +58,14 @@ def pinned_affinity(affinity: Obj | None, node: str) -> Obj:
     metadata.name; preferred terms and pod (anti-)affinity stay."""
     out = copy.deepcopy(affinity or {})
     node_affinity = out.setdefault("nodeAffinity", {})
-    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    }
     return out
 
 
 # --- matching ------------------------------------------------------------------------------------------
+
 
 def _requirement(req: Obj, values: Mapping[str, str]) -> bool:
     key, op, wanted = req.get("key", ""), req.get("operator", ""), [str(v) for v in req.get("values") or []]
@@ -80,8 +93,12 @@ def term_matches(term: Obj, labels: Mapping[str, str], name: str) -> bool:
         return False
     if not all(_requirement(r, labels) for r in expressions):
         return False
-    return all(r.get("key") == "metadata.name" and r.get("operator") in ("In", "NotIn")
-               and _requirement(r, {"metadata.name": name}) for r in fields)
+    return all(
+        r.get("key") == "metadata.name"
+        and r.get("operator") in ("In", "NotIn")
+        and _requirement(r, {"metadata.name": name})
+        for r in fields
+    )
 
 
 def fits_affinity(pod_spec: Obj, node: Obj) -> bool:
@@ -90,14 +107,18 @@ def fits_affinity(pod_spec: Obj, node: Obj) -> bool:
     for key, value in (pod_spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
             return False
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     if required is None:
         return True
     return any(term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or [])
 
 
 def untolerated(taints: list[Obj], tolerations: list[Obj], effects: tuple[str, ...]) -> bool:
-    return any(t.get("effect") in effects and not any(tolerates(tol, t) for tol in tolerations) for t in taints)
+    return any(
+        t.get("effect") in effects and not any(tolerates(tol, t) for tol in tolerations) for t in taints
+    )
 
 
 def should_run(node: Obj, template_spec: Obj) -> tuple[bool, bool]:

@@ -39,8 +39,14 @@ def timestamp(now: datetime) -> str:
 
 def new_condition(type_: str, status: str, reason: str, message: str, now: datetime) -> Obj:
     stamp = timestamp(now)
-    return {"type": type_, "status": status, "lastUpdateTime": stamp, "lastTransitionTime": stamp,
-            "reason": reason, "message": message}
+    return {
+        "type": type_,
+        "status": status,
+        "lastUpdateTime": stamp,
+        "lastTransitionTime": stamp,
+        "reason": reason,
+        "message": message,
+    }
 
 
 def get_condition(status: Obj, type_: str) -> Obj | None:
@@ -54,12 +60,19 @@ def set_condition(status: Obj, cond: Obj) -> None:
     """Add or replace the condition of its type (at the end), unless one with the same status and
     reason is there already."""
     current = get_condition(status, cond["type"])
-    if current is not None and current.get("status") == cond["status"] and current.get("reason") == cond["reason"]:
+    if (
+        current is not None
+        and current.get("status") == cond["status"]
+        and current.get("reason") == cond["reason"]
+    ):
         return
     cond = dict(cond)
     if current is not None and current.get("status") == cond["status"]:
         cond["lastTransitionTime"] = current.get("lastTransitionTime", cond["lastTransitionTime"])
-    status["conditions"] = [*(c for c in status.get("conditions") or [] if c.get("type") != cond["type"]), cond]
+    status["conditions"] = [
+        *(c for c in status.get("conditions") or [] if c.get("type") != cond["type"]),
+        cond,
+    ]
 
 
 def remove_condition(status: Obj, type_: str) -> None:
@@ -72,6 +85,11 @@ def remove_condition(status: Obj, type_: str) -> None:
 
 def from_replica_set(cond: Obj) -> Obj:
     """A ReplicaSet's condition as a Deployment condition (ReplicaSetToDeploymentCondition)."""
-    return {"type": cond.get("type"), "status": cond.get("status"),
-            "lastUpdateTime": cond.get("lastTransitionTime"), "lastTransitionTime": cond.get("lastTransitionTime"),
-            "reason": cond.get("reason"), "message": cond.get("message")}
+    return {
+        "type": cond.get("type"),
+        "status": cond.get("status"),
+        "lastUpdateTime": cond.get("lastTransitionTime"),
+        "lastTransitionTime": cond.get("lastTransitionTime"),
+        "reason": cond.get("reason"),
+        "message": cond.get("message"),
+    }

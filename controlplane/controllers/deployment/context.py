@@ -90,7 +90,9 @@ class SyncContext:
     def _stored(self, fresh: Obj) -> None:
         fresh.setdefault("apiVersion", "apps/v1")
         fresh.setdefault("kind", "Deployment")
-        self.own_deployments.wrote(f"{self.namespace}/{self.name}", str(meta(self.stored).get("resourceVersion")), fresh)
+        self.own_deployments.wrote(
+            f"{self.namespace}/{self.name}", str(meta(self.stored).get("resourceVersion")), fresh
+        )
         self.stored = fresh
         self.d.setdefault("metadata", {})["resourceVersion"] = meta(fresh).get("resourceVersion")
         self.writes += 1
@@ -119,7 +121,9 @@ class SyncContext:
         updated = await self.client.replace(replicaset_path(self.namespace, meta(rs)["name"]), rs)
         updated.setdefault("apiVersion", "apps/v1")
         updated.setdefault("kind", "ReplicaSet")
-        self.own_replicasets.wrote(f"{self.namespace}/{meta(rs)['name']}", str(meta(rs).get("resourceVersion")), updated)
+        self.own_replicasets.wrote(
+            f"{self.namespace}/{meta(rs)['name']}", str(meta(rs).get("resourceVersion")), updated
+        )
         return updated
 
     async def create_replicaset(self, rs: Obj) -> Obj:

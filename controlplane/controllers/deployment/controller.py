@@ -47,18 +47,25 @@ class DeploymentController(Controller):
 
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
-        self.deployments = ctx.informers.get("/apis/apps/v1/deployments", indexers={"namespace": by_namespace})
-        self.replicasets = ctx.informers.get("/apis/apps/v1/replicasets",
-                                             indexers={"namespace": by_namespace, "controller": by_controller_uid})
-        self.pods = ctx.informers.get("/api/v1/pods", indexers={"namespace": by_namespace,
-                                                                "controller": by_controller_uid})
+        self.deployments = ctx.informers.get(
+            "/apis/apps/v1/deployments", indexers={"namespace": by_namespace}
+        )
+        self.replicasets = ctx.informers.get(
+            "/apis/apps/v1/replicasets", indexers={"namespace": by_namespace, "controller": by_controller_uid}
+        )
+        self.pods = ctx.informers.get(
+            "/api/v1/pods", indexers={"namespace": by_namespace, "controller": by_controller_uid}
+        )
         self.recorder = ctx.recorder("deployment-controller")
         self.writes = 0  # API writes made by syncs (the benchmark reports it)
         self.own_deployments = OwnWrites()
         self.own_replicasets = OwnWrites()
-        self.deployments.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n),
-                                     on_delete=self.enqueue)
-        self.replicasets.add_handler(on_add=self._rs_added, on_update=self._rs_updated, on_delete=self._rs_deleted)
+        self.deployments.add_handler(
+            on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue
+        )
+        self.replicasets.add_handler(
+            on_add=self._rs_added, on_update=self._rs_updated, on_delete=self._rs_deleted
+        )
         self.pods.add_handler(on_delete=self._pod_deleted)
 
     # --- who to wake (addReplicaSet, updateReplicaSet, deleteReplicaSet, deletePod) ----------------------
@@ -147,8 +154,13 @@ class DeploymentController(Controller):
         cached = self.replicasets.by_index("namespace", ns)
         candidates = [self.own_replicasets.view(key_of(rs), rs) or rs for rs in cached]
         candidates += self.own_replicasets.unseen_created(f"{ns}/", {key_of(rs) for rs in cached})
-        manager = RefManager(self.client, d, selector, recheck(self.client, deployment_path(ns, name), meta(d)["uid"]),
-                             path_of=replicaset_path)
+        manager = RefManager(
+            self.client,
+            d,
+            selector,
+            recheck(self.client, deployment_path(ns, name), meta(d)["uid"]),
+            path_of=replicaset_path,
+        )
         return [copy.deepcopy(rs) for rs in await manager.claim(candidates)]
 
     def _pods_of(self, d: Obj, rs_list: list[Obj]) -> dict[str, list[Obj]]:
@@ -161,9 +173,12 @@ class DeploymentController(Controller):
         pod_map: dict[str, list[Obj]] = {}
         for rs in rs_list:
             uid = meta(rs)["uid"]
-            pod_map[uid] = [p for p in self.pods.by_index("controller", uid)
-                            if meta(p).get("namespace") == meta(d).get("namespace")
-                            and selector.matches(meta(p).get("labels") or {})]
+            pod_map[uid] = [
+                p
+                for p in self.pods.by_index("controller", uid)
+                if meta(p).get("namespace") == meta(d).get("namespace")
+                and selector.matches(meta(p).get("labels") or {})
+            ]
         return pod_map
 
     # --- the sync ------------------------------------------------------------------------------------
@@ -177,10 +192,16 @@ class DeploymentController(Controller):
         d.setdefault("apiVersion", "apps/v1")
         d.setdefault("kind", KIND)
         ctx = SyncContext(
-            client=self.client, recorder=self.recorder, replicasets=self.replicasets, d=d, stored=copy.deepcopy(d),
-            now=podutil.now, enqueue_after=lambda delay: self.queue.add_after(key, delay),
+            client=self.client,
+            recorder=self.recorder,
+            replicasets=self.replicasets,
+            d=d,
+            stored=copy.deepcopy(d),
+            now=podutil.now,
+            enqueue_after=lambda delay: self.queue.add_after(key, delay),
             enqueue_rate_limited=lambda: self.queue.add_rate_limited(key),
-            own_deployments=self.own_deployments, own_replicasets=self.own_replicasets,
+            own_deployments=self.own_deployments,
+            own_replicasets=self.own_replicasets,
         )
         try:
             await self._sync(ctx)
@@ -195,7 +216,11 @@ class DeploymentController(Controller):
         d = ctx.d
         raw_selector = spec(d).get("selector")
         if raw_selector == {}:
-            ctx.event(WARNING, "SelectingAll", "This deployment is selecting all pods. A non-empty selector is required.")
+            ctx.event(
+                WARNING,
+                "SelectingAll",
+                "This deployment is selecting all pods. A non-empty selector is required.",
+            )
             if int(util.status(d).get("observedGeneration") or 0) < int(meta(d).get("generation") or 0):
                 d.setdefault("status", {})["observedGeneration"] = meta(d).get("generation")
                 await ctx.update_status()
@@ -203,7 +228,9 @@ class DeploymentController(Controller):
         try:
             selector = from_label_selector(raw_selector)
         except SelectorError as err:
-            raise ValueError(f"deployment {ctx.namespace}/{ctx.name} has invalid label selector: {err}") from err
+            raise ValueError(
+                f"deployment {ctx.namespace}/{ctx.name} has invalid label selector: {err}"
+            ) from err
         rs_list = await self._claim_replica_sets(d, selector)
         pod_map = self._pods_of(d, rs_list)
         if meta(d).get("deletionTimestamp"):

@@ -67,8 +67,11 @@ class OwnWrites:
 
     def unseen_created(self, prefix: str, cached_keys: set[str]) -> list[Obj]:
         """Objects we created under `prefix` (`namespace/`) that the cache does not have yet."""
-        return [e.obj for k, e in list(self._entries.items())
-                if e.created and k.startswith(prefix) and k not in cached_keys and self.view(k, None) is not None]
+        return [
+            e.obj
+            for k, e in list(self._entries.items())
+            if e.created and k.startswith(prefix) and k not in cached_keys and self.view(k, None) is not None
+        ]
 
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)

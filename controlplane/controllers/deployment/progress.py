@@ -25,9 +25,13 @@ Obj = dict[str, Any]
 
 def replica_failures(all_rss: list[Obj | None], new: Obj | None) -> list[Obj]:
     """ReplicaFailure conditions of the new ReplicaSet, else of any other (getReplicaFailures)."""
+
     def failures(rs: Obj | None) -> list[Obj]:
-        return [cond.from_replica_set(c) for c in status(rs).get("conditions") or []
-                if c.get("type") == cond.REPLICA_FAILURE]
+        return [
+            cond.from_replica_set(c)
+            for c in status(rs).get("conditions") or []
+            if c.get("type") == cond.REPLICA_FAILURE
+        ]
 
     found = failures(new)
     if found:
@@ -42,25 +46,42 @@ def rollout_status(d: Obj, all_rss: list[Obj | None], new: Obj | None, now: date
     if deadline is None:
         cond.remove_condition(st, cond.PROGRESSING)
     current = cond.get_condition(status(d), cond.PROGRESSING)
-    finished = (int(st.get("replicas") or 0) == int(st.get("updatedReplicas") or 0)
-                and current is not None and current.get("reason") == cond.NEW_RS_AVAILABLE)
+    finished = (
+        int(st.get("replicas") or 0) == int(st.get("updatedReplicas") or 0)
+        and current is not None
+        and current.get("reason") == cond.NEW_RS_AVAILABLE
+    )
     name = meta(d).get("name", "")
     subject = f'ReplicaSet "{meta(new)["name"]}"' if new is not None else f'Deployment "{name}"'
     if deadline is not None and not finished:
         if util.complete(d, st):
-            cond.set_condition(st, cond.new_condition(cond.PROGRESSING, "True", cond.NEW_RS_AVAILABLE,
-                                                      f"{subject} has successfully progressed.", now))
+            cond.set_condition(
+                st,
+                cond.new_condition(
+                    cond.PROGRESSING,
+                    "True",
+                    cond.NEW_RS_AVAILABLE,
+                    f"{subject} has successfully progressed.",
+                    now,
+                ),
+            )
         elif util.progressing(d, st):
             # Progress moves lastUpdateTime even when the reason stays (set_condition would not).
-            progress = cond.new_condition(cond.PROGRESSING, "True", cond.RS_UPDATED, f"{subject} is progressing.", now)
+            progress = cond.new_condition(
+                cond.PROGRESSING, "True", cond.RS_UPDATED, f"{subject} is progressing.", now
+            )
             if current is not None:
                 if current.get("status") == "True":
                     progress["lastTransitionTime"] = current.get("lastTransitionTime")
                 cond.remove_condition(st, cond.PROGRESSING)
             cond.set_condition(st, progress)
         elif util.timed_out(d, st, now):
-            cond.set_condition(st, cond.new_condition(cond.PROGRESSING, "False", cond.TIMED_OUT,
-                                                      f"{subject} has timed out progressing.", now))
+            cond.set_condition(
+                st,
+                cond.new_condition(
+                    cond.PROGRESSING, "False", cond.TIMED_OUT, f"{subject} has timed out progressing.", now
+                ),
+            )
     failures = replica_failures(all_rss, new)
     if failures:
         cond.set_condition(st, failures[0])

@@ -54,8 +54,11 @@ async def rollback(ctx: SyncContext, rs_list: list[Obj]) -> None:
             await _clear_and_update(ctx)
             ctx.event(NORMAL, ROLLBACK_DONE, f'Rolled back deployment "{ctx.name}" to revision {to}')
             return None
-        ctx.event(WARNING, TEMPLATE_UNCHANGED,
-                  f'The rollback revision contains the same template as current deployment "{ctx.name}"')
+        ctx.event(
+            WARNING,
+            TEMPLATE_UNCHANGED,
+            f'The rollback revision contains the same template as current deployment "{ctx.name}"',
+        )
         return await _clear_and_update(ctx)
     ctx.event(WARNING, REVISION_NOT_FOUND, "Unable to find the revision to rollback to.")
     return await _clear_and_update(ctx)

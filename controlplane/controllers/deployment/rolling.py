@@ -55,8 +55,10 @@ def cleanup_unhealthy(olds: list[Obj], most: int) -> tuple[list[Obj], list[Scale
         count = min(most - total, replicas(rs) - _available(rs))
         target = replicas(rs) - count
         if target > replicas(rs):
-            raise InvalidScaleDown(f"when cleaning up unhealthy replicas, got invalid request to scale down "
-                                   f"{meta(rs).get('namespace')}/{meta(rs).get('name')} {replicas(rs)} -> {target}")
+            raise InvalidScaleDown(
+                f"when cleaning up unhealthy replicas, got invalid request to scale down "
+                f"{meta(rs).get('namespace')}/{meta(rs).get('name')} {replicas(rs)} -> {target}"
+            )
         steps.append(Scale(meta(rs)["name"], target))
         util.set_replicas(rs, target)
         total += count
@@ -80,8 +82,10 @@ def scale_down_old(all_rss: list[Obj | None], olds: list[Obj], d: Obj) -> tuple[
         count = min(replicas(rs), wanted - total)
         target = replicas(rs) - count
         if target > replicas(rs):
-            raise InvalidScaleDown(f"when scaling down old RS, got invalid request to scale down "
-                                   f"{meta(rs).get('namespace')}/{meta(rs).get('name')} {replicas(rs)} -> {target}")
+            raise InvalidScaleDown(
+                f"when scaling down old RS, got invalid request to scale down "
+                f"{meta(rs).get('namespace')}/{meta(rs).get('name')} {replicas(rs)} -> {target}"
+            )
         steps.append(Scale(meta(rs)["name"], target))
         total += count
     return steps, total
@@ -94,7 +98,9 @@ def max_scaled_down(all_rss: list[Obj | None], new: Obj, d: Obj) -> int:
     return util.total_replicas(all_rss) - floor - new_unavailable
 
 
-def old_scale_down_plan(all_rss: list[Obj | None], olds: list[Obj], new: Obj, d: Obj) -> tuple[list[Scale], bool]:
+def old_scale_down_plan(
+    all_rss: list[Obj | None], olds: list[Obj], new: Obj, d: Obj
+) -> tuple[list[Scale], bool]:
     """reconcileOldReplicaSets' steps: the unhealthy old replicas, then available ones. (steps, whether
     the plan is whole: an invalid computation stops it where upstream's loop stops)."""
     if util.total_replicas(olds) == 0:

@@ -38,6 +38,7 @@ class Scale:
 
 # --- scaling one ReplicaSet ----------------------------------------------------------------------------
 
+
 async def scale_replica_set(ctx: SyncContext, rs: Obj, new_scale: int) -> tuple[bool, Obj]:
     """Set the size and the replicas annotations if either is off; the ScalingReplicaSet event when the
     size changed. (scaled, the ReplicaSet as stored)."""
@@ -55,8 +56,11 @@ async def scale_replica_set(ctx: SyncContext, rs: Obj, new_scale: int) -> tuple[
     updated = await ctx.update_replicaset(body)
     if size_changes:
         direction = "up" if old_scale < new_scale else "down"
-        ctx.event(NORMAL, "ScalingReplicaSet",
-                  f"Scaled {direction} replica set {meta(rs)['name']} from {old_scale} to {new_scale}")
+        ctx.event(
+            NORMAL,
+            "ScalingReplicaSet",
+            f"Scaled {direction} replica set {meta(rs)['name']} from {old_scale} to {new_scale}",
+        )
     return size_changes, updated
 
 
@@ -84,6 +88,7 @@ async def apply(ctx: SyncContext, plan: list[Scale], rss: list[Obj]) -> tuple[in
 
 # --- new and old ReplicaSets, revisions --------------------------------------------------------------
 
+
 def new_replica_set_body(d: Obj, old_rss: list[Obj]) -> Obj:
     """The ReplicaSet a Deployment's template asks for: named and labelled by the template's hash
     (with status.collisionCount), owned by the Deployment, with the next revision and as many replicas
@@ -95,25 +100,37 @@ def new_replica_set_body(d: Obj, old_rss: list[Obj]) -> Obj:
     selector = copy.deepcopy(spec(d).get("selector") or {})
     selector["matchLabels"] = {**(selector.get("matchLabels") or {}), util.UNIQUE_LABEL_KEY: pod_hash}
     rs: Obj = {
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": f"{meta(d)['name']}-{pod_hash}", "namespace": meta(d).get("namespace", ""),
-                     "ownerReferences": [controller_ref(d)], "labels": dict(tmeta["labels"])},
-        "spec": {"replicas": 0, "minReadySeconds": int(spec(d).get("minReadySeconds") or 0),
-                 "selector": selector, "template": template},
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": f"{meta(d)['name']}-{pod_hash}",
+            "namespace": meta(d).get("namespace", ""),
+            "ownerReferences": [controller_ref(d)],
+            "labels": dict(tmeta["labels"]),
+        },
+        "spec": {
+            "replicas": 0,
+            "minReadySeconds": int(spec(d).get("minReadySeconds") or 0),
+            "selector": selector,
+            "template": template,
+        },
     }
     util.set_replicas(rs, util.new_rs_new_replicas(d, [*old_rss, rs], rs))
     util.set_new_rs_annotations(d, rs, str(util.max_revision(old_rss) + 1), exists=False)
     return rs
 
 
-async def get_all_and_sync_revision(ctx: SyncContext, rs_list: list[Obj], create: bool
-                                    ) -> tuple[Obj | None, list[Obj]]:
+async def get_all_and_sync_revision(
+    ctx: SyncContext, rs_list: list[Obj], create: bool
+) -> tuple[Obj | None, list[Obj]]:
     _, all_old = util.find_old(ctx.d, rs_list)
     new = await get_new_replica_set(ctx, rs_list, all_old, create)
     return new, all_old
 
 
-async def get_new_replica_set(ctx: SyncContext, rs_list: list[Obj], old_rss: list[Obj], create: bool) -> Obj | None:
+async def get_new_replica_set(
+    ctx: SyncContext, rs_list: list[Obj], old_rss: list[Obj], create: bool
+) -> Obj | None:
     """The new ReplicaSet with its revision brought up to date (and the Deployment's with it); created
     when missing and `create`."""
     d = ctx.d
@@ -135,8 +152,10 @@ async def get_new_replica_set(ctx: SyncContext, rs_list: list[Obj], old_rss: lis
             raise
         message = f'Failed to create new replica set "{name}": {err.message or err}'
         if util.progress_deadline(d) is not None:
-            cond.set_condition(d.setdefault("status", {}), cond.new_condition(
-                cond.PROGRESSING, "False", cond.FAILED_RS_CREATE, message, ctx.now()))
+            cond.set_condition(
+                d.setdefault("status", {}),
+                cond.new_condition(cond.PROGRESSING, "False", cond.FAILED_RS_CREATE, message, ctx.now()),
+            )
             try:
                 await ctx.update_status()
             except ApiError:
@@ -147,8 +166,12 @@ async def get_new_replica_set(ctx: SyncContext, rs_list: list[Obj], old_rss: lis
         ctx.event(NORMAL, "ScalingReplicaSet", f"Scaled up replica set {name} from 0 to {new_count}")
     util.set_deployment_revision(d, new_revision)
     if util.progress_deadline(d) is not None:
-        cond.set_condition(d.setdefault("status", {}), cond.new_condition(
-            cond.PROGRESSING, "True", cond.NEW_RS_CREATED, f'Created new replica set "{name}"', ctx.now()))
+        cond.set_condition(
+            d.setdefault("status", {}),
+            cond.new_condition(
+                cond.PROGRESSING, "True", cond.NEW_RS_CREATED, f'Created new replica set "{name}"', ctx.now()
+            ),
+        )
     await ctx.update_status()
     return created
 
@@ -165,8 +188,16 @@ async def _sync_existing(ctx: SyncContext, existing: Obj, new_revision: str) -> 
         return await ctx.update_replicaset(rs)
     util.set_deployment_revision(d, util.annotations(rs).get(util.REVISION, ""))
     if util.progress_deadline(d) is not None and cond.get_condition(status(d), cond.PROGRESSING) is None:
-        cond.set_condition(d.setdefault("status", {}), cond.new_condition(
-            cond.PROGRESSING, "True", cond.FOUND_NEW_RS, f'Found new replica set "{meta(rs)["name"]}"', ctx.now()))
+        cond.set_condition(
+            d.setdefault("status", {}),
+            cond.new_condition(
+                cond.PROGRESSING,
+                "True",
+                cond.FOUND_NEW_RS,
+                f'Found new replica set "{meta(rs)["name"]}"',
+                ctx.now(),
+            ),
+        )
     await ctx.update_status()
     return rs
 
@@ -190,6 +221,7 @@ async def _name_taken(ctx: SyncContext, body: Obj, err: ApiError) -> Obj:
 
 
 # --- scaling events and paused Deployments -------------------------------------------------------------
+
 
 def scale_plan(d: Obj, new: Obj | None, olds: list[Obj]) -> list[Scale]:
     """upstream's scale(): one active (or none: the newest) ReplicaSet takes spec.replicas; a saturated
@@ -266,7 +298,9 @@ async def check_paused_conditions(ctx: SyncContext) -> None:
     if paused and not paused_there:
         new = cond.new_condition(cond.PROGRESSING, "Unknown", cond.PAUSED, "Deployment is paused", ctx.now())
     elif not paused and paused_there:
-        new = cond.new_condition(cond.PROGRESSING, "Unknown", cond.RESUMED, "Deployment is resumed", ctx.now())
+        new = cond.new_condition(
+            cond.PROGRESSING, "Unknown", cond.RESUMED, "Deployment is resumed", ctx.now()
+        )
     else:
         return
     cond.set_condition(d.setdefault("status", {}), new)
@@ -274,6 +308,7 @@ async def check_paused_conditions(ctx: SyncContext) -> None:
 
 
 # --- history and status --------------------------------------------------------------------------------
+
 
 def cleanup_victims(d: Obj, olds: list[Obj]) -> list[Obj]:
     """The oldest revisions beyond revisionHistoryLimit that hold no pods and whose latest spec their
@@ -287,8 +322,11 @@ def cleanup_victims(d: Obj, olds: list[Obj]) -> list[Obj]:
         return []
     victims = []
     for rs in util.by_revision(alive)[:surplus]:
-        if (int(status(rs).get("replicas") or 0) != 0 or replicas(rs) != 0
-                or int(meta(rs).get("generation") or 0) > int(status(rs).get("observedGeneration") or 0)):
+        if (
+            int(status(rs).get("replicas") or 0) != 0
+            or replicas(rs) != 0
+            or int(meta(rs).get("generation") or 0) > int(status(rs).get("observedGeneration") or 0)
+        ):
             continue
         victims.append(rs)
     return victims
@@ -318,11 +356,23 @@ def calculate_status(all_rss: list[Obj | None], new: Obj | None, d: Obj, now: An
     if conditions:
         st["conditions"] = conditions
     if available >= replicas(d) - util.max_unavailable(d):
-        cond.set_condition(st, cond.new_condition(cond.AVAILABLE, "True", cond.MIN_AVAILABLE,
-                                                  "Deployment has minimum availability.", now))
+        cond.set_condition(
+            st,
+            cond.new_condition(
+                cond.AVAILABLE, "True", cond.MIN_AVAILABLE, "Deployment has minimum availability.", now
+            ),
+        )
     else:
-        cond.set_condition(st, cond.new_condition(cond.AVAILABLE, "False", cond.MIN_UNAVAILABLE,
-                                                  "Deployment does not have minimum availability.", now))
+        cond.set_condition(
+            st,
+            cond.new_condition(
+                cond.AVAILABLE,
+                "False",
+                cond.MIN_UNAVAILABLE,
+                "Deployment does not have minimum availability.",
+                now,
+            ),
+        )
     return st
 
 

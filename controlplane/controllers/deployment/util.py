@@ -37,7 +37,9 @@ MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
 ROLLBACK_TO = "deprecated.deployment.rollback.to"  # apps/v1 DeprecatedRollbackTo
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # Never copied from a Deployment to its ReplicaSets (nor back on a rollback).
-ANNOTATIONS_TO_SKIP = frozenset({LAST_APPLIED, REVISION, REVISION_HISTORY, DESIRED_REPLICAS, MAX_REPLICAS, ROLLBACK_TO})
+ANNOTATIONS_TO_SKIP = frozenset(
+    {LAST_APPLIED, REVISION, REVISION_HISTORY, DESIRED_REPLICAS, MAX_REPLICAS, ROLLBACK_TO}
+)
 MAX_REVISION_HISTORY_CHARS = 2000  # sync.go maxRevHistoryLengthInChars
 MAX_INT32 = 2**31 - 1
 _NEVER = datetime.min.replace(tzinfo=UTC)
@@ -51,6 +53,7 @@ class InvalidIntOrPercent(ValueError):
 
 
 # --- reading the objects ------------------------------------------------------------------------------
+
 
 def meta(obj: Obj | None) -> Obj:
     return (obj or {}).get("metadata") or {}
@@ -105,6 +108,7 @@ def revision_history_limit(d: Obj) -> int | None:
 
 # --- maxSurge and maxUnavailable -----------------------------------------------------------------------
 
+
 def scaled_value(value: Any, total: int, round_up: bool) -> int:
     """apimachinery's GetScaledValueFromIntOrPercent: an int as is, "N%" of total rounded up or down."""
     if isinstance(value, bool) or value is None:
@@ -117,8 +121,10 @@ def scaled_value(value: Any, total: int, round_up: bool) -> int:
         raise InvalidIntOrPercent("invalid value for IntOrString: invalid type: string is not a percentage")
     digits = value[:-1]
     if not re.fullmatch(r"[+-]?\d+", digits):
-        raise InvalidIntOrPercent(f'invalid value for IntOrString: invalid value "{value}": '
-                                  f'strconv.Atoi: parsing "{digits}": invalid syntax')
+        raise InvalidIntOrPercent(
+            f'invalid value for IntOrString: invalid value "{value}": '
+            f'strconv.Atoi: parsing "{digits}": invalid syntax'
+        )
     scaled = int(digits) * total / 100
     return math.ceil(scaled) if round_up else math.floor(scaled)
 
@@ -158,6 +164,7 @@ def min_available(d: Obj) -> int:
 
 # --- counting ------------------------------------------------------------------------------------------
 
+
 def total_replicas(rss: Iterable[Obj | None]) -> int:
     """GetReplicaCountForReplicaSets: the sum of spec.replicas."""
     return sum(replicas(rs) for rs in rss if rs is not None)
@@ -186,6 +193,7 @@ def active(rss: Iterable[Obj | None]) -> list[Obj]:
 
 # --- ordering (controller_utils.go) -------------------------------------------------------------------
 
+
 def _created(rs: Obj) -> datetime:
     return parse_time(meta(rs).get("creationTimestamp")) or _NEVER
 
@@ -205,19 +213,23 @@ def by_creation(rss: Iterable[Obj]) -> list[Obj]:
 
 def by_size_older(rss: Iterable[Obj]) -> list[Obj]:
     """Largest first; among equals the older first (ReplicaSetsBySizeOlder: scale-downs hit old ones)."""
+
     def cmp(a: Obj, b: Obj) -> int:
         if replicas(a) == replicas(b):
             return _by_creation(a, b)
         return -1 if replicas(a) > replicas(b) else 1
+
     return sorted(rss, key=cmp_to_key(cmp))
 
 
 def by_size_newer(rss: Iterable[Obj]) -> list[Obj]:
     """Largest first; among equals the newer first (ReplicaSetsBySizeNewer: scale-ups favour new ones)."""
+
     def cmp(a: Obj, b: Obj) -> int:
         if replicas(a) == replicas(b):
             return _by_creation(b, a)
         return -1 if replicas(a) > replicas(b) else 1
+
     return sorted(rss, key=cmp_to_key(cmp))
 
 
@@ -233,6 +245,7 @@ def revision(obj: Obj) -> int:
 
 def by_revision(rss: Iterable[Obj]) -> list[Obj]:
     """Lowest revision first; creation time breaks ties and stands in for unreadable revisions."""
+
     def cmp(a: Obj, b: Obj) -> int:
         try:
             ra, rb = revision(a), revision(b)
@@ -241,6 +254,7 @@ def by_revision(rss: Iterable[Obj]) -> list[Obj]:
         if ra == rb:
             return _by_creation(a, b)
         return -1 if ra < rb else 1
+
     return sorted(rss, key=cmp_to_key(cmp))
 
 
@@ -272,6 +286,7 @@ def last_revision(rss: Iterable[Obj | None]) -> int:
 
 
 # --- which ReplicaSet is new ---------------------------------------------------------------------------
+
 
 def _prune(value: Any) -> Any:
     """JSON with nulls and empty maps and lists dropped: Go's semantic equality treats nil and empty
@@ -330,6 +345,7 @@ def find_active_or_latest(new: Obj | None, olds: Sequence[Obj]) -> Obj | None:
 
 # --- replicas the new ReplicaSet gets ------------------------------------------------------------------
 
+
 def new_rs_new_replicas(d: Obj, all_rss: Sequence[Obj | None], new: Obj) -> int:
     """NewRSNewReplicas: rolling, as many as maxSurge leaves room for, never past spec.replicas;
     Recreate, all of them."""
@@ -351,11 +367,16 @@ def is_saturated(d: Obj, rs: Obj | None) -> bool:
     if rs is None:
         return False
     desired = annotation_int(rs, DESIRED_REPLICAS)
-    return (desired is not None and replicas(rs) == replicas(d) and desired == replicas(d)
-            and int(status(rs).get("availableReplicas") or 0) == replicas(d))
+    return (
+        desired is not None
+        and replicas(rs) == replicas(d)
+        and desired == replicas(d)
+        and int(status(rs).get("availableReplicas") or 0) == replicas(d)
+    )
 
 
 # --- annotations ---------------------------------------------------------------------------------------
+
 
 def annotation_int(rs: Obj, key: str) -> int | None:
     """A non-negative int32 annotation; None when absent or invalid (getNonNegativeInt32FromAnnotation)."""
@@ -393,8 +414,9 @@ def copy_annotations_to_rs(d: Obj, rs: Obj) -> bool:
     return changed
 
 
-def set_new_rs_annotations(d: Obj, rs: Obj, new_revision: str, exists: bool,
-                           history_limit: int = MAX_REVISION_HISTORY_CHARS) -> bool:
+def set_new_rs_annotations(
+    d: Obj, rs: Obj, new_revision: str, exists: bool, history_limit: int = MAX_REVISION_HISTORY_CHARS
+) -> bool:
     """SetNewReplicaSetAnnotations: copy the Deployment's annotations, raise the revision to
     `new_revision` when it is lower (a rollback back to this ReplicaSet then records the revisions it
     served in revision-history, at most `history_limit` characters), and for a ReplicaSet about to be
@@ -461,6 +483,7 @@ def template_without_hash(rs_template: Obj) -> Obj:
 
 # --- proportions of a scaling event --------------------------------------------------------------------
 
+
 def round_half_away(value: float) -> int:
     """k8s.io/utils/integer RoundToInt32."""
     return int(value - 0.5) if value < 0 else int(value + 0.5)
@@ -492,12 +515,16 @@ def proportion(rs: Obj | None, d: Obj, to_add: int, added: int) -> int:
 
 # --- completion, progress, time ------------------------------------------------------------------------
 
+
 def complete(d: Obj, new_status: Obj) -> bool:
     """Every desired replica updated and available, no old one left, the latest generation observed."""
     want = replicas(d)
-    return (int(new_status.get("updatedReplicas") or 0) == want and int(new_status.get("replicas") or 0) == want
-            and int(new_status.get("availableReplicas") or 0) == want
-            and int(new_status.get("observedGeneration") or 0) >= int(meta(d).get("generation") or 0))
+    return (
+        int(new_status.get("updatedReplicas") or 0) == want
+        and int(new_status.get("replicas") or 0) == want
+        and int(new_status.get("availableReplicas") or 0) == want
+        and int(new_status.get("observedGeneration") or 0) >= int(meta(d).get("generation") or 0)
+    )
 
 
 def progressing(d: Obj, new_status: Obj) -> bool:
@@ -509,9 +536,12 @@ def progressing(d: Obj, new_status: Obj) -> bool:
 
     old_old = get(old, "replicas") - get(old, "updatedReplicas")
     new_old = get(new_status, "replicas") - get(new_status, "updatedReplicas")
-    return (get(new_status, "updatedReplicas") > get(old, "updatedReplicas") or new_old < old_old
-            or get(new_status, "readyReplicas") > get(old, "readyReplicas")
-            or get(new_status, "availableReplicas") > get(old, "availableReplicas"))
+    return (
+        get(new_status, "updatedReplicas") > get(old, "updatedReplicas")
+        or new_old < old_old
+        or get(new_status, "readyReplicas") > get(old, "readyReplicas")
+        or get(new_status, "availableReplicas") > get(old, "availableReplicas")
+    )
 
 
 def timed_out(d: Obj, new_status: Obj, now: datetime) -> bool:

@@ -61,8 +61,11 @@ class GarbageCollector(Controller):
                 continue
             self._watched.add(path)
             informer = self.ctx.informers.get(path)
-            informer.add_handler(on_add=self._observed, on_update=lambda _old, new: self._observed(new),
-                                 on_delete=self._forgotten)
+            informer.add_handler(
+                on_add=self._observed,
+                on_update=lambda _old, new: self._observed(new),
+                on_delete=self._forgotten,
+            )
             # A shared informer that has listed already (another controller's) gave its objects to the
             # handlers registered before; replay them for ours.
             for obj in informer.list():
@@ -158,7 +161,9 @@ class GarbageCollector(Controller):
             # An owner waits for this one, which has dependents of its own: go foreground, so they go first.
             await self._delete(node, latest, "Foreground")
             return
-        policy = "Orphan" if ORPHAN in finalizers else "Foreground" if FOREGROUND in finalizers else "Background"
+        policy = (
+            "Orphan" if ORPHAN in finalizers else "Foreground" if FOREGROUND in finalizers else "Background"
+        )
         await self._delete(node, latest, policy)
 
     async def _classify(self, node: Node, refs: list[Obj]) -> tuple[list[str], list[str], list[str]]:
@@ -168,14 +173,20 @@ class GarbageCollector(Controller):
             owner = self.graph.nodes.get(uid)
             identity = owner.identity if owner is not None else None
             if identity is None:
-                identity = Identity(str(ref.get("apiVersion", "")), str(ref.get("kind", "")),
-                                    node.identity.namespace if self._namespaced(str(ref.get("apiVersion", "")),
-                                                                                str(ref.get("kind", ""))) else "",
-                                    str(ref.get("name", "")))
+                identity = Identity(
+                    str(ref.get("apiVersion", "")),
+                    str(ref.get("kind", "")),
+                    node.identity.namespace
+                    if self._namespaced(str(ref.get("apiVersion", "")), str(ref.get("kind", "")))
+                    else "",
+                    str(ref.get("name", "")),
+                )
             live = await self._live(identity)
             if live is None or live["metadata"].get("uid") != uid:
                 dangling.append(uid)
-            elif live["metadata"].get("deletionTimestamp") and FOREGROUND in (live["metadata"].get("finalizers") or []):
+            elif live["metadata"].get("deletionTimestamp") and FOREGROUND in (
+                live["metadata"].get("finalizers") or []
+            ):
                 waiting.append(uid)
             else:
                 solid.append(uid)
@@ -207,21 +218,39 @@ class GarbageCollector(Controller):
         res = self._resource(node.identity)
         if res is None:
             return
-        log.info("deleting object=%s/%s kind=%s uid=%s propagation=%s", node.identity.namespace,
-                 node.identity.name, node.identity.kind, node.uid, policy)
+        log.info(
+            "deleting object=%s/%s kind=%s uid=%s propagation=%s",
+            node.identity.namespace,
+            node.identity.name,
+            node.identity.kind,
+            node.uid,
+            policy,
+        )
         try:
-            await self.client.delete(res.path(node.identity.namespace, node.identity.name),
-                                     {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": policy,
-                                      "preconditions": {"uid": node.uid}})
+            await self.client.delete(
+                res.path(node.identity.namespace, node.identity.name),
+                {
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "propagationPolicy": policy,
+                    "preconditions": {"uid": node.uid},
+                },
+            )
         except ApiError as err:
             if not (err.not_found or err.conflict):
                 raise
 
-    async def _patch_owner_refs(self, obj: Obj, remove: list[str] | None = None, unblock: list[str] | None = None) -> None:
+    async def _patch_owner_refs(
+        self, obj: Obj, remove: list[str] | None = None, unblock: list[str] | None = None
+    ) -> None:
         """Drop the references to `remove`, make those to `unblock` non-blocking (one patch, UID-guarded)."""
         remove, unblock = remove or [], unblock or []
         meta = obj["metadata"]
-        res = self._resource(Identity(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace") or "", meta["name"]))
+        res = self._resource(
+            Identity(
+                obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace") or "", meta["name"]
+            )
+        )
         if res is None:
             return
         refs: list[Obj] = [{"$patch": "delete", "uid": uid} for uid in remove]
@@ -229,9 +258,11 @@ class GarbageCollector(Controller):
             if ref.get("uid") in unblock:
                 refs.append({**ref, "blockOwnerDeletion": False})
         try:
-            await self.client.patch(res.path(meta.get("namespace") or "", meta["name"]),
-                                    {"metadata": {"ownerReferences": refs, "uid": meta["uid"]}},
-                                    content_type=STRATEGIC_PATCH)
+            await self.client.patch(
+                res.path(meta.get("namespace") or "", meta["name"]),
+                {"metadata": {"ownerReferences": refs, "uid": meta["uid"]}},
+                content_type=STRATEGIC_PATCH,
+            )
         except ApiError as err:
             if not (err.not_found or err.conflict):
                 raise

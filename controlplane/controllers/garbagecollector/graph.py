@@ -51,8 +51,12 @@ class Node:
 
 def _identity(obj: Obj) -> Identity:
     meta = obj.get("metadata") or {}
-    return Identity(str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(meta.get("namespace") or ""),
-                    str(meta.get("name", "")))
+    return Identity(
+        str(obj.get("apiVersion", "")),
+        str(obj.get("kind", "")),
+        str(meta.get("namespace") or ""),
+        str(meta.get("name", "")),
+    )
 
 
 class Graph:
@@ -62,8 +66,14 @@ class Graph:
         self.namespaced = namespaced
 
     def _owner_identity(self, ref: Obj, dependent: Identity) -> Identity:
-        ns = dependent.namespace if self.namespaced(str(ref.get("apiVersion", "")), str(ref.get("kind", ""))) else ""
-        return Identity(str(ref.get("apiVersion", "")), str(ref.get("kind", "")), ns, str(ref.get("name", "")))
+        ns = (
+            dependent.namespace
+            if self.namespaced(str(ref.get("apiVersion", "")), str(ref.get("kind", "")))
+            else ""
+        )
+        return Identity(
+            str(ref.get("apiVersion", "")), str(ref.get("kind", "")), ns, str(ref.get("name", ""))
+        )
 
     def _link(self, node: Node, ref: Obj, work: list[Work]) -> None:
         owner_uid = str(ref.get("uid", ""))
@@ -91,7 +101,11 @@ class Graph:
         if not uid:
             return []
         work: list[Work] = []
-        refs = {str(r.get("uid", "")): r for r in meta.get("ownerReferences") or [] if isinstance(r, dict) and r.get("uid")}
+        refs = {
+            str(r.get("uid", "")): r
+            for r in meta.get("ownerReferences") or []
+            if isinstance(r, dict) and r.get("uid")
+        }
         node = self.nodes.get(uid)
         if node is None or node.virtual:
             dependents = node.dependents if node is not None else set()

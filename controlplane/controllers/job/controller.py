@@ -55,15 +55,20 @@ class JobController(Controller):
         super().__init__(ctx)
         self.clock = clock
         self.jobs = ctx.informers.get("/apis/batch/v1/jobs", indexers={"namespace": by_namespace})
-        self.pods = ctx.informers.get("/api/v1/pods", indexers={"namespace": by_namespace,
-                                                                "controller": by_controller_uid})
+        self.pods = ctx.informers.get(
+            "/api/v1/pods", indexers={"namespace": by_namespace, "controller": by_controller_uid}
+        )
         self.recorder = ctx.recorder("job-controller")
         self.pod_control = PodControl(self.client, self.recorder)
         self.expectations = Expectations()
         self.removed: dict[str, set[str]] = {}  # job key -> pod UIDs whose finalizer we removed, not yet seen
         self.backoff: dict[str, logic.BackoffRecord] = {}
-        self.jobs.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue)
-        self.pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
+        self.jobs.add_handler(
+            on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n), on_delete=self.enqueue
+        )
+        self.pods.add_handler(
+            on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted
+        )
 
     # --- pod events ----------------------------------------------------------------------------------
 
@@ -132,7 +137,9 @@ class JobController(Controller):
         except SelectorError as err:
             self.recorder.event(job, WARNING, "SelectorParsingFailed", str(err))
             return
-        manager = RefManager(self.client, job, selector, recheck(self.client, job_path(namespace, name), meta(job)["uid"]))
+        manager = RefManager(
+            self.client, job, selector, recheck(self.client, job_path(namespace, name), meta(job)["uid"])
+        )
         pods = await manager.claim(self.pods.by_index("namespace", namespace))
         self._forget_seen_removals(key, pods)
         spec = logic.JobSpec.of(job)
@@ -160,8 +167,16 @@ class JobController(Controller):
         live = {meta(p)["uid"] for p in pods if jp.has_finalizer(p)}
         pending.intersection_update(live)
 
-    async def _step(self, key: str, job: Obj, spec: logic.JobSpec, t: logic.Tally, status: Obj, now: datetime,
-                    record: logic.BackoffRecord) -> int:
+    async def _step(
+        self,
+        key: str,
+        job: Obj,
+        spec: logic.JobSpec,
+        t: logic.Tally,
+        status: Obj,
+        now: datetime,
+        record: logic.BackoffRecord,
+    ) -> int:
         """Suspension, failure, success or pod management; the number of pods this step deleted."""
         now_s = stamp(now)
         suspended = logic.condition(job, logic.SUSPENDED)
@@ -179,8 +194,14 @@ class JobController(Controller):
         if why is not None:
             logic.set_condition(status, logic.FAILURE_TARGET, "True", why[0], why[1], now_s)
             return await self._delete(key, job, t.active)
-        met = None if logic.has(job, logic.SUCCESS_CRITERIA_MET) else (
-            logic.success_policy(job, spec, t) or (logic.COMPLETIONS_REACHED if logic.succeeded(spec, t) else None))
+        met = (
+            None
+            if logic.has(job, logic.SUCCESS_CRITERIA_MET)
+            else (
+                logic.success_policy(job, spec, t)
+                or (logic.COMPLETIONS_REACHED if logic.succeeded(spec, t) else None)
+            )
+        )
         if met is not None:
             logic.set_condition(status, logic.SUCCESS_CRITERIA_MET, "True", *met, now_s)
         if met is not None or logic.has(job, logic.SUCCESS_CRITERIA_MET):
@@ -194,12 +215,15 @@ class JobController(Controller):
         missing = min(wanted - len(t.active), BURST)
         per_index = spec.per_index_limit is not None
         if missing > 0 and (per_index or record.remaining(now) == 0):
-            indexes: list[int | None] = list(logic.indexes_to_start(spec, t, missing, now)) if spec.indexed \
-                else [None] * missing
+            indexes: list[int | None] = (
+                list(logic.indexes_to_start(spec, t, missing, now)) if spec.indexed else [None] * missing
+            )
             await self._create(key, job, indexes, t if per_index else None)
         return 0
 
-    async def _create(self, key: str, job: Obj, indexes: list[int | None], t: logic.Tally | None = None) -> None:
+    async def _create(
+        self, key: str, job: Obj, indexes: list[int | None], t: logic.Tally | None = None
+    ) -> None:
         if not indexes:
             return
         self.expectations.expect_creations(key, len(indexes))
@@ -207,8 +231,10 @@ class JobController(Controller):
         def failures(index: int | None) -> int | None:
             return None if t is None or index is None else t.index_failures.counts.get(index, 0)
 
-        results = await asyncio.gather(*(self.pod_control.create(job, jp.pod_for(job, i, failures(i))) for i in indexes),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.pod_control.create(job, jp.pod_for(job, i, failures(i))) for i in indexes),
+            return_exceptions=True,
+        )
         errors = [r for r in results if isinstance(r, BaseException)]
         self.expectations.lower(key, adds=len(errors))
         if errors:
@@ -221,7 +247,9 @@ class JobController(Controller):
         if not victims:
             return 0
         self.expectations.expect_deletions(key, [key_of(p) for p in victims])
-        results = await asyncio.gather(*(self.pod_control.delete(job, p) for p in victims), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.pod_control.delete(job, p) for p in victims), return_exceptions=True
+        )
         gone = 0
         for pod, result in zip(victims, results, strict=True):
             if isinstance(result, BaseException):
@@ -235,8 +263,9 @@ class JobController(Controller):
         status["active"] = max(0, len(t.active) - deleted)
         status["ready"] = sum(1 for p in t.active if podutil.is_ready(p))
         status["terminating"] = t.terminating + deleted
-        status["uncountedTerminatedPods"] = {k: v for k, v in (("succeeded", t.uncounted_succeeded),
-                                                                ("failed", t.uncounted_failed)) if v}
+        status["uncountedTerminatedPods"] = {
+            k: v for k, v in (("succeeded", t.uncounted_succeeded), ("failed", t.uncounted_failed)) if v
+        }
         if t.completed_indexes or "completedIndexes" in status:
             status["completedIndexes"] = logic.format_intervals(t.completed_indexes)
         if spec.per_index_limit is not None:
@@ -276,8 +305,12 @@ class JobController(Controller):
 
         async def one(pod: Obj) -> None:
             # upstream's removeTrackingFinalizerPatch: only that finalizer goes, whatever else changed.
-            patch = {"metadata": {"uid": meta(pod)["uid"],
-                                  "$deleteFromPrimitiveList/finalizers": [jp.TRACKING_FINALIZER]}}
+            patch = {
+                "metadata": {
+                    "uid": meta(pod)["uid"],
+                    "$deleteFromPrimitiveList/finalizers": [jp.TRACKING_FINALIZER],
+                }
+            }
             try:
                 await self.client.patch(pod_path(pod), patch, content_type=STRATEGIC_PATCH)
             except ApiError as err:
@@ -306,8 +339,14 @@ class JobController(Controller):
             self.recorder.event(job, WARNING, reason, message)
         elif logic.has(job, logic.SUCCESS_CRITERIA_MET):
             met = logic.condition(job, logic.SUCCESS_CRITERIA_MET) or {}
-            logic.set_condition(status, logic.COMPLETE, "True", met.get("reason", logic.COMPLETIONS_REACHED[0]),
-                                met.get("message", logic.COMPLETIONS_REACHED[1]), now_s)
+            logic.set_condition(
+                status,
+                logic.COMPLETE,
+                "True",
+                met.get("reason", logic.COMPLETIONS_REACHED[0]),
+                met.get("message", logic.COMPLETIONS_REACHED[1]),
+                now_s,
+            )
             status["completionTime"] = now_s
             await self._write_status(job, status)
             self.recorder.event(job, NORMAL, "Completed", "Job completed")
@@ -329,11 +368,21 @@ class JobController(Controller):
         written.setdefault("kind", KIND)
         return written
 
-    def _requeue(self, key: str, job: Obj, spec: logic.JobSpec, tally: logic.Tally, now: datetime,
-                 record: logic.BackoffRecord) -> None:
+    def _requeue(
+        self,
+        key: str,
+        job: Obj,
+        spec: logic.JobSpec,
+        tally: logic.Tally,
+        now: datetime,
+        record: logic.BackoffRecord,
+    ) -> None:
         if logic.finished(job):
             return
-        waits = [0.0 if spec.per_index_limit is not None else record.remaining(now), *logic.index_waits(spec, tally, now)]
+        waits = [
+            0.0 if spec.per_index_limit is not None else record.remaining(now),
+            *logic.index_waits(spec, tally, now),
+        ]
         left = logic.deadline_left(job, spec, now)
         if left is not None:
             waits.append(left)
@@ -344,9 +393,13 @@ class JobController(Controller):
     async def _release_orphans(self, key: str) -> None:
         """Pods with the finalizer whose Job is gone: nothing will count them any more."""
         namespace, name = split_key(key)
-        orphans = [p for p in self.pods.by_index("namespace", namespace)
-                   if jp.has_finalizer(p) and (controller_ref(p) or {}).get("kind") == KIND
-                   and (controller_ref(p) or {}).get("name") == name]
+        orphans = [
+            p
+            for p in self.pods.by_index("namespace", namespace)
+            if jp.has_finalizer(p)
+            and (controller_ref(p) or {}).get("kind") == KIND
+            and (controller_ref(p) or {}).get("name") == name
+        ]
         if orphans:
             await self._release(key, orphans)
             self.removed.pop(key, None)

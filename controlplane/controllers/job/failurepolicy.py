@@ -60,10 +60,15 @@ def evaluate(job: Obj, pod: Obj) -> Verdict | None:
         if rule.get("onExitCodes"):
             found = _exit_code_match(pod, rule["onExitCodes"])
             if found is not None:
-                return Verdict(action, f"Container {found['name']} for pod {who} failed with exit code {found['code']} "
-                                       f"matching {action} rule at index {index}")
+                return Verdict(
+                    action,
+                    f"Container {found['name']} for pod {who} failed with exit code {found['code']} "
+                    f"matching {action} rule at index {index}",
+                )
         elif rule.get("onPodConditions"):
             kind = _condition_match(pod, rule["onPodConditions"])
             if kind is not None:
-                return Verdict(action, f"Pod {who} has condition {kind} matching {action} rule at index {index}")
+                return Verdict(
+                    action, f"Pod {who} has condition {kind} matching {action} rule at index {index}"
+                )
     return Verdict(COUNT)

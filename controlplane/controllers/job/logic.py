@@ -33,6 +33,7 @@ SUCCESS_POLICY = "SuccessPolicy"
 
 # --- indexes ------------------------------------------------------------------------------------------
 
+
 def parse_intervals(text: str | None, completions: int) -> set[int]:
     """`1,3-5` -> {1, 3, 4, 5}, dropping what is out of range (parseIndexesFromString)."""
     out: set[int] = set()
@@ -64,6 +65,7 @@ def format_intervals(indexes: set[int]) -> str:
 
 # --- the job's spec, parsed once ---------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class JobSpec:
     completions: int | None
@@ -89,7 +91,9 @@ class JobSpec:
             deadline=spec.get("activeDeadlineSeconds"),
             suspend=bool(spec.get("suspend")),
             on_failure=template_spec.get("restartPolicy") == "OnFailure",
-            per_index_limit=spec.get("backoffLimitPerIndex") if spec.get("completionMode") == "Indexed" else None,
+            per_index_limit=spec.get("backoffLimitPerIndex")
+            if spec.get("completionMode") == "Indexed"
+            else None,
             max_failed_indexes=spec.get("maxFailedIndexes"),
         )
 
@@ -108,6 +112,7 @@ def finished(job: Obj) -> bool:
 
 
 # --- counting ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class Tally:
@@ -128,15 +133,19 @@ class Tally:
     index_failures: perindex.IndexFailures = field(default_factory=perindex.IndexFailures)
 
 
-def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str], now: datetime | None = None) -> Tally:
+def tally(
+    job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str], now: datetime | None = None
+) -> Tally:
     """Count the Job's pods (upstream's trackJobStatusAndRemoveFinalizers, first half): every pod with the
     finalizer that has finished and is not yet recorded joins uncountedTerminatedPods; every recorded or
     finished pod (and every pod of a finished or deleted Job) loses the finalizer. `pending_removal`:
     UIDs whose finalizer this controller removed and whose pods the cache has not shown since."""
     status = job.get("status") or {}
     uncounted = status.get("uncountedTerminatedPods") or {}
-    t = Tally(uncounted_succeeded=list(uncounted.get("succeeded") or []),
-              uncounted_failed=list(uncounted.get("failed") or []))
+    t = Tally(
+        uncounted_succeeded=list(uncounted.get("succeeded") or []),
+        uncounted_failed=list(uncounted.get("failed") or []),
+    )
     recorded = set(t.uncounted_succeeded) | set(t.uncounted_failed)
     completions = spec.completions or 0
     if spec.indexed:
@@ -187,12 +196,16 @@ def tally(job: Obj, pods: list[Obj], spec: JobSpec, pending_removal: set[str], n
     t.failed = int(status.get("failed") or 0) + len(t.uncounted_failed)
     if spec.per_index_limit is not None:
         t.index_failures = perindex.IndexFailures.of(job, pods, completions, now or utcnow())
-        t.failed_indexes = (parse_intervals(status.get("failedIndexes"), completions) | failed_now
-                            | t.index_failures.failed(spec.per_index_limit)) - t.completed_indexes
+        t.failed_indexes = (
+            parse_intervals(status.get("failedIndexes"), completions)
+            | failed_now
+            | t.index_failures.failed(spec.per_index_limit)
+        ) - t.completed_indexes
     return t
 
 
 # --- verdicts ----------------------------------------------------------------------------------------
+
 
 def failure(job: Obj, spec: JobSpec, t: Tally, now: datetime) -> tuple[str, str] | None:
     """Why the Job fails now, if it does: the backoff limit (failed pods, or container restarts under
@@ -203,7 +216,9 @@ def failure(job: Obj, spec: JobSpec, t: Tally, now: datetime) -> tuple[str, str]
     if t.fail_job:
         return failurepolicy.REASON, t.fail_job
     if spec.per_index_limit is not None:
-        by_index = perindex.verdict(t.failed_indexes, t.completed_indexes, spec.completions or 0, spec.max_failed_indexes)
+        by_index = perindex.verdict(
+            t.failed_indexes, t.completed_indexes, spec.completions or 0, spec.max_failed_indexes
+        )
         if by_index is not None:
             return by_index
     if t.failed > spec.backoff_limit or _past_backoff_on_failure(spec, t.active):
@@ -261,12 +276,16 @@ def success_policy(job: Obj, spec: JobSpec, t: Tally) -> tuple[str, str] | None:
 
 # --- how many to run ---------------------------------------------------------------------------------
 
+
 def wanted_active(spec: JobSpec, t: Tally) -> int:
     """The pods that should be running (upstream's manageJob): parallelism, capped by what remains."""
     if spec.suspend:
         return 0
     if spec.indexed:
-        return max(0, min(spec.parallelism, (spec.completions or 0) - len(t.completed_indexes) - len(t.failed_indexes)))
+        return max(
+            0,
+            min(spec.parallelism, (spec.completions or 0) - len(t.completed_indexes) - len(t.failed_indexes)),
+        )
     if spec.completions is None:
         return len(t.active) if t.succeeded > 0 else spec.parallelism
     return max(0, min(spec.parallelism, spec.completions - t.succeeded))
@@ -281,7 +300,10 @@ def indexes_to_start(spec: JobSpec, t: Tally, count: int, now: datetime | None =
             break
         if index in t.completed_indexes or index in running or index in t.failed_indexes:
             continue
-        if spec.per_index_limit is not None and t.index_failures.wait(index, now or utcnow(), backoff_delay) > 0:
+        if (
+            spec.per_index_limit is not None
+            and t.index_failures.wait(index, now or utcnow(), backoff_delay) > 0
+        ):
             continue
         out.append(index)
     return out
@@ -316,10 +338,14 @@ def excess_active(spec: JobSpec, t: Tally, wanted: int) -> list[Obj]:
 
 def _newest_first(pod: Obj) -> tuple[int, str]:
     # Not-ready, then newest first: the cheapest pods to lose.
-    return (1 if is_ready(pod) else 0, "".join(chr(255 - ord(c)) for c in pod["metadata"].get("creationTimestamp", "")))
+    return (
+        1 if is_ready(pod) else 0,
+        "".join(chr(255 - ord(c)) for c in pod["metadata"].get("creationTimestamp", "")),
+    )
 
 
 # --- pod-failure backoff -----------------------------------------------------------------------------
+
 
 @dataclass
 class BackoffRecord:
@@ -358,6 +384,7 @@ def backoff_delay(failures: int) -> float:
 
 # --- conditions and status ---------------------------------------------------------------------------
 
+
 def set_condition(status: Obj, kind: str, value: str, reason: str, message: str, now: str) -> bool:
     """Add or change a condition (lastTransitionTime moves only when its status changes); True if changed."""
     conditions = status.setdefault("conditions", [])
@@ -370,6 +397,14 @@ def set_condition(status: Obj, kind: str, value: str, reason: str, message: str,
             c["lastTransitionTime"] = now
         c.update(status=value, reason=reason, message=message, lastProbeTime=now)
         return True
-    conditions.append({"type": kind, "status": value, "reason": reason, "message": message,
-                       "lastProbeTime": now, "lastTransitionTime": now})
+    conditions.append(
+        {
+            "type": kind,
+            "status": value,
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": now,
+            "lastTransitionTime": now,
+        }
+    )
     return True

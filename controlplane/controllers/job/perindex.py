@@ -20,7 +20,10 @@ from controlplane.controllers.job import pods as jp
 Obj = dict[str, Any]
 
 FAILURE_COUNT = jp.INDEX_FAILURE_COUNT
-MAX_FAILED_INDEXES = ("MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes")
+MAX_FAILED_INDEXES = (
+    "MaxFailedIndexesExceeded",
+    "Job has exceeded the specified maximal number of failed indexes",
+)
 FAILED_INDEXES = ("FailedIndexes", "Job has failed indexes")
 
 
@@ -65,7 +68,9 @@ class IndexFailures:
         return max(0.0, (self.last[index] + timedelta(seconds=delay(count)) - now).total_seconds())
 
 
-def verdict(failed: set[int], completed: set[int], completions: int, max_failed: int | None) -> tuple[str, str] | None:
+def verdict(
+    failed: set[int], completed: set[int], completions: int, max_failed: int | None
+) -> tuple[str, str] | None:
     """Whether the failed indexes fail the Job."""
     if max_failed is not None and len(failed) > max_failed:
         return MAX_FAILED_INDEXES

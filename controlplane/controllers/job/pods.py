@@ -77,7 +77,11 @@ def finish_time(pod: Obj, default: datetime) -> datetime:
     status = pod.get("status") or {}
     if phase(pod) in ("Succeeded", "Failed"):
         ready = podutil.ready_condition(pod)
-        when = podutil.parse_time((ready or {}).get("lastTransitionTime")) if (ready or {}).get("status") == "False" else None
+        when = (
+            podutil.parse_time((ready or {}).get("lastTransitionTime"))
+            if (ready or {}).get("status") == "False"
+            else None
+        )
         if when is not None:
             return when
     latest: datetime | None = None
@@ -96,8 +100,10 @@ def finish_time(pod: Obj, default: datetime) -> datetime:
 
 def restarts(pod: Obj) -> int:
     status = pod.get("status") or {}
-    return sum(int(c.get("restartCount") or 0)
-               for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])])
+    return sum(
+        int(c.get("restartCount") or 0)
+        for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    )
 
 
 def pod_for(job: Obj, index: int | None, failures: int | None = None) -> Obj:
@@ -117,9 +123,20 @@ def pod_for(job: Obj, index: int | None, failures: int | None = None) -> Obj:
             for container in pod_spec.get(group) or []:
                 env = container.setdefault("env", [])
                 if not any(e.get("name") == INDEX_ENV for e in env):
-                    env.append({"name": INDEX_ENV, "valueFrom": {"fieldRef": {
-                        "apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}})
-    pod = pod_from_template(template, job, generate_name=f"{name}-{index}-" if index is not None else f"{name}-")
+                    env.append(
+                        {
+                            "name": INDEX_ENV,
+                            "valueFrom": {
+                                "fieldRef": {
+                                    "apiVersion": "v1",
+                                    "fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']",
+                                }
+                            },
+                        }
+                    )
+    pod = pod_from_template(
+        template, job, generate_name=f"{name}-{index}-" if index is not None else f"{name}-"
+    )
     finalizers = pod["metadata"].setdefault("finalizers", [])
     if TRACKING_FINALIZER not in finalizers:
         finalizers.append(TRACKING_FINALIZER)

@@ -13,9 +13,22 @@ from controlplane.scheduler.framework import FilterPlugin
 
 
 def default_filters() -> list[FilterPlugin]:
-    return [NodeUnschedulableFilter(), NodeNameFilter(), TaintTolerationFilter(), NodeAffinityFilter(),
-            NodePortsFilter(), NodeResourcesFitFilter()]
+    return [
+        NodeUnschedulableFilter(),
+        NodeNameFilter(),
+        TaintTolerationFilter(),
+        NodeAffinityFilter(),
+        NodePortsFilter(),
+        NodeResourcesFitFilter(),
+    ]
 
 
-__all__ = ["NodeAffinityFilter", "NodeNameFilter", "NodePortsFilter", "NodeResourcesFitFilter",
-           "NodeUnschedulableFilter", "TaintTolerationFilter", "default_filters"]
+__all__ = [
+    "NodeAffinityFilter",
+    "NodeNameFilter",
+    "NodePortsFilter",
+    "NodeResourcesFitFilter",
+    "NodeUnschedulableFilter",
+    "TaintTolerationFilter",
+    "default_filters",
+]

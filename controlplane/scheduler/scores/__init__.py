@@ -12,5 +12,11 @@ from controlplane.scheduler.scores.owner_spread import OwnerSpread
 from controlplane.scheduler.scores.resource_allocation import ResourceAllocation
 from controlplane.scheduler.scores.taint_toleration import TaintTolerationScore
 
-__all__ = ["BalancedAllocation", "ImageLocality", "NodeAffinityScore", "OwnerSpread", "ResourceAllocation",
-           "TaintTolerationScore"]
+__all__ = [
+    "BalancedAllocation",
+    "ImageLocality",
+    "NodeAffinityScore",
+    "OwnerSpread",
+    "ResourceAllocation",
+    "TaintTolerationScore",
+]

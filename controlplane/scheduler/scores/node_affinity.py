@@ -20,7 +20,9 @@ class NodeAffinityScore:
     def score(self, pod: PodInfo, node: NodeInfo) -> int:
         assert node.facts is not None
         labels = node.facts.labels
-        return sum(weight for weight, term in pod.preferred_terms if weight and term.matches(labels, node.name))
+        return sum(
+            weight for weight, term in pod.preferred_terms if weight and term.matches(labels, node.name)
+        )
 
     def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
         return [self.score(pod, n) for n in nodes]

@@ -44,8 +44,11 @@ def node_requested(pod: PodInfo, node: NodeInfo, resource: str) -> int:
 class ResourceAllocation:
     name = "NodeResourcesFit"
 
-    def __init__(self, strategy: str = LEAST_ALLOCATED,
-                 resources: Sequence[tuple[str, int]] = (("cpu", 1), ("memory", 1))) -> None:
+    def __init__(
+        self,
+        strategy: str = LEAST_ALLOCATED,
+        resources: Sequence[tuple[str, int]] = (("cpu", 1), ("memory", 1)),
+    ) -> None:
         if strategy not in (LEAST_ALLOCATED, MOST_ALLOCATED):
             raise ValueError(f"unknown scoring strategy {strategy!r} (LeastAllocated or MostAllocated)")
         self.strategy = strategy
