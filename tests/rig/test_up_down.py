@@ -118,7 +118,9 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
     from controlplane.storage.etcd import EtcdConfig, EtcdStore
 
     state = tmp_path / "state"
-    scope = Scope.of(state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+    scope = Scope.of(
+        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+    )
     up = subprocess.run(
         [
             "pykubelet",
@@ -146,7 +148,7 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
     try:
         assert up.returncode == 0, up.stderr
         assert record is not None
-        assert record.ready == ["registry", "containerd", "etcd", "apiserver", "agent"]
+        assert record.ready == ["registry", "containerd", "etcd", "apiserver", "dns", "agent", "proxy"]
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         assert not (state / "apiserver" / "state.db").exists()
         pki = state / "etcd" / "pki"
