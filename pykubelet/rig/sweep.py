@@ -198,6 +198,11 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     )
     _stop_ups(state_dir)
     found = host.processes_of(scope.roots)
+    # A service proxy still running names its table itself (the record may not know it: an `up` stopped
+    # while the proxy was starting); its rules outlive it, so they are removed once it is gone.
+    proxy_tables = {
+        p.cmdline[i + 1] for p in found for i, a in enumerate(p.cmdline[:-1]) if a == "--nft-table"
+    }
     _stop_daemons(found)
     problems = _stop_runtimes(state_dir, found, cni)
     # Anything that started meanwhile or outlived its parent (nothing, normally).
@@ -208,7 +213,8 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
         cni.remove()
     if (state_dir / "proxy").exists():
         # The service proxy's table (its rules outlive the process, as kube-proxy's do).
-        table = proxy_table(network.bridge if network else DEFAULT_BRIDGE)
+        proxy_tables.add(proxy_table(network.bridge if network else DEFAULT_BRIDGE))
+    for table in sorted(proxy_tables):
         subprocess.run(proxy_cleanup_argv(table), capture_output=True, check=False, timeout=60)
     host.unmount_all_under(scope.roots)
     remove_empty_cgroups(DEFAULT_CGROUP_PARENT)
