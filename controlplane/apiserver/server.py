@@ -287,7 +287,11 @@ class ApiServer:
                     raise forbidden(attrs, decision.reason)
             return await handler(request)
         except ApiError as err:
-            return json_response(err.status(), err.code)
+            response = json_response(err.status(), err.code)
+            retry_after = (err.details or {}).get("retryAfterSeconds")
+            if retry_after:  # upstream's ErrorNegotiated: a Status asking for a retry says when
+                response.headers["Retry-After"] = str(retry_after)
+            return response
         except web.HTTPException as exc:
             if exc.status == 404:
                 return json_response(

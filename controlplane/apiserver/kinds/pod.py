@@ -16,6 +16,7 @@ from controlplane.apiserver.errors import FieldError, forbidden
 from controlplane.apiserver.kinds import podspec
 from controlplane.apiserver.kinds.base import Kind, SelectableField, StatusSubresource, Subresource, fields
 from controlplane.apiserver.kinds.binding import BINDING
+from controlplane.apiserver.kinds.eviction import EVICTION
 from controlplane.apiserver.kinds.node import KIND as NODE
 from controlplane.apiserver.kubeletproxy import log_container, validate_log_query
 from controlplane.apiserver.meta import age
@@ -153,6 +154,7 @@ class Pod(Kind):
     subresources = (
         StatusSubresource("Pod"),
         BINDING,
+        EVICTION,
         Log(),
         EphemeralContainers(),
         Exec(),

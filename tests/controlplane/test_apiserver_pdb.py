@@ -1,0 +1,285 @@
+"""policy/v1 PodDisruptionBudget and the pods/eviction subresource against the real server (no
+controllers: the test writes the budget's status the disruption controller would write).
+
+Validation with upstream's 422 texts, generation, the status subresource, kubectl's columns; evictions:
+201 when the budget allows one (and the decrement with disruptedPods recorded), 429 with upstream's
+message and cause when it allows none or its status is behind its spec, 500 for two budgets, pods not
+running evicted without a check, the unhealthy-pod policies, dryRun, a policy/v1beta1 body, RBAC."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.controlplane.conftest import Kubectl
+
+VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def pdb(name: str, selector: dict | None = None, **spec: object) -> dict:
+    body: dict = {"metadata": {"name": name}, "spec": {"selector": selector or {"matchLabels": {"app": "web"}}}}
+    body["spec"].update(spec)
+    return body
+
+
+def message(err: pytest.ExceptionInfo[ApiException], code: int = 422) -> str:
+    assert err.value.status == code, err.value.body
+    return json.loads(err.value.body)["message"]
+
+
+@pytest.fixture(scope="module")
+def policy(api: client.ApiClient) -> client.PolicyV1Api:
+    return client.PolicyV1Api(api)
+
+
+def test_validation(policy: client.PolicyV1Api, namespace: str) -> None:
+    with pytest.raises(ApiException) as err:
+        policy.create_namespaced_pod_disruption_budget(namespace, pdb("both", minAvailable=1, maxUnavailable=1))
+    assert "spec: Invalid value: " in message(err)
+    assert message(err).endswith(": minAvailable and maxUnavailable cannot be both set")
+    with pytest.raises(ApiException) as err:
+        policy.create_namespaced_pod_disruption_budget(namespace, pdb("neg", minAvailable=-1))
+    assert message(err) == (
+        'PodDisruptionBudget.policy "neg" is invalid: spec.minAvailable: Invalid value: -1: '
+        "must be greater than or equal to 0"
+    )
+    with pytest.raises(ApiException) as err:
+        policy.create_namespaced_pod_disruption_budget(namespace, pdb("pct", maxUnavailable="120%"))
+    assert message(err) == (
+        'PodDisruptionBudget.policy "pct" is invalid: spec.maxUnavailable: Invalid value: "120%": '
+        "must not be greater than 100%"
+    )
+    with pytest.raises(ApiException) as err:
+        policy.create_namespaced_pod_disruption_budget(namespace, pdb("word", minAvailable="half"))
+    assert message(err).startswith(
+        'PodDisruptionBudget.policy "word" is invalid: spec.minAvailable: Invalid value: "half": '
+        "a valid percent string must be a numeric string followed by an ending '%'"
+    )
+    with pytest.raises(ApiException) as err:
+        policy.create_namespaced_pod_disruption_budget(
+            namespace, pdb("pol", minAvailable=1, unhealthyPodEvictionPolicy="Sometimes")
+        )
+    assert message(err) == (
+        'PodDisruptionBudget.policy "pol" is invalid: spec.unhealthyPodEvictionPolicy: Unsupported value: '
+        '"Sometimes": supported values: "AlwaysAllow", "IfHealthyBudget"'
+    )
+    made = policy.create_namespaced_pod_disruption_budget(
+        namespace, pdb("ok", minAvailable="50%", unhealthyPodEvictionPolicy="AlwaysAllow")
+    )
+    assert made.metadata.generation == 1 and made.spec.min_available == "50%"
+    changed = policy.patch_namespaced_pod_disruption_budget(
+        "ok", namespace, {"spec": {"minAvailable": None, "maxUnavailable": 1}}
+    )
+    assert changed.metadata.generation == 2 and changed.spec.max_unavailable == 1
+    with pytest.raises(ApiException) as err:
+        policy.patch_namespaced_pod_disruption_budget_status(
+            "ok", namespace, {"status": {"disruptionsAllowed": -1}}
+        )
+    assert "status.disruptionsAllowed: Invalid value: -1: must be greater than or equal to 0" in message(err)
+
+
+def test_status_subresource_and_columns(kubectl: Kubectl, policy: client.PolicyV1Api, namespace: str) -> None:
+    body = pdb("web", minAvailable=2)
+    body["status"] = {"disruptionsAllowed": 5}
+    policy.create_namespaced_pod_disruption_budget(namespace, body)
+    policy.create_namespaced_pod_disruption_budget(namespace, pdb("db", maxUnavailable="25%"))
+    assert policy.read_namespaced_pod_disruption_budget("web", namespace).status.disruptions_allowed == 0
+    set_status(policy, namespace, "web", allowed=3)
+    ignored = policy.patch_namespaced_pod_disruption_budget("web", namespace, {"status": {"disruptionsAllowed": 9}})
+    assert ignored.status.disruptions_allowed == 3
+    lines = kubectl("get", "pdb", "-n", namespace).splitlines()
+    assert lines[0].split() == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "ALLOWED", "DISRUPTIONS", "AGE"]
+    rows = {line.split()[0]: line.split()[1:4] for line in lines[1:]}
+    assert rows == {"web": ["2", "N/A", "3"], "db": ["N/A", "25%", "0"]}
+
+
+# --- evictions -----------------------------------------------------------------------------------------
+
+
+def set_status(
+    policy: client.PolicyV1Api, namespace: str, name: str, allowed: int, current: int = 2, desired: int = 1
+) -> None:
+    generation = policy.read_namespaced_pod_disruption_budget(name, namespace).metadata.generation
+    policy.patch_namespaced_pod_disruption_budget_status(
+        name,
+        namespace,
+        {
+            "status": {
+                "disruptionsAllowed": allowed,
+                "currentHealthy": current,
+                "desiredHealthy": desired,
+                "expectedPods": current,
+                "observedGeneration": generation,
+            }
+        },
+    )
+
+
+def running_pod(v1: client.CoreV1Api, namespace: str, name: str, ready: bool = True, app: str = "web") -> None:
+    v1.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]},
+        },
+    )
+    v1.patch_namespaced_pod_status(
+        name,
+        namespace,
+        {
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            }
+        },
+    )
+
+
+def evict(v1: client.CoreV1Api, namespace: str, name: str, **extra: object) -> object:
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    body.update(extra)
+    return v1.create_namespaced_pod_eviction(name, namespace, body)
+
+
+def evict_raw(api: client.ApiClient, namespace: str, name: str, body: dict, query: str = "") -> tuple[int, dict]:
+    answer = api.call_api(
+        "POST",
+        f"{api.configuration.host}/api/v1/namespaces/{namespace}/pods/{name}/eviction{query}",
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body,
+    )
+    answer.read()
+    return answer.status, json.loads(answer.data)
+
+
+def terminating(v1: client.CoreV1Api, namespace: str, name: str) -> bool:
+    try:
+        return v1.read_namespaced_pod(name, namespace).metadata.deletion_timestamp is not None
+    except ApiException as err:
+        assert err.status == 404
+        return True
+
+
+@pytest.fixture
+def ns(v1: client.CoreV1Api, namespace: str) -> Iterator[str]:
+    yield namespace
+
+
+def test_eviction_allowed_decrements_and_records(
+    api: client.ApiClient, v1: client.CoreV1Api, policy: client.PolicyV1Api, ns: str
+) -> None:
+    policy.create_namespaced_pod_disruption_budget(ns, pdb("web", minAvailable=1))
+    set_status(policy, ns, "web", allowed=1)
+    running_pod(v1, ns, "a")
+    running_pod(v1, ns, "b")
+    status, body = evict_raw(api, ns, "a", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}})
+    assert (status, body) == (201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+    pod = v1.read_namespaced_pod("a", ns)
+    assert pod.metadata.deletion_timestamp is not None  # bound: marked for its grace period
+    target = next(c for c in pod.status.conditions if c.type == "DisruptionTarget")
+    assert (target.status, target.reason, target.message) == ("True", "EvictionByEvictionAPI", "Eviction API: evicting")
+    budget = policy.read_namespaced_pod_disruption_budget("web", ns).status
+    assert budget.disruptions_allowed == 0 and list(budget.disrupted_pods) == ["a"]
+    cond = next(c for c in budget.conditions if c.type == "DisruptionAllowed")
+    assert (cond.status, cond.reason) == ("False", "InsufficientPods")
+
+    with pytest.raises(ApiException) as err:
+        evict(v1, ns, "b")
+    assert err.value.status == 429
+    status_body = json.loads(err.value.body)
+    assert status_body["reason"] == "TooManyRequests" and status_body["message"] == VIOLATES
+    assert status_body["details"]["causes"] == [
+        {"reason": "DisruptionBudget", "message": "The disruption budget web needs 1 healthy pods and has 2 currently"}
+    ]
+    assert "Retry-After" not in err.value.headers
+    assert not terminating(v1, ns, "b")
+    # an already terminating pod goes without a check
+    evict(v1, ns, "a")
+
+
+def test_stale_budget_two_budgets_and_pods_not_running(
+    api: client.ApiClient, v1: client.CoreV1Api, policy: client.PolicyV1Api, ns: str
+) -> None:
+    policy.create_namespaced_pod_disruption_budget(ns, pdb("web", minAvailable=1))
+    set_status(policy, ns, "web", allowed=1)
+    policy.patch_namespaced_pod_disruption_budget("web", ns, {"spec": {"minAvailable": 2}})
+    running_pod(v1, ns, "a")
+    with pytest.raises(ApiException) as err:
+        evict(v1, ns, "a")
+    assert err.value.status == 429 and json.loads(err.value.body)["details"]["causes"][0]["message"] == (
+        "The disruption budget web is still being processed by the server."
+    )
+    assert err.value.headers["Retry-After"] == "10"
+
+    policy.create_namespaced_pod_disruption_budget(ns, pdb("also", maxUnavailable=1))
+    status, body = evict_raw(api, ns, "a", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}})
+    assert status == 500 and body["message"] == (
+        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+    )
+    # a Pending pod has nothing to disrupt: no budget is consulted
+    v1.create_namespaced_pod(ns, {"metadata": {"name": "p", "labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "c", "image": "busybox"}]}})  # fmt: skip
+    evict(v1, ns, "p")
+    with pytest.raises(ApiException) as err:
+        v1.read_namespaced_pod("p", ns)
+    assert err.value.status == 404
+
+
+def test_unhealthy_pod_policies(v1: client.CoreV1Api, policy: client.PolicyV1Api, ns: str) -> None:
+    policy.create_namespaced_pod_disruption_budget(ns, pdb("web", minAvailable=1))
+    set_status(policy, ns, "web", allowed=0, current=1, desired=1)
+    running_pod(v1, ns, "sick", ready=False)
+    evict(v1, ns, "sick")  # IfHealthyBudget: the budget is met without it, nothing spent
+    assert terminating(v1, ns, "sick")
+    assert policy.read_namespaced_pod_disruption_budget("web", ns).status.disruptions_allowed == 0
+
+    set_status(policy, ns, "web", allowed=0, current=0, desired=1)
+    running_pod(v1, ns, "sick2", ready=False)
+    with pytest.raises(ApiException) as err:
+        evict(v1, ns, "sick2")
+    assert err.value.status == 429
+    policy.patch_namespaced_pod_disruption_budget("web", ns, {"spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}})
+    set_status(policy, ns, "web", allowed=0, current=0, desired=1)
+    evict(v1, ns, "sick2")
+    assert terminating(v1, ns, "sick2")
+
+
+def test_dry_run_beta_body_and_bad_requests(
+    api: client.ApiClient, v1: client.CoreV1Api, policy: client.PolicyV1Api, ns: str
+) -> None:
+    policy.create_namespaced_pod_disruption_budget(ns, pdb("web", maxUnavailable=1))
+    set_status(policy, ns, "web", allowed=1)
+    running_pod(v1, ns, "a")
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}}
+    status, _ = evict_raw(api, ns, "a", body, "?dryRun=All")
+    assert status == 201 and not terminating(v1, ns, "a")
+    assert policy.read_namespaced_pod_disruption_budget("web", ns).status.disruptions_allowed == 1
+    status, _ = evict_raw(api, ns, "a", {**body, "deleteOptions": {"dryRun": ["All"]}})
+    assert status == 201 and not terminating(v1, ns, "a")
+
+    status, out = evict_raw(api, ns, "a", {**body, "metadata": {"name": "b"}})
+    assert (status, out["message"]) == (400, "name in URL does not match name in Eviction object")
+    status, out = evict_raw(api, ns, "nope", {**body, "metadata": {"name": "nope"}})
+    assert (status, out["message"]) == (404, 'pods "nope" not found')
+
+    beta = {"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": "a"},
+            "deleteOptions": {"gracePeriodSeconds": 5}}  # fmt: skip
+    status, _ = evict_raw(api, ns, "a", beta)
+    assert status == 201
+    assert v1.read_namespaced_pod("a", ns).metadata.deletion_grace_period_seconds == 5
+
+
+def test_kubectl_discovery_names_policy_v1_eviction(kubectl: Kubectl) -> None:
+    """kubectl drain uses the eviction API only when discovery lists pods/eviction as policy/v1 Eviction."""
+    resources = json.loads(kubectl("get", "--raw", "/api/v1"))["resources"]
+    eviction = next(r for r in resources if r["name"] == "pods/eviction")
+    assert (eviction["group"], eviction["version"], eviction["kind"], eviction["verbs"]) == (
+        "policy",
+        "v1",
+        "Eviction",
+        ["create"],
+    )
