@@ -11,6 +11,7 @@ from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregati
 from controlplane.controllers.cronjob import CronJobController
 from controlplane.controllers.daemonset import DaemonSetController
 from controlplane.controllers.deployment import DeploymentController
+from controlplane.controllers.disruption import DisruptionController
 from controlplane.controllers.endpoints import EndpointsController
 from controlplane.controllers.endpointslice import EndpointSliceController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
@@ -42,6 +43,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         DaemonSetController,
         EndpointsController,
         EndpointSliceController,
+        DisruptionController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

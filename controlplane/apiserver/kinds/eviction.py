@@ -111,12 +111,11 @@ def should_enforce_resource_version(pod: Obj) -> bool:
 
 
 def selects(pdb: Obj, pod: Obj) -> bool:
-    """getPodDisruptionBudgets: a nil or empty selector (or an invalid one) matches nothing here."""
-    selector = (pdb.get("spec") or {}).get("selector")
-    if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
-        return False
+    """getPodDisruptionBudgets: policy/v1's selector rules (none selects nothing, an empty one every pod
+    of the namespace); an invalid selector matches nothing."""
     try:
-        return from_label_selector(selector).matches(pod["metadata"].get("labels") or {})
+        selector = from_label_selector((pdb.get("spec") or {}).get("selector"))
+        return selector.matches(pod["metadata"].get("labels") or {})
     except SelectorError:
         return False
 
