@@ -209,3 +209,29 @@ async def test_unmanaged_pods_fail_safe_for_percentages(apiserver, v1, api, name
         await eventually(failed, what="SyncFailed")
         cond = next(c for c in status_of(policy, namespace, "pct")["conditions"] if c["type"] == "DisruptionAllowed")
         assert cond["message"] == 'found no controllers for pod "orphaned"'
+
+
+async def test_stale_disruption_target_is_reset(apiserver, v1, api, namespace) -> None:  # type: ignore[no-untyped-def]
+    """A pod marked DisruptionTarget whose deletion never came (an eviction whose delete failed) has the
+    condition set back to False once it is 2 minutes old."""
+    made = v1.create_namespaced_pod(
+        namespace,
+        {"metadata": {"name": "kept", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
+    mark_ready(v1, made)
+    old = (datetime.now(UTC) - timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    v1.patch_namespaced_pod_status(
+        "kept",
+        namespace,
+        {"status": {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                                    "message": "Eviction API: evicting", "lastTransitionTime": old}]}},  # fmt: skip
+    )
+    async with running(apiserver, "disruption"):
+
+        def reset() -> object:
+            conds = v1.read_namespaced_pod("kept", namespace).status.conditions or []
+            target = next((c for c in conds if c.type == "DisruptionTarget"), None)
+            return target if target is not None and target.status == "False" else None
+
+        target = await eventually(reset, what="DisruptionTarget False")
+        assert target.reason == "EvictionByEvictionAPI"  # what the eviction wrote stays; only the status moved

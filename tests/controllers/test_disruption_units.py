@@ -160,3 +160,19 @@ def test_which_pods_skip_the_budget() -> None:
     assert not eviction.unhealthy_may_go(pod("h"), budget(0, unhealthyPodEvictionPolicy="AlwaysAllow"))
     assert eviction.selects({"spec": {"selector": {}}}, pod("x"))  # policy/v1: empty selects all
     assert not eviction.selects({"spec": {}}, pod("x"))
+
+
+def test_stale_disruption_target() -> None:
+    def with_target(status: str = "True", reason: str = "EvictionByEvictionAPI", ago: int = 30, **extra: object) -> dict:
+        p = pod("x", **extra)  # type: ignore[arg-type]
+        p["status"]["conditions"].append(
+            {"type": "DisruptionTarget", "status": status, "reason": reason, "lastTransitionTime": stamp(NOW - timedelta(seconds=ago))}
+        )
+        return p
+
+    assert logic.stale_disruption_wait(with_target(), NOW) == timedelta(seconds=90)
+    assert logic.stale_disruption_wait(with_target(ago=300), NOW) == timedelta()
+    assert logic.stale_disruption_wait(with_target(status="False"), NOW) is None
+    assert logic.stale_disruption_wait(with_target(reason="TerminationByKubelet"), NOW) is None
+    assert logic.stale_disruption_wait(with_target(deleting=True), NOW) is None
+    assert logic.stale_disruption_wait(pod("plain"), NOW) is None

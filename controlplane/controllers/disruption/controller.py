@@ -7,7 +7,9 @@ numbers are unknown never lets a pod go.
 
 Pods are mapped to the budgets whose selector matches them (an empty selector matches every pod of the
 namespace, policy/v1's rule), so a pod turning Ready, going or changing labels re-syncs its budgets; a
-budget with recorded disruptions is looked at again when the earliest one expires.
+budget with recorded disruptions is looked at again when the earliest one expires. A pod left with
+a DisruptionTarget condition but no deletion has the condition set back to False after 2 min
+(syncStalePodDisruption; its own keys, `pod:<namespace>/<name>`, share the queue).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ log = logging.getLogger("controlplane.controllers")
 Obj = dict[str, Any]
 
 PDBS = "/apis/policy/v1/poddisruptionbudgets"
+STALE = "pod:"  # the queue's keys for pods whose DisruptionTarget may be stale
+FIELD_MANAGER = "DisruptionController"
 UNMANAGED = (
     "Pods selected by this PodDisruptionBudget (selector: {selector}) were found to be unmanaged. As a "
     "result, the status of the PDB cannot be calculated correctly, which may result in undefined behavior. "
@@ -68,7 +72,7 @@ class DisruptionController(Controller):
         self.rcs = ctx.informers.get("/api/v1/replicationcontrollers")
         self.pdbs.add_handler(**self.handlers())
         self.pods.add_handler(
-            on_add=self._pod_changed,
+            on_add=self._pod_added,
             on_update=self._pod_updated,
             on_delete=self._pod_changed,
         )
@@ -81,8 +85,14 @@ class DisruptionController(Controller):
             if selects(pdb, pod):
                 self.enqueue(pdb)
 
+    def _pod_added(self, pod: Obj) -> None:
+        self._pod_changed(pod)
+        wait = logic.stale_disruption_wait(pod, self.clock())
+        if wait is not None:
+            self.queue.add_after(STALE + key_of(pod), wait.total_seconds())
+
     def _pod_updated(self, old: Obj, new: Obj) -> None:
-        self._pod_changed(new)
+        self._pod_added(new)
         if (old["metadata"].get("labels") or {}) != (new["metadata"].get("labels") or {}):
             self._pod_changed(old)
 
@@ -136,6 +146,9 @@ class DisruptionController(Controller):
     # --- the sync ---------------------------------------------------------------------------------------
 
     async def sync(self, key: str) -> None:
+        if key.startswith(STALE):
+            await self._sync_stale_pod(key[len(STALE) :])
+            return
         pdb = self.pdbs.get(key)
         if pdb is None:
             return
@@ -201,6 +214,30 @@ class DisruptionController(Controller):
             await self._write(pdb, status)
         if recheck is not None:
             self.queue.add_after(key, max((recheck - now).total_seconds(), 0) + 0.05)
+
+    async def _sync_stale_pod(self, key: str) -> None:
+        """syncStalePodDisruption: DisruptionTarget back to False, at the version read."""
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        wait = logic.stale_disruption_wait(pod, self.clock())
+        if wait is None:
+            return
+        if wait.total_seconds() > 0:
+            self.queue.add_after(STALE + key, wait.total_seconds())
+            return
+        namespace, name = split_key(key)
+        patch = {
+            "metadata": {"resourceVersion": pod["metadata"].get("resourceVersion")},
+            "status": {
+                "conditions": [
+                    {"type": "DisruptionTarget", "status": "False", "lastTransitionTime": rfc3339(self.clock())}
+                ]
+            },
+        }
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/status"
+        await self.client.patch(path, patch, fieldManager=FIELD_MANAGER)
+        log.info("reset stale DisruptionTarget condition to False pod=%s", key)
 
     async def _fail_safe(self, pdb: Obj, message: str) -> None:
         """failSafe: its write's error (a conflict among them) retries the key."""

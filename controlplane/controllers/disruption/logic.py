@@ -10,7 +10,9 @@ every number can be tested without a server.
 - current healthy (countHealthyPods): Ready pods neither terminating nor recently disrupted;
 - disruptions allowed = current healthy - desired healthy, never below 0, and 0 while no pod is
   expected (a budget whose first pods appear before its first sync is safe);
-- the DisruptionAllowed condition: True/SufficientPods, False/InsufficientPods, False/SyncFailed.
+- the DisruptionAllowed condition: True/SufficientPods, False/InsufficientPods, False/SyncFailed;
+- a pod's DisruptionTarget condition that no deletion followed (an eviction whose delete failed) is
+  stale after 2 min (nonTerminatingPodHasStaleDisruptionCondition) and is then set back to False.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kubeclient.informer import controller_ref
 Obj = dict[str, Any]
 
 DELETION_TIMEOUT = timedelta(minutes=2)
+STALE_POD_DISRUPTION_TIMEOUT = timedelta(minutes=2)
 CONDITION = "DisruptionAllowed"
 SUFFICIENT_PODS = "SufficientPods"
 INSUFFICIENT_PODS = "InsufficientPods"
@@ -223,3 +226,17 @@ def fail_safe_status(pdb: Obj, message: str, stamp: str) -> Obj:
     }
     set_condition(status, wanted, stamp)
     return status
+
+
+def stale_disruption_wait(pod: Obj, now: datetime) -> timedelta | None:
+    """nonTerminatingPodHasStaleDisruptionCondition: None when the pod has no DisruptionTarget to reset
+    (none, not True, set by the kubelet, the pod terminating or finished); otherwise how long until it
+    is stale (zero: now)."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    cond = next((c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"), None)
+    if cond is None or cond.get("status") != "True" or cond.get("reason") == "TerminationByKubelet":
+        return None
+    since = podutil.parse_time(cond.get("lastTransitionTime")) or now
+    return max(STALE_POD_DISRUPTION_TIMEOUT - (now - since), timedelta())
