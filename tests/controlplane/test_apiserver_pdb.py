@@ -283,3 +283,62 @@ def test_kubectl_discovery_names_policy_v1_eviction(kubectl: Kubectl) -> None:
         "Eviction",
         ["create"],
     )
+
+
+def test_kubectl_drain_dry_run_posts_evictions(
+    kubectl: Kubectl, v1: client.CoreV1Api, policy: client.PolicyV1Api, ns: str
+) -> None:
+    """kubectl's own eviction requests (its typed client's encoding) against a budget, as a server dry run:
+    the evictions are answered, the pods, the node and the budget stay as they were."""
+    node = f"drain-{ns}"
+    v1.create_node({"metadata": {"name": node}})
+    try:
+        policy.create_namespaced_pod_disruption_budget(ns, pdb("web", maxUnavailable=1))
+        set_status(policy, ns, "web", allowed=1)
+        for name in ("a", "b"):
+            v1.create_namespaced_pod(
+                ns,
+                {
+                    "metadata": {"name": name, "labels": {"app": "web"}},
+                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+                },
+            )
+            v1.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+        out = kubectl.run("drain", node, "--dry-run=server", "--force", "--pod-selector", "app=web", "--timeout=20s", check=False)
+        assert out.returncode == 0, out.stderr
+        for name in ("a", "b"):  # a dry run spends nothing, so both go through
+            assert f"evicting pod {ns}/{name} (server dry run)" in out.stdout
+        assert f"node/{node} drained (server dry run)" in out.stdout
+        assert not terminating(v1, ns, "a") and not terminating(v1, ns, "b")
+        assert not (v1.read_node(node).spec or client.V1NodeSpec()).unschedulable
+        assert policy.read_namespaced_pod_disruption_budget("web", ns).status.disruptions_allowed == 1
+    finally:
+        v1.delete_node(node)
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([low])
+        out += bytes([low | 0x80])
+
+
+def _field(number: int, data: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def test_protobuf_eviction_body_decodes() -> None:
+    """kubectl's typed client may post the Eviction as protobuf (runtime.Unknown around policy/v1 Eviction)."""
+    from controlplane.apiserver.request import decode
+
+    options = _varint(1 << 3) + _varint(5) + _field(5, b"All")  # gracePeriodSeconds 5, dryRun [All]
+    eviction = _field(1, _field(1, b"a")) + _field(2, options)
+    envelope = b"k8s\x00" + _field(1, _field(1, b"policy/v1") + _field(2, b"Eviction")) + _field(2, eviction)
+    assert decode(envelope, "application/vnd.kubernetes.protobuf") == {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "a"},
+        "deleteOptions": {"gracePeriodSeconds": 5, "dryRun": ["All"]},
+    }

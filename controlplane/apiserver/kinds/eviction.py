@@ -31,7 +31,6 @@ from controlplane.apiserver import errors
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Subresource
 from controlplane.apiserver.meta import timestamp
-from controlplane.apiserver.options import DeleteOptions
 from controlplane.apiserver.protobuf import OBJECT_META
 from kubeclient.selectors import SelectorError, from_label_selector
 
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     from controlplane.apiserver.authn import UserInfo
     from controlplane.apiserver.handlers import RestHandler
     from controlplane.apiserver.kinds.base import Kind
+    from controlplane.apiserver.options import DeleteOptions
     from controlplane.apiserver.registry import Registry
     from controlplane.apiserver.request import RequestInfo
 
@@ -183,6 +183,10 @@ def decrement(pdb: Obj, pod_name: str, dry_run: bool) -> Obj | None:
 def delete_options(eviction: Obj, query: Any) -> DeleteOptions:
     """propagateDryRun: the request's dryRun goes into the eviction's deleteOptions; two different
     ones are an error."""
+    from controlplane.apiserver.options import (
+        DeleteOptions,  # (options imports request, which imports the kinds)
+    )
+
     body = eviction.get("deleteOptions")
     query_dry_run = list(query.getall("dryRun", []))
     if body is None:
