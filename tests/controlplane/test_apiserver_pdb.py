@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from pykubelet.rig.apiserver import api_client
 from tests.controlplane.conftest import Kubectl
 
 VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
@@ -342,3 +343,31 @@ def test_protobuf_eviction_body_decodes() -> None:
         "metadata": {"name": "a"},
         "deleteOptions": {"gracePeriodSeconds": 5, "dryRun": ["All"]},
     }
+
+
+def test_rbac_and_node_restriction(apiserver, v1: client.CoreV1Api, ns: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`create` on pods/eviction is what RBAC judges (edit has it, view does not); a node evicts only pods
+    bound to itself (NodeRestriction's admitPodEviction)."""
+    running_pod(v1, ns, "mine", app="x")  # bound to n1
+    v1.create_namespaced_pod(
+        ns, {"metadata": {"name": "theirs"}, "spec": {"nodeName": "n2", "containers": [{"name": "c", "image": "busybox"}]}}
+    )
+    v1.patch_namespaced_pod_status("theirs", ns, {"status": {"phase": "Running"}})
+    node = apiserver.client_kubeconfig("system:node:n1", ("system:nodes",), tmp_path / "kubelet.kubeconfig")
+    with api_client(node) as api:
+        as_node = client.CoreV1Api(api)
+        with pytest.raises(ApiException) as err:
+            evict(as_node, ns, "theirs")
+        assert message(err, 403) == 'pods "theirs" is forbidden: node n1 can only evict pods with spec.nodeName set to itself'
+        evict(as_node, ns, "mine")
+    rbac = client.RbacAuthorizationV1Api(v1.api_client)
+    viewer = f"viewer-{ns}"
+    rbac.create_namespaced_role_binding(
+        ns,
+        {"metadata": {"name": "view"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+         "subjects": [{"kind": "User", "name": viewer, "apiGroup": "rbac.authorization.k8s.io"}]},  # fmt: skip
+    )
+    with api_client(apiserver.client_kubeconfig(viewer, (), tmp_path / "viewer.kubeconfig")) as api:
+        with pytest.raises(ApiException) as err:
+            evict(client.CoreV1Api(api), ns, "theirs")
+        assert message(err, 403).startswith(f'pods "theirs" is forbidden: User "{viewer}" cannot create resource "pods/eviction"')

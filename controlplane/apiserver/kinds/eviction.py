@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from controlplane.apiserver import errors
+from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Subresource
 from controlplane.apiserver.meta import timestamp
@@ -376,6 +377,14 @@ class EvictionSubresource(Subresource):
             raise errors.bad_request("name in URL does not match name in Eviction object")
         rest.dry_run(request)  # an unknown dryRun value is a 400
         options = delete_options(eviction, request.query)
+        # createValidation: the admission plugins judge the Eviction (NodeRestriction: a node evicts
+        # only its own pods).
+        admission = AdmissionRequest(
+            "CREATE", info.resource, self.name, info.namespace, info.name, eviction, None,
+            rest.user(request), rest.registry,
+        )  # fmt: skip
+        await rest.registry.admission.admit(admission)
+        await rest.registry.admission.validate(admission)
         evictor = Evictor(rest.registry, rest.user(request), info.namespace, info.name, options)
         status = await evictor.evict()
         if status is not None:

@@ -117,7 +117,7 @@ class NodeRestriction:
         if request.subresource == "status":
             self._pod_status(node, request)
         elif request.subresource == "eviction":
-            pass  # evictions are not served
+            self._pod_eviction(node, request)
         elif request.subresource:
             raise self._forbidden(
                 request,
@@ -132,6 +132,19 @@ class NodeRestriction:
                 f'unexpected operation "{request.operation}", node "{node}" can only create '
                 "and delete mirror pods",
             )
+
+    def _pod_eviction(self, node: str, request: AdmissionRequest) -> None:
+        """admitPodEviction: a node evicts only pods bound to itself."""
+        if request.operation != "CREATE":
+            raise self._forbidden(request, f"unexpected operation {request.operation}")
+        name = request.name or _meta(request.obj).get("name", "")
+        if not name:
+            raise self._forbidden(request, "could not determine pod from request data")
+        cached = request.registry.cache.get(request.kind.key(request.namespace, name))
+        if cached is None:
+            raise errors.not_found(request.kind.plural, request.kind.group, name)
+        if (cached.obj.get("spec") or {}).get("nodeName") != node:
+            raise self._forbidden(request, f"node {node} can only evict pods with spec.nodeName set to itself")
 
     def _pod_status(self, node: str, request: AdmissionRequest) -> None:
         if request.operation != "UPDATE":
