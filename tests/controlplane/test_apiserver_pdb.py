@@ -371,3 +371,16 @@ def test_rbac_and_node_restriction(apiserver, v1: client.CoreV1Api, ns: str, tmp
         with pytest.raises(ApiException) as err:
             evict(client.CoreV1Api(api), ns, "theirs")
         assert message(err, 403).startswith(f'pods "theirs" is forbidden: User "{viewer}" cannot create resource "pods/eviction"')
+
+
+def test_kubectl_create_pdb(kubectl: Kubectl, policy: client.PolicyV1Api, ns: str) -> None:
+    """`kubectl create poddisruptionbudget` (its typed client's encoding)."""
+    out = kubectl("create", "pdb", "web", "-n", ns, "--selector=app=web", "--min-available=50%")
+    assert out.strip() == "poddisruptionbudget.policy/web created"
+    kubectl("create", "pdb", "db", "-n", ns, "--selector=app=db", "--max-unavailable=1")
+    web = policy.read_namespaced_pod_disruption_budget("web", ns)
+    assert web.spec.min_available == "50%" and web.spec.selector.match_labels == {"app": "web"}
+    assert policy.read_namespaced_pod_disruption_budget("db", ns).spec.max_unavailable == 1
+    refused = kubectl.run("create", "pdb", "bad", "-n", ns, "--selector=app=x", "--max-unavailable=200%", check=False)
+    assert refused.returncode != 0
+    assert 'spec.maxUnavailable: Invalid value: "200%": must not be greater than 100%' in refused.stderr
