@@ -40,6 +40,7 @@ _GROUPED = (
     "clusterroles.rbac.authorization.k8s.io",
     "clusterrolebindings.rbac.authorization.k8s.io",
     "endpointslices.discovery.k8s.io",
+    "poddisruptionbudgets.policy",
 )
 _UPSTREAM.update({bucket: bucket.split(".", 1)[0] for bucket in _GROUPED})
 _BACK: dict[str, str] = {etcd: bucket for bucket, etcd in _UPSTREAM.items()}
