@@ -235,3 +235,27 @@ async def test_stale_disruption_target_is_reset(apiserver, v1, api, namespace) -
 
         target = await eventually(reset, what="DisruptionTarget False")
         assert target.reason == "EvictionByEvictionAPI"  # what the eviction wrote stays; only the status moved
+
+
+async def test_other_controllers_through_their_scale(apiserver, v1, apps, api, namespace) -> None:  # type: ignore[no-untyped-def]
+    """A pod whose controller is none of the kinds read from the caches (here a Deployment owning pods
+    directly, as a StatefulSet does) is counted through the controller's scale subresource."""
+    policy = client.PolicyV1Api(api)
+    owner = apps.create_namespaced_deployment(namespace, deployment("direct", 4))
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "direct", "uid": owner.metadata.uid, "controller": True}
+    for i in range(2):
+        made = v1.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": f"direct-{i}", "labels": {"app": "direct"}, "ownerReferences": [ref]},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        )
+        mark_ready(v1, made)
+    async with running(apiserver, "disruption"):
+        policy.create_namespaced_pod_disruption_budget(namespace, budget("direct", "direct", maxUnavailable=1))
+        # expected 4 (the scale), desired 3, healthy 2: nothing may go
+        await eventually(lambda: numbers(status_of(policy, namespace, "direct")) == (4, 3, 2, 0), what="scale of 4")
+        apps.patch_namespaced_deployment_scale("direct", namespace, {"spec": {"replicas": 2}})
+        v1.patch_namespaced_pod("direct-0", namespace, {"metadata": {"annotations": {"poke": "1"}}})
+        await eventually(lambda: numbers(status_of(policy, namespace, "direct")) == (2, 1, 2, 1), what="scale of 2")
