@@ -1,8 +1,8 @@
 """Voluntary disruptions through the API and kubectl only: the Eviction API against a PodDisruptionBudget
 (the first eviction of a two-pod Deployment with minAvailable 1 succeeds, the second at once is refused
 with upstream's 429), and `kubectl cordon|drain|uncordon` of the target node: a drain refuses DaemonSet
-pods without --ignore-daemonsets, times out with kubectl's message while the budget allows no
-eviction, evicts once it allows them (the Deployment re-creates its pods, Pending while the node is
+pods without --ignore-daemonsets and emptyDir pods without --delete-emptydir-data, times out with
+kubectl's message while the budget allows no eviction, evicts once it allows them (the Deployment re-creates its pods, Pending while the node is
 cordoned, running once it is uncordoned), and leaves the DaemonSet's pod where it is.
 
 Every pod is kept to the target node (kubernetes.io/hostname) and the drain to this test's pods
@@ -48,16 +48,18 @@ def pod_template(labels: dict[str, str], image: str, node: str) -> dict[str, Any
     }
 
 
-def deployment(name: str, replicas: int, image: str, node: str, extra: dict[str, str]) -> dict[str, Any]:
+def deployment(
+    name: str, replicas: int, image: str, node: str, extra: dict[str, str], scratch: bool = False
+) -> dict[str, Any]:
+    template = pod_template({"app": name, **extra}, image, node)
+    if scratch:  # local storage: kubectl drain wants --delete-emptydir-data for these
+        template["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+        template["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": pod_template({"app": name, **extra}, image, node),
-        },
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template},
     }
 
 
@@ -149,7 +151,7 @@ def test_cordon_drain_uncordon(api_client, kube, kubeconfig, namespace, node_nam
             },
         },
     )
-    apps.create_namespaced_deployment(namespace, deployment("web", 2, image, node_name, mine))
+    apps.create_namespaced_deployment(namespace, deployment("web", 2, image, node_name, mine, scratch=True))
     policy.create_namespaced_pod_disruption_budget(namespace, budget("web", minAvailable=2))
     (daemon,) = ready_pods(kube, namespace, "app=agent", 1)
     web = ready_pods(kube, namespace, "app=web", 2)
@@ -160,6 +162,9 @@ def test_cordon_drain_uncordon(api_client, kube, kubeconfig, namespace, node_nam
         assert refused.returncode != 0
         assert "cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore)" in refused.stderr
         assert f"{namespace}/{daemon.metadata.name}" in refused.stderr
+        assert "cannot delete Pods with local storage (use --delete-emptydir-data to override)" in refused.stderr
+        for pod in web:
+            assert f"{namespace}/{pod.metadata.name}" in refused.stderr
         assert f"node/{node_name} cordoned" in refused.stdout
         node = kube.read_node(node_name)
         assert node.spec.unschedulable is True
@@ -170,7 +175,8 @@ def test_cordon_drain_uncordon(api_client, kube, kubeconfig, namespace, node_nam
         )
         assert taints[0].effect == "NoSchedule"
 
-        blocked = kubectl(kubeconfig, *drain, "--ignore-daemonsets", "--timeout=12s", check=False, timeout=90)
+        drain += ["--ignore-daemonsets", "--delete-emptydir-data"]
+        blocked = kubectl(kubeconfig, *drain, "--timeout=12s", check=False, timeout=90)
         assert blocked.returncode != 0
         out = blocked.stdout + blocked.stderr
         assert f"Warning: ignoring DaemonSet-managed Pods: {namespace}/{daemon.metadata.name}" in out
@@ -184,7 +190,7 @@ def test_cordon_drain_uncordon(api_client, kube, kubeconfig, namespace, node_nam
             "web", namespace, {"spec": {"minAvailable": None, "maxUnavailable": 2}}
         )
         settled(policy, namespace, "web", allowed=2, expected=2)
-        drained = kubectl(kubeconfig, *drain, "--ignore-daemonsets", "--timeout=120s", timeout=180)
+        drained = kubectl(kubeconfig, *drain, "--timeout=120s", timeout=180)
         for pod in web:
             assert f"pod/{pod.metadata.name} evicted" in drained.stdout
         assert f"node/{node_name} drained" in drained.stdout
