@@ -2,8 +2,9 @@
 (the first eviction of a two-pod Deployment with minAvailable 1 succeeds, the second at once is refused
 with upstream's 429), and `kubectl cordon|drain|uncordon` of the target node: a drain refuses DaemonSet
 pods without --ignore-daemonsets and emptyDir pods without --delete-emptydir-data, times out with
-kubectl's message while the budget allows no eviction, evicts once it allows them (the Deployment re-creates its pods, Pending while the node is
-cordoned, running once it is uncordoned), and leaves the DaemonSet's pod where it is.
+kubectl's message while the budget allows no eviction, evicts once it allows them (the Deployment
+re-creates its pods, Pending while the node is cordoned, running once it is uncordoned), and leaves the
+DaemonSet's pod where it is.
 
 Every pod is kept to the target node (kubernetes.io/hostname) and the drain to this test's pods
 (`--pod-selector`), so the scenario reads the same on a genuine cluster and leaves other pods alone; the
