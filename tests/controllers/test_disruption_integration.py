@@ -223,8 +223,19 @@ async def test_stale_disruption_target_is_reset(apiserver, v1, api, namespace) -
     v1.patch_namespaced_pod_status(
         "kept",
         namespace,
-        {"status": {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-                                    "message": "Eviction API: evicting", "lastTransitionTime": old}]}},  # fmt: skip
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "EvictionByEvictionAPI",
+                        "message": "Eviction API: evicting",
+                        "lastTransitionTime": old,
+                    }
+                ]
+            }
+        },
     )
     async with running(apiserver, "disruption"):
 

@@ -98,8 +98,14 @@ def test_new_status_and_conditions() -> None:
         "observedGeneration": 2,
     }
     assert status["conditions"] == [
-        {"type": "DisruptionAllowed", "status": "True", "reason": "SufficientPods", "message": "",
-         "observedGeneration": 2, "lastTransitionTime": stamp(NOW)}  # fmt: skip
+        {
+            "type": "DisruptionAllowed",
+            "status": "True",
+            "reason": "SufficientPods",
+            "message": "",
+            "observedGeneration": 2,
+            "lastTransitionTime": stamp(NOW),
+        }
     ]
     assert logic.new_status({**pdb, "status": status}, 3, found, {}, stamp(NOW)) is None  # up to date
     later = logic.new_status({**pdb, "status": status}, 2, found, {}, stamp(NOW + timedelta(seconds=5)))

@@ -222,8 +222,13 @@ def test_stale_budget_two_budgets_and_pods_not_running(
         "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
     )
     # a Pending pod has nothing to disrupt: no budget is consulted
-    v1.create_namespaced_pod(ns, {"metadata": {"name": "p", "labels": {"app": "web"}},
-                                  "spec": {"containers": [{"name": "c", "image": "busybox"}]}})  # fmt: skip
+    v1.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "p", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        },
+    )
     evict(v1, ns, "p")
     with pytest.raises(ApiException) as err:
         v1.read_namespaced_pod("p", ns)
@@ -267,8 +272,12 @@ def test_dry_run_beta_body_and_bad_requests(
     status, out = evict_raw(api, ns, "nope", {**body, "metadata": {"name": "nope"}})
     assert (status, out["message"]) == (404, 'pods "nope" not found')
 
-    beta = {"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": "a"},
-            "deleteOptions": {"gracePeriodSeconds": 5}}  # fmt: skip
+    beta = {
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": "a"},
+        "deleteOptions": {"gracePeriodSeconds": 5},
+    }
     status, _ = evict_raw(api, ns, "a", beta)
     assert status == 201
     assert v1.read_namespaced_pod("a", ns).metadata.deletion_grace_period_seconds == 5
@@ -364,8 +373,11 @@ def test_rbac_and_node_restriction(apiserver, v1: client.CoreV1Api, ns: str, tmp
     viewer = f"viewer-{ns}"
     rbac.create_namespaced_role_binding(
         ns,
-        {"metadata": {"name": "view"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
-         "subjects": [{"kind": "User", "name": viewer, "apiGroup": "rbac.authorization.k8s.io"}]},  # fmt: skip
+        {
+            "metadata": {"name": "view"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "User", "name": viewer, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
     )
     with api_client(apiserver.client_kubeconfig(viewer, (), tmp_path / "viewer.kubeconfig")) as api:
         with pytest.raises(ApiException) as err:

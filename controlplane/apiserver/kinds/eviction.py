@@ -254,8 +254,14 @@ class Evictor:
             return None
         budgets = [p.obj for p in self._budgets() if selects(p.obj, pod)]
         if len(budgets) > 1:
-            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                    "message": MORE_THAN_ONE, "code": 500}  # fmt: skip
+            return {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": MORE_THAN_ONE,
+                "code": 500,
+            }
         options, pdb_name = self.options, ""
         if budgets:
             pdb = budgets[0]
@@ -342,8 +348,12 @@ def _rv_mismatch(want: str, have: Any) -> str:
 def _set_disruption_target(pod: Obj) -> None:
     """podutil.UpdatePodCondition with DisruptionTarget=True, EvictionByEvictionAPI."""
     conditions = pod.setdefault("status", {}).setdefault("conditions", [])
-    wanted = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-              "message": "Eviction API: evicting"}  # fmt: skip
+    wanted = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting",
+    }
     for cond in conditions:
         if cond.get("type") == "DisruptionTarget":
             if cond.get("status") != "True":
@@ -379,10 +389,10 @@ class EvictionSubresource(Subresource):
         options = delete_options(eviction, request.query)
         # createValidation: the admission plugins judge the Eviction (NodeRestriction: a node evicts
         # only its own pods).
+        user = rest.user(request)
         admission = AdmissionRequest(
-            "CREATE", info.resource, self.name, info.namespace, info.name, eviction, None,
-            rest.user(request), rest.registry,
-        )  # fmt: skip
+            "CREATE", info.resource, self.name, info.namespace, info.name, eviction, None, user, rest.registry
+        )
         await rest.registry.admission.admit(admission)
         await rest.registry.admission.validate(admission)
         evictor = Evictor(rest.registry, rest.user(request), info.namespace, info.name, options)
