@@ -182,3 +182,27 @@ def test_stale_disruption_target() -> None:
     assert logic.stale_disruption_wait(with_target(reason="TerminationByKubelet"), NOW) is None
     assert logic.stale_disruption_wait(with_target(deleting=True), NOW) is None
     assert logic.stale_disruption_wait(pod("plain"), NOW) is None
+
+
+def test_too_many_unconfirmed_evictions_and_dry_run_options() -> None:
+    crowded = budget(5)
+    crowded["status"]["disruptedPods"] = {f"p{i}": stamp(NOW) for i in range(eviction.MAX_DISRUPTED_PODS + 1)}
+    with pytest.raises(ApiError) as err:
+        eviction.decrement(crowded, "a", dry_run=False)
+    assert (err.value.code, err.value.message) == (
+        403,
+        'poddisruptionbudget.policy "web" is forbidden: DisruptedPods map too big - too many evictions not '
+        "confirmed by PDB controller",
+    )
+
+    class Query(dict):
+        def getall(self, key: str, default: list) -> list:
+            return [self[key]] if key in self else default
+
+    assert eviction.delete_options({}, Query(dryRun="All")).dry_run
+    assert eviction.delete_options({"deleteOptions": {"dryRun": ["All"]}}, Query()).dry_run
+    opts = eviction.delete_options({"deleteOptions": {"gracePeriodSeconds": 3}}, Query(dryRun="All"))
+    assert opts.dry_run and opts.grace_period == 3
+    with pytest.raises(ApiError) as err:
+        eviction.delete_options({"deleteOptions": {"dryRun": ["All"], "propagationPolicy": "Sideways"}}, Query())
+    assert err.value.code == 422
