@@ -7,6 +7,8 @@ on, `-name` turns one off (`*,-podgc`: all the defaults but pod GC).
 from __future__ import annotations
 
 from controlplane.controllers.base import Controller
+from controlplane.controllers.bootstrap.bootstrapsigner import BootstrapSigner
+from controlplane.controllers.bootstrap.tokencleaner import TokenCleaner
 from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
 from controlplane.controllers.cronjob import CronJobController
 from controlplane.controllers.daemonset import DaemonSetController
@@ -42,10 +44,12 @@ CONTROLLERS: dict[str, type[Controller]] = {
         DaemonSetController,
         EndpointsController,
         EndpointSliceController,
+        BootstrapSigner,
+        TokenCleaner,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
-OFF_BY_DEFAULT: frozenset[str] = frozenset()
+OFF_BY_DEFAULT: frozenset[str] = frozenset({"bootstrapsigner", "tokencleaner"})
 
 
 def enabled(spec: str) -> list[str]:
