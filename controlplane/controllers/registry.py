@@ -9,6 +9,9 @@ from __future__ import annotations
 from controlplane.controllers.base import Controller
 from controlplane.controllers.bootstrap.bootstrapsigner import BootstrapSigner
 from controlplane.controllers.bootstrap.tokencleaner import TokenCleaner
+from controlplane.controllers.certificates.approving import CSRApprovingController
+from controlplane.controllers.certificates.cleaner import CSRCleanerController
+from controlplane.controllers.certificates.signing import CSRSigningController
 from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
 from controlplane.controllers.cronjob import CronJobController
 from controlplane.controllers.daemonset import DaemonSetController
@@ -46,6 +49,9 @@ CONTROLLERS: dict[str, type[Controller]] = {
         EndpointSliceController,
         BootstrapSigner,
         TokenCleaner,
+        CSRApprovingController,
+        CSRSigningController,
+        CSRCleanerController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
