@@ -254,3 +254,14 @@ def test_kubectl_get_approve_deny(server: ApiServer, kctl: Kubectl) -> None:
     # A denied CSR cannot be approved (kubectl says so without --force).
     proc = kctl.run("certificate", "approve", second, check=False)
     assert proc.returncode != 0
+
+
+def test_the_requester_step_cannot_be_disabled() -> None:
+    from controlplane.apiserver.admission import default_chain, known_plugins
+
+    name = "CertificateSigningRequestRequester"
+    assert name not in known_plugins()
+    assert "CertificateApproval" in known_plugins()
+    chain = default_chain([name, "CertificateApproval"])
+    names = [type(p).__name__ for p in chain.mutating + chain.validating]
+    assert "CertificateSigningRequestStrategy" in names and "CertificateApproval" not in names

@@ -302,9 +302,11 @@ def _authorized_for_signer(request: AdmissionRequest, verb: str, signer: str) ->
 
 
 class CertificateSigningRequestStrategy:
-    """The requester on create (the strategy's PrepareForCreate: it needs the request's user)."""
+    """The requester on create (the strategy's PrepareForCreate: it needs the request's user). Not an
+    admission plugin upstream, so --disable-admission-plugins cannot name it."""
 
     name = "CertificateSigningRequestRequester"
+    always = True
 
     def admit(self, request: AdmissionRequest) -> None:
         if request.kind is not KIND or request.operation != "CREATE":
