@@ -100,6 +100,8 @@ class ApiServer:
         tokens = load_token_file(config.token_file) if config.token_file else {}
         self.api_audiences = tuple(config.api_audiences or config.service_account_issuers)
         self.authenticator = Authenticator(tokens, api_audiences=self.api_audiences)
+        if config.enable_bootstrap_token_auth:
+            self.authenticator.bootstrap_tokens = BootstrapTokenAuthenticator(self._secret)
         self.authorization = Authorization(config.authorization_modes)
         self.authorizer = self.authorization.chain
         self.registry.authorization = self.authorization
@@ -148,7 +150,6 @@ class ApiServer:
         )
         await ensure_kubernetes_service(self.registry, host, self.port)
         if self.config.enable_bootstrap_token_auth:
-            self.authenticator.bootstrap_tokens = BootstrapTokenAuthenticator(self._secret)
             if self.pki is not None:
                 await ensure_join_objects(self.registry, f"https://{host}:{self.port}", self.pki.ca_cert.read_bytes())
         if self.pki is not None:

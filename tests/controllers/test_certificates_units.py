@@ -147,3 +147,12 @@ def test_cleaner_deadlines() -> None:
     cert = ca.sign(_req(), ["client auth"], dt.timedelta(minutes=30), NOW)
     issued = _with([{"type": "Approved", "lastUpdateTime": stamp}], cert)
     assert cleaner.deadline(issued) == NOW + dt.timedelta(minutes=30)  # expired before the hour is up
+
+
+def test_bootstrap_loops_are_off_by_default_and_kubeadms_set_turns_them_on() -> None:
+    from controlplane.controllers.registry import enabled
+
+    default = enabled("*")
+    assert {"csrapproving", "csrsigning", "csrcleaner"} <= set(default)
+    assert not {"bootstrapsigner", "tokencleaner"} & set(default)
+    assert {"bootstrapsigner", "tokencleaner"} <= set(enabled("*,bootstrapsigner,tokencleaner"))
