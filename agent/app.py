@@ -26,6 +26,8 @@ from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.kube.services import service_informer, services_of
 from agent.kube.tokens import CredentialClient
+from agent.node.bootstrap import bootstrap_client, paths_for
+from agent.node.certrotation import CertRotator
 from agent.node.controller import NodeController
 from agent.node.images import node_images
 from agent.node.lease import LeaseController
@@ -105,11 +107,16 @@ class Agent:
         self.services: Informer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.server: KubeletServer | None = None
+        self.rotator: CertRotator | None = None
         self.network: NodeNetwork | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
         Path(cfg.root_dir).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at start
+        current = paths_for(cfg.root_dir, cfg.kubeconfig, cfg.cert_dir).current
+        if cfg.rotate_certificates and current.exists():
+            self.rotator = CertRotator([self.client, self.event_client], cfg.node_name, current)
+            self.rotator.start()
         self.cri = cri = await connect_runtime(cfg)
         log.info(
             "runtime connected name=%s version=%s",
@@ -285,6 +292,8 @@ class Agent:
             log.error("agent loop died task=%s error=%r", task.get_name(), task.exception())
 
     async def stop(self) -> None:
+        if self.rotator is not None:
+            await self.rotator.stop()
         if self.server is not None:
             await self.server.stop()
         for task in self._tasks:
@@ -304,6 +313,11 @@ class Agent:
 
 
 async def serve(cfg: AgentConfig) -> int:
+    if cfg.bootstrap_kubeconfig:
+        # TLS bootstrap first: the agent then runs on the node's own identity.
+        cfg.kubeconfig = str(
+            await bootstrap_client(cfg.root_dir, cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.node_name, cfg.cert_dir)
+        )
     agent = Agent(cfg)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -15,6 +15,19 @@ from agent.config import AgentConfig, ConfigFileError, load_config_file, parse_l
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig for the API server (default: in-cluster config)")
+    parser.add_argument(
+        "--bootstrap-kubeconfig",
+        dest="bootstrap_kubeconfig",
+        help="kubeconfig with a bootstrap credential: without a usable client certificate, get one by CSR",
+    )
+    parser.add_argument("--cert-dir", dest="cert_dir", help="client certificate directory (default ROOT/pki)")
+    parser.add_argument(
+        "--rotate-certificates",
+        dest="rotate_certificates",
+        action="store_true",
+        default=None,
+        help="renew the client certificate through the CSR API before it expires",
+    )
     parser.add_argument("--node-name", dest="node_name", help="the Node's name (default: the hostname)")
     parser.add_argument("--hostname-override", dest="hostname_override", help="alias of --node-name")
     parser.add_argument("--container-runtime-endpoint", dest="container_runtime_endpoint")
@@ -55,6 +68,9 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
         cfg.node_name = name.lower()
     for attr in (
         "kubeconfig",
+        "bootstrap_kubeconfig",
+        "cert_dir",
+        "rotate_certificates",
         "container_runtime_endpoint",
         "image_service_endpoint",
         "root_dir",

@@ -48,6 +48,11 @@ def parse_duration(value: str | int | float) -> float:
 class AgentConfig:
     node_name: str = ""
     kubeconfig: str | None = None
+    # TLS bootstrap (agent/node/bootstrap.py): without a usable client certificate in `kubeconfig`
+    # (default ROOT/kubeconfig), get one through a CSR with this kubeconfig's credential.
+    bootstrap_kubeconfig: str | None = None
+    cert_dir: str = ""  # where the client certificate lives (default ROOT/pki)
+    rotate_certificates: bool = False  # renew the client certificate at 70-90 % of its life (certrotation.py)
     container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
     image_service_endpoint: str | None = None
     root_dir: str = "/var/lib/kubelet"
@@ -111,6 +116,7 @@ class AgentConfig:
 # config-file key -> (dataclass field, converter)
 _FILE_FIELDS: dict[str, tuple[str, Any]] = {
     "podCIDR": ("pod_cidr", str),
+    "rotateCertificates": ("rotate_certificates", bool),
     "podLogsDir": ("pod_logs_dir", str),
     "clusterDomain": ("cluster_domain", str),
     "clusterDNS": ("cluster_dns", list),

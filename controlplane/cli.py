@@ -49,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="requests without credentials are system:anonymous (default; --no-anonymous-auth: 401)",
     )
     parser.add_argument(
+        "--enable-bootstrap-token-auth",
+        action="store_true",
+        help="bootstrap token Secrets (kube-system/bootstrap-token-<id>) authenticate; keep kube-public/cluster-info",
+    )
+    parser.add_argument(
         "--authorization-mode",
         default=("Node", "RBAC"),
         type=_authorization_modes,
@@ -157,6 +162,9 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
                 "--client-ca-file",
                 str(pki / "ca.crt"),
                 "--use-service-account-credentials",
+                # kubeadm's set: the defaults and the two loops upstream leaves off (bootstrap tokens).
+                "--controllers",
+                "*,bootstrapsigner,tokencleaner",
                 "--cluster-signing-cert-file",
                 str(pki / "ca.crt"),
                 "--cluster-signing-key-file",
@@ -218,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
         disable_admission_plugins=_admission_plugins(args.disable_admission_plugins),
         authorization_modes=args.authorization_mode,
         anonymous_auth=args.anonymous_auth,
+        enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
         etcd=_etcd_config(args),
     )
     from controlplane.storage import StoreUnavailableError

@@ -19,6 +19,7 @@ import asyncio
 import copy
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -85,6 +86,14 @@ class KubeClient:
         other._session = self._get_session()
         other._derived = True
         return other
+
+    def reload_client_certificate(self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]) -> None:
+        """Take a new client certificate for the connections opened from now on (certificate rotation);
+        the derived clients share the context, so they take it too. Connections already open keep the
+        certificate they shook hands with (still valid: rotation happens well before expiry)."""
+        if self._ssl is None:
+            raise ValueError("a plain-HTTP client has no client certificate")
+        self._ssl.load_cert_chain(str(cert_file), str(key_file))
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

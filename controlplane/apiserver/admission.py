@@ -72,13 +72,22 @@ def plugin_name(plugin: Any) -> str:
 def known_plugins() -> list[str]:
     from controlplane.apiserver.kinds import KINDS
 
-    return [plugin_name(p) for kind in KINDS for p in kind.admission]
+    return [plugin_name(p) for kind in KINDS for p in kind.admission if not getattr(p, "always", False)]
 
 
 def default_chain(disabled: Collection[str] = ()) -> AdmissionChain:
     from controlplane.apiserver.kinds import KINDS
 
-    return AdmissionChain([p for kind in KINDS for p in kind.admission if plugin_name(p) not in disabled])
+    # A plugin marked `always` is a kind's strategy step that needs the request's user (a CSR's
+    # requester); it is no admission plugin upstream, so no flag turns it off.
+    return AdmissionChain(
+        [
+            p
+            for kind in KINDS
+            for p in kind.admission
+            if getattr(p, "always", False) or plugin_name(p) not in disabled
+        ]
+    )
 
 
 __all__ = ["AdmissionChain", "AdmissionRequest", "Plugin", "default_chain", "known_plugins", "plugin_name"]

@@ -19,6 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
+from controlplane.apiserver.bootstraptoken import (
+    BootstrapTokenAuthenticator,
+    BootstrapTokenRejected,
+    NotBootstrapToken,
+)
 from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups
 from controlplane.apiserver.tokencache import SUCCESS_TTL, TokenCache
 from kubeclient.serving import peer_subject
@@ -106,6 +111,8 @@ class Authenticator:
     ) -> None:
         self._tokens = tokens or {}
         self.service_accounts = service_accounts
+        # --enable-bootstrap-token-auth (bootstraptoken.py); None: off, as upstream's default.
+        self.bootstrap_tokens: BootstrapTokenAuthenticator | None = None
         self.api_audiences = api_audiences
         self._cache: TokenCache[TokenResult] = TokenCache(success_cache_ttl)
 
@@ -148,6 +155,18 @@ class Authenticator:
                 return TokenResult(
                     UserInfo(user.name, user.uid, (*user.groups, "system:authenticated")), matched
                 )
+        if self.bootstrap_tokens is not None:
+            try:
+                boot = self.bootstrap_tokens.authenticate(token)
+            except NotBootstrapToken:
+                pass
+            except BootstrapTokenRejected as err:
+                return TokenResult(None, error=f"[invalid bearer token, {err}]")
+            else:
+                matched = tuple(a for a in wanted if a in self.api_audiences) if self.api_audiences else wanted
+                if self.api_audiences and not matched:
+                    return TokenResult(None, error="token audiences are invalid for the target audiences")
+                return TokenResult(UserInfo(boot.username, "", (*boot.groups, "system:authenticated")), matched)
         if self.service_accounts is None:
             return TokenResult(None, error="invalid bearer token")
         try:

@@ -12,6 +12,7 @@ and checked against the kind's schema like any other body.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -160,6 +161,13 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
         elif kind == "intorstring" and isinstance(value, bytes):
             parsed = _message(value, sub)
             obj[name] = parsed.get("strVal", "") if parsed.get("type") == 1 else parsed.get("intVal", 0)
+        elif kind == "bytes" and isinstance(value, bytes):
+            if value:
+                obj[name] = base64.b64encode(value).decode()
+        elif kind == "time" and isinstance(value, bytes):
+            # metav1.Time: {seconds=1, nanos=2}, written as RFC 3339 to the second.
+            seconds = _message(value, {1: ("seconds", "int", None)}).get("seconds", 0)
+            obj[name] = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         elif kind == "message" and isinstance(value, bytes):
             obj[name] = _message(value, sub)
         elif kind == "messages" and isinstance(value, bytes):

@@ -18,6 +18,8 @@ from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import Attributes, forbidden
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
+from controlplane.apiserver.bootstraptoken import BootstrapTokenAuthenticator
+from controlplane.apiserver.bootstraptoken_cluster import ensure_join_objects
 from controlplane.apiserver.certs import (
     CONTROLLER_MANAGER_USER,
     SCHEDULER_USER,
@@ -80,6 +82,9 @@ class ServerConfig:
     disable_admission_plugins: list[str] = field(default_factory=list)
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
+    # --enable-bootstrap-token-auth: bootstrap-token Secrets authenticate (bootstraptoken.py), and the server
+    # keeps kube-public/cluster-info and the RBAC kubeadm creates for joining (bootstraptoken_cluster.py).
+    enable_bootstrap_token_auth: bool = False
     etcd: EtcdConfig | None = None  # --etcd-servers and its TLS files; None: SQLite in DIR/state.db
 
 
@@ -95,6 +100,8 @@ class ApiServer:
         tokens = load_token_file(config.token_file) if config.token_file else {}
         self.api_audiences = tuple(config.api_audiences or config.service_account_issuers)
         self.authenticator = Authenticator(tokens, api_audiences=self.api_audiences)
+        if config.enable_bootstrap_token_auth:
+            self.authenticator.bootstrap_tokens = BootstrapTokenAuthenticator(self._secret)
         self.authorization = Authorization(config.authorization_modes)
         self.authorizer = self.authorization.chain
         self.registry.authorization = self.authorization
@@ -142,6 +149,9 @@ class ApiServer:
             "127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind
         )
         await ensure_kubernetes_service(self.registry, host, self.port)
+        if self.config.enable_bootstrap_token_auth:
+            if self.pki is not None:
+                await ensure_join_objects(self.registry, f"https://{host}:{self.port}", self.pki.ca_cert.read_bytes())
         if self.pki is not None:
             url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
             write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
@@ -191,6 +201,9 @@ class ApiServer:
         kind = kinds.by_path("", "v1", resource)
         cached = self.cache.get(kind.key(namespace, name)) if kind is not None else None
         return cached.obj if cached is not None else None
+
+    def _secret(self, namespace: str, name: str) -> Obj | None:
+        return self._lookup("secrets", namespace, name)
 
     async def stop(self) -> None:
         self.ready = False

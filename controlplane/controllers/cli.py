@@ -95,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
         retry_period=parse_duration(args.leader_elect_retry_period),
     )
     signer = None
+    # csrsigning's CA (upstream: the signing controller starts only with both files).
+    cluster_signing = None
+    if args.cluster_signing_cert_file is not None and args.cluster_signing_key_file is not None:
+        cluster_signing = (args.cluster_signing_cert_file.read_bytes(), args.cluster_signing_key_file.read_bytes())
     if args.use_service_account_credentials:
         if args.cluster_signing_cert_file is None or args.cluster_signing_key_file is None:
             logging.getLogger(__name__).error(
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         secure_port=args.secure_port,
         cert_dir=args.cert_dir or Path(tempfile.gettempdir()) / "pykubelet-controller-manager",
         client_ca_file=args.client_ca_file,
-        options={"root_ca": root_ca, **tunables.from_args(args)},
+        options={"root_ca": root_ca, "cluster_signing": cluster_signing, **tunables.from_args(args)},
         service_account_signer=signer,
     )
     client = KubeClient(

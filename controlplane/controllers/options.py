@@ -95,6 +95,13 @@ TUNABLES: tuple[Tunable, ...] = (
         "result in less endpoint slices, but larger resources. Defaults to 100.",
     ),
     Tunable(
+        "cluster-signing-duration",
+        "8760h0m0s",
+        DURATION,
+        "The max length of duration signed certificates will be given. Individual CSRs may request shorter "
+        "certs by setting spec.expirationSeconds.",
+    ),
+    Tunable(
         "terminated-pod-gc-threshold",
         12500,
         INT,

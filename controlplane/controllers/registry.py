@@ -7,6 +7,11 @@ on, `-name` turns one off (`*,-podgc`: all the defaults but pod GC).
 from __future__ import annotations
 
 from controlplane.controllers.base import Controller
+from controlplane.controllers.bootstrap.bootstrapsigner import BootstrapSigner
+from controlplane.controllers.bootstrap.tokencleaner import TokenCleaner
+from controlplane.controllers.certificates.approving import CSRApprovingController
+from controlplane.controllers.certificates.cleaner import CSRCleanerController
+from controlplane.controllers.certificates.signing import CSRSigningController
 from controlplane.controllers.clusterroleaggregation import ClusterRoleAggregationController
 from controlplane.controllers.cronjob import CronJobController
 from controlplane.controllers.daemonset import DaemonSetController
@@ -44,10 +49,15 @@ CONTROLLERS: dict[str, type[Controller]] = {
         EndpointsController,
         EndpointSliceController,
         DisruptionController,
+        BootstrapSigner,
+        TokenCleaner,
+        CSRApprovingController,
+        CSRSigningController,
+        CSRCleanerController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
-OFF_BY_DEFAULT: frozenset[str] = frozenset()
+OFF_BY_DEFAULT: frozenset[str] = frozenset({"bootstrapsigner", "tokencleaner"})
 
 
 def enabled(spec: str) -> list[str]:

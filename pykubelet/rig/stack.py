@@ -60,6 +60,9 @@ class StackConfig:
     registry_port: int | None = None
     kubelet_port: int | None = None
     store: str = "sqlite"  # or "etcd": a local etcd under <state>/etcd, started before the API server
+    # The agent joins by TLS bootstrap (a bootstrap token, a CSR the controllers approve and sign) and
+    # rotates its client certificate, instead of starting from a kubeconfig the rig signed for it.
+    tls_bootstrap: bool = False
 
 
 def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
@@ -197,7 +200,7 @@ class Stack:
                 port=self.config.api_port or free_port(),
                 scheduler=True,
                 controllers=True,
-                extra_args=["--bind-address", "0.0.0.0"],
+                extra_args=["--bind-address", "0.0.0.0", "--enable-bootstrap-token-auth"],
                 etcd=self.etcd,
             )
             self.apiserver.daemon.on_spawn = self._spawned
@@ -239,6 +242,45 @@ class Stack:
         self.agent_config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         return self.agent_config_path
 
+    def write_bootstrap_kubeconfig(self) -> Path:
+        """A kubeconfig holding a fresh bootstrap token (kubeadm's default group, valid for an hour)."""
+        import base64
+
+        from kubernetes import client
+
+        from kubeclient import bootstraptoken as bt
+
+        assert self.apiserver is not None, "the API server is not started"
+        token = bt.generate()
+        with self.apiserver.api_client() as api:
+            client.CoreV1Api(api).create_namespaced_secret(bt.NAMESPACE, bt.token_secret(token, 3600))
+        ca = base64.b64encode(self.apiserver.ca_cert.read_bytes()).decode()
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": self.apiserver.url, "certificate-authority-data": ca}}],
+            "users": [{"name": "tls-bootstrap-token-user", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "tls-bootstrap-token-user"}}],
+            "current-context": "c",
+        }
+        path = self.config.state_dir / "agent" / "bootstrap-kubelet.conf"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(doc, f)
+        return path
+
+    def _agent_credentials(self) -> list[str]:
+        if not self.config.tls_bootstrap:
+            return ["--kubeconfig", str(self.write_agent_kubeconfig())]
+        return [
+            "--kubeconfig",
+            str(self.config.state_dir / "agent" / "kubeconfig"),
+            "--bootstrap-kubeconfig",
+            str(self.write_bootstrap_kubeconfig()),
+            "--rotate-certificates",
+        ]
+
     def agent_argv(self) -> list[str]:
         assert self.containerd is not None
         return [
@@ -246,8 +288,7 @@ class Stack:
             "-m",
             "pykubelet",
             "agent",
-            "--kubeconfig",
-            str(self.write_agent_kubeconfig()),
+            *self._agent_credentials(),
             "--node-name",
             self.node_name,
             "--container-runtime-endpoint",

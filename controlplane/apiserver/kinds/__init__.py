@@ -12,6 +12,7 @@ from __future__ import annotations
 from controlplane.apiserver.kinds import (
     accessreview,
     binding,
+    certificatesigningrequest,
     clusterrole,
     clusterrolebinding,
     configmap,
@@ -79,6 +80,7 @@ KINDS: list[Kind] = [
     lease.KIND,
     runtimeclass.KIND,
     endpointslice.KIND,
+    certificatesigningrequest.KIND,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
