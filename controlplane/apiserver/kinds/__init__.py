@@ -27,6 +27,8 @@ from controlplane.apiserver.kinds import (
     lease,
     namespace,
     node,
+    persistentvolume,
+    persistentvolumeclaim,
     pod,
     podtemplate,
     priorityclass,
@@ -40,6 +42,7 @@ from controlplane.apiserver.kinds import (
     selfsubjectreview,
     service,
     serviceaccount,
+    storageclass,
     tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
@@ -57,6 +60,8 @@ KINDS: list[Kind] = [
     serviceaccount.KIND,
     service.KIND,
     endpoints.KIND,
+    persistentvolume.KIND,
+    persistentvolumeclaim.KIND,
     deployment.KIND,
     replicaset.KIND,
     controllerrevision.KIND,
@@ -77,6 +82,7 @@ KINDS: list[Kind] = [
     lease.KIND,
     runtimeclass.KIND,
     endpointslice.KIND,
+    storageclass.KIND,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
