@@ -121,6 +121,7 @@ class LocalPathProvisioner(Controller):
         self.root = str(ctx.option("local_path_root", DEFAULT_ROOT))
         self.image = str(ctx.option("local_path_helper_image", DEFAULT_HELPER_IMAGE))
         self.recorder = ctx.recorder(PROVISIONER)
+        self._deleted: set[str] = set()  # UIDs of the volumes this provisioner deleted
         self.claims = ctx.informers.get("/api/v1/persistentvolumeclaims")
         self.volumes = ctx.informers.get("/api/v1/persistentvolumes")
         self.classes = ctx.informers.get("/apis/storage.k8s.io/v1/storageclasses")
@@ -211,6 +212,7 @@ class LocalPathProvisioner(Controller):
             or (volume.get("status") or {}).get("phase") != "Released"
             or spec.get("persistentVolumeReclaimPolicy") != "Delete"
             or meta(volume).get("deletionTimestamp")
+            or meta(volume).get("uid") in self._deleted
         ):
             return
         name = meta(volume).get("name", "")
@@ -229,13 +231,17 @@ class LocalPathProvisioner(Controller):
         if phase not in ("Succeeded", "Failed"):
             self.queue.add_after(VOLUME + name, HELPER_POLL * 5)
             return
-        await self._delete(f"/api/v1/namespaces/{HELPER_NAMESPACE}/pods/{HELPER_PREFIX}{name}")
         if phase == "Failed":
+            await self._delete(f"/api/v1/namespaces/{HELPER_NAMESPACE}/pods/{HELPER_PREFIX}{name}")
             self.recorder.event(
                 volume, WARNING, "VolumeFailedDelete", f"failed to delete volume {name}: helper pod failed"
             )
             raise RuntimeError(f"volume {name}: the delete helper pod failed")
+        # The volume first, remembered, so the helper pod's deletion cannot start another helper from a
+        # cache that has not yet seen the volume marked.
         await self._delete(vol.volume_path(name))
+        self._deleted.add(meta(volume).get("uid", ""))
+        await self._delete(f"/api/v1/namespaces/{HELPER_NAMESPACE}/pods/{HELPER_PREFIX}{name}")
         log.info("deleted volume=%s", name)
 
     async def _delete(self, path: str) -> None:
