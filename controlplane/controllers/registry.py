@@ -28,6 +28,12 @@ from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
 from controlplane.controllers.tainteviction import TaintEvictionController
 from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
+from controlplane.controllers.volume import (
+    LocalPathProvisioner,
+    PersistentVolumeController,
+    PVCProtectionController,
+    PVProtectionController,
+)
 
 CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
@@ -54,6 +60,10 @@ CONTROLLERS: dict[str, type[Controller]] = {
         CSRApprovingController,
         CSRSigningController,
         CSRCleanerController,
+        PersistentVolumeController,
+        PVCProtectionController,
+        PVProtectionController,
+        LocalPathProvisioner,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

@@ -28,6 +28,8 @@ from controlplane.apiserver.kinds import (
     lease,
     namespace,
     node,
+    persistentvolume,
+    persistentvolumeclaim,
     pod,
     poddisruptionbudget,
     podtemplate,
@@ -42,6 +44,7 @@ from controlplane.apiserver.kinds import (
     selfsubjectreview,
     service,
     serviceaccount,
+    storageclass,
     tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
@@ -59,6 +62,8 @@ KINDS: list[Kind] = [
     serviceaccount.KIND,
     service.KIND,
     endpoints.KIND,
+    persistentvolume.KIND,
+    persistentvolumeclaim.KIND,
     deployment.KIND,
     replicaset.KIND,
     controllerrevision.KIND,
@@ -81,6 +86,7 @@ KINDS: list[Kind] = [
     runtimeclass.KIND,
     endpointslice.KIND,
     certificatesigningrequest.KIND,
+    storageclass.KIND,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
