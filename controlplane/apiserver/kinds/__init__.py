@@ -40,6 +40,7 @@ from controlplane.apiserver.kinds import (
     selfsubjectreview,
     service,
     serviceaccount,
+    statefulset,
     tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
@@ -61,6 +62,7 @@ KINDS: list[Kind] = [
     replicaset.KIND,
     controllerrevision.KIND,
     daemonset.KIND,
+    statefulset.KIND,
     eventsv1.KIND,
     tokenreview.KIND,
     selfsubjectreview.KIND,
