@@ -27,6 +27,8 @@ from controlplane.apiserver.kinds import (
     lease,
     namespace,
     node,
+    persistentvolume,
+    persistentvolumeclaim,
     pod,
     podtemplate,
     priorityclass,
@@ -41,6 +43,7 @@ from controlplane.apiserver.kinds import (
     service,
     serviceaccount,
     statefulset,
+    storageclass,
     tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
@@ -58,6 +61,8 @@ KINDS: list[Kind] = [
     serviceaccount.KIND,
     service.KIND,
     endpoints.KIND,
+    persistentvolume.KIND,
+    persistentvolumeclaim.KIND,
     deployment.KIND,
     replicaset.KIND,
     controllerrevision.KIND,
@@ -79,6 +84,7 @@ KINDS: list[Kind] = [
     lease.KIND,
     runtimeclass.KIND,
     endpointslice.KIND,
+    storageclass.KIND,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
