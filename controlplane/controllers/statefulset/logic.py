@@ -139,8 +139,9 @@ def complete_rolling_update(sts: Obj, status: Obj) -> None:
 
 
 def wire_status(status: Obj) -> Obj:
-    """The status as the API carries it: replicas and availableReplicas always, the rest omitempty."""
-    always = ("replicas", "availableReplicas")
+    """The status as the API carries it: replicas, availableReplicas and collisionCount (a pointer the
+    controller always sets) always, the rest omitempty."""
+    always = ("replicas", "availableReplicas", "collisionCount")
     return {k: v for k, v in status.items() if k in always or v not in (0, "", None)}
 
 
