@@ -23,6 +23,12 @@ from controlplane.controllers.serviceaccount import ServiceAccountController
 from controlplane.controllers.statefulset import StatefulSetController
 from controlplane.controllers.tainteviction import TaintEvictionController
 from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
+from controlplane.controllers.volume import (
+    LocalPathProvisioner,
+    PersistentVolumeController,
+    PVCProtectionController,
+    PVProtectionController,
+)
 
 CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c
@@ -44,6 +50,10 @@ CONTROLLERS: dict[str, type[Controller]] = {
         EndpointsController,
         EndpointSliceController,
         StatefulSetController,
+        PersistentVolumeController,
+        PVCProtectionController,
+        PVProtectionController,
+        LocalPathProvisioner,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

@@ -24,8 +24,11 @@ class FitError(Exception):
 
     num_nodes: int
     reasons: dict[str, tuple[str, ...]]
+    pre_filter: str = ""  # a PreFilter's verdict on the pod, whatever the node
 
     def __str__(self) -> str:
+        if self.pre_filter and self.num_nodes:
+            return f"0/{self.num_nodes} nodes are available: {self.pre_filter}."
         return fit_message(self.num_nodes, self.reasons)
 
 
@@ -145,6 +148,12 @@ def schedule(
     only until enough nodes fit (upstream's percentageOfNodesToScore); without, every node is."""
     if not nodes:
         raise FitError(0, {})
+    for f in filters:
+        pre_filter = getattr(f, "pre_filter", None)
+        if pre_filter is not None and f.applies(pod):
+            verdict = pre_filter(pod)
+            if verdict:
+                raise FitError(len(nodes), {}, verdict)
     feasible, rejected = find_feasible(pod, nodes, filters, search)
     if not feasible:
         raise FitError(len(nodes), rejected)

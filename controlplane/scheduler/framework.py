@@ -32,6 +32,9 @@ class FilterPlugin(Protocol):
         """Empty tuple if the node fits, otherwise the reasons it does not."""
         ...
 
+    # A filter may also have `pre_filter(pod) -> str | None` (upstream's PreFilter): run once per pod
+    # before any node, a non-empty answer makes the pod unschedulable whatever the node (VolumeBinding).
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterView:

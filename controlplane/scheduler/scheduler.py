@@ -24,6 +24,7 @@ from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import PodInfo, pod_info
 from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
+from controlplane.scheduler.volumebinding import VolumeBinding
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import rfc3339
@@ -64,6 +65,18 @@ class Scheduler:
         self.nodes.add_handler(self._node_added, self._node_updated, self._node_deleted)
         self.pods = Informer(client, "/api/v1/pods", field_selector=POD_FIELD_SELECTOR)
         self.pods.add_handler(self._pod_added, self._pod_updated, self._pod_deleted)
+        # VolumeBinding's view of claims, volumes and classes; a change may make a waiting pod fit.
+        self.claims = Informer(client, "/api/v1/persistentvolumeclaims")
+        self.volumes = Informer(client, "/api/v1/persistentvolumes")
+        self.classes = Informer(client, "/apis/storage.k8s.io/v1/storageclasses")
+        self.volume_binding = VolumeBinding(self.claims, self.volumes, self.classes)
+        self.filters.append(self.volume_binding)
+        for informer in (self.claims, self.volumes, self.classes):
+            informer.add_handler(
+                lambda _o: self._volumes_changed(),
+                lambda _o, _n: self._volumes_changed(),
+                lambda _o: self._volumes_changed(),
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; then finish in-flight bindings and flush events."""
@@ -71,12 +84,18 @@ class Scheduler:
         informers = [
             asyncio.create_task(self.nodes.run(), name="watch-nodes"),
             asyncio.create_task(self.pods.run(), name="watch-pods"),
+            *(
+                asyncio.create_task(i.run(), name=f"watch-{i.path}")
+                for i in (self.claims, self.volumes, self.classes)
+            ),
         ]
         loop_task: asyncio.Task[None] | None = None
         stopper = asyncio.create_task(stop.wait())
         try:
             # Decide nothing before both caches are filled, or the first pods would see no nodes.
-            synced = asyncio.gather(self.nodes.synced.wait(), self.pods.synced.wait())
+            synced = asyncio.gather(
+                *(i.synced.wait() for i in (self.nodes, self.pods, self.claims, self.volumes, self.classes))
+            )
             await asyncio.wait([synced, stopper, *informers], return_when=asyncio.FIRST_COMPLETED)
             if not stop.is_set():
                 for t in informers:
@@ -163,6 +182,7 @@ class Scheduler:
                 self.search,
             )
         except FitError as err:
+            self.volume_binding.forget(pod.uid)
             self._failed(qp, str(err))
             return False
         self.cache.assume(pod, node.name)
@@ -179,6 +199,9 @@ class Scheduler:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
+            info = self.cache.node(node)
+            labels = dict(info.facts.labels) if info is not None and info.facts is not None else {}
+            await self.volume_binding.pre_bind(self.client, pod, node, labels)  # PreBind: volumes first
             await self.client.create(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body)
         except Exception as err:  # any failure: forget the assumption, retry later
             self.cache.forget(pod.uid)
@@ -278,6 +301,10 @@ class Scheduler:
         self.queue.delete(uid)
         if self.cache.remove_pod(uid):
             self.queue.move_all()
+
+    def _volumes_changed(self) -> None:
+        self.volume_binding.notify()
+        self.queue.move_all()
 
     def _node_added(self, obj: Obj) -> None:
         self.cache.set_node(obj)

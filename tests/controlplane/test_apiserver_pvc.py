@@ -49,8 +49,9 @@ def classes(storage: client.StorageV1Api) -> Iterator[list[str]]:
         storage.delete_storage_class(name)
 
 
-def test_defaults_finalizer_no_default_class(v1: client.CoreV1Api, namespace: str) -> None:
+def test_defaults_finalizer_and_local_path_default(v1: client.CoreV1Api, namespace: str) -> None:
     made = v1.create_namespaced_persistent_volume_claim(namespace, pvc("data", "500Mi"))
+    assert made.spec.storage_class_name == "local-path"  # the server's default class, as k3s's
     assert made.status.phase == "Pending"
     assert made.spec.volume_mode == "Filesystem"
     assert made.metadata.finalizers == ["kubernetes.io/pvc-protection"]
@@ -108,11 +109,9 @@ def test_update_rules(v1: client.CoreV1Api, namespace: str) -> None:
             "claim", namespace, {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}
         )
     assert IMMUTABLE in message(err)
-    # volumeName once, and a class on a claim without one (the retroactive default class)
-    named = v1.patch_namespaced_persistent_volume_claim(
-        "claim", namespace, {"spec": {"volumeName": "pv-1", "storageClassName": "late"}}
-    )
-    assert (named.spec.volume_name, named.spec.storage_class_name) == ("pv-1", "late")
+    # volumeName may be set once (the PV controller's binding)
+    named = v1.patch_namespaced_persistent_volume_claim("claim", namespace, {"spec": {"volumeName": "pv-1"}})
+    assert (named.spec.volume_name, named.spec.storage_class_name) == ("pv-1", "local-path")
     with pytest.raises(ApiException) as err:
         v1.patch_namespaced_persistent_volume_claim("claim", namespace, {"spec": {"volumeName": "pv-2"}})
     assert IMMUTABLE in message(err)

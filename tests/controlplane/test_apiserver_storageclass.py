@@ -41,6 +41,18 @@ def test_defaults(storage: client.StorageV1Api) -> None:
     storage.delete_storage_class(made.metadata.name)
 
 
+def test_local_path_is_served(storage: client.StorageV1Api, kubectl: Kubectl) -> None:
+    local = storage.read_storage_class("local-path")
+    assert (local.provisioner, local.reclaim_policy, local.volume_binding_mode) == (
+        "rancher.io/local-path",
+        "Delete",
+        "WaitForFirstConsumer",
+    )
+    assert local.metadata.annotations[DEFAULT] == "true"
+    row = kubectl("get", "sc", "local-path").splitlines()[1].split()
+    assert row[:6] == ["local-path", "(default)", "rancher.io/local-path", "Delete", "WaitForFirstConsumer", "false"]
+
+
 def test_validation(storage: client.StorageV1Api, kubectl: Kubectl) -> None:
     manifest = json.dumps({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "none"}})
     refused = kubectl.run("create", "-f", "-", input=manifest, check=False)

@@ -6,14 +6,18 @@ change), and kubectl's columns with `(default)` after the class the is-default-c
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError, forbidden, invalid, not_supported, required
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.kinds.volumeshared import is_default_class
+from controlplane.apiserver.kinds.volumeshared import DEFAULT_CLASS_ANNOTATION, is_default_class
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.validation import immutable, qualified_name
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.registry import Registry
 
 Obj = dict[str, Any]
 
@@ -21,6 +25,15 @@ RECLAIM_POLICIES = ["Delete", "Retain"]
 BINDING_MODES = ["Immediate", "WaitForFirstConsumer"]
 IMMEDIATE, WAIT_FOR_FIRST_CONSUMER = BINDING_MODES
 MAX_PARAMETERS_SIZE = 256 * 1024
+# k3s's default class (its local-storage manifest), served from the first start and put back at every
+# start if deleted, as k3s re-applies its manifests; the controller manager's local-path provisioner
+# serves it.
+LOCAL_PATH: Obj = {
+    "metadata": {"name": "local-path", "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+    "provisioner": "rancher.io/local-path",
+    "reclaimPolicy": "Delete",
+    "volumeBindingMode": "WaitForFirstConsumer",
+}
 
 
 def _validate_parameters(parameters: Any) -> list[FieldError]:
@@ -87,6 +100,10 @@ class StorageClass(Kind):
         if new.get("reclaimPolicy") != old.get("reclaimPolicy"):
             errors.append(forbidden("reclaimPolicy", "updates to reclaimPolicy are forbidden."))
         return errors + immutable("volumeBindingMode", new.get("volumeBindingMode"), old.get("volumeBindingMode"))
+
+    async def bootstrap(self, registry: Registry) -> None:
+        body = {"apiVersion": self.api_version, "kind": self.kind, **copy.deepcopy(LOCAL_PATH)}
+        await registry.ensure(self, "", body)
 
     def cells(self, obj: Obj) -> list[Any]:
         name = obj["metadata"].get("name", "")
