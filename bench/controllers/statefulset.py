@@ -74,6 +74,41 @@ def is_ready(pod: Obj) -> bool:
     )
 
 
+class Phases:
+    """When a pod watch first showed each pod created, bound to the node, and Ready."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.ready: dict[str, float] = {}
+        self.pods: Watcher | None = None
+
+    def seen(self) -> None:
+        now = time.monotonic()
+        for name, pod in (self.pods.objects if self.pods else {}).items():
+            self.created.setdefault(name, now)
+            if (pod.get("spec") or {}).get("nodeName"):
+                self.bound.setdefault(name, now)
+            if is_ready(pod):
+                self.ready.setdefault(name, now)
+
+    def medians(self, names: list[str]) -> dict[str, float]:
+        """Median seconds per pod: Ready of one to the next one created (the controller's turn), created
+        to bound (the scheduler's), bound to Ready (the agent's)."""
+
+        def median(values: list[float]) -> float:
+            return round(statistics.median(values), 3) if values else 0.0
+
+        return {
+            "ready_to_next_created": median(
+                [self.created[b] - self.ready[a] for a, b in zip(names, names[1:], strict=False)
+                 if a in self.ready and b in self.created]
+            ),
+            "created_to_bound": median([self.bound[n] - self.created[n] for n in names if n in self.bound]),
+            "bound_to_ready": median([self.ready[n] - self.bound[n] for n in names if n in self.ready]),
+        }
+
+
 def ready_count(pods: Watcher) -> int:
     return sum(1 for p in pods.objects.values() if is_ready(p) and not p["metadata"].get("deletionTimestamp"))
 
@@ -82,7 +117,13 @@ async def floor_round(client: KubeClient, n: int, node: str, image: str, tag: st
     path = f"/api/v1/namespaces/{NS}/pods"
     rv = (await client.get(path))["metadata"]["resourceVersion"]
     wake = asyncio.Event()
-    pods = Watcher(client, path, rv, wake.set)
+    phases = Phases()
+
+    def woken() -> None:
+        phases.seen()
+        wake.set()
+
+    pods = phases.pods = Watcher(client, path, rv, woken)
     await asyncio.sleep(0.2)
     before = await revision(client)
     t0 = time.monotonic()
@@ -98,7 +139,11 @@ async def floor_round(client: KubeClient, n: int, node: str, image: str, tag: st
             wake.clear()
     seconds = time.monotonic() - t0
     pods.stop()
-    return {"seconds": round(seconds, 3), "store_writes": await revision(client) - before}
+    return {
+        "seconds": round(seconds, 3),
+        "store_writes": await revision(client) - before,
+        "per_pod": phases.medians([f"floor-{tag}-{i}" for i in range(n)]),
+    }
 
 
 async def set_round(client: KubeClient, kubeconfig: Path, n: int, image: str, procs: dict[str, int]) -> dict:
@@ -107,7 +152,13 @@ async def set_round(client: KubeClient, kubeconfig: Path, n: int, image: str, pr
     pods_path, sets_path = f"/api/v1/namespaces/{NS}/pods", f"/apis/apps/v1/namespaces/{NS}/statefulsets"
     rv = (await client.get(pods_path))["metadata"]["resourceVersion"]
     wake = asyncio.Event()
-    pods = Watcher(client, pods_path, rv, wake.set)
+    phases = Phases()
+
+    def woken() -> None:
+        phases.seen()
+        wake.set()
+
+    pods = phases.pods = Watcher(client, pods_path, rv, woken)
     sets = Watcher(client, sets_path, rv, wake.set)
     watches = {name: ProcWatch(pid) for name, pid in procs.items()}
     await asyncio.sleep(0.2)
@@ -137,6 +188,7 @@ async def set_round(client: KubeClient, kubeconfig: Path, n: int, image: str, pr
         "status_seconds": round(status_seconds, 3),
         "store_writes": await revision(client) - before,
         "set_changes": sets.added + sets.modified,
+        "per_pod": phases.medians([f"{NAME}-{i}" for i in range(n)]),
         "cpu_seconds": {name: w.result()["cpu_seconds"] for name, w in watches.items()},
     }
 
@@ -232,8 +284,9 @@ def markdown(report: dict) -> str:
         f"# An OrderedReady StatefulSet of {report['replicas']} vs the same pods made in order by the bench",
         "",
         "| round | floor s | set s (pods Ready) | ratio | set status s | store writes floor | store writes set | "
-        "set changes | controller-manager CPU s | API server CPU s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "set changes | controller-manager CPU s | API server CPU s | per pod floor: ready->next, bound->ready | "
+        "per pod set: ready->next, created->bound, bound->ready |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, e in enumerate(report["rounds"]):
         f, s = e["floor"], e["statefulset"]
@@ -241,7 +294,10 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {i} | {f['seconds']} | {s['seconds']} | {e['ratio']} | {s['status_seconds']} | "
             f"{f['store_writes']} | {s['store_writes']} | {s['set_changes']} | "
-            f"{cpu.get('controller-manager', '-')} | {cpu.get('apiserver', '-')} |"
+            f"{cpu.get('controller-manager', '-')} | {cpu.get('apiserver', '-')} | "
+            f"{f['per_pod']['ready_to_next_created']}, {f['per_pod']['bound_to_ready']} | "
+            f"{s['per_pod']['ready_to_next_created']}, {s['per_pod']['created_to_bound']}, "
+            f"{s['per_pod']['bound_to_ready']} |"
         )
     lines += [
         "",
