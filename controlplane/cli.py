@@ -68,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the controller manager as a child process (--no-controllers: leave the loops to another)",
     )
     parser.add_argument(
+        "--default-local-storage-path",
+        type=Path,
+        default=None,
+        help="where the local-path provisioner puts volumes (k3s's flag; default "
+        "/var/lib/pykubelet/local-path-provisioner)",
+    )
+    parser.add_argument(
         "--controller-manager-port",
         type=int,
         default=10257,
@@ -162,6 +169,8 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
                 "--cluster-signing-key-file",
                 str(pki / "ca.key"),
             ]
+            if args.default_local_storage_path is not None:
+                command += ["--local-path-root", str(args.default_local_storage_path)]
             children.append(asyncio.create_task(supervise(command, stop, data / "controller-manager.log")))
     try:
         await stop.wait()

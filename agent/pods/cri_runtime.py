@@ -130,9 +130,10 @@ class CRIRuntime:
             config = sandbox_config(self.cfg, pod, attempt, self.host_dns, self.node_hostname)
         except HostnameError as err:
             raise SandboxError(str(err)) from None
+        handler = await self.runtime_handler(pod)
         await asyncio.to_thread(os.makedirs, pod_log_dir(self.cfg, pod), 0o755, True)
         try:
-            sid = await self.cri.run_pod_sandbox(config)
+            sid = await self.cri.run_pod_sandbox(config, handler)
         except CRIError as err:
             log.warning("sandbox failed pod=%s error=%r", pod_ref(pod), str(err))
             raise SandboxError(err.rpc_text) from None
@@ -142,6 +143,20 @@ class CRIRuntime:
         if sandbox is None:
             raise SandboxError(f"sandbox {sid} not found after it was created")
         return sandbox
+
+    async def runtime_handler(self, pod: dict[str, Any]) -> str:
+        """The CRI handler of the pod's RuntimeClass (upstream's runtimeClassManager.LookupRuntimeHandler):
+        "" without one; a class that does not exist fails the sandbox with the API's NotFound text."""
+        name = (pod.get("spec") or {}).get("runtimeClassName") or ""
+        if not name:
+            return ""
+        try:
+            runtime_class = await self.fetch("RuntimeClass", "", name)
+        except ApiError as err:
+            raise SandboxError(f"failed to lookup RuntimeClass {name}: {err}") from None
+        if runtime_class is None:
+            raise SandboxError(f'runtimeclass.node.k8s.io "{name}" not found')
+        return str(runtime_class.get("handler") or "")
 
     async def stop_sandbox(self, sandbox_id: str) -> None:
         try:

@@ -12,6 +12,8 @@ changed ConfigMap, Secret, label or annotation (or a token due) reaches running 
 remount on sync does. The objects are read by name (GET), as the Node authorizer allows.
 
 emptyDir with `medium: Memory` is a tmpfs (emptydir.py); fsGroup is applied as upstream (ownership.py).
+A persistentVolumeClaim volume is its bound volume's hostPath or local folder (claims.py), bind-mounted,
+read-only when the pod's claim source says so.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.cri import pb
-from agent.volumes import subpath
+from agent.volumes import claims, subpath
 from agent.volumes.emptydir import disk_usage, mount_tmpfs, tmpfs_size, unmount_under
 from agent.volumes.ownership import set_ownership
 from agent.volumes.tokens import TokenManager
@@ -41,7 +43,7 @@ ResourceValue = Callable[[dict[str, Any], dict[str, Any]], str]
 
 DEFAULT_MODE = 0o644
 READ_ONLY_KINDS = ("configMap", "secret", "downwardAPI", "projected")
-SUPPORTED = ("emptyDir", "hostPath", *READ_ONLY_KINDS)
+SUPPORTED = ("emptyDir", "hostPath", "persistentVolumeClaim", *READ_ONLY_KINDS)
 
 
 class VolumeError(Exception):
@@ -154,10 +156,21 @@ class VolumeManager:
         return self.root_dir / "pods" / uid / "volumes"
 
     async def prepare(self, pod: dict[str, Any]) -> dict[str, ReadyVolume]:
-        """Every volume of the pod, ready to mount; raises VolumeError for the first that is not."""
+        """Every volume of the pod, ready to mount; raises VolumeError for the first that is not (for
+        claims: every claim that is not, in the kubelet's `Unable to attach or mount volumes` form)."""
         ready = {}
+        waiting: list[tuple[str, str]] = []
         for volume in (pod.get("spec") or {}).get("volumes") or []:
-            ready[volume["name"]] = await self._prepare_one(pod, volume)
+            try:
+                ready[volume["name"]] = await self._prepare_one(pod, volume)
+            except claims.ClaimError as err:
+                waiting.append((volume["name"], str(err)))
+        if waiting:
+            names = " ".join(sorted(n for n, _ in waiting))
+            raise VolumeError(
+                f"Unable to attach or mount volumes: unmounted volumes=[{names}], unattached volumes=[{names}], "
+                f"failed to process volumes=[{names}]: {'; '.join(m for _, m in waiting)}"
+            )
         return ready
 
     async def refresh(self, pod: dict[str, Any]) -> bool:
@@ -221,6 +234,9 @@ class VolumeManager:
         if kind == "hostPath":
             path = await asyncio.to_thread(_host_path, volume["hostPath"], name)
             return ReadyVolume(name, kind, path, False)
+        if kind == "persistentVolumeClaim":
+            path = await claims.resolve(self.fetch, _host_path, pod["metadata"]["namespace"], volume)
+            return ReadyVolume(name, kind, path, bool(volume[kind].get("readOnly")))
         await self._write(pod, volume, kind)
         return ReadyVolume(name, kind, str(folder), True)
 

@@ -66,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster-signing-key-file", type=Path, default=None, help="the cluster CA's private key (PEM)"
     )
+    parser.add_argument(
+        "--local-path-root", default=None, help="the local-path provisioner's volume folder on each node"
+    )
+    parser.add_argument(
+        "--local-path-helper-image", default=None, help="the image of the local-path provisioner's helper pods"
+    )
     parser.add_argument("--kube-api-qps", type=float, default=20.0)
     parser.add_argument("--kube-api-burst", type=int, default=30)
     tunables.add_arguments(parser)
@@ -110,7 +116,18 @@ def run(args: argparse.Namespace) -> int:
         secure_port=args.secure_port,
         cert_dir=args.cert_dir or Path(tempfile.gettempdir()) / "pykubelet-controller-manager",
         client_ca_file=args.client_ca_file,
-        options={"root_ca": root_ca, **tunables.from_args(args)},
+        options={
+            "root_ca": root_ca,
+            **tunables.from_args(args),
+            **{
+                k: v
+                for k, v in (
+                    ("local_path_root", args.local_path_root),
+                    ("local_path_helper_image", args.local_path_helper_image),
+                )
+                if v
+            },
+        },
         service_account_signer=signer,
     )
     client = KubeClient(

@@ -197,7 +197,7 @@ class Stack:
                 port=self.config.api_port or free_port(),
                 scheduler=True,
                 controllers=True,
-                extra_args=["--bind-address", "0.0.0.0"],
+                extra_args=["--bind-address", "0.0.0.0", "--default-local-storage-path", str(d / "local-path")],
                 etcd=self.etcd,
             )
             self.apiserver.daemon.on_spawn = self._spawned

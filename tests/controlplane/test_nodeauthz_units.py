@@ -108,6 +108,21 @@ def test_graph_follows_binding_moves_and_deletes() -> None:
     assert graph.edges == {} and graph.pods == {}
 
 
+def test_graph_reaches_a_claims_volume() -> None:
+    """upstream's pv -> pvc edge: a node reads a PersistentVolume whose claim one of its pods uses."""
+    graph = NodeGraph()
+    graph.set_pod(("ns", "web"), make_pod("web", "n1", **FULL_SPEC))
+    graph.pv_claims["pv-1"] = ("ns", "data")
+    graph.pv_claims["pv-2"] = ("ns", "unused")
+    authorizer = NodeAuthorizer(graph)
+    assert authorizer.authorize(attrs("get", "persistentvolumes", name="pv-1")) is not None
+    assert authorizer.authorize(attrs("get", "persistentvolumes", name="pv-1")).allowed
+    refused = authorizer.authorize(attrs("get", "persistentvolumes", name="pv-2"))
+    assert refused is not None and not refused.allowed
+    assert refused.reason == "no relationship found between node 'n1' and this object"
+    assert not authorizer.authorize(attrs("list", "persistentvolumes")).allowed
+
+
 def test_node_identity() -> None:
     assert node_identity(N1) == ("n1", True)
     assert node_identity(UserInfo("system:node:n1", groups=("system:authenticated",))) == ("", False)

@@ -2,6 +2,8 @@
 policy, binding mode). Upstream's defaults (reclaimPolicy Delete, volumeBindingMode Immediate),
 ValidateStorageClass and ValidateStorageClassUpdate (provisioner, parameters and reclaim policy never
 change), and kubectl's columns with `(default)` after the class the is-default-class annotation marks.
+The server keeps k3s's default class `local-path` (rancher.io/local-path, WaitForFirstConsumer, Delete),
+served by the controller manager's local-path provisioner.
 """
 
 from __future__ import annotations

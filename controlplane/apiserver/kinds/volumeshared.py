@@ -1,8 +1,8 @@
 """What PersistentVolumes, PersistentVolumeClaims and StorageClasses share (upstream's core validation of
 persistent volumes and `pkg/apis/core/helper`): access modes and their short forms, volume modes, class
-names, the beta storage-class annotation, the node selectors of volume node affinity, the annotations the
-PV controller and the provisioners write. One module, so the kinds, the controllers, the scheduler and the
-agent read the same names and rules.
+names, the node selectors of volume node affinity, the default-class annotations, the protection
+finalizers. The class of a claim or a volume (and the beta annotation) comes from kubeclient.volumes,
+which the controllers, the scheduler and the agent read too: one definition of each rule.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from typing import Any
 
 from controlplane.apiserver.errors import FieldError, forbidden, invalid, not_supported, required
 from controlplane.apiserver.validation import dns_subdomain, qualified_name, quantity
+from kubeclient.volumes import BETA_CLASS as BETA_CLASS_ANNOTATION
+from kubeclient.volumes import claim_class, volume_class
 
 Obj = dict[str, Any]
 
@@ -20,7 +22,6 @@ ACCESS_MODE_SHORT = {RWO: "RWO", ROX: "ROX", RWX: "RWX", RWOP: "RWOP"}
 SUPPORTED_ACCESS_MODES = sorted(ACCESS_MODE_SHORT)
 VOLUME_MODES = ["Block", "Filesystem"]
 FILESYSTEM = "Filesystem"
-BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 BETA_DEFAULT_CLASS_ANNOTATION = "storageclass.beta.kubernetes.io/is-default-class"
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
@@ -107,22 +108,6 @@ def validate_node_selector(path: str, selector: Any) -> list[FieldError]:
     return errors
 
 
-def claim_class(pvc: Obj) -> str:
-    """GetPersistentVolumeClaimClass: the beta annotation first, then spec.storageClassName."""
-    annotations = (pvc.get("metadata") or {}).get("annotations") or {}
-    if BETA_CLASS_ANNOTATION in annotations:
-        return annotations[BETA_CLASS_ANNOTATION]
-    return (pvc.get("spec") or {}).get("storageClassName") or ""
-
-
-def volume_class(pv: Obj) -> str:
-    """GetPersistentVolumeClass."""
-    annotations = (pv.get("metadata") or {}).get("annotations") or {}
-    if BETA_CLASS_ANNOTATION in annotations:
-        return annotations[BETA_CLASS_ANNOTATION]
-    return (pv.get("spec") or {}).get("storageClassName") or ""
-
-
 def is_default_class(sc: Obj) -> bool:
     annotations = (sc.get("metadata") or {}).get("annotations") or {}
     return (
@@ -139,3 +124,13 @@ def default_class(classes: list[Obj]) -> Obj | None:
     defaults.sort(key=lambda c: c["metadata"].get("name", ""))
     defaults.sort(key=lambda c: c["metadata"].get("creationTimestamp", ""), reverse=True)
     return defaults[0]
+
+
+__all__ = [
+    "ACCESS_MODE_SHORT",
+    "BETA_CLASS_ANNOTATION",
+    "claim_class",
+    "default_class",
+    "is_default_class",
+    "volume_class",
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import Attributes, Decision, RuleSet, exact_field, no_opinion
-from controlplane.apiserver.nodeauthz.graph import CONFIGMAP, POD, PVC, SECRET, SERVICE_ACCOUNT, NodeGraph
+from controlplane.apiserver.nodeauthz.graph import CONFIGMAP, POD, PV, PVC, SECRET, SERVICE_ACCOUNT, NodeGraph
 from controlplane.apiserver.rbac.policy import NODE_RULES
 from controlplane.apiserver.rbac.rules import allows, compile_rules
 
@@ -57,6 +57,8 @@ class NodeAuthorizer:
                     if attrs.subresource == "status":
                         return self._status_update(node, PVC, attrs)
                     return self._get(node, PVC, attrs)
+                case "persistentvolumes":
+                    return self._get(node, PV, attrs)
                 case "serviceaccounts":
                     return self._create_token(node, attrs)
                 case "nodes":

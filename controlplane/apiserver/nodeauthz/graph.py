@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 POD, SECRET, CONFIGMAP, PVC, SERVICE_ACCOUNT = "pod", "secret", "configmap", "pvc", "serviceAccount"
+PV = "pv"
 Vertex = tuple[str, str, str]  # (type, namespace, name)
 PODS_BUCKET = "pods"
+PVS_BUCKET = "persistentvolumes"
 
 # Volume sources naming a secret, and the field that does (podutil.VisitPodSecretNames).
 _SECRET_REFS = {
@@ -114,10 +116,26 @@ class NodeGraph:
     def __init__(self) -> None:
         self.pods: dict[tuple[str, str], PodRefs] = {}
         self.edges: dict[Vertex, Counter[str]] = {}
+        # pv -> the claim its claimRef names (upstream's pv -> pvc edge): a node reaches a volume
+        # through the claim of one of its pods.
+        self.pv_claims: dict[str, tuple[str, str]] = {}
 
     def start(self, cache: WatchCache) -> None:
         for cached in cache.subscribe(PODS_BUCKET, self._on_event):
             self._apply_cached(cached, deleted=False)
+        for cached in cache.subscribe(PVS_BUCKET, self._on_pv_event):
+            self._apply_pv(cached, deleted=False)
+
+    def _on_pv_event(self, event: CacheEvent) -> None:
+        self._apply_pv(event.obj, deleted=event.type == "DELETED")
+
+    def _apply_pv(self, cached: CachedObject, deleted: bool) -> None:
+        name = cached.key.split("/")[-1]
+        ref = (json.loads(cached.raw).get("spec") or {}).get("claimRef") if not deleted else None
+        if isinstance(ref, dict) and ref.get("name"):
+            self.pv_claims[name] = (str(ref.get("namespace") or ""), str(ref["name"]))
+        else:
+            self.pv_claims.pop(name, None)
 
     def _on_event(self, event: CacheEvent) -> None:
         self._apply_cached(event.obj, deleted=event.type == "DELETED")
@@ -154,6 +172,9 @@ class NodeGraph:
 
     def has_path(self, node: str, kind: str, namespace: str, name: str) -> bool:
         """hasPathFrom: a pod bound to `node` references the object (or is it)."""
+        if kind == PV:
+            claim = self.pv_claims.get(name)
+            return claim is not None and self.has_path(node, PVC, *claim)
         counts = self.edges.get((kind, namespace, name))
         return counts is not None and counts.get(node, 0) > 0
 
@@ -162,4 +183,4 @@ class NodeGraph:
         return refs.node if refs is not None else None
 
 
-__all__ = ["CONFIGMAP", "POD", "PVC", "SECRET", "SERVICE_ACCOUNT", "NodeGraph", "PodRefs", "pod_refs"]
+__all__ = ["CONFIGMAP", "POD", "PV", "PVC", "SECRET", "SERVICE_ACCOUNT", "NodeGraph", "PodRefs", "pod_refs"]
