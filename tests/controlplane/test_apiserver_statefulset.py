@@ -49,7 +49,10 @@ def apps(api: client.ApiClient) -> client.AppsV1Api:
 
 def test_defaults(apps: client.AppsV1Api, namespace: str) -> None:
     claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
-    made = apps.create_namespaced_stateful_set(namespace, sts("web", volumeClaimTemplates=[claim]))
+    body = sts("web", volumeClaimTemplates=[claim])
+    # containers may mount a claim template (the controller adds its volume to each pod)
+    body["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/d"}]
+    made = apps.create_namespaced_stateful_set(namespace, body)
     spec = made.spec
     assert spec.pod_management_policy == "OrderedReady"
     assert spec.update_strategy.type == "RollingUpdate"
@@ -125,6 +128,11 @@ def test_validation(apps: client.AppsV1Api, namespace: str) -> None:
         'StatefulSet.apps "g" is invalid: spec.template.spec.restartPolicy: Unsupported value: '
         '"Never": supported values: "Always"'
     )
+    unknown = sts("i")
+    unknown["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/d"}]
+    with pytest.raises(ApiException) as err:
+        apps.create_namespaced_stateful_set(namespace, unknown)
+    assert 'spec.template.spec.containers[0].volumeMounts[0].name: Not found: "data"' in message(err)
     with pytest.raises(ApiException) as err:
         apps.create_namespaced_stateful_set(namespace, sts("h", selector={"matchLabels": {}}))
     assert "spec.selector: Invalid value:" in message(err)

@@ -94,6 +94,20 @@ def _validate_policy_names(spec: Obj) -> list[FieldError]:
     return errors
 
 
+def _with_claim_volumes(pod_spec: Any, spec: Obj) -> Any:
+    """The template's pod spec as the controller makes it: a volume per volumeClaimTemplate, so that
+    containers may mount the claims."""
+    if not isinstance(pod_spec, dict):
+        return pod_spec
+    volumes = list(pod_spec.get("volumes") or [])
+    names = {v.get("name") for v in volumes if isinstance(v, dict)}
+    for claim in spec.get("volumeClaimTemplates") or []:
+        name = ((claim or {}).get("metadata") or {}).get("name") if isinstance(claim, dict) else None
+        if name and name not in names:
+            volumes.append({"name": name, "persistentVolumeClaim": {"claimName": name}})
+    return {**pod_spec, "volumes": volumes} if volumes else pod_spec
+
+
 def _validate_template(spec: Obj) -> list[FieldError]:
     errors: list[FieldError] = []
     selector = spec.get("selector")
@@ -122,7 +136,7 @@ def _validate_template(spec: Obj) -> list[FieldError]:
                     )
                 )
     pod_spec = template.get("spec")
-    errors += podspec.validate_pod_spec(pod_spec, "spec.template.spec")
+    errors += podspec.validate_pod_spec(_with_claim_volumes(pod_spec, spec), "spec.template.spec")
     if isinstance(pod_spec, dict):
         restart = pod_spec.get("restartPolicy")
         if restart not in (None, "Always"):
