@@ -121,7 +121,7 @@ class LocalPathProvisioner(Controller):
         self.root = str(ctx.option("local_path_root", DEFAULT_ROOT))
         self.image = str(ctx.option("local_path_helper_image", DEFAULT_HELPER_IMAGE))
         self.recorder = ctx.recorder(PROVISIONER)
-        self._deleted: set[str] = set()  # UIDs of the volumes this provisioner deleted
+        self._deleted: set[str] = set()  # UIDs of the volumes this provisioner deleted, until they are gone
         self.claims = ctx.informers.get("/api/v1/persistentvolumeclaims")
         self.volumes = ctx.informers.get("/api/v1/persistentvolumes")
         self.classes = ctx.informers.get("/apis/storage.k8s.io/v1/storageclasses")
@@ -129,6 +129,7 @@ class LocalPathProvisioner(Controller):
         self.pods = ctx.informers.get("/api/v1/pods")
         self.claims.add_handler(**self.handlers(lambda c: CLAIM + f"{meta(c).get('namespace')}/{meta(c).get('name')}"))
         self.volumes.add_handler(**self.handlers(lambda v: VOLUME + meta(v).get("name", "")))
+        self.volumes.add_handler(on_delete=lambda v: self._deleted.discard(meta(v).get("uid", "")))
         self.pods.add_handler(**self.handlers(self._helper_key))
 
     @staticmethod
