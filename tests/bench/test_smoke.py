@@ -48,6 +48,9 @@ BENCHMARKS = {
         "bench/controllers/deployment.py", "controllers-deployment", needs_root=True
     ),
     "controllers-jobs": Benchmark("bench/controllers/jobs.py", "controllers-jobs", needs_root=True),
+    "controllers-statefulset": Benchmark(
+        "bench/controllers/statefulset.py", "controllers-statefulset", needs_root=True
+    ),
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
 }
 

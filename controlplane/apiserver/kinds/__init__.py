@@ -44,6 +44,7 @@ from controlplane.apiserver.kinds import (
     selfsubjectreview,
     service,
     serviceaccount,
+    statefulset,
     storageclass,
     tokenreview,
 )
@@ -68,6 +69,7 @@ KINDS: list[Kind] = [
     replicaset.KIND,
     controllerrevision.KIND,
     daemonset.KIND,
+    statefulset.KIND,
     eventsv1.KIND,
     tokenreview.KIND,
     selfsubjectreview.KIND,

@@ -4,8 +4,8 @@ controller manager runs that controller as. Only the roles of upstream's default
 ones); the controllers this project runs use: replicaset-controller, replication-controller,
 deployment-controller, generic-garbage-collector, node-controller (node lifecycle and taint eviction),
 pod-garbage-collector, service-account-controller, root-ca-cert-publisher,
-clusterrole-aggregation-controller, job-controller, ttl-after-finished-controller, cronjob-controller and
-daemon-set-controller.
+clusterrole-aggregation-controller, job-controller, ttl-after-finished-controller, cronjob-controller,
+daemon-set-controller and statefulset-controller.
 """
 
 from __future__ import annotations

@@ -37,8 +37,9 @@ def revision_number(revision: Obj) -> int:
     return int(revision.get("revision") or 0)
 
 
-def new_revision(ds: Obj, number: int) -> Obj:
-    """The ControllerRevision for the DaemonSet's current template."""
+def new_revision(ds: Obj, number: int, kind: str = "DaemonSet") -> Obj:
+    """The ControllerRevision for the owner's current template (a DaemonSet's, or a StatefulSet's
+    with `kind`: upstream builds both with history.NewControllerRevision)."""
     meta = ds["metadata"]
     digest = template_hash(ds)
     labels = dict(((ds.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {})
@@ -50,7 +51,7 @@ def new_revision(ds: Obj, number: int) -> Obj:
         "ownerReferences": [
             {
                 "apiVersion": "apps/v1",
-                "kind": "DaemonSet",
+                "kind": kind,
                 "name": meta["name"],
                 "uid": meta["uid"],
                 "controller": True,
