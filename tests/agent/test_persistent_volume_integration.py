@@ -214,12 +214,22 @@ def test_runtime_class_handler(stack, kube, namespace) -> None:
         }
         kube.create_namespaced_pod(namespace, {"metadata": {"name": "with-rc"}, "spec": {**spec, "runtimeClassName": name}})
         assert finished(kube, namespace, "with-rc", 120).status.phase == "Succeeded"
+        # The API server refuses a pod naming a class that does not exist (RuntimeClass admission), so
+        # the kubelet meets a missing class only when it is deleted after the pod was admitted: held
+        # by a scheduling gate until the class is gone, then released to the node.
+        gone = f"gone-{uuid.uuid4().hex[:6]}"
+        node_api.create_runtime_class({"metadata": {"name": gone}, "handler": "runc"})
         kube.create_namespaced_pod(
             namespace,
-            {"metadata": {"name": "no-rc"}, "spec": {**spec, "runtimeClassName": "missing", "nodeName": stack.node_name}},
+            {
+                "metadata": {"name": "no-rc"},
+                "spec": {**spec, "runtimeClassName": gone, "schedulingGates": [{"name": "test/hold"}]},
+            },
         )
+        node_api.delete_runtime_class(gone)
+        kube.patch_namespaced_pod("no-rc", namespace, {"spec": {"schedulingGates": None}})
         failed = wait_for(lambda: event(kube, namespace, "no-rc", "FailedCreatePodSandBox"), 60, what="event")
-        assert failed.message == 'Failed to create pod sandbox: runtimeclass.node.k8s.io "missing" not found'
+        assert failed.message == f'Failed to create pod sandbox: runtimeclass.node.k8s.io "{gone}" not found'
         assert kube.read_namespaced_pod("no-rc", namespace).status.phase == "Pending"
     finally:
         node_api.delete_runtime_class(name)

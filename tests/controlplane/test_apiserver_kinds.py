@@ -314,6 +314,59 @@ def test_runtime_classes(api: client.ApiClient, kubectl: Kubectl) -> None:
     assert rows[0].split() == ["NAME", "HANDLER", "AGE"] and rows[1].split()[:2] == ["gvisor", "runsc"]
 
 
+def test_runtime_class_admission(api: client.ApiClient) -> None:
+    """Upstream's RuntimeClass plugin: a missing class refuses the pod, the class's overhead and
+    scheduling land on it, and a conflicting or unasked-for overhead is refused."""
+    node, v1 = client.NodeV1Api(api), client.CoreV1Api(api)
+    node.create_runtime_class(
+        {
+            "metadata": {"name": "sandboxed"},
+            "handler": "runc",
+            "overhead": {"podFixed": {"cpu": "100m", "memory": "64Mi"}},
+            "scheduling": {
+                "nodeSelector": {"sandbox": "yes"},
+                "tolerations": [{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        }
+    )
+    try:
+        with pytest.raises(ApiException) as err:
+            v1.create_namespaced_pod("default", _pod("nocls", runtime_class_name="missing"))
+        assert err.value.status == 403
+        assert _status(err)["message"] == 'pods "nocls" is forbidden: pod rejected: RuntimeClass "missing" not found'
+
+        pod = v1.create_namespaced_pod("default", _pod("cls", runtime_class_name="sandboxed"))
+        assert pod.spec.overhead == {"cpu": "100m", "memory": "64Mi"}
+        assert pod.spec.node_selector == {"sandbox": "yes"}
+        assert [(t.key, t.operator, t.effect) for t in pod.spec.tolerations or []][-1] == (
+            "sandbox",
+            "Exists",
+            "NoSchedule",
+        )
+
+        with pytest.raises(ApiException) as err:
+            v1.create_namespaced_pod(
+                "default", _pod("clash", runtime_class_name="sandboxed", node_selector={"sandbox": "no"})
+            )
+        assert _status(err)["message"] == (
+            'pods "clash" is forbidden: conflict: runtimeClass.scheduling.nodeSelector[sandbox] = yes; '
+            "pod.spec.nodeSelector[sandbox] = no"
+        )
+        with pytest.raises(ApiException) as err:
+            v1.create_namespaced_pod("default", _pod("odd", runtime_class_name="sandboxed", overhead={"cpu": "1"}))
+        assert _status(err)["message"] == (
+            'pods "odd" is forbidden: pod rejected: Pod\'s Overhead doesn\'t match RuntimeClass\'s defined Overhead'
+        )
+        with pytest.raises(ApiException) as err:
+            v1.create_namespaced_pod("default", _pod("bare", overhead={"cpu": "1"}))
+        assert _status(err)["message"] == (
+            'pods "bare" is forbidden: pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead'
+        )
+    finally:
+        node.delete_runtime_class("sandboxed")
+        v1.delete_collection_namespaced_pod("default")
+
+
 # --- through kubectl: discovery, OpenAPI, apply --------------------------------------------------
 
 MANIFEST = """
