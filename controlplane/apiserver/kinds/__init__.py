@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from controlplane.apiserver.kinds import (
     accessreview,
+    apiservice,
     binding,
     clusterrole,
     clusterrolebinding,
@@ -57,6 +58,7 @@ KINDS: list[Kind] = [
     serviceaccount.KIND,
     service.KIND,
     endpoints.KIND,
+    apiservice.KIND,
     deployment.KIND,
     replicaset.KIND,
     controllerrevision.KIND,
