@@ -62,6 +62,20 @@ class StackConfig:
     store: str = "sqlite"  # or "etcd": a local etcd under <state>/etcd, started before the API server
 
 
+def _raw_call(api_client, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """One request of any kind through the official client's connection and credentials: (status, the
+    decoded body); a failure other than 409 raises."""
+    from kubernetes.client.exceptions import ApiException
+
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    params = api_client.param_serialize(method, path, header_params=headers, body=body)
+    response = api_client.call_api(*params)
+    response.read()
+    if response.status >= 400 and response.status != 409:
+        raise ApiException(http_resp=response)
+    return response.status, json.loads(response.data or b"{}")
+
+
 def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
     """The stack's pod network: our CNI plugin, its files under <state>/cni."""
     cni = state_dir / "cni"
@@ -476,9 +490,7 @@ class Stack:
         api = self.core_api().api_client
         deadline = time.monotonic() + timeout
         while True:
-            obj = api.call_api(
-                f"/apis/apiregistration.k8s.io/v1/apiservices/{name}", "GET", response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True
-            )
+            _, obj = _raw_call(api, "GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
             conditions = (obj.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions):
                 return
@@ -489,8 +501,6 @@ class Stack:
     def apply(self, obj: dict) -> dict:
         """Create the object, or replace it when it exists (as `kubectl apply` of a manifest would
         leave it), through the official client as the administrator."""
-        from kubernetes.client.exceptions import ApiException
-
         api = self.core_api().api_client
         api_version, kind = obj["apiVersion"], obj["kind"]
         plural = {"Endpoints": "endpoints"}.get(kind) or kind.lower() + ("es" if kind.endswith("s") else "s")
@@ -498,22 +508,15 @@ class Stack:
         namespace = obj["metadata"].get("namespace")
         collection = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
 
-        def call(path: str, method: str, body: dict | None = None) -> dict:
-            return api.call_api(
-                path, method, body=body, response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True
-            )
-
-        try:
-            return call(collection, "POST", obj)
-        except ApiException as err:
-            if err.status != 409:
-                raise
+        code, created = _raw_call(api, "POST", collection, obj)
+        if code != 409:
+            return created
         path = f"{collection}/{obj['metadata']['name']}"
-        current = call(path, "GET")
+        _, current = _raw_call(api, "GET", path)
         body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
         if "status" in current:
             body.setdefault("status", current["status"])
-        return call(path, "PUT", body)
+        return _raw_call(api, "PUT", path, body)[1]
 
     def node_ready(self) -> bool:
         node = self.core_api().read_node(self.node_name)
