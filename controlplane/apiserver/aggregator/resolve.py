@@ -37,18 +37,18 @@ def resolve(cache: WatchCache, namespace: str, name: str, port: int) -> list[End
     """Every ready address for the service port (shuffled: upstream picks one at random)."""
     svc_cached = cache.get(SERVICES.key(namespace, name))
     if svc_cached is None:
-        raise ResolveError("ServiceNotFound", f"service/{name} in {namespace!r} is not present")
+        raise ResolveError("ServiceNotFound", f'service/{name} in "{namespace}" is not present')
     svc = svc_cached.obj
     spec = svc.get("spec") or {}
     if spec.get("type") == "ExternalName":
         return [Endpoint(spec.get("externalName", ""), port)]
     ports = [p for p in spec.get("ports") or [] if p.get("port") == port]
     if not ports:
-        raise ResolveError("ServicePortError", f"service/{name} in {namespace!r} is not listening on port {port}")
+        raise ResolveError("ServicePortError", f'service/{name} in "{namespace}" is not listening on port {port}')
     port_name = ports[0].get("name") or ""
     ep_cached = cache.get(ENDPOINTS.key(namespace, name))
     if ep_cached is None:
-        raise ResolveError("EndpointsNotFound", f"cannot find endpoints for service/{name} in {namespace!r}")
+        raise ResolveError("EndpointsNotFound", f'cannot find endpoints for service/{name} in "{namespace}"')
     found: list[Endpoint] = []
     for subset in ep_cached.obj.get("subsets") or []:
         for ep_port in subset.get("ports") or []:
@@ -57,7 +57,7 @@ def resolve(cache: WatchCache, namespace: str, name: str, port: int) -> list[End
     if not found:
         raise ResolveError(
             "MissingEndpoints",
-            f"endpoints for service/{name} in {namespace!r} have no addresses with port name {port_name!r}",
+            f'endpoints for service/{name} in "{namespace}" have no addresses with port name "{port_name}"',
         )
     random.shuffle(found)
     return found
