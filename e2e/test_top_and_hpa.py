@@ -168,3 +168,84 @@ def test_kubectl_top_pod_agrees_with_the_cgroup_counters(
     pod_line = kubectl(metrics_api, "top", "pod", "-n", namespace, "--no-headers").stdout.split()
     assert pod_line[0] == "burner"
     assert abs(millicores(pod_line[1]) - burn_cpu - millicores(shown["mem"][0])) <= 60
+
+
+def burning_deployment(name: str, image: str, load: str) -> dict[str, Any]:
+    """A Deployment whose pods spin while LOAD=1 (held to 150m, requesting 100m) and sleep otherwise."""
+    script = 'if [ "$LOAD" = 1 ]; then while :; do :; done; else exec sleep 3600; fi'
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": image,
+                            "command": ["sh", "-c", script],
+                            "env": [{"name": "LOAD", "value": load}],
+                            "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "150m"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_hpa_scales_a_busy_deployment_up_and_back_down(metrics_api: Path, api_client: Any, namespace: str, image: str) -> None:
+    from kubernetes import client
+
+    apps = client.AppsV1Api(api_client)
+    apps.create_namespaced_deployment(namespace, burning_deployment("burn", image, "1"))
+    # kubectl 1.32's autoscale (autoscaling/v1), then a short scale-down window through autoscaling/v2
+    kubectl(metrics_api, "autoscale", "deployment", "burn", "-n", namespace, "--min", "1", "--max", "3", "--cpu-percent", "50")
+    patch = {"spec": {"behavior": {"scaleDown": {"stabilizationWindowSeconds": 15}}}}
+    kubectl(metrics_api, "patch", "hpa", "burn", "-n", namespace, "--type", "merge", "-p", json.dumps(patch))
+    hpa = json.loads(kubectl(metrics_api, "get", "hpa", "burn", "-n", namespace, "-o", "json").stdout)
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["behavior"]["scaleDown"]["policies"] == [{"type": "Percent", "value": 100, "periodSeconds": 15}]
+
+    def replicas() -> int:
+        return apps.read_namespaced_deployment("burn", namespace).spec.replicas
+
+    wait_for(lambda: replicas() == 3, timeout=180, interval=2, what="the HPA to scale burn up to its maximum 3")
+    events = json.loads(
+        kubectl(metrics_api, "get", "events", "-n", namespace, "--field-selector", "reason=SuccessfulRescale", "-o", "json").stdout
+    )["items"]
+    messages = [e["message"] for e in events]
+    assert any(m.startswith("New size: ") and "cpu resource utilization (percentage of request) above target" in m for m in messages), messages
+
+    def targets() -> str | None:
+        row = kubectl(metrics_api, "get", "hpa", "burn", "-n", namespace, "--no-headers").stdout.split()
+        return row if len(row) >= 7 and row[2] == "cpu:" and not row[3].startswith("<unknown>") else None
+
+    row = wait_for(targets, timeout=60, interval=2, what="TARGETS with a current figure")
+    assert row[:2] == ["burn", "Deployment/burn"] and row[3].endswith("%/50%")
+    assert (row[4], row[5]) == ("1", "3")
+    status = json.loads(kubectl(metrics_api, "get", "hpa", "burn", "-n", namespace, "-o", "json").stdout)["status"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["AbleToScale"]["status"] == "True"
+    assert conditions["ScalingActive"]["status"] == "True" and conditions["ScalingActive"]["reason"] == "ValidMetricFound"
+    assert conditions["ScalingLimited"]["status"] in ("True", "False")
+    assert status["currentMetrics"][0]["resource"]["current"]["averageUtilization"] > 50
+    # the v1 view of the same object
+    v1 = json.loads(
+        kubectl(metrics_api, "get", "--raw", f"/apis/autoscaling/v1/namespaces/{namespace}/horizontalpodautoscalers/burn").stdout
+    )
+    assert v1["spec"]["targetCPUUtilizationPercentage"] == 50 and v1["status"]["desiredReplicas"] >= 1
+
+    # the load stops: the pods are replaced by idle ones, and the HPA goes back down to minReplicas
+    env_patch = {"spec": {"template": {"spec": {"containers": [{"name": "c", "env": [{"name": "LOAD", "value": "0"}]}]}}}}
+    apps.patch_namespaced_deployment("burn", namespace, env_patch)
+    wait_for(lambda: replicas() == 1, timeout=300, interval=3, what="the HPA to scale burn back down to 1")
+    events = json.loads(
+        kubectl(metrics_api, "get", "events", "-n", namespace, "--field-selector", "reason=SuccessfulRescale", "-o", "json").stdout
+    )["items"]
+    assert any("reason: All metrics below target" in e["message"] for e in events), [e["message"] for e in events]
