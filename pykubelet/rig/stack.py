@@ -62,7 +62,7 @@ class StackConfig:
     store: str = "sqlite"  # or "etcd": a local etcd under <state>/etcd, started before the API server
 
 
-def _raw_call(api_client, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+def api_call(api_client, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
     """One request of any kind through the official client's connection and credentials: (status, the
     decoded body); a failure other than 409 raises."""
     from kubernetes.client.exceptions import ApiException
@@ -490,7 +490,7 @@ class Stack:
         api = self.core_api().api_client
         deadline = time.monotonic() + timeout
         while True:
-            _, obj = _raw_call(api, "GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
+            _, obj = api_call(api, "GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
             conditions = (obj.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions):
                 return
@@ -508,15 +508,15 @@ class Stack:
         namespace = obj["metadata"].get("namespace")
         collection = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
 
-        code, created = _raw_call(api, "POST", collection, obj)
+        code, created = api_call(api, "POST", collection, obj)
         if code != 409:
             return created
         path = f"{collection}/{obj['metadata']['name']}"
-        _, current = _raw_call(api, "GET", path)
+        _, current = api_call(api, "GET", path)
         body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
         if "status" in current:
             body.setdefault("status", current["status"])
-        return _raw_call(api, "PUT", path, body)[1]
+        return api_call(api, "PUT", path, body)[1]
 
     def node_ready(self) -> bool:
         node = self.core_api().read_node(self.node_name)
