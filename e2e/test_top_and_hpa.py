@@ -164,6 +164,11 @@ def test_kubectl_top_pod_agrees_with_the_cgroup_counters(
     mem = mebibytes(shown["mem"][1])
     assert mem >= 20, shown
     assert abs(mem - working_set) <= max(4.0, 0.2 * working_set), (shown, working_set)
+    # label selectors reach the metrics API
+    selected = kubectl(metrics_api, "top", "pod", "-n", namespace, "-l", "app=burner", "--no-headers").stdout.split()
+    assert selected[0] == "burner"
+    unmatched = kubectl(metrics_api, "top", "pod", "-n", namespace, "-l", "app=other", check=False)
+    assert "burner" not in unmatched.stdout and "No resources found" in unmatched.stdout + unmatched.stderr
     # the pod's line is the sum of its containers
     pod_line = kubectl(metrics_api, "top", "pod", "-n", namespace, "--no-headers").stdout.split()
     assert pod_line[0] == "burner"
