@@ -14,9 +14,14 @@ import os
 import signal
 import ssl
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubeclient.duration import parse_duration
 from kubeclient.eventloop import loop_factory
+
+if TYPE_CHECKING:
+    from kubeclient.client import KubeClient
+    from metricsserver.auth import RequestHeaderConfig
 
 log = logging.getLogger("metricsserver")
 CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
@@ -57,7 +62,7 @@ def serving_context(cert: Path, key: Path, cas: list[str]) -> ssl.SSLContext:
     return ctx
 
 
-async def _requestheader(client: object, args: argparse.Namespace) -> tuple[object, str]:
+async def _requestheader(client: KubeClient, args: argparse.Namespace) -> tuple[RequestHeaderConfig, str]:
     """The requestheader settings and the client CA: flags first, else the API server's ConfigMap."""
     from kubeclient.errors import ApiError
     from metricsserver.auth import RequestHeaderConfig
@@ -65,7 +70,7 @@ async def _requestheader(client: object, args: argparse.Namespace) -> tuple[obje
     data: dict[str, str] = {}
     if args.requestheader_client_ca_file is None or args.client_ca_file is None:
         try:
-            data = (await client.get(CONFIGMAP)).get("data") or {}  # type: ignore[attr-defined]
+            data = (await client.get(CONFIGMAP)).get("data") or {}
         except ApiError as err:
             log.warning("event=no-authentication-configmap cause=%s", err.message)
     config = RequestHeaderConfig.from_configmap(data)
@@ -83,14 +88,13 @@ async def _main(args: argparse.Namespace) -> int:
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
     from kubeclient.serving import ensure_self_signed
-    from metricsserver.auth import Authenticator, Authorizer, RequestHeaderConfig
+    from metricsserver.auth import Authenticator, Authorizer
     from metricsserver.scraper import KubeletOptions, Scraper
     from metricsserver.server import MetricsServer
 
     config = load_kubeconfig(args.kubeconfig)
     client = KubeClient(config, component="metrics-server")
     requestheader, client_ca = await _requestheader(client, args)
-    assert isinstance(requestheader, RequestHeaderConfig)
     if args.tls_cert_file and args.tls_private_key_file:
         cert, key = args.tls_cert_file, args.tls_private_key_file
     else:
@@ -141,4 +145,3 @@ def run(args: argparse.Namespace) -> int:
         return runner.run(_main(args))
 
 
-__all__ = ["add_arguments", "parse_duration", "run", "serving_context"]

@@ -116,69 +116,25 @@ class HorizontalPodAutoscalerController(Controller):
         old_status = copy.deepcopy(hpa.get("status") or {})
         conditions: list[Obj] = copy.deepcopy(old_status.get("conditions") or [])
         now = _now()
-        ref = spec.get("scaleTargetRef") or {}
-        reference = f"{ref.get('kind', '')}/{ref.get('name', '')}"
-        path = scale_path(namespace, ref)
-        try:
-            if path is None:
-                raise ApiError(404, "NotFound", f'no matches for kind "{ref.get("kind", "")}" in group ""', {})
-            scale = await self.client.get(path)
-        except ApiError as err:
-            self.recorder.event(hpa, "Warning", "FailedGetScale", err.message)
-            message = f"the HPA controller was unable to get the target's current scale: {err.message}"
-            set_condition(conditions, "AbleToScale", "False", "FailedGetScale", message, now)
-            await self._write_status(hpa, old_status, {**old_status, "conditions": ordered(conditions)})
-            log.info("event=failed-get-scale hpa=%s target=%s error=%s", key, reference, err.message)
+        path = scale_path(namespace, spec.get("scaleTargetRef") or {})
+        scale = await self._get_scale(hpa, path, old_status, conditions, now)
+        if scale is None or path is None:
             return
-        set_condition(
-            conditions, "AbleToScale", "True", "SucceededGetScale", "the HPA controller was able to get the target's current scale", now
-        )
         current = int((scale.get("spec") or {}).get("replicas") or 0)
         self.normalizer.record_initial(key, current)
-        minimum, maximum = int(spec.get("minReplicas") or 1), int(spec.get("maxReplicas") or 0)
         statuses: list[Obj] = []
-        reason = ""
-        if current == 0 and minimum != 0:
-            desired, rescale = 0, False
-            set_condition(
-                conditions, "ScalingActive", "False", "ScalingDisabled", "scaling is disabled since the replica count of the target is zero", now
-            )
-        elif current > maximum:
-            desired, reason, rescale = maximum, "Current number of replicas above Spec.MaxReplicas", True
-        elif current < minimum:
-            desired, reason, rescale = minimum, "Current number of replicas below Spec.MinReplicas", True
-        else:
-            computed = await self.compute(hpa, scale, current, conditions, now, statuses)
-            if computed is None:
-                status = {**old_status, "currentReplicas": current, "currentMetrics": statuses or None, "conditions": ordered(conditions)}
-                await self._write_status(hpa, old_status, status)
-                return
-            desired, metric = computed
-            if desired > current:
-                reason = f"{metric} above target"
-            elif desired < current:
-                reason = "All metrics below target"
-            desired = self._normalize(key, hpa, conditions, current, desired, minimum, maximum, now)
-            rescale = desired != current
+        decided = await self._desired(key, hpa, scale, current, conditions, now, statuses)
+        if decided is None:  # no valid metric: the replica count stays, the status says why
+            status = {**old_status, "currentReplicas": current, "currentMetrics": statuses or None, "conditions": ordered(conditions)}
+            await self._write_status(hpa, old_status, status)
+            return
+        desired, reason, rescale = decided
         last_scale = old_status.get("lastScaleTime")
         if rescale:
-            assert path is not None
-            try:
-                await self._rescale(path, scale, desired)
-            except ApiError as err:
-                self.recorder.event(hpa, "Warning", "FailedRescale", f"New size: {desired}; reason: {reason}; error: {err.message}")
-                set_condition(
-                    conditions, "AbleToScale", "False", "FailedUpdateScale", f"the HPA controller was unable to update the target scale: {err.message}", now
-                )
+            if not await self._rescale(key, hpa, path, scale, current, desired, reason, conditions, now):
                 status = {**old_status, "currentReplicas": current, "currentMetrics": statuses or None, "conditions": ordered(conditions)}
                 await self._write_status(hpa, old_status, status)
                 return
-            set_condition(
-                conditions, "AbleToScale", "True", "SucceededRescale", f"the HPA controller was able to update the target scale to {desired}", now
-            )
-            self.recorder.event(hpa, "Normal", "SuccessfulRescale", f"New size: {desired}; reason: {reason}")
-            self.normalizer.store_scale_event(key, spec.get("behavior"), current, desired)
-            log.info("event=rescale hpa=%s target=%s from=%d to=%d reason=%r", key, reference, current, desired, reason)
             last_scale = now
         else:
             desired = current
@@ -192,6 +148,48 @@ class HorizontalPodAutoscalerController(Controller):
         }
         await self._write_status(hpa, old_status, status)
 
+    async def _get_scale(self, hpa: Obj, path: str | None, old_status: Obj, conditions: list[Obj], now: str) -> Obj | None:
+        """The target's Scale, or None after recording FailedGetScale."""
+        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        try:
+            if path is None:
+                raise ApiError(404, "NotFound", f'no matches for kind "{ref.get("kind", "")}" in group ""', {})
+            scale = await self.client.get(path)
+        except ApiError as err:
+            self.recorder.event(hpa, "Warning", "FailedGetScale", err.message)
+            message = f"the HPA controller was unable to get the target's current scale: {err.message}"
+            set_condition(conditions, "AbleToScale", "False", "FailedGetScale", message, now)
+            await self._write_status(hpa, old_status, {**old_status, "conditions": ordered(conditions)})
+            log.info("event=failed-get-scale hpa=%s/%s error=%s", hpa["metadata"]["namespace"], hpa["metadata"]["name"], err.message)
+            return None
+        set_condition(
+            conditions, "AbleToScale", "True", "SucceededGetScale", "the HPA controller was able to get the target's current scale", now
+        )
+        return scale
+
+    async def _desired(
+        self, key: str, hpa: Obj, scale: Obj, current: int, conditions: list[Obj], now: str, statuses: list[Obj]
+    ) -> tuple[int, str, bool] | None:
+        """(desired replicas, the rescale reason, whether to rescale); None when no metric is valid."""
+        spec = hpa.get("spec") or {}
+        minimum, maximum = int(spec.get("minReplicas") or 1), int(spec.get("maxReplicas") or 0)
+        if current == 0 and minimum != 0:
+            set_condition(
+                conditions, "ScalingActive", "False", "ScalingDisabled", "scaling is disabled since the replica count of the target is zero", now
+            )
+            return 0, "", False
+        if current > maximum:
+            return maximum, "Current number of replicas above Spec.MaxReplicas", True
+        if current < minimum:
+            return minimum, "Current number of replicas below Spec.MinReplicas", True
+        computed = await self.compute(hpa, scale, current, conditions, now, statuses)
+        if computed is None:
+            return None
+        desired, metric = computed
+        reason = f"{metric} above target" if desired > current else "All metrics below target" if desired < current else ""
+        desired = self._normalize(key, hpa, conditions, current, desired, minimum, maximum, now)
+        return desired, reason, desired != current
+
     def _normalize(self, key: str, hpa: Obj, conditions: list[Obj], current: int, desired: int, minimum: int, maximum: int, now: str) -> int:
         behavior = (hpa.get("spec") or {}).get("behavior")
         if behavior is None:
@@ -204,10 +202,27 @@ class HorizontalPodAutoscalerController(Controller):
         )
         return decision.replicas
 
-    async def _rescale(self, path: str, scale: Obj, desired: int) -> None:
+    async def _rescale(
+        self, key: str, hpa: Obj, path: str, scale: Obj, current: int, desired: int, reason: str, conditions: list[Obj], now: str
+    ) -> bool:
+        """Write spec.replicas through /scale, with the event and condition upstream records either way."""
         body = copy.deepcopy(scale)
         body.setdefault("spec", {})["replicas"] = desired
-        await self.client.replace(path, body)
+        try:
+            await self.client.replace(path, body)
+        except ApiError as err:
+            self.recorder.event(hpa, "Warning", "FailedRescale", f"New size: {desired}; reason: {reason}; error: {err.message}")
+            set_condition(
+                conditions, "AbleToScale", "False", "FailedUpdateScale", f"the HPA controller was unable to update the target scale: {err.message}", now
+            )
+            return False
+        set_condition(
+            conditions, "AbleToScale", "True", "SucceededRescale", f"the HPA controller was able to update the target scale to {desired}", now
+        )
+        self.recorder.event(hpa, "Normal", "SuccessfulRescale", f"New size: {desired}; reason: {reason}")
+        self.normalizer.store_scale_event(key, (hpa.get("spec") or {}).get("behavior"), current, desired)
+        log.info("event=rescale hpa=%s from=%d to=%d reason=%r", key, current, desired, reason)
+        return True
 
     async def _write_status(self, hpa: Obj, old: Obj, new: Obj) -> None:
         """updateStatusIfNeeded: only a changed status is written (unset fields dropped)."""
