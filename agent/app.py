@@ -49,6 +49,7 @@ from agent.probes.manager import ProberManager
 from agent.server import KubeletServer
 from agent.server.auth import KubeletAuth
 from agent.server.tls import ensure_self_signed, server_context
+from agent.stats.provider import StatsConfig, StatsProvider, pods_cgroup
 from agent.volumes import VolumeManager
 from agent.volumes.emptydir import allocatable_memory
 from agent.volumes.tokens import TokenManager
@@ -275,6 +276,12 @@ class Agent:
             auth=auth,
             ssl_context=context,
             probe_metrics=self._probe_metrics,
+            stats=StatsProvider(
+                cri,
+                StatsConfig(
+                    cfg.node_name, cfg.root_dir, cfg.pod_logs_dir, pods_cgroup(cfg.cgroup_root, cfg.cgroup_driver)
+                ),
+            ),
         )
         await self.server.start(cfg.address, cfg.port)
 

@@ -26,6 +26,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "proxy": ("proxy.cli", "run the service proxy (kube-proxy's nftables mode) against an API server"),
     "dns": ("dns.cli", "run the cluster DNS server (cluster.local from the API, the rest forwarded)"),
+    "metrics-server": (
+        "metricsserver.cli",
+        "run the metrics server (metrics.k8s.io from the kubelets' /metrics/resource) against an API server",
+    ),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
     "token": ("pykubelet.token", "create, list and delete bootstrap tokens (kubeadm token's shapes)"),

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"pykubelet: starting registry, containerd, {'etcd, ' if args.store == 'etcd' else ''}API server, agent,"
-        f" service proxy and DNS in {state_dir} ...",
+        f" service proxy, DNS and metrics server in {state_dir} ...",
         file=sys.stderr,
     )
     stack.start()

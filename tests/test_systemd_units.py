@@ -27,6 +27,7 @@ def test_units_exist() -> None:
         "pykubelet.service",
         "pykube-controlplane.service",
         "pykube-proxy.service",
+        "pykube-metrics-server.service",
     }
 
 

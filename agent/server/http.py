@@ -22,7 +22,9 @@ from agent.cri import CRIClient, CRIError, pb
 from agent.pods import labels as L
 from agent.server.auth import KubeletAuth, request_attributes
 from agent.server.logs import LogOptions, LogOptionsError, stream_log
+from agent.server.stats import StatsHandlers
 from agent.server.streaming import StreamingHandlers
+from agent.stats.provider import StatsProvider
 from kubeclient.errors import ApiError
 
 log = logging.getLogger("agent.server")
@@ -55,8 +57,10 @@ class KubeletServer:
         auth: KubeletAuth,
         ssl_context: ssl.SSLContext | None = None,
         probe_metrics: Callable[[], str] | None = None,
+        stats: StatsProvider | None = None,
     ) -> None:
         self.cri = cri
+        self.stats = stats
         self.probe_metrics = probe_metrics
         self.lookup = lookup
         self.pods = pods
@@ -73,6 +77,8 @@ class KubeletServer:
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self.container_logs)
         StreamingHandlers(self.cri, self.lookup).routes(app)
         app.router.add_get("/metrics/probes", self.metrics_probes)
+        if self.stats is not None:
+            StatsHandlers(self.stats).routes(app)
         return app
 
     async def start(self, host: str, port: int) -> None:

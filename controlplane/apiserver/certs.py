@@ -40,11 +40,18 @@ class Pki:
     scheduler_key: Path
     controller_manager_cert: Path
     controller_manager_key: Path
+    # The aggregation layer's (kubeadm's front-proxy-ca and front-proxy-client): the server presents the
+    # client certificate to extension API servers, who trust the CA for its X-Remote-* headers.
+    front_proxy_ca_cert: Path | None = None
+    front_proxy_ca_key: Path | None = None
+    front_proxy_client_cert: Path | None = None
+    front_proxy_client_key: Path | None = None
 
 
 KUBELET_CLIENT = "kube-apiserver-kubelet-client"
 SCHEDULER_USER = "system:kube-scheduler"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
@@ -133,6 +140,10 @@ def ensure_pki(data_dir: Path, extra_sans: list[str] | None = None) -> Pki:
         pki_dir / "kube-scheduler.key",
         pki_dir / "kube-controller-manager.crt",
         pki_dir / "kube-controller-manager.key",
+        pki_dir / "front-proxy-ca.crt",
+        pki_dir / "front-proxy-ca.key",
+        pki_dir / "front-proxy-client.crt",
+        pki_dir / "front-proxy-client.key",
     )
     if not (pki.ca_cert.exists() and pki.ca_key.exists()):
         ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -182,7 +193,32 @@ def ensure_pki(data_dir: Path, extra_sans: list[str] | None = None) -> Pki:
     for user, cert, key in identities:
         if not (cert.exists() and key.exists()) or _organizations(cert):
             issue_client_cert(pki, user, (), cert, key)
+    _ensure_front_proxy(pki)
     return pki
+
+
+def _ensure_front_proxy(pki: Pki) -> None:
+    """A CA of its own for the aggregation layer (never the cluster CA: a certificate it signs lets its
+    holder assert any user in X-Remote-User), and the one client certificate it signs."""
+    assert pki.front_proxy_ca_cert and pki.front_proxy_ca_key
+    assert pki.front_proxy_client_cert and pki.front_proxy_client_key
+    if not (pki.front_proxy_ca_cert.exists() and pki.front_proxy_ca_key.exists()):
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = _name("front-proxy-ca")
+        _write_key(pki.front_proxy_ca_key, ca_key)
+        _write_cert(pki.front_proxy_ca_cert, _issue(ca_name, ca_key, ca_name, ca_key, ca=True))
+        pki.front_proxy_client_cert.unlink(missing_ok=True)
+    if pki.front_proxy_client_cert.exists() and pki.front_proxy_client_key.exists():
+        return
+    ca_key = serialization.load_pem_private_key(pki.front_proxy_ca_key.read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca_cert = x509.load_pem_x509_certificate(pki.front_proxy_ca_cert.read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(
+        _name(FRONT_PROXY_CLIENT), key, ca_cert.subject, ca_key, usages=[ExtendedKeyUsageOID.CLIENT_AUTH]
+    )
+    _write_key(pki.front_proxy_client_key, key)
+    _write_cert(pki.front_proxy_client_cert, cert)
 
 
 def _organizations(cert: Path) -> list[str]:

@@ -37,19 +37,32 @@ def api_versions(server_address: str) -> Obj:
     }
 
 
-def _group(name: str, version: str) -> Obj:
-    gv = {"groupVersion": f"{name}/{version}", "version": version}
-    return {"name": name, "versions": [gv], "preferredVersion": gv}
+def _group(name: str, versions: list[str]) -> Obj:
+    gvs = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": gvs, "preferredVersion": gvs[0]}
+
+
+def _versions_by_group() -> dict[str, list[str]]:
+    """Each group's versions, the preferred (the first KINDS names) first, as upstream lists autoscaling
+    v2 before v1."""
+    out: dict[str, list[str]] = {}
+    for group, version in groups():
+        out.setdefault(group, []).append(version)
+    return out
 
 
 def api_group_list() -> Obj:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g, v) for g, v in groups()]}
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [_group(g, vs) for g, vs in _versions_by_group().items()],
+    }
 
 
 def api_group(name: str) -> Obj | None:
-    for group, version in groups():
-        if group == name:
-            return {"kind": "APIGroup", "apiVersion": "v1", **_group(group, version)}
+    versions = _versions_by_group().get(name)
+    if versions:
+        return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, versions)}
     return None
 
 
@@ -157,17 +170,19 @@ def _aggregated_resource(res: Kind) -> Obj:
 
 
 def aggregated(core: bool) -> Obj:
-    wanted = [("", "v1")] if core else groups()
+    wanted = {"": ["v1"]} if core else _versions_by_group()
     items = []
-    for group, version in wanted:
-        resources = [_aggregated_resource(r) for r in by_group_version(group, version)]
+    for group, versions in wanted.items():
         meta = {"name": group} if group else {}
-        items.append(
+        entries = [
             {
-                "metadata": meta,
-                "versions": [{"version": version, "resources": resources, "freshness": "Current"}],
+                "version": version,
+                "resources": [_aggregated_resource(r) for r in by_group_version(group, version)],
+                "freshness": "Current",
             }
-        )
+            for version in versions
+        ]
+        items.append({"metadata": meta, "versions": entries})
     return {
         "kind": "APIGroupDiscoveryList",
         "apiVersion": "apidiscovery.k8s.io/v2",

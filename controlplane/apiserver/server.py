@@ -14,6 +14,8 @@ from aiohttp import web
 
 from controlplane.apiserver import discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
+from controlplane.apiserver.aggregator import authconfig
+from controlplane.apiserver.aggregator.handler import Aggregator
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import Attributes, forbidden
@@ -107,6 +109,8 @@ class ApiServer:
         self.registry.authorization = self.authorization
         self.rest = RestHandler(self.registry, self.authorizer)
         self.rest.authenticator = self.authenticator
+        # The aggregation layer: group/versions another server serves (APIServices), proxied.
+        self.aggregator = Aggregator(self.registry, self.authorizer, {g for g, _ in kinds.groups()})
         self.signing_key: SigningKey | None = None
         self.ready = False
         self.pki: Pki | None = None
@@ -136,6 +140,9 @@ class ApiServer:
             ssl_context.verify_mode = ssl.CERT_OPTIONAL
             ssl_context.options |= ssl.OP_NO_RENEGOTIATION
             ssl_context.set_ciphers(TLS12_CIPHERS)
+            await authconfig.publish(self.registry, self.pki)
+        pki = self.pki
+        self.aggregator.start(pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None)
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
@@ -213,6 +220,7 @@ class ApiServer:
                 await self._compactor
         for controller in self.controllers:
             await controller.stop()
+        await self.aggregator.stop()
         if self.rest.kubelet is not None:
             await self.rest.kubelet.close()
         await self.cache.stop()
@@ -248,14 +256,14 @@ class ApiServer:
         r.add_get("/apis", self._apis)
         r.add_get("/api/v1", self._core_resources)
         r.add_get("/apis/{group}", self._group)
-        r.add_get("/apis/{group}/{version}", self._group_resources)
+        r.add_route("*", "/apis/{group}/{version}", self._group_resources)
         r.add_get("/openapi/v2", self._openapi_v2_handler)
         r.add_get("/openapi/v3", self._openapi_v3_root)
         r.add_get("/openapi/v3/{path:.+}", self._openapi_v3_doc)
         r.add_get(oidc.CONFIG_PATH, self._openid_configuration)
         r.add_get(oidc.JWKS_PATH, self._jwks)
         r.add_route("*", "/api/v1/{tail:.+}", self.rest.core)
-        r.add_route("*", "/apis/{group}/{version}/{tail:.+}", self.rest.grouped)
+        r.add_route("*", "/apis/{group}/{version}/{tail:.+}", self._grouped)
         return app
 
     @web.middleware
@@ -397,10 +405,15 @@ class ApiServer:
     async def _apis(self, request: web.Request) -> web.Response:
         if discovery.wants_aggregated(request.headers.get("Accept", "")):
             return self._aggregated(False)
-        return json_response(discovery.api_group_list())
+        doc = discovery.api_group_list()
+        doc["groups"] += self.aggregator.group_list_additions()
+        return json_response(doc)
 
     def _aggregated(self, core: bool) -> web.Response:
-        response = web.Response(body=encode(discovery.aggregated(core)))
+        doc = discovery.aggregated(core)
+        if not core:
+            doc["items"] += self.aggregator.aggregated_additions()
+        response = web.Response(body=encode(doc))
         response.headers["Content-Type"] = discovery.AGGREGATED_CONTENT_TYPE
         return response
 
@@ -410,12 +423,24 @@ class ApiServer:
         return json_response(doc)
 
     async def _group(self, request: web.Request) -> web.Response:
-        doc = discovery.api_group(request.match_info["group"])
+        doc = discovery.api_group(request.match_info["group"]) or self.aggregator.group(request.match_info["group"])
         if doc is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         return json_response(doc)
 
-    async def _group_resources(self, request: web.Request) -> web.Response:
+    async def _grouped(self, request: web.Request) -> web.StreamResponse:
+        m = request.match_info
+        remote = self.aggregator.remote(m["group"], m["version"])
+        if remote is not None:
+            return await self.aggregator.serve(request, remote, m["tail"])
+        return await self.rest.grouped(request)
+
+    async def _group_resources(self, request: web.Request) -> web.StreamResponse:
+        remote = self.aggregator.remote(request.match_info["group"], request.match_info["version"])
+        if remote is not None:
+            return await self.aggregator.serve(request, remote, "")
+        if request.method not in ("GET", "HEAD"):
+            raise web.HTTPMethodNotAllowed(request.method, ["GET"])
         doc = discovery.resource_list(request.match_info["group"], request.match_info["version"])
         if doc is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})

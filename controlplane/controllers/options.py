@@ -108,6 +108,38 @@ TUNABLES: tuple[Tunable, ...] = (
         "Number of terminated pods that can exist before the terminated pod garbage collector starts deleting "
         "terminated pods. If <= 0, the terminated pod garbage collector is disabled.",
     ),
+    Tunable(
+        "horizontal-pod-autoscaler-sync-period",
+        "15s",
+        DURATION,
+        "The period for syncing the number of pods in horizontal pod autoscaler.",
+    ),
+    Tunable(
+        "horizontal-pod-autoscaler-tolerance",
+        0.1,
+        FLOAT,
+        "The minimum change (from 1.0) in the desired-to-actual metrics ratio for the horizontal pod autoscaler "
+        "to consider scaling.",
+    ),
+    Tunable(
+        "horizontal-pod-autoscaler-downscale-stabilization",
+        "5m0s",
+        DURATION,
+        "The period for which autoscaler will look backwards and not scale down below any recommendation it made "
+        "during that period.",
+    ),
+    Tunable(
+        "horizontal-pod-autoscaler-cpu-initialization-period",
+        "5m0s",
+        DURATION,
+        "The period after pod start when CPU samples might be skipped.",
+    ),
+    Tunable(
+        "horizontal-pod-autoscaler-initial-readiness-delay",
+        "30s",
+        DURATION,
+        "The period after pod start during which readiness changes will be treated as initial readiness.",
+    ),
 )
 
 DEFAULTS: dict[str, float | int] = {t.name: t.parse(t.default) for t in TUNABLES}

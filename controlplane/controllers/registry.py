@@ -22,6 +22,7 @@ from controlplane.controllers.endpointslice import EndpointSliceController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.job import JobController
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
+from controlplane.controllers.podautoscaler import HorizontalPodAutoscalerController
 from controlplane.controllers.podgc import PodGCController
 from controlplane.controllers.replicaset import ReplicaSetController, ReplicationControllerController
 from controlplane.controllers.rootca import RootCAPublisher
@@ -66,6 +67,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         PVCProtectionController,
         PVProtectionController,
         LocalPathProvisioner,
+        HorizontalPodAutoscalerController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

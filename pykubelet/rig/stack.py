@@ -65,6 +65,20 @@ class StackConfig:
     tls_bootstrap: bool = False
 
 
+def api_call(api_client, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """One request of any kind through the official client's connection and credentials: (status, the
+    decoded body); a failure other than 409 raises."""
+    from kubernetes.client.exceptions import ApiException
+
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    params = api_client.param_serialize(method, path, header_params=headers, body=body)
+    response = api_client.call_api(*params)
+    response.read()
+    if response.status >= 400 and response.status != 409:
+        raise ApiException(http_resp=response)
+    return response.status, json.loads(response.data or b"{}")
+
+
 def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
     """The stack's pod network: our CNI plugin, its files under <state>/cni."""
     cni = state_dir / "cni"
@@ -133,6 +147,8 @@ class Stack:
         self.agent: Daemon | None = None
         self.proxy: Daemon | None = None
         self.dns: Daemon | None = None
+        self.metrics_server: Daemon | None = None
+        self.metrics_server_port = free_port()
         self.dns_port = free_port()
         self.dns_address = ""
         self.proxy_table = proxy_table(config.bridge)
@@ -209,6 +225,7 @@ class Stack:
             self.start_dns()
             self.start_agent(wait_ready=wait_ready)
             self.start_proxy()
+            self.start_metrics_server()
         except BaseException:
             self.stop()
             raise
@@ -466,6 +483,82 @@ class Stack:
                 if err.status != 409:
                     raise
 
+    def start_metrics_server(self, timeout: float = 60.0) -> Daemon:
+        """The metrics server on the host (the node's address, a free port) on its own identity
+        (kube-system/metrics-server), with components.yaml's RBAC, and the Service, Endpoints and
+        v1beta1.metrics.k8s.io APIService that put it behind the aggregation layer; waits until the
+        APIService is Available."""
+        from agent.node.facts import default_route_ip
+        from metricsserver import manifest
+
+        assert self.apiserver is not None
+        d = self.config.state_dir / "metrics-server"
+        address = default_route_ip()
+        for obj in manifest.rbac():
+            self.apply(obj)
+        kubeconfig = self.apiserver.client_kubeconfig(manifest.USER, manifest.GROUPS, d / "kubeconfig")
+        argv = [
+            "python3",
+            "-m",
+            "pykubelet",
+            "metrics-server",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--bind-address",
+            address,
+            "--secure-port",
+            str(self.metrics_server_port),
+            "--cert-dir",
+            str(d / "pki"),
+            "--kubelet-preferred-address-types",
+            "InternalIP,ExternalIP,Hostname",
+            "--kubelet-use-node-status-port",
+            # The kubelet's serving certificate is self-signed, as in kind; metrics-server is run so there.
+            "--kubelet-insecure-tls",
+        ]
+        self.metrics_server = Daemon("pykubelet metrics-server", argv, d / "metrics-server.log", on_spawn=self._spawned)
+        self.metrics_server.start(lambda: (d / "pki" / "apiserver.crt").exists(), timeout=timeout, interval=0.2)
+        for obj in manifest.service(address, self.metrics_server_port):
+            self.apply(obj)
+        self.apply(manifest.apiservice((d / "pki" / "apiserver.crt").read_bytes()))
+        self._wait_apiservice_available("v1beta1.metrics.k8s.io", timeout)
+        self._started("metrics-server")
+        return self.metrics_server
+
+    def _wait_apiservice_available(self, name: str, timeout: float) -> None:
+        import time
+
+        api = self.core_api().api_client
+        deadline = time.monotonic() + timeout
+        while True:
+            _, obj = api_call(api, "GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"APIService {name} not Available after {timeout:.0f} s: {conditions}")
+            time.sleep(0.2)
+
+    def apply(self, obj: dict) -> dict:
+        """Create the object, or replace it when it exists (as `kubectl apply` of a manifest would
+        leave it), through the official client as the administrator."""
+        api = self.core_api().api_client
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        plural = {"Endpoints": "endpoints"}.get(kind) or kind.lower() + ("es" if kind.endswith("s") else "s")
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        namespace = obj["metadata"].get("namespace")
+        collection = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+
+        code, created = api_call(api, "POST", collection, obj)
+        if code != 409:
+            return created
+        path = f"{collection}/{obj['metadata']['name']}"
+        _, current = api_call(api, "GET", path)
+        body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+        if "status" in current:
+            body.setdefault("status", current["status"])
+        return api_call(api, "PUT", path, body)[1]
+
     def node_ready(self) -> bool:
         node = self.core_api().read_node(self.node_name)
         return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
@@ -487,6 +580,7 @@ class Stack:
             ("agent", self.agent.pid if self.agent else None),
             ("proxy", self.proxy.pid if self.proxy else None),
             ("dns", self.dns.pid if self.dns else None),
+            ("metrics-server", self.metrics_server.pid if self.metrics_server else None),
         ):
             if pid is not None:
                 pids[name] = pid
@@ -508,6 +602,8 @@ class Stack:
     def stop(self) -> list[str]:
         """Stop everything in reverse order; returns a description of anything left behind."""
         problems = []
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         self.stop_proxy()
         if self.dns is not None:
             self.dns.stop()

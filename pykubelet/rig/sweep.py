@@ -40,7 +40,18 @@ from pykubelet.rig.stack import (
 
 # The stack's parts under its state dir. Processes and mounts are looked for under these only, so a
 # state dir given by mistake (`--state-dir /var/lib`) cannot make down touch anything but a stack's.
-STACK_PARTS = ("registry", "containerd", "etcd", "apiserver", "agent", "proxy", "dns", "cni", "pod-logs")
+STACK_PARTS = (
+    "registry",
+    "containerd",
+    "etcd",
+    "apiserver",
+    "agent",
+    "proxy",
+    "dns",
+    "metrics-server",
+    "cni",
+    "pod-logs",
+)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ STAGES: dict[str, Callable[[Path], bool]] = {
     "dns": _ready("dns"),
     "agent": _ready("agent"),
     "proxy": _ready("proxy"),
+    "metrics-server": _ready("metrics-server"),
     "sample-pod": _sandbox_started,
 }
 

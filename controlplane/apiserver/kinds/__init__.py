@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from controlplane.apiserver.kinds import (
     accessreview,
+    apiservice,
     binding,
     certificatesigningrequest,
     clusterrole,
@@ -24,6 +25,8 @@ from controlplane.apiserver.kinds import (
     endpointslice,
     event,
     eventsv1,
+    hpa,
+    hpav1,
     job,
     lease,
     namespace,
@@ -65,6 +68,7 @@ KINDS: list[Kind] = [
     endpoints.KIND,
     persistentvolume.KIND,
     persistentvolumeclaim.KIND,
+    apiservice.KIND,
     deployment.KIND,
     replicaset.KIND,
     controllerrevision.KIND,
@@ -76,6 +80,8 @@ KINDS: list[Kind] = [
     *accessreview.KINDS[:2],
     rulesreview.KIND,
     accessreview.KINDS[2],
+    hpa.KIND,
+    hpav1.KIND,
     job.KIND,
     cronjob.KIND,
     poddisruptionbudget.KIND,

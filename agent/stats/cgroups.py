@@ -1,0 +1,124 @@
+"""CPU and memory of one cgroup, read as cadvisor reads them (v1: cpuacct + memory hierarchies; v2: the
+unified hierarchy), so the node's and the pods' figures mean what upstream's do.
+
+Working set is usage minus inactive file pages (cadvisor's setMemoryStats), never below 0; the limit is
+None when the cgroup has none (v1's near-2^63 value, v2's "max").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_FS = Path("/sys/fs/cgroup")
+# cgroup v1 writes an unlimited limit as the largest page-aligned int64.
+_V1_UNLIMITED = 1 << 62
+
+
+@dataclass(frozen=True)
+class CgroupUsage:
+    cpu_usage_ns: int | None = None
+    memory_usage: int | None = None
+    working_set: int | None = None
+    rss: int | None = None
+    page_faults: int | None = None
+    major_page_faults: int | None = None
+    memory_limit: int | None = None
+
+
+def parse_flat_keyed(text: str) -> dict[str, int]:
+    """`key value` lines (memory.stat, cpu.stat) as a dict; lines that are no such pair are skipped."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _read_int(path: Path) -> int | None:
+    text = _read(path)
+    if text is None:
+        return None
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def working_set(usage: int, inactive_file: int) -> int:
+    return max(usage - inactive_file, 0) if usage > inactive_file else 0
+
+
+@dataclass(frozen=True)
+class Cgroups:
+    """The host's cgroup file system: v2 when /sys/fs/cgroup is the unified hierarchy."""
+
+    root: Path = CGROUP_FS
+
+    @property
+    def unified(self) -> bool:
+        return (self.root / "cgroup.controllers").exists()
+
+    def usage(self, path: str) -> CgroupUsage | None:
+        """The cgroup's figures, or None when it does not exist (a pod being removed)."""
+        rel = path.strip("/")
+        return self._v2(self.root / rel) if self.unified else self._v1(rel)
+
+    def pids(self, path: str) -> int | None:
+        """Processes (tasks) in the cgroup now: pids.current of the pids controller."""
+        rel = path.strip("/")
+        return _read_int((self.root / rel if self.unified else self.root / "pids" / rel) / "pids.current")
+
+    def _v1(self, rel: str) -> CgroupUsage | None:
+        cpu_dir = self.root / "cpuacct" / rel
+        mem_dir = self.root / "memory" / rel
+        cpu = _read_int(cpu_dir / "cpuacct.usage")
+        stat_text = _read(mem_dir / "memory.stat")
+        usage = _read_int(mem_dir / "memory.usage_in_bytes")
+        if cpu is None and usage is None:
+            return None
+        stat = parse_flat_keyed(stat_text or "")
+        limit = _read_int(mem_dir / "memory.limit_in_bytes")
+        return CgroupUsage(
+            cpu_usage_ns=cpu,
+            memory_usage=usage,
+            working_set=None if usage is None else working_set(usage, stat.get("total_inactive_file", 0)),
+            rss=stat.get("total_rss"),
+            page_faults=stat.get("total_pgfault"),
+            major_page_faults=stat.get("total_pgmajfault"),
+            memory_limit=None if limit is None or limit >= _V1_UNLIMITED else limit,
+        )
+
+    def _v2(self, d: Path) -> CgroupUsage | None:
+        cpu_text = _read(d / "cpu.stat")
+        if cpu_text is None:
+            return None
+        cpu = parse_flat_keyed(cpu_text)
+        stat = parse_flat_keyed(_read(d / "memory.stat") or "")
+        usage = _read_int(d / "memory.current")
+        limit_text = (_read(d / "memory.max") or "").strip()
+        return CgroupUsage(
+            cpu_usage_ns=cpu["usage_usec"] * 1000 if "usage_usec" in cpu else None,
+            memory_usage=usage,
+            working_set=None if usage is None else working_set(usage, stat.get("inactive_file", 0)),
+            rss=stat.get("anon"),
+            page_faults=stat.get("pgfault"),
+            major_page_faults=stat.get("pgmajfault"),
+            memory_limit=int(limit_text) if limit_text.isdigit() else None,
+        )
+
+
+def cgroupfs_path(parent: str) -> str:
+    """The cgroup path of a CRI cgroup_parent: cgroupfs paths as they are, systemd slices expanded
+    (kubepods-burstable-pod1.slice -> kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice)."""
+    if not parent.endswith(".slice") or "/" in parent.strip("/"):
+        return parent
+    name = parent.strip("/")[: -len(".slice")]
+    parts = name.split("-")
+    return "/" + "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))

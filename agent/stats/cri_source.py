@@ -1,0 +1,102 @@
+"""What CRI says in one stats pass: the pods' sandboxes, their containers and the containers' stats,
+asked at once, with what upstream's CRI stats provider drops dropped (removeTerminatedPods,
+removeTerminatedContainers), plus each sandbox's PID and cgroup parent from a verbose status, asked
+once per sandbox and remembered (neither changes while the sandbox lives)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from agent.cri import CRIClient, CRIError, pb
+
+log = logging.getLogger("agent.stats")
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    pid: int | None
+    cgroup_parent: str
+
+
+@dataclass(frozen=True)
+class CriSnapshot:
+    sandboxes: tuple[pb.PodSandbox, ...]
+    containers: tuple[pb.Container, ...]
+    stats: dict[str, pb.ContainerStats]
+    info: dict[str, SandboxInfo]
+    image_fs: tuple[pb.FilesystemUsage, ...] = ()
+
+
+def latest_sandboxes(sandboxes: list[pb.PodSandbox]) -> list[pb.PodSandbox]:
+    """Per pod UID the ready sandboxes, or the newest when none is ready (upstream's removeTerminatedPods)."""
+    by_uid: dict[str, list[pb.PodSandbox]] = {}
+    for sb in sorted(sandboxes, key=lambda s: s.created_at):
+        by_uid.setdefault(sb.metadata.uid, []).append(sb)
+    out: list[pb.PodSandbox] = []
+    for group in by_uid.values():
+        ready = [s for s in group if s.state == pb.SANDBOX_READY]
+        out.extend(ready or group[-1:])
+    return out
+
+
+def live_containers(containers: list[pb.Container]) -> list[pb.Container]:
+    """Per (pod, container name) the running instances, or the newest when none runs
+    (upstream's removeTerminatedContainers)."""
+    groups: dict[tuple[str, str], list[pb.Container]] = {}
+    for c in sorted(containers, key=lambda c: c.created_at):
+        groups.setdefault((c.pod_sandbox_id, c.metadata.name), []).append(c)
+    out: list[pb.Container] = []
+    for group in groups.values():
+        running = [c for c in group if c.state == pb.CONTAINER_RUNNING]
+        out.extend(running or group[-1:])
+    return out
+
+
+def parse_sandbox_info(info: dict[str, str]) -> SandboxInfo:
+    """PID and cgroup parent from containerd's verbose sandbox status (the "info" JSON)."""
+    try:
+        data = json.loads(info.get("info", "") or "{}")
+    except ValueError:
+        data = {}
+    pid = data.get("pid")
+    parent = ((data.get("config") or {}).get("linux") or {}).get("cgroup_parent", "")
+    return SandboxInfo(pid if isinstance(pid, int) and pid > 0 else None, parent or "")
+
+
+class CriSource:
+    def __init__(self, cri: CRIClient) -> None:
+        self.cri = cri
+        self._info: dict[str, SandboxInfo] = {}
+
+    async def snapshot(self, with_image_fs: bool = False) -> CriSnapshot:
+        calls = [self.cri.list_pod_sandbox(), self.cri.list_containers(), self.cri.list_container_stats()]
+        if with_image_fs:
+            calls.append(self.cri.image_fs_info())
+        results = await asyncio.gather(*calls)
+        sandboxes = latest_sandboxes(results[0])
+        containers = live_containers(results[1])
+        stats = {s.attributes.id: s for s in results[2]}
+        image_fs = tuple(results[3].image_filesystems) if with_image_fs else ()
+        await self._learn([s.id for s in sandboxes if s.state == pb.SANDBOX_READY])
+        live = {s.id for s in sandboxes}
+        for gone in [k for k in self._info if k not in live]:
+            del self._info[gone]
+        return CriSnapshot(tuple(sandboxes), tuple(containers), stats, dict(self._info), image_fs)
+
+    async def _learn(self, ids: list[str]) -> None:
+        new = [i for i in ids if i not in self._info]
+        if not new:
+            return
+        answers = await asyncio.gather(
+            *(self.cri.pod_sandbox_status(i, verbose=True) for i in new), return_exceptions=True
+        )
+        for sandbox_id, answer in zip(new, answers, strict=True):
+            if isinstance(answer, CRIError):
+                log.debug("sandbox status for stats failed sandbox=%s error=%r", sandbox_id, str(answer))
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            self._info[sandbox_id] = parse_sandbox_info(dict(answer.info))

@@ -1,0 +1,378 @@
+"""One stats pass: CRI's snapshot (cri_source.py) joined with the cgroups, network namespaces and file
+systems of the node into a Summary (model.py), as upstream's CRI stats provider joins CRI with cadvisor.
+
+Containers: CPU and memory from ListContainerStats, usageNanoCores from the previous sample
+(cpurate.py), start time the container's creation, rootfs its writable layer, logs its log files.
+Pods: CPU and memory from the pod's cgroup (the sandbox's cgroup parent), else the sum of its
+containers; network from the sandbox's network namespace; volumes from the pod's volume folders, their
+du remembered for VOLUME_STATS_PERIOD (upstream's volumeStatsAggPeriod); ephemeral storage is rootfs +
+logs + local ephemeral volumes. Node: the root cgroup (or /proc/meminfo on cgroup v2), the host's
+network devices, the root dir's and the image file system. File reads run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from agent.cri import CRIClient, pb
+from agent.pods import labels as L
+from agent.stats import host
+from agent.stats.cgroups import Cgroups, CgroupUsage, cgroupfs_path
+from agent.stats.cpurate import CpuRates
+from agent.stats.cri_source import CriSnapshot, CriSource
+from agent.stats.model import (
+    ContainerStats,
+    CpuStats,
+    FsStats,
+    MemoryStats,
+    NetworkStats,
+    NodeStats,
+    PodRef,
+    PodStats,
+    Summary,
+    SystemContainer,
+    VolumeStats,
+)
+from agent.volumes.emptydir import disk_usage
+
+VOLUME_STATS_PERIOD = 60.0
+# Volume plugins whose data lives on the node's root file system (upstream's IsLocalEphemeralVolume).
+_EPHEMERAL_PLUGINS = ("kubernetes.io~emptydir", "kubernetes.io~configmap", "kubernetes.io~secret",
+                      "kubernetes.io~downwardapi")
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    node_name: str
+    root_dir: str = "/var/lib/kubelet"
+    pod_logs_dir: str = "/var/log/pods"
+    pods_cgroup: str = "/kubepods"  # the node's pods cgroup (cgroupRoot + kubepods)
+
+
+def _ns(seconds_ns: int) -> float:
+    return seconds_ns / 1e9
+
+
+def _wrapped(msg: object, name: str) -> int | None:
+    """A CRI UInt64Value field's value, None when not set."""
+    return getattr(msg, name).value if msg.HasField(name) else None  # type: ignore[attr-defined]
+
+
+@dataclass
+class _VolumeUsage:
+    used: int
+    inodes_used: int
+    at: float
+
+
+@dataclass
+class StatsProvider:
+    cri: CRIClient
+    config: StatsConfig
+    cgroups: Cgroups = field(default_factory=Cgroups)
+    clock: Callable[[], float] = time.time
+    rates: CpuRates = field(default_factory=CpuRates)
+    _source: CriSource = field(init=False)
+    _volumes: dict[str, _VolumeUsage] = field(init=False, default_factory=dict)
+    _boot: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self._source = CriSource(self.cri)
+
+    async def summary(self, only_cpu_and_memory: bool = False) -> Summary:
+        snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
+        summary = await asyncio.to_thread(self._build, snap, only_cpu_and_memory)
+        self.rates.sweep()
+        return summary
+
+    # -- building (in a worker thread: file reads) ----------------------------------------------------
+
+    def _build(self, snap: CriSnapshot, cpu_mem_only: bool) -> Summary:
+        now = self.clock()
+        if not self._boot:
+            self._boot = host.boot_time()
+        by_sandbox: dict[str, list[pb.Container]] = {}
+        for c in snap.containers:
+            by_sandbox.setdefault(c.pod_sandbox_id, []).append(c)
+        fs_cache: dict[str, FsStats | None] = {}
+        pods = []
+        for sb in snap.sandboxes:
+            containers = [c for c in by_sandbox.get(sb.id, []) if c.id in snap.stats]
+            if not containers:
+                continue  # upstream builds a pod from its containers' stats
+            pods.append(self._pod(sb, containers, snap, now, cpu_mem_only, fs_cache))
+        node = self._node(snap, now, cpu_mem_only, fs_cache)
+        return Summary(node, tuple(pods))
+
+    def _cpu(self, key: str, usage: CgroupUsage | None, now: float) -> CpuStats | None:
+        if usage is None or usage.cpu_usage_ns is None:
+            return None
+        ts = int(now * 1e9)
+        return CpuStats(now, usage.cpu_usage_ns, self.rates.update(key, ts, usage.cpu_usage_ns))
+
+    @staticmethod
+    def _memory(usage: CgroupUsage | None, now: float, capacity: int | None = None) -> MemoryStats | None:
+        if usage is None or usage.working_set is None:
+            return None
+        limit = usage.memory_limit if usage.memory_limit is not None else capacity
+        return MemoryStats(
+            time=now,
+            available_bytes=max(limit - usage.working_set, 0) if limit is not None else None,
+            usage_bytes=usage.memory_usage,
+            working_set_bytes=usage.working_set,
+            rss_bytes=usage.rss,
+            page_faults=usage.page_faults,
+            major_page_faults=usage.major_page_faults,
+        )
+
+    def _container(
+        self, c: pb.Container, stats: pb.ContainerStats, now: float, cpu_mem_only: bool, logs_dir: str,
+        fs_cache: dict[str, FsStats | None],
+    ) -> ContainerStats:
+        cpu = mem = rootfs = logs = None
+        if stats.HasField("cpu") and stats.cpu.HasField("usage_core_nano_seconds"):
+            usage = stats.cpu.usage_core_nano_seconds.value
+            ts = stats.cpu.timestamp or int(now * 1e9)
+            rate = self.rates.update(c.id, ts, usage)
+            given = _wrapped(stats.cpu, "usage_nano_cores")
+            cpu = CpuStats(_ns(ts), usage, given if given else rate)
+        if stats.HasField("memory") and stats.memory.HasField("working_set_bytes"):
+            m = stats.memory
+            available = _wrapped(m, "available_bytes")
+            mem = MemoryStats(
+                time=_ns(m.timestamp) if m.timestamp else now,
+                available_bytes=available or None,
+                usage_bytes=_wrapped(m, "usage_bytes"),
+                working_set_bytes=m.working_set_bytes.value,
+                rss_bytes=_wrapped(m, "rss_bytes"),
+                page_faults=_wrapped(m, "page_faults"),
+                major_page_faults=_wrapped(m, "major_page_faults"),
+            )
+        if not cpu_mem_only:
+            rootfs = self._rootfs(stats, now, fs_cache)
+            logs = self._logs(os.path.join(logs_dir, c.metadata.name), now, fs_cache)
+        return ContainerStats(
+            name=c.metadata.name, id=c.id, start_time=_ns(c.created_at), cpu=cpu, memory=mem,
+            rootfs=rootfs, logs=logs, image=c.image.image,
+        )
+
+    def _shared_fs(self, path: str, now: float, fs_cache: dict[str, FsStats | None]) -> FsStats | None:
+        if path not in fs_cache:
+            fs_cache[path] = host.fs_stats(path, now)
+        return fs_cache[path]
+
+    def _rootfs(self, stats: pb.ContainerStats, now: float, fs_cache: dict[str, FsStats | None]) -> FsStats | None:
+        if not stats.HasField("writable_layer"):
+            return None
+        layer = stats.writable_layer
+        fs = self._shared_fs(layer.fs_id.mountpoint, now, fs_cache) if layer.fs_id.mountpoint else None
+        return FsStats(
+            time=_ns(layer.timestamp) if layer.timestamp else now,
+            available_bytes=fs.available_bytes if fs else None,
+            capacity_bytes=fs.capacity_bytes if fs else None,
+            used_bytes=_wrapped(layer, "used_bytes") or 0,
+            inodes_free=fs.inodes_free if fs else None,
+            inodes=fs.inodes if fs else None,
+            inodes_used=_wrapped(layer, "inodes_used") or 0,
+        )
+
+    def _logs(self, folder: str, now: float, fs_cache: dict[str, FsStats | None]) -> FsStats | None:
+        used = files = 0
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False):
+                        used += entry.stat(follow_symlinks=False).st_blocks * 512
+                        files += 1
+        except OSError:
+            return None
+        fs = self._shared_fs(self.config.pod_logs_dir, now, fs_cache)
+        return FsStats(
+            time=now,
+            available_bytes=fs.available_bytes if fs else None,
+            capacity_bytes=fs.capacity_bytes if fs else None,
+            used_bytes=used,
+            inodes_free=fs.inodes_free if fs else None,
+            inodes=fs.inodes if fs else None,
+            inodes_used=files,
+        )
+
+    def _pod(
+        self, sb: pb.PodSandbox, containers: list[pb.Container], snap: CriSnapshot, now: float,
+        cpu_mem_only: bool, fs_cache: dict[str, FsStats | None],
+    ) -> PodStats:
+        meta = sb.metadata
+        ref = PodRef(
+            sb.labels.get(L.POD_NAME, meta.name), sb.labels.get(L.POD_NAMESPACE, meta.namespace),
+            sb.labels.get(L.POD_UID, meta.uid),
+        )
+        logs_dir = os.path.join(self.config.pod_logs_dir, f"{ref.namespace}_{ref.name}_{ref.uid}")
+        cstats = tuple(
+            self._container(c, snap.stats[c.id], now, cpu_mem_only, logs_dir, fs_cache) for c in containers
+        )
+        info = snap.info.get(sb.id)
+        cgroup = cgroupfs_path(info.cgroup_parent) if info and info.cgroup_parent else ""
+        usage = self.cgroups.usage(cgroup) if cgroup else None
+        cpu = self._cpu(f"pod:{ref.uid}", usage, now) or _sum_cpu(cstats, now)
+        mem = self._memory(usage, now) or _sum_memory(cstats, now)
+        network = volumes = ephemeral = None
+        if not cpu_mem_only:
+            ifaces = host.net_dev(info.pid) if info and info.pid else None
+            network = NetworkStats(now, ifaces) if ifaces is not None else None
+            volumes = self._pod_volumes(ref.uid, now)
+            ephemeral = _ephemeral(cstats, volumes, now, self._shared_fs(self.config.root_dir, now, fs_cache))
+        return PodStats(
+            ref=ref, start_time=_ns(sb.created_at), sandbox_id=sb.id, cgroup=cgroup, containers=cstats,
+            cpu=cpu, memory=mem, network=network, volumes=tuple(v for v, _ in volumes or ()), ephemeral_storage=ephemeral,
+            process_count=self.cgroups.pids(cgroup) if cgroup and not cpu_mem_only else None,
+        )
+
+    def _pod_volumes(self, uid: str, now: float) -> list[tuple[VolumeStats, bool]]:
+        base = Path(self.config.root_dir) / "pods" / uid / "volumes"
+        out: list[tuple[VolumeStats, bool]] = []
+        try:
+            plugins = sorted(p for p in base.iterdir() if p.is_dir())
+        except OSError:
+            return out
+        for plugin in plugins:
+            for folder in sorted(p for p in plugin.iterdir() if p.is_dir()):
+                fs = host.fs_stats(str(folder), now)
+                used = self._volume_usage(str(folder), now)
+                stats = FsStats(
+                    time=now,
+                    available_bytes=fs.available_bytes if fs else None,
+                    capacity_bytes=fs.capacity_bytes if fs else None,
+                    used_bytes=used.used,
+                    inodes_free=fs.inodes_free if fs else None,
+                    inodes=fs.inodes if fs else None,
+                    inodes_used=used.inodes_used,
+                )
+                out.append((VolumeStats(folder.name, stats), plugin.name in _EPHEMERAL_PLUGINS))
+        return out
+
+    def _volume_usage(self, folder: str, now: float) -> _VolumeUsage:
+        known = self._volumes.get(folder)
+        if known is not None and now - known.at < VOLUME_STATS_PERIOD:
+            return known
+        inodes = sum(len(d) + len(f) for _, d, f in os.walk(folder)) + 1
+        usage = self._volumes[folder] = _VolumeUsage(disk_usage(Path(folder)), inodes, now)
+        return usage
+
+    def _node(
+        self, snap: CriSnapshot, now: float, cpu_mem_only: bool, fs_cache: dict[str, FsStats | None]
+    ) -> NodeStats:
+        root = self.cgroups.usage("/")
+        info = host.meminfo()
+        capacity = info.get("MemTotal")
+        if root is None or root.working_set is None:
+            used = capacity - info.get("MemFree", 0) if capacity is not None else None
+            root = CgroupUsage(
+                cpu_usage_ns=root.cpu_usage_ns if root else None,
+                memory_usage=used,
+                working_set=None if used is None else max(used - info.get("Inactive(file)", 0), 0),
+            )
+        pods_usage = self.cgroups.usage(self.config.pods_cgroup)
+        system = (
+            SystemContainer(
+                "pods", self._boot, self._cpu("system:pods", pods_usage, now), self._memory(pods_usage, now, capacity)
+            ),
+        )
+        node = NodeStats(
+            name=self.config.node_name,
+            start_time=self._boot,
+            cpu=self._cpu("node", root, now),
+            memory=self._memory(replace(root, memory_limit=None), now, capacity),
+            system_containers=system,
+        )
+        if cpu_mem_only:
+            return node
+        ifaces = host.net_dev()
+        maxpid, curproc = host.pid_limits()
+        return NodeStats(
+            name=node.name, start_time=node.start_time, cpu=node.cpu, memory=node.memory,
+            network=NetworkStats(now, ifaces) if ifaces is not None else None,
+            fs=self._shared_fs(self.config.root_dir, now, fs_cache),
+            image_fs=_image_fs(snap.image_fs, now, lambda p: self._shared_fs(p, now, fs_cache)),
+            system_containers=system, rlimit_maxpid=maxpid, rlimit_curproc=curproc, rlimit_time=now,
+        )
+
+
+def pods_cgroup(cgroup_root: str, driver: str) -> str:
+    """The cgroup all pods live under (upstream's kubepods, under cgroupRoot)."""
+    if driver == "systemd":
+        return "/kubepods.slice"
+    return cgroup_root.rstrip("/") + "/kubepods"
+
+
+def _sum_cpu(cs: tuple[ContainerStats, ...], now: float) -> CpuStats | None:
+    parts = [c.cpu for c in cs if c.cpu is not None]
+    if not parts:
+        return None
+    rates = [p.usage_nano_cores for p in parts]
+    return CpuStats(
+        max(p.time for p in parts),
+        sum(p.usage_core_nano_seconds or 0 for p in parts),
+        None if any(r is None for r in rates) else sum(r or 0 for r in rates),
+    )
+
+
+def _sum_memory(cs: tuple[ContainerStats, ...], now: float) -> MemoryStats | None:
+    parts = [c.memory for c in cs if c.memory is not None]
+    if not parts:
+        return None
+    return MemoryStats(
+        time=max(p.time for p in parts),
+        usage_bytes=sum(p.usage_bytes or 0 for p in parts),
+        working_set_bytes=sum(p.working_set_bytes or 0 for p in parts),
+        rss_bytes=sum(p.rss_bytes or 0 for p in parts),
+        page_faults=sum(p.page_faults or 0 for p in parts),
+        major_page_faults=sum(p.major_page_faults or 0 for p in parts),
+    )
+
+
+def _ephemeral(
+    cs: tuple[ContainerStats, ...], volumes: list[tuple[VolumeStats, bool]], now: float, rootfs: FsStats | None
+) -> FsStats:
+    """upstream's calcEphemeralStorage: containers' rootfs and logs plus the local ephemeral volumes."""
+    used = inodes = 0
+    for c in cs:
+        for part in (c.rootfs, c.logs):
+            if part is not None:
+                used += part.used_bytes or 0
+                inodes += part.inodes_used or 0
+    for v, ephemeral in volumes:
+        if ephemeral:
+            used += v.fs.used_bytes or 0
+            inodes += v.fs.inodes_used or 0
+    return FsStats(
+        time=now,
+        available_bytes=rootfs.available_bytes if rootfs else None,
+        capacity_bytes=rootfs.capacity_bytes if rootfs else None,
+        used_bytes=used,
+        inodes_free=rootfs.inodes_free if rootfs else None,
+        inodes=rootfs.inodes if rootfs else None,
+        inodes_used=inodes,
+    )
+
+
+def _image_fs(
+    usages: tuple[pb.FilesystemUsage, ...], now: float, fs_of: Callable[[str], FsStats | None]
+) -> FsStats | None:
+    if not usages:
+        return None
+    u = usages[0]
+    fs = fs_of(u.fs_id.mountpoint) if u.fs_id.mountpoint else None
+    return FsStats(
+        time=_ns(u.timestamp) if u.timestamp else now,
+        available_bytes=fs.available_bytes if fs else None,
+        capacity_bytes=fs.capacity_bytes if fs else None,
+        used_bytes=_wrapped(u, "used_bytes") or 0,
+        inodes_free=fs.inodes_free if fs else None,
+        inodes=fs.inodes if fs else None,
+        inodes_used=_wrapped(u, "inodes_used") or 0,
+    )

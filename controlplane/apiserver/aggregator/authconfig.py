@@ -1,0 +1,50 @@
+"""The kube-system/extension-apiserver-authentication ConfigMap, as upstream's
+ClusterAuthenticationTrustController publishes it: the client CA and the requestheader settings
+(front-proxy CA, allowed client names, header names), so an extension API server (the metrics server)
+learns whom to trust for the X-Remote-* headers from the API, with the
+extension-apiserver-authentication-reader Role. Rewritten at each start (the CAs may be new)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from controlplane.apiserver.aggregator.proxy import EXTRA_PREFIX, GROUP_HEADER, USER_HEADER
+from controlplane.apiserver.certs import FRONT_PROXY_CLIENT, Pki
+from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.kinds.configmap import KIND as CONFIGMAPS
+from controlplane.apiserver.registry import Registry
+
+NAMESPACE = "kube-system"
+NAME = "extension-apiserver-authentication"
+
+
+def data(client_ca: Path, front_proxy_ca: Path) -> dict[str, str]:
+    return {
+        "client-ca-file": client_ca.read_text(),
+        "requestheader-allowed-names": json.dumps([FRONT_PROXY_CLIENT]),
+        "requestheader-client-ca-file": front_proxy_ca.read_text(),
+        "requestheader-extra-headers-prefix": json.dumps([EXTRA_PREFIX]),
+        "requestheader-group-headers": json.dumps([GROUP_HEADER]),
+        "requestheader-username-headers": json.dumps([USER_HEADER]),
+    }
+
+
+async def publish(registry: Registry, pki: Pki) -> None:
+    assert pki.front_proxy_ca_cert is not None
+    wanted = data(pki.ca_cert, pki.front_proxy_ca_cert)
+    if registry.cache.get(CONFIGMAPS.key(NAMESPACE, NAME)) is None:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME}, "data": wanted}
+        try:
+            await registry.create(CONFIGMAPS, NAMESPACE, body)
+            return
+        except ApiError as err:
+            if err.code != 409:
+                raise
+
+    def put(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["data"] = wanted
+        return obj
+
+    await registry.guaranteed_update(CONFIGMAPS, NAMESPACE, NAME, put)

@@ -1,0 +1,248 @@
+"""The kubelet API's /stats/summary and /metrics/resource against the real agent and containerd: a pod
+spinning under a CPU limit shows usageCoreNanoSeconds rising and usageNanoCores close to what its own
+cgroup's counter says over the same interval; working sets agree with the cgroup's memory files; an
+emptyDir's bytes are counted; the metrics parse with prometheus_client's parser; callers without
+nodes/stats or nodes/metrics get upstream's 401/403.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.app import Agent
+from agent.stats.cgroups import Cgroups
+from kubeclient.client import KubeClient
+from pykubelet.rig.images import RigImages
+from tests.agent.test_agent_api import (  # noqa: F401 - fixtures
+    admin,
+    agent,
+    apiserver,
+    client_pki,
+    kubelet_tls,
+    own_containerd,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+CPU_LIMIT_CORES = 0.2
+MIB = 1 << 20
+
+
+def spinner(node: str, name: str, image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "initContainers": [
+                {
+                    "name": "fill",
+                    "image": image,
+                    "command": ["dd", "if=/dev/zero", "of=/scratch/blob", "bs=1048576", "count=3"],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                }
+            ],
+            "containers": [
+                {
+                    "name": "spin",
+                    "image": image,
+                    "command": ["sh", "-c", "while :; do :; done"],
+                    "resources": {"limits": {"cpu": "200m", "memory": "64Mi"}},
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                }
+            ],
+        },
+    }
+
+
+def cgroup_cpu_ns(cgroups: Cgroups, path: str) -> int:
+    usage = cgroups.usage(path)
+    assert usage is not None and usage.cpu_usage_ns is not None, path
+    return usage.cpu_usage_ns
+
+
+def pod_entry(summary: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((p for p in summary["pods"] if p["podRef"]["name"] == name), None)
+
+
+async def test_summary_and_resource_metrics_follow_the_cgroups(
+    agent: Agent,  # noqa: F811 - the fixtures of test_agent_api
+    admin: KubeClient,  # noqa: F811
+    test_images: RigImages,
+    client_pki: dict[str, Path],  # noqa: F811
+):
+    name = f"spin-{uuid.uuid4().hex[:6]}"
+    await admin.create("/api/v1/namespaces/default/pods", spinner(agent.cfg.node_name, name, test_images.busybox_pinned))
+    assert agent.server is not None and agent.server.stats is not None
+    base = f"https://127.0.0.1:{agent.server.port}"
+    tls = kubelet_tls(client_pki)
+    cgroups = Cgroups()
+    async with aiohttp.ClientSession() as http:
+
+        async def summary(**params: str) -> dict[str, Any]:
+            async with http.get(f"{base}/stats/summary", params=params, ssl=tls) as resp:
+                assert resp.status == 200, await resp.text()
+                return await resp.json()
+
+        async def spinning() -> dict[str, Any] | None:
+            pod = pod_entry(await summary(), name)
+            spin = [c for c in (pod or {}).get("containers", []) if c["name"] == "spin"]
+            return pod if spin and spin[0].get("cpu", {}).get("usageNanoCores") is not None else None
+
+        pod = await wait_until(spinning, timeout=60)
+        uid = pod["podRef"]["uid"]
+        assert pod["podRef"] == {"name": name, "namespace": "default", "uid": uid}
+        # The pod's cgroup as the stats provider found it (the sandbox's cgroup parent), and the
+        # container's below it, as runc makes it with the cgroupfs driver.
+        pod_cgroup = next(p.cgroup for p in (await agent.server.stats.summary()).pods if p.ref.uid == uid)
+        assert pod_cgroup.endswith(f"/pod{uid}")
+        container_id = next(
+            c.id
+            for p in (await agent.server.stats.summary()).pods
+            if p.ref.uid == uid
+            for c in p.containers
+            if c.name == "spin"
+        )
+        container_cgroup = f"{pod_cgroup}/{container_id}"
+
+        # usageNanoCores against the cgroup's own counter over the same interval.
+        t0, c0 = time.time(), cgroup_cpu_ns(cgroups, container_cgroup)
+        first = pod_entry(await summary(), name)
+        assert first is not None
+        await asyncio.sleep(2.0)  # the interval the rate is measured over
+        second = pod_entry(await summary(), name)
+        t1, c1 = time.time(), cgroup_cpu_ns(cgroups, container_cgroup)
+        assert second is not None
+        spin0 = next(c for c in first["containers"] if c["name"] == "spin")
+        spin1 = next(c for c in second["containers"] if c["name"] == "spin")
+        used0, used1 = spin0["cpu"]["usageCoreNanoSeconds"], spin1["cpu"]["usageCoreNanoSeconds"]
+        assert c0 <= used0 < used1 <= c1  # rising, and within the cgroup's counter read around it
+        cgroup_rate = (c1 - c0) / (t1 - t0)  # nano cores
+        assert 0.5 * CPU_LIMIT_CORES * 1e9 < cgroup_rate < 1.2 * CPU_LIMIT_CORES * 1e9
+        assert abs(spin1["cpu"]["usageNanoCores"] - cgroup_rate) < 0.35 * cgroup_rate
+        assert second["cpu"]["usageCoreNanoSeconds"] >= used1  # the pod's cgroup holds the container's
+        assert abs(second["cpu"]["usageNanoCores"] - cgroup_rate) < 0.35 * cgroup_rate
+
+        # Working sets: usage less inactive file pages, from the cgroup's own files.
+        mem = cgroups.usage(pod_cgroup)
+        assert mem is not None and mem.working_set is not None
+        assert abs(second["memory"]["workingSetBytes"] - mem.working_set) < MIB
+        cmem = cgroups.usage(container_cgroup)
+        assert cmem is not None and cmem.working_set is not None
+        assert abs(spin1["memory"]["workingSetBytes"] - cmem.working_set) < MIB
+        assert spin1["memory"]["availableBytes"] + spin1["memory"]["workingSetBytes"] == 64 * MIB
+        assert spin1["memory"]["rssBytes"] > 0 and spin1["memory"]["pageFaults"] > 0
+
+        # Network from the pod's namespace, the emptyDir the init container filled, ephemeral storage.
+        assert second["network"]["name"] == "eth0" and second["network"]["rxBytes"] >= 0
+        assert [i["name"] for i in second["network"]["interfaces"]] == ["eth0"]
+        scratch = next(v for v in second["volume"] if v["name"] == "scratch")
+        assert scratch["usedBytes"] >= 3 * MIB and scratch["capacityBytes"] > scratch["usedBytes"]
+        assert second["ephemeral-storage"]["usedBytes"] >= 3 * MIB
+        assert second["process_stats"]["process_count"] >= 2  # pause + sh
+        assert "logs" in spin1 and "rootfs" in spin1
+        full = await summary()
+        node = full["node"]
+        assert node["nodeName"] == agent.cfg.node_name
+        assert node["cpu"]["usageCoreNanoSeconds"] > 0 and node["memory"]["workingSetBytes"] > 0
+        assert node["fs"]["capacityBytes"] > 0 and node["runtime"]["imageFs"]["usedBytes"] >= 0
+        assert [s["name"] for s in node["systemContainers"]] == ["pods"]
+
+        # only_cpu_and_memory: no network, fs or volumes.
+        lean = await summary(only_cpu_and_memory="true")
+        lean_pod = pod_entry(lean, name)
+        assert lean_pod is not None and set(lean_pod) == {"podRef", "startTime", "containers", "cpu", "memory"}
+        assert "fs" not in lean["node"] and "network" not in lean["node"]
+
+        # /metrics/resource parses, and says what the Summary says.
+        async with http.get(f"{base}/metrics/resource", ssl=tls) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = await resp.text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert {
+        "node_cpu_usage_seconds",
+        "node_memory_working_set_bytes",
+        "container_cpu_usage_seconds",
+        "container_memory_working_set_bytes",
+        "container_start_time_seconds",
+        "pod_cpu_usage_seconds",
+        "pod_memory_working_set_bytes",
+        "resource_scrape_error",
+    } <= set(families)
+    labels = {"container": "spin", "pod": name, "namespace": "default"}
+    cpu = [s for s in families["container_cpu_usage_seconds"].samples if s.labels == labels]
+    assert len(cpu) == 1 and cpu[0].value * 1e9 >= used1 and cpu[0].timestamp is not None
+    assert abs(cpu[0].timestamp - time.time()) < 30
+    start = [s for s in families["container_start_time_seconds"].samples if s.labels == labels]
+    assert len(start) == 1 and start[0].timestamp is None and abs(start[0].value - time.time()) < 120
+    assert families["resource_scrape_error"].samples[0].value == 0
+    await admin.delete(f"/api/v1/namespaces/default/pods/{name}")
+
+
+async def test_stats_and_metrics_are_authorized_as_nodes_subresources(
+    agent: Agent,  # noqa: F811 - the fixtures of test_agent_api
+    admin: KubeClient,  # noqa: F811
+):
+    """No credentials: 401. A service account without rights: 403 naming stats or metrics. Bound to a
+    role that grants nodes/stats only, /stats/summary answers and /metrics/resource stays forbidden."""
+    account = f"scraper-{uuid.uuid4().hex[:6]}"
+    await admin.create("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": account}})
+    issued = await admin.create(
+        f"/api/v1/namespaces/default/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    auth = {"Authorization": f"Bearer {issued['status']['token']}"}
+    assert agent.server is not None
+    base = f"https://127.0.0.1:{agent.server.port}"
+    user = f"system:serviceaccount:default:{account}"
+    async with aiohttp.ClientSession() as http:
+        for path in ("/stats/summary", "/metrics/resource"):
+            async with http.get(base + path, ssl=kubelet_tls()) as resp:
+                assert (resp.status, await resp.text()) == (401, "Unauthorized")
+        async with http.get(f"{base}/stats/summary", ssl=kubelet_tls(), headers=auth) as resp:
+            assert (resp.status, await resp.text()) == (
+                403,
+                f"Forbidden (user={user}, verb=get, resource=nodes, subresource=stats)",
+            )
+        async with http.get(f"{base}/metrics/resource", ssl=kubelet_tls(), headers=auth) as resp:
+            assert (resp.status, await resp.text()) == (
+                403,
+                f"Forbidden (user={user}, verb=get, resource=nodes, subresource=metrics)",
+            )
+        role = f"{account}-stats"
+        await admin.create(
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            {"metadata": {"name": role}, "rules": [{"apiGroups": [""], "resources": ["nodes/stats"], "verbs": ["get"]}]},
+        )
+        await admin.create(
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": "default"}],
+            },
+        )
+
+        async def allowed() -> bool:
+            async with http.get(f"{base}/stats/summary", ssl=kubelet_tls(), headers=auth) as resp:
+                return resp.status == 200 and "node" in await resp.json()
+
+        await wait_until(allowed, timeout=20)
+        async with http.get(f"{base}/metrics/resource", ssl=kubelet_tls(), headers=auth) as resp:
+            assert resp.status == 403
+    await admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}")
+    await admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}")
+    await admin.delete(f"/api/v1/namespaces/default/serviceaccounts/{account}")
