@@ -35,7 +35,9 @@ def http_get(url: str, timeout: float = 5.0) -> str | None:
         return None
 
 
-def test_a_node_port_is_reached_from_the_host_at_the_node_address(kube, api_client, namespace, node_name, image):
+def test_a_node_port_is_reached_from_the_host_at_the_node_address(
+    kube, api_client, namespace, node_name, image
+):
     kube.create_namespaced_pod(namespace, backend("web-a", node_name, image))
     svc = kube.create_namespaced_service(
         namespace,
@@ -167,7 +169,9 @@ def _ready_count(api_client: Any, namespace: str) -> int:
     return sum(slice_endpoints(api_client, namespace).values())
 
 
-def test_scaling_to_zero_refuses_at_once_and_back_to_three_serves(kube, api_client, namespace, node_name, image):
+def test_scaling_to_zero_refuses_at_once_and_back_to_three_serves(
+    kube, api_client, namespace, node_name, image
+):
     apps = client.AppsV1Api(api_client)
     apps.create_namespaced_deployment(namespace, _deployment(3, image, node_name))
     svc = web_service(kube, namespace)

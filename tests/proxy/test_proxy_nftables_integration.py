@@ -418,3 +418,90 @@ async def test_the_command_serves_health_and_metrics_and_cleanup_removes_the_tab
     )
     assert done.returncode == 0, done.stderr
     assert await table(lab) is None
+
+
+def proxy_command(kubeconfig: Path, lab: NetLab, health: int) -> subprocess.Popen[str]:
+    """`pykubelet proxy` as its own process in the lab's client namespace, as the rig runs it."""
+    argv = [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "proxy",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--hostname-override",
+        "n1",
+        "--cluster-cidr",
+        "10.250.0.0/24",
+        "--netns",
+        lab.client,
+        "--min-sync-period",
+        "100ms",
+        "--healthz-bind-address",
+        f"127.0.0.1:{health}",
+        "--metrics-bind-address",
+        "",
+    ]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+
+
+def _stop(proc: subprocess.Popen[str]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+    return proc.returncode
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return resp.status == 200 and not json.loads(resp.read())["lastUpdated"].startswith("1970")
+    except OSError:
+        return False
+
+
+async def test_a_restarted_proxy_keeps_established_connections_and_drops_stale_rules(
+    proxy_kubeconfig, lab, v1, discovery, namespace
+):
+    await asyncio.to_thread(lab.serve_echo, f"{BACKEND_IP}:8080")
+    echo = service(v1, namespace, "echo")
+    service(v1, namespace, "gone")
+    endpoint_slice(discovery, namespace, "echo", [BACKEND_IP])
+    endpoint_slice(discovery, namespace, "gone", [BACKEND_IP])
+    gone_chain = ChainNames.of(ServicePortName(namespace, "gone", "http", "TCP")).cluster
+    health = free_port()
+    proc = proxy_command(proxy_kubeconfig, lab, health)
+    conn = None
+    try:
+        address = f"{echo.spec.cluster_ip}:80"
+        conn = await until(
+            lambda: asyncio.to_thread(lab.connect, address), what="a connection via the ClusterIP"
+        )
+        assert await asyncio.to_thread(conn.say, "before") == "echo before"
+        assert await _has(Nft(TABLE, netns=lab.client), gone_chain)
+
+        assert _stop(proc) == 0
+        # While the proxy is down its rules stay and the connection still works; a Service deleted
+        # meanwhile must not survive the restart.
+        assert await asyncio.to_thread(conn.say, "down") == "echo down"
+        v1.delete_namespaced_service("gone", namespace)
+        discovery.delete_namespaced_endpoint_slice("gone-abc", namespace)
+        proc = proxy_command(proxy_kubeconfig, lab, health)
+        await until(lambda: asyncio.to_thread(_healthy, health), what="the restarted proxy's first sync")
+        listing = await Nft(TABLE, netns=lab.client).listing()
+        assert gone_chain not in listing, "the deleted Service's chain survived the restart"
+        assert ChainNames.of(ServicePortName(namespace, "echo", "http", "TCP")).cluster in listing
+        assert await asyncio.to_thread(conn.say, "after") == "echo after"
+        fresh = await asyncio.to_thread(lab.connect, address)
+        assert fresh is not None, "no new connection after the restart"
+        assert await asyncio.to_thread(fresh.say, "new") == "echo new"
+        fresh.close()
+    finally:
+        if conn is not None:
+            conn.close()
+        _stop(proc)
+        await Nft(TABLE, netns=lab.client).delete_table()
