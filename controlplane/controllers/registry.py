@@ -20,6 +20,7 @@ from controlplane.controllers.podgc import PodGCController
 from controlplane.controllers.replicaset import ReplicaSetController, ReplicationControllerController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
+from controlplane.controllers.servicelb import ServiceLBController
 from controlplane.controllers.tainteviction import TaintEvictionController
 from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 
@@ -42,6 +43,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         DaemonSetController,
         EndpointsController,
         EndpointSliceController,
+        ServiceLBController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
