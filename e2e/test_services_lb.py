@@ -103,3 +103,42 @@ def test_source_ranges_admit_only_the_listed_sources(kube, api_client, namespace
     wait_for(lambda: len(log("denied")) >= seen + 4, timeout=60, what="four more tries of the denied pod")
     assert "OK" not in log("denied")[seen:], log("denied")
     assert "OK" not in log("denied"), log("denied")  # never let in, not even before the change
+
+
+def health_check(address: str, port: int) -> tuple[int, dict[str, Any]] | None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}:{port}/healthz", timeout=3) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+    except OSError:
+        return None
+
+
+def test_a_local_load_balancer_health_check_port_counts_this_nodes_endpoints(
+    kube, api_client, namespace, node_name, image
+):
+    from e2e.test_services_paths import node_internal_ip
+
+    svc = lb_service(kube, namespace, externalTrafficPolicy="Local")
+    port = svc.spec.health_check_node_port
+    assert port and 30000 <= port <= 32767, svc.spec
+    address = node_internal_ip(kube, node_name)
+    answer = wait_for(lambda: health_check(address, port), timeout=30, what="the health check port")
+    assert answer == (
+        503,
+        {"service": {"namespace": namespace, "name": "web"}, "localEndpoints": 0, "serviceProxyHealthy": True},
+    ), answer
+    kube.create_namespaced_pod(namespace, backend("web-a", node_name, image))
+    ip = pod_ip(kube, namespace, "web-a")
+    wait_for(lambda: slice_endpoints(api_client, namespace) == {ip: True}, timeout=60, what="backend ready")
+    answer = wait_for(
+        lambda: (lambda got: got if got and got[0] == 200 else None)(health_check(address, port)),
+        timeout=30,
+        what="200 once the node has a ready endpoint",
+    )
+    assert answer[1]["localEndpoints"] == 1, answer
