@@ -239,7 +239,9 @@ def main() -> int:
         "advance (no parsing, no lookup), driven by the same client with the same schedule; `dns_` is "
         "`pykubelet dns` answering from its watched zone. Paced phase: query i sent at i / rate, latency "
         f"by id, {args.seconds} s; closed loop: {args.window} queries outstanding for {args.seconds} s. "
-        "Loopback, 2 cores shared by the server and the client.\n"
+        "Questions cycle over 200 of the Services' names, so after the first round they are answered from "
+        "the resolver's memo of replies for the current zone (cleared on every zone rebuild). "
+        "Loopback, 2 cores shared by the server and the client (and whatever else runs).\n"
     )
     svg = bar_svg(
         f"A-query p99 latency at {args.rate:g} q/s",
