@@ -12,7 +12,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dnslib import AAAA, CNAME, PTR, QTYPE, RCODE, RR, SOA, SRV, A, DNSHeader, DNSLabel, DNSRecord
 from dnslib.dns import DNSError
@@ -53,12 +53,32 @@ def _error(data: bytes, rcode: int) -> bytes | None:
     return DNSRecord(DNSHeader(id=qid, qr=1, ra=1, rcode=rcode)).pack()
 
 
+MEMO_SIZE = 10_000
+
+
 @dataclass
 class Resolver:
     zone: Callable[[], Zone]
     upstreams: list[str]
+    # Replies to in-zone questions for the current zone, by the query's bytes after its id: an answer is
+    # a pure function of those and the zone, so a repeated question skips parsing and packing. Cleared
+    # whenever the zone is rebuilt (and when full).
+    _memo: dict[tuple[bytes, bool], bytes] = field(default_factory=dict, init=False, repr=False)
+    _memo_zone: Zone | None = field(default=None, init=False, repr=False)
 
     async def handle(self, data: bytes, tcp: bool = False) -> bytes | None:
+        zone = self.zone()
+        if zone is not self._memo_zone or len(self._memo) >= MEMO_SIZE:
+            self._memo.clear()
+            self._memo_zone = zone
+        key = (bytes(data[2:]), tcp)
+        hit = self._memo.get(key)
+        if hit is not None and len(data) >= 12:
+            return bytes(data[:2]) + hit
+        reply = await self._handle(data, zone, tcp)
+        return reply
+
+    async def _handle(self, data: bytes, zone: Zone, tcp: bool) -> bytes | None:
         try:
             query = DNSRecord.parse(data)
         except (DNSError, struct.error, ValueError, IndexError, UnicodeDecodeError):
@@ -73,9 +93,10 @@ class Resolver:
         if len(question.qname) > 253:  # longer than a name may be: it cannot even be echoed back
             return _error(data, RCODE.FORMERR)
         name = str(question.qname)
-        zone = self.zone()
         if zone.in_zone(name):
-            return self._answer(query, zone, name, QTYPE.get(question.qtype, str(question.qtype)), tcp)
+            reply = self._answer(query, zone, name, QTYPE.get(question.qtype, str(question.qtype)), tcp)
+            self._memo[(bytes(data[2:]), tcp)] = reply[2:]
+            return reply
         return await self._forward(query, data)
 
     def _reply(self, query: DNSRecord, rcode: int) -> bytes:

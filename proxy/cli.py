@@ -29,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--masquerade-all", action="store_true", help="masquerade all traffic to ClusterIPs")
     parser.add_argument(
+        "--nodeport-addresses",
+        default="",
+        help="comma-separated CIDRs (or 'primary') whose local addresses accept NodePorts (default: primary)",
+    )
+    parser.add_argument(
+        "--bind-address", default="0.0.0.0", help="the node's IP (default: the Node object's InternalIP)"
+    )
+    parser.add_argument(
         "--healthz-bind-address", default="0.0.0.0:10256", help="host:port of /healthz ('' : none)"
     )
     parser.add_argument(
@@ -41,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Not kube-proxy's: tests run the proxy on a table or in a network namespace of their own.
     parser.add_argument("--nft-table", default="kube-proxy", help=argparse.SUPPRESS)
     parser.add_argument("--netns", default="", help=argparse.SUPPRESS)
+    # kube-proxy 1.32 learns the service ranges from ServiceCIDR objects, which this API server does not
+    # serve; the rig passes its range here so unallocated ClusterIPs are dropped as upstream drops them.
+    parser.add_argument("--service-cidrs", default="", help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -49,6 +60,13 @@ async def _main(args: argparse.Namespace) -> int:
     from kubeclient.config import load_kubeconfig
     from proxy.conntrack import Conntrack
     from proxy.nft import Nft
+    from proxy.nodeaddrs import (
+        NodePortAddressError,
+        local_ipv4,
+        node_ips,
+        nodeport_ips,
+        parse_nodeport_addresses,
+    )
     from proxy.proxier import Proxier, ProxyConfig
     from proxy.server import healthz_app, metrics_app, serve
 
@@ -57,12 +75,23 @@ async def _main(args: argparse.Namespace) -> int:
         removed = await nft.delete_table()
         log.info("cleanup table=%s removed=%s", args.nft_table, removed)
         return 0
+    try:
+        nodeport_spec = parse_nodeport_addresses(args.nodeport_addresses)
+    except NodePortAddressError as err:
+        log.error("%s", err)
+        return 2
     node = (args.hostname_override or socket.gethostname().split(".")[0]).lower()
     client = KubeClient(load_kubeconfig(args.kubeconfig), component="kube-proxy")
+    ips = await node_ips(client, node, args.bind_address)
+    nodeports = nodeport_ips(nodeport_spec, ips, await local_ipv4(args.netns))
     config = ProxyConfig(
         node_name=node,
         cluster_cidr=args.cluster_cidr,
         masquerade_all=args.masquerade_all,
+        nodeport_ips=nodeports,
+        node_ips=ips,
+        service_cidrs=tuple(c.strip() for c in args.service_cidrs.split(",") if c.strip()),
+        health_check_ips=nodeports,
         sync_period=parse_duration(args.sync_period),
         min_sync_period=parse_duration(args.min_sync_period),
         nft=nft,
@@ -82,7 +111,14 @@ async def _main(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("starting node=%s table=%s cluster_cidr=%s", node, args.nft_table, args.cluster_cidr or "-")
+    log.info(
+        "starting node=%s table=%s cluster_cidr=%s node_ips=%s nodeport_ips=%s",
+        node,
+        args.nft_table,
+        args.cluster_cidr or "-",
+        ",".join(ips) or "-",
+        "all" if nodeports is None else ",".join(nodeports) or "none",
+    )
     try:
         await proxier.run(stop)
     finally:

@@ -19,6 +19,7 @@ log = logging.getLogger("proxy")
 Obj = dict[str, Any]
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
+SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 DEFAULT_AFFINITY_TIMEOUT = 10800
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 
@@ -50,6 +51,8 @@ class ServicePort:
     affinity_timeout: int | None  # seconds with sessionAffinity ClientIP, else None
     internal_local: bool
     external_local: bool
+    source_ranges: tuple[str, ...] = ()  # loadBalancerSourceRanges (or the legacy annotation)
+    health_check_node_port: int = 0
 
     @property
     def protocol(self) -> str:
@@ -89,6 +92,25 @@ def _ipv4(value: Any) -> str | None:
         return None
 
 
+def source_ranges(service: Obj) -> tuple[str, ...]:
+    """spec.loadBalancerSourceRanges, else the `service.beta.kubernetes.io/load-balancer-source-ranges`
+    annotation (comma-separated), as upstream reads them; IPv4 CIDRs only, others skipped."""
+    ranges = (service.get("spec") or {}).get("loadBalancerSourceRanges") or []
+    if not ranges:
+        annotations = (service.get("metadata") or {}).get("annotations") or {}
+        annotation = annotations.get(SOURCE_RANGES_ANNOTATION, "")
+        ranges = [r for r in annotation.split(",") if r.strip()]
+    out = []
+    for cidr in ranges:
+        try:
+            net = ipaddress.ip_network(str(cidr).strip(), strict=False)
+        except ValueError:
+            continue
+        if net.version == 4:
+            out.append(str(net))
+    return tuple(out)
+
+
 def service_ports(service: Obj) -> list[ServicePort]:
     """The proxied ports of one Service (none for ExternalName, headless or foreign-proxy Services)."""
     meta = service.get("metadata") or {}
@@ -105,8 +127,11 @@ def service_ports(service: Obj) -> list[ServicePort]:
         config = (spec.get("sessionAffinityConfig") or {}).get("clientIP") or {}
         affinity = int(config.get("timeoutSeconds") or DEFAULT_AFFINITY_TIMEOUT)
     ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-    lb_ips = tuple(ip for ip in (_ipv4(i.get("ip")) for i in ingress) if ip)
+    # ipMode Proxy: the load balancer rewrites the destination itself, so no rule for its IP (upstream).
+    lb_ips = tuple(ip for ip in (_ipv4(i.get("ip")) for i in ingress if i.get("ipMode") != "Proxy") if ip)
     external_ips = tuple(ip for ip in (_ipv4(i) for i in spec.get("externalIPs") or []) if ip)
+    ranges = source_ranges(service) if spec.get("type") == "LoadBalancer" else ()
+    health_port = spec.get("healthCheckNodePort") if spec.get("externalTrafficPolicy") == "Local" else 0
     out = []
     for port in spec.get("ports") or []:
         protocol = port.get("protocol") or "TCP"
@@ -125,6 +150,8 @@ def service_ports(service: Obj) -> list[ServicePort]:
                 affinity_timeout=affinity,
                 internal_local=spec.get("internalTrafficPolicy") == "Local",
                 external_local=spec.get("externalTrafficPolicy") == "Local",
+                source_ranges=ranges,
+                health_check_node_port=health_port if isinstance(health_port, int) else 0,
             )
         )
     return out

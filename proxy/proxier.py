@@ -3,7 +3,7 @@ on Services and EndpointSlices; every change queues a sync; syncs run at most `b
 `min_sync_period` and at least every `sync_period`. A sync builds the whole wanted ruleset from the
 caches (rules.py) and writes it in one `nft -f` transaction: a full one at start, after a failure and
 every `full_sync_period`, otherwise only the difference from the last ruleset written. After a sync
-that took, stale UDP conntrack entries are flushed. Stopping leaves the rules in place (so a restart
+that took, stale UDP conntrack entries are flushed and the health check node ports follow. Stopping leaves the rules in place (so a restart
 drops no connection); `cleanup` removes the table."""
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kubeclient.client import KubeClient
 from kubeclient.informer import Informer, key_of
 from proxy.conntrack import Conntrack
+from proxy.healthcheck import ServiceHealthServers, local_ready_counts, wanted_ports
 from proxy.metrics import ProxyMetrics
 from proxy.model import Endpoint, ServicePort, ServicePortName, categorize, service_ports, slice_endpoints
 from proxy.nft import Nft, NftError
@@ -36,6 +38,10 @@ class ProxyConfig:
     min_sync_period: float = 1.0
     full_sync_period: float = 3600.0
     burst_syncs: int = 2
+    nodeport_ips: tuple[str, ...] | None = None  # None: NodePorts on every local address
+    node_ips: tuple[str, ...] = ()
+    service_cidrs: tuple[str, ...] = ()
+    health_check_ips: tuple[str, ...] | None = None  # where health check node ports listen; None: all
     nft: Nft = field(default_factory=Nft)
     conntrack: Conntrack = field(default_factory=Conntrack)
 
@@ -62,6 +68,20 @@ class Health:
         return self.queued_since is None or now - self.queued_since <= self.timeout
 
 
+TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
+
+
+def trigger_time(slice_: Obj) -> float | None:
+    """A slice's last-change-trigger-time annotation as a timestamp; None without a valid one."""
+    value = ((slice_.get("metadata") or {}).get("annotations") or {}).get(TRIGGER_TIME)
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 class Proxier:
     def __init__(self, client: KubeClient, config: ProxyConfig, metrics: ProxyMetrics | None = None) -> None:
         self.client = client
@@ -69,7 +89,15 @@ class Proxier:
         self.metrics = metrics or ProxyMetrics()
         self.health = Health(timeout=2 * config.sync_period)
         self.writer = Writer(config.nft.table, config.nft.family)
-        self.settings = NodeSettings(config.node_name, config.cluster_cidr, config.masquerade_all)
+        self.health_servers = ServiceHealthServers(config.health_check_ips, self.health.healthy)
+        self.settings = NodeSettings(
+            config.node_name,
+            config.cluster_cidr,
+            config.masquerade_all,
+            nodeport_ips=config.nodeport_ips,
+            node_ips=config.node_ips,
+            service_cidrs=config.service_cidrs,
+        )
         self.services = Informer(client, "/api/v1/services")
         self.slices = Informer(client, "/apis/discovery.k8s.io/v1/endpointslices")
         self.services.add_handler(
@@ -80,7 +108,7 @@ class Proxier:
         self.slices.add_handler(
             on_add=self._slice_changed,
             on_update=lambda o, n: self._slice_changed(n, o),
-            on_delete=self._slice_changed,
+            on_delete=lambda o: self._slice_changed(o, deleted=True),
         )
         self.last: Ruleset | None = None
         self.need_full = True
@@ -89,6 +117,7 @@ class Proxier:
         self.failures = 0
         self._wake = asyncio.Event()
         self._pending_since: float | None = None
+        self._trigger_times: list[float] = []  # the slices' last-change-trigger-times not yet synced
         self._parsed: dict[str, tuple[str, dict[ServicePortName, list[Endpoint]]]] = {}
         self._udp_endpoints: dict[ServicePortName, tuple[ServicePort, frozenset[str]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -112,13 +141,16 @@ class Proxier:
         self.metrics.service_changes_pending.inc()
         self._queue()
 
-    def _slice_changed(self, new: Obj, old: Obj | None = None) -> None:
+    def _slice_changed(self, new: Obj, old: Obj | None = None, deleted: bool = False) -> None:
         if old is not None and (old.get("metadata") or {}).get("resourceVersion") == (
             new.get("metadata") or {}
         ).get("resourceVersion"):
             return
         self.metrics.endpoint_changes.inc()
         self.metrics.endpoint_changes_pending.inc()
+        when = None if deleted else trigger_time(new)
+        if when is not None and (old is None or trigger_time(old) != when):
+            self._trigger_times.append(when)
         self._queue()
 
     # --- the model from the caches -------------------------------------------------------------------
@@ -154,6 +186,7 @@ class Proxier:
         started = time.monotonic()
         pending_since = self._pending_since
         self._pending_since = None
+        triggers, self._trigger_times = self._trigger_times, []
         self.metrics.endpoint_changes_pending.set(0)
         self.metrics.service_changes_pending.set(0)
         wanted, ports, endpoints = self.wanted()
@@ -176,6 +209,7 @@ class Proxier:
             self.metrics.sync_failures.inc()
             if self._pending_since is None:
                 self._pending_since = pending_since
+            self._trigger_times = triggers + self._trigger_times
             log.error("nftables sync failed full=%s error=%s", full, err)
             return False
         self.syncs += 1
@@ -187,8 +221,10 @@ class Proxier:
         self.metrics.sync_duration.observe(elapsed)
         (self.metrics.full_sync_duration if full else self.metrics.partial_sync_duration).observe(elapsed)
         self.metrics.last_sync.set(time.time())
-        if pending_since is not None:
-            self.metrics.network_programming.observe(time.time() - pending_since)
+        # From the change that caused it (the EndpointSlice controller's trigger time), as upstream.
+        done = time.time()
+        for when in triggers:
+            self.metrics.network_programming.observe(max(0.0, done - when))
         self._count_no_local(ports, endpoints)
         self.health.updated()
         log.info(
@@ -199,6 +235,9 @@ class Proxier:
             elapsed,
         )
         await self._flush_udp(ports, endpoints)
+        await self.health_servers.sync(
+            wanted_ports(ports), local_ready_counts(ports, endpoints, self.config.node_name)
+        )
         return True
 
     def _count_no_local(
@@ -260,6 +299,7 @@ class Proxier:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.health_servers.close()
 
     async def _loop(self, stop: asyncio.Event) -> None:
         recent: list[float] = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import ipaddress
 from dataclasses import dataclass
 
 from proxy.model import Endpoint, ServicePort, ServicePortName, categorize
@@ -33,6 +34,7 @@ NO_ENDPOINT_SERVICES, NO_ENDPOINT_NODEPORTS, CLUSTER_IPS = (
     "no-endpoint-nodeports",
     "cluster-ips",
 )
+FIREWALL_CHECK, FIREWALL_IPS, NODEPORT_IPS = "firewall-check", "firewall-ips", "nodeport-ips"
 # name -> hook line (priorities: dstnat -100, srcnat 100; the filter chains see pre-DNAT addresses)
 BASE_CHAINS = {
     "filter-prerouting": "type filter hook prerouting priority -110",
@@ -45,9 +47,10 @@ BASE_CHAINS = {
     "nat-postrouting": "type nat hook postrouting priority 100",
 }
 JUMPS = {
+    "filter-prerouting": (f"ct state new jump {FIREWALL_CHECK}",),
     "filter-input": (f"ct state new jump {ENDPOINTS_CHECK}",),
     "filter-forward": (f"ct state new jump {ENDPOINTS_CHECK}", f"ct state new jump {CLUSTER_IPS_CHECK}"),
-    "filter-output": (f"ct state new jump {ENDPOINTS_CHECK}",),
+    "filter-output": (f"ct state new jump {ENDPOINTS_CHECK}", f"ct state new jump {FIREWALL_CHECK}"),
     "filter-output-post-dnat": (f"ct state new jump {CLUSTER_IPS_CHECK}",),
     "nat-prerouting": (f"jump {SERVICES}",),
     "nat-output": (f"jump {SERVICES}",),
@@ -61,6 +64,17 @@ class NodeSettings:
     node_name: str
     cluster_cidr: str = ""  # pod traffic is "local" (upstream's detect-local-mode ClusterCIDR); "" = unknown
     masquerade_all: bool = False
+    # The addresses NodePorts answer on (--nodeport-addresses resolved); None: every local address.
+    nodeport_ips: tuple[str, ...] | None = None
+    node_ips: tuple[str, ...] = ()  # this node's addresses (a source range holding one admits the node)
+    service_cidrs: tuple[str, ...] = ()  # unallocated ClusterIPs in these ranges are dropped
+
+    @property
+    def nodeport_match(self) -> str:
+        """What selects a node port's destination: any local address, or the nodeport-ips set."""
+        if self.nodeport_ips is None:
+            return f"fib daddr type local {NO_LOCALHOST}"
+        return f"ip daddr @{NODEPORT_IPS}"
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -80,11 +94,12 @@ class ChainNames:
     cluster: str
     local: str
     external: str
+    firewall: str
 
     @classmethod
     def of(cls, name: ServicePortName) -> ChainNames:
         base = hash_and_truncate(name.chain_base)
-        return cls(f"service-{base}", f"local-{base}", f"external-{base}")
+        return cls(f"service-{base}", f"local-{base}", f"external-{base}", f"firewall-{base}")
 
 
 def _fixed_chains(rs: Ruleset, settings: NodeSettings) -> None:
@@ -109,22 +124,26 @@ def _fixed_chains(rs: Ruleset, settings: NodeSettings) -> None:
             ENDPOINTS_CHECK,
             (
                 f"ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}",
-                f"fib daddr type local {NO_LOCALHOST} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}",
+                f"{settings.nodeport_match} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}",
             ),
         )
     )
-    rs.add_chain(
-        Chain(
-            CLUSTER_IPS_CHECK,
-            (f'ip daddr @{CLUSTER_IPS} reject comment "Reject traffic to invalid ports of ClusterIPs"',),
+    cluster_ips_check = [
+        f'ip daddr @{CLUSTER_IPS} reject comment "Reject traffic to invalid ports of ClusterIPs"'
+    ]
+    if settings.service_cidrs:
+        cidrs = ", ".join(settings.service_cidrs)
+        cluster_ips_check.append(
+            f'ip daddr {{ {cidrs} }} drop comment "Drop traffic to unallocated ClusterIPs"'
         )
-    )
+    rs.add_chain(Chain(CLUSTER_IPS_CHECK, tuple(cluster_ips_check)))
+    rs.add_chain(Chain(FIREWALL_CHECK, (f"ip daddr . meta l4proto . th dport vmap @{FIREWALL_IPS}",)))
     rs.add_chain(
         Chain(
             SERVICES,
             (
                 f"ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}",
-                f"fib daddr type local {NO_LOCALHOST} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}",
+                f"{settings.nodeport_match} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}",
             ),
         )
     )
@@ -138,6 +157,7 @@ class _Builder:
         self.nodeports: list[tuple[str, str]] = []
         self.no_endpoint_services: list[tuple[str, str]] = []
         self.no_endpoint_nodeports: list[tuple[str, str]] = []
+        self.firewall_ips: list[tuple[str, str]] = []
         self.cluster_ips: set[str] = set()
 
     def if_local(self) -> str:
@@ -170,6 +190,8 @@ class _Builder:
                 self.service_ips.append((ext_key, f"goto {names.external}"))
             if not has_external:
                 self.no_endpoint_services.append((ext_key, external_verdict))
+        if svc.load_balancer_ips and svc.source_ranges:
+            self._firewall(svc, names.firewall)
         if svc.node_port:
             np_key = f"{proto} . {svc.node_port}"
             if cat.has_any:
@@ -196,6 +218,18 @@ class _Builder:
             self._service_chain(svc, names.local, cat.local, prefix)
         for ep in cat.reachable:
             self._endpoint_chain(svc, ep)
+
+    def _firewall(self, svc: ServicePort, chain: str) -> None:
+        """loadBalancerSourceRanges: new connections to the LB IPs from elsewhere are dropped (before
+        DNAT, in filter-prerouting/output). A range holding this node admits the LB IPs as sources
+        too: traffic from the node to a local VIP arrives from the VIP itself."""
+        sources = list(svc.source_ranges)
+        ranges = [ipaddress.ip_network(r) for r in svc.source_ranges]
+        if any(ipaddress.ip_address(ip) in net for ip in self.settings.node_ips for net in ranges):
+            sources += list(svc.load_balancer_ips)
+        self.rs.add_chain(Chain(chain, (f"ip saddr != {{ {', '.join(sources)} }} drop",)))
+        for ip in svc.load_balancer_ips:
+            self.firewall_ips.append((f"{ip} . {svc.protocol} . {svc.port}", f"goto {chain}"))
 
     def _external(
         self, svc: ServicePort, names: ChainNames, policy_chain: str, has_external: bool, cluster_chain: str
@@ -265,6 +299,12 @@ class _Builder:
                 self.no_endpoint_nodeports,
                 "vmap to drop or reject packets to service nodeports with no endpoints",
             ),
+            (
+                FIREWALL_IPS,
+                addr,
+                self.firewall_ips,
+                "destinations that are subject to LoadBalancerSourceRanges",
+            ),
         ):
             self.rs.add_set(
                 NftSet(name, type_, is_map=True, comment=comment, elements=tuple(sorted(elements)))
@@ -277,6 +317,15 @@ class _Builder:
                 elements=tuple((ip, None) for ip in sorted(self.cluster_ips)),
             )
         )
+        if self.settings.nodeport_ips is not None:
+            self.rs.add_set(
+                NftSet(
+                    NODEPORT_IPS,
+                    "ipv4_addr",
+                    comment="IPs that accept NodePort traffic",
+                    elements=tuple((ip, None) for ip in sorted(set(self.settings.nodeport_ips))),
+                )
+            )
 
 
 def build(

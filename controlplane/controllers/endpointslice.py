@@ -30,6 +30,7 @@ from controlplane.controllers.endpointslice_reconcile import (
     Plan,
     reconcile,
 )
+from controlplane.controllers.triggertime import TriggerTimeTracker, annotate
 from kubeclient.errors import ApiError
 from kubeclient.informer import by_namespace, meta, split_key
 
@@ -106,6 +107,7 @@ class EndpointSliceController(Controller):
         self.nodes = ctx.informers.get("/api/v1/nodes")
         self.slices = ctx.informers.get(SLICES, indexers={"service": by_service})
         self.tracker = SliceTracker()
+        self.trigger_times = TriggerTimeTracker()
         self.services.add_handler(**self.handlers())
         self.pods.add_handler(
             on_add=self._pod_changed, on_update=self._pod_updated, on_delete=self._pod_changed
@@ -166,6 +168,7 @@ class EndpointSliceController(Controller):
         service = self.services.get(key)
         if service is None:
             self.tracker.forget(key)
+            self.trigger_times.forget(key)
             return  # its slices go with it (ownerReferences: the garbage collector)
         info = ServiceInfo.of(service)
         if info.external_name or info.selector is None:
@@ -182,7 +185,10 @@ class EndpointSliceController(Controller):
             return
         namespace, _ = split_key(key)
         pods = selected_pods(info, self.pods.by_index("namespace", namespace))
+        trigger = self.trigger_times.compute(key, service, pods)
         plan = reconcile(info, pods, existing, self._zone_of, self.max_per_slice)
+        plan.create = [annotate(s, trigger) for s in plan.create]
+        plan.update = [annotate(s, trigger) for s in plan.update]
         if not plan.empty:
             await self._apply(key, plan)
         if plan.skipped:

@@ -28,6 +28,7 @@ from controlplane.controllers.replicaset import ReplicaSetController, Replicatio
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
 from controlplane.controllers.statefulset import StatefulSetController
+from controlplane.controllers.servicelb import ServiceLBController
 from controlplane.controllers.tainteviction import TaintEvictionController
 from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 from controlplane.controllers.volume import (
@@ -68,6 +69,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         PVProtectionController,
         LocalPathProvisioner,
         HorizontalPodAutoscalerController,
+        ServiceLBController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

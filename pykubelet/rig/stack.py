@@ -364,6 +364,9 @@ class Stack:
             f"127.0.0.1:{self.proxy_healthz_port}",
             "--metrics-bind-address",
             "",
+            # the API server's service range (it serves no ServiceCIDR objects for the proxy to read)
+            "--service-cidrs",
+            "10.96.0.0/16",
         ]
 
     def start_proxy(self, timeout: float = 60.0) -> Daemon:

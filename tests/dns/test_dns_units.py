@@ -123,3 +123,22 @@ def test_garbage_huge_and_odd_queries_get_proper_rcodes() -> None:
 
 def test_outside_names_without_upstream_are_servfail() -> None:
     assert ask("example.org").header.rcode == RCODE.SERVFAIL
+
+
+def test_a_repeated_question_gets_the_same_answer_with_its_own_id_until_the_zone_changes() -> None:
+    zones = {"now": build(SERVICES, SLICES)}
+    resolver = Resolver(lambda: zones["now"], [])
+
+    def query(qid: int) -> DNSRecord:
+        packet = DNSRecord.question("web.shop.svc.cluster.local")
+        packet.header.id = qid
+        reply = asyncio.run(resolver.handle(packet.pack()))
+        assert reply is not None
+        return DNSRecord.parse(reply)
+
+    first, second = query(101), query(202)
+    assert (first.header.id, second.header.id) == (101, 202)
+    assert answers(first) == answers(second) == [("web.shop.svc.cluster.local.", "A", "10.96.3.4", 30)]
+    moved = [{**SERVICES[0], "spec": {**SERVICES[0]["spec"], "clusterIP": "10.96.3.9", "clusterIPs": ["10.96.3.9"]}}, *SERVICES[1:]]
+    zones["now"] = build(moved, SLICES)
+    assert answers(query(303)) == [("web.shop.svc.cluster.local.", "A", "10.96.3.9", 30)]

@@ -46,6 +46,58 @@ while True:
 """
 
 
+ECHO_SERVER = """
+import socketserver, sys
+class H(socketserver.StreamRequestHandler):
+    def handle(self):
+        for line in self.rfile:
+            self.wfile.write(line)
+            self.wfile.flush()
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer.daemon_threads = True
+host, port = sys.argv[1].rsplit(":", 1)
+with socketserver.ThreadingTCPServer((host, int(port)), H) as s:
+    s.serve_forever()
+"""
+
+# One TCP connection held open: each stdin line is sent, and its echo (or the failure) printed.
+LONG_CLIENT = """
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+conn = socket.create_connection((host, int(port)), timeout=5)
+reader = conn.makefile("r")
+print("connected", conn.getsockname()[1], flush=True)
+for line in sys.stdin:
+    try:
+        conn.sendall(line.encode())
+        print("echo", reader.readline().strip() or "<closed>", flush=True)
+    except OSError as err:
+        print("failed", type(err).__name__, flush=True)
+"""
+
+
+@dataclass
+class LongConnection:
+    """A connection from the client namespace that stays open across whatever the test does."""
+
+    proc: subprocess.Popen[str]
+
+    def say(self, text: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @dataclass
 class NetLab:
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
@@ -111,6 +163,40 @@ class NetLab:
         raise AssertionError(
             f"server on {address} did not start: {proc.stderr.read() if proc.poll() is not None else ''}"
         )
+
+    def serve_echo(self, address: str) -> None:
+        """A TCP line-echo server in the backend namespace (threads: many connections at once)."""
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.backend, sys.executable, "-c", ECHO_SERVER, address],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.servers.append(proc)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            conn = self.connect(address, ns=self.backend)
+            if conn is not None:
+                conn.close()
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"echo server on {address} did not start")
+
+    def connect(self, address: str, ns: str | None = None) -> LongConnection | None:
+        """A long-lived connection from `ns` (the client's by default); None when it cannot connect."""
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns or self.client, sys.executable, "-c", LONG_CLIENT, address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        if not first.startswith("connected"):
+            proc.wait(5)
+            return None
+        return LongConnection(proc)
 
     def serve_udp(self, address: str, reply: str) -> None:
         """A UDP server in the backend namespace answering every datagram with `reply`."""

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -56,6 +57,7 @@ FIXED_CHAINS = {
     "service-endpoints-check",
     "cluster-ips-check",
     "services",
+    "firewall-check",
 }
 
 
@@ -240,6 +242,7 @@ async def test_the_table_is_exactly_what_the_services_need(proxier, lab, v1, dis
             "service-nodeports": {},
             "no-endpoint-services": {f"{idle.spec.cluster_ip} . udp . 53": "goto reject-chain"},
             "no-endpoint-nodeports": {f"udp . {node_port}": "goto reject-chain"},
+            "firewall-ips": {},
             "cluster-ips": {
                 ip: None for ip in (web.spec.cluster_ip, idle.spec.cluster_ip, kubernetes.spec.cluster_ip)
             },
@@ -418,3 +421,155 @@ async def test_the_command_serves_health_and_metrics_and_cleanup_removes_the_tab
     )
     assert done.returncode == 0, done.stderr
     assert await table(lab) is None
+
+
+def proxy_command(kubeconfig: Path, lab: NetLab, health: int) -> subprocess.Popen[str]:
+    """`pykubelet proxy` as its own process in the lab's client namespace, as the rig runs it."""
+    argv = [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "proxy",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--hostname-override",
+        "n1",
+        "--cluster-cidr",
+        "10.250.0.0/24",
+        "--netns",
+        lab.client,
+        "--min-sync-period",
+        "100ms",
+        "--healthz-bind-address",
+        f"127.0.0.1:{health}",
+        "--metrics-bind-address",
+        "",
+    ]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+
+
+def _stop(proc: subprocess.Popen[str]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+    return proc.returncode
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return resp.status == 200 and not json.loads(resp.read())["lastUpdated"].startswith("1970")
+    except OSError:
+        return False
+
+
+async def test_a_restarted_proxy_keeps_established_connections_and_drops_stale_rules(
+    proxy_kubeconfig, lab, v1, discovery, namespace
+):
+    await asyncio.to_thread(lab.serve_echo, f"{BACKEND_IP}:8080")
+    echo = service(v1, namespace, "echo")
+    service(v1, namespace, "gone")
+    endpoint_slice(discovery, namespace, "echo", [BACKEND_IP])
+    endpoint_slice(discovery, namespace, "gone", [BACKEND_IP])
+    gone_chain = ChainNames.of(ServicePortName(namespace, "gone", "http", "TCP")).cluster
+    health = free_port()
+    proc = proxy_command(proxy_kubeconfig, lab, health)
+    conn = None
+    try:
+        address = f"{echo.spec.cluster_ip}:80"
+        conn = await until(
+            lambda: asyncio.to_thread(lab.connect, address), what="a connection via the ClusterIP"
+        )
+        assert await asyncio.to_thread(conn.say, "before") == "echo before"
+        assert await _has(Nft(TABLE, netns=lab.client), gone_chain)
+
+        assert _stop(proc) == 0
+        # While the proxy is down its rules stay and the connection still works; a Service deleted
+        # meanwhile must not survive the restart.
+        assert await asyncio.to_thread(conn.say, "down") == "echo down"
+        v1.delete_namespaced_service("gone", namespace)
+        discovery.delete_namespaced_endpoint_slice("gone-abc", namespace)
+        proc = proxy_command(proxy_kubeconfig, lab, health)
+        await until(lambda: asyncio.to_thread(_healthy, health), what="the restarted proxy's first sync")
+        listing = await Nft(TABLE, netns=lab.client).listing()
+        assert gone_chain not in listing, "the deleted Service's chain survived the restart"
+        assert ChainNames.of(ServicePortName(namespace, "echo", "http", "TCP")).cluster in listing
+        assert await asyncio.to_thread(conn.say, "after") == "echo after"
+        fresh = await asyncio.to_thread(lab.connect, address)
+        assert fresh is not None, "no new connection after the restart"
+        assert await asyncio.to_thread(fresh.say, "new") == "echo new"
+        fresh.close()
+    finally:
+        if conn is not None:
+            conn.close()
+        _stop(proc)
+        await Nft(TABLE, netns=lab.client).delete_table()
+
+
+async def test_source_ranges_admit_only_listed_clients_to_a_load_balancer_ip(
+    proxier, lab, v1, discovery, namespace
+):
+    await asyncio.to_thread(lab.serve, f"{BACKEND_IP}:8080", "from-backend")
+    subprocess.run(
+        ["ip", "-n", lab.client, "route", "add", "192.0.2.0/24", "via", BACKEND_IP], check=True, timeout=10
+    )
+    service(v1, namespace, "web", type="LoadBalancer", loadBalancerSourceRanges=["10.250.0.1/32"])
+    v1.patch_namespaced_service_status(
+        "web", namespace, {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}}
+    )
+    endpoint_slice(discovery, namespace, "web", [BACKEND_IP])
+
+    async def reached() -> tuple | None:
+        answer = await asyncio.to_thread(lab.get, "http://192.0.2.10/", None, 1.0)
+        return answer if answer[:2] == ("ok", "from-backend") else None
+
+    await until(reached, what="the backend through the LB IP from inside the range")
+    v1.patch_namespaced_service("web", namespace, {"spec": {"loadBalancerSourceRanges": ["10.99.0.0/16"]}})
+    chain = ChainNames.of(ServicePortName(namespace, "web", "http", "TCP")).firewall
+    await until(lambda: _has(Nft(TABLE, netns=lab.client), "10.99.0.0/16"), what="the new range in the table")
+    assert await _has(Nft(TABLE, netns=lab.client), f"chain {chain}")
+    outcome, _, _ = await asyncio.to_thread(lab.get, "http://192.0.2.10/", None, 1.0)
+    assert outcome == "timeout"  # dropped, not refused: the firewall drops outside sources
+    # the ClusterIP is not subject to the ranges
+    web = v1.read_namespaced_service("web", namespace)
+    outcome, text, _ = await asyncio.to_thread(lab.get, f"http://{web.spec.cluster_ip}/")
+    assert (outcome, text) == ("ok", "from-backend")
+
+
+def _health(port: int) -> tuple[int, dict[str, Any], str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return resp.status, json.loads(resp.read()), resp.headers["X-Load-Balancing-Endpoint-Weight"]
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), err.headers["X-Load-Balancing-Endpoint-Weight"]
+    except OSError:
+        return 0, {}, ""
+
+
+async def test_health_check_node_port_of_a_local_load_balancer(proxier, lab, v1, discovery, namespace):
+    svc = service(v1, namespace, "web", type="LoadBalancer", externalTrafficPolicy="Local")
+    port = svc.spec.health_check_node_port
+    assert port
+    endpoint_slice(discovery, namespace, "web", [BACKEND_IP, EXTRA_BACKEND_IP])  # both on n1, this node
+    expected = {"service": {"namespace": namespace, "name": "web"}, "localEndpoints": 2, "serviceProxyHealthy": True}
+    got = await until(
+        lambda: asyncio.to_thread(lambda: (lambda r: r if r[0] == 200 else None)(_health(port))),
+        what="200 with two local endpoints",
+    )
+    assert got == (200, expected, "2")
+    discovery.patch_namespaced_endpoint_slice(
+        "web-abc",
+        namespace,
+        {"endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}, "nodeName": "n2"}]},
+    )
+    got = await until(
+        lambda: asyncio.to_thread(lambda: (lambda r: r if r[0] == 503 else None)(_health(port))),
+        what="503 once no endpoint is local",
+    )
+    assert got == (503, {**expected, "localEndpoints": 0}, "0")
+    v1.delete_namespaced_service("web", namespace)
+    await until(lambda: asyncio.to_thread(lambda: _health(port)[0] == 0), what="the port closed")

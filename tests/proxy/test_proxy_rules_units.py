@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.model import Endpoint, categorize, merge_endpoints, service_ports
+from proxy.nodeaddrs import NodePortAddressError, nodeport_ips, parse_nodeport_addresses
 from proxy.rules import REJECT, ChainNames, NodeSettings, build, endpoint_base, hash_and_truncate
 from proxy.ruleset import Writer
 
@@ -217,3 +218,76 @@ def test_partial_sync_touches_only_what_changed() -> None:
     removal = writer.partial(two, gone)
     assert "delete element ip kp service-ips { 10.96.0.20 . tcp . 80 }" in removal
     assert removal.index("delete element") < removal.index("delete chain")
+
+
+def _lb(**spec: Any) -> Obj:
+    body = svc(
+        type="LoadBalancer", ports=[{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}], **spec
+    )
+    body["status"] = {
+        "loadBalancer": {"ingress": [{"ip": "192.0.2.10", "ipMode": "VIP"}, {"ip": "192.0.2.99", "ipMode": "Proxy"}]}
+    }
+    return body
+
+
+def test_load_balancer_ips_get_rules_except_proxy_mode_ones() -> None:
+    rs, ports = ruleset([_lb()], [eps("web", ("10.244.0.5", True, True, False, "n1"))])
+    names = ChainNames.of(ports[0].name)
+    service_ips = dict(rs.sets["service-ips"].elements)
+    assert service_ips["192.0.2.10 . tcp . 80"] == f"goto {names.external}"
+    assert "192.0.2.99 . tcp . 80" not in service_ips  # ipMode Proxy: the balancer rewrites the address
+    assert not rs.sets["firewall-ips"].elements and names.firewall not in rs.chains
+
+
+def test_load_balancer_source_ranges_drop_other_sources_before_dnat() -> None:
+    ranges = ["10.0.0.0/8", "172.16.0.0/12"]
+    rs, ports = ruleset([_lb(loadBalancerSourceRanges=ranges)], [eps("web", ("10.244.0.5", True, True, False, "n1"))])
+    names = ChainNames.of(ports[0].name)
+    assert dict(rs.sets["firewall-ips"].elements) == {"192.0.2.10 . tcp . 80": f"goto {names.firewall}"}
+    assert rs.chains[names.firewall].rules == ("ip saddr != { 10.0.0.0/8, 172.16.0.0/12 } drop",)
+    assert "ct state new jump firewall-check" in rs.chains["filter-prerouting"].rules
+    assert "ct state new jump firewall-check" in rs.chains["filter-output"].rules
+    assert rs.chains["firewall-check"].rules == ("ip daddr . meta l4proto . th dport vmap @firewall-ips",)
+    # A range holding the node admits the LB IPs as sources (a node reaching its own VIP).
+    node = NodeSettings("n1", "10.244.0.0/16", node_ips=("10.1.2.3",))
+    rs, _ = ruleset([_lb(loadBalancerSourceRanges=ranges)], [eps("web", ("10.244.0.5", True, True, False, "n1"))], node)
+    assert rs.chains[names.firewall].rules == ("ip saddr != { 10.0.0.0/8, 172.16.0.0/12, 192.0.2.10 } drop",)
+    # The legacy annotation, when the field is empty; invalid entries skipped.
+    body = _lb()
+    body["metadata"]["annotations"] = {"service.beta.kubernetes.io/load-balancer-source-ranges": "1.2.3.0/24, x"}
+    rs, _ = ruleset([body], [eps("web", ("10.244.0.5", True, True, False, "n1"))])
+    assert rs.chains[names.firewall].rules == ("ip saddr != { 1.2.3.0/24 } drop",)
+
+
+def test_nodeport_addresses_and_unallocated_cluster_ips() -> None:
+    spec = {"type": "NodePort", "ports": [{"name": "http", "port": 80, "nodePort": 30080}]}
+    node = NodeSettings("n1", "10.244.0.0/16", nodeport_ips=("10.1.2.3",), service_cidrs=("10.96.0.0/16",))
+    rs, _ = ruleset([svc(**spec)], [eps("web", ("10.244.0.5", True, True, False, "n1"))], node)
+    assert dict(rs.sets["nodeport-ips"].elements) == {"10.1.2.3": None}
+    assert rs.chains["services"].rules[1] == "ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"
+    assert rs.chains["service-endpoints-check"].rules[1].startswith("ip daddr @nodeport-ips ")
+    assert rs.chains["cluster-ips-check"].rules == (
+        'ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
+        'ip daddr { 10.96.0.0/16 } drop comment "Drop traffic to unallocated ClusterIPs"',
+    )
+    rs, _ = ruleset([svc(**spec)], [])  # the default settings: every local address, no drop rule
+    assert "nodeport-ips" not in rs.sets
+    assert rs.chains["services"].rules[1].startswith("fib daddr type local ip daddr != 127.0.0.0/8 ")
+    assert len(rs.chains["cluster-ips-check"].rules) == 1
+
+
+def test_nodeport_addresses_resolve_as_kube_proxy_does() -> None:
+    local = ("10.1.2.3", "192.168.5.1", "172.17.0.1")
+    assert nodeport_ips(parse_nodeport_addresses(""), ("10.1.2.3",), local) == ("10.1.2.3",)
+    assert nodeport_ips(parse_nodeport_addresses("primary"), (), local) is None  # no node IP: all
+    assert nodeport_ips(parse_nodeport_addresses("192.168.0.0/16,172.16.0.0/12"), ("10.1.2.3",), local) == (
+        "172.17.0.1",
+        "192.168.5.1",
+    )
+    assert nodeport_ips(parse_nodeport_addresses("192.168.0.0/16,primary"), ("10.1.2.3",), local) == (
+        "10.1.2.3",
+        "192.168.5.1",
+    )
+    assert nodeport_ips(parse_nodeport_addresses("0.0.0.0/0"), ("10.1.2.3",), local) is None
+    with pytest.raises(NodePortAddressError, match='"nope" is not "primary" or a valid CIDR'):
+        parse_nodeport_addresses("10.0.0.0/8,nope")

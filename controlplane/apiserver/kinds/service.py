@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables
-from controlplane.apiserver.errors import FieldError, duplicate, invalid, not_supported, required
+from controlplane.apiserver.errors import FieldError, duplicate, forbidden, invalid, not_supported, required
 from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.protobuf import INT_OR_STRING, OBJECT_META
@@ -45,7 +46,11 @@ SERVICE_SPEC = {
 
 
 def _node_ports(spec: Obj) -> bool:
-    return spec.get("type") in ("NodePort", "LoadBalancer")
+    """Whether the server allocates node ports: NodePort, and LoadBalancer unless
+    allocateLoadBalancerNodePorts is false (then only the node ports a user sets are kept)."""
+    if spec.get("type") == "LoadBalancer":
+        return spec.get("allocateLoadBalancerNodePorts") is not False
+    return spec.get("type") == "NodePort"
 
 
 class Service(Kind):
@@ -88,6 +93,8 @@ class Service(Kind):
             spec.setdefault("ipFamilyPolicy", "SingleStack")
             spec.setdefault("ipFamilies", ["IPv4"])
             spec.setdefault("internalTrafficPolicy", "Cluster")
+        if spec["type"] == "LoadBalancer":
+            spec.setdefault("allocateLoadBalancerNodePorts", True)
         for port in spec.get("ports") or []:
             port.setdefault("protocol", "TCP")
             if "port" in port:
@@ -98,6 +105,7 @@ class Service(Kind):
 
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
         super().prepare_for_update(new, old)
+        _drop_type_dependent_fields(old, new)
         _keep_allocations(old, new)
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:
@@ -110,6 +118,27 @@ class Service(Kind):
         ports = spec.get("ports") or []
         if not ports and spec.get("type") != "ExternalName" and spec.get("clusterIP") != "None":
             errors.append(required("spec.ports"))
+        if "allocateLoadBalancerNodePorts" in spec and spec.get("type") != "LoadBalancer":
+            errors.append(
+                forbidden(
+                    "spec.allocateLoadBalancerNodePorts", "may only be used when `type` is 'LoadBalancer'"
+                )
+            )
+        if spec.get("loadBalancerSourceRanges") and spec.get("type") != "LoadBalancer":
+            errors.append(
+                forbidden("spec.loadBalancerSourceRanges", "may only be used when `type` is 'LoadBalancer'")
+            )
+        for i, cidr in enumerate(spec.get("loadBalancerSourceRanges") or []):
+            try:
+                ipaddress.ip_network(str(cidr).strip(), strict=False)
+            except ValueError:
+                errors.append(
+                    invalid(
+                        f"spec.loadBalancerSourceRanges[{i}]",
+                        cidr,
+                        "must be a list of IP ranges. For example, 10.240.0.0/24,10.250.0.0/24 ",
+                    )
+                )
         names: set[str] = set()
         for i, port in enumerate(ports):
             errors += port_number(f"spec.ports[{i}].port", port.get("port"))
@@ -137,13 +166,22 @@ class Service(Kind):
         """Allocate node ports and the cluster IP (upstream's service REST does it before storing)."""
         spec = obj.setdefault("spec", {})
         services = [c.obj.get("spec") or {} for c in registry.cache.list(self.bucket, self.prefix(""))]
-        if _node_ports(spec):
+        if spec.get("type") in ("NodePort", "LoadBalancer"):
             spec.setdefault("externalTrafficPolicy", "Cluster")
-            used_ports = {p.get("nodePort") for s in services for p in s.get("ports") or []}
-            free = (n for n in NODE_PORTS if n not in used_ports)
+        used_ports = {p.get("nodePort") for s in services for p in s.get("ports") or []}
+        used_ports |= {s.get("healthCheckNodePort") for s in services}
+        free = (n for n in NODE_PORTS if n not in used_ports)
+        if _node_ports(spec):
             for port in spec.get("ports") or []:
                 if not port.get("nodePort"):
                     port["nodePort"] = next(free, None)
+        if (
+            spec.get("type") == "LoadBalancer"
+            and spec.get("externalTrafficPolicy") == "Local"
+            and not spec.get("healthCheckNodePort")
+        ):
+            # upstream allocates the health check node port of a Local LoadBalancer from the same range
+            spec["healthCheckNodePort"] = next(free, None)
         if spec.get("type") == "ExternalName" or spec.get("clusterIP") == "None":
             if spec.get("clusterIP") == "None":
                 spec["clusterIPs"] = ["None"]
@@ -188,6 +226,27 @@ class Service(Kind):
         ]
 
 
+def _drop_type_dependent_fields(current: Obj, new: Obj) -> None:
+    """A type change drops the fields only the old type has, when the update left them as they were
+    (upstream's dropTypeDependentFields): node ports, the health check node port,
+    allocateLoadBalancerNodePorts, loadBalancerClass and externalTrafficPolicy."""
+    old_spec, spec = current.get("spec") or {}, new.get("spec")
+    if not isinstance(spec, dict) or spec.get("type") == old_spec.get("type"):
+        return
+    external = spec.get("type") in ("NodePort", "LoadBalancer") or bool(spec.get("externalIPs"))
+    if spec.get("type") not in ("NodePort", "LoadBalancer"):
+        old_ports = [p.get("nodePort") for p in old_spec.get("ports") or []]
+        if [p.get("nodePort") for p in spec.get("ports") or []] == old_ports:
+            for port in spec.get("ports") or []:
+                port.pop("nodePort", None)
+    if spec.get("type") != "LoadBalancer":
+        for field in ("healthCheckNodePort", "allocateLoadBalancerNodePorts", "loadBalancerClass"):
+            if field in spec and spec[field] == old_spec.get(field):
+                del spec[field]
+    if not external and spec.get("externalTrafficPolicy") == old_spec.get("externalTrafficPolicy"):
+        spec.pop("externalTrafficPolicy", None)
+
+
 def _keep_allocations(current: Obj, new: Obj) -> None:
     """An update that leaves out the allocated cluster IP or node ports keeps them (as upstream)."""
     old_spec, spec = current.get("spec") or {}, new.get("spec")
@@ -204,6 +263,13 @@ def _keep_allocations(current: Obj, new: Obj) -> None:
             node_port = old_ports.get((port.get("port"), port.get("protocol", "TCP")))
             if node_port:
                 port["nodePort"] = node_port
+    if (
+        old_spec.get("healthCheckNodePort")
+        and not spec.get("healthCheckNodePort")
+        and spec.get("type") == "LoadBalancer"
+        and spec.get("externalTrafficPolicy", old_spec.get("externalTrafficPolicy")) == "Local"
+    ):
+        spec["healthCheckNodePort"] = old_spec["healthCheckNodePort"]
 
 
 KIND = Service()
