@@ -27,8 +27,8 @@ from controlplane.controllers.podgc import PodGCController
 from controlplane.controllers.replicaset import ReplicaSetController, ReplicationControllerController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
-from controlplane.controllers.statefulset import StatefulSetController
 from controlplane.controllers.servicelb import ServiceLBController
+from controlplane.controllers.statefulset import StatefulSetController
 from controlplane.controllers.tainteviction import TaintEvictionController
 from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 from controlplane.controllers.volume import (
