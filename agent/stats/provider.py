@@ -80,6 +80,7 @@ class StatsProvider:
     _source: CriSource = field(init=False)
     _volumes: dict[str, _VolumeUsage] = field(init=False, default_factory=dict)
     _boot: float = field(init=False, default=0.0)
+    _devices: dict[str, str] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._source = CriSource(self.cri)
@@ -135,6 +136,7 @@ class StatsProvider:
         fs_cache: dict[str, FsStats | None],
     ) -> ContainerStats:
         cpu = mem = rootfs = logs = None
+        device = ""
         if stats.HasField("cpu") and stats.cpu.HasField("usage_core_nano_seconds"):
             usage = stats.cpu.usage_core_nano_seconds.value
             ts = stats.cpu.timestamp or int(now * 1e9)
@@ -155,11 +157,19 @@ class StatsProvider:
             )
         if not cpu_mem_only:
             rootfs = self._rootfs(stats, now, fs_cache)
+            device = self._device(stats.writable_layer.fs_id.mountpoint)
             logs = self._logs(os.path.join(logs_dir, c.metadata.name), now, fs_cache)
         return ContainerStats(
             name=c.metadata.name, id=c.id, start_time=_ns(c.created_at), cpu=cpu, memory=mem,
-            rootfs=rootfs, logs=logs, image=c.image.image,
+            rootfs=rootfs, logs=logs, image=c.image.image, rootfs_device=device,
         )
+
+    def _device(self, mountpoint: str) -> str:
+        if not mountpoint:
+            return ""
+        if mountpoint not in self._devices:
+            self._devices[mountpoint] = host.device_of(mountpoint, host.mounts())
+        return self._devices[mountpoint]
 
     def _shared_fs(self, path: str, now: float, fs_cache: dict[str, FsStats | None]) -> FsStats | None:
         if path not in fs_cache:
