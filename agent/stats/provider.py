@@ -81,15 +81,18 @@ class StatsProvider:
     _volumes: dict[str, _VolumeUsage] = field(init=False, default_factory=dict)
     _boot: float = field(init=False, default=0.0)
     _devices: dict[str, str] = field(init=False, default_factory=dict)
+    _lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         self._source = CriSource(self.cri)
 
     async def summary(self, only_cpu_and_memory: bool = False) -> Summary:
-        snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
-        summary = await asyncio.to_thread(self._build, snap, only_cpu_and_memory)
-        self.rates.sweep()
-        return summary
+        # One pass at a time: the CPU samples and volume figures it keeps are not shared across threads.
+        async with self._lock:
+            snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
+            summary = await asyncio.to_thread(self._build, snap, only_cpu_and_memory)
+            self.rates.sweep()
+            return summary
 
     # -- building (in a worker thread: file reads) ----------------------------------------------------
 

@@ -130,7 +130,8 @@ class _WithoutCreated(Collector):
     def collect(self) -> Iterator[Metric]:
         for metric in self.registry.collect():
             metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
-            yield metric
+            if metric.samples:  # as Prometheus' Go client, a family without samples is not written
+                yield metric
 
 
 class ApiServerMetrics:
