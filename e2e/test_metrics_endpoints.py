@@ -113,3 +113,23 @@ def test_summary_and_resource_metrics_through_the_node_proxy(kube, kubeconfig, n
     assert families["node_cpu_usage_seconds"].samples[0].value > 0
     assert families["node_memory_working_set_bytes"].samples[0].value > 0
     assert [s.value for s in families["resource_scrape_error"].samples] == [0]
+
+    kubelet = {f.name: f for f in text_string_to_metric_families(raw(kubeconfig, f"/api/v1/nodes/{node_name}/proxy/metrics"))}
+    assert [s.labels for s in kubelet["kubelet_node_name"].samples] == [{"node": node_name}]
+    assert kubelet["kubelet_running_pods"].samples[0].value >= 1
+    running = {s.labels["container_state"]: s.value for s in kubelet["kubelet_running_containers"].samples}
+    assert running["running"] >= 1
+    ops = {s.labels["operation_type"]: s.value for s in kubelet["kubelet_runtime_operations"].samples}
+    assert ops["list_podsandbox"] >= 1 and ops["list_containers"] >= 1
+    relists = [s for s in kubelet["kubelet_pleg_relist_duration_seconds"].samples if s.name.endswith("_count")]
+    assert relists[0].value >= 1
+    cadvisor = raw(kubeconfig, f"/api/v1/nodes/{node_name}/proxy/metrics/cadvisor")
+    series = [
+        s
+        for f in text_string_to_metric_families(cadvisor)
+        if f.name == "container_cpu_usage_seconds"
+        for s in f.samples
+        if s.labels.get("pod") == "spin" and s.labels.get("namespace") == namespace
+    ]
+    spin_series = [s for s in series if s.labels.get("container") == "spin"]
+    assert len(spin_series) == 1 and spin_series[0].value > 0 and spin_series[0].labels["id"]

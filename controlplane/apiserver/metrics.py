@@ -29,7 +29,6 @@ DURATION_BUCKETS = (
 )
 _LABELS = ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"]
 _LONG_LABELS = ["verb", "group", "version", "resource", "subresource", "scope", "component"]
-INFO_KEY = "metrics_request_labels"
 # The REST verbs as upstream's installer names its routes (what `verb` says in the metrics).
 _REPORTED = {
     "get": "GET",
@@ -53,6 +52,9 @@ class RequestLabels:
     subresource: str
     scope: str
     long_running: bool
+
+
+INFO_KEY = web.RequestKey("metrics_request_labels", RequestLabels)
 
 
 def scope_of(namespace: str, name: str) -> str:
@@ -94,6 +96,7 @@ def dry_run_of(request: web.Request) -> str:
 class _LongRunning(Collector):
     def __init__(self, inflight: dict[int, web.Request]) -> None:
         self.inflight = inflight
+        self.seen: set[tuple[str, ...]] = set()  # a label set once open stays, at 0, as a gauge vec's child
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
@@ -104,12 +107,13 @@ class _LongRunning(Collector):
         )
         counts: dict[tuple[str, ...], int] = {}
         for request in list(self.inflight.values()):
-            info: RequestLabels | None = request.get(INFO_KEY)
+            info = request.get(INFO_KEY)
             if info is not None and info.long_running:
                 key = (info.verb, info.group, info.version, info.resource, info.subresource, info.scope, COMPONENT)
                 counts[key] = counts.get(key, 0) + 1
-        for key, count in sorted(counts.items()):
-            family.add_metric(list(key), count)
+        self.seen |= counts.keys()
+        for key in sorted(self.seen):
+            family.add_metric(list(key), counts.get(key, 0))
         yield family
 
 
@@ -174,7 +178,7 @@ class ApiServerMetrics:
             self._record(request, status, time.perf_counter() - started)
 
     def _record(self, request: web.Request, status: int, seconds: float) -> None:
-        info: RequestLabels | None = request.get(INFO_KEY)
+        info = request.get(INFO_KEY)
         if info is not None:
             labels = (info.verb, dry_run_of(request), info.group, info.version, info.resource, info.subresource,
                       info.scope, COMPONENT)

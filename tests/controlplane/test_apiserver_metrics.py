@@ -133,3 +133,89 @@ def test_metrics_are_for_system_monitoring(server: ApiServer, tmp_path: Path) ->
     after = scrape(server.api_client())
     refused = {"verb": "LIST", "resource": "secrets", "code": "403"}
     assert value(after, "apiserver_request", "apiserver_request_total", **refused) == 0
+
+
+# -- the labelling rules, without a server ----------------------------------------------------------------
+
+
+def _request(method: str, path: str, headers: dict[str, str] | None = None):
+    from aiohttp.test_utils import make_mocked_request
+
+    return make_mocked_request(method, path, headers=headers or {})
+
+
+def _families(m) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}
+
+
+async def test_labels_follow_upstreams_rules() -> None:
+    from aiohttp import web
+
+    from controlplane.apiserver.metrics import ApiServerMetrics, mark
+
+    m = ApiServerMetrics()
+    ok = web.Response(status=200)
+
+    async def served(request, verb, ns="default", name="x", sub="", connects=False, status=200):
+        async def handler(req):
+            mark(req, verb, "apps", "v1", "deployments", sub, ns, name, connects)
+            return web.Response(status=status)
+
+        await m.middleware(request, handler)
+
+    await served(_request("PATCH", "/apis/apps/v1/namespaces/default/deployments/x?dryRun=All",
+                          {"Content-Type": "application/apply-patch+yaml"}), "patch")
+    await served(_request("GET", "/apis/apps/v1/deployments"), "list", ns="", name="")
+    await served(_request("GET", "/apis/apps/v1/deployments/x"), "get", ns="")
+    await served(_request("POST", "/api/v1/namespaces/default/pods/x/exec"), "create", sub="exec", connects=True)
+
+    async def plain(req):
+        return ok
+
+    async def missing(req):
+        raise web.HTTPNotFound()
+
+    await m.middleware(_request("GET", "/healthz"), plain)
+    await m.middleware(_request("GET", "/apis/apps/v1"), plain)
+    with pytest.raises(web.HTTPNotFound):
+        await m.middleware(_request("GET", "/nothing-here"), missing)
+    await m.middleware(_request("GET", "/api/v1/namespaces/default/pods/x"), plain)  # never marked: refused early
+    totals = {
+        (s.labels["verb"], s.labels["dry_run"], s.labels["scope"], s.labels["subresource"], s.labels["code"])
+        for s in _families(m)["apiserver_request"].samples
+    }
+    assert totals == {
+        ("APPLY", "All", "namespace", "", "200"),
+        ("LIST", "", "cluster", "", "200"),
+        ("GET", "", "resource", "", "200"),
+        ("CONNECT", "", "namespace", "exec", "200"),
+        ("GET", "", "", "/healthz", "200"),
+        ("GET", "", "", "/apis/apps/v1", "200"),
+    }
+
+
+async def test_long_running_requests_are_counted_while_they_run() -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    from controlplane.apiserver.metrics import ApiServerMetrics, mark
+
+    m = ApiServerMetrics()
+    release = asyncio.Event()
+
+    async def watch(req):
+        mark(req, "watch", "", "v1", "pods", "", "default", "", False)
+        await release.wait()
+        return web.Response()
+
+    task = asyncio.create_task(m.middleware(_request("GET", "/api/v1/namespaces/default/pods?watch=1"), watch))
+    while not m.inflight:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    (sample,) = _families(m)["apiserver_longrunning_requests"].samples
+    assert (sample.labels["verb"], sample.labels["resource"], sample.value) == ("WATCH", "pods", 1)
+    release.set()
+    await task
+    (sample,) = _families(m)["apiserver_longrunning_requests"].samples
+    assert sample.value == 0  # closed: the series stays, at 0, as a child of upstream's gauge vec
