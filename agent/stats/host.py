@@ -29,9 +29,9 @@ def parse_net_dev(text: str) -> tuple[InterfaceStats, ...]:
 
 
 def net_dev(pid: int | None = None) -> tuple[InterfaceStats, ...] | None:
-    path = Path("/proc/net/dev") if pid is None else Path(f"/proc/{pid}/net/dev")
     try:
-        return parse_net_dev(path.read_text())
+        with open("/proc/net/dev" if pid is None else f"/proc/{pid}/net/dev") as f:
+            return parse_net_dev(f.read())
     except OSError:
         return None
 

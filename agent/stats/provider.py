@@ -246,16 +246,12 @@ class StatsProvider:
         )
 
     def _pod_volumes(self, uid: str, now: float) -> list[tuple[VolumeStats, bool]]:
-        base = Path(self.config.root_dir) / "pods" / uid / "volumes"
+        base = os.path.join(self.config.root_dir, "pods", uid, "volumes")
         out: list[tuple[VolumeStats, bool]] = []
-        try:
-            plugins = sorted(p for p in base.iterdir() if p.is_dir())
-        except OSError:
-            return out
-        for plugin in plugins:
-            for folder in sorted(p for p in plugin.iterdir() if p.is_dir()):
-                fs = host.fs_stats(str(folder), now)
-                used = self._volume_usage(str(folder), now)
+        for plugin in _subdirs(base):
+            for folder in _subdirs(plugin):
+                fs = host.fs_stats(folder, now)
+                used = self._volume_usage(folder, now)
                 stats = FsStats(
                     time=now,
                     available_bytes=fs.available_bytes if fs else None,
@@ -265,7 +261,8 @@ class StatsProvider:
                     inodes=fs.inodes if fs else None,
                     inodes_used=used.inodes_used,
                 )
-                out.append((VolumeStats(folder.name, stats), plugin.name in _EPHEMERAL_PLUGINS))
+                name = os.path.basename(folder)
+                out.append((VolumeStats(name, stats), os.path.basename(plugin) in _EPHEMERAL_PLUGINS))
         return out
 
     def _volume_usage(self, folder: str, now: float) -> _VolumeUsage:
@@ -313,6 +310,14 @@ class StatsProvider:
             image_fs=_image_fs(snap.image_fs, now, lambda p: self._shared_fs(p, now, fs_cache)),
             system_containers=system, rlimit_maxpid=maxpid, rlimit_curproc=curproc, rlimit_time=now,
         )
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            return sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
 
 
 def pods_cgroup(cgroup_root: str, driver: str) -> str:
