@@ -8,6 +8,7 @@ With N one-container pods running through the agent (pre-pulled image), each rou
 the other:
   cri floor:  ListPodSandbox + ListContainers + ListContainerStats at once, straight to containerd
               (what one stats pass asks of CRI);
+  cri list container stats: ListContainerStats alone (the floor's largest part);
   cri pod stats: ListPodSandboxStats, containerd's own per-pod figures in one call (not used by the
               agent; for scale);
   summary, summary cpu+mem, metrics/resource: the agent's HTTPS endpoints, as metrics-server calls them
@@ -140,7 +141,15 @@ async def bench(stack: Stack, size: Size) -> dict[str, Any]:
     base = f"https://127.0.0.1:{stack.kubelet_port}"
     tls = kubelet_tls(stack)
     samples: dict[str, list[float]] = {
-        k: [] for k in ("cri_floor", "cri_pod_sandbox_stats", "summary", "summary_cpu_mem", "metrics_resource")
+        k: []
+        for k in (
+            "cri_floor",
+            "cri_list_container_stats",
+            "cri_pod_sandbox_stats",
+            "summary",
+            "summary_cpu_mem",
+            "metrics_resource",
+        )
     }
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls, limit=1)) as http:
 
@@ -160,6 +169,7 @@ async def bench(stack: Stack, size: Size) -> dict[str, Any]:
 
         calls: dict[str, Callable[[], Awaitable[Any]]] = {
             "cri_floor": floor,
+            "cri_list_container_stats": cri.list_container_stats,
             "cri_pod_sandbox_stats": cri.list_pod_sandbox_stats,
             "summary": lambda: get("/stats/summary"),
             "summary_cpu_mem": lambda: get("/stats/summary?only_cpu_and_memory=true"),
