@@ -26,6 +26,7 @@ from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.kube.services import service_informer, services_of
 from agent.kube.tokens import CredentialClient
+from agent.metrics import KubeletMetrics
 from agent.node.bootstrap import bootstrap_client, paths_for
 from agent.node.certrotation import CertRotator
 from agent.node.controller import NodeController
@@ -110,6 +111,7 @@ class Agent:
         self.server: KubeletServer | None = None
         self.rotator: CertRotator | None = None
         self.network: NodeNetwork | None = None
+        self.metrics = KubeletMetrics(cfg.node_name)
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -119,6 +121,7 @@ class Agent:
             self.rotator = CertRotator([self.client, self.event_client], cfg.node_name, current)
             self.rotator.start()
         self.cri = cri = await connect_runtime(cfg)
+        cri.observer = self.metrics.runtime_operation
         log.info(
             "runtime connected name=%s version=%s",
             cri.version.runtime_name if cri.version else "",
@@ -159,6 +162,7 @@ class Agent:
             host_ip=lambda: self.node.internal_ip if self.node else "",
             node_hostname=cfg.node_name,
             host_dns=await asyncio.to_thread(read_host_dns, cfg.resolv_conf),
+            metrics=self.metrics,
         )
         ctx.volumes = VolumeManager(
             cfg.root_dir,
@@ -276,6 +280,7 @@ class Agent:
             auth=auth,
             ssl_context=context,
             probe_metrics=self._probe_metrics,
+            metrics=self.metrics,
             stats=StatsProvider(
                 cri,
                 StatsConfig(

@@ -182,3 +182,16 @@ def test_kubernetes_default_svc_resolves_and_dns_rcodes(kube, namespace, node_na
     first, second = log.split("---", 1)
     assert "10.96.0.1" in first, log
     assert "NXDOMAIN" in second, log
+
+
+def test_kubernetes_default_svc_answers_tls_from_a_pod(kube, namespace, node_name, image):
+    """In-cluster clients reach the API at the first address of the service range: a TLS request to
+    https://kubernetes.default.svc with the pod's own token is answered by the API server."""
+    script = (
+        "token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token); "
+        "for i in $(seq 10); do "
+        'out=$(timeout 10 wget -q --no-check-certificate --header "Authorization: Bearer $token" '
+        "-O - https://kubernetes.default.svc/version 2>&1) && break; sleep 1; done; echo \"$out\""
+    )
+    log = run_client(kube, namespace, node_name, image, script)
+    assert '"gitVersion"' in log, log

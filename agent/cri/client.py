@@ -9,7 +9,8 @@ instead of a hung pod worker. Failures come out as the typed errors of `agent.cr
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,40 @@ from agent.cri.pb import api_pb2_grpc as pb_grpc
 # What we send as our API version in Version; the runtime answers with the version it serves.
 KUBELET_CRI_VERSION = "0.1.0"
 CRI_API_VERSION = "v1"
+# Upstream's operation_type of each call (kuberuntime/instrumented_services.go), for the observer.
+OPERATIONS = {
+    "Version": "version",
+    "Status": "status",
+    "UpdateRuntimeConfig": "update_runtime_config",
+    "RunPodSandbox": "run_podsandbox",
+    "StopPodSandbox": "stop_podsandbox",
+    "RemovePodSandbox": "remove_podsandbox",
+    "PodSandboxStatus": "podsandbox_status",
+    "ListPodSandbox": "list_podsandbox",
+    "CreateContainer": "create_container",
+    "StartContainer": "start_container",
+    "StopContainer": "stop_container",
+    "RemoveContainer": "remove_container",
+    "ListContainers": "list_containers",
+    "ContainerStatus": "container_status",
+    "UpdateContainerResources": "update_container",
+    "ReopenContainerLog": "reopen_container_log",
+    "ExecSync": "exec_sync",
+    "Exec": "exec",
+    "Attach": "attach",
+    "PortForward": "port_forward",
+    "ContainerStats": "container_stats",
+    "ListContainerStats": "list_container_stats",
+    "PodSandboxStats": "podsandbox_stats",
+    "ListPodSandboxStats": "list_podsandbox_stats",
+    "PullImage": "pull_image",
+    "ImageStatus": "image_status",
+    "ListImages": "list_images",
+    "RemoveImage": "remove_image",
+    "ImageFsInfo": "image_fs_info",
+}
+# Told of every call: (operation_type, seconds, failed); the kubelet's runtime operation metrics.
+Observer = Callable[[str, float, bool], None]
 # Upstream caps CRI messages at 16 MiB (ListContainers on a busy node can be large).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
@@ -105,6 +140,7 @@ class CRIClient:
         self._rt = pb_grpc.RuntimeServiceStub(self._channel)
         self._img = pb_grpc.ImageServiceStub(self._image_channel)
         self.version: RuntimeVersion | None = None
+        self.observer: Observer | None = None
 
     @classmethod
     async def connect(
@@ -160,10 +196,20 @@ class CRIClient:
     async def _call(
         self, rpc: Any, request: Any, method: str, deadline: float | None, subject: str = ""
     ) -> Any:
+        started = time.monotonic()
+        failed = True
         try:
-            return await rpc(request, timeout=deadline)
+            resp = await rpc(request, timeout=deadline)
+            failed = False
+            return resp
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(method, err, subject) from None
+        finally:
+            self._observe(method, started, failed)
+
+    def _observe(self, method: str, started: float, failed: bool) -> None:
+        if self.observer is not None:
+            self.observer(OPERATIONS.get(method, method.lower()), time.monotonic() - started, failed)
 
     # -- runtime ---------------------------------------------------------------------------------
 
@@ -385,6 +431,15 @@ class CRIClient:
         )
         return resp.stats
 
+    async def list_pod_sandbox_stats(self) -> list[pb.PodSandboxStats]:
+        resp = await self._call(
+            self._rt.ListPodSandboxStats,
+            pb.ListPodSandboxStatsRequest(filter=pb.PodSandboxStatsFilter()),
+            "ListPodSandboxStats",
+            self.timeouts.status,
+        )
+        return list(resp.stats)
+
     # -- images ----------------------------------------------------------------------------------
 
     async def pull_image(
@@ -395,10 +450,13 @@ class CRIClient:
     ) -> str:
         """Pull and return the image reference the runtime recorded (its image ID)."""
         req = pb.PullImageRequest(image=pb.ImageSpec(image=image), auth=auth, sandbox_config=sandbox_config)
+        started = time.monotonic()
         try:
             resp = await self._img.PullImage(req, timeout=self.timeouts.pull)
         except grpc.aio.AioRpcError as err:
+            self._observe("PullImage", started, True)
             raise ImagePullError(image, err.code(), err.details() or "") from None
+        self._observe("PullImage", started, False)
         return resp.image_ref
 
     async def image_status(self, image: str) -> pb.Image | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.cri import CRIClient
+from agent.metrics import KubeletMetrics
 from agent.pods.backoff import BackoffTable
 from agent.pods.dns import DNS
 from agent.pods.env import Fetch
@@ -53,6 +54,8 @@ class PodContext:
     runtime: RuntimeService | None = None
     # Every Service the agent's informer holds (None until it has listed once), for service env vars.
     services: Callable[[], list[dict[str, Any]] | None] = list
+    # The kubelet_* metrics the workers and the relist report into (served at /metrics).
+    metrics: KubeletMetrics = field(default_factory=KubeletMetrics)
 
     @property
     def service(self) -> RuntimeService:

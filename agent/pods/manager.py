@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from agent.cri import CRIError
+from agent.cri import CRIError, pb
 from agent.kube.pods import pod_by_uid
 from agent.pods import labels as L
 from agent.pods.admission import admit
@@ -35,6 +35,12 @@ from kubeclient.informer import Informer
 log = logging.getLogger("agent.pods.manager")
 
 LOG_GC_PERIOD = 60.0  # upstream's garbage collection period
+CONTAINER_STATE_NAMES = {
+    pb.CONTAINER_CREATED: "created",
+    pb.CONTAINER_RUNNING: "running",
+    pb.CONTAINER_EXITED: "exited",
+    pb.CONTAINER_UNKNOWN: "unknown",
+}
 
 
 def _desired(pod: dict[str, Any]) -> str:
@@ -136,8 +142,10 @@ class PodManager:
 
     async def relist(self) -> set[str]:
         """One PLEG pass: wake the workers of pods whose sandboxes or containers changed."""
+        started, wall = time.monotonic(), time.time()
         sandboxes = await self.ctx.cri.list_pod_sandbox()
         containers = await self.ctx.cri.list_containers()
+        self._report(sandboxes, containers, wall, time.monotonic() - started)
         prints: dict[str, list[tuple[str, int]]] = {}
         for sb in sandboxes:
             uid = sb.labels.get(L.POD_UID)
@@ -168,6 +176,15 @@ class PodManager:
                 if uid not in self.workers and self.pod(uid) is None:
                     self._ensure_worker(uid).wake()
         return changed
+
+    def _report(self, sandboxes: list[Any], containers: list[Any], wall: float, seconds: float) -> None:
+        """The relist's kubelet_* metrics (upstream's updateRunningPodAndContainerMetrics)."""
+        running = {sb.labels.get(L.POD_UID) or sb.id for sb in sandboxes if sb.state == pb.SANDBOX_READY}
+        states: dict[str, int] = {}
+        for c in containers:
+            name = CONTAINER_STATE_NAMES.get(c.state, "unknown")
+            states[name] = states.get(name, 0) + 1
+        self.ctx.metrics.relisted(wall, seconds, len(running), states)
 
     def pleg_problem(self, threshold: float = 180.0) -> str | None:
         """Upstream's PLEG health message when relisting has not succeeded for `threshold` seconds."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -61,6 +62,9 @@ class PodWorker:
         self.syncs = 0
         self._wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self._first_seen = time.monotonic()  # for kubelet_pod_start_duration_seconds
+        self._synced_once = False
+        self._start_observed = False
 
     @property
     def phase(self) -> Phase:
@@ -172,7 +176,9 @@ class PodWorker:
         st = self.state
         if not st.admitted:
             await self._admit(pod)
+        began = time.monotonic()
         completed, outcome = await self._watched(sync_pod(self.ctx, st, pod), self._stop_wanted)
+        self._observe_sync(began)
         if not completed or outcome is None:  # deleted meanwhile: the sync was cancelled
             self._begin_terminating(self.get_pod())
             return 0.0
@@ -185,6 +191,15 @@ class PodWorker:
             self._begin_terminating(pod, grace=False)
             return 0.0
         return outcome.next_in
+
+    def _observe_sync(self, began: float) -> None:
+        """kubelet_pod_worker_duration_seconds for this sync, and the pod's start duration the first time
+        its status says Running (upstream's SyncPod)."""
+        self.ctx.metrics.pod_synced("sync" if self._synced_once else "create", time.monotonic() - began)
+        self._synced_once = True
+        if not self._start_observed and (self.ctx.status.last(self.uid) or {}).get("phase") == "Running":
+            self._start_observed = True
+            self.ctx.metrics.pod_started(time.monotonic() - self._first_seen)
 
     async def _admit(self, pod: dict[str, Any]) -> None:
         st = self.state

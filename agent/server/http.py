@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from agent.cri import CRIClient, CRIError, pb
+from agent.metrics import KubeletMetrics
 from agent.pods import labels as L
 from agent.server.auth import KubeletAuth, request_attributes
 from agent.server.logs import LogOptions, LogOptionsError, stream_log
@@ -58,9 +59,11 @@ class KubeletServer:
         ssl_context: ssl.SSLContext | None = None,
         probe_metrics: Callable[[], str] | None = None,
         stats: StatsProvider | None = None,
+        metrics: KubeletMetrics | None = None,
     ) -> None:
         self.cri = cri
         self.stats = stats
+        self.metrics = metrics
         self.probe_metrics = probe_metrics
         self.lookup = lookup
         self.pods = pods
@@ -78,7 +81,7 @@ class KubeletServer:
         StreamingHandlers(self.cri, self.lookup).routes(app)
         app.router.add_get("/metrics/probes", self.metrics_probes)
         if self.stats is not None:
-            StatsHandlers(self.stats).routes(app)
+            StatsHandlers(self.stats, self.metrics).routes(app)
         return app
 
     async def start(self, host: str, port: int) -> None:

@@ -1,6 +1,8 @@
-"""/stats/summary and /metrics/resource of the kubelet API (upstream's pkg/kubelet/server/stats and
-/metrics/resource in server.go), both from one StatsProvider pass; a failed pass is upstream's answer:
-a 500 with "Internal Error: ..." for the Summary, resource_scrape_error 1 for the metrics."""
+"""/stats/summary, /metrics/resource and /metrics/cadvisor of the kubelet API (upstream's
+pkg/kubelet/server/stats and the metrics paths of server.go), each from one StatsProvider pass, and
+/metrics, the kubelet's own registry (agent/metrics.py). A failed pass is upstream's answer: a 500 with
+"Internal Error: ..." for the Summary, resource_scrape_error 1 for the resource metrics, a 500 for
+cadvisor's."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import logging
 from aiohttp import web
 
 from agent.cri import CRIError
+from agent.metrics import KubeletMetrics
+from agent.stats import cadvisor_metrics
 from agent.stats.provider import StatsProvider
 from agent.stats.resource_metrics import render
 from agent.stats.summary import summary_json
@@ -26,13 +30,17 @@ def metrics_response(body: bytes) -> web.Response:
 
 
 class StatsHandlers:
-    def __init__(self, provider: StatsProvider) -> None:
+    def __init__(self, provider: StatsProvider, kubelet: KubeletMetrics | None = None) -> None:
         self.provider = provider
+        self.kubelet = kubelet
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get("/stats/summary", self.summary)
         app.router.add_get("/stats/summary/", self.summary)
         app.router.add_get("/metrics/resource", self.resource_metrics)
+        app.router.add_get("/metrics/cadvisor", self.cadvisor)
+        if self.kubelet is not None:
+            app.router.add_get("/metrics", self.kubelet_metrics)
 
     async def summary(self, request: web.Request) -> web.Response:
         # upstream: only the exact value "true" asks for the CPU and memory subset.
@@ -51,3 +59,15 @@ class StatsHandlers:
             log.warning("resource metrics pass failed error=%r", str(err))
             summary = None
         return metrics_response(render(summary))
+
+    async def cadvisor(self, request: web.Request) -> web.Response:
+        try:
+            summary = await self.provider.summary()
+        except (CRIError, OSError) as err:
+            log.warning("cadvisor metrics pass failed error=%r", str(err))
+            return web.Response(status=500, text=f"Internal Error: {err}")
+        return metrics_response(cadvisor_metrics.render(cadvisor_metrics.series_of(summary)))
+
+    async def kubelet_metrics(self, request: web.Request) -> web.Response:
+        assert self.kubelet is not None
+        return metrics_response(self.kubelet.exposition())

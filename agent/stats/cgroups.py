@@ -7,7 +7,7 @@ None when the cgroup has none (v1's near-2^63 value, v2's "max").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -36,14 +36,15 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
     return out
 
 
-def _read(path: Path) -> str | None:
+def _read(path: str) -> str | None:
     try:
-        return path.read_text()
+        with open(path) as f:
+            return f.read()
     except OSError:
         return None
 
 
-def _read_int(path: Path) -> int | None:
+def _read_int(path: str) -> int | None:
     text = _read(path)
     if text is None:
         return None
@@ -57,34 +58,39 @@ def working_set(usage: int, inactive_file: int) -> int:
 
 @dataclass(frozen=True)
 class Cgroups:
-    """The host's cgroup file system: v2 when /sys/fs/cgroup is the unified hierarchy."""
+    """The host's cgroup file system: v2 when /sys/fs/cgroup is the unified hierarchy (decided once).
+    Paths are plain strings: a stats pass reads a few hundred small files, and pathlib's objects cost
+    more than the reads."""
 
     root: Path = CGROUP_FS
+    unified: bool = field(init=False)
 
-    @property
-    def unified(self) -> bool:
-        return (self.root / "cgroup.controllers").exists()
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unified", (self.root / "cgroup.controllers").exists())
+
+    def _dir(self, controller: str, path: str) -> str:
+        rel = path.strip("/")
+        base = str(self.root) if self.unified else f"{self.root}/{controller}"
+        return f"{base}/{rel}" if rel else base
 
     def usage(self, path: str) -> CgroupUsage | None:
         """The cgroup's figures, or None when it does not exist (a pod being removed)."""
-        rel = path.strip("/")
-        return self._v2(self.root / rel) if self.unified else self._v1(rel)
+        return self._v2(self._dir("", path)) if self.unified else self._v1(path)
 
     def pids(self, path: str) -> int | None:
         """Processes (tasks) in the cgroup now: pids.current of the pids controller."""
-        rel = path.strip("/")
-        return _read_int((self.root / rel if self.unified else self.root / "pids" / rel) / "pids.current")
+        return _read_int(self._dir("pids", path) + "/pids.current")
 
-    def _v1(self, rel: str) -> CgroupUsage | None:
-        cpu_dir = self.root / "cpuacct" / rel
-        mem_dir = self.root / "memory" / rel
-        cpu = _read_int(cpu_dir / "cpuacct.usage")
-        stat_text = _read(mem_dir / "memory.stat")
-        usage = _read_int(mem_dir / "memory.usage_in_bytes")
+    def _v1(self, path: str) -> CgroupUsage | None:
+        cpu_dir = self._dir("cpuacct", path)
+        mem_dir = self._dir("memory", path)
+        cpu = _read_int(cpu_dir + "/cpuacct.usage")
+        stat_text = _read(mem_dir + "/memory.stat")
+        usage = _read_int(mem_dir + "/memory.usage_in_bytes")
         if cpu is None and usage is None:
             return None
         stat = parse_flat_keyed(stat_text or "")
-        limit = _read_int(mem_dir / "memory.limit_in_bytes")
+        limit = _read_int(mem_dir + "/memory.limit_in_bytes")
         return CgroupUsage(
             cpu_usage_ns=cpu,
             memory_usage=usage,
@@ -95,14 +101,14 @@ class Cgroups:
             memory_limit=None if limit is None or limit >= _V1_UNLIMITED else limit,
         )
 
-    def _v2(self, d: Path) -> CgroupUsage | None:
-        cpu_text = _read(d / "cpu.stat")
+    def _v2(self, d: str) -> CgroupUsage | None:
+        cpu_text = _read(d + "/cpu.stat")
         if cpu_text is None:
             return None
         cpu = parse_flat_keyed(cpu_text)
-        stat = parse_flat_keyed(_read(d / "memory.stat") or "")
-        usage = _read_int(d / "memory.current")
-        limit_text = (_read(d / "memory.max") or "").strip()
+        stat = parse_flat_keyed(_read(d + "/memory.stat") or "")
+        usage = _read_int(d + "/memory.current")
+        limit_text = (_read(d + "/memory.max") or "").strip()
         return CgroupUsage(
             cpu_usage_ns=cpu["usage_usec"] * 1000 if "usage_usec" in cpu else None,
             memory_usage=usage,

@@ -29,9 +29,9 @@ def parse_net_dev(text: str) -> tuple[InterfaceStats, ...]:
 
 
 def net_dev(pid: int | None = None) -> tuple[InterfaceStats, ...] | None:
-    path = Path("/proc/net/dev") if pid is None else Path(f"/proc/{pid}/net/dev")
     try:
-        return parse_net_dev(path.read_text())
+        with open("/proc/net/dev" if pid is None else f"/proc/{pid}/net/dev") as f:
+            return parse_net_dev(f.read())
     except OSError:
         return None
 
@@ -90,3 +90,31 @@ def pid_limits() -> tuple[int | None, int | None]:
     except (OSError, ValueError, IndexError):
         curproc = None
     return maxpid, curproc
+
+
+def parse_mountinfo(text: str) -> list[tuple[str, str]]:
+    """(mount point, source) of each line of /proc/self/mountinfo (the source follows the " - " fstype)."""
+    out: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if sep and len(fields) >= 5 and len(rest) >= 2:
+            out.append((fields[4].replace("\\040", " "), rest[1]))
+    return out
+
+
+def device_of(path: str, mounts: list[tuple[str, str]]) -> str:
+    """The source of the mount holding `path` (the longest mount point that is a prefix of it)."""
+    best, source = "", ""
+    for point, src in mounts:
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, source = point, src
+    return source
+
+
+def mounts() -> list[tuple[str, str]]:
+    try:
+        return parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+    except OSError:
+        return []

@@ -66,6 +66,7 @@ class ContainerStats:
     rootfs: FsStats | None = None
     logs: FsStats | None = None
     image: str = ""
+    rootfs_device: str = ""  # the device holding the writable layer (cadvisor's `device` label)
 
 
 @dataclass(frozen=True)

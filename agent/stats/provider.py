@@ -80,15 +80,19 @@ class StatsProvider:
     _source: CriSource = field(init=False)
     _volumes: dict[str, _VolumeUsage] = field(init=False, default_factory=dict)
     _boot: float = field(init=False, default=0.0)
+    _devices: dict[str, str] = field(init=False, default_factory=dict)
+    _lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         self._source = CriSource(self.cri)
 
     async def summary(self, only_cpu_and_memory: bool = False) -> Summary:
-        snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
-        summary = await asyncio.to_thread(self._build, snap, only_cpu_and_memory)
-        self.rates.sweep()
-        return summary
+        # One pass at a time: the CPU samples and volume figures it keeps are not shared across threads.
+        async with self._lock:
+            snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
+            summary = await asyncio.to_thread(self._build, snap, only_cpu_and_memory)
+            self.rates.sweep()
+            return summary
 
     # -- building (in a worker thread: file reads) ----------------------------------------------------
 
@@ -135,6 +139,7 @@ class StatsProvider:
         fs_cache: dict[str, FsStats | None],
     ) -> ContainerStats:
         cpu = mem = rootfs = logs = None
+        device = ""
         if stats.HasField("cpu") and stats.cpu.HasField("usage_core_nano_seconds"):
             usage = stats.cpu.usage_core_nano_seconds.value
             ts = stats.cpu.timestamp or int(now * 1e9)
@@ -155,11 +160,19 @@ class StatsProvider:
             )
         if not cpu_mem_only:
             rootfs = self._rootfs(stats, now, fs_cache)
+            device = self._device(stats.writable_layer.fs_id.mountpoint)
             logs = self._logs(os.path.join(logs_dir, c.metadata.name), now, fs_cache)
         return ContainerStats(
             name=c.metadata.name, id=c.id, start_time=_ns(c.created_at), cpu=cpu, memory=mem,
-            rootfs=rootfs, logs=logs, image=c.image.image,
+            rootfs=rootfs, logs=logs, image=c.image.image, rootfs_device=device,
         )
+
+    def _device(self, mountpoint: str) -> str:
+        if not mountpoint:
+            return ""
+        if mountpoint not in self._devices:
+            self._devices[mountpoint] = host.device_of(mountpoint, host.mounts())
+        return self._devices[mountpoint]
 
     def _shared_fs(self, path: str, now: float, fs_cache: dict[str, FsStats | None]) -> FsStats | None:
         if path not in fs_cache:
@@ -233,16 +246,12 @@ class StatsProvider:
         )
 
     def _pod_volumes(self, uid: str, now: float) -> list[tuple[VolumeStats, bool]]:
-        base = Path(self.config.root_dir) / "pods" / uid / "volumes"
+        base = os.path.join(self.config.root_dir, "pods", uid, "volumes")
         out: list[tuple[VolumeStats, bool]] = []
-        try:
-            plugins = sorted(p for p in base.iterdir() if p.is_dir())
-        except OSError:
-            return out
-        for plugin in plugins:
-            for folder in sorted(p for p in plugin.iterdir() if p.is_dir()):
-                fs = host.fs_stats(str(folder), now)
-                used = self._volume_usage(str(folder), now)
+        for plugin in _subdirs(base):
+            for folder in _subdirs(plugin):
+                fs = host.fs_stats(folder, now)
+                used = self._volume_usage(folder, now)
                 stats = FsStats(
                     time=now,
                     available_bytes=fs.available_bytes if fs else None,
@@ -252,7 +261,8 @@ class StatsProvider:
                     inodes=fs.inodes if fs else None,
                     inodes_used=used.inodes_used,
                 )
-                out.append((VolumeStats(folder.name, stats), plugin.name in _EPHEMERAL_PLUGINS))
+                name = os.path.basename(folder)
+                out.append((VolumeStats(name, stats), os.path.basename(plugin) in _EPHEMERAL_PLUGINS))
         return out
 
     def _volume_usage(self, folder: str, now: float) -> _VolumeUsage:
@@ -300,6 +310,14 @@ class StatsProvider:
             image_fs=_image_fs(snap.image_fs, now, lambda p: self._shared_fs(p, now, fs_cache)),
             system_containers=system, rlimit_maxpid=maxpid, rlimit_curproc=curproc, rlimit_time=now,
         )
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            return sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
 
 
 def pods_cgroup(cgroup_root: str, driver: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from controlplane.apiserver import errors, fieldselect, responses, ssa, tables, typed
+from controlplane.apiserver import errors, fieldselect, metrics, responses, ssa, tables, typed
 from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain, exact_field, forbidden
@@ -102,6 +102,11 @@ class RestHandler:
             raise errors.method_not_allowed()
         user: UserInfo = request[USER_KEY]
         self._authorize(request, info, user, verb)
+        res = info.resource
+        metrics.mark(
+            request, verb, res.group, res.version, res.plural, info.subresource, info.namespace, info.name,
+            sub is not None and sub.connects,
+        )
         if (
             info.resource.namespaced
             and not info.namespace

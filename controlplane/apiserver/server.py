@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from controlplane.apiserver import discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
@@ -34,6 +35,7 @@ from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.impersonation import impersonate
 from controlplane.apiserver.kubeletproxy import KubeletClient
+from controlplane.apiserver.metrics import ApiServerMetrics, storage_gauges
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
 from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key
@@ -117,6 +119,7 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
         self.port = config.port
+        self.metrics = ApiServerMetrics(self._state_gauges)
         self._openapi_v3 = openapi.v3_index()
         self._openapi_v2 = openapi.v2_document()
 
@@ -245,7 +248,7 @@ class ApiServer:
     # --- HTTP ----------------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY)
+        app = web.Application(middlewares=[self.metrics.middleware, self._middleware], client_max_size=MAX_BODY)
         r = app.router
         for path in ("/healthz", "/livez", "/readyz"):
             r.add_get(path, self._health)
@@ -362,25 +365,16 @@ class ApiServer:
             )
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        """A few Prometheus gauges with upstream's names where upstream has them."""
-        lines = [
-            "# HELP apiserver_longrunning_requests Gauge of all active long-running apiserver requests.",
-            "# TYPE apiserver_longrunning_requests gauge",
-            f'apiserver_longrunning_requests{{verb="WATCH"}} {self.rest.active_watches}',
-            "# HELP apiserver_registered_watchers Number of currently registered watchers.",
-            "# TYPE apiserver_registered_watchers gauge",
-            f"apiserver_registered_watchers {self.cache.watcher_count()}",
-            "# HELP apiserver_storage_objects Number of stored objects per resource.",
-            "# TYPE apiserver_storage_objects gauge",
-        ]
-        for bucket, count in sorted(self.cache.object_counts().items()):
-            lines.append(f'apiserver_storage_objects{{resource="{bucket}"}} {count}')
-        lines += [
-            "# HELP pykube_storage_revision Newest committed store revision.",
-            "# TYPE pykube_storage_revision gauge",
-            f"pykube_storage_revision {self.store.revision}",
-        ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        """Prometheus text with upstream's names (controlplane/apiserver/metrics.py)."""
+        response = web.Response(body=self.metrics.exposition())
+        response.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+        return response
+
+    def _state_gauges(self) -> list[Metric]:
+        revision = GaugeMetricFamily(
+            "pykube_storage_revision", "Newest committed store revision.", value=self.store.revision
+        )
+        return [*storage_gauges(self.cache.object_counts(), self.cache.watcher_count()), revision]
 
     async def _version(self, request: web.Request) -> web.Response:
         return json_response(discovery.version_info())

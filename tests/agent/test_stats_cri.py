@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app import Agent
+from agent.cri import pb
 from agent.stats.cgroups import Cgroups
 from kubeclient.client import KubeClient
 from pykubelet.rig.images import RigImages
@@ -246,3 +247,90 @@ async def test_stats_and_metrics_are_authorized_as_nodes_subresources(
     await admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}")
     await admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}")
     await admin.delete(f"/api/v1/namespaces/default/serviceaccounts/{account}")
+
+
+def samples(text: str, family: str) -> list[Any]:
+    return [s for f in text_string_to_metric_families(text) if f.name == family for s in f.samples]
+
+
+async def test_kubelet_metrics_and_cadvisor_series(
+    agent: Agent,  # noqa: F811 - the fixtures of test_agent_api
+    admin: KubeClient,  # noqa: F811
+    test_images: RigImages,
+    client_pki: dict[str, Path],  # noqa: F811
+):
+    """/metrics: kubelet_running_pods is what CRI says (ready sandboxes), the pod worker, the pod start,
+    the relist and the runtime calls are counted; /metrics/cadvisor has the pod's core series."""
+    name = f"sleeper-{uuid.uuid4().hex[:6]}"
+    pod = spinner(agent.cfg.node_name, name, test_images.busybox_pinned)
+    pod["spec"]["containers"][0]["command"] = ["sleep", "3600"]
+    await admin.create("/api/v1/namespaces/default/pods", pod)
+    assert agent.server is not None and agent.cri is not None
+    base = f"https://127.0.0.1:{agent.server.port}"
+    tls = kubelet_tls(client_pki)
+    cri = agent.cri
+
+    async def running() -> bool:
+        got = await admin.get(f"/api/v1/namespaces/default/pods/{name}")
+        return (got.get("status") or {}).get("phase") == "Running"
+
+    await wait_until(running, timeout=60)
+    async with aiohttp.ClientSession() as http:
+
+        async def metrics(path: str = "/metrics") -> str:
+            async with http.get(base + path, ssl=tls) as resp:
+                assert resp.status == 200, await resp.text()
+                return await resp.text()
+
+        async def agree_with_cri() -> str | None:
+            ready = {sb.metadata.uid for sb in await cri.list_pod_sandbox(state=pb.SANDBOX_READY)}
+            running = await cri.list_containers(state=pb.CONTAINER_RUNNING)
+            text = await metrics()
+            (count,) = samples(text, "kubelet_running_pods")
+            states = {s.labels["container_state"]: s.value for s in samples(text, "kubelet_running_containers")}
+            agreed = count.value == len(ready) and states["running"] == len(running)
+            return text if agreed and ready and running else None
+
+        # The relist (about 1 s) catches up with what CRI says now.
+        text = await wait_until(agree_with_cri, timeout=10)
+        assert [(s.labels, s.value) for s in samples(text, "kubelet_node_name")] == [
+            ({"node": agent.cfg.node_name}, 1.0)
+        ]
+        start_count = [s for s in samples(text, "kubelet_pod_start_duration_seconds") if s.name.endswith("_count")]
+        assert start_count[0].value >= 1
+        worker = {
+            s.labels["operation_type"]: s.value
+            for s in samples(text, "kubelet_pod_worker_duration_seconds")
+            if s.name.endswith("_count")
+        }
+        assert worker["create"] >= 1 and worker.get("sync", 0) >= 1
+        relists = [s for s in samples(text, "kubelet_pleg_relist_duration_seconds") if s.name.endswith("_count")]
+        assert relists[0].value >= 1
+        ops = {s.labels["operation_type"]: s.value for s in samples(text, "kubelet_runtime_operations")}
+        assert ops["list_podsandbox"] >= 1 and ops["run_podsandbox"] >= 1 and ops["create_container"] >= 1
+        assert not any(s.name.endswith("_created") for f in text_string_to_metric_families(text) for s in f.samples)
+        before = ops["list_podsandbox"]
+
+        async def counted() -> bool:
+            ops = {s.labels["operation_type"]: s.value for s in samples(await metrics(), "kubelet_runtime_operations")}
+            return ops["list_podsandbox"] > before
+
+        await wait_until(counted, timeout=10)  # the relist goes on, and so does its count
+
+        cadvisor = await metrics("/metrics/cadvisor")
+    uid = (await admin.get(f"/api/v1/namespaces/default/pods/{name}"))["metadata"]["uid"]
+    mine = [s for s in samples(cadvisor, "container_cpu_usage_seconds") if s.labels.get("pod") == name]
+    by_container = {s.labels["container"]: s for s in mine}
+    spin = by_container["spin"]
+    assert spin.labels["id"].endswith(f"/pod{uid}/{spin.labels['name']}") and spin.labels["cpu"] == "total"
+    assert spin.labels["image"] and spin.labels["namespace"] == "default" and spin.timestamp is not None
+    assert by_container[""].labels["id"].endswith(f"/pod{uid}")  # the pod's own cgroup
+    rx = [s for s in samples(cadvisor, "container_network_receive_bytes") if s.labels.get("pod") == name]
+    assert [s.labels["interface"] for s in rx] == ["eth0"]
+    for family in ("container_memory_working_set_bytes", "container_memory_usage_bytes", "container_memory_rss"):
+        assert any(s.labels.get("container") == "spin" and s.labels.get("pod") == name for s in samples(cadvisor, family))
+    fs = [s for s in samples(cadvisor, "container_fs_usage_bytes") if s.labels.get("pod") == name]
+    assert fs and fs[0].labels["device"]
+    root = [s for s in samples(cadvisor, "container_cpu_usage_seconds") if s.labels["id"] == "/"]
+    assert len(root) == 1 and root[0].value > 0
+    await admin.delete(f"/api/v1/namespaces/default/pods/{name}")

@@ -292,3 +292,83 @@ async def test_handlers_answer_upstreams_errors(stats_client):
     resp = await client.get("/metrics/resource")
     assert resp.status == 200 and resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert "resource_scrape_error 1.0" in await resp.text()
+
+
+# -- the kubelet's own metrics and cadvisor's series ----------------------------------------------------
+
+
+def test_kubelet_metrics_have_upstreams_names_labels_and_buckets():
+    from agent.metrics import RUNTIME_BUCKETS, KubeletMetrics
+
+    m = KubeletMetrics("n1")
+    m.runtime_operation("list_podsandbox", 0.002, failed=False)
+    m.runtime_operation("run_podsandbox", 0.3, failed=True)
+    m.relisted(1000.0, 0.01, 2, {"running": 3, "exited": 1})
+    m.relisted(1001.0, 0.02, 1, {"running": 1})
+    m.pod_synced("create", 0.2)
+    m.pod_started(1.5)
+    families = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}
+    ops = {s.labels["operation_type"]: s.value for s in families["kubelet_runtime_operations"].samples}
+    assert ops == {"list_podsandbox": 1, "run_podsandbox": 1}
+    errors = families["kubelet_runtime_operations_errors"].samples
+    assert [(s.labels, s.value) for s in errors] == [({"operation_type": "run_podsandbox"}, 1)]
+    buckets = [
+        s.labels["le"]
+        for s in families["kubelet_runtime_operations_duration_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["operation_type"] == "list_podsandbox"
+    ]
+    assert len(buckets) == len(RUNTIME_BUCKETS) + 1 and float(buckets[0]) == 0.005
+    assert families["kubelet_running_pods"].samples[0].value == 1
+    states = {s.labels["container_state"]: s.value for s in families["kubelet_running_containers"].samples}
+    assert states == {"created": 0, "running": 1, "exited": 0, "unknown": 0}  # a state gone is 0 again
+    interval = {s.name: s.value for s in families["kubelet_pleg_relist_interval_seconds"].samples}
+    assert interval["kubelet_pleg_relist_interval_seconds_count"] == 1
+    assert interval["kubelet_pleg_relist_interval_seconds_sum"] == 1.0  # start to start
+    worker = [s for s in families["kubelet_pod_worker_duration_seconds"].samples if s.name.endswith("_count")]
+    assert [(s.labels, s.value) for s in worker] == [({"operation_type": "create"}, 1)]
+    assert [(s.labels, s.value) for s in families["kubelet_node_name"].samples] == [({"node": "n1"}, 1)]
+    assert not any(s.name.endswith("_created") for f in families.values() for s in f.samples)
+    assert "# HELP kubelet_running_pods [ALPHA] Number of pods that have a running pod sandbox" in m.exposition().decode()
+
+
+def test_cadvisor_series_carry_cadvisors_labels():
+    from agent.stats.cadvisor_metrics import render, series_of
+    from agent.stats.model import FsStats, InterfaceStats, NetworkStats
+
+    base = sample_summary()
+    pod = base.pods[0]
+    c = pod.containers[0]
+    container = ContainerStats(
+        c.name, c.id, c.start_time, c.cpu, c.memory, FsStats(1_700_000_100.0, used_bytes=4096), image="busybox",
+        rootfs_device="/dev/vda",
+    )
+    net = NetworkStats(1_700_000_100.0, (InterfaceStats("eth0", 10, 0, 20, 0),))
+    pod = PodStats(pod.ref, pod.start_time, cgroup="/kubepods/podu", containers=(container,), cpu=pod.cpu,
+                   memory=pod.memory, network=net)
+    text = render(series_of(Summary(base.node, (pod,)))).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    cpu = {s.labels["id"]: s for s in families["container_cpu_usage_seconds"].samples}
+    assert cpu["/kubepods/podu/cid"].labels == {
+        "container": "c", "cpu": "total", "id": "/kubepods/podu/cid", "image": "busybox", "name": "cid",
+        "namespace": "ns", "pod": "p",
+    }
+    assert cpu["/"].labels["pod"] == "" and cpu["/"].value == 9.0
+    (rx,) = families["container_network_receive_bytes"].samples
+    assert (rx.labels["interface"], rx.labels["id"], rx.labels["container"], rx.value) == ("eth0", "/kubepods/podu", "", 10)
+    (fs,) = families["container_fs_usage_bytes"].samples
+    assert (fs.labels["device"], fs.value) == ("/dev/vda", 4096)
+    usage = {s.labels["id"]: s.value for s in families["container_memory_usage_bytes"].samples}
+    assert usage == {"/kubepods/podu/cid": 50}
+
+
+def test_mountinfo_finds_the_device_of_a_path():
+    from agent.stats.host import device_of, parse_mountinfo
+
+    text = (
+        "22 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+        "30 22 0:26 / /var/lib/containerd rw - xfs /dev/vdb rw\n"
+        "31 22 0:27 / /var/lib/containerd2 rw - tmpfs tmpfs rw\n"
+    )
+    mounts = parse_mountinfo(text)
+    assert device_of("/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs", mounts) == "/dev/vdb"
+    assert device_of("/var/lib/containerd2x", mounts) == "/dev/vda"

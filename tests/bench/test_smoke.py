@@ -39,6 +39,7 @@ BENCHMARKS = {
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),
     "cni": Benchmark("bench/cni/latency.py", "cni-latency", needs_root=True),
     "agent-startup": Benchmark("bench/agent/startup.py", "agent-startup", needs_root=True),
+    "agent-stats": Benchmark("bench/agent/stats.py", "agent-stats", needs_root=True),
     "probes-load": Benchmark("bench/probes/load.py", "probes-load", needs_root=True),
     "controllers-replicasets": Benchmark(
         "bench/controllers/replicasets.py", "controllers-replicasets", needs_root=False

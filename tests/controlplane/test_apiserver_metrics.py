@@ -1,0 +1,221 @@
+"""The API server's /metrics against the real server: apiserver_request_total and
+apiserver_request_duration_seconds move for the requests a client makes, with upstream's labels and
+buckets; a watch shows in apiserver_longrunning_requests while it is open; apiserver_storage_objects
+counts what is stored; /metrics is for system:monitoring (and admins), refused to others as upstream
+refuses it; requests refused by authorization are not counted, as upstream's instrumented routes do not
+see them."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
+
+from controlplane.apiserver.metrics import DURATION_BUCKETS
+from pykubelet.rig.apiserver import ApiServer, api_client
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    with ApiServer(tmp_path_factory.mktemp("metrics-api")) as s:
+        yield s
+
+
+class Refused(Exception):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"{status}: {body}")
+        self.status, self.body = status, body
+
+
+def scrape(api: client.ApiClient) -> dict[str, Any]:
+    resp = api.call_api("GET", api.configuration.host + "/metrics")
+    body = resp.read().decode()
+    if resp.status != 200:
+        raise Refused(resp.status, body)
+    return {f.name: f for f in text_string_to_metric_families(body)}
+
+
+def value(families: dict[str, Any], name: str, sample: str, **labels: str) -> float:
+    family = families.get(name)
+    if family is None:
+        return 0.0
+    for s in family.samples:
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    return 0.0
+
+
+CREATE = {"verb": "POST", "group": "", "version": "v1", "resource": "configmaps", "subresource": "",
+          "scope": "namespace", "component": "apiserver", "dry_run": ""}
+
+
+def test_request_counters_move_for_a_request(server: ApiServer) -> None:
+    admin = server.api_client()
+    v1 = client.CoreV1Api(admin)
+    before = scrape(admin)
+    v1.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="m1")))
+    with pytest.raises(ApiException):
+        v1.read_namespaced_config_map("absent", "default")
+    after = scrape(admin)
+    assert value(after, "apiserver_request", "apiserver_request_total", code="201", **CREATE) == (
+        value(before, "apiserver_request", "apiserver_request_total", code="201", **CREATE) + 1
+    )
+    missing = {**CREATE, "verb": "GET", "code": "404"}
+    assert value(after, "apiserver_request", "apiserver_request_total", **missing) >= 1
+    count = "apiserver_request_duration_seconds_count"
+    assert value(after, "apiserver_request_duration_seconds", count, **CREATE) == (
+        value(before, "apiserver_request_duration_seconds", count, **CREATE) + 1
+    )
+    bounds = [
+        s.labels["le"]
+        for s in after["apiserver_request_duration_seconds"].samples
+        if s.name.endswith("_bucket") and all(s.labels.get(k) == v for k, v in CREATE.items())
+    ]
+    assert [float(b) for b in bounds[:-1]] == list(DURATION_BUCKETS) and bounds[-1] == "+Inf"
+    # A server-side apply is APPLY; a dry run says so.
+    v1.create_namespaced_config_map(
+        "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="m2")), dry_run="All"
+    )
+    dry = scrape(admin)
+    assert value(dry, "apiserver_request", "apiserver_request_total", code="201", **{**CREATE, "dry_run": "All"}) == 1
+    # Non-resource paths are counted by their path; upstream has no _created series.
+    assert value(dry, "apiserver_request", "apiserver_request_total", verb="GET", subresource="/metrics") >= 2
+    assert not any(s.name.endswith("_created") for f in dry.values() for s in f.samples)
+    stored = value(dry, "apiserver_storage_objects", "apiserver_storage_objects", resource="configmaps")
+    assert stored >= 1
+
+
+def test_an_open_watch_is_a_long_running_request(server: ApiServer) -> None:
+    admin = server.api_client()
+    labels = {"verb": "WATCH", "group": "", "version": "v1", "resource": "configmaps", "scope": "namespace",
+              "component": "apiserver", "subresource": ""}
+    name = "apiserver_longrunning_requests"
+    assert value(scrape(admin), name, name, **labels) == 0
+    resp = client.CoreV1Api(admin).list_namespaced_config_map(
+        "default", watch=True, timeout_seconds=60, _preload_content=False
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while value(scrape(admin), name, name, **labels) != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert value(scrape(admin), name, name, **labels) == 1
+    finally:
+        resp.close()
+        resp.release_conn()
+    deadline = time.monotonic() + 20
+    while value(scrape(admin), name, name, **labels) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert value(scrape(admin), name, name, **labels) == 0
+    ended = scrape(admin)
+    assert value(ended, "apiserver_request", "apiserver_request_total", code="200", **labels) >= 1
+
+
+def test_metrics_are_for_system_monitoring(server: ApiServer, tmp_path: Path) -> None:
+    monitor = api_client(server.client_kubeconfig("prom", ("system:monitoring",), tmp_path / "prom.kubeconfig"))
+    assert "apiserver_request_total" in {s.name for f in scrape(monitor).values() for s in f.samples}
+    alice = api_client(server.client_kubeconfig("alice", (), tmp_path / "alice.kubeconfig"))
+    with pytest.raises(Refused) as refusal:
+        scrape(alice)
+    assert refusal.value.status == 403
+    assert json.loads(refusal.value.body)["message"] == 'forbidden: User "alice" cannot get path "/metrics"'
+    with pytest.raises(ApiException) as err:
+        client.CoreV1Api(alice).list_namespaced_secret("default")
+    assert err.value.status == 403
+    after = scrape(server.api_client())
+    refused = {"verb": "LIST", "resource": "secrets", "code": "403"}
+    assert value(after, "apiserver_request", "apiserver_request_total", **refused) == 0
+
+
+# -- the labelling rules, without a server ----------------------------------------------------------------
+
+
+def _request(method: str, path: str, headers: dict[str, str] | None = None):
+    from aiohttp.test_utils import make_mocked_request
+
+    return make_mocked_request(method, path, headers=headers or {})
+
+
+def _families(m) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}
+
+
+async def test_labels_follow_upstreams_rules() -> None:
+    from aiohttp import web
+
+    from controlplane.apiserver.metrics import ApiServerMetrics, mark
+
+    m = ApiServerMetrics()
+    ok = web.Response(status=200)
+
+    async def served(request, verb, ns="default", name="x", sub="", connects=False, status=200):
+        async def handler(req):
+            mark(req, verb, "apps", "v1", "deployments", sub, ns, name, connects)
+            return web.Response(status=status)
+
+        await m.middleware(request, handler)
+
+    await served(_request("PATCH", "/apis/apps/v1/namespaces/default/deployments/x?dryRun=All",
+                          {"Content-Type": "application/apply-patch+yaml"}), "patch")
+    await served(_request("GET", "/apis/apps/v1/deployments"), "list", ns="", name="")
+    await served(_request("GET", "/apis/apps/v1/deployments/x"), "get", ns="")
+    await served(_request("POST", "/api/v1/namespaces/default/pods/x/exec"), "create", sub="exec", connects=True)
+
+    async def plain(req):
+        return ok
+
+    async def missing(req):
+        raise web.HTTPNotFound()
+
+    await m.middleware(_request("GET", "/healthz"), plain)
+    await m.middleware(_request("GET", "/apis/apps/v1"), plain)
+    with pytest.raises(web.HTTPNotFound):
+        await m.middleware(_request("GET", "/nothing-here"), missing)
+    await m.middleware(_request("GET", "/api/v1/namespaces/default/pods/x"), plain)  # never marked: refused early
+    totals = {
+        (s.labels["verb"], s.labels["dry_run"], s.labels["scope"], s.labels["subresource"], s.labels["code"])
+        for s in _families(m)["apiserver_request"].samples
+    }
+    assert totals == {
+        ("APPLY", "All", "namespace", "", "200"),
+        ("LIST", "", "cluster", "", "200"),
+        ("GET", "", "resource", "", "200"),
+        ("CONNECT", "", "namespace", "exec", "200"),
+        ("GET", "", "", "/healthz", "200"),
+        ("GET", "", "", "/apis/apps/v1", "200"),
+    }
+
+
+async def test_long_running_requests_are_counted_while_they_run() -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    from controlplane.apiserver.metrics import ApiServerMetrics, mark
+
+    m = ApiServerMetrics()
+    release = asyncio.Event()
+
+    async def watch(req):
+        mark(req, "watch", "", "v1", "pods", "", "default", "", False)
+        await release.wait()
+        return web.Response()
+
+    task = asyncio.create_task(m.middleware(_request("GET", "/api/v1/namespaces/default/pods?watch=1"), watch))
+    while not m.inflight:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    (sample,) = _families(m)["apiserver_longrunning_requests"].samples
+    assert (sample.labels["verb"], sample.labels["resource"], sample.value) == ("WATCH", "pods", 1)
+    release.set()
+    await task
+    (sample,) = _families(m)["apiserver_longrunning_requests"].samples
+    assert sample.value == 0  # closed: the series stays, at 0, as a child of upstream's gauge vec
