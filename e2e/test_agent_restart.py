@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.probing import exec_action, fast, has_event, main_status, probe_pod, read
 from e2e.waiting import wait_for
@@ -58,14 +59,43 @@ def ready_condition(kube, node: str):
     return next(c for c in kube.read_node(node).status.conditions if c.type == "Ready")
 
 
+def kubelet_metric(kube, node: str, name: str, **labels: str) -> float:
+    """One sample of the node's /metrics (through the API server's nodes/proxy, as Prometheus scrapes
+    it); 0 while the kubelet does not answer."""
+    try:
+        text = kube.connect_get_node_proxy_with_path(node, "metrics")
+    except client.ApiException:
+        return 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def worker_syncs(kube, node: str, operation: str) -> float:
+    """How many pod syncs of one kind (create: a worker's first) the running kubelet has finished."""
+    return kubelet_metric(kube, node, "kubelet_pod_worker_duration_seconds_count", operation_type=operation)
+
+
+def pods_on_node(kube, node: str) -> int:
+    pods = kube.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    return sum(1 for p in pods if p.status.phase not in ("Succeeded", "Failed"))
+
+
 def test_agent_kill_9_adopts_running_pods(kube, namespace, node_name, image, stack):
     for i in range(5):
         kube.create_namespaced_pod(namespace, sleeper(f"keep-{i}", node_name, image))
     before = wait_for(all_running(kube, namespace, 5), what="5 pods Running")
     stack.agent.kill()
     stack.start_agent()
-    # Give the restarted agent a few relist/sync rounds to (wrongly) restart anything.
-    time.sleep(4)
+    # The restarted kubelet's first sync of a pod ("create") is where it would (wrongly) restart it:
+    # wait until its pod workers have made that first pass over every pod bound to the node.
+    wait_for(
+        lambda: worker_syncs(kube, node_name, "create") >= pods_on_node(kube, node_name),
+        timeout=60,
+        what="the restarted kubelet's first sync of every pod",
+    )
     after = wait_for(all_running(kube, namespace, 5), what="5 pods Running after restart")
     assert after == before
     # And it still acts: a new pod starts under the restarted agent.
@@ -95,7 +125,14 @@ def test_containerd_down_makes_node_not_ready(kube, namespace, node_name, image,
     finally:
         stack.containerd.start()
     wait_for(lambda: ready_condition(kube, node_name).status == "True", timeout=40, what="Ready again")
-    time.sleep(2)
+    # Two relists of the runtime after it came back: the kubelet has seen what containerd now reports
+    # and acted on it before the pods are compared.
+    relists = kubelet_metric(kube, node_name, "kubelet_pleg_relist_duration_seconds_count")
+    wait_for(
+        lambda: kubelet_metric(kube, node_name, "kubelet_pleg_relist_duration_seconds_count") >= relists + 2,
+        timeout=30,
+        what="two relists after the runtime came back",
+    )
     assert snapshot(kube, namespace) == before
 
 
