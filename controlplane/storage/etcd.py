@@ -38,6 +38,7 @@ from controlplane.storage.interface import (
     CompactedError,
     ConflictError,
     Event,
+    FutureRevisionError,
     KeyExistsError,
     KeyValue,
     NotFoundError,
@@ -53,6 +54,7 @@ log = logging.getLogger("controlplane.storage.etcd")
 COMPACT_KEY = b"compact_rev_key"
 _UNAVAILABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 _COMPACTED = "required revision has been compacted"
+_FUTURE = "required revision is a future revision"
 _WATCH_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -246,6 +248,8 @@ class EtcdStore:
         except grpc.aio.AioRpcError as err:
             if _COMPACTED in (err.details() or ""):
                 raise CompactedError(getattr(request, "revision", 0), self._compacted) from None
+            if _FUTURE in (err.details() or ""):
+                raise FutureRevisionError(getattr(request, "revision", 0), self._revision) from None
             raise _translate(err, what) from None
         return response
 

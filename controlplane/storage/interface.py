@@ -51,6 +51,16 @@ class CompactedError(StoreError):
         self.compacted = compacted
 
 
+class FutureRevisionError(StoreError):
+    """A revision newer than the store's newest was asked for (etcd's `mvcc: required revision is a
+    future revision`): upstream's 504 `Too large resource version` above."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        super().__init__(f"revision {requested} is in the future (current {current})")
+        self.requested = requested
+        self.current = current
+
+
 @dataclass(frozen=True, slots=True)
 class KeyValue:
     """One live value: mod_revision is the resourceVersion; create_revision survives updates."""
