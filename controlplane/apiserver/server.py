@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import ssl
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from controlplane.apiserver.certs import (
     ensure_pki,
     write_kubeconfig,
 )
+from controlplane.apiserver.endpointreconciler import DEFAULT_INTERVAL, DEFAULT_TTL, LeaseEndpointReconciler
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.handlers import RestHandler, json_response
@@ -51,6 +53,14 @@ PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:@SECLEVEL=0"
 SCHEDULER_KUBECONFIG = "scheduler.conf"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.conf"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _presents_token(request: web.Request) -> bool:
@@ -81,6 +91,11 @@ class ServerConfig:
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
     etcd: EtcdConfig | None = None  # --etcd-servers and its TLS files; None: SQLite in DIR/state.db
+    # --endpoint-reconciler-type: "lease" (upstream's default: every live server in the `kubernetes`
+    # Endpoints, on a store with expiring keys; on SQLite the one server writes itself at start) or "none".
+    endpoint_reconciler: str = "lease"
+    master_lease_ttl: int = DEFAULT_TTL
+    endpoint_interval: float = DEFAULT_INTERVAL
 
 
 class ApiServer:
@@ -105,6 +120,7 @@ class ApiServer:
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
+        self.endpoints: LeaseEndpointReconciler | None = None
         self.port = config.port
         self._openapi_v3 = openapi.v3_index()
         self._openapi_v2 = openapi.v2_document()
@@ -141,7 +157,16 @@ class ApiServer:
         host = self.config.advertise or (
             "127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind
         )
-        await ensure_kubernetes_service(self.registry, host, self.port)
+        leases = self.config.endpoint_reconciler == "lease" and hasattr(self.store, "put_with_ttl")
+        await ensure_kubernetes_service(
+            self.registry, host, self.port, endpoints=self.config.endpoint_reconciler != "none" and not leases
+        )
+        if leases and _is_ip(host):
+            self.endpoints = LeaseEndpointReconciler(
+                self.registry, host, self.port, self.config.master_lease_ttl, self.config.endpoint_interval
+            )
+            await self.endpoints.reconcile()  # listed before we answer /readyz
+            self.endpoints.start()
         if self.pki is not None:
             url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
             write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
@@ -194,6 +219,8 @@ class ApiServer:
 
     async def stop(self) -> None:
         self.ready = False
+        if self.endpoints is not None:
+            await self.endpoints.stop()
         if self._compactor:
             self._compactor.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -143,6 +143,7 @@ class EtcdStore:
         self._channel: grpc.aio.Channel | None = None
         self._kv: pb_grpc.KVStub | None = None
         self._watch: pb_grpc.WatchStub | None = None
+        self._lease: pb_grpc.LeaseStub | None = None
         self._revision = 0
         self._compacted = 0
         self._compact_version = 0  # compact_rev_key's version: the compactor's round counter
@@ -176,6 +177,7 @@ class EtcdStore:
             raise StoreUnavailableError("; ".join(causes))
         self._kv = pb_grpc.KVStub(self._channel)
         self._watch = pb_grpc.WatchStub(self._channel)
+        self._lease = pb_grpc.LeaseStub(self._channel)
         # The revision to be fresh at is the newest change under our prefix, not etcd's newest revision:
         # that may have been spent elsewhere (compact_rev_key, another prefix) and would never come
         # through the watch. Deletions after the newest live key arrive by the watch's replay.
@@ -292,11 +294,13 @@ class EtcdStore:
         self._seen(response.header.revision)
         return response.header.revision
 
-    @staticmethod
-    def _failed(key: str, response: pb.TxnResponse, expected: int) -> StoreError:
+    def _failed(self, key: str, response: pb.TxnResponse, expected: int) -> StoreError:
         found = response.responses[0].response_range.kvs
         if not found:
             return NotFoundError(key)
+        # Another API server wrote it since our cache saw it: a retry waits until our watch has brought
+        # that write here (reads wait for `revision`), instead of failing again on the same stale copy.
+        self._seen(found[0].mod_revision)
         return ConflictError(key, expected, found[0].mod_revision)
 
     async def create(self, key: str, value: bytes) -> int:
@@ -330,6 +334,18 @@ class EtcdStore:
         if not response.succeeded:
             raise self._failed(key, response, expected_revision)
         return self._written(response)
+
+    async def put_with_ttl(self, key: str, value: bytes, ttl: int) -> int:
+        """Write `key` on a fresh etcd lease of `ttl` seconds: etcd deletes it (a DELETE event for every
+        watcher) unless it is written again before then. What upstream's storage does for an object
+        with a TTL, such as the API servers' /masterleases/<ip> records."""
+        if self._lease is None:
+            raise StoreUnavailableError("etcd store not started")
+        grant = await self._call(self._lease.LeaseGrant, pb.LeaseGrantRequest(TTL=ttl), f"lease {key}")
+        put = pb.PutRequest(key=self._key(key), value=value, lease=grant.ID)
+        response = await self._call(self.kv.Put, put, f"put {key}")
+        self._seen(response.header.revision)
+        return response.header.revision
 
     # --- watch ---------------------------------------------------------------------------------------
 
