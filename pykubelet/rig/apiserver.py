@@ -22,7 +22,7 @@ from pykubelet.rig.process import Daemon, free_port
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from pykubelet.rig.etcd import Etcd
+    from pykubelet.rig.etcd import Etcd, EtcdCluster
 
 
 def api_client(kubeconfig: str | os.PathLike[str]) -> ApiClient:
@@ -56,7 +56,7 @@ class ApiServer:
         service_account_admission: bool | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
-        etcd: Etcd | None = None,
+        etcd: Etcd | EtcdCluster | None = None,
         host: str = "127.0.0.1",
     ) -> None:
         self.data_dir = Path(data_dir)
@@ -213,16 +213,24 @@ class ApiServerReplicas:
     (the first replica's admin kubeconfig, naming the others for kubeclient's failover)."""
 
     def __init__(
-        self, root: str | os.PathLike[str], count: int, etcd: Etcd, *, port: int = 0, **kwargs: object
+        self,
+        root: str | os.PathLike[str],
+        count: int,
+        etcd: Etcd | EtcdCluster,
+        *,
+        port: int = 0,
+        data_dirs: list[Path] | None = None,
+        **kwargs: object,
     ) -> None:
         if count < 1:
             raise ValueError("at least one API server")
         self.root = Path(root)
         self.port = port or free_port()
         hosts = [replica_host(i) for i in range(count)]
+        dirs = data_dirs or [self.root / f"apiserver-{i}" for i in range(count)]
         self.servers = [
             ApiServer(
-                self.root / f"apiserver-{i}",
+                dirs[i],
                 self.port,
                 etcd=etcd,
                 host=host,

@@ -351,3 +351,10 @@ class EtcdCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def etcd_members(etcd: Etcd | EtcdCluster | None) -> list[Etcd]:
+    """The processes of a single etcd or a cluster (none for None)."""
+    if etcd is None:
+        return []
+    return list(etcd.members) if isinstance(etcd, EtcdCluster) else [etcd]
