@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dns": ("dns.cli", "run the cluster DNS server (cluster.local from the API, the rest forwarded)"),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
+    "migrate-store": ("controlplane.storage.migrate", "copy a cluster's objects from SQLite to etcd"),
 }
 
 
