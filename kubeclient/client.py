@@ -72,6 +72,18 @@ class Replicas:
         return True
 
 
+def replicas_from_endpoints(endpoints: dict[str, Any]) -> tuple[str, ...]:
+    """The API server URLs the `default/kubernetes` Endpoints list (https://ip:port, in their order)."""
+    urls = []
+    for subset in endpoints.get("subsets") or []:
+        ports = [p.get("port") for p in subset.get("ports") or [] if p.get("name") in ("https", None, "")]
+        for address in subset.get("addresses") or []:
+            ip = address.get("ip", "")
+            host = f"[{ip}]" if ":" in ip else ip
+            urls += [f"https://{host}:{port}" for port in ports[:1] if ip and port]
+    return tuple(urls)
+
+
 def user_agent(component: str) -> str:
     """client-go's shape, `<component>/<version> (linux/amd64) kubernetes/<commit>`; the API server takes
     the part before "/" as the default field manager."""
@@ -104,6 +116,15 @@ class KubeClient:
     def server(self) -> str:
         """The API server in use (the config's `server` unless a failover moved on)."""
         return self.replicas.current
+
+    async def discover_replicas(self) -> tuple[str, ...]:
+        """Add the API servers the `kubernetes` Service's Endpoints list (every live replica, kept by the
+        lease endpoint reconciler) after the configured ones: what an in-cluster client, whose config
+        names only the Service's ClusterIP, can fail over to. Returns the whole list now in use."""
+        endpoints = await self.get("/api/v1/namespaces/default/endpoints/kubernetes")
+        found = replicas_from_endpoints(endpoints)
+        self.replicas.urls = tuple(dict.fromkeys((*self.replicas.urls, *found)))
+        return self.replicas.urls
 
     def derive(self, qps: float | None = None, burst: int | None = None) -> KubeClient:
         """A client on the same connections and credentials with a rate limit of its own, as client-go

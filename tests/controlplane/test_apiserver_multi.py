@@ -251,3 +251,13 @@ async def test_a_failover_client_survives_the_loss_of_its_replica(
         await asyncio.gather(run, return_exceptions=True)
         await kube.close()
         await asyncio.to_thread(first.start)
+
+
+async def test_a_client_learns_the_replicas_from_the_kubernetes_endpoints(group: ApiServerReplicas) -> None:
+    config = load_kubeconfig(group.servers[0].kubeconfig)  # names one server, as an in-cluster config does
+    assert config.all_servers == (group.servers[0].url,)
+    kube = KubeClient(config)
+    try:
+        assert await kube.discover_replicas() == tuple(group.urls)
+    finally:
+        await kube.close()

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from kubeclient.client import KubeClient
+from kubeclient.client import KubeClient, replicas_from_endpoints
 from kubeclient.config import SERVERS_EXTENSION, ClusterConfig, ConfigError, load_kubeconfig
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
@@ -166,3 +166,38 @@ async def test_a_broken_watch_resumes_on_the_next_replica_from_the_last_resource
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await client.close()
+
+
+def test_replicas_from_the_kubernetes_endpoints() -> None:
+    endpoints = {
+        "subsets": [
+            {
+                "addresses": [{"ip": "10.0.0.1"}, {"ip": "fd00::2"}],
+                "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+            }
+        ]
+    }
+    assert replicas_from_endpoints(endpoints) == ("https://10.0.0.1:6443", "https://[fd00::2]:6443")
+    assert replicas_from_endpoints({}) == ()
+
+
+async def test_an_in_cluster_client_adds_the_endpoints_replicas() -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        assert request.path == "/api/v1/namespaces/default/endpoints/kubernetes"
+        subsets = [{"addresses": [{"ip": "127.0.0.2"}, {"ip": "127.0.0.3"}], "ports": [{"name": "https", "port": 7}]}]
+        return web.json_response({"kind": "Endpoints", "subsets": subsets})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    client = KubeClient(ClusterConfig(server=url))
+    try:
+        assert await client.discover_replicas() == (url, "https://127.0.0.2:7", "https://127.0.0.3:7")
+        assert client.server == url  # the configured one stays first
+    finally:
+        await client.close()
+        await runner.cleanup()
