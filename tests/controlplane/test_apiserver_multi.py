@@ -261,3 +261,22 @@ async def test_a_client_learns_the_replicas_from_the_kubernetes_endpoints(group:
         assert await kube.discover_replicas() == tuple(group.urls)
     finally:
         await kube.close()
+
+
+def test_replicas_share_the_ca_and_service_account_keys(group: ApiServerReplicas) -> None:
+    """A token one replica issues authenticates at the other (one sa.key), and each replica's serving
+    certificate is from the one CA and names its own address."""
+    first, second = group.servers
+    v1 = core(first)
+    name = f"robot-{uuid.uuid4().hex[:6]}"
+    v1.create_namespaced_service_account("default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    token = v1.create_namespaced_service_account_token(name, "default", request).status.token
+    configuration = client.Configuration()
+    configuration.host = second.url  # https://127.0.0.2:PORT: verified against the shared CA
+    configuration.ssl_ca_cert = str(second.ca_cert)
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    with client.ApiClient(configuration) as api:
+        review = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
+    assert review.status.user_info.username == f"system:serviceaccount:default:{name}"
+    assert first.ca_cert.read_bytes() == second.ca_cert.read_bytes()
