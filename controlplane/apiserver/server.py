@@ -165,7 +165,10 @@ class ApiServer:
             self.endpoints = LeaseEndpointReconciler(
                 self.registry, host, self.port, self.config.master_lease_ttl, self.config.endpoint_interval
             )
-            await self.endpoints.reconcile()  # listed before we answer /readyz
+            try:
+                await self.endpoints.reconcile()  # listed before we answer /readyz
+            except (StoreError, ApiError) as err:  # etcd electing a leader, say: the loop's next round
+                log.warning("event=endpoint-reconcile-failed cause=%s", err)
             self.endpoints.start()
         if self.pki is not None:
             url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
