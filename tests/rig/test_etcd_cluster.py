@@ -237,3 +237,59 @@ def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_ea
         assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
         leaked = scope.leaked()
         assert not leaked, f"`pykubelet down` left {leaked}"
+
+
+@pytest.mark.integration
+def test_a_stack_started_on_a_migrated_store_serves_the_same_objects(tmp_path: Path) -> None:
+    """A cluster written on SQLite, moved with `pykubelet migrate-store` into the etcd a stack then starts
+    on (the same API server data dir: its CA and keys): the stack serves the same objects (UIDs, creation
+    times, contents) and runs the migrated Deployment's pod on its node."""
+    import subprocess
+    import sys
+
+    from kubernetes import config as kconfig
+
+    from pykubelet.rig.etcd import Etcd
+    from pykubelet.rig.netlease import lease_network
+    from pykubelet.rig.stack import Stack, StackConfig
+
+    state = tmp_path / "state"
+    with ApiServer(state / "apiserver") as server, server.api_client() as api:
+        v1 = client.CoreV1Api(api)
+        v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="kept")))
+        for i in range(3):
+            v1.create_namespaced_config_map("kept", cm(f"c{i}"))
+        client.AppsV1Api(api).create_namespaced_deployment("kept", deployment("moved", 1))
+        before = {c.metadata.name: (c.metadata.uid, c.metadata.creation_timestamp, c.data) for c in v1.list_namespaced_config_map("kept").items}
+    etcd = Etcd(state / "etcd")  # where the stack's etcd lives; its data and PKI are kept on restart
+    etcd.start()
+    try:
+        pki = etcd.pki
+        argv = [sys.executable, "-m", "pykubelet", "migrate-store", "--from", f"sqlite:{state / 'apiserver' / 'state.db'}",
+                "--to", f"etcd:{etcd.url}", "--etcd-cafile", str(pki.ca_cert), "--etcd-certfile", str(pki.client_cert),
+                "--etcd-keyfile", str(pki.client_key)]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+    finally:
+        etcd.stop()
+    with lease_network("g") as net:
+        stack = Stack(
+            StackConfig(state_dir=state, node_name="moved-node", pod_cidr=net.pod_cidr, bridge=net.bridge, store="etcd")
+        )
+        try:
+            stack.start()
+            api = kconfig.new_client_from_config(config_file=str(stack.kubeconfig))
+            v1, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+            after = {c.metadata.name: (c.metadata.uid, c.metadata.creation_timestamp, c.data) for c in v1.list_namespaced_config_map("kept").items}
+            assert {k: v for k, v in after.items() if k != "kube-root-ca.crt"} == {
+                k: v for k, v in before.items() if k != "kube-root-ca.crt"
+            }
+
+            def running() -> bool:
+                got = apps.read_namespaced_deployment("moved", "kept").status
+                return got is not None and (got.ready_replicas or 0) == 1
+
+            eventually(running, timeout=120, interval=1.0)
+        finally:
+            problems = stack.stop()
+        assert not problems, problems
