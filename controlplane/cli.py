@@ -127,6 +127,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--etcd-keyfile", type=Path, default=None, help="key of --etcd-certfile")
     parser.add_argument("--etcd-prefix", default="/registry", help="the prefix of every key in etcd")
+    parser.add_argument(
+        "--endpoint-reconciler-type",
+        choices=("lease", "none"),
+        default="lease",
+        help="lease: the kubernetes Service's endpoints list every live API server (/masterleases/ on "
+        "etcd; on SQLite the one server); none: leave them alone",
+    )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -237,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
         etcd=_etcd_config(args),
+        endpoint_reconciler=args.endpoint_reconciler_type,
     )
     from controlplane.storage import StoreUnavailableError
 

@@ -11,6 +11,13 @@ rate limit (client-go's QPS and burst), and retries with backoff where a retry c
   POST that may have reached the server is never sent twice, so a generateName create cannot duplicate.
 
 Errors come out as `ApiError` carrying the server's Status.
+
+Failover: a config naming several replicas of the API server (`ClusterConfig.servers`) sends every
+request to the current one and moves to the next when it cannot be reached or answers a retryable 5xx;
+the retries above then go there (a POST only when nothing was sent). A watch that breaks moves too, and
+its caller (the informer) resumes from its last resourceVersion on the next replica: every replica's
+watch cache is fed from the same etcd, so resourceVersions mean the same everywhere and no event is lost
+or repeated. With one server nothing changes.
 """
 
 from __future__ import annotations
@@ -45,6 +52,39 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
 WATCH_SILENCE = 150.0
 
 
+class Replicas:
+    """The API server URLs in order and which one is in use; shared by a client and its derived ones."""
+
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self.urls = urls
+        self.index = 0
+
+    @property
+    def current(self) -> str:
+        return self.urls[self.index]
+
+    def failed(self, url: str, why: str) -> bool:
+        """`url` failed: move on from it (unless another call already has). False with one server."""
+        if len(self.urls) < 2:
+            return False
+        if self.current == url:
+            self.index = (self.index + 1) % len(self.urls)
+            log.warning("api failover from=%s to=%s cause=%s", url, self.current, why)
+        return True
+
+
+def replicas_from_endpoints(endpoints: dict[str, Any]) -> tuple[str, ...]:
+    """The API server URLs the `default/kubernetes` Endpoints list (https://ip:port, in their order)."""
+    urls = []
+    for subset in endpoints.get("subsets") or []:
+        ports = [p.get("port") for p in subset.get("ports") or [] if p.get("name") in ("https", None, "")]
+        for address in subset.get("addresses") or []:
+            ip = address.get("ip", "")
+            host = f"[{ip}]" if ":" in ip else ip
+            urls += [f"https://{host}:{port}" for port in ports[:1] if ip and port]
+    return tuple(urls)
+
+
 def user_agent(component: str) -> str:
     """client-go's shape, `<component>/<version> (linux/amd64) kubernetes/<commit>`; the API server takes
     the part before "/" as the default field manager."""
@@ -71,10 +111,21 @@ class KubeClient:
         self.max_connections = max_connections
         self._ssl = config.ssl_context()
         self._session: aiohttp.ClientSession | None = None
+        self.replicas = Replicas(config.all_servers)
 
     @property
     def server(self) -> str:
-        return self.config.server
+        """The API server in use (the config's `server` unless a failover moved on)."""
+        return self.replicas.current
+
+    async def discover_replicas(self) -> tuple[str, ...]:
+        """Add the API servers the `kubernetes` Service's Endpoints list (every live replica, kept by the
+        lease endpoint reconciler) after the configured ones: what an in-cluster client, whose config
+        names only the Service's ClusterIP, can fail over to. Returns the whole list now in use."""
+        endpoints = await self.get("/api/v1/namespaces/default/endpoints/kubernetes")
+        found = replicas_from_endpoints(endpoints)
+        self.replicas.urls = tuple(dict.fromkeys((*self.replicas.urls, *found)))
+        return self.replicas.urls
 
     def derive(self, qps: float | None = None, burst: int | None = None) -> KubeClient:
         """A client on the same connections and credentials with a rate limit of its own, as client-go
@@ -148,17 +199,19 @@ class KubeClient:
         """One API call with the rate limit and the retries above; returns the decoded JSON body.
         `deadline` bounds each attempt (default: the client's request_timeout)."""
         backoff = Backoff(initial=0.2, maximum=5.0)
-        attempts = self.max_attempts if retry else 1
+        replicas = len(self.replicas.urls)
+        # With several replicas each gets a try before the attempts run out.
+        attempts = max(self.max_attempts, replicas) if retry else 1
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        url = self.config.server + path
         query = _query(params)
         what = f"{method} {path}"
         for attempt in range(1, attempts + 1):
             await self.limiter.acquire()
+            server = self.server
             try:
                 async with self._get_session().request(
                     method,
-                    url,
+                    server + path,
                     params=query,
                     data=data,
                     headers=self._headers(content_type if data is not None else None),
@@ -171,16 +224,26 @@ class KubeClient:
                     retryable = resp.status == 429 or (
                         resp.status in RETRYABLE_STATUS and method in IDEMPOTENT
                     )
+                    sick = resp.status in RETRYABLE_STATUS and resp.status != 429
+                    if sick and self.replicas.failed(server, str(resp.status)) and retryable:
+                        if attempt < replicas:
+                            continue  # another replica may answer now: no wait
                     if not retryable or attempt == attempts:
                         raise err
                     delay = _retry_after(resp.headers.get("Retry-After")) or err.retry_after or backoff.next()
             except aiohttp.ClientConnectorError as exc:  # no connection: nothing was sent
+                moved = self.replicas.failed(server, type(exc).__name__)
                 if attempt == attempts:
                     raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
+                if moved and attempt < replicas:
+                    continue
                 delay = backoff.next()
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+                moved = self.replicas.failed(server, type(exc).__name__)
                 if method not in IDEMPOTENT or attempt == attempts:
                     raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
+                if moved and attempt < replicas:
+                    continue
                 delay = backoff.next()
             log.debug("api retry method=%s path=%s attempt=%d delay=%.2f", method, path, attempt, delay)
             await asyncio.sleep(delay)
@@ -241,9 +304,10 @@ class KubeClient:
         await self.limiter.acquire()
         query = _query({**(params or {}), "watch": True})
         what = f"WATCH {path}"
+        server = self.server
         try:
             async with self._get_session().get(
-                self.config.server + path,
+                server + path,
                 params=query,
                 headers=self._headers(None),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout),
@@ -258,6 +322,8 @@ class KubeClient:
                         raise ApiError.from_status(event.get("object") or {}, what)
                     yield event
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            # The caller resumes from its last resourceVersion, on the next replica if there is one.
+            self.replicas.failed(server, type(exc).__name__)
             raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
 
 

@@ -20,6 +20,9 @@ from typing import Any
 import yaml
 
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# A cluster entry's extension naming more replicas of its API server (`servers: [url, ...]`), for clients
+# that fail over (KubeClient); kubectl ignores extensions and keeps to `server`.
+SERVERS_EXTENSION = "pykubelet.io/servers"
 
 
 class ConfigError(Exception):
@@ -38,6 +41,15 @@ class ClusterConfig:
     token_file: str | None = None
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    # Other replicas of the same API server (same CA, same credentials), tried in order when `server`
+    # cannot be reached. A kubeconfig holds one server; the list comes from the constructor or from the
+    # cluster's SERVERS_EXTENSION.
+    servers: tuple[str, ...] = ()
+
+    @property
+    def all_servers(self) -> tuple[str, ...]:
+        """`server` first, then the other replicas, each once."""
+        return tuple(dict.fromkeys((self.server, *self.servers)))
 
     def __repr__(self) -> str:  # never show credentials in logs
         return f"ClusterConfig(server={self.server!r}, auth={self.auth_kind()})"
@@ -144,7 +156,20 @@ def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) ->
         token_file=str(_resolve(token_file, base)) if token_file else None,
         username=user.get("username"),
         password=user.get("password"),
+        servers=_replicas(cluster, file),
     )
+
+
+def _replicas(cluster: dict[str, Any], file: Path) -> tuple[str, ...]:
+    for extension in cluster.get("extensions") or []:
+        if isinstance(extension, dict) and extension.get("name") == SERVERS_EXTENSION:
+            servers = (extension.get("extension") or {}).get("servers") or []
+            if not isinstance(servers, list) or not all(
+                isinstance(s, str) and s.startswith(("https://", "http://")) for s in servers
+            ):
+                raise ConfigError(f"kubeconfig {file}: extension {SERVERS_EXTENSION}: servers must be URLs")
+            return tuple(s.rstrip("/") for s in servers)
+    return ()
 
 
 def in_cluster_config(secrets_dir: Path = IN_CLUSTER_DIR, env: dict[str, str] | None = None) -> ClusterConfig:

@@ -44,6 +44,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(with its own data dir and certificates under <state-dir>/etcd) that up starts and "
         "down stops",
     )
+    parser.add_argument(
+        "--etcd-members",
+        type=int,
+        default=1,
+        help="with --store etcd: run a cluster of this many etcd members on this machine (failure tests)",
+    )
+    parser.add_argument(
+        "--apiservers",
+        type=int,
+        default=1,
+        help="with --store etcd: this many API servers on the one etcd, each on its own loopback "
+        "address (127.0.0.N) and --api-port; every client is given all of them",
+    )
     parser.add_argument("--no-example", action="store_true", help="do not run the sample pod")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the sample pod")
 
@@ -55,6 +68,10 @@ def _exit_on(signum: int, _frame: object) -> None:
 def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on)
+    if args.store != "etcd" and (args.etcd_members > 1 or args.apiservers > 1):
+        raise SystemExit("pykubelet up: --etcd-members and --apiservers need --store etcd")
+    if args.etcd_members < 1 or args.apiservers < 1:
+        raise SystemExit("pykubelet up: --etcd-members and --apiservers are at least 1")
     ensure_packages()
     state_dir = args.state_dir.resolve()
     if looks_like_a_stack(state_dir):
@@ -69,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
             bridge=args.bridge,
             api_port=args.api_port,
             store=args.store,
+            etcd_members=args.etcd_members,
+            apiservers=args.apiservers,
         )
     )
     print(

@@ -23,8 +23,12 @@ from controlplane.apiserver.registry import Registry
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
-async def ensure_kubernetes_service(registry: Registry, address: str, port: int) -> None:
-    services, endpoints = SERVICES, ENDPOINTS
+async def ensure_kubernetes_service(
+    registry: Registry, address: str, port: int, endpoints: bool = True
+) -> None:
+    """The Service (created once, its target port kept to ours) and, unless the lease endpoint
+    reconciler (endpointreconciler.py) keeps them instead, its Endpoints and EndpointSlice naming us."""
+    services = SERVICES
     if registry.cache.get(services.key("default", "kubernetes")) is None:
         service: dict[str, Any] = {
             "apiVersion": "v1",
@@ -54,12 +58,38 @@ async def ensure_kubernetes_service(registry: Registry, address: str, port: int)
             return svc
 
         await registry.guaranteed_update(services, "default", "kubernetes", retarget)
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return  # a host name cannot go into Endpoints; in-cluster clients then need DNS-free config
+    if endpoints:
+        await write_endpoints(registry, [address], port)
+
+
+def endpoint_addresses(registry: Registry) -> tuple[list[str], int]:
+    """The addresses and port the `kubernetes` Endpoints list now ([] and 0 when there are none)."""
+    cached = registry.cache.get(ENDPOINTS.key("default", "kubernetes"))
+    subsets = (cached.obj.get("subsets") or []) if cached is not None else []
+    if len(subsets) != 1:
+        return [], 0
+    ports = subsets[0].get("ports") or []
+    addresses = [a.get("ip", "") for a in subsets[0].get("addresses") or []]
+    return addresses, int(ports[0].get("port", 0)) if len(ports) == 1 else 0
+
+
+async def write_endpoints(registry: Registry, addresses: list[str], port: int) -> None:
+    """The `kubernetes` Endpoints and EndpointSlice: one subset, these addresses (in this order), one
+    port, as upstream's reconcilers and EndpointsAdapter write them. Host names are left out (they
+    cannot go into Endpoints); nothing is written when no address remains."""
+    ips = []
+    for address in addresses:
+        try:
+            ips.append(ipaddress.ip_address(address))
+        except ValueError:
+            continue  # a host name cannot go into Endpoints; in-cluster clients then need DNS-free config
+    if not ips:
+        return
     subsets = [
-        {"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}
+        {
+            "addresses": [{"ip": str(ip)} for ip in ips],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        }
     ]
     body = {
         "apiVersion": "v1",
@@ -67,14 +97,14 @@ async def ensure_kubernetes_service(registry: Registry, address: str, port: int)
         "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
         "subsets": subsets,
     }
-    validate = not ip.is_loopback
-    await _put(registry, endpoints, body, validate)
+    validate = not any(ip.is_loopback for ip in ips)
+    await _put(registry, ENDPOINTS, body, validate)
     slice_ = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
-        "addressType": "IPv6" if ip.version == 6 else "IPv4",
-        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        "addressType": "IPv6" if ips[0].version == 6 else "IPv4",
+        "endpoints": [{"addresses": [str(ip)], "conditions": {"ready": True}} for ip in ips],
         "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
     }
     await _put(registry, ENDPOINT_SLICES, slice_, validate)
@@ -82,6 +112,10 @@ async def ensure_kubernetes_service(registry: Registry, address: str, port: int)
 
 async def _put(registry: Registry, kind: Any, body: dict[str, Any], validate: bool) -> None:
     if registry.cache.get(kind.key("default", "kubernetes")) is None:
-        await registry.create(kind, "default", body, validate=validate)
-    else:
-        await registry.update(kind, "default", "kubernetes", body, validate=validate)
+        try:
+            await registry.create(kind, "default", body, validate=validate)
+            return
+        except ApiError as err:
+            if err.code != 409:  # another API server created it first: update theirs
+                raise
+    await registry.update(kind, "default", "kubernetes", body, validate=validate)

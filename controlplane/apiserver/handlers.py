@@ -41,7 +41,7 @@ from controlplane.apiserver.responses import (
 )
 from controlplane.apiserver.satokens import TokenIssuer
 from controlplane.apiserver.watch import serve_watch
-from controlplane.storage import CompactedError
+from controlplane.storage import CompactedError, FutureRevisionError
 from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, encode
 
 log = logging.getLogger("controlplane.apiserver")
@@ -337,6 +337,14 @@ class RestHandler:
                 ) from None
         elif match == "Exact" and rv:
             revision = responses.revision(rv)
+        if revision:
+            # A revision this server has not seen yet (a client's token from the future, or from a write
+            # through another server still on its way here): wait a little for it, then answer as upstream
+            # does, 504 with ResourceVersionTooLarge, rather than list at a revision that holds nothing yet.
+            try:
+                await self.cache.wait_for(revision)
+            except TooLargeResourceVersionError as err:
+                raise too_large(err) from None
         out: list[CachedObject] = []
         try:
             while True:
@@ -350,6 +358,8 @@ class RestHandler:
                     start_after = kv.key
                 if not more or (limit and len(out) >= limit):
                     break
+        except FutureRevisionError as err:
+            raise too_large(TooLargeResourceVersionError(err.requested, err.current)) from None
         except CompactedError:
             if token:
                 raise errors.gone(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import ssl
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from controlplane.apiserver.certs import (
     ensure_pki,
     write_kubeconfig,
 )
+from controlplane.apiserver.endpointreconciler import DEFAULT_INTERVAL, DEFAULT_TTL, LeaseEndpointReconciler
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.handlers import RestHandler, json_response
@@ -57,6 +59,14 @@ PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:@SECLEVEL=0"
 SCHEDULER_KUBECONFIG = "scheduler.conf"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.conf"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _presents_token(request: web.Request) -> bool:
@@ -90,6 +100,11 @@ class ServerConfig:
     # keeps kube-public/cluster-info and the RBAC kubeadm creates for joining (bootstraptoken_cluster.py).
     enable_bootstrap_token_auth: bool = False
     etcd: EtcdConfig | None = None  # --etcd-servers and its TLS files; None: SQLite in DIR/state.db
+    # --endpoint-reconciler-type: "lease" (upstream's default: every live server in the `kubernetes`
+    # Endpoints, on a store with expiring keys; on SQLite the one server writes itself at start) or "none".
+    endpoint_reconciler: str = "lease"
+    master_lease_ttl: int = DEFAULT_TTL
+    endpoint_interval: float = DEFAULT_INTERVAL
 
 
 class ApiServer:
@@ -118,6 +133,7 @@ class ApiServer:
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
+        self.endpoints: LeaseEndpointReconciler | None = None
         self.port = config.port
         self.metrics = ApiServerMetrics(self._state_gauges)
         self._openapi_v3 = openapi.v3_index()
@@ -158,7 +174,19 @@ class ApiServer:
         host = self.config.advertise or (
             "127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind
         )
-        await ensure_kubernetes_service(self.registry, host, self.port)
+        leases = self.config.endpoint_reconciler == "lease" and hasattr(self.store, "put_with_ttl")
+        await ensure_kubernetes_service(
+            self.registry, host, self.port, endpoints=self.config.endpoint_reconciler != "none" and not leases
+        )
+        if leases and _is_ip(host):
+            self.endpoints = LeaseEndpointReconciler(
+                self.registry, host, self.port, self.config.master_lease_ttl, self.config.endpoint_interval
+            )
+            try:
+                await self.endpoints.reconcile()  # listed before we answer /readyz
+            except (StoreError, ApiError) as err:  # etcd electing a leader, say: the loop's next round
+                log.warning("event=endpoint-reconcile-failed cause=%s", err)
+            self.endpoints.start()
         if self.config.enable_bootstrap_token_auth:
             if self.pki is not None:
                 await ensure_join_objects(self.registry, f"https://{host}:{self.port}", self.pki.ca_cert.read_bytes())
@@ -217,6 +245,8 @@ class ApiServer:
 
     async def stop(self) -> None:
         self.ready = False
+        if self.endpoints is not None:
+            await self.endpoints.stop()
         if self._compactor:
             self._compactor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -347,6 +377,13 @@ class ApiServer:
             # Upstream's answer to an unreachable or timing-out etcd (storage.IsUnreachable): a retryable
             # ServerTimeout. Writes are single transactions, so nothing was half applied.
             log.warning("path=%s method=%s store=unavailable cause=%s", request.path, request.method, exc)
+            if exc.backend_message:
+                # etcd answered with an error of its own (no quorum: `etcdserver: request timed out`):
+                # upstream's ErrorToAPIStatus passes it through, a 500 with no reason (kubectl prints
+                # `Error from server: etcdserver: request timed out`).
+                passed = ApiError(500, "", exc.backend_message).status()
+                del passed["reason"]  # StatusReasonUnknown is "", left out of upstream's JSON
+                return json_response(passed, 500)
             message = "The operation could not be completed at this time, please try again."
             return json_response(
                 ApiError(500, "ServerTimeout", message, {"retryAfterSeconds": 2}).status(), 500

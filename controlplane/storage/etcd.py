@@ -38,6 +38,7 @@ from controlplane.storage.interface import (
     CompactedError,
     ConflictError,
     Event,
+    FutureRevisionError,
     KeyExistsError,
     KeyValue,
     NotFoundError,
@@ -53,6 +54,9 @@ log = logging.getLogger("controlplane.storage.etcd")
 COMPACT_KEY = b"compact_rev_key"
 _UNAVAILABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 _COMPACTED = "required revision has been compacted"
+_FUTURE = "required revision is a future revision"
+# gRPC's words for a connection that was never made (so a request was never sent).
+_NOT_SENT = ("failed to connect", "Connection refused", "connections to all backends failing")
 _WATCH_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -103,7 +107,8 @@ def _translate(err: grpc.aio.AioRpcError, what: str) -> StoreError:
     if "request is too large" in details or err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return StoreTooLargeError(f"etcdserver: request is too large ({what})")
     if err.code() in _UNAVAILABLE or "etcdserver:" in details:
-        return StoreUnavailableError(f"etcd {what}: {err.code().name}: {details}")
+        own = details if details.startswith("etcdserver:") else ""
+        return StoreUnavailableError(f"etcd {what}: {err.code().name}: {details}", own)
     return StoreError(f"etcd {what}: {err.code().name}: {details}")
 
 
@@ -141,6 +146,10 @@ class EtcdStore:
         self._channel: grpc.aio.Channel | None = None
         self._kv: pb_grpc.KVStub | None = None
         self._watch: pb_grpc.WatchStub | None = None
+        self._lease: pb_grpc.LeaseStub | None = None
+        self._channels: dict[int, grpc.aio.Channel] = {}
+        self._member = 0
+        self._credentials: grpc.ChannelCredentials | None = None
         self._revision = 0
         self._compacted = 0
         self._compact_version = 0  # compact_rev_key's version: the compactor's round counter
@@ -149,11 +158,12 @@ class EtcdStore:
 
     async def start(self) -> None:
         """Connect to the first of the servers that answers (in the order given); fail within seconds,
-        naming each address and why, when none does. Moving to another member once connected is left
-        to a later change (client failover); a member that comes back is reconnected to."""
+        naming each address and why, when none does. Once connected, a member that cannot be reached
+        is left for the next one (`_failover`), as etcd's own client balances over its endpoints."""
         credentials = await asyncio.to_thread(self.config.credentials) if self.config.secure else None
+        self._credentials = credentials
         causes = []
-        for server in self.config.servers:
+        for index, server in enumerate(self.config.servers):
             channel = _channel(urlsplit(server).netloc, credentials)
             try:
                 status = await pb_grpc.MaintenanceStub(channel).Status(
@@ -168,12 +178,12 @@ class EtcdStore:
                     f"etcd at {server} is not reachable: {_start_cause(err, self.config.dial_timeout)}"
                 )
                 continue
-            self._channel, where = channel, server
+            self._channels[index] = channel
+            self._use(index)
+            where = server
             break
         else:
             raise StoreUnavailableError("; ".join(causes))
-        self._kv = pb_grpc.KVStub(self._channel)
-        self._watch = pb_grpc.WatchStub(self._channel)
         # The revision to be fresh at is the newest change under our prefix, not etcd's newest revision:
         # that may have been spent elsewhere (compact_rev_key, another prefix) and would never come
         # through the watch. Deletions after the newest live key arrive by the watch's replay.
@@ -207,10 +217,40 @@ class EtcdStore:
             raise StoreUnavailableError(f"etcd at {','.join(self.config.servers)}: {err.details()}") from None
         return response.kvs[0].mod_revision if response.kvs else 0
 
+    def _use(self, index: int) -> None:
+        """Send everything to member `index` from now on (its channel made once, kept for later)."""
+        channel = self._channels.get(index)
+        if channel is None:
+            channel = _channel(urlsplit(self.config.servers[index]).netloc, self._credentials)
+            self._channels[index] = channel
+        self._member = index
+        self._channel = channel
+        self._kv = pb_grpc.KVStub(channel)
+        self._watch = pb_grpc.WatchStub(channel)
+        self._lease = pb_grpc.LeaseStub(channel)
+
+    def _failover(self, err: grpc.aio.AioRpcError) -> bool:
+        """The member in use could not be reached: move to the next one. False with one server or when
+        etcd itself answered (`etcdserver: ...`, e.g. no quorum: another member would say the same)."""
+        if len(self.config.servers) < 2 or err.code() != grpc.StatusCode.UNAVAILABLE:
+            return False
+        if (err.details() or "").startswith("etcdserver:"):
+            return False
+        failed = self.config.servers[self._member]
+        self._use((self._member + 1) % len(self.config.servers))
+        log.warning(
+            "event=etcd-failover from=%s to=%s cause=%s",
+            failed,
+            self.config.servers[self._member],
+            err.details(),
+        )
+        return True
+
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+        self._channel = None
 
     @property
     def revision(self) -> int:
@@ -240,19 +280,31 @@ class EtcdStore:
             raise StoreUnavailableError("etcd store not started")
         return self._kv
 
-    async def _call(self, method: Any, request: Any, what: str) -> Any:
-        try:
-            response = await method(request, timeout=self.config.request_timeout)
-        except grpc.aio.AioRpcError as err:
-            if _COMPACTED in (err.details() or ""):
-                raise CompactedError(getattr(request, "revision", 0), self._compacted) from None
-            raise _translate(err, what) from None
-        return response
+    async def _call(self, method: str, request: Any, what: str, service: str = "kv") -> Any:
+        """One RPC (`method` of the KV or the Lease service) on the member in use. When that member cannot
+        be reached the next one is tried: at once for a read, and for a write only when the connection
+        was never made (nothing was sent; a write cut off mid-flight may have been applied, so that is
+        the caller's retryable 5xx rather than a second send)."""
+        for attempt in range(len(self.config.servers)):
+            stub = self.kv if service == "kv" else self._lease
+            try:
+                return await getattr(stub, method)(request, timeout=self.config.request_timeout)
+            except grpc.aio.AioRpcError as err:
+                details = err.details() or ""
+                if _COMPACTED in details:
+                    raise CompactedError(getattr(request, "revision", 0), self._compacted) from None
+                if _FUTURE in details:
+                    raise FutureRevisionError(getattr(request, "revision", 0), self._revision) from None
+                moved = self._failover(err)
+                unsent = method == "Range" or any(n in details for n in _NOT_SENT)
+                if not (moved and unsent) or attempt == len(self.config.servers) - 1:
+                    raise _translate(err, what) from None
+        raise AssertionError("unreachable")
 
     # --- reads ---------------------------------------------------------------------------------------
 
     async def get(self, key: str) -> KeyValue | None:
-        response = await self._call(self.kv.Range, pb.RangeRequest(key=self._key(key)), f"get {key}")
+        response = await self._call("Range", pb.RangeRequest(key=self._key(key)), f"get {key}")
         return self._keyvalue(response.kvs[0]) if response.kvs else None
 
     async def list(
@@ -270,7 +322,7 @@ class EtcdStore:
         request = pb.RangeRequest(
             key=max(low, start), range_end=prefix_end(low), revision=revision, limit=limit
         )
-        response = await self._call(self.kv.Range, request, f"list {prefix}")
+        response = await self._call("Range", request, f"list {prefix}")
         served = revision or response.header.revision
         return [self._keyvalue(kv) for kv in response.kvs], served, bool(limit) and response.more
 
@@ -278,7 +330,7 @@ class EtcdStore:
 
     async def _txn(self, key: str, compare: pb.Compare, success: pb.RequestOp, what: str) -> pb.TxnResponse:
         request = pb.TxnRequest(compare=[compare], success=[success], failure=[_range_op(compare.key)])
-        return await self._call(self.kv.Txn, request, f"{what} {key}")
+        return await self._call("Txn", request, f"{what} {key}")
 
     @staticmethod
     def _mod_compare(key: bytes, result: int, revision: int) -> pb.Compare:
@@ -288,11 +340,13 @@ class EtcdStore:
         self._seen(response.header.revision)
         return response.header.revision
 
-    @staticmethod
-    def _failed(key: str, response: pb.TxnResponse, expected: int) -> StoreError:
+    def _failed(self, key: str, response: pb.TxnResponse, expected: int) -> StoreError:
         found = response.responses[0].response_range.kvs
         if not found:
             return NotFoundError(key)
+        # Another API server wrote it since our cache saw it: a retry waits until our watch has brought
+        # that write here (reads wait for `revision`), instead of failing again on the same stale copy.
+        self._seen(found[0].mod_revision)
         return ConflictError(key, expected, found[0].mod_revision)
 
     async def create(self, key: str, value: bytes) -> int:
@@ -327,6 +381,16 @@ class EtcdStore:
             raise self._failed(key, response, expected_revision)
         return self._written(response)
 
+    async def put_with_ttl(self, key: str, value: bytes, ttl: int) -> int:
+        """Write `key` on a fresh etcd lease of `ttl` seconds: etcd deletes it (a DELETE event for every
+        watcher) unless it is written again before then. What upstream's storage does for an object
+        with a TTL, such as the API servers' /masterleases/<ip> records."""
+        grant = await self._call("LeaseGrant", pb.LeaseGrantRequest(TTL=ttl), f"lease {key}", "lease")
+        put = pb.PutRequest(key=self._key(key), value=value, lease=grant.ID)
+        response = await self._call("Put", put, f"put {key}")
+        self._seen(response.header.revision)
+        return response.header.revision
+
     # --- watch ---------------------------------------------------------------------------------------
 
     async def watch(self, from_revision: int) -> AsyncIterator[list[Event]]:
@@ -336,17 +400,21 @@ class EtcdStore:
         revision; only a compacted start ends the watch (CompactedError), as a 410 ends a client's.
         """
         last = from_revision
-        failures = 0
+        failures = hops = 0
         while True:
             try:
                 async for batch in self._watch_once(last):
-                    failures = 0
+                    failures = hops = 0
                     last = max(last, batch[-1].revision)
                     yield batch
                 return
             except grpc.aio.AioRpcError as err:
                 if err.code() not in _UNAVAILABLE:
                     raise _translate(err, "watch") from None
+                if hops < len(self.config.servers) - 1 and self._failover(err):
+                    hops += 1  # another member, at once (backing off once every one has failed)
+                    continue
+                hops = 0
                 delay = _WATCH_BACKOFF[min(failures, len(_WATCH_BACKOFF) - 1)]
                 failures += 1
                 log.warning(
@@ -418,7 +486,7 @@ class EtcdStore:
         )
         put = pb.RequestOp(request_put=pb.PutRequest(key=COMPACT_KEY, value=str(revision).encode()))
         request = pb.TxnRequest(compare=[compare], success=[put], failure=[_range_op(COMPACT_KEY)])
-        response = await self._call(self.kv.Txn, request, "compact")
+        response = await self._call("Txn", request, "compact")
         if not response.succeeded:
             # Another API server compacted this round: take its word and its round counter.
             found = response.responses[0].response_range.kvs
@@ -430,7 +498,7 @@ class EtcdStore:
         # Refused from now on, before etcd has finished dropping the history.
         self._compacted = revision
         with contextlib.suppress(CompactedError):
-            await self._call(self.kv.Compact, pb.CompactionRequest(revision=revision), "compact")
+            await self._call("Compact", pb.CompactionRequest(revision=revision), "compact")
         log.info("event=etcd-compacted revision=%d", revision)
 
 

@@ -35,7 +35,13 @@ class ConflictError(StoreError):
 
 class StoreUnavailableError(StoreError):
     """The backend could not be reached or did not answer in time (a retryable 5xx above); a write that
-    failed so was applied whole or not at all."""
+    failed so was applied whole or not at all. `backend_message` is the backend's own error when it
+    answered with one (etcd without quorum: `etcdserver: request timed out`), which upstream passes
+    through to the client as it is."""
+
+    def __init__(self, message: str, backend_message: str = "") -> None:
+        super().__init__(message)
+        self.backend_message = backend_message
 
 
 class StoreTooLargeError(StoreError):
@@ -49,6 +55,16 @@ class CompactedError(StoreError):
         super().__init__(f"revision {requested} has been compacted (oldest available {compacted + 1})")
         self.requested = requested
         self.compacted = compacted
+
+
+class FutureRevisionError(StoreError):
+    """A revision newer than the store's newest was asked for (etcd's `mvcc: required revision is a
+    future revision`): upstream's 504 `Too large resource version` above."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        super().__init__(f"revision {requested} is in the future (current {current})")
+        self.requested = requested
+        self.current = current
 
 
 @dataclass(frozen=True, slots=True)

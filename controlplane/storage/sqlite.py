@@ -21,6 +21,7 @@ from controlplane.storage.interface import (
     CompactedError,
     ConflictError,
     Event,
+    FutureRevisionError,
     KeyExistsError,
     KeyValue,
     NotFoundError,
@@ -150,6 +151,8 @@ class SQLiteStore:
         rev = revision or self._revision
         if revision and revision <= self._compacted:
             raise CompactedError(revision, self._compacted)
+        if revision > self._revision:
+            raise FutureRevisionError(revision, self._revision)  # as etcd's mvcc answers it
         lower = max(prefix, start_after + "\x00") if start_after else prefix
         query = (
             "SELECT l.key, l.value, l.rev, l.create_rev FROM log l JOIN ("

@@ -16,12 +16,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from kubeclient.config import SERVERS_EXTENSION
 from pykubelet.rig.process import Daemon, free_port
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from pykubelet.rig.etcd import Etcd
+    from pykubelet.rig.etcd import Etcd, EtcdCluster
 
 
 def api_client(kubeconfig: str | os.PathLike[str]) -> ApiClient:
@@ -55,15 +56,19 @@ class ApiServer:
         service_account_admission: bool | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
-        etcd: Etcd | None = None,
+        etcd: Etcd | EtcdCluster | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.host = host  # the address it binds and advertises (a replica's own loopback address)
         self.etcd = etcd  # store in this etcd (its client certificate) instead of DIR/state.db
         self.port = port or free_port()
         self.scheduler = scheduler
         self.controllers = controllers
         self.controller_manager_port = controller_manager_port or (free_port() if controllers else 0)
         self.extra_args = list(extra_args or []) + (etcd.server_args() if etcd is not None else [])
+        if host != "127.0.0.1":
+            self.extra_args += ["--bind-address", host]
         if not (controllers if service_account_admission is None else service_account_admission):
             self.extra_args += ["--disable-admission-plugins", "ServiceAccount"]
         self.log_path = Path(log_path) if log_path else self.data_dir / "apiserver.log"
@@ -113,7 +118,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     @property
     def ca_cert(self) -> Path:
@@ -167,6 +172,115 @@ class ApiServer:
         return self.daemon.running()
 
     def __enter__(self) -> ApiServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+
+
+def replica_host(index: int) -> str:
+    """Replica i's own loopback address: 127.0.0.1, 127.0.0.2, ... (all of 127/8 reaches `lo` on Linux
+    with no setup), so every replica serves the same port, as the `kubernetes` Endpoints need."""
+    return f"127.0.0.{index + 1}"
+
+
+def write_failover_kubeconfig(source: Path, target: Path, urls: list[str]) -> Path:
+    """A copy of `source` whose cluster also names every replica (kubeclient's failover list, in an
+    extension kubectl ignores; kubectl itself keeps to `server`)."""
+    import yaml
+
+    config = yaml.safe_load(source.read_text())
+    for entry in config.get("clusters") or []:
+        cluster = entry["cluster"]
+        others = [u for u in urls if u != cluster["server"]]
+        cluster["extensions"] = [{"name": SERVERS_EXTENSION, "extension": {"servers": others}}]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(config, sort_keys=False))
+    os.chmod(target, 0o600)
+    return target
+
+
+class ApiServerReplicas:
+    """`count` API servers on one etcd, as kubeadm's stacked control plane runs them: one CA and one
+    service-account key pair (made once, copied to every replica's data dir, as `kubeadm join
+    --control-plane` copies them), each replica on its own loopback address and the same port.
+
+    `with ApiServerReplicas(root, 2, etcd) as group:` -> group.servers, group.urls, group.kubeconfig
+    (the first replica's admin kubeconfig, naming the others for kubeclient's failover)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        count: int,
+        etcd: Etcd | EtcdCluster,
+        *,
+        port: int = 0,
+        data_dirs: list[Path] | None = None,
+        extra_args: list[str] | None = None,
+        **kwargs: object,
+    ) -> None:
+        if count < 1:
+            raise ValueError("at least one API server")
+        self.root = Path(root)
+        self.port = port or free_port()
+        hosts = [replica_host(i) for i in range(count)]
+        dirs = data_dirs or [self.root / f"apiserver-{i}" for i in range(count)]
+        self.servers = [
+            ApiServer(
+                dirs[i],
+                self.port,
+                etcd=etcd,
+                host=host,
+                extra_args=[arg for h in hosts for arg in ("--tls-san", h)] + list(extra_args or []),
+                **kwargs,  # type: ignore[arg-type]
+            )
+            for i, host in enumerate(hosts)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "admin.kubeconfig"
+
+    def share_pki(self) -> None:
+        """The first replica's PKI (every replica's address in its serving certificate) and service-account
+        keys, copied into the others' data dirs before they first start."""
+        import shutil
+
+        from controlplane.apiserver.certs import ensure_pki
+        from controlplane.apiserver.sakeys import ensure_signing_key
+
+        first = self.servers[0]
+        sans = [s.host for s in self.servers]
+        pki = ensure_pki(first.data_dir, sans)
+        ensure_signing_key(pki.ca_cert.parent)
+        for server in self.servers[1:]:
+            if not (server.data_dir / "pki").exists():
+                shutil.copytree(first.data_dir / "pki", server.data_dir / "pki")
+
+    def start(self, timeout: float = 60.0) -> ApiServerReplicas:
+        self.share_pki()
+        for server in self.servers:
+            server.start(timeout)
+        write_failover_kubeconfig(self.servers[0].kubeconfig, self.kubeconfig, self.urls)
+        return self
+
+    def failover_kubeconfig(self, kubeconfig: Path, target: Path | None = None) -> Path:
+        """Any replica's kubeconfig (a node's, a component's) made to name every replica."""
+        return write_failover_kubeconfig(kubeconfig, target or kubeconfig, self.urls)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for server in self.servers:
+            server.stop(timeout)
+
+    def __enter__(self) -> ApiServerReplicas:
         return self.start()
 
     def __exit__(

@@ -127,17 +127,22 @@ class Etcd:
         port: int | None = None,
         max_request_bytes: int | None = None,
         progress_notify_interval: str = "",
+        name: str = "default",
+        peer_port: int | None = None,
+        initial_cluster: str = "",
+        pki_dir: Path | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
+        self.name = name
         self.port = port or free_port()
-        self.peer_port = free_port()
+        self.peer_port = peer_port or free_port()
         self.url = f"https://127.0.0.1:{self.port}"
-        self.pki = make_pki(self.state_dir / "pki")
+        self.pki = make_pki(pki_dir or self.state_dir / "pki")
         peer = f"http://127.0.0.1:{self.peer_port}"
         argv = [
             ETCD_BINARY,
             "--name",
-            "default",
+            name,
             "--data-dir",
             str(self.state_dir / "data"),
             "--listen-client-urls",
@@ -149,7 +154,7 @@ class Etcd:
             "--initial-advertise-peer-urls",
             peer,
             "--initial-cluster",
-            f"default={peer}",
+            initial_cluster or f"{name}={peer}",
             "--initial-cluster-state",
             "new",
             "--cert-file",
@@ -226,3 +231,130 @@ class Etcd:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class EtcdCluster:
+    """`members` etcd processes on 127.0.0.1 forming one cluster, for failure tests and `up --etcd-members`:
+    each member its own data dir (`<dir>/m<i>/data`) and ports, one PKI (`<dir>/pki`) whose serving
+    certificate every member presents, peers over plain HTTP on localhost as the single member's are.
+
+    `with EtcdCluster(dir, 3) as cluster:` -> cluster.members (each an `Etcd`: kill(), start()),
+    cluster.urls, cluster.server_args() (every member's URL in --etcd-servers), cluster.pki."""
+
+    def __init__(self, state_dir: str | os.PathLike[str], members: int = 3, **options: object) -> None:
+        if members < 1:
+            raise ValueError("an etcd cluster needs at least one member")
+        self.state_dir = Path(state_dir)
+        peers = [free_port() for _ in range(members)]
+        names = [f"m{i}" for i in range(members)]
+        initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peers, strict=True))
+        self.members = [
+            Etcd(
+                self.state_dir / name,
+                name=name,
+                peer_port=peer,
+                initial_cluster=initial,
+                pki_dir=self.state_dir / "pki",
+                **options,  # type: ignore[arg-type]
+            )
+            for name, peer in zip(names, peers, strict=True)
+        ]
+        self.pki = self.members[0].pki
+
+    @property
+    def urls(self) -> list[str]:
+        return [m.url for m in self.members]
+
+    @property
+    def url(self) -> str:
+        return ",".join(self.urls)
+
+    def server_args(self) -> list[str]:
+        return ["--etcd-servers", self.url, *self.members[0].server_args()[2:]]
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return self.members[0].ssl_context()
+
+    @property
+    def running(self) -> bool:
+        return any(m.running for m in self.members)
+
+    def start(self, timeout: float = 30.0) -> EtcdCluster:
+        """Spawn every member at once (none is healthy before a quorum has met), then wait for each."""
+        import time
+
+        waiting = [m for m in self.members if not m.running]
+        for member in waiting:
+            member.state_dir.mkdir(parents=True, exist_ok=True)
+            member.daemon.start(lambda: True, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        for member in waiting:
+            while True:
+                try:
+                    if member._ready():
+                        break
+                except OSError:
+                    pass
+                if not member.running:
+                    raise RuntimeError(f"etcd member {member.name} exited:\n{member.daemon.log_tail()}")
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"etcd member {member.name} not healthy after {timeout:.0f} s")
+                time.sleep(0.1)
+        return self
+
+    def _gateway(self, member: Etcd, path: str, body: dict[str, object]) -> dict[str, object]:
+        """One call of etcd's JSON gateway (the v3 API over HTTPS) on `member`."""
+        import json
+
+        request = urllib.request.Request(f"{member.url}{path}", data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, context=self.ssl_context(), timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def member_id(self, member: Etcd) -> str:
+        return str(self._gateway(member, "/v3/maintenance/status", {})["header"]["member_id"])  # type: ignore[index]
+
+    def leader(self) -> Etcd | None:
+        """The member that leads now, or None without a quorum."""
+        for member in self.members:
+            if not member.running:
+                continue
+            try:
+                status = self._gateway(member, "/v3/maintenance/status", {})
+            except OSError:
+                continue
+            if status.get("leader") and status["leader"] == status["header"]["member_id"]:  # type: ignore[index]
+                return member
+        return None
+
+    def move_leader(self, to: Etcd) -> None:
+        """Hand the leadership to `to` (etcd's MoveLeader, sent to the leader), for tests that need to
+        know which member leads."""
+        leader = self.leader()
+        if leader is None:
+            raise RuntimeError("the etcd cluster has no leader")
+        if leader is not to:
+            self._gateway(leader, "/v3/maintenance/transfer-leadership", {"targetID": self.member_id(to)})
+
+    def stop(self, grace: float = 10.0) -> None:
+        for member in self.members:
+            member.stop(grace)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> EtcdCluster:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def etcd_members(etcd: Etcd | EtcdCluster | None) -> list[Etcd]:
+    """The processes of a single etcd or a cluster (none for None)."""
+    if etcd is None:
+        return []
+    return list(etcd.members) if isinstance(etcd, EtcdCluster) else [etcd]

@@ -22,7 +22,7 @@ import yaml
 
 from agent.cni.node import NodeNetwork
 from pykubelet.rig.containerd import Containerd
-from pykubelet.rig.etcd import Etcd
+from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members
 from pykubelet.rig.images import RigImages, publish_test_images
 from pykubelet.rig.process import Daemon, free_port
 from pykubelet.rig.registry import Registry
@@ -63,6 +63,8 @@ class StackConfig:
     # The agent joins by TLS bootstrap (a bootstrap token, a CSR the controllers approve and sign) and
     # rotates its client certificate, instead of starting from a kubeconfig the rig signed for it.
     tls_bootstrap: bool = False
+    etcd_members: int = 1  # with store "etcd": a cluster of this many members (<state>/etcd/m<i>)
+    apiservers: int = 1  # with store "etcd": replicas on one etcd (<state>/apiserver/replica-<i>)
 
 
 def api_call(api_client, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
@@ -139,9 +141,14 @@ class Stack:
         self.images: RigImages | None = None
         if config.store not in ("sqlite", "etcd"):
             raise ValueError(f"store {config.store!r}: sqlite or etcd")
-        self.etcd = Etcd(d / "etcd") if config.store == "etcd" else None
-        if self.etcd is not None:
-            self.etcd.daemon.on_spawn = self._spawned
+        if config.store != "etcd" and (config.etcd_members > 1 or config.apiservers > 1):
+            raise ValueError("several etcd members or API servers need store etcd")
+        self.etcd: Etcd | EtcdCluster | None = None
+        if config.store == "etcd":
+            self.etcd = EtcdCluster(d / "etcd", config.etcd_members) if config.etcd_members > 1 else Etcd(d / "etcd")
+        for member in etcd_members(self.etcd):
+            member.daemon.on_spawn = self._spawned
+        self.replicas = None  # pykubelet.rig.apiserver.ApiServerReplicas with several API servers
         self.containerd: Containerd | None = None
         self.apiserver = None  # pykubelet.rig.apiserver.ApiServer
         self.agent: Daemon | None = None
@@ -176,10 +183,13 @@ class Stack:
         return self.config.state_dir / "agent" / "kubelet.kubeconfig"
 
     def write_agent_kubeconfig(self) -> Path:
+        return self.client_kubeconfig(f"system:node:{self.node_name}", ("system:nodes",), self.agent_kubeconfig)
+
+    def client_kubeconfig(self, user: str, groups: tuple[str, ...], path: Path) -> Path:
+        """A kubeconfig for one of the stack's clients, naming every API server when there are several."""
         assert self.apiserver is not None, "the API server is not started"
-        return self.apiserver.client_kubeconfig(
-            f"system:node:{self.node_name}", ("system:nodes",), self.agent_kubeconfig
-        )
+        written = self.apiserver.client_kubeconfig(user, groups, path)
+        return self.replicas.failover_kubeconfig(written) if self.replicas is not None else written
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -211,16 +221,19 @@ class Stack:
             if self.etcd is not None:
                 self.etcd.start()
                 self._started("etcd")
-            self.apiserver = ApiServer(
-                d / "apiserver",
-                port=self.config.api_port or free_port(),
-                scheduler=True,
-                controllers=True,
-                extra_args=["--bind-address", "0.0.0.0", "--enable-bootstrap-token-auth", "--default-local-storage-path", str(d / "local-path")],
-                etcd=self.etcd,
-            )
-            self.apiserver.daemon.on_spawn = self._spawned
-            self.apiserver.start()
+            if self.config.apiservers > 1:
+                self._start_replicas()
+            else:
+                self.apiserver = ApiServer(
+                    d / "apiserver",
+                    port=self.config.api_port or free_port(),
+                    scheduler=True,
+                    controllers=True,
+                    extra_args=["--bind-address", "0.0.0.0", *self._apiserver_extra_args()],
+                    etcd=self.etcd,
+                )
+                self.apiserver.daemon.on_spawn = self._spawned
+                self.apiserver.start()
             self._started("apiserver")
             self.start_dns()
             self.start_agent(wait_ready=wait_ready)
@@ -230,6 +243,41 @@ class Stack:
             self.stop()
             raise
         return self
+
+    def _apiserver_extra_args(self) -> list[str]:
+        """What every API server of the stack runs with beyond its address: bootstrap-token
+        authentication (joining nodes) and the local-path provisioner's root."""
+        return [
+            "--enable-bootstrap-token-auth",
+            "--default-local-storage-path",
+            str(self.config.state_dir / "local-path"),
+        ]
+
+    def _start_replicas(self) -> None:
+        """Several API servers on the stack's etcd, each with its scheduler and controller manager (they
+        leader-elect), each on its own loopback address and the same port (`ApiServerReplicas`). The
+        first replica keeps <state>/apiserver, so the admin kubeconfig is where it always is; it and the
+        node's, proxy's and DNS's kubeconfigs name every replica for kubeclient's failover."""
+        from pykubelet.rig.apiserver import ApiServerReplicas
+
+        assert self.etcd is not None
+        d = self.config.state_dir / "apiserver"
+        dirs = [d] + [d / f"replica-{i}" for i in range(1, self.config.apiservers)]
+        self.replicas = ApiServerReplicas(
+            d,
+            self.config.apiservers,
+            self.etcd,
+            port=self.config.api_port or free_port(),
+            data_dirs=dirs,
+            scheduler=True,
+            controllers=True,
+            extra_args=self._apiserver_extra_args(),
+        )
+        for server in self.replicas.servers:
+            server.daemon.on_spawn = self._spawned
+        self.apiserver = self.replicas.servers[0]
+        self.replicas.start()
+        self.replicas.failover_kubeconfig(self.apiserver.kubeconfig)
 
     def _spawned(self, _pid: int) -> None:
         if self._recording:
@@ -346,7 +394,7 @@ class Stack:
         """The service proxy on its own identity, system:kube-proxy (bound to system:node-proxier), as
         kubeadm runs kube-proxy."""
         assert self.apiserver is not None
-        kubeconfig = self.apiserver.client_kubeconfig("system:kube-proxy", (), self.proxy_kubeconfig)
+        kubeconfig = self.client_kubeconfig("system:kube-proxy", (), self.proxy_kubeconfig)
         return [
             "python3",
             "-m",
@@ -412,9 +460,7 @@ class Stack:
 
         assert self.apiserver is not None
         self.dns_address = default_route_ip()
-        kubeconfig = self.apiserver.client_kubeconfig(
-            DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig"
-        )
+        kubeconfig = self.client_kubeconfig(DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig")
         argv = [
             "python3",
             "-m",
@@ -578,8 +624,9 @@ class Stack:
         for name, pid in (
             ("registry", self.registry.daemon.pid),
             ("containerd", self.containerd.daemon.pid if self.containerd else None),
-            ("etcd", self.etcd.pid if self.etcd else None),
+            *((f"etcd-{m.name}" if m.name != "default" else "etcd", m.pid) for m in etcd_members(self.etcd)),
             ("apiserver", self.apiserver.pid if self.apiserver else None),
+            *((f"apiserver-{i}", r.pid) for i, r in enumerate(self.replicas.servers[1:] if self.replicas else [], 1)),
             ("agent", self.agent.pid if self.agent else None),
             ("proxy", self.proxy.pid if self.proxy else None),
             ("dns", self.dns.pid if self.dns else None),
@@ -612,7 +659,9 @@ class Stack:
             self.dns.stop()
         if self.agent is not None:
             self.agent.stop()
-        if self.apiserver is not None:
+        if self.replicas is not None:
+            self.replicas.stop()
+        elif self.apiserver is not None:
             self.apiserver.stop()
         if self.etcd is not None:
             self.etcd.stop()

@@ -8,7 +8,15 @@ import asyncio
 
 import pytest
 
-from controlplane.storage import CompactedError, ConflictError, Event, KeyExistsError, NotFoundError, Store
+from controlplane.storage import (
+    CompactedError,
+    ConflictError,
+    Event,
+    FutureRevisionError,
+    KeyExistsError,
+    NotFoundError,
+    Store,
+)
 
 from .conftest import Backend
 
@@ -72,6 +80,16 @@ async def test_list_at_revision_and_pagination(store: Store) -> None:
     assert [kv.key for kv in page] == ["/cm/ns/k2", "/cm/ns/k3"] and more
     page, _, more = await store.list("/cm/ns/", snapshot, start_after=page[-1].key, limit=2)
     assert [kv.key for kv in page] == ["/cm/ns/k4"] and not more
+
+
+async def test_a_list_at_a_future_revision_is_refused_not_served_empty(store: Store) -> None:
+    await store.create("/cm/ns/a", b"1")
+    future = 10**12  # beyond anything the session's shared etcd reaches
+    with pytest.raises(FutureRevisionError) as caught:
+        await store.list("/cm/ns/", future)
+    assert caught.value.requested == future and caught.value.current >= store.revision - 1
+    with pytest.raises(FutureRevisionError):
+        await store.list("/cm/ns/", future, limit=1)
 
 
 async def test_compaction_keeps_latest_and_refuses_old_revisions(store: Store, backend: Backend) -> None:

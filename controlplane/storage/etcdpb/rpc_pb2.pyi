@@ -352,3 +352,23 @@ class StatusResponse(_message.Message):
     dbSizeInUse: int
     isLearner: bool
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., version: _Optional[str] = ..., dbSize: _Optional[int] = ..., leader: _Optional[int] = ..., raftIndex: _Optional[int] = ..., raftTerm: _Optional[int] = ..., raftAppliedIndex: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ..., dbSizeInUse: _Optional[int] = ..., isLearner: _Optional[bool] = ...) -> None: ...
+
+class LeaseGrantRequest(_message.Message):
+    __slots__ = ("TTL", "ID")
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TTL: int
+    ID: int
+    def __init__(self, TTL: _Optional[int] = ..., ID: _Optional[int] = ...) -> None: ...
+
+class LeaseGrantResponse(_message.Message):
+    __slots__ = ("header", "ID", "TTL", "error")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    ID: int
+    TTL: int
+    error: str
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., ID: _Optional[int] = ..., TTL: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...

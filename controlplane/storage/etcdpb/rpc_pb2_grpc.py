@@ -341,6 +341,81 @@ class Watch:
             _registered_method=True)
 
 
+class LeaseStub:
+    """Keys with a time to live: the API servers' /masterleases/<ip> records (the lease endpoint reconciler).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.LeaseGrant = channel.unary_unary(
+                '/etcdserverpb.Lease/LeaseGrant',
+                request_serializer=rpc__pb2.LeaseGrantRequest.SerializeToString,
+                response_deserializer=rpc__pb2.LeaseGrantResponse.FromString,
+                _registered_method=True)
+
+
+class LeaseServicer:
+    """Keys with a time to live: the API servers' /masterleases/<ip> records (the lease endpoint reconciler).
+    """
+
+    def LeaseGrant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_LeaseServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'LeaseGrant': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaseGrant,
+                    request_deserializer=rpc__pb2.LeaseGrantRequest.FromString,
+                    response_serializer=rpc__pb2.LeaseGrantResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'etcdserverpb.Lease', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('etcdserverpb.Lease', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Lease:
+    """Keys with a time to live: the API servers' /masterleases/<ip> records (the lease endpoint reconciler).
+    """
+
+    @staticmethod
+    def LeaseGrant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/etcdserverpb.Lease/LeaseGrant',
+            rpc__pb2.LeaseGrantRequest.SerializeToString,
+            rpc__pb2.LeaseGrantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class MaintenanceStub:
     """Missing associated documentation comment in .proto file."""
 

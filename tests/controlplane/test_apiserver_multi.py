@@ -1,0 +1,282 @@
+"""Several API servers on one etcd, as a user meets them: the `kubernetes` Endpoints and EndpointSlice
+list every live replica (upstream's lease endpoint reconciler: /masterleases/<ip> with a TTL), a watch on
+one replica sees the writes made through another with the same resourceVersions, optimistic concurrency
+holds across replicas, and a client given every replica (kubeclient's failover) keeps its requests,
+its informer (every event exactly once, resumed not relisted) and its leader election going when the
+replica it talks to is killed. Also: a list at a future resourceVersion is upstream's 504 on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from controlplane.storage.etcd import EtcdConfig, EtcdStore
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
+from kubeclient.informer import Informer
+from kubeclient.leaderelection import LeaderElection, LeaderElector
+from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas, api_client
+from pykubelet.rig.etcd import Etcd
+
+
+def eventually(check, timeout: float = 15.0, interval: float = 0.1):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except (ApiException, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true after {timeout} s: {check}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServerReplicas]:
+    root = tmp_path_factory.mktemp("multi")
+    etcd = Etcd(root / "etcd", progress_notify_interval="1s")
+    etcd.start()
+    replicas = ApiServerReplicas(root, 2, etcd)
+    replicas.start()
+    yield replicas
+    replicas.stop()
+    etcd.remove()
+    assert not any(s.running for s in replicas.servers) and not etcd.running
+
+
+def core(server: ApiServer | Path) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client(server if isinstance(server, Path) else server.kubeconfig))
+
+
+def endpoint_ips(v1: client.CoreV1Api) -> tuple[list[str], list[int]]:
+    ep = v1.read_namespaced_endpoints("kubernetes", "default")
+    subsets = ep.subsets or []
+    return [a.ip for s in subsets for a in s.addresses or []], [p.port for s in subsets for p in s.ports or []]
+
+
+def slice_ips(api: client.ApiClient) -> list[str]:
+    es = client.DiscoveryV1Api(api).read_namespaced_endpoint_slice("kubernetes", "default")
+    return [a for e in es.endpoints for a in e.addresses]
+
+
+def master_leases(etcd: Etcd) -> list[tuple[str, int]]:
+    """The /registry/masterleases/ keys in etcd and their lease ids (0: no TTL), read directly."""
+
+    async def read() -> list[tuple[str, int]]:
+        pki = etcd.pki
+        store = EtcdStore(EtcdConfig((etcd.url,), pki.ca_cert, pki.client_cert, pki.client_key))
+        await store.start()
+        try:
+            from controlplane.storage.etcdpb import rpc_pb2 as pb
+
+            low = b"/registry/masterleases/"
+            response = await store.kv.Range(pb.RangeRequest(key=low, range_end=low[:-1] + b"0"))
+            return [(kv.key.decode()[len(low) :], kv.lease) for kv in response.kvs]
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_kubernetes_endpoints_list_every_live_replica(group: ApiServerReplicas) -> None:
+    first, second = group.servers
+    v1 = core(first)
+    assert endpoint_ips(v1) == (["127.0.0.1", "127.0.0.2"], [group.port])
+    assert slice_ips(v1.api_client) == ["127.0.0.1", "127.0.0.2"]
+    leases = master_leases(first.etcd)  # type: ignore[arg-type]
+    assert sorted(ip for ip, _ in leases) == ["127.0.0.1", "127.0.0.2"]
+    assert all(lease for _, lease in leases), "every record expires unless renewed"
+    # A replica that stops takes itself out at once (upstream's RemoveEndpoints on shutdown)...
+    second.stop()
+    eventually(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=5)
+    assert slice_ips(v1.api_client) == ["127.0.0.1"]
+    second.start()
+    eventually(lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"], timeout=5)
+    # ...one that dies is dropped once its record's TTL (15 s) runs out and a survivor's round (10 s) runs.
+    second.kill()
+    started = time.monotonic()
+    eventually(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=40, interval=0.5)
+    assert time.monotonic() - started <= 40
+    assert [ip for ip, _ in master_leases(first.etcd)] == ["127.0.0.1"]  # type: ignore[arg-type]
+    second.start()
+    eventually(lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"], timeout=5)
+
+
+def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versions(
+    group: ApiServerReplicas,
+) -> None:
+    writer, watcher = core(group.servers[0]), core(group.servers[1])
+    ns = f"m-{uuid.uuid4().hex[:6]}"
+    writer.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    start_rv = eventually(lambda: watcher.list_namespaced_config_map(ns).metadata.resource_version)
+    seen: list[tuple[str, str, str]] = []
+    done = threading.Event()
+
+    def watch_b() -> None:
+        w = watch.Watch()
+        for ev in w.stream(
+            watcher.list_namespaced_config_map, ns, resource_version=start_rv, timeout_seconds=20
+        ):
+            seen.append((ev["type"], ev["object"].metadata.name, ev["object"].metadata.resource_version))
+            if len(seen) == 4:
+                w.stop()
+        done.set()
+
+    thread = threading.Thread(target=watch_b, daemon=True)
+    thread.start()
+    written = []
+    for i in range(3):
+        cm = writer.create_namespaced_config_map(
+            ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"c{i}"), data={"i": str(i)})
+        )
+        written.append(("ADDED", f"c{i}", cm.metadata.resource_version))
+    gone = writer.delete_namespaced_config_map("c1", ns)
+    assert gone is not None
+    assert done.wait(15), f"watch through the other replica saw only {seen}"
+    assert seen[:3] == written
+    assert seen[3][:2] == ("DELETED", "c1") and int(seen[3][2]) > int(written[-1][2])
+    # Reads through either replica agree on every object's resourceVersion and the list's.
+    a = {c.metadata.name: c.metadata.resource_version for c in writer.list_namespaced_config_map(ns).items}
+    b = eventually(
+        lambda: {c.metadata.name: c.metadata.resource_version for c in watcher.list_namespaced_config_map(ns).items}
+        if len(watcher.list_namespaced_config_map(ns).items) == 2
+        else None
+    )
+    assert a == b == {"c0": written[0][2], "c2": written[2][2]}
+    # A list at an exact resourceVersion served by the replica that did not write it.
+    old = watcher.list_namespaced_config_map(
+        ns, resource_version=written[1][2], resource_version_match="Exact"
+    )
+    assert [c.metadata.name for c in old.items] == ["c0", "c1"]
+
+
+def test_optimistic_concurrency_holds_across_replicas(group: ApiServerReplicas) -> None:
+    a, b = core(group.servers[0]), core(group.servers[1])
+    ns = "default"
+    name = f"cc-{uuid.uuid4().hex[:6]}"
+    cm = a.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name)))
+    stale = cm.metadata.resource_version
+    a.patch_namespaced_config_map(name, ns, {"data": {"x": "1"}})
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, resource_version=stale), data={"y": "2"})
+    with pytest.raises(ApiException) as err:
+        b.replace_namespaced_config_map(name, ns, body)
+    assert err.value.status == 409
+    # Patches through both replicas at once: none is lost (each replica retries on a conflict).
+    threads = [
+        threading.Thread(
+            target=lambda api=api, i=i: api.patch_namespaced_config_map(name, ns, {"data": {f"k{i}": "v"}})
+        )
+        for i, api in enumerate([a, b] * 5)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    final = eventually(
+        lambda: b.read_namespaced_config_map(name, ns) if len(b.read_namespaced_config_map(name, ns).data) == 11 else None
+    )
+    assert set(final.data) == {"x"} | {f"k{i}" for i in range(10)}
+
+
+def test_a_list_at_a_future_resource_version_is_a_504(group: ApiServerReplicas, apiserver: ApiServer) -> None:
+    """Upstream's storage.NewTooLargeResourceVersionError on the etcd replicas and on the session's
+    server (SQLite unless PYKUBE_STORE=etcd)."""
+    for server in (group.servers[1], apiserver):
+        v1 = core(server)
+        for extra in ({}, {"resource_version_match": "Exact"}, {"limit": 1}):
+            with pytest.raises(ApiException) as err:
+                v1.list_namespace(resource_version="999999999", **extra)
+            assert err.value.status == 504, (server.url, extra, err.value.body)
+            status = json.loads(err.value.body)
+            assert status["reason"] == "Timeout"
+            assert status["message"].startswith("Too large resource version: 999999999, current: ")
+            assert status["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+            assert status["details"]["retryAfterSeconds"] == 1
+
+
+async def test_a_failover_client_survives_the_loss_of_its_replica(
+    group: ApiServerReplicas, tmp_path: Path
+) -> None:
+    """Informer, writes and leader election through a kubeconfig naming both replicas; the one in use is
+    killed mid-stream: every acknowledged write is seen by the informer exactly once (resumed from its
+    resourceVersion on the other replica, no relist), and the leader keeps its lease."""
+    first, second = group.servers
+    config = load_kubeconfig(group.kubeconfig)
+    assert config.all_servers == (first.url, second.url)
+    kube = KubeClient(config)
+    ns = f"f-{uuid.uuid4().hex[:6]}"
+    await kube.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    seen: list[str] = []
+    informer = Informer(kube, f"/api/v1/namespaces/{ns}/configmaps")
+    informer.add_handler(on_add=lambda o: seen.append(o["metadata"]["name"]))
+    elector = LeaderElector(kube, LeaderElection(f"multi-{ns}", namespace=ns), identity="me")
+    run = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 10)
+        await asyncio.wait_for(elector.acquire(), 10)
+        holding = asyncio.create_task(elector.hold())
+        acked = []
+        for i in range(40):
+            if i == 15:
+                await asyncio.to_thread(first.kill)  # its watch breaks, its connections die
+            body = {"metadata": {"name": f"c{i:02d}"}}
+            out = await kube.create(f"/api/v1/namespaces/{ns}/configmaps", body)
+            acked.append(out["metadata"]["name"])
+        assert kube.server == second.url
+        deadline = time.monotonic() + 20
+        while len(seen) < len(acked) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert seen == acked  # each once, in order
+        assert informer.lists == 1
+        # The leader kept renewing through the survivor for longer than the lease lasts.
+        await asyncio.sleep(LeaderElection("x").lease_duration + 2)
+        assert not holding.done()
+        lease = await kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/multi-{ns}")
+        assert lease["spec"]["holderIdentity"] == "me"
+        holding.cancel()
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        await kube.close()
+        await asyncio.to_thread(first.start)
+
+
+async def test_a_client_learns_the_replicas_from_the_kubernetes_endpoints(group: ApiServerReplicas) -> None:
+    config = load_kubeconfig(group.servers[0].kubeconfig)  # names one server, as an in-cluster config does
+    assert config.all_servers == (group.servers[0].url,)
+    kube = KubeClient(config)
+    try:
+        assert await kube.discover_replicas() == tuple(group.urls)
+    finally:
+        await kube.close()
+
+
+def test_replicas_share_the_ca_and_service_account_keys(group: ApiServerReplicas) -> None:
+    """A token one replica issues authenticates at the other (one sa.key), and each replica's serving
+    certificate is from the one CA and names its own address."""
+    first, second = group.servers
+    v1 = core(first)
+    name = f"robot-{uuid.uuid4().hex[:6]}"
+    v1.create_namespaced_service_account("default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    token = v1.create_namespaced_service_account_token(name, "default", request).status.token
+    configuration = client.Configuration()
+    configuration.host = second.url  # https://127.0.0.2:PORT: verified against the shared CA
+    configuration.ssl_ca_cert = str(second.ca_cert)
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    with client.ApiClient(configuration) as api:
+        review = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
+    assert review.status.user_info.username == f"system:serviceaccount:default:{name}"
+    assert first.ca_cert.read_bytes() == second.ca_cert.read_bytes()
