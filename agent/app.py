@@ -284,7 +284,10 @@ class Agent:
             stats=StatsProvider(
                 cri,
                 StatsConfig(
-                    cfg.node_name, cfg.root_dir, cfg.pod_logs_dir, pods_cgroup(cfg.cgroup_root, cfg.cgroup_driver)
+                    cfg.node_name,
+                    cfg.root_dir,
+                    cfg.pod_logs_dir,
+                    pods_cgroup(cfg.cgroup_root, cfg.cgroup_driver),
                 ),
             ),
         )
@@ -328,7 +331,9 @@ async def serve(cfg: AgentConfig) -> int:
     if cfg.bootstrap_kubeconfig:
         # TLS bootstrap first: the agent then runs on the node's own identity.
         cfg.kubeconfig = str(
-            await bootstrap_client(cfg.root_dir, cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.node_name, cfg.cert_dir)
+            await bootstrap_client(
+                cfg.root_dir, cfg.kubeconfig, cfg.bootstrap_kubeconfig, cfg.node_name, cfg.cert_dir
+            )
         )
     agent = Agent(cfg)
     stop = asyncio.Event()

@@ -15,8 +15,31 @@ from prometheus_client.registry import Collector
 DEF_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # podStartupDurationBuckets
 POD_START_BUCKETS = (
-    0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800,
-    2700, 3600,
+    0.5,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    8,
+    10,
+    20,
+    30,
+    45,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    480,
+    600,
+    900,
+    1200,
+    1800,
+    2700,
+    3600,
 )
 # metrics.ExponentialBuckets(.005, 2.5, 14)
 RUNTIME_BUCKETS = tuple(0.005 * 2.5**i for i in range(14))
@@ -66,13 +89,17 @@ class KubeletMetrics:
         )
         self.pod_start_duration = Histogram(
             "kubelet_pod_start_duration_seconds",
-            _alpha("Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run"),
+            _alpha(
+                "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run"
+            ),
             buckets=POD_START_BUCKETS,
             registry=r,
         )
         self.pod_worker_duration = Histogram(
             "kubelet_pod_worker_duration_seconds",
-            _alpha("Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync"),
+            _alpha(
+                "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync"
+            ),
             ["operation_type"],
             buckets=DEF_BUCKETS,
             registry=r,
@@ -90,7 +117,9 @@ class KubeletMetrics:
             registry=r,
         )
         self.pleg_last_seen = Gauge(
-            "kubelet_pleg_last_seen_seconds", _alpha("Timestamp in seconds when PLEG was last seen active."), registry=r
+            "kubelet_pleg_last_seen_seconds",
+            _alpha("Timestamp in seconds when PLEG was last seen active."),
+            registry=r,
         )
         self.runtime_operations = Counter(
             "kubelet_runtime_operations_total",

@@ -28,7 +28,9 @@ from kubeclient import bootstraptoken as bt
 NODE_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 
 
-def _client(admin_api: client.ApiClient, token: str | None = None, cert: tuple[Path, Path] | None = None) -> client.ApiClient:
+def _client(
+    admin_api: client.ApiClient, token: str | None = None, cert: tuple[Path, Path] | None = None
+) -> client.ApiClient:
     base = admin_api.configuration
     cfg = client.Configuration()
     cfg.host = base.host
@@ -62,7 +64,9 @@ def token(kube: client.CoreV1Api) -> Iterator[str]:
             raise
 
 
-def test_join_credentials_through_the_api(api_client: client.ApiClient, kube: client.CoreV1Api, token: str, tmp_path: Path) -> None:
+def test_join_credentials_through_the_api(
+    api_client: client.ApiClient, kube: client.CoreV1Api, token: str, tmp_path: Path
+) -> None:
     certs = client.CertificatesV1Api(api_client)
     # 1. Discovery: cluster-info, anonymously, signed with this token.
     anonymous = client.CoreV1Api(_client(api_client))
@@ -73,7 +77,9 @@ def test_join_credentials_through_the_api(api_client: client.ApiClient, kube: cl
 
     cm = wait_for(signed, timeout=60, what="cluster-info signed with the new token")
     kubeconfig = cm.data[bt.KUBECONFIG_KEY]
-    assert bt.verify_detached_signature(kubeconfig, cm.data[f"{bt.JWS_PREFIX}{token[:6]}"], token[:6], token[7:])
+    assert bt.verify_detached_signature(
+        kubeconfig, cm.data[f"{bt.JWS_PREFIX}{token[:6]}"], token[:6], token[7:]
+    )
     ca = base64.b64decode(yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]["certificate-authority-data"])
     assert x509.load_pem_x509_certificates(ca)
 
@@ -128,7 +134,9 @@ def test_join_credentials_through_the_api(api_client: client.ApiClient, kube: cl
         crt, keyfile = tmp_path / "node.crt", tmp_path / "node.key"
         crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         keyfile.write_bytes(
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
         )
         me = _whoami(_client(api_client, cert=(crt, keyfile)))
         assert me.username == f"system:node:{node}"
@@ -137,12 +145,16 @@ def test_join_credentials_through_the_api(api_client: client.ApiClient, kube: cl
         certs.delete_certificate_signing_request(name)
 
 
-def test_wrong_and_expired_tokens_get_401(api_client: client.ApiClient, kube: client.CoreV1Api, token: str) -> None:
+def test_wrong_and_expired_tokens_get_401(
+    api_client: client.ApiClient, kube: client.CoreV1Api, token: str
+) -> None:
     with pytest.raises(ApiException) as wrong:
         _whoami(_client(api_client, token=token[:7] + "0000000000000000"))
     assert wrong.value.status == 401
     expired = bt.generate()
-    secret = bt.token_secret(expired, 1, groups=(NODE_GROUP,), now=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+    secret = bt.token_secret(
+        expired, 1, groups=(NODE_GROUP,), now=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    )
     kube.create_namespaced_secret(bt.NAMESPACE, secret)
     with pytest.raises(ApiException) as refused:
         _whoami(_client(api_client, token=expired))

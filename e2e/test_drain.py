@@ -29,7 +29,9 @@ pytestmark = pytest.mark.integration
 VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
-def kubectl(kubeconfig: Path, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
+def kubectl(
+    kubeconfig: Path, *args: str, check: bool = True, timeout: float = 180
+) -> subprocess.CompletedProcess:
     done = subprocess.run(
         ["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=timeout
     )
@@ -129,8 +131,12 @@ def test_eviction_api_respects_the_budget(api_client, kube, namespace, node_name
     assert kube.read_namespaced_pod(second.metadata.name, namespace).metadata.deletion_timestamp is None
     # the evicted pod goes, the Deployment replaces it and the budget allows one again
     wait_for(
-        lambda: first.metadata.name
-        not in {p.metadata.name for p in kube.list_namespaced_pod(namespace, label_selector="app=web").items},
+        lambda: (
+            first.metadata.name
+            not in {
+                p.metadata.name for p in kube.list_namespaced_pod(namespace, label_selector="app=web").items
+            }
+        ),
         timeout=60,
         what="the evicted pod to go",
     )
@@ -163,14 +169,20 @@ def test_cordon_drain_uncordon(api_client, kube, kubeconfig, namespace, node_nam
         assert refused.returncode != 0
         assert "cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore)" in refused.stderr
         assert f"{namespace}/{daemon.metadata.name}" in refused.stderr
-        assert "cannot delete Pods with local storage (use --delete-emptydir-data to override)" in refused.stderr
+        assert (
+            "cannot delete Pods with local storage (use --delete-emptydir-data to override)" in refused.stderr
+        )
         for pod in web:
             assert f"{namespace}/{pod.metadata.name}" in refused.stderr
         assert f"node/{node_name} cordoned" in refused.stdout
         node = kube.read_node(node_name)
         assert node.spec.unschedulable is True
         taints = wait_for(
-            lambda: [t for t in kube.read_node(node_name).spec.taints or [] if t.key == "node.kubernetes.io/unschedulable"],
+            lambda: [
+                t
+                for t in kube.read_node(node_name).spec.taints or []
+                if t.key == "node.kubernetes.io/unschedulable"
+            ],
             timeout=30,
             what="the unschedulable taint",
         )
@@ -184,7 +196,8 @@ def test_cordon_drain_uncordon(api_client, kube, kubeconfig, namespace, node_nam
         assert "(will retry after 5s): " + VIOLATES in out
         assert "global timeout reached: 12s" in out
         assert all(
-            kube.read_namespaced_pod(p.metadata.name, namespace).metadata.deletion_timestamp is None for p in web
+            kube.read_namespaced_pod(p.metadata.name, namespace).metadata.deletion_timestamp is None
+            for p in web
         )
 
         policy.patch_namespaced_pod_disruption_budget(

@@ -52,7 +52,11 @@ def spinner(node: str, image: str) -> client.V1Pod:
 
 def summary_pod(doc: dict[str, Any], namespace: str, name: str) -> dict[str, Any] | None:
     return next(
-        (p for p in doc.get("pods") or [] if p["podRef"]["namespace"] == namespace and p["podRef"]["name"] == name),
+        (
+            p
+            for p in doc.get("pods") or []
+            if p["podRef"]["namespace"] == namespace and p["podRef"]["name"] == name
+        ),
         None,
     )
 
@@ -86,9 +90,11 @@ def test_summary_and_resource_metrics_through_the_node_proxy(kube, kubeconfig, n
     assert node["fs"]["capacityBytes"] >= node["fs"]["availableBytes"] > 0
 
     later = wait_for(
-        lambda: (p := summary_pod(json.loads(raw(kubeconfig, summary_path)), namespace, "spin"))
-        and p["containers"][0]["cpu"]["usageCoreNanoSeconds"] > spin["cpu"]["usageCoreNanoSeconds"]
-        and p,
+        lambda: (
+            (p := summary_pod(json.loads(raw(kubeconfig, summary_path)), namespace, "spin"))
+            and p["containers"][0]["cpu"]["usageCoreNanoSeconds"] > spin["cpu"]["usageCoreNanoSeconds"]
+            and p
+        ),
         what="the spinner's CPU time rising",
     )
     lean = json.loads(raw(kubeconfig, summary_path + "?only_cpu_and_memory=true"))
@@ -104,24 +110,33 @@ def test_summary_and_resource_metrics_through_the_node_proxy(kube, kubeconfig, n
     mem = [s for s in families["container_memory_working_set_bytes"].samples if s.labels == labels]
     assert len(mem) == 1 and mem[0].value > 0
     pod_cpu = [
-        s for s in families["pod_cpu_usage_seconds"].samples if s.labels == {"pod": "spin", "namespace": namespace}
+        s
+        for s in families["pod_cpu_usage_seconds"].samples
+        if s.labels == {"pod": "spin", "namespace": namespace}
     ]
     assert len(pod_cpu) == 1 and pod_cpu[0].value >= cpu[0].value * 0.9
     start = [s for s in families["container_start_time_seconds"].samples if s.labels == labels]
-    started = kube.read_namespaced_pod("spin", namespace).status.container_statuses[0].state.running.started_at
+    started = (
+        kube.read_namespaced_pod("spin", namespace).status.container_statuses[0].state.running.started_at
+    )
     assert len(start) == 1 and abs(start[0].value - started.timestamp()) < 30
     assert families["node_cpu_usage_seconds"].samples[0].value > 0
     assert families["node_memory_working_set_bytes"].samples[0].value > 0
     assert [s.value for s in families["resource_scrape_error"].samples] == [0]
 
-    kubelet = {f.name: f for f in text_string_to_metric_families(raw(kubeconfig, f"/api/v1/nodes/{node_name}/proxy/metrics"))}
+    kubelet = {
+        f.name: f
+        for f in text_string_to_metric_families(raw(kubeconfig, f"/api/v1/nodes/{node_name}/proxy/metrics"))
+    }
     assert [s.labels for s in kubelet["kubelet_node_name"].samples] == [{"node": node_name}]
     assert kubelet["kubelet_running_pods"].samples[0].value >= 1
     running = {s.labels["container_state"]: s.value for s in kubelet["kubelet_running_containers"].samples}
     assert running["running"] >= 1
     ops = {s.labels["operation_type"]: s.value for s in kubelet["kubelet_runtime_operations"].samples}
     assert ops["list_podsandbox"] >= 1 and ops["list_containers"] >= 1
-    relists = [s for s in kubelet["kubelet_pleg_relist_duration_seconds"].samples if s.name.endswith("_count")]
+    relists = [
+        s for s in kubelet["kubelet_pleg_relist_duration_seconds"].samples if s.name.endswith("_count")
+    ]
     assert relists[0].value >= 1
     cadvisor = raw(kubeconfig, f"/api/v1/nodes/{node_name}/proxy/metrics/cadvisor")
     series = [

@@ -23,7 +23,10 @@ DEFAULT = "storageclass.kubernetes.io/is-default-class"
 
 def kubectl(kubeconfig: Path, namespace: str, *args: str) -> str:
     done = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, *args], capture_output=True, text=True, timeout=60
+        ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -82,10 +85,14 @@ def gone(read) -> bool:
     return False
 
 
-def test_claim_binds_for_its_first_pod_and_keeps_data(kube, namespace, image, kubeconfig, default_class) -> None:
+def test_claim_binds_for_its_first_pod_and_keeps_data(
+    kube, namespace, image, kubeconfig, default_class
+) -> None:
     made = kube.create_namespaced_persistent_volume_claim(namespace, claim("data"))
     assert made.spec.storage_class_name == default_class  # the DefaultStorageClass admission
-    waiting = wait_for(lambda: events(kube, namespace, "data", "WaitForFirstConsumer"), timeout=60, what="event")
+    waiting = wait_for(
+        lambda: events(kube, namespace, "data", "WaitForFirstConsumer"), timeout=60, what="event"
+    )
     assert waiting[0].message == "waiting for first consumer to be created before binding"
     assert kube.read_namespaced_persistent_volume_claim("data", namespace).status.phase == "Pending"
 
@@ -125,7 +132,9 @@ def test_claim_binds_for_its_first_pod_and_keeps_data(kube, namespace, image, ku
 
 def test_claim_of_a_missing_class_stays_pending(kube, namespace) -> None:
     kube.create_namespaced_persistent_volume_claim(namespace, claim("orphan", "no-such-class"))
-    failed = wait_for(lambda: events(kube, namespace, "orphan", "ProvisioningFailed"), timeout=60, what="event")
+    failed = wait_for(
+        lambda: events(kube, namespace, "orphan", "ProvisioningFailed"), timeout=60, what="event"
+    )
     assert failed[0].type == "Warning"
     assert failed[0].message == 'storageclass.storage.k8s.io "no-such-class" not found'
     assert kube.read_namespaced_persistent_volume_claim("orphan", namespace).status.phase == "Pending"

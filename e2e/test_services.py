@@ -191,7 +191,7 @@ def test_kubernetes_default_svc_answers_tls_from_a_pod(kube, namespace, node_nam
         "token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token); "
         "for i in $(seq 10); do "
         'out=$(timeout 10 wget -q --no-check-certificate --header "Authorization: Bearer $token" '
-        "-O - https://kubernetes.default.svc/version 2>&1) && break; sleep 1; done; echo \"$out\""
+        '-O - https://kubernetes.default.svc/version 2>&1) && break; sleep 1; done; echo "$out"'
     )
     log = run_client(kube, namespace, node_name, image, script)
     assert '"gitVersion"' in log, log

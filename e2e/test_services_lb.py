@@ -91,9 +91,7 @@ def test_source_ranges_admit_only_the_listed_sources(kube, api_client, namespace
         kube.create_namespaced_pod(namespace, prober(name, node_name, image, address))
     allowed = pod_ip(kube, namespace, "allowed")
     pod_ip(kube, namespace, "denied")
-    kube.patch_namespaced_service(
-        "web", namespace, {"spec": {"loadBalancerSourceRanges": [f"{allowed}/32"]}}
-    )
+    kube.patch_namespaced_service("web", namespace, {"spec": {"loadBalancerSourceRanges": [f"{allowed}/32"]}})
 
     def log(name: str) -> list[str]:
         return kube.read_namespaced_pod_log(name, namespace).split()
@@ -131,7 +129,11 @@ def test_a_local_load_balancer_health_check_port_counts_this_nodes_endpoints(
     answer = wait_for(lambda: health_check(address, port), timeout=30, what="the health check port")
     assert answer == (
         503,
-        {"service": {"namespace": namespace, "name": "web"}, "localEndpoints": 0, "serviceProxyHealthy": True},
+        {
+            "service": {"namespace": namespace, "name": "web"},
+            "localEndpoints": 0,
+            "serviceProxyHealthy": True,
+        },
     ), answer
     kube.create_namespaced_pod(namespace, backend("web-a", node_name, image))
     ip = pod_ip(kube, namespace, "web-a")

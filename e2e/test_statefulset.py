@@ -109,7 +109,9 @@ def pod_log(kube: client.CoreV1Api, namespace: str) -> Iterator[list[tuple[str, 
             follow()
 
     def follow() -> None:
-        for event in stream.stream(kube.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=600):
+        for event in stream.stream(
+            kube.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=600
+        ):
             pod: client.V1Pod = event["object"]
             uid = pod.metadata.uid
             if event["type"] == "ADDED":
@@ -117,7 +119,10 @@ def pod_log(kube: client.CoreV1Api, namespace: str) -> Iterator[list[tuple[str, 
             if event["type"] == "DELETED":
                 seen.append(("gone", pod.metadata.name, False))
                 continue
-            for what, holds in (("ready", ready(pod)), ("terminating", bool(pod.metadata.deletion_timestamp))):
+            for what, holds in (
+                ("ready", ready(pod)),
+                ("terminating", bool(pod.metadata.deletion_timestamp)),
+            ):
                 if holds and (what, uid) not in marks:
                     marks.add((what, uid))
                     seen.append((what, pod.metadata.name, ready(pod)))
@@ -142,7 +147,9 @@ def revision_of(pod: client.V1Pod) -> str:
 SERVE = "echo started $(hostname); exec sleep 3600"
 
 
-def test_ordered_pods_stable_dns_rollout_and_scale_down(kubeconfig, kube, api_client, namespace, image, node_name):
+def test_ordered_pods_stable_dns_rollout_and_scale_down(
+    kubeconfig, kube, api_client, namespace, image, node_name
+):
     apps = client.AppsV1Api(api_client)
     kubectl(kubeconfig, namespace, "create", "-f", "-", stdin=json.dumps(headless("web")))
     with pod_log(kube, namespace) as log:
@@ -187,10 +194,12 @@ def test_ordered_pods_stable_dns_rollout_and_scale_down(kubeconfig, kube, api_cl
         kubectl(kubeconfig, namespace, "set", "env", "statefulset/web", "VERSION=2")
         kubectl(kubeconfig, namespace, "rollout", "status", "statefulset/web", "--timeout=180s", timeout=200)
         rolled = wait_for(
-            lambda: (s := apps.read_namespaced_stateful_set("web", namespace).status).current_revision
-            == s.update_revision
-            and s.updated_replicas == 3
-            and s,
+            lambda: (
+                (s := apps.read_namespaced_stateful_set("web", namespace).status).current_revision
+                == s.update_revision
+                and s.updated_replicas == 3
+                and s
+            ),
             timeout=60,
             what="the rollout complete",
         )
@@ -204,10 +213,15 @@ def test_ordered_pods_stable_dns_rollout_and_scale_down(kubeconfig, kube, api_cl
     kubectl(kubeconfig, namespace, "rollout", "undo", "statefulset/web")
     kubectl(kubeconfig, namespace, "rollout", "status", "statefulset/web", "--timeout=180s", timeout=200)
     back = wait_for(
-        lambda: (p := live(kube, namespace, "web"))
-        and len(p) == 3
-        and all(ready(x) and {e.name: e.value for e in x.spec.containers[0].env}["VERSION"] == "1" for x in p.values())
-        and p,
+        lambda: (
+            (p := live(kube, namespace, "web"))
+            and len(p) == 3
+            and all(
+                ready(x) and {e.name: e.value for e in x.spec.containers[0].env}["VERSION"] == "1"
+                for x in p.values()
+            )
+            and p
+        ),
         timeout=120,
         what="the rolled-back pods",
     )
@@ -219,20 +233,30 @@ def test_ordered_pods_stable_dns_rollout_and_scale_down(kubeconfig, kube, api_cl
     with pod_log(kube, namespace) as log:
         kubectl(kubeconfig, namespace, "scale", "statefulset/web", "--replicas=1")
         wait_for(
-            lambda: sorted(p.metadata.name for p in kube.list_namespaced_pod(namespace, label_selector="app=web").items)
-            == ["web-0"],
+            lambda: (
+                sorted(
+                    p.metadata.name
+                    for p in kube.list_namespaced_pod(namespace, label_selector="app=web").items
+                )
+                == ["web-0"]
+            ),
             timeout=120,
             what="web-0 alone",
         )
         wait_for(lambda: ("gone", "web-1", False) in log, timeout=30, what="web-1's deletion seen")
     gone = [(what, name) for what, name, _ in log if what in ("terminating", "gone")]
-    assert gone == [("terminating", "web-2"), ("gone", "web-2"), ("terminating", "web-1"), ("gone", "web-1")], log
+    assert gone == [
+        ("terminating", "web-2"),
+        ("gone", "web-2"),
+        ("terminating", "web-1"),
+        ("gone", "web-1"),
+    ], log
     table = kubectl(kubeconfig, namespace, "get", "statefulset", "web").stdout.splitlines()
     assert table[1].split()[:2] == ["web", "1/1"]
 
 
 KEEP = (
-    "[ -f /data/first ] || echo \"$(hostname) $POD_UID\" > /data/first; "
+    '[ -f /data/first ] || echo "$(hostname) $POD_UID" > /data/first; '
     "echo first=$(cat /data/first); exec sleep 3600"
 )
 
@@ -243,7 +267,9 @@ def test_each_pod_keeps_its_own_claim_and_data(kubeconfig, kube, api_client, nam
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "16Mi"}}},
     }
     body = statefulset("db", image, node_name, KEEP, replicas=2, volumeClaimTemplates=[claim])
-    body["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    body["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "data", "mountPath": "/data"}
+    ]
     kubectl(kubeconfig, namespace, "create", "-f", "-", stdin=json.dumps(headless("db")))
     kubectl(kubeconfig, namespace, "create", "-f", "-", stdin=json.dumps(body))
     kubectl(kubeconfig, namespace, "rollout", "status", "statefulset/db", "--timeout=240s", timeout=260)
@@ -270,10 +296,12 @@ def test_each_pod_keeps_its_own_claim_and_data(kubeconfig, kube, api_client, nam
     old = pods["db-1"]
     kube.delete_namespaced_pod("db-1", namespace)
     replacement = wait_for(
-        lambda: (p := live(kube, namespace, "db").get("db-1")) is not None
-        and p.metadata.uid != old.metadata.uid
-        and ready(p)
-        and p,
+        lambda: (
+            (p := live(kube, namespace, "db").get("db-1")) is not None
+            and p.metadata.uid != old.metadata.uid
+            and ready(p)
+            and p
+        ),
         timeout=120,
         what="db-1 replaced",
     )

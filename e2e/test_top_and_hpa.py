@@ -109,14 +109,18 @@ def test_the_metrics_api_is_discovered_and_lists_nodes(metrics_api: Path, node_n
     assert "metrics.k8s.io" in kubectl(metrics_api, "api-versions").stdout
 
     def node_metrics() -> dict[str, Any] | None:
-        out = kubectl(metrics_api, "get", "--raw", f"/apis/metrics.k8s.io/v1beta1/nodes/{node_name}", check=False)
+        out = kubectl(
+            metrics_api, "get", "--raw", f"/apis/metrics.k8s.io/v1beta1/nodes/{node_name}", check=False
+        )
         return json.loads(out.stdout) if out.returncode == 0 else None
 
     doc = wait_for(node_metrics, timeout=60, interval=2, what=f"NodeMetrics of {node_name}")
     assert doc["kind"] == "NodeMetrics" and doc["metadata"]["name"] == node_name
     assert millicores(doc["usage"]["cpu"]) > 0 and mebibytes(doc["usage"]["memory"]) > 0
     assert doc["window"].endswith("s") and doc["timestamp"].endswith("Z")
-    missing = kubectl(metrics_api, "get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes/no-such-node", check=False)
+    missing = kubectl(
+        metrics_api, "get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes/no-such-node", check=False
+    )
     assert missing.returncode != 0 and "NotFound" in missing.stderr + missing.stdout
 
 
@@ -142,11 +146,15 @@ def test_kubectl_top_pod_agrees_with_the_cgroup_counters(
     )
 
     def counter(container: str, script: str) -> int:
-        out = kubectl(metrics_api, "exec", "-n", namespace, "burner", "-c", container, "--", "sh", "-c", script)
+        out = kubectl(
+            metrics_api, "exec", "-n", namespace, "burner", "-c", container, "--", "sh", "-c", script
+        )
         return int(out.stdout.strip())
 
     def top() -> dict[str, tuple[str, str]] | None:
-        out = kubectl(metrics_api, "top", "pod", "burner", "-n", namespace, "--containers", "--no-headers", check=False)
+        out = kubectl(
+            metrics_api, "top", "pod", "burner", "-n", namespace, "--containers", "--no-headers", check=False
+        )
         rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
         found = {r[1]: (r[2], r[3]) for r in rows if len(r) >= 4}
         return found if out.returncode == 0 and set(found) == {"burn", "mem"} else None
@@ -165,7 +173,9 @@ def test_kubectl_top_pod_agrees_with_the_cgroup_counters(
     assert mem >= 20, shown
     assert abs(mem - working_set) <= max(4.0, 0.2 * working_set), (shown, working_set)
     # label selectors reach the metrics API
-    selected = kubectl(metrics_api, "top", "pod", "-n", namespace, "-l", "app=burner", "--no-headers").stdout.split()
+    selected = kubectl(
+        metrics_api, "top", "pod", "-n", namespace, "-l", "app=burner", "--no-headers"
+    ).stdout.split()
     assert selected[0] == "burner"
     unmatched = kubectl(metrics_api, "top", "pod", "-n", namespace, "-l", "app=other", check=False)
     assert "burner" not in unmatched.stdout and "No resources found" in unmatched.stdout + unmatched.stderr
@@ -204,28 +214,60 @@ def burning_deployment(name: str, image: str, load: str) -> dict[str, Any]:
     }
 
 
-def test_hpa_scales_a_busy_deployment_up_and_back_down(metrics_api: Path, api_client: Any, namespace: str, image: str) -> None:
+def test_hpa_scales_a_busy_deployment_up_and_back_down(
+    metrics_api: Path, api_client: Any, namespace: str, image: str
+) -> None:
     from kubernetes import client
 
     apps = client.AppsV1Api(api_client)
     apps.create_namespaced_deployment(namespace, burning_deployment("burn", image, "1"))
     # kubectl 1.32's autoscale (autoscaling/v1), then a short scale-down window through autoscaling/v2
-    kubectl(metrics_api, "autoscale", "deployment", "burn", "-n", namespace, "--min", "1", "--max", "3", "--cpu-percent", "50")
+    kubectl(
+        metrics_api,
+        "autoscale",
+        "deployment",
+        "burn",
+        "-n",
+        namespace,
+        "--min",
+        "1",
+        "--max",
+        "3",
+        "--cpu-percent",
+        "50",
+    )
     patch = {"spec": {"behavior": {"scaleDown": {"stabilizationWindowSeconds": 15}}}}
     kubectl(metrics_api, "patch", "hpa", "burn", "-n", namespace, "--type", "merge", "-p", json.dumps(patch))
     hpa = json.loads(kubectl(metrics_api, "get", "hpa", "burn", "-n", namespace, "-o", "json").stdout)
     assert hpa["apiVersion"] == "autoscaling/v2"
-    assert hpa["spec"]["behavior"]["scaleDown"]["policies"] == [{"type": "Percent", "value": 100, "periodSeconds": 15}]
+    assert hpa["spec"]["behavior"]["scaleDown"]["policies"] == [
+        {"type": "Percent", "value": 100, "periodSeconds": 15}
+    ]
 
     def replicas() -> int:
         return apps.read_namespaced_deployment("burn", namespace).spec.replicas
 
-    wait_for(lambda: replicas() == 3, timeout=180, interval=2, what="the HPA to scale burn up to its maximum 3")
+    wait_for(
+        lambda: replicas() == 3, timeout=180, interval=2, what="the HPA to scale burn up to its maximum 3"
+    )
     events = json.loads(
-        kubectl(metrics_api, "get", "events", "-n", namespace, "--field-selector", "reason=SuccessfulRescale", "-o", "json").stdout
+        kubectl(
+            metrics_api,
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            "reason=SuccessfulRescale",
+            "-o",
+            "json",
+        ).stdout
     )["items"]
     messages = [e["message"] for e in events]
-    assert any(m.startswith("New size: ") and "cpu resource utilization (percentage of request) above target" in m for m in messages), messages
+    assert any(
+        m.startswith("New size: ") and "cpu resource utilization (percentage of request) above target" in m
+        for m in messages
+    ), messages
 
     def targets() -> str | None:
         row = kubectl(metrics_api, "get", "hpa", "burn", "-n", namespace, "--no-headers").stdout.split()
@@ -234,23 +276,49 @@ def test_hpa_scales_a_busy_deployment_up_and_back_down(metrics_api: Path, api_cl
     row = wait_for(targets, timeout=60, interval=2, what="TARGETS with a current figure")
     assert row[:2] == ["burn", "Deployment/burn"] and row[3].endswith("%/50%")
     assert (row[4], row[5]) == ("1", "3")
-    status = json.loads(kubectl(metrics_api, "get", "hpa", "burn", "-n", namespace, "-o", "json").stdout)["status"]
+    status = json.loads(kubectl(metrics_api, "get", "hpa", "burn", "-n", namespace, "-o", "json").stdout)[
+        "status"
+    ]
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["AbleToScale"]["status"] == "True"
-    assert conditions["ScalingActive"]["status"] == "True" and conditions["ScalingActive"]["reason"] == "ValidMetricFound"
+    assert (
+        conditions["ScalingActive"]["status"] == "True"
+        and conditions["ScalingActive"]["reason"] == "ValidMetricFound"
+    )
     assert conditions["ScalingLimited"]["status"] in ("True", "False")
     assert status["currentMetrics"][0]["resource"]["current"]["averageUtilization"] > 50
     # the v1 view of the same object
     v1 = json.loads(
-        kubectl(metrics_api, "get", "--raw", f"/apis/autoscaling/v1/namespaces/{namespace}/horizontalpodautoscalers/burn").stdout
+        kubectl(
+            metrics_api,
+            "get",
+            "--raw",
+            f"/apis/autoscaling/v1/namespaces/{namespace}/horizontalpodautoscalers/burn",
+        ).stdout
     )
     assert v1["spec"]["targetCPUUtilizationPercentage"] == 50 and v1["status"]["desiredReplicas"] >= 1
 
     # the load stops: the pods are replaced by idle ones, and the HPA goes back down to minReplicas
-    env_patch = {"spec": {"template": {"spec": {"containers": [{"name": "c", "env": [{"name": "LOAD", "value": "0"}]}]}}}}
+    env_patch = {
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "c", "env": [{"name": "LOAD", "value": "0"}]}]}}
+        }
+    }
     apps.patch_namespaced_deployment("burn", namespace, env_patch)
     wait_for(lambda: replicas() == 1, timeout=300, interval=3, what="the HPA to scale burn back down to 1")
     events = json.loads(
-        kubectl(metrics_api, "get", "events", "-n", namespace, "--field-selector", "reason=SuccessfulRescale", "-o", "json").stdout
+        kubectl(
+            metrics_api,
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            "reason=SuccessfulRescale",
+            "-o",
+            "json",
+        ).stdout
     )["items"]
-    assert any("reason: All metrics below target" in e["message"] for e in events), [e["message"] for e in events]
+    assert any("reason: All metrics below target" in e["message"] for e in events), [
+        e["message"] for e in events
+    ]

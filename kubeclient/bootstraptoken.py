@@ -66,7 +66,7 @@ def secret_name(token_id: str) -> str:
 
 
 def validate_group(group: str) -> str:
-    """"" when `group` may be an extra group, else upstream's message (ValidateBootstrapGroupName)."""
+    """ "" when `group` may be an extra group, else upstream's message (ValidateBootstrapGroupName)."""
     if GROUP_RE.match(group):
         return ""
     return f"bootstrap group {group!r} is invalid (must match {GROUP_RE.pattern[2:-2]})"
@@ -74,7 +74,11 @@ def validate_group(group: str) -> str:
 
 def validate_usages(usages: list[str]) -> str:
     bad = sorted(u for u in usages if u not in USAGES)
-    return f"invalid bootstrap token usage string: {','.join(bad)}, valid options: {','.join(USAGES)}" if bad else ""
+    return (
+        f"invalid bootstrap token usage string: {','.join(bad)}, valid options: {','.join(USAGES)}"
+        if bad
+        else ""
+    )
 
 
 def data_value(secret: Obj, key: str) -> str:

@@ -138,7 +138,9 @@ class KubeClient:
         other._derived = True
         return other
 
-    def reload_client_certificate(self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]) -> None:
+    def reload_client_certificate(
+        self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    ) -> None:
         """Take a new client certificate for the connections opened from now on (certificate rotation);
         the derived clients share the context, so they take it too. Connections already open keep the
         certificate they shook hands with (still valid: rotation happens well before expiry)."""

@@ -55,7 +55,9 @@ def storage_bytes(text: Any) -> int:
 
 
 def requested_bytes(claim: Obj) -> int:
-    return storage_bytes((((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage"))
+    return storage_bytes(
+        (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    )
 
 
 def capacity_bytes(volume: Obj) -> int:

@@ -30,14 +30,18 @@ SERVICE_NAME = "metrics-server.kube-system.svc"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
-    parser.add_argument("--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the server's identity")
+    parser.add_argument(
+        "--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the server's identity"
+    )
     parser.add_argument("--bind-address", default="0.0.0.0")
     parser.add_argument("--secure-port", type=int, default=10250)
     parser.add_argument("--cert-dir", type=Path, default=Path("apiserver.local.config/certificates"))
     parser.add_argument("--tls-cert-file", type=Path)
     parser.add_argument("--tls-private-key-file", type=Path)
     parser.add_argument("--metric-resolution", default="15s", help="interval between scrapes (default 15s)")
-    parser.add_argument("--kubelet-insecure-tls", action="store_true", help="do not verify kubelets' certificates")
+    parser.add_argument(
+        "--kubelet-insecure-tls", action="store_true", help="do not verify kubelets' certificates"
+    )
     parser.add_argument("--kubelet-certificate-authority", help="CA for kubelets' serving certificates")
     parser.add_argument(
         "--kubelet-preferred-address-types",
@@ -76,7 +80,9 @@ async def _requestheader(client: KubeClient, args: argparse.Namespace) -> tuple[
     config = RequestHeaderConfig.from_configmap(data)
     if args.requestheader_client_ca_file is not None:
         names = tuple(n for n in args.requestheader_allowed_names.split(",") if n)
-        config = RequestHeaderConfig(args.requestheader_client_ca_file.read_text(), names or config.allowed_names)
+        config = RequestHeaderConfig(
+            args.requestheader_client_ca_file.read_text(), names or config.allowed_names
+        )
     client_ca = args.client_ca_file.read_text() if args.client_ca_file else data.get("client-ca-file", "")
     return config, client_ca
 
@@ -113,16 +119,28 @@ async def _main(args: argparse.Namespace) -> int:
         timeout=parse_duration(args.kubelet_request_timeout),
     )
     server = MetricsServer(
-        client, Scraper(config, options), authenticator, Authorizer(client), parse_duration(args.metric_resolution)
+        client,
+        Scraper(config, options),
+        authenticator,
+        Authorizer(client),
+        parse_duration(args.metric_resolution),
     )
     await server.start()
     runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(
-        runner, args.bind_address, args.secure_port, ssl_context=serving_context(cert, key, [requestheader.client_ca, client_ca])
+        runner,
+        args.bind_address,
+        args.secure_port,
+        ssl_context=serving_context(cert, key, [requestheader.client_ca, client_ca]),
     )
     await site.start()
-    log.info("event=serving address=%s port=%d resolution=%s", args.bind_address, args.secure_port, args.metric_resolution)
+    log.info(
+        "event=serving address=%s port=%d resolution=%s",
+        args.bind_address,
+        args.secure_port,
+        args.metric_resolution,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -143,5 +161,3 @@ def run(args: argparse.Namespace) -> int:
     )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(_main(args))
-
-

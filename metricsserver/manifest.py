@@ -36,7 +36,13 @@ def rbac() -> list[Obj]:
             "apiVersion": rbac_v1,
             "kind": "ClusterRole",
             "metadata": _meta("system:aggregated-metrics-reader", **aggregate),
-            "rules": [{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}],
+            "rules": [
+                {
+                    "apiGroups": ["metrics.k8s.io"],
+                    "resources": ["pods", "nodes"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
         },
         {
             "apiVersion": rbac_v1,
@@ -51,21 +57,33 @@ def rbac() -> list[Obj]:
             "apiVersion": rbac_v1,
             "kind": "RoleBinding",
             "metadata": _meta("metrics-server-auth-reader", NAMESPACE),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "extension-apiserver-authentication-reader"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "extension-apiserver-authentication-reader",
+            },
             "subjects": [SUBJECT],
         },
         {
             "apiVersion": rbac_v1,
             "kind": "ClusterRoleBinding",
             "metadata": _meta("metrics-server:system:auth-delegator"),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:auth-delegator",
+            },
             "subjects": [SUBJECT],
         },
         {
             "apiVersion": rbac_v1,
             "kind": "ClusterRoleBinding",
             "metadata": _meta("system:metrics-server"),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:metrics-server"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:metrics-server",
+            },
             "subjects": [SUBJECT],
         },
     ]
@@ -83,7 +101,9 @@ def service(address: str, port: int) -> list[Obj]:
         "apiVersion": "v1",
         "kind": "Endpoints",
         "metadata": _meta(NAME, NAMESPACE),
-        "subsets": [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+        "subsets": [
+            {"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}
+        ],
     }
     return [svc, endpoints]
 

@@ -40,7 +40,9 @@ class ParseError(ValueError):
 
 
 def _labels(text: str) -> dict[str, str]:
-    return {k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\") for k, v in _LABEL.findall(text)}
+    return {
+        k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\") for k, v in _LABEL.findall(text)
+    }
 
 
 def parse(text: str) -> NodeSample:

@@ -42,7 +42,9 @@ def node_url(node: Obj, options: KubeletOptions) -> str | None:
                 host = addr["address"]
                 port = options.port
                 if options.use_node_status_port:
-                    endpoint = ((node.get("status") or {}).get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}
+                    endpoint = ((node.get("status") or {}).get("daemonEndpoints") or {}).get(
+                        "kubeletEndpoint"
+                    ) or {}
                     port = int(endpoint.get("Port") or port)
                 netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
                 return f"https://{netloc}/metrics/resource"

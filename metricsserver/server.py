@@ -29,7 +29,13 @@ PREFIX = f"/apis/{shapes.API_VERSION}"
 
 
 def status(code: int, reason: str, message: str, details: Obj | None = None) -> web.Response:
-    body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
+    body: Obj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+    }
     body["reason"] = reason
     if details is not None:
         body["details"] = details
@@ -122,7 +128,9 @@ class MetricsServer:
         return Request(verb, path, resource, namespace, name)
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):  # type: ignore[no-untyped-def]
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ):  # type: ignore[no-untyped-def]
         try:
             user = await self.authenticator.authenticate(request)
         except ApiError as err:
@@ -149,7 +157,9 @@ class MetricsServer:
 
     async def _ready(self, request: web.Request) -> web.Response:
         if self.rounds == 0:
-            return web.Response(status=500, text="[-]metric-storage-ready failed: not metrics to serve\nreadyz check failed")
+            return web.Response(
+                status=500, text="[-]metric-storage-ready failed: not metrics to serve\nreadyz check failed"
+            )
         return web.Response(text="ok")
 
     async def _doc(self, doc: Obj) -> web.Response:
@@ -164,7 +174,11 @@ class MetricsServer:
             return status(400, "BadRequest", str(err))
         for req in fields:
             if req.field not in ("metadata.name", "metadata.namespace"):
-                return status(400, "BadRequest", f'"{req.field}" is not a known field selector: only "metadata.name", "metadata.namespace"')
+                return status(
+                    400,
+                    "BadRequest",
+                    f'"{req.field}" is not a known field selector: only "metadata.name", "metadata.namespace"',
+                )
         return labels, fields
 
     @staticmethod
@@ -195,7 +209,12 @@ class MetricsServer:
         node = self.nodes.get(name)
         usage = self.store.node(name) if node is not None else None
         if node is None or usage is None:
-            return status(404, "NotFound", f'nodemetrics.metrics.k8s.io "{name}" not found', {"name": name, "group": shapes.GROUP, "kind": "nodemetrics"})
+            return status(
+                404,
+                "NotFound",
+                f'nodemetrics.metrics.k8s.io "{name}" not found',
+                {"name": name, "group": shapes.GROUP, "kind": "nodemetrics"},
+            )
         return _json(shapes.node_metrics(node, usage))
 
     async def _list_pods(self, request: web.Request) -> web.Response:
@@ -206,7 +225,9 @@ class MetricsServer:
         namespace = request.match_info.get("namespace", "")
         usage = self.store.pods()
         items = []
-        for pod in sorted(self.pods.list(), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
+        for pod in sorted(
+            self.pods.list(), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
+        ):
             meta = pod["metadata"]
             if namespace and meta.get("namespace") != namespace:
                 continue
@@ -222,5 +243,10 @@ class MetricsServer:
         pod = self.pods.get(f"{namespace}/{name}")
         containers = self.store.pods().get((namespace, name)) if pod is not None else None
         if pod is None or not containers:
-            return status(404, "NotFound", f'podmetrics.metrics.k8s.io "{namespace}/{name}" not found', {"name": name, "group": shapes.GROUP, "kind": "podmetrics"})
+            return status(
+                404,
+                "NotFound",
+                f'podmetrics.metrics.k8s.io "{namespace}/{name}" not found',
+                {"name": name, "group": shapes.GROUP, "kind": "podmetrics"},
+            )
         return _json(shapes.pod_metrics(pod, containers))

@@ -77,7 +77,11 @@ def node_metrics(node: Obj, usage: Usage) -> Obj:
     return {
         "kind": "NodeMetrics",
         "apiVersion": API_VERSION,
-        "metadata": {"name": meta.get("name", ""), "creationTimestamp": _now(), "labels": meta.get("labels") or {}},
+        "metadata": {
+            "name": meta.get("name", ""),
+            "creationTimestamp": _now(),
+            "labels": meta.get("labels") or {},
+        },
         "timestamp": _time(usage.timestamp),
         "window": go_duration(usage.window),
         "usage": _usage(usage),
@@ -111,7 +115,13 @@ def _gv() -> Obj:
 
 
 def api_group() -> Obj:
-    return {"kind": "APIGroup", "apiVersion": "v1", "name": GROUP, "versions": [_gv()], "preferredVersion": _gv()}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": GROUP,
+        "versions": [_gv()],
+        "preferredVersion": _gv(),
+    }
 
 
 def api_group_list() -> Obj:
@@ -123,7 +133,13 @@ def api_group_list() -> Obj:
 
 def resource_list() -> Obj:
     def entry(name: str, kind: str, namespaced: bool) -> Obj:
-        return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": ["get", "list"]}
+        return {
+            "name": name,
+            "singularName": "",
+            "namespaced": namespaced,
+            "kind": kind,
+            "verbs": ["get", "list"],
+        }
 
     return {
         "kind": "APIResourceList",

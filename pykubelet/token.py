@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="24h0m0s",
         help="the duration before the token is automatically deleted (e.g. 1s, 2m, 3h); 0 means never expires",
     )
-    create.add_argument("--description", default="", help="a human friendly description of how this token is used")
+    create.add_argument(
+        "--description", default="", help="a human friendly description of how this token is used"
+    )
     create.add_argument(
         "--groups",
         default=bt.KUBEADM_DEFAULT_GROUP,
@@ -115,7 +117,7 @@ async def _create(client: KubeClient, config, args: argparse.Namespace) -> int: 
     if why := bt.validate_usages(list(usages)):
         raise ValueError(why)
     if groups and "authentication" not in usages:
-        raise ValueError("token groups cannot be specified unless --usages includes \"authentication\"")
+        raise ValueError('token groups cannot be specified unless --usages includes "authentication"')
     secret = bt.token_secret(token, ttl, usages, groups, args.description)
     try:
         await client.create(SECRETS, secret)
@@ -129,7 +131,9 @@ async def _create(client: KubeClient, config, args: argparse.Namespace) -> int: 
     ca = config.ca_data or b""
     if not ca:
         raise ValueError("the kubeconfig holds no certificate authority to compute the CA hash from")
-    print(f"pykubelet join {config.server} --token {token} --discovery-token-ca-cert-hash {bt.ca_cert_hash(ca)}")
+    print(
+        f"pykubelet join {config.server} --token {token} --discovery-token-ca-cert-hash {bt.ca_cert_hash(ca)}"
+    )
     return 0
 
 

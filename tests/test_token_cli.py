@@ -26,7 +26,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 def token_cmd(server: ApiServer, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KUBECONFIG": str(server.kubeconfig)}
     return subprocess.run(
-        [sys.executable, "-m", "pykubelet", "token", *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "pykubelet", "token", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -54,9 +58,15 @@ def test_print_join_command(server: ApiServer) -> None:
 
 def test_list_shows_kubeadms_table(server: ApiServer) -> None:
     token = "zyxwvu.0123456789abcdef"
-    assert token_cmd(server, "create", token, "--ttl", "2h", "--groups", "system:bootstrappers:x").returncode == 0
+    assert (
+        token_cmd(server, "create", token, "--ttl", "2h", "--groups", "system:bootstrappers:x").returncode
+        == 0
+    )
     forever = "qwerty.0123456789abcdef"
-    assert token_cmd(server, "create", forever, "--ttl", "0", "--usages", "signing", "--groups", "").returncode == 0
+    assert (
+        token_cmd(server, "create", forever, "--ttl", "0", "--usages", "signing", "--groups", "").returncode
+        == 0
+    )
     proc = token_cmd(server, "list")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

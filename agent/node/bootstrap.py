@@ -63,7 +63,9 @@ class ClientPaths:
 
 
 def paths_for(root_dir: str, kubeconfig: str | None, cert_dir: str = "") -> ClientPaths:
-    return ClientPaths(Path(kubeconfig or Path(root_dir) / "kubeconfig"), Path(cert_dir or Path(root_dir) / "pki"))
+    return ClientPaths(
+        Path(kubeconfig or Path(root_dir) / "kubeconfig"), Path(cert_dir or Path(root_dir) / "pki")
+    )
 
 
 def valid_certificate(pem_file: Path, now: dt.datetime | None = None) -> x509.Certificate | None:
@@ -108,7 +110,9 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def load_or_make_key(path: Path) -> ec.EllipticCurvePrivateKey:
@@ -145,7 +149,9 @@ def digested_name(key: ec.EllipticCurvePrivateKey, node_name: str, usages: list[
     """A CSR name fixed by the key, subject and usages (upstream's digestedName), so a retry with the
     same key finds its own CSR."""
     h = hashlib.sha512()
-    public = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     for part in (public, b"system:nodes", f"system:node:{node_name}".encode(), *(u.encode() for u in usages)):
         h.update(len(part).to_bytes(4, "big") + part)
     return "node-csr-" + base64.urlsafe_b64encode(h.digest()[:32]).rstrip(b"=").decode()
@@ -169,7 +175,12 @@ async def request_certificate(
     }
     if expiration_seconds is not None:
         spec["expirationSeconds"] = expiration_seconds
-    body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name}, "spec": spec}
+    body = {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
     try:
         await client.create(CSR_PATH, body)
         log.info("event=csr-created csr=%s node=%s", name, node_name)
@@ -215,7 +226,9 @@ async def _wait_issued(client: KubeClient, name: str) -> bytes:
         await asyncio.sleep(0.5)
 
 
-def store_pair(cert_dir: Path, cert_pem: bytes, key: ec.EllipticCurvePrivateKey, now: dt.datetime | None = None) -> Path:
+def store_pair(
+    cert_dir: Path, cert_pem: bytes, key: ec.EllipticCurvePrivateKey, now: dt.datetime | None = None
+) -> Path:
     """Write `kubelet-client-<time>.pem` (certificate then key, 0600) and point the current link at it."""
     stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d-%H-%M-%S")
     pem = cert_dir / f"kubelet-client-{stamp}.pem"
@@ -238,15 +251,27 @@ def write_kubeconfig(path: Path, bootstrap: ClusterConfig, client_pem: Path) -> 
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "default-cluster", "cluster": cluster}],
-        "contexts": [{"name": "default-context", "context": {"cluster": "default-cluster", "namespace": "default", "user": "default-auth"}}],
+        "contexts": [
+            {
+                "name": "default-context",
+                "context": {"cluster": "default-cluster", "namespace": "default", "user": "default-auth"},
+            }
+        ],
         "current-context": "default-context",
         "preferences": {},
-        "users": [{"name": "default-auth", "user": {"client-certificate": str(client_pem), "client-key": str(client_pem)}}],
+        "users": [
+            {
+                "name": "default-auth",
+                "user": {"client-certificate": str(client_pem), "client-key": str(client_pem)},
+            }
+        ],
     }
     _write_private(path, yaml.safe_dump(doc, sort_keys=False).encode())
 
 
-async def bootstrap_client(root_dir: str, kubeconfig: str | None, bootstrap_kubeconfig: str, node_name: str, cert_dir: str = "") -> Path:
+async def bootstrap_client(
+    root_dir: str, kubeconfig: str | None, bootstrap_kubeconfig: str, node_name: str, cert_dir: str = ""
+) -> Path:
     """Make sure the node kubeconfig holds a usable client certificate (LoadClientCert); its path."""
     paths = paths_for(root_dir, kubeconfig, cert_dir)
     if await asyncio.to_thread(usable_kubeconfig, paths):

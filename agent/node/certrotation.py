@@ -76,7 +76,12 @@ class CertRotator:
             cert = await asyncio.to_thread(self.certificate)
             deadline = rotation_deadline(cert, jittered_fraction())
             wait = (deadline - self.clock()).total_seconds()
-            log.info("event=rotation-scheduled node=%s deadline=%s wait_s=%.0f", self.node_name, deadline.isoformat(), max(wait, 0))
+            log.info(
+                "event=rotation-scheduled node=%s deadline=%s wait_s=%.0f",
+                self.node_name,
+                deadline.isoformat(),
+                max(wait, 0),
+            )
             # Sleep in bounded steps so a moved clock (tests, a suspended host) is noticed.
             while wait > 0:
                 await asyncio.sleep(min(wait, 60.0))
@@ -92,7 +97,9 @@ class CertRotator:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # an unreachable server, a denied CSR: try again later
-                log.warning("event=rotation-failed node=%s error=%r retry_s=%.0f", self.node_name, str(err), delay)
+                log.warning(
+                    "event=rotation-failed node=%s error=%r retry_s=%.0f", self.node_name, str(err), delay
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
 
@@ -105,4 +112,8 @@ class CertRotator:
             client.reload_client_certificate(current, current)
         self.rotations += 1
         cert = x509.load_pem_x509_certificate(cert_pem)
-        log.info("event=certificate-rotated node=%s not_after=%s", self.node_name, cert.not_valid_after_utc.isoformat())
+        log.info(
+            "event=certificate-rotated node=%s not_after=%s",
+            self.node_name,
+            cert.not_valid_after_utc.isoformat(),
+        )

@@ -40,7 +40,9 @@ def series_of(summary: Summary) -> list[Series]:
         for c in pod.containers:
             cid = f"{pod.cgroup}/{c.id}" if pod.cgroup else f"/{c.id}"
             out.append(
-                Series((c.name, cid, c.image, c.id, ns, name), c.cpu, c.memory, None, c.rootfs, c.rootfs_device)
+                Series(
+                    (c.name, cid, c.image, c.id, ns, name), c.cpu, c.memory, None, c.rootfs, c.rootfs_device
+                )
             )
     return out
 
@@ -51,11 +53,16 @@ class CadvisorMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         cpu = CounterMetricFamily(
-            "container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", labels=[*LABELS[:1], "cpu", *LABELS[1:]]
+            "container_cpu_usage_seconds_total",
+            "Cumulative cpu time consumed in seconds.",
+            labels=[*LABELS[:1], "cpu", *LABELS[1:]],
         )
-        ws = GaugeMetricFamily("container_memory_working_set_bytes", "Current working set in bytes.", labels=LABELS)
+        ws = GaugeMetricFamily(
+            "container_memory_working_set_bytes", "Current working set in bytes.", labels=LABELS
+        )
         usage = GaugeMetricFamily(
-            "container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it was accessed",
+            "container_memory_usage_bytes",
+            "Current memory usage in bytes, including all memory regardless of when it was accessed",
             labels=LABELS,
         )
         rss = GaugeMetricFamily("container_memory_rss", "Size of RSS in bytes.", labels=LABELS)
@@ -64,16 +71,21 @@ class CadvisorMetrics(Collector):
             "container_network_receive_bytes_total", "Cumulative count of bytes received", labels=net_labels
         )
         tx = CounterMetricFamily(
-            "container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", labels=net_labels
+            "container_network_transmit_bytes_total",
+            "Cumulative count of bytes transmitted",
+            labels=net_labels,
         )
         fs = GaugeMetricFamily(
-            "container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.",
+            "container_fs_usage_bytes",
+            "Number of bytes that are consumed by the container on this filesystem.",
             labels=[*LABELS[:1], "device", *LABELS[1:]],
         )
         for s in self.series:
             lab = list(s.labels)
             if s.cpu is not None and s.cpu.usage_core_nano_seconds is not None:
-                cpu.add_metric([lab[0], "total", *lab[1:]], s.cpu.usage_core_nano_seconds / 1e9, timestamp=s.cpu.time)
+                cpu.add_metric(
+                    [lab[0], "total", *lab[1:]], s.cpu.usage_core_nano_seconds / 1e9, timestamp=s.cpu.time
+                )
             m = s.memory
             if m is not None:
                 if m.working_set_bytes is not None:

@@ -42,8 +42,12 @@ from agent.volumes.emptydir import disk_usage
 
 VOLUME_STATS_PERIOD = 60.0
 # Volume plugins whose data lives on the node's root file system (upstream's IsLocalEphemeralVolume).
-_EPHEMERAL_PLUGINS = ("kubernetes.io~emptydir", "kubernetes.io~configmap", "kubernetes.io~secret",
-                      "kubernetes.io~downwardapi")
+_EPHEMERAL_PLUGINS = (
+    "kubernetes.io~emptydir",
+    "kubernetes.io~configmap",
+    "kubernetes.io~secret",
+    "kubernetes.io~downwardapi",
+)
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,12 @@ class StatsProvider:
         )
 
     def _container(
-        self, c: pb.Container, stats: pb.ContainerStats, now: float, cpu_mem_only: bool, logs_dir: str,
+        self,
+        c: pb.Container,
+        stats: pb.ContainerStats,
+        now: float,
+        cpu_mem_only: bool,
+        logs_dir: str,
         fs_cache: dict[str, FsStats | None],
     ) -> ContainerStats:
         cpu = mem = rootfs = logs = None
@@ -163,8 +172,15 @@ class StatsProvider:
             device = self._device(stats.writable_layer.fs_id.mountpoint)
             logs = self._logs(os.path.join(logs_dir, c.metadata.name), now, fs_cache)
         return ContainerStats(
-            name=c.metadata.name, id=c.id, start_time=_ns(c.created_at), cpu=cpu, memory=mem,
-            rootfs=rootfs, logs=logs, image=c.image.image, rootfs_device=device,
+            name=c.metadata.name,
+            id=c.id,
+            start_time=_ns(c.created_at),
+            cpu=cpu,
+            memory=mem,
+            rootfs=rootfs,
+            logs=logs,
+            image=c.image.image,
+            rootfs_device=device,
         )
 
     def _device(self, mountpoint: str) -> str:
@@ -179,7 +195,9 @@ class StatsProvider:
             fs_cache[path] = host.fs_stats(path, now)
         return fs_cache[path]
 
-    def _rootfs(self, stats: pb.ContainerStats, now: float, fs_cache: dict[str, FsStats | None]) -> FsStats | None:
+    def _rootfs(
+        self, stats: pb.ContainerStats, now: float, fs_cache: dict[str, FsStats | None]
+    ) -> FsStats | None:
         if not stats.HasField("writable_layer"):
             return None
         layer = stats.writable_layer
@@ -216,12 +234,18 @@ class StatsProvider:
         )
 
     def _pod(
-        self, sb: pb.PodSandbox, containers: list[pb.Container], snap: CriSnapshot, now: float,
-        cpu_mem_only: bool, fs_cache: dict[str, FsStats | None],
+        self,
+        sb: pb.PodSandbox,
+        containers: list[pb.Container],
+        snap: CriSnapshot,
+        now: float,
+        cpu_mem_only: bool,
+        fs_cache: dict[str, FsStats | None],
     ) -> PodStats:
         meta = sb.metadata
         ref = PodRef(
-            sb.labels.get(L.POD_NAME, meta.name), sb.labels.get(L.POD_NAMESPACE, meta.namespace),
+            sb.labels.get(L.POD_NAME, meta.name),
+            sb.labels.get(L.POD_NAMESPACE, meta.namespace),
             sb.labels.get(L.POD_UID, meta.uid),
         )
         logs_dir = os.path.join(self.config.pod_logs_dir, f"{ref.namespace}_{ref.name}_{ref.uid}")
@@ -240,8 +264,16 @@ class StatsProvider:
             volumes = self._pod_volumes(ref.uid, now)
             ephemeral = _ephemeral(cstats, volumes, now, self._shared_fs(self.config.root_dir, now, fs_cache))
         return PodStats(
-            ref=ref, start_time=_ns(sb.created_at), sandbox_id=sb.id, cgroup=cgroup, containers=cstats,
-            cpu=cpu, memory=mem, network=network, volumes=tuple(v for v, _ in volumes or ()), ephemeral_storage=ephemeral,
+            ref=ref,
+            start_time=_ns(sb.created_at),
+            sandbox_id=sb.id,
+            cgroup=cgroup,
+            containers=cstats,
+            cpu=cpu,
+            memory=mem,
+            network=network,
+            volumes=tuple(v for v, _ in volumes or ()),
+            ephemeral_storage=ephemeral,
             process_count=self.cgroups.pids(cgroup) if cgroup and not cpu_mem_only else None,
         )
 
@@ -289,7 +321,10 @@ class StatsProvider:
         pods_usage = self.cgroups.usage(self.config.pods_cgroup)
         system = (
             SystemContainer(
-                "pods", self._boot, self._cpu("system:pods", pods_usage, now), self._memory(pods_usage, now, capacity)
+                "pods",
+                self._boot,
+                self._cpu("system:pods", pods_usage, now),
+                self._memory(pods_usage, now, capacity),
             ),
         )
         node = NodeStats(
@@ -304,11 +339,17 @@ class StatsProvider:
         ifaces = host.net_dev()
         maxpid, curproc = host.pid_limits()
         return NodeStats(
-            name=node.name, start_time=node.start_time, cpu=node.cpu, memory=node.memory,
+            name=node.name,
+            start_time=node.start_time,
+            cpu=node.cpu,
+            memory=node.memory,
             network=NetworkStats(now, ifaces) if ifaces is not None else None,
             fs=self._shared_fs(self.config.root_dir, now, fs_cache),
             image_fs=_image_fs(snap.image_fs, now, lambda p: self._shared_fs(p, now, fs_cache)),
-            system_containers=system, rlimit_maxpid=maxpid, rlimit_curproc=curproc, rlimit_time=now,
+            system_containers=system,
+            rlimit_maxpid=maxpid,
+            rlimit_curproc=curproc,
+            rlimit_time=now,
         )
 
 
@@ -354,7 +395,10 @@ def _sum_memory(cs: tuple[ContainerStats, ...], now: float) -> MemoryStats | Non
 
 
 def _ephemeral(
-    cs: tuple[ContainerStats, ...], volumes: list[tuple[VolumeStats, bool]], now: float, rootfs: FsStats | None
+    cs: tuple[ContainerStats, ...],
+    volumes: list[tuple[VolumeStats, bool]],
+    now: float,
+    rootfs: FsStats | None,
 ) -> FsStats:
     """upstream's calcEphemeralStorage: containers' rootfs and logs plus the local ephemeral volumes."""
     used = inodes = 0

@@ -53,14 +53,16 @@ class ResourceMetrics(Collector):
             labels=_CONTAINER,
         )
         p_cpu = CounterMetricFamily(
-            "pod_cpu_usage_seconds_total", _help("Cumulative cpu time consumed by the pod in core-seconds"),
+            "pod_cpu_usage_seconds_total",
+            _help("Cumulative cpu time consumed by the pod in core-seconds"),
             labels=_POD,
         )
         p_mem = GaugeMetricFamily(
             "pod_memory_working_set_bytes", _help("Current working set of the pod in bytes"), labels=_POD
         )
         error = GaugeMetricFamily(
-            "resource_scrape_error", _help("1 if there was an error while getting container metrics, 0 otherwise")
+            "resource_scrape_error",
+            _help("1 if there was an error while getting container metrics, 0 otherwise"),
         )
         s = self.summary
         if s is not None and not self.failed:

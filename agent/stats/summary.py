@@ -32,7 +32,11 @@ def cpu_json(c: CpuStats | None) -> dict[str, Any] | None:
     if c is None:
         return None
     return _drop_none(
-        {"time": rfc3339(c.time), "usageNanoCores": c.usage_nano_cores, "usageCoreNanoSeconds": c.usage_core_nano_seconds}
+        {
+            "time": rfc3339(c.time),
+            "usageNanoCores": c.usage_nano_cores,
+            "usageCoreNanoSeconds": c.usage_core_nano_seconds,
+        }
     )
 
 
@@ -74,7 +78,13 @@ def network_json(n: NetworkStats | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"time": rfc3339(n.time)}
     default = n.default()
     interfaces = [
-        {"name": i.name, "rxBytes": i.rx_bytes, "rxErrors": i.rx_errors, "txBytes": i.tx_bytes, "txErrors": i.tx_errors}
+        {
+            "name": i.name,
+            "rxBytes": i.rx_bytes,
+            "rxErrors": i.rx_errors,
+            "txBytes": i.tx_bytes,
+            "txErrors": i.tx_errors,
+        }
         for i in n.interfaces
     ]
     if default is not None:
@@ -86,7 +96,12 @@ def network_json(n: NetworkStats | None) -> dict[str, Any] | None:
 
 def container_json(c: ContainerStats, full: bool) -> dict[str, Any]:
     out = _drop_none(
-        {"name": c.name, "startTime": rfc3339(c.start_time), "cpu": cpu_json(c.cpu), "memory": memory_json(c.memory)}
+        {
+            "name": c.name,
+            "startTime": rfc3339(c.start_time),
+            "cpu": cpu_json(c.cpu),
+            "memory": memory_json(c.memory),
+        }
     )
     if full:
         out.update(_drop_none({"rootfs": fs_json(c.rootfs), "logs": fs_json(c.logs)}))
@@ -114,7 +129,12 @@ def pod_json(p: PodStats, full: bool) -> dict[str, Any]:
 
 def system_container_json(s: SystemContainer) -> dict[str, Any]:
     return _drop_none(
-        {"name": s.name, "startTime": rfc3339(s.start_time), "cpu": cpu_json(s.cpu), "memory": memory_json(s.memory)}
+        {
+            "name": s.name,
+            "startTime": rfc3339(s.start_time),
+            "cpu": cpu_json(s.cpu),
+            "memory": memory_json(s.memory),
+        }
     )
 
 

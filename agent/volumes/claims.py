@@ -63,5 +63,9 @@ async def resolve(fetch: Fetch, host_path: HostPath, namespace: str, volume: dic
                 f'MountVolume.NewMounter initialization failed for volume "{pv_name}" : path "{path}" does not exist'
             )
         return str(path)
-    kinds = [k for k in spec if isinstance(spec[k], dict) and k not in ("capacity", "claimRef", "nodeAffinity")]
-    raise ClaimError(f'MountVolume.SetUp failed for volume "{pv_name}" : volume type {kinds} is not supported by this node')
+    kinds = [
+        k for k in spec if isinstance(spec[k], dict) and k not in ("capacity", "claimRef", "nodeAffinity")
+    ]
+    raise ClaimError(
+        f'MountVolume.SetUp failed for volume "{pv_name}" : volume type {kinds} is not supported by this node'
+    )

@@ -77,7 +77,12 @@ def pod_body(name: str, node: str, image: str) -> dict[str, Any]:
             "nodeName": node,
             "terminationGracePeriodSeconds": 1,
             "containers": [
-                {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "3600"],
+                }
             ],
         },
     }
@@ -100,7 +105,9 @@ async def run_pods(client: KubeClient, n: int, node: str, image: str) -> float:
 
 async def delete_all(client: KubeClient) -> None:
     pods = (await client.get(f"/api/v1/namespaces/{NS}/pods"))["items"]
-    await asyncio.gather(*(client.delete(f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}") for p in pods))
+    await asyncio.gather(
+        *(client.delete(f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}") for p in pods)
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if not (await client.get(f"/api/v1/namespaces/{NS}/pods"))["items"]:
@@ -133,7 +140,9 @@ async def bench(stack: Stack, size: Size) -> dict[str, Any]:
     cri = await CRIClient.connect(stack.containerd.endpoint)
     await cri.pull_image(image)
     try:
-        await client.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        await client.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        )
     except ApiError as err:
         if not err.conflict:
             raise
@@ -208,7 +217,9 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for name, figures in report["calls"].items():
         ratio = report["ratio_p50_to_cri_floor"][name]
-        lines.append(f"| {name} | {figures['p50_ms']} | {figures['p99_ms']} | {figures['max_ms']} | {ratio} |")
+        lines.append(
+            f"| {name} | {figures['p50_ms']} | {figures['p99_ms']} | {figures['max_ms']} | {ratio} |"
+        )
     lines += [
         "",
         f"Full summary per pod: {report['summary_per_pod_ms']} ms (p50 / pods). Goal: full summary p50 under "
@@ -232,7 +243,9 @@ def main() -> int:
     report = run_on_stack(lambda stack: bench(stack, size), tag="s")
     text = markdown(report)
     bars = [(name, figures["p50_ms"]) for name, figures in report["calls"].items()]
-    write_report(out, "agent-stats", report, text, bar_svg(f"stats calls with {report['pods']} pods, p50", bars, "ms"))
+    write_report(
+        out, "agent-stats", report, text, bar_svg(f"stats calls with {report['pods']} pods, p50", bars, "ms")
+    )
     print(text)
     return 0
 

@@ -44,9 +44,7 @@ async def connect(servers: list[ApiServer], count: int) -> list[RawConnection]:
     ]
 
 
-async def window(
-    servers: list[ApiServer], pids: dict[str, int], count: int, seconds: float, request
-) -> dict:
+async def window(servers: list[ApiServer], pids: dict[str, int], count: int, seconds: float, request) -> dict:
     """Closed loop: `count` connections each sending `request(conn, i)` back to back for `seconds`."""
     conns = await connect(servers, count)
     latencies: list[float] = []
@@ -70,7 +68,13 @@ async def window(
     for conn in conns:
         conn.close()
     cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
-    return {"requests": len(latencies), "errors": errors, "elapsed_s": elapsed, "latencies": latencies, "cpu_s": cpu}
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "elapsed_s": elapsed,
+        "latencies": latencies,
+        "cpu_s": cpu,
+    }
 
 
 def summary(windows: list[dict]) -> dict:
@@ -116,11 +120,17 @@ async def main(args: argparse.Namespace) -> dict:
             group = ApiServerReplicas(root, 2, etcd)
             group.start()
             await prepare(group.servers[0], args.objects)
-            pids = {"apiserver-0": group.servers[0].pid or 0, "apiserver-1": group.servers[1].pid or 0, "etcd": etcd.pid or 0}
+            pids = {
+                "apiserver-0": group.servers[0].pid or 0,
+                "apiserver-1": group.servers[1].pid or 0,
+                "etcd": etcd.pid or 0,
+            }
             run_id = os.getpid()
 
             async def write(conn: RawConnection, worker: int, i: int) -> bool:
-                body = json.dumps({"metadata": {"name": f"w-{run_id}-{worker}-{i}-{time.monotonic_ns()}"}}).encode()
+                body = json.dumps(
+                    {"metadata": {"name": f"w-{run_id}-{worker}-{i}-{time.monotonic_ns()}"}}
+                ).encode()
                 status, _ = await conn.request("POST", CONFIGMAPS.format(ns="bench-write"), body)
                 return status == 201
 
@@ -172,7 +182,11 @@ def markdown(report: dict) -> str:
 
 
 def svg_plot(report: dict) -> str:
-    bars = [(f"{kind} x{shape}", report[f"{kind}_{shape}"]["per_second"]) for kind in ("write", "list") for shape in SHAPES]
+    bars = [
+        (f"{kind} x{shape}", report[f"{kind}_{shape}"]["per_second"])
+        for kind in ("write", "list")
+        for shape in SHAPES
+    ]
     return bar_svg("Throughput, 1 vs 2 API servers on one etcd", bars, "requests/s")
 
 
@@ -180,7 +194,9 @@ SMOKE = {"seconds": 1.0, "rounds": 1, "writers": 4, "listers": 2, "objects": 20}
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=10, help="per shape and kind, split over the rounds")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--writers", type=int, default=32)

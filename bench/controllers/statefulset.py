@@ -101,8 +101,11 @@ class Phases:
 
         return {
             "ready_to_next_created": median(
-                [self.created[b] - self.ready[a] for a, b in zip(names, names[1:], strict=False)
-                 if a in self.ready and b in self.created]
+                [
+                    self.created[b] - self.ready[a]
+                    for a, b in zip(names, names[1:], strict=False)
+                    if a in self.ready and b in self.created
+                ]
             ),
             "created_to_bound": median([self.bound[n] - self.created[n] for n in names if n in self.bound]),
             "bound_to_ready": median([self.ready[n] - self.bound[n] for n in names if n in self.ready]),
@@ -132,7 +135,12 @@ async def floor_round(client: KubeClient, n: int, node: str, image: str, tag: st
         spec = {**pod_spec(image), "nodeName": node, "hostname": name, "subdomain": NAME}
         await client.create(
             path,
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "floor"}}, "spec": spec},
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": "floor"}},
+                "spec": spec,
+            },
         )
         while not is_ready(pods.objects.get(name) or {}):
             await asyncio.wait_for(wake.wait(), 600)
@@ -165,7 +173,13 @@ async def set_round(client: KubeClient, kubeconfig: Path, n: int, image: str, pr
     before = await revision(client)
     t0 = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        "kubectl", "--kubeconfig", str(kubeconfig), "create", "-f", str(manifest), stdout=asyncio.subprocess.DEVNULL
+        "kubectl",
+        "--kubeconfig",
+        str(kubeconfig),
+        "create",
+        "-f",
+        str(manifest),
+        stdout=asyncio.subprocess.DEVNULL,
     )
     if await proc.wait() != 0:
         raise RuntimeError("kubectl create failed")
@@ -198,7 +212,9 @@ async def delete_everything(client: KubeClient) -> None:
     revisions_path = f"/apis/apps/v1/namespaces/{NS}/controllerrevisions"
     for item in (await client.get(sets_path))["items"]:
         try:
-            await client.delete(f"{sets_path}/{item['metadata']['name']}", {"propagationPolicy": "Background"})
+            await client.delete(
+                f"{sets_path}/{item['metadata']['name']}", {"propagationPolicy": "Background"}
+            )
         except ApiError as err:
             if not err.not_found:
                 raise
@@ -249,7 +265,9 @@ async def bench(stack: Stack, replicas: int, rounds: int) -> dict:
     sets = [e["statefulset"]["seconds"] for e in report["rounds"]]
     report["floor_seconds_median"] = round(statistics.median(floors), 3)
     report["statefulset_seconds_median"] = round(statistics.median(sets), 3)
-    report["ratio_of_medians"] = round(report["statefulset_seconds_median"] / report["floor_seconds_median"], 2)
+    report["ratio_of_medians"] = round(
+        report["statefulset_seconds_median"] / report["floor_seconds_median"], 2
+    )
     report["goal"] = "statefulset <= 1.3 x floor"
     return report
 

@@ -230,7 +230,13 @@ def main() -> int:
     if args.smoke:
         args.services, args.rate, args.seconds = 20, 200.0, 0.5
     figures = measure(args.services, args.rate, args.seconds, args.window)
-    data = {"services": args.services, "rate": args.rate, "seconds": args.seconds, "window": args.window, **figures}
+    data = {
+        "services": args.services,
+        "rate": args.rate,
+        "seconds": args.seconds,
+        "window": args.window,
+        **figures,
+    }
     rows = "\n".join(f"| {k} | {v} |" for k, v in figures.items())
     markdown = (
         f"# Cluster DNS: A queries at {args.rate:g}/s and at most, {args.services} Services\n\n"

@@ -90,7 +90,19 @@ async def program(lab: NetLab, table: str) -> None:
 
 def run_client(lab: NetLab, host: str, port: int, seconds: float, requests: int) -> dict:
     out = subprocess.run(
-        ["ip", "netns", "exec", lab.client, sys.executable, "-c", CLIENT, host, str(port), str(seconds), str(requests)],
+        [
+            "ip",
+            "netns",
+            "exec",
+            lab.client,
+            sys.executable,
+            "-c",
+            CLIENT,
+            host,
+            str(port),
+            str(seconds),
+            str(requests),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -158,7 +170,10 @@ def main() -> int:
     )
     svg = bar_svg(
         "new TCP connections per second",
-        [("direct to the pod IP", figures["direct_conn_per_s"]), ("through the ClusterIP", figures["cluster_ip_conn_per_s"])],
+        [
+            ("direct to the pod IP", figures["direct_conn_per_s"]),
+            ("through the ClusterIP", figures["cluster_ip_conn_per_s"]),
+        ],
         "connections/s",
     )
     write_report(out, "proxy-connections", data, markdown, svg)

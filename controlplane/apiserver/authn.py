@@ -163,10 +163,14 @@ class Authenticator:
             except BootstrapTokenRejected as err:
                 return TokenResult(None, error=f"[invalid bearer token, {err}]")
             else:
-                matched = tuple(a for a in wanted if a in self.api_audiences) if self.api_audiences else wanted
+                matched = (
+                    tuple(a for a in wanted if a in self.api_audiences) if self.api_audiences else wanted
+                )
                 if self.api_audiences and not matched:
                     return TokenResult(None, error="token audiences are invalid for the target audiences")
-                return TokenResult(UserInfo(boot.username, "", (*boot.groups, "system:authenticated")), matched)
+                return TokenResult(
+                    UserInfo(boot.username, "", (*boot.groups, "system:authenticated")), matched
+                )
         if self.service_accounts is None:
             return TokenResult(None, error="invalid bearer token")
         try:

@@ -116,12 +116,20 @@ def join_rbac() -> list[tuple[str, str, Obj]]:
                 "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
             },
         ),
-        ("clusterrolebindings", "", _binding("ClusterRoleBinding", GET_NODES, "ClusterRole", GET_NODES, group)),
+        (
+            "clusterrolebindings",
+            "",
+            _binding("ClusterRoleBinding", GET_NODES, "ClusterRole", GET_NODES, group),
+        ),
         (
             "clusterrolebindings",
             "",
             _binding(
-                "ClusterRoleBinding", "kubeadm:kubelet-bootstrap", "ClusterRole", "system:node-bootstrapper", group
+                "ClusterRoleBinding",
+                "kubeadm:kubelet-bootstrap",
+                "ClusterRole",
+                "system:node-bootstrapper",
+                group,
             ),
         ),
         (

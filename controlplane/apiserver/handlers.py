@@ -104,7 +104,14 @@ class RestHandler:
         self._authorize(request, info, user, verb)
         res = info.resource
         metrics.mark(
-            request, verb, res.group, res.version, res.plural, info.subresource, info.namespace, info.name,
+            request,
+            verb,
+            res.group,
+            res.version,
+            res.plural,
+            info.subresource,
+            info.namespace,
+            info.name,
             sub is not None and sub.connects,
         )
         if (

@@ -25,7 +25,29 @@ from prometheus_client.registry import Collector
 COMPONENT = "apiserver"
 # The buckets upstream chose for the API call latency SLO (requestLatencies).
 DURATION_BUCKETS = (
-    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60,
+    0.005,
+    0.025,
+    0.05,
+    0.1,
+    0.2,
+    0.4,
+    0.6,
+    0.8,
+    1.0,
+    1.25,
+    1.5,
+    2,
+    3,
+    4,
+    5,
+    6,
+    8,
+    10,
+    15,
+    20,
+    30,
+    45,
+    60,
 )
 _LABELS = ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"]
 _LONG_LABELS = ["verb", "group", "version", "resource", "subresource", "scope", "component"]
@@ -76,13 +98,20 @@ def mark(
     """Called by the REST handler once a resource request is parsed and authorized."""
     if connects:
         reported = "CONNECT"
-    elif verb == "patch" and (request.headers.get("Content-Type") or "").startswith("application/apply-patch"):
+    elif verb == "patch" and (request.headers.get("Content-Type") or "").startswith(
+        "application/apply-patch"
+    ):
         reported = "APPLY"
     else:
         reported = _REPORTED.get(verb, "other")
     follow = subresource == "log" and request.query.get("follow") in ("true", "1")
     request[INFO_KEY] = RequestLabels(
-        reported, group, version, resource, subresource, scope_of(namespace, name),
+        reported,
+        group,
+        version,
+        resource,
+        subresource,
+        scope_of(namespace, name),
         reported in ("WATCH", "CONNECT") or follow,
     )
 
@@ -109,7 +138,15 @@ class _LongRunning(Collector):
         for request in list(self.inflight.values()):
             info = request.get(INFO_KEY)
             if info is not None and info.long_running:
-                key = (info.verb, info.group, info.version, info.resource, info.subresource, info.scope, COMPONENT)
+                key = (
+                    info.verb,
+                    info.group,
+                    info.version,
+                    info.resource,
+                    info.subresource,
+                    info.scope,
+                    COMPONENT,
+                )
                 counts[key] = counts.get(key, 0) + 1
         self.seen |= counts.keys()
         for key in sorted(self.seen):
@@ -180,8 +217,16 @@ class ApiServerMetrics:
     def _record(self, request: web.Request, status: int, seconds: float) -> None:
         info = request.get(INFO_KEY)
         if info is not None:
-            labels = (info.verb, dry_run_of(request), info.group, info.version, info.resource, info.subresource,
-                      info.scope, COMPONENT)
+            labels = (
+                info.verb,
+                dry_run_of(request),
+                info.group,
+                info.version,
+                info.resource,
+                info.subresource,
+                info.scope,
+                COMPONENT,
+            )
         elif status not in _UNCOUNTED and (
             not request.path.startswith(("/api/", "/apis/")) or _is_discovery(request.path)
         ):

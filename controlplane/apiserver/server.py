@@ -161,7 +161,9 @@ class ApiServer:
             ssl_context.set_ciphers(TLS12_CIPHERS)
             await authconfig.publish(self.registry, self.pki)
         pki = self.pki
-        self.aggregator.start(pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None)
+        self.aggregator.start(
+            pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None
+        )
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
@@ -189,7 +191,9 @@ class ApiServer:
             self.endpoints.start()
         if self.config.enable_bootstrap_token_auth:
             if self.pki is not None:
-                await ensure_join_objects(self.registry, f"https://{host}:{self.port}", self.pki.ca_cert.read_bytes())
+                await ensure_join_objects(
+                    self.registry, f"https://{host}:{self.port}", self.pki.ca_cert.read_bytes()
+                )
         if self.pki is not None:
             url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
             write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
@@ -278,7 +282,9 @@ class ApiServer:
     # --- HTTP ----------------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.metrics.middleware, self._middleware], client_max_size=MAX_BODY)
+        app = web.Application(
+            middlewares=[self.metrics.middleware, self._middleware], client_max_size=MAX_BODY
+        )
         r = app.router
         for path in ("/healthz", "/livez", "/readyz"):
             r.add_get(path, self._health)
@@ -454,7 +460,9 @@ class ApiServer:
         return json_response(doc)
 
     async def _group(self, request: web.Request) -> web.Response:
-        doc = discovery.api_group(request.match_info["group"]) or self.aggregator.group(request.match_info["group"])
+        doc = discovery.api_group(request.match_info["group"]) or self.aggregator.group(
+            request.match_info["group"]
+        )
         if doc is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         return json_response(doc)

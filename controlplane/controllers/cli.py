@@ -70,7 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--local-path-root", default=None, help="the local-path provisioner's volume folder on each node"
     )
     parser.add_argument(
-        "--local-path-helper-image", default=None, help="the image of the local-path provisioner's helper pods"
+        "--local-path-helper-image",
+        default=None,
+        help="the image of the local-path provisioner's helper pods",
     )
     parser.add_argument("--kube-api-qps", type=float, default=20.0)
     parser.add_argument("--kube-api-burst", type=int, default=30)
@@ -104,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
     # csrsigning's CA (upstream: the signing controller starts only with both files).
     cluster_signing = None
     if args.cluster_signing_cert_file is not None and args.cluster_signing_key_file is not None:
-        cluster_signing = (args.cluster_signing_cert_file.read_bytes(), args.cluster_signing_key_file.read_bytes())
+        cluster_signing = (
+            args.cluster_signing_cert_file.read_bytes(),
+            args.cluster_signing_key_file.read_bytes(),
+        )
     if args.use_service_account_credentials:
         if args.cluster_signing_cert_file is None or args.cluster_signing_key_file is None:
             logging.getLogger(__name__).error(

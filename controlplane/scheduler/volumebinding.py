@@ -61,7 +61,9 @@ class Decision:
 class VolumeBinding:
     name = "VolumeBinding"
 
-    def __init__(self, claims: Informer, volumes: Informer, classes: Informer, timeout: float = BIND_TIMEOUT) -> None:
+    def __init__(
+        self, claims: Informer, volumes: Informer, classes: Informer, timeout: float = BIND_TIMEOUT
+    ) -> None:
         self.claims, self.volumes, self.classes = claims, volumes, classes
         self.timeout = timeout
         self._pods: dict[str, PodClaims] = {}
@@ -129,7 +131,9 @@ class VolumeBinding:
                     return None
                 provision.append(claim)
                 continue
-            match = vol.find_matching_volume(claim, self.volumes.list(), (node, labels), excluded=frozenset(taken))
+            match = vol.find_matching_volume(
+                claim, self.volumes.list(), (node, labels), excluded=frozenset(taken)
+            )
             if match is not None:
                 taken.add(match["metadata"]["name"])
                 static.append((claim, match))
@@ -169,7 +173,9 @@ class VolumeBinding:
         try:
             await asyncio.wait_for(self._all_bound(pod.namespace, names), self.timeout)
         except TimeoutError:
-            raise BindingError(f"binding volumes: context deadline exceeded (pod {pod.namespace}/{pod.name})") from None
+            raise BindingError(
+                f"binding volumes: context deadline exceeded (pod {pod.namespace}/{pod.name})"
+            ) from None
 
     def _bound(self, namespace: str, name: str) -> bool:
         claim = self.claims.get(f"{namespace}/{name}")

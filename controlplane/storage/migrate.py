@@ -105,19 +105,25 @@ async def migrate(source: SQLiteStore, target: EtcdStore) -> MigrationReport:
         first = first or last
     compacted = await _bump(target, max(last, source_revision) + 1)
     await target.compact(compacted)
-    log.info("event=migrated objects=%d source_revision=%d compacted=%d", len(ordered), source_revision, compacted)
+    log.info(
+        "event=migrated objects=%d source_revision=%d compacted=%d", len(ordered), source_revision, compacted
+    )
     return MigrationReport(len(ordered), source_revision, first, last, compacted, time.monotonic() - started)
 
 
 def _store_url(text: str, flag: str, scheme: str) -> str:
     kind, sep, rest = text.partition(":")
     if not sep or kind != scheme or not rest:
-        raise SystemExit(f"pykubelet migrate-store: {flag} {text!r}: expected {scheme}:{'PATH' if scheme == 'sqlite' else 'URL[,URL]'}")
+        raise SystemExit(
+            f"pykubelet migrate-store: {flag} {text!r}: expected {scheme}:{'PATH' if scheme == 'sqlite' else 'URL[,URL]'}"
+        )
     return rest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="source", required=True, help="sqlite:PATH (an API server's DIR/state.db)")
+    parser.add_argument(
+        "--from", dest="source", required=True, help="sqlite:PATH (an API server's DIR/state.db)"
+    )
     parser.add_argument("--to", dest="target", required=True, help="etcd:https://HOST:PORT[,...]")
     parser.add_argument("--etcd-cafile", type=Path, default=None)
     parser.add_argument("--etcd-certfile", type=Path, default=None)

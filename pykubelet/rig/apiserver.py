@@ -180,8 +180,6 @@ class ApiServer:
         self.stop()
 
 
-
-
 def replica_host(index: int) -> str:
     """Replica i's own loopback address: 127.0.0.1, 127.0.0.2, ... (all of 127/8 reaches `lo` on Linux
     with no setup), so every replica serves the same port, as the `kubernetes` Endpoints need."""

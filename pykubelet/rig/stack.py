@@ -145,7 +145,9 @@ class Stack:
             raise ValueError("several etcd members or API servers need store etcd")
         self.etcd: Etcd | EtcdCluster | None = None
         if config.store == "etcd":
-            self.etcd = EtcdCluster(d / "etcd", config.etcd_members) if config.etcd_members > 1 else Etcd(d / "etcd")
+            self.etcd = (
+                EtcdCluster(d / "etcd", config.etcd_members) if config.etcd_members > 1 else Etcd(d / "etcd")
+            )
         for member in etcd_members(self.etcd):
             member.daemon.on_spawn = self._spawned
         self.replicas = None  # pykubelet.rig.apiserver.ApiServerReplicas with several API servers
@@ -183,7 +185,9 @@ class Stack:
         return self.config.state_dir / "agent" / "kubelet.kubeconfig"
 
     def write_agent_kubeconfig(self) -> Path:
-        return self.client_kubeconfig(f"system:node:{self.node_name}", ("system:nodes",), self.agent_kubeconfig)
+        return self.client_kubeconfig(
+            f"system:node:{self.node_name}", ("system:nodes",), self.agent_kubeconfig
+        )
 
     def client_kubeconfig(self, user: str, groups: tuple[str, ...], path: Path) -> Path:
         """A kubeconfig for one of the stack's clients, naming every API server when there are several."""
@@ -323,7 +327,9 @@ class Stack:
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "c", "cluster": {"server": self.apiserver.url, "certificate-authority-data": ca}}],
+            "clusters": [
+                {"name": "c", "cluster": {"server": self.apiserver.url, "certificate-authority-data": ca}}
+            ],
             "users": [{"name": "tls-bootstrap-token-user", "user": {"token": token}}],
             "contexts": [{"name": "c", "context": {"cluster": "c", "user": "tls-bootstrap-token-user"}}],
             "current-context": "c",
@@ -460,7 +466,9 @@ class Stack:
 
         assert self.apiserver is not None
         self.dns_address = default_route_ip()
-        kubeconfig = self.client_kubeconfig(DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig")
+        kubeconfig = self.client_kubeconfig(
+            DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig"
+        )
         argv = [
             "python3",
             "-m",
@@ -565,8 +573,12 @@ class Stack:
             # The kubelet's serving certificate is self-signed, as in kind; metrics-server is run so there.
             "--kubelet-insecure-tls",
         ]
-        self.metrics_server = Daemon("pykubelet metrics-server", argv, d / "metrics-server.log", on_spawn=self._spawned)
-        self.metrics_server.start(lambda: (d / "pki" / "apiserver.crt").exists(), timeout=timeout, interval=0.2)
+        self.metrics_server = Daemon(
+            "pykubelet metrics-server", argv, d / "metrics-server.log", on_spawn=self._spawned
+        )
+        self.metrics_server.start(
+            lambda: (d / "pki" / "apiserver.crt").exists(), timeout=timeout, interval=0.2
+        )
         for obj in manifest.service(address, self.metrics_server_port):
             self.apply(obj)
         self.apply(manifest.apiservice((d / "pki" / "apiserver.crt").read_bytes()))
@@ -603,7 +615,10 @@ class Stack:
             return created
         path = f"{collection}/{obj['metadata']['name']}"
         _, current = api_call(api, "GET", path)
-        body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+        body = {
+            **obj,
+            "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
+        }
         if "status" in current:
             body.setdefault("status", current["status"])
         return api_call(api, "PUT", path, body)[1]
@@ -626,7 +641,10 @@ class Stack:
             ("containerd", self.containerd.daemon.pid if self.containerd else None),
             *((f"etcd-{m.name}" if m.name != "default" else "etcd", m.pid) for m in etcd_members(self.etcd)),
             ("apiserver", self.apiserver.pid if self.apiserver else None),
-            *((f"apiserver-{i}", r.pid) for i, r in enumerate(self.replicas.servers[1:] if self.replicas else [], 1)),
+            *(
+                (f"apiserver-{i}", r.pid)
+                for i, r in enumerate(self.replicas.servers[1:] if self.replicas else [], 1)
+            ),
             ("agent", self.agent.pid if self.agent else None),
             ("proxy", self.proxy.pid if self.proxy else None),
             ("dns", self.dns.pid if self.dns else None),

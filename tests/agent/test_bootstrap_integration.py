@@ -58,7 +58,9 @@ def bootstrap_kubeconfig(server: ApiServer, token: str, path: Path) -> Path:
 
 
 async def whoami(client: KubeClient) -> dict:
-    review = await client.create(SELF_REVIEW, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    review = await client.create(
+        SELF_REVIEW, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
     return review["status"]["userInfo"]
 
 
@@ -93,7 +95,9 @@ async def test_bootstrap_then_rotation(apiserver: ApiServer, tmp_path: Path) -> 
             # Rotation: a clock past the deadline renews at once, as the node, without a restart.
             first = x509.load_pem_x509_certificate(paths.current.read_bytes())
             offset = [dt.timedelta(days=366)]
-            rotator = CertRotator([client], "boot-1", paths.current, clock=lambda: dt.datetime.now(dt.UTC) + offset[0])
+            rotator = CertRotator(
+                [client], "boot-1", paths.current, clock=lambda: dt.datetime.now(dt.UTC) + offset[0]
+            )
             rotator.start()
             try:
                 await eventually(lambda: rotator.rotations >= 1, timeout=30, what="a rotation")
@@ -139,7 +143,9 @@ async def test_denied_csr_ends_bootstrap_with_its_reason(apiserver: ApiServer, t
     assert approve(apiserver, name, "Denied")[0] == 200
     with pytest.raises(BootstrapError) as err:
         await asyncio.wait_for(task, 30)
-    assert str(err.value) == f"certificate signing request {name} is denied, reason: Test, message: by the test"
+    assert (
+        str(err.value) == f"certificate signing request {name} is denied, reason: Test, message: by the test"
+    )
     assert not (tmp_path / "root" / "kubeconfig").exists()
 
 

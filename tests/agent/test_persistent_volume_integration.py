@@ -32,9 +32,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
 
     with lease_network("v") as net:
         cfg = StackConfig(
-            state_dir=tmp_path_factory.mktemp("pvstack"), node_name="pv-node", bridge=net.bridge, pod_cidr=net.pod_cidr
+            state_dir=tmp_path_factory.mktemp("pvstack"),
+            node_name="pv-node",
+            bridge=net.bridge,
+            pod_cidr=net.pod_cidr,
         )
-        scope = Scope.of(cfg.state_dir, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"])
+        scope = Scope.of(
+            cfg.state_dir,
+            bridges=[net.bridge],
+            pod_cidrs=[net.pod_cidr],
+            nft_tables=[f"ip {proxy_table(net.bridge)}"],
+        )
         running = Stack(cfg)
         running.start()
         try:
@@ -83,7 +91,9 @@ def pod(name: str, image: str, script: str, claim: str, read_only: bool = False,
                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
                 }
             ],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}
+            ],
             **spec,
         },
     }
@@ -100,7 +110,11 @@ def static_pv(name: str, path: Path, node: str) -> dict:
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+                            ]
+                        }
                     ]
                 }
             },
@@ -111,12 +125,20 @@ def static_pv(name: str, path: Path, node: str) -> dict:
 def static_claim(name: str) -> dict:
     return {
         "metadata": {"name": name},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "storageClassName": ""},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": "",
+        },
     }
 
 
 def event(kube: client.CoreV1Api, namespace: str, name: str, reason: str) -> client.CoreV1Event | None:
-    found = [e for e in kube.list_namespaced_event(namespace).items if e.involved_object.name == name and e.reason == reason]
+    found = [
+        e
+        for e in kube.list_namespaced_event(namespace).items
+        if e.involved_object.name == name and e.reason == reason
+    ]
     return found[-1] if found else None
 
 
@@ -134,12 +156,18 @@ def test_static_host_path_volume_mounted_and_read_only(stack, kube, namespace, t
     kube.create_persistent_volume(static_pv(pv_name, folder, stack.node_name))
     try:
         kube.create_namespaced_persistent_volume_claim(namespace, static_claim("data"))
-        wait_for(lambda: kube.read_namespaced_persistent_volume_claim("data", namespace).status.phase == "Bound", 60)
-        kube.create_namespaced_pod(namespace, pod("writer", stack.images.busybox, "echo from-pod > /data/out", "data"))
+        wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("data", namespace).status.phase == "Bound",
+            60,
+        )
+        kube.create_namespaced_pod(
+            namespace, pod("writer", stack.images.busybox, "echo from-pod > /data/out", "data")
+        )
         assert finished(kube, namespace, "writer", 120).status.phase == "Succeeded"
         assert (folder / "out").read_text() == "from-pod\n"  # the bind mount is the host folder
         kube.create_namespaced_pod(
-            namespace, pod("ro", stack.images.busybox, "cat /data/out; echo x > /data/out", "data", read_only=True)
+            namespace,
+            pod("ro", stack.images.busybox, "cat /data/out; echo x > /data/out", "data", read_only=True),
         )
         done = finished(kube, namespace, "ro", 120)
         assert done.status.phase == "Failed"
@@ -188,9 +216,15 @@ def test_unbound_claim_waits_with_failed_mount_then_starts(stack, kube, namespac
 def test_local_path_folder_made_and_removed(stack, kube, namespace) -> None:
     root = stack.config.state_dir / "local-path"
     kube.create_namespaced_persistent_volume_claim(
-        namespace, {"metadata": {"name": "lp"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "8Mi"}}}}
+        namespace,
+        {
+            "metadata": {"name": "lp"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "8Mi"}}},
+        },
     )
-    kube.create_namespaced_pod(namespace, pod("lp-writer", stack.images.busybox, "echo on-node > /data/f", "lp"))
+    kube.create_namespaced_pod(
+        namespace, pod("lp-writer", stack.images.busybox, "echo on-node > /data/f", "lp")
+    )
     assert finished(kube, namespace, "lp-writer", 180).status.phase == "Succeeded"
     pvc = kube.read_namespaced_persistent_volume_claim("lp", namespace)
     folder = root / f"{pvc.spec.volume_name}_{namespace}_lp"
@@ -198,7 +232,9 @@ def test_local_path_folder_made_and_removed(stack, kube, namespace) -> None:
     assert (folder / "f").read_text() == "on-node\n"
     kube.delete_namespaced_pod("lp-writer", namespace, grace_period_seconds=0)
     kube.delete_namespaced_persistent_volume_claim("lp", namespace)
-    wait_for(lambda: not _exists(lambda: kube.read_persistent_volume(pvc.spec.volume_name)), 180, what="PV deleted")
+    wait_for(
+        lambda: not _exists(lambda: kube.read_persistent_volume(pvc.spec.volume_name)), 180, what="PV deleted"
+    )
     assert not folder.exists()  # the helper pod removed it before the volume went
     assert root.is_dir()
 
@@ -212,7 +248,9 @@ def test_runtime_class_handler(stack, kube, namespace) -> None:
             "restartPolicy": "Never",
             "containers": [{"name": "main", "image": stack.images.busybox, "command": ["true"]}],
         }
-        kube.create_namespaced_pod(namespace, {"metadata": {"name": "with-rc"}, "spec": {**spec, "runtimeClassName": name}})
+        kube.create_namespaced_pod(
+            namespace, {"metadata": {"name": "with-rc"}, "spec": {**spec, "runtimeClassName": name}}
+        )
         assert finished(kube, namespace, "with-rc", 120).status.phase == "Succeeded"
         # The API server refuses a pod naming a class that does not exist (RuntimeClass admission), so
         # the kubelet meets a missing class only when it is deleted after the pod was admitted: held

@@ -85,7 +85,9 @@ async def test_summary_and_resource_metrics_follow_the_cgroups(
     client_pki: dict[str, Path],  # noqa: F811
 ):
     name = f"spin-{uuid.uuid4().hex[:6]}"
-    await admin.create("/api/v1/namespaces/default/pods", spinner(agent.cfg.node_name, name, test_images.busybox_pinned))
+    await admin.create(
+        "/api/v1/namespaces/default/pods", spinner(agent.cfg.node_name, name, test_images.busybox_pinned)
+    )
     assert agent.server is not None and agent.server.stats is not None
     base = f"https://127.0.0.1:{agent.server.port}"
     tls = kubelet_tls(client_pki)
@@ -164,7 +166,13 @@ async def test_summary_and_resource_metrics_follow_the_cgroups(
         # only_cpu_and_memory: no network, fs or volumes.
         lean = await summary(only_cpu_and_memory="true")
         lean_pod = pod_entry(lean, name)
-        assert lean_pod is not None and set(lean_pod) == {"podRef", "startTime", "containers", "cpu", "memory"}
+        assert lean_pod is not None and set(lean_pod) == {
+            "podRef",
+            "startTime",
+            "containers",
+            "cpu",
+            "memory",
+        }
         assert "fs" not in lean["node"] and "network" not in lean["node"]
 
         # /metrics/resource parses, and says what the Summary says.
@@ -226,7 +234,10 @@ async def test_stats_and_metrics_are_authorized_as_nodes_subresources(
         role = f"{account}-stats"
         await admin.create(
             "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            {"metadata": {"name": role}, "rules": [{"apiGroups": [""], "resources": ["nodes/stats"], "verbs": ["get"]}]},
+            {
+                "metadata": {"name": role},
+                "rules": [{"apiGroups": [""], "resources": ["nodes/stats"], "verbs": ["get"]}],
+            },
         )
         await admin.create(
             "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
@@ -287,7 +298,9 @@ async def test_kubelet_metrics_and_cadvisor_series(
             running = await cri.list_containers(state=pb.CONTAINER_RUNNING)
             text = await metrics()
             (count,) = samples(text, "kubelet_running_pods")
-            states = {s.labels["container_state"]: s.value for s in samples(text, "kubelet_running_containers")}
+            states = {
+                s.labels["container_state"]: s.value for s in samples(text, "kubelet_running_containers")
+            }
             agreed = count.value == len(ready) and states["running"] == len(running)
             return text if agreed and ready and running else None
 
@@ -296,7 +309,9 @@ async def test_kubelet_metrics_and_cadvisor_series(
         assert [(s.labels, s.value) for s in samples(text, "kubelet_node_name")] == [
             ({"node": agent.cfg.node_name}, 1.0)
         ]
-        start_count = [s for s in samples(text, "kubelet_pod_start_duration_seconds") if s.name.endswith("_count")]
+        start_count = [
+            s for s in samples(text, "kubelet_pod_start_duration_seconds") if s.name.endswith("_count")
+        ]
         assert start_count[0].value >= 1
         worker = {
             s.labels["operation_type"]: s.value
@@ -304,15 +319,22 @@ async def test_kubelet_metrics_and_cadvisor_series(
             if s.name.endswith("_count")
         }
         assert worker["create"] >= 1 and worker.get("sync", 0) >= 1
-        relists = [s for s in samples(text, "kubelet_pleg_relist_duration_seconds") if s.name.endswith("_count")]
+        relists = [
+            s for s in samples(text, "kubelet_pleg_relist_duration_seconds") if s.name.endswith("_count")
+        ]
         assert relists[0].value >= 1
         ops = {s.labels["operation_type"]: s.value for s in samples(text, "kubelet_runtime_operations")}
         assert ops["list_podsandbox"] >= 1 and ops["run_podsandbox"] >= 1 and ops["create_container"] >= 1
-        assert not any(s.name.endswith("_created") for f in text_string_to_metric_families(text) for s in f.samples)
+        assert not any(
+            s.name.endswith("_created") for f in text_string_to_metric_families(text) for s in f.samples
+        )
         before = ops["list_podsandbox"]
 
         async def counted() -> bool:
-            ops = {s.labels["operation_type"]: s.value for s in samples(await metrics(), "kubelet_runtime_operations")}
+            ops = {
+                s.labels["operation_type"]: s.value
+                for s in samples(await metrics(), "kubelet_runtime_operations")
+            }
             return ops["list_podsandbox"] > before
 
         await wait_until(counted, timeout=10)  # the relist goes on, and so does its count
@@ -327,8 +349,15 @@ async def test_kubelet_metrics_and_cadvisor_series(
     assert by_container[""].labels["id"].endswith(f"/pod{uid}")  # the pod's own cgroup
     rx = [s for s in samples(cadvisor, "container_network_receive_bytes") if s.labels.get("pod") == name]
     assert [s.labels["interface"] for s in rx] == ["eth0"]
-    for family in ("container_memory_working_set_bytes", "container_memory_usage_bytes", "container_memory_rss"):
-        assert any(s.labels.get("container") == "spin" and s.labels.get("pod") == name for s in samples(cadvisor, family))
+    for family in (
+        "container_memory_working_set_bytes",
+        "container_memory_usage_bytes",
+        "container_memory_rss",
+    ):
+        assert any(
+            s.labels.get("container") == "spin" and s.labels.get("pod") == name
+            for s in samples(cadvisor, family)
+        )
     fs = [s for s in samples(cadvisor, "container_fs_usage_bytes") if s.labels.get("pod") == name]
     assert fs and fs[0].labels["device"]
     root = [s for s in samples(cadvisor, "container_cpu_usage_seconds") if s.labels["id"] == "/"]

@@ -40,7 +40,9 @@ def write(root: Path, rel: str, text: str) -> None:
     path.write_text(text)
 
 
-def v1_cgroup(root: Path, rel: str, cpu: int, usage: int, inactive: int, limit: int = 9223372036854771712) -> None:
+def v1_cgroup(
+    root: Path, rel: str, cpu: int, usage: int, inactive: int, limit: int = 9223372036854771712
+) -> None:
     write(root, f"cpuacct/{rel}/cpuacct.usage", f"{cpu}\n")
     write(root, f"memory/{rel}/memory.usage_in_bytes", f"{usage}\n")
     write(root, f"memory/{rel}/memory.limit_in_bytes", f"{limit}\n")
@@ -59,11 +61,18 @@ def test_cgroup_v1_working_set_is_usage_less_inactive_file(tmp_path: Path):
     usage = cg.usage("/kubepods/podu")
     assert usage is not None
     assert (usage.cpu_usage_ns, usage.memory_usage, usage.working_set) == (5_000, 10 * MIB, 7 * MIB)
-    assert (usage.rss, usage.page_faults, usage.major_page_faults, usage.memory_limit) == (4096, 77, 3, 64 * MIB)
+    assert (usage.rss, usage.page_faults, usage.major_page_faults, usage.memory_limit) == (
+        4096,
+        77,
+        3,
+        64 * MIB,
+    )
     assert cg.pids("/kubepods/podu") == 4
     v1_cgroup(tmp_path, "free", cpu=1, usage=MIB, inactive=2 * MIB)
     free = cg.usage("free")
-    assert free is not None and free.working_set == 0 and free.memory_limit is None  # never below 0; unlimited
+    assert (
+        free is not None and free.working_set == 0 and free.memory_limit is None
+    )  # never below 0; unlimited
     assert cg.usage("/gone") is None
 
 
@@ -76,7 +85,12 @@ def test_cgroup_v2_reads_the_unified_files(tmp_path: Path):
     cg = Cgroups(tmp_path)
     usage = cg.usage("/kubepods/podu")
     assert usage is not None and cg.unified
-    assert (usage.cpu_usage_ns, usage.working_set, usage.rss, usage.memory_limit) == (1_500_000, 7 * MIB, 123, None)
+    assert (usage.cpu_usage_ns, usage.working_set, usage.rss, usage.memory_limit) == (
+        1_500_000,
+        7 * MIB,
+        123,
+        None,
+    )
     assert (usage.page_faults, usage.major_page_faults) == (9, 1)
 
 
@@ -110,8 +124,17 @@ def test_net_dev_skips_loopback_and_veths():
         "veth12: 5 1 0 0 0 0 0 0 5 1 0 0 0 0 0 0\n"
     )
     (eth0,) = parse_net_dev(text)
-    assert (eth0.name, eth0.rx_bytes, eth0.rx_errors, eth0.tx_bytes, eth0.tx_errors) == ("eth0", 2000, 1, 3000, 2)
-    assert parse_meminfo("MemTotal:  1000 kB\nHugePages_Total: 0\n") == {"MemTotal": 1024000, "HugePages_Total": 0}
+    assert (eth0.name, eth0.rx_bytes, eth0.rx_errors, eth0.tx_bytes, eth0.tx_errors) == (
+        "eth0",
+        2000,
+        1,
+        3000,
+        2,
+    )
+    assert parse_meminfo("MemTotal:  1000 kB\nHugePages_Total: 0\n") == {
+        "MemTotal": 1024000,
+        "HugePages_Total": 0,
+    }
 
 
 def sample_summary() -> Summary:
@@ -130,7 +153,10 @@ def sample_summary() -> Summary:
         memory=MemoryStats(1_700_000_100.5, working_set_bytes=64),
     )
     node = NodeStats(
-        "n1", 1_600_000_000.0, CpuStats(1_700_000_101.0, 9_000_000_000), MemoryStats(1_700_000_101.0, working_set_bytes=MIB)
+        "n1",
+        1_600_000_000.0,
+        CpuStats(1_700_000_101.0, 9_000_000_000),
+        MemoryStats(1_700_000_101.0, working_set_bytes=MIB),
     )
     return Summary(node, (pod,))
 
@@ -156,7 +182,10 @@ def test_resource_metrics_are_upstreams_series_with_their_timestamps():
     assert families["node_memory_working_set_bytes"].samples[0].value == MIB
     (error,) = families["resource_scrape_error"].samples
     assert (error.value, error.timestamp) == (0, None)
-    assert "[STABLE] Cumulative cpu time consumed by the container in core-seconds" in render(sample_summary()).decode()
+    assert (
+        "[STABLE] Cumulative cpu time consumed by the container in core-seconds"
+        in render(sample_summary()).decode()
+    )
 
 
 def test_a_failed_pass_is_resource_scrape_error_alone():
@@ -174,7 +203,11 @@ def test_summary_json_is_upstreams_shape_and_leaves_unknowns_out():
         "usageNanoCores": 250_000_000,
         "usageCoreNanoSeconds": 5_000_000_000,
     }
-    assert pod["containers"][0]["memory"] == {"time": "2023-11-14T22:15:00Z", "usageBytes": 50, "workingSetBytes": 42}
+    assert pod["containers"][0]["memory"] == {
+        "time": "2023-11-14T22:15:00Z",
+        "usageBytes": 50,
+        "workingSetBytes": 42,
+    }
     assert "usageNanoCores" not in pod["cpu"]  # not known yet: omitted, not 0
     assert doc["node"]["nodeName"] == "n1" and "fs" not in doc["node"]
 
@@ -185,20 +218,32 @@ def test_summary_json_is_upstreams_shape_and_leaves_unknowns_out():
 class FakeCRI:
     def __init__(self) -> None:
         self.fail = False
-        labels = {"io.kubernetes.pod.name": "web", "io.kubernetes.pod.namespace": "ns", "io.kubernetes.pod.uid": "u1"}
+        labels = {
+            "io.kubernetes.pod.name": "web",
+            "io.kubernetes.pod.namespace": "ns",
+            "io.kubernetes.pod.uid": "u1",
+        }
         meta = pb.PodSandboxMetadata(name="web", namespace="ns", uid="u1")
         self.sandboxes = [
             pb.PodSandbox(id="old", metadata=meta, state=pb.SANDBOX_NOTREADY, created_at=1, labels=labels),
-            pb.PodSandbox(id="sb", metadata=meta, state=pb.SANDBOX_READY, created_at=2_000_000_000, labels=labels),
+            pb.PodSandbox(
+                id="sb", metadata=meta, state=pb.SANDBOX_READY, created_at=2_000_000_000, labels=labels
+            ),
         ]
         self.containers = [
             pb.Container(
-                id="dead", pod_sandbox_id="sb", metadata=pb.ContainerMetadata(name="app"),
-                state=pb.CONTAINER_EXITED, created_at=3_000_000_000,
+                id="dead",
+                pod_sandbox_id="sb",
+                metadata=pb.ContainerMetadata(name="app"),
+                state=pb.CONTAINER_EXITED,
+                created_at=3_000_000_000,
             ),
             pb.Container(
-                id="live", pod_sandbox_id="sb", metadata=pb.ContainerMetadata(name="app"),
-                state=pb.CONTAINER_RUNNING, created_at=4_000_000_000,
+                id="live",
+                pod_sandbox_id="sb",
+                metadata=pb.ContainerMetadata(name="app"),
+                state=pb.CONTAINER_RUNNING,
+                created_at=4_000_000_000,
             ),
         ]
         self.cpu = 1_000_000_000
@@ -238,7 +283,9 @@ def test_terminated_pods_and_containers_are_left_out():
     assert [c.id for c in live_containers(cri.containers)] == ["live"]
     exited = [cri.containers[0]]
     assert [c.id for c in live_containers(exited)] == ["dead"]  # none running: the newest
-    info = parse_sandbox_info({"info": '{"pid": 42, "config": {"linux": {"cgroup_parent": "/kubepods/podx"}}}'})
+    info = parse_sandbox_info(
+        {"info": '{"pid": 42, "config": {"linux": {"cgroup_parent": "/kubepods/podx"}}}'}
+    )
     assert (info.pid, info.cgroup_parent) == (42, "/kubepods/podx")
     assert parse_sandbox_info({}).pid is None
 
@@ -328,7 +375,10 @@ def test_kubelet_metrics_have_upstreams_names_labels_and_buckets():
     assert [(s.labels, s.value) for s in worker] == [({"operation_type": "create"}, 1)]
     assert [(s.labels, s.value) for s in families["kubelet_node_name"].samples] == [({"node": "n1"}, 1)]
     assert not any(s.name.endswith("_created") for f in families.values() for s in f.samples)
-    assert "# HELP kubelet_running_pods [ALPHA] Number of pods that have a running pod sandbox" in m.exposition().decode()
+    assert (
+        "# HELP kubelet_running_pods [ALPHA] Number of pods that have a running pod sandbox"
+        in m.exposition().decode()
+    )
 
 
 def test_cadvisor_series_carry_cadvisors_labels():
@@ -339,22 +389,45 @@ def test_cadvisor_series_carry_cadvisors_labels():
     pod = base.pods[0]
     c = pod.containers[0]
     container = ContainerStats(
-        c.name, c.id, c.start_time, c.cpu, c.memory, FsStats(1_700_000_100.0, used_bytes=4096), image="busybox",
+        c.name,
+        c.id,
+        c.start_time,
+        c.cpu,
+        c.memory,
+        FsStats(1_700_000_100.0, used_bytes=4096),
+        image="busybox",
         rootfs_device="/dev/vda",
     )
     net = NetworkStats(1_700_000_100.0, (InterfaceStats("eth0", 10, 0, 20, 0),))
-    pod = PodStats(pod.ref, pod.start_time, cgroup="/kubepods/podu", containers=(container,), cpu=pod.cpu,
-                   memory=pod.memory, network=net)
+    pod = PodStats(
+        pod.ref,
+        pod.start_time,
+        cgroup="/kubepods/podu",
+        containers=(container,),
+        cpu=pod.cpu,
+        memory=pod.memory,
+        network=net,
+    )
     text = render(series_of(Summary(base.node, (pod,)))).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     cpu = {s.labels["id"]: s for s in families["container_cpu_usage_seconds"].samples}
     assert cpu["/kubepods/podu/cid"].labels == {
-        "container": "c", "cpu": "total", "id": "/kubepods/podu/cid", "image": "busybox", "name": "cid",
-        "namespace": "ns", "pod": "p",
+        "container": "c",
+        "cpu": "total",
+        "id": "/kubepods/podu/cid",
+        "image": "busybox",
+        "name": "cid",
+        "namespace": "ns",
+        "pod": "p",
     }
     assert cpu["/"].labels["pod"] == "" and cpu["/"].value == 9.0
     (rx,) = families["container_network_receive_bytes"].samples
-    assert (rx.labels["interface"], rx.labels["id"], rx.labels["container"], rx.value) == ("eth0", "/kubepods/podu", "", 10)
+    assert (rx.labels["interface"], rx.labels["id"], rx.labels["container"], rx.value) == (
+        "eth0",
+        "/kubepods/podu",
+        "",
+        10,
+    )
     (fs,) = families["container_fs_usage_bytes"].samples
     assert (fs.labels["device"], fs.value) == ("/dev/vda", 4096)
     usage = {s.labels["id"]: s.value for s in families["container_memory_usage_bytes"].samples}

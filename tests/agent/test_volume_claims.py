@@ -55,12 +55,17 @@ def manager(tmp_path: Path) -> VolumeManager:
 async def test_bound_claim_host_path_is_created_and_mounted(manager, tmp_path) -> None:
     folder = tmp_path / "pvs" / "pv-1"
     OBJECTS[("PersistentVolumeClaim", "data")] = claim("data", volume="pv-1")
-    OBJECTS[("PersistentVolume", "pv-1")] = pv("pv-1", hostPath={"path": str(folder), "type": "DirectoryOrCreate"})
+    OBJECTS[("PersistentVolume", "pv-1")] = pv(
+        "pv-1", hostPath={"path": str(folder), "type": "DirectoryOrCreate"}
+    )
     ready = await manager.prepare(pod(uses("data"), uses("data", "ro", read_only=True)))
     assert folder.is_dir() and ready["data"].host_path == str(folder)
     assert not ready["data"].read_only and ready["ro"].read_only
     mounts = container_mounts(
-        {"name": "c", "volumeMounts": [{"name": "data", "mountPath": "/d"}, {"name": "ro", "mountPath": "/r"}]},
+        {
+            "name": "c",
+            "volumeMounts": [{"name": "data", "mountPath": "/d"}, {"name": "ro", "mountPath": "/r"}],
+        },
         ready,
     )
     assert [(m.container_path, m.host_path, m.readonly) for m in mounts] == [
@@ -84,7 +89,11 @@ async def test_local_volume_needs_its_path(manager, tmp_path) -> None:
         ({}, 'failed to fetch PVC from API server: persistentvolumeclaims "data" not found'),
         ({("PersistentVolumeClaim", "data"): claim("data", "Pending")}, "PVC is not bound"),
         (
-            {("PersistentVolumeClaim", "data"): claim("data", volume="x", deletionTimestamp="2024-01-01T00:00:00Z")},
+            {
+                ("PersistentVolumeClaim", "data"): claim(
+                    "data", volume="x", deletionTimestamp="2024-01-01T00:00:00Z"
+                )
+            },
             "PVC is being deleted",
         ),
         (

@@ -69,7 +69,10 @@ def _cert_of(csr: dict[str, Any]) -> x509.Certificate | None:
 
 
 def _conditions(csr: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(c["type"], c.get("reason", ""), c.get("message", "")) for c in (csr.get("status") or {}).get("conditions") or []]
+    return [
+        (c["type"], c.get("reason", ""), c.get("message", ""))
+        for c in (csr.get("status") or {}).get("conditions") or []
+    ]
 
 
 async def test_bootstrapsigner_signs_cluster_info_per_signing_token(apiserver: ApiServer) -> None:
@@ -91,7 +94,9 @@ async def test_bootstrapsigner_signs_cluster_info_per_signing_token(apiserver: A
         assert bt.verify_detached_signature(kubeconfig, signature, signing[:6], signing[7:])
         assert not bt.verify_detached_signature(kubeconfig, signature, signing[:6], "0" * 16)
         assert not bt.verify_detached_signature(kubeconfig + " ", signature, signing[:6], signing[7:])
-        ca = base64.b64decode(yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]["certificate-authority-data"])
+        ca = base64.b64decode(
+            yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]["certificate-authority-data"]
+        )
         assert ca == apiserver.ca_cert.read_bytes()
         # Anonymous reads the same thing (what a joining node sees).
         status, anon = raw(apiserver, "GET", CLUSTER_INFO)
@@ -99,7 +104,9 @@ async def test_bootstrapsigner_signs_cluster_info_per_signing_token(apiserver: A
         # The token gone, its signature goes.
         admin(apiserver, "DELETE", f"/api/v1/namespaces/kube-system/secrets/{bt.secret_name(signing[:6])}")
         await eventually(
-            lambda: f"{bt.JWS_PREFIX}{signing[:6]}" not in (_get(apiserver, CLUSTER_INFO) or {}).get("data", {}),
+            lambda: (
+                f"{bt.JWS_PREFIX}{signing[:6]}" not in (_get(apiserver, CLUSTER_INFO) or {}).get("data", {})
+            ),
             what="signature removed",
         )
 
@@ -112,7 +119,9 @@ async def test_tokencleaner_deletes_expired_tokens(apiserver: ApiServer) -> None
     put_token(apiserver, lasting, ttl=3600)
     path = "/api/v1/namespaces/kube-system/secrets/"
     async with running(apiserver, "tokencleaner"):
-        await eventually(lambda: _get(apiserver, path + bt.secret_name(expired[:6])) is None, what="expired gone")
+        await eventually(
+            lambda: _get(apiserver, path + bt.secret_name(expired[:6])) is None, what="expired gone"
+        )
         assert _get(apiserver, path + bt.secret_name(soon[:6])) is not None
         await eventually(lambda: _get(apiserver, path + bt.secret_name(soon[:6])) is None, what="soon gone")
         assert _get(apiserver, path + bt.secret_name(lasting[:6])) is not None
@@ -136,15 +145,22 @@ async def test_bootstrap_csr_is_approved_signed_and_usable(apiserver: ApiServer,
     ca = x509.load_pem_x509_certificate(apiserver.ca_cert.read_bytes())
     cert.verify_directly_issued_by(ca)
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:join-1"
-    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["system:nodes"]
+    assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+        "system:nodes"
+    ]
     assert cert.public_key() == key.public_key()
-    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH
+    ]
     assert cert.extensions.get_extension_for_class(x509.KeyUsage).value.digital_signature
     assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     # 3600 s asked, short-lived: backdated 5 minutes at the start only (upstream's policy).
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
     assert lifetime == dt.timedelta(seconds=3600 + 300)
-    assert abs((cert.not_valid_before_utc + dt.timedelta(minutes=5) - dt.datetime.now(dt.UTC)).total_seconds()) < 60
+    assert (
+        abs((cert.not_valid_before_utc + dt.timedelta(minutes=5) - dt.datetime.now(dt.UTC)).total_seconds())
+        < 60
+    )
     # The certificate works: the API server trusts the cluster CA for clients.
     crt, keyfile = _write_pair(tmp_path, cert, key)
     status, review = whoami(apiserver, cert=(crt, keyfile))
@@ -176,7 +192,10 @@ async def test_node_renews_its_own_name_only(apiserver: ApiServer, tmp_path: Pat
     assert raw(apiserver, "POST", CSR_PATH, body=csr_body(own, own_pem), cert=node)[0] == 201
     async with loops(apiserver, "csrapproving", "csrsigning") as manager:
         csr = await eventually(lambda: _csr(apiserver, own) if _cert_of(_csr(apiserver, own)) else None)
-        assert _conditions(csr)[0][2] == "Auto approving self kubelet client certificate after SubjectAccessReview."
+        assert (
+            _conditions(csr)[0][2]
+            == "Auto approving self kubelet client certificate after SubjectAccessReview."
+        )
         approver = next(c for c in manager.controllers if c.name == "csrapproving")
         # The other node's name was looked at (a nodeclient review, which system:nodes is not granted) and
         # refused, at least once, and is still pending.
@@ -188,14 +207,49 @@ async def test_node_renews_its_own_name_only(apiserver: ApiServer, tmp_path: Pat
 @pytest.mark.parametrize(
     "signer, kwargs, usages, message",
     [
-        (SERVING, {"dns": ("n1.example",)}, ("digital signature", "client auth"), "usages did not match [digital signature key encipherment server auth]"),
+        (
+            SERVING,
+            {"dns": ("n1.example",)},
+            ("digital signature", "client auth"),
+            "usages did not match [digital signature key encipherment server auth]",
+        ),
         (SERVING, {}, ("digital signature", "server auth"), "DNS or IP subjectAltName is required"),
-        (SERVING, {"orgs": ("other",), "ips": ("10.0.0.1",)}, ("digital signature", "server auth"), "subject organization is not system:nodes"),
-        (CLIENT_KUBELET, {"dns": ("n1.example",)}, ("digital signature", "client auth"), "DNS subjectAltNames are not allowed"),
-        (CLIENT_KUBELET, {"ips": ("10.0.0.1",)}, ("digital signature", "client auth"), "IP subjectAltNames are not allowed"),
-        (CLIENT_KUBELET, {}, ("digital signature", "server auth"), "usages did not match [client auth digital signature key encipherment]"),
-        (CLIENT, {"orgs": ()}, ("client auth", "server auth"), "invalid usage for client certificate: server auth"),
-        (CLIENT, {"orgs": ()}, ("digital signature",), "missing required usage for client certificate: client auth"),
+        (
+            SERVING,
+            {"orgs": ("other",), "ips": ("10.0.0.1",)},
+            ("digital signature", "server auth"),
+            "subject organization is not system:nodes",
+        ),
+        (
+            CLIENT_KUBELET,
+            {"dns": ("n1.example",)},
+            ("digital signature", "client auth"),
+            "DNS subjectAltNames are not allowed",
+        ),
+        (
+            CLIENT_KUBELET,
+            {"ips": ("10.0.0.1",)},
+            ("digital signature", "client auth"),
+            "IP subjectAltNames are not allowed",
+        ),
+        (
+            CLIENT_KUBELET,
+            {},
+            ("digital signature", "server auth"),
+            "usages did not match [client auth digital signature key encipherment]",
+        ),
+        (
+            CLIENT,
+            {"orgs": ()},
+            ("client auth", "server auth"),
+            "invalid usage for client certificate: server auth",
+        ),
+        (
+            CLIENT,
+            {"orgs": ()},
+            ("digital signature",),
+            "missing required usage for client certificate: client auth",
+        ),
     ],
 )
 async def test_signer_refuses_what_it_does_not_allow(
@@ -206,7 +260,9 @@ async def test_signer_refuses_what_it_does_not_allow(
     assert admin(apiserver, "POST", CSR_PATH, csr_body(name, pem, signer=signer, usages=usages))[0] == 201
     assert approve(apiserver, name)[0] == 200
     async with loops(apiserver, "csrsigning"):
-        csr = await eventually(lambda: _csr(apiserver, name) if len(_conditions(_csr(apiserver, name))) > 1 else None)
+        csr = await eventually(
+            lambda: _csr(apiserver, name) if len(_conditions(_csr(apiserver, name))) > 1 else None
+        )
     # The status strategy keeps the approval conditions after the others, as upstream's.
     assert _conditions(csr)[0] == ("Failed", "SignerValidationFailure", message)
     assert _conditions(csr)[1][0] == "Approved"
@@ -214,7 +270,9 @@ async def test_signer_refuses_what_it_does_not_allow(
 
 
 async def test_serving_csr_is_never_auto_approved_but_signed_once_approved(apiserver: ApiServer) -> None:
-    apiserver.client_kubeconfig("system:node:serve-1", ("system:nodes",), Path(apiserver.data_dir) / "serve" / "k")
+    apiserver.client_kubeconfig(
+        "system:node:serve-1", ("system:nodes",), Path(apiserver.data_dir) / "serve" / "k"
+    )
     node = tuple(str(Path(apiserver.data_dir) / "serve" / f"system_node_serve-1.{e}") for e in ("crt", "key"))
     pem, _ = make_csr("system:node:serve-1", dns=("serve-1",), ips=("10.1.2.3",))
     name, probe = _name(), _name()
@@ -233,7 +291,9 @@ async def test_serving_csr_is_never_auto_approved_but_signed_once_approved(apise
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert sans.get_values_for_type(x509.DNSName) == ["serve-1"]
     assert [str(i) for i in sans.get_values_for_type(x509.IPAddress)] == ["10.1.2.3"]
-    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.SERVER_AUTH
+    ]
     # No expirationSeconds: the cluster's signing duration (a year), backdated at both ends.
     assert cert.not_valid_after_utc - cert.not_valid_before_utc == dt.timedelta(days=365)
 

@@ -62,7 +62,9 @@ def _req(**kwargs):  # type: ignore[no-untyped-def]
 
 def test_signer_checks() -> None:
     assert signers.kubelet_client_error(_req(), ["digital signature", "client auth"]) == ""
-    assert signers.kubelet_client_error(_req(), ["digital signature", "key encipherment", "client auth"]) == ""
+    assert (
+        signers.kubelet_client_error(_req(), ["digital signature", "key encipherment", "client auth"]) == ""
+    )
     assert signers.kubelet_client_error(_req(orgs=("system:nodes", "x")), ["client auth"]) == (
         "subject organization is not system:nodes"
     )
@@ -98,7 +100,9 @@ def _authority() -> CertificateAuthority:
     )
     return CertificateAuthority.load(
         cert.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
     )
 
 
@@ -123,7 +127,9 @@ def _csr(username: str, cn: str, signer: str = signers.KUBE_APISERVER_CLIENT_KUB
 def test_approver_recognizers() -> None:
     own = approving.recognized(_csr("system:node:n1", "system:node:n1"))
     assert [r.subresource for r in own] == ["selfnodeclient", "nodeclient"]
-    assert [r.subresource for r in approving.recognized(_csr("system:bootstrap:abcdef", "system:node:n1"))] == ["nodeclient"]
+    assert [
+        r.subresource for r in approving.recognized(_csr("system:bootstrap:abcdef", "system:node:n1"))
+    ] == ["nodeclient"]
     assert approving.recognized(_csr("system:node:n1", "system:node:n1", signers.KUBELET_SERVING)) == []
     bad = _csr("system:node:n1", "system:node:n1")
     bad["spec"]["usages"] = ["server auth"]
@@ -140,8 +146,12 @@ def _with(conditions: list[dict], certificate: bytes = b"", created: dt.datetime
 def test_cleaner_deadlines() -> None:
     stamp = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert cleaner.deadline(_with([])) == NOW + dt.timedelta(hours=24)
-    assert cleaner.deadline(_with([{"type": "Denied", "lastUpdateTime": stamp}])) == NOW + dt.timedelta(hours=1)
-    assert cleaner.deadline(_with([{"type": "Failed", "lastUpdateTime": stamp}])) == NOW + dt.timedelta(hours=1)
+    assert cleaner.deadline(_with([{"type": "Denied", "lastUpdateTime": stamp}])) == NOW + dt.timedelta(
+        hours=1
+    )
+    assert cleaner.deadline(_with([{"type": "Failed", "lastUpdateTime": stamp}])) == NOW + dt.timedelta(
+        hours=1
+    )
     assert cleaner.deadline(_with([{"type": "Approved", "lastUpdateTime": stamp}])) is None  # not issued yet
     ca = _authority()
     cert = ca.sign(_req(), ["client auth"], dt.timedelta(minutes=30), NOW)

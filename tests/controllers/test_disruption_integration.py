@@ -49,7 +49,9 @@ def budget(name: str, app: str, **spec: object) -> dict:
 
 
 def status_of(policy: client.PolicyV1Api, namespace: str, name: str) -> dict:
-    pdb = policy.api_client.sanitize_for_serialization(policy.read_namespaced_pod_disruption_budget(name, namespace))
+    pdb = policy.api_client.sanitize_for_serialization(
+        policy.read_namespaced_pod_disruption_budget(name, namespace)
+    )
     return pdb.get("status") or {}
 
 
@@ -86,8 +88,12 @@ async def test_budget_numbers_and_evictions(apiserver, v1, apps, api, namespace)
         apps.create_namespaced_deployment(namespace, deployment("web", 3))
         pods = await ready_pods(v1, namespace, "web", 3)
         policy.create_namespaced_pod_disruption_budget(namespace, budget("min2", "web", minAvailable=2))
-        await eventually(lambda: numbers(status_of(policy, namespace, "min2")) == (3, 2, 3, 1), what="min2 numbers")
-        cond = next(c for c in status_of(policy, namespace, "min2")["conditions"] if c["type"] == "DisruptionAllowed")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "min2")) == (3, 2, 3, 1), what="min2 numbers"
+        )
+        cond = next(
+            c for c in status_of(policy, namespace, "min2")["conditions"] if c["type"] == "DisruptionAllowed"
+        )
         assert (cond["status"], cond["reason"]) == ("True", "SufficientPods")
         assert status_of(policy, namespace, "min2")["observedGeneration"] == 1
 
@@ -102,7 +108,9 @@ async def test_budget_numbers_and_evictions(apiserver, v1, apps, api, namespace)
         policy.patch_namespaced_pod_disruption_budget(
             "min2", namespace, {"spec": {"minAvailable": None, "maxUnavailable": "34%"}}
         )
-        await eventually(lambda: numbers(status_of(policy, namespace, "min2")) == (3, 1, 3, 2), what="34% of 3")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "min2")) == (3, 1, 3, 2), what="34% of 3"
+        )
         policy.patch_namespaced_pod_disruption_budget("min2", namespace, {"spec": {"maxUnavailable": 1}})
         await eventually(lambda: numbers(status_of(policy, namespace, "min2")) == (3, 2, 3, 1), what="max 1")
 
@@ -115,8 +123,10 @@ async def test_budget_numbers_and_evictions(apiserver, v1, apps, api, namespace)
         assert err.value.status == 429 and json.loads(err.value.body)["message"] == VIOLATES
         # the terminating pod leaves disruptedPods; the ReplicaSet's replacement turns ready: 1 allowed again
         await eventually(
-            lambda: numbers(status_of(policy, namespace, "min2")) == (3, 2, 2, 0)
-            and not status_of(policy, namespace, "min2").get("disruptedPods"),
+            lambda: (
+                numbers(status_of(policy, namespace, "min2")) == (3, 2, 2, 0)
+                and not status_of(policy, namespace, "min2").get("disruptedPods")
+            ),
             what="the evicted pod no longer counted",
         )
         fresh = await eventually(
@@ -128,7 +138,9 @@ async def test_budget_numbers_and_evictions(apiserver, v1, apps, api, namespace)
             what="the replacement pod",
         )
         mark_ready(v1, fresh[0])
-        await eventually(lambda: numbers(status_of(policy, namespace, "min2")) == (3, 2, 3, 1), what="budget back")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "min2")) == (3, 2, 3, 1), what="budget back"
+        )
         evict(v1, namespace, pods[1].metadata.name)
 
 
@@ -139,20 +151,26 @@ async def test_disrupted_pods_expire(apiserver, v1, apps, api, namespace) -> Non
         apps.create_namespaced_deployment(namespace, deployment("db", 2))
         pods = await ready_pods(v1, namespace, "db", 2)
         policy.create_namespaced_pod_disruption_budget(namespace, budget("db", "db", minAvailable=1))
-        await eventually(lambda: numbers(status_of(policy, namespace, "db")) == (2, 1, 2, 1), what="db numbers")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "db")) == (2, 1, 2, 1), what="db numbers"
+        )
         # an eviction the handler recorded but whose pod never went (what a failed delete leaves)
         name = pods[0].metadata.name
         status = status_of(policy, namespace, "db")
         status["disruptedPods"] = {name: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
         status["disruptionsAllowed"] = 0
         policy.patch_namespaced_pod_disruption_budget_status("db", namespace, {"status": status})
-        await eventually(lambda: numbers(status_of(policy, namespace, "db")) == (2, 1, 1, 0), what="pod not counted")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "db")) == (2, 1, 1, 0), what="pod not counted"
+        )
         assert name in status_of(policy, namespace, "db")["disruptedPods"]
         clock.offset = timedelta(minutes=2, seconds=5)
         v1.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {"poke": "1"}}})
         await eventually(
-            lambda: numbers(status_of(policy, namespace, "db")) == (2, 1, 2, 1)
-            and not status_of(policy, namespace, "db").get("disruptedPods"),
+            lambda: (
+                numbers(status_of(policy, namespace, "db")) == (2, 1, 2, 1)
+                and not status_of(policy, namespace, "db").get("disruptedPods")
+            ),
             what="the entry expired",
         )
         events = await eventually(
@@ -179,10 +197,14 @@ async def test_unmanaged_pods_fail_safe_for_percentages(apiserver, v1, api, name
             )
             mark_ready(v1, made)
         policy.create_namespaced_pod_disruption_budget(namespace, budget("count", "lone", minAvailable=1))
-        await eventually(lambda: numbers(status_of(policy, namespace, "count")) == (2, 1, 2, 1), what="integer")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "count")) == (2, 1, 2, 1), what="integer"
+        )
         policy.create_namespaced_pod_disruption_budget(namespace, budget("pct", "lone", maxUnavailable="50%"))
         # unmanaged pods add nothing to the scale: nothing expected, nothing allowed; the warning is an event
-        await eventually(lambda: numbers(status_of(policy, namespace, "pct")) == (0, 0, 2, 0), what="pct status")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "pct")) == (0, 0, 2, 0), what="pct status"
+        )
         await eventually(
             lambda: any(e.reason == "UnmanagedPods" for e in v1.list_namespaced_event(namespace).items),
             what="the UnmanagedPods event",
@@ -195,7 +217,13 @@ async def test_unmanaged_pods_fail_safe_for_percentages(apiserver, v1, api, name
                     "name": "orphaned",
                     "labels": {"app": "lone"},
                     "ownerReferences": [
-                        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "gone", "uid": "0000", "controller": True}
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "ReplicaSet",
+                            "name": "gone",
+                            "uid": "0000",
+                            "controller": True,
+                        }
                     ],
                 },
                 "spec": {"containers": [{"name": "c", "image": "busybox"}]},
@@ -207,7 +235,9 @@ async def test_unmanaged_pods_fail_safe_for_percentages(apiserver, v1, api, name
             return any(c["reason"] == "SyncFailed" and c["status"] == "False" for c in conds)
 
         await eventually(failed, what="SyncFailed")
-        cond = next(c for c in status_of(policy, namespace, "pct")["conditions"] if c["type"] == "DisruptionAllowed")
+        cond = next(
+            c for c in status_of(policy, namespace, "pct")["conditions"] if c["type"] == "DisruptionAllowed"
+        )
         assert cond["message"] == 'found no controllers for pod "orphaned"'
 
 
@@ -216,7 +246,10 @@ async def test_stale_disruption_target_is_reset(apiserver, v1, api, namespace) -
     condition set back to False once it is 2 minutes old."""
     made = v1.create_namespaced_pod(
         namespace,
-        {"metadata": {"name": "kept", "labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        {
+            "metadata": {"name": "kept", "labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        },
     )
     mark_ready(v1, made)
     old = (datetime.now(UTC) - timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -245,7 +278,9 @@ async def test_stale_disruption_target_is_reset(apiserver, v1, api, namespace) -
             return target if target is not None and target.status == "False" else None
 
         target = await eventually(reset, what="DisruptionTarget False")
-        assert target.reason == "EvictionByEvictionAPI"  # what the eviction wrote stays; only the status moved
+        assert (
+            target.reason == "EvictionByEvictionAPI"
+        )  # what the eviction wrote stays; only the status moved
 
 
 async def test_other_controllers_through_their_scale(apiserver, v1, apps, api, namespace) -> None:  # type: ignore[no-untyped-def]
@@ -253,7 +288,13 @@ async def test_other_controllers_through_their_scale(apiserver, v1, apps, api, n
     directly, as a StatefulSet does) is counted through the controller's scale subresource."""
     policy = client.PolicyV1Api(api)
     owner = apps.create_namespaced_deployment(namespace, deployment("direct", 4))
-    ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "direct", "uid": owner.metadata.uid, "controller": True}
+    ref = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "direct",
+        "uid": owner.metadata.uid,
+        "controller": True,
+    }
     for i in range(2):
         made = v1.create_namespaced_pod(
             namespace,
@@ -264,9 +305,15 @@ async def test_other_controllers_through_their_scale(apiserver, v1, apps, api, n
         )
         mark_ready(v1, made)
     async with running(apiserver, "disruption"):
-        policy.create_namespaced_pod_disruption_budget(namespace, budget("direct", "direct", maxUnavailable=1))
+        policy.create_namespaced_pod_disruption_budget(
+            namespace, budget("direct", "direct", maxUnavailable=1)
+        )
         # expected 4 (the scale), desired 3, healthy 2: nothing may go
-        await eventually(lambda: numbers(status_of(policy, namespace, "direct")) == (4, 3, 2, 0), what="scale of 4")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "direct")) == (4, 3, 2, 0), what="scale of 4"
+        )
         apps.patch_namespaced_deployment_scale("direct", namespace, {"spec": {"replicas": 2}})
         v1.patch_namespaced_pod("direct-0", namespace, {"metadata": {"annotations": {"poke": "1"}}})
-        await eventually(lambda: numbers(status_of(policy, namespace, "direct")) == (2, 1, 2, 1), what="scale of 2")
+        await eventually(
+            lambda: numbers(status_of(policy, namespace, "direct")) == (2, 1, 2, 1), what="scale of 2"
+        )

@@ -30,7 +30,10 @@ def pod(name: str, ready: bool = True, owner: str | None = "rs-uid", deleting: b
         meta["deletionTimestamp"] = stamp(NOW)
     return {
         "metadata": meta,
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
     }
 
 
@@ -90,7 +93,16 @@ def test_new_status_and_conditions() -> None:
     found = logic.Expected(expected=3, desired=2)
     status = logic.new_status(pdb, 3, found, {}, stamp(NOW))
     assert status is not None
-    assert {k: status[k] for k in ("currentHealthy", "desiredHealthy", "expectedPods", "disruptionsAllowed", "observedGeneration")} == {
+    assert {
+        k: status[k]
+        for k in (
+            "currentHealthy",
+            "desiredHealthy",
+            "expectedPods",
+            "disruptionsAllowed",
+            "observedGeneration",
+        )
+    } == {
         "currentHealthy": 3,
         "desiredHealthy": 2,
         "expectedPods": 3,
@@ -124,7 +136,12 @@ def budget(allowed: int, generation: int = 1, observed: int = 1, **spec: object)
     return {
         "metadata": {"name": "web", "generation": generation},
         "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec},
-        "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 1, "observedGeneration": observed},
+        "status": {
+            "disruptionsAllowed": allowed,
+            "currentHealthy": 2,
+            "desiredHealthy": 1,
+            "observedGeneration": observed,
+        },
     }
 
 
@@ -139,7 +156,12 @@ def test_decrement_records_the_pod_and_refuses_at_zero() -> None:
         eviction.decrement(budget(0), "a", dry_run=False)
     assert (err.value.code, err.value.message) == (429, eviction.VIOLATES)
     assert err.value.details == {
-        "causes": [{"reason": "DisruptionBudget", "message": "The disruption budget web needs 1 healthy pods and has 2 currently"}]
+        "causes": [
+            {
+                "reason": "DisruptionBudget",
+                "message": "The disruption budget web needs 1 healthy pods and has 2 currently",
+            }
+        ]
     }
     with pytest.raises(ApiError) as err:
         eviction.decrement(budget(1, generation=2), "a", dry_run=False)
@@ -169,10 +191,17 @@ def test_which_pods_skip_the_budget() -> None:
 
 
 def test_stale_disruption_target() -> None:
-    def with_target(status: str = "True", reason: str = "EvictionByEvictionAPI", ago: int = 30, **extra: object) -> dict:
+    def with_target(
+        status: str = "True", reason: str = "EvictionByEvictionAPI", ago: int = 30, **extra: object
+    ) -> dict:
         p = pod("x", **extra)  # type: ignore[arg-type]
         p["status"]["conditions"].append(
-            {"type": "DisruptionTarget", "status": status, "reason": reason, "lastTransitionTime": stamp(NOW - timedelta(seconds=ago))}
+            {
+                "type": "DisruptionTarget",
+                "status": status,
+                "reason": reason,
+                "lastTransitionTime": stamp(NOW - timedelta(seconds=ago)),
+            }
         )
         return p
 
@@ -204,5 +233,7 @@ def test_too_many_unconfirmed_evictions_and_dry_run_options() -> None:
     opts = eviction.delete_options({"deleteOptions": {"gracePeriodSeconds": 3}}, Query(dryRun="All"))
     assert opts.dry_run and opts.grace_period == 3
     with pytest.raises(ApiError) as err:
-        eviction.delete_options({"deleteOptions": {"dryRun": ["All"], "propagationPolicy": "Sideways"}}, Query())
+        eviction.delete_options(
+            {"deleteOptions": {"dryRun": ["All"], "propagationPolicy": "Sideways"}}, Query()
+        )
     assert err.value.code == 422

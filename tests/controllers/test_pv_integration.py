@@ -69,15 +69,22 @@ async def test_smallest_fit_binding_and_retain_released(apiserver, v1, namespace
     v1.create_persistent_volume(pv(f"rwx-{tag}", "4Gi", cls, accessModes=["ReadWriteMany"]))
     v1.create_persistent_volume(pv(f"other-{tag}", "4Gi", f"x{cls}"))
     async with running(apiserver, *CONTROLLERS):
-        await eventually(lambda: all(read_volume(v1, f"{n}-{tag}").status.phase == "Available" for n in ("small", "mid", "big")))
+        await eventually(
+            lambda: all(
+                read_volume(v1, f"{n}-{tag}").status.phase == "Available" for n in ("small", "mid", "big")
+            )
+        )
         v1.create_namespaced_persistent_volume_claim(namespace, pvc("data", "3Gi", cls))
         claim = await eventually(
-            lambda: (c := read_claim(v1, namespace, "data")) and c.status.phase == "Bound" and c, what="claim Bound"
+            lambda: (c := read_claim(v1, namespace, "data")) and c.status.phase == "Bound" and c,
+            what="claim Bound",
         )
         assert claim.spec.volume_name == f"mid-{tag}"
         assert claim.status.capacity == {"storage": "5Gi"} and claim.status.access_modes == ["ReadWriteOnce"]
         assert claim.metadata.annotations["pv.kubernetes.io/bind-completed"] == "yes"
-        volume = await eventually(lambda: (v := read_volume(v1, f"mid-{tag}")) and v.status.phase == "Bound" and v)
+        volume = await eventually(
+            lambda: (v := read_volume(v1, f"mid-{tag}")) and v.status.phase == "Bound" and v
+        )
         ref = volume.spec.claim_ref
         assert (ref.namespace, ref.name, ref.uid) == (namespace, "data", claim.metadata.uid)
         assert volume.metadata.annotations["pv.kubernetes.io/bound-by-controller"] == "yes"
@@ -88,10 +95,13 @@ async def test_smallest_fit_binding_and_retain_released(apiserver, v1, namespace
         await eventually(lambda: read_claim(v1, namespace, "data") is None, what="claim gone")
         await eventually(lambda: read_volume(v1, f"mid-{tag}") is None, what="Released volume deleted")
         v1.create_namespaced_persistent_volume_claim(namespace, pvc("kept", "1Gi", cls))
-        await eventually(lambda: (c := read_claim(v1, namespace, "kept")) and c.spec.volume_name == f"small-{tag}")
+        await eventually(
+            lambda: (c := read_claim(v1, namespace, "kept")) and c.spec.volume_name == f"small-{tag}"
+        )
         v1.delete_namespaced_persistent_volume_claim("kept", namespace)
         released = await eventually(
-            lambda: (v := read_volume(v1, f"small-{tag}")) and v.status.phase == "Released" and v, what="Released"
+            lambda: (v := read_volume(v1, f"small-{tag}")) and v.status.phase == "Released" and v,
+            what="Released",
         )
         assert released.spec.claim_ref.name == "kept"  # Retain: the data and the reference stay
     for name in ("small", "big", "rwx", "other"):
@@ -105,8 +115,12 @@ async def test_missing_class_and_wait_for_first_consumer(apiserver, v1, namespac
         failed = await eventually(lambda: events(v1, namespace, "ProvisioningFailed", "lost"), what="event")
         assert failed[0].message == 'storageclass.storage.k8s.io "nope" not found'
         assert failed[0].type == "Warning" and failed[0].source.component == "persistentvolume-controller"
-        v1.create_namespaced_persistent_volume_claim(namespace, pvc("later", "1Gi"))  # the default: local-path
-        waiting = await eventually(lambda: events(v1, namespace, "WaitForFirstConsumer", "later"), what="event")
+        v1.create_namespaced_persistent_volume_claim(
+            namespace, pvc("later", "1Gi")
+        )  # the default: local-path
+        waiting = await eventually(
+            lambda: events(v1, namespace, "WaitForFirstConsumer", "later"), what="event"
+        )
         assert waiting[0].message == "waiting for first consumer to be created before binding"
         assert read_claim(v1, namespace, "later").status.phase == "Pending"
         assert read_claim(v1, namespace, "lost").status.phase == "Pending"
@@ -124,7 +138,8 @@ async def test_local_path_provision_and_delete(apiserver, v1, namespace, tag, tm
                 "web", namespace, {"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}}
             )
             claim = await eventually(
-                lambda: (c := read_claim(v1, namespace, "web")) and c.status.phase == "Bound" and c, what="Bound"
+                lambda: (c := read_claim(v1, namespace, "web")) and c.status.phase == "Bound" and c,
+                what="Bound",
             )
             notes = claim.metadata.annotations
             assert notes["volume.kubernetes.io/storage-provisioner"] == "rancher.io/local-path"
@@ -152,9 +167,13 @@ async def test_local_path_provision_and_delete(apiserver, v1, namespace, tag, tm
             assert helper.spec.containers[0].env[0].value == volume.spec.host_path.path
             assert read_volume(v1, name) is not None  # not before the folder is gone
             # the kubelet's part: the helper pod ran and succeeded
-            v1.patch_namespaced_pod_status(helper.metadata.name, HELPER_NAMESPACE, {"status": {"phase": "Succeeded"}})
+            v1.patch_namespaced_pod_status(
+                helper.metadata.name, HELPER_NAMESPACE, {"status": {"phase": "Succeeded"}}
+            )
             await eventually(lambda: read_volume(v1, name) is None, what="volume deleted")
-            await eventually(lambda: _read_pod(v1, HELPER_NAMESPACE, HELPER_PREFIX + name) is None, what="helper gone")
+            await eventually(
+                lambda: _read_pod(v1, HELPER_NAMESPACE, HELPER_PREFIX + name) is None, what="helper gone"
+            )
     finally:
         delete_node(v1, None, node)
 

@@ -15,15 +15,29 @@ from kubeclient import volumes as vol
 Obj = dict[str, Any]
 
 
-def claim(size: str = "3Gi", cls: str = "gold", modes: tuple[str, ...] = ("ReadWriteOnce",), **spec: Any) -> Obj:
+def claim(
+    size: str = "3Gi", cls: str = "gold", modes: tuple[str, ...] = ("ReadWriteOnce",), **spec: Any
+) -> Obj:
     return {
         "metadata": {"name": "c", "namespace": "ns", "uid": "u1"},
-        "spec": {"accessModes": list(modes), "resources": {"requests": {"storage": size}}, "storageClassName": cls, **spec},
+        "spec": {
+            "accessModes": list(modes),
+            "resources": {"requests": {"storage": size}},
+            "storageClassName": cls,
+            **spec,
+        },
     }
 
 
-def pv(name: str, size: str, cls: str = "gold", phase: str = "Available", modes: tuple[str, ...] = ("ReadWriteOnce",),
-       labels: dict | None = None, **spec: Any) -> Obj:
+def pv(
+    name: str,
+    size: str,
+    cls: str = "gold",
+    phase: str = "Available",
+    modes: tuple[str, ...] = ("ReadWriteOnce",),
+    labels: dict | None = None,
+    **spec: Any,
+) -> Obj:
     return {
         "metadata": {"name": name, "labels": labels or {}},
         "spec": {"capacity": {"storage": size}, "accessModes": list(modes), "storageClassName": cls, **spec},
@@ -36,7 +50,13 @@ def name_of(found: Obj | None) -> str | None:
 
 
 def test_smallest_that_fits() -> None:
-    volumes = [pv("10g", "10Gi"), pv("1g", "1Gi"), pv("5g", "5Gi"), pv("4g", "4Gi"), pv("3g-bound", "3Gi", phase="Bound")]
+    volumes = [
+        pv("10g", "10Gi"),
+        pv("1g", "1Gi"),
+        pv("5g", "5Gi"),
+        pv("4g", "4Gi"),
+        pv("3g-bound", "3Gi", phase="Bound"),
+    ]
     assert name_of(vol.find_matching_volume(claim(), volumes)) == "4g"
     assert name_of(vol.find_matching_volume(claim("20Gi"), volumes)) is None
 
@@ -64,17 +84,42 @@ def test_pre_bound_wins_and_delay_binding() -> None:
 
 
 def test_node_affinity_on_the_scheduler_path() -> None:
-    pinned = pv("pinned", "5Gi", nodeAffinity={"required": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["a"]}]}]}})
-    assert name_of(vol.find_matching_volume(claim(), [pinned], ("a", {"kubernetes.io/hostname": "a"}), True)) == "pinned"
+    pinned = pv(
+        "pinned",
+        "5Gi",
+        nodeAffinity={
+            "required": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["a"]}
+                        ]
+                    }
+                ]
+            }
+        },
+    )
+    assert (
+        name_of(vol.find_matching_volume(claim(), [pinned], ("a", {"kubernetes.io/hostname": "a"}), True))
+        == "pinned"
+    )
     assert vol.find_matching_volume(claim(), [pinned], ("b", {"kubernetes.io/hostname": "b"}), True) is None
-    by_field = {"required": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}}
+    by_field = {
+        "required": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}
+            ]
+        }
+    }
     assert vol.node_affinity_fits({"spec": {"nodeAffinity": by_field}}, "b", {})
     assert not vol.node_affinity_fits({"spec": {"nodeAffinity": by_field}}, "a", {})
 
 
 def test_claim_update_rule() -> None:
-    old = {"metadata": {}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
+    old = {
+        "metadata": {},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
     # a class may be set once on a claim that had none
     assert validate_claim_update({**old, "spec": {**old["spec"], "storageClassName": "late"}}, old) == []
     grown = {"metadata": {}, "spec": {**old["spec"], "resources": {"requests": {"storage": "2Gi"}}}}

@@ -149,7 +149,9 @@ async def test_ordered_ready_creation_and_identity(apiserver, v1, apps, namespac
             what="3 ready",
         )
         assert status.replicas == 3 and status.available_replicas == 3
-        assert status.current_revision == status.update_revision and status.current_revision.startswith("web-")
+        assert status.current_revision == status.update_revision and status.current_revision.startswith(
+            "web-"
+        )
         assert status.current_replicas == 3 and status.updated_replicas == 3
         assert status.observed_generation == 1 and status.collision_count == 0
         revision = labels["controller-revision-hash"]
@@ -234,9 +236,9 @@ async def test_rolling_update_with_partition(apiserver, v1, apps, namespace):
                 {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}}}},
             )
             status = await eventually(
-                lambda: (s := st(apps, namespace, "db")).updated_replicas == 2
-                and s.ready_replicas == 3
-                and s,
+                lambda: (
+                    (s := st(apps, namespace, "db")).updated_replicas == 2 and s.ready_replicas == 3 and s
+                ),
                 timeout=30,
                 what="partitioned rollout",
             )
@@ -251,9 +253,7 @@ async def test_rolling_update_with_partition(apiserver, v1, apps, namespace):
             "db", namespace, {"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}}
         )
         done = await eventually(
-            lambda: (s := st(apps, namespace, "db")).current_revision == new
-            and s.ready_replicas == 3
-            and s,
+            lambda: (s := st(apps, namespace, "db")).current_revision == new and s.ready_replicas == 3 and s,
             timeout=30,
             what="rollout complete",
         )
@@ -268,7 +268,9 @@ async def test_on_delete_waits_for_a_deleted_pod(apiserver, v1, apps, namespace)
         running(apiserver, "statefulset"),
         kubelet(apiserver, namespace, delay=0.1, stop_delay=0.2),
     ):
-        apps.create_namespaced_stateful_set(namespace, sts("od", replicas=2, updateStrategy={"type": "OnDelete"}))
+        apps.create_namespaced_stateful_set(
+            namespace, sts("od", replicas=2, updateStrategy={"type": "OnDelete"})
+        )
         first = await eventually(
             lambda: (s := st(apps, namespace, "od")).ready_replicas == 2 and s,
             timeout=30,
@@ -280,13 +282,15 @@ async def test_on_delete_waits_for_a_deleted_pod(apiserver, v1, apps, namespace)
             {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}}}},
         )
         status = await eventually(
-            lambda: (s := st(apps, namespace, "od")).observed_generation == 2
-            and s,
+            lambda: (s := st(apps, namespace, "od")).observed_generation == 2 and s,
             what="the new generation seen",
         )
         assert status.update_revision != first.current_revision
         assert status.current_revision == first.current_revision and status.updated_replicas in (None, 0)
-        labels = {p.metadata.name: p.metadata.labels["controller-revision-hash"] for p in v1.list_namespaced_pod(namespace).items}
+        labels = {
+            p.metadata.name: p.metadata.labels["controller-revision-hash"]
+            for p in v1.list_namespaced_pod(namespace).items
+        }
         assert labels == {"od-0": first.current_revision, "od-1": first.current_revision}
         old_uid = v1.read_namespaced_pod("od-1", namespace).metadata.uid
         v1.delete_namespaced_pod("od-1", namespace)
@@ -326,10 +330,12 @@ async def test_claims_retained_and_a_pod_comes_back_with_its_claim(apiserver, v1
         old = v1.read_namespaced_pod("web-0", namespace)
         v1.delete_namespaced_pod("web-0", namespace)
         back = await eventually(
-            lambda: (p := read(v1, namespace, "web-0")) is not None
-            and p.metadata.uid != old.metadata.uid
-            and p.status.phase == "Running"
-            and p,
+            lambda: (
+                (p := read(v1, namespace, "web-0")) is not None
+                and p.metadata.uid != old.metadata.uid
+                and p.status.phase == "Running"
+                and p
+            ),
             timeout=30,
             what="web-0 back",
         )

@@ -51,7 +51,9 @@ def pod(ordinal: int, revision: str = "web-1", ready: bool = True, **status: Any
     return made
 
 
-def inputs(sts: Obj, pods: list[Obj], current: str = "web-1", update: str = "web-1", **kw: Any) -> logic.Inputs:
+def inputs(
+    sts: Obj, pods: list[Obj], current: str = "web-1", update: str = "web-1", **kw: Any
+) -> logic.Inputs:
     return logic.Inputs(
         sts=sts,
         current_set=sts,
@@ -83,7 +85,10 @@ def test_parent_and_ordinal(name: str, expected: tuple[str, int]) -> None:
 def test_new_pod_identity_and_storage() -> None:
     claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
     sts = make_set(volumeClaimTemplates=[claim])
-    sts["spec"]["template"]["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}, {"name": "x", "emptyDir": {}}]
+    sts["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "data", "emptyDir": {}},
+        {"name": "x", "emptyDir": {}},
+    ]
     made = identity.new_pod(sts, 2, "web-abc")
     meta = made["metadata"]
     assert meta["name"] == "web-2" and meta["generateName"] == "web-"
@@ -145,7 +150,9 @@ def test_claim_with_a_foreign_controller_is_left_alone() -> None:
 
 
 def test_stale_claim_only_under_when_scaled_delete() -> None:
-    owned = {"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "web-1", "uid": "old"}]}}
+    owned = {
+        "metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "web-1", "uid": "old"}]}
+    }
     delete = make_set(persistentVolumeClaimRetentionPolicy={"whenDeleted": "Retain", "whenScaled": "Delete"})
     assert identity.claim_is_stale(owned, delete, "web-1")
     assert not identity.claim_is_stale(owned, delete, "web-2")
@@ -177,13 +184,21 @@ def test_complete_rolling_update_moves_the_current_revision() -> None:
     status |= {"currentRevision": "a", "updateRevision": "b"}
     logic.complete_rolling_update(make_set(), status)
     assert (status["currentRevision"], status["currentReplicas"]) == ("b", 3)
-    partial = {"replicas": 3, "readyReplicas": 3, "updatedReplicas": 2, "currentRevision": "a", "updateRevision": "b"}
+    partial = {
+        "replicas": 3,
+        "readyReplicas": 3,
+        "updatedReplicas": 2,
+        "currentRevision": "a",
+        "updateRevision": "b",
+    }
     logic.complete_rolling_update(make_set(), partial)
     assert partial["currentRevision"] == "a"
 
 
 def test_wire_status_omits_empty_fields_but_keeps_replicas() -> None:
-    assert logic.wire_status({"replicas": 0, "readyReplicas": 0, "availableReplicas": 0, "collisionCount": 0}) == {
+    assert logic.wire_status(
+        {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0, "collisionCount": 0}
+    ) == {
         "replicas": 0,
         "availableReplicas": 0,
         "collisionCount": 0,
@@ -230,7 +245,11 @@ def test_scale_down_highest_ordinal_first_one_at_a_time() -> None:
     terminating[3]["metadata"]["deletionTimestamp"] = "x"
     assert steps(logic.plan(inputs(make_set(replicas=1), terminating))) == []
     parallel = make_set(replicas=1, podManagementPolicy="Parallel")
-    assert steps(logic.plan(inputs(parallel, pods))) == [("delete", "web-3"), ("delete", "web-2"), ("delete", "web-1")]
+    assert steps(logic.plan(inputs(parallel, pods))) == [
+        ("delete", "web-3"),
+        ("delete", "web-2"),
+        ("delete", "web-1"),
+    ]
 
 
 def test_scale_down_waits_for_unhealthy_pods_except_the_first() -> None:
@@ -287,9 +306,17 @@ def test_identity_and_claim_owner_drift_are_fixed() -> None:
     )
     drifted = pod(0)
     drifted["metadata"]["labels"].pop("statefulset.kubernetes.io/pod-name")
-    claims = {"data-web-0": {"metadata": {"name": "data-web-0"}}, "data-web-1": {"metadata": {"name": "data-web-1"}}}
+    claims = {
+        "data-web-0": {"metadata": {"name": "data-web-0"}},
+        "data-web-1": {"metadata": {"name": "data-web-1"}},
+    }
     plan = logic.plan(inputs(sts, [drifted, pod(1)], claims=claims))
-    assert steps(plan) == [("identity", "web-0"), ("owners", "web-0"), ("owners", "web-1"), ("create", "web-2")]
+    assert steps(plan) == [
+        ("identity", "web-0"),
+        ("owners", "web-0"),
+        ("owners", "web-1"),
+        ("create", "web-2"),
+    ]
 
 
 def test_a_stale_claim_blocks_the_new_pod() -> None:
@@ -301,10 +328,16 @@ def test_a_stale_claim_blocks_the_new_pod() -> None:
     stale = {
         "metadata": {
             "name": "data-web-1",
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "web-1", "uid": "gone", "controller": True}],
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "web-1", "uid": "gone", "controller": True}
+            ],
         }
     }
-    plan = logic.plan(inputs(sts, [pod(0)], claims={"data-web-0": {"metadata": {"name": "data-web-0"}}, "data-web-1": stale}))
+    plan = logic.plan(
+        inputs(
+            sts, [pod(0)], claims={"data-web-0": {"metadata": {"name": "data-web-0"}}, "data-web-1": stale}
+        )
+    )
     assert steps(plan) == []
 
 
@@ -317,7 +350,9 @@ def test_a_set_being_deleted_takes_no_steps() -> None:
 
 def test_apply_revision_restores_the_template() -> None:
     sts = make_set()
-    revision = {"data": {"spec": {"template": {"$patch": "replace", "spec": {"containers": [{"name": "old"}]}}}}}
+    revision = {
+        "data": {"spec": {"template": {"$patch": "replace", "spec": {"containers": [{"name": "old"}]}}}}
+    }
     restored = logic.apply_revision(sts, revision)
     assert restored["spec"]["template"] == {"spec": {"containers": [{"name": "old"}]}}
     assert restored["spec"]["replicas"] == 3 and sts["spec"]["template"]["metadata"]

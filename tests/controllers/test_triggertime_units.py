@@ -41,7 +41,10 @@ def test_trigger_times_follow_upstreams_tracker() -> None:
 def test_the_annotation_is_set_in_rfc3339_or_removed() -> None:
     body = {"metadata": {"name": "web-x", "annotations": {"keep": "1"}}}
     marked = annotate(body, at("2026-01-01T00:00:08.250Z"))
-    assert marked["metadata"]["annotations"] == {"keep": "1", LAST_CHANGE_TRIGGER_TIME: "2026-01-01T00:00:08.25Z"}
+    assert marked["metadata"]["annotations"] == {
+        "keep": "1",
+        LAST_CHANGE_TRIGGER_TIME: "2026-01-01T00:00:08.25Z",
+    }
     assert annotate(marked, None)["metadata"]["annotations"] == {"keep": "1"}
     assert body["metadata"]["annotations"] == {"keep": "1"}  # the input is not changed
     assert format_time(at("2026-01-01T00:00:08Z")) == "2026-01-01T00:00:08Z"

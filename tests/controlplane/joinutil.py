@@ -50,7 +50,9 @@ def raw(
         return err.code, json.loads(err.read() or b"null")
 
 
-def whoami(server: ApiServer, token: str | None = None, cert: tuple[str, str] | None = None) -> tuple[int, Any]:
+def whoami(
+    server: ApiServer, token: str | None = None, cert: tuple[str, str] | None = None
+) -> tuple[int, Any]:
     return raw(
         server,
         "POST",

@@ -11,7 +11,9 @@ from controlplane.apiserver.aggregator.requestinfo import attributes
 from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.kinds.apiservice import available_cell, service_cell
 
-ALICE = UserInfo("alice", groups=("dev", "system:authenticated"), extra=(("scopes.example.com/x", ("a", "b")),))
+ALICE = UserInfo(
+    "alice", groups=("dev", "system:authenticated"), extra=(("scopes.example.com/x", ("a", "b")),)
+)
 
 
 @pytest.mark.parametrize(
@@ -47,11 +49,21 @@ def test_requestheader_headers() -> None:
     assert escape_extra_key("a b/c") == "a%20b%2Fc"
 
 
-def _apiservice(name: str, group: str, version: str, available: bool = True, service: bool = True, priority: int = 100) -> dict:
+def _apiservice(
+    name: str, group: str, version: str, available: bool = True, service: bool = True, priority: int = 100
+) -> dict:
     spec: dict = {"group": group, "version": version, "groupPriorityMinimum": priority, "versionPriority": 10}
     if service:
         spec["service"] = {"namespace": "kube-system", "name": "api"}
-    status = {"conditions": [{"type": "Available", "status": "True" if available else "False", "reason": "Passed" if available else "MissingEndpoints"}]}
+    status = {
+        "conditions": [
+            {
+                "type": "Available",
+                "status": "True" if available else "False",
+                "reason": "Passed" if available else "MissingEndpoints",
+            }
+        ]
+    }
     return {"metadata": {"name": name}, "spec": spec, "status": status}
 
 
@@ -74,7 +86,10 @@ def test_discovery_additions() -> None:
         info = APIServiceInfo.parse(obj)
         apis.by_name[info.name] = info
     assert apis.remote("apps", "v1") is None and apis.remote("metrics.k8s.io", "v1beta1") is not None
-    assert [g for g, _ in apis.remote_groups({"apps"})] == ["z.io", "metrics.k8s.io"]  # by groupPriorityMinimum
+    assert [g for g, _ in apis.remote_groups({"apps"})] == [
+        "z.io",
+        "metrics.k8s.io",
+    ]  # by groupPriorityMinimum
     apis.resources[("metrics.k8s.io", "v1beta1")] = [
         {"name": "nodes", "kind": "NodeMetrics", "namespaced": False, "verbs": ["list", "get"]},
         {"name": "pods", "kind": "PodMetrics", "namespaced": True, "verbs": ["get", "list"]},
@@ -83,7 +98,9 @@ def test_discovery_additions() -> None:
     assert items["z.io"] == {"version": "v1", "resources": [], "freshness": "Stale"}
     metrics = items["metrics.k8s.io"]
     assert metrics["freshness"] == "Current"
-    assert [(r["resource"], r["scope"], r["responseKind"]["kind"], r["verbs"]) for r in metrics["resources"]] == [
+    assert [
+        (r["resource"], r["scope"], r["responseKind"]["kind"], r["verbs"]) for r in metrics["resources"]
+    ] == [
         ("nodes", "Cluster", "NodeMetrics", ["get", "list"]),
         ("pods", "Namespaced", "PodMetrics", ["get", "list"]),
     ]

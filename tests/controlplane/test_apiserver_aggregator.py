@@ -45,7 +45,9 @@ class Backend:
     seen: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _serve(host: str, group: str, cert: Path, key: Path, client_ca: Path) -> tuple[ThreadingHTTPServer, Backend]:
+def _serve(
+    host: str, group: str, cert: Path, key: Path, client_ca: Path
+) -> tuple[ThreadingHTTPServer, Backend]:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     context.load_verify_locations(client_ca)
@@ -60,7 +62,9 @@ def _serve(host: str, group: str, cert: Path, key: Path, client_ca: Path) -> tup
                     "path": self.path,
                     "user": self.headers.get_all("X-Remote-User"),
                     "groups": self.headers.get_all("X-Remote-Group") or [],
-                    "extra": {k: v for k, v in self.headers.items() if k.lower().startswith("x-remote-extra-")},
+                    "extra": {
+                        k: v for k, v in self.headers.items() if k.lower().startswith("x-remote-extra-")
+                    },
                     "authorization": self.headers.get("Authorization"),
                     "cn": dict(x[0] for x in peer.get("subject", ())).get("commonName", ""),
                 }
@@ -71,11 +75,23 @@ def _serve(host: str, group: str, cert: Path, key: Path, client_ca: Path) -> tup
                     "apiVersion": "v1",
                     "groupVersion": f"{group}/v1",
                     "resources": [
-                        {"name": "widgets", "singularName": "", "namespaced": True, "kind": "Widget", "verbs": ["get", "list"]}
+                        {
+                            "name": "widgets",
+                            "singularName": "",
+                            "namespaced": True,
+                            "kind": "Widget",
+                            "verbs": ["get", "list"],
+                        }
                     ],
                 }
             else:
-                doc = {"kind": "WidgetList", "apiVersion": f"{group}/v1", "metadata": {}, "items": [], "path": self.path}
+                doc = {
+                    "kind": "WidgetList",
+                    "apiVersion": f"{group}/v1",
+                    "metadata": {},
+                    "items": [],
+                    "path": self.path,
+                }
             body = json.dumps(doc).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -111,13 +127,18 @@ def backend(apiserver: ApiServer, group: str, tmp_path: Path, namespace: str) ->
 def _publish(v1: client.CoreV1Api, namespace: str, backend: Backend) -> None:
     v1.create_namespaced_service(
         namespace,
-        {"metadata": {"name": "api"}, "spec": {"ports": [{"name": "https", "port": 443, "targetPort": backend.port}]}},
+        {
+            "metadata": {"name": "api"},
+            "spec": {"ports": [{"name": "https", "port": 443, "targetPort": backend.port}]},
+        },
     )
     v1.create_namespaced_endpoints(
         namespace,
         {
             "metadata": {"name": "api"},
-            "subsets": [{"addresses": [{"ip": backend.host}], "ports": [{"name": "https", "port": backend.port}]}],
+            "subsets": [
+                {"addresses": [{"ip": backend.host}], "ports": [{"name": "https", "port": backend.port}]}
+            ],
         },
     )
 
@@ -154,7 +175,9 @@ def _available(api: client.ApiClient, name: str, timeout: float = 30.0) -> dict[
     cond: dict[str, Any] = {}
     while time.monotonic() < deadline:
         obj = _custom(api).get_cluster_custom_object("apiregistration.k8s.io", "v1", "apiservices", name)
-        cond = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Available"), {})
+        cond = next(
+            (c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Available"), {}
+        )
         if cond:
             return cond
         time.sleep(0.1)
@@ -179,7 +202,9 @@ def _admin_get(apiserver: ApiServer, path: str, headers: dict[str, str]) -> int:
     pki = apiserver.data_dir / "pki"
     ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
     ctx.load_cert_chain(pki / "admin.crt", pki / "admin.key")
-    conn = http.client.HTTPSConnection("127.0.0.1", int(apiserver.url.rsplit(":", 1)[1]), context=ctx, timeout=30)
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", int(apiserver.url.rsplit(":", 1)[1]), context=ctx, timeout=30
+    )
     try:
         conn.request("GET", path, headers=headers)
         response = conn.getresponse()
@@ -191,7 +216,10 @@ def _admin_get(apiserver: ApiServer, path: str, headers: dict[str, str]) -> int:
 
 def _kubectl(apiserver: ApiServer, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["kubectl", "--kubeconfig", str(apiserver.kubeconfig), *args], capture_output=True, text=True, timeout=60
+        ["kubectl", "--kubeconfig", str(apiserver.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -199,13 +227,21 @@ def _kubectl(apiserver: ApiServer, *args: str) -> subprocess.CompletedProcess[st
 def cleanup(api: client.ApiClient, group: str) -> Iterator[None]:
     yield
     try:
-        _custom(api).delete_cluster_custom_object("apiregistration.k8s.io", "v1", "apiservices", f"v1.{group}")
+        _custom(api).delete_cluster_custom_object(
+            "apiregistration.k8s.io", "v1", "apiservices", f"v1.{group}"
+        )
     except ApiException:
         pass
 
 
 def test_requests_are_proxied_with_the_user_in_requestheader_headers(
-    apiserver: ApiServer, api: client.ApiClient, v1: client.CoreV1Api, namespace: str, backend: Backend, group: str, cleanup: None
+    apiserver: ApiServer,
+    api: client.ApiClient,
+    v1: client.CoreV1Api,
+    namespace: str,
+    backend: Backend,
+    group: str,
+    cleanup: None,
 ) -> None:
     _publish(v1, namespace, backend)
     _create(api, _apiservice(group, namespace, caBundle=base64.b64encode(backend.ca).decode()))
@@ -213,7 +249,12 @@ def test_requests_are_proxied_with_the_user_in_requestheader_headers(
     assert (cond["status"], cond["message"]) == ("True", "all checks passed")
     groups = json.loads(_kubectl(apiserver, "get", "--raw", "/apis").stdout)["groups"]
     assert group in [g["name"] for g in groups]
-    assert json.loads(_kubectl(apiserver, "get", "--raw", f"/apis/{group}").stdout)["preferredVersion"]["version"] == "v1"
+    assert (
+        json.loads(_kubectl(apiserver, "get", "--raw", f"/apis/{group}").stdout)["preferredVersion"][
+            "version"
+        ]
+        == "v1"
+    )
     done = _kubectl(apiserver, "get", "--raw", f"/apis/{group}/v1/namespaces/{namespace}/widgets?limit=5")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["path"] == f"/apis/{group}/v1/namespaces/{namespace}/widgets?limit=5"
@@ -225,12 +266,23 @@ def test_requests_are_proxied_with_the_user_in_requestheader_headers(
     listed = _kubectl(apiserver, "api-resources", "--api-group", group, "--no-headers")
     assert listed.returncode == 0 and listed.stdout.split()[0] == "widgets", listed
     # a client's own X-Remote-* never reaches the backend: the front proxy's headers replace them
-    assert _admin_get(apiserver, f"/apis/{group}/v1/widgets", {"X-Remote-User": "mallory", "X-Remote-Group": "evil"}) == 200
+    assert (
+        _admin_get(
+            apiserver, f"/apis/{group}/v1/widgets", {"X-Remote-User": "mallory", "X-Remote-Group": "evil"}
+        )
+        == 200
+    )
     assert backend.seen[-1]["user"] == ["kubernetes-admin"] and "evil" not in backend.seen[-1]["groups"]
 
 
 def test_an_impersonated_user_is_authorized_here_and_carried_with_extras(
-    apiserver: ApiServer, api: client.ApiClient, v1: client.CoreV1Api, namespace: str, backend: Backend, group: str, cleanup: None
+    apiserver: ApiServer,
+    api: client.ApiClient,
+    v1: client.CoreV1Api,
+    namespace: str,
+    backend: Backend,
+    group: str,
+    cleanup: None,
 ) -> None:
     _publish(v1, namespace, backend)
     _create(api, _apiservice(group, namespace, caBundle=base64.b64encode(backend.ca).decode()))
@@ -241,11 +293,20 @@ def test_an_impersonated_user_is_authorized_here_and_carried_with_extras(
     assert f'widgets.{group} is forbidden: User "alice" cannot list resource "widgets"' in denied.stderr
     assert len(backend.seen) == before  # refused before anything was proxied
     rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_cluster_role({"metadata": {"name": f"read-{group}"}, "rules": [{"apiGroups": [group], "resources": ["widgets"], "verbs": ["list"]}]})
+    rbac.create_cluster_role(
+        {
+            "metadata": {"name": f"read-{group}"},
+            "rules": [{"apiGroups": [group], "resources": ["widgets"], "verbs": ["list"]}],
+        }
+    )
     rbac.create_cluster_role_binding(
         {
             "metadata": {"name": f"alice-{group}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"read-{group}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": f"read-{group}",
+            },
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
         }
     )
@@ -257,7 +318,11 @@ def test_an_impersonated_user_is_authorized_here_and_carried_with_extras(
             code = _admin_get(
                 apiserver,
                 f"/apis/{group}/v1/widgets",
-                {"Impersonate-User": "alice", "Impersonate-Group": "dev", "Impersonate-Extra-Scopes.example.com%2fx": "a"},
+                {
+                    "Impersonate-User": "alice",
+                    "Impersonate-Group": "dev",
+                    "Impersonate-Extra-Scopes.example.com%2fx": "a",
+                },
             )
             if code == 200 or time.monotonic() > deadline:
                 break
@@ -273,13 +338,22 @@ def test_an_impersonated_user_is_authorized_here_and_carried_with_extras(
 
 
 def test_a_wrong_ca_bundle_fails_the_discovery_check_and_requests_get_503(
-    apiserver: ApiServer, api: client.ApiClient, v1: client.CoreV1Api, namespace: str, backend: Backend, group: str, tmp_path: Path, cleanup: None
+    apiserver: ApiServer,
+    api: client.ApiClient,
+    v1: client.CoreV1Api,
+    namespace: str,
+    backend: Backend,
+    group: str,
+    tmp_path: Path,
+    cleanup: None,
 ) -> None:
     _publish(v1, namespace, backend)
     other, _ = ensure_self_signed(tmp_path / "other", f"api.{namespace}.svc", [], stem="other")
     _create(api, _apiservice(group, namespace, caBundle=base64.b64encode(other.read_bytes()).decode()))
     cond = _wait_reason(api, f"v1.{group}", "FailedDiscoveryCheck")
-    assert cond["status"] == "False" and cond["message"].startswith(f"failing or missing response from https://{backend.host}:{backend.port}/apis/{group}/v1")
+    assert cond["status"] == "False" and cond["message"].startswith(
+        f"failing or missing response from https://{backend.host}:{backend.port}/apis/{group}/v1"
+    )
     out = _kubectl(apiserver, "get", "--raw", f"/apis/{group}/v1/widgets")
     assert out.returncode != 0 and "the server is currently unable to handle the request" in out.stderr, out
     printed = _kubectl(apiserver, "get", "apiservice", f"v1.{group}", "--no-headers").stdout.split()
@@ -301,11 +375,17 @@ def test_missing_service_and_endpoints_are_reported(
     cond = _wait_reason(api, f"v1.{group}", "ServiceNotFound")
     assert cond["message"] == f'service/api in "{namespace}" is not present'
     v1.create_namespaced_service(
-        namespace, {"metadata": {"name": "api"}, "spec": {"ports": [{"name": "https", "port": 443, "targetPort": backend.port}]}}
+        namespace,
+        {
+            "metadata": {"name": "api"},
+            "spec": {"ports": [{"name": "https", "port": 443, "targetPort": backend.port}]},
+        },
     )
     # the check runs again on its own (every 30 s upstream); a change of the APIService runs it at once
     patch = {"metadata": {"labels": {"poke": "1"}}}
-    _custom(api).patch_cluster_custom_object("apiregistration.k8s.io", "v1", "apiservices", f"v1.{group}", patch)
+    _custom(api).patch_cluster_custom_object(
+        "apiregistration.k8s.io", "v1", "apiservices", f"v1.{group}", patch
+    )
     cond = _wait_reason(api, f"v1.{group}", "EndpointsNotFound")
     assert cond["message"] == f'cannot find endpoints for service/api in "{namespace}"'
 
@@ -316,11 +396,18 @@ def test_apiservice_validation(api: client.ApiClient, namespace: str, group: str
     with pytest.raises(ApiException) as err:
         _create(api, bad_name)
     message = json.loads(err.value.body)["message"]
-    assert err.value.status == 422 and f'metadata.name: Invalid value: "v2.{group}": must be `spec.version+"."+spec.group`' in message
+    assert (
+        err.value.status == 422
+        and f'metadata.name: Invalid value: "v2.{group}": must be `spec.version+"."+spec.group`' in message
+    )
     both = _apiservice(group, namespace, insecureSkipTLSVerify=True, caBundle=base64.b64encode(b"x").decode())
     with pytest.raises(ApiException) as err:
         _create(api, both)
-    assert err.value.status == 422 and "spec.insecureSkipTLSVerify: Invalid value: true: may not be true if caBundle is present" in json.loads(err.value.body)["message"]
+    assert (
+        err.value.status == 422
+        and "spec.insecureSkipTLSVerify: Invalid value: true: may not be true if caBundle is present"
+        in json.loads(err.value.body)["message"]
+    )
     priority = _apiservice(group, namespace, insecureSkipTLSVerify=True, versionPriority=0)
     with pytest.raises(ApiException) as err:
         _create(api, priority)

@@ -98,7 +98,9 @@ def test_deleted_token_stops_working(server: ApiServer) -> None:
     token = bt.generate()
     put_token(server, token)
     # Never authenticated before the delete, so no cache entry keeps it alive.
-    status, _ = admin(server, "DELETE", f"/api/v1/namespaces/{bt.NAMESPACE}/secrets/{bt.secret_name(token[:6])}")
+    status, _ = admin(
+        server, "DELETE", f"/api/v1/namespaces/{bt.NAMESPACE}/secrets/{bt.secret_name(token[:6])}"
+    )
     assert status == 200
     assert whoami(server, token)[0] == 401
 
@@ -125,13 +127,18 @@ def test_anonymous_reads_cluster_info_only(server: ApiServer) -> None:
 def test_kubeadm_join_rbac_is_there(server: ApiServer) -> None:
     for name, role in (
         ("kubeadm:kubelet-bootstrap", "system:node-bootstrapper"),
-        ("kubeadm:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient"),
+        (
+            "kubeadm:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+        ),
         (
             "kubeadm:node-autoapprove-certificate-rotation",
             "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
         ),
     ):
-        status, binding = admin(server, "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}")
+        status, binding = admin(
+            server, "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}"
+        )
         assert status == 200, binding
         assert binding["roleRef"]["name"] == role
 
@@ -143,8 +150,10 @@ def test_ca_cert_hash_is_sha256_of_the_spki(server: ApiServer) -> None:
     from cryptography.hazmat.primitives import serialization
 
     pem = server.ca_cert.read_bytes()
-    spki = x509.load_pem_x509_certificate(pem).public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    spki = (
+        x509.load_pem_x509_certificate(pem)
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     assert bt.ca_cert_hash(pem) == "sha256:" + hashlib.sha256(spki).hexdigest()
 

@@ -105,7 +105,9 @@ def test_validation_422s(server: ApiServer) -> None:
     assert _causes(body) == {"spec.usages": "Required value", "spec.signerName": "Required value"}
     legacy = csr_body(_name(), pem, signer="kubernetes.io/legacy-unknown")
     status, body = _create(server, legacy)
-    assert _causes(body)["spec.signerName"].endswith("the legacy signerName is not allowed via this API version")
+    assert _causes(body)["spec.signerName"].endswith(
+        "the legacy signerName is not allowed via this API version"
+    )
     single = csr_body(_name(), pem, signer="localhost/x")
     assert _causes(_create(server, single)[1])["spec.signerName"] == (
         'Invalid value: "localhost": should be a domain with at least two segments separated by dots'
@@ -141,7 +143,9 @@ def test_approval_and_status_subresources_own_their_parts(server: ApiServer) -> 
     csr["status"] = {"conditions": [{"type": "Approved", "status": "False"}]}
     status, body = admin(server, "PUT", f"{CSR_PATH}/{name}/approval", csr)
     assert status == 422
-    assert _causes(body)["status.conditions[0].status"] == 'Unsupported value: "False": supported values: "True"'
+    assert (
+        _causes(body)["status.conditions[0].status"] == 'Unsupported value: "False": supported values: "True"'
+    )
     status, approved = approve(server, name)
     assert status == 200, approved
     (cond,) = approved["status"]["conditions"]
@@ -155,7 +159,10 @@ def test_approval_and_status_subresources_own_their_parts(server: ApiServer) -> 
     approved["status"]["conditions"] = []
     status, body = admin(server, "PUT", f"{CSR_PATH}/{name}/approval", approved)
     assert status == 422
-    assert _causes(body)["status.conditions"] == 'Forbidden: updates may not remove a condition of type "Approved"'
+    assert (
+        _causes(body)["status.conditions"]
+        == 'Forbidden: updates may not remove a condition of type "Approved"'
+    )
     # /status sets the certificate once; a bad one is refused; /approval cannot touch it.
     status, csr = admin(server, "GET", f"{CSR_PATH}/{name}")
     csr["status"]["certificate"] = base64.b64encode(b"junk").decode()
@@ -185,8 +192,15 @@ def test_approving_needs_approve_on_the_signer(server: ApiServer, tmp_path: Path
             "verbs": ["get", "update"],
         }
     ]
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "approver"}}
-    assert admin(server, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", {**role, "rules": rules})[0] == 201
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "approver"},
+    }
+    assert (
+        admin(server, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", {**role, "rules": rules})[0]
+        == 201
+    )
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
@@ -234,7 +248,10 @@ def test_kubectl_get_approve_deny(server: ApiServer, kctl: Kubectl) -> None:
     pem, _ = make_csr("system:node:n1")
     first, second = _name(), _name()
     assert _create(server, csr_body(first, pem, expiration=3600))[0] == 201
-    assert _create(server, csr_body(second, pem, signer=SERVING, usages=("digital signature", "server auth")))[0] == 201
+    assert (
+        _create(server, csr_body(second, pem, signer=SERVING, usages=("digital signature", "server auth")))[0]
+        == 201
+    )
     table = kctl("get", "csr", first, second)
     header, row1, row2 = table.splitlines()
     assert header.split() == ["NAME", "AGE", "SIGNERNAME", "REQUESTOR", "REQUESTEDDURATION", "CONDITION"]

@@ -333,7 +333,10 @@ def test_runtime_class_admission(api: client.ApiClient) -> None:
         with pytest.raises(ApiException) as err:
             v1.create_namespaced_pod("default", _pod("nocls", runtime_class_name="missing"))
         assert err.value.status == 403
-        assert _status(err)["message"] == 'pods "nocls" is forbidden: pod rejected: RuntimeClass "missing" not found'
+        assert (
+            _status(err)["message"]
+            == 'pods "nocls" is forbidden: pod rejected: RuntimeClass "missing" not found'
+        )
 
         pod = v1.create_namespaced_pod("default", _pod("cls", runtime_class_name="sandboxed"))
         assert pod.spec.overhead == {"cpu": "100m", "memory": "64Mi"}
@@ -353,9 +356,11 @@ def test_runtime_class_admission(api: client.ApiClient) -> None:
             "pod.spec.nodeSelector[sandbox] = no"
         )
         with pytest.raises(ApiException) as err:
-            v1.create_namespaced_pod("default", _pod("odd", runtime_class_name="sandboxed", overhead={"cpu": "1"}))
+            v1.create_namespaced_pod(
+                "default", _pod("odd", runtime_class_name="sandboxed", overhead={"cpu": "1"})
+            )
         assert _status(err)["message"] == (
-            'pods "odd" is forbidden: pod rejected: Pod\'s Overhead doesn\'t match RuntimeClass\'s defined Overhead'
+            "pods \"odd\" is forbidden: pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
         )
         with pytest.raises(ApiException) as err:
             v1.create_namespaced_pod("default", _pod("bare", overhead={"cpu": "1"}))

@@ -54,8 +54,16 @@ def value(families: dict[str, Any], name: str, sample: str, **labels: str) -> fl
     return 0.0
 
 
-CREATE = {"verb": "POST", "group": "", "version": "v1", "resource": "configmaps", "subresource": "",
-          "scope": "namespace", "component": "apiserver", "dry_run": ""}
+CREATE = {
+    "verb": "POST",
+    "group": "",
+    "version": "v1",
+    "resource": "configmaps",
+    "subresource": "",
+    "scope": "namespace",
+    "component": "apiserver",
+    "dry_run": "",
+}
 
 
 def test_request_counters_move_for_a_request(server: ApiServer) -> None:
@@ -86,7 +94,10 @@ def test_request_counters_move_for_a_request(server: ApiServer) -> None:
         "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="m2")), dry_run="All"
     )
     dry = scrape(admin)
-    assert value(dry, "apiserver_request", "apiserver_request_total", code="201", **{**CREATE, "dry_run": "All"}) == 1
+    assert (
+        value(dry, "apiserver_request", "apiserver_request_total", code="201", **{**CREATE, "dry_run": "All"})
+        == 1
+    )
     # Non-resource paths are counted by their path; upstream has no _created series.
     assert value(dry, "apiserver_request", "apiserver_request_total", verb="GET", subresource="/metrics") >= 2
     assert not any(s.name.endswith("_created") for f in dry.values() for s in f.samples)
@@ -96,8 +107,15 @@ def test_request_counters_move_for_a_request(server: ApiServer) -> None:
 
 def test_an_open_watch_is_a_long_running_request(server: ApiServer) -> None:
     admin = server.api_client()
-    labels = {"verb": "WATCH", "group": "", "version": "v1", "resource": "configmaps", "scope": "namespace",
-              "component": "apiserver", "subresource": ""}
+    labels = {
+        "verb": "WATCH",
+        "group": "",
+        "version": "v1",
+        "resource": "configmaps",
+        "scope": "namespace",
+        "component": "apiserver",
+        "subresource": "",
+    }
     name = "apiserver_longrunning_requests"
     assert value(scrape(admin), name, name, **labels) == 0
     resp = client.CoreV1Api(admin).list_namespaced_config_map(
@@ -120,7 +138,9 @@ def test_an_open_watch_is_a_long_running_request(server: ApiServer) -> None:
 
 
 def test_metrics_are_for_system_monitoring(server: ApiServer, tmp_path: Path) -> None:
-    monitor = api_client(server.client_kubeconfig("prom", ("system:monitoring",), tmp_path / "prom.kubeconfig"))
+    monitor = api_client(
+        server.client_kubeconfig("prom", ("system:monitoring",), tmp_path / "prom.kubeconfig")
+    )
     assert "apiserver_request_total" in {s.name for f in scrape(monitor).values() for s in f.samples}
     alice = api_client(server.client_kubeconfig("alice", (), tmp_path / "alice.kubeconfig"))
     with pytest.raises(Refused) as refusal:
@@ -163,11 +183,19 @@ async def test_labels_follow_upstreams_rules() -> None:
 
         await m.middleware(request, handler)
 
-    await served(_request("PATCH", "/apis/apps/v1/namespaces/default/deployments/x?dryRun=All",
-                          {"Content-Type": "application/apply-patch+yaml"}), "patch")
+    await served(
+        _request(
+            "PATCH",
+            "/apis/apps/v1/namespaces/default/deployments/x?dryRun=All",
+            {"Content-Type": "application/apply-patch+yaml"},
+        ),
+        "patch",
+    )
     await served(_request("GET", "/apis/apps/v1/deployments"), "list", ns="", name="")
     await served(_request("GET", "/apis/apps/v1/deployments/x"), "get", ns="")
-    await served(_request("POST", "/api/v1/namespaces/default/pods/x/exec"), "create", sub="exec", connects=True)
+    await served(
+        _request("POST", "/api/v1/namespaces/default/pods/x/exec"), "create", sub="exec", connects=True
+    )
 
     async def plain(req):
         return ok
@@ -179,7 +207,9 @@ async def test_labels_follow_upstreams_rules() -> None:
     await m.middleware(_request("GET", "/apis/apps/v1"), plain)
     with pytest.raises(web.HTTPNotFound):
         await m.middleware(_request("GET", "/nothing-here"), missing)
-    await m.middleware(_request("GET", "/api/v1/namespaces/default/pods/x"), plain)  # never marked: refused early
+    await m.middleware(
+        _request("GET", "/api/v1/namespaces/default/pods/x"), plain
+    )  # never marked: refused early
     totals = {
         (s.labels["verb"], s.labels["dry_run"], s.labels["scope"], s.labels["subresource"], s.labels["code"])
         for s in _families(m)["apiserver_request"].samples
@@ -209,7 +239,9 @@ async def test_long_running_requests_are_counted_while_they_run() -> None:
         await release.wait()
         return web.Response()
 
-    task = asyncio.create_task(m.middleware(_request("GET", "/api/v1/namespaces/default/pods?watch=1"), watch))
+    task = asyncio.create_task(
+        m.middleware(_request("GET", "/api/v1/namespaces/default/pods?watch=1"), watch)
+    )
     while not m.inflight:
         await asyncio.sleep(0)
     await asyncio.sleep(0)

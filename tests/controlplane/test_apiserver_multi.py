@@ -63,7 +63,9 @@ def core(server: ApiServer | Path) -> client.CoreV1Api:
 def endpoint_ips(v1: client.CoreV1Api) -> tuple[list[str], list[int]]:
     ep = v1.read_namespaced_endpoints("kubernetes", "default")
     subsets = ep.subsets or []
-    return [a.ip for s in subsets for a in s.addresses or []], [p.port for s in subsets for p in s.ports or []]
+    return [a.ip for s in subsets for a in s.addresses or []], [
+        p.port for s in subsets for p in s.ports or []
+    ]
 
 
 def slice_ips(api: client.ApiClient) -> list[str]:
@@ -150,9 +152,14 @@ def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versio
     # Reads through either replica agree on every object's resourceVersion and the list's.
     a = {c.metadata.name: c.metadata.resource_version for c in writer.list_namespaced_config_map(ns).items}
     b = eventually(
-        lambda: {c.metadata.name: c.metadata.resource_version for c in watcher.list_namespaced_config_map(ns).items}
-        if len(watcher.list_namespaced_config_map(ns).items) == 2
-        else None
+        lambda: (
+            {
+                c.metadata.name: c.metadata.resource_version
+                for c in watcher.list_namespaced_config_map(ns).items
+            }
+            if len(watcher.list_namespaced_config_map(ns).items) == 2
+            else None
+        )
     )
     assert a == b == {"c0": written[0][2], "c2": written[2][2]}
     # A list at an exact resourceVersion served by the replica that did not write it.
@@ -169,7 +176,9 @@ def test_optimistic_concurrency_holds_across_replicas(group: ApiServerReplicas) 
     cm = a.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name)))
     stale = cm.metadata.resource_version
     a.patch_namespaced_config_map(name, ns, {"data": {"x": "1"}})
-    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, resource_version=stale), data={"y": "2"})
+    body = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=name, resource_version=stale), data={"y": "2"}
+    )
     with pytest.raises(ApiException) as err:
         b.replace_namespaced_config_map(name, ns, body)
     assert err.value.status == 409
@@ -185,7 +194,11 @@ def test_optimistic_concurrency_holds_across_replicas(group: ApiServerReplicas) 
     for t in threads:
         t.join()
     final = eventually(
-        lambda: b.read_namespaced_config_map(name, ns) if len(b.read_namespaced_config_map(name, ns).data) == 11 else None
+        lambda: (
+            b.read_namespaced_config_map(name, ns)
+            if len(b.read_namespaced_config_map(name, ns).data) == 11
+            else None
+        )
     )
     assert set(final.data) == {"x"} | {f"k{i}" for i in range(10)}
 
@@ -269,7 +282,9 @@ def test_replicas_share_the_ca_and_service_account_keys(group: ApiServerReplicas
     first, second = group.servers
     v1 = core(first)
     name = f"robot-{uuid.uuid4().hex[:6]}"
-    v1.create_namespaced_service_account("default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+    v1.create_namespaced_service_account(
+        "default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+    )
     request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
     token = v1.create_namespaced_service_account_token(name, "default", request).status.token
     configuration = client.Configuration()

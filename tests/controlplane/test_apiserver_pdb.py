@@ -22,7 +22,10 @@ VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
 def pdb(name: str, selector: dict | None = None, **spec: object) -> dict:
-    body: dict = {"metadata": {"name": name}, "spec": {"selector": selector or {"matchLabels": {"app": "web"}}}}
+    body: dict = {
+        "metadata": {"name": name},
+        "spec": {"selector": selector or {"matchLabels": {"app": "web"}}},
+    }
     body["spec"].update(spec)
     return body
 
@@ -39,7 +42,9 @@ def policy(api: client.ApiClient) -> client.PolicyV1Api:
 
 def test_validation(policy: client.PolicyV1Api, namespace: str) -> None:
     with pytest.raises(ApiException) as err:
-        policy.create_namespaced_pod_disruption_budget(namespace, pdb("both", minAvailable=1, maxUnavailable=1))
+        policy.create_namespaced_pod_disruption_budget(
+            namespace, pdb("both", minAvailable=1, maxUnavailable=1)
+        )
     assert "spec: Invalid value: " in message(err)
     assert message(err).endswith(": minAvailable and maxUnavailable cannot be both set")
     with pytest.raises(ApiException) as err:
@@ -90,10 +95,21 @@ def test_status_subresource_and_columns(kubectl: Kubectl, policy: client.PolicyV
     policy.create_namespaced_pod_disruption_budget(namespace, pdb("db", maxUnavailable="25%"))
     assert policy.read_namespaced_pod_disruption_budget("web", namespace).status.disruptions_allowed == 0
     set_status(policy, namespace, "web", allowed=3)
-    ignored = policy.patch_namespaced_pod_disruption_budget("web", namespace, {"status": {"disruptionsAllowed": 9}})
+    ignored = policy.patch_namespaced_pod_disruption_budget(
+        "web", namespace, {"status": {"disruptionsAllowed": 9}}
+    )
     assert ignored.status.disruptions_allowed == 3
     lines = kubectl("get", "pdb", "-n", namespace).splitlines()
-    assert lines[0].split() == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "ALLOWED", "DISRUPTIONS", "AGE"]
+    assert lines[0].split() == [
+        "NAME",
+        "MIN",
+        "AVAILABLE",
+        "MAX",
+        "UNAVAILABLE",
+        "ALLOWED",
+        "DISRUPTIONS",
+        "AGE",
+    ]
     rows = {line.split()[0]: line.split()[1:4] for line in lines[1:]}
     assert rows == {"web": ["2", "N/A", "3"], "db": ["N/A", "25%", "0"]}
 
@@ -120,7 +136,9 @@ def set_status(
     )
 
 
-def running_pod(v1: client.CoreV1Api, namespace: str, name: str, ready: bool = True, app: str = "web") -> None:
+def running_pod(
+    v1: client.CoreV1Api, namespace: str, name: str, ready: bool = True, app: str = "web"
+) -> None:
     v1.create_namespaced_pod(
         namespace,
         {
@@ -146,7 +164,9 @@ def evict(v1: client.CoreV1Api, namespace: str, name: str, **extra: object) -> o
     return v1.create_namespaced_pod_eviction(name, namespace, body)
 
 
-def evict_raw(api: client.ApiClient, namespace: str, name: str, body: dict, query: str = "") -> tuple[int, dict]:
+def evict_raw(
+    api: client.ApiClient, namespace: str, name: str, body: dict, query: str = ""
+) -> tuple[int, dict]:
     answer = api.call_api(
         "POST",
         f"{api.configuration.host}/api/v1/namespaces/{namespace}/pods/{name}/eviction{query}",
@@ -177,12 +197,21 @@ def test_eviction_allowed_decrements_and_records(
     set_status(policy, ns, "web", allowed=1)
     running_pod(v1, ns, "a")
     running_pod(v1, ns, "b")
-    status, body = evict_raw(api, ns, "a", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}})
-    assert (status, body) == (201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+    status, body = evict_raw(
+        api, ns, "a", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}}
+    )
+    assert (status, body) == (
+        201,
+        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"},
+    )
     pod = v1.read_namespaced_pod("a", ns)
     assert pod.metadata.deletion_timestamp is not None  # bound: marked for its grace period
     target = next(c for c in pod.status.conditions if c.type == "DisruptionTarget")
-    assert (target.status, target.reason, target.message) == ("True", "EvictionByEvictionAPI", "Eviction API: evicting")
+    assert (target.status, target.reason, target.message) == (
+        "True",
+        "EvictionByEvictionAPI",
+        "Eviction API: evicting",
+    )
     budget = policy.read_namespaced_pod_disruption_budget("web", ns).status
     assert budget.disruptions_allowed == 0 and list(budget.disrupted_pods) == ["a"]
     cond = next(c for c in budget.conditions if c.type == "DisruptionAllowed")
@@ -194,7 +223,10 @@ def test_eviction_allowed_decrements_and_records(
     status_body = json.loads(err.value.body)
     assert status_body["reason"] == "TooManyRequests" and status_body["message"] == VIOLATES
     assert status_body["details"]["causes"] == [
-        {"reason": "DisruptionBudget", "message": "The disruption budget web needs 1 healthy pods and has 2 currently"}
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget web needs 1 healthy pods and has 2 currently",
+        }
     ]
     assert "Retry-After" not in err.value.headers
     assert not terminating(v1, ns, "b")
@@ -217,7 +249,9 @@ def test_stale_budget_two_budgets_and_pods_not_running(
     assert err.value.headers["Retry-After"] == "10"
 
     policy.create_namespaced_pod_disruption_budget(ns, pdb("also", maxUnavailable=1))
-    status, body = evict_raw(api, ns, "a", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}})
+    status, body = evict_raw(
+        api, ns, "a", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}}
+    )
     assert status == 500 and body["message"] == (
         "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
     )
@@ -248,7 +282,9 @@ def test_unhealthy_pod_policies(v1: client.CoreV1Api, policy: client.PolicyV1Api
     with pytest.raises(ApiException) as err:
         evict(v1, ns, "sick2")
     assert err.value.status == 429
-    policy.patch_namespaced_pod_disruption_budget("web", ns, {"spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}})
+    policy.patch_namespaced_pod_disruption_budget(
+        "web", ns, {"spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}}
+    )
     set_status(policy, ns, "web", allowed=0, current=0, desired=1)
     evict(v1, ns, "sick2")
     assert terminating(v1, ns, "sick2")
@@ -313,8 +349,21 @@ def test_kubectl_drain_dry_run_posts_evictions(
                     "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
                 },
             )
-            v1.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
-        out = kubectl.run("drain", node, "--dry-run=server", "--force", "--pod-selector", "app=web", "--timeout=20s", check=False)
+            v1.patch_namespaced_pod_status(
+                name,
+                ns,
+                {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+            )
+        out = kubectl.run(
+            "drain",
+            node,
+            "--dry-run=server",
+            "--force",
+            "--pod-selector",
+            "app=web",
+            "--timeout=20s",
+            check=False,
+        )
         assert out.returncode == 0, out.stderr
         for name in ("a", "b"):  # a dry run spends nothing, so both go through
             assert f"evicting pod {ns}/{name} (server dry run)" in out.stdout
@@ -359,7 +408,11 @@ def test_rbac_and_node_restriction(apiserver, v1: client.CoreV1Api, ns: str, tmp
     bound to itself (NodeRestriction's admitPodEviction)."""
     running_pod(v1, ns, "mine", app="x")  # bound to n1
     v1.create_namespaced_pod(
-        ns, {"metadata": {"name": "theirs"}, "spec": {"nodeName": "n2", "containers": [{"name": "c", "image": "busybox"}]}}
+        ns,
+        {
+            "metadata": {"name": "theirs"},
+            "spec": {"nodeName": "n2", "containers": [{"name": "c", "image": "busybox"}]},
+        },
     )
     v1.patch_namespaced_pod_status("theirs", ns, {"status": {"phase": "Running"}})
     node = apiserver.client_kubeconfig("system:node:n1", ("system:nodes",), tmp_path / "kubelet.kubeconfig")
@@ -367,7 +420,10 @@ def test_rbac_and_node_restriction(apiserver, v1: client.CoreV1Api, ns: str, tmp
         as_node = client.CoreV1Api(api)
         with pytest.raises(ApiException) as err:
             evict(as_node, ns, "theirs")
-        assert message(err, 403) == 'pods "theirs" is forbidden: node n1 can only evict pods with spec.nodeName set to itself'
+        assert (
+            message(err, 403)
+            == 'pods "theirs" is forbidden: node n1 can only evict pods with spec.nodeName set to itself'
+        )
         evict(as_node, ns, "mine")
     rbac = client.RbacAuthorizationV1Api(v1.api_client)
     viewer = f"viewer-{ns}"
@@ -382,7 +438,9 @@ def test_rbac_and_node_restriction(apiserver, v1: client.CoreV1Api, ns: str, tmp
     with api_client(apiserver.client_kubeconfig(viewer, (), tmp_path / "viewer.kubeconfig")) as api:
         with pytest.raises(ApiException) as err:
             evict(client.CoreV1Api(api), ns, "theirs")
-        assert message(err, 403).startswith(f'pods "theirs" is forbidden: User "{viewer}" cannot create resource "pods/eviction"')
+        assert message(err, 403).startswith(
+            f'pods "theirs" is forbidden: User "{viewer}" cannot create resource "pods/eviction"'
+        )
 
 
 def test_kubectl_create_pdb(kubectl: Kubectl, policy: client.PolicyV1Api, ns: str) -> None:
@@ -393,6 +451,8 @@ def test_kubectl_create_pdb(kubectl: Kubectl, policy: client.PolicyV1Api, ns: st
     web = policy.read_namespaced_pod_disruption_budget("web", ns)
     assert web.spec.min_available == "50%" and web.spec.selector.match_labels == {"app": "web"}
     assert policy.read_namespaced_pod_disruption_budget("db", ns).spec.max_unavailable == 1
-    refused = kubectl.run("create", "pdb", "bad", "-n", ns, "--selector=app=x", "--max-unavailable=200%", check=False)
+    refused = kubectl.run(
+        "create", "pdb", "bad", "-n", ns, "--selector=app=x", "--max-unavailable=200%", check=False
+    )
     assert refused.returncode != 0
     assert 'spec.maxUnavailable: Invalid value: "200%": must not be greater than 100%' in refused.stderr

@@ -17,7 +17,11 @@ from tests.controlplane.conftest import Kubectl
 def pv(name: str, size: str = "1Gi", **spec: object) -> dict:
     body: dict = {
         "metadata": {"name": name},
-        "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/x"}},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": "/tmp/x"},
+        },
     }
     body["spec"].update(spec)
     return body
@@ -30,7 +34,11 @@ def unique(prefix: str) -> str:
 def refused(kubectl: Kubectl, manifest: dict) -> str:
     """kubectl's error for a PersistentVolume the server refuses (the client validates too much itself)."""
     proc = kubectl.run(
-        "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "PersistentVolume", **manifest}), check=False
+        "create",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "PersistentVolume", **manifest}),
+        check=False,
     )
     assert proc.returncode == 1, proc.stdout
     return proc.stderr.strip()
@@ -69,14 +77,20 @@ def test_validation(kubectl: Kubectl) -> None:
     two = refused(kubectl, pv("c", local={"path": "/mnt"}))
     assert "spec.local: Forbidden: may not specify more than 1 volume type" in two
     local = refused(kubectl, pv("d", hostPath=None, local={"path": "/mnt"}))
-    assert local == 'The PersistentVolume "d" is invalid: spec.nodeAffinity: Required value: Local volume requires node affinity'
+    assert (
+        local
+        == 'The PersistentVolume "d" is invalid: spec.nodeAffinity: Required value: Local volume requires node affinity'
+    )
     modes = refused(kubectl, pv("e", accessModes=["ReadWriteOncePod", "ReadOnlyMany"]))
     assert modes == (
         'The PersistentVolume "e" is invalid: spec.accessModes: Forbidden: may not use ReadWriteOncePod with '
         "other access modes"
     )
     zero = refused(kubectl, pv("f", size="0"))
-    assert zero == 'The PersistentVolume "f" is invalid: spec.capacity[storage]: Invalid value: "0": must be greater than zero'
+    assert (
+        zero
+        == 'The PersistentVolume "f" is invalid: spec.capacity[storage]: Invalid value: "0": must be greater than zero'
+    )
     back = refused(kubectl, pv("g", hostPath={"path": "/a/../b", "type": "Sometimes"}))
     assert "spec.hostPath.path: Invalid value: \"/a/../b\": must not contain '..'" in back
     assert 'spec.hostPath.type: Unsupported value: "Sometimes"' in back
@@ -92,18 +106,29 @@ def test_validation(kubectl: Kubectl) -> None:
     )
 
 
-def test_source_immutable_status_and_columns(kubectl: Kubectl, v1: client.CoreV1Api, cleanup: list[str]) -> None:
+def test_source_immutable_status_and_columns(
+    kubectl: Kubectl, v1: client.CoreV1Api, cleanup: list[str]
+) -> None:
     name = unique("pv")
     cleanup.append(name)
-    v1.create_persistent_volume(pv(name, "5Gi", storageClassName="fast", accessModes=["ReadWriteOnce", "ReadOnlyMany"]))
+    v1.create_persistent_volume(
+        pv(name, "5Gi", storageClassName="fast", accessModes=["ReadWriteOnce", "ReadOnlyMany"])
+    )
     with pytest.raises(ApiException) as err:
         v1.patch_persistent_volume(name, {"spec": {"hostPath": {"path": "/elsewhere"}}})
     assert err.value.status == 422
-    assert "spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation" in (
-        json.loads(err.value.body)["message"]
+    assert (
+        "spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation"
+        in (json.loads(err.value.body)["message"])
     )
     claimed = v1.patch_persistent_volume(
-        name, {"spec": {"claimRef": {"namespace": "ns1", "name": "data"}, "persistentVolumeReclaimPolicy": "Delete"}}
+        name,
+        {
+            "spec": {
+                "claimRef": {"namespace": "ns1", "name": "data"},
+                "persistentVolumeReclaimPolicy": "Delete",
+            }
+        },
     )
     assert claimed.spec.claim_ref.name == "data"
     before = v1.read_persistent_volume_status(name).status.last_phase_transition_time
@@ -111,8 +136,18 @@ def test_source_immutable_status_and_columns(kubectl: Kubectl, v1: client.CoreV1
     assert bound.status.phase == "Bound" and bound.status.last_phase_transition_time >= before
     lines = kubectl("get", "pv", name).splitlines()
     assert lines[0].split() == [
-        "NAME", "CAPACITY", "ACCESS", "MODES", "RECLAIM", "POLICY", "STATUS", "CLAIM", "STORAGECLASS",
-        "VOLUMEATTRIBUTESCLASS", "REASON", "AGE",
+        "NAME",
+        "CAPACITY",
+        "ACCESS",
+        "MODES",
+        "RECLAIM",
+        "POLICY",
+        "STATUS",
+        "CLAIM",
+        "STORAGECLASS",
+        "VOLUMEATTRIBUTESCLASS",
+        "REASON",
+        "AGE",
     ]
     assert lines[1].split()[:8] == [name, "5Gi", "RWO,ROX", "Delete", "Bound", "ns1/data", "fast", "<unset>"]
     wide = kubectl("get", "pv", name, "-o", "wide").splitlines()

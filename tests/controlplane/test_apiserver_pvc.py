@@ -101,7 +101,9 @@ def test_validation(v1: client.CoreV1Api, namespace: str) -> None:
 def test_update_rules(v1: client.CoreV1Api, namespace: str) -> None:
     v1.create_namespaced_persistent_volume_claim(namespace, pvc("claim", "1Gi"))
     with pytest.raises(ApiException) as err:
-        v1.patch_namespaced_persistent_volume_claim("claim", namespace, {"spec": {"accessModes": ["ReadWriteMany"]}})
+        v1.patch_namespaced_persistent_volume_claim(
+            "claim", namespace, {"spec": {"accessModes": ["ReadWriteMany"]}}
+        )
     assert message(err).startswith(f'PersistentVolumeClaim "claim" is invalid: {IMMUTABLE}')
     # unbound: the request may not change either
     with pytest.raises(ApiException) as err:
@@ -116,7 +118,9 @@ def test_update_rules(v1: client.CoreV1Api, namespace: str) -> None:
         v1.patch_namespaced_persistent_volume_claim("claim", namespace, {"spec": {"volumeName": "pv-2"}})
     assert IMMUTABLE in message(err)
     with pytest.raises(ApiException) as err:
-        v1.patch_namespaced_persistent_volume_claim("claim", namespace, {"spec": {"storageClassName": "later"}})
+        v1.patch_namespaced_persistent_volume_claim(
+            "claim", namespace, {"spec": {"storageClassName": "later"}}
+        )
     assert IMMUTABLE in message(err)
 
 
@@ -132,7 +136,9 @@ def test_bound_claim_resize(
     for name, cls in (("small", fixed), ("big", growing)):
         v1.create_namespaced_persistent_volume_claim(namespace, pvc(name, "1Gi", storageClassName=cls))
         v1.patch_namespaced_persistent_volume_claim_status(
-            name, namespace, {"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}}
+            name,
+            namespace,
+            {"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}},
         )
     grow = {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}
     with pytest.raises(ApiException) as err:
@@ -157,12 +163,22 @@ def test_columns(kubectl: Kubectl, v1: client.CoreV1Api, namespace: str) -> None
     v1.create_namespaced_persistent_volume_claim(namespace, pvc("web", "3Gi", storageClassName="fast"))
     lines = kubectl("get", "pvc", "-n", namespace).splitlines()
     assert lines[0].split() == [
-        "NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS", "MODES", "STORAGECLASS", "VOLUMEATTRIBUTESCLASS", "AGE",
+        "NAME",
+        "STATUS",
+        "VOLUME",
+        "CAPACITY",
+        "ACCESS",
+        "MODES",
+        "STORAGECLASS",
+        "VOLUMEATTRIBUTESCLASS",
+        "AGE",
     ]
     assert lines[1].split()[:4] == ["web", "Pending", "fast", "<unset>"]
     v1.patch_namespaced_persistent_volume_claim("web", namespace, {"spec": {"volumeName": "pv-web"}})
     v1.patch_namespaced_persistent_volume_claim_status(
-        "web", namespace, {"status": {"phase": "Bound", "capacity": {"storage": "4Gi"}, "accessModes": ["ReadWriteOnce"]}}
+        "web",
+        namespace,
+        {"status": {"phase": "Bound", "capacity": {"storage": "4Gi"}, "accessModes": ["ReadWriteOnce"]}},
     )
     row = kubectl("get", "pvc", "web", "-n", namespace).splitlines()[1].split()
     assert row[:7] == ["web", "Bound", "pv-web", "4Gi", "RWO", "fast", "<unset>"]

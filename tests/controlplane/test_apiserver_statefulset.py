@@ -129,7 +129,9 @@ def test_validation(apps: client.AppsV1Api, namespace: str) -> None:
         '"Never": supported values: "Always"'
     )
     unknown = sts("i")
-    unknown["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/d"}]
+    unknown["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "data", "mountPath": "/d"}
+    ]
     with pytest.raises(ApiException) as err:
         apps.create_namespaced_stateful_set(namespace, unknown)
     assert 'spec.template.spec.containers[0].volumeMounts[0].name: Not found: "data"' in message(err)

@@ -50,11 +50,20 @@ def test_local_path_is_served(storage: client.StorageV1Api, kubectl: Kubectl) ->
     )
     assert local.metadata.annotations[DEFAULT] == "true"
     row = kubectl("get", "sc", "local-path").splitlines()[1].split()
-    assert row[:6] == ["local-path", "(default)", "rancher.io/local-path", "Delete", "WaitForFirstConsumer", "false"]
+    assert row[:6] == [
+        "local-path",
+        "(default)",
+        "rancher.io/local-path",
+        "Delete",
+        "WaitForFirstConsumer",
+        "false",
+    ]
 
 
 def test_validation(storage: client.StorageV1Api, kubectl: Kubectl) -> None:
-    manifest = json.dumps({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "none"}})
+    manifest = json.dumps(
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "none"}}
+    )
     refused = kubectl.run("create", "-f", "-", input=manifest, check=False)
     assert refused.returncode == 1
     assert 'The StorageClass "none" is invalid: provisioner: Required value' in refused.stderr
@@ -67,12 +76,14 @@ def test_validation(storage: client.StorageV1Api, kubectl: Kubectl) -> None:
     )
     with pytest.raises(ApiException) as err:
         storage.create_storage_class(sc("badprov", provisioner="no/such/thing"))
-    assert "provisioner: Invalid value: \"no/such/thing\"" in message(err)
+    assert 'provisioner: Invalid value: "no/such/thing"' in message(err)
 
 
 def test_update_rules(storage: client.StorageV1Api) -> None:
     name = unique("fixed")
-    storage.create_storage_class(sc(name, parameters={"type": "ssd"}, volumeBindingMode="WaitForFirstConsumer"))
+    storage.create_storage_class(
+        sc(name, parameters={"type": "ssd"}, volumeBindingMode="WaitForFirstConsumer")
+    )
     with pytest.raises(ApiException) as err:
         storage.patch_storage_class(
             name, {"parameters": {"type": "hdd"}, "reclaimPolicy": "Retain", "provisioner": "x.io/y"}
@@ -96,7 +107,11 @@ def test_update_rules(storage: client.StorageV1Api) -> None:
 def test_columns(kubectl: Kubectl, storage: client.StorageV1Api) -> None:
     name = unique("marked")
     storage.create_storage_class(
-        sc(name, metadata={"name": name, "annotations": {DEFAULT: "true"}}, volumeBindingMode="WaitForFirstConsumer")
+        sc(
+            name,
+            metadata={"name": name, "annotations": {DEFAULT: "true"}},
+            volumeBindingMode="WaitForFirstConsumer",
+        )
     )
     try:
         lines = kubectl("get", "storageclass", name).splitlines()

@@ -139,6 +139,12 @@ def test_a_repeated_question_gets_the_same_answer_with_its_own_id_until_the_zone
     first, second = query(101), query(202)
     assert (first.header.id, second.header.id) == (101, 202)
     assert answers(first) == answers(second) == [("web.shop.svc.cluster.local.", "A", "10.96.3.4", 30)]
-    moved = [{**SERVICES[0], "spec": {**SERVICES[0]["spec"], "clusterIP": "10.96.3.9", "clusterIPs": ["10.96.3.9"]}}, *SERVICES[1:]]
+    moved = [
+        {
+            **SERVICES[0],
+            "spec": {**SERVICES[0]["spec"], "clusterIP": "10.96.3.9", "clusterIPs": ["10.96.3.9"]},
+        },
+        *SERVICES[1:],
+    ]
     zones["now"] = build(moved, SLICES)
     assert answers(query(303)) == [("web.shop.svc.cluster.local.", "A", "10.96.3.9", 30)]

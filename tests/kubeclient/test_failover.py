@@ -40,10 +40,20 @@ class Replica:
                 await resp.write(json.dumps(event).encode() + b"\n")
             raise ConnectionResetError  # the replica dies mid-stream
         if self.status != 200:
-            body = {"kind": "Status", "status": "Failure", "code": self.status, "reason": "ServiceUnavailable"}
+            body = {
+                "kind": "Status",
+                "status": "Failure",
+                "code": self.status,
+                "reason": "ServiceUnavailable",
+            }
             return web.json_response(body, status=self.status)
         return web.json_response(
-            {"kind": "ConfigMapList", "metadata": {"resourceVersion": "5"}, "items": [], "served_by": self.name}
+            {
+                "kind": "ConfigMapList",
+                "metadata": {"resourceVersion": "5"},
+                "items": [],
+                "served_by": self.name,
+            }
         )
 
 
@@ -139,7 +149,10 @@ async def test_one_server_keeps_the_old_behaviour() -> None:
 
 
 def cm(name: str, rv: int) -> dict:
-    return {"kind": "ConfigMap", "metadata": {"name": name, "namespace": "d", "uid": name, "resourceVersion": str(rv)}}
+    return {
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "d", "uid": name, "resourceVersion": str(rv)},
+    }
 
 
 async def test_a_broken_watch_resumes_on_the_next_replica_from_the_last_resource_version() -> None:
@@ -184,7 +197,9 @@ def test_replicas_from_the_kubernetes_endpoints() -> None:
 async def test_an_in_cluster_client_adds_the_endpoints_replicas() -> None:
     async def handle(request: web.Request) -> web.StreamResponse:
         assert request.path == "/api/v1/namespaces/default/endpoints/kubernetes"
-        subsets = [{"addresses": [{"ip": "127.0.0.2"}, {"ip": "127.0.0.3"}], "ports": [{"name": "https", "port": 7}]}]
+        subsets = [
+            {"addresses": [{"ip": "127.0.0.2"}, {"ip": "127.0.0.3"}], "ports": [{"name": "https", "port": 7}]}
+        ]
         return web.json_response({"kind": "Endpoints", "subsets": subsets})
 
     app = web.Application()

@@ -31,7 +31,9 @@ def metrics_server(apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactor
     d = tmp_path_factory.mktemp("ms")
     with apiserver.api_client() as api:
         for obj in manifest.rbac():
-            path = "/api/v1/namespaces/kube-system/serviceaccounts" if obj["kind"] == "ServiceAccount" else None
+            path = (
+                "/api/v1/namespaces/kube-system/serviceaccounts" if obj["kind"] == "ServiceAccount" else None
+            )
             plural = obj["kind"].lower() + "s"
             ns = obj["metadata"].get("namespace")
             base = f"/apis/{obj['apiVersion']}" if "/" in obj["apiVersion"] else "/api/v1"
@@ -41,8 +43,22 @@ def metrics_server(apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactor
     port = free_port()
     daemon = Daemon(
         "metrics-server",
-        ["python3", "-m", "pykubelet", "metrics-server", "--kubeconfig", str(kubeconfig), "--bind-address",
-         "127.0.0.1", "--secure-port", str(port), "--cert-dir", str(d / "pki"), "--metric-resolution", "2s"],
+        [
+            "python3",
+            "-m",
+            "pykubelet",
+            "metrics-server",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(port),
+            "--cert-dir",
+            str(d / "pki"),
+            "--metric-resolution",
+            "2s",
+        ],
         d / "ms.log",
     )
     daemon.start(lambda: _get(port, "/healthz")[0] == 200, timeout=60, interval=0.2)
@@ -59,7 +75,9 @@ def _context(cert: Path | None = None, key: Path | None = None) -> ssl.SSLContex
     return ctx
 
 
-def _get(port: int, path: str, ctx: ssl.SSLContext | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+def _get(
+    port: int, path: str, ctx: ssl.SSLContext | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
     try:
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx or _context(), timeout=10)
         conn.request("GET", path, headers=headers or {})
@@ -88,24 +106,40 @@ def test_health_needs_no_credentials_the_api_does(metrics_server: int) -> None:
     assert status == 401 and body["reason"] == "Unauthorized"
 
 
-def test_the_front_proxy_user_is_authorized_by_subject_access_review(apiserver: ApiServer, metrics_server: int) -> None:
-    status, body = _get(metrics_server, NODES, front_proxy(apiserver), {"X-Remote-User": "alice", "X-Remote-Group": "dev"})
+def test_the_front_proxy_user_is_authorized_by_subject_access_review(
+    apiserver: ApiServer, metrics_server: int
+) -> None:
+    status, body = _get(
+        metrics_server, NODES, front_proxy(apiserver), {"X-Remote-User": "alice", "X-Remote-Group": "dev"}
+    )
     assert status == 403
     assert body["message"].startswith(
         'nodes.metrics.k8s.io is forbidden: User "alice" cannot list resource "nodes" in API group "metrics.k8s.io" at the cluster scope'
     )
     status, body = _get(
-        metrics_server, NODES, front_proxy(apiserver), {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"}
+        metrics_server,
+        NODES,
+        front_proxy(apiserver),
+        {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"},
     )
-    assert status == 200 and body == {"kind": "NodeMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": []}
+    assert status == 200 and body == {
+        "kind": "NodeMetricsList",
+        "apiVersion": "metrics.k8s.io/v1beta1",
+        "metadata": {},
+        "items": [],
+    }
     status, body = _get(
-        metrics_server, "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/nope", front_proxy(apiserver),
+        metrics_server,
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/nope",
+        front_proxy(apiserver),
         {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"},
     )
     assert status == 404 and body["message"] == 'podmetrics.metrics.k8s.io "default/nope" not found'
 
 
-def test_headers_from_any_other_certificate_are_not_believed(apiserver: ApiServer, metrics_server: int, tmp_path: Path) -> None:
+def test_headers_from_any_other_certificate_are_not_believed(
+    apiserver: ApiServer, metrics_server: int, tmp_path: Path
+) -> None:
     """A client certificate of the cluster CA is its own user: its X-Remote-* headers count for nothing."""
     kubeconfig = apiserver.client_kubeconfig("bob", (), tmp_path / "bob.kubeconfig")
     import base64
@@ -117,13 +151,21 @@ def test_headers_from_any_other_certificate_are_not_believed(apiserver: ApiServe
     cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
     key.write_bytes(base64.b64decode(user["client-key-data"]))
     status, body = _get(
-        metrics_server, NODES, _context(cert, key), {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"}
+        metrics_server,
+        NODES,
+        _context(cert, key),
+        {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"},
     )
     assert status == 403 and 'User "bob" cannot list resource "nodes"' in body["message"]
 
 
 def test_discovery_documents(apiserver: ApiServer, metrics_server: int) -> None:
-    status, body = _get(metrics_server, "/apis/metrics.k8s.io/v1beta1", front_proxy(apiserver), {"X-Remote-User": "system:kube-aggregator", "X-Remote-Group": "system:authenticated"})
+    status, body = _get(
+        metrics_server,
+        "/apis/metrics.k8s.io/v1beta1",
+        front_proxy(apiserver),
+        {"X-Remote-User": "system:kube-aggregator", "X-Remote-Group": "system:authenticated"},
+    )
     assert status == 200
     assert [(r["name"], r["kind"], r["namespaced"], r["verbs"]) for r in body["resources"]] == [
         ("nodes", "NodeMetrics", False, ["get", "list"]),

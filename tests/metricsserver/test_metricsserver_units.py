@@ -47,7 +47,9 @@ SECOND = (
 
 def test_parse_reads_node_and_container_points() -> None:
     sample = parse(FIRST)
-    assert sample.node.cpu == 1000 and sample.node.memory == 2147483648 and sample.node.cpu_time == 1700000000.0
+    assert (
+        sample.node.cpu == 1000 and sample.node.memory == 2147483648 and sample.node.cpu_time == 1700000000.0
+    )
     web = sample.containers[("default", "web-1", "web")]
     assert (web.cpu, web.memory, web.start_time) == (10.5, 16297984.0, 1.6999e9)
     assert set(sample.containers) == {("default", "web-1", "web"), ("default", "web-1", "side")}

@@ -42,7 +42,10 @@ def test_local_ready_endpoints_are_counted_per_service() -> None:
     slice_ = {
         "metadata": {"name": "web-x", "namespace": "ns", "labels": {"kubernetes.io/service-name": "web"}},
         "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "alt", "port": 8080, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "port": 8080, "protocol": "TCP"},
+            {"name": "alt", "port": 8080, "protocol": "TCP"},
+        ],
         "endpoints": [
             {"addresses": ["10.244.0.5"], "conditions": {"ready": True}, "nodeName": "n1"},
             {"addresses": ["10.244.0.6"], "conditions": {"ready": False}, "nodeName": "n1"},

@@ -555,7 +555,11 @@ async def test_health_check_node_port_of_a_local_load_balancer(proxier, lab, v1,
     port = svc.spec.health_check_node_port
     assert port
     endpoint_slice(discovery, namespace, "web", [BACKEND_IP, EXTRA_BACKEND_IP])  # both on n1, this node
-    expected = {"service": {"namespace": namespace, "name": "web"}, "localEndpoints": 2, "serviceProxyHealthy": True}
+    expected = {
+        "service": {"namespace": namespace, "name": "web"},
+        "localEndpoints": 2,
+        "serviceProxyHealthy": True,
+    }
     got = await until(
         lambda: asyncio.to_thread(lambda: (lambda r: r if r[0] == 200 else None)(_health(port))),
         what="200 with two local endpoints",

@@ -222,10 +222,14 @@ def test_partial_sync_touches_only_what_changed() -> None:
 
 def _lb(**spec: Any) -> Obj:
     body = svc(
-        type="LoadBalancer", ports=[{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}], **spec
+        type="LoadBalancer",
+        ports=[{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}],
+        **spec,
     )
     body["status"] = {
-        "loadBalancer": {"ingress": [{"ip": "192.0.2.10", "ipMode": "VIP"}, {"ip": "192.0.2.99", "ipMode": "Proxy"}]}
+        "loadBalancer": {
+            "ingress": [{"ip": "192.0.2.10", "ipMode": "VIP"}, {"ip": "192.0.2.99", "ipMode": "Proxy"}]
+        }
     }
     return body
 
@@ -241,7 +245,9 @@ def test_load_balancer_ips_get_rules_except_proxy_mode_ones() -> None:
 
 def test_load_balancer_source_ranges_drop_other_sources_before_dnat() -> None:
     ranges = ["10.0.0.0/8", "172.16.0.0/12"]
-    rs, ports = ruleset([_lb(loadBalancerSourceRanges=ranges)], [eps("web", ("10.244.0.5", True, True, False, "n1"))])
+    rs, ports = ruleset(
+        [_lb(loadBalancerSourceRanges=ranges)], [eps("web", ("10.244.0.5", True, True, False, "n1"))]
+    )
     names = ChainNames.of(ports[0].name)
     assert dict(rs.sets["firewall-ips"].elements) == {"192.0.2.10 . tcp . 80": f"goto {names.firewall}"}
     assert rs.chains[names.firewall].rules == ("ip saddr != { 10.0.0.0/8, 172.16.0.0/12 } drop",)
@@ -250,11 +256,15 @@ def test_load_balancer_source_ranges_drop_other_sources_before_dnat() -> None:
     assert rs.chains["firewall-check"].rules == ("ip daddr . meta l4proto . th dport vmap @firewall-ips",)
     # A range holding the node admits the LB IPs as sources (a node reaching its own VIP).
     node = NodeSettings("n1", "10.244.0.0/16", node_ips=("10.1.2.3",))
-    rs, _ = ruleset([_lb(loadBalancerSourceRanges=ranges)], [eps("web", ("10.244.0.5", True, True, False, "n1"))], node)
+    rs, _ = ruleset(
+        [_lb(loadBalancerSourceRanges=ranges)], [eps("web", ("10.244.0.5", True, True, False, "n1"))], node
+    )
     assert rs.chains[names.firewall].rules == ("ip saddr != { 10.0.0.0/8, 172.16.0.0/12, 192.0.2.10 } drop",)
     # The legacy annotation, when the field is empty; invalid entries skipped.
     body = _lb()
-    body["metadata"]["annotations"] = {"service.beta.kubernetes.io/load-balancer-source-ranges": "1.2.3.0/24, x"}
+    body["metadata"]["annotations"] = {
+        "service.beta.kubernetes.io/load-balancer-source-ranges": "1.2.3.0/24, x"
+    }
     rs, _ = ruleset([body], [eps("web", ("10.244.0.5", True, True, False, "n1"))])
     assert rs.chains[names.firewall].rules == ("ip saddr != { 1.2.3.0/24 } drop",)
 
@@ -264,7 +274,10 @@ def test_nodeport_addresses_and_unallocated_cluster_ips() -> None:
     node = NodeSettings("n1", "10.244.0.0/16", nodeport_ips=("10.1.2.3",), service_cidrs=("10.96.0.0/16",))
     rs, _ = ruleset([svc(**spec)], [eps("web", ("10.244.0.5", True, True, False, "n1"))], node)
     assert dict(rs.sets["nodeport-ips"].elements) == {"10.1.2.3": None}
-    assert rs.chains["services"].rules[1] == "ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"
+    assert (
+        rs.chains["services"].rules[1]
+        == "ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"
+    )
     assert rs.chains["service-endpoints-check"].rules[1].startswith("ip daddr @nodeport-ips ")
     assert rs.chains["cluster-ips-check"].rules == (
         'ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',

@@ -183,7 +183,10 @@ def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_ea
     state = tmp_path / "state"
     with lease_network("m") as net:
         scope = Scope.of(
-            state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+            state,
+            bridges=[net.bridge],
+            pod_cidrs=[net.pod_cidr],
+            nft_tables=[f"ip {proxy_table(net.bridge)}"],
         )
         argv = ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name",
                 "ha-node", "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--store", "etcd",
@@ -220,8 +223,13 @@ def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_ea
             node = core.read_node("ha-node")
             assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
             eventually(
-                lambda: [a.ip for a in core.read_namespaced_endpoints("kubernetes", "default").subsets[0].addresses]
-                == ["127.0.0.2"],
+                lambda: (
+                    [
+                        a.ip
+                        for a in core.read_namespaced_endpoints("kubernetes", "default").subsets[0].addresses
+                    ]
+                    == ["127.0.0.2"]
+                ),
                 timeout=40,
                 interval=1.0,
             )
@@ -260,7 +268,10 @@ def test_a_stack_started_on_a_migrated_store_serves_the_same_objects(tmp_path: P
         for i in range(3):
             v1.create_namespaced_config_map("kept", cm(f"c{i}"))
         client.AppsV1Api(api).create_namespaced_deployment("kept", deployment("moved", 1))
-        before = {c.metadata.name: (c.metadata.uid, c.metadata.creation_timestamp, c.data) for c in v1.list_namespaced_config_map("kept").items}
+        before = {
+            c.metadata.name: (c.metadata.uid, c.metadata.creation_timestamp, c.data)
+            for c in v1.list_namespaced_config_map("kept").items
+        }
     etcd = Etcd(state / "etcd")  # where the stack's etcd lives; its data and PKI are kept on restart
     etcd.start()
     try:
@@ -274,13 +285,22 @@ def test_a_stack_started_on_a_migrated_store_serves_the_same_objects(tmp_path: P
         etcd.stop()
     with lease_network("g") as net:
         stack = Stack(
-            StackConfig(state_dir=state, node_name="moved-node", pod_cidr=net.pod_cidr, bridge=net.bridge, store="etcd")
+            StackConfig(
+                state_dir=state,
+                node_name="moved-node",
+                pod_cidr=net.pod_cidr,
+                bridge=net.bridge,
+                store="etcd",
+            )
         )
         try:
             stack.start()
             api = kconfig.new_client_from_config(config_file=str(stack.kubeconfig))
             v1, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-            after = {c.metadata.name: (c.metadata.uid, c.metadata.creation_timestamp, c.data) for c in v1.list_namespaced_config_map("kept").items}
+            after = {
+                c.metadata.name: (c.metadata.uid, c.metadata.creation_timestamp, c.data)
+                for c in v1.list_namespaced_config_map("kept").items
+            }
             assert {k: v for k, v in after.items() if k != "kube-root-ca.crt"} == {
                 k: v for k, v in before.items() if k != "kube-root-ca.crt"
             }

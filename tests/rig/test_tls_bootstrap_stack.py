@@ -37,7 +37,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
             tls_bootstrap=True,
         )
         scope = Scope.of(
-            config.state_dir, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+            config.state_dir,
+            bridges=[net.bridge],
+            pod_cidrs=[net.pod_cidr],
+            nft_tables=[f"ip {proxy_table(net.bridge)}"],
         )
         s = Stack(config)
         s.start()

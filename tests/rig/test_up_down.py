@@ -53,7 +53,15 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
     try:
         assert up.returncode == 0, up.stderr
         assert record is not None
-        assert record.ready == ["registry", "containerd", "apiserver", "dns", "agent", "proxy", "metrics-server"]
+        assert record.ready == [
+            "registry",
+            "containerd",
+            "apiserver",
+            "dns",
+            "agent",
+            "proxy",
+            "metrics-server",
+        ]
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
         assert "pod default/hello is Running and Ready" in up.stderr  # its readiness probe passed
@@ -148,7 +156,16 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
     try:
         assert up.returncode == 0, up.stderr
         assert record is not None
-        assert record.ready == ["registry", "containerd", "etcd", "apiserver", "dns", "agent", "proxy", "metrics-server"]
+        assert record.ready == [
+            "registry",
+            "containerd",
+            "etcd",
+            "apiserver",
+            "dns",
+            "agent",
+            "proxy",
+            "metrics-server",
+        ]
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         assert not (state / "apiserver" / "state.db").exists()
         pki = state / "etcd" / "pki"

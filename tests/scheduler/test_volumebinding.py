@@ -47,7 +47,11 @@ class Store:
 def claim(name: str, cls: str = "wffc", size: str = "1Gi", **meta: Any) -> Obj:
     return {
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", **meta},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}, "storageClassName": cls},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+            "storageClassName": cls,
+        },
         "status": {"phase": "Pending"},
     }
 
@@ -55,14 +59,23 @@ def claim(name: str, cls: str = "wffc", size: str = "1Gi", **meta: Any) -> Obj:
 def volume(name: str, node: str | None, size: str = "5Gi", cls: str = "wffc", **spec: Any) -> Obj:
     body: Obj = {
         "metadata": {"name": name},
-        "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "storageClassName": cls, **spec},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": cls,
+            **spec,
+        },
         "status": {"phase": "Available"},
     }
     if node:
         body["spec"]["nodeAffinity"] = {
             "required": {
                 "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+                        ]
+                    }
                 ]
             }
         }
@@ -73,12 +86,17 @@ def sc(name: str, mode: str, provisioner: str = "rancher.io/local-path") -> Obj:
     return {"metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode}
 
 
-CLASSES = (sc("wffc", "WaitForFirstConsumer", "kubernetes.io/no-provisioner"), sc("now", "Immediate"),
-           sc("local-path", "WaitForFirstConsumer"))
+CLASSES = (
+    sc("wffc", "WaitForFirstConsumer", "kubernetes.io/no-provisioner"),
+    sc("now", "Immediate"),
+    sc("local-path", "WaitForFirstConsumer"),
+)
 
 
 def using(*claims: str):
-    return make_pod(volumes=[{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)])
+    return make_pod(
+        volumes=[{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    )
 
 
 def nodes():
@@ -99,11 +117,20 @@ def plugin(claims: list[Obj], volumes: list[Obj] = ()) -> VolumeBinding:  # type
 
 
 def test_pre_filter_refusals() -> None:
-    p = plugin([claim("imm", "now"), claim("gone-class", "missing"), claim("dying", deletionTimestamp="2024-01-01T00:00:00Z")])
+    p = plugin(
+        [
+            claim("imm", "now"),
+            claim("gone-class", "missing"),
+            claim("dying", deletionTimestamp="2024-01-01T00:00:00Z"),
+        ]
+    )
     assert decide(p, using("nope")) == '0/2 nodes are available: persistentvolumeclaim "nope" not found.'
     assert decide(p, using("imm")) == f"0/2 nodes are available: {UNBOUND_IMMEDIATE}."
     assert decide(p, using("gone-class")) == f"0/2 nodes are available: {UNBOUND_IMMEDIATE}."
-    assert decide(p, using("dying")) == '0/2 nodes are available: persistentvolumeclaim "dying" is being deleted.'
+    assert (
+        decide(p, using("dying"))
+        == '0/2 nodes are available: persistentvolumeclaim "dying" is being deleted.'
+    )
 
 
 def test_bound_volume_node_affinity() -> None:
@@ -141,9 +168,15 @@ class Writes:
         return body
 
     def complete(self, claim_obj: Obj, pv: Obj) -> None:
-        claim_obj.setdefault("metadata", {}).setdefault("annotations", {})["pv.kubernetes.io/bind-completed"] = "yes"
+        claim_obj.setdefault("metadata", {}).setdefault("annotations", {})[
+            "pv.kubernetes.io/bind-completed"
+        ] = "yes"
         claim_obj["spec"]["volumeName"] = pv["metadata"]["name"]
-        pv["spec"]["claimRef"] = {"namespace": "ns", "name": claim_obj["metadata"]["name"], "uid": claim_obj["metadata"]["uid"]}
+        pv["spec"]["claimRef"] = {
+            "namespace": "ns",
+            "name": claim_obj["metadata"]["name"],
+            "uid": claim_obj["metadata"]["uid"],
+        }
         self.binding.notify()
 
 
@@ -171,7 +204,9 @@ async def test_pre_bind_writes_then_waits_for_binding() -> None:
 
 
 async def test_pre_bind_times_out() -> None:
-    p = VolumeBinding(Store(claim("dyn", "local-path"), namespaced=True), Store(), Store(*CLASSES), timeout=0.05)
+    p = VolumeBinding(
+        Store(claim("dyn", "local-path"), namespaced=True), Store(), Store(*CLASSES), timeout=0.05
+    )
     pod = using("dyn")
     p.pre_filter(pod)
     with pytest.raises(BindingError, match="binding volumes: context deadline exceeded"):

@@ -35,7 +35,12 @@ async def publish(registry: Registry, pki: Pki) -> None:
     assert pki.front_proxy_ca_cert is not None
     wanted = data(pki.ca_cert, pki.front_proxy_ca_cert)
     if registry.cache.get(CONFIGMAPS.key(NAMESPACE, NAME)) is None:
-        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME}, "data": wanted}
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": NAME},
+            "data": wanted,
+        }
         try:
             await registry.create(CONFIGMAPS, NAMESPACE, body)
             return

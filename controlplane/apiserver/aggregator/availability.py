@@ -115,10 +115,18 @@ class AvailabilityChecker:
         if cached is None:
             return
         cond = next(
-            (c for c in (cached.obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Available"),
+            (
+                c
+                for c in (cached.obj.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Available"
+            ),
             None,
         )
-        if current and cond and (cond.get("reason"), cond.get("message")) == (verdict.reason, verdict.message):
+        if (
+            current
+            and cond
+            and (cond.get("reason"), cond.get("message")) == (verdict.reason, verdict.message)
+        ):
             return
         try:
             await self.registry.guaranteed_update(

@@ -56,7 +56,9 @@ class Aggregator:
         if tail:
             # A resource request: authorized here, as the aggregator's own handler chain does before it
             # proxies (the backend authorizes again, by SubjectAccessReview).
-            attrs = attributes(user, request.method, info.group, info.version, tail, request.query, request.path)
+            attrs = attributes(
+                user, request.method, info.group, info.version, tail, request.query, request.path
+            )
             decision = self.authorizer.authorize(attrs)
             if not decision.allowed:
                 raise forbidden(attrs, decision.reason)

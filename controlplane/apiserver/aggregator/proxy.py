@@ -109,7 +109,9 @@ async def relay(
             allow_redirects=False,
         )
     except (aiohttp.ClientError, OSError, ssl.SSLError) as err:
-        raise errors.ApiError(503, "ServiceUnavailable", f"error trying to reach service: {err}", {}) from None
+        raise errors.ApiError(
+            503, "ServiceUnavailable", f"error trying to reach service: {err}", {}
+        ) from None
     try:
         out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in upstream.headers.items():

@@ -31,7 +31,14 @@ def attributes(
     watch = watch or str(query.get("watch", "")).lower() in ("1", "true")
     selector = ""
     if name:
-        verb = {"GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "POST": "create"}
+        verb = {
+            "GET": "get",
+            "HEAD": "get",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete",
+            "POST": "create",
+        }
         verb_name = "watch" if watch and method == "GET" else verb.get(method, method.lower())
     else:
         verb_name = {"GET": "list", "HEAD": "list", "POST": "create", "DELETE": "deletecollection"}.get(

@@ -44,7 +44,9 @@ def resolve(cache: WatchCache, namespace: str, name: str, port: int) -> list[End
         return [Endpoint(spec.get("externalName", ""), port)]
     ports = [p for p in spec.get("ports") or [] if p.get("port") == port]
     if not ports:
-        raise ResolveError("ServicePortError", f'service/{name} in "{namespace}" is not listening on port {port}')
+        raise ResolveError(
+            "ServicePortError", f'service/{name} in "{namespace}" is not listening on port {port}'
+        )
     port_name = ports[0].get("name") or ""
     ep_cached = cache.get(ENDPOINTS.key(namespace, name))
     if ep_cached is None:
@@ -53,7 +55,11 @@ def resolve(cache: WatchCache, namespace: str, name: str, port: int) -> list[End
     for subset in ep_cached.obj.get("subsets") or []:
         for ep_port in subset.get("ports") or []:
             if (ep_port.get("name") or "") == port_name:
-                found += [Endpoint(a["ip"], int(ep_port["port"])) for a in subset.get("addresses") or [] if a.get("ip")]
+                found += [
+                    Endpoint(a["ip"], int(ep_port["port"]))
+                    for a in subset.get("addresses") or []
+                    if a.get("ip")
+                ]
     if not found:
         raise ResolveError(
             "MissingEndpoints",

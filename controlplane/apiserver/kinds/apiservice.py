@@ -65,7 +65,9 @@ class APIService(Kind):
             errs.append(invalid("metadata.name", name, 'must be `spec.version+"."+spec.group`'))
         if not group:
             if version != "v1":
-                errs.append(required("spec.group", "only v1 may have an empty group and it better be legacy kube"))
+                errs.append(
+                    required("spec.group", "only v1 may have an empty group and it better be legacy kube")
+                )
         else:
             errs += dns_subdomain("spec.group", group)
         if not version:
@@ -89,7 +91,11 @@ class APIService(Kind):
                 errs.append(invalid("spec.caBundle", "", "local APIServices may not have a caBundle"))
             if spec.get("insecureSkipTLSVerify"):
                 errs.append(
-                    invalid("spec.insecureSkipTLSVerify", True, "local APIServices may not have insecureSkipTLSVerify")
+                    invalid(
+                        "spec.insecureSkipTLSVerify",
+                        True,
+                        "local APIServices may not have insecureSkipTLSVerify",
+                    )
                 )
             return errs
         if not svc.get("namespace"):

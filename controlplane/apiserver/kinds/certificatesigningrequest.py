@@ -156,7 +156,7 @@ _PEM_BLOCK = re.compile(rb"-----BEGIN ([^-\r\n]*)-----\r?\n(.*?)-----END \1-----
 
 
 def validate_certificate(pem: bytes) -> str:
-    """"" for an empty or valid status.certificate, else upstream's reason (validateCertificate)."""
+    """ "" for an empty or valid status.certificate, else upstream's reason (validateCertificate)."""
     if not pem:
         return ""
     blocks = 0
@@ -183,7 +183,11 @@ def validate_signer_name(path: str, name: str) -> list[FieldError]:
         return [required(path)]
     segments = name.split("/")
     if len(segments) != 2:
-        return [invalid(path, name, "must be a fully qualified domain and path of the form 'example.com/signer-name'")]
+        return [
+            invalid(
+                path, name, "must be a fully qualified domain and path of the form 'example.com/signer-name'"
+            )
+        ]
     errors: list[FieldError] = []
     domain, rest = segments
     if len(domain) > 253:
@@ -195,7 +199,9 @@ def validate_signer_name(path: str, name: str) -> list[FieldError]:
             errors += [invalid(path, domain, f"validating label {json.dumps(label)}: {p}") for p in problems]
             break
     if len(labels) < 2:
-        errors.append(invalid(path, domain, "should be a domain with at least two segments separated by dots"))
+        errors.append(
+            invalid(path, domain, "should be a domain with at least two segments separated by dots")
+        )
     for part in rest.split("."):
         problems = dns1123_subdomain(part)
         if problems:
@@ -214,7 +220,9 @@ def has_condition(obj: Obj, kind: str) -> bool:
 
 def status_text(obj: Obj) -> str:
     """kubectl's CONDITION column (upstream's extractCSRStatus)."""
-    text = "Denied" if has_condition(obj, DENIED) else "Approved" if has_condition(obj, APPROVED) else "Pending"
+    text = (
+        "Denied" if has_condition(obj, DENIED) else "Approved" if has_condition(obj, APPROVED) else "Pending"
+    )
     if has_condition(obj, FAILED):
         text += ",Failed"
     if (obj.get("status") or {}).get("certificate"):
@@ -350,7 +358,9 @@ class CertificateSigning:
         if request.kind is not KIND or request.operation != "UPDATE" or request.subresource != "status":
             return
         old = request.old or {}
-        if (request.obj.get("status") or {}).get("certificate") == (old.get("status") or {}).get("certificate"):
+        if (request.obj.get("status") or {}).get("certificate") == (old.get("status") or {}).get(
+            "certificate"
+        ):
             return
         signer = (request.obj.get("spec") or {}).get("signerName", "")
         if not _authorized_for_signer(request, "sign", signer):
@@ -399,15 +409,23 @@ class CertificateSigningRequest(Kind):
     columns = (
         tables.NAME,
         tables.AGE,
-        tables.column("SignerName", desc="signerName indicates the requested signer, and is a qualified name."),
-        tables.column("Requestor", desc="request contains an x509 certificate signing request encoded in a "
-                      '"CERTIFICATE REQUEST" PEM block.'),
+        tables.column(
+            "SignerName", desc="signerName indicates the requested signer, and is a qualified name."
+        ),
+        tables.column(
+            "Requestor",
+            desc="request contains an x509 certificate signing request encoded in a "
+            '"CERTIFICATE REQUEST" PEM block.',
+        ),
         tables.column(
             "RequestedDuration",
             desc="expirationSeconds is the requested duration of validity of the issued certificate.",
         ),
-        tables.column("Condition", desc="conditions applied to the request. Known conditions are \"Approved\", "
-                      '"Denied", and "Failed".'),
+        tables.column(
+            "Condition",
+            desc='conditions applied to the request. Known conditions are "Approved", '
+            '"Denied", and "Failed".',
+        ),
     )
     admission = (
         CertificateSigningRequestStrategy(),
@@ -447,13 +465,17 @@ class CertificateSigningRequest(Kind):
         try:
             parse_csr(raw)
         except ValueError as err:
-            errors.append(FieldError("FieldValueInvalid", "spec.request", f"Invalid value: {_go_bytes(raw)}: {err}"))
+            errors.append(
+                FieldError("FieldValueInvalid", "spec.request", f"Invalid value: {_go_bytes(raw)}: {err}")
+            )
         usages = spec.get("usages") or []
         if not usages:
             errors.append(required("spec.usages"))
         if not any(u not in VALID_USAGES for u in old_spec.get("usages") or []):
             errors += [
-                not_supported(f"spec.usages[{i}]", u, VALID_USAGES) for i, u in enumerate(usages) if u not in VALID_USAGES
+                not_supported(f"spec.usages[{i}]", u, VALID_USAGES)
+                for i, u in enumerate(usages)
+                if u not in VALID_USAGES
             ]
         old_usages = old_spec.get("usages") or []
         if len(set(old_usages)) == len(old_usages):
@@ -464,13 +486,21 @@ class CertificateSigningRequest(Kind):
                 seen.add(u)
         signer = spec.get("signerName", "")
         if signer == LEGACY_UNKNOWN and old_spec.get("signerName") != LEGACY_UNKNOWN:
-            errors.append(invalid("spec.signerName", signer, "the legacy signerName is not allowed via this API version"))
+            errors.append(
+                invalid(
+                    "spec.signerName", signer, "the legacy signerName is not allowed via this API version"
+                )
+            )
         else:
             errors += validate_signer_name("spec.signerName", signer)
         expiration = spec.get("expirationSeconds")
         if expiration is not None and expiration < 600:
             errors.append(
-                invalid("spec.expirationSeconds", expiration, "may not specify a duration less than 600 seconds (10 minutes)")
+                invalid(
+                    "spec.expirationSeconds",
+                    expiration,
+                    "may not specify a duration less than 600 seconds (10 minutes)",
+                )
             )
         errors += self._validate_conditions(obj, old)
         certificate = (obj.get("status") or {}).get("certificate")
@@ -509,11 +539,19 @@ class CertificateSigningRequest(Kind):
                 if kind == APPROVED:
                     approved = True
                     if denied:
-                        errors.append(invalid(f"{path}.type", kind, "Approved and Denied conditions are mutually exclusive"))
+                        errors.append(
+                            invalid(
+                                f"{path}.type", kind, "Approved and Denied conditions are mutually exclusive"
+                            )
+                        )
                 elif kind == DENIED:
                     denied = True
                     if approved:
-                        errors.append(invalid(f"{path}.type", kind, "Approved and Denied conditions are mutually exclusive"))
+                        errors.append(
+                            invalid(
+                                f"{path}.type", kind, "Approved and Denied conditions are mutually exclusive"
+                            )
+                        )
             if not allow_duplicates:
                 if kind in seen:
                     errors.append(duplicate(f"{path}.type", kind))
@@ -524,21 +562,29 @@ class CertificateSigningRequest(Kind):
         errors: list[FieldError] = []
         for kind in (APPROVED, DENIED, FAILED):
             if len(conditions_of(new, kind)) < len(conditions_of(old, kind)):
-                errors.append(forbidden("status.conditions", f'updates may not remove a condition of type "{kind}"'))
+                errors.append(
+                    forbidden("status.conditions", f'updates may not remove a condition of type "{kind}"')
+                )
         if subresource != "approval":
             for kind in APPROVAL_TYPES:
                 before, after = conditions_of(old, kind), conditions_of(new, kind)
                 if len(after) > len(before):
-                    errors.append(forbidden("status.conditions", f'updates may not add a condition of type "{kind}"'))
+                    errors.append(
+                        forbidden("status.conditions", f'updates may not add a condition of type "{kind}"')
+                    )
                 elif len(after) == len(before) and after != before:
-                    errors.append(forbidden("status.conditions", f'updates may not modify a condition of type "{kind}"'))
+                    errors.append(
+                        forbidden("status.conditions", f'updates may not modify a condition of type "{kind}"')
+                    )
         new_cert = (new.get("status") or {}).get("certificate") or ""
         old_cert = (old.get("status") or {}).get("certificate") or ""
         if new_cert != old_cert:
             if subresource != "status":
                 errors.append(forbidden("status.certificate", "updates may not set certificate content"))
             elif old_cert:
-                errors.append(forbidden("status.certificate", "updates may not modify existing certificate content"))
+                errors.append(
+                    forbidden("status.certificate", "updates may not modify existing certificate content")
+                )
         return errors
 
     def cells(self, obj: Obj) -> list[Any]:

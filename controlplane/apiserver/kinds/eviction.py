@@ -52,7 +52,9 @@ MAX_DISRUPTED_PODS = 2000
 RETRY_STEPS = 20
 RETRY_DELAY = 0.5
 VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
-MORE_THAN_ONE = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+MORE_THAN_ONE = (
+    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+)
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 
 DELETE_OPTIONS_PROTOBUF = {
@@ -165,7 +167,9 @@ def decrement(pdb: Obj, pod_name: str, dry_run: bool) -> Obj | None:
     if allowed < 0:
         raise _forbidden_pdb(name, "pdb disruptions allowed is negative")
     if len(status.get("disruptedPods") or {}) > MAX_DISRUPTED_PODS:
-        raise _forbidden_pdb(name, "DisruptedPods map too big - too many evictions not confirmed by PDB controller")
+        raise _forbidden_pdb(
+            name, "DisruptedPods map too big - too many evictions not confirmed by PDB controller"
+        )
     if allowed == 0:
         raise too_many_requests(
             f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} healthy pods "
@@ -327,7 +331,9 @@ class Evictor:
                 self.pods, self.namespace, self.name, mark, "status", self.user
             )
             if options.resource_version is not None:
-                options = dataclasses.replace(options, resource_version=updated["metadata"]["resourceVersion"])
+                options = dataclasses.replace(
+                    options, resource_version=updated["metadata"]["resourceVersion"]
+                )
         await self.registry.delete(self.pods, self.namespace, self.name, options)
 
 

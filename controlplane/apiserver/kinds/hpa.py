@@ -24,9 +24,15 @@ TARGET_TYPES = ("AverageValue", "Utilization", "Value")
 SCALE_UP_DEFAULT: Obj = {
     "stabilizationWindowSeconds": 0,
     "selectPolicy": "Max",
-    "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}, {"type": "Percent", "value": 100, "periodSeconds": 15}],
+    "policies": [
+        {"type": "Pods", "value": 4, "periodSeconds": 15},
+        {"type": "Percent", "value": 100, "periodSeconds": 15},
+    ],
 }
-SCALE_DOWN_DEFAULT: Obj = {"selectPolicy": "Max", "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
+SCALE_DOWN_DEFAULT: Obj = {
+    "selectPolicy": "Max",
+    "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+}
 MAX_STABILIZATION = 3600
 MAX_PERIOD = 1800
 
@@ -60,7 +66,10 @@ def default_spec(spec: Obj) -> None:
         spec["minReplicas"] = 1
     if not spec.get("metrics"):
         spec["metrics"] = [
-            {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+            }
         ]
     behavior = spec.get("behavior")
     if isinstance(behavior, dict):
@@ -81,9 +90,16 @@ def _target(path: str, target: Any) -> list[FieldError]:
     if utilization is not None and utilization < 1:
         errs.append(invalid(f"{path}.averageUtilization", utilization, "must be greater than 0"))
     if kind == "Utilization" and utilization is None:
-        errs.append(required(f"{path}.averageUtilization", "must set averageUtilization when metric target type is Utilization"))
+        errs.append(
+            required(
+                f"{path}.averageUtilization",
+                "must set averageUtilization when metric target type is Utilization",
+            )
+        )
     if kind == "AverageValue" and target.get("averageValue") is None:
-        errs.append(required(f"{path}.averageValue", "must set averageValue when metric target type is AverageValue"))
+        errs.append(
+            required(f"{path}.averageValue", "must set averageValue when metric target type is AverageValue")
+        )
     if kind == "Value" and target.get("value") is None:
         errs.append(required(f"{path}.value", "must set value when metric target type is Value"))
     return errs
@@ -98,7 +114,11 @@ def _metric(path: str, metric: Obj) -> list[FieldError]:
     field = kind[0].lower() + kind[1:]
     source = metric.get(field)
     if not isinstance(source, dict):
-        return [required(f"{path}.{field}", f"must populate information for the given metric source (type {kind})")]
+        return [
+            required(
+                f"{path}.{field}", f"must populate information for the given metric source (type {kind})"
+            )
+        ]
     errs: list[FieldError] = []
     if kind in ("Resource", "ContainerResource"):
         if not source.get("name"):
@@ -108,7 +128,9 @@ def _metric(path: str, metric: Obj) -> list[FieldError]:
         target = source.get("target")
         errs += _target(f"{path}.{field}.target", target)
         if isinstance(target, dict) and target.get("type") == "Value":
-            errs.append(invalid(f"{path}.{field}.target.type", "Value", "must be either Utilization or AverageValue"))
+            errs.append(
+                invalid(f"{path}.{field}.target.type", "Value", "must be either Utilization or AverageValue")
+            )
     else:
         if not (source.get("metric") or {}).get("name"):
             errs.append(required(f"{path}.{field}.metric.name", "must specify a metric name"))
@@ -122,9 +144,17 @@ def _rules(path: str, rules: Any) -> list[FieldError]:
     errs: list[FieldError] = []
     window = rules.get("stabilizationWindowSeconds")
     if window is not None and window < 0:
-        errs.append(invalid(f"{path}.stabilizationWindowSeconds", window, "must be greater than or equal to zero"))
+        errs.append(
+            invalid(f"{path}.stabilizationWindowSeconds", window, "must be greater than or equal to zero")
+        )
     if window is not None and window > MAX_STABILIZATION:
-        errs.append(invalid(f"{path}.stabilizationWindowSeconds", window, f"must be less than or equal to {MAX_STABILIZATION}"))
+        errs.append(
+            invalid(
+                f"{path}.stabilizationWindowSeconds",
+                window,
+                f"must be less than or equal to {MAX_STABILIZATION}",
+            )
+        )
     select = rules.get("selectPolicy")
     if select is not None and select not in ("Disabled", "Max", "Min"):
         errs.append(not_supported(f"{path}.selectPolicy", select, ["Disabled", "Max", "Min"]))
@@ -197,7 +227,11 @@ def format_metrics(specs: list[Obj], statuses: list[Obj]) -> str:
             else:
                 used = _current(statuses, i, field, "averageUtilization")
                 current = f"{used}%" if used is not None else "<unknown>"
-                wanted = f"{target['averageUtilization']}%" if target.get("averageUtilization") is not None else "<auto>"
+                wanted = (
+                    f"{target['averageUtilization']}%"
+                    if target.get("averageUtilization") is not None
+                    else "<auto>"
+                )
                 out.append(f"{name}: {current}/{wanted}")
         elif kind in ("Pods", "Object", "External"):
             value_key = "averageValue" if target.get("averageValue") is not None else "value"

@@ -25,7 +25,11 @@ CURRENT = "autoscaling.alpha.kubernetes.io/current-metrics"
 def _is_cpu_utilization(metric: Obj) -> bool:
     resource = metric.get("resource") or {}
     target = resource.get("target") or {}
-    return metric.get("type") == "Resource" and resource.get("name") == "cpu" and target.get("type") == "Utilization"
+    return (
+        metric.get("type") == "Resource"
+        and resource.get("name") == "cpu"
+        and target.get("type") == "Utilization"
+    )
 
 
 class HorizontalPodAutoscalerV1(Kind):
@@ -51,7 +55,11 @@ class HorizontalPodAutoscalerV1(Kind):
                 1: (
                     "scaleTargetRef",
                     "message",
-                    {1: ("kind", "string", None), 2: ("name", "string", None), 3: ("apiVersion", "string", None)},
+                    {
+                        1: ("kind", "string", None),
+                        2: ("name", "string", None),
+                        3: ("apiVersion", "string", None),
+                    },
                 ),
                 2: ("minReplicas", "int*", None),
                 3: ("maxReplicas", "int", None),
@@ -91,7 +99,10 @@ class HorizontalPodAutoscalerV1(Kind):
         cpu = spec.pop("targetCPUUtilizationPercentage", None)
         if cpu is not None:
             metrics.append(
-                {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": cpu}}}
+                {
+                    "type": "Resource",
+                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": cpu}},
+                }
             )
         extra = annotations.pop(METRICS, None)
         if extra:
@@ -111,7 +122,9 @@ class HorizontalPodAutoscalerV1(Kind):
         status = obj.get("status")
         if isinstance(status, dict):
             out["status"] = {
-                k: status[k] for k in ("observedGeneration", "lastScaleTime", "currentReplicas", "desiredReplicas") if k in status
+                k: status[k]
+                for k in ("observedGeneration", "lastScaleTime", "currentReplicas", "desiredReplicas")
+                if k in status
             }
         return out
 
@@ -131,7 +144,9 @@ class HorizontalPodAutoscalerV1(Kind):
             annotations[BEHAVIOR] = json.dumps(behavior, separators=(",", ":"))
         status_in = obj.get("status") or {}
         status: Obj = {
-            k: status_in[k] for k in ("observedGeneration", "lastScaleTime", "currentReplicas", "desiredReplicas") if k in status_in
+            k: status_in[k]
+            for k in ("observedGeneration", "lastScaleTime", "currentReplicas", "desiredReplicas")
+            if k in status_in
         }
         status.setdefault("currentReplicas", 0)
         status.setdefault("desiredReplicas", 0)
@@ -146,7 +161,13 @@ class HorizontalPodAutoscalerV1(Kind):
             annotations[CURRENT] = json.dumps(status_in["currentMetrics"], separators=(",", ":"))
         if annotations:
             meta["annotations"] = annotations
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta, "spec": spec, "status": status}
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": meta,
+            "spec": spec,
+            "status": status,
+        }
 
     def cells(self, obj: Obj) -> list[Any]:
         return cells(obj)

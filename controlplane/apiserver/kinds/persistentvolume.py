@@ -108,7 +108,9 @@ def _capacity(capacity: Any) -> list[FieldError]:
 def validate_pv_spec(spec: Any) -> list[FieldError]:
     """ValidatePersistentVolumeSpec."""
     spec = spec if isinstance(spec, dict) else {}
-    errors = validate_access_modes("spec.accessModes", spec.get("accessModes"), "must specify at least 1 access mode")
+    errors = validate_access_modes(
+        "spec.accessModes", spec.get("accessModes"), "must specify at least 1 access mode"
+    )
     errors += _capacity(spec.get("capacity"))
     policy = spec.get("persistentVolumeReclaimPolicy") or ""
     if policy and policy not in RECLAIM_POLICIES:
@@ -200,7 +202,9 @@ class PersistentVolume(Kind):
         errors: list[FieldError] = []
         if source_of(new_spec) != source_of(old_spec):
             errors.append(
-                forbidden("spec.persistentvolumesource", "spec.persistentvolumesource is immutable after creation")
+                forbidden(
+                    "spec.persistentvolumesource", "spec.persistentvolumesource is immutable after creation"
+                )
             )
         errors += immutable("volumeMode", new_spec.get("volumeMode"), old_spec.get("volumeMode"))
         if old_spec.get("nodeAffinity") is not None:

@@ -41,9 +41,7 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 PHASES = ["Bound", "Lost", "Pending"]
-IMMUTABLE_SPEC = (
-    "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"
-)
+IMMUTABLE_SPEC = "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"
 TYPE_MARKS = {
     ("V1PersistentVolumeClaimStatus", "capacity"): "map[quantity]",
     ("V1PersistentVolumeClaimStatus", "allocatedResources"): "map[quantity]",
@@ -53,7 +51,9 @@ TYPE_MARKS = {
 def validate_claim_spec(spec: Any, path: str = "spec") -> list[FieldError]:
     """ValidatePersistentVolumeClaimSpec (also a StatefulSet's volumeClaimTemplates)."""
     spec = spec if isinstance(spec, dict) else {}
-    errs = validate_access_modes(f"{path}.accessModes", spec.get("accessModes"), "at least 1 access mode is required")
+    errs = validate_access_modes(
+        f"{path}.accessModes", spec.get("accessModes"), "at least 1 access mode is required"
+    )
     if spec.get("selector") is not None:
         errs += label_selector(spec["selector"], f"{path}.selector")
     requests = (spec.get("resources") or {}).get("requests") or {}

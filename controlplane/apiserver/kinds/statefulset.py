@@ -89,7 +89,9 @@ def _validate_policy_names(spec: Obj) -> list[FieldError]:
         value = retention.get(field)
         if value not in (RETAIN, DELETE):
             errors.append(
-                not_supported(f"spec.persistentVolumeClaimRetentionPolicy.{field}", value or "", [RETAIN, DELETE])
+                not_supported(
+                    f"spec.persistentVolumeClaimRetentionPolicy.{field}", value or "", [RETAIN, DELETE]
+                )
             )
     return errors
 
@@ -143,7 +145,9 @@ def _validate_template(spec: Obj) -> list[FieldError]:
             errors.append(not_supported("spec.template.spec.restartPolicy", restart, ["Always"]))
         deadline = pod_spec.get("activeDeadlineSeconds")
         if deadline is not None:
-            errors.append(invalid("spec.template.spec.activeDeadlineSeconds", deadline, "must not be specified"))
+            errors.append(
+                invalid("spec.template.spec.activeDeadlineSeconds", deadline, "must not be specified")
+            )
     return errors
 
 

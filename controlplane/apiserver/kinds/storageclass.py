@@ -47,7 +47,11 @@ def _validate_parameters(parameters: Any) -> list[FieldError]:
         total += len(key) + len(value or "")
     if total > MAX_PARAMETERS_SIZE:
         errors.append(
-            FieldError("FieldValueTooLong", "parameters", f"Too long: may not be more than {MAX_PARAMETERS_SIZE} bytes")
+            FieldError(
+                "FieldValueTooLong",
+                "parameters",
+                f"Too long: may not be more than {MAX_PARAMETERS_SIZE} bytes",
+            )
         )
     return errors
 
@@ -101,7 +105,9 @@ class StorageClass(Kind):
             errors.append(forbidden("provisioner", "updates to provisioner are forbidden."))
         if new.get("reclaimPolicy") != old.get("reclaimPolicy"):
             errors.append(forbidden("reclaimPolicy", "updates to reclaimPolicy are forbidden."))
-        return errors + immutable("volumeBindingMode", new.get("volumeBindingMode"), old.get("volumeBindingMode"))
+        return errors + immutable(
+            "volumeBindingMode", new.get("volumeBindingMode"), old.get("volumeBindingMode")
+        )
 
     async def bootstrap(self, registry: Registry) -> None:
         body = {"apiVersion": self.api_version, "kind": self.kind, **copy.deepcopy(LOCAL_PATH)}

@@ -94,12 +94,16 @@ def validate_node_selector(path: str, selector: Any) -> list[FieldError]:
                 elif operator in ("Exists", "DoesNotExist") and values:
                     errors.append(
                         forbidden(
-                            f"{where}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+                            f"{where}.values",
+                            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
                         )
                     )
                 elif operator in ("Gt", "Lt") and len(values) != 1:
                     errors.append(
-                        required(f"{where}.values", "must be specified single value when `operator` is 'Lt' or 'Gt'")
+                        required(
+                            f"{where}.values",
+                            "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                        )
                     )
                 elif operator not in NODE_SELECTOR_OPERATORS:
                     errors.append(invalid(f"{where}.operator", operator, "not a valid selector operator"))

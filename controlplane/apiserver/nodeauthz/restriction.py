@@ -144,7 +144,9 @@ class NodeRestriction:
         if cached is None:
             raise errors.not_found(request.kind.plural, request.kind.group, name)
         if (cached.obj.get("spec") or {}).get("nodeName") != node:
-            raise self._forbidden(request, f"node {node} can only evict pods with spec.nodeName set to itself")
+            raise self._forbidden(
+                request, f"node {node} can only evict pods with spec.nodeName set to itself"
+            )
 
     def _pod_status(self, node: str, request: AdmissionRequest) -> None:
         if request.operation != "UPDATE":

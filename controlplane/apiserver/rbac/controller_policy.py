@@ -280,7 +280,11 @@ def _roles() -> dict[str, list[PolicyRule]]:
         # k3s's local-path-provisioner-role (its pods rule is a Role in kube-system there).
         "local-path-provisioner-service-account": [
             rule(READ, (CORE,), ("nodes", "persistentvolumeclaims", "configmaps", "pods", "pods/log")),
-            rule(("get", "list", "watch", "create", "patch", "update", "delete"), (CORE,), ("persistentvolumes",)),
+            rule(
+                ("get", "list", "watch", "create", "patch", "update", "delete"),
+                (CORE,),
+                ("persistentvolumes",),
+            ),
             rule(("create", "patch"), (CORE,), ("events",)),
             rule(READ, (STORAGE,), ("storageclasses",)),
             rule(("create", "delete"), (CORE,), ("pods",)),

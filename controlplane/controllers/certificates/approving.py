@@ -38,7 +38,9 @@ class Recognizer:
 
 
 RECOGNIZERS = (
-    Recognizer("selfnodeclient", "Auto approving self kubelet client certificate after SubjectAccessReview.", True),
+    Recognizer(
+        "selfnodeclient", "Auto approving self kubelet client certificate after SubjectAccessReview.", True
+    ),
     Recognizer("nodeclient", "Auto approving kubelet client certificate after SubjectAccessReview.", False),
 )
 
@@ -101,7 +103,12 @@ class CSRApprovingController(Controller):
             status = dict(csr.get("status") or {})
             status["conditions"] = [
                 *cond.conditions(csr),
-                {"type": "Approved", "status": "True", "reason": "AutoApproved", "message": recognizer.message},
+                {
+                    "type": "Approved",
+                    "status": "True",
+                    "reason": "AutoApproved",
+                    "message": recognizer.message,
+                },
             ]
             name = csr["metadata"]["name"]
             try:

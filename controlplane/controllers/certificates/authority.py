@@ -90,7 +90,9 @@ class CertificateAuthority:
         if not not_before < signer_not_after:
             raise SigningError(f"the signer has expired: NotAfter={signer_not_after}")
         if not now < signer_not_after:
-            raise SigningError(f"refusing to sign a certificate that expired in the past: NotAfter={signer_not_after}")
+            raise SigningError(
+                f"refusing to sign a certificate that expired in the past: NotAfter={signer_not_after}"
+            )
         builder = (
             x509.CertificateBuilder()
             .subject_name(req.subject)

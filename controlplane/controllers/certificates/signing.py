@@ -36,7 +36,9 @@ class CSRSigningController(Controller):
         super().__init__(ctx)
         pair = ctx.option("cluster_signing", None)
         self.authority = CertificateAuthority.load(*pair) if pair else None
-        self.ttl = dt.timedelta(seconds=float(ctx.option("cluster_signing_duration", DEFAULTS["cluster_signing_duration"])))
+        self.ttl = dt.timedelta(
+            seconds=float(ctx.option("cluster_signing_duration", DEFAULTS["cluster_signing_duration"]))
+        )
         self.csrs = ctx.informers.get(cond.PATH)
         self.csrs.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n))
 

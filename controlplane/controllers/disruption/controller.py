@@ -166,7 +166,11 @@ class DisruptionController(Controller):
     def _pods_of(self, pdb: Obj) -> list[Obj]:
         selector = from_label_selector((pdb.get("spec") or {}).get("selector"))
         namespace = pdb["metadata"].get("namespace", "")
-        return [p for p in self.pods.by_index("namespace", namespace) if selector.matches(p["metadata"].get("labels") or {})]
+        return [
+            p
+            for p in self.pods.by_index("namespace", namespace)
+            if selector.matches(p["metadata"].get("labels") or {})
+        ]
 
     async def _try_sync(self, key: str, pdb: Obj) -> None:
         try:
@@ -231,7 +235,11 @@ class DisruptionController(Controller):
             "metadata": {"resourceVersion": pod["metadata"].get("resourceVersion")},
             "status": {
                 "conditions": [
-                    {"type": "DisruptionTarget", "status": "False", "lastTransitionTime": rfc3339(self.clock())}
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "False",
+                        "lastTransitionTime": rfc3339(self.clock()),
+                    }
                 ]
             },
         }

@@ -48,7 +48,9 @@ def scaled(value: int | str, total: int) -> int:
     try:
         percent = int(value[:-1])
     except ValueError:
-        raise ExpectedCountError(f'invalid value "{value}": strconv.Atoi: parsing "{value[:-1]}": invalid syntax') from None
+        raise ExpectedCountError(
+            f'invalid value "{value}": strconv.Atoi: parsing "{value[:-1]}": invalid syntax'
+        ) from None
     return math.ceil(percent * total / 100)
 
 
@@ -103,7 +105,9 @@ def expected_count(spec: Obj, pods: list[Obj], scale_of: Any) -> Expected:
     return out
 
 
-def disrupted_pods(pods: list[Obj], recorded: dict[str, str] | None, now: datetime) -> tuple[dict[str, str], datetime | None, list[Obj]]:
+def disrupted_pods(
+    pods: list[Obj], recorded: dict[str, str] | None, now: datetime
+) -> tuple[dict[str, str], datetime | None, list[Obj]]:
     """buildDisruptedPodMap: the entries still pending, when to look again, and the pods that were
     expected to go but did not (for the NotDeleted event)."""
     kept: dict[str, str] = {}

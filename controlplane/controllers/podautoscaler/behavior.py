@@ -64,7 +64,9 @@ def scale_up_limit(current: int) -> int:
     return max(2 * current, 4)
 
 
-def _decision(stabilized: int, prenormalized: int, able: tuple[str, str], final: int, why: tuple[str, str]) -> Decision:
+def _decision(
+    stabilized: int, prenormalized: int, able: tuple[str, str], final: int, why: tuple[str, str]
+) -> Decision:
     if stabilized == prenormalized:
         able = READY
     return Decision(final, able[0], able[1], final != stabilized, why[0], why[1])
@@ -135,7 +137,9 @@ class Normalizer:
         final, why = self._rate_limited(key, up, down, current, stabilized, minimum, maximum)
         return _decision(stabilized, desired, able, final, why)
 
-    def _stabilize_with_behavior(self, key: str, up: Obj, down: Obj, current: int, desired: int) -> tuple[int, tuple[str, str]]:
+    def _stabilize_with_behavior(
+        self, key: str, up: Obj, down: Obj, current: int, desired: int
+    ) -> tuple[int, tuple[str, str]]:
         now = self.clock()
         up_cutoff = now - float(up.get("stabilizationWindowSeconds") or 0)
         down_cutoff = now - float(down.get("stabilizationWindowSeconds") or 0)
@@ -197,7 +201,9 @@ class Normalizer:
             result = pick(result, proposed)
         return result
 
-    def _rate_limited(self, key: str, up: Obj, down: Obj, current: int, desired: int, minimum: int, maximum: int) -> tuple[int, tuple[str, str]]:
+    def _rate_limited(
+        self, key: str, up: Obj, down: Obj, current: int, desired: int, minimum: int, maximum: int
+    ) -> tuple[int, tuple[str, str]]:
         """convertDesiredReplicasWithBehaviorRate."""
         if desired > current:
             limit = max(self.scale_up_limit_with_rules(key, current, up), current)

@@ -73,7 +73,9 @@ class HorizontalPodAutoscalerController(Controller):
         self.tolerance = float(ctx.option("horizontal_pod_autoscaler_tolerance", calc.TOLERANCE))
         self.periods = {
             "cpu_initialization_period": float(
-                ctx.option("horizontal_pod_autoscaler_cpu_initialization_period", calc.CPU_INITIALIZATION_PERIOD)
+                ctx.option(
+                    "horizontal_pod_autoscaler_cpu_initialization_period", calc.CPU_INITIALIZATION_PERIOD
+                )
             ),
             "initial_readiness_delay": float(
                 ctx.option("horizontal_pod_autoscaler_initial_readiness_delay", calc.INITIAL_READINESS_DELAY)
@@ -125,14 +127,24 @@ class HorizontalPodAutoscalerController(Controller):
         statuses: list[Obj] = []
         decided = await self._desired(key, hpa, scale, current, conditions, now, statuses)
         if decided is None:  # no valid metric: the replica count stays, the status says why
-            status = {**old_status, "currentReplicas": current, "currentMetrics": statuses or None, "conditions": ordered(conditions)}
+            status = {
+                **old_status,
+                "currentReplicas": current,
+                "currentMetrics": statuses or None,
+                "conditions": ordered(conditions),
+            }
             await self._write_status(hpa, old_status, status)
             return
         desired, reason, rescale = decided
         last_scale = old_status.get("lastScaleTime")
         if rescale:
             if not await self._rescale(key, hpa, path, scale, current, desired, reason, conditions, now):
-                status = {**old_status, "currentReplicas": current, "currentMetrics": statuses or None, "conditions": ordered(conditions)}
+                status = {
+                    **old_status,
+                    "currentReplicas": current,
+                    "currentMetrics": statuses or None,
+                    "conditions": ordered(conditions),
+                }
                 await self._write_status(hpa, old_status, status)
                 return
             last_scale = now
@@ -148,34 +160,60 @@ class HorizontalPodAutoscalerController(Controller):
         }
         await self._write_status(hpa, old_status, status)
 
-    async def _get_scale(self, hpa: Obj, path: str | None, old_status: Obj, conditions: list[Obj], now: str) -> Obj | None:
+    async def _get_scale(
+        self, hpa: Obj, path: str | None, old_status: Obj, conditions: list[Obj], now: str
+    ) -> Obj | None:
         """The target's Scale, or None after recording FailedGetScale."""
         ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
         try:
             if path is None:
-                raise ApiError(404, "NotFound", f'no matches for kind "{ref.get("kind", "")}" in group ""', {})
+                raise ApiError(
+                    404, "NotFound", f'no matches for kind "{ref.get("kind", "")}" in group ""', {}
+                )
             scale = await self.client.get(path)
         except ApiError as err:
             self.recorder.event(hpa, "Warning", "FailedGetScale", err.message)
             message = f"the HPA controller was unable to get the target's current scale: {err.message}"
             set_condition(conditions, "AbleToScale", "False", "FailedGetScale", message, now)
             await self._write_status(hpa, old_status, {**old_status, "conditions": ordered(conditions)})
-            log.info("event=failed-get-scale hpa=%s/%s error=%s", hpa["metadata"]["namespace"], hpa["metadata"]["name"], err.message)
+            log.info(
+                "event=failed-get-scale hpa=%s/%s error=%s",
+                hpa["metadata"]["namespace"],
+                hpa["metadata"]["name"],
+                err.message,
+            )
             return None
         set_condition(
-            conditions, "AbleToScale", "True", "SucceededGetScale", "the HPA controller was able to get the target's current scale", now
+            conditions,
+            "AbleToScale",
+            "True",
+            "SucceededGetScale",
+            "the HPA controller was able to get the target's current scale",
+            now,
         )
         return scale
 
     async def _desired(
-        self, key: str, hpa: Obj, scale: Obj, current: int, conditions: list[Obj], now: str, statuses: list[Obj]
+        self,
+        key: str,
+        hpa: Obj,
+        scale: Obj,
+        current: int,
+        conditions: list[Obj],
+        now: str,
+        statuses: list[Obj],
     ) -> tuple[int, str, bool] | None:
         """(desired replicas, the rescale reason, whether to rescale); None when no metric is valid."""
         spec = hpa.get("spec") or {}
         minimum, maximum = int(spec.get("minReplicas") or 1), int(spec.get("maxReplicas") or 0)
         if current == 0 and minimum != 0:
             set_condition(
-                conditions, "ScalingActive", "False", "ScalingDisabled", "scaling is disabled since the replica count of the target is zero", now
+                conditions,
+                "ScalingActive",
+                "False",
+                "ScalingDisabled",
+                "scaling is disabled since the replica count of the target is zero",
+                now,
             )
             return 0, "", False
         if current > maximum:
@@ -186,24 +224,56 @@ class HorizontalPodAutoscalerController(Controller):
         if computed is None:
             return None
         desired, metric = computed
-        reason = f"{metric} above target" if desired > current else "All metrics below target" if desired < current else ""
+        reason = (
+            f"{metric} above target"
+            if desired > current
+            else "All metrics below target"
+            if desired < current
+            else ""
+        )
         desired = self._normalize(key, hpa, conditions, current, desired, minimum, maximum, now)
         return desired, reason, desired != current
 
-    def _normalize(self, key: str, hpa: Obj, conditions: list[Obj], current: int, desired: int, minimum: int, maximum: int, now: str) -> int:
+    def _normalize(
+        self,
+        key: str,
+        hpa: Obj,
+        conditions: list[Obj],
+        current: int,
+        desired: int,
+        minimum: int,
+        maximum: int,
+        now: str,
+    ) -> int:
         behavior = (hpa.get("spec") or {}).get("behavior")
         if behavior is None:
             decision = self.normalizer.normalize(key, current, desired, minimum, maximum)
         else:
-            decision = self.normalizer.normalize_with_behavior(key, behavior, current, desired, minimum, maximum)
+            decision = self.normalizer.normalize_with_behavior(
+                key, behavior, current, desired, minimum, maximum
+            )
         set_condition(conditions, "AbleToScale", "True", decision.able_reason, decision.able_message, now)
         set_condition(
-            conditions, "ScalingLimited", "True" if decision.limited else "False", decision.limited_reason, decision.limited_message, now
+            conditions,
+            "ScalingLimited",
+            "True" if decision.limited else "False",
+            decision.limited_reason,
+            decision.limited_message,
+            now,
         )
         return decision.replicas
 
     async def _rescale(
-        self, key: str, hpa: Obj, path: str, scale: Obj, current: int, desired: int, reason: str, conditions: list[Obj], now: str
+        self,
+        key: str,
+        hpa: Obj,
+        path: str,
+        scale: Obj,
+        current: int,
+        desired: int,
+        reason: str,
+        conditions: list[Obj],
+        now: str,
     ) -> bool:
         """Write spec.replicas through /scale, with the event and condition upstream records either way."""
         body = copy.deepcopy(scale)
@@ -211,13 +281,28 @@ class HorizontalPodAutoscalerController(Controller):
         try:
             await self.client.replace(path, body)
         except ApiError as err:
-            self.recorder.event(hpa, "Warning", "FailedRescale", f"New size: {desired}; reason: {reason}; error: {err.message}")
+            self.recorder.event(
+                hpa,
+                "Warning",
+                "FailedRescale",
+                f"New size: {desired}; reason: {reason}; error: {err.message}",
+            )
             set_condition(
-                conditions, "AbleToScale", "False", "FailedUpdateScale", f"the HPA controller was unable to update the target scale: {err.message}", now
+                conditions,
+                "AbleToScale",
+                "False",
+                "FailedUpdateScale",
+                f"the HPA controller was unable to update the target scale: {err.message}",
+                now,
             )
             return False
         set_condition(
-            conditions, "AbleToScale", "True", "SucceededRescale", f"the HPA controller was able to update the target scale to {desired}", now
+            conditions,
+            "AbleToScale",
+            "True",
+            "SucceededRescale",
+            f"the HPA controller was able to update the target scale to {desired}",
+            now,
         )
         self.recorder.event(hpa, "Normal", "SuccessfulRescale", f"New size: {desired}; reason: {reason}")
         self.normalizer.store_scale_event(key, (hpa.get("spec") or {}).get("behavior"), current, desired)
@@ -233,7 +318,8 @@ class HorizontalPodAutoscalerController(Controller):
         body = {**hpa, "status": status}
         meta = hpa["metadata"]
         await self.client.replace(
-            f"/apis/autoscaling/v2/namespaces/{meta['namespace']}/horizontalpodautoscalers/{meta['name']}/status", body
+            f"/apis/autoscaling/v2/namespaces/{meta['namespace']}/horizontalpodautoscalers/{meta['name']}/status",
+            body,
         )
 
     # --- the metrics ---------------------------------------------------------------------------------
@@ -246,7 +332,14 @@ class HorizontalPodAutoscalerController(Controller):
         selector_text = (scale.get("status") or {}).get("selector") or ""
         if not selector_text:
             self.recorder.event(hpa, "Warning", "SelectorRequired", "selector is required")
-            set_condition(conditions, "ScalingActive", "False", "InvalidSelector", "the HPA target's scale is missing a selector", now)
+            set_condition(
+                conditions,
+                "ScalingActive",
+                "False",
+                "InvalidSelector",
+                "the HPA target's scale is missing a selector",
+                now,
+            )
             return None
         try:
             selector = parse_labels(selector_text)
@@ -256,7 +349,11 @@ class HorizontalPodAutoscalerController(Controller):
             set_condition(conditions, "ScalingActive", "False", "InvalidSelector", message, now)
             return None
         namespace = hpa["metadata"]["namespace"]
-        pods = [p for p in self.pods.by_index("namespace", namespace) if selector.matches(p["metadata"].get("labels"))]
+        pods = [
+            p
+            for p in self.pods.by_index("namespace", namespace)
+            if selector.matches(p["metadata"].get("labels"))
+        ]
         specs = (hpa.get("spec") or {}).get("metrics") or []
         best: Proposal | None = None
         invalid, first_error, invalid_reason = 0, "", ""
@@ -275,18 +372,33 @@ class HorizontalPodAutoscalerController(Controller):
                 best = proposal
         if best is None or (invalid > 0 and best.replicas < current):
             set_condition(
-                conditions, "ScalingActive", "False", invalid_reason, f"the HPA was unable to compute the replica count: {first_error}", now
+                conditions,
+                "ScalingActive",
+                "False",
+                invalid_reason,
+                f"the HPA was unable to compute the replica count: {first_error}",
+                now,
             )
             self.recorder.event(
-                hpa, "Warning", "FailedComputeMetricsReplicas", f"invalid metrics ({invalid} invalid out of {len(specs)}), first error is: {first_error}"
+                hpa,
+                "Warning",
+                "FailedComputeMetricsReplicas",
+                f"invalid metrics ({invalid} invalid out of {len(specs)}), first error is: {first_error}",
             )
             return None
         set_condition(
-            conditions, "ScalingActive", "True", "ValidMetricFound", f"the HPA was able to successfully calculate a replica count from {best.name}", now
+            conditions,
+            "ScalingActive",
+            "True",
+            "ValidMetricFound",
+            f"the HPA was able to successfully calculate a replica count from {best.name}",
+            now,
         )
         return best.replicas, best.name
 
-    async def _compute_one(self, metric: Obj, current: int, namespace: str, selector: str, pods: list[Obj]) -> Proposal:
+    async def _compute_one(
+        self, metric: Obj, current: int, namespace: str, selector: str, pods: list[Obj]
+    ) -> Proposal:
         kind = metric.get("type", "")
         if kind not in ("Resource", "ContainerResource"):
             field = kind[:1].lower() + kind[1:]
@@ -299,7 +411,10 @@ class HorizontalPodAutoscalerController(Controller):
             )
         field = "resource" if kind == "Resource" else "containerResource"
         source = metric.get(field) or {}
-        resource, container = source.get("name", ""), source.get("container", "") if kind == "ContainerResource" else ""
+        resource, container = (
+            source.get("name", ""),
+            source.get("container", "") if kind == "ContainerResource" else "",
+        )
         target = source.get("target") or {}
         failed = "FailedGetResourceMetric" if kind == "Resource" else "FailedGetContainerResourceMetric"
         label = f"{resource} resource" if kind == "Resource" else f"{resource} container resource"
@@ -307,22 +422,44 @@ class HorizontalPodAutoscalerController(Controller):
             pod_metrics = await metricsclient.fetch(self.client, namespace, selector, resource, container)
         except metricsclient.MetricsError as err:
             what = "usage" if target.get("averageValue") is not None else "utilization"
-            raise MetricFailure(failed, f"failed to get {resource} {what}: unable to get metrics for resource {resource}: {err}") from None
+            raise MetricFailure(
+                failed,
+                f"failed to get {resource} {what}: unable to get metrics for resource {resource}: {err}",
+            ) from None
         wall = datetime.now(UTC)
         try:
             if target.get("averageValue") is not None:
                 result = calc.raw_resource_replicas(
-                    current, milli_value(target["averageValue"]), resource, pods, pod_metrics, wall, self.tolerance, **self.periods
+                    current,
+                    milli_value(target["averageValue"]),
+                    resource,
+                    pods,
+                    pod_metrics,
+                    wall,
+                    self.tolerance,
+                    **self.periods,
                 )
                 return Proposal(result.replicas, label, resource_status(metric, result.raw_average, None))
             if target.get("averageUtilization") is not None:
                 result = calc.resource_replicas(
-                    current, int(target["averageUtilization"]), resource, pods, pod_metrics, wall, container, self.tolerance, **self.periods
+                    current,
+                    int(target["averageUtilization"]),
+                    resource,
+                    pods,
+                    pod_metrics,
+                    wall,
+                    container,
+                    self.tolerance,
+                    **self.periods,
                 )
                 return Proposal(
-                    result.replicas, f"{label} utilization (percentage of request)", resource_status(metric, result.raw_average, result.utilization)
+                    result.replicas,
+                    f"{label} utilization (percentage of request)",
+                    resource_status(metric, result.raw_average, result.utilization),
                 )
         except calc.ReplicaError as err:
             what = "usage" if target.get("averageValue") is not None else "utilization"
             raise MetricFailure(failed, f"failed to get {resource} {what}: {err}") from None
-        raise MetricFailure(failed, "invalid resource metric source: neither a utilization target nor a value target was set")
+        raise MetricFailure(
+            failed, "invalid resource metric source: neither a utilization target nor a value target was set"
+        )

@@ -41,7 +41,9 @@ def pod_metrics(items: list[Obj], resource: str, container: str = "") -> dict[st
     return out
 
 
-async def fetch(client: KubeClient, namespace: str, selector: str, resource: str, container: str = "") -> dict[str, PodMetric]:
+async def fetch(
+    client: KubeClient, namespace: str, selector: str, resource: str, container: str = ""
+) -> dict[str, PodMetric]:
     try:
         doc = await client.get(
             f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods", labelSelector=selector

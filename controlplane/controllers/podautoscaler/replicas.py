@@ -51,7 +51,9 @@ def _time(value: str | None) -> datetime | None:
 
 
 def _ready_condition(pod: Obj) -> Obj | None:
-    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+    return next(
+        (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None
+    )
 
 
 @dataclass
@@ -84,14 +86,18 @@ def group_pods(
         if metric is None:
             groups.missing.add(name)
             continue
-        if resource == "cpu" and _cpu_unready(pod, metric, now, cpu_initialization_period, initial_readiness_delay):
+        if resource == "cpu" and _cpu_unready(
+            pod, metric, now, cpu_initialization_period, initial_readiness_delay
+        ):
             groups.unready.add(name)
             continue
         groups.ready_count += 1
     return groups
 
 
-def _cpu_unready(pod: Obj, metric: PodMetric, now: datetime, init_period: float, readiness_delay: float) -> bool:
+def _cpu_unready(
+    pod: Obj, metric: PodMetric, now: datetime, init_period: float, readiness_delay: float
+) -> bool:
     condition = _ready_condition(pod)
     start = _time((pod.get("status") or {}).get("startTime"))
     if condition is None or start is None:
@@ -99,7 +105,9 @@ def _cpu_unready(pod: Obj, metric: PodMetric, now: datetime, init_period: float,
     transition = _time(condition.get("lastTransitionTime")) or start
     if start + timedelta(seconds=init_period) > now:
         # within the initialization period: unready, or no full window of metrics since it changed state
-        return condition.get("status") == "False" or metric.timestamp < transition + timedelta(seconds=metric.window)
+        return condition.get("status") == "False" or metric.timestamp < transition + timedelta(
+            seconds=metric.window
+        )
     # later: ignored only while unready and never ready since it started
     return condition.get("status") == "False" and start + timedelta(seconds=readiness_delay) > transition
 
@@ -122,7 +130,9 @@ def pod_requests(pods: list[Obj], resource: str, container: str = "") -> dict[st
     return out
 
 
-def utilization_ratio(metrics: dict[str, PodMetric], requests: dict[str, int], target: int) -> tuple[float, int, int]:
+def utilization_ratio(
+    metrics: dict[str, PodMetric], requests: dict[str, int], target: int
+) -> tuple[float, int, int]:
     """metricsclient.GetResourceUtilizationRatio: (usage / target ratio, utilization %, raw average)."""
     metrics_total = requests_total = entries = 0
     for name, metric in metrics.items():
@@ -145,7 +155,9 @@ def usage_ratio(metrics: dict[str, PodMetric], target: int) -> tuple[float, int]
     return average / target, average
 
 
-def _prepare(pods: list[Obj], metrics: dict[str, PodMetric], resource: str, now: datetime, **periods: float) -> tuple[dict[str, PodMetric], PodGroups]:
+def _prepare(
+    pods: list[Obj], metrics: dict[str, PodMetric], resource: str, now: datetime, **periods: float
+) -> tuple[dict[str, PodMetric], PodGroups]:
     if not pods:
         raise ReplicaError("no pods returned by selector while calculating replica count")
     groups = group_pods(pods, metrics, resource, now, **periods)
@@ -181,7 +193,9 @@ def resource_replicas(
         if ratio < 1.0:
             fallback = max(100, target_utilization)
             for name in groups.missing:
-                filled[name] = PodMetric(requests[name] * fallback // 100, placeholder.timestamp, placeholder.window)
+                filled[name] = PodMetric(
+                    requests[name] * fallback // 100, placeholder.timestamp, placeholder.window
+                )
         elif ratio > 1.0:
             for name in groups.missing:
                 filled[name] = PodMetric(0, placeholder.timestamp, placeholder.window)

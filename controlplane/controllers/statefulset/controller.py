@@ -67,7 +67,9 @@ class StatefulSetController(Controller):
             "/apis/apps/v1/controllerrevisions",
             indexers={"namespace": by_namespace, "controller": by_controller_uid},
         )
-        self.claims = ctx.informers.get("/api/v1/persistentvolumeclaims", indexers={"namespace": by_namespace})
+        self.claims = ctx.informers.get(
+            "/api/v1/persistentvolumeclaims", indexers={"namespace": by_namespace}
+        )
         self.recorder = ctx.recorder("statefulset-controller")
         self.writes = StatefulWrites(self.client, self.recorder)
         self.sets.add_handler(

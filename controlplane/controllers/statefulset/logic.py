@@ -259,7 +259,9 @@ def plan(inp: Inputs) -> Plan:
             return out
     out.steps.append(phase_steps)
 
-    out.steps.append([Step("owners", p) for p in condemned if not owners_right(inp.update_set, p, inp.claims)])
+    out.steps.append(
+        [Step("owners", p) for p in condemned if not owners_right(inp.update_set, p, inp.claims)]
+    )
 
     deletions: list[Step] = []
     for pod in condemned:

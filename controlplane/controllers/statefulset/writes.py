@@ -45,7 +45,10 @@ class StatefulWrites:
         name, owner = pod["metadata"]["name"], sts["metadata"]["name"]
         if err is None:
             self.recorder.event(
-                sts, NORMAL, f"Successful{verb}", f"{verb.lower()} Pod {name} in StatefulSet {owner} successful"
+                sts,
+                NORMAL,
+                f"Successful{verb}",
+                f"{verb.lower()} Pod {name} in StatefulSet {owner} successful",
             )
         else:
             self.recorder.event(
@@ -59,7 +62,10 @@ class StatefulWrites:
         names = (claim["metadata"]["name"], pod["metadata"]["name"], sts["metadata"]["name"])
         if err is None:
             self.recorder.event(
-                sts, NORMAL, "SuccessfulCreate", "create Claim {} Pod {} in StatefulSet {} success".format(*names)
+                sts,
+                NORMAL,
+                "SuccessfulCreate",
+                "create Claim {} Pod {} in StatefulSet {} success".format(*names),
             )
         else:
             self.recorder.event(

@@ -5,4 +5,9 @@ from controlplane.controllers.volume.localpath import LocalPathProvisioner
 from controlplane.controllers.volume.protection import PVCProtectionController, PVProtectionController
 from controlplane.controllers.volume.pvcontroller import PersistentVolumeController
 
-__all__ = ["LocalPathProvisioner", "PVCProtectionController", "PVProtectionController", "PersistentVolumeController"]
+__all__ = [
+    "LocalPathProvisioner",
+    "PVCProtectionController",
+    "PVProtectionController",
+    "PersistentVolumeController",
+]

@@ -60,7 +60,9 @@ def volume_for(claim: Obj, sc: Obj, node: Obj, root: str) -> Obj:
             "storageClassName": meta(sc).get("name", ""),
             "accessModes": list(spec.get("accessModes") or []),
             "volumeMode": spec.get("volumeMode") or "Filesystem",
-            "capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "0")},
+            "capacity": {
+                "storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "0")
+            },
             "claimRef": vol.claim_ref(claim),
             "hostPath": {"path": path, "type": "DirectoryOrCreate"},
             "nodeAffinity": {
@@ -127,7 +129,9 @@ class LocalPathProvisioner(Controller):
         self.classes = ctx.informers.get("/apis/storage.k8s.io/v1/storageclasses")
         self.nodes = ctx.informers.get("/api/v1/nodes")
         self.pods = ctx.informers.get("/api/v1/pods")
-        self.claims.add_handler(**self.handlers(lambda c: CLAIM + f"{meta(c).get('namespace')}/{meta(c).get('name')}"))
+        self.claims.add_handler(
+            **self.handlers(lambda c: CLAIM + f"{meta(c).get('namespace')}/{meta(c).get('name')}")
+        )
         self.volumes.add_handler(**self.handlers(lambda v: VOLUME + meta(v).get("name", "")))
         self.volumes.add_handler(on_delete=lambda v: self._deleted.discard(meta(v).get("uid", "")))
         self.pods.add_handler(**self.handlers(self._helper_key))
@@ -178,7 +182,9 @@ class LocalPathProvisioner(Controller):
             return
         node = self.nodes.get(node_name)
         if node is None:
-            raise RuntimeError(f"claim {m.get('namespace')}/{m.get('name')}: selected node {node_name} not found")
+            raise RuntimeError(
+                f"claim {m.get('namespace')}/{m.get('name')}: selected node {node_name} not found"
+            )
         self.recorder.event(
             claim,
             NORMAL,
@@ -198,10 +204,17 @@ class LocalPathProvisioner(Controller):
                 )
                 raise
         self.recorder.event(
-            claim, NORMAL, "ProvisioningSucceeded", f"Successfully provisioned volume {body['metadata']['name']}"
+            claim,
+            NORMAL,
+            "ProvisioningSucceeded",
+            f"Successfully provisioned volume {body['metadata']['name']}",
         )
         log.info(
-            "provisioned claim=%s/%s volume=%s node=%s", m.get("namespace"), m.get("name"), volume_name(claim), node_name
+            "provisioned claim=%s/%s volume=%s node=%s",
+            m.get("namespace"),
+            m.get("name"),
+            volume_name(claim),
+            node_name,
         )
 
     # --- deletion ------------------------------------------------------------------------------------
@@ -222,7 +235,8 @@ class LocalPathProvisioner(Controller):
             node = volume_node(volume)
             try:
                 await self.client.create(
-                    f"/api/v1/namespaces/{HELPER_NAMESPACE}/pods", delete_helper(volume, node, self.image, self.root)
+                    f"/api/v1/namespaces/{HELPER_NAMESPACE}/pods",
+                    delete_helper(volume, node, self.image, self.root),
                 )
             except ApiError as err:
                 if not err.already_exists:

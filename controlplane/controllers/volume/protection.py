@@ -42,7 +42,9 @@ class PVCProtectionController(Controller):
 
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
-        self.claims = ctx.informers.get("/api/v1/persistentvolumeclaims", indexers={"namespace": by_namespace})
+        self.claims = ctx.informers.get(
+            "/api/v1/persistentvolumeclaims", indexers={"namespace": by_namespace}
+        )
         self.pods = ctx.informers.get("/api/v1/pods", indexers={"namespace": by_namespace})
         self.claims.add_handler(on_add=self.enqueue, on_update=lambda _o, n: self.enqueue(n))
         self.pods.add_handler(on_update=lambda _o, p: self._pod_changed(p), on_delete=self._pod_changed)

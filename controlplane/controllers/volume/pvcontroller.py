@@ -54,7 +54,9 @@ class PersistentVolumeController(Controller):
         self.resync = float(ctx.option("pv_resync_period", RESYNC))
         self.recorder = ctx.recorder(COMPONENT)
         self.volumes = ctx.informers.get("/api/v1/persistentvolumes")
-        self.claims = ctx.informers.get("/api/v1/persistentvolumeclaims", indexers={"namespace": by_namespace})
+        self.claims = ctx.informers.get(
+            "/api/v1/persistentvolumeclaims", indexers={"namespace": by_namespace}
+        )
         self.classes = ctx.informers.get("/apis/storage.k8s.io/v1/storageclasses")
         self.pods = ctx.informers.get("/api/v1/pods", indexers={"namespace": by_namespace})
         self.volumes.add_handler(**self.handlers(self._volume_keys))
@@ -143,14 +145,18 @@ class PersistentVolumeController(Controller):
         if not ref or vol.is_bound_to_claim(volume, claim):
             await self._bind(copy.deepcopy(volume), claim)
             return
-        self.recorder.event(claim, WARNING, "FailedBinding", f'volume "{name}" already bound to a different claim.')
+        self.recorder.event(
+            claim, WARNING, "FailedBinding", f'volume "{name}" already bound to a different claim.'
+        )
         await self._claim_phase(claim, "Pending")
         self._again(claim)
 
     async def _sync_bound_claim(self, claim: Obj) -> None:
         name = (claim.get("spec") or {}).get("volumeName") or ""
         if not name:
-            await self._lost(claim, "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!")
+            await self._lost(
+                claim, "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!"
+            )
             return
         volume = self.volumes.get(name)
         if volume is None:
@@ -161,7 +167,10 @@ class PersistentVolumeController(Controller):
             await self._bind(copy.deepcopy(volume), claim)
             return
         self.recorder.event(
-            claim, WARNING, "FailedBinding", "Two claims are bound to the same volume, this one is bound incorrectly"
+            claim,
+            WARNING,
+            "FailedBinding",
+            "Two claims are bound to the same volume, this one is bound incorrectly",
         )
         await self._claim_phase(claim, "Lost")
 
@@ -184,7 +193,9 @@ class PersistentVolumeController(Controller):
         if not waiting:
             self.recorder.event(claim, NORMAL, "WaitForFirstConsumer", WAITING_FOR_CONSUMER)
         elif len(waiting) == 1:
-            self.recorder.event(claim, NORMAL, "WaitForPodScheduled", f"waiting for pod {waiting[0]} to be scheduled")
+            self.recorder.event(
+                claim, NORMAL, "WaitForPodScheduled", f"waiting for pod {waiting[0]} to be scheduled"
+            )
         else:
             self.recorder.event(
                 claim, NORMAL, "WaitForPodScheduled", f"waiting for pods {','.join(waiting)} to be scheduled"
@@ -195,11 +206,16 @@ class PersistentVolumeController(Controller):
         name = vol.claim_class(claim)
         sc = self.classes.get(name)
         if sc is None:
-            self.recorder.event(claim, WARNING, "ProvisioningFailed", f'storageclass.storage.k8s.io "{name}" not found')
+            self.recorder.event(
+                claim, WARNING, "ProvisioningFailed", f'storageclass.storage.k8s.io "{name}" not found'
+            )
             return
         provisioner = str(sc.get("provisioner") or "")
         notes = vol.annotations(claim)
-        if notes.get(vol.STORAGE_PROVISIONER) != provisioner or notes.get(vol.BETA_STORAGE_PROVISIONER) != provisioner:
+        if (
+            notes.get(vol.STORAGE_PROVISIONER) != provisioner
+            or notes.get(vol.BETA_STORAGE_PROVISIONER) != provisioner
+        ):
             m = claim.setdefault("metadata", {})
             m.setdefault("annotations", {}).update(
                 {vol.STORAGE_PROVISIONER: provisioner, vol.BETA_STORAGE_PROVISIONER: provisioner}
@@ -305,7 +321,10 @@ class PersistentVolumeController(Controller):
             return  # an external provisioner's volume: it deletes it
         name = volume["metadata"]["name"]
         if policy == "Delete":
-            reason, message = "VolumeFailedDelete", f'error getting deleter volume plugin for volume "{name}": no deletable volume plugin matched'
+            reason, message = (
+                "VolumeFailedDelete",
+                f'error getting deleter volume plugin for volume "{name}": no deletable volume plugin matched',
+            )
         else:
             reason, message = "VolumeFailedRecycle", f'No recycler plugin found for the volume "{name}"'
         self.recorder.event(volume, WARNING, reason, message)
