@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kubeclient.nodeaffinity import node_selector_matches
 from kubeclient.quantity import Quantity, QuantityError
 from kubeclient.selectors import SelectorError, from_label_selector
 
@@ -85,40 +86,6 @@ def volume_mode_mismatch(claim: Obj, volume: Obj) -> bool:
     """CheckVolumeModeMismatches (unset is Filesystem on both sides)."""
     wanted = (claim.get("spec") or {}).get("volumeMode") or "Filesystem"
     return wanted != ((volume.get("spec") or {}).get("volumeMode") or "Filesystem")
-
-
-def _requirement_matches(req: Obj, labels: Mapping[str, str]) -> bool:
-    key, op, values = req.get("key", ""), req.get("operator", ""), [str(v) for v in req.get("values") or []]
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def node_selector_matches(selector: Obj, node_name: str, labels: Mapping[str, str]) -> bool:
-    """A NodeSelector (terms ORed, requirements ANDed, an empty term matching nothing) against a node."""
-    for term in selector.get("nodeSelectorTerms") or []:
-        expressions, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-        if not expressions and not fields:
-            continue
-        if all(_requirement_matches(r, labels) for r in expressions) and all(
-            r.get("key") == "metadata.name" and _requirement_matches(r, {"metadata.name": node_name})
-            for r in fields
-        ):
-            return True
-    return False
 
 
 def node_affinity_fits(volume: Obj, node_name: str, labels: Mapping[str, str]) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.pods.spec import app_containers, init_containers, is_sidecar
 from agent.pods.sysctls import FORBIDDEN_REASON, Allowlist, forbidden
+from kubeclient.nodeaffinity import node_selector_matches
 from kubeclient.quantity import QuantityError, milli_value, value
 
 OUT_OF = {
@@ -122,37 +123,6 @@ def fits_resources(pod: dict[str, Any], node: dict[str, Any], others: list[dict[
     return None
 
 
-def _expression_matches(expr: dict[str, Any], labels: dict[str, str]) -> bool:
-    key, op, values = expr.get("key", ""), expr.get("operator", ""), list(expr.get("values") or [])
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def _term_matches(term: dict[str, Any], labels: dict[str, str], node_name: str) -> bool:
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    field_labels = {"metadata.name": node_name}
-    return all(_expression_matches(e, labels) for e in exprs) and all(
-        _expression_matches(f, field_labels) for f in fields
-    )
-
-
 def matches_node_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     """nodeSelector and requiredDuringSchedulingIgnoredDuringExecution (terms ORed, expressions ANDed)."""
     spec = pod.get("spec") or {}
@@ -165,9 +135,7 @@ def matches_node_affinity(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     )
     if required is None:
         return True
-    return any(
-        _term_matches(t, labels, meta.get("name", "")) for t in required.get("nodeSelectorTerms") or []
-    )
+    return node_selector_matches(required, meta.get("name", ""), labels)
 
 
 def _host_ports(pod: dict[str, Any]) -> list[tuple[str, str, int]]:

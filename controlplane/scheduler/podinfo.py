@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.scheduler.nodeselector import Term
 from controlplane.scheduler.taints import Toleration, parse_tolerations
+from kubeclient.nodeaffinity import Term
 from kubeclient.quantity import milli_value, value
 
 Resources = dict[str, int]

@@ -12,8 +12,8 @@ from controlplane.scheduler.filters import (
     NodeUnschedulableFilter,
     TaintTolerationFilter,
 )
-from controlplane.scheduler.nodeselector import Requirement
 from controlplane.scheduler.taints import Taint, Toleration
+from kubeclient.nodeaffinity import Requirement
 from tests.scheduler.helpers import make_node, make_pod
 
 

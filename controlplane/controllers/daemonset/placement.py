@@ -12,10 +12,10 @@ a required node affinity on `metadata.name`, as upstream places daemon pods.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any
 
 from controlplane.controllers.taints import tolerates
+from kubeclient.nodeaffinity import term_matches
 
 Obj = dict[str, Any]
 
@@ -65,40 +65,6 @@ def pinned_affinity(affinity: Obj | None, node: str) -> Obj:
 
 
 # --- matching ------------------------------------------------------------------------------------------
-
-
-def _requirement(req: Obj, values: Mapping[str, str]) -> bool:
-    key, op, wanted = req.get("key", ""), req.get("operator", ""), [str(v) for v in req.get("values") or []]
-    present = key in values
-    if op == "In":
-        return present and values[key] in wanted
-    if op == "NotIn":
-        return not present or values[key] not in wanted
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(wanted) == 1:
-        try:
-            have, want = int(values[key]), int(wanted[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def term_matches(term: Obj, labels: Mapping[str, str], name: str) -> bool:
-    expressions, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    if not all(_requirement(r, labels) for r in expressions):
-        return False
-    return all(
-        r.get("key") == "metadata.name"
-        and r.get("operator") in ("In", "NotIn")
-        and _requirement(r, {"metadata.name": name})
-        for r in fields
-    )
 
 
 def fits_affinity(pod_spec: Obj, node: Obj) -> bool:

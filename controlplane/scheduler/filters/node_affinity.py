@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from controlplane.scheduler.framework import FITS
 from controlplane.scheduler.nodeinfo import NodeInfo
-from controlplane.scheduler.nodeselector import any_term_matches
 from controlplane.scheduler.podinfo import PodInfo
+from kubeclient.nodeaffinity import any_term_matches
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
 

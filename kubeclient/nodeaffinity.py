@@ -1,4 +1,8 @@
-"""Node selector terms (required and preferred node affinity), compiled once per pod.
+"""Node selector terms (nodeAffinity, a PersistentVolume's nodeAffinity, a RuntimeClass's scheduling):
+whether a node matches, the one implementation the scheduler, the DaemonSet controller, the volume
+binder and the kubelet's admission share (upstream's component-helpers/scheduling/corev1/nodeaffinity).
+The scheduler compiles a pod's terms once (`Term.from_dict`); the others match the API's dicts
+directly (`term_matches`, `node_selector_matches`).
 
 Semantics are upstream's: terms are ORed, the requirements inside one term ANDed; an empty term matches
 nothing; NotIn and DoesNotExist match a node without the label; Gt/Lt compare integers and fail when
@@ -77,3 +81,13 @@ class Term:
 
 def any_term_matches(terms: Sequence[Term], labels: Mapping[str, str], node_name: str) -> bool:
     return any(t.matches(labels, node_name) for t in terms)
+
+
+def term_matches(term: dict[str, Any] | None, labels: Mapping[str, str], node_name: str) -> bool:
+    """One NodeSelectorTerm (its requirements ANDed; an empty term matches nothing) against a node."""
+    return Term.from_dict(term).matches(labels, node_name)
+
+
+def node_selector_matches(selector: dict[str, Any] | None, node_name: str, labels: Mapping[str, str]) -> bool:
+    """A NodeSelector (its terms ORed) against a node."""
+    return any(term_matches(t, labels, node_name) for t in (selector or {}).get("nodeSelectorTerms") or [])
