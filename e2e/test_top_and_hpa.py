@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,17 @@ MEM_SCRIPT = (
 
 
 def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=check,
-    )
+    """kubectl with a discovery cache of its own: the shared ~/.kube/cache may hold a discovery taken
+    while the metrics API was not yet (or, after an API server restart, not again) available, and
+    kubectl keeps that for hours."""
+    with tempfile.TemporaryDirectory(prefix="kubectl-cache-") as cache:
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir", cache, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=check,
+        )
 
 
 def millicores(text: str) -> float:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from kubeclient.hostaddr import default_route_ip, local_ipv4
+
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
 
 
@@ -47,31 +49,6 @@ def meminfo() -> dict[str, int]:
         if parts:
             out[key] = int(parts[0]) * (1024 if len(parts) > 1 else 1)
     return out
-
-
-def _route_interface() -> str:
-    for line in _read("/proc/net/route").splitlines()[1:]:
-        fields = line.split()
-        if len(fields) > 2 and fields[1] == "00000000":
-            return fields[0]
-    return ""
-
-
-def local_ipv4() -> dict[str, list[str]]:
-    """IPv4 addresses by interface."""
-    return {
-        name: [a.address for a in entries if a.family == socket.AF_INET]
-        for name, entries in psutil.net_if_addrs().items()
-    }
-
-
-def default_route_ip() -> str:
-    """The first global IPv4 address of the interface holding the default route ("" when none)."""
-    for ip in local_ipv4().get(_route_interface(), []):
-        addr = ipaddress.ip_address(ip)
-        if not (addr.is_loopback or addr.is_link_local or addr.is_multicast or addr.is_unspecified):
-            return ip
-    return ""
 
 
 def _lookup(name: str) -> list[str]:

@@ -46,6 +46,7 @@ from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailabl
 from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
+from kubeclient.hostaddr import default_route_ip
 
 log = logging.getLogger("controlplane.apiserver")
 
@@ -151,7 +152,10 @@ class ApiServer:
         await self._start_service_account_tokens()
         ssl_context = None
         if not self.config.insecure_http:
-            self.pki = ensure_pki(self.config.data_dir, self.config.extra_sans)
+            sans = list(self.config.extra_sans)
+            if self.config.bind in ("0.0.0.0", "::") and not self.config.advertise and default_route_ip():
+                sans.append(default_route_ip())  # the address the `kubernetes` Endpoints will name
+            self.pki = ensure_pki(self.config.data_dir, sans)
             self.rest.kubelet = KubeletClient(self.pki.kubelet_client_cert, self.pki.kubelet_client_key)
             ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
@@ -176,13 +180,22 @@ class ApiServer:
         host = self.config.advertise or (
             "127.0.0.1" if self.config.bind in ("0.0.0.0", "::") else self.config.bind
         )
+        # What in-cluster clients reach through the `kubernetes` Service: the advertised address, or
+        # with the wildcard bind upstream's default (the default route's interface address), never
+        # loopback, which a pod would take for its own.
+        member = self.config.advertise or (
+            (default_route_ip() or "127.0.0.1") if self.config.bind in ("0.0.0.0", "::") else self.config.bind
+        )
         leases = self.config.endpoint_reconciler == "lease" and hasattr(self.store, "put_with_ttl")
         await ensure_kubernetes_service(
-            self.registry, host, self.port, endpoints=self.config.endpoint_reconciler != "none" and not leases
+            self.registry,
+            member,
+            self.port,
+            endpoints=self.config.endpoint_reconciler != "none" and not leases,
         )
-        if leases and _is_ip(host):
+        if leases and _is_ip(member):
             self.endpoints = LeaseEndpointReconciler(
-                self.registry, host, self.port, self.config.master_lease_ttl, self.config.endpoint_interval
+                self.registry, member, self.port, self.config.master_lease_ttl, self.config.endpoint_interval
             )
             try:
                 await self.endpoints.reconcile()  # listed before we answer /readyz

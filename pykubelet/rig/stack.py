@@ -462,7 +462,7 @@ class Stack:
         kube-dns Service and EndpointSlice pointing at it, as a genuine cluster has them. It binds the
         node's address, not all of them: a UDP answer must leave from the address the question went to
         (pods ask through the bridge, whose own address would otherwise be the source)."""
-        from agent.node.facts import default_route_ip
+        from kubeclient.hostaddr import default_route_ip
 
         assert self.apiserver is not None
         self.dns_address = default_route_ip()
@@ -545,7 +545,7 @@ class Stack:
         (kube-system/metrics-server), with components.yaml's RBAC, and the Service, Endpoints and
         v1beta1.metrics.k8s.io APIService that put it behind the aggregation layer; waits until the
         APIService is Available."""
-        from agent.node.facts import default_route_ip
+        from kubeclient.hostaddr import default_route_ip
         from metricsserver import manifest
 
         assert self.apiserver is not None
