@@ -6,9 +6,13 @@ not there (or never answers) are each refused with kubeadm's text, within a boun
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +130,56 @@ def test_bad_pins_are_refused(pins: list[str], message: str) -> None:
 def test_bad_endpoints_are_refused(endpoint: str) -> None:
     with pytest.raises(DiscoveryError, match="invalid API server endpoint"):
         parse_endpoint(endpoint)
+
+
+def _join(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pykubelet", "join", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+async def test_join_with_a_wrong_ca_hash_refuses_and_writes_nothing(
+    server: ApiServer, signer: None, tmp_path: Path
+) -> None:
+    token = await _signing_token(server)
+    root = tmp_path / "node"
+    wrong = "sha256:" + "ab" * 32
+    done = await asyncio.to_thread(
+        _join, server.url, "--token", token, "--discovery-token-ca-cert-hash", wrong, "--root-dir", str(root)
+    )
+    assert done.returncode == 1, done.stderr
+    assert "error execution phase preflight: couldn't validate the identity of the API Server" in done.stderr
+    assert _pin(server) in done.stderr and wrong in done.stderr
+    assert not root.exists() and list(tmp_path.iterdir()) == []
+
+
+async def test_join_with_an_unsigned_token_refuses_and_writes_nothing(
+    server: ApiServer, signer: None, tmp_path: Path
+) -> None:
+    root = tmp_path / "node"
+    stranger = bt.generate()  # no Secret at all: cluster-info carries no signature for it
+    done = await asyncio.to_thread(
+        _join, server.url, "--token", stranger, "--discovery-token-ca-cert-hash", _pin(server), "--root-dir", str(root)
+    )
+    assert done.returncode == 1
+    assert f'token id "{stranger[:6]}" is invalid for this cluster or it has expired' in done.stderr
+    assert stranger[7:] not in done.stderr
+    assert not root.exists()
+
+
+def test_join_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("no systemd-analyze")
+    from pykubelet.join import AGENT_UNIT, NodePlan, agent_argv, units
+
+    plan = NodePlan(tmp_path, "n1", "10.244.9.0/24", "pykbr9", 10250, "pause", "", False)
+    for name, text in units(plan, ["/usr/bin/containerd", "--config", "/x.toml"], agent_argv(plan, "unix:///s")).items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / AGENT_UNIT), str(tmp_path / "pykubelet-containerd.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pykubelet" not in done.stderr, done.stderr
