@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import os
 import shlex
+import ssl
 import subprocess
 import sys
 import time
@@ -42,6 +43,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
             node_name="cp-node",
             bridge=net.bridge,
             pod_cidr=net.pod_cidr,
+            verify_kubelets=True,  # --kubelet-certificate-authority: kubectl logs verifies the kubelet
         )
         scope = Scope.of(
             config.state_dir,
@@ -113,6 +115,7 @@ def test_join_a_second_node_then_reset_leaves_nothing(stack, tmp_path: Path) -> 
             "--node-name", NODE, "--root-dir", str(root), "--foreground",
             "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--port", str(free_port()),
             "--sandbox-image", stack.images.pause, "--registry-mirror", stack.registry.address,
+            "--server-tls-bootstrap",
         ]  # fmt: skip
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -135,6 +138,7 @@ def test_join_a_second_node_then_reset_leaves_nothing(stack, tmp_path: Path) -> 
             assert (root / "agent" / "bootstrap-kubelet.conf").stat().st_mode & 0o077 == 0
             assert (root / "containerd" / "containerd.sock").exists()
             assert scope.owned()  # the node's processes and bridge are there now
+            _logs_through_a_serving_bootstrapped_kubelet(stack, core)
         finally:
             reset = _pykubelet("reset", "--root-dir", str(root), timeout=180)
             proc.wait(timeout=60)
@@ -142,3 +146,69 @@ def test_join_a_second_node_then_reset_leaves_nothing(stack, tmp_path: Path) -> 
         assert not root.exists()
         assert scope.leaked() == {}
     core.delete_node(NODE)
+
+
+def _kubectl(stack, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(stack.kubeconfig), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def _serving_csr(certs: client.CertificatesV1Api):  # type: ignore[no-untyped-def]
+    for csr in certs.list_certificate_signing_request().items:
+        if csr.spec.signer_name == "kubernetes.io/kubelet-serving" and csr.spec.username == f"system:node:{NODE}":
+            return csr
+    return None
+
+
+def _eventually(what: str, probe, timeout: float = 90):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; last={last!r}")
+
+
+def _logs_through_a_serving_bootstrapped_kubelet(stack, core: client.CoreV1Api) -> None:  # type: ignore[no-untyped-def]
+    """serverTLSBootstrap: the kubelet-serving CSR waits for an administrator; once approved with
+    kubectl, the API server (verifying kubelets with the cluster CA) streams the pod's log from it."""
+    certs = client.CertificatesV1Api(core.api_client)
+    csr = _eventually("the joined kubelet's serving CSR", lambda: _serving_csr(certs))
+    assert not (csr.status.conditions or [])  # never approved automatically
+    approved = _kubectl(stack, "certificate", "approve", csr.metadata.name)
+    assert approved.returncode == 0, approved.stderr
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "joined-logs"},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": stack.images.busybox, "command": ["sh", "-c", "echo hello from the joined node"]}],
+        },
+    }
+    core.create_namespaced_pod("default", pod)
+    try:
+        _eventually(
+            "the pod to succeed", lambda: core.read_namespaced_pod("joined-logs", "default").status.phase == "Succeeded"
+        )
+
+        def logs() -> str:
+            got = _kubectl(stack, "logs", "joined-logs")
+            return got.stdout if got.returncode == 0 else ""
+
+        assert _eventually("kubectl logs through the verified kubelet", logs) == "hello from the joined node\n"
+        served = ssl.get_server_certificate(_kubelet_address(core))
+        cert = x509.load_pem_x509_certificate(served.encode())
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(stack.apiserver.ca_cert.read_bytes()))
+    finally:
+        core.delete_namespaced_pod("joined-logs", "default", grace_period_seconds=0)
+
+
+def _kubelet_address(core: client.CoreV1Api) -> tuple[str, int]:
+    node = core.read_node(NODE)
+    ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    return ip, node.status.daemon_endpoints.kubelet_endpoint.port
