@@ -212,3 +212,45 @@ def _kubelet_address(core: client.CoreV1Api) -> tuple[str, int]:
     node = core.read_node(NODE)
     ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
     return ip, node.status.daemon_endpoints.kubelet_endpoint.port
+
+
+def test_a_join_killed_half_way_can_be_run_again(stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL the join once containerd runs (its containerd and agent are orphaned, the node not yet
+    Ready): the same command again stops what the first left, finishes the join, and reset cleans up."""
+    join = _join_command(stack)
+    name = "rejoined-node"
+    root = tmp_path / "node3"
+    core = stack.core_api()
+    with lease_network("k") as net:
+        scope = Scope.of(root, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+        argv = [
+            sys.executable, "-m", "pykubelet", "join", *join,
+            "--node-name", name, "--root-dir", str(root), "--foreground",
+            "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--port", str(free_port()),
+            "--sandbox-image", stack.images.pause, "--registry-mirror", stack.registry.address,
+        ]  # fmt: skip
+        first_log, second_log = tmp_path / "join1.log", tmp_path / "join2.log"
+        with open(first_log, "wb") as out:
+            first = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        second = None
+        try:
+            _wait("containerd of the first join", (root / "containerd" / "containerd.sock").exists, first, first_log)
+            first.kill()
+            first.wait(timeout=10)
+            orphans = scope.owned().as_dict().get("processes", [])
+            assert any("containerd" in p for p in orphans), orphans
+            with open(second_log, "wb") as out:
+                second = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            _wait(f"node {name} Ready after the second join", lambda: _node_ready(core, name), second, second_log)
+            # One containerd and one agent for the node: the first join's were stopped.
+            procs = scope.owned().as_dict()["processes"]
+            assert sum(" agent " in f" {p} " for p in procs) == 1, procs
+            assert sum("/usr/bin/containerd" in p for p in procs) == 1, procs
+        finally:
+            reset = _pykubelet("reset", "--root-dir", str(root), timeout=180)
+            if second is not None:
+                second.wait(timeout=60)
+        assert reset.returncode == 0, reset.stderr
+        assert not root.exists()
+        assert scope.leaked() == {}
+    core.delete_node(name)
