@@ -33,6 +33,7 @@ from agent.node.controller import NodeController
 from agent.node.images import node_images
 from agent.node.lease import LeaseController
 from agent.node.runtime import RuntimeTracker, runtime_status
+from agent.node.servingcert import ServingCertManager
 from agent.node.status import RuntimeHealth
 from agent.pods.backoff import BackoffTable
 from agent.pods.context import PodContext
@@ -110,6 +111,7 @@ class Agent:
         self._tasks: list[asyncio.Task[Any]] = []
         self.server: KubeletServer | None = None
         self.rotator: CertRotator | None = None
+        self.serving: ServingCertManager | None = None
         self.network: NodeNetwork | None = None
         self.metrics = KubeletMetrics(cfg.node_name)
 
@@ -259,6 +261,17 @@ class Agent:
                 ensure_self_signed, Path(cfg.root_dir) / "pki", cfg.node_name, ips
             )
         context = await asyncio.to_thread(server_context, cert, key, cfg.client_ca_file or None)
+        if cfg.server_tls_bootstrap and not cfg.tls_cert_file:
+            # The self-signed pair only shapes the listening context; it is never served in this mode.
+            self.serving = ServingCertManager(
+                self.client,
+                cfg.node_name,
+                Path(cfg.root_dir) / "pki",
+                context,
+                lambda c, k: server_context(c, k, cfg.client_ca_file or None),
+                self._serving_addresses,
+            )
+            self.serving.start()
 
         def lookup(namespace: str, name: str) -> dict[str, Any] | None:
             return pod_by_name(self.informer, namespace, name) if self.informer else None
@@ -293,6 +306,23 @@ class Agent:
         )
         await self.server.start(cfg.address, cfg.port)
 
+    def _serving_addresses(self) -> tuple[list[str], list[str]]:
+        """The serving certificate's SANs: the Node's Hostname addresses as names, the rest as IPs."""
+        import ipaddress
+
+        hostnames, ips = [], []
+        status = ((self.node.node if self.node else None) or {}).get("status") or {}
+        for address in status.get("addresses") or []:
+            value = address.get("address", "")
+            try:
+                ipaddress.ip_address(value)
+                ips.append(value)
+            except ValueError:
+                hostnames.append(value)
+        if self.node and self.node.internal_ip and self.node.internal_ip not in ips:
+            ips.append(self.node.internal_ip)
+        return hostnames or [self.cfg.node_name], ips
+
     def _probe_metrics(self) -> str:
         prober = self.pods.ctx.prober if self.pods is not None else None
         return prober.metrics.exposition() if prober is not None else ""
@@ -309,6 +339,8 @@ class Agent:
     async def stop(self) -> None:
         if self.rotator is not None:
             await self.rotator.stop()
+        if self.serving is not None:
+            await self.serving.stop()
         if self.server is not None:
             await self.server.stop()
         for task in self._tasks:

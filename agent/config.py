@@ -53,6 +53,8 @@ class AgentConfig:
     bootstrap_kubeconfig: str | None = None
     cert_dir: str = ""  # where the client certificate lives (default ROOT/pki)
     rotate_certificates: bool = False  # renew the client certificate at 70-90 % of its life (certrotation.py)
+    # The kubelet API's serving certificate through a kubelet-serving CSR (agent/node/servingcert.py).
+    server_tls_bootstrap: bool = False
     container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
     image_service_endpoint: str | None = None
     root_dir: str = "/var/lib/kubelet"
@@ -117,6 +119,7 @@ class AgentConfig:
 _FILE_FIELDS: dict[str, tuple[str, Any]] = {
     "podCIDR": ("pod_cidr", str),
     "rotateCertificates": ("rotate_certificates", bool),
+    "serverTLSBootstrap": ("server_tls_bootstrap", bool),
     "podLogsDir": ("pod_logs_dir", str),
     "clusterDomain": ("cluster_domain", str),
     "clusterDNS": ("cluster_dns", list),

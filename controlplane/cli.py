@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="bootstrap token Secrets (kube-system/bootstrap-token-<id>) authenticate; keep kube-public/cluster-info",
     )
     parser.add_argument(
+        "--kubelet-certificate-authority",
+        default="",
+        help="path to a cert file for the certificate authority: the kubelets' serving certificates are verified with it",
+    )
+    parser.add_argument(
         "--authorization-mode",
         default=("Node", "RBAC"),
         type=_authorization_modes,
@@ -243,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
         authorization_modes=args.authorization_mode,
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
+        kubelet_certificate_authority=args.kubelet_certificate_authority,
         etcd=_etcd_config(args),
         endpoint_reconciler=args.endpoint_reconciler_type,
     )

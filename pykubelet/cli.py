@@ -33,6 +33,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
     "token": ("pykubelet.token", "create, list and delete bootstrap tokens (kubeadm token's shapes)"),
+    "join": (
+        "pykubelet.join",
+        "join this host to a cluster as a node (kubeadm join's discovery and TLS bootstrap)",
+    ),
+    "reset": ("pykubelet.reset", "undo `join` on this host, leaving nothing"),
     "migrate-store": ("controlplane.storage.migrate", "copy a cluster's objects from SQLite to etcd"),
 }
 

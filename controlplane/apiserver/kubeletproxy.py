@@ -4,7 +4,10 @@ upstream's LogLocation + LocationStreamer do (pkg/registry/core/pod/strategy.go,
 The server connects to the node's InternalIP (then Hostname) on status.daemonEndpoints.kubeletEndpoint
 with its own client certificate (CN kube-apiserver-kubelet-client, signed by the cluster CA, which the
 agent trusts as its clientCAFile). Like upstream without --kubelet-certificate-authority, it does not
-verify the kubelet's self-signed serving certificate.
+verify the kubelet's self-signed serving certificate; with it (`ca`), the kubelet's certificate must be
+signed by that CA and name the address connected to (a kubelet that got its certificate through a
+kubelet-serving CSR: serverTLSBootstrap), for logs and for exec/attach/port-forward/proxy, which share
+this context.
 """
 
 from __future__ import annotations
@@ -87,10 +90,13 @@ def validate_log_query(query: Any) -> dict[str, str]:
 class KubeletClient:
     """HTTPS to node agents with the API server's kubelet-client certificate."""
 
-    def __init__(self, cert: Path, key: Path) -> None:
+    def __init__(self, cert: Path, key: Path, ca: Path | None = None) -> None:
         self._context = ssl.create_default_context()
-        self._context.check_hostname = False
-        self._context.verify_mode = ssl.CERT_NONE
+        if ca is not None:
+            self._context.load_verify_locations(cafile=str(ca))
+        else:
+            self._context.check_hostname = False
+            self._context.verify_mode = ssl.CERT_NONE
         self._context.load_cert_chain(cert, key)
         self._session: aiohttp.ClientSession | None = None
 

@@ -100,6 +100,8 @@ class ServerConfig:
     # --enable-bootstrap-token-auth: bootstrap-token Secrets authenticate (bootstraptoken.py), and the server
     # keeps kube-public/cluster-info and the RBAC kubeadm creates for joining (bootstraptoken_cluster.py).
     enable_bootstrap_token_auth: bool = False
+    # --kubelet-certificate-authority: verify the kubelets' serving certificates with this CA (kubeletproxy.py).
+    kubelet_certificate_authority: str = ""
     etcd: EtcdConfig | None = None  # --etcd-servers and its TLS files; None: SQLite in DIR/state.db
     # --endpoint-reconciler-type: "lease" (upstream's default: every live server in the `kubernetes`
     # Endpoints, on a store with expiring keys; on SQLite the one server writes itself at start) or "none".
@@ -156,7 +158,13 @@ class ApiServer:
             if self.config.bind in ("0.0.0.0", "::") and not self.config.advertise and default_route_ip():
                 sans.append(default_route_ip())  # the address the `kubernetes` Endpoints will name
             self.pki = ensure_pki(self.config.data_dir, sans)
-            self.rest.kubelet = KubeletClient(self.pki.kubelet_client_cert, self.pki.kubelet_client_key)
+            self.rest.kubelet = KubeletClient(
+                self.pki.kubelet_client_cert,
+                self.pki.kubelet_client_key,
+                Path(self.config.kubelet_certificate_authority)
+                if self.config.kubelet_certificate_authority
+                else None,
+            )
             ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
             ssl_context.load_verify_locations(self.pki.ca_cert)

@@ -65,6 +65,9 @@ class StackConfig:
     tls_bootstrap: bool = False
     etcd_members: int = 1  # with store "etcd": a cluster of this many members (<state>/etcd/m<i>)
     apiservers: int = 1  # with store "etcd": replicas on one etcd (<state>/apiserver/replica-<i>)
+    # The API server verifies the kubelets' serving certificates with the cluster CA
+    # (--kubelet-certificate-authority): only kubelets serving a CSR-issued certificate (serverTLSBootstrap).
+    verify_kubelets: bool = False
 
 
 def api_call(api_client, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
@@ -251,10 +254,15 @@ class Stack:
     def _apiserver_extra_args(self) -> list[str]:
         """What every API server of the stack runs with beyond its address: bootstrap-token
         authentication (joining nodes) and the local-path provisioner's root."""
+        verify = [
+            "--kubelet-certificate-authority",
+            str(self.config.state_dir / "apiserver" / "pki" / "ca.crt"),
+        ]
         return [
             "--enable-bootstrap-token-auth",
             "--default-local-storage-path",
             str(self.config.state_dir / "local-path"),
+            *(verify if self.config.verify_kubelets else []),
         ]
 
     def _start_replicas(self) -> None:

@@ -1,0 +1,388 @@
+"""`pykubelet join https://HOST:PORT --token ID.SECRET --discovery-token-ca-cert-hash sha256:HEX`: make this
+host a node of an existing cluster, as `kubeadm join` does for a kubelet.
+
+Discovery comes first and writes nothing (pykubelet.discovery): a refused server, token or CA pin leaves
+the host as it was. Then, under the root dir (default /var/lib/pykubelet), laid out as the rig lays out a
+node so that `pykubelet reset` (pykubelet.rig.sweep) finds every part:
+
+  agent/bootstrap-kubelet.conf   the discovered server and CA with the token (kubeadm's bootstrap-kubelet.conf)
+  agent/pki/ca.crt               the pinned CA, also the kubelet API's client CA
+  agent/config.yaml              the KubeletConfiguration (rotateCertificates on)
+  agent/kubeconfig               written by the agent once its CSR is issued (TLS bootstrap)
+  containerd/                    the node's own containerd (config, root, state, socket)
+  cni/                           the pod network's plugin, conflist and IPAM state (the agent's)
+  stack.json                     the node's record (bridge, pod CIDR, pids) for reset
+  join.json                      what was asked (without the token)
+
+The Debian packages come through pykubelet.rig.install. containerd and the agent then run as systemd
+units where systemd is PID 1 (pykubelet-containerd.service, pykubelet-node.service), in the foreground
+otherwise (`--foreground` forces it): this command then runs until SIGTERM/SIGINT and stops both.
+Running join again over a half-finished one stops what the earlier one left running and starts again;
+the agent keeps its certificate if it already has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from pykubelet.discovery import DEFAULT_TIMEOUT, ClusterInfo, DiscoveryError, discover
+
+DEFAULT_ROOT = Path("/var/lib/pykubelet")
+DEFAULT_POD_CIDR = "10.244.1.0/24"
+DEFAULT_BRIDGE = "pykbr0"
+DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
+KUBE_DNS_IP = "10.96.0.10"
+SYSTEMD_DIR = Path("/etc/systemd/system")
+CONTAINERD_UNIT = "pykubelet-containerd.service"
+AGENT_UNIT = "pykubelet-node.service"
+MARKER = "join.json"
+BOOTSTRAP_USER = "tls-bootstrap-token-user"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("endpoint", metavar="https://HOST:PORT", help="the API server to join")
+    parser.add_argument(
+        "--token", required=True, help="a bootstrap token (ID.SECRET) for discovery and TLS bootstrap"
+    )
+    parser.add_argument(
+        "--discovery-token-ca-cert-hash",
+        dest="ca_hashes",
+        action="append",
+        default=[],
+        metavar="sha256:HEX",
+        help="the cluster CA's public key hash (pykubelet token create --print-join-command prints it)",
+    )
+    parser.add_argument("--node-name", default="", help="the Node's name (default: this host's name)")
+    parser.add_argument("--root-dir", type=Path, default=DEFAULT_ROOT, help="where the node's files live")
+    parser.add_argument(
+        "--foreground", action="store_true", help="run containerd and the agent here, not as units"
+    )
+    parser.add_argument(
+        "--pod-cidr",
+        default=DEFAULT_POD_CIDR,
+        help="the node's pod network (when the cluster allocates none)",
+    )
+    parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
+    parser.add_argument("--port", type=int, default=10250, help="the kubelet API's port")
+    parser.add_argument("--sandbox-image", default=DEFAULT_SANDBOX_IMAGE, help="containerd's pause image")
+    parser.add_argument(
+        "--registry-mirror",
+        default="",
+        metavar="HOST:PORT",
+        help="a plain-HTTP registry mirror for containerd",
+    )
+    parser.add_argument(
+        "--server-tls-bootstrap", action="store_true", help="serverTLSBootstrap: true in the kubelet config"
+    )
+    parser.add_argument(
+        "--discovery-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per discovery request"
+    )
+    parser.add_argument("--systemd-dir", type=Path, default=SYSTEMD_DIR, help=argparse.SUPPRESS)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """Everything join writes and starts, fixed before anything is written."""
+
+    root: Path
+    node_name: str
+    pod_cidr: str
+    bridge: str
+    port: int
+    sandbox_image: str
+    registry_mirror: str
+    server_tls_bootstrap: bool
+
+    @property
+    def agent_dir(self) -> Path:
+        return self.root / "agent"
+
+    @property
+    def bootstrap_kubeconfig(self) -> Path:
+        return self.agent_dir / "bootstrap-kubelet.conf"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.agent_dir / "kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.agent_dir / "pki" / "ca.crt"
+
+    @property
+    def config_file(self) -> Path:
+        return self.agent_dir / "config.yaml"
+
+    @property
+    def cni_dir(self) -> Path:
+        return self.root / "cni"
+
+
+def systemd_running() -> bool:
+    """sd_booted(): systemd is PID 1 when /run/systemd/system exists."""
+    return Path("/run/systemd/system").is_dir()
+
+
+def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".writing")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def bootstrap_kubeconfig(info: ClusterInfo, token: str) -> dict:
+    import base64
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "kubernetes",
+                "cluster": {
+                    "server": info.server,
+                    "certificate-authority-data": base64.b64encode(info.ca_pem).decode(),
+                },
+            }
+        ],
+        "contexts": [{"name": "tls-bootstrap", "context": {"cluster": "kubernetes", "user": BOOTSTRAP_USER}}],
+        "current-context": "tls-bootstrap",
+        "users": [{"name": BOOTSTRAP_USER, "user": {"token": token}}],
+    }
+
+
+def kubelet_config(plan: NodePlan) -> dict:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "podCIDR": plan.pod_cidr,
+        "podLogsDir": str(plan.root / "pod-logs"),
+        "clusterDomain": "cluster.local",
+        "clusterDNS": [KUBE_DNS_IP],
+        "resolvConf": "/etc/resolv.conf",
+        "port": plan.port,
+        "rotateCertificates": True,
+        "serverTLSBootstrap": plan.server_tls_bootstrap,
+        "authentication": {"x509": {"clientCAFile": str(plan.ca_file)}},
+    }
+
+
+def containerd_for(plan: NodePlan):  # type: ignore[no-untyped-def]
+    from pykubelet.rig.containerd import Containerd
+
+    return Containerd(
+        plan.root / "containerd",
+        cni_bin_dir=plan.cni_dir / "bin",
+        cni_conf_dir=plan.cni_dir / "net.d",
+        sandbox_image=plan.sandbox_image,
+        registry=plan.registry_mirror or None,
+        mirror_docker_io=bool(plan.registry_mirror),
+    )
+
+
+def agent_argv(plan: NodePlan, endpoint: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "agent",
+        "--kubeconfig",
+        str(plan.kubeconfig),
+        "--bootstrap-kubeconfig",
+        str(plan.bootstrap_kubeconfig),
+        "--node-name",
+        plan.node_name,
+        "--container-runtime-endpoint",
+        endpoint,
+        "--config",
+        str(plan.config_file),
+        "--root-dir",
+        str(plan.agent_dir),
+        "--cni-conf-dir",
+        str(plan.cni_dir / "net.d"),
+        "--cni-bin-dir",
+        str(plan.cni_dir / "bin"),
+        "--cni-data-dir",
+        str(plan.cni_dir / "ipam"),
+        "--cni-bridge",
+        plan.bridge,
+    ]
+
+
+def units(plan: NodePlan, containerd_argv: list[str], agent: list[str]) -> dict[str, str]:
+    """The two units, as the shipped systemd/ ones run containerd and the agent (KillMode=process: pods
+    outlive a restarted agent or containerd)."""
+    import shlex
+
+    return {
+        CONTAINERD_UNIT: (
+            f"# containerd for the pykubelet node in {plan.root} (written by pykubelet join; pykubelet reset removes it)\n"
+            "[Unit]\nDescription=containerd for the pykubelet node\nAfter=network-online.target\n"
+            f"Wants=network-online.target\nBefore={AGENT_UNIT}\n\n"
+            f"[Service]\nExecStart={shlex.join(containerd_argv)}\nRestart=always\nRestartSec=5\n"
+            "Delegate=yes\nKillMode=process\nLimitNOFILE=1048576\n\n[Install]\nWantedBy=multi-user.target\n"
+        ),
+        AGENT_UNIT: (
+            f"# The pykubelet node agent in {plan.root} (written by pykubelet join; pykubelet reset removes it)\n"
+            "[Unit]\nDescription=pykubelet: Kubernetes node agent in Python\n"
+            "Documentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/\n"
+            f"Wants=network-online.target\nAfter=network-online.target {CONTAINERD_UNIT}\nRequires={CONTAINERD_UNIT}\n\n"
+            f"[Service]\nExecStart={shlex.join(agent)}\nEnvironment=PYTHONPATH={os.environ.get('PYTHONPATH', '')}\n"
+            "Restart=always\nRestartSec=5\nKillMode=process\nLimitNOFILE=1048576\n\n[Install]\nWantedBy=multi-user.target\n"
+        ),
+    }
+
+
+def write_node_files(plan: NodePlan, info: ClusterInfo, token: str) -> None:
+    """Everything but the daemons' own state; write-then-rename, so a re-run rewrites each file whole."""
+    _write(plan.ca_file, info.ca_pem)
+    _write(
+        plan.bootstrap_kubeconfig,
+        yaml.safe_dump(bootstrap_kubeconfig(info, token), sort_keys=False).encode(),
+        0o600,
+    )
+    _write(plan.config_file, yaml.safe_dump(kubelet_config(plan), sort_keys=False).encode())
+    (plan.root / "pod-logs").mkdir(parents=True, exist_ok=True)
+
+
+def record(plan: NodePlan, containerd_endpoint: str, pids: dict[str, int]) -> None:
+    from pykubelet.rig.stack import StackRecord
+
+    StackRecord(
+        state_dir=str(plan.root),
+        node_name=plan.node_name,
+        kubeconfig=str(plan.kubeconfig),
+        pids=pids,
+        registry=plan.registry_mirror,
+        containerd_endpoint=containerd_endpoint,
+        bridge=plan.bridge,
+        pod_cidr=plan.pod_cidr,
+    ).save()
+
+
+def _fail(message: str) -> int:
+    print(f"error execution phase preflight: {message}", file=sys.stderr)
+    return 1
+
+
+def _refuse(message: str) -> int:
+    print(f"pykubelet join: {message}", file=sys.stderr)
+    return 1
+
+
+def plan_from(args: argparse.Namespace) -> NodePlan:
+    from pykubelet.rig.stack import default_node_name
+
+    return NodePlan(
+        root=Path(os.path.realpath(args.root_dir)),
+        node_name=args.node_name or default_node_name(),
+        pod_cidr=args.pod_cidr,
+        bridge=args.bridge,
+        port=args.port,
+        sandbox_image=args.sandbox_image,
+        registry_mirror=args.registry_mirror,
+        server_tls_bootstrap=args.server_tls_bootstrap,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = plan_from(args)
+    if (plan.root / "apiserver").exists():
+        return _refuse(f"{plan.root} holds a control plane (pykubelet up): join with another --root-dir")
+    print(f"[preflight] discovering the cluster at {args.endpoint}", file=sys.stderr)
+    try:
+        info = discover(args.endpoint, args.token, args.ca_hashes, args.discovery_timeout)
+    except DiscoveryError as err:
+        return _fail(f"couldn't validate the identity of the API Server: {err}")
+    print(
+        f"[discovery] cluster-info validated; CA {info.ca_hash} pinned; server {info.server}", file=sys.stderr
+    )
+    from pykubelet.rig.install import ensure_packages
+
+    ensure_packages()
+    _stop_previous(plan, args.systemd_dir)
+    write_node_files(plan, info, args.token)
+    marker = {**asdict(plan), "root": str(plan.root), "server": info.server, "caHash": info.ca_hash}
+    _write(plan.root / MARKER, json.dumps(marker, indent=2).encode())
+    if args.foreground or not systemd_running():
+        return _run_foreground(plan)
+    return _install_units(plan, args.systemd_dir)
+
+
+def _stop_previous(plan: NodePlan, systemd_dir: Path) -> None:
+    """A half-finished (or finished) earlier join on this root: its units stopped, its daemons and
+    network swept; its files (and the agent's certificate) stay to be rewritten or reused."""
+    if (systemd_dir / AGENT_UNIT).exists() and shutil.which("systemctl") and systemd_running():
+        subprocess.run(["systemctl", "stop", AGENT_UNIT, CONTAINERD_UNIT], check=False)
+    from pykubelet.rig.sweep import looks_like_a_stack, sweep
+
+    if looks_like_a_stack(plan.root):
+        for problem in sweep(plan.root, settle=2.0):
+            print(f"[reset] {problem}", file=sys.stderr)
+
+
+def _install_units(plan: NodePlan, systemd_dir: Path) -> int:
+    ctd = containerd_for(plan)
+    for d in (ctd.root, ctd.state, ctd.cni_conf_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    ctd.config_path.write_text(ctd.render_config())
+    for name, text in units(plan, ctd.daemon.argv, agent_argv(plan, ctd.endpoint)).items():
+        _write(systemd_dir / name, text.encode())
+    record(plan, ctd.endpoint, {})
+    subprocess.run(["systemctl", "daemon-reload"], check=True)
+    subprocess.run(["systemctl", "enable", "--now", CONTAINERD_UNIT, AGENT_UNIT], check=True)
+    print(f"This node has joined the cluster as {plan.node_name} ({AGENT_UNIT}).", file=sys.stderr)
+    return 0
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _run_foreground(plan: NodePlan) -> int:
+    """containerd and the agent as this process's children until a signal or the agent's exit."""
+    from pykubelet.rig.process import Daemon
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    ctd = containerd_for(plan)
+    agent: Daemon | None = None
+    code = 1
+    try:
+        record(plan, ctd.endpoint, {})
+        ctd.daemon.on_spawn = lambda pid: record(plan, ctd.endpoint, {"containerd": pid})
+        ctd.start()
+        print(f"[kubelet-start] containerd is running at {ctd.endpoint}", file=sys.stderr)
+        agent = Daemon("pykubelet agent", agent_argv(plan, ctd.endpoint), plan.agent_dir / "agent.log")
+        agent.start(lambda: True, timeout=10)
+        record(plan, ctd.endpoint, {"containerd": ctd.daemon.pid or 0, "agent": agent.pid or 0})
+        print(
+            f"[kubelet-start] the agent is performing the TLS bootstrap as node {plan.node_name} "
+            f"(log {agent.log_path}); stop with Ctrl-C, remove with pykubelet reset --root-dir {plan.root}",
+            file=sys.stderr,
+        )
+        while agent.running():
+            time.sleep(0.5)
+        print(f"pykubelet join: the agent exited:\n{agent.log_tail()}", file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+    except SystemExit as stop:
+        code = int(stop.code or 0)
+    finally:
+        if agent is not None:
+            agent.stop()
+        ctd.stop(remove_state=False)
+    return code
