@@ -128,3 +128,12 @@ def cgroupfs_path(parent: str) -> str:
     name = parent.strip("/")[: -len(".slice")]
     parts = name.split("-")
     return "/" + "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def container_cgroup(pod_parent: str, container_id: str) -> str:
+    """The cgroup runc makes for a CRI container under its sandbox's cgroup parent, as containerd's CRI
+    plugin names it: `<parent>/<id>` with cgroupfs, `<parent slice>/cri-containerd-<id>.scope` with the
+    systemd driver (cgroupsPath `<parent>:cri-containerd:<id>`)."""
+    if pod_parent.endswith(".slice"):
+        return f"{cgroupfs_path(pod_parent).rstrip('/')}/cri-containerd-{container_id}.scope"
+    return f"{pod_parent.rstrip('/')}/{container_id}"
