@@ -7,14 +7,14 @@ None when the cgroup has none (v1's near-2^63 value, v2's "max").
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from agent.stats.kernelfiles import read_small as _read
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 # cgroup v1 writes an unlimited limit as the largest page-aligned int64.
 _V1_UNLIMITED = 1 << 62
-_READ_SIZE = 1 << 16
 _V1_STAT = ("total_inactive_file", "total_rss", "total_pgfault", "total_pgmajfault")
 _V2_STAT = ("inactive_file", "anon", "pgfault", "pgmajfault")
 
@@ -52,23 +52,6 @@ def parse_flat_keyed(text: str | bytes, keys: tuple[str, ...] | None = None) -> 
         if value is not None and value.lstrip(b"-").isdigit():
             out[key.decode()] = int(value)
     return out
-
-
-def _read(path: str) -> bytes | None:
-    """The whole of a small kernel file (os.read: a third of what a text-mode open costs)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        chunks = [os.read(fd, _READ_SIZE)]
-        while len(chunks[-1]) == _READ_SIZE:
-            chunks.append(os.read(fd, _READ_SIZE))
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _read_int(path: str) -> int | None:

@@ -8,7 +8,8 @@ about 90 ms at 110 pods, reading every task's metrics through its shim) and the 
 carries are read from the containers' cgroups instead, as upstream's kubelet reads them from cadvisor.
 What only it knows, the writable layer's bytes and inodes, is remembered for WRITABLE_LAYER_PERIOD:
 containerd itself refreshes those figures from its snapshotter on that period (the CRI plugin's
-stats_collect_period, 10 s by default), so asking more often would return the same numbers."""
+stats_collect_period, 10 s by default), so asking more often would return the same numbers. The image
+file system's usage (ImageFsInfo) comes from the same snapshotter sync and is remembered as long."""
 
 from __future__ import annotations
 
@@ -84,15 +85,23 @@ class CriSource:
         self._info: dict[str, SandboxInfo] = {}
         self._stats: dict[str, pb.ContainerStats] = {}
         self._stats_at: float | None = None
+        self._image_fs: tuple[pb.FilesystemUsage, ...] = ()
+        self._image_fs_at: float | None = None
 
     async def snapshot(self, with_image_fs: bool = False) -> CriSnapshot:
+        now = self.clock()
+        ask_image_fs = with_image_fs and (
+            self._image_fs_at is None or now - self._image_fs_at >= WRITABLE_LAYER_PERIOD
+        )
         calls = [self.cri.list_pod_sandbox(), self.cri.list_containers()]
-        if with_image_fs:
+        if ask_image_fs:
             calls.append(self.cri.image_fs_info())
         results = await asyncio.gather(*calls)
         sandboxes = latest_sandboxes(results[0])
         containers = live_containers(results[1])
-        image_fs = tuple(results[2].image_filesystems) if with_image_fs else ()
+        if ask_image_fs:
+            self._image_fs, self._image_fs_at = tuple(results[2].image_filesystems), now
+        image_fs = self._image_fs if with_image_fs else ()
         await self._learn([s.id for s in sandboxes if s.state == pb.SANDBOX_READY])
         live = {s.id for s in sandboxes}
         for gone in [k for k in self._info if k not in live]:
