@@ -108,6 +108,11 @@ class CriSource:
             del self._info[gone]
         return CriSnapshot(tuple(sandboxes), tuple(containers), dict(self._info), image_fs)
 
+    def stats_due(self, max_age: float) -> bool:
+        """Whether container_stats(max_age) would ask CRI again (so a pass can ask it early, beside its
+        other calls)."""
+        return self._stats_at is None or self.clock() - self._stats_at >= max_age
+
     async def container_stats(
         self, max_age: float = 0.0, want: frozenset[str] = frozenset()
     ) -> dict[str, pb.ContainerStats]:

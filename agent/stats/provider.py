@@ -105,18 +105,39 @@ class StatsProvider:
     async def summary(self, only_cpu_and_memory: bool = False) -> Summary:
         # One pass at a time: the CPU samples and volume figures it keeps are not shared across threads.
         async with self._lock:
-            snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
-            reads = await asyncio.to_thread(self._read_containers, snap)
-            running = frozenset(c.id for c in snap.containers if c.state == pb.CONTAINER_RUNNING)
-            if not running <= reads.usage.keys():
-                stats = await self._source.container_stats()  # their CPU and memory come from it
-            elif not only_cpu_and_memory:
-                stats = await self._source.container_stats(WRITABLE_LAYER_PERIOD, want=running)
-            else:
-                stats = {}
+            # The writable layers' figures, when due, are asked beside the pass's other CRI calls.
+            early = None
+            if not only_cpu_and_memory and self._source.stats_due(WRITABLE_LAYER_PERIOD):
+                early = asyncio.ensure_future(self._source.container_stats())
+            try:
+                snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
+                reads = await asyncio.to_thread(self._read_containers, snap)
+                stats = await self._container_stats(snap, reads, only_cpu_and_memory, early)
+            finally:
+                if early is not None and not early.done():
+                    early.cancel()
             summary = await asyncio.to_thread(self._build, replace(snap, stats=stats), reads, only_cpu_and_memory)
             self.rates.sweep()
             return summary
+
+    async def _container_stats(
+        self,
+        snap: CriSnapshot,
+        reads: _CgroupReads,
+        cpu_mem_only: bool,
+        early: asyncio.Future[dict[str, pb.ContainerStats]] | None,
+    ) -> dict[str, pb.ContainerStats]:
+        """ListContainerStats when the pass needs it: fresh for a running container whose cgroup could
+        not be read (its CPU and memory come from it), else for the writable layers of a full pass
+        (remembered WRITABLE_LAYER_PERIOD), else not at all."""
+        running = frozenset(c.id for c in snap.containers if c.state == pb.CONTAINER_RUNNING)
+        if early is not None:
+            return await early
+        if not running <= reads.usage.keys():
+            return await self._source.container_stats()
+        if not cpu_mem_only:
+            return await self._source.container_stats(WRITABLE_LAYER_PERIOD, want=running)
+        return {}
 
     def _read_containers(self, snap: CriSnapshot) -> _CgroupReads:
         at = self.clock()
