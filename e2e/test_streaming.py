@@ -368,6 +368,10 @@ def test_bad_upgrade_requests_are_refused_at_once(api_client, kube, namespace, s
     assert time.monotonic() - started < 10
 
 
+# The 200 aborted sessions, of the three kinds a client can walk away from.
+ABORTED_WEBSOCKETS, ABORTED_EXECS, ABORTED_PORT_FORWARDS = 120, 50, 30
+
+
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -385,13 +389,13 @@ def test_aborted_sessions_leave_nothing_behind(stack, api_client, kube, kubeconf
         f"{api_client.configuration.host}/api/v1/namespaces/{namespace}/pods/{shell}/exec",
         [("command", "cat"), ("stdin", "true"), ("stdout", "true")],
     )
-    for _ in range(25):  # the client vanishes mid-stream, without a WebSocket close
+    for _ in range(ABORTED_WEBSOCKETS):  # the client vanishes mid-stream, without a WebSocket close
         ws = create_websocket(api_client.configuration, url)
         ws.send_binary(b"\x00hello\n")
         assert ws.recv()[1:] == b"hello\n"
         ws.sock.shutdown(socket.SHUT_RDWR)
         ws.sock.close()
-    for _ in range(15):  # kubectl killed while its command runs
+    for _ in range(ABORTED_EXECS):  # kubectl killed while its command runs
         proc = subprocess.Popen(
             ["kubectl", "--kubeconfig", str(kubeconfig), "-n", namespace, "exec", "-i", shell, "--", "cat"],
             stdin=subprocess.PIPE,
@@ -403,7 +407,7 @@ def test_aborted_sessions_leave_nothing_behind(stack, api_client, kube, kubeconf
         assert proc.stdout.readline() == b"x\n"
         proc.kill()
         proc.wait()
-    for _ in range(10):  # port-forward killed with a connection open
+    for _ in range(ABORTED_PORT_FORWARDS):  # port-forward killed with a connection open
         local = _free_port()
         proc = subprocess.Popen(
             [

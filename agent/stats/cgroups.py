@@ -10,9 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.stats.kernelfiles import read_small as _read
+
 CGROUP_FS = Path("/sys/fs/cgroup")
 # cgroup v1 writes an unlimited limit as the largest page-aligned int64.
 _V1_UNLIMITED = 1 << 62
+_V1_STAT = ("total_inactive_file", "total_rss", "total_pgfault", "total_pgmajfault")
+_V2_STAT = ("inactive_file", "anon", "pgfault", "pgmajfault")
 
 
 @dataclass(frozen=True)
@@ -26,22 +30,28 @@ class CgroupUsage:
     memory_limit: int | None = None
 
 
-def parse_flat_keyed(text: str) -> dict[str, int]:
-    """`key value` lines (memory.stat, cpu.stat) as a dict; lines that are no such pair are skipped."""
+def parse_flat_keyed(text: str | bytes, keys: tuple[str, ...] | None = None) -> dict[str, int]:
+    """`key value` lines (memory.stat, cpu.stat) as a dict (only `keys` when given); lines that are no
+    such pair are skipped. A stats pass parses a few hundred of these: a well-formed file (every line
+    one pair, as the kernel writes them) is split in one call, anything else line by line."""
+    raw = text.encode() if isinstance(text, str) else text
+    tokens = raw.split()
+    table: dict[bytes, bytes] = {}
+    if len(tokens) == 2 * raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 2):
+        pairs = iter(tokens)
+        table = dict(zip(pairs, pairs, strict=True))
+    else:
+        for line in raw.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                table[parts[0]] = parts[1]
+    wanted = [k.encode() for k in keys] if keys is not None else list(table)
     out: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
-            out[parts[0]] = int(parts[1])
+    for key in wanted:
+        value = table.get(key)
+        if value is not None and value.lstrip(b"-").isdigit():
+            out[key.decode()] = int(value)
     return out
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def _read_int(path: str) -> int | None:
@@ -49,7 +59,7 @@ def _read_int(path: str) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    return int(text) if text.lstrip("-").isdigit() else None
+    return int(text) if text.lstrip(b"-").isdigit() else None
 
 
 def working_set(usage: int, inactive_file: int) -> int:
@@ -89,7 +99,7 @@ class Cgroups:
         usage = _read_int(mem_dir + "/memory.usage_in_bytes")
         if cpu is None and usage is None:
             return None
-        stat = parse_flat_keyed(stat_text or "")
+        stat = parse_flat_keyed(stat_text or b"", _V1_STAT)
         limit = _read_int(mem_dir + "/memory.limit_in_bytes")
         return CgroupUsage(
             cpu_usage_ns=cpu,
@@ -105,10 +115,10 @@ class Cgroups:
         cpu_text = _read(d + "/cpu.stat")
         if cpu_text is None:
             return None
-        cpu = parse_flat_keyed(cpu_text)
-        stat = parse_flat_keyed(_read(d + "/memory.stat") or "")
+        cpu = parse_flat_keyed(cpu_text, ("usage_usec",))
+        stat = parse_flat_keyed(_read(d + "/memory.stat") or b"", _V2_STAT)
         usage = _read_int(d + "/memory.current")
-        limit_text = (_read(d + "/memory.max") or "").strip()
+        limit_text = (_read(d + "/memory.max") or b"").strip()
         return CgroupUsage(
             cpu_usage_ns=cpu["usage_usec"] * 1000 if "usage_usec" in cpu else None,
             memory_usage=usage,
@@ -128,3 +138,12 @@ def cgroupfs_path(parent: str) -> str:
     name = parent.strip("/")[: -len(".slice")]
     parts = name.split("-")
     return "/" + "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def container_cgroup(pod_parent: str, container_id: str) -> str:
+    """The cgroup runc makes for a CRI container under its sandbox's cgroup parent, as containerd's CRI
+    plugin names it: `<parent>/<id>` with cgroupfs, `<parent slice>/cri-containerd-<id>.scope` with the
+    systemd driver (cgroupsPath `<parent>:cri-containerd:<id>`)."""
+    if pod_parent.endswith(".slice"):
+        return f"{cgroupfs_path(pod_parent).rstrip('/')}/cri-containerd-{container_id}.scope"
+    return f"{pod_parent.rstrip('/')}/{container_id}"

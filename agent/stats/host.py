@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from agent.stats.kernelfiles import read_small
 from agent.stats.model import FsStats, InterfaceStats
 
 # cadvisor's isIgnoredDevice: loopback and the host ends of container links are no interfaces of theirs.
@@ -29,11 +30,8 @@ def parse_net_dev(text: str) -> tuple[InterfaceStats, ...]:
 
 
 def net_dev(pid: int | None = None) -> tuple[InterfaceStats, ...] | None:
-    try:
-        with open("/proc/net/dev" if pid is None else f"/proc/{pid}/net/dev") as f:
-            return parse_net_dev(f.read())
-    except OSError:
-        return None
+    raw = read_small("/proc/net/dev" if pid is None else f"/proc/{pid}/net/dev")
+    return None if raw is None else parse_net_dev(raw.decode("ascii", "replace"))
 
 
 def fs_stats(path: str, now: float) -> FsStats | None:

@@ -1,8 +1,12 @@
 """One stats pass: CRI's snapshot (cri_source.py) joined with the cgroups, network namespaces and file
 systems of the node into a Summary (model.py), as upstream's CRI stats provider joins CRI with cadvisor.
 
-Containers: CPU and memory from ListContainerStats, usageNanoCores from the previous sample
-(cpurate.py), start time the container's creation, rootfs its writable layer, logs its log files.
+Containers: which exist from ListContainers; CPU and memory from each running container's own cgroup
+(under its sandbox's cgroup parent), as upstream's kubelet takes them from cadvisor, so
+`only_cpu_and_memory` and /metrics/resource need no ListContainerStats at all; only a running container
+whose cgroup cannot be read (its sandbox's parent unknown) falls back to a fresh ListContainerStats.
+usageNanoCores from the previous sample (cpurate.py), start time the container's creation, rootfs its
+writable layer (ListContainerStats, remembered for WRITABLE_LAYER_PERIOD), logs its log files.
 Pods: CPU and memory from the pod's cgroup (the sandbox's cgroup parent), else the sum of its
 containers; network from the sandbox's network namespace; volumes from the pod's volume folders, their
 du remembered for VOLUME_STATS_PERIOD (upstream's volumeStatsAggPeriod); ephemeral storage is rootfs +
@@ -22,9 +26,9 @@ from pathlib import Path
 from agent.cri import CRIClient, pb
 from agent.pods import labels as L
 from agent.stats import host
-from agent.stats.cgroups import Cgroups, CgroupUsage, cgroupfs_path
+from agent.stats.cgroups import Cgroups, CgroupUsage, cgroupfs_path, container_cgroup
 from agent.stats.cpurate import CpuRates
-from agent.stats.cri_source import CriSnapshot, CriSource
+from agent.stats.cri_source import WRITABLE_LAYER_PERIOD, CriSnapshot, CriSource
 from agent.stats.model import (
     ContainerStats,
     CpuStats,
@@ -67,6 +71,14 @@ def _wrapped(msg: object, name: str) -> int | None:
     return getattr(msg, name).value if msg.HasField(name) else None  # type: ignore[attr-defined]
 
 
+@dataclass(frozen=True)
+class _CgroupReads:
+    """The running containers' cgroup figures, read at one time (seconds, the provider's clock)."""
+
+    at: float
+    usage: dict[str, CgroupUsage]
+
+
 @dataclass
 class _VolumeUsage:
     used: int
@@ -93,14 +105,57 @@ class StatsProvider:
     async def summary(self, only_cpu_and_memory: bool = False) -> Summary:
         # One pass at a time: the CPU samples and volume figures it keeps are not shared across threads.
         async with self._lock:
-            snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
-            summary = await asyncio.to_thread(self._build, snap, only_cpu_and_memory)
+            # The writable layers' figures, when due, are asked beside the pass's other CRI calls.
+            early = None
+            if not only_cpu_and_memory and self._source.stats_due(WRITABLE_LAYER_PERIOD):
+                early = asyncio.ensure_future(self._source.container_stats())
+            try:
+                snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
+                reads = await asyncio.to_thread(self._read_containers, snap)
+                stats = await self._container_stats(snap, reads, only_cpu_and_memory, early)
+            finally:
+                if early is not None and not early.done():
+                    early.cancel()
+                elif early is not None and not early.cancelled():
+                    early.exception()  # retrieved: a failed pass reports its own error
+            summary = await asyncio.to_thread(self._build, replace(snap, stats=stats), reads, only_cpu_and_memory)
             self.rates.sweep()
             return summary
 
+    async def _container_stats(
+        self,
+        snap: CriSnapshot,
+        reads: _CgroupReads,
+        cpu_mem_only: bool,
+        early: asyncio.Future[dict[str, pb.ContainerStats]] | None,
+    ) -> dict[str, pb.ContainerStats]:
+        """ListContainerStats when the pass needs it: fresh for a running container whose cgroup could
+        not be read (its CPU and memory come from it), else for the writable layers of a full pass
+        (remembered WRITABLE_LAYER_PERIOD), else not at all."""
+        running = frozenset(c.id for c in snap.containers if c.state == pb.CONTAINER_RUNNING)
+        if early is not None:
+            return await early
+        if not running <= reads.usage.keys():
+            return await self._source.container_stats()
+        if not cpu_mem_only:
+            return await self._source.container_stats(WRITABLE_LAYER_PERIOD, want=running)
+        return {}
+
+    def _read_containers(self, snap: CriSnapshot) -> _CgroupReads:
+        at = self.clock()
+        out: dict[str, CgroupUsage] = {}
+        for c in snap.containers:
+            info = snap.info.get(c.pod_sandbox_id)
+            if c.state != pb.CONTAINER_RUNNING or info is None or not info.cgroup_parent:
+                continue
+            usage = self.cgroups.usage(container_cgroup(info.cgroup_parent, c.id))
+            if usage is not None:
+                out[c.id] = usage
+        return _CgroupReads(at, out)
+
     # -- building (in a worker thread: file reads) ----------------------------------------------------
 
-    def _build(self, snap: CriSnapshot, cpu_mem_only: bool) -> Summary:
+    def _build(self, snap: CriSnapshot, reads: _CgroupReads, cpu_mem_only: bool) -> Summary:
         now = self.clock()
         if not self._boot:
             self._boot = host.boot_time()
@@ -110,10 +165,14 @@ class StatsProvider:
         fs_cache: dict[str, FsStats | None] = {}
         pods = []
         for sb in snap.sandboxes:
-            containers = [c for c in by_sandbox.get(sb.id, []) if c.id in snap.stats]
+            containers = [
+                c
+                for c in by_sandbox.get(sb.id, [])
+                if c.id in reads.usage or c.id in snap.stats or c.state != pb.CONTAINER_RUNNING
+            ]
             if not containers:
                 continue  # upstream builds a pod from its containers' stats
-            pods.append(self._pod(sb, containers, snap, now, cpu_mem_only, fs_cache))
+            pods.append(self._pod(sb, containers, snap, reads, now, cpu_mem_only, fs_cache))
         node = self._node(snap, now, cpu_mem_only, fs_cache)
         return Summary(node, tuple(pods))
 
@@ -141,18 +200,48 @@ class StatsProvider:
     def _container(
         self,
         c: pb.Container,
-        stats: pb.ContainerStats,
+        stats: pb.ContainerStats | None,
+        reads: _CgroupReads,
         now: float,
         cpu_mem_only: bool,
         logs_dir: str,
         fs_cache: dict[str, FsStats | None],
     ) -> ContainerStats:
-        cpu = mem = rootfs = logs = None
+        rootfs = logs = None
         device = ""
+        usage = reads.usage.get(c.id)
+        if usage is not None:
+            cpu, mem = self._cpu(c.id, usage, reads.at), self._memory(usage, reads.at)
+        elif stats is not None and c.state == pb.CONTAINER_RUNNING:
+            cpu, mem = self._cri_cpu_memory(c.id, stats, now)
+        else:
+            cpu = mem = None
+        if not cpu_mem_only:
+            if stats is not None:
+                rootfs = self._rootfs(stats, now, fs_cache)
+                device = self._device(stats.writable_layer.fs_id.mountpoint)
+            logs = self._logs(os.path.join(logs_dir, c.metadata.name), now, fs_cache)
+        return ContainerStats(
+            name=c.metadata.name,
+            id=c.id,
+            start_time=_ns(c.created_at),
+            cpu=cpu,
+            memory=mem,
+            rootfs=rootfs,
+            logs=logs,
+            image=c.image.image,
+            rootfs_device=device,
+        )
+
+    def _cri_cpu_memory(
+        self, cid: str, stats: pb.ContainerStats, now: float
+    ) -> tuple[CpuStats | None, MemoryStats | None]:
+        """A container's CPU and memory as ListContainerStats gives them (its cgroup unknown)."""
+        cpu = mem = None
         if stats.HasField("cpu") and stats.cpu.HasField("usage_core_nano_seconds"):
             usage = stats.cpu.usage_core_nano_seconds.value
             ts = stats.cpu.timestamp or int(now * 1e9)
-            rate = self.rates.update(c.id, ts, usage)
+            rate = self.rates.update(cid, ts, usage)
             given = _wrapped(stats.cpu, "usage_nano_cores")
             cpu = CpuStats(_ns(ts), usage, given if given else rate)
         if stats.HasField("memory") and stats.memory.HasField("working_set_bytes"):
@@ -167,21 +256,7 @@ class StatsProvider:
                 page_faults=_wrapped(m, "page_faults"),
                 major_page_faults=_wrapped(m, "major_page_faults"),
             )
-        if not cpu_mem_only:
-            rootfs = self._rootfs(stats, now, fs_cache)
-            device = self._device(stats.writable_layer.fs_id.mountpoint)
-            logs = self._logs(os.path.join(logs_dir, c.metadata.name), now, fs_cache)
-        return ContainerStats(
-            name=c.metadata.name,
-            id=c.id,
-            start_time=_ns(c.created_at),
-            cpu=cpu,
-            memory=mem,
-            rootfs=rootfs,
-            logs=logs,
-            image=c.image.image,
-            rootfs_device=device,
-        )
+        return cpu, mem
 
     def _device(self, mountpoint: str) -> str:
         if not mountpoint:
@@ -238,6 +313,7 @@ class StatsProvider:
         sb: pb.PodSandbox,
         containers: list[pb.Container],
         snap: CriSnapshot,
+        reads: _CgroupReads,
         now: float,
         cpu_mem_only: bool,
         fs_cache: dict[str, FsStats | None],
@@ -250,7 +326,8 @@ class StatsProvider:
         )
         logs_dir = os.path.join(self.config.pod_logs_dir, f"{ref.namespace}_{ref.name}_{ref.uid}")
         cstats = tuple(
-            self._container(c, snap.stats[c.id], now, cpu_mem_only, logs_dir, fs_cache) for c in containers
+            self._container(c, snap.stats.get(c.id), reads, now, cpu_mem_only, logs_dir, fs_cache)
+            for c in containers
         )
         info = snap.info.get(sb.id)
         cgroup = cgroupfs_path(info.cgroup_parent) if info and info.cgroup_parent else ""

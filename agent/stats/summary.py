@@ -5,6 +5,7 @@ pointers). `only_cpu_and_memory` trims to what upstream's GetCPUAndMemoryStats f
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import Any
 
 from agent.stats.model import (
@@ -20,8 +21,14 @@ from agent.stats.model import (
 )
 
 
+@functools.lru_cache(maxsize=256)
+def _rfc3339(seconds: int) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def rfc3339(t: float) -> str:
-    return datetime.datetime.fromtimestamp(int(t), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # A Summary holds thousands of times, most of them the pass's own: each second formatted once.
+    return _rfc3339(int(t))
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ On one stack, against one running busybox pod:
   official client's stream() exec of `true`, and a raw CRI ExecSync of `true` (the floor).
   port-forward throughput: a file of --mib MiB fetched over `kubectl port-forward` (SPDY tunnelled in
   WebSocket through the API server, the agent and containerd's streaming server) against the same
-  fetch straight from the pod IP (goal: >= 0.5x).
+  fetch straight from the pod IP (goal: >= 0.5x), with the CPU seconds per MiB each process on the
+  path spent during the tunnelled fetches (kubectl, the API server, the agent, containerd, this
+  client), which says where the time goes.
 Figures are reported, never asserted. Writes streaming-roundtrip.{json,md,svg}.
 """
 
@@ -83,6 +85,16 @@ def fetch_rate(url: str, size: int) -> float:
     if got != size:
         raise RuntimeError(f"{url}: {got} of {size} bytes")
     return size / (1 << 20) / (time.perf_counter() - t0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its reaped children so far (/proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -159,7 +171,14 @@ async def bench(stack: Stack, size: Size) -> dict:
         assert forward.stdout is not None and forward.stdout.readline().startswith(b"Forwarding from")
         rounds = max(3, size.rounds // 10)
         direct = [fetch_rate(f"http://{pod_ip}:8080/blob", nbytes) for _ in range(rounds)]
+        path = {name: pid for name, pid in stack.record().pids.items() if name in ("apiserver", "agent", "containerd")}
+        path |= {"kubectl": forward.pid, "client": os.getpid()}
+        before = {name: cpu_seconds(pid) for name, pid in path.items()}
         tunnel = [fetch_rate(f"http://127.0.0.1:{local}/blob", nbytes) for _ in range(rounds)]
+        cpu_ms_per_mib = {
+            name: round((cpu_seconds(pid) - before[name]) * 1e3 / (rounds * size.mib), 2)
+            for name, pid in path.items()
+        }
     finally:
         forward.terminate()
         forward.wait(timeout=10)
@@ -180,6 +199,7 @@ async def bench(stack: Stack, size: Size) -> dict:
             "kubectl_port_forward": round(tunnel_rate, 1),
         },
         "port_forward_ratio": round(tunnel_rate / direct_rate, 3),
+        "port_forward_cpu_ms_per_mib": cpu_ms_per_mib,
     }
 
 
@@ -192,7 +212,10 @@ def markdown(r: dict) -> str:
         "| exec of `true` | p50 ms | p90 ms | min ms |\n| --- | --- | --- | --- |\n" + rows + "\n\n"
         f"kubectl exec / kubectl get (its own start + one request): {r['kubectl_exec_over_get']}x\n\n"
         f"Port-forward, {r['mib']} MiB GET: direct {pf['direct']} MiB/s, through kubectl port-forward "
-        f"{pf['kubectl_port_forward']} MiB/s, ratio {r['port_forward_ratio']} (goal >= 0.5)\n"
+        f"{pf['kubectl_port_forward']} MiB/s, ratio {r['port_forward_ratio']} (goal >= 0.5)\n\n"
+        "CPU ms per MiB tunnelled: "
+        + ", ".join(f"{k} {v}" for k, v in r["port_forward_cpu_ms_per_mib"].items())
+        + "\n"
     )
 
 

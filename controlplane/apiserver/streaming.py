@@ -6,7 +6,9 @@ How the client's upgrade travels, as in 1.32:
 - WebSocket asking for v5.channel.k8s.io (kubectl exec/attach/cp, the official clients): ended here and
   translated to SPDY to the kubelet (streamtranslator.py).
 - WebSocket asking for SPDY/3.1+portforward.k8s.io (kubectl port-forward): a tunnel; the SPDY inside
-  the WebSocket messages is spliced to a SPDY upgrade of the kubelet's /portForward (tunnel()).
+  the WebSocket messages is spliced to a SPDY upgrade of the kubelet's /portForward (tunnel()); the
+  kubelet's bytes are framed into WebSocket messages in the transport's callback as they arrive
+  (kubeclient/httpstream/relay.py), the bulk direction of a port-forward.
 - Any other upgrade (SPDY/3.1, kubectl's fallback; older WebSocket subprotocols, the official client's
   port-forward): proxied byte for byte to the kubelet, who proxies it to the runtime.
 - No upgrade at all: 400 "Upgrade request required".
@@ -30,7 +32,8 @@ from controlplane.apiserver.kinds.node import KIND as NODE
 from controlplane.apiserver.kubeletproxy import kubelet_address, log_container
 from controlplane.apiserver.streamtranslator import Streams, translate
 from kubeclient.httpstream import protocols as P
-from kubeclient.httpstream.upgrade import CHUNK, UpgradeError, dial, proxy_upgrade
+from kubeclient.httpstream.relay import HIGH_WATER, websocket_sink
+from kubeclient.httpstream.upgrade import UpgradeError, dial, proxy_upgrade
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
@@ -169,7 +172,10 @@ async def tunnel(
     chosen = backend.headers.get(P.PROTOCOL_VERSION_HEADER, "").strip()
     ws = web.WebSocketResponse(protocols=(P.TUNNELING_PREFIX + chosen,) if chosen else (), max_msg_size=0)
     try:
-        await ws.prepare(request)
+        writer = await ws.prepare(request)
+        transport = request.transport
+        if transport is None:
+            raise ConnectionResetError("client connection closed")
     except (ConnectionError, OSError):
         backend.close()
         raise
@@ -178,20 +184,19 @@ async def tunnel(
         async for msg in ws:
             if msg.type == aiohttp.WSMsgType.BINARY:
                 backend.writer.write(msg.data)
-                await backend.writer.drain()
+                if backend.writer.transport.get_write_buffer_size() > HIGH_WATER:
+                    await backend.writer.drain()
 
-    async def down() -> None:
-        while data := await backend.reader.read(CHUNK):
-            await ws.send_bytes(data)
-
-    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    ends: list[asyncio.Future[None]] = [asyncio.ensure_future(up())]
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        ends.append(backend.reader.divert(backend.writer.transport, websocket_sink(transport, writer.drain)))
+        await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
-            task.cancel()
+        backend.reader.stop()
+        for end in ends:
+            end.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
-                await task
+                await end
         backend.close()
         if not ws.closed:
             with contextlib.suppress(ConnectionError, OSError):

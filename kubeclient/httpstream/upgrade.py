@@ -5,7 +5,9 @@ The backend is dialled with the caller's upgrade request (its Connection, Upgrad
 X-Stream-Protocol-Version headers; never its credentials); when it answers 101 Switching Protocols the
 same 101 goes back to the client and the two connections are spliced until either side closes, so
 whatever protocol they agreed on (SPDY/3.1, WebSocket with any subprotocol) passes through untouched.
-Any other answer (a Status saying why) is returned as an ordinary response.
+Any other answer (a Status saying why) is returned as an ordinary response. The splice moves each chunk
+in the transports' callbacks (relay.py): no copy loop, no task per chunk, flow control only when a side
+is slow.
 
 aiohttp has no public hijack: the request's protocol is given a payload parser that feeds a StreamReader
 (the same seam its WebSocketResponse uses) before the 101 is written, so not one byte of the upgraded
@@ -15,7 +17,6 @@ stream reaches the HTTP parser.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from aiohttp.abc import AbstractStreamWriter
 from multidict import CIMultiDict
 
 from kubeclient.httpstream.protocols import Headers
+from kubeclient.httpstream.relay import Sink, TapReader, open_tap_connection, transport_sink
 
 CHUNK = 256 * 1024  # per read: fewer, larger WebSocket messages and TLS writes
 # What an upgrade handshake needs of the client's request; everything else (Authorization,
@@ -56,7 +58,7 @@ class BackendResponse:
     status: int
     reason: str
     headers: CIMultiDict[str]
-    reader: asyncio.StreamReader
+    reader: TapReader
     writer: asyncio.StreamWriter
 
     async def body(self, limit: int = 1 << 20, wait: float = 10.0) -> bytes:
@@ -100,7 +102,7 @@ async def dial(
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=ssl_context if secure else None, limit=CHUNK * 2), wait
+            open_tap_connection(host, port, ssl=ssl_context if secure else None, limit=CHUNK * 2), wait
         )
     except (OSError, TimeoutError) as err:
         raise UpgradeError(f"error dialing backend: {err or type(err).__name__}") from None
@@ -143,7 +145,7 @@ class Hijacked:
     """The client's connection after the 101: raw bytes both ways. The handler returns `response`."""
 
     response: web.StreamResponse
-    reader: asyncio.StreamReader
+    reader: TapReader
     _request: web.Request = field(repr=False)
     _writer: AbstractStreamWriter = field(repr=False)
 
@@ -156,10 +158,24 @@ class Hijacked:
     async def drain(self) -> None:
         await self._writer.drain()
 
+    def buffered(self) -> int:
+        transport = self._request.transport
+        return transport.get_write_buffer_size() if transport is not None else 0
+
+    @property
+    def transport(self) -> asyncio.Transport:
+        transport = self._request.transport
+        if transport is None:
+            raise ConnectionResetError("client connection closed")
+        return transport  # type: ignore[return-value]
+
+    def sink(self) -> Sink:
+        return Sink(self.write, self.buffered, self.drain)
+
 
 async def switch_protocols(request: web.Request, headers: Iterable[tuple[str, str]]) -> Hijacked:
     """Answer 101 with `headers` and take the connection over."""
-    reader = asyncio.StreamReader(limit=CHUNK * 4)
+    reader = TapReader(limit=CHUNK * 4)
     if request.transport is None:
         raise ConnectionResetError("client connection closed")
     reader.set_transport(request.transport)
@@ -171,28 +187,20 @@ async def switch_protocols(request: web.Request, headers: Iterable[tuple[str, st
 
 
 async def splice(client: Hijacked, backend: BackendResponse) -> None:
-    """Copy bytes both ways until either side closes; then close the backend (the client's connection
+    """Move bytes both ways until either side closes; then close the backend (the client's connection
     closes when the handler returns)."""
-
-    async def up() -> None:
-        while data := await client.reader.read(CHUNK):
-            backend.writer.write(data)
-            await backend.writer.drain()
-
-    async def down() -> None:
-        while data := await backend.reader.read(CHUNK):
-            client.write(data)
-            await client.drain()
-
-    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+    ends: list[asyncio.Future[None]] = []
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        ends.append(backend.reader.divert(backend.writer.transport, client.sink()))
+        ends.append(
+            client.reader.divert(client.transport, transport_sink(backend.writer.transport, backend.writer.drain))
+        )
+        await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, OSError, ConnectionError):
-                await task
+        client.reader.stop()
+        backend.reader.stop()
+        for end in ends:
+            end.cancel()
         backend.close()
 
 

@@ -104,6 +104,14 @@ async def test_summary_and_resource_metrics_follow_the_cgroups(
             spin = [c for c in (pod or {}).get("containers", []) if c["name"] == "spin"]
             return pod if spin and spin[0].get("cpu", {}).get("usageNanoCores") is not None else None
 
+        async def initialized() -> bool:
+            got = await admin.get(f"/api/v1/namespaces/default/pods/{name}")
+            conditions = (got.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Initialized" and c["status"] == "True" for c in conditions)
+
+        # The volume's du is remembered for a minute from the first pass that sees the pod (upstream's
+        # volumeStatsAggPeriod): the first pass comes after the init container filled it.
+        await wait_until(initialized, timeout=60)
         pod = await wait_until(spinning, timeout=60)
         uid = pod["podRef"]["uid"]
         assert pod["podRef"] == {"name": name, "namespace": "default", "uid": uid}

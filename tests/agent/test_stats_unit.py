@@ -4,6 +4,7 @@ prometheus_client's parser), and the provider over a fake CRI client."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.cri import CRIError, pb
 from agent.server.stats import StatsHandlers
-from agent.stats.cgroups import Cgroups, cgroupfs_path
+from agent.stats.cgroups import Cgroups, cgroupfs_path, container_cgroup
 from agent.stats.cpurate import CpuRates
-from agent.stats.cri_source import latest_sandboxes, live_containers, parse_sandbox_info
+from agent.stats.cri_source import (
+    WRITABLE_LAYER_PERIOD,
+    latest_sandboxes,
+    live_containers,
+    parse_sandbox_info,
+)
 from agent.stats.host import parse_meminfo, parse_net_dev
 from agent.stats.model import (
     ContainerStats,
@@ -99,6 +105,10 @@ def test_systemd_slices_expand_to_their_path():
         "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice"
     )
     assert cgroupfs_path("/kubepods/burstable/pod1") == "/kubepods/burstable/pod1"
+    assert container_cgroup("/kubepods/burstable/pod1", "c1") == "/kubepods/burstable/pod1/c1"
+    assert container_cgroup("kubepods-pod1.slice", "c1") == (
+        "/kubepods.slice/kubepods-pod1.slice/cri-containerd-c1.scope"
+    )
 
 
 def test_cpu_rate_needs_two_samples_and_restarts_on_a_counter_reset():
@@ -249,6 +259,9 @@ class FakeCRI:
         self.cpu = 1_000_000_000
         self.ts = 10_000_000_000
         self.status_calls = 0
+        self.stats_calls = 0
+        self.image_fs_calls = 0
+        self.cgroup_parent = ""
 
     def _stats(self, cid: str) -> pb.ContainerStats:
         return pb.ContainerStats(
@@ -266,14 +279,18 @@ class FakeCRI:
         return self.containers
 
     async def list_container_stats(self) -> list[pb.ContainerStats]:
-        return [self._stats("dead"), self._stats("live")]
+        self.stats_calls += 1
+        stats = [self._stats("dead"), self._stats("live")]
+        stats[1].writable_layer.used_bytes.value = 8192
+        return stats
 
     async def image_fs_info(self) -> pb.ImageFsInfoResponse:
+        self.image_fs_calls += 1
         return pb.ImageFsInfoResponse()
 
     async def pod_sandbox_status(self, sandbox_id: str, verbose: bool = False) -> Any:
         self.status_calls += 1
-        info = '{"pid": 0, "config": {"linux": {"cgroup_parent": ""}}}'
+        info = json.dumps({"pid": 0, "config": {"linux": {"cgroup_parent": self.cgroup_parent}}})
         return pb.PodSandboxStatusResponse(info={"info": info})
 
 
@@ -315,6 +332,44 @@ async def test_provider_without_a_pod_cgroup_sums_the_containers(tmp_path: Path)
     assert second.node.cpu is not None and second.node.cpu.usage_core_nano_seconds == 7
     assert second.node.memory is not None and second.node.memory.working_set_bytes == 2 * MIB
     assert cri.status_calls == 1  # the sandbox's verbose status is asked once
+
+
+async def test_containers_read_their_own_cgroups_and_ask_cri_only_for_the_layers(
+    tmp_path: Path,
+):
+    cri = FakeCRI()
+    cri.cgroup_parent = "/kubepods/podu1"
+    cg = tmp_path / "cg"
+    v1_cgroup(cg, "", cpu=7, usage=2 * MIB, inactive=0)
+    v1_cgroup(cg, "kubepods/podu1", cpu=5_000, usage=12 * MIB, inactive=2 * MIB)
+    v1_cgroup(cg, "kubepods/podu1/live", cpu=4_000, usage=10 * MIB, inactive=3 * MIB, limit=64 * MIB)
+    clock = [100.0]
+    provider = StatsProvider(
+        cri,  # type: ignore[arg-type]
+        StatsConfig("n1", root_dir=str(tmp_path), pod_logs_dir=str(tmp_path)),
+        cgroups=Cgroups(cg),
+        clock=lambda: clock[0],
+    )
+    provider._source.clock = lambda: clock[0]
+    (pod,) = (await provider.summary(only_cpu_and_memory=True)).pods
+    (app,) = pod.containers
+    assert cri.stats_calls == 0  # CPU and memory come from the cgroups alone
+    assert app.cpu is not None and app.cpu.usage_core_nano_seconds == 4_000  # not CRI's 1e9
+    assert app.memory is not None and app.memory.working_set_bytes == 7 * MIB  # usage - inactive_file
+    assert app.memory.available_bytes == 57 * MIB and app.memory.usage_bytes == 10 * MIB
+    v1_cgroup(cg, "kubepods/podu1/live", cpu=2_000_004_000, usage=10 * MIB, inactive=3 * MIB)
+    clock[0] = 104.0
+    (pod,) = (await provider.summary()).pods
+    (app,) = pod.containers
+    assert app.cpu is not None and app.cpu.usage_nano_cores == 500_000_000  # 2 s of CPU over 4 s
+    assert app.rootfs is not None and app.rootfs.used_bytes == 8192  # the writable layer: from CRI
+    assert cri.stats_calls == 1
+    clock[0] = 104.0 + WRITABLE_LAYER_PERIOD - 1
+    await provider.summary()
+    assert (cri.stats_calls, cri.image_fs_calls) == (1, 1)  # remembered, as containerd's own sync
+    clock[0] = 104.0 + WRITABLE_LAYER_PERIOD
+    await provider.summary()
+    assert (cri.stats_calls, cri.image_fs_calls) == (2, 2)
 
 
 @pytest.fixture
