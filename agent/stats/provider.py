@@ -118,7 +118,9 @@ class StatsProvider:
                     early.cancel()
                 elif early is not None and not early.cancelled():
                     early.exception()  # retrieved: a failed pass reports its own error
-            summary = await asyncio.to_thread(self._build, replace(snap, stats=stats), reads, only_cpu_and_memory)
+            summary = await asyncio.to_thread(
+                self._build, replace(snap, stats=stats), reads, only_cpu_and_memory
+            )
             self.rates.sweep()
             return summary
 

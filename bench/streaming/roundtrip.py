@@ -171,7 +171,11 @@ async def bench(stack: Stack, size: Size) -> dict:
         assert forward.stdout is not None and forward.stdout.readline().startswith(b"Forwarding from")
         rounds = max(3, size.rounds // 10)
         direct = [fetch_rate(f"http://{pod_ip}:8080/blob", nbytes) for _ in range(rounds)]
-        path = {name: pid for name, pid in stack.record().pids.items() if name in ("apiserver", "agent", "containerd")}
+        path = {
+            name: pid
+            for name, pid in stack.record().pids.items()
+            if name in ("apiserver", "agent", "containerd")
+        }
         path |= {"kubectl": forward.pid, "client": os.getpid()}
         before = {name: cpu_seconds(pid) for name, pid in path.items()}
         tunnel = [fetch_rate(f"http://127.0.0.1:{local}/blob", nbytes) for _ in range(rounds)]

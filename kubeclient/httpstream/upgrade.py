@@ -193,7 +193,9 @@ async def splice(client: Hijacked, backend: BackendResponse) -> None:
     try:
         ends.append(backend.reader.divert(backend.writer.transport, client.sink()))
         ends.append(
-            client.reader.divert(client.transport, transport_sink(backend.writer.transport, backend.writer.drain))
+            client.reader.divert(
+                client.transport, transport_sink(backend.writer.transport, backend.writer.drain)
+            )
         )
         await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
     finally:
