@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
     "token": ("pykubelet.token", "create, list and delete bootstrap tokens (kubeadm token's shapes)"),
+    "trace": ("journey.trace_cli", "show one object's journey through the components, with writers and timings"),
+    "diagnose": ("journey.diagnose_cli", "name the first boundary where a workload stopped making progress"),
     "migrate-store": ("controlplane.storage.migrate", "copy a cluster's objects from SQLite to etcd"),
 }
 
