@@ -304,7 +304,13 @@ def _port_names(pods: list[Obj]) -> set[str]:
             for p in c.get("ports") or () if p.get("name")}
 
 
-def _service_problem(svc: Obj, journey: Journey) -> Finding | None:
+def _newest_ready_age(pods: list[Obj], now: dt.datetime) -> float:
+    times = [parse_time((_conditions(p).get("Ready") or {}).get("lastTransitionTime")) for p in pods]
+    stamps = [t[0] for t in times if t]
+    return (now - max(stamps)).total_seconds() if stamps else float("inf")
+
+
+def _service_problem(svc: Obj, journey: Journey, now: dt.datetime) -> Finding | None:
     spec = svc.get("spec") or {}
     selector = spec.get("selector") or {}
     name = meta(svc).get("name")
@@ -327,6 +333,9 @@ def _service_problem(svc: Obj, journey: Journey) -> Finding | None:
               if (meta(s).get("labels") or {}).get("kubernetes.io/service-name") == name]
     ready = sum(1 for s in slices for e in s.get("endpoints") or () if (e.get("conditions") or {}).get("ready"))
     ready_pods = sum(1 for p in pods if (_conditions(p).get("Ready") or {}).get("status") == "True")
+    if ready == 0 and ready_pods and _newest_ready_age(pods, now) < PUBLISH_GRACE:
+        return _ok("endpoints", f"Service {name}: {ready_pods} pods became Ready in the last {PUBLISH_GRACE:.0f} s; "
+                   "the EndpointSlice controller has not published them yet")
     if ready == 0 and ready_pods:
         return _stall("endpoints", f"Service {name}: no ready endpoints though {ready_pods} pods are Ready",
                       [f"{len(slices)} EndpointSlices"], "check that the EndpointSlice controller runs")
@@ -343,7 +352,7 @@ def check_endpoints(facts: Facts) -> Finding:
     if not services:
         return _skip("endpoints", "no Service selects these pods")
     for svc in services:
-        problem = _service_problem(svc, journey)
+        problem = _service_problem(svc, journey, facts.now)
         if problem:
             return problem
     return _ok("endpoints", f"{len(services)} Services have ready endpoints")
@@ -358,6 +367,7 @@ BOUNDARIES: tuple[Callable[[Facts], Finding], ...] = (
     check_runtime, check_probes, check_endpoints, check_dataplane,
 )
 REQUEST_SIDE = 3  # the first three need no journey
+PUBLISH_GRACE = 15.0  # seconds a Ready pod may wait for its endpoint (the controller batches updates)
 
 
 def _progress(journey: Journey) -> tuple[bool, str]:

@@ -49,7 +49,7 @@ CONDITION_STAGE = {
     "PodScheduled": 3,
     "PodReadyToStartContainers": 4,
     "Initialized": 4,
-    "ContainersReady": 8,
+    "ContainersReady": 7.5,
     "Ready": 8,
 }
 # A pod's node-side step -> the steps it reacts to (the latest of them is its cause; the kubelet's order).
@@ -84,7 +84,7 @@ class Step:
     what: str  # "created", "Ready=True", "Pulled", "status (f:conditions, f:replicas)"
     writer: str  # the lane: kube-controller-manager, kubelet, user...
     manager: str  # the raw field manager or event reporter
-    stage: int
+    stage: float
     detail: str = ""
     cause: int | None = None  # index into the timeline
     gap_ms: float | None = None
@@ -180,6 +180,9 @@ def object_steps(obj: Obj) -> list[Step]:
         )
     for entry in m.get("managedFields") or ():
         when = parse_time(entry.get("time"))
+        if when and kind == "EndpointSlice" and "f:endpoints" in (entry.get("fieldsV1") or {}):
+            steps.append(_published(obj, entry, when))
+            continue
         if not when or (entry is creating and when == created):
             continue
         sub = str(entry.get("subresource") or "")
@@ -207,6 +210,18 @@ def object_steps(obj: Obj) -> list[Step]:
         steps.append(Step(deleting[0], deleting[1], name, uid, kind, "deleting", "deletion requested",
                           "unknown", "", 11, f"grace {m.get('deletionGracePeriodSeconds')} s"))
     return steps
+
+
+def _published(obj: Obj, entry: dict[str, Any], when: tuple[dt.datetime, bool]) -> Step:
+    """An EndpointSlice's endpoints as last written. Its writer's one managedFields entry holds the time
+    of its last write, which may be the creation's second too: the slice is created when the Service is,
+    and rewritten as the pods become Ready, so this is a step of its own."""
+    endpoints = obj.get("endpoints") or []
+    ready = sum(1 for e in endpoints if (e.get("conditions") or {}).get("ready"))
+    manager = str(entry.get("manager") or "")
+    return Step(when[0], when[1], label(obj), uid_of(obj), "EndpointSlice", "updated",
+                f"endpoints published ({ready}/{len(endpoints)} ready)", writers.component(manager), manager, 9,
+                "the last write of the endpoints (managedFields)")
 
 
 def _write_stage(kind: str, action: str) -> int:

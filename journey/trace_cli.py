@@ -30,8 +30,9 @@ def _json(kind: Kind, name: str, namespace: str, steps: list[Step]) -> str:
         {
             "object": f"{kind.kind} {name}",
             "namespace": namespace,
-            "approximate": "times marked exact=false have 1 s resolution (creationTimestamp, managedFields, "
-            "conditions, core/v1 events); managedFields keep only each manager's last write",
+            "approximate": "the times and gaps of steps with exact=false are approximate: 1 s resolution "
+            "(creationTimestamp, managedFields, conditions, core/v1 events); managedFields keep only each "
+            "manager's last write",
             "steps": [s.to_dict() for s in steps],
         },
         indent=2,

@@ -89,8 +89,8 @@ def endpointslice(ready: bool = True) -> dict:
         "metadata": {"name": "web-abc", "namespace": NS, "uid": "e1", "creationTimestamp": T0,
                      "labels": {"kubernetes.io/service-name": "web"},
                      "ownerReferences": [{"kind": "Service", "name": "web", "uid": "s1", "controller": True}],
-                     "managedFields": [mf("kube-controller-manager", "Update", T0, fields={"f:metadata": {}}),
-                                       mf("kube-controller-manager", "Update", T1, fields={"f:endpoints": {}})]},
+                     "managedFields": [mf("kube-controller-manager", "Update", T1,
+                                          fields={"f:metadata": {}, "f:endpoints": {}})]},
         "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": ready},
                        "targetRef": {"kind": "Pod", "name": "web-7d9c-a", "uid": "p1"}}],
     }

@@ -8,7 +8,7 @@ from journey import graph
 from journey.diagnose import Facts, diagnose, render
 from tests.journey import fixtures as fx
 
-NOW = dt.datetime(2026, 12, 1, 10, 0, 10, tzinfo=dt.UTC)
+NOW = dt.datetime(2026, 12, 1, 10, 0, 30, tzinfo=dt.UTC)
 
 
 def facts_for(root=None, **pools) -> Facts:
@@ -100,7 +100,7 @@ def test_node_not_ready_and_stale_lease():
     facts = facts_for()
     facts.leases["node-1"] = fx.lease(renew="2026-12-01T09:58:00.000000Z")
     verdict = diagnose(facts)
-    assert "has not renewed its Lease for 130 s" in verdict.summary
+    assert "has not renewed its Lease for 150 s" in verdict.summary
     facts = facts_for()
     facts.nodes["node-1"] = fx.node(DiskPressure="True")
     assert "DiskPressure" in diagnose(facts).summary
@@ -156,6 +156,9 @@ def test_endpoints_named_target_port_missing():
 
 
 def test_endpoints_none_ready_though_pods_are():
+    facts = facts_for(EndpointSlice=[])
+    facts.now = NOW.replace(second=5)  # the pod became Ready 4 s ago: not yet a stall
+    assert diagnose(facts).status == "healthy"
     verdict = diagnose(facts_for(EndpointSlice=[]))
     assert verdict.summary == "stalled at: endpoints - Service web: no ready endpoints though 1 pods are Ready"
 

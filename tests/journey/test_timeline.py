@@ -48,7 +48,7 @@ def test_causal_order_survives_shared_seconds():
         ("Pod web-7d9c-a", "Created"),
         ("Pod web-7d9c-a", "Started"),
         ("Pod web-7d9c-a", "Ready=True"),
-        ("EndpointSlice web-abc", "updated (endpoints)"),
+        ("EndpointSlice web-abc", "endpoints published (1/1 ready)"),
         ("Deployment web", "Available=True"),
     ]
     positions = [index(steps, o, w) for o, w in chain]
@@ -67,7 +67,7 @@ def test_writers_per_step():
     assert writer[("Pod web-7d9c-a", "PodScheduled=True")] == "kube-scheduler"
     assert writer[("Pod web-7d9c-a", "Started")] == "kubelet"
     assert writer[("Pod web-7d9c-a", "Ready=True")] == "kubelet"
-    assert writer[("EndpointSlice web-abc", "updated (endpoints)")] == "kube-controller-manager"
+    assert writer[("EndpointSlice web-abc", "endpoints published (1/1 ready)")] == "kube-controller-manager"
     manager = {(s.obj, s.what): s.manager for s in steps}
     assert manager[("Deployment web", "created")] == "kubectl-client-side-apply"
 
@@ -79,7 +79,7 @@ def test_gaps_name_the_cause_and_are_never_negative():
     assert rs.gap_ms == 0 and not rs.gap_exact  # both 1 s stamps of the same second
     ready = steps[index(steps, "Pod web-7d9c-a", "Ready=True")]
     assert steps[ready.cause].obj == "Pod web-7d9c-a"
-    slice_update = steps[index(steps, "EndpointSlice web-abc", "updated (endpoints)")]
+    slice_update = steps[index(steps, "EndpointSlice web-abc", "endpoints published (1/1 ready)")]
     assert steps[slice_update.cause].what == "Ready=True"
     assert all(s.gap_ms is None or s.gap_ms >= 0 for s in steps)
     assert all(s.cause is None or s.cause < i for i, s in enumerate(steps))
