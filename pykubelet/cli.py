@@ -38,6 +38,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "join this host to a cluster as a node (kubeadm join's discovery and TLS bootstrap)",
     ),
     "reset": ("pykubelet.reset", "undo `join` on this host, leaving nothing"),
+    "trace": (
+        "journey.trace_cli",
+        "show one object's journey through the components, with writers and timings",
+    ),
+    "diagnose": ("journey.diagnose_cli", "name the first boundary where a workload stopped making progress"),
     "migrate-store": ("controlplane.storage.migrate", "copy a cluster's objects from SQLite to etcd"),
 }
 

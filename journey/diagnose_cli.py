@@ -1,0 +1,129 @@
+"""`pykubelet diagnose KIND/NAME [-n NS] [-v] [--json]`: read the facts (who am I, may I read the journey,
+the journey, its nodes and their Leases) and print the first boundary that stalled. Exit status: 0
+healthy (or progressing with nothing stalled), 1 stalled, 2 cannot tell."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from journey import graph
+from journey.connect import add_common, open_client, target
+from journey.diagnose import Facts, diagnose, render
+from journey.kinds import BY_KIND, Kind
+from kubeclient.client import KubeClient
+from kubeclient.config import ConfigError
+from kubeclient.errors import ApiError
+
+SSR = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every boundary's evidence")
+
+
+async def _whoami(client: KubeClient, facts: Facts) -> None:
+    try:
+        review = await client.create(
+            SSR, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
+        facts.user = ((review.get("status") or {}).get("userInfo")) or {}
+    except ApiError as err:
+        if err.unreachable:
+            facts.api_error = err.message or "unreachable"
+        elif err.status == 401:
+            facts.auth_error = err.message or "Unauthorized"
+        elif err.status in (403, 404):  # reviews not served or not allowed: /version tells reachability
+            await client.get("/version")
+
+
+async def _can(client: KubeClient, verb: str, kind: Kind, namespace: str, name: str = "") -> str | None:
+    """None if allowed, else "VERB RESOURCE" (kubectl auth can-i's words)."""
+    attrs = {"verb": verb, "group": kind.group, "resource": kind.plural, "namespace": namespace}
+    if name:
+        attrs["name"] = name
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attrs},
+    }
+    try:
+        review = await client.create(SSAR, body)
+    except ApiError:
+        return None  # reviews not served: the reads below say what is forbidden
+    if (review.get("status") or {}).get("allowed"):
+        return None
+    return f"{verb} {kind.resource}{'/' + name if name else ''} -n {namespace}"
+
+
+async def _access(client: KubeClient, kind: Kind, name: str, namespace: str, facts: Facts) -> None:
+    checks = [_can(client, "get", kind, namespace, name)]
+    checks += [_can(client, "list", BY_KIND[k], namespace) for k in graph.POOLS]
+    facts.denied = [d for d in await asyncio.gather(*checks) if d]
+
+
+async def _nodes(client: KubeClient, facts: Facts) -> None:
+    assert facts.journey is not None
+    names = sorted({(p.get("spec") or {}).get("nodeName") for p in facts.journey.of_kind("Pod")} - {None, ""})
+
+    async def one(node: str) -> None:
+        got = await asyncio.gather(
+            client.get(f"/api/v1/nodes/{node}"), client.get(f"{LEASES}/{node}"), return_exceptions=True
+        )
+        if isinstance(got[0], dict):
+            facts.nodes[node] = got[0]
+        if isinstance(got[1], dict):
+            facts.leases[node] = got[1]
+
+    await asyncio.gather(*(one(n) for n in names))
+
+
+async def gather_facts(client: KubeClient, kind: Kind, name: str, namespace: str) -> Facts:
+    facts = Facts(server=client.server)
+    try:
+        await _whoami(client, facts)
+    except ApiError as err:
+        facts.api_error = err.message or str(err)
+    if facts.api_error or facts.auth_error:
+        return facts
+    await _access(client, kind, name, namespace, facts)
+    if facts.denied:
+        return facts
+    try:
+        facts.journey = await graph.collect(client, kind, name, namespace)
+    except ApiError as err:
+        if err.status == 404:
+            facts.missing = f"{kind.resource} {name} not found in namespace {namespace}"
+        elif err.status == 403:
+            facts.denied = [err.message]
+        else:
+            facts.missing = f"reading {kind.kind} {name}: {err.message or err}"
+        return facts
+    await _nodes(client, facts)
+    return facts
+
+
+async def _diagnose(args: argparse.Namespace) -> int:
+    kind, name, namespace = target(args)
+    client, _ = open_client(args)
+    async with client:
+        facts = await gather_facts(client, kind, name, namespace)
+    verdict = diagnose(facts)
+    if args.json:
+        print(json.dumps(verdict.to_dict(), indent=2))
+    else:
+        print(render(verdict, args.verbose), end="")
+    return verdict.exit_code
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_diagnose(args))
+    except (ValueError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

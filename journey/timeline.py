@@ -1,0 +1,446 @@
+"""One timeline from a journey's objects: every write the API still shows, in causal order, each with
+its writer and the gap since the write it reacted to.
+
+Where the times come from, and how exact they are:
+- creationTimestamp, managedFields[].time, conditions' lastTransitionTime, deletionTimestamp and core/v1
+  events' firstTimestamp are RFC 3339 with 1 s resolution: steps and gaps built on them are approximate
+  (a gap between two stamps of the same second reads "< 1 s");
+- an events.k8s.io eventTime (MicroTime) is exact to the microsecond: used where present;
+- managedFields keep one entry per (manager, operation, subresource) with that manager's *last* write,
+  so earlier writes by the same manager are not visible from the API alone (an audit log would show them).
+
+Order: by the second, then by the stage a write belongs to in the chain every explanation of Kubernetes
+draws (owner created -> owned created -> scheduled -> pulled -> started -> ready -> endpoints -> the
+owners' status), then by the exact time. A reaction's cause is the latest earlier step its rule names
+(a ReplicaSet's creation reacts to its Deployment's last spec write; a pod's kubelet steps react to its
+scheduling; an EndpointSlice update to the last pod that became Ready...).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from journey import writers
+from journey.graph import Journey, Obj, label, meta, uid_of
+
+# Event reason -> stage. Node-side steps follow the kubelet's order.
+EVENT_STAGE = {
+    "ScalingReplicaSet": 1,
+    "SuccessfulCreate": 2,
+    "SuccessfulDelete": 2,
+    "FailedCreate": 2,
+    "Scheduled": 3,
+    "FailedScheduling": 3,
+    "Pulling": 5,
+    "Pulled": 5,
+    "Failed": 5,
+    "BackOff": 7,
+    "Created": 6,
+    "Started": 7,
+    "Unhealthy": 8,
+    "Killing": 11,
+    "FailedCreatePodSandBox": 4,
+    "SandboxChanged": 4,
+}
+CONDITION_STAGE = {
+    "PodScheduled": 3,
+    "PodReadyToStartContainers": 4,
+    "Initialized": 4,
+    "ContainersReady": 7.5,
+    "Ready": 8,
+}
+# A pod's node-side step -> the steps it reacts to (the latest of them is its cause; the kubelet's order).
+POD_REACTS_TO: dict[str, tuple[str, ...]] = {
+    "Scheduled": ("created",),
+    "PodScheduled=True": ("created",),
+    "PodReadyToStartContainers=True": ("Scheduled", "PodScheduled=True"),
+    "Initialized=True": ("Scheduled", "PodScheduled=True"),
+    "FailedCreatePodSandBox": ("Scheduled", "PodScheduled=True"),
+    "Pulling": ("Scheduled", "PodScheduled=True"),
+    "Pulled": ("Pulling", "Scheduled", "PodScheduled=True"),
+    "Failed": ("Pulling", "Scheduled"),
+    "BackOff": ("Failed", "Started", "Pulling"),
+    "Created": ("Pulled",),
+    "Started": ("Created",),
+    "ContainersReady=True": ("Started",),
+    "Ready=True": ("ContainersReady=True", "Started"),
+    "Unhealthy": ("Started",),
+}
+ROOT_KINDS = ("Deployment", "CronJob", "DaemonSet", "StatefulSet", "Service")
+OWNER_STATUS = 10  # a controller reporting its owned objects' progress
+
+
+@dataclass
+class Step:
+    time: dt.datetime
+    exact: bool  # False: a 1 s stamp
+    obj: str  # "Pod web-7d9c-abcde"
+    uid: str
+    kind: str
+    action: str  # created, updated, status, condition, event, deleting
+    what: str  # "created", "Ready=True", "Pulled", "status (f:conditions, f:replicas)"
+    writer: str  # the lane: kube-controller-manager, kubelet, user...
+    manager: str  # the raw field manager or event reporter
+    stage: float
+    detail: str = ""
+    cause: int | None = None  # index into the timeline
+    gap_ms: float | None = None
+    gap_exact: bool = False
+    seq: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "time": stamp(self.time, self.exact),
+            "exact": self.exact,
+            "object": self.obj,
+            "kind": self.kind,
+            "action": self.action,
+            "what": self.what,
+            "writer": self.writer,
+            "manager": self.manager,
+            "detail": self.detail,
+            "cause": self.cause,
+            "gapMs": None if self.gap_ms is None else round(self.gap_ms, 3),
+            "gapExact": self.gap_exact,
+        }
+
+    @property
+    def key(self) -> tuple:
+        """What makes a step the same step across two reads (for --follow)."""
+        return (self.uid, self.action, self.what, self.time, self.manager)
+
+
+def parse_time(value: Any) -> tuple[dt.datetime, bool] | None:
+    """RFC 3339 (1 s) or MicroTime -> (aware datetime, exact)."""
+    if not value or not isinstance(value, str):
+        return None
+    text = value.replace("Z", "+00:00")
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when, "." in value
+
+
+def stamp(when: dt.datetime, exact: bool) -> str:
+    if exact:
+        return when.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return when.astimezone(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _fields(entry: dict[str, Any]) -> str:
+    """The field sets an entry owns, two levels deep: `f:spec.f:replicas, f:status`."""
+    out: list[str] = []
+    for top, sub in (entry.get("fieldsV1") or {}).items():
+        if isinstance(sub, dict) and sub and top in ("f:spec", "f:status", "f:metadata"):
+            out.extend(f"{top[2:]}.{k[2:]}" for k in sub if k.startswith("f:"))
+        elif top.startswith("f:"):
+            out.append(top[2:])
+    return ", ".join(out[:6]) + (", ..." if len(out) > 6 else "")
+
+
+def _creation_stage(obj: Obj) -> int:
+    kind = obj.get("kind")
+    if kind in ROOT_KINDS:
+        return 0
+    if kind == "Pod":
+        return 2
+    return 1  # ReplicaSet, Job, EndpointSlice (published as soon as its Service exists)
+
+
+def _creator(obj: Obj) -> tuple[str, dict[str, Any] | None]:
+    """The manager that created the object: the earliest non-subresource entry at creationTimestamp."""
+    created = parse_time(meta(obj).get("creationTimestamp"))
+    entries = [e for e in meta(obj).get("managedFields") or () if not e.get("subresource")]
+    at = [e for e in entries if created and parse_time(e.get("time")) == created]
+    pick = (at or sorted(entries, key=lambda e: str(e.get("time") or "")) or [None])[0]
+    return (str(pick.get("manager") or "") if pick else ""), pick
+
+
+def object_steps(obj: Obj) -> list[Step]:
+    """Creation, each managedFields entry, each condition's transition, deletion."""
+    m = meta(obj)
+    kind, name, uid = str(obj.get("kind") or ""), label(obj), uid_of(obj)
+    steps: list[Step] = []
+    created = parse_time(m.get("creationTimestamp"))
+    creator, creating = _creator(obj)
+    if created:
+        detail = f"generation {m['generation']}" if m.get("generation") else ""
+        owners = [
+            f"{r.get('kind')} {r.get('name')}" for r in m.get("ownerReferences") or () if r.get("controller")
+        ]
+        if owners:
+            detail = ", ".join(filter(None, [detail, f"owned by {owners[0]}"]))
+        steps.append(
+            Step(
+                created[0],
+                created[1],
+                name,
+                uid,
+                kind,
+                "created",
+                "created",
+                writers.component(creator),
+                creator,
+                _creation_stage(obj),
+                detail,
+            )
+        )
+    for entry in m.get("managedFields") or ():
+        when = parse_time(entry.get("time"))
+        if when and kind == "EndpointSlice" and "f:endpoints" in (entry.get("fieldsV1") or {}):
+            steps.append(_published(obj, entry, when))
+            continue
+        if not when or (entry is creating and when == created):
+            continue
+        sub = str(entry.get("subresource") or "")
+        manager = str(entry.get("manager") or "")
+        action = "status" if sub == "status" else ("binding" if sub == "binding" else "updated")
+        stage = _write_stage(kind, action)
+        steps.append(
+            Step(
+                when[0],
+                when[1],
+                name,
+                uid,
+                kind,
+                action,
+                f"{action} ({_fields(entry)})" if _fields(entry) else action,
+                writers.component(manager),
+                manager,
+                stage,
+                f"{entry.get('operation', '')} {sub}".strip(),
+            )
+        )
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        when = parse_time(cond.get("lastTransitionTime"))
+        if not when:
+            continue
+        ctype = str(cond.get("type") or "")
+        writer = _condition_writer(kind, ctype)
+        text = " - ".join(filter(None, [cond.get("reason"), cond.get("message")]))
+        stage = CONDITION_STAGE.get(ctype, 8) if kind == "Pod" else OWNER_STATUS
+        steps.append(
+            Step(
+                when[0],
+                when[1],
+                name,
+                uid,
+                kind,
+                "condition",
+                f"{ctype}={cond.get('status')}",
+                writer,
+                writer,
+                stage,
+                text,
+            )
+        )
+    deleting = parse_time(m.get("deletionTimestamp"))
+    if deleting:
+        steps.append(
+            Step(
+                deleting[0],
+                deleting[1],
+                name,
+                uid,
+                kind,
+                "deleting",
+                "deletion requested",
+                "unknown",
+                "",
+                11,
+                f"grace {m.get('deletionGracePeriodSeconds')} s",
+            )
+        )
+    return steps
+
+
+def _published(obj: Obj, entry: dict[str, Any], when: tuple[dt.datetime, bool]) -> Step:
+    """An EndpointSlice's endpoints as last written. Its writer's one managedFields entry holds the time
+    of its last write, which may be the creation's second too: the slice is created when the Service is,
+    and rewritten as the pods become Ready, so this is a step of its own."""
+    endpoints = obj.get("endpoints") or []
+    ready = sum(1 for e in endpoints if (e.get("conditions") or {}).get("ready"))
+    manager = str(entry.get("manager") or "")
+    return Step(
+        when[0],
+        when[1],
+        label(obj),
+        uid_of(obj),
+        "EndpointSlice",
+        "updated",
+        f"endpoints published ({ready}/{len(endpoints)} ready)",
+        writers.component(manager),
+        manager,
+        9,
+        "the last write of the endpoints (managedFields)",
+    )
+
+
+def _write_stage(kind: str, action: str) -> int:
+    if kind == "Pod":
+        return 8 if action == "status" else 3
+    if kind == "EndpointSlice":
+        return 9
+    if action == "status":
+        return OWNER_STATUS
+    return _creation_stage({"kind": kind})
+
+
+def _condition_writer(kind: str, ctype: str) -> str:
+    if kind == "Pod":
+        return writers.SCHEDULER if ctype == "PodScheduled" else writers.KUBELET
+    return writers.CONTROLLER_MANAGER
+
+
+def event_steps(events: Iterable[Obj], names: dict[str, str]) -> list[Step]:
+    steps: list[Step] = []
+    for ev in events:
+        involved = ev.get("involvedObject") or {}
+        micro = parse_time(ev.get("eventTime"))
+        when = micro or parse_time(ev.get("firstTimestamp")) or parse_time(meta(ev).get("creationTimestamp"))
+        if not when:
+            continue
+        reason = str(ev.get("reason") or "")
+        reporter = writers.event_reporter(ev)
+        count = int(ev.get("count") or (ev.get("series") or {}).get("count") or 1)
+        detail = str(ev.get("message") or ev.get("note") or "")
+        if count > 1:
+            detail += f" (x{count}, last {ev.get('lastTimestamp') or (ev.get('series') or {}).get('lastObservedTime')})"
+        uid = str(involved.get("uid") or "")
+        obj = names.get(uid) or f"{involved.get('kind')} {involved.get('name')}"
+        steps.append(
+            Step(
+                when[0],
+                bool(micro and micro[1]),
+                obj,
+                uid,
+                str(involved.get("kind") or ""),
+                "event",
+                reason,
+                writers.component(reporter),
+                reporter,
+                EVENT_STAGE.get(reason, 8),
+                detail,
+            )
+        )
+    return steps
+
+
+def _second(when: dt.datetime) -> dt.datetime:
+    return when.replace(microsecond=0)
+
+
+def order(steps: list[Step]) -> list[Step]:
+    for i, s in enumerate(steps):
+        s.seq = i
+    return sorted(steps, key=lambda s: (_second(s.time), s.stage, s.time, s.seq))
+
+
+@dataclass
+class _Links:
+    """Who owns whom, by uid, for the cause rules."""
+
+    owner: dict[str, str] = field(default_factory=dict)
+    kind: dict[str, str] = field(default_factory=dict)
+
+
+def _links(journey: Journey) -> _Links:
+    links = _Links()
+    for o in journey.objects:
+        links.kind[uid_of(o)] = str(o.get("kind") or "")
+        ref = next((r for r in meta(o).get("ownerReferences") or () if r.get("controller")), None)
+        if ref:
+            links.owner[uid_of(o)] = str(ref.get("uid") or "")
+    return links
+
+
+def _cause_rule(step: Step, links: _Links) -> Callable[[Step], bool] | None:
+    """Which earlier steps this one reacts to (the latest of them is its cause)."""
+    owner = links.owner.get(step.uid)
+    spec_write = ("created", "updated")
+    if step.kind == "Pod" and step.what in POD_REACTS_TO:
+        wanted = POD_REACTS_TO[step.what]
+        return lambda s: s.uid == step.uid and s.what in wanted
+    if step.action == "created" and step.kind == "EndpointSlice":
+        return lambda s: s.kind == "Service" and s.action == "created"
+    if step.action == "created" and owner:
+        return lambda s: s.uid == owner and s.action in spec_write
+    if step.action == "event" and step.what in ("SuccessfulCreate", "ScalingReplicaSet", "FailedCreate"):
+        return lambda s: s.uid == step.uid and s.action in spec_write
+    if step.kind == "Pod" and 3 <= step.stage <= 8:
+        return lambda s: s.uid == step.uid and s.stage < step.stage
+    if step.kind == "EndpointSlice":
+        return lambda s: (
+            s.kind == "Pod" and (s.what == "Ready=True" or s.stage == 8 or s.action == "deleting")
+        )
+    if step.stage == OWNER_STATUS:
+        return lambda s: links.owner.get(s.uid) == step.uid or (s.uid != step.uid and s.stage >= 8)
+    return None
+
+
+def link(steps: list[Step], journey: Journey) -> None:
+    """Fill each step's cause and gap (in place; `steps` in causal order)."""
+    links = _links(journey)
+    for i, step in enumerate(steps):
+        rule = _cause_rule(step, links)
+        if rule is None:
+            continue
+        for j in range(i - 1, -1, -1):
+            if rule(steps[j]):
+                cause = steps[j]
+                step.cause = j
+                step.gap_ms = max(0.0, (step.time - cause.time).total_seconds() * 1000)
+                step.gap_exact = step.exact and cause.exact
+                break
+
+
+def timeline(journey: Journey) -> list[Step]:
+    names = {uid_of(o): label(o) for o in journey.objects}
+    steps: list[Step] = []
+    for obj in journey.objects:
+        steps.extend(object_steps(obj))
+    steps.extend(event_steps(journey.events, names))
+    ordered = order(steps)
+    link(ordered, journey)
+    return ordered
+
+
+def gap_text(step: Step, cause: Step) -> str:
+    if step.gap_ms is None:
+        return ""
+    if step.gap_exact:
+        amount = f"{step.gap_ms:.0f} ms"
+    elif step.gap_ms < 1000:
+        amount = "< 1 s (1 s stamps)"
+    else:
+        amount = f"~{step.gap_ms / 1000:.0f} s"
+    return f"{amount} after {cause.obj} {cause.what}"
+
+
+def render(steps: list[Step]) -> str:
+    """Human text: one line per step, the reaction gaps, and the note on precision."""
+    if not steps:
+        return "no steps recorded\n"
+    start = steps[0].time
+    lines = []
+    for step in steps:
+        offset = (step.time - start).total_seconds()
+        mark = " " if step.exact else "~"
+        who = step.writer if step.manager in ("", step.writer) else f"{step.writer} ({step.manager})"
+        line = f"{mark}+{offset:7.3f}s  {step.obj} {step.what} by {who}"
+        if step.cause is not None:
+            line += f", {gap_text(step, steps[step.cause])}"
+        if step.detail:
+            line += f"  [{step.detail}]"
+        lines.append(line)
+    lines.append(
+        "~ marks 1 s timestamps (creationTimestamp, managedFields, conditions, core/v1 events): those times "
+        "and gaps are approximate; managedFields keep only each manager's last write."
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,155 @@
+"""`pykubelet trace` and `pykubelet diagnose` as a user runs them, against the real API server alone
+(no agent, no scheduler: this test writes what they would): the JSON of a pod's journey, --follow
+printing a step as it happens and ending on Ctrl-C, and the request-side boundaries (the API unreachable,
+credentials refused, RBAC forbidding the reads, the object missing) with their exit statuses."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pykubelet.rig.apiserver import ApiServer
+from pykubelet.rig.process import free_port
+
+pytestmark = pytest.mark.integration
+NS = "default"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    with ApiServer(tmp_path_factory.mktemp("journey-api")) as api:
+        yield api
+
+
+def cmd(kubeconfig: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pykubelet.cli", *args, "--kubeconfig", str(kubeconfig), "-n", NS]
+
+
+def run(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd(kubeconfig, *args), capture_output=True, text=True, timeout=60, env=env)
+
+
+def make_pod(server: ApiServer, name: str) -> None:
+    from kubernetes import client
+
+    with server.api_client() as api:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+        }
+        client.CoreV1Api(api).create_namespaced_pod(NS, body, field_manager="kubectl-create")
+
+
+def mark_ready(server: ApiServer, name: str) -> None:
+    from kubernetes import client
+
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with server.api_client() as api:
+        v1 = client.CoreV1Api(api)
+        v1.create_namespaced_binding(
+            NS,
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name},
+                "target": {"kind": "Node", "name": "n1"},
+            },
+            _preload_content=False,
+        )
+        v1.patch_namespaced_pod_status(
+            name,
+            NS,
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+                }
+            },
+            field_manager="kubelet",
+        )
+
+
+def test_trace_json_of_a_pod(server: ApiServer) -> None:
+    make_pod(server, "solo")
+    done = run(server.kubeconfig, "trace", "pod/solo", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    created = out["steps"][0]
+    assert (created["object"], created["what"], created["writer"], created["manager"]) == (
+        "Pod solo",
+        "created",
+        "user",
+        "kubectl-create",
+    )
+    assert created["exact"] is False and "approximate" in out["approximate"]
+
+
+def test_follow_prints_new_steps_until_interrupted(server: ApiServer) -> None:
+    make_pod(server, "followed")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        cmd(server.kubeconfig, "trace", "pod/followed", "--follow"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        first = lines.get(timeout=30)
+        assert "Pod followed created by user" in first
+        while "approximate" not in lines.get(timeout=30):  # the initial timeline ends with its note
+            pass
+        mark_ready(server, "followed")
+        seen = []
+        while not any("Ready=True" in s for s in seen):
+            seen.append(lines.get(timeout=30))
+        assert any("Pod followed Ready=True by kubelet" in s for s in seen), seen
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=15)
+    assert code == 130, proc.stderr.read() if proc.stderr else ""
+
+
+def test_errors_and_request_side_boundaries(server: ApiServer, tmp_path: Path) -> None:
+    done = run(server.kubeconfig, "trace", "gizmo/x")
+    assert done.returncode == 2 and 'unknown kind "gizmo"' in done.stderr
+    done = run(server.kubeconfig, "diagnose", "deploy/missing")
+    assert (done.returncode, done.stdout.strip()) == (
+        2,
+        "cannot tell: deployments.apps missing not found in namespace default",
+    )
+
+    doc = yaml.safe_load(server.kubeconfig.read_text())
+    doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    (tmp_path / "down.kubeconfig").write_text(yaml.safe_dump(doc))
+    done = run(tmp_path / "down.kubeconfig", "diagnose", "pod/solo")
+    assert done.returncode == 1 and done.stdout.startswith("stalled at: api - cannot reach"), done.stdout
+
+    doc = yaml.safe_load(server.kubeconfig.read_text())
+    doc["users"][0]["user"] = {"token": "not-a-token"}
+    (tmp_path / "bad.kubeconfig").write_text(yaml.safe_dump(doc))
+    done = run(tmp_path / "bad.kubeconfig", "diagnose", "pod/solo")
+    assert done.returncode == 1 and done.stdout.startswith("stalled at: authentication"), done.stdout
+
+    nobody = server.client_kubeconfig("journey-nobody", (), tmp_path / "nobody.kubeconfig")
+    done = run(nobody, "diagnose", "pod/solo", "--json")
+    verdict = json.loads(done.stdout)
+    assert done.returncode == 1 and verdict["boundary"] == "authorization", verdict
+    assert verdict["summary"] == "stalled at: authorization - journey-nobody may not get pods/solo -n default"

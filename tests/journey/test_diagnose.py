@@ -1,0 +1,250 @@
+"""Each boundary judged on recorded objects: the first stalled one is named, with its message."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from journey import graph
+from journey.diagnose import Facts, diagnose, render
+from tests.journey import fixtures as fx
+
+NOW = dt.datetime(2026, 12, 1, 10, 0, 30, tzinfo=dt.UTC)
+
+
+def facts_for(root=None, **pools) -> Facts:
+    journey = graph.build(root or fx.deployment(), fx.pools(**pools))
+    return Facts(
+        server="https://api",
+        user={"username": "alice", "groups": ["system:authenticated"]},
+        journey=journey,
+        nodes={"node-1": fx.node()},
+        leases={"node-1": fx.lease()},
+        now=NOW,
+    )
+
+
+def waiting(reason: str, message: str) -> dict:
+    p = fx.pod(ready=False)
+    p["status"]["phase"] = "Pending"
+    p["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": reason, "message": message}}
+    return p
+
+
+def test_healthy():
+    verdict = diagnose(facts_for())
+    assert verdict.status == "healthy" and verdict.exit_code == 0
+    assert verdict.summary == "healthy: Deployment web, 1/1 pods ready"
+    assert [f.state for f in verdict.findings][-1] == "skipped"  # the dataplane: not in the API
+
+
+def test_api_unreachable():
+    verdict = diagnose(Facts(server="https://api", api_error="Cannot connect to host api:443"))
+    assert verdict.exit_code == 1 and verdict.stalled.boundary == "api"
+
+
+def test_authentication():
+    verdict = diagnose(Facts(server="https://api", auth_error="Unauthorized"))
+    assert verdict.stalled.boundary == "authentication"
+
+
+def test_authorization_names_the_denied_verb():
+    facts = Facts(server="https://api", user={"username": "bob"}, denied=["list pods -n demo"])
+    verdict = diagnose(facts)
+    assert verdict.summary == "stalled at: authorization - bob may not list pods -n demo"
+    assert "kubectl auth can-i list pods -n demo" in render(verdict, False)
+
+
+def test_missing_object_cannot_tell():
+    verdict = diagnose(
+        Facts(server="https://api", user={"username": "a"}, missing="deployments.apps x not found")
+    )
+    assert verdict.status == "cannot tell" and verdict.exit_code == 2
+
+
+def test_controller_behind_generation():
+    d = fx.deployment(observedGeneration=1)
+    d["metadata"]["generation"] = 2
+    verdict = diagnose(facts_for(d))
+    assert verdict.stalled.boundary == "controller"
+    assert "has not observed generation 2 (observedGeneration 1)" in verdict.summary
+
+
+def test_controller_progress_deadline():
+    d = fx.deployment()
+    d["status"]["conditions"][1] = {
+        "type": "Progressing",
+        "status": "False",
+        "reason": "ProgressDeadlineExceeded",
+        "message": 'ReplicaSet "web-7d9c" has timed out progressing.',
+    }
+    verdict = diagnose(facts_for(d))
+    assert verdict.summary.startswith("stalled at: controller - Deployment web: ProgressDeadlineExceeded")
+
+
+def test_controller_replica_failure_and_failed_create():
+    d = fx.deployment()
+    d["status"]["conditions"].append(
+        {
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": 'pods "web-7d9c-x" is forbidden: exceeded quota: q',
+        }
+    )
+    assert "exceeded quota" in diagnose(facts_for(d)).summary
+    evs = [
+        *fx.events(),
+        fx.event(
+            "r1",
+            "ReplicaSet",
+            "web-7d9c",
+            "FailedCreate",
+            "replicaset-controller",
+            fx.T1,
+            'Error creating: pods "web-7d9c-y" is forbidden: exceeded quota: q',
+            etype="Warning",
+        ),
+    ]
+    verdict = diagnose(facts_for(Event=evs))
+    assert verdict.stalled.boundary == "controller" and "FailedCreate - Error creating" in verdict.summary
+
+
+def test_scheduling():
+    p = fx.pod(ready=False)
+    p["spec"].pop("nodeName")
+    p["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.",
+            }
+        ],
+    }
+    verdict = diagnose(facts_for(Pod=[p]))
+    assert verdict.summary == (
+        "stalled at: scheduling - 0/1 nodes are available: 1 node(s) didn't match "
+        "Pod's node affinity/selector."
+    )
+    assert verdict.exit_code == 1
+
+
+def test_node_not_ready_and_stale_lease():
+    facts = facts_for()
+    facts.nodes["node-1"] = fx.node(ready="Unknown")
+    verdict = diagnose(facts)
+    assert verdict.stalled.boundary == "node" and "Ready=Unknown" in verdict.summary
+    facts = facts_for()
+    facts.leases["node-1"] = fx.lease(renew="2026-12-01T09:58:00.000000Z")
+    verdict = diagnose(facts)
+    assert "has not renewed its Lease for 150 s" in verdict.summary
+    facts = facts_for()
+    facts.nodes["node-1"] = fx.node(DiskPressure="True")
+    assert "DiskPressure" in diagnose(facts).summary
+
+
+def test_runtime_image_pull():
+    p = waiting("ImagePullBackOff", 'Back-off pulling image "nope:1"')
+    verdict = diagnose(facts_for(Pod=[p]))
+    assert verdict.summary == (
+        "stalled at: runtime - Pod web-7d9c-a container main: ImagePullBackOff - "
+        'Back-off pulling image "nope:1"'
+    )
+    assert "image name" in verdict.stalled.next_step
+
+
+def test_runtime_config_error():
+    p = waiting("CreateContainerConfigError", 'secret "db" not found')
+    verdict = diagnose(facts_for(Pod=[p]))
+    assert verdict.stalled.boundary == "runtime" and 'secret "db" not found' in verdict.summary
+
+
+def test_runtime_sandbox_error():
+    p = waiting("ContainerCreating", "")
+    evs = [
+        *fx.events(),
+        fx.event(
+            "p1",
+            "Pod",
+            "web-7d9c-a",
+            "FailedCreatePodSandBox",
+            "kubelet",
+            fx.T1,
+            "Failed to create pod sandbox: cni failed",
+            etype="Warning",
+        ),
+    ]
+    verdict = diagnose(facts_for(Pod=[p], Event=evs))
+    assert verdict.stalled.boundary == "runtime" and "cni failed" in verdict.summary
+
+
+def test_probes():
+    evs = [
+        *fx.events(),
+        fx.event(
+            "p1",
+            "Pod",
+            "web-7d9c-a",
+            "Unhealthy",
+            "kubelet",
+            fx.T1,
+            "Readiness probe failed: cat: can't open '/tmp/ready'",
+            count=7,
+            etype="Warning",
+        ),
+    ]
+    verdict = diagnose(
+        facts_for(Pod=[fx.pod(ready=False)], Event=evs, EndpointSlice=[fx.endpointslice(ready=False)])
+    )
+    assert (
+        verdict.summary
+        == "stalled at: probes - web-7d9c-a: Readiness probe failed: cat: can't open '/tmp/ready'"
+    )
+
+
+def test_not_ready_without_failure_is_progress():
+    verdict = diagnose(facts_for(Pod=[fx.pod(ready=False)], EndpointSlice=[fx.endpointslice(ready=False)]))
+    assert verdict.stalled is not None and verdict.stalled.boundary == "endpoints"  # the Service shows it
+    verdict = diagnose(facts_for(Pod=[fx.pod(ready=False)], Service=[]))
+    assert verdict.status == "progressing" and verdict.exit_code == 0
+
+
+def test_endpoints_selector_matches_nothing():
+    svc = fx.service(selector={"app": "nothing"})
+    verdict = diagnose(facts_for(svc, Service=[svc], EndpointSlice=[]))
+    assert verdict.summary == "stalled at: endpoints - Service web: selector app=nothing matches no pods"
+
+
+def test_endpoints_named_target_port_missing():
+    svc = fx.service(target_port="metrics")
+    verdict = diagnose(facts_for(svc, Service=[svc]))
+    assert "targetPort metrics is not a named port" in verdict.summary
+
+
+def test_endpoints_none_ready_though_pods_are():
+    facts = facts_for(EndpointSlice=[])
+    facts.now = NOW.replace(second=5)  # the pod became Ready 4 s ago: not yet a stall
+    assert diagnose(facts).status == "healthy"
+    verdict = diagnose(facts_for(EndpointSlice=[]))
+    assert (
+        verdict.summary == "stalled at: endpoints - Service web: no ready endpoints though 1 pods are Ready"
+    )
+
+
+def test_verbose_lists_every_boundary():
+    text = render(diagnose(facts_for()), verbose=True)
+    for boundary in (
+        "api",
+        "authentication",
+        "authorization",
+        "controller",
+        "scheduling",
+        "node",
+        "runtime",
+        "probes",
+        "endpoints",
+        "dataplane",
+    ):
+        assert f"] {boundary}:" in text
