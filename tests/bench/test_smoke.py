@@ -56,6 +56,7 @@ BENCHMARKS = {
         "bench/controllers/statefulset.py", "controllers-statefulset", needs_root=True
     ),
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
+    "journey": Benchmark("bench/journey/timing.py", "journey", needs_root=False),
 }
 
 
