@@ -19,6 +19,7 @@ import base64
 import http.client
 import json
 import ssl
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -28,10 +29,15 @@ from kubeclient import bootstraptoken as bt
 
 CLUSTER_INFO_PATH = f"/api/v1/namespaces/{bt.CLUSTER_INFO_NAMESPACE}/configmaps/{bt.CLUSTER_INFO}"
 DEFAULT_TIMEOUT = 10.0
+SIGNATURE_RETRY = 1.0  # seconds between asks while the token's signature is missing
 
 
 class DiscoveryError(Exception):
     """Discovery refused to trust the server, or could not reach it; the message says why."""
+
+
+class MissingSignature(DiscoveryError):
+    """cluster-info holds no JWS for the token (yet: the signer may not have seen it)."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +162,7 @@ def verify_signed(config_map: dict, token_id: str, token_secret: str) -> str:
         raise DiscoveryError(f"there is no {bt.KUBECONFIG_KEY} key in the {bt.CLUSTER_INFO} ConfigMap")
     signature = data.get(bt.JWS_PREFIX + token_id)
     if not signature:
-        raise DiscoveryError(
+        raise MissingSignature(
             f'could not find a JWS signature in the cluster-info ConfigMap for token ID "{token_id}": '
             f'token id "{token_id}" is invalid for this cluster or it has expired. Use '
             '"pykubelet token create" on the control-plane node to create a new valid token'
@@ -175,8 +181,18 @@ def discover(
     endpoint = parse_endpoint(endpoint_text)
     token_id, token_secret = parse_token(token)
     wanted = parse_pins(pins)
-    insecure = fetch_cluster_info(endpoint, None, timeout)
-    kubeconfig = verify_signed(insecure, token_id, token_secret)
+    # A token created a moment ago is signed by the controller manager's bootstrapsigner shortly after:
+    # as kubeadm, keep asking (every second here, within the same bound) while the signature is missing.
+    deadline = time.monotonic() + timeout
+    while True:
+        insecure = fetch_cluster_info(endpoint, None, timeout)
+        try:
+            kubeconfig = verify_signed(insecure, token_id, token_secret)
+            break
+        except MissingSignature:
+            if time.monotonic() + SIGNATURE_RETRY > deadline:
+                raise
+            time.sleep(SIGNATURE_RETRY)
     server, ca_pem = _kubeconfig_cluster(kubeconfig)
     try:
         actual = bt.ca_cert_hash(ca_pem)

@@ -590,7 +590,14 @@ class CertificateSigningRequest(Kind):
     def cells(self, obj: Obj) -> list[Any]:
         spec = obj.get("spec") or {}
         seconds = spec.get("expirationSeconds")
-        duration = human_duration(dt.timedelta(seconds=int(seconds))) if seconds is not None else "<none>"
+        try:
+            duration = human_duration(dt.timedelta(seconds=int(seconds))) if seconds is not None else "<none>"
+        except (
+            OverflowError,
+            ValueError,
+            TypeError,
+        ):  # beyond what a duration can say (validation refuses it)
+            duration = f"{seconds}s"
         return [
             obj["metadata"].get("name"),
             age(obj),
