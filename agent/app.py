@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from kubeclient import quantity
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
 from kubeclient.config import load_config
+from kubeclient.eventloop import termination_event
 from kubeclient.informer import Informer
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -368,10 +368,7 @@ async def serve(cfg: AgentConfig) -> int:
             )
         )
     agent = Agent(cfg)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = termination_event()
     try:
         starting = asyncio.create_task(agent.start())
         waiter = asyncio.create_task(stop.wait())

@@ -11,11 +11,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kubeclient.eventloop import loop_factory
+from kubeclient.eventloop import loop_factory, termination_event
 
 if TYPE_CHECKING:
     from controlplane.apiserver.server import ServerConfig
@@ -160,10 +159,7 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
 
     server = ApiServer(config)
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = termination_event()
     children = []
     data, pki = config.data_dir, config.data_dir / "pki"
     if not config.insecure_http:  # --insecure-http writes no kubeconfig for children

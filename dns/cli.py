@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 from pathlib import Path
 
-from kubeclient.eventloop import loop_factory
+from kubeclient.eventloop import run_component, termination_event
 
 log = logging.getLogger("dns")
 
@@ -56,10 +54,7 @@ async def _main(args: argparse.Namespace) -> int:
         args.cluster_domain,
         ",".join(resolver.upstreams) or "-",
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = termination_event()
     try:
         await stop.wait()
     finally:
@@ -70,9 +65,4 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(_main(args))
+    return run_component(_main(args), args.verbose)

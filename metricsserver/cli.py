@@ -8,16 +8,14 @@ metrics-server.kube-system.svc, the name the aggregation layer verifies it for."
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kubeclient.duration import parse_duration
-from kubeclient.eventloop import loop_factory
+from kubeclient.eventloop import run_component, termination_event
 
 if TYPE_CHECKING:
     from kubeclient.client import KubeClient
@@ -141,10 +139,7 @@ async def _main(args: argparse.Namespace) -> int:
         args.secure_port,
         args.metric_resolution,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = termination_event()
     try:
         await stop.wait()
     finally:
@@ -155,9 +150,4 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(_main(args))
+    return run_component(_main(args), args.verbose)

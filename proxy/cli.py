@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 import socket
 from pathlib import Path
 
 from kubeclient.duration import parse_duration
-from kubeclient.eventloop import loop_factory
+from kubeclient.eventloop import run_component, termination_event
 
 log = logging.getLogger("proxy")
 
@@ -107,10 +105,7 @@ async def _main(args: argparse.Namespace) -> int:
         runner, port = await serve(metrics_app(proxier.metrics), args.metrics_bind_address)
         runners.append(runner)
         log.info("serving metrics port=%d", port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = termination_event()
     log.info(
         "starting node=%s table=%s cluster_cidr=%s node_ips=%s nodeport_ips=%s",
         node,
@@ -129,9 +124,4 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(_main(args))
+    return run_component(_main(args), args.verbose)

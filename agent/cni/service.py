@@ -13,13 +13,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agent.cni import protocol
 from agent.cni.plugin import Response, handle
+from kubeclient.eventloop import termination_event
 
 log = logging.getLogger("agent.cni.service")
 
@@ -151,10 +151,7 @@ class BackgroundService:
 async def _run(socket_path: str, workers: int) -> None:
     service = NetworkService(socket_path, workers)
     await service.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = termination_event()
     try:
         await stop.wait()
     finally:

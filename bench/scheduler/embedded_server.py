@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from pathlib import Path
 
 from controlplane.apiserver.server import ApiServer, ServerConfig
 from controlplane.scheduler.config import SchedulerConfig
 from controlplane.scheduler.runner import run_scheduler
+from kubeclient.eventloop import termination_event
 
 
 async def main(data_dir: Path, port: int) -> None:
@@ -23,10 +23,7 @@ async def main(data_dir: Path, port: int) -> None:
         ServerConfig(data_dir=data_dir, port=port, disable_admission_plugins=["ServiceAccount"])
     )
     await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = termination_event()
     try:
         await run_scheduler(data_dir / "scheduler.conf", SchedulerConfig(), stop)  # its own identity
     finally:

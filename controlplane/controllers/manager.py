@@ -28,6 +28,7 @@ from controlplane.controllers.registry import CONTROLLERS
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
+from kubeclient.eventloop import termination_event
 from kubeclient.leaderelection import LeaderElection, LeaderElector, run_as_leader
 from kubeclient.serving import ensure_self_signed, server_context
 
@@ -192,12 +193,7 @@ def _has_client_certificate(request: web.Request) -> bool:
 
 async def serve_forever(client: KubeClient, config: ManagerConfig) -> None:
     """Until SIGTERM/SIGINT (used by `pykubelet controller-manager`)."""
-    import signal
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = termination_event()
     manager = ControllerManager(client, config)
     try:
         await manager.run(stop)

@@ -6,10 +6,9 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 from pathlib import Path
 
-from kubeclient.eventloop import loop_factory
+from kubeclient.eventloop import loop_factory, termination_event
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,10 +48,7 @@ def run(args: argparse.Namespace) -> int:
         config.leader_election.enabled = args.leader_elect
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        stop = termination_event()
         await run_scheduler(args.kubeconfig, config, stop)
 
     from controlplane.scheduler.runner import LeadershipLost
