@@ -18,8 +18,9 @@ from urllib.parse import quote
 from controlplane.controllers.podcontrol import controller_ref
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
+from kubeclient.informer import Informer, meta
 from kubeclient.informer import controller_ref as owner_ref_of
-from kubeclient.selectors import Selector
+from kubeclient.selectors import Selector, SelectorError, from_label_selector
 
 Obj = dict[str, Any]
 
@@ -32,6 +33,41 @@ def pod_path(pod: Obj) -> str:
 def replicaset_path(rs: Obj) -> str:
     meta = rs["metadata"]
     return f"/apis/apps/v1/namespaces/{quote(meta['namespace'])}/replicasets/{quote(meta['name'])}"
+
+
+def resolve_controller_ref(owners: Informer, kind: str, child: Obj) -> Obj | None:
+    """The owner of `kind` in the cache that the child's controller reference names, with that UID
+    (upstream's resolveControllerRef): a reference to an owner deleted and recreated under the same name
+    resolves to nothing, so the new owner never counts the old one's children."""
+    ref = owner_ref_of(child)
+    if ref is None or ref.get("kind") != kind:
+        return None
+    owner = owners.get(f"{meta(child).get('namespace', '')}/{ref.get('name', '')}")
+    return owner if owner is not None and meta(owner).get("uid") == ref.get("uid") else None
+
+
+def label_selector_of(owner: Obj) -> Selector:
+    return from_label_selector((owner.get("spec") or {}).get("selector"))
+
+
+def selecting_owners(
+    owners: Informer, child: Obj, selector_of: Callable[[Obj], Selector] = label_selector_of
+) -> list[Obj]:
+    """The owners in the child's namespace whose selector matches its labels: who may adopt an orphan
+    (upstream's getPodReplicaSets / getPodDaemonSets / getPodStatefulSets). An unlabelled child and an
+    owner with an empty or invalid selector match nothing, as upstream."""
+    labels = meta(child).get("labels") or {}
+    if not labels:
+        return []
+    found = []
+    for owner in owners.by_index("namespace", str(meta(child).get("namespace", ""))):
+        try:
+            selector = selector_of(owner)
+        except SelectorError:
+            continue
+        if not selector.empty and selector.matches(labels):
+            found.append(owner)
+    return found
 
 
 class RefManager:

@@ -26,7 +26,7 @@ from controlplane.controllers.base import Controller, ControllerContext
 from controlplane.controllers.expectations import Expectations
 from controlplane.controllers.podcontrol import PodControl, pod_from_template
 from controlplane.controllers.ranking import pods_to_delete
-from controlplane.controllers.refmanager import RefManager, recheck
+from controlplane.controllers.refmanager import RefManager, recheck, resolve_controller_ref, selecting_owners
 from kubeclient.errors import ApiError
 from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, key_of, meta, split_key
 from kubeclient.selectors import Selector, SelectorError, from_label_selector, from_set
@@ -150,23 +150,11 @@ class ReplicaSetController(Controller):
 
     def _owner_key(self, pod: Obj) -> str | None:
         """The key of the owner of this kind that controls the pod, if it is in our cache."""
-        ref = controller_ref(pod)
-        if ref is None or ref.get("kind") != self.kind.kind:
-            return None
-        key = f"{meta(pod).get('namespace', '')}/{ref.get('name', '')}"
-        owner = self.owners.get(key)
-        return key if owner is not None and meta(owner).get("uid") == ref.get("uid") else None
+        owner = resolve_controller_ref(self.owners, self.kind.kind, pod)
+        return key_of(owner) if owner is not None else None
 
     def _matching_owners(self, pod: Obj) -> list[str]:
-        labels = meta(pod).get("labels") or {}
-        keys = []
-        for owner in self.owners.by_index("namespace", str(meta(pod).get("namespace", ""))):
-            try:
-                if self.kind.selector(owner).matches(labels):
-                    keys.append(key_of(owner))
-            except SelectorError:
-                continue
-        return keys
+        return [key_of(o) for o in selecting_owners(self.owners, pod, self.kind.selector)]
 
     def _pod_added(self, pod: Obj) -> None:
         if meta(pod).get("deletionTimestamp"):

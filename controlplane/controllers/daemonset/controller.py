@@ -30,7 +30,7 @@ from controlplane.controllers.base import Controller, ControllerContext
 from controlplane.controllers.daemonset import history, logic, placement
 from controlplane.controllers.expectations import Expectations
 from controlplane.controllers.podcontrol import PodControl, pod_from_template
-from controlplane.controllers.refmanager import RefManager, recheck
+from controlplane.controllers.refmanager import RefManager, recheck, resolve_controller_ref, selecting_owners
 from controlplane.controllers.replicaset import slow_start_batches
 from kubeclient.errors import ApiError
 from kubeclient.events import WARNING
@@ -118,12 +118,8 @@ class DaemonSetController(Controller):
             self._all()
 
     def _owner_key(self, obj: Obj) -> str | None:
-        ref = controller_ref(obj)
-        if ref is None or ref.get("kind") != KIND:
-            return None
-        key = f"{meta(obj).get('namespace', '')}/{ref.get('name', '')}"
-        ds = self.daemonsets.get(key)
-        return key if ds is not None and meta(ds).get("uid") == ref.get("uid") else None
+        ds = resolve_controller_ref(self.daemonsets, KIND, obj)
+        return key_of(ds) if ds is not None else None
 
     def _owned_changed(self, obj: Obj) -> None:
         key = self._owner_key(obj)
@@ -131,13 +127,8 @@ class DaemonSetController(Controller):
             self.queue.add(key)
 
     def _orphan(self, pod: Obj) -> None:
-        labels = meta(pod).get("labels") or {}
-        for ds in self.daemonsets.by_index("namespace", str(meta(pod).get("namespace", ""))):
-            try:
-                if from_label_selector((ds.get("spec") or {}).get("selector")).matches(labels):
-                    self.enqueue(ds)
-            except SelectorError:
-                continue
+        for ds in selecting_owners(self.daemonsets, pod):
+            self.enqueue(ds)
 
     def _pod_added(self, pod: Obj) -> None:
         key = self._owner_key(pod)

@@ -30,7 +30,7 @@ from controlplane.controllers.deployment.sync import (
     sync_status_only,
 )
 from controlplane.controllers.deployment.util import meta, spec
-from controlplane.controllers.refmanager import RefManager, recheck, replicaset_path
+from controlplane.controllers.refmanager import RefManager, recheck, replicaset_path, selecting_owners
 from kubeclient.errors import ApiError
 from kubeclient.events import WARNING
 from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, key_of
@@ -79,18 +79,7 @@ class DeploymentController(Controller):
 
     def _matching(self, rs: Obj) -> list[Obj]:
         """Deployments whose (non-empty) selector matches the ReplicaSet's labels."""
-        labels = meta(rs).get("labels") or {}
-        if not labels:
-            return []
-        found = []
-        for d in self.deployments.by_index("namespace", str(meta(rs).get("namespace", ""))):
-            try:
-                selector = from_label_selector(spec(d).get("selector"))
-            except SelectorError:
-                continue
-            if not selector.empty and selector.matches(labels):
-                found.append(d)
-        return found
+        return selecting_owners(self.deployments, rs)
 
     def _rs_added(self, rs: Obj) -> None:
         if meta(rs).get("deletionTimestamp"):

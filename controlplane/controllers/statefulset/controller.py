@@ -24,11 +24,11 @@ from urllib.parse import quote
 from controlplane.controllers import podutil
 from controlplane.controllers.base import Controller, ControllerContext
 from controlplane.controllers.daemonset import history
-from controlplane.controllers.refmanager import RefManager, recheck
+from controlplane.controllers.refmanager import RefManager, recheck, resolve_controller_ref, selecting_owners
 from controlplane.controllers.statefulset import identity, logic
 from controlplane.controllers.statefulset.writes import StatefulWrites
 from kubeclient.errors import ApiError
-from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, meta, split_key
+from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, key_of, meta, split_key
 from kubeclient.selectors import SelectorError, from_label_selector
 
 log = logging.getLogger("controlplane.controllers.statefulset")
@@ -92,12 +92,8 @@ class StatefulSetController(Controller):
     # --- events --------------------------------------------------------------------------------------
 
     def _owner_key(self, obj: Obj) -> str | None:
-        ref = controller_ref(obj)
-        if ref is None or ref.get("kind") != KIND:
-            return None
-        key = f"{meta(obj).get('namespace', '')}/{ref.get('name', '')}"
-        sts = self.sets.get(key)
-        return key if sts is not None and meta(sts).get("uid") == ref.get("uid") else None
+        sts = resolve_controller_ref(self.sets, KIND, obj)
+        return key_of(sts) if sts is not None else None
 
     def _owned_changed(self, obj: Obj) -> None:
         key = self._owner_key(obj)
@@ -105,15 +101,9 @@ class StatefulSetController(Controller):
             self.queue.add(key)
 
     def _orphan(self, pod: Obj) -> None:
-        labels = meta(pod).get("labels") or {}
-        for sts in self.sets.by_index("namespace", str(meta(pod).get("namespace", ""))):
-            try:
-                if identity.is_member(sts, pod) and from_label_selector(
-                    (sts.get("spec") or {}).get("selector")
-                ).matches(labels):
-                    self.enqueue(sts)
-            except SelectorError:
-                continue
+        for sts in selecting_owners(self.sets, pod):
+            if identity.is_member(sts, pod):
+                self.enqueue(sts)
 
     def _pod_added(self, pod: Obj) -> None:
         key = self._owner_key(pod)
