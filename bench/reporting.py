@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,34 @@ def out_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
             parser.error("--smoke needs --out DIR: a smoke run never writes into bench/results")
         return RESULTS
     return args.out
+
+
+def run_and_report(
+    parser: argparse.ArgumentParser,
+    name: str,
+    main: Callable[[argparse.Namespace], Awaitable[Any]],
+    markdown: Callable[[Any], str],
+    svg_plot: Callable[[Any], str],
+    smoke: dict[str, Any] | None = None,
+) -> Any:
+    """What an in-process benchmark's `__main__` does: the run options, the smoke sizes over the
+    parsed arguments, `main(args)` on the components' event loop (uvloop: the figures must be those of
+    the loop the components run on), then the report written and printed."""
+    import asyncio
+
+    from kubeclient.eventloop import loop_factory
+
+    add_run_options(parser)
+    args = parser.parse_args()
+    out = out_dir(parser, args)
+    if args.smoke and smoke:
+        vars(args).update(smoke)
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        result = runner.run(main(args))
+    text = markdown(result)
+    write_report(out, name, result, text, svg_plot(result))
+    print(text)
+    return result
 
 
 def json_safe(data: Any) -> Any:

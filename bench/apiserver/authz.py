@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.apiserver.run import RawConnection, cpu_seconds, pct
-from bench.reporting import add_run_options, bar_svg, out_dir, write_report
+from bench.reporting import bar_svg, run_and_report
 from controlplane.apiserver.authmodes import Authorization
 from controlplane.apiserver.authn import Authenticator, UserInfo
 from controlplane.apiserver.authz import Attributes
@@ -481,19 +481,4 @@ if __name__ == "__main__":
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=4, help="interleaved load windows per mode")
     parser.add_argument("--samples", type=int, default=20_000)
-    add_run_options(parser)
-    args = parser.parse_args()
-    out = out_dir(parser, args)
-    if args.smoke:
-        vars(args).update(SMOKE)
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        result = runner.run(main(args))
-    text = markdown(result)
-    write_report(out, "apiserver-authz", result, text, svg_plot(result))
-    print(text)
+    run_and_report(parser, "apiserver-authz", main, markdown, svg_plot, SMOKE)

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.apiserver.run import RawConnection, cpu_seconds, pct, ssl_context
-from bench.reporting import add_run_options, bar_svg, out_dir, write_report
+from bench.reporting import bar_svg, run_and_report
 from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas
 from pykubelet.rig.etcd import Etcd
 
@@ -202,19 +202,4 @@ if __name__ == "__main__":
     parser.add_argument("--writers", type=int, default=32)
     parser.add_argument("--listers", type=int, default=4)
     parser.add_argument("--objects", type=int, default=1000)
-    add_run_options(parser)
-    args = parser.parse_args()
-    out = out_dir(parser, args)
-    if args.smoke:
-        vars(args).update(SMOKE)
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        result = runner.run(main(args))
-    text = markdown(result)
-    write_report(out, "apiserver-replicas", result, text, svg_plot(result))
-    print(text)
+    run_and_report(parser, "apiserver-replicas", main, markdown, svg_plot, SMOKE)

@@ -31,7 +31,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.reporting import add_run_options, bar_svg, out_dir, write_report
+from bench.reporting import bar_svg, run_and_report
 from pykubelet.rig.apiserver import ApiServer
 
 _RV = re.compile(rb'"resourceVersion":"(\d+)"')
@@ -414,19 +414,4 @@ if __name__ == "__main__":
     parser.add_argument("--watchers", type=int, default=1000)
     parser.add_argument("--watch-rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=64)
-    add_run_options(parser)
-    args = parser.parse_args()
-    out = out_dir(parser, args)
-    if args.smoke:
-        vars(args).update(SMOKE)
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        result = runner.run(main(args))
-    text = markdown(result)
-    write_report(out, "apiserver", result, text, svg_plot(result))
-    print(text)
+    run_and_report(parser, "apiserver", main, markdown, svg_plot, SMOKE)

@@ -31,7 +31,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.apiserver.run import RawConnection, bulk, cpu_seconds, pct, ssl_context
-from bench.reporting import add_run_options, bar_svg, out_dir, write_report
+from bench.reporting import bar_svg, run_and_report
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.etcd import Etcd
 
@@ -261,19 +261,4 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20, help="per store, split over the rounds")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=64)
-    add_run_options(parser)
-    args = parser.parse_args()
-    out = out_dir(parser, args)
-    if args.smoke:
-        vars(args).update(SMOKE)
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        result = runner.run(main(args))
-    text = markdown(result)
-    write_report(out, "apiserver-stores", result, text, svg_plot(result))
-    print(text)
+    run_and_report(parser, "apiserver-stores", main, markdown, svg_plot, SMOKE)
