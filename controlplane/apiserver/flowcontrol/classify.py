@@ -109,18 +109,108 @@ class Classified:
     flow: str
 
 
+class _Names:
+    """A list of names where "*" matches everything, as a set lookup."""
+
+    __slots__ = ("any", "names")
+
+    def __init__(self, names: list[str] | None) -> None:
+        self.any = "*" in (names or [])
+        self.names = frozenset(names or [])
+
+    def __contains__(self, value: str) -> bool:
+        return self.any or value in self.names
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """One schema's rules in the shape a request is matched against (sets, not lists of dicts)."""
+
+    schema: Obj
+    level: str
+    method: str
+    rules: tuple[tuple[tuple[Obj, ...], tuple[tuple[_Names, _Names, _Names, _Names, bool], ...], tuple[tuple[_Names, list[str]], ...]], ...]
+
+    @classmethod
+    def of(cls, schema: Obj) -> _Compiled:
+        spec = schema.get("spec") or {}
+        rules = []
+        for rule in spec.get("rules") or []:
+            resources = tuple(
+                (
+                    _Names(r.get("verbs")),
+                    _Names(r.get("apiGroups")),
+                    _Names(r.get("resources")),
+                    _Names(r.get("namespaces")),
+                    bool(r.get("clusterScope")),
+                )
+                for r in rule.get("resourceRules") or []
+            )
+            non_resources = tuple(
+                (_Names(r.get("verbs")), list(r.get("nonResourceURLs") or [])) for r in rule.get("nonResourceRules") or []
+            )
+            rules.append((tuple(rule.get("subjects") or []), resources, non_resources))
+        method = (spec.get("distinguisherMethod") or {}).get("type") or ""
+        return cls(schema, spec["priorityLevelConfiguration"]["name"], method, tuple(rules))
+
+    def matches(self, user: UserInfo, info: RequestInfo) -> bool:
+        for subjects, resources, non_resources in self.rules:
+            if not any(_subject_matches(s, user) for s in subjects):
+                continue
+            if info.resource_request:
+                wanted = f"{info.resource}/{info.subresource}" if info.subresource else info.resource
+                for verbs, groups, names, namespaces, cluster in resources:
+                    if info.verb in verbs and wanted in names and info.api_group in groups:
+                        if (info.namespace in namespaces) if info.namespace else cluster:
+                            return True
+            else:
+                for verbs, urls in non_resources:
+                    if info.verb in verbs and _url_matches(urls, info.path):
+                        return True
+        return False
+
+
 class Classifier:
-    """The schemas whose level exists, in matching order; `catch_all` when none matches."""
+    """The schemas whose level exists, in matching order; `catch_all` when none matches. Results are
+    remembered per (user, request shape) until the configuration changes, so a request usually costs a
+    dictionary lookup."""
+
+    MEMORY = 4096
 
     def __init__(self, schemas: list[Obj], levels: set[str], catch_all: Obj) -> None:
         self.schemas = [
-            s
+            _Compiled.of(s)
             for s in ordered(schemas)
             if ((s.get("spec") or {}).get("priorityLevelConfiguration") or {}).get("name") in levels
         ]
-        self.catch_all = catch_all
+        self.catch_all = _Compiled.of(catch_all)
+        self._memory: dict[tuple[Any, ...], tuple[_Compiled, str]] = {}
 
     def classify(self, user: UserInfo, info: RequestInfo) -> Classified:
-        chosen = next((s for s in self.schemas if schema_matches(s, user, info)), self.catch_all)
-        level = chosen["spec"]["priorityLevelConfiguration"]["name"]
-        return Classified(chosen, level, distinguisher(chosen, user, info))
+        key = (
+            user.name,
+            user.groups,
+            info.resource_request,
+            info.verb,
+            info.api_group,
+            info.resource,
+            info.subresource,
+            info.namespace,
+            "" if info.resource_request else info.path,
+        )
+        found = self._memory.get(key)
+        if found is None:
+            chosen = next((s for s in self.schemas if s.matches(user, info)), self.catch_all)
+            if len(self._memory) >= self.MEMORY:
+                self._memory.clear()
+            found = self._memory[key] = (chosen, _flow(chosen.method, user, info))
+        chosen, flow = found
+        return Classified(chosen.schema, chosen.level, flow)
+
+
+def _flow(method: str, user: UserInfo, info: RequestInfo) -> str:
+    if method == "ByUser":
+        return user.name
+    if method == "ByNamespace":
+        return info.namespace
+    return ""

@@ -14,7 +14,7 @@ LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "proxy", "log", "portfo
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestInfo:
     resource_request: bool
     verb: str
