@@ -275,8 +275,18 @@ def test_kubectl_prints_upstreams_columns(apiserver: ApiServer, tmp_path) -> Non
 
 @pytest.fixture
 def tiny_level(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient) -> Iterator[dict[str, str]]:
-    """A level of one share (3 of the server's 600 seats) refusing what does not fit, the schema that
-    sends user `flooder` there, and RBAC letting the flooder write ConfigMaps."""
+    """A level of one share (3 of the server's 600 seats) refusing what does not fit."""
+    yield from _tiny(fc, api, {"type": "Reject"})
+
+
+@pytest.fixture
+def tiny_queued_level(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient) -> Iterator[dict[str, str]]:
+    """A level of 3 seats queuing up to 5 requests in one queue."""
+    yield from _tiny(fc, api, {"type": "Queue", "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 5}})
+
+
+def _tiny(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient, response: dict) -> Iterator[dict[str, str]]:
+    """The level, the schema that sends user `flooder-*` there, and RBAC letting the flooder read."""
     tag = uuid.uuid4().hex[:6]
     level, schema, user = f"t-tiny-{tag}", f"t-flood-{tag}", f"flooder-{tag}"
     fc.create_priority_level_configuration(
@@ -286,7 +296,7 @@ def tiny_level(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient) -> I
             "metadata": {"name": level},
             "spec": {
                 "type": "Limited",
-                "limited": {"nominalConcurrencyShares": 1, "limitResponse": {"type": "Reject"}},
+                "limited": {"nominalConcurrencyShares": 1, "limitResponse": response},
             },
         }
     )
@@ -324,7 +334,7 @@ def tiny_level(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient) -> I
             subjects=[client.RbacV1Subject(kind="User", name=user, api_group="rbac.authorization.k8s.io")],
         )
     )
-    yield {"user": user, "schema_uid": created.metadata.uid, "level": level}
+    yield {"user": user, "schema_uid": created.metadata.uid, "level": level, "schema": schema}
     rbac.delete_cluster_role_binding(user)
     fc.delete_flow_schema(schema)
     fc.delete_priority_level_configuration(level)
@@ -375,6 +385,41 @@ def test_a_flood_gets_429s_while_system_masters_is_served(
     assert headers["X-Kubernetes-PF-FlowSchema-UID"] == tiny_level["schema_uid"]
     # The administrator was served all along, dozens of times while the flood held its seats.
     assert len(admin) > 10 and set(admin) == {200}
+    metrics = _get(apiserver, "/metrics")
+    level, schema = tiny_level["level"], tiny_level["schema"]
+    assert (
+        "apiserver_flowcontrol_rejected_requests_total{"
+        f'flow_schema="{schema}",priority_level="{level}",reason="concurrency-limit"}} 27.0'
+    ) in metrics
+    assert f'apiserver_flowcontrol_dispatched_requests_total{{flow_schema="{schema}",priority_level="{level}"}} 3.0' in (
+        metrics
+    )
+    assert f'apiserver_flowcontrol_nominal_limit_seats{{priority_level="{level}"}} 3.0' in metrics
+    dump = _get(apiserver, "/debug/api_priority_and_fairness/dump_priority_levels").splitlines()
+    assert dump[0].startswith("PriorityLevelName, ActiveQueues, IsIdle")
+    row = next(line for line in dump if line.startswith(level + ","))
+    assert [c.strip() for c in row.split(",")][6:8] == ["3", "27"]  # dispatched, rejected
+
+
+def test_a_queued_level_serves_what_its_queue_holds_and_refuses_the_rest(
+    apiserver: ApiServer, namespace: str, tiny_queued_level: dict[str, str]
+) -> None:
+    results, admin = asyncio.run(_flood(apiserver, namespace, tiny_queued_level["user"], 20))
+    codes = [r[0] for r in results]
+    # Three run at once, five wait in the queue and run when seats free up, twelve find it full.
+    assert codes.count(504) == 8 and codes.count(429) == 12, codes
+    metrics = _get(apiserver, "/metrics")
+    assert (
+        "apiserver_flowcontrol_rejected_requests_total{"
+        f'flow_schema="{tiny_queued_level["schema"]}",priority_level="{tiny_queued_level["level"]}",'
+        'reason="queue-full"} 12.0'
+    ) in metrics
+    assert set(admin) == {200}
+
+
+def _get(server: ApiServer, path: str) -> str:
+    with urllib.request.urlopen(server.url + path, context=admin_context(server)) as resp:
+        return resp.read().decode()
 
 
 def test_a_watch_holds_no_seat_once_started(
@@ -390,6 +435,8 @@ def test_a_watch_holds_no_seat_once_started(
                 # Six open watches on a level of three seats, and the flooder is still served.
                 async with session.get(url, headers=headers) as resp:
                     after = resp.status
+                # A watch's response is classified like any other.
+                assert all(w.headers["X-Kubernetes-PF-FlowSchema-UID"] == tiny_level["schema_uid"] for w in watches)
                 return [w.status for w in watches], after
             finally:
                 for w in watches:
