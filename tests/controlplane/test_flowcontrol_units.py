@@ -199,3 +199,26 @@ def test_autoupdate_annotation() -> None:
     assert _autoupdate(obj("false", 1)) == (False, False)
     assert _autoupdate(obj(None, 1)) == (True, True)
     assert _autoupdate(obj(None, 2)) == (False, False)
+
+
+def test_retry_after_grows_while_a_level_keeps_dropping_and_shrinks_after() -> None:
+    from controlplane.apiserver.flowcontrol.retryafter import DroppedRequests
+
+    now = [1000.0]
+    tracker = DroppedRequests(lambda: now[0])
+    assert tracker.record("l") == 1
+    seen = []
+    for _ in range(12):  # ten drops a second
+        for _ in range(10):
+            got = tracker.record("l")
+        seen.append(got)
+        now[0] += 1
+    assert seen[0] == 1 and max(seen) > 1 and seen == sorted(seen)
+    assert max(seen) <= 32
+    now[0] += 100  # quieter: a drop every other second, fewer than retry_after in the window
+    values = []
+    for _ in range(40):
+        values.append(tracker.record("l"))
+        now[0] += 2
+    assert values[-1] == 1 and values == sorted(values, reverse=True)
+    assert tracker.record("other") == 1

@@ -22,6 +22,7 @@ from controlplane.apiserver.flowcontrol.classify import Classifier, flow_hash
 from controlplane.apiserver.flowcontrol.metrics import FlowMetrics
 from controlplane.apiserver.flowcontrol.queueset import Level, Rejected, Seat
 from controlplane.apiserver.flowcontrol.requestinfo import parse
+from controlplane.apiserver.flowcontrol.retryafter import DroppedRequests
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -36,8 +37,6 @@ DUMP_PATH = "/debug/api_priority_and_fairness/dump_priority_levels"
 TOO_MANY = "Too many requests, please try again later.\n"
 SCHEMAS_BUCKET = "flowschemas.flowcontrol.apiserver.k8s.io"
 LEVELS_BUCKET = "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io"
-# The Retry-After of a 429 (upstream's droppedRequestsTracker starts at this, its minimum).
-RETRY_AFTER = "1"
 
 HEADERS_KEY: Any = web.RequestKey("apf_headers", tuple) if hasattr(web, "RequestKey") else "apf_headers"
 SEAT_KEY: Any = web.RequestKey("apf_seat", Seat) if hasattr(web, "RequestKey") else "apf_seat"
@@ -69,6 +68,7 @@ class Dispatcher:
         self.classifier: Classifier | None = None
         self._stale = True
         self.metrics = FlowMetrics(registry, self._seats)
+        self.dropped = DroppedRequests()
 
     def start(self) -> None:
         for bucket in (SCHEMAS_BUCKET, LEVELS_BUCKET):
@@ -157,7 +157,7 @@ class Dispatcher:
             except Rejected as err:
                 self.metrics.reject(level.name, schema_name, err.reason)
                 self.metrics.children(level.name, schema_name)[4].observe(0)
-                return self._too_many(headers)
+                return self._too_many(headers, self.dropped.record(level.name))
             finally:
                 inqueue.dec()
         else:
@@ -183,9 +183,9 @@ class Dispatcher:
         if release is not None:
             release()
 
-    def _too_many(self, headers: tuple[str, str]) -> web.Response:
+    def _too_many(self, headers: tuple[str, str], retry_after: int) -> web.Response:
         response = web.Response(status=429, text=TOO_MANY, content_type="text/plain", charset="utf-8")
-        response.headers["Retry-After"] = RETRY_AFTER
+        response.headers["Retry-After"] = str(retry_after)
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers[FLOW_SCHEMA_HEADER] = headers[0]
         response.headers[PRIORITY_LEVEL_HEADER] = headers[1]
