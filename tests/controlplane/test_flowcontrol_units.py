@@ -222,3 +222,8 @@ def test_retry_after_grows_while_a_level_keeps_dropping_and_shrinks_after() -> N
         now[0] += 2
     assert values[-1] == 1 and values == sorted(values, reverse=True)
     assert tracker.record("other") == 1
+
+
+def test_a_watch_of_one_object_is_a_watch() -> None:
+    assert parse("GET", "/api/v1/namespaces/a/configmaps/c", "True").verb == "watch"
+    assert parse("GET", "/api/v1/namespaces/a/configmaps/c", "false").verb == "get"

@@ -131,7 +131,8 @@ class Dispatcher:
         user = request.get(USER_KEY)
         if user is None or not self.enabled:
             return await handler(request)
-        info = parse(request.method, request.path, request.query.get("watch"))
+        watch = request.query.get("watch") if request.method == "GET" and request.query_string else None
+        info = parse(request.method, request.path, watch)
         if info.long_running and info.verb != "watch":
             return await handler(request)
         if self._stale or self.classifier is None:

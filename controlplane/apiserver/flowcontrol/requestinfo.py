@@ -59,7 +59,8 @@ def parse(method: str, path: str, watch_param: str | None) -> RequestInfo:
     if not verb:
         if method in ("GET", "HEAD"):
             verb = "get" if name else "list"
-            if verb == "list" and watch_param in ("true", "1"):
+            # As the REST handler reads it (a watch of one object by name too, which it streams).
+            if watch_param is not None and watch_param.lower() in ("true", "1"):
                 verb = "watch"
         elif method == "DELETE":
             verb = "delete" if name else "deletecollection"
