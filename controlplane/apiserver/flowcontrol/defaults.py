@@ -210,7 +210,3 @@ def mandatory(plural: str) -> tuple[Obj, ...]:
 def suggested(plural: str) -> tuple[Obj, ...]:
     return SUGGESTED_SCHEMAS if plural == "flowschemas" else SUGGESTED_LEVELS
 
-
-def mandatory_spec(plural: str, name: str) -> Obj | None:
-    """The fixed spec of a mandatory object of that name (None: not mandatory)."""
-    return next((o["spec"] for o in mandatory(plural) if o["metadata"]["name"] == name), None)
