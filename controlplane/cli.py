@@ -138,6 +138,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="lease: the kubernetes Service's endpoints list every live API server (/masterleases/ on "
         "etcd; on SQLite the one server); none: leave them alone",
     )
+    parser.add_argument(
+        "--max-requests-inflight",
+        type=int,
+        default=400,
+        help="with --max-mutating-requests-inflight, the seats API priority and fairness shares out",
+    )
+    parser.add_argument("--max-mutating-requests-inflight", type=int, default=200, help="see --max-requests-inflight")
+    parser.add_argument(
+        "--enable-priority-and-fairness",
+        type=lambda v: v.lower() in ("true", "1", "yes"),
+        default=True,
+        help="classify requests by FlowSchemas into priority levels with their seats and queues (default true)",
+    )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -247,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
         kubelet_certificate_authority=args.kubelet_certificate_authority,
         etcd=_etcd_config(args),
         endpoint_reconciler=args.endpoint_reconciler_type,
+        max_requests_inflight=args.max_requests_inflight,
+        max_mutating_requests_inflight=args.max_mutating_requests_inflight,
+        enable_priority_and_fairness=args.enable_priority_and_fairness,
     )
     from controlplane.storage import StoreUnavailableError
 

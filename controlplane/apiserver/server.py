@@ -34,6 +34,7 @@ from controlplane.apiserver.certs import (
 from controlplane.apiserver.endpointreconciler import DEFAULT_INTERVAL, DEFAULT_TTL, LeaseEndpointReconciler
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
+from controlplane.apiserver.flowcontrol.dispatcher import DUMP_PATH, Dispatcher
 from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.impersonation import impersonate
 from controlplane.apiserver.kubeletproxy import KubeletClient
@@ -108,6 +109,11 @@ class ServerConfig:
     endpoint_reconciler: str = "lease"
     master_lease_ttl: int = DEFAULT_TTL
     endpoint_interval: float = DEFAULT_INTERVAL
+    # API priority and fairness (flowcontrol/): the seats its levels share are upstream's
+    # --max-requests-inflight + --max-mutating-requests-inflight; --enable-priority-and-fairness.
+    max_requests_inflight: int = 400
+    max_mutating_requests_inflight: int = 200
+    enable_priority_and_fairness: bool = True
 
 
 class ApiServer:
@@ -139,6 +145,12 @@ class ApiServer:
         self.endpoints: LeaseEndpointReconciler | None = None
         self.port = config.port
         self.metrics = ApiServerMetrics(self._state_gauges)
+        self.flowcontrol = Dispatcher(
+            self.cache,
+            config.max_requests_inflight + config.max_mutating_requests_inflight,
+            self.metrics.registry,
+            enabled=config.enable_priority_and_fairness,
+        )
         self._openapi_v3 = openapi.v3_index()
         self._openapi_v2 = openapi.v2_document()
 
@@ -149,6 +161,7 @@ class ApiServer:
         await self.cache.start()
         self.authorization.start(self.cache)
         await self.registry.bootstrap()
+        self.flowcontrol.start()
         for controller in self.controllers:
             controller.start()
         await self._start_service_account_tokens()
@@ -304,9 +317,12 @@ class ApiServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[self.metrics.middleware, self._middleware], client_max_size=MAX_BODY
+            middlewares=[self.metrics.middleware, self._middleware, self.flowcontrol.middleware],
+            client_max_size=MAX_BODY,
         )
+        app.on_response_prepare.append(self.flowcontrol.on_prepare)
         r = app.router
+        r.add_get(DUMP_PATH, self.flowcontrol.dump)
         for path in ("/healthz", "/livez", "/readyz"):
             r.add_get(path, self._health)
             r.add_get(path + "/{check:.*}", self._health)

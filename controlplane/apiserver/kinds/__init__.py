@@ -25,6 +25,7 @@ from controlplane.apiserver.kinds import (
     endpointslice,
     event,
     eventsv1,
+    flowschema,
     hpa,
     hpav1,
     job,
@@ -37,6 +38,7 @@ from controlplane.apiserver.kinds import (
     poddisruptionbudget,
     podtemplate,
     priorityclass,
+    prioritylevelconfiguration,
     replicaset,
     replicationcontroller,
     role,
@@ -95,6 +97,8 @@ KINDS: list[Kind] = [
     endpointslice.KIND,
     certificatesigningrequest.KIND,
     storageclass.KIND,
+    flowschema.KIND,
+    prioritylevelconfiguration.KIND,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
