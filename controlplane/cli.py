@@ -144,7 +144,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=400,
         help="with --max-mutating-requests-inflight, the seats API priority and fairness shares out",
     )
-    parser.add_argument("--max-mutating-requests-inflight", type=int, default=200, help="see --max-requests-inflight")
+    parser.add_argument(
+        "--max-mutating-requests-inflight", type=int, default=200, help="see --max-requests-inflight"
+    )
     parser.add_argument(
         "--enable-priority-and-fairness",
         type=lambda v: v.lower() in ("true", "1", "yes"),

@@ -28,7 +28,10 @@ def test_mandatory_objects_exist_with_upstreams_specs(api_client: client.ApiClie
     schema = fc.read_flow_schema("catch-all")
     assert schema.spec.matching_precedence == 10000
     assert schema.spec.distinguisher_method.type == "ByUser"
-    assert {s.group.name for s in schema.spec.rules[0].subjects} == {"system:unauthenticated", "system:authenticated"}
+    assert {s.group.name for s in schema.spec.rules[0].subjects} == {
+        "system:unauthenticated",
+        "system:authenticated",
+    }
 
 
 def test_responses_name_the_schema_and_level_that_classified_them(api_client: client.ApiClient) -> None:
@@ -49,13 +52,23 @@ def test_responses_name_the_schema_and_level_that_classified_them(api_client: cl
 def test_kubectl_lists_them_with_upstreams_columns(kubeconfig: Path) -> None:
     def get(what: str) -> list[str]:
         proc = subprocess.run(
-            ["kubectl", "--kubeconfig", str(kubeconfig), "get", what], capture_output=True, text=True, timeout=60
+            ["kubectl", "--kubeconfig", str(kubeconfig), "get", what],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.splitlines()
 
     schemas = get("flowschemas")
-    assert schemas[0].split() == ["NAME", "PRIORITYLEVEL", "MATCHINGPRECEDENCE", "DISTINGUISHERMETHOD", "AGE", "MISSINGPL"]
+    assert schemas[0].split() == [
+        "NAME",
+        "PRIORITYLEVEL",
+        "MATCHINGPRECEDENCE",
+        "DISTINGUISHERMETHOD",
+        "AGE",
+        "MISSINGPL",
+    ]
     assert any(line.split()[:4] == ["exempt", "exempt", "1", "<none>"] for line in schemas[1:])
     levels = get("prioritylevelconfigurations")
     assert levels[0].split() == [
@@ -67,4 +80,7 @@ def test_kubectl_lists_them_with_upstreams_columns(kubeconfig: Path) -> None:
         "QUEUELENGTHLIMIT",
         "AGE",
     ]
-    assert any(line.split()[:6] == ["exempt", "Exempt", "<none>", "<none>", "<none>", "<none>"] for line in levels[1:])
+    assert any(
+        line.split()[:6] == ["exempt", "Exempt", "<none>", "<none>", "<none>", "<none>"]
+        for line in levels[1:]
+    )

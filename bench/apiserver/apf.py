@@ -66,7 +66,9 @@ async def populate(server: ApiServer) -> None:
     """The namespace and ConfigMap the clients read, the flooder's tiny level and schema, and RBAC
     (cluster-admin: a bare server aggregates no `view`) for both users."""
     conn = await RawConnection.open("127.0.0.1", server.port, admin_context(server))
-    await post(conn, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    await post(
+        conn, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    )
     await post(
         conn,
         f"/api/v1/namespaces/{NAMESPACE}/configmaps",
@@ -80,7 +82,11 @@ async def populate(server: ApiServer) -> None:
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRoleBinding",
                 "metadata": {"name": user},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cluster-admin",
+                },
                 "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}],
             },
         )
@@ -91,7 +97,10 @@ async def populate(server: ApiServer) -> None:
             "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
             "kind": "PriorityLevelConfiguration",
             "metadata": {"name": "bench-tiny"},
-            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1, "limitResponse": {"type": "Reject"}}},
+            "spec": {
+                "type": "Limited",
+                "limited": {"nominalConcurrencyShares": 1, "limitResponse": {"type": "Reject"}},
+            },
         },
     )
     await post(
@@ -134,7 +143,9 @@ async def closed_loop(port: int, ctx: ssl.SSLContext, seconds: float) -> list[fl
     return latencies
 
 
-def _flood_process(port: int, ca: str, cert: str, key: str, flooders: int, seconds: float, out: object) -> None:
+def _flood_process(
+    port: int, ca: str, cert: str, key: str, flooders: int, seconds: float, out: object
+) -> None:
     os.sched_setaffinity(0, {CLIENT_CPU}) if (os.cpu_count() or 1) > 1 else None
     ctx = ssl.create_default_context(cafile=ca)
     ctx.load_cert_chain(cert, key)
@@ -165,7 +176,9 @@ def summary(latencies: list[float]) -> dict:
     }
 
 
-async def exempt_under_flood(server: ApiServer, tmp: Path, seconds: float, rounds: int, flooders: int) -> dict:
+async def exempt_under_flood(
+    server: ApiServer, tmp: Path, seconds: float, rounds: int, flooders: int
+) -> dict:
     ctx = admin_context(server)
     cert, key = user_files(server, FLOODER, tmp)
     await closed_loop(server.port, ctx, min(1.0, seconds / rounds))  # warm up
@@ -284,7 +297,9 @@ def markdown(report: dict) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="total seconds of each kind of window")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--flooders", type=int, default=32, help="connections of the flood")
@@ -297,5 +312,10 @@ if __name__ == "__main__":
     a = report["a_exempt_under_flood"]
     bars = [("exempt p99, quiet", a["quiet"]["p99_ms"]), ("exempt p99, flood", a["flood"]["p99_ms"])]
     for who, runs in report["b_filter_cost"].items():
-        bars += [(f"{who} p50, APF on", runs["apf_on"]["p50_ms"]), (f"{who} p50, APF off", runs["apf_off"]["p50_ms"])]
-    write_report(out, "apiserver-apf", report, markdown(report), bar_svg("API priority and fairness", bars, "ms"))
+        bars += [
+            (f"{who} p50, APF on", runs["apf_on"]["p50_ms"]),
+            (f"{who} p50, APF off", runs["apf_off"]["p50_ms"]),
+        ]
+    write_report(
+        out, "apiserver-apf", report, markdown(report), bar_svg("API priority and fairness", bars, "ms")
+    )

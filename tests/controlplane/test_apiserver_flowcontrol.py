@@ -159,7 +159,9 @@ def test_a_mandatory_spec_is_reset_and_a_suggested_one_kept_when_not_autoupdated
     fc: client.FlowcontrolApiserverV1Api,
 ) -> None:
     fc.patch_flow_schema("catch-all", {"spec": {"matchingPrecedence": 9999}})
-    eventually(lambda: fc.read_flow_schema("catch-all").spec.matching_precedence == 10000, what="catch-all reset")
+    eventually(
+        lambda: fc.read_flow_schema("catch-all").spec.matching_precedence == 10000, what="catch-all reset"
+    )
     body = {
         "metadata": {"annotations": {"apf.kubernetes.io/autoupdate-spec": "false"}},
         "spec": {"matchingPrecedence": 9800},
@@ -172,7 +174,9 @@ def test_a_mandatory_spec_is_reset_and_a_suggested_one_kept_when_not_autoupdated
     finally:
         restore = {"metadata": {"annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}}}
         fc.patch_flow_schema("global-default", restore)
-    eventually(lambda: fc.read_flow_schema("global-default").spec.matching_precedence == 9900, what="restored")
+    eventually(
+        lambda: fc.read_flow_schema("global-default").spec.matching_precedence == 9900, what="restored"
+    )
 
 
 def test_every_classified_response_names_its_schema_and_level(
@@ -193,6 +197,7 @@ def test_requests_land_in_the_levels_upstreams_defaults_choose(
     apiserver: ApiServer, fc: client.FlowcontrolApiserverV1Api
 ) -> None:
     api = apiserver
+
     def who(user: str, *groups: str) -> dict[str, str]:
         headers = {"Impersonate-User": user}
         if groups:
@@ -208,10 +213,16 @@ def test_requests_land_in_the_levels_upstreams_defaults_choose(
     kube_system_sa = who("system:serviceaccount:kube-system:foo", "system:serviceaccounts")
     leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x"
     assert classified(api, fc, leases, **kube_system_sa) == ("system-leader-election", "leader-election")
-    assert classified(api, fc, "/api/v1/pods", **kube_system_sa) == ("kube-system-service-accounts", "workload-high")
+    assert classified(api, fc, "/api/v1/pods", **kube_system_sa) == (
+        "kube-system-service-accounts",
+        "workload-high",
+    )
     other_sa = who("system:serviceaccount:apps:web", "system:serviceaccounts")
     assert classified(api, fc, "/api/v1/pods", **other_sa) == ("service-accounts", "workload-low")
-    assert classified(api, fc, "/api/v1/pods", **who("system:kube-scheduler")) == ("kube-scheduler", "workload-high")
+    assert classified(api, fc, "/api/v1/pods", **who("system:kube-scheduler")) == (
+        "kube-scheduler",
+        "workload-high",
+    )
 
 
 def test_bad_configuration_is_refused_naming_the_field(fc: client.FlowcontrolApiserverV1Api) -> None:
@@ -243,15 +254,23 @@ def test_bad_configuration_is_refused_naming_the_field(fc: client.FlowcontrolApi
     with pytest.raises(ApiException) as err:
         fc.create_priority_level_configuration(level)
     assert err.value.status == 422
-    assert "spec.limited.limitResponse.queuing.handSize: Invalid value: 8: should not be greater than queues (4)" in (
-        json.loads(err.value.body)["message"]
+    assert (
+        "spec.limited.limitResponse.queuing.handSize: Invalid value: 8: should not be greater than queues (4)"
+        in (json.loads(err.value.body)["message"])
     )
 
 
 def test_kubectl_prints_upstreams_columns(apiserver: ApiServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
     kubectl = Kubectl(apiserver.kubeconfig, tmp_path)
     lines = kubectl("get", "flowschemas").splitlines()
-    assert lines[0].split() == ["NAME", "PRIORITYLEVEL", "MATCHINGPRECEDENCE", "DISTINGUISHERMETHOD", "AGE", "MISSINGPL"]
+    assert lines[0].split() == [
+        "NAME",
+        "PRIORITYLEVEL",
+        "MATCHINGPRECEDENCE",
+        "DISTINGUISHERMETHOD",
+        "AGE",
+        "MISSINGPL",
+    ]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["exempt"][1:4] == ["exempt", "1", "<none>"]
     assert rows["kube-scheduler"][1:4] == ["workload-high", "800", "ByNamespace"]
@@ -280,12 +299,18 @@ def tiny_level(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient) -> I
 
 
 @pytest.fixture
-def tiny_queued_level(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient) -> Iterator[dict[str, str]]:
+def tiny_queued_level(
+    fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient
+) -> Iterator[dict[str, str]]:
     """A level of 3 seats queuing up to 5 requests in one queue."""
-    yield from _tiny(fc, api, {"type": "Queue", "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 5}})
+    yield from _tiny(
+        fc, api, {"type": "Queue", "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 5}}
+    )
 
 
-def _tiny(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient, response: dict) -> Iterator[dict[str, str]]:
+def _tiny(
+    fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient, response: dict
+) -> Iterator[dict[str, str]]:
     """The level, the schema that sends user `flooder-*` there, and RBAC letting the flooder read."""
     tag = uuid.uuid4().hex[:6]
     level, schema, user = f"t-tiny-{tag}", f"t-flood-{tag}", f"flooder-{tag}"
@@ -330,7 +355,9 @@ def _tiny(fc: client.FlowcontrolApiserverV1Api, api: client.ApiClient, response:
     rbac.create_cluster_role_binding(
         client.V1ClusterRoleBinding(
             metadata=client.V1ObjectMeta(name=user),
-            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"
+            ),
             subjects=[client.RbacV1Subject(kind="User", name=user, api_group="rbac.authorization.k8s.io")],
         )
     )
@@ -391,8 +418,9 @@ def test_a_flood_gets_429s_while_system_masters_is_served(
         "apiserver_flowcontrol_rejected_requests_total{"
         f'flow_schema="{schema}",priority_level="{level}",reason="concurrency-limit"}} 27.0'
     ) in metrics
-    assert f'apiserver_flowcontrol_dispatched_requests_total{{flow_schema="{schema}",priority_level="{level}"}} 3.0' in (
-        metrics
+    assert (
+        f'apiserver_flowcontrol_dispatched_requests_total{{flow_schema="{schema}",priority_level="{level}"}} 3.0'
+        in (metrics)
     )
     assert f'apiserver_flowcontrol_nominal_limit_seats{{priority_level="{level}"}} 3.0' in metrics
     dump = _get(apiserver, "/debug/api_priority_and_fairness/dump_priority_levels").splitlines()
@@ -436,7 +464,9 @@ def test_a_watch_holds_no_seat_once_started(
                 async with session.get(url, headers=headers) as resp:
                     after = resp.status
                 # A watch's response is classified like any other.
-                assert all(w.headers["X-Kubernetes-PF-FlowSchema-UID"] == tiny_level["schema_uid"] for w in watches)
+                assert all(
+                    w.headers["X-Kubernetes-PF-FlowSchema-UID"] == tiny_level["schema_uid"] for w in watches
+                )
                 return [w.status for w in watches], after
             finally:
                 for w in watches:

@@ -28,7 +28,12 @@ def classify(user: UserInfo, method: str, path: str, watch: str | None = None) -
 def test_request_info_as_upstreams_factory() -> None:
     info = parse("GET", "/api/v1/namespaces/ns/pods/p/log", None)
     assert (info.verb, info.api_group, info.resource, info.subresource, info.namespace, info.name) == (
-        "get", "", "pods", "log", "ns", "p"
+        "get",
+        "",
+        "pods",
+        "log",
+        "ns",
+        "p",
     )
     assert info.long_running
     assert parse("GET", "/apis/apps/v1/deployments", "true").verb == "watch"
@@ -55,8 +60,15 @@ def test_classification_by_upstreams_defaults() -> None:
     assert classify(node, "PUT", lease)[:2] == ("system-node-high", "node-high")
     assert classify(node, "GET", "/api/v1/namespaces/a/secrets/s")[:2] == ("system-nodes", "system")
     kcm = UserInfo("system:kube-controller-manager", groups=("system:authenticated",))
-    assert classify(kcm, "PUT", "/api/v1/namespaces/x/endpoints/e")[:2] == ("endpoint-controller", "workload-high")
-    assert classify(kcm, "GET", "/api/v1/namespaces/x/pods") == ("kube-controller-manager", "workload-high", "x")
+    assert classify(kcm, "PUT", "/api/v1/namespaces/x/endpoints/e")[:2] == (
+        "endpoint-controller",
+        "workload-high",
+    )
+    assert classify(kcm, "GET", "/api/v1/namespaces/x/pods") == (
+        "kube-controller-manager",
+        "workload-high",
+        "x",
+    )
     sa = UserInfo("system:serviceaccount:kube-system:job-controller", groups=("system:serviceaccounts",))
     assert classify(sa, "GET", "/api/v1/namespaces/kube-system/configmaps/c")[:2] == (
         "system-leader-election",
@@ -67,13 +79,17 @@ def test_classification_by_upstreams_defaults() -> None:
         "leader-election",
     )
     assert classify(sa, "GET", "/api/v1/pods")[:2] == ("kube-system-service-accounts", "workload-high")
-    other = UserInfo("system:serviceaccount:apps:web", groups=("system:serviceaccounts", "system:authenticated"))
+    other = UserInfo(
+        "system:serviceaccount:apps:web", groups=("system:serviceaccounts", "system:authenticated")
+    )
     assert classify(other, "GET", "/api/v1/pods")[:2] == ("service-accounts", "workload-low")
 
 
 def test_a_schema_whose_level_is_missing_is_skipped() -> None:
     classifier = Classifier(ALL_SCHEMAS, ALL_LEVELS - {"global-default"}, defaults.MANDATORY_SCHEMAS[1])
-    got = classifier.classify(UserInfo("alice", groups=("system:authenticated",)), parse("GET", "/api/v1/pods", None))
+    got = classifier.classify(
+        UserInfo("alice", groups=("system:authenticated",)), parse("GET", "/api/v1/pods", None)
+    )
     assert got.schema["metadata"]["name"] == "catch-all"
 
 
@@ -155,12 +171,22 @@ async def test_a_cancelled_waiter_leaves_its_queue() -> None:
 
 
 def test_defaults_and_validation() -> None:
-    level = {"metadata": {"name": "x"}, "spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Queue", "queuing": {}}}}}
+    level = {
+        "metadata": {"name": "x"},
+        "spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Queue", "queuing": {}}}},
+    }
     validation.default_priority_level(level)
     assert level["spec"]["limited"]["nominalConcurrencyShares"] == 30
-    assert level["spec"]["limited"]["limitResponse"]["queuing"] == {"queues": 64, "handSize": 8, "queueLengthLimit": 50}
+    assert level["spec"]["limited"]["limitResponse"]["queuing"] == {
+        "queues": 64,
+        "handSize": 8,
+        "queueLengthLimit": 50,
+    }
     assert validation.validate_priority_level(level) == []
-    bad = {"metadata": {"name": "exempt"}, "spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Reject"}}}}
+    bad = {
+        "metadata": {"name": "exempt"},
+        "spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Reject"}}},
+    }
     assert [e.detail for e in validation.validate_priority_level(bad)] == [
         "Invalid value: \"Limited\": type must be 'Exempt' if and only if name is 'exempt'"
     ]
@@ -174,7 +200,12 @@ def test_defaults_and_validation() -> None:
             "matchingPrecedence": 1,
             "priorityLevelConfiguration": {"name": ""},
             "distinguisherMethod": {"type": "ByGroup"},
-            "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {"name": "a"}}], "resourceRules": [{"verbs": ["get", "*"]}]}],
+            "rules": [
+                {
+                    "subjects": [{"kind": "ServiceAccount", "serviceAccount": {"name": "a"}}],
+                    "resourceRules": [{"verbs": ["get", "*"]}],
+                }
+            ],
         },
     }
     fields = {e.field for e in validation.validate_flow_schema(schema)}

@@ -66,7 +66,9 @@ def _url_matches(patterns: list[str], path: str) -> bool:
 
 
 def _non_resource_rule_matches(rule: Obj, info: RequestInfo) -> bool:
-    return _in(info.verb, rule.get("verbs") or []) and _url_matches(rule.get("nonResourceURLs") or [], info.path)
+    return _in(info.verb, rule.get("verbs") or []) and _url_matches(
+        rule.get("nonResourceURLs") or [], info.path
+    )
 
 
 def rule_matches(rule: Obj, user: UserInfo, info: RequestInfo) -> bool:
@@ -99,7 +101,9 @@ def flow_hash(schema_name: str, flow: str) -> int:
 
 def ordered(schemas: list[Obj]) -> list[Obj]:
     """The order upstream tries schemas in: matchingPrecedence, then name."""
-    return sorted(schemas, key=lambda s: ((s.get("spec") or {}).get("matchingPrecedence", 1000), s["metadata"]["name"]))
+    return sorted(
+        schemas, key=lambda s: ((s.get("spec") or {}).get("matchingPrecedence", 1000), s["metadata"]["name"])
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +133,14 @@ class _Compiled:
     schema: Obj
     level: str
     method: str
-    rules: tuple[tuple[tuple[Obj, ...], tuple[tuple[_Names, _Names, _Names, _Names, bool], ...], tuple[tuple[_Names, list[str]], ...]], ...]
+    rules: tuple[
+        tuple[
+            tuple[Obj, ...],
+            tuple[tuple[_Names, _Names, _Names, _Names, bool], ...],
+            tuple[tuple[_Names, list[str]], ...],
+        ],
+        ...,
+    ]
 
     @classmethod
     def of(cls, schema: Obj) -> _Compiled:
@@ -147,7 +158,8 @@ class _Compiled:
                 for r in rule.get("resourceRules") or []
             )
             non_resources = tuple(
-                (_Names(r.get("verbs")), list(r.get("nonResourceURLs") or [])) for r in rule.get("nonResourceRules") or []
+                (_Names(r.get("verbs")), list(r.get("nonResourceURLs") or []))
+                for r in rule.get("nonResourceRules") or []
             )
             rules.append((tuple(rule.get("subjects") or []), resources, non_resources))
         method = (spec.get("distinguisherMethod") or {}).get("type") or ""

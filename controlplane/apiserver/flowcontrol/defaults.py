@@ -48,7 +48,9 @@ def _kube_system_sa(name: str) -> Obj:
     return {"kind": "ServiceAccount", "serviceAccount": {"namespace": "kube-system", "name": name}}
 
 
-def _rule(verbs: list[str], groups: list[str], resources: list[str], namespaces: list[str], cluster: bool) -> Obj:
+def _rule(
+    verbs: list[str], groups: list[str], resources: list[str], namespaces: list[str], cluster: bool
+) -> Obj:
     rule: Obj = {"verbs": verbs, "apiGroups": groups, "resources": resources, "clusterScope": cluster}
     if namespaces:
         rule["namespaces"] = namespaces
@@ -60,7 +62,10 @@ def _level(name: str, shares: int, lendable: int, queuing: tuple[int, int, int] 
         response: Obj = {"type": "Reject"}
     else:
         queues, hand, length = queuing
-        response = {"type": "Queue", "queuing": {"queues": queues, "handSize": hand, "queueLengthLimit": length}}
+        response = {
+            "type": "Queue",
+            "queuing": {"queues": queues, "handSize": hand, "queueLengthLimit": length},
+        }
     return {
         "apiVersion": API_VERSION,
         "kind": "PriorityLevelConfiguration",
@@ -115,7 +120,9 @@ _EXEMPT_LEVEL: Obj = {
 MANDATORY_LEVELS: tuple[Obj, ...] = (_EXEMPT_LEVEL, _level(CATCH_ALL, 5, 0, None))
 MANDATORY_SCHEMAS: tuple[Obj, ...] = (
     _schema(EXEMPT, EXEMPT, 1, "", _everything(_group(MASTERS))),
-    _schema(CATCH_ALL, CATCH_ALL, 10000, "ByUser", _everything(_group(UNAUTHENTICATED), _group(AUTHENTICATED))),
+    _schema(
+        CATCH_ALL, CATCH_ALL, 10000, "ByUser", _everything(_group(UNAUTHENTICATED), _group(AUTHENTICATED))
+    ),
 )
 SUGGESTED_LEVELS: tuple[Obj, ...] = (
     _level("system", 30, 33, (64, 6, 50)),
@@ -187,7 +194,9 @@ SUGGESTED_SCHEMAS: tuple[Obj, ...] = (
             ],
         },
     ),
-    _schema("kube-controller-manager", "workload-high", 800, "ByNamespace", _everything(_user(CONTROLLER_MANAGER))),
+    _schema(
+        "kube-controller-manager", "workload-high", 800, "ByNamespace", _everything(_user(CONTROLLER_MANAGER))
+    ),
     _schema("kube-scheduler", "workload-high", 800, "ByNamespace", _everything(_user(SCHEDULER))),
     _schema(
         "kube-system-service-accounts", "workload-high", 900, "ByNamespace", _everything(_kube_system_sa("*"))
@@ -209,4 +218,3 @@ def mandatory(plural: str) -> tuple[Obj, ...]:
 
 def suggested(plural: str) -> tuple[Obj, ...]:
     return SUGGESTED_SCHEMAS if plural == "flowschemas" else SUGGESTED_LEVELS
-

@@ -96,7 +96,9 @@ class Dispatcher:
         share_sum = 0
         for obj in levels.values():
             spec = obj.get("spec") or {}
-            share_sum += (spec.get("limited") or spec.get("exempt") or {}).get("nominalConcurrencyShares", 0) or 0
+            share_sum += (spec.get("limited") or spec.get("exempt") or {}).get(
+                "nominalConcurrencyShares", 0
+            ) or 0
         exempt: set[str] = set()
         fresh: dict[str, Level] = {}
         for name, obj in levels.items():
@@ -108,10 +110,14 @@ class Dispatcher:
                 fresh[name].uid = uid
                 continue
             limited = spec.get("limited") or {}
-            seats = nominal_seats(self.total_seats, limited.get("nominalConcurrencyShares", 0) or 0, share_sum)
-            queuing = (limited.get("limitResponse") or {}).get("queuing") if (
-                (limited.get("limitResponse") or {}).get("type") == "Queue"
-            ) else None
+            seats = nominal_seats(
+                self.total_seats, limited.get("nominalConcurrencyShares", 0) or 0, share_sum
+            )
+            queuing = (
+                (limited.get("limitResponse") or {}).get("queuing")
+                if ((limited.get("limitResponse") or {}).get("type") == "Queue")
+                else None
+            )
             queues = (queuing or {}).get("queues", 0)
             hand = min((queuing or {}).get("handSize", 1), max(queues, 1))
             length = (queuing or {}).get("queueLengthLimit", 0)

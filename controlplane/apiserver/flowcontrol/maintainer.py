@@ -60,7 +60,9 @@ def dangling_condition(level: str, exists: bool, previous: Obj | None) -> Obj:
         return previous
     if exists:
         reason = "Found"
-        message = f'This FlowSchema references the PriorityLevelConfiguration object named "{level}" and it exists'
+        message = (
+            f'This FlowSchema references the PriorityLevelConfiguration object named "{level}" and it exists'
+        )
     else:
         reason = "NotFound"
         message = (
@@ -117,7 +119,9 @@ class Maintainer:
         await self._dangling()
 
     def _current(self, kind: Kind) -> dict[str, Obj]:
-        return {c.obj["metadata"]["name"]: c.obj for c in self.registry.cache.list(kind.bucket, kind.prefix(""))}
+        return {
+            c.obj["metadata"]["name"]: c.obj for c in self.registry.cache.list(kind.bucket, kind.prefix(""))
+        }
 
     async def _ensure(self, kind: Kind) -> None:
         current = self._current(kind)
@@ -153,7 +157,9 @@ class Maintainer:
             if condition is previous:
                 continue
             body = copy.deepcopy(schema)
-            body["status"] = {"conditions": [c for c in conditions if c.get("type") != "Dangling"] + [condition]}
+            body["status"] = {
+                "conditions": [c for c in conditions if c.get("type") != "Dangling"] + [condition]
+            }
             await self._write(self.registry.update(self.schemas, "", name, body, subresource="status"))
 
     async def _write(self, call: Any) -> None:

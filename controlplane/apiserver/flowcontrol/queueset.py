@@ -80,7 +80,12 @@ class Level:
         self._queues = [deque() for _ in range(self.queues)]
 
     def reconfigure(self, uid: str, seats: int, queues: int, hand_size: int, queue_length_limit: int) -> None:
-        self.uid, self.seats, self.hand_size, self.queue_length_limit = uid, seats, hand_size, queue_length_limit
+        self.uid, self.seats, self.hand_size, self.queue_length_limit = (
+            uid,
+            seats,
+            hand_size,
+            queue_length_limit,
+        )
         if queues != self.queues:
             old = [f for q in self._queues for f in q]
             self.queues = queues

@@ -67,11 +67,17 @@ def validate_flow_schema(obj: Obj) -> list[FieldError]:
         )
     elif precedence == 1 and name != EXEMPT:
         errs.append(
-            invalid("spec.matchingPrecedence", precedence, "only the schema named 'exempt' may have matchingPrecedence 1")
+            invalid(
+                "spec.matchingPrecedence",
+                precedence,
+                "only the schema named 'exempt' may have matchingPrecedence 1",
+            )
         )
     method = spec.get("distinguisherMethod")
     if method is not None and (method or {}).get("type") not in DISTINGUISHERS:
-        errs.append(not_supported("spec.distinguisherMethod.type", (method or {}).get("type"), DISTINGUISHERS))
+        errs.append(
+            not_supported("spec.distinguisherMethod.type", (method or {}).get("type"), DISTINGUISHERS)
+        )
     level = (spec.get("priorityLevelConfiguration") or {}).get("name") or ""
     if not level:
         errs.append(required("spec.priorityLevelConfiguration.name", "must reference a priority level"))
@@ -116,11 +122,16 @@ def _subject(path: str, subject: Obj) -> list[FieldError]:
         sa = subject.get("serviceAccount")
         if sa is None:
             return [
-                required(f"{path}.serviceAccount", "serviceAccount is required when subject kind is 'ServiceAccount'")
+                required(
+                    f"{path}.serviceAccount",
+                    "serviceAccount is required when subject kind is 'ServiceAccount'",
+                )
             ]
         errs = [] if sa.get("name") else [required(f"{path}.serviceAccount.name", "name is required")]
         if not sa.get("namespace"):
-            errs.append(required(f"{path}.serviceAccount.namespace", "must specify namespace for service account"))
+            errs.append(
+                required(f"{path}.serviceAccount.namespace", "must specify namespace for service account")
+            )
         return errs
     return [not_supported(f"{path}.kind", kind, SUBJECT_KINDS)]
 
@@ -129,7 +140,11 @@ def _verbs(path: str, verbs: list[Any], supported: list[str] | None) -> list[Fie
     if not verbs:
         return [required(path, "verbs must contain at least one value")]
     if "*" in verbs:
-        return [] if len(verbs) == 1 else [invalid(path, verbs, "if '*' is present, must not specify other verbs")]
+        return (
+            []
+            if len(verbs) == 1
+            else [invalid(path, verbs, "if '*' is present, must not specify other verbs")]
+        )
     if supported is None:
         return []
     return [not_supported(f"{path}[{i}]", v, supported) for i, v in enumerate(verbs) if v not in supported]
@@ -141,19 +156,28 @@ def _resource_rule(path: str, rule: Obj) -> list[FieldError]:
     if not groups:
         errs.append(required(f"{path}.apiGroups", "resource rules must supply at least one api group"))
     elif "*" in groups and len(groups) > 1:
-        errs.append(invalid(f"{path}.apiGroups", groups, "if '*' is present, must not specify other api groups"))
+        errs.append(
+            invalid(f"{path}.apiGroups", groups, "if '*' is present, must not specify other api groups")
+        )
     resources = rule.get("resources") or []
     if not resources:
         errs.append(required(f"{path}.resources", "resource rules must supply at least one resource"))
     elif "*" in resources and len(resources) > 1:
-        errs.append(invalid(f"{path}.resources", resources, "if '*' is present, must not specify other resources"))
+        errs.append(
+            invalid(f"{path}.resources", resources, "if '*' is present, must not specify other resources")
+        )
     namespaces = rule.get("namespaces") or []
     if not namespaces and not rule.get("clusterScope"):
         errs.append(
-            required(f"{path}.namespaces", "resource rules that are not cluster scoped must supply at least one namespace")
+            required(
+                f"{path}.namespaces",
+                "resource rules that are not cluster scoped must supply at least one namespace",
+            )
         )
     elif "*" in namespaces and len(namespaces) > 1:
-        errs.append(invalid(f"{path}.namespaces", namespaces, "if '*' is present, must not specify other namespaces"))
+        errs.append(
+            invalid(f"{path}.namespaces", namespaces, "if '*' is present, must not specify other namespaces")
+        )
     return errs
 
 
@@ -161,10 +185,14 @@ def _non_resource_rule(path: str, rule: Obj) -> list[FieldError]:
     errs = _verbs(f"{path}.verbs", rule.get("verbs") or [], None)
     urls = rule.get("nonResourceURLs") or []
     if not urls:
-        errs.append(required(f"{path}.nonResourceURLs", "nonResource rules must supply at least one non-resource URL"))
+        errs.append(
+            required(f"{path}.nonResourceURLs", "nonResource rules must supply at least one non-resource URL")
+        )
     elif "*" in urls and len(urls) > 1:
         errs.append(
-            invalid(f"{path}.nonResourceURLs", urls, "if '*' is present, must not specify other non-resource URLs")
+            invalid(
+                f"{path}.nonResourceURLs", urls, "if '*' is present, must not specify other non-resource URLs"
+            )
         )
     for i, url in enumerate(urls):
         if url != "*" and not str(url).startswith("/"):
@@ -200,7 +228,11 @@ def validate_priority_level(obj: Obj) -> list[FieldError]:
     borrowing = limited.get("borrowingLimitPercent")
     if borrowing is not None and (not isinstance(borrowing, int) or borrowing < 0):
         errs.append(
-            invalid("spec.limited.borrowingLimitPercent", borrowing, "if specified, must be a non-negative integer")
+            invalid(
+                "spec.limited.borrowingLimitPercent",
+                borrowing,
+                "if specified, must be a non-negative integer",
+            )
         )
     return errs + _limit_response("spec.limited.limitResponse", limited.get("limitResponse") or {})
 
@@ -235,7 +267,9 @@ def _limit_response(path: str, response: Obj) -> list[FieldError]:
     queues, hand = queuing.get("queues", 0), queuing.get("handSize", 0)
     if isinstance(queues, int) and isinstance(hand, int) and queues > 0 and hand > 0:
         if hand > queues:
-            errs.append(invalid(f"{path}.queuing.handSize", hand, f"should not be greater than queues ({queues})"))
+            errs.append(
+                invalid(f"{path}.queuing.handSize", hand, f"should not be greater than queues ({queues})")
+            )
         elif hand * math.log2(queues) > MAX_HASH_BITS:
             errs.append(
                 invalid(

@@ -30,7 +30,8 @@ class FlowSchema(Kind):
     columns = (
         tables.NAME,
         tables.column(
-            "PriorityLevel", desc="`name` is the name of the priority level configuration being referenced Required."
+            "PriorityLevel",
+            desc="`name` is the name of the priority level configuration being referenced Required.",
         ),
         tables.column(
             "MatchingPrecedence",

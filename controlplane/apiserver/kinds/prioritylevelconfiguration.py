@@ -32,7 +32,7 @@ class PriorityLevelConfiguration(Kind):
             "Type",
             desc="`type` indicates whether this priority level is subject to limitation on request execution.  A "
             'value of `"Exempt"` means that requests of this priority level are not subject to a limit (and thus '
-            'are never queued) and do not detract from the capacity made available to other priority levels.  A '
+            "are never queued) and do not detract from the capacity made available to other priority levels.  A "
             'value of `"Limited"` means that (a) requests of this priority level _are_ subject to limits and (b) '
             "some of the server's limited capacity is made available exclusively to this priority level. Required.",
         ),
@@ -88,7 +88,11 @@ class PriorityLevelConfiguration(Kind):
             shares = limited.get("nominalConcurrencyShares", 0)
             queuing = (limited.get("limitResponse") or {}).get("queuing")
             if queuing is not None:
-                queues, hand, length = queuing.get("queues"), queuing.get("handSize"), queuing.get("queueLengthLimit")
+                queues, hand, length = (
+                    queuing.get("queues"),
+                    queuing.get("handSize"),
+                    queuing.get("queueLengthLimit"),
+                )
         return [obj["metadata"].get("name"), spec.get("type", ""), shares, queues, hand, length, age(obj)]
 
 
