@@ -116,3 +116,35 @@ async def test_parallel_creates_end_exact_and_recount_agrees(apiserver: ApiServe
         assert codes.count(201) == 2, codes
         assert len(v1.list_namespaced_pod(namespace).items) == 5
         await settled(v1, namespace, {"pods": "5"})
+
+
+async def test_creates_racing_deletes_stay_within_hard(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> None:
+    """Deletions make the controller recount while parallel creates are being charged: the recount
+    confirms any release with a live list, so no share is handed out twice."""
+    async with running(apiserver, "resourcequota"):
+        v1.create_namespaced_resource_quota(namespace, {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "5"}}})
+        await settled(v1, namespace, {"pods": "0"})
+
+        def create(i: int) -> None:
+            with apiserver.api_client() as api_client:
+                try:
+                    client.CoreV1Api(api_client).create_namespaced_pod(namespace, pod(f"r{i}"))
+                except ApiException as err:
+                    assert err.status == 403, err.body
+
+        def delete(name: str) -> None:
+            with apiserver.api_client() as api_client:
+                client.CoreV1Api(api_client).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+        for round_ in range(4):
+            names = [p.metadata.name for p in v1.list_namespaced_pod(namespace).items]
+            with ThreadPoolExecutor(16) as pool:
+                jobs = [pool.submit(delete, n) for n in names[:2]]
+                jobs += [pool.submit(create, round_ * 100 + i) for i in range(12)]
+                await asyncio.to_thread(lambda jobs=jobs: [j.result() for j in jobs])
+            count = len(v1.list_namespaced_pod(namespace).items)
+            assert count <= 5, f"round {round_}: {count} pods under pods=5"
+            await eventually(
+                lambda: quota_used(v1, namespace) == {"pods": str(len(v1.list_namespaced_pod(namespace).items))},
+                what="used == the real count",
+            )

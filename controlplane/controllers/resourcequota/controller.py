@@ -8,7 +8,8 @@ limits change, when usage goes away (an object deleted, a pod turning Succeeded/
 leaving NodePort/LoadBalancer; upstream's replenishment), and every `--resource-quota-sync-period`
 (5 min) for all quotas, which also returns what a charged write that then failed took. The status is
 written with the quota's resourceVersion, so a recount never overwrites a charge it has not seen: the
-conflict sends it round again. Informers for the core resources quotas count are shared from the
+conflict sends it round again; a recount that would lower usage confirms it with a live list, so an
+informer behind an admitted create never gives its share out twice. Informers for the core resources quotas count are shared from the
 start; a `count/<resource>.<group>` quota gets its resource's informer (found by discovery) on demand.
 """
 
@@ -52,9 +53,11 @@ class ResourceQuotaController(Controller):
         self.quotas = ctx.informers.get("/api/v1/resourcequotas", indexers={"namespace": by_namespace})
         self.quotas.add_handler(on_add=self.enqueue, on_update=self._quota_changed)
         self.listers: dict[tuple[str, str], Informer] = {}
+        self.collections: dict[tuple[str, str], ApiResource] = {}
         self._discovered: dict[tuple[str, str], ApiResource] = {}
         self._discovered_at = 0.0
         for resource in CORE:
+            self.collections[("", resource)] = ApiResource("v1", "", resource, True, frozenset({"list", "watch"}))
             self._watch(("", resource), f"/api/v1/{resource}")
 
     # --- feeding the queue ---------------------------------------------------------------------------
@@ -122,6 +125,7 @@ class ResourceQuotaController(Controller):
             resource = await self._discover(gr)
             if resource is None or not resource.namespaced or "watch" not in resource.verbs:
                 return None
+            self.collections[gr] = resource
             informer = self._watch(gr, resource.collection())
             self.ctx.informers.start()
         if not informer.synced.is_set():
@@ -139,17 +143,29 @@ class ResourceQuotaController(Controller):
 
     # --- the sync ------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _sum(quota: Obj, evaluator: Evaluator, names: list[str], objects: list[Obj]) -> rl.Resources:
+        """UsageStats: the evaluator's names summed over the objects the quota's scopes match."""
+        total: rl.Resources = dict.fromkeys(names, rl.ZERO)
+        selectors = scope_selectors(quota)
+        for obj in objects:
+            if all(evaluator.scope_matches(s, obj) for s in selectors):
+                total = rl.add(total, rl.mask(evaluator.usage(obj), names))
+        return total
+
     async def _usage(self, quota: Obj, gr: tuple[str, str], evaluator: Evaluator, hard: list[str]) -> rl.Resources | None:
-        """UsageStats: the evaluator's names in `hard` summed over the namespace's matching objects."""
+        """The usage from the informer's cache; where that is below what the status says (a release),
+        confirmed by a live list: a cache behind an admitted create must not hand its share out twice."""
         informer = await self._lister(gr)
         if informer is None:
             return None
+        namespace = str(meta(quota).get("namespace") or "")
         names = evaluator.matching_resources(hard)
-        total: rl.Resources = dict.fromkeys(names, rl.ZERO)
-        selectors = scope_selectors(quota)
-        for obj in informer.by_index("namespace", str(meta(quota).get("namespace") or "")):
-            if all(evaluator.scope_matches(s, obj) for s in selectors):
-                total = rl.add(total, rl.mask(evaluator.usage(obj), names))
+        total = self._sum(quota, evaluator, names, informer.by_index("namespace", namespace))
+        before = rl.parse((quota.get("status") or {}).get("used"))
+        if any(n in before and q.amount < before[n].amount for n, q in total.items()):
+            items, _ = await self.client.list(self.collections[gr].collection(namespace))
+            total = self._sum(quota, evaluator, names, items)
         return total
 
     async def sync(self, key: str) -> None:
