@@ -302,3 +302,35 @@ def test_kubectl_get_and_describe_quota(v1: client.CoreV1Api, namespace: str, ku
     rows = [line.split() for line in described.splitlines()]
     assert ["Resource", "Used", "Hard"] in rows
     assert ["pods", "1", "4"] in rows and ["requests.cpu", "500m", "2"] in rows and ["limits.memory", "0", "1Gi"] in rows
+
+
+def test_extended_resources_and_ephemeral_storage(v1: client.CoreV1Api, namespace: str) -> None:
+    make_quota(v1, namespace, {"requests.example.com/gpu": "1", "requests.ephemeral-storage": "1Gi"})
+    gpu = {"requests": {"example.com/gpu": "1", "ephemeral-storage": "600Mi"}, "limits": {"example.com/gpu": "1"}}
+    v1.create_namespaced_pod(namespace, pod("g1", gpu))
+    assert used(v1, namespace) == {"requests.example.com/gpu": "1", "requests.ephemeral-storage": "600Mi"}
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod(namespace, pod("g2", gpu))
+    assert message(err, 403) == (
+        'pods "g2" is forbidden: exceeded quota: q, requested: requests.ephemeral-storage=600Mi,requests.example.com/gpu=1, '
+        "used: requests.ephemeral-storage=600Mi,requests.example.com/gpu=1, limited: requests.ephemeral-storage=1Gi,requests.example.com/gpu=1"
+    )
+    # Extended resources are not among those every container must declare.
+    v1.create_namespaced_pod(namespace, pod("plain"))
+
+
+def test_quotas_count_quotas_and_replication_controllers(v1: client.CoreV1Api, namespace: str) -> None:
+    status = make_quota(v1, namespace, {"resourcequotas": "1", "replicationcontrollers": "0"})
+    status["status"]["used"] = {"resourcequotas": "1", "replicationcontrollers": "0"}  # the quota itself
+    status["metadata"]["resourceVersion"] = v1.read_namespaced_resource_quota("q", namespace).metadata.resource_version
+    v1.replace_namespaced_resource_quota_status("q", namespace, status)
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_resource_quota(namespace, {"metadata": {"name": "q2"}, "spec": {"hard": {"pods": "1"}}})
+    assert message(err, 403) == (
+        'resourcequotas "q2" is forbidden: exceeded quota: q, requested: resourcequotas=1, used: resourcequotas=1, limited: resourcequotas=1'
+    )
+    rc = {"metadata": {"name": "rc"},
+          "spec": {"selector": {"a": "b"}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}  # fmt: skip
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_replication_controller(namespace, rc)
+    assert "requested: replicationcontrollers=1, used: replicationcontrollers=0, limited: replicationcontrollers=0" in message(err, 403)
