@@ -34,6 +34,7 @@ class AdmissionRequest:
     old: Obj | None
     user: UserInfo | None
     registry: Registry
+    dry_run: bool = False  # checked, never charged (ResourceQuota)
 
 
 class Plugin(Protocol):
@@ -46,6 +47,8 @@ class AdmissionChain:
     def __init__(self, plugins: list[Any]) -> None:
         self.mutating = [p for p in plugins if callable(getattr(p, "admit", None))]
         self.validating = [p for p in plugins if callable(getattr(p, "validate", None))]
+        # Plugins marked `last` (ResourceQuota, which charges usage) run after every other one, as upstream.
+        self.validating.sort(key=lambda p: bool(getattr(p, "last", False)))
         self.deleting = [p for p in plugins if callable(getattr(p, "admit_delete", None))]
 
     async def admit(self, request: AdmissionRequest) -> None:

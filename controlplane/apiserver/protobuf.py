@@ -180,6 +180,9 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
                 obj.setdefault(name, {})[key] = base64.b64encode(
                     raw if isinstance(raw, bytes) else b""
                 ).decode()
+            elif sub == "quantity":  # resource.Quantity is a message {string = 1}
+                quantity = dict(_fields(raw)) if isinstance(raw, bytes) else {}
+                obj.setdefault(name, {})[key] = _text(quantity.get(1, b""))
             else:
                 obj.setdefault(name, {})[key] = _text(raw)
     return obj

@@ -86,9 +86,12 @@ class Registry:
         old: Obj | None,
         user: UserInfo | None,
         validate: bool = True,
+        dry_run: bool = False,
     ) -> None:
         name = obj["metadata"].get("name", "")
-        request = AdmissionRequest(operation, res, subresource, namespace, name, obj, old, user, self)
+        request = AdmissionRequest(
+            operation, res, subresource, namespace, name, obj, old, user, self, dry_run
+        )
         await self.admission.admit(request)
         problems = res.validate(obj) if validate else []
         if old is not None:
@@ -132,7 +135,7 @@ class Registry:
             res.default(obj, True)
             res.prepare_for_create(obj)
             fill_required(obj, res.storage_schema)
-            await self._admit("CREATE", res, "", namespace, obj, None, user, validate)
+            await self._admit("CREATE", res, "", namespace, obj, None, user, validate, dry_run)
             await res.begin_create(self, obj)
             if manager is not None:
                 meta.pop("managedFields", None)
@@ -213,7 +216,7 @@ class Registry:
             if not subresource and res.generation and new.get("spec") != current.get("spec"):
                 new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
             fill_required(new, res.storage_schema)
-            await self._admit("UPDATE", res, subresource, namespace, new, current, user, validate)
+            await self._admit("UPDATE", res, subresource, namespace, new, current, user, validate, dry_run)
             if manager is not None:
                 new["metadata"]["managedFields"] = current["metadata"].get("managedFields", [])
                 ssa.track_update(

@@ -25,6 +25,7 @@ from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.podautoscaler import HorizontalPodAutoscalerController
 from controlplane.controllers.podgc import PodGCController
 from controlplane.controllers.replicaset import ReplicaSetController, ReplicationControllerController
+from controlplane.controllers.resourcequota import ResourceQuotaController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
 from controlplane.controllers.servicelb import ServiceLBController
@@ -70,6 +71,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         LocalPathProvisioner,
         HorizontalPodAutoscalerController,
         ServiceLBController,
+        ResourceQuotaController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
