@@ -10,6 +10,7 @@ answers at once with the current state, not after a timeout."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -152,3 +153,36 @@ def test_a_revision_spent_outside_the_prefix_does_not_hold_reads_up(pair) -> Non
         assert event["object"].metadata.name == f"after-{foreign}"
         stream.close()
         names.append(f"after-{foreign}")
+
+
+def get_at(v1: client.CoreV1Api, name: str, ns: str, rv: str) -> tuple[int, dict]:
+    api = v1.api_client
+    request = api.param_serialize(
+        "GET",
+        "/api/v1/namespaces/{namespace}/configmaps/{name}",
+        path_params={"namespace": ns, "name": name},
+        query_params=[("resourceVersion", rv)],
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*request)
+    response.read()
+    return response.status, json.loads(response.data)
+
+
+def test_a_get_honours_its_resource_version_as_upstream(pair) -> None:  # type: ignore[no-untyped-def]
+    """resourceVersion=0: the cache as it is; N: at least N (B waits for its watch to bring A's write);
+    beyond anything stored: upstream's 504 ResourceVersionTooLarge."""
+    group, _ = pair
+    a, b = cores(group)
+    ns = namespace(a)
+    for i in range(20):
+        created = a.create_namespaced_config_map(ns, cm(f"g{i}", "1"))
+        status, body = get_at(b, f"g{i}", ns, created.metadata.resource_version)
+        assert status == 200 and body["metadata"]["resourceVersion"] == created.metadata.resource_version
+    status, body = get_at(b, "g0", ns, "0")
+    assert status == 200 and body["data"] == {"v": "1"}
+    status, body = get_at(b, "g0", ns, "999999999")
+    assert status == 504, body
+    assert body["message"].startswith("Too large resource version: 999999999, current: ")
+    assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
