@@ -513,7 +513,9 @@ class RestHandler:
         force = bool_param(request.query, "force")
         if info.subresource == "":
             try:
-                await self.registry.get(res, info.namespace, info.name)
+                # A copy this server holds is enough to choose update (a stale one costs a conflict and a
+                # retry); only a miss asks etcd's current revision.
+                await self.registry.get(res, info.namespace, info.name, consistent=False)
             except ApiError as err:
                 if err.code != 404:
                     raise
