@@ -1,13 +1,13 @@
-"""API server replicas benchmark (issue 19): write and list throughput with 1 and with 2 API servers on the
+"""API server replicas benchmark (issue 19): write and list throughput with 1, 2 and 3 API servers on the
 same etcd, same run, same machine. Figures are reported, never asserted.
 
-  python bench/apiserver/replicas.py [--seconds 10 --writers 32 --listers 4 --objects 1000] [--out DIR]
+  python bench/apiserver/replicas.py [--seconds 10 --writers 32 --listers 4 --objects 1000 --members 1] [--out DIR]
   python bench/apiserver/replicas.py --smoke --out DIR      # 1 s windows, a few clients
 
-One etcd (the rig's, TLS with client certificates) and two API servers on it (`ApiServerReplicas`: one
-CA, each on its own loopback address). "1 server" sends every request to the first replica, "2 servers"
-spreads the same clients over both (client i to replica i mod 2); the windows alternate (1 2 1 2 ...) so
-that the machine's other load falls on both. Writes: closed-loop ConfigMap creates by `--writers`
+One etcd (the rig's, TLS with client certificates; `--members 3` for a 3-member cluster) and three API
+servers on it (`ApiServerReplicas`: one CA, each on its own loopback address). "1 server" sends every
+request to the first replica, "N servers" spreads the same clients over the first N (client i to replica
+i mod N); the windows alternate (1 2 3 1 2 3 ...) so that the machine's other load falls on every shape. Writes: closed-loop ConfigMap creates by `--writers`
 connections. Lists: closed-loop LISTs of a namespace of `--objects` ConfigMaps (served from the watch
 cache) by `--listers` connections. Beside the rates: CPU seconds of each API server and of etcd per
 1 000 requests, to show where the time goes (a second replica adds CPU to spend, but on 2 cores it
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.apiserver.run import RawConnection, cpu_seconds, pct, ssl_context
 from bench.reporting import bar_svg, run_and_report
 from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas
-from pykubelet.rig.etcd import Etcd
+from pykubelet.rig.etcd import Etcd, EtcdCluster
 
 CONFIGMAPS = "/api/v1/namespaces/{ns}/configmaps"
-SHAPES = (1, 2)
+SHAPES = (1, 2, 3)
 
 
 async def connect(servers: list[ApiServer], count: int) -> list[RawConnection]:
@@ -113,18 +113,20 @@ async def prepare(server: ApiServer, objects: int) -> None:
 async def main(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="replicas-bench-") as tmp:
         root = Path(tmp)
-        etcd = Etcd(root / "etcd")
+        etcd: Etcd | EtcdCluster = (
+            EtcdCluster(root / "etcd", args.members) if args.members > 1 else Etcd(root / "etcd")
+        )
         group: ApiServerReplicas | None = None
         try:
             etcd.start()
-            group = ApiServerReplicas(root, 2, etcd)
+            group = ApiServerReplicas(root, len(SHAPES), etcd)
             group.start()
             await prepare(group.servers[0], args.objects)
-            pids = {
-                "apiserver-0": group.servers[0].pid or 0,
-                "apiserver-1": group.servers[1].pid or 0,
-                "etcd": etcd.pid or 0,
-            }
+            etcd_pids = [m.pid for m in etcd.members] if isinstance(etcd, EtcdCluster) else [etcd.pid]
+            pids = {f"apiserver-{i}": s.pid or 0 for i, s in enumerate(group.servers)}
+            pids.update(
+                {f"etcd-{i}" if len(etcd_pids) > 1 else "etcd": p or 0 for i, p in enumerate(etcd_pids)}
+            )
             run_id = os.getpid()
 
             async def write(conn: RawConnection, worker: int, i: int) -> bool:
@@ -138,7 +140,9 @@ async def main(args: argparse.Namespace) -> dict:
                 status, body = await conn.request("GET", CONFIGMAPS.format(ns="bench-list"), b"")
                 return status == 200 and len(body) > args.objects * 64
 
-            results: dict[str, dict[int, list[dict]]] = {"write": {1: [], 2: []}, "list": {1: [], 2: []}}
+            results: dict[str, dict[int, list[dict]]] = {
+                k: {n: [] for n in SHAPES} for k in ("write", "list")
+            }
             share = args.seconds / args.rounds
             for _ in range(args.rounds):
                 for shape in SHAPES:
@@ -150,6 +154,7 @@ async def main(args: argparse.Namespace) -> dict:
                 "writers": args.writers,
                 "listers": args.listers,
                 "seconds_per_shape": args.seconds,
+                "etcd_members": args.members,
                 "load_average_1m": os.getloadavg()[0],
                 **{f"{kind}_{shape}": summary(results[kind][shape]) for kind in results for shape in SHAPES},
             }
@@ -161,13 +166,13 @@ async def main(args: argparse.Namespace) -> dict:
 
 def markdown(report: dict) -> str:
     lines = [
-        "# One etcd, 1 and 2 API servers: write and list throughput",
+        f"# One etcd ({report['etcd_members']} member(s)), 1, 2 and 3 API servers: write and list throughput",
         "",
         f"Closed loop, {report['seconds_per_shape']:g} s per shape and kind in alternating windows; writes: "
         f"{report['writers']} connections creating ConfigMaps; lists: {report['listers']} connections listing "
-        f"{report['objects_listed']} ConfigMaps (watch cache). Load average {report['load_average_1m']:.1f}.",
+        f"{report['objects_listed']} ConfigMaps (consistent: etcd's current revision, then the watch cache). Load average {report['load_average_1m']:.1f}.",
         "",
-        "| what | API servers | per second | p50 ms | p99 ms | errors | CPU s per 1 000: apiserver-0 / apiserver-1 / etcd |",
+        "| what | API servers | per second | p50 ms | p99 ms | errors | CPU s per 1 000: API servers / etcd |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for kind in ("write", "list"):
@@ -176,7 +181,8 @@ def markdown(report: dict) -> str:
             cpu = r["cpu_s_per_1000"]
             lines.append(
                 f"| {kind} | {shape} | {r['per_second']} | {r['p50_ms']} | {r['p99_ms']} | {r['errors']} | "
-                f"{cpu.get('apiserver-0')} / {cpu.get('apiserver-1')} / {cpu.get('etcd')} |"
+                f"{' + '.join(str(v) for k, v in cpu.items() if k.startswith('apiserver'))} / "
+                f"{' + '.join(str(v) for k, v in cpu.items() if k.startswith('etcd'))} |"
             )
     return "\n".join(lines)
 
@@ -187,10 +193,10 @@ def svg_plot(report: dict) -> str:
         for kind in ("write", "list")
         for shape in SHAPES
     ]
-    return bar_svg("Throughput, 1 vs 2 API servers on one etcd", bars, "requests/s")
+    return bar_svg("Throughput, 1, 2 and 3 API servers on one etcd", bars, "requests/s")
 
 
-SMOKE = {"seconds": 1.0, "rounds": 1, "writers": 4, "listers": 2, "objects": 20}
+SMOKE = {"seconds": 1.0, "rounds": 1, "writers": 4, "listers": 2, "objects": 20, "members": 1}
 
 
 if __name__ == "__main__":
@@ -202,4 +208,5 @@ if __name__ == "__main__":
     parser.add_argument("--writers", type=int, default=32)
     parser.add_argument("--listers", type=int, default=4)
     parser.add_argument("--objects", type=int, default=1000)
+    parser.add_argument("--members", type=int, default=1, help="etcd members (3: a cluster on this machine)")
     run_and_report(parser, "apiserver-replicas", main, markdown, svg_plot, SMOKE)

@@ -31,6 +31,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.apiserver.run import RawConnection, bulk, cpu_seconds, pct, ssl_context
+from bench.perfprofile import Profile
 from bench.reporting import bar_svg, run_and_report
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.etcd import Etcd
@@ -199,6 +200,20 @@ async def main(args: argparse.Namespace) -> dict:
                     )
                     if name == "etcd":
                         etcd_windows_metrics.append((start, etcd_metrics(etcd)))
+            # One more window per store under `perf` (not counted above: sampling costs a little): where
+            # the API server's CPU goes.
+            profiles = {}
+            for name in STORES:
+                with Profile(servers[name].pid or 0) as profile:
+                    await renew(
+                        servers[name],
+                        leases[name],
+                        args.rate,
+                        args.profile_seconds,
+                        args.connections,
+                        extra[name],
+                    )
+                profiles[name] = profile.summary()
             summed_before = {
                 k: sum(b[k] for b, _ in etcd_windows_metrics) for k in etcd_windows_metrics[0][0]
             }
@@ -208,6 +223,7 @@ async def main(args: argparse.Namespace) -> dict:
                 "etcd": combine(windows["etcd"], args.nodes, args.rate, summed_before, summed_after),
                 "rounds": args.rounds,
                 "connections": args.connections,
+                "profile": profiles,
             }
         finally:
             for server in servers.values():
@@ -239,6 +255,24 @@ def markdown(report: dict) -> str:
         f"{e.get('etcd_backend_commit_per_renewal')} backend commits per renewal, mean {e.get('etcd_backend_commit_mean_ms')} ms. "
         f"Load average {e['load_average_1m']:.1f}.",
     ]
+    profiles = report.get("profile") or {}
+    if any(p["categories_pct"] for p in profiles.values()):
+        names = sorted({c for p in profiles.values() for c in p["categories_pct"]})
+        lines += [
+            "",
+            "Where the API server's CPU goes (perf samples during one more window per store, % of samples):",
+            "",
+            "| | " + " | ".join(STORES) + " |",
+            "| --- |" + " --- |" * len(STORES),
+        ]
+        for c in sorted(names, key=lambda c: -profiles["etcd"]["categories_pct"].get(c, 0.0)):
+            lines.append(
+                f"| {c} | "
+                + " | ".join(str(profiles[s]["categories_pct"].get(c, 0.0)) for s in STORES)
+                + " |"
+            )
+    else:
+        lines += ["", f"No profile: {'; '.join(p['skipped'] for p in profiles.values()) or 'not run'}."]
     return "\n".join(lines)
 
 
@@ -249,7 +283,7 @@ def svg_plot(report: dict) -> str:
     return bar_svg("Lease renewal latency", bars, "ms")
 
 
-SMOKE = {"nodes": 20, "rate": 20.0, "seconds": 1.0, "rounds": 1, "connections": 4}
+SMOKE = {"nodes": 20, "rate": 20.0, "seconds": 1.0, "rounds": 1, "connections": 4, "profile_seconds": 1.0}
 
 
 if __name__ == "__main__":
@@ -261,4 +295,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20, help="per store, split over the rounds")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument(
+        "--profile-seconds", type=float, default=5, help="one more window per store, under perf"
+    )
     run_and_report(parser, "apiserver-stores", main, markdown, svg_plot, SMOKE)

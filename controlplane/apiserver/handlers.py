@@ -263,7 +263,7 @@ class RestHandler:
         sub = res.subresource(info.subresource)
         if sub is not None and sub.handles("get"):
             return await sub.get(self, request, info)  # type: ignore[attr-defined]
-        cached = await self.registry.get(res, info.namespace, info.name)
+        cached = await self._read(request, res, info.namespace, info.name)
         if wants_table(request):
             return json_response(
                 tables.table(
@@ -278,6 +278,23 @@ class RestHandler:
         if res.converts:
             return json_response(res.from_storage(cached.obj))
         return web.Response(body=cached.raw, content_type="application/json")
+
+    async def _read(self, request: web.Request, res: Kind, namespace: str, name: str) -> CachedObject:
+        """A GET's object by its resourceVersion parameter, as upstream: "" the newest (consistent across
+        API servers), "0" whatever this server's cache holds (it answers while etcd is away), N at least
+        as new as N."""
+        rv = request.query.get("resourceVersion", "")
+        if rv == "":
+            return await self.registry.get(res, namespace, name)
+        if rv != "0":
+            try:
+                await self.cache.wait_for(revision(rv))
+            except TooLargeResourceVersionError as err:
+                raise too_large(err) from None
+        cached = self.cache.get(res.key(namespace, name))
+        if cached is None:
+            raise errors.not_found(res.plural, res.group, name)
+        return cached
 
     @staticmethod
     def predicate(request: web.Request, res: Kind) -> tuple[Any, str | None]:
@@ -303,7 +320,7 @@ class RestHandler:
                 if rv not in ("", "0"):
                     await self.cache.wait_for(revision(rv))
                 elif rv == "":
-                    await self.cache.wait_fresh()
+                    await self.cache.wait_consistent()
             except TooLargeResourceVersionError as err:
                 raise too_large(err) from None
             items = self.cache.list(res.bucket, prefix, predicate)
@@ -344,6 +361,14 @@ class RestHandler:
                 ) from None
         elif match == "Exact" and rv:
             revision = responses.revision(rv)
+        elif rv == "":
+            # A consistent list (a first page with a limit): at a revision covering every write made
+            # anywhere before the request, which the cache has reached, so a watch from it finds it there.
+            try:
+                await self.cache.wait_consistent()
+            except TooLargeResourceVersionError as err:
+                raise too_large(err) from None
+            revision = self.cache.revision
         if revision:
             # A revision this server has not seen yet (a client's token from the future, or from a write
             # through another server still on its way here): wait a little for it, then answer as upstream
@@ -488,7 +513,9 @@ class RestHandler:
         force = bool_param(request.query, "force")
         if info.subresource == "":
             try:
-                await self.registry.get(res, info.namespace, info.name)
+                # A copy this server holds is enough to choose update (a stale one costs a conflict and a
+                # retry); only a miss asks etcd's current revision.
+                await self.registry.get(res, info.namespace, info.name, consistent=False)
             except ApiError as err:
                 if err.code != 404:
                     raise
@@ -544,7 +571,10 @@ class RestHandler:
         res = info.resource
         predicate, _ = self.predicate(request, res)
         options = await self._delete_options(request)
-        await self.cache.wait_fresh()
+        try:
+            await self.cache.wait_consistent()
+        except TooLargeResourceVersionError as err:
+            raise too_large(err) from None
         items = self.cache.list(res.bucket, res.prefix(info.namespace), predicate)
         deleted = await self.registry.delete_collection(res, info.namespace, items, options)
         return json_response(

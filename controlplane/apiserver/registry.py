@@ -24,9 +24,10 @@ from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import generate_name, metadata, timestamp
 from controlplane.apiserver.options import DeleteOptions
+from controlplane.apiserver.responses import too_large
 from controlplane.apiserver.typed import fill_required
 from controlplane.storage import ConflictError, KeyExistsError, NotFoundError
-from controlplane.storage.cache import CachedObject, WatchCache, encode
+from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, WatchCache, encode
 
 Obj = dict[str, Any]
 
@@ -67,9 +68,22 @@ class Registry:
 
     # --- reads ---------------------------------------------------------------------------------------
 
-    async def get(self, res: Kind, namespace: str, name: str) -> CachedObject:
-        await self.cache.wait_fresh()
-        cached = self.cache.get(res.key(namespace, name))
+    async def get(self, res: Kind, namespace: str, name: str, consistent: bool = True) -> CachedObject:
+        """The object as of now, also when it was written through another API server a moment ago
+        (`cache.wait_consistent`). `consistent=False` is for read-modify-write loops: they start from
+        what this server has seen, a stale copy costs a conflict and a retry from the newer revision the
+        conflict taught the store; only a miss is checked against the store's current revision."""
+        key = res.key(namespace, name)
+        if not consistent:
+            await self.cache.wait_fresh()
+            cached = self.cache.get(key)
+            if cached is not None:
+                return cached
+        try:
+            await self.cache.wait_consistent()
+        except TooLargeResourceVersionError as err:
+            raise too_large(err) from None
+        cached = self.cache.get(key)
         if cached is None:
             raise errors.not_found(res.plural, res.group, name)
         return cached
@@ -208,7 +222,7 @@ class Registry:
         `manager` records field ownership for the change (None: the mutation did, as apply does)."""
         key = res.key(namespace, name)
         for _ in range(_RETRIES):
-            cached = await self.get(res, namespace, name)
+            cached = await self.get(res, namespace, name, consistent=False)
             current = json.loads(cached.raw)
             new = self._merge_update(res, current, mutate(json.loads(cached.raw)), subresource)
             if subresource in _DEFAULTED:
@@ -311,7 +325,7 @@ class Registry:
         key = res.key(namespace, name)
         res.check_delete(name)
         for _ in range(_RETRIES):
-            cached = await self.get(res, namespace, name)
+            cached = await self.get(res, namespace, name, consistent=False)
             before = json.loads(cached.raw)
             obj = json.loads(cached.raw)
             res.check_delete_preconditions(obj, options)

@@ -72,13 +72,13 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     try:
         if send_initial:
             if rv == "":
-                await rest.cache.wait_fresh()
+                await rest.cache.wait_consistent()
             elif rv != "0":
                 await rest.cache.wait_for(revision(rv))
             from_revision = None
         elif rv in ("", "0"):
             if rv == "":
-                await rest.cache.wait_fresh()
+                await rest.cache.wait_consistent()
             from_revision = None
         else:
             from_revision = revision(rv)

@@ -327,7 +327,39 @@ class WatchCache:
                 future.set_result(None)
 
     async def wait_fresh(self) -> None:
+        """Wait for every change this server knows of (its own writes; for one server on a store, all)."""
         await self.wait_for(self.store.revision)
+
+    async def wait_consistent(self, patience: float = 0.25, bound: float = 5.0) -> None:
+        """Wait until the cache holds every write acknowledged anywhere before this call, also through
+        another API server on the same etcd: upstream's consistent read from the cache. The store says
+        its current revision (a linearizable read) and the cache waits for its watch to get there. A
+        store without `current_revision` has no other writer: `wait_fresh`.
+
+        The revision may have been spent outside the watched prefix (the compactor's key), so that no
+        event will ever bring the cache to it; etcd 3.4 has no reliable on-demand progress notification
+        (etcd issue 15220). After `patience` the store is asked whether anything under the prefix changed
+        since the cache's revision; if not, the cache is current up to the target (as after a progress
+        notification). Past `bound`, TooLargeResourceVersionError (a 504 above), never a stale answer."""
+        current = getattr(self.store, "current_revision", None)
+        if current is None:
+            await self.wait_fresh()
+            return
+        target = await current()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound
+        while self.revision < target:
+            try:
+                await self.wait_for(target, min(patience, max(deadline - loop.time(), 0.0)))
+                return
+            except TooLargeResourceVersionError:
+                if loop.time() >= deadline:
+                    raise
+            held, count = self.revision, sum(len(b.objects) for b in self._buckets.values())
+            live = await self.store.live_count_if_unchanged(held, target)  # type: ignore[attr-defined]
+            if live == count and self.revision == held:
+                self._apply(Event("PROGRESS", "", b"", target, 0, None))
+            patience *= 2
 
     def get(self, key: str) -> CachedObject | None:
         bucket = self._buckets.get(bucket_of(key))

@@ -153,6 +153,10 @@ class EtcdStore:
         self._revision = 0
         self._compacted = 0
         self._compact_version = 0  # compact_rev_key's version: the compactor's round counter
+        # Consistent reads share etcd round trips: callers arriving while one is in flight wait for the
+        # next, which starts after them (an earlier one may have been answered before their write).
+        self._next_revision: asyncio.Future[int] | None = None
+        self._revision_round: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
@@ -325,6 +329,42 @@ class EtcdStore:
         response = await self._call("Range", request, f"list {prefix}")
         served = revision or response.header.revision
         return [self._keyvalue(kv) for kv in response.kvs], served, bool(limit) and response.more
+
+    async def current_revision(self) -> int:
+        """etcd's revision now, by a linearizable read (etcd's ReadIndex): every write acknowledged by any
+        API server before this call is at or below it. What upstream's consistent reads from the watch
+        cache ask etcd (GetCurrentResourceVersion) before waiting for the cache to get there. Concurrent
+        callers share one request."""
+        if self._next_revision is None:
+            self._next_revision = asyncio.get_running_loop().create_future()
+            if self._revision_round is None or self._revision_round.done():
+                self._revision_round = asyncio.create_task(self._revision_rounds(), name="etcd-revision")
+        return await asyncio.shield(self._next_revision)
+
+    async def _revision_rounds(self) -> None:
+        while (future := self._next_revision) is not None:
+            self._next_revision = None
+            try:
+                response = await self._call("Range", pb.RangeRequest(key=COMPACT_KEY), "current revision")
+            except Exception as err:  # handed to every waiter
+                future.set_exception(err)
+                future.exception()  # retrieved: a waiter that went away leaves no warning
+            else:
+                future.set_result(response.header.revision)
+
+    async def live_count_if_unchanged(self, since: int, at: int) -> int | None:
+        """The number of live keys under the prefix at revision `at` if none of them changed after
+        `since`, else None. With the count equal to what a reader held at `since`, nothing under the prefix
+        changed in between (a key written since would show its newer mod_revision; one deleted since
+        would lower the count): revisions spent outside the prefix (compact_rev_key, other prefixes),
+        which never come through our watch. Reads every key at `at` (etcd filters after reading), so
+        it is the rare path, never a read's usual one."""
+        low = self.prefix.encode()
+        request = pb.RangeRequest(
+            key=low, range_end=prefix_end(low), revision=at, keys_only=True, min_mod_revision=since + 1
+        )
+        response = await self._call("Range", request, "changes since")
+        return None if response.kvs else response.count
 
     # --- writes: one transaction each, comparing the mod_revision read ---------------------------------
 

@@ -229,6 +229,7 @@ class Stack:
                 self.etcd.start()
                 self._started("etcd")
             if self.config.apiservers > 1:
+                self._bridge_for_replicas()
                 self._start_replicas()
             else:
                 self.apiserver = ApiServer(
@@ -264,6 +265,22 @@ class Stack:
             str(self.config.state_dir / "local-path"),
             *(verify if self.config.verify_kubelets else []),
         ]
+
+    def _bridge_for_replicas(self) -> None:
+        """Pods reach the replicas through the `kubernetes` Service: the proxy DNATs 10.96.0.1:443 to a
+        replica's own loopback address (127.0.0.<i>, the one address per replica one machine offers at one
+        port). Linux routes a packet that arrives on the pod bridge to 127/8 only with the bridge's
+        route_localnet on (the portmap plugin's setting for hostPorts on 127.0.0.1), so the stack makes
+        the bridge now, as the CNI plugin would at the first pod, with it on; the plugin reuses it and
+        the network's removal takes it away."""
+        import ipaddress
+
+        from agent.cni import datapath
+
+        subnet = ipaddress.IPv4Network(self.config.pod_cidr, strict=False)
+        gateway = ipaddress.IPv4Interface(f"{subnet.network_address + 1}/{subnet.prefixlen}")
+        with datapath.host_netlink() as rtnl:
+            datapath.ensure_bridge(rtnl, self.config.bridge, gateway, self.network.mtu or 1500, True)
 
     def _start_replicas(self) -> None:
         """Several API servers on the stack's etcd, each with its scheduler and controller manager (they

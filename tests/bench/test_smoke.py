@@ -38,6 +38,9 @@ BENCHMARKS = {
     "apiserver-stores": Benchmark("bench/apiserver/stores.py", "apiserver-stores", needs_root=False),
     "apiserver-replicas": Benchmark("bench/apiserver/replicas.py", "apiserver-replicas", needs_root=False),
     "apiserver-apf": Benchmark("bench/apiserver/apf.py", "apiserver-apf", needs_root=False),
+    "apiserver-consistent": Benchmark(
+        "bench/apiserver/consistent.py", "apiserver-consistent", needs_root=False
+    ),
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),
     "cni": Benchmark("bench/cni/latency.py", "cni-latency", needs_root=True),
     "agent-startup": Benchmark("bench/agent/startup.py", "agent-startup", needs_root=True),

@@ -227,3 +227,28 @@ async def test_a_cache_behind_a_compaction_relists(etcd: Etcd, tmp_path: Path) -
     finally:
         await cache.stop()
         await store.close()
+
+
+async def test_current_revision_and_the_unchanged_check_for_revisions_spent_elsewhere(pair) -> None:
+    """What consistent reads across API servers stand on: `current_revision` covers a write made through
+    another store at once (a linearizable read), and `live_count_if_unchanged` tells a revision spent
+    outside the prefix (nothing under it changed: the live count) from one that changed a key (None)
+    or deleted one (a lower count than the reader held)."""
+    a, b = pair
+    await a.create("/configmaps/ns/one", b'{"n":1}')
+    written = await a.create("/configmaps/ns/two", b'{"n":2}')
+    assert await b.current_revision() >= written
+    # Many readers at once share the etcd round trips and all get a revision covering the write.
+    revisions = await asyncio.gather(*(b.current_revision() for _ in range(20)))
+    assert min(revisions) >= written
+    held = written
+    foreign = (await a.kv.Put(pb.PutRequest(key=f"/elsewhere-{id(a)}".encode(), value=b"x"))).header.revision
+    assert foreign > held
+    assert await b.live_count_if_unchanged(held, foreign) == 2
+    kvs, _, _ = await a.list("/configmaps/ns/")
+    updated = await a.update("/configmaps/ns/one", b'{"n":3}', kvs[0].mod_revision)
+    assert await b.live_count_if_unchanged(held, updated) is None
+    live_one = next(kv for kv in (await a.list("/configmaps/ns/"))[0] if kv.key.endswith("/one"))
+    deleted = await a.delete("/configmaps/ns/one", live_one.mod_revision)
+    # Since `updated`, only a deletion: no live key is newer, but the count is one lower than held then.
+    assert await b.live_count_if_unchanged(updated, deleted) == 1
