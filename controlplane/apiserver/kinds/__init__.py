@@ -52,6 +52,7 @@ from controlplane.apiserver.kinds import (
     tokenreview,
 )
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.webhooks import kinds as webhooks
 
 KINDS: list[Kind] = [
     namespace.KIND,
@@ -95,6 +96,8 @@ KINDS: list[Kind] = [
     endpointslice.KIND,
     certificatesigningrequest.KIND,
     storageclass.KIND,
+    webhooks.MUTATING,
+    webhooks.VALIDATING,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}

@@ -1,0 +1,183 @@
+"""The MutatingAdmissionWebhook and ValidatingAdmissionWebhook admission plugins (upstream's
+webhook/mutating and webhook/validating dispatchers). For each write: the webhooks whose rules,
+selectors and match conditions select it (dispatch.py), then the calls. Mutating webhooks run one after
+another, each seeing the previous one's patch, and those with reinvocationPolicy IfNeeded run once more
+when a later webhook changed the object; validating webhooks run concurrently and the first refusal, in
+their order, wins. failurePolicy decides what a failed call means; a dry run reaches only webhooks
+without side effects. Logs name the webhook, never the object (it may be a Secret)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from controlplane.apiserver import errors
+from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.patch import json_patch
+from controlplane.apiserver.webhooks import context, review
+from controlplane.apiserver.webhooks.client import CallError, WebhookClient
+from controlplane.apiserver.webhooks.dispatch import Invocation, invocation, relevant
+from controlplane.apiserver.webhooks.source import MUTATING_BUCKET, VALIDATING_BUCKET, Webhook, WebhookSource
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.admission import AdmissionRequest
+
+log = logging.getLogger("controlplane.apiserver.webhooks")
+Obj = dict[str, Any]
+
+CLIENT = WebhookClient()
+
+
+class CallingError(Exception):
+    """upstream's ErrCallingWebhook: failurePolicy decides whether it refuses the request."""
+
+    def __init__(self, webhook: str, reason: str) -> None:
+        super().__init__(f'failed calling webhook "{webhook}": {reason}')
+        self.webhook = webhook
+
+
+def _dry_run_check(hook: Webhook, dry_run: bool) -> None:
+    if dry_run and hook.side_effects not in ("None", "NoneOnDryRun"):
+        raise errors.bad_request(f'admission webhook "{hook.name}" does not support dry run')
+
+
+async def call(hook: Webhook, inv: Invocation, mutating: bool, dry_run: bool) -> review.Response:
+    """One review round trip; CallingError for anything failurePolicy judges, ApiError for a refusal."""
+    _dry_run_check(hook, dry_run)
+    uid, body = review.build(
+        inv.target, inv.operation, inv.namespace, inv.name, inv.obj, inv.old, inv.user, dry_run
+    )
+    try:
+        reply = await CLIENT.post(hook, inv.cache, body)
+    except CallError as err:
+        raise CallingError(hook.name, f"failed to call webhook: {err}") from None
+    if not 200 <= reply.status < 300:
+        raise CallingError(hook.name, f"failed to call webhook: {_status_text(reply)}")
+    try:
+        doc = review.decode(reply.body)
+    except review.DecodeError as err:
+        raise CallingError(hook.name, f"failed to call webhook: {err}") from None
+    try:
+        result = review.verify(uid, mutating, doc)
+    except review.InvalidResponse as err:
+        raise CallingError(hook.name, f"received invalid webhook response: {err}") from None
+    except review.UndecodablePatch as err:
+        raise CallingError(hook.name, f"received undecodable patch in webhook response: {err}") from None
+    for text in result.warnings:
+        context.add_warning(text)
+    if not result.allowed:
+        status = review.denial_status(hook.name, result.status)
+        raise ApiError(status["code"], status["reason"], status["message"], status.get("details"))
+    return result
+
+
+def _status_text(reply: review.Reply | Any) -> str:
+    try:
+        doc = json.loads(reply.body)
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("kind") == "Status" and doc.get("message"):
+        return str(doc["message"])
+    text = reply.body.decode(errors="replace").strip()
+    if text:
+        return f'an error on the server ("{text[:256]}") has prevented the request from succeeding'
+    return f"the server responded with the status code {reply.status} but did not return more information"
+
+
+def _failed(hook: Webhook, err: CallingError) -> None:
+    """A failed call: a 500 under failurePolicy Fail; logged and passed over under Ignore."""
+    if hook.fails_open:
+        log.warning("event=webhook-failed-open webhook=%s configuration=%s cause=%s", hook.name, hook.configuration, err)
+        return
+    log.warning("event=webhook-failed-closed webhook=%s configuration=%s", hook.name, hook.configuration)
+    raise errors.internal(str(err)) from None
+
+
+def _replace(obj: Obj, new: Obj) -> None:
+    """Put the patched object in place, keeping the dicts the registry holds (it kept `metadata`)."""
+    meta = obj.get("metadata")
+    new_meta = new.get("metadata")
+    obj.clear()
+    obj.update(new)
+    if isinstance(meta, dict) and isinstance(new_meta, dict):
+        meta.clear()
+        meta.update(new_meta)
+        obj["metadata"] = meta
+
+
+class _Plugin:
+    name = ""
+    bucket = ""
+
+    def __init__(self) -> None:
+        self.source = WebhookSource(self.bucket)
+
+    def _hooks(self, request: AdmissionRequest) -> tuple[list[Webhook], Invocation | None]:
+        self.source.attach(request.registry.cache)
+        if not self.source.hooks:
+            return [], None
+        inv = invocation(request)
+        return relevant(self.source.hooks, inv), inv
+
+
+class MutatingAdmissionWebhook(_Plugin):
+    name = "MutatingAdmissionWebhook"
+    bucket = MUTATING_BUCKET
+
+    async def admit(self, request: AdmissionRequest) -> None:
+        hooks, inv = self._hooks(request)
+        if not hooks or inv is None:
+            return
+        dry_run = context.is_dry_run()
+        changed_at = -1
+        for i, hook in enumerate(hooks):
+            if await self._call(hook, inv, request, dry_run):
+                changed_at = i
+        # reinvocationPolicy IfNeeded: once more for those called before the last change.
+        again = [h for i, h in enumerate(hooks) if h.reinvoke and i < changed_at]
+        for hook in again:
+            await self._call(hook, inv, request, dry_run)
+
+    async def _call(self, hook: Webhook, inv: Invocation, request: AdmissionRequest, dry_run: bool) -> bool:
+        try:
+            result = await call(hook, inv, True, dry_run)
+        except CallingError as err:
+            _failed(hook, err)
+            return False
+        if not result.patch or inv.obj is None:
+            if result.patch and inv.obj is None:
+                raise errors.internal(
+                    f'admission webhook "{hook.name}" attempted to modify the object, which is not supported for this operation'
+                )
+            return False
+        try:
+            patched = json_patch(inv.obj, result.patch)
+        except ApiError as err:
+            raise errors.internal(err.message) from None
+        if not isinstance(patched, dict):
+            raise errors.internal("json: cannot unmarshal patched document into an object")
+        request.kind.default(patched, request.operation == "CREATE")
+        if patched == request.obj:
+            return False
+        _replace(request.obj, patched)
+        inv.obj = request.obj
+        return True
+
+
+class ValidatingAdmissionWebhook(_Plugin):
+    name = "ValidatingAdmissionWebhook"
+    bucket = VALIDATING_BUCKET
+
+    async def validate(self, request: AdmissionRequest) -> None:
+        hooks, inv = self._hooks(request)
+        if not hooks or inv is None:
+            return
+        dry_run = context.is_dry_run()
+        results = await asyncio.gather(*(call(h, inv, False, dry_run) for h in hooks), return_exceptions=True)
+        for hook, result in zip(hooks, results, strict=True):
+            if isinstance(result, CallingError):
+                _failed(hook, result)
+            elif isinstance(result, BaseException):
+                raise result
