@@ -9,6 +9,7 @@ the core group first, then the API groups in upstream's order; a namespace is em
 
 from __future__ import annotations
 
+from controlplane.apiserver.admissionpolicy import kinds as admissionpolicy
 from controlplane.apiserver.kinds import (
     accessreview,
     apiservice,
@@ -98,6 +99,8 @@ KINDS: list[Kind] = [
     storageclass.KIND,
     webhooks.MUTATING,
     webhooks.VALIDATING,
+    admissionpolicy.POLICY,
+    admissionpolicy.BINDING,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
