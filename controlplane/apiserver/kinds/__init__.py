@@ -9,7 +9,6 @@ the core group first, then the API groups in upstream's order; a namespace is em
 
 from __future__ import annotations
 
-from controlplane.apiserver.admissionpolicy import kinds as admissionpolicy
 from controlplane.apiserver.kinds import (
     accessreview,
     apiservice,
@@ -51,9 +50,10 @@ from controlplane.apiserver.kinds import (
     statefulset,
     storageclass,
     tokenreview,
+    validatingadmissionpolicy,
+    webhookconfiguration,
 )
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.webhooks import kinds as webhooks
 
 KINDS: list[Kind] = [
     namespace.KIND,
@@ -97,10 +97,10 @@ KINDS: list[Kind] = [
     endpointslice.KIND,
     certificatesigningrequest.KIND,
     storageclass.KIND,
-    webhooks.MUTATING,
-    webhooks.VALIDATING,
-    admissionpolicy.POLICY,
-    admissionpolicy.BINDING,
+    webhookconfiguration.MUTATING,
+    webhookconfiguration.VALIDATING,
+    validatingadmissionpolicy.POLICY,
+    validatingadmissionpolicy.BINDING,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}

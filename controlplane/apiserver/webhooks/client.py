@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from controlplane.apiserver.aggregator.resolve import ResolveError, resolve
 from controlplane.apiserver.webhooks.source import Webhook
 from controlplane.storage.cache import WatchCache
 
@@ -59,6 +58,9 @@ class WebhookClient:
         """(the URL as reported, the URL dialled, the TLS server name)."""
         if hook.service is None:
             return hook.url, hook.url, None
+        # Imported here: the resolver reads the Service and Endpoints kinds, whose table lists ours.
+        from controlplane.apiserver.aggregator.resolve import ResolveError, resolve
+
         svc = hook.service
         server_name = f"{svc.name}.{svc.namespace}.svc"
         shown = f"https://{server_name}:{svc.port}{svc.path}"
@@ -104,13 +106,13 @@ class WebhookClient:
             self._session = None
 
 
-def _resolve_text(err: ResolveError, name: str, port: int) -> str:
+def _resolve_text(err: Exception, name: str, port: int) -> str:
     """proxy.ResolveEndpoint's errors."""
     return {
         "ServiceNotFound": f'services "{name}" not found',
         "ServicePortError": f'no service port {port} found for service "{name}"',
         "EndpointsNotFound": f'endpoints "{name}" not found',
-    }.get(err.reason, f'no endpoints available for service "{name}"')
+    }.get(getattr(err, "reason", ""), f'no endpoints available for service "{name}"')
 
 
 def _cert_text(err: Exception) -> str:
