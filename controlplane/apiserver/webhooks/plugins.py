@@ -175,7 +175,14 @@ class ValidatingAdmissionWebhook(_Plugin):
         if not hooks or inv is None:
             return
         dry_run = context.is_dry_run()
-        results = await asyncio.gather(*(call(h, inv, False, dry_run) for h in hooks), return_exceptions=True)
+        results: list[Any]
+        if len(hooks) == 1:  # the common case: no tasks to spawn
+            try:
+                results = [await call(hooks[0], inv, False, dry_run)]
+            except (CallingError, ApiError) as err:
+                results = [err]
+        else:
+            results = await asyncio.gather(*(call(h, inv, False, dry_run) for h in hooks), return_exceptions=True)
         for hook, result in zip(hooks, results, strict=True):
             if isinstance(result, CallingError):
                 _failed(hook, result)
