@@ -39,7 +39,8 @@ class AdmissionRequest:
 class Plugin(Protocol):
     """A plugin implements `admit(request)` (may change request.obj), `validate(request)`, or both;
     either raises an ApiError to refuse the write. Plugins that judge deletes implement
-    `admit_delete(request)` (request.old is the object)."""
+    `admit_delete(request)` (request.old is the object); those that must wait for something to judge
+    them (admission webhooks and policies) implement the coroutine `review_delete(request)`."""
 
 
 class AdmissionChain:
@@ -47,6 +48,7 @@ class AdmissionChain:
         self.mutating = [p for p in plugins if callable(getattr(p, "admit", None))]
         self.validating = [p for p in plugins if callable(getattr(p, "validate", None))]
         self.deleting = [p for p in plugins if callable(getattr(p, "admit_delete", None))]
+        self.delete_reviewers = [p for p in plugins if callable(getattr(p, "review_delete", None))]
 
     async def admit(self, request: AdmissionRequest) -> None:
         for plugin in self.mutating:
@@ -63,6 +65,10 @@ class AdmissionChain:
     def admit_delete(self, request: AdmissionRequest) -> None:
         for plugin in self.deleting:
             plugin.admit_delete(request)
+
+    async def review_delete(self, request: AdmissionRequest) -> None:
+        for plugin in self.delete_reviewers:
+            await plugin.review_delete(request)
 
 
 def plugin_name(plugin: Any) -> str:

@@ -516,12 +516,27 @@ class RestHandler:
                 self.decode(body, "DeleteOptions", "v1", DELETE_OPTIONS, request)
         return DeleteOptions.parse(body, request.query).check()
 
+    async def _review_delete(self, request: web.Request, info: RequestInfo) -> None:
+        """The admission plugins that review deletes by waiting on something (webhooks, policies)."""
+        res = info.resource
+        if not self.registry.admission.delete_reviewers or not res.stored:
+            return
+        cached = self.cache.get(res.key(info.namespace, info.name))
+        if cached is not None:
+            old = cached.obj
+            await self.registry.admission.review_delete(
+                AdmissionRequest(
+                    "DELETE", res, info.subresource, info.namespace, info.name, old, old, self.user(request), self.registry
+                )
+            )
+
     async def _delete(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         """Upstream's DeleteResource: 200 with a Status (or, for kinds that return it, the object) once
         the object is gone; 200 with the object while finalizers or a grace period hold it; 202 instead
         when the request asked `orphanDependents: false` and the object stays."""
         res = info.resource
         options = await self._delete_options(request)
+        await self._review_delete(request, info)
         obj, gone = await self.registry.delete(res, info.namespace, info.name, options)
         status = 202 if not gone and options.orphan_dependents is False else 200
         if gone and not res.return_deleted_object:

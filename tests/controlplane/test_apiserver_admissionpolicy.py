@@ -191,6 +191,23 @@ def test_old_object_request_and_variables(make: Make, v1: client.CoreV1Api, name
     assert refusal(err)[1]["message"].endswith("denied request: version must grow past 3")
 
 
+def test_delete(make: Make, v1: client.CoreV1Api, namespace: str) -> None:
+    policy = make(
+        "validatingadmissionpolicies",
+        {
+            "matchConstraints": rules("configmaps", operations=("DELETE",)),
+            "validations": [{"expression": "object == null && oldObject.metadata.name != 'keep'", "message": "keep stays"}],
+        },
+    )
+    bind(make, policy, namespace)
+    for name in ("keep", "drop"):
+        v1.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    with pytest.raises(ApiException) as err:
+        v1.delete_namespaced_config_map("keep", namespace)
+    assert refusal(err)[1]["message"].endswith("denied request: keep stays")
+    v1.delete_namespaced_config_map("drop", namespace)
+
+
 def test_params(make: Make, v1: client.CoreV1Api, namespace: str) -> None:
     policy = make(
         "validatingadmissionpolicies",

@@ -214,6 +214,23 @@ def test_mutate_and_deny(
     assert len(hook_server.reviews) == before
 
 
+def test_delete(configs: Make, hook_server: WebhookServer, v1: client.CoreV1Api, namespace: str) -> None:
+    v1.create_namespaced_config_map(namespace, {"metadata": {"name": "kept", "labels": {"deny": "yes"}}})
+    v1.create_namespaced_config_map(namespace, {"metadata": {"name": "gone"}})
+    deletes = hook("deny-delete.example.com", hook_server.url("/deny"), namespace, hook_server.ca_bundle, resources=("configmaps",))
+    deletes["rules"][0]["operations"] = ["DELETE"]
+    configs("validating", deletes)
+    with pytest.raises(ApiException) as err:
+        v1.delete_namespaced_config_map("kept", namespace)
+    code, status = failure(err)
+    assert code == 403 and status["message"].startswith('admission webhook "deny-delete.example.com" denied the request')
+    assert v1.read_namespaced_config_map("kept", namespace).metadata.name == "kept"
+    v1.delete_namespaced_config_map("gone", namespace)
+    review = [r for r in hook_server.got("/deny") if r.get("namespace") == namespace and r["name"] == "gone"][-1]
+    assert review["operation"] == "DELETE" and review["object"] is None
+    assert review["oldObject"]["metadata"]["name"] == "gone" and review["options"]["kind"] == "DeleteOptions"
+
+
 def test_other_namespaces_unaffected(
     configs: Make, hook_server: WebhookServer, v1: client.CoreV1Api, namespace: str
 ) -> None:

@@ -130,8 +130,8 @@ class WebhookServer:
             if not _labels(obj):
                 ops = [{"op": "add", "path": "/metadata/labels", "value": {"again": "yes"}}]
             return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
-        if path == "/deny":
-            if _labels(obj).get("deny") == "yes":
+        if path == "/deny":  # a DELETE is judged by the object it removes
+            if _labels(obj if obj is not None else req.get("oldObject")).get("deny") == "yes":
                 return web.json_response(
                     _answer(req, allowed=False, status={"code": 403, "message": "objects labelled deny=yes are refused"})
                 )

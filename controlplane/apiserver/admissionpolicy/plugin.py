@@ -58,6 +58,9 @@ class ValidatingAdmissionPolicyPlugin:
     def __init__(self) -> None:
         self.source = PolicySource()
 
+    async def review_delete(self, request: AdmissionRequest) -> None:
+        self.validate(request)
+
     def validate(self, request: AdmissionRequest) -> None:
         self.source.attach(request.registry.cache)
         if not self.source.pairs:

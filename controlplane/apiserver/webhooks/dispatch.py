@@ -80,7 +80,9 @@ class Invocation:
 
 
 def invocation(request: AdmissionRequest) -> Invocation:
+    """A DELETE carries the object as `old` only (the chain passes it in both)."""
     kind = request.kind
+    obj = None if request.operation == "DELETE" else request.obj
     sub = kind.subresource(request.subresource) if request.subresource else None
     target = Target(
         kind.group,
@@ -97,7 +99,7 @@ def invocation(request: AdmissionRequest) -> Invocation:
         request.subresource,
         request.namespace,
         request.name,
-        request.obj,
+        obj,
         request.old,
     )
     return Invocation(
@@ -106,7 +108,7 @@ def invocation(request: AdmissionRequest) -> Invocation:
         request.operation,
         request.namespace,
         request.name,
-        request.obj,
+        obj,
         request.old,
         request.user,
         request.registry.cache,

@@ -126,6 +126,9 @@ class MutatingAdmissionWebhook(_Plugin):
     name = "MutatingAdmissionWebhook"
     bucket = MUTATING_BUCKET
 
+    async def review_delete(self, request: AdmissionRequest) -> None:
+        await self.admit(request)  # a patch for a DELETE is refused in _call
+
     async def admit(self, request: AdmissionRequest) -> None:
         hooks, inv = self._hooks(request)
         if not hooks or inv is None:
@@ -169,6 +172,9 @@ class MutatingAdmissionWebhook(_Plugin):
 class ValidatingAdmissionWebhook(_Plugin):
     name = "ValidatingAdmissionWebhook"
     bucket = VALIDATING_BUCKET
+
+    async def review_delete(self, request: AdmissionRequest) -> None:
+        await self.validate(request)
 
     async def validate(self, request: AdmissionRequest) -> None:
         hooks, inv = self._hooks(request)

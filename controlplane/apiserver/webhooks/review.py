@@ -62,7 +62,7 @@ def _options(operation: str, dry_run: bool) -> Obj | None:
     if kind is None:
         return None
     out: Obj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
-    if dry_run and operation != "DELETE":
+    if dry_run:
         out["dryRun"] = ["All"]
     return out
 
