@@ -140,3 +140,32 @@ def test_policy_evaluation() -> None:
     assert evaluate(erring, {"object": obj})[0].message.startswith("expression 'object.data.missing == 'x'' resulted in error: ")
     ignoring = policy(failurePolicy="Ignore", validations=[{"expression": "object.data.missing == 'x'"}])
     assert evaluate(ignoring, {"object": obj}) == []
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("[1, 2, 3].isSorted() && ![3, 1].isSorted()", True),
+        ("[1, 2, 3].sum()", 6),
+        ("[4, 2, 9].min() + [4, 2, 9].max()", 11),
+        ("[1, 2, 1].indexOf(1) + [1, 2, 1].lastIndexOf(1)", 2),
+        ("'abc 123 def 456'.find('[0-9]+')", "123"),
+        ("'abc 123 def 456'.findAll('[0-9]+')", ["123", "456"]),
+        ("' A-b '.trim().lowerAscii() + 'x'.upperAscii()", "a-bX"),
+        ("'a,b,c'.split(',').join('-')", "a-b-c"),
+        ("'aaa'.replace('a', 'b')", "bbb"),
+    ],
+)
+def test_kubernetes_cel_library(expression: str, value: object) -> None:
+    from controlplane.apiserver import cel
+
+    assert cel.evaluate(expression, {}) == value
+
+
+def test_kubernetes_cel_library_errors() -> None:
+    from controlplane.apiserver import cel
+
+    with pytest.raises(cel.CelError):
+        cel.evaluate("[].min()", {})
+    with pytest.raises(cel.CelError, match="^find: "):
+        cel.evaluate("'x'.find('(')", {})
