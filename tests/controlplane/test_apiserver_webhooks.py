@@ -394,3 +394,16 @@ def test_service_reference(
             },
         )
         assert v1.create_namespaced_pod(namespace, pod("via-service")).metadata.labels == {"webhook": "seen"}
+
+
+def test_kubectl_columns_and_explain(configs: Make, hook_server: WebhookServer, kubectl: Kubectl, namespace: str) -> None:
+    name = configs(
+        "validating",
+        hook("one.example.com", hook_server.url("/deny"), namespace, hook_server.ca_bundle),
+        hook("two.example.com", hook_server.url("/deny"), namespace, hook_server.ca_bundle),
+    )
+    table = kubectl("get", "validatingwebhookconfigurations", name).split("\n")
+    assert table[0].split() == ["NAME", "WEBHOOKS", "AGE"]
+    assert table[1].split()[:2] == [name, "2"]
+    explained = kubectl("explain", "mutatingwebhookconfigurations.webhooks.reinvocationPolicy")
+    assert "reinvocationPolicy" in explained and "IfNeeded" in explained
