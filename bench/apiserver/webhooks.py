@@ -1,7 +1,7 @@
 """Admission webhook benchmark (issue 20): what one mutating and one validating webhook add to a write.
 Figures are reported, never asserted.
 
-  python bench/apiserver/webhooks.py [--seconds 4 --rounds 4 --connections 4] [--out DIR]
+  python bench/apiserver/webhooks.py [--seconds 4 --rounds 4 --connections 1] [--out DIR]
   python bench/apiserver/webhooks.py --smoke --out DIR      # 1 round of 1 s
 
 One API server (the rig: HTTPS, SQLite) and one webhook server (aiohttp over TLS with its own CA, a
@@ -275,7 +275,7 @@ def svg_plot(report: dict) -> str:
     return bar_svg("Admission webhooks: ConfigMap create latency", bars, "ms")
 
 
-SMOKE = {"seconds": 1.0, "rounds": 1, "connections": 2}
+SMOKE = {"seconds": 1.0, "rounds": 1, "connections": 1}
 
 
 if __name__ == "__main__":
@@ -285,7 +285,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=4, help="interleaved windows per case")
-    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--connections", type=int, default=1, help="1: latency without queueing behind other requests")
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)

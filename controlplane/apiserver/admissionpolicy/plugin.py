@@ -62,14 +62,14 @@ class ValidatingAdmissionPolicyPlugin:
         self.validate(request)
 
     def validate(self, request: AdmissionRequest) -> None:
-        self.source.attach(request.registry.cache)
-        if not self.source.pairs:
+        pairs = self.source.pairs(request.registry.cache)
+        if not pairs:
             return
         inv = invocation(request)
         labels = inv.namespace_labels() if inv.namespace else None
         denied: list[tuple[Policy, Binding, Decision]] = []
         base: Obj | None = None
-        for policy, binding in self.source.pairs:
+        for policy, binding in pairs:
             if policy.match is None or not policy.match.matches(inv.attrs, labels):
                 continue
             if binding.match is not None and not binding.match.matches(inv.attrs, labels, rules_required=False):

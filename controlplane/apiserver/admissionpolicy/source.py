@@ -3,6 +3,7 @@ subscriptions, as the webhook configurations are): a request only walks the pars
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,16 +141,21 @@ class Binding:
 
 
 class PolicySource:
-    def __init__(self) -> None:
-        self._policies: dict[str, Policy] = {}
-        self._bindings: dict[str, Binding] = {}
-        self.pairs: tuple[tuple[Policy, Binding], ...] = ()
-        self._cache: WatchCache | None = None
+    """The (policy, binding) pairs, one view per watch cache (the plugin is one object per process)."""
 
-    def attach(self, cache: WatchCache) -> None:
-        if self._cache is cache:
-            return
-        self._cache = cache
+    def __init__(self) -> None:
+        self._views: weakref.WeakKeyDictionary[WatchCache, _View] = weakref.WeakKeyDictionary()
+
+    def pairs(self, cache: WatchCache) -> tuple[tuple[Policy, Binding], ...]:
+        view = self._views.get(cache)
+        if view is None:
+            view = self._views[cache] = _View(cache)
+        return view.pairs
+
+
+class _View:
+    def __init__(self, cache: WatchCache) -> None:
+        self.pairs: tuple[tuple[Policy, Binding], ...] = ()
         self._policies = {c.obj["metadata"]["name"]: Policy.parse(c.obj) for c in cache.subscribe(POLICIES_BUCKET, self._on_policy)}
         self._bindings = {c.obj["metadata"]["name"]: Binding.parse(c.obj) for c in cache.subscribe(BINDINGS_BUCKET, self._on_binding)}
         self._rebuild()
@@ -173,9 +179,8 @@ class PolicySource:
     def _rebuild(self) -> None:
         pairs = []
         for name in sorted(self._policies):
-            policy = self._policies[name]
             for bname in sorted(self._bindings):
                 binding = self._bindings[bname]
                 if binding.policy == name:
-                    pairs.append((policy, binding))
+                    pairs.append((self._policies[name], binding))
         self.pairs = tuple(pairs)

@@ -17,7 +17,7 @@ from controlplane.apiserver import errors
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.patch import json_patch
 from controlplane.apiserver.webhooks import context, review
-from controlplane.apiserver.webhooks.client import CallError, WebhookClient
+from controlplane.apiserver.webhooks.client import CallError, Reply, WebhookClient
 from controlplane.apiserver.webhooks.dispatch import Invocation, invocation, relevant
 from controlplane.apiserver.webhooks.source import MUTATING_BUCKET, VALIDATING_BUCKET, Webhook, WebhookSource
 
@@ -73,7 +73,7 @@ async def call(hook: Webhook, inv: Invocation, mutating: bool, dry_run: bool) ->
     return result
 
 
-def _status_text(reply: review.Reply | Any) -> str:
+def _status_text(reply: Reply) -> str:
     try:
         doc = json.loads(reply.body)
     except (ValueError, UnicodeDecodeError):
@@ -115,11 +115,11 @@ class _Plugin:
         self.source = WebhookSource(self.bucket)
 
     def _hooks(self, request: AdmissionRequest) -> tuple[list[Webhook], Invocation | None]:
-        self.source.attach(request.registry.cache)
-        if not self.source.hooks:
+        hooks = self.source.hooks(request.registry.cache)
+        if not hooks:
             return [], None
         inv = invocation(request)
-        return relevant(self.source.hooks, inv), inv
+        return relevant(hooks, inv), inv
 
 
 class MutatingAdmissionWebhook(_Plugin):

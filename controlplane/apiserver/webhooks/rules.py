@@ -55,10 +55,6 @@ class Rule:
             and self._scope(attrs)
         )
 
-    def matches_resource(self, attrs: Attributes) -> bool:
-        """Without the operation: for excludeResourceRules and the like, which name operations too."""
-        return self.matches(attrs)
-
     def _resource(self, attrs: Attributes) -> bool:
         want = attrs.resource + ("/" + attrs.subresource if attrs.subresource else "")
         for item in self.resources:

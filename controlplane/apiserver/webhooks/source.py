@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,20 +96,26 @@ def _compile_conditions(hooks: list[Webhook]) -> None:
 
 
 class WebhookSource:
-    """The sorted webhooks of one bucket, kept in step with the cache."""
+    """The sorted webhooks of one bucket, kept in step with the cache. The plugin is one object for
+    the process (the kinds table holds it), so a view is kept per watch cache: two servers in one
+    process (tests) never see each other's configurations."""
 
     def __init__(self, bucket: str) -> None:
         self.bucket = bucket
+        self._views: weakref.WeakKeyDictionary[WatchCache, _View] = weakref.WeakKeyDictionary()
+
+    def hooks(self, cache: WatchCache) -> tuple[Webhook, ...]:
+        view = self._views.get(cache)
+        if view is None:
+            view = self._views[cache] = _View(cache, self.bucket)
+        return view.hooks
+
+
+class _View:
+    def __init__(self, cache: WatchCache, bucket: str) -> None:
         self._configs: dict[str, list[Webhook]] = {}
         self.hooks: tuple[Webhook, ...] = ()
-        self._cache: WatchCache | None = None
-
-    def attach(self, cache: WatchCache) -> None:
-        if self._cache is cache:
-            return
-        self._cache = cache
-        self._configs = {}
-        for cached in cache.subscribe(self.bucket, self._on_event):
+        for cached in cache.subscribe(bucket, self._on_event):
             self._put(cached.obj)
         self._rebuild()
 
