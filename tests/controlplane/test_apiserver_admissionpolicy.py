@@ -132,6 +132,12 @@ def test_defaults(make: Make, api: client.ApiClient) -> None:
     assert match["matchPolicy"] == "Equivalent" and match["namespaceSelector"] == {} and match["objectSelector"] == {}
     assert match["resourceRules"][0]["scope"] == "*"
     assert got["metadata"]["generation"] == 1
+    # The status is the status subresource's: an update of the object leaves it, a status update writes it.
+    got["status"] = {"observedGeneration": 7}
+    status, after = call(api, "PUT", f"{BASE}/validatingadmissionpolicies/{name}", got)
+    assert status == 200 and after.get("status") == {}
+    status, after = call(api, "PUT", f"{BASE}/validatingadmissionpolicies/{name}/status", after | {"status": {"observedGeneration": 1}})
+    assert status == 200 and after["status"] == {"observedGeneration": 1}
 
 
 # --- evaluation ----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.admissionpolicy import validation
 from controlplane.apiserver.admissionpolicy.plugin import ValidatingAdmissionPolicyPlugin
 from controlplane.apiserver.errors import FieldError
-from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import age
 from kubeclient.selectors import format_label_selector
 
@@ -27,6 +27,8 @@ class ValidatingAdmissionPolicyKind(Kind):
     plural = "validatingadmissionpolicies"
     namespaced = False
     schema = "V1ValidatingAdmissionPolicy"
+    categories = ("api-extensions",)
+    subresources = (StatusSubresource(),)
     generation = True
     admission = (ValidatingAdmissionPolicyPlugin(),)
     columns = (
@@ -38,6 +40,9 @@ class ValidatingAdmissionPolicyKind(Kind):
 
     def default(self, obj: Obj, creating: bool) -> None:
         validation.default_policy(obj)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        obj["status"] = {}  # upstream's strategy: the status controller writes it
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:
         return validation.policy(obj)
@@ -55,6 +60,7 @@ class ValidatingAdmissionPolicyBindingKind(Kind):
     plural = "validatingadmissionpolicybindings"
     namespaced = False
     schema = "V1ValidatingAdmissionPolicyBinding"
+    categories = ("api-extensions",)
     generation = True
     columns = (
         tables.NAME,

@@ -23,6 +23,7 @@ _WEBHOOKS = tables.column("Webhooks", kind="integer", desc="Webhooks is a list o
 class _WebhookConfiguration(Kind):
     group = GROUP
     namespaced = False
+    categories = ("api-extensions",)
     mutating = False
     columns = (tables.NAME, _WEBHOOKS, tables.AGE)
 
