@@ -407,3 +407,20 @@ def test_kubectl_columns_and_explain(configs: Make, hook_server: WebhookServer, 
     assert table[1].split()[:2] == [name, "2"]
     explained = kubectl("explain", "mutatingwebhookconfigurations.webhooks.reinvocationPolicy")
     assert "reinvocationPolicy" in explained and "IfNeeded" in explained
+
+
+def test_match_conditions(configs: Make, hook_server: WebhookServer, v1: client.CoreV1Api, namespace: str) -> None:
+    ca = hook_server.ca_bundle
+    only_labelled = [{"name": "labelled", "expression": "has(object.metadata.labels) && 'inject' in object.metadata.labels"}]
+    configs("mutating", hook("cond.example.com", hook_server.url("/mutate"), namespace, ca, matchConditions=only_labelled))
+    assert v1.create_namespaced_pod(namespace, pod("skipped", {"app": "a"})).metadata.labels == {"app": "a"}
+    assert v1.create_namespaced_pod(namespace, pod("called", {"inject": "1"})).metadata.labels["webhook"] == "seen"
+    erring = [{"name": "broken", "expression": "object.spec.nothing == 'x'"}]
+    configs("validating", hook("cond-err.example.com", hook_server.url("/deny"), namespace, ca, matchConditions=erring))
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod(namespace, pod("refused"))
+    code, status = failure(err)
+    assert code == 403
+    assert status["message"].startswith(
+        'pods "refused" is forbidden: expression \'object.spec.nothing == \'x\'\' resulted in error: '
+    )

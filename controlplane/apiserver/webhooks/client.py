@@ -111,7 +111,7 @@ class WebhookClient:
 
         svc = hook.service
         server_name = f"{svc.name}.{svc.namespace}.svc"
-        shown = f"https://{server_name}:{svc.port}{svc.path}"
+        shown = f"https://{server_name}:{svc.port}{svc.path or '/'}"
         try:
             found = resolve(cache, svc.namespace, svc.name, svc.port)
         except Exception as err:  # ResolveError

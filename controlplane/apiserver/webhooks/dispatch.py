@@ -120,23 +120,31 @@ def exempt(attrs: Attributes) -> bool:
 
 
 def _conditions_hold(hook: Webhook, inv: Invocation) -> bool:
-    """matchConditions: all true -> call; any false -> skip; an error -> failurePolicy."""
+    """matchConditions (upstream's matcher): any false -> skip; else an error -> failurePolicy (Fail:
+    the request is forbidden with the errors; Ignore: skip); else call."""
     if not hook.match_conditions:
         return True
     bindings = {"object": inv.obj, "oldObject": inv.old, "request": inv.request_binding(False)}
+    failures: list[str] = []
     for cond in hook.match_conditions:
         try:
             result = cel.evaluate(cond.expression, bindings)
         except cel.CelError as err:
-            if hook.fails_open:
-                log.warning("event=match-condition-error webhook=%s condition=%s", hook.name, cond.name)
-                return False
-            raise errors.internal(
-                f'failed calling webhook "{hook.name}": failed to evaluate match condition "{cond.name}": {err}'
-            ) from None
-        if result is not True:
+            failures.append(f"expression '{cond.expression}' resulted in error: {err}")
+            continue
+        if result is False:
             return False
-    return True
+        if result is not True:
+            failures.append(f"expression '{cond.expression}' must evaluate to bool")
+    if not failures:
+        return True
+    log.warning("event=match-conditions-failed webhook=%s fail_open=%s", hook.name, hook.fails_open)
+    if hook.fails_open:
+        return False
+    text = failures[0] if len(failures) == 1 else "[" + ", ".join(failures) + "]"
+    resource = f"{inv.target.resource}.{inv.target.group}" if inv.target.group else inv.target.resource
+    message = f'{resource} "{inv.name}" is forbidden: {text}' if inv.name else f"{resource} is forbidden: {text}"
+    raise errors.forbidden_request(message, inv.target.resource, inv.target.group, inv.name)
 
 
 def relevant(hooks: tuple[Webhook, ...], inv: Invocation) -> list[Webhook]:
