@@ -44,13 +44,17 @@ def _message(validation: Validation, bindings: Obj) -> str:
 
 def evaluate(policy: Policy, bindings: Obj) -> list[Decision]:
     """Denials for this request (empty: admitted, or not selected by the match conditions)."""
-    for name, expression in policy.match_conditions:
+    failures = []
+    for _name, expression in policy.match_conditions:  # as the webhooks' matcher: a false one wins
         try:
             result = cel.evaluate(expression, bindings)
         except cel.CelError as err:
-            return _error(policy, f"failed to evaluate match condition {name!r}: {_expression_error(expression, err)}")
+            failures.append(_expression_error(expression, err))
+            continue
         if result is not True:
             return []
+    if failures:
+        return _error(policy, failures[0] if len(failures) == 1 else "[" + ", ".join(failures) + "]")
     variables: Obj = {}
     scope = {**bindings, "variables": variables}
     for name, expression in policy.variables:
