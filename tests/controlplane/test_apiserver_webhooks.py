@@ -424,3 +424,14 @@ def test_match_conditions(configs: Make, hook_server: WebhookServer, v1: client.
     assert status["message"].startswith(
         'pods "refused" is forbidden: expression \'object.spec.nothing == \'x\'\' resulted in error: '
     )
+
+
+def test_selectors_see_earlier_mutations(configs: Make, hook_server: WebhookServer, v1: client.CoreV1Api, namespace: str) -> None:
+    ca = hook_server.ca_bundle
+    configs("mutating", hook("adds.example.com", hook_server.url("/mutate"), namespace, ca), name=f"a-{namespace}")
+    configs(
+        "mutating",
+        hook("follows.example.com", hook_server.url("/mutate-again"), namespace, ca, objectSelector={"matchLabels": {"webhook": "seen"}}),
+        name=f"b-{namespace}",
+    )
+    assert v1.create_namespaced_pod(namespace, pod("chained")).metadata.labels == {"webhook": "seen", "again": "yes"}

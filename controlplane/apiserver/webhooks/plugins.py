@@ -130,18 +130,23 @@ class MutatingAdmissionWebhook(_Plugin):
         await self.admit(request)  # a patch for a DELETE is refused in _call
 
     async def admit(self, request: AdmissionRequest) -> None:
-        hooks, inv = self._hooks(request)
-        if not hooks or inv is None:
+        hooks = self.source.hooks(request.registry.cache)
+        if not hooks:
             return
+        inv = invocation(request)
         dry_run = context.is_dry_run()
+        called: list[int] = []
         changed_at = -1
+        # Each webhook is matched against the object as the ones before it left it, as upstream's.
         for i, hook in enumerate(hooks):
-            if await self._call(hook, inv, request, dry_run):
-                changed_at = i
+            if relevant((hook,), inv):
+                called.append(i)
+                if await self._call(hook, inv, request, dry_run):
+                    changed_at = i
         # reinvocationPolicy IfNeeded: once more for those called before the last change.
-        again = [h for i, h in enumerate(hooks) if h.reinvoke and i < changed_at]
-        for hook in again:
-            await self._call(hook, inv, request, dry_run)
+        for i in called:
+            if i < changed_at and hooks[i].reinvoke and relevant((hooks[i],), inv):
+                await self._call(hooks[i], inv, request, dry_run)
 
     async def _call(self, hook: Webhook, inv: Invocation, request: AdmissionRequest, dry_run: bool) -> bool:
         try:
