@@ -435,3 +435,16 @@ def test_selectors_see_earlier_mutations(configs: Make, hook_server: WebhookServ
         name=f"b-{namespace}",
     )
     assert v1.create_namespaced_pod(namespace, pod("chained")).metadata.labels == {"webhook": "seen", "again": "yes"}
+
+
+def test_patches_cannot_change_system_fields(configs: Make, hook_server: WebhookServer, v1: client.CoreV1Api, namespace: str) -> None:
+    ca = hook_server.ca_bundle
+    configs("mutating", hook("tamper.example.com", hook_server.url("/tamper"), namespace, ca, resources=("configmaps",)))
+    created = v1.create_namespaced_config_map(namespace, {"metadata": {"name": "c"}})
+    assert created.metadata.uid != "not-a-real-uid" and re.fullmatch(r"[0-9a-f-]{36}", created.metadata.uid)
+    configs("mutating", hook("move.example.com", hook_server.url("/move"), namespace, ca, resources=("secrets",)))
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_secret(namespace, {"metadata": {"name": "s"}})
+    code, status = failure(err)
+    assert code == 400
+    assert status["message"] == "the namespace of the provided object does not match the namespace sent on the request"

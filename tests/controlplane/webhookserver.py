@@ -148,6 +148,12 @@ class WebhookServer:
         if path == "/badop":
             ops = [{"op": "remove", "path": "/metadata/nothing/here"}]
             return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
+        if path == "/tamper":  # tries to change what only the server sets
+            ops = [{"op": "add", "path": "/metadata/uid", "value": "not-a-real-uid"}]
+            return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
+        if path == "/move":
+            ops = [{"op": "add", "path": "/metadata/namespace", "value": "elsewhere"}]
+            return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
         if path == "/hang":
             assert self._stop is not None
             await self._stop.wait()

@@ -95,6 +95,26 @@ def _failed(hook: Webhook, err: CallingError) -> None:
     raise errors.internal(str(err)) from None
 
 
+# What upstream's BeforeCreate/BeforeUpdate set after mutating admission, so a webhook cannot change them.
+_SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "resourceVersion")
+
+
+def _keep_system_fields(request: AdmissionRequest, patched: Obj) -> None:
+    meta = patched.get("metadata")
+    if not isinstance(meta, dict):
+        raise errors.internal("json: cannot unmarshal metadata of the patched object into an object")
+    before = request.obj.get("metadata") or {}
+    for field in _SYSTEM_META:
+        if field in before:
+            meta[field] = before[field]
+        else:
+            meta.pop(field, None)
+    if request.kind.namespaced and meta.get("namespace", request.namespace) != request.namespace:
+        raise errors.bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request"
+        )
+
+
 def _replace(obj: Obj, new: Obj) -> None:
     """Put the patched object in place, keeping the dicts the registry holds (it kept `metadata`)."""
     meta = obj.get("metadata")
@@ -166,6 +186,7 @@ class MutatingAdmissionWebhook(_Plugin):
             raise errors.internal(err.message) from None
         if not isinstance(patched, dict):
             raise errors.internal("json: cannot unmarshal patched document into an object")
+        _keep_system_fields(request, patched)
         request.kind.default(patched, request.operation == "CREATE")
         if patched == request.obj:
             return False
