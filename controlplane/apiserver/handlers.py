@@ -561,6 +561,14 @@ class RestHandler:
         options = await self._delete_options(request)
         await self.cache.wait_fresh()
         items = self.cache.list(res.bucket, res.prefix(info.namespace), predicate)
+        if self.registry.admission.delete_reviewers and res.stored:
+            for cached in items:  # each object's DELETE is reviewed, as upstream's deleteValidation
+                old, meta = cached.obj, cached.view["metadata"]
+                await self.registry.admission.review_delete(
+                    AdmissionRequest(
+                        "DELETE", res, "", meta.get("namespace", ""), meta["name"], old, old, self.user(request), self.registry
+                    )
+                )
         deleted = await self.registry.delete_collection(res, info.namespace, items, options)
         return json_response(
             {

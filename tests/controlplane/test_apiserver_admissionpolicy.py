@@ -212,6 +212,9 @@ def test_delete(make: Make, v1: client.CoreV1Api, namespace: str) -> None:
         v1.delete_namespaced_config_map("keep", namespace)
     assert refusal(err)[1]["message"].endswith("denied request: keep stays")
     v1.delete_namespaced_config_map("drop", namespace)
+    with pytest.raises(ApiException) as err:  # a collection delete reviews each object
+        v1.delete_collection_namespaced_config_map(namespace)
+    assert refusal(err)[1]["message"].endswith("denied request: keep stays")
 
 
 def test_params(make: Make, v1: client.CoreV1Api, namespace: str) -> None:
