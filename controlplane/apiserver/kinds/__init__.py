@@ -97,10 +97,11 @@ KINDS: list[Kind] = [
     endpointslice.KIND,
     certificatesigningrequest.KIND,
     storageclass.KIND,
+    # Upstream's plugin order: MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook.
     webhookconfiguration.MUTATING,
-    webhookconfiguration.VALIDATING,
     validatingadmissionpolicy.POLICY,
     validatingadmissionpolicy.BINDING,
+    webhookconfiguration.VALIDATING,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}

@@ -1,7 +1,7 @@
 """admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding,
 cluster-scoped, defaulted and validated as upstream (validation.py). The ValidatingAdmissionPolicy
-admission plugin belongs to the policy kind; it runs after the validating webhooks, as upstream's
-default plugin order has it."""
+admission plugin belongs to the policy kind; it runs before the validating webhooks (the kinds table
+lists it first), as upstream's default plugin order has it."""
 
 from __future__ import annotations
 
