@@ -90,7 +90,7 @@ def refusal(err: pytest.ExceptionInfo[ApiException]) -> tuple[int, Obj]:
         (
             "validatingadmissionpolicies",
             {"matchConstraints": rules("pods"), "validations": [{"expression": "true", "reason": "Teapot"}]},
-            'spec.validations[0].reason: Unsupported value: "Teapot": supported values: "Forbidden", "Invalid", "RequestEntityTooLarge", "Unauthorized"',
+            'spec.validations[0].reason: Unsupported value: "Teapot": supported values: "Forbidden", "Invalid", "RequestEntityTooLarge"',
         ),
         (
             "validatingadmissionpolicybindings",

@@ -15,7 +15,7 @@ from controlplane.apiserver.webhooks import validation as hooks
 
 Obj = dict[str, Any]
 
-REASONS = ["Forbidden", "Invalid", "RequestEntityTooLarge", "Unauthorized"]
+REASONS = ["Forbidden", "Invalid", "RequestEntityTooLarge"]  # supportedValidationPolicyReason
 ACTIONS = ["Audit", "Deny", "Warn"]
 NOT_FOUND_ACTIONS = ["Allow", "Deny"]
 

@@ -70,7 +70,7 @@ def rule(path: str, rule_: Any, with_operations: bool = True) -> list[FieldError
     if not versions:
         out.append(required(f"{path}.apiVersions"))
     out += _star_alone(f"{path}.apiVersions", versions, "API versions")
-    out += [required(f"{path}.apiVersions[{i}]", "version must not be empty") for i, v in enumerate(versions) if not v]
+    out += [required(f"{path}.apiVersions[{i}]") for i, v in enumerate(versions) if not v]
     out += _resources(f"{path}.resources", rule_.get("resources") or [])
     scope = rule_.get("scope")
     if scope is not None and scope not in SCOPES:
@@ -100,26 +100,32 @@ def _resources(path: str, resources: list[str]) -> list[FieldError]:
     return out
 
 
+_FORM = "; desired format: https://host[/path]"
+
+
 def _url(path: str, url: str) -> list[FieldError]:
+    """webhook.ValidateWebhookURL with https forced: each failure names the offending part."""
     try:
         parts = urlsplit(url)
+        parts.port  # noqa: B018 - a bad port is a parse error, as Go's url.Parse says
     except ValueError as err:
-        return [required(path, f"url must be a valid URL: {err}")]
+        return [required(path, f"url must be a valid URL: {err}{_FORM}")]
     out: list[FieldError] = []
     if parts.scheme != "https":
-        out.append(invalid(path, url, "'https' is the only allowed URL scheme"))
-    if not parts.hostname:
-        out.append(invalid(path, url, "host must be specified"))
-    if parts.username or parts.password:
-        out.append(invalid(path, url, "user information is not permitted in the URL"))
-    if parts.fragment or url.endswith("#"):
-        out.append(invalid(path, url, "fragments are not permitted in the URL"))
-    if parts.query or "?" in url:
-        out.append(invalid(path, url, "query parameters are not permitted in the URL"))
+        out.append(invalid(path, parts.scheme, "'https' is the only allowed URL scheme" + _FORM))
+    if not parts.netloc:
+        out.append(invalid(path, "", "host must be provided" + _FORM))
+    if "@" in parts.netloc:
+        out.append(invalid(path, parts.netloc.rsplit("@", 1)[0], "user information is not permitted in the URL"))
+    if parts.fragment:
+        out.append(invalid(path, parts.fragment, "fragments are not permitted in the URL"))
+    if parts.query:
+        out.append(invalid(path, parts.query, "query parameters are not permitted in the URL"))
     return out
 
 
 def _service(path: str, svc: Obj) -> list[FieldError]:
+    """webhook.ValidateWebhookService."""
     out: list[FieldError] = []
     if not svc.get("name"):
         out.append(required(f"{path}.name", "service name is required"))
@@ -129,14 +135,20 @@ def _service(path: str, svc: Obj) -> list[FieldError]:
     if not isinstance(port, int) or not 1 <= port <= 65535:
         out.append(invalid(f"{path}.port", port, "port is not valid: must be between 1 and 65535, inclusive"))
     sub = svc.get("path")
-    if sub is not None:
-        if not sub.startswith("/"):
-            out.append(invalid(f"{path}.path", sub, "must start with a '/'"))
-        else:
-            steps = sub[1:].split("/") if sub != "/" else []
-            out += [
-                invalid(f"{path}.path", sub, f"segment[{i}] may not be empty") for i, s in enumerate(steps) if not s
-            ]
+    if not sub or sub == "/":
+        return out
+    if sub == "//":
+        return [*out, invalid(f"{path}.path", sub, "segment[0] may not be empty")]
+    if not sub.startswith("/"):
+        out.append(invalid(f"{path}.path", sub, "must start with a '/'"))
+    rest = sub[1:]
+    if rest.endswith("/"):
+        rest = rest[:-1]
+    for i, step in enumerate(rest.split("/")):
+        if not step:
+            out.append(invalid(f"{path}.path", sub, f"segment[{i}] may not be empty"))
+            continue
+        out += [invalid(f"{path}.path", sub, f"segment[{i}]: {m}") for m in names.dns1123_subdomain(step)]
     return out
 
 
@@ -166,10 +178,11 @@ def review_versions(path: str, versions: Any) -> list[FieldError]:
     out: list[FieldError] = []
     seen: set[str] = set()
     for i, v in enumerate(versions):
-        out += [invalid(f"{path}[{i}]", v, m) for m in names.dns1123_label(str(v))]
         if v in seen:
-            out.append(duplicate(f"{path}[{i}]", v))
+            out.append(invalid(f"{path}[{i}]", v, "duplicate version"))
+            continue
         seen.add(v)
+        out += [invalid(f"{path}[{i}]", v, m) for m in names.dns1123_label(str(v))]
     if not seen & set(REVIEW_VERSIONS):
         listed = ", ".join(json.dumps(str(v)) for v in versions)
         out.append(
@@ -220,6 +233,7 @@ def fully_qualified(path: str, name: str) -> list[FieldError]:
 
 
 def webhook(path: str, hook: Any, mutating: bool) -> list[FieldError]:
+    """validate(Mutating|Validating)Webhook, in upstream's order."""
     hook = hook if isinstance(hook, dict) else {}
     out = fully_qualified(f"{path}.name", hook.get("name") or "")
     for i, r in enumerate(hook.get("rules") or []):
@@ -227,8 +241,6 @@ def webhook(path: str, hook: Any, mutating: bool) -> list[FieldError]:
     for field, supported in (("failurePolicy", FAILURE_POLICIES), ("matchPolicy", MATCH_POLICIES)):
         if hook.get(field) is not None and hook[field] not in supported:
             out.append(not_supported(f"{path}.{field}", hook[field], supported))
-    if mutating and hook.get("reinvocationPolicy") not in (None, *REINVOCATION_POLICIES):
-        out.append(not_supported(f"{path}.reinvocationPolicy", hook["reinvocationPolicy"], REINVOCATION_POLICIES))
     side = hook.get("sideEffects")
     if not side:
         out.append(required(f"{path}.sideEffects", "must specify one of " + ", ".join(SIDE_EFFECTS)))
@@ -240,7 +252,8 @@ def webhook(path: str, hook: Any, mutating: bool) -> list[FieldError]:
     for field in ("namespaceSelector", "objectSelector"):
         if hook.get(field) is not None:
             out += label_selector(hook[field], f"{path}.{field}")
-    out += review_versions(f"{path}.admissionReviewVersions", hook.get("admissionReviewVersions"))
+    if mutating and hook.get("reinvocationPolicy") not in (None, *REINVOCATION_POLICIES):
+        out.append(not_supported(f"{path}.reinvocationPolicy", hook["reinvocationPolicy"], REINVOCATION_POLICIES))
     out += client_config(f"{path}.clientConfig", hook.get("clientConfig"))
     out += match_conditions(f"{path}.matchConditions", hook.get("matchConditions"))
     return out
@@ -251,6 +264,7 @@ def configuration(obj: Obj, mutating: bool) -> list[FieldError]:
     seen: set[str] = set()
     for i, hook in enumerate(obj.get("webhooks") or []):
         out += webhook(f"webhooks[{i}]", hook, mutating)
+        out += review_versions(f"webhooks[{i}].admissionReviewVersions", (hook or {}).get("admissionReviewVersions") if isinstance(hook, dict) else None)
         name = (hook or {}).get("name") if isinstance(hook, dict) else None
         if name:
             if name in seen:
