@@ -85,7 +85,8 @@ def refusal(err: pytest.ExceptionInfo[ApiException]) -> tuple[int, Obj]:
         (
             "validatingadmissionpolicies",
             {"matchConstraints": rules("pods")},
-            "spec.validations: Required value: validations or auditAnnotations must contain at least one item",
+            "[spec.validations: Required value: validations or auditAnnotations must contain at least one item, "
+            "spec.auditAnnotations: Required value: validations or auditAnnotations must contain at least one item]",
         ),
         (
             "validatingadmissionpolicies",
@@ -106,6 +107,23 @@ def refusal(err: pytest.ExceptionInfo[ApiException]) -> tuple[int, Obj]:
             "validatingadmissionpolicybindings",
             {"validationActions": ["Deny"]},
             "spec.policyName: Required value",
+        ),
+        (
+            "validatingadmissionpolicybindings",
+            {"policyName": "x", "validationActions": ["Deny"], "paramRef": {"name": "a", "selector": {}, "parameterNotFoundAction": "Deny"}},
+            "[spec.paramRef.name: Forbidden: name and selector are mutually exclusive, "
+            "spec.paramRef.selector: Forbidden: name and selector are mutually exclusive]",
+        ),
+        (
+            "validatingadmissionpolicybindings",
+            {"policyName": "x", "validationActions": ["Deny"], "paramRef": {"name": "a"}},
+            "spec.paramRef.parameterNotFoundAction: Required value",
+        ),
+        (
+            "validatingadmissionpolicies",
+            {"matchConstraints": rules("pods"), "variables": [{"name": "1x", "expression": "1"}], "validations": [{"expression": " "}]},
+            '[spec.variables[0].name: Invalid value: "1x": name is not a valid CEL identifier, '
+            "spec.validations[0].expression: Required value: expression is not specified]",
         ),
     ],
 )
