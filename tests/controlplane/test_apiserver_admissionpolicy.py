@@ -256,7 +256,7 @@ def test_params(make: Make, v1: client.CoreV1Api, namespace: str) -> None:
         v1.create_namespaced_config_map(namespace, body)
     assert refusal(err)[1]["message"] == (
         f"configmaps \"c\" is forbidden: ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: "
-        "no params found for policy binding with `Deny` parameterNotFoundAction"
+        "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
     )
     v1.create_namespaced_config_map(namespace, {"metadata": {"name": "limits"}, "data": {"maxKeys": "1"}})
     with pytest.raises(ApiException) as err:

@@ -48,7 +48,7 @@ def _params(policy: Policy, binding: Binding, inv: Invocation) -> list[Obj | Non
         sel = ref.selector
         found = [c.obj for c in inv.cache.list(kind.bucket, kind.prefix(namespace)) if sel is not None and sel.matches((c.view.get("metadata") or {}).get("labels"))]
     if not found:
-        return Decision(NO_PARAMS) if ref.not_found == "Deny" else []
+        return Decision(f"failed to configure binding: {NO_PARAMS}") if ref.not_found == "Deny" else []
     return found
 
 
@@ -82,12 +82,15 @@ class ValidatingAdmissionPolicyPlugin:
                     "namespaceObject": inv.namespace_object(),
                 }
             params = _params(policy, binding, inv)
-            decisions: list[Decision] = []
             if isinstance(params, Decision):
-                decisions = [params] if policy.failure_policy != "Ignore" or params.message == NO_PARAMS else []
-            else:
-                for param in params:
-                    decisions += evaluate(policy, {**base, "params": param})
+                # A configuration error (upstream's addConfigError): refused under failurePolicy Fail,
+                # whatever the binding's validationActions, passed over under Ignore.
+                if policy.failure_policy != "Ignore":
+                    denied.append((policy, binding, params))
+                continue
+            decisions: list[Decision] = []
+            for param in params:
+                decisions += evaluate(policy, {**base, "params": param})
             for decision in decisions:
                 if "Deny" in binding.actions:
                     denied.append((policy, binding, decision))
