@@ -154,6 +154,14 @@ class WebhookServer:
         if path == "/move":
             ops = [{"op": "add", "path": "/metadata/namespace", "value": "elsewhere"}]
             return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
+        if path == "/truncate":  # promises a body, sends part of it, hangs up
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            resp.content_length = 1000
+            await resp.prepare(http)
+            await resp.write(b'{"apiVersion":')
+            assert http.transport is not None
+            http.transport.close()
+            return resp
         if path == "/hang":
             assert self._stop is not None
             await self._stop.wait()

@@ -143,6 +143,10 @@ class WebhookClient:
             raise CallError(f"{where}: remote error: tls: {err.reason or err}") from None
         except CallError as err:
             raise CallError(f"{where}: {err}") from None
+        except EOFError:  # the answer ended early (asyncio.IncompleteReadError)
+            raise CallError(f"{where}: unexpected EOF") from None
+        except ValueError as err:  # a line beyond the reader's limit, a malformed length
+            raise CallError(f"{where}: malformed HTTP response: {err}") from None
         except OSError as err:
             raise CallError(f"{where}: {_dial_text(host, port, err)}") from None
 
@@ -273,6 +277,4 @@ def _dial_text(host: str, port: int, err: OSError) -> str:
         return f"dial tcp: lookup {host}: no such host"
     if isinstance(err, ConnectionResetError):
         return "read: connection reset by peer"
-    if isinstance(err, asyncio.IncompleteReadError):
-        return "unexpected EOF"
     return f"dial tcp {address}: {err}"
