@@ -279,6 +279,7 @@ def test_webhook_down(configs: Make, v1: client.CoreV1Api, namespace: str) -> No
     [
         ("/garbage", r'failed calling webhook "bad.example.com": failed to call webhook: couldn\'t get version/kind; json parse error: .+'),
         ("/wronguid", r'failed calling webhook "bad.example.com": received invalid webhook response: expected response.uid="[0-9a-f-]{36}", got "not-the-uid"'),
+        ("/error", r'failed calling webhook "bad.example.com": failed to call webhook: an error on the server \("boom"\) has prevented the request from succeeding'),
         ("/truncate", r'failed calling webhook "bad.example.com": failed to call webhook: Post "https://127\.0\.0\.1:\d+/truncate\?timeout=10s": unexpected EOF'),
         ("/badpatch", r'failed calling webhook "bad.example.com": received undecodable patch in webhook response: json: cannot unmarshal object into Go value of type jsonpatch.Patch'),
     ],

@@ -154,6 +154,8 @@ class WebhookServer:
         if path == "/move":
             ops = [{"op": "add", "path": "/metadata/namespace", "value": "elsewhere"}]
             return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
+        if path == "/error":
+            return web.Response(status=500, text="boom")
         if path == "/truncate":  # promises a body, sends part of it, hangs up
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
             resp.content_length = 1000
