@@ -454,3 +454,34 @@ def test_patches_cannot_change_system_fields(configs: Make, hook_server: Webhook
     code, status = failure(err)
     assert code == 400
     assert status["message"] == "the namespace of the provided object does not match the namespace sent on the request"
+
+
+def _hpa_hook(name: str, server: WebhookServer, namespace: str, version: str, **extra: Any) -> Obj:
+    out = hook(name, server.url("/mutate"), namespace, server.ca_bundle, **extra)
+    out["rules"] = [{"operations": ["CREATE"], "apiGroups": ["autoscaling"], "apiVersions": [version], "resources": ["horizontalpodautoscalers"]}]
+    return out
+
+
+def test_match_policy(configs: Make, hook_server: WebhookServer, api: client.ApiClient, namespace: str) -> None:
+    """A webhook for autoscaling/v2 sees an autoscaling/v1 request in v2 under Equivalent (and its
+    patch lands), not under Exact; one for v1 sees the v1 object, converted from the stored v2."""
+    configs("mutating", _hpa_hook("hpa-v2.example.com", hook_server, namespace, "v2"), name=f"a-{namespace}")
+    configs("mutating", _hpa_hook("hpa-v2-exact.example.com", hook_server, namespace, "v2", matchPolicy="Exact"), name=f"b-{namespace}")
+    configs("mutating", _hpa_hook("hpa-v1.example.com", hook_server, namespace, "v1"), name=f"c-{namespace}")
+    body = {
+        "metadata": {"name": "h"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"}, "maxReplicas": 3, "targetCPUUtilizationPercentage": 50},
+    }
+    created = client.AutoscalingV1Api(api).create_namespaced_horizontal_pod_autoscaler(namespace, body)
+    assert created.metadata.labels == {"webhook": "seen"}
+    seen = [r for r in hook_server.got("/mutate") if r.get("namespace") == namespace]
+    assert len(seen) == 2  # the Exact one was not called
+    v2, v1 = seen
+    assert v2["kind"] == {"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"}
+    assert v2["requestKind"] == {"group": "autoscaling", "version": "v1", "kind": "HorizontalPodAutoscaler"}
+    assert v2["resource"]["version"] == "v2" and v2["requestResource"]["version"] == "v1"
+    assert v2["object"]["apiVersion"] == "autoscaling/v2" and "metrics" in v2["object"]["spec"]
+    assert v1["kind"]["version"] == "v1" and v1["requestKind"] == v1["kind"]
+    assert v1["object"]["apiVersion"] == "autoscaling/v1"
+    assert v1["object"]["spec"]["targetCPUUtilizationPercentage"] == 50
+    assert v1["object"]["metadata"]["labels"] == {"webhook": "seen"}  # the v2 webhook's patch, converted

@@ -75,9 +75,10 @@ class ValidatingAdmissionPolicyPlugin:
             if binding.match is not None and not binding.match.matches(inv.attrs, labels, rules_required=False):
                 continue
             if base is None:
+                view = inv.view()  # the objects in the request's own version
                 base = {
-                    "object": inv.obj if inv.operation != "DELETE" else None,
-                    "oldObject": inv.old,
+                    "object": view.obj if inv.operation != "DELETE" else None,
+                    "oldObject": view.old,
                     "request": inv.request_binding(context.is_dry_run()),
                     "namespaceObject": inv.namespace_object(),
                 }

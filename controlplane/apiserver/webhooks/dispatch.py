@@ -6,9 +6,10 @@ them so a broken webhook cannot lock its own configuration."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import cel, errors
@@ -20,6 +21,7 @@ from controlplane.storage.cache import WatchCache
 
 if TYPE_CHECKING:
     from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.base import Kind
 
 log = logging.getLogger("controlplane.apiserver.webhooks")
 Obj = dict[str, Any]
@@ -38,8 +40,21 @@ EXEMPT_RESOURCES = frozenset(
 NAMESPACES_BUCKET = "namespaces"
 
 
+@dataclass(frozen=True)
+class View:
+    """The request as a webhook registered for `kind` sees it: that version's names and objects."""
+
+    target: Target
+    obj: Obj | None
+    old: Obj | None
+
+
 @dataclass
 class Invocation:
+    """One request for the webhooks and policies. `obj` and `old` are in the storage form the
+    registry holds; `view(kind)` presents them in the version of `kind` (a v1 HorizontalPodAutoscaler
+    request is sent as autoscaling/v1, converted from the stored v2 object)."""
+
     attrs: Attributes
     target: Target
     operation: str
@@ -49,6 +64,30 @@ class Invocation:
     old: Obj | None
     user: UserInfo | None
     cache: WatchCache
+    kind: Kind
+    _views: dict[int, View] = field(default_factory=dict)
+
+    def view(self, kind: Kind | None = None) -> View:
+        kind = kind or self.kind
+        got = self._views.get(id(kind))
+        if got is None:
+            target = self.target
+            if kind is not self.kind:
+                sub = kind.subresource(self.target.subresource) if self.target.subresource else None
+                target = replace(
+                    target,
+                    group=kind.group,
+                    version=kind.version,
+                    kind=sub.kind if sub is not None and sub.kind else kind.kind,
+                    resource=kind.plural,
+                )
+            got = self._views[id(kind)] = View(target, _present(kind, self.obj), _present(kind, self.old))
+        return got
+
+    def changed(self, obj: Obj) -> None:
+        """The object after a mutation (storage form): every view is rebuilt from it."""
+        self.obj = obj
+        self._views.clear()
 
     def namespace_labels(self) -> Mapping[str, str]:
         cached = self.cache.get(f"/{NAMESPACES_BUCKET}/{self.namespace}")
@@ -60,17 +99,22 @@ class Invocation:
         cached = self.cache.get(f"/{NAMESPACES_BUCKET}/{self.namespace}") if self.namespace else None
         return cached.obj if cached is not None else None
 
-    def request_binding(self, dry_run: bool) -> Obj:
+    def request_binding(self, dry_run: bool, kind: Kind | None = None) -> Obj:
         """The `request` variable of CEL: the review's request without the objects."""
-        gvk = {"group": self.target.group, "version": self.target.version, "kind": self.target.kind}
-        gvr = {"group": self.target.group, "version": self.target.version, "resource": self.target.resource}
+        target = self.view(kind).target
+        gvk = {"group": target.group, "version": target.version, "kind": target.kind}
+        gvr = {"group": target.group, "version": target.version, "resource": target.resource}
         return {
             "kind": gvk,
             "resource": gvr,
-            "subResource": self.target.subresource,
-            "requestKind": gvk,
-            "requestResource": gvr,
-            "requestSubResource": self.target.subresource,
+            "subResource": target.subresource,
+            "requestKind": {"group": target.request_group, "version": target.request_version, "kind": target.request_kind},
+            "requestResource": {
+                "group": target.request_group,
+                "version": target.request_version,
+                "resource": target.request_resource,
+            },
+            "requestSubResource": target.subresource,
             "name": self.name,
             "namespace": self.namespace,
             "operation": self.operation,
@@ -79,17 +123,40 @@ class Invocation:
         }
 
 
+def _present(kind: Kind, stored: Obj | None) -> Obj | None:
+    if stored is None or not kind.converts:
+        return stored
+    return kind.from_storage(copy.deepcopy(stored))
+
+
+def to_storage(kind: Kind, obj: Obj) -> Obj:
+    return kind.to_storage(obj) if kind.converts else obj
+
+
+def equivalents(kind: Kind) -> list[Kind]:
+    """The other versions of the same resource (one storage): what matchPolicy Equivalent also matches."""
+    found = _EQUIVALENTS.get(id(kind))
+    if found is None:
+        from controlplane.apiserver.kinds import KINDS  # the table lists this package's kinds
+
+        found = _EQUIVALENTS[id(kind)] = [
+            k for k in KINDS if k is not kind and k.stored and k.bucket == kind.bucket and k.plural == kind.plural
+        ]
+    return found
+
+
+_EQUIVALENTS: dict[int, list[Kind]] = {}
+
+
 def invocation(request: AdmissionRequest) -> Invocation:
     """A DELETE carries the object as `old` only (the chain passes it in both)."""
     kind = request.kind
     obj = None if request.operation == "DELETE" else request.obj
     sub = kind.subresource(request.subresource) if request.subresource else None
+    kind_name = sub.kind if sub is not None and sub.kind else kind.kind
     target = Target(
-        kind.group,
-        kind.version,
-        (sub.kind if sub is not None and sub.kind else kind.kind),
-        kind.plural,
-        request.subresource,
+        kind.group, kind.version, kind_name, kind.plural, request.subresource,
+        kind.group, kind.version, kind_name, kind.plural,
     )
     attrs = Attributes(
         request.operation,
@@ -112,6 +179,7 @@ def invocation(request: AdmissionRequest) -> Invocation:
         request.old,
         request.user,
         request.registry.cache,
+        kind,
     )
 
 
@@ -119,12 +187,13 @@ def exempt(attrs: Attributes) -> bool:
     return attrs.group == EXEMPT_GROUP and attrs.resource in EXEMPT_RESOURCES
 
 
-def _conditions_hold(hook: Webhook, inv: Invocation) -> bool:
+def _conditions_hold(hook: Webhook, inv: Invocation, kind: Kind) -> bool:
     """matchConditions (upstream's matcher): any false -> skip; else an error -> failurePolicy (Fail:
     the request is forbidden with the errors; Ignore: skip); else call."""
     if not hook.match_conditions:
         return True
-    bindings = {"object": inv.obj, "oldObject": inv.old, "request": inv.request_binding(False)}
+    view = inv.view(kind)
+    bindings = {"object": view.obj, "oldObject": view.old, "request": inv.request_binding(False, kind)}
     failures: list[str] = []
     for cond in hook.match_conditions:
         try:
@@ -147,14 +216,30 @@ def _conditions_hold(hook: Webhook, inv: Invocation) -> bool:
     raise errors.forbidden_request(message, inv.target.resource, inv.target.group, inv.name)
 
 
-def relevant(hooks: tuple[Webhook, ...], inv: Invocation) -> list[Webhook]:
+def _matched_kind(hook: Webhook, inv: Invocation) -> Kind | None:
+    """The version whose rules select the request: its own, or with matchPolicy Equivalent another
+    version of the same resource (the webhook then sees the request in that version)."""
+    if any(r.matches(inv.attrs) for r in hook.rules):
+        return inv.kind
+    if hook.match_policy != "Equivalent":
+        return None
+    for kind in equivalents(inv.kind):
+        attrs = replace(inv.attrs, group=kind.group, version=kind.version, resource=kind.plural)
+        if any(r.matches(attrs) for r in hook.rules):
+            return kind
+    return None
+
+
+def relevant(hooks: tuple[Webhook, ...], inv: Invocation) -> list[tuple[Webhook, Kind]]:
+    """upstream's ShouldCallHook for each webhook: (the webhook, the version it sees the request in)."""
     attrs = inv.attrs
     if exempt(attrs):
         return []
     out = []
     labels: Mapping[str, str] | None = None
     for hook in hooks:
-        if not any(r.matches(attrs) for r in hook.rules):
+        kind = _matched_kind(hook, inv)
+        if kind is None:
             continue
         if not hook.namespace_selector.empty and attrs.namespace and labels is None:
             labels = inv.namespace_labels()
@@ -162,7 +247,7 @@ def relevant(hooks: tuple[Webhook, ...], inv: Invocation) -> list[Webhook]:
             continue
         if not object_selected(hook.object_selector, attrs):
             continue
-        if not _conditions_hold(hook, inv):
+        if not _conditions_hold(hook, inv, kind):
             continue
-        out.append(hook)
+        out.append((hook, kind))
     return out

@@ -18,11 +18,12 @@ from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.patch import json_patch
 from controlplane.apiserver.webhooks import context, review
 from controlplane.apiserver.webhooks.client import CallError, Reply, WebhookClient
-from controlplane.apiserver.webhooks.dispatch import Invocation, invocation, relevant
+from controlplane.apiserver.webhooks.dispatch import Invocation, invocation, relevant, to_storage
 from controlplane.apiserver.webhooks.source import MUTATING_BUCKET, VALIDATING_BUCKET, Webhook, WebhookSource
 
 if TYPE_CHECKING:
     from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.base import Kind
 
 log = logging.getLogger("controlplane.apiserver.webhooks")
 Obj = dict[str, Any]
@@ -43,11 +44,13 @@ def _dry_run_check(hook: Webhook, dry_run: bool) -> None:
         raise errors.bad_request(f'admission webhook "{hook.name}" does not support dry run')
 
 
-async def call(hook: Webhook, inv: Invocation, mutating: bool, dry_run: bool) -> review.Response:
-    """One review round trip; CallingError for anything failurePolicy judges, ApiError for a refusal."""
+async def call(hook: Webhook, kind: Kind, inv: Invocation, mutating: bool, dry_run: bool) -> review.Response:
+    """One review round trip, the request shown in `kind`'s version; CallingError for anything
+    failurePolicy judges, ApiError for a refusal."""
     _dry_run_check(hook, dry_run)
+    view = inv.view(kind)
     uid, body = review.build(
-        inv.target, inv.operation, inv.namespace, inv.name, inv.obj, inv.old, inv.user, dry_run
+        view.target, inv.operation, inv.namespace, inv.name, view.obj, view.old, inv.user, dry_run
     )
     try:
         reply = await CLIENT.post(hook, inv.cache, body)
@@ -134,7 +137,7 @@ class _Plugin:
     def __init__(self) -> None:
         self.source = WebhookSource(self.bucket)
 
-    def _hooks(self, request: AdmissionRequest) -> tuple[list[Webhook], Invocation | None]:
+    def _hooks(self, request: AdmissionRequest) -> tuple[list[tuple[Webhook, Kind]], Invocation | None]:
         hooks = self.source.hooks(request.registry.cache)
         if not hooks:
             return [], None
@@ -159,39 +162,44 @@ class MutatingAdmissionWebhook(_Plugin):
         changed_at = -1
         # Each webhook is matched against the object as the ones before it left it, as upstream's.
         for i, hook in enumerate(hooks):
-            if relevant((hook,), inv):
+            for _, kind in relevant((hook,), inv):
                 called.append(i)
-                if await self._call(hook, inv, request, dry_run):
+                if await self._call(hook, kind, inv, request, dry_run):
                     changed_at = i
         # reinvocationPolicy IfNeeded: once more for those called before the last change.
         for i in called:
-            if i < changed_at and hooks[i].reinvoke and relevant((hooks[i],), inv):
-                await self._call(hooks[i], inv, request, dry_run)
+            if i < changed_at and hooks[i].reinvoke:
+                for _, kind in relevant((hooks[i],), inv):
+                    await self._call(hooks[i], kind, inv, request, dry_run)
 
-    async def _call(self, hook: Webhook, inv: Invocation, request: AdmissionRequest, dry_run: bool) -> bool:
+    async def _call(
+        self, hook: Webhook, kind: Kind, inv: Invocation, request: AdmissionRequest, dry_run: bool
+    ) -> bool:
         try:
-            result = await call(hook, inv, True, dry_run)
+            result = await call(hook, kind, inv, True, dry_run)
         except CallingError as err:
             _failed(hook, err)
             return False
-        if not result.patch or inv.obj is None:
-            if result.patch and inv.obj is None:
+        shown = inv.view(kind).obj
+        if not result.patch or shown is None:
+            if result.patch and shown is None:
                 raise errors.internal(
                     f'admission webhook "{hook.name}" attempted to modify the object, which is not supported for this operation'
                 )
             return False
         try:
-            patched = json_patch(inv.obj, result.patch)
+            patched = json_patch(shown, result.patch)
         except ApiError as err:
             raise errors.internal(err.message) from None
         if not isinstance(patched, dict):
             raise errors.internal("json: cannot unmarshal patched document into an object")
+        patched = to_storage(kind, patched)
         _keep_system_fields(request, patched)
         request.kind.default(patched, request.operation == "CREATE")
         if patched == request.obj:
             return False
         _replace(request.obj, patched)
-        inv.obj = request.obj
+        inv.changed(request.obj)
         return True
 
 
@@ -210,12 +218,12 @@ class ValidatingAdmissionWebhook(_Plugin):
         results: list[Any]
         if len(hooks) == 1:  # the common case: no tasks to spawn
             try:
-                results = [await call(hooks[0], inv, False, dry_run)]
+                results = [await call(*hooks[0], inv, False, dry_run)]
             except (CallingError, ApiError) as err:
                 results = [err]
         else:
-            results = await asyncio.gather(*(call(h, inv, False, dry_run) for h in hooks), return_exceptions=True)
-        for hook, result in zip(hooks, results, strict=True):
+            results = await asyncio.gather(*(call(h, k, inv, False, dry_run) for h, k in hooks), return_exceptions=True)
+        for (hook, _), result in zip(hooks, results, strict=True):
             if isinstance(result, CallingError):
                 _failed(hook, result)
             elif isinstance(result, BaseException):

@@ -33,6 +33,11 @@ class Target:
     kind: str
     resource: str
     subresource: str
+    # What the client asked for, when the webhook sees an equivalent version (matchPolicy Equivalent).
+    request_group: str = ""
+    request_version: str = ""
+    request_kind: str = ""
+    request_resource: str = ""
 
 
 @dataclass
@@ -81,12 +86,18 @@ def build(
     uid = str(uuid.uuid4())
     gvk = {"group": target.group, "version": target.version, "kind": target.kind}
     gvr = {"group": target.group, "version": target.version, "resource": target.resource}
+    request_gvk = {"group": target.request_group, "version": target.request_version, "kind": target.request_kind}
+    request_gvr = {
+        "group": target.request_group,
+        "version": target.request_version,
+        "resource": target.request_resource,
+    }
     request: Obj = {
         "uid": uid,
         "kind": gvk,
         "resource": gvr,
-        "requestKind": gvk,
-        "requestResource": gvr,
+        "requestKind": request_gvk if target.request_kind else gvk,
+        "requestResource": request_gvr if target.request_resource else gvr,
         "name": name,
         "operation": operation,
         "userInfo": user_info(user),

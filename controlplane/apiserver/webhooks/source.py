@@ -44,6 +44,7 @@ class Webhook:
     namespace_selector: Selector
     object_selector: Selector
     failure_policy: str
+    match_policy: str
     side_effects: str
     timeout: int
     reinvoke: bool
@@ -71,6 +72,7 @@ class Webhook:
             selector(hook.get("namespaceSelector")),
             selector(hook.get("objectSelector")),
             hook.get("failurePolicy") or "Fail",
+            hook.get("matchPolicy") or "Equivalent",
             hook.get("sideEffects") or "",
             int(hook.get("timeoutSeconds") or 10),
             hook.get("reinvocationPolicy") == "IfNeeded",
