@@ -484,3 +484,20 @@ def test_match_policy(configs: Make, hook_server: WebhookServer, api: client.Api
     assert v1["object"]["apiVersion"] == "autoscaling/v1"
     assert v1["object"]["spec"]["targetCPUUtilizationPercentage"] == 50
     assert v1["object"]["metadata"]["labels"] == {"webhook": "seen"}  # the v2 webhook's patch, converted
+
+
+def test_kubectl_apply(kubectl: Kubectl, adm: client.AdmissionregistrationV1Api, namespace: str) -> None:
+    name = f"applied-{namespace}"
+
+    def manifest(timeout: int) -> str:
+        webhook = hook("applied.example.com", "https://127.0.0.1:1/x", namespace, timeoutSeconds=timeout)
+        return json.dumps({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": name}, "webhooks": [webhook]})
+
+    try:
+        assert "created" in kubectl("apply", "-f", "-", input=manifest(5))
+        assert "configured" in kubectl("apply", "-f", "-", input=manifest(7))
+        assert adm.read_validating_webhook_configuration(name).webhooks[0].timeout_seconds == 7
+        assert "serverside-applied" in kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=manifest(9))
+        assert adm.read_validating_webhook_configuration(name).webhooks[0].timeout_seconds == 9
+    finally:
+        kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")

@@ -11,6 +11,7 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import age
+from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.webhooks import validation
 from controlplane.apiserver.webhooks.plugins import MutatingAdmissionWebhook, ValidatingAdmissionWebhook
 
@@ -24,6 +25,8 @@ class _WebhookConfiguration(Kind):
     group = GROUP
     namespaced = False
     categories = ("api-extensions",)
+    # `webhooks` merges by name (patchStrategy merge, patchMergeKey name upstream): kubectl apply's patches.
+    smp = {"metadata": META, "webhooks": ListSpec("name")}
     mutating = False
     columns = (tables.NAME, _WEBHOOKS, tables.AGE)
 
