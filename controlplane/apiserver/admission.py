@@ -66,6 +66,11 @@ class AdmissionChain:
         for plugin in self.deleting:
             plugin.admit_delete(request)
 
+    def reviews_deletes(self, cache: Any) -> bool:
+        """Whether any delete reviewer has something to judge with (a plugin without configurations
+        says no, so a delete need not decode its object for nothing)."""
+        return any(getattr(p, "reviews_deletes", lambda _: True)(cache) for p in self.delete_reviewers)
+
     async def review_delete(self, request: AdmissionRequest) -> None:
         for plugin in self.delete_reviewers:
             await plugin.review_delete(request)

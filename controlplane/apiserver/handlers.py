@@ -519,7 +519,7 @@ class RestHandler:
     async def _review_delete(self, request: web.Request, info: RequestInfo) -> None:
         """The admission plugins that review deletes by waiting on something (webhooks, policies)."""
         res = info.resource
-        if not self.registry.admission.delete_reviewers or not res.stored:
+        if not res.stored or not self.registry.admission.reviews_deletes(self.cache):
             return
         cached = self.cache.get(res.key(info.namespace, info.name))
         if cached is not None:
@@ -561,7 +561,7 @@ class RestHandler:
         options = await self._delete_options(request)
         await self.cache.wait_fresh()
         items = self.cache.list(res.bucket, res.prefix(info.namespace), predicate)
-        if self.registry.admission.delete_reviewers and res.stored:
+        if res.stored and self.registry.admission.reviews_deletes(self.cache):
             for cached in items:  # each object's DELETE is reviewed, as upstream's deleteValidation
                 old, meta = cached.obj, cached.view["metadata"]
                 await self.registry.admission.review_delete(

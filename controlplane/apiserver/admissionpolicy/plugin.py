@@ -16,6 +16,7 @@ from controlplane.apiserver.webhooks.dispatch import Invocation, invocation
 
 if TYPE_CHECKING:
     from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.storage.cache import WatchCache
 
 Obj = dict[str, Any]
 
@@ -57,6 +58,9 @@ class ValidatingAdmissionPolicyPlugin:
 
     def __init__(self) -> None:
         self.source = PolicySource()
+
+    def reviews_deletes(self, cache: WatchCache) -> bool:
+        return bool(self.source.pairs(cache))
 
     async def review_delete(self, request: AdmissionRequest) -> None:
         self.validate(request)

@@ -24,6 +24,7 @@ from controlplane.apiserver.webhooks.source import MUTATING_BUCKET, VALIDATING_B
 if TYPE_CHECKING:
     from controlplane.apiserver.admission import AdmissionRequest
     from controlplane.apiserver.kinds.base import Kind
+    from controlplane.storage.cache import WatchCache
 
 log = logging.getLogger("controlplane.apiserver.webhooks")
 Obj = dict[str, Any]
@@ -136,6 +137,9 @@ class _Plugin:
 
     def __init__(self) -> None:
         self.source = WebhookSource(self.bucket)
+
+    def reviews_deletes(self, cache: WatchCache) -> bool:
+        return bool(self.source.hooks(cache))
 
     def _hooks(self, request: AdmissionRequest) -> tuple[list[tuple[Webhook, Kind]], Invocation | None]:
         hooks = self.source.hooks(request.registry.cache)
