@@ -501,3 +501,17 @@ def test_kubectl_apply(kubectl: Kubectl, adm: client.AdmissionregistrationV1Api,
         assert adm.read_validating_webhook_configuration(name).webhooks[0].timeout_seconds == 9
     finally:
         kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
+
+
+def test_namespace_judged_by_its_own_labels(configs: Make, hook_server: WebhookServer, v1: client.CoreV1Api) -> None:
+    team = uuid.uuid4().hex[:8]
+    webhook = hook("ns.example.com", hook_server.url("/deny"), "unused", hook_server.ca_bundle, resources=("namespaces",))
+    webhook["namespaceSelector"] = {"matchLabels": {"team": team}}
+    webhook["rules"][0]["operations"] = ["CREATE"]
+    configs("validating", webhook)
+    with pytest.raises(ApiException) as err:
+        v1.create_namespace({"metadata": {"name": f"t-{team}-a", "labels": {"team": team, "deny": "yes"}}})
+    assert failure(err)[1]["message"].startswith('admission webhook "ns.example.com" denied the request')
+    v1.create_namespace({"metadata": {"name": f"t-{team}-b", "labels": {"deny": "yes"}}})  # not selected
+    reviews = [r for r in hook_server.got("/deny") if r["resource"]["resource"] == "namespaces"]
+    assert [r["name"] for r in reviews if r["name"].startswith(f"t-{team}")] == [f"t-{team}-a"]
