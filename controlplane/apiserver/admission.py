@@ -34,6 +34,9 @@ class AdmissionRequest:
     old: Obj | None
     user: UserInfo | None
     registry: Registry
+    # The store generated the name (metadata.generateName): upstream's mutating admission runs before
+    # that, so admission webhooks are shown the object as the client sent it.
+    generated_name: bool = False
 
 
 class Plugin(Protocol):

@@ -86,9 +86,10 @@ class Registry:
         old: Obj | None,
         user: UserInfo | None,
         validate: bool = True,
+        generated_name: bool = False,
     ) -> None:
         name = obj["metadata"].get("name", "")
-        request = AdmissionRequest(operation, res, subresource, namespace, name, obj, old, user, self)
+        request = AdmissionRequest(operation, res, subresource, namespace, name, obj, old, user, self, generated_name)
         await self.admission.admit(request)
         problems = res.validate(obj) if validate else []
         if old is not None:
@@ -132,7 +133,7 @@ class Registry:
             res.default(obj, True)
             res.prepare_for_create(obj)
             fill_required(obj, res.storage_schema)
-            await self._admit("CREATE", res, "", namespace, obj, None, user, validate)
+            await self._admit("CREATE", res, "", namespace, obj, None, user, validate, bool(generate))
             await res.begin_create(self, obj)
             if manager is not None:
                 meta.pop("managedFields", None)

@@ -515,3 +515,20 @@ def test_namespace_judged_by_its_own_labels(configs: Make, hook_server: WebhookS
     v1.create_namespace({"metadata": {"name": f"t-{team}-b", "labels": {"deny": "yes"}}})  # not selected
     reviews = [r for r in hook_server.got("/deny") if r["resource"]["resource"] == "namespaces"]
     assert [r["name"] for r in reviews if r["name"].startswith(f"t-{team}")] == [f"t-{team}-a"]
+
+
+def test_create_as_sent(configs: Make, hook_server: WebhookServer, v1: client.CoreV1Api, namespace: str) -> None:
+    """Mutating webhooks see a create before the store names and stamps it (upstream's order);
+    validating webhooks see the object as it will be stored."""
+    ca = hook_server.ca_bundle
+    configs("mutating", hook("sent.example.com", hook_server.url("/mutate"), namespace, ca))
+    configs("validating", hook("stored.example.com", hook_server.url("/deny"), namespace, ca))
+    created = v1.create_namespaced_pod(namespace, {**pod(""), "metadata": {"generateName": "gen-"}})
+    assert created.metadata.name.startswith("gen-") and created.metadata.labels == {"webhook": "seen"}
+    mutating = [r for r in hook_server.got("/mutate") if r.get("namespace") == namespace][-1]
+    assert mutating["name"] == ""
+    meta = mutating["object"]["metadata"]
+    assert meta["generateName"] == "gen-" and not {"name", "uid", "creationTimestamp"} & set(meta)
+    validating = [r for r in hook_server.got("/deny") if r.get("namespace") == namespace][-1]
+    assert validating["name"] == created.metadata.name
+    assert validating["object"]["metadata"]["uid"] == created.metadata.uid

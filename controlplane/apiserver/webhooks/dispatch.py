@@ -65,6 +65,9 @@ class Invocation:
     user: UserInfo | None
     cache: WatchCache
     kind: Kind
+    # Mutating admission of a create: upstream runs it before the store sets uid, creationTimestamp,
+    # generation and a generated name, so the object is shown without them.
+    before_create: bool = False
     _views: dict[int, View] = field(default_factory=dict)
 
     def view(self, kind: Kind | None = None) -> View:
@@ -81,7 +84,10 @@ class Invocation:
                     kind=sub.kind if sub is not None and sub.kind else kind.kind,
                     resource=kind.plural,
                 )
-            got = self._views[id(kind)] = View(target, _present(kind, self.obj), _present(kind, self.old))
+            obj = _present(kind, self.obj)
+            if self.before_create and obj is not None:
+                obj = _as_sent(obj, generated=not self.name)
+            got = self._views[id(kind)] = View(target, obj, _present(kind, self.old))
         return got
 
     def changed(self, obj: Obj) -> None:
@@ -123,6 +129,15 @@ class Invocation:
         }
 
 
+_SET_BY_CREATE = ("uid", "creationTimestamp", "generation")
+
+
+def _as_sent(obj: Obj, generated: bool) -> Obj:
+    meta = obj.get("metadata") or {}
+    drop = _SET_BY_CREATE + (("name",) if generated else ())
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k not in drop}}
+
+
 def _present(kind: Kind, stored: Obj | None) -> Obj | None:
     if stored is None or not kind.converts:
         return stored
@@ -148,8 +163,11 @@ def equivalents(kind: Kind) -> list[Kind]:
 _EQUIVALENTS: dict[int, list[Kind]] = {}
 
 
-def invocation(request: AdmissionRequest) -> Invocation:
-    """A DELETE carries the object as `old` only (the chain passes it in both)."""
+def invocation(request: AdmissionRequest, mutating: bool = False) -> Invocation:
+    """A DELETE carries the object as `old` only (the chain passes it in both). `mutating`: for the
+    mutating webhooks, which see a create before the store has named and stamped the object."""
+    before_create = mutating and request.operation == "CREATE"
+    name = "" if before_create and request.generated_name else request.name
     kind = request.kind
     obj = None if request.operation == "DELETE" else request.obj
     sub = kind.subresource(request.subresource) if request.subresource else None
@@ -165,7 +183,7 @@ def invocation(request: AdmissionRequest) -> Invocation:
         kind.plural,
         request.subresource,
         request.namespace,
-        request.name,
+        name,
         obj,
         request.old,
     )
@@ -174,12 +192,13 @@ def invocation(request: AdmissionRequest) -> Invocation:
         target,
         request.operation,
         request.namespace,
-        request.name,
+        name,
         obj,
         request.old,
         request.user,
         request.registry.cache,
         kind,
+        before_create,
     )
 
 

@@ -113,6 +113,8 @@ def _keep_system_fields(request: AdmissionRequest, patched: Obj) -> None:
             meta[field] = before[field]
         else:
             meta.pop(field, None)
+    if not meta.get("name") and before.get("name"):  # shown without its generated name
+        meta["name"] = before["name"]
     if request.kind.namespaced and meta.get("namespace", request.namespace) != request.namespace:
         raise errors.bad_request(
             "the namespace of the provided object does not match the namespace sent on the request"
@@ -160,7 +162,7 @@ class MutatingAdmissionWebhook(_Plugin):
         hooks = self.source.hooks(request.registry.cache)
         if not hooks:
             return
-        inv = invocation(request)
+        inv = invocation(request, mutating=True)
         dry_run = context.is_dry_run()
         called: list[int] = []
         changed_at = -1
