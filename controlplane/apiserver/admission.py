@@ -35,12 +35,16 @@ class AdmissionRequest:
     user: UserInfo | None
     registry: Registry
     dry_run: bool = False  # checked, never charged (ResourceQuota)
+    # The store generated the name (metadata.generateName): upstream's mutating admission runs before
+    # that, so admission webhooks are shown the object as the client sent it.
+    generated_name: bool = False
 
 
 class Plugin(Protocol):
     """A plugin implements `admit(request)` (may change request.obj), `validate(request)`, or both;
     either raises an ApiError to refuse the write. Plugins that judge deletes implement
-    `admit_delete(request)` (request.old is the object)."""
+    `admit_delete(request)` (request.old is the object); those that must wait for something to judge
+    them (admission webhooks and policies) implement the coroutine `review_delete(request)`."""
 
 
 class AdmissionChain:
@@ -50,6 +54,7 @@ class AdmissionChain:
         # Plugins marked `last` (ResourceQuota, which charges usage) run after every other one, as upstream.
         self.validating.sort(key=lambda p: bool(getattr(p, "last", False)))
         self.deleting = [p for p in plugins if callable(getattr(p, "admit_delete", None))]
+        self.delete_reviewers = [p for p in plugins if callable(getattr(p, "review_delete", None))]
 
     async def admit(self, request: AdmissionRequest) -> None:
         for plugin in self.mutating:
@@ -66,6 +71,15 @@ class AdmissionChain:
     def admit_delete(self, request: AdmissionRequest) -> None:
         for plugin in self.deleting:
             plugin.admit_delete(request)
+
+    def reviews_deletes(self, cache: Any) -> bool:
+        """Whether any delete reviewer has something to judge with (a plugin without configurations
+        says no, so a delete need not decode its object for nothing)."""
+        return any(getattr(p, "reviews_deletes", lambda _: True)(cache) for p in self.delete_reviewers)
+
+    async def review_delete(self, request: AdmissionRequest) -> None:
+        for plugin in self.delete_reviewers:
+            await plugin.review_delete(request)
 
 
 def plugin_name(plugin: Any) -> str:

@@ -543,12 +543,35 @@ class RestHandler:
                 self.decode(body, "DeleteOptions", "v1", DELETE_OPTIONS, request)
         return DeleteOptions.parse(body, request.query).check()
 
+    async def _review_delete(self, request: web.Request, info: RequestInfo) -> None:
+        """The admission plugins that review deletes by waiting on something (webhooks, policies)."""
+        res = info.resource
+        if not res.stored or not self.registry.admission.reviews_deletes(self.cache):
+            return
+        cached = self.cache.get(res.key(info.namespace, info.name))
+        if cached is not None:
+            old = cached.obj
+            await self.registry.admission.review_delete(
+                AdmissionRequest(
+                    "DELETE",
+                    res,
+                    info.subresource,
+                    info.namespace,
+                    info.name,
+                    old,
+                    old,
+                    self.user(request),
+                    self.registry,
+                )
+            )
+
     async def _delete(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         """Upstream's DeleteResource: 200 with a Status (or, for kinds that return it, the object) once
         the object is gone; 200 with the object while finalizers or a grace period hold it; 202 instead
         when the request asked `orphanDependents: false` and the object stays."""
         res = info.resource
         options = await self._delete_options(request)
+        await self._review_delete(request, info)
         obj, gone = await self.registry.delete(res, info.namespace, info.name, options)
         status = 202 if not gone and options.orphan_dependents is False else 200
         if gone and not res.return_deleted_object:
@@ -576,6 +599,22 @@ class RestHandler:
         except TooLargeResourceVersionError as err:
             raise too_large(err) from None
         items = self.cache.list(res.bucket, res.prefix(info.namespace), predicate)
+        if res.stored and self.registry.admission.reviews_deletes(self.cache):
+            for cached in items:  # each object's DELETE is reviewed, as upstream's deleteValidation
+                old, meta = cached.obj, cached.view["metadata"]
+                await self.registry.admission.review_delete(
+                    AdmissionRequest(
+                        "DELETE",
+                        res,
+                        "",
+                        meta.get("namespace", ""),
+                        meta["name"],
+                        old,
+                        old,
+                        self.user(request),
+                        self.registry,
+                    )
+                )
         deleted = await self.registry.delete_collection(res, info.namespace, items, options)
         return json_response(
             {

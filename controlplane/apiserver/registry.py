@@ -101,10 +101,11 @@ class Registry:
         user: UserInfo | None,
         validate: bool = True,
         dry_run: bool = False,
+        generated_name: bool = False,
     ) -> None:
         name = obj["metadata"].get("name", "")
         request = AdmissionRequest(
-            operation, res, subresource, namespace, name, obj, old, user, self, dry_run
+            operation, res, subresource, namespace, name, obj, old, user, self, dry_run, generated_name
         )
         await self.admission.admit(request)
         problems = res.validate(obj) if validate else []
@@ -149,7 +150,18 @@ class Registry:
             res.default(obj, True)
             res.prepare_for_create(obj)
             fill_required(obj, res.storage_schema)
-            await self._admit("CREATE", res, "", namespace, obj, None, user, validate, dry_run)
+            await self._admit(
+                "CREATE",
+                res,
+                "",
+                namespace,
+                obj,
+                None,
+                user,
+                validate,
+                dry_run,
+                generated_name=bool(generate),
+            )
             await res.begin_create(self, obj)
             if manager is not None:
                 meta.pop("managedFields", None)

@@ -43,6 +43,7 @@ from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
 from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
+from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
@@ -317,7 +318,12 @@ class ApiServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[self.metrics.middleware, self._middleware, self.flowcontrol.middleware],
+            middlewares=[
+                admission_context.middleware,
+                self.metrics.middleware,
+                self._middleware,
+                self.flowcontrol.middleware,
+            ],
             client_max_size=MAX_BODY,
         )
         app.on_response_prepare.append(self.flowcontrol.on_prepare)

@@ -54,6 +54,8 @@ from controlplane.apiserver.kinds import (
     statefulset,
     storageclass,
     tokenreview,
+    validatingadmissionpolicy,
+    webhookconfiguration,
 )
 from controlplane.apiserver.kinds.base import Kind
 
@@ -103,6 +105,11 @@ KINDS: list[Kind] = [
     storageclass.KIND,
     flowschema.KIND,
     prioritylevelconfiguration.KIND,
+    # Upstream's plugin order: MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook.
+    webhookconfiguration.MUTATING,
+    validatingadmissionpolicy.POLICY,
+    validatingadmissionpolicy.BINDING,
+    webhookconfiguration.VALIDATING,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
