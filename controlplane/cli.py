@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from kubeclient.eventloop import loop_factory
 
 if TYPE_CHECKING:
+    from controlplane.apiserver.audit import AuditOptions
     from controlplane.apiserver.server import ServerConfig
     from controlplane.storage.etcd import EtcdConfig
 
@@ -139,6 +140,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="lease: the kubernetes Service's endpoints list every live API server (/masterleases/ on "
         "etcd; on SQLite the one server); none: leave them alone",
     )
+    parser.add_argument(
+        "--audit-policy-file", type=Path, default=None, help="audit.k8s.io/v1 Policy: what is audited, at which level"
+    )
+    parser.add_argument(
+        "--audit-log-path", default="", help="audit events as JSON lines to this file ('-': stdout)"
+    )
+    parser.add_argument(
+        "--audit-log-maxsize", type=int, default=0, help="MB an audit log reaches before it is rotated (0: 100)"
+    )
+    parser.add_argument(
+        "--audit-log-maxbackup", type=int, default=0, help="rotated audit logs kept (0: all)"
+    )
+    parser.add_argument(
+        "--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: no limit)"
+    )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -251,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
         kubelet_certificate_authority=args.kubelet_certificate_authority,
         etcd=_etcd_config(args),
         endpoint_reconciler=args.endpoint_reconciler_type,
+        audit=_audit_options(args),
     )
     from controlplane.storage import StoreUnavailableError
 
@@ -260,6 +277,24 @@ def run(args: argparse.Namespace) -> int:
     except StoreUnavailableError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
     return 0
+
+
+def _audit_options(args: argparse.Namespace) -> AuditOptions:
+    """The audit flags, the policy file checked now so a bad one stops the start with upstream's text."""
+    from controlplane.apiserver.audit import AuditOptions, PolicyError, build_auditor
+
+    options = AuditOptions(
+        args.audit_policy_file,
+        args.audit_log_path,
+        args.audit_log_maxsize,
+        args.audit_log_maxbackup,
+        args.audit_log_maxage,
+    )
+    try:
+        build_auditor(options)
+    except PolicyError as err:
+        raise SystemExit(f"pykubelet server: {err}") from None
+    return options
 
 
 def _etcd_config(args: argparse.Namespace) -> EtcdConfig | None:

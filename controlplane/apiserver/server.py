@@ -14,10 +14,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from controlplane.apiserver import discovery, kinds, oidc, openapi
+from controlplane.apiserver import audit, discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig
 from controlplane.apiserver.aggregator.handler import Aggregator
+from controlplane.apiserver.audit import AuditOptions, build_auditor
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import Attributes, forbidden
@@ -108,6 +109,7 @@ class ServerConfig:
     endpoint_reconciler: str = "lease"
     master_lease_ttl: int = DEFAULT_TTL
     endpoint_interval: float = DEFAULT_INTERVAL
+    audit: AuditOptions = field(default_factory=AuditOptions)  # --audit-policy-file, --audit-log-* (audit/)
 
 
 class ApiServer:
@@ -139,6 +141,7 @@ class ApiServer:
         self.endpoints: LeaseEndpointReconciler | None = None
         self.port = config.port
         self.metrics = ApiServerMetrics(self._state_gauges)
+        self.audit = build_auditor(config.audit)
         self._openapi_v3 = openapi.v3_index()
         self._openapi_v2 = openapi.v2_document()
 
@@ -176,6 +179,7 @@ class ApiServer:
         self.aggregator.start(
             pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None
         )
+        await self.audit.start()
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
@@ -284,6 +288,7 @@ class ApiServer:
         await self.cache.stop()
         if self._runner:
             await self._runner.cleanup()
+        await self.audit.stop()  # every buffered event written
         await self.store.close()
 
     async def _compact_loop(self) -> None:
@@ -304,8 +309,10 @@ class ApiServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[self.metrics.middleware, self._middleware], client_max_size=MAX_BODY
+            middlewares=[self.metrics.middleware, self.audit.middleware, self._middleware],
+            client_max_size=MAX_BODY,
         )
+        app.on_response_prepare.append(self.audit.on_prepare)
         r = app.router
         for path in ("/healthz", "/livez", "/readyz"):
             r.add_get(path, self._health)
@@ -348,7 +355,9 @@ class ApiServer:
                     return await handler(request)
                 else:
                     raise ApiError(401, "Unauthorized", "Unauthorized")
+            audit.authenticated(request, user)
             user = impersonate(request.headers, user, self.authorizer)
+            audit.impersonated(request, user)
             request[USER_KEY] = user
             path = request.path
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
@@ -364,6 +373,7 @@ class ApiServer:
                 }.get(request.method, request.method.lower())
                 attrs = Attributes(user, verb, path=request.path, resource_request=False)
                 decision = self.authorizer.authorize(attrs)
+                audit.authorized(request, decision)
                 if not decision.allowed:
                     raise forbidden(attrs, decision.reason)
             return await handler(request)
@@ -421,6 +431,7 @@ class ApiServer:
             )
         except Exception as exc:
             log.exception("path=%s method=%s", request.path, request.method)
+            audit.panicked(request, exc)
             return json_response(
                 ApiError(
                     500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}"
