@@ -190,3 +190,85 @@ def condition_times(writes: Iterable[Write]) -> dict[tuple[str, str], dt.datetim
                 seen[ctype] = (status, transition)
                 out[(ctype, status)] = w.time
     return out
+
+
+# Texts of upstream's admission refusals (webhooks, ValidatingAdmissionPolicy, ResourceQuota,
+# LimitRanger, PodSecurity, the ServiceAccount plugin): "is forbidden:" without RBAC's `User "x" cannot`.
+ADMISSION_MARKS = (
+    "admission webhook",
+    "failed calling webhook",
+    "ValidatingAdmissionPolicy",
+    "exceeded quota",
+    "violates PodSecurity",
+    "is forbidden:",
+)
+
+
+def is_rbac_denial(message: str) -> bool:
+    return "is forbidden: User " in message and " cannot " in message
+
+
+def is_admission_denial(message: str) -> bool:
+    return any(mark in message for mark in ADMISSION_MARKS) and not is_rbac_denial(message)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A write the API server refused in admission, from the log's ResponseComplete event."""
+
+    time: dt.datetime
+    user: str
+    verb: str
+    resource: str
+    name: str
+    code: int
+    message: str
+
+    def describe(self) -> str:
+        what = f"{self.verb} {self.resource}{'/' + self.name if self.name else ''}"
+        return f"{what} by {self.user} refused ({self.code}): {self.message}"
+
+
+def read_rejections(path: Path, namespace: str, since: dt.datetime | None = None) -> list[Rejection]:
+    """The admission refusals of writes in `namespace` (after `since`), oldest first."""
+    needle = f'"namespace":"{namespace}"'.encode()
+    out: list[Rejection] = []
+    for file in log_files(path):
+        try:
+            with open(file, "rb") as fh:
+                for line in fh:
+                    if needle not in line or b'"ResponseComplete"' not in line or b'"Failure"' not in line:
+                        continue
+                    try:
+                        ev = json.loads(line)
+                    except ValueError:
+                        continue
+                    rejection = _rejection(ev, namespace)
+                    if rejection is not None and (since is None or rejection.time >= since):
+                        out.append(rejection)
+        except OSError:
+            continue
+    return sorted(out, key=lambda r: r.time)
+
+
+def _rejection(ev: dict[str, Any], namespace: str) -> Rejection | None:
+    if ev.get("stage") != "ResponseComplete" or ev.get("verb") not in WRITE_VERBS:
+        return None
+    ref, status = ev.get("objectRef") or {}, ev.get("responseStatus") or {}
+    message = str(status.get("message") or "")
+    if ref.get("namespace") != namespace or not 400 <= int(status.get("code") or 0) < 500:
+        return None
+    if not is_admission_denial(message):
+        return None
+    when = _time(ev.get("stageTimestamp"))
+    if when is None:
+        return None
+    return Rejection(
+        when,
+        str((ev.get("user") or {}).get("username") or ""),
+        str(ev["verb"]),
+        str(ref.get("resource") or ""),
+        str(ref.get("name") or ""),
+        int(status.get("code") or 0),
+        message,
+    )

@@ -31,7 +31,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     (d / "policy.yaml").write_text(STACK_POLICY)
     data = d / "server"
     args = ["--audit-policy-file", str(d / "policy.yaml"), "--audit-log-path", str(data / "audit.log")]
-    with ApiServer(data, extra_args=args) as api:
+    with ApiServer(data, extra_args=args, service_account_admission=True) as api:
+        from kubernetes import client
+
+        with api.api_client() as c:  # no controllers run here: the accounts they would make
+            v1 = client.CoreV1Api(c)
+            v1.create_namespaced_service_account(NS, {"metadata": {"name": "default"}})
+            v1.create_namespaced_service_account("kube-system", {"metadata": {"name": "replicaset-controller"}})
         yield api
 
 
@@ -105,6 +111,69 @@ def test_trace_reads_exact_times_and_writers_from_the_audit_log(server: ApiServe
 
     text = trace(server.kubeconfig, "pod/audited").stdout
     assert "Pod audited bound (binding) by kube-scheduler" in text and "audit log" in text, text
+
+
+def diagnose(server: ApiServer, target: str) -> tuple[int, dict]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "pykubelet.cli", "diagnose", target, "--json", "--kubeconfig", str(server.kubeconfig), "-n", NS]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode in (0, 1, 2), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_diagnose_names_an_admission_refusal_from_the_audit_log(server: ApiServer) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    body = {
+        "metadata": {"name": "refused"},
+        "spec": {"serviceAccountName": "nope", "containers": [{"name": "main", "image": "busybox"}]},
+    }
+    with server.api_client() as api:
+        with pytest.raises(ApiException) as err:
+            client.CoreV1Api(api).create_namespaced_pod(NS, body)
+    assert err.value.status == 403
+    verdict: dict = {}
+    for _ in range(100):  # until the writer has put the refusal in the log
+        code, verdict = diagnose(server, "pod/refused")
+        if code == 1:
+            break
+    assert verdict["boundary"] == "admission", verdict
+    assert 'error looking up service account default/nope: serviceaccount "nope" not found' in verdict["summary"]
+    assert "create pods/refused by kubernetes-admin refused (403)" in verdict["summary"]
+
+
+def test_diagnose_checks_what_the_owning_controllers_identity_needs(server: ApiServer) -> None:
+    from kubernetes import client
+
+    labels = {"app": "rs1"}
+    rs = {
+        "metadata": {"name": "rs1"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        },
+    }
+    binding = "system:controller:replicaset-controller"
+    with server.api_client() as api:
+        client.AppsV1Api(api).create_namespaced_replica_set(NS, rs)
+        code, verdict = diagnose(server, "rs/rs1")
+        authz = next(f for f in verdict["findings"] if f["boundary"] == "authorization")
+        assert authz["state"] == "ok", verdict
+        user = "system:serviceaccount:kube-system:replicaset-controller"
+        assert f"{user} may do what the journey needs" in authz["evidence"]
+        rbac = client.RbacAuthorizationV1Api(api)
+        saved = api.sanitize_for_serialization(rbac.read_cluster_role_binding(binding))
+        rbac.delete_cluster_role_binding(binding)
+        try:
+            code, verdict = diagnose(server, "rs/rs1")
+        finally:
+            for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+                saved["metadata"].pop(key, None)
+            rbac.create_cluster_role_binding(saved)
+    assert code == 1 and verdict["boundary"] == "authorization", verdict
+    assert verdict["summary"] == f"stalled at: authorization - {user} may not create pods -n {NS}"
 
 
 def test_audit_events_a_write_becomes() -> None:
