@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _audit_options(args: argparse.Namespace) -> AuditOptions:
     """The audit flags, the policy file checked now so a bad one stops the start with upstream's text."""
-    from controlplane.apiserver.audit import AuditOptions, PolicyError, build_auditor
+    from controlplane.apiserver.audit import AuditOptions, PolicyError, load_options
 
     options = AuditOptions(
         args.audit_policy_file,
@@ -291,7 +291,7 @@ def _audit_options(args: argparse.Namespace) -> AuditOptions:
         args.audit_log_maxage,
     )
     try:
-        build_auditor(options)
+        load_options(options)
     except PolicyError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
     return options

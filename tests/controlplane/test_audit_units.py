@@ -208,3 +208,17 @@ def test_backup_names_as_lumberjack() -> None:
 
     when = datetime(2026, 12, 1, 18, 0, 0, 123456, tzinfo=UTC)
     assert backup_name(Path("/var/log/audit.log"), when) == Path("/var/log/audit-2026-12-01T18-00-00.123.log")
+
+
+def test_the_stacks_policy_keeps_writes_and_never_a_secrets_body() -> None:
+    from pykubelet.rig.auditlog import STACK_POLICY
+
+    assert level(STACK_POLICY, "GET", "/api/v1/namespaces/n/pods/p") == "None"
+    assert level(STACK_POLICY, "PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1") == "None"
+    assert level(STACK_POLICY, "POST", "/api/v1/namespaces/n/secrets") == "Metadata"
+    assert level(STACK_POLICY, "PATCH", "/api/v1/namespaces/n/configmaps/c") == "Metadata"
+    assert level(STACK_POLICY, "POST", "/api/v1/namespaces/n/pods/p/binding") == "RequestResponse"
+    assert level(STACK_POLICY, "PATCH", "/apis/apps/v1/namespaces/n/deployments/d/status") == "RequestResponse"
+    assert level(STACK_POLICY, "POST", "/api/v1/namespaces/n/events") == "Metadata"
+    policy = parse_policy(STACK_POLICY)
+    assert policy.evaluate(attrs("POST", "/api/v1/namespaces/n/pods")).omit_stages == {"RequestReceived"}

@@ -47,18 +47,25 @@ class AuditOptions:
         return out
 
 
-def build_auditor(options: AuditOptions) -> Auditor:
-    """The auditor the options ask for; PolicyError (upstream's `loading audit policy file: ...`) when
-    the policy cannot be used. No log path: no backend, so nothing is audited (upstream's no-op)."""
+def load_options(options: AuditOptions) -> Policy | None:
+    """The policy the options name, checked (PolicyError with upstream's `loading audit policy file:
+    ...`); None when nothing is to be audited (no policy file, or no log to write: upstream's no-op)."""
     problems = options.problems()
     if problems:
         raise PolicyError(problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]")
     if options.policy_file is None or not options.log_path:
-        return Auditor(None, None)
+        return None
     try:
-        policy = load_policy_file(options.policy_file)
+        return load_policy_file(options.policy_file)
     except PolicyError as err:
         raise PolicyError(f"loading audit policy file: {err}") from None
+
+
+def build_auditor(options: AuditOptions) -> Auditor:
+    """The auditor the options ask for (see load_options)."""
+    policy = load_options(options)
+    if policy is None:
+        return Auditor(None, None)
     rotation = Rotation(options.max_size_mb, options.max_backups, options.max_age_days)
     return Auditor(policy, BufferedBackend(LogFile(options.log_path, rotation)))
 
@@ -74,6 +81,7 @@ __all__ = [
     "authorized",
     "build_auditor",
     "impersonated",
+    "load_options",
     "load_policy_file",
     "panicked",
     "parse_policy",
