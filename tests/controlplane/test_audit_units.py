@@ -222,3 +222,52 @@ def test_the_stacks_policy_keeps_writes_and_never_a_secrets_body() -> None:
     assert level(STACK_POLICY, "POST", "/api/v1/namespaces/n/events") == "Metadata"
     policy = parse_policy(STACK_POLICY)
     assert policy.evaluate(attrs("POST", "/api/v1/namespaces/n/pods")).omit_stages == {"RequestReceived"}
+
+
+async def test_a_handler_that_fails_is_audited_at_stage_panic(tmp_path: Path) -> None:
+    """The Panic stage (upstream's recover in WithAudit), on an aiohttp app with the auditor's middleware
+    and the server's error translation stood in by a few lines."""
+    import json
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from controlplane.apiserver import audit
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text(HEAD + "rules: [{level: Metadata}]\n")
+    log = tmp_path / "audit.log"
+    auditor = build_auditor(AuditOptions(policy, str(log)))
+
+    @web.middleware
+    async def server_errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
+        audit.authenticated(request, ALICE)
+        try:
+            return await handler(request)
+        except Exception as exc:
+            audit.panicked(request, exc)
+            return web.json_response({"kind": "Status", "code": 500}, status=500)
+
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError("boom")
+
+    app = web.Application(middlewares=[auditor.middleware, server_errors])
+    app.on_response_prepare.append(auditor.on_prepare)
+    app.router.add_get("/api/v1/namespaces/n/pods/p", broken)
+    await auditor.start()
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/api/v1/namespaces/n/pods/p", headers={"Audit-ID": "panic-1"})
+        assert resp.status == 500 and resp.headers["Audit-Id"] == "panic-1"
+        other = await client.get("/api/v1/namespaces/n/pods/p")
+        assert len(other.headers["Audit-Id"]) == 36  # a new UUID
+    await auditor.stop()
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    mine = [e for e in events if e["auditID"] == "panic-1"]
+    assert [e["stage"] for e in mine] == ["RequestReceived", "Panic"]
+    assert mine[1]["responseStatus"] == {
+        "metadata": {},
+        "status": "Failure",
+        "message": "APIServer panic'd: RuntimeError: boom",
+        "reason": "InternalError",
+        "code": 500,
+    }

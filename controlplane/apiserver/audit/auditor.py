@@ -30,7 +30,6 @@ from controlplane.apiserver.authz import Decision
 
 log = logging.getLogger("controlplane.apiserver.audit")
 
-AUDIT_KEY = "pykube.audit"
 HEADER = "Audit-Id"
 DECISION_KEY = "authorization.k8s.io/decision"
 REASON_KEY = "authorization.k8s.io/reason"
@@ -142,6 +141,9 @@ class AuditContext:
         if stage in self.config.omit_stages or self.auditor.backend is None:
             return
         self.auditor.backend.process(self.event(request, stage))
+
+
+AUDIT_KEY = web.RequestKey("audit", AuditContext)
 
 
 class Auditor:
