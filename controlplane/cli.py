@@ -291,9 +291,18 @@ def _audit_options(args: argparse.Namespace) -> AuditOptions:
         args.audit_log_maxage,
     )
     try:
-        load_options(options)
+        policy = load_options(options)
     except PolicyError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
+    if policy is not None and options.log_path != "-":
+        from controlplane.apiserver.audit.logfile import LogFile, Rotation
+
+        log = LogFile(options.log_path, Rotation())
+        try:  # upstream's ensureLogFile: the directory and the file can be made before anything serves
+            log.open()
+        except OSError as err:
+            raise SystemExit(f"pykubelet server: --audit-log-path {options.log_path}: {err.strerror or err}") from None
+        log.close()
     return options
 
 

@@ -259,3 +259,16 @@ def test_a_bad_policy_file_stops_the_start_with_a_clear_message(tmp_path: Path, 
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1] == "pykubelet server: " + message.format(path=path)
     assert not (tmp_path / "audit.log").exists()
+
+
+def test_an_audit_log_that_cannot_be_made_stops_the_start(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n")
+    (tmp_path / "file").write_text("not a directory")
+    log = tmp_path / "file" / "audit.log"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pykubelet", "server", "--data-dir", str(tmp_path / "d"), "--port", "0",
+         "--audit-policy-file", str(tmp_path / "policy.yaml"), "--audit-log-path", str(log)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == f"pykubelet server: --audit-log-path {log}: File exists"  # its directory is a file
