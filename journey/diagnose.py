@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from journey.auditlog import is_admission_denial
+from journey.auditlog import is_admission_denial, is_rbac_denial
 from journey.graph import Journey, Obj, label, meta, uid_of
 from journey.timeline import parse_time
 
@@ -192,8 +192,31 @@ def check_authorization(facts: Facts) -> Finding:
             f"restore the ClusterRole system:controller:{controller} and its ClusterRoleBinding "
             f"(kubectl auth can-i {what} --as={who})",
         )
+    refused = _rbac_refusals(facts)
+    if refused:
+        return _stall(
+            "authorization",
+            refused[-1],
+            refused[-3:],
+            "restore the RBAC the controller's identity needs (its ClusterRole system:controller:<name> "
+            "and the binding)",
+        )
     checked = [f"{c} may do what the journey needs" for c in facts.controllers_checked]
     return _ok("authorization", "the caller may read every object of the journey", checked)
+
+
+def _rbac_refusals(facts: Facts) -> list[str]:
+    """FailedCreate events in which RBAC refused an owning controller's write (`is forbidden: User
+    "system:serviceaccount:kube-system:replicaset-controller" cannot create resource "pods"`)."""
+    if facts.journey is None:
+        return []
+    uids = {uid_of(o) for o in facts.journey.objects}
+    return [
+        f"{(ev.get('involvedObject') or {}).get('kind')} {(ev.get('involvedObject') or {}).get('name')}: "
+        f"FailedCreate - {ev.get('message')}"
+        for ev in _events(facts, uids, ("FailedCreate",))
+        if is_rbac_denial(str(ev.get("message") or ""))
+    ]
 
 
 def controller_needs(journey: Journey) -> list[tuple[str, str, str, str, str]]:

@@ -123,9 +123,10 @@ def test_admission_refusals_in_events_conditions_and_the_audit_log():
     verdict = diagnose(facts_for(Event=failed_create(webhook)))
     assert verdict.stalled.boundary == "admission" and "deny.example.com" in verdict.summary
     assert "webhook" in verdict.stalled.next_step
-    # RBAC forbidding the controller is authorization's, not admission's: the controller boundary reports it
+    # RBAC forbidding the controller is authorization's, not admission's
     rbac = 'Error creating: pods "x" is forbidden: User "system:serviceaccount:kube-system:replicaset-controller" cannot create resource "pods"'
-    assert diagnose(facts_for(Event=failed_create(rbac))).stalled.boundary == "controller"
+    verdict = diagnose(facts_for(Event=failed_create(rbac)))
+    assert verdict.stalled.boundary == "authorization" and "cannot create resource" in verdict.summary
     # A root that does not exist because admission refused its creation (from the audit log).
     facts = Facts(
         server="https://api",
