@@ -449,7 +449,11 @@ class ApiServer:
         revision = GaugeMetricFamily(
             "pykube_storage_revision", "Newest committed store revision.", value=self.store.revision
         )
-        return [*storage_gauges(self.cache.object_counts(), self.cache.watcher_count()), revision]
+        return [
+            *storage_gauges(self.cache.object_counts(), self.cache.watcher_count()),
+            revision,
+            *self.audit.metrics(),
+        ]
 
     async def _version(self, request: web.Request) -> web.Response:
         return json_response(discovery.version_info())

@@ -210,6 +210,17 @@ def test_scenario_appears_at_its_levels_and_stages(audited: ApiServer, tmp_path:
     assert unauth["user"] == {} and unauth["responseStatus"]["code"] == 401
     assert not any(e["requestURI"].startswith("/healthz") or e["requestURI"].startswith("/readyz") for e in events(path))
 
+    # upstream's audit metrics: every event written was counted, none dropped, levels per request.
+    written = len(events(path))
+    with audited.api_client() as api:
+        url = api.configuration.host + "/metrics"
+        text = api.rest_client.pool_manager.request("GET", url, preload_content=True).data.decode()
+    samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("apiserver_audit_")}
+    assert samples["apiserver_audit_event_total"] >= written
+    assert samples['apiserver_audit_error_total{plugin="buffered"}'] == 0
+    assert samples['apiserver_audit_level_total{level="RequestResponse"}'] >= 7
+    assert samples['apiserver_audit_level_total{level="None"}'] >= 1  # the readiness checks
+
 
 def test_rotation_keeps_maxbackup_files_and_a_clean_stop_loses_nothing(tmp_path: Path) -> None:
     (tmp_path / "policy.yaml").write_text(

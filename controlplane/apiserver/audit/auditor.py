@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from controlplane.apiserver.audit import policy as pol
 from controlplane.apiserver.audit.backend import BufferedBackend
@@ -140,6 +141,7 @@ class AuditContext:
         """upstream's processAuditEvent: stages the policy omits are not sent."""
         if stage in self.config.omit_stages or self.auditor.backend is None:
             return
+        self.auditor.events += 1
         self.auditor.backend.process(self.event(request, stage))
 
 
@@ -152,6 +154,36 @@ class Auditor:
     def __init__(self, policy: pol.Policy | None, backend: BufferedBackend | None) -> None:
         self.policy = policy
         self.backend = backend
+        self.events = 0  # sent to the backend
+        self.levels: dict[str, int] = {}  # requests by the level the policy gave them
+
+    def evaluate(self, attrs: Attributes) -> pol.RequestAuditConfig:
+        assert self.policy is not None
+        config = self.policy.evaluate(attrs)
+        self.levels[config.level] = self.levels.get(config.level, 0) + 1
+        return config
+
+    def metrics(self) -> list[Metric]:
+        """upstream's apiserver_audit_event_total, apiserver_audit_error_total{plugin} (the buffer's
+        drops, the log's failed writes) and apiserver_audit_level_total{level}; none without a policy."""
+        if self.policy is None or self.backend is None:
+            return []
+        events = CounterMetricFamily(
+            "apiserver_audit_event", "Counter of audit events generated and sent to the audit backend.", value=self.events
+        )
+        errors = CounterMetricFamily(
+            "apiserver_audit_error",
+            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error.",
+            labels=["plugin"],
+        )
+        errors.add_metric(["buffered"], self.backend.dropped)
+        errors.add_metric(["log"], self.backend.failed)
+        levels = CounterMetricFamily(
+            "apiserver_audit_level", "Counter of policy levels for audit events (1 per request).", labels=["level"]
+        )
+        for level, count in sorted(self.levels.items()):
+            levels.add_metric([level], count)
+        return [events, errors, levels]
 
     @property
     def enabled(self) -> bool:
@@ -199,8 +231,7 @@ class Auditor:
     ) -> None:
         if ctx.attrs is None:  # authentication never finished: upstream's failed-authentication audit
             ctx.attrs = request_attributes(request.method, request.path, request.query)
-            assert self.policy is not None
-            ctx.config = self.policy.evaluate(ctx.attrs)
+            ctx.config = self.evaluate(ctx.attrs)
             if not ctx.enabled:
                 return
             if code == 401:
@@ -290,7 +321,7 @@ def authenticated(request: web.Request, user: UserInfo) -> None:
     attrs = request_attributes(request.method, request.path, request.query)
     attrs.user = user
     ctx.attrs, ctx.authenticated = attrs, user
-    ctx.config = ctx.auditor.policy.evaluate(attrs)
+    ctx.config = ctx.auditor.evaluate(attrs)
     if not ctx.enabled:
         return
     ctx.user = _user(user)

@@ -33,6 +33,7 @@ class BufferedBackend:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-log")
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self.failed = 0  # events whose write failed
         self.written = 0
 
     async def start(self) -> None:
@@ -69,6 +70,7 @@ class BufferedBackend:
                     await loop.run_in_executor(self._executor, self._write, batch)
                     self.written += len(batch)
                 except OSError as err:
+                    self.failed += len(batch)
                     log.error("event=audit-write-failed count=%d cause=%s", len(batch), err)
 
     def _write(self, batch: list[dict[str, Any]]) -> None:
