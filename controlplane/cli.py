@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from kubeclient.eventloop import loop_factory, termination_event
 
 if TYPE_CHECKING:
+    from controlplane.apiserver.audit import AuditOptions
     from controlplane.apiserver.server import ServerConfig
     from controlplane.storage.etcd import EtcdConfig
 
@@ -153,6 +154,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="classify requests by FlowSchemas into priority levels with their seats and queues (default true)",
     )
+    parser.add_argument(
+        "--audit-policy-file",
+        type=Path,
+        default=None,
+        help="audit.k8s.io/v1 Policy: what is audited, at which level",
+    )
+    parser.add_argument(
+        "--audit-log-path", default="", help="audit events as JSON lines to this file ('-': stdout)"
+    )
+    parser.add_argument(
+        "--audit-log-maxsize",
+        type=int,
+        default=0,
+        help="MB an audit log reaches before it is rotated (0: 100)",
+    )
+    parser.add_argument("--audit-log-maxbackup", type=int, default=0, help="rotated audit logs kept (0: all)")
+    parser.add_argument(
+        "--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: no limit)"
+    )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -265,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
         max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         enable_priority_and_fairness=args.enable_priority_and_fairness,
+        audit=_audit_options(args),
     )
     from controlplane.storage import StoreUnavailableError
 
@@ -274,6 +295,35 @@ def run(args: argparse.Namespace) -> int:
     except StoreUnavailableError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
     return 0
+
+
+def _audit_options(args: argparse.Namespace) -> AuditOptions:
+    """The audit flags, the policy file checked now so a bad one stops the start with upstream's text."""
+    from controlplane.apiserver.audit import AuditOptions, PolicyError, load_options
+
+    options = AuditOptions(
+        args.audit_policy_file,
+        args.audit_log_path,
+        args.audit_log_maxsize,
+        args.audit_log_maxbackup,
+        args.audit_log_maxage,
+    )
+    try:
+        policy = load_options(options)
+    except PolicyError as err:
+        raise SystemExit(f"pykubelet server: {err}") from None
+    if policy is not None and options.log_path != "-":
+        from controlplane.apiserver.audit.logfile import LogFile, Rotation
+
+        log = LogFile(options.log_path, Rotation())
+        try:  # upstream's ensureLogFile: the directory and the file can be made before anything serves
+            log.open()
+        except OSError as err:
+            raise SystemExit(
+                f"pykubelet server: --audit-log-path {options.log_path}: {err.strerror or err}"
+            ) from None
+        log.close()
+    return options
 
 
 def _etcd_config(args: argparse.Namespace) -> EtcdConfig | None:

@@ -4,7 +4,8 @@ ReplicaSet -> 3 Pods scheduled, started, Ready -> EndpointSlice) in causal order
 and the right writers, its SVG has one lane per component, and diagnose calls it healthy; then broken
 workloads, one at a time, each stalled at its boundary: an unsatisfiable nodeSelector (scheduling), an
 image that does not exist and a missing Secret (runtime), a failing readiness probe (probes), a Service
-selecting nothing (endpoints).
+selecting nothing (endpoints), a node whose agent stopped (node: its Lease stale), a user RBAC gives
+nothing (authorization).
 """
 
 from __future__ import annotations
@@ -267,3 +268,105 @@ def test_service_selecting_nothing_stalls_at_endpoints(kubeconfig: Path, namespa
         verdict["summary"]
         == "stalled at: endpoints - Service orphan: selector app=journey-nothing matches no pods"
     )
+
+
+def kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_node_whose_agent_stopped_stalls_at_node(kubeconfig: Path, namespace: str, image: str):
+    """A node as its kubelet left it when it stopped: registered, Ready when last heard from, its Lease
+    renewed minutes ago and never since; a pod bound to it. (Through the API only, so any cluster runs it;
+    the node lifecycle controller may mark it Unknown meanwhile, which is the same boundary.)"""
+    name = f"journey-gone-{namespace[-6:]}"
+    stale = "2026-01-01T00:00:00Z"
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": stale,
+                    "lastTransitionTime": stale,
+                }
+            ]
+        },
+    }
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": 40,
+            "renewTime": "2026-01-01T00:00:00.000000Z",
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stranded"},
+        "spec": {
+            "nodeName": name,
+            "containers": [{"name": "main", "image": image, "command": ["sleep", "3600"]}],
+        },
+    }
+    try:
+        for doc, ns in ((node, None), (lease, None), (pod, namespace)):
+            done = kubectl(
+                kubeconfig, *(["-n", ns] if ns else []), "create", "-f", "-", input=json.dumps(doc)
+            )
+            assert done.returncode == 0, done.stderr
+        verdict = stalled_at(kubeconfig, namespace, "pod/stranded", "node", timeout=60)
+        summary = verdict["summary"]
+        assert summary.startswith(f"stalled at: node - node {name}"), verdict
+        assert (
+            "has not renewed its Lease" in summary or "Ready=Unknown" in summary or "Ready=False" in summary
+        )
+    finally:
+        kubectl(
+            kubeconfig,
+            "-n",
+            namespace,
+            "delete",
+            "pod",
+            "stranded",
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        )
+        kubectl(kubeconfig, "-n", "kube-node-lease", "delete", "lease", name, "--wait=false")
+        kubectl(kubeconfig, "delete", "node", name, "--wait=false")
+
+
+def test_rbac_forbidding_the_user_stalls_at_authorization(
+    kubeconfig: Path, namespace: str, image: str, tmp_path: Path
+):
+    """A user (a ServiceAccount's token) with no Role in the namespace: diagnose stops at authorization,
+    naming what it may not do."""
+    kubectl_apply(kubeconfig, namespace, deployment("guarded", image))
+    assert kubectl(kubeconfig, "-n", namespace, "create", "serviceaccount", "nobody").returncode == 0
+    token = kubectl(kubeconfig, "-n", namespace, "create", "token", "nobody")
+    assert token.returncode == 0, token.stderr
+    config = yaml.safe_load(kubeconfig.read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    config["users"] = [{"name": "nobody", "user": {"token": token.stdout.strip()}}]
+    context["context"]["user"] = "nobody"
+    config["contexts"] = [context]
+    restricted = tmp_path / "nobody.kubeconfig"
+    restricted.write_text(yaml.safe_dump(config))
+    code, verdict = diagnosis(restricted, namespace, "deployment/guarded")
+    assert code == 1 and verdict["boundary"] == "authorization", verdict
+    user = f"system:serviceaccount:{namespace}:nobody"
+    assert verdict["summary"].startswith(f"stalled at: authorization - {user} may not "), verdict

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from journey.auditlog import is_admission_denial, is_rbac_denial
 from journey.graph import Journey, Obj, label, meta, uid_of
 from journey.timeline import parse_time
 
@@ -35,6 +36,18 @@ RUNTIME_WAITING = (
 )
 PRESSURE = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 CONTROLLED = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob")
+# What each owning controller writes for a journey to go on, under its own identity (kube-controller-manager
+# --use-service-account-credentials, as kubeadm runs it): kind -> (service account in kube-system, verb,
+# group, resource).
+CONTROLLER_NEEDS: dict[str, tuple[str, str, str, str]] = {
+    "Deployment": ("deployment-controller", "create", "apps", "replicasets"),
+    "ReplicaSet": ("replicaset-controller", "create", "", "pods"),
+    "StatefulSet": ("statefulset-controller", "create", "", "pods"),
+    "DaemonSet": ("daemon-set-controller", "create", "", "pods"),
+    "Job": ("job-controller", "create", "", "pods"),
+    "CronJob": ("cronjob-controller", "create", "batch", "jobs"),
+    "Service": ("endpointslice-controller", "create", "discovery.k8s.io", "endpointslices"),
+}
 
 
 @dataclass
@@ -46,6 +59,11 @@ class Facts:
     auth_error: str | None = None
     user: dict[str, Any] = field(default_factory=dict)
     denied: list[str] = field(default_factory=list)  # "list events" the caller may not do
+    # What an owning controller's identity may not do ("system:serviceaccount:kube-system:x may not create
+    # pods -n ns"), from SubjectAccessReviews; the identities checked.
+    controller_denied: list[str] = field(default_factory=list)
+    controllers_checked: list[str] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)  # admission refusals the audit log holds
     journey: Journey | None = None
     missing: str | None = None  # the root does not exist
     nodes: dict[str, Obj] = field(default_factory=dict)
@@ -163,7 +181,98 @@ def check_authorization(facts: Facts) -> Finding:
             [f"denied: {d}" for d in facts.denied],
             f"grant the caller a Role allowing {first} (kubectl auth can-i {first})",
         )
-    return _ok("authorization", "the caller may read every object of the journey")
+    if facts.controller_denied:
+        first = facts.controller_denied[0]
+        who, _, what = first.partition(" may not ")
+        controller = who.rpartition(":")[2]
+        return _stall(
+            "authorization",
+            first,
+            [f"denied: {d}" for d in facts.controller_denied],
+            f"restore the ClusterRole system:controller:{controller} and its ClusterRoleBinding "
+            f"(kubectl auth can-i {what} --as={who})",
+        )
+    refused = _rbac_refusals(facts)
+    if refused:
+        return _stall(
+            "authorization",
+            refused[-1],
+            refused[-3:],
+            "restore the RBAC the controller's identity needs (its ClusterRole system:controller:<name> "
+            "and the binding)",
+        )
+    checked = [f"{c} may do what the journey needs" for c in facts.controllers_checked]
+    return _ok("authorization", "the caller may read every object of the journey", checked)
+
+
+def _rbac_refusals(facts: Facts) -> list[str]:
+    """FailedCreate events in which RBAC refused an owning controller's write (`is forbidden: User
+    "system:serviceaccount:kube-system:replicaset-controller" cannot create resource "pods"`)."""
+    if facts.journey is None:
+        return []
+    uids = {uid_of(o) for o in facts.journey.objects}
+    return [
+        f"{(ev.get('involvedObject') or {}).get('kind')} {(ev.get('involvedObject') or {}).get('name')}: "
+        f"FailedCreate - {ev.get('message')}"
+        for ev in _events(facts, uids, ("FailedCreate",))
+        if is_rbac_denial(str(ev.get("message") or ""))
+    ]
+
+
+def controller_needs(journey: Journey) -> list[tuple[str, str, str, str, str]]:
+    """(service account, verb, group, resource, namespace) each owning controller of the journey needs."""
+    out: list[tuple[str, str, str, str, str]] = []
+    for obj in journey.objects:
+        need = CONTROLLER_NEEDS.get(str(obj.get("kind") or ""))
+        if need is None or (obj.get("kind") == "Service" and not (obj.get("spec") or {}).get("selector")):
+            continue
+        entry = (*need, str(meta(obj).get("namespace") or ""))
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def _admission_refusals(facts: Facts) -> list[str]:
+    """Admission's refusals of the journey's writes: the owning controllers' FailedCreate events and
+    ReplicaFailure/Failed conditions whose message is an admission refusal, and the audit log's."""
+    found: list[str] = []
+    journey = facts.journey
+    if journey is not None:
+        uids = {uid_of(o) for o in journey.objects}
+        for ev in _events(facts, uids, ("FailedCreate",)):
+            message = str(ev.get("message") or "")
+            if is_admission_denial(message):
+                involved = ev.get("involvedObject") or {}
+                found.append(f"{involved.get('kind')} {involved.get('name')}: FailedCreate - {message}")
+        for obj in journey.objects:
+            for cond in _conditions(obj).values():
+                message = str(cond.get("message") or "")
+                failed = cond.get("type") in ("ReplicaFailure", "Failed") and cond.get("status") == "True"
+                if failed and is_admission_denial(message):
+                    found.append(f"{label(obj)} {cond.get('type')}=True: {message}")
+    return found + facts.rejections
+
+
+def _admission_next(message: str) -> str:
+    if "webhook" in message:
+        return (
+            "the admission webhook named in the message refuses or cannot be reached: check its Service, "
+            "its logs and its failurePolicy (kubectl get validatingwebhookconfigurations,"
+            "mutatingwebhookconfigurations)"
+        )
+    if "exceeded quota" in message:
+        return "raise the ResourceQuota or lower the requests (kubectl describe resourcequota)"
+    if "PodSecurity" in message:
+        return "make the pod template meet the namespace's Pod Security level, or change the level"
+    return "change the object (or the admission configuration) so that what the message names is met"
+
+
+def check_admission(facts: Facts) -> Finding:
+    refusals = _admission_refusals(facts)
+    if refusals:
+        newest = refusals[-1]
+        return _stall("admission", newest, refusals[-5:], _admission_next(newest))
+    return _ok("admission", "no write of the journey was refused in admission")
 
 
 def check_controller(facts: Facts) -> Finding:
@@ -471,6 +580,7 @@ BOUNDARIES: tuple[Callable[[Facts], Finding], ...] = (
     check_api,
     check_authentication,
     check_authorization,
+    check_admission,
     check_controller,
     check_scheduling,
     check_node,
@@ -504,7 +614,9 @@ def _progress(journey: Journey) -> tuple[bool, str]:
 def diagnose(facts: Facts) -> Verdict:
     findings: list[Finding] = []
     for i, check in enumerate(BOUNDARIES):
-        if i >= REQUEST_SIDE and facts.journey is None:
+        # A root that does not exist because admission refused it: the audit log says so.
+        refused_root = check is check_admission and facts.rejections
+        if i >= REQUEST_SIDE and facts.journey is None and not refused_root:
             why = facts.missing or "the workload could not be read"
             return Verdict(UNKNOWN, findings, f"cannot tell: {why}")
         finding = check(facts)

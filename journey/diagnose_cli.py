@@ -8,10 +8,11 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 
-from journey import graph
+from journey import auditlog, graph
 from journey.connect import add_common, open_client, target
-from journey.diagnose import Facts, diagnose, render
+from journey.diagnose import Facts, controller_needs, diagnose, render
 from journey.kinds import BY_KIND, Kind
 from kubeclient.client import KubeClient
 from kubeclient.config import ConfigError
@@ -19,12 +20,20 @@ from kubeclient.errors import ApiError
 
 SSR = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+SAR = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="print every boundary's evidence")
+    parser.add_argument(
+        "--audit-log",
+        metavar="PATH",
+        default=None,
+        help="the API server's audit log, for writes refused in admission (default: the audit.log beside "
+        "the kubeconfig, as `pykubelet up` keeps it, if there is one)",
+    )
 
 
 async def _whoami(client: KubeClient, facts: Facts) -> None:
@@ -67,6 +76,84 @@ async def _access(client: KubeClient, kind: Kind, name: str, namespace: str, fac
     facts.denied = [d for d in await asyncio.gather(*checks) if d]
 
 
+async def _controller_may(
+    client: KubeClient, sa: str, verb: str, group: str, resource: str, namespace: str, facts: Facts
+) -> None:
+    """A SubjectAccessReview of what an owning controller's ServiceAccount needs. Only for identities
+    that exist (a controller manager without --use-service-account-credentials has none) and only when
+    the caller may ask (else nothing is concluded)."""
+    user = f"system:serviceaccount:kube-system:{sa}"
+    try:
+        await client.get(f"/api/v1/namespaces/kube-system/serviceaccounts/{sa}")
+        review = await client.create(
+            SAR,
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": user,
+                    "groups": [
+                        "system:serviceaccounts",
+                        "system:serviceaccounts:kube-system",
+                        "system:authenticated",
+                    ],
+                    "resourceAttributes": {
+                        "verb": verb,
+                        "group": group,
+                        "resource": resource,
+                        "namespace": namespace,
+                    },
+                },
+            },
+        )
+    except ApiError:
+        return
+    facts.controllers_checked.append(user)
+    if not (review.get("status") or {}).get("allowed"):
+        plural = f"{resource}.{group}" if group else resource
+        facts.controller_denied.append(f"{user} may not {verb} {plural} -n {namespace}")
+
+
+async def _controllers(client: KubeClient, facts: Facts) -> None:
+    assert facts.journey is not None
+    needs = controller_needs(facts.journey)
+    await asyncio.gather(*(_controller_may(client, *need, facts) for need in needs))
+
+
+def _audit_log(args: argparse.Namespace) -> Path | None:
+    if args.audit_log:
+        path = Path(args.audit_log)
+        if not path.is_file():
+            raise ValueError(f"--audit-log {path}: no such file")
+        return path
+    return auditlog.find_stack_log(args.kubeconfig)
+
+
+def _rejections(log: Path | None, kind: Kind, name: str, namespace: str, facts: Facts) -> None:
+    """The audit log's admission refusals of the journey's writes, or of the root's own creation when it
+    does not exist. A refusal of an object that a later write changed all the same is history, not a
+    stall: only refusals after an object's last successful write count."""
+    if log is None:
+        return
+    journey = facts.journey
+    objects = (
+        [(BY_KIND[str(o.get("kind"))].plural, str(graph.meta(o).get("name"))) for o in journey.objects]
+        if journey
+        else [(kind.plural, name)]
+    )
+    wanted = set(objects)
+    refused = [r for r in auditlog.read_rejections(log, namespace) if (r.resource, r.name) in wanted]
+    if not refused:
+        return
+    last_write: dict[tuple[str, str], object] = {}
+    for w in auditlog.read_writes(log, namespace):
+        last_write[(w.resource, w.name)] = w.time
+    for r in refused:
+        written = last_write.get((r.resource, r.name))
+        if written is None or written < r.time:  # type: ignore[operator]
+            facts.rejections.append(r.describe())
+
+
 async def _nodes(client: KubeClient, facts: Facts) -> None:
     assert facts.journey is not None
     names = sorted({(p.get("spec") or {}).get("nodeName") for p in facts.journey.of_kind("Pod")} - {None, ""})
@@ -83,7 +170,9 @@ async def _nodes(client: KubeClient, facts: Facts) -> None:
     await asyncio.gather(*(one(n) for n in names))
 
 
-async def gather_facts(client: KubeClient, kind: Kind, name: str, namespace: str) -> Facts:
+async def gather_facts(
+    client: KubeClient, kind: Kind, name: str, namespace: str, log: Path | None = None
+) -> Facts:
     facts = Facts(server=client.server)
     try:
         await _whoami(client, facts)
@@ -99,20 +188,23 @@ async def gather_facts(client: KubeClient, kind: Kind, name: str, namespace: str
     except ApiError as err:
         if err.status == 404:
             facts.missing = f"{kind.resource} {name} not found in namespace {namespace}"
+            _rejections(log, kind, name, namespace, facts)
         elif err.status == 403:
             facts.denied = [err.message]
         else:
             facts.missing = f"reading {kind.kind} {name}: {err.message or err}"
         return facts
-    await _nodes(client, facts)
+    _rejections(log, kind, name, namespace, facts)
+    await asyncio.gather(_nodes(client, facts), _controllers(client, facts))
     return facts
 
 
 async def _diagnose(args: argparse.Namespace) -> int:
     kind, name, namespace = target(args)
+    log = _audit_log(args)
     client, _ = open_client(args)
     async with client:
-        facts = await gather_facts(client, kind, name, namespace)
+        facts = await gather_facts(client, kind, name, namespace, log)
     verdict = diagnose(facts)
     if args.json:
         print(json.dumps(verdict.to_dict(), indent=2))

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from journey import writers
+from journey.auditlog import AuditIndex, Write, condition_times
 from journey.graph import Journey, Obj, label, meta, uid_of
+from journey.kinds import BY_KIND
 
 # Event reason -> stage. Node-side steps follow the kubelet's order.
 EVENT_STAGE = {
@@ -86,6 +88,7 @@ class Step:
     manager: str  # the raw field manager or event reporter
     stage: float
     detail: str = ""
+    user: str = ""  # the authenticated writer, where the audit log names it
     cause: int | None = None  # index into the timeline
     gap_ms: float | None = None
     gap_exact: bool = False
@@ -101,6 +104,7 @@ class Step:
             "what": self.what,
             "writer": self.writer,
             "manager": self.manager,
+            "user": self.user or None,
             "detail": self.detail,
             "cause": self.cause,
             "gapMs": None if self.gap_ms is None else round(self.gap_ms, 3),
@@ -298,11 +302,14 @@ def _condition_writer(kind: str, ctype: str) -> str:
     return writers.CONTROLLER_MANAGER
 
 
-def event_steps(events: Iterable[Obj], names: dict[str, str]) -> list[Step]:
+def event_steps(events: Iterable[Obj], names: dict[str, str], audit: AuditIndex | None = None) -> list[Step]:
     steps: list[Step] = []
     for ev in events:
         involved = ev.get("involvedObject") or {}
         micro = parse_time(ev.get("eventTime"))
+        created = audit.first_create("events", str(meta(ev).get("name") or "")) if audit else None
+        if created is not None and not (micro and micro[1]):
+            micro = (created.time, True)  # the audit log's time of the event's first write
         when = micro or parse_time(ev.get("firstTimestamp")) or parse_time(meta(ev).get("creationTimestamp"))
         if not when:
             continue
@@ -400,12 +407,85 @@ def link(steps: list[Step], journey: Journey) -> None:
                 break
 
 
-def timeline(journey: Journey) -> list[Step]:
+# The steps managedFields, creationTimestamp and deletionTimestamp give, which an audit log replaces.
+_WRITE_ACTIONS = ("created", "updated", "status", "binding", "deleting")
+
+
+def object_writes(obj: Obj, audit: AuditIndex) -> list[Write]:
+    """The audit log's writes of one object (from its creation on, when the log has it)."""
+    kind = BY_KIND.get(str(obj.get("kind") or ""))
+    if kind is None:
+        return []
+    writes = audit.of(kind.plural, str(meta(obj).get("name") or ""), uid_of(obj))
+    created = next(
+        (w for w in writes if w.verb == "create" and not w.subresource and w.uid == uid_of(obj)), None
+    )
+    return [w for w in writes if created is None or w.time >= created.time]
+
+
+def audit_step(obj: Obj, write: Write) -> Step:
+    """One write from the audit log: exact time, the user who made it, the resourceVersion it made."""
+    kind = str(obj.get("kind") or "")
+    action = write.action
+    if action == "created":
+        stage: float = _creation_stage(obj)
+        what = "created"
+    elif action == "binding":
+        stage, what = 3, "bound (binding)"
+    elif action in ("deleted", "eviction"):
+        stage, what = 11, "deleted" if action == "deleted" else "evicted"
+        action = "deleting"
+    else:
+        stage = _write_stage(kind, "status" if action == "status" else "updated")
+        what = f"{action} ({write.verb})"
+        endpoints = (write.response or {}).get("endpoints")
+        if kind == "EndpointSlice" and isinstance(endpoints, list):
+            ready = sum(1 for e in endpoints if (e.get("conditions") or {}).get("ready"))
+            what = f"endpoints published ({ready}/{len(endpoints)} ready)"
+    rv = f"rv {write.resource_version}" if write.resource_version else ""
+    return Step(
+        write.time,
+        True,
+        label(obj),
+        uid_of(obj),
+        kind,
+        action,
+        what,
+        writers.of_user(write.user),
+        write.manager,
+        stage,
+        ", ".join(filter(None, [f"as {write.user}", rv, "audit log"])),
+        user=write.user,
+    )
+
+
+def _exact_from_audit(obj: Obj, steps: list[Step], writes: list[Write]) -> list[Step]:
+    """`steps` of one object with its writes from the audit log in place of what managedFields and the
+    1 s stamps say, and its conditions' transitions at the time of the write that made them."""
+    if not writes:
+        return steps
+    transitions = condition_times(writes)
+    out = [audit_step(obj, w) for w in writes]
+    for step in steps:
+        if step.action in _WRITE_ACTIONS:  # the log has each of them, exactly
+            continue
+        if step.action == "condition":
+            ctype, _, status = step.what.partition("=")
+            when = transitions.get((ctype, status))
+            if when is not None:
+                step.time, step.exact = when, True
+        out.append(step)
+    return out
+
+
+def timeline(journey: Journey, audit: AuditIndex | None = None) -> list[Step]:
+    """The journey's steps in causal order; with `audit`, every write the log holds, at exact times."""
     names = {uid_of(o): label(o) for o in journey.objects}
     steps: list[Step] = []
     for obj in journey.objects:
-        steps.extend(object_steps(obj))
-    steps.extend(event_steps(journey.events, names))
+        own = object_steps(obj)
+        steps.extend(_exact_from_audit(obj, own, object_writes(obj, audit)) if audit else own)
+    steps.extend(event_steps(journey.events, names, audit))
     ordered = order(steps)
     link(ordered, journey)
     return ordered
@@ -423,7 +503,7 @@ def gap_text(step: Step, cause: Step) -> str:
     return f"{amount} after {cause.obj} {cause.what}"
 
 
-def render(steps: list[Step]) -> str:
+def render(steps: list[Step], audit_path: str | None = None) -> str:
     """Human text: one line per step, the reaction gaps, and the note on precision."""
     if not steps:
         return "no steps recorded\n"
@@ -439,8 +519,20 @@ def render(steps: list[Step]) -> str:
         if step.detail:
             line += f"  [{step.detail}]"
         lines.append(line)
-    lines.append(
+    lines.append(precision_note(audit_path))
+    return "\n".join(lines) + "\n"
+
+
+def precision_note(audit_path: str | None) -> str:
+    """Which times are exact and which approximate, for the text and JSON outputs."""
+    if audit_path:
+        return (
+            f"times without ~ are exact: each write from the audit log ({audit_path}, the server's "
+            "microsecond stageTimestamp and the user who wrote it) or an events.k8s.io eventTime; ~ marks "
+            "1 s timestamps the log does not cover (creationTimestamp, managedFields, conditions, core/v1 "
+            "events): those times and gaps are approximate."
+        )
+    return (
         "~ marks 1 s timestamps (creationTimestamp, managedFields, conditions, core/v1 events): those times "
         "and gaps are approximate; managedFields keep only each manager's last write."
     )
-    return "\n".join(lines) + "\n"

@@ -9,11 +9,11 @@ import json
 import sys
 from pathlib import Path
 
-from journey import graph
+from journey import auditlog, graph
 from journey.connect import add_common, open_client, target
 from journey.kinds import BY_KIND, Kind
 from journey.svg import render_svg
-from journey.timeline import Step, gap_text, render, timeline
+from journey.timeline import Step, gap_text, parse_time, precision_note, render, timeline
 from kubeclient.config import ConfigError
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
@@ -25,49 +25,82 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--follow", "-f", action="store_true", help="keep watching and print new steps (Ctrl-C ends)"
     )
+    parser.add_argument(
+        "--audit-log",
+        metavar="PATH",
+        default=None,
+        help="the API server's audit log (audit.k8s.io/v1 JSON lines) for exact times and writers "
+        "(default: the audit.log beside the kubeconfig, as `pykubelet up` keeps it, if there is one)",
+    )
 
 
-def _json(kind: Kind, name: str, namespace: str, steps: list[Step]) -> str:
+def _json(kind: Kind, name: str, namespace: str, steps: list[Step], audit_path: str | None) -> str:
     return json.dumps(
         {
             "object": f"{kind.kind} {name}",
             "namespace": namespace,
-            "approximate": "the times and gaps of steps with exact=false are approximate: 1 s resolution "
-            "(creationTimestamp, managedFields, conditions, core/v1 events); managedFields keep only each "
-            "manager's last write",
+            "auditLog": audit_path,
+            "approximate": precision_note(audit_path),
             "steps": [s.to_dict() for s in steps],
         },
         indent=2,
     )
 
 
-async def _once(kind: Kind, name: str, namespace: str, args: argparse.Namespace) -> list[Step]:
-    client, _ = open_client(args)
-    async with client:
-        return timeline(await graph.collect(client, kind, name, namespace))
+def audit_path(args: argparse.Namespace) -> Path | None:
+    """--audit-log, else the stack's log beside the kubeconfig; None: the API alone."""
+    if args.audit_log:
+        path = Path(args.audit_log)
+        if not path.is_file():
+            raise ValueError(f"--audit-log {path}: no such file")
+        return path
+    return auditlog.find_stack_log(args.kubeconfig)
 
 
-async def _follow_from(kind: Kind, name: str, namespace: str, args: argparse.Namespace, seen: set) -> None:
+def _audit(journey: graph.Journey, namespace: str, path: Path | None) -> auditlog.AuditIndex | None:
+    if path is None:
+        return None
+    created = parse_time(graph.meta(journey.root).get("creationTimestamp"))
+    return auditlog.load(path, namespace, created[0] if created else None)
+
+
+async def _once(
+    kind: Kind, name: str, namespace: str, args: argparse.Namespace, log: Path | None
+) -> list[Step]:
     client, _ = open_client(args)
     async with client:
-        await _follow(client, kind, name, namespace, seen, args.json)
+        journey = await graph.collect(client, kind, name, namespace)
+    return timeline(journey, _audit(journey, namespace, log))
+
+
+async def _follow_from(
+    kind: Kind, name: str, namespace: str, args: argparse.Namespace, seen: set, log: Path | None
+) -> None:
+    client, _ = open_client(args)
+    async with client:
+        await _follow(client, kind, name, namespace, seen, args.json, log)
 
 
 def _trace(args: argparse.Namespace) -> int:
     kind, name, namespace = target(args)
-    steps = asyncio.run(_once(kind, name, namespace, args))
+    log = audit_path(args)
+    shown = str(log) if log else None
+    steps = asyncio.run(_once(kind, name, namespace, args, log))
     if args.svg:
         Path(args.svg).write_text(render_svg(steps, f"{kind.kind} {namespace}/{name}"))
     print(
-        _json(kind, name, namespace, steps) if args.json else render(steps), end="" if not args.json else "\n"
+        _json(kind, name, namespace, steps, shown) if args.json else render(steps, shown),
+        end="" if not args.json else "\n",
     )
     sys.stdout.flush()
     if args.follow:
-        asyncio.run(_follow_from(kind, name, namespace, args, {s.key for s in steps}))
+        asyncio.run(_follow_from(kind, name, namespace, args, {s.key for s in steps}, log))
     return 0
 
 
-async def _follow(client, kind: Kind, name: str, namespace: str, seen: set, as_json: bool) -> None:
+async def _follow(
+    client, kind: Kind, name: str, namespace: str, seen: set, as_json: bool, log: Path | None = None
+) -> None:
     """Watch the journey's pools (one informer per kind) and print each step not printed before."""
     informers = {k: Informer(client, BY_KIND[k].collection(namespace)) for k in graph.POOLS}
     if kind.kind not in informers:
@@ -89,7 +122,8 @@ async def _follow(client, kind: Kind, name: str, namespace: str, seen: set, as_j
             if root is None:
                 continue
             pools = {k: [dict(o, kind=o.get("kind") or k) for o in informers[k].list()] for k in graph.POOLS}
-            steps = timeline(graph.build(dict(root, kind=kind.kind), pools))
+            journey = graph.build(dict(root, kind=kind.kind), pools)
+            steps = timeline(journey, _audit(journey, namespace, log))
             for step in steps:
                 if step.key in seen:
                     continue

@@ -56,3 +56,23 @@ def event_reporter(event: dict) -> str:
         or (event.get("source") or {}).get("component")
         or ""
     )
+
+
+_SYSTEM_USERS = {
+    "system:kube-scheduler": SCHEDULER,
+    "system:kube-controller-manager": CONTROLLER_MANAGER,
+    "system:apiserver": API_SERVER,
+}
+
+
+def of_user(username: str) -> str:
+    """The lane for an authenticated user (the audit log's writer): a component's own identity
+    (`system:kube-scheduler`, `system:node:n1`, a kube-system controller's service account), else the
+    person or program, in the user lane."""
+    if username in _SYSTEM_USERS:
+        return _SYSTEM_USERS[username]
+    if username.startswith("system:node:"):
+        return KUBELET
+    if username.startswith("system:serviceaccount:kube-system:"):
+        return CONTROLLER_MANAGER
+    return USER if username else "unknown"

@@ -42,6 +42,7 @@ from journey.timeline import timeline
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
+from pykubelet.rig.auditlog import audit_args
 
 NAME = "journey"
 NS = "bench"
@@ -374,11 +375,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=Size.replicas)
     parser.add_argument("--rounds", type=int, default=Size.rounds)
+    parser.add_argument(
+        "--audit-log",
+        action="store_true",
+        help="the server writes the stack's audit log beside its kubeconfig, so trace and diagnose read it",
+    )
     add_run_options(parser)
     args = parser.parse_args()
     size = SMOKE if args.smoke else Size(args.replicas, args.rounds)
     out = out_dir(parser, args)
-    with tempfile.TemporaryDirectory(prefix="bench-journey-") as tmp, ApiServer(Path(tmp) / "api") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-journey-") as tmp,
+        ApiServer(
+            Path(tmp) / "api", extra_args=audit_args(Path(tmp) / "api") if args.audit_log else []
+        ) as server,
+    ):
         kubeconfig = server.kubeconfig
 
         async def setup() -> None:
@@ -414,6 +425,7 @@ def main() -> int:
     data = {
         "replicas": size.replicas,
         "rounds": size.rounds,
+        "audit_log": args.audit_log,
         "setup_s": setup_s,
         "steps": steps,
         "diagnose_status": status,

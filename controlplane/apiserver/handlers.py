@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from controlplane.apiserver import errors, fieldselect, metrics, responses, ssa, tables, typed
+from controlplane.apiserver import audit, errors, fieldselect, metrics, responses, ssa, tables, typed
 from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain, exact_field, forbidden
@@ -145,6 +145,7 @@ class RestHandler:
             field_selector=selector,
         )
         decision = self.authorizer.authorize(attrs)
+        audit.authorized(request, decision)
         if not decision.allowed:
             raise forbidden(attrs, decision.reason)
         if verb == "delete" and self.registry.admission.deleting:
@@ -195,7 +196,9 @@ class RestHandler:
                 413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}"
             )
         raw = await request.read()
-        return decode(raw, request.content_type or "application/json")
+        obj = decode(raw, request.content_type or "application/json")
+        audit.request_object(request, obj)
+        return obj
 
     @staticmethod
     def check_kind(obj: Any, kind: str, api_version: str) -> Obj:
@@ -540,6 +543,7 @@ class RestHandler:
                 body = decode(raw, request.content_type or "application/json")
                 if not isinstance(body, dict):
                     raise errors.bad_request("the body of a DELETE must be a DeleteOptions object")
+                audit.request_object(request, body)
                 self.decode(body, "DeleteOptions", "v1", DELETE_OPTIONS, request)
         return DeleteOptions.parse(body, request.query).check()
 

@@ -14,10 +14,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from controlplane.apiserver import discovery, kinds, oidc, openapi
+from controlplane.apiserver import audit, discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig
 from controlplane.apiserver.aggregator.handler import Aggregator
+from controlplane.apiserver.audit import AuditOptions, build_auditor
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
 from controlplane.apiserver.authz import Attributes, forbidden
@@ -115,6 +116,7 @@ class ServerConfig:
     max_requests_inflight: int = 400
     max_mutating_requests_inflight: int = 200
     enable_priority_and_fairness: bool = True
+    audit: AuditOptions = field(default_factory=AuditOptions)  # --audit-policy-file, --audit-log-* (audit/)
 
 
 class ApiServer:
@@ -152,6 +154,7 @@ class ApiServer:
             self.metrics.registry,
             enabled=config.enable_priority_and_fairness,
         )
+        self.audit = build_auditor(config.audit)
         self._openapi_v3 = openapi.v3_index()
         self._openapi_v2 = openapi.v2_document()
 
@@ -190,6 +193,7 @@ class ApiServer:
         self.aggregator.start(
             pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None
         )
+        await self.audit.start()
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
@@ -298,6 +302,7 @@ class ApiServer:
         await self.cache.stop()
         if self._runner:
             await self._runner.cleanup()
+        await self.audit.stop()  # every buffered event written
         await self.store.close()
 
     async def _compact_loop(self) -> None:
@@ -321,11 +326,13 @@ class ApiServer:
             middlewares=[
                 admission_context.middleware,
                 self.metrics.middleware,
+                self.audit.middleware,
                 self._middleware,
                 self.flowcontrol.middleware,
             ],
             client_max_size=MAX_BODY,
         )
+        app.on_response_prepare.append(self.audit.on_prepare)
         app.on_response_prepare.append(self.flowcontrol.on_prepare)
         r = app.router
         r.add_get(DUMP_PATH, self.flowcontrol.dump)
@@ -370,7 +377,9 @@ class ApiServer:
                     return await handler(request)
                 else:
                     raise ApiError(401, "Unauthorized", "Unauthorized")
+            audit.authenticated(request, user)
             user = impersonate(request.headers, user, self.authorizer)
+            audit.impersonated(request, user)
             request[USER_KEY] = user
             path = request.path
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
@@ -386,6 +395,7 @@ class ApiServer:
                 }.get(request.method, request.method.lower())
                 attrs = Attributes(user, verb, path=request.path, resource_request=False)
                 decision = self.authorizer.authorize(attrs)
+                audit.authorized(request, decision)
                 if not decision.allowed:
                     raise forbidden(attrs, decision.reason)
             return await handler(request)
@@ -443,6 +453,7 @@ class ApiServer:
             )
         except Exception as exc:
             log.exception("path=%s method=%s", request.path, request.method)
+            audit.panicked(request, exc)
             return json_response(
                 ApiError(
                     500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}"
@@ -460,7 +471,11 @@ class ApiServer:
         revision = GaugeMetricFamily(
             "pykube_storage_revision", "Newest committed store revision.", value=self.store.revision
         )
-        return [*storage_gauges(self.cache.object_counts(), self.cache.watcher_count()), revision]
+        return [
+            *storage_gauges(self.cache.object_counts(), self.cache.watcher_count()),
+            revision,
+            *self.audit.metrics(),
+        ]
 
     async def _version(self, request: web.Request) -> web.Response:
         return json_response(discovery.version_info())

@@ -20,6 +20,8 @@ from kubeclient.config import SERVERS_EXTENSION
 from pykubelet.rig.process import Daemon, free_port
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kubernetes.client import ApiClient
 
     from pykubelet.rig.etcd import Etcd, EtcdCluster
@@ -219,6 +221,7 @@ class ApiServerReplicas:
         port: int = 0,
         data_dirs: list[Path] | None = None,
         extra_args: list[str] | None = None,
+        per_server_args: Callable[[Path], list[str]] | None = None,
         **kwargs: object,
     ) -> None:
         if count < 1:
@@ -233,7 +236,9 @@ class ApiServerReplicas:
                 self.port,
                 etcd=etcd,
                 host=host,
-                extra_args=[arg for h in hosts for arg in ("--tls-san", h)] + list(extra_args or []),
+                extra_args=[arg for h in hosts for arg in ("--tls-san", h)]
+                + list(extra_args or [])
+                + (per_server_args(dirs[i]) if per_server_args else []),
                 **kwargs,  # type: ignore[arg-type]
             )
             for i, host in enumerate(hosts)

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from agent.cni.node import NodeNetwork
+from pykubelet.rig.auditlog import audit_args
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members
 from pykubelet.rig.images import RigImages, publish_test_images
@@ -237,7 +238,12 @@ class Stack:
                     port=self.config.api_port or free_port(),
                     scheduler=True,
                     controllers=True,
-                    extra_args=["--bind-address", "0.0.0.0", *self._apiserver_extra_args()],
+                    extra_args=[
+                        "--bind-address",
+                        "0.0.0.0",
+                        *self._apiserver_extra_args(),
+                        *audit_args(d / "apiserver"),
+                    ],
                     etcd=self.etcd,
                 )
                 self.apiserver.daemon.on_spawn = self._spawned
@@ -301,6 +307,7 @@ class Stack:
             scheduler=True,
             controllers=True,
             extra_args=self._apiserver_extra_args(),
+            per_server_args=audit_args,
         )
         for server in self.replicas.servers:
             server.daemon.on_spawn = self._spawned

@@ -81,18 +81,8 @@ def test_controller_progress_deadline():
     assert verdict.summary.startswith("stalled at: controller - Deployment web: ProgressDeadlineExceeded")
 
 
-def test_controller_replica_failure_and_failed_create():
-    d = fx.deployment()
-    d["status"]["conditions"].append(
-        {
-            "type": "ReplicaFailure",
-            "status": "True",
-            "reason": "FailedCreate",
-            "message": 'pods "web-7d9c-x" is forbidden: exceeded quota: q',
-        }
-    )
-    assert "exceeded quota" in diagnose(facts_for(d)).summary
-    evs = [
+def failed_create(message: str) -> list[dict]:
+    return [
         *fx.events(),
         fx.event(
             "r1",
@@ -101,12 +91,81 @@ def test_controller_replica_failure_and_failed_create():
             "FailedCreate",
             "replicaset-controller",
             fx.T1,
-            'Error creating: pods "web-7d9c-y" is forbidden: exceeded quota: q',
+            message,
             etype="Warning",
         ),
     ]
-    verdict = diagnose(facts_for(Event=evs))
+
+
+def test_controller_replica_failure_and_failed_create():
+    d = fx.deployment()
+    d["status"]["conditions"].append(
+        {
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": 'pods "web-7d9c-x" failed to fit in any node',
+        }
+    )
+    verdict = diagnose(facts_for(d))
+    assert verdict.stalled.boundary == "controller" and "failed to fit" in verdict.summary
+    verdict = diagnose(facts_for(Event=failed_create("Error creating: Timeout: request did not complete")))
     assert verdict.stalled.boundary == "controller" and "FailedCreate - Error creating" in verdict.summary
+
+
+def test_admission_refusals_in_events_conditions_and_the_audit_log():
+    d = fx.deployment()
+    d["status"]["conditions"].append(
+        {
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": 'pods "web-7d9c-x" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2',
+        }
+    )
+    verdict = diagnose(facts_for(d))
+    assert verdict.stalled.boundary == "admission" and "exceeded quota: q" in verdict.summary
+    assert "ResourceQuota" in verdict.stalled.next_step
+    webhook = 'Error creating: admission webhook "deny.example.com" denied the request: no'
+    verdict = diagnose(facts_for(Event=failed_create(webhook)))
+    assert verdict.stalled.boundary == "admission" and "deny.example.com" in verdict.summary
+    assert "webhook" in verdict.stalled.next_step
+    # RBAC forbidding the controller is authorization's, not admission's
+    rbac = 'Error creating: pods "x" is forbidden: User "system:serviceaccount:kube-system:replicaset-controller" cannot create resource "pods"'
+    verdict = diagnose(facts_for(Event=failed_create(rbac)))
+    assert verdict.stalled.boundary == "authorization" and "cannot create resource" in verdict.summary
+    # A root that does not exist because admission refused its creation (from the audit log).
+    facts = Facts(
+        server="https://api",
+        user={"username": "a"},
+        missing="deployments.apps web not found",
+        rejections=[
+            'create deployments/web by alice refused (400): admission webhook "x" denied the request: no'
+        ],
+    )
+    verdict = diagnose(facts)
+    assert verdict.status == "stalled" and verdict.stalled.boundary == "admission"
+
+
+def test_controller_identity_denied_stalls_at_authorization():
+    facts = facts_for()
+    facts.controller_denied = [
+        "system:serviceaccount:kube-system:replicaset-controller may not create pods -n demo"
+    ]
+    verdict = diagnose(facts)
+    assert verdict.summary == (
+        "stalled at: authorization - system:serviceaccount:kube-system:replicaset-controller may not create pods -n demo"
+    )
+    assert "system:controller:replicaset-controller" in verdict.stalled.next_step
+    assert "--as=system:serviceaccount:kube-system:replicaset-controller" in verdict.stalled.next_step
+
+
+def test_controller_needs_of_a_deployment_behind_a_service():
+    from journey.diagnose import controller_needs
+
+    journey = graph.build(fx.deployment(), fx.pools())
+    needs = {n[0] for n in controller_needs(journey)}
+    assert needs == {"deployment-controller", "replicaset-controller", "endpointslice-controller"}
 
 
 def test_scheduling():

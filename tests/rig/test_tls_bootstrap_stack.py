@@ -87,3 +87,22 @@ def test_restarted_agent_keeps_its_certificate(stack) -> None:  # type: ignore[n
     with stack.apiserver.api_client() as api:
         csrs = client.CertificatesV1Api(api).list_certificate_signing_request().items
     assert len([c for c in csrs if c.spec.username.startswith("system:bootstrap:")]) == 1
+
+
+def test_the_stacks_api_server_writes_its_audit_log(stack) -> None:  # type: ignore[no-untyped-def]
+    """`pykubelet up`'s stack audits every write beside the admin kubeconfig (where trace finds it): the
+    bootstrap identity's CSR, the node's registration by system:node:<name>; no reads, no Lease renewals."""
+    import json
+
+    log = stack.config.state_dir / "apiserver" / "audit.log"
+    assert log.parent == Path(stack.kubeconfig).parent and oct(log.stat().st_mode & 0o777) == "0o600"
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    writes = {(e["verb"], (e.get("objectRef") or {}).get("resource"), e["user"]["username"]) for e in events}
+    assert ("create", "nodes", "system:node:boot-node") in writes
+    assert any(
+        v == "create" and r == "certificatesigningrequests" and u.startswith("system:bootstrap:")
+        for v, r, u in writes
+    )
+    assert not any(e["verb"] in ("get", "list", "watch") for e in events)
+    assert not any((e.get("objectRef") or {}).get("resource") == "leases" for e in events)
+    assert {e["stage"] for e in events} <= {"ResponseStarted", "ResponseComplete"}

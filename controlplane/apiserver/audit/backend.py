@@ -1,0 +1,84 @@
+"""The buffered log backend: requests hand events to a bounded buffer and go on; one task takes what
+has gathered (up to a batch) and writes it in a worker thread, so the event loop never waits on a disk.
+
+As upstream's buffered backend (plugin/pkg/audit/buffered): a full buffer drops the event with an error
+in the server log rather than stall the request; shutdown writes everything buffered before closing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from controlplane.apiserver.audit.logfile import LogFile
+
+log = logging.getLogger("controlplane.apiserver.audit")
+
+BUFFER_SIZE = 10_000  # upstream's --audit-log-batch-buffer-size default
+MAX_BATCH = 400  # upstream's batch backend's max batch size
+_STOP = object()
+
+
+def encode_line(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+class BufferedBackend:
+    def __init__(self, out: LogFile, buffer_size: int = BUFFER_SIZE, max_batch: int = MAX_BATCH) -> None:
+        self.out = out
+        self.max_batch = max_batch
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(buffer_size)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-log")
+        self._task: asyncio.Task[None] | None = None
+        self.dropped = 0
+        self.failed = 0  # events whose write failed
+        self.written = 0
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.out.open)
+        self._task = asyncio.create_task(self._run(), name="audit-log-writer")
+
+    def process(self, event: dict[str, Any]) -> None:
+        """Never blocks: the event is buffered, or dropped (and counted) when the buffer is full."""
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.error("event=audit-dropped count=%d cause=%s", self.dropped, "audit buffer queue blocked")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        stopping = False
+        while not stopping:
+            batch: list[dict[str, Any]] = []
+            item = await self._queue.get()
+            while True:
+                if item is _STOP:  # queued after every event that preceded the stop
+                    stopping = True
+                    break
+                batch.append(item)
+                if len(batch) >= self.max_batch or self._queue.empty():
+                    break
+                item = self._queue.get_nowait()
+            if batch:
+                try:
+                    await loop.run_in_executor(self._executor, self._write, batch)
+                    self.written += len(batch)
+                except OSError as err:
+                    self.failed += len(batch)
+                    log.error("event=audit-write-failed count=%d cause=%s", len(batch), err)
+
+    def _write(self, batch: list[dict[str, Any]]) -> None:
+        self.out.write_lines([encode_line(e) for e in batch])
+
+    async def stop(self) -> None:
+        """Everything buffered is written, then the file is closed."""
+        if self._task is not None:
+            await self._queue.put(_STOP)
+            await self._task
+            self._task = None
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.out.close)
+        self._executor.shutdown(wait=True)
