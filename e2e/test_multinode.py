@@ -96,7 +96,8 @@ def running_pod(kube: client.CoreV1Api, namespace: str, name: str) -> client.V1P
 
 
 def fetch(kubeconfig: Path, namespace: str, pod: str, url: str) -> str:
-    done = kubectl(kubeconfig, "-n", namespace, "exec", pod, "--", "wget", "-qO-", "-T", "5", url, check=False)
+    # `timeout`, not wget's -T: busybox 1.35's wget crashes with it.
+    done = kubectl(kubeconfig, "-n", namespace, "exec", pod, "--", "timeout", "5", "wget", "-q", "-O", "-", url, check=False)
     return done.stdout.strip() if done.returncode == 0 else ""
 
 

@@ -173,3 +173,46 @@ def _expired_token_cannot_join(core: client.CoreV1Api, tmp_path: Path) -> None:
     assert "couldn't validate the identity of the API Server" in joined.stderr, joined.stderr
     assert token.split(".")[1] not in joined.stderr
     assert not root.exists()
+
+
+def test_down_after_up_of_two_nodes_was_killed_while_the_second_joined(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """SIGKILL `up --nodes 2` once the second node's agent exists (its containerd running, its TLS
+    bootstrap under way): nothing stopped the stack, and `down` still leaves nothing."""
+    import signal
+
+    tmp_path = tmp_path_factory.mktemp("mk")
+    state = tmp_path / "s"
+    node_record = state / "nodes" / SECOND
+    with lease_cluster_network("k") as lease:
+        bridges = [lease.bridge, node_bridge(lease.bridge, 2)]
+        scope = Scope.of(
+            state, bridges=bridges, pod_cidrs=[lease.pod_cidr], nft_tables=[f"ip {proxy_table(lease.bridge)}"]
+        )
+        log = tmp_path / "up.log"
+        argv = [
+            sys.executable, "-m", "pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()),
+            "--node-name", FIRST, "--nodes", "2", "--cluster-cidr", lease.pod_cidr, "--bridge", lease.bridge,
+            "--no-example",
+        ]  # fmt: skip
+        with open(log, "wb") as out:
+            up = subprocess.Popen(argv, stdout=out, stderr=out)
+        try:
+            deadline = time.monotonic() + 300
+            while not ((r := StackRecord.load(node_record)) is not None and "agent" in r.pids):
+                assert up.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.05)
+            up.send_signal(signal.SIGKILL)
+            up.wait(timeout=30)
+            left = scope.owned().as_dict().get("processes", [])
+            assert any(str(node_record / "containerd") in p for p in left), left
+        finally:
+            if up.poll() is None:
+                up.kill()
+                up.wait()
+            down = _pykubelet("down", "--state-dir", str(state), timeout=300)
+        assert down.returncode == 0, down.stderr[-4000:]
+        assert scope.leaked() == {}
+        assert _routes_into(lease.pod_cidr) == []
