@@ -250,9 +250,11 @@ class Agent:
             await self.cri.update_runtime_config(pod_cidr)
         except CRIError as err:
             log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", pod_cidr, str(err))
-        await self._start_network(pod_cidr)
+        # No GC here: pod workers run by now (a sandbox may be half-made), and a network that never had
+        # a range has nothing allocated to free (an agent restarted later finds spec.podCIDR at once).
+        await self._start_network(pod_cidr, gc=False)
 
-    async def _start_network(self, pod_cidr: str) -> None:
+    async def _start_network(self, pod_cidr: str, gc: bool = True) -> None:
         """Host the node's pod network: the CNI service in this loop, and the conflist that makes the
         runtime report NetworkReady. Until a pod CIDR is known there is no range to hand out, and the
         node stays NotReady with the runtime's message, as upstream does without a network."""
@@ -270,6 +272,8 @@ class Agent:
         )
         await self.network.start()
         log.info("pod network serving pod_cidr=%s conf_dir=%s", pod_cidr, cfg.cni_conf_dir)
+        if not gc:
+            return
         # Free what a reboot or a lost DEL left allocated: attachments of sandboxes the runtime no longer
         # has. Pod workers have not started yet, so no sandbox can be half-made by us at this point.
         try:
