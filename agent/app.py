@@ -58,11 +58,13 @@ from kubeclient import quantity
 from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
 from kubeclient.config import load_config
+from kubeclient.errors import ApiError
 from kubeclient.eventloop import termination_event
 from kubeclient.informer import Informer
 from kubeclient.version import KUBERNETES_VERSION
 
 log = logging.getLogger("agent")
+POD_CIDR_POLL = 0.5  # seconds between reads of the node while it waits for the control plane's pod CIDR
 
 
 async def connect_runtime(cfg: AgentConfig) -> CRIClient:
@@ -206,8 +208,10 @@ class Agent:
             except CRIError as err:
                 log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", node_cidr, str(err))
         pod_cidr = cfg.pod_cidr or node_cidr
-        if cfg.cni_conf_dir:
+        if cfg.cni_conf_dir and pod_cidr:
             await self._start_network(pod_cidr)
+        elif cfg.cni_conf_dir:
+            self._spawn(self._await_pod_cidr(), "pod-cidr")
         self.lease = LeaseController(
             self.client,
             cfg.node_name,
@@ -225,7 +229,32 @@ class Agent:
         self._spawn(LogRotator(cri, rotation).run(), "log-rotation")
         log.info("agent running node=%s", cfg.node_name)
 
-    async def _start_network(self, pod_cidr: str) -> None:
+    async def _await_pod_cidr(self) -> None:
+        """A node registered without a pod CIDR waits for the control plane's (the node IPAM's
+        spec.podCIDR), as upstream's kubelet picks it up from its node status loop; then the runtime is
+        told and the pod network started. Until then the node is NotReady (no network)."""
+        log.warning("no pod CIDR yet (spec.podCIDR or podCIDR in the config): waiting for the node's")
+        while True:
+            try:
+                node = await self.client.get(f"/api/v1/nodes/{self.cfg.node_name}", resourceVersion="0")
+            except ApiError as err:
+                log.debug("node read for its pod CIDR failed error=%r", str(err))
+                node = {}
+            pod_cidr = (node.get("spec") or {}).get("podCIDR", "")
+            if pod_cidr:
+                break
+            await asyncio.sleep(POD_CIDR_POLL)
+        log.info("pod CIDR allocated by the control plane pod_cidr=%s", pod_cidr)
+        assert self.cri is not None
+        try:
+            await self.cri.update_runtime_config(pod_cidr)
+        except CRIError as err:
+            log.warning("UpdateRuntimeConfig failed pod_cidr=%s error=%r", pod_cidr, str(err))
+        # No GC here: pod workers run by now (a sandbox may be half-made), and a network that never had
+        # a range has nothing allocated to free (an agent restarted later finds spec.podCIDR at once).
+        await self._start_network(pod_cidr, gc=False)
+
+    async def _start_network(self, pod_cidr: str, gc: bool = True) -> None:
         """Host the node's pod network: the CNI service in this loop, and the conflist that makes the
         runtime report NetworkReady. Until a pod CIDR is known there is no range to hand out, and the
         node stays NotReady with the runtime's message, as upstream does without a network."""
@@ -243,6 +272,8 @@ class Agent:
         )
         await self.network.start()
         log.info("pod network serving pod_cidr=%s conf_dir=%s", pod_cidr, cfg.cni_conf_dir)
+        if not gc:
+            return
         # Free what a reboot or a lost DEL left allocated: attachments of sandboxes the runtime no longer
         # has. Pod workers have not started yet, so no sandbox can be half-made by us at this point.
         try:

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from controlplane.controllers.cli import add_node_ipam_arguments
+
+    add_node_ipam_arguments(parser)  # handed to the controller manager, as kubeadm's podSubnet is
     parser.add_argument(
         "--data-dir", required=True, type=Path, help="state, PKI and admin.kubeconfig live here"
     )
@@ -190,6 +193,7 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
     """The server until SIGTERM/SIGINT, with its scheduler and controller manager children (unless
     --no-scheduler / --no-controllers)."""
     from controlplane.apiserver.server import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG, ApiServer
+    from controlplane.controllers.cli import node_ipam_argv
     from controlplane.supervisor import component_command, supervise
 
     server = ApiServer(config)
@@ -222,6 +226,7 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
             ]
             if args.default_local_storage_path is not None:
                 command += ["--local-path-root", str(args.default_local_storage_path)]
+            command += node_ipam_argv(args)
             children.append(asyncio.create_task(supervise(command, stop, data / "controller-manager.log")))
     try:
         await stop.wait()

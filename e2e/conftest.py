@@ -5,7 +5,7 @@ node NODE_NAME (default: the first node) with image E2E_IMAGE (default busybox:1
 probe scenarios E2E_GRPC_IMAGE (the rig's grpc-health image pushed somewhere the cluster pulls from;
 those scenarios skip without it). Without KUBECONFIG, the
 suite starts the project's own single-machine stack for the session (on a bridge and pod CIDR leased
-for it) and tears it down at the end, checking that nothing the stack owns is left on the host: no
+for it; PYKUBE_NODES=N: N nodes on this machine, their pod CIDRs from a leased cluster CIDR) and tears it down at the end, checking that nothing the stack owns is left on the host: no
 process, shim, mount or netns under its state dir, no veth on its bridge, the bridge gone, no NAT entry
 for its CIDR (pykubelet.rig.leaks; what is not the stack's is never reported).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pykubelet.rig.leaks import Scope
-from pykubelet.rig.netlease import lease_network
+from pykubelet.rig.netlease import lease_cluster_network, lease_network
 
 
 @dataclass
@@ -51,19 +51,23 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         return
     if os.geteuid() != 0:
         pytest.skip("the project's own stack needs root (containerd, network namespaces)")
+    from pykubelet.rig.nodes import node_bridge
     from pykubelet.rig.stack import Stack, StackConfig, proxy_table
 
-    with lease_network("e") as net:
+    nodes = int(os.environ.get("PYKUBE_NODES", "1"))  # several: a multi-node stack on this machine
+    with lease_cluster_network("e") if nodes > 1 else lease_network("e") as net:
         config = StackConfig(
             state_dir=tmp_path_factory.mktemp("stack"),
             node_name="e2e-node",
             bridge=net.bridge,
             pod_cidr=net.pod_cidr,
             store=os.environ.get("PYKUBE_STORE", "sqlite"),  # PYKUBE_STORE=etcd: the stack on a local etcd
+            nodes=nodes,
+            cluster_cidr=net.pod_cidr if nodes > 1 else "",
         )
         scope = Scope.of(
             config.state_dir,
-            bridges=[net.bridge],
+            bridges=[net.bridge, *(node_bridge(net.bridge, i) for i in range(2, nodes + 1))],
             pod_cidrs=[net.pod_cidr],
             nft_tables=[f"ip {proxy_table(net.bridge)}"],
         )

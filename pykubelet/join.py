@@ -39,7 +39,6 @@ import yaml
 from pykubelet.discovery import DEFAULT_TIMEOUT, ClusterInfo, DiscoveryError, discover
 
 DEFAULT_ROOT = Path("/var/lib/pykubelet")
-DEFAULT_POD_CIDR = "10.244.1.0/24"
 DEFAULT_BRIDGE = "pykbr0"
 DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 KUBE_DNS_IP = "10.96.0.10"
@@ -70,8 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--pod-cidr",
-        default=DEFAULT_POD_CIDR,
-        help="the node's pod network (when the cluster allocates none)",
+        default="",
+        help="the node's pod network, when the cluster allocates none (default: the spec.podCIDR the "
+        "cluster's node IPAM gives the Node)",
     )
     parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
     parser.add_argument("--port", type=int, default=10250, help="the kubelet API's port")
@@ -168,7 +168,7 @@ def kubelet_config(plan: NodePlan) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "podCIDR": plan.pod_cidr,
+        **({"podCIDR": plan.pod_cidr} if plan.pod_cidr else {}),
         "podLogsDir": str(plan.root / "pod-logs"),
         "clusterDomain": "cluster.local",
         "clusterDNS": [KUBE_DNS_IP],

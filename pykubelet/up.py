@@ -27,13 +27,32 @@ from pykubelet.rig.stack import (
 from pykubelet.rig.sweep import looks_like_a_stack, sweep
 
 DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")
+DEFAULT_CLUSTER_CIDR = "10.244.0.0/16"  # kubeadm's podSubnet in most guides (flannel's default)
 EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where everything lives")
     parser.add_argument("--node-name", default=default_node_name())
-    parser.add_argument("--pod-cidr", default=DEFAULT_POD_CIDR)
+    parser.add_argument(
+        "--pod-cidr",
+        default=None,
+        help=f"the (one) node's pod network, without the node IPAM (default: {DEFAULT_POD_CIDR} from "
+        f"the IPAM's --cluster-cidr)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="run this many nodes on this machine, each with its own containerd, root dir, kubelet port, "
+        "bridge and pod CIDR, nodes 2..N joined by TLS bootstrap as <node-name>-2 ... <node-name>-N",
+    )
+    parser.add_argument(
+        "--cluster-cidr",
+        default=None,
+        help=f"the node IPAM's range: each node gets a /24 of it (default {DEFAULT_CLUSTER_CIDR}; "
+        "off when only --pod-cidr is given)",
+    )
     parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
     parser.add_argument("--api-port", type=int, default=6443)
     parser.add_argument(
@@ -72,6 +91,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("pykubelet up: --etcd-members and --apiservers need --store etcd")
     if args.etcd_members < 1 or args.apiservers < 1:
         raise SystemExit("pykubelet up: --etcd-members and --apiservers are at least 1")
+    if args.nodes < 1:
+        raise SystemExit("pykubelet up: --nodes is at least 1")
+    if args.nodes > 1 and args.pod_cidr is not None:
+        raise SystemExit(
+            "pykubelet up: --pod-cidr names one node's range; with --nodes each node's comes from --cluster-cidr"
+        )
+    # The node IPAM unless one node's range is given by hand (as before it existed).
+    cluster_cidr = args.cluster_cidr or ("" if args.pod_cidr is not None else DEFAULT_CLUSTER_CIDR)
     ensure_packages()
     state_dir = args.state_dir.resolve()
     if looks_like_a_stack(state_dir):
@@ -82,8 +109,10 @@ def run(args: argparse.Namespace) -> int:
         StackConfig(
             state_dir=state_dir,
             node_name=args.node_name,
-            pod_cidr=args.pod_cidr,
+            pod_cidr=args.pod_cidr or DEFAULT_POD_CIDR,
             bridge=args.bridge,
+            nodes=args.nodes,
+            cluster_cidr=cluster_cidr,
             api_port=args.api_port,
             store=args.store,
             etcd_members=args.etcd_members,
@@ -96,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     stack.start()
-    print(f"pykubelet: node {stack.node_name} is Ready", file=sys.stderr)
+    for name in stack.node_names:
+        print(f"pykubelet: node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})", file=sys.stderr)
     if not args.no_example:
         run_example(stack, args.timeout)
     print(f"export KUBECONFIG={stack.kubeconfig}")

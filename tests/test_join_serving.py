@@ -177,3 +177,89 @@ async def test_kubelet_client_with_a_ca_refuses_a_self_signed_kubelet(
     finally:
         listener.close()
         await listener.wait_closed()
+
+
+async def test_the_serving_certificate_is_rotated_on_its_own_schedule(
+    server: ApiServer, loops: None, tmp_path: Path
+) -> None:
+    """Nobody calls renew(): with the node's clock a year on (past 70-90 % of the issued certificate's
+    life), the manager's own schedule posts the next CSR; once approved, the new certificate is served
+    without a restart."""
+    import datetime as dt
+
+    node = "scheduled-node"
+    kubeconfig = server.client_kubeconfig(
+        f"system:node:{node}", ("system:nodes",), tmp_path / "node.kubeconfig"
+    )
+    client = KubeClient(load_kubeconfig(kubeconfig), component="kubelet")
+    ca = str(server.ca_cert)
+    cert, key = ensure_self_signed(tmp_path / "pki", node, ["127.0.0.1"])
+    manager = ServingCertManager(
+        client,
+        node,
+        tmp_path / "pki",
+        server_context(cert, key, ca),
+        lambda c, k: server_context(c, k, ca),
+        lambda: ([node], ["127.0.0.1"]),
+        clock=lambda: dt.datetime.now(dt.UTC) + dt.timedelta(days=366),
+    )
+
+    async def hello(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        w.write(b"ok")
+        await w.drain()
+        w.close()
+
+    def csrs() -> list[dict]:
+        return [
+            c
+            for c in admin(server, "GET", CSR_PATH)[1]["items"]
+            if c["spec"]["username"] == f"system:node:{node}"
+        ]
+
+    listener = await asyncio.start_server(hello, "127.0.0.1", 0, ssl=manager.context)
+    port = listener.sockets[0].getsockname()[1]
+    verifying = ssl.create_default_context(cafile=ca)
+    manager.start()
+    try:
+        first_csr = await eventually(lambda: (csrs() or [None])[0], what="the first serving CSR")
+        _approve(server, first_csr["metadata"]["name"])
+        await asyncio.wait_for(manager.issued.wait(), 30)
+        # The schedule, not the test, asks again.
+        second_csr = await eventually(
+            lambda: next((c for c in csrs() if c["metadata"]["name"] != first_csr["metadata"]["name"]), None),
+            what="the scheduled renewal CSR",
+        )
+        assert manager.rotations >= 1
+        first = x509.load_pem_x509_certificate(
+            base64.b64decode(
+                await eventually(
+                    lambda: _issued(server, first_csr["metadata"]["name"]), what="the first certificate"
+                )
+            )
+        )
+        _approve(server, second_csr["metadata"]["name"])
+        second = x509.load_pem_x509_certificate(
+            base64.b64decode(
+                await eventually(lambda: _issued(server, second_csr["metadata"]["name"]), what="the renewal")
+            )
+        )
+        assert second.serial_number != first.serial_number
+
+        async def serving_second() -> bool:
+            return (await _peer_cert(port, verifying)).serial_number == second.serial_number
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await serving_second():
+            assert asyncio.get_running_loop().time() < deadline, "the renewed certificate is not served"
+            await asyncio.sleep(0.2)
+    finally:
+        await manager.stop()
+        listener.close()
+        await listener.wait_closed()
+        await client.close()
+
+
+def _issued(server: ApiServer, name: str) -> str | None:
+    status, csr = admin(server, "GET", f"{CSR_PATH}/{name}")
+    assert status == 200
+    return (csr.get("status") or {}).get("certificate")

@@ -40,7 +40,7 @@ from agent.node.bootstrap import (
     key_pem,
     valid_certificate,
 )
-from agent.node.certrotation import jittered_fraction, rotation_deadline
+from agent.node.certrotation import Clock, jittered_fraction, rotation_deadline
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 
@@ -106,10 +106,13 @@ class ServingCertManager:
         make_context: ContextFactory,
         addresses: Callable[[], tuple[list[str], list[str]]],
         max_backoff: float = 300.0,
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
         self.node_name = node_name
         self.pki_dir = pki_dir
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))  # the rotation schedule's (tests move it)
+        self.rotations = 0
         self.context = base
         self._make_context = make_context
         self._addresses = addresses  # () -> (hostnames, ips), read at each request
@@ -150,11 +153,12 @@ class ServingCertManager:
         while True:
             if cert is not None:
                 deadline = rotation_deadline(cert, jittered_fraction())
-                wait = (deadline - dt.datetime.now(dt.UTC)).total_seconds()
+                wait = (deadline - self.clock()).total_seconds()
                 log.info("event=serving-rotation-scheduled node=%s wait_s=%.0f", self.node_name, max(wait, 0))
                 while wait > 0:
                     await asyncio.sleep(min(wait, 60.0))
-                    wait = (deadline - dt.datetime.now(dt.UTC)).total_seconds()
+                    wait = (deadline - self.clock()).total_seconds()
+                self.rotations += 1
             cert = await self._renew_with_backoff()
 
     async def _renew_with_backoff(self) -> x509.Certificate:

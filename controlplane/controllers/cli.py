@@ -74,10 +74,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the image of the local-path provisioner's helper pods",
     )
+    add_node_ipam_arguments(parser)
     parser.add_argument("--kube-api-qps", type=float, default=20.0)
     parser.add_argument("--kube-api-burst", type=int, default=30)
     tunables.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def add_node_ipam_arguments(parser: argparse.ArgumentParser) -> None:
+    """The node IPAM flags, kube-controller-manager's (the API server's CLI passes them on)."""
+    parser.add_argument(
+        "--allocate-node-cidrs",
+        action="store_true",
+        help="Should CIDRs for Pods be allocated and set on the cloud provider.",
+    )
+    parser.add_argument("--cluster-cidr", default="", help="CIDR Range for Pods in cluster.")
+    parser.add_argument(
+        "--node-cidr-mask-size",
+        type=int,
+        default=24,
+        help="Mask size for node cidr in cluster. Default is 24 for IPv4 and 64 for IPv6.",
+    )
+    parser.add_argument(
+        "--service-cluster-ip-range",
+        default="",
+        help="CIDR Range for Services in cluster. Requires --allocate-node-cidrs to be true",
+    )
+
+
+def node_ipam_argv(args: argparse.Namespace) -> list[str]:
+    """The node IPAM flags of `args` as a command line (for a child controller manager)."""
+    if not args.allocate_node_cidrs:
+        return []
+    argv = ["--allocate-node-cidrs", "--cluster-cidr", args.cluster_cidr]
+    argv += ["--node-cidr-mask-size", str(args.node_cidr_mask_size)]
+    if args.service_cluster_ip_range:
+        argv += ["--service-cluster-ip-range", args.service_cluster_ip_range]
+    return argv
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    if args.allocate_node_cidrs and not args.cluster_cidr:
+        logging.getLogger(__name__).error(
+            "Controller: Must specify --cluster-cidr if --allocate-node-cidrs is set"
+        )
+        return 2
     cluster = load_kubeconfig(args.kubeconfig)
     root_ca = args.root_ca_file.read_bytes() if args.root_ca_file else (cluster.ca_data or b"")
     if not root_ca and cluster.ca_file:
@@ -128,6 +166,10 @@ def run(args: argparse.Namespace) -> int:
         options={
             "root_ca": root_ca,
             "cluster_signing": cluster_signing,
+            "allocate_node_cidrs": args.allocate_node_cidrs,
+            "cluster_cidr": args.cluster_cidr,
+            "node_cidr_mask_size": args.node_cidr_mask_size,
+            "service_cluster_ip_range": args.service_cluster_ip_range,
             **tunables.from_args(args),
             **{
                 k: v

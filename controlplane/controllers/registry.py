@@ -21,6 +21,7 @@ from controlplane.controllers.endpoints import EndpointsController
 from controlplane.controllers.endpointslice import EndpointSliceController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.job import JobController
+from controlplane.controllers.nodeipam import NodeIpamController
 from controlplane.controllers.nodelifecycle import NodeLifecycleController
 from controlplane.controllers.podautoscaler import HorizontalPodAutoscalerController
 from controlplane.controllers.podgc import PodGCController
@@ -72,6 +73,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         HorizontalPodAutoscalerController,
         ServiceLBController,
         ResourceQuotaController,
+        NodeIpamController,
     )
 }
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).

@@ -84,3 +84,36 @@ def lease_network(tag: str = "s") -> NetworkLease:
             continue
         return NetworkLease(bridge, str(subnet), fd)
     raise RuntimeError(f"no free /24 left in {POOL} (every lease in {LEASE_DIR} is held)")
+
+
+CLUSTER_POOL = ipaddress.IPv4Network("10.201.0.0/16")
+CLUSTER_PREFIX = 20  # 16 node blocks of /24
+
+
+def lease_cluster_network(tag: str = "m") -> NetworkLease:
+    """A cluster CIDR of a session's own (the first free /20 of CLUSTER_POOL, every other one, as
+    lease_network does) for a multi-node stack whose node IPAM hands out /24s from it; `bridge` is the
+    first node's bridge, the others' are named after it."""
+    LEASE_DIR.mkdir(parents=True, exist_ok=True)
+    routed = _routed_networks()
+    for index, subnet in enumerate(CLUSTER_POOL.subnets(new_prefix=CLUSTER_PREFIX)):
+        if index % 2:
+            continue
+        bridge = f"pyk{tag[:3]}c{index}"
+        fd = os.open(
+            LEASE_DIR / f"{subnet.network_address}-{CLUSTER_PREFIX}.lock",
+            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+            0o600,
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if any(subnet.overlaps(r) for r in routed) or _link_exists(bridge):
+            os.close(fd)
+            continue
+        return NetworkLease(bridge, str(subnet), fd)
+    raise RuntimeError(
+        f"no free /{CLUSTER_PREFIX} left in {CLUSTER_POOL} (every lease in {LEASE_DIR} is held)"
+    )

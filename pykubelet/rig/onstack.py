@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from pykubelet.rig.leaks import Scope
-from pykubelet.rig.netlease import lease_network
+from pykubelet.rig.netlease import lease_cluster_network, lease_network
+from pykubelet.rig.nodes import node_bridge
 from pykubelet.rig.stack import Stack, StackConfig
 
 T = TypeVar("T")
@@ -24,19 +25,30 @@ class StackLeftovers(RuntimeError):
     pass
 
 
-def run_on_stack(run: Callable[[Stack], Awaitable[T]], tag: str = "b", node_name: str = "bench-node") -> T:
+def run_on_stack(
+    run: Callable[[Stack], Awaitable[T]], tag: str = "b", node_name: str = "bench-node", nodes: int = 1
+) -> T:
     """Start a stack, `asyncio.run(run(stack))`, stop the stack and check that it left nothing.
+    `nodes` > 1: that many nodes on this machine, their pod CIDRs from a leased cluster CIDR.
 
     Raises StackLeftovers when the teardown left anything (after a successful run; a failing run's
     own error is not hidden behind it)."""
     with (
-        lease_network(tag) as net,
+        lease_cluster_network(tag) if nodes > 1 else lease_network(tag) as net,
         tempfile.TemporaryDirectory(prefix="pykb-", ignore_cleanup_errors=True) as tmp,
     ):
         stack = Stack(
-            StackConfig(state_dir=Path(tmp), node_name=node_name, bridge=net.bridge, pod_cidr=net.pod_cidr)
+            StackConfig(
+                state_dir=Path(tmp),
+                node_name=node_name,
+                bridge=net.bridge,
+                pod_cidr=net.pod_cidr,
+                nodes=nodes,
+                cluster_cidr=net.pod_cidr if nodes > 1 else "",
+            )
         )
-        scope = Scope.of(tmp, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+        bridges = [net.bridge, *(node_bridge(net.bridge, i) for i in range(2, nodes + 1))]
+        scope = Scope.of(tmp, bridges=bridges, pod_cidrs=[net.pod_cidr])
         stack.start()
         succeeded = False
         try:

@@ -69,6 +69,14 @@ class StackConfig:
     # The API server verifies the kubelets' serving certificates with the cluster CA
     # (--kubelet-certificate-authority): only kubelets serving a CSR-issued certificate (serverTLSBootstrap).
     verify_kubelets: bool = False
+    # Several nodes on this machine (issue 17): nodes 2..N join by TLS bootstrap like `pykubelet join`,
+    # each with its own containerd, root dir, bridge and kubelet port (pykubelet.rig.nodes).
+    nodes: int = 1
+    # The node IPAM's range (--allocate-node-cidrs --cluster-cidr): every node, the first included, then
+    # gets its pod CIDR (a /node_cidr_mask_size block) from the controller manager; "" = off (the first
+    # node's `pod_cidr` from its kubelet config, as before).
+    cluster_cidr: str = ""
+    node_cidr_mask_size: int = 24
 
 
 def api_call(api_client, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
@@ -138,7 +146,7 @@ class Stack:
         self.config = config
         d = config.state_dir = Path(config.state_dir).resolve()
         self.registry = Registry(d / "registry", port=config.registry_port)
-        self.network = stack_network(d, config.pod_cidr, config.bridge)
+        self.network = stack_network(d, config.pod_cidr or DEFAULT_POD_CIDR, config.bridge)
         # The agent hosts this network: it installs the plugin, serves its calls and writes the conflist
         # for the pod CIDR (containerd reports NetworkReady from then on). The stack only knows where the
         # files are, to remove them at teardown.
@@ -147,6 +155,15 @@ class Stack:
             raise ValueError(f"store {config.store!r}: sqlite or etcd")
         if config.store != "etcd" and (config.etcd_members > 1 or config.apiservers > 1):
             raise ValueError("several etcd members or API servers need store etcd")
+        if config.nodes < 1:
+            raise ValueError("nodes: at least 1")
+        if config.nodes > 1 and not config.cluster_cidr:
+            raise ValueError("several nodes need a cluster CIDR (the node IPAM gives each its pod CIDR)")
+        if config.nodes > 1:
+            config.tls_bootstrap = True  # every node joins through the bootstrap path
+        if config.cluster_cidr:
+            config.pod_cidr = ""  # known once the node IPAM allocated it (learn_pod_cidr)
+        self.extra_nodes: list = []  # pykubelet.rig.nodes.StackNode, nodes 2..N
         self.etcd: Etcd | EtcdCluster | None = None
         if config.store == "etcd":
             self.etcd = (
@@ -251,6 +268,7 @@ class Stack:
             self._started("apiserver")
             self.start_dns()
             self.start_agent(wait_ready=wait_ready)
+            self.start_nodes(wait_ready=wait_ready)
             self.start_proxy()
             self.start_metrics_server()
         except BaseException:
@@ -265,11 +283,19 @@ class Stack:
             "--kubelet-certificate-authority",
             str(self.config.state_dir / "apiserver" / "pki" / "ca.crt"),
         ]
+        ipam = [
+            "--allocate-node-cidrs",
+            "--cluster-cidr",
+            self.config.cluster_cidr,
+            "--node-cidr-mask-size",
+            str(self.config.node_cidr_mask_size),
+        ]
         return [
             "--enable-bootstrap-token-auth",
             "--default-local-storage-path",
             str(self.config.state_dir / "local-path"),
             *(verify if self.config.verify_kubelets else []),
+            *(ipam if self.config.cluster_cidr else []),
         ]
 
     def _bridge_for_replicas(self) -> None:
@@ -330,7 +356,8 @@ class Stack:
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "podCIDR": self.config.pod_cidr,
+            # With the node IPAM on the pod CIDR is the Node's spec.podCIDR, as upstream's kubelet reads it.
+            **({"podCIDR": self.config.pod_cidr} if not self.config.cluster_cidr else {}),
             "podLogsDir": str(self.pod_logs_dir),
             "clusterDomain": "cluster.local",
             "resolvConf": "/etc/resolv.conf",
@@ -343,10 +370,8 @@ class Stack:
         self.agent_config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         return self.agent_config_path
 
-    def write_bootstrap_kubeconfig(self) -> Path:
-        """A kubeconfig holding a fresh bootstrap token (kubeadm's default group, valid for an hour)."""
-        import base64
-
+    def create_bootstrap_token(self, ttl: int = 3600) -> str:
+        """A fresh bootstrap token (kubeadm's default group and usages), valid for `ttl` seconds."""
         from kubernetes import client
 
         from kubeclient import bootstraptoken as bt
@@ -354,7 +379,15 @@ class Stack:
         assert self.apiserver is not None, "the API server is not started"
         token = bt.generate()
         with self.apiserver.api_client() as api:
-            client.CoreV1Api(api).create_namespaced_secret(bt.NAMESPACE, bt.token_secret(token, 3600))
+            client.CoreV1Api(api).create_namespaced_secret(bt.NAMESPACE, bt.token_secret(token, ttl))
+        return token
+
+    def write_bootstrap_kubeconfig(self) -> Path:
+        """A kubeconfig holding a fresh bootstrap token (kubeadm's default group, valid for an hour)."""
+        import base64
+
+        assert self.apiserver is not None, "the API server is not started"
+        token = self.create_bootstrap_token()
         ca = base64.b64encode(self.apiserver.ca_cert.read_bytes()).decode()
         doc = {
             "apiVersion": "v1",
@@ -421,8 +454,33 @@ class Stack:
             on_spawn=self._spawned,
         )
         self.agent.start(self.node_ready, timeout=wait_ready, interval=0.5)
+        if self.config.cluster_cidr:
+            self.learn_pod_cidr()
         self._started("agent")
         return self.agent
+
+    def learn_pod_cidr(self) -> str:
+        """The first node's pod CIDR as the node IPAM allocated it: recorded for down and the teardown."""
+        self.config.pod_cidr = self.network.pod_cidr = self.pod_cidr_of(self.node_name)
+        self._spawned(0)
+        return self.config.pod_cidr
+
+    def pod_cidr_of(self, name: str) -> str:
+        return self.core_api().read_node(name).spec.pod_cidr or ""
+
+    def start_nodes(self, wait_ready: float = 120.0) -> None:
+        """Nodes 2..N, one after another, each joined by TLS bootstrap and Ready before the next."""
+        from pykubelet.rig.nodes import StackNode
+
+        for index in range(len(self.extra_nodes) + 2, self.config.nodes + 1):
+            node = StackNode(self, index)
+            self.extra_nodes.append(node)
+            node.start(wait_ready=wait_ready)
+            self._started(f"node-{index}")
+
+    @property
+    def node_names(self) -> list[str]:
+        return [self.node_name, *(n.name for n in self.extra_nodes)]
 
     @property
     def proxy_kubeconfig(self) -> Path:
@@ -443,7 +501,7 @@ class Stack:
             "--hostname-override",
             self.node_name,
             "--cluster-cidr",
-            self.config.pod_cidr,
+            self.config.cluster_cidr or self.config.pod_cidr,
             "--nft-table",
             self.proxy_table,
             "--healthz-bind-address",
@@ -656,7 +714,10 @@ class Stack:
         return api_call(api, "PUT", path, body)[1]
 
     def node_ready(self) -> bool:
-        node = self.core_api().read_node(self.node_name)
+        return self.ready(self.node_name)
+
+    def ready(self, name: str) -> bool:
+        node = self.core_api().read_node(name)
         return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
 
     def core_api(self):
@@ -699,6 +760,16 @@ class Stack:
 
     # -- stop ------------------------------------------------------------------------------------
 
+    def _conflist_written(self) -> bool:
+        """Whether the first node's agent started its network (with the IPAM: for a CIDR not yet
+        learned); then the conflist names that CIDR and the teardown removes it."""
+        try:
+            doc = json.loads(self.network.conflist_path.read_text())
+            self.network.pod_cidr = doc["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return False
+        return True
+
     def stop(self) -> list[str]:
         """Stop everything in reverse order; returns a description of anything left behind."""
         problems = []
@@ -707,6 +778,8 @@ class Stack:
         self.stop_proxy()
         if self.dns is not None:
             self.dns.stop()
+        for node in reversed(self.extra_nodes):
+            problems += node.stop()
         if self.agent is not None:
             self.agent.stop()
         if self.replicas is not None:
@@ -719,7 +792,8 @@ class Stack:
             left = self.containerd.stop()
             if not left.empty():
                 problems.append(f"containerd left {left}")
-        self.network.remove()
+        if self.config.pod_cidr or self._conflist_written():
+            self.network.remove()
         self.registry.stop()
         self._recording = False
         (self.config.state_dir / RECORD_FILE).unlink(missing_ok=True)

@@ -64,15 +64,31 @@ def parts(state_dir: Path) -> list[Path]:
     return [state_dir / p for p in STACK_PARTS]
 
 
+# A multi-node stack's further nodes, each laid out as a joined node (its own record) under this dir.
+NODES_DIR = "nodes"
+
+
 def looks_like_a_stack(state_dir: Path) -> bool:
-    return (state_dir / RECORD_FILE).exists() or any(p.exists() for p in parts(state_dir))
+    return (
+        (state_dir / RECORD_FILE).exists()
+        or any(p.exists() for p in parts(state_dir))
+        or any(node_dirs(state_dir))
+    )
+
+
+def node_dirs(state_dir: Path) -> list[Path]:
+    """The further nodes' dirs of a multi-node stack (`<state>/nodes/<name>`)."""
+    root = state_dir / NODES_DIR
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
 def find_network(state_dir: Path, record: StackRecord | None) -> StackNetwork | None:
     """The record's network, or the one the agent wrote in its conflist; None when neither exists (then
     no pod was ever attached, so there is no bridge to remove)."""
-    if record is not None:
+    if record is not None and record.pod_cidr:
         return StackNetwork(record.bridge, record.pod_cidr)
+    # A node whose CIDR came from the node IPAM may have been recorded before it knew it: the conflist
+    # the agent wrote for it says (no conflist: no pod was attached, so no bridge either).
     for conflist in sorted((state_dir / "cni" / "net.d").glob("*.conflist")):
         try:
             plugin = json.loads(conflist.read_text())["plugins"][0]
@@ -208,6 +224,9 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
         network.bridge if network else DEFAULT_BRIDGE,
     )
     _stop_ups(state_dir)
+    # A multi-node stack's further nodes first (their agents would otherwise fight the teardown), each
+    # with its own record, containerd and network, as `pykubelet reset` sweeps a joined node.
+    problems = [p for node in node_dirs(state_dir) for p in sweep(node, settle=settle)]
     found = host.processes_of(scope.roots)
     # A service proxy still running names its table itself (the record may not know it: an `up` stopped
     # while the proxy was starting); its rules outlive it, so they are removed once it is gone.
@@ -215,7 +234,7 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
         p.cmdline[i + 1] for p in found for i, a in enumerate(p.cmdline[:-1]) if a == "--nft-table"
     }
     _stop_daemons(found)
-    problems = _stop_runtimes(state_dir, found, cni)
+    problems += _stop_runtimes(state_dir, found, cni)
     # Anything that started meanwhile or outlived its parent (nothing, normally).
     _terminate([p.pid for p in host.processes_of(scope.roots)], grace=10)
     # The pod network (bridge, NAT entries, conflist, IPAM state), the remaining mounts (volumes),

@@ -60,6 +60,9 @@ BENCHMARKS = {
     "controllers-statefulset": Benchmark(
         "bench/controllers/statefulset.py", "controllers-statefulset", needs_root=True
     ),
+    "controllers-daemonset": Benchmark(
+        "bench/controllers/daemonset.py", "controllers-daemonset", needs_root=True
+    ),
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
     "journey": Benchmark("bench/journey/timing.py", "journey", needs_root=False),
 }

@@ -1,0 +1,67 @@
+"""The pieces of a multi-node stack that need no host: bridge names, a joined node's kubelet config
+without a pod CIDR (the node IPAM's then), the sweep finding a node's network from its conflist when its
+record was written before the CIDR was known, and `up`'s refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pykubelet.join import NodePlan, kubelet_config
+from pykubelet.rig.nodes import node_bridge
+from pykubelet.rig.stack import StackRecord
+from pykubelet.rig.sweep import StackNetwork, find_network, looks_like_a_stack, node_dirs
+
+
+def plan(tmp_path: Path, pod_cidr: str) -> NodePlan:
+    return NodePlan(tmp_path, "n2", pod_cidr, "br0-2", 10250, "pause", "", False)
+
+
+def test_bridges_are_named_after_the_first_and_fit_linux() -> None:
+    assert node_bridge("pykbr0", 2) == "pykbr0-2"
+    with pytest.raises(ValueError, match="longer than 15"):
+        node_bridge("averylongbridge", 2)
+
+
+def test_a_joined_node_without_a_pod_cidr_leaves_it_to_the_cluster(tmp_path: Path) -> None:
+    assert "podCIDR" not in kubelet_config(plan(tmp_path, ""))
+    assert kubelet_config(plan(tmp_path, "10.1.2.0/24"))["podCIDR"] == "10.1.2.0/24"
+
+
+def test_the_sweep_reads_an_ipam_nodes_cidr_from_its_conflist(tmp_path: Path) -> None:
+    node = tmp_path / "nodes" / "n2"
+    record = StackRecord(str(node), "n2", "", {}, "", "", "br0-2", "")
+    assert find_network(node, record) is None  # no conflist: no pod was attached, no bridge
+    conf = node / "cni" / "net.d"
+    conf.mkdir(parents=True)
+    plugin = {"bridge": "br0-2", "ipam": {"ranges": [[{"subnet": "10.201.1.0/24"}]]}}
+    (conf / "10-pykubelet.conflist").write_text(json.dumps({"plugins": [plugin]}))
+    assert find_network(node, record) == StackNetwork("br0-2", "10.201.1.0/24")
+    assert node_dirs(tmp_path) == [node]
+    assert looks_like_a_stack(tmp_path)
+
+
+def test_up_refuses_a_pod_cidr_with_several_nodes_and_no_nodes() -> None:
+    for args, text in (
+        (["--nodes", "2", "--pod-cidr", "10.1.0.0/24"], "with --nodes each node's comes from --cluster-cidr"),
+        (["--nodes", "0"], "--nodes is at least 1"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "pykubelet", "up", *args], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode != 0
+        assert text in done.stderr, done.stderr
+
+
+def test_the_controller_manager_wants_a_cluster_cidr_to_allocate_from(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pykubelet", "controller-manager", "--allocate-node-cidrs",
+         "--kubeconfig", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "Controller: Must specify --cluster-cidr if --allocate-node-cidrs is set" in done.stderr
