@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from controlplane.apiserver import discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
-from controlplane.apiserver.aggregator import authconfig
+from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
@@ -176,6 +176,8 @@ class ApiServer:
         self.aggregator.start(
             pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None
         )
+        # Local APIServices for every built-in group/version (kube-aggregator's autoregister).
+        await autoregister.sync(self.registry, [("", "v1"), *kinds.groups()])
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
