@@ -512,7 +512,7 @@ class ApiServer:
         accept = request.headers.get("Accept", "")
         if "protobuf" in accept and "json" not in accept:
             raise ApiError(406, "NotAcceptable", "only application/json is supported for /openapi/v2")
-        return json_response(self._openapi_v2)
+        return json_response(self.aggregator.openapi_v2(self._openapi_v2))
 
     async def _openid_configuration(self, request: web.Request) -> web.Response:
         return oidc.configuration_response(self.config.service_account_issuers[0], self.config.jwks_uri)
@@ -521,10 +521,13 @@ class ApiServer:
         return oidc.jwks_response([self.signing_key] if self.signing_key else [])
 
     async def _openapi_v3_root(self, request: web.Request) -> web.Response:
-        return json_response(self._openapi_v3[0])
+        return json_response(self.aggregator.openapi_v3_root(self._openapi_v3[0]))
 
     async def _openapi_v3_doc(self, request: web.Request) -> web.Response:
         entry = self._openapi_v3[1].get(request.match_info["path"])
         if entry is None:
+            aggregated = await self.aggregator.openapi_v3_document(request.match_info["path"])
+            if aggregated is not None:
+                return web.Response(body=aggregated, content_type="application/json")
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         return json_response(entry[0])
