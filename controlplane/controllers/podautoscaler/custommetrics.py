@@ -33,18 +33,19 @@ def selector_string(selector: Obj | None) -> str:
     """metav1.LabelSelectorAsSelector(...).String() for the query (empty: everything)."""
     if not selector:
         return ""
-    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    parts = [(k, f"{k}={v}") for k, v in (selector.get("matchLabels") or {}).items()]
     for expr in selector.get("matchExpressions") or []:
         key, op, values = expr.get("key", ""), expr.get("operator", ""), sorted(expr.get("values") or [])
         if op == "In":
-            parts.append(f"{key} in ({','.join(values)})")
+            parts.append((key, f"{key} in ({','.join(values)})"))
         elif op == "NotIn":
-            parts.append(f"{key} notin ({','.join(values)})")
+            parts.append((key, f"{key} notin ({','.join(values)})"))
         elif op == "Exists":
-            parts.append(key)
+            parts.append((key, key))
         elif op == "DoesNotExist":
-            parts.append(f"!{key}")
-    return ",".join(sorted(parts))
+            parts.append((key, f"!{key}"))
+    # labels.Selector.String(): requirements sorted by key
+    return ",".join(text for _, text in sorted(parts))
 
 
 def _stamp(value: Any) -> datetime:
