@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from controlplane.apiserver.aggregator.apis import APIServiceInfo
 
 Obj = dict[str, Any]
 Fetch = Callable[[APIServiceInfo, str], Awaitable[Obj]]
+REFRESH = 60.0
 
 
 @dataclass
@@ -31,6 +33,7 @@ class _Backend:
     info: APIServiceInfo
     v2: Obj | None = None
     v3_paths: dict[str, str] = field(default_factory=dict)  # group-version path -> serverRelativeURL
+    fetched: float = 0.0
 
 
 def _rename_refs(node: Any, renames: dict[str, str], prefix: str) -> Any:
@@ -68,17 +71,24 @@ def merge_v2(dest: Obj, source: Obj) -> None:
 
 
 class OpenAPIAggregation:
-    def __init__(self, fetch: Fetch) -> None:
+    def __init__(self, fetch: Fetch, clock: Callable[[], float] = time.monotonic) -> None:
         self._fetch = fetch
+        self._clock = clock
         self._backends: dict[str, _Backend] = {}
         self._merged: tuple[int, Obj] | None = None
         self._generation = 0
 
     async def refresh(self, info: APIServiceInfo) -> None:
-        """Fetch the backend's documents after its availability passed; failures keep the last good ones
-        (upstream retries later and serves what it had)."""
-        backend = self._backends.setdefault(info.name, _Backend(info))
-        backend.info = info
+        """Fetch the backend's documents after its availability passed: at once for a backend not seen
+        or not available before, else at most once a minute (upstream's OpenAPI controller resyncs each
+        minute). Failures keep the last good documents (upstream serves what it had)."""
+        now = self._clock()
+        backend = self._backends.get(info.name)
+        if backend is not None and backend.info.available and now - backend.fetched < REFRESH:
+            backend.info = info
+            return
+        backend = backend or self._backends.setdefault(info.name, _Backend(info))
+        backend.info, backend.fetched = info, now
         try:
             v2 = await self._fetch(info, "/openapi/v2")
         except Exception:  # a backend without OpenAPI (or a failing one) contributes nothing new
