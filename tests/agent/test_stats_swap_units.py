@@ -116,3 +116,18 @@ def test_the_runtime_is_the_peer_of_its_socket(tmp_path: Path) -> None:
     assert found[1].cpu_path == found[1].memory_path == "/system.slice/containerd.service"
     assert found[0].start_time == process_start(os.getpid(), boot) > boot
     assert [c.name for c in locate("/kubelet.slice", "", "unix:///nonexistent", boot)] == ["kubelet"]
+
+
+def test_kubelet_and_runtime_cgroups_come_from_the_kubelet_configuration(tmp_path: Path) -> None:
+    from agent.config import load_config_file
+
+    path = tmp_path / "kubelet.yaml"
+    path.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        "kubeletCgroups: /system.slice/kubelet.service\nruntimeCgroups: /system.slice/containerd.service\n"
+    )
+    cfg = load_config_file(path)
+    assert (cfg.kubelet_cgroups, cfg.runtime_cgroups) == (
+        "/system.slice/kubelet.service",
+        "/system.slice/containerd.service",
+    )
