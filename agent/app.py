@@ -332,6 +332,9 @@ class Agent:
                     cfg.root_dir,
                     cfg.pod_logs_dir,
                     pods_cgroup(cfg.cgroup_root, cfg.cgroup_driver),
+                    kubelet_cgroups=cfg.kubelet_cgroups,
+                    runtime_cgroups=cfg.runtime_cgroups,
+                    runtime_endpoint=cfg.container_runtime_endpoint,
                 ),
             ),
         )

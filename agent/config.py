@@ -95,6 +95,10 @@ class AgentConfig:
     cgroups_per_qos: bool = True
     cgroup_root: str = "/"
     cgroup_driver: str = "cgroupfs"
+    # The cgroups the Summary lists as the kubelet's and the runtime's system containers (upstream's
+    # kubeletCgroups / runtimeCgroups; empty: this process's own, and the CRI socket's serving process's).
+    kubelet_cgroups: str = ""
+    runtime_cgroups: str = ""
     # Pull backoff and crash-loop backoff (upstream: 10 s doubling to 300 s for both).
     backoff_initial: float = 10.0
     backoff_max: float = 300.0
@@ -142,6 +146,8 @@ _FILE_FIELDS: dict[str, tuple[str, Any]] = {
     "cgroupsPerQOS": ("cgroups_per_qos", bool),
     "cgroupRoot": ("cgroup_root", str),
     "cgroupDriver": ("cgroup_driver", str),
+    "kubeletCgroups": ("kubelet_cgroups", str),
+    "runtimeCgroups": ("runtime_cgroups", str),
     "containerRuntimeEndpoint": ("container_runtime_endpoint", str),
     "address": ("address", str),
     "containerLogMaxSize": ("container_log_max_size", str),

@@ -18,7 +18,7 @@ from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
 from kubeclient.selectors import SelectorError, parse_fields, parse_labels
-from metricsserver import shapes
+from metricsserver import openapi, shapes
 from metricsserver.auth import ALWAYS_ALLOW, Authenticator, Authorizer, Request
 from metricsserver.scraper import Scraper
 from metricsserver.storage import MetricsStore
@@ -104,6 +104,10 @@ class MetricsServer:
         r.add_get("/apis", lambda _: self._doc(shapes.api_group_list()))
         r.add_get(f"/apis/{shapes.GROUP}", lambda _: self._doc(shapes.api_group()))
         r.add_get(PREFIX, lambda _: self._doc(shapes.resource_list()))
+        v3_doc = openapi.v3_group_version()
+        r.add_get("/openapi/v2", lambda _: self._doc(openapi.v2()))
+        r.add_get("/openapi/v3", lambda _: self._doc(openapi.v3_root(v3_doc)))
+        r.add_get(f"/openapi/v3/{openapi.GV_PATH}", lambda _: self._doc(v3_doc))
         r.add_get(f"{PREFIX}/nodes", self._list_nodes)
         r.add_get(f"{PREFIX}/nodes/{{name}}", self._get_node)
         r.add_get(f"{PREFIX}/pods", self._list_pods)

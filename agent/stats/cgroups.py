@@ -28,6 +28,11 @@ class CgroupUsage:
     page_faults: int | None = None
     major_page_faults: int | None = None
     memory_limit: int | None = None
+    # Swap in use and its limit (None: no swap accounting, or unlimited), as cadvisor: v2's
+    # memory.swap.current / memory.swap.max; v1's memsw (memory+swap) usage minus memory usage, and the
+    # memsw limit, only where the kernel accounts swap (swapaccount=1).
+    swap_usage: int | None = None
+    swap_limit: int | None = None
 
 
 def parse_flat_keyed(text: str | bytes, keys: tuple[str, ...] | None = None) -> dict[str, int]:
@@ -83,17 +88,20 @@ class Cgroups:
         base = str(self.root) if self.unified else f"{self.root}/{controller}"
         return f"{base}/{rel}" if rel else base
 
-    def usage(self, path: str) -> CgroupUsage | None:
-        """The cgroup's figures, or None when it does not exist (a pod being removed)."""
-        return self._v2(self._dir("", path)) if self.unified else self._v1(path)
+    def usage(self, path: str, memory_path: str | None = None) -> CgroupUsage | None:
+        """The cgroup's figures, or None when it does not exist (a pod being removed). On v1 a process
+        may sit in different groups per controller (`memory_path`: its memory group, when not `path`)."""
+        if self.unified:
+            return self._v2(self._dir("", path))
+        return self._v1(path, path if memory_path is None else memory_path)
 
     def pids(self, path: str) -> int | None:
         """Processes (tasks) in the cgroup now: pids.current of the pids controller."""
         return _read_int(self._dir("pids", path) + "/pids.current")
 
-    def _v1(self, path: str) -> CgroupUsage | None:
+    def _v1(self, path: str, memory_path: str) -> CgroupUsage | None:
         cpu_dir = self._dir("cpuacct", path)
-        mem_dir = self._dir("memory", path)
+        mem_dir = self._dir("memory", memory_path)
         cpu = _read_int(cpu_dir + "/cpuacct.usage")
         stat_text = _read(mem_dir + "/memory.stat")
         usage = _read_int(mem_dir + "/memory.usage_in_bytes")
@@ -101,6 +109,8 @@ class Cgroups:
             return None
         stat = parse_flat_keyed(stat_text or b"", _V1_STAT)
         limit = _read_int(mem_dir + "/memory.limit_in_bytes")
+        memsw = _read_int(mem_dir + "/memory.memsw.usage_in_bytes")
+        memsw_limit = _read_int(mem_dir + "/memory.memsw.limit_in_bytes") if memsw is not None else None
         return CgroupUsage(
             cpu_usage_ns=cpu,
             memory_usage=usage,
@@ -109,6 +119,8 @@ class Cgroups:
             page_faults=stat.get("total_pgfault"),
             major_page_faults=stat.get("total_pgmajfault"),
             memory_limit=None if limit is None or limit >= _V1_UNLIMITED else limit,
+            swap_usage=max(memsw - usage, 0) if memsw is not None and usage is not None else None,
+            swap_limit=None if memsw_limit is None or memsw_limit >= _V1_UNLIMITED else memsw_limit,
         )
 
     def _v2(self, d: str) -> CgroupUsage | None:
@@ -119,6 +131,7 @@ class Cgroups:
         stat = parse_flat_keyed(_read(d + "/memory.stat") or b"", _V2_STAT)
         usage = _read_int(d + "/memory.current")
         limit_text = (_read(d + "/memory.max") or b"").strip()
+        swap_max = (_read(d + "/memory.swap.max") or b"").strip()
         return CgroupUsage(
             cpu_usage_ns=cpu["usage_usec"] * 1000 if "usage_usec" in cpu else None,
             memory_usage=usage,
@@ -127,6 +140,8 @@ class Cgroups:
             page_faults=stat.get("pgfault"),
             major_page_faults=stat.get("pgmajfault"),
             memory_limit=int(limit_text) if limit_text.isdigit() else None,
+            swap_usage=_read_int(d + "/memory.swap.current"),
+            swap_limit=int(swap_max) if swap_max.isdigit() else None,
         )
 
 
@@ -147,3 +162,21 @@ def container_cgroup(pod_parent: str, container_id: str) -> str:
     if pod_parent.endswith(".slice"):
         return f"{cgroupfs_path(pod_parent).rstrip('/')}/cri-containerd-{container_id}.scope"
     return f"{pod_parent.rstrip('/')}/{container_id}"
+
+
+def parse_proc_cgroup(text: str) -> tuple[str, str]:
+    """(cpu path, memory path) of a process from /proc/<pid>/cgroup: v2's one `0::` path for both, else
+    the v1 cpuacct and memory controllers' own lines (upstream's getContainer reads the same file)."""
+    unified = cpu = memory = ""
+    for line in text.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        names = controllers.split(",")
+        if controllers == "":
+            unified = path
+        if "cpuacct" in names:
+            cpu = path
+        if "memory" in names:
+            memory = path
+    if cpu or memory:
+        return cpu or "/", memory or "/"
+    return unified or "/", unified or "/"

@@ -27,6 +27,13 @@ class MemoryStats:
 
 
 @dataclass(frozen=True)
+class SwapStats:
+    time: float
+    swap_available_bytes: int | None = None
+    swap_usage_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class InterfaceStats:
     name: str
     rx_bytes: int
@@ -67,6 +74,7 @@ class ContainerStats:
     logs: FsStats | None = None
     image: str = ""
     rootfs_device: str = ""  # the device holding the writable layer (cadvisor's `device` label)
+    swap: SwapStats | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class PodStats:
     volumes: tuple[VolumeStats, ...] = ()
     ephemeral_storage: FsStats | None = None
     process_count: int | None = None
+    swap: SwapStats | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,7 @@ class SystemContainer:
     start_time: float
     cpu: CpuStats | None = None
     memory: MemoryStats | None = None
+    swap: SwapStats | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ class NodeStats:
     rlimit_maxpid: int | None = None
     rlimit_curproc: int | None = None
     rlimit_time: float = 0.0
+    swap: SwapStats | None = None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from agent.cri import CRIClient, pb
 from agent.pods import labels as L
-from agent.stats import host
+from agent.stats import host, syscontainers
 from agent.stats.cgroups import Cgroups, CgroupUsage, cgroupfs_path, container_cgroup
 from agent.stats.cpurate import CpuRates
 from agent.stats.cri_source import WRITABLE_LAYER_PERIOD, CriSnapshot, CriSource
@@ -39,6 +39,7 @@ from agent.stats.model import (
     PodRef,
     PodStats,
     Summary,
+    SwapStats,
     SystemContainer,
     VolumeStats,
 )
@@ -60,6 +61,9 @@ class StatsConfig:
     root_dir: str = "/var/lib/kubelet"
     pod_logs_dir: str = "/var/log/pods"
     pods_cgroup: str = "/kubepods"  # the node's pods cgroup (cgroupRoot + kubepods)
+    kubelet_cgroups: str = ""  # upstream's kubeletCgroups ("": this process's own cgroup)
+    runtime_cgroups: str = ""  # upstream's runtimeCgroups ("": the CRI socket's serving process's)
+    runtime_endpoint: str = ""  # the CRI endpoint, to find the runtime's process
 
 
 def _ns(seconds_ns: int) -> float:
@@ -185,6 +189,15 @@ class StatsProvider:
         return CpuStats(now, usage.cpu_usage_ns, self.rates.update(key, ts, usage.cpu_usage_ns))
 
     @staticmethod
+    def _swap(usage: CgroupUsage | None, now: float) -> SwapStats | None:
+        """upstream's cadvisorInfoToSwapStats: usage, and what the limit leaves when there is one."""
+        if usage is None or usage.swap_usage is None:
+            return None
+        limit = usage.swap_limit
+        available = max(limit - usage.swap_usage, 0) if limit is not None else None
+        return SwapStats(now, available, usage.swap_usage)
+
+    @staticmethod
     def _memory(usage: CgroupUsage | None, now: float, capacity: int | None = None) -> MemoryStats | None:
         if usage is None or usage.working_set is None:
             return None
@@ -214,10 +227,12 @@ class StatsProvider:
         usage = reads.usage.get(c.id)
         if usage is not None:
             cpu, mem = self._cpu(c.id, usage, reads.at), self._memory(usage, reads.at)
+            swap = self._swap(usage, reads.at)
         elif stats is not None and c.state == pb.CONTAINER_RUNNING:
             cpu, mem = self._cri_cpu_memory(c.id, stats, now)
+            swap = None
         else:
-            cpu = mem = None
+            cpu = mem = swap = None
         if not cpu_mem_only:
             if stats is not None:
                 rootfs = self._rootfs(stats, now, fs_cache)
@@ -229,6 +244,7 @@ class StatsProvider:
             start_time=_ns(c.created_at),
             cpu=cpu,
             memory=mem,
+            swap=swap,
             rootfs=rootfs,
             logs=logs,
             image=c.image.image,
@@ -336,6 +352,7 @@ class StatsProvider:
         usage = self.cgroups.usage(cgroup) if cgroup else None
         cpu = self._cpu(f"pod:{ref.uid}", usage, now) or _sum_cpu(cstats, now)
         mem = self._memory(usage, now) or _sum_memory(cstats, now)
+        swap = self._swap(usage, now)
         network = volumes = ephemeral = None
         if not cpu_mem_only:
             ifaces = host.net_dev(info.pid) if info and info.pid else None
@@ -350,6 +367,7 @@ class StatsProvider:
             containers=cstats,
             cpu=cpu,
             memory=mem,
+            swap=swap,
             network=network,
             volumes=tuple(v for v, _ in volumes or ()),
             ephemeral_storage=ephemeral,
@@ -384,6 +402,29 @@ class StatsProvider:
         usage = self._volumes[folder] = _VolumeUsage(disk_usage(Path(folder)), inodes, now)
         return usage
 
+    def _system_containers(self, now: float, capacity: int | None) -> tuple[SystemContainer, ...]:
+        """kubelet, runtime and pods, as upstream's GetSystemContainersStats (system containers have no
+        filesystem stats; the kubelet's start is its own)."""
+        cfg = self.config
+        found = [
+            (c.name, c.start_time or self._boot, self.cgroups.usage(c.cpu_path, c.memory_path))
+            for c in syscontainers.locate(
+                cfg.kubelet_cgroups, cfg.runtime_cgroups, cfg.runtime_endpoint, self._boot
+            )
+        ]
+        found.append(("pods", self._boot, self.cgroups.usage(cfg.pods_cgroup)))
+        return tuple(
+            SystemContainer(
+                name,
+                start,
+                self._cpu(f"system:{name}", usage, now),
+                self._memory(usage, now, capacity),
+                self._swap(usage, now),
+            )
+            for name, start, usage in found
+            if usage is not None
+        )
+
     def _node(
         self, snap: CriSnapshot, now: float, cpu_mem_only: bool, fs_cache: dict[str, FsStats | None]
     ) -> NodeStats:
@@ -397,20 +438,13 @@ class StatsProvider:
                 memory_usage=used,
                 working_set=None if used is None else max(used - info.get("Inactive(file)", 0), 0),
             )
-        pods_usage = self.cgroups.usage(self.config.pods_cgroup)
-        system = (
-            SystemContainer(
-                "pods",
-                self._boot,
-                self._cpu("system:pods", pods_usage, now),
-                self._memory(pods_usage, now, capacity),
-            ),
-        )
+        system = self._system_containers(now, capacity)
         node = NodeStats(
             name=self.config.node_name,
             start_time=self._boot,
             cpu=self._cpu("node", root, now),
             memory=self._memory(replace(root, memory_limit=None), now, capacity),
+            swap=_node_swap(info, now),
             system_containers=system,
         )
         if cpu_mem_only:
@@ -422,6 +456,7 @@ class StatsProvider:
             start_time=node.start_time,
             cpu=node.cpu,
             memory=node.memory,
+            swap=node.swap,
             network=NetworkStats(now, ifaces) if ifaces is not None else None,
             fs=self._shared_fs(self.config.root_dir, now, fs_cache),
             image_fs=_image_fs(snap.image_fs, now, lambda p: self._shared_fs(p, now, fs_cache)),
@@ -430,6 +465,15 @@ class StatsProvider:
             rlimit_curproc=curproc,
             rlimit_time=now,
         )
+
+
+def _node_swap(info: dict[str, int], now: float) -> SwapStats | None:
+    """The node's swap from /proc/meminfo, as runc's root-cgroup stats give cadvisor (the root cgroup
+    has no swap files of its own): in use = SwapTotal - SwapFree, available = SwapFree."""
+    total, free = info.get("SwapTotal"), info.get("SwapFree")
+    if total is None or free is None:
+        return None
+    return SwapStats(now, free, max(total - free, 0))
 
 
 def _subdirs(path: str) -> list[str]:

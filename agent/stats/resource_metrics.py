@@ -60,6 +60,21 @@ class ResourceMetrics(Collector):
         p_mem = GaugeMetricFamily(
             "pod_memory_working_set_bytes", _help("Current working set of the pod in bytes"), labels=_POD
         )
+        # Swap (upstream's ALPHA series, 1.28+; only where swap is accounted).
+        node_swap = GaugeMetricFamily(
+            "node_swap_usage_bytes",
+            "[ALPHA] Current swap usage of the node in bytes. Reported only on non-windows systems",
+        )
+        c_swap = GaugeMetricFamily(
+            "container_swap_usage_bytes",
+            "[ALPHA] Current amount of the container swap usage in bytes. Reported only on non-windows systems",
+            labels=_CONTAINER,
+        )
+        p_swap = GaugeMetricFamily(
+            "pod_swap_usage_bytes",
+            "[ALPHA] Current amount of the pod swap usage in bytes. Reported only on non-windows systems",
+            labels=_POD,
+        )
         error = GaugeMetricFamily(
             "resource_scrape_error",
             _help("1 if there was an error while getting container metrics, 0 otherwise"),
@@ -71,6 +86,8 @@ class ResourceMetrics(Collector):
                 node_cpu.add_metric([], n.cpu.usage_core_nano_seconds / 1e9, timestamp=n.cpu.time)
             if n.memory is not None and n.memory.working_set_bytes is not None:
                 node_mem.add_metric([], n.memory.working_set_bytes, timestamp=n.memory.time)
+            if n.swap is not None and n.swap.swap_usage_bytes is not None:
+                node_swap.add_metric([], n.swap.swap_usage_bytes, timestamp=n.swap.time)
             for pod in s.pods:
                 ref = [pod.ref.name, pod.ref.namespace]
                 for c in pod.containers:
@@ -81,13 +98,21 @@ class ResourceMetrics(Collector):
                         c_cpu.add_metric(labels, c.cpu.usage_core_nano_seconds / 1e9, timestamp=c.cpu.time)
                     if c.memory is not None and c.memory.working_set_bytes is not None:
                         c_mem.add_metric(labels, c.memory.working_set_bytes, timestamp=c.memory.time)
+                    if c.swap is not None and c.swap.swap_usage_bytes is not None:
+                        c_swap.add_metric(labels, c.swap.swap_usage_bytes, timestamp=c.swap.time)
                 if pod.cpu is not None and pod.cpu.usage_core_nano_seconds is not None:
                     p_cpu.add_metric(ref, pod.cpu.usage_core_nano_seconds / 1e9, timestamp=pod.cpu.time)
                 if pod.memory is not None and pod.memory.working_set_bytes is not None:
                     p_mem.add_metric(ref, pod.memory.working_set_bytes, timestamp=pod.memory.time)
+                if pod.swap is not None and pod.swap.swap_usage_bytes is not None:
+                    p_swap.add_metric(ref, pod.swap.swap_usage_bytes, timestamp=pod.swap.time)
         error.add_metric([], 1.0 if self.failed else 0.0)
         # As upstream's registry, a family without samples is not written at all.
-        yield from (m for m in (node_cpu, node_mem, start, c_cpu, c_mem, p_cpu, p_mem, error) if m.samples)
+        yield from (
+            m
+            for m in (node_cpu, node_mem, node_swap, start, c_cpu, c_mem, c_swap, p_cpu, p_mem, p_swap, error)
+            if m.samples
+        )
 
 
 def render(summary: Summary | None) -> bytes:

@@ -17,6 +17,7 @@ from agent.stats.model import (
     NodeStats,
     PodStats,
     Summary,
+    SwapStats,
     SystemContainer,
 )
 
@@ -59,6 +60,18 @@ def memory_json(m: MemoryStats | None) -> dict[str, Any] | None:
             "rssBytes": m.rss_bytes,
             "pageFaults": m.page_faults,
             "majorPageFaults": m.major_page_faults,
+        }
+    )
+
+
+def swap_json(w: SwapStats | None) -> dict[str, Any] | None:
+    if w is None:
+        return None
+    return _drop_none(
+        {
+            "time": rfc3339(w.time),
+            "swapAvailableBytes": w.swap_available_bytes,
+            "swapUsageBytes": w.swap_usage_bytes,
         }
     )
 
@@ -112,6 +125,8 @@ def container_json(c: ContainerStats, full: bool) -> dict[str, Any]:
     )
     if full:
         out.update(_drop_none({"rootfs": fs_json(c.rootfs), "logs": fs_json(c.logs)}))
+    # swap last, where upstream's types added it
+    out.update(_drop_none({"swap": swap_json(c.swap)}))
     return out
 
 
@@ -131,6 +146,7 @@ def pod_json(p: PodStats, full: bool) -> dict[str, Any]:
             out["ephemeral-storage"] = fs_json(p.ephemeral_storage)
         if p.process_count is not None:
             out["process_stats"] = {"process_count": p.process_count}
+    out.update(_drop_none({"swap": swap_json(p.swap)}))
     return out
 
 
@@ -141,6 +157,7 @@ def system_container_json(s: SystemContainer) -> dict[str, Any]:
             "startTime": rfc3339(s.start_time),
             "cpu": cpu_json(s.cpu),
             "memory": memory_json(s.memory),
+            "swap": swap_json(s.swap),
         }
     )
 
@@ -160,6 +177,7 @@ def node_json(n: NodeStats, full: bool) -> dict[str, Any]:
             out["rlimit"] = _drop_none(
                 {"time": rfc3339(n.rlimit_time), "maxpid": n.rlimit_maxpid, "curproc": n.rlimit_curproc}
             )
+    out.update(_drop_none({"swap": swap_json(n.swap)}))
     return out
 
 

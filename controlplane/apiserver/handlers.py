@@ -93,10 +93,15 @@ class RestHandler:
                 "DELETE": "delete",
                 "POST": "create",
             }.get(method)
-        if verb is None or (verb not in info.resource.verbs and not info.subresource):
-            raise errors.method_not_allowed()
         sub = info.resource.subresource(info.subresource)
-        if sub is not None and verb not in sub.verbs:
+        extra_methods = getattr(sub, "methods", ()) if info.name else ()
+        if verb is None and method in extra_methods:
+            # A Connecter's other methods, named as upstream's RequestInfo does (HEAD is get; OPTIONS
+            # and the rest have the empty verb, which only a `*` rule grants).
+            verb = "get" if method == "HEAD" else ""
+        elif verb is None or (verb not in info.resource.verbs and not info.subresource):
+            raise errors.method_not_allowed()
+        if sub is not None and verb not in sub.verbs and method not in extra_methods:
             raise errors.method_not_allowed()
         if info.name and verb == "create" and not info.subresource:
             raise errors.method_not_allowed()

@@ -6,14 +6,18 @@ The name may carry a scheme and a port: `[https:]web:8080`; the rest of the path
 query go to the target. Pods and services are reached at their IPs (loopback and link-local addresses
 refused as upstream's IsProxyableIP: `address not allowed`); a node at its kubelet endpoint with the
 API server's kubelet-client certificate. The caller's credentials never travel on (Authorization,
-Impersonate-* and hop-by-hop headers are dropped). Unlike upstream, HTML links are not rewritten.
+Impersonate-* and hop-by-hop headers are dropped). As upstream's proxy transport, the backend is told the
+path the client asked for (X-Forwarded-Uri), its CORS headers are dropped, and HTML pages and redirects
+to the backend get their absolute links rewritten to go through the proxy (`proxyrewrite.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import ssl
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -21,29 +25,23 @@ from aiohttp import web
 from controlplane.apiserver import errors
 from controlplane.apiserver.kinds.base import Subresource
 from controlplane.apiserver.kubeletproxy import kubelet_address
+from controlplane.apiserver.proxyrewrite import (
+    CORS_HEADERS,
+    Rewriter,
+    forwarded_uri,
+    is_html,
+    rewritable_encoding,
+    rewrite_body,
+)
+from kubeclient.httpstream.headers import CHUNK_SIZE, is_hop_by_hop
 from kubeclient.httpstream.protocols import is_upgrade_request
-from kubeclient.httpstream.upgrade import UpgradeError, proxy_upgrade
+from kubeclient.httpstream.upgrade import UpgradeError, dial, proxy_upgrade
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
     from controlplane.apiserver.request import RequestInfo
 
 Obj = dict[str, Any]
-_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "authorization",
-    "host",
-    "content-length",
-}
-_CHUNK = 64 * 1024
 
 
 def split_name(name: str) -> tuple[str, str, str]:
@@ -113,11 +111,13 @@ async def node_location(rest: RestHandler, info: RequestInfo) -> tuple[str, ssl.
 
 
 class Proxy(Subresource):
-    """`<kind>/proxy`: a Connecter for every method, authorized by method (get, create, update, patch,
-    delete) on the subresource."""
+    """`<kind>/proxy`: a Connecter for upstream's proxyMethods (GET, POST, PUT, PATCH, DELETE, HEAD,
+    OPTIONS), authorized by method as upstream's RequestInfo names it (HEAD as get, OPTIONS as the
+    empty verb, which only a `*` rule allows)."""
 
     name = "proxy"
     verbs = ("create", "delete", "get", "patch", "update")
+    methods = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
     connects = True
 
     def __init__(self, kind: str, locate: Any) -> None:
@@ -125,26 +125,49 @@ class Proxy(Subresource):
 
     async def connect(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         base, context = await self._locate(rest, info)
-        url = f"{base}/{info.subpath}"
-        query = request.rel_url.raw_query_string
-        if query:
-            url += f"?{query}"
+        backend_path = "/" + info.subpath
         if is_upgrade_request(request.headers):
+            url = _with_query(base + backend_path, request)
             try:
                 return await proxy_upgrade(request, url, context)
             except UpgradeError as err:
                 raise errors.ApiError(503, "ServiceUnavailable", str(err), {}) from None
-        return await _relay(rest, request, url, context)
+        if not info.subpath and not request.path.endswith("/") and request.method in ("GET", "HEAD"):
+            # upstream's proxyRedirectsforRootPath (issue 4958): the proxy root always ends in '/'.
+            query = request.rel_url.raw_query_string
+            location = request.rel_url.raw_path + "/" + (f"?{query}" if query else "")
+            raise web.HTTPMovedPermanently(location)
+        suffix = backend_path
+        prepend = request.path[: -len(suffix)] if request.path.endswith(suffix) else request.path
+        host = urlsplit(base).netloc
+        rewriter = Rewriter(prepend.rstrip("/"), host, request.host)
+        return await _relay(
+            request, _with_query(base + backend_path, request), context, rewriter, backend_path
+        )
+
+
+def _with_query(url: str, request: web.Request) -> str:
+    query = request.rel_url.raw_query_string
+    return f"{url}?{query}" if query else url
 
 
 async def _relay(
-    rest: RestHandler, request: web.Request, url: str, context: ssl.SSLContext | None
+    request: web.Request,
+    url: str,
+    context: ssl.SSLContext | None,
+    rewriter: Rewriter,
+    backend_path: str,
 ) -> web.StreamResponse:
-    headers = {
-        k: v
+    headers = [
+        (k, v)
         for k, v in request.headers.items()
-        if k.lower() not in _HOP and not k.lower().startswith("impersonate-")
-    }
+        if not is_hop_by_hop(k)
+        and not k.lower().startswith("impersonate-")
+        and k.lower() != "x-forwarded-uri"
+    ]
+    headers.append(("X-Forwarded-Uri", forwarded_uri(rewriter.prepend, backend_path)))
+    if request.method == "HEAD":
+        return await _head(request, url, context, headers, rewriter)
     body = await request.read() if request.can_read_body else None
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as http:
@@ -163,14 +186,85 @@ async def _relay(
                 503, "ServiceUnavailable", f"error trying to reach service: {err}", {}
             ) from None
         try:
-            out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for k, v in upstream.headers.items():
-                if k.lower() not in _HOP:
-                    out.headers.add(k, v)
-            await out.prepare(request)
-            async for chunk in upstream.content.iter_chunked(_CHUNK):
-                await out.write(chunk)
-            await out.write_eof()
-            return out
+            return await _answer(request, upstream, rewriter, urlsplit(url).scheme)
         finally:
             upstream.release()
+
+
+async def _head(
+    request: web.Request,
+    url: str,
+    context: ssl.SSLContext | None,
+    headers: list[tuple[str, str]],
+    rewriter: Rewriter,
+) -> web.StreamResponse:
+    """HEAD by hand: servers that write a body after a HEAD's headers anyway (busybox httpd does) are
+    answered as Go's client answers them, by reading the head and closing, where aiohttp's strict
+    parser refuses the whole response."""
+    if context is None and url.startswith("https:"):
+        context = _UNVERIFIED
+    try:
+        backend = await dial(url, "HEAD", [*headers, ("Connection", "close")], context)
+    except UpgradeError as err:
+        raise errors.ApiError(
+            503, "ServiceUnavailable", f"error trying to reach service: {err}", {}
+        ) from None
+    backend.close()
+    out = web.StreamResponse(status=backend.status, reason=backend.reason)
+    scheme = urlsplit(url).scheme
+    for k, v in backend.headers.items():
+        lower = k.lower()
+        if lower in CORS_HEADERS or (is_hop_by_hop(k) and lower != "content-length"):
+            continue
+        out.headers.add(k, rewriter.location(v, scheme) if lower == "location" else v)
+    await out.prepare(request)
+    await out.write_eof()
+    return out
+
+
+def _unverified() -> ssl.SSLContext:
+    # pods/proxy and services/proxy over https do not verify the pod's certificate (upstream neither).
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+_UNVERIFIED = _unverified()
+
+
+async def _answer(
+    request: web.Request, upstream: aiohttp.ClientResponse, rewriter: Rewriter, scheme: str
+) -> web.StreamResponse:
+    out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    for k, v in upstream.headers.items():
+        lower = k.lower()
+        if lower in CORS_HEADERS or (is_hop_by_hop(k) and lower != "content-length"):
+            continue
+        if lower == "location":
+            v = rewriter.location(v, scheme)
+        out.headers.add(k, v)
+    encoding = upstream.headers.get("Content-Encoding", "")
+    rewrite = (
+        "Location" not in upstream.headers
+        and request.method != "HEAD"
+        and is_html(upstream.headers.get("Content-Type", ""))
+        and rewritable_encoding(encoding)
+    )
+    if rewrite:
+        page = await upstream.read()
+        try:
+            page = await asyncio.to_thread(rewrite_body, page, encoding, rewriter)
+        except ValueError as err:
+            raise errors.internal(f"proxy could not rewrite the page: {err}") from None
+        out.headers.popall("Content-Length", None)
+        out.content_length = len(page)
+        await out.prepare(request)
+        await out.write(page)
+        await out.write_eof()
+        return out
+    await out.prepare(request)
+    async for chunk in upstream.content.iter_chunked(CHUNK_SIZE):
+        await out.write(chunk)
+    await out.write_eof()
+    return out

@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from controlplane.apiserver import audit, discovery, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
-from controlplane.apiserver.aggregator import authconfig
+from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
 from controlplane.apiserver.audit import AuditOptions, build_auditor
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
@@ -194,6 +194,8 @@ class ApiServer:
             pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None
         )
         await self.audit.start()
+        # Local APIServices for every built-in group/version (kube-aggregator's autoregister).
+        await autoregister.sync(self.registry, [("", "v1"), *kinds.groups()])
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
@@ -547,7 +549,7 @@ class ApiServer:
         accept = request.headers.get("Accept", "")
         if "protobuf" in accept and "json" not in accept:
             raise ApiError(406, "NotAcceptable", "only application/json is supported for /openapi/v2")
-        return json_response(self._openapi_v2)
+        return json_response(self.aggregator.openapi_v2(self._openapi_v2))
 
     async def _openid_configuration(self, request: web.Request) -> web.Response:
         return oidc.configuration_response(self.config.service_account_issuers[0], self.config.jwks_uri)
@@ -556,10 +558,13 @@ class ApiServer:
         return oidc.jwks_response([self.signing_key] if self.signing_key else [])
 
     async def _openapi_v3_root(self, request: web.Request) -> web.Response:
-        return json_response(self._openapi_v3[0])
+        return json_response(self.aggregator.openapi_v3_root(self._openapi_v3[0]))
 
     async def _openapi_v3_doc(self, request: web.Request) -> web.Response:
         entry = self._openapi_v3[1].get(request.match_info["path"])
         if entry is None:
+            aggregated = await self.aggregator.openapi_v3_document(request.match_info["path"])
+            if aggregated is not None:
+                return web.Response(body=aggregated, content_type="application/json")
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         return json_response(entry[0])

@@ -8,6 +8,7 @@ nodes/stats or nodes/metrics get upstream's 401/403.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app import Agent
 from agent.cri import pb
-from agent.stats.cgroups import Cgroups
+from agent.stats import host
+from agent.stats.cgroups import Cgroups, parse_proc_cgroup
+from agent.stats.syscontainers import unix_socket_peer
 from kubeclient.client import KubeClient
 from pykubelet.rig.images import RigImages
 from tests.agent.test_agent_api import (  # noqa: F401 - fixtures
@@ -169,12 +172,29 @@ async def test_summary_and_resource_metrics_follow_the_cgroups(
         assert node["nodeName"] == agent.cfg.node_name
         assert node["cpu"]["usageCoreNanoSeconds"] > 0 and node["memory"]["workingSetBytes"] > 0
         assert node["fs"]["capacityBytes"] > 0 and node["runtime"]["imageFs"]["usedBytes"] >= 0
-        assert [s["name"] for s in node["systemContainers"]] == ["pods"]
+        # System containers: the kubelet (this process's cgroup), the runtime (containerd's, found as
+        # the peer of its CRI socket) and the pods, each with its cgroup's figures.
+        system = {s["name"]: s for s in node["systemContainers"]}
+        assert list(system) == ["kubelet", "runtime", "pods"]
+        own = parse_proc_cgroup(Path("/proc/self/cgroup").read_text())
+        kubelet = cgroups.usage(*own)
+        assert kubelet is not None and kubelet.working_set is not None
+        assert abs(system["kubelet"]["memory"]["workingSetBytes"] - kubelet.working_set) < 8 * MIB
+        assert system["kubelet"]["cpu"]["usageCoreNanoSeconds"] > 0
+        runtime_pid = unix_socket_peer(agent.cfg.container_runtime_endpoint)
+        assert runtime_pid is not None and runtime_pid != os.getpid()
+        assert Path(f"/proc/{runtime_pid}/comm").read_text().strip() == "containerd"
+        assert system["runtime"]["cpu"]["usageCoreNanoSeconds"] > 0
+        assert "fs" not in system["runtime"] and "rootfs" not in system["pods"]
+        # The node's swap is /proc/meminfo's (SwapTotal - SwapFree in use, SwapFree left).
+        meminfo = host.meminfo()
+        assert node["swap"]["swapUsageBytes"] == meminfo["SwapTotal"] - meminfo["SwapFree"]
+        assert node["swap"]["swapAvailableBytes"] == meminfo["SwapFree"]
 
         # only_cpu_and_memory: no network, fs or volumes.
         lean = await summary(only_cpu_and_memory="true")
         lean_pod = pod_entry(lean, name)
-        assert lean_pod is not None and set(lean_pod) == {
+        assert lean_pod is not None and set(lean_pod) - {"swap"} == {
             "podRef",
             "startTime",
             "containers",

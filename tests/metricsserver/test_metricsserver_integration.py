@@ -51,7 +51,7 @@ def metrics_server(apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactor
             "--kubeconfig",
             str(kubeconfig),
             "--bind-address",
-            "127.0.0.1",
+            "0.0.0.0",  # reachable at the host's address too, for the aggregator (Endpoints refuse loopback)
             "--secure-port",
             str(port),
             "--cert-dir",
@@ -93,6 +93,17 @@ def _get(
 
 
 NODES = "/apis/metrics.k8s.io/v1beta1/nodes"
+
+
+def _host_ip() -> str:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.254", 9))
+            return s.getsockname()[0]
+        except OSError:
+            pytest.skip("no non-loopback IPv4 address")
 
 
 def front_proxy(apiserver: ApiServer) -> ssl.SSLContext:
@@ -171,3 +182,64 @@ def test_discovery_documents(apiserver: ApiServer, metrics_server: int) -> None:
         ("nodes", "NodeMetrics", False, ["get", "list"]),
         ("pods", "PodMetrics", True, ["get", "list"]),
     ]
+
+
+def test_openapi_of_the_aggregated_server_is_merged_and_proxied(
+    apiserver: ApiServer, metrics_server: int
+) -> None:
+    """Registered behind the API server, the metrics server's OpenAPI shows through it: /openapi/v2 holds
+    its paths and NodeMetrics/PodMetrics definitions beside the built-in ones (untouched), /openapi/v3 lists its group-version and
+    serves its document, and kubectl explain finds the kind."""
+    import subprocess
+    import time
+
+    with apiserver.api_client() as api:
+        for obj in manifest.service(_host_ip(), metrics_server):
+            plural = obj["kind"].lower() + ("" if obj["kind"] == "Endpoints" else "s")
+            api_call(api, "POST", f"/api/v1/namespaces/kube-system/{plural}", obj)
+        api_call(api, "POST", "/apis/apiregistration.k8s.io/v1/apiservices", manifest.apiservice())
+
+        deadline = time.monotonic() + 60
+        doc: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            resp = api.call_api("GET", api.configuration.host + "/openapi/v2")
+            doc = json.loads(resp.read())
+            if "io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetrics" in doc["definitions"]:
+                break
+            time.sleep(0.5)
+        defs = doc["definitions"]
+        node_metrics = defs["io.k8s.metrics.pkg.apis.metrics.v1beta1.NodeMetrics"]
+        assert node_metrics["x-kubernetes-group-version-kind"] == [
+            {"group": "metrics.k8s.io", "kind": "NodeMetrics", "version": "v1beta1"}
+        ]
+        assert "/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{name}" in doc["paths"]
+        assert "/api/v1/namespaces/{namespace}/pods" in doc["paths"]  # the local document is still there
+        # Its referenced types come along; the built-in ones are untouched.
+        assert node_metrics["properties"]["metadata"]["$ref"] in {
+            f"#/definitions/{name}"
+            for name in defs
+            if name.startswith("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+        }
+        assert "ownerReferences" in defs["V1ObjectMeta"]["properties"]
+        resp = api.call_api("GET", api.configuration.host + "/openapi/v3")
+        root = json.loads(resp.read())
+        entry = root["paths"]["apis/metrics.k8s.io/v1beta1"]
+        assert entry["serverRelativeURL"].startswith("/openapi/v3/apis/metrics.k8s.io/v1beta1?hash=")
+        assert "api/v1" in root["paths"]
+        resp = api.call_api("GET", api.configuration.host + "/openapi/v3/apis/metrics.k8s.io/v1beta1")
+        v3 = json.loads(resp.read())
+        assert "io.k8s.metrics.pkg.apis.metrics.v1beta1.PodMetrics" in v3["components"]["schemas"]
+    done = subprocess.run(
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(apiserver.kubeconfig),
+            "explain",
+            "nodemetrics",
+            "--api-version=metrics.k8s.io/v1beta1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "NodeMetrics sets resource usage metrics of a node." in done.stdout, done

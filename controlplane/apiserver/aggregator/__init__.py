@@ -10,4 +10,6 @@ front-proxy client certificate. Generic: it names no aggregated API.
 | `requestinfo.py` | a path under an aggregated group/version -> authorization attributes (RequestInfoFactory) |
 | `proxy.py` | the proxying itself: TLS to the backend (caBundle or insecureSkipTLSVerify), X-Remote-* |
 | `availability.py` | the Available condition (upstream's AvailableConditionController) |
+| `openapimerge.py` | the aggregated servers' OpenAPI: v2 merged into ours, v3 listed and proxied (upstream's openapi controllers) |
+| `autoregister.py` | Local APIServices for the built-in group/versions (upstream's autoregister controller) |
 """

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from controlplane.apiserver.aggregator.apis import APIServiceInfo, APIServices
+from controlplane.apiserver.aggregator.openapimerge import OpenAPIAggregation
 from controlplane.apiserver.aggregator.proxy import BackendTLS, server_name
 from controlplane.apiserver.aggregator.resolve import Endpoint, ResolveError, resolve
 from controlplane.apiserver.errors import ApiError
@@ -69,6 +70,7 @@ class AvailabilityChecker:
         self._dirty: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
+        self.openapi = OpenAPIAggregation(self.fetch_path)
 
     def start(self) -> None:
         self.apis.listeners.append(self._changed)
@@ -150,13 +152,21 @@ class AvailabilityChecker:
             url = f"https://{endpoints[0].netloc}/apis/{info.group}/{info.version}"
             return Verdict("False", "FailedDiscoveryCheck", f"failing or missing response from {url}: {err}")
         self.apis.resources[(info.group, info.version)] = list(doc.get("resources") or [])
+        await self.openapi.refresh(info)
         return Verdict("True", "Passed", "all checks passed")
 
     async def fetch_discovery(self, info: APIServiceInfo, endpoints: list[Endpoint]) -> Obj:
         """GET /apis/<group>/<version> of the backend as the aggregator itself (system:kube-aggregator)."""
+        return await self._get_json(info, endpoints[0], f"/apis/{info.group}/{info.version}")
+
+    async def fetch_path(self, info: APIServiceInfo, path: str) -> Obj:
+        """GET `path` of the APIService's backend (its OpenAPI documents) as the aggregator."""
+        endpoints = resolve(self.registry.cache, info.service_namespace, info.service_name, info.port)
+        return await self._get_json(info, endpoints[0], path)
+
+    async def _get_json(self, info: APIServiceInfo, endpoint: Endpoint, path: str) -> Obj:
         assert self._session is not None
-        endpoint = endpoints[0]
-        url = f"https://{endpoint.netloc}/apis/{info.group}/{info.version}"
+        url = f"https://{endpoint.netloc}{path}"
         headers = {"X-Remote-User": "system:kube-aggregator", "X-Remote-Group": "system:authenticated"}
         async with self._session.get(
             url,

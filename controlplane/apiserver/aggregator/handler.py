@@ -82,3 +82,19 @@ class Aggregator:
 
     def aggregated_additions(self) -> list[Obj]:
         return aggregated_items(self.apis, self.local_groups)
+
+    # --- OpenAPI (openapimerge.py) ------------------------------------------------------------------
+
+    def openapi_v2(self, local: Obj) -> Obj:
+        return self.checker.openapi.v2(local, self.apis.by_name.get)
+
+    def openapi_v3_root(self, local: Obj) -> Obj:
+        return self.checker.openapi.v3_root(local, self.apis.by_name.get)
+
+    async def openapi_v3_document(self, path: str) -> bytes | None:
+        try:
+            return await self.checker.openapi.v3_document(path, self.apis.by_name.get)
+        except (ResolveError, RuntimeError, aiohttp.ClientError, OSError, ValueError) as err:
+            raise errors.ApiError(
+                503, "ServiceUnavailable", f"error trying to reach service: {err}", {}
+            ) from None

@@ -18,30 +18,16 @@ from controlplane.apiserver import errors
 from controlplane.apiserver.aggregator.apis import APIServiceInfo
 from controlplane.apiserver.aggregator.resolve import Endpoint
 from controlplane.apiserver.authn import UserInfo
+from kubeclient.httpstream.headers import CHUNK_SIZE, HOP_BY_HOP
 
 USER_HEADER = "X-Remote-User"
 GROUP_HEADER = "X-Remote-Group"
 EXTRA_PREFIX = "X-Remote-Extra-"
-_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "authorization",
-    "host",
-    "content-length",
-}
-_CHUNK = 64 * 1024
 
 
 def _dropped(header: str) -> bool:
     lower = header.lower()
-    return lower in _HOP or lower.startswith(("impersonate-", "x-remote-"))
+    return lower in HOP_BY_HOP or lower.startswith(("impersonate-", "x-remote-"))
 
 
 def escape_extra_key(key: str) -> str:
@@ -115,10 +101,10 @@ async def relay(
     try:
         out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in upstream.headers.items():
-            if k.lower() not in _HOP:
+            if k.lower() not in HOP_BY_HOP:
                 out.headers.add(k, v)
         await out.prepare(request)
-        async for chunk in upstream.content.iter_chunked(_CHUNK):
+        async for chunk in upstream.content.iter_chunked(CHUNK_SIZE):
             await out.write(chunk)
         await out.write_eof()
         return out

@@ -14,10 +14,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controlplane.controllers.base import Controller, ControllerContext
+from controlplane.controllers.podautoscaler import custommetrics
 from controlplane.controllers.podautoscaler import metrics as metricsclient
 from controlplane.controllers.podautoscaler import replicas as calc
 from controlplane.controllers.podautoscaler.behavior import Normalizer
-from controlplane.controllers.podautoscaler.status import ordered, resource_status, set_condition
+from controlplane.controllers.podautoscaler.status import (
+    milli_quantity,
+    ordered,
+    resource_status,
+    set_condition,
+)
 from kubeclient.errors import ApiError
 from kubeclient.informer import by_namespace, split_key
 from kubeclient.quantity import milli_value
@@ -359,7 +365,14 @@ class HorizontalPodAutoscalerController(Controller):
         invalid, first_error, invalid_reason = 0, "", ""
         for metric in specs:
             try:
-                proposal = await self._compute_one(metric, current, namespace, selector_text, pods)
+                proposal = await self._compute_one(
+                    metric,
+                    current,
+                    namespace,
+                    selector_text,
+                    pods,
+                    int((scale.get("status") or {}).get("replicas") or 0),
+                )
             except MetricFailure as err:
                 invalid += 1
                 statuses.append({"type": ""})
@@ -397,17 +410,18 @@ class HorizontalPodAutoscalerController(Controller):
         return best.replicas, best.name
 
     async def _compute_one(
-        self, metric: Obj, current: int, namespace: str, selector: str, pods: list[Obj]
+        self,
+        metric: Obj,
+        current: int,
+        namespace: str,
+        selector: str,
+        pods: list[Obj],
+        status_replicas: int | None = None,
     ) -> Proposal:
         kind = metric.get("type", "")
-        if kind not in ("Resource", "ContainerResource"):
-            field = kind[:1].lower() + kind[1:]
-            name = ((metric.get(field) or {}).get("metric") or {}).get("name", "")
-            api = "external" if kind == "External" else "custom"
-            raise MetricFailure(
-                f"FailedGet{kind}Metric",
-                f"unable to get metric {name}: unable to fetch metrics from {api} metrics API: the server could not "
-                f"find the requested resource (get {'' if kind == 'External' else 'pods.'}{api}.metrics.k8s.io)",
+        if kind in ("Pods", "Object", "External"):
+            return await self._compute_custom(
+                metric, kind, current, status_replicas, namespace, selector, pods
             )
         field = "resource" if kind == "Resource" else "containerResource"
         source = metric.get(field) or {}
@@ -463,3 +477,111 @@ class HorizontalPodAutoscalerController(Controller):
         raise MetricFailure(
             failed, "invalid resource metric source: neither a utilization target nor a value target was set"
         )
+
+    async def _compute_custom(
+        self,
+        metric: Obj,
+        kind: str,
+        current: int,
+        status_replicas: int | None,
+        namespace: str,
+        selector: str,
+        pods: list[Obj],
+    ) -> Proposal:
+        """computeStatusForPodsMetric / ObjectMetric / ExternalMetric over the custom and external
+        metrics APIs (custommetrics.py)."""
+        field = kind[:1].lower() + kind[1:]
+        source = metric.get(field) or {}
+        ident = source.get("metric") or {}
+        name, metric_selector = ident.get("name", ""), ident.get("selector")
+        target = source.get("target") or {}
+        client = custommetrics.CustomMetricsClient(self.client)
+        statuses = status_replicas if status_replicas is not None else current
+        wall = datetime.now(UTC)
+        identifier = {"name": name, **({"selector": metric_selector} if metric_selector else {})}
+        if kind == "Pods":
+            try:
+                values = await client.pod_metrics(name, namespace, selector, metric_selector)
+                target_avg = milli_value(str(target.get("averageValue") or "0"))
+                result = calc.raw_resource_replicas(
+                    current, target_avg, "", pods, values, wall, self.tolerance, **self.periods
+                )
+            except (custommetrics.MetricsError, calc.ReplicaError) as err:
+                raise MetricFailure("FailedGetPodsMetric", f"unable to get metric {name}: {err}") from None
+            status = {
+                "type": "Pods",
+                "pods": {
+                    "metric": identifier,
+                    "current": {"averageValue": milli_quantity(result.raw_average)},
+                },
+            }
+            return Proposal(result.replicas, f"pods metric {name}", status)
+        if kind == "Object":
+            described = source.get("describedObject") or {}
+            resource = RESOURCES.get(described.get("kind", ""), described.get("kind", "").lower() + "s")
+            group = (described.get("apiVersion") or "").rpartition("/")[0]
+            try:
+                usage, _ = await client.object_metric(
+                    name,
+                    namespace,
+                    f"{resource}.{group}" if group else resource,
+                    described.get("name", ""),
+                    metric_selector,
+                )
+            except custommetrics.MetricsError as err:
+                raise MetricFailure(
+                    "FailedGetObjectMetric",
+                    f"unable to get metric {name}: {described.get('kind', '')} on {namespace} {described.get('name', '')}/{err}",
+                ) from None
+            current_status: Obj
+            try:
+                if target.get("type") == "AverageValue" or (
+                    target.get("averageValue") is not None and target.get("value") is None
+                ):
+                    replicas, per_pod = calc.per_pod_replicas(
+                        statuses, usage, milli_value(str(target["averageValue"])), self.tolerance
+                    )
+                    current_status = {"averageValue": milli_quantity(per_pod)}
+                else:
+                    ratio = usage / milli_value(str(target.get("value") or "0"))
+                    replicas = calc.usage_ratio_replicas(current, ratio, pods, self.tolerance)
+                    current_status = {"value": milli_quantity(usage)}
+            except (calc.ReplicaError, ZeroDivisionError) as err:
+                raise MetricFailure("FailedGetObjectMetric", str(err)) from None
+            status = {
+                "type": "Object",
+                "object": {"metric": identifier, "describedObject": described, "current": current_status},
+            }
+            return Proposal(replicas, f"{described.get('kind', '')} metric {name}", status)
+        try:
+            values, _ = await client.external_metric(name, namespace, metric_selector)
+        except custommetrics.MetricsError as err:
+            raise MetricFailure(
+                "FailedGetExternalMetric",
+                f"unable to get external metric {namespace}/{name}/{_go_selector(metric_selector)}: {err}",
+            ) from None
+        usage = sum(values)
+        try:
+            if target.get("type") == "AverageValue" or (
+                target.get("averageValue") is not None and target.get("value") is None
+            ):
+                replicas, per_pod = calc.per_pod_replicas(
+                    statuses, usage, milli_value(str(target["averageValue"])), self.tolerance
+                )
+                current_status = {"averageValue": milli_quantity(per_pod)}
+            else:
+                ratio = usage / milli_value(str(target.get("value") or "0"))
+                replicas = calc.usage_ratio_replicas(current, ratio, pods, self.tolerance)
+                current_status = {"value": milli_quantity(usage)}
+        except (calc.ReplicaError, ZeroDivisionError) as err:
+            raise MetricFailure("FailedGetExternalMetric", str(err)) from None
+        status = {"type": "External", "external": {"metric": identifier, "current": current_status}}
+        return Proposal(replicas, f"external metric {name}({_go_selector(metric_selector)})", status)
+
+
+def _go_selector(selector: Obj | None) -> str:
+    """A *metav1.LabelSelector as Go's %+v writes it (nil when absent)."""
+    if not selector:
+        return "nil"
+    labels = ",".join(f"{k}: {v}," for k, v in sorted((selector.get("matchLabels") or {}).items()))
+    return f"&LabelSelector{{MatchLabels:map[string]string{{{labels}}},MatchExpressions:[]LabelSelectorRequirement{{}},}}"

@@ -245,3 +245,40 @@ def _settle(current: int, ratio: float, new_ratio: float, count: int, tolerance:
     if (new_ratio < 1.0 and replicas > current) or (new_ratio > 1.0 and replicas < current):
         return current
     return replicas
+
+
+def ready_pod_count(pods: list[Obj]) -> int:
+    """getReadyPodsCount: Running pods whose Ready condition is True."""
+    if not pods:
+        raise ReplicaError("no pods returned by selector while calculating replica count")
+    return sum(
+        1
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and (_ready_condition(p) or {}).get("status") == "True"
+    )
+
+
+def usage_ratio_replicas(current: int, ratio: float, pods: list[Obj], tolerance: float = TOLERANCE) -> int:
+    """getUsageRatioReplicaCount (Object and External Value targets): the ratio times the ready pods;
+    from zero replicas the ratio alone."""
+    if current == 0:
+        return math.ceil(ratio)
+    if abs(1.0 - ratio) <= tolerance:
+        return current
+    try:
+        ready = ready_pod_count(pods)
+    except ReplicaError as err:
+        raise ReplicaError(f"unable to calculate ready pods: {err}") from None
+    return math.ceil(ratio * ready)
+
+
+def per_pod_replicas(
+    status_replicas: int, usage: int, target_average: int, tolerance: float = TOLERANCE
+) -> tuple[int, int]:
+    """GetObjectPerPodMetricReplicas / GetExternalPerPodMetricReplicas: (replicas, usage per pod)."""
+    replicas = status_replicas
+    ratio = usage / (target_average * replicas) if replicas else math.inf
+    if abs(1.0 - ratio) > tolerance:
+        replicas = math.ceil(usage / target_average)
+    return replicas, math.ceil(usage / status_replicas) if status_replicas else usage
