@@ -5,7 +5,7 @@ and the right writers, its SVG has one lane per component, and diagnose calls it
 workloads, one at a time, each stalled at its boundary: an unsatisfiable nodeSelector (scheduling), an
 image that does not exist and a missing Secret (runtime), a failing readiness probe (probes), a Service
 selecting nothing (endpoints), a node whose agent stopped (node: its Lease stale), a user RBAC gives
-nothing (authorization).
+nothing (authorization), a webhook that is down (admission).
 """
 
 from __future__ import annotations
@@ -370,3 +370,46 @@ def test_rbac_forbidding_the_user_stalls_at_authorization(
     assert code == 1 and verdict["boundary"] == "authorization", verdict
     user = f"system:serviceaccount:{namespace}:nobody"
     assert verdict["summary"].startswith(f"stalled at: authorization - {user} may not "), verdict
+
+
+def test_webhook_that_is_down_stalls_at_admission(kubeconfig: Path, namespace: str, image: str):
+    """A validating webhook on pod creation whose server is gone (nothing listens at its URL) with
+    failurePolicy Fail: the ReplicaSet controller's creates are refused in admission, and diagnose says
+    so with the webhook's name. The configuration selects only this test's namespace, so nothing else on
+    the cluster meets it."""
+    webhook = "deny.journey.pykubelet.io"
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": f"journey-down-{namespace}"},
+        "webhooks": [
+            {
+                "name": webhook,
+                # Port 1 on the API server's own loopback: refused on any cluster.
+                "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 2,
+            }
+        ],
+    }
+    created = kubectl(kubeconfig, "create", "-f", "-", input=json.dumps(config))
+    assert created.returncode == 0, created.stderr
+    try:
+        kubectl_apply(kubeconfig, namespace, deployment("blocked", image))
+        verdict = stalled_at(kubeconfig, namespace, "deployment/blocked", "admission")
+        assert f'failed calling webhook "{webhook}"' in verdict["summary"], verdict
+    finally:
+        kubectl(
+            kubeconfig, "delete", "validatingwebhookconfiguration", config["metadata"]["name"], "--wait=false"
+        )
