@@ -462,3 +462,124 @@ def test_invalid_crds_are_422(ext: client.ApiextensionsV1Api, change: Callable[[
         ext.create_custom_resource_definition(body)
     assert err.value.status == 422
     assert message in error_of(err.value)["message"]
+
+
+RULED: Obj = {
+    "type": "object",
+    "properties": {
+        "spec": {
+            "type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.size == oldSelf.size || self.size > oldSelf.size", "message": "size may only grow"},
+                {
+                    "rule": "self.name.startsWith('x-')",
+                    "messageExpression": "'name ' + self.name + ' must start with x-'",
+                    "fieldPath": ".name",
+                    "reason": "FieldValueForbidden",
+                },
+            ],
+            "properties": {
+                "size": {"type": "integer"},
+                "name": {"type": "string"},
+                "immutable": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "Value is immutable"}]},
+                "template": {
+                    "type": "object",
+                    "x-kubernetes-embedded-resource": True,
+                    "properties": {"spec": {"type": "object", "properties": {"x": {"type": "string"}}}},
+                },
+                "items": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["name"],
+                    "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}, "v": {"type": "string"}}},
+                },
+            },
+        }
+    },
+}
+
+
+@pytest.fixture
+def ruled(ext: client.ApiextensionsV1Api, api: client.ApiClient) -> Iterator[str]:
+    grp = f"x{uuid.uuid4().hex[:8]}.example.com"
+    versions = [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": RULED}}]
+    ext.create_custom_resource_definition(crd_body(grp, versions=versions))
+    wait_for(lambda: established(ext, f"crontabs.{grp}") and served(api, grp, "v1"))
+    yield grp
+    ext.delete_custom_resource_definition(f"crontabs.{grp}")
+
+
+def test_transition_rules_message_expression_field_path_and_reason(
+    custom: client.CustomObjectsApi, ruled: str, namespace: str
+) -> None:
+    args = (ruled, "v1", namespace, "crontabs")
+    body = {"apiVersion": f"{ruled}/v1", "kind": "CronTab", "metadata": {"name": "t"}, "spec": {"size": 2, "name": "y", "immutable": "a"}}
+    with pytest.raises(ApiException) as err:
+        custom.create_namespaced_custom_object(*args, body)
+    assert err.value.status == 422
+    assert "spec.name: Forbidden: name y must start with x-" in error_of(err.value)["message"]
+    body["spec"]["name"] = "x-y"
+    custom.create_namespaced_custom_object(*args, body)  # transition rules are not evaluated on create
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(*args, "t", {"spec": {"size": 1}})
+    assert 'spec: Invalid value: "object": size may only grow' in error_of(err.value)["message"]
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(*args, "t", {"spec": {"immutable": "b"}})
+    assert 'spec.immutable: Invalid value: "string": Value is immutable' in error_of(err.value)["message"]
+    grown = custom.patch_namespaced_custom_object(*args, "t", {"spec": {"size": 3}})
+    assert grown["spec"]["size"] == 3 and grown["metadata"]["generation"] == 2
+
+
+def test_embedded_resources_and_map_lists(api: client.ApiClient, custom: client.CustomObjectsApi, ruled: str, namespace: str) -> None:
+    args = (ruled, "v1", namespace, "crontabs")
+    template = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "bogus": 1}, "spec": {"x": "y", "drop": 1}}
+    body = {"apiVersion": f"{ruled}/v1", "kind": "CronTab", "metadata": {"name": "e"}, "spec": {"name": "x-e", "size": 1, "template": template}}
+    made = custom.create_namespaced_custom_object(*args, body)
+    assert made["spec"]["template"] == {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": "y"}}
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(*args, "e", {"spec": {"items": [{"name": "a"}, {"name": "a"}]}})
+    assert 'spec.items[1]: Duplicate value: {"name":"a"}' in error_of(err.value)["message"]
+    # server-side apply merges map lists by their key, field managers apart
+    apply = {"apiVersion": f"{ruled}/v1", "kind": "CronTab", "metadata": {"name": "e"}, "spec": {"items": [{"name": "a", "v": "1"}]}}
+    path = f"/apis/{ruled}/v1/namespaces/{namespace}/crontabs/e"
+    code, answer = raw(api, "PATCH", path + "?fieldManager=one", json.dumps(apply), "application/apply-patch+yaml")
+    assert code == 200, answer
+    apply["spec"]["items"] = [{"name": "b", "v": "2"}]
+    code, merged = raw(api, "PATCH", path + "?fieldManager=two", json.dumps(apply), "application/apply-patch+yaml")
+    assert code == 200, merged
+    assert merged["spec"]["items"] == [{"name": "a", "v": "1"}, {"name": "b", "v": "2"}]
+    code, patched = raw(api, "PATCH", path, [{"op": "replace", "path": "/spec/name", "value": "x-j"}], "application/json-patch+json")
+    assert code == 200 and patched["spec"]["name"] == "x-j"
+
+
+def test_deletecollection_and_terminating_crd_refuses_creates(
+    ext: client.ApiextensionsV1Api, custom: client.CustomObjectsApi, group: str, namespace: str
+) -> None:
+    for name in ("d1", "d2"):
+        create(custom, group, namespace, name)
+    custom.delete_collection_namespaced_custom_object(group, "v1", namespace, "crontabs")
+    wait_for(lambda: not custom.list_namespaced_custom_object(group, "v1", namespace, "crontabs")["items"])
+    create(custom, group, namespace, "held")
+    custom.patch_namespaced_custom_object(group, "v1", namespace, "crontabs", "held", {"metadata": {"finalizers": ["example.com/hold"]}})
+    ext.delete_custom_resource_definition(f"crontabs.{group}")
+
+    def terminating() -> Any:
+        crd = ext.read_custom_resource_definition(f"crontabs.{group}")
+        return next((c for c in crd.status.conditions if c.type == "Terminating" and c.status == "True"), None)
+
+    cond = wait_for(terminating)
+    assert cond.reason in ("InstanceDeletionPending", "InstanceDeletionInProgress")
+    with pytest.raises(ApiException) as err:
+        create(custom, group, namespace, "late")
+    assert err.value.status == 405
+    assert error_of(err.value)["message"] == "create not allowed while custom resource definition is terminating"
+    custom.patch_namespaced_custom_object(group, "v1", namespace, "crontabs", "held", {"metadata": {"finalizers": None}})
+
+    def gone() -> bool:
+        try:
+            ext.read_custom_resource_definition(f"crontabs.{group}")
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    wait_for(gone)

@@ -216,6 +216,7 @@ def _validate(value: Any, schema: Obj, path: str, errors: list[FieldError], root
         return
     if "enum" in schema and value not in schema["enum"]:
         errors.append(not_supported(path, value, list(schema["enum"])))
+    _junctors(value, schema, path, errors)
     if isinstance(value, str):
         _validate_string(value, schema, path, errors)
     elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -224,6 +225,25 @@ def _validate(value: Any, schema: Obj, path: str, errors: list[FieldError], root
         _validate_array(value, schema, path, errors)
     elif isinstance(value, dict):
         _validate_object(value, schema, path, errors, root)
+
+
+def _passes(value: Any, schema: Any, path: str) -> bool:
+    return isinstance(schema, dict) and not validate(value, schema, path)
+
+
+def _junctors(value: Any, schema: Obj, path: str, errors: list[FieldError]) -> None:
+    """allOf, anyOf, oneOf and not: value validations only (a structural schema's junctors carry no types)."""
+    for sub in schema.get("allOf") or []:
+        if isinstance(sub, dict):
+            _validate(value, sub, path, errors)
+    any_of = schema.get("anyOf") or []
+    if any_of and not schema.get(INT_OR_STRING) and not any(_passes(value, s, path) for s in any_of):
+        errors.append(invalid(path, value, f"{path} in body must validate at least one schema (anyOf)"))
+    one_of = schema.get("oneOf") or []
+    if one_of and sum(1 for s in one_of if _passes(value, s, path)) != 1:
+        errors.append(invalid(path, value, f"{path} in body must validate one and only one schema (oneOf)"))
+    if isinstance(schema.get("not"), dict) and _passes(value, schema["not"], path):
+        errors.append(invalid(path, value, f"{path} in body must not validate the schema (not)"))
 
 
 def _validate_string(value: str, schema: Obj, path: str, errors: list[FieldError]) -> None:

@@ -185,10 +185,12 @@ def _is_int_or_string_pattern(s: Obj) -> tuple[bool, bool]:
 def _value_validation(s: Obj, level: str, path: str, errors: list[FieldError]) -> None:
     skip_any, skip_first_all = _is_int_or_string_pattern(s)
     for junctor in _JUNCTORS:
+        if junctor == "anyOf" and skip_any:
+            continue  # the int-or-string pattern itself
         for i, sub in enumerate(s.get(junctor) or []):
             if not isinstance(sub, dict):
                 continue
-            skip = (junctor == "anyOf" and skip_any) or (junctor == "allOf" and i == 0 and skip_first_all)
+            skip = junctor == "allOf" and i == 0 and skip_first_all
             _nested(sub, skip, level, f"{path}.{junctor}[{i}]", errors)
     if isinstance(s.get("not"), dict):
         _nested(s["not"], False, level, f"{path}.not", errors)
