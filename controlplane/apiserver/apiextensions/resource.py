@@ -217,7 +217,8 @@ class CustomResource(Kind):
         self.printer_columns = list(version.get("additionalPrinterColumns") or [])
         self.columns = self._columns()
         self.smp = {"metadata": META, **(_smp(self.open_api) or {})}
-        self.has_rules = rules.has_rules(self.open_api)
+        self.rules = rules.skeleton(self.open_api)  # only the fields that carry CEL rules
+        self.has_rules = self.rules is not None
         super().__init__()
         typed.CUSTOM[self.schema] = self._decode
 
@@ -286,13 +287,13 @@ class CustomResource(Kind):
         problems = object_meta(obj.get("metadata"), self.validate_name)
         problems += schema.validate(obj, self.open_api)
         if self.has_rules and not problems:
-            problems += rules.check(obj, None, self.open_api, transitions=False)
+            problems += rules.check(obj, None, self.rules or {}, transitions=False)
         return problems
 
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
         if not self.has_rules:
             return []
-        return rules.check(new, old, self.open_api, transitions=True)
+        return rules.check(new, old, self.rules or {}, transitions=True)
 
     # OpenAPI ---------------------------------------------------------------------------------------
 

@@ -43,8 +43,20 @@ def _walk_schema(schema: Any, path: str) -> list[tuple[Obj, str]]:
     return out
 
 
-def has_rules(schema: Any) -> bool:
-    return bool(_walk_schema(schema, ""))
+def skeleton(schema: Any) -> Obj | None:
+    """The part of `schema` that leads to rules (None: no rules), so that checking an object walks only
+    the fields that carry rules, not every field of it."""
+    if not isinstance(schema, dict):
+        return None
+    out: Obj = {k: schema[k] for k in (VALIDATIONS, "type", "x-kubernetes-list-type", "x-kubernetes-list-map-keys") if k in schema}
+    props = {name: sub for name, sub in ((n, skeleton(v)) for n, v in (schema.get("properties") or {}).items()) if sub}
+    if props:
+        out["properties"] = props
+    for key in ("items", "additionalProperties"):
+        sub = skeleton(schema.get(key))
+        if sub:
+            out[key] = sub
+    return out if (VALIDATIONS in out or props or "items" in out or "additionalProperties" in out) else None
 
 
 def compile_errors(schema: Any, path: str) -> list[FieldError]:
@@ -100,7 +112,7 @@ def _check(value: Any, old: Any, schema: Obj, path: str, transitions: bool, erro
     if isinstance(value, dict):
         for key, item in value.items():
             sub = props.get(key) or (extra if isinstance(extra, dict) else None)
-            if sub is not None:
+            if sub:
                 old_item = old.get(key) if isinstance(old, dict) else None
                 _check(item, old_item, sub, f"{path}.{key}" if path else key, transitions, errors)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
@@ -158,4 +170,4 @@ def _evaluate(rule: Obj, value: Any, old: Any, schema: Obj, path: str) -> FieldE
     return FieldError(reason, field, f"{_REASONS.get(reason, 'Invalid value')}: {message}")
 
 
-__all__ = ["check", "compile_errors", "has_rules"]
+__all__ = ["check", "compile_errors", "skeleton"]
