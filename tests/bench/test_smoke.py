@@ -37,6 +37,7 @@ BENCHMARKS = {
     "apiserver-authz": Benchmark("bench/apiserver/authz.py", "apiserver-authz", needs_root=False),
     "apiserver-stores": Benchmark("bench/apiserver/stores.py", "apiserver-stores", needs_root=False),
     "apiserver-replicas": Benchmark("bench/apiserver/replicas.py", "apiserver-replicas", needs_root=False),
+    "apiserver-crd": Benchmark("bench/apiserver/crd.py", "apiserver-crd", needs_root=False),
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),
     "cni": Benchmark("bench/cni/latency.py", "cni-latency", needs_root=True),
     "agent-startup": Benchmark("bench/agent/startup.py", "agent-startup", needs_root=True),
