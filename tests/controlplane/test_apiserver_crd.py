@@ -311,6 +311,7 @@ def test_kubectl_get_shows_printer_columns_and_scale(fresh_kubectl: Any, custom:
     lines = out.splitlines()
     assert lines[0].split() == ["NAME", "SPEC", "REPLICAS", "AGE"]
     assert lines[1].split()[:6] == ["k", "*", "*", "*", "*", "*/5"] and lines[1].split()[6] == "2"
+    assert lines[1].split()[7].endswith("s")  # the date column as an age (seconds old)
     assert fresh_kubectl("get", "ct", "-n", namespace, "-o", "name").strip() == f"crontab.{group}/k"
     custom.patch_namespaced_custom_object_status(group, "v1", namespace, "crontabs", "k", {"status": {"replicas": 2, "selector": "app=k"}})
     fresh_kubectl("scale", f"crontabs.{group}/k", "-n", namespace, "--replicas=4")

@@ -21,6 +21,7 @@ from controlplane.apiserver import errors, tables, typed
 from controlplane.apiserver.apiextensions import rules, schema
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource, Subresource
+from controlplane.apiserver.meta import human_duration, now, parse_time
 from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import object_meta, path_segment
 
@@ -345,6 +346,10 @@ class CustomResource(Kind):
             found, value = json_path(obj, col.get("jsonPath", ""))
             if not found or value is None:
                 row.append(None)
+            elif col.get("type") == "date":
+                # upstream's cellForJSONValue: a date is shown as the time since it (kubectl's AGE)
+                when = parse_time(value) if isinstance(value, str) else None
+                row.append(human_duration(now() - when) if when else "<invalid>")
             elif isinstance(value, dict | list):
                 row.append(json.dumps(value, separators=(",", ":")))
             elif col.get("type") == "string" and not isinstance(value, str):
