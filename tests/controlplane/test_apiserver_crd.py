@@ -127,6 +127,24 @@ def served(api: client.ApiClient, group: str, version: str) -> bool:
     return raw(api, "GET", f"/apis/{group}/{version}")[0] == 200
 
 
+def delete_crd(ext: client.ApiextensionsV1Api, name: str) -> None:
+    """Delete a CRD and wait until it is gone (its objects first), so no test leaves one behind in
+    anyone's discovery (kubectl's cache of categories, say)."""
+    try:
+        ext.delete_custom_resource_definition(name)
+    except ApiException as err:
+        assert err.status == 404
+
+    def gone() -> bool:
+        try:
+            ext.read_custom_resource_definition(name)
+        except ApiException as err:
+            return err.status == 404
+        return False
+
+    wait_for(gone, timeout=30)
+
+
 @pytest.fixture
 def group(ext: client.ApiextensionsV1Api, api: client.ApiClient) -> Iterator[str]:
     """A CRD of its own group (crontabs.<group>), established and served."""
@@ -134,10 +152,7 @@ def group(ext: client.ApiextensionsV1Api, api: client.ApiClient) -> Iterator[str
     ext.create_custom_resource_definition(crd_body(name))
     wait_for(lambda: established(ext, f"crontabs.{name}") and served(api, name, "v1"))
     yield name
-    try:
-        ext.delete_custom_resource_definition(f"crontabs.{name}")
-    except ApiException as err:
-        assert err.status == 404
+    delete_crd(ext, f"crontabs.{name}")
 
 
 @pytest.fixture
@@ -382,7 +397,7 @@ def test_several_versions_with_none_conversion(ext: client.ApiextensionsV1Api, a
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
     assert groups[grp].preferred_version.version == "v1"
     assert [v.version for v in groups[grp].versions] == ["v1", "v1beta1"]
-    ext.delete_custom_resource_definition(f"crontabs.{grp}")
+    delete_crd(ext, f"crontabs.{grp}")
 
 
 def test_cluster_scoped_crd(ext: client.ApiextensionsV1Api, api: client.ApiClient, custom: client.CustomObjectsApi) -> None:
@@ -394,7 +409,7 @@ def test_cluster_scoped_crd(ext: client.ApiextensionsV1Api, api: client.ApiClien
     made = custom.create_cluster_custom_object(grp, "v1", "crontabs", body)
     assert "namespace" not in made["metadata"]
     assert [i["metadata"]["name"] for i in custom.list_cluster_custom_object(grp, "v1", "crontabs")["items"]] == ["cl"]
-    ext.delete_custom_resource_definition(f"crontabs.{grp}")
+    delete_crd(ext, f"crontabs.{grp}")
 
 
 def test_name_conflict_is_not_accepted(ext: client.ApiextensionsV1Api, group: str) -> None:
@@ -412,7 +427,7 @@ def test_name_conflict_is_not_accepted(ext: client.ApiextensionsV1Api, group: st
     assert accepted.message == '"CronTab" is already in use'
     crd = ext.read_custom_resource_definition(f"crontabs2.{group}")
     assert not any(c.type == "Established" and c.status == "True" for c in crd.status.conditions)
-    ext.delete_custom_resource_definition(f"crontabs2.{group}")
+    delete_crd(ext, f"crontabs2.{group}")
 
 
 def test_non_structural_schema_lists_every_violation(ext: client.ApiextensionsV1Api) -> None:
@@ -507,7 +522,7 @@ def ruled(ext: client.ApiextensionsV1Api, api: client.ApiClient) -> Iterator[str
     ext.create_custom_resource_definition(crd_body(grp, versions=versions))
     wait_for(lambda: established(ext, f"crontabs.{grp}") and served(api, grp, "v1"))
     yield grp
-    ext.delete_custom_resource_definition(f"crontabs.{grp}")
+    delete_crd(ext, f"crontabs.{grp}")
 
 
 def test_transition_rules_message_expression_field_path_and_reason(
