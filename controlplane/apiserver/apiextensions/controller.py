@@ -105,7 +105,10 @@ class CrdController:
         for cached in current:
             obj = cached.obj
             if crds.is_true(obj, crds.ESTABLISHED):
-                self._serve(obj, str(cached.revision))
+                try:
+                    self._serve(obj, str(cached.revision))
+                except (KeyError, IndexError, TypeError, ValueError):  # a stored CRD we cannot serve
+                    log.exception("crd=%s step=serve", obj["metadata"].get("name"))
             self._enqueue(obj["metadata"]["name"])
         self._task = asyncio.create_task(self._run(), name="crd-controller")
 
