@@ -599,3 +599,9 @@ def test_deletecollection_and_terminating_crd_refuses_creates(
         return False
 
     wait_for(gone)
+
+
+def test_metadata_of_the_wrong_type_is_a_400(api: client.ApiClient, group: str, namespace: str) -> None:
+    body = {"apiVersion": f"{group}/v1", "kind": "CronTab", "metadata": {"name": "m", "labels": ["a"]}, "spec": {"cronSpec": "* * * * *"}}
+    code, answer = raw(api, "POST", f"/apis/{group}/v1/namespaces/{namespace}/crontabs", body)
+    assert code == 400 and answer["message"].startswith('CronTab in version "v1" cannot be handled as a CronTab: ')

@@ -46,6 +46,11 @@ def json_type(value: Any) -> str:
     return "object"
 
 
+def schema_json_type(value: Any) -> str:
+    """encoding/json's name for a JSON value's type, as its unmarshal errors print it."""
+    return {"integer": "number", "boolean": "bool"}.get(json_type(value), json_type(value))
+
+
 def _child(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
@@ -62,11 +67,12 @@ def prune(obj: Obj, schema: Obj) -> list[str]:
 
 
 def _prune_metadata(meta: Any, path: str, unknown: list[str]) -> None:
+    """ObjectMeta's fields only, decoded as every object's metadata is (a wrong type is a DecodeError:
+    the 400 upstream's decoder answers)."""
     if isinstance(meta, dict):
-        try:
-            unknown += [_child(path, u) for u in typed.decode(meta, "V1ObjectMeta", prune=True)]
-        except typed.DecodeError:
-            pass  # left for validation to name
+        unknown += [_child(path, u) for u in typed.decode(meta, "V1ObjectMeta", prune=True)]
+    elif meta is not None:
+        raise typed.DecodeError(f"json: cannot unmarshal {schema_json_type(meta)} into Go struct field {path} of type v1.ObjectMeta")
 
 
 def _prune_object(value: Obj, schema: Obj, path: str, resource: bool, unknown: list[str]) -> None:
