@@ -162,11 +162,20 @@ def method_not_allowed(
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media(content_type: str) -> ApiError:
+def unsupported_media(content_type: str, strategic: bool = True) -> ApiError:
+    """415 for a patch type the resource does not take (custom resources take no strategic merge)."""
+    accepted = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    if strategic:
+        accepted += ", application/strategic-merge-patch+json"
+        return ApiError(
+            415,
+            "UnsupportedMediaType",
+            f'the body of the request was in an unknown format - accepted media types include: {accepted}; got "{content_type}"',
+        )
     return ApiError(
         415,
         "UnsupportedMediaType",
-        f'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got "{content_type}"',
+        f"the body of the request was in an unknown format - accepted media types include: {accepted}",
     )
 
 

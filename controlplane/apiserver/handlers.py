@@ -472,7 +472,9 @@ class RestHandler:
         content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
         kind = _PATCH_TYPES.get(content_type)
         if kind is None:
-            raise errors.unsupported_media(content_type)
+            raise errors.unsupported_media(content_type, res.strategic_merge)
+        if kind == "strategic" and not res.strategic_merge:
+            raise errors.unsupported_media(content_type, False)
         if kind == "apply":
             return await self._apply(request, info)
         patch = await self.body(request)

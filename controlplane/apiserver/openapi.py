@@ -50,7 +50,8 @@ def _paths(res: Kind, v3: bool) -> dict[str, Obj]:
     base = f"/{_gv_path(res.group, res.version)}"
     coll = f"{base}/namespaces/{{namespace}}/{res.plural}" if res.namespaced else f"{base}/{res.plural}"
     gvk = {"group": res.group, "version": res.version, "kind": res.kind}
-    ref = _ref(res.schema if res.schema in _fields()["types"] else _definition_name(res), v3)
+    own = next(iter(res.openapi_definitions(v3)), "")
+    ref = _ref(res.schema if res.schema in _fields()["types"] else own or _definition_name(res), v3)
     ok = {
         "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
         if v3
@@ -152,16 +153,18 @@ def _definitions(v3: bool, resources: list[Kind] | None = None) -> Obj:
     required = _fields()["required"]
     merge: dict[tuple[str, str], ListSpec] = {}
     roots: dict[str, list[Obj]] = {}
+    own: Obj = {}  # definitions of kinds whose schema is their own (custom resources)
     for res in resources if resources is not None else KINDS:
+        own.update(res.openapi_definitions(v3))
         if res.schema not in types:
             continue
         roots.setdefault(res.schema, []).append(
             {"group": res.group, "version": res.version, "kind": res.kind}
         )
         _merge_keys(res.schema, res.smp, merge)
-    wanted: list[str] = list(roots)
+    wanted: list[str] = list(roots) + (["V1ObjectMeta", "V1ListMeta"] if own else [])
     seen: set[str] = set()
-    out: Obj = {}
+    out: Obj = dict(own)
     while wanted:
         name = wanted.pop()
         if name in seen or name not in types:

@@ -157,6 +157,7 @@ class ApiServer:
         self.audit = build_auditor(config.audit)
         self._openapi_v3 = openapi.v3_index()
         self._openapi_v2 = openapi.v2_document()
+        self._openapi_at = kinds.generation()  # kinds come and go at runtime (custom resources)
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
@@ -345,6 +346,7 @@ class ApiServer:
         r.add_get("/metrics", self._metrics)
         r.add_get("/api", self._api)
         r.add_get("/apis", self._apis)
+        r.add_get("/apis/", self._apis)  # the official client's ApisApi asks with the slash
         r.add_get("/api/v1", self._core_resources)
         r.add_get("/apis/{group}", self._group)
         r.add_route("*", "/apis/{group}/{version}", self._group_resources)
@@ -545,7 +547,14 @@ class ApiServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         return json_response(doc)
 
+    def _refresh_openapi(self) -> None:
+        if self._openapi_at != kinds.generation():
+            self._openapi_at = kinds.generation()
+            self._openapi_v3 = openapi.v3_index()
+            self._openapi_v2 = openapi.v2_document()
+
     async def _openapi_v2_handler(self, request: web.Request) -> web.Response:
+        self._refresh_openapi()
         accept = request.headers.get("Accept", "")
         if "protobuf" in accept and "json" not in accept:
             raise ApiError(406, "NotAcceptable", "only application/json is supported for /openapi/v2")
@@ -558,9 +567,11 @@ class ApiServer:
         return oidc.jwks_response([self.signing_key] if self.signing_key else [])
 
     async def _openapi_v3_root(self, request: web.Request) -> web.Response:
+        self._refresh_openapi()
         return json_response(self.aggregator.openapi_v3_root(self._openapi_v3[0]))
 
     async def _openapi_v3_doc(self, request: web.Request) -> web.Response:
+        self._refresh_openapi()
         entry = self._openapi_v3[1].get(request.match_info["path"])
         if entry is None:
             aggregated = await self.aggregator.openapi_v3_document(request.match_info["path"])

@@ -25,6 +25,7 @@ import binascii
 import datetime as dt
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
@@ -425,9 +426,17 @@ def _container(value: Any, t: Type, path: str, stack: tuple[str, ...], struct: s
                 value[index] = new
 
 
+# Decoders of roots fields.json does not hold (custom resources' schemas: apiextensions/resource.py),
+# called with (obj, prune) and returning the unknown fields' paths.
+CUSTOM: dict[str, Callable[[dict[str, Any], bool], list[str]]] = {}
+
+
 def decode(obj: dict[str, Any], root: str, prune: bool = True) -> list[str]:
     """Check and canonicalize `obj` (a JSON object) as type `root`, in place. Returns the paths of unknown
     fields (dropped when `prune`); raises DecodeError for values of the wrong type."""
+    custom = CUSTOM.get(root)
+    if custom is not None:
+        return custom(obj, prune)
     t = table().root(root)
     if t is None:
         return []

@@ -9,6 +9,7 @@ the core group first, then the API groups in upstream's order; a namespace is em
 
 from __future__ import annotations
 
+from controlplane.apiserver.apiextensions import crd
 from controlplane.apiserver.kinds import (
     accessreview,
     apiservice,
@@ -110,9 +111,37 @@ KINDS: list[Kind] = [
     validatingadmissionpolicy.POLICY,
     validatingadmissionpolicy.BINDING,
     webhookconfiguration.VALIDATING,
+    crd.KIND,
 ]
 
 _BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
+_GENERATION = [0]
+
+
+def add(kind: Kind) -> None:
+    """Serve `kind` from now on, after the built-in kinds (custom resources: apiextensions/controller.py)."""
+    key = (kind.group, kind.version, kind.plural)
+    old = _BY_PATH.get(key)
+    if old is not None:
+        KINDS.remove(old)
+    KINDS.append(kind)
+    _BY_PATH[key] = kind
+    _GENERATION[0] += 1
+
+
+def remove(kind: Kind) -> None:
+    """Stop serving `kind` (a kind `add` added)."""
+    if kind in KINDS:
+        KINDS.remove(kind)
+    key = (kind.group, kind.version, kind.plural)
+    if _BY_PATH.get(key) is kind:
+        del _BY_PATH[key]
+    _GENERATION[0] += 1
+
+
+def generation() -> int:
+    """Grows with every `add` and `remove`: what caches derived from the kinds list (OpenAPI) compare."""
+    return _GENERATION[0]
 
 
 def by_path(group: str, version: str, plural: str) -> Kind | None:
@@ -143,4 +172,15 @@ def sweepable() -> list[Kind]:
     return out
 
 
-__all__ = ["KINDS", "Kind", "by_group_version", "by_kind", "by_path", "groups", "sweepable"]
+__all__ = [
+    "KINDS",
+    "Kind",
+    "add",
+    "by_group_version",
+    "by_kind",
+    "by_path",
+    "generation",
+    "groups",
+    "remove",
+    "sweepable",
+]

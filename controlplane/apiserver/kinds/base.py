@@ -139,6 +139,8 @@ class Kind:
     type_marks: ClassVar[dict[tuple[str, str], str]] = {}
     # Strategic merge keys (patchMergeKey / patchStrategy) of its lists.
     smp: ClassVar[smp_schema.Schema] = smp_schema.OBJECT
+    # False: strategic merge patches are refused with 415 (custom resources, as upstream).
+    strategic_merge: ClassVar[bool] = True
     # Protobuf field numbers for the kinds kubectl's generators send that way (None: JSON/YAML only).
     protobuf: ClassVar[dict[int, tuple[str, str, Any]] | None] = None
     # Field selectors it supports beyond metadata.name and metadata.namespace.
@@ -299,6 +301,12 @@ class Kind:
     ) -> web.StreamResponse:
         """POST of a kind that is not stored (`stored = False`)."""
         raise NotImplementedError
+
+    # OpenAPI of kinds whose schema fields.json does not hold (custom resources) ------------------------
+
+    def openapi_definitions(self, v3: bool) -> dict[str, Obj]:
+        """{definition name: schema} of the kind's own types; the first names the kind itself."""
+        return {}
 
     # table ------------------------------------------------------------------------------------------
 

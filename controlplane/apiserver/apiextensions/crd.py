@@ -1,0 +1,335 @@
+"""apiextensions.k8s.io/v1 CustomResourceDefinition: its defaulting, upstream's validation
+(pkg/apis/apiextensions/validation), its strategy (status starts with the storage version in
+storedVersions) and its deletion (upstream's etcd.go: the first DELETE adds the
+`customresourcecleanup.apiextensions.k8s.io` finalizer and a Terminating condition; the controller
+removes the objects, then the finalizer, and the CRD goes)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from controlplane.apiserver.apiextensions import rules, structural
+from controlplane.apiserver.errors import FieldError, invalid, not_supported, required
+from controlplane.apiserver.kinds.base import Kind, StatusSubresource
+from controlplane.apiserver.meta import timestamp
+from controlplane.apiserver.validation import immutable
+from kubeclient import names
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.options import DeleteOptions
+    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.server import ServerConfig
+
+Obj = dict[str, Any]
+CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+ESTABLISHED, NAMES_ACCEPTED, TERMINATING = "Established", "NamesAccepted", "Terminating"
+_COLUMN_TYPES = ["integer", "number", "string", "boolean", "date"]
+_SIMPLE_PATH = re.compile(r"^(\.[A-Za-z0-9_-]+)+$")
+
+
+def _label(value: str) -> list[str]:
+    """IsDNS1035Label's messages."""
+    errs = []
+    if len(value) > 63:
+        errs.append("must be no more than 63 characters")
+    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", value):
+        errs.append(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+            "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+            "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+        )
+    return errs
+
+
+def condition(crd: Obj, kind: str) -> Obj | None:
+    return next((c for c in (crd.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def is_true(crd: Obj, kind: str) -> bool:
+    found = condition(crd, kind)
+    return found is not None and found.get("status") == "True"
+
+
+def set_condition(status: Obj, kind: str, value: str, reason: str, message: str) -> None:
+    """Upstream's SetCRDCondition: lastTransitionTime moves only when the status does."""
+    conditions = status.setdefault("conditions", [])
+    for c in conditions:
+        if c.get("type") == kind:
+            if c.get("status") != value:
+                c["lastTransitionTime"] = timestamp()
+            c.update(status=value, reason=reason, message=message)
+            return
+    conditions.append(
+        {
+            "type": kind,
+            "status": value,
+            "lastTransitionTime": timestamp(),
+            "reason": reason,
+            "message": message,
+        }
+    )
+
+
+def storage_version(spec: Obj) -> str:
+    return next((v.get("name", "") for v in spec.get("versions") or [] if v.get("storage")), "")
+
+
+def _names_errors(names_: Obj, path: str) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for field in ("plural", "singular"):
+        value = names_.get(field) or ""
+        if value:
+            problems = _label(value)
+            if problems:
+                errs.append(invalid(f"{path}.{field}", value, ",".join(problems)))
+    for field in ("kind", "listKind"):
+        value = names_.get(field) or ""
+        if value:
+            problems = _label(value.lower())
+            if problems:
+                errs.append(
+                    invalid(
+                        f"{path}.{field}",
+                        value,
+                        "may have mixed case, but should otherwise match: " + ",".join(problems),
+                    )
+                )
+    for list_field in ("shortNames", "categories"):
+        for i, value in enumerate(names_.get(list_field) or []):
+            problems = _label(value)
+            if problems:
+                errs.append(invalid(f"{path}.{list_field}[{i}]", value, ",".join(problems)))
+    if names_.get("kind") and names_.get("kind") == names_.get("listKind"):
+        errs.append(invalid(f"{path}.listKind", names_["listKind"], "kind and listKind may not be the same"))
+    return errs
+
+
+def _column_errors(columns: list[Any], path: str) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for i, col in enumerate(columns):
+        at = f"{path}[{i}]"
+        if not isinstance(col, dict):
+            continue
+        if not col.get("name"):
+            errs.append(required(f"{at}.name"))
+        if not col.get("type"):
+            errs.append(required(f"{at}.type"))
+        elif col["type"] not in _COLUMN_TYPES:
+            errs.append(not_supported(f"{at}.type", col["type"], _COLUMN_TYPES))
+        if col.get("format") and col["format"] not in (
+            "int32",
+            "int64",
+            "float",
+            "double",
+            "byte",
+            "date",
+            "date-time",
+            "password",
+        ):
+            errs.append(
+                not_supported(
+                    f"{at}.format",
+                    col["format"],
+                    ["int32", "int64", "float", "double", "byte", "date", "date-time", "password"],
+                )
+            )
+        if not col.get("jsonPath"):
+            errs.append(required(f"{at}.jsonPath"))
+    return errs
+
+
+def _scale_errors(scale: Obj, path: str) -> list[FieldError]:
+    errs: list[FieldError] = []
+    spec_path = scale.get("specReplicasPath") or ""
+    if not spec_path:
+        errs.append(required(f"{path}.specReplicasPath"))
+    elif not _SIMPLE_PATH.match(spec_path) or not spec_path.startswith(".spec."):
+        errs.append(invalid(f"{path}.specReplicasPath", spec_path, "should be a json path under .spec"))
+    status_path = scale.get("statusReplicasPath") or ""
+    if not status_path:
+        errs.append(required(f"{path}.statusReplicasPath"))
+    elif not _SIMPLE_PATH.match(status_path) or not status_path.startswith(".status."):
+        errs.append(invalid(f"{path}.statusReplicasPath", status_path, "should be a json path under .status"))
+    selector = scale.get("labelSelectorPath") or ""
+    if selector and (not _SIMPLE_PATH.match(selector) or not selector.startswith((".spec.", ".status."))):
+        errs.append(
+            invalid(
+                f"{path}.labelSelectorPath", selector, "should be a json path under either .spec or .status"
+            )
+        )
+    return errs
+
+
+def _version_errors(version: Obj, path: str) -> list[FieldError]:
+    errs: list[FieldError] = []
+    name = version.get("name") or ""
+    if not name:
+        errs.append(required(f"{path}.name"))
+    else:
+        problems = _label(name)
+        if problems:
+            errs.append(invalid(f"{path}.name", name, ",".join(problems)))
+    schema = (version.get("schema") or {}).get("openAPIV3Schema")
+    if schema is None:
+        errs.append(required(f"{path}.schema.openAPIV3Schema", "schemas are required"))
+    else:
+        at = f"{path}.schema.openAPIV3Schema"
+        errs += structural.check(schema, at)
+        errs += rules.compile_errors(schema, at)
+    subs = version.get("subresources") or {}
+    if isinstance(subs.get("scale"), dict):
+        errs += _scale_errors(subs["scale"], f"{path}.subresources.scale")
+    errs += _column_errors(version.get("additionalPrinterColumns") or [], f"{path}.additionalPrinterColumns")
+    return errs
+
+
+def validate_spec(spec: Obj) -> list[FieldError]:
+    """ValidateCustomResourceDefinitionSpec (v1: schemas required, one storage version)."""
+    errs: list[FieldError] = []
+    group = spec.get("group") or ""
+    if not group:
+        errs.append(required("spec.group"))
+    elif names.dns1123_subdomain(group):
+        errs.append(invalid("spec.group", group, ",".join(names.dns1123_subdomain(group))))
+    elif len(group.split(".")) < 2:
+        errs.append(invalid("spec.group", group, "should be a domain with at least one dot"))
+    scope = spec.get("scope") or ""
+    if not scope:
+        errs.append(required("spec.scope"))
+    elif scope not in ("Cluster", "Namespaced"):
+        errs.append(not_supported("spec.scope", scope, ["Cluster", "Namespaced"]))
+    versions = spec.get("versions") or []
+    shown = json.loads(json.dumps(versions))
+    for i, version in enumerate(versions):
+        errs += _version_errors(version, f"spec.versions[{i}]")
+    version_names = [v.get("name") for v in versions]
+    if len(set(version_names)) != len(version_names):
+        errs.append(invalid("spec.versions", shown, "must contain unique version names"))
+    if sum(1 for v in versions if v.get("storage")) != 1:
+        errs.append(
+            invalid("spec.versions", shown, "must have exactly one version marked as storage version")
+        )
+    names_ = spec.get("names") or {}
+    for field in ("plural", "singular", "kind", "listKind"):
+        if not names_.get(field):
+            errs.append(required(f"spec.names.{field}"))
+    errs += _names_errors(names_, "spec.names")
+    if spec.get("preserveUnknownFields"):
+        errs.append(
+            invalid(
+                "spec.preserveUnknownFields", True, "must be false in order to use defaults in the schema"
+            )
+        )
+    strategy = (spec.get("conversion") or {}).get("strategy", "None")
+    if strategy not in ("None", "Webhook"):
+        errs.append(not_supported("spec.conversion.strategy", strategy, ["None", "Webhook"]))
+    return errs
+
+
+class CustomResourceDefinitionKind(Kind):
+    group = "apiextensions.k8s.io"
+    kind = "CustomResourceDefinition"
+    plural = "customresourcedefinitions"
+    namespaced = False
+    short_names = ("crd", "crds")
+    categories = ("api-extensions",)
+    schema = "V1CustomResourceDefinition"
+    generation = True
+    subresources = (StatusSubresource(),)
+
+    def default(self, obj: Obj, creating: bool) -> None:
+        spec = obj.setdefault("spec", {})
+        names_ = spec.setdefault("names", {})
+        if names_.get("kind"):
+            names_.setdefault("singular", names_["kind"].lower())
+            names_.setdefault("listKind", names_["kind"] + "List")
+        spec.setdefault("conversion", {"strategy": "None"})
+        webhook = (spec["conversion"].get("webhook") or {}).get("clientConfig") or {}
+        if isinstance(webhook.get("service"), dict):
+            webhook["service"].setdefault("port", 443)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        stored = storage_version(obj.get("spec") or {})
+        obj["status"] = {
+            "acceptedNames": {"plural": "", "kind": ""},
+            "storedVersions": [stored] if stored else [],
+        }
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        super().prepare_for_update(new, old)
+        status = new.setdefault("status", {})
+        stored = status.setdefault("storedVersions", [])
+        version = storage_version(new.get("spec") or {})
+        if version and version not in stored:
+            stored.append(version)
+
+    def validate_spec(self, obj: Obj) -> list[FieldError]:
+        spec = obj.get("spec") or {}
+        errs: list[FieldError] = []
+        name = (obj.get("metadata") or {}).get("name") or ""
+        plural = (spec.get("names") or {}).get("plural") or ""
+        if name and name != f"{plural}.{spec.get('group') or ''}":
+            errs.append(invalid("metadata.name", name, 'must be spec.names.plural+"."+spec.group'))
+        errs += validate_spec(spec)
+        errs += self._status_errors(obj)
+        return errs
+
+    @staticmethod
+    def _status_errors(obj: Obj) -> list[FieldError]:
+        status = obj.get("status") or {}
+        errs = _names_errors(status.get("acceptedNames") or {}, "status.acceptedNames")
+        versions = [v.get("name") for v in (obj.get("spec") or {}).get("versions") or []]
+        stored = status.get("storedVersions") or []
+        for i, v in enumerate(stored):
+            if v not in versions:
+                errs.append(invalid(f"status.storedVersions[{i}]", v, "must appear in spec.versions"))
+        storage = storage_version(obj.get("spec") or {})
+        if stored and storage and storage not in stored:
+            errs.append(invalid("status.storedVersions", stored, f"must have the storage version {storage}"))
+        return errs
+
+    def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
+        spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        errs: list[FieldError] = []
+        if is_true(old, ESTABLISHED):
+            errs += immutable("spec.scope", spec.get("scope"), old_spec.get("scope"))
+            errs += immutable(
+                "spec.names.kind",
+                (spec.get("names") or {}).get("kind"),
+                (old_spec.get("names") or {}).get("kind"),
+            )
+        errs += immutable("spec.group", spec.get("group"), old_spec.get("group"))
+        errs += immutable(
+            "spec.names.plural",
+            (spec.get("names") or {}).get("plural"),
+            (old_spec.get("names") or {}).get("plural"),
+        )
+        return errs
+
+    def deletion_finalizers(self, obj: Obj, options: DeleteOptions) -> list[str] | None:
+        finalizers = super().deletion_finalizers(obj, options)
+        current = list(finalizers if finalizers is not None else (obj["metadata"].get("finalizers") or []))
+        if not obj["metadata"].get("deletionTimestamp") and CLEANUP_FINALIZER not in current:
+            current.append(CLEANUP_FINALIZER)
+        return current
+
+    def on_deleting(self, obj: Obj) -> None:
+        set_condition(
+            obj.setdefault("status", {}),
+            TERMINATING,
+            "True",
+            "InstanceDeletionPending",
+            "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
+        )
+
+    def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:
+        from controlplane.apiserver.apiextensions.controller import CrdController
+
+        return [CrdController(registry, self)]
+
+
+KIND = CustomResourceDefinitionKind()
+
+__all__ = ["CLEANUP_FINALIZER", "KIND", "condition", "is_true", "set_condition", "validate_spec"]

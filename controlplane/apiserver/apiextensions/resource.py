@@ -1,0 +1,447 @@
+"""The Kind a served version of an established CRD becomes (upstream's customresource handler and its
+strategy, pkg/registry/customresource).
+
+One instance per served version; they share the storage bucket `<plural>.<group>`, objects being stored
+at the storage version and served at each version by rewriting apiVersion (conversion strategy None).
+The schema prunes, defaults and validates (schema.py), CEL rules check (rules.py); a status
+subresource makes the spec/status split and generation as upstream's; a scale subresource reads and
+writes the CRD's replicas paths; additionalPrinterColumns fill the Table. Strategic merge patch is
+refused (415), as upstream refuses it for custom resources.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from controlplane.apiserver import errors, tables, typed
+from controlplane.apiserver.apiextensions import rules, schema
+from controlplane.apiserver.errors import FieldError
+from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource, Subresource
+from controlplane.apiserver.meta import human_duration, now, parse_time
+from controlplane.apiserver.smp_schema import META, ListSpec
+from controlplane.apiserver.validation import object_meta, path_segment
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from controlplane.apiserver.handlers import RestHandler
+    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.request import RequestInfo
+
+Obj = dict[str, Any]
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\['([^']*)'\]")
+NAME_COLUMN_DOC = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
+
+
+def json_path(obj: Any, path: str) -> tuple[bool, Any]:
+    """A simple JSONPath (`.spec.replicas`, `.items[0].name`) into `obj`: (found, value)."""
+    text = path.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    if text.startswith("$"):
+        text = text[1:]
+    current = obj
+    for m in _STEP.finditer(text):
+        key, index, quoted = m.group(1), m.group(2), m.group(3)
+        if index is not None:
+            if not isinstance(current, list) or int(index) >= len(current):
+                return False, None
+            current = current[int(index)]
+        else:
+            name = key if key is not None else quoted
+            if not isinstance(current, dict) or name not in current:
+                return False, None
+            current = current[name]
+    return True, current
+
+
+def set_path(obj: Obj, path: str, value: Any) -> None:
+    """Set `.a.b.c` in `obj`, making the objects on the way."""
+    parts = [p for p in path.strip().lstrip("$").split(".") if p]
+    current = obj
+    for part in parts[:-1]:
+        nxt = current.get(part)
+        if not isinstance(nxt, dict):
+            nxt = current[part] = {}
+        current = nxt
+    current[parts[-1]] = value
+
+
+def _smp(node: Any) -> Any:
+    """Strategic facts for server-side apply from x-kubernetes-list-type/map-keys (map lists of one key)."""
+    if not isinstance(node, dict):
+        return None
+    out: Obj = {}
+    for name, sub in (node.get("properties") or {}).items():
+        if not isinstance(sub, dict):
+            continue
+        if sub.get("type") == "array":
+            list_type = sub.get("x-kubernetes-list-type")
+            keys = sub.get("x-kubernetes-list-map-keys") or []
+            if list_type == "map" and len(keys) == 1:
+                out[name] = ListSpec(keys[0], _smp(sub.get("items")))
+            elif list_type == "set":
+                out[name] = ListSpec(None)
+        elif sub.get("properties"):
+            inner = _smp(sub)
+            if inner:
+                out[name] = inner
+    return out
+
+
+class CustomScale(Subresource):
+    """`<plural>/scale`: an autoscaling/v1 Scale over specReplicasPath, statusReplicasPath and
+    labelSelectorPath."""
+
+    name = "scale"
+    group = "autoscaling"
+    kind = "Scale"
+    schema = "V1Scale"
+
+    def __init__(self, spec_path: str, status_path: str, selector_path: str) -> None:
+        self.spec_path, self.status_path, self.selector_path = spec_path, status_path, selector_path
+
+    def scale_of(self, obj: Obj) -> Obj:
+        meta = obj.get("metadata") or {}
+        _, spec = json_path(obj, self.spec_path)
+        _, status = json_path(obj, self.status_path)
+        found, selector = json_path(obj, self.selector_path) if self.selector_path else (False, "")
+        scale_status: Obj = {"replicas": status if isinstance(status, int) else 0}
+        if found and isinstance(selector, str) and selector:
+            scale_status["selector"] = selector
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                k: meta[k]
+                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if k in meta
+            },
+            "spec": {"replicas": spec if isinstance(spec, int) else 0},
+            "status": scale_status,
+        }
+
+    async def get(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        cached = await rest.registry.get(info.resource, info.namespace, info.name)
+        return rest.json(self.scale_of(cached.obj))
+
+    async def update(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        body, _ = await rest.decode_body(request, info, "Scale", "autoscaling/v1", self.schema)
+        return await self._set(rest, request, info, lambda scale: body)
+
+    async def patch(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo, apply_patch: Callable[[Obj], Obj]
+    ) -> web.StreamResponse:
+        def patched(scale: Obj) -> Obj:
+            out = apply_patch(scale)
+            rest.decode(
+                rest.check_kind(out, self.kind, "autoscaling/v1"),
+                self.kind,
+                "autoscaling/v1",
+                self.schema,
+                request,
+                patch=True,
+            )
+            return out
+
+        return await self._set(rest, request, info, patched)
+
+    async def _set(
+        self, rest: RestHandler, request: web.Request, info: RequestInfo, change: Callable[[Obj], Obj]
+    ) -> web.StreamResponse:
+        res = info.resource
+
+        def mutate(current: Obj) -> Obj:
+            scale = change(self.scale_of(current))
+            rv = (scale.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != current["metadata"].get("resourceVersion"):
+                raise errors.conflict(res.plural, res.group, info.name, errors.MODIFIED)
+            replicas = (scale.get("spec") or {}).get("replicas", 0)
+            if not isinstance(replicas, int) or replicas < 0:
+                raise errors.invalid_object(
+                    "Scale",
+                    "autoscaling",
+                    info.name,
+                    [errors.invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
+                )
+            set_path(current, self.spec_path, replicas)
+            return current
+
+        updated = await rest.registry.guaranteed_update(
+            res,
+            info.namespace,
+            info.name,
+            mutate,
+            "",
+            rest.user(request),
+            rest.dry_run(request),
+            rest.manager(request),
+        )
+        return rest.json(self.scale_of(updated))
+
+
+class CustomResource(Kind):
+    """A served version of a CRD. Built from the CRD object (and the version's entry in spec.versions)."""
+
+    strategic_merge = False
+    terminating = False  # the CRD is being deleted: no new objects
+
+    def __init__(self, crd: Obj, version: Obj, storage_version: str) -> None:
+        spec = crd["spec"]
+        names = (crd.get("status") or {}).get("acceptedNames") or spec["names"]
+        self.crd_name = crd["metadata"]["name"]
+        self.crd_uid = crd["metadata"].get("uid", "")
+        self.group = spec["group"]
+        self.version = version["name"]
+        self.kind = names["kind"]
+        self.plural = names["plural"]
+        self.singular = names.get("singular") or names["kind"].lower()
+        self._list_kind = names.get("listKind") or names["kind"] + "List"
+        self.namespaced = spec.get("scope") == "Namespaced"
+        self.short_names = tuple(names.get("shortNames") or ())
+        self.categories = tuple(names.get("categories") or ())
+        self.verbs = ALL_VERBS
+        self.storage_version = storage_version
+        self.open_api = copy.deepcopy(((version.get("schema") or {}).get("openAPIV3Schema")) or {})
+        self.schema = f"crd:{self.group}/{self.version}/{self.plural}"
+        self.field_selectors = ()
+        subs = version.get("subresources") or {}
+        subresources: list[Subresource] = []
+        if subs.get("status") is not None:
+            subresources.append(StatusSubresource())
+        scale = subs.get("scale")
+        if scale is not None:
+            subresources.append(
+                CustomScale(
+                    scale.get("specReplicasPath", ".spec.replicas"),
+                    scale.get("statusReplicasPath", ".status.replicas"),
+                    scale.get("labelSelectorPath", ""),
+                )
+            )
+        self.subresources = tuple(subresources)
+        # Upstream: generation grows with every change but of status (metadata aside) when a status
+        # subresource exists, with every change but of metadata otherwise.
+        self.generation = True
+        self.converts = self.version != storage_version
+        self.printer_columns = list(version.get("additionalPrinterColumns") or [])
+        self.columns = self._columns()
+        self.smp = {"metadata": META, **(_smp(self.open_api) or {})}
+        self.rules = rules.skeleton(self.open_api)  # only the fields that carry CEL rules
+        self.has_rules = self.rules is not None
+        super().__init__()
+        typed.CUSTOM[self.schema] = self._decode
+
+    def __repr__(self) -> str:
+        return f"<CustomResource {self.api_version} {self.kind}>"
+
+    @property
+    def list_kind(self) -> str:
+        return self._list_kind
+
+    def forget(self) -> None:
+        typed.CUSTOM.pop(self.schema, None)
+
+    # decoding: pruning (typed.decode calls this for our schema name) ---------------------------------
+
+    def _decode(self, obj: Obj, prune: bool) -> list[str]:
+        if self.open_api.get(schema.PRESERVE):
+            unknown: list[str] = []
+            if isinstance(obj.get("metadata"), dict):
+                schema._prune_metadata(obj["metadata"], "metadata", unknown)
+            return unknown
+        target = obj if prune else copy.deepcopy(obj)
+        return schema.prune(target, self.open_api)
+
+    # conversion (None strategy) --------------------------------------------------------------------
+
+    def to_storage(self, obj: Obj) -> Obj:
+        if self.converts:
+            obj["apiVersion"] = f"{self.group}/{self.storage_version}"
+        return obj
+
+    def from_storage(self, obj: Obj) -> Obj:
+        if self.converts:
+            obj["apiVersion"] = self.api_version
+            self.default(obj, False)
+        return obj
+
+    # strategy --------------------------------------------------------------------------------------
+
+    def default(self, obj: Obj, creating: bool) -> None:
+        schema.apply_defaults(obj, self.open_api)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        if self.has_status:
+            obj.pop("status", None)
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        super().prepare_for_update(new, old)
+        if not self.has_status:
+            # Without a status subresource every change but of metadata is a new generation.
+            body_new = {k: v for k, v in new.items() if k not in ("metadata", "apiVersion", "kind")}
+            body_old = {k: v for k, v in old.items() if k not in ("metadata", "apiVersion", "kind")}
+            if body_new != body_old and new.get("spec") == old.get("spec"):
+                new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+
+    async def begin_create(self, registry: Registry, obj: Obj) -> None:
+        if self.terminating:
+            raise errors.ApiError(
+                405, "MethodNotAllowed", "create not allowed while custom resource definition is terminating"
+            )
+
+    def validate_name(self, path: str, name: str) -> list[FieldError]:
+        return [errors.invalid(path, name, m) for m in path_segment(name)]
+
+    def validate(self, obj: Obj) -> list[FieldError]:
+        problems = object_meta(obj.get("metadata"), self.validate_name)
+        problems += schema.validate(obj, self.open_api)
+        if self.has_rules and not problems:
+            problems += rules.check(obj, None, self.rules or {}, transitions=False)
+        return problems
+
+    def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
+        if not self.has_rules:
+            return []
+        return rules.check(new, old, self.rules or {}, transitions=True)
+
+    # OpenAPI ---------------------------------------------------------------------------------------
+
+    @property
+    def definition_name(self) -> str:
+        """Upstream's name for a custom kind's definition: the group reversed (com.example.stable.v1.CronTab)."""
+        return ".".join([*reversed(self.group.split(".")), self.version, self.kind])
+
+    def openapi_definitions(self, v3: bool) -> dict[str, Obj]:
+        body = _openapi_schema(self.open_api, v3)
+        body["type"] = "object"
+        props = body.setdefault("properties", {})
+        meta_ref = {"$ref": ("#/components/schemas/" if v3 else "#/definitions/") + "V1ObjectMeta"}
+        props["apiVersion"] = {"type": "string", "description": API_VERSION_DOC}
+        props["kind"] = {"type": "string", "description": KIND_DOC}
+        props["metadata"] = {"allOf": [meta_ref], "description": METADATA_DOC} if v3 else meta_ref
+        gvk = {"group": self.group, "version": self.version, "kind": self.kind}
+        body["x-kubernetes-group-version-kind"] = [gvk]
+        ref = ("#/components/schemas/" if v3 else "#/definitions/") + self.definition_name
+        list_meta = {"$ref": ("#/components/schemas/" if v3 else "#/definitions/") + "V1ListMeta"}
+        listing = {
+            "type": "object",
+            "description": f"{self.kind}List is a list of {self.kind}",
+            "required": ["items"],
+            "properties": {
+                "apiVersion": {"type": "string", "description": API_VERSION_DOC},
+                "items": {
+                    "type": "array",
+                    "items": {"$ref": ref},
+                    "description": f"List of {self.plural}. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md",
+                },
+                "kind": {"type": "string", "description": KIND_DOC},
+                "metadata": {"allOf": [list_meta]} if v3 else list_meta,
+            },
+            "x-kubernetes-group-version-kind": [{**gvk, "kind": self.list_kind}],
+        }
+        return {
+            self.definition_name: body,
+            f"{self.definition_name[: -len(self.kind)]}{self.list_kind}": listing,
+        }
+
+    # table -----------------------------------------------------------------------------------------
+
+    def _columns(self) -> tuple[tables.Column, ...]:
+        cols: list[tables.Column] = [("Name", "string", 0, NAME_COLUMN_DOC)]
+        printer = self.printer_columns or [
+            {
+                "name": "Age",
+                "type": "date",
+                "jsonPath": ".metadata.creationTimestamp",
+                "description": tables.AGE[3],
+            }
+        ]
+        for col in printer:
+            cols.append(
+                (
+                    col["name"],
+                    col.get("type", "string"),
+                    int(col.get("priority", 0)),
+                    col.get("description", ""),
+                )
+            )
+        return tuple(cols)
+
+    def cells(self, obj: Obj) -> list[Any]:
+        row: list[Any] = [obj["metadata"].get("name")]
+        for col in self.printer_columns or [{"jsonPath": ".metadata.creationTimestamp", "type": "date"}]:
+            found, value = json_path(obj, col.get("jsonPath", ""))
+            if not found or value is None:
+                row.append(None)
+            elif col.get("type") == "date":
+                # upstream's cellForJSONValue: a date is shown as the time since it (kubectl's AGE)
+                when = parse_time(value) if isinstance(value, str) else None
+                row.append(human_duration(now() - when) if when else "<invalid>")
+            elif isinstance(value, dict | list):
+                row.append(json.dumps(value, separators=(",", ":")))
+            elif col.get("type") == "string" and not isinstance(value, str):
+                row.append(json.dumps(value))
+            else:
+                row.append(value)
+        return row
+
+
+API_VERSION_DOC = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"
+KIND_DOC = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"
+METADATA_DOC = "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+_V2_DROPPED = ("nullable", "x-kubernetes-validations", "anyOf", "allOf", "oneOf", "not")
+
+
+def _openapi_schema(node: Any, v3: bool) -> Any:
+    """The published form of a CRD schema: v3 as written (minus rules), v2 without what OpenAPI v2 lacks
+    (upstream's ToOpenAPI v2 conversion drops nullable and the junctors)."""
+    if isinstance(node, list):
+        return [_openapi_schema(n, v3) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out: Obj = {}
+    for key, value in node.items():
+        if key == "x-kubernetes-validations" or (not v3 and key in _V2_DROPPED):
+            continue
+        if key in ("properties",) and isinstance(value, dict):
+            out[key] = {k: _openapi_schema(v, v3) for k, v in value.items()}
+        elif key in ("items", "additionalProperties", "not") or key in ("anyOf", "allOf", "oneOf"):
+            out[key] = _openapi_schema(value, v3)
+        else:
+            out[key] = value
+    if not v3 and node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["type"] = "string"
+        out["format"] = "int-or-string"
+    return out
+
+
+def kinds_of(crd: Obj) -> list[CustomResource]:
+    """The served versions of an established CRD, in upstream's version priority (the first preferred)."""
+    spec = crd["spec"]
+    versions = spec.get("versions") or []
+    storage = next((v["name"] for v in versions if v.get("storage")), versions[0]["name"] if versions else "")
+    served = [v for v in versions if v.get("served")]
+    served.sort(key=lambda v: version_priority(v["name"]))
+    return [CustomResource(crd, v, storage) for v in served]
+
+
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(name: str) -> tuple[int, int, int, str]:
+    """Upstream's kube-aware version order: GA before beta before alpha, higher numbers first, then the
+    rest alphabetically."""
+    m = _VERSION.match(name)
+    if not m:
+        return (3, 0, 0, name)
+    major, stage, minor = int(m.group(1)), m.group(2), int(m.group(3) or 0)
+    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
+    return (rank, -major, -minor, name)
+
+
+__all__ = ["CustomResource", "CustomScale", "json_path", "kinds_of", "version_priority"]
