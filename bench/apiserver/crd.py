@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.apiserver.replicas import summary, window
 from bench.apiserver.run import RawConnection, ssl_context
-from bench.reporting import add_run_options, bar_svg, out_dir, write_report
+from bench.reporting import bar_svg, run_and_report
 from pykubelet.rig.apiserver import ApiServer
 
 GROUP = "bench.example.com"
@@ -249,19 +249,4 @@ if __name__ == "__main__":
     parser.add_argument("--listers", type=int, default=4)
     parser.add_argument("--objects", type=int, default=1000)
     parser.add_argument("--keys", type=int, default=4)
-    add_run_options(parser)
-    args = parser.parse_args()
-    out = out_dir(parser, args)
-    if args.smoke:
-        vars(args).update(SMOKE)
-    try:
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        result = runner.run(main(args))
-    text = markdown(result)
-    write_report(out, "apiserver-crd", result, text, svg_plot(result))
-    print(text)
+    run_and_report(parser, "apiserver-crd", main, markdown, svg_plot, SMOKE)

@@ -14,23 +14,19 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables, typed
 from controlplane.apiserver.apiextensions import rules, schema
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource, Subresource
+from controlplane.apiserver.kinds.scale import Scale
 from controlplane.apiserver.meta import human_duration, now, parse_time
 from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import object_meta, path_segment
 
 if TYPE_CHECKING:
-    from aiohttp import web
-
-    from controlplane.apiserver.handlers import RestHandler
     from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.request import RequestInfo
 
 Obj = dict[str, Any]
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\['([^']*)'\]")
@@ -93,19 +89,15 @@ def _smp(node: Any) -> Any:
     return out
 
 
-class CustomScale(Subresource):
+class CustomScale(Scale):
     """`<plural>/scale`: an autoscaling/v1 Scale over specReplicasPath, statusReplicasPath and
     labelSelectorPath."""
 
-    name = "scale"
-    group = "autoscaling"
-    kind = "Scale"
-    schema = "V1Scale"
-
     def __init__(self, spec_path: str, status_path: str, selector_path: str) -> None:
+        super().__init__()
         self.spec_path, self.status_path, self.selector_path = spec_path, status_path, selector_path
 
-    def scale_of(self, obj: Obj) -> Obj:
+    def view(self, obj: Obj) -> Obj:
         meta = obj.get("metadata") or {}
         _, spec = json_path(obj, self.spec_path)
         _, status = json_path(obj, self.status_path)
@@ -125,63 +117,8 @@ class CustomScale(Subresource):
             "status": scale_status,
         }
 
-    async def get(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        cached = await rest.registry.get(info.resource, info.namespace, info.name)
-        return rest.json(self.scale_of(cached.obj))
-
-    async def update(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        body, _ = await rest.decode_body(request, info, "Scale", "autoscaling/v1", self.schema)
-        return await self._set(rest, request, info, lambda scale: body)
-
-    async def patch(
-        self, rest: RestHandler, request: web.Request, info: RequestInfo, apply_patch: Callable[[Obj], Obj]
-    ) -> web.StreamResponse:
-        def patched(scale: Obj) -> Obj:
-            out = apply_patch(scale)
-            rest.decode(
-                rest.check_kind(out, self.kind, "autoscaling/v1"),
-                self.kind,
-                "autoscaling/v1",
-                self.schema,
-                request,
-                patch=True,
-            )
-            return out
-
-        return await self._set(rest, request, info, patched)
-
-    async def _set(
-        self, rest: RestHandler, request: web.Request, info: RequestInfo, change: Callable[[Obj], Obj]
-    ) -> web.StreamResponse:
-        res = info.resource
-
-        def mutate(current: Obj) -> Obj:
-            scale = change(self.scale_of(current))
-            rv = (scale.get("metadata") or {}).get("resourceVersion")
-            if rv and rv != current["metadata"].get("resourceVersion"):
-                raise errors.conflict(res.plural, res.group, info.name, errors.MODIFIED)
-            replicas = (scale.get("spec") or {}).get("replicas", 0)
-            if not isinstance(replicas, int) or replicas < 0:
-                raise errors.invalid_object(
-                    "Scale",
-                    "autoscaling",
-                    info.name,
-                    [errors.invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
-                )
-            set_path(current, self.spec_path, replicas)
-            return current
-
-        updated = await rest.registry.guaranteed_update(
-            res,
-            info.namespace,
-            info.name,
-            mutate,
-            "",
-            rest.user(request),
-            rest.dry_run(request),
-            rest.manager(request),
-        )
-        return rest.json(self.scale_of(updated))
+    def set_replicas(self, obj: Obj, replicas: int) -> None:
+        set_path(obj, self.spec_path, replicas)
 
 
 class CustomResource(Kind):

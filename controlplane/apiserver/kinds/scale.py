@@ -59,9 +59,16 @@ class Scale(Subresource):
     def __init__(self, selector_text: Callable[[Any], str] = label_selector) -> None:
         self.selector_text = selector_text
 
+    def view(self, obj: Obj) -> Obj:
+        """The Scale an object shows (a custom resource's reads its CRD's paths)."""
+        return scale_of(obj, self.selector_text)
+
+    def set_replicas(self, obj: Obj, replicas: int) -> None:
+        obj.setdefault("spec", {})["replicas"] = replicas
+
     async def get(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         cached = await rest.registry.get(info.resource, info.namespace, info.name)
-        return rest.json(scale_of(cached.obj, self.selector_text))
+        return rest.json(self.view(cached.obj))
 
     async def update(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         body, _ = await rest.decode_body(request, info, "Scale", "autoscaling/v1", self.schema)
@@ -88,19 +95,19 @@ class Scale(Subresource):
         self, rest: RestHandler, request: web.Request, info: RequestInfo, change: Callable[[Obj], Obj]
     ) -> web.StreamResponse:
         def mutate(current: Obj) -> Obj:
-            scale = change(scale_of(current, self.selector_text))
+            scale = change(self.view(current))
             rv = (scale.get("metadata") or {}).get("resourceVersion")
             if rv and rv != current["metadata"].get("resourceVersion"):
                 raise errors.conflict(info.resource.plural, info.resource.group, info.name, errors.MODIFIED)
             replicas = (scale.get("spec") or {}).get("replicas", 0)
-            if replicas < 0:
+            if not isinstance(replicas, int) or replicas < 0:
                 raise errors.invalid_object(
                     "Scale",
                     "autoscaling",
                     info.name,
                     [errors.invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
                 )
-            current.setdefault("spec", {})["replicas"] = replicas
+            self.set_replicas(current, replicas)
             return current
 
         updated = await rest.registry.guaranteed_update(
@@ -113,7 +120,7 @@ class Scale(Subresource):
             rest.dry_run(request),
             rest.manager(request),
         )
-        return rest.json(scale_of(updated, self.selector_text))
+        return rest.json(self.view(updated))
 
 
 SCALE = Scale()
