@@ -32,6 +32,6 @@ def test_compile_is_cached_and_syntax_errors_are_cel_errors() -> None:
 
 
 def test_evaluation_errors_name_the_cause() -> None:
-    with pytest.raises(cel.CelError, match="no such member"):
+    with pytest.raises(cel.CelError, match="no such key"):
         cel.evaluate("self.missing == 1", {"self": {"x": 1}})
     assert cel.evaluate("has(self.missing)", {"self": {"x": 1}}) is False

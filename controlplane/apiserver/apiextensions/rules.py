@@ -15,7 +15,6 @@ import re
 from typing import Any
 
 from controlplane.apiserver import cel
-from controlplane.apiserver.apiextensions import celfast
 from controlplane.apiserver.errors import FieldError
 
 Obj = dict[str, Any]
@@ -145,14 +144,6 @@ def _old_item(old: Any, item: Any, index: int, schema: Obj) -> Any:
     return next((o for o in old if isinstance(o, dict) and {k: o.get(k) for k in keys} == wanted), None)
 
 
-def _run(expression: str, bindings: Obj) -> Any:
-    """The fast path's answer where it has one, else cel.py's (the reference for verdicts and errors)."""
-    try:
-        return celfast.evaluate(expression, bindings)
-    except celfast.Fallback:
-        return cel.evaluate(expression, bindings)
-
-
 def _evaluate(rule: Obj, value: Any, old: Any, schema: Obj, path: str) -> FieldError | None:
     text = rule.get("rule", "")
     transition = bool(_OLD_SELF.search(text))
@@ -165,7 +156,7 @@ def _evaluate(rule: Obj, value: Any, old: Any, schema: Obj, path: str) -> FieldE
     field = field.lstrip(".")
     shown = json.dumps(schema.get("type") or "object")
     try:
-        ok = _run(text, bindings)
+        ok = cel.evaluate(text, bindings)
     except cel.CelError as err:
         return FieldError("FieldValueInvalid", field, f"Invalid value: {shown}: {err}")
     if ok is True:
@@ -173,7 +164,7 @@ def _evaluate(rule: Obj, value: Any, old: Any, schema: Obj, path: str) -> FieldE
     message = rule.get("message") or f"failed rule: {' '.join(text.split())}"
     if rule.get("messageExpression"):
         try:
-            produced = _run(rule["messageExpression"], bindings)
+            produced = cel.evaluate(rule["messageExpression"], bindings)
             if isinstance(produced, str) and produced.strip():
                 message = produced
         except cel.CelError:
