@@ -261,6 +261,87 @@ def test_scenario_appears_at_its_levels_and_stages(audited: ApiServer, tmp_path:
     assert samples['apiserver_audit_level_total{level="None"}'] >= 1  # the readiness checks
 
 
+def test_an_audit_policy_action_annotates_the_event_and_admits(audited: ApiServer) -> None:
+    """A ValidatingAdmissionPolicy bound with validationActions [Audit]: the write goes through, and its
+    audit event carries upstream's `validation.policy.admission.k8s.io/validation_failure` annotation
+    naming the policy, the binding, the failed expression's index and the message."""
+    tag = uuid.uuid4().hex[:8]
+    ns, policy, binding = f"vap-{tag}", f"audited-{tag}", f"audited-{tag}-binding"
+    base = "/apis/admissionregistration.k8s.io/v1"
+    with audited.api_client() as api:
+        assert call(api, "POST", "/api/v1/namespaces", f"ns-{tag}", {"metadata": {"name": ns}})[0] == 201
+        spec = {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["configmaps"],
+                    }
+                ]
+            },
+            "validations": [
+                {"expression": "true"},
+                {"expression": "object.metadata.name.startsWith('ok-')", "message": "names start with ok-"},
+            ],
+        }
+        made = call(
+            api,
+            "POST",
+            f"{base}/validatingadmissionpolicies",
+            f"p-{tag}",
+            {"metadata": {"name": policy}, "spec": spec},
+        )
+        assert made[0] == 201, made
+        bound = {
+            "policyName": policy,
+            "validationActions": ["Audit"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+        }
+        made = call(
+            api,
+            "POST",
+            f"{base}/validatingadmissionpolicybindings",
+            f"b-{tag}",
+            {"metadata": {"name": binding}, "spec": bound},
+        )
+        assert made[0] == 201, made
+        try:
+            passing = call(
+                api,
+                "POST",
+                f"/api/v1/namespaces/{ns}/configmaps",
+                f"ok-{tag}",
+                {"metadata": {"name": "ok-1"}},
+            )
+            failing = call(
+                api,
+                "POST",
+                f"/api/v1/namespaces/{ns}/configmaps",
+                f"bad-{tag}",
+                {"metadata": {"name": "bad"}},
+            )
+            assert passing[0] == 201 and failing[0] == 201  # Audit never refuses
+            found = wait_for(log_path(audited), [f"ok-{tag}", f"bad-{tag}"])
+        finally:
+            call(api, "DELETE", f"{base}/validatingadmissionpolicybindings/{binding}", f"db-{tag}")
+            call(api, "DELETE", f"{base}/validatingadmissionpolicies/{policy}", f"dp-{tag}")
+    key = "validation.policy.admission.k8s.io/validation_failure"
+    done = next(e for e in found[f"bad-{tag}"] if e["stage"] == "ResponseComplete")
+    assert json.loads(done["annotations"][key]) == [
+        {
+            "message": "names start with ok-",
+            "policy": policy,
+            "binding": binding,
+            "expressionIndex": 1,
+            "validationActions": ["Audit"],
+        }
+    ]
+    ok = next(e for e in found[f"ok-{tag}"] if e["stage"] == "ResponseComplete")
+    assert key not in (ok.get("annotations") or {})
+
+
 def test_rotation_keeps_maxbackup_files_and_a_clean_stop_loses_nothing(tmp_path: Path) -> None:
     (tmp_path / "policy.yaml").write_text(
         "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n"

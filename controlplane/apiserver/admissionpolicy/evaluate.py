@@ -19,6 +19,7 @@ Obj = dict[str, Any]
 class Decision:
     message: str
     reason: str = "Invalid"
+    expression_index: int = 0  # which of spec.validations failed (the audit annotation names it)
 
 
 def _error(policy: Policy, message: str) -> list[Decision]:
@@ -63,7 +64,7 @@ def evaluate(policy: Policy, bindings: Obj) -> list[Decision]:
         except cel.CelError as err:
             return _error(policy, _expression_error(expression, err))
     out: list[Decision] = []
-    for validation in policy.validations:
+    for index, validation in enumerate(policy.validations):
         try:
             result = cel.evaluate(validation.expression, scope)
         except cel.CelError as err:
@@ -74,5 +75,5 @@ def evaluate(policy: Policy, bindings: Obj) -> list[Decision]:
         if result is not False:
             out += _error(policy, f"validation expression '{validation.expression}' must evaluate to bool")
             continue
-        out.append(Decision(_message(validation, scope), validation.reason or "Invalid"))
+        out.append(Decision(_message(validation, scope), validation.reason or "Invalid", index))
     return out

@@ -2,10 +2,12 @@
 select the request is evaluated with its params (the paramRef's object, or each object its selector
 finds, from the watch cache); a failure is a refusal (Deny: upstream's `ValidatingAdmissionPolicy 'p'
 with binding 'b' denied request: ...`, with the validation's reason and its code), a warning header
-(Warn) or nothing here (Audit: an audit annotation upstream, and this server writes no audit log)."""
+(Warn) or an audit annotation (Audit: `validation.policy.admission.k8s.io/validation_failure` on the
+request's audit event, upstream's key and JSON)."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver.admissionpolicy.evaluate import Decision, evaluate
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 
+# The audit annotation an Audit action adds (upstream's ValidationFailureValue list, JSON).
+VALIDATION_FAILURE = "validation.policy.admission.k8s.io/validation_failure"
 _CODES = {"Unauthorized": 401, "Forbidden": 403, "Invalid": 422, "RequestEntityTooLarge": 413}
 NO_PARAMS = "no params found for policy binding with `Deny` parameterNotFoundAction"
 
@@ -80,6 +84,7 @@ class ValidatingAdmissionPolicyPlugin:
         inv = invocation(request)
         labels = inv.namespace_labels() if inv.namespace else None
         denied: list[tuple[Policy, Binding, Decision]] = []
+        audited: list[Obj] = []
         base: Obj | None = None
         for policy, binding in pairs:
             if policy.match is None or not policy.match.matches(inv.attrs, labels):
@@ -107,6 +112,16 @@ class ValidatingAdmissionPolicyPlugin:
             for param in params:
                 decisions += evaluate(policy, {**base, "params": param})
             for decision in decisions:
+                if "Audit" in binding.actions:
+                    audited.append(
+                        {
+                            "message": decision.message,
+                            "policy": policy.name,
+                            "binding": binding.name,
+                            "expressionIndex": decision.expression_index,
+                            "validationActions": list(binding.actions),
+                        }
+                    )
                 if "Deny" in binding.actions:
                     denied.append((policy, binding, decision))
                 if "Warn" in binding.actions:
@@ -114,6 +129,8 @@ class ValidatingAdmissionPolicyPlugin:
                         f"Validation failed for ValidatingAdmissionPolicy '{policy.name}' with binding "
                         f"'{binding.name}': {decision.message}"
                     )
+        if audited:
+            context.add_audit_annotation(VALIDATION_FAILURE, json.dumps(audited, separators=(",", ":")))
         if denied:
             raise _refusal(request, *denied[0])
 

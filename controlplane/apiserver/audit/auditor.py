@@ -28,6 +28,7 @@ from controlplane.apiserver.audit.backend import BufferedBackend
 from controlplane.apiserver.audit.requestinfo import Attributes, request_attributes
 from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import Decision
+from controlplane.apiserver.webhooks import context as admission_context
 
 log = logging.getLogger("controlplane.apiserver.audit")
 
@@ -276,6 +277,8 @@ class Auditor:
                     ctx.response_object = (
                         _without_managed_fields(body) if ctx.config.omit_managed_fields else body
                     )
+        for key, value in admission_context.audit_annotations().items():
+            ctx.annotations.setdefault(key, value)
         if ctx.attrs is not None and ctx.attrs.long_running and not ctx.started:
             ctx.started = True
             ctx.emit(request, pol.RESPONSE_STARTED)

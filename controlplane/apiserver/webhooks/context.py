@@ -1,7 +1,7 @@
 """What admission needs from the HTTP request and gives back to its response, without the admission
 chain knowing HTTP: whether the request is a dry run (webhooks with side effects may not be called)
 and the warnings webhooks and policies return (upstream's warning.AddWarning), sent as `Warning: 299`
-headers. A context variable carries them: aiohttp runs each request in its own task, so what the
+headers, and the audit annotations they add. A context variable carries them: aiohttp runs each request in its own task, so what the
 middleware sets is what every await below it sees, and writes made by the server itself (no HTTP
 request) see the defaults: not a dry run, warnings dropped."""
 
@@ -20,6 +20,9 @@ _MAX_WARNINGS = 64
 class RequestContext:
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
+    # Audit annotations admission adds (upstream's admission.Attributes.AddAnnotation): the request's
+    # audit event carries them (audit/auditor.py reads them when the request completes).
+    audit_annotations: dict[str, str] = field(default_factory=dict)
 
     def warn(self, text: str) -> None:
         if text and text not in self.warnings and len(self.warnings) < _MAX_WARNINGS:
@@ -44,6 +47,17 @@ def add_warning(text: str) -> None:
     ctx = _CURRENT.get()
     if ctx is not None:
         ctx.warn(text)
+
+
+def add_audit_annotation(key: str, value: str) -> None:
+    ctx = _CURRENT.get()
+    if ctx is not None:
+        ctx.audit_annotations.setdefault(key, value)  # upstream refuses to overwrite a key
+
+
+def audit_annotations() -> dict[str, str]:
+    ctx = _CURRENT.get()
+    return dict(ctx.audit_annotations) if ctx is not None else {}
 
 
 def warning_header(text: str) -> str:
