@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 import time
@@ -221,3 +222,24 @@ def test_down_after_up_of_two_nodes_was_killed_while_the_second_joined(
         assert down.returncode == 0, down.stderr[-4000:]
         assert scope.leaked() == {}
         assert _routes_into(lease.pod_cidr) == []
+
+
+def test_the_multinode_e2e_scenarios_on_a_two_node_stack(tmp_path: Path) -> None:
+    """e2e/test_multinode.py skips on the one-node stack the suite's e2e session runs; here it runs on a
+    two-node stack of its own (PYKUBE_NODES=2, the e2e conftest's multi-node mode, with its leak check)
+    so cross-node pod-to-pod and pod-to-Service traffic, drain moving a Deployment within its PDB and a
+    DaemonSet on every node are checked on every run, not only by hand."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "PYTEST_ADDOPTS")}
+    env["PYKUBE_NODES"] = "2"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "e2e/test_multinode.py"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    tail = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 0, tail
+    assert "3 passed" in done.stdout and "skipped" not in done.stdout, tail
