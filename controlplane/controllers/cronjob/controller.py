@@ -318,12 +318,32 @@ class CronJobController(Controller):
         status["lastScheduleTime"] = stamp(scheduled)
 
     async def _write_status(self, cj: Obj) -> None:
+        """Write the status this sync computed. A conflict means our cached copy was behind an earlier
+        status write of ours (this controller is the status's only writer): the status computed here
+        already accounts for what that write did, and it may name a Job this sync just created, so it is
+        written over the current object rather than dropped. Dropping it and retrying the sync would
+        find that Job missing from status.active and call it unexpected."""
         namespace, name = meta(cj)["namespace"], meta(cj)["name"]
-        try:
-            await self.client.replace(cronjob_path(namespace, name) + "/status", cj)
-        except ApiError as err:
-            if not err.not_found:
+        path = cronjob_path(namespace, name) + "/status"
+        for _ in range(3):
+            try:
+                await self.client.replace(path, cj)
+                return
+            except ApiError as err:
+                if err.not_found:
+                    return
+                if not err.conflict:
+                    raise
+            try:
+                fresh = await self.client.get(cronjob_path(namespace, name))
+            except ApiError as err:
+                if err.not_found:
+                    return
                 raise
+            if meta(fresh).get("uid") != meta(cj)["uid"]:
+                return
+            cj = {**fresh, "status": cj["status"]}
+        await self.client.replace(path, cj)
 
     async def _clean_history(self, cj: Obj, children: list[Obj]) -> None:
         """cleanupFinishedJobs: keep successfulJobsHistoryLimit Complete and failedJobsHistoryLimit Failed."""
