@@ -80,8 +80,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the sample pod")
 
 
+# The signal that asked `up` to stop, if one did. The handler raises SystemExit where the main thread is,
+# which unwinds Stack.start (it stops what it started); but a handler that runs inside a finalizer
+# (the official client's ApiClient.__del__ joins its thread pool, which takes a while) has its exception
+# printed and dropped by CPython, and `up` would carry on starting the stack and exit 0. So the signal is
+# also remembered, and checked once the stack is up.
+_TERMINATED: list[int] = []
+
+
 def _exit_on(signum: int, _frame: object) -> None:
+    _TERMINATED.append(signum)
     raise SystemExit(128 + signum)  # unwinds Stack.start, which stops what it started
+
+
+def _stop_if_terminated(stack: Stack) -> None:
+    if _TERMINATED:
+        stack.stop()
+        raise SystemExit(128 + _TERMINATED[0])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,10 +140,12 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     stack.start()
+    _stop_if_terminated(stack)
     for name in stack.node_names:
         print(f"pykubelet: node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})", file=sys.stderr)
     if not args.no_example:
         run_example(stack, args.timeout)
+        _stop_if_terminated(stack)
     print(f"export KUBECONFIG={stack.kubeconfig}")
     print("kubectl get nodes,pods -o wide     # pykubelet down   stops everything", file=sys.stderr)
     return 0

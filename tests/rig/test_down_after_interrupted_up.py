@@ -121,13 +121,17 @@ def test_down_cleans_up_after_up_was_killed(stage: str, signum: signal.Signals, 
         if up.poll() is None:
             up.kill()
             up.wait()
-    assert returncode == -signum or returncode == 128 + signum, (returncode, log.read_text()[-2000:])
-    left_by_up = scope.owned().as_dict()
-    if signum == signal.SIGKILL:
-        # Nothing stopped the stack: down has real work to do (not a vacuous pass).
-        assert "processes" in left_by_up, left_by_up
-        if stage == "sample-pod":
-            assert {"shims", "netns", "veths", "bridges"} <= left_by_up.keys(), left_by_up
+    try:
+        assert returncode == -signum or returncode == 128 + signum, (returncode, log.read_text()[-2000:])
+        left_by_up = scope.owned().as_dict()
+        if signum == signal.SIGKILL:
+            # Nothing stopped the stack: down has real work to do (not a vacuous pass).
+            assert "processes" in left_by_up, left_by_up
+            if stage == "sample-pod":
+                assert {"shims", "netns", "veths", "bridges"} <= left_by_up.keys(), left_by_up
+    except AssertionError:
+        down(state)  # a failure here must not leave a stack for the next test's network lease
+        raise
 
     result = down(state)
     assert result.returncode == 0, result.stderr
