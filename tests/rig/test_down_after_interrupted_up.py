@@ -111,8 +111,11 @@ def test_down_cleans_up_after_up_was_killed(stage: str, signum: signal.Signals, 
     )
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
-        # Only the last stage needs the sample pod; the earlier ones are killed before it anyway.
-        up = subprocess.Popen(up_argv(state, net, example=stage == "sample-pod"), stdout=out, stderr=out)
+        # The sample pod keeps `up` busy after its last daemon is ready: without it `up` may be done
+        # before the signal for the metrics-server stage arrives. The earlier stages are killed before
+        # the pod anyway.
+        example = stage in ("metrics-server", "sample-pod")
+        up = subprocess.Popen(up_argv(state, net, example=example), stdout=out, stderr=out)
     try:
         wait_for_stage(up, state, STAGES[stage], log)
         up.send_signal(signum)
