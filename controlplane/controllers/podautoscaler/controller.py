@@ -533,21 +533,9 @@ class HorizontalPodAutoscalerController(Controller):
                     "FailedGetObjectMetric",
                     f"unable to get metric {name}: {described.get('kind', '')} on {namespace} {described.get('name', '')}/{err}",
                 ) from None
-            current_status: Obj
-            try:
-                if target.get("type") == "AverageValue" or (
-                    target.get("averageValue") is not None and target.get("value") is None
-                ):
-                    replicas, per_pod = calc.per_pod_replicas(
-                        statuses, usage, milli_value(str(target["averageValue"])), self.tolerance
-                    )
-                    current_status = {"averageValue": milli_quantity(per_pod)}
-                else:
-                    ratio = usage / milli_value(str(target.get("value") or "0"))
-                    replicas = calc.usage_ratio_replicas(current, ratio, pods, self.tolerance)
-                    current_status = {"value": milli_quantity(usage)}
-            except (calc.ReplicaError, ZeroDivisionError) as err:
-                raise MetricFailure("FailedGetObjectMetric", str(err)) from None
+            replicas, current_status = self._value_or_average(
+                target, statuses, usage, current, pods, "FailedGetObjectMetric"
+            )
             status = {
                 "type": "Object",
                 "object": {"metric": identifier, "describedObject": described, "current": current_status},
@@ -561,6 +549,18 @@ class HorizontalPodAutoscalerController(Controller):
                 f"unable to get external metric {namespace}/{name}/{_go_selector(metric_selector)}: {err}",
             ) from None
         usage = sum(values)
+        replicas, current_status = self._value_or_average(
+            target, statuses, usage, current, pods, "FailedGetExternalMetric"
+        )
+        status = {"type": "External", "external": {"metric": identifier, "current": current_status}}
+        return Proposal(replicas, f"external metric {name}({_go_selector(metric_selector)})", status)
+
+    def _value_or_average(
+        self, target: Obj, statuses: int, usage: float, current: int, pods: list[Obj], reason: str
+    ) -> tuple[int, Obj]:
+        """An Object or External metric's replicas and current status: an AverageValue target divides
+        the usage over the pods (per_pod_replicas), a Value target scales by usage/target (upstream's
+        GetObjectMetricReplicas / GetExternalMetricReplicas share this arithmetic)."""
         try:
             if target.get("type") == "AverageValue" or (
                 target.get("averageValue") is not None and target.get("value") is None
@@ -568,15 +568,12 @@ class HorizontalPodAutoscalerController(Controller):
                 replicas, per_pod = calc.per_pod_replicas(
                     statuses, usage, milli_value(str(target["averageValue"])), self.tolerance
                 )
-                current_status = {"averageValue": milli_quantity(per_pod)}
-            else:
-                ratio = usage / milli_value(str(target.get("value") or "0"))
-                replicas = calc.usage_ratio_replicas(current, ratio, pods, self.tolerance)
-                current_status = {"value": milli_quantity(usage)}
+                return replicas, {"averageValue": milli_quantity(per_pod)}
+            ratio = usage / milli_value(str(target.get("value") or "0"))
+            replicas = calc.usage_ratio_replicas(current, ratio, pods, self.tolerance)
+            return replicas, {"value": milli_quantity(usage)}
         except (calc.ReplicaError, ZeroDivisionError) as err:
-            raise MetricFailure("FailedGetExternalMetric", str(err)) from None
-        status = {"type": "External", "external": {"metric": identifier, "current": current_status}}
-        return Proposal(replicas, f"external metric {name}({_go_selector(metric_selector)})", status)
+            raise MetricFailure(reason, str(err)) from None
 
 
 def _go_selector(selector: Obj | None) -> str:
