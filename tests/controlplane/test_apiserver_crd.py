@@ -5,8 +5,8 @@ status and scale subresources, deleting the CRD removes its objects; bad CRDs ge
 
 from __future__ import annotations
 
+import functools
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,6 +15,8 @@ import pytest
 import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
+
+from e2e import waiting
 
 Obj = dict[str, Any]
 
@@ -50,15 +52,8 @@ SCHEMA: Obj = {
 }
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.05)
+# e2e's poll: a condition within its bound, read every 50 ms.
+wait_for = functools.partial(waiting.wait_for, timeout=10.0, interval=0.05)
 
 
 def crd_body(

@@ -7,9 +7,9 @@ served, a watch holds no seat once started, and kubectl prints the objects with 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import ssl
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from e2e import waiting
 from pykubelet.rig.apiserver import ApiServer
 from tests.controlplane.conftest import Kubectl
 
@@ -53,15 +54,7 @@ LEVELS = {
 }
 
 
-def eventually(probe: Callable[[], T | None], timeout: float = 20.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
+eventually = functools.partial(waiting.wait_for, timeout=20.0, interval=0.1)
 
 
 @pytest.fixture(scope="module")

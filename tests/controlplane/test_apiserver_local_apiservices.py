@@ -5,27 +5,19 @@ a version no longer served and puts back a changed priority, and never touches a
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from kubernetes import client
 
 from controlplane.apiserver import kinds
 from controlplane.apiserver.aggregator.autoregister import AUTOMANAGED, PRIORITIES
+from e2e import waiting
 from pykubelet.rig.apiserver import ApiServer
 
-
-def eventually(probe: Callable[[], object], timeout: float) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = probe()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError("timed out")
+eventually = functools.partial(waiting.wait_for, interval=0.2)
 
 
 def _table(apiserver: ApiServer) -> dict[str, list[str]]:
