@@ -1,0 +1,377 @@
+"""What the workload-controller benches share (Deployment, DaemonSet, Job, StatefulSet): each times a
+controller's object against a floor of the same pods the bench creates itself, in the same run.
+
+Both sides of a ratio start the same way: one in-process client sends the objects (the floor's pods, or
+the controller's one object), so the ratio holds what the controllers and the scheduler add and nothing
+else. A `kubectl` process is not part of either side (its start-up alone is 0.1-0.2 s here, as much as a
+whole DaemonSet rollout on three nodes); `kubectl_seconds` times one `kubectl create --dry-run=server`
+of the same manifest beside each round, for the reader who wants the figure a user would see.
+
+A `Window` is one measured phase: watches opened at one resourceVersion before the clock starts, the
+store's revision then and after (each write moves it once: pods, bindings, statuses, finalizer removals,
+events, owners), and the CPU the named components spent meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from agent.cri import CRIClient
+from bench.agent.startup import ProcWatch
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
+from kubeclient.errors import ApiError
+from pykubelet.rig.stack import Stack
+
+Obj = dict[str, Any]
+TIMEOUT = 600.0
+
+
+def is_ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+async def revision(client: KubeClient) -> int:
+    """The store's newest revision: a list's resourceVersion."""
+    return int((await client.get("/api/v1/namespaces", limit=1))["metadata"]["resourceVersion"])
+
+
+class Watcher:
+    """One watch of a collection from a resourceVersion, counting events and keeping the objects."""
+
+    def __init__(self, client: KubeClient, path: str, rv: str, on_event: Callable[[], None] | None = None):
+        self.objects: dict[str, Obj] = {}
+        self.modified = 0
+        self.added = 0
+        self.on_event = on_event
+        self.task = asyncio.create_task(self._run(client, path, rv))
+
+    async def _run(self, client: KubeClient, path: str, rv: str) -> None:
+        async for event in client.watch(path, {"resourceVersion": rv, "timeoutSeconds": 900}):
+            obj = event["object"]
+            name = obj["metadata"]["name"]
+            if event["type"] == "ADDED":
+                self.added += 1
+            elif event["type"] == "MODIFIED":
+                self.modified += 1
+            if event["type"] == "DELETED":
+                self.objects.pop(name, None)
+            elif event["type"] in ("ADDED", "MODIFIED"):
+                self.objects[name] = obj
+            if self.on_event is not None:
+                self.on_event()
+
+    @property
+    def changes(self) -> int:
+        return self.added + self.modified
+
+    def stop(self) -> None:
+        self.task.cancel()
+
+
+class Window:
+    """One measured phase (see the module's docstring). `async with Window(...) as w:` opens the watches,
+    starts the clock, and `w.until(cond)` waits for the watch event that makes `cond()` true."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        paths: dict[str, str],
+        procs: dict[str, int] | None = None,
+        on_event: Callable[[], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.paths = paths
+        self.procs = procs or {}
+        self.on_event = on_event
+        self.watch: dict[str, Watcher] = {}
+        self.wake = asyncio.Event()
+        self.t0 = 0.0
+        self.before = 0
+        self.cpu: dict[str, ProcWatch] = {}
+
+    def _woken(self) -> None:
+        if self.on_event is not None:
+            self.on_event()
+        self.wake.set()
+
+    async def __aenter__(self) -> Window:
+        rv = (await self.client.get(next(iter(self.paths.values()))))["metadata"]["resourceVersion"]
+        self.watch = {name: Watcher(self.client, path, rv, self._woken) for name, path in self.paths.items()}
+        self.cpu = {name: ProcWatch(pid) for name, pid in self.procs.items()}
+        await asyncio.sleep(0.2)  # the watches are established
+        self.before = await revision(self.client)
+        self.t0 = time.monotonic()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for w in self.watch.values():
+            w.stop()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    async def until(self, cond: Callable[[], bool], timeout: float = TIMEOUT) -> float:
+        """Seconds since the clock started once `cond()` holds, checked after every watch event."""
+        while not cond():
+            await asyncio.wait_for(self.wake.wait(), timeout)
+            self.wake.clear()
+        return self.elapsed()
+
+    async def costs(self, settle: float = 0.0) -> Obj:
+        """Store writes and CPU so far, after `settle` seconds in which what the controllers still do
+        after the fact is counted too."""
+        if settle:
+            await asyncio.sleep(settle)
+        out: Obj = {"store_writes": await revision(self.client) - self.before}
+        if self.cpu:
+            out["cpu_seconds"] = {name: w.result()["cpu_seconds"] for name, w in self.cpu.items()}
+        return out
+
+
+class Phases:
+    """When a pod watch first showed each pod created, bound to the node, and Ready."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.ready: dict[str, float] = {}
+        self.window: Window | None = None
+
+    def seen(self) -> None:
+        now = time.monotonic()
+        for name, pod in (self.window.watch["pods"].objects if self.window else {}).items():
+            self.created.setdefault(name, now)
+            if (pod.get("spec") or {}).get("nodeName"):
+                self.bound.setdefault(name, now)
+            if is_ready(pod):
+                self.ready.setdefault(name, now)
+
+    def last(self, since: float) -> dict[str, float]:
+        """Seconds from `since` to the last pod created, bound and Ready."""
+        return {
+            kind: round(max(seen.values()) - since, 3) if seen else 0.0
+            for kind, seen in (("created", self.created), ("bound", self.bound), ("ready", self.ready))
+        }
+
+    def medians(self, names: list[str]) -> dict[str, float]:
+        """Median seconds per pod: Ready of one to the next one created (the controller's turn), created
+        to bound (the scheduler's), bound to Ready (the agent's)."""
+
+        def median(values: list[float]) -> float:
+            return round(statistics.median(values), 3) if values else 0.0
+
+        return {
+            "ready_to_next_created": median(
+                [
+                    self.created[b] - self.ready[a]
+                    for a, b in zip(names, names[1:], strict=False)
+                    if a in self.ready and b in self.created
+                ]
+            ),
+            "created_to_bound": median([self.bound[n] - self.created[n] for n in names if n in self.bound]),
+            "bound_to_ready": median([self.ready[n] - self.bound[n] for n in names if n in self.ready]),
+        }
+
+
+def watched(
+    client: KubeClient, paths: dict[str, str], procs: dict[str, int] | None = None
+) -> tuple[Window, Phases]:
+    phases = Phases()
+    w = phases.window = Window(client, paths, procs, on_event=phases.seen)
+    return w, phases
+
+
+def component_pids(stack: Stack) -> dict[str, int]:
+    assert stack.apiserver is not None and stack.agent is not None
+    pids = {"apiserver": stack.apiserver.pid, "agent": stack.agent.pid}
+    for child in psutil.Process(stack.apiserver.pid).children(recursive=True):
+        cmd = " ".join(child.cmdline())
+        for name in ("controller-manager", "scheduler"):
+            if f"pykubelet {name}" in cmd:
+                pids[name] = child.pid
+    return {k: v for k, v in pids.items() if v}
+
+
+async def prepare(stack: Stack, namespace: str) -> tuple[KubeClient, str]:
+    """The bench's client, its namespace, and the pinned busybox pulled on every node."""
+    assert stack.images and stack.containerd
+    image = stack.images.busybox_pinned
+    for endpoint in (stack.containerd.endpoint, *(n.containerd.endpoint for n in stack.extra_nodes)):
+        cri = await CRIClient.connect(endpoint)
+        try:
+            await cri.pull_image(image)
+        finally:
+            await cri.close()
+    client = KubeClient(load_kubeconfig(stack.kubeconfig), qps=5000, burst=5000)
+    try:
+        await client.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
+    except ApiError as err:
+        if not err.conflict:
+            raise
+    return client, image
+
+
+async def kubectl_seconds(kubeconfig: Path, body: Obj) -> float:
+    """How long `kubectl create --dry-run=server -f` of `body` takes: the user's own wait before any
+    controller sees the object (process start, discovery, the request)."""
+    manifest = Path(tempfile.mkstemp(suffix=".json", prefix="bench-kubectl-")[1])
+    try:
+        manifest.write_text(json.dumps(body))
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            "kubectl",
+            "--kubeconfig",
+            str(kubeconfig),
+            "create",
+            "--dry-run=server",
+            "-f",
+            str(manifest),
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        if await proc.wait() != 0:
+            raise RuntimeError("kubectl create --dry-run=server failed")
+        return round(time.monotonic() - t0, 3)
+    finally:
+        manifest.unlink()
+
+
+async def delete_everything(
+    client: KubeClient, namespace: str, owners: list[str], also: tuple[str, ...] = ()
+) -> None:
+    """Delete the owner collections' objects (resource paths under the namespace, e.g. `apps/v1/
+    daemonsets`) in the background, then every pod, until pods, owners and `also` are all gone."""
+
+    def path(resource: str) -> str:
+        group_version, _, plural = resource.rpartition("/")
+        prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+        return f"{prefix}/namespaces/{namespace}/{plural}"
+
+    for owner in map(path, owners):
+        for item in (await client.get(owner))["items"]:
+            try:
+                await client.delete(
+                    f"{owner}/{item['metadata']['name']}", {"propagationPolicy": "Background"}
+                )
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+    pods_path = path("v1/pods")
+    rest = [path(r) for r in (*owners, *also)]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        pods = (await client.get(pods_path))["items"]
+        if not pods and not any([(await client.get(p))["items"] for p in rest]):
+            return
+        await asyncio.gather(
+            *(
+                client.delete(f"{pods_path}/{p['metadata']['name']}")
+                for p in pods
+                if not p["metadata"].get("deletionTimestamp")
+            ),
+            return_exceptions=True,
+        )
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"the bench's objects in {namespace} not removed within 180 s")
+
+
+async def alternate(
+    rounds: int,
+    name: str,
+    floor: Callable[[int], Awaitable[Obj]],
+    phase: Callable[[], Awaitable[Obj]],
+    cleanup: Callable[[], Awaitable[None]],
+) -> Obj:
+    """Floor and controller phase in turn, everything gone between them (the machine is shared, so a
+    ratio is of neighbouring measurements); medians over the rounds."""
+    report: Obj = {"rounds": []}
+    for r in range(rounds):
+        base = await floor(r)
+        await cleanup()
+        ran = await phase()
+        await cleanup()
+        entry = {"floor": base, name: ran, "ratio": round(ran["seconds"] / base["seconds"], 2)}
+        report["rounds"].append(entry)
+        print(f"round {r}: {json.dumps(entry)}", flush=True)
+    floors = [e["floor"]["seconds"] for e in report["rounds"]]
+    ran_s = [e[name]["seconds"] for e in report["rounds"]]
+    report["floor_seconds_median"] = round(statistics.median(floors), 3)
+    report[f"{name}_seconds_median"] = round(statistics.median(ran_s), 3)
+    report["ratio_of_medians"] = round(report[f"{name}_seconds_median"] / report["floor_seconds_median"], 2)
+    report["goal"] = f"{name} <= 1.3 x floor"
+    return report
+
+
+Column = tuple[str, Callable[[Obj, Obj], Any]]  # header, (floor, phase) -> cell
+
+
+def report_markdown(report: Obj, title: str, name: str, label: str, columns: list[Column]) -> str:
+    """Title, one row a round (floor and phase seconds, the ratio, the bench's own `columns`, store writes
+    and CPU), and the medians' verdict."""
+    cols: list[Column] = [
+        ("floor s", lambda f, _p: f["seconds"]),
+        (f"{name} s", lambda _f, p: p["seconds"]),
+        *columns,
+        ("kubectl create s", lambda _f, p: p["kubectl_seconds"]),
+        ("store writes floor", lambda f, _p: f["store_writes"]),
+        (f"store writes {name}", lambda _f, p: p["store_writes"]),
+        ("controller-manager CPU s", lambda _f, p: p["cpu_seconds"].get("controller-manager", "-")),
+        ("API server CPU s", lambda _f, p: p["cpu_seconds"].get("apiserver", "-")),
+    ]
+    lines = [
+        f"# {title}",
+        "",
+        "| round | ratio | " + " | ".join(h for h, _ in cols) + " |",
+        "|---|---|" + "---|" * len(cols),
+    ]
+    for i, e in enumerate(report["rounds"]):
+        cells = [str(get(e["floor"], e[name])) for _, get in cols]
+        lines.append(f"| {i} | {e['ratio']} | " + " | ".join(cells) + " |")
+    verdict = (
+        f"Median floor {report['floor_seconds_median']} s, median {label} {report[f'{name}_seconds_median']} s: "
+        f"ratio {report['ratio_of_medians']} (goal: at most 1.3)."
+    )
+    return "\n".join([*lines, "", verdict, ""])
+
+
+def round_bars(report: Obj, name: str, *extra: tuple[str, str]) -> list[tuple[str, float]]:
+    """Each round's floor and phase seconds, then any `(label, key)` of the phase's."""
+    bars: list[tuple[str, float]] = []
+    for i, e in enumerate(report["rounds"]):
+        bars += [(f"r{i} floor", e["floor"]["seconds"]), (f"r{i} {name}", e[name]["seconds"])]
+        bars += [(f"r{i} {label}", e[name][key]) for label, key in extra]
+    return bars
+
+
+def bars_svg(title: str, bars: list[tuple[str, float]]) -> str:
+    """Seconds as bars: grey for a floor, light blue for a status figure, blue for the controller."""
+    top = max((v for _, v in bars), default=0) or 1
+    width, height, bw = 60 + 60 * len(bars), 240, 40
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 100}" '
+        'font-family="sans-serif" font-size="10">',
+        f'<text x="10" y="14" font-size="12">{title}</text>',
+    ]
+    for i, (label, v) in enumerate(bars):
+        h = v / top * height
+        x = 40 + i * 60
+        color = "#999" if "floor" in label else ("#7fa8d8" if "status" in label else "#2a6ebb")
+        out.append(f'<rect x="{x}" y="{20 + height - h:.1f}" width="{bw}" height="{h:.1f}" fill="{color}"/>')
+        out.append(f'<text x="{x}" y="{16 + height - h:.1f}">{v:.2f}</text>')
+        out.append(f'<text transform="translate({x + 10},{height + 26}) rotate(60)">{label}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
