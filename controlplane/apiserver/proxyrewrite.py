@@ -17,7 +17,7 @@ import posixpath
 import zlib
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 # upstream's atomsToAttrs: the attributes of each element that hold a URL.
 URL_ATTRS: dict[str, frozenset[str]] = {
@@ -104,9 +104,16 @@ def _join(prefix: str, path: str) -> str:
     return joined + "/" if path.endswith("/") and joined != "/" else joined
 
 
+# What Go's url.EscapedPath leaves as it is in a path besides letters, digits and -_.~ (shouldEscape's
+# encodePath mode): everything else, `?`, `%`, spaces and non-ASCII included, is percent-encoded.
+_PATH_SAFE = "$&+,/:;=@"
+
+
 def forwarded_uri(prepend: str, backend_path: str) -> str:
-    """X-Forwarded-Uri: the path the client asked for, as upstream's transport sets it."""
-    return _join(prepend, backend_path or "/")
+    """X-Forwarded-Uri: the path the client asked for, as upstream's transport sets it
+    (path.Join(PathPrepend, URL.EscapedPath()), the trailing slash kept): escaped, so a backend can
+    rebuild the client's URL from it."""
+    return _join(prepend, quote(backend_path or "/", safe=_PATH_SAFE))
 
 
 def is_html(content_type: str) -> bool:

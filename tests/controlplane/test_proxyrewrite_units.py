@@ -80,3 +80,6 @@ def test_content_types_and_forwarded_uri() -> None:
     assert is_html("text/html; charset=utf-8") and is_html("TEXT/HTML") and not is_html("text/htmlx")
     assert forwarded_uri("/api/v1/x/proxy", "/a/b/") == "/api/v1/x/proxy/a/b/"
     assert forwarded_uri("/api/v1/x/proxy", "/") == "/api/v1/x/proxy/"
+    # escaped as Go's URL.EscapedPath: reserved path characters stay, the rest is percent-encoded
+    assert forwarded_uri("/p", "/a b/ü?x%/") == "/p/a%20b/%C3%BC%3Fx%25/"
+    assert forwarded_uri("/p", "/k=v;a,b:c@d$e&f+g") == "/p/k=v;a,b:c@d$e&f+g"
