@@ -108,7 +108,7 @@ class Registry:
             operation, res, subresource, namespace, name, obj, old, user, self, dry_run, generated_name
         )
         await self.admission.admit(request)
-        problems = res.validate(obj) if validate else []
+        problems = res.validate_object(obj, old) if validate else []
         if old is not None:
             problems += res.validate_update(obj, old, subresource)
         if problems:

@@ -121,6 +121,25 @@ class CustomScale(Scale):
         set_path(obj, self.spec_path, replicas)
 
 
+# Upstream's hasBlockingErr: after a wrong type, a missing required field, an unsupported enum value or a
+# size violation the object lacks the shape its CEL rules were written for, so they are not run.
+_BLOCKING = frozenset(
+    (
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    )
+)
+_NOT_CHECKED = FieldError(
+    "FieldValueInvalid",
+    "<nil>",
+    "Invalid value: null: some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation",
+)
+
+
 class CustomResource(Kind):
     """A served version of a CRD. Built from the CRD object (and the version's entry in spec.versions)."""
 
@@ -234,16 +253,20 @@ class CustomResource(Kind):
         return [errors.invalid(path, name, m) for m in path_segment(name)]
 
     def validate(self, obj: Obj) -> list[FieldError]:
-        problems = object_meta(obj.get("metadata"), self.validate_name)
-        problems += schema.validate(obj, self.open_api)
-        if self.has_rules and not problems:
-            problems += rules.check(obj, None, self.rules or {}, transitions=False)
-        return problems
+        return self.validate_object(obj, None)
 
-    def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
+    def validate_object(self, obj: Obj, old: Obj | None) -> list[FieldError]:
+        """The schema and the CEL rules; on update ratcheted against `old` (schema.py says how)."""
+        problems = object_meta(obj.get("metadata"), self.validate_name)
+        problems += schema.validate(obj, self.open_api, old=schema.MISSING if old is None else old)
         if not self.has_rules:
-            return []
-        return rules.check(new, old, self.rules or {}, transitions=True)
+            return problems
+        if any(p.type in _BLOCKING for p in problems):
+            return [*problems, _NOT_CHECKED]
+        problems += rules.check(obj, old, self.rules or {}, transitions=False, ratchet=old is not None)
+        if old is not None:
+            problems += rules.check(obj, old, self.rules or {}, transitions=True)
+        return problems
 
     # OpenAPI ---------------------------------------------------------------------------------------
 

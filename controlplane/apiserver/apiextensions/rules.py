@@ -6,6 +6,10 @@ the node (plus its `fieldPath`), with its `message`, the string its `messageExpr
 upstream's default `failed rule: <rule>`; its `reason` picks the error type (FieldValueInvalid by default,
 with the schema's type as the value shown, as upstream). The CEL itself is controlplane/apiserver/cel.py;
 `compile_errors` is the CRD-time check (a rule that does not compile makes the CRD a 422).
+
+On update the rules that do not name oldSelf ratchet (`ratchet`, as schema.py's validation): a node whose
+value equals the old object's at the same place is not checked again. Transition rules never ratchet:
+they are the author's own statement about old and new.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 from typing import Any
 
 from controlplane.apiserver import cel
+from controlplane.apiserver.apiextensions.schema import same_json
 from controlplane.apiserver.errors import FieldError
 
 Obj = dict[str, Any]
@@ -99,16 +104,29 @@ def compile_errors(schema: Any, path: str) -> list[FieldError]:
     return errors
 
 
-def check(value: Any, old: Any, schema: Obj, transitions: bool, path: str = "") -> list[FieldError]:
+def check(
+    value: Any, old: Any, schema: Obj, transitions: bool, path: str = "", ratchet: bool = False
+) -> list[FieldError]:
     """Every failing rule for `value`: the rules not naming oldSelf (`transitions` False: on create and
-    update), or the transition rules against `old`, the object before an update (`transitions` True)."""
+    update, ratcheted against `old` with `ratchet`), or the transition rules against `old`, the object
+    before an update (`transitions` True)."""
     errors: list[FieldError] = []
-    _check(value, old, schema, path, transitions, errors)
+    _check(value, old, schema, path, transitions, errors, ratchet and not transitions)
     return errors
 
 
-def _check(value: Any, old: Any, schema: Obj, path: str, transitions: bool, errors: list[FieldError]) -> None:
+def _check(
+    value: Any,
+    old: Any,
+    schema: Obj,
+    path: str,
+    transitions: bool,
+    errors: list[FieldError],
+    ratchet: bool = False,
+) -> None:
     if value is None or not isinstance(schema, dict):
+        return
+    if ratchet and old is not None and same_json(value, old):
         return
     for rule in schema.get(VALIDATIONS) or []:
         if bool(_OLD_SELF.search(rule.get("rule", ""))) != transitions:
@@ -123,11 +141,11 @@ def _check(value: Any, old: Any, schema: Obj, path: str, transitions: bool, erro
             sub = props.get(key) or (extra if isinstance(extra, dict) else None)
             if sub:
                 old_item = old.get(key) if isinstance(old, dict) else None
-                _check(item, old_item, sub, f"{path}.{key}" if path else key, transitions, errors)
+                _check(item, old_item, sub, f"{path}.{key}" if path else key, transitions, errors, ratchet)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
             old_item = _old_item(old, item, i, schema)
-            _check(item, old_item, schema["items"], f"{path}[{i}]", transitions, errors)
+            _check(item, old_item, schema["items"], f"{path}[{i}]", transitions, errors, ratchet)
 
 
 def _old_item(old: Any, item: Any, index: int, schema: Obj) -> Any:

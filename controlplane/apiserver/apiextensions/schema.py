@@ -5,6 +5,13 @@ x-kubernetes-preserve-unknown-fields), defaulted (`default`, on write and, for o
 version, on read), then validated (types, required, enum, bounds, lengths, pattern, items, format,
 nullable, list types), each failure a FieldError naming the field as upstream's go-openapi validator
 does (`spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string"`).
+
+On update, validation ratchets (upstream's CRDValidationRatcheting, on by default since 1.30, GA in 1.33):
+a node whose value is unchanged from the old object's value at the same place is not validated, so a
+schema tightened after objects were stored does not block writes that leave those fields alone. "The
+same place" is the key in an object or map, the keys in a `map` list, the value in a `set` list; items
+of atomic lists, and nodes under anyOf/oneOf/not, have no old counterpart (the whole list or value is
+still compared).
 Schemas are the CRD's JSON (JSONSchemaProps) as stored; nothing is compiled beyond regexes (cached).
 """
 
@@ -155,8 +162,10 @@ def _regex(pattern: str) -> re.Pattern[str] | None:
 
 
 def _type_error(path: str, value: Any, wanted: str) -> FieldError:
+    """field.TypeInvalid: shown as an invalid value, but of its own type (it keeps CEL rules from running)."""
     actual = json_type(value)
-    return invalid(path, actual, f'{path} in body must be of type {wanted}: "{actual}"')
+    shown = invalid(path, actual, f'{path} in body must be of type {wanted}: "{actual}"')
+    return FieldError("FieldValueTypeInvalid", shown.field, shown.detail)
 
 
 def _type_ok(value: Any, wanted: str) -> bool:
@@ -206,14 +215,37 @@ _FORMATS = {
 }
 
 
-def validate(value: Any, schema: Obj, path: str = "") -> list[FieldError]:
-    """Every violation of `schema` by `value` (the whole object at the root)."""
+class _Missing:
+    """No old value at this place (create, a new key, an uncorrelated list item)."""
+
+
+MISSING: Any = _Missing()
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Go's DeepEqual over decoded JSON: 1 and 1.0, or 1 and true, are different values."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def validate(value: Any, schema: Obj, path: str = "", old: Any = MISSING) -> list[FieldError]:
+    """Every violation of `schema` by `value` (the whole object at the root); with `old`, the object
+    before an update, ratcheted (see the module's docstring)."""
     errors: list[FieldError] = []
-    _validate(value, schema, path, errors, root=True)
+    _validate(value, schema, path, errors, root=True, old=old)
     return errors
 
 
-def _validate(value: Any, schema: Obj, path: str, errors: list[FieldError], root: bool = False) -> None:
+def _validate(
+    value: Any, schema: Obj, path: str, errors: list[FieldError], root: bool = False, old: Any = MISSING
+) -> None:
+    if old is not MISSING and same_json(value, old):
+        return  # ratcheted: unchanged
     if value is None:
         if not schema.get("nullable") and schema.get("type") and not schema.get(PRESERVE):
             errors.append(invalid(path, "null", f'{path} in body must be of type {schema["type"]}: "null"'))
@@ -228,26 +260,27 @@ def _validate(value: Any, schema: Obj, path: str, errors: list[FieldError], root
         return
     if "enum" in schema and value not in schema["enum"]:
         errors.append(not_supported(path, value, list(schema["enum"])))
-    _junctors(value, schema, path, errors)
+    _junctors(value, schema, path, errors, old)
     if isinstance(value, str):
         _validate_string(value, schema, path, errors)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         _validate_number(value, schema, path, errors)
     elif isinstance(value, list):
-        _validate_array(value, schema, path, errors)
+        _validate_array(value, schema, path, errors, old)
     elif isinstance(value, dict):
-        _validate_object(value, schema, path, errors, root)
+        _validate_object(value, schema, path, errors, root, old)
 
 
 def _passes(value: Any, schema: Any, path: str) -> bool:
     return isinstance(schema, dict) and not validate(value, schema, path)
 
 
-def _junctors(value: Any, schema: Obj, path: str, errors: list[FieldError]) -> None:
-    """allOf, anyOf, oneOf and not: value validations only (a structural schema's junctors carry no types)."""
+def _junctors(value: Any, schema: Obj, path: str, errors: list[FieldError], old: Any = MISSING) -> None:
+    """allOf, anyOf, oneOf and not: value validations only (a structural schema's junctors carry no types).
+    allOf ratchets like the node itself; what is under anyOf, oneOf and not does not."""
     for sub in schema.get("allOf") or []:
         if isinstance(sub, dict):
-            _validate(value, sub, path, errors)
+            _validate(value, sub, path, errors, old=old)
     any_of = schema.get("anyOf") or []
     if any_of and not schema.get(INT_OR_STRING) and not any(_passes(value, s, path) for s in any_of):
         errors.append(invalid(path, value, f"{path} in body must validate at least one schema (anyOf)"))
@@ -308,7 +341,27 @@ def _validate_number(value: float, schema: Obj, path: str, errors: list[FieldErr
         errors.append(invalid(path, value, f"{path} in body should be a multiple of {_number_text(step)}"))
 
 
-def _validate_array(value: list[Any], schema: Obj, path: str, errors: list[FieldError]) -> None:
+def _old_item(item: Any, old: Any, schema: Obj) -> Any:
+    """The old list's counterpart of `item`: by its keys in a map list, by value in a set; none in an
+    atomic list."""
+    if not isinstance(old, list):
+        return MISSING
+    list_type = schema.get("x-kubernetes-list-type")
+    if list_type == "set":
+        return next((o for o in old if same_json(o, item)), MISSING)
+    if list_type == "map" and isinstance(item, dict):
+        keys = schema.get("x-kubernetes-list-map-keys") or []
+        wanted = {k: item.get(k) for k in keys}
+        return next(
+            (o for o in old if isinstance(o, dict) and same_json({k: o.get(k) for k in keys}, wanted)),
+            MISSING,
+        )
+    return MISSING
+
+
+def _validate_array(
+    value: list[Any], schema: Obj, path: str, errors: list[FieldError], old: Any = MISSING
+) -> None:
     if "maxItems" in schema and len(value) > schema["maxItems"]:
         errors.append(too_many(path, len(value), schema["maxItems"]))
     if "minItems" in schema and len(value) < schema["minItems"]:
@@ -318,7 +371,7 @@ def _validate_array(value: list[Any], schema: Obj, path: str, errors: list[Field
     items = schema.get("items")
     if isinstance(items, dict):
         for i, item in enumerate(value):
-            _validate(item, items, f"{path}[{i}]", errors)
+            _validate(item, items, f"{path}[{i}]", errors, old=_old_item(item, old, schema))
     list_type = schema.get("x-kubernetes-list-type")
     if list_type == "set":
         seen: list[Any] = []
@@ -338,7 +391,9 @@ def _validate_array(value: list[Any], schema: Obj, path: str, errors: list[Field
             seen_keys.append(key)
 
 
-def _validate_object(value: Obj, schema: Obj, path: str, errors: list[FieldError], root: bool) -> None:
+def _validate_object(
+    value: Obj, schema: Obj, path: str, errors: list[FieldError], root: bool, old: Any = MISSING
+) -> None:
     for name in schema.get("required") or []:
         if name not in value:
             errors.append(required(_child(path, name)))
@@ -360,11 +415,12 @@ def _validate_object(value: Obj, schema: Obj, path: str, errors: list[FieldError
         if sub is None and isinstance(extra, dict):
             sub = extra
         if sub is not None:
-            _validate(item, sub, _child(path, key), errors)
+            old_item = old.get(key, MISSING) if isinstance(old, dict) else MISSING
+            _validate(item, sub, _child(path, key), errors, old=old_item)
     if schema.get(EMBEDDED):
         for key in ("apiVersion", "kind"):
             if not value.get(key):
                 errors.append(required(_child(path, key), "must not be empty"))
 
 
-__all__ = ["apply_defaults", "has_defaults", "json_type", "prune", "validate"]
+__all__ = ["MISSING", "apply_defaults", "has_defaults", "json_type", "prune", "same_json", "validate"]

@@ -241,6 +241,11 @@ class Kind:
     def validate_spec(self, obj: Obj) -> list[FieldError]:
         return []
 
+    def validate_object(self, obj: Obj, old: Obj | None) -> list[FieldError]:
+        """`validate`, told the object before an update (None on create): for kinds whose validation
+        ratchets on unchanged fields (custom resources)."""
+        return self.validate(obj)
+
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
         """Upstream's Validate<Kind>Update: what may not change (beyond what `validate` checks)."""
         return []
