@@ -180,13 +180,22 @@ async def _pump(
         elif mode == "metadata":
             line = encode({"type": event.type, "object": partial(event.obj.obj)})
         else:
-            line = b"".join(
-                [b'{"type":"', event.type.encode(), b'","object":', out_raw(res, event.obj), b"}"]
-            )
+            try:
+                raw = await _served_raw(res, event.obj, cache)
+            except errors.ApiError as err:  # a conversion webhook failed: the watch ends with it
+                await response.write(encode({"type": "ERROR", "object": err.status()}) + b"\n")
+                return
+            line = b"".join([b'{"type":"', event.type.encode(), b'","object":', raw, b"}"])
         await response.write(line + b"\n")
         sent += 1
         if sent == initial_count:
             await response.write(_bookmark(res, initial_rv, True))
+
+
+async def _served_raw(res: Kind, cached: Any, cache: WatchCache) -> bytes:
+    if res.converts:
+        return encode((await res.served_forms([cached.obj], cache))[0])
+    return out_raw(res, cached)
 
 
 def _bookmark(res: Kind, rv: int, initial_end: bool) -> bytes:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables, typed
 from controlplane.apiserver.apiextensions import rules, schema
+from controlplane.apiserver.apiextensions.conversion import ConversionError, WebhookConverter
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource, Subresource
 from controlplane.apiserver.kinds.scale import Scale
@@ -164,6 +165,11 @@ class CustomResource(Kind):
         # subresource exists, with every change but of metadata otherwise.
         self.generation = True
         self.converts = self.version != storage_version
+        # strategy Webhook: every object not at the version at hand goes through the webhook (stored
+        # objects may be at an older storage version too, so even the storage version converts)
+        self.webhook = WebhookConverter.of(crd)
+        if self.webhook is not None:
+            self.converts = True
         self.printer_columns = list(version.get("additionalPrinterColumns") or [])
         self.columns = self._columns()
         self.smp = {"metadata": META, **(_smp(self.open_api) or {})}
@@ -205,6 +211,28 @@ class CustomResource(Kind):
             obj["apiVersion"] = self.api_version
             self.default(obj, False)
         return obj
+
+    async def storage_form(self, obj: Obj, cache: Any) -> Obj:
+        if self.webhook is None:
+            return self.to_storage(obj)
+        (stored,) = await self._convert([obj], f"{self.group}/{self.storage_version}", cache, False)
+        return stored
+
+    async def served_forms(self, objs: list[Obj], cache: Any, listing: bool = False) -> list[Obj]:
+        if self.webhook is None:
+            return [self.from_storage(o) for o in objs] if self.converts else objs
+        out = await self._convert(objs, self.api_version, cache, listing)
+        for before, after in zip(objs, out, strict=True):
+            if after is not before:
+                self.default(after, False)
+        return out
+
+    async def _convert(self, objs: list[Obj], desired: str, cache: Any, listing: bool) -> list[Obj]:
+        assert self.webhook is not None
+        try:
+            return await self.webhook.convert(objs, desired, cache, listing)
+        except ConversionError as err:
+            raise errors.internal(str(err)) from None
 
     # strategy --------------------------------------------------------------------------------------
 
