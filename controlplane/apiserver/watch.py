@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
 
 Obj = dict[str, Any]
+log = logging.getLogger("controlplane.apiserver")
 
 BOOKMARK_INTERVAL = 60.0
 DISCONNECT_CHECK = 5.0  # how often an idle watch looks whether its client is still there
@@ -182,8 +184,10 @@ async def _pump(
         else:
             try:
                 raw = await _served_raw(res, event.obj, cache)
-            except errors.ApiError as err:  # a conversion webhook failed: the watch ends with it
-                await response.write(encode({"type": "ERROR", "object": err.status()}) + b"\n")
+            except errors.ApiError as err:
+                # A conversion webhook failed: upstream's watch handler ends the stream (the client's
+                # relist then gets the 500).
+                log.warning("event=watch-conversion-failed resource=%s error=%s", res.plural, err.message)
                 return
             line = b"".join([b'{"type":"', event.type.encode(), b'","object":', raw, b"}"])
         await response.write(line + b"\n")

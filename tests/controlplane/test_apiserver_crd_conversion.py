@@ -14,6 +14,7 @@ import functools
 import json
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -227,6 +228,13 @@ def test_webhook_down_is_a_500_with_upstreams_message(
     with pytest.raises(ApiException) as listing:
         custom.list_namespaced_custom_object(group, "v2", namespace, "crontabs")
     assert listing.value.status == 500
+    # a watch at v2 ends at the event it cannot convert, as upstream's watch handler does
+    started = time.monotonic()
+    stream = watch.Watch().stream(
+        custom.list_namespaced_custom_object, group, "v2", namespace, "crontabs", timeout_seconds=30
+    )
+    assert list(stream) == []
+    assert time.monotonic() - started < 15
     body = {"apiVersion": f"{group}/v2", "kind": "CronTab", "metadata": {"name": "e"}, "spec": {"schedule": "1 * * * *"}}
     with pytest.raises(ApiException) as write:
         custom.create_namespaced_custom_object(group, "v2", namespace, "crontabs", body)
