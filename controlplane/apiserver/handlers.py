@@ -280,7 +280,7 @@ class RestHandler:
             return json_response(
                 tables.table(
                     res,
-                    [cached.obj],
+                    await res.table_forms([cached.obj], self.cache),
                     request.query.get("includeObject", "Metadata"),
                     {"resourceVersion": str(cached.revision)},
                 )
@@ -342,7 +342,7 @@ class RestHandler:
             list_meta["continue"] = next_token
         if wants_table(request):
             # Cells come from the stored (core) form, which the column functions read.
-            objs = [c.obj for c in items]
+            objs = await res.table_forms([c.obj for c in items], self.cache)
             return json_response(tables.table(res, objs, q.get("includeObject", "Metadata"), list_meta))
         if wants_metadata(request):
             return json_response(

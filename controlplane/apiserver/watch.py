@@ -176,7 +176,12 @@ async def _pump(
         if event is CLOSED:
             return
         if mode == "table":
-            obj = tables.table(res, [event.obj.obj], include, headers=not sent_headers)
+            try:
+                shown = await res.table_forms([event.obj.obj], cache)
+            except errors.ApiError as err:
+                log.warning("event=watch-conversion-failed resource=%s error=%s", res.plural, err.message)
+                return
+            obj = tables.table(res, shown, include, headers=not sent_headers)
             sent_headers = True
             line = encode({"type": event.type, "object": obj})
         elif mode == "metadata":

@@ -53,8 +53,22 @@ def crd_body(group: str, conversion: Obj) -> Obj:
             "scope": "Namespaced",
             "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab"},
             "versions": [
-                {"name": "v1", "served": True, "storage": True, "schema": _schema("cronSpec")},
-                {"name": "v2", "served": True, "storage": False, "schema": _schema("schedule")},
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": _schema("cronSpec"),
+                    "additionalPrinterColumns": [{"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"}],
+                },
+                {
+                    "name": "v2",
+                    "served": True,
+                    "storage": False,
+                    "schema": _schema("schedule"),
+                    "additionalPrinterColumns": [
+                        {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"}
+                    ],
+                },
             ],
             "conversion": conversion,
         },
@@ -202,6 +216,12 @@ def test_kubectl_reads_each_version(
     assert out.strip() == f"{group}/v2 3 * * * *"
     out = kubectl("get", f"crontabs.v1.{group}", "k", "-n", namespace, "-o", "jsonpath={.spec.cronSpec}")
     assert out.strip() == "3 * * * *"
+    # the Table's columns are v2's, read from the object converted to v2
+    table = kubectl("get", f"crontabs.v2.{group}", "-n", namespace).splitlines()
+    assert table[0].split() == ["NAME", "SCHEDULE"]
+    assert table[1].split() == ["k", "3", "*", "*", "*", "*"]
+    table = kubectl("get", f"crontabs.v1.{group}", "-n", namespace).splitlines()
+    assert table[0].split() == ["NAME", "SPEC"]
 
 
 def _closed_port() -> int:

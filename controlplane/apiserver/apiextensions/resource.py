@@ -227,6 +227,11 @@ class CustomResource(Kind):
                 self.default(after, False)
         return out
 
+    async def table_forms(self, objs: list[Obj], cache: Any) -> list[Obj]:
+        if self.webhook is None:
+            return objs
+        return await self.served_forms(objs, cache, True)
+
     async def _convert(self, objs: list[Obj], desired: str, cache: Any, listing: bool) -> list[Obj]:
         assert self.webhook is not None
         try:

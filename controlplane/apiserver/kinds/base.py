@@ -293,6 +293,11 @@ class Kind:
         """from_storage of stored objects for the REST handlers (a list's items in one conversion)."""
         return [self.from_storage(o) for o in objs] if self.converts else objs
 
+    async def table_forms(self, objs: list[Obj], cache: Any) -> list[Obj]:
+        """What a Table's cells are read from: the stored form (the column functions read it), unless
+        the version's columns read its own fields (a CRD converted by its webhook)."""
+        return objs
+
     # what the server starts with the kind -----------------------------------------------------------
 
     admission: ClassVar[tuple[Plugin, ...]] = ()
