@@ -93,9 +93,10 @@ class ConversionServer:
 
 
 @contextmanager
-def serving(directory: Path, host: str = "127.0.0.1") -> Iterator[ConversionServer]:
-    """Run a ConversionServer on `host` (a free port) in a thread with its own event loop."""
-    ca_pem, cert, key = make_tls(directory, [host])
+def serving(directory: Path, host: str = "127.0.0.1", names: tuple[str, ...] = ()) -> Iterator[ConversionServer]:
+    """Run a ConversionServer on `host` (a free port; its certificate also for `names`) in a thread with
+    its own event loop."""
+    ca_pem, cert, key = make_tls(directory, [host, *names])
     server = ConversionServer(host, ca_pem=ca_pem)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)

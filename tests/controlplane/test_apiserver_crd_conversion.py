@@ -17,6 +17,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from e2e import waiting
+from kubeclient.hostaddr import default_route_ip
 from pykubelet.rig.apiserver import ApiServer
 from tests.controlplane.conversionserver import ConversionServer, serving
 from tests.controlplane.test_apiserver_crd import delete_crd, established, raw, served
@@ -222,6 +224,58 @@ def test_kubectl_reads_each_version(
     assert table[1].split() == ["k", "3", "*", "*", "*", "*"]
     table = kubectl("get", f"crontabs.v1.{group}", "-n", namespace).splitlines()
     assert table[0].split() == ["NAME", "SPEC"]
+
+
+def test_service_reference(
+    make_crd: MakeCrd, custom: client.CustomObjectsApi, v1: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    """clientConfig.service is resolved as an admission webhook's: the Service's Endpoints give the
+    address, TLS verifies `<service>.<namespace>.svc`."""
+    host = default_route_ip()
+    if not host:
+        pytest.skip("no non-loopback address for an Endpoints object")
+    with serving(tmp_path, host=host, names=(f"convsvc.{namespace}.svc",)) as server:
+        v1.create_namespaced_service(
+            namespace,
+            {"metadata": {"name": "convsvc"}, "spec": {"ports": [{"name": "https", "port": 443, "targetPort": server.port}]}},
+        )
+        conversion = {
+            "strategy": "Webhook",
+            "webhook": {
+                "clientConfig": {
+                    "service": {"namespace": namespace, "name": "convsvc", "path": "/convert"},
+                    "caBundle": server.ca_bundle,
+                },
+                "conversionReviewVersions": ["v1"],
+            },
+        }
+        group = make_crd(conversion)
+        custom.create_namespaced_custom_object(group, "v1", namespace, "crontabs", v1_cron(group, "s"))
+        with pytest.raises(ApiException) as err:
+            custom.get_namespaced_custom_object(group, "v2", namespace, "crontabs", "s")
+        assert err.value.status == 500
+        assert error_of(err.value)["message"] == (
+            f"Internal error occurred: conversion webhook for {group}/v1, Kind=CronTab failed: "
+            f'Post "https://convsvc.{namespace}.svc:443/convert?timeout=30s": endpoints "convsvc" not found'
+        )
+        v1.create_namespaced_endpoints(
+            namespace,
+            {
+                "metadata": {"name": "convsvc"},
+                "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": server.port}]}],
+            },
+        )
+        got = wait_for(lambda: _get_or_none(custom, group, namespace, "s"))
+        assert got["spec"] == {"schedule": "*/5 * * * *"}
+        assert server.got("/convert")
+
+
+def _get_or_none(custom: client.CustomObjectsApi, group: str, namespace: str, name: str) -> Obj | None:
+    try:
+        return custom.get_namespaced_custom_object(group, "v2", namespace, "crontabs", name)
+    except ApiException as err:
+        assert err.status == 500  # the Endpoints not yet in this server's cache
+        return None
 
 
 def _closed_port() -> int:
