@@ -119,3 +119,14 @@ def test_no_supported_review_version() -> None:
     assert converter is not None
     with pytest.raises(ConversionError, match="^no supported conversion review versions$"):
         asyncio.run(converter.convert([_cron("a", "v1")], "example.com/v2", None))  # type: ignore[arg-type]
+
+
+def test_a_list_item_at_the_wrong_version_is_named_as_upstream_counts_it(hook: ConversionServer) -> None:
+    converter = WebhookConverter.of(_crd(hook.url("/sameversion"), hook.ca_bundle))
+    assert converter is not None
+    with pytest.raises(ConversionError) as err:
+        asyncio.run(converter.convert([_cron("a", "v1"), _cron("b", "v1")], "example.com/v2", None, listing=True))  # type: ignore[arg-type]
+    assert str(err.value) == (
+        "conversion webhook for example.com/v1, Kind=CronTabList returned invalid converted object at index 1: "
+        "invalid groupVersion (expected example.com/v2, received example.com/v1)"
+    )

@@ -106,31 +106,10 @@ class WebhookConverter:
             )
         out = list(objs)
         for n, (i, original, got) in enumerate(zip(todo, sent, converted, strict=True)):
-            at = f"at index {n}" if listing else "at index 0"
-            if not isinstance(got, dict):
-                raise ConversionError(
-                    f"conversion webhook for {gvk} returned invalid converted object {at}: "
-                    f"json: cannot unmarshal {review._json_type(got)} into Go value of type map[string]interface {{}}"
-                )
-            if got.get("apiVersion") != desired:
-                raise ConversionError(
-                    f"conversion webhook for {gvk} returned invalid {'converted ' if listing else ''}object {at}: "
-                    f"invalid groupVersion (expected {desired}, received {got.get('apiVersion', '')})"
-                )
-            if got.get("kind") != original.get("kind"):
-                raise ConversionError(
-                    f"conversion webhook for {gvk} returned invalid {'converted ' if listing else ''}object {at}: "
-                    f"invalid kind (expected {original.get('kind', '')}, received {got.get('kind', '')})"
-                )
-            problem = _changed_identity(original, got)
-            if problem:
-                where = f"invalid converted object {at}" if listing else "invalid object"
-                raise ConversionError(f"conversion webhook for {gvk} returned {where}: {problem}")
             try:
-                out[i] = restore_object_meta(original, got)
+                out[i] = _checked(original, got, desired, n, listing)
             except ValueError as err:
-                where = f"invalid metadata in object {at}" if listing else "invalid metadata"
-                raise ConversionError(f"conversion webhook for {gvk} returned {where}: {err}") from None
+                raise ConversionError(f"conversion webhook for {gvk} returned {err}") from None
         return out
 
     def _request(self, objs: list[Obj], desired: str) -> tuple[str, bytes]:
@@ -162,6 +141,32 @@ class WebhookConverter:
             return _converted_objects(uid, doc)
         except ValueError as err:
             raise ConversionError(f"{failed}: {err}") from None
+
+
+def _checked(original: Obj, got: Any, desired: str, n: int, listing: bool) -> Obj:
+    """One converted object checked against the one sent (the texts after upstream's `returned `; a
+    list's index is counted as upstream counts it, one on once the object decoded)."""
+    if not isinstance(got, dict):
+        shown = review._json_type(got)
+        raise ValueError(
+            f"invalid converted object at index {n}: json: cannot unmarshal {shown} into Go value of type "
+            "map[string]interface {}"
+        )
+    at = f"converted object at index {n + 1}" if listing else "object at index 0"
+    if got.get("apiVersion") != desired:
+        raise ValueError(
+            f"invalid {at}: invalid groupVersion (expected {desired}, received {got.get('apiVersion', '')})"
+        )
+    if got.get("kind") != original.get("kind"):
+        raise ValueError(f"invalid {at}: invalid kind (expected {original.get('kind', '')}, received {got.get('kind', '')})")
+    problem = _changed_identity(original, got)
+    if problem:
+        raise ValueError(f"invalid {at if listing else 'object'}: {problem}")
+    try:
+        return restore_object_meta(original, got)
+    except ValueError as err:
+        where = f"invalid metadata in object at index {n + 1}" if listing else "invalid metadata"
+        raise ValueError(f"{where}: {err}") from None
 
 
 def _converted_objects(uid: str, doc: Obj) -> list[Any]:
