@@ -39,7 +39,9 @@ def _schema(field: str) -> Obj:
         "openAPIV3Schema": {
             "type": "object",
             "properties": {
-                "spec": {"type": "object", "properties": {field: {"type": "string"}}},
+                # each version requires its own field: a body converted to the storage version is
+                # judged by that version's schema, never by the one it was sent at
+                "spec": {"type": "object", "required": [field], "properties": {field: {"type": "string"}}},
             },
         }
     }

@@ -9,8 +9,9 @@ At each start the set is made to match the kinds served: missing ones created, a
 whose priorities differ put right, automanaged `onstart` ones for versions no longer served deleted.
 An APIService without the label is a user's and is never touched. A group/version without a priority
 in upstream's table is skipped, as upstream's makeAPIService skips it (it could otherwise shadow a
-CRD of that name forever). `sync` takes the served list so another source of local versions (CRDs,
-label `true` upstream) can reuse it."""
+CRD of that name forever). `sync_crds` does the same for the CRDs' served versions (upstream's
+crdRegistrationController, label `true`, priorities 1000/100), called by the CRD controller on every
+change."""
 
 from __future__ import annotations
 

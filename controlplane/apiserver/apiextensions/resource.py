@@ -2,7 +2,9 @@
 strategy, pkg/registry/customresource).
 
 One instance per served version; they share the storage bucket `<plural>.<group>`, objects being stored
-at the storage version and served at each version by rewriting apiVersion (conversion strategy None).
+at the storage version and served at each version by rewriting apiVersion (conversion strategy None) or
+through the CRD's conversion webhook (strategy Webhook, conversion.py; the async `storage_form` and
+`served_forms` hooks the REST handlers await).
 The schema prunes, defaults and validates (schema.py), CEL rules check (rules.py); a status
 subresource makes the spec/status split and generation as upstream's; a scale subresource reads and
 writes the CRD's replicas paths; additionalPrinterColumns fill the Table. Strategic merge patch is
@@ -170,6 +172,12 @@ class CustomResource(Kind):
         self.webhook = WebhookConverter.of(crd)
         if self.webhook is not None:
             self.converts = True
+        # What the strategy checks a webhook-converted body against: it reaches the registry at the
+        # storage version, so that version's schema and rules judge it.
+        stored = next((v for v in crd["spec"].get("versions") or [] if v.get("name") == storage_version), version)
+        stored_schema = ((stored.get("schema") or {}).get("openAPIV3Schema")) or {}
+        self._stored_schema = copy.deepcopy(stored_schema) if stored is not version else None
+        self._stored_rules = rules.skeleton(self._stored_schema) if self._stored_schema is not None else None
         self.printer_columns = list(version.get("additionalPrinterColumns") or [])
         self.columns = self._columns()
         self.smp = {"metadata": META, **(_smp(self.open_api) or {})}
@@ -241,8 +249,14 @@ class CustomResource(Kind):
 
     # strategy --------------------------------------------------------------------------------------
 
+    def _judged_by(self, obj: Obj) -> tuple[Obj, Obj | None]:
+        """(schema, rules) for `obj`: the storage version's for a webhook-converted object at it."""
+        if self.webhook is not None and self._stored_schema is not None and obj.get("apiVersion") != self.api_version:
+            return self._stored_schema, self._stored_rules
+        return self.open_api, self.rules
+
     def default(self, obj: Obj, creating: bool) -> None:
-        schema.apply_defaults(obj, self.open_api)
+        schema.apply_defaults(obj, self._judged_by(obj)[0])
 
     def prepare_for_create(self, obj: Obj) -> None:
         if self.has_status:
@@ -267,16 +281,18 @@ class CustomResource(Kind):
         return [errors.invalid(path, name, m) for m in path_segment(name)]
 
     def validate(self, obj: Obj) -> list[FieldError]:
+        open_api, checks = self._judged_by(obj)
         problems = object_meta(obj.get("metadata"), self.validate_name)
-        problems += schema.validate(obj, self.open_api)
-        if self.has_rules and not problems:
-            problems += rules.check(obj, None, self.rules or {}, transitions=False)
+        problems += schema.validate(obj, open_api)
+        if checks is not None and not problems:
+            problems += rules.check(obj, None, checks, transitions=False)
         return problems
 
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
-        if not self.has_rules:
+        checks = self._judged_by(new)[1]
+        if checks is None:
             return []
-        return rules.check(new, old, self.rules or {}, transitions=True)
+        return rules.check(new, old, checks, transitions=True)
 
     # OpenAPI ---------------------------------------------------------------------------------------
 
