@@ -354,7 +354,7 @@ class RestHandler:
                 }
             )
         head = encode({"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta})
-        if res.converts:  # one conversion for the whole list
+        if res.converts:
             raws = [encode(o) for o in await res.served_forms([c.obj for c in items], self.cache, True)]
         else:
             raws = [out_raw(res, c) for c in items]

@@ -223,29 +223,32 @@ class CustomResource(Kind):
     async def storage_form(self, obj: Obj, cache: Any) -> Obj:
         if self.webhook is None:
             return self.to_storage(obj)
-        (stored,) = await self._convert([obj], f"{self.group}/{self.storage_version}", cache, False)
+        try:
+            (stored,) = await self.webhook.convert([obj], f"{self.group}/{self.storage_version}", cache)
+        except ConversionError as err:  # a write's body: upstream's InternalError
+            raise errors.internal(str(err)) from None
         return stored
 
     async def served_forms(self, objs: list[Obj], cache: Any, listing: bool = False) -> list[Obj]:
+        """Upstream decodes each stored object into the version asked for on its own (a list's items
+        too), so each is its own review; a failure is the bare error as a 500 (ErrorToAPIStatus)."""
         if self.webhook is None:
             return [self.from_storage(o) for o in objs] if self.converts else objs
-        out = await self._convert(objs, self.api_version, cache, listing)
-        for before, after in zip(objs, out, strict=True):
-            if after is not before:
-                self.default(after, False)
+        out: list[Obj] = []
+        for obj in objs:
+            try:
+                (shown,) = await self.webhook.convert([obj], self.api_version, cache)
+            except ConversionError as err:
+                raise errors.ApiError(500, "", str(err)) from None
+            if shown is not obj:
+                self.default(shown, False)
+            out.append(shown)
         return out
 
     async def table_forms(self, objs: list[Obj], cache: Any) -> list[Obj]:
         if self.webhook is None:
             return objs
         return await self.served_forms(objs, cache, True)
-
-    async def _convert(self, objs: list[Obj], desired: str, cache: Any, listing: bool) -> list[Obj]:
-        assert self.webhook is not None
-        try:
-            return await self.webhook.convert(objs, desired, cache, listing)
-        except ConversionError as err:
-            raise errors.internal(str(err)) from None
 
     # strategy --------------------------------------------------------------------------------------
 
