@@ -62,8 +62,9 @@ class WebhookConverter:
     review_versions: tuple[str, ...]
 
     @classmethod
-    def of(cls, crd: Obj, timeout: float = DEFAULT_TIMEOUT) -> WebhookConverter | None:
-        """The converter of a CRD whose conversion strategy is Webhook, else None."""
+    def of(cls, crd: Obj, timeout: float | None = None) -> WebhookConverter | None:
+        """The converter of a CRD whose conversion strategy is Webhook, else None. `timeout` (seconds)
+        defaults to the module's DEFAULT_TIMEOUT, read now, so a test may set either."""
         spec = crd.get("spec") or {}
         conversion = spec.get("conversion") or {}
         if conversion.get("strategy") != "Webhook":
@@ -86,13 +87,14 @@ class WebhookConverter:
             crd["metadata"]["name"],
             kind,
             names.get("listKind") or kind + "List",
-            Endpoint(cc.get("url") or "", service, bundle, timeout),
+            Endpoint(cc.get("url") or "", service, bundle, DEFAULT_TIMEOUT if timeout is None else timeout),
             tuple(webhook.get("conversionReviewVersions") or ()),
         )
 
     async def convert(self, objs: list[Obj], desired: str, cache: WatchCache, listing: bool = False) -> list[Obj]:
         """`objs` at apiVersion `desired`; the ones already there are returned as they are. One review
-        for all of them (a list), as upstream converts an UnstructuredList."""
+        for all of them (`listing`: the items of a list, as upstream converts an UnstructuredList; the
+        REST paths convert each stored object on its own, as upstream's storage decodes them)."""
         todo = [i for i, o in enumerate(objs) if o.get("apiVersion") != desired]
         if not todo:
             return objs
