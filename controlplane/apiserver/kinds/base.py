@@ -290,7 +290,7 @@ class Kind:
         return self.to_storage(obj)
 
     async def served_forms(self, objs: list[Obj], cache: Any, listing: bool = False) -> list[Obj]:
-        """from_storage of stored objects for the REST handlers (a list's items in one conversion)."""
+        """from_storage of stored objects for the REST handlers (`listing`: they are a list's items)."""
         return [self.from_storage(o) for o in objs] if self.converts else objs
 
     async def table_forms(self, objs: list[Obj], cache: Any) -> list[Obj]:
