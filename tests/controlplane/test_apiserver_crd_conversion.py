@@ -226,6 +226,12 @@ def test_kubectl_reads_each_version(
     assert table[1].split() == ["k", "3", "*", "*", "*", "*"]
     table = kubectl("get", f"crontabs.v1.{group}", "-n", namespace).splitlines()
     assert table[0].split() == ["NAME", "SPEC"]
+    # server-side apply at v2: the current object converted to v2, the result stored at v1
+    applied = {"apiVersion": f"{group}/v2", "kind": "CronTab", "metadata": {"name": "k", "namespace": namespace},
+               "spec": {"schedule": "4 * * * *"}}
+    kubectl("apply", "--server-side", "--field-manager=t", "--force-conflicts", "-f", "-", input=json.dumps(applied))
+    stored = custom.get_namespaced_custom_object(group, "v1", namespace, "crontabs", "k")
+    assert stored["spec"] == {"cronSpec": "4 * * * *"}
 
 
 def test_service_reference(
