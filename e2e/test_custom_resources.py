@@ -138,3 +138,28 @@ def test_custom_resource_lifecycle(kubeconfig: Path, namespace: str) -> None:
         kubectl(kubeconfig, "delete", "crd", name, "--wait=true", "--timeout=120s")
     gone = run(kubeconfig, "get", "crd", name)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+def test_a_crd_group_version_is_a_local_apiservice(kubeconfig: Path) -> None:
+    """kube-aggregator's crdRegistrationController: each served version of a CRD is an APIService
+    `<version>.<group>` (Local, Available, automanaged), removed with the CRD."""
+    group = f"e2e{uuid.uuid4().hex[:8]}.example.com"
+    name, apiservice = f"backups.{group}", f"v1.{group}"
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(crd(group)))
+    try:
+        kubectl(kubeconfig, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        kubectl(kubeconfig, "wait", "--for=condition=Available", f"apiservice/{apiservice}", "--timeout=60s")
+        obj = json.loads(kubectl(kubeconfig, "get", "apiservice", apiservice, "-o", "json"))
+        assert obj["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"] == "true"
+        assert (obj["spec"]["group"], obj["spec"]["version"]) == (group, "v1")
+        assert (obj["spec"]["groupPriorityMinimum"], obj["spec"]["versionPriority"]) == (1000, 100)
+        assert obj["spec"].get("service") is None
+        row = kubectl(kubeconfig, "get", "apiservice", apiservice, "--no-headers").split()
+        assert row[1:3] == ["Local", "True"]
+    finally:
+        kubectl(kubeconfig, "delete", "crd", name, "--wait=true", "--timeout=120s")
+    wait_for(
+        lambda: run(kubeconfig, "get", "apiservice", apiservice).returncode != 0,
+        timeout=60,
+        what="the APIService removed",
+    )

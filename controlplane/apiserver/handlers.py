@@ -175,6 +175,10 @@ class RestHandler:
 
     json = staticmethod(json_response)
 
+    async def served(self, res: Kind, obj: Obj) -> Obj:
+        """A stored object as the request's version shows it (a CRD's conversion webhook may answer)."""
+        return (await res.served_forms([obj], self.cache))[0]
+
     @staticmethod
     def user(request: web.Request) -> UserInfo:
         return request[USER_KEY]
@@ -276,7 +280,7 @@ class RestHandler:
             return json_response(
                 tables.table(
                     res,
-                    [cached.obj],
+                    await res.table_forms([cached.obj], self.cache),
                     request.query.get("includeObject", "Metadata"),
                     {"resourceVersion": str(cached.revision)},
                 )
@@ -284,7 +288,7 @@ class RestHandler:
         if wants_metadata(request):
             return json_response(partial(cached.obj))
         if res.converts:
-            return json_response(res.from_storage(cached.obj))
+            return json_response(await self.served(res, cached.obj))
         return web.Response(body=cached.raw, content_type="application/json")
 
     async def _read(self, request: web.Request, res: Kind, namespace: str, name: str) -> CachedObject:
@@ -338,7 +342,7 @@ class RestHandler:
             list_meta["continue"] = next_token
         if wants_table(request):
             # Cells come from the stored (core) form, which the column functions read.
-            objs = [c.obj for c in items]
+            objs = await res.table_forms([c.obj for c in items], self.cache)
             return json_response(tables.table(res, objs, q.get("includeObject", "Metadata"), list_meta))
         if wants_metadata(request):
             return json_response(
@@ -350,7 +354,11 @@ class RestHandler:
                 }
             )
         head = encode({"kind": res.list_kind, "apiVersion": res.api_version, "metadata": list_meta})
-        body = b"".join([head[:-1], b',"items":[', b",".join(out_raw(res, c) for c in items), b"]}"])
+        if res.converts:
+            raws = [encode(o) for o in await res.served_forms([c.obj for c in items], self.cache, True)]
+        else:
+            raws = [out_raw(res, c) for c in items]
+        body = b"".join([head[:-1], b',"items":[', b",".join(raws), b"]}"])
         return web.Response(body=body, content_type="application/json")
 
     async def _list_from_store(
@@ -432,7 +440,7 @@ class RestHandler:
         if not res.stored:
             return await res.create_virtual(self, request, info)
         body, unknown = await self.decode_body(request, info, res.kind, res.api_version, res.schema)
-        obj = res.to_storage(body)
+        obj = await res.storage_form(body, self.cache)
         meta = obj.setdefault("metadata", {})
         if res.namespaced and meta.get("namespace") and meta["namespace"] != info.namespace:
             raise errors.bad_request(
@@ -441,7 +449,7 @@ class RestHandler:
         created = await self.registry.create(
             res, info.namespace, obj, self.user(request), self.dry_run(request), self.manager(request)
         )
-        return self.warn(json_response(res.from_storage(created), 201), unknown)
+        return self.warn(json_response(await self.served(res, created), 201), unknown)
 
     async def _update(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
@@ -449,7 +457,7 @@ class RestHandler:
         if sub is not None and sub.handles("update"):
             return await sub.update(self, request, info)  # type: ignore[attr-defined]
         body, unknown = await self.decode_body(request, info, res.kind, res.api_version, res.schema)
-        obj = res.to_storage(body)
+        obj = await res.storage_form(body, self.cache)
         meta = obj.get("metadata") or {}
         if meta.get("name") and meta["name"] != info.name:
             raise errors.bad_request(
@@ -465,7 +473,7 @@ class RestHandler:
             self.dry_run(request),
             self.manager(request),
         )
-        return self.warn(json_response(res.from_storage(updated)), unknown)
+        return self.warn(json_response(await self.served(res, updated)), unknown)
 
     async def _patch(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
@@ -486,14 +494,14 @@ class RestHandler:
             return await sub.patch(self, request, info, apply_patch)  # type: ignore[attr-defined]
         unknown: list[str] = []
 
-        def mutate(current: Obj) -> Obj:
+        async def mutate(current: Obj) -> Obj:
             nonlocal unknown
-            patched = self.check_kind(apply_patch(res.from_storage(current)), res.kind, res.api_version)
+            patched = self.check_kind(apply_patch(await self.served(res, current)), res.kind, res.api_version)
             unknown = self.decode(patched, res.kind, res.api_version, res.schema, request, patch=True)
             rv = (patched.get("metadata") or {}).get("resourceVersion")
             if rv and rv != current["metadata"].get("resourceVersion"):
                 raise errors.conflict(res.plural, res.group, info.name, errors.MODIFIED)
-            return res.to_storage(patched)
+            return await res.storage_form(patched, self.cache)
 
         updated = await self.registry.guaranteed_update(
             res,
@@ -505,7 +513,7 @@ class RestHandler:
             self.dry_run(request),
             self.manager(request),
         )
-        return self.warn(json_response(res.from_storage(updated)), unknown)
+        return self.warn(json_response(await self.served(res, updated)), unknown)
 
     async def _apply(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
@@ -529,17 +537,18 @@ class RestHandler:
             except ApiError as err:
                 if err.code != 404:
                     raise
-                obj = res.to_storage(ssa.apply(None, applied, manager, schema=res.smp))
+                obj = await res.storage_form(ssa.apply(None, applied, manager, schema=res.smp), self.cache)
                 created = await self.registry.create(res, info.namespace, obj, self.user(request), dry_run)
-                return self.warn(json_response(res.from_storage(created), 201), unknown)
+                return self.warn(json_response(await self.served(res, created), 201), unknown)
 
-        def mutate(current: Obj) -> Obj:
-            return res.to_storage(ssa.apply(res.from_storage(current), applied, manager, force, res.smp))
+        async def mutate(current: Obj) -> Obj:
+            view = await self.served(res, current)
+            return await res.storage_form(ssa.apply(view, applied, manager, force, res.smp), self.cache)
 
         updated = await self.registry.guaranteed_update(
             res, info.namespace, info.name, mutate, info.subresource, self.user(request), dry_run
         )
-        return self.warn(json_response(res.from_storage(updated)), unknown)
+        return self.warn(json_response(await self.served(res, updated)), unknown)
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:
         """DeleteOptions from the body if there is one, else from the query string; checked (422)."""
@@ -599,7 +608,7 @@ class RestHandler:
                 },
                 status,
             )
-        return json_response(res.from_storage(obj), status)
+        return json_response(await self.served(res, obj), status)
 
     async def _deletecollection(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
@@ -632,7 +641,7 @@ class RestHandler:
                 "kind": res.list_kind,
                 "apiVersion": res.api_version,
                 "metadata": {"resourceVersion": str(self.registry.store.revision)},
-                "items": [res.from_storage(o) for o in deleted],
+                "items": await res.served_forms(deleted, self.cache, True),
             }
         )
 

@@ -11,9 +11,10 @@ so a lost race is a 409 or an automatic retry, never a silent overwrite.
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from controlplane.apiserver import deletion, errors, kinds, ssa
@@ -222,7 +223,7 @@ class Registry:
         res: Kind,
         namespace: str,
         name: str,
-        mutate: Callable[[Obj], Obj],
+        mutate: Callable[[Obj], Obj | Awaitable[Obj]],
         subresource: str = "",
         user: UserInfo | None = None,
         dry_run: bool = False,
@@ -236,7 +237,10 @@ class Registry:
         for _ in range(_RETRIES):
             cached = await self.get(res, namespace, name, consistent=False)
             current = json.loads(cached.raw)
-            new = self._merge_update(res, current, mutate(json.loads(cached.raw)), subresource)
+            desired = mutate(json.loads(cached.raw))
+            if inspect.isawaitable(desired):  # a mutation that converts through a webhook
+                desired = await desired
+            new = self._merge_update(res, current, desired, subresource)
             if subresource in _DEFAULTED:
                 res.default(new, False)
             if not subresource and res.generation and new.get("spec") != current.get("spec"):

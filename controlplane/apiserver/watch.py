@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
 
 Obj = dict[str, Any]
+log = logging.getLogger("controlplane.apiserver")
 
 BOOKMARK_INTERVAL = 60.0
 DISCONNECT_CHECK = 5.0  # how often an idle watch looks whether its client is still there
@@ -174,19 +176,35 @@ async def _pump(
         if event is CLOSED:
             return
         if mode == "table":
-            obj = tables.table(res, [event.obj.obj], include, headers=not sent_headers)
+            try:
+                shown = await res.table_forms([event.obj.obj], cache)
+            except errors.ApiError as err:
+                log.warning("event=watch-conversion-failed resource=%s error=%s", res.plural, err.message)
+                return
+            obj = tables.table(res, shown, include, headers=not sent_headers)
             sent_headers = True
             line = encode({"type": event.type, "object": obj})
         elif mode == "metadata":
             line = encode({"type": event.type, "object": partial(event.obj.obj)})
         else:
-            line = b"".join(
-                [b'{"type":"', event.type.encode(), b'","object":', out_raw(res, event.obj), b"}"]
-            )
+            try:
+                raw = await _served_raw(res, event.obj, cache)
+            except errors.ApiError as err:
+                # A conversion webhook failed: upstream's watch handler ends the stream (the client's
+                # relist then gets the 500).
+                log.warning("event=watch-conversion-failed resource=%s error=%s", res.plural, err.message)
+                return
+            line = b"".join([b'{"type":"', event.type.encode(), b'","object":', raw, b"}"])
         await response.write(line + b"\n")
         sent += 1
         if sent == initial_count:
             await response.write(_bookmark(res, initial_rv, True))
+
+
+async def _served_raw(res: Kind, cached: Any, cache: WatchCache) -> bytes:
+    if res.converts:
+        return encode((await res.served_forms([cached.obj], cache))[0])
+    return out_raw(res, cached)
 
 
 def _bookmark(res: Kind, rv: int, initial_end: bool) -> bytes:

@@ -11,5 +11,5 @@ front-proxy client certificate. Generic: it names no aggregated API.
 | `proxy.py` | the proxying itself: TLS to the backend (caBundle or insecureSkipTLSVerify), X-Remote-* |
 | `availability.py` | the Available condition (upstream's AvailableConditionController) |
 | `openapimerge.py` | the aggregated servers' OpenAPI: v2 merged into ours, v3 listed and proxied (upstream's openapi controllers) |
-| `autoregister.py` | Local APIServices for the built-in group/versions (upstream's autoregister controller) |
+| `autoregister.py` | Local APIServices for the built-in group/versions and the CRDs' (upstream's autoregister and crdregistration controllers) |
 """

@@ -9,8 +9,9 @@ At each start the set is made to match the kinds served: missing ones created, a
 whose priorities differ put right, automanaged `onstart` ones for versions no longer served deleted.
 An APIService without the label is a user's and is never touched. A group/version without a priority
 in upstream's table is skipped, as upstream's makeAPIService skips it (it could otherwise shadow a
-CRD of that name forever). `sync` takes the served list so another source of local versions (CRDs,
-label `true` upstream) can reuse it."""
+CRD of that name forever). `sync_crds` does the same for the CRDs' served versions (upstream's
+crdRegistrationController, label `true`, priorities 1000/100), called by the CRD controller on every
+change."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ log = logging.getLogger("controlplane.apiserver.aggregator")
 Obj = dict[str, Any]
 AUTOMANAGED = "kube-aggregator.kubernetes.io/automanaged"
 ON_START = "onstart"
+CONTINUOUSLY = "true"  # upstream's manageContinuously: the CRDs' APIServices
+CRD_PRIORITY = (1000, 100)  # crdregistration_controller.go: groupPriorityMinimum, versionPriority
 
 # upstream's DefaultGenericAPIServicePriorities merged with kube-apiserver's apiVersionPriorities:
 # (group, version) -> (groupPriorityMinimum, versionPriority).
@@ -110,6 +113,23 @@ def _spec_differs(current: Obj, wanted: Obj) -> bool:
     ) or bool(spec.get("service"))
 
 
+def crd_apiservice(group: str, version: str) -> Obj:
+    """What upstream's crdRegistrationController asks for a CRD's group/version: low priority, the
+    version order left to the kube-like version names (all CRD versions share versionPriority 100)."""
+    return {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": name_of(group, version), "labels": {AUTOMANAGED: CONTINUOUSLY}},
+        "spec": {
+            "group": group,
+            "version": version,
+            "groupPriorityMinimum": CRD_PRIORITY[0],
+            "versionPriority": CRD_PRIORITY[1],
+            "service": None,
+        },
+    }
+
+
 async def sync(registry: Registry, served: Iterable[tuple[str, str]]) -> None:
     """Make the automanaged `onstart` APIServices match `served` (group, version) pairs."""
     wanted = {
@@ -117,6 +137,21 @@ async def sync(registry: Registry, served: Iterable[tuple[str, str]]) -> None:
         for obj in (local_apiservice(g, v) for g, v in dict.fromkeys(served))
         if obj is not None
     }
+    await _reconcile(registry, wanted, ON_START)
+
+
+async def sync_crds(registry: Registry, served: Iterable[tuple[str, str]]) -> None:
+    """Make the automanaged `true` APIServices match the CRDs' served (group, version) pairs; a
+    group/version the server has built in is left to it (upstream's APIServiceAlreadyExists)."""
+    wanted = {
+        name_of(g, v): crd_apiservice(g, v)
+        for g, v in dict.fromkeys(served)
+        if g and (g, v) not in PRIORITIES
+    }
+    await _reconcile(registry, wanted, CONTINUOUSLY)
+
+
+async def _reconcile(registry: Registry, wanted: dict[str, Obj], label: str) -> None:
     await registry.cache.wait_fresh()
     current = {
         c.obj["metadata"]["name"]: c.obj
@@ -138,7 +173,7 @@ async def sync(registry: Registry, served: Iterable[tuple[str, str]]) -> None:
 
             await registry.guaranteed_update(APISERVICES, "", name, put)
     for name, have in current.items():
-        if name in wanted or (have["metadata"].get("labels") or {}).get(AUTOMANAGED) != ON_START:
+        if name in wanted or (have["metadata"].get("labels") or {}).get(AUTOMANAGED) != label:
             continue
         log.info("event=local-apiservice-removed apiservice=%s", name)
         try:

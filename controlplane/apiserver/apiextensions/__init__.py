@@ -6,6 +6,7 @@
 - `rules.py`: `x-kubernetes-validations` CEL rules (through controlplane/apiserver/cel.py);
 - `resource.py`: the Kind a served CRD version becomes (status and scale subresources, printer columns,
   None conversion between versions), added to and removed from the kinds list at runtime;
+- `conversion.py`: conversion webhooks (strategy Webhook), through the admission webhooks' HTTPS client;
 - `controller.py`: each API server's watcher of the CRD resource: names acceptance, Established,
   serving what is established, and deleting a CRD's objects before the CRD goes.
 """

@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 from controlplane.apiserver import kinds
+from controlplane.apiserver.aggregator import autoregister
 from controlplane.apiserver.apiextensions import crd as crds
 from controlplane.apiserver.apiextensions.resource import CustomResource, kinds_of
 from controlplane.apiserver.errors import ApiError
@@ -163,6 +164,7 @@ class CrdController:
         cached = self.registry.cache.get(self.kind.key("", name))
         if cached is None:
             self._unserve(name)
+            await self._register_apiservices()
             return
         obj = cached.obj
         if obj["metadata"].get("deletionTimestamp"):
@@ -172,6 +174,19 @@ class CrdController:
         fresh = self.registry.cache.get(self.kind.key("", name))
         if fresh is not None and crds.is_true(fresh.obj, crds.ESTABLISHED):
             self._serve(fresh.obj, str(fresh.revision))
+        await self._register_apiservices()
+
+    async def _register_apiservices(self) -> None:
+        """upstream's crdRegistrationController: a local APIService for every served version of every
+        CRD, none left for a group/version no CRD serves."""
+        served = [
+            (spec.get("group", ""), v.get("name", ""))
+            for c in self.registry.cache.list(self.kind.bucket, self.kind.prefix(""))
+            for spec in [c.obj.get("spec") or {}]
+            for v in spec.get("versions") or []
+            if v.get("served")
+        ]
+        await autoregister.sync_crds(self.registry, served)
 
     async def _update_status(self, obj: Obj) -> None:
         name = obj["metadata"]["name"]

@@ -11,10 +11,11 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver.apiextensions import rules, structural
-from controlplane.apiserver.errors import FieldError, invalid, not_supported, required
+from controlplane.apiserver.errors import FieldError, forbidden, invalid, not_supported, required
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.validation import immutable
+from controlplane.apiserver.webhooks import validation as webhook_validation
 from kubeclient import names
 
 if TYPE_CHECKING:
@@ -222,9 +223,62 @@ def validate_spec(spec: Obj) -> list[FieldError]:
                 "spec.preserveUnknownFields", True, "must be false in order to use defaults in the schema"
             )
         )
-    strategy = (spec.get("conversion") or {}).get("strategy", "None")
+    errs += _conversion_errors(spec.get("conversion") or {})
+    return errs
+
+
+_REVIEW_VERSIONS = ("v1", "v1beta1")  # upstream's acceptedConversionReviewVersions
+
+
+def _conversion_errors(conversion: Obj) -> list[FieldError]:
+    """validateCustomResourceConversion (its paths name the internal fields, as upstream's texts do)."""
+    path = "spec.conversion"
+    strategy = conversion.get("strategy", "None")
+    webhook = conversion.get("webhook") or {}
+    config, versions = webhook.get("clientConfig"), webhook.get("conversionReviewVersions") or []
     if strategy not in ("None", "Webhook"):
-        errs.append(not_supported("spec.conversion.strategy", strategy, ["None", "Webhook"]))
+        return [not_supported(f"{path}.strategy", strategy, ["None", "Webhook"])]
+    if strategy == "None":
+        errs = []
+        if config is not None:
+            errs.append(
+                forbidden(
+                    f"{path}.webhookClientConfig", "should not be set when strategy is not set to Webhook"
+                )
+            )
+        if versions:
+            errs.append(
+                forbidden(
+                    f"{path}.conversionReviewVersions",
+                    "should not be set when strategy is not set to Webhook",
+                )
+            )
+        return errs
+    errs = (
+        [required(f"{path}.webhookClientConfig", "required when strategy is set to Webhook")]
+        if config is None
+        else webhook_validation.client_config(f"{path}.webhookClientConfig", config)
+    )
+    vpath = f"{path}.conversionReviewVersions"
+    if not versions:
+        return [*errs, required(vpath)]
+    seen: set[str] = set()
+    for i, v in enumerate(versions):
+        if v in seen:
+            errs.append(invalid(f"{vpath}[{i}]", v, "duplicate version"))
+            continue
+        seen.add(v)
+        errs += [invalid(f"{vpath}[{i}]", v, m) for m in _label(str(v))]
+    if not seen & set(_REVIEW_VERSIONS):
+        listed = ", ".join(json.dumps(str(v)) for v in versions)
+        errs.append(
+            FieldError(
+                "FieldValueInvalid",
+                vpath,
+                f"Invalid value: []string{{{listed}}}: must include at least one of "
+                + ", ".join(sorted(_REVIEW_VERSIONS)),
+            )
+        )
     return errs
 
 

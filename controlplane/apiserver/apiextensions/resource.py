@@ -2,7 +2,9 @@
 strategy, pkg/registry/customresource).
 
 One instance per served version; they share the storage bucket `<plural>.<group>`, objects being stored
-at the storage version and served at each version by rewriting apiVersion (conversion strategy None).
+at the storage version and served at each version by rewriting apiVersion (conversion strategy None) or
+through the CRD's conversion webhook (strategy Webhook, conversion.py; the async `storage_form` and
+`served_forms` hooks the REST handlers await).
 The schema prunes, defaults and validates (schema.py), CEL rules check (rules.py); a status
 subresource makes the spec/status split and generation as upstream's; a scale subresource reads and
 writes the CRD's replicas paths; additionalPrinterColumns fill the Table. Strategic merge patch is
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables, typed
 from controlplane.apiserver.apiextensions import rules, schema
+from controlplane.apiserver.apiextensions.conversion import ConversionError, WebhookConverter
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource, Subresource
 from controlplane.apiserver.kinds.scale import Scale
@@ -183,6 +186,19 @@ class CustomResource(Kind):
         # subresource exists, with every change but of metadata otherwise.
         self.generation = True
         self.converts = self.version != storage_version
+        # strategy Webhook: every object not at the version at hand goes through the webhook (stored
+        # objects may be at an older storage version too, so even the storage version converts)
+        self.webhook = WebhookConverter.of(crd)
+        if self.webhook is not None:
+            self.converts = True
+        # What the strategy checks a webhook-converted body against: it reaches the registry at the
+        # storage version, so that version's schema and rules judge it.
+        stored = next(
+            (v for v in crd["spec"].get("versions") or [] if v.get("name") == storage_version), version
+        )
+        stored_schema = ((stored.get("schema") or {}).get("openAPIV3Schema")) or {}
+        self._stored_schema = copy.deepcopy(stored_schema) if stored is not version else None
+        self._stored_rules = rules.skeleton(self._stored_schema) if self._stored_schema is not None else None
         self.printer_columns = list(version.get("additionalPrinterColumns") or [])
         self.columns = self._columns()
         self.smp = {"metadata": META, **(_smp(self.open_api) or {})}
@@ -225,10 +241,50 @@ class CustomResource(Kind):
             self.default(obj, False)
         return obj
 
+    async def storage_form(self, obj: Obj, cache: Any) -> Obj:
+        if self.webhook is None:
+            return self.to_storage(obj)
+        try:
+            (stored,) = await self.webhook.convert([obj], f"{self.group}/{self.storage_version}", cache)
+        except ConversionError as err:  # a write's body: upstream's InternalError
+            raise errors.internal(str(err)) from None
+        return stored
+
+    async def served_forms(self, objs: list[Obj], cache: Any, listing: bool = False) -> list[Obj]:
+        """Upstream decodes each stored object into the version asked for on its own (a list's items
+        too), so each is its own review; a failure is the bare error as a 500 (ErrorToAPIStatus)."""
+        if self.webhook is None:
+            return [self.from_storage(o) for o in objs] if self.converts else objs
+        out: list[Obj] = []
+        for obj in objs:
+            try:
+                (shown,) = await self.webhook.convert([obj], self.api_version, cache)
+            except ConversionError as err:
+                raise errors.ApiError(500, "", str(err)) from None
+            if shown is not obj:
+                self.default(shown, False)
+            out.append(shown)
+        return out
+
+    async def table_forms(self, objs: list[Obj], cache: Any) -> list[Obj]:
+        if self.webhook is None:
+            return objs
+        return await self.served_forms(objs, cache, True)
+
     # strategy --------------------------------------------------------------------------------------
 
+    def _judged_by(self, obj: Obj) -> tuple[Obj, Obj | None]:
+        """(schema, rules) for `obj`: the storage version's for a webhook-converted object at it."""
+        if (
+            self.webhook is not None
+            and self._stored_schema is not None
+            and obj.get("apiVersion") != self.api_version
+        ):
+            return self._stored_schema, self._stored_rules
+        return self.open_api, self.rules
+
     def default(self, obj: Obj, creating: bool) -> None:
-        schema.apply_defaults(obj, self.open_api)
+        schema.apply_defaults(obj, self._judged_by(obj)[0])
 
     def prepare_for_create(self, obj: Obj) -> None:
         if self.has_status:
@@ -256,16 +312,18 @@ class CustomResource(Kind):
         return self.validate_object(obj, None)
 
     def validate_object(self, obj: Obj, old: Obj | None) -> list[FieldError]:
-        """The schema and the CEL rules; on update ratcheted against `old` (schema.py says how)."""
+        """The schema and the CEL rules (the storage version's for a webhook-converted object); on
+        update ratcheted against `old` (schema.py says how)."""
+        open_api, checks = self._judged_by(obj)
         problems = object_meta(obj.get("metadata"), self.validate_name)
-        problems += schema.validate(obj, self.open_api, old=schema.MISSING if old is None else old)
-        if not self.has_rules:
+        problems += schema.validate(obj, open_api, old=schema.MISSING if old is None else old)
+        if checks is None:
             return problems
         if any(p.type in _BLOCKING for p in problems):
             return [*problems, _NOT_CHECKED]
-        problems += rules.check(obj, old, self.rules or {}, transitions=False, ratchet=old is not None)
+        problems += rules.check(obj, old, checks, transitions=False, ratchet=old is not None)
         if old is not None:
-            problems += rules.check(obj, old, self.rules or {}, transitions=True)
+            problems += rules.check(obj, old, checks, transitions=True)
         return problems
 
     # OpenAPI ---------------------------------------------------------------------------------------

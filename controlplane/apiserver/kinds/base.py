@@ -290,6 +290,19 @@ class Kind:
     def from_storage(self, obj: Obj) -> Obj:
         return obj
 
+    async def storage_form(self, obj: Obj, cache: Any) -> Obj:
+        """to_storage for the REST handlers, which can wait (a CRD's conversion webhook answers here)."""
+        return self.to_storage(obj)
+
+    async def served_forms(self, objs: list[Obj], cache: Any, listing: bool = False) -> list[Obj]:
+        """from_storage of stored objects for the REST handlers (`listing`: they are a list's items)."""
+        return [self.from_storage(o) for o in objs] if self.converts else objs
+
+    async def table_forms(self, objs: list[Obj], cache: Any) -> list[Obj]:
+        """What a Table's cells are read from: the stored form (the column functions read it), unless
+        the version's columns read its own fields (a CRD converted by its webhook)."""
+        return objs
+
     # what the server starts with the kind -----------------------------------------------------------
 
     admission: ClassVar[tuple[Plugin, ...]] = ()

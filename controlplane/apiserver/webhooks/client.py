@@ -15,13 +15,27 @@ import asyncio
 import errno
 import ssl
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
-from controlplane.apiserver.webhooks.source import Webhook
+from controlplane.apiserver.webhooks.source import Service
 from controlplane.storage.cache import WatchCache
 
 MAX_RESPONSE = 3 * 1024 * 1024  # upstream reads at most this much of a webhook's answer
 _IDLE_PER_KEY = 32
+
+
+class Target(Protocol):
+    """What a call needs of a webhook (an admission Webhook, a CRD's conversion webhook)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def service(self) -> Service | None: ...
+    @property
+    def ca_bundle(self) -> bytes: ...
+    @property
+    def timeout(self) -> float: ...
 
 
 class CallError(Exception):
@@ -100,7 +114,7 @@ class WebhookClient:
             pool = self._pools[loop] = _Pool()
         return pool
 
-    def endpoint(self, hook: Webhook, cache: WatchCache) -> tuple[str, str, int, str, str]:
+    def endpoint(self, hook: Target, cache: WatchCache) -> tuple[str, str, int, str, str]:
         """(the URL as reported, host and port dialled, request path, TLS server name)."""
         if hook.service is None:
             parts = urlsplit(hook.url)
@@ -116,13 +130,13 @@ class WebhookClient:
             found = resolve(cache, svc.namespace, svc.name, svc.port)
         except Exception as err:  # ResolveError
             raise CallError(
-                f'Post "{shown}?timeout={hook.timeout}s": {_resolve_text(err, svc.name, svc.port)}'
+                f'Post "{shown}?timeout={hook.timeout:g}s": {_resolve_text(err, svc.name, svc.port)}'
             ) from None
         return shown, found[0].host, found[0].port, svc.path or "/", server_name
 
-    async def post(self, hook: Webhook, cache: WatchCache, body: bytes) -> Reply:
+    async def post(self, hook: Target, cache: WatchCache, body: bytes) -> Reply:
         shown, host, port, path, server_name = self.endpoint(hook, cache)
-        query = f"?timeout={hook.timeout}s"
+        query = f"?timeout={hook.timeout:g}s"
         where = f'Post "{shown}{query}"'
         try:
             ctx = self._ssl(hook.ca_bundle)

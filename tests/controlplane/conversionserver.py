@@ -1,0 +1,141 @@
+"""A real CRD conversion webhook for tests: an aiohttp HTTPS server on the host with its own CA (from
+webhookserver.make_tls), answering ConversionReview by path. /convert converts a CronTab between v1
+(`spec.cronSpec`) and v2 (`spec.schedule`), stamps the annotation `converted-to: <version>` and also
+tries to change metadata it may not (generation, finalizers: the API server must discard those). The
+broken answers: /wronguid, /fewer (no objects), /sameversion (objects left at their version), /rename
+(another name), /fail (result Failure with a message), /hang (never answers). Every review is recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import ssl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from tests.controlplane.webhookserver import make_tls
+
+Obj = dict[str, Any]
+
+
+def convert(obj: Obj, desired: str) -> Obj:
+    out = copy.deepcopy(obj)
+    spec = out.setdefault("spec", {})
+    if desired.endswith("/v2") and "cronSpec" in spec:
+        spec["schedule"] = spec.pop("cronSpec")
+    elif desired.endswith("/v1") and "schedule" in spec:
+        spec["cronSpec"] = spec.pop("schedule")
+    out["apiVersion"] = desired
+    meta = out.setdefault("metadata", {})
+    meta.setdefault("annotations", {})["converted-to"] = desired.rsplit("/", 1)[1]
+    meta["generation"] = 99  # not the webhook's to change: restored from the original
+    meta["finalizers"] = ["example.com/sneaky"]
+    return out
+
+
+@dataclass
+class ConversionServer:
+    host: str
+    port: int = 0
+    ca_pem: bytes = b""
+    reviews: list[Obj] = field(default_factory=list)
+    _stop: asyncio.Event | None = None
+
+    @property
+    def ca_bundle(self) -> str:
+        return base64.b64encode(self.ca_pem).decode()
+
+    def url(self, path: str) -> str:
+        return f"https://{self.host}:{self.port}{path}"
+
+    def got(self, path: str) -> list[Obj]:
+        return [r["request"] for r in self.reviews if r["path"] == path]
+
+    async def _handle(self, http: web.Request) -> web.StreamResponse:
+        review = await http.json()
+        req = review["request"]
+        path = http.path
+        self.reviews.append({"path": path, "request": req, "query": dict(http.query)})
+        desired = req["desiredAPIVersion"]
+        objects = [convert(o, desired) for o in req["objects"]]
+        uid = req["uid"]
+        result: Obj = {"status": "Success"}
+        if path == "/wronguid":
+            uid = "not-the-uid"
+        elif path == "/fewer":
+            objects = []
+        elif path == "/sameversion":
+            for obj, original in zip(objects, req["objects"], strict=True):
+                obj["apiVersion"] = original["apiVersion"]
+        elif path == "/rename":
+            for obj in objects:
+                obj["metadata"]["name"] = "someone-else"
+        elif path == "/fail":
+            result = {"status": "Failure", "message": "this webhook refuses to convert"}
+            objects = []
+        elif path == "/hang":
+            assert self._stop is not None
+            await self._stop.wait()
+        return web.json_response(
+            {
+                "apiVersion": review.get("apiVersion", "apiextensions.k8s.io/v1"),
+                "kind": "ConversionReview",
+                "response": {"uid": uid, "result": result, "convertedObjects": objects},
+            }
+        )
+
+
+@contextmanager
+def serving(
+    directory: Path, host: str = "127.0.0.1", names: tuple[str, ...] = ()
+) -> Iterator[ConversionServer]:
+    """Run a ConversionServer on `host` (a free port; its certificate also for `names`) in a thread with
+    its own event loop."""
+    ca_pem, cert, key = make_tls(directory, [host, *names])
+    server = ConversionServer(host, ca_pem=ca_pem)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    runners: list[web.AppRunner] = []
+
+    async def start() -> None:
+        server._stop = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", server._handle)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, host, 0, ssl_context=ctx)
+        await site.start()
+        assert site._server is not None
+        server.port = site._server.sockets[0].getsockname()[1]
+        runners.append(runner)
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start())
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="conversion-webhook", daemon=True)
+    thread.start()
+    assert started.wait(10), "the conversion webhook did not start"
+    try:
+        yield server
+    finally:
+
+        async def stop() -> None:
+            assert server._stop is not None
+            server._stop.set()
+            await runners[0].cleanup()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
