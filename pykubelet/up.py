@@ -20,13 +20,13 @@ from pykubelet.rig.install import ensure_packages
 from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
     DEFAULT_POD_CIDR,
+    DEFAULT_STATE_DIR,
     Stack,
     StackConfig,
     default_node_name,
 )
 from pykubelet.rig.sweep import looks_like_a_stack, sweep
 
-DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")
 DEFAULT_CLUSTER_CIDR = "10.244.0.0/16"  # kubeadm's podSubnet in most guides (flannel's default)
 EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
 
