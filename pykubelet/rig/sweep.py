@@ -12,8 +12,8 @@ conflist on disk or the running agent's bridge.
 The state dir itself may be gone while its stack runs on (a test's tmp_path that pytest pruned
 renames the folder away and deletes what it can): the processes still name it, so they are found and
 stopped all the same, the pod network comes from the agent's `--cni-bridge` and the bridge's address,
-the service proxy's table from its `--nft-table`, and the mounts of the moved containerd dir from its
-shims' working directories (a shim works in its task's bundle). It stops them in dependency order (the front end first, then the agent so it does not
+the service proxy's table from its `--nft-table`, and the mounts of the moved folder from where the
+kernel says its processes' logs and the shims' bundles are now. It stops them in dependency order (the front end first, then the agent so it does not
 fight the teardown, then the API server, scheduler and registry, then the runtime with its sandboxes),
 removes the bridge and NAT entries, and finally checks with the leak scope that nothing is left.
 """
@@ -165,8 +165,8 @@ def _proxy_tables(
 
 
 def scope_of(state_dir: Path, network: StackNetwork | None, tables: set[str], moved: list[Path]) -> Scope:
-    """What the stack owns: its parts, where its containerd dirs were moved to, its network, its
-    service proxy's tables."""
+    """What the stack owns: its parts, where its state dir was moved to, its network, its service
+    proxy's tables."""
     return Scope.of(
         *parts(state_dir),
         *moved,
@@ -176,23 +176,32 @@ def scope_of(state_dir: Path, network: StackNetwork | None, tables: set[str], mo
     )
 
 
-def _moved_runtime_dirs(state_dir: Path, found: list[host.OwnedProcess]) -> list[Path]:
-    """Where the stack's containerd dirs are now, when the state dir was moved away (renamed) while the
-    stack ran: each shim works in its task's bundle, `<containerd>/state/io.containerd.runtime.v2.task/
-    <namespace>/<id>`, and the kernel reports that folder where it is now. The sandboxes' mounts
-    (rootfs overlays, shm, netns) are under the moved folder, so they are unmounted there."""
+def _now_at(proc: host.OwnedProcess) -> Path | None:
+    """Where the state dir of one of its processes is now, as the kernel reports the process's files
+    (it follows renames): a shim works in its task's bundle, `<state>/containerd/state/
+    io.containerd.runtime.v2.task/<namespace>/<id>`; every other daemon writes its log (its stdout)
+    in its part's folder, `<state>/<part>/<name>.log`."""
+    try:
+        if proc.is_shim:
+            bundle = Path(psutil.Process(proc.pid).cwd())
+            if len(bundle.parents) > 4 and bundle.parents[1].name == "io.containerd.runtime.v2.task":
+                return bundle.parents[4]
+            return None
+        log = Path(os.readlink(f"/proc/{proc.pid}/fd/1").removesuffix(" (deleted)"))
+    except (psutil.Error, OSError):
+        return None
+    return log.parents[1] if log.is_absolute() and log.parent.name in STACK_PARTS else None
+
+
+def moved_state_dirs(state_dir: Path, found: list[host.OwnedProcess]) -> list[Path]:
+    """Where the state dir went when it was moved away (an ancestor renamed: what pytest does to an old
+    tmp_path) while its stack ran: the mounts there (rootfs overlays, shm, sandboxes' netns, tmpfs
+    volumes) are the stack's. A folder counts only when it still bears the state dir's own name."""
     moved = set()
     for proc in found:
-        if not proc.is_shim:
-            continue
-        try:
-            bundle = Path(psutil.Process(proc.pid).cwd())
-        except psutil.Error:
-            continue
-        if len(bundle.parents) > 3 and bundle.parents[1].name == "io.containerd.runtime.v2.task":
-            directory = bundle.parents[3]
-            if not host.is_under(str(directory), (str(state_dir),)):
-                moved.add(directory)
+        now = _now_at(proc)
+        if now is not None and now.name == state_dir.name and not host.is_under(str(now), (str(state_dir),)):
+            moved.add(now)
     return sorted(moved)
 
 
@@ -318,7 +327,7 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     # A service proxy still running names its table itself (the record may not know it: an `up` stopped
     # while the proxy was starting); its rules outlive it, so they are removed once it is gone.
     proxy_tables = _proxy_tables(state_dir, record, network, found)
-    moved = _moved_runtime_dirs(state_dir, found)
+    moved = moved_state_dirs(state_dir, found)
     scope = scope_of(state_dir, network, proxy_tables, moved)
     # Without a known network its files are still where the stack keeps them; only remove() needs it.
     cni = stack_network(

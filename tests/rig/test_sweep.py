@@ -8,9 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.cni.conflist import write_conflist
+from pykubelet.rig import host
 from pykubelet.rig.stack import DEFAULT_STATE_DIR, StackRecord
-from pykubelet.rig.sweep import StackNetwork, find_network, looks_like_a_stack, sweep, ups_for
+from pykubelet.rig.sweep import (
+    StackNetwork,
+    find_network,
+    looks_like_a_stack,
+    moved_state_dirs,
+    sweep,
+    ups_for,
+)
 
 
 def test_a_folder_that_holds_no_stack_is_left_alone(tmp_path: Path) -> None:
@@ -101,3 +111,33 @@ def test_down_says_when_there_is_no_stack_instead_of_claiming_it_stopped_one(tmp
     )
     assert result.returncode == 0, result.stderr
     assert "nothing to stop" in result.stderr and "stopped" not in result.stderr, result.stderr
+
+
+def test_the_mounts_of_a_state_dir_moved_away_are_found_from_its_processes_logs(tmp_path: Path) -> None:
+    """The state dir renamed away (pytest's pruning renames an old tmp_path's ancestor) while its agent
+    runs with a tmpfs volume mounted: the agent's log (its stdout) says where the folder is now, so
+    down unmounts the volume there; a folder of another name beside it is not the stack's."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts a tmpfs")
+    state = tmp_path / "run" / "state"
+    volume = state / "agent" / "pods" / "uid-1" / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    volume.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(volume)], check=True)
+    with open(state / "agent" / "agent.log", "wb") as log:
+        agent = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(120)", "--root-dir", str(state / "agent")],
+            stdout=log,
+        )
+    moved = tmp_path / "garbage-run" / "state"
+    os.rename(tmp_path / "run", moved.parent)
+    try:
+        found = host.processes_of([str(state / "agent")])
+        assert [p.pid for p in found] == [agent.pid]
+        assert moved_state_dirs(state, found) == [moved]
+        assert sweep(state) == []
+        assert agent.poll() is not None
+        assert not host.mounts_under([str(tmp_path)])
+    finally:
+        agent.kill()
+        agent.wait()
+        host.unmount_all_under([str(tmp_path)])
