@@ -118,8 +118,10 @@ def test_down_stops_a_stack_whose_state_dir_is_gone(how: str, tmp_path: Path, ne
         assert returncode == (-signal.SIGKILL if how == "SIGKILL" else 0), log.read_text()[-2000:]
         prune(run, garbage)
         left = remains(state, garbage, net)
-        # The stack runs on without its folder: down has real work to do.
-        assert {"processes", "shims", "mounts", "bridges", "nft"} <= left.keys(), left
+        # The stack runs on without its folder: down has real work to do. (After the SIGKILL the agent
+        # may stop the sandbox whose bundle went away, so its shim is not always there.)
+        assert {"processes", "mounts", "bridges", "nft"} <= left.keys(), left
+        assert how == "SIGKILL" or "shims" in left, left
         assert any(str(garbage) in m for m in left["mounts"]), left
 
         result = down(state)
