@@ -13,9 +13,11 @@ The state dir itself may be gone while its stack runs on (a test's tmp_path that
 renames the folder away and deletes what it can): the processes still name it, so they are found and
 stopped all the same, the pod network comes from the agent's `--cni-bridge` and the bridge's address,
 the service proxy's table from its `--nft-table`, and the mounts of the moved folder from where the
-kernel says its processes' logs and the shims' bundles are now. It stops them in dependency order (the front end first, then the agent so it does not
-fight the teardown, then the API server, scheduler and registry, then the runtime with its sandboxes),
-removes the bridge and NAT entries, and finally checks with the leak scope that nothing is left.
+kernel says its processes' logs and the shims' bundles are now.
+
+It stops them in dependency order (the front end first, then the agent so it does not fight the
+teardown, then the API server, scheduler and registry, then the runtime with its sandboxes), removes
+the bridge and NAT entries, and finally checks with the leak scope that nothing is left.
 """
 
 from __future__ import annotations
