@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pykubelet.rig.sweep import sweep
+from pykubelet.rig.sweep import looks_like_a_stack, sweep, ups_for
 from pykubelet.up import DEFAULT_STATE_DIR
 
 
@@ -18,10 +18,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    problems = sweep(args.state_dir.resolve())
+    state_dir = args.state_dir.resolve()
+    if not looks_like_a_stack(state_dir) and not ups_for(state_dir):
+        print(
+            f"pykubelet down: no stack in {state_dir} (no record, files or processes): nothing to stop",
+            file=sys.stderr,
+        )
+        return 0
+    problems = sweep(state_dir)
     for problem in problems:
         print(f"pykubelet down: {problem}", file=sys.stderr)
     if args.purge and not problems:
         shutil.rmtree(args.state_dir, ignore_errors=True)
+    if problems:
+        print(f"pykubelet down: the stack in {state_dir} is NOT fully stopped (see above)", file=sys.stderr)
+        return 1
     print("pykubelet: stopped", file=sys.stderr)
-    return 1 if problems else 0
+    return 0

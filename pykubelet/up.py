@@ -20,13 +20,13 @@ from pykubelet.rig.install import ensure_packages
 from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
     DEFAULT_POD_CIDR,
+    DEFAULT_STATE_DIR,
     Stack,
     StackConfig,
     default_node_name,
 )
 from pykubelet.rig.sweep import looks_like_a_stack, sweep
 
-DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")
 DEFAULT_CLUSTER_CIDR = "10.244.0.0/16"  # kubeadm's podSubnet in most guides (flannel's default)
 EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
 
@@ -99,6 +99,18 @@ def _stop_if_terminated(stack: Stack) -> None:
         raise SystemExit(128 + _TERMINATED[0])
 
 
+def _start(stack: Stack) -> None:
+    """Stack.start, which stops what it started whatever interrupts it. The signal's SystemExit can come
+    out wrapped in a library's own error (pydantic-core turns one raised while it builds a validator
+    into a SchemaError), so once a signal arrived any failure exits as the signal asks (128+N)."""
+    try:
+        stack.start()
+    except BaseException:
+        if _TERMINATED:
+            raise SystemExit(128 + _TERMINATED[0]) from None
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on)
@@ -139,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         f" service proxy, DNS and metrics server in {state_dir} ...",
         file=sys.stderr,
     )
-    stack.start()
+    _start(stack)
     _stop_if_terminated(stack)
     for name in stack.node_names:
         print(f"pykubelet: node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})", file=sys.stderr)

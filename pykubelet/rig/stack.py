@@ -29,6 +29,7 @@ from pykubelet.rig.process import Daemon, free_port
 from pykubelet.rig.registry import Registry
 
 DEFAULT_POD_CIDR = "10.244.0.0/24"
+DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")  # `pykubelet up`'s and `down`'s
 DEFAULT_BRIDGE = "pykbr0"
 PROXY_TABLE = "kube-proxy"
 # The cluster DNS Service's address, as kubeadm's default service range puts it.

@@ -7,13 +7,22 @@ blindly: it finds the processes whose command line names the stack's parts
 (registry, containerd, etcd, API server and scheduler, agent, and an `up` still running), the shims of
 the stack's containerd (by their -address) and what runs under them, the mounts and sandbox network
 namespaces under the state dir, and the pod network from the record or, without one, from the
-conflist on disk. It stops them in dependency order (the front end first, then the agent so it does not
-fight the teardown, then the API server, scheduler and registry, then the runtime with its sandboxes),
-removes the bridge and NAT entries, and finally checks with the leak scope that nothing is left.
+conflist on disk or the running agent's bridge.
+
+The state dir itself may be gone while its stack runs on (a test's tmp_path that pytest pruned
+renames the folder away and deletes what it can): the processes still name it, so they are found and
+stopped all the same, the pod network comes from the agent's `--cni-bridge` and the bridge's address,
+the service proxy's table from its `--nft-table`, and the mounts of the moved folder from where the
+kernel says its processes' logs and the shims' bundles are now.
+
+It stops them in dependency order (the front end first, then the agent so it does not fight the
+teardown, then the API server, scheduler and registry, then the runtime with its sandboxes), removes
+the bridge and NAT entries, and finally checks with the leak scope that nothing is left.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -31,6 +40,7 @@ from pykubelet.rig.process import Daemon
 from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
     DEFAULT_POD_CIDR,
+    DEFAULT_STATE_DIR,
     RECORD_FILE,
     StackRecord,
     proxy_cleanup_argv,
@@ -68,23 +78,68 @@ def parts(state_dir: Path) -> list[Path]:
 NODES_DIR = "nodes"
 
 
+def stack_processes(state_dir: Path) -> list[host.OwnedProcess]:
+    """The processes whose command line names one of the stack's parts (whether or not the folder
+    still exists), the shims of its containerds and what runs under them."""
+    return host.processes_of(host.resolved(parts(state_dir)))
+
+
 def looks_like_a_stack(state_dir: Path) -> bool:
     return (
         (state_dir / RECORD_FILE).exists()
         or any(p.exists() for p in parts(state_dir))
         or any(node_dirs(state_dir))
+        or any(stack_processes(state_dir))
     )
 
 
 def node_dirs(state_dir: Path) -> list[Path]:
-    """The further nodes' dirs of a multi-node stack (`<state>/nodes/<name>`)."""
+    """The further nodes' dirs of a multi-node stack (`<state>/nodes/<name>`): those on disk and those
+    whose processes still run after the folder went away."""
     root = state_dir / NODES_DIR
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    dirs = {p for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+    prefix = f"{os.path.realpath(root)}/"
+    for proc in host.processes_of([str(root)]):
+        for arg in proc.cmdline:
+            for value in (arg, arg.split("=", 1)[-1]):
+                if value.startswith(prefix) and value[len(prefix) :].split("/")[0]:
+                    dirs.add(Path(prefix) / value[len(prefix) :].split("/")[0])
+    return sorted(dirs)
 
 
-def find_network(state_dir: Path, record: StackRecord | None) -> StackNetwork | None:
-    """The record's network, or the one the agent wrote in its conflist; None when neither exists (then
-    no pod was ever attached, so there is no bridge to remove)."""
+def _flag(cmdline: tuple[str, ...], flag: str) -> str | None:
+    for i, arg in enumerate(cmdline[:-1]):
+        if arg == flag:
+            return cmdline[i + 1]
+    return None
+
+
+def _agent_network(found: list[host.OwnedProcess]) -> StackNetwork | None:
+    """The running agent's bridge (`--cni-bridge`) and, from the bridge's own address (the gateway of
+    the pod CIDR), its network; None when no agent runs or its bridge was never made."""
+    for proc in found:
+        bridge = _flag(proc.cmdline, "--cni-bridge") if _role(proc.cmdline) == "agent" else None
+        if not bridge:
+            continue
+        out = subprocess.run(
+            ["ip", "-j", "-4", "addr", "show", "dev", bridge], capture_output=True, text=True, check=False
+        )
+        try:
+            addrs = [a for link in json.loads(out.stdout or "[]") for a in link.get("addr_info", [])]
+        except ValueError:
+            addrs = []
+        for addr in addrs:
+            network = ipaddress.IPv4Network(f"{addr['local']}/{addr['prefixlen']}", strict=False)
+            return StackNetwork(bridge, str(network))
+    return None
+
+
+def find_network(
+    state_dir: Path, record: StackRecord | None, found: list[host.OwnedProcess] | None = None
+) -> StackNetwork | None:
+    """The record's network, or the one the agent wrote in its conflist, or the running agent's bridge
+    (`found`: the stack's processes); None when none exists (then no pod was ever attached, so there
+    is no bridge to remove)."""
     if record is not None and record.pod_cidr:
         return StackNetwork(record.bridge, record.pod_cidr)
     # A node whose CIDR came from the node IPAM may have been recorded before it knew it: the conflist
@@ -95,18 +150,61 @@ def find_network(state_dir: Path, record: StackRecord | None) -> StackNetwork | 
             return StackNetwork(plugin["bridge"], plugin["ipam"]["ranges"][0][0]["subnet"])
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-    return None
+    return _agent_network(found or [])
 
 
-def scope_of(state_dir: Path, network: StackNetwork | None) -> Scope:
+def _proxy_tables(
+    state_dir: Path, record: StackRecord | None, network: StackNetwork | None, found: list[host.OwnedProcess]
+) -> set[str]:
+    """The service proxy's nftables tables: what a running proxy names itself (`--nft-table`), what the
+    record says, and, when the proxy's folder exists, the one named after the pod network's bridge."""
+    tables = {t for p in found if (t := _flag(p.cmdline, "--nft-table"))}
+    if record is not None and record.proxy_table and (state_dir / "proxy").exists():
+        tables.add(record.proxy_table)
+    if (state_dir / "proxy").exists():
+        tables.add(proxy_table(network.bridge if network else DEFAULT_BRIDGE))
+    return tables
+
+
+def scope_of(state_dir: Path, network: StackNetwork | None, tables: set[str], moved: list[Path]) -> Scope:
+    """What the stack owns: its parts, where its state dir was moved to, its network, its service
+    proxy's tables."""
     return Scope.of(
         *parts(state_dir),
+        *moved,
         bridges=[network.bridge] if network else [],
         pod_cidrs=[network.pod_cidr] if network else [],
-        nft_tables=[f"ip {proxy_table(network.bridge if network else DEFAULT_BRIDGE)}"]
-        if (state_dir / "proxy").exists()
-        else [],
+        nft_tables=[f"ip {t}" for t in sorted(tables)],
     )
+
+
+def _now_at(proc: host.OwnedProcess) -> Path | None:
+    """Where the state dir of one of its processes is now, as the kernel reports the process's files
+    (it follows renames): a shim works in its task's bundle, `<state>/containerd/state/
+    io.containerd.runtime.v2.task/<namespace>/<id>`; every other daemon writes its log (its stdout)
+    in its part's folder, `<state>/<part>/<name>.log`."""
+    try:
+        if proc.is_shim:
+            bundle = Path(psutil.Process(proc.pid).cwd())
+            if len(bundle.parents) > 4 and bundle.parents[1].name == "io.containerd.runtime.v2.task":
+                return bundle.parents[4]
+            return None
+        log = Path(os.readlink(f"/proc/{proc.pid}/fd/1").removesuffix(" (deleted)"))
+    except (psutil.Error, OSError):
+        return None
+    return log.parents[1] if log.is_absolute() and log.parent.name in STACK_PARTS else None
+
+
+def moved_state_dirs(state_dir: Path, found: list[host.OwnedProcess]) -> list[Path]:
+    """Where the state dir went when it was moved away (an ancestor renamed: what pytest does to an old
+    tmp_path) while its stack ran: the mounts there (rootfs overlays, shm, sandboxes' netns, tmpfs
+    volumes) are the stack's. A folder counts only when it still bears the state dir's own name."""
+    moved = set()
+    for proc in found:
+        now = _now_at(proc)
+        if now is not None and now.name == state_dir.name and not host.is_under(str(now), (str(state_dir),)):
+            moved.add(now)
+    return sorted(moved)
 
 
 def _is_up_for(proc: psutil.Process, state_dir: Path) -> bool:
@@ -117,13 +215,12 @@ def _is_up_for(proc: psutil.Process, state_dir: Path) -> bool:
         return False
     if "up" not in argv or not any(a.endswith("pykubelet") or a == "pykubelet" for a in argv):
         return False
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg == "--state-dir" and i + 1 < len(argv) else None
-        if arg.startswith("--state-dir="):
-            value = arg.split("=", 1)[1]
-        if value is not None and os.path.realpath(os.path.join(cwd, value)) == str(state_dir):
-            return True
-    return False
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--state-dir"]
+    values += [a.split("=", 1)[1] for a in argv if a.startswith("--state-dir=")]
+    # Without the flag, `up` runs on its default state dir.
+    return any(
+        os.path.realpath(os.path.join(cwd, v)) == str(state_dir) for v in values or [DEFAULT_STATE_DIR]
+    )
 
 
 def _terminate(pids: list[int], grace: float) -> None:
@@ -173,10 +270,17 @@ def _containerd_dirs(state_dir: Path, found: list[host.OwnedProcess]) -> list[Pa
     return sorted(dirs)
 
 
+def ups_for(state_dir: Path) -> list[psutil.Process]:
+    """`pykubelet up` processes for this state dir, never this process or its ancestors (an `up` that
+    sweeps what an earlier stack left must not stop itself)."""
+    lineage = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    return [p for p in psutil.process_iter() if p.pid not in lineage and _is_up_for(p, state_dir)]
+
+
 def _stop_ups(state_dir: Path) -> None:
     """An `up` still running would go on starting things: it goes first, without ceremony (its daemons
     run in sessions of their own and are stopped after it)."""
-    ups = [p for p in psutil.process_iter() if _is_up_for(p, state_dir)]
+    ups = ups_for(state_dir)
     for proc in ups:
         try:
             proc.kill()
@@ -213,26 +317,26 @@ def _stop_runtimes(state_dir: Path, found: list[host.OwnedProcess], cni: NodeNet
 def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     """Stop and remove everything of the stack in `state_dir`; returns what could not be removed."""
     state_dir = Path(os.path.realpath(state_dir))
+    _stop_ups(state_dir)
     if not looks_like_a_stack(state_dir):
         return []
-    network = find_network(state_dir, StackRecord.load(state_dir))
-    scope = scope_of(state_dir, network)
+    # A multi-node stack's further nodes first (their agents would otherwise fight the teardown), each
+    # with its own record, containerd and network, as `pykubelet reset` sweeps a joined node.
+    problems = [p for node in node_dirs(state_dir) for p in sweep(node, settle=settle)]
+    found = stack_processes(state_dir)
+    record = StackRecord.load(state_dir)
+    network = find_network(state_dir, record, found)
+    # A service proxy still running names its table itself (the record may not know it: an `up` stopped
+    # while the proxy was starting); its rules outlive it, so they are removed once it is gone.
+    proxy_tables = _proxy_tables(state_dir, record, network, found)
+    moved = moved_state_dirs(state_dir, found)
+    scope = scope_of(state_dir, network, proxy_tables, moved)
     # Without a known network its files are still where the stack keeps them; only remove() needs it.
     cni = stack_network(
         state_dir,
         network.pod_cidr if network else DEFAULT_POD_CIDR,
         network.bridge if network else DEFAULT_BRIDGE,
     )
-    _stop_ups(state_dir)
-    # A multi-node stack's further nodes first (their agents would otherwise fight the teardown), each
-    # with its own record, containerd and network, as `pykubelet reset` sweeps a joined node.
-    problems = [p for node in node_dirs(state_dir) for p in sweep(node, settle=settle)]
-    found = host.processes_of(scope.roots)
-    # A service proxy still running names its table itself (the record may not know it: an `up` stopped
-    # while the proxy was starting); its rules outlive it, so they are removed once it is gone.
-    proxy_tables = {
-        p.cmdline[i + 1] for p in found for i, a in enumerate(p.cmdline[:-1]) if a == "--nft-table"
-    }
     _stop_daemons(found)
     problems += _stop_runtimes(state_dir, found, cni)
     # Anything that started meanwhile or outlived its parent (nothing, normally).
@@ -241,12 +345,10 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     # empty pod cgroups, and the record.
     if network is not None:
         cni.remove()
-    if (state_dir / "proxy").exists():
-        # The service proxy's table (its rules outlive the process, as kube-proxy's do).
-        proxy_tables.add(proxy_table(network.bridge if network else DEFAULT_BRIDGE))
+    # The service proxy's tables (their rules outlive the process, as kube-proxy's do).
     for table in sorted(proxy_tables):
         subprocess.run(proxy_cleanup_argv(table), capture_output=True, check=False, timeout=60)
-    host.unmount_all_under(scope.roots)
+    host.unmount_all_under(scope.roots)  # the moved containerd dirs' mounts too
     remove_empty_cgroups(DEFAULT_CGROUP_PARENT)
     (state_dir / RECORD_FILE).unlink(missing_ok=True)
 
