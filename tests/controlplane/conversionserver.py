@@ -10,17 +10,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import ssl
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from tests.controlplane.webhookserver import make_tls
+from tests.controlplane.webhookserver import serving_in_thread
 
 Obj = dict[str, Any]
 
@@ -92,50 +89,11 @@ class ConversionServer:
         )
 
 
-@contextmanager
 def serving(
     directory: Path, host: str = "127.0.0.1", names: tuple[str, ...] = ()
-) -> Iterator[ConversionServer]:
+) -> AbstractContextManager[ConversionServer]:
     """Run a ConversionServer on `host` (a free port; its certificate also for `names`) in a thread with
     its own event loop."""
-    ca_pem, cert, key = make_tls(directory, [host, *names])
-    server = ConversionServer(host, ca_pem=ca_pem)
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(cert, key)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    runners: list[web.AppRunner] = []
-
-    async def start() -> None:
-        server._stop = asyncio.Event()
-        app = web.Application()
-        app.router.add_post("/{tail:.*}", server._handle)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        site = web.TCPSite(runner, host, 0, ssl_context=ctx)
-        await site.start()
-        assert site._server is not None
-        server.port = site._server.sockets[0].getsockname()[1]
-        runners.append(runner)
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(start())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, name="conversion-webhook", daemon=True)
-    thread.start()
-    assert started.wait(10), "the conversion webhook did not start"
-    try:
-        yield server
-    finally:
-
-        async def stop() -> None:
-            assert server._stop is not None
-            server._stop.set()
-            await runners[0].cleanup()
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+    return serving_in_thread(
+        lambda ca: ConversionServer(host, ca_pem=ca), directory, host, names, "conversion webhook"
+    )

@@ -12,11 +12,11 @@ import ipaddress
 import json
 import ssl
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from cryptography import x509
@@ -177,11 +177,26 @@ class WebhookServer:
         return web.json_response(_answer(req, allowed=True))
 
 
+class Handler(Protocol):
+    """What `serving_in_thread` runs: a POST handler, the event that releases hung requests, the port."""
+
+    port: int
+    _stop: asyncio.Event | None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse: ...
+
+
+H = TypeVar("H", bound=Handler)
+
+
 @contextmanager
-def serving(directory: Path, host: str = "127.0.0.1", names: tuple[str, ...] = ()) -> Iterator[WebhookServer]:
-    """Run a WebhookServer on `host` (a free port) in a thread with its own event loop."""
+def serving_in_thread(
+    make: Callable[[bytes], H], directory: Path, host: str, names: tuple[str, ...], what: str
+) -> Iterator[H]:
+    """Run `make(ca_pem)` over HTTPS on `host` (a free port; its certificate also for `names`) in a
+    thread with its own event loop, every POST path to its handler; stopped and closed on exit."""
     ca_pem, cert, key = make_tls(directory, [host, *names])
-    server = WebhookServer(host, ca_pem=ca_pem)
+    server = make(ca_pem)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
     loop = asyncio.new_event_loop()
@@ -206,9 +221,9 @@ def serving(directory: Path, host: str = "127.0.0.1", names: tuple[str, ...] = (
         started.set()
         loop.run_forever()
 
-    thread = threading.Thread(target=run, name="webhook-server", daemon=True)
+    thread = threading.Thread(target=run, name=what, daemon=True)
     thread.start()
-    assert started.wait(10), "the webhook server did not start"
+    assert started.wait(10), f"the {what} did not start"
     try:
         yield server
     finally:
@@ -222,3 +237,12 @@ def serving(directory: Path, host: str = "127.0.0.1", names: tuple[str, ...] = (
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def serving(
+    directory: Path, host: str = "127.0.0.1", names: tuple[str, ...] = ()
+) -> AbstractContextManager[WebhookServer]:
+    """Run a WebhookServer on `host` (a free port) in a thread with its own event loop."""
+    return serving_in_thread(
+        lambda ca: WebhookServer(host, ca_pem=ca), directory, host, names, "webhook server"
+    )
