@@ -1,6 +1,6 @@
 """Upstream's name rules (k8s.io/apimachinery/pkg/util/validation) with upstream's messages.
 
-Label keys and values, DNS-1123 labels and subdomains: the API server validates objects with them, the
+Label keys and values, DNS-1123 labels and subdomains, DNS-1035 labels: the API server validates objects with them, the
 selector parser validates keys and values with them, and users match on the texts, so they live once.
 Each check returns a list of messages (empty: valid), as upstream's `IsQualifiedName` and friends do.
 """
@@ -15,6 +15,7 @@ QUALIFIED_NAME_MAX = 63
 LABEL_VALUE_MAX = 63
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -23,6 +24,11 @@ DNS1123_LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
     "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
     "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+DNS1035_LABEL_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
 )
 DNS1123_SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
@@ -51,6 +57,16 @@ def dns1123_label(value: str) -> list[str]:
         errors.append(_too_long(DNS1123_LABEL_MAX))
     if not _DNS1123_LABEL.fullmatch(value):
         errors.append(DNS1123_LABEL_MSG)
+    return errors
+
+
+def dns1035_label(value: str) -> list[str]:
+    """IsDNS1035Label: a DNS-1123 label that starts with a letter (Service names, CRD plurals)."""
+    errors = []
+    if len(value) > DNS1123_LABEL_MAX:
+        errors.append(_too_long(DNS1123_LABEL_MAX))
+    if not _DNS1035_LABEL.fullmatch(value):
+        errors.append(DNS1035_LABEL_MSG)
     return errors
 
 

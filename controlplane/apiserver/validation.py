@@ -33,6 +33,10 @@ def dns_label(path: str, value: str) -> list[FieldError]:
     return _invalid_each(path, value, names.dns1123_label(value))
 
 
+def dns1035_label(path: str, value: str) -> list[FieldError]:
+    return _invalid_each(path, value, names.dns1035_label(value))
+
+
 def dns_subdomain(path: str, value: str) -> list[FieldError]:
     return _invalid_each(path, value, names.dns1123_subdomain(value))
 

@@ -705,6 +705,30 @@ def test_service_allocations_survive_updates_and_pod_tolerations_only_grow(
     assert err.value.status == 422
 
 
+def test_service_names_are_dns1035_labels(v1: client.CoreV1Api, namespace: str) -> None:
+    """ValidateServiceName: a Service's name must start with a letter (a pod's may start with a digit)."""
+    spec = client.V1ServiceSpec(selector={"a": "b"}, ports=[client.V1ServicePort(port=80)])
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_service(
+            namespace, client.V1Service(metadata=client.V1ObjectMeta(name="1web"), spec=spec)
+        )
+    assert err.value.status == 422
+    body = json.loads(err.value.body)
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "1web": a DNS-1035 label must consist of lower case alphanumeric characters '
+            "or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  "
+            "or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')",
+            "field": "metadata.name",
+        }
+    ]
+    made = v1.create_namespaced_service(
+        namespace, client.V1Service(metadata=client.V1ObjectMeta(name="web1"), spec=spec)
+    )
+    assert made.metadata.name == "web1"
+
+
 def test_metadata_only_views(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> None:
     v1.create_namespaced_config_map(
         namespace,

@@ -15,8 +15,6 @@ raised as ConversionError; the callers answer 500."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
 import json
 import uuid
@@ -28,7 +26,7 @@ from controlplane.apiserver.validation import labels as validate_labels
 from controlplane.apiserver.webhooks import review
 from controlplane.apiserver.webhooks.client import CallError, WebhookClient
 from controlplane.apiserver.webhooks.plugins import _status_text
-from controlplane.apiserver.webhooks.source import Service
+from controlplane.apiserver.webhooks.source import Service, client_config
 from controlplane.storage.cache import WatchCache
 
 Obj = dict[str, Any]
@@ -70,29 +68,14 @@ class WebhookConverter:
         if conversion.get("strategy") != "Webhook":
             return None
         webhook = conversion.get("webhook") or {}
-        cc = webhook.get("clientConfig") or {}
-        svc = cc.get("service")
-        try:
-            bundle = base64.b64decode(cc.get("caBundle") or "")
-        except (binascii.Error, ValueError):
-            bundle = b""
-        service = (
-            Service(
-                svc.get("namespace", ""),
-                svc.get("name", ""),
-                int(svc.get("port") or 443),
-                svc.get("path") or "",
-            )
-            if isinstance(svc, dict)
-            else None
-        )
+        url, service, bundle = client_config(webhook.get("clientConfig") or {})
         names = (crd.get("status") or {}).get("acceptedNames") or spec.get("names") or {}
         kind = names.get("kind", "")
         return cls(
             crd["metadata"]["name"],
             kind,
             names.get("listKind") or kind + "List",
-            Endpoint(cc.get("url") or "", service, bundle, DEFAULT_TIMEOUT if timeout is None else timeout),
+            Endpoint(url, service, bundle, DEFAULT_TIMEOUT if timeout is None else timeout),
             tuple(webhook.get("conversionReviewVersions") or ()),
         )
 

@@ -30,18 +30,7 @@ _COLUMN_TYPES = ["integer", "number", "string", "boolean", "date"]
 _SIMPLE_PATH = re.compile(r"^(\.[A-Za-z0-9_-]+)+$")
 
 
-def _label(value: str) -> list[str]:
-    """IsDNS1035Label's messages."""
-    errs = []
-    if len(value) > 63:
-        errs.append("must be no more than 63 characters")
-    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", value):
-        errs.append(
-            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-            "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
-            "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-        )
-    return errs
+_label = names.dns1035_label  # IsDNS1035Label's messages
 
 
 def condition(crd: Obj, kind: str) -> Obj | None:
@@ -260,26 +249,7 @@ def _conversion_errors(conversion: Obj) -> list[FieldError]:
         else webhook_validation.client_config(f"{path}.webhookClientConfig", config)
     )
     vpath = f"{path}.conversionReviewVersions"
-    if not versions:
-        return [*errs, required(vpath)]
-    seen: set[str] = set()
-    for i, v in enumerate(versions):
-        if v in seen:
-            errs.append(invalid(f"{vpath}[{i}]", v, "duplicate version"))
-            continue
-        seen.add(v)
-        errs += [invalid(f"{vpath}[{i}]", v, m) for m in _label(str(v))]
-    if not seen & set(_REVIEW_VERSIONS):
-        listed = ", ".join(json.dumps(str(v)) for v in versions)
-        errs.append(
-            FieldError(
-                "FieldValueInvalid",
-                vpath,
-                f"Invalid value: []string{{{listed}}}: must include at least one of "
-                + ", ".join(sorted(_REVIEW_VERSIONS)),
-            )
-        )
-    return errs
+    return errs + webhook_validation.review_versions(vpath, versions, empty=required(vpath))
 
 
 class CustomResourceDefinitionKind(Kind):

@@ -13,7 +13,7 @@ from controlplane.apiserver.meta import age
 from controlplane.apiserver.protobuf import INT_OR_STRING, OBJECT_META
 from controlplane.apiserver.resourceproxy import Proxy, service_location
 from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
-from controlplane.apiserver.validation import dns_label, port_number
+from controlplane.apiserver.validation import dns1035_label, port_number
 
 if TYPE_CHECKING:
     from controlplane.apiserver.registry import Registry
@@ -83,7 +83,8 @@ class Service(Kind):
     )
 
     def validate_name(self, path: str, name: str) -> list[FieldError]:
-        return dns_label(path, name)
+        """ValidateServiceName: a DNS-1035 label (the name becomes a DNS name and an env var prefix)."""
+        return dns1035_label(path, name)
 
     def default(self, obj: Obj, creating: bool) -> None:
         spec = obj.setdefault("spec", {})

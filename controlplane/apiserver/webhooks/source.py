@@ -36,6 +36,24 @@ class Service:
     path: str
 
 
+def client_config(cc: Obj) -> tuple[str, Service | None, bytes]:
+    """A WebhookClientConfig's (url, service, CA bundle); an undecodable caBundle is an empty one (the
+    configuration's validation has already refused it)."""
+    svc = cc.get("service")
+    try:
+        bundle = base64.b64decode(cc.get("caBundle") or "")
+    except (binascii.Error, ValueError):
+        bundle = b""
+    service = (
+        Service(
+            svc.get("namespace", ""), svc.get("name", ""), int(svc.get("port") or 443), svc.get("path") or ""
+        )
+        if isinstance(svc, dict)
+        else None
+    )
+    return cc.get("url") or "", service, bundle
+
+
 @dataclass(frozen=True)
 class Webhook:
     configuration: str
@@ -59,12 +77,7 @@ class Webhook:
 
     @classmethod
     def parse(cls, configuration: str, hook: Obj) -> Webhook:
-        cc = hook.get("clientConfig") or {}
-        svc = cc.get("service")
-        try:
-            bundle = base64.b64decode(cc.get("caBundle") or "")
-        except (binascii.Error, ValueError):
-            bundle = b""
+        url, service, bundle = client_config(hook.get("clientConfig") or {})
         return cls(
             configuration,
             hook.get("name", ""),
@@ -76,15 +89,8 @@ class Webhook:
             hook.get("sideEffects") or "",
             int(hook.get("timeoutSeconds") or 10),
             hook.get("reinvocationPolicy") == "IfNeeded",
-            cc.get("url") or "",
-            Service(
-                svc.get("namespace", ""),
-                svc.get("name", ""),
-                int(svc.get("port") or 443),
-                svc.get("path") or "",
-            )
-            if isinstance(svc, dict)
-            else None,
+            url,
+            service,
             bundle,
             tuple(
                 MatchCondition(c.get("name", ""), c.get("expression", ""))

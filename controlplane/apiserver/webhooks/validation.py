@@ -187,10 +187,12 @@ def client_config(path: str, config: Any) -> list[FieldError]:
     return out
 
 
-def review_versions(path: str, versions: Any) -> list[FieldError]:
+def review_versions(path: str, versions: Any, empty: FieldError | None = None) -> list[FieldError]:
+    """admissionReviewVersions (and a CRD's conversionReviewVersions, whose `empty` error is its own):
+    no duplicates, DNS labels, at least one version we speak."""
     versions = versions if isinstance(versions, list) else []
     if not versions:
-        return [required(path, "must specify one of " + ", ".join(REVIEW_VERSIONS))]
+        return [empty or required(path, "must specify one of " + ", ".join(REVIEW_VERSIONS))]
     out: list[FieldError] = []
     seen: set[str] = set()
     for i, v in enumerate(versions):
@@ -198,7 +200,7 @@ def review_versions(path: str, versions: Any) -> list[FieldError]:
             out.append(invalid(f"{path}[{i}]", v, "duplicate version"))
             continue
         seen.add(v)
-        out += [invalid(f"{path}[{i}]", v, m) for m in names.dns1123_label(str(v))]
+        out += [invalid(f"{path}[{i}]", v, m) for m in names.dns1035_label(str(v))]
     if not seen & set(REVIEW_VERSIONS):
         listed = ", ".join(json.dumps(str(v)) for v in versions)
         out.append(
