@@ -11,16 +11,31 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "") -> Any:
-    """fn() until it returns something truthy, which is returned; AssertionError after timeout seconds."""
+def wait_for(
+    fn: Callable[[], Any],
+    timeout: float = 60.0,
+    interval: float = 0.25,
+    what: str = "",
+    retrying: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """fn() until it returns something truthy, which is returned; AssertionError after timeout seconds.
+
+    An exception of a type in `retrying` (an API error while a member or a replica is down) counts as
+    not yet until the deadline; past it, it is raised as it was (or chained to the timeout)."""
     deadline = time.monotonic() + timeout
     last = None
+    error: BaseException | None = None
     while time.monotonic() < deadline:
-        last = fn()
+        try:
+            last, error = fn(), None
+        except retrying as exc:
+            if time.monotonic() >= deadline:
+                raise
+            last, error = None, exc
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what or fn}; last={last!r}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {what or fn}; last={last!r}") from error
 
 
 def finished(kube: Any, namespace: str, name: str, timeout: float = 60.0) -> Any:
