@@ -6,8 +6,9 @@ generous (the condition usually holds in a second or two) and the failure names 
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
@@ -36,6 +37,21 @@ def wait_for(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what or fn}; last={last!r}") from error
+
+
+async def wait_for_async(
+    fn: Callable[[], Awaitable[Any]], timeout: float = 60.0, interval: float = 0.25, what: str = ""
+) -> Any:
+    """wait_for for a coroutine check (tests that poll from inside the event loop): await fn() until it
+    is truthy, which is returned; AssertionError after timeout seconds. The loop sleeps between tries."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = await fn()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what or fn}; last={last!r}")
 
 
 def finished(kube: Any, namespace: str, name: str, timeout: float = 60.0) -> Any:
