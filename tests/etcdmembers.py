@@ -15,8 +15,9 @@ from pathlib import Path
 from kubernetes import client
 
 from pykubelet.rig.leaks import Scope
-from pykubelet.rig.process import pid_alive
-from pykubelet.rig.stack import StackRecord
+from pykubelet.rig.netlease import NetworkLease
+from pykubelet.rig.process import free_port, pid_alive
+from pykubelet.rig.stack import StackRecord, proxy_table
 
 
 def read_from_cache(v1: client.CoreV1Api, name: str, ns: str) -> client.V1ConfigMap:
@@ -77,6 +78,27 @@ def pause_member(pid: int) -> None:
 
 def resume_member(pid: int) -> None:
     os.kill(pid, signal.SIGCONT)
+
+
+def stack_scope(state: Path, net: NetworkLease) -> Scope:
+    """What a stack in state on the leased network may create, for the leak check after down."""
+    return Scope.of(
+        state,
+        bridges=[net.bridge],
+        pod_cidrs=[net.pod_cidr],
+        nft_tables=[f"ip {proxy_table(net.bridge)}"],
+    )
+
+
+def stack_up(
+    state: Path, net: NetworkLease, node: str, apiservers: int, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], StackRecord | None]:
+    """`pykubelet up` on 3 etcd members and `apiservers` API servers; its result and the stack's record."""
+    argv = ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name",
+            node, "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--store", "etcd",
+            "--etcd-members", "3", "--apiservers", str(apiservers), "--no-example"]  # fmt: skip
+    up = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    return up, StackRecord.load(state)
 
 
 def stack_down(state: Path) -> subprocess.CompletedProcess[str]:

@@ -26,6 +26,8 @@ from tests.etcdmembers import (
     lose_first_machine,
     read_from_cache,
     stack_down,
+    stack_scope,
+    stack_up,
 )
 
 # Counted as "not yet" while polling: an API error while etcd or a replica is down.
@@ -150,28 +152,14 @@ def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_ea
     controller manager) and an etcd member die; a Deployment scaled during the outage converges through
     the survivors (controller manager and scheduler take the leases over, the agent fails over), the node
     stays Ready; `pykubelet down` then leaves nothing."""
-    import subprocess
-
     from kubernetes import config as kconfig
 
-    from pykubelet.rig.leaks import Scope
     from pykubelet.rig.netlease import lease_network
-    from pykubelet.rig.process import free_port
-    from pykubelet.rig.stack import StackRecord, proxy_table
 
     state = tmp_path / "state"
     with lease_network("m") as net:
-        scope = Scope.of(
-            state,
-            bridges=[net.bridge],
-            pod_cidrs=[net.pod_cidr],
-            nft_tables=[f"ip {proxy_table(net.bridge)}"],
-        )
-        argv = ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name",
-                "ha-node", "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--store", "etcd",
-                "--etcd-members", "3", "--apiservers", "2", "--no-example"]  # fmt: skip
-        up = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-        record = StackRecord.load(state)
+        scope = stack_scope(state, net)
+        up, record = stack_up(state, net, "ha-node", apiservers=2, timeout=300)
         try:
             assert up.returncode == 0, up.stderr
             assert record is not None

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -26,10 +25,7 @@ from kubernetes import config as kconfig
 from kubernetes.client.rest import ApiException
 
 from e2e.waiting import wait_for
-from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import lease_network
-from pykubelet.rig.process import free_port
-from pykubelet.rig.stack import StackRecord, proxy_table
 from tests.etcdmembers import (
     assert_down_left_nothing,
     deployment,
@@ -38,6 +34,8 @@ from tests.etcdmembers import (
     pause_member,
     resume_member,
     stack_down,
+    stack_scope,
+    stack_up,
 )
 
 # Counted as "not yet" while polling: an API error while etcd or a replica is down.
@@ -97,17 +95,8 @@ def probe_pids() -> set[int]:
 def test_three_by_three_stack_survives_losing_an_api_server_an_etcd_member_and_quorum(tmp_path: Path) -> None:
     state = tmp_path / "state"
     with lease_network("h") as net:
-        scope = Scope.of(
-            state,
-            bridges=[net.bridge],
-            pod_cidrs=[net.pod_cidr],
-            nft_tables=[f"ip {proxy_table(net.bridge)}"],
-        )
-        argv = ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name",
-                "ha3-node", "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--store", "etcd",
-                "--etcd-members", "3", "--apiservers", "3", "--no-example"]  # fmt: skip
-        up = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
-        record = StackRecord.load(state)
+        scope = stack_scope(state, net)
+        up, record = stack_up(state, net, "ha3-node", apiservers=3, timeout=400)
         stopped: list[int] = []
         try:
             assert up.returncode == 0, up.stderr[-3000:]
