@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ssl
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from agent.config import AgentConfig
 from agent.cri import CRIClient, CRIError, pb
 from agent.pods import labels as L
 from agent.pods.qos import remove_pod_cgroup
+from e2e.waiting import wait_for_async
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
@@ -180,15 +180,6 @@ async def upgrade_refused(
         return resp.status, await resp.text()
 
 
-async def wait_until(check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = await check()
-        if result:
-            return result
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"not reached within {timeout} s")
-
 
 async def test_orphan_sandbox_is_removed(agent: Agent, own_containerd: Containerd, tmp_path: Path):
     async with await CRIClient.connect(own_containerd.endpoint) as cri:
@@ -210,7 +201,7 @@ async def test_orphan_sandbox_is_removed(agent: Agent, own_containerd: Container
         async def gone():
             return not await cri.list_pod_sandbox(labels={L.POD_UID: uid})
 
-        await wait_until(gone)
+        await wait_for_async(gone, timeout=30.0, interval=0.2)
         assert [s.id for s in await cri.list_pod_sandbox(sandbox_id=foreign)] == [foreign]
         await cri.stop_pod_sandbox(foreign)
         await cri.remove_pod_sandbox(foreign)
@@ -238,7 +229,7 @@ async def test_status_written_only_on_change(agent: Agent, admin: KubeClient, te
         got = await client.get(path)
         return got if got.get("status", {}).get("phase") == "Running" else None
 
-    await wait_until(running)
+    await wait_for_async(running, timeout=30.0, interval=0.2)
     assert agent.pods is not None
     patches = agent.pods.ctx.status.patches
     # Several relists and resyncs later nothing changed, so nothing was written.
@@ -263,7 +254,7 @@ async def test_status_written_only_on_change(agent: Agent, admin: KubeClient, te
             return getattr(err, "status", 0) == 404
         return False
 
-    await wait_until(deleted)
+    await wait_for_async(deleted, timeout=30.0, interval=0.2)
 
 
 async def test_node_status_marked_unknown_by_another_writer_is_put_right_at_once(
@@ -311,7 +302,7 @@ async def test_repeated_event_is_counted(agent: Agent, admin: KubeClient):
         ours = [e for e in items if e["involvedObject"].get("uid") == pod["metadata"]["uid"]]
         return ours if ours and ours[0].get("count") == 2 else None
 
-    [event] = await wait_until(counted, timeout=15)
+    [event] = await wait_for_async(counted, timeout=15, interval=0.2)
     assert event["source"] == {"component": "kubelet", "host": agent.cfg.node_name}
     assert event["involvedObject"]["fieldPath"] == "spec.containers{c}" and event["type"] == "Warning"
     await client.delete(f"/api/v1/namespaces/default/pods/{name}", {"gracePeriodSeconds": 0})
@@ -357,7 +348,7 @@ async def test_kubelet_api_logs(
             async with http.get(logs, ssl=with_cert) as resp:
                 return resp.status == 200 and "one" in await resp.text()
 
-        await wait_until(started)
+        await wait_for_async(started, timeout=30.0, interval=0.2)
         # follow: streams until the container exits, then ends.
         async with http.get(logs, params={"follow": "true"}, ssl=with_cert) as resp:
             body = await asyncio.wait_for(resp.text(), 30)
@@ -404,7 +395,7 @@ async def test_kubelet_api_streams_are_proxied_to_the_runtime(
     async def running():
         return (await admin.get(path)).get("status", {}).get("phase") == "Running"
 
-    await wait_until(running)
+    await wait_for_async(running, timeout=30.0, interval=0.2)
     assert agent.server is not None
     ctx = kubelet_tls(client_pki)
     base = f"https://127.0.0.1:{agent.server.port}"
@@ -467,7 +458,7 @@ async def test_kubelet_api_probe_metrics(
         statuses = pod.get("status", {}).get("containerStatuses") or []
         return bool(statuses) and statuses[0]["ready"]
 
-    await wait_until(ready)
+    await wait_for_async(ready, timeout=30.0, interval=0.2)
     assert agent.server is not None
     with_cert = kubelet_tls(client_pki)
     url = f"https://127.0.0.1:{agent.server.port}/metrics/probes"
@@ -532,7 +523,7 @@ async def test_kubelet_api_bearer_tokens_are_reviewed_by_the_api_server(
             async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
                 return resp.status == 200 and (await resp.json())["kind"] == "PodList"
 
-        await wait_until(allowed, timeout=20)
+        await wait_for_async(allowed, timeout=20, interval=0.2)
         async with http.get(url, ssl=kubelet_tls(), headers={"Authorization": f"Bearer {forged}"}) as resp:
             assert (resp.status, await resp.text()) == (401, "Unauthorized")
         async with http.get(url, ssl=kubelet_tls()) as resp:
@@ -569,7 +560,7 @@ async def test_node_events_reach_the_api(agent: Agent, admin: KubeClient):
         }
         return reasons if wanted <= set(reasons) else None
 
-    reasons = await wait_until(reported, timeout=20)
+    reasons = await wait_for_async(reported, timeout=20, interval=0.2)
     assert reasons["Starting"]["message"] == "Starting kubelet."
     assert reasons["NodeHasSufficientPID"]["message"] == f"Node {node} status is now: NodeHasSufficientPID"
     assert reasons["NodeAllocatableEnforced"]["message"] == "Updated Node Allocatable limit across pods"

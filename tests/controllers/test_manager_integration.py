@@ -9,7 +9,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -21,21 +20,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
 
-
-def eventually(probe: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
-    """Poll `probe` (an API read) until it returns something; the bound is far above the loop's work."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def read(fn: Callable[[], T]) -> T | None:
@@ -69,30 +59,36 @@ def test_every_namespace_gets_a_default_service_account_and_the_ca_bundle(
     server: ApiServer, v1: client.CoreV1Api
 ) -> None:
     ns = new_namespace(v1)
-    sa = eventually(
-        lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="default SA"
+    sa = wait_for(
+        lambda: read(lambda: v1.read_namespaced_service_account("default", ns)),
+        what="default SA", timeout=30.0, interval=0.1,
     )
-    cm = eventually(
-        lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)), what="CA bundle"
+    cm = wait_for(
+        lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)),
+        what="CA bundle", timeout=30.0, interval=0.1,
     )
     assert cm.data == {"ca.crt": server.ca_cert.read_text()}
     assert "kube-apiserver" in cm.metadata.annotations["kubernetes.io/description"]
     # Taken away, both come back (new objects, new UIDs).
     v1.delete_namespaced_service_account("default", ns)
     v1.delete_namespaced_config_map("kube-root-ca.crt", ns)
-    again = eventually(
-        lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="SA again"
+    again = wait_for(
+        lambda: read(lambda: v1.read_namespaced_service_account("default", ns)),
+        what="SA again", timeout=30.0, interval=0.1,
     )
     assert again.metadata.uid != sa.metadata.uid
-    eventually(lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)), what="CA again")
+    wait_for(
+        lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)),
+        what="CA again", timeout=30.0, interval=0.1,
+    )
     # Changed by hand, the bundle is put right.
     v1.patch_namespaced_config_map("kube-root-ca.crt", ns, {"data": {"ca.crt": "not a CA"}})
-    eventually(
+    wait_for(
         lambda: (
             (read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)).data or {}).get("ca.crt")
             == server.ca_cert.read_text()
         ),
-        what="CA restored",
+        what="CA restored", timeout=30.0, interval=0.1,
     )
 
 
@@ -114,7 +110,7 @@ def test_healthz_is_open_and_metrics_need_a_cluster_certificate(
 ) -> None:
     new_namespace(v1)  # some work for the queues
     base = f"https://127.0.0.1:{server.controller_manager_port}"
-    assert eventually(lambda: _get(f"{base}/healthz")[0] == 200, what="healthz")
+    assert wait_for(lambda: _get(f"{base}/healthz")[0] == 200, what="healthz", timeout=30.0, interval=0.1)
     assert _get(f"{base}/metrics")[0] == 401
     admin = (server.data_dir / "pki" / "admin.crt", server.data_dir / "pki" / "admin.key")
     status, text = _get(f"{base}/metrics", admin)
@@ -155,23 +151,26 @@ def test_two_managers_hand_over_leadership(tmp_path: Path) -> None:
                 lease = read(lambda: leases.read_namespaced_lease("kube-controller-manager", "kube-system"))
                 return lease.spec.holder_identity if lease else None
 
-            first = eventually(holder, what="a leader")
+            first = wait_for(holder, what="a leader", timeout=30.0, interval=0.1)
             leader, standby = (a, b) if f"_{a.pid}_" in first else (b, a)
             assert f"_{leader.pid}_" in first
             ns = new_namespace(v1)
-            eventually(lambda: read(lambda: v1.read_namespaced_service_account("default", ns)), what="SA")
+            wait_for(
+                lambda: read(lambda: v1.read_namespaced_service_account("default", ns)),
+                what="SA", timeout=30.0, interval=0.1,
+            )
             os.killpg(leader.pid, signal.SIGKILL)
             leader.wait()
-            second = eventually(
+            second = wait_for(
                 lambda: (h := holder()) and f"_{standby.pid}_" in h and h,
                 timeout=20,
-                what="the standby to take the lease",
+                what="the standby to take the lease", interval=0.1,
             )
             assert second != first
             ns2 = new_namespace(v1)  # only the new leader can have made this one's account
-            eventually(
+            wait_for(
                 lambda: read(lambda: v1.read_namespaced_service_account("default", ns2)),
-                what="SA by new leader",
+                what="SA by new leader", timeout=30.0, interval=0.1,
             )
             standby.send_signal(signal.SIGTERM)
             assert standby.wait(timeout=20) == 0

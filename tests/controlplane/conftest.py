@@ -3,6 +3,7 @@ official client and kubectl pointed at it. Tests that restart or kill a server s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
@@ -82,6 +84,22 @@ def api(apiserver: ApiServer) -> Iterator[client.ApiClient]:
 @pytest.fixture(scope="session")
 def v1(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="module")
+def apps(api: client.ApiClient) -> client.AppsV1Api:
+    return client.AppsV1Api(api)
+
+
+@pytest.fixture(scope="module")
+def batch(api: client.ApiClient) -> client.BatchV1Api:
+    return client.BatchV1Api(api)
+
+
+def message(err: pytest.ExceptionInfo[ApiException], code: int = 422) -> str:
+    """The Status message of a refused request, once its code is the one expected (422: invalid)."""
+    assert err.value.status == code, err.value.body
+    return json.loads(err.value.body)["message"]
 
 
 @pytest.fixture

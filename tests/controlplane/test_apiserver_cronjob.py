@@ -4,14 +4,12 @@ generated selector, names of at most 52 characters, kubectl's columns and `kubec
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controlplane.apiserver.kinds.cronschedule import ScheduleError, parse_standard, time_zone_error
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 
 def cronjob(name: str, schedule: str = "*/5 * * * *", **spec: object) -> dict:
@@ -35,14 +33,6 @@ def cronjob(name: str, schedule: str = "*/5 * * * *", **spec: object) -> dict:
     return body
 
 
-def message(err: pytest.ExceptionInfo[ApiException]) -> str:
-    assert err.value.status == 422, err.value.body
-    return json.loads(err.value.body)["message"]
-
-
-@pytest.fixture(scope="module")
-def batch(api: client.ApiClient) -> client.BatchV1Api:
-    return client.BatchV1Api(api)
 
 
 @pytest.mark.parametrize(

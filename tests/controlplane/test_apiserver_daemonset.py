@@ -5,13 +5,11 @@ subresource and kubectl's columns."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 GENERATION = "deprecated.daemonset.template.generation"
 
@@ -32,14 +30,6 @@ def ds(name: str, labels: dict | None = None, **spec: object) -> dict:
     return body
 
 
-def message(err: pytest.ExceptionInfo[ApiException]) -> str:
-    assert err.value.status == 422, err.value.body
-    return json.loads(err.value.body)["message"]
-
-
-@pytest.fixture(scope="module")
-def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
 
 
 def test_defaults_and_template_generation(apps: client.AppsV1Api, namespace: str) -> None:

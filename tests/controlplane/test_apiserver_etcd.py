@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from e2e.waiting import wait_for
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from kubeclient.errors import ApiError
@@ -26,6 +27,7 @@ from kubeclient.informer import Informer
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.etcd import Etcd
 from pykubelet.rig.process import free_port
+from tests.etcdmembers import read_from_cache
 
 from . import test_apiserver_kubectl as kubectl_scenarios
 from .conftest import KUBECTL, Kubectl
@@ -42,20 +44,8 @@ ON_ETCD = (
     "test_create_and_expose_services",
 )
 
-
-def eventually(check, timeout: float = 15.0, interval: float = 0.1):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except (ApiException, AssertionError):
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout} s: {check}")
-        time.sleep(interval)
+# Counted as "not yet" while polling: an API error or a check that fails while a member or replica is down.
+RETRY = (ApiException, AssertionError)
 
 
 def configmap(name: str, **data: str) -> client.V1ConfigMap:
@@ -84,23 +74,6 @@ def steady(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api
     server.start()
     yield server
     server.stop()
-
-
-def read_from_cache(v1: client.CoreV1Api, name: str, ns: str) -> client.V1ConfigMap:
-    """GET with resourceVersion=0: served from the API server's watch cache, as upstream's (a GET with
-    no resourceVersion is a consistent read, which needs etcd)."""
-    api = v1.api_client
-    request = api.param_serialize(
-        "GET",
-        "/api/v1/namespaces/{namespace}/configmaps/{name}",
-        path_params={"namespace": ns, "name": name},
-        query_params=[("resourceVersion", "0")],
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(*request)
-    response.read()
-    return api.response_deserialize(response, {"200": "V1ConfigMap"}).data
 
 
 @pytest.mark.parametrize("scenario", ON_ETCD)
@@ -237,7 +210,10 @@ def test_etcd_lost_mid_flight_is_a_retryable_5xx_and_everything_resumes(fragile)
             etcd.start()
         # Back: writes go through again, the cache's watch has resumed (a write is readable at once),
         # and the write that failed was not applied.
-        eventually(lambda: v1.create_namespaced_config_map("default", configmap("after", a="2")))
+        wait_for(
+            lambda: v1.create_namespaced_config_map("default", configmap("after", a="2")),
+            timeout=15.0, interval=0.1, retrying=RETRY,
+        )
         assert v1.read_namespaced_config_map("after", "default").data == {"a": "2"}
         with pytest.raises(ApiException) as missing:
             v1.read_namespaced_config_map("lost", "default")

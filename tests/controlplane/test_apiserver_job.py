@@ -4,13 +4,11 @@ columns (including `kubectl create job`, which posts protobuf)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 
 def job(name: str, restart: str = "Never", **spec: object) -> dict:
@@ -26,14 +24,6 @@ def job(name: str, restart: str = "Never", **spec: object) -> dict:
     return body
 
 
-def message(err: pytest.ExceptionInfo[ApiException]) -> str:
-    assert err.value.status == 422, err.value.body
-    return json.loads(err.value.body)["message"]
-
-
-@pytest.fixture(scope="module")
-def batch(api: client.ApiClient) -> client.BatchV1Api:
-    return client.BatchV1Api(api)
 
 
 def test_defaults_and_the_generated_selector(batch: client.BatchV1Api, namespace: str) -> None:

@@ -20,6 +20,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
+from e2e.waiting import wait_for
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from kubeclient.informer import Informer
@@ -27,20 +28,8 @@ from kubeclient.leaderelection import LeaderElection, LeaderElector
 from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas, api_client
 from pykubelet.rig.etcd import Etcd
 
-
-def eventually(check, timeout: float = 15.0, interval: float = 0.1):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except (ApiException, AssertionError):
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout} s: {check}")
-        time.sleep(interval)
+# Counted as "not yet" while polling: an API error or a check that fails while a member or replica is down.
+RETRY = (ApiException, AssertionError)
 
 
 @pytest.fixture(scope="module")
@@ -102,18 +91,24 @@ def test_kubernetes_endpoints_list_every_live_replica(group: ApiServerReplicas) 
     assert all(lease for _, lease in leases), "every record expires unless renewed"
     # A replica that stops takes itself out at once (upstream's RemoveEndpoints on shutdown)...
     second.stop()
-    eventually(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=5)
+    wait_for(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=5, interval=0.1, retrying=RETRY)
     assert slice_ips(v1.api_client) == ["127.0.0.1"]
     second.start()
-    eventually(lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"], timeout=5)
+    wait_for(
+        lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"],
+        timeout=5, interval=0.1, retrying=RETRY,
+    )
     # ...one that dies is dropped once its record's TTL (15 s) runs out and a survivor's round (10 s) runs.
     second.kill()
     started = time.monotonic()
-    eventually(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=40, interval=0.5)
+    wait_for(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=40, interval=0.5, retrying=RETRY)
     assert time.monotonic() - started <= 40
     assert [ip for ip, _ in master_leases(first.etcd)] == ["127.0.0.1"]  # type: ignore[arg-type]
     second.start()
-    eventually(lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"], timeout=5)
+    wait_for(
+        lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"],
+        timeout=5, interval=0.1, retrying=RETRY,
+    )
 
 
 def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versions(
@@ -122,7 +117,10 @@ def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versio
     writer, watcher = core(group.servers[0]), core(group.servers[1])
     ns = f"m-{uuid.uuid4().hex[:6]}"
     writer.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    start_rv = eventually(lambda: watcher.list_namespaced_config_map(ns).metadata.resource_version)
+    start_rv = wait_for(
+        lambda: watcher.list_namespaced_config_map(ns).metadata.resource_version,
+        timeout=15.0, interval=0.1, retrying=RETRY,
+    )
     seen: list[tuple[str, str, str]] = []
     done = threading.Event()
 
@@ -151,7 +149,7 @@ def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versio
     assert seen[3][:2] == ("DELETED", "c1") and int(seen[3][2]) > int(written[-1][2])
     # Reads through either replica agree on every object's resourceVersion and the list's.
     a = {c.metadata.name: c.metadata.resource_version for c in writer.list_namespaced_config_map(ns).items}
-    b = eventually(
+    b = wait_for(
         lambda: (
             {
                 c.metadata.name: c.metadata.resource_version
@@ -159,7 +157,8 @@ def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versio
             }
             if len(watcher.list_namespaced_config_map(ns).items) == 2
             else None
-        )
+        ),
+        timeout=15.0, interval=0.1, retrying=RETRY,
     )
     assert a == b == {"c0": written[0][2], "c2": written[2][2]}
     # A list at an exact resourceVersion served by the replica that did not write it.
@@ -193,12 +192,13 @@ def test_optimistic_concurrency_holds_across_replicas(group: ApiServerReplicas) 
         t.start()
     for t in threads:
         t.join()
-    final = eventually(
+    final = wait_for(
         lambda: (
             b.read_namespaced_config_map(name, ns)
             if len(b.read_namespaced_config_map(name, ns).data) == 11
             else None
-        )
+        ),
+        timeout=15.0, interval=0.1, retrying=RETRY,
     )
     assert set(final.data) == {"x"} | {f"k{i}" for i in range(10)}
 

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from pykubelet.rig.apiserver import api_client
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
 
@@ -29,10 +29,6 @@ def pdb(name: str, selector: dict | None = None, **spec: object) -> dict:
     body["spec"].update(spec)
     return body
 
-
-def message(err: pytest.ExceptionInfo[ApiException], code: int = 422) -> str:
-    assert err.value.status == code, err.value.body
-    return json.loads(err.value.body)["message"]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ PersistentVolumeClaimResize, the status subresource and kubectl's columns."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 
@@ -13,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 DEFAULT = "storageclass.kubernetes.io/is-default-class"
 IMMUTABLE = (
@@ -30,10 +29,6 @@ def pvc(name: str, size: str = "1Gi", **spec: object) -> dict:
     body["spec"].update(spec)
     return body
 
-
-def message(err: pytest.ExceptionInfo[ApiException], code: int = 422) -> str:
-    assert err.value.status == code, err.value.body
-    return json.loads(err.value.body)["message"]
 
 
 @pytest.fixture(scope="module")

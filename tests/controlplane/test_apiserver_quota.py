@@ -14,14 +14,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 Obj = dict[str, Any]
 
-
-def message(err: pytest.ExceptionInfo[ApiException], code: int) -> str:
-    assert err.value.status == code, err.value.body
-    return json.loads(err.value.body)["message"]
 
 
 def make_quota(v1: client.CoreV1Api, ns: str, hard: dict[str, str], name: str = "q", **spec: Any) -> Obj:

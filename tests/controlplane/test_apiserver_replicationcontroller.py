@@ -4,14 +4,12 @@ name and category."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 
 def rc(name: str, **spec: object) -> dict:
@@ -27,10 +25,6 @@ def rc(name: str, **spec: object) -> dict:
     body["spec"].update(spec)
     return body
 
-
-def message(err: pytest.ExceptionInfo[ApiException]) -> str:
-    assert err.value.status == 422, err.value.body
-    return json.loads(err.value.body)["message"]
 
 
 def test_defaults_come_from_the_template(v1: client.CoreV1Api, namespace: str) -> None:

@@ -6,13 +6,11 @@ columns."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 FORBIDDEN = (
     "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', "
@@ -37,14 +35,6 @@ def sts(name: str, labels: dict | None = None, **spec: object) -> dict:
     return body
 
 
-def message(err: pytest.ExceptionInfo[ApiException]) -> str:
-    assert err.value.status == 422, err.value.body
-    return json.loads(err.value.body)["message"]
-
-
-@pytest.fixture(scope="module")
-def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
 
 
 def test_defaults(apps: client.AppsV1Api, namespace: str) -> None:

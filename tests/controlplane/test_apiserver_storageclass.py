@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.controlplane.conftest import Kubectl
+from tests.controlplane.conftest import Kubectl, message
 
 DEFAULT = "storageclass.kubernetes.io/is-default-class"
 
@@ -19,10 +19,6 @@ DEFAULT = "storageclass.kubernetes.io/is-default-class"
 def sc(name: str, **fields: object) -> dict:
     return {"metadata": {"name": name}, "provisioner": "example.com/disk", **fields}
 
-
-def message(err: pytest.ExceptionInfo[ApiException]) -> str:
-    assert err.value.status == 422, err.value.body
-    return json.loads(err.value.body)["message"]
 
 
 @pytest.fixture(scope="module")

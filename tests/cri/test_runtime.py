@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import time
 import urllib.request
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from agent.cni.node import NodeNetwork
 from agent.cri import CRIClient, DeadlineExceededError, NotFoundError, pb
 from agent.cri.logs import read_log_file
+from e2e.waiting import wait_for_async
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.cripod import pod_sandbox_config
 from pykubelet.rig.images import RigImages
@@ -46,16 +46,6 @@ def container_config(
         envs=[pb.KeyValue(key="GREETING", value="hello")],
     )
 
-
-async def wait_for(predicate, timeout: float = 15.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await asyncio.sleep(interval)
 
 
 def http_get(url: str) -> bytes:
@@ -110,7 +100,10 @@ async def test_pod_lifecycle_end_to_end(
     assert await cri.list_containers(sandbox_id=sandbox_id, state=pb.CONTAINER_EXITED) == []
 
     # Reached from the host at the pod IP.
-    body = await wait_for(lambda: _try_get(f"http://{pod_ip}:8080/index.html"))
+    body = await wait_for_async(
+        lambda: _try_get(f"http://{pod_ip}:8080/index.html"),
+        timeout=15.0, interval=0.1,
+    )
     assert body == b"hello from pykubelet busybox\n"
 
     # ExecSync: output, exit codes, and the runtime enforcing its timeout.
@@ -124,7 +117,7 @@ async def test_pod_lifecycle_end_to_end(
     # The CRI log file, where the kubelet's containerLogs endpoint will read it.
     log_path = pod_log_dir / "web" / "0.log"
     assert running.status.log_path == str(log_path)
-    entries = await wait_for(lambda: _log_has(log_path, "started hello"))
+    entries = await wait_for_async(lambda: _log_has(log_path, "started hello"), timeout=15.0, interval=0.1)
     assert ("stdout", "started hello") in [(e.stream, e.content) for e in entries]
     assert ("stderr", "to-stderr") in [(e.stream, e.content) for e in entries]
     await cri.reopen_container_log(container_id)
@@ -193,7 +186,7 @@ async def test_exit_codes_and_reasons(
             st = (await cri.container_status(container_id)).status
             return st if st.state == pb.CONTAINER_EXITED else None
 
-        st = await wait_for(exited)
+        st = await wait_for_async(exited, timeout=15.0, interval=0.1)
         assert (st.exit_code, st.reason) == (exit_code, reason)
     finally:
         await cri.stop_pod_sandbox(sandbox_id)

@@ -16,6 +16,7 @@ from kubernetes import client
 from dns.records import Zone
 from dns.server import Resolver, serve
 from dns.watch import ClusterZone
+from e2e.waiting import wait_for_async
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
@@ -67,15 +68,6 @@ def addresses(reply: DNSRecord) -> list[str]:
     return sorted(str(rr.rdata) for rr in reply.rr if QTYPE[rr.rtype] in ("A", "AAAA"))
 
 
-async def until(probe, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = await probe()
-        if got:
-            return got
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out")
-
 
 async def test_services_resolve_over_udp_and_tcp_and_follow_changes(dns_port, v1):
     ns = f"d-{time.time_ns() % 10**8}"
@@ -89,7 +81,7 @@ async def test_services_resolve_over_udp_and_tcp_and_follow_changes(dns_port, v1
             },
         )
         name = f"web.{ns}.svc.cluster.local"
-        reply = await until(lambda: _answered(dns_port, name))
+        reply = await wait_for_async(lambda: _answered(dns_port, name), timeout=10.0, interval=0.05)
         assert addresses(reply) == [svc.spec.cluster_ip] and reply.rr[0].ttl == 30
         assert addresses(await query(dns_port, name, tcp=True)) == [svc.spec.cluster_ip]
         srv = await query(dns_port, f"_http._tcp.{name}", "SRV")
@@ -97,7 +89,10 @@ async def test_services_resolve_over_udp_and_tcp_and_follow_changes(dns_port, v1
         kubernetes = await query(dns_port, "kubernetes.default.svc.cluster.local")
         assert addresses(kubernetes) == ["10.96.0.1"]
         v1.delete_namespaced_service("web", ns)
-        gone = await until(lambda: _rcode(dns_port, name, RCODE.NXDOMAIN))
+        gone = await wait_for_async(
+            lambda: _rcode(dns_port, name, RCODE.NXDOMAIN),
+            timeout=10.0, interval=0.05,
+        )
         assert QTYPE[gone.auth[0].rtype] == "SOA"
     finally:
         v1.delete_namespace(ns)

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from e2e.waiting import wait_for_async
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from proxy.conntrack import Conntrack
@@ -198,16 +198,6 @@ async def table(lab: NetLab) -> dict[str, Any] | None:
     return {"chains": chains, "maps": maps}
 
 
-async def until(probe: Any, timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last={last!r}")
-
 
 def _endpoint_chain(name: ServicePortName, ip: str, port: int) -> str:
     return "endpoint-" + hash_and_truncate(f"{name.chain_base}__{ip}/{port}")
@@ -257,7 +247,7 @@ async def test_the_table_is_exactly_what_the_services_need(proxier, lab, v1, dis
         return got if chains == expected["chains"] and got["maps"] == expected["maps"] else None
 
     try:
-        await until(matches, what="the expected table")
+        await wait_for_async(matches, what="the expected table", timeout=15.0, interval=0.05)
     except AssertionError:
         pytest.fail(
             f"table differs:\n{json.dumps(await table(lab), indent=1, sort_keys=True)}\n"
@@ -277,7 +267,7 @@ async def test_the_table_is_exactly_what_the_services_need(proxier, lab, v1, dis
             and web.spec.cluster_ip not in json.dumps(got["maps"])
         )
 
-    await until(web_gone, what="web's rules removed")
+    await wait_for_async(web_gone, what="web's rules removed", timeout=15.0, interval=0.05)
 
 
 async def test_traffic_reaches_a_ready_backend_and_no_endpoints_refuse(
@@ -292,7 +282,7 @@ async def test_traffic_reaches_a_ready_backend_and_no_endpoints_refuse(
         answer = await asyncio.to_thread(lab.get, f"http://{web.spec.cluster_ip}/")
         return answer if answer[:2] == ("ok", "from-backend") else None
 
-    await until(reached, what="the backend through the ClusterIP")
+    await wait_for_async(reached, what="the backend through the ClusterIP", timeout=15.0, interval=0.05)
     outcome, _, took = await asyncio.to_thread(lab.get, f"http://{empty.spec.cluster_ip}/")
     assert outcome == "refused" and took < 1.0
     outcome, _, took = await asyncio.to_thread(lab.get, f"http://{web.spec.cluster_ip}:81/")
@@ -317,12 +307,18 @@ async def test_udp_conntrack_entries_of_a_gone_endpoint_are_flushed(proxier, lab
     async def answer(expected: str) -> bool:
         return await asyncio.to_thread(lab.ask_udp, ip, 53, 40053) == expected
 
-    await until(lambda: answer("first"), what="the first backend over UDP")
+    await wait_for_async(
+        lambda: answer("first"),
+        what="the first backend over UDP", timeout=15.0, interval=0.05,
+    )
     # The same client flow now has a conntrack entry to the first backend; the endpoint is replaced.
     body["endpoints"] = [{"addresses": [EXTRA_BACKEND_IP], "conditions": {"ready": True}}]
     discovery.replace_namespaced_endpoint_slice("dns-abc", namespace, body)
     # Without the flush the entry would keep this flow on the first backend (still up) until it expires.
-    await until(lambda: answer("second"), what="the flow moved to the new backend", timeout=10)
+    await wait_for_async(
+        lambda: answer("second"),
+        what="the flow moved to the new backend", timeout=10, interval=0.05,
+    )
     listed = subprocess.run(
         ["ip", "netns", "exec", lab.client, "conntrack", "-L", "-p", "udp", "--orig-dst", ip],
         capture_output=True,
@@ -335,7 +331,10 @@ async def test_a_failed_sync_leaves_the_previous_ruleset(proxier, lab, v1, disco
     service(v1, namespace, "web")
     endpoint_slice(discovery, namespace, "web", [BACKEND_IP])
     nft = Nft(TABLE, netns=lab.client)
-    await until(lambda: _has(nft, f"-{namespace}/web/"), what="web's rules")
+    await wait_for_async(
+        lambda: _has(nft, f"-{namespace}/web/"),
+        what="web's rules", timeout=15.0, interval=0.05,
+    )
     before = await nft.listing()
     real_partial = proxier.writer.partial
     proxier.writer.partial = lambda old, new: (
@@ -343,12 +342,18 @@ async def test_a_failed_sync_leaves_the_previous_ruleset(proxier, lab, v1, disco
     )  # type: ignore[method-assign]
     failures = proxier.failures
     db = service(v1, namespace, "db")
-    await until(lambda: _true(proxier.failures > failures), what="the sync to fail")
+    await wait_for_async(
+        lambda: _true(proxier.failures > failures),
+        what="the sync to fail", timeout=15.0, interval=0.05,
+    )
     assert await nft.listing() == before  # nothing of the failed transaction was applied
     assert proxier.need_full
     proxier.writer.partial = real_partial  # type: ignore[method-assign]
     proxier._queue()  # the retry (a full sync) goes through
-    await until(lambda: _has(nft, f"{db.spec.cluster_ip} . tcp . 80 : goto reject-chain"), what="recovery")
+    await wait_for_async(
+        lambda: _has(nft, f"{db.spec.cluster_ip} . tcp . 80 : goto reject-chain"),
+        what="recovery", timeout=15.0, interval=0.05,
+    )
     with pytest.raises(NftError):
         await nft.apply("add rule ip kube-proxy services bogus\n")
 
@@ -394,9 +399,15 @@ async def test_the_command_serves_health_and_metrics_and_cleanup_removes_the_tab
             except OSError:
                 return None
 
-        body = await until(lambda: asyncio.to_thread(healthz), what="healthz")
+        body = await wait_for_async(
+            lambda: asyncio.to_thread(healthz),
+            what="healthz", timeout=15.0, interval=0.05,
+        )
         assert body["nodeEligible"] is True and body["lastUpdated"].endswith("+0000 UTC")
-        await until(lambda: _has(Nft(TABLE, netns=lab.client), "chain services"), what="the table")
+        await wait_for_async(
+            lambda: _has(Nft(TABLE, netns=lab.client), "chain services"),
+            what="the table", timeout=15.0, interval=0.05,
+        )
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
             text = resp.read().decode()
         for name in (
@@ -481,8 +492,9 @@ async def test_a_restarted_proxy_keeps_established_connections_and_drops_stale_r
     conn = None
     try:
         address = f"{echo.spec.cluster_ip}:80"
-        conn = await until(
-            lambda: asyncio.to_thread(lab.connect, address), what="a connection via the ClusterIP"
+        conn = await wait_for_async(
+            lambda: asyncio.to_thread(lab.connect, address),
+            what="a connection via the ClusterIP", timeout=15.0, interval=0.05,
         )
         assert await asyncio.to_thread(conn.say, "before") == "echo before"
         assert await _has(Nft(TABLE, netns=lab.client), gone_chain)
@@ -494,7 +506,10 @@ async def test_a_restarted_proxy_keeps_established_connections_and_drops_stale_r
         v1.delete_namespaced_service("gone", namespace)
         discovery.delete_namespaced_endpoint_slice("gone-abc", namespace)
         proc = proxy_command(proxy_kubeconfig, lab, health)
-        await until(lambda: asyncio.to_thread(_healthy, health), what="the restarted proxy's first sync")
+        await wait_for_async(
+            lambda: asyncio.to_thread(_healthy, health),
+            what="the restarted proxy's first sync", timeout=15.0, interval=0.05,
+        )
         listing = await Nft(TABLE, netns=lab.client).listing()
         assert gone_chain not in listing, "the deleted Service's chain survived the restart"
         assert ChainNames.of(ServicePortName(namespace, "echo", "http", "TCP")).cluster in listing
@@ -527,10 +542,16 @@ async def test_source_ranges_admit_only_listed_clients_to_a_load_balancer_ip(
         answer = await asyncio.to_thread(lab.get, "http://192.0.2.10/", None, 1.0)
         return answer if answer[:2] == ("ok", "from-backend") else None
 
-    await until(reached, what="the backend through the LB IP from inside the range")
+    await wait_for_async(
+        reached,
+        what="the backend through the LB IP from inside the range", timeout=15.0, interval=0.05,
+    )
     v1.patch_namespaced_service("web", namespace, {"spec": {"loadBalancerSourceRanges": ["10.99.0.0/16"]}})
     chain = ChainNames.of(ServicePortName(namespace, "web", "http", "TCP")).firewall
-    await until(lambda: _has(Nft(TABLE, netns=lab.client), "10.99.0.0/16"), what="the new range in the table")
+    await wait_for_async(
+        lambda: _has(Nft(TABLE, netns=lab.client), "10.99.0.0/16"),
+        what="the new range in the table", timeout=15.0, interval=0.05,
+    )
     assert await _has(Nft(TABLE, netns=lab.client), f"chain {chain}")
     outcome, _, _ = await asyncio.to_thread(lab.get, "http://192.0.2.10/", None, 1.0)
     assert outcome == "timeout"  # dropped, not refused: the firewall drops outside sources
@@ -560,9 +581,9 @@ async def test_health_check_node_port_of_a_local_load_balancer(proxier, lab, v1,
         "localEndpoints": 2,
         "serviceProxyHealthy": True,
     }
-    got = await until(
+    got = await wait_for_async(
         lambda: asyncio.to_thread(lambda: (lambda r: r if r[0] == 200 else None)(_health(port))),
-        what="200 with two local endpoints",
+        what="200 with two local endpoints", timeout=15.0, interval=0.05,
     )
     assert got == (200, expected, "2")
     discovery.patch_namespaced_endpoint_slice(
@@ -570,10 +591,13 @@ async def test_health_check_node_port_of_a_local_load_balancer(proxier, lab, v1,
         namespace,
         {"endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}, "nodeName": "n2"}]},
     )
-    got = await until(
+    got = await wait_for_async(
         lambda: asyncio.to_thread(lambda: (lambda r: r if r[0] == 503 else None)(_health(port))),
-        what="503 once no endpoint is local",
+        what="503 once no endpoint is local", timeout=15.0, interval=0.05,
     )
     assert got == (503, {**expected, "localEndpoints": 0}, "0")
     v1.delete_namespaced_service("web", namespace)
-    await until(lambda: asyncio.to_thread(lambda: _health(port)[0] == 0), what="the port closed")
+    await wait_for_async(
+        lambda: asyncio.to_thread(lambda: _health(port)[0] == 0),
+        what="the port closed", timeout=15.0, interval=0.05,
+    )

@@ -16,23 +16,22 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.etcd import EtcdCluster
+from tests.etcdmembers import (
+    assert_down_left_nothing,
+    deployment,
+    deployment_ready,
+    lose_first_machine,
+    read_from_cache,
+    stack_down,
+    stack_scope,
+    stack_up,
+)
 
-
-def eventually(check, timeout: float = 30.0, interval: float = 0.2):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except ApiException:
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout} s: {check}")
-        time.sleep(interval)
+# Counted as "not yet" while polling: an API error while etcd or a replica is down.
+RETRY = (ApiException,)
 
 
 @pytest.fixture(scope="module")
@@ -52,23 +51,6 @@ def cm(name: str) -> client.V1ConfigMap:
     return client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"n": name})
 
 
-def read_from_cache(v1: client.CoreV1Api, name: str, ns: str) -> client.V1ConfigMap:
-    """GET with resourceVersion=0: served from the API server's watch cache, as upstream's (a GET with
-    no resourceVersion is a consistent read, which needs etcd)."""
-    api = v1.api_client
-    request = api.param_serialize(
-        "GET",
-        "/api/v1/namespaces/{namespace}/configmaps/{name}",
-        path_params={"namespace": ns, "name": name},
-        query_params=[("resourceVersion", "0")],
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(*request)
-    response.read()
-    return api.response_deserialize(response, {"200": "V1ConfigMap"}).data
-
-
 def test_each_member_has_its_own_data_dir_and_ports(cluster) -> None:
     etcd, _ = cluster
     dirs = {m.state_dir / "data" for m in etcd.members}
@@ -82,7 +64,7 @@ def test_one_member_lost_writes_go_on_two_lost_writes_fail_reads_go_on(cluster) 
     etcd, server = cluster
     first, second, third = etcd.members
     etcd.move_leader(third)  # the members killed here are followers (the leader's loss is the next test)
-    eventually(lambda: etcd.leader() is third, timeout=10)
+    wait_for(lambda: etcd.leader() is third, timeout=10, interval=0.2, retrying=RETRY)
     with server.api_client() as api:
         v1 = client.CoreV1Api(api)
         ns = "default"
@@ -114,7 +96,10 @@ def test_one_member_lost_writes_go_on_two_lost_writes_fail_reads_go_on(cluster) 
         finally:
             etcd.start()  # both members come back
         # Converged: writes go through again and are seen at once (the cache's watch resumed).
-        eventually(lambda: v1.create_namespaced_config_map(ns, cm("after")))
+        wait_for(
+            lambda: v1.create_namespaced_config_map(ns, cm("after")),
+            timeout=30.0, interval=0.2, retrying=RETRY,
+        )
         assert v1.read_namespaced_config_map("after", ns).data == {"n": "after"}
         assert all(m.running for m in (first, second, third))
 
@@ -140,7 +125,7 @@ def test_the_leader_lost_writes_resume_after_the_election(cluster) -> None:
     with server.api_client() as api:
         v1 = client.CoreV1Api(api)
         for round_ in range(len(etcd.members)):  # a rolling restart: every member in turn, the leader first
-            leader = eventually(etcd.leader, timeout=10)
+            leader = wait_for(etcd.leader, timeout=10, interval=0.2, retrying=RETRY)
             leader.kill()
             started = time.monotonic()
             errors = write_through_an_election(v1, f"leader-lost-{round_}")
@@ -161,56 +146,20 @@ def test_cluster_files_are_one_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "etcd").exists() and not etcd.running
 
 
-def deployment(name: str, replicas: int) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}],
-                },
-            },
-        },
-    }
-
-
 @pytest.mark.integration
 def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_each(tmp_path: Path) -> None:
     """`pykubelet up --store etcd --etcd-members 3 --apiservers 2`: an API server (with its scheduler and
     controller manager) and an etcd member die; a Deployment scaled during the outage converges through
     the survivors (controller manager and scheduler take the leases over, the agent fails over), the node
     stays Ready; `pykubelet down` then leaves nothing."""
-    import os
-    import signal
-    import subprocess
-
     from kubernetes import config as kconfig
 
-    from pykubelet.rig.leaks import Scope
     from pykubelet.rig.netlease import lease_network
-    from pykubelet.rig.process import free_port, pid_alive
-    from pykubelet.rig.stack import StackRecord, proxy_table
 
     state = tmp_path / "state"
     with lease_network("m") as net:
-        scope = Scope.of(
-            state,
-            bridges=[net.bridge],
-            pod_cidrs=[net.pod_cidr],
-            nft_tables=[f"ip {proxy_table(net.bridge)}"],
-        )
-        argv = ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name",
-                "ha-node", "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--store", "etcd",
-                "--etcd-members", "3", "--apiservers", "2", "--no-example"]  # fmt: skip
-        up = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-        record = StackRecord.load(state)
+        scope = stack_scope(state, net)
+        up, record = stack_up(state, net, "ha-node", apiservers=2, timeout=300)
         try:
             assert up.returncode == 0, up.stderr
             assert record is not None
@@ -223,24 +172,22 @@ def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_ea
             apps.create_namespaced_deployment("default", deployment("ha", 1))
 
             def ready(n: int) -> bool:
-                got = apps.read_namespaced_deployment("ha", "default").status
-                return got is not None and (got.ready_replicas or 0) == n and (got.updated_replicas or 0) == n
+                return deployment_ready(apps, "ha", n)
 
-            eventually(lambda: ready(1), timeout=90)
+            wait_for(lambda: ready(1), timeout=90, interval=0.2, retrying=RETRY)
             # The first API server's machine is gone: it, its scheduler and its controller manager; and
             # one etcd member with it.
-            os.killpg(record.pids["apiserver"], signal.SIGKILL)
-            os.kill(record.pids["etcd-m0"], signal.SIGKILL)
+            lose_first_machine(record)
             # (If that member led, writes fail with etcd's own error until the others have elected a
             # leader, as upstream's do: the scale is retried as a user would.)
-            eventually(
+            wait_for(
                 lambda: apps.patch_namespaced_deployment_scale("ha", "default", {"spec": {"replicas": 3}}),
-                timeout=20,
+                timeout=20, interval=0.2, retrying=RETRY,
             )
-            eventually(lambda: ready(3), timeout=120, interval=1.0)
+            wait_for(lambda: ready(3), timeout=120, interval=1.0, retrying=RETRY)
             node = core.read_node("ha-node")
             assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
-            eventually(
+            wait_for(
                 lambda: (
                     [
                         a.ip
@@ -249,20 +196,11 @@ def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_ea
                     == ["127.0.0.2"]
                 ),
                 timeout=40,
-                interval=1.0,
+                interval=1.0, retrying=RETRY,
             )
         finally:
-            down = subprocess.run(
-                ["pykubelet", "down", "--state-dir", str(state)],
-                capture_output=True,
-                text=True,
-                timeout=180,
-                check=False,
-            )
-        assert down.returncode == 0, down.stderr
-        assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
-        leaked = scope.leaked()
-        assert not leaked, f"`pykubelet down` left {leaked}"
+            down = stack_down(state)
+        assert_down_left_nothing(down, record, scope)
 
 
 @pytest.mark.integration
@@ -327,7 +265,7 @@ def test_a_stack_started_on_a_migrated_store_serves_the_same_objects(tmp_path: P
                 got = apps.read_namespaced_deployment("moved", "kept").status
                 return got is not None and (got.ready_replicas or 0) == 1
 
-            eventually(running, timeout=120, interval=1.0)
+            wait_for(running, timeout=120, interval=1.0, retrying=RETRY)
         finally:
             problems = stack.stop()
         assert not problems, problems

@@ -15,9 +15,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -27,25 +24,22 @@ from kubernetes import client
 from kubernetes import config as kconfig
 from kubernetes.client.rest import ApiException
 
-from pykubelet.rig.leaks import Scope
+from e2e.waiting import wait_for
 from pykubelet.rig.netlease import lease_network
-from pykubelet.rig.process import free_port, pid_alive
-from pykubelet.rig.stack import StackRecord, proxy_table
+from tests.etcdmembers import (
+    assert_down_left_nothing,
+    deployment,
+    deployment_ready,
+    lose_first_machine,
+    pause_member,
+    resume_member,
+    stack_down,
+    stack_scope,
+    stack_up,
+)
 
-
-def eventually(check, timeout: float = 30.0, interval: float = 0.5):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except ApiException:
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout} s: {check}")
-        time.sleep(interval)
+# Counted as "not yet" while polling: an API error while etcd or a replica is down.
+RETRY = (ApiException,)
 
 
 MARKER = "pykube-ha-probe"
@@ -67,26 +61,6 @@ def probe_pod() -> dict:
         "spec": {
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "probe", "image": "busybox:latest", "command": ["sh", "-c", PROBE]}],
-        },
-    }
-
-
-def deployment(name: str, replicas: int) -> dict:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}],
-                },
-            },
         },
     }
 
@@ -121,17 +95,8 @@ def probe_pids() -> set[int]:
 def test_three_by_three_stack_survives_losing_an_api_server_an_etcd_member_and_quorum(tmp_path: Path) -> None:
     state = tmp_path / "state"
     with lease_network("h") as net:
-        scope = Scope.of(
-            state,
-            bridges=[net.bridge],
-            pod_cidrs=[net.pod_cidr],
-            nft_tables=[f"ip {proxy_table(net.bridge)}"],
-        )
-        argv = ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name",
-                "ha3-node", "--pod-cidr", net.pod_cidr, "--bridge", net.bridge, "--store", "etcd",
-                "--etcd-members", "3", "--apiservers", "3", "--no-example"]  # fmt: skip
-        up = subprocess.run(argv, capture_output=True, text=True, timeout=400, check=False)
-        record = StackRecord.load(state)
+        scope = stack_scope(state, net)
+        up, record = stack_up(state, net, "ha3-node", apiservers=3, timeout=400)
         stopped: list[int] = []
         try:
             assert up.returncode == 0, up.stderr[-3000:]
@@ -150,34 +115,35 @@ def test_three_by_three_stack_survives_losing_an_api_server_an_etcd_member_and_q
             # A pod reaches the API through the kubernetes Service, whichever replica answers.
             core.create_namespaced_pod("default", probe_pod())
             started = time.time()
-            eventually(lambda: all_ok_since(core, started, 6), timeout=120, interval=1.0)
+            wait_for(lambda: all_ok_since(core, started, 6), timeout=120, interval=1.0, retrying=RETRY)
             apps.create_namespaced_deployment("default", deployment("ha3", 1))
 
             def ready(n: int) -> bool:
-                got = apps.read_namespaced_deployment("ha3", "default").status
-                return got is not None and (got.ready_replicas or 0) == n and (got.updated_replicas or 0) == n
+                return deployment_ready(apps, "ha3", n)
 
-            eventually(lambda: ready(1), timeout=90)
+            wait_for(lambda: ready(1), timeout=90, interval=0.5, retrying=RETRY)
             pids = probe_pids()
             assert len(pids) == 1, pids
 
             # The replica the agent talks to dies with its scheduler and controller manager, and an etcd
             # member with it.
-            os.killpg(record.pids["apiserver"], signal.SIGKILL)
-            os.kill(record.pids["etcd-m0"], signal.SIGKILL)
-            eventually(
+            lose_first_machine(record)
+            wait_for(
                 lambda: apps.patch_namespaced_deployment_scale("ha3", "default", {"spec": {"replicas": 3}}),
-                timeout=20,
+                timeout=20, interval=0.5, retrying=RETRY,
             )
-            eventually(lambda: ready(3), timeout=120, interval=1.0)
-            eventually(lambda: endpoint_ips(core) == ["127.0.0.2", "127.0.0.3"], timeout=40, interval=1.0)
+            wait_for(lambda: ready(3), timeout=120, interval=1.0, retrying=RETRY)
+            wait_for(
+                lambda: endpoint_ips(core) == ["127.0.0.2", "127.0.0.3"],
+                timeout=40, interval=1.0, retrying=RETRY,
+            )
             dropped = time.time()
             # Connections the proxy opens from now on go to live replicas only.
-            eventually(lambda: all_ok_since(core, dropped + 1, 6), timeout=30, interval=1.0)
+            wait_for(lambda: all_ok_since(core, dropped + 1, 6), timeout=30, interval=1.0, retrying=RETRY)
             assert ready_condition(core, "ha3-node") == ("True", since)
 
             # A second member stops: no quorum. A write fails within a bounded time, retryably.
-            os.kill(record.pids["etcd-m1"], signal.SIGSTOP)
+            pause_member(record.pids["etcd-m1"])
             stopped.append(record.pids["etcd-m1"])
             began = time.monotonic()
             with pytest.raises(ApiException) as err:
@@ -192,28 +158,19 @@ def test_three_by_three_stack_survives_losing_an_api_server_an_etcd_member_and_q
             assert probe_pids() == pids
 
             # The member is back: writes go through, the Deployment scales, the node never left Ready.
-            os.kill(record.pids["etcd-m1"], signal.SIGCONT)
+            resume_member(record.pids["etcd-m1"])
             stopped.clear()
-            eventually(
+            wait_for(
                 lambda: apps.patch_namespaced_deployment_scale("ha3", "default", {"spec": {"replicas": 2}}),
-                timeout=30,
+                timeout=30, interval=0.5, retrying=RETRY,
             )
-            eventually(lambda: ready(2), timeout=90, interval=1.0)
+            wait_for(lambda: ready(2), timeout=90, interval=1.0, retrying=RETRY)
             assert ready_condition(core, "ha3-node") == ("True", since)
             assert probe_pids() == pids
             restored = time.time()
-            eventually(lambda: all_ok_since(core, restored, 4), timeout=30, interval=1.0)
+            wait_for(lambda: all_ok_since(core, restored, 4), timeout=30, interval=1.0, retrying=RETRY)
         finally:
             for pid in stopped:
-                os.kill(pid, signal.SIGCONT)
-            down = subprocess.run(
-                ["pykubelet", "down", "--state-dir", str(state)],
-                capture_output=True,
-                text=True,
-                timeout=180,
-                check=False,
-            )
-        assert down.returncode == 0, down.stderr
-        assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
-        leaked = scope.leaked()
-        assert not leaked, f"`pykubelet down` left {leaked}"
+                resume_member(pid)
+            down = stack_down(state)
+        assert_down_left_nothing(down, record, scope)

@@ -3,26 +3,17 @@ child never outlives the server, even when the server is killed with SIGKILL."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 from kubernetes import client
 
+from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer, api_client
 
 pytestmark = pytest.mark.integration
 
-
-def _wait(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not met")
 
 
 def _scheduler_children(server: ApiServer) -> list[psutil.Process]:
@@ -33,7 +24,7 @@ def _scheduler_children(server: ApiServer) -> list[psutil.Process]:
 def test_embedded_scheduler_binds_and_dies_with_the_server(tmp_path: Path) -> None:
     server = ApiServer(tmp_path / "api", scheduler=True).start()
     try:
-        children = _wait(lambda: _scheduler_children(server))
+        children = wait_for(lambda: _scheduler_children(server), timeout=60.0, interval=0.2)
         with api_client(server.kubeconfig) as api:
             v1 = client.CoreV1Api(api)
             v1.create_node(
@@ -50,7 +41,10 @@ def test_embedded_scheduler_binds_and_dies_with_the_server(tmp_path: Path) -> No
                 "default",
                 {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
             )
-            node = _wait(lambda: v1.read_namespaced_pod("p", "default").spec.node_name)
+            node = wait_for(
+                lambda: v1.read_namespaced_pod("p", "default").spec.node_name,
+                timeout=60.0, interval=0.2,
+            )
             assert node == "embedded-n1"
     finally:
         server.kill()
