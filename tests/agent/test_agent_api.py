@@ -180,7 +180,6 @@ async def upgrade_refused(
         return resp.status, await resp.text()
 
 
-
 async def test_orphan_sandbox_is_removed(agent: Agent, own_containerd: Containerd, tmp_path: Path):
     async with await CRIClient.connect(own_containerd.endpoint) as cri:
         uid = str(uuid.uuid4())

@@ -27,7 +27,6 @@ pytestmark = pytest.mark.integration
 T = TypeVar("T")
 
 
-
 def read(fn: Callable[[], T]) -> T | None:
     try:
         return fn()
@@ -61,11 +60,15 @@ def test_every_namespace_gets_a_default_service_account_and_the_ca_bundle(
     ns = new_namespace(v1)
     sa = wait_for(
         lambda: read(lambda: v1.read_namespaced_service_account("default", ns)),
-        what="default SA", timeout=30.0, interval=0.1,
+        what="default SA",
+        timeout=30.0,
+        interval=0.1,
     )
     cm = wait_for(
         lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)),
-        what="CA bundle", timeout=30.0, interval=0.1,
+        what="CA bundle",
+        timeout=30.0,
+        interval=0.1,
     )
     assert cm.data == {"ca.crt": server.ca_cert.read_text()}
     assert "kube-apiserver" in cm.metadata.annotations["kubernetes.io/description"]
@@ -74,12 +77,16 @@ def test_every_namespace_gets_a_default_service_account_and_the_ca_bundle(
     v1.delete_namespaced_config_map("kube-root-ca.crt", ns)
     again = wait_for(
         lambda: read(lambda: v1.read_namespaced_service_account("default", ns)),
-        what="SA again", timeout=30.0, interval=0.1,
+        what="SA again",
+        timeout=30.0,
+        interval=0.1,
     )
     assert again.metadata.uid != sa.metadata.uid
     wait_for(
         lambda: read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)),
-        what="CA again", timeout=30.0, interval=0.1,
+        what="CA again",
+        timeout=30.0,
+        interval=0.1,
     )
     # Changed by hand, the bundle is put right.
     v1.patch_namespaced_config_map("kube-root-ca.crt", ns, {"data": {"ca.crt": "not a CA"}})
@@ -88,7 +95,9 @@ def test_every_namespace_gets_a_default_service_account_and_the_ca_bundle(
             (read(lambda: v1.read_namespaced_config_map("kube-root-ca.crt", ns)).data or {}).get("ca.crt")
             == server.ca_cert.read_text()
         ),
-        what="CA restored", timeout=30.0, interval=0.1,
+        what="CA restored",
+        timeout=30.0,
+        interval=0.1,
     )
 
 
@@ -157,20 +166,25 @@ def test_two_managers_hand_over_leadership(tmp_path: Path) -> None:
             ns = new_namespace(v1)
             wait_for(
                 lambda: read(lambda: v1.read_namespaced_service_account("default", ns)),
-                what="SA", timeout=30.0, interval=0.1,
+                what="SA",
+                timeout=30.0,
+                interval=0.1,
             )
             os.killpg(leader.pid, signal.SIGKILL)
             leader.wait()
             second = wait_for(
                 lambda: (h := holder()) and f"_{standby.pid}_" in h and h,
                 timeout=20,
-                what="the standby to take the lease", interval=0.1,
+                what="the standby to take the lease",
+                interval=0.1,
             )
             assert second != first
             ns2 = new_namespace(v1)  # only the new leader can have made this one's account
             wait_for(
                 lambda: read(lambda: v1.read_namespaced_service_account("default", ns2)),
-                what="SA by new leader", timeout=30.0, interval=0.1,
+                what="SA by new leader",
+                timeout=30.0,
+                interval=0.1,
             )
             standby.send_signal(signal.SIGTERM)
             assert standby.wait(timeout=20) == 0

@@ -33,8 +33,6 @@ def cronjob(name: str, schedule: str = "*/5 * * * *", **spec: object) -> dict:
     return body
 
 
-
-
 @pytest.mark.parametrize(
     ("schedule", "error"),
     [

@@ -30,8 +30,6 @@ def ds(name: str, labels: dict | None = None, **spec: object) -> dict:
     return body
 
 
-
-
 def test_defaults_and_template_generation(apps: client.AppsV1Api, namespace: str) -> None:
     made = apps.create_namespaced_daemon_set(namespace, ds("agent"))
     strategy = made.spec.update_strategy

@@ -212,7 +212,9 @@ def test_etcd_lost_mid_flight_is_a_retryable_5xx_and_everything_resumes(fragile)
         # and the write that failed was not applied.
         wait_for(
             lambda: v1.create_namespaced_config_map("default", configmap("after", a="2")),
-            timeout=15.0, interval=0.1, retrying=RETRY,
+            timeout=15.0,
+            interval=0.1,
+            retrying=RETRY,
         )
         assert v1.read_namespaced_config_map("after", "default").data == {"a": "2"}
         with pytest.raises(ApiException) as missing:

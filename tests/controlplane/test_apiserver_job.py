@@ -24,8 +24,6 @@ def job(name: str, restart: str = "Never", **spec: object) -> dict:
     return body
 
 
-
-
 def test_defaults_and_the_generated_selector(batch: client.BatchV1Api, namespace: str) -> None:
     made = batch.create_namespaced_job(namespace, job("pi"))
     uid = made.metadata.uid

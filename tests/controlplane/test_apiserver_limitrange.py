@@ -16,7 +16,6 @@ from tests.controlplane.conftest import Kubectl, message
 Obj = dict[str, Any]
 
 
-
 def limits(v1: client.CoreV1Api, ns: str, *items: Obj, name: str = "lr") -> client.V1LimitRange:
     return v1.create_namespaced_limit_range(ns, {"metadata": {"name": name}, "spec": {"limits": list(items)}})
 

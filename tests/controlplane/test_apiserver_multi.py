@@ -96,7 +96,9 @@ def test_kubernetes_endpoints_list_every_live_replica(group: ApiServerReplicas) 
     second.start()
     wait_for(
         lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"],
-        timeout=5, interval=0.1, retrying=RETRY,
+        timeout=5,
+        interval=0.1,
+        retrying=RETRY,
     )
     # ...one that dies is dropped once its record's TTL (15 s) runs out and a survivor's round (10 s) runs.
     second.kill()
@@ -107,7 +109,9 @@ def test_kubernetes_endpoints_list_every_live_replica(group: ApiServerReplicas) 
     second.start()
     wait_for(
         lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"],
-        timeout=5, interval=0.1, retrying=RETRY,
+        timeout=5,
+        interval=0.1,
+        retrying=RETRY,
     )
 
 
@@ -119,7 +123,9 @@ def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versio
     writer.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     start_rv = wait_for(
         lambda: watcher.list_namespaced_config_map(ns).metadata.resource_version,
-        timeout=15.0, interval=0.1, retrying=RETRY,
+        timeout=15.0,
+        interval=0.1,
+        retrying=RETRY,
     )
     seen: list[tuple[str, str, str]] = []
     done = threading.Event()
@@ -158,7 +164,9 @@ def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versio
             if len(watcher.list_namespaced_config_map(ns).items) == 2
             else None
         ),
-        timeout=15.0, interval=0.1, retrying=RETRY,
+        timeout=15.0,
+        interval=0.1,
+        retrying=RETRY,
     )
     assert a == b == {"c0": written[0][2], "c2": written[2][2]}
     # A list at an exact resourceVersion served by the replica that did not write it.
@@ -198,7 +206,9 @@ def test_optimistic_concurrency_holds_across_replicas(group: ApiServerReplicas) 
             if len(b.read_namespaced_config_map(name, ns).data) == 11
             else None
         ),
-        timeout=15.0, interval=0.1, retrying=RETRY,
+        timeout=15.0,
+        interval=0.1,
+        retrying=RETRY,
     )
     assert set(final.data) == {"x"} | {f"k{i}" for i in range(10)}
 

@@ -30,7 +30,6 @@ def pdb(name: str, selector: dict | None = None, **spec: object) -> dict:
     return body
 
 
-
 @pytest.fixture(scope="module")
 def policy(api: client.ApiClient) -> client.PolicyV1Api:
     return client.PolicyV1Api(api)

@@ -30,7 +30,6 @@ def pvc(name: str, size: str = "1Gi", **spec: object) -> dict:
     return body
 
 
-
 @pytest.fixture(scope="module")
 def storage(api: client.ApiClient) -> client.StorageV1Api:
     return client.StorageV1Api(api)

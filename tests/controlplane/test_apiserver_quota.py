@@ -19,7 +19,6 @@ from tests.controlplane.conftest import Kubectl, message
 Obj = dict[str, Any]
 
 
-
 def make_quota(v1: client.CoreV1Api, ns: str, hard: dict[str, str], name: str = "q", **spec: Any) -> Obj:
     """A quota, and the status the controller writes for it in a namespace holding nothing it counts."""
     body = {"metadata": {"name": name}, "spec": {"hard": hard, **spec}}

@@ -26,7 +26,6 @@ def rc(name: str, **spec: object) -> dict:
     return body
 
 
-
 def test_defaults_come_from_the_template(v1: client.CoreV1Api, namespace: str) -> None:
     made = v1.create_namespaced_replication_controller(namespace, rc("web"))
     assert made.spec.selector == {"app": "web"} and made.metadata.labels == {"app": "web"}

@@ -35,8 +35,6 @@ def sts(name: str, labels: dict | None = None, **spec: object) -> dict:
     return body
 
 
-
-
 def test_defaults(apps: client.AppsV1Api, namespace: str) -> None:
     claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
     body = sts("web", volumeClaimTemplates=[claim])

@@ -20,7 +20,6 @@ def sc(name: str, **fields: object) -> dict:
     return {"metadata": {"name": name}, "provisioner": "example.com/disk", **fields}
 
 
-
 @pytest.fixture(scope="module")
 def storage(api: client.ApiClient) -> client.StorageV1Api:
     return client.StorageV1Api(api)

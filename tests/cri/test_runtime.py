@@ -47,7 +47,6 @@ def container_config(
     )
 
 
-
 def http_get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return resp.read()
@@ -102,7 +101,8 @@ async def test_pod_lifecycle_end_to_end(
     # Reached from the host at the pod IP.
     body = await wait_for_async(
         lambda: _try_get(f"http://{pod_ip}:8080/index.html"),
-        timeout=15.0, interval=0.1,
+        timeout=15.0,
+        interval=0.1,
     )
     assert body == b"hello from pykubelet busybox\n"
 

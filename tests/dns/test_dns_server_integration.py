@@ -68,7 +68,6 @@ def addresses(reply: DNSRecord) -> list[str]:
     return sorted(str(rr.rdata) for rr in reply.rr if QTYPE[rr.rtype] in ("A", "AAAA"))
 
 
-
 async def test_services_resolve_over_udp_and_tcp_and_follow_changes(dns_port, v1):
     ns = f"d-{time.time_ns() % 10**8}"
     v1.create_namespace({"metadata": {"name": ns}})
@@ -91,7 +90,8 @@ async def test_services_resolve_over_udp_and_tcp_and_follow_changes(dns_port, v1
         v1.delete_namespaced_service("web", ns)
         gone = await wait_for_async(
             lambda: _rcode(dns_port, name, RCODE.NXDOMAIN),
-            timeout=10.0, interval=0.05,
+            timeout=10.0,
+            interval=0.05,
         )
         assert QTYPE[gone.auth[0].rtype] == "SOA"
     finally:

@@ -198,7 +198,6 @@ async def table(lab: NetLab) -> dict[str, Any] | None:
     return {"chains": chains, "maps": maps}
 
 
-
 def _endpoint_chain(name: ServicePortName, ip: str, port: int) -> str:
     return "endpoint-" + hash_and_truncate(f"{name.chain_base}__{ip}/{port}")
 
@@ -309,7 +308,9 @@ async def test_udp_conntrack_entries_of_a_gone_endpoint_are_flushed(proxier, lab
 
     await wait_for_async(
         lambda: answer("first"),
-        what="the first backend over UDP", timeout=15.0, interval=0.05,
+        what="the first backend over UDP",
+        timeout=15.0,
+        interval=0.05,
     )
     # The same client flow now has a conntrack entry to the first backend; the endpoint is replaced.
     body["endpoints"] = [{"addresses": [EXTRA_BACKEND_IP], "conditions": {"ready": True}}]
@@ -317,7 +318,9 @@ async def test_udp_conntrack_entries_of_a_gone_endpoint_are_flushed(proxier, lab
     # Without the flush the entry would keep this flow on the first backend (still up) until it expires.
     await wait_for_async(
         lambda: answer("second"),
-        what="the flow moved to the new backend", timeout=10, interval=0.05,
+        what="the flow moved to the new backend",
+        timeout=10,
+        interval=0.05,
     )
     listed = subprocess.run(
         ["ip", "netns", "exec", lab.client, "conntrack", "-L", "-p", "udp", "--orig-dst", ip],
@@ -333,7 +336,9 @@ async def test_a_failed_sync_leaves_the_previous_ruleset(proxier, lab, v1, disco
     nft = Nft(TABLE, netns=lab.client)
     await wait_for_async(
         lambda: _has(nft, f"-{namespace}/web/"),
-        what="web's rules", timeout=15.0, interval=0.05,
+        what="web's rules",
+        timeout=15.0,
+        interval=0.05,
     )
     before = await nft.listing()
     real_partial = proxier.writer.partial
@@ -344,7 +349,9 @@ async def test_a_failed_sync_leaves_the_previous_ruleset(proxier, lab, v1, disco
     db = service(v1, namespace, "db")
     await wait_for_async(
         lambda: _true(proxier.failures > failures),
-        what="the sync to fail", timeout=15.0, interval=0.05,
+        what="the sync to fail",
+        timeout=15.0,
+        interval=0.05,
     )
     assert await nft.listing() == before  # nothing of the failed transaction was applied
     assert proxier.need_full
@@ -352,7 +359,9 @@ async def test_a_failed_sync_leaves_the_previous_ruleset(proxier, lab, v1, disco
     proxier._queue()  # the retry (a full sync) goes through
     await wait_for_async(
         lambda: _has(nft, f"{db.spec.cluster_ip} . tcp . 80 : goto reject-chain"),
-        what="recovery", timeout=15.0, interval=0.05,
+        what="recovery",
+        timeout=15.0,
+        interval=0.05,
     )
     with pytest.raises(NftError):
         await nft.apply("add rule ip kube-proxy services bogus\n")
@@ -401,12 +410,16 @@ async def test_the_command_serves_health_and_metrics_and_cleanup_removes_the_tab
 
         body = await wait_for_async(
             lambda: asyncio.to_thread(healthz),
-            what="healthz", timeout=15.0, interval=0.05,
+            what="healthz",
+            timeout=15.0,
+            interval=0.05,
         )
         assert body["nodeEligible"] is True and body["lastUpdated"].endswith("+0000 UTC")
         await wait_for_async(
             lambda: _has(Nft(TABLE, netns=lab.client), "chain services"),
-            what="the table", timeout=15.0, interval=0.05,
+            what="the table",
+            timeout=15.0,
+            interval=0.05,
         )
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as resp:
             text = resp.read().decode()
@@ -494,7 +507,9 @@ async def test_a_restarted_proxy_keeps_established_connections_and_drops_stale_r
         address = f"{echo.spec.cluster_ip}:80"
         conn = await wait_for_async(
             lambda: asyncio.to_thread(lab.connect, address),
-            what="a connection via the ClusterIP", timeout=15.0, interval=0.05,
+            what="a connection via the ClusterIP",
+            timeout=15.0,
+            interval=0.05,
         )
         assert await asyncio.to_thread(conn.say, "before") == "echo before"
         assert await _has(Nft(TABLE, netns=lab.client), gone_chain)
@@ -508,7 +523,9 @@ async def test_a_restarted_proxy_keeps_established_connections_and_drops_stale_r
         proc = proxy_command(proxy_kubeconfig, lab, health)
         await wait_for_async(
             lambda: asyncio.to_thread(_healthy, health),
-            what="the restarted proxy's first sync", timeout=15.0, interval=0.05,
+            what="the restarted proxy's first sync",
+            timeout=15.0,
+            interval=0.05,
         )
         listing = await Nft(TABLE, netns=lab.client).listing()
         assert gone_chain not in listing, "the deleted Service's chain survived the restart"
@@ -544,13 +561,17 @@ async def test_source_ranges_admit_only_listed_clients_to_a_load_balancer_ip(
 
     await wait_for_async(
         reached,
-        what="the backend through the LB IP from inside the range", timeout=15.0, interval=0.05,
+        what="the backend through the LB IP from inside the range",
+        timeout=15.0,
+        interval=0.05,
     )
     v1.patch_namespaced_service("web", namespace, {"spec": {"loadBalancerSourceRanges": ["10.99.0.0/16"]}})
     chain = ChainNames.of(ServicePortName(namespace, "web", "http", "TCP")).firewall
     await wait_for_async(
         lambda: _has(Nft(TABLE, netns=lab.client), "10.99.0.0/16"),
-        what="the new range in the table", timeout=15.0, interval=0.05,
+        what="the new range in the table",
+        timeout=15.0,
+        interval=0.05,
     )
     assert await _has(Nft(TABLE, netns=lab.client), f"chain {chain}")
     outcome, _, _ = await asyncio.to_thread(lab.get, "http://192.0.2.10/", None, 1.0)
@@ -583,7 +604,9 @@ async def test_health_check_node_port_of_a_local_load_balancer(proxier, lab, v1,
     }
     got = await wait_for_async(
         lambda: asyncio.to_thread(lambda: (lambda r: r if r[0] == 200 else None)(_health(port))),
-        what="200 with two local endpoints", timeout=15.0, interval=0.05,
+        what="200 with two local endpoints",
+        timeout=15.0,
+        interval=0.05,
     )
     assert got == (200, expected, "2")
     discovery.patch_namespaced_endpoint_slice(
@@ -593,11 +616,15 @@ async def test_health_check_node_port_of_a_local_load_balancer(proxier, lab, v1,
     )
     got = await wait_for_async(
         lambda: asyncio.to_thread(lambda: (lambda r: r if r[0] == 503 else None)(_health(port))),
-        what="503 once no endpoint is local", timeout=15.0, interval=0.05,
+        what="503 once no endpoint is local",
+        timeout=15.0,
+        interval=0.05,
     )
     assert got == (503, {**expected, "localEndpoints": 0}, "0")
     v1.delete_namespaced_service("web", namespace)
     await wait_for_async(
         lambda: asyncio.to_thread(lambda: _health(port)[0] == 0),
-        what="the port closed", timeout=15.0, interval=0.05,
+        what="the port closed",
+        timeout=15.0,
+        interval=0.05,
     )

@@ -98,7 +98,9 @@ def test_one_member_lost_writes_go_on_two_lost_writes_fail_reads_go_on(cluster) 
         # Converged: writes go through again and are seen at once (the cache's watch resumed).
         wait_for(
             lambda: v1.create_namespaced_config_map(ns, cm("after")),
-            timeout=30.0, interval=0.2, retrying=RETRY,
+            timeout=30.0,
+            interval=0.2,
+            retrying=RETRY,
         )
         assert v1.read_namespaced_config_map("after", ns).data == {"n": "after"}
         assert all(m.running for m in (first, second, third))
@@ -182,7 +184,9 @@ def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_ea
             # leader, as upstream's do: the scale is retried as a user would.)
             wait_for(
                 lambda: apps.patch_namespaced_deployment_scale("ha", "default", {"spec": {"replicas": 3}}),
-                timeout=20, interval=0.2, retrying=RETRY,
+                timeout=20,
+                interval=0.2,
+                retrying=RETRY,
             )
             wait_for(lambda: ready(3), timeout=120, interval=1.0, retrying=RETRY)
             node = core.read_node("ha-node")
@@ -196,7 +200,8 @@ def test_up_with_two_api_servers_on_three_etcd_members_survives_losing_one_of_ea
                     == ["127.0.0.2"]
                 ),
                 timeout=40,
-                interval=1.0, retrying=RETRY,
+                interval=1.0,
+                retrying=RETRY,
             )
         finally:
             down = stack_down(state)

@@ -130,12 +130,16 @@ def test_three_by_three_stack_survives_losing_an_api_server_an_etcd_member_and_q
             lose_first_machine(record)
             wait_for(
                 lambda: apps.patch_namespaced_deployment_scale("ha3", "default", {"spec": {"replicas": 3}}),
-                timeout=20, interval=0.5, retrying=RETRY,
+                timeout=20,
+                interval=0.5,
+                retrying=RETRY,
             )
             wait_for(lambda: ready(3), timeout=120, interval=1.0, retrying=RETRY)
             wait_for(
                 lambda: endpoint_ips(core) == ["127.0.0.2", "127.0.0.3"],
-                timeout=40, interval=1.0, retrying=RETRY,
+                timeout=40,
+                interval=1.0,
+                retrying=RETRY,
             )
             dropped = time.time()
             # Connections the proxy opens from now on go to live replicas only.
@@ -162,7 +166,9 @@ def test_three_by_three_stack_survives_losing_an_api_server_an_etcd_member_and_q
             stopped.clear()
             wait_for(
                 lambda: apps.patch_namespaced_deployment_scale("ha3", "default", {"spec": {"replicas": 2}}),
-                timeout=30, interval=0.5, retrying=RETRY,
+                timeout=30,
+                interval=0.5,
+                retrying=RETRY,
             )
             wait_for(lambda: ready(2), timeout=90, interval=1.0, retrying=RETRY)
             assert ready_condition(core, "ha3-node") == ("True", since)

@@ -15,7 +15,6 @@ from pykubelet.rig.apiserver import ApiServer, api_client
 pytestmark = pytest.mark.integration
 
 
-
 def _scheduler_children(server: ApiServer) -> list[psutil.Process]:
     assert server.pid is not None
     return [p for p in psutil.Process(server.pid).children() if "scheduler" in " ".join(p.cmdline())]
@@ -43,7 +42,8 @@ def test_embedded_scheduler_binds_and_dies_with_the_server(tmp_path: Path) -> No
             )
             node = wait_for(
                 lambda: v1.read_namespaced_pod("p", "default").spec.node_name,
-                timeout=60.0, interval=0.2,
+                timeout=60.0,
+                interval=0.2,
             )
             assert node == "embedded-n1"
     finally:
