@@ -8,6 +8,7 @@ nodes/stats or nodes/metrics get upstream's 401/403.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 import uuid
@@ -23,6 +24,7 @@ from agent.cri import pb
 from agent.stats import host
 from agent.stats.cgroups import Cgroups, parse_proc_cgroup
 from agent.stats.syscontainers import unix_socket_peer
+from e2e.waiting import wait_for_async
 from kubeclient.client import KubeClient
 from pykubelet.rig.images import RigImages
 from tests.agent.test_agent_api import (  # noqa: F401 - fixtures
@@ -32,10 +34,12 @@ from tests.agent.test_agent_api import (  # noqa: F401 - fixtures
     client_pki,
     kubelet_tls,
     own_containerd,
-    wait_until,
 )
 
 pytestmark = pytest.mark.integration
+
+# The agent tests' poll: a coroutine check every 0.2 s within its bound.
+wait_until = functools.partial(wait_for_async, interval=0.2)
 
 CPU_LIMIT_CORES = 0.2
 MIB = 1 << 20
