@@ -233,13 +233,17 @@ class EtcdStore:
         self._watch = pb_grpc.WatchStub(channel)
         self._lease = pb_grpc.LeaseStub(channel)
 
-    def _failover(self, err: grpc.aio.AioRpcError) -> bool:
-        """The member in use could not be reached: move to the next one. False with one server or when
-        etcd itself answered (`etcdserver: ...`, e.g. no quorum: another member would say the same)."""
+    def _failover(self, err: grpc.aio.AioRpcError, used: int) -> bool:
+        """Member `used` could not be reached: move to the next one. False with one server or when etcd
+        itself answered (`etcdserver: ...`, e.g. no quorum: another member would say the same). When a
+        concurrent call has already moved off `used`, the member now in use is kept (moving again from
+        it would skip a live member for a failure that was not its own)."""
         if len(self.config.servers) < 2 or err.code() != grpc.StatusCode.UNAVAILABLE:
             return False
         if (err.details() or "").startswith("etcdserver:"):
             return False
+        if self._member != used:
+            return True
         failed = self.config.servers[self._member]
         self._use((self._member + 1) % len(self.config.servers))
         log.warning(
@@ -290,6 +294,7 @@ class EtcdStore:
         was never made (nothing was sent; a write cut off mid-flight may have been applied, so that is
         the caller's retryable 5xx rather than a second send)."""
         for attempt in range(len(self.config.servers)):
+            used = self._member
             stub = self.kv if service == "kv" else self._lease
             try:
                 return await getattr(stub, method)(request, timeout=self.config.request_timeout)
@@ -299,7 +304,7 @@ class EtcdStore:
                     raise CompactedError(getattr(request, "revision", 0), self._compacted) from None
                 if _FUTURE in details:
                     raise FutureRevisionError(getattr(request, "revision", 0), self._revision) from None
-                moved = self._failover(err)
+                moved = self._failover(err, used)
                 unsent = method == "Range" or any(n in details for n in _NOT_SENT)
                 if not (moved and unsent) or attempt == len(self.config.servers) - 1:
                     raise _translate(err, what) from None
@@ -442,6 +447,7 @@ class EtcdStore:
         last = from_revision
         failures = hops = 0
         while True:
+            used = self._member
             try:
                 async for batch in self._watch_once(last):
                     failures = hops = 0
@@ -451,7 +457,7 @@ class EtcdStore:
             except grpc.aio.AioRpcError as err:
                 if err.code() not in _UNAVAILABLE:
                     raise _translate(err, "watch") from None
-                if hops < len(self.config.servers) - 1 and self._failover(err):
+                if hops < len(self.config.servers) - 1 and self._failover(err, used):
                     hops += 1  # another member, at once (backing off once every one has failed)
                     continue
                 hops = 0

@@ -147,6 +147,30 @@ async def test_the_first_server_that_answers_is_used(etcd: Etcd, tmp_path: Path)
     assert all(f"etcd at {url} is not reachable" in str(err.value) for url in dead)
 
 
+async def test_concurrent_failures_on_one_member_move_once(etcd: Etcd, tmp_path: Path) -> None:
+    """Calls that failed together on a dead member fail over once, to the next member, not each one
+    member further (which skipped the live member and failed writes that etcd would have taken)."""
+    dead = [f"https://127.0.0.1:{free_port()}" for _ in range(2)]
+    pki = etcd.pki
+    config = EtcdConfig(
+        (dead[0], etcd.url, dead[1]),
+        pki.ca_cert,
+        pki.client_cert,
+        pki.client_key,
+        prefix=f"/t-{tmp_path.name[-12:]}/",
+    )
+    store = EtcdStore(config)
+    await store.start()
+    try:
+        await store.create("/cm/ns/x", b"{}")
+        store._use(0)  # the member in use dies under it
+        got = await asyncio.gather(*(store.get("/cm/ns/x") for _ in range(8)))
+        assert all(kv is not None and kv.value == b"{}" for kv in got)
+        assert config.servers[store._member] == etcd.url
+    finally:
+        await store.close()
+
+
 async def test_a_watch_fed_cache_is_fresh_at_our_revisions_only(etcd: Etcd, tmp_path: Path) -> None:
     """Revisions spent outside the store's prefix (another server's keys, the compactor's key) do not
     make it wait for events that never come; etcd's periodic progress notifications move it on."""
