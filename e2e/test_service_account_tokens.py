@@ -50,7 +50,8 @@ def api_endpoint(kube: Any) -> tuple[str, int]:
 def caller_script(host: str, port: int) -> str:
     """Read the projected files, then call the API with them (busybox wget: the token and namespace go
     into the request; the CA is printed for the test to check against the server's certificate); then
-    list the namespace's pods again each second (for two minutes at most) until the account may."""
+    list the namespace's pods again each second (for a minute at most, each try given five seconds and
+    printed) until the account may."""
     return f"""
 D={MOUNT}
 HOST={host or "$(ip route | awk '/^default/ {print $3}')"}
@@ -68,9 +69,10 @@ echo "pods $(wget -S -O /dev/null --no-check-certificate --header "Authorization
   https://$HOST:{port}/api/v1/namespaces/$NS/pods 2>&1 | grep -o 'HTTP/1.1 [0-9]*' | head -1)"
 echo done
 n=0
-while [ $n -lt 120 ]; do
-  s=$(wget -S -O /dev/null --no-check-certificate --header "Authorization: Bearer $TOKEN" \
-    https://$HOST:{port}/api/v1/namespaces/$NS/pods 2>&1 | grep -o 'HTTP/1.1 [0-9]*' | head -1)
+while [ $n -lt 60 ]; do
+  s=$(timeout 5 wget -S -O /dev/null --no-check-certificate --header "Authorization: Bearer $TOKEN" \
+    https://$HOST:{port}/api/v1/namespaces/$NS/pods 2>&1 | grep -oE 'HTTP/1.1 [0-9]+|wget: .*' | head -1)
+  echo "try-$n $s"
   [ "$s" = "HTTP/1.1 200" ] && break
   n=$((n+1)); sleep 1
 done
@@ -83,6 +85,8 @@ def log_with(kube: Any, namespace: str, pod: str, marker: str, timeout: float = 
     """The pod's log once it holds `marker`: the node answers 404 until it has seen the new pod (its
     kubelet's `pod "x" does not exist`) and 400 while the container has not started yet."""
 
+    seen = [""]
+
     def read() -> str | None:
         try:
             text = kube.read_namespaced_pod_log(pod, namespace)
@@ -90,9 +94,19 @@ def log_with(kube: Any, namespace: str, pod: str, marker: str, timeout: float = 
             if err.status in (400, 404):
                 return None
             raise
+        seen[0] = text
         return text if marker in text else None
 
-    return wait_for(read, timeout=timeout, what=f"{marker!r} in the log of {pod}")
+    try:
+        return wait_for(read, timeout=timeout, what=f"{marker!r} in the log of {pod}")
+    except AssertionError as err:
+        shown = [line for line in seen[0].splitlines() if not line.startswith(("token ", "ca "))]
+        status = kube.read_namespaced_pod(pod, namespace).status
+        states = [(c.name, c.restart_count, c.state) for c in status.container_statuses or []]
+        raise AssertionError(
+            f"{err}; pod {status.phase} {status.reason or ''} {states}; the log so far, token and CA"
+            " left out:\n" + "\n".join(shown)
+        ) from None
 
 
 def fields_of(log: str) -> dict[str, str]:
@@ -203,7 +217,9 @@ def test_a_pod_calls_the_api_with_its_own_credentials(kube, namespace, node_name
             subjects=[client.RbacV1Subject(kind="ServiceAccount", name="default", namespace=namespace)],
         ),
     )
-    assert fields_of(log_with(kube, namespace, "caller", "bound "))["bound"] == "HTTP/1.1 200"
+    bound = log_with(kube, namespace, "caller", "bound ", timeout=120)  # 60 tries of 1-6 s
+    tries = [line for line in bound.splitlines() if line.startswith("try-")]
+    assert fields_of(bound)["bound"] == "HTTP/1.1 200", tries
 
     token = got["token"]
     claims = jwt.decode(token, options={"verify_signature": False})

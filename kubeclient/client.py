@@ -233,16 +233,9 @@ class KubeClient:
                     if not retryable or attempt == attempts:
                         raise err
                     delay = _retry_after(resp.headers.get("Retry-After")) or err.retry_after or backoff.next()
-            except aiohttp.ClientConnectorError as exc:  # no connection: nothing was sent
-                moved = self.replicas.failed(server, type(exc).__name__)
-                if attempt == attempts:
-                    raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
-                if moved and attempt < replicas:
-                    continue
-                delay = backoff.next()
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 moved = self.replicas.failed(server, type(exc).__name__)
-                if method not in IDEMPOTENT or attempt == attempts:
+                if (method not in IDEMPOTENT and not _unsent(exc)) or attempt == attempts:
                     raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
                 if moved and attempt < replicas:
                     continue
@@ -327,6 +320,17 @@ class KubeClient:
             # The caller resumes from its last resourceVersion, on the next replica if there is one.
             self.replicas.failed(server, type(exc).__name__)
             raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
+
+
+def _unsent(exc: BaseException) -> bool:
+    """Whether a failed request certainly never reached a server, so even a POST may go again: no
+    connection was made, or the body could not be written (a pooled connection the server had closed,
+    or a server that died: it cannot have acted on a request whose body it never had). Go's transport
+    retries the same cases (nothing written, or a closed idle connection). aiohttp gives the body's
+    failure no type of its own, only ClientOSError with this text."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and "Can not write request body" in str(exc)
 
 
 async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:

@@ -125,14 +125,33 @@ _bridges: dict[str, _BridgeMemo] = {}
 _bridges_lock = threading.Lock()
 
 
+# /sys/class/net/<dev>/addr_assign_type of an address set by hand (NET_ADDR_SET); the kernel's own
+# choice for a bridge is NET_ADDR_RANDOM or, once a port has lent it one, NET_ADDR_STOLEN.
+ADDR_SET = "3"
+
+
+def _address_is_set(name: str) -> bool:
+    try:
+        return Path(f"/sys/class/net/{name}/addr_assign_type").read_text().strip() == ADDR_SET
+    except OSError:
+        return True  # cannot tell (no sysfs): leave the address alone
+
+
 def ensure_bridge(
     rtnl: Rtnl, name: str, gateway: ipaddress.IPv4Interface | None, mtu: int, localnet: bool
 ) -> LinkInfo:
-    """Create the bridge if missing, bring it up and give it the gateway address."""
+    """Create the bridge if missing, bring it up and give it the gateway address.
+
+    The bridge's MAC is set, not left to the kernel: a bridge whose address was never set takes the
+    lowest MAC of its ports, so adding or deleting any pod's veth could change the gateway's MAC,
+    and every pod that had it in its ARP cache lost its gateway (the API server, DNS, Services, the
+    world) until that entry went stale, some 30 s (kubenet pinned cbr0's MAC for the same reason).
+    A bridge found with a kernel-chosen address (made by an older version, or by hand) is pinned at
+    the address it has now, which changes nothing for the pods."""
     link = rtnl.get_link(name)
     if link is None:
         try:
-            rtnl.add_bridge(name, mtu)
+            rtnl.add_bridge(name, mtu, address=random_mac())
         except NetlinkError as exc:
             if exc.code != errno.EEXIST:  # a concurrent ADD made it first
                 raise CniError(errors.INTERNAL, "cannot create bridge", f"{name}: {exc}") from exc
@@ -148,6 +167,8 @@ def ensure_bridge(
     with _bridges_lock:
         memo = _bridges.get(name)
     if memo is None or memo.index != idx or memo.gateway != gateway:
+        if not _address_is_set(name):
+            rtnl.set_link(idx, address=link.get_attr("IFLA_ADDRESS"))
         if gateway is not None and gateway not in rtnl.addresses(idx):
             add_address(rtnl, idx, gateway, "gateway")
         with _bridges_lock:

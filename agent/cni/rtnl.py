@@ -123,23 +123,33 @@ class Rtnl:
             raise
         return found[0] if found else None
 
-    def set_link(self, index: int, up: bool | None = None, master: int | None = None) -> None:
+    def set_link(
+        self, index: int, up: bool | None = None, master: int | None = None, address: str | None = None
+    ) -> None:
         msg = ifinfmsg()
         msg["index"] = index
         if up is not None:
             msg["flags"] = IFF_UP if up else 0
             msg["change"] = IFF_UP
+        attrs: list[list[Any]] = []
         if master is not None:
-            msg["attrs"] = [["IFLA_MASTER", master]]
+            attrs.append(["IFLA_MASTER", master])
+        if address is not None:
+            attrs.append(["IFLA_ADDRESS", address])
+        if attrs:
+            msg["attrs"] = attrs
         self.request(msg, RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK)
 
-    def add_bridge(self, name: str, mtu: int = 0) -> None:
+    def add_bridge(self, name: str, mtu: int = 0, address: str | None = None) -> None:
+        """A new bridge, up; with `address` its MAC is set (the kernel then never replaces it)."""
         msg = ifinfmsg()
         msg["flags"] = msg["change"] = IFF_UP
         attrs: list[list[Any]] = [
             ["IFLA_IFNAME", name],
             ["IFLA_LINKINFO", {"attrs": [["IFLA_INFO_KIND", "bridge"]]}],
         ]
+        if address is not None:
+            attrs.append(["IFLA_ADDRESS", address])
         if mtu:
             attrs.append(["IFLA_MTU", mtu])
         msg["attrs"] = attrs

@@ -95,6 +95,40 @@ def test_two_pods_host_and_back(
     assert not ping(None, ip_a)
 
 
+def link_address(name: str) -> tuple[str, str]:
+    """A host link's MAC and how the kernel got it (addr_assign_type: 3 is set by hand)."""
+    sysfs = Path("/sys/class/net") / name
+    return (sysfs / "address").read_text().strip(), (sysfs / "addr_assign_type").read_text().strip()
+
+
+def test_the_gateway_keeps_its_mac_while_pods_come_and_go(
+    plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces
+) -> None:
+    """A bridge left to choose its own MAC takes its lowest port's: deleting the pod whose veth lent it
+    changed the gateway's MAC under every other pod, whose ARP cache then pointed at nothing for half
+    a minute (a pod lost the API server while another namespace was being deleted). The bridge's MAC
+    is set once; a bridge made by someone else is pinned at the MAC it has."""
+    sh("ip", "link", "add", network.bridge, "type", "bridge")
+    found, how = link_address(network.bridge)
+    assert how != "3"  # the kernel's choice, as any bridge made without an address
+    conf = network.conf()
+    pods = {name: namespaces.new() for name in ("a", "b", "c")}
+    veths = {name: plugin.add(conf, name, ns)["interfaces"][1]["mac"] for name, ns in pods.items()}
+    try:
+        assert link_address(network.bridge) == (found, "3")
+        for ns in pods.values():
+            assert ping(ns, str(network.gateway))  # each pod caches the gateway's MAC
+        # The pod whose veth has the lowest MAC goes: the one a kernel-chosen address would follow.
+        lowest = min(veths, key=lambda name: bytes.fromhex(veths[name].replace(":", "")))
+        plugin.delete(conf, lowest, pods.pop(lowest))
+        assert link_address(network.bridge) == (found, "3")
+        for ns in pods.values():
+            assert ping(ns, str(network.gateway))  # at once, not after the ARP entry goes stale
+    finally:
+        for name, ns in pods.items():
+            plugin.delete(conf, name, ns)
+
+
 def test_host_port_reachable_on_host_address(
     plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces, tmp_path: Path
 ) -> None:

@@ -1,6 +1,6 @@
 """Client failover across API server replicas, against small local HTTP servers (the real replicas on one
 etcd are driven by tests/controlplane/test_apiserver_multi.py): the replica list from a kubeconfig
-extension, requests moving to a live replica (a POST only when nothing was sent), a broken watch moving
+extension, requests moving to a live replica (a POST only when nothing was sent or its body never left), a broken watch moving
 too, and one server behaving exactly as before."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
 from aiohttp import web
@@ -132,6 +133,50 @@ async def test_a_retryable_5xx_moves_idempotent_calls_but_never_resends_a_post()
             # The POST reached a server, which may have acted on it: not sent again anywhere.
             assert err.value.status == 503 and len(sick.paths) == 2 and len(well.paths) == 1
             assert client.server == b  # but the next call goes to the other replica
+        finally:
+            await client.close()
+
+
+class BrokenFirst(KubeClient):
+    """A client whose first request fails with `error` before any answer (aiohttp's own exception, as a
+    connection the server had closed raises it), and whose later requests go out as usual."""
+
+    def __init__(self, config: ClusterConfig, error: Exception) -> None:
+        super().__init__(config, max_attempts=1)
+        self.error: Exception | None = error
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        session = super()._get_session()
+        if self.error is None:
+            return session
+        error, self.error = self.error, None
+
+        class Failing:
+            def request(self, *args: object, **kwargs: object) -> object:
+                raise error
+
+        return Failing()  # type: ignore[return-value]
+
+
+async def test_a_post_whose_body_could_not_be_written_moves_but_a_cut_answer_does_not() -> None:
+    """The body never left (a pooled connection to a replica that had just died): the server cannot have
+    acted on it, so the POST goes to the next replica. A connection cut after the body was sent may
+    have been acted on: not sent again."""
+    left, right = Replica("a"), Replica("b")
+    async with running(left) as a, running(right) as b:
+        unwritten = aiohttp.ClientOSError(None, f"Can not write request body for {a}/api/v1/x")
+        client = BrokenFirst(ClusterConfig(server=a, servers=(b,)), unwritten)
+        try:
+            await client.create("/api/v1/namespaces/d/configmaps", {"metadata": {"name": "x"}})
+            assert (left.paths, [m for m, _ in right.paths]) == ([], ["POST"]) and client.server == b
+        finally:
+            await client.close()
+        client = BrokenFirst(ClusterConfig(server=a, servers=(b,)), aiohttp.ServerDisconnectedError())
+        try:
+            with pytest.raises(ApiError) as err:
+                await client.create("/api/v1/namespaces/d/configmaps", {"metadata": {"name": "y"}})
+            assert err.value.status == 0 and len(right.paths) == 1
+            assert client.server == b  # the next call goes to the other replica
         finally:
             await client.close()
 

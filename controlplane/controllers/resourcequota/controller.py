@@ -9,8 +9,18 @@ leaving NodePort/LoadBalancer; upstream's replenishment), and every `--resource-
 (5 min) for all quotas, which also returns what a charged write that then failed took. The status is
 written with the quota's resourceVersion, so a recount never overwrites a charge it has not seen: the
 conflict sends it round again; a recount that would lower usage confirms it with a live list, so an
-informer behind an admitted create never gives its share out twice. Informers for the core resources quotas count are shared from the
-start; a `count/<resource>.<group>` quota gets its resource's informer (found by discovery) on demand.
+informer behind an admitted create never gives its share out twice.
+
+One gap remains between a charge and its object: admission charges the quota before it stores the
+object, so a recount whose live list falls between the two finds the object missing and lowers usage
+below the truth. Upstream's recount, from informer caches alone, has the same window and waits for the
+next full resync; here the arrival of a counted object also recounts its namespace's quotas (a
+no-op when the status already holds it), so such an under-count lasts until the object's add event,
+not five minutes. The sync compares with the newest status it knows, the cache's or its own last
+write's, so a recount queued behind its own write does not take a stale cache for the truth.
+
+Informers for the core resources quotas count are shared from the start; a
+`count/<resource>.<group>` quota gets its resource's informer (found by discovery) on demand.
 """
 
 from __future__ import annotations
@@ -64,6 +74,7 @@ class ResourceQuotaController(Controller):
         self.collections: dict[tuple[str, str], ApiResource] = {}
         self._discovered: dict[tuple[str, str], ApiResource] = {}
         self._discovered_at = 0.0
+        self._written: dict[str, Obj] = {}  # the quota each key's last status write returned
         for resource in CORE:
             self.collections[("", resource)] = ApiResource(
                 "v1", "", resource, True, frozenset({"list", "watch"})
@@ -82,10 +93,16 @@ class ResourceQuotaController(Controller):
         if gr not in self.listers:
             self.listers[gr] = informer
             informer.add_handler(
+                on_add=lambda obj: self._added(gr, obj),
                 on_update=lambda old, new: self._updated(gr, old, new),
                 on_delete=lambda obj: self._replenish(gr, obj),
             )
         return informer
+
+    def _added(self, gr: tuple[str, str], obj: Obj) -> None:
+        """A new object that counts: recount, so a charge a concurrent recount undid comes back."""
+        if gr != ("", "pods") or counts(obj):
+            self._replenish(gr, obj)
 
     def _updated(self, gr: tuple[str, str], old: Obj, new: Obj) -> None:
         """Only updates that release usage (upstream's monitor filter): a pod turning terminal, a
@@ -180,8 +197,20 @@ class ResourceQuotaController(Controller):
             total = self._sum(quota, evaluator, names, items)
         return total
 
+    def _newest(self, key: str) -> Obj | None:
+        """The cached quota, or our own last write of it where the cache has not caught up yet."""
+        cached = self.quotas.get(key)
+        written = self._written.get(key)
+        if cached is None or written is None:
+            self._written.pop(key, None)
+            return cached
+        if _revision(written) > _revision(cached):
+            return written
+        del self._written[key]
+        return cached
+
     async def sync(self, key: str) -> None:
-        quota = self.quotas.get(key)
+        quota = self._newest(key)
         if quota is None:
             return
         namespace, name = split_key(key)
@@ -203,8 +232,18 @@ class ResourceQuotaController(Controller):
         body = dict(quota)
         body["status"] = {"hard": hard_text, "used": rl.dump(used)}
         try:
-            await self.client.replace(f"/api/v1/namespaces/{namespace}/resourcequotas/{name}/status", body)
+            self._written[key] = await self.client.replace(
+                f"/api/v1/namespaces/{namespace}/resourcequotas/{name}/status", body
+            )
         except ApiError as err:
+            self._written.pop(key, None)
             if err.not_found:
                 return
             raise
+
+
+def _revision(obj: Obj) -> int:
+    """The object's resourceVersion as a number (this API server's are its store's revisions); 0 when
+    it is not one, so the cache wins."""
+    text = str(meta(obj).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else 0
