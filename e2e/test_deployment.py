@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from e2e import manifests
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -41,7 +42,6 @@ def kubectl(
 def served(name: str, image: str, replicas: int, version: str = "1", **spec: Any) -> dict[str, Any]:
     """A Deployment of busybox httpd pods that are Ready once /healthz answers (a readiness probe
     ticking every second); VERSION tells the templates apart."""
-    labels = {"app": name}
     container = {
         "name": "main",
         "image": image,
@@ -54,20 +54,7 @@ def served(name: str, image: str, replicas: int, version: str = "1", **spec: Any
             "failureThreshold": 1,
         },
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            **spec,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"terminationGracePeriodSeconds": 1, "containers": [container]},
-            },
-        },
-    }
+    return manifests.deployment(name, [container], replicas, **spec)
 
 
 def apps_api(api_client: Any) -> client.AppsV1Api:

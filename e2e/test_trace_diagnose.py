@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e import manifests
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,6 @@ def pykubelet(kubeconfig: Path, namespace: str, *args: str) -> subprocess.Comple
 
 
 def deployment(name: str, image: str, replicas: int = 1, **container: Any) -> dict[str, Any]:
-    labels = {"app": name}
     main = {
         "name": "main",
         "image": image,
@@ -58,19 +58,7 @@ def deployment(name: str, image: str, replicas: int = 1, **container: Any) -> di
         "ports": [{"name": "http", "containerPort": 8080}],
         **container,
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"terminationGracePeriodSeconds": 1, "containers": [main]},
-            },
-        },
-    }
+    return manifests.deployment(name, [main], replicas)
 
 
 def with_pod_spec(doc: dict[str, Any], **spec: Any) -> dict[str, Any]:

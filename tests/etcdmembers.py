@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from e2e import manifests
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import NetworkLease
 from pykubelet.rig.process import free_port, pid_alive
@@ -39,23 +40,8 @@ def read_from_cache(v1: client.CoreV1Api, name: str, ns: str) -> client.V1Config
 
 def deployment(name: str, replicas: int) -> dict:
     """A Deployment of busybox sleepers that stop at once (grace 1 s)."""
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}],
-                },
-            },
-        },
-    }
+    sleeper = {"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}
+    return manifests.deployment(name, [sleeper], replicas)
 
 
 def deployment_ready(apps: client.AppsV1Api, name: str, n: int) -> bool:

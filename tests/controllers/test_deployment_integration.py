@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes import client
 
 from controlplane.controllers.deployment.hashing import compute_hash
+from e2e import manifests
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from tests.controllers.conftest import eventually, running
@@ -19,22 +20,7 @@ Obj = dict[str, Any]
 
 
 def deployment(name: str, replicas: int, image: str = "busybox:1", **spec: Any) -> Obj:
-    labels = {"app": name}
-    body: Obj = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "c", "image": image}]},
-            },
-        },
-    }
-    body["spec"].update(spec)
-    return body
+    return manifests.deployment(name, [{"name": "c", "image": image}], replicas, grace=None, **spec)
 
 
 def rolling(surge: int | str, unavailable: int | str) -> Obj:

@@ -7,17 +7,14 @@ broken answers: /wronguid, /fewer (no objects), /sameversion (objects left at th
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import copy
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from tests.controlplane.webhookserver import serving_in_thread
+from tests.controlplane.webhookserver import ReviewServer, serving_in_thread
 
 Obj = dict[str, Any]
 
@@ -37,29 +34,9 @@ def convert(obj: Obj, desired: str) -> Obj:
     return out
 
 
-@dataclass
-class ConversionServer:
-    host: str
-    port: int = 0
-    ca_pem: bytes = b""
-    reviews: list[Obj] = field(default_factory=list)
-    _stop: asyncio.Event | None = None
-
-    @property
-    def ca_bundle(self) -> str:
-        return base64.b64encode(self.ca_pem).decode()
-
-    def url(self, path: str) -> str:
-        return f"https://{self.host}:{self.port}{path}"
-
-    def got(self, path: str) -> list[Obj]:
-        return [r["request"] for r in self.reviews if r["path"] == path]
-
+class ConversionServer(ReviewServer):
     async def _handle(self, http: web.Request) -> web.StreamResponse:
-        review = await http.json()
-        req = review["request"]
-        path = http.path
-        self.reviews.append({"path": path, "request": req, "query": dict(http.query)})
+        review, req, path = await self._received(http)
         desired = req["desiredAPIVersion"]
         objects = [convert(o, desired) for o in req["objects"]]
         uid = req["uid"]
@@ -78,8 +55,7 @@ class ConversionServer:
             result = {"status": "Failure", "message": "this webhook refuses to convert"}
             objects = []
         elif path == "/hang":
-            assert self._stop is not None
-            await self._stop.wait()
+            await self._held()
         return web.json_response(
             {
                 "apiVersion": review.get("apiVersion", "apiextensions.k8s.io/v1"),

@@ -92,7 +92,10 @@ def _labels(obj: Obj | None) -> Obj:
 
 
 @dataclass
-class WebhookServer:
+class ReviewServer:
+    """What the admission and the conversion test webhooks share: where they listen, their CA, the
+    reviews they got (by path) and the event that releases the requests they hold."""
+
     host: str
     port: int = 0
     ca_pem: bytes = b""
@@ -110,11 +113,21 @@ class WebhookServer:
     def got(self, path: str) -> list[Obj]:
         return [r["request"] for r in self.reviews if r["path"] == path]
 
-    async def _handle(self, http: web.Request) -> web.StreamResponse:
+    async def _received(self, http: web.Request) -> tuple[Obj, Obj, str]:
+        """The review posted (recorded), its request and the path it came to."""
         review = await http.json()
-        req = review["request"]
-        path = http.path
-        self.reviews.append({"path": path, "request": req, "query": dict(http.query)})
+        self.reviews.append({"path": http.path, "request": review["request"], "query": dict(http.query)})
+        return review, review["request"], http.path
+
+    async def _held(self) -> None:
+        """Wait until the server stops (the /hang paths)."""
+        assert self._stop is not None
+        await self._stop.wait()
+
+
+class WebhookServer(ReviewServer):
+    async def _handle(self, http: web.Request) -> web.StreamResponse:
+        _, req, path = await self._received(http)
         obj = req.get("object")
         if path == "/mutate":
             ops = (
@@ -171,8 +184,7 @@ class WebhookServer:
             http.transport.close()
             return resp
         if path == "/hang":
-            assert self._stop is not None
-            await self._stop.wait()
+            await self._held()
             return web.json_response(_answer(req, allowed=True))
         return web.json_response(_answer(req, allowed=True))
 

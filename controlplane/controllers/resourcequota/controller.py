@@ -15,8 +15,8 @@ One gap remains between a charge and its object: admission charges the quota bef
 object, so a recount whose live list falls between the two finds the object missing and lowers usage
 below the truth. Upstream's recount, from informer caches alone, has the same window and waits for the
 next full resync; here the arrival of a counted object also recounts its namespace's quotas (a
-no-op when the status already holds it), so such an under-count lasts until the object's add event,
-not five minutes. The sync compares with the newest status it knows, the cache's or its own last
+no-op when the status already holds it) a second later, so such an under-count lasts a second, not
+five minutes. The sync compares with the newest status it knows, the cache's or its own last
 write's, so a recount queued behind its own write does not take a stale cache for the truth.
 
 Informers for the core resources quotas count are shared from the start; a
@@ -49,6 +49,7 @@ log = logging.getLogger("controlplane.controllers.resourcequota")
 Obj = dict[str, Any]
 SYNC_PERIOD = 300.0  # --resource-quota-sync-period
 DISCOVERY_PERIOD = 30.0  # rediscover at most this often for an unknown count/ resource
+ADD_RECOUNT_DELAY = 1.0  # a counted object's arrival recounts its quotas this much later
 CORE = (
     "pods",
     "services",
@@ -100,9 +101,10 @@ class ResourceQuotaController(Controller):
         return informer
 
     def _added(self, gr: tuple[str, str], obj: Obj) -> None:
-        """A new object that counts: recount, so a charge a concurrent recount undid comes back."""
+        """A new object that counts: recount soon, so a charge a concurrent recount undid comes back. A
+        burst of creates (each already charged by admission) costs one recount a second, not one each."""
         if gr != ("", "pods") or counts(obj):
-            self._replenish(gr, obj)
+            self._replenish(gr, obj, ADD_RECOUNT_DELAY)
 
     def _updated(self, gr: tuple[str, str], old: Obj, new: Obj) -> None:
         """Only updates that release usage (upstream's monitor filter): a pod turning terminal, a
@@ -116,12 +118,12 @@ class ResourceQuotaController(Controller):
         if release:
             self._replenish(gr, new)
 
-    def _replenish(self, gr: tuple[str, str], obj: Obj) -> None:
+    def _replenish(self, gr: tuple[str, str], obj: Obj, delay: float = 0.0) -> None:
         namespace = str(meta(obj).get("namespace") or "")
         for quota in self.quotas.by_index("namespace", namespace):
             hard = (quota.get("status") or {}).get("hard") or (quota.get("spec") or {}).get("hard") or {}
             if any(key == gr for key, _ in evaluators_for(hard)):
-                self.enqueue(quota)
+                self.enqueue_after(quota, delay)
 
     def enqueue_all(self) -> None:
         for quota in self.quotas.list():
