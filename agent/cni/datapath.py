@@ -12,6 +12,8 @@ import errno
 import hashlib
 import ipaddress
 import os
+import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +29,7 @@ from agent.cni.netns import in_netns, open_netns
 from agent.cni.rtnl import IFF_UP, Rtnl
 
 LOOPBACK_INDEX = 1  # lo is always ifindex 1 in a network namespace
+ETH_P_ARP, ETH_P_IP, ARPOP_REQUEST = 0x0806, 0x0800, 1
 T = TypeVar("T")
 
 
@@ -240,7 +243,39 @@ def configure_container(
                     raise CniError(errors.INTERNAL, "cannot add route", f"{dst} via {gw}: {exc}") from exc
 
     _in_pod(netns_path, work)
+    announce(netns_path, ifname, veth.peer_mac, address.ip)
     return LinkInfo(name=ifname, mac=veth.peer_mac, sandbox=netns_path, index=veth.peer_index)
+
+
+def garp_frame(mac: str, ip: ipaddress.IPv4Address) -> bytes:
+    """A gratuitous ARP request (sender and target both `ip`), broadcast: Ethernet header + ARP."""
+    hw = bytes.fromhex(mac.replace(":", ""))
+    ethernet = b"\xff" * 6 + hw + struct.pack("!H", ETH_P_ARP)
+    arp = struct.pack("!HHBBH", 1, ETH_P_IP, 6, 4, ARPOP_REQUEST) + hw + ip.packed + b"\x00" * 6 + ip.packed
+    return ethernet + arp
+
+
+def announce(netns_path: str, ifname: str, mac: str, ip: ipaddress.IPv4Address) -> None:
+    """Tell the segment that `ip` is now at `mac` (upstream's bridge plugin does the same). Pod IPs come
+    round again once the range wraps; the host and the other pods may still hold the last owner's MAC
+    for it (the host's entry stays usable for up to half a minute after it was last confirmed), and
+    would send the new pod's first packets (probes, Service traffic) to a MAC that is gone. A
+    gratuitous ARP updates every entry that exists (it creates none, under the default arp_accept).
+    Best effort, as upstream: a pod whose announcement is lost is still reachable once entries age."""
+    fd = open_netns(netns_path)
+    try:
+        # The socket stays in the namespace it was born in, as the netlink ones do.
+        sock = in_netns(fd, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)))
+    except (OSError, CniError):
+        return
+    finally:
+        os.close(fd)
+    with sock:
+        try:
+            sock.bind((ifname, ETH_P_ARP))  # the name is looked up in the socket's namespace
+            sock.send(garp_frame(mac, ip))
+        except OSError:
+            return
 
 
 def inspect_container(netns_path: str, ifname: str) -> ContainerState | None:

@@ -129,6 +129,40 @@ def test_the_gateway_keeps_its_mac_while_pods_come_and_go(
             plugin.delete(conf, name, ns)
 
 
+def one_address(network: PodNetwork, n: int, name: str = "") -> dict:
+    """The network's conf with a range of one address (the subnet's n-th), under its own IPAM name."""
+    ip = str(network.subnet.network_address + n)
+    ranges = [[{"subnet": str(network.subnet), "rangeStart": ip, "rangeEnd": ip}]]
+    return network.conf(ipam={"ranges": ranges}, **({"name": name} if name else {}))
+
+
+def test_a_reused_pod_ip_is_announced(
+    plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces
+) -> None:
+    """Pod IPs come round again once the range wraps. The host still held the last owner's MAC for the
+    IP (its entry stays usable for half a minute after it was last confirmed) and sent the new pod's
+    first packets (the kubelet's probes, Service traffic) to a MAC that was gone. ADD announces the
+    address (a gratuitous ARP, as upstream's bridge plugin sends), so the host reaches the new pod at
+    once. A range of one address makes the reuse immediate; a bystander pod keeps the bridge's carrier
+    up (a bridge left without ports drops its neighbours, which would hide the stale entry)."""
+    conf, only = one_address(network, 9), str(network.subnet.network_address + 9)
+    other = one_address(network, 10, f"{network.name}x")
+    first, second, bystander = namespaces.new(), namespaces.new(), namespaces.new()
+    plugin.add(other, "bystander", bystander)
+    try:
+        assert pod_ip(plugin.add(conf, "first", first)) == only
+        assert ping(None, only)  # the host now holds the first pod's MAC for the IP, confirmed
+        plugin.delete(conf, "first", first)
+        result = plugin.add(conf, "second", second)
+        assert pod_ip(result) == only
+        neighbour = json.loads(sh("ip", "-j", "neigh", "show", only, "dev", network.bridge).stdout)
+        assert [n["lladdr"] for n in neighbour] == [result["interfaces"][2]["mac"]]
+        assert ping(None, only)  # at once: not after the host's entry for the old MAC ages out
+    finally:
+        plugin.delete(conf, "second", second)  # DEL of what is not there succeeds, as CNI says
+        plugin.delete(other, "bystander", bystander)
+
+
 def test_host_port_reachable_on_host_address(
     plugin: Plugin, service: object, network: PodNetwork, namespaces: Namespaces, tmp_path: Path
 ) -> None:
