@@ -128,8 +128,8 @@ _bridges: dict[str, _BridgeMemo] = {}
 _bridges_lock = threading.Lock()
 
 
-# /sys/class/net/<dev>/addr_assign_type of an address set by hand (NET_ADDR_SET); the kernel's own
-# choice for a bridge is NET_ADDR_RANDOM or, once a port has lent it one, NET_ADDR_STOLEN.
+# /sys/class/net/<dev>/addr_assign_type of an address set by hand (NET_ADDR_SET); a bridge left to the
+# kernel reads NET_ADDR_RANDOM (1), also after it has taken a port's MAC.
 ADDR_SET = "3"
 
 
