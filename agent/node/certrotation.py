@@ -59,20 +59,27 @@ class CertRotator:
         self.max_backoff = max_backoff
         self.rotations = 0
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def certificate(self) -> x509.Certificate:
         return x509.load_pem_x509_certificate(self.current.read_bytes())
 
     def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name="cert-rotation")
 
     async def stop(self) -> None:
+        """Cancel the loop and wait for it. The loop also checks a flag: Python 3.11's wait_for (inside
+        request_certificate) returns its result instead of raising when the cancel lands as the CSR is
+        issued, and a loop relying on the cancel alone then slept on toward the next deadline, months
+        away, with stop() waiting for it."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             cert = await asyncio.to_thread(self.certificate)
             deadline = rotation_deadline(cert, jittered_fraction())
             wait = (deadline - self.clock()).total_seconds()
@@ -83,14 +90,15 @@ class CertRotator:
                 max(wait, 0),
             )
             # Sleep in bounded steps so a moved clock (tests, a suspended host) is noticed.
-            while wait > 0:
+            while wait > 0 and not self._stopping:
                 await asyncio.sleep(min(wait, 60.0))
                 wait = (deadline - self.clock()).total_seconds()
-            await self._rotate_with_backoff()
+            if not self._stopping:
+                await self._rotate_with_backoff()
 
     async def _rotate_with_backoff(self) -> None:
         delay = 1.0
-        while True:
+        while not self._stopping:
             try:
                 await self.rotate()
                 return
