@@ -207,7 +207,7 @@ async def test_an_under_count_heals_at_the_next_counted_object(
         for i in range(3):
             v1.create_namespaced_pod(namespace, pod(f"p{i}"))
         await settled(v1, namespace, {"pods": "3"})
+        # (Not read back: a recount the pods' arrival queued may already be putting it right.)
         v1.patch_namespaced_resource_quota_status("q", namespace, {"status": {"used": {"pods": "2"}}})
-        assert quota_used(v1, namespace) == {"pods": "2"}
-        v1.create_namespaced_pod(namespace, pod("p3"))  # charged: 3, while 4 exist
+        v1.create_namespaced_pod(namespace, pod("p3"))  # charged: 3 (without a recount), while 4 exist
         await settled(v1, namespace, {"pods": "4"})
