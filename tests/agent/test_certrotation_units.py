@@ -7,30 +7,8 @@ import asyncio
 import datetime as dt
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
 from agent.node.certrotation import CertRotator
-
-
-def write_certificate(path: Path, days: int = 365) -> None:
-    """A self-signed client certificate valid from a minute ago for `days` days."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "system:node:n1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(days=days))
-        .sign(key, hashes.SHA256())
-    )
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+from kubeclient.serving import ensure_self_signed
 
 
 class LosesItsCancel(CertRotator):
@@ -46,7 +24,7 @@ class LosesItsCancel(CertRotator):
     async def rotate(self) -> None:
         self.started.set()
         try:
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # in flight until cancelled
         except asyncio.CancelledError:
             pass  # the result came with the cancel: returned, the cancel lost
         self.offset = dt.timedelta(0)
@@ -54,8 +32,7 @@ class LosesItsCancel(CertRotator):
 
 
 async def test_stop_ends_the_loop_even_when_a_rotation_swallows_the_cancel(tmp_path: Path) -> None:
-    current = tmp_path / "kubelet-client-current.pem"
-    write_certificate(current)
+    current, _ = ensure_self_signed(tmp_path, "n1", [], "kubelet-client-current")  # valid a year
     rotator = LosesItsCancel(current)
     rotator.start()
     await asyncio.wait_for(rotator.started.wait(), 10)  # the clock is past the deadline: at once
