@@ -24,8 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "controlplane.controllers.cli",
         "run the controller manager against an API server",
     ),
-    "proxy": ("proxy.cli", "run the service proxy (kube-proxy's nftables mode) against an API server"),
-    "dns": ("dns.cli", "run the cluster DNS server (cluster.local from the API, the rest forwarded)"),
+    "proxy": ("serviceproxy.cli", "run the service proxy (kube-proxy's nftables mode) against an API server"),
+    "dns": ("clusterdns.cli", "run the cluster DNS server (cluster.local from the API, the rest forwarded)"),
     "metrics-server": (
         "metricsserver.cli",
         "run the metrics server (metrics.k8s.io from the kubelets' /metrics/resource) against an API server",

@@ -1,7 +1,7 @@
 """New TCP connections per second and request latency through a ClusterIP vs straight to the pod IP,
 in the same run (the issue's goal: >= 0.9x through the Service).
 
-Two network namespaces of the run's own (tests/proxy/netlab.py: the host's rules are never touched):
+Two network namespaces of the run's own (tests/serviceproxy/netlab.py: the host's rules are never touched):
 the client holds the proxy's table as the proxier writes it (rules.build for one Service with one
 endpoint, written by the same Writer and `nft -f` the proxier uses), the backend a small asyncio server
 that answers each line it reads. A client process in the client namespace opens a connection, sends a
@@ -27,11 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
-from proxy.model import Endpoint, ServicePort, ServicePortName
-from proxy.nft import Nft
-from proxy.rules import NodeSettings, build
-from proxy.ruleset import Existing, Writer
-from tests.proxy.netlab import BACKEND_IP, NetLab
+from serviceproxy.model import Endpoint, ServicePort, ServicePortName
+from serviceproxy.nft import Nft
+from serviceproxy.rules import NodeSettings, build
+from serviceproxy.ruleset import Existing, Writer
+from tests.serviceproxy.netlab import BACKEND_IP, NetLab
 
 CLUSTER_IP, PORT, TARGET_PORT = "10.96.7.7", 80, 8080
 

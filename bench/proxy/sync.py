@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
-from proxy.conntrack import Conntrack
-from proxy.nft import Nft
-from proxy.proxier import Proxier, ProxyConfig
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.leaks import Scope
+from serviceproxy.conntrack import Conntrack
+from serviceproxy.nft import Nft
+from serviceproxy.proxier import Proxier, ProxyConfig
 
 
 def address(i: int, e: int, endpoints: int, generation: int) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def proxy_table(bridge: str) -> str:
 
 
 def proxy_cleanup_argv(table: str) -> list[str]:
-    return ["python3", "-m", "pykubelet", "proxy", "--cleanup", "--nft-table", table]
+    return [sys.executable, "-m", "pykubelet", "proxy", "--cleanup", "--nft-table", table]
 
 
 def default_node_name() -> str:
@@ -421,7 +422,7 @@ class Stack:
     def agent_argv(self) -> list[str]:
         assert self.containerd is not None
         return [
-            "python3",
+            sys.executable,
             "-m",
             "pykubelet",
             "agent",
@@ -493,7 +494,7 @@ class Stack:
         assert self.apiserver is not None
         kubeconfig = self.client_kubeconfig("system:kube-proxy", (), self.proxy_kubeconfig)
         return [
-            "python3",
+            sys.executable,
             "-m",
             "pykubelet",
             "proxy",
@@ -561,7 +562,7 @@ class Stack:
             DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig"
         )
         argv = [
-            "python3",
+            sys.executable,
             "-m",
             "pykubelet",
             "dns",
@@ -646,7 +647,7 @@ class Stack:
             self.apply(obj)
         kubeconfig = self.apiserver.client_kubeconfig(manifest.USER, manifest.GROUPS, d / "kubeconfig")
         argv = [
-            "python3",
+            sys.executable,
             "-m",
             "pykubelet",
             "metrics-server",

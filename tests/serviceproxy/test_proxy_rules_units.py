@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from proxy.model import Endpoint, categorize, merge_endpoints, service_ports
-from proxy.nodeaddrs import NodePortAddressError, nodeport_ips, parse_nodeport_addresses
-from proxy.rules import REJECT, ChainNames, NodeSettings, build, endpoint_base, hash_and_truncate
-from proxy.ruleset import Writer
+from serviceproxy.model import Endpoint, categorize, merge_endpoints, service_ports
+from serviceproxy.nodeaddrs import NodePortAddressError, nodeport_ips, parse_nodeport_addresses
+from serviceproxy.rules import REJECT, ChainNames, NodeSettings, build, endpoint_base, hash_and_truncate
+from serviceproxy.ruleset import Writer
 
 Obj = dict[str, Any]
 NODE = NodeSettings("n1", "10.244.0.0/16")

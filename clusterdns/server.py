@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dnslib import AAAA, CNAME, PTR, QTYPE, RCODE, RR, SOA, SRV, A, DNSHeader, DNSLabel, DNSRecord
 from dnslib.dns import DNSError
 
-from dns.records import TTL, Answer, Record, Zone
+from clusterdns.records import TTL, Answer, Record, Zone
 
 log = logging.getLogger("dns")
 UPSTREAM_TIMEOUT = 2.0

@@ -8,8 +8,8 @@ import struct
 
 from dnslib import QTYPE, RCODE, DNSRecord
 
-from dns.records import build
-from dns.server import Resolver
+from clusterdns.records import build
+from clusterdns.server import Resolver
 
 SERVICES = [
     {

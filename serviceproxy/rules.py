@@ -21,8 +21,8 @@ import hashlib
 import ipaddress
 from dataclasses import dataclass
 
-from proxy.model import Endpoint, ServicePort, ServicePortName, categorize
-from proxy.ruleset import Chain, NftSet, Ruleset
+from serviceproxy.model import Endpoint, ServicePort, ServicePortName, categorize
+from serviceproxy.ruleset import Chain, NftSet, Ruleset
 
 MASQ_MARK = "0x00004000"
 NO_LOCALHOST = "ip daddr != 127.0.0.0/8"

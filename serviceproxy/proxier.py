@@ -17,13 +17,20 @@ from typing import Any
 
 from kubeclient.client import KubeClient
 from kubeclient.informer import Informer, key_of
-from proxy.conntrack import Conntrack
-from proxy.healthcheck import ServiceHealthServers, local_ready_counts, wanted_ports
-from proxy.metrics import ProxyMetrics
-from proxy.model import Endpoint, ServicePort, ServicePortName, categorize, service_ports, slice_endpoints
-from proxy.nft import Nft, NftError
-from proxy.rules import NodeSettings, build
-from proxy.ruleset import Ruleset, Writer
+from serviceproxy.conntrack import Conntrack
+from serviceproxy.healthcheck import ServiceHealthServers, local_ready_counts, wanted_ports
+from serviceproxy.metrics import ProxyMetrics
+from serviceproxy.model import (
+    Endpoint,
+    ServicePort,
+    ServicePortName,
+    categorize,
+    service_ports,
+    slice_endpoints,
+)
+from serviceproxy.nft import Nft, NftError
+from serviceproxy.rules import NodeSettings, build
+from serviceproxy.ruleset import Ruleset, Writer
 
 log = logging.getLogger("proxy")
 Obj = dict[str, Any]

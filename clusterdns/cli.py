@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from dns.server import Resolver, serve
-    from dns.watch import ClusterZone
+    from clusterdns.server import Resolver, serve
+    from clusterdns.watch import ClusterZone
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
 

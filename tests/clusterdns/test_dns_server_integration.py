@@ -13,9 +13,9 @@ import pytest
 from dnslib import QTYPE, RCODE, DNSRecord
 from kubernetes import client
 
-from dns.records import Zone
-from dns.server import Resolver, serve
-from dns.watch import ClusterZone
+from clusterdns.records import Zone
+from clusterdns.server import Resolver, serve
+from clusterdns.watch import ClusterZone
 from e2e.waiting import wait_for_async
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dns.records import Zone, build
+from clusterdns.records import Zone, build
 from kubeclient.client import KubeClient
 from kubeclient.informer import Informer
 

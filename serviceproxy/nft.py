@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.ruleset import Existing
+from serviceproxy.ruleset import Existing
 
 
 class NftError(Exception):

@@ -56,17 +56,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _main(args: argparse.Namespace) -> int:
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
-    from proxy.conntrack import Conntrack
-    from proxy.nft import Nft
-    from proxy.nodeaddrs import (
+    from serviceproxy.conntrack import Conntrack
+    from serviceproxy.nft import Nft
+    from serviceproxy.nodeaddrs import (
         NodePortAddressError,
         local_ipv4,
         node_ips,
         nodeport_ips,
         parse_nodeport_addresses,
     )
-    from proxy.proxier import Proxier, ProxyConfig
-    from proxy.server import healthz_app, metrics_app, serve
+    from serviceproxy.proxier import Proxier, ProxyConfig
+    from serviceproxy.server import healthz_app, metrics_app, serve
 
     nft = Nft(args.nft_table, netns=args.netns)
     if args.cleanup:

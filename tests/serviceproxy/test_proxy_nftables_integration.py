@@ -26,15 +26,15 @@ from kubernetes import client
 from e2e.waiting import wait_for_async
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
-from proxy.conntrack import Conntrack
-from proxy.model import ServicePortName
-from proxy.nft import Nft, NftError
-from proxy.proxier import Proxier, ProxyConfig
-from proxy.rules import ChainNames, hash_and_truncate
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.process import free_port
-from tests.proxy.netlab import BACKEND_IP, EXTRA_BACKEND_IP, NetLab
+from serviceproxy.conntrack import Conntrack
+from serviceproxy.model import ServicePortName
+from serviceproxy.nft import Nft, NftError
+from serviceproxy.proxier import Proxier, ProxyConfig
+from serviceproxy.rules import ChainNames, hash_and_truncate
+from tests.serviceproxy.netlab import BACKEND_IP, EXTRA_BACKEND_IP, NetLab
 
 pytestmark = [
     pytest.mark.integration,

@@ -10,8 +10,8 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from proxy.metrics import ProxyMetrics
-from proxy.proxier import Health
+from serviceproxy.metrics import ProxyMetrics
+from serviceproxy.proxier import Health
 
 
 def _stamp(when: float) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from proxy.model import Endpoint, ServicePort, ServicePortName, categorize
+from serviceproxy.model import Endpoint, ServicePort, ServicePortName, categorize
 
 log = logging.getLogger("proxy")
 NamespacedName = tuple[str, str]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from proxy.healthcheck import body, local_ready_counts, wanted_ports
-from proxy.model import merge_endpoints, service_ports
+from serviceproxy.healthcheck import body, local_ready_counts, wanted_ports
+from serviceproxy.model import merge_endpoints, service_ports
 
 
 def test_the_body_is_kube_proxys_text() -> None:
