@@ -33,6 +33,47 @@ from pykubelet.rig.registry import Registry
 SESSION_NETWORKS: list[NetworkLease] = []
 
 
+# Fixtures that start a real server or daemon: a test standing on one is an integration test, whatever its
+# file says. `./dev unit` (the stock-Python and newest-Python runs in CI) leaves these out.
+_REAL_PART_FIXTURES = frozenset(
+    {
+        "registry",
+        "test_images",
+        "pod_network",
+        "ref_network",
+        "containerd",
+        "cri",
+        "apiserver",
+        "etcd",
+        "target",
+        "stack",
+        "kube",
+        "kubeconfig",
+        "cluster",
+        "start_scheduler",
+        "network",
+        "network_factory",
+        "service",
+        "plugin",
+        "reference",
+        "namespaces",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark integration what needs the real parts: every e2e scenario, every `*_integration.py` test and
+    every test standing on a fixture that starts a server, a daemon or a network namespace."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if (
+            "e2e" in path.parts
+            or path.stem.endswith("_integration")
+            or _REAL_PART_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        ):
+            item.add_marker(pytest.mark.integration)
+
+
 def _need_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root: drives containerd and network namespaces")

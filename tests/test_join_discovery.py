@@ -22,6 +22,8 @@ from pykubelet.rig.apiserver import ApiServer
 from tests.controllers.conftest import eventually, running
 from tests.controlplane.joinutil import admin, put_token
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:

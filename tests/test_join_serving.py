@@ -28,6 +28,8 @@ from pykubelet.rig.apiserver import ApiServer
 from tests.controllers.conftest import eventually, running
 from tests.controlplane.joinutil import CSR_PATH, admin
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 NODE = "serving-node"
 
 

@@ -16,6 +16,8 @@ from kubeclient import bootstraptoken as bt
 from pykubelet.rig.apiserver import ApiServer
 from tests.controlplane.joinutil import whoami
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:

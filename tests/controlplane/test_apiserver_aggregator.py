@@ -27,6 +27,8 @@ from kubernetes.client.rest import ApiException
 from kubeclient.serving import ensure_self_signed
 from pykubelet.rig.apiserver import ApiServer
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 def _host_ip() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

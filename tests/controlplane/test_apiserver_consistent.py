@@ -24,6 +24,8 @@ from controlplane.storage.etcdpb import rpc_pb2 as pb
 from pykubelet.rig.apiserver import ApiServerReplicas, api_client
 from pykubelet.rig.etcd import EtcdCluster
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 ROUNDS = 150
 
 

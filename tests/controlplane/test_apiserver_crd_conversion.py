@@ -30,6 +30,8 @@ from pykubelet.rig.apiserver import ApiServer
 from tests.controlplane.conversionserver import ConversionServer, serving
 from tests.controlplane.test_apiserver_crd import delete_crd, established, raw, served
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 Obj = dict[str, Any]
 wait_for = functools.partial(waiting.wait_for, timeout=20.0, interval=0.05)
 

@@ -15,6 +15,8 @@ from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas, api_client
 from pykubelet.rig.etcd import Etcd
 from tests.controlplane.test_apiserver_crd import crd_body, established, raw, served, wait_for
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServerReplicas]:

@@ -11,6 +11,8 @@ from kubernetes.client.exceptions import ApiException
 from controlplane.apiserver.kinds.cronschedule import ScheduleError, parse_standard, time_zone_error
 from tests.controlplane.conftest import Kubectl, message
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 def cronjob(name: str, schedule: str = "*/5 * * * *", **spec: object) -> dict:
     body: dict = {

@@ -29,6 +29,8 @@ from tests.controlplane.joinutil import (
     raw,
 )
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:

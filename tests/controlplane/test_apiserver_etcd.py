@@ -32,6 +32,8 @@ from tests.etcdmembers import read_from_cache
 from . import test_apiserver_kubectl as kubectl_scenarios
 from .conftest import KUBECTL, Kubectl
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 # The kubectl scenarios that run on etcd in every run (all of them do with PYKUBE_STORE=etcd): writes of
 # each kind of patch, apply and server-side apply, watches, scale, Table output.
 ON_ETCD = (

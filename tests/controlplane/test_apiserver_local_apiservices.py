@@ -10,12 +10,15 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 from controlplane.apiserver import kinds
 from controlplane.apiserver.aggregator.autoregister import AUTOMANAGED, PRIORITIES
 from e2e import waiting
 from pykubelet.rig.apiserver import ApiServer
+
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
 
 eventually = functools.partial(waiting.wait_for, interval=0.2)
 

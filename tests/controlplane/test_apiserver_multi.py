@@ -28,6 +28,8 @@ from kubeclient.leaderelection import LeaderElection, LeaderElector
 from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas, api_client
 from pykubelet.rig.etcd import Etcd
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 # Counted as "not yet" while polling: an API error or a check that fails while a member or replica is down.
 RETRY = (ApiException, AssertionError)
 

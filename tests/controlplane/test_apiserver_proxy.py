@@ -19,6 +19,8 @@ from kubernetes.client.rest import ApiException
 
 from pykubelet.rig.apiserver import ApiServer
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 def _host_ip() -> str:
     """A non-loopback address of this machine (upstream refuses to proxy to loopback)."""

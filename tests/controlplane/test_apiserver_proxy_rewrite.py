@@ -18,6 +18,8 @@ from kubernetes import client
 
 from pykubelet.rig.apiserver import ApiServer
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 PAGE = (
     "<!DOCTYPE html><html><head><link rel=stylesheet href=/style.css></head><body>\n"
     '<a href="/docs/">docs</a> <a href="relative/x">rel</a> <a href="https://example.com/x">away</a>\n'

@@ -21,6 +21,8 @@ from kubernetes.client.rest import ApiException
 
 from pykubelet.rig.apiserver import ApiServer
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 @pytest.fixture
 def kubelet(apiserver: ApiServer, v1: client.CoreV1Api, namespace: str) -> Iterator[tuple[str, list[dict]]]:

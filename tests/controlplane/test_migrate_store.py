@@ -18,6 +18,8 @@ from controlplane.storage.migrate import in_write_order
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.etcd import Etcd
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 def migrate(state_db: Path, etcd: Etcd) -> subprocess.CompletedProcess[str]:
     pki = etcd.pki

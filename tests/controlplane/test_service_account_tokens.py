@@ -28,6 +28,8 @@ from controlplane.apiserver.tokencache import SUCCESS_TTL
 from pykubelet.rig.apiserver import ApiServer
 from tests.controlplane.conftest import Kubectl
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 YEAR = 24 * 365 * 3600
 
 

@@ -22,6 +22,8 @@ from pykubelet.rig.sweep import (
     ups_for,
 )
 
+pytestmark = pytest.mark.integration  # real servers, etcd or processes
+
 
 def test_a_folder_that_holds_no_stack_is_left_alone(tmp_path: Path) -> None:
     """`down --state-dir` given the wrong folder must not kill what names it."""
