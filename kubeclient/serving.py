@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from kubeclient.tlsverify import go_compatible
+
 
 def ensure_self_signed(pki_dir: Path, name: str, ips: list[str], stem: str) -> tuple[Path, Path]:
     """<pki_dir>/<stem>.crt and .key, made on first call (CN `<name>@<unix time>`, as upstream)."""
@@ -59,7 +61,7 @@ def ensure_self_signed(pki_dir: Path, name: str, ips: list[str], stem: str) -> t
 
 
 def server_context(cert: Path, key: Path, client_ca: str | None) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx = go_compatible(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
     ctx.load_cert_chain(str(cert), str(key))
     if client_ca:
         ctx.load_verify_locations(cafile=client_ca)

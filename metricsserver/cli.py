@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from kubeclient.duration import parse_duration
 from kubeclient.eventloop import run_component, termination_event
+from kubeclient.tlsverify import go_compatible
 
 if TYPE_CHECKING:
     from kubeclient.client import KubeClient
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serving_context(cert: Path, key: Path, cas: list[str]) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx = go_compatible(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
     ctx.load_cert_chain(str(cert), str(key))
     for pem in cas:
         if pem.strip():

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from kubeclient import bootstraptoken as bt
+from kubeclient.tlsverify import go_compatible
 
 CLUSTER_INFO_PATH = f"/api/v1/namespaces/{bt.CLUSTER_INFO_NAMESPACE}/configmaps/{bt.CLUSTER_INFO}"
 DEFAULT_TIMEOUT = 10.0
@@ -104,11 +105,11 @@ def parse_pins(pins: list[str]) -> list[str]:
 
 def _context(ca_pem: bytes | None) -> ssl.SSLContext:
     if ca_pem is None:
-        context = ssl.create_default_context()
+        context = go_compatible(ssl.create_default_context())
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
-    return ssl.create_default_context(cadata=ca_pem.decode())
+    return go_compatible(ssl.create_default_context(cadata=ca_pem.decode()))
 
 
 def fetch_cluster_info(endpoint: Endpoint, ca_pem: bytes | None, timeout: float = DEFAULT_TIMEOUT) -> dict:

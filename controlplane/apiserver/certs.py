@@ -101,6 +101,10 @@ def _issue(
     else:
         builder = builder.add_extension(
             x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True
+        ).add_extension(
+            # as kubeadm's: OpenSSL 3's strict chain checks (Python 3.13's default) want it on every leaf
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+            critical=False,
         )
     if usages:
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)

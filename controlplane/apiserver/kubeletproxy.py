@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from controlplane.apiserver import errors
+from kubeclient.tlsverify import go_compatible
 
 # PodLogOptions query parameters passed on to the kubelet, as upstream's LogLocation forwards them.
 LOG_PARAMS = ("follow", "previous", "timestamps", "tailLines", "limitBytes", "sinceSeconds", "sinceTime")
@@ -91,7 +92,7 @@ class KubeletClient:
     """HTTPS to node agents with the API server's kubelet-client certificate."""
 
     def __init__(self, cert: Path, key: Path, ca: Path | None = None) -> None:
-        self._context = ssl.create_default_context()
+        self._context = go_compatible(ssl.create_default_context())
         if ca is not None:
             self._context.load_verify_locations(cafile=str(ca))
         else:

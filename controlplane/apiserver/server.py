@@ -50,6 +50,7 @@ from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
 from kubeclient.hostaddr import default_route_ip
+from kubeclient.tlsverify import go_compatible
 
 log = logging.getLogger("controlplane.apiserver")
 
@@ -183,7 +184,7 @@ class ApiServer:
                 if self.config.kubelet_certificate_authority
                 else None,
             )
-            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_context = go_compatible(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
             ssl_context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
             ssl_context.load_verify_locations(self.pki.ca_cert)
             ssl_context.verify_mode = ssl.CERT_OPTIONAL

@@ -34,6 +34,17 @@ NAMESPACE = "kube-system"
 _VALIDITY = dt.timedelta(days=365)
 
 
+def _authority_key_id(ca_cert: x509.Certificate) -> x509.AuthorityKeyIdentifier:
+    """The issuer's key id, as every certificate kubeadm's CA signs carries it (OpenSSL 3's strict chain
+    checks, Python 3.13's default, refuse a leaf without it): the CA's own SubjectKeyIdentifier when it has
+    one, else the id computed from its key."""
+    try:
+        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key())  # type: ignore[arg-type]
+    return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
+
+
 def account_user(account: str) -> str:
     return f"system:serviceaccount:{NAMESPACE}:{account}"
 
@@ -89,6 +100,7 @@ def sign_client_certificate(
             x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(_authority_key_id(ca_cert), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     key_pem = key.private_bytes(

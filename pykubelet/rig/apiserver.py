@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from kubeclient.config import SERVERS_EXTENSION
+from kubeclient.tlsverify import go_compatible
 from pykubelet.rig.process import Daemon, free_port
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class ApiServer:
         return self
 
     def _ready(self) -> bool:
-        context = ssl.create_default_context()
+        context = go_compatible(ssl.create_default_context())
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         with urllib.request.urlopen(f"{self.url}/readyz", context=context, timeout=2) as resp:

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from kubeclient.tlsverify import go_compatible
 from pykubelet.rig.process import Daemon, free_port
 
 ETCD_BINARY = "/usr/bin/etcd"
@@ -76,12 +77,16 @@ def _sign(
     if usages is None:
         builder = builder.add_extension(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
+        ).add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
     else:
         builder = builder.add_extension(
             x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True
         )
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        # OpenSSL 3's strict chain checks (Python 3.13's default contexts) want the issuer's key id
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca[1].public_key()), critical=False
+        )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return builder.sign(ca[1], hashes.SHA256())
@@ -191,7 +196,7 @@ class Etcd:
         ]
 
     def ssl_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context = go_compatible(ssl.create_default_context(cafile=str(self.pki.ca_cert)))
         context.load_cert_chain(self.pki.client_cert, self.pki.client_key)
         return context
 

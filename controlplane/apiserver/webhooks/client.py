@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from controlplane.apiserver.webhooks.source import Service
 from controlplane.storage.cache import WatchCache
+from kubeclient.tlsverify import go_compatible
 
 MAX_RESPONSE = 3 * 1024 * 1024  # upstream reads at most this much of a webhook's answer
 _IDLE_PER_KEY = 32
@@ -100,7 +101,7 @@ class WebhookClient:
     def _ssl(self, bundle: bytes) -> ssl.SSLContext:
         ctx = self._contexts.get(bundle)
         if ctx is None:
-            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+            ctx = go_compatible(ssl.create_default_context(ssl.Purpose.SERVER_AUTH))
             if bundle:
                 ctx.load_verify_locations(cadata=bundle.decode("ascii", errors="replace"))
             self._contexts[bundle] = ctx
