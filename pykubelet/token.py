@@ -37,7 +37,7 @@ def _kubeconfig(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, help="create, list or delete")
     create = _kubeconfig(sub.add_parser("create", help="create a bootstrap token on the server"))
     create.add_argument("token", nargs="?", default="", help="the token to create (default: a random one)")
     create.add_argument(

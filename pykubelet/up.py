@@ -33,7 +33,7 @@ EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where everything lives")
-    parser.add_argument("--node-name", default=default_node_name())
+    parser.add_argument("--node-name", default=default_node_name(), help="the node's name")
     parser.add_argument(
         "--pod-cidr",
         default=None,
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "off when only --pod-cidr is given)",
     )
     parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
-    parser.add_argument("--api-port", type=int, default=6443)
+    parser.add_argument("--api-port", type=int, default=6443, help="the API server's HTTPS port")
     parser.add_argument(
         "--store",
         choices=("sqlite", "etcd"),

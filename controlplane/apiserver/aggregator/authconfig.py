@@ -20,9 +20,12 @@ NAMESPACE = "kube-system"
 NAME = "extension-apiserver-authentication"
 
 
-def data(client_ca: Path, front_proxy_ca: Path) -> dict[str, str]:
+def data(client_ca: Path, front_proxy_ca: Path, extra_client_ca: Path | None = None) -> dict[str, str]:
+    bundle = client_ca.read_text()
+    if extra_client_ca is not None:
+        bundle = bundle.rstrip("\n") + "\n" + extra_client_ca.read_text()
     return {
-        "client-ca-file": client_ca.read_text(),
+        "client-ca-file": bundle,
         "requestheader-allowed-names": json.dumps([FRONT_PROXY_CLIENT]),
         "requestheader-client-ca-file": front_proxy_ca.read_text(),
         "requestheader-extra-headers-prefix": json.dumps([EXTRA_PREFIX]),
@@ -31,9 +34,10 @@ def data(client_ca: Path, front_proxy_ca: Path) -> dict[str, str]:
     }
 
 
-async def publish(registry: Registry, pki: Pki) -> None:
+async def publish(registry: Registry, pki: Pki, extra_client_ca: Path | None = None) -> None:
+    """`extra_client_ca`: --client-ca-file, published with the server's own CA."""
     assert pki.front_proxy_ca_cert is not None
-    wanted = data(pki.ca_cert, pki.front_proxy_ca_cert)
+    wanted = data(pki.ca_cert, pki.front_proxy_ca_cert, extra_client_ca)
     if registry.cache.get(CONFIGMAPS.key(NAMESPACE, NAME)) is None:
         body: dict[str, Any] = {
             "apiVersion": "v1",
