@@ -1,0 +1,147 @@
+"""The API server started with the flags people paste from kubeadm's manifest, in upstream's syntax, and
+logging as component-base's JSON logger at -v=4: each flag has its effect (service IP and node port
+ranges, anonymous auth off, the extra client CA) and every line the server and its scheduler child
+write is one JSON object with upstream's keys, none holding a bearer token."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pykubelet.rig.apiserver import ApiServer
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "s3cr3t-admin-token-0123456789abcdef"
+WRONG_TOKEN = "wr0ng-token-fedcba9876543210"
+
+
+def call(server: ApiServer, method: str, path: str, token: str | None, body: Any = None) -> tuple[int, Any]:
+    context = ssl.create_default_context(cafile=str(server.ca_cert))
+    context.check_hostname = False
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{server.url}{path}", data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def service(name: str, kind: str = "ClusterIP", node_port: int | None = None) -> dict[str, Any]:
+    port: dict[str, Any] = {"port": 80}
+    if node_port:
+        port["nodePort"] = node_port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"type": kind, "ports": [port]},
+    }
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    entries = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        entry = json.loads(line)  # every line: a JSON object, nothing else
+        assert isinstance(entry["ts"], float) and entry["ts"] > 1e12, line  # epoch milliseconds
+        assert isinstance(entry["msg"], str), line
+        assert entry["caller"].rsplit(":", 1)[1].isdigit(), line
+        assert list(entry)[:3] == ["ts", "caller", "msg"], line
+        assert "v" in entry or "err" in entry or list(entry) == ["ts", "caller", "msg"], line
+        entries.append(entry)
+    return entries
+
+
+def test_kubeadm_flags_and_json_logs(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text(f'{TOKEN},admin,1,"system:masters"\n')
+    args = [
+        "--token-auth-file",
+        str(tokens),
+        "--logging-format=json",
+        "-v=4",
+        "--anonymous-auth=false",
+        "--event-ttl",
+        "1h",
+        "--etcd-compaction-interval=5m",
+        "--service-cluster-ip-range=10.97.0.0/24",
+        "--service-node-port-range=31000-31010",
+        "--enable-admission-plugins=NodeRestriction",
+        "--watch-cache-sizes=pods#100",
+    ]
+    server = ApiServer(tmp_path / "api", scheduler=True, extra_args=args)
+    with server:
+        status, _ = call(server, "GET", "/api/v1/namespaces", None)
+        assert status == 401  # --anonymous-auth=false
+        status, _ = call(server, "GET", "/api/v1/namespaces", WRONG_TOKEN)
+        assert status == 401
+        status, kubernetes = call(server, "GET", "/api/v1/namespaces/default/services/kubernetes", TOKEN)
+        assert status == 200 and kubernetes["spec"]["clusterIP"] == "10.97.0.1"
+        status, created = call(server, "POST", "/api/v1/namespaces/default/services", TOKEN, service("web"))
+        assert status == 201
+        assert ipaddress.ip_address(created["spec"]["clusterIP"]) in ipaddress.ip_network("10.97.0.0/24")
+        status, created = call(
+            server, "POST", "/api/v1/namespaces/default/services", TOKEN, service("np", "NodePort")
+        )
+        assert status == 201 and 31000 <= created["spec"]["ports"][0]["nodePort"] <= 31010
+        status, refused = call(
+            server, "POST", "/api/v1/namespaces/default/services", TOKEN, service("out", "NodePort", 30080)
+        )
+        assert status == 422
+        assert refused["details"]["causes"][0]["field"] == "spec.ports[0].nodePort"
+        assert "The range of valid ports is 31000-31010" in refused["message"]
+        bad_ip = service("badip")
+        bad_ip["spec"]["clusterIP"] = "10.96.5.5"
+        status, refused = call(server, "POST", "/api/v1/namespaces/default/services", TOKEN, bad_ip)
+        assert status == 422 and "The range of valid IPs is 10.97.0.0/24" in refused["message"]
+        # the scheduler child has run (and logged) once it holds its lease
+        lease = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler"
+        deadline = time.monotonic() + 60
+        while call(server, "GET", lease, TOKEN)[0] != 200:
+            assert time.monotonic() < deadline, "the scheduler never took its lease"
+            time.sleep(0.2)
+    logs = {name: server.data_dir / name for name in ("apiserver.log", "scheduler.log")}
+    entries = {name: json_lines(path) for name, path in logs.items()}
+    assert entries["apiserver.log"] and entries["scheduler.log"]
+    # -v=4 lets upstream's V(3) request log through, with httplog's keys
+    requests = [e for e in entries["apiserver.log"] if e["msg"] == "HTTP"]
+    assert any(e["v"] == 3 and e["verb"] == "POST" and e["resp"] == 422 for e in requests), requests
+    assert all({"URI", "latency", "userAgent", "srcIP", "resp"} <= set(e) for e in requests)
+    for name, path in logs.items():
+        text = path.read_text()
+        assert TOKEN not in text and WRONG_TOKEN not in text, f"a bearer token is in {name}"
+
+
+def test_bad_flag_values_stop_the_server_with_exit_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for argv, text in (
+        (["--event-ttl", "1x"], 'time: unknown unit "x" in duration "1x"'),
+        (["--service-cluster-ip-range=10.97.0.0/33"], "--service-cluster-ip-range"),
+        (["--enable-admission-plugins=NoSuchPlugin"], 'admission plugin "NoSuchPlugin" is unknown'),
+        (["--tls-cipher-suites=TLS_NOPE"], "Cipher suite TLS_NOPE not supported or doesn't exist"),
+        (["--tls-cert-file", str(tmp_path / "missing.crt")], "--tls-cert-file and --tls-private-key-file"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "pykubelet", "server", "--data-dir", str(tmp_path / "d"), *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert text in proc.stderr, (argv, proc.stderr)
