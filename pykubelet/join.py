@@ -36,6 +36,8 @@ from pathlib import Path
 
 import yaml
 
+from kubeclient.duration import format_go_duration
+from kubeclient.flags import go_duration
 from pykubelet.discovery import DEFAULT_TIMEOUT, ClusterInfo, DiscoveryError, discover
 
 DEFAULT_ROOT = Path("/var/lib/pykubelet")
@@ -86,7 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--server-tls-bootstrap", action="store_true", help="serverTLSBootstrap: true in the kubelet config"
     )
     parser.add_argument(
-        "--discovery-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per discovery request"
+        "--discovery-timeout",
+        type=go_duration,
+        default=format_go_duration(DEFAULT_TIMEOUT),
+        help="how long one discovery request may take",
     )
     parser.add_argument(
         "--cri-socket",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from kubeclient.flags import go_duration
 from pykubelet.rig.install import ensure_packages
 from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
@@ -77,7 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "address (127.0.0.N) and --api-port; every client is given all of them",
     )
     parser.add_argument("--no-example", action="store_true", help="do not run the sample pod")
-    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the sample pod")
+    parser.add_argument(
+        "--timeout", type=go_duration, default="3m0s", help="how long to wait for the sample pod"
+    )
 
 
 # The signal that asked `up` to stop, if one did. The handler raises SystemExit where the main thread is,
