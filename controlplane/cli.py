@@ -247,7 +247,7 @@ def _authorization_modes(text: str) -> tuple[str, ...]:
 
 async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
     """The server until SIGTERM/SIGINT, with its scheduler and controller manager children (unless
-    --no-scheduler / --no-controllers)."""
+    --scheduler=false / --controllers=false)."""
     from controlplane.apiserver.server import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG, ApiServer
     from controlplane.controllers.cli import node_ipam_argv
     from controlplane.supervisor import component_command, supervise

@@ -128,6 +128,20 @@ class Unsupported(argparse.Action):
         parser.error(f"flag {option_string} is not supported by pykubelet: {self.reason}")
 
 
+def _type_name(kwargs: dict[str, Any]) -> str:
+    """pflag's placeholder for a flag's value: its type's name."""
+    if kwargs.get("action") is StringSlice or kwargs.get("action") == "append":
+        return "strings"
+    kind = kwargs.get("type")
+    if kind is go_duration:
+        return "duration"
+    if kind in (int, go_int):
+        return "int"
+    if kind is float:
+        return "float"
+    return "string"
+
+
 def _format_default(default: Any, action: argparse.Action) -> str:
     if isinstance(action, StringSlice) or isinstance(default, list | tuple):
         return "[" + ",".join(str(d) for d in default) + "]"
@@ -171,6 +185,13 @@ class FlagParser(argparse.ArgumentParser):
             kwargs.setdefault("default", False)
         if names and names[0].startswith("-") and kwargs.get("help") is None and action != "help":
             raise ValueError(f"flag {names[0]} has no help text")
+        if (
+            names
+            and names[0].startswith("-")
+            and "metavar" not in kwargs
+            and kwargs.get("action") in (None, "store", "append", StringSlice)
+        ):
+            kwargs["metavar"] = _type_name(kwargs)
         created = super().add_argument(*names, **kwargs)
         text = created.help
         if (

@@ -71,7 +71,13 @@ def _format_name(text: str) -> str:
 def add_flags(parser: Any) -> None:
     """klog's -v and component-base's --logging-format on a FlagParser."""
     parser.add_argument(
-        "-v", "--v", dest="v", type=_verbosity, default=0, help="number for the log level verbosity"
+        "-v",
+        "--v",
+        dest="v",
+        type=_verbosity,
+        default=0,
+        metavar="Level",
+        help="number for the log level verbosity",
     )
     parser.add_argument(
         "--logging-format",

@@ -116,7 +116,8 @@ def add_node_ipam_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--service-cluster-ip-range",
         default="",
-        help="CIDR Range for Services in cluster. Requires --allocate-node-cidrs to be true",
+        help="CIDR Range for Services in cluster (the API server allocates ClusterIPs from it, default "
+        "10.96.0.0/16; the controller manager's node IPAM needs --allocate-node-cidrs)",
     )
 
 
