@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import sys
 from pathlib import Path
 
 from kubeclient.eventloop import loop_factory, termination_event
@@ -75,6 +76,13 @@ def run(args: argparse.Namespace) -> int:
     for attr, _, _, _ in LEADER_ELECTION_FLAGS:
         if getattr(args, attr) is not None:
             setattr(config.leader_election, attr, getattr(args, attr))
+    le = config.leader_election
+    if le.enabled and not le.lease_duration > le.renew_deadline > le.retry_period > 0:
+        print(
+            "pykubelet scheduler: leaderElection needs leaseDuration > renewDeadline > retryPeriod > 0",
+            file=sys.stderr,
+        )
+        return 2
 
     async def main() -> None:
         stop = termination_event()

@@ -84,3 +84,20 @@ def test_debug_is_v4_and_info_v0() -> None:
     assert logsetup.verbosity_of(logging.DEBUG) == 4
     assert logsetup.verbosity_of(logging.INFO) == 0
     assert [logsetup.verbosity_of(V(n)) for n in range(0, 10)] == list(range(0, 10))
+
+
+def test_a_component_process_writes_klog_text_then_json() -> None:
+    """A real component (the proxy removing a table that is not there) logs klog's text by default and
+    component-base's JSON with --logging-format=json."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nft") is None:
+        pytest.skip("the proxy's cleanup needs nft")
+    argv = ["pykubelet", "proxy", "--cleanup", "--nft-table", f"pykubelet-logtest-{os.getpid()}"]
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stderr.splitlines()
+    assert text and all(KLOG.match(line) for line in text), text
+    assert KLOG.match(text[-1]).group(11).startswith("cleanup table=pykubelet-logtest-")
+    out = subprocess.run([*argv, "--logging-format=json", "-v=2"], capture_output=True, text=True, timeout=60)
+    entries = [json.loads(line) for line in out.stderr.splitlines()]
+    assert entries and all(list(e)[:3] == ["ts", "caller", "msg"] for e in entries)
