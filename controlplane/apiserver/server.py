@@ -259,10 +259,20 @@ class ApiServer:
                 )
         if self.pki is not None:
             url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
-            write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
+            # --client-ca-file is trusted too: kubeadm's ca.crt signs the serving certificate it passes
+            extra = self.config.client_ca_file.read_bytes() if self.config.client_ca_file else b""
+            write_kubeconfig(
+                data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key, extra_ca=extra
+            )
             # The supervised components' own identities, as kubeadm writes scheduler.conf and controller-manager.conf.
             write_kubeconfig(
-                data / SCHEDULER_KUBECONFIG, url, pki, pki.scheduler_cert, pki.scheduler_key, SCHEDULER_USER
+                data / SCHEDULER_KUBECONFIG,
+                url,
+                pki,
+                pki.scheduler_cert,
+                pki.scheduler_key,
+                SCHEDULER_USER,
+                extra,
             )
             write_kubeconfig(
                 data / CONTROLLER_MANAGER_KUBECONFIG,
@@ -271,6 +281,7 @@ class ApiServer:
                 pki.controller_manager_cert,
                 pki.controller_manager_key,
                 CONTROLLER_MANAGER_USER,
+                extra,
             )
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of

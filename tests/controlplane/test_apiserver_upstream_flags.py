@@ -145,3 +145,110 @@ def test_bad_flag_values_stop_the_server_with_exit_2(tmp_path: Path) -> None:
         )
         assert proc.returncode == 2, (argv, proc.stderr)
         assert text in proc.stderr, (argv, proc.stderr)
+
+
+def kubeadm_pki(directory: Path) -> Path:
+    """A CA named as kubeadm names its own ("kubernetes"), a serving certificate for 127.0.0.1 and a
+    client certificate alice (O=system:masters) it signed."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    directory.mkdir(parents=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+
+    def issue(stem: str, subject: x509.Name, key: ec.EllipticCurvePrivateKey, ca: bool, extra: list) -> None:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        for extension in extra:
+            builder = builder.add_extension(extension, critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        (directory / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (directory / f"{stem}.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+
+    issue("ca", ca_name, ca_key, True, [])
+    serving = [
+        x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+        x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+    ]
+    issue("apiserver", x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),
+          ec.generate_private_key(ec.SECP256R1()), False, serving)  # fmt: skip
+    alice = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "alice"),
+        ]
+    )
+    issue("alice", alice, ec.generate_private_key(ec.SECP256R1()), False,
+          [x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])])  # fmt: skip
+    return directory
+
+
+def test_own_serving_certificate_client_ca_and_cipher_suites(tmp_path: Path) -> None:
+    """--tls-cert-file/--tls-private-key-file are what the server presents, a client certificate from
+    --client-ca-file authenticates, --tls-cipher-suites limits TLS 1.2 to the suites named, and the
+    scheduler child (its kubeconfig trusting the client CA) still reaches the server."""
+    from cryptography import x509
+
+    outside = kubeadm_pki(tmp_path / "kubeadm")  # another CA, as kubeadm's /etc/kubernetes/pki
+    args = [
+        "--tls-cert-file",
+        str(outside / "apiserver.crt"),
+        "--tls-private-key-file",
+        str(outside / "apiserver.key"),
+        "--client-ca-file",
+        str(outside / "ca.crt"),
+        "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    ]
+    server = ApiServer(tmp_path / "api", scheduler=True, extra_args=args)
+    with server:
+        context = ssl.create_default_context(cafile=str(outside / "ca.crt"))  # only the outside CA
+        context.check_hostname = False
+        context.load_cert_chain(outside / "alice.crt", outside / "alice.key")
+        request = urllib.request.Request(f"{server.url}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                         data=b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}',
+                                         method="POST", headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, context=context, timeout=10) as resp:
+            review = json.loads(resp.read())
+        assert review["status"]["userInfo"]["username"] == "alice"
+        with ssl.create_connection(("127.0.0.1", server.port)) as raw, context.wrap_socket(raw) as tls:
+            served = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+        assert served == x509.load_pem_x509_certificate((outside / "apiserver.crt").read_bytes())
+        tls12 = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        tls12.check_hostname, tls12.verify_mode = False, ssl.CERT_NONE
+        tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+        tls12.set_ciphers("ECDHE-ECDSA-AES128-GCM-SHA256")  # not among the suites named
+        with pytest.raises(ssl.SSLError), ssl.create_connection(("127.0.0.1", server.port)) as raw:
+            tls12.wrap_socket(raw)
+        tls12.set_ciphers("ECDHE-ECDSA-AES256-GCM-SHA384")
+        with ssl.create_connection(("127.0.0.1", server.port)) as raw, tls12.wrap_socket(raw) as tls:
+            assert tls.cipher()[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
+        lease = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler"
+        deadline = time.monotonic() + 60
+        while True:  # the scheduler, trusting the server through --client-ca-file, takes its lease
+            lease_request = urllib.request.Request(f"{server.url}{lease}")
+            try:
+                with urllib.request.urlopen(lease_request, context=context, timeout=10) as resp:
+                    if resp.status == 200:
+                        break
+            except urllib.error.HTTPError as err:
+                assert err.code == 404, err
+            assert time.monotonic() < deadline, (server.data_dir / "scheduler.log").read_text()[-2000:]
+            time.sleep(0.2)
