@@ -234,6 +234,84 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: no limit)"
     )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
+    add_kubeadm_arguments(parser)
+
+
+# The header names this server's aggregator sends and publishes (upstream's, which kubeadm passes).
+REQUESTHEADER_FIXED = {
+    "requestheader_username_headers": ["X-Remote-User"],
+    "requestheader_group_headers": ["X-Remote-Group"],
+    "requestheader_extra_headers_prefix": ["X-Remote-Extra-"],
+}
+ADDRESS_TYPES = ("Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP")
+
+
+def add_kubeadm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The rest of the flags kubeadm's kube-apiserver manifest passes."""
+    parser.add_argument(
+        "--allow-privileged",
+        action="store_true",
+        default=True,
+        help="privileged containers are allowed; pykubelet always allows them, so only true is accepted",
+    )
+    parser.add_argument(
+        "--kubelet-client-certificate",
+        type=Path,
+        default=None,
+        help="client certificate presented to node agents (default DIR/pki/apiserver-kubelet-client.crt)",
+    )
+    parser.add_argument(
+        "--kubelet-client-key", type=Path, default=None, help="key of --kubelet-client-certificate"
+    )
+    parser.add_argument(
+        "--kubelet-preferred-address-types",
+        action=StringSlice,
+        default=["InternalIP", "Hostname", "ExternalIP"],
+        help="the node address types tried in order to reach a node agent",
+    )
+    parser.add_argument(
+        "--proxy-client-cert-file",
+        type=Path,
+        default=None,
+        help="client certificate the aggregator presents to extension API servers (default: DIR/pki's front-proxy-client)",
+    )
+    parser.add_argument(
+        "--proxy-client-key-file", type=Path, default=None, help="key of --proxy-client-cert-file"
+    )
+    parser.add_argument(
+        "--requestheader-client-ca-file",
+        type=Path,
+        default=None,
+        help="CA of the front proxy's client certificate, published in kube-system/extension-apiserver-authentication "
+        "(default: DIR/pki's front-proxy CA)",
+    )
+    parser.add_argument(
+        "--requestheader-allowed-names",
+        action=StringSlice,
+        default=[],
+        help="client certificate common names extension servers accept X-Remote-* headers from (published; "
+        "default: front-proxy-client)",
+    )
+    for dest, fixed in REQUESTHEADER_FIXED.items():
+        parser.add_argument(
+            "--" + dest.replace("_", "-"),
+            action=StringSlice,
+            default=list(fixed),
+            help=f"the header the aggregator sends; only {fixed[0]} is supported",
+        )
+    parser.add_argument(
+        "--service-account-signing-key-file",
+        type=Path,
+        default=None,
+        help="RSA private key that signs service-account tokens (default DIR/pki/sa.key, made on first start)",
+    )
+    parser.add_argument(
+        "--service-account-key-file",
+        type=Path,
+        action="append",
+        default=[],
+        help="public key that verifies service-account tokens; only the signing key's own is supported",
+    )
 
 
 def _authorization_modes(text: str) -> tuple[str, ...]:
@@ -357,6 +435,69 @@ def _service_ranges(args: argparse.Namespace) -> ServiceRanges:
     return ServiceRanges(cidr, args.service_node_port_range)
 
 
+def _pair(args: argparse.Namespace, cert: str, key: str) -> tuple[Path, Path] | None:
+    """Two file flags that go together, both existing, or neither."""
+    first, second = getattr(args, cert), getattr(args, key)
+    if (first is None) != (second is None):
+        _refuse(f"--{cert.replace('_', '-')} and --{key.replace('_', '-')} go together")
+    for flag, path in ((cert, first), (key, second)):
+        if path is not None and not path.is_file():
+            _refuse(f"--{flag.replace('_', '-')} {path}: no such file")
+    return (first, second) if first is not None and second is not None else None
+
+
+def _kubeadm_settings(args: argparse.Namespace) -> dict[str, object]:
+    """ServerConfig's fields from the flags of `add_kubeadm_arguments`, each checked."""
+    if not args.allow_privileged:
+        _refuse(
+            "--allow-privileged=false is not supported by pykubelet (privileged containers are always allowed)"
+        )
+    for dest, fixed in REQUESTHEADER_FIXED.items():
+        if getattr(args, dest) != fixed:
+            _refuse(f"--{dest.replace('_', '-')}={','.join(getattr(args, dest))} is not supported by pykubelet "
+                    f"(the aggregator sends {fixed[0]})")  # fmt: skip
+    unknown = [t for t in args.kubelet_preferred_address_types if t not in ADDRESS_TYPES]
+    if unknown or not args.kubelet_preferred_address_types:
+        _refuse(
+            f"--kubelet-preferred-address-types: {','.join(unknown) or '(empty)'}: want some of {', '.join(ADDRESS_TYPES)}"
+        )
+    for path in (args.requestheader_client_ca_file, args.service_account_signing_key_file):
+        if path is not None and not path.is_file():
+            _refuse(f"{path}: no such file")
+    if args.service_account_key_file:
+        _check_verification_keys(args.service_account_signing_key_file, args.service_account_key_file)
+    return {
+        "kubelet_client_cert": _pair(args, "kubelet_client_certificate", "kubelet_client_key"),
+        "kubelet_address_types": tuple(args.kubelet_preferred_address_types),
+        "proxy_client_cert": _pair(args, "proxy_client_cert_file", "proxy_client_key_file"),
+        "requestheader_client_ca": args.requestheader_client_ca_file,
+        "requestheader_allowed_names": tuple(args.requestheader_allowed_names),
+        "service_account_signing_key": args.service_account_signing_key_file,
+    }
+
+
+def _check_verification_keys(signing: Path | None, keys: list[Path]) -> None:
+    """Tokens are verified with the signing key alone: each --service-account-key-file must be its public
+    half (kubeadm's sa.pub for sa.key)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from controlplane.apiserver.sakeys import load_signing_key
+
+    if signing is None:
+        _refuse("--service-account-key-file needs --service-account-signing-key-file (its private half)")
+    own = load_signing_key(signing).public.public_numbers()
+    for path in keys:
+        try:
+            public = serialization.load_pem_public_key(path.read_bytes())
+        except (OSError, ValueError) as err:
+            _refuse(f"--service-account-key-file {path}: {err}")
+        if getattr(public, "public_numbers", lambda: None)() != own:
+            _refuse(
+                f"--service-account-key-file {path}: verifying with keys other than the signing key's is "
+                "not supported by pykubelet"
+            )
+
+
 def _tls_files(args: argparse.Namespace) -> None:
     if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
         _refuse("--tls-cert-file and --tls-private-key-file go together")
@@ -392,6 +533,7 @@ def run(args: argparse.Namespace) -> int:
         client_ca_file=args.client_ca_file,
         tls_ciphers=ciphers,
         service_ranges=_service_ranges(args),
+        **_kubeadm_settings(args),  # type: ignore[arg-type]
         extra_sans=args.tls_san,
         service_account_issuers=args.service_account_issuer or [DEFAULT_ISSUER],
         api_audiences=[a for a in args.api_audiences if a],

@@ -42,7 +42,7 @@ from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.metrics import ApiServerMetrics, storage_gauges
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
-from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key
+from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key, load_signing_key
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
 from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.webhooks import context as admission_context
@@ -97,6 +97,15 @@ class ServerConfig:
     tls_private_key_file: Path | None = None
     client_ca_file: Path | None = None
     tls_ciphers: str = ""
+    # kubeadm's set: --kubelet-client-certificate/--kubelet-client-key, --kubelet-preferred-address-types,
+    # --proxy-client-cert-file/--proxy-client-key-file (the aggregator's), --requestheader-client-ca-file
+    # and --requestheader-allowed-names (published for extension servers), --service-account-signing-key-file.
+    kubelet_client_cert: tuple[Path, Path] | None = None
+    kubelet_address_types: tuple[str, ...] = ("InternalIP", "Hostname", "ExternalIP")
+    proxy_client_cert: tuple[Path, Path] | None = None
+    requestheader_client_ca: Path | None = None
+    requestheader_allowed_names: tuple[str, ...] = ()
+    service_account_signing_key: Path | None = None
     # --service-cluster-ip-range and --service-node-port-range.
     service_ranges: ServiceRanges = field(default_factory=ServiceRanges)
     extra_sans: list[str] = field(default_factory=list)
@@ -190,12 +199,17 @@ class ApiServer:
             if self.config.bind in ("0.0.0.0", "::") and not self.config.advertise and default_route_ip():
                 sans.append(default_route_ip())  # the address the `kubernetes` Endpoints will name
             self.pki = ensure_pki(self.config.data_dir, sans)
-            self.rest.kubelet = KubeletClient(
+            kubelet_cert, kubelet_key = self.config.kubelet_client_cert or (
                 self.pki.kubelet_client_cert,
                 self.pki.kubelet_client_key,
+            )
+            self.rest.kubelet = KubeletClient(
+                kubelet_cert,
+                kubelet_key,
                 Path(self.config.kubelet_certificate_authority)
                 if self.config.kubelet_certificate_authority
                 else None,
+                self.config.kubelet_address_types,
             )
             ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             if self.config.tls_cert_file is not None and self.config.tls_private_key_file is not None:
@@ -210,11 +224,18 @@ class ApiServer:
             ssl_context.set_ciphers(
                 f"{self.config.tls_ciphers}:@SECLEVEL=0" if self.config.tls_ciphers else TLS12_CIPHERS
             )
-            await authconfig.publish(self.registry, self.pki, self.config.client_ca_file)
+            await authconfig.publish(
+                self.registry,
+                self.pki,
+                self.config.client_ca_file,
+                self.config.requestheader_client_ca,
+                self.config.requestheader_allowed_names,
+            )
         pki = self.pki
-        self.aggregator.start(
-            pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None
+        proxy_cert, proxy_key = self.config.proxy_client_cert or (
+            (pki.front_proxy_client_cert, pki.front_proxy_client_key) if pki else (None, None)
         )
+        self.aggregator.start(proxy_cert, proxy_key)
         await self.audit.start()
         # Local APIServices for every built-in group/version (kube-aggregator's autoregister).
         await autoregister.sync(self.registry, [("", "v1"), *kinds.groups()])
@@ -300,7 +321,12 @@ class ApiServer:
 
     async def _start_service_account_tokens(self) -> None:
         config = self.config
-        self.signing_key = key = await asyncio.to_thread(ensure_signing_key, config.data_dir / "pki")
+        if config.service_account_signing_key is not None:
+            self.signing_key = key = await asyncio.to_thread(
+                load_signing_key, config.service_account_signing_key
+            )
+        else:
+            self.signing_key = key = await asyncio.to_thread(ensure_signing_key, config.data_dir / "pki")
         self.rest.token_issuer = TokenIssuer(
             key,
             config.service_account_issuers[0],

@@ -66,9 +66,32 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
+def rsa_pair(directory: Path) -> tuple[Path, Path]:
+    """kubeadm's sa.key and sa.pub."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private, public = directory / "sa.key", directory / "sa.pub"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return private, public
+
+
 def test_kubeadm_flags_and_json_logs(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.csv"
     tokens.write_text(f'{TOKEN},admin,1,"system:masters"\n')
+    sa_key, sa_pub = rsa_pair(tmp_path)
     args = [
         "--token-auth-file",
         str(tokens),
@@ -82,6 +105,17 @@ def test_kubeadm_flags_and_json_logs(tmp_path: Path) -> None:
         "--service-node-port-range=31000-31010",
         "--enable-admission-plugins=NodeRestriction",
         "--watch-cache-sizes=pods#100",
+        # the rest of kubeadm's manifest
+        "--allow-privileged=true",
+        "--authorization-mode=Node,RBAC",
+        "--enable-bootstrap-token-auth=true",
+        "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-username-headers=X-Remote-User",
+        f"--service-account-signing-key-file={sa_key}",
+        f"--service-account-key-file={sa_pub}",
     ]
     server = ApiServer(tmp_path / "api", scheduler=True, extra_args=args)
     with server:
@@ -108,6 +142,10 @@ def test_kubeadm_flags_and_json_logs(tmp_path: Path) -> None:
         bad_ip["spec"]["clusterIP"] = "10.96.5.5"
         status, refused = call(server, "POST", "/api/v1/namespaces/default/services", TOKEN, bad_ip)
         assert status == 422 and "The range of valid IPs is 10.97.0.0/24" in refused["message"]
+        from controlplane.apiserver.sakeys import key_id, load_signing_key
+
+        status, jwks = call(server, "GET", "/openid/v1/jwks", TOKEN)  # the signing key is the one given
+        assert status == 200 and [k["kid"] for k in jwks["keys"]] == [key_id(load_signing_key(sa_key).public)]
         # the scheduler child has run (and logged) once it holds its lease
         lease = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler"
         deadline = time.monotonic() + 60
@@ -130,12 +168,32 @@ def test_bad_flag_values_stop_the_server_with_exit_2(tmp_path: Path) -> None:
     import subprocess
     import sys
 
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    sa_key, sa_pub = rsa_pair(tmp_path / "a")
+    _, other_pub = rsa_pair(tmp_path / "b")
+
     for argv, text in (
         (["--event-ttl", "1x"], 'time: unknown unit "x" in duration "1x"'),
         (["--service-cluster-ip-range=10.97.0.0/33"], "--service-cluster-ip-range"),
         (["--enable-admission-plugins=NoSuchPlugin"], 'admission plugin "NoSuchPlugin" is unknown'),
         (["--tls-cipher-suites=TLS_NOPE"], "Cipher suite TLS_NOPE not supported or doesn't exist"),
         (["--tls-cert-file", str(tmp_path / "missing.crt")], "--tls-cert-file and --tls-private-key-file"),
+        (["--allow-privileged=false"], "--allow-privileged=false is not supported by pykubelet"),
+        (
+            ["--requestheader-username-headers=X-User"],
+            "--requestheader-username-headers=X-User is not supported",
+        ),
+        (["--kubelet-preferred-address-types=InternalIP,Nope"], "--kubelet-preferred-address-types: Nope"),
+        (["--service-account-key-file", str(other_pub)], "needs --service-account-signing-key-file"),
+        (
+            ["--service-account-signing-key-file", str(sa_key), "--service-account-key-file", str(other_pub)],
+            "verifying with keys other than the signing key's is not supported",
+        ),
+        (
+            ["--kubelet-client-certificate", str(sa_pub)],
+            "--kubelet-client-certificate and --kubelet-client-key",
+        ),
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "pykubelet", "server", "--data-dir", str(tmp_path / "d"), *argv],
@@ -216,6 +274,17 @@ def test_own_serving_certificate_client_ca_and_cipher_suites(tmp_path: Path) -> 
         "--client-ca-file",
         str(outside / "ca.crt"),
         "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        "--requestheader-client-ca-file",
+        str(outside / "ca.crt"),
+        "--requestheader-allowed-names=front-proxy-client,aggregator",
+        "--proxy-client-cert-file",
+        str(outside / "alice.crt"),
+        "--proxy-client-key-file",
+        str(outside / "alice.key"),
+        "--kubelet-client-certificate",
+        str(outside / "alice.crt"),
+        "--kubelet-client-key",
+        str(outside / "alice.key"),
     ]
     server = ApiServer(tmp_path / "api", scheduler=True, extra_args=args)
     with server:
@@ -228,6 +297,14 @@ def test_own_serving_certificate_client_ca_and_cipher_suites(tmp_path: Path) -> 
         with urllib.request.urlopen(request, context=context, timeout=10) as resp:
             review = json.loads(resp.read())
         assert review["status"]["userInfo"]["username"] == "alice"
+        configmap = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{server.url}{configmap}"), context=context
+        ) as resp:
+            published = json.loads(resp.read())["data"]
+        assert published["requestheader-client-ca-file"] == (outside / "ca.crt").read_text()
+        assert json.loads(published["requestheader-allowed-names"]) == ["front-proxy-client", "aggregator"]
+        assert (outside / "ca.crt").read_text() in published["client-ca-file"]
         with ssl.create_connection(("127.0.0.1", server.port)) as raw, context.wrap_socket(raw) as tls:
             served = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
         assert served == x509.load_pem_x509_certificate((outside / "apiserver.crt").read_bytes())
