@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from kubeclient.eventloop import loop_factory, termination_event
 from kubeclient.flags import StringSlice, go_duration
@@ -112,9 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--authorization-mode",
-        default=("Node", "RBAC"),
-        type=_authorization_modes,
-        help="ordered authorizers: Node, RBAC, AlwaysAllow (comma-separated; default Node,RBAC)",
+        action=StringSlice,
+        default=["Node", "RBAC"],
+        help="ordered authorizers: Node, RBAC, AlwaysAllow",
     )
     parser.add_argument(
         "--scheduler",
@@ -314,13 +314,13 @@ def add_kubeadm_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _authorization_modes(text: str) -> tuple[str, ...]:
+def _authorization_modes(modes: list[str]) -> tuple[str, ...]:
     from controlplane.apiserver.authmodes import parse_modes
 
     try:
-        return parse_modes(text)
+        return parse_modes(",".join(modes))
     except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        _refuse(f"--authorization-mode: {err}")
 
 
 async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
@@ -417,7 +417,7 @@ def _admission_plugins(enabled: list[str], disabled: list[str]) -> list[str]:
     return list(disabled)
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     """A start-up error in the flags' sense: the message and exit 2, as a bad flag value gets."""
     import sys
 
@@ -543,7 +543,7 @@ def run(args: argparse.Namespace) -> int:
         disable_admission_plugins=_admission_plugins(
             args.enable_admission_plugins, args.disable_admission_plugins
         ),
-        authorization_modes=args.authorization_mode,
+        authorization_modes=_authorization_modes(args.authorization_mode),
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
         kubelet_certificate_authority=args.kubelet_certificate_authority,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from controlplane.controllers import options as tunables
 from kubeclient.eventloop import loop_factory
-from kubeclient.flags import go_duration
+from kubeclient.flags import StringSlice, go_duration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--controllers",
-        default="*",
-        help="'*' (the default set), 'name' to turn one on, '-name' to turn one off, comma-separated",
+        action=StringSlice,
+        default=["*"],
+        help="'*' (the default set), 'name' to turn one on, '-name' to turn one off",
     )
     parser.add_argument(
         "--leader-elect",
@@ -144,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
             "Controller: Must specify --cluster-cidr if --allocate-node-cidrs is set"
         )
         return 2
+    try:
+        controllers = enabled(",".join(args.controllers))
+    except ValueError as err:
+        logging.getLogger(__name__).error("--controllers: %s", err)
+        return 2
     cluster = load_kubeconfig(args.kubeconfig)
     root_ca = args.root_ca_file.read_bytes() if args.root_ca_file else (cluster.ca_data or b"")
     if not root_ca and cluster.ca_file:
@@ -172,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         signer = (args.cluster_signing_cert_file.read_bytes(), args.cluster_signing_key_file.read_bytes())
     config = ManagerConfig(
-        controllers=enabled(args.controllers),
+        controllers=controllers,
         leader_election=election,
         bind_address=args.bind_address,
         secure_port=args.secure_port,

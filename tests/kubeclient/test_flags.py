@@ -249,6 +249,25 @@ def test_leader_elect_false_on_the_components_that_elect() -> None:
     assert parse("controller-manager", "--node-monitor-grace-period=1m").node_monitor_grace_period == 60
 
 
+def test_lists_upstream_takes_as_string_slices() -> None:
+    assert parse(
+        "server", "--authorization-mode=Node", "--authorization-mode", "RBAC"
+    ).authorization_mode == [
+        "Node",
+        "RBAC",
+    ]
+    assert parse("server").authorization_mode == ["Node", "RBAC"]
+    assert parse(
+        "controller-manager", "--controllers=*,bootstrapsigner", "--controllers=-ttl"
+    ).controllers == [
+        "*",
+        "bootstrapsigner",
+        "-ttl",
+    ]
+    args = parse("server", "--tls-cipher-suites=A,B", "--tls-cipher-suites", "C")
+    assert args.tls_cipher_suites == ["A", "B", "C"]
+
+
 def test_metrics_server_durations_and_lists() -> None:
     args = parse(
         "metrics-server", "--metric-resolution", "15s", "--kubelet-preferred-address-types=InternalIP"
