@@ -7,6 +7,8 @@ built on klog and k8s.io/component-base/logs writes, to stderr:
   `I1205 18:30:00.123456   12345 file.py:123] message` (severity I/W/E/F, MMDD, local time with
   microseconds, the process id right-aligned in 7, file:line); a structured call (`extra=kv(...)`)
   writes its message quoted and its pairs after it, as klog's InfoS does: `"Started" port=6443`;
+- whatever the format, a bearer token or a JWT that reaches a log line is masked (`redact`): no code
+  path should log one, and this keeps a slip from leaking a credential;
 - `--logging-format=json`, component-base's JSON logger (zap through zapr): one object per line,
   `{"ts":<epoch milliseconds, float>,"caller":"file.py:123","msg":"...","v":0,<pairs>}`; an error record
   carries no "v" and puts its exception under "err".
@@ -21,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 import traceback
@@ -29,6 +32,17 @@ from typing import Any
 from kubeclient.flags import go_int
 
 FORMATS = ("text", "json")
+# The last line of defence: a bearer credential or a JWT that reaches a log line anyway is masked.
+_SECRETS = re.compile(r"(?i)(bearer\s+)[\w\-.~+/]+=*|eyJ[\w-]+\.eyJ[\w-]+\.[\w-]+")
+
+
+def redact(text: str) -> str:
+    """`text` with bearer tokens and JWTs masked (cheap when there is none)."""
+    if "eyJ" not in text and "earer" not in text:
+        return text
+    return _SECRETS.sub(lambda m: f"{m.group(1)}<redacted>" if m.group(1) else "<redacted>", text)
+
+
 _NOISY = ("asyncio", "aiohttp.access", "aiohttp.server", "aiohttp.client", "urllib3", "kubernetes.client")
 
 
@@ -129,7 +143,7 @@ class KlogTextFormatter(logging.Formatter):
             message = _go_quote(message) + "".join(f" {k}={_text_value(v)}" for k, v in pairs.items())
         if record.exc_info:
             message += f" err={_go_quote(self.formatException(record.exc_info))}"
-        return header + message
+        return header + redact(message)
 
 
 class JsonFormatter(logging.Formatter):
@@ -149,7 +163,7 @@ class JsonFormatter(logging.Formatter):
                 entry.setdefault(str(key), _json_value(value))
         if record.exc_info:
             entry["err"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
-        return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+        return redact(json.dumps(entry, ensure_ascii=False, separators=(",", ":")))
 
 
 class VerbosityFilter(logging.Filter):

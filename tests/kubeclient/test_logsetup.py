@@ -101,3 +101,13 @@ def test_a_component_process_writes_klog_text_then_json() -> None:
     out = subprocess.run([*argv, "--logging-format=json", "-v=2"], capture_output=True, text=True, timeout=60)
     entries = [json.loads(line) for line in out.stderr.splitlines()]
     assert entries and all(list(e)[:3] == ["ts", "caller", "msg"] for e in entries)
+
+
+def test_credentials_that_reach_a_log_line_are_masked(stream: io.StringIO) -> None:
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+    for fmt in ("text", "json"):
+        logsetup.configure(0, fmt, stream)
+        logging.getLogger("t.secret").info("headers Authorization: Bearer abc.DEF-123 token=%s", jwt)
+    out = stream.getvalue()
+    assert "abc.DEF-123" not in out and jwt not in out
+    assert out.count("Bearer <redacted>") == 2 and out.count("token=<redacted>") == 2
