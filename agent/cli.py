@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from agent.config import AgentConfig, ConfigFileError, load_config_file, parse_labels
@@ -30,8 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--node-name", dest="node_name", help="the Node's name (default: the hostname)")
     parser.add_argument("--hostname-override", dest="hostname_override", help="alias of --node-name")
-    parser.add_argument("--container-runtime-endpoint", dest="container_runtime_endpoint")
-    parser.add_argument("--image-service-endpoint", dest="image_service_endpoint")
+    parser.add_argument(
+        "--container-runtime-endpoint",
+        dest="container_runtime_endpoint",
+        help="the CRI runtime's endpoint (default unix:///run/containerd/containerd.sock)",
+    )
+    parser.add_argument(
+        "--image-service-endpoint",
+        dest="image_service_endpoint",
+        help="the CRI image service's endpoint (default: --container-runtime-endpoint)",
+    )
     parser.add_argument("--config", help="KubeletConfiguration (kubelet.config.k8s.io/v1beta1) YAML file")
     parser.add_argument(
         "--root-dir", dest="root_dir", help="agent state directory (default /var/lib/kubelet)"
@@ -40,9 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--node-ip", dest="node_ip", help="the Node's InternalIP (default: the default route's)"
     )
     parser.add_argument("--node-labels", dest="node_labels", help="extra labels: k1=v1,k2=v2")
-    parser.add_argument("--pod-cidr", dest="pod_cidr")
-    parser.add_argument("--max-pods", dest="max_pods", type=int)
-    parser.add_argument("--cluster-domain", dest="cluster_domain")
+    parser.add_argument(
+        "--pod-cidr", dest="pod_cidr", help="this node's pod range (default: the Node's podCIDR)"
+    )
+    parser.add_argument(
+        "--max-pods", dest="max_pods", type=int, help="pods this node runs at most (default 110)"
+    )
+    parser.add_argument(
+        "--cluster-domain", dest="cluster_domain", help="the cluster's DNS domain (default cluster.local)"
+    )
     parser.add_argument("--cluster-dns", dest="cluster_dns", help="comma-separated DNS server IPs")
     parser.add_argument(
         "--cni-conf-dir",
@@ -56,7 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cni-data-dir", dest="cni_data_dir", help="IPAM state (default /var/lib/cni/networks)"
     )
     parser.add_argument("--cni-bridge", dest="cni_bridge", help="the pod network's bridge (default cni0)")
-    parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (>=4: debug)")
 
 
 def build_config(args: argparse.Namespace) -> AgentConfig:
@@ -94,13 +106,6 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbosity >= 4 else logging.INFO,
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("asyncio", "aiohttp"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         cfg = build_config(args)
     except ConfigFileError as err:

@@ -28,12 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the server's identity"
     )
     parser.add_argument("--bind-address", default="0.0.0.0", help="address to answer on (UDP and TCP)")
-    parser.add_argument("--port", type=int, default=53)
-    parser.add_argument("--cluster-domain", default="cluster.local")
+    parser.add_argument("--port", type=int, default=53, help="port to answer on (UDP and TCP)")
+    parser.add_argument("--cluster-domain", default="cluster.local", help="the zone answered from the API")
     parser.add_argument(
         "--resolv-conf", type=Path, default=Path("/etc/resolv.conf"), help="where the upstreams are"
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -65,4 +64,4 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_component(_main(args), args.verbose)
+    return run_component(_main(args))

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from kubeclient.eventloop import loop_factory, termination_event
+from kubeclient.flags import StringSlice, go_duration
 
 if TYPE_CHECKING:
     from controlplane.apiserver.audit import AuditOptions
     from controlplane.apiserver.server import ServerConfig
+    from controlplane.apiserver.serviceranges import ServiceRanges
     from controlplane.storage.etcd import EtcdConfig
 
 
@@ -29,7 +30,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", required=True, type=Path, help="state, PKI and admin.kubeconfig live here"
     )
-    parser.add_argument("--port", type=int, default=6443, help="HTTPS port (0 picks a free one)")
+    parser.add_argument(
+        "--secure-port",
+        "--port",
+        dest="port",
+        type=int,
+        default=6443,
+        help="the port on which to serve HTTPS with authentication and authorization (0 picks a free one)",
+    )
+    parser.add_argument(
+        "--tls-cert-file",
+        type=Path,
+        default=None,
+        help="x509 serving certificate (PEM, intermediates after it); without it DIR/pki/apiserver.crt is made",
+    )
+    parser.add_argument(
+        "--tls-private-key-file", type=Path, default=None, help="key of --tls-cert-file (PEM)"
+    )
+    parser.add_argument(
+        "--tls-cipher-suites",
+        action=StringSlice,
+        default=[],
+        help="TLS 1.2 cipher suites the server offers, by Go's names (TLS 1.3's are always on); "
+        "default: ECDHE with AES-GCM or ChaCha20",
+    )
+    parser.add_argument(
+        "--client-ca-file",
+        type=Path,
+        default=None,
+        help="client certificates signed by a CA in this bundle authenticate (CN user, O groups), besides "
+        "DIR/pki/ca.crt, which signs the server's own kubeconfigs",
+    )
     parser.add_argument("--bind-address", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--advertise-address", default="", help="host written into admin.kubeconfig")
     parser.add_argument(
@@ -42,14 +73,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--watch-cache-size", type=int, default=10_000, help="events kept per resource for watch resume"
     )
     parser.add_argument(
-        "--compact-interval", type=float, default=300.0, help="seconds between history compactions"
+        "--watch-cache-sizes",
+        action=StringSlice,
+        type=_watch_cache_size,
+        default=[],
+        help="events kept for some resources: resource[.group]#size, e.g. pods#5000,deployments.apps#1000",
     )
-    parser.add_argument("--event-ttl", type=float, default=3600.0, help="seconds an idle event is kept")
+    parser.add_argument(
+        "--etcd-compaction-interval",
+        type=go_duration,
+        default="5m0s",
+        help="the interval of compaction requests (also of the SQLite store's history)",
+    )
+    parser.add_argument(
+        "--event-ttl", type=go_duration, default="1h0m0s", help="amount of time to retain events"
+    )
     parser.add_argument(
         "--anonymous-auth",
-        action=argparse.BooleanOptionalAction,
+        action="store_true",
         default=True,
-        help="requests without credentials are system:anonymous (default; --no-anonymous-auth: 401)",
+        help="requests without credentials are system:anonymous (false: 401)",
+    )
+    parser.add_argument(
+        "--service-node-port-range",
+        type=_port_range,
+        default="30000-32767",
+        help="the port range NodePort services are given ports from (N-M, inclusive)",
     )
     parser.add_argument(
         "--enable-bootstrap-token-auth",
@@ -63,22 +112,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--authorization-mode",
-        default=("Node", "RBAC"),
-        type=_authorization_modes,
-        help="ordered authorizers: Node, RBAC, AlwaysAllow (comma-separated; default Node,RBAC)",
+        action=StringSlice,
+        default=["Node", "RBAC"],
+        help="ordered authorizers: Node, RBAC, AlwaysAllow",
     )
     parser.add_argument(
         "--scheduler",
-        action=argparse.BooleanOptionalAction,
+        action="store_true",
         default=True,
-        help="run the scheduler as a child process (--no-scheduler: another scheduler binds pods)",
+        help="run the scheduler as a child process (false: another scheduler binds pods)",
     )
     parser.add_argument("--scheduler-config", type=Path, default=None, help="KubeSchedulerConfiguration file")
     parser.add_argument(
         "--controllers",
-        action=argparse.BooleanOptionalAction,
+        action="store_true",
         default=True,
-        help="run the controller manager as a child process (--no-controllers: leave the loops to another)",
+        help="run the controller manager as a child process (false: leave the loops to another)",
     )
     parser.add_argument(
         "--default-local-storage-path",
@@ -100,17 +149,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="issuer of service-account tokens (repeat to accept more; the first signs)",
     )
     parser.add_argument(
-        "--api-audiences", default="", help="comma-separated audiences of the API (default: the issuers)"
+        "--api-audiences", action=StringSlice, default=[], help="audiences of the API (default: the issuers)"
     )
     parser.add_argument(
         "--service-account-max-token-expiration",
-        type=_duration,
+        type=go_duration,
         default=0,
         help="longest lifetime a TokenRequest gets, e.g. 24h (default: no limit)",
     )
     parser.add_argument(
         "--service-account-extend-token-expiration",
-        action=argparse.BooleanOptionalAction,
+        action="store_true",
         default=True,
         help="issue the admission plugin's 3607 s pod tokens for a year, flagged stale after 3607 s",
     )
@@ -118,9 +167,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--service-account-jwks-uri", default="", help="jwks_uri of the OpenID discovery document"
     )
     parser.add_argument(
+        "--enable-admission-plugins",
+        action=StringSlice,
+        default=[],
+        help="admission plugins to turn on besides the default ones (all of pykubelet's are on by default, "
+        "NodeRestriction included, as kubeadm sets it)",
+    )
+    parser.add_argument(
         "--disable-admission-plugins",
-        default="",
-        help="comma-separated admission plugins to turn off (e.g. ServiceAccount)",
+        action=StringSlice,
+        default=[],
+        help="admission plugins to turn off (e.g. ServiceAccount)",
     )
     parser.add_argument(
         "--etcd-servers",
@@ -153,7 +210,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--enable-priority-and-fairness",
-        type=lambda v: v.lower() in ("true", "1", "yes"),
+        action="store_true",
         default=True,
         help="classify requests by FlowSchemas into priority levels with their seats and queues (default true)",
     )
@@ -177,21 +234,98 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: no limit)"
     )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    add_kubeadm_arguments(parser)
 
 
-def _authorization_modes(text: str) -> tuple[str, ...]:
+# The header names this server's aggregator sends and publishes (upstream's, which kubeadm passes).
+REQUESTHEADER_FIXED = {
+    "requestheader_username_headers": ["X-Remote-User"],
+    "requestheader_group_headers": ["X-Remote-Group"],
+    "requestheader_extra_headers_prefix": ["X-Remote-Extra-"],
+}
+ADDRESS_TYPES = ("Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP")
+
+
+def add_kubeadm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The rest of the flags kubeadm's kube-apiserver manifest passes."""
+    parser.add_argument(
+        "--allow-privileged",
+        action="store_true",
+        default=True,
+        help="privileged containers are allowed; pykubelet always allows them, so only true is accepted",
+    )
+    parser.add_argument(
+        "--kubelet-client-certificate",
+        type=Path,
+        default=None,
+        help="client certificate presented to node agents (default DIR/pki/apiserver-kubelet-client.crt)",
+    )
+    parser.add_argument(
+        "--kubelet-client-key", type=Path, default=None, help="key of --kubelet-client-certificate"
+    )
+    parser.add_argument(
+        "--kubelet-preferred-address-types",
+        action=StringSlice,
+        default=["InternalIP", "Hostname", "ExternalIP"],
+        help="the node address types tried in order to reach a node agent",
+    )
+    parser.add_argument(
+        "--proxy-client-cert-file",
+        type=Path,
+        default=None,
+        help="client certificate the aggregator presents to extension API servers (default: DIR/pki's front-proxy-client)",
+    )
+    parser.add_argument(
+        "--proxy-client-key-file", type=Path, default=None, help="key of --proxy-client-cert-file"
+    )
+    parser.add_argument(
+        "--requestheader-client-ca-file",
+        type=Path,
+        default=None,
+        help="CA of the front proxy's client certificate, published in kube-system/extension-apiserver-authentication "
+        "(default: DIR/pki's front-proxy CA)",
+    )
+    parser.add_argument(
+        "--requestheader-allowed-names",
+        action=StringSlice,
+        default=[],
+        help="client certificate common names extension servers accept X-Remote-* headers from (published; "
+        "default: front-proxy-client)",
+    )
+    for dest, fixed in REQUESTHEADER_FIXED.items():
+        parser.add_argument(
+            "--" + dest.replace("_", "-"),
+            action=StringSlice,
+            default=list(fixed),
+            help=f"the header the aggregator sends; only {fixed[0]} is supported",
+        )
+    parser.add_argument(
+        "--service-account-signing-key-file",
+        type=Path,
+        default=None,
+        help="RSA private key that signs service-account tokens (default DIR/pki/sa.key, made on first start)",
+    )
+    parser.add_argument(
+        "--service-account-key-file",
+        type=Path,
+        action="append",
+        default=[],
+        help="public key that verifies service-account tokens; only the signing key's own is supported",
+    )
+
+
+def _authorization_modes(modes: list[str]) -> tuple[str, ...]:
     from controlplane.apiserver.authmodes import parse_modes
 
     try:
-        return parse_modes(text)
+        return parse_modes(",".join(modes))
     except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        _refuse(f"--authorization-mode: {err}")
 
 
 async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
     """The server until SIGTERM/SIGINT, with its scheduler and controller manager children (unless
-    --no-scheduler / --no-controllers)."""
+    --scheduler=false / --controllers=false)."""
     from controlplane.apiserver.server import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG, ApiServer
     from controlplane.controllers.cli import node_ipam_argv
     from controlplane.supervisor import component_command, supervise
@@ -201,14 +335,19 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
     stop = termination_event()
     children = []
     data, pki = config.data_dir, config.data_dir / "pki"
+    log_flags = (getattr(args, "v", 0), getattr(args, "logging_format", "text"))
     if not config.insecure_http:  # --insecure-http writes no kubeconfig for children
         # Each child on its own identity, from the kubeconfigs the server wrote (kubeadm's scheduler.conf and
         # controller-manager.conf); the controller manager runs each controller as its service account.
         if args.scheduler:
-            command = component_command("scheduler", data / SCHEDULER_KUBECONFIG, args.scheduler_config)
+            command = component_command(
+                "scheduler", data / SCHEDULER_KUBECONFIG, args.scheduler_config, *log_flags
+            )
             children.append(asyncio.create_task(supervise(command, stop, data / "scheduler.log")))
         if args.controllers:
-            command = component_command("controller-manager", data / CONTROLLER_MANAGER_KUBECONFIG) + [
+            command = component_command(
+                "controller-manager", data / CONTROLLER_MANAGER_KUBECONFIG, None, *log_flags
+            ) + [
                 "--secure-port",
                 str(args.controller_manager_port),
                 "--cert-dir",
@@ -236,34 +375,148 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
         await server.stop()
 
 
-def _duration(text: str) -> float:
-    from kubeclient.duration import parse_duration
+def _port_range(text: str) -> range:
+    from controlplane.apiserver.serviceranges import parse_port_range
 
     try:
-        return parse_duration(text)
+        return parse_port_range(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _admission_plugins(text: str) -> list[str]:
+def _watch_cache_size(text: str) -> tuple[str, int]:
+    """One --watch-cache-sizes entry, resource[.group]#size (upstream's ParseWatchCacheSizes)."""
+    resource, sep, size = text.partition("#")
+    if not sep or not resource:
+        raise argparse.ArgumentTypeError(f"invalid value of watch cache size: {text}")
+    try:
+        number = int(size)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size of watch cache size: {text}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"watch cache size cannot be negative: {text}")
+    if number == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text}: turning a resource's watch cache off is not supported by pykubelet (every watch is "
+            "served from the cache)"
+        )
+    return resource.lower(), number
+
+
+def _admission_plugins(enabled: list[str], disabled: list[str]) -> list[str]:
+    """The plugins turned off, after checking both lists name known plugins and do not overlap."""
     from controlplane.apiserver.admission import known_plugins
 
-    names = [n.strip() for n in text.split(",") if n.strip()]
     known = known_plugins()
-    for name in names:
+    for name in [*enabled, *disabled]:
         if name not in known:
-            raise SystemExit(f'admission plugin "{name}" is unknown (known: {", ".join(known)})')
-    return names
+            _refuse(f'admission plugin "{name}" is unknown (known: {", ".join(dict.fromkeys(known))})')
+    both = sorted(set(enabled) & set(disabled))
+    if both:
+        _refuse(f"{','.join(both)} in enable-admission-plugins and disable-admission-plugins overlapped")
+    return list(disabled)
+
+
+def _refuse(message: str) -> NoReturn:
+    """A start-up error in the flags' sense: the message and exit 2, as a bad flag value gets."""
+    import sys
+
+    print(f"pykubelet server: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _service_ranges(args: argparse.Namespace) -> ServiceRanges:
+    from controlplane.apiserver.serviceranges import DEFAULT_CLUSTER_IP_RANGE, ServiceRanges, parse_cidr
+
+    try:
+        cidr = parse_cidr(args.service_cluster_ip_range or DEFAULT_CLUSTER_IP_RANGE)
+    except ValueError as err:
+        _refuse(f"--service-cluster-ip-range: {err}")
+    return ServiceRanges(cidr, args.service_node_port_range)
+
+
+def _pair(args: argparse.Namespace, cert: str, key: str) -> tuple[Path, Path] | None:
+    """Two file flags that go together, both existing, or neither."""
+    first, second = getattr(args, cert), getattr(args, key)
+    if (first is None) != (second is None):
+        _refuse(f"--{cert.replace('_', '-')} and --{key.replace('_', '-')} go together")
+    for flag, path in ((cert, first), (key, second)):
+        if path is not None and not path.is_file():
+            _refuse(f"--{flag.replace('_', '-')} {path}: no such file")
+    return (first, second) if first is not None and second is not None else None
+
+
+def _kubeadm_settings(args: argparse.Namespace) -> dict[str, object]:
+    """ServerConfig's fields from the flags of `add_kubeadm_arguments`, each checked."""
+    if not args.allow_privileged:
+        _refuse(
+            "--allow-privileged=false is not supported by pykubelet (privileged containers are always allowed)"
+        )
+    for dest, fixed in REQUESTHEADER_FIXED.items():
+        if getattr(args, dest) != fixed:
+            _refuse(f"--{dest.replace('_', '-')}={','.join(getattr(args, dest))} is not supported by pykubelet "
+                    f"(the aggregator sends {fixed[0]})")  # fmt: skip
+    unknown = [t for t in args.kubelet_preferred_address_types if t not in ADDRESS_TYPES]
+    if unknown or not args.kubelet_preferred_address_types:
+        _refuse(
+            f"--kubelet-preferred-address-types: {','.join(unknown) or '(empty)'}: want some of {', '.join(ADDRESS_TYPES)}"
+        )
+    for path in (args.requestheader_client_ca_file, args.service_account_signing_key_file):
+        if path is not None and not path.is_file():
+            _refuse(f"{path}: no such file")
+    if args.service_account_key_file:
+        _check_verification_keys(args.service_account_signing_key_file, args.service_account_key_file)
+    return {
+        "kubelet_client_cert": _pair(args, "kubelet_client_certificate", "kubelet_client_key"),
+        "kubelet_address_types": tuple(args.kubelet_preferred_address_types),
+        "proxy_client_cert": _pair(args, "proxy_client_cert_file", "proxy_client_key_file"),
+        "requestheader_client_ca": args.requestheader_client_ca_file,
+        "requestheader_allowed_names": tuple(args.requestheader_allowed_names),
+        "service_account_signing_key": args.service_account_signing_key_file,
+    }
+
+
+def _check_verification_keys(signing: Path | None, keys: list[Path]) -> None:
+    """Tokens are verified with the signing key alone: each --service-account-key-file must be its public
+    half (kubeadm's sa.pub for sa.key)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from controlplane.apiserver.sakeys import load_signing_key
+
+    if signing is None:
+        _refuse("--service-account-key-file needs --service-account-signing-key-file (its private half)")
+    own = load_signing_key(signing).public.public_numbers()
+    for path in keys:
+        try:
+            public = serialization.load_pem_public_key(path.read_bytes())
+        except (OSError, ValueError) as err:
+            _refuse(f"--service-account-key-file {path}: {err}")
+        if getattr(public, "public_numbers", lambda: None)() != own:
+            _refuse(
+                f"--service-account-key-file {path}: verifying with keys other than the signing key's is "
+                "not supported by pykubelet"
+            )
+
+
+def _tls_files(args: argparse.Namespace) -> None:
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        _refuse("--tls-cert-file and --tls-private-key-file go together")
+    for flag in ("tls_cert_file", "tls_private_key_file", "client_ca_file"):
+        path = getattr(args, flag)
+        if path is not None and not path.is_file():
+            _refuse(f"--{flag.replace('_', '-')} {path}: no such file")
 
 
 def run(args: argparse.Namespace) -> int:
     from controlplane.apiserver.satokens import DEFAULT_ISSUER
     from controlplane.apiserver.server import ServerConfig
+    from kubeclient.tlsciphers import openssl_ciphers
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    _tls_files(args)
+    try:
+        ciphers = openssl_ciphers(args.tls_cipher_suites)
+    except ValueError as err:
+        _refuse(f"--tls-cipher-suites: {err}")
     config = ServerConfig(
         data_dir=args.data_dir,
         port=args.port,
@@ -272,16 +525,25 @@ def run(args: argparse.Namespace) -> int:
         token_file=args.token_auth_file,
         insecure_http=args.insecure_http,
         watch_window=args.watch_cache_size,
-        compact_interval=args.compact_interval,
+        watch_windows=dict(args.watch_cache_sizes),
+        compact_interval=args.etcd_compaction_interval,
         event_ttl=args.event_ttl,
+        tls_cert_file=args.tls_cert_file,
+        tls_private_key_file=args.tls_private_key_file,
+        client_ca_file=args.client_ca_file,
+        tls_ciphers=ciphers,
+        service_ranges=_service_ranges(args),
+        **_kubeadm_settings(args),  # type: ignore[arg-type]
         extra_sans=args.tls_san,
         service_account_issuers=args.service_account_issuer or [DEFAULT_ISSUER],
-        api_audiences=[a for a in args.api_audiences.split(",") if a],
+        api_audiences=[a for a in args.api_audiences if a],
         max_token_expiration=int(args.service_account_max_token_expiration),
         extend_token_expiration=args.service_account_extend_token_expiration,
         jwks_uri=args.service_account_jwks_uri,
-        disable_admission_plugins=_admission_plugins(args.disable_admission_plugins),
-        authorization_modes=args.authorization_mode,
+        disable_admission_plugins=_admission_plugins(
+            args.enable_admission_plugins, args.disable_admission_plugins
+        ),
+        authorization_modes=_authorization_modes(args.authorization_mode),
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
         kubelet_certificate_authority=args.kubelet_certificate_authority,

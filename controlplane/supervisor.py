@@ -38,15 +38,18 @@ def _die_with_parent() -> None:
 
 
 def component_command(
-    component: str, kubeconfig: Path, config_file: Path | None = None, verbose: bool = False
+    component: str,
+    kubeconfig: Path,
+    config_file: Path | None = None,
+    verbosity: int = 0,
+    logging_format: str = "text",
 ) -> list[str]:
-    """`pykubelet <component> --kubeconfig K [--config C] [-v]` with this interpreter."""
+    """`pykubelet <component> --kubeconfig K [--config C] -v N --logging-format F` with this
+    interpreter (the children log as their parent was asked to)."""
     cmd = [sys.executable, "-m", "pykubelet", component, "--kubeconfig", str(kubeconfig)]
     if config_file is not None:
         cmd += ["--config", str(config_file)]
-    if verbose:
-        cmd.append("-v")
-    return cmd
+    return [*cmd, f"-v={verbosity}", f"--logging-format={logging_format}"]
 
 
 async def supervise(

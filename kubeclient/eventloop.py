@@ -13,14 +13,11 @@ systemd's stop and a Ctrl-C in `pykubelet up` both end with the component's own 
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -41,12 +38,8 @@ def termination_event() -> asyncio.Event:
     return stop
 
 
-def configure_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT)
-
-
-def run_component(main: Coroutine[Any, Any, T], verbose: bool = False) -> T:
-    """Configure logging and run `main` to completion on the component event loop."""
-    configure_logging(verbose)
+def run_component(main: Coroutine[Any, Any, T]) -> T:
+    """Run `main` to completion on the component event loop (logging is `kubeclient.logsetup`'s, set up
+    by the command line before the component runs)."""
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main)

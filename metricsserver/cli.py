@@ -14,8 +14,9 @@ import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kubeclient.duration import parse_duration
+from kubeclient.duration import format_go_duration
 from kubeclient.eventloop import run_component, termination_event
+from kubeclient.flags import StringSlice, go_duration
 from kubeclient.tlsverify import go_compatible
 
 if TYPE_CHECKING:
@@ -32,27 +33,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the server's identity"
     )
-    parser.add_argument("--bind-address", default="0.0.0.0")
-    parser.add_argument("--secure-port", type=int, default=10250)
-    parser.add_argument("--cert-dir", type=Path, default=Path("apiserver.local.config/certificates"))
-    parser.add_argument("--tls-cert-file", type=Path)
-    parser.add_argument("--tls-private-key-file", type=Path)
-    parser.add_argument("--metric-resolution", default="15s", help="interval between scrapes (default 15s)")
+    parser.add_argument("--bind-address", default="0.0.0.0", help="the IP address on which to serve")
+    parser.add_argument("--secure-port", type=int, default=10250, help="the port on which to serve HTTPS")
+    parser.add_argument(
+        "--cert-dir",
+        type=Path,
+        default=Path("apiserver.local.config/certificates"),
+        help="where the self-signed serving certificate is kept (without --tls-cert-file)",
+    )
+    parser.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
+    parser.add_argument("--tls-private-key-file", type=Path, help="key of --tls-cert-file (PEM)")
+    parser.add_argument(
+        "--metric-resolution",
+        type=go_duration,
+        default="15s",
+        help="the interval at which metrics are scraped",
+    )
     parser.add_argument(
         "--kubelet-insecure-tls", action="store_true", help="do not verify kubelets' certificates"
     )
     parser.add_argument("--kubelet-certificate-authority", help="CA for kubelets' serving certificates")
     parser.add_argument(
         "--kubelet-preferred-address-types",
-        default="Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP",
+        action=StringSlice,
+        default=["Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP"],
+        help="the priority of node address types to use when determining which address to connect to",
     )
-    parser.add_argument("--kubelet-use-node-status-port", action="store_true")
-    parser.add_argument("--kubelet-port", type=int, default=10250)
-    parser.add_argument("--kubelet-request-timeout", default="10s")
-    parser.add_argument("--requestheader-client-ca-file", type=Path)
-    parser.add_argument("--requestheader-allowed-names", default="")
-    parser.add_argument("--client-ca-file", type=Path)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "--kubelet-use-node-status-port",
+        action="store_true",
+        help="use the port in the node status (daemonEndpoints) instead of --kubelet-port",
+    )
+    parser.add_argument(
+        "--kubelet-port", type=int, default=10250, help="the port to use to connect to kubelets"
+    )
+    parser.add_argument(
+        "--kubelet-request-timeout",
+        type=go_duration,
+        default="10s",
+        help="the timeout of requests to kubelets",
+    )
+    parser.add_argument(
+        "--requestheader-client-ca-file",
+        type=Path,
+        help="CA of the front proxy's client certificates (default: the API server's ConfigMap)",
+    )
+    parser.add_argument(
+        "--requestheader-allowed-names",
+        action=StringSlice,
+        default=[],
+        help="common names the front proxy's certificate may have (empty: any)",
+    )
+    parser.add_argument(
+        "--client-ca-file", type=Path, help="CA of client certificates (default: the API server's ConfigMap)"
+    )
 
 
 def serving_context(cert: Path, key: Path, cas: list[str]) -> ssl.SSLContext:
@@ -78,7 +112,7 @@ async def _requestheader(client: KubeClient, args: argparse.Namespace) -> tuple[
             log.warning("event=no-authentication-configmap cause=%s", err.message)
     config = RequestHeaderConfig.from_configmap(data)
     if args.requestheader_client_ca_file is not None:
-        names = tuple(n for n in args.requestheader_allowed_names.split(",") if n)
+        names = tuple(n for n in args.requestheader_allowed_names if n)
         config = RequestHeaderConfig(
             args.requestheader_client_ca_file.read_text(), names or config.allowed_names
         )
@@ -110,19 +144,19 @@ async def _main(args: argparse.Namespace) -> int:
     )
     authenticator = Authenticator(requestheader, client, front_proxy_ca)
     options = KubeletOptions(
-        address_types=tuple(t for t in args.kubelet_preferred_address_types.split(",") if t),
+        address_types=tuple(t for t in args.kubelet_preferred_address_types if t),
         use_node_status_port=args.kubelet_use_node_status_port,
         port=args.kubelet_port,
         insecure_tls=args.kubelet_insecure_tls,
         ca_file=args.kubelet_certificate_authority,
-        timeout=parse_duration(args.kubelet_request_timeout),
+        timeout=args.kubelet_request_timeout,
     )
     server = MetricsServer(
         client,
         Scraper(config, options),
         authenticator,
         Authorizer(client),
-        parse_duration(args.metric_resolution),
+        args.metric_resolution,
     )
     await server.start()
     runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
@@ -138,7 +172,7 @@ async def _main(args: argparse.Namespace) -> int:
         "event=serving address=%s port=%d resolution=%s",
         args.bind_address,
         args.secure_port,
-        args.metric_resolution,
+        format_go_duration(args.metric_resolution),
     )
     stop = termination_event()
     try:
@@ -151,4 +185,4 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_component(_main(args), args.verbose)
+    return run_component(_main(args))

@@ -2,7 +2,9 @@
 
 Each subcommand lives in the package that owns it and is imported only when chosen, so that
 `pykubelet version` stays instant and the agent never loads the control plane's code (or the reverse).
-A subcommand module provides `add_arguments(parser)` and `run(args) -> int`.
+A subcommand module provides `add_arguments(parser)` and `run(args) -> int`; its parser is a
+`kubeclient.flags.FlagParser` (upstream's Go flag syntax), and every command that does not take `-v` for
+itself gets klog's `-v` and `--logging-format`, set up by `kubeclient.logsetup` before it runs.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from kubeclient import logsetup
+from kubeclient.flags import FlagParser
 from pykubelet import KUBERNETES_VERSION, __version__
 
 # name -> (module, one-line help). Modules are imported lazily.
@@ -44,6 +48,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "diagnose": ("journey.diagnose_cli", "name the first boundary where a workload stopped making progress"),
     "migrate-store": ("controlplane.storage.migrate", "copy a cluster's objects from SQLite to etcd"),
+    "completion": ("pykubelet.completion", "print a shell completion script (bash or zsh)"),
 }
 
 
@@ -64,6 +69,16 @@ def _load(name: str):
     return importlib.import_module(module_name)
 
 
+def command_parser(name: str) -> tuple[object, FlagParser]:
+    """The subcommand's module and its parser, with the logging flags unless it takes -v for itself."""
+    module = _load(name)
+    parser = FlagParser(prog=f"pykubelet {name}", description=SUBCOMMANDS[name][1])
+    module.add_arguments(parser)
+    if name not in ("version", "completion") and "-v" not in parser._option_string_actions:
+        logsetup.add_flags(parser)
+    return module, parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="pykubelet", description="A Kubernetes node agent in Python.")
@@ -75,10 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.parse_args(argv or ["--help"])
         return 2
     name = argv[0]
-    module = _load(name)
-    cmd_parser = argparse.ArgumentParser(prog=f"pykubelet {name}", description=SUBCOMMANDS[name][1])
-    module.add_arguments(cmd_parser)
+    module, cmd_parser = command_parser(name)
     args = cmd_parser.parse_args(argv[1:])
+    if hasattr(args, "logging_format"):
+        logsetup.configure_from_args(args)
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:

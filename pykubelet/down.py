@@ -13,7 +13,9 @@ from pykubelet.up import DEFAULT_STATE_DIR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument(
+        "--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="the state dir `up` was started with"
+    )
     parser.add_argument("--purge", action="store_true", help="also delete the state dir (the cluster's data)")
 
 

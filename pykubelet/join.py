@@ -36,6 +36,8 @@ from pathlib import Path
 
 import yaml
 
+from kubeclient.duration import format_go_duration
+from kubeclient.flags import go_duration
 from pykubelet.discovery import DEFAULT_TIMEOUT, ClusterInfo, DiscoveryError, discover
 
 DEFAULT_ROOT = Path("/var/lib/pykubelet")
@@ -86,7 +88,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--server-tls-bootstrap", action="store_true", help="serverTLSBootstrap: true in the kubelet config"
     )
     parser.add_argument(
-        "--discovery-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per discovery request"
+        "--discovery-timeout",
+        type=go_duration,
+        default=format_go_duration(DEFAULT_TIMEOUT),
+        help="how long one discovery request may take",
+    )
+    parser.add_argument(
+        "--cri-socket",
+        default="",
+        help="the CRI socket of a container runtime already running on this host (unix:///PATH or PATH): "
+        "the agent uses it and join starts no containerd of its own; the pod network is then the "
+        "runtime's CNI configuration, as with kubeadm (default: join runs its own containerd)",
     )
     parser.add_argument("--systemd-dir", type=Path, default=SYSTEMD_DIR, help=argparse.SUPPRESS)
 
@@ -103,6 +115,7 @@ class NodePlan:
     sandbox_image: str
     registry_mirror: str
     server_tls_bootstrap: bool
+    cri_socket: str = ""  # --cri-socket: the host's runtime (unix://...), or "" for join's own containerd
 
     @property
     def agent_dir(self) -> Path:
@@ -193,8 +206,13 @@ def containerd_for(plan: NodePlan):  # type: ignore[no-untyped-def]
     )
 
 
+def cri_endpoint(text: str) -> str:
+    """kubeadm's --cri-socket spellings: a bare path means unix://PATH."""
+    return text if "://" in text or not text else f"unix://{text}"
+
+
 def agent_argv(plan: NodePlan, endpoint: str) -> list[str]:
-    return [
+    argv = [
         sys.executable,
         "-m",
         "pykubelet",
@@ -211,6 +229,11 @@ def agent_argv(plan: NodePlan, endpoint: str) -> list[str]:
         str(plan.config_file),
         "--root-dir",
         str(plan.agent_dir),
+    ]
+    if plan.cri_socket:  # the runtime's own pod network (its CNI config), none of ours
+        return argv
+    return [
+        *argv,
         "--cni-conf-dir",
         str(plan.cni_dir / "net.d"),
         "--cni-bin-dir",
@@ -222,11 +245,21 @@ def agent_argv(plan: NodePlan, endpoint: str) -> list[str]:
     ]
 
 
-def units(plan: NodePlan, containerd_argv: list[str], agent: list[str]) -> dict[str, str]:
+def units(plan: NodePlan, containerd_argv: list[str] | None, agent: list[str]) -> dict[str, str]:
     """The two units, as the shipped systemd/ ones run containerd and the agent (KillMode=process: pods
-    outlive a restarted agent or containerd)."""
+    outlive a restarted agent or containerd); only the agent's with --cri-socket (containerd_argv None)."""
     import shlex
 
+    if containerd_argv is None:
+        return {
+            AGENT_UNIT: (
+                f"# The pykubelet node agent in {plan.root} (written by pykubelet join; pykubelet reset removes it)\n"
+                "[Unit]\nDescription=pykubelet: Kubernetes node agent in Python\n"
+                "Wants=network-online.target\nAfter=network-online.target\n\n"
+                f"[Service]\nExecStart={shlex.join(agent)}\nEnvironment=PYTHONPATH={os.environ.get('PYTHONPATH', '')}\n"
+                "Restart=always\nRestartSec=5\nKillMode=process\nLimitNOFILE=1048576\n\n[Install]\nWantedBy=multi-user.target\n"
+            )
+        }
     return {
         CONTAINERD_UNIT: (
             f"# containerd for the pykubelet node in {plan.root} (written by pykubelet join; pykubelet reset removes it)\n"
@@ -295,6 +328,7 @@ def plan_from(args: argparse.Namespace) -> NodePlan:
         sandbox_image=args.sandbox_image,
         registry_mirror=args.registry_mirror,
         server_tls_bootstrap=args.server_tls_bootstrap,
+        cri_socket=cri_endpoint(args.cri_socket),
     )
 
 
@@ -302,6 +336,10 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from(args)
     if (plan.root / "apiserver").exists():
         return _refuse(f"{plan.root} holds a control plane (pykubelet up): join with another --root-dir")
+    if plan.cri_socket:
+        socket_path = Path(plan.cri_socket.removeprefix("unix://"))
+        if not plan.cri_socket.startswith("unix://") or not socket_path.is_socket():
+            return _fail(f"container runtime is not running: no CRI socket at {plan.cri_socket}")
     print(f"[preflight] discovering the cluster at {args.endpoint}", file=sys.stderr)
     try:
         info = discover(args.endpoint, args.token, args.ca_hashes, args.discovery_timeout)
@@ -335,6 +373,14 @@ def _stop_previous(plan: NodePlan, systemd_dir: Path) -> None:
 
 
 def _install_units(plan: NodePlan, systemd_dir: Path) -> int:
+    if plan.cri_socket:
+        for name, text in units(plan, None, agent_argv(plan, plan.cri_socket)).items():
+            _write(systemd_dir / name, text.encode())
+        record(plan, plan.cri_socket, {})
+        subprocess.run(["systemctl", "daemon-reload"], check=True)
+        subprocess.run(["systemctl", "enable", "--now", AGENT_UNIT], check=True)
+        print(f"This node has joined the cluster as {plan.node_name} ({AGENT_UNIT}).", file=sys.stderr)
+        return 0
     ctd = containerd_for(plan)
     for d in (ctd.root, ctd.state, ctd.cni_conf_dir):
         d.mkdir(parents=True, exist_ok=True)
@@ -358,17 +404,20 @@ def _run_foreground(plan: NodePlan) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
-    ctd = containerd_for(plan)
+    ctd = None if plan.cri_socket else containerd_for(plan)
+    endpoint = plan.cri_socket or (ctd.endpoint if ctd is not None else "")
     agent: Daemon | None = None
     code = 1
     try:
-        record(plan, ctd.endpoint, {})
-        ctd.daemon.on_spawn = lambda pid: record(plan, ctd.endpoint, {"containerd": pid})
-        ctd.start()
-        print(f"[kubelet-start] containerd is running at {ctd.endpoint}", file=sys.stderr)
-        agent = Daemon("pykubelet agent", agent_argv(plan, ctd.endpoint), plan.agent_dir / "agent.log")
+        record(plan, endpoint, {})
+        if ctd is not None:
+            ctd.daemon.on_spawn = lambda pid: record(plan, endpoint, {"containerd": pid})
+            ctd.start()
+            print(f"[kubelet-start] containerd is running at {endpoint}", file=sys.stderr)
+        agent = Daemon("pykubelet agent", agent_argv(plan, endpoint), plan.agent_dir / "agent.log")
         agent.start(lambda: True, timeout=10)
-        record(plan, ctd.endpoint, {"containerd": ctd.daemon.pid or 0, "agent": agent.pid or 0})
+        pids = {"containerd": ctd.daemon.pid or 0} if ctd is not None else {}
+        record(plan, endpoint, {**pids, "agent": agent.pid or 0})
         print(
             f"[kubelet-start] the agent is performing the TLS bootstrap as node {plan.node_name} "
             f"(log {agent.log_path}); stop with Ctrl-C, remove with pykubelet reset --root-dir {plan.root}",
@@ -384,5 +433,6 @@ def _run_foreground(plan: NodePlan) -> int:
     finally:
         if agent is not None:
             agent.stop()
-        ctd.stop(remove_state=False)
+        if ctd is not None:
+            ctd.stop(remove_state=False)
     return code

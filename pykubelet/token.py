@@ -21,8 +21,8 @@ from pathlib import Path
 from kubeclient import bootstraptoken as bt
 from kubeclient.client import KubeClient
 from kubeclient.config import ConfigError, load_kubeconfig
-from kubeclient.duration import parse_duration
 from kubeclient.errors import ApiError
+from kubeclient.flags import go_duration
 
 SECRETS = f"/api/v1/namespaces/{bt.NAMESPACE}/secrets"
 
@@ -37,11 +37,12 @@ def _kubeconfig(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, help="create, list or delete")
     create = _kubeconfig(sub.add_parser("create", help="create a bootstrap token on the server"))
     create.add_argument("token", nargs="?", default="", help="the token to create (default: a random one)")
     create.add_argument(
         "--ttl",
+        type=go_duration,
         default="24h0m0s",
         help="the duration before the token is automatically deleted (e.g. 1s, 2m, 3h); 0 means never expires",
     )
@@ -108,7 +109,7 @@ async def _create(client: KubeClient, config, args: argparse.Namespace) -> int: 
     token = args.token or bt.generate()
     if not bt.TOKEN_RE.match(token):
         raise ValueError(f'the bootstrap token "{token}" was not of the form "{bt.TOKEN_RE.pattern[2:-2]}"')
-    ttl = parse_duration(args.ttl)
+    ttl = args.ttl
     groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
     for group in groups:
         if why := bt.validate_group(group):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from kubeclient.flags import go_duration
 from pykubelet.rig.install import ensure_packages
 from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
@@ -33,7 +34,7 @@ EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where everything lives")
-    parser.add_argument("--node-name", default=default_node_name())
+    parser.add_argument("--node-name", default=default_node_name(), help="the node's name")
     parser.add_argument(
         "--pod-cidr",
         default=None,
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "off when only --pod-cidr is given)",
     )
     parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
-    parser.add_argument("--api-port", type=int, default=6443)
+    parser.add_argument("--api-port", type=int, default=6443, help="the API server's HTTPS port")
     parser.add_argument(
         "--store",
         choices=("sqlite", "etcd"),
@@ -77,7 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "address (127.0.0.N) and --api-port; every client is given all of them",
     )
     parser.add_argument("--no-example", action="store_true", help="do not run the sample pod")
-    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the sample pod")
+    parser.add_argument(
+        "--timeout", type=go_duration, default="3m0s", help="how long to wait for the sample pod"
+    )
 
 
 # The signal that asked `up` to stop, if one did. The handler raises SystemExit where the main thread is,

@@ -6,10 +6,11 @@ import argparse
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 
-from kubeclient.duration import parse_duration
 from kubeclient.eventloop import run_component, termination_event
+from kubeclient.flags import go_duration
 
 log = logging.getLogger("proxy")
 
@@ -18,6 +19,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
     parser.add_argument(
         "--kubeconfig", type=Path, default=Path(default), help="kubeconfig with the proxy's identity"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) file; flags given win over it, "
+        "fields the proxy does not honour are refused",
+    )
+    parser.add_argument(
+        "--kube-api-qps", type=float, default=5.0, help="QPS to use while talking with kubernetes apiserver"
+    )
+    parser.add_argument(
+        "--kube-api-burst", type=int, default=10, help="burst to use while talking with kubernetes apiserver"
     )
     parser.add_argument("--hostname-override", default="", help="the node name (default: the host name)")
     parser.add_argument("--cleanup", action="store_true", help="remove the proxy's nftables table, then exit")
@@ -40,9 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-bind-address", default="127.0.0.1:10249", help="host:port of /metrics ('' : none)"
     )
-    parser.add_argument("--sync-period", default="30s", help="the longest time between syncs")
     parser.add_argument(
-        "--min-sync-period", default="1s", help="the shortest time between syncs (bursts of 2)"
+        "--sync-period", type=go_duration, default="30s", help="the longest time between syncs"
+    )
+    parser.add_argument(
+        "--min-sync-period",
+        type=go_duration,
+        default="1s",
+        help="the shortest time between syncs (bursts of 2)",
     )
     # Not kube-proxy's: tests run the proxy on a table or in a network namespace of their own.
     parser.add_argument("--nft-table", default="kube-proxy", help=argparse.SUPPRESS)
@@ -50,7 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # kube-proxy 1.32 learns the service ranges from ServiceCIDR objects, which this API server does not
     # serve; the rig passes its range here so unallocated ClusterIPs are dropped as upstream drops them.
     parser.add_argument("--service-cidrs", default="", help=argparse.SUPPRESS)
-    parser.add_argument("-v", "--verbose", action="store_true")
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -79,7 +97,12 @@ async def _main(args: argparse.Namespace) -> int:
         log.error("%s", err)
         return 2
     node = (args.hostname_override or socket.gethostname().split(".")[0]).lower()
-    client = KubeClient(load_kubeconfig(args.kubeconfig), component="kube-proxy")
+    client = KubeClient(
+        load_kubeconfig(args.kubeconfig),
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        component="kube-proxy",
+    )
     ips = await node_ips(client, node, args.bind_address)
     nodeports = nodeport_ips(nodeport_spec, ips, await local_ipv4(args.netns))
     config = ProxyConfig(
@@ -90,8 +113,8 @@ async def _main(args: argparse.Namespace) -> int:
         node_ips=ips,
         service_cidrs=tuple(c.strip() for c in args.service_cidrs.split(",") if c.strip()),
         health_check_ips=nodeports,
-        sync_period=parse_duration(args.sync_period),
-        min_sync_period=parse_duration(args.min_sync_period),
+        sync_period=args.sync_period,
+        min_sync_period=args.min_sync_period,
         nft=nft,
         conntrack=Conntrack(args.netns),
     )
@@ -123,5 +146,25 @@ async def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+def apply_config_file(args: argparse.Namespace) -> None:
+    """The --config file's settings, under the flags given on the command line."""
+    from serviceproxy.config import load
+
+    changed = getattr(args, "_changed", frozenset())
+    for dest, value in load(args.config).items():
+        if dest not in changed:
+            setattr(args, dest, Path(value) if dest == "kubeconfig" else value)
+
+
 def run(args: argparse.Namespace) -> int:
-    return run_component(_main(args), args.verbose)
+    if args.config is not None:
+        from kubeclient import logsetup
+        from serviceproxy.config import ProxyConfigError
+
+        try:
+            apply_config_file(args)
+        except ProxyConfigError as err:
+            print(f"pykubelet proxy: --config {err}", file=sys.stderr)
+            return 2
+        logsetup.configure_from_args(args)  # the file may set logging.verbosity and logging.format
+    return run_component(_main(args))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from agent.cni import protocol
 from agent.cni.plugin import Response, handle
+from kubeclient import logsetup
 from kubeclient.eventloop import termination_event
 
 log = logging.getLogger("agent.cni.service")
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", default=protocol.default_socket_path())
     parser.add_argument("--workers", type=int, default=8)
     ns = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logsetup.configure()
     asyncio.run(_run(ns.socket, ns.workers))
     return 0
 

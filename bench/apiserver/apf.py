@@ -251,7 +251,7 @@ async def main(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="apf-bench-") as name:
         tmp = Path(name)
         on = ApiServer(tmp / "on")
-        off = ApiServer(tmp / "off", extra_args=["--enable-priority-and-fairness", "false"])
+        off = ApiServer(tmp / "off", extra_args=["--enable-priority-and-fairness=false"])
         try:
             for server in (on, off):
                 server.start()

@@ -141,7 +141,7 @@ def start_manager(kubeconfig: Path, controllers: str, log: Path) -> subprocess.P
         controllers,
         "--secure-port",
         "0",
-        "--no-leader-elect",
+        "--leader-elect=false",
     ]
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
 

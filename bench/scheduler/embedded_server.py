@@ -7,7 +7,6 @@ Usage: python bench/scheduler/embedded_server.py DATA_DIR PORT
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from pathlib import Path
 
@@ -31,7 +30,9 @@ async def main(data_dir: Path, port: int) -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from kubeclient import logsetup
+
+    logsetup.configure()
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -20,8 +20,6 @@ from controlplane.apiserver.kinds.endpointslice import KIND as ENDPOINT_SLICES
 from controlplane.apiserver.kinds.service import KIND as SERVICES
 from controlplane.apiserver.registry import Registry
 
-KUBERNETES_SERVICE_IP = "10.96.0.1"
-
 
 async def ensure_kubernetes_service(
     registry: Registry, address: str, port: int, endpoints: bool = True
@@ -39,7 +37,7 @@ async def ensure_kubernetes_service(
             },
             "spec": {
                 "type": "ClusterIP",
-                "clusterIP": KUBERNETES_SERVICE_IP,
+                "clusterIP": registry.service_ranges.kubernetes_service_ip,
                 "sessionAffinity": "None",
                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
             },

@@ -230,8 +230,11 @@ def _organizations(cert: Path) -> list[str]:
     return [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
 
 
-def write_kubeconfig(path: Path, server: str, pki: Pki, cert: Path, key: Path, user: str = "admin") -> None:
-    """A kubeconfig with the CA and client credentials embedded, so it can be copied anywhere."""
+def write_kubeconfig(
+    path: Path, server: str, pki: Pki, cert: Path, key: Path, user: str = "admin", extra_ca: bytes = b""
+) -> None:
+    """A kubeconfig with the CA (and `extra_ca`, more CA certificates to trust) and client credentials
+    embedded, so it can be copied anywhere."""
 
     def b64(p: Path) -> str:
         return b64encode(p.read_bytes()).decode()
@@ -242,7 +245,12 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, cert: Path, key: Path, u
         "clusters": [
             {
                 "name": "pykubelet",
-                "cluster": {"server": server, "certificate-authority-data": b64(pki.ca_cert)},
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": b64encode(
+                        pki.ca_cert.read_bytes() + (b"\n" + extra_ca if extra_ca else b"")
+                    ).decode(),
+                },
             }
         ],
         "users": [

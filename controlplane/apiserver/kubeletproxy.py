@@ -50,10 +50,15 @@ def log_container(pod: dict[str, Any], requested: str) -> str:
     return requested
 
 
-def kubelet_address(node: dict[str, Any]) -> tuple[str, int]:
+# --kubelet-preferred-address-types' default here (upstream's puts Hostname first; a node agent's host
+# name need not resolve from the server, its InternalIP does).
+DEFAULT_ADDRESS_TYPES = ("InternalIP", "Hostname", "ExternalIP")
+
+
+def kubelet_address(node: dict[str, Any], types: tuple[str, ...] = DEFAULT_ADDRESS_TYPES) -> tuple[str, int]:
     status = node.get("status") or {}
     addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
-    host = addresses.get("InternalIP") or addresses.get("Hostname") or addresses.get("ExternalIP")
+    host = next((addresses[t] for t in types if addresses.get(t)), None)
     if not host:
         raise errors.internal(f"no preferred addresses found; known addresses: {list(addresses.items())}")
     port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get(
@@ -91,7 +96,14 @@ def validate_log_query(query: Any) -> dict[str, str]:
 class KubeletClient:
     """HTTPS to node agents with the API server's kubelet-client certificate."""
 
-    def __init__(self, cert: Path, key: Path, ca: Path | None = None) -> None:
+    def __init__(
+        self,
+        cert: Path,
+        key: Path,
+        ca: Path | None = None,
+        address_types: tuple[str, ...] = DEFAULT_ADDRESS_TYPES,
+    ) -> None:
+        self.address_types = address_types  # --kubelet-preferred-address-types
         self._context = go_compatible(ssl.create_default_context())
         if ca is not None:
             self._context.load_verify_locations(cafile=str(ca))
@@ -124,7 +136,7 @@ class KubeletClient:
         container: str,
         params: dict[str, str],
     ) -> web.StreamResponse:
-        host, port = kubelet_address(node)
+        host, port = kubelet_address(node, self.address_types)
         meta = pod["metadata"]
         url = (
             f"https://{host if ':' not in host else f'[{host}]'}:{port}/containerLogs/"

@@ -26,6 +26,7 @@ from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import generate_name, metadata, timestamp
 from controlplane.apiserver.options import DeleteOptions
 from controlplane.apiserver.responses import too_large
+from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.typed import fill_required
 from controlplane.storage import ConflictError, KeyExistsError, NotFoundError
 from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, WatchCache, encode
@@ -66,6 +67,8 @@ class Registry:
         self.marked_listeners: list[Callable[[Kind, Obj], None]] = []
         # The server's authorizers and the RBAC index (authmodes.Authorization): RBAC's escalation checks ask them.
         self.authorization: Any = None
+        # --service-cluster-ip-range and --service-node-port-range: what the Service allocator hands out.
+        self.service_ranges = ServiceRanges()
 
     # --- reads ---------------------------------------------------------------------------------------
 

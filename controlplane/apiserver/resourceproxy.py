@@ -103,9 +103,9 @@ async def service_location(rest: RestHandler, info: RequestInfo) -> tuple[str, s
 async def node_location(rest: RestHandler, info: RequestInfo) -> tuple[str, ssl.SSLContext | None]:
     scheme, name, port = split_name(info.name)
     node = (await rest.registry.get(info.resource, "", name)).obj
-    host, kubelet_port = kubelet_address(node)
     if rest.kubelet is None:
         raise errors.internal("this server has no client certificate for node agents (serving plain HTTP)")
+    host, kubelet_port = kubelet_address(node, rest.kubelet.address_types)
     netloc = f"[{host}]" if ":" in host else host
     return f"{scheme or 'https'}://{netloc}:{port or kubelet_port}", rest.kubelet.ssl_context
 

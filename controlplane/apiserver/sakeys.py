@@ -54,15 +54,20 @@ class SigningKey:
         return {"use": "sig", "kty": "RSA", "kid": self.kid, "alg": ALGORITHM, "n": _b64(n), "e": _b64(e)}
 
 
+def load_signing_key(path: Path) -> SigningKey:
+    """An RSA private key file (--service-account-signing-key-file, kubeadm's sa.key)."""
+    loaded = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(loaded, rsa.RSAPrivateKey):
+        raise ValueError(f"{path}: not an RSA private key")
+    return SigningKey(loaded, key_id(loaded.public_key()))
+
+
 def ensure_signing_key(pki_dir: Path) -> SigningKey:
     """Read DIR/sa.key, or make the pair once (the private key written 0600 before any byte of it)."""
     pki_dir.mkdir(parents=True, exist_ok=True)
     key_path, pub_path = pki_dir / KEY_FILE, pki_dir / PUBLIC_FILE
     if key_path.exists():
-        loaded = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-        if not isinstance(loaded, rsa.RSAPrivateKey):
-            raise ValueError(f"{key_path}: not an RSA private key")
-        private = loaded
+        private = load_signing_key(key_path).private
     else:
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         data = private.private_bytes(
@@ -84,4 +89,4 @@ def ensure_signing_key(pki_dir: Path) -> SigningKey:
     return SigningKey(private, key_id(private.public_key()))
 
 
-__all__ = ["ALGORITHM", "SigningKey", "ensure_signing_key", "key_id"]
+__all__ = ["ALGORITHM", "SigningKey", "ensure_signing_key", "key_id", "load_signing_key"]

@@ -42,8 +42,9 @@ from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.metrics import ApiServerMetrics, storage_gauges
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
-from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key
+from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key, load_signing_key
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
+from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import WatchCache, encode
@@ -87,8 +88,27 @@ class ServerConfig:
     token_file: Path | None = None
     insecure_http: bool = False  # tests of the TLS-less path and benchmarks only
     watch_window: int = 10_000
-    compact_interval: float = 300.0
+    watch_windows: dict[str, int] = field(default_factory=dict)  # --watch-cache-sizes, by resource[.group]
+    compact_interval: float = 300.0  # --etcd-compaction-interval
     event_ttl: float = 3600.0
+    # --tls-cert-file / --tls-private-key-file: serve with these instead of DIR/pki/apiserver.crt;
+    # --client-ca-file: client certificates it signed authenticate too; --tls-cipher-suites (OpenSSL's
+    # string, "" for the default).
+    tls_cert_file: Path | None = None
+    tls_private_key_file: Path | None = None
+    client_ca_file: Path | None = None
+    tls_ciphers: str = ""
+    # kubeadm's set: --kubelet-client-certificate/--kubelet-client-key, --kubelet-preferred-address-types,
+    # --proxy-client-cert-file/--proxy-client-key-file (the aggregator's), --requestheader-client-ca-file
+    # and --requestheader-allowed-names (published for extension servers), --service-account-signing-key-file.
+    kubelet_client_cert: tuple[Path, Path] | None = None
+    kubelet_address_types: tuple[str, ...] = ("InternalIP", "Hostname", "ExternalIP")
+    proxy_client_cert: tuple[Path, Path] | None = None
+    requestheader_client_ca: Path | None = None
+    requestheader_allowed_names: tuple[str, ...] = ()
+    service_account_signing_key: Path | None = None
+    # --service-cluster-ip-range and --service-node-port-range.
+    service_ranges: ServiceRanges = field(default_factory=ServiceRanges)
     extra_sans: list[str] = field(default_factory=list)
     # Service-account tokens (upstream's --service-account-issuer, --api-audiences (default: the issuers),
     # --service-account-max-token-expiration (0: none), --service-account-extend-token-expiration,
@@ -125,8 +145,11 @@ class ApiServer:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = EtcdStore(config.etcd) if config.etcd else SQLiteStore(config.data_dir / "state.db")
-        self.cache = WatchCache(self.store, window=config.watch_window, viewer=slim_view)
+        self.cache = WatchCache(
+            self.store, window=config.watch_window, viewer=slim_view, windows=config.watch_windows
+        )
         self.registry = Registry(self.cache, default_chain(config.disable_admission_plugins))
+        self.registry.service_ranges = config.service_ranges
         # In-process loops the kinds need (the namespace finalizer, event expiry).
         self.controllers = [c for kind in kinds.KINDS for c in kind.controllers(self.registry, config)]
         tokens = load_token_file(config.token_file) if config.token_file else {}
@@ -173,28 +196,47 @@ class ApiServer:
         await self._start_service_account_tokens()
         ssl_context = None
         if not self.config.insecure_http:
-            sans = list(self.config.extra_sans)
+            sans = [*self.config.extra_sans, self.config.service_ranges.kubernetes_service_ip]
             if self.config.bind in ("0.0.0.0", "::") and not self.config.advertise and default_route_ip():
                 sans.append(default_route_ip())  # the address the `kubernetes` Endpoints will name
             self.pki = ensure_pki(self.config.data_dir, sans)
-            self.rest.kubelet = KubeletClient(
+            kubelet_cert, kubelet_key = self.config.kubelet_client_cert or (
                 self.pki.kubelet_client_cert,
                 self.pki.kubelet_client_key,
+            )
+            self.rest.kubelet = KubeletClient(
+                kubelet_cert,
+                kubelet_key,
                 Path(self.config.kubelet_certificate_authority)
                 if self.config.kubelet_certificate_authority
                 else None,
+                self.config.kubelet_address_types,
             )
             ssl_context = go_compatible(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
-            ssl_context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
+            if self.config.tls_cert_file is not None and self.config.tls_private_key_file is not None:
+                ssl_context.load_cert_chain(self.config.tls_cert_file, self.config.tls_private_key_file)
+            else:
+                ssl_context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
             ssl_context.load_verify_locations(self.pki.ca_cert)
+            if self.config.client_ca_file is not None:
+                ssl_context.load_verify_locations(self.config.client_ca_file)
             ssl_context.verify_mode = ssl.CERT_OPTIONAL
             ssl_context.options |= ssl.OP_NO_RENEGOTIATION
-            ssl_context.set_ciphers(TLS12_CIPHERS)
-            await authconfig.publish(self.registry, self.pki)
+            ssl_context.set_ciphers(
+                f"{self.config.tls_ciphers}:@SECLEVEL=0" if self.config.tls_ciphers else TLS12_CIPHERS
+            )
+            await authconfig.publish(
+                self.registry,
+                self.pki,
+                self.config.client_ca_file,
+                self.config.requestheader_client_ca,
+                self.config.requestheader_allowed_names,
+            )
         pki = self.pki
-        self.aggregator.start(
-            pki.front_proxy_client_cert if pki else None, pki.front_proxy_client_key if pki else None
+        proxy_cert, proxy_key = self.config.proxy_client_cert or (
+            (pki.front_proxy_client_cert, pki.front_proxy_client_key) if pki else (None, None)
         )
+        self.aggregator.start(proxy_cert, proxy_key)
         await self.audit.start()
         # Local APIServices for every built-in group/version (kube-aggregator's autoregister).
         await autoregister.sync(self.registry, [("", "v1"), *kinds.groups()])
@@ -239,10 +281,20 @@ class ApiServer:
                 )
         if self.pki is not None:
             url, pki, data = f"https://{host}:{self.port}", self.pki, self.config.data_dir
-            write_kubeconfig(data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key)
+            # --client-ca-file is trusted too: kubeadm's ca.crt signs the serving certificate it passes
+            extra = self.config.client_ca_file.read_bytes() if self.config.client_ca_file else b""
+            write_kubeconfig(
+                data / "admin.kubeconfig", url, pki, pki.admin_cert, pki.admin_key, extra_ca=extra
+            )
             # The supervised components' own identities, as kubeadm writes scheduler.conf and controller-manager.conf.
             write_kubeconfig(
-                data / SCHEDULER_KUBECONFIG, url, pki, pki.scheduler_cert, pki.scheduler_key, SCHEDULER_USER
+                data / SCHEDULER_KUBECONFIG,
+                url,
+                pki,
+                pki.scheduler_cert,
+                pki.scheduler_key,
+                SCHEDULER_USER,
+                extra,
             )
             write_kubeconfig(
                 data / CONTROLLER_MANAGER_KUBECONFIG,
@@ -251,6 +303,7 @@ class ApiServer:
                 pki.controller_manager_cert,
                 pki.controller_manager_key,
                 CONTROLLER_MANAGER_USER,
+                extra,
             )
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
@@ -269,7 +322,12 @@ class ApiServer:
 
     async def _start_service_account_tokens(self) -> None:
         config = self.config
-        self.signing_key = key = await asyncio.to_thread(ensure_signing_key, config.data_dir / "pki")
+        if config.service_account_signing_key is not None:
+            self.signing_key = key = await asyncio.to_thread(
+                load_signing_key, config.service_account_signing_key
+            )
+        else:
+            self.signing_key = key = await asyncio.to_thread(ensure_signing_key, config.data_dir / "pki")
         self.rest.token_issuer = TokenIssuer(
             key,
             config.service_account_issuers[0],

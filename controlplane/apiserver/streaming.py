@@ -100,8 +100,9 @@ async def _pod_and_node(rest: RestHandler, info: RequestInfo) -> tuple[Obj, Obj]
     return pod, node.obj
 
 
-def _kubelet_url(node: Obj, path: str, query: list[tuple[str, str]]) -> str:
-    host, port = kubelet_address(node)
+def _kubelet_url(rest: RestHandler, node: Obj, path: str, query: list[tuple[str, str]]) -> str:
+    assert rest.kubelet is not None
+    host, port = kubelet_address(node, rest.kubelet.address_types)
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return f"https://{netloc}{path}" + (f"?{urlencode(query, quote_via=quote)}" if query else "")
 
@@ -114,7 +115,7 @@ async def connect_stream(
     opts = StreamRequest.from_query(pod, request.query, needs_command=verb == "exec")
     meta = pod["metadata"]
     path = f"/{verb}/{quote(meta['namespace'])}/{quote(meta['name'])}/{quote(opts.container)}"
-    url = _kubelet_url(node, path, opts.kubelet_query())
+    url = _kubelet_url(rest, node, path, opts.kubelet_query())
     assert rest.kubelet is not None
     if P.is_websocket_request(request.headers) and P.STREAM_V5 in P.websocket_protocols(request.headers):
         return await translate(request, url, rest.kubelet.ssl_context, opts.streams)
@@ -132,7 +133,7 @@ async def connect_port_forward(
                 raise errors.bad_request(f'ports: invalid value "{port}": port must be between 1 and 65535')
             ports.append(("port", str(int(port))))
     meta = pod["metadata"]
-    url = _kubelet_url(node, f"/portForward/{quote(meta['namespace'])}/{quote(meta['name'])}", ports)
+    url = _kubelet_url(rest, node, f"/portForward/{quote(meta['namespace'])}/{quote(meta['name'])}", ports)
     assert rest.kubelet is not None
     tunneled = P.tunneled_spdy_protocols(request.headers) if P.is_websocket_request(request.headers) else []
     if tunneled:

@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 from controlplane.controllers import options as tunables
-from kubeclient.duration import parse_duration
 from kubeclient.eventloop import loop_factory
+from kubeclient.flags import StringSlice, go_duration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--controllers",
-        default="*",
-        help="'*' (the default set), 'name' to turn one on, '-name' to turn one off, comma-separated",
+        action=StringSlice,
+        default=["*"],
+        help="'*' (the default set), 'name' to turn one on, '-name' to turn one off",
     )
     parser.add_argument(
         "--leader-elect",
@@ -33,9 +34,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="hold the kube-system/kube-controller-manager Lease before acting",
     )
-    parser.add_argument("--leader-elect-lease-duration", default="15s")
-    parser.add_argument("--leader-elect-renew-deadline", default="10s")
-    parser.add_argument("--leader-elect-retry-period", default="2s")
+    parser.add_argument(
+        "--leader-elect-lease-duration",
+        type=go_duration,
+        default="15s",
+        help="how long a non-leader waits after the last renewal before taking over",
+    )
+    parser.add_argument(
+        "--leader-elect-renew-deadline",
+        type=go_duration,
+        default="10s",
+        help="how long the leader retries renewing before giving up leadership",
+    )
+    parser.add_argument(
+        "--leader-elect-retry-period",
+        type=go_duration,
+        default="2s",
+        help="how long clients wait between tries to acquire or renew the lease",
+    )
     parser.add_argument("--bind-address", default="127.0.0.1", help="address of the healthz/metrics endpoint")
     parser.add_argument(
         "--secure-port", type=int, default=10257, help="HTTPS port for healthz and metrics (0: none)"
@@ -75,10 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the image of the local-path provisioner's helper pods",
     )
     add_node_ipam_arguments(parser)
-    parser.add_argument("--kube-api-qps", type=float, default=20.0)
-    parser.add_argument("--kube-api-burst", type=int, default=30)
+    parser.add_argument(
+        "--kube-api-qps", type=float, default=20.0, help="QPS to use while talking with kubernetes apiserver"
+    )
+    parser.add_argument(
+        "--kube-api-burst", type=int, default=30, help="burst to use while talking with kubernetes apiserver"
+    )
     tunables.add_arguments(parser)
-    parser.add_argument("-v", "--verbose", action="store_true")
 
 
 def add_node_ipam_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +117,8 @@ def add_node_ipam_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--service-cluster-ip-range",
         default="",
-        help="CIDR Range for Services in cluster. Requires --allocate-node-cidrs to be true",
+        help="CIDR Range for Services in cluster (the API server allocates ClusterIPs from it, default "
+        "10.96.0.0/16; the controller manager's node IPAM needs --allocate-node-cidrs)",
     )
 
 
@@ -120,14 +140,15 @@ def run(args: argparse.Namespace) -> int:
     from kubeclient.config import load_kubeconfig
     from kubeclient.leaderelection import LeaderElection, LeadershipLost
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
     if args.allocate_node_cidrs and not args.cluster_cidr:
         logging.getLogger(__name__).error(
             "Controller: Must specify --cluster-cidr if --allocate-node-cidrs is set"
         )
+        return 2
+    try:
+        controllers = enabled(",".join(args.controllers))
+    except ValueError as err:
+        logging.getLogger(__name__).error("--controllers: %s", err)
         return 2
     cluster = load_kubeconfig(args.kubeconfig)
     root_ca = args.root_ca_file.read_bytes() if args.root_ca_file else (cluster.ca_data or b"")
@@ -136,9 +157,9 @@ def run(args: argparse.Namespace) -> int:
     election = LeaderElection(
         LEASE_NAME,
         enabled=args.leader_elect,
-        lease_duration=parse_duration(args.leader_elect_lease_duration),
-        renew_deadline=parse_duration(args.leader_elect_renew_deadline),
-        retry_period=parse_duration(args.leader_elect_retry_period),
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
     )
     signer = None
     # csrsigning's CA (upstream: the signing controller starts only with both files).
@@ -157,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         signer = (args.cluster_signing_cert_file.read_bytes(), args.cluster_signing_key_file.read_bytes())
     config = ManagerConfig(
-        controllers=enabled(args.controllers),
+        controllers=controllers,
         leader_election=election,
         bind_address=args.bind_address,
         secure_port=args.secure_port,

@@ -9,7 +9,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from kubeclient.duration import parse_duration
+from kubeclient.duration import parse_go_duration
 
 DURATION, FLOAT, INT = "duration", "float", "int"
 
@@ -28,13 +28,16 @@ class Tunable:
     def parse(self, raw: Any) -> float | int:
         try:
             if self.kind == DURATION:
-                value: float | int = parse_duration(raw)
+                value: float | int = parse_go_duration(str(raw))
             elif self.kind == FLOAT:
                 value = float(raw)
             else:
                 value = int(raw)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid value {raw!r} for --{self.flag}") from None
+        except ValueError as err:
+            detail = str(err) if self.kind == DURATION else "invalid syntax"
+            raise argparse.ArgumentTypeError(
+                f'invalid argument "{raw}" for "--{self.flag}" flag: {detail}'
+            ) from None
         if value < 0:
             raise argparse.ArgumentTypeError(f"--{self.flag} must not be negative")
         return value

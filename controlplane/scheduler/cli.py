@@ -6,9 +6,33 @@ import argparse
 import asyncio
 import logging
 import os
+import sys
 from pathlib import Path
 
 from kubeclient.eventloop import loop_factory, termination_event
+from kubeclient.flags import go_duration
+
+# kube-scheduler's leader election flags: given, each overrides the config file's leaderElection field.
+LEADER_ELECTION_FLAGS = (
+    (
+        "lease_duration",
+        "--leader-elect-lease-duration",
+        "15s",
+        "how long a non-leader waits before taking over",
+    ),
+    (
+        "renew_deadline",
+        "--leader-elect-renew-deadline",
+        "10s",
+        "how long the leader retries renewing before giving up",
+    ),
+    (
+        "retry_period",
+        "--leader-elect-retry-period",
+        "2s",
+        "how long clients wait between tries to acquire or renew",
+    ),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,23 +53,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="hold the kube-system/kube-scheduler Lease before scheduling (default: on, or "
+        help="hold the kube-system/kube-scheduler Lease before scheduling (default: true, or "
         "the config file's leaderElection.leaderElect)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
+    for attr, flag, default, text in LEADER_ELECTION_FLAGS:
+        parser.add_argument(
+            flag,
+            dest=attr,
+            type=go_duration,
+            default=None,
+            help=f"{text} (default: the config file's, else {default})",
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     from controlplane.scheduler.config import load_config
     from controlplane.scheduler.runner import run_scheduler
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
     config = load_config(args.config)
     if args.leader_elect is not None:
         config.leader_election.enabled = args.leader_elect
+    for attr, _, _, _ in LEADER_ELECTION_FLAGS:
+        if getattr(args, attr) is not None:
+            setattr(config.leader_election, attr, getattr(args, attr))
+    le = config.leader_election
+    if le.enabled and not le.lease_duration > le.renew_deadline > le.retry_period > 0:
+        print(
+            "pykubelet scheduler: leaderElection needs leaseDuration > renewDeadline > retryPeriod > 0",
+            file=sys.stderr,
+        )
+        return 2
 
     async def main() -> None:
         stop = termination_event()

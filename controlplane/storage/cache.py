@@ -158,6 +158,7 @@ class _Bucket:
     events: deque[CacheEvent] = field(default_factory=deque)
     # Watches may resume from any revision >= window_start.
     window_start: int = 0
+    window: int = 10_000  # events kept (the cache's window, or --watch-cache-sizes' for this resource)
     watchers: set[Watcher] = field(default_factory=set)
     # In-process readers kept in step with every commit, before any watcher or reader sees it.
     subscribers: list[Callable[[CacheEvent], None]] = field(default_factory=list)
@@ -167,11 +168,18 @@ class WatchCache:
     """Feeds itself from `store.watch` and serves current state, windowed history and fan-out."""
 
     def __init__(
-        self, store: Store, window: int = 10_000, watcher_queue: int = 10_000, viewer: Viewer = full_view
+        self,
+        store: Store,
+        window: int = 10_000,
+        watcher_queue: int = 10_000,
+        viewer: Viewer = full_view,
+        windows: dict[str, int] | None = None,
     ) -> None:
         self.store = store
         self.viewer = viewer
         self.window = window
+        # Per-resource windows by bucket name ("pods", "deployments.apps"): --watch-cache-sizes.
+        self.windows = dict(windows or {})
         self.watcher_queue = watcher_queue
         self._buckets: dict[str, _Bucket] = {}
         self.revision = 0
@@ -183,7 +191,9 @@ class WatchCache:
     def _bucket(self, name: str) -> _Bucket:
         bucket = self._buckets.get(name)
         if bucket is None:
-            bucket = self._buckets[name] = _Bucket(window_start=self._floor)
+            bucket = self._buckets[name] = _Bucket(
+                window_start=self._floor, window=self.windows.get(name, self.window)
+            )
         return bucket
 
     async def start(self) -> None:
@@ -192,7 +202,7 @@ class WatchCache:
         current = self.store.revision
         history = getattr(self.store, "history", None)
         subscribe = getattr(self.store, "subscribe", None)
-        base = max(self.store.compacted_revision + 1, current - self.window)
+        base = max(self.store.compacted_revision + 1, current - max([self.window, *self.windows.values()]))
         # A store that feeds the cache by watch (etcd) replays the history itself from the base revision.
         if (history is None and subscribe is not None) or base >= current:
             base = current
@@ -298,7 +308,7 @@ class WatchCache:
         for subscriber in bucket.subscribers:
             subscriber(ce)
         bucket.events.append(ce)
-        if len(bucket.events) > self.window:
+        if len(bucket.events) > bucket.window:
             dropped = bucket.events.popleft()
             bucket.window_start = dropped.revision
         for watcher in list(bucket.watchers):

@@ -125,14 +125,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--from", dest="source", required=True, help="sqlite:PATH (an API server's DIR/state.db)"
     )
     parser.add_argument("--to", dest="target", required=True, help="etcd:https://HOST:PORT[,...]")
-    parser.add_argument("--etcd-cafile", type=Path, default=None)
-    parser.add_argument("--etcd-certfile", type=Path, default=None)
-    parser.add_argument("--etcd-keyfile", type=Path, default=None)
-    parser.add_argument("--etcd-prefix", default="/registry")
+    parser.add_argument(
+        "--etcd-cafile", type=Path, default=None, help="CA that signed etcd's serving certificate"
+    )
+    parser.add_argument(
+        "--etcd-certfile", type=Path, default=None, help="client certificate presented to etcd"
+    )
+    parser.add_argument("--etcd-keyfile", type=Path, default=None, help="key of --etcd-certfile")
+    parser.add_argument("--etcd-prefix", default="/registry", help="the prefix of every key in etcd")
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     path = Path(_store_url(args.source, "--from", "sqlite"))
     if not path.is_file():
         raise SystemExit(f"pykubelet migrate-store: --from {args.source}: no such file")

@@ -560,7 +560,7 @@ def test_authentication(apiserver: ApiServer, tmp_path: Path) -> None:
 
 
 def test_without_anonymous_auth_no_credentials_is_a_401(tmp_path: Path) -> None:
-    with ApiServer(tmp_path / "noanon", extra_args=["--no-anonymous-auth"]) as server:
+    with ApiServer(tmp_path / "noanon", extra_args=["--anonymous-auth=false"]) as server:
         context = ssl.create_default_context(cafile=str(server.ca_cert))
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{server.url}/api/v1/namespaces", context=context)

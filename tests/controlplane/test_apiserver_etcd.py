@@ -61,7 +61,7 @@ def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Etcd, Ap
     root = tmp_path_factory.mktemp("fragile")
     etcd = Etcd(root / "etcd", max_request_bytes=64 * 1024, progress_notify_interval="1s")
     etcd.start()
-    server = ApiServer(root / "api", etcd=etcd, extra_args=["--compact-interval", "1"])
+    server = ApiServer(root / "api", etcd=etcd, extra_args=["--etcd-compaction-interval", "1s"])
     server.start()
     yield etcd, server
     server.stop()
@@ -237,8 +237,8 @@ def test_unreachable_etcd_at_start_exits_within_seconds_naming_it(tmp_path: Path
             str(tmp_path),
             "--port",
             "0",
-            "--no-scheduler",
-            "--no-controllers",
+            "--scheduler=false",
+            "--controllers=false",
             "--etcd-servers",
             url,
         ],

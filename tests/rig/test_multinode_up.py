@@ -172,7 +172,7 @@ def _expired_token_cannot_join(core: client.CoreV1Api, tmp_path: Path) -> None:
     root = tmp_path / "expired-node"
     joined = _pykubelet(
         "join", server, "--token", token, "--discovery-token-ca-cert-hash", ca_hash,
-        "--node-name", "expired-node", "--root-dir", str(root), "--foreground", "--discovery-timeout", "3",
+        "--node-name", "expired-node", "--root-dir", str(root), "--foreground", "--discovery-timeout", "3s",
         timeout=60,
     )  # fmt: skip
     assert joined.returncode == 1, joined.stderr

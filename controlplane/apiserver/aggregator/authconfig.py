@@ -20,10 +20,18 @@ NAMESPACE = "kube-system"
 NAME = "extension-apiserver-authentication"
 
 
-def data(client_ca: Path, front_proxy_ca: Path) -> dict[str, str]:
+def data(
+    client_ca: Path,
+    front_proxy_ca: Path,
+    extra_client_ca: Path | None = None,
+    allowed_names: tuple[str, ...] = (),
+) -> dict[str, str]:
+    bundle = client_ca.read_text()
+    if extra_client_ca is not None:
+        bundle = bundle.rstrip("\n") + "\n" + extra_client_ca.read_text()
     return {
-        "client-ca-file": client_ca.read_text(),
-        "requestheader-allowed-names": json.dumps([FRONT_PROXY_CLIENT]),
+        "client-ca-file": bundle,
+        "requestheader-allowed-names": json.dumps(list(allowed_names or (FRONT_PROXY_CLIENT,))),
         "requestheader-client-ca-file": front_proxy_ca.read_text(),
         "requestheader-extra-headers-prefix": json.dumps([EXTRA_PREFIX]),
         "requestheader-group-headers": json.dumps([GROUP_HEADER]),
@@ -31,9 +39,18 @@ def data(client_ca: Path, front_proxy_ca: Path) -> dict[str, str]:
     }
 
 
-async def publish(registry: Registry, pki: Pki) -> None:
+async def publish(
+    registry: Registry,
+    pki: Pki,
+    extra_client_ca: Path | None = None,
+    front_proxy_ca: Path | None = None,
+    allowed_names: tuple[str, ...] = (),
+) -> None:
+    """`extra_client_ca`: --client-ca-file, published with the server's own CA; `front_proxy_ca` and
+    `allowed_names`: --requestheader-client-ca-file and --requestheader-allowed-names (default: the
+    server's own front-proxy CA and client name)."""
     assert pki.front_proxy_ca_cert is not None
-    wanted = data(pki.ca_cert, pki.front_proxy_ca_cert)
+    wanted = data(pki.ca_cert, front_proxy_ca or pki.front_proxy_ca_cert, extra_client_ca, allowed_names)
     if registry.cache.get(CONFIGMAPS.key(NAMESPACE, NAME)) is None:
         body: dict[str, Any] = {
             "apiVersion": "v1",

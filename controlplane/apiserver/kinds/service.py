@@ -1,5 +1,6 @@
 """core/v1 Service: defaults, validation, and the allocations the server makes (a cluster IP from
-10.96.0.0/16, node ports from 30000-32767 for NodePort and LoadBalancer services) which updates keep."""
+--service-cluster-ip-range, node ports from --service-node-port-range for NodePort and LoadBalancer
+services: `registry.service_ranges`) which updates keep."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from controlplane.apiserver.validation import dns1035_label, port_number
 
 if TYPE_CHECKING:
     from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.serviceranges import ServiceRanges
 
 Obj = dict[str, Any]
 
 TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
-NODE_PORTS = range(30000, 32768)
 SERVICE_SPEC = {
     1: (
         "ports",
@@ -166,12 +167,14 @@ class Service(Kind):
     async def begin_create(self, registry: Registry, obj: Obj) -> None:
         """Allocate node ports and the cluster IP (upstream's service REST does it before storing)."""
         spec = obj.setdefault("spec", {})
+        ranges = registry.service_ranges
+        _check_in_ranges(obj, ranges)
         services = [c.obj.get("spec") or {} for c in registry.cache.list(self.bucket, self.prefix(""))]
         if spec.get("type") in ("NodePort", "LoadBalancer"):
             spec.setdefault("externalTrafficPolicy", "Cluster")
         used_ports = {p.get("nodePort") for s in services for p in s.get("ports") or []}
         used_ports |= {s.get("healthCheckNodePort") for s in services}
-        free = (n for n in NODE_PORTS if n not in used_ports)
+        free = (n for n in ranges.node_ports if n not in used_ports)
         if _node_ports(spec):
             for port in spec.get("ports") or []:
                 if not port.get("nodePort"):
@@ -191,9 +194,7 @@ class Service(Kind):
             spec.setdefault("clusterIPs", [spec["clusterIP"]])
             return
         used = {s.get("clusterIP") for s in services}
-        # 10.96.0.1 is the kubernetes service's address upstream; hand out the rest of 10.96.0.0/16.
-        for n in range(10, 65534):
-            ip = f"10.96.{n // 256}.{n % 256}"
+        for ip in ranges.ip_candidates():
             if ip not in used:
                 spec["clusterIP"] = ip
                 spec["clusterIPs"] = [ip]
@@ -225,6 +226,36 @@ class Service(Kind):
             age(obj),
             tables.format_labels(spec.get("selector")),
         ]
+
+
+def _check_in_ranges(obj: Obj, ranges: ServiceRanges) -> None:
+    """A clusterIP or nodePort the user names must lie in the server's ranges (upstream's allocators
+    refuse the others with these texts)."""
+    spec = obj.get("spec") or {}
+    problems: list[FieldError] = []
+    ip = spec.get("clusterIP")
+    if ip and ip != "None" and spec.get("type") != "ExternalName" and not ranges.contains_ip(ip):
+        problems.append(
+            invalid(
+                "spec.clusterIPs",
+                [ip],
+                f"failed to allocate IP {ip}: provided IP ({ip}) is not in the valid range. "
+                f"The range of valid IPs is {ranges.cluster_ip_range}",
+            )
+        )
+    for i, port in enumerate(spec.get("ports") or []):
+        node_port = port.get("nodePort")
+        if isinstance(node_port, int) and node_port and node_port not in ranges.node_ports:
+            problems.append(
+                invalid(
+                    f"spec.ports[{i}].nodePort",
+                    node_port,
+                    "provided port is not in the valid range. "
+                    f"The range of valid ports is {ranges.port_range_text()}",
+                )
+            )
+    if problems:
+        raise errors.invalid_object("Service", "", obj["metadata"].get("name", ""), problems)
 
 
 def _drop_type_dependent_fields(current: Obj, new: Obj) -> None:
