@@ -5,10 +5,14 @@ here shares one event loop with its own work (the agent with CRI and its pod wor
 its decisions), so this is a thin aiohttp client instead: one keep-alive connection pool, a token-bucket
 rate limit (client-go's QPS and burst), and retries with backoff where a retry cannot do harm:
 
-- 429 Too Many Requests (the server did nothing) for every verb, honouring Retry-After;
-- a connection that could not be made (nothing was sent) for every verb;
-- other connection failures, timeouts and 5xx only for idempotent verbs (GET, PUT, PATCH, DELETE): a
-  POST that may have reached the server is never sent twice, so a generateName create cannot duplicate.
+- a 429 or a 5xx carrying Retry-After (the server asks to be asked again) for every verb, after that
+  many seconds, as client-go's request.go (`checkWait`) retries;
+- a connection that could not be made, or a body that could not be written (nothing reached the
+  server) for every verb, as Go's transport does;
+- other connection failures, timeouts and 5xx without Retry-After only for reads (GET, HEAD): a write
+  that may have reached the server is never sent again, as client-go retries connection errors only for
+  GET: a generateName create cannot duplicate, and a PATCH (not idempotent: a JSON patch `add` to a
+  list appends again) is not applied twice.
 
 Errors come out as `ApiError` carrying the server's Status.
 
@@ -46,7 +50,7 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
+READS = frozenset({"GET", "HEAD"})
 # A watch that sends nothing (not even the bookmark servers send about every minute) for this long is
 # taken as a dead peer; the caller resumes from its last resourceVersion.
 WATCH_SILENCE = 150.0
@@ -223,19 +227,18 @@ class KubeClient:
                     if resp.status < 400:
                         return json.loads(raw) if raw else {}
                     err = ApiError.from_response(resp.status, raw, what)
-                    retryable = resp.status == 429 or (
-                        resp.status in RETRYABLE_STATUS and method in IDEMPOTENT
-                    )
+                    wait = _retry_after(resp.headers.get("Retry-After"))
+                    retryable = retryable_answer(method, resp.status, wait)
                     sick = resp.status in RETRYABLE_STATUS and resp.status != 429
                     if sick and self.replicas.failed(server, str(resp.status)) and retryable:
                         if attempt < replicas:
                             continue  # another replica may answer now: no wait
                     if not retryable or attempt == attempts:
                         raise err
-                    delay = _retry_after(resp.headers.get("Retry-After")) or err.retry_after or backoff.next()
+                    delay = wait if wait is not None else backoff.next()
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 moved = self.replicas.failed(server, type(exc).__name__)
-                if (method not in IDEMPOTENT and not _unsent(exc)) or attempt == attempts:
+                if (method not in READS and not _unsent(exc)) or attempt == attempts:
                     raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
                 if moved and attempt < replicas:
                     continue
@@ -322,6 +325,15 @@ class KubeClient:
             raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
 
 
+def retryable_answer(method: str, status: int, retry_after: float | None) -> bool:
+    """Whether an error answer may be asked again: any verb when the server sent a 429 or 5xx with
+    Retry-After (client-go's checkWait), and reads on any 429 or 5xx that may pass (failover, a
+    restarting server); a write without Retry-After may have been carried out."""
+    if retry_after is not None and (status == 429 or status >= 500):
+        return True
+    return method in READS and status in RETRYABLE_STATUS
+
+
 def _unsent(exc: BaseException) -> bool:
     """Whether a failed request certainly never reached a server, so even a POST may go again: no
     connection was made, or the body could not be written (a pooled connection the server had closed,
@@ -357,7 +369,9 @@ def _query(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _retry_after(value: str | None) -> float | None:
+    """Retry-After in whole seconds, as client-go reads it (a date or a fraction is no Retry-After),
+    capped at 10 s."""
     try:
-        return min(float(value), 10.0) if value else None
+        return min(float(int(value)), 10.0) if value and int(value) >= 0 else None
     except ValueError:
         return None
