@@ -39,6 +39,7 @@ import aiohttp
 from kubeclient.backoff import Backoff
 from kubeclient.config import ClusterConfig
 from kubeclient.errors import ApiError
+from kubeclient.execcredential import ExecError
 from kubeclient.ratelimit import TokenBucket
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -165,14 +166,22 @@ class KubeClient:
             )
         return self._session
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
+    async def _headers(self, content_type: str | None, what: str) -> dict[str, str]:
         headers: dict[str, str] = {}
-        token = self.config.bearer_token()
+        try:
+            token = await self.config.credential()
+        except ExecError as err:  # client-go: "getting credentials: exec: ..."
+            raise ApiError(0, "Unauthorized", f"getting credentials: {err}", what=what) from None
         if token:
             headers["Authorization"] = f"Bearer {token}"
         if content_type:
             headers["Content-Type"] = content_type
         return headers
+
+    def _refused(self, status: int, headers: dict[str, str]) -> None:
+        """A 401 spends an exec plugin's credential: the next request runs the plugin again."""
+        if status == 401 and self.config.exec is not None:
+            self.config.exec.refused(headers.get("Authorization", "").removeprefix("Bearer "))
 
     _derived = False
 
@@ -214,18 +223,20 @@ class KubeClient:
         for attempt in range(1, attempts + 1):
             await self.limiter.acquire()
             server = self.server
+            headers = await self._headers(content_type if data is not None else None, what)
             try:
                 async with self._get_session().request(
                     method,
                     server + path,
                     params=query,
                     data=data,
-                    headers=self._headers(content_type if data is not None else None),
+                    headers=headers,
                     timeout=aiohttp.ClientTimeout(total=deadline or self.request_timeout),
                 ) as resp:
                     raw = await resp.read()
                     if resp.status < 400:
                         return json.loads(raw) if raw else {}
+                    self._refused(resp.status, headers)
                     err = ApiError.from_response(resp.status, raw, what)
                     wait = _retry_after(resp.headers.get("Retry-After"))
                     retryable = retryable_answer(method, resp.status, wait)
@@ -303,14 +314,16 @@ class KubeClient:
         query = _query({**(params or {}), "watch": True})
         what = f"WATCH {path}"
         server = self.server
+        headers = await self._headers(None, what)
         try:
             async with self._get_session().get(
                 server + path,
                 params=query,
-                headers=self._headers(None),
+                headers=headers,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout),
             ) as resp:
                 if resp.status >= 400:
+                    self._refused(resp.status, headers)
                     raise ApiError.from_response(resp.status, await resp.read(), what)
                 async for line in _lines(resp.content):
                     event = json.loads(line)
