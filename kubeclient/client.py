@@ -258,6 +258,16 @@ class KubeClient:
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
+    async def websocket(
+        self, path: str, params: list[tuple[str, str]], protocols: tuple[str, ...]
+    ) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket to `path` on the API server in use, with our credentials (for pods/exec)."""
+        await self.limiter.acquire()
+        headers = await self._headers(None, f"WEBSOCKET {path}")
+        return await self._get_session().ws_connect(
+            self.server + path, params=params, protocols=protocols, headers=headers, heartbeat=None
+        )
+
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
         return await self.request("GET", path, params=params)
 
