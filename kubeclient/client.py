@@ -31,13 +31,14 @@ import copy
 import json
 import logging
 import os
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
 
 from kubeclient.backoff import Backoff
-from kubeclient.config import ClusterConfig
+from kubeclient.config import ClusterConfig, load_client_certificate
 from kubeclient.errors import ApiError
 from kubeclient.execcredential import ExecError
 from kubeclient.ratelimit import TokenBucket
@@ -169,7 +170,12 @@ class KubeClient:
     async def _headers(self, content_type: str | None, what: str) -> dict[str, str]:
         headers: dict[str, str] = {}
         try:
-            token = await self.config.credential()
+            if self.config.exec is not None:  # one credential for both the token and the certificate
+                credential = await self.config.exec.credential()
+                token: str | None = credential.token
+                self._exec_certificate(credential.certificate)
+            else:
+                token = self.config.bearer_token()
         except ExecError as err:  # client-go: "getting credentials: exec: ..."
             raise ApiError(0, "Unauthorized", f"getting credentials: {err}", what=what) from None
         if token:
@@ -177,6 +183,22 @@ class KubeClient:
         if content_type:
             headers["Content-Type"] = content_type
         return headers
+
+    _exec_pair: tuple[bytes, bytes] | None = None
+
+    def _exec_certificate(self, pair: tuple[bytes, bytes] | None) -> None:
+        """An exec plugin's client certificate, loaded for the connections made from now on. When it
+        rotates, connections already pooled keep the old one until they idle out (aiohttp's 15 s
+        keep-alive); client-go closes them at once instead."""
+        if pair is None or pair == self._exec_pair:
+            return
+        if self._ssl is None:
+            raise ExecError("exec plugin returned a client certificate for a plain-HTTP server")
+        try:
+            load_client_certificate(self._ssl, *pair)
+        except (ssl.SSLError, ValueError) as err:
+            raise ExecError(f"failed parsing client key/certificate: {err}") from None
+        self._exec_pair = pair
 
     def _refused(self, status: int, headers: dict[str, str]) -> None:
         """A 401 spends an exec plugin's credential: the next request runs the plugin again."""

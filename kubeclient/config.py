@@ -78,13 +78,6 @@ class ClusterConfig:
                 return self.token
         return self.token
 
-    async def credential(self) -> str | None:
-        """The bearer token for the next request: the exec plugin's (run when needed), else
-        bearer_token()."""
-        if self.exec is not None:
-            return await self.exec.token()
-        return self.bearer_token()
-
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS client context, or None for plain HTTP. A bare context when the kubeconfig names its
         CA: loading the system trust store costs about 0.1 s and is of no use then."""
@@ -101,15 +94,20 @@ class ClusterConfig:
         else:
             ctx.load_default_certs()
         if self.client_cert_data and self.client_key_data:
-            # ssl wants files: write both to a private temporary folder, load, and remove at once.
-            with tempfile.TemporaryDirectory(prefix="kubeclient-cred-") as tmp:
-                cert, key = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
-                for path, data in ((cert, self.client_cert_data), (key, self.client_key_data)):
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                ctx.load_cert_chain(str(cert), str(key))
+            load_client_certificate(ctx, self.client_cert_data, self.client_key_data)
         return ctx
+
+
+def load_client_certificate(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Load a client certificate held in memory: ssl wants files, so both go to a private temporary
+    folder, are loaded, and are removed at once."""
+    with tempfile.TemporaryDirectory(prefix="kubeclient-cred-") as tmp:
+        cert, key = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
+        for path, data in ((cert, cert_pem), (key, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        ctx.load_cert_chain(str(cert), str(key))
 
 
 def _read_data_or_file(entry: dict[str, Any], key: str) -> bytes | None:

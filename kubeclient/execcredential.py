@@ -4,8 +4,8 @@ AKS (`kubelogin`) and OIDC (`kubectl oidc-login`) kubeconfigs prove who the user
 
 The plugin runs with the kubeconfig's args, our environment plus its `env`, and KUBERNETES_EXEC_INFO (an
 ExecCredential whose spec says whether it may talk to the user and, with provideClusterInfo, the cluster);
-it prints an ExecCredential whose status holds a token (and an expirationTimestamp). The credential is
-kept until it expires; a 401 marks it spent, so the next request runs the plugin again (client-go refreshes
+it prints an ExecCredential whose status holds a token and/or a client certificate and key (and an
+expirationTimestamp). The credential is kept until it expires; a 401 marks it spent, so the next request runs the plugin again (client-go refreshes
 after a 401 too, and like it we do not resend the refused request). Standard input goes to the plugin only
 in interactive mode (interactiveMode Never: never; IfAvailable: when ours is a terminal; Always: required).
 The plugin runs as a child process the event loop awaits, never blocking it; one run serves every
@@ -103,8 +103,9 @@ def cluster_info(cluster: dict[str, Any], ca_data: bytes | None) -> dict[str, An
 
 @dataclass
 class Credential:
-    token: str
+    token: str  # "" when the plugin gave a client certificate only
     expires: datetime.datetime | None = None
+    certificate: tuple[bytes, bytes] | None = field(default=None, repr=False)  # (cert PEM, key PEM)
 
     def expired(self, now: datetime.datetime) -> bool:
         return self.expires is not None and now > self.expires
@@ -120,14 +121,15 @@ class ExecAuthenticator:
     _credential: Credential | None = field(default=None, init=False, repr=False)
     _lock: asyncio.Lock | None = field(default=None, init=False, repr=False)
 
-    async def token(self) -> str:
+    async def credential(self) -> Credential:
+        """The cached credential, or a new one from the plugin when there is none or it expired."""
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
             now = datetime.datetime.now(datetime.UTC)
             if self._credential is None or self._credential.expired(now):
                 self._credential = await self._run()
-            return self._credential.token
+            return self._credential
 
     def refused(self, token: str) -> None:
         """The server answered 401 to `token`: the next request runs the plugin again (unless another
@@ -196,9 +198,8 @@ class ExecAuthenticator:
             raise ExecError("exec plugin didn't return a token or cert/key pair")
         if bool(cert) != bool(key):
             raise ExecError("exec plugin returned only certificate or key, not both")
-        if not token:
-            raise ExecError("exec plugin returned a client certificate: this client takes tokens only")
-        return Credential(token, _timestamp(status.get("expirationTimestamp")))
+        pair = (str(cert).encode(), str(key).encode()) if cert else None
+        return Credential(token, _timestamp(status.get("expirationTimestamp")), pair)
 
 
 def _timestamp(value: Any) -> datetime.datetime | None:

@@ -108,3 +108,22 @@ async def test_a_missing_plugin_names_itself_and_its_install_hint(
     assert err.value.message == (
         "getting credentials: exec: executable gke-gcloud-auth-plugin-absent not found\n\nInstall it with gcloud."
     )
+
+
+async def test_a_plugin_may_give_a_client_certificate(apiserver: ApiServer, tmp_path: Path) -> None:
+    """Status with clientCertificateData/clientKeyData and no token: the TLS handshake proves who the
+    user is (a certificate of the cluster's CA for exec-cert-user here)."""
+    issued = apiserver.client_kubeconfig("exec-cert-user", ("devs",), tmp_path / "issued" / "kubeconfig")
+    user = yaml.safe_load(issued.read_text())["users"][0]["user"]
+    config = load_kubeconfig(plugin_kubeconfig(tmp_path, apiserver.kubeconfig))
+    status = {
+        "clientCertificateData": base64.b64decode(user["client-certificate-data"]).decode(),
+        "clientKeyData": base64.b64decode(user["client-key-data"]).decode(),
+    }
+    (tmp_path / "state" / "credential").write_text(
+        json.dumps({"apiVersion": V1, "kind": "ExecCredential", "status": status})
+    )
+    async with KubeClient(config, max_attempts=1) as client:
+        assert await whoami(client) == "exec-cert-user"
+        assert await whoami(client) == "exec-cert-user"
+    assert (tmp_path / "state" / "runs").read_text().strip() == "1"
