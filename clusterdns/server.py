@@ -147,6 +147,11 @@ class Resolver:
         if not reply.rr:
             reply.add_auth(soa(zone.domain))
         packed = reply.pack()
+        if not tcp and len(packed) > 512 and not query.ar and reply.ar:
+            # Over a plain UDP reply's size the additional section goes first, without TC (miekg/dns's
+            # Truncate, which CoreDNS applies, sets TC only when answers had to go).
+            reply.ar = []
+            packed = reply.pack()
         if not tcp and len(packed) > 512 and not query.ar:
             reply = query.reply(ra=1, aa=1)
             reply.header.tc = 1

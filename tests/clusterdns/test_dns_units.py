@@ -208,3 +208,22 @@ def test_a_repeated_question_gets_the_same_answer_with_its_own_id_until_the_zone
     ]
     zones["now"] = build(moved, SLICES)
     assert answers(query(303)) == [("web.shop.svc.cluster.local.", "A", "10.96.3.9", 30)]
+
+
+def test_an_srv_answer_too_big_for_udp_loses_its_additional_section_before_its_answers() -> None:
+    many = {
+        "metadata": {"name": "big", "namespace": "shop", "labels": {"kubernetes.io/service-name": "big"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [f"10.244.1.{i}"], "conditions": {"ready": True}} for i in range(8)],
+    }
+    headless = {"metadata": {"name": "big", "namespace": "shop"}, "spec": {"clusterIP": "None"}}
+    resolver = Resolver(lambda: build([headless], [many]), [])
+    reply = ask("_pg._tcp.big.shop.svc.cluster.local", "SRV", resolver)
+    # 8 SRV records fit in 512 bytes (509), with their 8 A records they would not (725).
+    assert len(reply.rr) == 8 and not reply.ar and not reply.header.tc
+    assert {str(rr.rdata).split()[1] for rr in reply.rr} == {"12"}  # floor(100 / 8)
+    tcp = asyncio.run(
+        resolver.handle(DNSRecord.question("_pg._tcp.big.shop.svc.cluster.local", "SRV").pack(), tcp=True)
+    )
+    assert len(DNSRecord.parse(tcp).ar) == 8  # over TCP nothing is dropped
