@@ -36,6 +36,10 @@ def _rdata(record: Record):  # type: ignore[no-untyped-def]
     return SRV(int(priority), int(weight), int(port), target + ".")
 
 
+def _rr(record: Record) -> RR:
+    return RR(DNSLabel(record.name + "."), getattr(QTYPE, record.type), ttl=TTL, rdata=_rdata(record))
+
+
 def soa(domain: str) -> RR:
     return RR(
         domain + ".",
@@ -94,27 +98,60 @@ class Resolver:
             return _error(data, RCODE.FORMERR)
         name = str(question.qname)
         if zone.in_zone(name):
-            reply = self._answer(query, zone, name, QTYPE.get(question.qtype, str(question.qtype)), tcp)
+            qtype = QTYPE.get(question.qtype, str(question.qtype))
+            answer = zone.lookup(name, qtype)
+            if answer.external or answer.external_extra:  # upstream's data: answered afresh every time
+                return self._answer(query, zone, answer, tcp, *await self._outside(answer, qtype))
+            reply = self._answer(query, zone, answer, tcp)
             self._memo[(bytes(data[2:]), tcp)] = reply[2:]
             return reply
         return await self._forward(query, data)
+
+    async def _outside(self, answer: Answer, qtype: str) -> tuple[list[RR], list[RR]]:
+        """The records of targets outside the zone, asked of the upstream resolvers as CoreDNS asks its
+        upstream: the asked type of a CNAME's target (appended to the answer), A and AAAA of SRV targets
+        (the additional section; AAAA without CNAMEs, which the A answer already carried)."""
+        records = await self._resolve(answer.external, qtype) if answer.external else []
+        extra: list[RR] = []
+        for target in answer.external_extra:
+            extra += await self._resolve(target, "A")
+            extra += [rr for rr in await self._resolve(target, "AAAA") if rr.rtype != QTYPE.CNAME]
+        return records, extra
+
+    async def _resolve(self, name: str, qtype: str) -> list[RR]:
+        question = DNSRecord.question(name, qtype)
+        try:
+            reply = DNSRecord.parse(await self._forward(question, question.pack()))
+        except (DNSError, struct.error, ValueError, IndexError, UnicodeDecodeError):
+            return []
+        return list(reply.rr) if reply.header.rcode in (RCODE.NOERROR, RCODE.NXDOMAIN) else []
 
     def _reply(self, query: DNSRecord, rcode: int) -> bytes:
         reply = query.reply()
         reply.header.rcode = rcode
         return reply.pack()
 
-    def _answer(self, query: DNSRecord, zone: Zone, name: str, qtype: str, tcp: bool) -> bytes:
-        answer: Answer = zone.lookup(name, qtype)
+    def _answer(
+        self,
+        query: DNSRecord,
+        zone: Zone,
+        answer: Answer,
+        tcp: bool,
+        outside: list[RR] | None = None,
+        outside_extra: list[RR] | None = None,
+    ) -> bytes:
         reply = query.reply(ra=1, aa=1)
         reply.header.rcode = getattr(RCODE, answer.rcode)
-        for record in answer.records:
-            reply.add_answer(
-                RR(DNSLabel(record.name + "."), getattr(QTYPE, record.type), ttl=TTL, rdata=_rdata(record))
-            )
-        if not answer.records:
+        reply.add_answer(*(_rr(record) for record in answer.records), *(outside or []))
+        reply.add_ar(*(_rr(record) for record in answer.extra), *(outside_extra or []))
+        if not reply.rr:
             reply.add_auth(soa(zone.domain))
         packed = reply.pack()
+        if not tcp and len(packed) > 512 and not query.ar and reply.ar:
+            # Over a plain UDP reply's size the additional section goes first, without TC (miekg/dns's
+            # Truncate, which CoreDNS applies, sets TC only when answers had to go).
+            reply.ar = []
+            packed = reply.pack()
         if not tcp and len(packed) > 512 and not query.ar:
             reply = query.reply(ra=1, aa=1)
             reply.header.tc = 1

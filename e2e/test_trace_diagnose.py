@@ -4,7 +4,8 @@ ReplicaSet -> 3 Pods scheduled, started, Ready -> EndpointSlice) in causal order
 and the right writers, its SVG has one lane per component, and diagnose calls it healthy; then broken
 workloads, one at a time, each stalled at its boundary: an unsatisfiable nodeSelector (scheduling), an
 image that does not exist and a missing Secret (runtime), a failing readiness probe (probes), a Service
-selecting nothing (endpoints), a node whose agent stopped (node: its Lease stale), a user RBAC gives
+selecting nothing (endpoints), a Service whose pods do not listen on its targetPort (dataplane: tried from
+inside a pod), a node whose agent stopped (node: its Lease stale), a user RBAC gives
 nothing (authorization), a webhook that is down (admission).
 """
 
@@ -208,6 +209,12 @@ def test_trace_and_diagnose_a_healthy_deployment(
         debug,
         pykubelet(kubeconfig, namespace, "trace", "svc/web").stdout,
     )
+    dataplane = verdict["findings"][-1]
+    assert (dataplane["boundary"], dataplane["state"]) == ("dataplane", "ok"), verdict
+    assert (
+        dataplane["message"].startswith("traffic arrives: Service web (")
+        and "answered from inside a pod" in (dataplane["message"])
+    )
     short = pykubelet(kubeconfig, namespace, "diagnose", "deployment/web")
     assert short.returncode == 0 and short.stdout.startswith("healthy: Deployment web, 3/3 pods ready")
 
@@ -256,6 +263,23 @@ def test_service_selecting_nothing_stalls_at_endpoints(kubeconfig: Path, namespa
         verdict["summary"]
         == "stalled at: endpoints - Service orphan: selector app=journey-nothing matches no pods"
     )
+
+
+def test_service_whose_traffic_does_not_arrive_stalls_at_dataplane(
+    kubeconfig: Path, namespace: str, image: str
+):
+    """Endpoints exist (the pod is Ready: no readiness probe) but the Service sends its traffic to a port
+    nothing listens on: only trying a connection shows it, which diagnose does from inside the pod."""
+    deaf = service("deaf", {"app": "deaf"})
+    deaf["spec"]["ports"][0]["targetPort"] = 9090  # httpd listens on 8080
+    kubectl_apply(kubeconfig, namespace, deployment("deaf", image), deaf)
+    verdict = stalled_at(kubeconfig, namespace, "svc/deaf", "dataplane")
+    assert verdict["summary"].startswith("stalled at: dataplane - Service deaf: neither "), verdict
+    assert ":9090 accepts connections from pod deaf-" in verdict["summary"], verdict
+    endpoints = next(f for f in verdict["findings"] if f["boundary"] == "endpoints")
+    assert endpoints["state"] == "ok", verdict
+    skipped = pykubelet(kubeconfig, namespace, "diagnose", "svc/deaf", "--no-dataplane")
+    assert skipped.returncode == 0 and skipped.stdout.startswith("healthy: Service deaf"), skipped.stdout
 
 
 def kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:

@@ -1,5 +1,6 @@
 """The options both subcommands share and the client they open: any kubeconfig (--kubeconfig, else
-$KUBECONFIG, else ~/.kube/config), its context's namespace unless -n says otherwise."""
+$KUBECONFIG's list merged as kubectl merges it, else ~/.kube/config), its context's namespace unless -n
+says otherwise; exec credential plugins (EKS, GKE, AKS, OIDC) through the client library."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ import argparse
 import os
 from pathlib import Path
 
-import yaml
-
 from journey.kinds import Kind, resolve
 from kubeclient.client import KubeClient
-from kubeclient.config import ClusterConfig, load_kubeconfig
+from kubeclient.config import ClusterConfig, ConfigError, load_kubeconfig
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +30,7 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def open_client(args: argparse.Namespace) -> tuple[KubeClient, ClusterConfig]:
-    config = load_kubeconfig(str(args.kubeconfig).split(os.pathsep)[0], args.context)
+    config = load_kubeconfig(args.kubeconfig, args.context)
     return KubeClient(config, component="pykubelet-user", request_timeout=10.0, max_attempts=2), config
 
 
@@ -42,12 +41,6 @@ def target(args: argparse.Namespace) -> tuple[Kind, str, str]:
 
 def _context_namespace(args: argparse.Namespace) -> str | None:
     try:
-        with open(str(args.kubeconfig).split(os.pathsep)[0]) as fh:
-            doc = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError):
+        return load_kubeconfig(args.kubeconfig, args.context).namespace
+    except ConfigError:
         return None
-    current = args.context or doc.get("current-context")
-    for ctx in doc.get("contexts") or ():
-        if ctx.get("name") == current:
-            return (ctx.get("context") or {}).get("namespace")
-    return None

@@ -5,8 +5,9 @@ plain next step.
 
 `diagnose(facts)` is pure: the CLI reads the facts (an access review, the journey, the nodes and their
 Leases) and this module judges them, one function per boundary, so each is tested on recorded objects.
-A boundary answers ok, stalled, or skipped (nothing to judge: no pods yet, no Service, the dataplane
-whose state the API does not show).
+A boundary answers ok, stalled, or skipped (nothing to judge: no pods yet, no Service, a dataplane
+that could not be tried). The dataplane is the one boundary the CLI tries rather than reads: each
+Service's cluster address, and one of its endpoints, connected to from inside a pod (`dataplane.py`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,26 @@ class Facts:
     nodes: dict[str, Obj] = field(default_factory=dict)
     leases: dict[str, Obj] = field(default_factory=dict)
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    # The dataplane tried for real: each Service's traffic from inside a pod (dataplane.py), and why
+    # nothing was tried when nothing was.
+    probes: list[Probe] = field(default_factory=list)
+    probes_note: str = ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One Service tried from inside a pod: its cluster address, and one of its ready endpoints the same
+    way, so a proxy that does not forward is told apart from a pod that does not listen. `None`: could
+    not be tried (`note` says why)."""
+
+    service: str  # "Service web"
+    address: str  # "10.96.4.2:80"
+    endpoint: str  # "10.244.0.5:8080"
+    from_pod: str  # "web-7d9c-a"
+    node: str  # that pod's node
+    service_answered: bool | None
+    endpoint_answered: bool | None
+    note: str = ""
 
 
 @dataclass
@@ -573,7 +594,44 @@ def check_endpoints(facts: Facts) -> Finding:
 
 
 def check_dataplane(facts: Facts) -> Finding:
-    return _skip("dataplane", "the proxy's last sync is not in the API")
+    """Whether each Service's traffic arrives, from what was tried inside a pod: the cluster address not
+    answering while an endpoint does is the service proxy's fault; neither answering, the pods'."""
+    if not facts.probes:
+        return _skip("dataplane", facts.probes_note or "no Service with ready endpoints to try")
+    untried = []
+    for probe in facts.probes:
+        evidence = [
+            f"from pod {probe.from_pod} on node {probe.node or '?'}: {probe.address} "
+            f"{_answer(probe.service_answered)}, endpoint {probe.endpoint} {_answer(probe.endpoint_answered)}"
+        ]
+        if probe.service_answered is None:
+            untried.append(f"{probe.service}: {probe.note}")
+        elif not probe.service_answered and probe.endpoint_answered is False:
+            return _stall(
+                "dataplane",
+                f"{probe.service}: neither {probe.address} nor its endpoint {probe.endpoint} accepts "
+                f"connections from pod {probe.from_pod}",
+                evidence,
+                "the pods do not accept connections on the target port: compare the Service's targetPort "
+                "with the port the container listens on (or look for a NetworkPolicy)",
+            )
+        elif not probe.service_answered:
+            return _stall(
+                "dataplane",
+                f"{probe.service}: traffic to {probe.address} does not arrive from pod {probe.from_pod}"
+                + (f", though its endpoint {probe.endpoint} answers" if probe.endpoint_answered else ""),
+                evidence,
+                f"the service proxy on node {probe.node or '?'} does not forward {probe.address}: check that "
+                "kube-proxy runs there and its last sync",
+            )
+    if untried:
+        return _skip("dataplane", "; ".join(untried))
+    tried = ", ".join(f"{p.service} ({p.address})" for p in facts.probes)
+    return _ok("dataplane", f"traffic arrives: {tried} answered from inside a pod")
+
+
+def _answer(answered: bool | None) -> str:
+    return {True: "answered", False: "did not answer", None: "not tried"}[answered]
 
 
 BOUNDARIES: tuple[Callable[[Facts], Finding], ...] = (

@@ -1,5 +1,6 @@
-"""`pykubelet diagnose KIND/NAME [-n NS] [-v] [--json]`: read the facts (who am I, may I read the journey,
-the journey, its nodes and their Leases) and print the first boundary that stalled. Exit status: 0
+"""`pykubelet diagnose KIND/NAME [-n NS] [-v] [--json] [--no-dataplane]`: read the facts (who am I, may I
+read the journey, the journey, its nodes and their Leases), try the Services' traffic from inside a pod
+(`dataplane.py`), and print the first boundary that stalled. Exit status: 0
 healthy (or progressing with nothing stalled), 1 stalled, 2 cannot tell."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from journey import auditlog, graph
+from journey import auditlog, dataplane, graph
 from journey.connect import add_common, open_client, target
 from journey.diagnose import Facts, controller_needs, diagnose, render
 from journey.kinds import BY_KIND, Kind
@@ -33,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the API server's audit log, for writes refused in admission (default: the audit.log beside "
         "the kubeconfig, as `pykubelet up` keeps it, if there is one)",
+    )
+    parser.add_argument(
+        "--no-dataplane",
+        action="store_true",
+        help="do not try the Services' traffic from inside a pod (the dataplane boundary then reads skipped)",
     )
 
 
@@ -171,7 +177,12 @@ async def _nodes(client: KubeClient, facts: Facts) -> None:
 
 
 async def gather_facts(
-    client: KubeClient, kind: Kind, name: str, namespace: str, log: Path | None = None
+    client: KubeClient,
+    kind: Kind,
+    name: str,
+    namespace: str,
+    log: Path | None = None,
+    try_dataplane: bool = True,
 ) -> Facts:
     facts = Facts(server=client.server)
     try:
@@ -196,6 +207,10 @@ async def gather_facts(
         return facts
     _rejections(log, kind, name, namespace, facts)
     await asyncio.gather(_nodes(client, facts), _controllers(client, facts))
+    if try_dataplane:
+        await dataplane.probe(client, facts)
+    else:
+        facts.probes_note = "not tried (--no-dataplane)"
     return facts
 
 
@@ -204,7 +219,7 @@ async def _diagnose(args: argparse.Namespace) -> int:
     log = _audit_log(args)
     client, _ = open_client(args)
     async with client:
-        facts = await gather_facts(client, kind, name, namespace, log)
+        facts = await gather_facts(client, kind, name, namespace, log, not args.no_dataplane)
     verdict = diagnose(facts)
     if args.json:
         print(json.dumps(verdict.to_dict(), indent=2))

@@ -11,7 +11,11 @@ Where the times come from, and how exact they are:
 
 Order: by the second, then by the stage a write belongs to in the chain every explanation of Kubernetes
 draws (owner created -> owned created -> scheduled -> pulled -> started -> ready -> endpoints -> the
-owners' status), then by the exact time. A reaction's cause is the latest earlier step its rule names
+owners' status), then by the exact time. Where the API says more than the stage can, it wins inside the
+second: steps whose write's resourceVersion is known (every audit-log write; an object's latest
+managedFields entry, which made the object's resourceVersion; an event written once) keep the order of
+their resourceVersions, and exact times keep their chronological order, so no step is ever placed after
+a step that happened later (a status patch is never "0 ms after" what it preceded). A reaction's cause is the latest earlier step its rule names
 (a ReplicaSet's creation reacts to its Deployment's last spec write; a pod's kubelet steps react to its
 scheduling; an EndpointSlice update to the last pod that became Ready...).
 """
@@ -93,6 +97,7 @@ class Step:
     gap_ms: float | None = None
     gap_exact: bool = False
     seq: int = 0
+    rv: int | None = None  # the resourceVersion the write made, where known
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -195,10 +200,12 @@ def object_steps(obj: Obj) -> list[Step]:
                 detail,
             )
         )
+    latest = _latest_entry(m)
     for entry in m.get("managedFields") or ():
         when = parse_time(entry.get("time"))
         if when and kind == "EndpointSlice" and "f:endpoints" in (entry.get("fieldsV1") or {}):
             steps.append(_published(obj, entry, when))
+            steps[-1].rv = _rv(m.get("resourceVersion")) if entry is latest else None
             continue
         if not when or (entry is creating and when == created):
             continue
@@ -219,6 +226,7 @@ def object_steps(obj: Obj) -> list[Step]:
                 manager,
                 stage,
                 f"{entry.get('operation', '')} {sub}".strip(),
+                rv=_rv(m.get("resourceVersion")) if entry is latest else None,
             )
         )
     for cond in (obj.get("status") or {}).get("conditions") or ():
@@ -262,6 +270,27 @@ def object_steps(obj: Obj) -> list[Step]:
             )
         )
     return steps
+
+
+def _rv(value: Any) -> int | None:
+    """A resourceVersion as a number to order by (etcd's revisions, which every server here and
+    upstream's etcd3 store hand out), None for anything else."""
+    text = str(value or "")
+    return int(text) if text.isdigit() else None
+
+
+def _latest_entry(m: dict[str, Any]) -> dict[str, Any] | None:
+    """The managedFields entry of the object's last write (whose resourceVersion the object carries):
+    the one with the latest time, when no other entry shares that second (then which was last is
+    unknown). A write that changed no managed field leaves no entry: also unknown, unless the object was
+    updated no later than that entry (its deletion or a finalizer removal would be later)."""
+    timed = [(parse_time(e.get("time")), e) for e in m.get("managedFields") or ()]
+    timed = [(t[0], e) for t, e in timed if t]
+    if not timed or m.get("deletionTimestamp"):
+        return None
+    newest = max(t for t, _ in timed)
+    at = [e for t, e in timed if t == newest]
+    return at[0] if len(at) == 1 else None
 
 
 def _published(obj: Obj, entry: dict[str, Any], when: tuple[dt.datetime, bool]) -> Step:
@@ -315,7 +344,8 @@ def event_steps(events: Iterable[Obj], names: dict[str, str], audit: AuditIndex 
             continue
         reason = str(ev.get("reason") or "")
         reporter = writers.event_reporter(ev)
-        count = int(ev.get("count") or (ev.get("series") or {}).get("count") or 1)
+        series = ev.get("series") or {}
+        count = int(ev.get("count") or series.get("count") or 1)
         detail = str(ev.get("message") or ev.get("note") or "")
         if count > 1:
             detail += f" (x{count}, last {ev.get('lastTimestamp') or (ev.get('series') or {}).get('lastObservedTime')})"
@@ -334,6 +364,9 @@ def event_steps(events: Iterable[Obj], names: dict[str, str], audit: AuditIndex 
                 reporter,
                 EVENT_STAGE.get(reason, 8),
                 detail,
+                # An event written once carries the resourceVersion of its creation; a series' later
+                # occurrences rewrote it since.
+                rv=_rv(meta(ev).get("resourceVersion")) if count == 1 and not series else None,
             )
         )
     return steps
@@ -344,9 +377,28 @@ def _second(when: dt.datetime) -> dt.datetime:
 
 
 def order(steps: list[Step]) -> list[Step]:
+    """Causal order: by second and stage, then within each second the slots of the steps whose order
+    the API knows go to them in that order (resourceVersions, then exact times)."""
     for i, s in enumerate(steps):
         s.seq = i
-    return sorted(steps, key=lambda s: (_second(s.time), s.stage, s.time, s.seq))
+    arranged = sorted(steps, key=lambda s: (_second(s.time), s.stage, s.time, s.seq))
+    _in_known_order(arranged, lambda s: s.rv is not None, lambda s: (s.rv, s.seq))
+    _in_known_order(arranged, lambda s: s.exact, lambda s: (s.time, s.rv or 0, s.seq))
+    return arranged
+
+
+def _in_known_order(
+    arranged: list[Step], known: Callable[[Step], bool], key: Callable[[Step], tuple[Any, ...]]
+) -> None:
+    """Within each second, hand the positions the `known` steps hold to them sorted by `key` (in place;
+    the other steps keep their places)."""
+    slots: dict[dt.datetime, list[int]] = {}
+    for pos, step in enumerate(arranged):
+        if known(step):
+            slots.setdefault(_second(step.time), []).append(pos)
+    for positions in slots.values():
+        for pos, step in zip(positions, sorted((arranged[p] for p in positions), key=key), strict=True):
+            arranged[pos] = step
 
 
 @dataclass
@@ -456,6 +508,7 @@ def audit_step(obj: Obj, write: Write) -> Step:
         stage,
         ", ".join(filter(None, [f"as {write.user}", rv, "audit log"])),
         user=write.user,
+        rv=_rv(write.resource_version),
     )
 
 

@@ -5,10 +5,14 @@ here shares one event loop with its own work (the agent with CRI and its pod wor
 its decisions), so this is a thin aiohttp client instead: one keep-alive connection pool, a token-bucket
 rate limit (client-go's QPS and burst), and retries with backoff where a retry cannot do harm:
 
-- 429 Too Many Requests (the server did nothing) for every verb, honouring Retry-After;
-- a connection that could not be made (nothing was sent) for every verb;
-- other connection failures, timeouts and 5xx only for idempotent verbs (GET, PUT, PATCH, DELETE): a
-  POST that may have reached the server is never sent twice, so a generateName create cannot duplicate.
+- a 429 or a 5xx carrying Retry-After (the server asks to be asked again) for every verb, after that
+  many seconds, as client-go's request.go (`checkWait`) retries;
+- a connection that could not be made, or a body that could not be written (nothing reached the
+  server) for every verb, as Go's transport does;
+- other connection failures, timeouts and 5xx without Retry-After only for reads (GET, HEAD): a write
+  that may have reached the server is never sent again, as client-go retries connection errors only for
+  GET: a generateName create cannot duplicate, and a PATCH (not idempotent: a JSON patch `add` to a
+  list appends again) is not applied twice.
 
 Errors come out as `ApiError` carrying the server's Status.
 
@@ -27,14 +31,16 @@ import copy
 import json
 import logging
 import os
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
 
 from kubeclient.backoff import Backoff
-from kubeclient.config import ClusterConfig
+from kubeclient.config import ClusterConfig, load_client_certificate
 from kubeclient.errors import ApiError
+from kubeclient.execcredential import ExecError
 from kubeclient.ratelimit import TokenBucket
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -46,7 +52,7 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
+READS = frozenset({"GET", "HEAD"})
 # A watch that sends nothing (not even the bookmark servers send about every minute) for this long is
 # taken as a dead peer; the caller resumes from its last resourceVersion.
 WATCH_SILENCE = 150.0
@@ -161,14 +167,43 @@ class KubeClient:
             )
         return self._session
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
+    async def _headers(self, content_type: str | None, what: str) -> dict[str, str]:
         headers: dict[str, str] = {}
-        token = self.config.bearer_token()
+        try:
+            if self.config.exec is not None:  # one credential for both the token and the certificate
+                credential = await self.config.exec.credential()
+                token: str | None = credential.token
+                self._exec_certificate(credential.certificate)
+            else:
+                token = self.config.bearer_token()
+        except ExecError as err:  # client-go: "getting credentials: exec: ..."
+            raise ApiError(0, "Unauthorized", f"getting credentials: {err}", what=what) from None
         if token:
             headers["Authorization"] = f"Bearer {token}"
         if content_type:
             headers["Content-Type"] = content_type
         return headers
+
+    _exec_pair: tuple[bytes, bytes] | None = None
+
+    def _exec_certificate(self, pair: tuple[bytes, bytes] | None) -> None:
+        """An exec plugin's client certificate, loaded for the connections made from now on. When it
+        rotates, connections already pooled keep the old one until they idle out (aiohttp's 15 s
+        keep-alive); client-go closes them at once instead."""
+        if pair is None or pair == self._exec_pair:
+            return
+        if self._ssl is None:
+            raise ExecError("exec plugin returned a client certificate for a plain-HTTP server")
+        try:
+            load_client_certificate(self._ssl, *pair)
+        except (ssl.SSLError, ValueError) as err:
+            raise ExecError(f"failed parsing client key/certificate: {err}") from None
+        self._exec_pair = pair
+
+    def _refused(self, status: int, headers: dict[str, str]) -> None:
+        """A 401 spends an exec plugin's credential: the next request runs the plugin again."""
+        if status == 401 and self.config.exec is not None:
+            self.config.exec.refused(headers.get("Authorization", "").removeprefix("Bearer "))
 
     _derived = False
 
@@ -210,32 +245,33 @@ class KubeClient:
         for attempt in range(1, attempts + 1):
             await self.limiter.acquire()
             server = self.server
+            headers = await self._headers(content_type if data is not None else None, what)
             try:
                 async with self._get_session().request(
                     method,
                     server + path,
                     params=query,
                     data=data,
-                    headers=self._headers(content_type if data is not None else None),
+                    headers=headers,
                     timeout=aiohttp.ClientTimeout(total=deadline or self.request_timeout),
                 ) as resp:
                     raw = await resp.read()
                     if resp.status < 400:
                         return json.loads(raw) if raw else {}
+                    self._refused(resp.status, headers)
                     err = ApiError.from_response(resp.status, raw, what)
-                    retryable = resp.status == 429 or (
-                        resp.status in RETRYABLE_STATUS and method in IDEMPOTENT
-                    )
+                    wait = _retry_after(resp.headers.get("Retry-After"))
+                    retryable = retryable_answer(method, resp.status, wait)
                     sick = resp.status in RETRYABLE_STATUS and resp.status != 429
                     if sick and self.replicas.failed(server, str(resp.status)) and retryable:
                         if attempt < replicas:
                             continue  # another replica may answer now: no wait
                     if not retryable or attempt == attempts:
                         raise err
-                    delay = _retry_after(resp.headers.get("Retry-After")) or err.retry_after or backoff.next()
+                    delay = wait if wait is not None else backoff.next()
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 moved = self.replicas.failed(server, type(exc).__name__)
-                if (method not in IDEMPOTENT and not _unsent(exc)) or attempt == attempts:
+                if (method not in READS and not _unsent(exc)) or attempt == attempts:
                     raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
                 if moved and attempt < replicas:
                     continue
@@ -243,6 +279,16 @@ class KubeClient:
             log.debug("api retry method=%s path=%s attempt=%d delay=%.2f", method, path, attempt, delay)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
+
+    async def websocket(
+        self, path: str, params: list[tuple[str, str]], protocols: tuple[str, ...]
+    ) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket to `path` on the API server in use, with our credentials (for pods/exec)."""
+        await self.limiter.acquire()
+        headers = await self._headers(None, f"WEBSOCKET {path}")
+        return await self._get_session().ws_connect(
+            self.server + path, params=params, protocols=protocols, headers=headers, heartbeat=None
+        )
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
         return await self.request("GET", path, params=params)
@@ -300,14 +346,16 @@ class KubeClient:
         query = _query({**(params or {}), "watch": True})
         what = f"WATCH {path}"
         server = self.server
+        headers = await self._headers(None, what)
         try:
             async with self._get_session().get(
                 server + path,
                 params=query,
-                headers=self._headers(None),
+                headers=headers,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_timeout),
             ) as resp:
                 if resp.status >= 400:
+                    self._refused(resp.status, headers)
                     raise ApiError.from_response(resp.status, await resp.read(), what)
                 async for line in _lines(resp.content):
                     event = json.loads(line)
@@ -320,6 +368,15 @@ class KubeClient:
             # The caller resumes from its last resourceVersion, on the next replica if there is one.
             self.replicas.failed(server, type(exc).__name__)
             raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__, what=what) from None
+
+
+def retryable_answer(method: str, status: int, retry_after: float | None) -> bool:
+    """Whether an error answer may be asked again: any verb when the server sent a 429 or 5xx with
+    Retry-After (client-go's checkWait), and reads on any 429 or 5xx that may pass (failover, a
+    restarting server); a write without Retry-After may have been carried out."""
+    if retry_after is not None and (status == 429 or status >= 500):
+        return True
+    return method in READS and status in RETRYABLE_STATUS
 
 
 def _unsent(exc: BaseException) -> bool:
@@ -357,7 +414,9 @@ def _query(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _retry_after(value: str | None) -> float | None:
+    """Retry-After in whole seconds, as client-go reads it (a date or a fraction is no Retry-After),
+    capped at 10 s."""
     try:
-        return min(float(value), 10.0) if value else None
+        return min(float(int(value)), 10.0) if value and int(value) >= 0 else None
     except ValueError:
         return None

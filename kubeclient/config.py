@@ -1,9 +1,10 @@
 """Where the API server is and how to prove who we are: kubeconfig files and in-cluster config.
 
-Supports what the kubeconfigs of kubeadm, kind and our own API server hold: a server URL, a CA (file or
-inline data, or insecure-skip-tls-verify), client certificates (file or inline), a bearer token (inline
-or tokenFile, re-read on every request since projected tokens rotate) and basic auth. Relative paths are
-resolved against the kubeconfig's folder, as kubectl does. Inside a pod, the service account's token and
+Supports what the kubeconfigs of kubeadm, kind, our own API server and the clouds hold: a server URL, a
+CA (file or inline data, or insecure-skip-tls-verify), client certificates (file or inline), a bearer
+token (inline or tokenFile, re-read on every request since projected tokens rotate), basic auth, and
+`exec` credential plugins (`execcredential.py`: EKS, GKE, AKS, OIDC). Several files ($KUBECONFIG's
+list) merge as kubectl merges them, relative paths against each file's folder (`kubeconfigfiles.py`). Inside a pod, the service account's token and
 CA (`in_cluster_config`).
 """
 
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from kubeclient.execcredential import ExecAuthenticator, ExecConfig, ExecError, cluster_info
+from kubeclient.kubeconfigfiles import KubeconfigError, kubeconfig_paths, read_kubeconfigs
 
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # A cluster entry's extension naming more replicas of its API server (`servers: [url, ...]`), for clients
@@ -45,6 +47,8 @@ class ClusterConfig:
     # cannot be reached. A kubeconfig holds one server; the list comes from the constructor or from the
     # cluster's SERVERS_EXTENSION.
     servers: tuple[str, ...] = ()
+    exec: ExecAuthenticator | None = field(default=None, repr=False)  # a kubeconfig `exec` plugin
+    namespace: str | None = None  # the kubeconfig context's namespace
 
     @property
     def all_servers(self) -> tuple[str, ...]:
@@ -57,6 +61,8 @@ class ClusterConfig:
     def auth_kind(self) -> str:
         if self.client_cert_data:
             return "client-certificate"
+        if self.exec is not None:
+            return "exec"
         if self.token or self.token_file:
             return "token"
         if self.username:
@@ -88,79 +94,94 @@ class ClusterConfig:
         else:
             ctx.load_default_certs()
         if self.client_cert_data and self.client_key_data:
-            # ssl wants files: write both to a private temporary folder, load, and remove at once.
-            with tempfile.TemporaryDirectory(prefix="kubeclient-cred-") as tmp:
-                cert, key = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
-                for path, data in ((cert, self.client_cert_data), (key, self.client_key_data)):
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                ctx.load_cert_chain(str(cert), str(key))
+            load_client_certificate(ctx, self.client_cert_data, self.client_key_data)
         return ctx
 
 
-def _read_data_or_file(entry: dict[str, Any], key: str, base: Path) -> bytes | None:
+def load_client_certificate(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Load a client certificate held in memory: ssl wants files, so both go to a private temporary
+    folder, are loaded, and are removed at once."""
+    with tempfile.TemporaryDirectory(prefix="kubeclient-cred-") as tmp:
+        cert, key = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
+        for path, data in ((cert, cert_pem), (key, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        ctx.load_cert_chain(str(cert), str(key))
+
+
+def _read_data_or_file(entry: dict[str, Any], key: str) -> bytes | None:
+    """Inline `<key>-data`, else the file `<key>` names (already absolute: kubeconfigfiles resolved it)."""
     data = entry.get(f"{key}-data")
     if data:
         return base64.b64decode(data)
     path = entry.get(key)
     if path:
-        return _resolve(path, base).read_bytes()
+        try:
+            return Path(path).read_bytes()
+        except OSError as err:
+            raise ConfigError(f"cannot read {key} {path}: {err.strerror}") from None
     return None
 
 
-def _resolve(path: str, base: Path) -> Path:
-    p = Path(os.path.expanduser(path))
-    return p if p.is_absolute() else base / p
+def _named(items: dict[str, dict[str, Any]], name: str, kind: str) -> dict[str, Any]:
+    if name not in items:
+        raise ConfigError(f"kubeconfig has no {kind} named {name!r}")
+    return items[name]
 
 
-def _named(items: list[dict[str, Any]] | None, name: str, kind: str) -> dict[str, Any]:
-    for item in items or []:
-        if item.get("name") == name:
-            return item.get(kind) or {}
-    raise ConfigError(f"kubeconfig has no {kind} named {name!r}")
-
-
-def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> ClusterConfig:
-    file = Path(path)
+def load_kubeconfig(path: str | os.PathLike[str] | None = None, context: str | None = None) -> ClusterConfig:
+    """The client config of `context` (default: the current one) from the kubeconfig files `path` names
+    (one file, or a list as $KUBECONFIG holds; None: $KUBECONFIG, else ~/.kube/config), merged as
+    kubectl merges them."""
     try:
-        doc = yaml.safe_load(file.read_text()) or {}
-    except OSError as err:
-        raise ConfigError(f"cannot read kubeconfig {file}: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"kubeconfig {file} is not YAML: {err}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"kubeconfig {file} is not a kubeconfig")
-    base = file.resolve().parent
-    ctx_name = context or doc.get("current-context")
+        merged = read_kubeconfigs(kubeconfig_paths(path))
+    except KubeconfigError as err:
+        raise ConfigError(str(err)) from None
+    where = merged.describe()
+    ctx_name = context or merged.current_context
     if not ctx_name:
-        contexts = doc.get("contexts") or []
-        if len(contexts) != 1:
-            raise ConfigError(f"kubeconfig {file} has no current-context")
-        ctx_name = contexts[0]["name"]
-    ctx = _named(doc.get("contexts"), ctx_name, "context")
-    cluster = _named(doc.get("clusters"), ctx.get("cluster", ""), "cluster")
-    user = _named(doc.get("users"), ctx["user"], "user") if ctx.get("user") else {}
+        if len(merged.contexts) != 1:
+            raise ConfigError(f"kubeconfig {where} has no current-context")
+        ctx_name = next(iter(merged.contexts))
+    ctx = _named(merged.contexts, ctx_name, "context")
+    cluster = _named(merged.clusters, ctx.get("cluster", ""), "cluster")
+    user_name = ctx.get("user") or ""
+    user = _named(merged.users, user_name, "user") if user_name else {}
     server = cluster.get("server")
     if not server:
-        raise ConfigError(f"cluster {ctx.get('cluster')!r} in {file} has no server")
-    ca_data = _read_data_or_file(cluster, "certificate-authority", base)
-    token_file = user.get("tokenFile")
+        raise ConfigError(f"cluster {ctx.get('cluster')!r} in {where} has no server")
+    ca_data = _read_data_or_file(cluster, "certificate-authority")
     return ClusterConfig(
         server=server.rstrip("/"),
         ca_data=ca_data,
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        client_cert_data=_read_data_or_file(user, "client-certificate", base),
-        client_key_data=_read_data_or_file(user, "client-key", base),
+        client_cert_data=_read_data_or_file(user, "client-certificate"),
+        client_key_data=_read_data_or_file(user, "client-key"),
         token=user.get("token"),
-        token_file=str(_resolve(token_file, base)) if token_file else None,
+        token_file=user.get("tokenFile") or None,
         username=user.get("username"),
         password=user.get("password"),
-        servers=_replicas(cluster, file),
+        servers=_replicas(cluster, where),
+        exec=_exec(user, user_name, cluster, ca_data),
+        namespace=ctx.get("namespace") or None,
     )
 
 
-def _replicas(cluster: dict[str, Any], file: Path) -> tuple[str, ...]:
+def _exec(
+    user: dict[str, Any], name: str, cluster: dict[str, Any], ca_data: bytes | None
+) -> ExecAuthenticator | None:
+    stanza = user.get("exec")
+    if not stanza:
+        return None
+    try:
+        config = ExecConfig.parse(stanza, name)
+    except ExecError as err:
+        raise ConfigError(str(err)) from None
+    return ExecAuthenticator(config, cluster_info(cluster, ca_data) if config.provide_cluster_info else {})
+
+
+def _replicas(cluster: dict[str, Any], file: str) -> tuple[str, ...]:
     for extension in cluster.get("extensions") or []:
         if isinstance(extension, dict) and extension.get("name") == SERVERS_EXTENSION:
             servers = (extension.get("extension") or {}).get("servers") or []
@@ -191,8 +212,8 @@ def in_cluster_config(secrets_dir: Path = IN_CLUSTER_DIR, env: dict[str, str] | 
 
 
 def load_config(kubeconfig: str | None = None, context: str | None = None) -> ClusterConfig:
-    """The kubeconfig if one is named (or $KUBECONFIG), else the in-cluster config."""
+    """The kubeconfig if one is named (or $KUBECONFIG's list, merged), else the in-cluster config."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:
-        return load_kubeconfig(path.split(os.pathsep)[0], context)
+        return load_kubeconfig(path, context)
     return in_cluster_config()

@@ -39,10 +39,18 @@ class ParseError(ValueError):
     pass
 
 
+# The text format's label value escapes, undone in one left-to-right pass as Prometheus's text parser
+# does (a strings.Replacer: `\\n` is a backslash and an n, not a newline); other escapes stay as written.
+_ESCAPE = re.compile(r'\\[\\"n]')
+_UNESCAPED = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def _unescape(value: str) -> str:
+    return _ESCAPE.sub(lambda m: _UNESCAPED[m.group()], value) if "\\" in value else value
+
+
 def _labels(text: str) -> dict[str, str]:
-    return {
-        k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\") for k, v in _LABEL.findall(text)
-    }
+    return {k: _unescape(v) for k, v in _LABEL.findall(text)}
 
 
 def parse(text: str) -> NodeSample:

@@ -98,6 +98,47 @@ async def test_services_resolve_over_udp_and_tcp_and_follow_changes(dns_port, v1
         v1.delete_namespace(ns)
 
 
+async def test_external_names_carry_the_targets_addresses_and_srv_answers_the_bare_name(dns_port, v1):
+    """CoreDNS follows an ExternalName's CNAME to the target's records through its upstream (clients
+    that do not chase CNAMEs themselves, glibc's and musl's stub resolvers among them, get an address),
+    and answers SRV on a Service's bare name with every port, the weight split over the entries."""
+    ns = f"x-{time.time_ns() % 10**8}"
+    v1.create_namespace({"metadata": {"name": ns}})
+    try:
+        v1.create_namespaced_service(
+            ns,
+            {
+                "metadata": {"name": "ext"},
+                "spec": {"type": "ExternalName", "externalName": "www.example.test"},
+            },
+        )
+        web = v1.create_namespaced_service(
+            ns,
+            {
+                "metadata": {"name": "web"},
+                "spec": {
+                    "selector": {"app": "web"},
+                    "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443}],
+                },
+            },
+        )
+        ext = f"ext.{ns}.svc.cluster.local"
+        reply = await wait_for_async(lambda: _answered(dns_port, ext), timeout=10.0, interval=0.05)
+        assert [(str(rr.rname), QTYPE[rr.rtype], str(rr.rdata)) for rr in reply.rr] == [
+            (f"{ext}.", "CNAME", "www.example.test."),
+            ("www.example.test.", "A", "192.0.2.80"),
+        ]
+        srv = await query(dns_port, ext, "SRV")
+        assert [str(rr.rdata) for rr in srv.rr] == ["0 100 0 www.example.test."]
+        assert [(str(rr.rname), str(rr.rdata)) for rr in srv.ar] == [("www.example.test.", "192.0.2.80")]
+        name = f"web.{ns}.svc.cluster.local"
+        bare = await query(dns_port, name, "SRV", tcp=True)
+        assert sorted(str(rr.rdata) for rr in bare.rr) == [f"0 50 443 {name}.", f"0 50 80 {name}."]
+        assert [str(rr.rdata) for rr in bare.ar] == [web.spec.cluster_ip]
+    finally:
+        v1.delete_namespace(ns)
+
+
 async def test_other_names_are_forwarded_upstream(dns_port):
     reply = await query(dns_port, "www.example.test")
     assert addresses(reply) == ["192.0.2.80"]

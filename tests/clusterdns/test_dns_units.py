@@ -72,9 +72,69 @@ def test_srv_for_named_ports() -> None:
         ("_http._tcp.web.shop.svc.cluster.local.", "SRV", "0 100 80 web.shop.svc.cluster.local.", 30)
     ]
     targets = sorted(a[2] for a in answers(ask("_pg._tcp.db.shop.svc.cluster.local", "SRV")))
-    assert targets == [
-        "0 100 5432 10-244-0-6.db.shop.svc.cluster.local.",
-        "0 100 5432 db-0.db.shop.svc.cluster.local.",
+    assert targets == [  # CoreDNS splits the weight 100 over the entries: two endpoints, 50 each
+        "0 50 5432 10-244-0-6.db.shop.svc.cluster.local.",
+        "0 50 5432 db-0.db.shop.svc.cluster.local.",
+    ]
+
+
+MULTI = [
+    {
+        "metadata": {"name": "api", "namespace": "shop"},
+        "spec": {
+            "clusterIP": "10.96.3.9",
+            "clusterIPs": ["10.96.3.9", "fd00::9"],
+            "ports": [
+                {"name": "http", "port": 80, "protocol": "TCP"},
+                {"name": "dns", "port": 53, "protocol": "UDP"},
+                {"port": 9000, "protocol": "TCP"},
+            ],
+        },
+    },
+    {
+        "metadata": {"name": "alias", "namespace": "shop"},
+        "spec": {"type": "ExternalName", "externalName": "api.shop.svc.cluster.local"},
+    },
+]
+
+
+def test_srv_on_the_bare_service_name_answers_every_port_weighed_as_coredns() -> None:
+    resolver = Resolver(lambda: build(SERVICES + MULTI, SLICES), [])
+    # Three ports on two cluster IPs: six entries, weight floor(100/6) = 16, one record per port, and
+    # the target's addresses in the additional section.
+    reply = ask("api.shop.svc.cluster.local", "SRV", resolver)
+    assert sorted(a[2] for a in answers(reply)) == [
+        "0 16 53 api.shop.svc.cluster.local.",
+        "0 16 80 api.shop.svc.cluster.local.",
+        "0 16 9000 api.shop.svc.cluster.local.",
+    ]
+    assert sorted((str(rr.rname), str(rr.rdata)) for rr in reply.ar) == [
+        ("api.shop.svc.cluster.local.", "10.96.3.9"),
+        ("api.shop.svc.cluster.local.", "fd00::9"),
+    ]
+    assert answers(ask("_dns._udp.api.shop.svc.cluster.local", "SRV", resolver)) == [
+        ("_dns._udp.api.shop.svc.cluster.local.", "SRV", "0 50 53 api.shop.svc.cluster.local.", 30)
+    ]
+    headless = ask("db.shop.svc.cluster.local", "SRV", resolver)
+    assert sorted(a[2] for a in answers(headless)) == [
+        "0 50 5432 10-244-0-6.db.shop.svc.cluster.local.",
+        "0 50 5432 db-0.db.shop.svc.cluster.local.",
+    ]
+    assert sorted(str(rr.rdata) for rr in headless.ar) == ["10.244.0.5", "10.244.0.6"]
+    assert answers(ask("db-0.db.shop.svc.cluster.local", "SRV", resolver))[0][2] == (
+        "0 100 5432 db-0.db.shop.svc.cluster.local."
+    )
+
+
+def test_an_external_name_inside_the_zone_is_followed_to_its_addresses() -> None:
+    resolver = Resolver(lambda: build(SERVICES + MULTI, SLICES), [])
+    assert answers(ask("alias.shop.svc.cluster.local", "A", resolver)) == [
+        ("alias.shop.svc.cluster.local.", "CNAME", "api.shop.svc.cluster.local.", 30),
+        ("api.shop.svc.cluster.local.", "A", "10.96.3.9", 30),
+    ]
+    assert answers(ask("alias.shop.svc.cluster.local", "AAAA", resolver))[1][1:3] == ("AAAA", "fd00::9")
+    assert answers(ask("alias.shop.svc.cluster.local", "CNAME", resolver)) == [
+        ("alias.shop.svc.cluster.local.", "CNAME", "api.shop.svc.cluster.local.", 30)
     ]
 
 
@@ -148,3 +208,22 @@ def test_a_repeated_question_gets_the_same_answer_with_its_own_id_until_the_zone
     ]
     zones["now"] = build(moved, SLICES)
     assert answers(query(303)) == [("web.shop.svc.cluster.local.", "A", "10.96.3.9", 30)]
+
+
+def test_an_srv_answer_too_big_for_udp_loses_its_additional_section_before_its_answers() -> None:
+    many = {
+        "metadata": {"name": "big", "namespace": "shop", "labels": {"kubernetes.io/service-name": "big"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [f"10.244.1.{i}"], "conditions": {"ready": True}} for i in range(8)],
+    }
+    headless = {"metadata": {"name": "big", "namespace": "shop"}, "spec": {"clusterIP": "None"}}
+    resolver = Resolver(lambda: build([headless], [many]), [])
+    reply = ask("_pg._tcp.big.shop.svc.cluster.local", "SRV", resolver)
+    # 8 SRV records fit in 512 bytes (509), with their 8 A records they would not (725).
+    assert len(reply.rr) == 8 and not reply.ar and not reply.header.tc
+    assert {str(rr.rdata).split()[1] for rr in reply.rr} == {"12"}  # floor(100 / 8)
+    tcp = asyncio.run(
+        resolver.handle(DNSRecord.question("_pg._tcp.big.shop.svc.cluster.local", "SRV").pack(), tcp=True)
+    )
+    assert len(DNSRecord.parse(tcp).ar) == 8  # over TCP nothing is dropped

@@ -153,3 +153,24 @@ def test_errors_and_request_side_boundaries(server: ApiServer, tmp_path: Path) -
     verdict = json.loads(done.stdout)
     assert done.returncode == 1 and verdict["boundary"] == "authorization", verdict
     assert verdict["summary"] == "stalled at: authorization - journey-nobody may not get pods/solo -n default"
+
+
+def test_trace_reaches_a_cluster_through_an_exec_plugin_and_a_kubeconfig_list(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    """As on EKS, GKE or AKS: no --kubeconfig, $KUBECONFIG lists two files (the exec user and its context,
+    then the cluster), and the user's token comes from a credential plugin."""
+    import asyncio
+
+    from tests.kubeclient.execplugin import credential, plugin_kubeconfig, service_account_token
+
+    make_pod(server, "cloud")
+    token = asyncio.run(service_account_token(server, "journey-exec", cluster_role="cluster-admin"))
+    listed = plugin_kubeconfig(tmp_path, server.kubeconfig)
+    credential(tmp_path / "state", token)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KUBECONFIG": listed}
+    command = [sys.executable, "-m", "pykubelet.cli", "trace", "pod/cloud", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"][0]["object"] == "Pod cloud"
+    assert int((tmp_path / "state" / "runs").read_text()) == 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from journey import graph
-from journey.diagnose import Facts, diagnose, render
+from journey.dataplane import targets
+from journey.diagnose import Facts, Probe, diagnose, render
 from tests.journey import fixtures as fx
 
 NOW = dt.datetime(2026, 12, 1, 10, 0, 30, tzinfo=dt.UTC)
@@ -34,7 +35,7 @@ def test_healthy():
     verdict = diagnose(facts_for())
     assert verdict.status == "healthy" and verdict.exit_code == 0
     assert verdict.summary == "healthy: Deployment web, 1/1 pods ready"
-    assert [f.state for f in verdict.findings][-1] == "skipped"  # the dataplane: not in the API
+    assert [f.state for f in verdict.findings][-1] == "skipped"  # the dataplane: nothing was tried
 
 
 def test_api_unreachable():
@@ -307,3 +308,68 @@ def test_verbose_lists_every_boundary():
         "dataplane",
     ):
         assert f"] {boundary}:" in text
+
+
+def probe(service: bool | None, endpoint: bool | None, note: str = "") -> Probe:
+    return Probe(
+        "Service web", "10.96.4.2:80", "10.0.0.5:8080", "web-7d9c-a", "node-1", service, endpoint, note
+    )
+
+
+def test_dataplane_traffic_that_arrives_is_ok():
+    facts = facts_for()
+    facts.probes = [probe(True, None)]
+    verdict = diagnose(facts)
+    assert verdict.status == "healthy"
+    assert (
+        verdict.findings[-1].state == "ok"
+        and "Service web (10.96.4.2:80) answered" in verdict.findings[-1].message
+    )
+
+
+def test_dataplane_a_proxy_that_does_not_forward_stalls():
+    facts = facts_for()
+    facts.probes = [probe(False, True)]
+    verdict = diagnose(facts)
+    assert verdict.exit_code == 1 and verdict.stalled.boundary == "dataplane"
+    assert verdict.summary == (
+        "stalled at: dataplane - Service web: traffic to 10.96.4.2:80 does not arrive from pod web-7d9c-a, "
+        "though its endpoint 10.0.0.5:8080 answers"
+    )
+    assert "service proxy on node node-1" in verdict.stalled.next_step
+
+
+def test_dataplane_pods_that_do_not_listen_stall():
+    facts = facts_for()
+    facts.probes = [probe(False, False)]
+    verdict = diagnose(facts)
+    assert (
+        verdict.stalled.boundary == "dataplane" and "neither 10.96.4.2:80 nor its endpoint" in verdict.summary
+    )
+    assert "targetPort" in verdict.stalled.next_step
+
+
+def test_dataplane_untried_says_why():
+    facts = facts_for()
+    facts.probes = [probe(None, None, "could not run nc in pod web-7d9c-a: exit code 127")]
+    assert (
+        diagnose(facts).findings[-1].message
+        == "Service web: could not run nc in pod web-7d9c-a: exit code 127"
+    )
+    facts = facts_for()
+    facts.probes_note = "could not exec in pod web-7d9c-a: forbidden"
+    assert diagnose(facts).findings[-1].message == facts.probes_note
+
+
+def test_dataplane_targets_are_services_with_a_ready_endpoint_behind_a_tcp_port():
+    svc = fx.service()
+    svc["spec"]["clusterIP"] = "10.96.4.2"
+    journey = graph.build(fx.deployment(), fx.pools(Service=[svc]))
+    # The recorded slice has no ports: no endpoint port to try.
+    assert targets(journey) == []
+    eps = fx.endpointslice()
+    eps["ports"] = [{"port": 8080, "protocol": "TCP"}]
+    journey = graph.build(fx.deployment(), fx.pools(Service=[svc], EndpointSlice=[eps]))
+    assert targets(journey) == [("Service web", "10.96.4.2", 80, "10.0.0.5", 8080)]
+    svc["spec"]["clusterIP"] = "None"  # headless: no cluster address to try
+    assert targets(graph.build(fx.deployment(), fx.pools(Service=[svc], EndpointSlice=[eps]))) == []

@@ -131,3 +131,39 @@ def test_deletion_is_a_step():
     p["metadata"]["deletionGracePeriodSeconds"] = 30
     steps = timeline(graph.build(fx.deployment(), fx.pools(Pod=[p])))
     assert steps[-1].what == "deletion requested" and steps[-1].obj == "Pod web-7d9c-a"
+
+
+def test_exact_times_keep_their_order_inside_a_second():
+    """A back-off between two pulls (events.k8s.io eventTimes in one second): the stage order alone put
+    BackOff after the later Pulling and read it as "0 ms after" that Pulling."""
+    pools = fx.pools()
+    for reason, at in (("Failed", "10:00:01.050"), ("BackOff", "10:00:01.100"), ("Pulling", "10:00:01.600")):
+        pools["Event"].append(
+            fx.event("p1", "Pod", "web-7d9c-a", reason, "kubelet", fx.T1, event_time=f"2026-12-01T{at}000Z")
+        )
+    steps = timeline(graph.build(fx.deployment(), pools))
+    backoff, pulling = index(steps, "Pod web-7d9c-a", "BackOff"), index(steps, "Pod web-7d9c-a", "Pulling")
+    assert backoff < pulling
+    assert steps[steps[backoff].cause].what == "Failed" and steps[backoff].gap_ms == 50.0
+    exact = [s.time for s in steps if s.exact]
+    assert exact == sorted(exact)
+    assert "0 ms after Pod web-7d9c-a Pulling" not in render(steps)
+
+
+def test_resource_versions_order_writes_of_one_second():
+    """The pod's last status patch (rv 140) came after the Deployment's last status write (rv 130) of
+    the same second: each is its object's latest write, so the objects' resourceVersions say which was
+    first, whatever the stages suggest."""
+    deployment, pod = fx.deployment(), fx.pod()
+    deployment["metadata"]["resourceVersion"] = "130"
+    pod["metadata"]["resourceVersion"] = "140"
+    pod["metadata"]["managedFields"][1]["time"] = (
+        fx.T2
+    )  # the kubelet's status patch, in the Deployment's second
+    steps = timeline(graph.build(deployment, fx.pools(Pod=[pod])))
+    rollout = index(steps, "Deployment web", "status (status.availableReplicas, status.conditions)")
+    patch = index(steps, "Pod web-7d9c-a", "status (status.conditions)")
+    assert rollout < patch and steps[patch].rv == 140 and steps[rollout].rv == 130
+    # Without resourceVersions the stage order stands: the owner's status after its pods'.
+    steps = timeline(graph.build(fx.deployment(), fx.pools(Pod=[fx.pod()])))
+    assert index(steps, "Deployment web", "Available=True") > index(steps, "Pod web-7d9c-a", "Ready=True")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from multidict import CIMultiDict
+from prometheus_client.parser import text_string_to_metric_families
 
 from metricsserver.auth import RequestHeaderConfig, from_headers
 from metricsserver.points import ParseError, parse
@@ -53,6 +54,19 @@ def test_parse_reads_node_and_container_points() -> None:
     web = sample.containers[("default", "web-1", "web")]
     assert (web.cpu, web.memory, web.start_time) == (10.5, 16297984.0, 1.6999e9)
     assert set(sample.containers) == {("default", "web-1", "web"), ("default", "web-1", "side")}
+
+
+def test_label_values_are_unescaped_in_one_pass_as_prometheus_reads_them() -> None:
+    # `\\n` is an escaped backslash before an n (not a newline), `\\"` an escaped backslash before an
+    # escaped quote; prometheus_client's parser (the format's reference in Python) reads them the same.
+    text = (
+        'container_cpu_usage_seconds_total{container="a\\\\nb",namespace="n\\"s\\\\",pod="p\\nq\\t"} 1 1700000000000\n'
+        'container_memory_working_set_bytes{container="a\\\\nb",namespace="n\\"s\\\\",pod="p\\nq\\t"} 2 1700000000000\n'
+    )
+    key = ('n"s\\', "p\nq\\t", "a\\nb")
+    assert set(parse(text).containers) == {key}
+    reference = [s.labels for f in text_string_to_metric_families(text) for s in f.samples][0]
+    assert (reference["namespace"], reference["pod"], reference["container"]) == key
 
 
 def test_parse_refuses_garbage() -> None:
