@@ -21,6 +21,7 @@ from agent.cri import (
     IncompatibleRuntimeError,
     RuntimeUnreachableError,
 )
+from agent.cri.client import Timeouts
 from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.kube.services import service_informer, services_of
@@ -49,6 +50,7 @@ from agent.probes.hooks import HookRunner
 from agent.probes.manager import ProberManager
 from agent.server import KubeletServer
 from agent.server.auth import KubeletAuth
+from agent.server.healthz import HealthzServer
 from agent.server.tls import ensure_self_signed, server_context
 from agent.stats.provider import StatsConfig, StatsProvider, pods_cgroup
 from agent.volumes import VolumeManager
@@ -72,7 +74,11 @@ async def connect_runtime(cfg: AgentConfig) -> CRIClient:
     backoff = Backoff(initial=0.5, maximum=5.0)
     while True:
         try:
-            return await CRIClient.connect(cfg.container_runtime_endpoint, cfg.image_service_endpoint)
+            return await CRIClient.connect(
+                cfg.container_runtime_endpoint,
+                cfg.image_service_endpoint,
+                Timeouts(mutate=cfg.runtime_request_timeout),
+            )
         except RuntimeUnreachableError as err:
             delay = backoff.next()
             log.warning(
@@ -116,10 +122,14 @@ class Agent:
         self.serving: ServingCertManager | None = None
         self.network: NodeNetwork | None = None
         self.metrics = KubeletMetrics(cfg.node_name)
+        self.healthz: HealthzServer | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
         Path(cfg.root_dir).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at start
+        if cfg.healthz_port > 0:
+            self.healthz = HealthzServer()
+            self._spawn(self.healthz.serve(cfg.healthz_bind_address, cfg.healthz_port), "healthz")
         current = paths_for(cfg.root_dir, cfg.kubeconfig, cfg.cert_dir).current
         if cfg.rotate_certificates and current.exists():
             self.rotator = CertRotator([self.client, self.event_client], cfg.node_name, current)
@@ -219,7 +229,7 @@ class Agent:
             cfg.node_lease_duration_seconds,
         )
         self._spawn(self.lease.run(), "lease")
-        if cfg.port > 0:
+        if cfg.enable_server and cfg.port > 0:
             await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")
         self._spawn(self.pods.run_pleg(), "pleg")
@@ -377,6 +387,8 @@ class Agent:
             await self.serving.stop()
         if self.server is not None:
             await self.server.stop()
+        if self.healthz is not None:
+            await self.healthz.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -160,6 +160,11 @@ class NodeController:
             }
             if self.cfg.pod_cidr:
                 body["spec"] = {"podCIDR": self.cfg.pod_cidr, "podCIDRs": [self.cfg.pod_cidr]}
+            if self.cfg.provider_id:
+                body["spec"]["providerID"] = self.cfg.provider_id
+            if self.cfg.register_with_taints:
+                # Only at creation, as upstream's initialNode: an adopted Node keeps the taints it has.
+                body["spec"]["taints"] = [dict(t) for t in self.cfg.register_with_taints]
             try:
                 self.node = await self.client.create("/api/v1/nodes", body)
                 log.info("node registered node=%s", self.cfg.node_name)
