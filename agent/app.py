@@ -210,6 +210,7 @@ class Agent:
             (((self.node.node if self.node else None) or {}).get("status") or {}).get("allocatable") or {}
         )
         ctx.node = lambda: self.node.node if self.node else None
+        ctx.fresh_node = self.node.refresh
         node_cidr = ((self.node.node or {}).get("spec") or {}).get("podCIDR", "")
         if not cfg.pod_cidr and node_cidr:
             # As upstream: a CIDR allocated to the Node by the control plane is handed to the runtime.

@@ -200,6 +200,12 @@ class NodeController:
                 self.event(NORMAL, event, status_event_message(self.cfg.node_name, event))
         self._pending_events = []
 
+    async def refresh(self) -> dict[str, Any] | None:
+        """The Node read from the API's storage now (not its cache: at least as new as any write
+        before this call), kept as the node's current view."""
+        self.node = await self.client.get(self.path)
+        return self.node
+
     def ready(self) -> bool:
         """Whether the Node as last posted says Ready."""
         conditions = ((self.node or {}).get("status") or {}).get("conditions") or []

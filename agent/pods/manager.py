@@ -30,11 +30,14 @@ from agent.pods.cri_runtime import log_dir_uid, remove_pod_log_dirs
 from agent.pods.events import field_of
 from agent.pods.sysctls import Allowlist
 from agent.pods.worker import PodWorker
+from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
 
 log = logging.getLogger("agent.pods.manager")
 
 LOG_GC_PERIOD = 60.0  # upstream's garbage collection period
+# Admission refusals a Node newer than the one cached may turn around.
+NODE_STALE_REASONS = ("NodeAffinity", "TaintToleration", "InvalidNodeInfo")
 CONTAINER_STATE_NAMES = {
     pb.CONTAINER_CREATED: "created",
     pb.CONTAINER_RUNNING: "running",
@@ -113,11 +116,24 @@ class PodManager:
 
     async def admit(self, pod: dict[str, Any]) -> tuple[bool, str, str]:
         """Admission for a pod about to start, one at a time, against the pods admitted and not yet
-        terminated (upstream's canAdmitPod over the active pods)."""
+        terminated (upstream's canAdmitPod over the active pods).
+
+        The scheduler placed the pod against a Node at least as new as the binding; the Node this agent
+        last read may be older (a pod bound right after `kubectl label node`). A refusal on what such a
+        change moves (labels, taints, no Node yet) is therefore checked again against the Node read
+        from the API now, as upstream's node lister has caught up by the time its admission runs."""
         async with self._admission:
             uid = pod["metadata"]["uid"]
             others = [w.last_pod for w in self.workers.values() if w.uid != uid and w.active() and w.last_pod]
             verdict = admit(pod, self.ctx.node(), others, self._sysctls)
+            if not verdict.admit and verdict.reason in NODE_STALE_REASONS and self.ctx.fresh_node is not None:
+                try:
+                    fresh = await self.ctx.fresh_node()
+                except ApiError as err:
+                    log.warning("node read for admission failed error=%r", str(err))
+                    fresh = None
+                if fresh is not None:
+                    verdict = admit(pod, fresh, others, self._sysctls)
             return verdict.admit, verdict.reason, verdict.message
 
     def _ensure_worker(self, uid: str) -> PodWorker:
