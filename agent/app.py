@@ -52,6 +52,8 @@ from agent.server import KubeletServer
 from agent.server.auth import KubeletAuth
 from agent.server.healthz import HealthzServer
 from agent.server.tls import ensure_self_signed, server_context
+from agent.staticpods.mirror import MirrorPods
+from agent.staticpods.source import StaticPodSource
 from agent.stats.provider import StatsConfig, StatsProvider, pods_cgroup
 from agent.volumes import VolumeManager
 from agent.volumes.emptydir import allocatable_memory
@@ -62,6 +64,7 @@ from kubeclient.client import KubeClient
 from kubeclient.config import load_config
 from kubeclient.errors import ApiError
 from kubeclient.eventloop import termination_event
+from kubeclient.events import WARNING
 from kubeclient.informer import Informer
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -123,6 +126,7 @@ class Agent:
         self.network: NodeNetwork | None = None
         self.metrics = KubeletMetrics(cfg.node_name)
         self.healthz: HealthzServer | None = None
+        self.static: StaticPodSource | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -204,12 +208,14 @@ class Agent:
         self._spawn(ctx.prober.run(), "prober-updates")
         self._spawn(ctx.status.run(), "pod-status")
         self._spawn(self.node.run(), "node-status")
+        if cfg.static_pod_path:
+            await self._start_static_pods()
         await self.node.registered.wait()
         ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
         ctx.node_allocatable = lambda: (
             (((self.node.node if self.node else None) or {}).get("status") or {}).get("allocatable") or {}
         )
-        ctx.node = lambda: self.node.node if self.node else None
+        ctx.node = lambda: self.node.current() if self.node else None
         ctx.fresh_node = self.node.refresh
         node_cidr = ((self.node.node or {}).get("spec") or {}).get("podCIDR", "")
         if not cfg.pod_cidr and node_cidr:
@@ -233,12 +239,43 @@ class Agent:
         if cfg.enable_server and cfg.port > 0:
             await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")
-        self._spawn(self.pods.run_pleg(), "pleg")
+        if self.static is None:
+            self._spawn(self.pods.run_pleg(), "pleg")
         rotation = RotationPolicy(
             quantity.value(cfg.container_log_max_size), max(cfg.container_log_max_files, 2)
         )
         self._spawn(LogRotator(cri, rotation).run(), "log-rotation")
         log.info("agent running node=%s", cfg.node_name)
+
+    async def _start_static_pods(self) -> None:
+        """staticPodPath's pods run from the disk at once, before the Node is registered (so while the
+        API server is away, or not there yet), admitted against the Node built here until the API has
+        it; their mirror pods follow once it does."""
+        assert self.pods is not None and self.node is not None and self.informer is not None
+        cfg, pods, node, informer = self.cfg, self.pods, self.node, self.informer
+        await node.build_local()
+        self.pods.ctx.node = node.current
+        self.static = StaticPodSource(
+            cfg.static_pod_path,
+            cfg.node_name,
+            cfg.file_check_frequency,
+            pods.on_static_change,
+            lambda reason, message: node.event(WARNING, reason, message),
+        )
+        mirrors = MirrorPods(
+            self.client,
+            cfg.node_name,
+            lambda: node.uid,
+            self.static.list,
+            informer.list,
+            informer.synced.is_set,
+        )
+        pods.attach_static(self.static, mirrors)
+        await self.static.rescan()
+        self._spawn(self.static.run(), "static-pods")
+        self._spawn(mirrors.run(), "mirror-pods")
+        self._spawn(pods.run_pleg(), "pleg")
+        log.info("static pods read path=%s count=%d", cfg.static_pod_path, len(self.static.pods))
 
     async def _await_pod_cidr(self) -> None:
         """A node registered without a pod CIDR waits for the control plane's (the node IPAM's
@@ -316,6 +353,9 @@ class Agent:
             self.serving.start()
 
         def lookup(namespace: str, name: str) -> dict[str, Any] | None:
+            # A mirror pod's logs and exec are its static pod's (the one running, under its own UID).
+            if self.static is not None and (static := self.static.by_full_name(f"{namespace}/{name}")):
+                return static
             return pod_by_name(self.informer, namespace, name) if self.informer else None
 
         auth = KubeletAuth(

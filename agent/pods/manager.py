@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from agent.cri import CRIError, pb
-from agent.kube.pods import pod_by_uid
+from agent.kube.pods import pod_by_name, pod_by_uid
 from agent.pods import labels as L
 from agent.pods.admission import admit
 from agent.pods.backoff import format_go_duration
@@ -30,6 +30,9 @@ from agent.pods.cri_runtime import log_dir_uid, remove_pod_log_dirs
 from agent.pods.events import field_of
 from agent.pods.sysctls import Allowlist
 from agent.pods.worker import PodWorker
+from agent.staticpods.keys import full_name, is_mirror
+from agent.staticpods.mirror import MirrorPods, current
+from agent.staticpods.source import StaticPodSource
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
 
@@ -69,6 +72,9 @@ class PodManager:
         self._last_log_gc = 0.0
         self._sysctls = Allowlist.build(ctx.cfg.allowed_unsafe_sysctls)
         ctx.status.could_have_running = self.could_have_running
+        ctx.status.mirror_of = self.mirror_of
+        self.static: StaticPodSource | None = None  # the pods of staticPodPath
+        self.mirrors: MirrorPods | None = None
 
     # -- desired state ---------------------------------------------------------------------------
 
@@ -80,12 +86,53 @@ class PodManager:
             on_delete=lambda pod: self.on_pod_event("DELETED", pod),
         )
 
+    def attach_static(self, source: StaticPodSource, mirrors: MirrorPods | None) -> None:
+        """Static pods as a second source of desired state (upstream's file source beside the API's)."""
+        self.static = source
+        self.mirrors = mirrors
+
     def pod(self, uid: str) -> dict[str, Any] | None:
+        if self.static is not None and (static := self.static.get(uid)) is not None:
+            return static
         return pod_by_uid(self.informer, uid) if self.informer is not None else None
+
+    def mirror_of(self, static: dict[str, Any]) -> dict[str, Any] | None:
+        """The current mirror pod of a static pod, where its status is written (None: none yet)."""
+        if self.informer is None:
+            return None
+        meta = static["metadata"]
+        api = pod_by_name(self.informer, meta["namespace"], meta["name"])
+        return api if api is not None and is_mirror(api) and current(api, static) else None
+
+    def on_static_change(self, uids: set[str]) -> None:
+        """Static pods came (a worker runs them) or went (their worker stops them)."""
+        for uid in uids:
+            pod = self.static.get(uid) if self.static is not None else None
+            if pod is None:
+                self._seen.pop(uid, None)
+                if uid in self.workers:
+                    self.workers[uid].wake()
+            else:
+                self._seen[uid] = _desired(pod)
+                self._ensure_worker(uid).wake()
+        if self.mirrors is not None:
+            self.mirrors.wake()
+
+    def _on_mirror_event(self, mirror: dict[str, Any]) -> None:
+        """A mirror pod is shown, never run: its changes are the mirror reconciler's, and the static
+        pod's worker writes its status once a current mirror pod is there."""
+        if self.mirrors is not None:
+            self.mirrors.wake()
+        static = self.static.by_full_name(full_name(mirror)) if self.static is not None else None
+        if static is not None:
+            self.wake(static["metadata"]["uid"])
 
     def on_pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         """Informer handler: a new, deleted or re-specified pod is a reason to sync it. Changes to the
         status alone (mostly our own writes coming back) are not, as upstream's pod config ignores them."""
+        if is_mirror(pod):
+            self._on_mirror_event(pod)
+            return
         uid = pod["metadata"]["uid"]
         if kind == "DELETED":
             self._seen.pop(uid, None)
@@ -129,7 +176,7 @@ class PodManager:
             if not verdict.admit and verdict.reason in NODE_STALE_REASONS and self.ctx.fresh_node is not None:
                 try:
                     fresh = await self.ctx.fresh_node()
-                except ApiError as err:
+                except (ApiError, OSError, TimeoutError) as err:
                     log.warning("node read for admission failed error=%r", str(err))
                     fresh = None
                 if fresh is not None:
