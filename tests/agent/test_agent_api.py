@@ -23,7 +23,6 @@ from agent.app import Agent
 from agent.config import AgentConfig
 from agent.cri import CRIClient, CRIError, pb
 from agent.pods import labels as L
-from agent.pods.qos import remove_pod_cgroup
 from e2e.waiting import wait_for_async
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
@@ -33,6 +32,7 @@ from pykubelet.rig.images import RigImages
 from pykubelet.rig.process import free_port
 from pykubelet.rig.refcni import ReferenceBridgeNetwork
 from pykubelet.rig.registry import Registry
+from tests.agent.conftest import module_containerd
 
 pytestmark = pytest.mark.integration
 
@@ -52,20 +52,11 @@ def own_containerd(
     test_images: RigImages,
     ref_network: ReferenceBridgeNetwork,
 ) -> Iterator[Containerd]:
-    """A containerd for this module alone: the agent cleans up every pod sandbox it does not know, so it
-    must not share a runtime with other suites' sandboxes."""
-    ctd = Containerd(
-        tmp_path_factory.mktemp("ctd"),
-        cni_bin_dir=ref_network.bin_dir,
-        cni_conf_dir=ref_network.conf_dir,
-        sandbox_image=test_images.pause,
-        registry=registry.address,
-    )
-    ctd.start()
-    yield ctd
-    left = ctd.stop()
-    remove_pod_cgroup(CGROUP_ROOT)
-    assert left.empty(), f"containerd teardown left {left}"
+    """A containerd for this module alone."""
+    with module_containerd(
+        tmp_path_factory.mktemp("ctd"), registry, test_images, ref_network, CGROUP_ROOT
+    ) as ctd:
+        yield ctd
 
 
 @pytest.fixture(scope="module")
