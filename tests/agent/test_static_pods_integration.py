@@ -286,3 +286,32 @@ async def test_removing_the_file_stops_the_pod_and_deletes_its_mirror(node: Node
             break
         await asyncio.sleep(0.5)
     assert not await sandboxes_of(cri, uid), "the static pod's sandbox is still there"
+
+
+async def test_static_pod_runs_while_the_api_server_is_away(node: Node, apiserver: ApiServer, cri: CRIClient):
+    """The pod comes from the disk: it starts with no API server to ask, and its mirror pod follows once
+    the API server is back."""
+    apiserver.stop()
+    try:
+        (node.manifests / "away.yaml").write_text(
+            manifest(node, "sleep 3600").replace("name: web", "name: away")
+        )
+
+        async def running_in_cri() -> bool:
+            containers = await cri.list_containers()
+            return any(
+                c.labels.get(L.POD_NAME) == f"away-{node.name}" and c.state == pb.CONTAINER_RUNNING
+                for c in containers
+            )
+
+        for _ in range(120):
+            if await running_in_cri():
+                break
+            await asyncio.sleep(0.5)
+        assert await running_in_cri(), "the static pod did not start while the API server was away"
+    finally:
+        apiserver.start()
+    mirror = await asyncio.to_thread(wait_for, lambda: node.mirror("away"), 90, 0.5, "the mirror pod")
+    assert mirror.metadata.annotations[MIRROR] == mirror.metadata.annotations[HASH]
+    (node.manifests / "away.yaml").unlink()
+    await asyncio.to_thread(wait_for, lambda: node.mirror("away") is None, 60, 0.5, "the mirror pod deleted")
