@@ -4,6 +4,7 @@ drop-ins merged in upstream's order, --register-with-taints in upstream's syntax
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,20 +134,40 @@ def test_field_at_upstream_default_accepted(tmp_path: Path, line: str):
     load_config(str(path), None)
 
 
-def test_every_upstream_field_is_in_the_table():
-    """The 1.32 fields kubeadm writes, and a sample of the rest, each with a decision."""
-    for name in (
-        "cpuManagerReconcilePeriod",
-        "evictionPressureTransitionPeriod",
-        "volumeStatsAggPeriod",
-        "shutdownGracePeriodCriticalPods",
-        "registerWithTaints",
-        "registerNode",
-        "failCgroupV1",
-        "userNamespaces",
-        "containerLogMonitorInterval",
-    ):
-        assert name in FIELDS
+# upstream 1.32's KubeletConfiguration JSON field names (staging/src/k8s.io/kubelet/config/v1beta1/types.go)
+UPSTREAM_FIELDS = """
+enableServer staticPodPath podLogsDir syncFrequency fileCheckFrequency httpCheckFrequency
+staticPodURL staticPodURLHeader address port readOnlyPort tlsCertFile tlsPrivateKeyFile
+tlsCipherSuites tlsMinVersion rotateCertificates serverTLSBootstrap authentication authorization
+registryPullQPS registryBurst eventRecordQPS eventBurst enableDebuggingHandlers
+enableContentionProfiling healthzPort healthzBindAddress oomScoreAdj clusterDomain clusterDNS
+streamingConnectionIdleTimeout nodeStatusUpdateFrequency nodeStatusReportFrequency
+nodeLeaseDurationSeconds imageMinimumGCAge imageMaximumGCAge imageGCHighThresholdPercent
+imageGCLowThresholdPercent volumeStatsAggPeriod kubeletCgroups systemCgroups cgroupRoot
+cgroupsPerQOS cgroupDriver cpuManagerPolicy singleProcessOOMKill cpuManagerPolicyOptions
+cpuManagerReconcilePeriod memoryManagerPolicy topologyManagerPolicy topologyManagerScope
+topologyManagerPolicyOptions qosReserved runtimeRequestTimeout hairpinMode maxPods podCIDR
+podPidsLimit resolvConf runOnce cpuCFSQuota cpuCFSQuotaPeriod nodeStatusMaxImages maxOpenFiles
+contentType kubeAPIQPS kubeAPIBurst serializeImagePulls maxParallelImagePulls evictionHard
+evictionSoft evictionSoftGracePeriod evictionPressureTransitionPeriod evictionMaxPodGracePeriod
+evictionMinimumReclaim podsPerCore enableControllerAttachDetach protectKernelDefaults
+makeIPTablesUtilChains iptablesMasqueradeBit iptablesDropBit featureGates failSwapOn memorySwap
+containerLogMaxSize containerLogMaxFiles containerLogMaxWorkers containerLogMonitorInterval
+configMapAndSecretChangeDetectionStrategy systemReserved kubeReserved reservedSystemCPUs
+showHiddenMetricsForVersion systemReservedCgroup kubeReservedCgroup enforceNodeAllocatable
+allowedUnsafeSysctls volumePluginDir providerID kernelMemcgNotification logging
+enableSystemLogHandler enableSystemLogQuery shutdownGracePeriod shutdownGracePeriodCriticalPods
+shutdownGracePeriodByPodPriority crashLoopBackOff reservedMemory enableProfilingHandler
+enableDebugFlagsHandler seccompDefault memoryThrottlingFactor registerWithTaints registerNode
+tracing localStorageCapacityIsolation containerRuntimeEndpoint imageServiceEndpoint failCgroupV1
+userNamespaces
+""".split()
+
+
+def test_every_upstream_field_has_a_decision_and_a_row_in_the_readme():
+    assert set(FIELDS) == set(UPSTREAM_FIELDS)
+    readme = (Path(__file__).parents[2] / "agent" / "README.md").read_text()
+    assert set(re.findall(r"^\| `(\w+)` \|", readme, re.MULTILINE)) == set(UPSTREAM_FIELDS)
 
 
 def test_config_dir_dropins_merge_in_name_order(tmp_path: Path):
