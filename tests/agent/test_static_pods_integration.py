@@ -11,6 +11,7 @@ else, an edit restarts the pod under a new UID, and removing the file stops it a
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sys
 import urllib.request
@@ -68,6 +69,7 @@ class Node:
         self, name: str, manifests: Path, healthz_port: int, api: client.CoreV1Api, endpoint: str, image: str
     ):
         self.image = image
+        self.early_ran_offline = False
         self.name = name
         self.manifests = manifests
         self.healthz_port = healthz_port
@@ -81,6 +83,46 @@ class Node:
             if err.status == 404:
                 return None
             raise
+
+
+def pod_manifest(name: str, image: str, command: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": "static"}},
+            "spec": {
+                "hostNetwork": True,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": image, "command": ["sh", "-c", command]}],
+            },
+        }
+    )
+
+
+def healthz_ok(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return resp.read() == b"ok"
+    except OSError:
+        return False
+
+
+async def container_running(endpoint: str, pod_name: str) -> bool:
+    cri = await CRIClient.connect(endpoint)
+    try:
+        return any(
+            c.labels.get(L.POD_NAME) == pod_name and c.state == pb.CONTAINER_RUNNING
+            for c in await cri.list_containers()
+        )
+    finally:
+        await cri.close()
+
+
+def in_thread(coro: Any) -> Any:
+    """Run a coroutine to its end from synchronous code, whatever loop the caller's thread has."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +173,9 @@ def node(
     ]
     api = client.CoreV1Api(apiserver.api_client())
     agent = Daemon("pykubelet agent", argv, root / "agent.log", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # As kubeadm starts a node: the agent first, with a static pod and no API server to talk to.
+    image = test_images.busybox_pinned
+    (manifests / "early.yaml").write_text(pod_manifest("early", image, "sleep 3600"))
 
     def registered() -> bool:
         try:
@@ -139,9 +184,22 @@ def node(
             return False
         return True
 
-    agent.start(registered, timeout=120, interval=0.5)
+    apiserver.stop()
     try:
-        yield Node(name, manifests, healthz, api, own_containerd.endpoint, test_images.busybox_pinned)
+        try:
+            agent.start(lambda: healthz_ok(healthz), timeout=120, interval=0.5)
+            early_ran = wait_for(
+                lambda: in_thread(container_running(own_containerd.endpoint, f"early-{name}")),
+                90,
+                0.5,
+                "the early static pod running with no API server",
+            )
+        finally:
+            apiserver.start()
+        wait_for(registered, 120, 0.5, "the node registered")
+        found = Node(name, manifests, healthz, api, own_containerd.endpoint, image)
+        found.early_ran_offline = early_ran
+        yield found
     finally:
         for manifest in manifests.iterdir():
             manifest.unlink()
@@ -160,18 +218,7 @@ async def cri(node: Node) -> AsyncIterator[CRIClient]:
 
 
 def manifest(node: Node, command: str) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "web", "labels": {"app": "static"}},
-            "spec": {
-                "hostNetwork": True,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": node.image, "command": ["sh", "-c", command]}],
-            },
-        }
-    )
+    return pod_manifest("web", node.image, command)
 
 
 def running(node: Node) -> Any:
@@ -183,6 +230,16 @@ def running(node: Node) -> Any:
 
 async def sandboxes_of(cri: CRIClient, uid: str) -> list[Any]:
     return [s for s in await cri.list_pod_sandbox() if s.labels.get(L.POD_UID) == uid]
+
+
+def test_static_pod_starts_before_the_api_server_is_there(node: Node):
+    """kubeadm's order: the agent and its static pod first (the control plane is static pods), the
+    Node and the mirror pod once the API server answers."""
+    assert node.early_ran_offline
+    mirror = wait_for(lambda: node.mirror("early"), 90, 0.5, "the early pod's mirror pod")
+    assert mirror.metadata.annotations[MIRROR] == mirror.metadata.annotations[HASH]
+    (node.manifests / "early.yaml").unlink()
+    wait_for(lambda: node.mirror("early") is None, 60, 0.5, "the early pod's mirror pod deleted")
 
 
 def test_healthz_answers_ok_on_its_own_port(node: Node):
