@@ -52,6 +52,7 @@ from agent.server import KubeletServer
 from agent.server.auth import KubeletAuth
 from agent.server.healthz import HealthzServer
 from agent.server.tls import ensure_self_signed, server_context
+from agent.staticpods.keys import is_mirror
 from agent.staticpods.mirror import MirrorPods
 from agent.staticpods.source import StaticPodSource
 from agent.stats.provider import StatsConfig, StatsProvider, pods_cgroup
@@ -371,7 +372,7 @@ class Agent:
         self.server = KubeletServer(
             cri,
             lookup,
-            lambda: self.informer.list() if self.informer else [],
+            self._pods_served,
             auth=auth,
             ssl_context=context,
             probe_metrics=self._probe_metrics,
@@ -390,6 +391,13 @@ class Agent:
             ),
         )
         await self.server.start(cfg.address, cfg.port)
+
+    def _pods_served(self) -> list[dict[str, Any]]:
+        """/pods: the pods this node runs, static pods as themselves rather than their mirror pods."""
+        api = self.informer.list() if self.informer else []
+        if self.static is None:
+            return api
+        return [p for p in api if not is_mirror(p)] + self.static.list()
 
     def _serving_addresses(self) -> tuple[list[str], list[str]]:
         """The serving certificate's SANs: the Node's Hostname addresses as names, the rest as IPs."""

@@ -146,7 +146,8 @@ def node(
                 "healthzPort": healthz,
                 "healthzBindAddress": "127.0.0.1",
                 "port": free_port(),
-                "address": "127.0.0.1",
+                # The API server's kubelet client (kubectl logs) is a certificate of the cluster CA.
+                "authentication": {"x509": {"clientCAFile": str(apiserver.ca_cert)}},
                 "podLogsDir": str(root / "logs"),
                 "cgroupRoot": CGROUP_ROOT,
                 "fileCheckFrequency": "20s",
@@ -255,7 +256,7 @@ def test_node_registers_with_its_taints(node: Node):
 
 
 async def test_static_pod_runs_with_a_mirror_pod(node: Node, cri: CRIClient):
-    (node.manifests / "web.yaml").write_text(manifest(node, "sleep 3600"))
+    (node.manifests / "web.yaml").write_text(manifest(node, "echo hello-static; sleep 3600"))
     mirror = await asyncio.to_thread(wait_for, lambda: running(node), 90, 0.5, "the mirror pod Running")
     annotations = mirror.metadata.annotations
     assert annotations["kubernetes.io/config.source"] == "file"
@@ -268,6 +269,9 @@ async def test_static_pod_runs_with_a_mirror_pod(node: Node, cri: CRIClient):
     assert (owner.kind, owner.name, owner.uid, owner.controller) == ("Node", node.name, node_uid, True)
     ready = [s for s in await sandboxes_of(cri, annotations[HASH]) if s.state == pb.SANDBOX_READY]
     assert len(ready) == 1
+    # kubectl logs on the mirror pod reaches the static pod's container through the kubelet API
+    logs = await asyncio.to_thread(node.api.read_namespaced_pod_log, mirror.metadata.name, "default")
+    assert logs == "hello-static\n"
 
 
 async def test_deleted_mirror_pod_is_made_again_and_the_pod_runs_on(node: Node, cri: CRIClient):
