@@ -209,6 +209,7 @@ class Agent:
         self._spawn(ctx.prober.run(), "prober-updates")
         self._spawn(ctx.status.run(), "pod-status")
         self._spawn(self.node.run(), "node-status")
+        self._start_mirror_pods()
         if cfg.static_pod_path:
             await self._start_static_pods()
         await self.node.registered.wait()
@@ -248,12 +249,28 @@ class Agent:
         self._spawn(LogRotator(cri, rotation).run(), "log-rotation")
         log.info("agent running node=%s", cfg.node_name)
 
+    def _start_mirror_pods(self) -> None:
+        """Mirror pods follow the static pods; without staticPodPath every mirror pod bound here is an
+        orphan and goes, as upstream's pod cleanup does."""
+        assert self.pods is not None and self.node is not None and self.informer is not None
+        node = self.node
+        mirrors = MirrorPods(
+            self.client,
+            self.cfg.node_name,
+            lambda: node.uid,
+            lambda: self.static.list() if self.static is not None else [],
+            self.informer.list,
+            self.informer.synced.is_set,
+        )
+        self.pods.mirrors = mirrors
+        self._spawn(mirrors.run(), "mirror-pods")
+
     async def _start_static_pods(self) -> None:
         """staticPodPath's pods run from the disk at once, before the Node is registered (so while the
         API server is away, or not there yet), admitted against the Node built here until the API has
         it; their mirror pods follow once it does."""
         assert self.pods is not None and self.node is not None and self.informer is not None
-        cfg, pods, node, informer = self.cfg, self.pods, self.node, self.informer
+        cfg, pods, node = self.cfg, self.pods, self.node
         await node.build_local()
         self.pods.ctx.node = node.current
         self.static = StaticPodSource(
@@ -263,18 +280,9 @@ class Agent:
             pods.on_static_change,
             lambda reason, message: node.event(WARNING, reason, message),
         )
-        mirrors = MirrorPods(
-            self.client,
-            cfg.node_name,
-            lambda: node.uid,
-            self.static.list,
-            informer.list,
-            informer.synced.is_set,
-        )
-        pods.attach_static(self.static, mirrors)
+        pods.attach_static(self.static)
         await self.static.rescan()
         self._spawn(self.static.run(), "static-pods")
-        self._spawn(mirrors.run(), "mirror-pods")
         self._spawn(pods.run_pleg(), "pleg")
         log.info("static pods read path=%s count=%d", cfg.static_pod_path, len(self.static.pods))
 

@@ -74,7 +74,7 @@ class PodManager:
         ctx.status.could_have_running = self.could_have_running
         ctx.status.mirror_of = self.mirror_of
         self.static: StaticPodSource | None = None  # the pods of staticPodPath
-        self.mirrors: MirrorPods | None = None
+        self.mirrors: MirrorPods | None = None  # woken when a static or a mirror pod changes
 
     # -- desired state ---------------------------------------------------------------------------
 
@@ -86,10 +86,9 @@ class PodManager:
             on_delete=lambda pod: self.on_pod_event("DELETED", pod),
         )
 
-    def attach_static(self, source: StaticPodSource, mirrors: MirrorPods | None) -> None:
+    def attach_static(self, source: StaticPodSource) -> None:
         """Static pods as a second source of desired state (upstream's file source beside the API's)."""
         self.static = source
-        self.mirrors = mirrors
 
     def pod(self, uid: str) -> dict[str, Any] | None:
         if self.static is not None and (static := self.static.get(uid)) is not None:
