@@ -30,7 +30,7 @@ from agent.pods.cri_runtime import log_dir_uid, remove_pod_log_dirs
 from agent.pods.events import field_of
 from agent.pods.sysctls import Allowlist
 from agent.pods.worker import PodWorker
-from agent.staticpods.keys import full_name, is_mirror
+from agent.staticpods.keys import full_name, is_mirror, is_static
 from agent.staticpods.mirror import MirrorPods, current
 from agent.staticpods.source import StaticPodSource
 from kubeclient.errors import ApiError
@@ -117,6 +117,20 @@ class PodManager:
         if self.mirrors is not None:
             self.mirrors.wake()
 
+    def static_may_start(self, pod: dict[str, Any]) -> bool:
+        """A static pod starts only when no other pod of its full name may still run (upstream's
+        allowStaticPodStart): an edited manifest's new pod waits for the old one to stop."""
+        if not is_static(pod):
+            return True
+        uid, name = pod["metadata"]["uid"], full_name(pod)
+        return not any(
+            w.uid != uid
+            and w.last_pod is not None
+            and full_name(w.last_pod) == name
+            and w.could_have_running()
+            for w in self.workers.values()
+        )
+
     def _on_mirror_event(self, mirror: dict[str, Any]) -> None:
         """A mirror pod is shown, never run: its changes are the mirror reconciler's, and the static
         pod's worker writes its status once a current mirror pod is there."""
@@ -185,7 +199,7 @@ class PodManager:
     def _ensure_worker(self, uid: str) -> PodWorker:
         worker = self.workers.get(uid)
         if worker is None:
-            worker = PodWorker(self.ctx, uid, lambda: self.pod(uid), self.admit)
+            worker = PodWorker(self.ctx, uid, lambda: self.pod(uid), self.admit, self.static_may_start)
             self.workers[uid] = worker
             worker.start(self._worker_exited)
         return worker

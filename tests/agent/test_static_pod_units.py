@@ -163,3 +163,30 @@ async def test_mirror_pods_follow_the_static_pods():
     statics.clear()
     await mirrors.reconcile()
     assert api.calls[5:] == [("delete", "default/web-node-1")] and not api.pods
+
+
+async def test_an_edited_manifests_pod_waits_for_the_old_one_to_stop():
+    """upstream's allowStaticPodStart: two static pods of one full name never run at once."""
+    from agent.pods.manager import PodManager
+    from tests.agent.fakeruntime import FakeRuntime, fake_context
+
+    manager = PodManager(fake_context(FakeRuntime()))
+    old = static_pod(MANIFEST, "/m/web.yaml", "node-1")
+    new = static_pod(MANIFEST.replace(b"3600", b"1"), "/m/web.yaml", "node-1")
+
+    class Stopping:
+        uid = old["metadata"]["uid"]
+        last_pod = old
+        running = True
+
+        def could_have_running(self) -> bool:
+            return self.running
+
+    stopping = Stopping()
+    manager.workers[stopping.uid] = stopping  # type: ignore[assignment]
+    assert not manager.static_may_start(new)
+    assert manager.static_may_start(old)  # itself is no obstacle
+    api_pod = {**new, "metadata": {**new["metadata"], "annotations": {}}}
+    assert manager.static_may_start(api_pod)  # pods from the API never wait
+    stopping.running = False
+    assert manager.static_may_start(new)
