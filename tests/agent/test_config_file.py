@@ -189,6 +189,8 @@ def test_config_dir_dropins_merge_in_name_order(tmp_path: Path):
     assert config("--config", str(main), "--config-dir", str(drop)).max_pods == 40
     # flags win over both
     assert config("--config", str(main), "--config-dir", str(drop), "--max-pods", "7").max_pods == 7
+    with pytest.raises(ConfigFileError, match="not a directory"):
+        config("--config", str(main), "--config-dir", str(tmp_path / "absent"))
     (drop / "50-typo.conf").write_text(HEAD + "maxPod: 1\n")
     with pytest.raises(ConfigFileError, match='unknown field "maxPod"'):
         config("--config", str(main), "--config-dir", str(drop))
