@@ -21,6 +21,7 @@ from agent.cri import (
     IncompatibleRuntimeError,
     RuntimeUnreachableError,
 )
+from agent.cri.client import Timeouts
 from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.kube.services import service_informer, services_of
@@ -49,7 +50,11 @@ from agent.probes.hooks import HookRunner
 from agent.probes.manager import ProberManager
 from agent.server import KubeletServer
 from agent.server.auth import KubeletAuth
+from agent.server.healthz import HealthzServer
 from agent.server.tls import ensure_self_signed, server_context
+from agent.staticpods.keys import is_mirror
+from agent.staticpods.mirror import MirrorPods
+from agent.staticpods.source import StaticPodSource
 from agent.stats.provider import StatsConfig, StatsProvider, pods_cgroup
 from agent.volumes import VolumeManager
 from agent.volumes.emptydir import allocatable_memory
@@ -60,6 +65,7 @@ from kubeclient.client import KubeClient
 from kubeclient.config import load_config
 from kubeclient.errors import ApiError
 from kubeclient.eventloop import termination_event
+from kubeclient.events import WARNING
 from kubeclient.informer import Informer
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -72,7 +78,11 @@ async def connect_runtime(cfg: AgentConfig) -> CRIClient:
     backoff = Backoff(initial=0.5, maximum=5.0)
     while True:
         try:
-            return await CRIClient.connect(cfg.container_runtime_endpoint, cfg.image_service_endpoint)
+            return await CRIClient.connect(
+                cfg.container_runtime_endpoint,
+                cfg.image_service_endpoint,
+                Timeouts(mutate=cfg.runtime_request_timeout),
+            )
         except RuntimeUnreachableError as err:
             delay = backoff.next()
             log.warning(
@@ -116,10 +126,15 @@ class Agent:
         self.serving: ServingCertManager | None = None
         self.network: NodeNetwork | None = None
         self.metrics = KubeletMetrics(cfg.node_name)
+        self.healthz: HealthzServer | None = None
+        self.static: StaticPodSource | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
         Path(cfg.root_dir).mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at start
+        if cfg.healthz_port > 0:
+            self.healthz = HealthzServer()
+            self._spawn(self.healthz.serve(cfg.healthz_bind_address, cfg.healthz_port), "healthz")
         current = paths_for(cfg.root_dir, cfg.kubeconfig, cfg.cert_dir).current
         if cfg.rotate_certificates and current.exists():
             self.rotator = CertRotator([self.client, self.event_client], cfg.node_name, current)
@@ -194,12 +209,16 @@ class Agent:
         self._spawn(ctx.prober.run(), "prober-updates")
         self._spawn(ctx.status.run(), "pod-status")
         self._spawn(self.node.run(), "node-status")
+        self._start_mirror_pods()
+        if cfg.static_pod_path:
+            await self._start_static_pods()
         await self.node.registered.wait()
         ctx.node_memory = self.node.facts.memory_bytes if self.node.facts else 0
         ctx.node_allocatable = lambda: (
             (((self.node.node if self.node else None) or {}).get("status") or {}).get("allocatable") or {}
         )
-        ctx.node = lambda: self.node.node if self.node else None
+        ctx.node = lambda: self.node.current() if self.node else None
+        ctx.fresh_node = self.node.refresh
         node_cidr = ((self.node.node or {}).get("spec") or {}).get("podCIDR", "")
         if not cfg.pod_cidr and node_cidr:
             # As upstream: a CIDR allocated to the Node by the control plane is handed to the runtime.
@@ -219,15 +238,53 @@ class Agent:
             cfg.node_lease_duration_seconds,
         )
         self._spawn(self.lease.run(), "lease")
-        if cfg.port > 0:
+        if cfg.enable_server and cfg.port > 0:
             await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")
-        self._spawn(self.pods.run_pleg(), "pleg")
+        if self.static is None:
+            self._spawn(self.pods.run_pleg(), "pleg")
         rotation = RotationPolicy(
             quantity.value(cfg.container_log_max_size), max(cfg.container_log_max_files, 2)
         )
         self._spawn(LogRotator(cri, rotation).run(), "log-rotation")
         log.info("agent running node=%s", cfg.node_name)
+
+    def _start_mirror_pods(self) -> None:
+        """Mirror pods follow the static pods; without staticPodPath every mirror pod bound here is an
+        orphan and goes, as upstream's pod cleanup does."""
+        assert self.pods is not None and self.node is not None and self.informer is not None
+        node = self.node
+        mirrors = MirrorPods(
+            self.client,
+            self.cfg.node_name,
+            lambda: node.uid,
+            lambda: self.static.list() if self.static is not None else [],
+            self.informer.list,
+            self.informer.synced.is_set,
+        )
+        self.pods.mirrors = mirrors
+        self._spawn(mirrors.run(), "mirror-pods")
+
+    async def _start_static_pods(self) -> None:
+        """staticPodPath's pods run from the disk at once, before the Node is registered (so while the
+        API server is away, or not there yet), admitted against the Node built here until the API has
+        it; their mirror pods follow once it does."""
+        assert self.pods is not None and self.node is not None and self.informer is not None
+        cfg, pods, node = self.cfg, self.pods, self.node
+        await node.build_local()
+        self.pods.ctx.node = node.current
+        self.static = StaticPodSource(
+            cfg.static_pod_path,
+            cfg.node_name,
+            cfg.file_check_frequency,
+            pods.on_static_change,
+            lambda reason, message: node.event(WARNING, reason, message),
+        )
+        pods.attach_static(self.static)
+        await self.static.rescan()
+        self._spawn(self.static.run(), "static-pods")
+        self._spawn(pods.run_pleg(), "pleg")
+        log.info("static pods read path=%s count=%d", cfg.static_pod_path, len(self.static.pods))
 
     async def _await_pod_cidr(self) -> None:
         """A node registered without a pod CIDR waits for the control plane's (the node IPAM's
@@ -305,6 +362,9 @@ class Agent:
             self.serving.start()
 
         def lookup(namespace: str, name: str) -> dict[str, Any] | None:
+            # A mirror pod's logs and exec are its static pod's (the one running, under its own UID).
+            if self.static is not None and (static := self.static.by_full_name(f"{namespace}/{name}")):
+                return static
             return pod_by_name(self.informer, namespace, name) if self.informer else None
 
         auth = KubeletAuth(
@@ -320,7 +380,7 @@ class Agent:
         self.server = KubeletServer(
             cri,
             lookup,
-            lambda: self.informer.list() if self.informer else [],
+            self._pods_served,
             auth=auth,
             ssl_context=context,
             probe_metrics=self._probe_metrics,
@@ -339,6 +399,13 @@ class Agent:
             ),
         )
         await self.server.start(cfg.address, cfg.port)
+
+    def _pods_served(self) -> list[dict[str, Any]]:
+        """/pods: the pods this node runs, static pods as themselves rather than their mirror pods."""
+        api = self.informer.list() if self.informer else []
+        if self.static is None:
+            return api
+        return [p for p in api if not is_mirror(p)] + self.static.list()
 
     def _serving_addresses(self) -> tuple[list[str], list[str]]:
         """The serving certificate's SANs: the Node's Hostname addresses as names, the rest as IPs."""
@@ -377,6 +444,8 @@ class Agent:
             await self.serving.stop()
         if self.server is not None:
             await self.server.stop()
+        if self.healthz is not None:
+            await self.healthz.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -9,7 +9,9 @@ import argparse
 import asyncio
 import sys
 
-from agent.config import AgentConfig, ConfigFileError, load_config_file, parse_labels
+from agent.config import AgentConfig, ConfigFileError, load_config, parse_labels, swap_on
+from agent.taints import TaintError, parse_taints
+from kubeclient import logsetup
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,12 +71,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cni-data-dir", dest="cni_data_dir", help="IPAM state (default /var/lib/cni/networks)"
     )
     parser.add_argument("--cni-bridge", dest="cni_bridge", help="the pod network's bridge (default cni0)")
+    add_config_file_flags(parser)
+
+
+def add_config_file_flags(parser: argparse.ArgumentParser) -> None:
+    """Upstream's flags for what the config file also sets (and --config-dir): one place, for the merge."""
+    parser.add_argument(
+        "--config-dir",
+        dest="config_dir",
+        help="drop-in KubeletConfiguration files (*.conf), merged over --config in name order (default none)",
+    )
+    parser.add_argument(
+        "--pod-manifest-path",
+        dest="static_pod_path",
+        help="static pod manifests: a directory or one file (staticPodPath; default none)",
+    )
+    parser.add_argument(
+        "--register-with-taints",
+        dest="register_with_taints",
+        help="taints the Node registers with: key=value:Effect,key2:Effect (default none)",
+    )
+    parser.add_argument(
+        "--healthz-port",
+        dest="healthz_port",
+        type=int,
+        help="plain-HTTP /healthz port, 0 off (default 10248)",
+    )
+    parser.add_argument(
+        "--healthz-bind-address", dest="healthz_bind_address", help="/healthz address (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--runtime-cgroups",
+        dest="runtime_cgroups",
+        help="the runtime's cgroup for the Summary (default: found)",
+    )
 
 
 def build_config(args: argparse.Namespace) -> AgentConfig:
     cfg = AgentConfig()
-    if args.config:
-        load_config_file(args.config, cfg)
+    if args.config or getattr(args, "config_dir", None):
+        load_config(args.config, getattr(args, "config_dir", None), cfg)
     name = args.node_name or args.hostname_override
     if name:
         cfg.node_name = name.lower()
@@ -94,12 +130,21 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
         "cni_bin_dir",
         "cni_data_dir",
         "cni_bridge",
+        "static_pod_path",
+        "healthz_port",
+        "healthz_bind_address",
+        "runtime_cgroups",
     ):
         value = getattr(args, attr, None)
         if value is not None:
             setattr(cfg, attr, value)
     if args.node_labels:
         cfg.node_labels.update(parse_labels(args.node_labels))
+    if getattr(args, "register_with_taints", None) is not None:
+        try:
+            cfg.register_with_taints = parse_taints(args.register_with_taints)
+        except TaintError as err:
+            raise ConfigFileError(f"--register-with-taints: {err}") from None
     if args.cluster_dns:
         cfg.cluster_dns = [s.strip() for s in args.cluster_dns.split(",") if s.strip()]
     return cfg
@@ -111,6 +156,19 @@ def run(args: argparse.Namespace) -> int:
     except ConfigFileError as err:
         print(f"pykubelet agent: {err}", file=sys.stderr)
         return 2
+    flag_v, flag_format = getattr(args, "v", 0), getattr(args, "logging_format", "text")
+    if (cfg.verbosity and not flag_v) or (cfg.logging_format and flag_format == "text"):
+        # the config file's logging.verbosity and .format where the flags did not say (flags win)
+        logsetup.configure(
+            flag_v or cfg.verbosity, cfg.logging_format if flag_format == "text" else flag_format
+        )
+    if cfg.fail_swap_on and swap_on():
+        print(
+            "pykubelet agent: running with swap on is not supported, please disable swap or set "
+            "failSwapOn to false in the config file",
+            file=sys.stderr,
+        )
+        return 1
     from agent.app import serve
     from kubeclient.config import ConfigError
 

@@ -2,13 +2,14 @@
 the flags that only exist as flags, folded into one dataclass.
 
 Field names and defaults follow upstream, so a config file written for the upstream kubelet means the
-same here (fields we do not implement are ignored with a warning, never misread). Flags win over the
-file, as upstream.
+same here: each field is honoured, or accepted only at upstream's default and refused by name otherwise
+(agent/configfields.py), and an unknown field is refused, as upstream's strict decoding does. Drop-ins
+of --config-dir (`*.conf`, KEP-3983) merge over the file; flags win over both, as upstream.
 """
 
 from __future__ import annotations
 
-import logging
+import json
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,20 @@ from typing import Any
 
 import yaml
 
-from kubeclient.duration import parse_duration as _parse_duration
-
-log = logging.getLogger("agent.config")
+from agent.configfields import (
+    BOOL,
+    FIELDS,
+    INT,
+    STRUCTURED,
+    DefaultOnly,
+    Field,
+    FieldError,
+    Honoured,
+    at_default,
+    duration,
+    is_zero,
+)
+from agent.taints import TaintError, taints_from_config
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
@@ -39,8 +51,8 @@ class ConfigFileError(Exception):
 def parse_duration(value: str | int | float) -> float:
     """A Go duration ("10s", "5m0s", "1h30m", "250ms") in seconds."""
     try:
-        return _parse_duration(value)
-    except ValueError as err:
+        return duration(value)
+    except FieldError as err:
         raise ConfigFileError(str(err)) from None
 
 
@@ -64,6 +76,10 @@ class AgentConfig:
     cluster_dns: list[str] = field(default_factory=list)
     resolv_conf: str = "/etc/resolv.conf"
     port: int = 10250  # the kubelet API (HTTPS); 0 turns it off
+    enable_server: bool = True  # upstream's enableServer: false serves no kubelet API at all
+    # Upstream's plain-HTTP /healthz on localhost (what kubeadm polls); 0 turns it off.
+    healthz_port: int = 10248
+    healthz_bind_address: str = "127.0.0.1"
     address: str = "0.0.0.0"
     tls_cert_file: str = ""
     tls_private_key_file: str = ""
@@ -78,6 +94,17 @@ class AgentConfig:
     authorization_unauthorized_ttl: float = 30.0
     node_ip: str = ""
     node_labels: dict[str, str] = field(default_factory=dict)
+    # Taints the Node is created with (registerWithTaints / --register-with-taints), as v1.Taint dicts.
+    register_with_taints: list[dict[str, str]] = field(default_factory=list)
+    provider_id: str = ""  # spec.providerID at registration
+    # Static pods (agent/staticpods): a directory of manifests (or one file), re-read every
+    # fileCheckFrequency besides the inotify watch.
+    static_pod_path: str = ""
+    file_check_frequency: float = 20.0
+    runtime_request_timeout: float = 120.0  # CRI calls that create, start, stop or remove things
+    fail_swap_on: bool = True  # refuse to start while swap is on (upstream's failSwapOn)
+    verbosity: int = 0  # logging.verbosity; -v wins
+    logging_format: str = ""  # logging.format; --logging-format wins
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
     event_record_qps: float = 50.0  # events have their own budget, as upstream's eventRecordQPS/eventBurst
@@ -119,95 +146,182 @@ class AgentConfig:
             self.node_name = socket.gethostname().lower()
 
 
-# config-file key -> (dataclass field, converter)
-_FILE_FIELDS: dict[str, tuple[str, Any]] = {
-    "podCIDR": ("pod_cidr", str),
-    "rotateCertificates": ("rotate_certificates", bool),
-    "serverTLSBootstrap": ("server_tls_bootstrap", bool),
-    "podLogsDir": ("pod_logs_dir", str),
-    "clusterDomain": ("cluster_domain", str),
-    "clusterDNS": ("cluster_dns", list),
-    "resolvConf": ("resolv_conf", str),
-    "port": ("port", int),
-    "kubeAPIQPS": ("kube_api_qps", float),
-    "kubeAPIBurst": ("kube_api_burst", int),
-    "eventRecordQPS": ("event_record_qps", float),
-    "eventBurst": ("event_burst", int),
-    "nodeStatusUpdateFrequency": ("node_status_update_frequency", parse_duration),
-    "nodeStatusReportFrequency": ("node_status_report_frequency", parse_duration),
-    "nodeLeaseDurationSeconds": ("node_lease_duration_seconds", int),
-    "syncFrequency": ("sync_frequency", parse_duration),
-    "serializeImagePulls": ("serialize_image_pulls", bool),
-    "maxPods": ("max_pods", int),
-    "allowedUnsafeSysctls": ("allowed_unsafe_sysctls", list),
-    "systemReserved": ("system_reserved", dict),
-    "kubeReserved": ("kube_reserved", dict),
-    "evictionHard": ("eviction_hard", dict),
-    "cgroupsPerQOS": ("cgroups_per_qos", bool),
-    "cgroupRoot": ("cgroup_root", str),
-    "cgroupDriver": ("cgroup_driver", str),
-    "kubeletCgroups": ("kubelet_cgroups", str),
-    "runtimeCgroups": ("runtime_cgroups", str),
-    "containerRuntimeEndpoint": ("container_runtime_endpoint", str),
-    "address": ("address", str),
-    "containerLogMaxSize": ("container_log_max_size", str),
-    "containerLogMaxFiles": ("container_log_max_files", int),
-    "tlsCertFile": ("tls_cert_file", str),
-    "tlsPrivateKeyFile": ("tls_private_key_file", str),
-    "imageServiceEndpoint": ("image_service_endpoint", str),
-}
-_IGNORED_QUIETLY = {"apiVersion", "kind", "staticPodPath"}
-
-
-def load_config_file(path: str | Path, into: AgentConfig | None = None) -> AgentConfig:
-    cfg = into or AgentConfig()
+def read_document(path: str | Path) -> dict[str, Any]:
+    """One KubeletConfiguration file as a mapping, its kind and apiVersion checked."""
     try:
         doc = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as err:
         raise ConfigFileError(f"cannot read {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigFileError(f"{path}: not YAML: {err}") from None
     if not isinstance(doc, dict):
         raise ConfigFileError(f"{path}: not a KubeletConfiguration object")
     if doc.get("kind", KIND) != KIND or doc.get("apiVersion", API_VERSION) != API_VERSION:
         raise ConfigFileError(
             f"{path}: expected {API_VERSION} {KIND}, got {doc.get('apiVersion')} {doc.get('kind')}"
         )
+    return doc
+
+
+def merge_documents(base: dict[str, Any], dropin: dict[str, Any]) -> dict[str, Any]:
+    """A drop-in over what came before, as upstream decodes it onto the struct already filled: objects
+    merge field by field (maps key by key), lists and scalars replace."""
+    out = dict(base)
+    for key, value in dropin.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_documents(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def dropin_files(directory: str | Path) -> list[Path]:
+    """The `*.conf` files of --config-dir in upstream's order (filepath.WalkDir: lexical, depth first)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ConfigFileError(f"--config-dir {directory}: not a directory")
+    found: list[Path] = []
+
+    def walk(folder: Path) -> None:
+        for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+            if entry.is_dir():
+                walk(entry)
+            elif entry.suffix == ".conf":
+                found.append(entry)
+
+    walk(root)
+    return found
+
+
+def load_config(path: str | None, config_dir: str | None, into: AgentConfig | None = None) -> AgentConfig:
+    """--config, then each drop-in of --config-dir merged over it (KEP-3983), applied to the defaults."""
+    doc: dict[str, Any] = read_document(path) if path else {}
+    where = str(path or config_dir)
+    for dropin in dropin_files(config_dir) if config_dir else []:
+        doc = merge_documents(doc, read_document(dropin))
+    return apply_document(doc, where, into)
+
+
+def load_config_file(path: str | Path, into: AgentConfig | None = None) -> AgentConfig:
+    return apply_document(read_document(path), str(path), into)
+
+
+def apply_document(doc: dict[str, Any], path: str, into: AgentConfig | None = None) -> AgentConfig:
+    """Every field honoured or refused by name (agent/configfields.py); unknown fields refused as
+    upstream's strict decoder refuses them."""
+    cfg = into or AgentConfig()
     for key, value in doc.items():
-        if key in _FILE_FIELDS:
-            name, conv = _FILE_FIELDS[key]
-            try:
-                setattr(cfg, name, conv(value))
-            except (TypeError, ValueError) as err:
-                raise ConfigFileError(f"{path}: {key}: {err}") from None
-        elif key == "authentication" and isinstance(value, dict):
-            _authentication(cfg, value, path)
-        elif key == "authorization" and isinstance(value, dict):
-            _authorization(cfg, value, path)
-        elif key not in _IGNORED_QUIETLY:
-            log.warning("config field not supported, ignored field=%s", key)
+        if key in ("apiVersion", "kind"):
+            continue
+        spec = FIELDS.get(key)
+        if spec is None:
+            raise ConfigFileError(f'{path}: strict decoding error: unknown field "{key}"')
+        try:
+            _apply(cfg, key, spec, value)
+        except (FieldError, TaintError, TypeError, ValueError) as err:
+            raise ConfigFileError(f"{path}: {key}: {err}") from None
+    if not is_zero(doc.get("nodeStatusUpdateFrequency")) and is_zero(doc.get("nodeStatusReportFrequency")):
+        # upstream: an explicit update frequency is also the report frequency unless that is set
+        cfg.node_status_report_frequency = cfg.node_status_update_frequency
     if cfg.cgroup_driver not in ("cgroupfs", "systemd"):
         raise ConfigFileError(f"{path}: cgroupDriver must be cgroupfs or systemd")
+    if not 0 <= cfg.healthz_port <= 65535:
+        raise ConfigFileError(f"{path}: healthzPort: must be between 0 and 65535, inclusive")
     return cfg
 
 
-def _authentication(cfg: AgentConfig, value: dict[str, Any], path: str | Path) -> None:
-    cfg.client_ca_file = ((value.get("x509") or {}).get("clientCAFile")) or cfg.client_ca_file
-    cfg.anonymous_auth = bool((value.get("anonymous") or {}).get("enabled", cfg.anonymous_auth))
-    webhook = value.get("webhook") or {}
-    cfg.webhook_authentication = bool(webhook.get("enabled", cfg.webhook_authentication))
-    if "cacheTTL" in webhook:
-        cfg.webhook_authentication_cache_ttl = parse_duration(webhook["cacheTTL"])
+def _apply(cfg: AgentConfig, key: str, spec: Field, value: Any) -> None:
+    if key in STRUCTURED:
+        STRUCTURED_READERS[key](cfg, value)
+    elif isinstance(spec, Honoured):
+        if spec.pointer or not is_zero(value):
+            setattr(cfg, spec.attr, spec.convert(value))
+    elif isinstance(spec, DefaultOnly) and not at_default(spec, value):
+        shown = "unset" if spec.default is None else json.dumps(spec.default)
+        raise FieldError(f"not supported by pykubelet: only upstream's default ({shown}) is accepted")
 
 
-def _authorization(cfg: AgentConfig, value: dict[str, Any], path: str | Path) -> None:
-    mode = value.get("mode", cfg.authorization_mode)
+def _only_keys(value: Any, allowed: set[str]) -> dict[str, Any]:
+    value = value or {}
+    if not isinstance(value, dict):
+        raise FieldError(f"must be an object, got {value!r}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise FieldError(f'strict decoding error: unknown field "{unknown[0]}"')
+    return value
+
+
+def _authentication(cfg: AgentConfig, value: Any) -> None:
+    value = _only_keys(value, {"x509", "webhook", "anonymous"})
+    x509 = _only_keys(value.get("x509"), {"clientCAFile"})
+    cfg.client_ca_file = x509.get("clientCAFile") or cfg.client_ca_file
+    anonymous = _only_keys(value.get("anonymous"), {"enabled"})
+    if anonymous.get("enabled") is not None:
+        cfg.anonymous_auth = BOOL(anonymous["enabled"])
+    webhook = _only_keys(value.get("webhook"), {"enabled", "cacheTTL"})
+    if webhook.get("enabled") is not None:
+        cfg.webhook_authentication = BOOL(webhook["enabled"])
+    if not is_zero(webhook.get("cacheTTL")):
+        cfg.webhook_authentication_cache_ttl = duration(webhook["cacheTTL"])
+
+
+def _authorization(cfg: AgentConfig, value: Any) -> None:
+    value = _only_keys(value, {"mode", "webhook"})
+    mode = value.get("mode") or cfg.authorization_mode
     if mode not in ("AlwaysAllow", "Webhook"):
-        raise ConfigFileError(f"{path}: authorization.mode must be AlwaysAllow or Webhook, got {mode!r}")
+        raise FieldError(f"mode must be AlwaysAllow or Webhook, got {mode!r}")
     cfg.authorization_mode = mode
-    webhook = value.get("webhook") or {}
-    if "cacheAuthorizedTTL" in webhook:
-        cfg.authorization_authorized_ttl = parse_duration(webhook["cacheAuthorizedTTL"])
-    if "cacheUnauthorizedTTL" in webhook:
-        cfg.authorization_unauthorized_ttl = parse_duration(webhook["cacheUnauthorizedTTL"])
+    webhook = _only_keys(value.get("webhook"), {"cacheAuthorizedTTL", "cacheUnauthorizedTTL"})
+    if not is_zero(webhook.get("cacheAuthorizedTTL")):
+        cfg.authorization_authorized_ttl = duration(webhook["cacheAuthorizedTTL"])
+    if not is_zero(webhook.get("cacheUnauthorizedTTL")):
+        cfg.authorization_unauthorized_ttl = duration(webhook["cacheUnauthorizedTTL"])
+
+
+def _logging(cfg: AgentConfig, value: Any) -> None:
+    """klog's text or component-base's JSON at any verbosity (kubeclient.logsetup); each line is written
+    at once, whatever flushFrequency says."""
+    value = _only_keys(value, {"format", "flushFrequency", "verbosity", "vmodule", "options"})
+    if value.get("format") not in (None, "", "text", "json"):
+        raise FieldError(f'format {value["format"]!r} is not supported (permitted: "json", "text")')
+    if value.get("format"):
+        cfg.logging_format = value["format"]
+    if not is_zero(value.get("vmodule")):
+        raise FieldError("vmodule not supported by pykubelet")
+    options = _only_keys(value.get("options"), {"text", "json"})
+    for name, sub in options.items():
+        sub = _only_keys(sub, {"infoBufferSize", "splitStream"})
+        if any(not is_zero(v) and str(v) != "0" for v in sub.values()):
+            raise FieldError(f"options.{name} not supported by pykubelet (only its defaults)")
+    if value.get("verbosity") is not None:
+        cfg.verbosity = INT(value["verbosity"])
+
+
+def _memory_swap(cfg: AgentConfig, value: Any) -> None:
+    value = _only_keys(value, {"swapBehavior"})
+    if value.get("swapBehavior") not in (None, "", "NoSwap"):
+        raise FieldError(f"swapBehavior {value['swapBehavior']!r} not supported by pykubelet (NoSwap only)")
+
+
+def _register_with_taints(cfg: AgentConfig, value: Any) -> None:
+    cfg.register_with_taints = taints_from_config(value)
+
+
+STRUCTURED_READERS = {
+    "authentication": _authentication,
+    "authorization": _authorization,
+    "logging": _logging,
+    "memorySwap": _memory_swap,
+    "registerWithTaints": _register_with_taints,
+}
+
+
+def swap_on(swaps: str = "/proc/swaps") -> bool:
+    """Whether the host has swap enabled (a line after /proc/swaps' header)."""
+    try:
+        return len(Path(swaps).read_text().strip().splitlines()) > 1
+    except OSError:
+        return False
 
 
 def parse_labels(text: str) -> dict[str, str]:

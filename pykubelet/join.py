@@ -116,6 +116,7 @@ class NodePlan:
     registry_mirror: str
     server_tls_bootstrap: bool
     cri_socket: str = ""  # --cri-socket: the host's runtime (unix://...), or "" for join's own containerd
+    healthz_port: int = 10248  # the rig gives each node of one host its own
 
     @property
     def agent_dir(self) -> Path:
@@ -187,6 +188,7 @@ def kubelet_config(plan: NodePlan) -> dict:
         "clusterDNS": [KUBE_DNS_IP],
         "resolvConf": "/etc/resolv.conf",
         "port": plan.port,
+        "healthzPort": plan.healthz_port,
         "rotateCertificates": True,
         "serverTLSBootstrap": plan.server_tls_bootstrap,
         "authentication": {"x509": {"clientCAFile": str(plan.ca_file)}},

@@ -73,6 +73,7 @@ class NodeController:
         self.images = images
         self.recorder = recorder
         self.node: dict[str, Any] | None = None
+        self.local: dict[str, Any] | None = None  # the Node built here before the API has one
         self.facts: host.HostFacts | None = None
         self.internal_ip = cfg.node_ip
         self._last_reported: dict[str, Any] | None = None
@@ -160,6 +161,11 @@ class NodeController:
             }
             if self.cfg.pod_cidr:
                 body["spec"] = {"podCIDR": self.cfg.pod_cidr, "podCIDRs": [self.cfg.pod_cidr]}
+            if self.cfg.provider_id:
+                body["spec"]["providerID"] = self.cfg.provider_id
+            if self.cfg.register_with_taints:
+                # Only at creation, as upstream's initialNode: an adopted Node keeps the taints it has.
+                body["spec"]["taints"] = [dict(t) for t in self.cfg.register_with_taints]
             try:
                 self.node = await self.client.create("/api/v1/nodes", body)
                 log.info("node registered node=%s", self.cfg.node_name)
@@ -194,6 +200,37 @@ class NodeController:
             else:
                 self.event(NORMAL, event, status_event_message(self.cfg.node_name, event))
         self._pending_events = []
+
+    async def build_local(self) -> dict[str, Any]:
+        """The Node as this agent would register it, built from the host alone (upstream's
+        initialNode): what admission reads before the API has the Node, so static pods start while
+        the control plane is away or not there yet (kubeadm's control plane is static pods)."""
+        if self.facts is None:
+            self.facts = await asyncio.to_thread(host.host_facts)
+        try:
+            status = await self._compute()
+        except (OSError, ValueError, host.NodeIPError) as err:
+            log.warning("local node status not computed error=%r", str(err))
+            status = {"allocatable": {"pods": str(self.cfg.max_pods)}}
+        self._pending_events = []  # announced at registration, against the Node the API holds
+        self.local = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.cfg.node_name, "labels": node_labels(self.cfg, self.facts)},
+            "spec": {"taints": [dict(t) for t in self.cfg.register_with_taints]},
+            "status": status,
+        }
+        return self.local
+
+    def current(self) -> dict[str, Any] | None:
+        """The Node as last read or posted, else the one built here."""
+        return self.node or self.local
+
+    async def refresh(self) -> dict[str, Any] | None:
+        """The Node read from the API's storage now (not its cache: at least as new as any write
+        before this call), kept as the node's current view."""
+        self.node = await self.client.get(self.path)
+        return self.node
 
     def ready(self) -> bool:
         """Whether the Node as last posted says Ready."""

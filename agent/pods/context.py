@@ -5,7 +5,7 @@ CRI pieces on first use); unit tests hand in a fake runtime instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,9 @@ class PodContext:
     node_allocatable: Callable[[], dict[str, str]] = dict
     # The Node as last read or posted, for admission (allocatable, labels, taints).
     node: Callable[[], dict[str, Any] | None] = lambda: None
+    # The Node read from the API now (None: not available): admission asks it before refusing a pod on
+    # labels or taints the cached Node may not show yet.
+    fresh_node: Callable[[], Awaitable[dict[str, Any] | None]] | None = None
     volumes: VolumeManager | None = None
     prober: ProberManager | None = None
     hooks: HookRunner | None = None

@@ -32,6 +32,7 @@ from agent.pods.service_env import NOT_SYNCED, service_env
 from agent.pods.spec import pod_ref
 from agent.probes.hooks import HookRunner
 from agent.probes.result import Target
+from agent.staticpods.keys import is_static
 from agent.volumes import VolumeError, VolumeManager, container_mounts
 from kubeclient.errors import ApiError
 
@@ -231,7 +232,7 @@ class CRIRuntime:
         if volumes is None:
             volumes = await self.volumes.prepare(pod) if self.volumes is not None else {}
         services = self.services()
-        if services is None:
+        if services is None and not is_static(pod):  # a static pod does not wait for the API
             raise ConfigError(NOT_SYNCED)
         env = await resolve_env(
             pod,
@@ -240,7 +241,7 @@ class CRIRuntime:
             self.host_ip(),
             sandbox.ip,
             self.node_allocatable(),
-            service_env(pod, services),
+            service_env(pod, services or []),
         )
         term_file = await asyncio.to_thread(self._termination_file, pod, container["name"])
         hosts = (

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from agent.cri import CRIError, pb
-from agent.kube.pods import pod_by_uid
+from agent.kube.pods import pod_by_name, pod_by_uid
 from agent.pods import labels as L
 from agent.pods.admission import admit
 from agent.pods.backoff import format_go_duration
@@ -30,11 +30,17 @@ from agent.pods.cri_runtime import log_dir_uid, remove_pod_log_dirs
 from agent.pods.events import field_of
 from agent.pods.sysctls import Allowlist
 from agent.pods.worker import PodWorker
+from agent.staticpods.keys import full_name, is_mirror, is_static
+from agent.staticpods.mirror import MirrorPods, current
+from agent.staticpods.source import StaticPodSource
+from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
 
 log = logging.getLogger("agent.pods.manager")
 
 LOG_GC_PERIOD = 60.0  # upstream's garbage collection period
+# Admission refusals a Node newer than the one cached may turn around.
+NODE_STALE_REASONS = ("NodeAffinity", "TaintToleration", "InvalidNodeInfo")
 CONTAINER_STATE_NAMES = {
     pb.CONTAINER_CREATED: "created",
     pb.CONTAINER_RUNNING: "running",
@@ -66,6 +72,9 @@ class PodManager:
         self._last_log_gc = 0.0
         self._sysctls = Allowlist.build(ctx.cfg.allowed_unsafe_sysctls)
         ctx.status.could_have_running = self.could_have_running
+        ctx.status.mirror_of = self.mirror_of
+        self.static: StaticPodSource | None = None  # the pods of staticPodPath
+        self.mirrors: MirrorPods | None = None  # woken when a static or a mirror pod changes
 
     # -- desired state ---------------------------------------------------------------------------
 
@@ -77,12 +86,66 @@ class PodManager:
             on_delete=lambda pod: self.on_pod_event("DELETED", pod),
         )
 
+    def attach_static(self, source: StaticPodSource) -> None:
+        """Static pods as a second source of desired state (upstream's file source beside the API's)."""
+        self.static = source
+
     def pod(self, uid: str) -> dict[str, Any] | None:
+        if self.static is not None and (static := self.static.get(uid)) is not None:
+            return static
         return pod_by_uid(self.informer, uid) if self.informer is not None else None
+
+    def mirror_of(self, static: dict[str, Any]) -> dict[str, Any] | None:
+        """The current mirror pod of a static pod, where its status is written (None: none yet)."""
+        if self.informer is None:
+            return None
+        meta = static["metadata"]
+        api = pod_by_name(self.informer, meta["namespace"], meta["name"])
+        return api if api is not None and is_mirror(api) and current(api, static) else None
+
+    def on_static_change(self, uids: set[str]) -> None:
+        """Static pods came (a worker runs them) or went (their worker stops them)."""
+        for uid in uids:
+            pod = self.static.get(uid) if self.static is not None else None
+            if pod is None:
+                self._seen.pop(uid, None)
+                if uid in self.workers:
+                    self.workers[uid].wake()
+            else:
+                self._seen[uid] = _desired(pod)
+                self._ensure_worker(uid).wake()
+        if self.mirrors is not None:
+            self.mirrors.wake()
+
+    def static_may_start(self, pod: dict[str, Any]) -> bool:
+        """A static pod starts only when no other pod of its full name may still run (upstream's
+        allowStaticPodStart): an edited manifest's new pod waits for the old one to stop."""
+        if not is_static(pod):
+            return True
+        uid, name = pod["metadata"]["uid"], full_name(pod)
+        return not any(
+            w.uid != uid
+            and w.last_pod is not None
+            and full_name(w.last_pod) == name
+            and w.could_have_running()
+            for w in self.workers.values()
+        )
+
+    def _on_mirror_event(self, mirror: dict[str, Any]) -> None:
+        """A mirror pod is shown, never run: its changes are the mirror reconciler's, and the static
+        pod's worker writes its status once a current mirror pod is there."""
+        if self.mirrors is not None:
+            self.mirrors.wake()
+        static = self.static.by_full_name(full_name(mirror)) if self.static is not None else None
+        if static is not None:
+            self.wake(static["metadata"]["uid"])
 
     def on_pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         """Informer handler: a new, deleted or re-specified pod is a reason to sync it. Changes to the
         status alone (mostly our own writes coming back) are not, as upstream's pod config ignores them."""
+        if is_mirror(pod):
+            self._on_mirror_event(pod)
+            return
         uid = pod["metadata"]["uid"]
         if kind == "DELETED":
             self._seen.pop(uid, None)
@@ -113,17 +176,30 @@ class PodManager:
 
     async def admit(self, pod: dict[str, Any]) -> tuple[bool, str, str]:
         """Admission for a pod about to start, one at a time, against the pods admitted and not yet
-        terminated (upstream's canAdmitPod over the active pods)."""
+        terminated (upstream's canAdmitPod over the active pods).
+
+        The scheduler placed the pod against a Node at least as new as the binding; the Node this agent
+        last read may be older (a pod bound right after `kubectl label node`). A refusal on what such a
+        change moves (labels, taints, no Node yet) is therefore checked again against the Node read
+        from the API now, as upstream's node lister has caught up by the time its admission runs."""
         async with self._admission:
             uid = pod["metadata"]["uid"]
             others = [w.last_pod for w in self.workers.values() if w.uid != uid and w.active() and w.last_pod]
             verdict = admit(pod, self.ctx.node(), others, self._sysctls)
+            if not verdict.admit and verdict.reason in NODE_STALE_REASONS and self.ctx.fresh_node is not None:
+                try:
+                    fresh = await self.ctx.fresh_node()
+                except (ApiError, OSError, TimeoutError) as err:
+                    log.warning("node read for admission failed error=%r", str(err))
+                    fresh = None
+                if fresh is not None:
+                    verdict = admit(pod, fresh, others, self._sysctls)
             return verdict.admit, verdict.reason, verdict.message
 
     def _ensure_worker(self, uid: str) -> PodWorker:
         worker = self.workers.get(uid)
         if worker is None:
-            worker = PodWorker(self.ctx, uid, lambda: self.pod(uid), self.admit)
+            worker = PodWorker(self.ctx, uid, lambda: self.pod(uid), self.admit, self.static_may_start)
             self.workers[uid] = worker
             worker.start(self._worker_exited)
         return worker

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.pods.status_patch import merge, normalize, same, status_patch
+from agent.staticpods.keys import is_static
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
 
@@ -49,6 +50,9 @@ class StatusManager:
         # Whether the pod's worker may still have something running: until it says no, a terminal phase
         # is not written (the pod manager answers; with no manager nothing is held back).
         self.could_have_running: Callable[[str], bool] = lambda uid: False
+        # A static pod's status goes to its current mirror pod (None: none yet, nothing written), as
+        # upstream's status manager translates the static pod's UID to its mirror's.
+        self.mirror_of: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda pod: None
         self._written: dict[str, dict[str, Any]] = {}  # the status our last write left in the API
         self._written_rv: dict[str, int] = {}
         self._latest: dict[str, dict[str, Any]] = {}
@@ -65,10 +69,13 @@ class StatusManager:
         """What the API holds of the pod's status as far as this manager knows (the last merged write)."""
         return self._written.get(uid)
 
-    def _held(self, pod: dict[str, Any]) -> dict[str, Any]:
+    def _target(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The API object the pod's status is written to: itself, or a static pod's mirror pod."""
+        return self.mirror_of(pod) if is_static(pod) else pod
+
+    def _held(self, pod: dict[str, Any], uid: str) -> dict[str, Any]:
         """The freshest status the API holds as far as we know: the pod as the informer last saw it,
-        unless our own last write is newer than that."""
-        uid = pod["metadata"]["uid"]
+        unless our own last write is newer than that. (`pod` is the API object, `uid` the key.)"""
         written = self._written.get(uid)
         if written is None or _rv(pod) >= self._written_rv.get(uid, 0):
             return pod.get("status") or {}
@@ -78,7 +85,11 @@ class StatusManager:
         """Hand over a computed status; True if it differs from what the API has (a write is queued)."""
         uid = pod["metadata"]["uid"]
         self._latest[uid] = status
-        held = self._held(pod)
+        target = self._target(pod)
+        if target is None:
+            return False  # a static pod without its mirror pod yet: written once it is there
+        pod = target
+        held = self._held(pod, uid)
         merged = merge(held, normalize(pod, status), self.could_have_running(uid))
         if same(held, merged):
             self._pending.pop(uid, None)
@@ -116,7 +127,7 @@ class StatusManager:
                 continue
             pod, status = entry
             try:
-                await self._patch(pod, status)
+                await self._patch(uid, pod, status)
             except ApiError as err:
                 log.warning("status write failed pod=%s error=%r", pod_path(pod), str(err))
                 await asyncio.sleep(1.0)
@@ -129,19 +140,19 @@ class StatusManager:
             elif uid in self._pending:
                 self._queue.put_nowait(uid)  # a newer status arrived while this one was written
 
-    async def _patch(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
-        uid = pod["metadata"]["uid"]
+    async def _patch(self, uid: str, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write `status` of the pod keyed `uid` to the API object `pod` (a mirror pod for a static one)."""
         assert self.client is not None
-        api = self._held(pod)
+        api = self._held(pod, uid)
         merged = merge(api, normalize(pod, status), self.could_have_running(uid))
         if same(api, merged):
             return
-        body = {"metadata": {"uid": uid}, "status": status_patch(api, merged)}
+        body = {"metadata": {"uid": pod["metadata"]["uid"]}, "status": status_patch(api, merged)}
         try:
             written = await self.client.patch(pod_path(pod) + "/status", body, content_type=STRATEGIC_PATCH)
         except ApiError as err:
             if err.not_found or err.conflict:
-                log.info("status not written, pod gone pod=%s uid=%s", pod_path(pod), uid)
+                log.info("status not written, pod gone pod=%s uid=%s", pod_path(pod), pod["metadata"]["uid"])
                 return
             raise
         self._written[uid] = (written or {}).get("status") or merged

@@ -36,6 +36,7 @@ from kubeclient.errors import ApiError
 log = logging.getLogger("agent.pods.worker")
 
 RETRY_AFTER_ERROR = 5.0
+STATIC_START_RETRY = 0.5  # seconds between looks at whether an older static pod of the name has stopped
 T = TypeVar("T")
 
 Admission = Callable[[dict[str, Any]], Awaitable[tuple[bool, str, str]]]
@@ -52,11 +53,13 @@ class PodWorker:
         uid: str,
         get_pod: Callable[[], dict[str, Any] | None],
         admit: Admission = admit_all,
+        may_start: Callable[[dict[str, Any]], bool] = lambda pod: True,
     ) -> None:
         self.ctx = ctx
         self.uid = uid
         self.get_pod = get_pod
         self.admit = admit
+        self.may_start = may_start
         self.state = PodState(uid, name=uid)
         self.last_pod: dict[str, Any] | None = None
         self.syncs = 0
@@ -174,6 +177,10 @@ class PodWorker:
             return 0.0
         assert pod is not None
         st = self.state
+        if not st.admitted and not self.may_start(pod):
+            # upstream's allowStaticPodStart: an earlier static pod of this name (the manifest before an
+            # edit) is still stopping; this one starts once it has (its ports, its files are free).
+            return STATIC_START_RETRY
         if not st.admitted:
             await self._admit(pod)
         began = time.monotonic()

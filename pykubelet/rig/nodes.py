@@ -55,6 +55,7 @@ class StackNode:
             sandbox_image=stack.images.pause,
             registry_mirror=stack.registry.address,
             server_tls_bootstrap=False,
+            healthz_port=free_port(),
         )
         self.containerd = containerd_for(self.plan)
         self.agent: Daemon | None = None

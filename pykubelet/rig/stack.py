@@ -186,6 +186,8 @@ class Stack:
         self.proxy_table = proxy_table(config.bridge)
         self.proxy_healthz_port = free_port()
         self.kubelet_port = config.kubelet_port or free_port()
+        # Each node of the host its own /healthz port (upstream's 10248 is for one kubelet per host).
+        self.healthz_port = free_port()
         self.agent_config_path = d / "agent" / "kubelet-config.yaml"
         self.pod_logs_dir = d / "pod-logs"
         self._ready: list[str] = []
@@ -366,6 +368,7 @@ class Stack:
             # Pods resolve through the cluster DNS (the kube-dns Service, carried by the service proxy).
             "clusterDNS": [KUBE_DNS_IP],
             "port": self.kubelet_port,
+            "healthzPort": self.healthz_port,
             # The kubelet API accepts client certificates from the cluster's CA (the API server's own).
             "authentication": {"x509": {"clientCAFile": str(self.apiserver.ca_cert)}},
         }

@@ -184,3 +184,30 @@ def test_kernel_gated_safe_sysctls():
 
     assert "net.ipv4.tcp_fin_timeout" not in safe_sysctls("4.4.0-generic")
     assert "net.ipv4.tcp_fin_timeout" in safe_sysctls("6.1.0-18-amd64")
+
+
+async def test_a_label_the_cached_node_lacks_is_checked_against_the_node_read_now():
+    """A pod bound right after `kubectl label node` (issue 30): the agent's cached Node has no label yet,
+    the scheduler's had it; admission asks the API before refusing, and admits."""
+    from agent.pods.manager import PodManager
+    from tests.agent.fakeruntime import FakeRuntime, fake_context
+
+    ctx = fake_context(FakeRuntime())
+    reads: list[int] = []
+    fresh = node(labels={"color": "blue"})
+
+    async def read_now():
+        reads.append(1)
+        return fresh
+
+    ctx.node = lambda: node()
+    ctx.fresh_node = read_now
+    manager = PodManager(ctx)
+    assert await manager.admit(pod("a", nodeSelector={"color": "blue"})) == (True, "", "")
+    assert reads == [1]
+    # still refused when the Node read now does not match either, with upstream's reason
+    ok, reason, message = await manager.admit(pod("b", nodeSelector={"color": "red"}))
+    assert (ok, reason) == (False, "NodeAffinity") and "didn't match Pod's node affinity" in message
+    # a refusal the Node's labels cannot turn around asks nothing
+    await manager.admit(pod("c", requests={"cpu": "64"}))
+    assert reads == [1, 1]

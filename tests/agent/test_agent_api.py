@@ -6,6 +6,7 @@ re-posted only on change.
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
 import ssl
 import uuid
@@ -23,7 +24,6 @@ from agent.app import Agent
 from agent.config import AgentConfig
 from agent.cri import CRIClient, CRIError, pb
 from agent.pods import labels as L
-from agent.pods.qos import remove_pod_cgroup
 from e2e.waiting import wait_for_async
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
@@ -33,6 +33,7 @@ from pykubelet.rig.images import RigImages
 from pykubelet.rig.process import free_port
 from pykubelet.rig.refcni import ReferenceBridgeNetwork
 from pykubelet.rig.registry import Registry
+from tests.agent.conftest import module_containerd
 
 pytestmark = pytest.mark.integration
 
@@ -52,20 +53,11 @@ def own_containerd(
     test_images: RigImages,
     ref_network: ReferenceBridgeNetwork,
 ) -> Iterator[Containerd]:
-    """A containerd for this module alone: the agent cleans up every pod sandbox it does not know, so it
-    must not share a runtime with other suites' sandboxes."""
-    ctd = Containerd(
-        tmp_path_factory.mktemp("ctd"),
-        cni_bin_dir=ref_network.bin_dir,
-        cni_conf_dir=ref_network.conf_dir,
-        sandbox_image=test_images.pause,
-        registry=registry.address,
-    )
-    ctd.start()
-    yield ctd
-    left = ctd.stop()
-    remove_pod_cgroup(CGROUP_ROOT)
-    assert left.empty(), f"containerd teardown left {left}"
+    """A containerd for this module alone."""
+    with module_containerd(
+        tmp_path_factory.mktemp("ctd"), registry, test_images, ref_network, CGROUP_ROOT
+    ) as ctd:
+        yield ctd
 
 
 @pytest.fixture(scope="module")
@@ -568,3 +560,37 @@ async def test_node_events_reach_the_api(agent: Agent, admin: KubeClient):
         "component": "kubelet",
         "host": node,
     }
+
+
+async def test_a_pod_bound_right_after_its_node_label_runs(agent: Agent, admin: KubeClient, test_images):
+    """Issue 30: the scheduler saw the label, the agent's cached Node did not yet; admission checks the
+    Node as the API holds it now before refusing, so the pod runs instead of failing NodeAffinity."""
+    assert agent.node is not None and agent.node.node is not None
+    node = agent.cfg.node_name
+    key = f"example.com/fresh-{uuid.uuid4().hex[:6]}"
+    before = copy.deepcopy(agent.node.node)
+    await admin.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {key: "yes"}}})
+    agent.node.node = before  # the agent's view is still the Node from before the label
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"fresh-{uuid.uuid4().hex[:6]}", "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "nodeSelector": {key: "yes"},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "main", "image": test_images.busybox_pinned, "command": ["sleep", "3600"]}
+            ],
+        },
+    }
+    created = await admin.create("/api/v1/namespaces/default/pods", pod)
+    path = f"/api/v1/namespaces/default/pods/{created['metadata']['name']}"
+
+    async def settled():
+        got = await admin.get(path)
+        return got["status"].get("phase") in ("Running", "Failed") and got
+
+    got = await wait_for_async(settled, timeout=30.0, interval=0.2)
+    assert got["status"]["phase"] == "Running", got["status"]
+    await admin.delete(path)

@@ -106,7 +106,7 @@ def test_config_file_and_flags(tmp_path: Path):
     path.write_text(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npodCIDR: 10.1.0.0/24\n"
         "podLogsDir: /tmp/logs\nclusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nport: 10260\n"
-        "nodeStatusUpdateFrequency: 5s\nnodeStatusReportFrequency: 1m0s\nmaxPods: 20\nunknownField: 1\n"
+        "nodeStatusUpdateFrequency: 5s\nnodeStatusReportFrequency: 1m0s\nmaxPods: 20\n"
         "authentication:\n  x509:\n    clientCAFile: /pki/ca.crt\n  anonymous:\n    enabled: true\naddress: 127.0.0.1\n"
     )
     import argparse

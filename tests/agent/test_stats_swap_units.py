@@ -127,14 +127,21 @@ def test_the_runtime_is_the_peer_of_its_socket(tmp_path: Path) -> None:
 
 
 def test_kubelet_and_runtime_cgroups_come_from_the_kubelet_configuration(tmp_path: Path) -> None:
-    from agent.config import load_config_file
+    """kubeletCgroups from the file; runtimeCgroups is a flag only upstream (--runtime-cgroups)."""
+    import argparse
+
+    from agent.cli import add_arguments, build_config
 
     path = tmp_path / "kubelet.yaml"
     path.write_text(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
-        "kubeletCgroups: /system.slice/kubelet.service\nruntimeCgroups: /system.slice/containerd.service\n"
+        "kubeletCgroups: /system.slice/kubelet.service\n"
     )
-    cfg = load_config_file(path)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg = build_config(
+        parser.parse_args(["--config", str(path), "--runtime-cgroups", "/system.slice/containerd.service"])
+    )
     assert (cfg.kubelet_cgroups, cfg.runtime_cgroups) == (
         "/system.slice/kubelet.service",
         "/system.slice/containerd.service",
