@@ -8,8 +8,8 @@ import json
 import time
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kubeclient.exposition import CONTENT_TYPE, render
 from serviceproxy.metrics import ProxyMetrics
 from serviceproxy.proxier import Health
 
@@ -35,9 +35,7 @@ def healthz_app(health: Health) -> web.Application:
 
 def metrics_app(metrics: ProxyMetrics) -> web.Application:
     async def handle(_request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+        return web.Response(body=render([metrics.registry]), headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get("/metrics", handle)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Gauge
 
 from controlplane.controllers.base import Controller, ControllerContext
 from controlplane.controllers.clientbuilder import ClientBuilder, RootClientBuilder, ServiceAccountCredentials
@@ -29,6 +29,7 @@ from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventloop import termination_event
+from kubeclient.exposition import CONTENT_TYPE, render
 from kubeclient.leaderelection import LeaderElection, LeaderElector, run_as_leader
 from kubeclient.serving import ensure_self_signed, server_context
 
@@ -180,9 +181,7 @@ class ControllerManager:
             return web.Response(status=401, text="Unauthorized")
         for controller in self.controllers:
             controller.queue.observe_unfinished()
-        return web.Response(
-            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+        return web.Response(body=render([self.registry]), headers={"Content-Type": CONTENT_TYPE})
 
 
 def _has_client_certificate(request: web.Request) -> bool:
