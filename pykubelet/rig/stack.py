@@ -183,8 +183,13 @@ class Stack:
         self.metrics_server_port = free_port()
         self.dns_port = free_port()
         self.dns_address = ""
+        # CoreDNS's /health, /ready and /metrics (8080, 8181, 9153 upstream), per stack on this host.
+        self.dns_health_port = free_port()
+        self.dns_ready_port = free_port()
+        self.dns_metrics_port = free_port()
         self.proxy_table = proxy_table(config.bridge)
         self.proxy_healthz_port = free_port()
+        self.proxy_metrics_port = free_port()
         self.kubelet_port = config.kubelet_port or free_port()
         self.agent_config_path = d / "agent" / "kubelet-config.yaml"
         self.pod_logs_dir = d / "pod-logs"
@@ -509,7 +514,7 @@ class Stack:
             "--healthz-bind-address",
             f"127.0.0.1:{self.proxy_healthz_port}",
             "--metrics-bind-address",
-            "",
+            f"127.0.0.1:{self.proxy_metrics_port}",
             # the API server's service range (it serves no ServiceCIDR objects for the proxy to read)
             "--service-cidrs",
             "10.96.0.0/16",
@@ -572,6 +577,12 @@ class Stack:
             self.dns_address,
             "--port",
             str(self.dns_port),
+            "--health-bind-address",
+            f"127.0.0.1:{self.dns_health_port}",
+            "--ready-bind-address",
+            f"127.0.0.1:{self.dns_ready_port}",
+            "--metrics-bind-address",
+            f"127.0.0.1:{self.dns_metrics_port}",
         ]
         self.dns = Daemon(
             "pykubelet dns", argv, self.config.state_dir / "dns" / "dns.log", on_spawn=self._spawned
