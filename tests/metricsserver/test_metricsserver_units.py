@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict
 
-from metricsserver.auth import RequestHeaderConfig, from_headers
+from kubeclient.delegatedauth import RequestHeaderConfig, from_headers
 from metricsserver.points import ParseError, parse
 from metricsserver.shapes import cpu_quantity, go_duration, memory_quantity, node_metrics, pod_metrics
 from metricsserver.storage import MetricsStore
