@@ -88,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "/var/lib/pykubelet/local-path-provisioner)",
     )
     parser.add_argument(
+        "--scheduler-port",
+        type=int,
+        default=10259,
+        help="the scheduler's healthz/metrics HTTPS port (0: none)",
+    )
+    parser.add_argument(
         "--controller-manager-port",
         type=int,
         default=10257,
@@ -205,7 +211,14 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
         # Each child on its own identity, from the kubeconfigs the server wrote (kubeadm's scheduler.conf and
         # controller-manager.conf); the controller manager runs each controller as its service account.
         if args.scheduler:
-            command = component_command("scheduler", data / SCHEDULER_KUBECONFIG, args.scheduler_config)
+            command = component_command("scheduler", data / SCHEDULER_KUBECONFIG, args.scheduler_config) + [
+                "--secure-port",
+                str(args.scheduler_port),
+                "--cert-dir",
+                str(data / "scheduler"),
+                "--client-ca-file",
+                str(pki / "ca.crt"),
+            ]
             children.append(asyncio.create_task(supervise(command, stop, data / "scheduler.log")))
         if args.controllers:
             command = component_command("controller-manager", data / CONTROLLER_MANAGER_KUBECONFIG) + [

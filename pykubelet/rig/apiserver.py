@@ -55,6 +55,7 @@ class ApiServer:
         scheduler: bool = False,
         controllers: bool = False,
         controller_manager_port: int | None = None,
+        scheduler_port: int | None = None,
         service_account_admission: bool | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -68,6 +69,7 @@ class ApiServer:
         self.scheduler = scheduler
         self.controllers = controllers
         self.controller_manager_port = controller_manager_port or (free_port() if controllers else 0)
+        self.scheduler_port = scheduler_port or (free_port() if scheduler else 0)
         self.extra_args = list(extra_args or []) + (etcd.server_args() if etcd is not None else [])
         if host != "127.0.0.1":
             self.extra_args += ["--bind-address", host]
@@ -90,6 +92,8 @@ class ApiServer:
             "--controllers" if self.controllers else "--no-controllers",
             "--controller-manager-port",
             str(self.controller_manager_port),
+            "--scheduler-port",
+            str(self.scheduler_port),
             *self.extra_args,
         ]
 
