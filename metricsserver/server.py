@@ -9,12 +9,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
 
 from kubeclient.client import KubeClient
 from kubeclient.delegatedauth import DelegatedAuth, Request, path_request, status
+from kubeclient.exposition import CONTENT_TYPE
 from kubeclient.informer import Informer
 from kubeclient.selectors import SelectorError, parse_fields, parse_labels
 from metricsserver import openapi, shapes
@@ -43,6 +45,8 @@ class MetricsServer:
         self.auth = auth
         self.resolution = resolution
         self.store = MetricsStore()
+        self.metrics = scraper.metrics
+        self.metrics.points = self.store.point_counts
         self.nodes = Informer(client, "/api/v1/nodes")
         self.pods = Informer(client, "/api/v1/pods")
         self.rounds = 0
@@ -69,8 +73,10 @@ class MetricsServer:
             await asyncio.sleep(max(0.0, self.resolution - (loop.time() - began)))
 
     async def scrape_once(self) -> None:
+        began = time.monotonic()
         samples = await self.scraper.scrape(self.nodes.list())
         self.store.store(samples)
+        self.metrics.tick_duration.observe(time.monotonic() - began)
         self.rounds += 1
         log.debug("event=scraped nodes=%d round=%d", len(samples), self.rounds)
 
@@ -82,6 +88,7 @@ class MetricsServer:
         for path in ("/healthz", "/livez"):
             r.add_get(path, self._ok)
         r.add_get("/readyz", self._ready)
+        r.add_get("/metrics", self._metrics)
         r.add_get("/apis", lambda _: self._doc(shapes.api_group_list()))
         r.add_get(f"/apis/{shapes.GROUP}", lambda _: self._doc(shapes.api_group()))
         r.add_get(PREFIX, lambda _: self._doc(shapes.resource_list()))
@@ -114,6 +121,9 @@ class MetricsServer:
 
     async def _ok(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _ready(self, request: web.Request) -> web.Response:
         if self.rounds == 0:

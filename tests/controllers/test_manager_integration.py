@@ -114,9 +114,7 @@ def _get(url: str, cert: tuple[Path, Path] | None = None) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-def test_healthz_is_open_and_metrics_need_authorization(
-    server: ApiServer, v1: client.CoreV1Api
-) -> None:
+def test_healthz_is_open_and_metrics_need_authorization(server: ApiServer, v1: client.CoreV1Api) -> None:
     new_namespace(v1)  # some work for the queues
     base = f"https://127.0.0.1:{server.controller_manager_port}"
     assert wait_for(lambda: _get(f"{base}/healthz")[0] == 200, what="healthz", timeout=30.0, interval=0.1)
