@@ -149,7 +149,8 @@ def endpoints(stack) -> dict[str, str]:  # type: ignore[no-untyped-def]
         "scheduler": f"https://127.0.0.1:{api.scheduler_port}/metrics",
         "controller manager": f"https://127.0.0.1:{api.controller_manager_port}/metrics",
         "dns": f"http://127.0.0.1:{stack.dns_metrics_port}/metrics",
-        "metrics server": f"https://127.0.0.1:{stack.metrics_server_port}/metrics",
+        # on the node address, as the rig binds it (the aggregator reaches it there)
+        "metrics server": f"https://{stack.dns_address}:{stack.metrics_server_port}/metrics",
     }
 
 
@@ -158,7 +159,12 @@ def test_every_components_metrics_pass_promtool(stack) -> None:  # type: ignore[
     admin = (stack.apiserver.data_dir / "pki" / "admin.crt", stack.apiserver.data_dir / "pki" / "admin.key")
     failures: dict[str, list[str]] = {}
     for name, url in endpoints(stack).items():
-        text = wait_for(lambda url=url: scrape(url, admin), timeout=30, interval=0.5, retrying=(OSError,))
+        try:
+            text = wait_for(lambda url=url: scrape(url, admin), timeout=30, interval=0.5, retrying=(OSError,))
+        except OSError:
+            for log in sorted(stack.config.state_dir.rglob("*.log")):
+                print(f"--- {log}\n{log.read_text(errors='replace')[-2000:]}")
+            raise
         assert text.strip(), f"{name}: empty exposition at {url}"
         errors, findings = promtool(text)
         errors += duplicates_and_created(text)
