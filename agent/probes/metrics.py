@@ -51,13 +51,13 @@ class ProbeMetrics:
         self.registry = r = CollectorRegistry(auto_describe=False)
         self.totals = Counter(
             "prober_probe_total",
-            "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
             ["probe_type", "result"],
             registry=r,
         )
         self.durations = Histogram(
             "prober_probe_duration_seconds",
-            "Duration in seconds for a probe response.",
+            "[ALPHA] Duration in seconds for a probe response.",
             ["probe_type", "handler"],
             buckets=BUCKETS,
             registry=r,
