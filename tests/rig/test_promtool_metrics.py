@@ -25,8 +25,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.waiting import wait_for
-from pykubelet.rig.leaks import Scope
-from pykubelet.rig.netlease import lease_network
+from tests.rig.stacks import leased_stack
 
 pytestmark = pytest.mark.integration
 
@@ -40,29 +39,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         pytest.skip("the stack needs root")
     if shutil.which("promtool") is None:
         pytest.fail("promtool is missing: ./dev test installs Debian's prometheus package")
-    from pykubelet.rig.stack import Stack, StackConfig, proxy_table
-
-    with lease_network("pm") as net:
-        config = StackConfig(
-            state_dir=tmp_path_factory.mktemp("promtool-stack"),
-            node_name="promtool-node",
-            bridge=net.bridge,
-            pod_cidr=net.pod_cidr,
-        )
-        scope = Scope.of(
-            config.state_dir,
-            bridges=[net.bridge],
-            pod_cidrs=[net.pod_cidr],
-            nft_tables=[f"ip {proxy_table(net.bridge)}"],
-        )
-        s = Stack(config)
-        s.start()
-        try:
-            yield s
-        finally:
-            problems = s.stop()
-            assert not problems, problems
-            assert not scope.leaked()
+    with leased_stack(tmp_path_factory.mktemp("promtool-stack"), "pm", "promtool-node") as s:
+        yield s
 
 
 def scrape(url: str, cert: tuple[Path, Path] | None) -> str:
