@@ -55,7 +55,16 @@ async def _main(args: argparse.Namespace) -> int:
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
     from kubeclient.httpserve import serve as serve_http
+    from kubeclient.httpserve import split_address
 
+    for flag in ("health_bind_address", "ready_bind_address", "metrics_bind_address"):
+        value = getattr(args, flag)
+        try:
+            if value:
+                split_address(value)
+        except ValueError as err:
+            log.error("--%s: %s", flag.replace("_", "-"), err)
+            return 2
     client = KubeClient(load_kubeconfig(args.kubeconfig), component="coredns")
     zone = ClusterZone(client, args.cluster_domain)
     metrics = DnsMetrics(server_label(args.bind_address, args.port))

@@ -130,3 +130,26 @@ def _answers(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_an_address_that_is_not_host_port_is_refused_at_start(tmp_path: Path) -> None:
+    import subprocess
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pykubelet",
+            "dns",
+            "--kubeconfig",
+            str(tmp_path / "none"),
+            "--ready-bind-address",
+            "8181",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "--ready-bind-address: invalid address '8181': want host:port" in out.stderr
