@@ -59,7 +59,7 @@ class ControllerManager:
         self.registry = CollectorRegistry()
         self.is_leader = Gauge(
             "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates "
             "backup, 1 indicates master. 'name' is the string used to identify the lease.",
             ["name"],
             registry=self.registry,
