@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.process import Daemon, free_port
+from pykubelet.rig.stack import dns_argv
 from tests.clusterdns.test_dns_server_integration import DNS_GROUPS, DNS_USER
 
 pytestmark = pytest.mark.integration
@@ -36,24 +37,9 @@ class DnsProcess:
     def __init__(self, kubeconfig: Path, log: Path) -> None:
         self.port, self.health, self.ready, self.metrics = (free_port() for _ in range(4))
         argv = [
-            sys.executable,
-            "-m",
-            "pykubelet",
-            "dns",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--bind-address",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
+            *dns_argv(kubeconfig, "127.0.0.1", self.port, (self.health, self.ready, self.metrics)),
             "--resolv-conf",
             "/nonexistent",
-            "--health-bind-address",
-            f"127.0.0.1:{self.health}",
-            "--ready-bind-address",
-            f"127.0.0.1:{self.ready}",
-            "--metrics-bind-address",
-            f"127.0.0.1:{self.metrics}",
         ]
         self.daemon = Daemon("pykubelet dns", argv, log)
 
