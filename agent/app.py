@@ -424,9 +424,9 @@ class Agent:
             ips.append(self.node.internal_ip)
         return hostnames or [self.cfg.node_name], ips
 
-    def _probe_metrics(self) -> str:
+    def _probe_metrics(self) -> bytes:
         prober = self.pods.ctx.prober if self.pods is not None else None
-        return prober.metrics.exposition() if prober is not None else ""
+        return prober.metrics.exposition() if prober is not None else b""
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)

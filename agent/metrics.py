@@ -1,15 +1,13 @@
 """The kubelet's own metrics, served at /metrics with upstream's names, help texts, labels and buckets
 (pkg/kubelet/metrics/metrics.go): what the pod workers, the PLEG-like relist and the CRI client report
-through small hooks. One registry per agent (tests run several agents in one process), rendered without
-prometheus_client's `_created` series, which upstream's component-base never writes."""
+through small hooks. One registry per agent (tests run several agents in one process), rendered by
+kubeclient.exposition (no `_created` series, which upstream's component-base never writes)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from kubeclient.exposition import render
 
 # prometheus.DefBuckets
 DEF_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -49,25 +47,6 @@ CONTAINER_STATES = ("created", "running", "exited", "unknown")
 
 def _alpha(text: str) -> str:
     return f"[ALPHA] {text}"
-
-
-class _WithoutCreated(Collector):
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
-
-    def collect(self) -> Iterator[Metric]:
-        for metric in self.registry.collect():
-            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
-            if metric.samples:  # as Prometheus' Go client, a family without samples is not written
-                yield metric
-
-
-def exposition(registries: Iterable[CollectorRegistry]) -> bytes:
-    """The text format of the registries together, as component-base writes it (no `_created`)."""
-    out = CollectorRegistry(auto_describe=False)
-    for registry in registries:
-        out.register(_WithoutCreated(registry))
-    return generate_latest(out)
 
 
 class KubeletMetrics:
@@ -178,4 +157,4 @@ class KubeletMetrics:
         self.pod_start_duration.observe(seconds)
 
     def exposition(self) -> bytes:
-        return exposition([self.registry])
+        return render([self.registry])

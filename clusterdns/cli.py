@@ -33,31 +33,69 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resolv-conf", type=Path, default=Path("/etc/resolv.conf"), help="where the upstreams are"
     )
+    # CoreDNS's health, ready and prometheus plugins, on their default ports ('' turns one off, port 0
+    # takes a free one: several stacks on one host each get their own).
+    parser.add_argument(
+        "--health-bind-address", default="0.0.0.0:8080", help="host:port of /health (default 0.0.0.0:8080)"
+    )
+    parser.add_argument(
+        "--ready-bind-address", default="0.0.0.0:8181", help="host:port of /ready (default 0.0.0.0:8181)"
+    )
+    parser.add_argument(
+        "--metrics-bind-address", default="0.0.0.0:9153", help="host:port of /metrics (default 0.0.0.0:9153)"
+    )
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from clusterdns.endpoints import health_app, metrics_app, ready_app
+    from clusterdns.metrics import DnsMetrics, server_label
     from clusterdns.server import Resolver, serve
     from clusterdns.watch import ClusterZone
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
+    from kubeclient.httpserve import serve as serve_http
+    from kubeclient.httpserve import split_address
 
+    for flag in ("health_bind_address", "ready_bind_address", "metrics_bind_address"):
+        value = getattr(args, flag)
+        try:
+            if value:
+                split_address(value)
+        except ValueError as err:
+            log.error("--%s: %s", flag.replace("_", "-"), err)
+            return 2
     client = KubeClient(load_kubeconfig(args.kubeconfig), component="coredns")
     zone = ClusterZone(client, args.cluster_domain)
-    await zone.start()
-    resolver = Resolver(zone.zone, upstreams(args.resolv_conf, {args.bind_address}))
-    servers = await serve(resolver, args.bind_address, args.port)
-    log.info(
-        "serving address=%s port=%d domain=%s upstreams=%s",
-        args.bind_address,
-        servers.port,
-        args.cluster_domain,
-        ",".join(resolver.upstreams) or "-",
-    )
-    stop = termination_event()
+    metrics = DnsMetrics(server_label(args.bind_address, args.port))
+    runners = []
     try:
-        await stop.wait()
+        for address, app, what in (
+            (args.health_bind_address, health_app(), "health"),
+            (args.ready_bind_address, ready_app(lambda: [] if zone.synced else ["kubernetes"]), "ready"),
+            (args.metrics_bind_address, metrics_app(metrics), "metrics"),
+        ):
+            if address:
+                runner, port = await serve_http(app, address)
+                runners.append(runner)
+                log.info("serving %s port=%d", what, port)
+        await zone.start()
+        resolver = Resolver(zone.zone, upstreams(args.resolv_conf, {args.bind_address}), metrics)
+        servers = await serve(resolver, args.bind_address, args.port)
+        log.info(
+            "serving address=%s port=%d domain=%s upstreams=%s",
+            args.bind_address,
+            servers.port,
+            args.cluster_domain,
+            ",".join(resolver.upstreams) or "-",
+        )
+        stop = termination_event()
+        try:
+            await stop.wait()
+        finally:
+            await servers.close()
     finally:
-        await servers.close()
+        for runner in runners:
+            await runner.cleanup()
         await zone.stop()
         await client.close()
     return 0

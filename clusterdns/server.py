@@ -11,16 +11,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dnslib import AAAA, CNAME, PTR, QTYPE, RCODE, RR, SOA, SRV, A, DNSHeader, DNSLabel, DNSRecord
 from dnslib.dns import DNSError
 
+from clusterdns.metrics import DnsMetrics
 from clusterdns.records import TTL, Answer, Record, Zone
 
 log = logging.getLogger("dns")
 UPSTREAM_TIMEOUT = 2.0
+# The plugins credited with an answer in coredns_dns_responses_total.
+KUBERNETES, FORWARD = "kubernetes", "forward"
 
 
 def _rdata(record: Record):  # type: ignore[no-untyped-def]
@@ -64,13 +68,16 @@ MEMO_SIZE = 10_000
 class Resolver:
     zone: Callable[[], Zone]
     upstreams: list[str]
+    metrics: DnsMetrics | None = None
     # Replies to in-zone questions for the current zone, by the query's bytes after its id: an answer is
     # a pure function of those and the zone, so a repeated question skips parsing and packing. Cleared
     # whenever the zone is rebuilt (and when full).
     _memo: dict[tuple[bytes, bool], bytes] = field(default_factory=dict, init=False, repr=False)
     _memo_zone: Zone | None = field(default=None, init=False, repr=False)
 
-    async def handle(self, data: bytes, tcp: bool = False) -> bytes | None:
+    async def handle(self, data: bytes, tcp: bool = False, family: int = 1) -> bytes | None:
+        """The reply to one query (None: nothing to send); `family` 1 for IPv4, 2 for IPv6 peers."""
+        started = time.perf_counter()
         zone = self.zone()
         if zone is not self._memo_zone or len(self._memo) >= MEMO_SIZE:
             self._memo.clear()
@@ -78,34 +85,43 @@ class Resolver:
         key = (bytes(data[2:]), tcp)
         hit = self._memo.get(key)
         if hit is not None and len(data) >= 12:
-            return bytes(data[:2]) + hit
-        reply = await self._handle(data, zone, tcp)
+            reply: bytes | None = bytes(data[:2]) + hit
+            plugin = KUBERNETES
+        else:
+            reply, plugin = await self._handle(data, zone, tcp)
+        if reply is not None and self.metrics is not None:
+            self.metrics.report(data, reply, plugin, tcp, family, time.perf_counter() - started)
         return reply
 
-    async def _handle(self, data: bytes, zone: Zone, tcp: bool) -> bytes | None:
+    def panicked(self) -> None:
+        if self.metrics is not None:
+            self.metrics.panics.inc()
+
+    async def _handle(self, data: bytes, zone: Zone, tcp: bool) -> tuple[bytes | None, str]:
+        """The reply and the plugin CoreDNS would credit with it ("" before the plugin chain)."""
         try:
             query = DNSRecord.parse(data)
         except (DNSError, struct.error, ValueError, IndexError, UnicodeDecodeError):
-            return _error(data, RCODE.FORMERR)
+            return _error(data, RCODE.FORMERR), ""
         if query.header.qr:
-            return None  # a response sent to us: ignore it
+            return None, ""  # a response sent to us: ignore it
         if query.header.opcode != 0:
-            return self._reply(query, RCODE.NOTIMP)
+            return self._reply(query, RCODE.NOTIMP), ""
         if len(query.questions) != 1:
-            return self._reply(query, RCODE.FORMERR)
+            return self._reply(query, RCODE.FORMERR), ""
         question = query.questions[0]
         if len(question.qname) > 253:  # longer than a name may be: it cannot even be echoed back
-            return _error(data, RCODE.FORMERR)
+            return _error(data, RCODE.FORMERR), ""
         name = str(question.qname)
         if zone.in_zone(name):
             qtype = QTYPE.get(question.qtype, str(question.qtype))
             answer = zone.lookup(name, qtype)
             if answer.external or answer.external_extra:  # upstream's data: answered afresh every time
-                return self._answer(query, zone, answer, tcp, *await self._outside(answer, qtype))
+                return self._answer(query, zone, answer, tcp, *await self._outside(answer, qtype)), KUBERNETES
             reply = self._answer(query, zone, answer, tcp)
             self._memo[(bytes(data[2:]), tcp)] = reply[2:]
-            return reply
-        return await self._forward(query, data)
+            return reply, KUBERNETES
+        return await self._forward(query, data), FORWARD
 
     async def _outside(self, answer: Answer, qtype: str) -> tuple[list[RR], list[RR]]:
         """The records of targets outside the zone, asked of the upstream resolvers as CoreDNS asks its
@@ -171,8 +187,12 @@ class Resolver:
                 log.warning("forward failed upstream=%s error=%s", upstream, err)
                 continue
             try:
+                sent = time.perf_counter()
                 transport.sendto(data)
-                return await asyncio.wait_for(future, UPSTREAM_TIMEOUT)
+                reply = await asyncio.wait_for(future, UPSTREAM_TIMEOUT)
+                if self.metrics is not None:
+                    self.metrics.forwarded(f"{host}:{port or 53}", reply, time.perf_counter() - sent)
+                return reply
             except (TimeoutError, OSError):
                 log.warning("no answer upstream=%s name=%s", upstream, query.q.qname)
             finally:
@@ -204,23 +224,27 @@ class _Udp(asyncio.DatagramProtocol):
 
     async def _answer(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
-            reply = await self.resolver.handle(data)
+            reply = await self.resolver.handle(data, family=2 if ":" in addr[0] else 1)
         except Exception:  # never let one query take the server down
             log.exception("query failed peer=%s", addr[0])
+            self.resolver.panicked()
             reply = _error(data, RCODE.SERVFAIL)
         if reply is not None and self.transport is not None:
             self.transport.sendto(reply, addr)
 
 
 async def _tcp_client(resolver: Resolver, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    peer = writer.get_extra_info("peername")
+    family = 2 if peer and ":" in str(peer[0]) else 1
     try:
         while True:
             size = struct.unpack("!H", await reader.readexactly(2))[0]
             data = await reader.readexactly(size)
             try:
-                reply = await resolver.handle(data, tcp=True)
+                reply = await resolver.handle(data, tcp=True, family=family)
             except Exception:
                 log.exception("query failed over TCP")
+                resolver.panicked()
                 reply = _error(data, RCODE.SERVFAIL)
             if reply is None:
                 break

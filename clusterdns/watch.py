@@ -26,6 +26,11 @@ class ClusterZone:
     def _changed(self, *_: object) -> None:
         self._stale = True
 
+    @property
+    def synced(self) -> bool:
+        """Both informers have listed once (CoreDNS's kubernetes plugin reports ready from then on)."""
+        return self.services.synced.is_set() and self.slices.synced.is_set()
+
     def zone(self) -> Zone:
         if self._stale:
             self._stale = False

@@ -137,6 +137,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "/var/lib/pykubelet/local-path-provisioner)",
     )
     parser.add_argument(
+        "--scheduler-port",
+        type=int,
+        default=10259,
+        help="the scheduler's healthz/metrics HTTPS port (0: none)",
+    )
+    parser.add_argument(
         "--controller-manager-port",
         type=int,
         default=10257,
@@ -342,7 +348,14 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
         if args.scheduler:
             command = component_command(
                 "scheduler", data / SCHEDULER_KUBECONFIG, args.scheduler_config, *log_flags
-            )
+            ) + [
+                "--secure-port",
+                str(args.scheduler_port),
+                "--cert-dir",
+                str(data / "scheduler"),
+                "--client-ca-file",
+                str(pki / "ca.crt"),
+            ]
             children.append(asyncio.create_task(supervise(command, stop, data / "scheduler.log")))
         if args.controllers:
             command = component_command(

@@ -105,36 +105,43 @@ def default_controller_rate_limiter() -> MaxOfRateLimiter:
 
 
 class QueueMetrics:
-    """client-go's workqueue metrics in a Prometheus registry; one instance per registry."""
+    """client-go's workqueue metrics in a Prometheus registry; one instance per registry. The help texts
+    carry "[ALPHA] ", as component-base's workqueue metrics provider registers them in upstream's
+    components."""
 
     _instances: dict[int, QueueMetrics] = {}
 
     def __init__(self, registry: CollectorRegistry) -> None:
         buckets = tuple(10.0**e for e in range(-8, 2))  # 10 ns .. 10 s, client-go's
-        self.depth = Gauge("workqueue_depth", "Current depth of workqueue", ["name"], registry=registry)
+        self.depth = Gauge(
+            "workqueue_depth", "[ALPHA] Current depth of workqueue", ["name"], registry=registry
+        )
         self.adds = Counter(
-            "workqueue_adds", "Total number of adds handled by workqueue", ["name"], registry=registry
+            "workqueue_adds", "[ALPHA] Total number of adds handled by workqueue", ["name"], registry=registry
         )
         self.retries = Counter(
-            "workqueue_retries", "Total number of retries handled by workqueue", ["name"], registry=registry
+            "workqueue_retries",
+            "[ALPHA] Total number of retries handled by workqueue",
+            ["name"],
+            registry=registry,
         )
         self.latency = Histogram(
             "workqueue_queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested.",
+            "[ALPHA] How long in seconds an item stays in workqueue before being requested.",
             ["name"],
             buckets=buckets,
             registry=registry,
         )
         self.work = Histogram(
             "workqueue_work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes.",
+            "[ALPHA] How long in seconds processing an item from workqueue takes.",
             ["name"],
             buckets=buckets,
             registry=registry,
         )
         self.unfinished = Gauge(
             "workqueue_unfinished_work_seconds",
-            "How many seconds of work has done that is in progress and hasn't been observed by work_duration. "
+            "[ALPHA] How many seconds of work has done that is in progress and hasn't been observed by work_duration. "
             "Large values indicate stuck threads. One can deduce the number of stuck threads by observing the "
             "rate at which this increases.",
             ["name"],
@@ -142,7 +149,7 @@ class QueueMetrics:
         )
         self.longest = Gauge(
             "workqueue_longest_running_processor_seconds",
-            "How many seconds has the longest running processor for workqueue been running.",
+            "[ALPHA] How many seconds has the longest running processor for workqueue been running.",
             ["name"],
             registry=registry,
         )

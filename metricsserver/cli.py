@@ -10,21 +10,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import ssl
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kubeclient.duration import format_go_duration
 from kubeclient.eventloop import run_component, termination_event
 from kubeclient.flags import StringSlice, go_duration
-from kubeclient.tlsverify import go_compatible
-
-if TYPE_CHECKING:
-    from kubeclient.client import KubeClient
-    from metricsserver.auth import RequestHeaderConfig
 
 log = logging.getLogger("metricsserver")
-CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
 SERVICE_NAME = "metrics-server.kube-system.svc"
 
 
@@ -89,60 +81,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def serving_context(cert: Path, key: Path, cas: list[str]) -> ssl.SSLContext:
-    ctx = go_compatible(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
-    ctx.load_cert_chain(str(cert), str(key))
-    for pem in cas:
-        if pem.strip():
-            ctx.load_verify_locations(cadata=pem)
-    ctx.verify_mode = ssl.CERT_OPTIONAL  # a certificate is verified when sent; bearer tokens need none
-    return ctx
-
-
-async def _requestheader(client: KubeClient, args: argparse.Namespace) -> tuple[RequestHeaderConfig, str]:
-    """The requestheader settings and the client CA: flags first, else the API server's ConfigMap."""
-    from kubeclient.errors import ApiError
-    from metricsserver.auth import RequestHeaderConfig
-
-    data: dict[str, str] = {}
-    if args.requestheader_client_ca_file is None or args.client_ca_file is None:
-        try:
-            data = (await client.get(CONFIGMAP)).get("data") or {}
-        except ApiError as err:
-            log.warning("event=no-authentication-configmap cause=%s", err.message)
-    config = RequestHeaderConfig.from_configmap(data)
-    if args.requestheader_client_ca_file is not None:
-        names = tuple(n for n in args.requestheader_allowed_names if n)
-        config = RequestHeaderConfig(
-            args.requestheader_client_ca_file.read_text(), names or config.allowed_names
-        )
-    client_ca = args.client_ca_file.read_text() if args.client_ca_file else data.get("client-ca-file", "")
-    return config, client_ca
-
-
 async def _main(args: argparse.Namespace) -> int:
     from aiohttp import web
-    from cryptography import x509
 
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
+    from kubeclient.delegatedauth import delegated_auth
     from kubeclient.serving import ensure_self_signed
-    from metricsserver.auth import Authenticator, Authorizer
     from metricsserver.scraper import KubeletOptions, Scraper
     from metricsserver.server import MetricsServer
 
     config = load_kubeconfig(args.kubeconfig)
     client = KubeClient(config, component="metrics-server")
-    requestheader, client_ca = await _requestheader(client, args)
+    auth = await delegated_auth(
+        client, args.requestheader_client_ca_file, args.requestheader_allowed_names, args.client_ca_file
+    )
     if args.tls_cert_file and args.tls_private_key_file:
         cert, key = args.tls_cert_file, args.tls_private_key_file
     else:
         ips = [args.bind_address] if args.bind_address not in ("0.0.0.0", "::") else []
         cert, key = ensure_self_signed(args.cert_dir, SERVICE_NAME, ips, stem="apiserver")
-    front_proxy_ca = (
-        x509.load_pem_x509_certificate(requestheader.client_ca.encode()) if requestheader.client_ca else None
-    )
-    authenticator = Authenticator(requestheader, client, front_proxy_ca)
     options = KubeletOptions(
         address_types=tuple(t for t in args.kubelet_preferred_address_types if t),
         use_node_status_port=args.kubelet_use_node_status_port,
@@ -154,8 +112,7 @@ async def _main(args: argparse.Namespace) -> int:
     server = MetricsServer(
         client,
         Scraper(config, options),
-        authenticator,
-        Authorizer(client),
+        auth,
         args.metric_resolution,
     )
     await server.start()
@@ -165,7 +122,7 @@ async def _main(args: argparse.Namespace) -> int:
         runner,
         args.bind_address,
         args.secure_port,
-        ssl_context=serving_context(cert, key, [requestheader.client_ca, client_ca]),
+        ssl_context=auth.ssl_context(cert, key),
     )
     await site.start()
     log.info(

@@ -10,6 +10,7 @@ import logging
 import os
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from kubeclient.config import ClusterConfig
+from metricsserver.metrics import MetricsServerMetrics
 from metricsserver.points import NodeSample, parse
 
 log = logging.getLogger("metricsserver.scraper")
@@ -76,9 +78,12 @@ def kubelet_context(config: ClusterConfig, options: KubeletOptions) -> ssl.SSLCo
 
 
 class Scraper:
-    def __init__(self, config: ClusterConfig, options: KubeletOptions) -> None:
+    def __init__(
+        self, config: ClusterConfig, options: KubeletOptions, metrics: MetricsServerMetrics | None = None
+    ) -> None:
         self.config = config
         self.options = options
+        self.metrics = metrics or MetricsServerMetrics()
         self._ssl = kubelet_context(config, options)
         self._session: aiohttp.ClientSession | None = None
 
@@ -92,6 +97,12 @@ class Scraper:
 
     async def scrape_node(self, node: Obj) -> NodeSample | None:
         name = node["metadata"]["name"]
+        started, began = time.time(), time.monotonic()
+        sample = await self._scrape_node(name, node)
+        self.metrics.kubelet_request(name, started, time.monotonic() - began, sample is not None)
+        return sample
+
+    async def _scrape_node(self, name: str, node: Obj) -> NodeSample | None:
         url = node_url(node, self.options)
         if url is None:
             log.warning("event=scrape-failed node=%s cause=no-usable-address", name)

@@ -9,38 +9,23 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import time
 from typing import Any
 
 from aiohttp import web
 
 from kubeclient.client import KubeClient
-from kubeclient.errors import ApiError
+from kubeclient.delegatedauth import DelegatedAuth, Request, path_request, status
+from kubeclient.exposition import CONTENT_TYPE
 from kubeclient.informer import Informer
 from kubeclient.selectors import SelectorError, parse_fields, parse_labels
 from metricsserver import openapi, shapes
-from metricsserver.auth import ALWAYS_ALLOW, Authenticator, Authorizer, Request
 from metricsserver.scraper import Scraper
 from metricsserver.storage import MetricsStore
 
 log = logging.getLogger("metricsserver")
 Obj = dict[str, Any]
 PREFIX = f"/apis/{shapes.API_VERSION}"
-
-
-def status(code: int, reason: str, message: str, details: Obj | None = None) -> web.Response:
-    body: Obj = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-    }
-    body["reason"] = reason
-    if details is not None:
-        body["details"] = details
-    body["code"] = code
-    return web.json_response(body, status=code)
 
 
 def _json(obj: Obj) -> web.Response:
@@ -52,16 +37,16 @@ class MetricsServer:
         self,
         client: KubeClient,
         scraper: Scraper,
-        authenticator: Authenticator,
-        authorizer: Authorizer,
+        auth: DelegatedAuth,
         resolution: float = 15.0,
     ) -> None:
         self.client = client
         self.scraper = scraper
-        self.authenticator = authenticator
-        self.authorizer = authorizer
+        self.auth = auth
         self.resolution = resolution
         self.store = MetricsStore()
+        self.metrics = scraper.metrics
+        self.metrics.points = self.store.point_counts
         self.nodes = Informer(client, "/api/v1/nodes")
         self.pods = Informer(client, "/api/v1/pods")
         self.rounds = 0
@@ -88,19 +73,22 @@ class MetricsServer:
             await asyncio.sleep(max(0.0, self.resolution - (loop.time() - began)))
 
     async def scrape_once(self) -> None:
+        began = time.monotonic()
         samples = await self.scraper.scrape(self.nodes.list())
         self.store.store(samples)
+        self.metrics.tick_duration.observe(time.monotonic() - began)
         self.rounds += 1
         log.debug("event=scraped nodes=%d round=%d", len(samples), self.rounds)
 
     # --- HTTP ---------------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._auth])
+        app = web.Application(middlewares=[self.auth.middleware(self._request_of)])
         r = app.router
         for path in ("/healthz", "/livez"):
             r.add_get(path, self._ok)
         r.add_get("/readyz", self._ready)
+        r.add_get("/metrics", self._metrics)
         r.add_get("/apis", lambda _: self._doc(shapes.api_group_list()))
         r.add_get(f"/apis/{shapes.GROUP}", lambda _: self._doc(shapes.api_group()))
         r.add_get(PREFIX, lambda _: self._doc(shapes.resource_list()))
@@ -118,9 +106,9 @@ class MetricsServer:
     @staticmethod
     def _request_of(request: web.Request) -> Request:
         path = request.path
-        verb = {"GET": "get", "HEAD": "get"}.get(request.method, request.method.lower())
         if not path.startswith(PREFIX + "/"):
-            return Request(verb, path)
+            return path_request(request)
+        verb = {"GET": "get", "HEAD": "get"}.get(request.method, request.method.lower())
         parts = [p for p in path[len(PREFIX) + 1 :].split("/") if p]
         namespace = ""
         if len(parts) >= 3 and parts[0] == "namespaces":
@@ -129,35 +117,13 @@ class MetricsServer:
         name = parts[1] if len(parts) > 1 else ""
         if not name and verb == "get":
             verb = "list"
-        return Request(verb, path, resource, namespace, name)
-
-    @web.middleware
-    async def _auth(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ):  # type: ignore[no-untyped-def]
-        try:
-            user = await self.authenticator.authenticate(request)
-        except ApiError as err:
-            log.warning("event=authentication-error cause=%s", err)
-            return status(500, "InternalError", "Internal error occurred: authentication failed")
-        if user is None and request.path in ALWAYS_ALLOW:
-            return await handler(request)  # health checks need no credentials
-        if user is None:
-            return status(401, "Unauthorized", "Unauthorized")
-        req = self._request_of(request)
-        try:
-            allowed, reason = await self.authorizer.authorize(user, req)
-        except ApiError as err:
-            log.warning("event=authorization-error cause=%s", err)
-            return status(500, "InternalError", "Internal error occurred: authorization failed")
-        if not allowed:
-            message = req.forbidden_message(user.name) + (f": {reason}" if reason else "")
-            details = {"name": req.name, "group": req.group, "kind": req.resource} if req.resource else None
-            return status(403, "Forbidden", message, details)
-        return await handler(request)
+        return Request(verb, path, resource, namespace, name, shapes.GROUP, shapes.VERSION)
 
     async def _ok(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _ready(self, request: web.Request) -> web.Response:
         if self.rounds == 0:

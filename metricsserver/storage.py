@@ -67,6 +67,10 @@ class MetricsStore:
                     containers[key] = _advance(self._containers.get(key), point)
         self._nodes, self._containers = nodes, containers
 
+    def point_counts(self) -> dict[str, int]:
+        """metrics_server_storage_points: the nodes and containers with a stored point."""
+        return {"node": len(self._nodes), "container": len(self._containers)}
+
     def node(self, name: str) -> Usage | None:
         pair = self._nodes.get(name)
         return _usage(pair) if pair else None

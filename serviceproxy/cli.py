@@ -74,6 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _main(args: argparse.Namespace) -> int:
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
+    from kubeclient.httpserve import serve
     from serviceproxy.conntrack import Conntrack
     from serviceproxy.nft import Nft
     from serviceproxy.nodeaddrs import (
@@ -84,7 +85,7 @@ async def _main(args: argparse.Namespace) -> int:
         parse_nodeport_addresses,
     )
     from serviceproxy.proxier import Proxier, ProxyConfig
-    from serviceproxy.server import healthz_app, metrics_app, serve
+    from serviceproxy.server import healthz_app, metrics_app
 
     nft = Nft(args.nft_table, netns=args.netns)
     if args.cleanup:

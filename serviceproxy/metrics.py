@@ -1,4 +1,5 @@
-"""kube-proxy's metrics under their upstream names (pkg/proxy/metrics), in the proxy's own registry."""
+"""kube-proxy's metrics under their upstream names and help texts (pkg/proxy/metrics; component-base
+prefixes each help with its stability level, ALPHA for all of these), in the proxy's own registry."""
 
 from __future__ import annotations
 
@@ -14,35 +15,35 @@ class ProxyMetrics:
         r = self.registry
         self.sync_duration = Histogram(
             "kubeproxy_sync_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds",
+            "[ALPHA] SyncProxyRules latency in seconds",
             buckets=BUCKETS,
             registry=r,
         )
         self.full_sync_duration = Histogram(
             "kubeproxy_sync_full_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for full resyncs",
+            "[ALPHA] SyncProxyRules latency in seconds for full resyncs",
             buckets=BUCKETS,
             registry=r,
         )
         self.partial_sync_duration = Histogram(
             "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for partial resyncs",
+            "[ALPHA] SyncProxyRules latency in seconds for partial resyncs",
             buckets=BUCKETS,
             registry=r,
         )
         self.last_sync = Gauge(
             "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-            "The last time proxy rules were successfully synced",
+            "[ALPHA] The last time proxy rules were successfully synced",
             registry=r,
         )
         self.last_queued = Gauge(
             "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-            "The last time a sync of proxy rules was queued",
+            "[ALPHA] The last time a sync of proxy rules was queued",
             registry=r,
         )
         self.network_programming = Histogram(
             "kubeproxy_network_programming_duration_seconds",
-            "In Cluster Network Programming Latency in seconds",
+            "[ALPHA] In Cluster Network Programming Latency in seconds",
             buckets=(
                 0.25,
                 0.5,
@@ -89,30 +90,32 @@ class ProxyMetrics:
         )
         self.endpoint_changes_pending = Gauge(
             "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-            "Pending proxy rules Endpoint changes",
+            "[ALPHA] Pending proxy rules Endpoint changes",
             registry=r,
         )
         self.endpoint_changes = Counter(
             "kubeproxy_sync_proxy_rules_endpoint_changes",
-            "Cumulative proxy rules Endpoint changes",
+            "[ALPHA] Cumulative proxy rules Endpoint changes",
             registry=r,
         )
         self.service_changes_pending = Gauge(
             "kubeproxy_sync_proxy_rules_service_changes_pending",
-            "Pending proxy rules Service changes",
+            "[ALPHA] Pending proxy rules Service changes",
             registry=r,
         )
         self.service_changes = Counter(
-            "kubeproxy_sync_proxy_rules_service_changes", "Cumulative proxy rules Service changes", registry=r
+            "kubeproxy_sync_proxy_rules_service_changes",
+            "[ALPHA] Cumulative proxy rules Service changes",
+            registry=r,
         )
         self.sync_failures = Counter(
             "kubeproxy_sync_proxy_rules_nftables_sync_failures",
-            "Cumulative proxy nftables sync failures",
+            "[ALPHA] Cumulative proxy nftables sync failures",
             registry=r,
         )
         self.no_local_endpoints = Gauge(
             "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-            "Number of services with a Local traffic policy and no endpoints",
+            "[ALPHA] Number of services with a Local traffic policy and no endpoints",
             ["traffic_policy"],
             registry=r,
         )

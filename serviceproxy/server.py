@@ -8,8 +8,8 @@ import json
 import time
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kubeclient.exposition import CONTENT_TYPE, render
 from serviceproxy.metrics import ProxyMetrics
 from serviceproxy.proxier import Health
 
@@ -35,21 +35,8 @@ def healthz_app(health: Health) -> web.Application:
 
 def metrics_app(metrics: ProxyMetrics) -> web.Application:
     async def handle(_request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+        return web.Response(body=render([metrics.registry]), headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get("/metrics", handle)
     return app
-
-
-async def serve(app: web.Application, address: str) -> tuple[web.AppRunner, int]:
-    """Serve `app` on host:port (port 0: a free one); returns the runner and the bound port."""
-    host, _, port = address.rpartition(":")
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host.strip("[]") or "0.0.0.0", int(port))
-    await site.start()
-    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-    return runner, (sockets[0].getsockname()[1] if sockets else int(port))

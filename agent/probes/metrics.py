@@ -4,12 +4,13 @@ pod: 110 pods x 3 probes of per-pod series is more than anyone scrapes from a no
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass, field
 from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from agent.probes.result import Result
 from agent.probes.spec import Kind
+from kubeclient.exposition import render
 
 BUCKETS = (
     0.001,
@@ -39,52 +40,32 @@ RESULT_LABEL = {
 }
 
 
-@dataclass
-class Histogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
-    total: float = 0.0
-    n: int = 0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
-        self.total += seconds
-        self.n += 1
-
-
 def handler_name(action: dict[str, Any]) -> str:
     return next((k for k in ("exec", "httpGet", "tcpSocket", "grpc") if k in action), "unknown")
 
 
 class ProbeMetrics:
+    """The prober's two families in a registry of their own (one per agent)."""
+
     def __init__(self) -> None:
-        self.totals: dict[tuple[str, str], int] = {}
-        self.durations: dict[tuple[str, str], Histogram] = {}
+        self.registry = r = CollectorRegistry(auto_describe=False)
+        self.totals = Counter(
+            "prober_probe_total",
+            "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            ["probe_type", "result"],
+            registry=r,
+        )
+        self.durations = Histogram(
+            "prober_probe_duration_seconds",
+            "[ALPHA] Duration in seconds for a probe response.",
+            ["probe_type", "handler"],
+            buckets=BUCKETS,
+            registry=r,
+        )
 
     def observe(self, kind: Kind, handler: str, result: Result, seconds: float) -> None:
-        probe_type = kind.value
-        key = (probe_type, RESULT_LABEL[result])
-        self.totals[key] = self.totals.get(key, 0) + 1
-        self.durations.setdefault((probe_type, handler), Histogram()).observe(seconds)
+        self.totals.labels(probe_type=kind.value, result=RESULT_LABEL[result]).inc()
+        self.durations.labels(probe_type=kind.value, handler=handler).observe(seconds)
 
-    def exposition(self) -> str:
-        """Prometheus text format."""
-        lines = [
-            "# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.",
-            "# TYPE prober_probe_total counter",
-        ]
-        for (probe_type, result), count in sorted(self.totals.items()):
-            lines.append(f'prober_probe_total{{probe_type="{probe_type}",result="{result}"}} {count}')
-        lines += [
-            "# HELP prober_probe_duration_seconds Duration in seconds for a probe response.",
-            "# TYPE prober_probe_duration_seconds histogram",
-        ]
-        for (probe_type, handler), hist in sorted(self.durations.items()):
-            labels = f'probe_type="{probe_type}",handler="{handler}"'
-            running = 0
-            for bound, count in zip((*BUCKETS, float("inf")), hist.counts, strict=True):
-                running += count
-                le = "+Inf" if bound == float("inf") else repr(bound)
-                lines.append(f'prober_probe_duration_seconds_bucket{{{labels},le="{le}"}} {running}')
-            lines.append(f"prober_probe_duration_seconds_sum{{{labels}}} {hist.total}")
-            lines.append(f"prober_probe_duration_seconds_count{{{labels}}} {hist.n}")
-        return "\n".join(lines) + "\n"
+    def exposition(self) -> bytes:
+        return render([self.registry])

@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from agent.kube.tokens import ReviewedUser
+from kubeclient.delegatedauth import User
 from kubeclient.errors import ApiError
 from kubeclient.serving import peer_subject
 from kubeclient.ttlcache import TTLCache
@@ -47,14 +48,6 @@ _VERBS = {
 }
 # Paths with their own subresource; everything else is nodes/proxy.
 _SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"))
-
-
-@dataclass(frozen=True)
-class User:
-    name: str
-    uid: str = ""
-    groups: tuple[str, ...] = ()
-    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from agent.metrics import KubeletMetrics
 from agent.pods import labels as L
 from agent.server.auth import KubeletAuth, request_attributes
 from agent.server.logs import LogOptions, LogOptionsError, stream_log
-from agent.server.stats import StatsHandlers
+from agent.server.stats import StatsHandlers, metrics_response
 from agent.server.streaming import StreamingHandlers
 from agent.stats.provider import StatsProvider
 from kubeclient.errors import ApiError
@@ -57,7 +57,7 @@ class KubeletServer:
         *,
         auth: KubeletAuth,
         ssl_context: ssl.SSLContext | None = None,
-        probe_metrics: Callable[[], str] | None = None,
+        probe_metrics: Callable[[], bytes] | None = None,
         stats: StatsProvider | None = None,
         metrics: KubeletMetrics | None = None,
     ) -> None:
@@ -141,13 +141,7 @@ class KubeletServer:
 
     async def metrics_probes(self, request: web.Request) -> web.Response:
         """Probe counts and durations in Prometheus text format, at upstream's path."""
-        text = self.probe_metrics() if self.probe_metrics is not None else ""
-        return web.Response(
-            text=text,
-            content_type="text/plain",
-            charset="utf-8",
-            headers={"X-Content-Type-Options": "nosniff"},
-        )
+        return metrics_response(self.probe_metrics() if self.probe_metrics is not None else b"")
 
     async def list_pods(self, request: web.Request) -> web.Response:
         return web.json_response(

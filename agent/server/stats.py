@@ -16,16 +16,14 @@ from agent.stats import cadvisor_metrics
 from agent.stats.provider import StatsProvider
 from agent.stats.resource_metrics import render
 from agent.stats.summary import summary_json
+from kubeclient.exposition import CONTENT_TYPE
 
 log = logging.getLogger("agent.server.stats")
-
-# The text format upstream's component-base serves when the scraper asks for nothing else.
-TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def metrics_response(body: bytes) -> web.Response:
     resp = web.Response(body=body, headers={"X-Content-Type-Options": "nosniff"})
-    resp.headers["Content-Type"] = TEXT_FORMAT
+    resp.headers["Content-Type"] = CONTENT_TYPE
     return resp
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent.stats.model import CpuStats, FsStats, MemoryStats, NetworkStats, Summary
+from kubeclient import exposition
 
 LABELS = ["container", "id", "image", "name", "namespace", "pod"]
 
@@ -107,4 +108,4 @@ class CadvisorMetrics(Collector):
 def render(series: list[Series]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CadvisorMetrics(series))
-    return generate_latest(registry)
+    return exposition.render([registry])

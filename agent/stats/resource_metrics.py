@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent.stats.model import Summary
+from kubeclient import exposition
 
 _CONTAINER = ["container", "pod", "namespace"]
 _POD = ["pod", "namespace"]
@@ -122,4 +123,4 @@ def render(summary: Summary | None) -> bytes:
     collector.failed = summary is None
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    return generate_latest(registry)
+    return exposition.render([registry])

@@ -32,6 +32,7 @@ from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.process import free_port
+from pykubelet.rig.stack import dns_argv
 
 DNS_USER = "system:serviceaccount:kube-system:coredns"
 DNS_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system")
@@ -177,16 +178,7 @@ def measure(services: int, rate: float, seconds: float, window: int) -> dict:
         dns_port, base_port = free_port(), free_port()
         ours = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "pykubelet",
-                "dns",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--bind-address",
-                "127.0.0.1",
-                "--port",
-                str(dns_port),
+                *dns_argv(kubeconfig, "127.0.0.1", dns_port, (free_port(), free_port(), free_port())),
                 "--resolv-conf",
                 "/dev/null",
             ],

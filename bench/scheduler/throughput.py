@@ -171,7 +171,16 @@ class CpuMeter:
 def start_scheduler(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "pykubelet", "scheduler", "--kubeconfig", str(kubeconfig)],
+            [
+                sys.executable,
+                "-m",
+                "pykubelet",
+                "scheduler",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--secure-port",
+                "0",
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kubeclient.exposition import render
 from kubeclient.logsetup import V, kv
 
 COMPONENT = "apiserver"
@@ -170,17 +171,6 @@ class _Gauges(Collector):
         yield from self.source()
 
 
-class _WithoutCreated(Collector):
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
-
-    def collect(self) -> Iterator[Metric]:
-        for metric in self.registry.collect():
-            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
-            if metric.samples:  # as Prometheus' Go client, a family without samples is not written
-                yield metric
-
-
 class ApiServerMetrics:
     def __init__(self, state: Callable[[], list[Metric]] = list) -> None:
         self.registry = r = CollectorRegistry(auto_describe=False)
@@ -253,9 +243,7 @@ class ApiServerMetrics:
         children[1].observe(seconds)
 
     def exposition(self) -> bytes:
-        out = CollectorRegistry(auto_describe=False)
-        out.register(_WithoutCreated(self.registry))
-        return generate_latest(out)
+        return render([self.registry])
 
 
 def _is_discovery(path: str) -> bool:

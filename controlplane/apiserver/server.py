@@ -50,6 +50,7 @@ from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailabl
 from controlplane.storage.cache import WatchCache, encode
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
+from kubeclient.exposition import CONTENT_TYPE
 from kubeclient.hostaddr import default_route_ip
 from kubeclient.tlsverify import go_compatible
 
@@ -527,7 +528,7 @@ class ApiServer:
     async def _metrics(self, request: web.Request) -> web.Response:
         """Prometheus text with upstream's names (controlplane/apiserver/metrics.py)."""
         response = web.Response(body=self.metrics.exposition())
-        response.headers["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+        response.headers["Content-Type"] = CONTENT_TYPE
         return response
 
     def _state_gauges(self) -> list[Metric]:

@@ -3,9 +3,9 @@
 Like kube-controller-manager it takes the Lease kube-system/kube-controller-manager before it acts, so
 two instances never both create the missing replica; builds the enabled controllers (each asks the
 shared informers for what it watches), starts the informers, waits until all have listed, then runs
-every controller's workers. Its HTTPS port serves /healthz (open, as upstream's always-allowed paths)
-and /metrics (the work queues' metrics with client-go's names; a client certificate from the cluster CA
-is required).
+every controller's workers. Its secure port (kubeclient.secureport) serves /healthz, /livez, /readyz
+(open, as upstream's always-allowed paths) and /metrics (the work queues' metrics with client-go's
+names) to callers the API server authorizes, by SubjectAccessReview, as upstream delegates it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Gauge
 
 from controlplane.controllers.base import Controller, ControllerContext
 from controlplane.controllers.clientbuilder import ClientBuilder, RootClientBuilder, ServiceAccountCredentials
@@ -29,8 +27,9 @@ from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventloop import termination_event
+from kubeclient.exposition import render
 from kubeclient.leaderelection import LeaderElection, LeaderElector, run_as_leader
-from kubeclient.serving import ensure_self_signed, server_context
+from kubeclient.secureport import SecurePort, SecureServingOptions, serve_secure_port
 
 log = logging.getLogger("controlplane.controllers")
 
@@ -60,7 +59,7 @@ class ControllerManager:
         self.registry = CollectorRegistry()
         self.is_leader = Gauge(
             "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates "
             "backup, 1 indicates master. 'name' is the string used to identify the lease.",
             ["name"],
             registry=self.registry,
@@ -73,7 +72,7 @@ class ControllerManager:
             if signer is not None
             else RootClientBuilder(client)
         )
-        self._runner: web.AppRunner | None = None
+        self._secure_port: SecurePort | None = None
 
     # --- the loops -----------------------------------------------------------------------------------
 
@@ -88,8 +87,8 @@ class ControllerManager:
             await run_as_leader(elector, stop, self._lead)
         finally:
             self.is_leader.labels(self.config.leader_election.name).set(0)
-            if self._runner is not None:
-                await self._runner.cleanup()
+            if self._secure_port is not None:
+                await self._secure_port.close()
 
     async def _lead(self, halt: asyncio.Event) -> None:
         self.is_leader.labels(self.config.leader_election.name).set(1)
@@ -148,47 +147,23 @@ class ControllerManager:
     # --- health and metrics --------------------------------------------------------------------------
 
     async def _serve(self) -> None:
-        if not self.config.secure_port:
-            return  # --secure-port=0: no endpoint, as upstream
-        cert, key = await asyncio.to_thread(
-            ensure_self_signed,
+        """The secure port (--secure-port=0: none, as upstream): health open, /metrics authorized."""
+        options = SecureServingOptions(
+            self.config.secure_port,
+            self.config.bind_address,
             self.config.cert_dir,
-            "kube-controller-manager",
-            [self.config.bind_address],
-            "kube-controller-manager",
+            client_ca_file=Path(self.config.client_ca_file) if self.config.client_ca_file else None,
         )
-        context = await asyncio.to_thread(server_context, cert, key, self.config.client_ca_file)
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/livez", self._healthz)
-        app.router.add_get("/readyz", self._healthz)
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self.config.bind_address, self.config.secure_port, ssl_context=context
+        self._secure_port = await serve_secure_port(
+            self.client, options, "kube-controller-manager", self._metrics
         )
-        await site.start()
-        self.port = self.config.secure_port
-        log.info("serving healthz and metrics on https://%s:%d", self.config.bind_address, self.port)
+        if self._secure_port is not None:
+            self.port = self._secure_port.port
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        if not _has_client_certificate(request):
-            return web.Response(status=401, text="Unauthorized")
+    def _metrics(self) -> bytes:
         for controller in self.controllers:
             controller.queue.observe_unfinished()
-        return web.Response(
-            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-
-def _has_client_certificate(request: web.Request) -> bool:
-    transport = request.transport
-    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-    return isinstance(ssl_object, ssl.SSLObject) and bool(ssl_object.getpeercert())
+        return render([self.registry])
 
 
 async def serve_forever(client: KubeClient, config: ManagerConfig) -> None:

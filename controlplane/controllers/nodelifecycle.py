@@ -123,25 +123,25 @@ class NodeLifecycleController(Controller):
         reg = ctx.registry
         self.evictions = Counter(
             "node_collector_evictions",
-            "Number of Node evictions that happened since current instance of NodeController started.",
+            "[STABLE] Number of Node evictions that happened since current instance of NodeController started.",
             ["zone"],
             registry=reg,
         )
         self.zone_size = Gauge(
             "node_collector_zone_size",
-            "Gauge measuring number of registered Nodes per zones.",
+            "[ALPHA] Gauge measuring number of registered Nodes per zones.",
             ["zone"],
             registry=reg,
         )
         self.zone_health = Gauge(
             "node_collector_zone_health",
-            "Gauge measuring percentage of healthy nodes per zone.",
+            "[ALPHA] Gauge measuring percentage of healthy nodes per zone.",
             ["zone"],
             registry=reg,
         )
         self.unhealthy = Gauge(
             "node_collector_unhealthy_nodes_in_zone",
-            "Gauge measuring number of not Ready Nodes per zones.",
+            "[ALPHA] Gauge measuring number of not Ready Nodes per zones.",
             ["zone"],
             registry=reg,
         )

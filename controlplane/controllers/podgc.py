@@ -161,13 +161,13 @@ class PodGCController(Controller):
         self.nodes = ctx.informers.get("/api/v1/nodes")
         self.deleting = Counter(
             "pod_gc_collector_force_delete_pods",
-            "Number of pods that are being forcefully deleted since the Pod GC Controller started.",
+            "[ALPHA] Number of pods that are being forcefully deleted since the Pod GC Controller started.",
             ["namespace", "reason"],
             registry=ctx.registry,
         )
         self.delete_errors = Counter(
             "pod_gc_collector_force_delete_pod_errors",
-            "Number of errors encountered when "
+            "[ALPHA] Number of errors encountered when "
             "forcefully deleting the pods since the Pod GC Controller started.",
             ["namespace", "reason"],
             registry=ctx.registry,

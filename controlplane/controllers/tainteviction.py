@@ -91,7 +91,7 @@ class TaintEvictionController(Controller):
         self.evictions = TimedWorkerQueue(self._evict)
         self.deletions = Counter(
             "taint_eviction_controller_pod_deletions",
-            "Number of Pods deleted by TaintEvictionController since its start.",
+            "[ALPHA] Total number of Pods deleted by TaintEvictionController since its start.",
             registry=ctx.registry,
         )
         self.pods.add_handler(

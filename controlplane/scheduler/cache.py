@@ -23,6 +23,10 @@ class SchedulerCache:
         self.image_nodes: Counter[str] = Counter()  # image -> number of nodes that have it
         self._schedulable: list[NodeInfo] | None = None
 
+    def sizes(self) -> dict[str, int]:
+        """scheduler_scheduler_cache_size: nodes, pods placed on them, and those of them only assumed."""
+        return {"nodes": len(self._nodes), "pods": len(self._pod_node), "assumed_pods": len(self._assumed)}
+
     # nodes -------------------------------------------------------------------------------------------
     def set_node(self, node: dict[str, Any]) -> tuple[NodeFacts | None, NodeFacts]:
         """Add or update a node; returns (old facts, new facts) so callers can tell what changed."""

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubeclient.eventloop import loop_factory, termination_event
 from kubeclient.flags import go_duration
@@ -33,6 +34,9 @@ LEADER_ELECTION_FLAGS = (
         "how long clients wait between tries to acquire or renew",
     ),
 )
+
+if TYPE_CHECKING:
+    from kubeclient.secureport import SecureServingOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +68,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             default=None,
             help=f"{text} (default: the config file's, else {default})",
         )
+    # The secure port and its delegated authentication (upstream's SecureServing and Authentication
+    # options); --secure-port=0 serves nothing.
+    parser.add_argument(
+        "--secure-port", type=int, default=10259, help="HTTPS port of /healthz, /livez, /readyz, /metrics"
+    )
+    parser.add_argument("--bind-address", default="0.0.0.0", help="address of the secure port")
+    parser.add_argument(
+        "--cert-dir", type=Path, default=None, help="where the self-signed certificate is kept"
+    )
+    parser.add_argument("--tls-cert-file", type=Path, default=None, help="serving certificate (PEM)")
+    parser.add_argument("--tls-private-key-file", type=Path, default=None, help="key of --tls-cert-file")
+    parser.add_argument(
+        "--client-ca-file", type=Path, default=None, help="CA of client certificates (default: the cluster's)"
+    )
+    parser.add_argument("--requestheader-client-ca-file", type=Path, default=None, help="front-proxy CA")
+    parser.add_argument("--requestheader-allowed-names", default="", help="front-proxy client names")
+
+
+def serving_options(args: argparse.Namespace) -> SecureServingOptions:
+    from kubeclient.secureport import SecureServingOptions
+
+    return SecureServingOptions(
+        args.secure_port,
+        args.bind_address,
+        args.cert_dir,
+        args.tls_cert_file,
+        args.tls_private_key_file,
+        args.client_ca_file,
+        args.requestheader_client_ca_file,
+        args.requestheader_allowed_names,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         stop = termination_event()
-        await run_scheduler(args.kubeconfig, config, stop)
+        await run_scheduler(args.kubeconfig, config, stop, serving_options(args))
 
     from controlplane.scheduler.runner import LeadershipLost
 

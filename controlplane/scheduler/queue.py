@@ -36,6 +36,7 @@ class QueuedPod:
     where: str = ACTIVE
     seq: int = 0  # identifies its live heap entry; older entries are skipped
     changed_in_flight: bool = False  # its spec changed while it was being decided
+    initial_attempt: float = 0.0  # time.monotonic() of its first attempt (the scheduling SLI's start)
 
 
 def backoff_duration(attempts: int, initial: float, maximum: float) -> float:

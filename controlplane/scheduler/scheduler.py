@@ -21,6 +21,7 @@ from controlplane.scheduler.config import SchedulerConfig
 from controlplane.scheduler.events import scheduler_events
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
+from controlplane.scheduler.metrics import ERROR, PENDING_QUEUES, UNSCHEDULABLE, LiveState, SchedulerMetrics
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import PodInfo, pod_info
 from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
@@ -47,8 +48,15 @@ class Stats:
 
 
 class Scheduler:
-    def __init__(self, client: KubeClient, config: SchedulerConfig, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        config: SchedulerConfig,
+        rng: random.Random | None = None,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
         self.client = client
+        self.metrics = metrics or SchedulerMetrics()
         self.config = config
         self.rng = rng or random.Random()
         self.cache = SchedulerCache()
@@ -152,18 +160,22 @@ class Scheduler:
             qp = await self.queue.pop()
             await self._bind_slots.acquire()
             handed_off = False  # True once a bind task owns the slot
+            started = time.monotonic()
             try:
-                handed_off = self.schedule_one(qp)
+                handed_off = self.schedule_one(qp, started)
             except Exception:
                 log.exception("scheduling failed pod=%s", qp.info.key)
+                self.metrics.attempt(ERROR, self.config.scheduler_name, time.monotonic() - started)
                 self.queue.retry_after_error(qp)
             finally:
                 if not handed_off:
                     self._bind_slots.release()
             await asyncio.sleep(0)  # let watches and bindings run between decisions
 
-    def schedule_one(self, qp: QueuedPod) -> bool:
+    def schedule_one(self, qp: QueuedPod, started: float | None = None) -> bool:
         """Decide for one popped pod; True if a bind task was started (it then owns the bind slot)."""
+        started = time.monotonic() if started is None else started
+        qp.initial_attempt = qp.initial_attempt or started
         pod = qp.info
         if not self.queue.owns(qp):
             return False  # deleted while it waited for a bind slot
@@ -171,6 +183,7 @@ class Scheduler:
             self.queue.done(pod.uid)  # bound by someone else meanwhile
             return False
         nodes = self.cache.nodes()
+        decided = time.monotonic()
         try:
             node = schedule(
                 pod,
@@ -182,15 +195,22 @@ class Scheduler:
                 self.search,
             )
         except FitError as err:
+            self.metrics.algorithm_duration.observe(time.monotonic() - decided)
             self.volume_binding.forget(pod.uid)
             self._failed(qp, str(err))
+            self.metrics.attempt(UNSCHEDULABLE, self.config.scheduler_name, time.monotonic() - started)
             return False
+        self.metrics.algorithm_duration.observe(time.monotonic() - decided)
         self.cache.assume(pod, node.name)
         self.queue.done(pod.uid)
-        self._spawn(self._bind(qp, node.name), hold_slot=True)
+        self._spawn(self._bind(qp, node.name, started), hold_slot=True)
         return True
 
-    async def _bind(self, qp: QueuedPod, node: str) -> None:
+    def live_state(self) -> LiveState:
+        counts = self.queue.counts()
+        return LiveState({q: counts.get(q, 0) for q in PENDING_QUEUES}, self.cache.sizes(), self._binding)
+
+    async def _bind(self, qp: QueuedPod, node: str, started: float) -> None:
         pod = qp.info
         body = {
             "apiVersion": "v1",
@@ -206,6 +226,7 @@ class Scheduler:
         except Exception as err:  # any failure: forget the assumption, retry later
             self.cache.forget(pod.uid)
             self.stats.bind_errors += 1
+            self.metrics.attempt(ERROR, self.config.scheduler_name, time.monotonic() - started)
             # The slot it held is free again, and pods may have been refused for want of it (upstream
             # moves its unschedulable pods on a binding failure for the same reason).
             self.queue.move_all()
@@ -224,6 +245,10 @@ class Scheduler:
             self.queue.retry_after_error(qp)
             return
         self.stats.scheduled += 1
+        now = time.monotonic()
+        self.metrics.scheduled(
+            self.config.scheduler_name, now - started, qp.attempts, now - qp.initial_attempt
+        )
         log.debug("bound pod=%s node=%s", pod.key, node)
         self.events.event(
             pod.obj,

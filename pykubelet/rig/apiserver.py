@@ -56,6 +56,7 @@ class ApiServer:
         scheduler: bool = False,
         controllers: bool = False,
         controller_manager_port: int | None = None,
+        scheduler_port: int | None = None,
         service_account_admission: bool | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -69,6 +70,7 @@ class ApiServer:
         self.scheduler = scheduler
         self.controllers = controllers
         self.controller_manager_port = controller_manager_port or (free_port() if controllers else 0)
+        self.scheduler_port = scheduler_port or (free_port() if scheduler else 0)
         self.extra_args = list(extra_args or []) + (etcd.server_args() if etcd is not None else [])
         if host != "127.0.0.1":
             self.extra_args += ["--bind-address", host]
@@ -91,6 +93,8 @@ class ApiServer:
             f"--controllers={str(self.controllers).lower()}",
             "--controller-manager-port",
             str(self.controller_manager_port),
+            "--scheduler-port",
+            str(self.scheduler_port),
             *self.extra_args,
         ]
 

@@ -31,6 +31,14 @@ PACKAGES: dict[str, str] = {
 }
 
 
+# What only the tests need (`./dev test` installs them; `pykubelet up` and `join` never do): promtool,
+# which checks every component's /metrics exposition. Debian's package also ships the Prometheus
+# server, whose unit a systemd host would start on :9090, so it stays off the runtime list.
+TEST_PACKAGES: dict[str, str] = {
+    "prometheus": "/usr/bin/promtool",
+}
+
+
 def _dpkg_installed(package: str) -> bool:
     out = subprocess.run(
         ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
@@ -41,7 +49,8 @@ def _dpkg_installed(package: str) -> bool:
 def missing_packages(packages: Iterable[str] | None = None) -> list[str]:
     names = list(packages or PACKAGES)
     if shutil.which("dpkg-query") is None:
-        return [p for p in names if not os.path.exists(PACKAGES.get(p, "/nonexistent"))]
+        known = {**PACKAGES, **TEST_PACKAGES}
+        return [p for p in names if not os.path.exists(known.get(p, "/nonexistent"))]
     return [p for p in names if not _dpkg_installed(p)]
 
 
@@ -68,8 +77,10 @@ def ensure_packages(packages: Iterable[str] | None = None) -> list[str]:
     return missing
 
 
-def main() -> int:
-    ensure_packages()
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pykubelet.rig.install [--test]`: the runtime packages, and with --test the tests' too."""
+    args = sys.argv[1:] if argv is None else argv
+    ensure_packages([*PACKAGES, *TEST_PACKAGES] if "--test" in args else None)
     return 0
 
 

@@ -39,6 +39,30 @@ DNS_USER = "system:serviceaccount:kube-system:coredns"
 DNS_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system")
 
 
+def dns_argv(kubeconfig: Path, address: str, port: int, side_ports: tuple[int, int, int]) -> list[str]:
+    """`pykubelet dns` answering on address:port, with CoreDNS's /health, /ready and /metrics on the
+    given loopback ports (never upstream's 8080, 8181, 9153: several stacks share a host)."""
+    health, ready, metrics = side_ports
+    return [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "dns",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--bind-address",
+        address,
+        "--port",
+        str(port),
+        "--health-bind-address",
+        f"127.0.0.1:{health}",
+        "--ready-bind-address",
+        f"127.0.0.1:{ready}",
+        "--metrics-bind-address",
+        f"127.0.0.1:{metrics}",
+    ]
+
+
 def proxy_table(bridge: str) -> str:
     """The service proxy's nftables table: kube-proxy's own name for the default stack, one per pod
     network otherwise (a test stack on a leased bridge never touches another stack's table)."""
@@ -183,8 +207,13 @@ class Stack:
         self.metrics_server_port = free_port()
         self.dns_port = free_port()
         self.dns_address = ""
+        # CoreDNS's /health, /ready and /metrics (8080, 8181, 9153 upstream), per stack on this host.
+        self.dns_health_port = free_port()
+        self.dns_ready_port = free_port()
+        self.dns_metrics_port = free_port()
         self.proxy_table = proxy_table(config.bridge)
         self.proxy_healthz_port = free_port()
+        self.proxy_metrics_port = free_port()
         self.kubelet_port = config.kubelet_port or free_port()
         # Each node of the host its own /healthz port (upstream's 10248 is for one kubelet per host).
         self.healthz_port = free_port()
@@ -512,7 +541,7 @@ class Stack:
             "--healthz-bind-address",
             f"127.0.0.1:{self.proxy_healthz_port}",
             "--metrics-bind-address",
-            "",
+            f"127.0.0.1:{self.proxy_metrics_port}",
             # the API server's service range (it serves no ServiceCIDR objects for the proxy to read)
             "--service-cidrs",
             "10.96.0.0/16",
@@ -564,18 +593,12 @@ class Stack:
         kubeconfig = self.client_kubeconfig(
             DNS_USER, DNS_GROUPS, self.config.state_dir / "dns" / "dns.kubeconfig"
         )
-        argv = [
-            sys.executable,
-            "-m",
-            "pykubelet",
-            "dns",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--bind-address",
+        argv = dns_argv(
+            kubeconfig,
             self.dns_address,
-            "--port",
-            str(self.dns_port),
-        ]
+            self.dns_port,
+            (self.dns_health_port, self.dns_ready_port, self.dns_metrics_port),
+        )
         self.dns = Daemon(
             "pykubelet dns", argv, self.config.state_dir / "dns" / "dns.log", on_spawn=self._spawned
         )

@@ -464,8 +464,8 @@ async def test_kubelet_api_probe_metrics(
         for line in text.splitlines()
         if line.startswith('prober_probe_total{probe_type="Readiness",result="successful"}')
     ]
-    assert counts and int(counts[0].rsplit(" ", 1)[1]) >= 1
-    assert 'prober_probe_duration_seconds_count{probe_type="Readiness",handler="exec"}' in text
+    assert counts and float(counts[0].rsplit(" ", 1)[1]) >= 1
+    assert 'prober_probe_duration_seconds_count{handler="exec",probe_type="Readiness"}' in text
     await admin.delete(f"/api/v1/namespaces/default/pods/{name}")
 
 

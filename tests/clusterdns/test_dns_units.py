@@ -227,3 +227,35 @@ def test_an_srv_answer_too_big_for_udp_loses_its_additional_section_before_its_a
         resolver.handle(DNSRecord.question("_pg._tcp.big.shop.svc.cluster.local", "SRV").pack(), tcp=True)
     )
     assert len(DNSRecord.parse(tcp).ar) == 8  # over TCP nothing is dropped
+
+
+def test_each_answer_is_counted_under_coredns_names_with_the_plugin_that_wrote_it() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from clusterdns.metrics import DnsMetrics, question_type, server_label
+
+    metrics = DnsMetrics(server_label("0.0.0.0", 53))
+    resolver = Resolver(lambda: build(SERVICES, SLICES), [], metrics)
+    ask("web.shop.svc.cluster.local", resolver=resolver)
+    ask("web.shop.svc.cluster.local", resolver=resolver)  # the memo path counts too
+    ask("nope.shop.svc.cluster.local", "MX", resolver=resolver)
+    asyncio.run(resolver.handle(b"\x12\x34" + b"\xff" * 30, tcp=True, family=2))  # FORMERR, before any plugin
+    families = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
+
+    def count(name: str, **labels: str) -> float:
+        return sum(
+            s.value
+            for s in families[name].samples
+            if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    base = {"server": "dns://:53", "zone": ".", "view": ""}
+    assert count("coredns_dns_requests", **base, proto="udp", family="1", type="A") == 2
+    assert count("coredns_dns_requests", **base, proto="udp", family="1", type="MX") == 1
+    assert count("coredns_dns_requests", **base, proto="tcp", family="2") == 1
+    assert count("coredns_dns_responses", **base, rcode="NOERROR", plugin="kubernetes") == 2
+    assert count("coredns_dns_responses", **base, rcode="NXDOMAIN", plugin="kubernetes") == 1
+    assert count("coredns_dns_responses", **base, rcode="FORMERR", plugin="") == 1
+    assert question_type(DNSRecord.question("x.", "NAPTR").pack()) == "other"
+    assert server_label("10.0.0.10", 5353) == "dns://10.0.0.10:5353"
+    assert not any(s.name.endswith("_created") for f in families.values() for s in f.samples)

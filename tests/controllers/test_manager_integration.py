@@ -114,13 +114,14 @@ def _get(url: str, cert: tuple[Path, Path] | None = None) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-def test_healthz_is_open_and_metrics_need_a_cluster_certificate(
-    server: ApiServer, v1: client.CoreV1Api
-) -> None:
+def test_healthz_is_open_and_metrics_need_authorization(server: ApiServer, v1: client.CoreV1Api) -> None:
     new_namespace(v1)  # some work for the queues
     base = f"https://127.0.0.1:{server.controller_manager_port}"
     assert wait_for(lambda: _get(f"{base}/healthz")[0] == 200, what="healthz", timeout=30.0, interval=0.1)
     assert _get(f"{base}/metrics")[0] == 401
+    # A cluster certificate is not enough: the API server must authorize the path (SubjectAccessReview).
+    nobody = server.client_kubeconfig("nobody", (), server.data_dir / "nobody" / "nobody.kubeconfig")
+    assert _get(f"{base}/metrics", (nobody.parent / "nobody.crt", nobody.parent / "nobody.key"))[0] == 403
     admin = (server.data_dir / "pki" / "admin.crt", server.data_dir / "pki" / "admin.key")
     status, text = _get(f"{base}/metrics", admin)
     assert status == 200

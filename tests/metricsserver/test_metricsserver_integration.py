@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from e2e.waiting import wait_for
 from metricsserver import manifest
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.process import Daemon, free_port
@@ -243,3 +244,22 @@ def test_openapi_of_the_aggregated_server_is_merged_and_proxied(
         timeout=60,
     )
     assert done.returncode == 0 and "NodeMetrics sets resource usage metrics of a node." in done.stdout, done
+
+
+def test_its_own_metrics_are_served_to_authorized_callers(apiserver: ApiServer, metrics_server: int) -> None:
+    """/metrics as metrics-server serves it: a nonResourceURL `get` the API server must allow."""
+    alice = {"X-Remote-User": "alice", "X-Remote-Group": "dev"}
+    status, body = _get(metrics_server, "/metrics", front_proxy(apiserver), alice)
+    assert status == 403 and body["message"] == 'forbidden: User "alice" cannot get path "/metrics"'
+    admin = {"X-Remote-User": "kubernetes-admin", "X-Remote-Group": "system:masters"}
+
+    def scraped() -> str:
+        status, text = _get(metrics_server, "/metrics", front_proxy(apiserver), admin)
+        assert status == 200
+        return text if "metrics_server_manager_tick_duration_seconds_count" in text else ""
+
+    text = wait_for(scraped, timeout=30, interval=0.5)
+    # No Node here, so no kubelet request yet: the family is left out, as client_golang leaves it.
+    assert "metrics_server_kubelet_request_total" not in text
+    assert 'metrics_server_storage_points{type="node"}' in text
+    assert "_created" not in text

@@ -7,7 +7,7 @@ import pytest
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from metricsserver.auth import RequestHeaderConfig, from_headers
+from kubeclient.delegatedauth import RequestHeaderConfig, from_headers
 from metricsserver.points import ParseError, parse
 from metricsserver.shapes import cpu_quantity, go_duration, memory_quantity, node_metrics, pod_metrics
 from metricsserver.storage import MetricsStore

@@ -51,7 +51,9 @@ class SchedulerProcess:
         self, kubeconfig: Path, workdir: Path, settings: dict[str, Any] | None, wait_synced: bool = True
     ) -> None:
         self.log_path = workdir / f"scheduler-{uuid.uuid4().hex[:6]}.log"
+        # --secure-port 0: several schedulers of these tests (and other stacks) share this host.
         cmd = [sys.executable, "-m", "pykubelet", "scheduler", "--kubeconfig", str(kubeconfig), "-v=4"]
+        cmd += ["--secure-port", "0"]
         if settings is not None:
             cfg_path = workdir / f"scheduler-config-{uuid.uuid4().hex[:6]}.yaml"
             cfg_path.write_text(yaml.safe_dump(settings))

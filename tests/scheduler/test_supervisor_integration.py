@@ -38,7 +38,12 @@ async def test_supervised_scheduler_restarts_and_stops(apiserver, cluster, tmp_p
     config = tmp_path / "sched.yaml"
     config.write_text("leaderElection: {leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 500ms}\n")
     task = asyncio.create_task(
-        supervise(component_command("scheduler", apiserver.scheduler_kubeconfig, config), stop, log, pids)
+        supervise(
+            component_command("scheduler", apiserver.scheduler_kubeconfig, config) + ["--secure-port", "0"],
+            stop,
+            log,
+            pids,
+        )
     )
     try:
         first = await asyncio.wait_for(pids.get(), 10)

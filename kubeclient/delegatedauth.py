@@ -1,6 +1,6 @@
 """Who is calling, and may they: the delegated authentication and authorization of upstream's generic
 API server (k8s.io/apiserver/pkg/authentication/request/headerrequest, .../authorizer/delegating), as
-metrics-server runs them.
+metrics-server, kube-scheduler and kube-controller-manager run them on their secure ports.
 
 Authentication: a client certificate signed by the requestheader CA whose CN is an allowed name (the
 API server's front-proxy client) makes the X-Remote-User / X-Remote-Group / X-Remote-Extra-* headers
@@ -12,10 +12,14 @@ attributes, remembered 10 s (allowed or denied, upstream's delegating defaults);
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -24,10 +28,15 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from kubeclient.client import KubeClient
+from kubeclient.errors import ApiError
+from kubeclient.tlsverify import go_compatible
 from kubeclient.ttlcache import TTLCache
+
+log = logging.getLogger("kubeclient.delegatedauth")
 
 Obj = dict[str, Any]
 ALWAYS_ALLOW = ("/healthz", "/livez", "/readyz")
+CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
 DECISION_TTL = 10.0
 TOKEN_TTL = 10.0
 
@@ -148,8 +157,6 @@ class Authenticator:
         return None
 
     async def _token(self, token: str) -> User | None:
-        import hashlib
-
         key = hashlib.sha256(token.encode()).hexdigest()
         hit, cached = self._tokens.get(key)
         if hit:
@@ -177,8 +184,8 @@ class Request:
     resource: str = ""
     namespace: str = ""
     name: str = ""
-    group: str = "metrics.k8s.io"
-    version: str = "v1beta1"
+    group: str = ""
+    version: str = ""
 
     def attributes(self) -> Obj:
         if not self.resource:
@@ -226,3 +233,138 @@ class Authorizer:
         decision = (bool(status.get("allowed")), str(status.get("reason") or ""))
         self._decisions.put(key, decision, DECISION_TTL)
         return decision
+
+
+def status(code: int, reason: str, message: str, details: Obj | None = None) -> web.Response:
+    """A metav1.Status response, as the generic API server writes its failures."""
+    body: Obj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+    }
+    body["reason"] = reason
+    if details is not None:
+        body["details"] = details
+    body["code"] = code
+    return web.json_response(body, status=code)
+
+
+def path_request(request: web.Request) -> Request:
+    """A non-resource request: the path and the verb of its HTTP method."""
+    verb = {"GET": "get", "HEAD": "get"}.get(request.method, request.method.lower())
+    return Request(verb, request.path)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def auth_middleware(
+    authenticator: Authenticator,
+    authorizer: Authorizer,
+    request_of: Callable[[web.Request], Request] = path_request,
+) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """Authenticate, then authorize each request; anonymous callers reach only the always-allowed paths
+    (401 elsewhere), a denial is 403 with upstream's message, a failed review 500."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            user = await authenticator.authenticate(request)
+        except ApiError as err:
+            log.warning("event=authentication-error cause=%s", err)
+            return status(500, "InternalError", "Internal error occurred: authentication failed")
+        if user is None and request.path in ALWAYS_ALLOW:
+            return await handler(request)  # health checks need no credentials
+        if user is None:
+            return status(401, "Unauthorized", "Unauthorized")
+        req = request_of(request)
+        try:
+            allowed, reason = await authorizer.authorize(user, req)
+        except ApiError as err:
+            log.warning("event=authorization-error cause=%s", err)
+            return status(500, "InternalError", "Internal error occurred: authorization failed")
+        if not allowed:
+            message = req.forbidden_message(user.name) + (f": {reason}" if reason else "")
+            details = {"name": req.name, "group": req.group, "kind": req.resource} if req.resource else None
+            return status(403, "Forbidden", message, details)
+        return await handler(request)
+
+    return middleware
+
+
+def serving_context(cert: Path, key: Path, cas: list[str]) -> ssl.SSLContext:
+    """TLS for a secure port: a client certificate is verified when sent (against `cas`), never required
+    (bearer tokens need none)."""
+    ctx = go_compatible(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
+    ctx.load_cert_chain(str(cert), str(key))
+    for pem in cas:
+        if pem.strip():
+            ctx.load_verify_locations(cadata=pem)
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+async def load_requestheader(
+    client: KubeClient,
+    requestheader_client_ca_file: Path | None = None,
+    requestheader_allowed_names: str = "",
+    client_ca_file: Path | None = None,
+) -> tuple[RequestHeaderConfig, str]:
+    """The requestheader settings and the client CA (PEM): flags first, else the API server's
+    kube-system/extension-apiserver-authentication ConfigMap, as upstream's delegating options read them."""
+    data: dict[str, str] = {}
+    if requestheader_client_ca_file is None or client_ca_file is None:
+        try:
+            data = (await client.get(CONFIGMAP)).get("data") or {}
+        except ApiError as err:
+            log.warning("event=no-authentication-configmap cause=%s", err.message)
+    config = RequestHeaderConfig.from_configmap(data)
+    if requestheader_client_ca_file is not None:
+        names = tuple(n for n in requestheader_allowed_names.split(",") if n)
+        front_proxy_ca = await asyncio.to_thread(requestheader_client_ca_file.read_text)
+        config = RequestHeaderConfig(front_proxy_ca, names or config.allowed_names)
+    client_ca = (
+        await asyncio.to_thread(client_ca_file.read_text)
+        if client_ca_file
+        else data.get("client-ca-file", "")
+    )
+    return config, client_ca
+
+
+@dataclass(frozen=True)
+class DelegatedAuth:
+    """Everything a secure port needs: who is calling, may they, and the TLS that verifies their
+    certificates."""
+
+    authenticator: Authenticator
+    authorizer: Authorizer
+    cas: tuple[str, ...]  # PEM: the front-proxy CA and the client CA
+
+    def middleware(
+        self, request_of: Callable[[web.Request], Request] = path_request
+    ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+        return auth_middleware(self.authenticator, self.authorizer, request_of)
+
+    def ssl_context(self, cert: Path, key: Path) -> ssl.SSLContext:
+        return serving_context(cert, key, list(self.cas))
+
+
+async def delegated_auth(
+    client: KubeClient,
+    requestheader_client_ca_file: Path | None = None,
+    requestheader_allowed_names: str = "",
+    client_ca_file: Path | None = None,
+) -> DelegatedAuth:
+    requestheader, client_ca = await load_requestheader(
+        client, requestheader_client_ca_file, requestheader_allowed_names, client_ca_file
+    )
+    front_proxy_ca = (
+        x509.load_pem_x509_certificate(requestheader.client_ca.encode()) if requestheader.client_ca else None
+    )
+    return DelegatedAuth(
+        Authenticator(requestheader, client, front_proxy_ca),
+        Authorizer(client),
+        (requestheader.client_ca, client_ca),
+    )
