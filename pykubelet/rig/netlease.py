@@ -31,6 +31,13 @@ class NetworkLease:
     pod_cidr: str
     _fd: int | None = field(default=None, repr=False)
 
+    @property
+    def service_cidr(self) -> str:
+        """The service range of this lease's stack: see `service_range_for`."""
+        service = service_range_for(self.pod_cidr)
+        assert service is not None
+        return service
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
@@ -117,3 +124,26 @@ def lease_cluster_network(tag: str = "m") -> NetworkLease:
     raise RuntimeError(
         f"no free /{CLUSTER_PREFIX} left in {CLUSTER_POOL} (every lease in {LEASE_DIR} is held)"
     )
+
+
+SERVICE_POOL = ipaddress.IPv4Network("10.202.0.0/15")
+
+
+def service_range_for(pod_or_cluster_cidr: str) -> str | None:
+    """The /24 service range that goes with a leased pod network, or None for a range no lease hands out.
+
+    A stack's service proxy DNATs its cluster IPs on the whole host, so two stacks on one range (the
+    kubernetes Service's .1 and cluster DNS's .10 in each) would catch each other's traffic. Each lease
+    therefore implies a service range of its own, as unique as the lease itself: 10.200.N.0/24 (a pod
+    network) gives 10.202.N.0/24, 10.201.M.0/20 (a cluster network) gives 10.203.M.0/24.
+    """
+    try:
+        net = ipaddress.IPv4Network(pod_or_cluster_cidr, strict=False)
+    except ValueError:
+        return None
+    third = int(net.network_address) >> 8 & 0xFF
+    if net.subnet_of(POOL):
+        return f"10.202.{third}.0/24"
+    if net.subnet_of(CLUSTER_POOL):
+        return f"10.203.{third}.0/24"
+    return None
