@@ -224,10 +224,10 @@ async def test_metrics_exposition_counts_results():
     h.sync(pod(readinessProbe=EXEC))
     await h.worker(Kind.READINESS).do_probe()
     await h.worker(Kind.READINESS).do_probe()
-    text = h.manager.metrics.exposition()
+    text = h.manager.metrics.exposition().decode()
     assert 'prober_probe_total{probe_type="Readiness",result="successful"} 1' in text
     assert 'prober_probe_total{probe_type="Readiness",result="failed"} 1' in text
-    assert 'prober_probe_duration_seconds_count{probe_type="Readiness",handler="exec"} 2' in text
+    assert 'prober_probe_duration_seconds_count{handler="exec",probe_type="Readiness"} 2.0' in text
 
 
 async def test_exec_command_expands_literal_env_only():
