@@ -31,22 +31,27 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-import yaml
-
-from pykubelet.discovery import DEFAULT_TIMEOUT, ClusterInfo, DiscoveryError, discover
+from pykubelet.discovery import DEFAULT_TIMEOUT, DiscoveryError, discover
+from pykubelet.rig.nodeplan import (
+    DEFAULT_BRIDGE,
+    NodePlan,
+    agent_argv,
+    containerd_for,
+    default_node_name,
+    node_record,
+    write_file,
+    write_node_files,
+)
 
 DEFAULT_ROOT = Path("/var/lib/pykubelet")
-DEFAULT_BRIDGE = "pykbr0"
 DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
-KUBE_DNS_IP = "10.96.0.10"
 SYSTEMD_DIR = Path("/etc/systemd/system")
 CONTAINERD_UNIT = "pykubelet-containerd.service"
 AGENT_UNIT = "pykubelet-node.service"
 MARKER = "join.json"
-BOOTSTRAP_USER = "tls-bootstrap-token-user"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,135 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--systemd-dir", type=Path, default=SYSTEMD_DIR, help=argparse.SUPPRESS)
 
 
-@dataclass(frozen=True)
-class NodePlan:
-    """Everything join writes and starts, fixed before anything is written."""
-
-    root: Path
-    node_name: str
-    pod_cidr: str
-    bridge: str
-    port: int
-    sandbox_image: str
-    registry_mirror: str
-    server_tls_bootstrap: bool
-
-    @property
-    def agent_dir(self) -> Path:
-        return self.root / "agent"
-
-    @property
-    def bootstrap_kubeconfig(self) -> Path:
-        return self.agent_dir / "bootstrap-kubelet.conf"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.agent_dir / "kubeconfig"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.agent_dir / "pki" / "ca.crt"
-
-    @property
-    def config_file(self) -> Path:
-        return self.agent_dir / "config.yaml"
-
-    @property
-    def cni_dir(self) -> Path:
-        return self.root / "cni"
-
-
 def systemd_running() -> bool:
     """sd_booted(): systemd is PID 1 when /run/systemd/system exists."""
     return Path("/run/systemd/system").is_dir()
-
-
-def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".writing")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def bootstrap_kubeconfig(info: ClusterInfo, token: str) -> dict:
-    import base64
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "kubernetes",
-                "cluster": {
-                    "server": info.server,
-                    "certificate-authority-data": base64.b64encode(info.ca_pem).decode(),
-                },
-            }
-        ],
-        "contexts": [{"name": "tls-bootstrap", "context": {"cluster": "kubernetes", "user": BOOTSTRAP_USER}}],
-        "current-context": "tls-bootstrap",
-        "users": [{"name": BOOTSTRAP_USER, "user": {"token": token}}],
-    }
-
-
-def kubelet_config(plan: NodePlan) -> dict:
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        **({"podCIDR": plan.pod_cidr} if plan.pod_cidr else {}),
-        "podLogsDir": str(plan.root / "pod-logs"),
-        "clusterDomain": "cluster.local",
-        "clusterDNS": [KUBE_DNS_IP],
-        "resolvConf": "/etc/resolv.conf",
-        "port": plan.port,
-        "rotateCertificates": True,
-        "serverTLSBootstrap": plan.server_tls_bootstrap,
-        "authentication": {"x509": {"clientCAFile": str(plan.ca_file)}},
-    }
-
-
-def containerd_for(plan: NodePlan):  # type: ignore[no-untyped-def]
-    from pykubelet.rig.containerd import Containerd
-
-    return Containerd(
-        plan.root / "containerd",
-        cni_bin_dir=plan.cni_dir / "bin",
-        cni_conf_dir=plan.cni_dir / "net.d",
-        sandbox_image=plan.sandbox_image,
-        registry=plan.registry_mirror or None,
-        mirror_docker_io=bool(plan.registry_mirror),
-    )
-
-
-def agent_argv(plan: NodePlan, endpoint: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pykubelet",
-        "agent",
-        "--kubeconfig",
-        str(plan.kubeconfig),
-        "--bootstrap-kubeconfig",
-        str(plan.bootstrap_kubeconfig),
-        "--node-name",
-        plan.node_name,
-        "--container-runtime-endpoint",
-        endpoint,
-        "--config",
-        str(plan.config_file),
-        "--root-dir",
-        str(plan.agent_dir),
-        "--cni-conf-dir",
-        str(plan.cni_dir / "net.d"),
-        "--cni-bin-dir",
-        str(plan.cni_dir / "bin"),
-        "--cni-data-dir",
-        str(plan.cni_dir / "ipam"),
-        "--cni-bridge",
-        plan.bridge,
-    ]
 
 
 def units(plan: NodePlan, containerd_argv: list[str], agent: list[str]) -> dict[str, str]:
@@ -246,33 +125,6 @@ def units(plan: NodePlan, containerd_argv: list[str], agent: list[str]) -> dict[
     }
 
 
-def write_node_files(plan: NodePlan, info: ClusterInfo, token: str) -> None:
-    """Everything but the daemons' own state; write-then-rename, so a re-run rewrites each file whole."""
-    _write(plan.ca_file, info.ca_pem)
-    _write(
-        plan.bootstrap_kubeconfig,
-        yaml.safe_dump(bootstrap_kubeconfig(info, token), sort_keys=False).encode(),
-        0o600,
-    )
-    _write(plan.config_file, yaml.safe_dump(kubelet_config(plan), sort_keys=False).encode())
-    (plan.root / "pod-logs").mkdir(parents=True, exist_ok=True)
-
-
-def record(plan: NodePlan, containerd_endpoint: str, pids: dict[str, int]) -> None:
-    from pykubelet.rig.stack import StackRecord
-
-    StackRecord(
-        state_dir=str(plan.root),
-        node_name=plan.node_name,
-        kubeconfig=str(plan.kubeconfig),
-        pids=pids,
-        registry=plan.registry_mirror,
-        containerd_endpoint=containerd_endpoint,
-        bridge=plan.bridge,
-        pod_cidr=plan.pod_cidr,
-    ).save()
-
-
 def _fail(message: str) -> int:
     print(f"error execution phase preflight: {message}", file=sys.stderr)
     return 1
@@ -284,8 +136,6 @@ def _refuse(message: str) -> int:
 
 
 def plan_from(args: argparse.Namespace) -> NodePlan:
-    from pykubelet.rig.stack import default_node_name
-
     return NodePlan(
         root=Path(os.path.realpath(args.root_dir)),
         node_name=args.node_name or default_node_name(),
@@ -316,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     _stop_previous(plan, args.systemd_dir)
     write_node_files(plan, info, args.token)
     marker = {**asdict(plan), "root": str(plan.root), "server": info.server, "caHash": info.ca_hash}
-    _write(plan.root / MARKER, json.dumps(marker, indent=2).encode())
+    write_file(plan.root / MARKER, json.dumps(marker, indent=2).encode())
     if args.foreground or not systemd_running():
         return _run_foreground(plan)
     return _install_units(plan, args.systemd_dir)
@@ -340,8 +190,8 @@ def _install_units(plan: NodePlan, systemd_dir: Path) -> int:
         d.mkdir(parents=True, exist_ok=True)
     ctd.config_path.write_text(ctd.render_config())
     for name, text in units(plan, ctd.daemon.argv, agent_argv(plan, ctd.endpoint)).items():
-        _write(systemd_dir / name, text.encode())
-    record(plan, ctd.endpoint, {})
+        write_file(systemd_dir / name, text.encode())
+    node_record(plan, ctd.endpoint, {}).save()
     subprocess.run(["systemctl", "daemon-reload"], check=True)
     subprocess.run(["systemctl", "enable", "--now", CONTAINERD_UNIT, AGENT_UNIT], check=True)
     print(f"This node has joined the cluster as {plan.node_name} ({AGENT_UNIT}).", file=sys.stderr)
@@ -362,13 +212,13 @@ def _run_foreground(plan: NodePlan) -> int:
     agent: Daemon | None = None
     code = 1
     try:
-        record(plan, ctd.endpoint, {})
-        ctd.daemon.on_spawn = lambda pid: record(plan, ctd.endpoint, {"containerd": pid})
+        node_record(plan, ctd.endpoint, {}).save()
+        ctd.daemon.on_spawn = lambda pid: node_record(plan, ctd.endpoint, {"containerd": pid}).save()
         ctd.start()
         print(f"[kubelet-start] containerd is running at {ctd.endpoint}", file=sys.stderr)
         agent = Daemon("pykubelet agent", agent_argv(plan, ctd.endpoint), plan.agent_dir / "agent.log")
         agent.start(lambda: True, timeout=10)
-        record(plan, ctd.endpoint, {"containerd": ctd.daemon.pid or 0, "agent": agent.pid or 0})
+        node_record(plan, ctd.endpoint, {"containerd": ctd.daemon.pid or 0, "agent": agent.pid or 0}).save()
         print(
             f"[kubelet-start] the agent is performing the TLS bootstrap as node {plan.node_name} "
             f"(log {agent.log_path}); stop with Ctrl-C, remove with pykubelet reset --root-dir {plan.root}",

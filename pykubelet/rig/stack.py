@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -26,15 +25,14 @@ from pykubelet.rig.auditlog import audit_args
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members
 from pykubelet.rig.images import RigImages, publish_test_images
+from pykubelet.rig.nodeplan import DEFAULT_BRIDGE, KUBE_DNS_IP, default_node_name
 from pykubelet.rig.process import Daemon, free_port
+from pykubelet.rig.record import RECORD_FILE, StackRecord
 from pykubelet.rig.registry import Registry
 
 DEFAULT_POD_CIDR = "10.244.0.0/24"
 DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")  # `pykubelet up`'s and `down`'s
-DEFAULT_BRIDGE = "pykbr0"
 PROXY_TABLE = "kube-proxy"
-# The cluster DNS Service's address, as kubeadm's default service range puts it.
-KUBE_DNS_IP = "10.96.0.10"
 DNS_USER = "system:serviceaccount:kube-system:coredns"
 DNS_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system")
 
@@ -47,10 +45,6 @@ def proxy_table(bridge: str) -> str:
 
 def proxy_cleanup_argv(table: str) -> list[str]:
     return [sys.executable, "-m", "pykubelet", "proxy", "--cleanup", "--nft-table", table]
-
-
-def default_node_name() -> str:
-    return socket.gethostname().split(".")[0].lower()
 
 
 @dataclass
@@ -106,41 +100,6 @@ def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
         bridge=bridge,
         socket_path=str(state_dir / "agent" / "cni.sock"),  # where the agent serves it
     )
-
-
-RECORD_FILE = "stack.json"
-
-
-@dataclass
-class StackRecord:
-    """What `down` needs to find a stack that `up` left running (or left half-started)."""
-
-    state_dir: str
-    node_name: str
-    kubeconfig: str
-    pids: dict[str, int]  # daemon -> pid, from the moment the process exists
-    registry: str
-    containerd_endpoint: str
-    bridge: str
-    pod_cidr: str
-    ready: list[str] = field(default_factory=list)  # daemons that answered, in start order
-    proxy_table: str = ""
-
-    @classmethod
-    def load(cls, state_dir: Path) -> StackRecord | None:
-        """The record, or None when there is none or it cannot be read (then down searches instead)."""
-        path = state_dir / RECORD_FILE
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def save(self) -> None:
-        """Write-then-rename: a reader (or an `up` killed mid-write) never leaves half a file."""
-        path = Path(self.state_dir) / RECORD_FILE
-        tmp = path.with_name(f".{RECORD_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        os.replace(tmp, path)
 
 
 class Stack:
