@@ -15,8 +15,9 @@ node so that `pykubelet reset` (pykubelet.rig.sweep) finds every part:
   join.json                      what was asked (without the token)
 
 The Debian packages come through pykubelet.rig.install. containerd and the agent then run as systemd
-units where systemd is PID 1 (pykubelet-containerd.service, pykubelet-node.service), in the foreground
-otherwise (`--foreground` forces it): this command then runs until SIGTERM/SIGINT and stops both.
+units where systemd is PID 1 (pykubelet-containerd.service, pykubelet-node.service; the agent from
+pykubelet's own virtual environment, pykubelet.hostenv: /opt/pykubelet/venv on a host install), in the
+foreground otherwise (`--foreground` forces it): this command then runs until SIGTERM/SIGINT and stops both.
 Running join again over a half-finished one stops what the earlier one left running and starts again;
 the agent keeps its certificate if it already has one.
 """
@@ -35,6 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pykubelet.discovery import DEFAULT_TIMEOUT, DiscoveryError, discover
+from pykubelet.hostenv import VenvError, check_venv, chosen_venv
 from pykubelet.rig.nodeplan import (
     DEFAULT_BRIDGE,
     NodePlan,
@@ -119,7 +121,7 @@ def units(plan: NodePlan, containerd_argv: list[str], agent: list[str]) -> dict[
             "[Unit]\nDescription=pykubelet: Kubernetes node agent in Python\n"
             "Documentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/\n"
             f"Wants=network-online.target\nAfter=network-online.target {CONTAINERD_UNIT}\nRequires={CONTAINERD_UNIT}\n\n"
-            f"[Service]\nExecStart={shlex.join(agent)}\nEnvironment=PYTHONPATH={os.environ.get('PYTHONPATH', '')}\n"
+            f"[Service]\nExecStart={shlex.join(agent)}\n"
             "Restart=always\nRestartSec=5\nKillMode=process\nLimitNOFILE=1048576\n\n[Install]\nWantedBy=multi-user.target\n"
         ),
     }
@@ -152,6 +154,12 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from(args)
     if (plan.root / "apiserver").exists():
         return _refuse(f"{plan.root} holds a control plane (pykubelet up): join with another --root-dir")
+    as_units = not args.foreground and systemd_running()
+    try:
+        # The units start the agent from pykubelet's own environment: checked before anything is written.
+        python = str(check_venv(chosen_venv())) if as_units else sys.executable
+    except VenvError as err:
+        return _refuse(str(err))
     print(f"[preflight] discovering the cluster at {args.endpoint}", file=sys.stderr)
     try:
         info = discover(args.endpoint, args.token, args.ca_hashes, args.discovery_timeout)
@@ -167,9 +175,9 @@ def run(args: argparse.Namespace) -> int:
     write_node_files(plan, info, args.token)
     marker = {**asdict(plan), "root": str(plan.root), "server": info.server, "caHash": info.ca_hash}
     write_file(plan.root / MARKER, json.dumps(marker, indent=2).encode())
-    if args.foreground or not systemd_running():
+    if not as_units:
         return _run_foreground(plan)
-    return _install_units(plan, args.systemd_dir)
+    return _install_units(plan, args.systemd_dir, python)
 
 
 def _stop_previous(plan: NodePlan, systemd_dir: Path) -> None:
@@ -184,12 +192,12 @@ def _stop_previous(plan: NodePlan, systemd_dir: Path) -> None:
             print(f"[reset] {problem}", file=sys.stderr)
 
 
-def _install_units(plan: NodePlan, systemd_dir: Path) -> int:
+def _install_units(plan: NodePlan, systemd_dir: Path, python: str) -> int:
     ctd = containerd_for(plan)
     for d in (ctd.root, ctd.state, ctd.cni_conf_dir):
         d.mkdir(parents=True, exist_ok=True)
     ctd.config_path.write_text(ctd.render_config())
-    for name, text in units(plan, ctd.daemon.argv, agent_argv(plan, ctd.endpoint)).items():
+    for name, text in units(plan, ctd.daemon.argv, agent_argv(plan, ctd.endpoint, python)).items():
         write_file(systemd_dir / name, text.encode())
     node_record(plan, ctd.endpoint, {}).save()
     subprocess.run(["systemctl", "daemon-reload"], check=True)

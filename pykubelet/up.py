@@ -12,6 +12,7 @@ import argparse
 import signal
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -28,7 +29,8 @@ from pykubelet.rig.stack import (
 from pykubelet.rig.sweep import looks_like_a_stack, sweep
 
 DEFAULT_CLUSTER_CIDR = "10.244.0.0/16"  # kubeadm's podSubnet in most guides (flannel's default)
-EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
+# The sample pod, a file of this package (installed with it).
+EXAMPLE_POD = resources.files("pykubelet") / "sample-pod.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
