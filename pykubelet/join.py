@@ -37,6 +37,7 @@ from pathlib import Path
 
 from pykubelet.discovery import DEFAULT_TIMEOUT, DiscoveryError, discover
 from pykubelet.hostenv import VenvError, check_venv, chosen_venv
+from pykubelet.progress import Progress
 from pykubelet.rig.nodeplan import (
     DEFAULT_BRIDGE,
     NodePlan,
@@ -54,6 +55,7 @@ SYSTEMD_DIR = Path("/etc/systemd/system")
 CONTAINERD_UNIT = "pykubelet-containerd.service"
 AGENT_UNIT = "pykubelet-node.service"
 MARKER = "join.json"
+INSTALL_LOG = "install.log"  # apt's output, when packages were missing
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,27 +159,40 @@ def run(args: argparse.Namespace) -> int:
     as_units = not args.foreground and systemd_running()
     try:
         # The units start the agent from pykubelet's own environment: checked before anything is written.
-        python = str(check_venv(chosen_venv())) if as_units else sys.executable
+        units_python = str(check_venv(chosen_venv())) if as_units else None
     except VenvError as err:
         return _refuse(str(err))
-    print(f"[preflight] discovering the cluster at {args.endpoint}", file=sys.stderr)
+    progress = Progress(sys.stderr, prefix="pykubelet join")
     try:
-        info = discover(args.endpoint, args.token, args.ca_hashes, args.discovery_timeout)
+        return _join(args, plan, progress, units_python)
+    except Exception as err:
+        if progress.reported(err):
+            return 1  # the stage said what failed, with its log
+        raise
+
+
+def _join(args: argparse.Namespace, plan: NodePlan, progress: Progress, units_python: str | None) -> int:
+    """Discovery, the packages, the node's files, then the daemons: as units with `units_python`'s
+    environment, else in the foreground."""
+    try:
+        with progress.stage(f"discovery of {args.endpoint}"):
+            info = discover(args.endpoint, args.token, args.ca_hashes, args.discovery_timeout)
     except DiscoveryError as err:
         return _fail(f"couldn't validate the identity of the API Server: {err}")
-    print(
-        f"[discovery] cluster-info validated; CA {info.ca_hash} pinned; server {info.server}", file=sys.stderr
-    )
+    progress.note(f"[discovery] cluster-info validated; CA {info.ca_hash} pinned; server {info.server}")
     from pykubelet.rig.install import ensure_packages
 
-    ensure_packages()
-    _stop_previous(plan, args.systemd_dir)
-    write_node_files(plan, info, args.token)
-    marker = {**asdict(plan), "root": str(plan.root), "server": info.server, "caHash": info.ca_hash}
-    write_file(plan.root / MARKER, json.dumps(marker, indent=2).encode())
-    if not as_units:
-        return _run_foreground(plan)
-    return _install_units(plan, args.systemd_dir, python)
+    with progress.stage("packages", plan.root / INSTALL_LOG):
+        ensure_packages(log_path=plan.root / INSTALL_LOG)
+    with progress.stage("node files"):
+        _stop_previous(plan, args.systemd_dir)
+        write_node_files(plan, info, args.token)
+        marker = {**asdict(plan), "root": str(plan.root), "server": info.server, "caHash": info.ca_hash}
+        write_file(plan.root / MARKER, json.dumps(marker, indent=2).encode())
+    if units_python is None:
+        return _run_foreground(plan, progress)
+    with progress.stage("units"):
+        return _install_units(plan, args.systemd_dir, units_python)
 
 
 def _stop_previous(plan: NodePlan, systemd_dir: Path) -> None:
@@ -210,7 +225,7 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _run_foreground(plan: NodePlan) -> int:
+def _run_foreground(plan: NodePlan, progress: Progress) -> int:
     """containerd and the agent as this process's children until a signal or the agent's exit."""
     from pykubelet.rig.process import Daemon
 
@@ -222,15 +237,21 @@ def _run_foreground(plan: NodePlan) -> int:
     try:
         node_record(plan, ctd.endpoint, {}).save()
         ctd.daemon.on_spawn = lambda pid: node_record(plan, ctd.endpoint, {"containerd": pid}).save()
-        ctd.start()
-        print(f"[kubelet-start] containerd is running at {ctd.endpoint}", file=sys.stderr)
+        with progress.stage("containerd", ctd.daemon.log_path):
+            ctd.start()
         agent = Daemon("pykubelet agent", agent_argv(plan, ctd.endpoint), plan.agent_dir / "agent.log")
-        agent.start(lambda: True, timeout=10)
-        node_record(plan, ctd.endpoint, {"containerd": ctd.daemon.pid or 0, "agent": agent.pid or 0}).save()
-        print(
-            f"[kubelet-start] the agent is performing the TLS bootstrap as node {plan.node_name} "
-            f"(log {agent.log_path}); stop with Ctrl-C, remove with pykubelet reset --root-dir {plan.root}",
-            file=sys.stderr,
+        with progress.stage(f"TLS bootstrap of node {plan.node_name}", agent.log_path):
+            agent.start(lambda: True, timeout=10)
+            node_record(
+                plan, ctd.endpoint, {"containerd": ctd.daemon.pid or 0, "agent": agent.pid or 0}
+            ).save()
+            while agent.running() and not plan.kubeconfig.exists():  # the agent writes it once issued
+                time.sleep(0.5)
+            if not agent.running():
+                raise RuntimeError("the agent exited before its certificate was issued")
+        progress.note(
+            f"[kubelet-start] node {plan.node_name} runs (log {agent.log_path}); stop with Ctrl-C, "
+            f"remove with pykubelet reset --root-dir {plan.root}"
         )
         while agent.running():
             time.sleep(0.5)

@@ -67,6 +67,10 @@ class StackNode:
     def root(self) -> Path:
         return self.plan.root
 
+    def log_path(self) -> Path:
+        """The log of the node's part started last (its agent's, else its containerd's)."""
+        return self.agent.log_path if self.agent is not None else self.containerd.daemon.log_path
+
     def _record(self) -> None:
         pids = {
             k: p
