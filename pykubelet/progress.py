@@ -136,12 +136,15 @@ class Progress:
         done = threading.Event()
 
         def redraw() -> None:
+            shown = -1
             while True:
-                with self._lock:
-                    assert self.out is not None
-                    seconds = int(time.monotonic() - started)
-                    self.out.write(f"{CLEAR_LINE}{self.prefix}: {title} ... {seconds} s")
-                    self.out.flush()
+                seconds = int(time.monotonic() - started)
+                if seconds != shown:  # written when the count changes, checked every tick
+                    with self._lock:
+                        assert self.out is not None
+                        self.out.write(f"{CLEAR_LINE}{self.prefix}: {title} ... {seconds} s")
+                        self.out.flush()
+                    shown = seconds
                 if done.wait(self.tick):
                     return
 
