@@ -15,8 +15,9 @@ node so that `pykubelet reset` (pykubelet.rig.sweep) finds every part:
   join.json                      what was asked (without the token)
 
 The Debian packages come through pykubelet.rig.install. containerd and the agent then run as systemd
-units where systemd is PID 1 (pykubelet-containerd.service, pykubelet-node.service), in the foreground
-otherwise (`--foreground` forces it): this command then runs until SIGTERM/SIGINT and stops both.
+units where systemd is PID 1 (pykubelet-containerd.service, pykubelet-node.service; the agent from
+pykubelet's own virtual environment, pykubelet.hostenv: /opt/pykubelet/venv on a host install), in the
+foreground otherwise (`--foreground` forces it): this command then runs until SIGTERM/SIGINT and stops both.
 Running join again over a half-finished one stops what the earlier one left running and starts again;
 the agent keeps its certificate if it already has one.
 """
@@ -31,24 +32,33 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-
-import yaml
 
 from kubeclient.duration import format_go_duration
 from kubeclient.flags import go_duration
-from pykubelet.discovery import DEFAULT_TIMEOUT, ClusterInfo, DiscoveryError, discover
+from pykubelet.discovery import DEFAULT_TIMEOUT, DiscoveryError, discover
+from pykubelet.hostenv import VenvError, check_venv, chosen_venv
+from pykubelet.progress import Progress
+from pykubelet.rig.nodeplan import (
+    DEFAULT_BRIDGE,
+    NodePlan,
+    agent_argv,
+    containerd_for,
+    cri_endpoint,
+    default_node_name,
+    node_record,
+    write_file,
+    write_node_files,
+)
 
 DEFAULT_ROOT = Path("/var/lib/pykubelet")
-DEFAULT_BRIDGE = "pykbr0"
 DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
-KUBE_DNS_IP = "10.96.0.10"
 SYSTEMD_DIR = Path("/etc/systemd/system")
 CONTAINERD_UNIT = "pykubelet-containerd.service"
 AGENT_UNIT = "pykubelet-node.service"
 MARKER = "join.json"
-BOOTSTRAP_USER = "tls-bootstrap-token-user"
+INSTALL_LOG = "install.log"  # apt's output, when packages were missing
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,148 +113,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--systemd-dir", type=Path, default=SYSTEMD_DIR, help=argparse.SUPPRESS)
 
 
-@dataclass(frozen=True)
-class NodePlan:
-    """Everything join writes and starts, fixed before anything is written."""
-
-    root: Path
-    node_name: str
-    pod_cidr: str
-    bridge: str
-    port: int
-    sandbox_image: str
-    registry_mirror: str
-    server_tls_bootstrap: bool
-    cri_socket: str = ""  # --cri-socket: the host's runtime (unix://...), or "" for join's own containerd
-    healthz_port: int = 10248  # the rig gives each node of one host its own
-
-    @property
-    def agent_dir(self) -> Path:
-        return self.root / "agent"
-
-    @property
-    def bootstrap_kubeconfig(self) -> Path:
-        return self.agent_dir / "bootstrap-kubelet.conf"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.agent_dir / "kubeconfig"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.agent_dir / "pki" / "ca.crt"
-
-    @property
-    def config_file(self) -> Path:
-        return self.agent_dir / "config.yaml"
-
-    @property
-    def cni_dir(self) -> Path:
-        return self.root / "cni"
-
-
 def systemd_running() -> bool:
     """sd_booted(): systemd is PID 1 when /run/systemd/system exists."""
     return Path("/run/systemd/system").is_dir()
-
-
-def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".writing")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def bootstrap_kubeconfig(info: ClusterInfo, token: str) -> dict:
-    import base64
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "kubernetes",
-                "cluster": {
-                    "server": info.server,
-                    "certificate-authority-data": base64.b64encode(info.ca_pem).decode(),
-                },
-            }
-        ],
-        "contexts": [{"name": "tls-bootstrap", "context": {"cluster": "kubernetes", "user": BOOTSTRAP_USER}}],
-        "current-context": "tls-bootstrap",
-        "users": [{"name": BOOTSTRAP_USER, "user": {"token": token}}],
-    }
-
-
-def kubelet_config(plan: NodePlan) -> dict:
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        **({"podCIDR": plan.pod_cidr} if plan.pod_cidr else {}),
-        "podLogsDir": str(plan.root / "pod-logs"),
-        "clusterDomain": "cluster.local",
-        "clusterDNS": [KUBE_DNS_IP],
-        "resolvConf": "/etc/resolv.conf",
-        "port": plan.port,
-        "healthzPort": plan.healthz_port,
-        "rotateCertificates": True,
-        "serverTLSBootstrap": plan.server_tls_bootstrap,
-        "authentication": {"x509": {"clientCAFile": str(plan.ca_file)}},
-    }
-
-
-def containerd_for(plan: NodePlan):  # type: ignore[no-untyped-def]
-    from pykubelet.rig.containerd import Containerd
-
-    return Containerd(
-        plan.root / "containerd",
-        cni_bin_dir=plan.cni_dir / "bin",
-        cni_conf_dir=plan.cni_dir / "net.d",
-        sandbox_image=plan.sandbox_image,
-        registry=plan.registry_mirror or None,
-        mirror_docker_io=bool(plan.registry_mirror),
-    )
-
-
-def cri_endpoint(text: str) -> str:
-    """kubeadm's --cri-socket spellings: a bare path means unix://PATH."""
-    return text if "://" in text or not text else f"unix://{text}"
-
-
-def agent_argv(plan: NodePlan, endpoint: str) -> list[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "pykubelet",
-        "agent",
-        "--kubeconfig",
-        str(plan.kubeconfig),
-        "--bootstrap-kubeconfig",
-        str(plan.bootstrap_kubeconfig),
-        "--node-name",
-        plan.node_name,
-        "--container-runtime-endpoint",
-        endpoint,
-        "--config",
-        str(plan.config_file),
-        "--root-dir",
-        str(plan.agent_dir),
-    ]
-    if plan.cri_socket:  # the runtime's own pod network (its CNI config), none of ours
-        return argv
-    return [
-        *argv,
-        "--cni-conf-dir",
-        str(plan.cni_dir / "net.d"),
-        "--cni-bin-dir",
-        str(plan.cni_dir / "bin"),
-        "--cni-data-dir",
-        str(plan.cni_dir / "ipam"),
-        "--cni-bridge",
-        plan.bridge,
-    ]
 
 
 def units(plan: NodePlan, containerd_argv: list[str] | None, agent: list[str]) -> dict[str, str]:
@@ -258,7 +129,7 @@ def units(plan: NodePlan, containerd_argv: list[str] | None, agent: list[str]) -
                 f"# The pykubelet node agent in {plan.root} (written by pykubelet join; pykubelet reset removes it)\n"
                 "[Unit]\nDescription=pykubelet: Kubernetes node agent in Python\n"
                 "Wants=network-online.target\nAfter=network-online.target\n\n"
-                f"[Service]\nExecStart={shlex.join(agent)}\nEnvironment=PYTHONPATH={os.environ.get('PYTHONPATH', '')}\n"
+                f"[Service]\nExecStart={shlex.join(agent)}\n"
                 "Restart=always\nRestartSec=5\nKillMode=process\nLimitNOFILE=1048576\n\n[Install]\nWantedBy=multi-user.target\n"
             )
         }
@@ -275,37 +146,10 @@ def units(plan: NodePlan, containerd_argv: list[str] | None, agent: list[str]) -
             "[Unit]\nDescription=pykubelet: Kubernetes node agent in Python\n"
             "Documentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/\n"
             f"Wants=network-online.target\nAfter=network-online.target {CONTAINERD_UNIT}\nRequires={CONTAINERD_UNIT}\n\n"
-            f"[Service]\nExecStart={shlex.join(agent)}\nEnvironment=PYTHONPATH={os.environ.get('PYTHONPATH', '')}\n"
+            f"[Service]\nExecStart={shlex.join(agent)}\n"
             "Restart=always\nRestartSec=5\nKillMode=process\nLimitNOFILE=1048576\n\n[Install]\nWantedBy=multi-user.target\n"
         ),
     }
-
-
-def write_node_files(plan: NodePlan, info: ClusterInfo, token: str) -> None:
-    """Everything but the daemons' own state; write-then-rename, so a re-run rewrites each file whole."""
-    _write(plan.ca_file, info.ca_pem)
-    _write(
-        plan.bootstrap_kubeconfig,
-        yaml.safe_dump(bootstrap_kubeconfig(info, token), sort_keys=False).encode(),
-        0o600,
-    )
-    _write(plan.config_file, yaml.safe_dump(kubelet_config(plan), sort_keys=False).encode())
-    (plan.root / "pod-logs").mkdir(parents=True, exist_ok=True)
-
-
-def record(plan: NodePlan, containerd_endpoint: str, pids: dict[str, int]) -> None:
-    from pykubelet.rig.stack import StackRecord
-
-    StackRecord(
-        state_dir=str(plan.root),
-        node_name=plan.node_name,
-        kubeconfig=str(plan.kubeconfig),
-        pids=pids,
-        registry=plan.registry_mirror,
-        containerd_endpoint=containerd_endpoint,
-        bridge=plan.bridge,
-        pod_cidr=plan.pod_cidr,
-    ).save()
 
 
 def _fail(message: str) -> int:
@@ -319,8 +163,6 @@ def _refuse(message: str) -> int:
 
 
 def plan_from(args: argparse.Namespace) -> NodePlan:
-    from pykubelet.rig.stack import default_node_name
-
     return NodePlan(
         root=Path(os.path.realpath(args.root_dir)),
         node_name=args.node_name or default_node_name(),
@@ -342,24 +184,43 @@ def run(args: argparse.Namespace) -> int:
         socket_path = Path(plan.cri_socket.removeprefix("unix://"))
         if not plan.cri_socket.startswith("unix://") or not socket_path.is_socket():
             return _fail(f"container runtime is not running: no CRI socket at {plan.cri_socket}")
-    print(f"[preflight] discovering the cluster at {args.endpoint}", file=sys.stderr)
+    as_units = not args.foreground and systemd_running()
     try:
-        info = discover(args.endpoint, args.token, args.ca_hashes, args.discovery_timeout)
+        # The units start the agent from pykubelet's own environment: checked before anything is written.
+        units_python = str(check_venv(chosen_venv())) if as_units else None
+    except VenvError as err:
+        return _refuse(str(err))
+    progress = Progress(sys.stderr, prefix="pykubelet join")
+    try:
+        return _join(args, plan, progress, units_python)
+    except Exception as err:
+        if progress.reported(err):
+            return 1  # the stage said what failed, with its log
+        raise
+
+
+def _join(args: argparse.Namespace, plan: NodePlan, progress: Progress, units_python: str | None) -> int:
+    """Discovery, the packages, the node's files, then the daemons: as units with `units_python`'s
+    environment, else in the foreground."""
+    try:
+        with progress.stage(f"discovery of {args.endpoint}"):
+            info = discover(args.endpoint, args.token, args.ca_hashes, args.discovery_timeout)
     except DiscoveryError as err:
         return _fail(f"couldn't validate the identity of the API Server: {err}")
-    print(
-        f"[discovery] cluster-info validated; CA {info.ca_hash} pinned; server {info.server}", file=sys.stderr
-    )
+    progress.note(f"[discovery] cluster-info validated; CA {info.ca_hash} pinned; server {info.server}")
     from pykubelet.rig.install import ensure_packages
 
-    ensure_packages()
-    _stop_previous(plan, args.systemd_dir)
-    write_node_files(plan, info, args.token)
-    marker = {**asdict(plan), "root": str(plan.root), "server": info.server, "caHash": info.ca_hash}
-    _write(plan.root / MARKER, json.dumps(marker, indent=2).encode())
-    if args.foreground or not systemd_running():
-        return _run_foreground(plan)
-    return _install_units(plan, args.systemd_dir)
+    with progress.stage("packages", plan.root / INSTALL_LOG):
+        ensure_packages(log_path=plan.root / INSTALL_LOG)
+    with progress.stage("node files"):
+        _stop_previous(plan, args.systemd_dir)
+        write_node_files(plan, info, args.token)
+        marker = {**asdict(plan), "root": str(plan.root), "server": info.server, "caHash": info.ca_hash}
+        write_file(plan.root / MARKER, json.dumps(marker, indent=2).encode())
+    if units_python is None:
+        return _run_foreground(plan, progress)
+    with progress.stage("units"):
+        return _install_units(plan, args.systemd_dir, units_python)
 
 
 def _stop_previous(plan: NodePlan, systemd_dir: Path) -> None:
@@ -374,11 +235,11 @@ def _stop_previous(plan: NodePlan, systemd_dir: Path) -> None:
             print(f"[reset] {problem}", file=sys.stderr)
 
 
-def _install_units(plan: NodePlan, systemd_dir: Path) -> int:
+def _install_units(plan: NodePlan, systemd_dir: Path, python: str) -> int:
     if plan.cri_socket:
-        for name, text in units(plan, None, agent_argv(plan, plan.cri_socket)).items():
-            _write(systemd_dir / name, text.encode())
-        record(plan, plan.cri_socket, {})
+        for name, text in units(plan, None, agent_argv(plan, plan.cri_socket, python)).items():
+            write_file(systemd_dir / name, text.encode())
+        node_record(plan, plan.cri_socket, {}).save()
         subprocess.run(["systemctl", "daemon-reload"], check=True)
         subprocess.run(["systemctl", "enable", "--now", AGENT_UNIT], check=True)
         print(f"This node has joined the cluster as {plan.node_name} ({AGENT_UNIT}).", file=sys.stderr)
@@ -387,9 +248,9 @@ def _install_units(plan: NodePlan, systemd_dir: Path) -> int:
     for d in (ctd.root, ctd.state, ctd.cni_conf_dir):
         d.mkdir(parents=True, exist_ok=True)
     ctd.config_path.write_text(ctd.render_config())
-    for name, text in units(plan, ctd.daemon.argv, agent_argv(plan, ctd.endpoint)).items():
-        _write(systemd_dir / name, text.encode())
-    record(plan, ctd.endpoint, {})
+    for name, text in units(plan, ctd.daemon.argv, agent_argv(plan, ctd.endpoint, python)).items():
+        write_file(systemd_dir / name, text.encode())
+    node_record(plan, ctd.endpoint, {}).save()
     subprocess.run(["systemctl", "daemon-reload"], check=True)
     subprocess.run(["systemctl", "enable", "--now", CONTAINERD_UNIT, AGENT_UNIT], check=True)
     print(f"This node has joined the cluster as {plan.node_name} ({AGENT_UNIT}).", file=sys.stderr)
@@ -400,7 +261,7 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _run_foreground(plan: NodePlan) -> int:
+def _run_foreground(plan: NodePlan, progress: Progress) -> int:
     """containerd and the agent as this process's children until a signal or the agent's exit."""
     from pykubelet.rig.process import Daemon
 
@@ -411,19 +272,23 @@ def _run_foreground(plan: NodePlan) -> int:
     agent: Daemon | None = None
     code = 1
     try:
-        record(plan, endpoint, {})
+        node_record(plan, endpoint, {}).save()
         if ctd is not None:
-            ctd.daemon.on_spawn = lambda pid: record(plan, endpoint, {"containerd": pid})
-            ctd.start()
-            print(f"[kubelet-start] containerd is running at {endpoint}", file=sys.stderr)
+            ctd.daemon.on_spawn = lambda pid: node_record(plan, endpoint, {"containerd": pid}).save()
+            with progress.stage("containerd", ctd.daemon.log_path):
+                ctd.start()
         agent = Daemon("pykubelet agent", agent_argv(plan, endpoint), plan.agent_dir / "agent.log")
-        agent.start(lambda: True, timeout=10)
-        pids = {"containerd": ctd.daemon.pid or 0} if ctd is not None else {}
-        record(plan, endpoint, {**pids, "agent": agent.pid or 0})
-        print(
-            f"[kubelet-start] the agent is performing the TLS bootstrap as node {plan.node_name} "
-            f"(log {agent.log_path}); stop with Ctrl-C, remove with pykubelet reset --root-dir {plan.root}",
-            file=sys.stderr,
+        with progress.stage(f"TLS bootstrap of node {plan.node_name}", agent.log_path):
+            agent.start(lambda: True, timeout=10)
+            pids = {"containerd": ctd.daemon.pid or 0} if ctd is not None else {}
+            node_record(plan, endpoint, {**pids, "agent": agent.pid or 0}).save()
+            while agent.running() and not plan.kubeconfig.exists():  # the agent writes it once issued
+                time.sleep(0.5)
+            if not agent.running():
+                raise RuntimeError("the agent exited before its certificate was issued")
+        progress.note(
+            f"[kubelet-start] node {plan.node_name} runs (log {agent.log_path}); stop with Ctrl-C, "
+            f"remove with pykubelet reset --root-dir {plan.root}"
         )
         while agent.running():
             time.sleep(0.5)

@@ -12,11 +12,13 @@ import argparse
 import signal
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import yaml
 
 from kubeclient.flags import go_duration
+from pykubelet.progress import Progress
 from pykubelet.rig.install import ensure_packages
 from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
@@ -29,7 +31,9 @@ from pykubelet.rig.stack import (
 from pykubelet.rig.sweep import looks_like_a_stack, sweep
 
 DEFAULT_CLUSTER_CIDR = "10.244.0.0/16"  # kubeadm's podSubnet in most guides (flannel's default)
-EXAMPLE_POD = Path(__file__).resolve().parent.parent / "examples" / "pod.yaml"
+INSTALL_LOG = "install.log"  # apt's output, when packages were missing
+# The sample pod, a file of this package (installed with it).
+EXAMPLE_POD = resources.files("pykubelet") / "sample-pod.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,9 +100,9 @@ def _exit_on(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds Stack.start, which stops what it started
 
 
-def _stop_if_terminated(stack: Stack) -> None:
+def _stop_if_terminated() -> None:
+    """Called as each stage begins: a signal whose exception was lost stops `up` there."""
     if _TERMINATED:
-        stack.stop()
         raise SystemExit(128 + _TERMINATED[0])
 
 
@@ -129,46 +133,64 @@ def run(args: argparse.Namespace) -> int:
         )
     # The node IPAM unless one node's range is given by hand (as before it existed).
     cluster_cidr = args.cluster_cidr or ("" if args.pod_cidr is not None else DEFAULT_CLUSTER_CIDR)
-    ensure_packages()
     state_dir = args.state_dir.resolve()
-    if looks_like_a_stack(state_dir):
-        print(f"pykubelet: stopping what an earlier stack left in {state_dir} first", file=sys.stderr)
-        for problem in sweep(state_dir):
-            print(f"pykubelet: {problem}", file=sys.stderr)
-    stack = Stack(
-        StackConfig(
-            state_dir=state_dir,
-            node_name=args.node_name,
-            pod_cidr=args.pod_cidr or DEFAULT_POD_CIDR,
-            bridge=args.bridge,
-            nodes=args.nodes,
-            cluster_cidr=cluster_cidr,
-            api_port=args.api_port,
-            store=args.store,
-            etcd_members=args.etcd_members,
-            apiservers=args.apiservers,
+    progress = Progress(sys.stderr, before_stage=_stop_if_terminated)
+    print(f"pykubelet: starting the cluster in {state_dir}", file=sys.stderr)
+    stack: Stack | None = None
+    started = False  # Stack.start stops what it started when interrupted; after it, this command does
+    try:
+        with progress.stage("packages", state_dir / INSTALL_LOG):
+            ensure_packages(log_path=state_dir / INSTALL_LOG)
+        if looks_like_a_stack(state_dir):
+            progress.note(f"stopping what an earlier stack left in {state_dir} first")
+            for problem in sweep(state_dir):
+                progress.note(problem)
+        stack = Stack(
+            StackConfig(
+                state_dir=state_dir,
+                node_name=args.node_name,
+                pod_cidr=args.pod_cidr or DEFAULT_POD_CIDR,
+                bridge=args.bridge,
+                nodes=args.nodes,
+                cluster_cidr=cluster_cidr,
+                api_port=args.api_port,
+                store=args.store,
+                etcd_members=args.etcd_members,
+                apiservers=args.apiservers,
+            ),
+            progress,
         )
-    )
-    print(
-        f"pykubelet: starting registry, containerd, {'etcd, ' if args.store == 'etcd' else ''}API server, agent,"
-        f" service proxy, DNS and metrics server in {state_dir} ...",
-        file=sys.stderr,
-    )
-    _start(stack)
-    _stop_if_terminated(stack)
-    for name in stack.node_names:
-        print(f"pykubelet: node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})", file=sys.stderr)
-    if not args.no_example:
-        run_example(stack, args.timeout)
-        _stop_if_terminated(stack)
+        _start(stack)
+        started = True
+        for name in stack.node_names:
+            progress.note(f"node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})")
+        if not args.no_example:
+            with progress.stage(
+                "sample pod", lambda: stack.agent.log_path if stack and stack.agent else None
+            ):
+                pod = run_example(stack, args.timeout)
+            progress.note(f"pod {pod}")
+        _stop_if_terminated()
+    except (KeyboardInterrupt, SystemExit) as stop:
+        # A signal (or Ctrl-C) anywhere, also between stages: said where, and the stack stopped.
+        progress.interrupted(stop)
+        if started and stack is not None:
+            stack.stop()
+        raise
+    except Exception as err:
+        if not progress.reported(err):
+            raise
+        if progress.failed == "sample pod" and stack is not None:
+            progress.note(f"the cluster stays up to look into it: export KUBECONFIG={stack.kubeconfig}")
+        return 1  # the stage said what failed, with its log
     print(f"export KUBECONFIG={stack.kubeconfig}")
     print("kubectl get nodes,pods -o wide     # pykubelet down   stops everything", file=sys.stderr)
     return 0
 
 
-def run_example(stack: Stack, timeout: float) -> None:
+def run_example(stack: Stack, timeout: float) -> str:
     """Create the sample pod (the scheduler binds it to our node) and wait until it is Running and its
-    readiness probe has passed."""
+    readiness probe has passed; says so (`namespace/name is Running and Ready at IP`)."""
     from kubernetes.client.exceptions import ApiException
 
     core = stack.core_api()
@@ -186,10 +208,6 @@ def run_example(stack: Stack, timeout: float) -> None:
         phase = pod.status.phase
         ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
         if phase == "Running" and ready:
-            print(
-                f"pykubelet: pod {namespace}/{name} is Running and Ready at {pod.status.pod_ip}",
-                file=sys.stderr,
-            )
-            return
+            return f"{namespace}/{name} is Running and Ready at {pod.status.pod_ip}"
         time.sleep(0.5)
-    raise SystemExit(f"pykubelet: pod {namespace}/{name} still {phase} after {timeout:.0f} s")
+    raise TimeoutError(f"pod {namespace}/{name} still {phase} after {timeout:.0f} s")

@@ -191,7 +191,8 @@ async def test_join_with_an_unsigned_token_refuses_and_writes_nothing(
 def test_join_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     if shutil.which("systemd-analyze") is None:
         pytest.skip("no systemd-analyze")
-    from pykubelet.join import AGENT_UNIT, NodePlan, agent_argv, units
+    from pykubelet.join import AGENT_UNIT, units
+    from pykubelet.rig.nodeplan import NodePlan, agent_argv
 
     plan = NodePlan(tmp_path, "n1", "10.244.9.0/24", "pykbr9", 10250, "pause", "", False)
     for name, text in units(

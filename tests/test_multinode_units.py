@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pykubelet.join import NodePlan, kubelet_config
+from pykubelet.rig.nodeplan import NodePlan, kubelet_config
 from pykubelet.rig.nodes import node_bridge
 from pykubelet.rig.stack import StackRecord
 from pykubelet.rig.sweep import StackNetwork, find_network, looks_like_a_stack, node_dirs

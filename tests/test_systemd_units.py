@@ -1,4 +1,5 @@
-"""The shipped systemd units start commands that exist, with flags our CLI accepts."""
+"""The shipped systemd units start pykubelet from its own environment (/opt/pykubelet/venv, as the README's
+host install makes it), with flags our CLI accepts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pykubelet.cli import SUBCOMMANDS
+from pykubelet.hostenv import DEFAULT_VENV
 
 UNITS = sorted((Path(__file__).resolve().parents[1] / "systemd").glob("*.service"))
 
@@ -34,7 +36,7 @@ def test_units_exist() -> None:
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
 def test_exec_start_parses_with_our_cli(unit: Path) -> None:
     argv = _exec_start(unit)
-    assert Path(argv[0]).name == "pykubelet"
+    assert argv[0] == str(DEFAULT_VENV / "bin" / "pykubelet")
     command, args = argv[1], argv[2:]
     assert command in SUBCOMMANDS
     module = importlib.import_module(SUBCOMMANDS[command][0])

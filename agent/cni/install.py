@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 from agent.cni import protocol
@@ -21,7 +22,7 @@ from agent.cni import protocol
 log = logging.getLogger("agent.cni.install")
 
 PLUGIN_NAME = "pykubelet-cni"
-SHIM_SOURCE = Path(__file__).with_name("shim.c")
+SHIM_SOURCE = resources.files("agent.cni") / "shim.c"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -32,9 +33,9 @@ def _c_string(value: str) -> str:
 def build_shim(dest: Path, socket_path: str, python: str) -> bool:
     """Compile the shim to dest; False when no C compiler is available."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc or not SHIM_SOURCE.exists():  # no compiler, or a wheel install without the C source
+    if not cc or not SHIM_SOURCE.is_file():  # no compiler, or an install without the C source
         return False
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, resources.as_file(SHIM_SOURCE) as source:
         out = Path(tmp) / "shim"
         cmd = [
             cc,
@@ -45,7 +46,7 @@ def build_shim(dest: Path, socket_path: str, python: str) -> bool:
             f"-DFALLBACK_PYTHONPATH={_c_string(str(PROJECT_ROOT))}",
             "-o",
             str(out),
-            str(SHIM_SOURCE),
+            str(source),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:  # e.g. a compiler without libc headers: the forwarder still works

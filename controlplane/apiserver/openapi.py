@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from controlplane.apiserver.kinds import KINDS, by_group_version, groups
@@ -106,13 +106,13 @@ _INT_OR_STRING_V3: Obj = {
 
 @cache
 def _fields() -> Obj:
-    return json.loads(Path(__file__).with_name("fields.json").read_text())
+    return json.loads((resources.files("controlplane.apiserver") / "fields.json").read_text())
 
 
 @cache
 def _docs() -> Obj:
-    path = Path(__file__).with_name("fielddocs.json")
-    return json.loads(path.read_text()) if path.exists() else {}
+    path = resources.files("controlplane.apiserver") / "fielddocs.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _ref(name: str, v3: bool) -> Obj:

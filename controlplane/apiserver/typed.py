@@ -28,12 +28,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from kubeclient.quantity import QuantityError, canonical
 
-FIELDS_FILE = Path(__file__).with_name("fields.json")
+FIELDS_FILE = resources.files("controlplane.apiserver") / "fields.json"
 
 # scalar type names in fields.json
 STRING, INT32, INT64, FLOAT, BOOL = "string", "int32", "int64", "float64", "bool"

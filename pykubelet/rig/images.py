@@ -25,6 +25,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 BUSYBOX_BINARY = "/bin/busybox"
@@ -37,7 +38,7 @@ PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexisten
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 PAUSE_SCRIPT = 'trap "exit 0" TERM INT; while :; do sleep 3600 & wait $!; done'
 
-GRPC_HEALTH_SOURCE = Path(__file__).with_name("grpchealth.c")
+GRPC_HEALTH_SOURCE = resources.files("pykubelet.rig") / "grpchealth.c"
 GRPC_HEALTH_BINARY = "/bin/grpc-health"
 GRPC_HEALTH_REPOSITORY, GRPC_HEALTH_TAG = "grpc-health", "1"
 GRPC_HEALTH_PORT = 5000  # the server's default -port

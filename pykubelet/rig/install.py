@@ -6,11 +6,14 @@ is absent, so `./dev test` and `pykubelet up` can call it every time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
+from pathlib import Path
+from typing import IO
 
 # Package -> a file it installs, used to tell whether it is there without asking apt.
 PACKAGES: dict[str, str] = {
@@ -54,8 +57,9 @@ def missing_packages(packages: Iterable[str] | None = None) -> list[str]:
     return [p for p in names if not _dpkg_installed(p)]
 
 
-def ensure_packages(packages: Iterable[str] | None = None) -> list[str]:
-    """apt-get install whatever is missing; returns what was installed. Needs root on Debian/Ubuntu."""
+def ensure_packages(packages: Iterable[str] | None = None, log_path: Path | None = None) -> list[str]:
+    """apt-get install whatever is missing; returns what was installed. Needs root on Debian/Ubuntu.
+    apt's output goes to `log_path` (appended) when given, else the update's to stderr."""
     missing = missing_packages(packages)
     if not missing:
         return []
@@ -66,14 +70,22 @@ def ensure_packages(packages: Iterable[str] | None = None) -> list[str]:
     if os.geteuid() != 0:
         raise RuntimeError(f"missing packages {missing}: run as root to install them")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    print(f"pykubelet: installing {' '.join(missing)}", file=sys.stderr)
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-        check=True,
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
+    with contextlib.ExitStack() as files:
+        log: IO[bytes] | None = None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log = files.enter_context(open(log_path, "ab"))
+            log.write(f"pykubelet: installing {' '.join(missing)}\n".encode())
+            log.flush()
+        else:
+            print(f"pykubelet: installing {' '.join(missing)}", file=sys.stderr)
+        apt = {"env": env, "check": True, "stderr": log}
+        subprocess.run(["apt-get", "update", "-qq"], stdout=log, **apt)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+            stdout=log or subprocess.DEVNULL,
+            **apt,
+        )
     return missing
 
 

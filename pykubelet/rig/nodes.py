@@ -3,7 +3,7 @@ a bootstrap token the administrator creates, kubeadm's discovery of the cluster 
 then the agent's TLS bootstrap (a CSR the approver approves and the signer signs) to a certificate for
 system:node:<name>. Its pod CIDR comes from the control plane's node IPAM (spec.podCIDR).
 
-Each node has its own dir `<state>/nodes/<name>` in a joined node's layout (pykubelet.join: agent/,
+Each node has its own dir `<state>/nodes/<name>` in a joined node's layout (pykubelet.rig.nodeplan: agent/,
 containerd/ with its own root, state, socket and config, cni/, pod-logs/, stack.json), its own bridge
 and kubelet port; the sweep (`pykubelet down`) finds it there like a joined node's root. What the nodes
 share is the host: one routing table (each bridge carries its node's pod CIDR, so the kernel's route for
@@ -21,8 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pykubelet.join import NodePlan, agent_argv, containerd_for, write_node_files
+from pykubelet.rig.nodeplan import NodePlan, agent_argv, containerd_for, node_record, write_node_files
 from pykubelet.rig.process import Daemon, free_port
+from pykubelet.rig.record import NODES_DIR, RECORD_FILE
 
 if TYPE_CHECKING:
     from pykubelet.rig.stack import Stack
@@ -40,8 +41,6 @@ class StackNode:
     """Node `index` (2, 3, ...) of `stack`: its containerd and agent, started and stopped by this owner."""
 
     def __init__(self, stack: Stack, index: int) -> None:
-        from pykubelet.rig.sweep import NODES_DIR
-
         assert stack.images is not None
         self.stack = stack
         self.index = index
@@ -69,9 +68,11 @@ class StackNode:
     def root(self) -> Path:
         return self.plan.root
 
-    def _record(self) -> None:
-        from pykubelet.rig.stack import StackRecord
+    def log_path(self) -> Path:
+        """The log of the node's part started last (its agent's, else its containerd's)."""
+        return self.agent.log_path if self.agent is not None else self.containerd.daemon.log_path
 
+    def _record(self) -> None:
         pids = {
             k: p
             for k, p in (
@@ -80,16 +81,7 @@ class StackNode:
             )
             if p
         }
-        StackRecord(
-            state_dir=str(self.root),
-            node_name=self.name,
-            kubeconfig=str(self.plan.kubeconfig),
-            pids=pids,
-            registry=self.plan.registry_mirror,
-            containerd_endpoint=self.containerd.endpoint,
-            bridge=self.plan.bridge,
-            pod_cidr=self.pod_cidr,
-        ).save()
+        node_record(replace(self.plan, pod_cidr=self.pod_cidr), self.containerd.endpoint, pids).save()
 
     def start(self, wait_ready: float = 120.0) -> StackNode:
         """Join: discovery with a fresh token, the node's files, containerd, the agent; until Ready."""
@@ -132,7 +124,6 @@ class StackNode:
     def stop(self) -> list[str]:
         """The agent, then containerd with its sandboxes (CNI DEL for each), then the node's network."""
         from agent.cni.node import NodeNetwork
-        from pykubelet.rig.stack import RECORD_FILE
 
         problems = []
         if self.agent is not None:

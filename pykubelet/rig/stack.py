@@ -14,27 +14,28 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-from dataclasses import asdict, dataclass, field
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from agent.cni.node import NodeNetwork
+from pykubelet.progress import Progress
 from pykubelet.rig.auditlog import audit_args
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members
 from pykubelet.rig.images import RigImages, publish_test_images
+from pykubelet.rig.nodeplan import DEFAULT_BRIDGE, KUBE_DNS_IP, default_node_name
 from pykubelet.rig.process import Daemon, free_port
+from pykubelet.rig.record import RECORD_FILE, StackRecord
 from pykubelet.rig.registry import Registry
 
 DEFAULT_POD_CIDR = "10.244.0.0/24"
 DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")  # `pykubelet up`'s and `down`'s
-DEFAULT_BRIDGE = "pykbr0"
 PROXY_TABLE = "kube-proxy"
-# The cluster DNS Service's address, as kubeadm's default service range puts it.
-KUBE_DNS_IP = "10.96.0.10"
 DNS_USER = "system:serviceaccount:kube-system:coredns"
 DNS_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system")
 
@@ -71,10 +72,6 @@ def proxy_table(bridge: str) -> str:
 
 def proxy_cleanup_argv(table: str) -> list[str]:
     return [sys.executable, "-m", "pykubelet", "proxy", "--cleanup", "--nft-table", table]
-
-
-def default_node_name() -> str:
-    return socket.gethostname().split(".")[0].lower()
 
 
 @dataclass
@@ -132,44 +129,19 @@ def stack_network(state_dir: Path, pod_cidr: str, bridge: str) -> NodeNetwork:
     )
 
 
-RECORD_FILE = "stack.json"
-
-
-@dataclass
-class StackRecord:
-    """What `down` needs to find a stack that `up` left running (or left half-started)."""
-
-    state_dir: str
-    node_name: str
-    kubeconfig: str
-    pids: dict[str, int]  # daemon -> pid, from the moment the process exists
-    registry: str
-    containerd_endpoint: str
-    bridge: str
-    pod_cidr: str
-    ready: list[str] = field(default_factory=list)  # daemons that answered, in start order
-    proxy_table: str = ""
-
-    @classmethod
-    def load(cls, state_dir: Path) -> StackRecord | None:
-        """The record, or None when there is none or it cannot be read (then down searches instead)."""
-        path = state_dir / RECORD_FILE
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def save(self) -> None:
-        """Write-then-rename: a reader (or an `up` killed mid-write) never leaves half a file."""
-        path = Path(self.state_dir) / RECORD_FILE
-        tmp = path.with_name(f".{RECORD_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        os.replace(tmp, path)
+def _wait_for(condition: Callable[[], bool], timeout: float, failure: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{failure} after {timeout:.0f} s")
+        time.sleep(interval)
 
 
 class Stack:
-    def __init__(self, config: StackConfig) -> None:
+    def __init__(self, config: StackConfig, progress: Progress | None = None) -> None:
         self.config = config
+        # Where the start's stages are reported (`pykubelet up`'s terminal); silent by default.
+        self.progress = progress or Progress(None)
         d = config.state_dir = Path(config.state_dir).resolve()
         self.registry = Registry(d / "registry", port=config.registry_port)
         self.network = stack_network(d, config.pod_cidr or DEFAULT_POD_CIDR, config.bridge)
@@ -252,16 +224,19 @@ class Stack:
     # -- start -----------------------------------------------------------------------------------
 
     def start(self, wait_ready: float = 120.0) -> Stack:
-        from pykubelet.rig.apiserver import ApiServer
-
+        """Start every part in order, each a stage of `self.progress`; whatever interrupts it, what was
+        started is stopped again."""
         d = self.config.state_dir
         d.mkdir(parents=True, exist_ok=True)
+        stage = self.progress.stage
         self._recording = True
         try:
             self.record().save()  # before anything runs: where the network and the files will be
-            self.registry.start()
-            self._started("registry")
-            self.images = publish_test_images(self.registry.address)
+            with stage("registry", self.registry.daemon.log_path):
+                self.registry.start()
+                self._started("registry")
+            with stage("images"):
+                self.images = publish_test_images(self.registry.address)
             self.containerd = Containerd(
                 d / "containerd",
                 cni_bin_dir=self.network.bin_dir,
@@ -270,44 +245,109 @@ class Stack:
                 registry=self.registry.address,
             )
             self.containerd.daemon.on_spawn = self._spawned
-            self.containerd.start()
-            self._started("containerd")
-            # The server runs the scheduler and the controller manager as its children, so pods without a
-            # nodeName land on our node and every namespace gets its service account and CA bundle.
-            # On every address, as upstream's default: pods reach it through their gateway (this host), with
-            # the credentials the ServiceAccount admission plugin mounts for them.
+            with stage("containerd", self.containerd.daemon.log_path):
+                self.containerd.start()
+                self._started("containerd")
             if self.etcd is not None:
-                self.etcd.start()
-                self._started("etcd")
-            if self.config.apiservers > 1:
-                self._bridge_for_replicas()
-                self._start_replicas()
-            else:
-                self.apiserver = ApiServer(
-                    d / "apiserver",
-                    port=self.config.api_port or free_port(),
-                    scheduler=True,
-                    controllers=True,
-                    extra_args=[
-                        "--bind-address",
-                        "0.0.0.0",
-                        *self._apiserver_extra_args(),
-                        *audit_args(d / "apiserver"),
-                    ],
-                    etcd=self.etcd,
-                )
-                self.apiserver.daemon.on_spawn = self._spawned
-                self.apiserver.start()
-            self._started("apiserver")
-            self.start_dns()
-            self.start_agent(wait_ready=wait_ready)
+                members = etcd_members(self.etcd)
+                title = "etcd" if len(members) == 1 else f"etcd ({len(members)} members)"
+                with stage(title, members[0].daemon.log_path):
+                    self.etcd.start()
+                    self._started("etcd")
+            servers = (
+                "API server" if self.config.apiservers == 1 else f"API servers ({self.config.apiservers})"
+            )
+            with stage(servers, lambda: self.apiserver.log_path if self.apiserver else None):
+                self._start_apiservers()
+                self._started("apiserver")
+            with stage("DNS", lambda: self.dns.log_path if self.dns else None):
+                self.start_dns()
+            with stage(f"node {self.node_name}", lambda: self.agent.log_path if self.agent else None):
+                self.start_agent(wait_ready=wait_ready)
+            # The API server's children, started with it: checked once the first node is up (they came
+            # up meanwhile), before the further nodes, whose certificates the controllers issue.
+            with stage("scheduler", lambda: self._apiserver_dir / "scheduler.log"):
+                self._wait_lease_held("kube-scheduler")
+            with stage("controllers", lambda: self._apiserver_dir / "controller-manager.log"):
+                self._wait_lease_held("kube-controller-manager")
+                self._wait_default_service_account()
             self.start_nodes(wait_ready=wait_ready)
-            self.start_proxy()
-            self.start_metrics_server()
+            with stage("service proxy", lambda: self.proxy.log_path if self.proxy else None):
+                self.start_proxy()
+            with stage(
+                "metrics server", lambda: self.metrics_server.log_path if self.metrics_server else None
+            ):
+                self.start_metrics_server()
         except BaseException:
             self.stop()
             raise
         return self
+
+    @property
+    def _apiserver_dir(self) -> Path:
+        return self.config.state_dir / "apiserver"
+
+    def _start_apiservers(self) -> None:
+        """The server runs the scheduler and the controller manager as its children, so pods without a
+        nodeName land on our node and every namespace gets its service account and CA bundle. On every
+        address, as upstream's default: pods reach it through their gateway (this host), with the
+        credentials the ServiceAccount admission plugin mounts for them."""
+        from pykubelet.rig.apiserver import ApiServer
+
+        if self.config.apiservers > 1:
+            self._bridge_for_replicas()
+            self._start_replicas()
+            return
+        self.apiserver = ApiServer(
+            self._apiserver_dir,
+            port=self.config.api_port or free_port(),
+            scheduler=True,
+            controllers=True,
+            extra_args=[
+                "--bind-address",
+                "0.0.0.0",
+                *self._apiserver_extra_args(),
+                *audit_args(self._apiserver_dir),
+            ],
+            etcd=self.etcd,
+        )
+        self.apiserver.daemon.on_spawn = self._spawned
+        self.apiserver.start()
+
+    def _wait_lease_held(self, name: str, timeout: float = 60.0) -> None:
+        """Until a component (the scheduler, the controller manager) holds its kube-system Lease: it runs
+        and reached the API server on its own identity."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        leases = client.CoordinationV1Api(self.core_api().api_client)
+
+        def held() -> bool:
+            try:
+                return bool(leases.read_namespaced_lease(name, "kube-system").spec.holder_identity)
+            except ApiException as err:
+                if err.status == 404:
+                    return False
+                raise
+
+        _wait_for(held, timeout, f"no holder of the Lease kube-system/{name}")
+
+    def _wait_default_service_account(self, timeout: float = 60.0) -> None:
+        """Until the controllers gave the namespace `default` its ServiceAccount (pods need it)."""
+        from kubernetes.client.exceptions import ApiException
+
+        core = self.core_api()
+
+        def made() -> bool:
+            try:
+                core.read_namespaced_service_account("default", "default")
+            except ApiException as err:
+                if err.status == 404:
+                    return False
+                raise
+            return True
+
+        _wait_for(made, timeout, "the controllers made no ServiceAccount default/default")
 
     def _apiserver_extra_args(self) -> list[str]:
         """What every API server of the stack runs with beyond its address: bootstrap-token
@@ -509,7 +549,8 @@ class Stack:
         for index in range(len(self.extra_nodes) + 2, self.config.nodes + 1):
             node = StackNode(self, index)
             self.extra_nodes.append(node)
-            node.start(wait_ready=wait_ready)
+            with self.progress.stage(f"node {node.name}", node.log_path):
+                node.start(wait_ready=wait_ready)
             self._started(f"node-{index}")
 
     @property
@@ -705,8 +746,6 @@ class Stack:
         return self.metrics_server
 
     def _wait_apiservice_available(self, name: str, timeout: float) -> None:
-        import time
-
         api = self.core_api().api_client
         deadline = time.monotonic() + timeout
         while True:

@@ -37,12 +37,11 @@ from pykubelet.rig import host
 from pykubelet.rig.containerd import DEFAULT_CGROUP_PARENT, Containerd, remove_empty_cgroups
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.process import Daemon
+from pykubelet.rig.record import NODES_DIR, RECORD_FILE, StackRecord
 from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
     DEFAULT_POD_CIDR,
     DEFAULT_STATE_DIR,
-    RECORD_FILE,
-    StackRecord,
     proxy_cleanup_argv,
     proxy_table,
     stack_network,
@@ -72,10 +71,6 @@ class StackNetwork:
 
 def parts(state_dir: Path) -> list[Path]:
     return [state_dir / p for p in STACK_PARTS]
-
-
-# A multi-node stack's further nodes, each laid out as a joined node (its own record) under this dir.
-NODES_DIR = "nodes"
 
 
 def stack_processes(state_dir: Path) -> list[host.OwnedProcess]:

@@ -10,7 +10,9 @@ bridge, NAT entries for its CIDR (pykubelet.rig.leaks).
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import signal
 import subprocess
 import time
@@ -52,6 +54,33 @@ STAGES: dict[str, Callable[[Path], bool]] = {
     "metrics-server": _ready("metrics-server"),
     "sample-pod": _sandbox_started,
 }
+
+
+# `up`'s stages as it reports them (pykubelet.progress), in order, and the one under way or just ending
+# when each STAGES entry is reached.
+REPORTED = [
+    "packages", "registry", "images", "containerd", "API server", "DNS", "node kill-test", "scheduler",
+    "controllers", "service proxy", "metrics server", "sample pod",
+]  # fmt: skip
+REPORTED_AT = {
+    "registry": "registry",
+    "containerd": "containerd",
+    "apiserver": "API server",
+    "dns": "DNS",
+    "agent": "node kill-test",
+    "proxy": "service proxy",
+    "metrics-server": "metrics server",
+    "sample-pod": "sample pod",
+}
+
+
+def interrupted_position(output: str) -> float:
+    """Where `up` says the signal stopped it: a stage's index in REPORTED, or half-way past the last
+    finished one when it came between stages."""
+    during = re.findall(r"^pykubelet: (.+) interrupted after \d+\.\d s \(SIGTERM\)$", output, re.M)
+    between = re.findall(r"^pykubelet: interrupted after (.+) \(SIGTERM\)$", output, re.M)
+    assert len(during) + len(between) == 1, output
+    return REPORTED.index(during[0]) if during else REPORTED.index(between[0]) + 0.5
 
 
 @pytest.fixture
@@ -127,6 +156,14 @@ def test_down_cleans_up_after_up_was_killed(stage: str, signum: signal.Signals, 
     try:
         assert returncode == -signum or returncode == 128 + signum, (returncode, log.read_text()[-2000:])
         left_by_up = scope.owned().as_dict()
+        if signum == signal.SIGTERM:
+            # `up` says where it stopped: the stage reached or a later one, never an earlier one, and
+            # it reported exactly the stages before that one finished.
+            output = log.read_text()
+            position = interrupted_position(output)
+            assert position >= REPORTED.index(REPORTED_AT[stage]), output
+            finished = re.findall(r"^pykubelet: (\S.*?) +\d+\.\d s$", output, re.M)
+            assert finished == REPORTED[: math.ceil(position)], output
         if signum == signal.SIGKILL:
             # Nothing stopped the stack: down has real work to do (not a vacuous pass).
             assert "processes" in left_by_up, left_by_up

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shlex
 import ssl
 import subprocess
@@ -85,6 +86,11 @@ def _node_ready(core: client.CoreV1Api, name: str) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
+def _join_stages(log: Path) -> list[str]:
+    """The stages join reported finished (pykubelet.progress: one line each, with its seconds)."""
+    return re.findall(r"^pykubelet join: (\S.*?) +\d+\.\d s$", log.read_text(), re.M)
+
+
 def _wait(what: str, probe, proc: subprocess.Popen, log: Path, timeout: float = 150) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -121,6 +127,11 @@ def test_join_a_second_node_then_reset_leaves_nothing(stack, tmp_path: Path) -> 
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             _wait(f"node {NODE} Ready", lambda: _node_ready(core, NODE), proc, log)
+            # join showed each stage as it finished, the TLS bootstrap last.
+            stages = ["packages", "node files", "containerd", f"TLS bootstrap of node {NODE}"]
+            _wait("join's stage lines", lambda: len(_join_stages(log)) == 5, proc, log)
+            assert _join_stages(log)[0].startswith("discovery of https://")
+            assert _join_stages(log)[1:] == stages, log.read_text()
 
             # Its credential: a certificate for system:node:<name> from the cluster CA, issued through
             # a CSR its bootstrap token posted and the approver approved.

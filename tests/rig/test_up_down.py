@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
+import socket
 import subprocess
 from pathlib import Path
 
@@ -16,6 +18,37 @@ from pykubelet.rig.process import free_port, pid_alive
 from pykubelet.rig.stack import StackRecord, proxy_table
 
 pytestmark = pytest.mark.integration
+
+
+# `up`'s stages as it reports them, in order (pykubelet.progress): one line each with its seconds.
+STAGES = [
+    "packages",
+    "registry",
+    "images",
+    "containerd",
+    "API server",
+    "DNS",
+    "node up-test",
+    "scheduler",
+    "controllers",
+    "service proxy",
+    "metrics server",
+    "sample pod",
+]
+
+
+def stage_lines(stderr: str) -> list[str]:
+    return re.findall(r"^pykubelet: (\S.*?) +\d+\.\d s$", stderr, re.M)
+
+
+def run_down(state: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["pykubelet", "down", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -65,6 +98,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
         assert "pod default/hello is Running and Ready" in up.stderr  # its readiness probe passed
+        assert stage_lines(up.stderr) == STAGES, up.stderr
         # The daemons outlive the `up` command, and kubectl sees the node and the pod.
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         pods = subprocess.run(
@@ -104,13 +138,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
         )
         assert nodes.stdout.strip() == "node/up-test"
     finally:
-        down = subprocess.run(
-            ["pykubelet", "down", "--state-dir", str(state)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        down = run_down(state)
     assert down.returncode == 0, down.stderr
     assert StackRecord.load(state) is None
     assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
@@ -191,15 +219,45 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
         value = asyncio.run(node_in_etcd())
         assert value is not None and json.loads(value)["metadata"]["name"] == "up-etcd"
     finally:
-        down = subprocess.run(
-            ["pykubelet", "down", "--state-dir", str(state)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        down = run_down(state)
     assert down.returncode == 0, down.stderr
     assert StackRecord.load(state) is None
     assert record is not None and not any(pid_alive(pid) for pid in record.pids.values())
+    leaked = scope.leaked()
+    assert not leaked, f"`pykubelet down` left {leaked}"
+
+
+def test_up_names_the_stage_that_failed_with_its_log(tmp_path: Path, net) -> None:
+    """The API server's port is taken: `up` names that stage, shows the end of the server's log (the
+    bind error) and its path, exits 1 having stopped what it started, and down leaves nothing."""
+    state = tmp_path / "state"
+    scope = Scope.of(
+        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+    )
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = subprocess.run(
+            ["pykubelet", "up", "--state-dir", str(state), "--api-port", str(port), "--node-name", "up-fail",
+             "--pod-cidr", net.pod_cidr, "--bridge", net.bridge],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    try:
+        assert up.returncode == 1, up.stderr
+        log = state / "apiserver" / "apiserver.log"
+        assert re.search(
+            r"^pykubelet: API server FAILED after \d+\.\d s: pykubelet server exited", up.stderr, re.M
+        ), up.stderr
+        assert "pykubelet: the last " in up.stderr and f" lines of {log}:" in up.stderr
+        tail = up.stderr.split(f" lines of {log}:\n", 1)[1]
+        assert "address already in use" in tail.lower(), up.stderr
+        assert f"pykubelet: API server log: {log}\n" in up.stderr
+        assert stage_lines(up.stderr) == STAGES[:4]  # the stages before it finished
+        assert "Traceback" not in up.stderr
+        assert not scope.owned()  # up stopped what it had started
+    finally:
+        down = run_down(state)
+    assert down.returncode == 0, down.stderr
     leaked = scope.leaked()
     assert not leaked, f"`pykubelet down` left {leaked}"
