@@ -20,6 +20,8 @@ import signal
 import sys
 from pathlib import Path
 
+from kubeclient.eventwait import wait_event
+
 log = logging.getLogger(__name__)
 
 
@@ -92,7 +94,7 @@ async def supervise(
         delay = min(0.5 * 2 ** min(failures, 5), 10.0)
         log.warning("%s process exited code=%s restart_in=%.1fs", name, child.returncode, delay)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
+            await wait_event(stop, delay)
 
 
 async def _terminate(

@@ -22,6 +22,7 @@ from typing import Any
 from kubeclient.client import MERGE_PATCH, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import EventCorrelator, Verdict, rfc3339
+from kubeclient.eventwait import wait_event
 
 log = logging.getLogger("kubeclient.events")
 
@@ -198,7 +199,7 @@ class EventRecorder:
                 lag = intent.at + self.max_lag - time.monotonic()
                 if lag > 0 and not self._open.is_set():
                     try:
-                        await asyncio.wait_for(self._open.wait(), lag)
+                        await wait_event(self._open, lag)
                     except TimeoutError:
                         pass
                 await self._send(intent.verdict)

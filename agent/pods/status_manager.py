@@ -26,6 +26,7 @@ from agent.pods.status_patch import merge, normalize, same, status_patch
 from agent.staticpods.keys import is_static
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
+from kubeclient.eventwait import wait_event
 
 log = logging.getLogger("agent.pods.status")
 
@@ -111,7 +112,7 @@ class StatusManager:
         event = self._idle.get(uid)
         if event is not None and uid in self._pending:
             try:
-                await asyncio.wait_for(event.wait(), within)
+                await wait_event(event, within)
             except TimeoutError:
                 log.warning("status flush timed out uid=%s", uid)
 

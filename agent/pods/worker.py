@@ -32,6 +32,7 @@ from agent.pods.sync import sync_pod
 from agent.pods.terminated import remove_pod, sync_terminated_pod
 from agent.pods.terminating import StillRunning, sync_terminating_pod, sync_terminating_runtime_pod
 from kubeclient.errors import ApiError
+from kubeclient.eventwait import wait_event
 
 log = logging.getLogger("agent.pods.worker")
 
@@ -99,7 +100,7 @@ class PodWorker:
         while True:
             if delay > 0:
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                    await wait_event(self._wake, delay)
                 except TimeoutError:
                     pass
             self._wake.clear()

@@ -28,6 +28,7 @@ from typing import Any
 from agent.staticpods.keys import CONFIG_MIRROR, full_name, is_mirror, mirror_hash, static_hash
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
+from kubeclient.eventwait import wait_event
 
 log = logging.getLogger("agent.staticpods.mirror")
 
@@ -127,7 +128,7 @@ class MirrorPods:
     async def run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), RESYNC)
+                await wait_event(self._wake, RESYNC)
             except TimeoutError:
                 pass
             self._wake.clear()

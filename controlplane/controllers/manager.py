@@ -27,6 +27,7 @@ from kubeclient.backoff import Backoff
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventloop import termination_event
+from kubeclient.eventwait import wait_event
 from kubeclient.exposition import render
 from kubeclient.leaderelection import LeaderElection, LeaderElector, run_as_leader
 from kubeclient.secureport import SecurePort, SecureServingOptions, serve_secure_port
@@ -134,7 +135,7 @@ class ControllerManager:
                 except (ApiError, OSError, TimeoutError) as err:
                     log.warning("credentials for %s: %s", account, err)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(halt.wait(), backoff.next())
+                        await wait_event(halt, backoff.next())
                     if halt.is_set():
                         return None
                     continue

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from controlplane.scheduler.podinfo import PodInfo
+from kubeclient.eventwait import wait_event
 
 ACTIVE, BACKOFF, UNSCHEDULABLE, IN_FLIGHT, GATED = "active", "backoff", "unschedulable", "in-flight", "gated"
 
@@ -122,7 +123,7 @@ class SchedulingQueue:
             self._wakeup.clear()
             timeout = min(self._backoff[0][0] - now, 1.0) if self._backoff else 1.0
             try:
-                await asyncio.wait_for(self._wakeup.wait(), max(timeout, 0.001))
+                await wait_event(self._wakeup, max(timeout, 0.001))
             except TimeoutError:
                 pass
 

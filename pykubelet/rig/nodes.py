@@ -55,6 +55,7 @@ class StackNode:
             registry_mirror=stack.registry.address,
             server_tls_bootstrap=False,
             healthz_port=free_port(),
+            cluster_dns=stack.config.dns_ip,
         )
         self.containerd = containerd_for(self.plan)
         self.agent: Daemon | None = None

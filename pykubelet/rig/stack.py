@@ -12,6 +12,7 @@ or crashed stack left without a record.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import sys
@@ -28,12 +29,14 @@ from pykubelet.rig.auditlog import audit_args
 from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members
 from pykubelet.rig.images import RigImages, publish_test_images
-from pykubelet.rig.nodeplan import DEFAULT_BRIDGE, KUBE_DNS_IP, default_node_name
+from pykubelet.rig.netlease import service_range_for
+from pykubelet.rig.nodeplan import DEFAULT_BRIDGE, default_node_name
 from pykubelet.rig.process import Daemon, free_port
 from pykubelet.rig.record import RECORD_FILE, StackRecord
 from pykubelet.rig.registry import Registry
 
 DEFAULT_POD_CIDR = "10.244.0.0/24"
+DEFAULT_SERVICE_CIDR = "10.96.0.0/16"  # the API server's own default (--service-cluster-ip-range)
 DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")  # `pykubelet up`'s and `down`'s
 PROXY_TABLE = "kube-proxy"
 DNS_USER = "system:serviceaccount:kube-system:coredns"
@@ -100,6 +103,21 @@ class StackConfig:
     # node's `pod_cidr` from its kubelet config, as before).
     cluster_cidr: str = ""
     node_cidr_mask_size: int = 24
+    # The Services' range (--service-cluster-ip-range; the proxy's --service-cidrs; cluster DNS at its
+    # .10). "" = the one a leased network implies (pykubelet.rig.netlease.service_range_for: stacks on one
+    # host never DNAT each other's cluster IPs), else DEFAULT_SERVICE_CIDR.
+    service_cidr: str = ""
+
+    @property
+    def services(self) -> str:
+        return (
+            self.service_cidr or service_range_for(self.cluster_cidr or self.pod_cidr) or DEFAULT_SERVICE_CIDR
+        )
+
+    @property
+    def dns_ip(self) -> str:
+        """The cluster DNS Service's address: the range's tenth, as kubeadm's 10.96.0.10."""
+        return str(ipaddress.ip_network(self.services).network_address + 10)
 
 
 def api_call(api_client, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
@@ -365,6 +383,8 @@ class Stack:
         ]
         return [
             "--enable-bootstrap-token-auth",
+            "--service-cluster-ip-range",
+            self.config.services,
             "--default-local-storage-path",
             str(self.config.state_dir / "local-path"),
             *(verify if self.config.verify_kubelets else []),
@@ -435,7 +455,7 @@ class Stack:
             "clusterDomain": "cluster.local",
             "resolvConf": "/etc/resolv.conf",
             # Pods resolve through the cluster DNS (the kube-dns Service, carried by the service proxy).
-            "clusterDNS": [KUBE_DNS_IP],
+            "clusterDNS": [self.config.dns_ip],
             "port": self.kubelet_port,
             "healthzPort": self.healthz_port,
             # The kubelet API accepts client certificates from the cluster's CA (the API server's own).
@@ -585,7 +605,7 @@ class Stack:
             f"127.0.0.1:{self.proxy_metrics_port}",
             # the API server's service range (it serves no ServiceCIDR objects for the proxy to read)
             "--service-cidrs",
-            "10.96.0.0/16",
+            self.config.services,
         ]
 
     def start_proxy(self, timeout: float = 60.0) -> Daemon:
@@ -675,7 +695,7 @@ class Stack:
                 "name": "kube-dns",
                 "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"},
             },
-            "spec": {"clusterIP": KUBE_DNS_IP, "ports": ports},
+            "spec": {"clusterIP": self.config.dns_ip, "ports": ports},
         }
         endpoints = {
             "metadata": {

@@ -26,6 +26,7 @@ from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.apiservice import KIND as APISERVICES
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.registry import Registry
+from kubeclient.eventwait import wait_event
 
 log = logging.getLogger("controlplane.apiserver.aggregator")
 Obj = dict[str, Any]
@@ -95,7 +96,7 @@ class AvailabilityChecker:
         next_resync = loop.time() + RESYNC
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, next_resync - loop.time()))
+                await wait_event(self._wake, max(0.0, next_resync - loop.time()))
             self._wake.clear()
             if loop.time() >= next_resync:
                 self._dirty.update(self.apis.by_name)

@@ -26,6 +26,7 @@ from controlplane.apiserver.flowcontrol import defaults
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.options import DeleteOptions
 from controlplane.storage import StoreError
+from kubeclient.eventwait import wait_event
 
 if TYPE_CHECKING:
     from controlplane.apiserver.kinds.base import Kind
@@ -111,7 +112,7 @@ class Maintainer:
             except Exception:
                 log.exception("event=apf-maintenance-failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+                await wait_event(self._wake, self.interval)
 
     async def reconcile(self) -> None:
         for kind in (self.levels, self.schemas):

@@ -24,6 +24,7 @@ from controlplane.controllers.garbagecollector.graph import FOREGROUND, ORPHAN, 
 from kubeclient.client import STRATEGIC_PATCH
 from kubeclient.discovery import ApiResource, RestMapper, server_resources
 from kubeclient.errors import ApiError
+from kubeclient.eventwait import wait_event
 
 log = logging.getLogger("controlplane.controllers.garbagecollector")
 
@@ -296,6 +297,6 @@ class GarbageCollector(Controller):
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
     try:
-        await asyncio.wait_for(stop.wait(), seconds)
+        await wait_event(stop, seconds)
     except TimeoutError:
         pass

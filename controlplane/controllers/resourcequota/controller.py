@@ -42,6 +42,7 @@ from controlplane.quota.evaluators import (
 )
 from kubeclient.discovery import ApiResource, server_resources
 from kubeclient.errors import ApiError
+from kubeclient.eventwait import wait_event
 from kubeclient.informer import Informer, by_namespace, meta, split_key
 
 log = logging.getLogger("controlplane.controllers.resourcequota")
@@ -141,7 +142,7 @@ class ResourceQuotaController(Controller):
     async def _resync(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.sync_period)
+                await wait_event(stop, self.sync_period)
             if not stop.is_set():
                 self.enqueue_all()
 
