@@ -2,16 +2,18 @@
 
 The message table (`tables.py`) gives each message's fields: number, JSON name, type and label. The
 JSON side follows upstream's Go types: maps are repeated {key=1, value=2} entries sorted by key; a
-metav1.Time is {seconds=1, nanos=2} printed as RFC 3339 to the second (MicroTime to the microsecond,
-a zero time prints as null); a Quantity is {string=1} and prints as that string; an IntOrString is
+metav1.Time is {seconds=1, nanos=2} printed as RFC 3339 to the second (MicroTime to the microsecond;
+a zero time, which Go writes for an unset non-pointer time, is left out); a Quantity is {string=1} and prints as that string; an IntOrString is
 {type=1, intVal=2, strVal=3} and prints as the int or the string; a RawExtension / FieldsV1 is
 {raw=1} holding JSON text; int64 prints as a JSON number, bytes as base64; an embedded struct is a
 message on the wire and inline in JSON; a named slice (UserInfo's extra values) is a wrapper message.
 
 Decoding drops what upstream's JSON drops: unknown field numbers, empty strings and bytes (Go writes
-every non-pointer field, so "" means unset). Zero numbers and false are kept: a pointer field (replicas,
-automountServiceAccountToken, gracePeriodSeconds, an EndpointSlice's `ready`) carries them as values,
-and the JSON decoder after this step fills and checks the rest like any other body.
+every non-pointer field, so "" means unset), and the zeros of the non-pointer `omitempty` numbers and
+bools Go clients always write (OMIT_ZERO: a port's hostPort, a probe's periods, metadata.generation).
+Other zeros are kept: a pointer field (replicas, automountServiceAccountToken, gracePeriodSeconds, an
+EndpointSlice's `ready`) carries them as values, and the JSON decoder after this step fills and checks
+the rest like any other body.
 """
 
 from __future__ import annotations
@@ -57,6 +59,64 @@ for (_api_version, _kind), _message in list(ROOTS.items()):
         MESSAGES.setdefault(_list, ((1, "metadata", "ListMeta", ""), (2, "items", _message, "repeated")))
         ROOTS[(_api_version, _kind + "List")] = _list
 
+# List kinds print `items` even when empty (Go's json tag has no omitempty).
+_LISTS = frozenset(
+    m for (_, kind), m in ROOTS.items() if kind.endswith("List") and "items" in {f[1] for f in MESSAGES[m]}
+)
+# Non-pointer `omitempty` integers and bools of the types Go clients write most (upstream's types.go):
+# a message holding all the marker fields leaves these out of JSON when they are zero.
+_OMIT_ZERO_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("generateName", "generation"), ("generation",)),
+    (("containerPort", "hostPort"), ("hostPort",)),
+    (("stdinOnce", "tty"), ("stdin", "stdinOnce", "tty")),
+    (
+        ("initialDelaySeconds", "periodSeconds"),
+        ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"),
+    ),
+    (("hostIPC", "hostPID"), ("hostNetwork", "hostPID", "hostIPC")),
+    (("mountPath", "readOnly"), ("readOnly",)),
+    (("targetPort", "nodePort"), ("nodePort",)),
+    (("healthCheckNodePort",), ("healthCheckNodePort", "publishNotReadyAddresses")),
+    (("progressDeadlineSeconds", "paused"), ("minReadySeconds", "paused")),
+    (("minReadySeconds", "template", "selector"), ("minReadySeconds",)),
+    (
+        ("unavailableReplicas",),
+        (
+            "observedGeneration",
+            "replicas",
+            "updatedReplicas",
+            "readyReplicas",
+            "availableReplicas",
+            "unavailableReplicas",
+        ),
+    ),
+    (
+        ("fullyLabeledReplicas",),
+        ("fullyLabeledReplicas", "readyReplicas", "availableReplicas", "observedGeneration"),
+    ),
+    (
+        ("currentRevision", "updateRevision", "currentReplicas"),
+        ("observedGeneration", "readyReplicas", "currentReplicas", "updatedReplicas", "availableReplicas"),
+    ),
+    (
+        ("numberMisscheduled",),
+        ("observedGeneration", "updatedNumberScheduled", "numberAvailable", "numberUnavailable"),
+    ),
+    (("unschedulable", "taints"), ("unschedulable",)),
+    (("involvedObject", "count"), ("count",)),
+    (("uncountedTerminatedPods",), ("active", "succeeded", "failed")),
+    (("retryAfterSeconds",), ("retryAfterSeconds",)),
+    (("details", "code"), ("code",)),
+    (("sizeBytes", "names"), ("sizeBytes",)),
+    (("exitCode", "signal"), ("signal",)),
+    (("disruptionsAllowed",), ("observedGeneration",)),
+)
+OMIT_ZERO: dict[str, frozenset[str]] = {}
+for _name, _fields in MESSAGES.items():
+    _names = {f[1] for f in _fields}
+    _omit = {o for markers, omitted in _OMIT_ZERO_RULES if set(markers) <= _names for o in omitted}
+    if _omit:
+        OMIT_ZERO[_name] = frozenset(_omit & _names)
 _BY_NUMBER: dict[str, dict[int, Field]] = {
     name: {f[0]: f for f in fields} for name, fields in MESSAGES.items()
 }
@@ -195,6 +255,7 @@ def decode_message(data: bytes, message: str, depth: int = 0) -> Obj:
     if depth > MAX_DEPTH:
         raise CodecError("proto: exceeded max depth")
     spec = _BY_NUMBER[message]
+    omit_zero = OMIT_ZERO.get(message, frozenset())
     obj: Obj = {}
     for number, w, value in wire.fields(data):
         field = spec.get(number)
@@ -203,7 +264,7 @@ def decode_message(data: bytes, message: str, depth: int = 0) -> Obj:
         _, name, t, label = field
         if label == "":
             out = _scalar(t, w, value, depth)
-            if out is None or out == "" and t in ("string", "bytes"):
+            if out is None or (out == "" and t in ("string", "bytes")) or (not out and name in omit_zero):
                 obj.pop(name, None)
             else:
                 obj[name] = out
@@ -430,6 +491,8 @@ def decode_envelope(data: bytes, depth: int = 0) -> tuple[Obj, str]:
         raise UnknownKind(api_version, kind)
     obj = {"kind": kind, "apiVersion": api_version} if kind else {}
     obj.update(decode_message(raw, message, depth))
+    if message in _LISTS:
+        obj.setdefault("items", [])
     return obj, message
 
 
