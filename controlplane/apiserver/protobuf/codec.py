@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controlplane.apiserver.protobuf import tables, wire
+from controlplane.apiserver.protobuf.wire import varint
 
 Obj = dict[str, Any]
 # Deeper messages than this are refused (upstream's protobuf decoder stops at 100 levels too).
@@ -121,6 +122,14 @@ _BY_NUMBER: dict[str, dict[int, Field]] = {
     name: {f[0]: f for f in fields} for name, fields in MESSAGES.items()
 }
 _VARINT_TYPES = frozenset(("bool", "int"))
+# Each field with its tag bytes (number and wire type) computed once.
+_ENCODE: dict[str, tuple[tuple[int, str, str, str, bytes], ...]] = {
+    name: tuple(
+        (n, j, t, label, wire.key(n, wire.VARINT if t in _VARINT_TYPES and label != "map" else wire.BYTES))
+        for n, j, t, label in fields
+    )
+    for name, fields in MESSAGES.items()
+}
 
 
 def message_for(api_version: str, kind: str) -> str | None:
@@ -262,7 +271,15 @@ def decode_message(data: bytes, message: str, depth: int = 0) -> Obj:
         if field is None:
             continue  # unknown to this version: dropped, as upstream's generated unmarshallers skip it
         _, name, t, label = field
-        if label == "":
+        if label == "" and w == wire.BYTES and (t == "string" or t in MESSAGES):  # the common cases, inline
+            if t == "string":
+                if value:
+                    obj[name] = value.decode(errors="replace")  # type: ignore[union-attr]
+                else:
+                    obj.pop(name, None)
+            else:
+                obj[name] = decode_message(value, t, depth + 1)  # type: ignore[arg-type]
+        elif label == "":
             out = _scalar(t, w, value, depth)
             if out is None or (out == "" and t in ("string", "bytes")) or (not out and name in omit_zero):
                 obj.pop(name, None)
@@ -400,6 +417,25 @@ def _encode_value(t: str, value: Any) -> tuple[int, bytes]:
     return wire.BYTES, encode_message(value, t)
 
 
+def _fast(tag: bytes, t: str, value: Any) -> bytes:
+    """One field's bytes with its tag computed once; strings, messages and small ints without detours."""
+    if t == "string":
+        if type(value) is str:
+            data = value.encode()
+            return tag + varint(len(data)) + data
+    elif t in MESSAGES:
+        if type(value) is dict:
+            data = encode_message(value, t)
+            return tag + varint(len(data)) + data
+    elif t == "int":
+        if type(value) is int:
+            return tag + varint(value)
+    elif t == "bool":
+        return tag + (b"\x01" if value else b"\x00")
+    w, payload = _encode_value(t, value)
+    return tag + (payload if w == wire.VARINT else varint(len(payload)) + payload)
+
+
 def _field_bytes(number: int, t: str, value: Any) -> bytes:
     w, payload = _encode_value(t, value)
     if w == wire.VARINT:
@@ -411,7 +447,7 @@ def encode_message(obj: Obj, message: str) -> bytes:
     """One message's bytes, fields in number order as Go writes them; absent and null fields omitted."""
     out: list[bytes] = []
     append = out.append
-    for number, name, t, label in MESSAGES[message]:
+    for number, name, t, label, tag in _ENCODE[message]:
         if label == "inline":
             append(wire.record(number, encode_message(obj, t)))
             continue
@@ -419,12 +455,12 @@ def encode_message(obj: Obj, message: str) -> bytes:
         if value is None:
             continue
         if label == "":
-            append(_field_bytes(number, t, value))
+            append(_fast(tag, t, value))
         elif label == "repeated":
             if not isinstance(value, list):
                 raise CodecError(f"cannot encode {name}: not a list")
             for item in value:
-                append(_field_bytes(number, t, item))
+                append(_fast(tag, t, item))
         elif label == "map":
             if not isinstance(value, dict):
                 raise CodecError(f"cannot encode {name}: not an object")

@@ -37,22 +37,35 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
 def fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
     """(number, wire type, value) of each field in order; varints as unsigned, fixed as raw bytes."""
     out: list[tuple[int, int, int | bytes]] = []
+    append = out.append
     pos = 0
     end = len(data)
     while pos < end:
-        key, pos = read_varint(data, pos)
+        key = data[pos]  # one-byte varints (field numbers below 16, short lengths) skip the loop
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_varint(data, pos)
         number, wire = key >> 3, key & 7
         if number <= 0:
             raise WireError(f"illegal tag {number} (wire type {wire})")
-        if wire == VARINT:
-            value, pos = read_varint(data, pos)
-            out.append((number, wire, value))
-        elif wire == BYTES:
-            length, pos = read_varint(data, pos)
+        if wire == BYTES:
+            if pos < end and data[pos] < 0x80:
+                length = data[pos]
+                pos += 1
+            else:
+                length, pos = read_varint(data, pos)
             if length > end - pos:
                 raise WireError("unexpected EOF")
-            out.append((number, wire, data[pos : pos + length]))
+            append((number, wire, data[pos : pos + length]))
             pos += length
+        elif wire == VARINT:
+            if pos < end and data[pos] < 0x80:
+                append((number, wire, data[pos]))
+                pos += 1
+            else:
+                value, pos = read_varint(data, pos)
+                append((number, wire, value))
         elif wire == FIXED64:
             if pos + 8 > end:
                 raise WireError("unexpected EOF")
@@ -73,7 +86,21 @@ def signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL = [_varint(v) for v in range(1 << 14)]  # lengths and numbers below 16 384: a lookup
+
+
 def varint(value: int) -> bytes:
+    if 0 <= value < 16384:
+        return _SMALL[value]
     if value < 0:
         value += 1 << 64
     if value < 0x80:
