@@ -5,7 +5,13 @@ protobuf, with every field set (strings "<field>Value", integers the field's pos
 Pairing the two walks gives each message's field numbers, wire types and JSON names; what the pairing
 cannot tell apart (several bool fields of one message, all true) is settled by `SETTLED`, the numbers
 read from upstream's generated.proto. The result is written as .proto text under protos/k8s/ and as
-the Python table `tables.py` (`python -m controlplane.apiserver.protobuf.derive FIXTURES_DIR`).
+the Python table `tables.py` (`python -m controlplane.apiserver.protobuf.derive FIXTURES_DIR`);
+the apimachinery messages it names (Time, Quantity, IntOrString, RawExtension, the envelope) are written
+by hand in protos/k8s/apimachinery.proto and handled by the codec itself.
+
+Why derived: the fixtures are upstream's own data with every field set, the pairing is mechanical, and
+the round-trip test of the same fixtures then proves the table byte for byte. Message names are the
+JSON paths' (upstream's type names where `UPSTREAM_NAMES` gives them); a name is only a label.
 """
 
 from __future__ import annotations
