@@ -382,3 +382,27 @@ def test_kubectl_speaks_protobuf_and_json(kubectl: Any, ns: str) -> None:
     ]
     pods = json.loads(kubectl("get", "pods", "-n", ns, "-o", "json"))
     assert pods["kind"] == "List" and pods["items"] == []
+
+
+def test_delete_options_in_protobuf_from_any_group_version(conn: Http, ns: str) -> None:
+    """client-go sends a DELETE's options in the resource's group version (apps/v1 for a Deployment)."""
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "gone"},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template},
+    }
+    status, _, created = conn.call("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", deployment)
+    assert status == 201
+    wrong_uid = {
+        "apiVersion": "apps/v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": "not-the-uid"},
+        "propagationPolicy": "Background",
+    }
+    status, _, answer = conn.call("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/gone", wrong_uid)
+    assert status == 409 and answer["kind"] == "Status", answer  # the precondition was read
+    options = dict(wrong_uid, preconditions={"uid": created["metadata"]["uid"]})
+    status, _, _ = conn.call("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/gone", options)
+    assert status == 200

@@ -132,9 +132,25 @@ _ENCODE: dict[str, tuple[tuple[int, str, str, str, bytes], ...]] = {
 }
 
 
+# Kinds every group version registers (metav1.AddToGroupVersion): a client deleting a Deployment sends
+# its DeleteOptions as apps/v1.
+_EVERY_VERSION = {
+    kind: ROOTS[("v1", kind)]
+    for kind in (
+        "DeleteOptions",
+        "CreateOptions",
+        "UpdateOptions",
+        "PatchOptions",
+        "GetOptions",
+        "ListOptions",
+        "WatchEvent",
+    )
+}
+
+
 def message_for(api_version: str, kind: str) -> str | None:
     """The message of a kind at a version, None when the table has no such kind."""
-    return ROOTS.get((api_version, kind))
+    return ROOTS.get((api_version, kind)) or (_EVERY_VERSION.get(kind) if api_version else None)
 
 
 # --- decoding: protobuf -> JSON -----------------------------------------------------------------------
