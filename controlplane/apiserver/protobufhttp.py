@@ -145,8 +145,25 @@ class ProtobufWatchWriter:
         self.response = response
 
     async def write(self, data: bytes) -> None:
-        frames = [watch_frame(json.loads(line)) for line in data.splitlines() if line.strip()]
+        frames = [_frame_of_line(line) for line in data.splitlines() if line.strip()]
         await self.response.write(b"".join(frames))
+
+
+_EVENT_HEAD = b'{"type":"'
+_EVENT_OBJECT = b'","object":'
+
+
+def _frame_of_line(line: bytes) -> bytes:
+    """The frame of one JSON event line. The watch writes `{"type":"T","object":RAW}` with the cache's
+    bytes as RAW, so the object's protobuf comes from the encoded cache (one encode per object version
+    however many watchers get it); any other shape is parsed."""
+    cut = line.find(_EVENT_OBJECT)
+    if line.startswith(_EVENT_HEAD) and cut > 0 and line.endswith(b"}"):
+        kind = line[len(_EVENT_HEAD) : cut]
+        raw = ENCODED.envelope(line[cut + len(_EVENT_OBJECT) : -1])
+        message = wire.record(1, kind) + wire.record(2, wire.record(1, raw))
+        return struct.pack(">I", len(message)) + message
+    return watch_frame(json.loads(line))
 
     async def write_eof(self) -> None:
         await self.response.write_eof()
