@@ -406,3 +406,21 @@ def test_delete_options_in_protobuf_from_any_group_version(conn: Http, ns: str) 
     options = dict(wrong_uid, preconditions={"uid": created["metadata"]["uid"]})
     status, _, _ = conn.call("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/gone", options)
     assert status == 200
+
+
+def test_metadata_watch_and_table_negotiation(conn: Http, ns: str) -> None:
+    """client-go's metadata informers watch PartialObjectMetadata in protobuf; a Table asked in
+    protobuf first falls to the JSON alternative, as Tables have no protobuf form."""
+    assert conn.call("POST", f"/api/v1/namespaces/{ns}/pods", _pod("m1"))[0] == 201
+    accept = f"{PB};as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
+    response = conn.open("GET", f"/api/v1/namespaces/{ns}/pods?watch=1&timeoutSeconds=5", accept=accept)
+    assert response.headers["Content-Type"] == f"{PB};stream=watch"
+    (event,) = _frames(response, 1)
+    response.close()
+    assert event["object"]["kind"] == "PartialObjectMetadata" and event["object"]["metadata"]["name"] == "m1"
+    assert "spec" not in event["object"]
+    table = (
+        f"{PB};as=Table;g=meta.k8s.io;v=v1, application/json;as=Table;g=meta.k8s.io;v=v1, application/json"
+    )
+    status, content_type, got = conn.call("GET", f"/api/v1/namespaces/{ns}/pods", accept=table)
+    assert status == 200 and content_type.startswith("application/json") and got["kind"] == "Table"
