@@ -21,6 +21,8 @@ from controlplane.apiserver import errors
 from controlplane.apiserver.protobuf import codec, wire
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
+# The key under which a JSON answer keeps the object it was made from (responses.json_response).
+OBJECT = "pykubelet.object"
 WATCH_CONTENT_TYPE = PROTOBUF + ";stream=watch"
 _JSON_TYPES = ("application/json", "application/yaml", "*/*", "application/*")
 
@@ -116,9 +118,14 @@ async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
         or not isinstance(response.body, bytes | bytearray)
     ):
         return response
+    obj = response.get(OBJECT)
     try:
-        body = _encode_body(bytes(response.body))
-    except (ValueError, codec.CodecError):  # not a built-in kind (a custom resource): JSON, as upstream
+        body = codec.encode_object(obj) if obj is not None else _encode_body(bytes(response.body))
+    except (
+        ValueError,
+        TypeError,
+        codec.CodecError,
+    ):  # not a built-in kind (a custom resource): JSON, as upstream
         return response
     out = web.Response(body=body, status=response.status, headers=response.headers)
     out.content_type = PROTOBUF
