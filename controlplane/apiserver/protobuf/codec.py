@@ -295,6 +295,14 @@ def decode_message(data: bytes, message: str, depth: int = 0) -> Obj:
                     obj.pop(name, None)
             else:
                 obj[name] = decode_message(value, t, depth + 1)  # type: ignore[arg-type]
+        elif label == "" and w == wire.VARINT and t in _VARINT_TYPES:
+            number_value = bool(value) if t == "bool" else wire.signed(value)  # type: ignore[arg-type]
+            if not number_value and name in omit_zero:
+                obj.pop(name, None)
+            else:
+                obj[name] = number_value
+        elif label == "repeated" and w == wire.BYTES and t in MESSAGES:
+            obj.setdefault(name, []).append(decode_message(value, t, depth + 1))  # type: ignore[arg-type]
         elif label == "":
             out = _scalar(t, w, value, depth)
             if out is None or (out == "" and t in ("string", "bytes")) or (not out and name in omit_zero):
