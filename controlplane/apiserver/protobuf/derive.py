@@ -5,7 +5,8 @@ protobuf, with every field set (strings "<field>Value", integers the field's pos
 Pairing the two walks gives each message's field numbers, wire types and JSON names; what the pairing
 cannot tell apart (several bool fields of one message, all true) is settled by `SETTLED`, the numbers
 read from upstream's generated.proto. The result is written as .proto text under protos/k8s/ and as
-the Python table `tables.py` (`python -m controlplane.apiserver.protobuf.derive FIXTURES_DIR`);
+the Python table `tables.py` (`python -m controlplane.apiserver.protobuf.derive FIXTURES_DIR`, then
+`ruff format` the table; the output is the same on every run);
 the apimachinery messages it names (Time, Quantity, IntOrString, RawExtension, the envelope) are written
 by hand in protos/k8s/apimachinery.proto and handled by the codec itself.
 
