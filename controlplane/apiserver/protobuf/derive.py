@@ -2,9 +2,10 @@
 
 Upstream's fixtures (`shared/k8s-api-testdata/<version>/`) hold every kind twice, as JSON and as
 protobuf, with every field set (strings "<field>Value", integers the field's position, bools true).
-Pairing the two walks gives each message's field numbers, wire types and JSON names; what the pairing
-cannot tell apart (several bool fields of one message, all true) is settled by `SETTLED`, the numbers
-read from upstream's generated.proto. The result is written as .proto text under protos/k8s/ and as
+Pairing the two walks gives each message's field numbers, wire types and JSON names. Fields the pairing
+cannot tell apart (alike values: a message's bools, all true; two probes or two selectors of one shape)
+are paired in JSON order, which is the field-number order except where upstream added a field above
+older ones: `SETTLED` gives upstream's numbers there (PodSpec, PodStatus; read from generated.proto). The result is written as .proto text under protos/k8s/ and as
 the Python table `tables.py` (`python -m controlplane.apiserver.protobuf.derive FIXTURES_DIR`, then
 `ruff format` the table; the output is the same on every run);
 the apimachinery messages it names (Time, Quantity, IntOrString, RawExtension, the envelope) are written
