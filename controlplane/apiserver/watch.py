@@ -98,8 +98,8 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     initial_rv = rest.cache.revision
     mode = "table" if wants_table(request) else "metadata" if wants_metadata(request) else "object"
     protobuf = mode != "table" and prefers_protobuf(request.headers.get("Accept", ""))
-    # custom resources have no protobuf form: JSON, as upstream
-    protobuf = protobuf and message_for(res.api_version, res.kind) is not None
+    # custom resources have no protobuf form (JSON, as upstream); their metadata-only form has one
+    protobuf = protobuf and (mode == "metadata" or message_for(res.api_version, res.kind) is not None)
     content_type = WATCH_CONTENT_TYPE if protobuf else "application/json"
     response = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-cache"})
     response.enable_chunked_encoding()
