@@ -55,11 +55,12 @@ class EncodedCache:
         self.size = 0
         self.forms: dict[tuple[str, bytes], bytes] = {}
 
-    def message(self, raw: bytes, message: str) -> bytes:
-        """The message bytes (no envelope) of a JSON object."""
-        got = self.forms.get((message, raw))
+    def list_item(self, raw: bytes, message: str) -> bytes:
+        """The object as a list's `items` field (number 2, framed), ready to join."""
+        key = ("items:" + message, raw)
+        got = self.forms.get(key)
         if got is None:
-            got = self._keep((message, raw), codec.encode_message(json.loads(raw), message))
+            got = self._keep(key, wire.record(2, codec.encode_message(json.loads(raw), message)))
         return got
 
     def envelope(self, raw: bytes) -> bytes:
@@ -94,8 +95,9 @@ def list_response(
 ) -> web.Response:
     """A list in protobuf from its items' JSON (the cache's bytes): ListMeta, then each item."""
     item = codec.message_for(api_version, kind) or ""
+    list_item = ENCODED.list_item
     parts = [wire.record(1, codec.encode_message(list_meta, "ListMeta"))]
-    parts += [wire.record(2, ENCODED.message(raw, item)) for raw in raws]
+    parts += [list_item(raw, item) for raw in raws]
     body = codec.encode_envelope(api_version, list_kind, b"".join(parts))
     out = web.Response(body=body)
     out.content_type = PROTOBUF
