@@ -49,10 +49,13 @@ class RawConnection:
         reader, writer = await asyncio.open_connection(host, port, ssl=ctx, server_hostname="localhost")
         return cls(reader, writer)
 
-    async def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    async def request(
+        self, method: str, path: str, body: bytes, content_type: str = "application/json", accept: str = ""
+    ) -> tuple[int, bytes]:
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
+            + (f"Accept: {accept}\r\n" if accept else "")
+            + f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         self.writer.write(head + body)
         headers = await self.reader.readuntil(b"\r\n\r\n")

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from controlplane.apiserver import errors, protobuf
+from controlplane.apiserver import errors, protobufhttp
 
 MAX_BODY = 3 * 1024 * 1024
 MAX_OBJECT = 1536 * 1024  # 1.5 MiB, etcd's default request limit upstream
@@ -164,16 +163,14 @@ def _yaml(body: bytes) -> Any:
         ) from None
 
 
-def decode(
-    body: bytes, content_type: str, protobuf_schemas: Mapping[tuple[str, str], protobuf.Schema]
-) -> Any:
+def decode(body: bytes, content_type: str) -> Any:
     """The JSON value in a request body."""
     if len(body) > MAX_OBJECT:
         raise errors.ApiError(
             413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_OBJECT}"
         )
     if "protobuf" in content_type:
-        return protobuf.decode(body, protobuf_schemas)
+        return protobufhttp.decode_body(body)
     if not body.strip():
         raise errors.bad_request("the body of the request was empty")
     if "yaml" in content_type:

@@ -17,7 +17,17 @@ from typing import Any
 
 from aiohttp import web
 
-from controlplane.apiserver import audit, errors, fieldselect, metrics, responses, ssa, tables, typed
+from controlplane.apiserver import (
+    audit,
+    errors,
+    fieldselect,
+    metrics,
+    protobufhttp,
+    responses,
+    ssa,
+    tables,
+    typed,
+)
 from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain, exact_field, forbidden
@@ -358,6 +368,8 @@ class RestHandler:
             raws = [encode(o) for o in await res.served_forms([c.obj for c in items], self.cache, True)]
         else:
             raws = [out_raw(res, c) for c in items]
+        if protobufhttp.wants_protobuf(request, res.api_version, res.kind):
+            return protobufhttp.list_response(res.api_version, res.kind, res.list_kind, list_meta, raws)
         body = b"".join([head[:-1], b',"items":[', b",".join(raws), b"]}"])
         return web.Response(body=body, content_type="application/json")
 

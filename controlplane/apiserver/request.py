@@ -73,18 +73,8 @@ def not_found() -> errors.ApiError:
     return errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
 
-@cache
-def protobuf_schemas() -> dict[tuple[str, str], Any]:
-    schemas = {(k.api_version, k.kind): k.protobuf for k in kinds.KINDS if k.protobuf}
-    for k in kinds.KINDS:  # subresources with their own body kind (serviceaccounts/token's TokenRequest)
-        for sub in k.subresources:
-            if getattr(sub, "protobuf", None) and sub.kind:
-                schemas[(f"{sub.group}/{sub.version}" if sub.group else sub.version, sub.kind)] = sub.protobuf
-    return schemas
-
-
 def decode(body: bytes, content_type: str) -> Any:
-    return decoding.decode(body, content_type, protobuf_schemas())
+    return decoding.decode(body, content_type)
 
 
 def bool_param(query: Any, name: str) -> bool:

@@ -10,6 +10,7 @@ from aiohttp import web
 from controlplane.apiserver import errors
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.protobufhttp import OBJECT
 from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, encode
 
 Obj = dict[str, Any]
@@ -17,7 +18,9 @@ _TABLE = "as=Table"
 
 
 def json_response(obj: Obj, status: int = 200) -> web.Response:
-    return web.Response(body=encode(obj), status=status, content_type="application/json")
+    response = web.Response(body=encode(obj), status=status, content_type="application/json")
+    response[OBJECT] = obj  # for the protobuf negotiation: encoded without parsing the JSON back
+    return response
 
 
 def out_raw(res: Kind, cached: CachedObject) -> bytes:

@@ -14,7 +14,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from controlplane.apiserver import audit, discovery, kinds, oidc, openapi
+from controlplane.apiserver import audit, discovery, kinds, oidc, openapi, protobufhttp
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
@@ -390,6 +390,7 @@ class ApiServer:
                 admission_context.middleware,
                 self.metrics.middleware,
                 self.audit.middleware,
+                protobufhttp.middleware,
                 self._middleware,
                 self.flowcontrol.middleware,
             ],

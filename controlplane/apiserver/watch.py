@@ -17,6 +17,8 @@ from aiohttp import web
 
 from controlplane.apiserver import errors, tables
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.protobuf.codec import message_for
+from controlplane.apiserver.protobufhttp import WATCH_CONTENT_TYPE, ProtobufWatchWriter, prefers_protobuf
 from controlplane.apiserver.request import RequestInfo, bool_param, int_param
 from controlplane.apiserver.responses import (
     out_raw,
@@ -95,17 +97,22 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     initial_count = watcher.queue.qsize() if (watcher and send_initial) else -1
     initial_rv = rest.cache.revision
     mode = "table" if wants_table(request) else "metadata" if wants_metadata(request) else "object"
-    response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
+    protobuf = mode != "table" and prefers_protobuf(request.headers.get("Accept", ""))
+    # custom resources have no protobuf form (JSON, as upstream); their metadata-only form has one
+    protobuf = protobuf and (mode == "metadata" or message_for(res.api_version, res.kind) is not None)
+    content_type = WATCH_CONTENT_TYPE if protobuf else "application/json"
+    response = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-cache"})
     response.enable_chunked_encoding()
     await response.prepare(request)
+    out: Any = ProtobufWatchWriter(response) if protobuf else response
     rest.active_watches += 1
     try:
         if error_status is not None or watcher is None:
-            await response.write(encode({"type": "ERROR", "object": error_status}) + b"\n")
+            await out.write(encode({"type": "ERROR", "object": error_status}) + b"\n")
             return response
         await _pump(
             request,
-            response,
+            out,
             watcher,
             res,
             rest.cache,
@@ -129,7 +136,7 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
 
 async def _pump(
     request: web.Request,
-    response: web.StreamResponse,
+    response: web.StreamResponse | ProtobufWatchWriter,
     watcher: Any,
     res: Kind,
     cache: WatchCache,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from controlplane.apiserver import typed
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.protobuf import MAGIC
+from controlplane.apiserver.protobuf import codec, wire
 from controlplane.apiserver.smp_schema import ListSpec
 
 MAX_DEPTH = 5
@@ -127,26 +127,24 @@ def objects(kind: Kind) -> st.SearchStrategy[dict[str, Any]]:
 
 
 def _protobuf(kind: Kind) -> st.SearchStrategy[bytes]:
-    """The k8s protobuf envelope naming `kind` around random message bytes."""
+    """Protobuf bodies naming `kind`: its objects encoded (where the corrupted ones can be), the
+    envelope around random message bytes, and random bytes after the magic."""
 
     def envelope(raw: bytes) -> bytes:
-        type_meta = _field(1, kind.api_version.encode()) + _field(2, kind.kind.encode())
-        return MAGIC + _field(1, type_meta) + _field(2, raw)
+        return codec.encode_envelope(kind.api_version, kind.kind, raw)
 
-    return st.binary(max_size=60).map(envelope) | st.binary(max_size=30).map(lambda b: MAGIC + b)
+    def encoded(obj: dict[str, Any]) -> bytes:
+        try:
+            return codec.encode_object(obj)
+        except (codec.CodecError, ValueError, TypeError, OverflowError):
+            return envelope(b"")
 
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return (
+        objects(kind).map(encoded)
+        | st.binary(max_size=60).map(envelope)
+        | st.binary(max_size=30).map(lambda b: codec.MAGIC + b)
+        | st.binary(max_size=40).map(lambda b: envelope(wire.record(1, b)))
+    )
 
 
 YAML_SNIPPETS = st.sampled_from(
@@ -177,7 +175,7 @@ def bodies(kind: Kind) -> st.SearchStrategy[tuple[str, bytes]]:
         st.binary(max_size=40) | YAML_SNIPPETS.map(str.encode),
     )
     choices = [as_json, as_json, as_json, as_yaml, garbage]
-    if kind.protobuf:
+    if codec.message_for(kind.api_version, kind.kind):
         choices.append(_protobuf(kind).map(lambda b: ("application/vnd.kubernetes.protobuf", b)))
     return st.one_of(*choices)
 

@@ -385,7 +385,7 @@ def _field(number: int, data: bytes) -> bytes:
 
 def test_protobuf_eviction_body_decodes() -> None:
     """kubectl's typed client may post the Eviction as protobuf (runtime.Unknown around policy/v1 Eviction)."""
-    from controlplane.apiserver.request import decode
+    from controlplane.apiserver.decoding import decode
 
     options = _varint(1 << 3) + _varint(5) + _field(5, b"All")  # gracePeriodSeconds 5, dryRun [All]
     eviction = _field(1, _field(1, b"a")) + _field(2, options)

@@ -15,7 +15,6 @@ from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import Attributes
 from controlplane.apiserver.errors import FieldError, invalid
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.protobuf import OBJECT_META
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -25,27 +24,6 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 GROUP = "authorization.k8s.io"
-
-RESOURCE_ATTRIBUTES = {
-    1: ("namespace", "string", None),
-    2: ("verb", "string", None),
-    3: ("group", "string", None),
-    4: ("version", "string", None),
-    5: ("resource", "string", None),
-    6: ("subresource", "string", None),
-    7: ("name", "string", None),
-}
-NON_RESOURCE_ATTRIBUTES = {1: ("path", "string", None), 2: ("verb", "string", None)}
-SELF_SPEC = {
-    1: ("resourceAttributes", "message", RESOURCE_ATTRIBUTES),
-    2: ("nonResourceAttributes", "message", NON_RESOURCE_ATTRIBUTES),
-}
-SUBJECT_SPEC = {
-    **SELF_SPEC,
-    3: ("user", "string", None),
-    4: ("groups", "strings", None),
-    6: ("uid", "string", None),
-}
 
 
 def _go_non_resource(value: Obj | None) -> str:
@@ -159,7 +137,6 @@ class SubjectAccessReview(AccessReview):
     kind = "SubjectAccessReview"
     plural = "subjectaccessreviews"
     schema = "V1SubjectAccessReview"
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SUBJECT_SPEC)}
 
 
 class SelfSubjectAccessReview(AccessReview):
@@ -167,8 +144,6 @@ class SelfSubjectAccessReview(AccessReview):
     plural = "selfsubjectaccessreviews"
     schema = "V1SelfSubjectAccessReview"
     self_review = True
-    # `kubectl auth can-i` posts it as protobuf.
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SELF_SPEC)}
 
 
 class LocalSubjectAccessReview(AccessReview):
@@ -176,7 +151,6 @@ class LocalSubjectAccessReview(AccessReview):
     plural = "localsubjectaccessreviews"
     namespaced = True
     schema = "V1LocalSubjectAccessReview"
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SUBJECT_SPEC)}
 
     def problems(self, review: Obj, info: RequestInfo) -> list[FieldError]:
         meta = review.setdefault("metadata", {})

@@ -141,8 +141,6 @@ class Kind:
     smp: ClassVar[smp_schema.Schema] = smp_schema.OBJECT
     # False: strategic merge patches are refused with 415 (custom resources, as upstream).
     strategic_merge: ClassVar[bool] = True
-    # Protobuf field numbers for the kinds kubectl's generators send that way (None: JSON/YAML only).
-    protobuf: ClassVar[dict[int, tuple[str, str, Any]] | None] = None
     # Field selectors it supports beyond metadata.name and metadata.namespace.
     field_selectors: ClassVar[tuple[SelectableField, ...]] = ()
     # Table output (upstream's printers.go); the default is upstream's for kinds without a printer.

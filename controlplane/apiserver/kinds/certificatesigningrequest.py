@@ -42,7 +42,6 @@ from controlplane.apiserver.errors import (
 )
 from controlplane.apiserver.kinds.base import Kind, Subresource
 from controlplane.apiserver.meta import age, human_duration, timestamp
-from controlplane.apiserver.protobuf import OBJECT_META
 from controlplane.apiserver.validation import no_name_rule, object_meta
 from kubeclient.names import dns1123_label, dns1123_subdomain
 
@@ -86,42 +85,6 @@ VALID_USAGES = sorted(
 DEFAULT_USAGES = ["digital signature", "key encipherment"]
 
 _TIME = {1: ("seconds", "int", None), 2: ("nanos", "int", None)}
-# certificates/v1 generated.proto.
-PROTOBUF = {
-    1: ("metadata", "message", OBJECT_META),
-    2: (
-        "spec",
-        "message",
-        {
-            1: ("request", "bytes", None),
-            2: ("username", "string", None),
-            3: ("uid", "string", None),
-            4: ("groups", "strings", None),
-            5: ("usages", "strings", None),
-            7: ("signerName", "string", None),
-            8: ("expirationSeconds", "int*", None),
-        },
-    ),
-    3: (
-        "status",
-        "message",
-        {
-            1: (
-                "conditions",
-                "messages",
-                {
-                    1: ("type", "string", None),
-                    2: ("reason", "string", None),
-                    3: ("message", "string", None),
-                    4: ("lastUpdateTime", "time", _TIME),
-                    5: ("lastTransitionTime", "time", _TIME),
-                    6: ("status", "string", None),
-                },
-            ),
-            2: ("certificate", "bytes", None),
-        },
-    ),
-}
 
 
 def _go_bytes(raw: bytes) -> str:
@@ -404,7 +367,6 @@ class CertificateSigningRequest(Kind):
     namespaced = False
     short_names = ("csr",)
     schema = "V1CertificateSigningRequest"
-    protobuf = PROTOBUF
     subresources = (StatusSubresource(), ApprovalSubresource())
     columns = (
         tables.NAME,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.kinds.rbacshared import CLUSTER_ROLE_PROTOBUF, GROUP
+from controlplane.apiserver.kinds.rbacshared import GROUP
 from controlplane.apiserver.rbac import validation
 from controlplane.apiserver.rbac.escalation import RoleEscalation
 
@@ -26,7 +26,6 @@ class ClusterRole(Kind):
     plural = "clusterroles"
     namespaced = False
     schema = "V1ClusterRole"
-    protobuf = CLUSTER_ROLE_PROTOBUF
     admission = (RoleEscalation("clusterroles"),)
 
     def default(self, obj: Obj, creating: bool) -> None:

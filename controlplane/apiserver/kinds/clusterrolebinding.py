@@ -8,7 +8,7 @@ from typing import Any
 
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.kinds.rbacshared import BINDING_PROTOBUF, GROUP, binding_cells, binding_columns
+from controlplane.apiserver.kinds.rbacshared import GROUP, binding_cells, binding_columns
 from controlplane.apiserver.rbac import validation
 from controlplane.apiserver.rbac.escalation import BindingEscalation
 
@@ -21,7 +21,6 @@ class ClusterRoleBinding(Kind):
     plural = "clusterrolebindings"
     namespaced = False
     schema = "V1ClusterRoleBinding"
-    protobuf = BINDING_PROTOBUF
     admission = (BindingEscalation("clusterrolebindings"),)
     columns = binding_columns(
         "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot "

@@ -9,7 +9,6 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError, forbidden, invalid
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import OBJECT_META
 from kubeclient import names
 
 Obj = dict[str, Any]
@@ -54,12 +53,6 @@ class ConfigMap(Kind):
     plural = "configmaps"
     short_names = ("cm",)
     schema = "V1ConfigMap"
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: ("data", "map", "string"),
-        3: ("binaryData", "map", "bytes"),
-        4: ("immutable", "bool*", None),
-    }
     columns = (
         tables.NAME,
         tables.column("Data", kind="integer", desc="Data contains the configuration data."),

@@ -12,9 +12,7 @@ from controlplane.apiserver.errors import FieldError, invalid, not_supported, re
 from controlplane.apiserver.kinds import jobspec, podspec
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.kinds.cronschedule import ScheduleError, parse_standard, time_zone_error
-from controlplane.apiserver.kinds.job import JOB_SPEC_PROTOBUF
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import OBJECT_META
 from controlplane.apiserver.smp_schema import META
 from controlplane.apiserver.smp_schema import TEMPLATE as SMP_TEMPLATE
 from controlplane.apiserver.tables import since
@@ -80,27 +78,6 @@ class CronJob(Kind):
     smp = {"metadata": META, "spec": {"jobTemplate": {"metadata": META, "spec": {"template": SMP_TEMPLATE}}}}
     generation = True
     subresources = (StatusSubresource("CronJob", "batch"),)
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: (
-            "spec",
-            "message",
-            {
-                1: ("schedule", "string", None),
-                8: ("timeZone", "string", None),
-                2: ("startingDeadlineSeconds", "int*", None),
-                3: ("concurrencyPolicy", "string", None),
-                4: ("suspend", "bool*", None),
-                5: (
-                    "jobTemplate",
-                    "message",
-                    {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", JOB_SPEC_PROTOBUF)},
-                ),
-                6: ("successfulJobsHistoryLimit", "int*", None),
-                7: ("failedJobsHistoryLimit", "int*", None),
-            },
-        ),
-    }
     columns = (
         tables.NAME,
         tables.column("Schedule", desc="The schedule in Cron format."),

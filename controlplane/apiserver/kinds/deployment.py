@@ -11,7 +11,6 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError, forbidden, invalid, not_supported, required
 from controlplane.apiserver.kinds.workload import Workload
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import LABEL_SELECTOR, OBJECT_META, TEMPLATE
 
 Obj = dict[str, Any]
 
@@ -80,21 +79,6 @@ class Deployment(Workload):
     plural = "deployments"
     short_names = ("deploy",)
     schema = "V1Deployment"
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: (
-            "spec",
-            "message",
-            {
-                1: ("replicas", "int*", None),
-                2: ("selector", "message", LABEL_SELECTOR),
-                3: ("template", "message", TEMPLATE),
-                5: ("minReadySeconds", "int", None),
-                6: ("revisionHistoryLimit", "int*", None),
-                9: ("progressDeadlineSeconds", "int*", None),
-            },
-        ),
-    }
     columns = (
         tables.NAME,
         tables.column("Ready", desc="Number of the pod with ready state"),

@@ -32,7 +32,6 @@ from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Subresource
 from controlplane.apiserver.meta import timestamp
-from controlplane.apiserver.protobuf import OBJECT_META
 from kubeclient.selectors import SelectorError, from_label_selector
 
 if TYPE_CHECKING:
@@ -56,15 +55,6 @@ MORE_THAN_ONE = (
     "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 )
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
-
-DELETE_OPTIONS_PROTOBUF = {
-    1: ("gracePeriodSeconds", "int*", None),
-    2: ("preconditions", "message", {1: ("uid", "string", None), 2: ("resourceVersion", "string", None)}),
-    3: ("orphanDependents", "bool*", None),
-    4: ("propagationPolicy", "string", None),
-    5: ("dryRun", "strings", None),
-}
-PROTOBUF = {1: ("metadata", "message", OBJECT_META), 2: ("deleteOptions", "message", DELETE_OPTIONS_PROTOBUF)}
 
 
 # --- the errors ------------------------------------------------------------------------------------------
@@ -378,7 +368,6 @@ class EvictionSubresource(Subresource):
     kind = "Eviction"
     verbs = ("create",)
     schema = SCHEMA
-    protobuf = PROTOBUF
 
     async def create(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         body = await rest.body(request)

@@ -13,7 +13,6 @@ from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.kinds.hpa import COLUMNS, cells
 from controlplane.apiserver.kinds.hpa import KIND as V2
-from controlplane.apiserver.protobuf import OBJECT_META
 
 Obj = dict[str, Any]
 METRICS = "autoscaling.alpha.kubernetes.io/metrics"
@@ -45,38 +44,6 @@ class HorizontalPodAutoscalerV1(Kind):
     subresources = (StatusSubresource(),)
     generation = True
     columns = COLUMNS  # tables are built from the stored (v2) form
-    # `kubectl autoscale` posts protobuf (k8s.io/api/autoscaling/v1/generated.proto).
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: (
-            "spec",
-            "message",
-            {
-                1: (
-                    "scaleTargetRef",
-                    "message",
-                    {
-                        1: ("kind", "string", None),
-                        2: ("name", "string", None),
-                        3: ("apiVersion", "string", None),
-                    },
-                ),
-                2: ("minReplicas", "int*", None),
-                3: ("maxReplicas", "int", None),
-                4: ("targetCPUUtilizationPercentage", "int*", None),
-            },
-        ),
-        3: (
-            "status",
-            "message",
-            {
-                1: ("observedGeneration", "int*", None),
-                3: ("currentReplicas", "int", None),
-                4: ("desiredReplicas", "int", None),
-                5: ("currentCPUUtilizationPercentage", "int*", None),
-            },
-        ),
-    }
 
     @property
     def storage_schema(self) -> str:

@@ -15,26 +15,12 @@ from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds import jobspec, podspec
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import age, human_duration, now, parse_time
-from controlplane.apiserver.protobuf import LABEL_SELECTOR, OBJECT_META, TEMPLATE
 from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.smp_schema import TEMPLATE as SMP_TEMPLATE
 from controlplane.apiserver.validation import immutable
 
 Obj = dict[str, Any]
 
-JOB_SPEC_PROTOBUF = {
-    1: ("parallelism", "int*", None),
-    2: ("completions", "int*", None),
-    3: ("activeDeadlineSeconds", "int*", None),
-    4: ("selector", "message", LABEL_SELECTOR),
-    5: ("manualSelector", "bool*", None),
-    6: ("template", "message", TEMPLATE),
-    7: ("backoffLimit", "int*", None),
-    8: ("ttlSecondsAfterFinished", "int*", None),
-    9: ("completionMode", "string", None),
-    10: ("suspend", "bool*", None),
-    14: ("podReplacementPolicy", "string", None),
-}
 # The scheduling directives a suspended Job that never started may still change
 # (validatePodTemplateUpdate with AllowMutableSchedulingDirectives).
 _MUTABLE_WHILE_SUSPENDED = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
@@ -108,7 +94,6 @@ class Job(Kind):
     generation = True
     gc_policy = deletion.ORPHAN_DEPENDENTS
     subresources = (StatusSubresource("Job", "batch"),)
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", JOB_SPEC_PROTOBUF)}
     columns = (
         tables.NAME,
         tables.column("Status", desc="Status of the job."),

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from controlplane.apiserver import deletion, errors, tables
 from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource, Subresource, fields
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import OBJECT_META
 from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.validation import dns_label
 
@@ -80,11 +79,6 @@ class Namespace(Kind):
     subresources = (StatusSubresource("Namespace"), Finalize())
     schema = "V1Namespace"
     smp = {"metadata": META, "status": CONDITIONS}
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: ("spec", "message", {1: ("finalizers", "strings", None)}),
-        3: ("status", "message", {1: ("phase", "string", None)}),
-    }
     field_selectors = fields("status.phase")
     columns = (tables.NAME, tables.column("Status", desc="The status of the namespace"), tables.AGE)
     admission = (Lifecycle(),)

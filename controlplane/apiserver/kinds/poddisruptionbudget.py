@@ -18,7 +18,6 @@ from controlplane.apiserver.errors import FieldError, invalid, not_supported, re
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.kinds.deployment import _int_or_percent
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import INT_OR_STRING, LABEL_SELECTOR, OBJECT_META
 from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.validation import nonnegative
 from kubeclient.selectors import SelectorError, from_label_selector
@@ -101,20 +100,6 @@ class PodDisruptionBudget(Kind):
     type_marks = TYPE_MARKS
     smp = {"metadata": META, "status": CONDITIONS}
     generation = True
-    # `kubectl create poddisruptionbudget` posts protobuf (policy/v1 generated.proto field numbers).
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: (
-            "spec",
-            "message",
-            {
-                1: ("minAvailable", "intorstring", INT_OR_STRING),
-                2: ("selector", "message", LABEL_SELECTOR),
-                3: ("maxUnavailable", "intorstring", INT_OR_STRING),
-                4: ("unhealthyPodEvictionPolicy", "string", None),
-            },
-        ),
-    }
     subresources = (StatusSubresource("PodDisruptionBudget", "policy"),)
     columns = (
         tables.NAME,

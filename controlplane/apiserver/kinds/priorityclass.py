@@ -12,7 +12,6 @@ from controlplane.apiserver.errors import FieldError, forbidden, not_supported
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.kinds.pod import KIND as POD
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import OBJECT_META
 from controlplane.apiserver.validation import immutable
 
 if TYPE_CHECKING:
@@ -144,14 +143,6 @@ class PriorityClass(Kind):
     namespaced = False
     short_names = ("pc",)
     schema = "V1PriorityClass"
-    # `kubectl create priorityclass` posts protobuf.
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: ("value", "int*", None),
-        3: ("globalDefault", "bool", None),
-        4: ("description", "string", None),
-        5: ("preemptionPolicy", "string", None),
-    }
     admission = (Priority(),)
     columns = (
         tables.NAME,

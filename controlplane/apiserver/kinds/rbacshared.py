@@ -8,35 +8,9 @@ from typing import Any
 
 from controlplane.apiserver import tables
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import LABEL_SELECTOR, OBJECT_META
 
 Obj = dict[str, Any]
 GROUP = "rbac.authorization.k8s.io"
-
-POLICY_RULE = {
-    1: ("verbs", "strings", None),
-    2: ("apiGroups", "strings", None),
-    3: ("resources", "strings", None),
-    4: ("resourceNames", "strings", None),
-    5: ("nonResourceURLs", "strings", None),
-}
-ROLE_PROTOBUF = {1: ("metadata", "message", OBJECT_META), 2: ("rules", "messages", POLICY_RULE)}
-CLUSTER_ROLE_PROTOBUF = {
-    **ROLE_PROTOBUF,
-    3: ("aggregationRule", "message", {1: ("clusterRoleSelectors", "messages", LABEL_SELECTOR)}),
-}
-SUBJECT = {
-    1: ("kind", "string", None),
-    2: ("apiGroup", "string", None),
-    3: ("name", "string", None),
-    4: ("namespace", "string", None),
-}
-ROLE_REF = {1: ("apiGroup", "string", None), 2: ("kind", "string", None), 3: ("name", "string", None)}
-BINDING_PROTOBUF = {
-    1: ("metadata", "message", OBJECT_META),
-    2: ("subjects", "messages", SUBJECT),
-    3: ("roleRef", "message", ROLE_REF),
-}
 
 
 def binding_columns(role_ref_doc: str) -> tuple[tables.Column, ...]:

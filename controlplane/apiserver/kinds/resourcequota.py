@@ -12,7 +12,6 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError, invalid, required
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import OBJECT_META
 from controlplane.apiserver.quota.admission import ResourceQuotaAdmission
 from controlplane.apiserver.validation import NEGATIVE, quantity
 from controlplane.quota import evaluators as ev
@@ -187,15 +186,6 @@ def _cell(obj: Obj) -> tuple[str, str]:
     return ", ".join(request), ", ".join(limit)
 
 
-SCOPE_SELECTOR = {
-    1: (
-        "matchExpressions",
-        "messages",
-        {1: ("scopeName", "string", None), 2: ("operator", "string", None), 3: ("values", "strings", None)},
-    )
-}
-
-
 class ResourceQuota(Kind):
     kind = "ResourceQuota"
     plural = "resourcequotas"
@@ -206,19 +196,6 @@ class ResourceQuota(Kind):
         ("V1ResourceQuotaSpec", "hard"): "map[quantity]",
         ("V1ResourceQuotaStatus", "hard"): "map[quantity]",
         ("V1ResourceQuotaStatus", "used"): "map[quantity]",
-    }
-    # `kubectl create quota` posts protobuf.
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: (
-            "spec",
-            "message",
-            {
-                1: ("hard", "map", "quantity"),
-                2: ("scopes", "strings", None),
-                3: ("scopeSelector", "message", SCOPE_SELECTOR),
-            },
-        ),
     }
     columns = (
         tables.NAME,

@@ -8,7 +8,7 @@ from typing import Any
 
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.kinds.rbacshared import GROUP, ROLE_PROTOBUF
+from controlplane.apiserver.kinds.rbacshared import GROUP
 from controlplane.apiserver.rbac import validation
 from controlplane.apiserver.rbac.escalation import RoleEscalation
 
@@ -20,7 +20,6 @@ class Role(Kind):
     kind = "Role"
     plural = "roles"
     schema = "V1Role"
-    protobuf = ROLE_PROTOBUF
     admission = (RoleEscalation("roles"),)
 
     def default(self, obj: Obj, creating: bool) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.kinds.rbacshared import BINDING_PROTOBUF, GROUP, binding_cells, binding_columns
+from controlplane.apiserver.kinds.rbacshared import GROUP, binding_cells, binding_columns
 from controlplane.apiserver.rbac import validation
 from controlplane.apiserver.rbac.escalation import BindingEscalation
 
@@ -20,7 +20,6 @@ class RoleBinding(Kind):
     kind = "RoleBinding"
     plural = "rolebindings"
     schema = "V1RoleBinding"
-    protobuf = BINDING_PROTOBUF
     admission = (BindingEscalation("rolebindings"),)
     columns = binding_columns(
         "RoleRef can reference a Role in the current namespace or a ClusterRole in the global "

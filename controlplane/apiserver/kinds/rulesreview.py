@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from controlplane.apiserver import errors
 from controlplane.apiserver.kinds.accessreview import GROUP
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.protobuf import OBJECT_META
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -38,10 +37,6 @@ class SelfSubjectRulesReview(Kind):
     verbs = ("create",)
     stored = False
     schema = "V1SelfSubjectRulesReview"
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: ("spec", "message", {1: ("namespace", "string", None)}),
-    }
 
     async def create_virtual(
         self, rest: RestHandler, request: web.Request, info: RequestInfo

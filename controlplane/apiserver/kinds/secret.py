@@ -11,7 +11,6 @@ from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind, fields
 from controlplane.apiserver.kinds.configmap import validate_immutable, validate_keys
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import OBJECT_META
 from controlplane.apiserver.validation import immutable
 
 Obj = dict[str, Any]
@@ -21,13 +20,6 @@ class Secret(Kind):
     kind = "Secret"
     plural = "secrets"
     schema = "V1Secret"
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: ("data", "map", "bytes"),
-        3: ("type", "string", None),
-        4: ("stringData", "map", "string"),
-        5: ("immutable", "bool*", None),
-    }
     field_selectors = fields("type")
     columns = (
         tables.NAME,

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.protobuf import OBJECT_META
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
@@ -23,8 +22,6 @@ class SelfSubjectReview(Kind):
     verbs = ("create",)
     stored = False
     schema = "V1SelfSubjectReview"
-    # `kubectl auth whoami` posts it as protobuf: an empty review.
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("status", "message", {})}
 
     async def create_virtual(
         self, rest: RestHandler, request: web.Request, info: RequestInfo

@@ -11,7 +11,6 @@ from controlplane.apiserver import errors, tables
 from controlplane.apiserver.errors import FieldError, duplicate, forbidden, invalid, not_supported, required
 from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import INT_OR_STRING, OBJECT_META
 from controlplane.apiserver.resourceproxy import Proxy, service_location
 from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
 from controlplane.apiserver.validation import dns1035_label, port_number
@@ -23,27 +22,6 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
-SERVICE_SPEC = {
-    1: (
-        "ports",
-        "messages",
-        {
-            1: ("name", "string", None),
-            2: ("protocol", "string", None),
-            3: ("port", "int", None),
-            4: ("targetPort", "intorstring", INT_OR_STRING),
-            5: ("nodePort", "int", None),
-            6: ("appProtocol", "string", None),
-        },
-    ),
-    2: ("selector", "map", "string"),
-    3: ("clusterIP", "string", None),
-    4: ("type", "string", None),
-    5: ("externalIPs", "strings", None),
-    7: ("sessionAffinity", "string", None),
-    10: ("externalName", "string", None),
-    11: ("externalTrafficPolicy", "string", None),
-}
 
 
 def _node_ports(spec: Obj) -> bool:
@@ -65,7 +43,6 @@ class Service(Kind):
     return_deleted_object = True
     type_marks = {("V1ServicePort", "targetPort"): "int-or-string"}
     smp = {"metadata": META, "spec": {"ports": ListSpec("port")}, "status": CONDITIONS}
-    protobuf = {1: ("metadata", "message", OBJECT_META), 2: ("spec", "message", SERVICE_SPEC)}
     columns = (
         tables.NAME,
         tables.column("Type", desc="type determines how the Service is exposed."),

@@ -10,7 +10,6 @@ from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.kinds.saadmission import ServiceAccountAdmission
 from controlplane.apiserver.kinds.tokenrequest import TOKEN
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.protobuf import OBJECT_META, OBJECT_REFERENCE
 from controlplane.apiserver.smp_schema import META, ListSpec
 
 Obj = dict[str, Any]
@@ -25,12 +24,6 @@ class ServiceAccount(Kind):
     subresources = (TOKEN,)
     admission = (ServiceAccountAdmission(),)
     smp = {"metadata": META, "secrets": ListSpec("name"), "imagePullSecrets": ListSpec("name")}
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: ("secrets", "messages", OBJECT_REFERENCE),
-        3: ("imagePullSecrets", "messages", {1: ("name", "string", None)}),
-        4: ("automountServiceAccountToken", "bool*", None),
-    }
     columns = (
         tables.NAME,
         tables.column(

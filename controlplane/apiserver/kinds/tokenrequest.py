@@ -21,7 +21,6 @@ from aiohttp import web
 from controlplane.apiserver import errors
 from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.kinds.base import Subresource
-from controlplane.apiserver.protobuf import OBJECT_META
 from controlplane.apiserver.satokens import EXPIRATION_EXTENSION, WARN_ONLY_EXPIRATION
 
 if TYPE_CHECKING:
@@ -35,30 +34,6 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DEFAULT_EXPIRATION = 3600
 MIN_EXPIRATION = 600
 MAX_EXPIRATION = 1 << 32
-
-# authentication/v1 generated.proto: TokenRequest{metadata=1, spec=2, status=3},
-# TokenRequestSpec{audiences=1, boundObjectRef=3, expirationSeconds=4}.
-PROTOBUF = {
-    1: ("metadata", "message", OBJECT_META),
-    2: (
-        "spec",
-        "message",
-        {
-            1: ("audiences", "strings", None),
-            3: (
-                "boundObjectRef",
-                "message",
-                {
-                    1: ("kind", "string", None),
-                    2: ("apiVersion", "string", None),
-                    3: ("name", "string", None),
-                    4: ("uid", "string", None),
-                },
-            ),
-            4: ("expirationSeconds", "int*", None),
-        },
-    ),
-}
 
 
 def _now_rfc3339(epoch: float) -> str:
@@ -81,7 +56,6 @@ class TokenRequestSubresource(Subresource):
     kind = KIND
     verbs = ("create",)
     schema = "AuthenticationV1TokenRequest"
-    protobuf = PROTOBUF
 
     async def create(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         issuer = rest.token_issuer

@@ -12,7 +12,6 @@ from aiohttp import web
 
 from controlplane.apiserver import errors
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.protobuf import OBJECT_META
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
@@ -27,11 +26,6 @@ class TokenReview(Kind):
     verbs = ("create",)
     stored = False
     schema = "V1TokenReview"
-    # Kubelets' delegated authentication posts it as protobuf (spec: token=1, audiences=2).
-    protobuf = {
-        1: ("metadata", "message", OBJECT_META),
-        2: ("spec", "message", {1: ("token", "string", None), 2: ("audiences", "strings", None)}),
-    }
 
     async def create_virtual(
         self, rest: RestHandler, request: web.Request, info: RequestInfo
