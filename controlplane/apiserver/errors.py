@@ -81,6 +81,8 @@ class ApiError(Exception):
         self.retry_after = retry_after
 
     def status(self) -> dict[str, Any]:
+        """The Status in the order Go marshals metav1.Status: kind, apiVersion, metadata, status, message,
+        reason, details, code (clients that compare error bodies byte for byte see upstream's)."""
         out: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
@@ -88,10 +90,10 @@ class ApiError(Exception):
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "code": self.code,
         }
-        if self.details:
+        if self.details is not None:  # an empty StatusDetails is written as {} by upstream too
             out["details"] = self.details
+        out["code"] = self.code
         return out
 
 

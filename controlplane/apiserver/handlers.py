@@ -34,6 +34,7 @@ from controlplane.apiserver.responses import (
     json_response,
     out_raw,
     partial,
+    raw_json_response,
     revision,
     too_large,
     wants_metadata,
@@ -289,7 +290,7 @@ class RestHandler:
             return json_response(partial(cached.obj))
         if res.converts:
             return json_response(await self.served(res, cached.obj))
-        return web.Response(body=cached.raw, content_type="application/json")
+        return raw_json_response(cached.raw)
 
     async def _read(self, request: web.Request, res: Kind, namespace: str, name: str) -> CachedObject:
         """A GET's object by its resourceVersion parameter, as upstream: "" the newest (consistent across
@@ -358,8 +359,7 @@ class RestHandler:
             raws = [encode(o) for o in await res.served_forms([c.obj for c in items], self.cache, True)]
         else:
             raws = [out_raw(res, c) for c in items]
-        body = b"".join([head[:-1], b',"items":[', b",".join(raws), b"]}"])
-        return web.Response(body=body, content_type="application/json")
+        return raw_json_response(b"".join([head[:-1], b',"items":[', b",".join(raws), b"]}"]))
 
     async def _list_from_store(
         self, res: Kind, prefix: str, predicate: Any, limit: int, token: str, rv: str, match: str
@@ -529,6 +529,7 @@ class RestHandler:
         meta["name"] = info.name
         dry_run = self.dry_run(request)
         force = bool_param(request.query, "force")
+        reset = ssa.reset_fields(res.subresource("status") is not None, info.subresource)
         if info.subresource == "":
             try:
                 # A copy this server holds is enough to choose update (a stale one costs a conflict and a
@@ -537,13 +538,17 @@ class RestHandler:
             except ApiError as err:
                 if err.code != 404:
                     raise
-                obj = await res.storage_form(ssa.apply(None, applied, manager, schema=res.smp), self.cache)
+                obj = await res.storage_form(
+                    ssa.apply(None, applied, manager, schema=res.smp, reset=reset), self.cache
+                )
                 created = await self.registry.create(res, info.namespace, obj, self.user(request), dry_run)
                 return self.warn(json_response(await self.served(res, created), 201), unknown)
 
         async def mutate(current: Obj) -> Obj:
             view = await self.served(res, current)
-            return await res.storage_form(ssa.apply(view, applied, manager, force, res.smp), self.cache)
+            return await res.storage_form(
+                ssa.apply(view, applied, manager, force, res.smp, reset), self.cache
+            )
 
         updated = await self.registry.guaranteed_update(
             res, info.namespace, info.name, mutate, info.subresource, self.user(request), dry_run

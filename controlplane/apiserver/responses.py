@@ -17,7 +17,12 @@ _TABLE = "as=Table"
 
 
 def json_response(obj: Obj, status: int = 200) -> web.Response:
-    return web.Response(body=encode(obj), status=status, content_type="application/json")
+    return web.Response(body=encode(obj) + b"\n", status=status, content_type="application/json")
+
+
+def raw_json_response(body: bytes, status: int = 200) -> web.Response:
+    """An encoded object as upstream's JSON serializer writes it: Go's json.Encoder ends it with a newline."""
+    return web.Response(body=body + b"\n", status=status, content_type="application/json")
 
 
 def out_raw(res: Kind, cached: CachedObject) -> bytes:

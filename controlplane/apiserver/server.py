@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import ipaddress
+import json
 import logging
 import ssl
 from dataclasses import dataclass, field
@@ -342,14 +343,20 @@ class ApiServer:
         for path in ("/healthz", "/livez", "/readyz"):
             r.add_get(path, self._health)
             r.add_get(path + "/{check:.*}", self._health)
-        r.add_get("/version", self._version)
         r.add_get("/metrics", self._metrics)
-        r.add_get("/api", self._api)
-        r.add_get("/apis", self._apis)
-        r.add_get("/apis/", self._apis)  # the official client's ApisApi asks with the slash
-        r.add_get("/api/v1", self._core_resources)
-        r.add_get("/apis/{group}", self._group)
+        # Discovery answers with and without a trailing slash, as upstream's go-restful routes (which trim
+        # it) and its /apis mux entries do: kr8s asks for /version/, the Python client's ApisApi for /apis/.
+        for path, handler in (
+            ("/version", self._version),
+            ("/api", self._api),
+            ("/apis", self._apis),
+            ("/api/v1", self._core_resources),
+            ("/apis/{group}", self._group),
+        ):
+            r.add_get(path, handler)
+            r.add_get(path + "/", handler)
         r.add_route("*", "/apis/{group}/{version}", self._group_resources)
+        r.add_route("*", "/apis/{group}/{version}/", self._group_resources)
         r.add_get("/openapi/v2", self._openapi_v2_handler)
         r.add_get("/openapi/v3", self._openapi_v3_root)
         r.add_get("/openapi/v3/{path:.+}", self._openapi_v3_doc)
@@ -385,7 +392,7 @@ class ApiServer:
             user = impersonate(request.headers, user, self.authorizer)
             audit.impersonated(request, user)
             request[USER_KEY] = user
-            path = request.path
+            path = request.path.rstrip("/")  # /apis/apps/v1/ is discovery, as /apis/apps/v1
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
                 # Non-resource paths (discovery, OpenAPI, health) are authorized by path, as upstream;
                 # resource requests are authorized in the REST handler once the path is parsed.
@@ -482,7 +489,9 @@ class ApiServer:
         ]
 
     async def _version(self, request: web.Request) -> web.Response:
-        return json_response(discovery.version_info())
+        # Upstream writes version.Info with WriteRawJSON: indented two spaces, no closing newline.
+        body = json.dumps(discovery.version_info(), indent=2).encode()
+        return web.Response(body=body, content_type="application/json")
 
     async def _health(self, request: web.Request) -> web.Response:
         if request.path.startswith("/readyz") and not self.ready:

@@ -1,0 +1,185 @@
+"""Server-side apply and create semantics as kube-apiserver 1.32 has them, through the real server and
+kubectl: an apply that changes nothing writes nothing, a map emptied and refilled keeps its content, the
+applier of a CRD never owns its status, conflicts in upstream's words, a server dry-run create of an
+existing object is 409."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from kubernetes import client, watch
+
+from pykubelet.rig.apiserver import ApiServer
+from tests.controlplane.test_apiserver_wire import fetch
+
+pytestmark = pytest.mark.integration
+
+
+def apply(server: ApiServer, path: str, obj: dict, manager: str, force: bool = False) -> tuple[int, dict]:
+    query = f"?fieldManager={manager}" + ("&force=true" if force else "")
+    status, body, _ = fetch(
+        server, path + query, "PATCH", json.dumps(obj).encode(), "application/apply-patch+yaml"
+    )
+    return status, json.loads(body)
+
+
+def into_next_second() -> None:
+    """managedFields times have a resolution of one second: a rewrite within the same second could not
+    be told from a kept entry, so the repeat happens in a later second."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
+
+
+def configmap(name: str, **data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def test_server_dry_run_create_of_an_existing_object_is_already_exists(kubectl, namespace: str) -> None:
+    kubectl("create", "configmap", "c", "-n", namespace, "--from-literal=a=1")
+    again = kubectl.run(
+        "create", "configmap", "c", "-n", namespace, "--from-literal=a=1", "--dry-run=server", check=False
+    )
+    assert again.returncode == 1
+    assert again.stderr.strip() == 'error: failed to create configmap: configmaps "c" already exists'
+    again = kubectl.run(
+        "create",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        "--dry-run=server",
+        input=json.dumps(configmap("c")),
+        check=False,
+    )
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        'Error from server (AlreadyExists): error when creating "STDIN": configmaps "c" already exists'
+    )
+
+
+def test_apply_that_changes_nothing_does_not_write(
+    apiserver: ApiServer, v1: client.CoreV1Api, namespace: str
+) -> None:
+    path = f"/api/v1/namespaces/{namespace}/configmaps/c"
+    status, first = apply(apiserver, path, configmap("c", a="1"), "gitops")
+    assert status == 201
+    rv = first["metadata"]["resourceVersion"]
+    events: list[tuple[str, str]] = []
+    stream = watch.Watch()
+
+    def collect() -> None:
+        for event in stream.stream(
+            v1.list_namespaced_config_map, namespace, resource_version=rv, timeout_seconds=30
+        ):
+            events.append((event["type"], event["object"].metadata.resource_version))
+            stream.stop()
+
+    watcher = threading.Thread(target=collect)
+    watcher.start()
+    into_next_second()
+    status, again = apply(apiserver, path, configmap("c", a="1"), "gitops")
+    assert status == 200 and again["metadata"]["resourceVersion"] == rv
+    assert again["metadata"]["managedFields"] == first["metadata"]["managedFields"]
+    # A real change after the no-op: the watch's first event is that change, never a write of the no-op.
+    status, changed = apply(apiserver, path, configmap("c", a="2"), "gitops")
+    assert status == 200 and changed["metadata"]["resourceVersion"] != rv
+    watcher.join(timeout=40)
+    assert events == [("MODIFIED", changed["metadata"]["resourceVersion"])]
+
+
+def test_kubectl_server_side_reapply_keeps_the_resource_version(kubectl, namespace: str) -> None:
+    manifest = json.dumps(configmap("gitops", a="1"))
+    kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest)
+    before = json.loads(kubectl("get", "configmap", "gitops", "-n", namespace, "-o", "json"))
+    into_next_second()
+    out = kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest)
+    assert "serverside-applied" in out
+    after = json.loads(kubectl("get", "configmap", "gitops", "-n", namespace, "-o", "json"))
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def test_map_emptied_then_refilled_keeps_its_new_content(apiserver: ApiServer, namespace: str) -> None:
+    path = f"/api/v1/namespaces/{namespace}/configmaps/m"
+    obj = configmap("m")
+    obj["metadata"]["labels"] = {"a": "1"}
+    assert apply(apiserver, path, obj, "tool")[0] == 201
+    obj["metadata"]["labels"] = {}
+    status, emptied = apply(apiserver, path, obj, "tool")
+    assert status == 200 and not emptied["metadata"].get("labels")
+    obj["metadata"]["labels"] = {"b": "2"}
+    status, refilled = apply(apiserver, path, obj, "tool")
+    assert status == 200 and refilled["metadata"]["labels"] == {"b": "2"}
+
+
+def test_apply_conflicts_in_upstreams_words(apiserver: ApiServer, namespace: str) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    made = json.dumps(configmap("x", a="1", b="2")).encode()
+    assert fetch(apiserver, base + "?fieldManager=alice", "POST", made)[0] == 201
+    status, err = apply(apiserver, base + "/x", configmap("x", a="9", b="8"), "bob")
+    assert status == 409 and err["reason"] == "Conflict"
+    assert (
+        err["message"]
+        == 'Apply failed with 2 conflicts: conflicts with "alice" using v1:\n- .data.a\n- .data.b'
+    )
+    assert err["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "alice" using v1', "field": ".data.a"},
+        {"reason": "FieldManagerConflict", "message": 'conflict with "alice" using v1', "field": ".data.b"},
+    ]
+    # An applier is named without a version; a keyed list item with its key quoted.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    pods = f"/api/v1/namespaces/{namespace}/pods/p"
+    assert apply(apiserver, pods, pod, "first")[0] == 201
+    pod["spec"]["containers"][0]["image"] = "busybox:2"
+    status, err = apply(apiserver, pods, pod, "second")
+    assert status == 409
+    assert err["message"] == (
+        'Apply failed with 1 conflict: conflict with "first": .spec.containers[name="c"].image'
+    )
+
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gadgets.ssa.example.com"},
+    "spec": {
+        "group": "ssa.example.com",
+        "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+    # The stub controller-gen writes into many a published manifest.
+    "status": {"acceptedNames": {"kind": "", "plural": ""}, "conditions": [], "storedVersions": []},
+}
+
+
+def test_crd_applier_never_owns_status(kubectl) -> None:
+    name = CRD["metadata"]["name"]
+    try:
+        kubectl("apply", "-f", "-", input=json.dumps(CRD))  # client-side first, as most installs began
+
+        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+        out = kubectl.run("apply", "--server-side", "-f", "-", input=json.dumps(CRD), check=False)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(kubectl("get", "crd", name, "-o", "json", "--show-managed-fields"))
+        for entry in got["metadata"]["managedFields"]:
+            if entry.get("subresource") != "status":
+                assert "f:status" not in entry["fieldsV1"], entry
+        assert got["status"]["acceptedNames"]["kind"] == "Gadget"
+    finally:
+        kubectl.run("delete", "crd", name, "--wait=true", check=False)

@@ -1,0 +1,100 @@
+"""What other people's clients see on the wire, byte for byte as kube-apiserver 1.32 writes it: discovery
+paths with and without a trailing slash (kr8s asks for /version/), Status bodies in metav1.Status's field
+order and JSON bodies ending in the newline Go's json.Encoder writes, the health checks' verbose form."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from pykubelet.rig.apiserver import ApiServer
+
+pytestmark = pytest.mark.integration
+
+
+def fetch(
+    server: ApiServer,
+    path: str,
+    method: str = "GET",
+    body: bytes | None = None,
+    content_type: str = "application/json",
+    accept: str = "application/json",
+) -> tuple[int, bytes, str]:
+    """(status, body bytes, content type) of one request as the administrator."""
+    context = ssl.create_default_context(cafile=str(server.ca_cert))
+    pki = server.data_dir / "pki"
+    context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+    request = urllib.request.Request(
+        server.url + path, data=body, method=method, headers={"Content-Type": content_type, "Accept": accept}
+    )
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as resp:
+            return resp.status, resp.read(), resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, err.read(), err.headers.get("Content-Type", "")
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/version", "/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1", "/api/v1/namespaces"],
+)
+def test_discovery_and_resource_paths_answer_with_a_trailing_slash(apiserver: ApiServer, path: str) -> None:
+    plain = fetch(apiserver, path)
+    slashed = fetch(apiserver, path + "/")
+    assert plain[0] == 200 and slashed[0] == 200, (plain, slashed)
+    without, with_slash = json.loads(plain[1]), json.loads(slashed[1])
+    if path == "/api/v1/namespaces":  # a list: the same items, at whatever revision each read saw
+        assert [i["metadata"]["name"] for i in with_slash["items"]] == [
+            i["metadata"]["name"] for i in without["items"]
+        ]
+    else:
+        assert with_slash == without
+
+
+def test_kubectl_reads_version_with_a_trailing_slash(kubectl) -> None:
+    """kr8s's first call on every program is GET /version/."""
+    version = json.loads(kubectl("get", "--raw", "/version/"))
+    assert version["major"] == "1" and version["minor"] == "32"
+
+
+def test_error_status_is_byte_identical_to_upstream(apiserver: ApiServer, namespace: str) -> None:
+    status, body, content_type = fetch(apiserver, f"/api/v1/namespaces/{namespace}/configmaps/nope")
+    assert status == 404 and content_type.startswith("application/json")
+    assert body == (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+        b'"message":"configmaps \\"nope\\" not found","reason":"NotFound",'
+        b'"details":{"name":"nope","kind":"configmaps"},"code":404}\n'
+    )
+    status, body, _ = fetch(apiserver, "/apis/apps/v1/namespaces/x/nonesuch")
+    assert status == 404
+    assert body == (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+        b'"message":"the server could not find the requested resource","reason":"NotFound",'
+        b'"details":{},"code":404}\n'
+    )
+
+
+def test_json_bodies_end_as_upstream_writes_them(apiserver: ApiServer, namespace: str) -> None:
+    """Objects, lists and discovery go through Go's json.Encoder (a closing newline); /version through
+    WriteRawJSON (indented two spaces, no newline)."""
+    made = json.dumps({"metadata": {"name": "c"}, "data": {"a": "1"}}).encode()
+    status, created, _ = fetch(apiserver, f"/api/v1/namespaces/{namespace}/configmaps", "POST", made)
+    assert status == 201 and created.endswith(b"}\n") and created.count(b"\n") == 1
+    for path in (
+        f"/api/v1/namespaces/{namespace}/configmaps/c",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        "/api/v1",
+        "/apis",
+    ):
+        status, body, _ = fetch(apiserver, path)
+        assert status == 200 and body.endswith(b"}\n") and body.count(b"\n") == 1, (path, body[-40:])
+    status, body, _ = fetch(apiserver, "/version")
+    assert (
+        status == 200 and body.startswith(b'{\n  "major": "1",\n  "minor": "32",') and body.endswith(b"\n}")
+    )
