@@ -15,7 +15,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from controlplane.apiserver import audit, discovery, kinds, oidc, openapi
+from controlplane.apiserver import audit, discovery, health, kinds, oidc, openapi
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
@@ -143,6 +143,8 @@ class ApiServer:
         self.aggregator = Aggregator(self.registry, self.authorizer, {g for g, _ in kinds.groups()})
         self.signing_key: SigningKey | None = None
         self.ready = False
+        self.steps = health.Steps()
+        self.health = health.HealthHandler(health.standard_checks(self.store, self.steps))
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
@@ -165,8 +167,10 @@ class ApiServer:
     async def start(self) -> None:
         await self.store.start()
         await self.cache.start()
+        self.steps.done.add(health.INFORMER_SYNC)
         self.authorization.start(self.cache)
         await self.registry.bootstrap()
+        self.steps.done.add(health.BOOTSTRAP_ROLES)
         self.flowcontrol.start()
         for controller in self.controllers:
             controller.start()
@@ -198,6 +202,7 @@ class ApiServer:
         await self.audit.start()
         # Local APIServices for every built-in group/version (kube-aggregator's autoregister).
         await autoregister.sync(self.registry, [("", "v1"), *kinds.groups()])
+        self.steps.done |= {health.AUTOREGISTRATION, health.AUTOREGISTER_COMPLETION}
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
@@ -223,6 +228,7 @@ class ApiServer:
             self.port,
             endpoints=self.config.endpoint_reconciler != "none" and not leases,
         )
+        self.steps.done.add(health.BOOTSTRAP_CONTROLLER)
         if leases and _is_ip(member):
             self.endpoints = LeaseEndpointReconciler(
                 self.registry, member, self.port, self.config.master_lease_ttl, self.config.endpoint_interval
@@ -292,6 +298,7 @@ class ApiServer:
 
     async def stop(self) -> None:
         self.ready = False
+        self.steps.shutting_down = True
         if self.endpoints is not None:
             await self.endpoints.stop()
         if self._compactor:
@@ -340,9 +347,9 @@ class ApiServer:
         app.on_response_prepare.append(self.flowcontrol.on_prepare)
         r = app.router
         r.add_get(DUMP_PATH, self.flowcontrol.dump)
-        for path in ("/healthz", "/livez", "/readyz"):
-            r.add_get(path, self._health)
-            r.add_get(path + "/{check:.*}", self._health)
+        for endpoint in health.ENDPOINTS:
+            r.add_get(f"/{endpoint}", self.health.root)
+            r.add_get(f"/{endpoint}/{{check:.*}}", self.health.single)
         r.add_get("/metrics", self._metrics)
         # Discovery answers with and without a trailing slash, as upstream's go-restful routes (which trim
         # it) and its /apis mux entries do: kr8s asks for /version/, the Python client's ApisApi for /apis/.
@@ -492,15 +499,6 @@ class ApiServer:
         # Upstream writes version.Info with WriteRawJSON: indented two spaces, no closing newline.
         body = json.dumps(discovery.version_info(), indent=2).encode()
         return web.Response(body=body, content_type="application/json")
-
-    async def _health(self, request: web.Request) -> web.Response:
-        if request.path.startswith("/readyz") and not self.ready:
-            return web.Response(
-                status=500,
-                text="[-]ready failed: not started\nreadyz check failed",
-                content_type="text/plain",
-            )
-        return web.Response(text="ok", content_type="text/plain")
 
     def _address(self, request: web.Request) -> str:
         return request.host or f"127.0.0.1:{self.port}"

@@ -13,7 +13,8 @@ import pytest
 from kubernetes import client, watch
 
 from pykubelet.rig.apiserver import ApiServer
-from tests.controlplane.test_apiserver_wire import fetch
+
+from .test_apiserver_wire import fetch
 
 pytestmark = pytest.mark.integration
 

@@ -31,6 +31,7 @@ from tests.etcdmembers import read_from_cache
 
 from . import test_apiserver_kubectl as kubectl_scenarios
 from .conftest import KUBECTL, Kubectl
+from .test_apiserver_wire import fetch
 
 # The kubectl scenarios that run on etcd in every run (all of them do with PYKUBE_STORE=etcd): writes of
 # each kind of patch, apply and server-side apply, watches, scale, Table output.
@@ -220,6 +221,27 @@ def test_etcd_lost_mid_flight_is_a_retryable_5xx_and_everything_resumes(fragile)
         with pytest.raises(ApiException) as missing:
             v1.read_namespaced_config_map("lost", "default")
         assert missing.value.status == 404
+
+
+def test_readyz_fails_while_etcd_is_unreachable(fragile) -> None:
+    """Upstream's etcd checks: /readyz is a 500 naming the failed checks (reason withheld) until etcd is
+    back."""
+    etcd, server = fragile
+    assert fetch(server, "/readyz", accept="*/*")[:2] == (200, b"ok")
+    etcd.kill()
+    try:
+        status, body, _ = fetch(server, "/readyz", accept="*/*")
+        text = body.decode()
+        assert status == 500, text
+        assert "[+]ping ok\n" in text and "[-]etcd failed: reason withheld\n" in text
+        assert "[-]etcd-readiness failed: reason withheld\n" in text and text.endswith(
+            "readyz check failed\n"
+        )
+        status, body, _ = fetch(server, "/readyz/etcd", accept="*/*")
+        assert status == 500 and body.startswith(b"internal server error: ")
+    finally:
+        etcd.start()
+    wait_for(lambda: fetch(server, "/readyz", accept="*/*")[:2] == (200, b"ok"), timeout=15.0, interval=0.1)
 
 
 def test_unreachable_etcd_at_start_exits_within_seconds_naming_it(tmp_path: Path) -> None:

@@ -98,3 +98,26 @@ def test_json_bodies_end_as_upstream_writes_them(apiserver: ApiServer, namespace
     assert (
         status == 200 and body.startswith(b'{\n  "major": "1",\n  "minor": "32",') and body.endswith(b"\n}")
     )
+
+
+def test_health_endpoints_list_named_checks(apiserver: ApiServer) -> None:
+    status, body, content_type = fetch(apiserver, "/readyz", accept="*/*")
+    assert (status, body, content_type) == (200, b"ok", "text/plain; charset=utf-8")
+    status, body, _ = fetch(apiserver, "/readyz?verbose", accept="*/*")
+    lines = body.decode().split("\n")
+    assert status == 200 and lines[0] == "[+]ping ok" and lines[-2:] == ["readyz check passed", ""]
+    assert {
+        "[+]log ok",
+        "[+]etcd ok",
+        "[+]etcd-readiness ok",
+        "[+]informer-sync ok",
+        "[+]shutdown ok",
+    } <= set(lines)
+    status, body, _ = fetch(apiserver, "/livez?verbose", accept="*/*")
+    assert status == 200 and body.endswith(b"livez check passed\n") and b"[+]shutdown ok" not in body
+    assert fetch(apiserver, "/readyz/etcd", accept="*/*")[:2] == (200, b"ok")
+    assert fetch(apiserver, "/readyz/poststarthook/rbac/bootstrap-roles", accept="*/*")[:2] == (200, b"ok")
+    assert fetch(apiserver, "/readyz/nonesuch", accept="*/*")[0] == 404
+    status, body, _ = fetch(apiserver, "/readyz?verbose&exclude=etcd&exclude=nonesuch", accept="*/*")
+    assert status == 200 and "[+]etcd excluded: ok\n" in body.decode()
+    assert 'warn: some health checks cannot be excluded: no matches for "nonesuch"\n' in body.decode()
