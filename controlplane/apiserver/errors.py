@@ -58,6 +58,13 @@ def forbidden(path: str, detail: str) -> FieldError:
     return FieldError("FieldValueForbidden", path, f"Forbidden: {detail}")
 
 
+def too_long(path: str, limit: int) -> FieldError:
+    """field.TooLong as 1.32 words it."""
+    return FieldError(
+        "FieldValueTooLong", path, f"Too long: may not be more than {limit} byte{'s' if limit != 1 else ''}"
+    )
+
+
 def too_many(path: str, actual: int, limit: int) -> FieldError:
     return FieldError("FieldValueTooMany", path, f"Too many: {actual}: must have at most {limit} items")
 

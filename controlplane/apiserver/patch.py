@@ -135,11 +135,23 @@ def json_patch(doc: Any, operations: Any) -> Any:
                 _remove(doc, source)
             doc = _add(doc, path, value)
         elif kind == "test":
-            if _walk(doc, _pointer(path), path) != op.get("value"):
+            if not same_json(_walk(doc, _pointer(path), path), op.get("value")):
                 raise _unprocessable(f"testing value {path} failed")
         else:
             raise bad_request(f'json patch: unexpected kind of operation: "{kind}"')
     return doc
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equality as json-patch's `test` sees it: values of different JSON types never match (Python's
+    `1 == True` and `1 == 1.0` do not carry over: upstream compares the compacted JSON text)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 # --- strategic merge patch ---------------------------------------------------------------------------

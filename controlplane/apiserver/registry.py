@@ -257,6 +257,8 @@ class Registry:
                 new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
             fill_required(new, res.storage_schema)
             await self._admit("UPDATE", res, subresource, namespace, new, current, user, validate, dry_run)
+            if not subresource:
+                await res.begin_update(self, new, current)
             if manager is not None:
                 new["metadata"]["managedFields"] = current["metadata"].get("managedFields", [])
                 ssa.track_update(

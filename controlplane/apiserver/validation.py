@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from controlplane.apiserver.errors import FieldError, forbidden, invalid, required
+from controlplane.apiserver.errors import FieldError, forbidden, invalid, required, too_long
 from kubeclient import names
 from kubeclient.quantity import FORMAT_ERROR, Quantity, QuantityError
 
@@ -74,9 +74,7 @@ def annotations(path: str, value: Any) -> list[FieldError]:
         errors += _invalid_each(path, key, names.qualified_name(key.lower()))
         total += len(key) + len(val)
     if total > _ANNOTATIONS_LIMIT:
-        errors.append(
-            FieldError("FieldValueTooLong", path, f"Too long: must have at most {_ANNOTATIONS_LIMIT} bytes")
-        )
+        errors.append(too_long(path, _ANNOTATIONS_LIMIT))
     return errors
 
 
