@@ -323,7 +323,7 @@ def apply(
     for m in managed:
         if m is not previous:
             others |= leaves(m.get("fieldsV1") or {})
-    result = json.loads(json.dumps(strategic_merge(current, applied, schema)))
+    result = json.loads(json.dumps(strategic_merge(current, applied, schema, ordered=False)))
     if previous is not None:
         stale = leaves(previous.get("fieldsV1") or {}) - new_paths
         for path in sorted(stale, key=len, reverse=True):

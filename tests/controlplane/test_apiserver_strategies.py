@@ -187,3 +187,22 @@ def test_services_collection_delete_is_served(v1: client.CoreV1Api, namespace: s
         )
     v1.delete_collection_namespaced_service(namespace, label_selector="drop=yes")
     assert v1.list_namespaced_service(namespace).items == []
+
+
+def test_strategic_merge_patch_puts_an_added_container_first(kubectl, namespace: str) -> None:
+    kubectl("create", "deployment", "web", "-n", namespace, "--image=busybox")
+    kubectl(
+        "patch",
+        "deployment",
+        "web",
+        "-n",
+        namespace,
+        "-p",
+        json.dumps(
+            {"spec": {"template": {"spec": {"containers": [{"name": "sidecar", "image": "busybox"}]}}}}
+        ),
+    )
+    names = kubectl(
+        "get", "deployment", "web", "-n", namespace, "-o", "jsonpath={.spec.template.spec.containers[*].name}"
+    )
+    assert names.split() == ["sidecar", "busybox"]
