@@ -9,6 +9,7 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,26 @@ def test_health_endpoints_list_named_checks(apiserver: ApiServer) -> None:
     status, body, _ = fetch(apiserver, "/readyz?verbose&exclude=etcd&exclude=nonesuch", accept="*/*")
     assert status == 200 and "[+]etcd excluded: ok\n" in body.decode()
     assert 'warn: some health checks cannot be excluded: no matches for "nonesuch"\n' in body.decode()
+
+
+def test_watch_from_before_the_cache_window_is_410(tmp_path: Path) -> None:
+    """The window starts at the server's start, as upstream's watch cache starts from its initial list:
+    a watcher of the previous server process gets 410 and relists instead of a replay from the store."""
+    with ApiServer(tmp_path / "api") as server:
+        made = json.dumps({"metadata": {"name": "before"}}).encode()
+        status, body, _ = fetch(server, "/api/v1/namespaces/default/configmaps", "POST", made)
+        assert status == 201
+        rv = int(json.loads(body)["metadata"]["resourceVersion"])
+        server.stop()
+        server.start()
+        status, body, _ = fetch(
+            server,
+            f"/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv - 1}&timeoutSeconds=5",
+        )
+        assert status == 200 and body, "the watch ended without an event"
+        event = json.loads(body.split(b"\n")[0])
+        assert event["type"] == "ERROR", event
+        gone = event["object"]
+        assert (gone["code"], gone["reason"]) == (410, "Expired")
+        oldest = int(gone["message"].rpartition("(")[2].rstrip(")"))
+        assert gone["message"] == f"too old resource version: {rv - 1} ({oldest})" and oldest >= rv
