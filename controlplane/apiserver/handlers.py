@@ -323,9 +323,9 @@ class RestHandler:
         limit = int_param(q, "limit")
         token = q.get("continue", "")
         prefix = res.prefix(info.namespace)
-        next_token = ""
+        next_token, remaining = "", None
         if token or (limit and rv == "") or match == "Exact":
-            items, list_rv, next_token = await self._list_from_store(
+            items, list_rv, next_token, remaining = await self._list_from_store(
                 res, prefix, predicate, limit, token, rv, match
             )
         else:
@@ -341,6 +341,8 @@ class RestHandler:
         list_meta: Obj = {"resourceVersion": str(list_rv)}
         if next_token:
             list_meta["continue"] = next_token
+        if remaining is not None:
+            list_meta["remainingItemCount"] = remaining
         if wants_table(request):
             # Cells come from the stored (core) form, which the column functions read.
             objs = await res.table_forms([c.obj for c in items], self.cache)
@@ -363,7 +365,9 @@ class RestHandler:
 
     async def _list_from_store(
         self, res: Kind, prefix: str, predicate: Any, limit: int, token: str, rv: str, match: str
-    ) -> tuple[list[CachedObject], int, str]:
+    ) -> tuple[list[CachedObject], int, str, int | None]:
+        """A page from the store: its items, revision, continue token and remainingItemCount (only when
+        no selector filters, as upstream, which cannot count what a selector would keep)."""
         revision = 0
         start_after = ""
         if token:
@@ -417,11 +421,13 @@ class RestHandler:
             raise errors.gone(
                 f"too old resource version: {revision} ({self.registry.store.compacted_revision + 1})"
             ) from None
-        next_token = ""
+        next_token, remaining = "", None
         if limit and more:
             payload = {"v": "meta.k8s.io/v1", "rv": revision, "start": start_after[len(prefix) :]}
             next_token = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
-        return out, revision, next_token
+            if predicate is None:
+                remaining = await self.registry.store.count(prefix, revision, start_after)
+        return out, revision, next_token, remaining
 
     # --- watch ---------------------------------------------------------------------------------------
 

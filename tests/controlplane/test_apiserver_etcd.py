@@ -31,7 +31,7 @@ from tests.etcdmembers import read_from_cache
 
 from . import test_apiserver_kubectl as kubectl_scenarios
 from .conftest import KUBECTL, Kubectl
-from .test_apiserver_wire import fetch
+from .test_apiserver_wire import fetch, remaining_item_counts
 
 # The kubectl scenarios that run on etcd in every run (all of them do with PYKUBE_STORE=etcd): writes of
 # each kind of patch, apply and server-side apply, watches, scale, Table output.
@@ -221,6 +221,13 @@ def test_etcd_lost_mid_flight_is_a_retryable_5xx_and_everything_resumes(fragile)
         with pytest.raises(ApiException) as missing:
             v1.read_namespaced_config_map("lost", "default")
         assert missing.value.status == 404
+
+
+def test_paged_lists_on_etcd_carry_remaining_item_count(steady: ApiServer) -> None:
+    with steady.api_client() as api:
+        ns = f"t-{uuid.uuid4().hex[:8]}"
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    assert remaining_item_counts(steady, ns) == [3, 1, None]
 
 
 def test_readyz_fails_while_etcd_is_unreachable(fragile) -> None:

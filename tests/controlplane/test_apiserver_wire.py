@@ -145,3 +145,27 @@ def test_watch_from_before_the_cache_window_is_410(tmp_path: Path) -> None:
         assert (gone["code"], gone["reason"]) == (410, "Expired")
         oldest = int(gone["message"].rpartition("(")[2].rstrip(")"))
         assert gone["message"] == f"too old resource version: {rv - 1} ({oldest})" and oldest >= rv
+
+
+def remaining_item_counts(server: ApiServer, namespace: str) -> list[int | None]:
+    for i in range(5):
+        made = json.dumps({"metadata": {"name": f"c{i}", "labels": {"n": str(i)}}}).encode()
+        assert fetch(server, f"/api/v1/namespaces/{namespace}/configmaps", "POST", made)[0] == 201
+    counts, token = [], ""
+    while True:
+        query = "?limit=2" + (f"&continue={token}" if token else "")
+        status, body, _ = fetch(server, f"/api/v1/namespaces/{namespace}/configmaps{query}")
+        assert status == 200
+        meta = json.loads(body)["metadata"]
+        counts.append(meta.get("remainingItemCount"))
+        token = meta.get("continue", "")
+        if not token:
+            break
+    status, body, _ = fetch(server, f"/api/v1/namespaces/{namespace}/configmaps?limit=2&labelSelector=n")
+    assert status == 200 and json.loads(body)["metadata"]["continue"]
+    assert "remainingItemCount" not in json.loads(body)["metadata"]  # a selector: upstream does not count
+    return counts
+
+
+def test_paged_lists_carry_remaining_item_count(apiserver: ApiServer, namespace: str) -> None:
+    assert remaining_item_counts(apiserver, namespace) == [3, 1, None]
