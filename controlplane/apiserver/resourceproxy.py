@@ -69,6 +69,12 @@ def _proxyable(ip: str) -> str:
 async def pod_location(rest: RestHandler, info: RequestInfo) -> tuple[str, ssl.SSLContext | None]:
     scheme, name, port = split_name(info.name)
     pod = (await rest.registry.get(info.resource, info.namespace, name)).obj
+    if not port:
+        # Upstream's pod ResourceLocation: the first port any container declares, else none at all.
+        declared = [
+            p for c in (pod.get("spec") or {}).get("containers") or [] for p in (c.get("ports") or [])[:1]
+        ]
+        port = str(declared[0].get("containerPort", "")) if declared else ""
     host = _proxyable((pod.get("status") or {}).get("podIP") or "")
     return f"{scheme or 'http'}://{host}{':' + port if port else ''}", None
 
