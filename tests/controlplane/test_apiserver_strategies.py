@@ -206,3 +206,56 @@ def test_strategic_merge_patch_puts_an_added_container_first(kubectl, namespace:
         "get", "deployment", "web", "-n", namespace, "-o", "jsonpath={.spec.template.spec.containers[*].name}"
     )
     assert names.split() == ["sidecar", "busybox"]
+
+
+def test_custom_resource_finalizers_follow_the_custom_resource_rule(kubectl, namespace: str) -> None:
+    """A custom resource may carry an unqualified finalizer (a warning says to qualify it); a built-in
+    kind may not."""
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "fins.strategies.example.com"},
+        "spec": {
+            "group": "strategies.example.com",
+            "names": {"kind": "Fin", "plural": "fins", "singular": "fin", "listKind": "FinList"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+    try:
+        kubectl("apply", "-f", "-", input=json.dumps(crd))
+        kubectl("wait", "--for=condition=Established", "crd/fins.strategies.example.com", "--timeout=30s")
+        fin = {
+            "apiVersion": "strategies.example.com/v1",
+            "kind": "Fin",
+            "metadata": {"name": "f", "finalizers": ["test-finalizer", "example.com/fine"]},
+        }
+        made = kubectl.run("create", "-n", namespace, "-f", "-", input=json.dumps(fin), check=False)
+        assert made.returncode == 0, made.stderr
+        assert (
+            'Warning: metadata.finalizers: "test-finalizer": prefer a domain-qualified finalizer name'
+            in made.stderr
+        )
+        assert "example.com/fine" not in made.stderr
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "f", "finalizers": ["test-finalizer"]},
+        }
+        refused = kubectl.run("create", "-n", namespace, "-f", "-", input=json.dumps(configmap), check=False)
+        assert refused.returncode == 1
+        assert "name is neither a standard finalizer name nor is it fully qualified" in refused.stderr
+        kubectl(
+            "patch", "fin", "f", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
+        )
+    finally:
+        kubectl.run("delete", "crd", "fins.strategies.example.com", "--wait=true", check=False)

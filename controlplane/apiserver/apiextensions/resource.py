@@ -26,7 +26,8 @@ from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource
 from controlplane.apiserver.kinds.scale import Scale
 from controlplane.apiserver.meta import human_duration, now, parse_time
 from controlplane.apiserver.smp_schema import META, ListSpec
-from controlplane.apiserver.validation import object_meta, path_segment
+from controlplane.apiserver.validation import finalizer_warnings, object_meta, path_segment
+from controlplane.apiserver.webhooks.context import add_warning
 
 if TYPE_CHECKING:
     from controlplane.apiserver.registry import Registry
@@ -315,7 +316,9 @@ class CustomResource(Kind):
         """The schema and the CEL rules (the storage version's for a webhook-converted object); on
         update ratcheted against `old` (schema.py says how)."""
         open_api, checks = self._judged_by(obj)
-        problems = object_meta(obj.get("metadata"), self.validate_name)
+        problems = object_meta(obj.get("metadata"), self.validate_name, kube_finalizers=False)
+        for warning in finalizer_warnings(obj, old):
+            add_warning(warning)
         problems += schema.validate(obj, open_api, old=schema.MISSING if old is None else old)
         if checks is None:
             return problems
