@@ -259,3 +259,71 @@ def test_custom_resource_finalizers_follow_the_custom_resource_rule(kubectl, nam
         )
     finally:
         kubectl.run("delete", "crd", "fins.strategies.example.com", "--wait=true", check=False)
+
+
+def test_openapi_v2_publishes_custom_schemas_as_upstream(kubectl, apiserver: ApiServer) -> None:
+    """A root that keeps unknown fields is a bare object in v2 (upstream's buildKubeNative); inside a
+    schema, a node keeping unknown fields loses its properties and a nullable one its type."""
+    inner = {
+        "type": "object",
+        "required": ["loose", "maybe"],
+        "properties": {
+            "loose": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {"a": {"type": "string"}},
+            },
+            "maybe": {"type": "string", "nullable": True},
+            "kept": {"type": "integer"},
+        },
+    }
+    versions = [
+        {
+            "name": "v1",
+            "served": True,
+            "storage": True,
+            "schema": {
+                "openAPIV3Schema": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "properties": {"spec": {"type": "object"}},
+                }
+            },
+        },
+        {
+            "name": "v2",
+            "served": True,
+            "storage": False,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": inner}}},
+        },
+    ]
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "loosies.openapi.example.com"},
+        "spec": {
+            "group": "openapi.example.com",
+            "names": {"kind": "Loosy", "plural": "loosies", "singular": "loosy", "listKind": "LoosyList"},
+            "scope": "Namespaced",
+            "versions": versions,
+        },
+    }
+    try:
+        kubectl("apply", "-f", "-", input=json.dumps(crd))
+        kubectl("wait", "--for=condition=Established", "crd/loosies.openapi.example.com", "--timeout=30s")
+        status, body, _ = fetch(apiserver, "/openapi/v2")
+        definitions = json.loads(body)["definitions"]
+        assert status == 200
+        assert definitions["com.example.openapi.v1.Loosy"] == {
+            "type": "object",
+            "x-kubernetes-group-version-kind": [
+                {"group": "openapi.example.com", "version": "v1", "kind": "Loosy"}
+            ],
+        }
+        spec = definitions["com.example.openapi.v2.Loosy"]["properties"]["spec"]
+        assert spec["properties"]["loose"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        assert spec["properties"]["maybe"] == {}
+        assert spec["properties"]["kept"] == {"type": "integer"}
+        assert spec["required"] == ["loose"]
+    finally:
+        kubectl.run("delete", "crd", "loosies.openapi.example.com", "--wait=true", check=False)
