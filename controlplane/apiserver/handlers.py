@@ -21,6 +21,7 @@ from controlplane.apiserver import audit, errors, fieldselect, metrics, response
 from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain, exact_field, forbidden
+from controlplane.apiserver.decoding import duplicate_fields
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.kinds.base import Kind
@@ -42,11 +43,13 @@ from controlplane.apiserver.responses import (
 )
 from controlplane.apiserver.satokens import TokenIssuer
 from controlplane.apiserver.watch import serve_watch
+from controlplane.apiserver.webhooks.context import add_warning
 from controlplane.storage import CompactedError, FutureRevisionError
 from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, encode
 
 log = logging.getLogger("controlplane.apiserver")
 Obj = dict[str, Any]
+DUPLICATES = "duplicate_fields"  # request key: the fields a JSON body names twice (decoding.duplicate_fields)
 
 _PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -207,6 +210,8 @@ class RestHandler:
             )
         raw = await request.read()
         obj = decode(raw, request.content_type or "application/json")
+        if (request.content_type or "application/json") == "application/json":
+            request[DUPLICATES] = duplicate_fields(raw)
         audit.request_object(request, obj)
         return obj
 
@@ -247,11 +252,15 @@ class RestHandler:
             raise errors.bad_request(
                 f'{kind} in version "{version}" cannot be handled as a {kind}: {err}'
             ) from None
-        if mode == "Strict" and unknown:
-            fields = ", ".join(f'unknown field "{f}"' for f in unknown)
+        duplicates = [f'duplicate field "{f}"' for f in request.get(DUPLICATES) or ()]
+        if mode == "Strict" and (unknown or duplicates):
+            fields = ", ".join([*duplicates, *(f'unknown field "{f}"' for f in unknown)])
             raise errors.bad_request(
                 f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {fields}'
             )
+        if mode == "Warn":
+            for text in duplicates:
+                add_warning(text)
         return [] if mode == "Ignore" else unknown
 
     async def decode_body(

@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 from pykubelet.rig.apiserver import ApiServer
 
 from .conftest import message
-from .test_apiserver_wire import fetch
+from .test_apiserver_wire import exchange, fetch
 
 pytestmark = pytest.mark.integration
 
@@ -327,3 +327,26 @@ def test_openapi_v2_publishes_custom_schemas_as_upstream(kubectl, apiserver: Api
         assert spec["required"] == ["loose"]
     finally:
         kubectl.run("delete", "crd", "loosies.openapi.example.com", "--wait=true", check=False)
+
+
+DUPLICATED = (
+    b'{"metadata":{"name":"dup"},"spec":{"replicas":1,"replicas":2,'
+    b'"selector":{"matchLabels":{"app":"d"}},"template":{"metadata":{"labels":{"app":"d"}},'
+    b'"spec":{"containers":[{"name":"c","image":"busybox","image":"busybox"}]}}}}'
+)
+
+
+def test_duplicate_fields_are_reported_as_upstream(apiserver: ApiServer, namespace: str) -> None:
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+    status, body, _ = exchange(apiserver, path + "?fieldValidation=Strict", "POST", DUPLICATED)
+    assert status == 400
+    assert json.loads(body)["message"] == (
+        'Deployment in version "v1" cannot be handled as a Deployment: strict decoding error: '
+        'duplicate field "spec.replicas", duplicate field "spec.template.spec.containers[0].image"'
+    )
+    status, body, headers = exchange(apiserver, path, "POST", DUPLICATED)  # Warn, the default
+    assert status == 201 and json.loads(body)["spec"]["replicas"] == 2  # the last one wins, as in Go
+    assert headers.get_all("Warning") == [
+        '299 - "duplicate field \\"spec.replicas\\""',
+        '299 - "duplicate field \\"spec.template.spec.containers[0].image\\""',
+    ]

@@ -9,6 +9,7 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,19 @@ def fetch(
     accept: str = "application/json",
 ) -> tuple[int, bytes, str]:
     """(status, body bytes, content type) of one request as the administrator."""
+    status, data, headers = exchange(server, path, method, body, content_type, accept)
+    return status, data, headers.get("Content-Type", "")
+
+
+def exchange(
+    server: ApiServer,
+    path: str,
+    method: str = "GET",
+    body: bytes | None = None,
+    content_type: str = "application/json",
+    accept: str = "application/json",
+) -> tuple[int, bytes, Message]:
+    """(status, body bytes, headers) of one request as the administrator."""
     context = ssl.create_default_context(cafile=str(server.ca_cert))
     pki = server.data_dir / "pki"
     context.load_cert_chain(pki / "admin.crt", pki / "admin.key")
@@ -35,10 +49,10 @@ def fetch(
     )
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as resp:
-            return resp.status, resp.read(), resp.headers.get("Content-Type", "")
+            return resp.status, resp.read(), resp.headers
     except urllib.error.HTTPError as err:
         with err:
-            return err.code, err.read(), err.headers.get("Content-Type", "")
+            return err.code, err.read(), err.headers
 
 
 @pytest.mark.parametrize(
