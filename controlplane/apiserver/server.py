@@ -15,7 +15,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from controlplane.apiserver import audit, discovery, health, kinds, oidc, openapi
+from controlplane.apiserver import audit, discovery, health, kinds, oidc, openapi, openapiproto
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
@@ -562,10 +562,13 @@ class ApiServer:
 
     async def _openapi_v2_handler(self, request: web.Request) -> web.Response:
         self._refresh_openapi()
+        doc = self.aggregator.openapi_v2(self._openapi_v2)
         accept = request.headers.get("Accept", "")
-        if "protobuf" in accept and "json" not in accept:
-            raise ApiError(406, "NotAcceptable", "only application/json is supported for /openapi/v2")
-        return json_response(self.aggregator.openapi_v2(self._openapi_v2))
+        if any(wanted in accept for wanted in openapiproto.ACCEPTED):
+            # kubectl's first choice, as upstream serves it (kube-openapi's handler).
+            body = await asyncio.to_thread(openapiproto.document, doc)
+            return web.Response(body=body, content_type=openapiproto.CONTENT_TYPE)
+        return web.Response(body=encode(doc), content_type="application/json")
 
     async def _openid_configuration(self, request: web.Request) -> web.Response:
         return oidc.configuration_response(self.config.service_account_issuers[0], self.config.jwks_uri)

@@ -183,3 +183,29 @@ def remaining_item_counts(server: ApiServer, namespace: str) -> list[int | None]
 
 def test_paged_lists_carry_remaining_item_count(apiserver: ApiServer, namespace: str) -> None:
     assert remaining_item_counts(apiserver, namespace) == [3, 1, None]
+
+
+def test_kubectl_reads_openapi_v2_as_protobuf_and_names_an_unknown_kind(
+    kubectl, apiserver: ApiServer, namespace: str
+) -> None:
+    """kubectl asks /openapi/v2 for protobuf first; with it, an unknown kind gets kubectl's own words."""
+    status, body, content_type = fetch(
+        apiserver, "/openapi/v2", accept="application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+    )
+    assert status == 200 and content_type == "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    assert body.startswith(b"\n\x032.0")  # Document.swagger (field 1) = "2.0"
+    unknown = {"apiVersion": "nowhere.example.com/v1", "kind": "Gizmo", "metadata": {"name": "g"}}
+    out = kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(unknown), check=False)
+    assert out.returncode == 1
+    assert 'no matches for kind "Gizmo" in version "nowhere.example.com/v1"' in out.stderr
+    assert "ensure CRDs are installed first" in out.stderr
+    # Client-side apply reads the patch strategies from the protobuf document: a merge by key works.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "labels": {"a": "1"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}]}]},
+    }
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    pod["metadata"]["labels"] = {"a": "2"}
+    assert "pod/p configured" in kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
