@@ -131,6 +131,12 @@ class RestHandler:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         if sub is not None and sub.connects:
             return await sub.connect(self, request, info)  # type: ignore[attr-defined]
+        if not info.subresource and "list" not in res.verbs and not _plain_accepted(request):
+            # Upstream installs no TableConvertor for a kind it cannot list (the reviews): a request that
+            # accepts only the Table form has no answer it can take.
+            raise errors.ApiError(
+                406, "NotAcceptable", f"only the following media types are accepted: {_SERVED}"
+            )
         handler = getattr(self, f"_{verb}")
         return await handler(request, info)
 
@@ -664,6 +670,24 @@ class RestHandler:
                 "items": await res.served_forms(deleted, self.cache, True),
             }
         )
+
+
+_SERVED = "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+
+
+def _plain_accepted(request: web.Request) -> bool:
+    """Whether the Accept header takes an object as it is (a media range without `as=`), as upstream's
+    negotiation asks before it would transform the answer into a Table or PartialObjectMetadata."""
+    accept = request.headers.get("Accept", "")
+    if not accept.strip():
+        return True
+    for media_range in accept.split(","):
+        mime, *params = (p.strip() for p in media_range.split(";"))
+        if any(p.replace(" ", "").startswith("as=") for p in params):
+            continue
+        if mime in ("*/*", "application/*") or mime in _SERVED.split(", "):
+            return True
+    return False
 
 
 def _patcher(kind: str, patch: Any, res: Kind) -> Callable[[Obj], Obj]:

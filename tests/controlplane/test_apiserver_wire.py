@@ -209,3 +209,32 @@ def test_kubectl_reads_openapi_v2_as_protobuf_and_names_an_unknown_kind(
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
     pod["metadata"]["labels"] = {"a": "2"}
     assert "pod/p configured" in kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+
+
+def test_table_for_a_kind_without_a_table_is_not_acceptable(apiserver: ApiServer) -> None:
+    """Upstream has no Table for what it cannot list (SelfSubjectAccessReview): Table alone is 406, with
+    a plain fallback the object comes as it is."""
+    review = json.dumps(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}},
+        }
+    ).encode()
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+    status, body, _ = fetch(apiserver, path, "POST", review, accept=table)
+    assert status == 406
+    assert json.loads(body) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "only the following media types are accepted: "
+        "application/json, application/yaml, application/vnd.kubernetes.protobuf",
+        "reason": "NotAcceptable",
+        "code": 406,
+    }
+    status, body, _ = fetch(apiserver, path, "POST", review, accept=table + ",application/json")
+    assert status == 201 and json.loads(body)["kind"] == "SelfSubjectAccessReview"
+    assert json.loads(body)["status"]["allowed"] is True
