@@ -90,14 +90,11 @@ class ApiError(Exception):
     def status(self) -> dict[str, Any]:
         """The Status in the order Go marshals metav1.Status: kind, apiVersion, metadata, status, message,
         reason, details, code (clients that compare error bodies byte for byte see upstream's)."""
-        out: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-        }
+        out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+        if self.message:  # message and reason are omitempty: an unknown reason is left out
+            out["message"] = self.message
+        if self.reason:
+            out["reason"] = self.reason
         if self.details is not None:  # an empty StatusDetails is written as {} by upstream too
             out["details"] = self.details
         out["code"] = self.code

@@ -458,9 +458,8 @@ class ApiServer:
                 # etcd answered with an error of its own (no quorum: `etcdserver: request timed out`):
                 # upstream's ErrorToAPIStatus passes it through, a 500 with no reason (kubectl prints
                 # `Error from server: etcdserver: request timed out`).
-                passed = ApiError(500, "", exc.backend_message).status()
-                del passed["reason"]  # StatusReasonUnknown is "", left out of upstream's JSON
-                return json_response(passed, 500)
+                # StatusReasonUnknown is "", left out of upstream's JSON.
+                return json_response(ApiError(500, "", exc.backend_message).status(), 500)
             message = "The operation could not be completed at this time, please try again."
             return json_response(
                 ApiError(500, "ServerTimeout", message, {"retryAfterSeconds": 2}).status(), 500

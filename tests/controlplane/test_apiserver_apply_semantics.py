@@ -19,8 +19,11 @@ from .test_apiserver_wire import fetch
 pytestmark = pytest.mark.integration
 
 
-def apply(server: ApiServer, path: str, obj: dict, manager: str, force: bool = False) -> tuple[int, dict]:
+def apply(
+    server: ApiServer, path: str, obj: dict, manager: str, force: bool = False, validation: str = ""
+) -> tuple[int, dict]:
     query = f"?fieldManager={manager}" + ("&force=true" if force else "")
+    query += f"&fieldValidation={validation}" if validation else ""
     status, body, _ = fetch(
         server, path + query, "PATCH", json.dumps(obj).encode(), "application/apply-patch+yaml"
     )
@@ -184,3 +187,54 @@ def test_crd_applier_never_owns_status(kubectl) -> None:
         assert got["status"]["acceptedNames"]["kind"] == "Gadget"
     finally:
         kubectl.run("delete", "crd", name, "--wait=true", check=False)
+
+
+def test_apply_of_an_undeclared_field_fails_as_upstreams_field_manager(
+    kubectl, apiserver: ApiServer, namespace: str
+) -> None:
+    """The applied configuration is typed before anything else: a field the type does not declare is
+    upstream's 500 'failed to create typed patch object (...): .PATH: field not declared in schema',
+    whatever fieldValidation asks."""
+    bad = configmap("typo", a="1")
+    bad["data_error"] = {"b": "2"}
+    for validation in ("Ignore", "Strict"):
+        status, body = apply(
+            apiserver, f"/api/v1/namespaces/{namespace}/configmaps/typo", bad, "tool", validation=validation
+        )
+        assert status == 500 and body == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": f"failed to create typed patch object ({namespace}/typo; /v1, Kind=ConfigMap): "
+            ".data_error: field not declared in schema",
+            "code": 500,
+        }, (validation, body)
+    out = kubectl.run(
+        "apply", "--server-side", "-n", namespace, "-f", "-", input=json.dumps(bad), check=False
+    )
+    assert out.returncode == 1 and ".data_error: field not declared in schema" in out.stderr
+    gadget = {
+        "apiVersion": "ssa.example.com/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "g"},
+        "spec": {"x": 1},
+    }
+    typed_crd = json.loads(json.dumps(CRD))
+    typed_crd["spec"]["versions"][0]["schema"] = {
+        "openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {}}}}
+    }
+    del typed_crd["status"]
+    try:
+        kubectl("apply", "-f", "-", input=json.dumps(typed_crd))
+        kubectl("wait", "--for=condition=Established", f"crd/{CRD['metadata']['name']}", "--timeout=30s")
+        status, body = apply(
+            apiserver, f"/apis/ssa.example.com/v1/namespaces/{namespace}/gadgets/g", gadget, "tool"
+        )
+        assert status == 500
+        assert body["message"] == (
+            f"failed to create typed patch object ({namespace}/g; ssa.example.com/v1, Kind=Gadget): "
+            ".spec.x: field not declared in schema"
+        )
+    finally:
+        kubectl.run("delete", "crd", CRD["metadata"]["name"], "--wait=true", check=False)
