@@ -518,7 +518,7 @@ class ApiServer:
         doc = discovery.aggregated(core)
         if not core:
             doc["items"] += self.aggregator.aggregated_additions()
-        response = web.Response(body=encode(doc))
+        response = web.Response(body=encode(doc) + b"\n")  # through the serializer, as the rest of discovery
         response.headers["Content-Type"] = discovery.AGGREGATED_CONTENT_TYPE
         return response
 
@@ -577,7 +577,10 @@ class ApiServer:
 
     async def _openapi_v3_root(self, request: web.Request) -> web.Response:
         self._refresh_openapi()
-        return json_response(self.aggregator.openapi_v3_root(self._openapi_v3[0]))
+        # kube-openapi writes its documents as marshalled, without the serializer's newline.
+        return web.Response(
+            body=encode(self.aggregator.openapi_v3_root(self._openapi_v3[0])), content_type="application/json"
+        )
 
     async def _openapi_v3_doc(self, request: web.Request) -> web.Response:
         self._refresh_openapi()
@@ -587,4 +590,4 @@ class ApiServer:
             if aggregated is not None:
                 return web.Response(body=aggregated, content_type="application/json")
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        return json_response(entry[0])
+        return web.Response(body=encode(entry[0]), content_type="application/json")

@@ -109,10 +109,17 @@ def test_json_bodies_end_as_upstream_writes_them(apiserver: ApiServer, namespace
     ):
         status, body, _ = fetch(apiserver, path)
         assert status == 200 and body.endswith(b"}\n") and body.count(b"\n") == 1, (path, body[-40:])
+    aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    status, body, _ = fetch(apiserver, "/apis", accept=aggregated)
+    assert status == 200 and body.endswith(b"}\n") and b"APIGroupDiscoveryList" in body
     status, body, _ = fetch(apiserver, "/version")
     assert (
         status == 200 and body.startswith(b'{\n  "major": "1",\n  "minor": "32",') and body.endswith(b"\n}")
     )
+    # kube-openapi writes its documents as marshalled: no newline.
+    for path in ("/openapi/v2", "/openapi/v3", "/openapi/v3/api/v1"):
+        status, body, _ = fetch(apiserver, path)
+        assert status == 200 and body.endswith(b"}"), path
 
 
 def test_health_endpoints_list_named_checks(apiserver: ApiServer) -> None:
