@@ -228,7 +228,6 @@ class ApiServer:
             self.port,
             endpoints=self.config.endpoint_reconciler != "none" and not leases,
         )
-        self.steps.done.add(health.BOOTSTRAP_CONTROLLER)
         if leases and _is_ip(member):
             self.endpoints = LeaseEndpointReconciler(
                 self.registry, member, self.port, self.config.master_lease_ttl, self.config.endpoint_interval
@@ -265,6 +264,8 @@ class ApiServer:
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 50)
+        # The kubernetes Service, its endpoints and the kubeconfigs are all in place: ready.
+        self.steps.done.add(health.BOOTSTRAP_CONTROLLER)
         self.ready = True
         log.info(
             "event=serving port=%d tls=%s data_dir=%s",
