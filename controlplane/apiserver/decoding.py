@@ -103,6 +103,36 @@ def _json(body: bytes) -> Any:
     return value
 
 
+class _Pairs(list):  # type: ignore[type-arg]
+    """An object's members as written, duplicates kept (for duplicate_fields)."""
+
+
+def duplicate_fields(body: bytes) -> list[str]:
+    """The paths of the fields a JSON body names twice in one object (`spec.replicas`,
+    `spec.containers[0].name`), in document order, as upstream's strict decoder reports them."""
+    try:
+        tree = json.loads(body, object_pairs_hook=_Pairs)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return []  # decode() already answered what cannot be parsed
+    out: list[str] = []
+    stack: list[tuple[Any, str]] = [(tree, "")]
+    while stack:
+        node, path = stack.pop()
+        children: list[tuple[Any, str]] = []
+        if isinstance(node, _Pairs):
+            seen: set[str] = set()
+            for key, value in node:
+                child = f"{path}.{key}" if path else key
+                if key in seen:
+                    out.append(child)
+                seen.add(key)
+                children.append((value, child))
+        elif isinstance(node, list):
+            children = [(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        stack.extend(reversed(children))
+    return out
+
+
 class _YamlToJson:
     """sigs.k8s.io/yaml's conversion, bounded: an alias may not blow the document up (billion laughs)."""
 

@@ -58,6 +58,13 @@ def forbidden(path: str, detail: str) -> FieldError:
     return FieldError("FieldValueForbidden", path, f"Forbidden: {detail}")
 
 
+def too_long(path: str, limit: int) -> FieldError:
+    """field.TooLong as 1.32 words it."""
+    return FieldError(
+        "FieldValueTooLong", path, f"Too long: may not be more than {limit} byte{'s' if limit != 1 else ''}"
+    )
+
+
 def too_many(path: str, actual: int, limit: int) -> FieldError:
     return FieldError("FieldValueTooMany", path, f"Too many: {actual}: must have at most {limit} items")
 
@@ -81,17 +88,16 @@ class ApiError(Exception):
         self.retry_after = retry_after
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
+        """The Status in the order Go marshals metav1.Status: kind, apiVersion, metadata, status, message,
+        reason, details, code (clients that compare error bodies byte for byte see upstream's)."""
+        out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+        if self.message:  # message and reason are omitempty: an unknown reason is left out
+            out["message"] = self.message
+        if self.reason:
+            out["reason"] = self.reason
+        if self.details is not None:  # an empty StatusDetails is written as {} by upstream too
             out["details"] = self.details
+        out["code"] = self.code
         return out
 
 

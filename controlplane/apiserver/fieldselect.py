@@ -18,12 +18,19 @@ Predicate = Callable[[Obj], bool]
 _META_FIELDS = (SelectableField("metadata.name"), SelectableField("metadata.namespace"))
 
 
-def _value(obj: Obj, field: SelectableField) -> str:
+def _at(obj: Obj, path: str) -> Any:
     current: Any = obj
-    for part in field.at.split("."):
+    for part in path.split("."):
         if not isinstance(current, dict):
-            return field.missing
+            return None
         current = current.get(part)
+    return current
+
+
+def _value(obj: Obj, field: SelectableField) -> str:
+    current = _at(obj, field.at)
+    if current in (None, "") and field.fallback:
+        current = _at(obj, field.fallback)
     if current is None:
         return field.missing
     if isinstance(current, bool):
@@ -63,7 +70,7 @@ def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Pre
 
 # Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.
 _VIEW_PATHS = sorted(
-    {f.at for k in kinds.KINDS for f in k.field_selectors}
+    {p for k in kinds.KINDS for f in k.field_selectors for p in (f.at, f.fallback) if p}
     | {"metadata.name", "metadata.namespace", "metadata.labels", "metadata.deletionTimestamp"}
 )
 

@@ -195,7 +195,25 @@ def _definitions(v3: bool, resources: list[Kind] | None = None) -> Obj:
         if name in roots:
             body["x-kubernetes-group-version-kind"] = roots[name]
         out[name] = body
+    if own and "V1ListMeta" not in out:
+        out["V1ListMeta"] = LIST_META  # a custom resource list's metadata (no served kind's field uses it)
     return out
+
+
+# metav1.ListMeta, which the client models fields.json is made from do not carry (lists are not kinds
+# there) while every custom resource's list schema refers to it: without it kubectl's validation refuses
+# every document once one CRD exists ("unknown model in reference").
+LIST_META: Obj = {
+    "type": "object",
+    "description": "ListMeta describes metadata that synthetic resources must have, including lists and "
+    "various status objects. A resource may have only one of {ObjectMeta, ListMeta}.",
+    "properties": {
+        "continue": {"type": "string"},
+        "remainingItemCount": {"type": "integer", "format": "int64"},
+        "resourceVersion": {"type": "string"},
+        "selfLink": {"type": "string"},
+    },
+}
 
 
 def v2_document() -> Obj:

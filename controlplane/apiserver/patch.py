@@ -135,11 +135,23 @@ def json_patch(doc: Any, operations: Any) -> Any:
                 _remove(doc, source)
             doc = _add(doc, path, value)
         elif kind == "test":
-            if _walk(doc, _pointer(path), path) != op.get("value"):
+            if not same_json(_walk(doc, _pointer(path), path), op.get("value")):
                 raise _unprocessable(f"testing value {path} failed")
         else:
             raise bad_request(f'json patch: unexpected kind of operation: "{kind}"')
     return doc
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equality as json-patch's `test` sees it: values of different JSON types never match (Python's
+    `1 == True` and `1 == 1.0` do not carry over: upstream compares the compacted JSON text)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 # --- strategic merge patch ---------------------------------------------------------------------------
@@ -148,8 +160,10 @@ _ORDER = "$setElementOrder/"
 _DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
 
 
-def strategic_merge(original: Any, patch: Any, schema: Schema | None) -> Any:
-    """Apply a strategic merge patch to `original` (not modified) and return the result."""
+def strategic_merge(original: Any, patch: Any, schema: Schema | None, ordered: bool = True) -> Any:
+    """Apply a strategic merge patch to `original` (not modified) and return the result. `ordered`:
+    list items in the order upstream's strategic merge gives them (_normalize); server-side apply, whose
+    merge keeps live items first and appends new ones, passes False."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     directive = patch.get("$patch")
@@ -175,19 +189,20 @@ def strategic_merge(original: Any, patch: Any, schema: Schema | None) -> Any:
             continue
         sub = schema.get(key) if isinstance(schema, dict) else None
         if isinstance(value, dict):
-            merged = strategic_merge(result.get(key), value, sub if isinstance(sub, dict) else None)
+            merged = strategic_merge(result.get(key), value, sub if isinstance(sub, dict) else None, ordered)
             if merged is None:
                 result.pop(key, None)
             else:
                 result[key] = merged
         elif isinstance(value, list) and isinstance(sub, ListSpec):
-            result[key] = _merge_list(result.get(key) or [], value, sub)
+            result[key] = _merge_list(result.get(key) or [], value, sub, ordered)
         else:
             result[key] = copy.deepcopy(value)
     for field, order in orders.items():
         sub = schema.get(field) if isinstance(schema, dict) else None
         if isinstance(result.get(field), list) and isinstance(sub, ListSpec):
-            result[field] = _reorder(result[field], order, sub)
+            live = original.get(field) if isinstance(original, dict) else None
+            result[field] = _normalize(result[field], order, live if isinstance(live, list) else [], sub)
     retain = patch.get("$retainKeys")
     if isinstance(retain, list):
         result = {k: v for k, v in result.items() if k in retain}
@@ -200,17 +215,18 @@ def _identity(item: Any, spec: ListSpec) -> Any:
     return item.get(spec.merge_key) if isinstance(item, dict) else None
 
 
-def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec) -> list[Any]:
+def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec, ordered: bool = True) -> list[Any]:
     if any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
         return [copy.deepcopy(p) for p in patch if not (isinstance(p, dict) and "$patch" in p)]
     if spec.merge_key is None:
-        # A primitive list with the merge strategy (finalizers): union, original order first.
+        # A primitive list with the merge strategy (finalizers): the union.
         out = list(original)
         for item in patch:
             if item not in out:
                 out.append(copy.deepcopy(item))
-        return out
+        return _normalize(out, patch, original, spec) if ordered else out
     result = list(original)
+    kept = []
     for item in patch:
         ident = _identity(item, spec)
         position = next((i for i, cur in enumerate(result) if _identity(cur, spec) == ident), None)
@@ -218,11 +234,15 @@ def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec) -> list[A
             if position is not None:
                 result.pop(position)
             continue
+        kept.append(item)
         if position is None:
-            result.append(strategic_merge({}, item, spec.item))
+            result.append(strategic_merge({}, item, spec.item, ordered))
         else:
-            result[position] = strategic_merge(result[position], item, spec.item)
-    return result
+            result[position] = strategic_merge(result[position], item, spec.item, ordered)
+    if not ordered:
+        return result
+    live = [o for o in original if any(_identity(o, spec) == _identity(r, spec) for r in result)]
+    return _normalize(result, kept, live, spec)
 
 
 def _rank_key(ident: Any) -> str:
@@ -230,13 +250,41 @@ def _rank_key(ident: Any) -> str:
     return json.dumps(ident, sort_keys=True)
 
 
-def _reorder(items: list[Any], order: list[Any], spec: ListSpec) -> list[Any]:
-    wanted = [_identity(o, spec) if spec.merge_key else o for o in order]
-    ranked = {_rank_key(ident): i for i, ident in enumerate(wanted)}
+def _normalize(merged: list[Any], order: list[Any], live: list[Any], spec: ListSpec) -> list[Any]:
+    """Upstream's normalizeElementOrder: the items the patch names (or its $setElementOrder lists) in the
+    patch's order, the live object's other items in their live order, then both interleaved: a live item
+    goes first only when both stand in the live list and it stood before. So an item the patch adds
+    comes before the live items it is compared with (a container added by a patch comes first)."""
 
-    def rank(item: Any) -> int | None:
-        return ranked.get(_rank_key(_identity(item, spec)))
+    def positions(items: list[Any]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for i, item in enumerate(items):
+            out.setdefault(_rank_key(_identity(item, spec) if spec.merge_key else item), i)
+        return out
 
-    placed = sorted((i for i in items if rank(i) is not None), key=lambda i: rank(i) or 0)
-    rest = [i for i in items if rank(i) is None]
-    return placed + rest
+    def key(item: Any) -> str:
+        return _rank_key(_identity(item, spec))
+
+    wanted, served = positions(order), positions(live)
+    patched = sorted((m for m in merged if key(m) in wanted), key=lambda m: wanted[key(m)])
+    server_only = sorted(
+        (m for m in merged if key(m) not in wanted), key=lambda m: served.get(key(m), len(served))
+    )
+    out: list[Any] = []
+    i = j = 0
+    while i < len(server_only) or j < len(patched):
+        if j >= len(patched):
+            out.append(server_only[i])
+            i += 1
+        elif i >= len(server_only):
+            out.append(patched[j])
+            j += 1
+        else:
+            left, right = served.get(key(server_only[i])), served.get(key(patched[j]))
+            if left is not None and right is not None and left < right:
+                out.append(server_only[i])
+                i += 1
+            else:
+                out.append(patched[j])
+                j += 1
+    return out

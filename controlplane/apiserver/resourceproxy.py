@@ -69,6 +69,12 @@ def _proxyable(ip: str) -> str:
 async def pod_location(rest: RestHandler, info: RequestInfo) -> tuple[str, ssl.SSLContext | None]:
     scheme, name, port = split_name(info.name)
     pod = (await rest.registry.get(info.resource, info.namespace, name)).obj
+    if not port:
+        # Upstream's pod ResourceLocation: the first port any container declares, else none at all.
+        declared = [
+            p for c in (pod.get("spec") or {}).get("containers") or [] for p in (c.get("ports") or [])[:1]
+        ]
+        port = str(declared[0].get("containerPort", "")) if declared else ""
     host = _proxyable((pod.get("status") or {}).get("podIP") or "")
     return f"{scheme or 'http'}://{host}{':' + port if port else ''}", None
 
@@ -83,7 +89,7 @@ async def service_location(rest: RestHandler, info: RequestInfo) -> tuple[str, s
     ports = (svc.get("spec") or {}).get("ports") or []
     wanted = [p for p in ports if not port or p.get("name") == port or str(p.get("port")) == port]
     if not wanted:
-        raise errors.ApiError(503, "ServiceUnavailable", f'no endpoints available for service "{name}"', {})
+        raise errors.ApiError(503, "ServiceUnavailable", f'no endpoints available for service "{name}"')
     endpoints_kind = kinds.by_path("", "v1", "endpoints")
     assert endpoints_kind is not None
     try:
@@ -97,7 +103,7 @@ async def service_location(rest: RestHandler, info: RequestInfo) -> tuple[str, s
                 for address in subset.get("addresses") or []:
                     host = _proxyable(address.get("ip", ""))
                     return f"{scheme or 'http'}://{host}:{ep_port['port']}", None
-    raise errors.ApiError(503, "ServiceUnavailable", f'no endpoints available for service "{name}"', {})
+    raise errors.ApiError(503, "ServiceUnavailable", f'no endpoints available for service "{name}"')
 
 
 async def node_location(rest: RestHandler, info: RequestInfo) -> tuple[str, ssl.SSLContext | None]:
@@ -131,7 +137,7 @@ class Proxy(Subresource):
             try:
                 return await proxy_upgrade(request, url, context)
             except UpgradeError as err:
-                raise errors.ApiError(503, "ServiceUnavailable", str(err), {}) from None
+                raise errors.ApiError(503, "ServiceUnavailable", str(err)) from None
         if not info.subpath and not request.path.endswith("/") and request.method in ("GET", "HEAD"):
             # upstream's proxyRedirectsforRootPath (issue 4958): the proxy root always ends in '/'.
             query = request.rel_url.raw_query_string

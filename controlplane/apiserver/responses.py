@@ -18,9 +18,14 @@ _TABLE = "as=Table"
 
 
 def json_response(obj: Obj, status: int = 200) -> web.Response:
-    response = web.Response(body=encode(obj), status=status, content_type="application/json")
+    response = web.Response(body=encode(obj) + b"\n", status=status, content_type="application/json")
     response[OBJECT] = obj  # for the protobuf negotiation: encoded without parsing the JSON back
     return response
+
+
+def raw_json_response(body: bytes, status: int = 200) -> web.Response:
+    """An encoded object as upstream's JSON serializer writes it: Go's json.Encoder ends it with a newline."""
+    return web.Response(body=body + b"\n", status=status, content_type="application/json")
 
 
 def out_raw(res: Kind, cached: CachedObject) -> bytes:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import ipaddress
+import json
 import logging
 import ssl
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from controlplane.apiserver import audit, discovery, kinds, oidc, openapi, protobufhttp
+from controlplane.apiserver import audit, discovery, health, kinds, oidc, openapi, openapiproto, protobufhttp
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
@@ -167,6 +168,8 @@ class ApiServer:
         self.aggregator = Aggregator(self.registry, self.authorizer, {g for g, _ in kinds.groups()})
         self.signing_key: SigningKey | None = None
         self.ready = False
+        self.steps = health.Steps()
+        self.health = health.HealthHandler(health.standard_checks(self.store, self.steps))
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
@@ -189,8 +192,10 @@ class ApiServer:
     async def start(self) -> None:
         await self.store.start()
         await self.cache.start()
+        self.steps.done.add(health.INFORMER_SYNC)
         self.authorization.start(self.cache)
         await self.registry.bootstrap()
+        self.steps.done.add(health.BOOTSTRAP_ROLES)
         self.flowcontrol.start()
         for controller in self.controllers:
             controller.start()
@@ -241,6 +246,7 @@ class ApiServer:
         await self.audit.start()
         # Local APIServices for every built-in group/version (kube-aggregator's autoregister).
         await autoregister.sync(self.registry, [("", "v1"), *kinds.groups()])
+        self.steps.done |= {health.AUTOREGISTRATION, health.AUTOREGISTER_COMPLETION}
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(
@@ -313,6 +319,8 @@ class ApiServer:
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 50)
+        # The kubernetes Service, its endpoints and the kubeconfigs are all in place: ready.
+        self.steps.done.add(health.BOOTSTRAP_CONTROLLER)
         self.ready = True
         log.info(
             "event=serving port=%d tls=%s data_dir=%s",
@@ -351,6 +359,7 @@ class ApiServer:
 
     async def stop(self) -> None:
         self.ready = False
+        self.steps.shutting_down = True
         if self.endpoints is not None:
             await self.endpoints.stop()
         if self._compactor:
@@ -400,17 +409,23 @@ class ApiServer:
         app.on_response_prepare.append(self.flowcontrol.on_prepare)
         r = app.router
         r.add_get(DUMP_PATH, self.flowcontrol.dump)
-        for path in ("/healthz", "/livez", "/readyz"):
-            r.add_get(path, self._health)
-            r.add_get(path + "/{check:.*}", self._health)
-        r.add_get("/version", self._version)
+        for endpoint in health.ENDPOINTS:
+            r.add_get(f"/{endpoint}", self.health.root)
+            r.add_get(f"/{endpoint}/{{check:.*}}", self.health.single)
         r.add_get("/metrics", self._metrics)
-        r.add_get("/api", self._api)
-        r.add_get("/apis", self._apis)
-        r.add_get("/apis/", self._apis)  # the official client's ApisApi asks with the slash
-        r.add_get("/api/v1", self._core_resources)
-        r.add_get("/apis/{group}", self._group)
+        # Discovery answers with and without a trailing slash, as upstream's go-restful routes (which trim
+        # it) and its /apis mux entries do: kr8s asks for /version/, the Python client's ApisApi for /apis/.
+        for path, handler in (
+            ("/version", self._version),
+            ("/api", self._api),
+            ("/apis", self._apis),
+            ("/api/v1", self._core_resources),
+            ("/apis/{group}", self._group),
+        ):
+            r.add_get(path, handler)
+            r.add_get(path + "/", handler)
         r.add_route("*", "/apis/{group}/{version}", self._group_resources)
+        r.add_route("*", "/apis/{group}/{version}/", self._group_resources)
         r.add_get("/openapi/v2", self._openapi_v2_handler)
         r.add_get("/openapi/v3", self._openapi_v3_root)
         r.add_get("/openapi/v3/{path:.+}", self._openapi_v3_doc)
@@ -446,7 +461,7 @@ class ApiServer:
             user = impersonate(request.headers, user, self.authorizer)
             audit.impersonated(request, user)
             request[USER_KEY] = user
-            path = request.path
+            path = request.path.rstrip("/")  # /apis/apps/v1/ is discovery, as /apis/apps/v1
             if not (path.startswith("/api/v1/") or (path.startswith("/apis/") and path.count("/") >= 4)):
                 # Non-resource paths (discovery, OpenAPI, health) are authorized by path, as upstream;
                 # resource requests are authorized in the REST handler once the path is parsed.
@@ -505,9 +520,8 @@ class ApiServer:
                 # etcd answered with an error of its own (no quorum: `etcdserver: request timed out`):
                 # upstream's ErrorToAPIStatus passes it through, a 500 with no reason (kubectl prints
                 # `Error from server: etcdserver: request timed out`).
-                passed = ApiError(500, "", exc.backend_message).status()
-                del passed["reason"]  # StatusReasonUnknown is "", left out of upstream's JSON
-                return json_response(passed, 500)
+                # StatusReasonUnknown is "", left out of upstream's JSON.
+                return json_response(ApiError(500, "", exc.backend_message).status(), 500)
             message = "The operation could not be completed at this time, please try again."
             return json_response(
                 ApiError(500, "ServerTimeout", message, {"retryAfterSeconds": 2}).status(), 500
@@ -543,16 +557,9 @@ class ApiServer:
         ]
 
     async def _version(self, request: web.Request) -> web.Response:
-        return json_response(discovery.version_info())
-
-    async def _health(self, request: web.Request) -> web.Response:
-        if request.path.startswith("/readyz") and not self.ready:
-            return web.Response(
-                status=500,
-                text="[-]ready failed: not started\nreadyz check failed",
-                content_type="text/plain",
-            )
-        return web.Response(text="ok", content_type="text/plain")
+        # Upstream writes version.Info with WriteRawJSON: indented two spaces, no closing newline.
+        body = json.dumps(discovery.version_info(), indent=2).encode()
+        return web.Response(body=body, content_type="application/json")
 
     def _address(self, request: web.Request) -> str:
         return request.host or f"127.0.0.1:{self.port}"
@@ -573,7 +580,7 @@ class ApiServer:
         doc = discovery.aggregated(core)
         if not core:
             doc["items"] += self.aggregator.aggregated_additions()
-        response = web.Response(body=encode(doc))
+        response = web.Response(body=encode(doc) + b"\n")  # through the serializer, as the rest of discovery
         response.headers["Content-Type"] = discovery.AGGREGATED_CONTENT_TYPE
         return response
 
@@ -616,10 +623,13 @@ class ApiServer:
 
     async def _openapi_v2_handler(self, request: web.Request) -> web.Response:
         self._refresh_openapi()
+        doc = self.aggregator.openapi_v2(self._openapi_v2)
         accept = request.headers.get("Accept", "")
-        if "protobuf" in accept and "json" not in accept:
-            raise ApiError(406, "NotAcceptable", "only application/json is supported for /openapi/v2")
-        return json_response(self.aggregator.openapi_v2(self._openapi_v2))
+        if any(wanted in accept for wanted in openapiproto.ACCEPTED):
+            # kubectl's first choice, as upstream serves it (kube-openapi's handler).
+            body = await asyncio.to_thread(openapiproto.document, doc)
+            return web.Response(body=body, content_type=openapiproto.CONTENT_TYPE)
+        return web.Response(body=encode(doc), content_type="application/json")
 
     async def _openid_configuration(self, request: web.Request) -> web.Response:
         return oidc.configuration_response(self.config.service_account_issuers[0], self.config.jwks_uri)
@@ -629,7 +639,10 @@ class ApiServer:
 
     async def _openapi_v3_root(self, request: web.Request) -> web.Response:
         self._refresh_openapi()
-        return json_response(self.aggregator.openapi_v3_root(self._openapi_v3[0]))
+        # kube-openapi writes its documents as marshalled, without the serializer's newline.
+        return web.Response(
+            body=encode(self.aggregator.openapi_v3_root(self._openapi_v3[0])), content_type="application/json"
+        )
 
     async def _openapi_v3_doc(self, request: web.Request) -> web.Response:
         self._refresh_openapi()
@@ -639,4 +652,4 @@ class ApiServer:
             if aggregated is not None:
                 return web.Response(body=aggregated, content_type="application/json")
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        return json_response(entry[0])
+        return web.Response(body=encode(entry[0]), content_type="application/json")

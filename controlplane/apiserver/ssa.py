@@ -58,8 +58,17 @@ def field_set(value: Any, schema: Any) -> Obj:
     return out
 
 
-def _meta_fields(applied: Obj, schema: Schema) -> Obj:
+def reset_fields(has_status: bool, subresource: str) -> frozenset[str]:
+    """Top-level fields a write through `subresource` never owns: upstream's strategies reset `status` on
+    the main resource of every kind with a status subresource (ResetFieldsFor), so neither an update nor
+    an apply there records it (a CRD's applier never owns `.status.acceptedNames`)."""
+    return frozenset(("status",)) if has_status and subresource == "" else frozenset()
+
+
+def _meta_fields(applied: Obj, schema: Schema, reset: frozenset[str] = frozenset()) -> Obj:
     fs = field_set(applied, schema)
+    for name in reset:
+        fs.pop(f"f:{name}", None)
     meta = fs.get("f:metadata")
     if isinstance(meta, dict):
         for name in _SKIP_META:
@@ -146,8 +155,8 @@ def value_at(obj: Any, path: Path) -> Any:
     return current
 
 
-def _object_fields(obj: Obj, schema: Schema) -> Obj:
-    return _meta_fields(obj, schema)
+def _object_fields(obj: Obj, schema: Schema, reset: frozenset[str] = frozenset()) -> Obj:
+    return _meta_fields(obj, schema, reset)
 
 
 def _entry(manager: str, operation: str, api_version: str, fields: Obj, subresource: str = "") -> Obj:
@@ -165,13 +174,18 @@ def _entry(manager: str, operation: str, api_version: str, fields: Obj, subresou
 
 
 def track_update(
-    old: Obj | None, new: Obj, manager: str, subresource: str = "", schema: Schema = OBJECT
+    old: Obj | None,
+    new: Obj,
+    manager: str,
+    subresource: str = "",
+    schema: Schema = OBJECT,
+    reset: frozenset[str] = frozenset(),
 ) -> None:
     """Record an Update by `manager`: it now owns every field it changed; others lose those fields."""
     meta = new.setdefault("metadata", {})
     managed = [dict(m) for m in ((old or {}).get("metadata") or {}).get("managedFields") or []]
-    new_paths = leaves(_object_fields(new, schema))
-    old_paths = leaves(_object_fields(old, schema)) if old else set()
+    new_paths = leaves(_object_fields(new, schema, reset))
+    old_paths = leaves(_object_fields(old, schema, reset)) if old else set()
     changed = {
         p for p in new_paths if old is None or p not in old_paths or value_at(old, p) != value_at(new, p)
     }
@@ -201,37 +215,97 @@ def track_update(
 
 def _conflicts(
     live: Obj, applied: Obj, new_paths: set[Path], managed: list[Obj], manager: str
-) -> list[tuple[str, str, Path]]:
+) -> list[tuple[Obj, Path]]:
     out = []
     for m in managed:
         if m.get("manager") == manager and m.get("operation") == "Apply":
             continue
-        for path in leaves(m.get("fieldsV1") or {}) & new_paths:
+        for path in sorted(leaves(m.get("fieldsV1") or {}) & new_paths):
             if path[-1] == ".":
                 continue
             if value_at(live, path) != value_at(applied, path):
-                out.append((m.get("manager", ""), m.get("apiVersion", ""), path))
+                out.append((m, path))
     return out
 
 
 def _dotted(path: Path) -> str:
+    """A FieldsV1 path as structured-merge-diff prints it: `.spec.containers[name="c"].image`, a set
+    member `[=value]`; key and set values in JSON."""
     parts = []
     for key in path:
         if key.startswith("f:"):
             parts.append("." + key[2:])
-        elif key.startswith(("k:", "v:")):
-            parts.append(
-                "[" + key[2:].replace('"', "").replace("{", "").replace("}", "").replace(":", "=") + "]"
-            )
+        elif key.startswith("k:"):
+            keys = json.loads(key[2:])
+            parts.append("[" + ",".join(f"{k}={_json(keys[k])}" for k in sorted(keys)) + "]")
+        elif key.startswith("v:"):
+            parts.append("[=" + _json(json.loads(key[2:])) + "]")
     return "".join(parts)
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _manager_id(entry: Obj) -> str:
+    """Upstream's manager identifier: the entry without fields and time (and without apiVersion for an
+    applier), encoded; conflicts are grouped and sorted by it."""
+    ident: Obj = {"manager": entry.get("manager", ""), "operation": entry.get("operation", "")}
+    if entry.get("operation") != "Apply":
+        ident["apiVersion"] = entry.get("apiVersion", "")
+    if entry.get("subresource"):
+        ident["subresource"] = entry["subresource"]
+    return _json(ident)
+
+
+def _printed_manager(entry: Obj) -> str:
+    """How upstream names a manager in a conflict: `"name"`, `with subresource "status"`, and for an
+    updater the API version it wrote with."""
+    out = _json(entry.get("manager", ""))
+    if entry.get("subresource"):
+        out += f" with subresource {_json(entry['subresource'])}"
+    if entry.get("operation") == "Update":
+        out += f" using {entry.get('apiVersion', '')}"
+    return out
+
+
+def conflict_error(conflicts: list[tuple[Obj, Path]]) -> ApiError:
+    """409 Conflict in upstream's words: one conflict on one line, several grouped by manager."""
+    causes = [
+        {
+            "reason": "FieldManagerConflict",
+            "message": f"conflict with {_printed_manager(m)}",
+            "field": _dotted(p),
+        }
+        for m, p in conflicts
+    ]
+    if len(conflicts) == 1:
+        manager, path = conflicts[0]
+        message = f"Apply failed with 1 conflict: conflict with {_printed_manager(manager)}: {_dotted(path)}"
+    else:
+        grouped: dict[str, tuple[Obj, list[Path]]] = {}
+        for manager, path in conflicts:
+            grouped.setdefault(_manager_id(manager), (manager, []))[1].append(path)
+        lines = []
+        for ident in sorted(grouped):
+            manager, paths = grouped[ident]
+            lines.append(f"conflicts with {_printed_manager(manager)}:")
+            lines += [f"- {_dotted(p)}" for p in paths]
+        message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+    return ApiError(409, "Conflict", message, {"causes": causes})
+
+
 def apply(
-    current: Obj | None, applied: Obj, manager: str, force: bool = False, schema: Schema = OBJECT
+    current: Obj | None,
+    applied: Obj,
+    manager: str,
+    force: bool = False,
+    schema: Schema = OBJECT,
+    reset: frozenset[str] = frozenset(),
 ) -> Obj:
     """The object after `manager` applies `applied` to `current` (None: create); `schema`: the kind's
-    strategic merge keys."""
-    new_fields = _meta_fields(applied, schema)
+    strategic merge keys; `reset`: top-level fields the applier never owns (reset_fields)."""
+    new_fields = _meta_fields(applied, schema, reset)
     entry = _entry(manager, "Apply", applied.get("apiVersion", ""), new_fields)
     if current is None:
         result = json.loads(json.dumps(applied))
@@ -241,23 +315,7 @@ def apply(
     new_paths = leaves(new_fields)
     conflicts = _conflicts(current, applied, new_paths, managed, manager)
     if conflicts and not force:
-        causes = [
-            {
-                "reason": "FieldManagerConflict",
-                "message": f'conflict with "{who}" using {version}',
-                "field": _dotted(path),
-            }
-            for who, version, path in conflicts
-        ]
-        lines = "\n".join(f"- {c['message']}: {c['field']}" for c in causes)
-        count = len(causes)
-        raise ApiError(
-            409,
-            "Conflict",
-            f"Apply failed with {count} conflict{'s' if count > 1 else ''}: "
-            + (f"{causes[0]['message']}: {causes[0]['field']}" if count == 1 else "\n" + lines),
-            {"causes": causes},
-        )
+        raise conflict_error(conflicts)
     previous = next(
         (m for m in managed if m.get("manager") == manager and m.get("operation") == "Apply"), None
     )
@@ -265,16 +323,22 @@ def apply(
     for m in managed:
         if m is not previous:
             others |= leaves(m.get("fieldsV1") or {})
-    result = json.loads(json.dumps(strategic_merge(current, applied, schema)))
+    result = json.loads(json.dumps(strategic_merge(current, applied, schema, ordered=False)))
     if previous is not None:
         stale = leaves(previous.get("fieldsV1") or {}) - new_paths
         for path in sorted(stale, key=len, reverse=True):
             item = path[:-1] if path[-1] == "." else path
-            # Keep what another manager still owns (an item with someone else's fields in it stays).
-            if any(other[: len(item)] == item for other in others):
+            # Keep what another manager still owns (an item with someone else's fields in it stays),
+            # and a map this apply fills again (applied empty before, so owned as a leaf).
+            if any(other[: len(item)] == item for other in others | new_paths):
                 continue
             _delete_at(result, path)
-    taken = {path for _, _, path in conflicts}
+    if previous is not None and not conflicts and _unchanged(current, result, previous, entry):
+        # Nothing changes: the managed fields stay as they were (no new timestamp), so the store is
+        # not written and no watch event goes out, as upstream's apply of the same configuration.
+        result["metadata"]["managedFields"] = managed
+        return result
+    taken = {path for _, path in conflicts}
     kept = []
     for m in managed:
         if m is previous:
@@ -285,3 +349,17 @@ def apply(
     kept.append(entry)
     result.setdefault("metadata", {})["managedFields"] = kept
     return result
+
+
+def _unchanged(current: Obj, result: Obj, previous: Obj, entry: Obj) -> bool:
+    """The apply leaves the object as it was and the applier owns what it owned, from the same version."""
+
+    def bare(obj: Obj) -> Obj:
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+        return {**obj, "metadata": meta}
+
+    return (
+        previous.get("fieldsV1") == entry["fieldsV1"]
+        and previous.get("apiVersion") == entry["apiVersion"]
+        and bare(current) == bare(result)
+    )

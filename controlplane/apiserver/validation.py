@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from controlplane.apiserver.errors import FieldError, forbidden, invalid, required
+from controlplane.apiserver.errors import FieldError, forbidden, invalid, required, too_long
 from kubeclient import names
 from kubeclient.quantity import FORMAT_ERROR, Quantity, QuantityError
 
@@ -74,14 +74,14 @@ def annotations(path: str, value: Any) -> list[FieldError]:
         errors += _invalid_each(path, key, names.qualified_name(key.lower()))
         total += len(key) + len(val)
     if total > _ANNOTATIONS_LIMIT:
-        errors.append(
-            FieldError("FieldValueTooLong", path, f"Too long: must have at most {_ANNOTATIONS_LIMIT} bytes")
-        )
+        errors.append(too_long(path, _ANNOTATIONS_LIMIT))
     return errors
 
 
-def object_meta(meta: Any, name_check: NameCheck) -> list[FieldError]:
-    """ValidateObjectMeta: a name (or generateName), labels, annotations, finalizers, owners."""
+def object_meta(meta: Any, name_check: NameCheck, kube_finalizers: bool = True) -> list[FieldError]:
+    """ValidateObjectMeta: a name (or generateName), labels, annotations, finalizers, owners.
+    `kube_finalizers`: the built-in kinds' rule that a finalizer without a "/" is a standard one;
+    custom resources only need qualified names (and get a warning instead: finalizer_warnings)."""
     if not isinstance(meta, dict):
         return [required("metadata.name", "name or generateName is required")]
     errors: list[FieldError] = []
@@ -99,7 +99,7 @@ def object_meta(meta: Any, name_check: NameCheck) -> list[FieldError]:
         problems = names.qualified_name(f)
         if problems:
             errors += _invalid_each(path, f, problems)
-        elif "/" not in f and f not in _STANDARD_FINALIZERS:
+        elif kube_finalizers and "/" not in f and f not in _STANDARD_FINALIZERS:
             errors.append(
                 invalid(path, f, "name is neither a standard finalizer name nor is it fully qualified")
             )
@@ -108,6 +108,20 @@ def object_meta(meta: Any, name_check: NameCheck) -> list[FieldError]:
             if not ref.get(field):
                 errors.append(required(f"metadata.ownerReferences[{i}].{field}"))
     return errors
+
+
+def finalizer_warnings(new: Any, old: Any) -> list[str]:
+    """Upstream's warnings for the finalizers a custom resource gains: one without a "/" that is not a
+    standard name works but may clash with another writer's."""
+    before = set(((old or {}).get("metadata") or {}).get("finalizers") or [])
+    out = []
+    for f in sorted(set(((new or {}).get("metadata") or {}).get("finalizers") or []) - before):
+        if isinstance(f, str) and "/" not in f and f not in _STANDARD_FINALIZERS:
+            out.append(
+                f'metadata.finalizers: "{f}": prefer a domain-qualified finalizer name including a path (/) '
+                "to avoid accidental conflicts with other finalizer writers"
+            )
+    return out
 
 
 def port_number(path: str, value: Any) -> list[FieldError]:

@@ -197,15 +197,14 @@ class WatchCache:
         return bucket
 
     async def start(self) -> None:
-        """Load the state as of a past revision and replay the history since, so that watchers of the
-        previous server process can resume across a restart instead of relisting."""
+        """Load the state as of now: the window starts at this revision, as upstream's cache starts from
+        its initial list, so a watch from an older resourceVersion (a watcher of the previous server
+        process) gets 410 and relists, as on a genuine cluster, rather than a replay of the store's
+        history."""
         current = self.store.revision
         history = getattr(self.store, "history", None)
         subscribe = getattr(self.store, "subscribe", None)
-        base = max(self.store.compacted_revision + 1, current - max([self.window, *self.windows.values()]))
-        # A store that feeds the cache by watch (etcd) replays the history itself from the base revision.
-        if (history is None and subscribe is not None) or base >= current:
-            base = current
+        base = current
         try:
             items, rev, _ = await self.store.list("/", base)
         except CompactedError:
@@ -310,7 +309,8 @@ class WatchCache:
         bucket.events.append(ce)
         if len(bucket.events) > bucket.window:
             dropped = bucket.events.popleft()
-            bucket.window_start = dropped.revision
+            # Upstream's cache serves a watch from one before its oldest event on.
+            bucket.window_start = bucket.events[0].revision - 1 if bucket.events else dropped.revision
         for watcher in list(bucket.watchers):
             watcher.offer(ce)
         if self._waiters:
@@ -409,7 +409,7 @@ class WatchCache:
                 watcher._put(CacheEvent("ADDED", cached, None, cached.revision))
         else:
             if from_revision < bucket.window_start:
-                raise GoneError(from_revision, bucket.window_start + 1)
+                raise GoneError(from_revision, bucket.window_start)
             for event in bucket.events:
                 if event.revision > from_revision:
                     watcher.offer(event)

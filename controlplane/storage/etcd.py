@@ -357,6 +357,15 @@ class EtcdStore:
             else:
                 future.set_result(response.header.revision)
 
+    async def count(self, prefix: str, revision: int, start_after: str = "") -> int:
+        low = self._key(prefix)
+        start = self._key(start_after) + b"\x00" if start_after else low
+        request = pb.RangeRequest(
+            key=max(low, start), range_end=prefix_end(low), revision=revision, count_only=True
+        )
+        response = await self._call("Range", request, f"count {prefix}")
+        return int(response.count)
+
     async def live_count_if_unchanged(self, since: int, at: int) -> int | None:
         """The number of live keys under the prefix at revision `at` if none of them changed after
         `since`, else None. With the count equal to what a reader held at `since`, nothing under the prefix

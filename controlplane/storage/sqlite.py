@@ -169,6 +169,16 @@ class SQLiteStore:
             rows = rows[:limit]
         return [KeyValue(r[0], r[1], r[2], r[3]) for r in rows], rev, more
 
+    async def count(self, prefix: str, revision: int, start_after: str = "") -> int:
+        lower = max(prefix, start_after + "\x00") if start_after else prefix
+        query = (
+            "SELECT COUNT(*) FROM log l JOIN ("
+            " SELECT key, MAX(rev) AS rev FROM log WHERE key >= ? AND key < ? AND rev <= ? GROUP BY key"
+            ") m ON l.rev = m.rev WHERE l.deleted = 0"
+        )
+        row = self.db.execute(query, (lower, _prefix_end(prefix), revision or self._revision)).fetchone()
+        return int(row[0])
+
     def _append(self, key: str, create_rev: int, prev_rev: int, deleted: bool, value: bytes) -> int:
         rev = self._revision + 1
         self.db.execute(

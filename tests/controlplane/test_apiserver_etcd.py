@@ -31,6 +31,7 @@ from tests.etcdmembers import read_from_cache
 
 from . import test_apiserver_kubectl as kubectl_scenarios
 from .conftest import KUBECTL, Kubectl
+from .test_apiserver_wire import fetch, remaining_item_counts
 
 pytestmark = pytest.mark.integration  # real servers, etcd or processes
 
@@ -222,6 +223,34 @@ def test_etcd_lost_mid_flight_is_a_retryable_5xx_and_everything_resumes(fragile)
         with pytest.raises(ApiException) as missing:
             v1.read_namespaced_config_map("lost", "default")
         assert missing.value.status == 404
+
+
+def test_paged_lists_on_etcd_carry_remaining_item_count(steady: ApiServer) -> None:
+    with steady.api_client() as api:
+        ns = f"t-{uuid.uuid4().hex[:8]}"
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    assert remaining_item_counts(steady, ns) == [3, 1, None]
+
+
+def test_readyz_fails_while_etcd_is_unreachable(fragile) -> None:
+    """Upstream's etcd checks: /readyz is a 500 naming the failed checks (reason withheld) until etcd is
+    back."""
+    etcd, server = fragile
+    assert fetch(server, "/readyz", accept="*/*")[:2] == (200, b"ok")
+    etcd.kill()
+    try:
+        status, body, _ = fetch(server, "/readyz", accept="*/*")
+        text = body.decode()
+        assert status == 500, text
+        assert "[+]ping ok\n" in text and "[-]etcd failed: reason withheld\n" in text
+        assert "[-]etcd-readiness failed: reason withheld\n" in text and text.endswith(
+            "readyz check failed\n"
+        )
+        status, body, _ = fetch(server, "/readyz/etcd", accept="*/*")
+        assert status == 500 and body.startswith(b"internal server error: ")
+    finally:
+        etcd.start()
+    wait_for(lambda: fetch(server, "/readyz", accept="*/*")[:2] == (200, b"ok"), timeout=15.0, interval=0.1)
 
 
 def test_unreachable_etcd_at_start_exits_within_seconds_naming_it(tmp_path: Path) -> None:

@@ -111,6 +111,31 @@ def test_pod_proxy_relays_requests_to_the_pod(
     assert err.value.status == 400 and "address not allowed" in err.value.body
 
 
+def test_pod_proxy_without_a_port_uses_the_first_declared_one(
+    apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, target
+) -> None:
+    """Upstream's pod ResourceLocation: no port in the name -> the first port a container declares."""
+    host, port, seen = target
+    containers = [
+        client.V1Container(name="plain", image="busybox"),
+        client.V1Container(
+            name="served",
+            image="busybox",
+            ports=[client.V1ContainerPort(container_port=port), client.V1ContainerPort(container_port=1)],
+        ),
+    ]
+    v1.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="ported"), spec=client.V1PodSpec(containers=containers)
+        ),
+    )
+    v1.patch_namespaced_pod_status("ported", namespace, {"status": {"podIP": host, "podIPs": [{"ip": host}]}})
+    done = _raw(apiserver, f"/api/v1/namespaces/{namespace}/pods/ported/proxy/here")
+    assert done.returncode == 0 and json.loads(done.stdout) == {"served": "/here"}, done
+    assert seen[-1]["path"] == "/here"
+
+
 def test_service_proxy_reaches_an_endpoint(
     apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, target
 ) -> None:

@@ -56,8 +56,43 @@ def test_strategic_merge_uses_upstream_merge_keys() -> None:
         {"type": "Ready", "status": "True"},
         {"type": "PodScheduled", "status": "True"},
     ]
-    assert out["metadata"]["finalizers"] == ["x/y", "z/w"]
+    # Upstream's normalizeElementOrder: an item the patch adds goes before the live items it meets.
+    assert out["metadata"]["finalizers"] == ["z/w", "x/y"]
     assert POD["spec"]["containers"][1]["image"] == "img:2", "the original must not change"
+
+
+def test_strategic_merge_puts_added_items_where_upstream_does() -> None:
+    """A container a patch adds comes first (two conformance tests read containers[0]); items the patch
+    names keep the patch's order and the live object's others keep theirs, interleaved."""
+    added = strategic_merge(POD, {"spec": {"containers": [{"name": "c", "image": "new"}]}}, PODS.smp)
+    assert [c["name"] for c in added["spec"]["containers"]] == ["c", "a", "b"]
+    both = strategic_merge(
+        POD, {"spec": {"containers": [{"name": "c", "image": "new"}, {"name": "b", "image": "x"}]}}, PODS.smp
+    )
+    assert [c["name"] for c in both["spec"]["containers"]] == ["c", "a", "b"]
+    ordered = strategic_merge(
+        POD,
+        {
+            "spec": {
+                "$setElementOrder/containers": [{"name": "b"}, {"name": "c"}, {"name": "a"}],
+                "containers": [{"name": "c", "image": "new"}],
+            }
+        },
+        PODS.smp,
+    )
+    assert [c["name"] for c in ordered["spec"]["containers"]] == ["b", "c", "a"]
+    # A live item the order leaves out goes before a listed one it stood before.
+    partial = strategic_merge(
+        POD,
+        {
+            "spec": {
+                "$setElementOrder/containers": [{"name": "b"}, {"name": "c"}],
+                "containers": [{"name": "c", "image": "new"}],
+            }
+        },
+        PODS.smp,
+    )
+    assert [c["name"] for c in partial["spec"]["containers"]] == ["a", "b", "c"]
 
 
 def test_strategic_merge_directives() -> None:

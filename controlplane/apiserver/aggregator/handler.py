@@ -67,7 +67,7 @@ class Aggregator:
         try:
             endpoints = resolve(self.registry.cache, info.service_namespace, info.service_name, info.port)
         except ResolveError as err:
-            raise errors.ApiError(503, "ServiceUnavailable", str(err), {}) from None
+            raise errors.ApiError(503, "ServiceUnavailable", str(err)) from None
         assert self._session is not None
         return await relay(self._session, self.tls, request, info, endpoints[0], user)
 

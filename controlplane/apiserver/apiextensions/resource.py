@@ -26,7 +26,8 @@ from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource
 from controlplane.apiserver.kinds.scale import Scale
 from controlplane.apiserver.meta import human_duration, now, parse_time
 from controlplane.apiserver.smp_schema import META, ListSpec
-from controlplane.apiserver.validation import object_meta, path_segment
+from controlplane.apiserver.validation import finalizer_warnings, object_meta, path_segment
+from controlplane.apiserver.webhooks.context import add_warning
 
 if TYPE_CHECKING:
     from controlplane.apiserver.registry import Registry
@@ -315,7 +316,9 @@ class CustomResource(Kind):
         """The schema and the CEL rules (the storage version's for a webhook-converted object); on
         update ratcheted against `old` (schema.py says how)."""
         open_api, checks = self._judged_by(obj)
-        problems = object_meta(obj.get("metadata"), self.validate_name)
+        problems = object_meta(obj.get("metadata"), self.validate_name, kube_finalizers=False)
+        for warning in finalizer_warnings(obj, old):
+            add_warning(warning)
         problems += schema.validate(obj, open_api, old=schema.MISSING if old is None else old)
         if checks is None:
             return problems
@@ -334,13 +337,19 @@ class CustomResource(Kind):
         return ".".join([*reversed(self.group.split(".")), self.version, self.kind])
 
     def openapi_definitions(self, v3: bool) -> dict[str, Obj]:
-        body = _openapi_schema(self.open_api, v3)
-        body["type"] = "object"
-        props = body.setdefault("properties", {})
-        meta_ref = {"$ref": ("#/components/schemas/" if v3 else "#/definitions/") + "V1ObjectMeta"}
-        props["apiVersion"] = {"type": "string", "description": API_VERSION_DOC}
-        props["kind"] = {"type": "string", "description": KIND_DOC}
-        props["metadata"] = {"allOf": [meta_ref], "description": METADATA_DOC} if v3 else meta_ref
+        root = self.open_api if isinstance(self.open_api, dict) else {}
+        if not v3 and root.get(schema.PRESERVE):
+            # Upstream's buildKubeNative for v2: a schema that keeps unknown fields is published as a bare
+            # object (properties would make kubectl refuse every field they do not list).
+            body: Obj = {"type": "object"}
+        else:
+            body = _openapi_schema(self.open_api, v3)
+            body["type"] = "object"
+            props = body.setdefault("properties", {})
+            meta_ref = {"$ref": ("#/components/schemas/" if v3 else "#/definitions/") + "V1ObjectMeta"}
+            props["apiVersion"] = {"type": "string", "description": API_VERSION_DOC}
+            props["kind"] = {"type": "string", "description": KIND_DOC}
+            props["metadata"] = {"allOf": [meta_ref], "description": METADATA_DOC} if v3 else meta_ref
         gvk = {"group": self.group, "version": self.version, "kind": self.kind}
         body["x-kubernetes-group-version-kind"] = [gvk]
         ref = ("#/components/schemas/" if v3 else "#/definitions/") + self.definition_name
@@ -435,7 +444,31 @@ def _openapi_schema(node: Any, v3: bool) -> Any:
         out.pop("type", None)
         out["type"] = "string"
         out["format"] = "int-or-string"
+    if not v3:
+        _strip_for_v2(node, out)
     return out
+
+
+def _strip_for_v2(node: Obj, out: Obj) -> None:
+    """Upstream's ToStructuralOpenAPIV2 for one node: a nullable node loses its type, a node keeping
+    unknown fields its properties and items (kubectl would check them), an array left without items its
+    type; a nullable property is no longer required, a nullable additionalProperties untyped."""
+    if node.get("nullable"):
+        for key in ("type", "items", "properties"):
+            out.pop(key, None)
+    if node.get(schema.PRESERVE):
+        out.pop("items", None)
+        out.pop("properties", None)
+    if out.get("type") == "array" and "items" not in out:
+        del out["type"]
+    props = node.get("properties")
+    if isinstance(props, dict) and isinstance(out.get("required"), list):
+        out["required"] = [r for r in out["required"] if not (props.get(r) or {}).get("nullable")]
+        if not out["required"]:
+            del out["required"]
+    extra = out.get("additionalProperties")
+    if isinstance(extra, dict) and (node.get("additionalProperties") or {}).get("nullable"):
+        extra.pop("type", None)
 
 
 def kinds_of(crd: Obj) -> list[CustomResource]:

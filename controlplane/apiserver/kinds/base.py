@@ -49,6 +49,7 @@ class SelectableField:
     name: str
     path: str = ""
     missing: str = ""
+    fallback: str = ""  # read where the path is missing or empty (core Event's source -> reportingComponent)
 
     @property
     def at(self) -> str:
@@ -252,6 +253,10 @@ class Kind:
 
     async def begin_create(self, registry: Registry, obj: Obj) -> None:
         """Last step before the store (upstream's BeginCreate hooks: allocations)."""
+
+    async def begin_update(self, registry: Registry, new: Obj, old: Obj) -> None:
+        """Last step before the store on an update of the main resource (upstream's BeginUpdate hooks:
+        allocations a changed object now needs)."""
 
     def check_delete(self, name: str) -> None:
         """Raise an ApiError if the object may never be deleted."""

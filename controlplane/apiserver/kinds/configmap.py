@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.apiserver import tables
-from controlplane.apiserver.errors import FieldError, forbidden, invalid
+from controlplane.apiserver.errors import FieldError, forbidden, invalid, too_long
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import age
 from kubeclient import names
@@ -30,7 +30,7 @@ def validate_keys(obj: Obj, bags: tuple[str, ...]) -> list[FieldError]:
                 errors.append(invalid(f"{seen[key]}[{key}]", key, f"duplicate of key present in {bag}"))
             seen[key] = bag
     if total > MAX_SIZE:
-        errors.append(FieldError("FieldValueTooLong", "", f"Too long: must have at most {MAX_SIZE} bytes"))
+        errors.append(too_long("", MAX_SIZE))
     return errors
 
 

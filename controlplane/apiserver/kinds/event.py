@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import deletion, tables
-from controlplane.apiserver.errors import FieldError, not_supported, required
+from controlplane.apiserver.errors import FieldError, required
 from controlplane.apiserver.kinds.base import Kind, SelectableField, fields
 from controlplane.apiserver.validation import no_name_rule
 
@@ -98,7 +98,8 @@ class Event(Kind):
             "reportingComponent",
             "type",
         ),
-        SelectableField("source", "source.component"),
+        # Upstream's ToSelectableFields: an event written through events.k8s.io has no source.component.
+        SelectableField("source", "source.component", fallback="reportingComponent"),
     )
     columns = COLUMNS
 
@@ -109,8 +110,7 @@ class Event(Kind):
         errors: list[FieldError] = []
         if "involvedObject" not in obj:
             errors.append(required("involvedObject"))
-        if obj.get("type") not in (None, "", *TYPES):
-            errors.append(not_supported("type", obj.get("type"), TYPES))
+        # Any type: upstream checks it only for events written through events.k8s.io/v1 (eventsv1.py).
         return errors
 
     def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:

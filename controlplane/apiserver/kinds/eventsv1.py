@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from controlplane.apiserver.errors import not_supported
 from controlplane.apiserver.kinds.base import Kind, SelectableField
-from controlplane.apiserver.kinds.event import COLUMNS, event_cells
+from controlplane.apiserver.kinds.event import COLUMNS, TYPES, event_cells
 from controlplane.apiserver.kinds.event import KIND as CORE_EVENT
 
 Obj = dict[str, Any]
@@ -68,7 +69,10 @@ class EventV1(Kind):
         return CORE_EVENT.validate_name(path, name)
 
     def validate_spec(self, obj: Obj) -> list[Any]:
-        return CORE_EVENT.validate_spec(obj)
+        errors = CORE_EVENT.validate_spec(obj)
+        if obj.get("type") not in (None, "", *TYPES):  # the strict validation only this API applies
+            errors.append(not_supported("type", obj.get("type"), TYPES))
+        return errors
 
     def to_storage(self, event: Obj) -> Obj:
         out = _convert(event, "v1", {new: old for new, old in _RENAMES.items()})

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables
 from controlplane.apiserver.errors import FieldError, duplicate, forbidden, invalid, not_supported, required
-from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource
+from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.resourceproxy import Proxy, service_location
 from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
@@ -37,7 +37,6 @@ class Service(Kind):
     plural = "services"
     short_names = ("svc",)
     categories = ("all",)
-    verbs = NO_COLLECTION
     subresources = (StatusSubresource("Service"), Proxy("ServiceProxyOptions", service_location))
     schema = "V1Service"
     return_deleted_object = True
@@ -76,8 +75,9 @@ class Service(Kind):
             spec.setdefault("allocateLoadBalancerNodePorts", True)
         for port in spec.get("ports") or []:
             port.setdefault("protocol", "TCP")
-            if "port" in port:
-                port.setdefault("targetPort", port["port"])
+            # 0 or "" too: Go clients always send targetPort, as 0 when unset (SetDefaults_Service).
+            if "port" in port and port.get("targetPort") in (None, 0, ""):
+                port["targetPort"] = port["port"]
 
     def prepare_for_create(self, obj: Obj) -> None:
         obj["status"] = {"loadBalancer": {}}
@@ -143,9 +143,20 @@ class Service(Kind):
 
     async def begin_create(self, registry: Registry, obj: Obj) -> None:
         """Allocate node ports and the cluster IP (upstream's service REST does it before storing)."""
-        spec = obj.setdefault("spec", {})
+        _check_in_ranges(obj, registry.service_ranges)
+        self._allocate(registry, obj.setdefault("spec", {}))
+
+    async def begin_update(self, registry: Registry, new: Obj, old: Obj) -> None:
+        """A type change from ExternalName gets its cluster IP, one to NodePort or LoadBalancer its node
+        ports, as upstream's service REST allocates them on update (a change to ExternalName released
+        them: _drop_type_dependent_fields)."""
+        spec = new.get("spec")
+        if isinstance(spec, dict) and spec.get("type") != (old.get("spec") or {}).get("type"):
+            _check_in_ranges(new, registry.service_ranges)
+            self._allocate(registry, spec)
+
+    def _allocate(self, registry: Registry, spec: Obj) -> None:
         ranges = registry.service_ranges
-        _check_in_ranges(obj, ranges)
         services = [c.obj.get("spec") or {} for c in registry.cache.list(self.bucket, self.prefix(""))]
         if spec.get("type") in ("NodePort", "LoadBalancer"):
             spec.setdefault("externalTrafficPolicy", "Cluster")
@@ -242,6 +253,12 @@ def _drop_type_dependent_fields(current: Obj, new: Obj) -> None:
     old_spec, spec = current.get("spec") or {}, new.get("spec")
     if not isinstance(spec, dict) or spec.get("type") == old_spec.get("type"):
         return
+    if spec.get("type") == "ExternalName":
+        # No cluster IP any more: the allocated addresses and what goes with them go, unless the update
+        # set them itself (validation then refuses them).
+        for field in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy"):
+            if field in spec and spec[field] == old_spec.get(field):
+                del spec[field]
     external = spec.get("type") in ("NodePort", "LoadBalancer") or bool(spec.get("externalIPs"))
     if spec.get("type") not in ("NodePort", "LoadBalancer"):
         old_ports = [p.get("nodePort") for p in old_spec.get("ports") or []]

@@ -1,0 +1,240 @@
+"""Server-side apply and create semantics as kube-apiserver 1.32 has them, through the real server and
+kubectl: an apply that changes nothing writes nothing, a map emptied and refilled keeps its content, the
+applier of a CRD never owns its status, conflicts in upstream's words, a server dry-run create of an
+existing object is 409."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from kubernetes import client, watch
+
+from pykubelet.rig.apiserver import ApiServer
+
+from .test_apiserver_wire import fetch
+
+pytestmark = pytest.mark.integration
+
+
+def apply(
+    server: ApiServer, path: str, obj: dict, manager: str, force: bool = False, validation: str = ""
+) -> tuple[int, dict]:
+    query = f"?fieldManager={manager}" + ("&force=true" if force else "")
+    query += f"&fieldValidation={validation}" if validation else ""
+    status, body, _ = fetch(
+        server, path + query, "PATCH", json.dumps(obj).encode(), "application/apply-patch+yaml"
+    )
+    return status, json.loads(body)
+
+
+def into_next_second() -> None:
+    """managedFields times have a resolution of one second: a rewrite within the same second could not
+    be told from a kept entry, so the repeat happens in a later second."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
+
+
+def configmap(name: str, **data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def test_server_dry_run_create_of_an_existing_object_is_already_exists(kubectl, namespace: str) -> None:
+    kubectl("create", "configmap", "c", "-n", namespace, "--from-literal=a=1")
+    again = kubectl.run(
+        "create", "configmap", "c", "-n", namespace, "--from-literal=a=1", "--dry-run=server", check=False
+    )
+    assert again.returncode == 1
+    assert again.stderr.strip() == 'error: failed to create configmap: configmaps "c" already exists'
+    again = kubectl.run(
+        "create",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        "--dry-run=server",
+        input=json.dumps(configmap("c")),
+        check=False,
+    )
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        'Error from server (AlreadyExists): error when creating "STDIN": configmaps "c" already exists'
+    )
+
+
+def test_apply_that_changes_nothing_does_not_write(
+    apiserver: ApiServer, v1: client.CoreV1Api, namespace: str
+) -> None:
+    path = f"/api/v1/namespaces/{namespace}/configmaps/c"
+    status, first = apply(apiserver, path, configmap("c", a="1"), "gitops")
+    assert status == 201
+    rv = first["metadata"]["resourceVersion"]
+    events: list[tuple[str, str]] = []
+    stream = watch.Watch()
+
+    def collect() -> None:
+        for event in stream.stream(
+            v1.list_namespaced_config_map, namespace, resource_version=rv, timeout_seconds=30
+        ):
+            events.append((event["type"], event["object"].metadata.resource_version))
+            stream.stop()
+
+    watcher = threading.Thread(target=collect)
+    watcher.start()
+    into_next_second()
+    status, again = apply(apiserver, path, configmap("c", a="1"), "gitops")
+    assert status == 200 and again["metadata"]["resourceVersion"] == rv
+    assert again["metadata"]["managedFields"] == first["metadata"]["managedFields"]
+    # A real change after the no-op: the watch's first event is that change, never a write of the no-op.
+    status, changed = apply(apiserver, path, configmap("c", a="2"), "gitops")
+    assert status == 200 and changed["metadata"]["resourceVersion"] != rv
+    watcher.join(timeout=40)
+    assert events == [("MODIFIED", changed["metadata"]["resourceVersion"])]
+
+
+def test_kubectl_server_side_reapply_keeps_the_resource_version(kubectl, namespace: str) -> None:
+    manifest = json.dumps(configmap("gitops", a="1"))
+    kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest)
+    before = json.loads(kubectl("get", "configmap", "gitops", "-n", namespace, "-o", "json"))
+    into_next_second()
+    out = kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest)
+    assert "serverside-applied" in out
+    after = json.loads(kubectl("get", "configmap", "gitops", "-n", namespace, "-o", "json"))
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def test_map_emptied_then_refilled_keeps_its_new_content(apiserver: ApiServer, namespace: str) -> None:
+    path = f"/api/v1/namespaces/{namespace}/configmaps/m"
+    obj = configmap("m")
+    obj["metadata"]["labels"] = {"a": "1"}
+    assert apply(apiserver, path, obj, "tool")[0] == 201
+    obj["metadata"]["labels"] = {}
+    status, emptied = apply(apiserver, path, obj, "tool")
+    assert status == 200 and not emptied["metadata"].get("labels")
+    obj["metadata"]["labels"] = {"b": "2"}
+    status, refilled = apply(apiserver, path, obj, "tool")
+    assert status == 200 and refilled["metadata"]["labels"] == {"b": "2"}
+
+
+def test_apply_conflicts_in_upstreams_words(apiserver: ApiServer, namespace: str) -> None:
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    made = json.dumps(configmap("x", a="1", b="2")).encode()
+    assert fetch(apiserver, base + "?fieldManager=alice", "POST", made)[0] == 201
+    status, err = apply(apiserver, base + "/x", configmap("x", a="9", b="8"), "bob")
+    assert status == 409 and err["reason"] == "Conflict"
+    assert (
+        err["message"]
+        == 'Apply failed with 2 conflicts: conflicts with "alice" using v1:\n- .data.a\n- .data.b'
+    )
+    assert err["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "alice" using v1', "field": ".data.a"},
+        {"reason": "FieldManagerConflict", "message": 'conflict with "alice" using v1', "field": ".data.b"},
+    ]
+    # An applier is named without a version; a keyed list item with its key quoted.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    pods = f"/api/v1/namespaces/{namespace}/pods/p"
+    assert apply(apiserver, pods, pod, "first")[0] == 201
+    pod["spec"]["containers"][0]["image"] = "busybox:2"
+    status, err = apply(apiserver, pods, pod, "second")
+    assert status == 409
+    assert err["message"] == (
+        'Apply failed with 1 conflict: conflict with "first": .spec.containers[name="c"].image'
+    )
+
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gadgets.ssa.example.com"},
+    "spec": {
+        "group": "ssa.example.com",
+        "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+    # The stub controller-gen writes into many a published manifest.
+    "status": {"acceptedNames": {"kind": "", "plural": ""}, "conditions": [], "storedVersions": []},
+}
+
+
+def test_crd_applier_never_owns_status(kubectl) -> None:
+    name = CRD["metadata"]["name"]
+    try:
+        kubectl("apply", "-f", "-", input=json.dumps(CRD))  # client-side first, as most installs began
+
+        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+        out = kubectl.run("apply", "--server-side", "-f", "-", input=json.dumps(CRD), check=False)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(kubectl("get", "crd", name, "-o", "json", "--show-managed-fields"))
+        for entry in got["metadata"]["managedFields"]:
+            if entry.get("subresource") != "status":
+                assert "f:status" not in entry["fieldsV1"], entry
+        assert got["status"]["acceptedNames"]["kind"] == "Gadget"
+    finally:
+        kubectl.run("delete", "crd", name, "--wait=true", check=False)
+
+
+def test_apply_of_an_undeclared_field_fails_as_upstreams_field_manager(
+    kubectl, apiserver: ApiServer, namespace: str
+) -> None:
+    """The applied configuration is typed before anything else: a field the type does not declare is
+    upstream's 500 'failed to create typed patch object (...): .PATH: field not declared in schema',
+    whatever fieldValidation asks."""
+    bad = configmap("typo", a="1")
+    bad["data_error"] = {"b": "2"}
+    for validation in ("Ignore", "Strict"):
+        status, body = apply(
+            apiserver, f"/api/v1/namespaces/{namespace}/configmaps/typo", bad, "tool", validation=validation
+        )
+        assert status == 500 and body == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": f"failed to create typed patch object ({namespace}/typo; /v1, Kind=ConfigMap): "
+            ".data_error: field not declared in schema",
+            "code": 500,
+        }, (validation, body)
+    out = kubectl.run(
+        "apply", "--server-side", "-n", namespace, "-f", "-", input=json.dumps(bad), check=False
+    )
+    assert out.returncode == 1 and ".data_error: field not declared in schema" in out.stderr
+    gadget = {
+        "apiVersion": "ssa.example.com/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "g"},
+        "spec": {"x": 1},
+    }
+    typed_crd = json.loads(json.dumps(CRD))
+    typed_crd["spec"]["versions"][0]["schema"] = {
+        "openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {}}}}
+    }
+    del typed_crd["status"]
+    try:
+        kubectl("apply", "-f", "-", input=json.dumps(typed_crd))
+        kubectl("wait", "--for=condition=Established", f"crd/{CRD['metadata']['name']}", "--timeout=30s")
+        status, body = apply(
+            apiserver, f"/apis/ssa.example.com/v1/namespaces/{namespace}/gadgets/g", gadget, "tool"
+        )
+        assert status == 500
+        assert body["message"] == (
+            f"failed to create typed patch object ({namespace}/g; ssa.example.com/v1, Kind=Gadget): "
+            ".spec.x: field not declared in schema"
+        )
+    finally:
+        kubectl.run("delete", "crd", CRD["metadata"]["name"], "--wait=true", check=False)
