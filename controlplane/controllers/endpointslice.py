@@ -56,9 +56,11 @@ def slices_path(namespace: str, name: str = "") -> str:
 
 
 class SliceTracker:
-    """The writes of this controller the cache has not shown yet, per Service (upstream's
-    endpointSliceTracker): slice name -> the resourceVersion written, or None for a deletion. While
-    any is pending the cache is stale for that Service."""
+    """The writes of this controller, per Service, that the cache may not show yet (upstream's
+    endpointSliceTracker): slice name -> the resourceVersion written, or None for a deletion. The cache
+    is stale for a Service while a slice written is missing or older there, or a slice deleted is still
+    there; judged from the cache's contents at sync time, never from the order in which the write's
+    answer and its watch event arrive."""
 
     # A write the cache never shows (a relist that skipped it) stops counting after this long.
     PATIENCE = 10.0
@@ -71,20 +73,17 @@ class SliceTracker:
         self._pending.setdefault(service, {})[name] = int(rv) if rv else None
         self._since.setdefault(service, time.monotonic())
 
-    def observed(self, slice_: Obj, deleted: bool = False) -> None:
-        """The cache saw this slice (or its deletion): drop what it has caught up with."""
-        service = _service_of_slice(slice_)
-        pending = self._pending.get(service or "")
-        name = meta(slice_).get("name", "")
-        if not pending or name not in pending:
-            return
-        wanted = pending[name]
-        if deleted or (wanted is not None and int(meta(slice_).get("resourceVersion") or 0) >= wanted):
-            del pending[name]
-
-    def stale(self, service: str) -> bool:
-        if not self._pending.get(service):
-            self._since.pop(service, None)
+    def stale(self, service: str, cached: list[Obj]) -> bool:
+        """Whether `cached` (the cache's slices of the Service) misses a write; caught-up ones are dropped."""
+        pending = self._pending.get(service)
+        if pending:
+            versions = {meta(s).get("name", ""): int(meta(s).get("resourceVersion") or 0) for s in cached}
+            for name, wanted in list(pending.items()):
+                have = versions.get(name)
+                if (have is None) if wanted is None else (have is not None and have >= wanted):
+                    del pending[name]
+        if not pending:
+            self.forget(service)
             return False
         if time.monotonic() - self._since.get(service, 0.0) > self.PATIENCE:
             self.forget(service)
@@ -115,7 +114,7 @@ class EndpointSliceController(Controller):
         self.slices.add_handler(
             on_add=self._slice_changed,
             on_update=lambda _o, n: self._slice_changed(n),
-            on_delete=lambda s: self._slice_changed(s, deleted=True),
+            on_delete=self._slice_changed,
         )
         self.nodes.add_handler(on_add=self._node_changed, on_delete=self._node_changed)
 
@@ -140,8 +139,7 @@ class EndpointSliceController(Controller):
         for key in {*self._services_selecting(old), *self._services_selecting(new)}:
             self.queue.add(key)
 
-    def _slice_changed(self, slice_: Obj, deleted: bool = False) -> None:
-        self.tracker.observed(slice_, deleted)
+    def _slice_changed(self, slice_: Obj) -> None:
         key = _service_of_slice(slice_)
         if key:
             self.queue.add(key)
@@ -173,13 +171,14 @@ class EndpointSliceController(Controller):
         info = ServiceInfo.of(service)
         if info.external_name or info.selector is None:
             return  # no endpoints from this controller; a user may write slices of their own
+        cached = self.slices.by_index("service", key)
         existing = [
             s
-            for s in self.slices.by_index("service", key)
+            for s in cached
             if any(r.get("uid") == info.uid for r in meta(s).get("ownerReferences") or [])
             or not meta(s).get("ownerReferences")
         ]
-        if self.tracker.stale(key):
+        if self.tracker.stale(key, cached):
             # The pending slice events enqueue the Service again; look once more in case they never come.
             self.queue.add_after(key, SliceTracker.PATIENCE + 0.5)
             return
