@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from serviceproxy.model import Endpoint, ServicePortName, merge_endpoints
 from tests.controllers.conftest import eventually, running
 
 MIRRORED = "endpointslice.kubernetes.io/managed-by=endpointslicemirroring-controller.k8s.io"
@@ -93,6 +94,14 @@ async def test_a_selectorless_service_gets_mirrored_slices(apiserver, v1, api, n
         )
         after = mirrored(discovery, namespace)
         assert [s.metadata.name for s in after] == [m.name]  # the same slice, rewritten
+        # The service proxy's view of the Service (its model, on the slices as the API serves them).
+        raw = discovery.api_client.sanitize_for_serialization(
+            discovery.list_namespaced_endpoint_slice(namespace).items
+        )
+        view = merge_endpoints(raw)
+        assert view[ServicePortName(namespace, "ext", "http", "TCP")] == (
+            Endpoint("10.9.0.3", 9090, True, True, False, ""),
+        )
 
         v1.delete_namespaced_endpoints("ext", namespace)
         await eventually(
