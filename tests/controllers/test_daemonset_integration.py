@@ -405,3 +405,30 @@ async def test_a_failed_daemon_pod_is_replaced(apiserver, v1, apps, namespace, n
             f"Found failed daemon pod {namespace}/{first.metadata.name} on node {first.spec.node_name}, "
             "will try to kill it"
         ]
+
+
+async def test_a_succeeded_daemon_pod_is_deleted_and_replaced(apiserver, v1, apps, namespace, nodes):
+    nodes(1)
+    async with running(apiserver, "daemonset"), scheduler_and_kubelets(apiserver, namespace):
+        apps.create_namespaced_daemon_set(namespace, daemonset("agent", namespace))
+        first = (
+            await eventually(lambda: [p for p in live(v1, namespace, "agent") if p.status.phase == "Running"])
+        )[0]
+        v1.patch_namespaced_pod_status(first.metadata.name, namespace, {"status": {"phase": "Succeeded"}})
+        await eventually(
+            lambda: [
+                p
+                for p in live(v1, namespace, "agent")
+                if p.metadata.uid != first.metadata.uid and p.status.phase == "Running"
+            ],
+            timeout=30,
+            what="a replacement",
+        )
+        events = [e for e in v1.list_namespaced_event(namespace).items if e.reason == "SucceededDaemonPod"]
+        assert [(e.type, e.message) for e in events] == [
+            (
+                "Normal",
+                f"Found succeeded daemon pod {namespace}/{first.metadata.name} on node {first.spec.node_name}, "
+                "will try to delete it",
+            )
+        ]
