@@ -31,6 +31,7 @@ from controlplane.controllers.endpointslice_reconcile import (
     reconcile,
 )
 from controlplane.controllers.triggertime import TriggerTimeTracker, annotate
+from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.informer import by_namespace, meta, split_key
 
@@ -93,6 +94,50 @@ class SliceTracker:
     def forget(self, service: str) -> None:
         self._pending.pop(service, None)
         self._since.pop(service, None)
+
+
+async def write_slices(
+    client: KubeClient,
+    tracker: SliceTracker,
+    key: str,
+    create: list[Obj],
+    update: list[Obj],
+    delete: list[Obj],
+) -> None:
+    """Write a plan's slices for the Service (or Endpoints) `key`, each write recorded in `tracker`:
+    creates and updates first, so a client never sees the Service without endpoints mid-way; a
+    namespace being terminated refuses creates, which then wait for nothing."""
+    namespace, _ = split_key(key)
+
+    async def created(body: Obj) -> None:
+        try:
+            made = await client.create(slices_path(namespace), body)
+        except ApiError as err:
+            if err.forbidden and "being terminated" in err.message:
+                return
+            raise
+        tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
+
+    async def updated(body: Obj) -> None:
+        made = await client.replace(slices_path(namespace, meta(body)["name"]), body)
+        tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
+
+    async def deleted(body: Obj) -> None:
+        name = meta(body)["name"]
+        try:
+            await client.delete(slices_path(namespace, name))
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        tracker.wrote(key, name, None)
+
+    results = await asyncio.gather(
+        *(created(b) for b in create), *(updated(b) for b in update), return_exceptions=True
+    )
+    results += await asyncio.gather(*(deleted(b) for b in delete), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 class EndpointSliceController(Controller):
@@ -194,35 +239,4 @@ class EndpointSliceController(Controller):
             raise RuntimeError("; ".join(plan.skipped))
 
     async def _apply(self, key: str, plan: Plan) -> None:
-        namespace, _ = split_key(key)
-
-        async def create(body: Obj) -> None:
-            try:
-                made = await self.client.create(slices_path(namespace), body)
-            except ApiError as err:
-                if err.forbidden and "being terminated" in err.message:
-                    return
-                raise
-            self.tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
-
-        async def update(body: Obj) -> None:
-            made = await self.client.replace(slices_path(namespace, meta(body)["name"]), body)
-            self.tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
-
-        async def delete(body: Obj) -> None:
-            name = meta(body)["name"]
-            try:
-                await self.client.delete(slices_path(namespace, name))
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-            self.tracker.wrote(key, name, None)
-
-        # Creates and updates first, so a client never sees the Service without endpoints mid-way.
-        results = await asyncio.gather(
-            *(create(b) for b in plan.create), *(update(b) for b in plan.update), return_exceptions=True
-        )
-        results += await asyncio.gather(*(delete(b) for b in plan.delete), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await write_slices(self.client, self.tracker, key, plan.create, plan.update, plan.delete)

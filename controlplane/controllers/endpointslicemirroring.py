@@ -13,11 +13,10 @@ from a cache that does not show its own last writes (`SliceTracker`).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from controlplane.controllers.base import Controller, ControllerContext
-from controlplane.controllers.endpointslice import SLICES, SliceTracker, slices_path
+from controlplane.controllers.endpointslice import SLICES, SliceTracker, slices_path, write_slices
 from controlplane.controllers.endpointslice_pods import MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from controlplane.controllers.mirroring_reconcile import (
     CONTROLLER_NAME,
@@ -124,36 +123,6 @@ class EndpointSliceMirroringController(Controller):
                     raise
 
     async def _apply(self, key: str, endpoints: Obj, plan: MirrorPlan) -> None:
-        namespace, _ = split_key(key)
-
-        async def create(body: Obj) -> None:
-            try:
-                made = await self.client.create(slices_path(namespace), body)
-            except ApiError as err:
-                if err.forbidden and "being terminated" in err.message:
-                    return
-                raise
-            self.tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
-
-        async def update(body: Obj) -> None:
-            made = await self.client.replace(slices_path(namespace, meta(body)["name"]), body)
-            self.tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
-
-        async def delete(body: Obj) -> None:
-            name = meta(body)["name"]
-            try:
-                await self.client.delete(slices_path(namespace, name))
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-            self.tracker.wrote(key, name, None)
-
         # No new slices for an Endpoints being deleted (upstream's finalize).
         creates = [] if meta(endpoints).get("deletionTimestamp") else plan.create
-        results = await asyncio.gather(
-            *(create(b) for b in creates), *(update(b) for b in plan.update), return_exceptions=True
-        )
-        results += await asyncio.gather(*(delete(b) for b in plan.delete), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await write_slices(self.client, self.tracker, key, creates, plan.update, plan.delete)
