@@ -8,7 +8,7 @@ Pure: the finalizer (`nsfinalizer.py`) hands in what its sweep found.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.apiserver.meta import timestamp
@@ -33,15 +33,26 @@ _OK = {
 
 @dataclass(frozen=True)
 class ContentTotals:
-    """What is left after a sweep: `resource.group` -> count, finalizer -> objects it holds."""
+    """What is left after a sweep: `resource.group` -> count, finalizer -> objects it holds; the
+    group/versions discovery lists Stale (their APIService is unavailable)."""
 
     remaining: dict[str, int]
     finalizers: dict[str, int]
+    stale: list[str] = field(default_factory=list)
 
 
 def failures(totals: ContentTotals, delete_errors: list[str]) -> dict[str, tuple[str, str]]:
     """type -> (reason, message) of each condition that is True."""
     out: dict[str, tuple[str, str]] = {}
+    if totals.stale:
+        # client-go's ErrGroupDiscoveryFailed of StaleGroupVersionErrors, as the namespace controller
+        # reports it.
+        groups = ", ".join(sorted(f"{gv}: stale GroupVersion discovery: {gv}" for gv in totals.stale))
+        out[DISCOVERY] = (
+            "DiscoveryFailed",
+            f"Discovery failed for some groups, {len(totals.stale)} failing: "
+            f"unable to retrieve the complete list of server APIs: {groups}",
+        )
     if delete_errors:
         out[CONTENT_FAILURE] = (
             "ContentDeletionFailed",

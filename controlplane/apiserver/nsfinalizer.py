@@ -12,7 +12,9 @@ reports are upstream's (pkg/controller/namespace):
   termination grace period, or objects held by finalizers (15 s assumed), make the next look come after
   half that estimate plus one second; anything else left over is an error, retried with backoff
   (5 ms doubling to 60 s);
-- the sweep's findings are the namespace's five deletion conditions (`nsconditions.py`);
+- the sweep's findings are the namespace's five deletion conditions (`nsconditions.py`); an aggregated
+  API whose APIService is unavailable is a discovery failure that keeps the namespace (its content
+  cannot be known), as a genuine cluster keeps it while, say, metrics-server is down;
 - once nothing is left the `kubernetes` finalizer goes, and with it the namespace.
 
 Pods bound to a node are deleted gracefully, so the namespace waits for their kubelet, as upstream.
@@ -28,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.apiserver import kinds
+from controlplane.apiserver.aggregator.apis import APIServiceInfo
 from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.kinds.apiservice import KIND as APISERVICES
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import now, parse_time
 from controlplane.apiserver.nsconditions import ContentTotals, merge_conditions
@@ -58,6 +62,9 @@ class Sweep:
     remaining: dict[Kind, int] = field(default_factory=dict)
     finalizers: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # Aggregated group/versions whose APIService is unavailable: discovery lists them Stale, so their
+    # content cannot be known, and the namespace waits for them as upstream's does.
+    stale: list[str] = field(default_factory=list)
 
 
 class ContentRemains(Exception):
@@ -138,8 +145,8 @@ class NamespaceFinalizer:
             return
         sweep = await self._sweep(name, parse_time(meta["deletionTimestamp"]) or now())
         await self._report(name, sweep)
-        if sweep.errors:
-            raise RuntimeError("; ".join(sweep.errors))
+        if sweep.errors or sweep.stale:
+            raise RuntimeError("; ".join([*sweep.errors, *sweep.stale]))
         if sweep.estimate > 0:
             raise ContentRemains(sweep.estimate)
         await self.registry.guaranteed_update(self.namespaces, "", name, _drop_finalizer, "finalize")
@@ -147,7 +154,7 @@ class NamespaceFinalizer:
     async def _sweep(self, name: str, deleted_at: dt.datetime) -> Sweep:
         """Delete what the namespace holds, then count what is left (upstream's deleteAllContent)."""
         await self.registry.cache.wait_fresh()
-        sweep = Sweep()
+        sweep = Sweep(stale=self._stale_group_versions())
         for res in kinds.sweepable():
             items = self.registry.cache.list(res.bucket, res.prefix(name))
             if not items:
@@ -183,9 +190,19 @@ class NamespaceFinalizer:
                 )
         return sweep
 
+    def _stale_group_versions(self) -> list[str]:
+        out = []
+        for cached in self.registry.cache.list(APISERVICES.bucket, APISERVICES.prefix("")):
+            info = APIServiceInfo.parse(cached.obj)
+            if not info.local and not info.available:
+                out.append(f"{info.group}/{info.version}")
+        return sorted(out)
+
     async def _report(self, name: str, sweep: Sweep) -> None:
         totals = ContentTotals(
-            {f"{res.plural}.{res.group}": n for res, n in sweep.remaining.items()}, sweep.finalizers
+            {f"{res.plural}.{res.group}": n for res, n in sweep.remaining.items()},
+            sweep.finalizers,
+            sweep.stale,
         )
 
         def update(current: dict[str, Any]) -> dict[str, Any]:

@@ -183,3 +183,57 @@ def test_content_failure_when_pods_outlive_their_grace(v1: client.CoreV1Api) -> 
     )
     v1.delete_namespaced_pod("stuck", name, grace_period_seconds=0)
     wait_for(lambda: gone(lambda: v1.read_namespace(name)), what="the namespace to go once the pod is gone")
+
+
+def test_an_unavailable_aggregated_api_keeps_the_namespace(
+    api: client.ApiClient, v1: client.CoreV1Api
+) -> None:
+    """Discovery lists the group of an unavailable APIService Stale: upstream's namespace controller
+    cannot know that group's content, reports the discovery failure and keeps the namespace."""
+    group = f"g{uuid.uuid4().hex[:8]}.example.com"
+    custom = client.CustomObjectsApi(api)
+    custom.create_cluster_custom_object(
+        "apiregistration.k8s.io",
+        "v1",
+        "apiservices",
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": f"v1.{group}"},
+            "spec": {
+                "group": group,
+                "version": "v1",
+                "service": {"namespace": "default", "name": "nowhere", "port": 443},
+                "insecureSkipTLSVerify": True,
+                "groupPriorityMinimum": 100,
+                "versionPriority": 10,
+            },
+        },
+    )
+    try:
+        name = fresh_namespace(v1)
+        v1.create_namespaced_config_map(name, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
+        v1.delete_namespace(name)
+        found = wait_for(
+            lambda: (
+                (c := conditions(v1, name)).get("NamespaceDeletionDiscoveryFailure", ("",))[0] == "True" and c
+            ),
+            what="the discovery-failure condition",
+        )
+        assert found["NamespaceDeletionDiscoveryFailure"] == (
+            "True",
+            "DiscoveryFailed",
+            "Discovery failed for some groups, 1 failing: unable to retrieve the complete list of server APIs: "
+            f"{group}/v1: stale GroupVersion discovery: {group}/v1",
+        )
+        # What could be deleted was; the namespace stays while the group's content cannot be known.
+        assert found["NamespaceContentRemaining"] == (
+            "False",
+            "ContentRemoved",
+            "All content successfully removed",
+        )
+        assert v1.list_namespaced_config_map(name).items == []
+        assert v1.read_namespace(name).status.phase == "Terminating"
+    finally:
+        custom.delete_cluster_custom_object("apiregistration.k8s.io", "v1", "apiservices", f"v1.{group}")
+    wait_for(lambda: gone(lambda: v1.read_namespace(name)), timeout=70, what="the namespace to go")
