@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from tests.controllers.conftest import eventually, mark_ready, running
-from tests.controllers.jobkubelet import job_kubelet
+from tests.controllers.jobkubelet import ended, job_kubelet
 
 TRACKING = "batch.kubernetes.io/job-tracking"
 
@@ -405,26 +405,7 @@ async def test_with_a_pod_failure_policy_a_terminating_pod_is_not_replaced(apise
         )
         assert [p.metadata.uid for p in pods_of(v1, namespace, "slow")] == [first.metadata.uid]
         assert batch.read_namespaced_job_status("slow", namespace).status.active in (None, 0)
-        stamp = first.metadata.creation_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ")
-        v1.patch_namespaced_pod_status(
-            first.metadata.name,
-            namespace,
-            {
-                "status": {
-                    "phase": "Failed",
-                    "containerStatuses": [
-                        {
-                            "name": "c",
-                            "image": "busybox",
-                            "imageID": "",
-                            "ready": False,
-                            "restartCount": 0,
-                            "state": {"terminated": {"exitCode": 7, "startedAt": stamp, "finishedAt": stamp}},
-                        }
-                    ],
-                }
-            },
-        )
+        v1.patch_namespaced_pod_status(first.metadata.name, namespace, {"status": ended("Failed", 7)})
         v1.delete_namespaced_pod(first.metadata.name, namespace, grace_period_seconds=0)
         second = await eventually(
             lambda: [p for p in pods_of(v1, namespace, "slow") if p.metadata.uid != first.metadata.uid],

@@ -6,38 +6,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
+from e2e.waiting import gone, wait_for
 from tests.controlplane.conftest import Kubectl
 
-T = TypeVar("T")
 HOLD = "example.com/hold"
-
-
-def wait_for(probe: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last={last!r}")
-
-
-def gone(read: Callable[[], object]) -> bool:
-    try:
-        read()
-    except ApiException as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
 
 
 def fresh_namespace(v1: client.CoreV1Api) -> str:
