@@ -12,6 +12,7 @@ from kubernetes import client
 
 from e2e.waiting import gone, wait_for
 from tests.controlplane.conftest import Kubectl
+from tests.controlplane.test_apiserver_aggregator import _apiservice as apiservice
 
 HOLD = "example.com/hold"
 
@@ -168,23 +169,12 @@ def test_an_unavailable_aggregated_api_keeps_the_namespace(
     cannot know that group's content, reports the discovery failure and keeps the namespace."""
     group = f"g{uuid.uuid4().hex[:8]}.example.com"
     custom = client.CustomObjectsApi(api)
+    # Its Service (default/api) does not exist: ServiceNotFound, never Available.
     custom.create_cluster_custom_object(
         "apiregistration.k8s.io",
         "v1",
         "apiservices",
-        {
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {"name": f"v1.{group}"},
-            "spec": {
-                "group": group,
-                "version": "v1",
-                "service": {"namespace": "default", "name": "nowhere", "port": 443},
-                "insecureSkipTLSVerify": True,
-                "groupPriorityMinimum": 100,
-                "versionPriority": 10,
-            },
-        },
+        apiservice(group, "default", insecureSkipTLSVerify=True),
     )
     try:
         name = fresh_namespace(v1)
