@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from clusterdns.records import build
 from serviceproxy.model import Endpoint, ServicePortName, merge_endpoints
 from tests.controllers.conftest import eventually, running
 
@@ -116,3 +117,29 @@ async def test_a_selectorless_service_gets_mirrored_slices(apiserver, v1, api, n
         )
     kubernetes = discovery.list_namespaced_endpoint_slice("default", label_selector=MIRRORED).items
     assert kubernetes == []  # skip-mirror
+
+
+async def test_a_headless_selectorless_service_resolves_to_its_mirrored_addresses(
+    apiserver, v1, api, namespace
+):
+    """What cluster DNS answers (its zone, built from the Services and slices as the API serves them)."""
+    discovery = client.DiscoveryV1Api(api)
+    async with running(apiserver, "endpointslicemirroring"):
+        v1.create_namespaced_service(
+            namespace,
+            {
+                "metadata": {"name": "hl"},
+                "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80}]},
+            },
+        )
+        body = endpoints(["10.9.1.1"])
+        body["metadata"]["name"] = "hl"
+        v1.create_namespaced_endpoints(namespace, body)
+        await eventually(lambda: mirrored(discovery, namespace, "hl"), what="the mirrored slice")
+    serialize = api.sanitize_for_serialization
+    zone = build(
+        serialize(v1.list_namespaced_service(namespace).items),
+        serialize(discovery.list_namespaced_endpoint_slice(namespace).items),
+    )
+    answer = zone.lookup(f"hl.{namespace}.svc.cluster.local", "A")
+    assert answer.rcode == "NOERROR" and [r.value for r in answer.records] == ["10.9.1.1"]
