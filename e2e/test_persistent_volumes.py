@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from e2e.waiting import finished, wait_for
+from e2e.waiting import finished, gone, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -73,16 +72,6 @@ def default_class(api_client) -> str:
     if not chosen or chosen[0].volume_binding_mode != "WaitForFirstConsumer":
         pytest.skip("the cluster has no default WaitForFirstConsumer StorageClass (k3s's local-path)")
     return chosen[0].metadata.name
-
-
-def gone(read) -> bool:
-    try:
-        read()
-    except ApiException as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
 
 
 def test_claim_binds_for_its_first_pod_and_keeps_data(

@@ -62,3 +62,16 @@ def finished(kube: Any, namespace: str, name: str, timeout: float = 60.0) -> Any
         return pod if pod.status.phase in ("Succeeded", "Failed") else None
 
     return wait_for(check, timeout=timeout, what=f"pod {name} to finish")
+
+
+def gone(read: Callable[[], Any]) -> bool:
+    """Whether `read()` (an official-client read) answers 404 Not Found; other errors are raised."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        read()
+    except ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False

@@ -190,7 +190,8 @@ class StaticPodSource:
         """Until the directory to watch is another (created, removed or replaced)."""
         while watched == self._watched_dir():
             try:
-                event = await asyncio.wait_for(inotify.get(), self.period)
+                async with asyncio.timeout(self.period):  # not wait_for: 3.11's can lose the agent's cancel
+                    event = await inotify.get()
             except TimeoutError:
                 await self.rescan()  # fileCheckFrequency
                 continue

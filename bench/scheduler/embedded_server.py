@@ -19,7 +19,11 @@ from kubeclient.eventloop import termination_event
 async def main(data_dir: Path, port: int) -> None:
     # No controller manager makes namespaces' `default` accounts here: the ServiceAccount plugin is off.
     server = ApiServer(
-        ServerConfig(data_dir=data_dir, port=port, disable_admission_plugins=["ServiceAccount"])
+        ServerConfig(
+            data_dir=data_dir,
+            port=port,
+            disable_admission_plugins=["ServiceAccount", "TaintNodesByCondition"],
+        )
     )
     await server.start()
     stop = termination_event()

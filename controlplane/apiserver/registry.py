@@ -67,8 +67,6 @@ class Registry:
         self.cache = cache
         self.store = cache.store
         self.admission = admission
-        # Called with (kind, object) when an object is marked for deletion (in-process controllers).
-        self.marked_listeners: list[Callable[[Kind, Obj], None]] = []
         # The server's authorizers and the RBAC index (authmodes.Authorization): RBAC's escalation checks ask them.
         self.authorization: Any = None
         # --service-cluster-ip-range and --service-node-port-range: what the Service allocator hands out.
@@ -381,8 +379,6 @@ class Registry:
             except NotFoundError:
                 raise errors.not_found(res.plural, res.group, name) from None
             obj["metadata"]["resourceVersion"] = str(rev)
-            for listener in self.marked_listeners:
-                listener(res, obj)
             return obj, False
         raise errors.conflict(res.plural, res.group, name, errors.MODIFIED)
 

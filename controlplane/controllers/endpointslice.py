@@ -31,6 +31,7 @@ from controlplane.controllers.endpointslice_reconcile import (
     reconcile,
 )
 from controlplane.controllers.triggertime import TriggerTimeTracker, annotate
+from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.informer import by_namespace, meta, split_key
 
@@ -56,9 +57,11 @@ def slices_path(namespace: str, name: str = "") -> str:
 
 
 class SliceTracker:
-    """The writes of this controller the cache has not shown yet, per Service (upstream's
-    endpointSliceTracker): slice name -> the resourceVersion written, or None for a deletion. While
-    any is pending the cache is stale for that Service."""
+    """The writes of this controller, per Service, that the cache may not show yet (upstream's
+    endpointSliceTracker): slice name -> the resourceVersion written, or None for a deletion. The cache
+    is stale for a Service while a slice written is missing or older there, or a slice deleted is still
+    there; judged from the cache's contents at sync time, never from the order in which the write's
+    answer and its watch event arrive."""
 
     # A write the cache never shows (a relist that skipped it) stops counting after this long.
     PATIENCE = 10.0
@@ -71,20 +74,17 @@ class SliceTracker:
         self._pending.setdefault(service, {})[name] = int(rv) if rv else None
         self._since.setdefault(service, time.monotonic())
 
-    def observed(self, slice_: Obj, deleted: bool = False) -> None:
-        """The cache saw this slice (or its deletion): drop what it has caught up with."""
-        service = _service_of_slice(slice_)
-        pending = self._pending.get(service or "")
-        name = meta(slice_).get("name", "")
-        if not pending or name not in pending:
-            return
-        wanted = pending[name]
-        if deleted or (wanted is not None and int(meta(slice_).get("resourceVersion") or 0) >= wanted):
-            del pending[name]
-
-    def stale(self, service: str) -> bool:
-        if not self._pending.get(service):
-            self._since.pop(service, None)
+    def stale(self, service: str, cached: list[Obj]) -> bool:
+        """Whether `cached` (the cache's slices of the Service) misses a write; caught-up ones are dropped."""
+        pending = self._pending.get(service)
+        if pending:
+            versions = {meta(s).get("name", ""): int(meta(s).get("resourceVersion") or 0) for s in cached}
+            for name, wanted in list(pending.items()):
+                have = versions.get(name)
+                if (have is None) if wanted is None else (have is not None and have >= wanted):
+                    del pending[name]
+        if not pending:
+            self.forget(service)
             return False
         if time.monotonic() - self._since.get(service, 0.0) > self.PATIENCE:
             self.forget(service)
@@ -94,6 +94,50 @@ class SliceTracker:
     def forget(self, service: str) -> None:
         self._pending.pop(service, None)
         self._since.pop(service, None)
+
+
+async def write_slices(
+    client: KubeClient,
+    tracker: SliceTracker,
+    key: str,
+    create: list[Obj],
+    update: list[Obj],
+    delete: list[Obj],
+) -> None:
+    """Write a plan's slices for the Service (or Endpoints) `key`, each write recorded in `tracker`:
+    creates and updates first, so a client never sees the Service without endpoints mid-way; a
+    namespace being terminated refuses creates, which then wait for nothing."""
+    namespace, _ = split_key(key)
+
+    async def created(body: Obj) -> None:
+        try:
+            made = await client.create(slices_path(namespace), body)
+        except ApiError as err:
+            if err.forbidden and "being terminated" in err.message:
+                return
+            raise
+        tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
+
+    async def updated(body: Obj) -> None:
+        made = await client.replace(slices_path(namespace, meta(body)["name"]), body)
+        tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
+
+    async def deleted(body: Obj) -> None:
+        name = meta(body)["name"]
+        try:
+            await client.delete(slices_path(namespace, name))
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        tracker.wrote(key, name, None)
+
+    results = await asyncio.gather(
+        *(created(b) for b in create), *(updated(b) for b in update), return_exceptions=True
+    )
+    results += await asyncio.gather(*(deleted(b) for b in delete), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 class EndpointSliceController(Controller):
@@ -115,7 +159,7 @@ class EndpointSliceController(Controller):
         self.slices.add_handler(
             on_add=self._slice_changed,
             on_update=lambda _o, n: self._slice_changed(n),
-            on_delete=lambda s: self._slice_changed(s, deleted=True),
+            on_delete=self._slice_changed,
         )
         self.nodes.add_handler(on_add=self._node_changed, on_delete=self._node_changed)
 
@@ -140,8 +184,7 @@ class EndpointSliceController(Controller):
         for key in {*self._services_selecting(old), *self._services_selecting(new)}:
             self.queue.add(key)
 
-    def _slice_changed(self, slice_: Obj, deleted: bool = False) -> None:
-        self.tracker.observed(slice_, deleted)
+    def _slice_changed(self, slice_: Obj) -> None:
         key = _service_of_slice(slice_)
         if key:
             self.queue.add(key)
@@ -173,13 +216,14 @@ class EndpointSliceController(Controller):
         info = ServiceInfo.of(service)
         if info.external_name or info.selector is None:
             return  # no endpoints from this controller; a user may write slices of their own
+        cached = self.slices.by_index("service", key)
         existing = [
             s
-            for s in self.slices.by_index("service", key)
+            for s in cached
             if any(r.get("uid") == info.uid for r in meta(s).get("ownerReferences") or [])
             or not meta(s).get("ownerReferences")
         ]
-        if self.tracker.stale(key):
+        if self.tracker.stale(key, cached):
             # The pending slice events enqueue the Service again; look once more in case they never come.
             self.queue.add_after(key, SliceTracker.PATIENCE + 0.5)
             return
@@ -195,35 +239,4 @@ class EndpointSliceController(Controller):
             raise RuntimeError("; ".join(plan.skipped))
 
     async def _apply(self, key: str, plan: Plan) -> None:
-        namespace, _ = split_key(key)
-
-        async def create(body: Obj) -> None:
-            try:
-                made = await self.client.create(slices_path(namespace), body)
-            except ApiError as err:
-                if err.forbidden and "being terminated" in err.message:
-                    return
-                raise
-            self.tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
-
-        async def update(body: Obj) -> None:
-            made = await self.client.replace(slices_path(namespace, meta(body)["name"]), body)
-            self.tracker.wrote(key, meta(made)["name"], meta(made).get("resourceVersion"))
-
-        async def delete(body: Obj) -> None:
-            name = meta(body)["name"]
-            try:
-                await self.client.delete(slices_path(namespace, name))
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-            self.tracker.wrote(key, name, None)
-
-        # Creates and updates first, so a client never sees the Service without endpoints mid-way.
-        results = await asyncio.gather(
-            *(create(b) for b in plan.create), *(update(b) for b in plan.update), return_exceptions=True
-        )
-        results += await asyncio.gather(*(delete(b) for b in plan.delete), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await write_slices(self.client, self.tracker, key, plan.create, plan.update, plan.delete)

@@ -255,7 +255,37 @@ def reconcile(
         remaining += _reconcile_family(service, family, mine, desired, max_per_slice, plan)
     if remaining == 0:
         _placeholder(service, plan)
+    _creates_as_updates(service, plan)
     return plan
+
+
+def _creates_as_updates(service: ServiceInfo, plan: Plan) -> None:
+    """A slice to create takes the name of one to delete (same address type, owned by this Service), so
+    clients see one slice change instead of a new slice and a vanishing one (upstream's finalize)."""
+    kept = []
+    for old in plan.delete:
+        same = next(
+            (
+                s
+                for s in reversed(plan.create)
+                if s.get("addressType") == old.get("addressType") and _owned_by(service, old)
+            ),
+            None,
+        )
+        if same is None:
+            kept.append(old)
+            continue
+        plan.create.remove(same)
+        m = same["metadata"]
+        m.pop("generateName", None)
+        m["name"] = meta(old)["name"]
+        m["resourceVersion"] = meta(old).get("resourceVersion")
+        plan.update.append(same)
+    plan.delete = kept
+
+
+def _owned_by(service: ServiceInfo, slice_: Obj) -> bool:
+    return any(r.get("uid") == service.uid for r in meta(slice_).get("ownerReferences") or [])
 
 
 def _placeholder(service: ServiceInfo, plan: Plan) -> None:

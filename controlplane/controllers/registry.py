@@ -19,6 +19,7 @@ from controlplane.controllers.deployment import DeploymentController
 from controlplane.controllers.disruption import DisruptionController
 from controlplane.controllers.endpoints import EndpointsController
 from controlplane.controllers.endpointslice import EndpointSliceController
+from controlplane.controllers.endpointslicemirroring import EndpointSliceMirroringController
 from controlplane.controllers.garbagecollector.collector import GarbageCollector
 from controlplane.controllers.job import JobController
 from controlplane.controllers.nodeipam import NodeIpamController
@@ -59,6 +60,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         DaemonSetController,
         EndpointsController,
         EndpointSliceController,
+        EndpointSliceMirroringController,
         DisruptionController,
         BootstrapSigner,
         TokenCleaner,

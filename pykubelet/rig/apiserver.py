@@ -46,7 +46,9 @@ class ApiServer:
 
     Without the controller manager no namespace gets its `default` ServiceAccount, so the ServiceAccount
     admission plugin would refuse every pod: it is off unless `service_account_admission=True` (default:
-    on exactly when the controllers run), as upstream's integration-test servers turn it off."""
+    on exactly when the controllers run), as upstream's integration-test servers turn it off. So is
+    TaintNodesByCondition (`node_taint_admission`): without the node lifecycle controller nothing lifts
+    the not-ready taint it puts on every new Node, and the nodes tests make would never take a pod."""
 
     def __init__(
         self,
@@ -58,6 +60,7 @@ class ApiServer:
         controller_manager_port: int | None = None,
         scheduler_port: int | None = None,
         service_account_admission: bool | None = None,
+        node_taint_admission: bool | None = None,
         extra_args: list[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
         etcd: Etcd | EtcdCluster | None = None,
@@ -74,8 +77,13 @@ class ApiServer:
         self.extra_args = list(extra_args or []) + (etcd.server_args() if etcd is not None else [])
         if host != "127.0.0.1":
             self.extra_args += ["--bind-address", host]
+        disabled = []
         if not (controllers if service_account_admission is None else service_account_admission):
-            self.extra_args += ["--disable-admission-plugins", "ServiceAccount"]
+            disabled.append("ServiceAccount")
+        if not (controllers if node_taint_admission is None else node_taint_admission):
+            disabled.append("TaintNodesByCondition")
+        if disabled:
+            self.extra_args += ["--disable-admission-plugins", ",".join(disabled)]
         self.log_path = Path(log_path) if log_path else self.data_dir / "apiserver.log"
         self.daemon = Daemon("pykubelet server", self.command(), self.log_path)
 

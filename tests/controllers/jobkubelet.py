@@ -24,7 +24,8 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _ended(phase: str, code: int) -> Obj:
+def ended(phase: str, code: int) -> Obj:
+    """A pod status as a kubelet writes it once the pod's one container `c` has exited with `code`."""
     terminated = {
         "exitCode": code,
         "reason": "Completed" if code == 0 else "Error",
@@ -106,7 +107,7 @@ async def job_kubelet(
                 f"{base(pod)}/status",
                 {
                     "metadata": {"uid": uid},
-                    "status": _ended(phase, 0 if phase == "Succeeded" else int(code or 1)),
+                    "status": ended(phase, 0 if phase == "Succeeded" else int(code or 1)),
                 },
             )
 
@@ -116,7 +117,7 @@ async def job_kubelet(
         with contextlib.suppress(ApiError):
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 await kube.patch(
-                    f"{base(pod)}/status", {"metadata": {"uid": uid}, "status": _ended("Failed", 137)}
+                    f"{base(pod)}/status", {"metadata": {"uid": uid}, "status": ended("Failed", 137)}
                 )
             await kube.delete(base(pod), {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
 

@@ -383,14 +383,35 @@ async def test_surge_and_on_delete(apiserver, v1, apps, namespace, nodes):
         assert any(p.spec.containers[0].image == "busybox:1" for p in live(v1, namespace, "manual"))
 
 
-async def test_a_failed_daemon_pod_is_replaced(apiserver, v1, apps, namespace, nodes):
+@pytest.mark.parametrize(
+    ("phase", "reason", "kind", "said"),
+    [
+        (
+            "Failed",
+            "FailedDaemonPod",
+            "Warning",
+            "Found failed daemon pod {pod} on node {node}, will try to kill it",
+        ),
+        (
+            "Succeeded",
+            "SucceededDaemonPod",
+            "Normal",
+            "Found succeeded daemon pod {pod} on node {node}, will try to delete it",
+        ),
+    ],
+)
+async def test_a_finished_daemon_pod_is_deleted_and_replaced(
+    apiserver, v1, apps, namespace, nodes, phase, reason, kind, said
+):
+    """A daemon is never done while its node is there: a pod that Failed or Succeeded is deleted (with
+    upstream's event) and replaced."""
     nodes(1)
     async with running(apiserver, "daemonset"), scheduler_and_kubelets(apiserver, namespace):
         apps.create_namespaced_daemon_set(namespace, daemonset("agent", namespace))
         first = (
             await eventually(lambda: [p for p in live(v1, namespace, "agent") if p.status.phase == "Running"])
         )[0]
-        v1.patch_namespaced_pod_status(first.metadata.name, namespace, {"status": {"phase": "Failed"}})
+        v1.patch_namespaced_pod_status(first.metadata.name, namespace, {"status": {"phase": phase}})
         await eventually(
             lambda: [
                 p
@@ -400,8 +421,7 @@ async def test_a_failed_daemon_pod_is_replaced(apiserver, v1, apps, namespace, n
             timeout=30,
             what="a replacement",
         )
-        said = [e.message for e in v1.list_namespaced_event(namespace).items if e.reason == "FailedDaemonPod"]
-        assert said == [
-            f"Found failed daemon pod {namespace}/{first.metadata.name} on node {first.spec.node_name}, "
-            "will try to kill it"
+        events = [e for e in v1.list_namespaced_event(namespace).items if e.reason == reason]
+        assert [(e.type, e.message) for e in events] == [
+            (kind, said.format(pod=f"{namespace}/{first.metadata.name}", node=first.spec.node_name))
         ]

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tests.controllers.conftest import eventually, running
@@ -233,3 +233,41 @@ async def test_published_not_ready_headless_and_selectorless(apiserver, v1, disc
         with pytest.raises(ApiException) as err:
             v1.read_namespaced_endpoints("ext", namespace)
         assert err.value.status == 404
+
+
+async def test_a_new_service_gets_one_slice_and_follows_its_pods_at_once(
+    apiserver, v1, discovery, namespace, node
+):
+    """Issue 31: a new Service got a second slice (its placeholder deleted) and its slices then lagged
+    its pods by 10 s or more. Upstream turns the placeholder into the pods' slice (a create and a delete
+    become one update) and follows each pod change at once."""
+    since = discovery.list_namespaced_endpoint_slice(namespace).metadata.resource_version
+    async with running(apiserver, "endpointslice"):
+        make_service(v1, namespace)
+        await eventually(lambda: managed(discovery, namespace), what="the placeholder slice")
+        start_pod(v1, namespace, "a", "10.244.2.2", node)
+        await eventually(
+            lambda: (
+                endpoints_of(discovery, namespace) == {"10.244.2.2": (True, True, False, (("http", 8080),))}
+            ),
+            what="the pod in the new Service's slice",
+        )
+        set_ready(v1, namespace, "a", False)
+        turned = time.monotonic()
+        await eventually(
+            lambda: endpoints_of(discovery, namespace).get("10.244.2.2", (None,))[0] is False,
+            timeout=3.0,
+            what="the slice to follow the pod turning unready within 3 s",
+        )
+        lag = time.monotonic() - turned
+    events = [
+        (e["type"], e["object"].metadata.name)
+        for e in watch.Watch().stream(
+            discovery.list_namespaced_endpoint_slice,
+            namespace,
+            resource_version=since,
+            timeout_seconds=1,
+        )
+    ]
+    assert [t for t, _ in events if t != "MODIFIED"] == ["ADDED"], events
+    assert lag < 3.0

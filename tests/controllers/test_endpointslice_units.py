@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.controllers.endpoints import desired_subsets, truncate
+from controlplane.controllers.endpointslice import SliceTracker
 from controlplane.controllers.endpointslice_pods import ServiceInfo, find_port
 from controlplane.controllers.endpointslice_reconcile import reconcile
 
@@ -135,11 +136,24 @@ def test_no_endpoints_keep_one_placeholder_and_emptied_slices_go() -> None:
     placeholder = as_created(plan.create)
     assert reconcile(service(), [], placeholder, known).empty
     filled = reconcile(service(), [pod("a", "10.0.0.1")], placeholder, known)
-    assert len(filled.create) == 1 and [s["metadata"]["name"] for s in filled.delete] == ["web-0"]
-    emptied = reconcile(service(), [], as_created(filled.create), known)
-    # As upstream: the emptied slice goes and a placeholder takes its place.
-    assert [s["metadata"]["name"] for s in emptied.delete] == ["web-0"] and not emptied.update
-    assert [(s["ports"], s["endpoints"]) for s in emptied.create] == [([], [])]
+    # As upstream's finalize: the slice that would be created takes the placeholder's name (an update)
+    # instead of a new slice beside a deleted one.
+    assert not filled.create and not filled.delete
+    assert [s["metadata"]["name"] for s in filled.update] == ["web-0"]
+    assert [e["addresses"] for e in filled.update[0]["endpoints"]] == [["10.0.0.1"]]
+    emptied = reconcile(service(), [], filled.update, known)
+    # The emptied slice becomes the placeholder the same way.
+    assert not emptied.create and not emptied.delete
+    assert [(s["metadata"]["name"], s["ports"], s["endpoints"]) for s in emptied.update] == [
+        ("web-0", [], [])
+    ]
+
+
+def test_a_slice_of_another_owner_is_deleted_not_reused() -> None:
+    placeholder = as_created(reconcile(service(), [], [], known).create)
+    placeholder[0]["metadata"]["ownerReferences"][0]["uid"] = "an-older-service"
+    plan = reconcile(service(), [pod("a", "10.0.0.1")], placeholder, known)
+    assert [s["metadata"]["name"] for s in plan.delete] == ["web-0"] and len(plan.create) == 1
 
 
 def test_pods_on_unknown_nodes_wait_unless_published() -> None:
@@ -197,3 +211,20 @@ def test_endpoints_over_capacity_are_truncated() -> None:
     kept, truncated = truncate(subsets)
     assert truncated and sum(len(s["addresses"]) for s in kept) == 1000
     assert truncate(kept) == (kept, False)
+
+
+def test_the_tracker_judges_staleness_from_the_cache_not_from_event_order() -> None:
+    """Issue 31: the watch event of a write can arrive before the write's answer; the cache already
+    showing the write must count as caught up (before, the Service was ignored for 10 s)."""
+    tracker = SliceTracker()
+    slice_ = {"metadata": {"name": "web-abc", "resourceVersion": "12"}}
+    tracker.wrote("ns/web", "web-abc", "12")  # recorded after the cache saw it
+    assert not tracker.stale("ns/web", [slice_])
+    tracker.wrote("ns/web", "web-abc", "15")
+    assert tracker.stale("ns/web", [slice_])  # the cache is behind the update
+    assert not tracker.stale("ns/web", [{"metadata": {"name": "web-abc", "resourceVersion": "15"}}])
+    tracker.wrote("ns/web", "web-abc", None)
+    assert tracker.stale("ns/web", [slice_])  # deleted, still cached
+    assert not tracker.stale("ns/web", [])
+    tracker.wrote("ns/web", "web-new", "20")
+    assert tracker.stale("ns/web", [])  # created, not cached yet

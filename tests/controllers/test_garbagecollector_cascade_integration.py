@@ -169,19 +169,75 @@ async def test_a_namespace_deleted_in_the_foreground_goes(apiserver, v1):
         await eventually(lambda: gone(lambda: v1.read_namespace(name)), what="the namespace to go")
 
 
-async def test_a_dependent_with_another_live_owner_stays_and_stops_blocking(apiserver, v1, namespace):
-    going, staying = cm(v1, namespace, "going"), cm(v1, namespace, "staying")
+async def test_a_dependent_with_another_live_owner_loses_its_reference_to_the_waiting_one(
+    apiserver, v1, namespace
+):
+    going = cm(v1, namespace, "going", hold=True)
+    staying = cm(v1, namespace, "staying")
     cm(v1, namespace, "shared", [ref(going), ref(staying)])
     async with running(apiserver, "garbage-collector"):
         v1.delete_namespaced_config_map("going", namespace, propagation_policy="Foreground")
+        # Not garbage (one owner lives): upstream's collector removes its reference to the owner that
+        # waits for its dependents (attemptToDeleteItem, solid and waitingForDependentsDeletion), while
+        # that owner is still there (held here by the test's own finalizer).
+        shared = await eventually(
+            lambda: (
+                (x := read_cm(v1, namespace, "shared"))
+                and [r.uid for r in x.metadata.owner_references] == [staying.metadata.uid]
+                and x
+            ),
+            what="the shared dependent to lose its reference to the owner being deleted",
+        )
+        assert shared.metadata.deletion_timestamp is None
+        assert shared.metadata.owner_references[0].block_owner_deletion is True
+        held = read_cm(v1, namespace, "going")
+        assert held is not None and held.metadata.finalizers == [HOLD]  # foregroundDeletion done
+        release(v1, namespace, "going")
         await eventually(
             lambda: gone(lambda: v1.read_namespaced_config_map("going", namespace)),
             what="the foreground owner to go",
         )
-        shared = read_cm(v1, namespace, "shared")
-        # Not garbage (one owner lives); upstream's collector made its reference to the going owner
-        # non-blocking so that owner could go (and the reference to a gone owner is dropped later).
-        assert shared is not None and shared.metadata.deletion_timestamp is None
-        refs = {r.uid: r.block_owner_deletion for r in shared.metadata.owner_references}
-        assert refs.get(staying.metadata.uid) is True
-        assert refs.get(going.metadata.uid, False) is False
+        assert read_cm(v1, namespace, "shared") is not None
+
+
+async def test_an_owner_cycle_deleted_in_the_foreground_goes_entirely(apiserver, v1, namespace):
+    """Upstream's conformance test "should not be blocked by dependency circle": pod1 owned by pod3,
+    pod2 by pod1, pod3 by pod2, all blocking; a foreground delete of pod1 removes all three."""
+    pods = [
+        v1.create_namespaced_pod(
+            namespace,
+            {"metadata": {"name": f"pod{i}"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        )
+        for i in (1, 2, 3)
+    ]
+
+    def owned_by(owner: client.V1Pod) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": owner.metadata.name,
+                        "uid": owner.metadata.uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ]
+            }
+        }
+
+    for dependent, owner in ((0, 2), (1, 0), (2, 1)):
+        v1.patch_namespaced_pod(pods[dependent].metadata.name, namespace, owned_by(pods[owner]))
+    async with running(apiserver, "garbage-collector"):
+        v1.delete_namespaced_pod(
+            "pod1",
+            namespace,
+            body=client.V1DeleteOptions(
+                propagation_policy="Foreground",
+                preconditions=client.V1Preconditions(uid=pods[0].metadata.uid),
+            ),
+        )
+        await eventually(
+            lambda: not v1.list_namespaced_pod(namespace).items, timeout=30, what="all three pods to go"
+        )

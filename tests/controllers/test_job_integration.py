@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from tests.controllers.conftest import eventually, running
-from tests.controllers.jobkubelet import job_kubelet
+from tests.controllers.conftest import eventually, mark_ready, running
+from tests.controllers.jobkubelet import ended, job_kubelet
 
 TRACKING = "batch.kubernetes.io/job-tracking"
 
@@ -376,3 +376,39 @@ async def test_backoff_limit_per_index(apiserver, v1, batch, namespace):
         # The index's second pod waited out its own backoff (10 s).
         finished = ones[0].status.container_statuses[0].state.terminated.finished_at
         assert (ones[1].metadata.creation_timestamp - finished).total_seconds() >= 9
+
+
+async def test_with_a_pod_failure_policy_a_terminating_pod_is_not_replaced(apiserver, v1, batch, namespace):
+    """podReplacementPolicy defaults to Failed with a podFailurePolicy: an index whose pod is still
+    terminating gets no second pod until that one has failed (status.terminating counts it)."""
+    policy = {"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [7]}}]}
+    async with running(apiserver, "job"):
+        made = batch.create_namespaced_job(
+            namespace,
+            job("slow", completionMode="Indexed", completions=1, parallelism=1, podFailurePolicy=policy),
+        )
+        assert made.spec.pod_replacement_policy == "Failed"
+        first = (await eventually(lambda: pods_of(v1, namespace, "slow"), what="the pod of index 0"))[0]
+        mark_ready(v1, first)
+        v1.delete_namespaced_pod(first.metadata.name, namespace)  # bound: stays, terminating
+        await eventually(
+            lambda: (j := batch.read_namespaced_job_status("slow", namespace)).status.terminating == 1 and j,
+            what="the Job to count the terminating pod",
+        )
+        batch.patch_namespaced_job("slow", namespace, {"metadata": {"labels": {"poke": "1"}}})
+        await eventually(
+            lambda: (
+                (j := batch.read_namespaced_job_status("slow", namespace)).metadata.labels.get("poke")
+                and j.status.terminating == 1
+            ),
+            what="another sync",
+        )
+        assert [p.metadata.uid for p in pods_of(v1, namespace, "slow")] == [first.metadata.uid]
+        assert batch.read_namespaced_job_status("slow", namespace).status.active in (None, 0)
+        v1.patch_namespaced_pod_status(first.metadata.name, namespace, {"status": ended("Failed", 7)})
+        v1.delete_namespaced_pod(first.metadata.name, namespace, grace_period_seconds=0)
+        second = await eventually(
+            lambda: [p for p in pods_of(v1, namespace, "slow") if p.metadata.uid != first.metadata.uid],
+            what="the replacement once the first pod has failed",
+        )
+        assert second[0].metadata.annotations["batch.kubernetes.io/job-completion-index"] == "0"

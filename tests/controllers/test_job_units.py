@@ -171,9 +171,21 @@ def test_wanted_active_and_indexes() -> None:
     ispec = logic.JobSpec.of(indexed)
     t = logic.tally(indexed, [pod("r", index=1)], ispec, set())
     assert logic.wanted_active(ispec, t) == 3
-    assert logic.indexes_to_start(ispec, t, 2) == [3, 4]
+    assert logic.indexes_to_start(indexed, ispec, t, 2) == [3, 4]
     dup = logic.tally(indexed, [pod("a", index=1), pod("b", index=1)], ispec, set())
     assert [p["metadata"]["uid"] for p in logic.excess_active(ispec, dup, 3)] == ["b"]
+
+
+def test_terminating_pods_hold_their_place_when_only_failed_pods_are_replaced() -> None:
+    policy = {"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [7]}}]}
+    for spec_extra, held in (({"podFailurePolicy": policy}, True), ({}, False)):
+        j = job(completions=3, parallelism=3, completionMode="Indexed", **spec_extra)
+        spec = logic.JobSpec.of(j)
+        t = logic.tally(j, [pod("a", index=0, deleting=True), pod("b", index=1)], spec, set())
+        wanted = logic.wanted_active(spec, t)
+        assert t.terminating == 1 and wanted == 3
+        assert logic.missing_active(j, t, wanted) == (1 if held else 2)
+        assert logic.indexes_to_start(j, spec, t, 3) == ([2] if held else [0, 2])
 
 
 def test_the_pods_a_job_makes() -> None:
@@ -281,7 +293,7 @@ def test_per_index_failures_and_verdicts() -> None:
     again["metadata"]["annotations"][perindex.FAILURE_COUNT] = "1"
     once = logic.tally(j, [first], spec, set(), NOW)
     assert once.failed_indexes == set() and once.index_failures.counts == {1: 1}
-    assert logic.indexes_to_start(spec, once, 3, NOW) == [2]  # index 1 backs off its 10 s
+    assert logic.indexes_to_start(j, spec, once, 3, NOW) == [2]  # index 1 backs off its 10 s
     assert [round(w) for w in logic.index_waits(spec, once, NOW)] == [5]
     twice = logic.tally(j, [first, again], spec, set(), NOW)
     assert twice.failed_indexes == {1} and logic.wanted_active(spec, twice) == 1

@@ -392,13 +392,20 @@ def test_missing_service_and_endpoints_are_reported(
             "spec": {"ports": [{"name": "https", "port": 443, "targetPort": backend.port}]},
         },
     )
-    # the check runs again on its own (every 30 s upstream); a change of the APIService runs it at once
-    patch = {"metadata": {"labels": {"poke": "1"}}}
-    _custom(api).patch_cluster_custom_object(
-        "apiregistration.k8s.io", "v1", "apiservices", f"v1.{group}", patch
-    )
-    cond = _wait_reason(api, f"v1.{group}", "EndpointsNotFound")
+    # As upstream's controller, a change of the Service or its Endpoints runs the check again at once
+    # (not only the 30 s resync): 5 s is far inside it.
+    cond = _wait_reason(api, f"v1.{group}", "EndpointsNotFound", timeout=5.0)
     assert cond["message"] == f'cannot find endpoints for service/api in "{namespace}"'
+    v1.create_namespaced_endpoints(
+        namespace,
+        {
+            "metadata": {"name": "api"},
+            "subsets": [
+                {"addresses": [{"ip": backend.host}], "ports": [{"name": "https", "port": backend.port}]}
+            ],
+        },
+    )
+    assert _wait_reason(api, f"v1.{group}", "Passed", timeout=5.0)["status"] == "True"
 
 
 def test_apiservice_validation(api: client.ApiClient, namespace: str, group: str) -> None:

@@ -294,3 +294,26 @@ def test_all_filters_combined(cluster, start_scheduler):
         "1 node(s) were unschedulable, "
         "2 node(s) didn't have free ports for the requested pod ports."
     )
+
+
+def test_a_host_port_on_every_address_conflicts_with_one_address(cluster, start_scheduler):
+    """Upstream's conformance tests: hostPort 54322 on 0.0.0.0 (an empty hostIP) and the same port and
+    protocol on the node's IP cannot share a node, whichever comes first (HostPortInfo.CheckConflict)."""
+    node = cluster.add_node("only")
+    start_scheduler()
+    every = [{"containerPort": 8080, "hostPort": 54322, "protocol": "TCP"}]
+    one = [{"containerPort": 8080, "hostPort": 54322, "protocol": "TCP", "hostIP": "10.1.2.3"}]
+    cluster.create(cluster.pod("pod4", ports=every))
+    assert cluster.wait_bound("pod4") == node
+    cluster.create(cluster.pod("pod5", ports=one))
+    assert cluster.wait_unschedulable("pod5") == (
+        "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    )
+    for name in ("pod4", "pod5"):
+        cluster.v1.delete_namespaced_pod(name, cluster.namespace, grace_period_seconds=0)
+    cluster.create(cluster.pod("specific", ports=one))
+    assert cluster.wait_bound("specific") == node
+    cluster.create(cluster.pod("wildcard", ports=[{**every[0], "hostIP": "0.0.0.0"}]))
+    assert cluster.wait_unschedulable("wildcard") == (
+        "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    )

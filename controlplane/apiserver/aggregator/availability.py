@@ -3,7 +3,7 @@
 needs its Service (ServiceNotFound, ServicePortError), Endpoints with an address on that port
 (EndpointsNotFound, MissingEndpoints) and an answer from the backend's discovery document
 (/apis/<group>/<version>, 5 s timeout; FailedDiscoveryCheck), then it is Passed. Checked at once when
-an APIService changes and every 30 s; the discovery answer is kept for the aggregated discovery
+an APIService, its Service or its Service's Endpoints change, and every 30 s; the discovery answer is kept for the aggregated discovery
 document. lastTransitionTime changes only with the status."""
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ from controlplane.apiserver.aggregator.proxy import BackendTLS, server_name
 from controlplane.apiserver.aggregator.resolve import Endpoint, ResolveError, resolve
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.apiservice import KIND as APISERVICES
+from controlplane.apiserver.kinds.endpoints import KIND as ENDPOINTS
+from controlplane.apiserver.kinds.service import KIND as SERVICES
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.registry import Registry
+from controlplane.storage.cache import CacheEvent
 from kubeclient.eventwait import wait_event
 
 log = logging.getLogger("controlplane.apiserver.aggregator")
@@ -75,6 +78,8 @@ class AvailabilityChecker:
 
     def start(self) -> None:
         self.apis.listeners.append(self._changed)
+        for bucket in (SERVICES.bucket, ENDPOINTS.bucket):
+            self.registry.cache.subscribe(bucket, self._backend_changed)
         self._dirty.update(self.apis.by_name)
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DISCOVERY_TIMEOUT))
         self._task = asyncio.create_task(self._run(), name="apiservice-availability")
@@ -90,6 +95,15 @@ class AvailabilityChecker:
     def _changed(self, name: str) -> None:
         self._dirty.add(name)
         self._wake.set()
+
+    def _backend_changed(self, event: CacheEvent) -> None:
+        """A Service or Endpoints changed: the APIServices it backs are checked again (upstream's
+        AvailableConditionController watches both)."""
+        meta = event.obj.view.get("metadata") or {}
+        where = (meta.get("namespace") or "", meta.get("name") or "")
+        for info in self.apis.by_name.values():
+            if not info.local and (info.service_namespace, info.service_name) == where:
+                self._changed(info.name)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

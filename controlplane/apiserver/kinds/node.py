@@ -1,10 +1,12 @@
 """core/v1 Node: cluster-scoped, its status written by the node agent (capacity and allocatable are
 quantities, stored in canonical form). The NodeRestriction admission plugin (what a node may write of
-Nodes, pods, leases and tokens) comes with it."""
+Nodes, pods, leases and tokens) and TaintNodesByCondition (every new Node starts with the
+`node.kubernetes.io/not-ready:NoSchedule` taint, which the node lifecycle controller lifts once the node
+is Ready, so nothing is scheduled onto a node before it has said it is ready) come with it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
@@ -15,7 +17,29 @@ from controlplane.apiserver.resourceproxy import Proxy, node_location
 from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import nonnegative_quantity
 
+if TYPE_CHECKING:
+    from controlplane.apiserver.admission import AdmissionRequest
+
 Obj = dict[str, Any]
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+
+
+class TaintNodesByCondition:
+    """Upstream's nodetaint admission plugin: on create, the not-ready NoSchedule taint is added unless
+    the node already has one with that key and effect."""
+
+    name = "TaintNodesByCondition"
+
+    def admit(self, request: AdmissionRequest) -> None:
+        if request.operation != "CREATE" or request.kind.kind != "Node" or request.subresource:
+            return
+        spec = request.obj.setdefault("spec", {})
+        taints = spec.get("taints") or []
+        if not any(
+            t.get("key") == NOT_READY_TAINT["key"] and t.get("effect") == NOT_READY_TAINT["effect"]
+            for t in taints
+        ):
+            spec["taints"] = [*taints, dict(NOT_READY_TAINT)]
 
 
 class Node(Kind):
@@ -35,7 +59,7 @@ class Node(Kind):
         "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")},
     }
     field_selectors = (SelectableField("spec.unschedulable", missing="false"),)
-    admission = (NodeRestriction(),)
+    admission = (NodeRestriction(), TaintNodesByCondition())
     columns = (
         tables.NAME,
         tables.column("Status", desc="The status of the node"),

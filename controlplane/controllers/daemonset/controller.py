@@ -33,7 +33,7 @@ from controlplane.controllers.podcontrol import PodControl, pod_from_template
 from controlplane.controllers.refmanager import RefManager, recheck, resolve_controller_ref, selecting_owners
 from controlplane.controllers.replicaset import slow_start_batches
 from kubeclient.errors import ApiError
-from kubeclient.events import WARNING
+from kubeclient.events import NORMAL, WARNING
 from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, key_of, meta, split_key
 from kubeclient.selectors import SelectorError, from_label_selector
 
@@ -216,7 +216,8 @@ class DaemonSetController(Controller):
             self.queue.add_after(key, min_ready)
 
     def _limit_failed(self, key: str, ds: Obj, plan: logic.Plan) -> None:
-        """Failed pods go (FailedDaemonPod) unless their node's backoff says wait; then look again later."""
+        """Failed pods go (FailedDaemonPod) unless their node's backoff says wait; then look again later.
+        Succeeded ones go at once (SucceededDaemonPod)."""
         now = time.monotonic()
         for pod, node in plan.failed:
             backoff_key = f"{meta(ds)['uid']}/{node}"
@@ -232,6 +233,14 @@ class DaemonSetController(Controller):
                 "FailedDaemonPod",
                 f"Found failed daemon pod "
                 f"{meta(pod)['namespace']}/{meta(pod)['name']} on node {node}, will try to kill it",
+            )
+        for pod, node in plan.succeeded:
+            self.recorder.event(
+                ds,
+                NORMAL,
+                "SucceededDaemonPod",
+                f"Found succeeded daemon pod "
+                f"{meta(pod)['namespace']}/{meta(pod)['name']} on node {node}, will try to delete it",
             )
 
     async def _apply(self, key: str, ds: Obj, plan: logic.Plan, digest: str) -> bool:

@@ -75,6 +75,7 @@ class Plan:
     create_on: list[str] = field(default_factory=list)
     delete: list[Obj] = field(default_factory=list)
     failed: list[tuple[Obj, str]] = field(default_factory=list)  # (pod, node): FailedDaemonPod
+    succeeded: list[tuple[Obj, str]] = field(default_factory=list)  # (pod, node): SucceededDaemonPod
 
 
 class FailedPodBackoff:
@@ -112,8 +113,8 @@ def allows_surge(ds: Obj) -> bool:
 
 
 def manage(ds: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]]) -> Plan:
-    """podsShouldBeOnNode for every node: create where one should run and none is; delete failed pods,
-    extra pods (all but the oldest, or with surge the oldest old and the newest new) and pods on nodes
+    """podsShouldBeOnNode for every node: create where one should run and none is; delete failed and
+    succeeded pods, extra pods (all but the oldest, or with surge the oldest old and the newest new) and pods on nodes
     they may no longer run on."""
     template_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
     plan = Plan()
@@ -134,8 +135,13 @@ def manage(ds: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]]) -> Pla
         for pod in pods:
             if deleting(pod):
                 continue
-            if (pod.get("status") or {}).get("phase") == "Failed":
+            phase = (pod.get("status") or {}).get("phase")
+            if phase == "Failed":
                 plan.failed.append((pod, name))
+                plan.delete.append(pod)
+                continue
+            if phase == "Succeeded":  # a daemon is not done while its node is there: replaced next sync
+                plan.succeeded.append((pod, name))
                 plan.delete.append(pod)
                 continue
             live.append(pod)

@@ -4,7 +4,10 @@ graph, and deletes what has lost its owners, as upstream's attemptToDeleteItem a
 - **Background** (the default): the owner is gone at once; each dependent whose every owner is gone is
   deleted (in turn taking its own dependents with it).
 - **Foreground**: the owner stays with the `foregroundDeletion` finalizer until its dependents that
-  block (ownerReference blockOwnerDeletion) are gone; then the collector removes the finalizer.
+  block (ownerReference blockOwnerDeletion) are gone; then the collector removes the finalizer. A
+  dependent with another live owner stays and loses its reference to the waiting one; a dependent that
+  has dependents of its own goes in the foreground too, its references unblocked first when one of its
+  dependents already waits (so an ownership cycle cannot hold itself forever).
 - **Orphan**: the owner stays with the `orphan` finalizer until the collector has removed the owner's
   reference from every dependent; then the finalizer goes.
 
@@ -153,13 +156,22 @@ class GarbageCollector(Controller):
             return
         solid, dangling, waiting = await self._classify(node, refs)
         if solid:
-            if dangling:
-                await self._patch_owner_refs(latest, remove=dangling)
-            if waiting:
-                await self._patch_owner_refs(latest, unblock=waiting)
+            # Not garbage. References to owners that are gone, and to owners waiting for their dependents
+            # (which this one would otherwise hold forever), are removed.
+            if dangling or waiting:
+                await self._patch_owner_refs(latest, remove=dangling + waiting)
             return
         if waiting and node.dependents:
-            # An owner waits for this one, which has dependents of its own: go foreground, so they go first.
+            # An owner waits for this one, which has dependents of its own: go foreground, so they go
+            # first. A dependent waiting for its own dependents may close a cycle back to this one's
+            # owners: this one's references stop blocking them first, as upstream's (loose) cycle check.
+            if any(
+                dep is not None and dep.deleting_dependents
+                for dep in (self.graph.nodes.get(uid) for uid in node.dependents)
+            ):
+                blocking = [r["uid"] for r in refs if r.get("blockOwnerDeletion")]
+                if blocking:
+                    await self._patch_owner_refs(latest, unblock=blocking)
             await self._delete(node, latest, "Foreground")
             return
         policy = (
@@ -199,7 +211,7 @@ class GarbageCollector(Controller):
             await self._remove_finalizer(node, FOREGROUND)
             return
         for dep in blocking:
-            if not dep.being_deleted:
+            if not dep.deleting_dependents:
                 self.queue.add(f"delete|{dep.uid}")
 
     async def _orphan_dependents(self, owner: Node) -> None:

@@ -212,11 +212,11 @@ class JobController(Controller):
         excess = logic.excess_active(spec, t, wanted)
         if excess:
             return await self._delete(key, job, excess)
-        missing = min(wanted - len(t.active), BURST)
+        missing = min(logic.missing_active(job, t, wanted), BURST)
         per_index = spec.per_index_limit is not None
         if missing > 0 and (per_index or record.remaining(now) == 0):
             indexes: list[int | None] = (
-                list(logic.indexes_to_start(spec, t, missing, now)) if spec.indexed else [None] * missing
+                list(logic.indexes_to_start(job, spec, t, missing, now)) if spec.indexed else [None] * missing
             )
             await self._create(key, job, indexes, t if per_index else None)
         return 0

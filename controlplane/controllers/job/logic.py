@@ -125,6 +125,7 @@ class Tally:
     completed_indexes: set[int] = field(default_factory=set)
     active: list[Obj] = field(default_factory=list)
     terminating: int = 0
+    terminating_indexes: set[int] = field(default_factory=set)
     release: list[Obj] = field(default_factory=list)  # pods whose finalizer goes
     new_failures: list[Obj] = field(default_factory=list)
     new_success: bool = False
@@ -156,6 +157,8 @@ def tally(
         uid = pod["metadata"]["uid"]
         if jp.is_terminating(pod):
             t.terminating += 1
+            if spec.indexed and (index := jp.index_of(pod, completions)) is not None:
+                t.terminating_indexes.add(index)
         elif jp.is_active(pod):
             t.active.append(pod)
         if not jp.has_finalizer(pod) or uid in pending_removal:
@@ -291,9 +294,19 @@ def wanted_active(spec: JobSpec, t: Tally) -> int:
     return max(0, min(spec.parallelism, spec.completions - t.succeeded))
 
 
-def indexes_to_start(spec: JobSpec, t: Tally, count: int, now: datetime | None = None) -> list[int]:
-    """The lowest indexes neither done, failed, running nor backing off (firstPendingIndexes)."""
+def missing_active(job: Obj, t: Tally, wanted: int) -> int:
+    """Pods to create (manageJob's diff): the wanted less the active ones, and less the terminating ones
+    when only Failed pods are replaced (podReplacementPolicy Failed, the default with a podFailurePolicy)."""
+    terminating = t.terminating if jp.only_replace_failed(job) else 0
+    return max(0, wanted - terminating - len(t.active))
+
+
+def indexes_to_start(job: Obj, spec: JobSpec, t: Tally, count: int, now: datetime | None = None) -> list[int]:
+    """The lowest indexes neither done, failed, running (nor, when only Failed pods are replaced, still
+    terminating) nor backing off (firstPendingIndexes)."""
     running = {jp.index_of(p, spec.completions or 0) for p in t.active}
+    if jp.only_replace_failed(job):
+        running |= t.terminating_indexes
     out: list[int] = []
     for index in range(spec.completions or 0):
         if len(out) >= count:
