@@ -58,6 +58,6 @@ def test_a_missing_socket_stops_join_at_preflight(tmp_path: Path) -> None:
         argv += ["--discovery-timeout", "1s"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert "container runtime is not running" not in done.stderr
-        assert "[preflight] discovering the cluster" in done.stderr
+        assert "pykubelet join: discovery of https://127.0.0.1:1" in done.stderr
     finally:
         listening.close()

@@ -113,7 +113,7 @@ def test_nulls_unknown_fields_and_required_zero_values() -> None:
 
 
 def _body(raw: bytes, content_type: str = "application/json") -> object:
-    return decoding.decode(raw, content_type, {})
+    return decoding.decode(raw, content_type)
 
 
 def test_body_formats_refuse_what_go_refuses() -> None:
