@@ -28,3 +28,30 @@ def deployment(
             **spec,
         },
     }
+
+
+def open_crd(group: str, kind: str, plural: str, scope: str = "Namespaced", **extra: Any) -> Obj:
+    """A CustomResourceDefinition of one served and stored version v1 whose schema keeps every field
+    (x-kubernetes-preserve-unknown-fields), as many a published operator manifest has; `extra` adds
+    top-level keys (a `status` stub, say)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+        **extra,
+    }

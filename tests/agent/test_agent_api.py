@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -15,10 +14,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from agent.app import Agent
 from agent.config import AgentConfig
@@ -34,6 +29,7 @@ from pykubelet.rig.process import free_port
 from pykubelet.rig.refcni import ReferenceBridgeNetwork
 from pykubelet.rig.registry import Registry
 from tests.agent.conftest import module_containerd
+from tests.clientpki import client_pki as bare_client_pki
 
 pytestmark = pytest.mark.integration
 
@@ -58,46 +54,6 @@ def own_containerd(
         tmp_path_factory.mktemp("ctd"), registry, test_images, ref_network, CGROUP_ROOT
     ) as ctd:
         yield ctd
-
-
-@pytest.fixture(scope="module")
-def client_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A client CA and one client certificate it signed, for the kubelet API's x509 authentication."""
-    d = tmp_path_factory.mktemp("client-pki")
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-client-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(2)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = {"ca": d / "ca.crt", "cert": d / "client.crt", "key": d / "client.key"}
-    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return paths
 
 
 @pytest.fixture
@@ -144,6 +100,12 @@ async def admin(apiserver: ApiServer) -> AsyncIterator[KubeClient]:
     on its node's credentials."""
     async with KubeClient(load_kubeconfig(apiserver.kubeconfig)) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def client_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A client CA and one client certificate it signed, for the kubelet API's x509 authentication."""
+    return bare_client_pki(tmp_path_factory.mktemp("client-pki"), "kube-apiserver-kubelet-client")
 
 
 def kubelet_tls(client_pki: dict[str, Path] | None = None) -> ssl.SSLContext:

@@ -4,7 +4,6 @@ answers the test chooses: the deny path, the attribute mapping, the caches and u
 
 from __future__ import annotations
 
-import datetime
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -14,10 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from agent.kube.tokens import CredentialClient
 from agent.server.auth import KubeletAuth, TTLCache, User, request_attributes
@@ -25,6 +20,7 @@ from agent.server.http import KubeletServer
 from agent.server.tls import ensure_self_signed, server_context
 from kubeclient.client import KubeClient
 from kubeclient.config import ClusterConfig
+from tests.clientpki import client_pki
 
 GOOD_TOKEN = "good-token-value-0123456789"
 NODE = "n1"
@@ -72,49 +68,6 @@ class StandIn:
         return web.json_response({**body, "status": status}, status=201)
 
 
-def _client_pki(d: Path) -> dict[str, Path]:
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-            x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
-        ]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(2)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = {"ca": d / "ca.crt", "cert": d / "client.crt", "key": d / "client.key"}
-    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return paths
-
-
 @dataclass
 class Rig:
     api: StandIn
@@ -155,7 +108,7 @@ async def _rig(tmp_path: Path, **auth_options: Any) -> AsyncIterator[Rig]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     client = KubeClient(ClusterConfig(server=f"http://127.0.0.1:{port}"), max_attempts=1)
     credentials = CredentialClient(client)
-    pki = _client_pki(tmp_path)
+    pki = client_pki(tmp_path, "kube-apiserver-kubelet-client", ("system:masters",), "client-ca")
     auth = KubeletAuth(
         NODE, review_token=credentials.review_token, review_access=credentials.review_access, **auth_options
     )

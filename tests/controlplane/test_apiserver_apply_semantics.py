@@ -12,6 +12,7 @@ import time
 import pytest
 from kubernetes import client, watch
 
+from e2e.manifests import open_crd
 from pykubelet.rig.apiserver import ApiServer
 
 from .test_apiserver_wire import fetch
@@ -148,28 +149,13 @@ def test_apply_conflicts_in_upstreams_words(apiserver: ApiServer, namespace: str
     )
 
 
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gadgets.ssa.example.com"},
-    "spec": {
-        "group": "ssa.example.com",
-        "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
+CRD = open_crd(
+    "ssa.example.com",
+    "Gadget",
+    "gadgets",
     # The stub controller-gen writes into many a published manifest.
-    "status": {"acceptedNames": {"kind": "", "plural": ""}, "conditions": [], "storedVersions": []},
-}
+    status={"acceptedNames": {"kind": "", "plural": ""}, "conditions": [], "storedVersions": []},
+)
 
 
 def test_crd_applier_never_owns_status(kubectl) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from controlplane.apiserver.protobuf import codec, wire
+from e2e.manifests import open_crd
 from pykubelet.rig.apiserver import ApiServer
 
 PB = "application/vnd.kubernetes.protobuf"
@@ -318,26 +319,7 @@ def test_a_nesting_bomb_is_a_400(conn: Http, ns: str) -> None:
 
 
 def test_custom_resources_stay_json(conn: Http, ns: str) -> None:
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.pb.example.com"},
-        "spec": {
-            "group": "pb.example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                }
-            ],
-        },
-    }
+    crd = open_crd("pb.example.com", "Widget", "widgets")
     response = conn.open(
         "POST",
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from e2e.manifests import open_crd
 from pykubelet.rig.apiserver import ApiServer
 
 from .conftest import message
@@ -211,26 +212,7 @@ def test_strategic_merge_patch_puts_an_added_container_first(kubectl, namespace:
 def test_custom_resource_finalizers_follow_the_custom_resource_rule(kubectl, namespace: str) -> None:
     """A custom resource may carry an unqualified finalizer (a warning says to qualify it); a built-in
     kind may not."""
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "fins.strategies.example.com"},
-        "spec": {
-            "group": "strategies.example.com",
-            "names": {"kind": "Fin", "plural": "fins", "singular": "fin", "listKind": "FinList"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                }
-            ],
-        },
-    }
+    crd = open_crd("strategies.example.com", "Fin", "fins")
     try:
         kubectl("apply", "-f", "-", input=json.dumps(crd))
         kubectl("wait", "--for=condition=Established", "crd/fins.strategies.example.com", "--timeout=30s")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.manifests import open_crd
 from pykubelet.rig.apiserver import ApiServer
 
 pytestmark = pytest.mark.integration
@@ -250,26 +251,7 @@ def test_table_for_a_kind_without_a_table_is_not_acceptable(apiserver: ApiServer
 def test_kubectl_validates_against_the_openapi_document_once_a_crd_exists(kubectl, namespace: str) -> None:
     """Every custom resource list's schema refers to ListMeta: the document must define it, or kubectl's
     client-side validation refuses every manifest ("unknown model in reference") once one CRD exists."""
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.wire.example.com"},
-        "spec": {
-            "group": "wire.example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                }
-            ],
-        },
-    }
+    crd = open_crd("wire.example.com", "Gadget", "gadgets")
     kubectl.run("apply", "-f", "-", input=json.dumps(crd))
     kubectl.run("wait", "--for=condition=Established", "crd/gadgets.wire.example.com", "--timeout=30s")
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "validated"}, "data": {"a": "1"}}

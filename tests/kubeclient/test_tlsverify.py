@@ -5,57 +5,21 @@ default), and one from another CA is still refused."""
 
 from __future__ import annotations
 
-import datetime
 import socket
 import ssl
 import threading
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from kubeclient.serving import ensure_self_signed, server_context
 from kubeclient.tlsverify import go_compatible
+from tests.clientpki import client_pki
 
 
 def _bare_ca_and_leaf(d: Path, tag: str) -> tuple[Path, Path, Path]:
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"bare-ca-{tag}")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    leaf = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "alice")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(2)
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = (d / f"ca-{tag}.crt", d / f"leaf-{tag}.crt", d / f"leaf-{tag}.key")
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return paths
+    pki = client_pki(d / tag, "alice", ca_cn=f"bare-ca-{tag}")
+    return pki["ca"], pki["cert"], pki["key"]
 
 
 def _handshake(server_ctx: ssl.SSLContext, cert: Path, key: Path) -> str | None:
