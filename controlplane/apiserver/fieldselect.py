@@ -82,8 +82,15 @@ _VIEW_PATHS = sorted(
 )
 
 
+# Custom resources keep their whole object as the view: the fields their CRD makes selectable
+# (selectableFields) are known only at run time and may change with the CRD.
+_BUILT_IN = frozenset(k.api_version for k in kinds.KINDS)
+
+
 def slim_view(obj: Obj) -> Obj:
     """The part of an object selectors need, so the cache need not keep every object decoded."""
+    if obj.get("apiVersion") not in _BUILT_IN:
+        return obj
     view: Obj = {}
     for path in _VIEW_PATHS:
         current: Any = obj
