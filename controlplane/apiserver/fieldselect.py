@@ -77,7 +77,7 @@ def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Pre
 
 # Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.
 _VIEW_PATHS = sorted(
-    {p for k in kinds.KINDS for f in k.field_selectors for p in (f.at, f.fallback) if p}
+    {p for k in kinds.KINDS for f in k.field_selectors if f.exposed for p in (f.at, f.fallback) if p}
     | {"metadata.name", "metadata.namespace", "metadata.labels", "metadata.deletionTimestamp"}
 )
 
