@@ -1,10 +1,13 @@
 """List and watch filters: the labelSelector and fieldSelector of a request as one predicate over
 cached objects. The grammar, its errors and the matching are `kubeclient.selectors` (the same code the
 clients use); what is kind-specific, the fields a kind lets selectors name, each kind module declares
-(`Kind.field_selectors`). The watch cache keeps only the fields selectors read (`slim_view`)."""
+(`Kind.field_selectors`, and which metadata fields its label conversion accepts, `Kind.field_meta`,
+with upstream's text for a label it refuses, `Kind.field_refusal`). The watch cache keeps only the
+fields selectors read (`slim_view`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,8 +17,6 @@ from kubeclient.selectors import FieldRequirement, Selector, SelectorError, pars
 
 Obj = dict[str, Any]
 Predicate = Callable[[Obj], bool]
-
-_META_FIELDS = (SelectableField("metadata.name"), SelectableField("metadata.namespace"))
 
 
 def _at(obj: Obj, path: str) -> Any:
@@ -28,6 +29,8 @@ def _at(obj: Obj, path: str) -> Any:
 
 
 def _value(obj: Obj, field: SelectableField) -> str:
+    if not field.exposed:
+        return ""
     current = _at(obj, field.at)
     if current in (None, "") and field.fallback:
         current = _at(obj, field.fallback)
@@ -39,12 +42,16 @@ def _value(obj: Obj, field: SelectableField) -> str:
 
 
 def _fields(kind: Kind, requirements: list[FieldRequirement]) -> list[tuple[SelectableField, bool, str]]:
-    known = {f.name: f for f in (*_META_FIELDS, *kind.field_selectors)}
+    known = {f.name: f for f in (*(SelectableField(m) for m in kind.field_meta), *kind.field_selectors)}
     out = []
     for req in requirements:
         field = known.get(req.field)
         if field is None:
-            raise errors.bad_request(f"field label not supported: {req.field}")
+            # Go's %q of the label (JSON's quoting agrees for what a selector can hold)
+            quoted = json.dumps(req.field, ensure_ascii=False)
+            raise errors.bad_request(
+                kind.field_refusal.format(label=req.field, quoted=quoted, kind=kind.kind)
+            )
         out.append((field, req.equal, req.value))
     return out
 
@@ -56,7 +63,7 @@ def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Pre
         fields = _fields(kind, parse_fields(field_selector))
     except SelectorError as err:
         raise errors.bad_request(str(err)) from None
-    one_name = next((v for f, equal, v in fields if f.name == "metadata.name" and equal), None)
+    one_name = next((v for f, equal, v in fields if f.at == "metadata.name" and equal), None)
     if labels.empty and not fields:
         return None, one_name
 
@@ -70,13 +77,20 @@ def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Pre
 
 # Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.
 _VIEW_PATHS = sorted(
-    {p for k in kinds.KINDS for f in k.field_selectors for p in (f.at, f.fallback) if p}
+    {p for k in kinds.KINDS for f in k.field_selectors if f.exposed for p in (f.at, f.fallback) if p}
     | {"metadata.name", "metadata.namespace", "metadata.labels", "metadata.deletionTimestamp"}
 )
 
 
+# Custom resources keep their whole object as the view: the fields their CRD makes selectable
+# (selectableFields) are known only at run time and may change with the CRD.
+_BUILT_IN = frozenset(k.api_version for k in kinds.KINDS)
+
+
 def slim_view(obj: Obj) -> Obj:
     """The part of an object selectors need, so the cache need not keep every object decoded."""
+    if obj.get("apiVersion") not in _BUILT_IN:
+        return obj
     view: Obj = {}
     for path in _VIEW_PATHS:
         current: Any = obj

@@ -61,6 +61,12 @@ class CachedObject:
     def obj(self) -> dict[str, Any]:
         return json.loads(self.raw)
 
+    def at_revision(self, revision: int) -> CachedObject:
+        """This object's state, as a later revision's event carries it."""
+        obj = self.obj
+        obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
+        return CachedObject(self.key, encode(obj), revision, self.view)
+
 
 @dataclass(slots=True)
 class CacheEvent:
@@ -122,9 +128,10 @@ class Watcher:
             out = CacheEvent("MODIFIED", event.obj, event.prev, event.revision)
         elif new_ok:
             out = CacheEvent("ADDED", event.obj, event.prev, event.revision)
-        elif old_ok:
-            # It left the selection: watchers see it as deleted, carrying the new state.
-            out = CacheEvent("DELETED", event.obj, event.prev, event.revision)
+        elif old_ok and event.prev is not None:
+            # It left the selection: upstream's cacheWatcher sends DELETED with the previous state (the
+            # state that matched), at the event's resourceVersion.
+            out = CacheEvent("DELETED", event.prev.at_revision(event.revision), event.prev, event.revision)
         else:
             return
         self._put(out)

@@ -67,6 +67,25 @@ async def test_initial_events_and_selector_transitions(cache: WatchCache) -> Non
     assert [e[0] for e in await drain(all_events, 4)] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]
 
 
+async def test_leaving_the_selection_sends_the_previous_state(cache: WatchCache) -> None:
+    # Upstream's cacheWatcher: DELETED carries the state that matched, at the event's resourceVersion.
+    store = cache.store
+    watcher = cache.watch(
+        "configmaps", "/configmaps/", lambda o: o["metadata"]["labels"].get("app") == "x", None
+    )
+    r = await store.create("/configmaps/ns/c", obj("c", app="x"))
+    r2 = await store.update("/configmaps/ns/c", obj("c", app="y"), r)
+    events = []
+    for _ in range(2):
+        ev = await asyncio.wait_for(watcher.queue.get(), 2)
+        assert ev is not CLOSED
+        events.append((ev.type, ev.obj.obj["metadata"]))
+    assert [(t, m["labels"], m["resourceVersion"]) for t, m in events] == [
+        ("ADDED", {"app": "x"}, str(r)),
+        ("DELETED", {"app": "x"}, str(r2)),
+    ]
+
+
 async def test_resume_inside_window_and_gone_outside(cache: WatchCache) -> None:
     store = cache.store
     revs = [await store.create(f"/configmaps/ns/k{i}", obj(f"k{i}")) for i in range(8)]

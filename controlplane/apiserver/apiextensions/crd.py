@@ -10,7 +10,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver.apiextensions import rules, structural
+from controlplane.apiserver.apiextensions import rules, selectable, structural
 from controlplane.apiserver.errors import FieldError, forbidden, invalid, not_supported, required
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import timestamp
@@ -172,6 +172,7 @@ def _version_errors(version: Obj, path: str) -> list[FieldError]:
     if isinstance(subs.get("scale"), dict):
         errs += _scale_errors(subs["scale"], f"{path}.subresources.scale")
     errs += _column_errors(version.get("additionalPrinterColumns") or [], f"{path}.additionalPrinterColumns")
+    errs += selectable.errors(version, path)
     return errs
 
 

@@ -19,10 +19,17 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables, typed
-from controlplane.apiserver.apiextensions import rules, schema
+from controlplane.apiserver.apiextensions import rules, schema, selectable
 from controlplane.apiserver.apiextensions.conversion import ConversionError, WebhookConverter
 from controlplane.apiserver.errors import FieldError
-from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource, Subresource
+from controlplane.apiserver.kinds.base import (
+    ALL_VERBS,
+    META_FIELDS,
+    REFUSE_UNSUPPORTED,
+    Kind,
+    StatusSubresource,
+    Subresource,
+)
 from controlplane.apiserver.kinds.scale import Scale
 from controlplane.apiserver.meta import human_duration, now, parse_time
 from controlplane.apiserver.smp_schema import META, ListSpec
@@ -168,7 +175,10 @@ class CustomResource(Kind):
         self.storage_version = storage_version
         self.open_api = copy.deepcopy(((version.get("schema") or {}).get("openAPIV3Schema")) or {})
         self.schema = f"crd:{self.group}/{self.version}/{self.plural}"
-        self.field_selectors = ()
+        # upstream's crConverter: metadata.namespace only where namespaced, then selectableFields
+        self.field_selectors = selectable.selectable_fields(version)
+        self.field_meta = META_FIELDS if self.namespaced else ("metadata.name",)
+        self.field_refusal = REFUSE_UNSUPPORTED
         subs = version.get("subresources") or {}
         subresources: list[Subresource] = []
         if subs.get("status") is not None:

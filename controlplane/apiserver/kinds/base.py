@@ -43,13 +43,16 @@ NO_COLLECTION = tuple(v for v in ALL_VERBS if v != "deletecollection")
 
 @dataclass(frozen=True)
 class SelectableField:
-    """A field a field selector may name (beyond metadata.name/namespace, which every kind has): the
-    path it reads in the stored object and the value it has when the field is missing."""
+    """A field a field selector may name beyond the kind's `field_meta`: the path it reads in the stored
+    object and the value it has when the field is missing. A field upstream's label conversion accepts
+    but its strategy does not expose (Pod's status.podIPs, CronJob's status.successful) is not
+    `exposed`: it reads as "" for every object, as a missing key of upstream's fields.Set does."""
 
     name: str
     path: str = ""
     missing: str = ""
     fallback: str = ""  # read where the path is missing or empty (core Event's source -> reportingComponent)
+    exposed: bool = True
 
     @property
     def at(self) -> str:
@@ -58,6 +61,15 @@ class SelectableField:
 
 def fields(*names: str) -> tuple[SelectableField, ...]:
     return tuple(SelectableField(n) for n in names)
+
+
+# The 400 texts of upstream's field label conversions for a label a kind does not accept ({label}: the
+# label, {quoted}: it Go-quoted, {kind}: the kind). A kind without a conversion of its own gets
+# apimachinery's DefaultMetaV1FieldSelectorConversion.
+REFUSE_DEFAULT = '{quoted} is not a known field selector: only "metadata.name", "metadata.namespace"'
+REFUSE_UNSUPPORTED = "field label not supported: {label}"
+REFUSE_BATCH = 'field label {quoted} not supported for "{kind}"'  # batch/v1's Job and CronJob
+META_FIELDS = ("metadata.name", "metadata.namespace")
 
 
 class Subresource:
@@ -142,8 +154,11 @@ class Kind:
     smp: ClassVar[smp_schema.Schema] = smp_schema.OBJECT
     # False: strategic merge patches are refused with 415 (custom resources, as upstream).
     strategic_merge: ClassVar[bool] = True
-    # Field selectors it supports beyond metadata.name and metadata.namespace.
+    # Field selectors it supports beyond its `field_meta` (upstream's strategy and label conversion).
     field_selectors: ClassVar[tuple[SelectableField, ...]] = ()
+    # The metadata fields the kind's label conversion accepts and its text for a label it refuses.
+    field_meta: ClassVar[tuple[str, ...]] = META_FIELDS
+    field_refusal: ClassVar[str] = REFUSE_DEFAULT
     # Table output (upstream's printers.go); the default is upstream's for kinds without a printer.
     columns: ClassVar[tuple[tables.Column, ...]] = (tables.NAME, tables.CREATED_AT)
 

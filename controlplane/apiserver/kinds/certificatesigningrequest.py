@@ -40,7 +40,7 @@ from controlplane.apiserver.errors import (
     not_supported,
     required,
 )
-from controlplane.apiserver.kinds.base import Kind, Subresource
+from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, Subresource, fields
 from controlplane.apiserver.meta import age, human_duration, timestamp
 from controlplane.apiserver.validation import no_name_rule, object_meta
 from kubeclient.names import dns1123_label, dns1123_subdomain
@@ -367,6 +367,9 @@ class CertificateSigningRequest(Kind):
     namespaced = False
     short_names = ("csr",)
     schema = "V1CertificateSigningRequest"
+    field_selectors = fields("spec.signerName")
+    field_meta = ("metadata.name",)
+    field_refusal = REFUSE_UNSUPPORTED
     subresources = (StatusSubresource(), ApprovalSubresource())
     columns = (
         tables.NAME,

@@ -10,7 +10,7 @@ from typing import Any
 from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError, invalid, not_supported, required
 from controlplane.apiserver.kinds import jobspec, podspec
-from controlplane.apiserver.kinds.base import Kind, StatusSubresource
+from controlplane.apiserver.kinds.base import REFUSE_BATCH, Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.kinds.cronschedule import ScheduleError, parse_standard, time_zone_error
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.smp_schema import META
@@ -74,6 +74,9 @@ class CronJob(Kind):
     short_names = ("cj",)
     categories = ("all",)
     schema = "V1CronJob"
+    # batch/v1's label conversion accepts Job's status.successful for CronJobs too; nothing exposes it
+    field_selectors = (SelectableField("status.successful", exposed=False),)
+    field_refusal = REFUSE_BATCH
     type_marks = jobspec.TYPE_MARKS
     smp = {"metadata": META, "spec": {"jobTemplate": {"metadata": META, "spec": {"template": SMP_TEMPLATE}}}}
     generation = True

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import deletion, tables
 from controlplane.apiserver.errors import FieldError, required
-from controlplane.apiserver.kinds.base import Kind, SelectableField, fields
+from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, SelectableField, fields
 from controlplane.apiserver.validation import no_name_rule
 
 if TYPE_CHECKING:
@@ -101,6 +101,7 @@ class Event(Kind):
         # Upstream's ToSelectableFields: an event written through events.k8s.io has no source.component.
         SelectableField("source", "source.component", fallback="reportingComponent"),
     )
+    field_refusal = REFUSE_UNSUPPORTED
     columns = COLUMNS
 
     def validate_name(self, path: str, name: str) -> list[FieldError]:

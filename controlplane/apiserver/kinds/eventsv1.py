@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.apiserver.errors import not_supported
-from controlplane.apiserver.kinds.base import Kind, SelectableField
+from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, SelectableField
 from controlplane.apiserver.kinds.event import COLUMNS, TYPES, event_cells
 from controlplane.apiserver.kinds.event import KIND as CORE_EVENT
 
@@ -56,7 +56,9 @@ class EventV1(Kind):
         SelectableField("reportingController", "reportingComponent"),
         SelectableField("reason"),
         SelectableField("type"),
+        SelectableField("source", "source.component", fallback="reportingComponent"),
     )
+    field_refusal = REFUSE_UNSUPPORTED
 
     @property
     def storage_schema(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from controlplane.apiserver import deletion, tables
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds import jobspec, podspec
-from controlplane.apiserver.kinds.base import Kind, StatusSubresource
+from controlplane.apiserver.kinds.base import REFUSE_BATCH, Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.meta import age, human_duration, now, parse_time
 from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.smp_schema import TEMPLATE as SMP_TEMPLATE
@@ -89,6 +89,9 @@ class Job(Kind):
     plural = "jobs"
     categories = ("all",)
     schema = "V1Job"
+    # batch/v1's label conversion; the strategy exposes status.succeeded as status.successful
+    field_selectors = (SelectableField("status.successful", "status.succeeded", missing="0"),)
+    field_refusal = REFUSE_BATCH
     type_marks = jobspec.TYPE_MARKS
     smp = {"metadata": META, "spec": {"template": SMP_TEMPLATE}, "status": CONDITIONS}
     generation = True

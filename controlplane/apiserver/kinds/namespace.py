@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import deletion, errors, tables
-from controlplane.apiserver.kinds.base import NO_COLLECTION, Kind, StatusSubresource, Subresource, fields
+from controlplane.apiserver.kinds.base import (
+    NO_COLLECTION,
+    REFUSE_UNSUPPORTED,
+    Kind,
+    StatusSubresource,
+    Subresource,
+    fields,
+)
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.validation import dns_label
@@ -80,6 +87,8 @@ class Namespace(Kind):
     schema = "V1Namespace"
     smp = {"metadata": META, "status": CONDITIONS}
     field_selectors = fields("status.phase")
+    field_meta = ("metadata.name",)
+    field_refusal = REFUSE_UNSUPPORTED
     columns = (tables.NAME, tables.column("Status", desc="The status of the namespace"), tables.AGE)
     admission = (Lifecycle(),)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
-from controlplane.apiserver.kinds.base import Kind, SelectableField, StatusSubresource
+from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.nodeauthz.restriction import NodeRestriction
 from controlplane.apiserver.resourceproxy import Proxy, node_location
@@ -59,6 +59,8 @@ class Node(Kind):
         "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")},
     }
     field_selectors = (SelectableField("spec.unschedulable", missing="false"),)
+    field_meta = ("metadata.name",)
+    field_refusal = REFUSE_UNSUPPORTED
     admission = (NodeRestriction(), TaintNodesByCondition())
     columns = (
         tables.NAME,

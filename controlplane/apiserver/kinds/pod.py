@@ -14,7 +14,14 @@ from aiohttp import web
 from controlplane.apiserver import errors, streaming, tables
 from controlplane.apiserver.errors import FieldError, forbidden
 from controlplane.apiserver.kinds import podspec
-from controlplane.apiserver.kinds.base import Kind, SelectableField, StatusSubresource, Subresource, fields
+from controlplane.apiserver.kinds.base import (
+    REFUSE_UNSUPPORTED,
+    Kind,
+    SelectableField,
+    StatusSubresource,
+    Subresource,
+    fields,
+)
 from controlplane.apiserver.kinds.binding import BINDING
 from controlplane.apiserver.kinds.eviction import EVICTION
 from controlplane.apiserver.kinds.node import KIND as NODE
@@ -176,7 +183,10 @@ class Pod(Kind):
             "status.nominatedNodeName",
         ),
         SelectableField("spec.hostNetwork", missing="false"),
+        SelectableField("status.podIPs", exposed=False),  # accepted by the conversion, never exposed
+        SelectableField("spec.host", "spec.nodeName"),  # old v1 clients' name for spec.nodeName
     )
+    field_refusal = REFUSE_UNSUPPORTED
     # DELETE answers with the pod (marked, or as it was), not a Status; it is deleted gracefully.
     return_deleted_object = True
     graceful = True

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.apiserver import tables
-from controlplane.apiserver.kinds.base import fields
 from controlplane.apiserver.kinds.workload import Workload
 from controlplane.apiserver.meta import age
 
@@ -17,7 +16,6 @@ class ReplicaSet(Workload):
     plural = "replicasets"
     short_names = ("rs",)
     schema = "V1ReplicaSet"
-    field_selectors = fields("status.replicas")
     columns = (
         tables.NAME,
         tables.column("Desired", kind="integer", desc="Replicas is the number of desired pods."),

@@ -15,7 +15,7 @@ from typing import Any
 from controlplane.apiserver import deletion, tables
 from controlplane.apiserver.errors import FieldError, forbidden, invalid, not_supported, required
 from controlplane.apiserver.kinds import podspec
-from controlplane.apiserver.kinds.base import Kind, StatusSubresource, fields
+from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.kinds.scale import Scale, map_selector
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.smp_schema import CONDITIONS, META, TEMPLATE
@@ -91,7 +91,8 @@ class ReplicationController(Kind):
     schema = "V1ReplicationController"
     type_marks = podspec.TYPE_MARKS
     smp = {"metadata": META, "spec": {"template": TEMPLATE}, "status": CONDITIONS}
-    field_selectors = fields("status.replicas")
+    field_selectors = (SelectableField("status.replicas", missing="0"),)  # upstream: Itoa(Status.Replicas)
+    field_refusal = REFUSE_UNSUPPORTED
     generation = True
     gc_policy = deletion.ORPHAN_DEPENDENTS
     columns = (

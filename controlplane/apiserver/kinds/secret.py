@@ -8,7 +8,7 @@ from typing import Any
 
 from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
-from controlplane.apiserver.kinds.base import Kind, fields
+from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, fields
 from controlplane.apiserver.kinds.configmap import validate_immutable, validate_keys
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.validation import immutable
@@ -21,6 +21,7 @@ class Secret(Kind):
     plural = "secrets"
     schema = "V1Secret"
     field_selectors = fields("type")
+    field_refusal = REFUSE_UNSUPPORTED
     columns = (
         tables.NAME,
         tables.column("Type", desc="Used to facilitate programmatic handling of secret data."),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables
 from controlplane.apiserver.errors import FieldError, duplicate, forbidden, invalid, not_supported, required
-from controlplane.apiserver.kinds.base import Kind, StatusSubresource
+from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, StatusSubresource, fields
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.resourceproxy import Proxy, service_location
 from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
@@ -39,6 +39,8 @@ class Service(Kind):
     categories = ("all",)
     subresources = (StatusSubresource("Service"), Proxy("ServiceProxyOptions", service_location))
     schema = "V1Service"
+    field_selectors = fields("spec.clusterIP", "spec.type")
+    field_refusal = REFUSE_UNSUPPORTED
     return_deleted_object = True
     type_marks = {("V1ServicePort", "targetPort"): "int-or-string"}
     smp = {"metadata": META, "spec": {"ports": ListSpec("port")}, "status": CONDITIONS}
