@@ -14,17 +14,15 @@ refused (415), as upstream refuses it for custom resources.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables, typed
-from controlplane.apiserver.apiextensions import rules, schema
+from controlplane.apiserver.apiextensions import columns, rules, schema
 from controlplane.apiserver.apiextensions.conversion import ConversionError, WebhookConverter
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import ALL_VERBS, Kind, StatusSubresource, Subresource
 from controlplane.apiserver.kinds.scale import Scale
-from controlplane.apiserver.meta import human_duration, now, parse_time
 from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import finalizer_warnings, object_meta, path_segment
 from controlplane.apiserver.webhooks.context import add_warning
@@ -34,6 +32,12 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\['([^']*)'\]")
+DEFAULT_AGE_COLUMN: Obj = {
+    "name": "Age",
+    "type": "date",
+    "jsonPath": ".metadata.creationTimestamp",
+    "description": tables.AGE[3],
+}
 NAME_COLUMN_DOC = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
 
 
@@ -201,6 +205,7 @@ class CustomResource(Kind):
         self._stored_schema = copy.deepcopy(stored_schema) if stored is not version else None
         self._stored_rules = rules.skeleton(self._stored_schema) if self._stored_schema is not None else None
         self.printer_columns = list(version.get("additionalPrinterColumns") or [])
+        self.printer = columns.compile_columns(self.printer_columns or [DEFAULT_AGE_COLUMN])
         self.columns = self._columns()
         self.smp = {"metadata": META, **(_smp(self.open_api) or {})}
         self.rules = rules.skeleton(self.open_api)  # only the fields that carry CEL rules
@@ -379,42 +384,12 @@ class CustomResource(Kind):
 
     def _columns(self) -> tuple[tables.Column, ...]:
         cols: list[tables.Column] = [("Name", "string", 0, NAME_COLUMN_DOC)]
-        printer = self.printer_columns or [
-            {
-                "name": "Age",
-                "type": "date",
-                "jsonPath": ".metadata.creationTimestamp",
-                "description": tables.AGE[3],
-            }
-        ]
-        for col in printer:
-            cols.append(
-                (
-                    col["name"],
-                    col.get("type", "string"),
-                    int(col.get("priority", 0)),
-                    col.get("description", ""),
-                )
-            )
+        for col in self.printer:
+            cols.append((col.name, col.type, col.priority, col.description))
         return tuple(cols)
 
     def cells(self, obj: Obj) -> list[Any]:
-        row: list[Any] = [obj["metadata"].get("name")]
-        for col in self.printer_columns or [{"jsonPath": ".metadata.creationTimestamp", "type": "date"}]:
-            found, value = json_path(obj, col.get("jsonPath", ""))
-            if not found or value is None:
-                row.append(None)
-            elif col.get("type") == "date":
-                # upstream's cellForJSONValue: a date is shown as the time since it (kubectl's AGE)
-                when = parse_time(value) if isinstance(value, str) else None
-                row.append(human_duration(now() - when) if when else "<invalid>")
-            elif isinstance(value, dict | list):
-                row.append(json.dumps(value, separators=(",", ":")))
-            elif col.get("type") == "string" and not isinstance(value, str):
-                row.append(json.dumps(value))
-            else:
-                row.append(value)
-        return row
+        return [obj["metadata"].get("name"), *(columns.cell(col, obj) for col in self.printer)]
 
 
 API_VERSION_DOC = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"
