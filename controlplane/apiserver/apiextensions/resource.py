@@ -190,7 +190,10 @@ class CustomResource(Kind):
         # Upstream: generation grows with every change but of status (metadata aside) when a status
         # subresource exists, with every change but of metadata otherwise.
         self.generation = True
-        self.converts = self.version != storage_version
+        # Upstream defaults every object read from storage (objects stored before a default was added
+        # get it on read), so a schema with defaults reads through from_storage even at the storage version.
+        self.defaults = schema.has_defaults(self.open_api)
+        self.converts = self.version != storage_version or self.defaults
         # strategy Webhook: every object not at the version at hand goes through the webhook (stored
         # objects may be at an older storage version too, so even the storage version converts)
         self.webhook = WebhookConverter.of(crd)
@@ -267,13 +270,12 @@ class CustomResource(Kind):
                 (shown,) = await self.webhook.convert([obj], self.api_version, cache)
             except ConversionError as err:
                 raise errors.ApiError(500, "", str(err)) from None
-            if shown is not obj:
-                self.default(shown, False)
+            self.default(shown, False)
             out.append(shown)
         return out
 
     async def table_forms(self, objs: list[Obj], cache: Any) -> list[Obj]:
-        if self.webhook is None:
+        if self.webhook is None and not self.converts:
             return objs
         return await self.served_forms(objs, cache, True)
 

@@ -1,0 +1,75 @@
+"""Custom resources read from storage against a real API server, as upstream's storage decoder reads
+them: objects stored before a default was added get it on every read (get, list, Table)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.controlplane.test_apiserver_crd import crd_body, delete_crd, established, served, wait_for
+
+Obj = dict[str, Any]
+
+SCHEMA: Obj = {
+    "type": "object",
+    "properties": {
+        "spec": {
+            "type": "object",
+            "properties": {"size": {"type": "integer"}, "name": {"type": "string"}},
+        }
+    },
+}
+
+
+def version(name: str, openapi: Obj, storage: bool = True) -> Obj:
+    return {
+        "name": name,
+        "served": True,
+        "storage": storage,
+        "schema": {"openAPIV3Schema": openapi},
+        "additionalPrinterColumns": [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}],
+    }
+
+
+@pytest.fixture
+def grp(api: client.ApiClient) -> Iterator[str]:
+    ext = client.ApiextensionsV1Api(api)
+    name = f"s{uuid.uuid4().hex[:8]}.example.com"
+    ext.create_custom_resource_definition(crd_body(name, versions=[version("v1", SCHEMA)]))
+    wait_for(lambda: established(ext, f"crontabs.{name}") and served(api, name, "v1"))
+    yield name
+    delete_crd(ext, f"crontabs.{name}")
+
+
+def test_defaults_added_later_are_applied_on_read(api: client.ApiClient, grp: str, namespace: str) -> None:
+    custom = client.CustomObjectsApi(api)
+    ext = client.ApiextensionsV1Api(api)
+    body = {"apiVersion": f"{grp}/v1", "kind": "CronTab", "metadata": {"name": "old"}, "spec": {"name": "x"}}
+    custom.create_namespaced_custom_object(grp, "v1", namespace, "crontabs", body)
+    defaulted = copy.deepcopy(SCHEMA)
+    defaulted["properties"]["spec"]["properties"]["size"]["default"] = 3
+    ext.patch_custom_resource_definition(
+        f"crontabs.{grp}", [{"op": "replace", "path": "/spec/versions/0", "value": version("v1", defaulted)}]
+    )
+
+    def size() -> Any:
+        return custom.get_namespaced_custom_object(grp, "v1", namespace, "crontabs", "old")["spec"].get(
+            "size"
+        )
+
+    wait_for(lambda: size() == 3)
+    listed = custom.list_namespaced_custom_object(grp, "v1", namespace, "crontabs")
+    assert [item["spec"] for item in listed["items"]] == [{"name": "x", "size": 3}]
+    answer = api.call_api(
+        "GET",
+        api.configuration.host + f"/apis/{grp}/v1/namespaces/{namespace}/crontabs",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+    )
+    answer.read()
+    assert [row["cells"][1] for row in json.loads(answer.data)["rows"]] == [3]
