@@ -1,5 +1,6 @@
 """Custom resources read from storage against a real API server, as upstream's storage decoder reads
-them: objects stored before a default was added get it on every read (get, list, Table)."""
+them: objects stored before a default was added get it on every read (get, list, Table); what a
+mutating webhook adds is pruned to the schema again."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from tests.controlplane.test_apiserver_crd import crd_body, delete_crd, established, served, wait_for
+from tests.controlplane.webhookserver import serving
 
 Obj = dict[str, Any]
 
@@ -73,3 +75,42 @@ def test_defaults_added_later_are_applied_on_read(api: client.ApiClient, grp: st
     )
     answer.read()
     assert [row["cells"][1] for row in json.loads(answer.data)["rows"]] == [3]
+
+
+def test_fields_a_mutating_webhook_adds_are_pruned(
+    api: client.ApiClient, grp: str, namespace: str, tmp_path: Any
+) -> None:
+    adm = client.AdmissionregistrationV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    with serving(tmp_path) as server:
+        name = f"prune-{uuid.uuid4().hex[:8]}"
+        webhook = {
+            "name": "fields.example.com",
+            "clientConfig": {"url": server.url("/add-fields"), "caBundle": server.ca_bundle},
+            "rules": [
+                {
+                    "operations": ["CREATE"],
+                    "apiGroups": [grp],
+                    "apiVersions": ["v1"],
+                    "resources": ["crontabs"],
+                }
+            ],
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        }
+        adm.create_mutating_webhook_configuration({"metadata": {"name": name}, "webhooks": [webhook]})
+        try:
+            body = {
+                "apiVersion": f"{grp}/v1",
+                "kind": "CronTab",
+                "metadata": {"name": "m"},
+                "spec": {"size": 1},
+            }
+            made = custom.create_namespaced_custom_object(grp, "v1", namespace, "crontabs", body)
+        finally:
+            adm.delete_mutating_webhook_configuration(name)
+    assert [r["name"] for r in server.got("/add-fields")] == ["m"]
+    assert made["spec"] == {"size": 1, "name": "hooked"}
+    stored = custom.get_namespaced_custom_object(grp, "v1", namespace, "crontabs", "m")
+    assert stored["spec"] == {"size": 1, "name": "hooked"}
