@@ -1,6 +1,7 @@
 """Custom resources read from storage against a real API server, as upstream's storage decoder reads
 them: objects stored before a default was added get it on every read (get, list, Table); what a
-mutating webhook adds is pruned to the schema again."""
+mutating webhook adds is pruned to the schema again; objects stored at an older storage version are
+converted (None strategy: apiVersion) on read and on write."""
 
 from __future__ import annotations
 
@@ -114,3 +115,44 @@ def test_fields_a_mutating_webhook_adds_are_pruned(
     assert made["spec"] == {"size": 1, "name": "hooked"}
     stored = custom.get_namespaced_custom_object(grp, "v1", namespace, "crontabs", "m")
     assert stored["spec"] == {"size": 1, "name": "hooked"}
+
+
+def test_objects_stored_at_an_older_storage_version_are_converted(
+    api: client.ApiClient, grp: str, namespace: str
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    ext = client.ApiextensionsV1Api(api)
+    body = {"apiVersion": f"{grp}/v1", "kind": "CronTab", "metadata": {"name": "old"}, "spec": {"size": 1}}
+    custom.create_namespaced_custom_object(grp, "v1", namespace, "crontabs", body)
+    ext.patch_custom_resource_definition(
+        f"crontabs.{grp}",
+        [
+            {
+                "op": "replace",
+                "path": "/spec/versions",
+                "value": [version("v1", SCHEMA, False), version("v2", SCHEMA)],
+            }
+        ],
+    )
+    wait_for(lambda: served(api, grp, "v2"))
+
+    got = custom.get_namespaced_custom_object(grp, "v2", namespace, "crontabs", "old")
+    assert got["apiVersion"] == f"{grp}/v2"
+    listed = custom.list_namespaced_custom_object(grp, "v2", namespace, "crontabs")
+    assert [item["apiVersion"] for item in listed["items"]] == [f"{grp}/v2"]
+    patched = custom.patch_namespaced_custom_object(
+        grp, "v2", namespace, "crontabs", "old", {"spec": {"size": 2}}
+    )
+    assert patched["apiVersion"] == f"{grp}/v2" and patched["spec"]["size"] == 2
+    got["spec"]["size"] = 3
+    replaced = custom.replace_namespaced_custom_object(
+        grp,
+        "v2",
+        namespace,
+        "crontabs",
+        "old",
+        {**got, "metadata": {**got["metadata"], "resourceVersion": patched["metadata"]["resourceVersion"]}},
+    )
+    assert replaced["apiVersion"] == f"{grp}/v2" and replaced["spec"]["size"] == 3
+    old = custom.get_namespaced_custom_object(grp, "v1", namespace, "crontabs", "old")
+    assert old["apiVersion"] == f"{grp}/v1" and old["spec"]["size"] == 3

@@ -193,7 +193,13 @@ class CustomResource(Kind):
         # Upstream defaults every object read from storage (objects stored before a default was added
         # get it on read), so a schema with defaults reads through from_storage even at the storage version.
         self.defaults = schema.has_defaults(self.open_api)
-        self.converts = self.version != storage_version or self.defaults
+        # Objects may be stored at any version the CRD has or had (status.storedVersions): with more than
+        # this one, every read sets apiVersion (None conversion) and every write stores at the storage
+        # version, as upstream's codec decodes and encodes each object.
+        others = {v.get("name") for v in spec.get("versions") or []} | set(
+            (crd.get("status") or {}).get("storedVersions") or []
+        )
+        self.converts = bool(others - {self.version}) or self.defaults
         # strategy Webhook: every object not at the version at hand goes through the webhook (stored
         # objects may be at an older storage version too, so even the storage version converts)
         self.webhook = WebhookConverter.of(crd)
