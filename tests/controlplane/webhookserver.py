@@ -1,6 +1,6 @@
 """A real admission webhook for tests: an aiohttp HTTPS server on the host with its own CA (generated
 here), answering AdmissionReview v1 by path: /mutate adds the label `webhook=seen` by JSONPatch,
-/deny refuses objects labelled `deny=yes`, /warn allows with a warning, /add-fields
+/deny refuses objects labelled `deny=yes`, /warn allows with a warning, /refuse refuses everything, /add-fields
 adds `spec.name` and `spec.undeclared`, and the broken answers the bad
 input tests need (/garbage, /wronguid, /badpatch, /hang). It records every review it got."""
 
@@ -154,6 +154,10 @@ class WebhookServer(ReviewServer):
                     )
                 )
             return web.json_response(_answer(req, allowed=True))
+        if path == "/refuse":  # refuses whatever it is sent
+            return web.json_response(
+                _answer(req, allowed=False, status={"code": 403, "message": "connections are refused"})
+            )
         if path == "/add-fields":  # a field the schema declares and one it does not
             ops = [
                 {"op": "add", "path": "/spec/name", "value": "hooked"},

@@ -148,6 +148,7 @@ def _replace(obj: Obj, new: Obj) -> None:
 class _Plugin:
     name = ""
     bucket = ""
+    connects = True  # webhooks registered for CONNECT see pods/exec, attach and portforward
 
     def __init__(self) -> None:
         self.source = WebhookSource(self.bucket)
@@ -211,6 +212,13 @@ class MutatingAdmissionWebhook(_Plugin):
             raise errors.internal(err.message) from None
         if not isinstance(patched, dict):
             raise errors.internal("json: cannot unmarshal patched document into an object")
+        if request.operation == "CONNECT":  # the connect options (no metadata, no defaults) as patched
+            if patched == request.obj:
+                return False
+            request.obj.clear()
+            request.obj.update(patched)
+            inv.changed(request.obj)
+            return True
         patched = to_storage(kind, patched)
         _keep_system_fields(request, patched)
         if request.kind.schema in typed.CUSTOM:
