@@ -25,7 +25,7 @@ Obj = dict[str, Any]
 
 @dataclass
 class AdmissionRequest:
-    operation: str  # CREATE, UPDATE, DELETE
+    operation: str  # CREATE, UPDATE, DELETE, CONNECT (obj: the connect options)
     kind: Kind
     subresource: str
     namespace: str
@@ -67,6 +67,20 @@ class AdmissionChain:
             result = plugin.validate(request)
             if inspect.isawaitable(result):
                 await result
+
+    async def connect(self, request: AdmissionRequest) -> None:
+        """CONNECT (pods/exec, attach, portforward; `obj` the options): only the plugins marked `connects`
+        (upstream's Handles(admission.Connect): the admission webhooks and policies), mutating first."""
+        for plugin in self.mutating:
+            if getattr(plugin, "connects", False):
+                result = plugin.admit(request)
+                if inspect.isawaitable(result):
+                    await result
+        for plugin in self.validating:
+            if getattr(plugin, "connects", False):
+                result = plugin.validate(request)
+                if inspect.isawaitable(result):
+                    await result
 
     def admit_delete(self, request: AdmissionRequest) -> None:
         for plugin in self.deleting:

@@ -1,4 +1,6 @@
-"""pods/exec, pods/attach and pods/portforward: checked here, then streamed to the pod's kubelet with the
+"""pods/exec, pods/attach and pods/portforward: their options decoded from the query and admitted (operation
+CONNECT: the admission webhooks and ValidatingAdmissionPolicies registered for it see the options, before
+the pod is looked up, as upstream's ConnectResource), checked here, then streamed to the pod's kubelet with the
 API server's kubelet-client identity, as upstream's ExecREST, AttachREST and PortForwardREST
 (pkg/registry/core/pod/rest/subresources.go, strategy.go's streamLocation).
 
@@ -28,6 +30,7 @@ import aiohttp
 from aiohttp import web
 
 from controlplane.apiserver import errors
+from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.kinds.node import KIND as NODE
 from controlplane.apiserver.kubeletproxy import kubelet_address, log_container
 from controlplane.apiserver.streamtranslator import Streams, translate
@@ -64,16 +67,15 @@ class StreamRequest:
     streams: Streams
 
     @classmethod
-    def from_query(cls, pod: Obj, query: Any, needs_command: bool) -> StreamRequest:
-        streams = Streams(
-            _bool(query, "stdin"), _bool(query, "stdout"), _bool(query, "stderr"), _bool(query, "tty")
-        )
-        command = tuple(query.getall("command", []))
+    def from_options(cls, pod: Obj, opts: Obj, needs_command: bool) -> StreamRequest:
+        """From the PodExecOptions / PodAttachOptions admission passed (a webhook may have changed them)."""
+        streams = Streams(*(bool(opts.get(name)) for name in ("stdin", "stdout", "stderr", "tty")))
+        command = tuple(str(c) for c in opts.get("command") or ())
         if needs_command and not command:
             raise errors.bad_request("you must specify at least 1 command")
         if not (streams.stdin or streams.stdout or streams.stderr):
             raise errors.bad_request("you must specify at least 1 of stdin, stdout, stderr")
-        return cls(log_container(pod, query.get("container", "")), command, streams)
+        return cls(log_container(pod, str(opts.get("container") or "")), command, streams)
 
     def kubelet_query(self) -> list[tuple[str, str]]:
         """upstream's streamParams: the kubelet's names for the streams."""
@@ -107,12 +109,58 @@ def _kubelet_url(rest: RestHandler, node: Obj, path: str, query: list[tuple[str,
     return f"https://{netloc}{path}" + (f"?{urlencode(query, quote_via=quote)}" if query else "")
 
 
+def stream_options(query: Any, verb: str) -> Obj:
+    """The query as upstream decodes it into PodExecOptions / PodAttachOptions (Go's JSON form: the
+    booleans and container omitted when empty, exec's command always there)."""
+    kind = "PodExecOptions" if verb == "exec" else "PodAttachOptions"
+    opts: Obj = {"kind": kind, "apiVersion": "v1"}
+    for name in ("stdin", "stdout", "stderr", "tty"):
+        if _bool(query, name):
+            opts[name] = True
+    if query.get("container"):
+        opts["container"] = query["container"]
+    if verb == "exec":
+        opts["command"] = list(query.getall("command", [])) or None
+    return opts
+
+
+def port_forward_options(query: Any) -> Obj:
+    """The query as upstream decodes it into PodPortForwardOptions (400 for a port out of range)."""
+    ports: list[int] = []
+    for value in query.getall("ports", []):
+        for port in value.split(","):
+            if not port.strip().isdigit() or not 0 < int(port) < 65536:
+                raise errors.bad_request(f'ports: invalid value "{port}": port must be between 1 and 65535')
+            ports.append(int(port))
+    return {"kind": "PodPortForwardOptions", "apiVersion": "v1", **({"ports": ports} if ports else {})}
+
+
+async def admit_connect(rest: RestHandler, request: web.Request, info: RequestInfo, opts: Obj) -> Obj:
+    """Admission for CONNECT, as upstream's ConnectResource runs it before connecting: the webhooks and
+    policies registered for CONNECT on the subresource see the options (and may change or refuse them)."""
+    await rest.registry.admission.connect(
+        AdmissionRequest(
+            "CONNECT",
+            info.resource,
+            info.subresource,
+            info.namespace,
+            info.name,
+            opts,
+            None,
+            rest.user(request),
+            rest.registry,
+        )
+    )
+    return opts
+
+
 async def connect_stream(
     rest: RestHandler, request: web.Request, info: RequestInfo, verb: str
 ) -> web.StreamResponse:
     """pods/exec and pods/attach."""
+    admitted = await admit_connect(rest, request, info, stream_options(request.query, verb))
     pod, node = await _pod_and_node(rest, info)
-    opts = StreamRequest.from_query(pod, request.query, needs_command=verb == "exec")
+    opts = StreamRequest.from_options(pod, admitted, needs_command=verb == "exec")
     meta = pod["metadata"]
     path = f"/{verb}/{quote(meta['namespace'])}/{quote(meta['name'])}/{quote(opts.container)}"
     url = _kubelet_url(rest, node, path, opts.kubelet_query())
@@ -125,13 +173,9 @@ async def connect_stream(
 async def connect_port_forward(
     rest: RestHandler, request: web.Request, info: RequestInfo
 ) -> web.StreamResponse:
+    admitted = await admit_connect(rest, request, info, port_forward_options(request.query))
     pod, node = await _pod_and_node(rest, info)
-    ports: list[tuple[str, str]] = []
-    for value in request.query.getall("ports", []):
-        for port in value.split(","):
-            if not port.strip().isdigit() or not 0 < int(port) < 65536:
-                raise errors.bad_request(f'ports: invalid value "{port}": port must be between 1 and 65535')
-            ports.append(("port", str(int(port))))
+    ports = [("port", str(int(p))) for p in admitted.get("ports") or ()]
     meta = pod["metadata"]
     url = _kubelet_url(rest, node, f"/portForward/{quote(meta['namespace'])}/{quote(meta['name'])}", ports)
     assert rest.kubelet is not None

@@ -4,7 +4,9 @@ CEL rules, names acceptance and version priority; no server."""
 from __future__ import annotations
 
 from controlplane.apiserver.apiextensions import rules, schema, structural
+from controlplane.apiserver.apiextensions.columns import cell, compile_columns
 from controlplane.apiserver.apiextensions.controller import accept_names
+from controlplane.apiserver.apiextensions.patterns import compile_pattern, pattern_error
 from controlplane.apiserver.apiextensions.resource import json_path, version_priority
 
 
@@ -214,3 +216,33 @@ def test_junctors_validate_values() -> None:
         'spec: Invalid value: {"a":"x","b":"y","c":7}: spec in body must validate one and only one schema (oneOf)',
         "spec.c: Invalid value: 7: spec.c in body must not validate the schema (not)",
     ]
+
+
+def test_printer_columns_first_match_and_go_printing() -> None:
+    cols = compile_columns(
+        [
+            {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+            {"name": "N", "type": "string", "jsonPath": ".spec.n"},
+            {"name": "Big", "type": "string", "jsonPath": ".spec.big"},
+            {"name": "I", "type": "integer", "jsonPath": ".spec.n"},
+            {"name": "Bad", "type": "string", "jsonPath": ".spec[?("},
+            {"name": "After", "type": "string", "jsonPath": ".spec.n"},
+        ]
+    )
+    # upstream keeps the columns before the first that does not parse
+    assert [c.name for c in cols] == ["Ready", "N", "Big", "I"]
+    obj = {
+        "spec": {"n": 2.5, "big": 1234567.0},
+        "status": {"conditions": [{"type": "A", "status": "False"}, {"type": "Ready", "status": "True"}]},
+    }
+    assert [cell(c, obj) for c in cols] == ["True", "2.5", "1.234567e+06", 2]
+    assert cell(cols[0], {"status": {}}) is None
+
+
+def test_re2_patterns_and_go_error_texts() -> None:
+    assert compile_pattern("^(?i)tcp$").search("TCP") is not None
+    assert pattern_error("+") == "error parsing regexp: missing argument to repetition operator: `+`"
+    assert pattern_error("(") == "error parsing regexp: missing closing ): `(`"
+    assert pattern_error("a**") == "error parsing regexp: invalid nested repetition operator: `**`"
+    assert pattern_error("x(?=y)") == "error parsing regexp: invalid or unsupported Perl syntax: `(?=`"
+    assert pattern_error("[a-z]+") is None

@@ -1,6 +1,7 @@
 """A real admission webhook for tests: an aiohttp HTTPS server on the host with its own CA (generated
 here), answering AdmissionReview v1 by path: /mutate adds the label `webhook=seen` by JSONPatch,
-/deny refuses objects labelled `deny=yes`, /warn allows with a warning, and the broken answers the bad
+/deny refuses objects labelled `deny=yes`, /warn allows with a warning, /refuse refuses everything, /add-fields
+adds `spec.name` and `spec.undeclared`, and the broken answers the bad
 input tests need (/garbage, /wronguid, /badpatch, /hang). It records every review it got."""
 
 from __future__ import annotations
@@ -153,6 +154,16 @@ class WebhookServer(ReviewServer):
                     )
                 )
             return web.json_response(_answer(req, allowed=True))
+        if path == "/refuse":  # refuses whatever it is sent
+            return web.json_response(
+                _answer(req, allowed=False, status={"code": 403, "message": "connections are refused"})
+            )
+        if path == "/add-fields":  # a field the schema declares and one it does not
+            ops = [
+                {"op": "add", "path": "/spec/name", "value": "hooked"},
+                {"op": "add", "path": "/spec/undeclared", "value": "x"},
+            ]
+            return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
         if path == "/warn":
             return web.json_response(_answer(req, allowed=True, warnings=["this webhook warns"]))
         if path == "/garbage":

@@ -67,6 +67,7 @@ def _params(policy: Policy, binding: Binding, inv: Invocation) -> list[Obj | Non
 
 class ValidatingAdmissionPolicyPlugin:
     name = "ValidatingAdmissionPolicy"
+    connects = True  # policies matching CONNECT judge pods/exec, attach and portforward
 
     def __init__(self) -> None:
         self.source = PolicySource()

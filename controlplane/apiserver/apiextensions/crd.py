@@ -96,8 +96,14 @@ def _names_errors(names_: Obj, path: str) -> list[FieldError]:
     return errs
 
 
+_COLUMN_FORMATS = ["byte", "date", "date-time", "double", "float", "int32", "int64", "password"]
+
+
 def _column_errors(columns: list[Any], path: str) -> list[FieldError]:
+    """Upstream's ValidateCustomResourceColumnDefinition (its `JSONPath` spelling of the required field
+    included); the path itself is only checked to be a simple one starting with `.`, as upstream."""
     errs: list[FieldError] = []
+    types = ",".join(sorted(_COLUMN_TYPES))
     for i, col in enumerate(columns):
         at = f"{path}[{i}]"
         if not isinstance(col, dict):
@@ -105,28 +111,17 @@ def _column_errors(columns: list[Any], path: str) -> list[FieldError]:
         if not col.get("name"):
             errs.append(required(f"{at}.name"))
         if not col.get("type"):
-            errs.append(required(f"{at}.type"))
+            errs.append(required(f"{at}.type", f"must be one of {types}"))
         elif col["type"] not in _COLUMN_TYPES:
-            errs.append(not_supported(f"{at}.type", col["type"], _COLUMN_TYPES))
-        if col.get("format") and col["format"] not in (
-            "int32",
-            "int64",
-            "float",
-            "double",
-            "byte",
-            "date",
-            "date-time",
-            "password",
-        ):
-            errs.append(
-                not_supported(
-                    f"{at}.format",
-                    col["format"],
-                    ["int32", "int64", "float", "double", "byte", "date", "date-time", "password"],
-                )
-            )
+            errs.append(invalid(f"{at}.type", col["type"], f"must be one of {types}"))
+        if col.get("format") and col["format"] not in _COLUMN_FORMATS:
+            errs.append(invalid(f"{at}.format", col["format"], f"must be one of {','.join(_COLUMN_FORMATS)}"))
         if not col.get("jsonPath"):
-            errs.append(required(f"{at}.jsonPath"))
+            errs.append(required(f"{at}.JSONPath"))
+        elif not str(col["jsonPath"]).startswith("."):
+            errs.append(
+                invalid(f"{at}.jsonPath", col["jsonPath"], "must be a simple json path starting with .")
+            )
     return errs
 
 

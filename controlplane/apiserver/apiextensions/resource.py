@@ -14,12 +14,11 @@ refused (415), as upstream refuses it for custom resources.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, tables, typed
-from controlplane.apiserver.apiextensions import rules, schema, selectable
+from controlplane.apiserver.apiextensions import columns, rules, schema, selectable
 from controlplane.apiserver.apiextensions.conversion import ConversionError, WebhookConverter
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import (
@@ -31,7 +30,6 @@ from controlplane.apiserver.kinds.base import (
     Subresource,
 )
 from controlplane.apiserver.kinds.scale import Scale
-from controlplane.apiserver.meta import human_duration, now, parse_time
 from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import finalizer_warnings, object_meta, path_segment
 from controlplane.apiserver.webhooks.context import add_warning
@@ -41,6 +39,12 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\['([^']*)'\]")
+DEFAULT_AGE_COLUMN: Obj = {
+    "name": "Age",
+    "type": "date",
+    "jsonPath": ".metadata.creationTimestamp",
+    "description": tables.AGE[3],
+}
 NAME_COLUMN_DOC = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
 
 
@@ -196,7 +200,16 @@ class CustomResource(Kind):
         # Upstream: generation grows with every change but of status (metadata aside) when a status
         # subresource exists, with every change but of metadata otherwise.
         self.generation = True
-        self.converts = self.version != storage_version
+        # Upstream defaults every object read from storage (objects stored before a default was added
+        # get it on read), so a schema with defaults reads through from_storage even at the storage version.
+        self.defaults = schema.has_defaults(self.open_api)
+        # Objects may be stored at any version the CRD has or had (status.storedVersions): with more than
+        # this one, every read sets apiVersion (None conversion) and every write stores at the storage
+        # version, as upstream's codec decodes and encodes each object.
+        others = {v.get("name") for v in spec.get("versions") or []} | set(
+            (crd.get("status") or {}).get("storedVersions") or []
+        )
+        self.converts = bool(others - {self.version}) or self.defaults
         # strategy Webhook: every object not at the version at hand goes through the webhook (stored
         # objects may be at an older storage version too, so even the storage version converts)
         self.webhook = WebhookConverter.of(crd)
@@ -211,6 +224,7 @@ class CustomResource(Kind):
         self._stored_schema = copy.deepcopy(stored_schema) if stored is not version else None
         self._stored_rules = rules.skeleton(self._stored_schema) if self._stored_schema is not None else None
         self.printer_columns = list(version.get("additionalPrinterColumns") or [])
+        self.printer = columns.compile_columns(self.printer_columns or [DEFAULT_AGE_COLUMN])
         self.columns = self._columns()
         self.smp = {"metadata": META, **(_smp(self.open_api) or {})}
         self.rules = rules.skeleton(self.open_api)  # only the fields that carry CEL rules
@@ -272,13 +286,12 @@ class CustomResource(Kind):
                 (shown,) = await self.webhook.convert([obj], self.api_version, cache)
             except ConversionError as err:
                 raise errors.ApiError(500, "", str(err)) from None
-            if shown is not obj:
-                self.default(shown, False)
+            self.default(shown, False)
             out.append(shown)
         return out
 
     async def table_forms(self, objs: list[Obj], cache: Any) -> list[Obj]:
-        if self.webhook is None:
+        if self.webhook is None and not self.converts:
             return objs
         return await self.served_forms(objs, cache, True)
 
@@ -389,42 +402,12 @@ class CustomResource(Kind):
 
     def _columns(self) -> tuple[tables.Column, ...]:
         cols: list[tables.Column] = [("Name", "string", 0, NAME_COLUMN_DOC)]
-        printer = self.printer_columns or [
-            {
-                "name": "Age",
-                "type": "date",
-                "jsonPath": ".metadata.creationTimestamp",
-                "description": tables.AGE[3],
-            }
-        ]
-        for col in printer:
-            cols.append(
-                (
-                    col["name"],
-                    col.get("type", "string"),
-                    int(col.get("priority", 0)),
-                    col.get("description", ""),
-                )
-            )
+        for col in self.printer:
+            cols.append((col.name, col.type, col.priority, col.description))
         return tuple(cols)
 
     def cells(self, obj: Obj) -> list[Any]:
-        row: list[Any] = [obj["metadata"].get("name")]
-        for col in self.printer_columns or [{"jsonPath": ".metadata.creationTimestamp", "type": "date"}]:
-            found, value = json_path(obj, col.get("jsonPath", ""))
-            if not found or value is None:
-                row.append(None)
-            elif col.get("type") == "date":
-                # upstream's cellForJSONValue: a date is shown as the time since it (kubectl's AGE)
-                when = parse_time(value) if isinstance(value, str) else None
-                row.append(human_duration(now() - when) if when else "<invalid>")
-            elif isinstance(value, dict | list):
-                row.append(json.dumps(value, separators=(",", ":")))
-            elif col.get("type") == "string" and not isinstance(value, str):
-                row.append(json.dumps(value))
-            else:
-                row.append(value)
-        return row
+        return [obj["metadata"].get("name"), *(columns.cell(col, obj) for col in self.printer)]
 
 
 API_VERSION_DOC = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"

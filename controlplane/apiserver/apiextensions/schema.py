@@ -22,10 +22,10 @@ import datetime as dt
 import ipaddress
 import re
 import uuid
-from functools import lru_cache
 from typing import Any
 
 from controlplane.apiserver import typed
+from controlplane.apiserver.apiextensions.patterns import PatternError, compile_pattern
 from controlplane.apiserver.errors import FieldError, duplicate, invalid, not_supported, required, too_many
 
 Obj = dict[str, Any]
@@ -151,14 +151,6 @@ def has_defaults(schema: Any) -> bool:
 
 
 # --- validation ---------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=1024)
-def _regex(pattern: str) -> re.Pattern[str] | None:
-    try:
-        return re.compile(pattern)
-    except re.error:
-        return None
 
 
 def _type_error(path: str, value: Any, wanted: str) -> FieldError:
@@ -307,9 +299,17 @@ def _validate_string(value: str, schema: Obj, path: str, errors: list[FieldError
         )
     pattern = schema.get("pattern")
     if pattern:
-        regex = _regex(pattern)
-        if regex is not None and not regex.search(value):
-            errors.append(invalid(path, value, f"{path} in body should match '{pattern}'"))
+        try:
+            matched = compile_pattern(pattern).search(value) is not None
+        except PatternError as err:  # a CRD stored before patterns were checked: go-openapi's text
+            errors.append(
+                invalid(
+                    path, value, f"{path} in body should match '{pattern}, but pattern is invalid: {err}'"
+                )
+            )
+        else:
+            if not matched:
+                errors.append(invalid(path, value, f"{path} in body should match '{pattern}'"))
     check = _FORMATS.get(schema.get("format", ""))
     if check is not None and not check(value):
         errors.append(invalid(path, value, f'{path} in body must be of type {schema["format"]}: "{value}"'))

@@ -9,9 +9,9 @@ FieldError, sorted by text as upstream sorts them, so a 422 lists every one.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from controlplane.apiserver.apiextensions.patterns import pattern_error
 from controlplane.apiserver.apiextensions.schema import EMBEDDED, INT_OR_STRING, PRESERVE
 from controlplane.apiserver.errors import FieldError, forbidden, invalid, required
 
@@ -89,11 +89,12 @@ def _openapi_restrictions(s: Obj, path: str, errors: list[FieldError]) -> None:
         )
     pattern = s.get("pattern")
     if isinstance(pattern, str):
-        try:
-            re.compile(pattern)
-        except re.error as err:
+        problem = pattern_error(pattern)
+        if problem is not None:
             errors.append(
-                invalid(f"{path}.pattern", pattern, f"must be a valid regular expression, but isn't: {err}")
+                invalid(
+                    f"{path}.pattern", pattern, f"must be a valid regular expression, but isn't: {problem}"
+                )
             )
     for name, sub in (s.get("properties") or {}).items():
         if isinstance(sub, dict):

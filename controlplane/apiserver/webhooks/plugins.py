@@ -13,7 +13,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver import errors
+from controlplane.apiserver import errors, typed
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.patch import json_patch
 from controlplane.apiserver.webhooks import context, review
@@ -148,6 +148,7 @@ def _replace(obj: Obj, new: Obj) -> None:
 class _Plugin:
     name = ""
     bucket = ""
+    connects = True  # webhooks registered for CONNECT see pods/exec, attach and portforward
 
     def __init__(self) -> None:
         self.source = WebhookSource(self.bucket)
@@ -211,8 +212,19 @@ class MutatingAdmissionWebhook(_Plugin):
             raise errors.internal(err.message) from None
         if not isinstance(patched, dict):
             raise errors.internal("json: cannot unmarshal patched document into an object")
+        if request.operation == "CONNECT":  # the connect options (no metadata, no defaults) as patched
+            if patched == request.obj:
+                return False
+            request.obj.clear()
+            request.obj.update(patched)
+            inv.changed(request.obj)
+            return True
         patched = to_storage(kind, patched)
         _keep_system_fields(request, patched)
+        if request.kind.schema in typed.CUSTOM:
+            # a custom resource is pruned to its schema again (upstream decodes the patched object
+            # through the CRD's pruning decoder): fields a webhook adds that the schema lacks are dropped
+            typed.decode(patched, request.kind.schema)
         request.kind.default(patched, request.operation == "CREATE")
         if patched == request.obj:
             return False
