@@ -44,6 +44,12 @@ class Nft:
         if code != 0:
             raise NftError(err.strip() or f"nft exited {code}")
 
+    async def check(self, script: str) -> None:
+        """Whether the kernel would take the transaction (`nft -c`: checked, nothing applied)."""
+        code, _, err = await self._run("-c", "-f", "-", stdin=script)
+        if code != 0:
+            raise NftError(err.strip() or f"nft exited {code}")
+
     async def table_json(self) -> list[dict[str, Any]] | None:
         """`nft -j list table`'s objects, None when the table does not exist."""
         code, out, err = await self._run("-j", "list", "table", self.family, self.table)

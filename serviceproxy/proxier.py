@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from kubeclient.client import KubeClient
+from kubeclient.events import WARNING, EventRecorder, EventSource
 from kubeclient.informer import Informer, key_of
 from serviceproxy.conntrack import Conntrack
 from serviceproxy.healthcheck import ServiceHealthServers, local_ready_counts, wanted_ports
@@ -29,11 +30,13 @@ from serviceproxy.model import (
     slice_endpoints,
 )
 from serviceproxy.nft import Nft, NftError
-from serviceproxy.rules import NodeSettings, build
-from serviceproxy.ruleset import Ruleset, Writer
+from serviceproxy.rules import NodeSettings, build, conflicts
+from serviceproxy.ruleset import Existing, Ruleset, Writer
 
 log = logging.getLogger("proxy")
 Obj = dict[str, Any]
+# The Warning event on a Service whose rules the proxy leaves out (the others are written).
+NOT_PROGRAMMED = "FailedToProgramRules"
 
 
 @dataclass
@@ -128,6 +131,11 @@ class Proxier:
         self._parsed: dict[str, tuple[str, dict[ServicePortName, list[Endpoint]]]] = {}
         self._udp_endpoints: dict[ServicePortName, tuple[ServicePort, frozenset[str]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        # Service ports nft refused on their own (found by `_isolate`), left out until they change or
+        # the next periodic full sync; and what was already reported, so each is said once.
+        self.unwritable: dict[ServicePortName, str] = {}
+        self._reported: set[tuple[ServicePortName, str]] = set()
+        self.recorder = EventRecorder(client, EventSource("kube-proxy", config.node_name))
 
     # --- changes -------------------------------------------------------------------------------------
 
@@ -144,6 +152,11 @@ class Proxier:
             new.get("metadata") or {}
         ).get("resourceVersion"):
             return
+        meta = new.get("metadata") or {}
+        for name in [
+            n for n in self.unwritable if (n.namespace, n.name) == (meta.get("namespace"), meta.get("name"))
+        ]:
+            del self.unwritable[name]  # changed: tried again
         self.metrics.service_changes.inc()
         self.metrics.service_changes_pending.inc()
         self._queue()
@@ -183,8 +196,61 @@ class Proxier:
 
     def wanted(self) -> tuple[Ruleset, list[ServicePort], dict[ServicePortName, tuple[Endpoint, ...]]]:
         ports = [p for s in self.services.list() for p in service_ports(s)]
+        ports = [p for p in ports if p.name not in self.unwritable]
         endpoints = self._endpoints()
         return build(ports, endpoints, self.settings), ports, endpoints
+
+    def _report(self, refused: dict[ServicePortName, str]) -> None:
+        """A Warning event on each Service some of whose rules are left out (once per reason)."""
+        for name, reason in refused.items():
+            if (name, reason) in self._reported:
+                continue
+            self._reported.add((name, reason))
+            log.warning("service port left out service=%s reason=%s", name, reason)
+            svc = self.services.get(f"{name.namespace}/{name.name}")
+            if svc is not None:
+                svc = {"apiVersion": "v1", "kind": "Service", **svc}
+                self.recorder.event(
+                    svc, WARNING, NOT_PROGRAMMED, f"rules for service port {name} not programmed: {reason}"
+                )
+
+    async def _isolate(
+        self,
+        ports: list[ServicePort],
+        endpoints: dict[ServicePortName, tuple[Endpoint, ...]],
+        existing: Existing,
+    ) -> dict[ServicePortName, str]:
+        """After nft refused a full sync: the service ports whose rules nft refuses even with only the
+        ones already admitted (`nft -c`, which changes nothing), found by halving; empty when the table
+        without any Service is refused too (then no Service is to blame)."""
+
+        async def refusal(subset: list[ServicePort]) -> str | None:
+            try:
+                await self.config.nft.check(
+                    self.writer.full(build(subset, endpoints, self.settings), existing)
+                )
+            except NftError as err:
+                return str(err)
+            return None
+
+        if await refusal([]) is not None:
+            return {}
+        admitted: list[ServicePort] = []
+        bad: dict[ServicePortName, str] = {}
+        queue = [sorted(ports, key=lambda p: p.name)]
+        while queue:
+            chunk = queue.pop(0)
+            if not chunk:
+                continue
+            err = await refusal(admitted + chunk)
+            if err is None:
+                admitted += chunk
+            elif len(chunk) == 1:
+                bad[chunk[0].name] = f"nftables refused them: {err}"
+            else:
+                half = len(chunk) // 2
+                queue[:0] = [chunk[:half], chunk[half:]]
+        return bad
 
     # --- syncing -------------------------------------------------------------------------------------
 
@@ -196,20 +262,33 @@ class Proxier:
         triggers, self._trigger_times = self._trigger_times, []
         self.metrics.endpoint_changes_pending.set(0)
         self.metrics.service_changes_pending.set(0)
+        periodic = self.last is not None and time.monotonic() - self.last_full > self.config.full_sync_period
+        if periodic:
+            self.unwritable.clear()  # tried again now and then, as everything else is rewritten
         wanted, ports, endpoints = self.wanted()
-        full = (
-            self.need_full
-            or self.last is None
-            or time.monotonic() - self.last_full > self.config.full_sync_period
-        )
+        self._report(conflicts(ports))
+        full = self.need_full or self.last is None or periodic
         try:
             if full:
-                script = self.writer.full(wanted, await self.config.nft.existing())
+                existing = await self.config.nft.existing()
+                script = self.writer.full(wanted, existing)
+                try:
+                    await self.config.nft.apply(script)
+                except NftError:
+                    # One Service's rules must not keep every other's out: leave out the ones nft
+                    # refuses on their own and write the rest (or fail as before when none is to blame).
+                    bad = await self._isolate(ports, endpoints, existing)
+                    if not bad:
+                        raise
+                    self.unwritable.update(bad)
+                    self._report(bad)
+                    wanted, ports, endpoints = self.wanted()
+                    await self.config.nft.apply(self.writer.full(wanted, existing))
             else:
                 assert self.last is not None
                 script = self.writer.partial(self.last, wanted)
-            if script:
-                await self.config.nft.apply(script)
+                if script:
+                    await self.config.nft.apply(script)
         except (NftError, OSError) as err:
             self.failures += 1
             self.need_full = True
@@ -294,6 +373,7 @@ class Proxier:
             asyncio.create_task(self.services.run(), name="services informer"),
             asyncio.create_task(self.slices.run(), name="endpointslices informer"),
         ]
+        self.recorder.start()
         try:
             waiter = asyncio.create_task(stop.wait())
             synced = asyncio.gather(self.services.synced.wait(), self.slices.synced.wait())
@@ -307,6 +387,7 @@ class Proxier:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.health_servers.close()
+            await self.recorder.stop()
 
     async def _loop(self, stop: asyncio.Event) -> None:
         recent: list[float] = []

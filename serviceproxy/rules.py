@@ -328,14 +328,47 @@ class _Builder:
             )
 
 
+def _claims(svc: ServicePort) -> list[tuple[str, str]]:
+    """The map keys a service port's rules take: its addresses and node port with protocol and port.
+    Two service ports taking one key cannot both be written (nft: "File exists")."""
+    proto = svc.protocol
+    keys = [(SERVICE_IPS, f"{ip} . {proto} . {svc.port}") for ip in (svc.cluster_ip, *svc.external_ips)]
+    keys += [(SERVICE_IPS, f"{ip} . {proto} . {svc.port}") for ip in svc.load_balancer_ips]
+    if svc.node_port:
+        keys.append((SERVICE_NODEPORTS, f"{proto} . {svc.node_port}"))
+    return keys
+
+
+def conflicts(services: list[ServicePort]) -> dict[ServicePortName, str]:
+    """Service ports whose addresses or node port an earlier one (in name order) already takes, each
+    with the reason: they get no rules, the others are written (a node port given twice before the
+    API server checked them, an externalIP two Services name)."""
+    owner: dict[tuple[str, str], ServicePortName] = {}
+    refused: dict[ServicePortName, str] = {}
+    for svc in sorted(services, key=lambda s: s.name):
+        keys = dict.fromkeys(_claims(svc))  # a port's own repeats (externalIP = its cluster IP) are fine
+        taken = next(((k, owner[k]) for k in keys if k in owner and owner[k] != svc.name), None)
+        if taken is not None:
+            (kind, key), holder = taken
+            what = "node port" if kind == SERVICE_NODEPORTS else "address and port"
+            refused[svc.name] = f"{what} {key} is already programmed for service port {holder}"
+            continue
+        for key in keys:
+            owner[key] = svc.name
+    return refused
+
+
 def build(
     services: list[ServicePort],
     endpoints: dict[ServicePortName, tuple[Endpoint, ...]],
     settings: NodeSettings,
 ) -> Ruleset:
+    """The wanted table. Service ports in conflict with an earlier one (`conflicts`) are left out."""
     builder = _Builder(settings)
     _fixed_chains(builder.rs, settings)
+    refused = conflicts(services)
     for svc in sorted(services, key=lambda s: s.name):
-        builder.service(svc, endpoints.get(svc.name, ()))
+        if svc.name not in refused:
+            builder.service(svc, endpoints.get(svc.name, ()))
     builder.maps()
     return builder.rs

@@ -168,27 +168,53 @@ class Registry:
                 dry_run,
                 generated_name=bool(generate),
             )
-            await res.begin_create(self, obj)
-            if manager is not None:
-                meta.pop("managedFields", None)
-                ssa.track_update(None, obj, manager, schema=res.smp, reset=_reset(res, ""))
-            if dry_run:
-                # Upstream's dry-run storage reads the key instead of writing it: an object of that
-                # name is the same 409 AlreadyExists a real create meets.
-                if self.cache.get(res.key(namespace, meta["name"])) is None:
-                    return obj
-                if generate and attempt < _RETRIES - 1:
-                    continue
-                raise errors.already_exists(res.plural, res.group, meta["name"])
+            finish = await res.begin_create(self, obj, dry_run)
             try:
-                rev = await self.store.create(res.key(namespace, meta["name"]), _strip_rv(obj))
-            except KeyExistsError:
-                if generate and attempt < _RETRIES - 1:
-                    continue
-                raise errors.already_exists(res.plural, res.group, meta["name"]) from None
-            meta["resourceVersion"] = str(rev)
+                rev = await self._write_created(
+                    res, namespace, obj, manager, dry_run, bool(generate), attempt
+                )
+            except BaseException:
+                if finish is not None:
+                    await finish(False)
+                raise
+            if finish is not None:
+                await finish(bool(rev))
+            if rev is None:
+                continue
+            if rev:
+                meta["resourceVersion"] = str(rev)
             return obj
         raise errors.internal("could not generate a unique name")
+
+    async def _write_created(
+        self,
+        res: Kind,
+        namespace: str,
+        obj: Obj,
+        manager: str | None,
+        dry_run: bool,
+        generated: bool,
+        attempt: int,
+    ) -> int | None:
+        """The create's write: its revision, 0 for a dry run, None when a generated name is taken."""
+        meta = obj["metadata"]
+        if manager is not None:
+            meta.pop("managedFields", None)
+            ssa.track_update(None, obj, manager, schema=res.smp, reset=_reset(res, ""))
+        if dry_run:
+            # Upstream's dry-run storage reads the key instead of writing it: an object of that
+            # name is the same 409 AlreadyExists a real create meets.
+            if self.cache.get(res.key(namespace, meta["name"])) is None:
+                return 0
+            if generated and attempt < _RETRIES - 1:
+                return None
+            raise errors.already_exists(res.plural, res.group, meta["name"])
+        try:
+            return await self.store.create(res.key(namespace, meta["name"]), _strip_rv(obj))
+        except KeyExistsError:
+            if generated and attempt < _RETRIES - 1:
+                return None
+            raise errors.already_exists(res.plural, res.group, meta["name"]) from None
 
     async def ensure(self, res: Kind, namespace: str, obj: Obj) -> None:
         """Create `obj` unless an object of its name exists (objects the server keeps)."""
@@ -258,37 +284,64 @@ class Registry:
                 new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
             fill_required(new, res.storage_schema)
             await self._admit("UPDATE", res, subresource, namespace, new, current, user, validate, dry_run)
-            if not subresource:
-                await res.begin_update(self, new, current)
-            if manager is not None:
-                new["metadata"]["managedFields"] = current["metadata"].get("managedFields", [])
-                ssa.track_update(
-                    current,
-                    new,
-                    manager,
-                    subresource if subresource in ("status", "scale") else "",
-                    res.smp,
-                    _reset(res, subresource),
-                )
-                if not new["metadata"]["managedFields"]:
-                    new["metadata"].pop("managedFields")
-            if _same_object(new, current):
-                return current
-            if dry_run:
-                return new
+            finish = await res.begin_update(self, new, current, dry_run) if not subresource else None
             try:
-                if self._finished(res, new):
-                    await self.store.delete(key, cached.revision)
-                    new["metadata"]["resourceVersion"] = str(self.store.revision)
-                    return new
-                rev = await self.store.update(key, _strip_rv(new), cached.revision)
-            except ConflictError:
+                result = await self._write_updated(
+                    res, key, cached, current, new, subresource, manager, dry_run
+                )
+            except BaseException:
+                if finish is not None:
+                    await finish(False)
+                raise
+            if finish is not None:
+                await finish(result is not None and not dry_run and result is not current)
+            if result is None:
                 continue
-            except NotFoundError:
-                raise errors.not_found(res.plural, res.group, name) from None
-            new["metadata"]["resourceVersion"] = str(rev)
-            return new
+            return result
         raise errors.conflict(res.plural, res.group, name, errors.MODIFIED)
+
+    async def _write_updated(
+        self,
+        res: Kind,
+        key: str,
+        cached: CachedObject,
+        current: Obj,
+        new: Obj,
+        subresource: str,
+        manager: str | None,
+        dry_run: bool,
+    ) -> Obj | None:
+        """The update's write: the object as stored (`current` when nothing changed), None on a
+        conflict (read again)."""
+        if manager is not None:
+            new["metadata"]["managedFields"] = current["metadata"].get("managedFields", [])
+            ssa.track_update(
+                current,
+                new,
+                manager,
+                subresource if subresource in ("status", "scale") else "",
+                res.smp,
+                _reset(res, subresource),
+            )
+            if not new["metadata"]["managedFields"]:
+                new["metadata"].pop("managedFields")
+        if _same_object(new, current):
+            return current
+        if dry_run:
+            return new
+        try:
+            if self._finished(res, new):
+                await self.store.delete(key, cached.revision)
+                new["metadata"]["resourceVersion"] = str(self.store.revision)
+                await res.after_delete(self, new)
+                return new
+            rev = await self.store.update(key, _strip_rv(new), cached.revision)
+        except ConflictError:
+            return None
+        except NotFoundError:
+            raise errors.not_found(res.plural, res.group, current["metadata"]["name"]) from None
+        new["metadata"]["resourceVersion"] = str(rev)
+        return new
 
     def _merge_update(self, res: Kind, current: Obj, desired: Obj, subresource: str) -> Obj:
         """Which parts of `desired` may change `current`: the subresource's part, or all but the system
@@ -372,6 +425,7 @@ class Registry:
                 if step is Step.NOW:
                     await self.store.delete(key, cached.revision)
                     obj["metadata"]["resourceVersion"] = str(self.store.revision)
+                    await res.after_delete(self, obj)
                     return obj, True
                 rev = await self.store.update(key, _strip_rv(obj), cached.revision)
             except ConflictError:

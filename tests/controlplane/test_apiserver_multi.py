@@ -215,6 +215,65 @@ def test_optimistic_concurrency_holds_across_replicas(group: ApiServerReplicas) 
     assert set(final.data) == {"x"} | {f"k{i}" for i in range(10)}
 
 
+def test_service_allocations_stay_unique_across_replicas(group: ApiServerReplicas) -> None:
+    """Services created at once through both replicas (each allocating from its own process) never
+    share a cluster IP or a node port, and a node port one replica handed out is refused by the other
+    with upstream's text (the allocation record in etcd, not each replica's cache, decides)."""
+    apis = [core(group.servers[0]), core(group.servers[1])]
+    ns = "default"
+    tag = uuid.uuid4().hex[:6]
+    made: list[client.V1Service] = []
+    failures: list[BaseException] = []
+
+    def create(api: client.CoreV1Api, i: int) -> None:
+        body = {
+            "metadata": {"name": f"race-{tag}-{i}"},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}]},
+        }
+        try:
+            made.append(api.create_namespaced_service(ns, body))
+        except BaseException as err:  # reported below, with the others
+            failures.append(err)
+
+    threads = [threading.Thread(target=create, args=(apis[i % 2], i)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    ips = [s.spec.cluster_ip for s in made]
+    ports = [s.spec.ports[0].node_port for s in made]
+    assert len(made) == 16 and len(set(ips)) == 16 and len(set(ports)) == 16
+    taken = ports[0]
+    with pytest.raises(ApiException) as err:
+        apis[1].create_namespaced_service(
+            ns,
+            {
+                "metadata": {"name": f"race-{tag}-dup"},
+                "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": taken}]},
+            },
+        )
+    assert err.value.status == 422
+    assert (
+        f"spec.ports[0].nodePort: Invalid value: {taken}: provided port is already allocated"
+        in (json.loads(err.value.body)["message"])
+    )
+    # deleted through one replica, the port is free at the other at once
+    owner = next(s.metadata.name for s in made if s.spec.ports[0].node_port == taken)
+    apis[0].delete_namespaced_service(owner, ns)
+    again = apis[1].create_namespaced_service(
+        ns,
+        {
+            "metadata": {"name": f"race-{tag}-again"},
+            "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": taken}]},
+        },
+    )
+    assert again.spec.ports[0].node_port == taken
+    for s in [*made, again]:
+        if s.metadata.name != owner:
+            apis[0].delete_namespaced_service(s.metadata.name, ns)
+
+
 def test_a_list_at_a_future_resource_version_is_a_504(group: ApiServerReplicas, apiserver: ApiServer) -> None:
     """Upstream's storage.NewTooLargeResourceVersionError on the etcd replicas and on the session's
     server (SQLite unless PYKUBE_STORE=etcd)."""

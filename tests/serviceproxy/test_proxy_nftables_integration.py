@@ -628,3 +628,101 @@ async def test_health_check_node_port_of_a_local_load_balancer(proxier, lab, v1,
         timeout=15.0,
         interval=0.05,
     )
+
+
+async def _warned(v1: client.CoreV1Api, namespace: str, name: str) -> str | None:
+    events = await asyncio.to_thread(v1.list_namespaced_event, namespace)
+    for e in events.items:
+        if e.involved_object.name == name and e.reason == "FailedToProgramRules" and e.type == "Warning":
+            return e.message
+    return None
+
+
+async def test_a_service_port_in_conflict_is_left_out_and_the_rest_written(
+    proxier, lab, v1, discovery, namespace
+):
+    """Two Services taking one address and port (an externalIP both name; a node port given twice
+    before the API server checked them is the same case): the later one by name gets no rules and a
+    Warning event, every other Service's rules are written."""
+    nft = Nft(TABLE, netns=lab.client)
+    service(v1, namespace, "a-first", externalIPs=["192.0.2.50"])
+    service(v1, namespace, "b-second", externalIPs=["192.0.2.50"])
+    other = service(v1, namespace, "c-other")
+    for name in ("a-first", "b-second", "c-other"):
+        endpoint_slice(discovery, namespace, name, [BACKEND_IP])
+    await wait_for_async(
+        lambda: _has(nft, f"{other.spec.cluster_ip} . tcp . 80 : goto service-"),
+        what="the other Service's rules",
+        timeout=15.0,
+        interval=0.05,
+    )
+    listing = await nft.listing()
+    assert f"-{namespace}/a-first/tcp/http" in listing
+    assert f"-{namespace}/b-second/" not in listing
+    assert "192.0.2.50 . tcp . 80 : goto external-" in listing
+    message = await wait_for_async(
+        lambda: _warned(v1, namespace, "b-second"), what="the Warning event", timeout=15.0, interval=0.1
+    )
+    assert f"192.0.2.50 . tcp . 80 is already programmed for service port {namespace}/a-first:http" in message
+    assert proxier.failures == 0
+    # the first one gone, the second one's rules are written
+    v1.delete_namespaced_service("a-first", namespace)
+    await wait_for_async(
+        lambda: _has(nft, f"-{namespace}/b-second/tcp/http"), what="b's rules", timeout=15.0, interval=0.05
+    )
+
+
+async def test_a_service_nft_refuses_is_left_out_and_the_rest_written(
+    proxier, lab, v1, discovery, namespace, monkeypatch
+):
+    """Rules nft refuses for one Service (injected here: a rule nft cannot parse in its chain) fail
+    the full sync once; the Services to blame are found with `nft -c`, left out with a Warning event,
+    and the rest of the table is written in the same sync."""
+    import serviceproxy.proxier as proxier_module
+    from serviceproxy.ruleset import Chain
+
+    real_build = proxier_module.build
+
+    def build_with_a_bad_service(ports, endpoints, settings):
+        rs = real_build(ports, endpoints, settings)
+        for name, chain in list(rs.chains.items()):
+            if f"-{namespace}/bad/" in name:
+                rs.chains[name] = Chain(chain.name, (*chain.rules, "bogus"), chain.hook, chain.comment)
+        return rs
+
+    nft = Nft(TABLE, netns=lab.client)
+    good = service(v1, namespace, "good")
+    endpoint_slice(discovery, namespace, "good", [BACKEND_IP])
+    await wait_for_async(
+        lambda: _has(nft, f"{good.spec.cluster_ip} . tcp . 80 : goto service-"),
+        what="good's rules",
+        timeout=15.0,
+        interval=0.05,
+    )
+    monkeypatch.setattr(proxier_module, "build", build_with_a_bad_service)
+    failures = proxier.failures
+    bad = service(v1, namespace, "bad")
+    endpoint_slice(discovery, namespace, "bad", [EXTRA_BACKEND_IP])
+    later = service(v1, namespace, "later")
+    await wait_for_async(
+        lambda: _true(proxier.failures > failures),
+        what="the partial sync to fail",
+        timeout=15.0,
+        interval=0.05,
+    )
+    proxier._queue()  # the full sync that follows a failure
+    await wait_for_async(
+        lambda: _has(nft, f"{later.spec.cluster_ip} . tcp . 80 : goto reject-chain"),
+        what="the rest written",
+        timeout=15.0,
+        interval=0.05,
+    )
+    listing = await nft.listing()
+    assert f"{good.spec.cluster_ip} . tcp . 80 : goto service-" in listing
+    assert bad.spec.cluster_ip not in listing
+    assert [str(n) for n in proxier.unwritable] == [f"{namespace}/bad:http"]
+    message = await wait_for_async(
+        lambda: _warned(v1, namespace, "bad"), what="the Warning event", timeout=15.0, interval=0.1
+    )
+    assert "nftables refused them" in message
+    assert not proxier.need_full

@@ -11,7 +11,15 @@ import pytest
 
 from serviceproxy.model import Endpoint, categorize, merge_endpoints, service_ports
 from serviceproxy.nodeaddrs import NodePortAddressError, nodeport_ips, parse_nodeport_addresses
-from serviceproxy.rules import REJECT, ChainNames, NodeSettings, build, endpoint_base, hash_and_truncate
+from serviceproxy.rules import (
+    REJECT,
+    ChainNames,
+    NodeSettings,
+    build,
+    conflicts,
+    endpoint_base,
+    hash_and_truncate,
+)
 from serviceproxy.ruleset import Writer
 
 Obj = dict[str, Any]
@@ -304,3 +312,33 @@ def test_nodeport_addresses_resolve_as_kube_proxy_does() -> None:
     assert nodeport_ips(parse_nodeport_addresses("0.0.0.0/0"), ("10.1.2.3",), local) is None
     with pytest.raises(NodePortAddressError, match='"nope" is not "primary" or a valid CIDR'):
         parse_nodeport_addresses("10.0.0.0/8,nope")
+
+
+def test_a_node_port_given_twice_leaves_out_the_later_service_port_only() -> None:
+    """Two NodePort Services with nodePort 30080 (stored before the API server checked them): the
+    earlier by name keeps the node port, the later gets no rules at all, a third is untouched; one
+    Service's own UDP and TCP on one node port are no conflict."""
+    np = [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}]
+    both = [
+        {"name": "dns", "port": 53, "protocol": "UDP", "nodePort": 30053},
+        {"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
+    ]
+    services = [
+        svc("a", "10.96.0.21", type="NodePort", ports=np),
+        svc("b", "10.96.0.22", type="NodePort", ports=np),
+        svc("c", "10.96.0.23", type="NodePort", ports=both),
+    ]
+    slices = [eps(n, ("10.0.0.5", True, True, False, "n1")) for n in ("a", "b", "c")]
+    ports = [p for s in services for p in service_ports(s)]
+    refused = conflicts(ports)
+    assert {str(n): reason for n, reason in refused.items()} == {
+        "ns/b:http": "node port tcp . 30080 is already programmed for service port ns/a:http"
+    }
+    rs, _ = ruleset(services, slices)
+    nodeports = dict(rs.sets["service-nodeports"].elements)
+    assert set(nodeports) == {"tcp . 30080"}
+    # c has no endpoints for its ports: both its node ports refuse at once, neither was left out
+    assert {k for k, _ in rs.sets["no-endpoint-nodeports"].elements} == {"udp . 30053", "tcp . 30053"}
+    assert "ns/a/" in nodeports["tcp . 30080"]
+    assert not any("/ns/b/" in c for c in rs.chains)
+    assert not any(k.startswith("10.96.0.22 ") for k, _ in rs.sets["service-ips"].elements)

@@ -323,7 +323,7 @@ class CustomResource(Kind):
             if body_new != body_old and new.get("spec") == old.get("spec"):
                 new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
 
-    async def begin_create(self, registry: Registry, obj: Obj) -> None:
+    async def begin_create(self, registry: Registry, obj: Obj, dry_run: bool = False) -> None:
         if self.terminating:
             raise errors.ApiError(
                 405, "MethodNotAllowed", "create not allowed while custom resource definition is terminating"

@@ -18,6 +18,7 @@ delete: check_delete -> check_delete_preconditions -> (graceful kinds) deletion_
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from controlplane.apiserver.server import ServerConfig
 
 Obj = dict[str, Any]
+# What a begin_create/begin_update hook hands back: called with whether the write happened.
+Finish = Callable[[bool], Awaitable[None]]
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 NO_COLLECTION = tuple(v for v in ALL_VERBS if v != "deletecollection")
@@ -266,12 +269,20 @@ class Kind:
 
     # lifecycle --------------------------------------------------------------------------------------
 
-    async def begin_create(self, registry: Registry, obj: Obj) -> None:
-        """Last step before the store (upstream's BeginCreate hooks: allocations)."""
+    async def begin_create(self, registry: Registry, obj: Obj, dry_run: bool = False) -> Finish | None:
+        """Last step before the store (upstream's BeginCreate hooks: allocations). May return a
+        function the registry calls once the write succeeded (True) or did not happen (False)."""
+        return None
 
-    async def begin_update(self, registry: Registry, new: Obj, old: Obj) -> None:
+    async def begin_update(
+        self, registry: Registry, new: Obj, old: Obj, dry_run: bool = False
+    ) -> Finish | None:
         """Last step before the store on an update of the main resource (upstream's BeginUpdate hooks:
-        allocations a changed object now needs)."""
+        allocations a changed object now needs); may return a Finish as begin_create."""
+        return None
+
+    async def after_delete(self, registry: Registry, obj: Obj) -> None:
+        """The object left the store (upstream's AfterDelete: what it held is released)."""
 
     def check_delete(self, name: str) -> None:
         """Raise an ApiError if the object may never be deleted."""

@@ -5,13 +5,16 @@ services: `registry.service_ranges`) which updates keep."""
 from __future__ import annotations
 
 import ipaddress
+import logging
+import time
 from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver import errors, tables
+from controlplane.apiserver import errors, serviceallocator, tables
 from controlplane.apiserver.errors import FieldError, duplicate, forbidden, invalid, not_supported, required
-from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, StatusSubresource, fields
+from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Finish, Kind, StatusSubresource, fields
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.resourceproxy import Proxy, service_location
+from controlplane.apiserver.serviceallocator import Full, Holder, RangeAllocator, Request, Taken
 from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
 from controlplane.apiserver.validation import dns1035_label, port_number
 
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
     from controlplane.apiserver.serviceranges import ServiceRanges
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
 
 TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
 
@@ -143,53 +147,28 @@ class Service(Kind):
             return [invalid("spec.clusterIPs[0]", new_spec.get("clusterIP"), "may not change once set")]
         return []
 
-    async def begin_create(self, registry: Registry, obj: Obj) -> None:
-        """Allocate node ports and the cluster IP (upstream's service REST does it before storing)."""
+    async def begin_create(self, registry: Registry, obj: Obj, dry_run: bool = False) -> Finish | None:
+        """Take the cluster IP and node ports from the shared allocation records before the Service is
+        stored (upstream's service REST BeginCreate); given back when the write does not happen."""
         _check_in_ranges(obj, registry.service_ranges)
-        self._allocate(registry, obj.setdefault("spec", {}))
+        return await _allocate(registry, obj, None, dry_run)
 
-    async def begin_update(self, registry: Registry, new: Obj, old: Obj) -> None:
-        """A type change from ExternalName gets its cluster IP, one to NodePort or LoadBalancer its node
-        ports, as upstream's service REST allocates them on update (a change to ExternalName released
-        them: _drop_type_dependent_fields)."""
-        spec = new.get("spec")
-        if isinstance(spec, dict) and spec.get("type") != (old.get("spec") or {}).get("type"):
-            _check_in_ranges(new, registry.service_ranges)
-            self._allocate(registry, spec)
+    async def begin_update(
+        self, registry: Registry, new: Obj, old: Obj, dry_run: bool = False
+    ) -> Finish | None:
+        """Take what the update adds (a cluster IP when leaving ExternalName, node ports for a type
+        change or a port added); what it drops is given back once the update is stored."""
+        if not isinstance(new.get("spec"), dict):
+            return None
+        _check_in_ranges(new, registry.service_ranges, old)
+        return await _allocate(registry, new, old, dry_run)
 
-    def _allocate(self, registry: Registry, spec: Obj) -> None:
-        ranges = registry.service_ranges
-        services = [c.obj.get("spec") or {} for c in registry.cache.list(self.bucket, self.prefix(""))]
-        if spec.get("type") in ("NodePort", "LoadBalancer"):
-            spec.setdefault("externalTrafficPolicy", "Cluster")
-        used_ports = {p.get("nodePort") for s in services for p in s.get("ports") or []}
-        used_ports |= {s.get("healthCheckNodePort") for s in services}
-        free = (n for n in ranges.node_ports if n not in used_ports)
-        if _node_ports(spec):
-            for port in spec.get("ports") or []:
-                if not port.get("nodePort"):
-                    port["nodePort"] = next(free, None)
-        if (
-            spec.get("type") == "LoadBalancer"
-            and spec.get("externalTrafficPolicy") == "Local"
-            and not spec.get("healthCheckNodePort")
-        ):
-            # upstream allocates the health check node port of a Local LoadBalancer from the same range
-            spec["healthCheckNodePort"] = next(free, None)
-        if spec.get("type") == "ExternalName" or spec.get("clusterIP") == "None":
-            if spec.get("clusterIP") == "None":
-                spec["clusterIPs"] = ["None"]
-            return
-        if spec.get("clusterIP"):
-            spec.setdefault("clusterIPs", [spec["clusterIP"]])
-            return
-        used = {s.get("clusterIP") for s in services}
-        for ip in ranges.ip_candidates():
-            if ip not in used:
-                spec["clusterIP"] = ip
-                spec["clusterIPs"] = [ip]
-                return
-        raise errors.internal("service IP range exhausted")
+    async def after_delete(self, registry: Registry, obj: Obj) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        spec = obj.get("spec") or {}
+        await _release(
+            registry, uid, serviceallocator.service_ips(spec), serviceallocator.service_ports(spec)
+        )
 
     def cells(self, obj: Obj) -> list[Any]:
         spec = obj.get("spec") or {}
@@ -218,13 +197,22 @@ class Service(Kind):
         ]
 
 
-def _check_in_ranges(obj: Obj, ranges: ServiceRanges) -> None:
+def _check_in_ranges(obj: Obj, ranges: ServiceRanges, old: Obj | None = None) -> None:
     """A clusterIP or nodePort the user names must lie in the server's ranges (upstream's allocators
-    refuse the others with these texts)."""
+    refuse the others with these texts); values the Service held before an update are not asked again."""
     spec = obj.get("spec") or {}
+    old_spec = (old or {}).get("spec") or {}
+    held_ips = serviceallocator.service_ips(old_spec) if old is not None else set()
+    held_ports = serviceallocator.service_ports(old_spec) if old is not None else set()
     problems: list[FieldError] = []
     ip = spec.get("clusterIP")
-    if ip and ip != "None" and spec.get("type") != "ExternalName" and not ranges.contains_ip(ip):
+    if (
+        ip
+        and ip != "None"
+        and spec.get("type") != "ExternalName"
+        and ip not in held_ips
+        and not ranges.contains_ip(ip)
+    ):
         problems.append(
             invalid(
                 "spec.clusterIPs",
@@ -235,7 +223,12 @@ def _check_in_ranges(obj: Obj, ranges: ServiceRanges) -> None:
         )
     for i, port in enumerate(spec.get("ports") or []):
         node_port = port.get("nodePort")
-        if isinstance(node_port, int) and node_port and node_port not in ranges.node_ports:
+        if (
+            isinstance(node_port, int)
+            and node_port
+            and str(node_port) not in held_ports
+            and node_port not in ranges.node_ports
+        ):
             problems.append(
                 invalid(
                     f"spec.ports[{i}].nodePort",
@@ -246,6 +239,145 @@ def _check_in_ranges(obj: Obj, ranges: ServiceRanges) -> None:
             )
     if problems:
         raise errors.invalid_object("Service", "", obj["metadata"].get("name", ""), problems)
+
+
+def _allocators(registry: Registry) -> tuple[RangeAllocator, RangeAllocator]:
+    ranges = registry.service_ranges
+    ips = RangeAllocator(
+        registry.store,
+        serviceallocator.IPS_KEY,
+        str(ranges.cluster_ip_range),
+        ranges.ip_candidates,
+        serviceallocator.service_ips,
+        ranges.contains_ip,
+    )
+    ports = RangeAllocator(
+        registry.store,
+        serviceallocator.PORTS_KEY,
+        ranges.port_range_text(),
+        lambda: (str(n) for n in ranges.node_ports),
+        serviceallocator.service_ports,
+        lambda value: value.isdigit() and int(value) in ranges.node_ports,
+    )
+    return ips, ports
+
+
+async def _allocate(registry: Registry, obj: Obj, old: Obj | None, dry_run: bool) -> Finish:
+    """Fill in and reserve what `obj` needs beyond what `old` (None on create) held: upstream's
+    allocateCreate/allocateUpdate. Returns the Finish that releases what the outcome frees."""
+    spec, meta = obj["spec"], obj["metadata"]
+    old_spec = (old or {}).get("spec") or {}
+    uid = str(((old or obj).get("metadata") or {}).get("uid", ""))
+    name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    owner = Holder(uid, name, time.time())
+    if spec.get("type") in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    if spec.get("clusterIP") == "None":
+        spec["clusterIPs"] = ["None"]
+    elif spec.get("clusterIP") and spec.get("type") != "ExternalName":
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+    old_ips = serviceallocator.service_ips(old_spec) if old is not None else set()
+    old_ports = serviceallocator.service_ports(old_spec) if old is not None else set()
+    ip_allocator, port_allocator = _allocators(registry)
+
+    ip_request = Request(owner, sorted(serviceallocator.service_ips(spec) - old_ips))
+    wants_ip = spec.get("type") != "ExternalName" and spec.get("clusterIP") != "None"
+    if wants_ip and not spec.get("clusterIP"):
+        ip_request.fresh = 1
+    try:
+        fresh_ips = await ip_allocator.take(ip_request, dry_run)
+    except Taken as err:
+        if err.owner == name and old is None:
+            raise errors.already_exists("services", "", meta.get("name", "")) from None
+        message = f"failed to allocate IP {err.value}: {serviceallocator.IP_TAKEN}"
+        raise errors.invalid_object(
+            "Service", "", meta.get("name", ""), [invalid("spec.clusterIPs", [err.value], message)]
+        ) from None
+    except Full:
+        raise errors.internal(f"failed to allocate a serviceIP: {serviceallocator.RANGE_FULL}") from None
+    if fresh_ips:
+        spec["clusterIP"] = fresh_ips[0]
+        spec["clusterIPs"] = [fresh_ips[0]]
+    taken_ips = set(ip_request.named) | set(fresh_ips)
+
+    try:
+        taken_ports = await _allocate_ports(port_allocator, spec, owner, old_ports, dry_run, old is None)
+    except BaseException:
+        if not dry_run:
+            await ip_allocator.release(uid, taken_ips)
+        raise
+
+    async def finish(stored: bool) -> None:
+        if dry_run:
+            return
+        if stored:
+            await _release(
+                registry,
+                uid,
+                old_ips - serviceallocator.service_ips(spec),
+                old_ports - serviceallocator.service_ports(spec),
+            )
+        else:
+            await _release(registry, uid, taken_ips - old_ips, taken_ports - old_ports)
+
+    return finish
+
+
+async def _allocate_ports(
+    allocator: RangeAllocator, spec: Obj, owner: Holder, old_ports: set[str], dry_run: bool, creating: bool
+) -> set[str]:
+    """Node ports: the ones named, one new port per service port number that needs one (ports that
+    share a number share the node port, as upstream's initNodePorts), and the health check node port
+    of a LoadBalancer with externalTrafficPolicy Local."""
+    ports = [p for p in spec.get("ports") or [] if isinstance(p, dict)]
+    by_number = {
+        p.get("port"): p["nodePort"] for p in ports if isinstance(p.get("nodePort"), int) and p["nodePort"]
+    }
+    needing = [
+        p for p in ports if not p.get("nodePort") and (p.get("port") in by_number or _node_ports(spec))
+    ]
+    health = (
+        spec.get("type") == "LoadBalancer"
+        and spec.get("externalTrafficPolicy") == "Local"
+        and not spec.get("healthCheckNodePort")
+    )
+    new_numbers = list(dict.fromkeys(p.get("port") for p in needing if p.get("port") not in by_number))
+    request = Request(
+        owner, sorted(serviceallocator.service_ports(spec) - old_ports), len(new_numbers) + int(health)
+    )
+    try:
+        fresh = await allocator.take(request, dry_run)
+    except Taken as err:
+        index = next(
+            (i for i, p in enumerate(spec.get("ports") or []) if str(p.get("nodePort")) == err.value), None
+        )
+        if index is None:  # the health check node port
+            raise errors.internal(
+                f"failed to allocate requested HealthCheck NodePort {err.value}: {serviceallocator.PORT_TAKEN}"
+            ) from None
+        problem = invalid(f"spec.ports[{index}].nodePort", int(err.value), serviceallocator.PORT_TAKEN)
+        raise errors.invalid_object("Service", "", owner.name.split("/", 1)[1], [problem]) from None
+    except Full:
+        raise errors.internal(f"failed to allocate a nodePort: {serviceallocator.RANGE_FULL}") from None
+    numbers = iter(fresh)
+    for number in new_numbers:
+        by_number[number] = int(next(numbers))
+    for port in needing:
+        port["nodePort"] = by_number[port.get("port")]
+    if health:
+        spec["healthCheckNodePort"] = int(next(numbers))
+    return set(request.named) | set(fresh)
+
+
+async def _release(registry: Registry, uid: str, ips: set[str], ports: set[str]) -> None:
+    """Give back what a Service no longer holds; a failure here (storage away) leaves a leak the
+    allocator takes over later, never a failed request whose write already happened."""
+    ip_allocator, port_allocator = _allocators(registry)
+    try:
+        await ip_allocator.release(uid, ips)
+        await port_allocator.release(uid, ports)
+    except Exception as err:
+        log.warning("event=service-allocation-release-failed uid=%s cause=%s", uid, err)
 
 
 def _drop_type_dependent_fields(current: Obj, new: Obj) -> None:
