@@ -17,7 +17,10 @@ from e2e.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 
-def lb_service(kube: Any, namespace: str, **spec: Any) -> Any:
+def lb_service(kube: Any, namespace: str, port: int, **spec: Any) -> Any:
+    """A LoadBalancer Service `web` on `port`: each test its own, since the ingress IP is the node's and a
+    Service of an earlier test lingers while its namespace goes (upstream's 5 s before content deletion):
+    two on one port would answer for each other."""
     return kube.create_namespaced_service(
         namespace,
         {
@@ -25,7 +28,7 @@ def lb_service(kube: Any, namespace: str, **spec: Any) -> Any:
             "spec": {
                 "type": "LoadBalancer",
                 "selector": {"app": "web"},
-                "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+                "ports": [{"name": "http", "port": port, "targetPort": "http"}],
                 **spec,
             },
         },
@@ -41,7 +44,7 @@ def test_a_load_balancer_gets_an_ingress_ip_and_serves_through_it(
     kube, api_client, namespace, node_name, image, kubeconfig
 ):
     kube.create_namespaced_pod(namespace, backend("web-a", node_name, image))
-    svc = lb_service(kube, namespace)
+    svc = lb_service(kube, namespace, 8081)
     assert svc.spec.allocate_load_balancer_node_ports is True and svc.spec.ports[0].node_port
     ip = pod_ip(kube, namespace, "web-a")
     wait_for(lambda: slice_endpoints(api_client, namespace) == {ip: True}, timeout=60, what="backend ready")
@@ -54,12 +57,12 @@ def test_a_load_balancer_gets_an_ingress_ip_and_serves_through_it(
         check=True,
     ).stdout.split()
     assert listed[1] == "LoadBalancer" and address in listed[3].split(","), listed
-    answer = wait_for(lambda: http_get(f"http://{address}/"), timeout=30, what=f"{address}:80")
+    answer = wait_for(lambda: http_get(f"http://{address}:8081/"), timeout=30, what=f"{address}:8081")
     assert answer == "web-a"
 
 
 def test_allocate_load_balancer_node_ports_false_leaves_the_ports_without_node_ports(kube, namespace):
-    svc = lb_service(kube, namespace, allocateLoadBalancerNodePorts=False)
+    svc = lb_service(kube, namespace, 8083, allocateLoadBalancerNodePorts=False)
     assert svc.spec.allocate_load_balancer_node_ports is False
     assert all(p.node_port is None for p in svc.spec.ports), svc.spec.ports
 
@@ -83,12 +86,12 @@ def prober(name: str, node: str, image: str, target: str) -> dict[str, Any]:
 def test_source_ranges_admit_only_the_listed_sources(kube, api_client, namespace, node_name, image):
     kube.create_namespaced_pod(namespace, backend("web-a", node_name, image))
     # The probers need the ingress IP, so the Service comes first, open to one address that no pod has.
-    lb_service(kube, namespace, loadBalancerSourceRanges=["192.0.2.1/32"])
+    lb_service(kube, namespace, 8082, loadBalancerSourceRanges=["192.0.2.1/32"])
     ip = pod_ip(kube, namespace, "web-a")
     wait_for(lambda: slice_endpoints(api_client, namespace) == {ip: True}, timeout=60, what="backend ready")
     address = wait_for(lambda: ingress_ip(kube, namespace), timeout=60, what="an ingress IP in the status")
     for name in ("allowed", "denied"):
-        kube.create_namespaced_pod(namespace, prober(name, node_name, image, address))
+        kube.create_namespaced_pod(namespace, prober(name, node_name, image, f"{address}:8082"))
     allowed = pod_ip(kube, namespace, "allowed")
     pod_ip(kube, namespace, "denied")
     kube.patch_namespaced_service("web", namespace, {"spec": {"loadBalancerSourceRanges": [f"{allowed}/32"]}})
@@ -122,7 +125,7 @@ def test_a_local_load_balancer_health_check_port_counts_this_nodes_endpoints(
 ):
     from e2e.test_services_paths import node_internal_ip
 
-    svc = lb_service(kube, namespace, externalTrafficPolicy="Local")
+    svc = lb_service(kube, namespace, 8084, externalTrafficPolicy="Local")
     port = svc.spec.health_check_node_port
     assert port and 30000 <= port <= 32767, svc.spec
     address = node_internal_ip(kube, node_name)
