@@ -123,7 +123,12 @@ def test_follow_prints_new_steps_until_interrupted(server: ApiServer) -> None:
         assert any("Pod followed Ready=True by kubelet" in s for s in seen), seen
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=15)
+        try:
+            code = proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never left behind for the session's leak check to blame on a later test
+            proc.wait()
+            raise
     assert code == 130, proc.stderr.read() if proc.stderr else ""
 
 
