@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -94,10 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = cmd_parser.parse_args(argv[1:])
     if hasattr(args, "logging_format"):
         logsetup.configure_from_args(args)
+    _hear_interrupts()
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
         return 130
+
+
+def _hear_interrupts() -> None:
+    """Ctrl-C (SIGINT) ends every command, also one started with SIGINT ignored (a shell starts background
+    jobs so, and the ignore is inherited): Python then installs no KeyboardInterrupt handler and asyncio.run
+    none either, so `trace --follow` could not be stopped. Go programs such as kubectl listen to SIGINT
+    whatever they inherited (signal.Notify installs the handler); so do ours."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 if __name__ == "__main__":

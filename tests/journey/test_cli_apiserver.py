@@ -99,28 +99,37 @@ def test_trace_json_of_a_pod(server: ApiServer) -> None:
     assert created["exact"] is False and "approximate" in out["approximate"]
 
 
-def test_follow_prints_new_steps_until_interrupted(server: ApiServer) -> None:
-    make_pod(server, "followed")
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_follow_prints_new_steps_until_interrupted(server: ApiServer, inherited: str) -> None:
+    """Ctrl-C ends --follow, also when the command was started with SIGINT ignored (as a shell starts a
+    background job): kubectl, a Go program, hears SIGINT whatever it inherited."""
+    name = f"followed-{inherited}"
+    make_pod(server, name)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        cmd(server.kubeconfig, "trace", "pod/followed", "--follow"),
+        cmd(server.kubeconfig, "trace", f"pod/{name}", "--follow"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=_ignore_sigint if inherited == "ignored" else None,
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     try:
         first = lines.get(timeout=30)
-        assert "Pod followed created by user" in first
+        assert f"Pod {name} created by user" in first
         while "approximate" not in lines.get(timeout=30):  # the initial timeline ends with its note
             pass
-        mark_ready(server, "followed")
+        mark_ready(server, name)
         seen = []
         while not any("Ready=True" in s for s in seen):
             seen.append(lines.get(timeout=30))
-        assert any("Pod followed Ready=True by kubelet" in s for s in seen), seen
+        assert any(f"Pod {name} Ready=True by kubelet" in s for s in seen), seen
     finally:
         proc.send_signal(signal.SIGINT)
         try:
