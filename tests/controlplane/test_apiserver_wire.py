@@ -260,3 +260,18 @@ def test_kubectl_validates_against_the_openapi_document_once_a_crd_exists(kubect
     )
     assert out.returncode == 0, out.stderr
     kubectl.run("delete", "crd", "gadgets.wire.example.com", "--wait=false")
+
+
+def test_kr8s_reads_version_and_objects(apiserver: ApiServer, namespace: str) -> None:
+    """kr8s (a third-party client) asks for `/version/` with a trailing slash before anything else; every
+    call of its failed on the 404 that path got."""
+    import kr8s
+    from kr8s.objects import ConfigMap
+
+    api = kr8s.api(kubeconfig=str(apiserver.kubeconfig))
+    assert api.version()["gitVersion"].startswith("v1.32.")
+    cm = ConfigMap({"metadata": {"name": "kr8s-cm", "namespace": namespace}, "data": {"a": "1"}}, api=api)
+    cm.create()
+    assert ConfigMap.get("kr8s-cm", namespace=namespace, api=api).raw["data"] == {"a": "1"}
+    assert "kr8s-cm" in [c.name for c in kr8s.get("configmaps", namespace=namespace, api=api)]
+    cm.delete()
