@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,8 +25,30 @@ import psutil
 T = TypeVar("T")
 
 
+# Ports the rig hands its daemons: below the kernel's ephemeral range (32768-60999 by default), so no
+# outgoing connection of any process takes one between the pick and the daemon's bind (with several
+# sessions' stacks on one host that happened: a proxy's healthz port was taken by someone's client), and
+# below the Services' node ports (30000-32767), which every stack's proxy DNATs on all local addresses.
+RIG_PORTS = range(20000, 30000)
+
+
+def _bindable(host: str, port: int) -> bool:
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):  # DNS serves both on one port
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
+    """A port nobody holds right now (TCP and UDP), at random in RIG_PORTS; the OS's pick if none is."""
+    pick = random.SystemRandom()
+    for _ in range(100):
+        port = pick.randrange(RIG_PORTS.start, RIG_PORTS.stop)
+        if _bindable(host, port) and (host == "0.0.0.0" or _bindable("0.0.0.0", port)):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
