@@ -25,11 +25,14 @@ class FitError(Exception):
     num_nodes: int
     reasons: dict[str, tuple[str, ...]]
     pre_filter: str = ""  # a PreFilter's verdict on the pod, whatever the node
+    post_filter: str = ""  # preemption's verdict when it found nothing to evict
 
     def __str__(self) -> str:
         if self.pre_filter and self.num_nodes:
-            return f"0/{self.num_nodes} nodes are available: {self.pre_filter}."
-        return fit_message(self.num_nodes, self.reasons)
+            message = f"0/{self.num_nodes} nodes are available: {self.pre_filter}."
+        else:
+            message = fit_message(self.num_nodes, self.reasons)
+        return f"{message} {self.post_filter}" if self.post_filter else message
 
 
 def fit_message(num_nodes: int, reasons: dict[str, tuple[str, ...]]) -> str:
@@ -76,8 +79,26 @@ class Search:
     next_start: int = 0
 
 
+def with_nominated(pod: PodInfo, node: NodeInfo, cluster: ClusterView | None) -> NodeInfo:
+    """The node as a pod sees it: plus the pods nominated to it (by preemption) that are at least as
+    important, so it does not take the room freed for them (upstream's RunFilterPluginsWithNominatedPods)."""
+    if cluster is None or node.name not in cluster.nominated:
+        return node
+    extra = [p for p in cluster.nominated[node.name] if p.uid != pod.uid and p.priority >= pod.priority]
+    if not extra:
+        return node
+    trial = node.copy()
+    for p in extra:
+        trial.add_pod(p)
+    return trial
+
+
 def find_feasible(
-    pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[FilterPlugin], search: Search | None = None
+    pod: PodInfo,
+    nodes: Sequence[NodeInfo],
+    filters: Sequence[FilterPlugin],
+    search: Search | None = None,
+    cluster: ClusterView | None = None,
 ) -> tuple[list[NodeInfo], dict[str, tuple[str, ...]]]:
     # Upstream's PreFilter "Skip": a filter with nothing to check for this pod is not run per node.
     filters = [f for f in filters if f.applies(pod)]
@@ -90,8 +111,9 @@ def find_feasible(
     for i in range(total):
         node = nodes[(start + i) % total]
         processed += 1
+        seen = with_nominated(pod, node, cluster)
         for f in filters:
-            reasons = f.filter(pod, node)
+            reasons = f.filter(pod, seen)
             if reasons:
                 rejected[node.name] = reasons
                 break
@@ -135,6 +157,26 @@ def select_host(nodes: Sequence[NodeInfo], totals: Sequence[int], rng: random.Ra
     return best
 
 
+def pre_filter_all(
+    pod: PodInfo, filters: Sequence[FilterPlugin], cluster: ClusterView, num_nodes: int
+) -> None:
+    """Upstream's PreFilter: a verdict on the pod whatever the node (FitError), then each filter's
+    per-pod state for its per-node checks."""
+    if pod.parse_error:
+        raise FitError(num_nodes, {}, f"parsing pod: {pod.parse_error}")
+    for f in filters:
+        if not f.applies(pod):
+            continue
+        pre_filter = getattr(f, "pre_filter", None)
+        if pre_filter is not None:
+            verdict = pre_filter(pod)
+            if verdict:
+                raise FitError(num_nodes, {}, verdict)
+        prepare = getattr(f, "prepare", None)
+        if prepare is not None:
+            prepare(pod, cluster)
+
+
 def schedule(
     pod: PodInfo,
     nodes: Sequence[NodeInfo],
@@ -148,13 +190,14 @@ def schedule(
     only until enough nodes fit (upstream's percentageOfNodesToScore); without, every node is."""
     if not nodes:
         raise FitError(0, {})
-    for f in filters:
-        pre_filter = getattr(f, "pre_filter", None)
-        if pre_filter is not None and f.applies(pod):
-            verdict = pre_filter(pod)
-            if verdict:
-                raise FitError(len(nodes), {}, verdict)
-    feasible, rejected = find_feasible(pod, nodes, filters, search)
+    pre_filter_all(pod, filters, cluster, len(nodes))
+    if pod.nominated_node:  # the node preemption freed for it: taken at once if it fits now
+        nominated = next((n for n in nodes if n.name == pod.nominated_node), None)
+        if nominated is not None:
+            fits, _ = find_feasible(pod, [nominated], filters, None, cluster)
+            if fits:
+                return fits[0]
+    feasible, rejected = find_feasible(pod, nodes, filters, search, cluster)
     if not feasible:
         raise FitError(len(nodes), rejected)
     if len(feasible) == 1:

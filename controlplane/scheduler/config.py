@@ -22,8 +22,7 @@ config written for kube-scheduler means the same here where it overlaps:
             type: MostAllocated                  # or LeastAllocated (default)
             resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]
 
-Only the first profile is used. `PodTopologySpread` names this scheduler's owner spreading (see
-scores/owner_spread.py). Unknown plugin names are an error, so a typo does not silently do nothing.
+Only the first profile is used. Unknown plugin names are an error, so a typo does not silently do nothing.
 """
 
 from __future__ import annotations
@@ -43,12 +42,12 @@ from kubeclient.leaderelection import LeaderElection
 DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
     "TaintToleration": 3,
     "NodeAffinity": 2,
-    "OwnerSpread": 2,
     "NodeResourcesFit": 1,
+    "PodTopologySpread": 2,
+    "InterPodAffinity": 2,
     "NodeResourcesBalancedAllocation": 1,
     "ImageLocality": 1,
 }
-_ALIASES = {"PodTopologySpread": "OwnerSpread", "SelectorSpread": "OwnerSpread"}
 # Filter-only upstream plugins a config may mention; they have no score here.
 _FILTER_ONLY = {
     "NodeUnschedulable",
@@ -61,7 +60,6 @@ _FILTER_ONLY = {
     "VolumeBinding",
     "VolumeZone",
     "NodeVolumeLimits",
-    "InterPodAffinity",
     "DefaultPreemption",
     "EBSLimits",
     "GCEPDLimits",
@@ -92,7 +90,6 @@ class SchedulerConfig:
 
 
 def _plugin_name(name: str) -> str:
-    name = _ALIASES.get(name, name)
     if name not in DEFAULT_SCORE_WEIGHTS and name not in _FILTER_ONLY and name != "*":
         raise ValueError(f"unknown scheduler plugin {name!r}")
     return name

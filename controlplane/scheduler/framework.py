@@ -9,12 +9,13 @@ about this pod (it would give every node the same score), so no per-node work is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
+from kubeclient.selectors import Selector
 
 MAX_NODE_SCORE = 100
 SKIP: Any = object()  # returned by ScorePlugin.prepare: this plugin does not score this pod
@@ -33,15 +34,25 @@ class FilterPlugin(Protocol):
         ...
 
     # A filter may also have `pre_filter(pod) -> str | None` (upstream's PreFilter): run once per pod
-    # before any node, a non-empty answer makes the pod unschedulable whatever the node (VolumeBinding).
+    # before any node, a non-empty answer makes the pod unschedulable whatever the node (VolumeBinding);
+    # and `prepare(pod, cluster)`: run once per pod before any node, it computes what `filter` then
+    # reads per node (InterPodAffinity's and PodTopologySpread's per-topology counts), so a node's check
+    # does not walk every pod of the cluster.
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterView:
-    """Cluster-wide facts a score may need beyond the one node it scores."""
+    """Cluster-wide facts a plugin may need beyond the one node it looks at."""
 
     total_nodes: int
     image_nodes: Counter[str]
+    all_nodes: Sequence[NodeInfo] = ()
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The selector of the Services, ReplicaSets, ReplicationControllers and StatefulSets that select a
+    # pod (PodTopologySpread's system-default spreading), None when none does.
+    default_selector: Callable[[PodInfo], Selector | None] | None = None
+    # Node name -> pods preemption nominated to it that are not bound yet.
+    nominated: Mapping[str, Sequence[PodInfo]] = field(default_factory=dict)
 
 
 class ScorePlugin(Protocol):

@@ -3,7 +3,7 @@
 compute honestly. Counted while it leads (one registry per process, kept across leadership terms);
 the queue, cache and binding gauges are read at scrape time from the scheduler that runs now.
 
-Left out, because nothing here would feed them: preemption (none), extension point and plugin
+Left out, because nothing here would feed them: extension point and plugin
 durations (the decision is one pure call, not a plugin framework), permit waits, queue incoming events
 and unschedulable reasons by plugin.
 """
@@ -114,7 +114,24 @@ class SchedulerMetrics:
             buckets=exponential_buckets(1, 2, 5),
             registry=r,
         )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "[STABLE] Total preemption attempts in the cluster till now",
+            registry=r,
+        )
+        self.preemption_victims = Histogram(
+            "scheduler_preemption_victims",
+            "[STABLE] Number of selected preemption victims",
+            buckets=exponential_buckets(1, 2, 7),
+            registry=r,
+        )
         r.register(_Gauges(lambda: self.live()))
+
+    def preemption(self, victims: int | None) -> None:
+        """One PostFilter run; `victims` when it chose a node."""
+        self.preemption_attempts.inc()
+        if victims is not None:
+            self.preemption_victims.observe(victims)
 
     def attempt(self, result: str, profile: str, seconds: float) -> None:
         self.attempts.labels(result, profile).inc()

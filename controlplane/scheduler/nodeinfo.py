@@ -66,7 +66,10 @@ class NodeInfo:
     nonzero_cpu: int = 0
     nonzero_memory: int = 0
     ports: list[HostPort] = field(default_factory=list)
-    owners: dict[str, int] = field(default_factory=dict)
+    # Pods with any inter-pod affinity term, and those with required anti-affinity: the only pods
+    # InterPodAffinity must look at when the incoming pod has no terms of its own.
+    affinity_pods: dict[str, PodInfo] = field(default_factory=dict)
+    anti_affinity_pods: dict[str, PodInfo] = field(default_factory=dict)
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.uid in self.pods:
@@ -77,8 +80,24 @@ class NodeInfo:
         self.nonzero_cpu += pod.nonzero_cpu
         self.nonzero_memory += pod.nonzero_memory
         self.ports.extend(pod.host_ports)
-        if pod.owner:
-            self.owners[pod.owner] = self.owners.get(pod.owner, 0) + 1
+        if pod.affinity.any:
+            self.affinity_pods[pod.uid] = pod
+            if pod.affinity.required_anti_affinity:
+                self.anti_affinity_pods[pod.uid] = pod
+
+    def copy(self) -> NodeInfo:
+        """A copy whose pods can be changed without touching this one (preemption's what-if)."""
+        return NodeInfo(
+            self.name,
+            self.facts,
+            dict(self.pods),
+            dict(self.requested),
+            self.nonzero_cpu,
+            self.nonzero_memory,
+            list(self.ports),
+            dict(self.affinity_pods),
+            dict(self.anti_affinity_pods),
+        )
 
     def remove_pod(self, uid: str) -> PodInfo | None:
         pod = self.pods.pop(uid, None)
@@ -90,10 +109,6 @@ class NodeInfo:
         self.nonzero_memory -= pod.nonzero_memory
         for p in pod.host_ports:
             self.ports.remove(p)
-        if pod.owner:
-            left = self.owners.get(pod.owner, 0) - 1
-            if left > 0:
-                self.owners[pod.owner] = left
-            else:
-                self.owners.pop(pod.owner, None)
+        self.affinity_pods.pop(uid, None)
+        self.anti_affinity_pods.pop(uid, None)
         return pod

@@ -8,8 +8,9 @@ from controlplane.scheduler.framework import ScorePlugin
 from controlplane.scheduler.scores import (
     BalancedAllocation,
     ImageLocality,
+    InterPodAffinityScore,
     NodeAffinityScore,
-    OwnerSpread,
+    PodTopologySpreadScore,
     ResourceAllocation,
     TaintTolerationScore,
 )
@@ -19,8 +20,9 @@ def build_scores(config: SchedulerConfig) -> list[WeightedScore]:
     plugins: list[ScorePlugin] = [
         TaintTolerationScore(),
         NodeAffinityScore(),
-        OwnerSpread(),
         ResourceAllocation(config.scoring_strategy, config.resource_weights),
+        PodTopologySpreadScore(),
+        InterPodAffinityScore(),
         BalancedAllocation(),
         ImageLocality(),
     ]

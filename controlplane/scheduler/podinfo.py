@@ -9,11 +9,21 @@ counts a container without a cpu/memory request as 100m / 200Mi, so empty pods s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from controlplane.scheduler.affinityterms import (
+    DO_NOT_SCHEDULE,
+    NO_AFFINITY,
+    SCHEDULE_ANYWAY,
+    PodAffinity,
+    SelectorError,
+    SpreadConstraint,
+    parse_affinity,
+    parse_spread,
+)
 from controlplane.scheduler.taints import Toleration, parse_tolerations
-from kubeclient.nodeaffinity import Term
+from kubeclient.nodeaffinity import Term, any_term_matches
 from kubeclient.quantity import milli_value, value
 
 Resources = dict[str, int]
@@ -51,13 +61,25 @@ class PodInfo:
     required_terms: tuple[Term, ...] | None  # None: no required node affinity
     preferred_terms: tuple[tuple[int, Term], ...]
     images: tuple[str, ...]
-    owner: str | None  # "namespace/controller-uid" (a str: its hash is cached, a tuple's is not)
     node_name: str
     scheduler_name: str
     priority: int
     phase: str
     deleting: bool
     gated: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    affinity: PodAffinity = NO_AFFINITY
+    # The hard (DoNotSchedule) and soft (ScheduleAnyway) topology spread constraints; `spread_given`:
+    # the pod has constraints of its own (else the cluster's defaults apply to scoring).
+    spread_hard: tuple[SpreadConstraint, ...] = ()
+    spread_soft: tuple[SpreadConstraint, ...] = ()
+    spread_given: bool = False
+    # A selector in the affinity terms or spread constraints that does not parse: the pod cannot be
+    # scheduled, and this is why.
+    parse_error: str = ""
+    preempt_never: bool = False
+    nominated_node: str = ""
+    start_time: str = ""
     # Non-zero requests in the order NodeResourcesFit checks them: cpu, memory, ephemeral-storage, rest.
     fit_checks: tuple[tuple[str, int], ...] = ()
 
@@ -68,6 +90,16 @@ class PodInfo:
     @property
     def best_effort(self) -> bool:
         return not any(self.requests.values())
+
+
+def node_matches(pod: PodInfo, labels: dict[str, str], node_name: str) -> bool:
+    """The pod's nodeSelector and required node affinity against a node's labels."""
+    for key, want in pod.node_selector.items():
+        if labels.get(key) != want:
+            return False
+    if pod.required_terms is not None and not any_term_matches(pod.required_terms, labels, node_name):
+        return False
+    return True
 
 
 def resource_amount(name: str, text: str | int | float) -> int:
@@ -160,13 +192,6 @@ def _host_ports(spec: dict[str, Any]) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
-def _controller_owner(meta: dict[str, Any]) -> str | None:
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("uid"):
-            return f"{meta.get('namespace') or ''}/{ref['uid']}"
-    return None
-
-
 def pod_info(pod: dict[str, Any]) -> PodInfo:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -189,9 +214,19 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
         if c.get("image")
     )
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    namespace = str(meta.get("namespace") or "")
+    affinity, spread_hard, spread_soft, parse_error = NO_AFFINITY, (), (), ""
+    constraints = spec.get("topologySpreadConstraints") or ()
+    try:
+        affinity = parse_affinity(namespace, labels, spec.get("affinity"))
+        spread_hard = parse_spread(labels, constraints, DO_NOT_SCHEDULE)
+        spread_soft = parse_spread(labels, constraints, SCHEDULE_ANYWAY)
+    except (SelectorError, ValueError, TypeError, AttributeError) as err:
+        parse_error = str(err)
     return PodInfo(
         uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
-        namespace=str(meta.get("namespace") or ""),
+        namespace=namespace,
         name=str(meta.get("name") or ""),
         obj=pod,
         requests=requests,
@@ -203,7 +238,6 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         required_terms=required_terms,
         preferred_terms=preferred,
         images=images,
-        owner=_controller_owner(meta),
         node_name=str(spec.get("nodeName") or ""),
         scheduler_name=str(spec.get("schedulerName") or SCHEDULER_NAME),
         priority=int(spec.get("priority") or 0),
@@ -211,6 +245,15 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         deleting=bool(meta.get("deletionTimestamp")),
         gated=bool(spec.get("schedulingGates")),
         fit_checks=fit_order(requests),
+        labels=labels,
+        affinity=affinity,
+        spread_hard=spread_hard,
+        spread_soft=spread_soft,
+        spread_given=bool(constraints),
+        parse_error=parse_error,
+        preempt_never=spec.get("preemptionPolicy") == "Never",
+        nominated_node=str(status.get("nominatedNodeName") or ""),
+        start_time=str(status.get("startTime") or ""),
     )
 
 

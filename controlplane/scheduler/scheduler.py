@@ -22,9 +22,13 @@ from controlplane.scheduler.events import scheduler_events
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.metrics import ERROR, PENDING_QUEUES, UNSCHEDULABLE, LiveState, SchedulerMetrics
+from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import PodInfo, pod_info
+from controlplane.scheduler.preemption import preempt
 from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
+from controlplane.scheduler.spreadselectors import SpreadSelectors
+from controlplane.scheduler.victims import budgets, evict
 from controlplane.scheduler.volumebinding import VolumeBinding
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
@@ -61,7 +65,6 @@ class Scheduler:
         self.rng = rng or random.Random()
         self.cache = SchedulerCache()
         self.queue = SchedulingQueue(config.backoff_initial, config.backoff_max, config.unschedulable_flush)
-        self.filters = default_filters()
         self.scores = build_scores(config)
         self.events = scheduler_events(client, config.scheduler_name, config.event_concurrency)
         self.stats = Stats()
@@ -78,7 +81,31 @@ class Scheduler:
         self.volumes = Informer(client, "/api/v1/persistentvolumes")
         self.classes = Informer(client, "/apis/storage.k8s.io/v1/storageclasses")
         self.volume_binding = VolumeBinding(self.claims, self.volumes, self.classes)
-        self.filters.append(self.volume_binding)
+        self.filters = default_filters(self.volume_binding)
+        # Namespace labels (affinity terms' namespaceSelector) and the Services and controllers whose
+        # selectors PodTopologySpread's default constraints spread by.
+        self.namespaces = Informer(client, "/api/v1/namespaces")
+        self.budgets = Informer(client, "/apis/policy/v1/poddisruptionbudgets")
+        # Preemption's nominations: node -> pods waiting for the room freed there, and back.
+        self.nominated: dict[str, dict[str, PodInfo]] = {}
+        self._nominated_node: dict[str, str] = {}
+        self.spread_selectors = SpreadSelectors(client)
+        self._watched = (
+            self.nodes,
+            self.pods,
+            self.claims,
+            self.volumes,
+            self.classes,
+            self.namespaces,
+            self.budgets,
+            *self.spread_selectors.informers,
+        )
+        for informer in (self.namespaces, *self.spread_selectors.informers):
+            informer.add_handler(
+                lambda _o: self.queue.move_all(),
+                lambda o, n: self._labels_changed(o, n),
+                lambda _o: self.queue.move_all(),
+            )
         for informer in (self.claims, self.volumes, self.classes):
             informer.add_handler(
                 lambda _o: self._volumes_changed(),
@@ -89,21 +116,12 @@ class Scheduler:
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; then finish in-flight bindings and flush events."""
         self.events.start()
-        informers = [
-            asyncio.create_task(self.nodes.run(), name="watch-nodes"),
-            asyncio.create_task(self.pods.run(), name="watch-pods"),
-            *(
-                asyncio.create_task(i.run(), name=f"watch-{i.path}")
-                for i in (self.claims, self.volumes, self.classes)
-            ),
-        ]
+        informers = [asyncio.create_task(i.run(), name=f"watch-{i.path}") for i in self._watched]
         loop_task: asyncio.Task[None] | None = None
         stopper = asyncio.create_task(stop.wait())
         try:
             # Decide nothing before both caches are filled, or the first pods would see no nodes.
-            synced = asyncio.gather(
-                *(i.synced.wait() for i in (self.nodes, self.pods, self.claims, self.volumes, self.classes))
-            )
+            synced = asyncio.gather(*(i.synced.wait() for i in self._watched))
             await asyncio.wait([synced, stopper, *informers], return_when=asyncio.FIRST_COMPLETED)
             if not stop.is_set():
                 for t in informers:
@@ -183,6 +201,7 @@ class Scheduler:
             self.queue.done(pod.uid)  # bound by someone else meanwhile
             return False
         nodes = self.cache.nodes()
+        view = self.cluster_view(nodes)
         decided = time.monotonic()
         try:
             node = schedule(
@@ -190,14 +209,15 @@ class Scheduler:
                 nodes,
                 self.filters,
                 self.scores,
-                ClusterView(len(nodes), self.cache.image_nodes),
+                view,
                 self.rng,
                 self.search,
             )
         except FitError as err:
             self.metrics.algorithm_duration.observe(time.monotonic() - decided)
             self.volume_binding.forget(pod.uid)
-            self._failed(qp, str(err))
+            nominate = self._post_filter(pod, err, view) if err.num_nodes else None
+            self._failed(qp, str(err), nominate)
             self.metrics.attempt(UNSCHEDULABLE, self.config.scheduler_name, time.monotonic() - started)
             return False
         self.metrics.algorithm_duration.observe(time.monotonic() - decided)
@@ -205,6 +225,54 @@ class Scheduler:
         self.queue.done(pod.uid)
         self._spawn(self._bind(qp, node.name, started), hold_slot=True)
         return True
+
+    def cluster_view(self, nodes: list[NodeInfo]) -> ClusterView:
+        return ClusterView(
+            len(nodes),
+            self.cache.image_nodes,
+            nodes,
+            self._namespace_labels(),
+            self.spread_selectors.selector,
+            {node: list(pods.values()) for node, pods in self.nominated.items() if pods},
+        )
+
+    def _post_filter(self, pod: PodInfo, err: FitError, view: ClusterView) -> str | None:
+        """DefaultPreemption: evict what frees a node for the pod and nominate that node (its name is
+        returned), or say why not in the message ("" returned: any old nomination is cleared)."""
+        outcome = preempt(pod, err.reasons, self.filters, view, budgets(self.budgets.store.values()))
+        self.metrics.preemption(len(outcome.candidate.victims) if outcome.candidate else None)
+        if outcome.candidate is None:
+            err.post_filter = f"preemption: {outcome.message}"
+            self._nominate(pod, "")
+            return "" if pod.nominated_node else None
+        node = outcome.candidate.node.name
+        log.info("preempting pod=%s node=%s victims=%d", pod.key, node, len(outcome.candidate.victims))
+        self._nominate(pod, node)
+        lower = [p for p in self.nominated.get(node, {}).values() if p.priority < pod.priority]
+        self._spawn(evict(self.client, self.events, pod, node, outcome.candidate.victims, lower))
+        for p in lower:
+            self._nominate(p, "")
+        return node
+
+    def _nominate(self, pod: PodInfo, node: str) -> None:
+        old = self._nominated_node.pop(pod.uid, None)
+        if old is not None:
+            self.nominated.get(old, {}).pop(pod.uid, None)
+        if node:
+            self._nominated_node[pod.uid] = node
+            self.nominated.setdefault(node, {})[pod.uid] = pod
+
+    def _namespace_labels(self) -> dict[str, dict[str, str]]:
+        return {
+            str((ns.get("metadata") or {}).get("name") or ""): (ns.get("metadata") or {}).get("labels") or {}
+            for ns in self.namespaces.store.values()
+        }
+
+    def _labels_changed(self, old: Obj, new: Obj) -> None:
+        if (old.get("metadata") or {}).get("labels") != (new.get("metadata") or {}).get("labels") or (
+            old.get("spec") != new.get("spec")
+        ):
+            self.queue.move_all()
 
     def live_state(self) -> LiveState:
         counts = self.queue.counts()
@@ -258,13 +326,13 @@ class Scheduler:
             action="Binding",
         )
 
-    def _failed(self, qp: QueuedPod, message: str) -> None:
+    def _failed(self, qp: QueuedPod, message: str, nominate: str | None = None) -> None:
         pod = qp.info
         self.stats.unschedulable += 1
         log.info("unschedulable pod=%s attempts=%d reason=%r", pod.key, qp.attempts, message)
         self.queue.unschedulable(qp)
         self.events.event(pod.obj, "Warning", "FailedScheduling", message, action="Scheduling")
-        patch = _unschedulable_patch(pod.obj, message)
+        patch = _unschedulable_patch(pod.obj, message, nominate)
         if patch is not None:
             self._spawn(self._patch_status(pod, patch))
 
@@ -306,6 +374,12 @@ class Scheduler:
         self._pod_seen(pod_info(new))
 
     def _pod_seen(self, info: PodInfo) -> None:
+        # Nominations: kept until the pod is bound or goes (our own is recorded when made, before
+        # the status patch shows it; one seen in a status is taken over, e.g. after a restart).
+        if info.node_name or info.deleting:
+            self._nominate(info, "")
+        elif info.nominated_node and info.uid not in self._nominated_node:
+            self._nominate(info, info.nominated_node)
         if info.node_name:
             self.queue.delete(info.uid)
             if info.phase in TERMINAL:
@@ -323,6 +397,9 @@ class Scheduler:
 
     def _pod_deleted(self, obj: Obj) -> None:
         uid = str((obj.get("metadata") or {}).get("uid") or "")
+        node = self._nominated_node.pop(uid, None)
+        if node is not None:
+            self.nominated.get(node, {}).pop(uid, None)
         self.queue.delete(uid)
         if self.cache.remove_pod(uid):
             self.queue.move_all()
@@ -344,19 +421,23 @@ class Scheduler:
         self.cache.remove_node(str((obj.get("metadata") or {}).get("name") or ""))
 
 
-def _unschedulable_patch(pod: Obj, message: str) -> Obj | None:
-    """The strategic merge patch setting PodScheduled=False/Unschedulable, or None if already so."""
-    conditions = (pod.get("status") or {}).get("conditions") or []
+def _unschedulable_patch(pod: Obj, message: str, nominate: str | None = None) -> Obj | None:
+    """The strategic merge patch setting PodScheduled=False/Unschedulable (and status.nominatedNodeName
+    when preemption nominated a node or cleared it), or None if already so."""
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
     current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+    renominate = nominate is not None and nominate != (status.get("nominatedNodeName") or "")
     if (
-        current
+        not renominate
+        and current
         and current.get("status") == "False"
         and current.get("reason") == "Unschedulable"
         and current.get("message") == message
     ):
         return None
     since = current.get("lastTransitionTime") if current and current.get("status") == "False" else None
-    return {
+    patch: Obj = {
         "status": {
             "conditions": [
                 {
@@ -370,3 +451,6 @@ def _unschedulable_patch(pod: Obj, message: str) -> Obj | None:
             ]
         }
     }
+    if renominate:
+        patch["status"]["nominatedNodeName"] = nominate or None
+    return patch

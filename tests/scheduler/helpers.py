@@ -22,7 +22,12 @@ def make_pod(
     if "ports" in spec:
         container["ports"] = spec.pop("ports")
     n = name or f"pod-{next(_counter)}"
-    meta: dict[str, Any] = {"name": n, "namespace": "ns", "uid": f"uid-{n}"}
+    meta: dict[str, Any] = {
+        "name": n,
+        "namespace": spec.pop("namespace", "ns"),
+        "uid": f"uid-{n}",
+        "labels": spec.pop("labels", {}),
+    }
     if "owner" in spec:
         meta["ownerReferences"] = [
             {"kind": "ReplicaSet", "name": "rs", "uid": spec.pop("owner"), "controller": True}

@@ -92,7 +92,7 @@ profiles:
     assert cfg.scoring_strategy == "MostAllocated" and cfg.resource_weights == [("cpu", 2), ("memory", 1)]
     weights = {s.plugin.name: s.weight for s in build_scores(cfg)}
     assert "NodeResourcesBalancedAllocation" not in weights
-    assert weights["ImageLocality"] == 5 and weights["OwnerSpread"] == 4
+    assert weights["ImageLocality"] == 5 and weights["PodTopologySpread"] == 4
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from kubernetes.client import ApiException
 
+from tests.scheduler.conftest import preemption
+
 pytestmark = pytest.mark.integration
+ONE_CPU = "0/1 nodes are available: 1 Insufficient cpu." + preemption(1, no_victims=1)
 
 
 def test_binds_and_records_scheduled_event(cluster, start_scheduler):
@@ -26,7 +29,9 @@ def test_node_unschedulable(cluster, start_scheduler):
     cordoned = cluster.add_node("cordoned", unschedulable=True)
     start_scheduler()
     cluster.create(cluster.pod("plain"))
-    assert cluster.wait_unschedulable("plain") == "0/1 nodes are available: 1 node(s) were unschedulable."
+    assert cluster.wait_unschedulable(
+        "plain"
+    ) == "0/1 nodes are available: 1 node(s) were unschedulable." + preemption(1, not_helpful=1)
     # A pod tolerating the unschedulable taint (as DaemonSet pods do) may still go there.
     cluster.create(
         cluster.pod(
@@ -54,6 +59,7 @@ def test_node_resources_fit(cluster, start_scheduler):
     cluster.create(cluster.pod("huge", cpu="3", memory="2Gi"))
     assert cluster.wait_unschedulable("huge") == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 Too many pods."
+        + preemption(2, no_victims=2)
     )
     assert small != big
 
@@ -67,7 +73,7 @@ def test_init_containers_and_overhead_count(cluster, start_scheduler):
         {"name": "init", "image": "busybox", "resources": {"requests": {"cpu": "3"}}}
     ]
     cluster.create(init_heavy)
-    assert cluster.wait_unschedulable("init-heavy") == "0/1 nodes are available: 1 Insufficient cpu."
+    assert cluster.wait_unschedulable("init-heavy") == ONE_CPU
     # Sequential init containers do not add up: max(1.5, 1.5) and the app's 1 -> 1.5 cpu fits.
     init_light = cluster.pod("init-light", cpu="1")
     init_light["spec"]["initContainers"] = [
@@ -84,7 +90,7 @@ def test_init_containers_and_overhead_count(cluster, start_scheduler):
     except ApiException as err:
         assert "verhead" in str(err)
         return
-    assert cluster.wait_unschedulable("with-overhead") == "0/1 nodes are available: 1 Insufficient cpu."
+    assert cluster.wait_unschedulable("with-overhead") == ONE_CPU
     cluster.create(cluster.pod("without-overhead", cpu="400m"))
     assert cluster.wait_bound("without-overhead") == node
 
@@ -94,7 +100,7 @@ def test_pods_bound_by_others_take_their_share(cluster, start_scheduler):
     cluster.create(cluster.pod("prebound", cpu="1500m", nodeName=node))
     start_scheduler()
     cluster.create(cluster.pod("second", cpu="1"))
-    assert cluster.wait_unschedulable("second") == "0/1 nodes are available: 1 Insufficient cpu."
+    assert cluster.wait_unschedulable("second") == ONE_CPU
 
 
 @pytest.mark.parametrize(
@@ -169,6 +175,7 @@ def test_node_selector_and_match_fields(cluster, start_scheduler):
     cluster.create(cluster.pod("nowhere", nodeSelector={"accelerator": "tpu"}))
     assert cluster.wait_unschedulable("nowhere") == (
         "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+        + preemption(2, not_helpful=2)
     )
 
 
@@ -179,7 +186,7 @@ def test_taint_toleration(cluster, start_scheduler):
     cluster.create(cluster.pod("plain"))
     assert cluster.wait_unschedulable("plain") == (
         "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, "
-        "1 node(s) had untolerated taint {maintenance: }."
+        "1 node(s) had untolerated taint {maintenance: }." + preemption(2, not_helpful=2)
     )
     cluster.create(
         cluster.pod(
@@ -212,7 +219,7 @@ def test_not_ready_and_unreachable_taints(cluster, start_scheduler):
     cluster.create(cluster.pod("plain"))
     assert cluster.wait_unschedulable("plain") == (
         "0/2 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, "
-        "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }."
+        "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }." + preemption(2, not_helpful=2)
     )
     # The node lifecycle controller lifting the taint is a node change: the pod is retried.
     cluster.patch_node(not_ready, {"spec": {"taints": None}})
@@ -240,6 +247,7 @@ def test_node_ports(cluster, start_scheduler):
     cluster.create(cluster.pod("web2", ports=port))
     assert cluster.wait_unschedulable("web2") == (
         "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports."
+        + preemption(2, no_victims=2)
     )
     # Same port, other protocol: no conflict.
     cluster.create(cluster.pod("dns", ports=[{"containerPort": 53, "hostPort": 8080, "protocol": "UDP"}]))
@@ -258,7 +266,7 @@ def test_ephemeral_storage(cluster, start_scheduler):
     pod["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "95Gi"
     cluster.create(pod)
     assert cluster.wait_unschedulable("too-big") == (
-        "0/2 nodes are available: 2 Insufficient ephemeral-storage."
+        "0/2 nodes are available: 2 Insufficient ephemeral-storage." + preemption(2, no_victims=2)
     )
 
 
@@ -293,6 +301,7 @@ def test_all_filters_combined(cluster, start_scheduler):
         "1 node(s) had untolerated taint {dedicated: db}, "
         "1 node(s) were unschedulable, "
         "2 node(s) didn't have free ports for the requested pod ports."
+        + preemption(6, no_victims=3, not_helpful=3)
     )
 
 
@@ -308,6 +317,7 @@ def test_a_host_port_on_every_address_conflicts_with_one_address(cluster, start_
     cluster.create(cluster.pod("pod5", ports=one))
     assert cluster.wait_unschedulable("pod5") == (
         "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+        + preemption(1, no_victims=1)
     )
     for name in ("pod4", "pod5"):
         cluster.v1.delete_namespaced_pod(name, cluster.namespace, grace_period_seconds=0)
@@ -316,4 +326,5 @@ def test_a_host_port_on_every_address_conflicts_with_one_address(cluster, start_
     cluster.create(cluster.pod("wildcard", ports=[{**every[0], "hostIP": "0.0.0.0"}]))
     assert cluster.wait_unschedulable("wildcard") == (
         "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+        + preemption(1, no_victims=1)
     )

@@ -106,7 +106,6 @@ def test_pod_info_collects_what_filters_need():
             },
         }
     )
-    assert info.owner == "ns/rs1"
     assert [(p.ip, p.protocol, p.port) for p in info.host_ports] == [("0.0.0.0", "TCP", 8080)]
     assert info.images == ("docker.io/library/nginx:latest",)
     assert info.priority == 7 and info.node_selector == {"a": "b"} and len(info.tolerations) == 1

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kubeclient.quantity import milli_value
+from tests.scheduler.conftest import preemption
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +23,7 @@ def test_failed_scheduling_message_matches_upstream_form(cluster, start_schedule
     cluster.create(cluster.pod("hungry", memory="2Gi"))
     expected = (
         "0/3 nodes are available: 1 Insufficient memory, 2 node(s) had untolerated taint {dedicated: gpu}."
+        + preemption(3, no_victims=1, not_helpful=2)
     )
     assert cluster.wait_unschedulable("hungry") == expected
     ev = cluster.wait_event("hungry", "FailedScheduling")
@@ -185,5 +187,7 @@ def test_a_deleted_node_is_no_longer_offered(cluster, start_scheduler):
     assert cluster.wait_bound("first") == doomed
     cluster.v1.delete_node(doomed)
     cluster.create(cluster.pod("second", cpu="2"))
-    assert cluster.wait_unschedulable("second") == "0/1 nodes are available: 1 Insufficient cpu."
+    assert cluster.wait_unschedulable(
+        "second"
+    ) == "0/1 nodes are available: 1 Insufficient cpu." + preemption(1, no_victims=1)
     assert small in cluster.nodes

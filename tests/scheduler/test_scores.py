@@ -9,13 +9,14 @@ from controlplane.scheduler.scores import (
     BalancedAllocation,
     ImageLocality,
     NodeAffinityScore,
-    OwnerSpread,
+    PodTopologySpreadScore,
     ResourceAllocation,
     TaintTolerationScore,
 )
 from controlplane.scheduler.scores.balanced_allocation import balanced_score
 from controlplane.scheduler.scores.image_locality import MB, image_priority
 from controlplane.scheduler.scores.resource_allocation import least_requested, most_requested
+from kubeclient.selectors import from_set
 from tests.scheduler.helpers import make_node, make_pod
 
 VIEW = ClusterView(1, Counter())
@@ -127,19 +128,25 @@ def test_preferred_node_affinity():
     assert plugin.prepare(make_pod(), nodes, VIEW) is SKIP
 
 
-def test_owner_spread():
-    a, b, c = make_node("a"), make_node("b"), make_node("c")
+def test_pod_topology_spread_default_constraints():
+    """Without constraints of its own, a pod is spread by the selector of what selects it: hostname
+    (maxSkew 3) and zone (maxSkew 5), each count weighted by log(domains + 2)."""
+    a, b, c = (make_node(n, labels={"kubernetes.io/hostname": n}) for n in "abc")
     for _ in range(2):
-        a.add_pod(make_pod(owner="rs1"))
-    b.add_pod(make_pod(owner="rs1"))
-    b.add_pod(make_pod(owner="other"))
-    plugin = OwnerSpread()
-    pod = make_pod(owner="rs1")
-    raw = plugin.score_all(pod, [a, b, c], plugin.prepare(pod, [a, b, c], VIEW))
-    assert raw == [2, 1, 0]
-    assert plugin.normalize(raw) == [0, 50, 100]
-    assert plugin.normalize([0, 0]) == [100, 100]
-    assert plugin.prepare(make_pod(), [a], VIEW) is SKIP
+        a.add_pod(make_pod(labels={"app": "web"}))
+    b.add_pod(make_pod(labels={"app": "web"}))
+    b.add_pod(make_pod(labels={"app": "other"}))
+    selector = from_set({"app": "web"})
+    view = ClusterView(3, Counter(), [a, b, c], {}, lambda _pod: selector)
+    plugin = PodTopologySpreadScore()
+    pod = make_pod(labels={"app": "web"})
+    state = plugin.prepare(pod, [a, b, c], view)
+    raw = plugin.score_all(pod, [a, b, c], state)
+    # log(3 + 2) = 1.609: a 2 * 1.609 + 2 = 5.2 -> 5; b 1.609 + 2 -> 4; c 2. No node has a zone.
+    assert raw == [5, 4, 2]
+    assert plugin.normalize(raw) == [100 * (5 + 2 - s) // 5 for s in raw] == [40, 60, 100]
+    nothing = ClusterView(3, Counter(), [a, b, c], {}, lambda _pod: None)
+    assert plugin.prepare(pod, [a, b, c], nothing) is SKIP
 
 
 def test_default_normalize():

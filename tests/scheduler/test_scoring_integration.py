@@ -34,16 +34,21 @@ def test_most_allocated_picks_the_fuller_node(cluster, start_scheduler):
         assert cluster.wait_bound(f"p{i}") == fuller
 
 
-def test_replicas_of_one_owner_spread_even_when_packing(cluster, start_scheduler):
+def test_pods_of_one_service_spread_even_when_packing(cluster, start_scheduler):
     nodes = [cluster.add_node(n) for n in ("a", "b", "c")]
-    # MostAllocated alone would stack every pod on one node; owner spreading must win over it.
+    # MostAllocated alone would stack every pod on one node; PodTopologySpread's default constraints
+    # (by the selector of the Service selecting the pods) must win over it.
+    cluster.v1.create_namespaced_service(
+        cluster.namespace,
+        {"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}},
+    )
     start_scheduler(
         scheduler_config("MostAllocated", only=["NodeResourcesFit", "PodTopologySpread"], PodTopologySpread=2)
     )
     for i in range(6):
-        cluster.create(cluster.pod(f"rs-{i}", cpu="100m", memory="200Mi", owner="web"))
+        cluster.create(cluster.pod(f"rs-{i}", cpu="100m", memory="200Mi", labels={"app": "web"}))
         cluster.wait_bound(f"rs-{i}")
-    for i in range(4):  # the control: pods without an owner pack onto one node
+    for i in range(4):  # the control: pods no Service selects pack onto one node
         cluster.create(cluster.pod(f"lone-{i}", cpu="100m", memory="200Mi"))
         cluster.wait_bound(f"lone-{i}")
     bound = cluster.bound_nodes()

@@ -237,7 +237,7 @@ class Pod(Kind):
                     )
 
     def prepare_for_create(self, obj: Obj) -> None:
-        obj["status"] = {"phase": "Pending", "qosClass": podspec.qos_class(obj.get("spec") or {})}
+        obj["status"] = podspec.initial_status(obj.get("spec") or {})
 
     def prepare_for_update(self, new: Obj, old: Obj) -> None:
         super().prepare_for_update(new, old)

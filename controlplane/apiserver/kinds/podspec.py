@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from controlplane.apiserver.errors import FieldError, duplicate, invalid, not_supported, required
+from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.validation import (
     dns_label,
     dns_subdomain,
@@ -146,6 +147,24 @@ def default_template(spec: Obj) -> None:
     template = spec.get("template")
     if isinstance(template, dict):
         default_pod_spec(template.setdefault("spec", {}))
+
+
+def initial_status(spec: Obj) -> Obj:
+    """A new pod's status: Pending, its QoS class, and, with scheduling gates, upstream's
+    PodScheduled=False condition with reason SchedulingGated (the scheduler does not try it)."""
+    status: Obj = {"phase": "Pending", "qosClass": qos_class(spec)}
+    if spec.get("schedulingGates"):
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": timestamp(),
+                "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+            }
+        ]
+    return status
 
 
 def qos_class(spec: Obj) -> str:

@@ -5,19 +5,9 @@ from __future__ import annotations
 
 from controlplane.scheduler.framework import FITS
 from controlplane.scheduler.nodeinfo import NodeInfo
-from controlplane.scheduler.podinfo import PodInfo
-from kubeclient.nodeaffinity import any_term_matches
+from controlplane.scheduler.podinfo import PodInfo, node_matches
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
-
-
-def node_matches(pod: PodInfo, labels: dict[str, str], node_name: str) -> bool:
-    for key, value in pod.node_selector.items():
-        if labels.get(key) != value:
-            return False
-    if pod.required_terms is not None and not any_term_matches(pod.required_terms, labels, node_name):
-        return False
-    return True
 
 
 class NodeAffinityFilter:

@@ -1,0 +1,118 @@
+"""InterPodAffinity (filter): the pod's required pod affinity and anti-affinity, and the required
+anti-affinity of the pods already placed, against the pod.
+
+As upstream, `prepare` (PreFilter) walks the placed pods once and counts, per (topology key, value),
+the pods the incoming pod's terms match and the placed pods whose anti-affinity terms match the
+incoming pod; `filter` then only looks up the node's topology values in those counts, so a node's check
+costs the number of terms, not the number of pods. A pod whose affinity matches no pod anywhere may
+still go where all its topology keys exist if it matches its own terms (the first pod of a group that
+wants to be together).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controlplane.scheduler.affinityterms import AffinityTerm
+from controlplane.scheduler.framework import FITS, ClusterView
+from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.podinfo import PodInfo
+
+AFFINITY_REASON = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_REASON = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY_REASON = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+Pair = tuple[str, str]
+
+
+def matches_all(terms: Sequence[AffinityTerm], pod: PodInfo, ns_labels: Mapping[str, str]) -> bool:
+    return bool(terms) and all(t.matches(pod.namespace, pod.labels, ns_labels) for t in terms)
+
+
+@dataclass
+class AffinityCounts:
+    """PreFilter state: pods matched per topology pair."""
+
+    existing_anti: Counter[Pair] = field(default_factory=Counter)
+    affinity: Counter[Pair] = field(default_factory=Counter)
+    anti: Counter[Pair] = field(default_factory=Counter)
+    self_match: bool = False  # no pod matches, but the pod matches all its own affinity terms
+
+
+def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> AffinityCounts:
+    ns_of = cluster.namespace_labels
+    own_ns = ns_of.get(pod.namespace, {})
+    state = AffinityCounts()
+    required = pod.affinity.required_affinity
+    required_anti = pod.affinity.required_anti_affinity
+    for node in nodes:
+        assert node.facts is not None
+        labels = node.facts.labels
+        for existing in node.anti_affinity_pods.values():
+            for term in existing.affinity.required_anti_affinity:
+                value = labels.get(term.topology_key)
+                if value is not None and term.matches(pod.namespace, pod.labels, own_ns):
+                    state.existing_anti[(term.topology_key, value)] += 1
+        if not required and not required_anti:
+            continue
+        for existing in node.pods.values():
+            ns_labels = ns_of.get(existing.namespace, {})
+            if required and matches_all(required, existing, ns_labels):
+                for term in required:
+                    value = labels.get(term.topology_key)
+                    if value is not None:
+                        state.affinity[(term.topology_key, value)] += 1
+            for term in required_anti:
+                value = labels.get(term.topology_key)
+                if value is not None and term.matches(existing.namespace, existing.labels, ns_labels):
+                    state.anti[(term.topology_key, value)] += 1
+    state.self_match = not state.affinity and matches_all(required, pod, own_ns)
+    return state
+
+
+def check(pod: PodInfo, node: NodeInfo, state: AffinityCounts) -> tuple[str, ...]:
+    assert node.facts is not None
+    labels = node.facts.labels
+    found = True
+    for term in pod.affinity.required_affinity:
+        value = labels.get(term.topology_key)
+        if value is None:
+            return (AFFINITY_REASON,)  # every topology key must exist on the node
+        if state.affinity[(term.topology_key, value)] <= 0:
+            found = False
+    if not found and not state.self_match:
+        return (AFFINITY_REASON,)
+    if state.anti:
+        for term in pod.affinity.required_anti_affinity:
+            value = labels.get(term.topology_key)
+            if value is not None and state.anti[(term.topology_key, value)] > 0:
+                return (ANTI_AFFINITY_REASON,)
+    if state.existing_anti:
+        for pair in labels.items():
+            if state.existing_anti[pair] > 0:
+                return (EXISTING_ANTI_AFFINITY_REASON,)
+    return FITS
+
+
+class InterPodAffinityFilter:
+    name = "InterPodAffinity"
+
+    def __init__(self) -> None:
+        self.state = AffinityCounts()
+        self.active = False
+
+    def applies(self, pod: PodInfo) -> bool:
+        return True  # placed pods' anti-affinity may reject it; `prepare` decides
+
+    def prepare(self, pod: PodInfo, cluster: ClusterView) -> None:
+        self.state = affinity_counts(pod, cluster.all_nodes, cluster)
+        self.active = bool(
+            pod.affinity.required_affinity or pod.affinity.required_anti_affinity or self.state.existing_anti
+        )
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
+        if not self.active:
+            return FITS
+        return check(pod, node, self.state)

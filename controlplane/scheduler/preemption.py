@@ -1,0 +1,211 @@
+"""DefaultPreemption (PostFilter), the decision half: when no node fits, which node to free and which
+pods to evict there, as upstream 1.32 decides it. Pure: the scheduler carries out the choice.
+
+A node is a candidate only if every reason it was rejected for is one eviction can remove (resources,
+host ports, anti-affinity, topology skew; upstream's Unschedulable, not UnschedulableAndUnresolvable).
+On a candidate, every pod of lower priority is removed; if the pod still does not fit, the node is out.
+Then pods are given back, most important first (PodDisruptionBudget-violating ones before the rest),
+as long as the pod still fits: what cannot be given back are the victims. Among candidates the node
+with the fewest PDB violations wins, then the lowest highest-victim priority, the smallest priority
+sum, the fewest victims, the latest start of the highest-priority victims. Without a candidate the
+reason is upstream's `preemption: 0/N nodes are available: ...` suffix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from controlplane.scheduler.algorithm import fit_message
+from controlplane.scheduler.filters.inter_pod_affinity import (
+    ANTI_AFFINITY_REASON,
+    EXISTING_ANTI_AFFINITY_REASON,
+)
+from controlplane.scheduler.filters.node_ports import REASON as PORTS_REASON
+from controlplane.scheduler.filters.node_resources_fit import TOO_MANY_PODS
+from controlplane.scheduler.filters.pod_topology_spread import REASON as SPREAD_REASON
+from controlplane.scheduler.framework import ClusterView, FilterPlugin
+from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.podinfo import PodInfo
+from kubeclient.selectors import Selector
+
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+POLICY_NEVER = "not eligible due to preemptionPolicy=Never."
+TERMINATING_ON_NOMINATED = "not eligible due to a terminating pod on the nominated node."
+_RESOLVABLE = frozenset(
+    {TOO_MANY_PODS, PORTS_REASON, ANTI_AFFINITY_REASON, EXISTING_ANTI_AFFINITY_REASON, SPREAD_REASON}
+)
+MIN_CANDIDATES_PERCENT, MIN_CANDIDATES = 10, 100
+_PRIORITY_OFFSET = 2**31  # upstream adds MaxInt32 + 1 so that the sums compare as non-negative
+
+
+def resolvable(reasons: Sequence[str]) -> bool:
+    return bool(reasons) and all(r in _RESOLVABLE or r.startswith("Insufficient ") for r in reasons)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A PodDisruptionBudget as preemption reads it."""
+
+    namespace: str
+    selector: Selector
+    allowed: int
+    disrupted: frozenset[str] = frozenset()
+
+
+@dataclass
+class Candidate:
+    node: NodeInfo
+    victims: list[PodInfo]
+    violations: int = 0
+
+
+@dataclass
+class Outcome:
+    candidate: Candidate | None
+    message: str = ""  # the PostFilter message when there is no candidate
+    statuses: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def more_important(pod: PodInfo) -> tuple[int, str]:
+    """Sort key: higher priority first, then the earlier started."""
+    return (-pod.priority, pod.start_time or "~")
+
+
+def eligible(pod: PodInfo, nodes: dict[str, NodeInfo], rejected: dict[str, tuple[str, ...]]) -> str:
+    """Upstream's PodEligibleToPreemptOthers: "" if the pod may preempt, else why not."""
+    if pod.preempt_never:
+        return POLICY_NEVER
+    nominated = nodes.get(pod.nominated_node) if pod.nominated_node else None
+    if nominated is not None and resolvable(rejected.get(nominated.name, ())):
+        if any(p.deleting and p.priority < pod.priority for p in nominated.pods.values()):
+            return TERMINATING_ON_NOMINATED
+    return ""
+
+
+FitCheck = Callable[[PodInfo, NodeInfo], tuple[str, ...]]
+
+
+def fit_checker(filters: Sequence[FilterPlugin], cluster: ClusterView) -> FitCheck:
+    """Run every filter on one changed node, the per-pod state recomputed with that node in place."""
+
+    def check(pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
+        all_nodes = [node if n.name == node.name else n for n in cluster.all_nodes]
+        view = replace(cluster, all_nodes=all_nodes)
+        for f in filters:
+            if not f.applies(pod):
+                continue
+            prepare = getattr(f, "prepare", None)
+            if prepare is not None:
+                prepare(pod, view)
+            reasons = f.filter(pod, node)
+            if reasons:
+                return reasons
+        return ()
+
+    return check
+
+
+def violating(victims: Sequence[PodInfo], budgets: Sequence[Budget]) -> set[str]:
+    """The victims whose eviction would take some PDB below its allowed disruptions."""
+    allowed = [b.allowed for b in budgets]
+    out: set[str] = set()
+    for pod in victims:
+        for i, b in enumerate(budgets):
+            if b.namespace != pod.namespace or b.selector.empty or not b.selector.matches(pod.labels):
+                continue
+            if pod.name in b.disrupted:
+                continue
+            allowed[i] -= 1
+            if allowed[i] < 0:
+                out.add(pod.uid)
+    return out
+
+
+def select_victims(
+    pod: PodInfo, node: NodeInfo, fits: FitCheck, budgets: Sequence[Budget]
+) -> tuple[Candidate | None, tuple[str, ...]]:
+    trial = node.copy()
+    potential = [p for p in node.pods.values() if p.priority < pod.priority]
+    if not potential:
+        return None, (NO_VICTIMS,)
+    for p in potential:
+        trial.remove_pod(p.uid)
+    reasons = fits(pod, trial)
+    if reasons:
+        return None, reasons
+    potential.sort(key=more_important)
+    bad = violating(potential, budgets)
+    victims: list[PodInfo] = []
+    violations = 0
+    for group, counts in (
+        ([p for p in potential if p.uid in bad], True),
+        ([p for p in potential if p.uid not in bad], False),
+    ):
+        for p in group:
+            trial.add_pod(p)
+            if fits(pod, trial):
+                trial.remove_pod(p.uid)
+                victims.append(p)
+                violations += counts
+    victims.sort(key=more_important)
+    return Candidate(node, victims, violations), ()
+
+
+def _earliest_start_of_top(victims: Sequence[PodInfo]) -> str:
+    top = victims[0].priority
+    return min((v.start_time or "~") for v in victims if v.priority == top)
+
+
+def pick(candidates: Sequence[Candidate]) -> Candidate:
+    def key(c: Candidate) -> tuple[int, int, int, int]:
+        if not c.victims:
+            return (c.violations, -(2**63), 0, 0)
+        return (
+            c.violations,
+            c.victims[0].priority,
+            sum(v.priority + _PRIORITY_OFFSET for v in c.victims),
+            len(c.victims),
+        )
+
+    best = min(key(c) for c in candidates)
+    tied = [c for c in candidates if key(c) == best]
+    if len(tied) == 1 or not tied[0].victims:
+        return tied[0]
+    latest = max(_earliest_start_of_top(c.victims) for c in tied)
+    return next(c for c in tied if _earliest_start_of_top(c.victims) == latest)
+
+
+def preempt(
+    pod: PodInfo,
+    rejected: dict[str, tuple[str, ...]],
+    filters: Sequence[FilterPlugin],
+    cluster: ClusterView,
+    budgets: Sequence[Budget] = (),
+) -> Outcome:
+    nodes = {n.name: n for n in cluster.all_nodes}
+    why_not = eligible(pod, nodes, rejected)
+    if why_not:
+        return Outcome(None, why_not)
+    statuses: dict[str, tuple[str, ...]] = {}
+    potential = []
+    for node in cluster.all_nodes:
+        if resolvable(rejected.get(node.name, ())):
+            potential.append(node)
+        else:
+            statuses[node.name] = (NOT_HELPFUL,)
+    wanted = min(max(len(cluster.all_nodes) * MIN_CANDIDATES_PERCENT // 100, MIN_CANDIDATES), len(potential))
+    fits = fit_checker(filters, cluster)
+    candidates: list[Candidate] = []
+    for node in potential:
+        candidate, reasons = select_victims(pod, node, fits, budgets)
+        if candidate is None:
+            statuses[node.name] = reasons
+            continue
+        candidates.append(candidate)
+        if len(candidates) >= wanted and any(c.violations == 0 for c in candidates):
+            break
+    if not candidates:
+        return Outcome(None, fit_message(len(cluster.all_nodes), statuses), statuses)
+    return Outcome(pick(candidates))

@@ -1,0 +1,72 @@
+"""What PodTopologySpread's filter and score share: which nodes count for a constraint, and how many
+matching pods each topology domain holds.
+
+A node counts for a constraint only if it has every topology key of the pod's constraints and passes
+the constraint's inclusion policies (nodeAffinityPolicy Honor: the pod's nodeSelector and required node
+affinity; nodeTaintsPolicy Honor: no NoSchedule/NoExecute taint the pod does not tolerate). A pod counts
+if it is in the incoming pod's namespace, matches the constraint's selector and is not terminating.
+The cluster default constraints (upstream's system defaults, which replaced SelectorSpread) apply to
+scoring only, for pods without constraints of their own, with the selector of the Services and
+controllers that select the pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from controlplane.scheduler.affinityterms import HONOR, IGNORE, SCHEDULE_ANYWAY, SpreadConstraint
+from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.podinfo import PodInfo, node_matches
+from controlplane.scheduler.taints import first_untolerated
+from kubeclient.selectors import Selector
+
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+# (topologyKey, maxSkew): upstream's system default constraints, both ScheduleAnyway.
+SYSTEM_DEFAULTS = ((HOSTNAME, 3), (ZONE, 5))
+
+
+def default_constraints(selector: Selector) -> tuple[SpreadConstraint, ...]:
+    return tuple(SpreadConstraint(skew, key, selector, 1, HONOR, IGNORE) for key, skew in SYSTEM_DEFAULTS)
+
+
+def has_all_keys(labels: Mapping[str, str], constraints: Sequence[SpreadConstraint]) -> bool:
+    return all(c.topology_key in labels for c in constraints)
+
+
+def node_included(pod: PodInfo, node: NodeInfo, c: SpreadConstraint) -> bool:
+    assert node.facts is not None
+    if c.node_affinity_policy == HONOR and not node_matches(pod, node.facts.labels, node.name):
+        return False
+    if c.node_taints_policy == HONOR and first_untolerated(node.facts.taints, pod.tolerations) is not None:
+        return False
+    return True
+
+
+def count_matching(node: NodeInfo, selector: Selector, namespace: str) -> int:
+    return sum(
+        1
+        for p in node.pods.values()
+        if p.namespace == namespace and not p.deleting and selector.matches(p.labels)
+    )
+
+
+def domain_counts(
+    pod: PodInfo, nodes: Sequence[NodeInfo], constraints: Sequence[SpreadConstraint]
+) -> list[dict[str, int]]:
+    """Per constraint: topology value -> matching pods, over the nodes that count for it."""
+    counts: list[dict[str, int]] = [{} for _ in constraints]
+    for node in nodes:
+        assert node.facts is not None
+        labels = node.facts.labels
+        if not has_all_keys(labels, constraints):
+            continue
+        for i, c in enumerate(constraints):
+            if not node_included(pod, node, c):
+                continue
+            value = labels[c.topology_key]
+            counts[i][value] = counts[i].get(value, 0) + count_matching(node, c.selector, pod.namespace)
+    return counts
+
+
+__all__ = ["SCHEDULE_ANYWAY", "default_constraints", "domain_counts", "has_all_keys", "node_included"]

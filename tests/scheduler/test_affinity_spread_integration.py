@@ -1,0 +1,131 @@
+"""InterPodAffinity and PodTopologySpread through the real API server with agent-less nodes; messages
+compared with upstream 1.32's for the same situation."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+WEB = {"app": "web"}
+
+
+def anti_web(key: str = HOST) -> dict:
+    return {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": WEB}, "topologyKey": key}
+            ]
+        }
+    }
+
+
+def test_anti_affinity_spreads_three_replicas_over_two_nodes(cluster, start_scheduler):
+    nodes = {cluster.add_node(n) for n in ("a", "b")}
+    start_scheduler()
+    for i in range(3):
+        cluster.create(cluster.pod(f"web-{i}", labels=WEB, affinity=anti_web()))
+    bound = {}
+    pending = []
+    for i in range(3):
+        try:
+            bound[f"web-{i}"] = cluster.wait_bound(f"web-{i}", timeout=10)
+        except AssertionError:
+            pending.append(f"web-{i}")
+    assert set(bound.values()) == nodes and len(pending) == 1
+    message = cluster.wait_unschedulable(pending[0])
+    assert message == (
+        "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules. "
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+    )
+    # A pod without anti-affinity that the placed pods' terms do not select still schedules.
+    cluster.create(cluster.pod("other", labels={"app": "other"}))
+    assert cluster.wait_bound("other") in nodes
+
+
+def test_affinity_colocates_with_its_target(cluster, start_scheduler):
+    cluster.add_node("a", labels={ZONE: "z1"})
+    cluster.add_node("b", labels={ZONE: "z2"})
+    target = cluster.add_node("c", labels={ZONE: "z3"})
+    start_scheduler()
+    cluster.create(cluster.pod("cache", labels={"app": "cache"}, nodeName=target))
+    wants = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": ZONE}
+            ]
+        }
+    }
+    for i in range(3):
+        cluster.create(cluster.pod(f"web-{i}", labels=WEB, affinity=wants))
+    assert {cluster.wait_bound(f"web-{i}") for i in range(3)} == {target}
+    # Affinity to what does not exist: unresolvable, so preemption cannot help.
+    lonely = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "nowhere"}}, "topologyKey": ZONE}
+            ]
+        }
+    }
+    cluster.create(cluster.pod("lonely", labels=WEB, affinity=lonely))
+    assert cluster.wait_unschedulable("lonely") == (
+        "0/3 nodes are available: 3 node(s) didn't match pod affinity rules. "
+        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+    )
+
+
+def spread(max_skew: int = 1, key: str = ZONE, **extra) -> list[dict]:
+    return [
+        {
+            "maxSkew": max_skew,
+            "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": WEB},
+            **extra,
+        }
+    ]
+
+
+def test_spread_max_skew_one_across_zones(cluster, start_scheduler):
+    zone_of = {}
+    for name, zone in (("a1", "z1"), ("a2", "z1"), ("b1", "z2"), ("c1", "z3")):
+        zone_of[cluster.add_node(name, labels={ZONE: zone})] = zone
+    start_scheduler()
+    for i in range(6):
+        cluster.create(cluster.pod(f"web-{i}", labels=WEB, topologySpreadConstraints=spread()))
+        cluster.wait_bound(f"web-{i}")
+    per_zone = Counter(zone_of[n] for n in cluster.bound_nodes().values())
+    assert per_zone == Counter({"z1": 2, "z2": 2, "z3": 2})
+
+
+def test_spread_min_domains_keeps_pods_pending_until_enough_zones(cluster, start_scheduler):
+    cluster.add_node("a", labels={ZONE: "z1"})
+    cluster.add_node("b", labels={ZONE: "z2"})
+    start_scheduler()
+    for i in range(3):
+        cluster.create(cluster.pod(f"web-{i}", labels=WEB, topologySpreadConstraints=spread(minDomains=3)))
+    # Two zones of the three wanted: the global minimum is 0, so each zone takes one pod only.
+    cluster.wait_bound("web-0")
+    cluster.wait_bound("web-1")
+    assert cluster.wait_unschedulable("web-2") == (
+        "0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints. "
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+    )
+    third = cluster.add_node("c", labels={ZONE: "z3"})
+    assert cluster.wait_bound("web-2") == third
+
+
+def test_spread_on_a_key_no_node_has_stays_pending_and_the_queue_goes_on(cluster, start_scheduler):
+    node = cluster.add_node("a", labels={ZONE: "z1"})
+    start_scheduler()
+    cluster.create(cluster.pod("bad", labels=WEB, topologySpreadConstraints=spread(key="example.com/rack")))
+    assert cluster.wait_unschedulable("bad") == (
+        "0/1 nodes are available: 1 node(s) didn't match pod topology spread constraints (missing required "
+        "label). preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
+    cluster.create(cluster.pod("good", labels=WEB))
+    assert cluster.wait_bound("good") == node
