@@ -332,7 +332,7 @@ def decisions_only(pods: int, nodes: int) -> dict:
     for info in infos:
         nodes_now = cache.nodes()
         chosen = schedule(
-            info, nodes_now, filters, scores, ClusterView(len(nodes_now), cache.image_nodes), rng
+            info, nodes_now, filters, scores, ClusterView(len(nodes_now), cache.image_nodes, nodes_now), rng
         )
         cache.assume(info, chosen.name)
     seconds = time.process_time() - start

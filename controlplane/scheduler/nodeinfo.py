@@ -70,11 +70,16 @@ class NodeInfo:
     # InterPodAffinity must look at when the incoming pod has no terms of its own.
     affinity_pods: dict[str, PodInfo] = field(default_factory=dict)
     anti_affinity_pods: dict[str, PodInfo] = field(default_factory=dict)
+    # Counts of this node's pods matching a (namespace, selector), kept until its pods change: pods of
+    # one workload share a selector, so PodTopologySpread recounts only the node that changed.
+    match_counts: dict[tuple[str, Any], int] = field(default_factory=dict)
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.uid in self.pods:
             self.remove_pod(pod.uid)
         self.pods[pod.uid] = pod
+        if self.match_counts:
+            self.match_counts = {}
         for k, v in pod.requests.items():
             self.requested[k] = self.requested.get(k, 0) + v
         self.nonzero_cpu += pod.nonzero_cpu
@@ -103,6 +108,8 @@ class NodeInfo:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return None
+        if self.match_counts:
+            self.match_counts = {}
         for k, v in pod.requests.items():
             self.requested[k] = self.requested.get(k, 0) - v
         self.nonzero_cpu -= pod.nonzero_cpu

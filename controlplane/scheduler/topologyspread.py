@@ -44,11 +44,17 @@ def node_included(pod: PodInfo, node: NodeInfo, c: SpreadConstraint) -> bool:
 
 
 def count_matching(node: NodeInfo, selector: Selector, namespace: str) -> int:
-    return sum(
-        1
-        for p in node.pods.values()
-        if p.namespace == namespace and not p.deleting and selector.matches(p.labels)
-    )
+    """The node's pods in `namespace` matching `selector`, terminating ones left out (upstream's
+    countPodsMatchSelector); remembered on the node until its pods change."""
+    key = (namespace, selector)
+    count = node.match_counts.get(key)
+    if count is None:
+        count = node.match_counts[key] = sum(
+            1
+            for p in node.pods.values()
+            if p.namespace == namespace and not p.deleting and selector.matches(p.labels)
+        )
+    return count
 
 
 def domain_counts(
