@@ -3,9 +3,11 @@ compared with upstream 1.32's for the same situation."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
+from kubernetes.client import ApiException
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +131,53 @@ def test_spread_on_a_key_no_node_has_stays_pending_and_the_queue_goes_on(cluster
     )
     cluster.create(cluster.pod("good", labels=WEB))
     assert cluster.wait_bound("good") == node
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "detail"),
+    [
+        (
+            {"affinity": anti_web("")},
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey",
+            "Required value: can not be empty",
+        ),
+        (
+            {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Bogus"}]},
+                                "topologyKey": HOST,
+                            }
+                        ]
+                    }
+                }
+            },
+            "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector"
+            ".matchExpressions[0].operator",
+            'Invalid value: "Bogus": not a valid selector operator',
+        ),
+        (
+            {"topologySpreadConstraints": spread(max_skew=0)},
+            "spec.topologySpreadConstraints[0].maxSkew",
+            "Invalid value: 0: must be greater than zero",
+        ),
+        (
+            {
+                "topologySpreadConstraints": [
+                    {**spread()[0], "whenUnsatisfiable": "ScheduleAnyway", "minDomains": 2}
+                ]
+            },
+            "spec.topologySpreadConstraints[0].minDomains",
+            "Invalid value: 2: can only use minDomains if whenUnsatisfiable=DoNotSchedule, not ScheduleAnyway",
+        ),
+    ],
+)
+def test_bad_affinity_and_spread_are_refused_with_upstreams_422(cluster, spec, field, detail):
+    with pytest.raises(ApiException) as err:
+        cluster.create(cluster.pod("bad", labels=WEB, **spec))
+    assert err.value.status == 422
+    body = json.loads(err.value.body)
+    causes = [(c["field"], c["message"]) for c in body["details"]["causes"]]
+    assert (field, detail) in causes, causes

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from controlplane.apiserver.errors import FieldError, duplicate, invalid, not_supported, required
+from controlplane.apiserver.errors import FieldError, duplicate, forbidden, invalid, not_supported, required
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.validation import (
     dns_label,
@@ -19,6 +19,7 @@ from controlplane.apiserver.validation import (
     qualified_name,
     quantity,
 )
+from kubeclient import names as name_rules
 
 Obj = dict[str, Any]
 
@@ -430,4 +431,146 @@ def validate_pod_spec(spec: Any, path: str = "spec") -> list[FieldError]:
         errors += nonnegative_quantity(f"{path}.overhead[{name}]", amount)
     if spec.get("resources"):
         errors += validate_resources(f"{path}.resources", spec["resources"], container=False)
+    errors += validate_pod_affinity(f"{path}.affinity", spec.get("affinity"))
+    errors += validate_spread_constraints(
+        f"{path}.topologySpreadConstraints", spec.get("topologySpreadConstraints")
+    )
+    return errors
+
+
+# --- inter-pod affinity and topology spread (upstream's validatePodAffinityTerm and
+# validateTopologySpreadConstraints) ---------------------------------------------------------------
+
+
+def label_selector(path: str, selector: Any) -> list[FieldError]:
+    """metav1 ValidateLabelSelector: labels, known operators, values only (and always) with In/NotIn."""
+    if not isinstance(selector, dict):
+        return []
+    errors = labels(f"{path}.matchLabels", selector.get("matchLabels"))
+    for i, expr in enumerate(selector.get("matchExpressions") or []):
+        where = f"{path}.matchExpressions[{i}]"
+        expr = expr if isinstance(expr, dict) else {}
+        operator, values = expr.get("operator", ""), expr.get("values") or []
+        if operator in ("In", "NotIn"):
+            if not values:
+                errors.append(
+                    required(f"{where}.values", "must be specified when `operator` is 'In' or 'NotIn'")
+                )
+        elif operator in ("Exists", "DoesNotExist"):
+            if values:
+                errors.append(
+                    forbidden(
+                        f"{where}.values",
+                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    )
+                )
+        else:
+            errors.append(invalid(f"{where}.operator", operator, "not a valid selector operator"))
+        errors += qualified_name(f"{where}.key", expr.get("key") or "")
+        for j, value in enumerate(values):
+            errors += [invalid(f"{where}.values[{j}]", value, m) for m in name_rules.label_value(str(value))]
+    return errors
+
+
+def _label_keys(path: str, keys: Any, selector: Any, in_selector_too: bool = False) -> list[FieldError]:
+    """matchLabelKeys/mismatchLabelKeys: only beside a labelSelector, label names; for a spread
+    constraint, none may also be a key of its labelSelector."""
+    if not keys:
+        return []
+    errors: list[FieldError] = []
+    if selector is None:
+        errors.append(forbidden(path, "must not be specified when labelSelector is not set"))
+    taken: set[Any] = set()
+    if in_selector_too and isinstance(selector, dict):
+        taken = set((selector.get("matchLabels") or {}).keys())
+        taken |= {e.get("key") for e in selector.get("matchExpressions") or [] if isinstance(e, dict)}
+    for i, key in enumerate(keys):
+        errors += qualified_name(f"{path}[{i}]", str(key))
+        if key in taken:
+            errors.append(invalid(f"{path}[{i}]", key, "exists in both matchLabelKeys and labelSelector"))
+    return errors
+
+
+def _affinity_term(path: str, term: Any) -> list[FieldError]:
+    term = term if isinstance(term, dict) else {}
+    errors = label_selector(f"{path}.labelSelector", term.get("labelSelector"))
+    errors += label_selector(f"{path}.namespaceSelector", term.get("namespaceSelector"))
+    for ns in term.get("namespaces") or []:
+        errors += dns_label(f"{path}.namespace", str(ns))
+    match_keys, mismatch_keys = term.get("matchLabelKeys") or [], term.get("mismatchLabelKeys") or []
+    errors += _label_keys(f"{path}.matchLabelKeys", match_keys, term.get("labelSelector"))
+    errors += _label_keys(f"{path}.mismatchLabelKeys", mismatch_keys, term.get("labelSelector"))
+    for i, key in enumerate(match_keys):
+        if key in mismatch_keys:
+            errors.append(
+                invalid(
+                    f"{path}.matchLabelKeys[{i}]", key, "exists in both matchLabelKeys and mismatchLabelKeys"
+                )
+            )
+    if not term.get("topologyKey"):
+        return [*errors, required(f"{path}.topologyKey", "can not be empty")]
+    return errors + qualified_name(f"{path}.topologyKey", str(term["topologyKey"]))
+
+
+def validate_pod_affinity(path: str, affinity: Any) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if not isinstance(affinity, dict):
+        return errors
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = affinity.get(kind) or {}
+        where = f"{path}.{kind}"
+        for i, term in enumerate(section.get("requiredDuringSchedulingIgnoredDuringExecution") or []):
+            errors += _affinity_term(f"{where}.requiredDuringSchedulingIgnoredDuringExecution[{i}]", term)
+        for i, weighted in enumerate(section.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+            at = f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            weighted = weighted if isinstance(weighted, dict) else {}
+            weight = weighted.get("weight") or 0
+            if not 1 <= weight <= 100:
+                errors.append(invalid(f"{at}.weight", weight, "must be in the range 1-100"))
+            errors += _affinity_term(f"{at}.podAffinityTerm", weighted.get("podAffinityTerm"))
+    return errors
+
+
+_WHEN_UNSATISFIABLE = ["DoNotSchedule", "ScheduleAnyway"]
+_INCLUSION_POLICIES = ["Honor", "Ignore"]
+
+
+def validate_spread_constraints(path: str, constraints: Any) -> list[FieldError]:
+    errors: list[FieldError] = []
+    constraints = constraints if isinstance(constraints, list) else []
+    for i, c in enumerate(constraints):
+        at = f"{path}[{i}]"
+        c = c if isinstance(c, dict) else {}
+        skew = c.get("maxSkew") or 0
+        if skew <= 0:
+            errors.append(invalid(f"{at}.maxSkew", skew, "must be greater than zero"))
+        if not c.get("topologyKey"):
+            errors.append(required(f"{at}.topologyKey", "can not be empty"))
+        action = c.get("whenUnsatisfiable")
+        if action not in _WHEN_UNSATISFIABLE:
+            errors.append(not_supported(f"{at}.whenUnsatisfiable", action, _WHEN_UNSATISFIABLE))
+        pair = (c.get("topologyKey"), action)
+        if any(
+            isinstance(o, dict) and (o.get("topologyKey"), o.get("whenUnsatisfiable")) == pair
+            for o in constraints[i + 1 :]
+        ):
+            errors.append(duplicate(f"{at}.{{topologyKey, whenUnsatisfiable}}", f"{{{pair[0]}, {pair[1]}}}"))
+        min_domains = c.get("minDomains")
+        if min_domains is not None:
+            if min_domains <= 0:
+                errors.append(invalid(f"{at}.minDomains", min_domains, "must be greater than zero"))
+            if action != "DoNotSchedule":
+                errors.append(
+                    invalid(
+                        f"{at}.minDomains",
+                        min_domains,
+                        f"can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {action}",
+                    )
+                )
+        for policy in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            value = c.get(policy)
+            if value is not None and value not in _INCLUSION_POLICIES:
+                errors.append(not_supported(f"{at}.{policy}", value, _INCLUSION_POLICIES))
+        errors += _label_keys(f"{at}.matchLabelKeys", c.get("matchLabelKeys"), c.get("labelSelector"), True)
+        errors += label_selector(f"{at}.labelSelector", c.get("labelSelector"))
     return errors
