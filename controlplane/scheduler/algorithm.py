@@ -26,6 +26,9 @@ class FitError(Exception):
     reasons: dict[str, tuple[str, ...]]
     pre_filter: str = ""  # a PreFilter's verdict on the pod, whatever the node
     post_filter: str = ""  # preemption's verdict when it found nothing to evict
+    # The plugins that rejected the pod somewhere: only cluster events these plugins care about send
+    # it back to the queue (upstream's queueing hints).
+    plugins: frozenset[str] = frozenset()
 
     def __str__(self) -> str:
         if self.pre_filter and self.num_nodes:
@@ -99,6 +102,7 @@ def find_feasible(
     filters: Sequence[FilterPlugin],
     search: Search | None = None,
     cluster: ClusterView | None = None,
+    rejectors: set[str] | None = None,
 ) -> tuple[list[NodeInfo], dict[str, tuple[str, ...]]]:
     # Upstream's PreFilter "Skip": a filter with nothing to check for this pod is not run per node.
     filters = [f for f in filters if f.applies(pod)]
@@ -116,6 +120,8 @@ def find_feasible(
             reasons = f.filter(pod, seen)
             if reasons:
                 rejected[node.name] = reasons
+                if rejectors is not None:
+                    rejectors.add(f.name)
                 break
         else:
             feasible.append(node)
@@ -163,7 +169,9 @@ def pre_filter_all(
     """Upstream's PreFilter: a verdict on the pod whatever the node (FitError), then each filter's
     per-pod state for its per-node checks."""
     if pod.parse_error:
-        raise FitError(num_nodes, {}, f"parsing pod: {pod.parse_error}")
+        raise FitError(
+            num_nodes, {}, f"parsing pod: {pod.parse_error}", plugins=frozenset({"InterPodAffinity"})
+        )
     for f in filters:
         if not f.applies(pod):
             continue
@@ -171,7 +179,7 @@ def pre_filter_all(
         if pre_filter is not None:
             verdict = pre_filter(pod)
             if verdict:
-                raise FitError(num_nodes, {}, verdict)
+                raise FitError(num_nodes, {}, verdict, plugins=frozenset({f.name}))
         prepare = getattr(f, "prepare", None)
         if prepare is not None:
             prepare(pod, cluster)
@@ -197,9 +205,10 @@ def schedule(
             fits, _ = find_feasible(pod, [nominated], filters, None, cluster)
             if fits:
                 return fits[0]
-    feasible, rejected = find_feasible(pod, nodes, filters, search, cluster)
+    rejectors: set[str] = set()
+    feasible, rejected = find_feasible(pod, nodes, filters, search, cluster, rejectors)
     if not feasible:
-        raise FitError(len(nodes), rejected)
+        raise FitError(len(nodes), rejected, plugins=frozenset(rejectors))
     if len(feasible) == 1:
         return feasible[0]
     return select_host(feasible, score_nodes(pod, feasible, scores, cluster), rng)

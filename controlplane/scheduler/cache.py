@@ -87,6 +87,12 @@ class SchedulerCache:
         self._assumed.discard(uid)
         return self._unplace(uid)
 
+    def placed(self, uid: str) -> PodInfo | None:
+        """The pod as the cache holds it on its node, if it is placed."""
+        node = self._pod_node.get(uid)
+        info = self._nodes.get(node) if node is not None else None
+        return info.pods.get(uid) if info is not None else None
+
     def has_pod(self, uid: str) -> bool:
         return uid in self._pod_node
 

@@ -4,8 +4,10 @@ Three places, as upstream's PriorityQueue:
 - active: ready now, ordered by spec.priority (high first), then by when the pod was first queued;
 - backoff: failed recently; becomes active when its backoff (initial * 2^(attempts-1), capped) ends;
 - unschedulable: no node fitted and nothing has changed since; a cluster change that could make it fit
-  (`move_all`: node added or changed, pod deleted) sends it on to backoff or active. A pod that stays
-  there longer than `flush_after` is retried anyway, in case an event was missed.
+  sends it on to backoff or active. As upstream's queueing hints, each change names the plugins it may
+  help (`move_all(plugins)`: a node's new label helps NodeAffinity, a deleted pod NodeResourcesFit...)
+  and only pods rejected by one of those move. A pod that stays there longer than `flush_after` is
+  retried anyway, in case an event was missed.
 A change that arrives while a pod is being scheduled counts too (a cluster change, or an update of the
 pod itself): the failed pod then goes to backoff, not to unschedulable, so it cannot miss the node that
 appeared mid-decision.
@@ -38,6 +40,7 @@ class QueuedPod:
     seq: int = 0  # identifies its live heap entry; older entries are skipped
     changed_in_flight: bool = False  # its spec changed while it was being decided
     initial_attempt: float = 0.0  # time.monotonic() of its first attempt (the scheduling SLI's start)
+    rejected_by: frozenset[str] = frozenset()  # the plugins that rejected it last time (empty: any)
 
 
 def backoff_duration(attempts: int, initial: float, maximum: float) -> float:
@@ -98,12 +101,15 @@ class SchedulingQueue:
     def __contains__(self, uid: str) -> bool:
         return uid in self._pods
 
-    def move_all(self) -> None:
-        """Something changed that could make unschedulable pods fit: retry them (after their backoff)."""
+    def move_all(self, plugins: frozenset[str] | None = None) -> None:
+        """Something changed that could make unschedulable pods fit: retry them (after their backoff).
+        With `plugins`, only the pods one of those plugins rejected (the change cannot help others)."""
         self._move_cycle = self.scheduling_cycle
         for uid in list(self._unschedulable):
-            self._after_failure(self._pods[uid])
-        self._unschedulable.clear()
+            qp = self._pods[uid]
+            if plugins is None or not qp.rejected_by or qp.rejected_by & plugins:
+                self._unschedulable.discard(uid)
+                self._after_failure(qp)
 
     # what the scheduling loop calls -------------------------------------------------------------------
     async def pop(self) -> QueuedPod:
@@ -135,10 +141,11 @@ class SchedulingQueue:
         """The pod got a node (assumed): it leaves the queue."""
         self._pods.pop(uid, None)
 
-    def unschedulable(self, qp: QueuedPod) -> None:
-        """No node fitted in this attempt."""
+    def unschedulable(self, qp: QueuedPod, plugins: frozenset[str] = frozenset()) -> None:
+        """No node fitted in this attempt; `plugins` rejected it."""
         if self._pods.get(qp.info.uid) is not qp:
             return  # deleted meanwhile
+        qp.rejected_by = plugins
         if self._move_cycle >= qp.cycle or qp.changed_in_flight:
             qp.changed_in_flight = False
             self._after_failure(qp)

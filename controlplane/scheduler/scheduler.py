@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from controlplane.scheduler import hints
 from controlplane.scheduler.algorithm import FitError, Search, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
@@ -100,12 +101,13 @@ class Scheduler:
             self.budgets,
             *self.spread_selectors.informers,
         )
-        for informer in (self.namespaces, *self.spread_selectors.informers):
-            informer.add_handler(
-                lambda _o: self.queue.move_all(),
-                lambda o, n: self._labels_changed(o, n),
-                lambda _o: self.queue.move_all(),
-            )
+        # A namespace's labels matter to affinity terms' namespaceSelector; Services and controllers
+        # only to scoring, which cannot make a rejected pod fit.
+        self.namespaces.add_handler(
+            lambda _o: self.queue.move_all(hints.NAMESPACE),
+            lambda o, n: self._namespace_changed(o, n),
+            None,
+        )
         for informer in (self.claims, self.volumes, self.classes):
             informer.add_handler(
                 lambda _o: self._volumes_changed(),
@@ -217,7 +219,7 @@ class Scheduler:
             self.metrics.algorithm_duration.observe(time.monotonic() - decided)
             self.volume_binding.forget(pod.uid)
             nominate = self._post_filter(pod, err, view) if err.num_nodes else None
-            self._failed(qp, str(err), nominate)
+            self._failed(qp, str(err), nominate, err.plugins)
             self.metrics.attempt(UNSCHEDULABLE, self.config.scheduler_name, time.monotonic() - started)
             return False
         self.metrics.algorithm_duration.observe(time.monotonic() - decided)
@@ -268,11 +270,9 @@ class Scheduler:
             for ns in self.namespaces.store.values()
         }
 
-    def _labels_changed(self, old: Obj, new: Obj) -> None:
-        if (old.get("metadata") or {}).get("labels") != (new.get("metadata") or {}).get("labels") or (
-            old.get("spec") != new.get("spec")
-        ):
-            self.queue.move_all()
+    def _namespace_changed(self, old: Obj, new: Obj) -> None:
+        if (old.get("metadata") or {}).get("labels") != (new.get("metadata") or {}).get("labels"):
+            self.queue.move_all(hints.NAMESPACE)
 
     def live_state(self) -> LiveState:
         counts = self.queue.counts()
@@ -326,11 +326,13 @@ class Scheduler:
             action="Binding",
         )
 
-    def _failed(self, qp: QueuedPod, message: str, nominate: str | None = None) -> None:
+    def _failed(
+        self, qp: QueuedPod, message: str, nominate: str | None = None, plugins: frozenset[str] = frozenset()
+    ) -> None:
         pod = qp.info
         self.stats.unschedulable += 1
         log.info("unschedulable pod=%s attempts=%d reason=%r", pod.key, qp.attempts, message)
-        self.queue.unschedulable(qp)
+        self.queue.unschedulable(qp, plugins)
         self.events.event(pod.obj, "Warning", "FailedScheduling", message, action="Scheduling")
         patch = _unschedulable_patch(pod.obj, message, nominate)
         if patch is not None:
@@ -384,9 +386,15 @@ class Scheduler:
             self.queue.delete(info.uid)
             if info.phase in TERMINAL:
                 if self.cache.remove_pod(info.uid):
-                    self.queue.move_all()
+                    self.queue.move_all(hints.POD_REMOVED)
             else:
+                # Newly placed (our own binding confirmed counts: the assumption moved nobody) or
+                # relabelled: pods waiting on affinity or spread may now fit.
+                old = self.cache.placed(info.uid)
+                newly = old is None or self.cache.is_assumed(info.uid) or old.labels != info.labels
                 self.cache.set_pod(info)
+                if newly:
+                    self.queue.move_all(hints.POD_PLACED)
             return
         if self.cache.is_assumed(info.uid):
             return  # our binding is in flight; this is an older view of the pod
@@ -402,11 +410,11 @@ class Scheduler:
             self.nominated.get(node, {}).pop(uid, None)
         self.queue.delete(uid)
         if self.cache.remove_pod(uid):
-            self.queue.move_all()
+            self.queue.move_all(hints.POD_REMOVED)
 
     def _volumes_changed(self) -> None:
         self.volume_binding.notify()
-        self.queue.move_all()
+        self.queue.move_all(hints.VOLUMES)
 
     def _node_added(self, obj: Obj) -> None:
         self.cache.set_node(obj)
@@ -415,7 +423,7 @@ class Scheduler:
     def _node_updated(self, old: Obj, new: Obj) -> None:
         before, after = self.cache.set_node(new)
         if before != after:  # heartbeats change conditions only; they cannot make a pod fit
-            self.queue.move_all()
+            self.queue.move_all(hints.node_changed(before, after))
 
     def _node_deleted(self, obj: Obj) -> None:
         self.cache.remove_node(str((obj.get("metadata") or {}).get("name") or ""))

@@ -181,3 +181,45 @@ def test_bad_affinity_and_spread_are_refused_with_upstreams_422(cluster, spec, f
     body = json.loads(err.value.body)
     causes = [(c["field"], c["message"]) for c in body["details"]["causes"]]
     assert (field, detail) in causes, causes
+
+
+def test_waiting_pods_wake_on_the_changes_that_may_help_them(cluster, start_scheduler):
+    """Queueing hints: a pod waiting for an affinity target is retried once a matching pod is placed;
+    one waiting for a node label, once a node gets it (long before the 5-minute flush)."""
+    cluster.add_node("a", labels={ZONE: "z1"})
+    other = cluster.add_node("b", labels={ZONE: "z2"})
+    start_scheduler()
+    wants = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": ZONE}
+            ]
+        }
+    }
+    cluster.create(cluster.pod("web", labels=WEB, affinity=wants))
+    cluster.create(cluster.pod("ssd", nodeSelector={"disk": "ssd"}))
+    cluster.wait_unschedulable("web")
+    cluster.wait_unschedulable("ssd")
+    cluster.create(cluster.pod("cache", labels={"app": "cache"}, nodeName=other))
+    assert cluster.wait_bound("web") == other
+    cluster.patch_node(other, {"metadata": {"labels": {"disk": "ssd"}}})
+    assert cluster.wait_bound("ssd") == other
+
+
+def test_a_pod_waiting_for_its_affinity_target_follows_it_once_the_scheduler_places_it(
+    cluster, start_scheduler
+):
+    cluster.add_node("a", labels={ZONE: "z1"})
+    cluster.add_node("b", labels={ZONE: "z2"})
+    start_scheduler()
+    wants = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": HOST}
+            ]
+        }
+    }
+    cluster.create(cluster.pod("web", labels=WEB, affinity=wants))
+    cluster.wait_unschedulable("web")
+    cluster.create(cluster.pod("cache", labels={"app": "cache"}))
+    assert cluster.wait_bound("web") == cluster.wait_bound("cache")

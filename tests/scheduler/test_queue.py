@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from controlplane.scheduler import hints
 from controlplane.scheduler.queue import (
     ACTIVE,
     BACKOFF,
@@ -14,7 +15,7 @@ from controlplane.scheduler.queue import (
     SchedulingQueue,
     backoff_duration,
 )
-from tests.scheduler.helpers import make_pod
+from tests.scheduler.helpers import make_node, make_pod
 
 
 class Clock:
@@ -124,3 +125,25 @@ async def test_pod_updated_during_its_attempt_goes_to_backoff():
     q.unschedulable(qp)
     assert q.counts()[BACKOFF] == 1
     assert qp.info.tolerations  # the next attempt sees the new spec
+
+
+async def test_queueing_hints_move_only_pods_a_change_may_help():
+    """A pod NodeAffinity rejected ignores a pod going away but wakes when a node's labels change; one
+    NodeResourcesFit rejected is the other way round (upstream's queueing hints)."""
+    clock = Clock()
+    q = SchedulingQueue(clock=clock)
+    q.add(make_pod(name="picky"))
+    q.add(make_pod(name="hungry"))
+    picky, hungry = await q.pop(), await q.pop()
+    q.unschedulable(picky, frozenset({"NodeAffinity"}))
+    q.unschedulable(hungry, frozenset({"NodeResourcesFit"}))
+    clock.now += 60
+    q.move_all(hints.POD_REMOVED)
+    assert (picky.where, hungry.where) == (UNSCHEDULABLE, ACTIVE)
+    before = make_node("n", labels={"a": "1"}).facts
+    relabelled = make_node("n", labels={"a": "2"}).facts
+    assert hints.node_changed(before, before) == frozenset()
+    q.move_all(hints.node_changed(before, relabelled))
+    assert picky.where == ACTIVE
+    # A node never seen before may help anyone.
+    assert hints.node_changed(None, before) is None

@@ -75,12 +75,14 @@ def test_pending_pod_bound_once_a_pod_finishes(cluster, start_scheduler):
 
 def test_repeated_failures_update_one_event(cluster, start_scheduler):
     node = cluster.add_node("tiny", cpu="100m")
+    cluster.create(cluster.pod("small", cpu="50m", nodeName=node))
     start_scheduler()
     cluster.create(cluster.pod("stuck", cpu="1"))
     cluster.wait_unschedulable("stuck")
-    # A node change (even an irrelevant one) makes the scheduler retry after the pod's backoff; the same
-    # message again bumps the count of the one FailedScheduling event instead of adding events.
-    cluster.patch_node(node, {"metadata": {"labels": {"touched": "yes"}}})
+    # A pod leaving the node frees cpu, which may help NodeResourcesFit: the scheduler retries after the
+    # pod's backoff; the same message again bumps the count of the one FailedScheduling event instead
+    # of adding events.
+    cluster.v1.delete_namespaced_pod("small", cluster.namespace, grace_period_seconds=0)
     failed = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
