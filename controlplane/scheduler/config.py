@@ -22,7 +22,8 @@ config written for kube-scheduler means the same here where it overlaps:
             type: MostAllocated                  # or LeastAllocated (default)
             resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]
 
-Only the first profile is used. Unknown plugin names are an error, so a typo does not silently do nothing.
+Every profile is served by the one process (pods pick theirs by spec.schedulerName); the first also
+names the lease holder's events component. Unknown plugin names are an error, so a typo does not silently do nothing.
 """
 
 from __future__ import annotations
@@ -68,6 +69,16 @@ _FILTER_ONLY = {
 
 
 @dataclass
+class Profile:
+    """One KubeSchedulerConfiguration profile: a schedulerName and its scoring."""
+
+    scheduler_name: str = SCHEDULER_NAME
+    scoring_strategy: str = LEAST_ALLOCATED
+    resource_weights: list[tuple[str, int]] = field(default_factory=lambda: [("cpu", 1), ("memory", 1)])
+    score_weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
+
+
+@dataclass
 class SchedulerConfig:
     scheduler_name: str = SCHEDULER_NAME
     scoring_strategy: str = LEAST_ALLOCATED
@@ -87,6 +98,13 @@ class SchedulerConfig:
     # are this scheduler's back-pressure. Upstream's kube-scheduler defaults to 50 / 100.
     client_qps: float = 0.0
     client_burst: int = 100
+    # Every profile, the first one's settings also being the fields above (one process serves all).
+    profiles: list[Profile] = field(default_factory=list)
+
+    def all_profiles(self) -> list[Profile]:
+        return self.profiles or [
+            Profile(self.scheduler_name, self.scoring_strategy, self.resource_weights, self.score_weights)
+        ]
 
 
 def _plugin_name(name: str) -> str:
@@ -136,22 +154,33 @@ def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
     profiles = doc.get("profiles") or []
     if not profiles:
         return cfg
-    profile = profiles[0] or {}
-    cfg.scheduler_name = str(profile.get("schedulerName") or SCHEDULER_NAME)
+    cfg.profiles = [_profile(p or {}) for p in profiles]
+    names = [p.scheduler_name for p in cfg.profiles]
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"profiles: duplicate schedulerName {name!r}")
+    first = cfg.profiles[0]
+    cfg.scheduler_name, cfg.scoring_strategy = first.scheduler_name, first.scoring_strategy
+    cfg.resource_weights, cfg.score_weights = first.resource_weights, first.score_weights
+    return cfg
+
+
+def _profile(profile: dict[str, Any]) -> Profile:
+    out = Profile(str(profile.get("schedulerName") or SCHEDULER_NAME))
     plugins = profile.get("plugins") or {}
     for point in ("multiPoint", "score"):
         section = plugins.get(point) or {}
         for item in section.get("disabled") or ():
             name = _plugin_name(str(item.get("name")))
             if name == "*":
-                cfg.score_weights = {k: 0 for k in cfg.score_weights}
-            elif name in cfg.score_weights:
-                cfg.score_weights[name] = 0
+                out.score_weights = {k: 0 for k in out.score_weights}
+            elif name in out.score_weights:
+                out.score_weights[name] = 0
         for item in section.get("enabled") or ():
             name = _plugin_name(str(item.get("name")))
             if name in DEFAULT_SCORE_WEIGHTS:
                 weight = item.get("weight")
-                cfg.score_weights[name] = int(weight) if weight is not None else DEFAULT_SCORE_WEIGHTS[name]
+                out.score_weights[name] = int(weight) if weight is not None else DEFAULT_SCORE_WEIGHTS[name]
     for entry in profile.get("pluginConfig") or ():
         if entry.get("name") != "NodeResourcesFit":
             continue
@@ -159,13 +188,13 @@ def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
         kind = str(strategy.get("type") or LEAST_ALLOCATED)
         if kind not in (LEAST_ALLOCATED, MOST_ALLOCATED):
             raise ValueError(f"unsupported scoringStrategy.type {kind!r} (LeastAllocated or MostAllocated)")
-        cfg.scoring_strategy = kind
+        out.scoring_strategy = kind
         if strategy.get("resources"):
-            cfg.resource_weights = [(str(r["name"]), int(r.get("weight", 1))) for r in strategy["resources"]]
-    for name, weight in cfg.score_weights.items():
+            out.resource_weights = [(str(r["name"]), int(r.get("weight", 1))) for r in strategy["resources"]]
+    for name, weight in out.score_weights.items():
         if weight < 0:
             raise ValueError(f"score weight of {name} must not be negative")
-    return cfg
+    return out
 
 
 def load_config(path: Path | None) -> SchedulerConfig:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controlplane.scheduler.algorithm import WeightedScore
-from controlplane.scheduler.config import SchedulerConfig
+from controlplane.scheduler.config import Profile, SchedulerConfig
 from controlplane.scheduler.framework import ScorePlugin
 from controlplane.scheduler.scores import (
     BalancedAllocation,
@@ -16,7 +16,7 @@ from controlplane.scheduler.scores import (
 )
 
 
-def build_scores(config: SchedulerConfig) -> list[WeightedScore]:
+def build_scores(config: SchedulerConfig | Profile) -> list[WeightedScore]:
     plugins: list[ScorePlugin] = [
         TaintTolerationScore(),
         NodeAffinityScore(),

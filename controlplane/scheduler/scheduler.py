@@ -34,6 +34,7 @@ from controlplane.scheduler.volumebinding import VolumeBinding
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import rfc3339
+from kubeclient.events import EventRecorder
 from kubeclient.informer import Informer
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,14 @@ class Scheduler:
         self.rng = rng or random.Random()
         self.cache = SchedulerCache()
         self.queue = SchedulingQueue(config.backoff_initial, config.backoff_max, config.unschedulable_flush)
-        self.scores = build_scores(config)
-        self.events = scheduler_events(client, config.scheduler_name, config.event_concurrency)
+        # One process serves every profile: pods choose theirs by spec.schedulerName, and each profile
+        # has its own scores and its own event source (upstream's per-profile recorder).
+        self.profiles = {p.scheduler_name: build_scores(p) for p in config.all_profiles()}
+        self.recorders = {
+            name: scheduler_events(client, name, config.event_concurrency) for name in self.profiles
+        }
+        self.scores = self.profiles[config.scheduler_name]
+        self.events = self.recorders[config.scheduler_name]
         self.stats = Stats()
         self.search = Search(percentage=config.percentage_of_nodes_to_score)
         self._bind_slots = asyncio.Semaphore(config.bind_concurrency)
@@ -117,7 +124,8 @@ class Scheduler:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; then finish in-flight bindings and flush events."""
-        self.events.start()
+        for recorder in self.recorders.values():
+            recorder.start()
         informers = [asyncio.create_task(i.run(), name=f"watch-{i.path}") for i in self._watched]
         loop_task: asyncio.Task[None] | None = None
         stopper = asyncio.create_task(stop.wait())
@@ -148,7 +156,8 @@ class Scheduler:
                 await asyncio.wait(self._background, timeout=10)
             for t in self._background:
                 t.cancel()
-            await self.events.stop()
+            for recorder in self.recorders.values():
+                await recorder.stop()
 
     async def _report(self, every: float = STATS_INTERVAL) -> None:
         """One log line a minute, only when something happened: what an operator of `pykubelet up` looks
@@ -185,7 +194,7 @@ class Scheduler:
                 handed_off = self.schedule_one(qp, started)
             except Exception:
                 log.exception("scheduling failed pod=%s", qp.info.key)
-                self.metrics.attempt(ERROR, self.config.scheduler_name, time.monotonic() - started)
+                self.metrics.attempt(ERROR, qp.info.scheduler_name, time.monotonic() - started)
                 self.queue.retry_after_error(qp)
             finally:
                 if not handed_off:
@@ -210,7 +219,7 @@ class Scheduler:
                 pod,
                 nodes,
                 self.filters,
-                self.scores,
+                self.profiles.get(pod.scheduler_name, self.scores),
                 view,
                 self.rng,
                 self.search,
@@ -220,7 +229,7 @@ class Scheduler:
             self.volume_binding.forget(pod.uid)
             nominate = self._post_filter(pod, err, view) if err.num_nodes else None
             self._failed(qp, str(err), nominate, err.plugins)
-            self.metrics.attempt(UNSCHEDULABLE, self.config.scheduler_name, time.monotonic() - started)
+            self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, time.monotonic() - started)
             return False
         self.metrics.algorithm_duration.observe(time.monotonic() - decided)
         self.cache.assume(pod, node.name)
@@ -251,10 +260,14 @@ class Scheduler:
         log.info("preempting pod=%s node=%s victims=%d", pod.key, node, len(outcome.candidate.victims))
         self._nominate(pod, node)
         lower = [p for p in self.nominated.get(node, {}).values() if p.priority < pod.priority]
-        self._spawn(evict(self.client, self.events, pod, node, outcome.candidate.victims, lower))
+        self._spawn(evict(self.client, self.recorder(pod), pod, node, outcome.candidate.victims, lower))
         for p in lower:
             self._nominate(p, "")
         return node
+
+    def recorder(self, pod: PodInfo) -> EventRecorder:
+        """The event recorder of the pod's profile (events name it as their source)."""
+        return self.recorders.get(pod.scheduler_name, self.events)
 
     def _nominate(self, pod: PodInfo, node: str) -> None:
         old = self._nominated_node.pop(pod.uid, None)
@@ -294,7 +307,7 @@ class Scheduler:
         except Exception as err:  # any failure: forget the assumption, retry later
             self.cache.forget(pod.uid)
             self.stats.bind_errors += 1
-            self.metrics.attempt(ERROR, self.config.scheduler_name, time.monotonic() - started)
+            self.metrics.attempt(ERROR, qp.info.scheduler_name, time.monotonic() - started)
             # The slot it held is free again, and pods may have been refused for want of it (upstream
             # moves its unschedulable pods on a binding failure for the same reason).
             self.queue.move_all()
@@ -307,18 +320,16 @@ class Scheduler:
             # if the pod turns out to be bound or deleted meanwhile, the watch takes it off the queue.
             log.warning("binding failed pod=%s node=%s error=%s", pod.key, node, err)
             if status != 409:
-                self.events.event(
+                self.recorder(pod).event(
                     pod.obj, "Warning", "FailedScheduling", f"Binding rejected: {err}", action="Scheduling"
                 )
             self.queue.retry_after_error(qp)
             return
         self.stats.scheduled += 1
         now = time.monotonic()
-        self.metrics.scheduled(
-            self.config.scheduler_name, now - started, qp.attempts, now - qp.initial_attempt
-        )
+        self.metrics.scheduled(pod.scheduler_name, now - started, qp.attempts, now - qp.initial_attempt)
         log.debug("bound pod=%s node=%s", pod.key, node)
-        self.events.event(
+        self.recorder(pod).event(
             pod.obj,
             "Normal",
             "Scheduled",
@@ -333,7 +344,7 @@ class Scheduler:
         self.stats.unschedulable += 1
         log.info("unschedulable pod=%s attempts=%d reason=%r", pod.key, qp.attempts, message)
         self.queue.unschedulable(qp, plugins)
-        self.events.event(pod.obj, "Warning", "FailedScheduling", message, action="Scheduling")
+        self.recorder(pod).event(pod.obj, "Warning", "FailedScheduling", message, action="Scheduling")
         patch = _unschedulable_patch(pod.obj, message, nominate)
         if patch is not None:
             self._spawn(self._patch_status(pod, patch))
@@ -356,7 +367,8 @@ class Scheduler:
         self._background.add(task)
         if hold_slot:
             self._binding += 1
-            self.events.hold()
+            for recorder in self.recorders.values():
+                recorder.hold()
 
         def done(t: asyncio.Task[None]) -> None:
             self._background.discard(t)
@@ -364,7 +376,8 @@ class Scheduler:
                 self._bind_slots.release()
                 self._binding -= 1
                 if self._binding == 0:
-                    self.events.release()
+                    for recorder in self.recorders.values():
+                        recorder.release()
 
         task.add_done_callback(done)
 
@@ -398,7 +411,7 @@ class Scheduler:
             return
         if self.cache.is_assumed(info.uid):
             return  # our binding is in flight; this is an older view of the pod
-        if info.scheduler_name != self.config.scheduler_name or info.deleting or info.phase in TERMINAL:
+        if info.scheduler_name not in self.profiles or info.deleting or info.phase in TERMINAL:
             self.queue.delete(info.uid)
             return
         self.queue.add(info)

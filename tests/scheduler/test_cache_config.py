@@ -153,3 +153,26 @@ def test_leader_election_settings():
         config_from_dict({"leaderElection": {"leaseDuration": "2s", "renewDeadline": "5s"}})
     with pytest.raises(ValueError):
         config_from_dict({"leaderElection": {"leaseDuration": "15"}})
+
+
+def test_profiles_each_with_their_scoring_and_unique_names():
+    doc = {
+        "profiles": [
+            {"schedulerName": "default-scheduler"},
+            {
+                "schedulerName": "packer",
+                "plugins": {"score": {"disabled": [{"name": "PodTopologySpread"}]}},
+                "pluginConfig": [
+                    {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}
+                ],
+            },
+        ]
+    }
+    cfg = config_from_dict(doc)
+    first, packer = cfg.all_profiles()
+    assert (cfg.scheduler_name, first.scoring_strategy) == ("default-scheduler", "LeastAllocated")
+    assert (packer.scheduler_name, packer.scoring_strategy) == ("packer", "MostAllocated")
+    assert "PodTopologySpread" not in {s.plugin.name for s in build_scores(packer)}
+    assert "PodTopologySpread" in {s.plugin.name for s in build_scores(first)}
+    with pytest.raises(ValueError, match="duplicate schedulerName"):
+        config_from_dict({"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]})

@@ -100,3 +100,23 @@ def test_image_locality(cluster, start_scheduler):
     for i in range(3):
         cluster.create(cluster.pod(f"p{i}", image="bigimage:1.0"))
         assert cluster.wait_bound(f"p{i}") == with_image
+
+
+def test_two_profiles_in_one_scheduler(cluster, start_scheduler):
+    """KubeSchedulerConfiguration profiles: each schedulerName with its own scoring, one process; events
+    name the pod's profile as their source; a pod naming no profile is left alone."""
+    fuller, emptier = _half_full_and_empty(cluster)
+    config = scheduler_config("LeastAllocated")
+    packer = scheduler_config("MostAllocated")["profiles"][0]
+    config["profiles"].append({**packer, "schedulerName": "packer"})
+    start_scheduler(config)
+    cluster.create(cluster.pod("spread", cpu="200m", memory="400Mi"))
+    cluster.create(cluster.pod("packed", cpu="200m", memory="400Mi", schedulerName="packer"))
+    assert cluster.wait_bound("spread") == emptier
+    assert cluster.wait_bound("packed") == fuller
+    assert cluster.wait_event("packed", "Scheduled").source.component == "packer"
+    assert cluster.wait_event("spread", "Scheduled").source.component == "default-scheduler"
+    cluster.create(cluster.pod("other", schedulerName="someone-else"))
+    cluster.create(cluster.pod("after"))
+    cluster.wait_bound("after")
+    assert not cluster.get("other").spec.node_name
