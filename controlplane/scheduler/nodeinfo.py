@@ -72,7 +72,7 @@ class NodeInfo:
     anti_affinity_pods: dict[str, PodInfo] = field(default_factory=dict)
     # Counts of this node's pods matching a (namespace, selector), kept until its pods change: pods of
     # one workload share a selector, so PodTopologySpread recounts only the node that changed.
-    match_counts: dict[tuple[str, Any], int] = field(default_factory=dict)
+    match_counts: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.uid in self.pods:

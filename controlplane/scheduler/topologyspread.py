@@ -12,6 +12,7 @@ controllers that select the pod.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from controlplane.scheduler.affinityterms import HONOR, IGNORE, SCHEDULE_ANYWAY, SpreadConstraint
@@ -43,10 +44,36 @@ def node_included(pod: PodInfo, node: NodeInfo, c: SpreadConstraint) -> bool:
     return True
 
 
-def count_matching(node: NodeInfo, selector: Selector, namespace: str) -> int:
+class SelectorIds:
+    """A small number per distinct selector, so per-node memo keys hash cheaply (a Selector's hash is
+    recomputed on every lookup); the least recently used are forgotten beyond `size`."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._ids: OrderedDict[Selector, int] = OrderedDict()
+        self._next = 0
+
+    def __call__(self, selector: Selector) -> int:
+        found = self._ids.get(selector)
+        if found is not None:
+            self._ids.move_to_end(selector)
+            return found
+        self._next += 1
+        self._ids[selector] = self._next
+        if len(self._ids) > self.size:
+            self._ids.popitem(last=False)
+        return self._next
+
+
+selector_id = SelectorIds()
+
+
+def count_matching(
+    node: NodeInfo, selector: Selector, namespace: str, key: tuple[str, int] | None = None
+) -> int:
     """The node's pods in `namespace` matching `selector`, terminating ones left out (upstream's
     countPodsMatchSelector); remembered on the node until its pods change."""
-    key = (namespace, selector)
+    key = key or (namespace, selector_id(selector))
     count = node.match_counts.get(key)
     if count is None:
         count = node.match_counts[key] = sum(
@@ -62,16 +89,33 @@ def domain_counts(
 ) -> list[dict[str, int]]:
     """Per constraint: topology value -> matching pods, over the nodes that count for it."""
     counts: list[dict[str, int]] = [{} for _ in constraints]
+    keys = [(pod.namespace, selector_id(c.selector)) for c in constraints]
+    # Inclusion policies that cannot exclude a node are not checked per node.
+    policies = [
+        (c.node_affinity_policy == HONOR and (bool(pod.node_selector) or pod.required_terms is not None))
+        or c.node_taints_policy == HONOR
+        for c in constraints
+    ]
+    topology_keys = [c.topology_key for c in constraints]
+    first_key = topology_keys[0] if len(topology_keys) == 1 else None
     for node in nodes:
         assert node.facts is not None
         labels = node.facts.labels
-        if not has_all_keys(labels, constraints):
-            continue
-        for i, c in enumerate(constraints):
-            if not node_included(pod, node, c):
+        if first_key is not None:
+            if first_key not in labels:
                 continue
-            value = labels[c.topology_key]
-            counts[i][value] = counts[i].get(value, 0) + count_matching(node, c.selector, pod.namespace)
+        elif not all(k in labels for k in topology_keys):
+            continue
+        memo = node.match_counts
+        for i, c in enumerate(constraints):
+            if policies[i] and not node_included(pod, node, c):
+                continue
+            value = labels[topology_keys[i]]
+            matching = memo.get(keys[i])
+            if matching is None:
+                matching = count_matching(node, c.selector, pod.namespace, keys[i])
+            by_value = counts[i]
+            by_value[value] = by_value.get(value, 0) + matching
     return counts
 
 

@@ -24,6 +24,7 @@ from controlplane.scheduler.topologyspread import (
     default_constraints,
     domain_counts,
     has_all_keys,
+    selector_id,
 )
 
 
@@ -33,6 +34,7 @@ class ScoreState:
     counts: list[dict[str, int]]
     weights: list[float]
     ignored: set[str]
+    keys: list[tuple[str, int]]  # per-node memo keys of the constraints' selectors
 
 
 class PodTopologySpreadScore:
@@ -69,7 +71,8 @@ class PodTopologySpreadScore:
         )
         # Only domains of feasible nodes matter (upstream counts no others).
         counts = [{v: n for v, n in by.items() if v in domains[i]} for i, by in enumerate(counts)]
-        return ScoreState(constraints, counts, weights, ignored)
+        keys = [(pod.namespace, selector_id(c.selector)) for c in constraints]
+        return ScoreState(constraints, counts, weights, ignored, keys)
 
     def score_all(self, pod: PodInfo, nodes: Sequence[NodeInfo], state: Any) -> list[int]:
         out = []
@@ -80,12 +83,13 @@ class PodTopologySpreadScore:
                 continue
             labels = node.facts.labels
             score = 0.0
+            keys = state.keys
             for i, c in enumerate(state.constraints):
                 value = labels.get(c.topology_key)
                 if value is None:
                     continue
                 if c.topology_key == HOSTNAME:
-                    count = count_matching(node, c.selector, pod.namespace)
+                    count = count_matching(node, c.selector, pod.namespace, keys[i])
                 else:
                     count = state.counts[i].get(value, 0)
                 score += count * state.weights[i] + (c.max_skew - 1)
