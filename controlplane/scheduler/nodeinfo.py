@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from controlplane.scheduler.affinityterms import AffinityTerm
 from controlplane.scheduler.podinfo import HostPort, PodInfo, Resources, normalize_image, resource_amount
 from controlplane.scheduler.taints import PREFER_NO_SCHEDULE, Taint, parse_taints
 
@@ -68,11 +69,13 @@ class NodeInfo:
     ports: list[HostPort] = field(default_factory=list)
     # Pods with any inter-pod affinity term, and those with required anti-affinity: the only pods
     # InterPodAffinity must look at when the incoming pod has no terms of its own.
-    affinity_pods: dict[str, PodInfo] = field(default_factory=dict)
-    anti_affinity_pods: dict[str, PodInfo] = field(default_factory=dict)
+    affinity_pods: dict[str, PodInfo] = field(default_factory=dict)  # terms the score reads
+    # The required anti-affinity terms of this node's pods, each with how many pods hold it (terms
+    # are interned: a workload's replicas share one), which the incoming pod must not match.
+    anti_terms: dict[AffinityTerm, int] = field(default_factory=dict)
     # Counts of this node's pods matching a (namespace, selector), kept until its pods change: pods of
     # one workload share a selector, so PodTopologySpread recounts only the node that changed.
-    match_counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    match_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # (namespace or kind, id)
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.uid in self.pods:
@@ -85,10 +88,11 @@ class NodeInfo:
         self.nonzero_cpu += pod.nonzero_cpu
         self.nonzero_memory += pod.nonzero_memory
         self.ports.extend(pod.host_ports)
-        if pod.affinity.any:
+        terms = pod.affinity
+        if terms.required_affinity or terms.preferred_affinity or terms.preferred_anti_affinity:
             self.affinity_pods[pod.uid] = pod
-            if pod.affinity.required_anti_affinity:
-                self.anti_affinity_pods[pod.uid] = pod
+        for term in terms.required_anti_affinity:
+            self.anti_terms[term] = self.anti_terms.get(term, 0) + 1
 
     def copy(self) -> NodeInfo:
         """A copy whose pods can be changed without touching this one (preemption's what-if)."""
@@ -101,7 +105,7 @@ class NodeInfo:
             self.nonzero_memory,
             list(self.ports),
             dict(self.affinity_pods),
-            dict(self.anti_affinity_pods),
+            dict(self.anti_terms),
         )
 
     def remove_pod(self, uid: str) -> PodInfo | None:
@@ -117,5 +121,10 @@ class NodeInfo:
         for p in pod.host_ports:
             self.ports.remove(p)
         self.affinity_pods.pop(uid, None)
-        self.anti_affinity_pods.pop(uid, None)
+        for term in pod.affinity.required_anti_affinity:
+            left = self.anti_terms.get(term, 0) - 1
+            if left > 0:
+                self.anti_terms[term] = left
+            else:
+                self.anti_terms.pop(term, None)
         return pod

@@ -13,7 +13,7 @@ controllers that select the pod.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from controlplane.scheduler.affinityterms import HONOR, IGNORE, SCHEDULE_ANYWAY, SpreadConstraint
 from controlplane.scheduler.nodeinfo import NodeInfo
@@ -44,28 +44,29 @@ def node_included(pod: PodInfo, node: NodeInfo, c: SpreadConstraint) -> bool:
     return True
 
 
-class SelectorIds:
-    """A small number per distinct selector, so per-node memo keys hash cheaply (a Selector's hash is
-    recomputed on every lookup); the least recently used are forgotten beyond `size`."""
+class SmallIds:
+    """A small number per distinct value (a selector, an affinity term), so per-node memo keys hash
+    cheaply (a frozen dataclass's hash is recomputed on every lookup); the least recently used are
+    forgotten beyond `size`."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._ids: OrderedDict[Selector, int] = OrderedDict()
+        self._ids: OrderedDict[Hashable, int] = OrderedDict()
         self._next = 0
 
-    def __call__(self, selector: Selector) -> int:
-        found = self._ids.get(selector)
+    def __call__(self, value: Hashable) -> int:
+        found = self._ids.get(value)
         if found is not None:
-            self._ids.move_to_end(selector)
+            self._ids.move_to_end(value)
             return found
         self._next += 1
-        self._ids[selector] = self._next
+        self._ids[value] = self._next
         if len(self._ids) > self.size:
             self._ids.popitem(last=False)
         return self._next
 
 
-selector_id = SelectorIds()
+selector_id = SmallIds()
 
 
 def count_matching(

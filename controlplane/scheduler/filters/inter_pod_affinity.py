@@ -19,6 +19,7 @@ from controlplane.scheduler.affinityterms import AffinityTerm
 from controlplane.scheduler.framework import FITS, ClusterView
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
+from controlplane.scheduler.topologyspread import SmallIds
 
 AFFINITY_REASON = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY_REASON = "node(s) didn't match pod anti-affinity rules"
@@ -41,33 +42,64 @@ class AffinityCounts:
     self_match: bool = False  # no pod matches, but the pod matches all its own affinity terms
 
 
+term_id = SmallIds()
+
+
+def term_count(
+    node: NodeInfo, term: AffinityTerm, key: tuple[str, int], ns_of: Mapping[str, Mapping[str, str]]
+) -> int:
+    """The node's pods (terminating ones too, as upstream) that `term` is about; remembered on the node
+    until its pods change when the term names its namespaces (a namespaceSelector's verdict can change
+    with a namespace's labels)."""
+    remember = term.namespace_selector.nothing
+    if remember:
+        found = node.match_counts.get(key)
+        if found is not None:
+            return found
+    count = sum(
+        1 for p in node.pods.values() if term.matches(p.namespace, p.labels, ns_of.get(p.namespace, {}))
+    )
+    if remember:
+        node.match_counts[key] = count
+    return count
+
+
 def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> AffinityCounts:
     ns_of = cluster.namespace_labels
     own_ns = ns_of.get(pod.namespace, {})
     state = AffinityCounts()
     required = pod.affinity.required_affinity
     required_anti = pod.affinity.required_anti_affinity
+    verdicts: dict[int, bool] = {}  # one match per distinct placed term
+    anti_keys = [(t, (":affinity", term_id(t))) for t in required_anti]
     for node in nodes:
         assert node.facts is not None
         labels = node.facts.labels
-        for existing in node.anti_affinity_pods.values():
-            for term in existing.affinity.required_anti_affinity:
-                value = labels.get(term.topology_key)
-                if value is not None and term.matches(pod.namespace, pod.labels, own_ns):
-                    state.existing_anti[(term.topology_key, value)] += 1
+        for term, holders in node.anti_terms.items():
+            value = labels.get(term.topology_key)
+            if value is None:
+                continue
+            hit = verdicts.get(id(term))
+            if hit is None:
+                hit = verdicts[id(term)] = term.matches(pod.namespace, pod.labels, own_ns)
+            if hit:
+                state.existing_anti[(term.topology_key, value)] += holders
         if not required and not required_anti:
             continue
+        for term, key in anti_keys:
+            value = labels.get(term.topology_key)
+            if value is not None:
+                matching = term_count(node, term, key, ns_of)
+                if matching:
+                    state.anti[(term.topology_key, value)] += matching
+        if not required:
+            continue
         for existing in node.pods.values():
-            ns_labels = ns_of.get(existing.namespace, {})
-            if required and matches_all(required, existing, ns_labels):
+            if matches_all(required, existing, ns_of.get(existing.namespace, {})):
                 for term in required:
                     value = labels.get(term.topology_key)
                     if value is not None:
                         state.affinity[(term.topology_key, value)] += 1
-            for term in required_anti:
-                value = labels.get(term.topology_key)
-                if value is not None and term.matches(existing.namespace, existing.labels, ns_labels):
-                    state.anti[(term.topology_key, value)] += 1
     state.self_match = not state.affinity and matches_all(required, pod, own_ns)
     return state
 
