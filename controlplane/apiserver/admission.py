@@ -2,7 +2,8 @@
 Mutating plugins (`admit`) run first, then the kind's validation (the registry's), then validating
 plugins (`validate`). The plugins come from the kinds list: each kind module declares those it owns
 (NamespaceLifecycle in namespace.py, Priority in priorityclass.py, ServiceAccount in
-saadmission.py), in the order of KINDS; this module knows no kind. A plugin's method may be a coroutine
+saadmission.py) or the REST layer attaches to it (kindparts.py: the webhooks, the policies), in the order
+of the server's kind table (kindtable.py); this module knows no kind. A plugin's method may be a coroutine
 (ServiceAccount waits briefly for a namespace's `default` account, as upstream's does); a plugin's
 `name` is what --disable-admission-plugins names.
 """
@@ -11,40 +12,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Collection
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver.authn import UserInfo
+# The request a plugin judges and the plugins' shape are the kinds' (kinds/ports.py): kinds define plugins.
+from controlplane.apiserver.kinds.ports import AdmissionRequest, Plugin
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.kinds.base import Kind
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kindtable import KindTable
 
 Obj = dict[str, Any]
-
-
-@dataclass
-class AdmissionRequest:
-    operation: str  # CREATE, UPDATE, DELETE, CONNECT (obj: the connect options)
-    kind: Kind
-    subresource: str
-    namespace: str
-    name: str
-    obj: Obj
-    old: Obj | None
-    user: UserInfo | None
-    registry: Registry
-    dry_run: bool = False  # checked, never charged (ResourceQuota)
-    # The store generated the name (metadata.generateName): upstream's mutating admission runs before
-    # that, so admission webhooks are shown the object as the client sent it.
-    generated_name: bool = False
-
-
-class Plugin(Protocol):
-    """A plugin implements `admit(request)` (may change request.obj), `validate(request)`, or both;
-    either raises an ApiError to refuse the write. Plugins that judge deletes implement
-    `admit_delete(request)` (request.old is the object); those that must wait for something to judge
-    them (admission webhooks and policies) implement the coroutine `review_delete(request)`."""
 
 
 class AdmissionChain:
@@ -100,25 +76,19 @@ def plugin_name(plugin: Any) -> str:
     return getattr(plugin, "name", "") or type(plugin).__name__
 
 
-def known_plugins() -> list[str]:
-    from controlplane.apiserver.kinds import KINDS
+def known_plugins(table: KindTable | None = None) -> list[str]:
+    """The plugins --disable-admission-plugins may name (of the built-in kinds' table by default)."""
+    return (table or _builtin()).known_plugins()
 
-    return [plugin_name(p) for kind in KINDS for p in kind.admission if not getattr(p, "always", False)]
+
+def default_chain(disabled: Collection[str] = (), table: KindTable | None = None) -> AdmissionChain:
+    return (table or _builtin()).admission_chain(disabled)
 
 
-def default_chain(disabled: Collection[str] = ()) -> AdmissionChain:
-    from controlplane.apiserver.kinds import KINDS
+def _builtin() -> KindTable:
+    from controlplane.apiserver.kindparts import builtin_table  # (the table's parts import this module)
 
-    # A plugin marked `always` is a kind's strategy step that needs the request's user (a CSR's
-    # requester); it is no admission plugin upstream, so no flag turns it off.
-    return AdmissionChain(
-        [
-            p
-            for kind in KINDS
-            for p in kind.admission
-            if getattr(p, "always", False) or plugin_name(p) not in disabled
-        ]
-    )
+    return builtin_table()
 
 
 __all__ = ["AdmissionChain", "AdmissionRequest", "Plugin", "default_chain", "known_plugins", "plugin_name"]

@@ -77,11 +77,11 @@ def _model_names(ref: str) -> list[str]:
 def generate() -> tuple[dict[str, Any], dict[str, dict[str, str]], list[str]]:
     from kubernetes.client import models
 
-    from controlplane.apiserver.kinds import KINDS
+    from controlplane.apiserver.kindparts import builtin_table
 
     marks: dict[tuple[str, str], str] = {}
     roots: list[str] = []
-    for kind in KINDS:
+    for kind in builtin_table():
         marks.update(kind.type_marks)
         roots += [kind.schema] + [s.schema for s in kind.subresources if s.schema]
     roots += EXTRA_ROOTS

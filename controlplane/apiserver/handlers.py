@@ -92,7 +92,7 @@ class RestHandler:
     async def _dispatch(
         self, request: web.Request, group: str, version: str, tail: str
     ) -> web.StreamResponse:
-        info = parse_path(group, version, tail)
+        info = parse_path(group, version, tail, self.registry.kinds)
         method = request.method
         q = request.query
         watch = info.watch_path or bool_param(q, "watch")

@@ -20,8 +20,6 @@ from kubeclient import names
 
 if TYPE_CHECKING:
     from controlplane.apiserver.options import DeleteOptions
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.server import ServerConfig
 
 Obj = dict[str, Any]
 CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
@@ -343,11 +341,6 @@ class CustomResourceDefinitionKind(Kind):
             "InstanceDeletionPending",
             "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
         )
-
-    def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:
-        from controlplane.apiserver.apiextensions.controller import CrdController
-
-        return [CrdController(registry, self)]
 
 
 KIND = CustomResourceDefinitionKind()

@@ -29,12 +29,8 @@ from controlplane.apiserver.validation import dns_subdomain, object_meta
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from controlplane.apiserver.admission import Plugin
-    from controlplane.apiserver.handlers import RestHandler
+    from controlplane.apiserver.kinds.ports import Plugin, Registry, RequestInfo, RestHandler, ServerConfig
     from controlplane.apiserver.options import DeleteOptions
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.request import RequestInfo
-    from controlplane.apiserver.server import ServerConfig
 
 Obj = dict[str, Any]
 # What a begin_create/begin_update hook hands back: called with whether the write happened.
@@ -103,6 +99,20 @@ class Subresource:
 
     def handles(self, verb: str) -> bool:
         return callable(getattr(self, verb, None))
+
+
+class Proxy(Subresource):
+    """`<kind>/proxy` as a kind declares it: a Connecter for upstream's proxyMethods (GET, POST, PUT, PATCH,
+    DELETE, HEAD, OPTIONS). What it connects to is the REST layer's (resourceproxy.Proxy, attached by
+    kindparts): a kind only says that it has one and its options kind."""
+
+    name = "proxy"
+    verbs = ("create", "delete", "get", "patch", "update")
+    methods = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+    connects = True
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
 
 
 class StatusSubresource(Subresource):
@@ -218,6 +228,16 @@ class Kind:
 
     def subresource(self, name: str) -> Subresource | None:
         return self._subresources.get(name)
+
+    def attach(self, subresources: tuple[Subresource, ...] = (), admission: tuple[Plugin, ...] = ()) -> None:
+        """What the REST layer adds to the kind (kindparts/): subresources whose verbs need it (a
+        declared subresource of the same name is replaced where it stood) and admission plugins that
+        belong to it (after the kind's own). Idempotent: attaching again replaces what was attached."""
+        by_name = {s.name: s for s in subresources}
+        declared = type(self).subresources
+        self.subresources = tuple(by_name.pop(s.name, s) for s in declared) + tuple(by_name.values())
+        self._subresources = {s.name: s for s in self.subresources}
+        self.admission = type(self).admission + tuple(admission)
 
     @property
     def storage_schema(self) -> str:

@@ -28,19 +28,17 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from controlplane.apiserver import errors
-from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Subresource
+from controlplane.apiserver.kinds.ports import AdmissionRequest
 from controlplane.apiserver.meta import timestamp
 from kubeclient.selectors import SelectorError, from_label_selector
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.authn import UserInfo
-    from controlplane.apiserver.handlers import RestHandler
     from controlplane.apiserver.kinds.base import Kind
+    from controlplane.apiserver.kinds.ports import Registry, RequestInfo, RestHandler
     from controlplane.apiserver.options import DeleteOptions
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.userinfo import UserInfo
 
 Obj = dict[str, Any]
 SCHEMA = "V1Eviction"

@@ -23,10 +23,8 @@ from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.validation import dns_label
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.ports import AdmissionRequest, Registry
     from controlplane.apiserver.options import DeleteOptions
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.server import ServerConfig
 
 Obj = dict[str, Any]
 
@@ -165,11 +163,6 @@ class Namespace(Kind):
             await registry.ensure(
                 self, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
             )
-
-    def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:
-        from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
-
-        return [NamespaceFinalizer(registry, self)]
 
     def cells(self, obj: Obj) -> list[Any]:
         return [obj["metadata"].get("name"), (obj.get("status") or {}).get("phase", ""), age(obj)]
