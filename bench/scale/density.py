@@ -359,6 +359,7 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     sizes = [int(n) for n in str(args.nodes).split(",")]
+    load = os.getloadavg()
     runs = []
     for nodes in sizes:
         with tempfile.TemporaryDirectory(prefix="density-bench-") as tmp:
@@ -367,7 +368,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "store": args.store,
         "pods_per_node": args.pods_per_node,
         "rate_pods_per_s": args.rate,
-        "load_average": os.getloadavg(),
+        "load_average": load,
         "cpus": os.cpu_count(),
         "slo_seconds": SLO,
         "runs": runs,
