@@ -35,6 +35,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "metricsserver.cli",
         "run the metrics server (metrics.k8s.io from the kubelets' /metrics/resource) against an API server",
     ),
+    "simulate": (
+        "nodesim.cli",
+        "simulate nodes and their pods against any API server (kwok's idea): Node objects, Leases, pod lifecycles",
+    ),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
     "token": ("pykubelet.token", "create, list and delete bootstrap tokens (kubeadm token's shapes)"),
