@@ -155,6 +155,11 @@ class Kind:
     # Objects that live in another kind's storage (events.k8s.io Events are core Events), named by
     # that kind's bucket; `to_storage` / `from_storage` convert at the edge.
     storage_bucket: ClassVar[str] = ""
+    # Where kube-apiserver keeps the resource in etcd, under --etcd-prefix (`/registry/<this>/<ns>/<name>`):
+    # "" is its storage factory's default, the plural without the group (`deployments`); the exceptions
+    # are upstream's SpecialDefaultResourcePrefixes (`minions`, `services/specs`, ...) and the resources
+    # served outside its storage factory (APIServices, CRDs, custom resources: `<group>/<plural>`).
+    etcd_resource_prefix: ClassVar[str] = ""
 
     # --- its schema -------------------------------------------------------------------------------
     # The root type in fields.json (the Python client's model name), for decoding, field validation,
@@ -212,6 +217,11 @@ class Kind:
         if self.storage_bucket:
             return self.storage_bucket
         return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def etcd_prefix(self) -> str:
+        """The resource's path in etcd below --etcd-prefix (see `etcd_resource_prefix`)."""
+        return self.etcd_resource_prefix or self.plural
 
     @property
     def resource(self) -> str:
