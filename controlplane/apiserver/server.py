@@ -25,7 +25,6 @@ from controlplane.apiserver import (
     openapiproto,
     protobufhttp,
 )
-from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
 from controlplane.apiserver.audit import AuditOptions, build_auditor
@@ -167,7 +166,7 @@ class ApiServer:
             self.store, window=config.watch_window, viewer=slim_view, windows=config.watch_windows
         )
         self.registry = Registry(
-            self.cache, default_chain(config.disable_admission_plugins, self.kinds), self.kinds
+            self.cache, self.kinds.admission_chain(config.disable_admission_plugins), self.kinds
         )
         self.registry.service_ranges = config.service_ranges
         # In-process loops the kinds need (the namespace finalizer, event expiry).
