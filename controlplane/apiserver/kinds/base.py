@@ -240,14 +240,16 @@ class Kind:
         return self._subresources.get(name)
 
     def attach(self, subresources: tuple[Subresource, ...] = (), admission: tuple[Plugin, ...] = ()) -> None:
-        """What the REST layer adds to the kind (kindparts/): subresources whose verbs need it (a
+        """What the REST layer adds to the kind (kindparts.py): subresources whose verbs need it (a
         declared subresource of the same name is replaced where it stood) and admission plugins that
         belong to it (after the kind's own). Idempotent: attaching again replaces what was attached."""
+        if not hasattr(self, "_declared"):
+            self._declared = (self.subresources, self.admission)
+        declared, own = self._declared
         by_name = {s.name: s for s in subresources}
-        declared = type(self).subresources
         self.subresources = tuple(by_name.pop(s.name, s) for s in declared) + tuple(by_name.values())
         self._subresources = {s.name: s for s in self.subresources}
-        self.admission = type(self).admission + tuple(admission)
+        self.admission = own + tuple(admission)
 
     @property
     def storage_schema(self) -> str:
