@@ -52,7 +52,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "show one object's journey through the components, with writers and timings",
     ),
     "diagnose": ("journey.diagnose_cli", "name the first boundary where a workload stopped making progress"),
-    "migrate-store": ("controlplane.storage.migrate", "copy a cluster's objects from SQLite to etcd"),
+    "migrate-store": ("controlplane.migratestore", "copy a cluster's objects from SQLite to etcd"),
     "completion": ("pykubelet.completion", "print a shell completion script (bash or zsh)"),
 }
 

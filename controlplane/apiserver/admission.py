@@ -3,7 +3,8 @@ Mutating plugins (`admit`) run first, then the kind's validation (the registry's
 plugins (`validate`). The plugins come from the kinds list: each kind module declares those it owns
 (NamespaceLifecycle in namespace.py, Priority in priorityclass.py, ServiceAccount in
 saadmission.py) or the REST layer attaches to it (kindparts.py: the webhooks, the policies), in the order
-of the server's kind table (kindtable.py); this module knows no kind. A plugin's method may be a coroutine
+of the server's kind table (kindtable.KindTable.admission_chain builds the chain, known_plugins names
+them); this module knows no kind. A plugin's method may be a coroutine
 (ServiceAccount waits briefly for a namespace's `default` account, as upstream's does); a plugin's
 `name` is what --disable-admission-plugins names.
 """
@@ -11,14 +12,10 @@ of the server's kind table (kindtable.py); this module knows no kind. A plugin's
 from __future__ import annotations
 
 import inspect
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 # The request a plugin judges and the plugins' shape are the kinds' (kinds/ports.py): kinds define plugins.
 from controlplane.apiserver.kinds.ports import AdmissionRequest, Plugin
-
-if TYPE_CHECKING:
-    from controlplane.apiserver.kindtable import KindTable
 
 Obj = dict[str, Any]
 
@@ -76,19 +73,4 @@ def plugin_name(plugin: Any) -> str:
     return getattr(plugin, "name", "") or type(plugin).__name__
 
 
-def known_plugins(table: KindTable | None = None) -> list[str]:
-    """The plugins --disable-admission-plugins may name (of the built-in kinds' table by default)."""
-    return (table or _builtin()).known_plugins()
-
-
-def default_chain(disabled: Collection[str] = (), table: KindTable | None = None) -> AdmissionChain:
-    return (table or _builtin()).admission_chain(disabled)
-
-
-def _builtin() -> KindTable:
-    from controlplane.apiserver.kindparts import builtin_table  # (the table's parts import this module)
-
-    return builtin_table()
-
-
-__all__ = ["AdmissionChain", "AdmissionRequest", "Plugin", "default_chain", "known_plugins", "plugin_name"]
+__all__ = ["AdmissionChain", "AdmissionRequest", "Plugin", "plugin_name"]

@@ -10,7 +10,7 @@ idempotent) and runs the controllers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -26,13 +26,15 @@ from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
 from controlplane.apiserver.resourceproxy import Proxy, node_location, pod_location, service_location
 from controlplane.apiserver.webhooks.plugins import MutatingAdmissionWebhook, ValidatingAdmissionWebhook
 
-Obj = dict[str, Any]
+if TYPE_CHECKING:
+    from controlplane.apiserver.handlers import RestHandler
+    from controlplane.apiserver.request import RequestInfo
 
 
 class PodLog(pod.Log):
     """pods/log: checked here, streamed from the pod's node agent (kubeletproxy.py)."""
 
-    async def get(self, rest: Any, request: web.Request, info: Any) -> web.StreamResponse:
+    async def get(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         found = (await rest.registry.get(info.resource, info.namespace, info.name)).obj
         container = log_container(found, request.query.get("container", ""))
         params = validate_log_query(request.query)
@@ -52,7 +54,7 @@ class _Streams:
 
     name: str
 
-    async def connect(self, rest: Any, request: web.Request, info: Any) -> web.StreamResponse:
+    async def connect(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         if self.name == "portforward":
             return await streaming.connect_port_forward(rest, request, info)
         return await streaming.connect_stream(rest, request, info, self.name)
@@ -78,22 +80,19 @@ def _crd_controller(registry: Any, kind: Kind, config: Any) -> list[Any]:
     return [CrdController(registry, kind)]
 
 
+_POD_SUBRESOURCES = (
+    PodLog(),
+    PodExec(),
+    PodAttach(),
+    PodPortForward(),
+    Proxy("PodProxyOptions", pod_location),
+)
+
 # (group, plural) -> what the REST layer adds to that kind.
 PARTS: dict[tuple[str, str], Parts] = {
     ("", "namespaces"): Parts(controllers=_namespace_finalizer),
     ("", "nodes"): Parts(subresources=(Proxy("NodeProxyOptions", node_location),)),
-    (
-        "",
-        "pods",
-    ): Parts(
-        subresources=(
-            PodLog(),
-            PodExec(),
-            PodAttach(),
-            PodPortForward(),
-            Proxy("PodProxyOptions", pod_location),
-        )
-    ),
+    ("", "pods"): Parts(subresources=_POD_SUBRESOURCES),
     ("", "services"): Parts(subresources=(Proxy("ServiceProxyOptions", service_location),)),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): Parts(
         admission=(MutatingAdmissionWebhook(),)

@@ -15,6 +15,7 @@ from typing import Any
 
 from controlplane.apiserver.admission import AdmissionChain, plugin_name
 from controlplane.apiserver.kinds.base import Kind, Subresource
+from controlplane.storage.etcdkeys import KeyLayout
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,15 @@ class KindTable:
                 seen.add(k.bucket)
                 out.append(k)
         return out
+
+    def stored_buckets(self) -> list[str]:
+        """The store's buckets the kinds own (kinds stored as another kind share that kind's bucket)."""
+        return list(dict.fromkeys(k.bucket for k in self._kinds if k.stored and not k.storage_bucket))
+
+    def etcd_layout(self) -> KeyLayout:
+        """Where etcd holds each bucket: its kind's `etcd_prefix` (custom resources added later follow
+        the layout's generic rule, `<group>/<plural>`, which is theirs)."""
+        return KeyLayout({k.bucket: k.etcd_prefix for k in self._kinds if k.stored and not k.storage_bucket})
 
     # --- what the server runs with the kinds -----------------------------------------------------------
 

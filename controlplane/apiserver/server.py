@@ -25,7 +25,6 @@ from controlplane.apiserver import (
     openapiproto,
     protobufhttp,
 )
-from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
 from controlplane.apiserver.audit import AuditOptions, build_auditor
@@ -44,6 +43,7 @@ from controlplane.apiserver.certs import (
 )
 from controlplane.apiserver.endpointreconciler import DEFAULT_INTERVAL, DEFAULT_TTL, LeaseEndpointReconciler
 from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.etcdlayout import relayout_store
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.flowcontrol.dispatcher import DUMP_PATH, Dispatcher
 from controlplane.apiserver.handlers import RestHandler, json_response
@@ -155,14 +155,18 @@ class ApiServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = EtcdStore(config.etcd) if config.etcd else SQLiteStore(config.data_dir / "state.db")
+        # The kinds this server serves (built-in ones, then custom resources as CRDs come).
+        self.kinds = kindparts.builtin_table()
+        self.store = (
+            EtcdStore(config.etcd, self.kinds.etcd_layout())
+            if config.etcd
+            else SQLiteStore(config.data_dir / "state.db")
+        )
         self.cache = WatchCache(
             self.store, window=config.watch_window, viewer=slim_view, windows=config.watch_windows
         )
-        # The kinds this server serves (built-in ones, then custom resources as CRDs come).
-        self.kinds = kindparts.builtin_table()
         self.registry = Registry(
-            self.cache, default_chain(config.disable_admission_plugins, self.kinds), self.kinds
+            self.cache, self.kinds.admission_chain(config.disable_admission_plugins), self.kinds
         )
         self.registry.service_ranges = config.service_ranges
         # In-process loops the kinds need (the namespace finalizer, event expiry).
@@ -204,6 +208,8 @@ class ApiServer:
 
     async def start(self) -> None:
         await self.store.start()
+        if isinstance(self.store, EtcdStore):
+            await relayout_store(self.store, self.kinds)  # an older pykubelet's layout, moved once
         await self.cache.start()
         self.steps.done.add(health.INFORMER_SYNC)
         self.authorization.start(self.cache)

@@ -151,6 +151,7 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
     before the API server, the cluster lives in it, and down stops it with the rest."""
     import asyncio
 
+    from controlplane.apiserver.kindparts import builtin_table
     from controlplane.storage.etcd import EtcdConfig, EtcdStore
 
     state = tmp_path / "state"
@@ -207,7 +208,8 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
                     pki / "ca.crt",
                     pki / "apiserver-etcd-client.crt",
                     pki / "apiserver-etcd-client.key",
-                )
+                ),
+                builtin_table().etcd_layout(),  # where the API server keeps each resource
             )
             await store.start()
             try:

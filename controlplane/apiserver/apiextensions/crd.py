@@ -250,6 +250,7 @@ class CustomResourceDefinitionKind(Kind):
     group = "apiextensions.k8s.io"
     kind = "CustomResourceDefinition"
     plural = "customresourcedefinitions"
+    etcd_resource_prefix = "apiextensions.k8s.io/customresourcedefinitions"  # apiextensions' own storage
     namespaced = False
     short_names = ("crd", "crds")
     categories = ("api-extensions",)

@@ -170,6 +170,8 @@ class CustomResource(Kind):
         self.version = version["name"]
         self.kind = names["kind"]
         self.plural = names["plural"]
+        # upstream's CRDRESTOptionsGetter: custom resources live at /registry/<group>/<plural>/...
+        self.etcd_resource_prefix = f"{self.group}/{self.plural}"
         self.singular = names.get("singular") or names["kind"].lower()
         self._list_kind = names.get("listKind") or names["kind"] + "List"
         self.namespaced = spec.get("scope") == "Namespaced"

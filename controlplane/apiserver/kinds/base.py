@@ -155,6 +155,11 @@ class Kind:
     # Objects that live in another kind's storage (events.k8s.io Events are core Events), named by
     # that kind's bucket; `to_storage` / `from_storage` convert at the edge.
     storage_bucket: ClassVar[str] = ""
+    # Where kube-apiserver keeps the resource in etcd, under --etcd-prefix (`/registry/<this>/<ns>/<name>`):
+    # "" is its storage factory's default, the plural without the group (`deployments`); the exceptions
+    # are upstream's SpecialDefaultResourcePrefixes (`minions`, `services/specs`, ...) and the resources
+    # served outside its storage factory (APIServices, CRDs, custom resources: `<group>/<plural>`).
+    etcd_resource_prefix: ClassVar[str] = ""
 
     # --- its schema -------------------------------------------------------------------------------
     # The root type in fields.json (the Python client's model name), for decoding, field validation,
@@ -214,6 +219,11 @@ class Kind:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @property
+    def etcd_prefix(self) -> str:
+        """The resource's path in etcd below --etcd-prefix (see `etcd_resource_prefix`)."""
+        return self.etcd_resource_prefix or self.plural
+
+    @property
     def resource(self) -> str:
         """The group-qualified resource as errors name it (`deployments.apps`)."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
@@ -230,14 +240,16 @@ class Kind:
         return self._subresources.get(name)
 
     def attach(self, subresources: tuple[Subresource, ...] = (), admission: tuple[Plugin, ...] = ()) -> None:
-        """What the REST layer adds to the kind (kindparts/): subresources whose verbs need it (a
+        """What the REST layer adds to the kind (kindparts.py): subresources whose verbs need it (a
         declared subresource of the same name is replaced where it stood) and admission plugins that
         belong to it (after the kind's own). Idempotent: attaching again replaces what was attached."""
+        if not hasattr(self, "_declared"):
+            self._declared = (self.subresources, self.admission)
+        declared, own = self._declared
         by_name = {s.name: s for s in subresources}
-        declared = type(self).subresources
         self.subresources = tuple(by_name.pop(s.name, s) for s in declared) + tuple(by_name.values())
         self._subresources = {s.name: s for s in self.subresources}
-        self.admission = type(self).admission + tuple(admission)
+        self.admission = own + tuple(admission)
 
     @property
     def storage_schema(self) -> str:

@@ -32,12 +32,12 @@ from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Subresource
 from controlplane.apiserver.kinds.ports import AdmissionRequest
 from controlplane.apiserver.meta import timestamp
+from controlplane.apiserver.options import DeleteOptions
 from kubeclient.selectors import SelectorError, from_label_selector
 
 if TYPE_CHECKING:
     from controlplane.apiserver.kinds.base import Kind
     from controlplane.apiserver.kinds.ports import Registry, RequestInfo, RestHandler
-    from controlplane.apiserver.options import DeleteOptions
     from controlplane.apiserver.userinfo import UserInfo
 
 Obj = dict[str, Any]
@@ -176,10 +176,6 @@ def decrement(pdb: Obj, pod_name: str, dry_run: bool) -> Obj | None:
 def delete_options(eviction: Obj, query: Any) -> DeleteOptions:
     """propagateDryRun: the request's dryRun goes into the eviction's deleteOptions; two different
     ones are an error."""
-    from controlplane.apiserver.options import (
-        DeleteOptions,  # (options imports request, which imports the kinds)
-    )
-
     body = eviction.get("deleteOptions")
     query_dry_run = list(query.getall("dryRun", []))
     if body is None:

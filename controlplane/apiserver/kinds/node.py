@@ -50,6 +50,7 @@ class TaintNodesByCondition:
 class Node(Kind):
     kind = "Node"
     plural = "nodes"
+    etcd_resource_prefix = "minions"  # upstream's SpecialDefaultResourcePrefixes
     namespaced = False
     short_names = ("no",)
     subresources = (StatusSubresource("Node"), Proxy("NodeProxyOptions"))

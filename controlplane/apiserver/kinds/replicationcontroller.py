@@ -85,6 +85,7 @@ def validate_status(status: Obj) -> list[FieldError]:
 class ReplicationController(Kind):
     kind = "ReplicationController"
     plural = "replicationcontrollers"
+    etcd_resource_prefix = "controllers"  # upstream's SpecialDefaultResourcePrefixes
     short_names = ("rc",)
     categories = ("all",)
     subresources = (StatusSubresource("ReplicationController"), Scale(map_selector))

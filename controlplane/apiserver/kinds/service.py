@@ -45,6 +45,7 @@ def _node_ports(spec: Obj) -> bool:
 class Service(Kind):
     kind = "Service"
     plural = "services"
+    etcd_resource_prefix = "services/specs"  # upstream's SpecialDefaultResourcePrefixes
     short_names = ("svc",)
     categories = ("all",)
     subresources = (StatusSubresource("Service"), Proxy("ServiceProxyOptions"))
