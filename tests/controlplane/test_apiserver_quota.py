@@ -352,6 +352,35 @@ def test_parallel_creates_never_exceed_nor_drift(
     assert used(v1, namespace) == {"pods": "5", "requests.cpu": "500m"}
 
 
+def test_fifty_concurrent_creates_against_ten_admit_exactly_ten(
+    v1: client.CoreV1Api, apiserver: Any, namespace: str
+) -> None:
+    """Each charge is a compare-and-swap of the quota's status.used at the revision it was read at: 50
+    creates at once, each on its own connection, and exactly 10 get in, the other 40 refused with
+    upstream's 403; the quota's used is exactly what was stored."""
+    make_quota(v1, namespace, {"pods": "10"})
+    clients = [apiserver.api_client() for _ in range(50)]
+    try:
+
+        def create(i: int) -> int:
+            try:
+                client.CoreV1Api(clients[i]).create_namespaced_pod(namespace, pod(f"f{i}"))
+                return 201
+            except ApiException as err:
+                assert err.status == 403, err.body
+                assert "exceeded quota: q, requested: pods=1, used: pods=10, limited: pods=10" in err.body
+                return 403
+
+        with ThreadPoolExecutor(50) as pool:
+            codes = list(pool.map(create, range(50)))
+    finally:
+        for api_client in clients:
+            api_client.close()
+    assert codes.count(201) == 10 and codes.count(403) == 40, codes
+    assert len(v1.list_namespaced_pod(namespace).items) == 10
+    assert used(v1, namespace) == {"pods": "10"}
+
+
 # --- kubectl -------------------------------------------------------------------------------------------
 
 
