@@ -37,6 +37,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
+    "restart": (
+        "pykubelet.restart",
+        "restart one daemon of the stack `up` started (its supervisor starts it again)",
+    ),
+    "supervise": (
+        "pykubelet.supervise",
+        "keep the daemons `up` started running (up starts it; down stops it)",
+    ),
     "token": ("pykubelet.token", "create, list and delete bootstrap tokens (kubeadm token's shapes)"),
     "join": (
         "pykubelet.join",
