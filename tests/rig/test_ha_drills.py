@@ -256,3 +256,53 @@ def test_restart_restarts_one_daemon_on_purpose(ha: HaStack) -> None:
     _back(ha.state, "dns", old)
     unknown = _pykubelet("restart", "nope", "--state-dir", str(ha.state), timeout=60)
     assert unknown.returncode == 1 and "unknown component 'nope'" in unknown.stderr
+
+
+def test_fifty_concurrent_creates_through_three_api_servers_never_exceed_a_quota(ha: HaStack) -> None:
+    """The quota's charge is a compare-and-swap on the quota's revision in etcd, so replicas that each
+    serialise only their own requests still admit exactly what fits: 50 ConfigMaps created at once,
+    spread over the three API servers, against count/configmaps 11 (kube-root-ca.crt holds one)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ns = "quota-drill"
+    core = ha.core
+    core.create_namespace({"metadata": {"name": ns}})
+    wait_for(
+        lambda: core.read_namespaced_config_map("kube-root-ca.crt", ns), timeout=60, retrying=(ApiException,)
+    )
+    quota = {"metadata": {"name": "q"}, "spec": {"hard": {"count/configmaps": "11"}}}
+    core.create_namespaced_resource_quota(ns, quota)
+
+    def used() -> dict:
+        status = core.read_namespaced_resource_quota("q", ns).status
+        return dict((status.used if status else None) or {})
+
+    wait_for(lambda: used() == {"count/configmaps": "1"}, timeout=60)
+    replicas = [
+        ha.state / "apiserver",
+        ha.state / "apiserver" / "replica-1",
+        ha.state / "apiserver" / "replica-2",
+    ]
+    clients = [
+        kconfig.new_client_from_config(config_file=str(replicas[i % 3] / "admin.kubeconfig"))
+        for i in range(50)
+    ]
+    try:
+
+        def create(i: int) -> int:
+            try:
+                client.CoreV1Api(clients[i]).create_namespaced_config_map(ns, {"metadata": {"name": f"c{i}"}})
+                return 201
+            except ApiException as err:
+                assert err.status == 403 and "exceeded quota: q" in err.body, err.body
+                return 403
+
+        with ThreadPoolExecutor(50) as pool:
+            codes = list(pool.map(create, range(50)))
+    finally:
+        for api_client in clients:
+            api_client.close()
+    assert codes.count(201) == 10 and codes.count(403) == 40, codes
+    assert len(core.list_namespaced_config_map(ns).items) == 11
+    assert used() == {"count/configmaps": "11"}
+    core.delete_namespace(ns)
