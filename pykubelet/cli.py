@@ -56,6 +56,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "show one object's journey through the components, with writers and timings",
     ),
     "diagnose": ("journey.diagnose_cli", "name the first boundary where a workload stopped making progress"),
+    "etcd-snapshot": (
+        "pykubelet.etcdsnapshot",
+        "save, list and restore snapshots of the cluster's store (etcd or SQLite)",
+    ),
     "migrate-store": ("controlplane.storage.migrate", "copy a cluster's objects from SQLite to etcd"),
     "completion": ("pykubelet.completion", "print a shell completion script (bash or zsh)"),
 }
