@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.concurrentcreates import create_at_once
 from tests.controlplane.conftest import Kubectl, message
 
 Obj = dict[str, Any]
@@ -359,23 +360,11 @@ def test_fifty_concurrent_creates_against_ten_admit_exactly_ten(
     creates at once, each on its own connection, and exactly 10 get in, the other 40 refused with
     upstream's 403; the quota's used is exactly what was stored."""
     make_quota(v1, namespace, {"pods": "10"})
-    clients = [apiserver.api_client() for _ in range(50)]
-    try:
-
-        def create(i: int) -> int:
-            try:
-                client.CoreV1Api(clients[i]).create_namespaced_pod(namespace, pod(f"f{i}"))
-                return 201
-            except ApiException as err:
-                assert err.status == 403, err.body
-                assert "exceeded quota: q, requested: pods=1, used: pods=10, limited: pods=10" in err.body
-                return 403
-
-        with ThreadPoolExecutor(50) as pool:
-            codes = list(pool.map(create, range(50)))
-    finally:
-        for api_client in clients:
-            api_client.close()
+    codes = create_at_once(
+        [apiserver.api_client() for _ in range(50)],
+        lambda api, i: client.CoreV1Api(api).create_namespaced_pod(namespace, pod(f"f{i}")),
+        "exceeded quota: q, requested: pods=1, used: pods=10, limited: pods=10",
+    )
     assert codes.count(201) == 10 and codes.count(403) == 40, codes
     assert len(v1.list_namespaced_pod(namespace).items) == 10
     assert used(v1, namespace) == {"pods": "10"}

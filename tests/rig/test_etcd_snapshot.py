@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,13 @@ from kubernetes.client.rest import ApiException
 from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer, api_client
 from pykubelet.rig.etcd import Etcd
+from tests.rig.stacks import run_pykubelet
 
 pytestmark = pytest.mark.integration
 
 
 def snapshot(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pykubelet", "etcd-snapshot", *args, "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_pykubelet("etcd-snapshot", *args, "--state-dir", str(state), timeout=300)
 
 
 class ControlPlane:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,28 +27,19 @@ from kubernetes import config as kconfig
 from kubernetes.client.rest import ApiException
 
 from e2e.waiting import wait_for
-from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import lease_cluster_network
-from pykubelet.rig.nodes import node_bridge
-from pykubelet.rig.process import free_port, pid_alive
-from pykubelet.rig.stack import StackRecord, proxy_table
+from pykubelet.rig.process import pid_alive
+from pykubelet.rig.stack import StackRecord
 from pykubelet.rig.supervisor import load
+from tests.concurrentcreates import create_at_once
+from tests.rig.stacks import run_pykubelet as _pykubelet
+from tests.rig.stacks import up_cluster
 
 pytestmark = pytest.mark.integration
 FIRST = "hd"
 SECOND = f"{FIRST}-2"
 APISERVERS = ("apiserver", "apiserver-1", "apiserver-2")
 MARKER = "pykube-drill-crash"
-
-
-def _pykubelet(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pykubelet", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @dataclass
@@ -69,15 +58,9 @@ class HaStack:
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaStack]:
     state = tmp_path_factory.mktemp("hd") / "s"  # short: containerd's socket paths are limited
     with lease_cluster_network("d") as lease:
-        bridges = [lease.bridge, node_bridge(lease.bridge, 2)]
-        scope = Scope.of(
-            state, bridges=bridges, pod_cidrs=[lease.pod_cidr], nft_tables=[f"ip {proxy_table(lease.bridge)}"]
+        up, scope, _ = up_cluster(
+            state, lease, FIRST, 2, "--store", "etcd", "--etcd-members", "3", "--apiservers", "3", timeout=600
         )
-        up = _pykubelet(
-            "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", FIRST,
-            "--nodes", "2", "--store", "etcd", "--etcd-members", "3", "--apiservers", "3",
-            "--cluster-cidr", lease.pod_cidr, "--bridge", lease.bridge, "--no-example",
-        )  # fmt: skip
         record = StackRecord.load(state)
         try:
             assert up.returncode == 0, up.stderr[-4000:]
@@ -262,8 +245,6 @@ def test_fifty_concurrent_creates_through_three_api_servers_never_exceed_a_quota
     """The quota's charge is a compare-and-swap on the quota's revision in etcd, so replicas that each
     serialise only their own requests still admit exactly what fits: 50 ConfigMaps created at once,
     spread over the three API servers, against count/configmaps 11 (kube-root-ca.crt holds one)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     ns = "quota-drill"
     core = ha.core
     core.create_namespace({"metadata": {"name": ns}})
@@ -283,25 +264,16 @@ def test_fifty_concurrent_creates_through_three_api_servers_never_exceed_a_quota
         ha.state / "apiserver" / "replica-1",
         ha.state / "apiserver" / "replica-2",
     ]
-    clients = [
-        kconfig.new_client_from_config(config_file=str(replicas[i % 3] / "admin.kubeconfig"))
-        for i in range(50)
-    ]
-    try:
-
-        def create(i: int) -> int:
-            try:
-                client.CoreV1Api(clients[i]).create_namespaced_config_map(ns, {"metadata": {"name": f"c{i}"}})
-                return 201
-            except ApiException as err:
-                assert err.status == 403 and "exceeded quota: q" in err.body, err.body
-                return 403
-
-        with ThreadPoolExecutor(50) as pool:
-            codes = list(pool.map(create, range(50)))
-    finally:
-        for api_client in clients:
-            api_client.close()
+    codes = create_at_once(
+        [
+            kconfig.new_client_from_config(config_file=str(replicas[i % 3] / "admin.kubeconfig"))
+            for i in range(50)
+        ],
+        lambda api, i: client.CoreV1Api(api).create_namespaced_config_map(
+            ns, {"metadata": {"name": f"c{i}"}}
+        ),
+        "exceeded quota: q",
+    )
     assert codes.count(201) == 10 and codes.count(403) == 40, codes
     assert len(core.list_namespaced_config_map(ns).items) == 11
     assert used() == {"count/configmaps": "11"}
