@@ -854,14 +854,19 @@ class Stack:
 
     def supervised(self) -> list:
         """Every daemon of the started stack a supervisor keeps running (pykubelet.rig.supervisor): the
-        API servers, the service proxy, the DNS, the metrics server, each node's agent and containerd,
-        each with the command line, log and record key it was started with."""
+        registry, the etcd members, the API servers, the service proxy, the DNS, the metrics server, each
+        node's agent and containerd, each with the command line, log and record key it was started with."""
         from pykubelet.rig.supervisor import Supervised
 
         d = str(self.config.state_dir)
         servers = self.replicas.servers if self.replicas is not None else [self.apiserver]
         named: list[tuple[str, Daemon | None, str, bool]] = [
+            ("registry", self.registry.daemon, d, True),
             ("containerd", self.containerd.daemon if self.containerd else None, d, False),
+            *(
+                (f"etcd-{m.name}" if m.name != "default" else "etcd", m.daemon, d, True)
+                for m in etcd_members(self.etcd)
+            ),
             *(
                 (f"apiserver-{i}" if i else "apiserver", s.daemon, d, True)
                 for i, s in enumerate(servers)

@@ -1,6 +1,6 @@
-"""The stack's own supervisor, where systemd does not run the daemons: every daemon `up` starts (the API
-servers, the service proxy, the DNS, the metrics server, each node's agent and containerd) is started
-again when it dies, with back-off, as systemd's Restart=always with RestartSec would.
+"""The stack's own supervisor, where systemd does not run the daemons: every daemon `up` starts (the
+registry, the etcd members, the API servers, the service proxy, the DNS, the metrics server, each node's
+agent and containerd) is started again when it dies, with back-off, as systemd's Restart=always with RestartSec would.
 
 `up` writes what it started to `<state>/supervised.json` (each daemon's name, command line, log and the
 record it appears in) and then starts `pykubelet supervise --state-dir <state>`, a process of its own

@@ -7,8 +7,8 @@ processes throughout:
   killed is restarted by its node all the same (nothing of the pod sync waits on the API), and once the
   API servers answer again the Pod in the API shows the restart (restartCount 1, the new container's
   ID) within 10 s;
-- the daemons `up` started are supervised: a killed service proxy, API server and node agent are back
-  within 30 s by themselves, and `pykubelet restart dns` restarts the DNS on purpose;
+- the daemons `up` started are supervised: a killed service proxy, API server, etcd member and node
+  agent are back within 30 s by themselves, and `pykubelet restart dns` restarts the DNS on purpose;
 - `pykubelet down` stops the supervisor with the rest and leaves nothing."""
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def _back(state: Path, name: str, old: int) -> int:
     return wait_for(new_pid, timeout=30, interval=0.2, what=f"{name} back")
 
 
-@pytest.mark.parametrize("name", ["proxy", "apiserver-1", f"{SECOND}/agent"])
+@pytest.mark.parametrize("name", ["proxy", "apiserver-1", "etcd-m2", f"{SECOND}/agent"])
 def test_a_killed_daemon_is_back_within_30_seconds(ha: HaStack, name: str) -> None:
     old = _supervised_pid(ha.state, name)
     os.kill(old, signal.SIGKILL)
@@ -201,6 +201,8 @@ def test_a_killed_daemon_is_back_within_30_seconds(ha: HaStack, name: str) -> No
     if name.startswith("apiserver"):
         url = f"https://127.0.0.2:{_port(ha)}/readyz"
         wait_for(lambda: _readyz(url) == 200, timeout=60, interval=0.5)
+    if name.startswith("etcd"):
+        wait_for(lambda: _member_healthy(ha.state, name), timeout=60, interval=0.5)
     if name.endswith("agent"):
         wait_for(
             lambda: any(
@@ -209,6 +211,21 @@ def test_a_killed_daemon_is_back_within_30_seconds(ha: HaStack, name: str) -> No
             timeout=60,
             interval=0.5,
         )
+
+
+def _member_healthy(state: Path, name: str) -> bool:
+    """`etcdctl endpoint health` of the member, with the API server's client certificate."""
+    import subprocess
+
+    (daemon,) = [d for d in load(state) if d.name == name]
+    url = daemon.argv[daemon.argv.index("--listen-client-urls") + 1]
+    pki = state / "etcd" / "pki"
+    health = subprocess.run(
+        ["etcdctl", "--endpoints", url, "--cacert", str(pki / "ca.crt"), "--cert",
+         str(pki / "apiserver-etcd-client.crt"), "--key", str(pki / "apiserver-etcd-client.key"), "endpoint", "health"],
+        capture_output=True, text=True, timeout=30, check=False, env={**os.environ, "ETCDCTL_API": "3"},
+    )  # fmt: skip
+    return health.returncode == 0
 
 
 def _port(ha: HaStack) -> int:
