@@ -4,9 +4,9 @@ processes throughout:
 
 - it starts, and both nodes are Ready, each with a pod CIDR the IPAM gave it;
 - every API server stops answering (SIGSTOP of each one's process group): a container whose process is
-  killed is restarted by its node all the same (nothing of the pod sync waits on the API), and once the
-  API servers answer again the Pod in the API shows the restart (restartCount 1, the new container's
-  ID) within 10 s;
+  killed is restarted by its node all the same (nothing of the pod sync waits on the API) and its
+  readiness probe runs; once the API servers answer again the Pod in the API shows the restart
+  (restartCount 1, the new container's ID) within 10 s;
 - the daemons `up` started are supervised: a killed service proxy, API server, etcd member and node
   agent are back within 30 s by themselves, and `pykubelet restart dns` restarts the DNS on purpose;
 - `pykubelet down` stops the supervisor with the rest and leaves nothing."""
@@ -110,6 +110,12 @@ def _crasher(node: str) -> dict:
                     "name": "c",
                     "image": "busybox:latest",
                     "command": ["sh", "-c", f": {MARKER}; while true; do sleep 5; done"],
+                    # Each probe leaves a line in the container: seen from the host, it shows the probes
+                    # going on while no API server answers.
+                    "readinessProbe": {
+                        "exec": {"command": ["sh", "-c", "date +%s >> /tmp/probed"]},
+                        "periodSeconds": 1,
+                    },
                 }
             ],
         },
@@ -153,6 +159,9 @@ def test_a_container_crashing_while_every_api_server_is_stopped_is_restarted_and
             interval=0.5,
         )
         assert not pid_alive(old_pid)
+        # The new container's readiness probe runs, still without the API.
+        probed = Path(f"/proc/{new_pid}/root/tmp/probed")
+        wait_for(lambda: probed.exists() and len(probed.read_text().split()) >= 3, timeout=30, interval=0.5)
     finally:
         for name in APISERVERS:
             _signal_group(record.pids[name], signal.SIGCONT)
