@@ -72,7 +72,9 @@ def save(state_dir: Path, daemons: list[Supervised]) -> None:
     """Write-then-rename, as the stack record: a reader never sees half a file."""
     path = supervised_path(state_dir)
     tmp = path.with_name(f".{SUPERVISED_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps([asdict(d) for d in daemons], indent=2))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # command lines name credentials' files
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps([asdict(d) for d in daemons], indent=2))
     os.replace(tmp, path)
 
 
