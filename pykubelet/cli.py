@@ -41,6 +41,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
+    "restart": (
+        "pykubelet.restart",
+        "restart one daemon of the stack `up` started (its supervisor starts it again)",
+    ),
+    "supervise": (
+        "pykubelet.supervise",
+        "keep the daemons `up` started running (up starts it; down stops it)",
+    ),
     "token": ("pykubelet.token", "create, list and delete bootstrap tokens (kubeadm token's shapes)"),
     "join": (
         "pykubelet.join",
@@ -52,6 +60,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "show one object's journey through the components, with writers and timings",
     ),
     "diagnose": ("journey.diagnose_cli", "name the first boundary where a workload stopped making progress"),
+    "etcd-snapshot": (
+        "pykubelet.etcdsnapshot",
+        "save, list and restore snapshots of the cluster's store (etcd or SQLite)",
+    ),
     "migrate-store": ("controlplane.migratestore", "copy a cluster's objects from SQLite to etcd"),
     "completion": ("pykubelet.completion", "print a shell completion script (bash or zsh)"),
 }

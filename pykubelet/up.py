@@ -28,7 +28,8 @@ from pykubelet.rig.stack import (
     StackConfig,
     default_node_name,
 )
-from pykubelet.rig.sweep import looks_like_a_stack, sweep
+from pykubelet.rig.supervisor import SUPERVISOR_LOG, start_supervisor
+from pykubelet.rig.sweep import looks_like_a_stack, supervisors_for, sweep
 
 DEFAULT_CLUSTER_CIDR = "10.244.0.0/16"  # kubeadm's podSubnet in most guides (flannel's default)
 INSTALL_LOG = "install.log"  # apt's output, when packages were missing
@@ -162,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         )
         _start(stack)
         started = True
+        with progress.stage("supervisor", state_dir / SUPERVISOR_LOG):
+            start_supervisor(state_dir, stack.supervised())
         for name in stack.node_names:
             progress.note(f"node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})")
         if not args.no_example:
@@ -175,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         # A signal (or Ctrl-C) anywhere, also between stages: said where, and the stack stopped.
         progress.interrupted(stop)
         if started and stack is not None:
+            for supervisor in supervisors_for(state_dir):  # it would start again what stop() stops
+                supervisor.kill()
             stack.stop()
         raise
     except Exception as err:

@@ -313,7 +313,8 @@ class Stack:
         from pykubelet.rig.apiserver import ApiServer
 
         if self.config.apiservers > 1:
-            self._bridge_for_replicas()
+            if self.config.pod_cidr:  # with the node IPAM: once each node has its CIDR (start_agent)
+                self._bridge_for_replicas(self.config.bridge, self.config.pod_cidr)
             self._start_replicas()
             return
         self.apiserver = ApiServer(
@@ -391,21 +392,23 @@ class Stack:
             *(ipam if self.config.cluster_cidr else []),
         ]
 
-    def _bridge_for_replicas(self) -> None:
+    def _bridge_for_replicas(self, bridge: str, pod_cidr: str) -> None:
         """Pods reach the replicas through the `kubernetes` Service: the proxy DNATs 10.96.0.1:443 to a
         replica's own loopback address (127.0.0.<i>, the one address per replica one machine offers at one
-        port). Linux routes a packet that arrives on the pod bridge to 127/8 only with the bridge's
+        port). Linux routes a packet that arrives on a pod bridge to 127/8 only with the bridge's
         route_localnet on (the portmap plugin's setting for hostPorts on 127.0.0.1), so the stack makes
-        the bridge now, as the CNI plugin would at the first pod, with it on; the plugin reuses it and
-        the network's removal takes it away."""
+        each node's bridge, as the CNI plugin would at the first pod, with it on; the plugin reuses it and
+        the network's removal takes it away. With the node IPAM a node's CIDR (its gateway) is known only
+        once the node registered, so then this runs as each node becomes Ready, before any pod of it
+        runs (the first node's before the controllers' wait; the further nodes' as each joins)."""
         import ipaddress
 
         from agent.cni import datapath
 
-        subnet = ipaddress.IPv4Network(self.config.pod_cidr, strict=False)
+        subnet = ipaddress.IPv4Network(pod_cidr, strict=False)
         gateway = ipaddress.IPv4Interface(f"{subnet.network_address + 1}/{subnet.prefixlen}")
         with datapath.host_netlink() as rtnl:
-            datapath.ensure_bridge(rtnl, self.config.bridge, gateway, self.network.mtu or 1500, True)
+            datapath.ensure_bridge(rtnl, bridge, gateway, self.network.mtu or 1500, True)
 
     def _start_replicas(self) -> None:
         """Several API servers on the stack's etcd, each with its scheduler and controller manager (they
@@ -550,6 +553,8 @@ class Stack:
         self.agent.start(self.node_ready, timeout=wait_ready, interval=0.5)
         if self.config.cluster_cidr:
             self.learn_pod_cidr()
+            if self.config.apiservers > 1:
+                self._bridge_for_replicas(self.config.bridge, self.config.pod_cidr)
         self._started("agent")
         return self.agent
 
@@ -571,6 +576,8 @@ class Stack:
             self.extra_nodes.append(node)
             with self.progress.stage(f"node {node.name}", node.log_path):
                 node.start(wait_ready=wait_ready)
+                if self.config.apiservers > 1:
+                    self._bridge_for_replicas(node.plan.bridge, node.pod_cidr)
             self._started(f"node-{index}")
 
     @property
@@ -844,6 +851,51 @@ class Stack:
             ready=list(self._ready),
             proxy_table=self.proxy_table,
         )
+
+    def supervised(self) -> list:
+        """Every daemon of the started stack a supervisor keeps running (pykubelet.rig.supervisor): the
+        registry, the etcd members, the API servers, the service proxy, the DNS, the metrics server, each
+        node's agent and containerd, each with the command line, log and record key it was started with."""
+        from pykubelet.rig.supervisor import Supervised
+
+        d = str(self.config.state_dir)
+        servers = self.replicas.servers if self.replicas is not None else [self.apiserver]
+        named: list[tuple[str, Daemon | None, str, bool]] = [
+            ("registry", self.registry.daemon, d, True),
+            ("containerd", self.containerd.daemon if self.containerd else None, d, False),
+            *(
+                (f"etcd-{m.name}" if m.name != "default" else "etcd", m.daemon, d, True)
+                for m in etcd_members(self.etcd)
+            ),
+            *(
+                (f"apiserver-{i}" if i else "apiserver", s.daemon, d, True)
+                for i, s in enumerate(servers)
+                if s
+            ),
+            ("agent", self.agent, d, True),
+            ("proxy", self.proxy, d, True),
+            ("dns", self.dns, d, True),
+            ("metrics-server", self.metrics_server, d, True),
+        ]
+        for node in self.extra_nodes:
+            named += [
+                (f"{node.name}/containerd", node.containerd.daemon, str(node.root), False),
+                (f"{node.name}/agent", node.agent, str(node.root), True),
+            ]
+        return [
+            Supervised(
+                name=name,
+                argv=list(daemon.argv),
+                log_path=str(daemon.log_path),
+                record_dir=record_dir,
+                record_key=name.rsplit("/", 1)[-1],
+                pid=daemon.pid or 0,
+                kill_group=group,
+                env=daemon.env,
+            )
+            for name, daemon, record_dir, group in named
+            if daemon is not None
+        ]
 
     # -- stop ------------------------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ STAGES: dict[str, Callable[[Path], bool]] = {
 # when each STAGES entry is reached.
 REPORTED = [
     "packages", "registry", "images", "containerd", "API server", "DNS", "node kill-test", "scheduler",
-    "controllers", "service proxy", "metrics server", "sample pod",
+    "controllers", "service proxy", "metrics server", "supervisor", "sample pod",
 ]  # fmt: skip
 REPORTED_AT = {
     "registry": "registry",

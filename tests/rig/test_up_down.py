@@ -33,6 +33,7 @@ STAGES = [
     "controllers",
     "service proxy",
     "metrics server",
+    "supervisor",
     "sample pod",
 ]
 
