@@ -33,6 +33,8 @@ PACKAGES: dict[str, str] = {
     # The CNI plugin's executable is a small C shim compiled on the node (agent/cni/install.py).
     "gcc": "/usr/bin/gcc",
     "libc6-dev": "/usr/include/stdio.h",
+    # The ingress controller's proxy (ingresscontroller/README.md says why nginx).
+    "nginx": "/usr/sbin/nginx",
 }
 
 
