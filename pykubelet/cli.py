@@ -39,6 +39,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "nodesim.cli",
         "simulate nodes and their pods against any API server (kwok's idea): Node objects, Leases, pod lifecycles",
     ),
+    "ingress-controller": (
+        "ingresscontroller.cli",
+        "run the ingress controller (Ingresses of its IngressClass served by nginx) against an API server",
+    ),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
     "restart": (
