@@ -213,7 +213,11 @@ class IngressController:
                 self.recorder.event(by_key[key], NORMAL, "Sync", "Scheduled for sync")
 
     async def _write_status(self, ingresses: list[Obj], served: set[str]) -> None:
-        ours = [{"ip": self.config.publish_address}]
+        ours: list[Obj] = [{"ip": self.config.publish_address}]
+        listen = self.config.listen
+        if (listen.http_port, listen.https_port) != (80, 443):
+            # Not the standard ports (several stacks on one host): said in the status, HTTP first.
+            ours[0]["ports"] = [{"port": p, "protocol": "TCP"} for p in (listen.http_port, listen.https_port)]
         for ingress in ingresses:
             key = key_of(ingress)
             have = ((ingress.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []

@@ -158,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
                 store=args.store,
                 etcd_members=args.etcd_members,
                 apiservers=args.apiservers,
+                ingress_ports=(80, 443),
             ),
             progress,
         )
@@ -167,6 +168,10 @@ def run(args: argparse.Namespace) -> int:
             start_supervisor(state_dir, stack.supervised())
         for name in stack.node_names:
             progress.note(f"node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})")
+        http, https = stack.ingress_ports
+        progress.note(
+            f"ingress controller (IngressClass nginx, the default) on {stack.ingress_address}:{http} and :{https}"
+        )
         if not args.no_example:
             with progress.stage(
                 "sample pod", lambda: stack.agent.log_path if stack and stack.agent else None

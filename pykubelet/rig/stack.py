@@ -107,6 +107,9 @@ class StackConfig:
     # .10). "" = the one a leased network implies (pykubelet.rig.netlease.service_range_for: stacks on one
     # host never DNAT each other's cluster IPs), else DEFAULT_SERVICE_CIDR.
     service_cidr: str = ""
+    # The ingress controller's HTTP and HTTPS ports on the node's address (pykubelet.rig.ingress):
+    # these when free (`up` asks for 80 and 443), else free ports.
+    ingress_ports: tuple[int, int] | None = None
 
     @property
     def services(self) -> str:
@@ -195,6 +198,9 @@ class Stack:
         self.dns: Daemon | None = None
         self.metrics_server: Daemon | None = None
         self.metrics_server_port = free_port()
+        self.ingress: Daemon | None = None
+        self.ingress_address = ""
+        self.ingress_ports = (0, 0)
         self.dns_port = free_port()
         self.dns_address = ""
         # CoreDNS's /health, /ready and /metrics (8080, 8181, 9153 upstream), per stack on this host.
@@ -296,6 +302,8 @@ class Stack:
                 "metrics server", lambda: self.metrics_server.log_path if self.metrics_server else None
             ):
                 self.start_metrics_server()
+            with stage("ingress controller", lambda: self.ingress.log_path if self.ingress else None):
+                self.start_ingress()
         except BaseException:
             self.stop()
             raise
@@ -772,6 +780,27 @@ class Stack:
         self._started("metrics-server")
         return self.metrics_server
 
+    def start_ingress(self, timeout: float = 60.0) -> Daemon:
+        """The ingress controller (pykubelet.rig.ingress) on the node's address, with the default
+        IngressClass `nginx`; waits until its nginx runs."""
+        from kubeclient.hostaddr import default_route_ip
+        from pykubelet.rig import ingress
+
+        assert self.apiserver is not None
+        self.ingress_address = default_route_ip()
+        self.ingress_ports = ingress.pick_ports(self.ingress_address, self.config.ingress_ports)
+        self.ingress = ingress.start_controller(
+            self.config.state_dir,
+            self.apply,
+            self.apiserver.client_kubeconfig,
+            self.ingress_address,
+            self.ingress_ports,
+            on_spawn=self._spawned,
+            timeout=timeout,
+        )
+        self._started("ingress")
+        return self.ingress
+
     def _wait_apiservice_available(self, name: str, timeout: float) -> None:
         api = self.core_api().api_client
         deadline = time.monotonic() + timeout
@@ -836,6 +865,7 @@ class Stack:
             ("proxy", self.proxy.pid if self.proxy else None),
             ("dns", self.dns.pid if self.dns else None),
             ("metrics-server", self.metrics_server.pid if self.metrics_server else None),
+            ("ingress", self.ingress.pid if self.ingress else None),
         ):
             if pid is not None:
                 pids[name] = pid
@@ -912,6 +942,8 @@ class Stack:
     def stop(self) -> list[str]:
         """Stop everything in reverse order; returns a description of anything left behind."""
         problems = []
+        if self.ingress is not None:
+            self.ingress.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         self.stop_proxy()

@@ -59,6 +59,7 @@ STACK_PARTS = (
     "proxy",
     "dns",
     "metrics-server",
+    "ingress",
     "cni",
     "pod-logs",
 )
