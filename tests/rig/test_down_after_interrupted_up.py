@@ -52,6 +52,7 @@ STAGES: dict[str, Callable[[Path], bool]] = {
     "agent": _ready("agent"),
     "proxy": _ready("proxy"),
     "metrics-server": _ready("metrics-server"),
+    "ingress": _ready("ingress"),
     "sample-pod": _sandbox_started,
 }
 
@@ -60,7 +61,7 @@ STAGES: dict[str, Callable[[Path], bool]] = {
 # when each STAGES entry is reached.
 REPORTED = [
     "packages", "registry", "images", "containerd", "API server", "DNS", "node kill-test", "scheduler",
-    "controllers", "service proxy", "metrics server", "supervisor", "sample pod",
+    "controllers", "service proxy", "metrics server", "ingress controller", "supervisor", "sample pod",
 ]  # fmt: skip
 REPORTED_AT = {
     "registry": "registry",
@@ -70,6 +71,7 @@ REPORTED_AT = {
     "agent": "node kill-test",
     "proxy": "service proxy",
     "metrics-server": "metrics server",
+    "ingress": "ingress controller",
     "sample-pod": "sample pod",
 }
 
@@ -143,7 +145,7 @@ def test_down_cleans_up_after_up_was_killed(stage: str, signum: signal.Signals, 
         # The sample pod keeps `up` busy after its last daemon is ready: without it `up` may be done
         # before the signal for the metrics-server stage arrives. The earlier stages are killed before
         # the pod anyway.
-        example = stage in ("metrics-server", "sample-pod")
+        example = stage in ("metrics-server", "ingress", "sample-pod")
         up = subprocess.Popen(up_argv(state, net, example=example), stdout=out, stderr=out)
     try:
         wait_for_stage(up, state, STAGES[stage], log)

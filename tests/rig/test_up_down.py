@@ -33,6 +33,7 @@ STAGES = [
     "controllers",
     "service proxy",
     "metrics server",
+    "ingress controller",
     "supervisor",
     "sample pod",
 ]
@@ -95,6 +96,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
             "agent",
             "proxy",
             "metrics-server",
+            "ingress",
         ]
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
@@ -195,6 +197,7 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
             "agent",
             "proxy",
             "metrics-server",
+            "ingress",
         ]
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         assert not (state / "apiserver" / "state.db").exists()
