@@ -81,7 +81,7 @@ class IngressController:
         self.applied = ""  # digest of the configuration nginx runs
         self.refused: dict[str, tuple[str, str]] = {}  # ingress key -> (resourceVersion, nginx's complaint)
         self._reported: dict[str, tuple[str, str]] = {}  # ingress key -> (reason, message) said
-        self._synced_versions: dict[str, str] = {}  # ingress key -> resourceVersion a Sync event was said for
+        self._synced_versions: dict[str, int] = {}  # ingress key -> the generation a Sync event was said for
         self.served: list[str] = []
 
     # --- the sync ------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ class IngressController:
             )
         for key in served:
             self._reported.pop(key, None)
-            version = resource_version(by_key[key])
+            version = int(by_key[key]["metadata"].get("generation") or 0)
             if self._synced_versions.get(key) != version:
                 self._synced_versions[key] = version
                 self.recorder.event(by_key[key], NORMAL, "Sync", "Scheduled for sync")

@@ -119,7 +119,7 @@ def render(config: Config, listen: Listen, files: Files) -> str:
         "    worker_connections 1024;",
         "}",
         "http {",
-        f"    access_log {quote(str(root / 'access.log'))};",
+        "    access_log off;",
         *(
             f"    {kind}_temp_path {quote(str(root / 'tmp' / kind))};"
             for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
