@@ -26,7 +26,7 @@ from controlplane.apiserver.validation import dns1035_label, dns_subdomain, ip_a
 from kubeclient import names
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.ports import AdmissionRequest
 
 Obj = dict[str, Any]
 
