@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingresscontroller import model
+from ingresscontroller import gateway, model
+from ingresscontroller.gatewaystatus import StatusWriter
 from ingresscontroller.nginx import Nginx, NginxError
 from ingresscontroller.nginxconf import Files, Listen, render
 from ingresscontroller.tlscerts import check_pair
@@ -50,6 +51,7 @@ class ControllerConfig:
         default_factory=lambda: LeaderElection("ingress-nginx-leader", namespace="ingress-nginx")
     )
     nginx_binary: str = "nginx"
+    gateway_controller: str = "pykubelet.io/gateway-controller"  # the GatewayClass controllerName served
 
 
 class IngressController:
@@ -68,7 +70,15 @@ class IngressController:
         self.slices = Informer(client, "/apis/discovery.k8s.io/v1/endpointslices")
         self.secrets = Informer(client, "/api/v1/secrets")
         self.informers = [self.classes, self.ingresses, self.services, self.slices, self.secrets]
-        for informer in self.informers:
+        # The Gateway API's kinds exist only once their CRDs are installed (maybe after the start): these
+        # informers retry until then, and the Gateway API is served once they have listed.
+        base = f"/apis/{gateway.GROUP}/{gateway.VERSION}"
+        self.gateway_caches = {
+            plural: Informer(client, f"{base}/{plural}")
+            for plural in ("gatewayclasses", "gateways", "httproutes")
+        }
+        self.gateway_status = StatusWriter(client, self.gateway_caches, config.gateway_controller)
+        for informer in [*self.informers, *self.gateway_caches.values()]:
             informer.add_handler(
                 on_add=lambda _o: self._wake.set(),
                 on_update=lambda _o, _n: self._wake.set(),
@@ -103,8 +113,23 @@ class IngressController:
             secrets={key_of(s): s for s in self.secrets.list()},
         )
 
-    def _build(self, ingresses: list[Obj], cluster: model.Cluster) -> model.Config:
-        return model.build(ingresses, cluster, check_pair, excluded=frozenset(self.refused))
+    def _build(
+        self, ingresses: list[Obj], cluster: model.Cluster
+    ) -> tuple[model.Config, gateway.Statuses | None]:
+        config = model.build(ingresses, cluster, check_pair, excluded=frozenset(self.refused))
+        caches = self.gateway_caches
+        if not all(c.synced.is_set() for c in caches.values()):
+            return config, None
+        statuses = gateway.build(
+            config,
+            caches["gatewayclasses"].list(),
+            caches["gateways"].list(),
+            caches["httproutes"].list(),
+            cluster,
+            self.config.gateway_controller,
+            self.config.publish_address,
+        )
+        return config, statuses
 
     def _write_certificates(self, config: model.Config) -> None:
         for certificate in config.certificates.values():
@@ -149,7 +174,7 @@ class IngressController:
         current = {key_of(i): resource_version(i) for i in ingresses}
         self.refused = {k: v for k, v in self.refused.items() if current.get(k) == v[0]}
         cluster = self._cluster()
-        config = self._build(ingresses, cluster)
+        config, statuses = self._build(ingresses, cluster)
         text = render(config, self.config.listen, self.files)
         digest = self._digest(text, config)
         if digest != self.applied or not self.nginx.running:
@@ -159,7 +184,7 @@ class IngressController:
             except NginxError as err:
                 log.error("nginx refused the configuration error=%r; trying each Ingress alone", str(err))
                 await self._isolate(ingresses, cluster)
-                config = self._build(ingresses, cluster)
+                config, statuses = self._build(ingresses, cluster)
                 text = render(config, self.config.listen, self.files)
                 digest = self._digest(text, config)
                 self._write_certificates(config)
@@ -182,6 +207,8 @@ class IngressController:
         self._report(ingresses, config.served, problems)
         if self.leading:
             await self._write_status(ingresses, set(config.served))
+            if statuses is not None:
+                await self.gateway_status.write(statuses)
 
     def _report(self, ingresses: list[Obj], served: list[str], problems: list[model.Problem]) -> None:
         by_key = {
@@ -259,7 +286,7 @@ class IngressController:
                 await asyncio.sleep(self.config.election.retry_period)
 
     async def run(self, stop: asyncio.Event) -> None:
-        tasks = [asyncio.create_task(i.run()) for i in self.informers]
+        tasks = [asyncio.create_task(i.run()) for i in [*self.informers, *self.gateway_caches.values()]]
         self.recorder.start()
         elector = asyncio.create_task(self._elect(stop))
         try:

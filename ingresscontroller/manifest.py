@@ -13,6 +13,7 @@ NAME = "ingress-nginx"
 USER = f"system:serviceaccount:{NAMESPACE}:{NAME}"
 GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}")
 CONTROLLER = "pykubelet.io/ingress-nginx"
+GATEWAY_CONTROLLER = "pykubelet.io/gateway-controller"  # the GatewayClass controllerName it serves
 CLASS = "nginx"
 LEASE = "ingress-nginx-leader"
 _RBAC = "rbac.authorization.k8s.io/v1"
@@ -57,6 +58,17 @@ def rbac() -> list[Obj]:
                 _rule(["networking.k8s.io"], ["ingresses/status"], ["update"]),
                 _rule(["networking.k8s.io"], ["ingressclasses"], ["get", "list", "watch"]),
                 _rule(["discovery.k8s.io"], ["endpointslices"], ["list", "watch", "get"]),
+                # The Gateway API, served when its CRDs are installed (as ingress-nginx's successors ask).
+                _rule(
+                    ["gateway.networking.k8s.io"],
+                    ["gatewayclasses", "gateways", "httproutes", "referencegrants"],
+                    ["get", "list", "watch"],
+                ),
+                _rule(
+                    ["gateway.networking.k8s.io"],
+                    ["gatewayclasses/status", "gateways/status", "httproutes/status"],
+                    ["update"],
+                ),
             ],
         },
         {
@@ -84,6 +96,15 @@ def rbac() -> list[Obj]:
             "subjects": [_SUBJECT],
         },
     ]
+
+
+def gateway_class(name: str = "pykubelet") -> Obj:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GatewayClass",
+        "metadata": _meta(name),
+        "spec": {"controllerName": GATEWAY_CONTROLLER},
+    }
 
 
 def ingress_class(default: bool = True, name: str = CLASS, controller: str = CONTROLLER) -> Obj:

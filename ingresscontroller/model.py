@@ -33,6 +33,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 class Upstream:
     name: str  # namespace_service_port (no name holds an underscore), nginx's upstream name
     addresses: tuple[str, ...]  # ip:port of ready endpoints, sorted
+    weights: tuple[int, ...] = ()  # nginx's weight per address (weighted HTTPRoute backends), () = equal
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Location:
     exact: bool
     upstream: str  # an Upstream's name
     implied: bool = False  # the exact match a Prefix path implies (an explicit Exact one takes its place)
+    fixed: int = 0  # answer this status instead of proxying (an HTTPRoute rule without a usable backend: 500)
 
 
 @dataclass(frozen=True)

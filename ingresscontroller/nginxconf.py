@@ -71,7 +71,8 @@ def _location(config: Config, location: Location) -> list[str]:
     else:
         prefix = location.path if location.path.endswith("/") else location.path + "/"
         head = f"    location {quote(prefix)} {{"
-    return [head, *_proxy(config, location.upstream), "    }"]
+    body = [f"        return {location.fixed};"] if location.fixed else _proxy(config, location.upstream)
+    return [head, *body, "    }"]
 
 
 def render_server(config: Config, server: Server, listen: Listen, files: Files) -> list[str]:
@@ -143,11 +144,12 @@ def render(config: Config, listen: Listen, files: Files) -> str:
     ]
     for upstream in sorted(config.upstreams.values(), key=lambda u: u.name):
         if upstream.addresses:
-            lines += [
-                f"    upstream {upstream.name} {{",
-                *(f"        server {a};" for a in upstream.addresses),
-                "    }",
+            weights = upstream.weights or (1,) * len(upstream.addresses)
+            servers = [
+                f"        server {a}{f' weight={w}' if w != 1 else ''};"
+                for a, w in zip(upstream.addresses, weights, strict=True)
             ]
+            lines += [f"    upstream {upstream.name} {{", *servers, "    }"]
     servers = dict(config.servers)
     servers.setdefault("", Server(""))
     for host in sorted(servers):

@@ -8,6 +8,7 @@ loses its address from the status."""
 from __future__ import annotations
 
 import http.server
+import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from e2e.waiting import wait_for
@@ -31,8 +33,10 @@ HOST = default_route_ip()
 
 
 class _Answer(http.server.BaseHTTPRequestHandler):
+    label = "backend"
+
     def do_GET(self) -> None:
-        body = f"backend {self.headers.get('Host')}".encode()
+        body = f"{self.label} {self.headers.get('Host')}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -42,14 +46,26 @@ class _Answer(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _serve(label: str) -> http.server.ThreadingHTTPServer:
+    handler = type(f"Answer_{label}", (_Answer,), {"label": label})
+    server = http.server.ThreadingHTTPServer((HOST, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @pytest.fixture(scope="module")
-def backend() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer((HOST, 0), _Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+def backends() -> Iterator[dict[str, int]]:
+    """HTTP servers of the test's own on the host's address, answering `<label> <Host>`: label -> port."""
+    servers = {label: _serve(label) for label in ("backend", "blue", "green")}
+    yield {label: server.server_address[1] for label, server in servers.items()}
+    for server in servers.values():
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def backend(backends: dict[str, int]) -> int:
+    return backends["backend"]
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +222,163 @@ def test_both_replicas_serve_and_the_leader_writes_the_status(
     _wait(lambda: _status_ips(net, namespace, "later") == [], "the address removed")
     _wait(lambda: _get(controllers[0][0], "later.example") == "<404>", "later.example no longer served")
     assert _get(controllers[0][0], "web.example") == "backend web.example"
+
+
+GATEWAY_OBJECTS = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: pykubelet}
+spec: {controllerName: pykubelet.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: someone-else}
+spec: {controllerName: example.com/other}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  gatewayClassName: pykubelet
+  listeners:
+  - {name: http, protocol: HTTP, port: 80}
+  - {name: tcp, protocol: TCP, port: 9000}
+"""
+
+
+def _http_route(name: str, host: str, *rules: dict) -> dict:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host], "rules": list(rules)},
+    }
+
+
+def _prefix(value: str) -> list[dict]:
+    return [{"path": {"type": "PathPrefix", "value": value}}]
+
+
+ROUTES = [
+    _http_route(
+        "split",
+        "shop.example",
+        {
+            "matches": _prefix("/"),
+            "backendRefs": [
+                {"name": "blue", "port": 80, "weight": 90},
+                {"name": "green", "port": 80, "weight": 10},
+            ],
+        },
+        {
+            "matches": [{"path": {"type": "Exact", "value": "/green"}}],
+            "backendRefs": [{"name": "green", "port": 80}],
+        },
+    ),
+    _http_route(
+        "headers",
+        "headers.example",
+        {
+            "matches": [{"headers": [{"name": "x-env", "value": "canary"}]}],
+            "backendRefs": [{"name": "blue", "port": 80}],
+        },
+    ),
+    _http_route(
+        "elsewhere", "elsewhere.example", {"backendRefs": [{"name": "web", "namespace": "web", "port": 80}]}
+    ),
+]
+
+
+def _conditions(obj: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in obj.get("conditions") or []}
+
+
+def _read(api: client.ApiClient, path: str) -> dict:
+    code, obj = raw(api, "GET", f"/apis/gateway.networking.k8s.io/v1/{path}")
+    assert code == 200, obj
+    return obj
+
+
+def test_gateway_api_once_its_crds_are_installed(
+    controllers, api, apiserver, backends, tmp_path: Path
+) -> None:
+    """The CRDs come after the controllers started (as on a cluster where they are installed later)."""
+    kubectl = ["kubectl", "--kubeconfig", str(apiserver.kubeconfig)]
+    crds = "/work/shared/gateway-api/v1.2.1/standard-install.yaml"
+    shared = (
+        Path(__file__).resolve().parents[3] / "shared" / "gateway-api" / "v1.2.1" / "standard-install.yaml"
+    )
+    crds = str(shared) if shared.exists() else crds
+    subprocess.run(
+        [*kubectl, "apply", "--server-side", "-f", crds], check=True, capture_output=True, timeout=120
+    )
+    subprocess.run(
+        [*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
+    v1, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    v1.create_namespace({"metadata": {"name": "shop"}})
+    _service(v1, discovery, "shop", "blue", backends["blue"])
+    _service(v1, discovery, "shop", "green", backends["green"])
+    subprocess.run(
+        [*kubectl, "apply", "-f", "-"],
+        input=GATEWAY_OBJECTS + "---\n" + yaml.safe_dump_all(ROUTES),
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    http_port = controllers[0][0]
+    _wait(
+        lambda: _get(http_port, "shop.example").startswith(("blue", "green")),
+        "shop.example served",
+        timeout=90,
+    )
+
+    def statuses_written() -> bool:
+        route = _read(api, "namespaces/shop/httproutes/elsewhere")
+        return bool((route.get("status") or {}).get("parents"))
+
+    _wait(statuses_written, "the routes' status")
+    # Every object taken in: 20 answers in a row from the routes (while a reload goes on, a worker of an
+    # earlier configuration may still answer 404).
+    _wait(
+        lambda: all(_get(http_port, "shop.example").startswith(("blue", "green")) for _ in range(20)),
+        "stable",
+    )
+
+    # Weighted backends: nginx's smooth weighted round robin gives the 90/10 split over 200 requests.
+    answers = [_get(http_port, "shop.example").split()[0] for _ in range(200)]
+    assert 170 <= answers.count("blue") <= 190 and answers.count("blue") + answers.count("green") == 200, (
+        answers
+    )
+    request = urllib.request.Request(f"http://{HOST}:{http_port}/green", headers={"Host": "shop.example"})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        assert answer.read().decode() == "green shop.example"  # the Exact rule
+    assert _get(http_port, "headers.example") == "<404>"  # a header match: refused, not served
+    assert _get(http_port, "elsewhere.example") == "<500>"  # its only backend refused: 500
+
+    assert _conditions(_read(api, "gatewayclasses/pykubelet")["status"])["Accepted"] == ("True", "Accepted")
+    assert (
+        "conditions" not in (_read(api, "gatewayclasses/someone-else").get("status") or {})
+        or _conditions(_read(api, "gatewayclasses/someone-else")["status"]).get("Accepted", ("Unknown", ""))[
+            0
+        ]
+        == "Unknown"
+    )  # another controller's class is not ours to accept
+    gw = _read(api, "namespaces/shop/gateways/gw")["status"]
+    assert _conditions(gw)["Programmed"] == ("True", "Programmed")
+    assert gw["addresses"] == [{"type": "IPAddress", "value": HOST}]
+    listeners = {entry["name"]: entry for entry in gw["listeners"]}
+    assert listeners["http"]["attachedRoutes"] == 2  # split and elsewhere; headers is not accepted
+    assert _conditions(listeners["http"])["Accepted"] == ("True", "Accepted")
+    assert _conditions(listeners["tcp"])["Accepted"] == ("False", "UnsupportedProtocol")
+    split = _read(api, "namespaces/shop/httproutes/split")["status"]["parents"][0]
+    assert split["controllerName"] == "pykubelet.io/gateway-controller"
+    assert _conditions(split) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    headers = _read(api, "namespaces/shop/httproutes/headers")["status"]["parents"][0]
+    assert _conditions(headers)["Accepted"] == ("False", "UnsupportedValue")
+    elsewhere = _read(api, "namespaces/shop/httproutes/elsewhere")["status"]["parents"][0]
+    assert _conditions(elsewhere)["ResolvedRefs"] == ("False", "RefNotPermitted")
