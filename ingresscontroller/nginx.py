@@ -66,7 +66,21 @@ class Nginx:
             raise NginxError(f"nginx -s reload: {out.strip()}")
         self.reloads += 1
 
+    async def _stop_leftover(self) -> None:
+        """An nginx of an earlier run of this controller (killed on its own: its nginx lived on) holds the
+        ports: it is stopped first, known by its pid file and a command line naming this configuration."""
+        pid = leftover_master(self.root / "nginx.pid", self.conf)
+        if pid is None:
+            return
+        log.info("stopping the nginx an earlier run left pid=%d", pid)
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):  # up to 10 s for it to exit
+            if not _alive(pid):
+                return
+            await asyncio.sleep(0.1)
+
     async def _start(self) -> None:
+        await self._stop_leftover()
         self.proc = await asyncio.create_subprocess_exec(
             *self._argv(self.conf),
             cwd=self.root,
@@ -97,3 +111,21 @@ class Nginx:
             proc.kill()
             await proc.wait()
         log.info("nginx stopped")
+
+
+def leftover_master(pid_file: Path, conf: Path) -> int | None:
+    """The pid of a running nginx master started on `conf`, from its pid file."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+    return pid if str(conf) in cmdline else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -89,3 +89,20 @@ async def test_down_stops_an_nginx_its_controller_left(tmp_path: Path) -> None:
     assert not [
         p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
     ]
+
+
+async def test_a_restarted_controller_replaces_the_nginx_its_predecessor_left(tmp_path: Path) -> None:
+    files, listen = _setup(tmp_path)
+    first = Nginx(tmp_path)
+    await first.apply(render(_config("a.example"), listen, files))
+    assert first.proc is not None
+    old = first.proc.pid
+    second = Nginx(tmp_path)  # the controller killed alone and started again: its nginx still listens
+    try:
+        await second.apply(render(_config("b.example"), listen, files))
+        await asyncio.wait_for(first.proc.wait(), 15)  # the leftover stopped ...
+        assert second.proc is not None and second.proc.pid != old  # ... and a new one serves
+        assert await asyncio.to_thread(_status, listen.http_port, "b.example") == 503
+    finally:
+        await second.stop()
+        await first.stop()
