@@ -3,7 +3,8 @@ name, watched through informers; every change wakes one sync, which builds the c
 (`model.build`), writes the certificates and nginx.conf, and applies them when they changed (`nginx -t`,
 then `nginx -s reload`).
 
-One bad Ingress never breaks the others: what the model cannot serve is left out before nginx sees it;
+One bad Ingress never breaks the others: what the model cannot serve is left out before nginx sees it
+(a missing Service or TLS Secret is served as ingress-nginx serves it, with a Warning);
 should nginx still refuse the whole configuration, each Ingress is tried alone and those nginx refuses
 are left out too (until they change). Each left-out Ingress gets a Warning event (once per reason) and
 loses our address from its status.
@@ -214,14 +215,18 @@ class IngressController:
         by_key = {
             key_of(i): {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", **i} for i in ingresses
         }
+        troubled = {p.ingress for p in problems}
+        serving = set(served)
         for problem in problems:
             said = (problem.reason, problem.message)
             if self._reported.get(problem.ingress) == said or problem.ingress not in by_key:
                 continue
             self._reported[problem.ingress] = said
             self._synced_versions.pop(problem.ingress, None)
+            kept = problem.ingress in serving  # served anyway (a missing Service, an unusable Secret)
             log.warning(
-                "ingress left out ingress=%s reason=%s message=%r",
+                "ingress %s ingress=%s reason=%s message=%r",
+                "served with a problem" if kept else "left out",
                 problem.ingress,
                 problem.reason,
                 problem.message,
@@ -230,10 +235,11 @@ class IngressController:
                 by_key[problem.ingress],
                 WARNING,
                 problem.reason,
-                f"left out of the configuration: {problem.message}",
+                problem.message if kept else f"left out of the configuration: {problem.message}",
             )
         for key in served:
-            self._reported.pop(key, None)
+            if key not in troubled:
+                self._reported.pop(key, None)
             version = int(by_key[key]["metadata"].get("generation") or 0)
             if self._synced_versions.get(key) != version:
                 self._synced_versions[key] = version

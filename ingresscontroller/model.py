@@ -76,6 +76,10 @@ class Config:
     problems: list[Problem] = field(default_factory=list)
 
 
+# What ingress-nginx serves anyway, with an empty upstream (503) and a Warning on the Ingress.
+SERVED_EMPTY = ("ServiceNotFound", "PortNotFound")
+
+
 class LeftOut(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -200,6 +204,7 @@ class _Plan:
     default: str  # the defaultBackend's upstream, ""
     hosts: list[str]
     tls: dict[str, Certificate]  # host -> certificate
+    warnings: list[Problem] = field(default_factory=list)  # served anyway, reported with a Warning
 
 
 def plan(ingress: Obj, cluster: Cluster, check: CertCheck) -> _Plan:
@@ -207,8 +212,21 @@ def plan(ingress: Obj, cluster: Cluster, check: CertCheck) -> _Plan:
     spec = ingress.get("spec") or {}
     upstreams: dict[str, Upstream] = {}
 
+    warnings: list[Problem] = []
+
     def upstream(backend: Obj) -> str:
-        resolved = resolve_backend(namespace, backend, cluster)
+        try:
+            resolved = resolve_backend(namespace, backend, cluster)
+        except LeftOut as err:
+            if err.reason not in SERVED_EMPTY:
+                raise
+            # As ingress-nginx: the path is served, by an upstream without endpoints (503), and the
+            # Ingress gets a Warning; a Service created later fills it.
+            warnings.append(Problem(_key(ingress), err.reason, str(err)))
+            service = backend.get("service") or {}
+            wanted = service.get("port") or {}
+            label = wanted.get("number") or wanted.get("name")
+            resolved = Upstream(f"{namespace}_{service.get('name', '')}_{label}", ())
         upstreams[resolved.name] = resolved
         return resolved.name
 
@@ -225,10 +243,15 @@ def plan(ingress: Obj, cluster: Cluster, check: CertCheck) -> _Plan:
     for entry in spec.get("tls") or []:
         if not entry.get("secretName"):
             continue
-        certificate = resolve_certificate(namespace, entry["secretName"], cluster, check)
+        try:
+            certificate = resolve_certificate(namespace, entry["secretName"], cluster, check)
+        except LeftOut as err:
+            # As ingress-nginx: the hosts are still served, over HTTPS with the default certificate.
+            warnings.append(Problem(_key(ingress), err.reason, str(err)))
+            continue
         for host in entry.get("hosts") or []:
             tls.setdefault(host, certificate)
-    return _Plan(_key(ingress), upstreams, paths, default, hosts, tls)
+    return _Plan(_key(ingress), upstreams, paths, default, hosts, tls, warnings)
 
 
 def _age_order(ingress: Obj) -> tuple[str, str]:
@@ -249,6 +272,7 @@ def build(
         except LeftOut as err:
             config.problems.append(Problem(key, err.reason, str(err)))
             continue
+        config.problems.extend(resolved.warnings)
         merge(config, resolved)
     return config
 

@@ -105,7 +105,10 @@ def test_paths_merge_by_age_and_exact_beats_prefix() -> None:
     assert config.served == ["default/old", "default/new"]
 
 
-def test_a_bad_ingress_is_left_out_whole() -> None:
+def test_a_missing_service_or_secret_is_served_as_ingress_nginx_serves_it() -> None:
+    """A missing Service: its paths go to an upstream without endpoints (nginx answers 503); a missing
+    or unusable TLS Secret: the host is served without its certificate (the default one). Both are
+    reported; an unsupported backend leaves the Ingress out whole."""
     good = ing("good", rule("good.example", ("/", "Prefix", "a")))
     missing = ing("missing", rule("bad.example", ("/", "Prefix", "a"), ("/x", "Prefix", "nope")))
     no_secret = ing(
@@ -113,12 +116,20 @@ def test_a_bad_ingress_is_left_out_whole() -> None:
         rule("tls.example", ("/", "Prefix", "a")),
         tls=[{"hosts": ["tls.example"], "secretName": "gone"}],
     )
-    config = model.build([good, missing, no_secret], cluster("a"), ok)
-    assert config.served == ["default/good"]
-    assert set(config.servers) == {"good.example"}
+    resource = ing("resource", rule("res.example", ("/", "Prefix", "a")))
+    resource["spec"]["rules"][0]["http"]["paths"][0]["backend"] = {
+        "resource": {"kind": "Bucket", "name": "b"}
+    }
+    config = model.build([good, missing, no_secret, resource], cluster("a"), ok)
+    assert config.served == ["default/good", "default/missing", "default/nosecret"]
+    assert set(config.servers) == {"good.example", "bad.example", "tls.example"}
+    assert config.servers["bad.example"].locations[(False, "/x")].upstream == "default_nope_80"
+    assert config.upstreams["default_nope_80"].addresses == ()
+    assert config.servers["tls.example"].certificate == ""
     assert {(p.ingress, p.reason) for p in config.problems} == {
         ("default/missing", "ServiceNotFound"),
         ("default/nosecret", "SecretNotFound"),
+        ("default/resource", "UnsupportedBackend"),
     }
     assert [p.message for p in config.problems if p.reason == "ServiceNotFound"] == [
         'Service "default/nope" not found'
