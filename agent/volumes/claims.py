@@ -2,26 +2,59 @@
 upstream's desired-state populator resolves them (getPVCExtractPV, getPVSpec) with its error texts. A
 claim that is missing, being deleted or not yet bound, or a volume that does not point back at the claim,
 keeps the pod waiting (the caller reports FailedMount and tries again on the next pass). The volume's
-source must be one this node mounts by bind: hostPath (its type checked or created as for a pod's
-hostPath) or local (the path must exist)."""
+source is set up by bind for hostPath (its type checked or created as for a pod's hostPath) and local
+(the path must exist); any other source goes to the persistent-volume plugin registered for it (csi:
+agent/volumes/csi.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from agent.volumes.hostpath import host_path
+from agent.volumes.plugin import PluginBase, ReadyVolume, VolumeHost
 
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
-HostPath = Callable[[dict[str, Any], str], str]
 
 
 class ClaimError(Exception):
     """The claim's volume cannot be used yet; the message is the populator's."""
 
 
-async def resolve(fetch: Fetch, host_path: HostPath, namespace: str, volume: dict[str, Any]) -> str:
-    """The host path the claim's bound volume is at (ClaimError when it cannot be used now)."""
+class PersistentSource(Protocol):
+    """A PersistentVolume source this node sets up itself (not by bind): `field` is its spec field."""
+
+    field: str
+
+    async def set_up_persistent(
+        self, host: VolumeHost, pod: dict[str, Any], volume: str, pv: dict[str, Any], read_only: bool
+    ) -> str:
+        """The host folder to bind into containers (ClaimError to wait and retry)."""
+        ...
+
+
+class ClaimPlugin(PluginBase):
+    kind = "persistentVolumeClaim"
+
+    def __init__(self, sources: Mapping[str, PersistentSource] | None = None) -> None:
+        self.sources = dict(sources or {})
+
+    async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
+        read_only = bool(volume[self.kind].get("readOnly"))
+        pv = await bound_volume(host.fetch, pod["metadata"]["namespace"], volume)
+        spec = pv.get("spec") or {}
+        for field, source in self.sources.items():
+            if isinstance(spec.get(field), dict):
+                read_only = read_only or bool(spec[field].get("readOnly"))
+                path = await source.set_up_persistent(host, pod, volume["name"], pv, read_only)
+                return ReadyVolume(volume["name"], self.kind, path, read_only)
+        return ReadyVolume(volume["name"], self.kind, await bind_path(pv), read_only)
+
+
+async def bound_volume(fetch: Fetch, namespace: str, volume: dict[str, Any]) -> dict[str, Any]:
+    """The PersistentVolume bound to the pod's claim (ClaimError when it cannot be used now)."""
     claim_name = volume["persistentVolumeClaim"].get("claimName", "")
     where = f"error processing PVC {namespace}/{claim_name}"
     claim = await fetch("PersistentVolumeClaim", namespace, claim_name)
@@ -54,6 +87,13 @@ async def resolve(fetch: Fetch, host_path: HostPath, namespace: str, volume: dic
             f"{where}: found PV object {pv_name} but its pv.Spec.ClaimRef.UID {ref.get('uid', '')} does not "
             f"point to claim.UID {uid}"
         )
+    return pv
+
+
+async def bind_path(pv: dict[str, Any]) -> str:
+    """The host path of a hostPath or local PersistentVolume."""
+    pv_name = pv["metadata"]["name"]
+    spec = pv.get("spec") or {}
     if isinstance(spec.get("hostPath"), dict):
         return await asyncio.to_thread(host_path, spec["hostPath"], pv_name)
     if isinstance(spec.get("local"), dict):
