@@ -246,6 +246,7 @@ class Agent:
             cfg.node_lease_duration_seconds,
         )
         self._spawn(self.lease.run(), "lease")
+        self._start_csi_plugins()
         if cfg.enable_server and cfg.port > 0:
             await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")

@@ -35,6 +35,8 @@ from controlplane.controllers.statefulset import StatefulSetController
 from controlplane.controllers.tainteviction import TaintEvictionController
 from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 from controlplane.controllers.volume import (
+    CSIAttacher,
+    CSIProvisioner,
     LocalPathProvisioner,
     PersistentVolumeController,
     PVCProtectionController,
@@ -72,14 +74,19 @@ CONTROLLERS: dict[str, type[Controller]] = {
         PVCProtectionController,
         PVProtectionController,
         LocalPathProvisioner,
+        CSIProvisioner,
+        CSIAttacher,
         HorizontalPodAutoscalerController,
         ServiceLBController,
         ResourceQuotaController,
         NodeIpamController,
     )
 }
-# Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
-OFF_BY_DEFAULT: frozenset[str] = frozenset({"bootstrapsigner", "tokencleaner"})
+# Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...); the CSI sidecars
+# run only in a manager started beside a driver (--csi-address).
+OFF_BY_DEFAULT: frozenset[str] = frozenset(
+    {"bootstrapsigner", "tokencleaner", "csi-provisioner", "csi-attacher"}
+)
 
 
 def enabled(spec: str) -> list[str]:
