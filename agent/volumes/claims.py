@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from agent.volumes.hostpath import host_path
 from agent.volumes.plugin import PluginBase, ReadyVolume, VolumeHost
+from kubeclient.volumes import ephemeral_claim_name
 
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 
@@ -42,8 +43,21 @@ class ClaimPlugin(PluginBase):
         self.sources = dict(sources or {})
 
     async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
-        read_only = bool(volume[self.kind].get("readOnly"))
-        pv = await bound_volume(host.fetch, pod["metadata"]["namespace"], volume)
+        return await self.set_up_claim(host, pod, volume, volume[self.kind])
+
+    async def set_up_claim(
+        self,
+        host: VolumeHost,
+        pod: dict[str, Any],
+        volume: dict[str, Any],
+        source: dict[str, Any],
+        owner: str = "",
+    ) -> ReadyVolume:
+        """The claim `source` names, ready; `owner`: the uid that must own the claim (an ephemeral one)."""
+        read_only = bool(source.get("readOnly"))
+        pv = await bound_volume(
+            host.fetch, pod["metadata"]["namespace"], source, owner, pod["metadata"].get("name", "")
+        )
         spec = pv.get("spec") or {}
         for field, source in self.sources.items():
             if isinstance(spec.get(field), dict):
@@ -53,9 +67,12 @@ class ClaimPlugin(PluginBase):
         return ReadyVolume(volume["name"], self.kind, await bind_path(pv), read_only)
 
 
-async def bound_volume(fetch: Fetch, namespace: str, volume: dict[str, Any]) -> dict[str, Any]:
-    """The PersistentVolume bound to the pod's claim (ClaimError when it cannot be used now)."""
-    claim_name = volume["persistentVolumeClaim"].get("claimName", "")
+async def bound_volume(
+    fetch: Fetch, namespace: str, source: dict[str, Any], owner: str = "", pod_name: str = ""
+) -> dict[str, Any]:
+    """The PersistentVolume bound to the claim `source` names (ClaimError when it cannot be used now);
+    with `owner`, the claim must be controlled by that pod (a generic ephemeral volume's claim)."""
+    claim_name = source.get("claimName", "")
     where = f"error processing PVC {namespace}/{claim_name}"
     claim = await fetch("PersistentVolumeClaim", namespace, claim_name)
     if claim is None:
@@ -64,6 +81,13 @@ async def bound_volume(fetch: Fetch, namespace: str, volume: dict[str, Any]) -> 
         )
     if (claim.get("metadata") or {}).get("deletionTimestamp"):
         raise ClaimError(f"{where}: PVC is being deleted")
+    if owner and not any(
+        ref.get("controller") and ref.get("uid") == owner
+        for ref in (claim.get("metadata") or {}).get("ownerReferences") or []
+    ):
+        raise ClaimError(
+            f"{where}: PVC {namespace}/{claim_name} was not created for pod {namespace}/{pod_name} (pod is not owner)"
+        )
     if (claim.get("status") or {}).get("phase") != "Bound":
         raise ClaimError(f"{where}: PVC is not bound")
     pv_name = (claim.get("spec") or {}).get("volumeName") or ""
@@ -109,3 +133,20 @@ async def bind_path(pv: dict[str, Any]) -> str:
     raise ClaimError(
         f'MountVolume.SetUp failed for volume "{pv_name}" : volume type {kinds} is not supported by this node'
     )
+
+
+class EphemeralPlugin(PluginBase):
+    """A generic ephemeral volume: the claim `<pod>-<volume>` the ephemeral volume controller made from the
+    template, owned by the pod, then set up as any claim (the pod waits until it exists and is bound)."""
+
+    kind = "ephemeral"
+
+    def __init__(self, claims: ClaimPlugin) -> None:
+        self.claims = claims
+
+    async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
+        source = {"claimName": ephemeral_claim_name(pod, volume)}
+        ready = await self.claims.set_up_claim(
+            host, pod, volume, source, owner=pod["metadata"].get("uid", "")
+        )
+        return ReadyVolume(ready.name, self.kind, ready.host_path, ready.read_only)

@@ -42,12 +42,14 @@ def default_table(
 ) -> PluginTable:
     """The node's volume types; `extra` adds more (csi), `claim_sources` the PersistentVolume sources a
     claim may be backed by beyond hostPath and local."""
+    claim = claims.ClaimPlugin({s.field: s for s in claim_sources})
     return PluginTable(
         [
             EmptyDirPlugin(),
             HostPathPlugin(),
-            claims.ClaimPlugin({s.field: s for s in claim_sources}),
+            claim,
             *(ProjectionPlugin(kind) for kind in WRITTEN_KINDS),
+            claims.EphemeralPlugin(claim),
             *extra,
         ]
     )

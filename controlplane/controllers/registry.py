@@ -37,6 +37,7 @@ from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 from controlplane.controllers.volume import (
     CSIAttacher,
     CSIProvisioner,
+    EphemeralVolumeController,
     LocalPathProvisioner,
     PersistentVolumeController,
     PVCProtectionController,
@@ -76,6 +77,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         LocalPathProvisioner,
         CSIProvisioner,
         CSIAttacher,
+        EphemeralVolumeController,
         HorizontalPodAutoscalerController,
         ServiceLBController,
         ResourceQuotaController,

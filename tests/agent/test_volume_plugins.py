@@ -53,6 +53,7 @@ def test_kind_is_the_first_registered_field():
         "secret",
         "downwardAPI",
         "projected",
+        "ephemeral",
     )
     assert table.kind_of({"name": "a", "configMap": {"name": "c"}}) == "configMap"
     assert table.kind_of({"name": "a"}) == "emptyDir"
@@ -87,3 +88,35 @@ async def test_a_registered_plugin_serves_its_volumes(tmp_path: Path):
     assert await manager.refresh(the_pod) is True
     await manager.teardown("u1")
     assert scratch.calls == [("set_up", "v"), ("refresh", "v"), ("tear_down", "u1")]
+
+
+async def test_generic_ephemeral_volume_uses_the_claim_its_pod_owns(tmp_path: Path):
+    folder = tmp_path / "backing"
+    folder.mkdir()
+    objects = {
+        ("PersistentVolumeClaim", "p-scratch"): {
+            "metadata": {"name": "p-scratch", "namespace": "ns", "uid": "c1", "ownerReferences": []},
+            "spec": {"volumeName": "pv-1"},
+            "status": {"phase": "Bound"},
+        },
+        ("PersistentVolume", "pv-1"): {
+            "metadata": {"name": "pv-1"},
+            "spec": {"claimRef": {"uid": "c1"}, "local": {"path": str(folder)}},
+        },
+    }
+
+    async def fetch_objects(kind, ns, name):
+        return objects.get((kind, name))
+
+    manager = VolumeManager(str(tmp_path), fetch_objects, lambda p, f: "")
+    the_pod = pod({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
+    with pytest.raises(VolumeError) as err:
+        await manager.prepare(the_pod)
+    assert str(err.value).endswith(
+        "error processing PVC ns/p-scratch: PVC ns/p-scratch was not created for pod ns/p (pod is not owner)"
+    )
+    objects[("PersistentVolumeClaim", "p-scratch")]["metadata"]["ownerReferences"] = [
+        {"kind": "Pod", "name": "p", "uid": "u1", "controller": True}
+    ]
+    ready = await manager.prepare(the_pod)
+    assert (ready["scratch"].kind, ready["scratch"].host_path) == ("ephemeral", str(folder))

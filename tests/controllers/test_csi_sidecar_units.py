@@ -72,3 +72,45 @@ def test_node_topology_and_ids():
     assert node_topology(node, csinode, "other.example.com") == {}
     assert node_id(csinode, "d.example.com") == "n-1" and node_id(None, "d.example.com") == ""
     assert finalizer("d.example.com") == "external-attacher/d.example.com"
+
+
+def test_ephemeral_claim_from_the_template():
+    from controlplane.controllers.volume.ephemeral import claim_for
+    from kubeclient.volumes import claim_names
+
+    pod = {
+        "metadata": {"name": "web", "namespace": "ns", "uid": "p1"},
+        "spec": {
+            "volumes": [
+                {"name": "cache", "emptyDir": {}},
+                {
+                    "name": "scratch",
+                    "ephemeral": {
+                        "volumeClaimTemplate": {
+                            "metadata": {"labels": {"a": "b"}},
+                            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast"},
+                        }
+                    },
+                },
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            ]
+        },
+    }
+    assert claim_names(pod) == ["web-scratch", "data"]
+    claim = claim_for(pod, pod["spec"]["volumes"][1])
+    assert claim["metadata"] == {
+        "name": "web-scratch",
+        "namespace": "ns",
+        "labels": {"a": "b"},
+        "ownerReferences": [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": "web",
+                "uid": "p1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast"}

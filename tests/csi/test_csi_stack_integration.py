@@ -338,3 +338,48 @@ def test_attacher_attaches_a_volume_attachment(stack, storage, csidriver) -> Non
     assert got.metadata.finalizers == [f"external-attacher/{DRIVER}"]
     storage.delete_volume_attachment(name)
     wait_for(lambda: not _exists(lambda: storage.read_volume_attachment(name)), 60, what="detached and gone")
+
+
+def test_generic_ephemeral_volume_made_and_gone_with_its_pod(
+    stack, kube, storage, csidriver, namespace
+) -> None:
+    beside = stack.beside
+    sc_name = f"eph-{namespace}"
+    storage.create_storage_class(
+        {"metadata": {"name": sc_name}, "provisioner": DRIVER, "volumeBindingMode": "WaitForFirstConsumer"}
+    )
+    try:
+        template = {
+            "metadata": {"labels": {"made-for": "eph"}},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "16Mi"}},
+                "storageClassName": sc_name,
+            },
+        }
+        kube.create_namespaced_pod(
+            namespace,
+            pod(
+                "eph",
+                stack.images.busybox,
+                "echo generic > /data/g",
+                {"ephemeral": {"volumeClaimTemplate": template}},
+            ),
+        )
+        assert finished(kube, namespace, "eph", 180).status.phase == "Succeeded"
+        claim = kube.read_namespaced_persistent_volume_claim("eph-data", namespace)
+        owner = claim.metadata.owner_references[0]
+        assert (owner.kind, owner.name, owner.controller) == ("Pod", "eph", True)
+        assert claim.metadata.labels == {"made-for": "eph"}
+        handle = kube.read_persistent_volume(claim.spec.volume_name).spec.csi.volume_handle
+        assert (beside.backing / handle / "g").read_text() == "generic\n"
+        kube.delete_namespaced_pod("eph", namespace, grace_period_seconds=0)
+        wait_for(
+            lambda: not _exists(lambda: kube.read_namespaced_persistent_volume_claim("eph-data", namespace)),
+            120,
+            what="the claim collected with its pod",
+        )
+        wait_for(lambda: not (beside.backing / handle).exists(), 120, what="the volume deleted")
+        assert mounts_under(beside.agent_root) == []
+    finally:
+        storage.delete_storage_class(sc_name)
