@@ -31,7 +31,7 @@ from agent.csi.registry import DriverRegistry, RegisteredDriver
 from agent.volumes.claims import ClaimError
 from agent.volumes.emptydir import unmount_under
 from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost
-from kubeclient.csi.client import CSICallError, capability
+from kubeclient.csi.client import ACCESS_MODES, CSICallError, attachment_name, capability
 from kubeclient.csi.pb import csi_pb2 as pb
 
 log = logging.getLogger("agent.volumes.csi")
@@ -45,18 +45,7 @@ POD_INFO = {
     "csi.storage.k8s.io/serviceAccount.name": ("spec", "serviceAccountName"),
 }
 EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
-MODES = {
-    "ReadWriteOnce": pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER,
-    "ReadOnlyMany": pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY,
-    "ReadWriteMany": pb.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER,
-    "ReadWriteOncePod": pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER,
-}
 STAGE_CAP = pb.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME
-
-
-def attachment_name(handle: str, driver: str, node: str) -> str:
-    """upstream's getAttachmentName: csi-<sha256 of handle, driver and node>."""
-    return "csi-" + hashlib.sha256(f"{handle}{driver}{node}".encode()).hexdigest()
 
 
 @dataclass
@@ -120,7 +109,7 @@ class CSIPlugin:
         context.update(_pod_info(pod, csidriver, ephemeral=True))
         secrets = await _secrets(host, pod["metadata"]["namespace"], src.get("nodePublishSecretRef"))
         read_only = bool(src.get("readOnly"))
-        cap = capability(src.get("fsType") or "", [], MODES["ReadWriteOnce"])
+        cap = capability(src.get("fsType") or "", [], ACCESS_MODES["ReadWriteOnce"])
         target = host.folder(pod, "csi", name) / "mount"
         await self._publish(driver, name, handle, "", target, cap, read_only, {}, context, secrets, True)
         return ReadyVolume(name, self.kind, str(target), read_only)
@@ -140,7 +129,7 @@ class CSIPlugin:
             publish_context = await self._attached(host, driver_name, handle, pv_name)
         modes = spec.get("accessModes") or ["ReadWriteOnce"]
         cap = capability(
-            src.get("fsType") or "", list(spec.get("mountOptions") or []), MODES.get(modes[0], 1)
+            src.get("fsType") or "", list(spec.get("mountOptions") or []), ACCESS_MODES.get(modes[0], 1)
         )
         context = dict(src.get("volumeAttributes") or {})
         staging = ""

@@ -35,6 +35,7 @@ from controlplane.controllers.statefulset import StatefulSetController
 from controlplane.controllers.tainteviction import TaintEvictionController
 from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 from controlplane.controllers.volume import (
+    AttachDetachController,
     CSIAttacher,
     CSIProvisioner,
     EphemeralVolumeController,
@@ -77,6 +78,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         LocalPathProvisioner,
         CSIProvisioner,
         CSIAttacher,
+        AttachDetachController,
         EphemeralVolumeController,
         HorizontalPodAutoscalerController,
         ServiceLBController,

@@ -8,6 +8,7 @@ upstream's event texts.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -18,6 +19,13 @@ from kubeclient.csi.pb import csi_pb2_grpc as pb_grpc
 from kubeclient.csi.pb import registration_pb2 as reg
 from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
 
+# A PersistentVolume access mode as a CSI access mode (upstream's csi translation of the API's modes).
+ACCESS_MODES = {
+    "ReadWriteOnce": pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER,
+    "ReadOnlyMany": pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY,
+    "ReadWriteMany": pb.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER,
+    "ReadWriteOncePod": pb.VolumeCapability.AccessMode.SINGLE_NODE_SINGLE_WRITER,
+}
 NODE_TIMEOUT = 15.0  # upstream's csiTimeout for the node calls
 CONTROLLER_TIMEOUT = 120.0
 INFO_TIMEOUT = 10.0
@@ -64,6 +72,12 @@ class Usage:
     inodes: int = 0
     inodes_used: int = 0
     inodes_free: int = 0
+
+
+def attachment_name(handle: str, driver: str, node: str) -> str:
+    """The VolumeAttachment of a volume on a node (upstream's getAttachmentName): csi-<sha256 of the
+    handle, the driver and the node>, shared by the attach/detach controller and the node."""
+    return "csi-" + hashlib.sha256(f"{handle}{driver}{node}".encode()).hexdigest()
 
 
 def capability(fs_type: str, mount_flags: list[str], access_mode: int, block: bool = False):

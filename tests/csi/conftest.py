@@ -36,6 +36,13 @@ class RunningDriver:
             self.process.wait(timeout=20)
 
 
+def mounts_under(root: Path) -> list[str]:
+    """The mount points at or below `root` in this process's mount namespace (the host's)."""
+    prefix = str(root).rstrip("/") + "/"
+    with open("/proc/self/mountinfo") as f:
+        return [p for p in (line.split()[4] for line in f) if p == str(root) or p.startswith(prefix)]
+
+
 def start_driver(base: Path, *extra: str, node_id: str = "node-a") -> RunningDriver:
     registration = base / "plugins_registry"
     registration.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,8 @@ the agent's plugins_registry (handshake, CSINode entry, topology label); a claim
 provisions gets CreateVolume and a PV with the csi source; a pod using it is staged and published on the
 node, what its container writes lands in the driver's backing folder; the pod's deletion unpublishes and
 unstages (no mount left), the claim's deletion deletes the volume; a CSI ephemeral inline volume lives
-and goes with its pod; a VolumeAttachment is attached by the attacher."""
+and goes with its pod; a generic ephemeral volume's claim is made and goes with its pod; a driver needing
+attach gets its VolumeAttachment from the attach/detach controller, attached by the attacher beside it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -24,22 +24,19 @@ from kubernetes.client.exceptions import ApiException
 from e2e.waiting import finished, wait_for
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import lease_network
+from tests.csi.conftest import mounts_under
 
 pytestmark = pytest.mark.integration
 DRIVER = "hostpath.csi.pykubelet.io"
 TOPOLOGY = "topology.hostpath.csi.pykubelet.io/node"
-
-
-def mounts_under(root: Path) -> list[str]:
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(str(root) + "/")]
+ATTACHING = "attach.csi.pykubelet.io"  # a second driver, with ControllerPublish
 
 
 class Beside:
-    """The driver and the sidecar manager, started beside the node, stopped before the stack goes."""
+    """A driver and its sidecar manager, started beside the node, stopped before the stack goes."""
 
-    def __init__(self, stack) -> None:
-        base = stack.config.state_dir / "csi"
+    def __init__(self, stack, name: str, *flags: str) -> None:
+        base = stack.config.state_dir / name.split(".")[0]
         base.mkdir()
         self.base = base
         self.endpoint = str(base / "csi.sock")
@@ -52,6 +49,8 @@ class Beside:
                 sys.executable,
                 "-m",
                 "pykubelet.csidriver",
+                "--name",
+                name,
                 "--endpoint",
                 self.endpoint,
                 "--node-id",
@@ -60,12 +59,9 @@ class Beside:
                 str(base / "state"),
                 "--registration-dir",
                 str(self.agent_root / "plugins_registry"),
-                "--topology-key",
-                TOPOLOGY,
-                "--max-volumes",
-                "10",
                 "--call-log",
                 str(self.call_log),
+                *flags,
             ],
             stdout=logs[0],
             stderr=subprocess.STDOUT,
@@ -125,13 +121,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         )
         running = Stack(cfg)
         running.start()
-        beside = None
+        besides: list[Beside] = []
         try:
-            beside = Beside(running)
-            running.beside = beside
+            besides.append(Beside(running, DRIVER, "--topology-key", TOPOLOGY, "--max-volumes", "10"))
+            besides.append(Beside(running, ATTACHING, "--attach-required"))
+            running.beside, running.attaching = besides
             yield running
         finally:
-            if beside is not None:
+            for beside in besides:
                 beside.stop()
             problems = running.stop()
             assert not problems, problems
@@ -208,30 +205,33 @@ def pod(name: str, image: str, script: str, volume: dict) -> dict:
 
 
 def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
-    csinode = wait_for(
+    drivers = wait_for(
         lambda: (
-            _exists(lambda: storage.read_csi_node(stack.node_name)) and storage.read_csi_node(stack.node_name)
+            _exists(lambda: storage.read_csi_node(stack.node_name))
+            and {d.name: d for d in storage.read_csi_node(stack.node_name).spec.drivers or []}.keys()
+            == {DRIVER, ATTACHING}
+            and {d.name: d for d in storage.read_csi_node(stack.node_name).spec.drivers}
         ),
         60,
-        what="the node's CSINode",
+        what="both drivers on the node's CSINode",
     )
-    driver = wait_for(
-        lambda: next(
-            (d for d in storage.read_csi_node(stack.node_name).spec.drivers or [] if d.name == DRIVER), None
-        ),
-        60,
-        what="the driver's CSINode entry",
-    )
+    driver = drivers[DRIVER]
     assert (driver.node_id, driver.topology_keys, driver.allocatable.count) == (
         stack.node_name,
         [TOPOLOGY],
         10,
     )
-    assert csinode.metadata.owner_references[0].kind == "Node"
+    assert (drivers[ATTACHING].topology_keys, drivers[ATTACHING].allocatable) == (None, None)
+    csinode = storage.read_csi_node(stack.node_name)
+    assert (csinode.metadata.owner_references[0].kind, csinode.metadata.owner_references[0].name) == (
+        "Node",
+        stack.node_name,
+    )
     node = kube.read_node(stack.node_name)
     assert node.metadata.labels[TOPOLOGY] == stack.node_name
     assert json.loads(node.metadata.annotations["csi.volume.kubernetes.io/nodeid"]) == {
-        DRIVER: stack.node_name
+        DRIVER: stack.node_name,
+        ATTACHING: stack.node_name,
     }
     assert stack.beside.calls("NotifyRegistrationStatus") == [{"plugin_registered": True}]
 
@@ -318,26 +318,59 @@ def test_inline_ephemeral_volume_lives_with_its_pod(stack, kube, csidriver, name
     wait_for(lambda: not (beside.backing / handle).exists(), 30, what="the inline volume's folder gone")
 
 
-def test_attacher_attaches_a_volume_attachment(stack, storage, csidriver) -> None:
-    name = f"csi-{uuid.uuid4().hex[:8]}"
-    storage.create_volume_attachment(
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "attacher": DRIVER,
-                "nodeName": stack.node_name,
-                "source": {"persistentVolumeName": "nothing"},
+def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage, namespace) -> None:
+    """No CSIDriver object: attach is required (upstream's default). The attach/detach controller makes the
+    VolumeAttachment, the attacher beside the driver publishes it, the node stages with its metadata; the
+    pod gone, the attachment is deleted and detached."""
+    attaching = stack.attaching
+    sc_name = f"att-{namespace}"
+    storage.create_storage_class({"metadata": {"name": sc_name}, "provisioner": ATTACHING})
+    try:
+        kube.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "att"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "8Mi"}},
+                    "storageClassName": sc_name,
+                },
             },
-        }
-    )
-    got = wait_for(
-        lambda: storage.read_volume_attachment(name).status.attached and storage.read_volume_attachment(name),
-        60,
-        what="attached",
-    )
-    assert got.metadata.finalizers == [f"external-attacher/{DRIVER}"]
-    storage.delete_volume_attachment(name)
-    wait_for(lambda: not _exists(lambda: storage.read_volume_attachment(name)), 60, what="detached and gone")
+        )
+        # running while the attachment is looked at: a finished pod's volumes are detached
+        script = "echo attached > /data/a && sleep 3600"
+        kube.create_namespaced_pod(
+            namespace,
+            pod("att", stack.images.busybox, script, {"persistentVolumeClaim": {"claimName": "att"}}),
+        )
+        claim = wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("att", namespace).spec.volume_name,
+            120,
+            what="bound",
+        )
+        pv = kube.read_persistent_volume(claim)
+        handle = pv.spec.csi.volume_handle
+        wait_for(lambda: (attaching.backing / handle / "a").exists(), 180, what="the container's write")
+        assert (attaching.backing / handle / "a").read_text() == "attached\n"
+        attachments = [a for a in storage.list_volume_attachment().items if a.spec.attacher == ATTACHING]
+        assert [
+            (a.spec.node_name, a.spec.source.persistent_volume_name, a.status.attached) for a in attachments
+        ] == [(stack.node_name, pv.metadata.name, True)]
+        assert attachments[0].status.attachment_metadata == {"attachedTo": stack.node_name}
+        publish = attaching.calls("ControllerPublishVolume")[-1]
+        assert (publish["volume_id"], publish["node_id"]) == (handle, stack.node_name)
+        assert attaching.calls("NodeStageVolume")[-1]["publish_context"] == {"attachedTo": stack.node_name}
+        kube.delete_namespaced_pod("att", namespace, grace_period_seconds=0)
+        name = attachments[0].metadata.name
+        wait_for(
+            lambda: not _exists(lambda: storage.read_volume_attachment(name)), 90, what="detached and gone"
+        )
+        assert attaching.calls("ControllerUnpublishVolume")[-1]["volume_id"] == handle
+        wait_for(lambda: mounts_under(attaching.agent_root) == [], 60, what="the node's mounts gone")
+        kube.delete_namespaced_persistent_volume_claim("att", namespace)
+        wait_for(lambda: not (attaching.backing / handle).exists(), 90, what="the volume deleted")
+    finally:
+        storage.delete_storage_class(sc_name)
 
 
 def test_generic_ephemeral_volume_made_and_gone_with_its_pod(

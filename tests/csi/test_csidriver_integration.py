@@ -14,14 +14,10 @@ import pytest
 from kubeclient.csi.client import CSICallError, CSIClient, capability, notify_registration, registration_info
 from kubeclient.csi.pb import csi_pb2 as pb
 from pykubelet.csidriver.mounts import is_mount_point
+from tests.csi.conftest import mounts_under
 
 pytestmark = pytest.mark.integration
 RWO = pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
-
-
-def mounts_under(root: Path) -> list[str]:
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(str(root))]
 
 
 async def test_registration_handshake(csi_driver):

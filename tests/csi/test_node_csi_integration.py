@@ -17,18 +17,13 @@ import agent.csi.watcher as w
 from agent.csi.registry import DriverRegistry, RegisteredDriver
 from agent.csi.watcher import PluginWatcher
 from agent.volumes import VolumeError, VolumeManager, container_mounts, default_table
-from agent.volumes.csi import CSIPlugin, attachment_name
-from kubeclient.csi.client import PluginInfo, capability
+from agent.volumes.csi import CSIPlugin
+from kubeclient.csi.client import PluginInfo, attachment_name, capability
 from kubeclient.csi.pb import csi_pb2 as pb
-from tests.csi.conftest import start_driver
+from tests.csi.conftest import mounts_under, start_driver
 
 pytestmark = pytest.mark.integration
 DRIVER = "hostpath.csi.pykubelet.io"
-
-
-def mounts_under(root: Path) -> list[str]:
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(str(root))]
 
 
 async def until(condition, what: str, timeout: float = 20.0) -> None:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from controlplane.controllers.base import Controller, ControllerContext
-from kubeclient.csi.client import CSICallError, CSIClient, capability
+from kubeclient.csi.client import ACCESS_MODES, CSICallError, CSIClient, capability
 from kubeclient.csi.pb import csi_pb2 as pb
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import rfc3339
@@ -27,12 +27,6 @@ log = logging.getLogger("controlplane.controllers")
 Obj = dict[str, Any]
 ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
 PUBLISH = pb.ControllerServiceCapability.RPC.PUBLISH_UNPUBLISH_VOLUME
-MODES = {
-    "ReadWriteOnce": pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER,
-    "ReadOnlyMany": pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY,
-    "ReadWriteMany": pb.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER,
-    "ReadWriteOncePod": pb.VolumeCapability.AccessMode.SINGLE_NODE_SINGLE_WRITER,
-}
 
 
 def finalizer(driver: str) -> str:
@@ -101,7 +95,7 @@ class CSIAttacher(Controller):
             cap = capability(
                 source.get("fsType") or "",
                 list((pv.get("spec") or {}).get("mountOptions") or []),
-                MODES.get(modes[0], 1),
+                ACCESS_MODES.get(modes[0], 1),
             )
             try:
                 context = await self.csi.controller_publish(

@@ -23,7 +23,7 @@ from typing import Any
 
 from controlplane.controllers.base import Controller, ControllerContext
 from kubeclient import volumes as vol
-from kubeclient.csi.client import CSICallError, CSIClient, capability
+from kubeclient.csi.client import ACCESS_MODES, CSICallError, CSIClient, capability
 from kubeclient.csi.pb import csi_pb2 as pb
 from kubeclient.errors import ApiError
 from kubeclient.events import NORMAL, WARNING
@@ -37,12 +37,6 @@ FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
 PREFIX = "csi.storage.k8s.io/"
 FSTYPE = PREFIX + "fstype"
 IDENTITY = "storage.kubernetes.io/csiProvisionerIdentity"
-MODES = {
-    "ReadWriteOnce": pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER,
-    "ReadOnlyMany": pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY,
-    "ReadWriteMany": pb.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER,
-    "ReadWriteOncePod": pb.VolumeCapability.AccessMode.SINGLE_NODE_SINGLE_WRITER,
-}
 
 
 def volume_name(claim: Obj) -> str:
@@ -171,7 +165,7 @@ class CSIProvisioner(Controller):
             capability(
                 (sc.get("parameters") or {}).get(FSTYPE, ""),
                 list(sc.get("mountOptions") or []),
-                MODES.get(mode, 1),
+                ACCESS_MODES.get(mode, 1),
             )
             for mode in (claim.get("spec") or {}).get("accessModes") or ["ReadWriteOnce"]
         ]
