@@ -44,28 +44,25 @@ class Beside:
         self.backing = base / "state" / "volumes"
         self.agent_root = stack.config.state_dir / "agent"
         logs = (base / "driver.log").open("w"), (base / "sidecars.log").open("w")
-        self.driver = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pykubelet.csidriver",
-                "--name",
-                name,
-                "--endpoint",
-                self.endpoint,
-                "--node-id",
-                stack.node_name,
-                "--state-dir",
-                str(base / "state"),
-                "--registration-dir",
-                str(self.agent_root / "plugins_registry"),
-                "--call-log",
-                str(self.call_log),
-                *flags,
-            ],
-            stdout=logs[0],
-            stderr=subprocess.STDOUT,
-        )
+        self.driver_argv = [
+            sys.executable,
+            "-m",
+            "pykubelet.csidriver",
+            "--name",
+            name,
+            "--endpoint",
+            self.endpoint,
+            "--node-id",
+            stack.node_name,
+            "--state-dir",
+            str(base / "state"),
+            "--registration-dir",
+            str(self.agent_root / "plugins_registry"),
+            "--call-log",
+            str(self.call_log),
+            *flags,
+        ]
+        self.driver = subprocess.Popen(self.driver_argv, stdout=logs[0], stderr=subprocess.STDOUT)
         wait_for(lambda: os.path.exists(self.endpoint), 30, what="the driver's socket")
         self.sidecars = subprocess.Popen(
             [
@@ -92,6 +89,14 @@ class Beside:
     def calls(self, method: str) -> list[dict]:
         lines = self.call_log.read_text().splitlines() if self.call_log.exists() else []
         return [c["request"] for c in map(json.loads, lines) if c["method"] == method]
+
+    def restart_driver(self) -> None:
+        """Stop the driver (its sockets go) and start it again, as a driver pod's restart does."""
+        self.driver.terminate()
+        self.driver.wait(timeout=30)
+        with (self.base / "driver.log").open("a") as log:
+            self.driver = subprocess.Popen(self.driver_argv, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: os.path.exists(self.endpoint), 30, what="the driver's socket again")
 
     def stop(self) -> None:
         for proc in (self.sidecars, self.driver):
@@ -414,5 +419,61 @@ def test_generic_ephemeral_volume_made_and_gone_with_its_pod(
         )
         wait_for(lambda: not (beside.backing / handle).exists(), 120, what="the volume deleted")
         assert mounts_under(beside.agent_root) == []
+    finally:
+        storage.delete_storage_class(sc_name)
+
+
+def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, csidriver, namespace) -> None:
+    """The driver restarted while a pod's volume is mounted: the mount stays, the agent deregisters the
+    driver when its socket goes and registers it again when it is back (a second handshake), and the
+    pod's volume is then unpublished and unstaged through the new driver process."""
+    beside = stack.beside
+    sc_name = f"rst-{namespace}"
+    storage.create_storage_class({"metadata": {"name": sc_name}, "provisioner": DRIVER})
+    try:
+        kube.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "keep"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "8Mi"}},
+                    "storageClassName": sc_name,
+                },
+            },
+        )
+        script = "echo before > /data/b && sleep 3600"
+        kube.create_namespaced_pod(
+            namespace,
+            pod("keeper", stack.images.busybox, script, {"persistentVolumeClaim": {"claimName": "keep"}}),
+        )
+        volume = wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("keep", namespace).spec.volume_name,
+            120,
+            what="bound",
+        )
+        handle = kube.read_persistent_volume(volume).spec.csi.volume_handle
+        wait_for(lambda: (beside.backing / handle / "b").exists(), 180, what="the container's write")
+        mounted = mounts_under(beside.agent_root)
+        notified = len(beside.calls("NotifyRegistrationStatus"))
+        beside.restart_driver()
+        wait_for(
+            lambda: len(beside.calls("NotifyRegistrationStatus")) > notified,
+            60,
+            what="the driver registered again",
+        )
+        assert beside.calls("NotifyRegistrationStatus")[-1] == {"plugin_registered": True}
+        assert mounts_under(beside.agent_root) == mounted  # nothing unmounted by the restart
+        wait_for(
+            lambda: DRIVER in {d.name for d in storage.read_csi_node(stack.node_name).spec.drivers or []},
+            60,
+            what="the CSINode entry back",
+        )
+        unpublished = len(beside.calls("NodeUnpublishVolume"))
+        kube.delete_namespaced_pod("keeper", namespace, grace_period_seconds=0)
+        wait_for(lambda: mounts_under(beside.agent_root) == [], 90, what="the mounts gone")
+        assert len(beside.calls("NodeUnpublishVolume")) == unpublished + 1  # through the new process
+        kube.delete_namespaced_persistent_volume_claim("keep", namespace)
+        wait_for(lambda: not (beside.backing / handle).exists(), 90, what="the volume deleted")
     finally:
         storage.delete_storage_class(sc_name)
