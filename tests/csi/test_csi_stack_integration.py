@@ -129,7 +129,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         besides: list[Beside] = []
         try:
             besides.append(Beside(running, DRIVER, "--topology-key", TOPOLOGY, "--max-volumes", "10"))
-            besides.append(Beside(running, ATTACHING, "--attach-required"))
+            besides.append(Beside(running, ATTACHING, "--attach-required", "--max-volumes", "1"))
             running.beside, running.attaching = besides
             yield running
         finally:
@@ -226,7 +226,7 @@ def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
         [TOPOLOGY],
         10,
     )
-    assert (drivers[ATTACHING].topology_keys, drivers[ATTACHING].allocatable) == (None, None)
+    assert (drivers[ATTACHING].topology_keys, drivers[ATTACHING].allocatable.count) == (None, 1)
     csinode = storage.read_csi_node(stack.node_name)
     assert (csinode.metadata.owner_references[0].kind, csinode.metadata.owner_references[0].name) == (
         "Node",
@@ -365,6 +365,39 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
         publish = attaching.calls("ControllerPublishVolume")[-1]
         assert (publish["volume_id"], publish["node_id"]) == (handle, stack.node_name)
         assert attaching.calls("NodeStageVolume")[-1]["publish_context"] == {"attachedTo": stack.node_name}
+        # the driver's allocatable count is 1: a second volume of it does not fit the node (NodeVolumeLimits)
+        kube.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "att2"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "8Mi"}},
+                    "storageClassName": sc_name,
+                },
+            },
+        )
+        kube.create_namespaced_pod(
+            namespace,
+            pod("att2", stack.images.busybox, "true", {"persistentVolumeClaim": {"claimName": "att2"}}),
+        )
+        refused = wait_for(
+            lambda: next(
+                (
+                    e
+                    for e in kube.list_namespaced_event(namespace).items
+                    if e.involved_object.name == "att2"
+                    and e.reason == "FailedScheduling"
+                    and "exceed max volume count" in e.message
+                ),
+                None,
+            ),
+            90,
+            what="FailedScheduling for the volume limit",
+        )
+        assert refused.message == "0/1 nodes are available: 1 node(s) exceed max volume count."
+        kube.delete_namespaced_pod("att2", namespace, grace_period_seconds=0)
+        kube.delete_namespaced_persistent_volume_claim("att2", namespace)
         kube.delete_namespaced_pod("att", namespace, grace_period_seconds=0)
         name = attachments[0].metadata.name
         wait_for(
