@@ -6,7 +6,9 @@ provisions gets CreateVolume and a PV with the csi source; a pod using it is sta
 node, what its container writes lands in the driver's backing folder; the pod's deletion unpublishes and
 unstages (no mount left), the claim's deletion deletes the volume; a CSI ephemeral inline volume lives
 and goes with its pod; a generic ephemeral volume's claim is made and goes with its pod; a driver needing
-attach gets its VolumeAttachment from the attach/detach controller, attached by the attacher beside it."""
+attach gets its VolumeAttachment from the attach/detach controller, attached by the attacher beside it,
+and its allocatable count refuses one volume too many (NodeVolumeLimits); a driver restarted under a
+mounted volume keeps the mount and registers again."""
 
 from __future__ import annotations
 
