@@ -25,6 +25,8 @@ _KIND_PATHS = {
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
     "PersistentVolume": "/api/v1/persistentvolumes",
+    "CSIDriver": "/apis/storage.k8s.io/v1/csidrivers",
+    "VolumeAttachment": "/apis/storage.k8s.io/v1/volumeattachments",
 }
 # One attempt of this many seconds for an object already seen: the API's answer if it comes, else the copy.
 SEEN_READ_DEADLINE = 3.0

@@ -26,6 +26,7 @@ from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import PodInfo, pod_info
 from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
 from controlplane.scheduler.volumebinding import VolumeBinding
+from controlplane.scheduler.volumelimits import NodeVolumeLimits
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import rfc3339
@@ -79,7 +80,10 @@ class Scheduler:
         self.classes = Informer(client, "/apis/storage.k8s.io/v1/storageclasses")
         self.volume_binding = VolumeBinding(self.claims, self.volumes, self.classes)
         self.filters.append(self.volume_binding)
-        for informer in (self.claims, self.volumes, self.classes):
+        # NodeVolumeLimits: the CSI drivers' allocatable counts from the nodes' CSINodes.
+        self.csinodes = Informer(client, "/apis/storage.k8s.io/v1/csinodes")
+        self.filters.append(NodeVolumeLimits(self.claims, self.volumes, self.classes, self.csinodes))
+        for informer in (self.claims, self.volumes, self.classes, self.csinodes):
             informer.add_handler(
                 lambda _o: self._volumes_changed(),
                 lambda _o, _n: self._volumes_changed(),
@@ -94,7 +98,7 @@ class Scheduler:
             asyncio.create_task(self.pods.run(), name="watch-pods"),
             *(
                 asyncio.create_task(i.run(), name=f"watch-{i.path}")
-                for i in (self.claims, self.volumes, self.classes)
+                for i in (self.claims, self.volumes, self.classes, self.csinodes)
             ),
         ]
         loop_task: asyncio.Task[None] | None = None
@@ -102,7 +106,10 @@ class Scheduler:
         try:
             # Decide nothing before both caches are filled, or the first pods would see no nodes.
             synced = asyncio.gather(
-                *(i.synced.wait() for i in (self.nodes, self.pods, self.claims, self.volumes, self.classes))
+                *(
+                    i.synced.wait()
+                    for i in (self.nodes, self.pods, self.claims, self.volumes, self.classes, self.csinodes)
+                )
             )
             await asyncio.wait([synced, stopper, *informers], return_when=asyncio.FIRST_COMPLETED)
             if not stop.is_set():

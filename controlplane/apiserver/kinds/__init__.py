@@ -23,6 +23,9 @@ from controlplane.apiserver.kinds import (
     configmap,
     controllerrevision,
     cronjob,
+    csidriver,
+    csinode,
+    csistoragecapacity,
     daemonset,
     deployment,
     endpoints,
@@ -61,6 +64,7 @@ from controlplane.apiserver.kinds import (
     storageclass,
     tokenreview,
     validatingadmissionpolicy,
+    volumeattachment,
     webhookconfiguration,
 )
 from controlplane.apiserver.kinds.base import Kind
@@ -111,6 +115,10 @@ BUILT_IN: tuple[Kind, ...] = (
     endpointslice.KIND,
     certificatesigningrequest.KIND,
     storageclass.KIND,
+    volumeattachment.KIND,
+    csidriver.KIND,
+    csinode.KIND,
+    csistoragecapacity.KIND,
     flowschema.KIND,
     prioritylevelconfiguration.KIND,
     # Upstream's plugin order: MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook.
