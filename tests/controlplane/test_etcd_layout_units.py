@@ -55,6 +55,8 @@ UPSTREAM = {
     ("discovery.k8s.io", "endpointslices"): "endpointslices",
     ("certificates.k8s.io", "certificatesigningrequests"): "certificatesigningrequests",
     ("storage.k8s.io", "storageclasses"): "storageclasses",
+    ("networking.k8s.io", "ingresses"): "ingress",
+    ("networking.k8s.io", "ingressclasses"): "ingressclasses",
     ("storage.k8s.io", "csidrivers"): "csidrivers",
     ("storage.k8s.io", "csinodes"): "csinodes",
     ("storage.k8s.io", "csistoragecapacities"): "csistoragecapacities",
@@ -110,8 +112,8 @@ def test_two_buckets_never_share_a_path() -> None:
 
 
 def test_the_resources_the_older_layout_kept_elsewhere() -> None:
-    """Eleven that older stores hold, and the four CSI kinds served since (no older store has them; an
-    older layout would have named them so too)."""
+    """Eleven that older stores hold, and the kinds served since (CSI, Ingress: no older store has them;
+    an older layout would have named them so too)."""
     table = builtin_table()
     layout = table.etcd_layout()
     moved = sorted(b for b in table.stored_buckets() if legacy_name(b) != layout.name(b))
@@ -124,6 +126,8 @@ def test_the_resources_the_older_layout_kept_elsewhere() -> None:
         "customresourcedefinitions.apiextensions.k8s.io",
         "flowschemas.flowcontrol.apiserver.k8s.io",
         "horizontalpodautoscalers.autoscaling",
+        "ingressclasses.networking.k8s.io",
+        "ingresses.networking.k8s.io",
         "mutatingwebhookconfigurations.admissionregistration.k8s.io",
         "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
         "storageclasses.storage.k8s.io",

@@ -214,6 +214,7 @@ class Ingress(Kind):
     group = "networking.k8s.io"
     kind = "Ingress"
     plural = "ingresses"
+    etcd_resource_prefix = "ingress"  # upstream's SpecialDefaultResourcePrefixes
     short_names = ("ing",)
     schema = "V1Ingress"
     generation = True
