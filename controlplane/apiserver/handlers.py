@@ -579,7 +579,7 @@ class RestHandler:
                 if err.code != 404:
                     raise
                 obj = await res.storage_form(
-                    ssa.apply(None, applied, manager, schema=res.smp, reset=reset), self.cache
+                    ssa.apply(None, applied, manager, schema=res.apply_schema, reset=reset), self.cache
                 )
                 created = await self.registry.create(res, info.namespace, obj, self.user(request), dry_run)
                 return self.warn(json_response(await self.served(res, created), 201), unknown)
@@ -587,7 +587,7 @@ class RestHandler:
         async def mutate(current: Obj) -> Obj:
             view = await self.served(res, current)
             return await res.storage_form(
-                ssa.apply(view, applied, manager, force, res.smp, reset), self.cache
+                ssa.apply(view, applied, manager, force, res.apply_schema, reset), self.cache
             )
 
         updated = await self.registry.guaranteed_update(

@@ -28,7 +28,6 @@ from controlplane.apiserver.kinds.node import KIND as NODE
 from controlplane.apiserver.kubeletproxy import log_container, validate_log_query
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.resourceproxy import Proxy, pod_location
-from controlplane.apiserver.smp_schema import META, POD_SPEC, POD_STATUS
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
@@ -171,7 +170,6 @@ class Pod(Kind):
     )
     schema = "V1Pod"
     type_marks = podspec.TYPE_MARKS
-    smp = {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS}
     field_selectors = (
         *fields(
             "spec.nodeName",
