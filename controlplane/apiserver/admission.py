@@ -10,10 +10,12 @@ saadmission.py), in the order of KINDS; this module knows no kind. A plugin's me
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from controlplane.apiserver import admissionmetrics
 from controlplane.apiserver.authn import UserInfo
 
 if TYPE_CHECKING:
@@ -57,16 +59,10 @@ class AdmissionChain:
         self.delete_reviewers = [p for p in plugins if callable(getattr(p, "review_delete", None))]
 
     async def admit(self, request: AdmissionRequest) -> None:
-        for plugin in self.mutating:
-            result = plugin.admit(request)
-            if inspect.isawaitable(result):
-                await result
+        await _run_step(self.mutating, "admit", request)
 
     async def validate(self, request: AdmissionRequest) -> None:
-        for plugin in self.validating:
-            result = plugin.validate(request)
-            if inspect.isawaitable(result):
-                await result
+        await _run_step(self.validating, "validate", request)
 
     async def connect(self, request: AdmissionRequest) -> None:
         """CONNECT (pods/exec, attach, portforward; `obj` the options): only the plugins marked `connects`
@@ -94,6 +90,32 @@ class AdmissionChain:
     async def review_delete(self, request: AdmissionRequest) -> None:
         for plugin in self.delete_reviewers:
             await plugin.review_delete(request)
+
+
+async def _run_step(plugins: list[Any], phase: str, request: AdmissionRequest) -> None:
+    """One phase of the chain (admit: the mutating plugins; validate: the validating ones), each plugin
+    and the phase timed into upstream's admission histograms, a refusal marked `rejected`."""
+    started = time.perf_counter()
+    rejected = True
+    try:
+        for plugin in plugins:
+            await _run_plugin(plugin, phase, request)
+        rejected = False
+    finally:
+        admissionmetrics.step(phase, request.operation, rejected, time.perf_counter() - started)
+
+
+async def _run_plugin(plugin: Any, phase: str, request: AdmissionRequest) -> None:
+    started = time.perf_counter()
+    rejected = True
+    try:
+        result = plugin.admit(request) if phase == "admit" else plugin.validate(request)
+        if inspect.isawaitable(result):
+            await result
+        rejected = False
+    finally:
+        seconds = time.perf_counter() - started
+        admissionmetrics.controller(plugin_name(plugin), phase, request.operation, rejected, seconds)
 
 
 def plugin_name(plugin: Any) -> str:

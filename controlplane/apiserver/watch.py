@@ -17,6 +17,7 @@ from aiohttp import web
 
 from controlplane.apiserver import errors, tables
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.metrics import METRICS_KEY, WatchRecorder
 from controlplane.apiserver.protobuf.codec import message_for
 from controlplane.apiserver.protobufhttp import WATCH_CONTENT_TYPE, ProtobufWatchWriter, prefers_protobuf
 from controlplane.apiserver.request import RequestInfo, bool_param, int_param
@@ -105,6 +106,9 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     response.enable_chunked_encoding()
     await response.prepare(request)
     out: Any = ProtobufWatchWriter(response) if protobuf else response
+    metrics = request.get(METRICS_KEY)
+    if metrics is not None:
+        out = _CountedWriter(out, metrics.watch_recorder(res.group, res.version, res.kind))
     rest.active_watches += 1
     try:
         if error_status is not None or watcher is None:
@@ -136,7 +140,7 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
 
 async def _pump(
     request: web.Request,
-    response: web.StreamResponse | ProtobufWatchWriter,
+    response: web.StreamResponse | ProtobufWatchWriter | _CountedWriter,
     watcher: Any,
     res: Kind,
     cache: WatchCache,
@@ -206,6 +210,17 @@ async def _pump(
         sent += 1
         if sent == initial_count:
             await response.write(_bookmark(res, initial_rv, True))
+
+
+class _CountedWriter:
+    """Writes a watch's events, each counted into apiserver_watch_events_total and _sizes."""
+
+    def __init__(self, inner: Any, recorder: WatchRecorder) -> None:
+        self.inner, self.recorder = inner, recorder
+
+    async def write(self, data: bytes) -> None:
+        await self.inner.write(data)
+        self.recorder.sent(len(data))
 
 
 async def _served_raw(res: Kind, cached: Any, cache: WatchCache) -> bytes:
