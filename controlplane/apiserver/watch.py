@@ -1,8 +1,9 @@
 """Watches: a stream of ADDED/MODIFIED/DELETED events from the watch cache, with bookmarks (periodic,
 before timeoutSeconds ends, and the `k8s.io/initial-events-end` one after sendInitialEvents), a 410
 ERROR for a resourceVersion the window no longer holds, and the watcher released as soon as its client
-is gone. Events are written from the cache's encoded bytes unless the kind converts or a Table is asked
-for."""
+is gone. A watch from a resourceVersion the cache has not reached starts at once and delivers only what
+comes after it (upstream's cacher); sendInitialEvents=false sends no initial events. Events are written
+from the cache's encoded bytes unless the kind converts or a Table is asked for."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from controlplane.apiserver import errors, tables
+from controlplane.apiserver import errors, listoptions, tables
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.metrics import METRICS_KEY, WatchRecorder
 from controlplane.apiserver.protobuf.codec import message_for
@@ -52,20 +53,12 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
         predicate = lambda o: o["metadata"].get("name") == info.name and (base is None or base(o))  # noqa: E731
     rv = q.get("resourceVersion", "")
     bookmarks = bool_param(q, "allowWatchBookmarks")
+    listoptions.check(q, watch=True)
     initial = q.get("sendInitialEvents")
     send_initial = str(initial).lower() == "true"
-    if initial is not None and q.get("resourceVersionMatch") != "NotOlderThan":
-        raise errors.invalid_object(
-            "ListOptions",
-            "meta.k8s.io",
-            "",
-            [
-                errors.forbidden(
-                    "resourceVersionMatch",
-                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                )
-            ],
-        )
+    # sendInitialEvents=false: no synthetic ADDED events, whatever the resourceVersion (upstream's
+    # watch cache starts such a watch at its current revision for "" and "0")
+    no_initial = initial is not None and not send_initial
     timeout = float(int_param(q, "timeoutSeconds") or random.uniform(1800, 3600))
     key_prefix = (
         res.key(info.namespace, one_name)
@@ -84,10 +77,11 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
         elif rv in ("", "0"):
             if rv == "":
                 await rest.cache.wait_consistent()
-            from_revision = None
+            from_revision = rest.cache.revision if no_initial else None
         else:
+            # A resourceVersion the cache has not reached yet starts the watch at once: upstream's cacher
+            # opens it and delivers only what comes after that version.
             from_revision = revision(rv)
-            await rest.cache.wait_for(from_revision)
     except TooLargeResourceVersionError as err:
         raise too_large(err) from None
     watcher = None
