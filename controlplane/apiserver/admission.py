@@ -12,7 +12,10 @@ them); this module knows no kind. A plugin's method may be a coroutine
 from __future__ import annotations
 
 import inspect
+import time
 from typing import Any
+
+from controlplane.apiserver import admissionmetrics
 
 # The request a plugin judges and the plugins' shape are the kinds' (kinds/ports.py): kinds define plugins.
 from controlplane.apiserver.kinds.ports import AdmissionRequest, Plugin
@@ -30,16 +33,10 @@ class AdmissionChain:
         self.delete_reviewers = [p for p in plugins if callable(getattr(p, "review_delete", None))]
 
     async def admit(self, request: AdmissionRequest) -> None:
-        for plugin in self.mutating:
-            result = plugin.admit(request)
-            if inspect.isawaitable(result):
-                await result
+        await _run_step(self.mutating, "admit", request)
 
     async def validate(self, request: AdmissionRequest) -> None:
-        for plugin in self.validating:
-            result = plugin.validate(request)
-            if inspect.isawaitable(result):
-                await result
+        await _run_step(self.validating, "validate", request)
 
     async def connect(self, request: AdmissionRequest) -> None:
         """CONNECT (pods/exec, attach, portforward; `obj` the options): only the plugins marked `connects`
@@ -67,6 +64,32 @@ class AdmissionChain:
     async def review_delete(self, request: AdmissionRequest) -> None:
         for plugin in self.delete_reviewers:
             await plugin.review_delete(request)
+
+
+async def _run_step(plugins: list[Any], phase: str, request: AdmissionRequest) -> None:
+    """One phase of the chain (admit: the mutating plugins; validate: the validating ones), each plugin
+    and the phase timed into upstream's admission histograms, a refusal marked `rejected`."""
+    started = time.perf_counter()
+    rejected = True
+    try:
+        for plugin in plugins:
+            await _run_plugin(plugin, phase, request)
+        rejected = False
+    finally:
+        admissionmetrics.step(phase, request.operation, rejected, time.perf_counter() - started)
+
+
+async def _run_plugin(plugin: Any, phase: str, request: AdmissionRequest) -> None:
+    started = time.perf_counter()
+    rejected = True
+    try:
+        result = plugin.admit(request) if phase == "admit" else plugin.validate(request)
+        if inspect.isawaitable(result):
+            await result
+        rejected = False
+    finally:
+        seconds = time.perf_counter() - started
+        admissionmetrics.controller(plugin_name(plugin), phase, request.operation, rejected, seconds)
 
 
 def plugin_name(plugin: Any) -> str:

@@ -206,7 +206,7 @@ class Registry:
         meta = obj["metadata"]
         if manager is not None:
             meta.pop("managedFields", None)
-            ssa.track_update(None, obj, manager, schema=res.smp, reset=_reset(res, ""))
+            ssa.track_update(None, obj, manager, schema=res.apply_schema, reset=_reset(res, ""))
         if dry_run:
             # Upstream's dry-run storage reads the key instead of writing it: an object of that
             # name is the same 409 AlreadyExists a real create meets.
@@ -325,7 +325,7 @@ class Registry:
                 new,
                 manager,
                 subresource if subresource in ("status", "scale") else "",
-                res.smp,
+                res.apply_schema,
                 _reset(res, subresource),
             )
             if not new["metadata"]["managedFields"]:

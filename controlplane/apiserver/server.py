@@ -55,6 +55,7 @@ from controlplane.apiserver.request import MAX_BODY
 from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key, load_signing_key
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
 from controlplane.apiserver.serviceranges import ServiceRanges
+from controlplane.apiserver.storemetrics import MeasuredStore
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import WatchCache, encode
@@ -155,13 +156,15 @@ class ApiServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics = ApiServerMetrics(self._state_gauges)
         # The kinds this server serves (built-in ones, then custom resources as CRDs come).
         self.kinds = kindparts.builtin_table()
-        self.store = (
+        backend = (
             EtcdStore(config.etcd, self.kinds.etcd_layout())
             if config.etcd
             else SQLiteStore(config.data_dir / "state.db")
         )
+        self.store = MeasuredStore(backend, self.metrics.registry)
         self.cache = WatchCache(
             self.store, window=config.watch_window, viewer=slim_view, windows=config.watch_windows
         )
@@ -186,13 +189,12 @@ class ApiServer:
         self.signing_key: SigningKey | None = None
         self.ready = False
         self.steps = health.Steps()
-        self.health = health.HealthHandler(health.standard_checks(self.store, self.steps))
+        self.health = health.HealthHandler(health.standard_checks(backend, self.steps))
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
         self.endpoints: LeaseEndpointReconciler | None = None
         self.port = config.port
-        self.metrics = ApiServerMetrics(self._state_gauges)
         self.flowcontrol = Dispatcher(
             self.cache,
             config.max_requests_inflight + config.max_mutating_requests_inflight,

@@ -18,6 +18,7 @@ delete: check_delete -> check_delete_preconditions -> (graceful kinds) deletion_
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -168,8 +169,6 @@ class Kind:
     # Fields the Python client types loosely that upstream types precisely (gen_fields writes them
     # into fields.json): {(type, field): "quantity" | "int-or-string" | "microtime" | ...}.
     type_marks: ClassVar[dict[tuple[str, str], str]] = {}
-    # Strategic merge keys (patchMergeKey / patchStrategy) of its lists.
-    smp: ClassVar[smp_schema.Schema] = smp_schema.OBJECT
     # False: strategic merge patches are refused with 415 (custom resources, as upstream).
     strategic_merge: ClassVar[bool] = True
     # Field selectors it supports beyond its `field_meta` (upstream's strategy and label conversion).
@@ -193,6 +192,16 @@ class Kind:
     # Graceful deletion (upstream's RESTGracefulDeleteStrategy): a DELETE marks the object for a grace
     # period (`deletion_grace`) and a later DELETE with gracePeriodSeconds=0 removes it (pods).
     graceful: ClassVar[bool] = False
+
+    @functools.cached_property
+    def smp(self) -> smp_schema.Schema:
+        """Strategic merge patch's list keys, from upstream's OpenAPI markers of this group/version/kind."""
+        return smp_schema.patch_schema(self.group, self.version, self.kind)
+
+    @functools.cached_property
+    def apply_schema(self) -> smp_schema.Schema:
+        """Server-side apply's list keys, list types and atomic maps, from the same markers."""
+        return smp_schema.apply_schema(self.group, self.version, self.kind)
 
     def __init__(self) -> None:
         if not self.singular:

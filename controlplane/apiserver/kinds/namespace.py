@@ -19,7 +19,6 @@ from controlplane.apiserver.kinds.base import (
     fields,
 )
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.validation import dns_label
 
 if TYPE_CHECKING:
@@ -83,7 +82,6 @@ class Namespace(Kind):
     return_deleted_object = True
     subresources = (StatusSubresource("Namespace"), Finalize())
     schema = "V1Namespace"
-    smp = {"metadata": META, "status": CONDITIONS}
     field_selectors = fields("status.phase")
     field_meta = ("metadata.name",)
     field_refusal = REFUSE_UNSUPPORTED

@@ -19,7 +19,6 @@ from controlplane.apiserver.kinds.base import (
 )
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.nodeauthz.restriction import NodeRestriction
-from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import nonnegative_quantity
 
 if TYPE_CHECKING:
@@ -58,11 +57,6 @@ class Node(Kind):
     type_marks = {
         ("V1NodeStatus", "capacity"): "map[quantity]",
         ("V1NodeStatus", "allocatable"): "map[quantity]",
-    }
-    smp = {
-        "metadata": META,
-        "spec": {"podCIDRs": ListSpec(None)},
-        "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")},
     }
     field_selectors = (SelectableField("spec.unschedulable", missing="false"),)
     field_meta = ("metadata.name",)

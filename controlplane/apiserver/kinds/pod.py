@@ -24,7 +24,6 @@ from controlplane.apiserver.kinds.base import (
 from controlplane.apiserver.kinds.binding import BINDING
 from controlplane.apiserver.kinds.eviction import EVICTION
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import META, POD_SPEC, POD_STATUS
 
 Obj = dict[str, Any]
 
@@ -145,7 +144,6 @@ class Pod(Kind):
     )
     schema = "V1Pod"
     type_marks = podspec.TYPE_MARKS
-    smp = {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS}
     field_selectors = (
         *fields(
             "spec.nodeName",

@@ -21,7 +21,6 @@ from controlplane.apiserver.kinds.base import (
 )
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.serviceallocator import Full, Holder, RangeAllocator, Request, Taken
-from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
 from controlplane.apiserver.validation import dns1035_label, port_number
 
 if TYPE_CHECKING:
@@ -54,7 +53,6 @@ class Service(Kind):
     field_refusal = REFUSE_UNSUPPORTED
     return_deleted_object = True
     type_marks = {("V1ServicePort", "targetPort"): "int-or-string"}
-    smp = {"metadata": META, "spec": {"ports": ListSpec("port")}, "status": CONDITIONS}
     columns = (
         tables.NAME,
         tables.column("Type", desc="type determines how the Service is exposed."),

@@ -13,7 +13,6 @@ from controlplane.apiserver.admissionpolicy import validation
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import CONDITIONS, META
 from kubeclient.selectors import format_label_selector
 
 Obj = dict[str, Any]
@@ -30,7 +29,6 @@ class ValidatingAdmissionPolicyKind(Kind):
     schema = "V1ValidatingAdmissionPolicy"
     categories = ("api-extensions",)
     subresources = (StatusSubresource(),)
-    smp = {"metadata": META, "status": CONDITIONS}
     generation = True
     columns = (
         tables.NAME,

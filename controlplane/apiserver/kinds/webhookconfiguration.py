@@ -12,7 +12,6 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.webhooks import validation
 
 Obj = dict[str, Any]
@@ -30,7 +29,6 @@ class _WebhookConfiguration(Kind):
     namespaced = False
     categories = ("api-extensions",)
     # `webhooks` merges by name (patchStrategy merge, patchMergeKey name upstream): kubectl apply's patches.
-    smp = {"metadata": META, "webhooks": ListSpec("name")}
     mutating = False
     columns = (tables.NAME, _WEBHOOKS, tables.AGE)
 
