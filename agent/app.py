@@ -22,6 +22,8 @@ from agent.cri import (
     RuntimeUnreachableError,
 )
 from agent.cri.client import Timeouts
+from agent.csi.registry import DriverRegistry
+from agent.csi.watcher import PluginWatcher
 from agent.kube.objects import ObjectReader
 from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.kube.services import service_informer, services_of
@@ -30,6 +32,7 @@ from agent.metrics import KubeletMetrics
 from agent.node.bootstrap import bootstrap_client, paths_for
 from agent.node.certrotation import CertRotator
 from agent.node.controller import NodeController
+from agent.node.csinode import CSINodeWriter
 from agent.node.images import node_images
 from agent.node.lease import LeaseController
 from agent.node.runtime import RuntimeTracker, runtime_status
@@ -56,7 +59,8 @@ from agent.staticpods.keys import is_mirror
 from agent.staticpods.mirror import MirrorPods
 from agent.staticpods.source import StaticPodSource
 from agent.stats.provider import StatsConfig, StatsProvider, pods_cgroup
-from agent.volumes import VolumeManager
+from agent.volumes import VolumeManager, default_table
+from agent.volumes.csi import CSIPlugin
 from agent.volumes.emptydir import allocatable_memory
 from agent.volumes.tokens import TokenManager
 from kubeclient import quantity
@@ -113,6 +117,8 @@ class Agent:
             cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet"
         )
         self.objects = ObjectReader(self.client)
+        self.csi_drivers = DriverRegistry()
+        self.plugin_watcher: PluginWatcher | None = None
         self.credentials = CredentialClient(self.client)
         self.cri: CRIClient | None = None
         self.node: NodeController | None = None
@@ -183,6 +189,7 @@ class Agent:
             host_dns=await asyncio.to_thread(read_host_dns, cfg.resolv_conf),
             metrics=self.metrics,
         )
+        csi = CSIPlugin(self.csi_drivers, cfg.node_name)
         ctx.volumes = VolumeManager(
             cfg.root_dir,
             self.objects.fetch,
@@ -193,6 +200,7 @@ class Agent:
             lambda pod, ref: resource_value(pod, {}, ref, ctx.node_allocatable()),
             tokens=TokenManager(self.credentials.request_token),
             node_memory=lambda: allocatable_memory(ctx.node_allocatable()),
+            table=default_table(extra=[csi], claim_sources=[csi]),
         )
         self.pods = PodManager(ctx)
         ctx.prober = ProberManager.for_runtime(
@@ -238,6 +246,7 @@ class Agent:
             cfg.node_lease_duration_seconds,
         )
         self._spawn(self.lease.run(), "lease")
+        self._start_csi_plugins()
         if cfg.enable_server and cfg.port > 0:
             await self._start_server(cri)
         self._spawn(self.informer.run(), "pod-informer")
@@ -424,6 +433,24 @@ class Agent:
             ips.append(self.node.internal_ip)
         return hostnames or [self.cfg.node_name], ips
 
+    def _start_csi_plugins(self) -> None:
+        """CSI drivers register through <root-dir>/plugins_registry (agent/csi/watcher.py); each one
+        registered is written into the node's CSINode and labels (agent/node/csinode.py)."""
+        csinode = CSINodeWriter(self.client, self.cfg.node_name)
+
+        async def on_register(driver: Any) -> None:
+            await csinode.install(
+                driver.name, driver.node.node_id, driver.node.topology, driver.node.max_volumes
+            )
+
+        self.plugin_watcher = PluginWatcher(
+            str(Path(self.cfg.root_dir) / "plugins_registry"),
+            self.csi_drivers,
+            on_register,
+            csinode.uninstall,
+        )
+        self._spawn(self.plugin_watcher.run(), "csi-plugin-watcher")
+
     def _probe_metrics(self) -> bytes:
         prober = self.pods.ctx.prober if self.pods is not None else None
         return prober.metrics.exposition() if prober is not None else b""
@@ -453,6 +480,8 @@ class Agent:
             await self.pods.stop()
             if self.pods.ctx.prober is not None:
                 await self.pods.ctx.prober.stop()
+        if self.plugin_watcher is not None:
+            await self.plugin_watcher.close()
         if self.network is not None:
             # Pods keep their network; CNI calls made while the agent is down run the plugin in-process.
             await self.network.stop()

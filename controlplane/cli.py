@@ -418,9 +418,9 @@ def _watch_cache_size(text: str) -> tuple[str, int]:
 
 def _admission_plugins(enabled: list[str], disabled: list[str]) -> list[str]:
     """The plugins turned off, after checking both lists name known plugins and do not overlap."""
-    from controlplane.apiserver.admission import known_plugins
+    from controlplane.apiserver.kindparts import builtin_table
 
-    known = known_plugins()
+    known = builtin_table().known_plugins()
     for name in [*enabled, *disabled]:
         if name not in known:
             _refuse(f'admission plugin "{name}" is unknown (known: {", ".join(dict.fromkeys(known))})')

@@ -135,3 +135,56 @@ def config_map_key(value: str) -> list[str]:
     elif value.startswith(".."):
         errors.append("must not start with '..'")
     return errors
+
+
+_WILDCARD_SUBDOMAIN = re.compile(r"\*\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+WILDCARD_SUBDOMAIN_MSG = (
+    "a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, which must "
+    "consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character (e.g. "
+    "'*.example.com', regex used for validation is "
+    "'\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def wildcard_dns1123_subdomain(value: str) -> list[str]:
+    """IsWildcardDNS1123Subdomain: `*.` then a DNS subdomain (Ingress hosts)."""
+    errors = []
+    if len(value) > DNS1123_SUBDOMAIN_MAX:
+        errors.append(_too_long(DNS1123_SUBDOMAIN_MAX))
+    if not _WILDCARD_SUBDOMAIN.fullmatch(value):
+        errors.append(WILDCARD_SUBDOMAIN_MSG)
+    return errors
+
+
+_PORT_NAME_CHARS = re.compile(r"[-a-z0-9]+")
+_HTTP_PATH = re.compile(r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+")
+HTTP_PATH_MSG = "Invalid path (regex used for validation is '[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+')"
+DOMAIN_PREFIXED_PATH_MSG = 'must be a domain-prefixed path (such as "acme.io/foo")'
+
+
+def port_name(value: str) -> list[str]:
+    """IsValidPortName: an IANA service name (at most 15 characters, a letter, no double hyphen)."""
+    errors = []
+    if len(value) > 15:
+        errors.append(_too_long(15))
+    if not _PORT_NAME_CHARS.fullmatch(value):
+        errors.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not re.search(r"[a-z]", value):
+        errors.append("must contain at least one letter (a-z)")
+    if "--" in value:
+        errors.append("must not contain consecutive hyphens")
+    if value.startswith("-") or value.endswith("-"):
+        errors.append("must not begin or end with a hyphen")
+    return errors
+
+
+def domain_prefixed_path(value: str) -> list[tuple[str, str]]:
+    """IsDomainPrefixedPath (an IngressClass's controller, `example.com/name`): (the part at fault,
+    message) pairs, since upstream names the host or the path, not the whole value."""
+    host, sep, path = value.partition("/")
+    if not sep or not host or not path:
+        return [(value, DOMAIN_PREFIXED_PATH_MSG)]
+    errors = [(host, msg) for msg in dns1123_subdomain(host)]
+    if not _HTTP_PATH.fullmatch(path):
+        errors.append((path, HTTP_PATH_MSG))
+    return errors

@@ -163,11 +163,19 @@ def class_path(name: str) -> str:
     return f"/apis/storage.k8s.io/v1/storageclasses/{name}"
 
 
+def ephemeral_claim_name(pod: Obj, volume: Obj) -> str:
+    """The claim of a generic ephemeral volume: `<pod name>-<volume name>` (upstream's ephemeral.VolumeClaimName)."""
+    return f"{_meta(pod).get('name', '')}-{volume.get('name', '')}"
+
+
 def claim_names(pod: Obj) -> list[str]:
-    """The claims a pod's volumes name (persistentVolumeClaim sources), in order."""
+    """The claims a pod's volumes name (persistentVolumeClaim sources, and the claims of generic ephemeral
+    volumes), in order."""
     out = []
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         source = volume.get("persistentVolumeClaim")
         if isinstance(source, dict) and source.get("claimName"):
             out.append(source["claimName"])
+        elif isinstance(volume.get("ephemeral"), dict):
+            out.append(ephemeral_claim_name(pod, volume))
     return out

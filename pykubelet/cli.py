@@ -35,8 +35,24 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "metricsserver.cli",
         "run the metrics server (metrics.k8s.io from the kubelets' /metrics/resource) against an API server",
     ),
+    "simulate": (
+        "nodesim.cli",
+        "simulate nodes and their pods against any API server (kwok's idea): Node objects, Leases, pod lifecycles",
+    ),
+    "ingress-controller": (
+        "ingresscontroller.cli",
+        "run the ingress controller (Ingresses of its IngressClass served by nginx) against an API server",
+    ),
     "up": ("pykubelet.up", "install what is missing and start the single-machine cluster"),
     "down": ("pykubelet.down", "stop what `up` started and clean up"),
+    "restart": (
+        "pykubelet.restart",
+        "restart one daemon of the stack `up` started (its supervisor starts it again)",
+    ),
+    "supervise": (
+        "pykubelet.supervise",
+        "keep the daemons `up` started running (up starts it; down stops it)",
+    ),
     "token": ("pykubelet.token", "create, list and delete bootstrap tokens (kubeadm token's shapes)"),
     "join": (
         "pykubelet.join",
@@ -48,7 +64,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "show one object's journey through the components, with writers and timings",
     ),
     "diagnose": ("journey.diagnose_cli", "name the first boundary where a workload stopped making progress"),
-    "migrate-store": ("controlplane.storage.migrate", "copy a cluster's objects from SQLite to etcd"),
+    "etcd-snapshot": (
+        "pykubelet.etcdsnapshot",
+        "save, list and restore snapshots of the cluster's store (etcd or SQLite)",
+    ),
+    "migrate-store": ("controlplane.migratestore", "copy a cluster's objects from SQLite to etcd"),
     "completion": ("pykubelet.completion", "print a shell completion script (bash or zsh)"),
 }
 

@@ -28,7 +28,8 @@ from pykubelet.rig.stack import (
     StackConfig,
     default_node_name,
 )
-from pykubelet.rig.sweep import looks_like_a_stack, sweep
+from pykubelet.rig.supervisor import SUPERVISOR_LOG, start_supervisor
+from pykubelet.rig.sweep import looks_like_a_stack, supervisors_for, sweep
 
 DEFAULT_CLUSTER_CIDR = "10.244.0.0/16"  # kubeadm's podSubnet in most guides (flannel's default)
 INSTALL_LOG = "install.log"  # apt's output, when packages were missing
@@ -157,13 +158,20 @@ def run(args: argparse.Namespace) -> int:
                 store=args.store,
                 etcd_members=args.etcd_members,
                 apiservers=args.apiservers,
+                ingress_ports=(80, 443),
             ),
             progress,
         )
         _start(stack)
         started = True
+        with progress.stage("supervisor", state_dir / SUPERVISOR_LOG):
+            start_supervisor(state_dir, stack.supervised())
         for name in stack.node_names:
             progress.note(f"node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})")
+        http, https = stack.ingress_ports
+        progress.note(
+            f"ingress controller (IngressClass nginx, the default) on {stack.ingress_address}:{http} and :{https}"
+        )
         if not args.no_example:
             with progress.stage(
                 "sample pod", lambda: stack.agent.log_path if stack and stack.agent else None
@@ -175,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
         # A signal (or Ctrl-C) anywhere, also between stages: said where, and the stack stopped.
         progress.interrupted(stop)
         if started and stack is not None:
+            for supervisor in supervisors_for(state_dir):  # it would start again what stop() stops
+                supervisor.kill()
             stack.stop()
         raise
     except Exception as err:

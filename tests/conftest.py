@@ -57,6 +57,7 @@ _REAL_PART_FIXTURES = frozenset(
         "plugin",
         "reference",
         "namespaces",
+        "csi_driver",
     }
 )
 

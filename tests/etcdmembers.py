@@ -52,7 +52,10 @@ def deployment_ready(apps: client.AppsV1Api, name: str, n: int) -> bool:
 
 def lose_first_machine(record: StackRecord) -> None:
     """The first API server's machine is gone: it, its scheduler and controller manager (its process
-    group), and etcd member m0 with it."""
+    group), and etcd member m0 with it; and the stack's supervisor, which would otherwise start that API
+    server again at once (a lost machine's own supervisor is lost with it)."""
+    if "supervisor" in record.pids:
+        os.kill(record.pids["supervisor"], signal.SIGKILL)
     os.killpg(record.pids["apiserver"], signal.SIGKILL)
     os.kill(record.pids["etcd-m0"], signal.SIGKILL)
 

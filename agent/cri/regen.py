@@ -1,5 +1,5 @@
 """Regenerate the committed Python modules for the CRI protocol (and for grpc.health.v1, which the
-gRPC probe speaks): `python -m agent.cri.regen`.
+gRPC probe speaks, and CSI v1 with the kubelet's plugin registration API): `python -m agent.cri.regen`.
 
 The generated modules are committed (so installing pykubelet needs no protobuf compiler) and
 `tests/cri/test_protos_fresh.py` (`tests/probes/test_health_proto_fresh.py`) regenerates them into a
@@ -21,8 +21,18 @@ PROTO = PROTO_ROOT / "runtime" / "v1" / "api.proto"
 OUT_DIR = Path(__file__).resolve().parent / "pb"
 HEALTH_PROTO = PROTO_ROOT / "grpc" / "health" / "v1" / "health.proto"
 HEALTH_OUT_DIR = REPO / "agent" / "probes" / "pb"
+# CSI v1 and the kubelet's plugin registration API: shared by the agent and the control plane's CSI
+# sidecars, so committed to the client library (kubeclient/csi/pb).
+CSI_PROTO = PROTO_ROOT / "csi" / "v1" / "csi.proto"
+REGISTRATION_PROTO = PROTO_ROOT / "pluginregistration" / "v1" / "registration.proto"
+CSI_OUT_DIR = REPO / "kubeclient" / "csi" / "pb"
 # Each proto and the package its modules are committed to.
-TARGETS = ((PROTO, OUT_DIR), (HEALTH_PROTO, HEALTH_OUT_DIR))
+TARGETS = (
+    (PROTO, OUT_DIR),
+    (HEALTH_PROTO, HEALTH_OUT_DIR),
+    (CSI_PROTO, CSI_OUT_DIR),
+    (REGISTRATION_PROTO, CSI_OUT_DIR),
+)
 
 
 def generated_names(proto: Path) -> tuple[str, ...]:
@@ -42,6 +52,8 @@ def generate(out_dir: Path, proto: Path = PROTO) -> list[Path]:
         args = [
             "protoc",
             f"-I{proto.parent}",
+            # protobuf's well-known types (csi.proto imports wrappers.proto), shipped with grpcio-tools
+            f"-I{Path(protoc.__file__).parent / '_proto'}",
             f"--python_out={tmp}",
             f"--pyi_out={tmp}",
             f"--grpc_python_out={tmp}",

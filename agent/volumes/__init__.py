@@ -1,5 +1,6 @@
-"""Pod volumes on the node: emptyDir, hostPath, configMap, secret, downwardAPI and projected (with
-service-account tokens).
+"""Pod volumes on the node, one plugin per volume type (plugin.py holds the table): emptyDir, hostPath,
+configMap, secret, downwardAPI and projected (with service-account tokens), persistentVolumeClaim and
+CSI.
 
 Each volume is made ready under <root-dir>/pods/<uid>/volumes/<kind>/<name> before the pod's sandbox
 starts (a memory emptyDir as a tmpfs there, fsGroup applied), rewritten on each sync of the pod from its
@@ -7,6 +8,7 @@ sources, and bind-mounted into containers by their volumeMounts (subPath, subPat
 mounts are taken away and everything goes with the pod's folder.
 """
 
-from agent.volumes.manager import VolumeError, VolumeManager, container_mounts
+from agent.volumes.manager import VolumeManager, container_mounts, default_table
+from agent.volumes.plugin import VolumeError
 
-__all__ = ["VolumeError", "VolumeManager", "container_mounts"]
+__all__ = ["VolumeError", "VolumeManager", "container_mounts", "default_table"]

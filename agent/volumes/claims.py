@@ -2,27 +2,77 @@
 upstream's desired-state populator resolves them (getPVCExtractPV, getPVSpec) with its error texts. A
 claim that is missing, being deleted or not yet bound, or a volume that does not point back at the claim,
 keeps the pod waiting (the caller reports FailedMount and tries again on the next pass). The volume's
-source must be one this node mounts by bind: hostPath (its type checked or created as for a pod's
-hostPath) or local (the path must exist)."""
+source is set up by bind for hostPath (its type checked or created as for a pod's hostPath) and local
+(the path must exist); any other source goes to the persistent-volume plugin registered for it (csi:
+agent/volumes/csi.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from agent.volumes.hostpath import host_path
+from agent.volumes.plugin import PluginBase, ReadyVolume, VolumeHost
+from kubeclient.volumes import ephemeral_claim_name
 
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
-HostPath = Callable[[dict[str, Any], str], str]
 
 
 class ClaimError(Exception):
     """The claim's volume cannot be used yet; the message is the populator's."""
 
 
-async def resolve(fetch: Fetch, host_path: HostPath, namespace: str, volume: dict[str, Any]) -> str:
-    """The host path the claim's bound volume is at (ClaimError when it cannot be used now)."""
-    claim_name = volume["persistentVolumeClaim"].get("claimName", "")
+class PersistentSource(Protocol):
+    """A PersistentVolume source this node sets up itself (not by bind): `field` is its spec field."""
+
+    field: str
+
+    async def set_up_persistent(
+        self, host: VolumeHost, pod: dict[str, Any], volume: str, pv: dict[str, Any], read_only: bool
+    ) -> str:
+        """The host folder to bind into containers (ClaimError to wait and retry)."""
+        ...
+
+
+class ClaimPlugin(PluginBase):
+    kind = "persistentVolumeClaim"
+
+    def __init__(self, sources: Mapping[str, PersistentSource] | None = None) -> None:
+        self.sources = dict(sources or {})
+
+    async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
+        return await self.set_up_claim(host, pod, volume, volume[self.kind])
+
+    async def set_up_claim(
+        self,
+        host: VolumeHost,
+        pod: dict[str, Any],
+        volume: dict[str, Any],
+        source: dict[str, Any],
+        owner: str = "",
+    ) -> ReadyVolume:
+        """The claim `source` names, ready; `owner`: the uid that must own the claim (an ephemeral one)."""
+        read_only = bool(source.get("readOnly"))
+        pv = await bound_volume(
+            host.fetch, pod["metadata"]["namespace"], source, owner, pod["metadata"].get("name", "")
+        )
+        spec = pv.get("spec") or {}
+        for field, source in self.sources.items():
+            if isinstance(spec.get(field), dict):
+                read_only = read_only or bool(spec[field].get("readOnly"))
+                path = await source.set_up_persistent(host, pod, volume["name"], pv, read_only)
+                return ReadyVolume(volume["name"], self.kind, path, read_only)
+        return ReadyVolume(volume["name"], self.kind, await bind_path(pv), read_only)
+
+
+async def bound_volume(
+    fetch: Fetch, namespace: str, source: dict[str, Any], owner: str = "", pod_name: str = ""
+) -> dict[str, Any]:
+    """The PersistentVolume bound to the claim `source` names (ClaimError when it cannot be used now);
+    with `owner`, the claim must be controlled by that pod (a generic ephemeral volume's claim)."""
+    claim_name = source.get("claimName", "")
     where = f"error processing PVC {namespace}/{claim_name}"
     claim = await fetch("PersistentVolumeClaim", namespace, claim_name)
     if claim is None:
@@ -31,6 +81,13 @@ async def resolve(fetch: Fetch, host_path: HostPath, namespace: str, volume: dic
         )
     if (claim.get("metadata") or {}).get("deletionTimestamp"):
         raise ClaimError(f"{where}: PVC is being deleted")
+    if owner and not any(
+        ref.get("controller") and ref.get("uid") == owner
+        for ref in (claim.get("metadata") or {}).get("ownerReferences") or []
+    ):
+        raise ClaimError(
+            f"{where}: PVC {namespace}/{claim_name} was not created for pod {namespace}/{pod_name} (pod is not owner)"
+        )
     if (claim.get("status") or {}).get("phase") != "Bound":
         raise ClaimError(f"{where}: PVC is not bound")
     pv_name = (claim.get("spec") or {}).get("volumeName") or ""
@@ -54,6 +111,13 @@ async def resolve(fetch: Fetch, host_path: HostPath, namespace: str, volume: dic
             f"{where}: found PV object {pv_name} but its pv.Spec.ClaimRef.UID {ref.get('uid', '')} does not "
             f"point to claim.UID {uid}"
         )
+    return pv
+
+
+async def bind_path(pv: dict[str, Any]) -> str:
+    """The host path of a hostPath or local PersistentVolume."""
+    pv_name = pv["metadata"]["name"]
+    spec = pv.get("spec") or {}
     if isinstance(spec.get("hostPath"), dict):
         return await asyncio.to_thread(host_path, spec["hostPath"], pv_name)
     if isinstance(spec.get("local"), dict):
@@ -69,3 +133,20 @@ async def resolve(fetch: Fetch, host_path: HostPath, namespace: str, volume: dic
     raise ClaimError(
         f'MountVolume.SetUp failed for volume "{pv_name}" : volume type {kinds} is not supported by this node'
     )
+
+
+class EphemeralPlugin(PluginBase):
+    """A generic ephemeral volume: the claim `<pod>-<volume>` the ephemeral volume controller made from the
+    template, owned by the pod, then set up as any claim (the pod waits until it exists and is bound)."""
+
+    kind = "ephemeral"
+
+    def __init__(self, claims: ClaimPlugin) -> None:
+        self.claims = claims
+
+    async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
+        source = {"claimName": ephemeral_claim_name(pod, volume)}
+        ready = await self.claims.set_up_claim(
+            host, pod, volume, source, owner=pod["metadata"].get("uid", "")
+        )
+        return ReadyVolume(ready.name, self.kind, ready.host_path, ready.read_only)

@@ -9,12 +9,14 @@ goes, so no tmpfs outlives its pod.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import os
 from pathlib import Path
 from typing import Any
 
+from agent.volumes.plugin import PluginBase, ReadyVolume, VolumeError, VolumeHost
 from kubeclient.quantity import QuantityError, value
 
 MNT_DETACH = 2
@@ -122,3 +124,32 @@ def disk_usage(root: Path) -> int:
                 total += info.st_blocks * 512
         dirs[:] = [d for d in dirs if os.lstat(os.path.join(folder, d)).st_dev == device]
     return total
+
+
+def _make_dir(path: Path, mode: int) -> None:
+    """The folder with `mode`, set only when its permission bits differ (upstream's setupDir), so the
+    setgid bit fsGroup gave it stays."""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o777 != mode:
+        path.chmod(mode)
+
+
+class EmptyDirPlugin(PluginBase):
+    """A folder of the pod (mode 0777), or a tmpfs for `medium: Memory`; fsGroup applied. The tmpfs goes
+    with every other mount under the pod's folder when the manager takes the pod down."""
+
+    kind = "emptyDir"
+
+    async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
+        name = volume["name"]
+        folder = host.folder(pod, self.kind, name)
+        if (volume["emptyDir"] or {}).get("medium") == "Memory":
+            size = tmpfs_size(pod, volume, host.node_memory())
+            try:
+                await asyncio.to_thread(mount_tmpfs, folder, size)
+            except OSError as err:
+                raise VolumeError(f'MountVolume.SetUp failed for volume "{name}" : {err}') from None
+        else:
+            await asyncio.to_thread(_make_dir, folder, 0o777)
+        await host.own(pod, folder, read_only=False)
+        return ReadyVolume(name, self.kind, str(folder), False)

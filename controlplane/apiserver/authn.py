@@ -13,7 +13,7 @@ import hmac
 import logging
 import ssl
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +26,10 @@ from controlplane.apiserver.bootstraptoken import (
 )
 from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups
 from controlplane.apiserver.tokencache import SUCCESS_TTL, TokenCache
+from controlplane.apiserver.userinfo import UserInfo
 from kubeclient.serving import peer_subject
 
 log = logging.getLogger("controlplane.apiserver.authn")
-
-
-@dataclass(frozen=True)
-class UserInfo:
-    name: str
-    uid: str = ""
-    groups: tuple[str, ...] = field(default_factory=tuple)
-    # Upstream's user.Info extra: (key, values) pairs, kept hashable (a token's authentication.kubernetes.io/
-    # pod-name, ..., impersonation's Impersonate-Extra-*, a SubjectAccessReview's spec.extra).
-    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    def extra_dict(self) -> dict[str, list[str]]:
-        return {k: list(v) for k, v in self.extra}
 
 
 @dataclass(frozen=True)

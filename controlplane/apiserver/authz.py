@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controlplane.apiserver import errors
-from controlplane.apiserver.authn import UserInfo
+from controlplane.apiserver.userinfo import UserInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,6 @@ from typing import Any
 
 import yaml
 
-from controlplane.apiserver import kinds
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.registry import Registry
 from kubeclient import bootstraptoken as bt
@@ -157,15 +156,15 @@ def join_rbac() -> list[tuple[str, str, Obj]]:
     ]
 
 
-def _kind(group: str, plural: str) -> Any:
-    kind = kinds.by_path(group, "v1", plural)
+def _kind(registry: Registry, group: str, plural: str) -> Any:
+    kind = registry.kinds.by_path(group, "v1", plural)
     if kind is None:  # pragma: no cover - the kinds are always served
         raise RuntimeError(f"{plural} is not served")
     return kind
 
 
 async def ensure_join_objects(registry: Registry, server: str, ca_pem: bytes) -> None:
-    configmaps = _kind("", "configmaps")
+    configmaps = _kind(registry, "", "configmaps")
     kubeconfig = cluster_info_kubeconfig(server, ca_pem)
     ns, name = bt.CLUSTER_INFO_NAMESPACE, bt.CLUSTER_INFO
     if registry.cache.get(configmaps.key(ns, name)) is None:
@@ -192,7 +191,7 @@ async def ensure_join_objects(registry: Registry, server: str, ca_pem: bytes) ->
         if current != kubeconfig:
             await registry.guaranteed_update(configmaps, ns, name, point, manager="kubeadm")
     for plural, namespace, obj in join_rbac():
-        kind = _kind(RBAC, plural)
+        kind = _kind(registry, RBAC, plural)
         if registry.cache.get(kind.key(namespace, obj["metadata"]["name"])) is not None:
             continue
         try:

@@ -1,15 +1,18 @@
-"""Discovery documents (/api, /apis, /api/v1, /apis/<g>/<v>) and /version, derived from the kinds list."""
+"""Discovery documents (/api, /apis, /api/v1, /apis/<g>/<v>) and /version, derived from the server's kind
+table (kindtable.py)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver.kinds import by_group_version, groups
 from controlplane.apiserver.kinds.base import Kind, Subresource
 from kubeclient.version import KUBERNETES_VERSION
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.kindtable import KindTable
 
 Obj = dict[str, Any]
 
@@ -42,25 +45,25 @@ def _group(name: str, versions: list[str]) -> Obj:
     return {"name": name, "versions": gvs, "preferredVersion": gvs[0]}
 
 
-def _versions_by_group() -> dict[str, list[str]]:
-    """Each group's versions, the preferred (the first KINDS names) first, as upstream lists autoscaling
+def _versions_by_group(table: KindTable) -> dict[str, list[str]]:
+    """Each group's versions, the preferred (the first the table names) first, as upstream lists autoscaling
     v2 before v1."""
     out: dict[str, list[str]] = {}
-    for group, version in groups():
+    for group, version in table.groups():
         out.setdefault(group, []).append(version)
     return out
 
 
-def api_group_list() -> Obj:
+def api_group_list(table: KindTable) -> Obj:
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [_group(g, vs) for g, vs in _versions_by_group().items()],
+        "groups": [_group(g, vs) for g, vs in _versions_by_group(table).items()],
     }
 
 
-def api_group(name: str) -> Obj | None:
-    versions = _versions_by_group().get(name)
+def api_group(table: KindTable, name: str) -> Obj | None:
+    versions = _versions_by_group(table).get(name)
     if versions:
         return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, versions)}
     return None
@@ -115,8 +118,8 @@ def _resource_entries(res: Kind) -> list[Obj]:
     return out
 
 
-def resource_list(group: str, version: str) -> Obj | None:
-    resources = by_group_version(group, version)
+def resource_list(table: KindTable, group: str, version: str) -> Obj | None:
+    resources = table.by_group_version(group, version)
     if not resources:
         return None
     items = [e for r in resources for e in _resource_entries(r)]
@@ -169,15 +172,15 @@ def _aggregated_resource(res: Kind) -> Obj:
     return entry
 
 
-def aggregated(core: bool) -> Obj:
-    wanted = {"": ["v1"]} if core else _versions_by_group()
+def aggregated(table: KindTable, core: bool) -> Obj:
+    wanted = {"": ["v1"]} if core else _versions_by_group(table)
     items = []
     for group, versions in wanted.items():
         meta = {"name": group} if group else {}
         entries = [
             {
                 "version": version,
-                "resources": [_aggregated_resource(r) for r in by_group_version(group, version)],
+                "resources": [_aggregated_resource(r) for r in table.by_group_version(group, version)],
                 "freshness": "Current",
             }
             for version in versions

@@ -79,6 +79,7 @@ class ApiError(Exception):
         message: str,
         details: dict[str, Any] | None = None,
         retry_after: int | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -86,11 +87,17 @@ class ApiError(Exception):
         self.message = message
         self.details = details
         self.retry_after = retry_after
+        self.metadata = metadata  # the Status's ListMeta (an expired list's inconsistent continue token)
 
     def status(self) -> dict[str, Any]:
         """The Status in the order Go marshals metav1.Status: kind, apiVersion, metadata, status, message,
         reason, details, code (clients that compare error bodies byte for byte see upstream's)."""
-        out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+        out: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": dict(self.metadata or {}),
+            "status": "Failure",
+        }
         if self.message:  # message and reason are omitempty: an unknown reason is left out
             out["message"] = self.message
         if self.reason:

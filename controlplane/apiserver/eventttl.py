@@ -12,9 +12,9 @@ from typing import Any
 
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.kinds.ports import Registry
 from controlplane.apiserver.meta import now, parse_time
 from controlplane.apiserver.options import DeleteOptions
-from controlplane.apiserver.registry import Registry
 
 log = logging.getLogger("controlplane.eventttl")
 

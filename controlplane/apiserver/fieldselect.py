@@ -77,14 +77,14 @@ def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Pre
 
 # Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.
 _VIEW_PATHS = sorted(
-    {p for k in kinds.KINDS for f in k.field_selectors if f.exposed for p in (f.at, f.fallback) if p}
+    {p for k in kinds.BUILT_IN for f in k.field_selectors if f.exposed for p in (f.at, f.fallback) if p}
     | {"metadata.name", "metadata.namespace", "metadata.labels", "metadata.deletionTimestamp"}
 )
 
 
 # Custom resources keep their whole object as the view: the fields their CRD makes selectable
 # (selectableFields) are known only at run time and may change with the CRD.
-_BUILT_IN = frozenset(k.api_version for k in kinds.KINDS)
+_BUILT_IN = frozenset(k.api_version for k in kinds.BUILT_IN)
 
 
 def slim_view(obj: Obj) -> Obj:

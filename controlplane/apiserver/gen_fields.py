@@ -53,6 +53,9 @@ _SCALARS = {
     "bytes": "bytes",
     "bytearray": "bytes",
 }
+# Required in the OpenAPI but a pointer in Go: a missing value stays missing (nil) for validation to name
+# (`pathType: Required value`), never becomes the zero value.
+POINTER_REQUIRED = {("V1HTTPIngressPath", "pathType")}
 _LIST = re.compile(r"^(?:List|list)\[(.+)\]$")
 _MAP = re.compile(r"^(?:Dict|dict)\[str, ?(.+)\]$|^dict\(str, ?(.+)\)$")
 
@@ -77,11 +80,11 @@ def _model_names(ref: str) -> list[str]:
 def generate() -> tuple[dict[str, Any], dict[str, dict[str, str]], list[str]]:
     from kubernetes.client import models
 
-    from controlplane.apiserver.kinds import KINDS
+    from controlplane.apiserver.kindparts import builtin_table
 
     marks: dict[tuple[str, str], str] = {}
     roots: list[str] = []
-    for kind in KINDS:
+    for kind in builtin_table():
         marks.update(kind.type_marks)
         roots += [kind.schema] + [s.schema for s in kind.subresources if s.schema]
     roots += EXTRA_ROOTS
@@ -113,7 +116,9 @@ def generate() -> tuple[dict[str, Any], dict[str, dict[str, str]], list[str]]:
         needed = sorted(
             cls.attribute_map[k]
             for k, f in model_fields.items()
-            if f.is_required() and k in cls.attribute_map
+            if f.is_required()
+            and k in cls.attribute_map
+            and (name, cls.attribute_map[k]) not in POINTER_REQUIRED
         )
         if needed:
             required[name] = needed

@@ -22,6 +22,7 @@ from controlplane.apiserver import (
     audit,
     errors,
     fieldselect,
+    listoptions,
     metrics,
     protobufhttp,
     responses,
@@ -92,7 +93,7 @@ class RestHandler:
     async def _dispatch(
         self, request: web.Request, group: str, version: str, tail: str
     ) -> web.StreamResponse:
-        info = parse_path(group, version, tail)
+        info = parse_path(group, version, tail, self.registry.kinds)
         method = request.method
         q = request.query
         watch = info.watch_path or bool_param(q, "watch")
@@ -343,6 +344,7 @@ class RestHandler:
     async def _list(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
         q = request.query
+        listoptions.check(q, watch=False)
         predicate, _ = self.predicate(request, res)
         rv = q.get("resourceVersion", "")
         match = q.get("resourceVersionMatch", "")
@@ -407,6 +409,8 @@ class RestHandler:
                 raise errors.bad_request(
                     "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
                 ) from None
+            if revision == -1:
+                revision = 0  # the inconsistent token of an expired list: go on at the newest revision
         elif match == "Exact" and rv:
             revision = responses.revision(rv)
         elif rv == "":
@@ -442,9 +446,14 @@ class RestHandler:
             raise too_large(TooLargeResourceVersionError(err.requested, err.current)) from None
         except CompactedError:
             if token:
-                raise errors.gone(
-                    "The provided continue parameter is too old to display a consistent list result. You can "
-                    "start a new list without the continue parameter."
+                # upstream's etcd3 store: a 410 whose metadata.continue goes on from the same key at the
+                # newest revision (rv -1), for a client that accepts an inconsistent list
+                again = {"v": "meta.k8s.io/v1", "rv": -1, "start": start_after[len(prefix) :]}
+                raise errors.ApiError(
+                    410,
+                    "Expired",
+                    INCONSISTENT_CONTINUE,
+                    metadata={"continue": _encode_token(again)},
                 ) from None
             raise errors.gone(
                 f"too old resource version: {revision} ({self.registry.store.compacted_revision + 1})"
@@ -452,7 +461,7 @@ class RestHandler:
         next_token, remaining = "", None
         if limit and more:
             payload = {"v": "meta.k8s.io/v1", "rv": revision, "start": start_after[len(prefix) :]}
-            next_token = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+            next_token = _encode_token(payload)
             if predicate is None:
                 remaining = await self.registry.store.count(prefix, revision, start_after)
         return out, revision, next_token, remaining
@@ -579,7 +588,7 @@ class RestHandler:
                 if err.code != 404:
                     raise
                 obj = await res.storage_form(
-                    ssa.apply(None, applied, manager, schema=res.smp, reset=reset), self.cache
+                    ssa.apply(None, applied, manager, schema=res.apply_schema, reset=reset), self.cache
                 )
                 created = await self.registry.create(res, info.namespace, obj, self.user(request), dry_run)
                 return self.warn(json_response(await self.served(res, created), 201), unknown)
@@ -587,7 +596,7 @@ class RestHandler:
         async def mutate(current: Obj) -> Obj:
             view = await self.served(res, current)
             return await res.storage_form(
-                ssa.apply(view, applied, manager, force, res.smp, reset), self.cache
+                ssa.apply(view, applied, manager, force, res.apply_schema, reset), self.cache
             )
 
         updated = await self.registry.guaranteed_update(
@@ -724,6 +733,20 @@ def _plain_accepted(request: web.Request) -> bool:
         if mime in ("*/*", "application/*") or mime in _SERVED.split(", "):
             return True
     return False
+
+
+INCONSISTENT_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list."
+)
+
+
+def _encode_token(payload: Obj) -> str:
+    """A continue token as upstream encodes it: unpadded URL-safe base64 of its JSON."""
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
 
 
 def _patcher(kind: str, patch: Any, res: Kind) -> Callable[[Obj], Obj]:

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import aiohttp
 from aiohttp import web
 
-from controlplane.apiserver import errors
+from controlplane.apiserver import errors, wsreader
 from kubeclient.tlsverify import go_compatible
 
 # PodLogOptions query parameters passed on to the kubelet, as upstream's LogLocation forwards them.
@@ -155,11 +155,6 @@ class KubeletClient:
                     body=body,
                     content_type=upstream.content_type or "application/json",
                 )
-            out = web.StreamResponse(headers={"Content-Type": "text/plain"})
-            await out.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
-            return out
+            return await wsreader.stream(request, upstream.content.iter_any())
         finally:
             upstream.release()

@@ -1,7 +1,12 @@
 """The API server's request metrics with upstream's names, labels and buckets
 (k8s.io/apiserver/pkg/endpoints/metrics): apiserver_request_total and apiserver_request_duration_seconds
 per verb, dry_run, group, version, resource, subresource, scope and component (and code for the total),
-and apiserver_longrunning_requests for the watches and connections open now.
+apiserver_response_sizes of reads (GET, LIST), apiserver_longrunning_requests for the watches and
+connections open now, apiserver_current_inflight_requests (the most requests of each kind, readOnly or
+mutating, in flight at once within the last second, long-running ones aside), apiserver_watch_events_total
+and apiserver_watch_events_sizes per group, version and kind, and the process_* family (prometheus_client's
+process collector). /metrics also shows admissionmetrics' histograms, storemetrics' etcd latencies and
+flowcontrol's.
 
 The REST handler marks a resource request once it has been parsed and authorized (`mark`), so, as
 upstream's instrumented routes, refusals by authentication and authorization are not counted; a
@@ -15,14 +20,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from controlplane.apiserver import admissionmetrics
 from kubeclient.exposition import render
 from kubeclient.logsetup import V, kv
 
@@ -70,6 +76,12 @@ _REPORTED = {
     "deletecollection": "DELETECOLLECTION",
 }
 _UNCOUNTED = (401, 403, 404)
+# upstream's responseSizes buckets: 1 KB to 1 GB, by tens
+SIZE_BUCKETS = tuple(1000.0 * 10**i for i in range(7))
+# upstream's WatchEventsSizes buckets: 1 KiB to 128 KiB, doubling
+WATCH_SIZE_BUCKETS = tuple(1024.0 * 2**i for i in range(8))
+_SIZE_LABELS = ["verb", "group", "version", "resource", "subresource", "scope", "component"]
+_READ_ONLY_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +173,62 @@ class _LongRunning(Collector):
         yield family
 
 
+@dataclass
+class _Watermark:
+    """Requests in flight per kind and the most seen at once within the current and the last second
+    (upstream's watermark, reported as the last second's maximum)."""
+
+    now: dict[str, int] = field(default_factory=lambda: {"mutating": 0, "readOnly": 0})
+    high: dict[str, int] = field(default_factory=lambda: {"mutating": 0, "readOnly": 0})
+    last: dict[str, int] = field(default_factory=lambda: {"mutating": 0, "readOnly": 0})
+    window: float = 0.0
+
+    def _roll(self) -> None:
+        second = float(int(time.monotonic()))
+        if second != self.window:
+            self.last = self.high if second - self.window <= 1 else dict(self.now)
+            self.high, self.window = dict(self.now), second
+
+    def enter(self, kind: str) -> None:
+        self._roll()
+        self.now[kind] += 1
+        self.high[kind] = max(self.high[kind], self.now[kind])
+
+    def leave(self, kind: str) -> None:
+        self._roll()
+        self.now[kind] -= 1
+
+    def collect(self) -> Metric:
+        self._roll()
+        family = GaugeMetricFamily(
+            "apiserver_current_inflight_requests",
+            "[STABLE] Maximal number of currently used inflight request limit of this apiserver per request "
+            "kind in last second.",
+            labels=["request_kind"],
+        )
+        for kind in ("mutating", "readOnly"):
+            family.add_metric([kind], max(self.last[kind], self.high[kind]))
+        return family
+
+
+def _inflight_kind(request: web.Request) -> str | None:
+    """readOnly or mutating, None for a long-running request (a watch), which upstream does not count."""
+    if request.query_string and request.query.get("watch", "").lower() not in ("", "0", "false"):
+        return None
+    if "/watch/" in request.path:
+        return None
+    return "readOnly" if request.method in _READ_ONLY_METHODS else "mutating"
+
+
 class _Gauges(Collector):
     """Gauges computed at scrape time from the server's state (storage objects, watchers)."""
 
-    def __init__(self, source: Callable[[], list[Metric]]) -> None:
+    def __init__(self, source: Callable[[], list[Metric]], watermark: _Watermark) -> None:
         self.source = source
+        self.watermark = watermark
 
     def collect(self) -> Iterator[Metric]:
+        yield self.watermark.collect()
         yield from self.source()
 
 
@@ -189,30 +250,69 @@ class ApiServerMetrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
-        self._children: dict[tuple[tuple[str, ...], int], tuple[Any, Any]] = {}
+        self.sizes = Histogram(
+            "apiserver_response_sizes",
+            "[STABLE] Response size distribution in bytes for each group, version, verb, resource, subresource, "
+            "scope and component.",
+            _SIZE_LABELS,
+            buckets=SIZE_BUCKETS,
+            registry=r,
+        )
+        self.watch_events = Counter(
+            "apiserver_watch_events",
+            "[ALPHA] Number of events sent in watch clients",
+            ["group", "version", "kind"],
+            registry=r,
+        )
+        self.watch_event_sizes = Histogram(
+            "apiserver_watch_events_sizes",
+            "[ALPHA] Watch event size distribution in bytes",
+            ["group", "version", "kind"],
+            buckets=WATCH_SIZE_BUCKETS,
+            registry=r,
+        )
+        ProcessCollector(registry=r)
+        self._children: dict[tuple[tuple[str, ...], int], tuple[Any, Any, Any]] = {}
         self.inflight: dict[int, web.Request] = {}  # id -> request (requests are unhashable)
+        self.watermark = _Watermark()
         r.register(_LongRunning(self.inflight))
-        r.register(_Gauges(state))
+        r.register(_Gauges(state, self.watermark))
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         started = time.perf_counter()
         self.inflight[id(request)] = request
+        request[METRICS_KEY] = self
+        kind = _inflight_kind(request)
+        if kind is not None:
+            self.watermark.enter(kind)
         status = 500
+        size = 0
         try:
             response = await handler(request)
             status = response.status
+            size = _body_size(response)
             return response
         except web.HTTPException as exc:
             status = exc.status
+            size = len(exc.body) if isinstance(exc.body, bytes) else 0
             raise
         finally:
+            if kind is not None:
+                self.watermark.leave(kind)
             self.inflight.pop(id(request), None)
-            self._record(request, status, time.perf_counter() - started)
+            self._record(request, status, time.perf_counter() - started, size)
             if httplog.isEnabledFor(HTTPLOG_LEVEL):
                 _log_request(request, status, time.perf_counter() - started)
 
-    def _record(self, request: web.Request, status: int, seconds: float) -> None:
+    def watch_recorder(self, group: str, version: str, kind: str) -> WatchRecorder:
+        """What a watch counts its events with (apiserver_watch_events_total and _sizes)."""
+        return WatchRecorder(
+            self.watch_events.labels(group, version, kind),
+            self.watch_event_sizes.labels(group, version, kind),
+        )
+
+    def _record(self, request: web.Request, status: int, seconds: float, size: int = 0) -> None:
         info = request.get(INFO_KEY)
         if info is not None:
             labels = (
@@ -238,12 +338,37 @@ class ApiServerMetrics:
             children = self._children[key] = (
                 self.requests.labels(*labels, str(status)),
                 self.durations.labels(*labels),
+                # upstream measures the sizes of reads only
+                self.sizes.labels(*labels[:1], *labels[2:]) if labels[0] in ("GET", "LIST") else None,
             )
         children[0].inc()
         children[1].observe(seconds)
+        if children[2] is not None:
+            children[2].observe(size)
 
     def exposition(self) -> bytes:
-        return render([self.registry])
+        return render([self.registry, admissionmetrics.REGISTRY])
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRecorder:
+    events: Any
+    sizes: Any
+
+    def sent(self, size: int) -> None:
+        self.events.inc()
+        self.sizes.observe(size)
+
+
+METRICS_KEY = web.RequestKey("apiserver_metrics", ApiServerMetrics)
+
+
+def _body_size(response: web.StreamResponse) -> int:
+    """Bytes of the response body: what a streamed answer wrote, or the body a plain one will send."""
+    if response.prepared:
+        return int(response.body_length)
+    body = getattr(response, "body", None)
+    return len(body) if isinstance(body, bytes | bytearray) else 0
 
 
 def _is_discovery(path: str) -> bool:

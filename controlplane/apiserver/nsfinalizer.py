@@ -29,7 +29,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.apiserver import kinds
 from controlplane.apiserver.aggregator.apis import APIServiceInfo
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.apiservice import KIND as APISERVICES
@@ -155,7 +154,7 @@ class NamespaceFinalizer:
         """Delete what the namespace holds, then count what is left (upstream's deleteAllContent)."""
         await self.registry.cache.wait_fresh()
         sweep = Sweep(stale=self._stale_group_versions())
-        for res in kinds.sweepable():
+        for res in self.registry.kinds.sweepable():
             items = self.registry.cache.list(res.bucket, res.prefix(name))
             if not items:
                 continue

@@ -13,14 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver.kinds import KINDS, by_group_version, groups
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.smp_schema import ListSpec
 from kubeclient.version import KUBERNETES_VERSION
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.kindtable import KindTable
 
 Obj = dict[str, Any]
 
@@ -146,7 +149,7 @@ def _merge_keys(type_name: str, smp: Any, out: dict[tuple[str, str], ListSpec]) 
             _merge_keys(ref, spec, out)
 
 
-def _definitions(v3: bool, resources: list[Kind] | None = None) -> Obj:
+def _definitions(v3: bool, resources: Iterable[Kind]) -> Obj:
     """Schemas of the served kinds and every type they use, from fields.json (the Python client's
     models), with x-kubernetes-group-version-kind on the kinds and the patch merge keys we apply."""
     types = _fields()["types"]
@@ -154,7 +157,7 @@ def _definitions(v3: bool, resources: list[Kind] | None = None) -> Obj:
     merge: dict[tuple[str, str], ListSpec] = {}
     roots: dict[str, list[Obj]] = {}
     own: Obj = {}  # definitions of kinds whose schema is their own (custom resources)
-    for res in resources if resources is not None else KINDS:
+    for res in resources:
         own.update(res.openapi_definitions(v3))
         if res.schema not in types:
             continue
@@ -216,20 +219,20 @@ LIST_META: Obj = {
 }
 
 
-def v2_document() -> Obj:
+def v2_document(table: KindTable) -> Obj:
     paths: Obj = {}
-    for res in KINDS:
+    for res in table:
         paths.update(_paths(res, v3=False))
     return {
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": KUBERNETES_VERSION},
         "paths": paths,
-        "definitions": _definitions(v3=False),
+        "definitions": _definitions(v3=False, resources=table),
     }
 
 
-def v3_group_version(group: str, version: str) -> Obj | None:
-    resources = by_group_version(group, version)
+def v3_group_version(table: KindTable, group: str, version: str) -> Obj | None:
+    resources = table.by_group_version(group, version)
     if not resources:
         return None
     paths: Obj = {}
@@ -248,11 +251,11 @@ def _hash(doc: Obj) -> str:
     return hashlib.sha512(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:128].upper()
 
 
-def v3_index() -> tuple[Obj, dict[str, tuple[Obj, str]]]:
+def v3_index(table: KindTable) -> tuple[Obj, dict[str, tuple[Obj, str]]]:
     """The /openapi/v3 root and its per-group-version documents with their hashes."""
     docs: dict[str, tuple[Obj, str]] = {}
-    for group, version in [("", "v1"), *groups()]:
-        doc = v3_group_version(group, version)
+    for group, version in [("", "v1"), *table.groups()]:
+        doc = v3_group_version(table, group, version)
         if doc is not None:
             docs[_gv_path(group, version)] = (doc, _hash(doc))
     root = {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash={h}"} for p, (_, h) in docs.items()}}

@@ -8,7 +8,7 @@ from typing import Any
 
 from controlplane.apiserver import errors
 from controlplane.apiserver.errors import FieldError
-from controlplane.apiserver.request import int_param
+from controlplane.apiserver.params import int_param
 
 Obj = dict[str, Any]
 SCHEMA = "V1DeleteOptions"

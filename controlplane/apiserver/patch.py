@@ -1,8 +1,9 @@
 """The patch types: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch.
 
 Strategic merge needs to know, per field, whether a list is merged by a key (containers by name, ports
-by containerPort, conditions by type, ...) or replaced. `smp_schema.py` holds those facts for the
-served types; this module only applies them, including the directives kubectl sends
+by containerPort, conditions by type, ...) or replaced. `smp_schema.py` builds those facts from upstream's
+OpenAPI markers; server-side apply merges with the same function over its own view of them (lists keyed
+by all their list-map keys, atomic maps replaced whole). This module only applies them, including the directives kubectl sends
 ($patch, $retainKeys, $setElementOrder/..., $deleteFromPrimitiveList/...).
 """
 
@@ -13,7 +14,7 @@ import json
 from typing import Any
 
 from controlplane.apiserver.errors import ApiError, bad_request
-from controlplane.apiserver.smp_schema import ListSpec, Schema
+from controlplane.apiserver.smp_schema import ATOMIC, ListSpec, Schema
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -188,7 +189,9 @@ def strategic_merge(original: Any, patch: Any, schema: Schema | None, ordered: b
             result.pop(key, None)
             continue
         sub = schema.get(key) if isinstance(schema, dict) else None
-        if isinstance(value, dict):
+        if isinstance(value, dict) and sub is ATOMIC:
+            result[key] = copy.deepcopy(value)
+        elif isinstance(value, dict):
             merged = strategic_merge(result.get(key), value, sub if isinstance(sub, dict) else None, ordered)
             if merged is None:
                 result.pop(key, None)
@@ -209,12 +212,6 @@ def strategic_merge(original: Any, patch: Any, schema: Schema | None, ordered: b
     return result
 
 
-def _identity(item: Any, spec: ListSpec) -> Any:
-    if spec.merge_key is None:
-        return item
-    return item.get(spec.merge_key) if isinstance(item, dict) else None
-
-
 def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec, ordered: bool = True) -> list[Any]:
     if any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
         return [copy.deepcopy(p) for p in patch if not (isinstance(p, dict) and "$patch" in p)]
@@ -228,8 +225,8 @@ def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec, ordered: 
     result = list(original)
     kept = []
     for item in patch:
-        ident = _identity(item, spec)
-        position = next((i for i, cur in enumerate(result) if _identity(cur, spec) == ident), None)
+        ident = spec.identity(item)
+        position = next((i for i, cur in enumerate(result) if spec.identity(cur) == ident), None)
         if isinstance(item, dict) and item.get("$patch") == "delete":
             if position is not None:
                 result.pop(position)
@@ -241,7 +238,7 @@ def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec, ordered: 
             result[position] = strategic_merge(result[position], item, spec.item, ordered)
     if not ordered:
         return result
-    live = [o for o in original if any(_identity(o, spec) == _identity(r, spec) for r in result)]
+    live = [o for o in original if any(spec.identity(o) == spec.identity(r) for r in result)]
     return _normalize(result, kept, live, spec)
 
 
@@ -259,11 +256,11 @@ def _normalize(merged: list[Any], order: list[Any], live: list[Any], spec: ListS
     def positions(items: list[Any]) -> dict[str, int]:
         out: dict[str, int] = {}
         for i, item in enumerate(items):
-            out.setdefault(_rank_key(_identity(item, spec) if spec.merge_key else item), i)
+            out.setdefault(_rank_key(spec.identity(item)), i)
         return out
 
     def key(item: Any) -> str:
-        return _rank_key(_identity(item, spec))
+        return _rank_key(spec.identity(item))
 
     wanted, served = positions(order), positions(live)
     patched = sorted((m for m in merged if key(m) in wanted), key=lambda m: wanted[key(m)])

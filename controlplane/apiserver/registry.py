@@ -15,9 +15,9 @@ import inspect
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver import deletion, errors, kinds, ssa
+from controlplane.apiserver import deletion, errors, ssa
 from controlplane.apiserver.admission import AdmissionChain, AdmissionRequest
 from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.deletion import Step
@@ -30,6 +30,9 @@ from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.typed import fill_required
 from controlplane.storage import ConflictError, KeyExistsError, NotFoundError
 from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, WatchCache, encode
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.kindtable import KindTable
 
 Obj = dict[str, Any]
 
@@ -63,10 +66,13 @@ def _reset(res: Kind, subresource: str) -> frozenset[str]:
 
 
 class Registry:
-    def __init__(self, cache: WatchCache, admission: AdmissionChain) -> None:
+    def __init__(self, cache: WatchCache, admission: AdmissionChain, kinds: KindTable) -> None:
         self.cache = cache
         self.store = cache.store
         self.admission = admission
+        # The kinds this server serves: the plugins, controllers and handlers reaching the registry read
+        # them here (custom resources come and go in it).
+        self.kinds = kinds
         # The server's authorizers and the RBAC index (authmodes.Authorization): RBAC's escalation checks ask them.
         self.authorization: Any = None
         # --service-cluster-ip-range and --service-node-port-range: what the Service allocator hands out.
@@ -200,7 +206,7 @@ class Registry:
         meta = obj["metadata"]
         if manager is not None:
             meta.pop("managedFields", None)
-            ssa.track_update(None, obj, manager, schema=res.smp, reset=_reset(res, ""))
+            ssa.track_update(None, obj, manager, schema=res.apply_schema, reset=_reset(res, ""))
         if dry_run:
             # Upstream's dry-run storage reads the key instead of writing it: an object of that
             # name is the same 409 AlreadyExists a real create meets.
@@ -226,8 +232,7 @@ class Registry:
                     raise
 
     async def bootstrap(self) -> None:
-        for kind in kinds.KINDS:
-            await kind.bootstrap(self)
+        await self.kinds.bootstrap(self)
 
     # --- update --------------------------------------------------------------------------------------
 
@@ -320,7 +325,7 @@ class Registry:
                 new,
                 manager,
                 subresource if subresource in ("status", "scale") else "",
-                res.smp,
+                res.apply_schema,
                 _reset(res, subresource),
             )
             if not new["metadata"]["managedFields"]:

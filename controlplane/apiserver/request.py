@@ -7,9 +7,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from controlplane.apiserver import decoding, errors, kinds
+from controlplane.apiserver import decoding, errors
 from controlplane.apiserver.decoding import MAX_BODY, MAX_OBJECT
+from controlplane.apiserver.kinds import BUILT_IN
+from controlplane.apiserver.kinds import namespace as namespaces
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.kindtable import KindTable
+from controlplane.apiserver.params import bool_param, int_param
 
 RESERVED_SUBRESOURCES = {
     "log",
@@ -33,7 +37,8 @@ class RequestInfo:
     subpath: str = ""  # what follows .../{name}/proxy/ (the proxied path, its trailing slash kept)
 
 
-def parse_path(group: str, version: str, tail: str) -> RequestInfo:
+def parse_path(group: str, version: str, tail: str, table: KindTable | None = None) -> RequestInfo:
+    """What `tail` addresses among the kinds of `table` (the server's; by default the built-in kinds)."""
     parts = [p for p in tail.split("/") if p]
     watch = False
     if parts and parts[0] == "watch":
@@ -52,7 +57,7 @@ def parse_path(group: str, version: str, tail: str) -> RequestInfo:
         parts = parts[:3]
     if not parts or len(parts) > 3:
         raise not_found()
-    res = kinds.by_path(group, version, parts[0])
+    res = (table or _built_in()).by_path(group, version, parts[0])
     if res is None or (namespace and not res.namespaced):
         raise not_found()
     name = parts[1] if len(parts) > 1 else ""
@@ -65,8 +70,12 @@ def parse_path(group: str, version: str, tail: str) -> RequestInfo:
 @cache
 def _namespace_subresources() -> frozenset[str]:
     """/namespaces/{name}/status is the namespace's subresource, /namespaces/{ns}/pods a collection in it."""
-    namespaces = kinds.by_path("", "v1", "namespaces")
-    return frozenset(s.name for s in namespaces.subresources) if namespaces else frozenset()
+    return frozenset(s.name for s in namespaces.KIND.subresources)
+
+
+@cache
+def _built_in() -> KindTable:
+    return KindTable(BUILT_IN)
 
 
 def not_found() -> errors.ApiError:
@@ -75,23 +84,6 @@ def not_found() -> errors.ApiError:
 
 def decode(body: bytes, content_type: str) -> Any:
     return decoding.decode(body, content_type)
-
-
-def bool_param(query: Any, name: str) -> bool:
-    return str(query.get(name, "")).lower() in ("1", "true")
-
-
-def int_param(query: Any, name: str, default: int = 0) -> int:
-    """An integer query parameter; a 400 naming it when it is not one."""
-    text = query.get(name, "")
-    if text in ("", None):
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise errors.bad_request(
-            f'invalid value "{text}" for query parameter {name}: strconv.ParseInt: parsing "{text}": invalid syntax'
-        ) from None
 
 
 __all__ = ["MAX_BODY", "MAX_OBJECT", "RequestInfo", "bool_param", "decode", "int_param", "parse_path"]

@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from controlplane.apiserver import errors
-from controlplane.apiserver.kinds.base import Subresource
+from controlplane.apiserver.kinds.base import Proxy as ProxyDeclaration
 from controlplane.apiserver.kubeletproxy import kubelet_address
 from controlplane.apiserver.proxyrewrite import (
     CORS_HEADERS,
@@ -82,15 +82,13 @@ async def pod_location(rest: RestHandler, info: RequestInfo) -> tuple[str, ssl.S
 async def service_location(rest: RestHandler, info: RequestInfo) -> tuple[str, ssl.SSLContext | None]:
     """The first ready address of the Endpoints whose port matches the asked service port (by name or
     number; the only port when none is asked)."""
-    from controlplane.apiserver import kinds
-
     scheme, name, port = split_name(info.name)
     svc = (await rest.registry.get(info.resource, info.namespace, name)).obj
     ports = (svc.get("spec") or {}).get("ports") or []
     wanted = [p for p in ports if not port or p.get("name") == port or str(p.get("port")) == port]
     if not wanted:
         raise errors.ApiError(503, "ServiceUnavailable", f'no endpoints available for service "{name}"')
-    endpoints_kind = kinds.by_path("", "v1", "endpoints")
+    endpoints_kind = rest.registry.kinds.by_path("", "v1", "endpoints")
     assert endpoints_kind is not None
     try:
         endpoints = (await rest.registry.get(endpoints_kind, info.namespace, name)).obj
@@ -116,18 +114,14 @@ async def node_location(rest: RestHandler, info: RequestInfo) -> tuple[str, ssl.
     return f"{scheme or 'https'}://{netloc}:{port or kubelet_port}", rest.kubelet.ssl_context
 
 
-class Proxy(Subresource):
+class Proxy(ProxyDeclaration):
     """`<kind>/proxy`: a Connecter for upstream's proxyMethods (GET, POST, PUT, PATCH, DELETE, HEAD,
     OPTIONS), authorized by method as upstream's RequestInfo names it (HEAD as get, OPTIONS as the
     empty verb, which only a `*` rule allows)."""
 
-    name = "proxy"
-    verbs = ("create", "delete", "get", "patch", "update")
-    methods = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
-    connects = True
-
     def __init__(self, kind: str, locate: Any) -> None:
-        self.kind, self._locate = kind, locate
+        super().__init__(kind)
+        self._locate = locate
 
     async def connect(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         base, context = await self._locate(rest, info)

@@ -15,8 +15,16 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from controlplane.apiserver import audit, discovery, health, kinds, oidc, openapi, openapiproto, protobufhttp
-from controlplane.apiserver.admission import default_chain
+from controlplane.apiserver import (
+    audit,
+    discovery,
+    health,
+    kindparts,
+    oidc,
+    openapi,
+    openapiproto,
+    protobufhttp,
+)
 from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
 from controlplane.apiserver.audit import AuditOptions, build_auditor
@@ -35,6 +43,7 @@ from controlplane.apiserver.certs import (
 )
 from controlplane.apiserver.endpointreconciler import DEFAULT_INTERVAL, DEFAULT_TTL, LeaseEndpointReconciler
 from controlplane.apiserver.errors import ApiError
+from controlplane.apiserver.etcdlayout import relayout_store
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.flowcontrol.dispatcher import DUMP_PATH, Dispatcher
 from controlplane.apiserver.handlers import RestHandler, json_response
@@ -46,6 +55,7 @@ from controlplane.apiserver.request import MAX_BODY
 from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key, load_signing_key
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
 from controlplane.apiserver.serviceranges import ServiceRanges
+from controlplane.apiserver.storemetrics import MeasuredStore
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import WatchCache, encode
@@ -146,14 +156,24 @@ class ApiServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = EtcdStore(config.etcd) if config.etcd else SQLiteStore(config.data_dir / "state.db")
+        self.metrics = ApiServerMetrics(self._state_gauges)
+        # The kinds this server serves (built-in ones, then custom resources as CRDs come).
+        self.kinds = kindparts.builtin_table()
+        backend = (
+            EtcdStore(config.etcd, self.kinds.etcd_layout())
+            if config.etcd
+            else SQLiteStore(config.data_dir / "state.db")
+        )
+        self.store = MeasuredStore(backend, self.metrics.registry)
         self.cache = WatchCache(
             self.store, window=config.watch_window, viewer=slim_view, windows=config.watch_windows
         )
-        self.registry = Registry(self.cache, default_chain(config.disable_admission_plugins))
+        self.registry = Registry(
+            self.cache, self.kinds.admission_chain(config.disable_admission_plugins), self.kinds
+        )
         self.registry.service_ranges = config.service_ranges
         # In-process loops the kinds need (the namespace finalizer, event expiry).
-        self.controllers = [c for kind in kinds.KINDS for c in kind.controllers(self.registry, config)]
+        self.controllers = self.kinds.controllers(self.registry, config)
         tokens = load_token_file(config.token_file) if config.token_file else {}
         self.api_audiences = tuple(config.api_audiences or config.service_account_issuers)
         self.authenticator = Authenticator(tokens, api_audiences=self.api_audiences)
@@ -165,17 +185,16 @@ class ApiServer:
         self.rest = RestHandler(self.registry, self.authorizer)
         self.rest.authenticator = self.authenticator
         # The aggregation layer: group/versions another server serves (APIServices), proxied.
-        self.aggregator = Aggregator(self.registry, self.authorizer, {g for g, _ in kinds.groups()})
+        self.aggregator = Aggregator(self.registry, self.authorizer, {g for g, _ in self.kinds.groups()})
         self.signing_key: SigningKey | None = None
         self.ready = False
         self.steps = health.Steps()
-        self.health = health.HealthHandler(health.standard_checks(self.store, self.steps))
+        self.health = health.HealthHandler(health.standard_checks(backend, self.steps))
         self.pki: Pki | None = None
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
         self.endpoints: LeaseEndpointReconciler | None = None
         self.port = config.port
-        self.metrics = ApiServerMetrics(self._state_gauges)
         self.flowcontrol = Dispatcher(
             self.cache,
             config.max_requests_inflight + config.max_mutating_requests_inflight,
@@ -183,14 +202,16 @@ class ApiServer:
             enabled=config.enable_priority_and_fairness,
         )
         self.audit = build_auditor(config.audit)
-        self._openapi_v3 = openapi.v3_index()
-        self._openapi_v2 = openapi.v2_document()
-        self._openapi_at = kinds.generation()  # kinds come and go at runtime (custom resources)
+        self._openapi_v3 = openapi.v3_index(self.kinds)
+        self._openapi_v2 = openapi.v2_document(self.kinds)
+        self._openapi_at = self.kinds.generation()  # kinds come and go at runtime (custom resources)
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.store.start()
+        if isinstance(self.store, EtcdStore):
+            await relayout_store(self.store, self.kinds)  # an older pykubelet's layout, moved once
         await self.cache.start()
         self.steps.done.add(health.INFORMER_SYNC)
         self.authorization.start(self.cache)
@@ -245,7 +266,7 @@ class ApiServer:
         self.aggregator.start(proxy_cert, proxy_key)
         await self.audit.start()
         # Local APIServices for every built-in group/version (kube-aggregator's autoregister).
-        await autoregister.sync(self.registry, [("", "v1"), *kinds.groups()])
+        await autoregister.sync(self.registry, [("", "v1"), *self.kinds.groups()])
         self.steps.done |= {health.AUTOREGISTRATION, health.AUTOREGISTER_COMPLETION}
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -350,7 +371,7 @@ class ApiServer:
 
     def _lookup(self, resource: str, namespace: str, name: str) -> Obj | None:
         """A core object from the watch cache, for the checks of bound tokens."""
-        kind = kinds.by_path("", "v1", resource)
+        kind = self.kinds.by_path("", "v1", resource)
         cached = self.cache.get(kind.key(namespace, name)) if kind is not None else None
         return cached.obj if cached is not None else None
 
@@ -572,12 +593,12 @@ class ApiServer:
     async def _apis(self, request: web.Request) -> web.Response:
         if discovery.wants_aggregated(request.headers.get("Accept", "")):
             return self._aggregated(False)
-        doc = discovery.api_group_list()
+        doc = discovery.api_group_list(self.kinds)
         doc["groups"] += self.aggregator.group_list_additions()
         return json_response(doc)
 
     def _aggregated(self, core: bool) -> web.Response:
-        doc = discovery.aggregated(core)
+        doc = discovery.aggregated(self.kinds, core)
         if not core:
             doc["items"] += self.aggregator.aggregated_additions()
         response = web.Response(body=encode(doc) + b"\n")  # through the serializer, as the rest of discovery
@@ -585,12 +606,12 @@ class ApiServer:
         return response
 
     async def _core_resources(self, request: web.Request) -> web.Response:
-        doc = discovery.resource_list("", "v1")
+        doc = discovery.resource_list(self.kinds, "", "v1")
         assert doc is not None
         return json_response(doc)
 
     async def _group(self, request: web.Request) -> web.Response:
-        doc = discovery.api_group(request.match_info["group"]) or self.aggregator.group(
+        doc = discovery.api_group(self.kinds, request.match_info["group"]) or self.aggregator.group(
             request.match_info["group"]
         )
         if doc is None:
@@ -610,16 +631,16 @@ class ApiServer:
             return await self.aggregator.serve(request, remote, "")
         if request.method not in ("GET", "HEAD"):
             raise web.HTTPMethodNotAllowed(request.method, ["GET"])
-        doc = discovery.resource_list(request.match_info["group"], request.match_info["version"])
+        doc = discovery.resource_list(self.kinds, request.match_info["group"], request.match_info["version"])
         if doc is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         return json_response(doc)
 
     def _refresh_openapi(self) -> None:
-        if self._openapi_at != kinds.generation():
-            self._openapi_at = kinds.generation()
-            self._openapi_v3 = openapi.v3_index()
-            self._openapi_v2 = openapi.v2_document()
+        if self._openapi_at != self.kinds.generation():
+            self._openapi_at = self.kinds.generation()
+            self._openapi_v3 = openapi.v3_index(self.kinds)
+            self._openapi_v2 = openapi.v2_document(self.kinds)
 
     async def _openapi_v2_handler(self, request: web.Request) -> web.Response:
         self._refresh_openapi()

@@ -6,8 +6,9 @@ taking over the fields they changed), Apply entries for apply. An apply merges t
 the live object with strategic-merge rules, removes fields the same manager applied before and no
 longer lists (unless another manager owns them), and fails with 409 Conflict naming each field another
 manager owns with a different value, unless force=true, which takes the fields over.
-What is missing: the structured-merge-diff type model (atomic vs granular maps and structs beyond the
-merge keys we know, `x-kubernetes-list-type: set/map` for custom types, unions); managedFields are kept
+Lists, maps and structs are keyed and owned as upstream's OpenAPI markers say (smp_schema.apply_schema:
+list-map keys, sets, atomic lists, maps and structs). What is missing: unions, and a "." marker on maps
+and lists themselves; managedFields are kept
 for status and main resource alike, and apply on the status subresource is treated like the main one.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.patch import strategic_merge
-from controlplane.apiserver.smp_schema import OBJECT, ListSpec, Schema
+from controlplane.apiserver.smp_schema import ATOMIC, OBJECT, ListSpec, Schema, fill_key_defaults
 
 Obj = dict[str, Any]
 _SKIP_META = {
@@ -40,21 +41,25 @@ def field_set(value: Any, schema: Any) -> Obj:
     out: Obj = {}
     for key, sub in value.items():
         sub_schema = schema.get(key) if isinstance(schema, dict) else None
-        if isinstance(sub, dict) and sub:
+        if isinstance(sub, dict) and sub and sub_schema is not ATOMIC:
             out[f"f:{key}"] = field_set(sub, sub_schema if isinstance(sub_schema, dict) else None)
         elif isinstance(sub, list) and isinstance(sub_schema, ListSpec):
-            items: Obj = {}
-            for item in sub:
-                if sub_schema.merge_key is None:
-                    items["v:" + json.dumps(item, separators=(",", ":"))] = {}
-                elif isinstance(item, dict) and sub_schema.merge_key in item:
-                    ident = "k:" + json.dumps(
-                        {sub_schema.merge_key: item[sub_schema.merge_key]}, separators=(",", ":")
-                    )
-                    items[ident] = {".": {}, **field_set(item, sub_schema.item)}
-            out[f"f:{key}"] = items
+            out[f"f:{key}"] = _list_items(sub, sub_schema)
         else:
             out[f"f:{key}"] = {}
+    return out
+
+
+def _list_items(items: list[Any], spec: ListSpec) -> Obj:
+    """The FieldsV1 of a set (`v:` per value) or a map list (`k:` per item's keys; an atomic item is
+    owned whole, a granular one field by field under its "." marker)."""
+    out: Obj = {}
+    for item in items:
+        if not spec.keys:
+            out["v:" + json.dumps(item, separators=(",", ":"))] = {}
+        elif isinstance(item, dict) and len(keys := spec.key_fields(item)) == len(spec.keys):
+            ident = "k:" + json.dumps(keys, separators=(",", ":"))
+            out[ident] = {} if spec.item is ATOMIC else {".": {}, **field_set(item, spec.item)}
     return out
 
 
@@ -304,7 +309,9 @@ def apply(
     reset: frozenset[str] = frozenset(),
 ) -> Obj:
     """The object after `manager` applies `applied` to `current` (None: create); `schema`: the kind's
-    strategic merge keys; `reset`: top-level fields the applier never owns (reset_fields)."""
+    apply schema (smp_schema.apply_schema); `reset`: top-level fields the applier never owns (reset_fields)."""
+    applied = json.loads(json.dumps(applied))
+    fill_key_defaults(applied, schema)
     new_fields = _meta_fields(applied, schema, reset)
     entry = _entry(manager, "Apply", applied.get("apiVersion", ""), new_fields)
     if current is None:
@@ -326,8 +333,11 @@ def apply(
     result = json.loads(json.dumps(strategic_merge(current, applied, schema, ordered=False)))
     if previous is not None:
         stale = leaves(previous.get("fieldsV1") or {}) - new_paths
-        for path in sorted(stale, key=len, reverse=True):
+        # Deepest first; of one depth a whole item (its ".") before its fields, which may be its keys.
+        for path in sorted(stale, key=lambda p: (len(p), p[-1] == ".", p), reverse=True):
             item = path[:-1] if path[-1] == "." else path
+            if _is_key_field(path):
+                continue  # an item that stays keeps its keys
             # Keep what another manager still owns (an item with someone else's fields in it stays),
             # and a map this apply fills again (applied empty before, so owned as a leaf).
             if any(other[: len(item)] == item for other in others | new_paths):
@@ -349,6 +359,13 @@ def apply(
     kept.append(entry)
     result.setdefault("metadata", {})["managedFields"] = kept
     return result
+
+
+def _is_key_field(path: Path) -> bool:
+    """The path names one of its list item's key fields (`k:{"name":"c"}` / `f:name`)."""
+    if len(path) < 2 or not path[-2].startswith("k:") or not path[-1].startswith("f:"):
+        return False
+    return path[-1][2:] in json.loads(path[-2][2:])
 
 
 def _unchanged(current: Obj, result: Obj, previous: Obj, entry: Obj) -> bool:

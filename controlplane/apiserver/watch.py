@@ -1,8 +1,9 @@
 """Watches: a stream of ADDED/MODIFIED/DELETED events from the watch cache, with bookmarks (periodic,
 before timeoutSeconds ends, and the `k8s.io/initial-events-end` one after sendInitialEvents), a 410
 ERROR for a resourceVersion the window no longer holds, and the watcher released as soon as its client
-is gone. Events are written from the cache's encoded bytes unless the kind converts or a Table is asked
-for."""
+is gone. A watch from a resourceVersion the cache has not reached starts at once and delivers only what
+comes after it (upstream's cacher); sendInitialEvents=false sends no initial events. Events are written
+from the cache's encoded bytes unless the kind converts or a Table is asked for."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from controlplane.apiserver import errors, tables
+from controlplane.apiserver import errors, listoptions, tables
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.metrics import METRICS_KEY, WatchRecorder
 from controlplane.apiserver.protobuf.codec import message_for
 from controlplane.apiserver.protobufhttp import WATCH_CONTENT_TYPE, ProtobufWatchWriter, prefers_protobuf
 from controlplane.apiserver.request import RequestInfo, bool_param, int_param
@@ -51,20 +53,12 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
         predicate = lambda o: o["metadata"].get("name") == info.name and (base is None or base(o))  # noqa: E731
     rv = q.get("resourceVersion", "")
     bookmarks = bool_param(q, "allowWatchBookmarks")
+    listoptions.check(q, watch=True)
     initial = q.get("sendInitialEvents")
     send_initial = str(initial).lower() == "true"
-    if initial is not None and q.get("resourceVersionMatch") != "NotOlderThan":
-        raise errors.invalid_object(
-            "ListOptions",
-            "meta.k8s.io",
-            "",
-            [
-                errors.forbidden(
-                    "resourceVersionMatch",
-                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                )
-            ],
-        )
+    # sendInitialEvents=false: no synthetic ADDED events, whatever the resourceVersion (upstream's
+    # watch cache starts such a watch at its current revision for "" and "0")
+    no_initial = initial is not None and not send_initial
     timeout = float(int_param(q, "timeoutSeconds") or random.uniform(1800, 3600))
     key_prefix = (
         res.key(info.namespace, one_name)
@@ -83,10 +77,11 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
         elif rv in ("", "0"):
             if rv == "":
                 await rest.cache.wait_consistent()
-            from_revision = None
+            from_revision = rest.cache.revision if no_initial else None
         else:
+            # A resourceVersion the cache has not reached yet starts the watch at once: upstream's cacher
+            # opens it and delivers only what comes after that version.
             from_revision = revision(rv)
-            await rest.cache.wait_for(from_revision)
     except TooLargeResourceVersionError as err:
         raise too_large(err) from None
     watcher = None
@@ -105,6 +100,9 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     response.enable_chunked_encoding()
     await response.prepare(request)
     out: Any = ProtobufWatchWriter(response) if protobuf else response
+    metrics = request.get(METRICS_KEY)
+    if metrics is not None:
+        out = _CountedWriter(out, metrics.watch_recorder(res.group, res.version, res.kind))
     rest.active_watches += 1
     try:
         if error_status is not None or watcher is None:
@@ -136,7 +134,7 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
 
 async def _pump(
     request: web.Request,
-    response: web.StreamResponse | ProtobufWatchWriter,
+    response: web.StreamResponse | ProtobufWatchWriter | _CountedWriter,
     watcher: Any,
     res: Kind,
     cache: WatchCache,
@@ -206,6 +204,17 @@ async def _pump(
         sent += 1
         if sent == initial_count:
             await response.write(_bookmark(res, initial_rv, True))
+
+
+class _CountedWriter:
+    """Writes a watch's events, each counted into apiserver_watch_events_total and _sizes."""
+
+    def __init__(self, inner: Any, recorder: WatchRecorder) -> None:
+        self.inner, self.recorder = inner, recorder
+
+    async def write(self, data: bytes) -> None:
+        await self.inner.write(data)
+        self.recorder.sent(len(data))
 
 
 async def _served_raw(res: Kind, cached: Any, cache: WatchCache) -> bytes:

@@ -83,6 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cluster-signing-key-file", type=Path, default=None, help="the cluster CA's private key (PEM)"
     )
     parser.add_argument(
+        "--csi-address",
+        default=None,
+        help="the CSI driver's controller socket (for the csi-provisioner and csi-attacher controllers)",
+    )
+    parser.add_argument(
         "--local-path-root", default=None, help="the local-path provisioner's volume folder on each node"
     )
     parser.add_argument(
@@ -196,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
                 k: v
                 for k, v in (
                     ("local_path_root", args.local_path_root),
+                    ("csi_address", args.csi_address),
                     ("local_path_helper_image", args.local_path_helper_image),
                 )
                 if v

@@ -35,6 +35,10 @@ from controlplane.controllers.statefulset import StatefulSetController
 from controlplane.controllers.tainteviction import TaintEvictionController
 from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 from controlplane.controllers.volume import (
+    AttachDetachController,
+    CSIAttacher,
+    CSIProvisioner,
+    EphemeralVolumeController,
     LocalPathProvisioner,
     PersistentVolumeController,
     PVCProtectionController,
@@ -72,14 +76,21 @@ CONTROLLERS: dict[str, type[Controller]] = {
         PVCProtectionController,
         PVProtectionController,
         LocalPathProvisioner,
+        CSIProvisioner,
+        CSIAttacher,
+        AttachDetachController,
+        EphemeralVolumeController,
         HorizontalPodAutoscalerController,
         ServiceLBController,
         ResourceQuotaController,
         NodeIpamController,
     )
 }
-# Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...).
-OFF_BY_DEFAULT: frozenset[str] = frozenset({"bootstrapsigner", "tokencleaner"})
+# Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...); the CSI sidecars
+# run only in a manager started beside a driver (--csi-address).
+OFF_BY_DEFAULT: frozenset[str] = frozenset(
+    {"bootstrapsigner", "tokencleaner", "csi-provisioner", "csi-attacher"}
+)
 
 
 def enabled(spec: str) -> list[str]:

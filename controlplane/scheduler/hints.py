@@ -10,11 +10,18 @@ from controlplane.scheduler.nodeinfo import NodeFacts
 
 # A placed pod went away: its resources and ports are free, affinity/spread counts drop.
 POD_REMOVED = frozenset(
-    {"NodeResourcesFit", "NodePorts", "InterPodAffinity", "PodTopologySpread", "VolumeBinding"}
+    {
+        "NodeResourcesFit",
+        "NodePorts",
+        "InterPodAffinity",
+        "PodTopologySpread",
+        "VolumeBinding",
+        "NodeVolumeLimits",
+    }
 )
 # A pod was placed (or a placed pod's labels changed): affinity may now be satisfied, spread changes.
 POD_PLACED = frozenset({"InterPodAffinity", "PodTopologySpread"})
-VOLUMES = frozenset({"VolumeBinding"})
+VOLUMES = frozenset({"VolumeBinding", "NodeVolumeLimits"})
 NAMESPACE = frozenset({"InterPodAffinity"})
 
 
@@ -30,5 +37,5 @@ def node_changed(before: NodeFacts | None, after: NodeFacts) -> frozenset[str] |
     if before.unschedulable != after.unschedulable:
         plugins.add("NodeUnschedulable")
     if before.allocatable != after.allocatable:
-        plugins.add("NodeResourcesFit")
+        plugins |= {"NodeResourcesFit", "NodeVolumeLimits"}
     return frozenset(plugins)

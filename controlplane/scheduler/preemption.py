@@ -27,6 +27,7 @@ from controlplane.scheduler.filters.pod_topology_spread import REASON as SPREAD_
 from controlplane.scheduler.framework import ClusterView, FilterPlugin
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
+from controlplane.scheduler.volumelimits import MAX_VOLUME_COUNT
 from kubeclient.selectors import Selector
 
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -34,7 +35,14 @@ NO_VICTIMS = "No preemption victims found for incoming pod"
 POLICY_NEVER = "not eligible due to preemptionPolicy=Never."
 TERMINATING_ON_NOMINATED = "not eligible due to a terminating pod on the nominated node."
 _RESOLVABLE = frozenset(
-    {TOO_MANY_PODS, PORTS_REASON, ANTI_AFFINITY_REASON, EXISTING_ANTI_AFFINITY_REASON, SPREAD_REASON}
+    {
+        TOO_MANY_PODS,
+        PORTS_REASON,
+        ANTI_AFFINITY_REASON,
+        EXISTING_ANTI_AFFINITY_REASON,
+        SPREAD_REASON,
+        MAX_VOLUME_COUNT,
+    }
 )
 MIN_CANDIDATES_PERCENT, MIN_CANDIDATES = 10, 100
 _PRIORITY_OFFSET = 2**31  # upstream adds MaxInt32 + 1 so that the sums compare as non-negative

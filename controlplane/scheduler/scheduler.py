@@ -31,6 +31,7 @@ from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
 from controlplane.scheduler.spreadselectors import SpreadSelectors
 from controlplane.scheduler.victims import budgets, evict
 from controlplane.scheduler.volumebinding import VolumeBinding
+from controlplane.scheduler.volumelimits import NodeVolumeLimits
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import rfc3339
@@ -89,7 +90,10 @@ class Scheduler:
         self.volumes = Informer(client, "/api/v1/persistentvolumes")
         self.classes = Informer(client, "/apis/storage.k8s.io/v1/storageclasses")
         self.volume_binding = VolumeBinding(self.claims, self.volumes, self.classes)
-        self.filters = default_filters(self.volume_binding)
+        # NodeVolumeLimits: the CSI drivers' allocatable counts from the nodes' CSINodes.
+        self.csinodes = Informer(client, "/apis/storage.k8s.io/v1/csinodes")
+        self.volume_limits = NodeVolumeLimits(self.claims, self.volumes, self.classes, self.csinodes)
+        self.filters = default_filters(self.volume_limits, self.volume_binding)
         # Namespace labels (affinity terms' namespaceSelector) and the Services and controllers whose
         # selectors PodTopologySpread's default constraints spread by.
         self.namespaces = Informer(client, "/api/v1/namespaces")
@@ -104,6 +108,7 @@ class Scheduler:
             self.claims,
             self.volumes,
             self.classes,
+            self.csinodes,
             self.namespaces,
             self.budgets,
             *self.spread_selectors.informers,
@@ -115,7 +120,7 @@ class Scheduler:
             lambda o, n: self._namespace_changed(o, n),
             None,
         )
-        for informer in (self.claims, self.volumes, self.classes):
+        for informer in (self.claims, self.volumes, self.classes, self.csinodes):
             informer.add_handler(
                 lambda _o: self._volumes_changed(),
                 lambda _o, _n: self._volumes_changed(),

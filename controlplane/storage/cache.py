@@ -110,6 +110,8 @@ class Watcher:
     # Highest revision handed to the queue; with an empty queue the watcher has seen everything up
     # to the cache's revision, which is what a bookmark may promise.
     last_revision: int = 0
+    # A watch from a resourceVersion the cache has not reached: nothing at or below it is delivered.
+    after: int = 0
 
     def matches(self, cached: CachedObject | None) -> bool:
         if cached is None or not cached.key.startswith(self.key_prefix):
@@ -117,6 +119,8 @@ class Watcher:
         return self.predicate is None or self.predicate(cached.view)
 
     def offer(self, event: CacheEvent) -> None:
+        if event.revision <= self.after:
+            return
         new_ok = event.type != "DELETED" and self.matches(event.obj)
         old_ok = self.matches(event.prev) if event.type != "ADDED" else False
         if event.type == "DELETED":
@@ -421,6 +425,8 @@ class WatchCache:
                 if event.revision > from_revision:
                     watcher.offer(event)
         watcher.last_revision = self.revision
+        if from_revision is not None and from_revision > self.revision:
+            watcher.after = from_revision
         bucket.watchers.add(watcher)
         return watcher
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from controlplane.storage.etcdkeys import PREFIX, from_etcd, normal_prefix, prefix_end, to_etcd
+from controlplane.storage.etcdkeys import PREFIX, KeyLayout, normal_prefix, prefix_end
 from controlplane.storage.etcdpb import rpc_pb2 as pb
 from controlplane.storage.etcdpb import rpc_pb2_grpc as pb_grpc
 from controlplane.storage.interface import (
@@ -136,12 +136,14 @@ def _start_cause(err: grpc.aio.AioRpcError, dial_timeout: float) -> str:
 
 
 class EtcdStore:
-    """`Store` on etcd. One channel; every key under /registry/ in upstream's layout (etcdkeys.py)."""
+    """`Store` on etcd. One channel; every key under /registry/ in upstream's layout (etcdkeys.py), as the
+    API server's kinds name it (`layout`)."""
 
-    def __init__(self, config: EtcdConfig) -> None:
+    def __init__(self, config: EtcdConfig, layout: KeyLayout | None = None) -> None:
         if not config.servers:
             raise ValueError("at least one etcd server is needed")
         self.config = config
+        self.layout = layout or KeyLayout()
         self.prefix = normal_prefix(config.prefix)
         self._channel: grpc.aio.Channel | None = None
         self._kv: pb_grpc.KVStub | None = None
@@ -275,11 +277,11 @@ class EtcdStore:
             self._revision = revision
 
     def _key(self, key: str) -> bytes:
-        return to_etcd(key, self.prefix).encode()
+        return self.layout.to_etcd(key, self.prefix).encode()
 
     def _keyvalue(self, kv: pb.KeyValue) -> KeyValue:
         return KeyValue(
-            from_etcd(kv.key.decode(), self.prefix), kv.value, kv.mod_revision, kv.create_revision
+            self.layout.from_etcd(kv.key.decode(), self.prefix), kv.value, kv.mod_revision, kv.create_revision
         )
 
     @property
@@ -445,6 +447,49 @@ class EtcdStore:
         self._seen(response.header.revision)
         return response.header.revision
 
+    # --- layout --------------------------------------------------------------------------------------
+
+    async def move_resource(self, old: str, new: str, page: int = 500) -> tuple[int, int]:
+        """Move every object under the resource prefix `old` to `new` (both below --etcd-prefix), each in
+        one transaction: put under the new key with its value and lease only while nothing is there, and
+        delete the old key only while it is unchanged. Returns (moved, kept): `kept` objects stay where
+        they are because the new key already holds an object. The moved objects get new, higher revisions.
+        Idempotent: a second run, or another API server moving at the same time, finds nothing left."""
+        low = (self.prefix + old.strip("/") + "/").encode()
+        target = (self.prefix + new.strip("/") + "/").encode()
+        moved = kept = 0
+        start = low
+        while True:
+            request = pb.RangeRequest(key=start, range_end=prefix_end(low), limit=page)
+            response = await self._call("Range", request, f"list {old}")
+            for kv in response.kvs:
+                new_key = target + kv.key[len(low) :]
+                txn = pb.TxnRequest(
+                    compare=[
+                        self._mod_compare(kv.key, pb.Compare.EQUAL, kv.mod_revision),
+                        pb.Compare(
+                            result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=new_key, create_revision=0
+                        ),
+                    ],
+                    success=[
+                        pb.RequestOp(request_put=pb.PutRequest(key=new_key, value=kv.value, lease=kv.lease)),
+                        pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=kv.key)),
+                    ],
+                )
+                result = await self._call("Txn", txn, f"move {kv.key.decode()}")
+                self._seen(result.header.revision)
+                if result.succeeded:
+                    moved += 1
+                elif await self._exists(kv.key) and await self._exists(new_key):
+                    kept += 1  # (gone: another API server moved it; changed: moved on the next start)
+            if not response.more or not response.kvs:
+                return moved, kept
+            start = response.kvs[-1].key + b"\x00"
+
+    async def _exists(self, key: bytes) -> bool:
+        response = await self._call("Range", pb.RangeRequest(key=key, count_only=True), f"get {key.decode()}")
+        return bool(response.count)
+
     # --- watch ---------------------------------------------------------------------------------------
 
     async def watch(self, from_revision: int) -> AsyncIterator[list[Event]]:
@@ -514,7 +559,7 @@ class EtcdStore:
     def _event(self, event: pb.Event) -> Event:
         kv = event.kv
         prev = event.prev_kv if event.HasField("prev_kv") else None
-        key = from_etcd(kv.key.decode(), self.prefix)
+        key = self.layout.from_etcd(kv.key.decode(), self.prefix)
         if event.type == pb.Event.DELETE:
             value = prev.value if prev is not None else b"{}"
             create_revision = prev.create_revision if prev is not None else 0

@@ -1,13 +1,18 @@
 """Where each of the store's keys lives in etcd: upstream's `/registry/<resource>/<ns>/<name>` layout.
 
-The store speaks in buckets named after the served resource (`deployments.apps`, `nodes`); kube-apiserver
-writes most resources under their plain resource name and a few under historical names (nodes as
-`minions`, services as `services/specs`, endpoints as `services/endpoints`, replication controllers as
-`controllers`). Keeping upstream's layout means `etcdctl get --prefix /registry/pods/` and etcd tooling
-written for Kubernetes find objects where they expect them. The mapping is one table both ways.
+The store speaks in buckets named after the served resource (`deployments.apps`, `nodes`); etcd holds
+each under the path kube-apiserver writes it to, so that `etcdctl get --prefix /registry/pods/` and etcd
+tooling written for Kubernetes find objects where they expect them. That path is a fact of each kind
+(`Kind.etcd_prefix`, declared in its module): the API server hands the store a `KeyLayout` of them.
+A bucket the layout does not name is laid out by upstream's generic rule, `<group>/<plural>` (what
+apiextensions and the aggregator use, hence every custom resource), or its own name when it has no group
+(the store's own records: `ranges/serviceips`, `masterleases`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 PREFIX = "/registry/"
 
@@ -17,52 +22,51 @@ def normal_prefix(prefix: str) -> str:
     return "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
 
 
-# Store bucket -> upstream's etcd resource prefix, where they differ beyond dropping the group.
-_UPSTREAM: dict[str, str] = {
-    "nodes": "minions",
-    "services": "services/specs",
-    "endpoints": "services/endpoints",
-    "replicationcontrollers": "controllers",
-}
-_GROUPED = (
-    "deployments.apps",
-    "replicasets.apps",
-    "controllerrevisions.apps",
-    "daemonsets.apps",
-    "statefulsets.apps",
-    "jobs.batch",
-    "cronjobs.batch",
-    "leases.coordination.k8s.io",
-    "priorityclasses.scheduling.k8s.io",
-    "runtimeclasses.node.k8s.io",
-    "roles.rbac.authorization.k8s.io",
-    "rolebindings.rbac.authorization.k8s.io",
-    "clusterroles.rbac.authorization.k8s.io",
-    "clusterrolebindings.rbac.authorization.k8s.io",
-    "endpointslices.discovery.k8s.io",
-    "poddisruptionbudgets.policy",
-)
-_UPSTREAM.update({bucket: bucket.split(".", 1)[0] for bucket in _GROUPED})
-_BACK: dict[str, str] = {etcd: bucket for bucket, etcd in _UPSTREAM.items()}
+def generic_name(bucket: str) -> str:
+    """Upstream's generic resource prefix of a bucket: `<group>/<plural>`, or the bucket without a group."""
+    plural, dot, group = bucket.partition(".")
+    return f"{group}/{plural}" if dot else bucket
 
 
-def to_etcd(key: str, prefix: str = PREFIX) -> str:
-    """A store key or key prefix (`/`, `/pods/`, `/pods/ns/`, `/pods/ns/name`) in etcd's layout, under
-    `prefix` (upstream's --etcd-prefix, `/registry/` by default)."""
-    bucket, sep, rest = key[1:].partition("/")
-    if not bucket:
-        return prefix
-    return prefix + _UPSTREAM.get(bucket, bucket) + sep + rest
+@dataclass(frozen=True)
+class KeyLayout:
+    """bucket -> its resource prefix in etcd (one or two path segments: `minions`, `services/specs`,
+    `deployments`, `apiextensions.k8s.io/customresourcedefinitions`), for the buckets whose prefix is
+    not `generic_name`'s."""
 
+    names: Mapping[str, str] = field(default_factory=dict)
+    _back: dict[str, str] = field(init=False, repr=False, compare=False)
 
-def from_etcd(key: str, prefix: str = PREFIX) -> str:
-    """The store key of an etcd key under `prefix`."""
-    rest = key[len(prefix) :]
-    first, _, tail = rest.partition("/")
-    if first == "services":  # two-level prefixes: services/specs, services/endpoints
-        second, _, tail = tail.partition("/")
-        return f"/{_BACK.get(first + '/' + second, first)}/{tail}"
-    return f"/{_BACK.get(first, first)}/{tail}"
+    def __post_init__(self) -> None:
+        back: dict[str, str] = {}
+        for bucket, name in self.names.items():
+            if back.setdefault(name, bucket) != bucket:
+                raise ValueError(f"{bucket} and {back[name]} would both be stored under {name}")
+        object.__setattr__(self, "_back", back)
+
+    def name(self, bucket: str) -> str:
+        return self.names.get(bucket) or generic_name(bucket)
+
+    def to_etcd(self, key: str, prefix: str = PREFIX) -> str:
+        """A store key or key prefix (`/`, `/pods/`, `/pods/ns/`, `/pods/ns/name`) in etcd's layout, under
+        `prefix` (upstream's --etcd-prefix, `/registry/` by default)."""
+        bucket, sep, rest = key[1:].partition("/")
+        if not bucket:
+            return prefix
+        return prefix + self.name(bucket) + sep + rest
+
+    def from_etcd(self, key: str, prefix: str = PREFIX) -> str:
+        """The store key of an etcd key under `prefix`."""
+        first, _, tail = key[len(prefix) :].partition("/")
+        second, _, tail2 = tail.partition("/")
+        two = f"{first}/{second}"
+        if two in self._back:  # services/specs, services/endpoints, <group>/<plural> named in the layout
+            return f"/{self._back[two]}/{tail2}"
+        if first in self._back:
+            return f"/{self._back[first]}/{tail}"
+        if "." in first:  # <group>/<plural>: a custom resource, or a resource served like one
+            return f"/{second}.{first}/{tail2}"
+        return f"/{first}/{tail}"
 
 
 def prefix_end(prefix: bytes) -> bytes:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.storage.etcd import EtcdConfig, EtcdStore, parse_servers
-from controlplane.storage.etcdkeys import prefix_end
+from controlplane.storage.etcdkeys import KeyLayout, prefix_end
 from controlplane.storage.etcdpb import rpc_pb2 as pb
 from controlplane.storage.interface import KeyValue, StoreError
 from controlplane.storage.sqlite import SQLiteStore
@@ -135,7 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--etcd-prefix", default="/registry", help="the prefix of every key in etcd")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, layout: KeyLayout | None = None) -> int:
+    """`layout`: where etcd holds each resource (the API server's kinds say: controlplane/migratestore.py)."""
     path = Path(_store_url(args.source, "--from", "sqlite"))
     if not path.is_file():
         raise SystemExit(f"pykubelet migrate-store: --from {args.source}: no such file")
@@ -146,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     config = EtcdConfig(servers, args.etcd_cafile, args.etcd_certfile, args.etcd_keyfile, args.etcd_prefix)
 
     async def main() -> MigrationReport:
-        source, target = SQLiteStore(path), EtcdStore(config)
+        source, target = SQLiteStore(path), EtcdStore(config, layout)
         await source.start()
         try:
             await target.start()

@@ -26,11 +26,15 @@ PACKAGES: dict[str, str] = {
     "nftables": "/usr/sbin/nft",
     "iptables": "/usr/sbin/iptables",
     "etcd-server": "/usr/bin/etcd",
+    # `pykubelet etcd-snapshot` saves and restores with etcd's own snapshot tool.
+    "etcd-client": "/usr/bin/etcdctl",
     # The service proxy flushes stale UDP conntrack entries with it (as kube-proxy does).
     "conntrack": "/usr/sbin/conntrack",
     # The CNI plugin's executable is a small C shim compiled on the node (agent/cni/install.py).
     "gcc": "/usr/bin/gcc",
     "libc6-dev": "/usr/include/stdio.h",
+    # The ingress controller's proxy (ingresscontroller/README.md says why nginx).
+    "nginx": "/usr/sbin/nginx",
 }
 
 

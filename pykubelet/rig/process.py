@@ -32,7 +32,7 @@ T = TypeVar("T")
 RIG_PORTS = range(20000, 30000)
 
 
-def _bindable(host: str, port: int) -> bool:
+def bindable(host: str, port: int) -> bool:
     for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):  # DNS serves both on one port
         with socket.socket(socket.AF_INET, kind) as s:
             try:
@@ -47,7 +47,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     pick = random.SystemRandom()
     for _ in range(100):
         port = pick.randrange(RIG_PORTS.start, RIG_PORTS.stop)
-        if _bindable(host, port) and (host == "0.0.0.0" or _bindable("0.0.0.0", port)):
+        if bindable(host, port) and (host == "0.0.0.0" or bindable("0.0.0.0", port)):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))

@@ -107,6 +107,9 @@ class StackConfig:
     # .10). "" = the one a leased network implies (pykubelet.rig.netlease.service_range_for: stacks on one
     # host never DNAT each other's cluster IPs), else DEFAULT_SERVICE_CIDR.
     service_cidr: str = ""
+    # The ingress controller's HTTP and HTTPS ports on the node's address (pykubelet.rig.ingress):
+    # these when free (`up` asks for 80 and 443), else free ports.
+    ingress_ports: tuple[int, int] | None = None
 
     @property
     def services(self) -> str:
@@ -195,6 +198,9 @@ class Stack:
         self.dns: Daemon | None = None
         self.metrics_server: Daemon | None = None
         self.metrics_server_port = free_port()
+        self.ingress: Daemon | None = None
+        self.ingress_address = ""
+        self.ingress_ports = (0, 0)
         self.dns_port = free_port()
         self.dns_address = ""
         # CoreDNS's /health, /ready and /metrics (8080, 8181, 9153 upstream), per stack on this host.
@@ -296,6 +302,8 @@ class Stack:
                 "metrics server", lambda: self.metrics_server.log_path if self.metrics_server else None
             ):
                 self.start_metrics_server()
+            with stage("ingress controller", lambda: self.ingress.log_path if self.ingress else None):
+                self.start_ingress()
         except BaseException:
             self.stop()
             raise
@@ -313,7 +321,8 @@ class Stack:
         from pykubelet.rig.apiserver import ApiServer
 
         if self.config.apiservers > 1:
-            self._bridge_for_replicas()
+            if self.config.pod_cidr:  # with the node IPAM: once each node has its CIDR (start_agent)
+                self._bridge_for_replicas(self.config.bridge, self.config.pod_cidr)
             self._start_replicas()
             return
         self.apiserver = ApiServer(
@@ -391,21 +400,23 @@ class Stack:
             *(ipam if self.config.cluster_cidr else []),
         ]
 
-    def _bridge_for_replicas(self) -> None:
+    def _bridge_for_replicas(self, bridge: str, pod_cidr: str) -> None:
         """Pods reach the replicas through the `kubernetes` Service: the proxy DNATs 10.96.0.1:443 to a
         replica's own loopback address (127.0.0.<i>, the one address per replica one machine offers at one
-        port). Linux routes a packet that arrives on the pod bridge to 127/8 only with the bridge's
+        port). Linux routes a packet that arrives on a pod bridge to 127/8 only with the bridge's
         route_localnet on (the portmap plugin's setting for hostPorts on 127.0.0.1), so the stack makes
-        the bridge now, as the CNI plugin would at the first pod, with it on; the plugin reuses it and
-        the network's removal takes it away."""
+        each node's bridge, as the CNI plugin would at the first pod, with it on; the plugin reuses it and
+        the network's removal takes it away. With the node IPAM a node's CIDR (its gateway) is known only
+        once the node registered, so then this runs as each node becomes Ready, before any pod of it
+        runs (the first node's before the controllers' wait; the further nodes' as each joins)."""
         import ipaddress
 
         from agent.cni import datapath
 
-        subnet = ipaddress.IPv4Network(self.config.pod_cidr, strict=False)
+        subnet = ipaddress.IPv4Network(pod_cidr, strict=False)
         gateway = ipaddress.IPv4Interface(f"{subnet.network_address + 1}/{subnet.prefixlen}")
         with datapath.host_netlink() as rtnl:
-            datapath.ensure_bridge(rtnl, self.config.bridge, gateway, self.network.mtu or 1500, True)
+            datapath.ensure_bridge(rtnl, bridge, gateway, self.network.mtu or 1500, True)
 
     def _start_replicas(self) -> None:
         """Several API servers on the stack's etcd, each with its scheduler and controller manager (they
@@ -550,6 +561,8 @@ class Stack:
         self.agent.start(self.node_ready, timeout=wait_ready, interval=0.5)
         if self.config.cluster_cidr:
             self.learn_pod_cidr()
+            if self.config.apiservers > 1:
+                self._bridge_for_replicas(self.config.bridge, self.config.pod_cidr)
         self._started("agent")
         return self.agent
 
@@ -571,6 +584,8 @@ class Stack:
             self.extra_nodes.append(node)
             with self.progress.stage(f"node {node.name}", node.log_path):
                 node.start(wait_ready=wait_ready)
+                if self.config.apiservers > 1:
+                    self._bridge_for_replicas(node.plan.bridge, node.pod_cidr)
             self._started(f"node-{index}")
 
     @property
@@ -765,6 +780,27 @@ class Stack:
         self._started("metrics-server")
         return self.metrics_server
 
+    def start_ingress(self, timeout: float = 60.0) -> Daemon:
+        """The ingress controller (pykubelet.rig.ingress) on the node's address, with the default
+        IngressClass `nginx`; waits until its nginx runs."""
+        from kubeclient.hostaddr import default_route_ip
+        from pykubelet.rig import ingress
+
+        assert self.apiserver is not None
+        self.ingress_address = default_route_ip()
+        self.ingress_ports = ingress.pick_ports(self.ingress_address, self.config.ingress_ports)
+        self.ingress = ingress.start_controller(
+            self.config.state_dir,
+            self.apply,
+            self.apiserver.client_kubeconfig,
+            self.ingress_address,
+            self.ingress_ports,
+            on_spawn=self._spawned,
+            timeout=timeout,
+        )
+        self._started("ingress")
+        return self.ingress
+
     def _wait_apiservice_available(self, name: str, timeout: float) -> None:
         api = self.core_api().api_client
         deadline = time.monotonic() + timeout
@@ -829,6 +865,7 @@ class Stack:
             ("proxy", self.proxy.pid if self.proxy else None),
             ("dns", self.dns.pid if self.dns else None),
             ("metrics-server", self.metrics_server.pid if self.metrics_server else None),
+            ("ingress", self.ingress.pid if self.ingress else None),
         ):
             if pid is not None:
                 pids[name] = pid
@@ -845,6 +882,53 @@ class Stack:
             proxy_table=self.proxy_table,
         )
 
+    def supervised(self) -> list:
+        """Every daemon of the started stack a supervisor keeps running (pykubelet.rig.supervisor): the
+        registry, the etcd members, the API servers, the service proxy, the DNS, the metrics server, the
+        ingress controller, each node's agent and containerd, each with the command line, log and record key it was started with."""
+        from pykubelet.rig.supervisor import Supervised
+
+        d = str(self.config.state_dir)
+        servers = self.replicas.servers if self.replicas is not None else [self.apiserver]
+        named: list[tuple[str, Daemon | None, str, bool]] = [
+            ("registry", self.registry.daemon, d, True),
+            ("containerd", self.containerd.daemon if self.containerd else None, d, False),
+            *(
+                (f"etcd-{m.name}" if m.name != "default" else "etcd", m.daemon, d, True)
+                for m in etcd_members(self.etcd)
+            ),
+            *(
+                (f"apiserver-{i}" if i else "apiserver", s.daemon, d, True)
+                for i, s in enumerate(servers)
+                if s
+            ),
+            ("agent", self.agent, d, True),
+            ("proxy", self.proxy, d, True),
+            ("dns", self.dns, d, True),
+            ("metrics-server", self.metrics_server, d, True),
+            # its nginx runs in its process group: stopped with it, started again by it
+            ("ingress", self.ingress, d, True),
+        ]
+        for node in self.extra_nodes:
+            named += [
+                (f"{node.name}/containerd", node.containerd.daemon, str(node.root), False),
+                (f"{node.name}/agent", node.agent, str(node.root), True),
+            ]
+        return [
+            Supervised(
+                name=name,
+                argv=list(daemon.argv),
+                log_path=str(daemon.log_path),
+                record_dir=record_dir,
+                record_key=name.rsplit("/", 1)[-1],
+                pid=daemon.pid or 0,
+                kill_group=group,
+                env=daemon.env,
+            )
+            for name, daemon, record_dir, group in named
+            if daemon is not None
+        ]
+
     # -- stop ------------------------------------------------------------------------------------
 
     def _conflist_written(self) -> bool:
@@ -860,6 +944,8 @@ class Stack:
     def stop(self) -> list[str]:
         """Stop everything in reverse order; returns a description of anything left behind."""
         problems = []
+        if self.ingress is not None:
+            self.ingress.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         self.stop_proxy()

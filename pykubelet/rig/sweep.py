@@ -46,6 +46,7 @@ from pykubelet.rig.stack import (
     proxy_table,
     stack_network,
 )
+from pykubelet.rig.supervisor import SUPERVISED_FILE
 
 # The stack's parts under its state dir. Processes and mounts are looked for under these only, so a
 # state dir given by mistake (`--state-dir /var/lib`) cannot make down touch anything but a stack's.
@@ -58,6 +59,7 @@ STACK_PARTS = (
     "proxy",
     "dns",
     "metrics-server",
+    "ingress",
     "cni",
     "pod-logs",
 )
@@ -202,13 +204,14 @@ def moved_state_dirs(state_dir: Path, found: list[host.OwnedProcess]) -> list[Pa
     return sorted(moved)
 
 
-def _is_up_for(proc: psutil.Process, state_dir: Path) -> bool:
-    """A `pykubelet up` (still starting things) for this state dir."""
+def _is_up_for(proc: psutil.Process, state_dir: Path, command: str = "up") -> bool:
+    """A `pykubelet up` (still starting things), or with command "supervise" the stack's supervisor (which
+    would start again what down stops), for this state dir."""
     try:
         argv, cwd = proc.cmdline(), proc.cwd()
     except psutil.Error:
         return False
-    if "up" not in argv or not any(a.endswith("pykubelet") or a == "pykubelet" for a in argv):
+    if command not in argv or not any(a.endswith("pykubelet") or a == "pykubelet" for a in argv):
         return False
     values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--state-dir"]
     values += [a.split("=", 1)[1] for a in argv if a.startswith("--state-dir=")]
@@ -272,10 +275,16 @@ def ups_for(state_dir: Path) -> list[psutil.Process]:
     return [p for p in psutil.process_iter() if p.pid not in lineage and _is_up_for(p, state_dir)]
 
 
+def supervisors_for(state_dir: Path) -> list[psutil.Process]:
+    """The stack's supervisor (`pykubelet supervise`), if it runs."""
+    return [p for p in psutil.process_iter() if _is_up_for(p, state_dir, "supervise")]
+
+
 def _stop_ups(state_dir: Path) -> None:
-    """An `up` still running would go on starting things: it goes first, without ceremony (its daemons
-    run in sessions of their own and are stopped after it)."""
-    ups = ups_for(state_dir)
+    """An `up` still running would go on starting things, and the supervisor would start again what is
+    stopped: they go first, without ceremony (the daemons run in sessions of their own and are stopped
+    after them)."""
+    ups = ups_for(state_dir) + supervisors_for(state_dir)
     for proc in ups:
         try:
             proc.kill()
@@ -346,6 +355,7 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     host.unmount_all_under(scope.roots)  # the moved containerd dirs' mounts too
     remove_empty_cgroups(DEFAULT_CGROUP_PARENT)
     (state_dir / RECORD_FILE).unlink(missing_ok=True)
+    (state_dir / SUPERVISED_FILE).unlink(missing_ok=True)
 
     leaked = scope.leaked(settle=settle)
     return problems + [f"left {kind}: {', '.join(items)}" for kind, items in leaked.items()]

@@ -11,7 +11,7 @@ import pytest
 
 from agent.cri import pb
 from agent.volumes import VolumeError, VolumeManager, container_mounts
-from agent.volumes.manager import write_atomic
+from agent.volumes.projection import write_atomic
 
 OBJECTS = {
     ("ConfigMap", "cfg"): {"data": {"app.conf": "a=1\n", "other": "x"}},

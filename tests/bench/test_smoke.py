@@ -67,6 +67,7 @@ BENCHMARKS = {
     ),
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
     "journey": Benchmark("bench/journey/timing.py", "journey", needs_root=False),
+    "scale-density": Benchmark("bench/scale/density.py", "scale-density", needs_root=False),
 }
 
 

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from controlplane.apiserver.kindparts import builtin_table
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
 from pykubelet.rig.apiserver import ApiServer
@@ -23,6 +24,8 @@ from pykubelet.rig.etcd import Etcd
 KUBECTL = shutil.which("kubectl")
 # PYKUBE_STORE=etcd runs the session's shared API server (and so every test using it) on etcd.
 SESSION_STORE = os.environ.get("PYKUBE_STORE", "sqlite")
+# Where an API server keeps each resource in etcd: what a store standing in for one must use.
+LAYOUT = builtin_table().etcd_layout()
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +41,8 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
 def etcd_store(etcd: Etcd, prefix: str) -> EtcdStore:
     """A store on the session's etcd under its own prefix, with the API server's client certificate."""
     pki = etcd.pki
-    return EtcdStore(EtcdConfig((etcd.url,), pki.ca_cert, pki.client_cert, pki.client_key, prefix=prefix))
+    config = EtcdConfig((etcd.url,), pki.ca_cert, pki.client_cert, pki.client_key, prefix=prefix)
+    return EtcdStore(config, LAYOUT)
 
 
 class Backend:

@@ -224,3 +224,143 @@ def test_apply_of_an_undeclared_field_fails_as_upstreams_field_manager(
         )
     finally:
         kubectl.run("delete", "crd", CRD["metadata"]["name"], "--wait=true", check=False)
+
+
+# CoreDNS as kubeadm 1.32 deploys it (its ports as kubeadm writes them): 53 over UDP and over TCP.
+COREDNS_DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "coredns", "labels": {"k8s-app": "kube-dns"}},
+    "spec": {
+        "replicas": 2,
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        "template": {
+            "metadata": {"labels": {"k8s-app": "kube-dns"}},
+            "spec": {
+                "priorityClassName": "system-cluster-critical",
+                "tolerations": [
+                    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+                    {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+                ],
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "containers": [
+                    {
+                        "name": "coredns",
+                        "image": "registry.k8s.io/coredns/coredns:v1.11.3",
+                        "imagePullPolicy": "IfNotPresent",
+                        "resources": {
+                            "limits": {"memory": "170Mi"},
+                            "requests": {"cpu": "100m", "memory": "70Mi"},
+                        },
+                        "args": ["-conf", "/etc/coredns/Corefile"],
+                        "volumeMounts": [
+                            {"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": True}
+                        ],
+                        "ports": [
+                            {"containerPort": 53, "name": "dns", "protocol": "UDP"},
+                            {"containerPort": 53, "name": "dns-tcp", "protocol": "TCP"},
+                            {"containerPort": 9153, "name": "metrics", "protocol": "TCP"},
+                        ],
+                        "livenessProbe": {
+                            "httpGet": {"path": "/health", "port": 8080, "scheme": "HTTP"},
+                            "initialDelaySeconds": 60,
+                            "timeoutSeconds": 5,
+                            "successThreshold": 1,
+                            "failureThreshold": 5,
+                        },
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181, "scheme": "HTTP"}},
+                    }
+                ],
+                "dnsPolicy": "Default",
+                "volumes": [
+                    {
+                        "name": "config-volume",
+                        "configMap": {"name": "coredns", "items": [{"key": "Corefile", "path": "Corefile"}]},
+                    }
+                ],
+            },
+        },
+    },
+}
+COREDNS_SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {
+        "name": "kube-dns",
+        "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"},
+        "annotations": {"prometheus.io/port": "9153", "prometheus.io/scrape": "true"},
+    },
+    "spec": {
+        "selector": {"k8s-app": "kube-dns"},
+        "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+            {"name": "metrics", "port": 9153, "protocol": "TCP", "targetPort": 9153},
+        ],
+    },
+}
+
+
+def test_kubectl_server_side_apply_of_coredns_keeps_both_protocols(kubectl, namespace: str) -> None:
+    """Ports are keyed by port and protocol (upstream's x-kubernetes-list-map-keys): applied twice through
+    kubectl, CoreDNS's Deployment and Service keep 53/UDP and 53/TCP, the second apply changes nothing and
+    `kubectl diff --server-side` finds no difference."""
+    manifest = json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [COREDNS_DEPLOYMENT, COREDNS_SERVICE]}
+    )
+    kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest)
+    first = json.loads(
+        kubectl(
+            "get",
+            "deployment/coredns",
+            "service/kube-dns",
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        )
+    )
+    into_next_second()
+    out = kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=manifest)
+    assert out.split("\n")[:2] == [
+        "deployment.apps/coredns serverside-applied",
+        "service/kube-dns serverside-applied",
+    ]
+    again = json.loads(
+        kubectl(
+            "get",
+            "deployment/coredns",
+            "service/kube-dns",
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        )
+    )
+    deployment, service = again["items"]
+    ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert [(p["name"], p["containerPort"], p["protocol"]) for p in ports] == [
+        ("dns", 53, "UDP"),
+        ("dns-tcp", 53, "TCP"),
+        ("metrics", 9153, "TCP"),
+    ]
+    assert [(p["name"], p["port"], p["protocol"]) for p in service["spec"]["ports"]] == [
+        ("dns", 53, "UDP"),
+        ("dns-tcp", 53, "TCP"),
+        ("metrics", 9153, "TCP"),
+    ]
+    for before, after in zip(first["items"], again["items"], strict=True):
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    # Each port is its own owned item, as upstream's managedFields name them.
+    applied = next(m for m in deployment["metadata"]["managedFields"] if m["operation"] == "Apply")
+    container = applied["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]['k:{"name":"coredns"}']
+    assert set(container["f:ports"]) == {
+        'k:{"containerPort":53,"protocol":"UDP"}',
+        'k:{"containerPort":53,"protocol":"TCP"}',
+        'k:{"containerPort":9153,"protocol":"TCP"}',
+    }
+    diff = kubectl.run("diff", "--server-side", "-n", namespace, "-f", "-", input=manifest, check=False)
+    assert diff.returncode == 0, diff.stdout + diff.stderr

@@ -276,11 +276,12 @@ def test_kubectl_get_approve_deny(server: ApiServer, kctl: Kubectl) -> None:
 
 
 def test_the_requester_step_cannot_be_disabled() -> None:
-    from controlplane.apiserver.admission import default_chain, known_plugins
+    from controlplane.apiserver.kindparts import builtin_table
 
+    table = builtin_table()
     name = "CertificateSigningRequestRequester"
-    assert name not in known_plugins()
-    assert "CertificateApproval" in known_plugins()
-    chain = default_chain([name, "CertificateApproval"])
+    assert name not in table.known_plugins()
+    assert "CertificateApproval" in table.known_plugins()
+    chain = table.admission_chain([name, "CertificateApproval"])
     names = [type(p).__name__ for p in chain.mutating + chain.validating]
     assert "CertificateSigningRequestStrategy" in names and "CertificateApproval" not in names

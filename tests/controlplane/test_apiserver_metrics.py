@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -153,6 +153,190 @@ def test_metrics_are_for_system_monitoring(server: ApiServer, tmp_path: Path) ->
     after = scrape(server.api_client())
     refused = {"verb": "LIST", "resource": "secrets", "code": "403"}
     assert value(after, "apiserver_request", "apiserver_request_total", **refused) == 0
+
+
+# Every family a dashboard reads, with upstream's label names (histograms: beside `le`).
+FAMILIES = {
+    "apiserver_request_total": {
+        "verb",
+        "dry_run",
+        "group",
+        "version",
+        "resource",
+        "subresource",
+        "scope",
+        "component",
+        "code",
+    },
+    "apiserver_request_duration_seconds_bucket": {
+        "verb",
+        "dry_run",
+        "group",
+        "version",
+        "resource",
+        "subresource",
+        "scope",
+        "component",
+        "le",
+    },
+    "apiserver_response_sizes_bucket": {
+        "verb",
+        "group",
+        "version",
+        "resource",
+        "subresource",
+        "scope",
+        "component",
+        "le",
+    },
+    "apiserver_current_inflight_requests": {"request_kind"},
+    "apiserver_longrunning_requests": {
+        "verb",
+        "group",
+        "version",
+        "resource",
+        "subresource",
+        "scope",
+        "component",
+    },
+    "apiserver_watch_events_total": {"group", "version", "kind"},
+    "apiserver_watch_events_sizes_bucket": {"group", "version", "kind", "le"},
+    "apiserver_storage_objects": {"resource"},
+    "etcd_request_duration_seconds_bucket": {"operation", "type", "le"},
+    "apiserver_admission_step_admission_duration_seconds_bucket": {"type", "operation", "rejected", "le"},
+    "apiserver_admission_controller_admission_duration_seconds_bucket": {
+        "name",
+        "type",
+        "operation",
+        "rejected",
+        "le",
+    },
+    "apiserver_admission_webhook_admission_duration_seconds_bucket": {
+        "name",
+        "type",
+        "operation",
+        "rejected",
+        "le",
+    },
+    "apiserver_flowcontrol_dispatched_requests_total": {"priority_level", "flow_schema"},
+    "apiserver_flowcontrol_current_executing_requests": {"priority_level", "flow_schema"},
+    "apiserver_flowcontrol_current_executing_seats": {"priority_level", "flow_schema"},
+    "apiserver_flowcontrol_request_execution_seconds_bucket": {"priority_level", "flow_schema", "type", "le"},
+    "apiserver_flowcontrol_request_wait_duration_seconds_bucket": {
+        "priority_level",
+        "flow_schema",
+        "execute",
+        "le",
+    },
+    "apiserver_flowcontrol_nominal_limit_seats": {"priority_level"},
+    "process_cpu_seconds_total": set(),
+    "process_resident_memory_bytes": set(),
+    "process_open_fds": set(),
+    "process_start_time_seconds": set(),
+}
+
+
+def samples(families: dict[str, Any], metric: str, /, **labels: str) -> list[Any]:
+    return [
+        s
+        for f in families.values()
+        for s in f.samples
+        if s.name == metric and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+
+
+def total(families: dict[str, Any], metric: str, /, **labels: str) -> float:
+    return sum(s.value for s in samples(families, metric, **labels))
+
+
+WEBHOOK = "probe.metrics.example.com"
+
+
+def test_every_standard_family_moves_with_upstreams_labels(server: ApiServer) -> None:
+    """After real requests (a create that passes admission and a webhook whose call fails open, a get, a
+    list, a watch), every family is served with upstream's label names and the values moved."""
+    admin = server.api_client()
+    v1 = client.CoreV1Api(admin)
+    hooks = client.AdmissionregistrationV1Api(admin)
+    hooks.create_validating_webhook_configuration(
+        {
+            "metadata": {"name": "metrics-probe"},
+            "webhooks": [
+                {
+                    "name": WEBHOOK,
+                    "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["configmaps"],
+                        }
+                    ],
+                    "failurePolicy": "Ignore",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 1,
+                }
+            ],
+        }
+    )
+    try:
+        before = scrape(admin)
+        webhook = "apiserver_admission_webhook_admission_duration_seconds_count"
+        called = {"name": WEBHOOK, "type": "validating", "operation": "CREATE", "rejected": "false"}
+        deadline = time.monotonic() + 20
+        n = 0
+        while total(scrape(admin), webhook, **called) == 0 and time.monotonic() < deadline:
+            n += 1
+            v1.create_namespaced_config_map("default", {"metadata": {"name": f"family-{n}"}})
+        v1.read_namespaced_config_map("family-1", "default")
+        v1.list_namespaced_config_map("default")
+        seen = 0
+        stream = watch.Watch()
+        for _ in stream.stream(v1.list_namespaced_config_map, "default", timeout_seconds=5):
+            seen += 1
+            stream.stop()
+        assert seen == 1
+        after = scrape(admin)
+    finally:
+        hooks.delete_validating_webhook_configuration("metrics-probe")
+    for name, labels in FAMILIES.items():
+        found = samples(after, name)
+        assert found, f"{name} is missing"
+        assert all(set(s.labels) == labels for s in found), (name, found[0].labels)
+    assert total(after, webhook, **called) >= 1
+
+    def grew(metric: str, /, **labels: str) -> bool:
+        return total(after, metric, **labels) > total(before, metric, **labels)
+
+    created = {"operation": "CREATE", "rejected": "false"}
+    assert grew("apiserver_admission_step_admission_duration_seconds_count", type="admit", **created)
+    assert grew("apiserver_admission_step_admission_duration_seconds_count", type="validate", **created)
+    assert grew(
+        "apiserver_admission_controller_admission_duration_seconds_count",
+        name="NamespaceLifecycle",
+        type="admit",
+        **created,
+    )
+    assert grew("etcd_request_duration_seconds_count", operation="create", type="configmaps")
+    reads = {"group": "", "version": "v1", "resource": "configmaps", "component": "apiserver"}
+    assert grew("apiserver_response_sizes_count", verb="GET", scope="namespace", **reads)
+    assert grew("apiserver_response_sizes_count", verb="LIST", scope="namespace", **reads)
+    assert total(after, "apiserver_response_sizes_sum", verb="LIST", scope="namespace", **reads) > 0
+    assert grew("apiserver_watch_events_total", group="", version="v1", kind="ConfigMap")
+    assert grew("apiserver_watch_events_sizes_count", group="", version="v1", kind="ConfigMap")
+    assert grew("apiserver_flowcontrol_request_execution_seconds_count", type="regular")
+    assert grew("apiserver_flowcontrol_request_execution_seconds_count", type="watch")
+    # The scrape itself is a read in flight.
+    assert total(after, "apiserver_current_inflight_requests", request_kind="readOnly") >= 1
+    assert grew("process_cpu_seconds_total")
+    sizes = sorted({float(s.labels["le"]) for s in samples(after, "apiserver_response_sizes_bucket")})
+    assert sizes == [1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, float("inf")]
+    watch_sizes = sorted(
+        {float(s.labels["le"]) for s in samples(after, "apiserver_watch_events_sizes_bucket")}
+    )
+    assert watch_sizes == [1024.0 * 2**i for i in range(8)] + [float("inf")]
 
 
 # -- the labelling rules, without a server ----------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.concurrentcreates import create_at_once
 from tests.controlplane.conftest import Kubectl, message
 
 Obj = dict[str, Any]
@@ -350,6 +351,23 @@ def test_parallel_creates_never_exceed_nor_drift(
     pods = v1.list_namespaced_pod(namespace).items
     assert len(pods) == 5
     assert used(v1, namespace) == {"pods": "5", "requests.cpu": "500m"}
+
+
+def test_fifty_concurrent_creates_against_ten_admit_exactly_ten(
+    v1: client.CoreV1Api, apiserver: Any, namespace: str
+) -> None:
+    """Each charge is a compare-and-swap of the quota's status.used at the revision it was read at: 50
+    creates at once, each on its own connection, and exactly 10 get in, the other 40 refused with
+    upstream's 403; the quota's used is exactly what was stored."""
+    make_quota(v1, namespace, {"pods": "10"})
+    codes = create_at_once(
+        [apiserver.api_client() for _ in range(50)],
+        lambda api, i: client.CoreV1Api(api).create_namespaced_pod(namespace, pod(f"f{i}")),
+        "exceeded quota: q, requested: pods=1, used: pods=10, limited: pods=10",
+    )
+    assert codes.count(201) == 10 and codes.count(403) == 40, codes
+    assert len(v1.list_namespaced_pod(namespace).items) == 10
+    assert used(v1, namespace) == {"pods": "10"}
 
 
 # --- kubectl -------------------------------------------------------------------------------------------

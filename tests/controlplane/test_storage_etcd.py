@@ -14,12 +14,12 @@ import pytest
 from controlplane.storage import ConflictError, KeyExistsError, StoreUnavailableError
 from controlplane.storage.cache import GoneError, WatchCache
 from controlplane.storage.etcd import EtcdConfig, EtcdStore, parse_servers
-from controlplane.storage.etcdkeys import from_etcd, prefix_end, to_etcd
+from controlplane.storage.etcdkeys import prefix_end
 from controlplane.storage.etcdpb import rpc_pb2 as pb
 from pykubelet.rig.etcd import Etcd, make_pki
 from pykubelet.rig.process import free_port
 
-from .conftest import etcd_store
+from .conftest import LAYOUT, etcd_store
 
 
 @pytest.fixture
@@ -44,12 +44,16 @@ def test_key_layout_is_upstreams_both_ways() -> None:
         "/deployments.apps/ns/d": "/registry/deployments/ns/d",
         "/leases.coordination.k8s.io/kube-node-lease/n1": "/registry/leases/kube-node-lease/n1",
         "/clusterroles.rbac.authorization.k8s.io/admin": "/registry/clusterroles/admin",
+        "/horizontalpodautoscalers.autoscaling/ns/h": "/registry/horizontalpodautoscalers/ns/h",
+        "/apiservices.apiregistration.k8s.io/v1.apps": "/registry/apiregistration.k8s.io/apiservices/v1.apps",
+        "/widgets.example.com/ns/w": "/registry/example.com/widgets/ns/w",  # a custom resource
+        "/ranges/serviceips": "/registry/ranges/serviceips",  # the store's own records
     }
     for key, etcd_key in cases.items():
-        assert to_etcd(key) == etcd_key
-        assert from_etcd(etcd_key) == key
-    assert to_etcd("/") == "/registry/"
-    assert to_etcd("/services/") == "/registry/services/specs/"
+        assert LAYOUT.to_etcd(key) == etcd_key
+        assert LAYOUT.from_etcd(etcd_key) == key
+    assert LAYOUT.to_etcd("/") == "/registry/"
+    assert LAYOUT.to_etcd("/services/") == "/registry/services/specs/"
     assert prefix_end(b"/registry/") == b"/registry0"
     with pytest.raises(ValueError, match="not an http"):
         parse_servers("127.0.0.1:2379")

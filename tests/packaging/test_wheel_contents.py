@@ -19,6 +19,7 @@ PACKAGES = (
     "journey",
     "kubeclient",
     "metricsserver",
+    "nodesim",
     "serviceproxy",
     "pykubelet",
 )

@@ -3,6 +3,8 @@ nothing left on the host (its own state dir, bridge, pod CIDR and nft table chec
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,3 +37,35 @@ def leased_stack(state_dir: Path, tag: str, node_name: str, **options: Any) -> I
             problems = stack.stop()
             assert not problems, problems
             assert not scope.leaked()
+
+
+def run_pykubelet(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    """`pykubelet ARGS` with this interpreter, its output captured (a test reads its exit and stderr)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pykubelet", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def up_cluster(
+    state: Path, lease: Any, node_name: str, nodes: int, *options: str, timeout: float = 400
+) -> tuple[subprocess.CompletedProcess[str], Scope, list[str]]:
+    """`pykubelet up --nodes N` on a leased cluster network (the node IPAM's range) with `options`: its
+    result, the leak scope to check after down, and the nodes' bridges."""
+    from pykubelet.rig.nodes import node_bridge
+    from pykubelet.rig.process import free_port
+    from pykubelet.rig.stack import proxy_table
+
+    bridges = [lease.bridge, *(node_bridge(lease.bridge, i) for i in range(2, nodes + 1))]
+    scope = Scope.of(
+        state, bridges=bridges, pod_cidrs=[lease.pod_cidr], nft_tables=[f"ip {proxy_table(lease.bridge)}"]
+    )
+    up = run_pykubelet(
+        "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", node_name,
+        "--nodes", str(nodes), "--cluster-cidr", lease.pod_cidr, "--bridge", lease.bridge, "--no-example",
+        *options, timeout=timeout,
+    )  # fmt: skip
+    return up, scope, bridges

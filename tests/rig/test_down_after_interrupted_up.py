@@ -52,6 +52,8 @@ STAGES: dict[str, Callable[[Path], bool]] = {
     "agent": _ready("agent"),
     "proxy": _ready("proxy"),
     "metrics-server": _ready("metrics-server"),
+    # (the ingress controller's stage is not killed on its own: the sample pod's comes right after it, with
+    # the controller and its nginx running, for down to sweep)
     "sample-pod": _sandbox_started,
 }
 
@@ -60,7 +62,7 @@ STAGES: dict[str, Callable[[Path], bool]] = {
 # when each STAGES entry is reached.
 REPORTED = [
     "packages", "registry", "images", "containerd", "API server", "DNS", "node kill-test", "scheduler",
-    "controllers", "service proxy", "metrics server", "sample pod",
+    "controllers", "service proxy", "metrics server", "ingress controller", "supervisor", "sample pod",
 ]  # fmt: skip
 REPORTED_AT = {
     "registry": "registry",

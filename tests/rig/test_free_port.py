@@ -20,7 +20,7 @@ def test_picks_lie_below_the_ephemeral_range_and_the_node_ports() -> None:
 
 
 def test_a_held_port_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    free = (p for p in RIG_PORTS if process._bindable("127.0.0.1", p))
+    free = (p for p in RIG_PORTS if process.bindable("127.0.0.1", p))
     taken, spare = next(free), next(free)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as held:  # UDP alone: DNS needs both free
         held.bind(("127.0.0.1", taken))

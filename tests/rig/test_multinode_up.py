@@ -28,20 +28,12 @@ from pykubelet.rig.netlease import lease_cluster_network
 from pykubelet.rig.nodes import node_bridge
 from pykubelet.rig.process import free_port
 from pykubelet.rig.stack import StackRecord, proxy_table
+from tests.rig.stacks import run_pykubelet as _pykubelet
+from tests.rig.stacks import up_cluster
 
 pytestmark = pytest.mark.integration
 FIRST = "mn"
 SECOND = f"{FIRST}-2"
-
-
-def _pykubelet(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pykubelet", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def _routes_into(cidr: str) -> list[str]:
@@ -68,14 +60,7 @@ def test_up_two_nodes_ipam_bootstrap_identities_then_down_leaves_nothing(
     tmp_path = tmp_path_factory.mktemp("mn")  # short: containerd's socket paths are limited to 104 bytes
     state = tmp_path / "s"
     with lease_cluster_network("u") as lease:
-        bridges = [lease.bridge, node_bridge(lease.bridge, 2)]
-        scope = Scope.of(
-            state, bridges=bridges, pod_cidrs=[lease.pod_cidr], nft_tables=[f"ip {proxy_table(lease.bridge)}"]
-        )
-        up = _pykubelet(
-            "up", "--state-dir", str(state), "--api-port", str(free_port()), "--node-name", FIRST,
-            "--nodes", "2", "--cluster-cidr", lease.pod_cidr, "--bridge", lease.bridge, "--no-example",
-        )  # fmt: skip
+        up, scope, bridges = up_cluster(state, lease, FIRST, 2)
         try:
             assert up.returncode == 0, up.stderr[-4000:]
             kubeconfig = state / "apiserver" / "admin.kubeconfig"

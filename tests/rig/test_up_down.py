@@ -33,6 +33,8 @@ STAGES = [
     "controllers",
     "service proxy",
     "metrics server",
+    "ingress controller",
+    "supervisor",
     "sample pod",
 ]
 
@@ -94,6 +96,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
             "agent",
             "proxy",
             "metrics-server",
+            "ingress",
         ]
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
@@ -151,6 +154,7 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
     before the API server, the cluster lives in it, and down stops it with the rest."""
     import asyncio
 
+    from controlplane.apiserver.kindparts import builtin_table
     from controlplane.storage.etcd import EtcdConfig, EtcdStore
 
     state = tmp_path / "state"
@@ -193,6 +197,7 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
             "agent",
             "proxy",
             "metrics-server",
+            "ingress",
         ]
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         assert not (state / "apiserver" / "state.db").exists()
@@ -207,7 +212,8 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
                     pki / "ca.crt",
                     pki / "apiserver-etcd-client.crt",
                     pki / "apiserver-etcd-client.key",
-                )
+                ),
+                builtin_table().etcd_layout(),  # where the API server keeps each resource
             )
             await store.start()
             try:

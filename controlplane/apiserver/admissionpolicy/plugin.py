@@ -38,10 +38,8 @@ def _params(policy: Policy, binding: Binding, inv: Invocation) -> list[Obj | Non
         return Decision(
             f"failed to configure binding: paramRef is required for policy with paramKind {policy.param_kind[1]}"
         )
-    from controlplane.apiserver.kinds import by_kind  # the kinds table lists this plugin's kinds
-
     api_version, kind_name = policy.param_kind
-    kind = by_kind(api_version, kind_name)
+    kind = inv.kinds.by_kind(api_version, kind_name) if inv.kinds is not None else None
     if kind is None:
         return Decision(
             f"failed to configure policy: failed to find resource referenced by paramKind: '{api_version}, Kind={kind_name}'"

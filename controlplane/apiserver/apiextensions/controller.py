@@ -21,7 +21,6 @@ import json
 import logging
 from typing import Any
 
-from controlplane.apiserver import kinds
 from controlplane.apiserver.aggregator import autoregister
 from controlplane.apiserver.apiextensions import crd as crds
 from controlplane.apiserver.apiextensions.resource import CustomResource, kinds_of
@@ -197,7 +196,7 @@ class CrdController:
             if c.view["metadata"]["name"] != name
         ]
         others = [o for o in others if (o.get("spec") or {}).get("group") == group]
-        builtin = [k for k in kinds.KINDS if k.group == group and not isinstance(k, CustomResource)]
+        builtin = [k for k in self.registry.kinds if k.group == group and not isinstance(k, CustomResource)]
         accepted, reason, message = accept_names(obj, others, builtin)
 
         def mutate(current: Obj) -> Obj:
@@ -234,7 +233,7 @@ class CrdController:
         self._unserve(name)
         new = kinds_of(obj)
         for k in new:
-            kinds.add(k)
+            self.registry.kinds.add(k)
         self.served[name] = (revision, new)
         log.info("event=crd-serving crd=%s versions=%s", name, ",".join(k.version for k in new))
 
@@ -243,7 +242,7 @@ class CrdController:
         if served is None:
             return
         for k in served[1]:
-            kinds.remove(k)
+            self.registry.kinds.remove(k)
             if not any(k.schema == other.schema for _, ks in self.served.values() for other in ks):
                 k.forget()
 

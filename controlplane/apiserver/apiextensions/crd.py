@@ -20,8 +20,6 @@ from kubeclient import names
 
 if TYPE_CHECKING:
     from controlplane.apiserver.options import DeleteOptions
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.server import ServerConfig
 
 Obj = dict[str, Any]
 CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
@@ -252,6 +250,7 @@ class CustomResourceDefinitionKind(Kind):
     group = "apiextensions.k8s.io"
     kind = "CustomResourceDefinition"
     plural = "customresourcedefinitions"
+    etcd_resource_prefix = "apiextensions.k8s.io/customresourcedefinitions"  # apiextensions' own storage
     namespaced = False
     short_names = ("crd", "crds")
     categories = ("api-extensions",)
@@ -343,11 +342,6 @@ class CustomResourceDefinitionKind(Kind):
             "InstanceDeletionPending",
             "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
         )
-
-    def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:
-        from controlplane.apiserver.apiextensions.controller import CrdController
-
-        return [CrdController(registry, self)]
 
 
 KIND = CustomResourceDefinitionKind()

@@ -30,7 +30,7 @@ from controlplane.apiserver.kinds.base import (
     Subresource,
 )
 from controlplane.apiserver.kinds.scale import Scale
-from controlplane.apiserver.smp_schema import META, ListSpec
+from controlplane.apiserver.smp_schema import ATOMIC, ListSpec, object_schema
 from controlplane.apiserver.validation import finalizer_warnings, object_meta, path_segment
 from controlplane.apiserver.webhooks.context import add_warning
 
@@ -83,9 +83,12 @@ def set_path(obj: Obj, path: str, value: Any) -> None:
 
 
 def _smp(node: Any) -> Any:
-    """Strategic facts for server-side apply from x-kubernetes-list-type/map-keys (map lists of one key)."""
+    """Server-side apply's facts from the schema's own markers: x-kubernetes-list-type map (keyed by all
+    its x-kubernetes-list-map-keys) and set; x-kubernetes-map-type atomic objects owned whole."""
     if not isinstance(node, dict):
         return None
+    if node.get("x-kubernetes-map-type") == "atomic":
+        return ATOMIC
     out: Obj = {}
     for name, sub in (node.get("properties") or {}).items():
         if not isinstance(sub, dict):
@@ -93,10 +96,12 @@ def _smp(node: Any) -> Any:
         if sub.get("type") == "array":
             list_type = sub.get("x-kubernetes-list-type")
             keys = sub.get("x-kubernetes-list-map-keys") or []
-            if list_type == "map" and len(keys) == 1:
-                out[name] = ListSpec(keys[0], _smp(sub.get("items")))
+            if list_type == "map" and keys:
+                out[name] = ListSpec(tuple(keys), _smp(sub.get("items")))
             elif list_type == "set":
-                out[name] = ListSpec(None)
+                out[name] = ListSpec(())
+        elif sub.get("x-kubernetes-map-type") == "atomic":
+            out[name] = ATOMIC
         elif sub.get("properties"):
             inner = _smp(sub)
             if inner:
@@ -170,6 +175,8 @@ class CustomResource(Kind):
         self.version = version["name"]
         self.kind = names["kind"]
         self.plural = names["plural"]
+        # upstream's CRDRESTOptionsGetter: custom resources live at /registry/<group>/<plural>/...
+        self.etcd_resource_prefix = f"{self.group}/{self.plural}"
         self.singular = names.get("singular") or names["kind"].lower()
         self._list_kind = names.get("listKind") or names["kind"] + "List"
         self.namespaced = spec.get("scope") == "Namespaced"
@@ -226,7 +233,9 @@ class CustomResource(Kind):
         self.printer_columns = list(version.get("additionalPrinterColumns") or [])
         self.printer = columns.compile_columns(self.printer_columns or [DEFAULT_AGE_COLUMN])
         self.columns = self._columns()
-        self.smp = {"metadata": META, **(_smp(self.open_api) or {})}
+        # Strategic merge patches are refused (415), so both views are server-side apply's.
+        own = _smp(self.open_api)
+        self.smp = self.apply_schema = {**object_schema(), **(own if isinstance(own, dict) else {})}
         self.rules = rules.skeleton(self.open_api)  # only the fields that carry CEL rules
         self.has_rules = self.rules is not None
         super().__init__()

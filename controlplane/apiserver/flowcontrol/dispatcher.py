@@ -19,7 +19,7 @@ from aiohttp import web
 from controlplane.apiserver.authn import USER_KEY
 from controlplane.apiserver.flowcontrol import defaults
 from controlplane.apiserver.flowcontrol.classify import Classifier, flow_hash
-from controlplane.apiserver.flowcontrol.metrics import FlowMetrics
+from controlplane.apiserver.flowcontrol.metrics import FlowMetrics, Running
 from controlplane.apiserver.flowcontrol.queueset import Level, Rejected, Seat
 from controlplane.apiserver.flowcontrol.requestinfo import parse
 from controlplane.apiserver.flowcontrol.retryafter import DroppedRequests
@@ -149,14 +149,18 @@ class Dispatcher:
         level = self.levels[chosen.level_name]
         headers = ((chosen.schema.get("metadata") or {}).get("uid", ""), level.uid)
         request[HEADERS_KEY] = headers
-        dispatched, inqueue, executing, waited, _ = self.metrics.children(level.name, schema_name)
+        dispatched, inqueue, _, waited, _ = self.metrics.children(level.name, schema_name)
+        running = self.metrics.running(level.name, schema_name, info.verb == "watch")
         if level.name in self.exempt:
             dispatched.inc()
-            executing.inc()
+            # no seat; a watch's execution still ends when its response starts
+            exempt_done = _Release(None, running)
+            if info.verb == "watch":
+                request[SEAT_KEY] = exempt_done
             try:
                 return await handler(request)
             finally:
-                executing.dec()
+                exempt_done()
         if level.executing >= level.seats or level.waiting:
             inqueue.inc()
             try:
@@ -171,8 +175,7 @@ class Dispatcher:
             seat, wait = await level.acquire(0)
         waited.observe(wait)
         dispatched.inc()
-        executing.inc()
-        seat_done = _Release(seat, executing)
+        seat_done = _Release(seat, running)
         if info.verb == "watch":
             request[SEAT_KEY] = seat_done
         try:
@@ -246,15 +249,17 @@ class Dispatcher:
 
 
 class _Release:
-    """Gives a seat back once (at the watch's start or the request's end), with the gauge."""
+    """Gives a seat back once (at the watch's start or the request's end), with the metrics."""
 
-    __slots__ = ("seat", "gauge", "done")
+    __slots__ = ("seat", "running", "started", "done")
 
-    def __init__(self, seat: Seat, gauge: Any) -> None:
-        self.seat, self.gauge, self.done = seat, gauge, False
+    def __init__(self, seat: Seat | None, running: Running) -> None:
+        self.seat, self.running, self.done = seat, running, False
+        self.started = running.start()
 
     def __call__(self) -> None:
         if not self.done:
             self.done = True
-            self.seat.release()
-            self.gauge.dec()
+            if self.seat is not None:
+                self.seat.release()
+            self.running.finish(self.started)

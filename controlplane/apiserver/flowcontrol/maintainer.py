@@ -30,7 +30,7 @@ from kubeclient.eventwait import wait_event
 
 if TYPE_CHECKING:
     from controlplane.apiserver.kinds.base import Kind
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import Registry
     from controlplane.storage.cache import CacheEvent
 
 log = logging.getLogger("controlplane.apiserver.flowcontrol")

@@ -1,10 +1,14 @@
 """API priority and fairness metrics with upstream's names, labels and buckets
-(k8s.io/apiserver/pkg/util/flowcontrol/metrics), registered on the API server's /metrics registry.
+(k8s.io/apiserver/pkg/util/flowcontrol/metrics), registered on the API server's /metrics registry:
+requests and seats waiting, executing and dispatched, their waits and execution times (a request holds
+one seat here), rejections and each level's nominal seats.
 Label children are looked up once per (schema, level), so a request costs a few counter operations."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -28,6 +32,25 @@ class _Seats(Collector):
         for name, seats in self.source():
             family.add_metric([name], seats)
         yield family
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A flow's executing requests: started (one request, one seat) and finished (its execution time)."""
+
+    requests: Any
+    seats: Any
+    seconds: Any
+
+    def start(self) -> float:
+        self.requests.inc()
+        self.seats.inc()
+        return time.perf_counter()
+
+    def finish(self, started: float) -> None:
+        self.requests.dec()
+        self.seats.dec()
+        self.seconds.observe(time.perf_counter() - started)
 
 
 class FlowMetrics:
@@ -65,8 +88,24 @@ class FlowMetrics:
             buckets=WAIT_BUCKETS,
             registry=r,
         )
+        self.executing_seats = Gauge(
+            "apiserver_flowcontrol_current_executing_seats",
+            "[BETA] Concurrency (number of seats) occupied by the currently executing (initial stage for a WATCH, "
+            "any stage otherwise) requests in the API Priority and Fairness subsystem",
+            _LABELS,
+            registry=r,
+        )
+        self.execution = Histogram(
+            "apiserver_flowcontrol_request_execution_seconds",
+            "[ALPHA] Duration of initial stage (for a WATCH) or any (for a non-WATCH) stage of request execution "
+            "in the API Priority and Fairness subsystem",
+            [*_LABELS, "type"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
         r.register(_Seats(seats))
         self._children: dict[tuple[str, str], tuple[Any, Any, Any, Any, Any]] = {}
+        self._running: dict[tuple[str, str, bool], Running] = {}
 
     def children(self, level: str, schema: str) -> tuple[Any, Any, Any, Any, Any]:
         """(dispatched, inqueue, executing, wait{execute=true}, wait{execute=false}) of a flow's labels."""
@@ -79,6 +118,18 @@ class FlowMetrics:
                 self.executing.labels(level, schema),
                 self.wait.labels(level, schema, "true"),
                 self.wait.labels(level, schema, "false"),
+            )
+        return found
+
+    def running(self, level: str, schema: str, watch: bool) -> Running:
+        """The gauges and histogram of a flow's executing requests (a request holds one seat)."""
+        key = (level, schema, watch)
+        found = self._running.get(key)
+        if found is None:
+            found = self._running[key] = Running(
+                self.children(level, schema)[2],
+                self.executing_seats.labels(level, schema),
+                self.execution.labels(level, schema, "watch" if watch else "regular"),
             )
         return found
 

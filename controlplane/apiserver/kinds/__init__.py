@@ -1,10 +1,13 @@
-"""The served kinds: one module each, one entry each in KINDS.
+"""The served kinds: one module each, one entry each in BUILT_IN.
 
-Everything the server does per kind (routes, discovery, OpenAPI, decoding, strategic merge, tables,
-field selectors, admission, bootstrap objects, in-process controllers) is read from this list; adding
-a kind is a new module holding its `Kind` and an entry here (then `python -m
-controlplane.apiserver.gen_fields` to add its types to the decoder's table). The order is discovery's:
-the core group first, then the API groups in upstream's order; a namespace is emptied in this order.
+A kind module holds its strategy (names and verbs, defaults, validation, storage form, status rules,
+table, field selectors, protobuf schema, list keys, etcd key path) and imports nothing of the REST layer
+(README.md says what a kind may import and what kindparts.py attaches). The server serves the kinds
+through a table of its own (kindtable.KindTable, built by kindparts.builtin_table), which adds custom
+resources at run time. Adding a kind is a new module holding its `Kind` and an entry here (then `python
+-m controlplane.apiserver.gen_fields` to add its types to the decoder's table). The order is
+discovery's: the core group first, then the API groups in upstream's order; a namespace is emptied in
+this order.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from controlplane.apiserver.kinds import (
     configmap,
     controllerrevision,
     cronjob,
+    csidriver,
+    csinode,
+    csistoragecapacity,
     daemonset,
     deployment,
     endpoints,
@@ -29,6 +35,8 @@ from controlplane.apiserver.kinds import (
     flowschema,
     hpa,
     hpav1,
+    ingress,
+    ingressclass,
     job,
     lease,
     limitrange,
@@ -56,11 +64,12 @@ from controlplane.apiserver.kinds import (
     storageclass,
     tokenreview,
     validatingadmissionpolicy,
+    volumeattachment,
     webhookconfiguration,
 )
 from controlplane.apiserver.kinds.base import Kind
 
-KINDS: list[Kind] = [
+BUILT_IN: tuple[Kind, ...] = (
     namespace.KIND,
     node.KIND,
     pod.KIND,
@@ -93,6 +102,8 @@ KINDS: list[Kind] = [
     hpav1.KIND,
     job.KIND,
     cronjob.KIND,
+    ingressclass.KIND,
+    ingress.KIND,
     poddisruptionbudget.KIND,
     clusterrolebinding.KIND,
     clusterrole.KIND,
@@ -104,6 +115,10 @@ KINDS: list[Kind] = [
     endpointslice.KIND,
     certificatesigningrequest.KIND,
     storageclass.KIND,
+    volumeattachment.KIND,
+    csidriver.KIND,
+    csinode.KIND,
+    csistoragecapacity.KIND,
     flowschema.KIND,
     prioritylevelconfiguration.KIND,
     # Upstream's plugin order: MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook.
@@ -112,75 +127,14 @@ KINDS: list[Kind] = [
     validatingadmissionpolicy.BINDING,
     webhookconfiguration.VALIDATING,
     crd.KIND,
-]
-
-_BY_PATH = {(k.group, k.version, k.plural): k for k in KINDS}
-_GENERATION = [0]
-
-
-def add(kind: Kind) -> None:
-    """Serve `kind` from now on, after the built-in kinds (custom resources: apiextensions/controller.py)."""
-    key = (kind.group, kind.version, kind.plural)
-    old = _BY_PATH.get(key)
-    if old is not None:
-        KINDS.remove(old)
-    KINDS.append(kind)
-    _BY_PATH[key] = kind
-    _GENERATION[0] += 1
-
-
-def remove(kind: Kind) -> None:
-    """Stop serving `kind` (a kind `add` added)."""
-    if kind in KINDS:
-        KINDS.remove(kind)
-    key = (kind.group, kind.version, kind.plural)
-    if _BY_PATH.get(key) is kind:
-        del _BY_PATH[key]
-    _GENERATION[0] += 1
-
-
-def generation() -> int:
-    """Grows with every `add` and `remove`: what caches derived from the kinds list (OpenAPI) compare."""
-    return _GENERATION[0]
-
-
-def by_path(group: str, version: str, plural: str) -> Kind | None:
-    return _BY_PATH.get((group, version, plural))
-
-
-def by_group_version(group: str, version: str) -> list[Kind]:
-    return [k for k in KINDS if k.group == group and k.version == version]
+)
+# The name tests and tools iterate: the built-in kinds (a server's own table adds custom resources).
+KINDS = BUILT_IN
 
 
 def groups() -> list[tuple[str, str]]:
-    """The API groups (not core) and their one version, in the order KINDS first names them."""
-    return list(dict.fromkeys((k.group, k.version) for k in KINDS if k.group))
+    """The built-in API groups (not core) and their versions, in the order BUILT_IN first names them."""
+    return list(dict.fromkeys((k.group, k.version) for k in BUILT_IN if k.group))
 
 
-def by_kind(api_version: str, kind: str) -> Kind | None:
-    return next((k for k in KINDS if k.api_version == api_version and k.kind == kind), None)
-
-
-def sweepable() -> list[Kind]:
-    """One stored, deletable namespaced kind per storage bucket: what emptying a namespace deletes."""
-    seen: set[str] = set()
-    out = []
-    for k in KINDS:
-        if k.namespaced and k.stored and "delete" in k.verbs and k.bucket not in seen:
-            seen.add(k.bucket)
-            out.append(k)
-    return out
-
-
-__all__ = [
-    "KINDS",
-    "Kind",
-    "add",
-    "by_group_version",
-    "by_kind",
-    "by_path",
-    "generation",
-    "groups",
-    "remove",
-    "sweepable",
-]
+__all__ = ["BUILT_IN", "KINDS", "Kind", "groups"]

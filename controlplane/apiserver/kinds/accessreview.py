@@ -11,16 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from controlplane.apiserver import errors
-from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import Attributes
 from controlplane.apiserver.errors import FieldError, invalid
 from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver.userinfo import UserInfo
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.kinds.ports import RequestInfo, RestHandler
 
 Obj = dict[str, Any]
 GROUP = "authorization.k8s.io"

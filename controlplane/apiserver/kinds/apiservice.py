@@ -37,6 +37,7 @@ class APIService(Kind):
     group = "apiregistration.k8s.io"
     kind = "APIService"
     plural = "apiservices"
+    etcd_resource_prefix = "apiregistration.k8s.io/apiservices"  # served by kube-aggregator's own storage
     namespaced = False
     categories = ("api-extensions",)
     schema = "V1APIService"

@@ -18,6 +18,7 @@ delete: check_delete -> check_delete_preconditions -> (graceful kinds) deletion_
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,12 +30,8 @@ from controlplane.apiserver.validation import dns_subdomain, object_meta
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from controlplane.apiserver.admission import Plugin
-    from controlplane.apiserver.handlers import RestHandler
+    from controlplane.apiserver.kinds.ports import Plugin, Registry, RequestInfo, RestHandler, ServerConfig
     from controlplane.apiserver.options import DeleteOptions
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.request import RequestInfo
-    from controlplane.apiserver.server import ServerConfig
 
 Obj = dict[str, Any]
 # What a begin_create/begin_update hook hands back: called with whether the write happened.
@@ -105,6 +102,20 @@ class Subresource:
         return callable(getattr(self, verb, None))
 
 
+class Proxy(Subresource):
+    """`<kind>/proxy` as a kind declares it: a Connecter for upstream's proxyMethods (GET, POST, PUT, PATCH,
+    DELETE, HEAD, OPTIONS). What it connects to is the REST layer's (resourceproxy.Proxy, attached by
+    kindparts): a kind only says that it has one and its options kind."""
+
+    name = "proxy"
+    verbs = ("create", "delete", "get", "patch", "update")
+    methods = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+    connects = True
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
 class StatusSubresource(Subresource):
     """`<kind>/status`: an update may change the status and the metadata, never the spec (upstream's
     <kind>StatusStrategy.PrepareForUpdate: `new.Spec = old.Spec`); kinds reset more through
@@ -145,6 +156,11 @@ class Kind:
     # Objects that live in another kind's storage (events.k8s.io Events are core Events), named by
     # that kind's bucket; `to_storage` / `from_storage` convert at the edge.
     storage_bucket: ClassVar[str] = ""
+    # Where kube-apiserver keeps the resource in etcd, under --etcd-prefix (`/registry/<this>/<ns>/<name>`):
+    # "" is its storage factory's default, the plural without the group (`deployments`); the exceptions
+    # are upstream's SpecialDefaultResourcePrefixes (`minions`, `services/specs`, ...) and the resources
+    # served outside its storage factory (APIServices, CRDs, custom resources: `<group>/<plural>`).
+    etcd_resource_prefix: ClassVar[str] = ""
 
     # --- its schema -------------------------------------------------------------------------------
     # The root type in fields.json (the Python client's model name), for decoding, field validation,
@@ -153,8 +169,6 @@ class Kind:
     # Fields the Python client types loosely that upstream types precisely (gen_fields writes them
     # into fields.json): {(type, field): "quantity" | "int-or-string" | "microtime" | ...}.
     type_marks: ClassVar[dict[tuple[str, str], str]] = {}
-    # Strategic merge keys (patchMergeKey / patchStrategy) of its lists.
-    smp: ClassVar[smp_schema.Schema] = smp_schema.OBJECT
     # False: strategic merge patches are refused with 415 (custom resources, as upstream).
     strategic_merge: ClassVar[bool] = True
     # Field selectors it supports beyond its `field_meta` (upstream's strategy and label conversion).
@@ -178,6 +192,16 @@ class Kind:
     # Graceful deletion (upstream's RESTGracefulDeleteStrategy): a DELETE marks the object for a grace
     # period (`deletion_grace`) and a later DELETE with gracePeriodSeconds=0 removes it (pods).
     graceful: ClassVar[bool] = False
+
+    @functools.cached_property
+    def smp(self) -> smp_schema.Schema:
+        """Strategic merge patch's list keys, from upstream's OpenAPI markers of this group/version/kind."""
+        return smp_schema.patch_schema(self.group, self.version, self.kind)
+
+    @functools.cached_property
+    def apply_schema(self) -> smp_schema.Schema:
+        """Server-side apply's list keys, list types and atomic maps, from the same markers."""
+        return smp_schema.apply_schema(self.group, self.version, self.kind)
 
     def __init__(self) -> None:
         if not self.singular:
@@ -204,6 +228,11 @@ class Kind:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @property
+    def etcd_prefix(self) -> str:
+        """The resource's path in etcd below --etcd-prefix (see `etcd_resource_prefix`)."""
+        return self.etcd_resource_prefix or self.plural
+
+    @property
     def resource(self) -> str:
         """The group-qualified resource as errors name it (`deployments.apps`)."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
@@ -218,6 +247,18 @@ class Kind:
 
     def subresource(self, name: str) -> Subresource | None:
         return self._subresources.get(name)
+
+    def attach(self, subresources: tuple[Subresource, ...] = (), admission: tuple[Plugin, ...] = ()) -> None:
+        """What the REST layer adds to the kind (kindparts.py): subresources whose verbs need it (a
+        declared subresource of the same name is replaced where it stood) and admission plugins that
+        belong to it (after the kind's own). Idempotent: attaching again replaces what was attached."""
+        if not hasattr(self, "_declared"):
+            self._declared = (self.subresources, self.admission)
+        declared, own = self._declared
+        by_name = {s.name: s for s in subresources}
+        self.subresources = tuple(by_name.pop(s.name, s) for s in declared) + tuple(by_name.values())
+        self._subresources = {s.name: s for s in self.subresources}
+        self.admission = own + tuple(admission)
 
     @property
     def storage_schema(self) -> str:

@@ -13,8 +13,7 @@ from controlplane.apiserver.kinds.base import Kind, Subresource
 from controlplane.apiserver.meta import timestamp
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.kinds.ports import RequestInfo, RestHandler
 
 Obj = dict[str, Any]
 SCHEMA = "V1Binding"

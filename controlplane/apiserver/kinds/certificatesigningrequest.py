@@ -29,7 +29,6 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from controlplane.apiserver import tables
-from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.authz import Attributes
 from controlplane.apiserver.errors import (
     FieldError,
@@ -41,6 +40,7 @@ from controlplane.apiserver.errors import (
     required,
 )
 from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, Subresource, fields
+from controlplane.apiserver.kinds.ports import AdmissionRequest
 from controlplane.apiserver.meta import age, human_duration, timestamp
 from controlplane.apiserver.validation import no_name_rule, object_meta
 from kubeclient.names import dns1123_label, dns1123_subdomain

@@ -15,7 +15,7 @@ from controlplane.apiserver.rbac import validation
 from controlplane.apiserver.rbac.escalation import RoleEscalation
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import Registry
 
 Obj = dict[str, Any]
 

@@ -13,8 +13,6 @@ from controlplane.apiserver.kinds import jobspec, podspec
 from controlplane.apiserver.kinds.base import REFUSE_BATCH, Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.kinds.cronschedule import ScheduleError, parse_standard, time_zone_error
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import META
-from controlplane.apiserver.smp_schema import TEMPLATE as SMP_TEMPLATE
 from controlplane.apiserver.tables import since
 from controlplane.apiserver.validation import nonnegative
 
@@ -78,7 +76,6 @@ class CronJob(Kind):
     field_selectors = (SelectableField("status.successful", exposed=False),)
     field_refusal = REFUSE_BATCH
     type_marks = jobspec.TYPE_MARKS
-    smp = {"metadata": META, "spec": {"jobTemplate": {"metadata": META, "spec": {"template": SMP_TEMPLATE}}}}
     generation = True
     subresources = (StatusSubresource("CronJob", "batch"),)
     columns = (

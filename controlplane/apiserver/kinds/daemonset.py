@@ -17,7 +17,6 @@ from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.kinds.deployment import _int_or_percent
 from controlplane.apiserver.kinds.workload import validate_selector_unchanged
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import CONDITIONS, META, TEMPLATE
 from controlplane.apiserver.validation import labels, nonnegative
 from kubeclient.selectors import SelectorError, from_label_selector
 
@@ -112,7 +111,6 @@ class DaemonSet(Kind):
     categories = ("all",)
     schema = "V1DaemonSet"
     type_marks = TYPE_MARKS
-    smp = {"metadata": META, "spec": {"template": TEMPLATE}, "status": CONDITIONS}
     generation = True
     subresources = (StatusSubresource("DaemonSet", "apps"),)
     columns = (

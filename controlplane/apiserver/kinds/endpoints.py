@@ -67,6 +67,7 @@ def validate_subsets(subsets: list[Obj]) -> list[FieldError]:
 class Endpoints(Kind):
     kind = "Endpoints"
     plural = "endpoints"
+    etcd_resource_prefix = "services/endpoints"  # upstream's SpecialDefaultResourcePrefixes
     singular = "endpoints"
     short_names = ("ep",)
     schema = "V1Endpoints"

@@ -11,8 +11,7 @@ from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, Selectab
 from controlplane.apiserver.validation import no_name_rule
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.server import ServerConfig
+    from controlplane.apiserver.kinds.ports import Registry, ServerConfig
 
 Obj = dict[str, Any]
 

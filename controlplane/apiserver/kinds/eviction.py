@@ -28,19 +28,17 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from controlplane.apiserver import errors
-from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Subresource
+from controlplane.apiserver.kinds.ports import AdmissionRequest
 from controlplane.apiserver.meta import timestamp
+from controlplane.apiserver.options import DeleteOptions
 from kubeclient.selectors import SelectorError, from_label_selector
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.authn import UserInfo
-    from controlplane.apiserver.handlers import RestHandler
     from controlplane.apiserver.kinds.base import Kind
-    from controlplane.apiserver.options import DeleteOptions
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.kinds.ports import Registry, RequestInfo, RestHandler
+    from controlplane.apiserver.userinfo import UserInfo
 
 Obj = dict[str, Any]
 SCHEMA = "V1Eviction"
@@ -178,10 +176,6 @@ def decrement(pdb: Obj, pod_name: str, dry_run: bool) -> Obj | None:
 def delete_options(eviction: Obj, query: Any) -> DeleteOptions:
     """propagateDryRun: the request's dryRun goes into the eviction's deleteOptions; two different
     ones are an error."""
-    from controlplane.apiserver.options import (
-        DeleteOptions,  # (options imports request, which imports the kinds)
-    )
-
     body = eviction.get("deleteOptions")
     query_dry_run = list(query.getall("dryRun", []))
     if body is None:

@@ -15,8 +15,6 @@ from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds import jobspec, podspec
 from controlplane.apiserver.kinds.base import REFUSE_BATCH, Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.meta import age, human_duration, now, parse_time
-from controlplane.apiserver.smp_schema import CONDITIONS, META
-from controlplane.apiserver.smp_schema import TEMPLATE as SMP_TEMPLATE
 from controlplane.apiserver.validation import immutable
 
 Obj = dict[str, Any]
@@ -93,7 +91,6 @@ class Job(Kind):
     field_selectors = (SelectableField("status.successful", "status.succeeded", missing="0"),)
     field_refusal = REFUSE_BATCH
     type_marks = jobspec.TYPE_MARKS
-    smp = {"metadata": META, "spec": {"template": SMP_TEMPLATE}, "status": CONDITIONS}
     generation = True
     gc_policy = deletion.ORPHAN_DEPENDENTS
     subresources = (StatusSubresource("Job", "batch"),)

@@ -19,14 +19,11 @@ from controlplane.apiserver.kinds.base import (
     fields,
 )
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.validation import dns_label
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.ports import AdmissionRequest, Registry
     from controlplane.apiserver.options import DeleteOptions
-    from controlplane.apiserver.registry import Registry
-    from controlplane.apiserver.server import ServerConfig
 
 Obj = dict[str, Any]
 
@@ -85,7 +82,6 @@ class Namespace(Kind):
     return_deleted_object = True
     subresources = (StatusSubresource("Namespace"), Finalize())
     schema = "V1Namespace"
-    smp = {"metadata": META, "status": CONDITIONS}
     field_selectors = fields("status.phase")
     field_meta = ("metadata.name",)
     field_refusal = REFUSE_UNSUPPORTED
@@ -165,11 +161,6 @@ class Namespace(Kind):
             await registry.ensure(
                 self, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
             )
-
-    def controllers(self, registry: Registry, config: ServerConfig) -> list[Any]:
-        from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
-
-        return [NamespaceFinalizer(registry, self)]
 
     def cells(self, obj: Obj) -> list[Any]:
         return [obj["metadata"].get("name"), (obj.get("status") or {}).get("phase", ""), age(obj)]

@@ -10,15 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
-from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, SelectableField, StatusSubresource
+from controlplane.apiserver.kinds.base import (
+    REFUSE_UNSUPPORTED,
+    Kind,
+    Proxy,
+    SelectableField,
+    StatusSubresource,
+)
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.nodeauthz.restriction import NodeRestriction
-from controlplane.apiserver.resourceproxy import Proxy, node_location
-from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.validation import nonnegative_quantity
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.ports import AdmissionRequest
 
 Obj = dict[str, Any]
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
@@ -45,18 +49,14 @@ class TaintNodesByCondition:
 class Node(Kind):
     kind = "Node"
     plural = "nodes"
+    etcd_resource_prefix = "minions"  # upstream's SpecialDefaultResourcePrefixes
     namespaced = False
     short_names = ("no",)
-    subresources = (StatusSubresource("Node"), Proxy("NodeProxyOptions", node_location))
+    subresources = (StatusSubresource("Node"), Proxy("NodeProxyOptions"))
     schema = "V1Node"
     type_marks = {
         ("V1NodeStatus", "capacity"): "map[quantity]",
         ("V1NodeStatus", "allocatable"): "map[quantity]",
-    }
-    smp = {
-        "metadata": META,
-        "spec": {"podCIDRs": ListSpec(None)},
-        "status": {"conditions": ListSpec("type"), "addresses": ListSpec("type")},
     }
     field_selectors = (SelectableField("spec.unschedulable", missing="false"),)
     field_meta = ("metadata.name",)

@@ -36,7 +36,7 @@ from controlplane.apiserver.rbac.validation import label_selector
 from controlplane.apiserver.validation import immutable
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.ports import AdmissionRequest
 
 Obj = dict[str, Any]
 

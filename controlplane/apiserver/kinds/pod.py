@@ -7,16 +7,15 @@ with gracePeriodSeconds=0), the pods/log stream from the node agent, pods/exec, 
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aiohttp import web
-
-from controlplane.apiserver import errors, streaming, tables
+from controlplane.apiserver import errors, tables
 from controlplane.apiserver.errors import FieldError, forbidden
 from controlplane.apiserver.kinds import podspec
 from controlplane.apiserver.kinds.base import (
     REFUSE_UNSUPPORTED,
     Kind,
+    Proxy,
     SelectableField,
     StatusSubresource,
     Subresource,
@@ -24,15 +23,7 @@ from controlplane.apiserver.kinds.base import (
 )
 from controlplane.apiserver.kinds.binding import BINDING
 from controlplane.apiserver.kinds.eviction import EVICTION
-from controlplane.apiserver.kinds.node import KIND as NODE
-from controlplane.apiserver.kubeletproxy import log_container, validate_log_query
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.resourceproxy import Proxy, pod_location
-from controlplane.apiserver.smp_schema import META, POD_SPEC, POD_STATUS
-
-if TYPE_CHECKING:
-    from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.request import RequestInfo
 
 Obj = dict[str, Any]
 
@@ -58,25 +49,11 @@ _SPEC_UPDATE = (
 
 
 class Log(Subresource):
-    """pods/log: checked here, streamed from the pod's node agent (kubeletproxy.py)."""
+    """pods/log: checked and streamed from the pod's node agent by the REST layer (kindparts/pods.py)."""
 
     name = "log"
     kind = "Pod"
     verbs = ("get",)
-
-    async def get(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        pod = (await rest.registry.get(info.resource, info.namespace, info.name)).obj
-        container = log_container(pod, request.query.get("container", ""))
-        params = validate_log_query(request.query)
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if not node_name:
-            raise errors.bad_request(f"pod {pod['metadata']['name']} does not have a host assigned")
-        if rest.kubelet is None:
-            raise errors.internal(
-                "this server has no client certificate for node agents (serving plain HTTP)"
-            )
-        node = await rest.registry.get(NODE, "", node_name)
-        return await rest.kubelet.stream_log(request, pod, node.obj, container, params)
 
 
 class EphemeralContainers(Subresource):
@@ -127,15 +104,11 @@ def validate_ephemeral_update(new: Obj, old: Obj) -> list[FieldError]:
 
 class _Streaming(Subresource):
     """pods/exec, pods/attach, pods/portforward: upgraded connections streamed to the pod's node agent
-    (streaming.py). GET (WebSocket) and POST (SPDY) both connect, authorized as get and create."""
+    (the REST layer's streaming.py, attached by kindparts/pods.py). GET (WebSocket) and POST (SPDY) both
+    connect, authorized as get and create."""
 
     verbs = ("create", "get")
     connects = True
-
-    async def connect(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        if self.name == "portforward":
-            return await streaming.connect_port_forward(rest, request, info)
-        return await streaming.connect_stream(rest, request, info, self.name)
 
 
 class Exec(_Streaming):
@@ -167,11 +140,10 @@ class Pod(Kind):
         Exec(),
         Attach(),
         PortForward(),
-        Proxy("PodProxyOptions", pod_location),
+        Proxy("PodProxyOptions"),
     )
     schema = "V1Pod"
     type_marks = podspec.TYPE_MARKS
-    smp = {"metadata": META, "spec": POD_SPEC, "status": POD_STATUS}
     field_selectors = (
         *fields(
             "spec.nodeName",

@@ -18,7 +18,6 @@ from controlplane.apiserver.errors import FieldError, invalid, not_supported, re
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.kinds.deployment import _int_or_percent
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.validation import nonnegative
 from kubeclient.selectors import SelectorError, from_label_selector
 
@@ -98,7 +97,6 @@ class PodDisruptionBudget(Kind):
     short_names = ("pdb",)
     schema = "V1PodDisruptionBudget"
     type_marks = TYPE_MARKS
-    smp = {"metadata": META, "status": CONDITIONS}
     generation = True
     subresources = (StatusSubresource("PodDisruptionBudget", "policy"),)
     columns = (

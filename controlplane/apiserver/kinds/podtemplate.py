@@ -8,7 +8,6 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds import podspec
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.smp_schema import META, TEMPLATE
 from controlplane.apiserver.validation import annotations, labels
 
 Obj = dict[str, Any]
@@ -20,7 +19,6 @@ class PodTemplate(Kind):
     schema = "V1PodTemplate"
     return_deleted_object = True
     type_marks = podspec.TYPE_MARKS
-    smp = {"metadata": META, "template": TEMPLATE}
     columns = (
         tables.NAME,
         tables.column("Containers", desc="Names of each container in the template."),

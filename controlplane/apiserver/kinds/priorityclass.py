@@ -15,8 +15,7 @@ from controlplane.apiserver.meta import age
 from controlplane.apiserver.validation import immutable
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import AdmissionRequest, Registry
 
 Obj = dict[str, Any]
 

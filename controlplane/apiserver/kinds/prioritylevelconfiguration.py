@@ -13,7 +13,7 @@ from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import age
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import Registry
 
 Obj = dict[str, Any]
 

@@ -18,7 +18,6 @@ from controlplane.apiserver.kinds import podspec
 from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, SelectableField, StatusSubresource
 from controlplane.apiserver.kinds.scale import Scale, map_selector
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import CONDITIONS, META, TEMPLATE
 from controlplane.apiserver.validation import annotations, labels, nonnegative
 
 Obj = dict[str, Any]
@@ -85,12 +84,12 @@ def validate_status(status: Obj) -> list[FieldError]:
 class ReplicationController(Kind):
     kind = "ReplicationController"
     plural = "replicationcontrollers"
+    etcd_resource_prefix = "controllers"  # upstream's SpecialDefaultResourcePrefixes
     short_names = ("rc",)
     categories = ("all",)
     subresources = (StatusSubresource("ReplicationController"), Scale(map_selector))
     schema = "V1ReplicationController"
     type_marks = podspec.TYPE_MARKS
-    smp = {"metadata": META, "spec": {"template": TEMPLATE}, "status": CONDITIONS}
     field_selectors = (SelectableField("status.replicas", missing="0"),)  # upstream: Itoa(Status.Replicas)
     field_refusal = REFUSE_UNSUPPORTED
     generation = True

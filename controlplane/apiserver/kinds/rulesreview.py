@@ -13,8 +13,7 @@ from controlplane.apiserver.kinds.base import Kind
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.kinds.ports import RequestInfo, RestHandler
 
 Obj = dict[str, Any]
 

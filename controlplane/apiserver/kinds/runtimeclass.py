@@ -20,7 +20,7 @@ from controlplane.apiserver.meta import age
 from controlplane.apiserver.validation import dns_label, immutable, labels
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.ports import AdmissionRequest
 
 Obj = dict[str, Any]
 

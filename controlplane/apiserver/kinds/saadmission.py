@@ -25,8 +25,7 @@ from controlplane.apiserver.meta import random_suffix
 from controlplane.apiserver.satokens import WARN_ONLY_EXPIRATION
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import AdmissionRequest, Registry
 
 Obj = dict[str, Any]
 

@@ -14,8 +14,7 @@ from controlplane.apiserver.kinds.base import Subresource
 from kubeclient.selectors import SelectorError, from_label_selector, from_set
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.kinds.ports import RequestInfo, RestHandler
 
 Obj = dict[str, Any]
 

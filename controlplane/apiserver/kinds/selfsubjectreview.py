@@ -10,8 +10,7 @@ from aiohttp import web
 from controlplane.apiserver.kinds.base import Kind
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.kinds.ports import RequestInfo, RestHandler
 
 
 class SelfSubjectReview(Kind):

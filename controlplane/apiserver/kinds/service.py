@@ -11,15 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, serviceallocator, tables
 from controlplane.apiserver.errors import FieldError, duplicate, forbidden, invalid, not_supported, required
-from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Finish, Kind, StatusSubresource, fields
+from controlplane.apiserver.kinds.base import (
+    REFUSE_UNSUPPORTED,
+    Finish,
+    Kind,
+    Proxy,
+    StatusSubresource,
+    fields,
+)
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.resourceproxy import Proxy, service_location
 from controlplane.apiserver.serviceallocator import Full, Holder, RangeAllocator, Request, Taken
-from controlplane.apiserver.smp_schema import CONDITIONS, META, ListSpec
 from controlplane.apiserver.validation import dns1035_label, port_number
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import Registry
     from controlplane.apiserver.serviceranges import ServiceRanges
 
 Obj = dict[str, Any]
@@ -39,15 +44,15 @@ def _node_ports(spec: Obj) -> bool:
 class Service(Kind):
     kind = "Service"
     plural = "services"
+    etcd_resource_prefix = "services/specs"  # upstream's SpecialDefaultResourcePrefixes
     short_names = ("svc",)
     categories = ("all",)
-    subresources = (StatusSubresource("Service"), Proxy("ServiceProxyOptions", service_location))
+    subresources = (StatusSubresource("Service"), Proxy("ServiceProxyOptions"))
     schema = "V1Service"
     field_selectors = fields("spec.clusterIP", "spec.type")
     field_refusal = REFUSE_UNSUPPORTED
     return_deleted_object = True
     type_marks = {("V1ServicePort", "targetPort"): "int-or-string"}
-    smp = {"metadata": META, "spec": {"ports": ListSpec("port")}, "status": CONDITIONS}
     columns = (
         tables.NAME,
         tables.column("Type", desc="type determines how the Service is exposed."),

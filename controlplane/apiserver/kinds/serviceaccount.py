@@ -10,7 +10,6 @@ from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.kinds.saadmission import ServiceAccountAdmission
 from controlplane.apiserver.kinds.tokenrequest import TOKEN
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import META, ListSpec
 
 Obj = dict[str, Any]
 
@@ -23,7 +22,6 @@ class ServiceAccount(Kind):
     return_deleted_object = True
     subresources = (TOKEN,)
     admission = (ServiceAccountAdmission(),)
-    smp = {"metadata": META, "secrets": ListSpec("name"), "imagePullSecrets": ListSpec("name")}
     columns = (
         tables.NAME,
         tables.column(

@@ -19,7 +19,6 @@ from controlplane.apiserver.kinds import podspec
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.kinds.scale import SCALE
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import CONDITIONS, META, TEMPLATE
 from controlplane.apiserver.validation import labels, nonnegative
 from kubeclient.selectors import SelectorError, from_label_selector
 
@@ -177,7 +176,6 @@ class StatefulSet(Kind):
     categories = ("all",)
     schema = "V1StatefulSet"
     type_marks = TYPE_MARKS
-    smp = {"metadata": META, "spec": {"template": TEMPLATE}, "status": CONDITIONS}
     generation = True
     subresources = (StatusSubresource("StatefulSet", "apps"), SCALE)
     columns = (

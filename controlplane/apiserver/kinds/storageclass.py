@@ -19,7 +19,7 @@ from controlplane.apiserver.meta import age
 from controlplane.apiserver.validation import immutable, qualified_name
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import Registry
 
 Obj = dict[str, Any]
 

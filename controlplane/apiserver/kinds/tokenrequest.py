@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from controlplane.apiserver import errors
-from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.kinds.base import Subresource
+from controlplane.apiserver.kinds.ports import AdmissionRequest
 from controlplane.apiserver.satokens import EXPIRATION_EXTENSION, WARN_ONLY_EXPIRATION
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.kinds.ports import RequestInfo, RestHandler
 
 Obj = dict[str, Any]
 

@@ -14,8 +14,7 @@ from controlplane.apiserver import errors
 from controlplane.apiserver.kinds.base import Kind
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.handlers import RestHandler
-    from controlplane.apiserver.request import RequestInfo
+    from controlplane.apiserver.kinds.ports import RequestInfo, RestHandler
 
 
 class TokenReview(Kind):

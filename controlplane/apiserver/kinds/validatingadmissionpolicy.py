@@ -1,7 +1,8 @@
 """admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding,
 cluster-scoped, defaulted and validated as upstream (validation.py). The ValidatingAdmissionPolicy
-admission plugin belongs to the policy kind; it runs before the validating webhooks (the kinds table
-lists it first), as upstream's default plugin order has it."""
+admission plugin belongs to the policy kind (the REST layer's admissionpolicy/plugin.py, attached by
+kindparts); it runs before the validating webhooks (the kinds table lists it first), as upstream's
+default plugin order has it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ from typing import Any
 
 from controlplane.apiserver import tables
 from controlplane.apiserver.admissionpolicy import validation
-from controlplane.apiserver.admissionpolicy.plugin import ValidatingAdmissionPolicyPlugin
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import CONDITIONS, META
 from kubeclient.selectors import format_label_selector
 
 Obj = dict[str, Any]
@@ -30,9 +29,7 @@ class ValidatingAdmissionPolicyKind(Kind):
     schema = "V1ValidatingAdmissionPolicy"
     categories = ("api-extensions",)
     subresources = (StatusSubresource(),)
-    smp = {"metadata": META, "status": CONDITIONS}
     generation = True
-    admission = (ValidatingAdmissionPolicyPlugin(),)
     columns = (
         tables.NAME,
         tables.column(

@@ -1,7 +1,8 @@
 """admissionregistration.k8s.io/v1 MutatingWebhookConfiguration and ValidatingWebhookConfiguration:
 cluster-scoped lists of webhooks, defaulted and validated as upstream (validation.py). The admission
-plugins that call them belong to these kinds (plugins.py): MutatingAdmissionWebhook and
-ValidatingAdmissionWebhook, listed after every built-in plugin because their kinds come last in KINDS."""
+plugins that call them belong to these kinds (the REST layer's webhooks/plugins.py, attached by
+kindparts): MutatingAdmissionWebhook and
+ValidatingAdmissionWebhook, listed after every built-in plugin because their kinds come last in BUILT_IN."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ from controlplane.apiserver import tables
 from controlplane.apiserver.errors import FieldError
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import age
-from controlplane.apiserver.smp_schema import META, ListSpec
 from controlplane.apiserver.webhooks import validation
-from controlplane.apiserver.webhooks.plugins import MutatingAdmissionWebhook, ValidatingAdmissionWebhook
 
 Obj = dict[str, Any]
 
@@ -30,7 +29,6 @@ class _WebhookConfiguration(Kind):
     namespaced = False
     categories = ("api-extensions",)
     # `webhooks` merges by name (patchStrategy merge, patchMergeKey name upstream): kubectl apply's patches.
-    smp = {"metadata": META, "webhooks": ListSpec("name")}
     mutating = False
     columns = (tables.NAME, _WEBHOOKS, tables.AGE)
 
@@ -51,14 +49,12 @@ class MutatingWebhookConfigurationKind(_WebhookConfiguration):
     plural = "mutatingwebhookconfigurations"
     schema = "V1MutatingWebhookConfiguration"
     mutating = True
-    admission = (MutatingAdmissionWebhook(),)
 
 
 class ValidatingWebhookConfigurationKind(_WebhookConfiguration):
     kind = "ValidatingWebhookConfiguration"
     plural = "validatingwebhookconfigurations"
     schema = "V1ValidatingWebhookConfiguration"
-    admission = (ValidatingAdmissionWebhook(),)
 
 
 MUTATING = MutatingWebhookConfigurationKind()

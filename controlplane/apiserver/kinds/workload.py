@@ -9,7 +9,6 @@ from controlplane.apiserver.errors import FieldError, invalid, not_supported, re
 from controlplane.apiserver.kinds import podspec
 from controlplane.apiserver.kinds.base import Kind, StatusSubresource
 from controlplane.apiserver.kinds.scale import SCALE
-from controlplane.apiserver.smp_schema import CONDITIONS, META, TEMPLATE
 from controlplane.apiserver.validation import labels
 from kubeclient.selectors import SelectorError, from_label_selector
 
@@ -75,7 +74,6 @@ class Workload(Kind):
     group = "apps"
     categories = ("all",)
     type_marks = TYPE_MARKS
-    smp = {"metadata": META, "spec": {"template": TEMPLATE}, "status": CONDITIONS}
     generation = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -10,11 +10,11 @@ Non-nodes get no opinion, so RBAC decides for them.
 
 from __future__ import annotations
 
-from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import Attributes, Decision, RuleSet, exact_field, no_opinion
 from controlplane.apiserver.nodeauthz.graph import CONFIGMAP, POD, PV, PVC, SECRET, SERVICE_ACCOUNT, NodeGraph
 from controlplane.apiserver.rbac.policy import NODE_RULES
 from controlplane.apiserver.rbac.rules import allows, compile_rules
+from controlplane.apiserver.userinfo import UserInfo
 
 NODE_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"

@@ -18,7 +18,7 @@ from controlplane.apiserver.nodeauthz.authorizer import NODE_LEASE_NAMESPACE, no
 from controlplane.apiserver.nodeauthz.graph import pod_refs
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
+    from controlplane.apiserver.kinds.ports import AdmissionRequest
 
 Obj = dict[str, Any]
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"

@@ -26,9 +26,8 @@ from controlplane.storage import ConflictError, NotFoundError
 from controlplane.storage.cache import encode
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
     from controlplane.apiserver.kinds.base import Kind
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import AdmissionRequest, Registry
 
 Obj = dict[str, Any]
 RETRIES = 3

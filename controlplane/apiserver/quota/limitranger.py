@@ -15,8 +15,8 @@ from controlplane.quota.resources import Resources, parse
 from kubeclient.quantity import Quantity
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
     from controlplane.apiserver.kinds.base import Kind
+    from controlplane.apiserver.kinds.ports import AdmissionRequest
 
 Obj = dict[str, Any]
 ANNOTATION = "kubernetes.io/limit-ranger"

@@ -8,7 +8,6 @@ errors of the bindings that named the user as its reason (`RBAC: clusterrole.rba
 
 from __future__ import annotations
 
-from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import (
     Attributes,
     Decision,
@@ -18,6 +17,7 @@ from controlplane.apiserver.authz import (
     no_opinion,
 )
 from controlplane.apiserver.rbac.resolver import RuleResolver
+from controlplane.apiserver.userinfo import UserInfo
 
 SYSTEM_MASTERS = "system:masters"
 

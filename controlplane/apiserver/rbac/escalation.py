@@ -14,16 +14,16 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors
-from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import Attributes, RuleSet
 from controlplane.apiserver.rbac.authorizer import SYSTEM_MASTERS
 from controlplane.apiserver.rbac.covers import FULL_AUTHORITY, covers, escalation_message
 from controlplane.apiserver.rbac.resolver import GROUP
 from controlplane.apiserver.rbac.rules import PolicyRule, parse_rules
+from controlplane.apiserver.userinfo import UserInfo
 
 if TYPE_CHECKING:
-    from controlplane.apiserver.admission import AdmissionRequest
     from controlplane.apiserver.authz import AuthorizerChain
+    from controlplane.apiserver.kinds.ports import AdmissionRequest
 
 Obj = dict[str, Any]
 

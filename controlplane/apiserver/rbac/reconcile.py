@@ -25,7 +25,7 @@ from controlplane.apiserver.rbac.rules import parse_rules
 
 if TYPE_CHECKING:
     from controlplane.apiserver.kinds.base import Kind
-    from controlplane.apiserver.registry import Registry
+    from controlplane.apiserver.kinds.ports import Registry
 
 log = logging.getLogger("controlplane.apiserver.rbac")
 Obj = dict[str, Any]

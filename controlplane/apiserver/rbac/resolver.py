@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.rbac.rules import PolicyRule, Rule, compile_rules, parse_rules
+from controlplane.apiserver.userinfo import UserInfo
 
 if TYPE_CHECKING:
     from controlplane.storage.cache import CacheEvent, WatchCache

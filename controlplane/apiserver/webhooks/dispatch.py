@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from controlplane.storage.cache import WatchCache
 if TYPE_CHECKING:
     from controlplane.apiserver.admission import AdmissionRequest
     from controlplane.apiserver.kinds.base import Kind
+    from controlplane.apiserver.kindtable import KindTable
 
 log = logging.getLogger("controlplane.apiserver.webhooks")
 Obj = dict[str, Any]
@@ -68,6 +69,9 @@ class Invocation:
     # Mutating admission of a create: upstream runs it before the store sets uid, creationTimestamp,
     # generation and a generated name, so the object is shown without them.
     before_create: bool = False
+    # The server's kinds (kindtable.KindTable): the other versions a matchPolicy Equivalent webhook may
+    # match, the kinds a policy's paramKind names.
+    kinds: KindTable | None = None
     _views: dict[int, View] = field(default_factory=dict)
 
     def view(self, kind: Kind | None = None) -> View:
@@ -152,21 +156,12 @@ def to_storage(kind: Kind, obj: Obj) -> Obj:
     return kind.to_storage(obj) if kind.converts else obj
 
 
-def equivalents(kind: Kind) -> list[Kind]:
-    """The other versions of the same resource (one storage): what matchPolicy Equivalent also matches."""
-    found = _EQUIVALENTS.get(id(kind))
-    if found is None:
-        from controlplane.apiserver.kinds import KINDS  # the table lists this package's kinds
-
-        found = _EQUIVALENTS[id(kind)] = [
-            k
-            for k in KINDS
-            if k is not kind and k.stored and k.bucket == kind.bucket and k.plural == kind.plural
-        ]
-    return found
-
-
-_EQUIVALENTS: dict[int, list[Kind]] = {}
+def equivalents(kind: Kind, table: Iterable[Kind]) -> list[Kind]:
+    """The other versions of the same resource (one storage) among the served kinds: what matchPolicy
+    Equivalent also matches."""
+    return [
+        k for k in table if k is not kind and k.stored and k.bucket == kind.bucket and k.plural == kind.plural
+    ]
 
 
 def invocation(request: AdmissionRequest, mutating: bool = False) -> Invocation:
@@ -212,6 +207,7 @@ def invocation(request: AdmissionRequest, mutating: bool = False) -> Invocation:
         request.registry.cache,
         kind,
         before_create,
+        request.registry.kinds,
     )
 
 
@@ -257,7 +253,7 @@ def _matched_kind(hook: Webhook, inv: Invocation) -> Kind | None:
         return inv.kind
     if hook.match_policy != "Equivalent":
         return None
-    for kind in equivalents(inv.kind):
+    for kind in equivalents(inv.kind, inv.kinds or ()):
         attrs = replace(inv.attrs, group=kind.group, version=kind.version, resource=kind.plural)
         if any(r.matches(attrs) for r in hook.rules):
             return kind

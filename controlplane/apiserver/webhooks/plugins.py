@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
-from controlplane.apiserver import errors, typed
+from controlplane.apiserver import admissionmetrics, errors, typed
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.patch import json_patch
 from controlplane.apiserver.webhooks import context, review
@@ -47,7 +48,26 @@ def _dry_run_check(hook: Webhook, dry_run: bool) -> None:
 
 async def call(hook: Webhook, kind: Kind, inv: Invocation, mutating: bool, dry_run: bool) -> review.Response:
     """One review round trip, the request shown in `kind`'s version; CallingError for anything
-    failurePolicy judges, ApiError for a refusal."""
+    failurePolicy judges, ApiError for a refusal. Timed into apiserver_admission_webhook_*."""
+    started = time.perf_counter()
+    # A refusal, or a failed call that failurePolicy Fail turns into one, counts as rejected; upstream's
+    # step type is "admit" for mutating webhooks and "validating" for validating ones.
+    rejected = True
+    try:
+        result = await _round_trip(hook, kind, inv, mutating, dry_run)
+        rejected = False
+        return result
+    except CallingError:
+        rejected = not hook.fails_open
+        raise
+    finally:
+        phase = "admit" if mutating else "validating"
+        admissionmetrics.webhook(hook.name, phase, inv.operation, rejected, time.perf_counter() - started)
+
+
+async def _round_trip(
+    hook: Webhook, kind: Kind, inv: Invocation, mutating: bool, dry_run: bool
+) -> review.Response:
     _dry_run_check(hook, dry_run)
     view = inv.view(kind)
     uid, body = review.build(

@@ -1,0 +1,335 @@
+"""CSI volumes, as upstream's kubelet CSI plugin (pkg/volume/csi) sets them up: a persistentVolumeClaim
+whose volume is a `csi` source, and a CSI ephemeral inline volume (a pod volume with `csi:`).
+
+For a persistent volume, where the CSIDriver object says attachRequired (or there is no CSIDriver,
+upstream's default) the VolumeAttachment `csi-<sha256(handle+driver+node)>` must say attached, and its
+attachmentMetadata is the publish context. NodeStageVolume runs once per volume and node, at the global
+mount <root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount (when the driver has
+STAGE_UNSTAGE_VOLUME); NodePublishVolume runs once per pod at
+<root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount with the access mode, fsType, mount options,
+readOnly, the volume attributes and, when the CSIDriver asks for podInfoOnMount, the pod's name,
+namespace, uid and service account. Beside each mount a vol_data.json records what was done, so the
+reverse (NodeUnpublishVolume per pod, NodeUnstageVolume once no pod of the node publishes the volume)
+needs nothing but the folder: it runs when the pod goes, also after the agent restarted.
+
+A driver that is not registered, an attachment not there yet, or a driver call that fails keeps the pod
+waiting with upstream's message; the pod manager tries again on its next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.csi.registry import DriverRegistry, RegisteredDriver
+from agent.volumes.claims import ClaimError
+from agent.volumes.emptydir import unmount_under
+from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost
+from kubeclient.csi.client import ACCESS_MODES, CSICallError, attachment_name, capability
+from kubeclient.csi.pb import csi_pb2 as pb
+
+log = logging.getLogger("agent.volumes.csi")
+
+FOLDER = "kubernetes.io~csi"
+DATA_FILE = "vol_data.json"
+POD_INFO = {
+    "csi.storage.k8s.io/pod.name": ("metadata", "name"),
+    "csi.storage.k8s.io/pod.namespace": ("metadata", "namespace"),
+    "csi.storage.k8s.io/pod.uid": ("metadata", "uid"),
+    "csi.storage.k8s.io/serviceAccount.name": ("spec", "serviceAccountName"),
+}
+EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
+STAGE_CAP = pb.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME
+
+
+@dataclass
+class VolumeData:
+    """What vol_data.json keeps beside a publication (and, with an empty target, beside a staging)."""
+
+    driver: str
+    handle: str
+    target: str
+    staging: str = ""
+    ephemeral: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _write_data(folder: Path, data: VolumeData) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / DATA_FILE).write_text(json.dumps(asdict(data)))
+
+
+def _read_data(path: Path) -> VolumeData | None:
+    try:
+        return VolumeData(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _publications(root: Path) -> list[VolumeData]:
+    out = []
+    for data_file in root.glob(f"pods/*/volumes/{FOLDER}/*/{DATA_FILE}"):
+        data = _read_data(data_file)
+        if data is not None:
+            out.append(data)
+    return out
+
+
+class CSIPlugin:
+    """kind `csi` (inline ephemeral volumes) and the `csi` PersistentVolume source of claims."""
+
+    kind = "csi"
+    field = "csi"
+
+    def __init__(self, registry: DriverRegistry, node_name: str) -> None:
+        self.registry = registry
+        self.node_name = node_name
+        self._lock = asyncio.Lock()  # stage counts and unstage decisions see one state
+
+    # inline ephemeral volume
+    async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
+        src = volume["csi"] or {}
+        name, driver_name = volume["name"], src.get("driver", "")
+        driver, csidriver = await self._driver(host, driver_name, name)
+        modes = ((csidriver or {}).get("spec") or {}).get("volumeLifecycleModes") or ["Persistent"]
+        if "Ephemeral" not in modes:
+            raise VolumeError(
+                f'MountVolume.SetUp failed for volume "{name}" : volume mode "Ephemeral" not supported by '
+                f"driver {driver_name} (only supports {json.dumps(modes)})"
+            )
+        # upstream's handle for an inline volume: csi-<sha256(pod uid + volume name)>
+        handle = "csi-" + hashlib.sha256((pod["metadata"]["uid"] + name).encode()).hexdigest()
+        context = dict(src.get("volumeAttributes") or {})
+        context.update(_pod_info(pod, csidriver, ephemeral=True))
+        secrets = await _secrets(host, pod["metadata"]["namespace"], src.get("nodePublishSecretRef"))
+        read_only = bool(src.get("readOnly"))
+        cap = capability(src.get("fsType") or "", [], ACCESS_MODES["ReadWriteOnce"])
+        target = host.folder(pod, "csi", name) / "mount"
+        await self._publish(driver, name, handle, "", target, cap, read_only, {}, context, secrets, True)
+        return ReadyVolume(name, self.kind, str(target), read_only)
+
+    # persistent volume behind a claim
+    async def set_up_persistent(
+        self, host: VolumeHost, pod: dict[str, Any], volume: str, pv: dict[str, Any], read_only: bool
+    ) -> str:
+        spec = pv.get("spec") or {}
+        src = spec["csi"]
+        pv_name = pv["metadata"]["name"]
+        driver_name, handle = src.get("driver", ""), src.get("volumeHandle", "")
+        driver, csidriver = await self._driver(host, driver_name, pv_name, wait=True)
+        attach = ((csidriver or {}).get("spec") or {}).get("attachRequired", True) if csidriver else True
+        publish_context: dict[str, str] = {}
+        if attach:
+            publish_context = await self._attached(host, driver_name, handle, pv_name)
+        modes = spec.get("accessModes") or ["ReadWriteOnce"]
+        cap = capability(
+            src.get("fsType") or "", list(spec.get("mountOptions") or []), ACCESS_MODES.get(modes[0], 1)
+        )
+        context = dict(src.get("volumeAttributes") or {})
+        staging = ""
+        if STAGE_CAP in await self._node_caps(driver, pv_name):
+            staging = str(self._global_dir(host, driver_name, handle) / "globalmount")
+            stage_secrets = await _secrets(host, "", src.get("nodeStageSecretRef"))
+            await self._stage(driver, pv_name, handle, staging, cap, publish_context, context, stage_secrets)
+        context.update(_pod_info(pod, csidriver, ephemeral=False))
+        secrets = await _secrets(host, "", src.get("nodePublishSecretRef"))
+        target = host.folder(pod, "csi", pv_name) / "mount"
+        await self._publish(
+            driver, pv_name, handle, staging, target, cap, read_only, publish_context, context, secrets, False
+        )
+        await self._own(host, pod, csidriver, src, modes[0], target, read_only)
+        return str(target)
+
+    async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
+        return False
+
+    async def tear_down(self, host: VolumeHost, uid: str) -> None:
+        """NodeUnpublishVolume for each CSI volume of the pod, then NodeUnstageVolume for each volume no
+        other pod of the node publishes any more. A driver that is gone meanwhile cannot be asked: its
+        mounts are taken away here, so nothing stays mounted."""
+        folder = host.pod_volumes_dir(uid) / FOLDER
+        entries = await asyncio.to_thread(lambda: sorted(folder.glob(f"*/{DATA_FILE}")))
+        async with self._lock:
+            for data_file in entries:
+                data = await asyncio.to_thread(_read_data, data_file)
+                if data is None:
+                    continue
+                await self._unpublish(data)
+                await asyncio.to_thread(data_file.unlink, True)
+                if data.staging:
+                    users = await asyncio.to_thread(_publications, host.root_dir)
+                    if not any(u.staging == data.staging for u in users):
+                        await self._unstage(data)
+
+    async def _driver(
+        self, host: VolumeHost, name: str, volume: str, wait: bool = False
+    ) -> tuple[RegisteredDriver, dict[str, Any] | None]:
+        driver = self.registry.get(name)
+        if driver is None:
+            message = (
+                f'MountVolume.SetUp failed for volume "{volume}" : kubernetes.io/csi: mounter.SetUpAt failed to get '
+                f"CSI client: driver name {name} not found in the list of registered CSI drivers"
+            )
+            raise ClaimError(message) if wait else VolumeError(message)
+        return driver, await host.fetch("CSIDriver", "", name)
+
+    async def _attached(self, host: VolumeHost, driver: str, handle: str, pv_name: str) -> dict[str, str]:
+        """The attachment's metadata once the attacher says attached; ClaimError (the pod waits) with
+        upstream's WaitForAttach texts until then."""
+        name = attachment_name(handle, driver, self.node_name)
+        attachment = await host.fetch("VolumeAttachment", "", name)
+        where = f'MountVolume.WaitForAttach failed for volume "{pv_name}" : '
+        if attachment is None:
+            raise ClaimError(f'{where}volumeattachments.storage.k8s.io "{name}" not found')
+        status = attachment.get("status") or {}
+        if status.get("attached"):
+            return dict(status.get("attachmentMetadata") or {})
+        if (status.get("attachError") or {}).get("message"):
+            raise ClaimError(f"{where}attachment for {handle} failed: {status['attachError']['message']}")
+        raise ClaimError(
+            f"{where}timed out waiting for external-attacher of {driver} CSI driver to attach volume {handle}"
+        )
+
+    async def _node_caps(self, driver: RegisteredDriver, volume: str) -> set[int]:
+        try:
+            return await driver.client.node_capabilities()
+        except CSICallError as err:
+            raise ClaimError(f'MountVolume.MountDevice failed for volume "{volume}" : {err}') from None
+
+    def _global_dir(self, host: VolumeHost, driver: str, handle: str) -> Path:
+        digest = hashlib.sha256(handle.encode()).hexdigest()
+        return host.root_dir / "plugins" / "kubernetes.io" / "csi" / driver / digest
+
+    async def _stage(
+        self,
+        driver: RegisteredDriver,
+        volume: str,
+        handle: str,
+        staging: str,
+        cap: pb.VolumeCapability,
+        publish_context: dict[str, str],
+        context: dict[str, str],
+        secrets: dict[str, str],
+    ) -> None:
+        folder = Path(staging).parent
+        async with self._lock:
+            if await asyncio.to_thread((folder / DATA_FILE).exists):
+                return  # staged once for the node
+            await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+            try:
+                await driver.client.stage(handle, staging, cap, publish_context, context, secrets)
+            except CSICallError as err:
+                raise ClaimError(f'MountVolume.MountDevice failed for volume "{volume}" : {err}') from None
+            await asyncio.to_thread(_write_data, folder, VolumeData(driver.name, handle, "", staging))
+
+    async def _publish(
+        self,
+        driver: RegisteredDriver,
+        volume: str,
+        handle: str,
+        staging: str,
+        target: Path,
+        cap: pb.VolumeCapability,
+        read_only: bool,
+        publish_context: dict[str, str],
+        context: dict[str, str],
+        secrets: dict[str, str],
+        ephemeral: bool,
+    ) -> None:
+        folder = target.parent
+        if await asyncio.to_thread((folder / DATA_FILE).exists):
+            return  # published for this pod already
+        await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+        try:
+            await driver.client.publish(
+                handle, staging, str(target), cap, read_only, publish_context, context, secrets
+            )
+        except CSICallError as err:
+            message = f'MountVolume.SetUp failed for volume "{volume}" : {err}'
+            raise (VolumeError(message) if ephemeral else ClaimError(message)) from None
+        await asyncio.to_thread(
+            _write_data, folder, VolumeData(driver.name, handle, str(target), staging, ephemeral)
+        )
+
+    async def _unpublish(self, data: VolumeData) -> None:
+        driver = self.registry.get(data.driver)
+        if driver is not None:
+            try:
+                await driver.client.unpublish(data.handle, data.target)
+                return
+            except CSICallError as err:
+                log.warning("NodeUnpublishVolume failed volume=%s error=%r", data.handle, str(err))
+        else:
+            log.warning(
+                "CSI driver gone, unmounting its publication driver=%s target=%s", data.driver, data.target
+            )
+        await asyncio.to_thread(unmount_under, Path(data.target))
+
+    async def _unstage(self, data: VolumeData) -> None:
+        driver = self.registry.get(data.driver)
+        folder = Path(data.staging).parent
+        done = False
+        if driver is not None:
+            try:
+                await driver.client.unstage(data.handle, data.staging)
+                done = True
+            except CSICallError as err:
+                log.warning("NodeUnstageVolume failed volume=%s error=%r", data.handle, str(err))
+        if not done:
+            await asyncio.to_thread(unmount_under, Path(data.staging))
+        await asyncio.to_thread(_remove_global, folder)
+
+    async def _own(
+        self,
+        host: VolumeHost,
+        pod: dict[str, Any],
+        csidriver: dict[str, Any] | None,
+        src: dict[str, Any],
+        mode: str,
+        target: Path,
+        read_only: bool,
+    ) -> None:
+        """fsGroup by the CSIDriver's fsGroupPolicy: File always, ReadWriteOnceWithFSType (the default)
+        for a ReadWriteOnce volume with an fsType, None never."""
+        policy = ((csidriver or {}).get("spec") or {}).get("fsGroupPolicy") or "ReadWriteOnceWithFSType"
+        if policy == "File" or (
+            policy == "ReadWriteOnceWithFSType" and src.get("fsType") and mode == "ReadWriteOnce"
+        ):
+            if not read_only:
+                await host.own(pod, target, read_only=False)
+
+
+def _remove_global(folder: Path) -> None:
+    (folder / DATA_FILE).unlink(missing_ok=True)
+    for sub in (folder / "globalmount", folder):
+        try:
+            sub.rmdir()
+        except OSError:
+            pass
+
+
+def _pod_info(pod: dict[str, Any], csidriver: dict[str, Any] | None, ephemeral: bool) -> dict[str, str]:
+    """The pod's identity in the volume context when the CSIDriver asks (podInfoOnMount), with
+    whether the volume is an inline ephemeral one, as upstream's mounter adds them."""
+    if not ((csidriver or {}).get("spec") or {}).get("podInfoOnMount"):
+        return {}
+    out = {key: str((pod.get(part) or {}).get(name) or "") for key, (part, name) in POD_INFO.items()}
+    out[EPHEMERAL_KEY] = "true" if ephemeral else "false"
+    return out
+
+
+async def _secrets(host: VolumeHost, namespace: str, ref: dict[str, Any] | None) -> dict[str, str]:
+    if not ref or not ref.get("name"):
+        return {}
+    secret = await host.fetch("Secret", ref.get("namespace") or namespace, ref["name"])
+    if secret is None:
+        raise ClaimError(
+            f"fetching NodePublishSecretRef {ref.get('namespace') or namespace}/{ref['name']} failed"
+        )
+    return {k: base64.b64decode(v).decode(errors="replace") for k, v in (secret.get("data") or {}).items()}

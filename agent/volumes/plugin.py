@@ -1,0 +1,125 @@
+"""The volume plugin table: each pod volume type (the field of the pod's volume that names its source:
+emptyDir, hostPath, configMap, ...) is one plugin module, registered here by that field's name, as
+upstream's kubelet keeps its VolumePluginMgr. The manager finds a volume's plugin in the table and asks
+it to set the volume up, to rewrite it on sync and to take it down when the pod goes; a type the table
+does not hold is upstream's "volume type X is not supported by this node".
+
+`VolumeHost` is what every plugin may use of the node: the agent's root folder, the API reads, the
+field resolvers of the downward API, the token manager and the node's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.volumes.ownership import set_ownership
+from agent.volumes.tokens import TokenManager
+
+Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
+FieldValue = Callable[[dict[str, Any], str], str]
+# (pod, resourceFieldRef) -> the value as text; the pod layer knows the rule (requests, limits, divisors).
+ResourceValue = Callable[[dict[str, Any], dict[str, Any]], str]
+
+
+class VolumeError(Exception):
+    """A volume cannot be set up now (FailedMount); the message is upstream's wording."""
+
+
+@dataclass(frozen=True)
+class ReadyVolume:
+    name: str
+    kind: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass
+class VolumeHost:
+    root_dir: Path
+    fetch: Fetch
+    field_value: FieldValue
+    resource_value: ResourceValue | None = None
+    tokens: TokenManager | None = None
+    node_memory: Callable[[], int] = lambda: 0  # the node's allocatable memory: the largest tmpfs emptyDir
+
+    def pod_volumes_dir(self, uid: str) -> Path:
+        return self.root_dir / "pods" / uid / "volumes"
+
+    def folder(self, pod: dict[str, Any], kind: str, name: str) -> Path:
+        """<root>/pods/<uid>/volumes/kubernetes.io~<kind>/<name>, upstream's layout."""
+        return self.pod_volumes_dir(pod["metadata"]["uid"]) / f"kubernetes.io~{kind.lower()}" / name
+
+    async def own(self, pod: dict[str, Any], folder: Path, read_only: bool) -> None:
+        """fsGroup and fsGroupChangePolicy (agent/volumes/ownership.py)."""
+        psc = (pod.get("spec") or {}).get("securityContext") or {}
+        if psc.get("fsGroup") is None:
+            return
+        await asyncio.to_thread(
+            set_ownership, folder, int(psc["fsGroup"]), read_only, psc.get("fsGroupChangePolicy") or ""
+        )
+
+
+class VolumePlugin(Protocol):
+    """One volume type. `kind` is the pod volume field it serves."""
+
+    kind: str
+
+    async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
+        """Make the volume ready to bind into containers (VolumeError, or claims.ClaimError to wait)."""
+        ...
+
+    async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
+        """Rewrite the volume from its sources on the pod's sync; True when something changed."""
+        ...
+
+    async def tear_down(self, host: VolumeHost, uid: str) -> None:
+        """Undo what this type did for the pod `uid` (its spec may be gone), before its folder goes."""
+        ...
+
+
+class PluginBase:
+    """Defaults for a plugin with nothing to rewrite on sync and nothing of its own to take down."""
+
+    kind = ""
+
+    async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
+        return False
+
+    async def tear_down(self, host: VolumeHost, uid: str) -> None:
+        return None
+
+
+class PluginTable:
+    """The registered volume plugins, by the volume field each serves (in registration order)."""
+
+    def __init__(self, plugins: Iterable[VolumePlugin] = ()) -> None:
+        self._plugins: dict[str, VolumePlugin] = {}
+        for plugin in plugins:
+            self.register(plugin)
+
+    def register(self, plugin: VolumePlugin) -> None:
+        if plugin.kind in self._plugins:
+            raise ValueError(f"volume plugin {plugin.kind!r} is registered twice")
+        self._plugins[plugin.kind] = plugin
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self._plugins)
+
+    def find(self, kind: str) -> VolumePlugin | None:
+        return self._plugins.get(kind)
+
+    def kind_of(self, volume: dict[str, Any]) -> str:
+        """The volume's type: the first registered field it sets, else the first field it has (a type
+        this node does not serve), emptyDir for a volume with no source (the API's default)."""
+        for kind in self._plugins:
+            if volume.get(kind) is not None:
+                return kind
+        others = [k for k in volume if k != "name"]
+        return others[0] if others else "emptyDir"
+
+    def __iter__(self):
+        return iter(self._plugins.values())

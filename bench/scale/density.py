@@ -1,0 +1,434 @@
+"""Density and load at cluster scale, in the shape of ClusterLoader2's density test, with simulated
+nodes (`pykubelet simulate`) against our control plane.
+
+For each N in --nodes: a fresh API server (with its scheduler and controller manager) on the chosen
+store, N simulated nodes (pods start at once: image pulls excluded, as the SLO excludes them), then
+N x --pods-per-node pods created through Deployments of --pods-per-node replicas at a fixed pod rate,
+then the Deployments scaled to 0 and deleted. Measured, against upstream's SLOs:
+
+- API call latency p50/p90/p99 by class, from probe calls the bench makes throughout the run (5 a
+  second of each: a single-object GET, a single-object PATCH, a namespaced LIST of pods, a cluster-wide
+  LIST of nodes): SLO p99 <= 1 s for single-object calls, <= 5 s namespaced lists, <= 30 s cluster lists;
+- pod startup latency, from a pod's first appearance on the bench's watch to its Running and Ready on the
+  same watch: SLO p99 <= 5 s;
+- scheduling throughput (pods bound per second while the creates run);
+- CPU seconds and peak RSS of the API server's process tree (scheduler and controller manager
+  included), of etcd and of the simulator.
+
+Usage: python bench/scale/density.py [--nodes 100,500,1000] [--pods-per-node 30] [--rate 50]
+                                     [--store etcd|sqlite] [--out DIR]
+       python bench/scale/density.py --smoke --out DIR     # 5 nodes x 4 pods
+Writes scale-density.{json,md,svg} (default bench/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.reporting import add_run_options, bar_svg, out_dir, write_report
+from kubeclient.client import MERGE_PATCH, KubeClient
+from kubeclient.config import load_kubeconfig
+from kubeclient.errors import ApiError
+from pykubelet.rig.apiserver import ApiServer
+from pykubelet.rig.etcd import Etcd
+
+SLO = {"single": 1.0, "namespaced list": 5.0, "cluster list": 30.0, "pod startup": 5.0}
+NAMESPACES = 10
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def figures(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50": round(pct(values, 0.50), 4),
+        "p90": round(pct(values, 0.90), 4),
+        "p99": round(pct(values, 0.99), 4),
+    }
+
+
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": "10m", "memory": "10Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+class PodWatch:
+    """Every pod's first sighting, binding and Running-and-Ready, as a watching client sees them."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.seen: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.count = 0
+
+    async def run(self) -> None:
+        _, rv = await self.client.list("/api/v1/pods")
+        while True:
+            try:
+                async for event in self.client.watch(
+                    "/api/v1/pods", {"resourceVersion": rv, "allowWatchBookmarks": "true"}
+                ):
+                    self._saw(event)
+                    rv = event["object"]["metadata"].get("resourceVersion", rv)
+            except ApiError as err:
+                if err.gone:
+                    _, rv = await self.client.list("/api/v1/pods")
+                else:
+                    await asyncio.sleep(0.5)
+
+    def _saw(self, event: dict[str, Any]) -> None:
+        now = time.monotonic()
+        pod = event["object"]
+        if event["type"] not in ("ADDED", "MODIFIED"):
+            return
+        uid = pod["metadata"]["uid"]
+        self.seen.setdefault(uid, now)
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.bound.setdefault(uid, now)
+        status = pod.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+        if status.get("phase") == "Running" and ready and uid not in self.running:
+            self.running[uid] = now
+            self.count += 1
+
+    def startup(self) -> list[float]:
+        return [self.running[u] - self.seen[u] for u in self.running if u in self.seen]
+
+
+class Prober:
+    """Calls of each SLO class at a steady rate during the run, each timed by the caller."""
+
+    def __init__(self, client: KubeClient, node: str) -> None:
+        self.client = client
+        self.node = node
+        self.latency: dict[str, list[float]] = {"single": [], "namespaced list": [], "cluster list": []}
+
+    async def _timed(self, kind: str, call: Any) -> None:
+        start = time.monotonic()
+        try:
+            await call
+        except ApiError:
+            return
+        self.latency[kind].append(time.monotonic() - start)
+
+    async def run(self, rate: float = 5.0) -> None:
+        tick = 0
+        while True:
+            tick += 1
+            ns = f"density-{tick % NAMESPACES}"
+            await asyncio.gather(
+                self._timed("single", self.client.get(f"/api/v1/nodes/{self.node}")),
+                self._timed(
+                    "single",
+                    self.client.patch(
+                        f"/api/v1/namespaces/{ns}/configmaps/probe",
+                        {"data": {"tick": str(tick)}},
+                        content_type=MERGE_PATCH,
+                    ),
+                ),
+                self._timed("namespaced list", self.client.get(f"/api/v1/namespaces/{ns}/pods")),
+                self._timed("cluster list", self.client.get("/api/v1/nodes")),
+            )
+            await asyncio.sleep(1 / rate)
+
+
+class ProcessUse:
+    """CPU seconds and peak RSS of a process and its children over the run."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.start = self._cpu()
+        self.peak_rss = 0
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            return [self.proc, *self.proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def _cpu(self) -> float:
+        total = 0.0
+        for p in self._tree():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def sample(self) -> None:
+        rss = 0
+        for p in self._tree():
+            try:
+                rss += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        self.peak_rss = max(self.peak_rss, rss)
+
+    def result(self) -> dict[str, float]:
+        return {"cpu_s": round(self._cpu() - self.start, 1), "peak_rss_mib": round(self.peak_rss / 2**20, 1)}
+
+
+async def wait_until(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.5)
+
+
+async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+    etcd = Etcd(root / "etcd") if args.store == "etcd" else None
+    server = ApiServer(root / "api", scheduler=True, controllers=True, etcd=etcd)
+    sim: subprocess.Popen[bytes] | None = None
+    try:
+        if etcd is not None:
+            etcd.start()
+        server.start()
+        use = {"apiserver": ProcessUse(server.pid or 0)}
+        if etcd is not None:
+            use["etcd"] = ProcessUse(etcd.pid or 0)
+        log = (root / "simulate.log").open("w")
+        sim = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pykubelet",
+                "simulate",
+                f"--kubeconfig={server.kubeconfig}",
+                f"--nodes={nodes}",
+                "--start-delay=0s",
+                "--kube-api-qps=2000",
+                "--kube-api-burst=4000",
+                "--concurrency=64",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        use["simulator"] = ProcessUse(sim.pid)
+        async with KubeClient(load_kubeconfig(server.kubeconfig), qps=5000, burst=10000) as client:
+
+            async def all_ready() -> bool:
+                items, _ = await client.list(
+                    "/api/v1/nodes", {"labelSelector": "nodesim.pykubelet.io/simulated=true"}
+                )
+                ready = [
+                    n
+                    for n in items
+                    if any(
+                        c["type"] == "Ready" and c["status"] == "True"
+                        for c in n["status"].get("conditions", [])
+                    )
+                    and not any(
+                        t.get("key") == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints") or []
+                    )
+                ]
+                return len(ready) == nodes
+
+            started = time.monotonic()
+            await wait_until(all_ready, 60 + nodes * 0.2, f"{nodes} simulated nodes Ready")
+            registration = time.monotonic() - started
+            for i in range(NAMESPACES):
+                ns = f"density-{i}"
+                await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+                await client.create(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "probe"}})
+            watcher = PodWatch(client)
+            prober = Prober(client, f"sim-{0:0{len(str(nodes - 1))}d}")
+            tasks = [asyncio.create_task(watcher.run()), asyncio.create_task(prober.run())]
+            total = nodes * args.pods_per_node
+            deployments = nodes
+            create_latency: list[float] = []
+            first = time.monotonic()
+            for d in range(deployments):
+                due = first + d * args.pods_per_node / args.rate
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                ns = f"density-{d % NAMESPACES}"
+                t0 = time.monotonic()
+                await client.create(
+                    f"/apis/apps/v1/namespaces/{ns}/deployments", deployment(f"d{d}", args.pods_per_node)
+                )
+                create_latency.append(time.monotonic() - t0)
+                for u in use.values():
+                    u.sample()
+
+            async def all_running() -> bool:
+                for u in use.values():
+                    u.sample()
+                return watcher.count >= total
+
+            await wait_until(all_running, 120 + total / 10, f"{total} pods Running")
+            saturation = time.monotonic() - first
+            bound = sorted(watcher.bound.values())
+            throughput = (
+                (len(bound) - 1) / (bound[-1] - bound[0])
+                if len(bound) > 1 and bound[-1] > bound[0]
+                else float("nan")
+            )
+            # Scale to 0 and delete, timed.
+            t0 = time.monotonic()
+            for d in range(deployments):
+                ns = f"density-{d % NAMESPACES}"
+                await client.patch(
+                    f"/apis/apps/v1/namespaces/{ns}/deployments/d{d}",
+                    {"spec": {"replicas": 0}},
+                    content_type=MERGE_PATCH,
+                )
+
+            async def no_pods() -> bool:
+                items, _ = await client.list("/api/v1/pods", {"labelSelector": "app"})
+                return not items
+
+            await wait_until(no_pods, 120 + total / 10, "every pod gone after scaling to 0")
+            scale_down = time.monotonic() - t0
+            for d in range(deployments):
+                await client.delete(f"/apis/apps/v1/namespaces/density-{d % NAMESPACES}/deployments/d{d}")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        calls = {k: figures(v) for k, v in prober.latency.items()}
+        startup = figures(watcher.startup())
+        held = {k: (calls[k]["p99"] <= SLO[k]) for k in calls}
+        held["pod startup"] = startup["p99"] <= SLO["pod startup"]
+        return {
+            "nodes": nodes,
+            "pods": total,
+            "registration_s": round(registration, 2),
+            "saturation_s": round(saturation, 2),
+            "scale_to_zero_s": round(scale_down, 2),
+            "create_deployment": figures(create_latency),
+            "calls": calls,
+            "pod_startup": startup,
+            "scheduling_pods_per_s": round(throughput, 1),
+            "slo_held": held,
+            "processes": {k: u.result() for k, u in use.items()},
+        }
+    finally:
+        if sim is not None and sim.poll() is None:
+            sim.send_signal(signal.SIGTERM)
+            try:
+                sim.wait(90)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+                sim.wait()
+        server.stop()
+        if etcd is not None:
+            etcd.stop()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = [int(n) for n in str(args.nodes).split(",")]
+    load = os.getloadavg()
+    runs = []
+    for nodes in sizes:
+        with tempfile.TemporaryDirectory(prefix="density-bench-") as tmp:
+            runs.append(await one_size(Path(tmp), nodes, args))
+    return {
+        "store": args.store,
+        "pods_per_node": args.pods_per_node,
+        "rate_pods_per_s": args.rate,
+        "load_average": load,
+        "cpus": os.cpu_count(),
+        "slo_seconds": SLO,
+        "runs": runs,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"# Density: simulated nodes, {result['pods_per_node']} pods per node through Deployments at "
+        f"{result['rate_pods_per_s']} pods/s, store {result['store']}",
+        "",
+        f"load average before the run {tuple(round(x, 2) for x in result['load_average'])}, {result['cpus']} CPUs",
+        "",
+        "| nodes | pods | single p99 s | ns list p99 s | cluster list p99 s | startup p50 / p99 s | sched pods/s "
+        "| SLOs held | API server CPU s / RSS MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in result["runs"]:
+        held = ", ".join(k for k, ok in r["slo_held"].items() if ok)
+        broken = ", ".join(k for k, ok in r["slo_held"].items() if not ok)
+        api = r["processes"]["apiserver"]
+        lines.append(
+            f"| {r['nodes']} | {r['pods']} | {r['calls']['single']['p99']} | {r['calls']['namespaced list']['p99']} "
+            f"| {r['calls']['cluster list']['p99']} | {r['pod_startup']['p50']} / {r['pod_startup']['p99']} "
+            f"| {r['scheduling_pods_per_s']} | {held or '-'}{' (broken: ' + broken + ')' if broken else ''} "
+            f"| {api['cpu_s']} / {api['peak_rss_mib']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def svg(result: dict[str, Any]) -> str:
+    bars = []
+    for r in result["runs"]:
+        bars.append((f"{r['nodes']} nodes: pod startup p99", r["pod_startup"]["p99"]))
+        bars.append((f"{r['nodes']} nodes: single-object p99", r["calls"]["single"]["p99"]))
+        bars.append((f"{r['nodes']} nodes: cluster list p99", r["calls"]["cluster list"]["p99"]))
+    return bar_svg("Latency against cluster size", bars, "s")
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", default="100,500,1000", help="comma-separated cluster sizes")
+    parser.add_argument("--pods-per-node", type=int, default=30)
+    parser.add_argument("--rate", type=float, default=50.0, help="pods created per second")
+    parser.add_argument("--store", choices=["etcd", "sqlite"], default="etcd")
+    add_run_options(parser)
+    args = parser.parse_args()
+    out = out_dir(parser, args)
+    if args.smoke:
+        args.nodes, args.pods_per_node, args.rate = "5", 4, 20.0
+    from kubeclient.eventloop import loop_factory
+
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        result = runner.run(main(args))
+    text = markdown(result)
+    write_report(out, "scale-density", result, text, svg(result))
+    print(text)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,130 @@
+"""The attach/detach controller, as upstream's (pkg/controller/volume/attachdetach) does it for CSI
+volumes: for every node, the CSI persistent volumes its pods use (through their claims, generic ephemeral
+ones included) whose CSIDriver requires attach (or that have no CSIDriver object, upstream's default) get
+a VolumeAttachment `csi-<sha256(handle + driver + node)>` naming the driver as attacher; the external
+attacher beside the driver attaches it and the node waits for `attached`. A VolumeAttachment no pod of
+its node needs any more is deleted (the attacher detaches it and lets it go). An attach error reported
+on the attachment becomes upstream's FailedAttachVolume event on the pods waiting for it.
+
+Upstream waits, before detaching, for the kubelet to report the volume unmounted (node.status
+.volumesInUse); this node agent does not report it, so detaching follows the pods: a pod's volumes are
+unpublished by the agent as the pod goes, before the attacher's ControllerUnpublish of a driver that
+takes time; a driver that must see the unmount first is not served yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from controlplane.controllers.base import Controller, ControllerContext
+from kubeclient import volumes as vol
+from kubeclient.csi.client import attachment_name
+from kubeclient.errors import ApiError
+from kubeclient.events import WARNING
+from kubeclient.informer import meta
+
+log = logging.getLogger("controlplane.controllers")
+
+Obj = dict[str, Any]
+ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
+RECHECK = 5.0  # seconds: a node whose pods' claims are not bound yet is looked at again
+
+
+def _running(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+class AttachDetachController(Controller):
+    name = "attachdetach"
+    account = "attachdetach-controller"
+    workers = 2
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        super().__init__(ctx)
+        self.recorder = ctx.recorder("attachdetach-controller")
+        self.pods = ctx.informers.get("/api/v1/pods")
+        self.claims = ctx.informers.get("/api/v1/persistentvolumeclaims")
+        self.volumes = ctx.informers.get("/api/v1/persistentvolumes")
+        self.drivers = ctx.informers.get("/apis/storage.k8s.io/v1/csidrivers")
+        self.attachments = ctx.informers.get(ATTACHMENTS)
+        self.pods.add_handler(**self.handlers(lambda p: (p.get("spec") or {}).get("nodeName") or None))
+        self.attachments.add_handler(**self.handlers(lambda a: (a.get("spec") or {}).get("nodeName") or None))
+
+    def _wanted(self, node: str) -> tuple[dict[str, Obj], dict[str, list[Obj]], bool]:
+        """The attachments the node's pods need (name -> body), the pods needing each, and whether some
+        pod's claim could not be followed to a volume yet."""
+        wanted: dict[str, Obj] = {}
+        users: dict[str, list[Obj]] = {}
+        pending = False
+        for pod in self.pods.list():
+            if (pod.get("spec") or {}).get("nodeName") != node or not _running(pod):
+                continue
+            namespace = meta(pod).get("namespace", "")
+            for claim_name in vol.claim_names(pod):
+                claim = self.claims.get(f"{namespace}/{claim_name}")
+                pv_name = ((claim or {}).get("spec") or {}).get("volumeName") or ""
+                pv = self.volumes.get(pv_name) if pv_name else None
+                if pv is None:
+                    pending = True
+                    continue
+                source = (pv.get("spec") or {}).get("csi")
+                if not isinstance(source, dict):
+                    continue
+                driver = source.get("driver", "")
+                csidriver = self.drivers.get(driver)
+                if csidriver is not None and (csidriver.get("spec") or {}).get("attachRequired") is False:
+                    continue
+                name = attachment_name(source.get("volumeHandle", ""), driver, node)
+                wanted[name] = {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "VolumeAttachment",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "attacher": driver,
+                        "nodeName": node,
+                        "source": {"persistentVolumeName": pv_name},
+                    },
+                }
+                users.setdefault(name, []).append(pod)
+        return wanted, users, pending
+
+    async def sync(self, key: str) -> None:
+        node = key
+        wanted, users, pending = self._wanted(node)
+        have = {
+            meta(a).get("name", ""): a
+            for a in self.attachments.list()
+            if (a.get("spec") or {}).get("nodeName") == node
+            and ((a.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
+        }
+        for name, body in wanted.items():
+            current = have.get(name)
+            if current is None:
+                try:
+                    await self.client.create(ATTACHMENTS, body)
+                    log.info("attachment created node=%s attachment=%s", node, name)
+                except ApiError as err:
+                    if not err.already_exists:
+                        raise
+                continue
+            error = ((current.get("status") or {}).get("attachError") or {}).get("message")
+            if error:
+                pv_name = body["spec"]["source"]["persistentVolumeName"]
+                for pod in users[name]:
+                    self.recorder.event(
+                        pod,
+                        WARNING,
+                        "FailedAttachVolume",
+                        f'AttachVolume.Attach failed for volume "{pv_name}" : {error}',
+                    )
+        for name, current in have.items():
+            if name not in wanted and not meta(current).get("deletionTimestamp") and not pending:
+                try:
+                    await self.client.delete(f"{ATTACHMENTS}/{name}")
+                    log.info("attachment deleted node=%s attachment=%s", node, name)
+                except ApiError as err:
+                    if not err.not_found:
+                        raise
+        if pending:
+            self.queue.add_after(node, RECHECK)

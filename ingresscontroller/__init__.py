@@ -1,0 +1,1 @@
+"""The ingress controller: Ingresses of its IngressClass served by a real nginx (README.md)."""

@@ -1,0 +1,325 @@
+"""The control loop: Ingresses of our IngressClass, with the Services, EndpointSlices and Secrets they
+name, watched through informers; every change wakes one sync, which builds the configuration
+(`model.build`), writes the certificates and nginx.conf, and applies them when they changed (`nginx -t`,
+then `nginx -s reload`).
+
+One bad Ingress never breaks the others: what the model cannot serve is left out before nginx sees it
+(a missing Service or TLS Secret is served as ingress-nginx serves it, with a Warning);
+should nginx still refuse the whole configuration, each Ingress is tried alone and those nginx refuses
+are left out too (until they change). Each left-out Ingress gets a Warning event (once per reason) and
+loses our address from its status.
+
+Every replica serves; only the one holding the Lease (ingress-nginx's election) writes
+`status.loadBalancer.ingress` (the address it listens on) of the Ingresses it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingresscontroller import gateway, model
+from ingresscontroller.gatewaystatus import StatusWriter
+from ingresscontroller.nginx import Nginx, NginxError
+from ingresscontroller.nginxconf import Files, Listen, render
+from ingresscontroller.tlscerts import check_pair
+from kubeclient.client import KubeClient
+from kubeclient.errors import ApiError
+from kubeclient.events import NORMAL, WARNING, EventRecorder, EventSource
+from kubeclient.informer import Informer, key_of, resource_version
+from kubeclient.leaderelection import LeaderElection, LeaderElector, run_as_leader
+from kubeclient.serving import ensure_self_signed
+
+log = logging.getLogger("ingresscontroller")
+
+Obj = dict[str, Any]
+INGRESSES = "/apis/networking.k8s.io/v1/ingresses"
+COMPONENT = "nginx-ingress-controller"
+
+
+@dataclass
+class ControllerConfig:
+    controller_name: str  # the IngressClass controller value we implement
+    state_dir: Path
+    listen: Listen
+    publish_address: str  # written into the Ingresses' status
+    election: LeaderElection = field(
+        default_factory=lambda: LeaderElection("ingress-nginx-leader", namespace="ingress-nginx")
+    )
+    nginx_binary: str = "nginx"
+    gateway_controller: str = "pykubelet.io/gateway-controller"  # the GatewayClass controllerName served
+
+
+class IngressController:
+    def __init__(self, client: KubeClient, config: ControllerConfig) -> None:
+        self.client = client
+        self.config = config
+        root = config.state_dir
+        for sub in ("certs", "tmp"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        cert, key = ensure_self_signed(root / "certs", "ingress.local", [], "default-fake")
+        self.files = Files(root, cert, key)
+        self.nginx = Nginx(root, config.nginx_binary)
+        self.classes = Informer(client, "/apis/networking.k8s.io/v1/ingressclasses")
+        self.ingresses = Informer(client, INGRESSES)
+        self.services = Informer(client, "/api/v1/services")
+        self.slices = Informer(client, "/apis/discovery.k8s.io/v1/endpointslices")
+        self.secrets = Informer(client, "/api/v1/secrets")
+        self.informers = [self.classes, self.ingresses, self.services, self.slices, self.secrets]
+        # The Gateway API's kinds exist only once their CRDs are installed (maybe after the start): these
+        # informers retry until then, and the Gateway API is served once they have listed.
+        base = f"/apis/{gateway.GROUP}/{gateway.VERSION}"
+        self.gateway_caches = {
+            plural: Informer(client, f"{base}/{plural}")
+            for plural in ("gatewayclasses", "gateways", "httproutes")
+        }
+        self.gateway_status = StatusWriter(client, self.gateway_caches, config.gateway_controller)
+        for informer in [*self.informers, *self.gateway_caches.values()]:
+            informer.add_handler(
+                on_add=lambda _o: self._wake.set(),
+                on_update=lambda _o, _n: self._wake.set(),
+                on_delete=lambda _o: self._wake.set(),
+            )
+        self.recorder = EventRecorder(client, EventSource(COMPONENT))
+        self._wake = asyncio.Event()
+        self.leading = False
+        self.syncs = 0
+        self.applied = ""  # digest of the configuration nginx runs
+        self.refused: dict[str, tuple[str, str]] = {}  # ingress key -> (resourceVersion, nginx's complaint)
+        self._reported: dict[str, tuple[str, str]] = {}  # ingress key -> (reason, message) said
+        self._synced_versions: dict[str, int] = {}  # ingress key -> the generation a Sync event was said for
+        self.served: list[str] = []
+
+    # --- the sync ------------------------------------------------------------------------------------
+
+    def _ours(self) -> list[Obj]:
+        names, _ = model.our_classes(self.classes.list(), self.config.controller_name)
+        return [i for i in self.ingresses.list() if model.is_ours(i, names)]
+
+    def _cluster(self) -> model.Cluster:
+        slices: dict[str, list[Obj]] = {}
+        for slice_ in self.slices.list():
+            meta = slice_.get("metadata") or {}
+            service = (meta.get("labels") or {}).get(model.SERVICE_NAME_LABEL)
+            if service:
+                slices.setdefault(f"{meta.get('namespace', '')}/{service}", []).append(slice_)
+        return model.Cluster(
+            services={key_of(s): s for s in self.services.list()},
+            slices=slices,
+            secrets={key_of(s): s for s in self.secrets.list()},
+        )
+
+    def _build(
+        self, ingresses: list[Obj], cluster: model.Cluster
+    ) -> tuple[model.Config, gateway.Statuses | None]:
+        config = model.build(ingresses, cluster, check_pair, excluded=frozenset(self.refused))
+        caches = self.gateway_caches
+        if not all(c.synced.is_set() for c in caches.values()):
+            return config, None
+        statuses = gateway.build(
+            config,
+            caches["gatewayclasses"].list(),
+            caches["gateways"].list(),
+            caches["httproutes"].list(),
+            cluster,
+            self.config.gateway_controller,
+            self.config.publish_address,
+        )
+        return config, statuses
+
+    def _write_certificates(self, config: model.Config) -> None:
+        for certificate in config.certificates.values():
+            for path, data in (
+                (self.files.cert(certificate.name), certificate.cert),
+                (self.files.key(certificate.name), certificate.key),
+            ):
+                if path.exists() and path.read_bytes() == data:
+                    continue
+                tmp = path.with_suffix(".tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+
+    def _digest(self, text: str, config: model.Config) -> str:
+        h = hashlib.sha256(text.encode())
+        for name in sorted(config.certificates):
+            h.update(config.certificates[name].cert + config.certificates[name].key)
+        return h.hexdigest()
+
+    async def _isolate(self, ingresses: list[Obj], cluster: model.Cluster) -> None:
+        """nginx refused the whole configuration: try each served Ingress alone and leave out those it
+        refuses (until they change)."""
+        for ingress in ingresses:
+            key = key_of(ingress)
+            if key in self.refused:
+                continue
+            alone = model.build([ingress], cluster, check_pair)
+            if not alone.served:
+                continue
+            self._write_certificates(alone)
+            candidate = self.config.state_dir / "nginx.conf.probe"
+            candidate.write_text(render(alone, self.config.listen, self.files))
+            why = await self.nginx.test(candidate)
+            if why is not None:
+                self.refused[key] = (resource_version(ingress), why)
+
+    async def sync(self) -> None:
+        self.syncs += 1
+        ingresses = self._ours()
+        current = {key_of(i): resource_version(i) for i in ingresses}
+        self.refused = {k: v for k, v in self.refused.items() if current.get(k) == v[0]}
+        cluster = self._cluster()
+        config, statuses = self._build(ingresses, cluster)
+        text = render(config, self.config.listen, self.files)
+        digest = self._digest(text, config)
+        if digest != self.applied or not self.nginx.running:
+            self._write_certificates(config)
+            try:
+                await self.nginx.apply(text)
+            except NginxError as err:
+                log.error("nginx refused the configuration error=%r; trying each Ingress alone", str(err))
+                await self._isolate(ingresses, cluster)
+                config, statuses = self._build(ingresses, cluster)
+                text = render(config, self.config.listen, self.files)
+                digest = self._digest(text, config)
+                self._write_certificates(config)
+                await self.nginx.apply(text)  # still refused: the running configuration stays, retried later
+            self.applied = digest
+            log.info(
+                "configuration applied servers=%d upstreams=%d ingresses=%d",
+                len(config.servers),
+                len(config.upstreams),
+                len(config.served),
+            )
+        self.served = config.served
+        problems = [
+            *config.problems,
+            *(
+                model.Problem(k, "ConfigRefused", f"nginx refused it: {why}")
+                for k, (_, why) in self.refused.items()
+            ),
+        ]
+        self._report(ingresses, config.served, problems)
+        if self.leading:
+            await self._write_status(ingresses, set(config.served))
+            if statuses is not None:
+                await self.gateway_status.write(statuses)
+
+    def _report(self, ingresses: list[Obj], served: list[str], problems: list[model.Problem]) -> None:
+        by_key = {
+            key_of(i): {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", **i} for i in ingresses
+        }
+        troubled = {p.ingress for p in problems}
+        serving = set(served)
+        for problem in problems:
+            said = (problem.reason, problem.message)
+            if self._reported.get(problem.ingress) == said or problem.ingress not in by_key:
+                continue
+            self._reported[problem.ingress] = said
+            self._synced_versions.pop(problem.ingress, None)
+            kept = problem.ingress in serving  # served anyway (a missing Service, an unusable Secret)
+            log.warning(
+                "ingress %s ingress=%s reason=%s message=%r",
+                "served with a problem" if kept else "left out",
+                problem.ingress,
+                problem.reason,
+                problem.message,
+            )
+            self.recorder.event(
+                by_key[problem.ingress],
+                WARNING,
+                problem.reason,
+                problem.message if kept else f"left out of the configuration: {problem.message}",
+            )
+        for key in served:
+            if key not in troubled:
+                self._reported.pop(key, None)
+            version = int(by_key[key]["metadata"].get("generation") or 0)
+            if self._synced_versions.get(key) != version:
+                self._synced_versions[key] = version
+                self.recorder.event(by_key[key], NORMAL, "Sync", "Scheduled for sync")
+
+    async def _write_status(self, ingresses: list[Obj], served: set[str]) -> None:
+        ours: list[Obj] = [{"ip": self.config.publish_address}]
+        listen = self.config.listen
+        if (listen.http_port, listen.https_port) != (80, 443):
+            # Not the standard ports (several stacks on one host): said in the status, HTTP first.
+            ours[0]["ports"] = [{"port": p, "protocol": "TCP"} for p in (listen.http_port, listen.https_port)]
+        for ingress in ingresses:
+            key = key_of(ingress)
+            have = ((ingress.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+            want = ours if key in served else [e for e in have if e.get("ip") != self.config.publish_address]
+            if have == want:
+                continue
+            meta = ingress["metadata"]
+            body = {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                **ingress,
+                "status": {"loadBalancer": {"ingress": want} if want else {}},
+            }
+            path = (
+                f"/apis/networking.k8s.io/v1/namespaces/{meta['namespace']}/ingresses/{meta['name']}/status"
+            )
+            try:
+                await self.client.replace(path, body)
+            except ApiError as err:
+                log.info("status not written ingress=%s error=%r (retried on the next change)", key, str(err))
+
+    # --- running -------------------------------------------------------------------------------------
+
+    async def _lead(self, halt: asyncio.Event) -> None:
+        self.leading = True
+        self._wake.set()
+        try:
+            await halt.wait()
+        finally:
+            self.leading = False
+
+    async def _elect(self, stop: asyncio.Event) -> None:
+        elector = LeaderElector(self.client, self.config.election) if self.config.election.enabled else None
+        while not stop.is_set():
+            try:
+                await run_as_leader(elector, stop, self._lead)
+            except Exception as err:  # lost the lease: stand by and try again, serving meanwhile
+                log.warning("leader election error=%r", str(err))
+                await asyncio.sleep(self.config.election.retry_period)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        tasks = [asyncio.create_task(i.run()) for i in [*self.informers, *self.gateway_caches.values()]]
+        self.recorder.start()
+        elector = asyncio.create_task(self._elect(stop))
+        try:
+            await asyncio.gather(*(i.synced.wait() for i in self.informers))
+            log.info("caches synced controller=%s", self.config.controller_name)
+            while not stop.is_set():
+                self._wake.clear()
+                try:
+                    await self.sync()
+                except (NginxError, OSError) as err:
+                    log.error("sync failed error=%r; retried in 5 s", str(err))
+                    await _either(stop, self._wake, 5.0)
+                    self._wake.set()
+                    continue
+                await _either(stop, self._wake, None)
+                await asyncio.sleep(0.1)  # coalesce a burst of changes into one sync
+        finally:
+            elector.cancel()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(elector, *tasks, return_exceptions=True)
+            await self.nginx.stop()
+            await self.recorder.stop()
+
+
+async def _either(stop: asyncio.Event, wake: asyncio.Event, limit: float | None) -> None:
+    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(wake.wait())]
+    await asyncio.wait(waiters, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()

@@ -1,0 +1,322 @@
+"""Gateway API v1 (GatewayClass, Gateway, HTTPRoute), decided from the cached objects without I/O: the
+locations the HTTPRoutes attached to our Gateways add to nginx's configuration, and the status each
+object should carry (conditions with upstream's reasons), for the controller to write.
+
+Served: GatewayClasses whose `controllerName` is ours (Accepted); their Gateways' HTTP listeners
+(served on the controller's HTTP port whatever port they name; `hostname`, `allowedRoutes.namespaces.from`
+Same or All; other protocols are refused with UnsupportedProtocol); HTTPRoutes attached to them by
+`parentRefs` (optionally a `sectionName`), their `hostnames` intersected with the listener's, rules
+whose matches are paths (Exact, PathPrefix) and whose backendRefs are Services in the route's namespace,
+weighted (nginx's per-address weights: each backend's share of the rule is its weight, whatever its
+number of endpoints). Not served, and said so in the route's status (Accepted False, UnsupportedValue):
+header, query parameter and method matches, filters. A backendRef to another namespace is refused with
+RefNotPermitted (no ReferenceGrant support), a missing Service with BackendNotFound; a rule left with no
+usable backend answers 500, as the API asks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingresscontroller import model
+
+Obj = dict[str, Any]
+GROUP = "gateway.networking.k8s.io"
+VERSION = "v1"
+
+
+@dataclass
+class Statuses:
+    """The status to write, by (plural, namespace/name or name)."""
+
+    classes: dict[str, Obj] = field(default_factory=dict)
+    gateways: dict[str, Obj] = field(default_factory=dict)
+    routes: dict[str, Obj] = field(default_factory=dict)
+
+
+def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -> Obj:
+    return {
+        "type": kind,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def _gen(obj: Obj) -> int:
+    return int(obj["metadata"].get("generation") or 0)
+
+
+def _key(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+@dataclass
+class _Listener:
+    gateway: Obj
+    spec: Obj
+    ok: bool
+    attached: int = 0
+
+
+def _host_matches(pattern: str, host: str) -> bool:
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and host.count(".") >= pattern.count(".")
+    return pattern == host
+
+
+def _hostnames(listener: Obj, route: Obj) -> list[str] | None:
+    """The hostnames a route serves through a listener; None when they do not intersect."""
+    mine = listener.get("hostname") or ""
+    wanted = route["spec"].get("hostnames") or []
+    if not wanted:
+        return [mine]
+    if not mine:
+        return list(wanted)
+    kept = [h for h in wanted if _host_matches(mine, h)] + [mine for h in wanted if _host_matches(h, mine)]
+    return sorted(set(kept)) or None
+
+
+def _unsupported(rule: Obj) -> str:
+    if rule.get("filters"):
+        return "filters are not supported"
+    for match in rule.get("matches") or []:
+        for key in ("headers", "queryParams", "method"):
+            if match.get(key):
+                return f"{key} matches are not supported"
+        if (match.get("path") or {}).get("type", "PathPrefix") not in ("Exact", "PathPrefix"):
+            return "only Exact and PathPrefix path matches are supported"
+    return ""
+
+
+def _backends(
+    route: Obj, index: int, rule: Obj, cluster: model.Cluster
+) -> tuple[model.Upstream | None, str, str]:
+    """The rule's weighted upstream (None: no usable backend), and a ResolvedRefs problem (reason, message)."""
+    namespace = route["metadata"]["namespace"]
+    chosen: list[tuple[model.Upstream, int]] = []
+    problem = ("", "")
+    for ref in rule.get("backendRefs") or []:
+        if (ref.get("group") or "") != "" or (ref.get("kind") or "Service") != "Service":
+            problem = ("InvalidKind", f"backendRef {ref.get('name')}: only Services are supported")
+            continue
+        if (ref.get("namespace") or namespace) != namespace:
+            problem = (
+                "RefNotPermitted",
+                f"backendRef {ref['namespace']}/{ref.get('name')}: no ReferenceGrant support",
+            )
+            continue
+        try:
+            upstream = model.resolve_backend(
+                namespace,
+                {"service": {"name": ref.get("name", ""), "port": {"number": ref.get("port") or 0}}},
+                cluster,
+            )
+        except model.LeftOut as err:
+            problem = ("BackendNotFound", str(err))
+            continue
+        weight = int(ref.get("weight", 1))
+        if weight > 0 and upstream.addresses:
+            chosen.append((upstream, weight))
+    if not chosen:
+        return None, *problem
+    common = math.lcm(*(len(u.addresses) for u, _ in chosen))
+    addresses: list[str] = []
+    weights: list[int] = []
+    for upstream, weight in chosen:
+        for address in upstream.addresses:
+            addresses.append(address)
+            weights.append(weight * common // len(upstream.addresses))
+    divisor = math.gcd(*weights)
+    name = f"route_{namespace}_{route['metadata']['name']}_{index}"
+    return model.Upstream(name, tuple(addresses), tuple(w // divisor for w in weights)), *problem
+
+
+def _listeners(gateways: list[Obj], ours: set[str]) -> dict[str, list[_Listener]]:
+    found: dict[str, list[_Listener]] = {}
+    for gateway in gateways:
+        if gateway["spec"].get("gatewayClassName") not in ours:
+            continue
+        found[_key(gateway)] = [
+            _Listener(gateway, spec, spec.get("protocol") == "HTTP")
+            for spec in gateway["spec"].get("listeners") or []
+        ]
+    return found
+
+
+def _allowed(listener: Obj, gateway: Obj, route: Obj) -> bool:
+    where = ((listener.get("allowedRoutes") or {}).get("namespaces") or {}).get("from", "Same")
+    return where == "All" or (
+        where == "Same" and gateway["metadata"]["namespace"] == route["metadata"]["namespace"]
+    )
+
+
+def _attach(
+    route: Obj, ref: Obj, listeners: dict[str, list[_Listener]]
+) -> tuple[list[tuple[_Listener, list[str]]], str, str]:
+    """The listeners a parentRef attaches the route to, with its hostnames there; else (reason, message)."""
+    namespace = ref.get("namespace") or route["metadata"]["namespace"]
+    candidates = listeners.get(f"{namespace}/{ref.get('name')}")
+    if candidates is None:
+        return [], "NoMatchingParent", f"no Gateway {namespace}/{ref.get('name')} of this controller"
+    section = ref.get("sectionName")
+    candidates = [c for c in candidates if c.ok and (not section or c.spec.get("name") == section)]
+    allowed = [c for c in candidates if _allowed(c.spec, c.gateway, route)]
+    if not allowed:
+        return [], "NotAllowedByListeners", "no listener of the Gateway admits this route"
+    matched = [(c, hosts) for c in allowed if (hosts := _hostnames(c.spec, route)) is not None]
+    if not matched:
+        return [], "NoMatchingListenerHostname", "no listener hostname matches the route's hostnames"
+    return matched, "Accepted", "Route is accepted"
+
+
+def _route_status(
+    route: Obj,
+    config: model.Config,
+    cluster: model.Cluster,
+    listeners: dict[str, list[_Listener]],
+    controller: str,
+) -> list[Obj]:
+    parents = []
+    unsupported = next((why for rule in route["spec"].get("rules") or [] if (why := _unsupported(rule))), "")
+    resolved = ("ResolvedRefs", "all references are resolved")
+    upstreams: list[model.Upstream | None] = []
+    for index, rule in enumerate(route["spec"].get("rules") or []):
+        upstream, reason, message = _backends(route, index, rule, cluster)
+        upstreams.append(upstream)
+        if reason:
+            resolved = (reason, message)
+    for ref in route["spec"].get("parentRefs") or []:
+        namespace = ref.get("namespace") or route["metadata"]["namespace"]
+        if (ref.get("kind") or "Gateway") != "Gateway" or f"{namespace}/{ref.get('name')}" not in listeners:
+            continue  # another implementation's parent: its status entry is not ours to write
+        attached, reason, message = _attach(route, ref, listeners)
+        if attached and unsupported:
+            attached, reason, message = [], "UnsupportedValue", unsupported
+        for listener, hosts in attached:
+            listener.attached += 1
+            for host in hosts:
+                _merge(config, route, host, upstreams)
+        gen = _gen(route)
+        parents.append(
+            {
+                "parentRef": {"group": GROUP, "kind": "Gateway", **ref},
+                "controllerName": controller,
+                "conditions": [
+                    condition("Accepted", bool(attached), reason, message, gen),
+                    condition("ResolvedRefs", resolved[0] == "ResolvedRefs", *resolved, gen),
+                ],
+            }
+        )
+    return parents
+
+
+def _merge(config: model.Config, route: Obj, host: str, upstreams: list[model.Upstream | None]) -> None:
+    server = config.servers.setdefault(host, model.Server(host))
+    for index, rule in enumerate(route["spec"].get("rules") or []):
+        upstream = upstreams[index]
+        if upstream is not None:
+            config.upstreams[upstream.name] = upstream
+        for match in rule.get("matches") or [{"path": {"type": "PathPrefix", "value": "/"}}]:
+            path = match.get("path") or {}
+            where = model.normalize(
+                path.get("value") or "/", "Exact" if path.get("type") == "Exact" else "Prefix"
+            )
+            location = model.Location(
+                where[1], where[0], upstream.name if upstream else "", fixed=0 if upstream else 500
+            )
+            taken = server.locations.get(where)
+            if taken is None or taken.implied:
+                server.locations[where] = location
+            if not where[0] and where[1] != "/" and (True, where[1]) not in server.locations:
+                server.locations[(True, where[1])] = model.Location(
+                    where[1], True, location.upstream, True, location.fixed
+                )
+
+
+def build(
+    config: model.Config,
+    classes: list[Obj],
+    gateways: list[Obj],
+    routes: list[Obj],
+    cluster: model.Cluster,
+    controller: str,
+    address: str,
+) -> Statuses:
+    """Add the routes of our Gateways to `config`; the statuses to write."""
+    statuses = Statuses()
+    ours = {
+        c["metadata"]["name"] for c in classes if (c.get("spec") or {}).get("controllerName") == controller
+    }
+    for cls in classes:
+        if cls["metadata"]["name"] in ours:
+            statuses.classes[_key(cls)] = {
+                "conditions": [condition("Accepted", True, "Accepted", "GatewayClass is accepted", _gen(cls))]
+            }
+    listeners = _listeners(gateways, ours)
+    for route in sorted(routes, key=lambda r: (r["metadata"].get("creationTimestamp") or "", _key(r))):
+        parents = _route_status(route, config, cluster, listeners, controller)
+        if parents:
+            statuses.routes[_key(route)] = {"parents": parents}
+    for key, items in listeners.items():
+        gateway = items[0].gateway if items else None
+        if gateway is None:
+            continue
+        gen = _gen(gateway)
+        statuses.gateways[key] = {
+            "addresses": [{"type": "IPAddress", "value": address}],
+            "conditions": [
+                condition(
+                    "Accepted",
+                    True,
+                    "Accepted" if all(i.ok for i in items) else "ListenersNotValid",
+                    "Gateway is accepted",
+                    gen,
+                ),
+                condition("Programmed", True, "Programmed", "Gateway is programmed", gen),
+            ],
+            "listeners": [_listener_status(i, gen) for i in items],
+        }
+    return statuses
+
+
+def _listener_status(listener: _Listener, gen: int) -> Obj:
+    if not listener.ok:
+        reason, message = "UnsupportedProtocol", f"protocol {listener.spec.get('protocol')} is not supported"
+        return {
+            "name": listener.spec.get("name"),
+            "supportedKinds": [],
+            "attachedRoutes": 0,
+            "conditions": [
+                condition("Accepted", False, reason, message, gen),
+                condition("Programmed", False, "Invalid", message, gen),
+                condition("ResolvedRefs", True, "ResolvedRefs", "", gen),
+                condition("Conflicted", False, "NoConflicts", "", gen),
+            ],
+        }
+    return {
+        "name": listener.spec.get("name"),
+        "supportedKinds": [{"group": GROUP, "kind": "HTTPRoute"}],
+        "attachedRoutes": listener.attached,
+        "conditions": [
+            condition("Accepted", True, "Accepted", "Listener is accepted", gen),
+            condition("Programmed", True, "Programmed", "Listener is programmed", gen),
+            condition("ResolvedRefs", True, "ResolvedRefs", "", gen),
+            condition("Conflicted", False, "NoConflicts", "", gen),
+        ],
+    }
+
+
+def with_transition_times(new: list[Obj], old: list[Obj], now: str) -> list[Obj]:
+    """Conditions keep their lastTransitionTime while their status stays (metav1.Condition's rule)."""
+    before = {c.get("type"): c for c in old or []}
+    out = []
+    for cond in new:
+        prior = before.get(cond["type"])
+        keep = prior is not None and prior.get("status") == cond["status"] and prior.get("lastTransitionTime")
+        out.append({**cond, "lastTransitionTime": prior["lastTransitionTime"] if keep else now})
+    return out

@@ -1,0 +1,159 @@
+"""nginx.conf from a `model.Config`, pure text.
+
+One `server` per host (`server_name` the host; a wildcard `*.example.com` becomes a regex matching one
+label, as the Ingress API's wildcard does; the catch-all is the `default_server`), listening on the
+HTTP and HTTPS ports: HTTPS with the host's certificate (SNI picks the server) or the controller's
+self-signed default one; a host with a certificate answers plain HTTP with a 308 to HTTPS, as
+ingress-nginx's ssl-redirect does. Exact paths are `location = /p`, Prefix paths `location /p/` (plus
+`= /p`), so nginx's longest-prefix choice is the API's. Each Service port is an `upstream` of its
+ready pod addresses; a Service with none answers 503, a request no rule matches 404.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingresscontroller.model import Config, Location, Server
+
+
+@dataclass(frozen=True)
+class Listen:
+    address: str  # "" = every address
+    http_port: int
+    https_port: int
+
+
+@dataclass(frozen=True)
+class Files:
+    """Where the configuration points: the state dir and its certificate files."""
+
+    root: Path
+    default_cert: Path
+    default_key: Path
+
+    def cert(self, name: str) -> Path:
+        return self.root / "certs" / f"{name}.crt"
+
+    def key(self, name: str) -> Path:
+        return self.root / "certs" / f"{name}.key"
+
+
+def quote(text: str) -> str:
+    """An nginx string literal: paths may hold spaces, quotes, braces or semicolons."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def server_name(host: str) -> str:
+    if not host:
+        return "_"
+    if host.startswith("*."):
+        return quote("~^[^.]+" + re.escape(host[1:]) + "$")
+    return host
+
+
+def _listen(address: str, port: int, ssl: bool, default: bool) -> str:
+    where = f"{address}:{port}" if address else str(port)
+    return f"    listen {where}{' ssl' if ssl else ''}{' default_server' if default else ''};"
+
+
+def _proxy(config: Config, upstream: str) -> list[str]:
+    target = config.upstreams.get(upstream)
+    if target is None or not target.addresses:
+        return ["        return 503;"]
+    return [f"        proxy_pass http://{upstream};"]
+
+
+def _location(config: Config, location: Location) -> list[str]:
+    if location.exact:
+        head = f"    location = {quote(location.path)} {{"
+    else:
+        prefix = location.path if location.path.endswith("/") else location.path + "/"
+        head = f"    location {quote(prefix)} {{"
+    body = [f"        return {location.fixed};"] if location.fixed else _proxy(config, location.upstream)
+    return [head, *body, "    }"]
+
+
+def render_server(config: Config, server: Server, listen: Listen, files: Files) -> list[str]:
+    default = server.host == ""
+    if server.certificate:
+        cert, key = files.cert(server.certificate), files.key(server.certificate)
+    else:
+        cert, key = files.default_cert, files.default_key
+    lines = [
+        "server {",
+        _listen(listen.address, listen.http_port, False, default),
+        _listen(listen.address, listen.https_port, True, default),
+        f"    server_name {server_name(server.host)};",
+        f"    ssl_certificate {quote(str(cert))};",
+        f"    ssl_certificate_key {quote(str(key))};",
+    ]
+    if server.certificate and not default:
+        port = "" if listen.https_port == 443 else f":{listen.https_port}"
+        lines += [
+            "    if ($scheme = http) {",
+            f"        return 308 https://$host{port}$request_uri;",
+            "    }",
+        ]
+    locations = sorted(server.locations.values(), key=lambda loc: (loc.path, loc.exact))
+    for location in locations:
+        lines += _location(config, location)
+    if not any(not loc.exact and loc.path == "/" for loc in locations):
+        fallback = (
+            _proxy(config, server.default_upstream) if server.default_upstream else ["        return 404;"]
+        )
+        lines += ["    location / {", *fallback, "    }"]
+    return [*lines, "}"]
+
+
+def render(config: Config, listen: Listen, files: Files) -> str:
+    root = files.root
+    lines = [
+        "# Written by the pykubelet ingress controller; rewritten on every change.",
+        "daemon off;",
+        "worker_processes 1;",
+        "user www-data;",
+        f"pid {quote(str(root / 'nginx.pid'))};",
+        f"error_log {quote(str(root / 'error.log'))} notice;",
+        "events {",
+        "    worker_connections 1024;",
+        "}",
+        "http {",
+        "    access_log off;",
+        *(
+            f"    {kind}_temp_path {quote(str(root / 'tmp' / kind))};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        ),
+        "    server_names_hash_bucket_size 128;",
+        "    map_hash_bucket_size 128;",
+        "    map $http_upgrade $connection_upgrade {",
+        "        default upgrade;",
+        "        '' close;",
+        "    }",
+        "    proxy_http_version 1.1;",
+        "    proxy_set_header Host $host;",
+        "    proxy_set_header Upgrade $http_upgrade;",
+        "    proxy_set_header Connection $connection_upgrade;",
+        "    proxy_set_header X-Real-IP $remote_addr;",
+        "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+        "    proxy_set_header X-Forwarded-Proto $scheme;",
+        "    proxy_set_header X-Forwarded-Host $host;",
+        "    proxy_connect_timeout 5s;",
+        "    proxy_next_upstream error timeout;",
+    ]
+    for upstream in sorted(config.upstreams.values(), key=lambda u: u.name):
+        if upstream.addresses:
+            weights = upstream.weights or (1,) * len(upstream.addresses)
+            servers = [
+                f"        server {a}{f' weight={w}' if w != 1 else ''};"
+                for a, w in zip(upstream.addresses, weights, strict=True)
+            ]
+            lines += [f"    upstream {upstream.name} {{", *servers, "    }"]
+    servers = dict(config.servers)
+    servers.setdefault("", Server(""))
+    for host in sorted(servers):
+        lines += [
+            "    " + line if line else line for line in render_server(config, servers[host], listen, files)
+        ]
+    return "\n".join([*lines, "}", ""])

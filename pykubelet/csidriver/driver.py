@@ -1,0 +1,227 @@
+"""The host-path CSI driver's services (Identity, Controller, Node) and its registration service.
+
+A volume is the folder <state>/volumes/<volume_id>. CreateVolume makes it (the CO's name is the id, so a
+retried call finds the same volume), DeleteVolume removes it. NodeStageVolume binds it at the staging
+path, NodePublishVolume binds the staging path (or, for an ephemeral inline volume, a folder made for it
+then) at the target, read-only when asked; the Unpublish and Unstage calls undo that. ControllerPublish
+records the attachment as a file <state>/attachments/<volume_id>@<node_id>.
+
+Every call is appended to the call log (one JSON line: the method and its request, secrets left out),
+so tests can see what the kubelet and the sidecars asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from kubeclient.csi.pb import csi_pb2 as pb
+from kubeclient.csi.pb import csi_pb2_grpc as pb_grpc
+from kubeclient.csi.pb import registration_pb2 as reg
+from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
+from pykubelet.csidriver.mounts import bind, unbind
+
+EPHEMERAL = "csi.storage.k8s.io/ephemeral"
+
+
+@dataclass
+class DriverConfig:
+    name: str
+    node_id: str
+    state_dir: Path
+    attach_required: bool = False
+    max_volumes: int = 0
+    topology_key: str = ""
+    call_log: Path | None = None
+
+
+class CallLog:
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, method: str, request) -> None:
+        if self.path is None:
+            return
+        fields = MessageToDict(request, preserving_proto_field_name=True)
+        fields.pop("secrets", None)  # never written anywhere
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"method": method, "request": fields}) + "\n")
+
+
+class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeServicer):
+    def __init__(self, cfg: DriverConfig) -> None:
+        self.cfg = cfg
+        self.log = CallLog(cfg.call_log)
+        (cfg.state_dir / "volumes").mkdir(parents=True, exist_ok=True)
+        (cfg.state_dir / "attachments").mkdir(parents=True, exist_ok=True)
+        (cfg.state_dir / "ephemeral").mkdir(parents=True, exist_ok=True)
+
+    def _volume(self, volume_id: str, context) -> Path:
+        if not volume_id or "/" in volume_id or volume_id.startswith("."):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid volume id {volume_id!r}")
+        return self.cfg.state_dir / "volumes" / volume_id
+
+    # Identity
+    def GetPluginInfo(self, request, context):
+        self.log.write("GetPluginInfo", request)
+        return pb.GetPluginInfoResponse(name=self.cfg.name, vendor_version="0.1.0")
+
+    def GetPluginCapabilities(self, request, context):
+        self.log.write("GetPluginCapabilities", request)
+        kinds = [pb.PluginCapability.Service.CONTROLLER_SERVICE]
+        if self.cfg.topology_key:
+            kinds.append(pb.PluginCapability.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS)
+        return pb.GetPluginCapabilitiesResponse(
+            capabilities=[pb.PluginCapability(service=pb.PluginCapability.Service(type=k)) for k in kinds]
+        )
+
+    def Probe(self, request, context):
+        return pb.ProbeResponse()
+
+    # Controller
+    def ControllerGetCapabilities(self, request, context):
+        rpc = pb.ControllerServiceCapability.RPC
+        kinds = [rpc.CREATE_DELETE_VOLUME] + (
+            [rpc.PUBLISH_UNPUBLISH_VOLUME] if self.cfg.attach_required else []
+        )
+        return pb.ControllerGetCapabilitiesResponse(
+            capabilities=[pb.ControllerServiceCapability(rpc=rpc(type=k)) for k in kinds]
+        )
+
+    def CreateVolume(self, request, context):
+        self.log.write("CreateVolume", request)
+        if not request.volume_capabilities:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "volume capabilities missing in request")
+        folder = self._volume(request.name, context)
+        folder.mkdir(exist_ok=True)
+        volume = pb.Volume(
+            volume_id=request.name,
+            capacity_bytes=request.capacity_range.required_bytes,
+            volume_context={"backing": str(folder)},
+        )
+        if self.cfg.topology_key:
+            volume.accessible_topology.append(pb.Topology(segments={self.cfg.topology_key: self.cfg.node_id}))
+        return pb.CreateVolumeResponse(volume=volume)
+
+    def DeleteVolume(self, request, context):
+        self.log.write("DeleteVolume", request)
+        shutil.rmtree(self._volume(request.volume_id, context), ignore_errors=True)
+        return pb.DeleteVolumeResponse()
+
+    def ControllerPublishVolume(self, request, context):
+        self.log.write("ControllerPublishVolume", request)
+        if not self._volume(request.volume_id, context).is_dir():
+            context.abort(grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
+        (self.cfg.state_dir / "attachments" / f"{request.volume_id}@{request.node_id}").touch()
+        return pb.ControllerPublishVolumeResponse(publish_context={"attachedTo": request.node_id})
+
+    def ControllerUnpublishVolume(self, request, context):
+        self.log.write("ControllerUnpublishVolume", request)
+        (self.cfg.state_dir / "attachments" / f"{request.volume_id}@{request.node_id}").unlink(
+            missing_ok=True
+        )
+        return pb.ControllerUnpublishVolumeResponse()
+
+    # Node
+    def NodeGetCapabilities(self, request, context):
+        rpc = pb.NodeServiceCapability.RPC
+        kinds = [rpc.STAGE_UNSTAGE_VOLUME, rpc.GET_VOLUME_STATS]
+        return pb.NodeGetCapabilitiesResponse(
+            capabilities=[pb.NodeServiceCapability(rpc=rpc(type=k)) for k in kinds]
+        )
+
+    def NodeGetInfo(self, request, context):
+        self.log.write("NodeGetInfo", request)
+        info = pb.NodeGetInfoResponse(node_id=self.cfg.node_id, max_volumes_per_node=self.cfg.max_volumes)
+        if self.cfg.topology_key:
+            info.accessible_topology.segments[self.cfg.topology_key] = self.cfg.node_id
+        return info
+
+    def NodeStageVolume(self, request, context):
+        self.log.write("NodeStageVolume", request)
+        if not request.staging_target_path:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "staging target path missing in request")
+        folder = self._volume(request.volume_id, context)
+        if not folder.is_dir():
+            context.abort(grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
+        bind(str(folder), request.staging_target_path)
+        return pb.NodeStageVolumeResponse()
+
+    def NodeUnstageVolume(self, request, context):
+        self.log.write("NodeUnstageVolume", request)
+        unbind(request.staging_target_path)
+        return pb.NodeUnstageVolumeResponse()
+
+    def NodePublishVolume(self, request, context):
+        self.log.write("NodePublishVolume", request)
+        if not request.target_path:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "target path missing in request")
+        folder = self._volume(request.volume_id, context)
+        if request.volume_context.get(EPHEMERAL) == "true":
+            folder.mkdir(exist_ok=True)
+            (self.cfg.state_dir / "ephemeral" / request.volume_id).touch()
+            source = str(folder)
+        elif request.staging_target_path:
+            source = request.staging_target_path
+        else:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "volume is not staged")
+        bind(source, request.target_path, request.readonly)
+        return pb.NodePublishVolumeResponse()
+
+    def NodeUnpublishVolume(self, request, context):
+        self.log.write("NodeUnpublishVolume", request)
+        unbind(request.target_path)
+        folder = self._volume(request.volume_id, context)
+        marker = self.cfg.state_dir / "ephemeral" / request.volume_id
+        if marker.exists():  # an ephemeral inline volume lives as long as its one publication
+            shutil.rmtree(folder, ignore_errors=True)
+            marker.unlink()
+        return pb.NodeUnpublishVolumeResponse()
+
+    def NodeGetVolumeStats(self, request, context):
+        self.log.write("NodeGetVolumeStats", request)
+        if not os.path.isdir(request.volume_path):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"path {request.volume_path} does not exist")
+        st = os.statvfs(request.volume_path)
+        total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        usage = [
+            pb.VolumeUsage(unit=pb.VolumeUsage.BYTES, total=total, available=free, used=total - free),
+            pb.VolumeUsage(
+                unit=pb.VolumeUsage.INODES,
+                total=st.f_files,
+                available=st.f_favail,
+                used=st.f_files - st.f_ffree,
+            ),
+        ]
+        return pb.NodeGetVolumeStatsResponse(usage=usage)
+
+
+class Registrar(reg_grpc.RegistrationServicer):
+    """node-driver-registrar's side of the kubelet's plugin registration handshake."""
+
+    def __init__(self, cfg: DriverConfig, endpoint: str) -> None:
+        self.cfg = cfg
+        self.endpoint = endpoint
+        self.log = CallLog(cfg.call_log)
+        self.status: reg.RegistrationStatus | None = None
+        self.notified = threading.Event()
+
+    def GetInfo(self, request, context):
+        self.log.write("GetInfo", request)
+        return reg.PluginInfo(
+            type="CSIPlugin", name=self.cfg.name, endpoint=self.endpoint, supported_versions=["1.0.0"]
+        )
+
+    def NotifyRegistrationStatus(self, request, context):
+        self.log.write("NotifyRegistrationStatus", request)
+        self.status = request
+        self.notified.set()
+        return reg.RegistrationStatusResponse()

@@ -1,0 +1,514 @@
+"""CSI on the real stack (our API server, scheduler, controllers and agent on a real containerd), with the
+host-path CSI driver running beside the node as a process and the CSI provisioner and attacher in a
+controller manager beside it (as the external sidecars run beside a driver): the driver registers through
+the agent's plugins_registry (handshake, CSINode entry, topology label); a claim of a class the driver
+provisions gets CreateVolume and a PV with the csi source; a pod using it is staged and published on the
+node, what its container writes lands in the driver's backing folder; the pod's deletion unpublishes and
+unstages (no mount left), the claim's deletion deletes the volume; a CSI ephemeral inline volume lives
+and goes with its pod; a generic ephemeral volume's claim is made and goes with its pod; a driver needing
+attach gets its VolumeAttachment from the attach/detach controller, attached by the attacher beside it,
+and its allocatable count refuses one volume too many (NodeVolumeLimits); a driver restarted under a
+mounted volume keeps the mount and registers again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from e2e.waiting import finished, wait_for
+from pykubelet.rig.leaks import Scope
+from pykubelet.rig.netlease import lease_network
+from tests.csi.conftest import mounts_under
+
+pytestmark = pytest.mark.integration
+DRIVER = "hostpath.csi.pykubelet.io"
+TOPOLOGY = "topology.hostpath.csi.pykubelet.io/node"
+ATTACHING = "attach.csi.pykubelet.io"  # a second driver, with ControllerPublish
+
+
+class Beside:
+    """A driver and its sidecar manager, started beside the node, stopped before the stack goes."""
+
+    def __init__(self, stack, name: str, *flags: str) -> None:
+        base = stack.config.state_dir / name.split(".")[0]
+        base.mkdir()
+        self.base = base
+        self.endpoint = str(base / "csi.sock")
+        self.call_log = base / "calls.jsonl"
+        self.backing = base / "state" / "volumes"
+        self.agent_root = stack.config.state_dir / "agent"
+        logs = (base / "driver.log").open("w"), (base / "sidecars.log").open("w")
+        self.driver_argv = [
+            sys.executable,
+            "-m",
+            "pykubelet.csidriver",
+            "--name",
+            name,
+            "--endpoint",
+            self.endpoint,
+            "--node-id",
+            stack.node_name,
+            "--state-dir",
+            str(base / "state"),
+            "--registration-dir",
+            str(self.agent_root / "plugins_registry"),
+            "--call-log",
+            str(self.call_log),
+            *flags,
+        ]
+        self.driver = subprocess.Popen(self.driver_argv, stdout=logs[0], stderr=subprocess.STDOUT)
+        wait_for(lambda: os.path.exists(self.endpoint), 30, what="the driver's socket")
+        self.sidecars = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pykubelet",
+                "controller-manager",
+                "--kubeconfig",
+                str(stack.kubeconfig),
+                "--controllers",
+                "csi-provisioner,csi-attacher",
+                "--csi-address",
+                self.endpoint,
+                "--leader-elect=false",
+                "--secure-port",
+                "0",
+            ],
+            stdout=logs[1],
+            stderr=subprocess.STDOUT,
+        )
+        for f in logs:
+            f.close()
+
+    def calls(self, method: str) -> list[dict]:
+        lines = self.call_log.read_text().splitlines() if self.call_log.exists() else []
+        return [c["request"] for c in map(json.loads, lines) if c["method"] == method]
+
+    def restart_driver(self) -> None:
+        """Stop the driver (its sockets go) and start it again, as a driver pod's restart does."""
+        self.driver.terminate()
+        self.driver.wait(timeout=30)
+        with (self.base / "driver.log").open("a") as log:
+            self.driver = subprocess.Popen(self.driver_argv, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: os.path.exists(self.endpoint), 30, what="the driver's socket again")
+
+    def stop(self) -> None:
+        for proc in (self.sidecars, self.driver):
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (containerd, network namespaces, mounts)")
+    from pykubelet.rig.stack import Stack, StackConfig, proxy_table
+
+    with lease_network("c") as net:
+        cfg = StackConfig(
+            state_dir=tmp_path_factory.mktemp("csi"),
+            node_name="csi-node",
+            bridge=net.bridge,
+            pod_cidr=net.pod_cidr,
+        )
+        scope = Scope.of(
+            cfg.state_dir,
+            bridges=[net.bridge],
+            pod_cidrs=[net.pod_cidr],
+            nft_tables=[f"ip {proxy_table(net.bridge)}"],
+        )
+        running = Stack(cfg)
+        running.start()
+        besides: list[Beside] = []
+        try:
+            besides.append(Beside(running, DRIVER, "--topology-key", TOPOLOGY, "--max-volumes", "10"))
+            besides.append(Beside(running, ATTACHING, "--attach-required", "--max-volumes", "1"))
+            running.beside, running.attaching = besides
+            yield running
+        finally:
+            for beside in besides:
+                beside.stop()
+            problems = running.stop()
+            assert not problems, problems
+            assert not scope.leaked()
+
+
+@pytest.fixture(scope="module")
+def api(stack) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(stack.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def kube(api) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="module")
+def storage(api) -> client.StorageV1Api:
+    return client.StorageV1Api(api)
+
+
+@pytest.fixture(scope="module")
+def csidriver(storage) -> Iterator[None]:
+    storage.create_csi_driver(
+        {
+            "metadata": {"name": DRIVER},
+            "spec": {
+                "attachRequired": False,
+                "podInfoOnMount": True,
+                "volumeLifecycleModes": ["Persistent", "Ephemeral"],
+            },
+        }
+    )
+    yield
+    storage.delete_csi_driver(DRIVER)
+
+
+@pytest.fixture
+def namespace(kube: client.CoreV1Api) -> Iterator[str]:
+    name = f"csi-{uuid.uuid4().hex[:6]}"
+    kube.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: _exists(lambda: kube.read_namespaced_service_account("default", name)), timeout=30)
+    yield name
+    kube.delete_namespace(name)
+
+
+def _exists(read) -> bool:
+    try:
+        read()
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+def pod(name: str, image: str, script: str, volume: dict) -> dict:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "command": ["sh", "-c", script],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", **volume}],
+        },
+    }
+
+
+def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
+    drivers = wait_for(
+        lambda: (
+            _exists(lambda: storage.read_csi_node(stack.node_name))
+            and {d.name: d for d in storage.read_csi_node(stack.node_name).spec.drivers or []}.keys()
+            == {DRIVER, ATTACHING}
+            and {d.name: d for d in storage.read_csi_node(stack.node_name).spec.drivers}
+        ),
+        60,
+        what="both drivers on the node's CSINode",
+    )
+    driver = drivers[DRIVER]
+    assert (driver.node_id, driver.topology_keys, driver.allocatable.count) == (
+        stack.node_name,
+        [TOPOLOGY],
+        10,
+    )
+    assert (drivers[ATTACHING].topology_keys, drivers[ATTACHING].allocatable.count) == (None, 1)
+    csinode = storage.read_csi_node(stack.node_name)
+    assert (csinode.metadata.owner_references[0].kind, csinode.metadata.owner_references[0].name) == (
+        "Node",
+        stack.node_name,
+    )
+    node = kube.read_node(stack.node_name)
+    assert node.metadata.labels[TOPOLOGY] == stack.node_name
+    assert json.loads(node.metadata.annotations["csi.volume.kubernetes.io/nodeid"]) == {
+        DRIVER: stack.node_name,
+        ATTACHING: stack.node_name,
+    }
+    assert stack.beside.calls("NotifyRegistrationStatus") == [{"plugin_registered": True}]
+
+
+def test_provisioned_claim_mounted_written_and_cleaned_up(stack, kube, storage, csidriver, namespace) -> None:
+    beside = stack.beside
+    sc_name = f"csi-{namespace}"
+    storage.create_storage_class(
+        {
+            "metadata": {"name": sc_name},
+            "provisioner": DRIVER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "parameters": {"kind": "dir"},
+        }
+    )
+    try:
+        kube.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "64Mi"}},
+                    "storageClassName": sc_name,
+                },
+            },
+        )
+        claim_volume = {"persistentVolumeClaim": {"claimName": "data"}}
+        kube.create_namespaced_pod(
+            namespace,
+            pod("writer", stack.images.busybox, "echo from-the-container > /data/hello", claim_volume),
+        )
+        assert finished(kube, namespace, "writer", 180).status.phase == "Succeeded"
+        claim = kube.read_namespaced_persistent_volume_claim("data", namespace)
+        pv = kube.read_persistent_volume(claim.spec.volume_name)
+        assert pv.spec.csi.driver == DRIVER and pv.spec.csi.volume_handle == f"pvc-{claim.metadata.uid}"
+        assert pv.metadata.annotations["pv.kubernetes.io/provisioned-by"] == DRIVER
+        term = pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
+        assert (term.key, term.values) == (TOPOLOGY, [stack.node_name])
+        create = beside.calls("CreateVolume")[-1]
+        assert create["parameters"] == {"kind": "dir"} and create["capacity_range"]["required_bytes"] == str(
+            64 << 20
+        )
+        assert create["accessibility_requirements"]["requisite"] == [
+            {"segments": {TOPOLOGY: stack.node_name}}
+        ]
+        backing = beside.backing / pv.spec.csi.volume_handle
+        assert (backing / "hello").read_text() == "from-the-container\n"
+        publish = beside.calls("NodePublishVolume")[-1]
+        assert publish["volume_context"]["csi.storage.k8s.io/pod.name"] == "writer"
+        assert publish["volume_context"]["csi.storage.k8s.io/pod.namespace"] == namespace
+        assert len(beside.calls("NodeStageVolume")) >= 1
+
+        kube.delete_namespaced_pod("writer", namespace, grace_period_seconds=0)
+        wait_for(
+            lambda: not _exists(lambda: kube.read_namespaced_pod("writer", namespace)), 90, what="pod gone"
+        )
+        wait_for(lambda: mounts_under(beside.agent_root) == [], 60, what="the node's CSI mounts gone")
+        assert beside.calls("NodeUnpublishVolume") and beside.calls("NodeUnstageVolume")
+
+        kube.delete_namespaced_persistent_volume_claim("data", namespace)
+        wait_for(
+            lambda: not _exists(lambda: kube.read_persistent_volume(pv.metadata.name)), 90, what="PV deleted"
+        )
+        assert not backing.exists()
+        assert beside.calls("DeleteVolume")[-1]["volume_id"] == pv.spec.csi.volume_handle
+    finally:
+        storage.delete_storage_class(sc_name)
+
+
+def test_inline_ephemeral_volume_lives_with_its_pod(stack, kube, csidriver, namespace) -> None:
+    beside = stack.beside
+    inline = {"csi": {"driver": DRIVER, "volumeAttributes": {"size": "small"}}}
+    kube.create_namespaced_pod(
+        namespace, pod("inline", stack.images.busybox, "echo scratch > /data/f && cat /data/f", inline)
+    )
+    assert finished(kube, namespace, "inline", 180).status.phase == "Succeeded"
+    assert kube.read_namespaced_pod_log("inline", namespace) == "scratch\n"
+    publish = [c for c in beside.calls("NodePublishVolume") if c["volume_context"].get("size") == "small"][-1]
+    assert publish["volume_context"]["csi.storage.k8s.io/ephemeral"] == "true"
+    handle = publish["volume_id"]
+    kube.delete_namespaced_pod("inline", namespace, grace_period_seconds=0)
+    wait_for(lambda: mounts_under(beside.agent_root) == [], 90, what="the inline volume unmounted")
+    wait_for(lambda: not (beside.backing / handle).exists(), 30, what="the inline volume's folder gone")
+
+
+def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage, namespace) -> None:
+    """No CSIDriver object: attach is required (upstream's default). The attach/detach controller makes the
+    VolumeAttachment, the attacher beside the driver publishes it, the node stages with its metadata; the
+    pod gone, the attachment is deleted and detached."""
+    attaching = stack.attaching
+    sc_name = f"att-{namespace}"
+    storage.create_storage_class({"metadata": {"name": sc_name}, "provisioner": ATTACHING})
+    try:
+        kube.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "att"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "8Mi"}},
+                    "storageClassName": sc_name,
+                },
+            },
+        )
+        # running while the attachment is looked at: a finished pod's volumes are detached
+        script = "echo attached > /data/a && sleep 3600"
+        kube.create_namespaced_pod(
+            namespace,
+            pod("att", stack.images.busybox, script, {"persistentVolumeClaim": {"claimName": "att"}}),
+        )
+        claim = wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("att", namespace).spec.volume_name,
+            120,
+            what="bound",
+        )
+        pv = kube.read_persistent_volume(claim)
+        handle = pv.spec.csi.volume_handle
+        wait_for(lambda: (attaching.backing / handle / "a").exists(), 180, what="the container's write")
+        assert (attaching.backing / handle / "a").read_text() == "attached\n"
+        attachments = [a for a in storage.list_volume_attachment().items if a.spec.attacher == ATTACHING]
+        assert [
+            (a.spec.node_name, a.spec.source.persistent_volume_name, a.status.attached) for a in attachments
+        ] == [(stack.node_name, pv.metadata.name, True)]
+        assert attachments[0].status.attachment_metadata == {"attachedTo": stack.node_name}
+        publish = attaching.calls("ControllerPublishVolume")[-1]
+        assert (publish["volume_id"], publish["node_id"]) == (handle, stack.node_name)
+        assert attaching.calls("NodeStageVolume")[-1]["publish_context"] == {"attachedTo": stack.node_name}
+        # the driver's allocatable count is 1: a second volume of it does not fit the node (NodeVolumeLimits)
+        kube.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "att2"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "8Mi"}},
+                    "storageClassName": sc_name,
+                },
+            },
+        )
+        kube.create_namespaced_pod(
+            namespace,
+            pod("att2", stack.images.busybox, "true", {"persistentVolumeClaim": {"claimName": "att2"}}),
+        )
+        refused = wait_for(
+            lambda: next(
+                (
+                    e
+                    for e in kube.list_namespaced_event(namespace).items
+                    if e.involved_object.name == "att2"
+                    and e.reason == "FailedScheduling"
+                    and "exceed max volume count" in e.message
+                ),
+                None,
+            ),
+            90,
+            what="FailedScheduling for the volume limit",
+        )
+        assert refused.message == "0/1 nodes are available: 1 node(s) exceed max volume count."
+        kube.delete_namespaced_pod("att2", namespace, grace_period_seconds=0)
+        kube.delete_namespaced_persistent_volume_claim("att2", namespace)
+        kube.delete_namespaced_pod("att", namespace, grace_period_seconds=0)
+        name = attachments[0].metadata.name
+        wait_for(
+            lambda: not _exists(lambda: storage.read_volume_attachment(name)), 90, what="detached and gone"
+        )
+        assert attaching.calls("ControllerUnpublishVolume")[-1]["volume_id"] == handle
+        wait_for(lambda: mounts_under(attaching.agent_root) == [], 60, what="the node's mounts gone")
+        kube.delete_namespaced_persistent_volume_claim("att", namespace)
+        wait_for(lambda: not (attaching.backing / handle).exists(), 90, what="the volume deleted")
+    finally:
+        storage.delete_storage_class(sc_name)
+
+
+def test_generic_ephemeral_volume_made_and_gone_with_its_pod(
+    stack, kube, storage, csidriver, namespace
+) -> None:
+    beside = stack.beside
+    sc_name = f"eph-{namespace}"
+    storage.create_storage_class(
+        {"metadata": {"name": sc_name}, "provisioner": DRIVER, "volumeBindingMode": "WaitForFirstConsumer"}
+    )
+    try:
+        template = {
+            "metadata": {"labels": {"made-for": "eph"}},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "16Mi"}},
+                "storageClassName": sc_name,
+            },
+        }
+        kube.create_namespaced_pod(
+            namespace,
+            pod(
+                "eph",
+                stack.images.busybox,
+                "echo generic > /data/g",
+                {"ephemeral": {"volumeClaimTemplate": template}},
+            ),
+        )
+        assert finished(kube, namespace, "eph", 180).status.phase == "Succeeded"
+        claim = kube.read_namespaced_persistent_volume_claim("eph-data", namespace)
+        owner = claim.metadata.owner_references[0]
+        assert (owner.kind, owner.name, owner.controller) == ("Pod", "eph", True)
+        assert claim.metadata.labels == {"made-for": "eph"}
+        handle = kube.read_persistent_volume(claim.spec.volume_name).spec.csi.volume_handle
+        assert (beside.backing / handle / "g").read_text() == "generic\n"
+        kube.delete_namespaced_pod("eph", namespace, grace_period_seconds=0)
+        wait_for(
+            lambda: not _exists(lambda: kube.read_namespaced_persistent_volume_claim("eph-data", namespace)),
+            120,
+            what="the claim collected with its pod",
+        )
+        wait_for(lambda: not (beside.backing / handle).exists(), 120, what="the volume deleted")
+        assert mounts_under(beside.agent_root) == []
+    finally:
+        storage.delete_storage_class(sc_name)
+
+
+def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, csidriver, namespace) -> None:
+    """The driver restarted while a pod's volume is mounted: the mount stays, the agent deregisters the
+    driver when its socket goes and registers it again when it is back (a second handshake), and the
+    pod's volume is then unpublished and unstaged through the new driver process."""
+    beside = stack.beside
+    sc_name = f"rst-{namespace}"
+    storage.create_storage_class({"metadata": {"name": sc_name}, "provisioner": DRIVER})
+    try:
+        kube.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "keep"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "8Mi"}},
+                    "storageClassName": sc_name,
+                },
+            },
+        )
+        script = "echo before > /data/b && sleep 3600"
+        kube.create_namespaced_pod(
+            namespace,
+            pod("keeper", stack.images.busybox, script, {"persistentVolumeClaim": {"claimName": "keep"}}),
+        )
+        volume = wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("keep", namespace).spec.volume_name,
+            120,
+            what="bound",
+        )
+        handle = kube.read_persistent_volume(volume).spec.csi.volume_handle
+        wait_for(lambda: (beside.backing / handle / "b").exists(), 180, what="the container's write")
+        mounted = mounts_under(beside.agent_root)
+        notified = len(beside.calls("NotifyRegistrationStatus"))
+        beside.restart_driver()
+        wait_for(
+            lambda: len(beside.calls("NotifyRegistrationStatus")) > notified,
+            60,
+            what="the driver registered again",
+        )
+        assert beside.calls("NotifyRegistrationStatus")[-1] == {"plugin_registered": True}
+        assert mounts_under(beside.agent_root) == mounted  # nothing unmounted by the restart
+        wait_for(
+            lambda: DRIVER in {d.name for d in storage.read_csi_node(stack.node_name).spec.drivers or []},
+            60,
+            what="the CSINode entry back",
+        )
+        unpublished = len(beside.calls("NodeUnpublishVolume"))
+        kube.delete_namespaced_pod("keeper", namespace, grace_period_seconds=0)
+        wait_for(lambda: mounts_under(beside.agent_root) == [], 90, what="the mounts gone")
+        assert len(beside.calls("NodeUnpublishVolume")) == unpublished + 1  # through the new process
+        kube.delete_namespaced_persistent_volume_claim("keep", namespace)
+        wait_for(lambda: not (beside.backing / handle).exists(), 90, what="the volume deleted")
+    finally:
+        storage.delete_storage_class(sc_name)

@@ -1,0 +1,135 @@
+"""The host-path CSI driver as a process, driven through the project's CSI client (kubeclient.csi): the
+registration handshake on its plugins_registry socket, NodeGetInfo, and a volume's whole life with real
+bind mounts (created, staged, published read-write and read-only, written through the publication and
+seen in the backing folder, unpublished, unstaged, deleted), nothing left mounted; an ephemeral inline
+volume goes with its publication; bad requests get the CSI error codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kubeclient.csi.client import CSICallError, CSIClient, capability, notify_registration, registration_info
+from kubeclient.csi.pb import csi_pb2 as pb
+from pykubelet.csidriver.mounts import is_mount_point
+from tests.csi.conftest import mounts_under
+
+pytestmark = pytest.mark.integration
+RWO = pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+
+
+async def test_registration_handshake(csi_driver):
+    socket = next(csi_driver.registration_dir.glob("*-reg.sock"))
+    assert socket.name == "hostpath.csi.pykubelet.io-reg.sock"
+    info = await registration_info(str(socket))
+    assert (info.type, info.name, info.endpoint, info.versions) == (
+        "CSIPlugin",
+        "hostpath.csi.pykubelet.io",
+        csi_driver.endpoint,
+        ("1.0.0",),
+    )
+    await notify_registration(str(socket), True)
+    await notify_registration(str(socket), False, "driver name taken")
+    assert csi_driver.calls("NotifyRegistrationStatus") == [
+        {"plugin_registered": True},
+        {"error": "driver name taken"},
+    ]
+
+
+async def test_node_info_and_capabilities(csi_driver):
+    client = CSIClient(csi_driver.endpoint)
+    try:
+        assert await client.plugin_name() == "hostpath.csi.pykubelet.io"
+        info = await client.node_info()
+        assert (info.node_id, info.max_volumes, info.topology) == (
+            "node-a",
+            7,
+            {"topology.hostpath.csi.pykubelet.io/node": "node-a"},
+        )
+        rpc = pb.NodeServiceCapability.RPC
+        assert await client.node_capabilities() == {rpc.STAGE_UNSTAGE_VOLUME, rpc.GET_VOLUME_STATS}
+        ctrl = pb.ControllerServiceCapability.RPC
+        assert await client.controller_capabilities() == {ctrl.CREATE_DELETE_VOLUME}
+    finally:
+        await client.close()
+
+
+async def test_volume_life_with_real_mounts(csi_driver, tmp_path: Path):
+    client = CSIClient(csi_driver.endpoint)
+    cap = capability("ext4", ["noatime"], RWO)
+    staging, rw, ro = (str(tmp_path / "k" / n) for n in ("globalmount", "pod-a", "pod-b"))
+    try:
+        volume = await client.create_volume("pvc-1", 1 << 20, [cap], {"p": "v"}, {"token": "hidden"})
+        assert (volume.volume_id, volume.capacity_bytes) == ("pvc-1", 1 << 20)
+        backing = csi_driver.state_dir / "volumes" / "pvc-1"
+        assert backing.is_dir()
+        await client.stage("pvc-1", staging, cap, {}, {"backing": str(backing)}, {"s": "x"})
+        await client.publish("pvc-1", staging, rw, cap, False, {}, {"k": "v"}, {})
+        await client.publish("pvc-1", staging, ro, cap, True, {}, {}, {})
+        assert is_mount_point(staging) and is_mount_point(rw) and is_mount_point(ro)
+        Path(rw, "data.txt").write_text("written through the publication")
+        assert (backing / "data.txt").read_text() == "written through the publication"
+        assert Path(ro, "data.txt").read_text() == "written through the publication"
+        with pytest.raises(OSError):
+            Path(ro, "other").write_text("no")
+        usage = await client.volume_stats("pvc-1", rw)
+        assert usage.total > 0 and usage.inodes > 0
+        publish = csi_driver.calls("NodePublishVolume")[0]
+        assert publish["volume_capability"]["mount"] == {"fs_type": "ext4", "mount_flags": ["noatime"]}
+        assert publish["volume_context"] == {"k": "v"}
+        for target in (rw, ro):
+            await client.unpublish("pvc-1", target)
+        await client.unstage("pvc-1", staging)
+        assert mounts_under(tmp_path / "k") == []
+        assert not Path(rw).exists() and not Path(staging).exists()
+        await client.delete_volume("pvc-1", {})
+        assert not backing.exists()
+        assert all(
+            "secrets" not in c for c in csi_driver.calls("CreateVolume") + csi_driver.calls("NodeStageVolume")
+        )
+    finally:
+        await client.close()
+
+
+async def test_ephemeral_inline_volume_goes_with_its_publication(csi_driver, tmp_path: Path):
+    client = CSIClient(csi_driver.endpoint)
+    target = str(tmp_path / "pod" / "mount")
+    try:
+        context = {"csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": "p"}
+        await client.publish("csi-abc", "", target, capability("", [], RWO), False, {}, context, {})
+        assert is_mount_point(target)
+        await client.unpublish("csi-abc", target)
+        assert not (csi_driver.state_dir / "volumes" / "csi-abc").exists()
+        assert mounts_under(tmp_path / "pod") == []
+    finally:
+        await client.close()
+
+
+async def test_bad_requests_get_csi_error_codes(csi_driver, tmp_path: Path):
+    client = CSIClient(csi_driver.endpoint)
+    cap = capability("", [], RWO)
+    try:
+        with pytest.raises(CSICallError) as err:
+            await client.stage("missing", str(tmp_path / "s"), cap, {}, {}, {})
+        assert err.value.code == grpc.StatusCode.NOT_FOUND
+        assert str(err.value) == "rpc error: code = NotFound desc = volume missing not found"
+        with pytest.raises(CSICallError) as err:
+            await client.create_volume("../escape", 0, [cap], {}, {})
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(CSICallError) as err:
+            await client.publish("pvc-x", "", str(tmp_path / "t"), cap, False, {}, {}, {})
+        assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        await client.close()
+
+
+async def test_no_socket_is_unavailable(tmp_path: Path):
+    client = CSIClient(str(tmp_path / "none.sock"))
+    try:
+        with pytest.raises(CSICallError) as err:
+            await client.node_info()
+        assert err.value.code == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await client.close()

@@ -1,0 +1,221 @@
+"""The node side of CSI with the host-path driver running as a process and real mounts: the agent's
+plugin watcher sees its registration socket, does the GetInfo / NotifyRegistrationStatus handshake and
+NodeGetInfo, hands the driver on for the CSINode entry, deregisters it when the socket goes; the volume
+manager (CSI plugin in its table) stages a claim's CSI volume once for two pods, publishes it per pod
+with the pod's info, read-only where asked, waits for the VolumeAttachment where the CSIDriver wants one,
+publishes an inline ephemeral volume, and leaves nothing mounted once the pods are taken down. The API
+reads are a dict here (the API kinds are tested in the stack test)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import agent.csi.watcher as w
+from agent.csi.registry import DriverRegistry, RegisteredDriver
+from agent.csi.watcher import PluginWatcher
+from agent.volumes import VolumeError, VolumeManager, container_mounts, default_table
+from agent.volumes.csi import CSIPlugin
+from kubeclient.csi.client import PluginInfo, attachment_name, capability
+from kubeclient.csi.pb import csi_pb2 as pb
+from tests.csi.conftest import mounts_under, start_driver
+
+pytestmark = pytest.mark.integration
+DRIVER = "hostpath.csi.pykubelet.io"
+
+
+async def until(condition, what: str, timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.05)
+
+
+def pod(uid: str, *volumes: dict, name: str = "p") -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": {"volumes": list(volumes), "serviceAccountName": "sa"},
+    }
+
+
+@pytest.fixture
+def objects() -> dict:
+    return {
+        ("CSIDriver", DRIVER): {
+            "metadata": {"name": DRIVER},
+            "spec": {
+                "attachRequired": False,
+                "podInfoOnMount": True,
+                "volumeLifecycleModes": ["Persistent", "Ephemeral"],
+            },
+        },
+        ("PersistentVolumeClaim", "data"): {
+            "metadata": {"name": "data", "namespace": "ns", "uid": "c1"},
+            "spec": {"volumeName": "pv-1"},
+            "status": {"phase": "Bound"},
+        },
+        ("PersistentVolume", "pv-1"): {
+            "metadata": {"name": "pv-1"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "mountOptions": ["noatime"],
+                "claimRef": {"namespace": "ns", "name": "data", "uid": "c1"},
+                "csi": {"driver": DRIVER, "volumeHandle": "vol-1", "volumeAttributes": {"tier": "gold"}},
+            },
+        },
+    }
+
+
+async def test_registration_staging_publishing_and_nothing_left(short_dir: Path, objects: dict):
+    root = short_dir / "kubelet"
+    driver = start_driver(short_dir / "drv")
+    registered: list[RegisteredDriver] = []
+    gone: list[str] = []
+
+    async def on_register(d: RegisteredDriver) -> None:
+        registered.append(d)
+
+    async def on_deregister(name: str) -> None:
+        gone.append(name)
+
+    registry = DriverRegistry()
+    # the driver's registration socket lives in its own folder; the agent's watched folder gets a link
+    watcher = PluginWatcher(str(driver.registration_dir), registry, on_register, on_deregister)
+    task = asyncio.create_task(watcher.run())
+
+    async def fetch(kind, ns, name):
+        return objects.get((kind, name))
+
+    csi = CSIPlugin(registry, "node-a")
+    manager = VolumeManager(
+        str(root), fetch, lambda p, f: "", table=default_table(extra=[csi], claim_sources=[csi])
+    )
+    claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    try:
+        await until(lambda: registry.get(DRIVER) is not None, "registration")
+        await until(lambda: driver.calls("NotifyRegistrationStatus"), "notified")
+        assert driver.calls("NotifyRegistrationStatus") == [{"plugin_registered": True}]
+        assert registered[0].node.node_id == "node-a" and registered[0].endpoint == driver.endpoint
+        rwo = capability("", [], pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
+        await registered[0].client.create_volume("vol-1", 0, [rwo], {}, {})
+
+        ready_a = await manager.prepare(pod("uid-a", claim, name="a"))
+        ro_claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}}
+        ready_b = await manager.prepare(pod("uid-b", ro_claim, name="b"))
+        await manager.prepare(pod("uid-a", claim, name="a"))  # a second sync changes nothing
+        assert len(driver.calls("NodeStageVolume")) == 1
+        publishes = driver.calls("NodePublishVolume")
+        assert len(publishes) == 2
+        stage = driver.calls("NodeStageVolume")[0]
+        assert stage["staging_target_path"].startswith(str(root / "plugins/kubernetes.io/csi" / DRIVER))
+        assert stage["volume_capability"] == {
+            "mount": {"mount_flags": ["noatime"]},
+            "access_mode": {"mode": "SINGLE_NODE_WRITER"},
+        }
+        assert publishes[0]["target_path"] == str(root / "pods/uid-a/volumes/kubernetes.io~csi/pv-1/mount")
+        assert publishes[0]["volume_context"] == {
+            "tier": "gold",
+            "csi.storage.k8s.io/pod.name": "a",
+            "csi.storage.k8s.io/pod.namespace": "ns",
+            "csi.storage.k8s.io/pod.uid": "uid-a",
+            "csi.storage.k8s.io/serviceAccount.name": "sa",
+            "csi.storage.k8s.io/ephemeral": "false",
+        }
+        assert publishes[1].get("readonly") is True and "readonly" not in publishes[0]
+        mounts = container_mounts(
+            {"name": "c", "volumeMounts": [{"name": "data", "mountPath": "/d"}]}, ready_b
+        )
+        assert mounts[0].readonly
+        Path(ready_a["data"].host_path, "f.txt").write_text("from pod a")
+        assert (driver.state_dir / "volumes/vol-1/f.txt").read_text() == "from pod a"
+
+        await manager.teardown("uid-a")
+        assert driver.calls("NodeUnstageVolume") == []  # pod b still uses the volume
+        await manager.teardown("uid-b")
+        assert len(driver.calls("NodeUnpublishVolume")) == 2
+        assert len(driver.calls("NodeUnstageVolume")) == 1
+        assert mounts_under(root) == []
+
+        # an inline ephemeral volume lives and goes with its pod
+        inline = {"name": "scratch", "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1"}}}
+        ready = await manager.prepare(pod("uid-c", inline, name="c"))
+        Path(ready["scratch"].host_path, "x").write_text("x")
+        assert (
+            driver.calls("NodePublishVolume")[-1]["volume_context"]["csi.storage.k8s.io/ephemeral"] == "true"
+        )
+        await manager.teardown("uid-c")
+        assert mounts_under(root) == []
+        assert [v.name for v in (driver.state_dir / "volumes").iterdir()] == ["vol-1"]  # the inline one went
+
+        # attachRequired: the pod waits for the VolumeAttachment to say attached
+        objects[("CSIDriver", DRIVER)]["spec"]["attachRequired"] = True
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-d", claim, name="d"))
+        name = attachment_name("vol-1", DRIVER, "node-a")
+        assert str(err.value).endswith(
+            f'MountVolume.WaitForAttach failed for volume "pv-1" : volumeattachments.storage.k8s.io "{name}" not found'
+        )
+        assert str(err.value).startswith("Unable to attach or mount volumes: unmounted volumes=[data]")
+        objects[("VolumeAttachment", name)] = {"metadata": {"name": name}, "status": {"attached": False}}
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-d", claim, name="d"))
+        assert str(err.value).endswith(
+            f"timed out waiting for external-attacher of {DRIVER} CSI driver to attach volume vol-1"
+        )
+        objects[("VolumeAttachment", name)] = {
+            "metadata": {"name": name},
+            "status": {"attached": True, "attachmentMetadata": {"lun": "3"}},
+        }
+        await manager.prepare(pod("uid-d", claim, name="d"))
+        assert driver.calls("NodeStageVolume")[-1]["publish_context"] == {"lun": "3"}
+        await manager.teardown("uid-d")
+        assert mounts_under(root) == []
+
+        driver.stop()  # its sockets go: the driver is deregistered
+        await until(lambda: gone == [DRIVER], "deregistration")
+        assert registry.get(DRIVER) is None
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-e", claim, name="e"))
+        assert f"driver name {DRIVER} not found in the list of registered CSI drivers" in str(err.value)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.close()
+        driver.stop()
+        for uid in ("uid-a", "uid-b", "uid-c", "uid-d", "uid-e"):
+            await manager.teardown(uid)
+
+
+async def test_a_plugin_that_is_not_csi_is_told_so(short_dir: Path):
+    driver = start_driver(short_dir / "drv", "--name", "x")
+    registry = DriverRegistry()
+
+    async def nothing(_):
+        return None
+
+    watcher = PluginWatcher(str(driver.registration_dir), registry, nothing, nothing)
+    try:
+        # the same driver, announced under a version this node does not speak: refused and told why
+        real = w.registration_info
+
+        async def old_version(socket):
+            info = await real(socket)
+            return PluginInfo(info.type, info.name, info.endpoint, ("0.3.0",))
+
+        w.registration_info = old_version
+        try:
+            await watcher.rescan()
+        finally:
+            w.registration_info = real
+        assert registry.get("x") is None
+        status = driver.calls("NotifyRegistrationStatus")
+        assert status == [
+            {
+                "error": "RegisterPlugin error -- plugin validation failed with err: rpc error: none of the "
+                "versions specified ['0.3.0'] are supported"
+            }
+        ]
+    finally:
+        await watcher.close()
+        driver.stop()

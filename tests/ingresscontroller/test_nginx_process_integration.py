@@ -1,0 +1,108 @@
+"""The controller's nginx as a real process: a configuration refused by `nginx -t` leaves the running
+one serving, a reload takes a new one without restarting the master, SIGQUIT stops it, and an nginx
+left running under a stack's state dir (its controller killed) is found and stopped by `pykubelet
+down`'s sweep, workers included."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ingresscontroller.model import Config, Location, Server, Upstream
+from ingresscontroller.nginx import Nginx, NginxError
+from ingresscontroller.nginxconf import Files, Listen, render
+from kubeclient.serving import ensure_self_signed
+from pykubelet.rig.process import free_port
+from pykubelet.rig.sweep import sweep
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed"),
+]
+
+
+def _setup(root: Path) -> tuple[Files, Listen]:
+    for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (root / "tmp" / sub).mkdir(parents=True, exist_ok=True)
+    cert, key = ensure_self_signed(root / "certs", "ingress.local", [], "default-fake")
+    return Files(root, cert, key), Listen("127.0.0.1", free_port(), free_port())
+
+
+def _status(port: int, host: str) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def _config(host: str) -> Config:
+    """A host whose one Service has no ready endpoint: nginx answers 503 for it, 404 elsewhere."""
+    server = Server(host, {(False, "/"): Location("/", False, "ns_web_80")})
+    return Config(servers={host: server}, upstreams={"ns_web_80": Upstream("ns_web_80", ())})
+
+
+async def test_apply_reload_refusal_and_stop(tmp_path: Path) -> None:
+    files, listen = _setup(tmp_path)
+    nginx = Nginx(tmp_path)
+    await nginx.apply(render(_config("a.example"), listen, files))
+    master = nginx.proc.pid if nginx.proc else 0
+    try:
+        assert await asyncio.to_thread(_status, listen.http_port, "a.example") == 503
+        assert await asyncio.to_thread(_status, listen.http_port, "b.example") == 404
+        with pytest.raises(NginxError, match="unknown directive"):
+            await nginx.apply(
+                render(_config("a.example"), listen, files).replace("worker_connections", "bogus")
+            )
+        assert await asyncio.to_thread(_status, listen.http_port, "a.example") == 503  # still the old one
+        await nginx.apply(render(_config("b.example"), listen, files))
+        assert nginx.reloads == 1 and nginx.proc is not None and nginx.proc.pid == master
+        deadline = asyncio.get_running_loop().time() + 10
+        while await asyncio.to_thread(_status, listen.http_port, "b.example") != 503:  # new workers take over
+            assert asyncio.get_running_loop().time() < deadline, "the reload never took effect"
+            await asyncio.sleep(0.1)
+    finally:
+        await nginx.stop()
+    assert not psutil.pid_exists(master) or psutil.Process(master).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_down_stops_an_nginx_its_controller_left(tmp_path: Path) -> None:
+    root = tmp_path / "ingress" / "nginx"
+    files, listen = _setup(root)
+    nginx = Nginx(root)
+    await nginx.apply(render(_config("a.example"), listen, files))
+    assert nginx.proc is not None
+    family = [nginx.proc.pid, *(c.pid for c in psutil.Process(nginx.proc.pid).children())]
+    assert len(family) >= 2  # the master and its worker
+    try:
+        problems = await asyncio.to_thread(sweep, tmp_path, 1.0)
+        await asyncio.wait_for(nginx.proc.wait(), 15)  # reaped: sweep stopped it
+    finally:
+        await nginx.stop()  # a no-op once sweep did its work
+    assert problems == []
+    assert not [
+        p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
+
+
+async def test_a_restarted_controller_replaces_the_nginx_its_predecessor_left(tmp_path: Path) -> None:
+    files, listen = _setup(tmp_path)
+    first = Nginx(tmp_path)
+    await first.apply(render(_config("a.example"), listen, files))
+    assert first.proc is not None
+    old = first.proc.pid
+    second = Nginx(tmp_path)  # the controller killed alone and started again: its nginx still listens
+    try:
+        await second.apply(render(_config("b.example"), listen, files))
+        await asyncio.wait_for(first.proc.wait(), 15)  # the leftover stopped ...
+        assert second.proc is not None and second.proc.pid != old  # ... and a new one serves
+        assert await asyncio.to_thread(_status, listen.http_port, "b.example") == 503
+    finally:
+        await second.stop()
+        await first.stop()

@@ -1,0 +1,306 @@
+"""The failure drills on the highly available cluster they are about: `pykubelet up --nodes 2 --store etcd
+--etcd-members 3 --apiservers 3` with the node IPAM (no --pod-cidr), one stack for the file, real
+processes throughout:
+
+- it starts, and both nodes are Ready, each with a pod CIDR the IPAM gave it;
+- every API server stops answering (SIGSTOP of each one's process group): a container whose process is
+  killed is restarted by its node all the same (nothing of the pod sync waits on the API) and its
+  readiness probe runs; once the API servers answer again the Pod in the API shows the restart
+  (restartCount 1, the new container's ID) within 10 s;
+- the daemons `up` started are supervised: a killed service proxy, API server, etcd member and node
+  agent are back within 30 s by themselves, and `pykubelet restart dns` restarts the DNS on purpose;
+- `pykubelet down` stops the supervisor with the rest and leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from kubernetes import client
+from kubernetes import config as kconfig
+from kubernetes.client.rest import ApiException
+
+from e2e.waiting import wait_for
+from pykubelet.rig.netlease import lease_cluster_network
+from pykubelet.rig.process import pid_alive
+from pykubelet.rig.stack import StackRecord
+from pykubelet.rig.supervisor import load
+from tests.concurrentcreates import create_at_once
+from tests.rig.stacks import run_pykubelet as _pykubelet
+from tests.rig.stacks import up_cluster
+
+pytestmark = pytest.mark.integration
+FIRST = "hd"
+SECOND = f"{FIRST}-2"
+APISERVERS = ("apiserver", "apiserver-1", "apiserver-2")
+MARKER = "pykube-drill-crash"
+
+
+@dataclass
+class HaStack:
+    state: Path
+    core: client.CoreV1Api
+    cluster_cidr: str
+
+    def record(self) -> StackRecord:
+        record = StackRecord.load(self.state)
+        assert record is not None
+        return record
+
+
+@pytest.fixture(scope="module")
+def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaStack]:
+    state = tmp_path_factory.mktemp("hd") / "s"  # short: containerd's socket paths are limited
+    with lease_cluster_network("d") as lease:
+        up, scope, _ = up_cluster(
+            state, lease, FIRST, 2, "--store", "etcd", "--etcd-members", "3", "--apiservers", "3", timeout=600
+        )
+        record = StackRecord.load(state)
+        try:
+            assert up.returncode == 0, up.stderr[-4000:]
+            kubeconfig = state / "apiserver" / "admin.kubeconfig"
+            core = client.CoreV1Api(kconfig.new_client_from_config(config_file=str(kubeconfig)))
+            yield HaStack(state, core, lease.pod_cidr)
+        finally:
+            for name in APISERVERS:  # a drill that failed half-way must not leave one stopped
+                if record is not None and name in record.pids:
+                    _signal_group(record.pids[name], signal.SIGCONT)
+            record = StackRecord.load(state) or record
+            down = _pykubelet("down", "--state-dir", str(state), timeout=300)
+        assert down.returncode == 0, down.stderr[-4000:]
+        assert record is not None and not any(pid_alive(p) for p in record.pids.values())
+        assert scope.leaked() == {}
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def test_two_nodes_three_etcd_members_three_api_servers_start_with_the_node_ipam(ha: HaStack) -> None:
+    import ipaddress
+
+    record = ha.record()
+    assert {"etcd-m0", "etcd-m1", "etcd-m2", *APISERVERS, "supervisor"} <= set(record.pids)
+    cluster = ipaddress.ip_network(ha.cluster_cidr)
+    for name in (FIRST, SECOND):
+        node = ha.core.read_node(name)
+        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        assert ipaddress.ip_network(node.spec.pod_cidr).subnet_of(cluster)
+
+
+def _crasher(node: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "crasher"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox:latest",
+                    "command": ["sh", "-c", f": {MARKER}; while true; do sleep 5; done"],
+                    # Each probe leaves a line in the container: seen from the host, it shows the probes
+                    # going on while no API server answers.
+                    "readinessProbe": {
+                        "exec": {"command": ["sh", "-c", "date +%s >> /tmp/probed"]},
+                        "periodSeconds": 1,
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _crasher_pids() -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if any(MARKER in arg for arg in cmdline) and cmdline[:1] == ["sh"]:
+            found.append(proc.pid)
+    return found
+
+
+def _container(core: client.CoreV1Api) -> client.V1ContainerStatus | None:
+    statuses = core.read_namespaced_pod("crasher", "default").status.container_statuses
+    return statuses[0] if statuses else None
+
+
+def test_a_container_crashing_while_every_api_server_is_stopped_is_restarted_and_reported(
+    ha: HaStack,
+) -> None:
+    core = ha.core
+    core.create_namespaced_pod("default", _crasher(SECOND))
+    first = wait_for(
+        lambda: (s := _container(core)) is not None and s.state.running is not None and s,
+        timeout=120,
+        interval=0.5,
+    )
+    (old_pid,) = wait_for(lambda: len(p := _crasher_pids()) == 1 and p, timeout=30)
+    record = ha.record()
+    for name in APISERVERS:
+        _signal_group(record.pids[name], signal.SIGSTOP)
+    try:
+        os.kill(old_pid, signal.SIGKILL)
+        # The node restarts it while no API server answers (the first restart has no back-off).
+        (new_pid,) = wait_for(
+            lambda: len(p := [q for q in _crasher_pids() if q != old_pid]) == 1 and p,
+            timeout=60,
+            interval=0.5,
+        )
+        assert not pid_alive(old_pid)
+        # The new container's readiness probe runs, still without the API.
+        probed = Path(f"/proc/{new_pid}/root/tmp/probed")
+        wait_for(lambda: probed.exists() and len(probed.read_text().split()) >= 3, timeout=30, interval=0.5)
+    finally:
+        for name in APISERVERS:
+            _signal_group(record.pids[name], signal.SIGCONT)
+    returned = time.monotonic()
+
+    def reported() -> bool:
+        got = _container(core)
+        return (
+            got is not None
+            and got.restart_count == 1
+            and got.state.running is not None
+            and got.container_id != first.container_id
+        )
+
+    wait_for(reported, timeout=60, interval=0.2, retrying=(ApiException,))
+    took = time.monotonic() - returned
+    assert took <= 10, f"restartCount in the API {took:.1f} s after the API servers returned"
+    assert _crasher_pids() == [new_pid]
+    core.delete_namespaced_pod("crasher", "default", grace_period_seconds=0)
+
+
+def _supervised_pid(state: Path, name: str) -> int:
+    (daemon,) = [d for d in load(state) if d.name == name]
+    return daemon.pid
+
+
+def _back(state: Path, name: str, old: int) -> int:
+    """The daemon's new pid, alive, in the supervisor's file and in the record down reads."""
+
+    def new_pid() -> int | None:
+        pid = _supervised_pid(state, name)
+        if pid == old or not pid_alive(pid):
+            return None
+        record_dir = state / "nodes" / name.split("/")[0] if "/" in name else state
+        recorded = StackRecord.load(record_dir)
+        return pid if recorded is not None and recorded.pids.get(name.rsplit("/", 1)[-1]) == pid else None
+
+    return wait_for(new_pid, timeout=30, interval=0.2, what=f"{name} back")
+
+
+@pytest.mark.parametrize("name", ["proxy", "apiserver-1", "etcd-m2", f"{SECOND}/agent"])
+def test_a_killed_daemon_is_back_within_30_seconds(ha: HaStack, name: str) -> None:
+    old = _supervised_pid(ha.state, name)
+    os.kill(old, signal.SIGKILL)
+    _back(ha.state, name, old)
+    if name.startswith("apiserver"):
+        url = f"https://127.0.0.2:{_port(ha)}/readyz"
+        wait_for(lambda: _readyz(url) == 200, timeout=60, interval=0.5)
+    if name.startswith("etcd"):
+        wait_for(lambda: _member_healthy(ha.state, name), timeout=60, interval=0.5)
+    if name.endswith("agent"):
+        wait_for(
+            lambda: any(
+                c.type == "Ready" and c.status == "True" for c in ha.core.read_node(SECOND).status.conditions
+            ),
+            timeout=60,
+            interval=0.5,
+        )
+
+
+def _member_healthy(state: Path, name: str) -> bool:
+    """`etcdctl endpoint health` of the member, with the API server's client certificate."""
+    import subprocess
+
+    (daemon,) = [d for d in load(state) if d.name == name]
+    url = daemon.argv[daemon.argv.index("--listen-client-urls") + 1]
+    pki = state / "etcd" / "pki"
+    health = subprocess.run(
+        ["etcdctl", "--endpoints", url, "--cacert", str(pki / "ca.crt"), "--cert",
+         str(pki / "apiserver-etcd-client.crt"), "--key", str(pki / "apiserver-etcd-client.key"), "endpoint", "health"],
+        capture_output=True, text=True, timeout=30, check=False, env={**os.environ, "ETCDCTL_API": "3"},
+    )  # fmt: skip
+    return health.returncode == 0
+
+
+def _port(ha: HaStack) -> int:
+    return int(ha.core.api_client.configuration.host.rsplit(":", 1)[1])
+
+
+def _readyz(url: str) -> int:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=3) as resp:
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return 0
+
+
+def test_restart_restarts_one_daemon_on_purpose(ha: HaStack) -> None:
+    old = _supervised_pid(ha.state, "dns")
+    restarted = _pykubelet("restart", "dns", "--state-dir", str(ha.state), timeout=120)
+    assert restarted.returncode == 0, restarted.stderr
+    assert "dns restarted" in restarted.stderr
+    _back(ha.state, "dns", old)
+    unknown = _pykubelet("restart", "nope", "--state-dir", str(ha.state), timeout=60)
+    assert unknown.returncode == 1 and "unknown component 'nope'" in unknown.stderr
+
+
+def test_fifty_concurrent_creates_through_three_api_servers_never_exceed_a_quota(ha: HaStack) -> None:
+    """The quota's charge is a compare-and-swap on the quota's revision in etcd, so replicas that each
+    serialise only their own requests still admit exactly what fits: 50 ConfigMaps created at once,
+    spread over the three API servers, against count/configmaps 11 (kube-root-ca.crt holds one)."""
+    ns = "quota-drill"
+    core = ha.core
+    core.create_namespace({"metadata": {"name": ns}})
+    wait_for(
+        lambda: core.read_namespaced_config_map("kube-root-ca.crt", ns), timeout=60, retrying=(ApiException,)
+    )
+    quota = {"metadata": {"name": "q"}, "spec": {"hard": {"count/configmaps": "11"}}}
+    core.create_namespaced_resource_quota(ns, quota)
+
+    def used() -> dict:
+        status = core.read_namespaced_resource_quota("q", ns).status
+        return dict((status.used if status else None) or {})
+
+    wait_for(lambda: used() == {"count/configmaps": "1"}, timeout=60)
+    replicas = [
+        ha.state / "apiserver",
+        ha.state / "apiserver" / "replica-1",
+        ha.state / "apiserver" / "replica-2",
+    ]
+    codes = create_at_once(
+        [
+            kconfig.new_client_from_config(config_file=str(replicas[i % 3] / "admin.kubeconfig"))
+            for i in range(50)
+        ],
+        lambda api, i: client.CoreV1Api(api).create_namespaced_config_map(
+            ns, {"metadata": {"name": f"c{i}"}}
+        ),
+        "exceeded quota: q",
+    )
+    assert codes.count(201) == 10 and codes.count(403) == 40, codes
+    assert len(core.list_namespaced_config_map(ns).items) == 11
+    assert used() == {"count/configmaps": "11"}
+    core.delete_namespace(ns)
