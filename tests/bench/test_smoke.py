@@ -45,6 +45,9 @@ BENCHMARKS = {
     "apiserver-crd": Benchmark("bench/apiserver/crd.py", "apiserver-crd", needs_root=False),
     "apiserver-protobuf": Benchmark("bench/apiserver/protobuf.py", "apiserver-protobuf", needs_root=False),
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),
+    "scheduler-perf-workloads": Benchmark(
+        "bench/scheduler/perf_workloads.py", "scheduler-perf-workloads", needs_root=False
+    ),
     "cni": Benchmark("bench/cni/latency.py", "cni-latency", needs_root=True),
     "agent-startup": Benchmark("bench/agent/startup.py", "agent-startup", needs_root=True),
     "agent-stats": Benchmark("bench/agent/stats.py", "agent-stats", needs_root=True),
