@@ -18,6 +18,7 @@ from kubeclient.flags import StringSlice, go_duration
 
 if TYPE_CHECKING:
     from controlplane.apiserver.audit import AuditOptions
+    from controlplane.apiserver.podsecurity import PodSecurityConfig
     from controlplane.apiserver.server import ServerConfig
     from controlplane.apiserver.serviceranges import ServiceRanges
     from controlplane.storage.etcd import EtcdConfig
@@ -184,6 +185,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=StringSlice,
         default=[],
         help="admission plugins to turn off (e.g. ServiceAccount)",
+    )
+    parser.add_argument(
+        "--admission-control-config-file",
+        type=Path,
+        default=None,
+        help="AdmissionConfiguration file: the PodSecurity plugin's defaults and exemptions",
     )
     parser.add_argument(
         "--etcd-servers",
@@ -556,6 +563,7 @@ def run(args: argparse.Namespace) -> int:
         disable_admission_plugins=_admission_plugins(
             args.enable_admission_plugins, args.disable_admission_plugins
         ),
+        pod_security=_pod_security(args.admission_control_config_file),
         authorization_modes=_authorization_modes(args.authorization_mode),
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
@@ -575,6 +583,18 @@ def run(args: argparse.Namespace) -> int:
     except StoreUnavailableError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
     return 0
+
+
+def _pod_security(path: Path | None) -> PodSecurityConfig:
+    """The AdmissionConfiguration's PodSecurity settings, checked now: a bad field stops the start."""
+    from controlplane.apiserver.podsecurity import ConfigError, PodSecurityConfig, load
+
+    if path is None:
+        return PodSecurityConfig()
+    try:
+        return load(path)
+    except ConfigError as err:
+        raise SystemExit(f"pykubelet server: --admission-control-config-file: {err}") from None
 
 
 def _audit_options(args: argparse.Namespace) -> AuditOptions:

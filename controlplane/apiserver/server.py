@@ -41,6 +41,7 @@ from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.impersonation import impersonate
 from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.metrics import ApiServerMetrics, storage_gauges
+from controlplane.apiserver.podsecurity import PodSecurityConfig
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
 from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key, load_signing_key
@@ -121,6 +122,8 @@ class ServerConfig:
     extend_token_expiration: bool = True
     jwks_uri: str = ""
     disable_admission_plugins: list[str] = field(default_factory=list)
+    # --admission-control-config-file's PodSecurity configuration (defaults and exemptions).
+    pod_security: PodSecurityConfig = field(default_factory=PodSecurityConfig)
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
     # --enable-bootstrap-token-auth: bootstrap-token Secrets authenticate (bootstraptoken.py), and the server
@@ -152,6 +155,7 @@ class ApiServer:
         )
         self.registry = Registry(self.cache, default_chain(config.disable_admission_plugins))
         self.registry.service_ranges = config.service_ranges
+        self.registry.pod_security = config.pod_security
         # In-process loops the kinds need (the namespace finalizer, event expiry).
         self.controllers = [c for kind in kinds.KINDS for c in kind.controllers(self.registry, config)]
         tokens = load_token_file(config.token_file) if config.token_file else {}

@@ -19,6 +19,7 @@ from controlplane.apiserver.kinds.base import (
     fields,
 )
 from controlplane.apiserver.meta import age
+from controlplane.apiserver.podsecurity import PodSecurity
 from controlplane.apiserver.smp_schema import CONDITIONS, META
 from controlplane.apiserver.validation import dns_label
 
@@ -90,7 +91,8 @@ class Namespace(Kind):
     field_meta = ("metadata.name",)
     field_refusal = REFUSE_UNSUPPORTED
     columns = (tables.NAME, tables.column("Status", desc="The status of the namespace"), tables.AGE)
-    admission = (Lifecycle(),)
+    # PodSecurity judges pods, pod templates and namespaces; listed here it validates before the webhooks.
+    admission = (Lifecycle(), PodSecurity())
 
     def validate_name(self, path: str, name: str) -> list[errors.FieldError]:
         return dns_label(path, name)
