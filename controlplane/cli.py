@@ -18,6 +18,7 @@ from kubeclient.flags import StringSlice, go_duration
 
 if TYPE_CHECKING:
     from controlplane.apiserver.audit import AuditOptions
+    from controlplane.apiserver.encryptionconfig import EncryptionConfig
     from controlplane.apiserver.podsecurity import PodSecurityConfig
     from controlplane.apiserver.server import ServerConfig
     from controlplane.apiserver.serviceranges import ServiceRanges
@@ -185,6 +186,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=StringSlice,
         default=[],
         help="admission plugins to turn off (e.g. ServiceAccount)",
+    )
+    parser.add_argument(
+        "--encryption-provider-config",
+        type=Path,
+        default=None,
+        help="EncryptionConfiguration file: which resources are encrypted at rest, with which keys",
     )
     parser.add_argument(
         "--admission-control-config-file",
@@ -564,6 +571,7 @@ def run(args: argparse.Namespace) -> int:
             args.enable_admission_plugins, args.disable_admission_plugins
         ),
         pod_security=_pod_security(args.admission_control_config_file),
+        encryption=_encryption(args.encryption_provider_config),
         authorization_modes=_authorization_modes(args.authorization_mode),
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
@@ -576,12 +584,15 @@ def run(args: argparse.Namespace) -> int:
         audit=_audit_options(args),
     )
     from controlplane.storage import StoreUnavailableError
+    from controlplane.storage.encryption import EncryptionError
 
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(serve(config, args))
     except StoreUnavailableError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
+    except EncryptionError as err:  # stored data no configured key opens
+        raise SystemExit(f"pykubelet server: --encryption-provider-config: {err}") from None
     return 0
 
 
@@ -595,6 +606,18 @@ def _pod_security(path: Path | None) -> PodSecurityConfig:
         return load(path)
     except ConfigError as err:
         raise SystemExit(f"pykubelet server: --admission-control-config-file: {err}") from None
+
+
+def _encryption(path: Path | None) -> EncryptionConfig | None:
+    """The EncryptionConfiguration, checked now: a bad field stops the start."""
+    from controlplane.apiserver.encryptionconfig import EncryptionConfigError, load
+
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except EncryptionConfigError as err:
+        raise SystemExit(f"pykubelet server: --encryption-provider-config: {err}") from None
 
 
 def _audit_options(args: argparse.Namespace) -> AuditOptions:

@@ -33,6 +33,7 @@ from controlplane.apiserver.certs import (
     ensure_pki,
     write_kubeconfig,
 )
+from controlplane.apiserver.encryptionconfig import EncryptionConfig
 from controlplane.apiserver.endpointreconciler import DEFAULT_INTERVAL, DEFAULT_TTL, LeaseEndpointReconciler
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
@@ -50,6 +51,7 @@ from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import WatchCache, encode
+from controlplane.storage.encryption import TransformingStore
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
 from kubeclient.exposition import CONTENT_TYPE
@@ -124,6 +126,7 @@ class ServerConfig:
     disable_admission_plugins: list[str] = field(default_factory=list)
     # --admission-control-config-file's PodSecurity configuration (defaults and exemptions).
     pod_security: PodSecurityConfig = field(default_factory=PodSecurityConfig)
+    encryption: EncryptionConfig | None = None  # --encryption-provider-config
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
     # --enable-bootstrap-token-auth: bootstrap-token Secrets authenticate (bootstraptoken.py), and the server
@@ -150,6 +153,8 @@ class ApiServer:
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = EtcdStore(config.etcd) if config.etcd else SQLiteStore(config.data_dir / "state.db")
+        if config.encryption is not None:  # --encryption-provider-config: values encrypted at rest
+            self.store = TransformingStore(self.store, config.encryption.transformer_for_key())
         self.cache = WatchCache(
             self.store, window=config.watch_window, viewer=slim_view, windows=config.watch_windows
         )

@@ -26,6 +26,8 @@ PACKAGES: dict[str, str] = {
     "nftables": "/usr/sbin/nft",
     "iptables": "/usr/sbin/iptables",
     "etcd-server": "/usr/bin/etcd",
+    # etcdctl: the tests read what is stored (encryption at rest) as an administrator would.
+    "etcd-client": "/usr/bin/etcdctl",
     # The service proxy flushes stale UDP conntrack entries with it (as kube-proxy does).
     "conntrack": "/usr/sbin/conntrack",
     # The CNI plugin's executable is a small C shim compiled on the node (agent/cni/install.py).
