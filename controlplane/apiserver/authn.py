@@ -13,6 +13,7 @@ import hmac
 import logging
 import ssl
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ class TokenResult:
     user: UserInfo | None
     audiences: tuple[str, ...] = ()
     error: str = ""
+    # A bound service-account token's check of its objects, asked again on each cache hit ("" = valid).
+    recheck: Callable[[], str] | None = None
 
 
 ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
@@ -137,7 +140,11 @@ class Authenticator:
         wanted = audiences or self.api_audiences
         cached = self._cache.get(token, wanted)
         if cached is not None:
-            return cached
+            failure = cached.recheck() if cached.recheck is not None else ""
+            if not failure:
+                return cached
+            # Its pod (or Secret, node, account) went since the signature was checked: rejected at once.
+            return TokenResult(None, error=f"[invalid bearer token, {failure}]")
         result = self._authenticate_token(token, wanted)
         if result.user is not None:
             self._cache.put(token, wanted, result)
@@ -181,4 +188,4 @@ class Authenticator:
             return TokenResult(None, error=f"[invalid bearer token, {err}]")
         extra = tuple((k, tuple(v)) for k, v in sorted(who.extra().items()))
         user = UserInfo(who.username, who.uid, (*groups(who.namespace), "system:authenticated"), extra)
-        return TokenResult(user, who.audiences)
+        return TokenResult(user, who.audiences, recheck=who.recheck)

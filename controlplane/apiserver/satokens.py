@@ -79,6 +79,9 @@ class Identity:
     node_name: str = ""
     node_uid: str = ""
     credential_id: str = ""
+    # Asks again whether the bound objects hold ("" when they do): the authenticator's cache calls it on
+    # every hit, so a cached token dies with its pod.
+    recheck: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def username(self) -> str:
@@ -239,16 +242,10 @@ class TokenValidator:
             raise TokenRejected("service account token has no kubernetes.io claim")
         namespace = str(private.get("namespace") or "")
         account_ref = private.get("serviceaccount") or {}
-        account = self._current("serviceaccounts", namespace, account_ref, now)
-        if account is None:
-            raise TokenRejected(f"service account {namespace}/{account_ref.get('name')} is not valid")
-        for resource, claim in (("secrets", "secret"), ("pods", "pod")):
-            ref = private.get(claim)
-            if ref is not None and self._current(resource, namespace, ref, now) is None:
-                raise TokenRejected("service account token has been invalidated")
+        failure = self.bound_failure(private)
+        if failure:
+            raise TokenRejected(failure)
         pod_ref, node_ref = private.get("pod") or {}, private.get("node") or {}
-        if node_ref and not pod_ref and self._current("nodes", "", node_ref, now) is None:
-            raise TokenRejected("service account token has been invalidated")
         jti = claims.get("jti")
         return Identity(
             namespace=namespace,
@@ -260,7 +257,27 @@ class TokenValidator:
             node_name=str(node_ref.get("name", "")),
             node_uid=str(node_ref.get("uid", "")),
             credential_id=f"JTI={jti}" if jti else "",
+            recheck=lambda: self.bound_failure(private),
         )
+
+    def bound_failure(self, private: Obj) -> str:
+        """Why the objects the token is bound to no longer hold (its service account, Secret, pod or
+        node gone, replaced by a new UID, or deleted past the leeway); "" while they do. Lookups in the
+        watch cache: cheap enough to ask on every request, also when the signature check was cached, so a
+        deleted pod's token stops working at once."""
+        now = self.clock()
+        namespace = str(private.get("namespace") or "")
+        account_ref = private.get("serviceaccount") or {}
+        if self._current("serviceaccounts", namespace, account_ref, now) is None:
+            return f"service account {namespace}/{account_ref.get('name')} is not valid"
+        for resource, claim in (("secrets", "secret"), ("pods", "pod")):
+            ref = private.get(claim)
+            if ref is not None and self._current(resource, namespace, ref, now) is None:
+                return "service account token has been invalidated"
+        pod_ref, node_ref = private.get("pod") or {}, private.get("node") or {}
+        if node_ref and not pod_ref and self._current("nodes", "", node_ref, now) is None:
+            return "service account token has been invalidated"
+        return ""
 
     def _current(self, resource: str, namespace: str, ref: Any, now: float) -> Obj | None:
         """The object the claim names if it exists with the claimed UID and was not deleted (before the

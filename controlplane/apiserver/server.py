@@ -50,7 +50,7 @@ from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, To
 from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
-from controlplane.storage.cache import WatchCache, encode
+from controlplane.storage.cache import CachedObject, WatchCache, encode
 from controlplane.storage.encryption import TransformingStore
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
@@ -354,17 +354,22 @@ class ApiServer:
             config.extend_token_expiration,
         )
         self.authenticator.service_accounts = TokenValidator(
-            [key], config.service_account_issuers, self.api_audiences, self._lookup
+            [key], config.service_account_issuers, self.api_audiences, self._bound_object
         )
 
-    def _lookup(self, resource: str, namespace: str, name: str) -> Obj | None:
-        """A core object from the watch cache, for the checks of bound tokens."""
+    def _cached(self, resource: str, namespace: str, name: str) -> CachedObject | None:
         kind = kinds.by_path("", "v1", resource)
-        cached = self.cache.get(kind.key(namespace, name)) if kind is not None else None
-        return cached.obj if cached is not None else None
+        return self.cache.get(kind.key(namespace, name)) if kind is not None else None
+
+    def _bound_object(self, resource: str, namespace: str, name: str) -> Obj | None:
+        """A core object's cached view (its metadata: name, uid, deletionTimestamp), for the checks of
+        bound tokens, made on every request: nothing is decoded."""
+        cached = self._cached(resource, namespace, name)
+        return cached.view if cached is not None else None
 
     def _secret(self, namespace: str, name: str) -> Obj | None:
-        return self._lookup("secrets", namespace, name)
+        cached = self._cached("secrets", namespace, name)
+        return cached.obj if cached is not None else None
 
     async def stop(self) -> None:
         self.ready = False
