@@ -330,7 +330,8 @@ def add_kubeadm_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         default=[],
-        help="public key that verifies service-account tokens; only the signing key's own is supported",
+        help="PEM file of keys that verify service-account tokens (repeatable; public keys, private keys or "
+        "certificates): the signing key's own, and retired ones while their tokens live",
     )
 
 
@@ -500,29 +501,22 @@ def _kubeadm_settings(args: argparse.Namespace) -> dict[str, object]:
         "requestheader_client_ca": args.requestheader_client_ca_file,
         "requestheader_allowed_names": tuple(args.requestheader_allowed_names),
         "service_account_signing_key": args.service_account_signing_key_file,
+        "service_account_key_files": tuple(args.service_account_key_file),
     }
 
 
 def _check_verification_keys(signing: Path | None, keys: list[Path]) -> None:
-    """Tokens are verified with the signing key alone: each --service-account-key-file must be its public
-    half (kubeadm's sa.pub for sa.key)."""
-    from cryptography.hazmat.primitives import serialization
-
-    from controlplane.apiserver.sakeys import load_signing_key
+    """Each --service-account-key-file must hold RSA keys (public, private or in a certificate); with them
+    a --service-account-signing-key-file is needed, since a key made in DIR/pki would be in none of them."""
+    from controlplane.apiserver.sakeys import load_verification_keys
 
     if signing is None:
         _refuse("--service-account-key-file needs --service-account-signing-key-file (its private half)")
-    own = load_signing_key(signing).public.public_numbers()
     for path in keys:
         try:
-            public = serialization.load_pem_public_key(path.read_bytes())
+            load_verification_keys(path)
         except (OSError, ValueError) as err:
             _refuse(f"--service-account-key-file {path}: {err}")
-        if getattr(public, "public_numbers", lambda: None)() != own:
-            _refuse(
-                f"--service-account-key-file {path}: verifying with keys other than the signing key's is "
-                "not supported by pykubelet"
-            )
 
 
 def _tls_files(args: argparse.Namespace) -> None:

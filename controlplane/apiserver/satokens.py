@@ -27,7 +27,7 @@ from typing import Any
 
 import jwt
 
-from controlplane.apiserver.sakeys import ALGORITHM, SigningKey
+from controlplane.apiserver.sakeys import ALGORITHM, SigningKey, VerificationKey
 
 Obj = dict[str, Any]
 # (resource, namespace, name) -> the stored object or None; resource is one of serviceaccounts, pods,
@@ -182,7 +182,7 @@ def _peek(token: str) -> tuple[Obj, Obj]:
 class TokenValidator:
     """Upstream's jwtTokenAuthenticator with the bound-token validator, for the issuers it knows."""
 
-    keys: Sequence[SigningKey]
+    keys: Sequence[SigningKey | VerificationKey]
     issuers: Sequence[str]
     api_audiences: Sequence[str]
     lookup: Lookup

@@ -45,7 +45,13 @@ from controlplane.apiserver.metrics import ApiServerMetrics, storage_gauges
 from controlplane.apiserver.podsecurity import PodSecurityConfig
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
-from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key, load_signing_key
+from controlplane.apiserver.sakeys import (
+    SigningKey,
+    VerificationKey,
+    ensure_signing_key,
+    load_signing_key,
+    load_verification_keys,
+)
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
 from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.webhooks import context as admission_context
@@ -112,6 +118,9 @@ class ServerConfig:
     requestheader_client_ca: Path | None = None
     requestheader_allowed_names: tuple[str, ...] = ()
     service_account_signing_key: Path | None = None
+    # --service-account-key-file (repeatable): the keys that verify tokens and that the JWKS lists; none
+    # given: the signing key's own. Rotation keeps a retired key here until its tokens have expired.
+    service_account_key_files: tuple[Path, ...] = ()
     # --service-cluster-ip-range and --service-node-port-range.
     service_ranges: ServiceRanges = field(default_factory=ServiceRanges)
     extra_sans: list[str] = field(default_factory=list)
@@ -176,6 +185,7 @@ class ApiServer:
         # The aggregation layer: group/versions another server serves (APIServices), proxied.
         self.aggregator = Aggregator(self.registry, self.authorizer, {g for g, _ in kinds.groups()})
         self.signing_key: SigningKey | None = None
+        self.verification_keys: list[VerificationKey] = []
         self.ready = False
         self.steps = health.Steps()
         self.health = health.HealthHandler(health.standard_checks(self.store, self.steps))
@@ -353,9 +363,25 @@ class ApiServer:
             config.max_token_expiration,
             config.extend_token_expiration,
         )
+        self.verification_keys = await asyncio.to_thread(self._verification_keys, key)
         self.authenticator.service_accounts = TokenValidator(
-            [key], config.service_account_issuers, self.api_audiences, self._bound_object
+            self.verification_keys, config.service_account_issuers, self.api_audiences, self._bound_object
         )
+
+    def _verification_keys(self, signing: SigningKey) -> list[VerificationKey]:
+        if not self.config.service_account_key_files:
+            return [signing.verification()]
+        keys: dict[str, VerificationKey] = {}
+        for path in self.config.service_account_key_files:
+            for found in load_verification_keys(path):
+                keys.setdefault(found.kid, found)
+        if signing.kid not in keys:
+            log.warning(
+                "event=signing_key_not_verified kid=%s reason=%r",
+                signing.kid,
+                "no --service-account-key-file holds the signing key's public half: new tokens will not verify",
+            )
+        return list(keys.values())
 
     def _cached(self, resource: str, namespace: str, name: str) -> CachedObject | None:
         kind = kinds.by_path("", "v1", resource)
@@ -649,7 +675,7 @@ class ApiServer:
         return oidc.configuration_response(self.config.service_account_issuers[0], self.config.jwks_uri)
 
     async def _jwks(self, request: web.Request) -> web.Response:
-        return oidc.jwks_response([self.signing_key] if self.signing_key else [])
+        return oidc.jwks_response(self.verification_keys)
 
     async def _openapi_v3_root(self, request: web.Request) -> web.Response:
         self._refresh_openapi()

@@ -612,3 +612,61 @@ def test_busybox_wget_can_talk_to_the_server(server: ApiServer) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["major"] == "1"
+
+
+def _key_pair(directory: Path, name: str) -> tuple[Path, Path, str]:
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from controlplane.apiserver.sakeys import key_id
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key, pub = directory / f"{name}.key", directory / f"{name}.pub"
+    key.write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    pub.write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return key, pub, key_id(private.public_key())
+
+
+def test_signing_key_rotation_with_several_verification_keys(tmp_path: Path) -> None:
+    """Upstream's rotation: a new signing key, the old public key kept in --service-account-key-file
+    (tokens it signed still work, the JWKS lists both), then dropped (its tokens are refused)."""
+    old_key, old_pub, old_kid = _key_pair(tmp_path, "old")
+    new_key, new_pub, new_kid = _key_pair(tmp_path, "new")
+
+    def server_with(signing: Path, *verifying: Path) -> ApiServer:
+        args = ["--service-account-signing-key-file", str(signing)]
+        for path in verifying:
+            args += ["--service-account-key-file", str(path)]
+        return ApiServer(tmp_path / "api", extra_args=args)
+
+    with server_with(old_key, old_pub) as s, s.api_client() as a:
+        client.CoreV1Api(a).create_namespaced_service_account("default", {"metadata": {"name": "robot"}})
+        status, body, _ = request_token(s, "default", "robot")
+        assert status == 201
+        old_token = body["status"]["token"]
+        assert jwt.get_unverified_header(old_token)["kid"] == old_kid
+        assert whoami(s, old_token)[0] == 201
+
+    with server_with(new_key, new_pub, old_pub) as s:
+        assert whoami(s, old_token)[0] == 201  # signed by the retired key, still verified
+        status, body, _ = request_token(s, "default", "robot")
+        new_token = body["status"]["token"]
+        assert jwt.get_unverified_header(new_token)["kid"] == new_kid
+        assert whoami(s, new_token)[0] == 201
+        status, keys, _ = _admin(s, "GET", "/openid/v1/jwks")
+        assert status == 200 and [k["kid"] for k in keys["keys"]] == [new_kid, old_kid]
+
+    with server_with(new_key, new_pub) as s:
+        assert whoami(s, old_token)[0] == 401
+        assert whoami(s, new_token)[0] == 201
+        status, keys, _ = _admin(s, "GET", "/openid/v1/jwks")
+        assert [k["kid"] for k in keys["keys"]] == [new_kid]
