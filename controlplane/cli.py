@@ -390,6 +390,9 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
                 str(pki / "ca.crt"),
                 "--cluster-signing-key-file",
                 str(pki / "ca.key"),
+                # the token controller signs hand-made kubernetes.io/service-account-token Secrets with it
+                "--service-account-private-key-file",
+                str(config.service_account_signing_key or pki / "sa.key"),
             ]
             if args.default_local_storage_path is not None:
                 command += ["--local-path-root", str(args.default_local_storage_path)]

@@ -27,6 +27,7 @@ from typing import Any
 
 import jwt
 
+from controlplane import legacytoken
 from controlplane.apiserver.sakeys import ALGORITHM, SigningKey, VerificationKey
 
 Obj = dict[str, Any]
@@ -187,16 +188,65 @@ class TokenValidator:
     api_audiences: Sequence[str]
     lookup: Lookup
     clock: Callable[[], float] = field(default=time.time)
+    # A Secret whole (its data), for legacy tokens, which must still be the one their Secret holds.
+    secrets: Callable[[str, str], Obj | None] | None = None
 
     def authenticate(self, token: str, audiences: Iterable[str] | None = None) -> Identity:
         """The identity of a valid token for `audiences` (default: the API server's own)."""
         header, payload = _peek(token)
-        if payload.get("iss") not in self.issuers:
+        legacy = payload.get("iss") == legacytoken.ISSUER and self.secrets is not None
+        if payload.get("iss") not in self.issuers and not legacy:
             raise NotOurs("issuer not ours")
         if header.get("alg") not in ALGORITHMS:
             raise NotOurs(f"signing algorithm {header.get('alg')!r} is not accepted")
         claims = self._verified(token, header)
-        return self._validate(claims, tuple(audiences) if audiences else tuple(self.api_audiences))
+        wanted = tuple(audiences) if audiences else tuple(self.api_audiences)
+        if legacy:
+            return self._validate_legacy(token, claims, wanted)
+        return self._validate(claims, wanted)
+
+    def _validate_legacy(self, token: str, claims: Obj, wanted: tuple[str, ...]) -> Identity:
+        """Upstream's legacy validator: the Secret named in the token still holds it (and is not marked
+        invalid), and the service account still has the UID the token names."""
+        assert self.secrets is not None
+        matched = tuple(a for a in self.api_audiences if a in wanted)  # no aud: the server's own, implied
+        if not matched and self.api_audiences:
+            raise TokenRejected(
+                f"token audiences {list(self.api_audiences)} is invalid for the target audiences {list(wanted)}"
+            )
+        namespace = str(claims.get(legacytoken.NAMESPACE_CLAIM) or "")
+        secret_name = str(claims.get(legacytoken.SECRET_NAME_CLAIM) or "")
+        name = str(claims.get(legacytoken.ACCOUNT_NAME_CLAIM) or "")
+        uid = str(claims.get(legacytoken.ACCOUNT_UID_CLAIM) or "")
+        if not (namespace and secret_name and name and uid):
+            raise TokenRejected("service account token claims are incomplete")
+        private = {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}}
+
+        def failure() -> str:
+            assert self.secrets is not None
+            secret = self.secrets(namespace, secret_name)
+            meta = (secret or {}).get("metadata") or {}
+            stored = ((secret or {}).get("data") or {}).get("token") or ""
+            try:
+                held = base64.b64decode(stored).decode()
+            except (ValueError, UnicodeDecodeError):
+                held = ""
+            if secret is None or meta.get("deletionTimestamp") or held != token:
+                return "service account token has been invalidated"
+            if legacytoken.INVALID_SINCE_LABEL in (meta.get("labels") or {}):
+                return (
+                    f"the token in secret {namespace}/{secret_name} for service account {namespace}/{name} has "
+                    "been marked invalid. Use tokens from the TokenRequest API or manually created secret-based "
+                    f"tokens, or remove the '{legacytoken.INVALID_SINCE_LABEL}' label from the secret to "
+                    "re-enable it"
+                )
+            return self.bound_failure(private)
+
+        why = failure()
+        if why:
+            raise TokenRejected(why)
+        # Each request asks again (the cache's recheck): a deleted Secret takes its token at once.
+        return Identity(namespace, name, uid, matched or tuple(self.api_audiences), recheck=failure)
 
     def _verified(self, token: str, header: Obj) -> Obj:
         # The key named by kid first, then the others (upstream tries every key it has).

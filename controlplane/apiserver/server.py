@@ -365,7 +365,11 @@ class ApiServer:
         )
         self.verification_keys = await asyncio.to_thread(self._verification_keys, key)
         self.authenticator.service_accounts = TokenValidator(
-            self.verification_keys, config.service_account_issuers, self.api_audiences, self._bound_object
+            self.verification_keys,
+            config.service_account_issuers,
+            self.api_audiences,
+            self._bound_object,
+            secrets=self._secret,  # legacy tokens (kubernetes.io/service-account-token Secrets)
         )
 
     def _verification_keys(self, signing: SigningKey) -> list[VerificationKey]:
