@@ -253,6 +253,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: no limit)"
     )
+    parser.add_argument(
+        "--audit-log-mode",
+        choices=("blocking", "blocking-strict", "batch"),
+        default="blocking",
+        help="blocking (no event lost: requests wait for a full buffer) or batch (a full buffer drops events)",
+    )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     add_kubeadm_arguments(parser)
 
@@ -627,6 +633,7 @@ def _audit_options(args: argparse.Namespace) -> AuditOptions:
         args.audit_log_maxsize,
         args.audit_log_maxbackup,
         args.audit_log_maxage,
+        args.audit_log_mode,
     )
     try:
         policy = load_options(options)

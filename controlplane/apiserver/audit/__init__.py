@@ -34,6 +34,7 @@ class AuditOptions:
     max_size_mb: int = 0
     max_backups: int = 0
     max_age_days: int = 0
+    log_mode: str = "blocking"  # --audit-log-mode: blocking, blocking-strict or batch
 
     def problems(self) -> list[str]:
         out = []
@@ -67,7 +68,7 @@ def build_auditor(options: AuditOptions) -> Auditor:
     if policy is None:
         return Auditor(None, None)
     rotation = Rotation(options.max_size_mb, options.max_backups, options.max_age_days)
-    return Auditor(policy, BufferedBackend(LogFile(options.log_path, rotation)))
+    return Auditor(policy, BufferedBackend(LogFile(options.log_path, rotation), mode=options.log_mode))
 
 
 __all__ = [

@@ -222,6 +222,8 @@ class Auditor:
             self._complete(request, ctx, 0, None)
             raise
         self._complete(request, ctx, response.status, response)
+        if self.backend is not None:
+            await self.backend.room()  # blocking mode: a full buffer holds the response, never drops
         return response
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:

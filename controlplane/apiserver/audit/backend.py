@@ -1,8 +1,11 @@
-"""The buffered log backend: requests hand events to a bounded buffer and go on; one task takes what
-has gathered (up to a batch) and writes it in a worker thread, so the event loop never waits on a disk.
+"""The log backend: requests hand events to a buffer; one task takes what has gathered (up to a batch)
+and writes it in a worker thread, so the event loop never waits on a disk.
 
-As upstream's buffered backend (plugin/pkg/audit/buffered): a full buffer drops the event with an error
-in the server log rather than stall the request; shutdown writes everything buffered before closing."""
+--audit-log-mode blocking (upstream's default for the log): no event is lost; a request that finds the
+buffer over its size waits until the writer has caught up (a slow disk slows the requests, as upstream's
+blocking backend does). batch: as upstream's buffered backend, a full buffer drops the event with an
+error in the server log rather than stall the request. Shutdown writes everything buffered before
+closing."""
 
 from __future__ import annotations
 
@@ -25,11 +28,22 @@ def encode_line(event: dict[str, Any]) -> bytes:
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
+MODES = ("blocking", "blocking-strict", "batch")  # --audit-log-mode; upstream's default is blocking
+
+
 class BufferedBackend:
-    def __init__(self, out: LogFile, buffer_size: int = BUFFER_SIZE, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self, out: LogFile, buffer_size: int = BUFFER_SIZE, max_batch: int = MAX_BATCH, mode: str = "blocking"
+    ) -> None:
         self.out = out
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(buffer_size)
+        self.buffer_size = buffer_size
+        # blocking (and blocking-strict): no event is ever dropped; a request whose events find the
+        # buffer over its size waits (`room`) until the writer has caught up, as upstream's blocking mode
+        # holds the response. batch: a full buffer drops the event, as upstream's batch backend.
+        self.blocking = mode != "batch"
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(0 if self.blocking else buffer_size)
+        self._drained = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-log")
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
@@ -40,8 +54,16 @@ class BufferedBackend:
         await asyncio.get_running_loop().run_in_executor(self._executor, self.out.open)
         self._task = asyncio.create_task(self._run(), name="audit-log-writer")
 
+    async def room(self) -> None:
+        """In blocking mode, until the buffer is back within its size (the request's events are then
+        on their way to the disk); at once otherwise."""
+        while self.blocking and self._task is not None and self._queue.qsize() > self.buffer_size:
+            self._drained.clear()
+            await self._drained.wait()
+
     def process(self, event: dict[str, Any]) -> None:
-        """Never blocks: the event is buffered, or dropped (and counted) when the buffer is full."""
+        """Never blocks the caller: the event is buffered (in batch mode dropped, and counted, when the
+        buffer is full)."""
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -70,6 +92,8 @@ class BufferedBackend:
                 except OSError as err:
                     self.failed += len(batch)
                     log.error("event=audit-write-failed count=%d cause=%s", len(batch), err)
+            if self._queue.qsize() <= self.buffer_size:
+                self._drained.set()
 
     def _write(self, batch: list[dict[str, Any]]) -> None:
         self.out.write_lines([encode_line(e) for e in batch])
