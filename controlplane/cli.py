@@ -18,6 +18,7 @@ from kubeclient.flags import StringSlice, go_duration
 
 if TYPE_CHECKING:
     from controlplane.apiserver.audit import AuditOptions
+    from controlplane.apiserver.authnconfig import AuthenticationConfig
     from controlplane.apiserver.encryptionconfig import EncryptionConfig
     from controlplane.apiserver.podsecurity import PodSecurityConfig
     from controlplane.apiserver.server import ServerConfig
@@ -186,6 +187,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=StringSlice,
         default=[],
         help="admission plugins to turn off (e.g. ServiceAccount)",
+    )
+    parser.add_argument(
+        "--authentication-config",
+        type=Path,
+        default=None,
+        help="AuthenticationConfiguration file: JWT authenticators (external issuers, claim mappings, CEL rules)",
     )
     parser.add_argument(
         "--encryption-provider-config",
@@ -575,6 +582,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         pod_security=_pod_security(args.admission_control_config_file),
         encryption=_encryption(args.encryption_provider_config),
+        authentication=_authentication(args.authentication_config),
         authorization_modes=_authorization_modes(args.authorization_mode),
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
@@ -609,6 +617,18 @@ def _pod_security(path: Path | None) -> PodSecurityConfig:
         return load(path)
     except ConfigError as err:
         raise SystemExit(f"pykubelet server: --admission-control-config-file: {err}") from None
+
+
+def _authentication(path: Path | None) -> AuthenticationConfig | None:
+    """The AuthenticationConfiguration, checked now (every CEL expression compiled): a bad field stops the start."""
+    from controlplane.apiserver.authnconfig import AuthenticationConfigError, load
+
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except AuthenticationConfigError as err:
+        raise SystemExit(f"pykubelet server: --authentication-config: {err}") from None
 
 
 def _encryption(path: Path | None) -> EncryptionConfig | None:

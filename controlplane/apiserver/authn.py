@@ -25,7 +25,8 @@ from controlplane.apiserver.bootstraptoken import (
     BootstrapTokenRejected,
     NotBootstrapToken,
 )
-from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups
+from controlplane.apiserver.jwtauthn import JwtAuthenticator, JwtRejected
+from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups, peek_jwt
 from controlplane.apiserver.tokencache import SUCCESS_TTL, TokenCache
 from kubeclient.serving import peer_subject
 
@@ -118,6 +119,8 @@ class Authenticator:
         self.bootstrap_tokens: BootstrapTokenAuthenticator | None = None
         self.api_audiences = api_audiences
         self._cache: TokenCache[TokenResult] = TokenCache(success_cache_ttl)
+        # --authentication-config's JWT authenticators (jwtauthn.py), tried after the service accounts.
+        self.jwt: list[JwtAuthenticator] = []
 
     def authenticate(self, request: web.Request) -> UserInfo | None:
         header = request.headers.get("Authorization", "")
@@ -179,13 +182,35 @@ class Authenticator:
                     UserInfo(boot.username, "", (*boot.groups, "system:authenticated")), matched
                 )
         if self.service_accounts is None:
-            return TokenResult(None, error="invalid bearer token")
+            return self._external(token, wanted)
         try:
             who = self.service_accounts.authenticate(token, wanted)
         except NotOurs:
-            return TokenResult(None, error="invalid bearer token")
+            return self._external(token, wanted)
         except TokenRejected as err:
             return TokenResult(None, error=f"[invalid bearer token, {err}]")
         extra = tuple((k, tuple(v)) for k, v in sorted(who.extra().items()))
         user = UserInfo(who.username, who.uid, (*groups(who.namespace), "system:authenticated"), extra)
         return TokenResult(user, who.audiences, recheck=who.recheck)
+
+    def _external(self, token: str, wanted: tuple[str, ...]) -> TokenResult:
+        """--authentication-config's JWT authenticators, the one whose issuer the token names; valid for
+        the API server's own audiences, as upstream wraps them."""
+        if not self.jwt:
+            return TokenResult(None, error="invalid bearer token")
+        try:
+            header, payload = peek_jwt(token)
+        except NotOurs:
+            return TokenResult(None, error="invalid bearer token")
+        for authenticator in self.jwt:
+            if payload.get("iss") != authenticator.issuer:
+                continue
+            try:
+                name, uid, groups, extra, _ = authenticator.authenticate(token, header)
+            except JwtRejected as err:
+                return TokenResult(None, error=f"[invalid bearer token, {err}]")
+            matched = tuple(a for a in wanted if a in self.api_audiences) if self.api_audiences else wanted
+            if self.api_audiences and not matched:
+                return TokenResult(None, error="token audiences are invalid for the target audiences")
+            return TokenResult(UserInfo(name, uid, (*groups, "system:authenticated"), extra), matched)
+        return TokenResult(None, error="invalid bearer token")

@@ -164,7 +164,7 @@ class TokenIssuer:
         )
 
 
-def _peek(token: str) -> tuple[Obj, Obj]:
+def peek_jwt(token: str) -> tuple[Obj, Obj]:
     """Header and payload of a compact JWS, unverified (to route the token and pick the key)."""
     parts = token.split(".")
     if len(parts) != 3:
@@ -193,7 +193,7 @@ class TokenValidator:
 
     def authenticate(self, token: str, audiences: Iterable[str] | None = None) -> Identity:
         """The identity of a valid token for `audiences` (default: the API server's own)."""
-        header, payload = _peek(token)
+        header, payload = peek_jwt(token)
         legacy = payload.get("iss") == legacytoken.ISSUER and self.secrets is not None
         if payload.get("iss") not in self.issuers and not legacy:
             raise NotOurs("issuer not ours")
@@ -361,5 +361,6 @@ __all__ = [
     "TokenRejected",
     "TokenValidator",
     "groups",
+    "peek_jwt",
     "username",
 ]

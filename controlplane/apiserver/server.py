@@ -22,6 +22,7 @@ from controlplane.apiserver.aggregator.handler import Aggregator
 from controlplane.apiserver.audit import AuditOptions, build_auditor
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
+from controlplane.apiserver.authnconfig import AuthenticationConfig
 from controlplane.apiserver.authz import Attributes, forbidden
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.bootstraptoken import BootstrapTokenAuthenticator
@@ -40,6 +41,7 @@ from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.flowcontrol.dispatcher import DUMP_PATH, Dispatcher
 from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.impersonation import impersonate
+from controlplane.apiserver.jwtauthn import JwtAuthenticator
 from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.metrics import ApiServerMetrics, storage_gauges
 from controlplane.apiserver.podsecurity import PodSecurityConfig
@@ -136,6 +138,7 @@ class ServerConfig:
     # --admission-control-config-file's PodSecurity configuration (defaults and exemptions).
     pod_security: PodSecurityConfig = field(default_factory=PodSecurityConfig)
     encryption: EncryptionConfig | None = None  # --encryption-provider-config
+    authentication: AuthenticationConfig | None = None  # --authentication-config (JWT authenticators)
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
     # --enable-bootstrap-token-auth: bootstrap-token Secrets authenticate (bootstraptoken.py), and the server
@@ -219,6 +222,10 @@ class ApiServer:
         for controller in self.controllers:
             controller.start()
         await self._start_service_account_tokens()
+        for jwt_config in self.config.authentication.jwt if self.config.authentication else ():
+            external = JwtAuthenticator(jwt_config)  # keys fetched in the background
+            external.start()
+            self.authenticator.jwt.append(external)
         ssl_context = None
         if not self.config.insecure_http:
             sans = [*self.config.extra_sans, self.config.service_ranges.kubernetes_service_ip]
@@ -406,6 +413,8 @@ class ApiServer:
         self.steps.shutting_down = True
         if self.endpoints is not None:
             await self.endpoints.stop()
+        for external in self.authenticator.jwt:
+            await external.stop()
         if self._compactor:
             self._compactor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
