@@ -190,6 +190,9 @@ class TokenValidator:
     clock: Callable[[], float] = field(default=time.time)
     # A Secret whole (its data), for legacy tokens, which must still be the one their Secret holds.
     secrets: Callable[[str, str], Obj | None] | None = None
+    # Told (namespace, Secret name) when a legacy token is used and its Secret's
+    # kubernetes.io/legacy-token-last-used label is not today's: the server writes the label.
+    legacy_used: Callable[[str, str], None] | None = None
 
     def authenticate(self, token: str, audiences: Iterable[str] | None = None) -> Identity:
         """The identity of a valid token for `audiences` (default: the API server's own)."""
@@ -245,6 +248,11 @@ class TokenValidator:
         why = failure()
         if why:
             raise TokenRejected(why)
+        if self.legacy_used is not None:
+            secret = self.secrets(namespace, secret_name) or {}
+            labels = (secret.get("metadata") or {}).get("labels") or {}
+            if labels.get(legacytoken.LAST_USED_LABEL) != today(self.clock()):
+                self.legacy_used(namespace, secret_name)
         # Each request asks again (the cache's recheck): a deleted Secret takes its token at once.
         return Identity(namespace, name, uid, matched or tuple(self.api_audiences), recheck=failure)
 
@@ -346,6 +354,11 @@ class TokenValidator:
         return obj
 
 
+def today(now: float) -> str:
+    """The UTC date as upstream writes it in the legacy-token-last-used label."""
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%d")
+
+
 def _epoch(timestamp: str) -> float:
     return dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
@@ -362,5 +375,6 @@ __all__ = [
     "TokenValidator",
     "groups",
     "peek_jwt",
+    "today",
     "username",
 ]

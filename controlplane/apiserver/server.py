@@ -9,12 +9,14 @@ import ipaddress
 import json
 import logging
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from controlplane import legacytoken
 from controlplane.apiserver import audit, discovery, health, kinds, oidc, openapi, openapiproto, protobufhttp
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig, autoregister
@@ -54,7 +56,7 @@ from controlplane.apiserver.sakeys import (
     load_signing_key,
     load_verification_keys,
 )
-from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
+from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator, today
 from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
@@ -189,6 +191,7 @@ class ApiServer:
         self.aggregator = Aggregator(self.registry, self.authorizer, {g for g, _ in kinds.groups()})
         self.signing_key: SigningKey | None = None
         self.verification_keys: list[VerificationKey] = []
+        self._marking: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.ready = False
         self.steps = health.Steps()
         self.health = health.HealthHandler(health.standard_checks(self.store, self.steps))
@@ -377,6 +380,7 @@ class ApiServer:
             self.api_audiences,
             self._bound_object,
             secrets=self._secret,  # legacy tokens (kubernetes.io/service-account-token Secrets)
+            legacy_used=self._legacy_token_used,
         )
 
     def _verification_keys(self, signing: SigningKey) -> list[VerificationKey]:
@@ -393,6 +397,31 @@ class ApiServer:
                 "no --service-account-key-file holds the signing key's public half: new tokens will not verify",
             )
         return list(keys.values())
+
+    def _legacy_token_used(self, namespace: str, name: str) -> None:
+        """Upstream's legacy-token tracking: the Secret gets today's kubernetes.io/legacy-token-last-used
+        label, written off the request path (once per Secret at a time)."""
+        if (namespace, name) in self._marking:
+            return
+        task = asyncio.get_running_loop().create_task(self._mark_legacy_used(namespace, name))
+        self._marking[(namespace, name)] = task
+        task.add_done_callback(lambda _: self._marking.pop((namespace, name), None))
+
+    async def _mark_legacy_used(self, namespace: str, name: str) -> None:
+        day = today(time.time())
+        kind = kinds.by_path("", "v1", "secrets")
+
+        def label(obj: Obj) -> Obj:
+            obj["metadata"].setdefault("labels", {})[legacytoken.LAST_USED_LABEL] = day
+            return obj
+
+        try:
+            assert kind is not None
+            await self.registry.guaranteed_update(kind, namespace, name, label, validate=False)
+        except ApiError as err:  # gone meanwhile: nothing to mark
+            log.info(
+                "event=legacy_token_label_failed namespace=%s name=%s code=%d", namespace, name, err.code
+            )
 
     def _cached(self, resource: str, namespace: str, name: str) -> CachedObject | None:
         kind = kinds.by_path("", "v1", resource)

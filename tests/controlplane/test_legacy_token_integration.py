@@ -6,6 +6,7 @@ goes is deleted; the type's annotation is required (upstream's 422)."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +81,14 @@ def test_a_hand_made_token_secret_is_filled_and_authenticates(server: ApiServer,
         "sub": "system:serviceaccount:default:robot",
     }
     assert whoami(kubectl, token) == (0, "system:serviceaccount:default:robot")
+    # Upstream's legacy-token tracking: the Secret is labelled with the day its token was last used.
+    day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    kubectl(
+        "wait",
+        "secret/robot-token",
+        f"--for=jsonpath={{.metadata.labels.kubernetes\\.io/legacy-token-last-used}}={day}",
+        "--timeout=30s",
+    )
 
     # The Secret goes: its token is refused at once, cached success or not.
     kubectl("delete", "secret", "robot-token")
