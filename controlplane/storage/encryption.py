@@ -236,6 +236,8 @@ class TransformingStore:
 
     def __getattr__(self, name: str) -> Any:
         """The backend's optional parts: history and subscribe see plain values; the rest as it is."""
+        if name.startswith("_") or name in ("inner", "transformer_for"):
+            raise AttributeError(name)  # not yet set (a copy being made): never the backend's
         attr = getattr(self.inner, name)
         if name == "history":
             return lambda *a, **kw: [self._event(ev) for ev in attr(*a, **kw)]
