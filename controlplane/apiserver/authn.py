@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -29,6 +29,9 @@ from controlplane.apiserver.jwtauthn import JwtAuthenticator, JwtRejected
 from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups, peek_jwt
 from controlplane.apiserver.tokencache import SUCCESS_TTL, TokenCache
 from kubeclient.serving import peer_subject
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.requestheader import RequestHeaderAuthenticator
 
 log = logging.getLogger("controlplane.apiserver.authn")
 
@@ -121,8 +124,14 @@ class Authenticator:
         self._cache: TokenCache[TokenResult] = TokenCache(success_cache_ttl)
         # --authentication-config's JWT authenticators (jwtauthn.py), tried after the service accounts.
         self.jwt: list[JwtAuthenticator] = []
+        # Front-proxy authentication (requestheader.py): set by the server once its PKI is there.
+        self.requestheader: RequestHeaderAuthenticator | None = None
 
     def authenticate(self, request: web.Request) -> UserInfo | None:
+        if self.requestheader is not None:  # a front proxy speaking for a user it authenticated
+            proxied = self.requestheader.authenticate(request)
+            if proxied is not None:
+                return proxied
         header = request.headers.get("Authorization", "")
         if header[:7].lower() == "bearer ":
             result = self.authenticate_token(header[7:].strip())
@@ -135,6 +144,8 @@ class Authenticator:
                 )
             # A wrong token is a failed login even if a certificate came along, as upstream does.
             return result.user
+        if self.requestheader is not None and self.requestheader.owns_certificate(request):
+            return None  # a front proxy's certificate is no user of its own
         return _from_certificate(request)
 
     def authenticate_token(self, token: str, audiences: tuple[str, ...] = ()) -> TokenResult:

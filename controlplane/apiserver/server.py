@@ -31,6 +31,7 @@ from controlplane.apiserver.bootstraptoken import BootstrapTokenAuthenticator
 from controlplane.apiserver.bootstraptoken_cluster import ensure_join_objects
 from controlplane.apiserver.certs import (
     CONTROLLER_MANAGER_USER,
+    FRONT_PROXY_CLIENT,
     SCHEDULER_USER,
     Pki,
     ensure_pki,
@@ -49,6 +50,7 @@ from controlplane.apiserver.metrics import ApiServerMetrics, storage_gauges
 from controlplane.apiserver.podsecurity import PodSecurityConfig
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
+from controlplane.apiserver.requestheader import RequestHeaderAuthenticator
 from controlplane.apiserver.sakeys import (
     SigningKey,
     VerificationKey,
@@ -115,7 +117,8 @@ class ServerConfig:
     tls_ciphers: str = ""
     # kubeadm's set: --kubelet-client-certificate/--kubelet-client-key, --kubelet-preferred-address-types,
     # --proxy-client-cert-file/--proxy-client-key-file (the aggregator's), --requestheader-client-ca-file
-    # and --requestheader-allowed-names (published for extension servers), --service-account-signing-key-file.
+    # and --requestheader-allowed-names (published for extension servers, and front-proxy authentication
+    # here: requestheader.py), --service-account-signing-key-file.
     kubelet_client_cert: tuple[Path, Path] | None = None
     kubelet_address_types: tuple[str, ...] = ("InternalIP", "Hostname", "ExternalIP")
     proxy_client_cert: tuple[Path, Path] | None = None
@@ -255,6 +258,19 @@ class ApiServer:
             ssl_context.load_verify_locations(self.pki.ca_cert)
             if self.config.client_ca_file is not None:
                 ssl_context.load_verify_locations(self.config.client_ca_file)
+            # Front proxies (an aggregator in front of this server) present certificates of this CA.
+            front_proxy_ca = self.config.requestheader_client_ca or self.pki.front_proxy_ca_cert
+            if front_proxy_ca is not None:
+                ssl_context.load_verify_locations(front_proxy_ca)
+                client_cas = (
+                    self.pki.ca_cert,
+                    *((self.config.client_ca_file,) if self.config.client_ca_file else ()),
+                )
+                self.authenticator.requestheader = RequestHeaderAuthenticator.from_files(
+                    front_proxy_ca,
+                    self.config.requestheader_allowed_names or (FRONT_PROXY_CLIENT,),
+                    client_cas,
+                )
             ssl_context.verify_mode = ssl.CERT_OPTIONAL
             ssl_context.options |= ssl.OP_NO_RENEGOTIATION
             ssl_context.set_ciphers(
