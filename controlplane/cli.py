@@ -583,6 +583,7 @@ def run(args: argparse.Namespace) -> int:
         pod_security=_pod_security(args.admission_control_config_file),
         encryption=_encryption(args.encryption_provider_config),
         authentication=_authentication(args.authentication_config),
+        authentication_file=args.authentication_config,
         authorization_modes=_authorization_modes(args.authorization_mode),
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,

@@ -148,6 +148,11 @@ class Authenticator:
             return None  # a front proxy's certificate is no user of its own
         return _from_certificate(request)
 
+    def replace_jwt(self, authenticators: list[JwtAuthenticator]) -> None:
+        """New JWT authenticators (a reloaded --authentication-config): no success of the old ones is kept."""
+        self.jwt = authenticators
+        self._cache = TokenCache(self._cache.ttl)
+
     def authenticate_token(self, token: str, audiences: tuple[str, ...] = ()) -> TokenResult:
         """A bearer token against the static tokens, then the service-account tokens (upstream's token
         union). `audiences`: the ones the caller asks for (TokenReview); default the API server's."""

@@ -17,7 +17,17 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from controlplane import legacytoken
-from controlplane.apiserver import audit, discovery, health, kinds, oidc, openapi, openapiproto, protobufhttp
+from controlplane.apiserver import (
+    audit,
+    authnreload,
+    discovery,
+    health,
+    kinds,
+    oidc,
+    openapi,
+    openapiproto,
+    protobufhttp,
+)
 from controlplane.apiserver.admission import default_chain
 from controlplane.apiserver.aggregator import authconfig, autoregister
 from controlplane.apiserver.aggregator.handler import Aggregator
@@ -144,6 +154,7 @@ class ServerConfig:
     pod_security: PodSecurityConfig = field(default_factory=PodSecurityConfig)
     encryption: EncryptionConfig | None = None  # --encryption-provider-config
     authentication: AuthenticationConfig | None = None  # --authentication-config (JWT authenticators)
+    authentication_file: Path | None = None  # the file, watched and reloaded when it changes
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
     # --enable-bootstrap-token-auth: bootstrap-token Secrets authenticate (bootstraptoken.py), and the server
@@ -195,6 +206,8 @@ class ApiServer:
         self.signing_key: SigningKey | None = None
         self.verification_keys: list[VerificationKey] = []
         self._marking: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._authn_watch: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self.ready = False
         self.steps = health.Steps()
         self.health = health.HealthHandler(health.standard_checks(self.store, self.steps))
@@ -228,10 +241,13 @@ class ApiServer:
         for controller in self.controllers:
             controller.start()
         await self._start_service_account_tokens()
-        for jwt_config in self.config.authentication.jwt if self.config.authentication else ():
-            external = JwtAuthenticator(jwt_config)  # keys fetched in the background
-            external.start()
-            self.authenticator.jwt.append(external)
+        if self.config.authentication is not None:
+            self._apply_authentication(self.config.authentication)
+        if self.config.authentication_file is not None:
+            self._authn_watch = asyncio.create_task(
+                authnreload.watch(self.config.authentication_file, self._apply_authentication),
+                name="authentication-config-watch",
+            )
         ssl_context = None
         if not self.config.insecure_http:
             sans = [*self.config.extra_sans, self.config.service_ranges.kubernetes_service_ip]
@@ -414,6 +430,19 @@ class ApiServer:
             )
         return list(keys.values())
 
+    def _apply_authentication(self, config: AuthenticationConfig) -> None:
+        """The JWT authenticators of `config` in place of the current ones (whose key tasks stop)."""
+        old = self.authenticator.jwt
+        fresh = []
+        for jwt_config in config.jwt:
+            external = JwtAuthenticator(jwt_config)  # keys fetched in the background
+            external.start()
+            fresh.append(external)
+        self.authenticator.replace_jwt(fresh)
+        for external in old:
+            self._background.add(task := asyncio.create_task(external.stop()))
+            task.add_done_callback(self._background.discard)
+
     def _legacy_token_used(self, namespace: str, name: str) -> None:
         """Upstream's legacy-token tracking: the Secret gets today's kubernetes.io/legacy-token-last-used
         label, written off the request path (once per Secret at a time)."""
@@ -458,6 +487,9 @@ class ApiServer:
         self.steps.shutting_down = True
         if self.endpoints is not None:
             await self.endpoints.stop()
+        if self._authn_watch is not None:
+            self._authn_watch.cancel()
+            await asyncio.gather(self._authn_watch, return_exceptions=True)
         for external in self.authenticator.jwt:
             await external.stop()
         if self._compactor:

@@ -143,6 +143,29 @@ def test_rules_refuse_and_other_tokens_get_401(setup: tuple[ApiServer, Issuer, K
     assert kubectl.run("get", "namespaces").returncode == 0
 
 
+def test_the_file_is_reloaded_when_it_changes(setup: tuple[ApiServer, Issuer, Kubectl]) -> None:
+    server, served, kubectl = setup
+    path = server.data_dir.parent / "authn.yaml"
+    original = path.read_text()
+    claims = {"aud": "kubernetes", "email": "carol@example.com", "hd": "example.com", "tenant": "t"}
+    assert login(kubectl, served.token(sub="c-1", **claims))["username"] == "oidc:carol@example.com"
+    changed = config(served)
+    changed["jwt"][0]["claimMappings"]["username"]["prefix"] = "sso:"
+    try:
+        path.write_text("jwt: [unclosed")  # a broken edit: refused, the last good configuration stays
+        path.write_text(yaml.safe_dump(changed))
+        deadline = time.monotonic() + 30
+        while login(kubectl, served.token(sub="c-2", **claims))["username"] != "sso:carol@example.com":
+            assert time.monotonic() < deadline, "the changed file was not reloaded"
+            time.sleep(0.2)
+    finally:
+        path.write_text(original)
+        deadline = time.monotonic() + 30
+        while login(kubectl, served.token(sub="c-3", **claims))["username"] != "oidc:carol@example.com":
+            assert time.monotonic() < deadline, "the original file was not reloaded"
+            time.sleep(0.2)
+
+
 def test_a_bad_file_stops_the_start_naming_the_field(tmp_path: Path) -> None:
     bad = {
         "apiVersion": "apiserver.config.k8s.io/v1beta1",
