@@ -189,6 +189,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="admission plugins to turn off (e.g. ServiceAccount)",
     )
     parser.add_argument(
+        "--authentication-token-webhook-config-file",
+        type=Path,
+        default=None,
+        help="kubeconfig of a token webhook: TokenReviews for bearer tokens nothing else claims",
+    )
+    parser.add_argument(
+        "--authentication-token-webhook-cache-ttl",
+        type=go_duration,
+        default="2m",
+        help="how long the webhook's answers are kept",
+    )
+    parser.add_argument(
+        "--authentication-token-webhook-version",
+        choices=("v1", "v1beta1"),
+        default="v1",
+        help="TokenReview version",
+    )
+    parser.add_argument(
         "--authentication-config",
         type=Path,
         default=None,
@@ -584,6 +602,9 @@ def run(args: argparse.Namespace) -> int:
         encryption=_encryption(args.encryption_provider_config),
         authentication=_authentication(args.authentication_config),
         authentication_file=args.authentication_config,
+        token_webhook=_token_webhook(args.authentication_token_webhook_config_file),
+        token_webhook_cache_ttl=float(args.authentication_token_webhook_cache_ttl),
+        token_webhook_version=args.authentication_token_webhook_version,
         authorization_modes=_authorization_modes(args.authorization_mode),
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
@@ -618,6 +639,18 @@ def _pod_security(path: Path | None) -> PodSecurityConfig:
         return load(path)
     except ConfigError as err:
         raise SystemExit(f"pykubelet server: --admission-control-config-file: {err}") from None
+
+
+def _token_webhook(path: Path | None) -> Path | None:
+    """The webhook's kubeconfig, read now: one that cannot be used stops the start."""
+    from kubeclient.config import ConfigError, load_kubeconfig
+
+    if path is not None:
+        try:
+            load_kubeconfig(path)
+        except (ConfigError, OSError, ValueError) as err:
+            _refuse(f"--authentication-token-webhook-config-file {path}: {err}")
+    return path
 
 
 def _authentication(path: Path | None) -> AuthenticationConfig | None:

@@ -32,6 +32,7 @@ from kubeclient.serving import peer_subject
 
 if TYPE_CHECKING:
     from controlplane.apiserver.requestheader import RequestHeaderAuthenticator
+    from controlplane.apiserver.tokenwebhook import TokenWebhook
 
 log = logging.getLogger("controlplane.apiserver.authn")
 
@@ -59,6 +60,8 @@ class TokenResult:
     error: str = ""
     # A bound service-account token's check of its objects, asked again on each cache hit ("" = valid).
     recheck: Callable[[], str] | None = None
+    # No authenticator of ours took the token (the webhook authenticator may still).
+    unclaimed: bool = False
 
 
 ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
@@ -124,6 +127,8 @@ class Authenticator:
         self._cache: TokenCache[TokenResult] = TokenCache(success_cache_ttl)
         # --authentication-config's JWT authenticators (jwtauthn.py), tried after the service accounts.
         self.jwt: list[JwtAuthenticator] = []
+        # --authentication-token-webhook-config-file (tokenwebhook.py): asked last, for unclaimed tokens.
+        self.webhook: TokenWebhook | None = None
         # Front-proxy authentication (requestheader.py): set by the server once its PKI is there.
         self.requestheader: RequestHeaderAuthenticator | None = None
 
@@ -147,6 +152,31 @@ class Authenticator:
         if self.requestheader is not None and self.requestheader.owns_certificate(request):
             return None  # a front proxy's certificate is no user of its own
         return _from_certificate(request)
+
+    async def authenticate_request(self, request: web.Request) -> UserInfo | None:
+        """authenticate(), with the webhook token authenticator after every other (it may await)."""
+        if self.webhook is None or not request.headers.get("Authorization", "")[:7].lower() == "bearer ":
+            return self.authenticate(request)
+        if self.requestheader is not None:
+            proxied = self.requestheader.authenticate(request)
+            if proxied is not None:
+                return proxied
+        result = await self.authenticate_token_async(request.headers["Authorization"][7:].strip())
+        if result.user is None:
+            log.info(
+                "event=authentication_failed method=%s path=%s reason=%r",
+                request.method,
+                request.path,
+                result.error,
+            )
+        return result.user
+
+    async def authenticate_token_async(self, token: str, audiences: tuple[str, ...] = ()) -> TokenResult:
+        """authenticate_token(), then the webhook for a token nothing else claimed."""
+        result = self.authenticate_token(token, audiences)
+        if result.user is None and result.unclaimed and self.webhook is not None:
+            return await self.webhook.review(token, audiences or self.api_audiences)
+        return result
 
     def replace_jwt(self, authenticators: list[JwtAuthenticator]) -> None:
         """New JWT authenticators (a reloaded --authentication-config): no success of the old ones is kept."""
@@ -213,11 +243,11 @@ class Authenticator:
         """--authentication-config's JWT authenticators, the one whose issuer the token names; valid for
         the API server's own audiences, as upstream wraps them."""
         if not self.jwt:
-            return TokenResult(None, error="invalid bearer token")
+            return TokenResult(None, error="invalid bearer token", unclaimed=True)
         try:
             header, payload = peek_jwt(token)
         except NotOurs:
-            return TokenResult(None, error="invalid bearer token")
+            return TokenResult(None, error="invalid bearer token", unclaimed=True)
         for authenticator in self.jwt:
             if payload.get("iss") != authenticator.issuer:
                 continue
@@ -229,4 +259,4 @@ class Authenticator:
             if self.api_audiences and not matched:
                 return TokenResult(None, error="token audiences are invalid for the target audiences")
             return TokenResult(UserInfo(name, uid, (*groups, "system:authenticated"), extra), matched)
-        return TokenResult(None, error="invalid bearer token")
+        return TokenResult(None, error="invalid bearer token", unclaimed=True)

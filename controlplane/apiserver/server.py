@@ -70,12 +70,14 @@ from controlplane.apiserver.sakeys import (
 )
 from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator, today
 from controlplane.apiserver.serviceranges import ServiceRanges
+from controlplane.apiserver.tokenwebhook import TokenWebhook
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
 from controlplane.storage.cache import CachedObject, WatchCache, encode
 from controlplane.storage.encryption import TransformingStore
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
+from kubeclient.config import load_kubeconfig
 from kubeclient.exposition import CONTENT_TYPE
 from kubeclient.hostaddr import default_route_ip
 from kubeclient.tlsverify import go_compatible
@@ -155,6 +157,10 @@ class ServerConfig:
     encryption: EncryptionConfig | None = None  # --encryption-provider-config
     authentication: AuthenticationConfig | None = None  # --authentication-config (JWT authenticators)
     authentication_file: Path | None = None  # the file, watched and reloaded when it changes
+    # --authentication-token-webhook-config-file (a kubeconfig), its --...-cache-ttl and --...-version.
+    token_webhook: Path | None = None
+    token_webhook_cache_ttl: float = 120.0
+    token_webhook_version: str = "v1"
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
     # --enable-bootstrap-token-auth: bootstrap-token Secrets authenticate (bootstraptoken.py), and the server
@@ -241,6 +247,12 @@ class ApiServer:
         for controller in self.controllers:
             controller.start()
         await self._start_service_account_tokens()
+        if self.config.token_webhook is not None:
+            self.authenticator.webhook = TokenWebhook(
+                load_kubeconfig(self.config.token_webhook),
+                self.config.token_webhook_cache_ttl,
+                self.config.token_webhook_version,
+            )
         if self.config.authentication is not None:
             self._apply_authentication(self.config.authentication)
         if self.config.authentication_file is not None:
@@ -492,6 +504,8 @@ class ApiServer:
             await asyncio.gather(self._authn_watch, return_exceptions=True)
         for external in self.authenticator.jwt:
             await external.stop()
+        if self.authenticator.webhook is not None:
+            await self.authenticator.webhook.close()
         if self._compactor:
             self._compactor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -568,7 +582,7 @@ class ApiServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
         try:
-            user = self.authenticator.authenticate(request)
+            user = await self.authenticator.authenticate_request(request)
             if user is None and self.config.insecure_http:
                 # Like upstream's old insecure port: no TLS means no identity; everyone is admin.
                 user = INSECURE_USER
