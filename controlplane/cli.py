@@ -284,6 +284,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="blocking",
         help="blocking (no event lost: requests wait for a full buffer) or batch (a full buffer drops events)",
     )
+    parser.add_argument(
+        "--audit-webhook-config-file",
+        type=Path,
+        default=None,
+        help="kubeconfig of an audit webhook: batches of events POSTed as an EventList",
+    )
+    parser.add_argument(
+        "--audit-webhook-mode",
+        choices=("blocking", "blocking-strict", "batch"),
+        default="batch",
+        help="batch (a full buffer drops events) or blocking (requests wait)",
+    )
+    parser.add_argument(
+        "--audit-webhook-initial-backoff",
+        type=go_duration,
+        default="10s",
+        help="wait before the first retry of a failed webhook request (doubling)",
+    )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     add_kubeadm_arguments(parser)
 
@@ -688,12 +706,24 @@ def _audit_options(args: argparse.Namespace) -> AuditOptions:
         args.audit_log_maxbackup,
         args.audit_log_maxage,
         args.audit_log_mode,
+        args.audit_webhook_config_file,
+        args.audit_webhook_mode,
+        float(args.audit_webhook_initial_backoff),
     )
+    if options.webhook_config is not None:
+        from kubeclient.config import ConfigError, load_kubeconfig
+
+        try:
+            load_kubeconfig(options.webhook_config)
+        except (ConfigError, OSError, ValueError) as err:
+            raise SystemExit(
+                f"pykubelet server: --audit-webhook-config-file {options.webhook_config}: {err}"
+            ) from None
     try:
         policy = load_options(options)
     except PolicyError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
-    if policy is not None and options.log_path != "-":
+    if policy is not None and options.log_path and options.log_path != "-":
         from controlplane.apiserver.audit.logfile import LogFile, Rotation
 
         log = LogFile(options.log_path, Rotation())

@@ -13,9 +13,12 @@ import asyncio
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver.audit.logfile import LogFile
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.audit.webhook import WebhookSink
 
 log = logging.getLogger("controlplane.apiserver.audit")
 
@@ -33,7 +36,11 @@ MODES = ("blocking", "blocking-strict", "batch")  # --audit-log-mode; upstream's
 
 class BufferedBackend:
     def __init__(
-        self, out: LogFile, buffer_size: int = BUFFER_SIZE, max_batch: int = MAX_BATCH, mode: str = "blocking"
+        self,
+        out: LogFile | WebhookSink,
+        buffer_size: int = BUFFER_SIZE,
+        max_batch: int = MAX_BATCH,
+        mode: str = "blocking",
     ) -> None:
         self.out = out
         self.max_batch = max_batch
@@ -87,7 +94,10 @@ class BufferedBackend:
                 item = self._queue.get_nowait()
             if batch:
                 try:
-                    await loop.run_in_executor(self._executor, self._write, batch)
+                    if hasattr(self.out, "send"):  # the webhook: an HTTP POST, on the loop
+                        await self.out.send(batch)
+                    else:
+                        await loop.run_in_executor(self._executor, self._write, batch)
                     self.written += len(batch)
                 except OSError as err:
                     self.failed += len(batch)
@@ -105,4 +115,40 @@ class BufferedBackend:
             await self._task
             self._task = None
         await asyncio.get_running_loop().run_in_executor(self._executor, self.out.close)
+        if hasattr(self.out, "aclose"):
+            await self.out.aclose()
         self._executor.shutdown(wait=True)
+
+    def failures(self) -> dict[str, int]:
+        """apiserver_audit_error_total by plugin: the buffer's drops, the writer's failures."""
+        return {"buffered": self.dropped, getattr(self.out, "plugin", "log"): self.failed}
+
+
+class Backends:
+    """Every configured backend (the log, the webhook) gets every event."""
+
+    def __init__(self, backends: list[BufferedBackend]) -> None:
+        self.backends = backends
+
+    async def start(self) -> None:
+        for b in self.backends:
+            await b.start()
+
+    async def stop(self) -> None:
+        for b in self.backends:
+            await b.stop()
+
+    def process(self, event: dict[str, Any]) -> None:
+        for b in self.backends:
+            b.process(event)
+
+    async def room(self) -> None:
+        for b in self.backends:
+            await b.room()
+
+    def failures(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self.backends:
+            for plugin, n in b.failures().items():
+                out[plugin] = out.get(plugin, 0) + n
+        return out
