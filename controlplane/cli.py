@@ -284,6 +284,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="blocking",
         help="blocking (no event lost: requests wait for a full buffer) or batch (a full buffer drops events)",
     )
+    for backend in ("log", "webhook"):
+        parser.add_argument(
+            f"--audit-{backend}-truncate-enabled",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help=f"drop the request and response objects of {backend} events over the max event size",
+        )
+        parser.add_argument(
+            f"--audit-{backend}-truncate-max-event-size",
+            type=int,
+            default=102400,
+            help="bytes an event may have before it is truncated (then dropped)",
+        )
     parser.add_argument(
         "--audit-webhook-config-file",
         type=Path,
@@ -709,6 +722,8 @@ def _audit_options(args: argparse.Namespace) -> AuditOptions:
         args.audit_webhook_config_file,
         args.audit_webhook_mode,
         float(args.audit_webhook_initial_backoff),
+        args.audit_log_truncate_max_event_size if args.audit_log_truncate_enabled else 0,
+        args.audit_webhook_truncate_max_event_size if args.audit_webhook_truncate_enabled else 0,
     )
     if options.webhook_config is not None:
         from kubeclient.config import ConfigError, load_kubeconfig

@@ -352,3 +352,24 @@ async def test_blocking_mode_loses_no_event_under_a_slow_disk(tmp_path: Path, mo
         assert {json.loads(line)["auditID"] for line in written} == {str(i) for i in range(200)}
     else:  # upstream's batch backend: a full buffer drops, and counts it
         assert backend.dropped > 0 and len(written) == 200 - backend.dropped
+
+
+def test_truncation_drops_the_objects_then_the_event() -> None:
+    from controlplane.apiserver.audit.backend import TRUNCATED, truncate
+
+    small = {"auditID": "a", "stage": "ResponseComplete"}
+    assert truncate(small, 1000) is small
+    big = {**small, "requestObject": {"data": "x" * 5000}, "responseObject": {"data": "y" * 5000}}
+    cut = truncate(big, 1000)
+    assert cut is not None and "requestObject" not in cut and "responseObject" not in cut
+    assert cut["annotations"] == {TRUNCATED: "true"} and cut["auditID"] == "a"
+    assert truncate({**big, "annotations": {"k": "v" * 5000}}, 1000) is None  # still too big: dropped
+
+
+def test_truncation_is_set_per_backend(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(HEAD + "rules:\n- level: Metadata\n")
+    auditor = build_auditor(AuditOptions(policy, str(tmp_path / "audit.log"), log_truncate_at=2048))
+    assert auditor.backend is not None
+    assert [b.truncate_at for b in auditor.backend.backends] == [2048]
+    assert auditor.backend.failures() == {"buffered": 0, "log": 0, "truncate": 0}

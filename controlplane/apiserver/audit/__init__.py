@@ -41,6 +41,9 @@ class AuditOptions:
     webhook_config: Path | None = None
     webhook_mode: str = "batch"
     webhook_initial_backoff: float = 10.0
+    # --audit-log-truncate-enabled / --audit-webhook-truncate-enabled and their max event sizes.
+    log_truncate_at: int = 0
+    webhook_truncate_at: int = 0
 
     def problems(self) -> list[str]:
         out = []
@@ -76,13 +79,21 @@ def build_auditor(options: AuditOptions) -> Auditor:
     backends = []
     if options.log_path:
         rotation = Rotation(options.max_size_mb, options.max_backups, options.max_age_days)
-        backends.append(BufferedBackend(LogFile(options.log_path, rotation), mode=options.log_mode))
+        backends.append(
+            BufferedBackend(
+                LogFile(options.log_path, rotation),
+                mode=options.log_mode,
+                truncate_at=options.log_truncate_at,
+            )
+        )
     if options.webhook_config is not None:
         from controlplane.apiserver.audit.webhook import WebhookSink
         from kubeclient.config import load_kubeconfig
 
         sink = WebhookSink(load_kubeconfig(options.webhook_config), options.webhook_initial_backoff)
-        backends.append(BufferedBackend(sink, mode=options.webhook_mode))
+        backends.append(
+            BufferedBackend(sink, mode=options.webhook_mode, truncate_at=options.webhook_truncate_at)
+        )
     return Auditor(policy, Backends(backends))
 
 

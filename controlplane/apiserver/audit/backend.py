@@ -41,6 +41,7 @@ class BufferedBackend:
         buffer_size: int = BUFFER_SIZE,
         max_batch: int = MAX_BATCH,
         mode: str = "blocking",
+        truncate_at: int = 0,
     ) -> None:
         self.out = out
         self.max_batch = max_batch
@@ -49,6 +50,9 @@ class BufferedBackend:
         # buffer over its size waits (`room`) until the writer has caught up, as upstream's blocking mode
         # holds the response. batch: a full buffer drops the event, as upstream's batch backend.
         self.blocking = mode != "batch"
+        # --audit-*-truncate-enabled with --audit-*-truncate-max-event-size (0: off).
+        self.truncate_at = truncate_at
+        self.truncated_away = 0
         self._queue: asyncio.Queue[Any] = asyncio.Queue(0 if self.blocking else buffer_size)
         self._drained = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-log")
@@ -71,6 +75,12 @@ class BufferedBackend:
     def process(self, event: dict[str, Any]) -> None:
         """Never blocks the caller: the event is buffered (in batch mode dropped, and counted, when the
         buffer is full)."""
+        if self.truncate_at:
+            truncated = truncate(event, self.truncate_at)
+            if truncated is None:
+                self.truncated_away += 1
+                return
+            event = truncated
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -121,7 +131,25 @@ class BufferedBackend:
 
     def failures(self) -> dict[str, int]:
         """apiserver_audit_error_total by plugin: the buffer's drops, the writer's failures."""
-        return {"buffered": self.dropped, getattr(self.out, "plugin", "log"): self.failed}
+        return {
+            "buffered": self.dropped,
+            getattr(self.out, "plugin", "log"): self.failed,
+            "truncate": self.truncated_away,
+        }
+
+
+TRUNCATED = "audit.k8s.io/truncated"
+MAX_EVENT_SIZE = 102_400  # upstream's --audit-*-truncate-max-event-size default
+
+
+def truncate(event: dict[str, Any], limit: int) -> dict[str, Any] | None:
+    """Upstream's truncate plugin: an event over `limit` bytes loses its request and response objects
+    (annotated `audit.k8s.io/truncated: "true"`); one still over it is dropped (None)."""
+    if len(encode_line(event)) <= limit:
+        return event
+    slim = {k: v for k, v in event.items() if k not in ("requestObject", "responseObject")}
+    slim["annotations"] = {**(event.get("annotations") or {}), TRUNCATED: "true"}
+    return slim if len(encode_line(slim)) <= limit else None
 
 
 class Backends:
