@@ -18,6 +18,9 @@ from kubeclient.flags import StringSlice, go_duration
 
 if TYPE_CHECKING:
     from controlplane.apiserver.audit import AuditOptions
+    from controlplane.apiserver.authnconfig import AuthenticationConfig
+    from controlplane.apiserver.encryptionconfig import EncryptionConfig
+    from controlplane.apiserver.podsecurity import PodSecurityConfig
     from controlplane.apiserver.server import ServerConfig
     from controlplane.apiserver.serviceranges import ServiceRanges
     from controlplane.storage.etcd import EtcdConfig
@@ -186,6 +189,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="admission plugins to turn off (e.g. ServiceAccount)",
     )
     parser.add_argument(
+        "--authentication-token-webhook-config-file",
+        type=Path,
+        default=None,
+        help="kubeconfig of a token webhook: TokenReviews for bearer tokens nothing else claims",
+    )
+    parser.add_argument(
+        "--authentication-token-webhook-cache-ttl",
+        type=go_duration,
+        default="2m",
+        help="how long the webhook's answers are kept",
+    )
+    parser.add_argument(
+        "--authentication-token-webhook-version",
+        choices=("v1", "v1beta1"),
+        default="v1",
+        help="TokenReview version",
+    )
+    parser.add_argument(
+        "--authentication-config",
+        type=Path,
+        default=None,
+        help="AuthenticationConfiguration file: JWT authenticators (external issuers, claim mappings, CEL rules)",
+    )
+    parser.add_argument(
+        "--encryption-provider-config",
+        type=Path,
+        default=None,
+        help="EncryptionConfiguration file: which resources are encrypted at rest, with which keys",
+    )
+    parser.add_argument(
+        "--admission-control-config-file",
+        type=Path,
+        default=None,
+        help="AdmissionConfiguration file: the PodSecurity plugin's defaults and exemptions",
+    )
+    parser.add_argument(
         "--etcd-servers",
         default="",
         help="etcd members to store in, e.g. https://127.0.0.1:2379[,...] (default: SQLite in DIR)",
@@ -238,6 +277,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--audit-log-maxbackup", type=int, default=0, help="rotated audit logs kept (0: all)")
     parser.add_argument(
         "--audit-log-maxage", type=int, default=0, help="days a rotated audit log is kept (0: no limit)"
+    )
+    parser.add_argument(
+        "--audit-log-mode",
+        choices=("blocking", "blocking-strict", "batch"),
+        default="blocking",
+        help="blocking (no event lost: requests wait for a full buffer) or batch (a full buffer drops events)",
+    )
+    for backend in ("log", "webhook"):
+        parser.add_argument(
+            f"--audit-{backend}-truncate-enabled",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help=f"drop the request and response objects of {backend} events over the max event size",
+        )
+        parser.add_argument(
+            f"--audit-{backend}-truncate-max-event-size",
+            type=int,
+            default=102400,
+            help="bytes an event may have before it is truncated (then dropped)",
+        )
+    parser.add_argument(
+        "--audit-webhook-config-file",
+        type=Path,
+        default=None,
+        help="kubeconfig of an audit webhook: batches of events POSTed as an EventList",
+    )
+    parser.add_argument(
+        "--audit-webhook-mode",
+        choices=("blocking", "blocking-strict", "batch"),
+        default="batch",
+        help="batch (a full buffer drops events) or blocking (requests wait)",
+    )
+    parser.add_argument(
+        "--audit-webhook-initial-backoff",
+        type=go_duration,
+        default="10s",
+        help="wait before the first retry of a failed webhook request (doubling)",
     )
     parser.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (benchmarks only)")
     add_kubeadm_arguments(parser)
@@ -316,7 +392,8 @@ def add_kubeadm_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         default=[],
-        help="public key that verifies service-account tokens; only the signing key's own is supported",
+        help="PEM file of keys that verify service-account tokens (repeatable; public keys, private keys or "
+        "certificates): the signing key's own, and retired ones while their tokens live",
     )
 
 
@@ -375,6 +452,9 @@ async def serve(config: ServerConfig, args: argparse.Namespace) -> None:
                 str(pki / "ca.crt"),
                 "--cluster-signing-key-file",
                 str(pki / "ca.key"),
+                # the token controller signs hand-made kubernetes.io/service-account-token Secrets with it
+                "--service-account-private-key-file",
+                str(config.service_account_signing_key or pki / "sa.key"),
             ]
             if args.default_local_storage_path is not None:
                 command += ["--local-path-root", str(args.default_local_storage_path)]
@@ -486,29 +566,22 @@ def _kubeadm_settings(args: argparse.Namespace) -> dict[str, object]:
         "requestheader_client_ca": args.requestheader_client_ca_file,
         "requestheader_allowed_names": tuple(args.requestheader_allowed_names),
         "service_account_signing_key": args.service_account_signing_key_file,
+        "service_account_key_files": tuple(args.service_account_key_file),
     }
 
 
 def _check_verification_keys(signing: Path | None, keys: list[Path]) -> None:
-    """Tokens are verified with the signing key alone: each --service-account-key-file must be its public
-    half (kubeadm's sa.pub for sa.key)."""
-    from cryptography.hazmat.primitives import serialization
-
-    from controlplane.apiserver.sakeys import load_signing_key
+    """Each --service-account-key-file must hold RSA keys (public, private or in a certificate); with them
+    a --service-account-signing-key-file is needed, since a key made in DIR/pki would be in none of them."""
+    from controlplane.apiserver.sakeys import load_verification_keys
 
     if signing is None:
         _refuse("--service-account-key-file needs --service-account-signing-key-file (its private half)")
-    own = load_signing_key(signing).public.public_numbers()
     for path in keys:
         try:
-            public = serialization.load_pem_public_key(path.read_bytes())
+            load_verification_keys(path)
         except (OSError, ValueError) as err:
             _refuse(f"--service-account-key-file {path}: {err}")
-        if getattr(public, "public_numbers", lambda: None)() != own:
-            _refuse(
-                f"--service-account-key-file {path}: verifying with keys other than the signing key's is "
-                "not supported by pykubelet"
-            )
 
 
 def _tls_files(args: argparse.Namespace) -> None:
@@ -556,6 +629,13 @@ def run(args: argparse.Namespace) -> int:
         disable_admission_plugins=_admission_plugins(
             args.enable_admission_plugins, args.disable_admission_plugins
         ),
+        pod_security=_pod_security(args.admission_control_config_file),
+        encryption=_encryption(args.encryption_provider_config),
+        authentication=_authentication(args.authentication_config),
+        authentication_file=args.authentication_config,
+        token_webhook=_token_webhook(args.authentication_token_webhook_config_file),
+        token_webhook_cache_ttl=float(args.authentication_token_webhook_cache_ttl),
+        token_webhook_version=args.authentication_token_webhook_version,
         authorization_modes=_authorization_modes(args.authorization_mode),
         anonymous_auth=args.anonymous_auth,
         enable_bootstrap_token_auth=args.enable_bootstrap_token_auth,
@@ -568,13 +648,64 @@ def run(args: argparse.Namespace) -> int:
         audit=_audit_options(args),
     )
     from controlplane.storage import StoreUnavailableError
+    from controlplane.storage.encryption import EncryptionError
 
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(serve(config, args))
     except StoreUnavailableError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
+    except EncryptionError as err:  # stored data no configured key opens
+        raise SystemExit(f"pykubelet server: --encryption-provider-config: {err}") from None
     return 0
+
+
+def _pod_security(path: Path | None) -> PodSecurityConfig:
+    """The AdmissionConfiguration's PodSecurity settings, checked now: a bad field stops the start."""
+    from controlplane.apiserver.podsecurity import ConfigError, PodSecurityConfig, load
+
+    if path is None:
+        return PodSecurityConfig()
+    try:
+        return load(path)
+    except ConfigError as err:
+        raise SystemExit(f"pykubelet server: --admission-control-config-file: {err}") from None
+
+
+def _token_webhook(path: Path | None) -> Path | None:
+    """The webhook's kubeconfig, read now: one that cannot be used stops the start."""
+    from kubeclient.config import ConfigError, load_kubeconfig
+
+    if path is not None:
+        try:
+            load_kubeconfig(path)
+        except (ConfigError, OSError, ValueError) as err:
+            _refuse(f"--authentication-token-webhook-config-file {path}: {err}")
+    return path
+
+
+def _authentication(path: Path | None) -> AuthenticationConfig | None:
+    """The AuthenticationConfiguration, checked now (every CEL expression compiled): a bad field stops the start."""
+    from controlplane.apiserver.authnconfig import AuthenticationConfigError, load
+
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except AuthenticationConfigError as err:
+        raise SystemExit(f"pykubelet server: --authentication-config: {err}") from None
+
+
+def _encryption(path: Path | None) -> EncryptionConfig | None:
+    """The EncryptionConfiguration, checked now: a bad field stops the start."""
+    from controlplane.apiserver.encryptionconfig import EncryptionConfigError, load
+
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except EncryptionConfigError as err:
+        raise SystemExit(f"pykubelet server: --encryption-provider-config: {err}") from None
 
 
 def _audit_options(args: argparse.Namespace) -> AuditOptions:
@@ -587,12 +718,27 @@ def _audit_options(args: argparse.Namespace) -> AuditOptions:
         args.audit_log_maxsize,
         args.audit_log_maxbackup,
         args.audit_log_maxage,
+        args.audit_log_mode,
+        args.audit_webhook_config_file,
+        args.audit_webhook_mode,
+        float(args.audit_webhook_initial_backoff),
+        args.audit_log_truncate_max_event_size if args.audit_log_truncate_enabled else 0,
+        args.audit_webhook_truncate_max_event_size if args.audit_webhook_truncate_enabled else 0,
     )
+    if options.webhook_config is not None:
+        from kubeclient.config import ConfigError, load_kubeconfig
+
+        try:
+            load_kubeconfig(options.webhook_config)
+        except (ConfigError, OSError, ValueError) as err:
+            raise SystemExit(
+                f"pykubelet server: --audit-webhook-config-file {options.webhook_config}: {err}"
+            ) from None
     try:
         policy = load_options(options)
     except PolicyError as err:
         raise SystemExit(f"pykubelet server: {err}") from None
-    if policy is not None and options.log_path != "-":
+    if policy is not None and options.log_path and options.log_path != "-":
         from controlplane.apiserver.audit.logfile import LogFile, Rotation
 
         log = LogFile(options.log_path, Rotation())

@@ -50,11 +50,18 @@ class RawConnection:
         return cls(reader, writer)
 
     async def request(
-        self, method: str, path: str, body: bytes, content_type: str = "application/json", accept: str = ""
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        content_type: str = "application/json",
+        accept: str = "",
+        authorization: str = "",
     ) -> tuple[int, bytes]:
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
             + (f"Accept: {accept}\r\n" if accept else "")
+            + (f"Authorization: {authorization}\r\n" if authorization else "")
             + f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         self.writer.write(head + body)

@@ -13,9 +13,10 @@ import hmac
 import logging
 import ssl
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -24,10 +25,15 @@ from controlplane.apiserver.bootstraptoken import (
     BootstrapTokenRejected,
     NotBootstrapToken,
 )
-from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups
+from controlplane.apiserver.jwtauthn import JwtAuthenticator, JwtRejected
+from controlplane.apiserver.satokens import NotOurs, TokenRejected, TokenValidator, groups, peek_jwt
 from controlplane.apiserver.tokencache import SUCCESS_TTL, TokenCache
 from controlplane.apiserver.userinfo import UserInfo
 from kubeclient.serving import peer_subject
+
+if TYPE_CHECKING:
+    from controlplane.apiserver.requestheader import RequestHeaderAuthenticator
+    from controlplane.apiserver.tokenwebhook import TokenWebhook
 
 log = logging.getLogger("controlplane.apiserver.authn")
 
@@ -40,6 +46,10 @@ class TokenResult:
     user: UserInfo | None
     audiences: tuple[str, ...] = ()
     error: str = ""
+    # A bound service-account token's check of its objects, asked again on each cache hit ("" = valid).
+    recheck: Callable[[], str] | None = None
+    # No authenticator of ours took the token (the webhook authenticator may still).
+    unclaimed: bool = False
 
 
 ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
@@ -103,8 +113,18 @@ class Authenticator:
         self.bootstrap_tokens: BootstrapTokenAuthenticator | None = None
         self.api_audiences = api_audiences
         self._cache: TokenCache[TokenResult] = TokenCache(success_cache_ttl)
+        # --authentication-config's JWT authenticators (jwtauthn.py), tried after the service accounts.
+        self.jwt: list[JwtAuthenticator] = []
+        # --authentication-token-webhook-config-file (tokenwebhook.py): asked last, for unclaimed tokens.
+        self.webhook: TokenWebhook | None = None
+        # Front-proxy authentication (requestheader.py): set by the server once its PKI is there.
+        self.requestheader: RequestHeaderAuthenticator | None = None
 
     def authenticate(self, request: web.Request) -> UserInfo | None:
+        if self.requestheader is not None:  # a front proxy speaking for a user it authenticated
+            proxied = self.requestheader.authenticate(request)
+            if proxied is not None:
+                return proxied
         header = request.headers.get("Authorization", "")
         if header[:7].lower() == "bearer ":
             result = self.authenticate_token(header[7:].strip())
@@ -117,7 +137,39 @@ class Authenticator:
                 )
             # A wrong token is a failed login even if a certificate came along, as upstream does.
             return result.user
+        if self.requestheader is not None and self.requestheader.owns_certificate(request):
+            return None  # a front proxy's certificate is no user of its own
         return _from_certificate(request)
+
+    async def authenticate_request(self, request: web.Request) -> UserInfo | None:
+        """authenticate(), with the webhook token authenticator after every other (it may await)."""
+        if self.webhook is None or not request.headers.get("Authorization", "")[:7].lower() == "bearer ":
+            return self.authenticate(request)
+        if self.requestheader is not None:
+            proxied = self.requestheader.authenticate(request)
+            if proxied is not None:
+                return proxied
+        result = await self.authenticate_token_async(request.headers["Authorization"][7:].strip())
+        if result.user is None:
+            log.info(
+                "event=authentication_failed method=%s path=%s reason=%r",
+                request.method,
+                request.path,
+                result.error,
+            )
+        return result.user
+
+    async def authenticate_token_async(self, token: str, audiences: tuple[str, ...] = ()) -> TokenResult:
+        """authenticate_token(), then the webhook for a token nothing else claimed."""
+        result = self.authenticate_token(token, audiences)
+        if result.user is None and result.unclaimed and self.webhook is not None:
+            return await self.webhook.review(token, audiences or self.api_audiences)
+        return result
+
+    def replace_jwt(self, authenticators: list[JwtAuthenticator]) -> None:
+        """New JWT authenticators (a reloaded --authentication-config): no success of the old ones is kept."""
+        self.jwt = authenticators
+        self._cache = TokenCache(self._cache.ttl)
 
     def authenticate_token(self, token: str, audiences: tuple[str, ...] = ()) -> TokenResult:
         """A bearer token against the static tokens, then the service-account tokens (upstream's token
@@ -125,7 +177,11 @@ class Authenticator:
         wanted = audiences or self.api_audiences
         cached = self._cache.get(token, wanted)
         if cached is not None:
-            return cached
+            failure = cached.recheck() if cached.recheck is not None else ""
+            if not failure:
+                return cached
+            # Its pod (or Secret, node, account) went since the signature was checked: rejected at once.
+            return TokenResult(None, error=f"[invalid bearer token, {failure}]")
         result = self._authenticate_token(token, wanted)
         if result.user is not None:
             self._cache.put(token, wanted, result)
@@ -160,13 +216,35 @@ class Authenticator:
                     UserInfo(boot.username, "", (*boot.groups, "system:authenticated")), matched
                 )
         if self.service_accounts is None:
-            return TokenResult(None, error="invalid bearer token")
+            return self._external(token, wanted)
         try:
             who = self.service_accounts.authenticate(token, wanted)
         except NotOurs:
-            return TokenResult(None, error="invalid bearer token")
+            return self._external(token, wanted)
         except TokenRejected as err:
             return TokenResult(None, error=f"[invalid bearer token, {err}]")
         extra = tuple((k, tuple(v)) for k, v in sorted(who.extra().items()))
         user = UserInfo(who.username, who.uid, (*groups(who.namespace), "system:authenticated"), extra)
-        return TokenResult(user, who.audiences)
+        return TokenResult(user, who.audiences, recheck=who.recheck)
+
+    def _external(self, token: str, wanted: tuple[str, ...]) -> TokenResult:
+        """--authentication-config's JWT authenticators, the one whose issuer the token names; valid for
+        the API server's own audiences, as upstream wraps them."""
+        if not self.jwt:
+            return TokenResult(None, error="invalid bearer token", unclaimed=True)
+        try:
+            header, payload = peek_jwt(token)
+        except NotOurs:
+            return TokenResult(None, error="invalid bearer token", unclaimed=True)
+        for authenticator in self.jwt:
+            if payload.get("iss") != authenticator.issuer:
+                continue
+            try:
+                name, uid, groups, extra, _ = authenticator.authenticate(token, header)
+            except JwtRejected as err:
+                return TokenResult(None, error=f"[invalid bearer token, {err}]")
+            matched = tuple(a for a in wanted if a in self.api_audiences) if self.api_audiences else wanted
+            if self.api_audiences and not matched:
+                return TokenResult(None, error="token audiences are invalid for the target audiences")
+            return TokenResult(UserInfo(name, uid, (*groups, "system:authenticated"), extra), matched)
+        return TokenResult(None, error="invalid bearer token", unclaimed=True)

@@ -78,7 +78,8 @@ def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Pre
 # Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.
 _VIEW_PATHS = sorted(
     {p for k in kinds.BUILT_IN for f in k.field_selectors if f.exposed for p in (f.at, f.fallback) if p}
-    | {"metadata.name", "metadata.namespace", "metadata.labels", "metadata.deletionTimestamp"}
+    # metadata.uid: bound service-account tokens check their pod's (satokens.py) on every request.
+    | {"metadata.name", "metadata.namespace", "metadata.labels", "metadata.deletionTimestamp", "metadata.uid"}
 )
 
 

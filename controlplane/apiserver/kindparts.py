@@ -23,6 +23,7 @@ from controlplane.apiserver.kinds.node import KIND as NODE
 from controlplane.apiserver.kindtable import KindTable, Parts
 from controlplane.apiserver.kubeletproxy import log_container, validate_log_query
 from controlplane.apiserver.nsfinalizer import NamespaceFinalizer
+from controlplane.apiserver.podsecurity import PodSecurity
 from controlplane.apiserver.resourceproxy import Proxy, node_location, pod_location, service_location
 from controlplane.apiserver.webhooks.plugins import MutatingAdmissionWebhook, ValidatingAdmissionWebhook
 
@@ -90,7 +91,8 @@ _POD_SUBRESOURCES = (
 
 # (group, plural) -> what the REST layer adds to that kind.
 PARTS: dict[tuple[str, str], Parts] = {
-    ("", "namespaces"): Parts(controllers=_namespace_finalizer),
+    # PodSecurity needs the request's warnings and audit annotations (webhooks.context): a REST-side plugin.
+    ("", "namespaces"): Parts(controllers=_namespace_finalizer, admission=(PodSecurity(),)),
     ("", "nodes"): Parts(subresources=(Proxy("NodeProxyOptions", node_location),)),
     ("", "pods"): Parts(subresources=_POD_SUBRESOURCES),
     ("", "services"): Parts(subresources=(Proxy("ServiceProxyOptions", service_location),)),

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from controlplane.apiserver.sakeys import ALGORITHM, SigningKey
+from controlplane.apiserver.sakeys import ALGORITHM, SigningKey, VerificationKey
 
 CONFIG_PATH = "/.well-known/openid-configuration"
 JWKS_PATH = "/openid/v1/jwks"
@@ -27,7 +27,7 @@ def configuration(issuer: str, jwks_uri: str = "") -> dict[str, object]:
     }
 
 
-def jwks(keys: Sequence[SigningKey]) -> dict[str, object]:
+def jwks(keys: Sequence[SigningKey | VerificationKey]) -> dict[str, object]:
     return {"keys": [k.jwk() for k in keys]}
 
 
@@ -41,7 +41,7 @@ def configuration_response(issuer: str, jwks_uri: str = "") -> web.Response:
     return _response(configuration(issuer, jwks_uri), "application/json")
 
 
-def jwks_response(keys: Sequence[SigningKey]) -> web.Response:
+def jwks_response(keys: Sequence[SigningKey | VerificationKey]) -> web.Response:
     return _response(jwks(keys), "application/jwk-set+json")
 
 

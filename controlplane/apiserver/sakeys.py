@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -47,11 +49,56 @@ class SigningKey:
         return self.private.public_key()
 
     def jwk(self) -> dict[str, Any]:
-        """The public key as a JWK, as upstream's /openid/v1/jwks lists it."""
-        numbers = self.public.public_numbers()
-        n = numbers.n.to_bytes((numbers.n.bit_length() + 7) // 8, "big")
-        e = numbers.e.to_bytes((numbers.e.bit_length() + 7) // 8, "big")
-        return {"use": "sig", "kty": "RSA", "kid": self.kid, "alg": ALGORITHM, "n": _b64(n), "e": _b64(e)}
+        return _jwk(self.public, self.kid)
+
+    def verification(self) -> VerificationKey:
+        return VerificationKey(self.public, self.kid)
+
+
+@dataclass(frozen=True)
+class VerificationKey:
+    """A public key that verifies tokens (--service-account-key-file): the signing key's own, and the
+    retired ones kept while tokens they signed may still be in use."""
+
+    public: rsa.RSAPublicKey
+    kid: str
+
+    def jwk(self) -> dict[str, Any]:
+        return _jwk(self.public, self.kid)
+
+
+def _jwk(public: rsa.RSAPublicKey, kid: str) -> dict[str, Any]:
+    """The public key as a JWK, as upstream's /openid/v1/jwks lists it."""
+    numbers = public.public_numbers()
+    n = numbers.n.to_bytes((numbers.n.bit_length() + 7) // 8, "big")
+    e = numbers.e.to_bytes((numbers.e.bit_length() + 7) // 8, "big")
+    return {"use": "sig", "kty": "RSA", "kid": kid, "alg": ALGORITHM, "n": _b64(n), "e": _b64(e)}
+
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z ]+)-----.+?-----END \1-----", re.S)
+
+
+def load_verification_keys(path: Path) -> list[VerificationKey]:
+    """Every RSA key of a PEM file (--service-account-key-file: public keys, private keys whose public
+    half is meant, or certificates), in file order; ValueError when it holds none or another kind."""
+    data = path.read_bytes()
+    found: list[VerificationKey] = []
+    for block in _PEM_BLOCK.finditer(data):
+        kind, pem = block.group(1).decode(), block.group(0)
+        if kind == "CERTIFICATE":
+            public: Any = x509.load_pem_x509_certificate(pem).public_key()
+        elif kind.endswith("PRIVATE KEY"):
+            public = serialization.load_pem_private_key(pem, password=None).public_key()
+        elif kind.endswith("PUBLIC KEY"):
+            public = serialization.load_pem_public_key(pem)
+        else:
+            continue
+        if not isinstance(public, rsa.RSAPublicKey):
+            raise ValueError(f"{path}: only RSA keys are supported (found {type(public).__name__})")
+        found.append(VerificationKey(public, key_id(public)))
+    if not found:
+        raise ValueError(f"{path}: no public key in the file (PEM public key, private key or certificate)")
+    return found
 
 
 def load_signing_key(path: Path) -> SigningKey:
@@ -89,4 +136,12 @@ def ensure_signing_key(pki_dir: Path) -> SigningKey:
     return SigningKey(private, key_id(private.public_key()))
 
 
-__all__ = ["ALGORITHM", "SigningKey", "ensure_signing_key", "key_id", "load_signing_key"]
+__all__ = [
+    "ALGORITHM",
+    "SigningKey",
+    "VerificationKey",
+    "ensure_signing_key",
+    "key_id",
+    "load_signing_key",
+    "load_verification_keys",
+]

@@ -27,7 +27,8 @@ from typing import Any
 
 import jwt
 
-from controlplane.apiserver.sakeys import ALGORITHM, SigningKey
+from controlplane import legacytoken
+from controlplane.apiserver.sakeys import ALGORITHM, SigningKey, VerificationKey
 
 Obj = dict[str, Any]
 # (resource, namespace, name) -> the stored object or None; resource is one of serviceaccounts, pods,
@@ -79,6 +80,9 @@ class Identity:
     node_name: str = ""
     node_uid: str = ""
     credential_id: str = ""
+    # Asks again whether the bound objects hold ("" when they do): the authenticator's cache calls it on
+    # every hit, so a cached token dies with its pod.
+    recheck: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def username(self) -> str:
@@ -160,7 +164,7 @@ class TokenIssuer:
         )
 
 
-def _peek(token: str) -> tuple[Obj, Obj]:
+def peek_jwt(token: str) -> tuple[Obj, Obj]:
     """Header and payload of a compact JWS, unverified (to route the token and pick the key)."""
     parts = token.split(".")
     if len(parts) != 3:
@@ -179,21 +183,78 @@ def _peek(token: str) -> tuple[Obj, Obj]:
 class TokenValidator:
     """Upstream's jwtTokenAuthenticator with the bound-token validator, for the issuers it knows."""
 
-    keys: Sequence[SigningKey]
+    keys: Sequence[SigningKey | VerificationKey]
     issuers: Sequence[str]
     api_audiences: Sequence[str]
     lookup: Lookup
     clock: Callable[[], float] = field(default=time.time)
+    # A Secret whole (its data), for legacy tokens, which must still be the one their Secret holds.
+    secrets: Callable[[str, str], Obj | None] | None = None
+    # Told (namespace, Secret name) when a legacy token is used and its Secret's
+    # kubernetes.io/legacy-token-last-used label is not today's: the server writes the label.
+    legacy_used: Callable[[str, str], None] | None = None
 
     def authenticate(self, token: str, audiences: Iterable[str] | None = None) -> Identity:
         """The identity of a valid token for `audiences` (default: the API server's own)."""
-        header, payload = _peek(token)
-        if payload.get("iss") not in self.issuers:
+        header, payload = peek_jwt(token)
+        legacy = payload.get("iss") == legacytoken.ISSUER and self.secrets is not None
+        if payload.get("iss") not in self.issuers and not legacy:
             raise NotOurs("issuer not ours")
         if header.get("alg") not in ALGORITHMS:
             raise NotOurs(f"signing algorithm {header.get('alg')!r} is not accepted")
         claims = self._verified(token, header)
-        return self._validate(claims, tuple(audiences) if audiences else tuple(self.api_audiences))
+        wanted = tuple(audiences) if audiences else tuple(self.api_audiences)
+        if legacy:
+            return self._validate_legacy(token, claims, wanted)
+        return self._validate(claims, wanted)
+
+    def _validate_legacy(self, token: str, claims: Obj, wanted: tuple[str, ...]) -> Identity:
+        """Upstream's legacy validator: the Secret named in the token still holds it (and is not marked
+        invalid), and the service account still has the UID the token names."""
+        assert self.secrets is not None
+        matched = tuple(a for a in self.api_audiences if a in wanted)  # no aud: the server's own, implied
+        if not matched and self.api_audiences:
+            raise TokenRejected(
+                f"token audiences {list(self.api_audiences)} is invalid for the target audiences {list(wanted)}"
+            )
+        namespace = str(claims.get(legacytoken.NAMESPACE_CLAIM) or "")
+        secret_name = str(claims.get(legacytoken.SECRET_NAME_CLAIM) or "")
+        name = str(claims.get(legacytoken.ACCOUNT_NAME_CLAIM) or "")
+        uid = str(claims.get(legacytoken.ACCOUNT_UID_CLAIM) or "")
+        if not (namespace and secret_name and name and uid):
+            raise TokenRejected("service account token claims are incomplete")
+        private = {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}}
+
+        def failure() -> str:
+            assert self.secrets is not None
+            secret = self.secrets(namespace, secret_name)
+            meta = (secret or {}).get("metadata") or {}
+            stored = ((secret or {}).get("data") or {}).get("token") or ""
+            try:
+                held = base64.b64decode(stored).decode()
+            except (ValueError, UnicodeDecodeError):
+                held = ""
+            if secret is None or meta.get("deletionTimestamp") or held != token:
+                return "service account token has been invalidated"
+            if legacytoken.INVALID_SINCE_LABEL in (meta.get("labels") or {}):
+                return (
+                    f"the token in secret {namespace}/{secret_name} for service account {namespace}/{name} has "
+                    "been marked invalid. Use tokens from the TokenRequest API or manually created secret-based "
+                    f"tokens, or remove the '{legacytoken.INVALID_SINCE_LABEL}' label from the secret to "
+                    "re-enable it"
+                )
+            return self.bound_failure(private)
+
+        why = failure()
+        if why:
+            raise TokenRejected(why)
+        if self.legacy_used is not None:
+            secret = self.secrets(namespace, secret_name) or {}
+            labels = (secret.get("metadata") or {}).get("labels") or {}
+            if labels.get(legacytoken.LAST_USED_LABEL) != today(self.clock()):
+                self.legacy_used(namespace, secret_name)
+        # Each request asks again (the cache's recheck): a deleted Secret takes its token at once.
+        return Identity(namespace, name, uid, matched or tuple(self.api_audiences), recheck=failure)
 
     def _verified(self, token: str, header: Obj) -> Obj:
         # The key named by kid first, then the others (upstream tries every key it has).
@@ -239,16 +300,10 @@ class TokenValidator:
             raise TokenRejected("service account token has no kubernetes.io claim")
         namespace = str(private.get("namespace") or "")
         account_ref = private.get("serviceaccount") or {}
-        account = self._current("serviceaccounts", namespace, account_ref, now)
-        if account is None:
-            raise TokenRejected(f"service account {namespace}/{account_ref.get('name')} is not valid")
-        for resource, claim in (("secrets", "secret"), ("pods", "pod")):
-            ref = private.get(claim)
-            if ref is not None and self._current(resource, namespace, ref, now) is None:
-                raise TokenRejected("service account token has been invalidated")
+        failure = self.bound_failure(private)
+        if failure:
+            raise TokenRejected(failure)
         pod_ref, node_ref = private.get("pod") or {}, private.get("node") or {}
-        if node_ref and not pod_ref and self._current("nodes", "", node_ref, now) is None:
-            raise TokenRejected("service account token has been invalidated")
         jti = claims.get("jti")
         return Identity(
             namespace=namespace,
@@ -260,7 +315,27 @@ class TokenValidator:
             node_name=str(node_ref.get("name", "")),
             node_uid=str(node_ref.get("uid", "")),
             credential_id=f"JTI={jti}" if jti else "",
+            recheck=lambda: self.bound_failure(private),
         )
+
+    def bound_failure(self, private: Obj) -> str:
+        """Why the objects the token is bound to no longer hold (its service account, Secret, pod or
+        node gone, replaced by a new UID, or deleted past the leeway); "" while they do. Lookups in the
+        watch cache: cheap enough to ask on every request, also when the signature check was cached, so a
+        deleted pod's token stops working at once."""
+        now = self.clock()
+        namespace = str(private.get("namespace") or "")
+        account_ref = private.get("serviceaccount") or {}
+        if self._current("serviceaccounts", namespace, account_ref, now) is None:
+            return f"service account {namespace}/{account_ref.get('name')} is not valid"
+        for resource, claim in (("secrets", "secret"), ("pods", "pod")):
+            ref = private.get(claim)
+            if ref is not None and self._current(resource, namespace, ref, now) is None:
+                return "service account token has been invalidated"
+        pod_ref, node_ref = private.get("pod") or {}, private.get("node") or {}
+        if node_ref and not pod_ref and self._current("nodes", "", node_ref, now) is None:
+            return "service account token has been invalidated"
+        return ""
 
     def _current(self, resource: str, namespace: str, ref: Any, now: float) -> Obj | None:
         """The object the claim names if it exists with the claimed UID and was not deleted (before the
@@ -279,6 +354,11 @@ class TokenValidator:
         return obj
 
 
+def today(now: float) -> str:
+    """The UTC date as upstream writes it in the legacy-token-last-used label."""
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%d")
+
+
 def _epoch(timestamp: str) -> float:
     return dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
@@ -294,5 +374,7 @@ __all__ = [
     "TokenRejected",
     "TokenValidator",
     "groups",
+    "peek_jwt",
+    "today",
     "username",
 ]

@@ -9,14 +9,17 @@ import ipaddress
 import json
 import logging
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from controlplane import legacytoken
 from controlplane.apiserver import (
     audit,
+    authnreload,
     discovery,
     health,
     kindparts,
@@ -30,17 +33,20 @@ from controlplane.apiserver.aggregator.handler import Aggregator
 from controlplane.apiserver.audit import AuditOptions, build_auditor
 from controlplane.apiserver.authmodes import DEFAULT_MODES, Authorization
 from controlplane.apiserver.authn import ANONYMOUS, USER_KEY, Authenticator, UserInfo, load_token_file
+from controlplane.apiserver.authnconfig import AuthenticationConfig
 from controlplane.apiserver.authz import Attributes, forbidden
 from controlplane.apiserver.bootstrap import ensure_kubernetes_service
 from controlplane.apiserver.bootstraptoken import BootstrapTokenAuthenticator
 from controlplane.apiserver.bootstraptoken_cluster import ensure_join_objects
 from controlplane.apiserver.certs import (
     CONTROLLER_MANAGER_USER,
+    FRONT_PROXY_CLIENT,
     SCHEDULER_USER,
     Pki,
     ensure_pki,
     write_kubeconfig,
 )
+from controlplane.apiserver.encryptionconfig import EncryptionConfig
 from controlplane.apiserver.endpointreconciler import DEFAULT_INTERVAL, DEFAULT_TTL, LeaseEndpointReconciler
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.etcdlayout import relayout_store
@@ -48,19 +54,31 @@ from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.flowcontrol.dispatcher import DUMP_PATH, Dispatcher
 from controlplane.apiserver.handlers import RestHandler, json_response
 from controlplane.apiserver.impersonation import impersonate
+from controlplane.apiserver.jwtauthn import JwtAuthenticator
 from controlplane.apiserver.kubeletproxy import KubeletClient
 from controlplane.apiserver.metrics import ApiServerMetrics, storage_gauges
+from controlplane.apiserver.podsecurity import PodSecurityConfig
 from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY
-from controlplane.apiserver.sakeys import SigningKey, ensure_signing_key, load_signing_key
-from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator
+from controlplane.apiserver.requestheader import RequestHeaderAuthenticator
+from controlplane.apiserver.sakeys import (
+    SigningKey,
+    VerificationKey,
+    ensure_signing_key,
+    load_signing_key,
+    load_verification_keys,
+)
+from controlplane.apiserver.satokens import DEFAULT_ISSUER, Obj, TokenIssuer, TokenValidator, today
 from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.storemetrics import MeasuredStore
+from controlplane.apiserver.tokenwebhook import TokenWebhook
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
-from controlplane.storage.cache import WatchCache, encode
+from controlplane.storage.cache import CachedObject, WatchCache, encode
+from controlplane.storage.encryption import TransformingStore
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
+from kubeclient.config import load_kubeconfig
 from kubeclient.exposition import CONTENT_TYPE
 from kubeclient.hostaddr import default_route_ip
 from kubeclient.tlsverify import go_compatible
@@ -112,13 +130,17 @@ class ServerConfig:
     tls_ciphers: str = ""
     # kubeadm's set: --kubelet-client-certificate/--kubelet-client-key, --kubelet-preferred-address-types,
     # --proxy-client-cert-file/--proxy-client-key-file (the aggregator's), --requestheader-client-ca-file
-    # and --requestheader-allowed-names (published for extension servers), --service-account-signing-key-file.
+    # and --requestheader-allowed-names (published for extension servers, and front-proxy authentication
+    # here: requestheader.py), --service-account-signing-key-file.
     kubelet_client_cert: tuple[Path, Path] | None = None
     kubelet_address_types: tuple[str, ...] = ("InternalIP", "Hostname", "ExternalIP")
     proxy_client_cert: tuple[Path, Path] | None = None
     requestheader_client_ca: Path | None = None
     requestheader_allowed_names: tuple[str, ...] = ()
     service_account_signing_key: Path | None = None
+    # --service-account-key-file (repeatable): the keys that verify tokens and that the JWKS lists; none
+    # given: the signing key's own. Rotation keeps a retired key here until its tokens have expired.
+    service_account_key_files: tuple[Path, ...] = ()
     # --service-cluster-ip-range and --service-node-port-range.
     service_ranges: ServiceRanges = field(default_factory=ServiceRanges)
     extra_sans: list[str] = field(default_factory=list)
@@ -131,6 +153,15 @@ class ServerConfig:
     extend_token_expiration: bool = True
     jwks_uri: str = ""
     disable_admission_plugins: list[str] = field(default_factory=list)
+    # --admission-control-config-file's PodSecurity configuration (defaults and exemptions).
+    pod_security: PodSecurityConfig = field(default_factory=PodSecurityConfig)
+    encryption: EncryptionConfig | None = None  # --encryption-provider-config
+    authentication: AuthenticationConfig | None = None  # --authentication-config (JWT authenticators)
+    authentication_file: Path | None = None  # the file, watched and reloaded when it changes
+    # --authentication-token-webhook-config-file (a kubeconfig), its --...-cache-ttl and --...-version.
+    token_webhook: Path | None = None
+    token_webhook_cache_ttl: float = 120.0
+    token_webhook_version: str = "v1"
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode (authmodes.py)
     anonymous_auth: bool = True  # --anonymous-auth: a request without credentials is system:anonymous
     # --enable-bootstrap-token-auth: bootstrap-token Secrets authenticate (bootstraptoken.py), and the server
@@ -165,6 +196,8 @@ class ApiServer:
             else SQLiteStore(config.data_dir / "state.db")
         )
         self.store = MeasuredStore(backend, self.metrics.registry)
+        if config.encryption is not None:  # --encryption-provider-config: values encrypted at rest
+            self.store = TransformingStore(self.store, config.encryption.transformer_for_key())
         self.cache = WatchCache(
             self.store, window=config.watch_window, viewer=slim_view, windows=config.watch_windows
         )
@@ -172,6 +205,7 @@ class ApiServer:
             self.cache, self.kinds.admission_chain(config.disable_admission_plugins), self.kinds
         )
         self.registry.service_ranges = config.service_ranges
+        self.registry.pod_security = config.pod_security
         # In-process loops the kinds need (the namespace finalizer, event expiry).
         self.controllers = self.kinds.controllers(self.registry, config)
         tokens = load_token_file(config.token_file) if config.token_file else {}
@@ -187,6 +221,10 @@ class ApiServer:
         # The aggregation layer: group/versions another server serves (APIServices), proxied.
         self.aggregator = Aggregator(self.registry, self.authorizer, {g for g, _ in self.kinds.groups()})
         self.signing_key: SigningKey | None = None
+        self.verification_keys: list[VerificationKey] = []
+        self._marking: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._authn_watch: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self.ready = False
         self.steps = health.Steps()
         self.health = health.HealthHandler(health.standard_checks(backend, self.steps))
@@ -221,6 +259,19 @@ class ApiServer:
         for controller in self.controllers:
             controller.start()
         await self._start_service_account_tokens()
+        if self.config.token_webhook is not None:
+            self.authenticator.webhook = TokenWebhook(
+                load_kubeconfig(self.config.token_webhook),
+                self.config.token_webhook_cache_ttl,
+                self.config.token_webhook_version,
+            )
+        if self.config.authentication is not None:
+            self._apply_authentication(self.config.authentication)
+        if self.config.authentication_file is not None:
+            self._authn_watch = asyncio.create_task(
+                authnreload.watch(self.config.authentication_file, self._apply_authentication),
+                name="authentication-config-watch",
+            )
         ssl_context = None
         if not self.config.insecure_http:
             sans = [*self.config.extra_sans, self.config.service_ranges.kubernetes_service_ip]
@@ -247,6 +298,19 @@ class ApiServer:
             ssl_context.load_verify_locations(self.pki.ca_cert)
             if self.config.client_ca_file is not None:
                 ssl_context.load_verify_locations(self.config.client_ca_file)
+            # Front proxies (an aggregator in front of this server) present certificates of this CA.
+            front_proxy_ca = self.config.requestheader_client_ca or self.pki.front_proxy_ca_cert
+            if front_proxy_ca is not None:
+                ssl_context.load_verify_locations(front_proxy_ca)
+                client_cas = (
+                    self.pki.ca_cert,
+                    *((self.config.client_ca_file,) if self.config.client_ca_file else ()),
+                )
+                self.authenticator.requestheader = RequestHeaderAuthenticator.from_files(
+                    front_proxy_ca,
+                    self.config.requestheader_allowed_names or (FRONT_PROXY_CLIENT,),
+                    client_cas,
+                )
             ssl_context.verify_mode = ssl.CERT_OPTIONAL
             ssl_context.options |= ssl.OP_NO_RENEGOTIATION
             ssl_context.set_ciphers(
@@ -365,24 +429,95 @@ class ApiServer:
             config.max_token_expiration,
             config.extend_token_expiration,
         )
+        self.verification_keys = await asyncio.to_thread(self._verification_keys, key)
         self.authenticator.service_accounts = TokenValidator(
-            [key], config.service_account_issuers, self.api_audiences, self._lookup
+            self.verification_keys,
+            config.service_account_issuers,
+            self.api_audiences,
+            self._bound_object,
+            secrets=self._secret,  # legacy tokens (kubernetes.io/service-account-token Secrets)
+            legacy_used=self._legacy_token_used,
         )
 
-    def _lookup(self, resource: str, namespace: str, name: str) -> Obj | None:
-        """A core object from the watch cache, for the checks of bound tokens."""
+    def _verification_keys(self, signing: SigningKey) -> list[VerificationKey]:
+        if not self.config.service_account_key_files:
+            return [signing.verification()]
+        keys: dict[str, VerificationKey] = {}
+        for path in self.config.service_account_key_files:
+            for found in load_verification_keys(path):
+                keys.setdefault(found.kid, found)
+        if signing.kid not in keys:
+            log.warning(
+                "event=signing_key_not_verified kid=%s reason=%r",
+                signing.kid,
+                "no --service-account-key-file holds the signing key's public half: new tokens will not verify",
+            )
+        return list(keys.values())
+
+    def _apply_authentication(self, config: AuthenticationConfig) -> None:
+        """The JWT authenticators of `config` in place of the current ones (whose key tasks stop)."""
+        old = self.authenticator.jwt
+        fresh = []
+        for jwt_config in config.jwt:
+            external = JwtAuthenticator(jwt_config)  # keys fetched in the background
+            external.start()
+            fresh.append(external)
+        self.authenticator.replace_jwt(fresh)
+        for external in old:
+            self._background.add(task := asyncio.create_task(external.stop()))
+            task.add_done_callback(self._background.discard)
+
+    def _legacy_token_used(self, namespace: str, name: str) -> None:
+        """Upstream's legacy-token tracking: the Secret gets today's kubernetes.io/legacy-token-last-used
+        label, written off the request path (once per Secret at a time)."""
+        if (namespace, name) in self._marking:
+            return
+        task = asyncio.get_running_loop().create_task(self._mark_legacy_used(namespace, name))
+        self._marking[(namespace, name)] = task
+        task.add_done_callback(lambda _: self._marking.pop((namespace, name), None))
+
+    async def _mark_legacy_used(self, namespace: str, name: str) -> None:
+        day = today(time.time())
+        kind = self.kinds.by_path("", "v1", "secrets")
+
+        def label(obj: Obj) -> Obj:
+            obj["metadata"].setdefault("labels", {})[legacytoken.LAST_USED_LABEL] = day
+            return obj
+
+        try:
+            assert kind is not None
+            await self.registry.guaranteed_update(kind, namespace, name, label, validate=False)
+        except ApiError as err:  # gone meanwhile: nothing to mark
+            log.info(
+                "event=legacy_token_label_failed namespace=%s name=%s code=%d", namespace, name, err.code
+            )
+
+    def _cached(self, resource: str, namespace: str, name: str) -> CachedObject | None:
         kind = self.kinds.by_path("", "v1", resource)
-        cached = self.cache.get(kind.key(namespace, name)) if kind is not None else None
-        return cached.obj if cached is not None else None
+        return self.cache.get(kind.key(namespace, name)) if kind is not None else None
+
+    def _bound_object(self, resource: str, namespace: str, name: str) -> Obj | None:
+        """A core object's cached view (its metadata: name, uid, deletionTimestamp), for the checks of
+        bound tokens, made on every request: nothing is decoded."""
+        cached = self._cached(resource, namespace, name)
+        return cached.view if cached is not None else None
 
     def _secret(self, namespace: str, name: str) -> Obj | None:
-        return self._lookup("secrets", namespace, name)
+        cached = self._cached("secrets", namespace, name)
+        return cached.obj if cached is not None else None
 
     async def stop(self) -> None:
         self.ready = False
         self.steps.shutting_down = True
         if self.endpoints is not None:
             await self.endpoints.stop()
+        if self._authn_watch is not None:
+            self._authn_watch.cancel()
+            await asyncio.gather(self._authn_watch, return_exceptions=True)
+        for external in self.authenticator.jwt:
+            await external.stop()
+        if self.authenticator.webhook is not None:
+            await self.authenticator.webhook.close()
         if self._compactor:
             self._compactor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -459,7 +594,7 @@ class ApiServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
         try:
-            user = self.authenticator.authenticate(request)
+            user = await self.authenticator.authenticate_request(request)
             if user is None and self.config.insecure_http:
                 # Like upstream's old insecure port: no TLS means no identity; everyone is admin.
                 user = INSECURE_USER
@@ -656,7 +791,7 @@ class ApiServer:
         return oidc.configuration_response(self.config.service_account_issuers[0], self.config.jwks_uri)
 
     async def _jwks(self, request: web.Request) -> web.Response:
-        return oidc.jwks_response([self.signing_key] if self.signing_key else [])
+        return oidc.jwks_response(self.verification_keys)
 
     async def _openapi_v3_root(self, request: web.Request) -> web.Response:
         self._refresh_openapi()

@@ -73,6 +73,9 @@ class Controller(ABC):
     # The service account kube-system/<account> it acts as (upstream's ClientBuilder.ClientOrDie name,
     # bound to system:controller:<account>); "" means "<name>-controller".
     account: ClassVar[str] = ""
+    # Acts with the manager's own credentials rather than a service account (upstream's token
+    # controller, which runs on the root client).
+    root_credentials: ClassVar[bool] = False
 
     @classmethod
     def account_name(cls) -> str:

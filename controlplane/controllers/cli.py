@@ -54,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bind-address", default="127.0.0.1", help="address of the healthz/metrics endpoint")
     parser.add_argument(
+        "--service-account-private-key-file",
+        type=Path,
+        default=None,
+        help="the key that signs the tokens of kubernetes.io/service-account-token Secrets (serviceaccount-token)",
+    )
+    parser.add_argument(
         "--secure-port", type=int, default=10257, help="HTTPS port for healthz and metrics (0: none)"
     )
     parser.add_argument(
@@ -182,6 +188,15 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         signer = (args.cluster_signing_cert_file.read_bytes(), args.cluster_signing_key_file.read_bytes())
+    sa_key = None
+    if args.service_account_private_key_file is not None:
+        from controlplane.controllers.serviceaccounttoken import load_private_key
+
+        try:
+            sa_key = load_private_key(args.service_account_private_key_file)
+        except (OSError, ValueError) as err:
+            logging.getLogger(__name__).error("--service-account-private-key-file: %s", err)
+            return 2
     config = ManagerConfig(
         controllers=controllers,
         leader_election=election,
@@ -191,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
         client_ca_file=args.client_ca_file,
         options={
             "root_ca": root_ca,
+            "service_account_private_key": sa_key,
             "cluster_signing": cluster_signing,
             "allocate_node_cidrs": args.allocate_node_cidrs,
             "cluster_cidr": args.cluster_cidr,

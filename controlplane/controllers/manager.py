@@ -128,6 +128,9 @@ class ControllerManager:
         by_account: dict[str, ControllerContext] = {}
         backoff = Backoff(initial=0.5, maximum=10.0)
         for name in self.config.controllers:
+            if CONTROLLERS[name].root_credentials:
+                out[name] = base
+                continue
             account = CONTROLLERS[name].account_name()
             while account not in by_account:
                 try:

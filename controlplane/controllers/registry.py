@@ -30,6 +30,7 @@ from controlplane.controllers.replicaset import ReplicaSetController, Replicatio
 from controlplane.controllers.resourcequota import ResourceQuotaController
 from controlplane.controllers.rootca import RootCAPublisher
 from controlplane.controllers.serviceaccount import ServiceAccountController
+from controlplane.controllers.serviceaccounttoken import ServiceAccountTokenController
 from controlplane.controllers.servicelb import ServiceLBController
 from controlplane.controllers.statefulset import StatefulSetController
 from controlplane.controllers.tainteviction import TaintEvictionController
@@ -53,6 +54,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         ReplicationControllerController,
         GarbageCollector,
         ServiceAccountController,
+        ServiceAccountTokenController,
         RootCAPublisher,
         NodeLifecycleController,
         TaintEvictionController,

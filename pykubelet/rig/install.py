@@ -26,7 +26,8 @@ PACKAGES: dict[str, str] = {
     "nftables": "/usr/sbin/nft",
     "iptables": "/usr/sbin/iptables",
     "etcd-server": "/usr/bin/etcd",
-    # `pykubelet etcd-snapshot` saves and restores with etcd's own snapshot tool.
+    # etcdctl: `pykubelet etcd-snapshot` saves and restores with etcd's own snapshot tool, and the tests read
+    # what is stored (encryption at rest) as an administrator would.
     "etcd-client": "/usr/bin/etcdctl",
     # The service proxy flushes stale UDP conntrack entries with it (as kube-proxy does).
     "conntrack": "/usr/sbin/conntrack",

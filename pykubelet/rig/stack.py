@@ -27,6 +27,7 @@ from agent.cni.node import NodeNetwork
 from pykubelet.progress import Progress
 from pykubelet.rig.auditlog import audit_args
 from pykubelet.rig.containerd import Containerd
+from pykubelet.rig.encryption import encryption_args
 from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members
 from pykubelet.rig.images import RigImages, publish_test_images
 from pykubelet.rig.netlease import service_range_for
@@ -378,7 +379,7 @@ class Stack:
 
     def _apiserver_extra_args(self) -> list[str]:
         """What every API server of the stack runs with beyond its address: bootstrap-token
-        authentication (joining nodes) and the local-path provisioner's root."""
+        authentication (joining nodes), the local-path provisioner's root, Secrets encrypted at rest."""
         verify = [
             "--kubelet-certificate-authority",
             str(self.config.state_dir / "apiserver" / "pki" / "ca.crt"),
@@ -398,6 +399,7 @@ class Stack:
             str(self.config.state_dir / "local-path"),
             *(verify if self.config.verify_kubelets else []),
             *(ipam if self.config.cluster_cidr else []),
+            *encryption_args(self.config.state_dir),  # Secrets encrypted at rest (rig/encryption.py)
         ]
 
     def _bridge_for_replicas(self, bridge: str, pod_cidr: str) -> None:

@@ -42,6 +42,7 @@ BENCHMARKS = {
         "bench/apiserver/consistent.py", "apiserver-consistent", needs_root=False
     ),
     "apiserver-webhooks": Benchmark("bench/apiserver/webhooks.py", "apiserver-webhooks", needs_root=False),
+    "apiserver-security": Benchmark("bench/apiserver/security.py", "apiserver-security", needs_root=False),
     "apiserver-crd": Benchmark("bench/apiserver/crd.py", "apiserver-crd", needs_root=False),
     "apiserver-protobuf": Benchmark("bench/apiserver/protobuf.py", "apiserver-protobuf", needs_root=False),
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),

@@ -414,3 +414,71 @@ def test_an_audit_log_that_cannot_be_made_stops_the_start(tmp_path: Path) -> Non
     assert (
         proc.stderr.strip().splitlines()[-1] == f"pykubelet server: --audit-log-path {log}: File exists"
     )  # its directory is a file
+
+
+def test_the_webhook_backend_receives_event_lists(tmp_path: Path) -> None:
+    """--audit-webhook-config-file: the events go to the webhook as audit.k8s.io/v1 EventLists."""
+    import asyncio
+    import base64
+
+    import yaml
+    from aiohttp import web
+
+    from tests.controlplane.webhookserver import serving_in_thread
+
+    class Receiver:
+        def __init__(self, ca_pem: bytes) -> None:
+            self.ca_pem = ca_pem
+            self.port = 0
+            self._stop: asyncio.Event | None = None
+            self.lists: list[dict[str, Any]] = []
+
+        async def _handle(self, request: web.Request) -> web.StreamResponse:
+            self.lists.append(await request.json())
+            return web.json_response({})
+
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    with serving_in_thread(Receiver, tmp_path, "127.0.0.1", (), "audit webhook") as receiver:
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "w",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{receiver.port}/audit",
+                        "certificate-authority-data": base64.b64encode(receiver.ca_pem).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": "w", "user": {}}],
+            "contexts": [{"name": "w", "context": {"cluster": "w", "user": "w"}}],
+            "current-context": "w",
+        }
+        (tmp_path / "webhook.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        args = [
+            "--audit-policy-file",
+            str(tmp_path / "policy.yaml"),
+            "--audit-webhook-config-file",
+            str(tmp_path / "webhook.kubeconfig"),
+        ]
+        with ApiServer(tmp_path / "api", extra_args=args) as server, server.api_client() as api:
+            from kubernetes import client
+
+            client.CoreV1Api(api).create_namespaced_config_map("default", {"metadata": {"name": "hooked"}})
+            deadline = time.monotonic() + 30
+            while True:
+                events = [e for lst in receiver.lists for e in lst["items"]]
+                found = [
+                    e
+                    for e in events
+                    if (e.get("objectRef") or {}).get("name") == "hooked" and e["stage"] == "ResponseComplete"
+                ]
+                if found:
+                    break
+                assert time.monotonic() < deadline, "no event reached the webhook"
+                time.sleep(0.1)
+        assert all(
+            lst["kind"] == "EventList" and lst["apiVersion"] == "audit.k8s.io/v1" for lst in receiver.lists
+        )
+        assert found[0]["verb"] == "create" and found[0]["responseStatus"]["code"] == 201

@@ -187,8 +187,13 @@ def test_bad_flag_values_stop_the_server_with_exit_2(tmp_path: Path) -> None:
         (["--kubelet-preferred-address-types=InternalIP,Nope"], "--kubelet-preferred-address-types: Nope"),
         (["--service-account-key-file", str(other_pub)], "needs --service-account-signing-key-file"),
         (
-            ["--service-account-signing-key-file", str(sa_key), "--service-account-key-file", str(other_pub)],
-            "verifying with keys other than the signing key's is not supported",
+            [
+                "--service-account-signing-key-file",
+                str(sa_key),
+                "--service-account-key-file",
+                str(sa_key) + ".nope",
+            ],
+            "--service-account-key-file",
         ),
         (
             ["--kubelet-client-certificate", str(sa_pub)],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -317,3 +318,58 @@ async def test_a_handler_that_fails_is_audited_at_stage_panic(tmp_path: Path) ->
         "reason": "InternalError",
         "code": 500,
     }
+
+
+class _SlowDisk(LogFile):
+    """A real file behind a disk that takes 20 ms per write."""
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        import time
+
+        time.sleep(0.02)
+        super().write_lines(lines)
+
+
+@pytest.mark.parametrize("mode", ["blocking", "batch"])
+async def test_blocking_mode_loses_no_event_under_a_slow_disk(tmp_path: Path, mode: str) -> None:
+    import asyncio
+
+    from controlplane.apiserver.audit.backend import BufferedBackend
+
+    path = tmp_path / "audit.log"
+    backend = BufferedBackend(_SlowDisk(str(path), Rotation()), buffer_size=5, max_batch=4, mode=mode)
+    await backend.start()
+
+    async def request(i: int) -> None:  # what the audit middleware does for one request
+        backend.process({"auditID": str(i)})
+        await backend.room()
+
+    await asyncio.gather(*(request(i) for i in range(200)))
+    await backend.stop()
+    written = [line for line in path.read_text().splitlines() if line]
+    if mode == "blocking":
+        assert backend.dropped == 0 and len(written) == 200
+        assert {json.loads(line)["auditID"] for line in written} == {str(i) for i in range(200)}
+    else:  # upstream's batch backend: a full buffer drops, and counts it
+        assert backend.dropped > 0 and len(written) == 200 - backend.dropped
+
+
+def test_truncation_drops_the_objects_then_the_event() -> None:
+    from controlplane.apiserver.audit.backend import TRUNCATED, truncate
+
+    small = {"auditID": "a", "stage": "ResponseComplete"}
+    assert truncate(small, 1000) is small
+    big = {**small, "requestObject": {"data": "x" * 5000}, "responseObject": {"data": "y" * 5000}}
+    cut = truncate(big, 1000)
+    assert cut is not None and "requestObject" not in cut and "responseObject" not in cut
+    assert cut["annotations"] == {TRUNCATED: "true"} and cut["auditID"] == "a"
+    assert truncate({**big, "annotations": {"k": "v" * 5000}}, 1000) is None  # still too big: dropped
+
+
+def test_truncation_is_set_per_backend(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(HEAD + "rules:\n- level: Metadata\n")
+    auditor = build_auditor(AuditOptions(policy, str(tmp_path / "audit.log"), log_truncate_at=2048))
+    assert auditor.backend is not None
+    assert [b.truncate_at for b in auditor.backend.backends] == [2048]
+    assert auditor.backend.failures() == {"buffered": 0, "log": 0, "truncate": 0}

@@ -24,7 +24,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from controlplane.apiserver.audit import policy as pol
-from controlplane.apiserver.audit.backend import BufferedBackend
+from controlplane.apiserver.audit.backend import Backends
 from controlplane.apiserver.audit.requestinfo import Attributes, request_attributes
 from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import Decision
@@ -156,7 +156,7 @@ AUDIT_KEY = web.RequestKey("audit", AuditContext)
 class Auditor:
     """The policy and the backend, and the middleware that opens and closes each request's event."""
 
-    def __init__(self, policy: pol.Policy | None, backend: BufferedBackend | None) -> None:
+    def __init__(self, policy: pol.Policy | None, backend: Backends | None) -> None:
         self.policy = policy
         self.backend = backend
         self.events = 0  # sent to the backend
@@ -183,8 +183,8 @@ class Auditor:
             "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error.",
             labels=["plugin"],
         )
-        errors.add_metric(["buffered"], self.backend.dropped)
-        errors.add_metric(["log"], self.backend.failed)
+        for plugin, count in sorted(self.backend.failures().items()):
+            errors.add_metric([plugin], count)
         levels = CounterMetricFamily(
             "apiserver_audit_level",
             "Counter of policy levels for audit events (1 per request).",
@@ -222,6 +222,8 @@ class Auditor:
             self._complete(request, ctx, 0, None)
             raise
         self._complete(request, ctx, response.status, response)
+        if self.backend is not None:
+            await self.backend.room()  # blocking mode: a full buffer holds the response, never drops
         return response
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:

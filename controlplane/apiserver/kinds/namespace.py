@@ -86,6 +86,8 @@ class Namespace(Kind):
     field_meta = ("metadata.name",)
     field_refusal = REFUSE_UNSUPPORTED
     columns = (tables.NAME, tables.column("Status", desc="The status of the namespace"), tables.AGE)
+    # PodSecurity (pods, pod templates, namespaces) follows it, attached by the REST layer (kindparts.py):
+    # a namespace's parts come before the webhooks', so it validates before them, as upstream orders it.
     admission = (Lifecycle(),)
 
     def validate_name(self, path: str, name: str) -> list[errors.FieldError]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from controlplane import legacytoken
 from controlplane.apiserver import tables
-from controlplane.apiserver.errors import FieldError
+from controlplane.apiserver.errors import FieldError, required
 from controlplane.apiserver.kinds.base import REFUSE_UNSUPPORTED, Kind, fields
 from controlplane.apiserver.kinds.configmap import validate_immutable, validate_keys
 from controlplane.apiserver.meta import age
@@ -39,7 +40,11 @@ class Secret(Kind):
                 data[key] = base64.b64encode(value.encode()).decode()
 
     def validate_spec(self, obj: Obj) -> list[FieldError]:
-        return validate_keys(obj, ("data",))
+        errs = validate_keys(obj, ("data",))
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if obj.get("type") == legacytoken.SECRET_TYPE and not annotations.get(legacytoken.NAME_ANNOTATION):
+            errs.append(required(f"metadata.annotations[{legacytoken.NAME_ANNOTATION}]"))
+        return errs
 
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
         return immutable("type", new.get("type"), old.get("type")) + validate_immutable(new, old, ("data",))

@@ -37,7 +37,7 @@ class TokenReview(Kind):
         status: dict[str, Any] = {"user": {}}
         authenticator = rest.authenticator
         if authenticator is not None:
-            result = authenticator.authenticate_token(token, tuple(spec.get("audiences") or ()))
+            result = await authenticator.authenticate_token_async(token, tuple(spec.get("audiences") or ()))
             status["authenticated"] = result.user is not None
             if result.user is not None:
                 user = result.user
