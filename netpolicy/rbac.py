@@ -37,3 +37,8 @@ def cluster_role_binding(user: str = USER) -> dict[str, Any]:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }
+
+
+def manifests(user: str = USER) -> list[dict[str, Any]]:
+    """The objects to apply, in order."""
+    return [cluster_role(), cluster_role_binding(user)]
