@@ -56,10 +56,10 @@ class Probe:
         self.kubeconfig = kubeconfig
 
     def __call__(self, namespace: str, pod: str, ip: str, port: int = 8080) -> bool:
-        """Whether `pod` gets the page from ip:port (wget gives up after 2 s)."""
+        """Whether `pod` gets the page from ip:port within 2 s (`timeout`: busybox 1.35's `wget -T` crashes)."""
         done = subprocess.run(
             ["kubectl", "--kubeconfig", str(self.kubeconfig), "-n", namespace, "exec", pod, "--"]
-            + ["wget", "-q", "-T", "2", "-O", "-", f"http://{ip}:{port}/"],
+            + ["sh", "-c", f"timeout 2 wget -q -O - http://{ip}:{port}/"],
             capture_output=True,
             text=True,
             timeout=30,
