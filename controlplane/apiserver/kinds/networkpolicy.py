@@ -158,7 +158,10 @@ def validate_policy_spec(spec: Any) -> list[FieldError]:
                 errors += validate_peer(peer, f"{at}.{peers}[{j}]")
     types = spec.get("policyTypes") or []
     if len(types) > len(POLICY_TYPES):
-        errors.append(invalid("spec.policyTypes", types, "may not specify more than two policyTypes"))
+        # upstream hands the list itself to field.Invalid, which prints it with Go's %#v
+        shown = "[]networking.PolicyType{" + ", ".join(f'"{t}"' for t in types) + "}"
+        detail = f"Invalid value: {shown}: may not specify more than two policyTypes"
+        errors.append(FieldError("FieldValueInvalid", "spec.policyTypes", detail))
         return errors
     for i, kind in enumerate(types):
         if kind not in POLICY_TYPES:
