@@ -66,6 +66,25 @@ print("connected", flush=True)
 for line in sys.stdin:
     s.sendall(line.encode()); print(s.recv(64).decode().strip() or "closed", flush=True)
 """
+UDP_ECHO = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 5353))
+print("up", flush=True)
+while True:
+    data, peer = s.recvfrom(64)
+    s.sendto(b"ok", peer)
+"""
+UDP_ASK = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1.0)
+s.sendto(b"?", (sys.argv[1], int(sys.argv[2])))
+try:
+    print(s.recv(8).decode())
+except OSError:
+    print("blocked")
+"""
 ECHO = """
 import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -136,6 +155,12 @@ class PodLab:
         """'ok' when the server answered, 'blocked' when the connection timed out, 'refused'."""
         out = sh(
             "ip", "netns", "exec", self.ns(pod), sys.executable, "-c", CONNECT, ip, str(port), check=False
+        )
+        return out.stdout.strip() or out.stderr.strip()
+
+    def ask_udp(self, pod: str, ip: str, port: int) -> str:
+        out = sh(
+            "ip", "netns", "exec", self.ns(pod), sys.executable, "-c", UDP_ASK, ip, str(port), check=False
         )
         return out.stdout.strip() or out.stderr.strip()
 
@@ -252,6 +277,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             lab.start("server", SERVER, *map(str, SERVER_PORTS))
             lab.start("far", SERVER, "8080")
             lab.start("server", ECHO)
+            lab.start("server", UDP_ECHO)
             kubeconfig = server.client_kubeconfig(rbac.USER, (), root / "netpol.kubeconfig")
             log = (root / "agent.log").open("w")
             agent = subprocess.Popen(
@@ -339,8 +365,14 @@ def test_ports_by_number_name_and_range(world: World) -> None:
     world.policy("range", ingress=[{"ports": [{"port": 8081, "endPort": 9001}]}])
     world.expect({("client", 8080): "blocked", ("client", 8081): "ok", ("client", 9001): "ok"})
     world.delete("range")
-    world.policy("udp-only", ingress=[{"ports": [{"port": 8080, "protocol": "UDP"}]}])
+    world.policy("udp-only", ingress=[{"ports": [{"port": 5353, "protocol": "UDP"}]}])
     world.expect({("client", 8080): "blocked"})
+    assert world.lab.ask_udp("client", SERVER_IP, 5353) == "ok"
+    world.delete("udp-only")
+    world.policy("tcp-only", ingress=[{"ports": [{"port": 5353}]}])  # TCP by default
+    wait_for(
+        lambda: world.lab.ask_udp("client", SERVER_IP, 5353) == "blocked", timeout=20, what="UDP refused"
+    )
 
 
 def test_egress_isolation_with_a_named_port(world: World) -> None:

@@ -99,6 +99,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
             "dns",
             "agent",
             "proxy",
+            "netpolicy",
             "metrics-server",
             "ingress",
         ]
@@ -203,6 +204,7 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
             "dns",
             "agent",
             "proxy",
+            "netpolicy",
             "metrics-server",
             "ingress",
         ]
