@@ -21,13 +21,14 @@ Shape: `forward` accepts established/related traffic, then jumps through the `eg
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kubeclient.selectors import Selector
-from netpolicy.model import PodInfo, Policy, Port, Rule
+from netpolicy.model import Peer, PodInfo, Policy, Port, Rule
 
 TABLE = "pykubelet-netpol"
 FAMILY = "inet"
@@ -82,6 +83,7 @@ def chain_name(direction: str, pod: PodInfo) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=65536)
 def _ip_key(ip: str) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(ip)
 
@@ -100,10 +102,11 @@ def _port_match(protocol: str, number: int | None = None, end: int | None = None
 @dataclass(frozen=True)
 class _Target:
     """Who a peer stands for: an address match (empty: anyone) and the pods it covers, against which
-    an egress rule resolves its named ports."""
+    an egress rule resolves its named ports (for an ipBlock: the pods inside it, found when needed)."""
 
     match: str
-    pods: tuple[PodInfo, ...]
+    pods: tuple[PodInfo, ...] = ()
+    block: Peer | None = None
 
 
 class _Builder:
@@ -112,6 +115,20 @@ class _Builder:
         self.by_namespace: dict[str, list[PodInfo]] = {}
         for pod in cluster.pods:
             self.by_namespace.setdefault(pod.namespace, []).append(pod)
+        # A rule's peers are the same for every pod the policy selects: resolved once per build.
+        self._targets: dict[tuple[int, str], list[_Target]] = {}
+        self._blocks: dict[Peer, tuple[PodInfo, ...]] = {}
+
+    def in_block(self, peer: Peer) -> tuple[PodInfo, ...]:
+        if peer not in self._blocks:
+            network = ipaddress.IPv4Network(peer.cidr)
+            holes = [ipaddress.IPv4Network(e) for e in peer.excepts]
+            self._blocks[peer] = tuple(
+                p
+                for p in self.cluster.pods
+                if _ip_key(p.ip) in network and not any(_ip_key(p.ip) in h for h in holes)
+            )
+        return self._blocks[peer]
 
     def _selected(
         self, policy: Policy, peer_pods: Selector | None, peer_namespaces: Selector | None
@@ -124,22 +141,21 @@ class _Builder:
         return [p for p in pods if peer_pods is None or peer_pods.matches(p.labels)]
 
     def targets(self, policy: Policy, rule: Rule, field_name: str) -> list[_Target]:
+        key = (id(rule), field_name)
+        if key not in self._targets:
+            self._targets[key] = self._resolve(policy, rule, field_name)
+        return self._targets[key]
+
+    def _resolve(self, policy: Policy, rule: Rule, field_name: str) -> list[_Target]:
         if not rule.peers:
             return [_Target("", self.cluster.pods)]
         out = []
         for peer in rule.peers:
             if peer.cidr:
-                network = ipaddress.IPv4Network(peer.cidr)
-                holes = [ipaddress.IPv4Network(e) for e in peer.excepts]
                 match = f"{field_name} {peer.cidr}"
                 if peer.excepts:
                     match += f" {field_name} != {{ {', '.join(peer.excepts)} }}"
-                inside = tuple(
-                    p
-                    for p in self.cluster.pods
-                    if _ip_key(p.ip) in network and not any(_ip_key(p.ip) in h for h in holes)
-                )
-                out.append(_Target(match, inside))
+                out.append(_Target(match, block=peer))
                 continue
             pods = self._selected(policy, peer.pods, peer.namespaces)
             if pods:
@@ -165,7 +181,7 @@ class _Builder:
             return [] if number is None else [f"{target.match} {_port_match(port.protocol, number)}"]
         # egress: the name is each destination pod's, which may map it to different numbers
         by_number: dict[int, list[str]] = {}
-        for peer in target.pods:
+        for peer in self.in_block(target.block) if target.block is not None else target.pods:
             number = peer.named_ports.get((port.name, port.protocol))
             if number is not None:
                 by_number.setdefault(number, []).append(peer.ip)
