@@ -58,23 +58,27 @@ class PolicyAgent:
         self.withheld: frozenset[str] = frozenset()  # policy keys whose rules nft refused
         self._withheld_versions: dict[str, str] = {}
         self._reported: set[tuple[str, str]] = set()
+        self._parsed: dict[str, tuple[str, Policy | None]] = {}  # key -> (resourceVersion, parsed)
         self.recorder = EventRecorder(client, EventSource(COMPONENT, ",".join(sorted(config.node_names))))
 
     # --- the caches, parsed ---------------------------------------------------------------------------
 
+    def _parse(self, obj: Obj) -> Policy | None:
+        try:
+            return parse_policy(obj)
+        except PolicyError as err:
+            self._report(obj, f"its rules cannot be used ({err}); the pods it selects admit nothing by it")
+            return isolation_only(obj)
+
     def _parsed_policies(self) -> list[Policy]:
-        out = []
+        """The policies parsed, each once per resourceVersion."""
+        cache: dict[str, tuple[str, Policy | None]] = {}
         for obj in self.policies.list():
-            try:
-                out.append(parse_policy(obj))
-            except PolicyError as err:
-                self._report(
-                    obj, f"its rules cannot be used ({err}); the pods it selects admit nothing by it"
-                )
-                fallback = isolation_only(obj)
-                if fallback is not None:
-                    out.append(fallback)
-        return out
+            key, version = key_of(obj), str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            known = self._parsed.get(key)
+            cache[key] = known if known is not None and known[0] == version else (version, self._parse(obj))
+        self._parsed = cache
+        return [policy for _, policy in cache.values() if policy is not None]
 
     def cluster(self) -> Cluster:
         pods: list[PodInfo] = [p for p in (parse_pod(o) for o in self.pods.list()) if p is not None]
