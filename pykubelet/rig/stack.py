@@ -953,8 +953,8 @@ class Stack:
 
     def supervised(self) -> list:
         """Every daemon of the started stack a supervisor keeps running (pykubelet.rig.supervisor): the
-        registry, the etcd members, the API servers, the service proxy, the DNS, the metrics server, the
-        ingress controller, each node's agent and containerd, each with the command line, log and record key it was started with."""
+        registry, the etcd members, the API servers, the service proxy, the network-policy agent, the DNS,
+        the metrics server, the ingress controller, each node's agent and containerd, each with the command line, log and record key it was started with."""
         from pykubelet.rig.supervisor import Supervised
 
         d = str(self.config.state_dir)
@@ -973,6 +973,7 @@ class Stack:
             ),
             ("agent", self.agent, d, True),
             ("proxy", self.proxy, d, True),
+            ("netpolicy", self.netpolicy, d, True),
             ("dns", self.dns, d, True),
             ("metrics-server", self.metrics_server, d, True),
             # its nginx runs in its process group: stopped with it, started again by it

@@ -6,7 +6,6 @@ import pytest
 
 from controlplane.apiserver.kinds.networkpolicy import (
     default_policy,
-    port_name_errors,
     validate_ip_block,
     validate_policy_spec,
     validate_port,
@@ -55,7 +54,9 @@ def test_protocol_defaults_to_tcp_and_a_given_one_stays() -> None:
     ],
 )
 def test_port_names(name: str, messages: list[str]) -> None:
-    assert port_name_errors(name) == messages
+    assert [e.detail for e in validate_port({"port": name}, "p")] == [
+        f"Invalid value: {name!r}: {m}".replace("'", '"') for m in messages
+    ]
 
 
 def test_port_ranges() -> None:

@@ -14,7 +14,6 @@ counts in metadata.generation.
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Any
 
 from controlplane.apiserver import tables
@@ -23,36 +22,19 @@ from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import age
 from controlplane.apiserver.rbac.validation import label_selector
 from controlplane.apiserver.validation import port_number
+from kubeclient.names import port_name
 
 Obj = dict[str, Any]
 
 PROTOCOLS = ["TCP", "UDP", "SCTP"]
 POLICY_TYPES = ["Ingress", "Egress"]
 TYPE_MARKS = {("V1NetworkPolicyPort", "port"): "int-or-string"}
-_PORT_NAME_CHARS = re.compile(r"^[-a-z0-9]+$")
-_A_LETTER = re.compile(r"[a-z]")
 POD_SELECTOR_DOC = (
     "Selects the pods to which this NetworkPolicy object applies. The array of ingress rules is applied to "
     "any pods selected by this field. Multiple network policies can select the same set of pods. In this "
     "case, the ingress rules for each are combined additively. This field is NOT optional and follows "
     "standard label selector semantics. An empty podSelector matches all pods in this namespace."
 )
-
-
-def port_name_errors(name: str) -> list[str]:
-    """IsValidPortName: an IANA_SVC_NAME (RFC 6335)."""
-    out = []
-    if len(name) > 15:
-        out.append("must be no more than 15 characters")
-    if not _PORT_NAME_CHARS.match(name):
-        out.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
-    if not _A_LETTER.search(name):
-        out.append("must contain at least one letter (a-z)")
-    if "--" in name:
-        out.append("must not contain consecutive hyphens")
-    if name and (name[0] == "-" or name[-1] == "-"):
-        out.append("must not begin or end with a hyphen")
-    return out
 
 
 def default_policy(spec: Obj) -> None:
@@ -89,7 +71,7 @@ def validate_port(port: Any, path: str) -> list[FieldError]:
     else:
         if end is not None:
             errors.append(invalid(f"{path}.endPort", end, "may not be specified when `port` is non-numeric"))
-        errors += [invalid(f"{path}.port", number, msg) for msg in port_name_errors(str(number))]
+        errors += [invalid(f"{path}.port", number, msg) for msg in port_name(str(number))]
     return errors
 
 
