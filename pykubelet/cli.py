@@ -30,6 +30,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "run the controller manager against an API server",
     ),
     "proxy": ("serviceproxy.cli", "run the service proxy (kube-proxy's nftables mode) against an API server"),
+    "netpolicy": (
+        "netpolicy.cli",
+        "run the network-policy agent (NetworkPolicies enforced with nftables for this host's pods)",
+    ),
     "dns": ("clusterdns.cli", "run the cluster DNS server (cluster.local from the API, the rest forwarded)"),
     "metrics-server": (
         "metricsserver.cli",

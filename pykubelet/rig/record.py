@@ -30,6 +30,7 @@ class StackRecord:
     pod_cidr: str
     ready: list[str] = field(default_factory=list)  # daemons that answered, in start order
     proxy_table: str = ""
+    netpolicy_table: str = ""
 
     @classmethod
     def load(cls, state_dir: Path) -> StackRecord | None:

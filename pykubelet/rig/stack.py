@@ -40,6 +40,7 @@ DEFAULT_POD_CIDR = "10.244.0.0/24"
 DEFAULT_SERVICE_CIDR = "10.96.0.0/16"  # the API server's own default (--service-cluster-ip-range)
 DEFAULT_STATE_DIR = Path("/var/lib/pykubelet")  # `pykubelet up`'s and `down`'s
 PROXY_TABLE = "kube-proxy"
+NETPOL_TABLE = "pykubelet-netpol"  # the network-policy agent's (family inet)
 DNS_USER = "system:serviceaccount:kube-system:coredns"
 DNS_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system")
 
@@ -76,6 +77,15 @@ def proxy_table(bridge: str) -> str:
 
 def proxy_cleanup_argv(table: str) -> list[str]:
     return [sys.executable, "-m", "pykubelet", "proxy", "--cleanup", "--nft-table", table]
+
+
+def netpolicy_table(bridge: str) -> str:
+    """The network-policy agent's nftables table (family inet), one per pod network as the proxy's."""
+    return NETPOL_TABLE if bridge == DEFAULT_BRIDGE else f"{NETPOL_TABLE}-{bridge}"
+
+
+def netpolicy_cleanup_argv(table: str) -> list[str]:
+    return [sys.executable, "-m", "pykubelet", "netpolicy", "--cleanup", "--nft-table", table]
 
 
 @dataclass
@@ -196,6 +206,7 @@ class Stack:
         self.apiserver = None  # pykubelet.rig.apiserver.ApiServer
         self.agent: Daemon | None = None
         self.proxy: Daemon | None = None
+        self.netpolicy: Daemon | None = None
         self.dns: Daemon | None = None
         self.metrics_server: Daemon | None = None
         self.metrics_server_port = free_port()
@@ -209,6 +220,7 @@ class Stack:
         self.dns_ready_port = free_port()
         self.dns_metrics_port = free_port()
         self.proxy_table = proxy_table(config.bridge)
+        self.netpolicy_table = netpolicy_table(config.bridge)
         self.proxy_healthz_port = free_port()
         self.proxy_metrics_port = free_port()
         self.kubelet_port = config.kubelet_port or free_port()
@@ -299,6 +311,8 @@ class Stack:
             self.start_nodes(wait_ready=wait_ready)
             with stage("service proxy", lambda: self.proxy.log_path if self.proxy else None):
                 self.start_proxy()
+            with stage("network policies", lambda: self.netpolicy.log_path if self.netpolicy else None):
+                self.start_netpolicy()
             with stage(
                 "metrics server", lambda: self.metrics_server.log_path if self.metrics_server else None
             ):
@@ -659,6 +673,59 @@ class Stack:
         if cleanup:
             subprocess.run(proxy_cleanup_argv(self.proxy_table), capture_output=True, check=False, timeout=60)
 
+    def start_netpolicy(self, timeout: float = 60.0) -> Daemon:
+        """The network-policy agent beside the service proxy, for every node of this host (they share
+        its forward hook), on its own identity with the RBAC its addon manifest carries; waits until it
+        has written its table."""
+        from netpolicy import rbac
+
+        assert self.apiserver is not None
+        if self.netpolicy is not None and self.netpolicy.running():
+            raise RuntimeError("the network-policy agent is already running")
+        d = self.config.state_dir / "netpolicy"
+        for obj in rbac.manifests():
+            self.apply(obj)
+        kubeconfig = self.client_kubeconfig(rbac.USER, (), d / "netpolicy.kubeconfig")
+        nodes = [arg for name in self.node_names for arg in ("--node-name", name)]
+        argv = [
+            sys.executable,
+            "-m",
+            "pykubelet",
+            "netpolicy",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--nft-table",
+            self.netpolicy_table,
+            *nodes,
+        ]
+        self.netpolicy = Daemon("pykubelet netpolicy", argv, d / "netpolicy.log", on_spawn=self._spawned)
+        self.netpolicy.start(self.netpolicy_synced, timeout=timeout, interval=0.2)
+        self._started("netpolicy")
+        return self.netpolicy
+
+    def netpolicy_synced(self) -> bool:
+        import subprocess
+
+        listed = subprocess.run(
+            ["nft", "list", "chain", "inet", self.netpolicy_table, "forward"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return listed.returncode == 0
+
+    def stop_netpolicy(self, cleanup: bool = True) -> None:
+        """Stop the agent (its rules stay, so pods stay protected across a restart); `cleanup` then
+        removes its table."""
+        import subprocess
+
+        if self.netpolicy is not None:
+            self.netpolicy.stop()
+        if cleanup:
+            subprocess.run(
+                netpolicy_cleanup_argv(self.netpolicy_table), capture_output=True, check=False, timeout=60
+            )
+
     def start_dns(self, timeout: float = 60.0) -> Daemon:
         """The cluster DNS on the host (the node's address, a free port) on its own identity, and the
         kube-dns Service and EndpointSlice pointing at it, as a genuine cluster has them. It binds the
@@ -865,6 +932,7 @@ class Stack:
             ),
             ("agent", self.agent.pid if self.agent else None),
             ("proxy", self.proxy.pid if self.proxy else None),
+            ("netpolicy", self.netpolicy.pid if self.netpolicy else None),
             ("dns", self.dns.pid if self.dns else None),
             ("metrics-server", self.metrics_server.pid if self.metrics_server else None),
             ("ingress", self.ingress.pid if self.ingress else None),
@@ -882,12 +950,13 @@ class Stack:
             pod_cidr=self.config.pod_cidr,
             ready=list(self._ready),
             proxy_table=self.proxy_table,
+            netpolicy_table=self.netpolicy_table,
         )
 
     def supervised(self) -> list:
         """Every daemon of the started stack a supervisor keeps running (pykubelet.rig.supervisor): the
-        registry, the etcd members, the API servers, the service proxy, the DNS, the metrics server, the
-        ingress controller, each node's agent and containerd, each with the command line, log and record key it was started with."""
+        registry, the etcd members, the API servers, the service proxy, the network-policy agent, the DNS,
+        the metrics server, the ingress controller, each node's agent and containerd, each with the command line, log and record key it was started with."""
         from pykubelet.rig.supervisor import Supervised
 
         d = str(self.config.state_dir)
@@ -906,6 +975,7 @@ class Stack:
             ),
             ("agent", self.agent, d, True),
             ("proxy", self.proxy, d, True),
+            ("netpolicy", self.netpolicy, d, True),
             ("dns", self.dns, d, True),
             ("metrics-server", self.metrics_server, d, True),
             # its nginx runs in its process group: stopped with it, started again by it
@@ -950,6 +1020,7 @@ class Stack:
             self.ingress.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
+        self.stop_netpolicy()
         self.stop_proxy()
         if self.dns is not None:
             self.dns.stop()

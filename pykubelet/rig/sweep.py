@@ -42,6 +42,8 @@ from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
     DEFAULT_POD_CIDR,
     DEFAULT_STATE_DIR,
+    netpolicy_cleanup_argv,
+    netpolicy_table,
     proxy_cleanup_argv,
     proxy_table,
     stack_network,
@@ -57,6 +59,7 @@ STACK_PARTS = (
     "apiserver",
     "agent",
     "proxy",
+    "netpolicy",
     "dns",
     "metrics-server",
     "ingress",
@@ -155,7 +158,7 @@ def _proxy_tables(
 ) -> set[str]:
     """The service proxy's nftables tables: what a running proxy names itself (`--nft-table`), what the
     record says, and, when the proxy's folder exists, the one named after the pod network's bridge."""
-    tables = {t for p in found if (t := _flag(p.cmdline, "--nft-table"))}
+    tables = {t for p in found if "proxy" in p.cmdline and (t := _flag(p.cmdline, "--nft-table"))}
     if record is not None and record.proxy_table and (state_dir / "proxy").exists():
         tables.add(record.proxy_table)
     if (state_dir / "proxy").exists():
@@ -163,15 +166,33 @@ def _proxy_tables(
     return tables
 
 
-def scope_of(state_dir: Path, network: StackNetwork | None, tables: set[str], moved: list[Path]) -> Scope:
+def _netpolicy_tables(
+    state_dir: Path, record: StackRecord | None, network: StackNetwork | None, found: list[host.OwnedProcess]
+) -> set[str]:
+    """The network-policy agent's tables (family inet), found as the proxy's are."""
+    tables = {t for p in found if "netpolicy" in p.cmdline and (t := _flag(p.cmdline, "--nft-table"))}
+    if (state_dir / "netpolicy").exists():
+        if record is not None and record.netpolicy_table:
+            tables.add(record.netpolicy_table)
+        tables.add(netpolicy_table(network.bridge if network else DEFAULT_BRIDGE))
+    return tables
+
+
+def scope_of(
+    state_dir: Path,
+    network: StackNetwork | None,
+    tables: set[str],
+    moved: list[Path],
+    policy_tables: set[str] | None = None,
+) -> Scope:
     """What the stack owns: its parts, where its state dir was moved to, its network, its service
-    proxy's tables."""
+    proxy's and network-policy agent's tables."""
     return Scope.of(
         *parts(state_dir),
         *moved,
         bridges=[network.bridge] if network else [],
         pod_cidrs=[network.pod_cidr] if network else [],
-        nft_tables=[f"ip {t}" for t in sorted(tables)],
+        nft_tables=[f"ip {t}" for t in sorted(tables)] + [f"inet {t}" for t in sorted(policy_tables or ())],
     )
 
 
@@ -333,8 +354,9 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     # A service proxy still running names its table itself (the record may not know it: an `up` stopped
     # while the proxy was starting); its rules outlive it, so they are removed once it is gone.
     proxy_tables = _proxy_tables(state_dir, record, network, found)
+    policy_tables = _netpolicy_tables(state_dir, record, network, found)
     moved = moved_state_dirs(state_dir, found)
-    scope = scope_of(state_dir, network, proxy_tables, moved)
+    scope = scope_of(state_dir, network, proxy_tables, moved, policy_tables)
     # Without a known network its files are still where the stack keeps them; only remove() needs it.
     cni = stack_network(
         state_dir,
@@ -352,6 +374,8 @@ def sweep(state_dir: Path, settle: float = 5.0) -> list[str]:
     # The service proxy's tables (their rules outlive the process, as kube-proxy's do).
     for table in sorted(proxy_tables):
         subprocess.run(proxy_cleanup_argv(table), capture_output=True, check=False, timeout=60)
+    for table in sorted(policy_tables):  # the network-policy agent's, likewise
+        subprocess.run(netpolicy_cleanup_argv(table), capture_output=True, check=False, timeout=60)
     host.unmount_all_under(scope.roots)  # the moved containerd dirs' mounts too
     remove_empty_cgroups(DEFAULT_CGROUP_PARENT)
     (state_dir / RECORD_FILE).unlink(missing_ok=True)

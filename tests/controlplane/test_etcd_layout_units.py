@@ -57,6 +57,7 @@ UPSTREAM = {
     ("storage.k8s.io", "storageclasses"): "storageclasses",
     ("networking.k8s.io", "ingresses"): "ingress",
     ("networking.k8s.io", "ingressclasses"): "ingressclasses",
+    ("networking.k8s.io", "networkpolicies"): "networkpolicies",
     ("storage.k8s.io", "csidrivers"): "csidrivers",
     ("storage.k8s.io", "csinodes"): "csinodes",
     ("storage.k8s.io", "csistoragecapacities"): "csistoragecapacities",
@@ -112,7 +113,7 @@ def test_two_buckets_never_share_a_path() -> None:
 
 
 def test_the_resources_the_older_layout_kept_elsewhere() -> None:
-    """Eleven that older stores hold, and the kinds served since (CSI, Ingress: no older store has them;
+    """Eleven that older stores hold, and the kinds served since (CSI, Ingress, NetworkPolicy: no older store has them;
     an older layout would have named them so too)."""
     table = builtin_table()
     layout = table.etcd_layout()
@@ -129,6 +130,7 @@ def test_the_resources_the_older_layout_kept_elsewhere() -> None:
         "ingressclasses.networking.k8s.io",
         "ingresses.networking.k8s.io",
         "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+        "networkpolicies.networking.k8s.io",
         "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
         "storageclasses.storage.k8s.io",
         "validatingadmissionpolicies.admissionregistration.k8s.io",

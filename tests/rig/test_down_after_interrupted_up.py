@@ -24,7 +24,7 @@ import pytest
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import NetworkLease, lease_network
 from pykubelet.rig.process import free_port
-from pykubelet.rig.stack import RECORD_FILE, StackRecord, proxy_table
+from pykubelet.rig.stack import RECORD_FILE, StackRecord, netpolicy_table, proxy_table
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ STAGES: dict[str, Callable[[Path], bool]] = {
 # when each STAGES entry is reached.
 REPORTED = [
     "packages", "registry", "images", "containerd", "API server", "DNS", "node kill-test", "scheduler",
-    "controllers", "service proxy", "metrics server", "ingress controller", "supervisor", "sample pod",
+    "controllers", "service proxy", "network policies", "metrics server", "ingress controller", "supervisor", "sample pod",
 ]  # fmt: skip
 REPORTED_AT = {
     "registry": "registry",
@@ -138,7 +138,10 @@ def down(state: Path) -> subprocess.CompletedProcess[str]:
 def test_down_cleans_up_after_up_was_killed(stage: str, signum: signal.Signals, tmp_path: Path, net) -> None:
     state = tmp_path / "state"
     scope = Scope.of(
-        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+        state,
+        bridges=[net.bridge],
+        pod_cidrs=[net.pod_cidr],
+        nft_tables=[f"ip {proxy_table(net.bridge)}", f"inet {netpolicy_table(net.bridge)}"],
     )
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
@@ -187,7 +190,10 @@ def test_down_cleans_up_a_crashed_stack_without_its_record(tmp_path: Path, net) 
     record is lost too: down finds everything from the state dir alone."""
     state = tmp_path / "state"
     scope = Scope.of(
-        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+        state,
+        bridges=[net.bridge],
+        pod_cidrs=[net.pod_cidr],
+        nft_tables=[f"ip {proxy_table(net.bridge)}", f"inet {netpolicy_table(net.bridge)}"],
     )
     up = subprocess.run(
         up_argv(state, net, example=True), capture_output=True, text=True, timeout=UP_TIMEOUT, check=False

@@ -15,7 +15,7 @@ import pytest
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import lease_network
 from pykubelet.rig.process import free_port, pid_alive
-from pykubelet.rig.stack import StackRecord, proxy_table
+from pykubelet.rig.stack import StackRecord, netpolicy_table, proxy_table
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +32,7 @@ STAGES = [
     "scheduler",
     "controllers",
     "service proxy",
+    "network policies",
     "metrics server",
     "ingress controller",
     "supervisor",
@@ -62,7 +63,10 @@ def net():
 def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
     state = tmp_path / "state"
     scope = Scope.of(
-        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+        state,
+        bridges=[net.bridge],
+        pod_cidrs=[net.pod_cidr],
+        nft_tables=[f"ip {proxy_table(net.bridge)}", f"inet {netpolicy_table(net.bridge)}"],
     )
     up = subprocess.run(
         [
@@ -95,6 +99,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
             "dns",
             "agent",
             "proxy",
+            "netpolicy",
             "metrics-server",
             "ingress",
         ]
@@ -159,7 +164,10 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
 
     state = tmp_path / "state"
     scope = Scope.of(
-        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+        state,
+        bridges=[net.bridge],
+        pod_cidrs=[net.pod_cidr],
+        nft_tables=[f"ip {proxy_table(net.bridge)}", f"inet {netpolicy_table(net.bridge)}"],
     )
     up = subprocess.run(
         [
@@ -196,6 +204,7 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
             "dns",
             "agent",
             "proxy",
+            "netpolicy",
             "metrics-server",
             "ingress",
         ]
@@ -238,7 +247,10 @@ def test_up_names_the_stage_that_failed_with_its_log(tmp_path: Path, net) -> Non
     bind error) and its path, exits 1 having stopped what it started, and down leaves nothing."""
     state = tmp_path / "state"
     scope = Scope.of(
-        state, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"ip {proxy_table(net.bridge)}"]
+        state,
+        bridges=[net.bridge],
+        pod_cidrs=[net.pod_cidr],
+        nft_tables=[f"ip {proxy_table(net.bridge)}", f"inet {netpolicy_table(net.bridge)}"],
     )
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))

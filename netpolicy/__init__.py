@@ -1,0 +1,1 @@
+"""The network-policy agent: NetworkPolicies enforced with nftables for the pods of this host's nodes."""

@@ -1,0 +1,201 @@
+"""NetworkPolicies, Pods and Namespaces parsed once into frozen dataclasses, the only shapes the rules
+are built from. A policy that cannot be parsed raises `PolicyError` on its own (the agent reports it
+and keeps the others); a pod that cannot carry traffic under a policy (no IP yet, host network,
+finished) is no `PodInfo` at all."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubeclient.selectors import Selector, SelectorError, from_label_selector
+
+Obj = dict[str, Any]
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+
+class PolicyError(ValueError):
+    """A stored policy the agent cannot turn into rules (the API server would refuse it today)."""
+
+
+@dataclass(frozen=True)
+class Port:
+    """One NetworkPolicyPort: a protocol and a number, a range (number..end), a name, or every port."""
+
+    protocol: str = "TCP"
+    number: int | None = None
+    end: int | None = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One NetworkPolicyPeer: pods (by selector, in the policy's namespace unless `namespaces` is
+    given), every pod of some namespaces, or an IPv4 block with holes."""
+
+    pods: Selector | None = None
+    namespaces: Selector | None = None
+    cidr: str = ""
+    excepts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ingress or egress rule: empty `peers` admits every peer, empty `ports` every port."""
+
+    peers: tuple[Peer, ...] = ()
+    ports: tuple[Port, ...] = ()
+
+
+@dataclass(frozen=True)
+class Policy:
+    namespace: str
+    name: str
+    selector: Selector
+    ingress: tuple[Rule, ...] | None  # None: not an Ingress policy (policyTypes)
+    egress: tuple[Rule, ...] | None  # None: not an Egress policy
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    namespace: str
+    name: str
+    node: str
+    ip: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # (name, protocol) -> number: the containers' named ports
+    named_ports: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _selector(value: Any, where: str) -> Selector:
+    try:
+        return from_label_selector(value if value is not None else {})
+    except SelectorError as err:
+        raise PolicyError(f"{where}: {err}") from None
+
+
+def _port(raw: Any) -> Port:
+    if not isinstance(raw, dict):
+        raise PolicyError("a port must be an object")
+    protocol = raw.get("protocol") or "TCP"
+    if protocol not in PROTOCOLS:
+        raise PolicyError(f"unsupported protocol {protocol!r}")
+    number, end = raw.get("port"), raw.get("endPort")
+    if isinstance(number, str):
+        return Port(protocol, name=number)
+    if number is not None and not (isinstance(number, int) and 1 <= number <= 65535):
+        raise PolicyError(f"invalid port {number!r}")
+    if end is not None and (number is None or not isinstance(end, int) or not number <= end <= 65535):
+        raise PolicyError(f"invalid endPort {end!r}")
+    return Port(protocol, number, end)
+
+
+def _ipv4_block(text: Any) -> str:
+    try:
+        network = ipaddress.ip_network(str(text), strict=False)
+    except ValueError:
+        raise PolicyError(f"invalid CIDR {text!r}") from None
+    return str(network) if network.version == 4 else ""
+
+
+def _peer(raw: Any) -> Peer | None:
+    """A peer; None for an IPv6 block (no pod here has an IPv6 address: it admits nothing)."""
+    if not isinstance(raw, dict):
+        raise PolicyError("a peer must be an object")
+    block = raw.get("ipBlock")
+    if block is not None:
+        cidr = _ipv4_block((block or {}).get("cidr"))
+        if not cidr:
+            return None
+        excepts = tuple(e for e in (_ipv4_block(x) for x in (block or {}).get("except") or []) if e)
+        return Peer(cidr=cidr, excepts=excepts)
+    pods, namespaces = raw.get("podSelector"), raw.get("namespaceSelector")
+    if pods is None and namespaces is None:
+        raise PolicyError("a peer needs a podSelector, a namespaceSelector or an ipBlock")
+    return Peer(
+        pods=_selector(pods, "podSelector") if pods is not None else None,
+        namespaces=_selector(namespaces, "namespaceSelector") if namespaces is not None else None,
+    )
+
+
+def _rules(raw: Any, peers_field: str) -> tuple[Rule, ...]:
+    rules = []
+    for item in raw or []:
+        item = item if isinstance(item, dict) else {}
+        given = item.get(peers_field) or []
+        peers = tuple(p for p in (_peer(x) for x in given) if p is not None)
+        if given and not peers:
+            continue  # only IPv6 blocks: this rule admits nothing here
+        rules.append(Rule(peers, tuple(_port(p) for p in item.get("ports") or [])))
+    return tuple(rules)
+
+
+def policy_types(spec: Obj) -> list[str]:
+    """spec.policyTypes, or the API server's default for a policy stored without them."""
+    return spec.get("policyTypes") or (["Ingress", "Egress"] if spec.get("egress") else ["Ingress"])
+
+
+def parse_policy(obj: Obj) -> Policy:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    types = policy_types(spec)
+    return Policy(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        selector=_selector(spec.get("podSelector"), "podSelector"),
+        ingress=_rules(spec.get("ingress"), "from") if "Ingress" in types else None,
+        egress=_rules(spec.get("egress"), "to") if "Egress" in types else None,
+    )
+
+
+def parse_pod(obj: Obj) -> PodInfo | None:
+    """The pod as policies see it; None when it has no IPv4 address of its own, runs in the host's
+    network or has finished (its address may already be another pod's)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    if spec.get("hostNetwork") or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    ips = [p.get("ip") for p in status.get("podIPs") or [] if isinstance(p, dict)] or [status.get("podIP")]
+    ip = next((i for i in ips if isinstance(i, str) and "." in i), "")
+    if not ip:
+        return None
+    named: dict[tuple[str, str], int] = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for port in (container or {}).get("ports") or []:
+            if isinstance(port, dict) and port.get("name") and isinstance(port.get("containerPort"), int):
+                named.setdefault((port["name"], port.get("protocol") or "TCP"), port["containerPort"])
+    return PodInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        node=spec.get("nodeName") or "",
+        ip=ip,
+        labels=dict(meta.get("labels") or {}),
+        named_ports=named,
+    )
+
+
+def isolation_only(obj: Obj) -> Policy | None:
+    """A policy whose rules cannot be used still isolates the pods it selects (fail closed): the same
+    selection and policyTypes, no rule admitting anything. None when even its selector is unusable."""
+    spec = obj.get("spec") or {}
+    types = policy_types(spec)
+    meta = obj.get("metadata") or {}
+    try:
+        selector = _selector(spec.get("podSelector"), "podSelector")
+    except PolicyError:
+        return None
+    return Policy(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        selector=selector,
+        ingress=() if "Ingress" in types else None,
+        egress=() if "Egress" in types else None,
+    )

@@ -1,0 +1,413 @@
+"""NetworkPolicies enforced for real: the real API server, the agent as its own process (`pykubelet
+netpolicy`, on its own identity and RBAC) writing real nftables rules, and real TCP connections between
+pods that are network namespaces wired as the CNI wires them: veths on a bridge per node (two nodes
+here, so both bridged and routed pod traffic are met), all inside a "host" namespace of the test's own
+so the machine's rules are never touched. The pods exist in the API with their node and IP, as the
+kubelet reports them.
+
+A default deny blocks connections that worked; podSelector, namespaceSelector, both combined, ipBlock
+with except, a port rule, a named port, a port range, egress isolation; an established connection
+survives a new deny; deleting a policy restores access; stopping the agent keeps its rules and
+`--cleanup` removes its table. One lab and one agent for the module."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from e2e.waiting import wait_for
+from netpolicy import rbac
+from pykubelet.rig.apiserver import ApiServer
+from pykubelet.rig.leaks import Scope
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and nftables"),
+]
+
+TABLE = "pykubelet-netpol"
+SERVER_PORTS = (8080, 8081, 9001)
+SERVER = """
+import socket, sys, threading
+def serve(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(64)
+    while True:
+        conn, _ = s.accept()
+        conn.sendall(b"ok\\n"); conn.close()
+ports = [int(p) for p in sys.argv[1:]]
+for p in ports[1:]:
+    threading.Thread(target=serve, args=(p,), daemon=True).start()
+print("up", flush=True)
+serve(ports[0])
+"""
+CONNECT = """
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1.0)
+    print(s.recv(8).decode().strip() or "closed")
+except OSError as err:
+    print("refused" if isinstance(err, ConnectionRefusedError) else "blocked")
+"""
+HOLD = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2.0)
+print("connected", flush=True)
+for line in sys.stdin:
+    s.sendall(line.encode()); print(s.recv(64).decode().strip() or "closed", flush=True)
+"""
+UDP_ECHO = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 5353))
+print("up", flush=True)
+while True:
+    data, peer = s.recvfrom(64)
+    s.sendto(b"ok", peer)
+"""
+UDP_ASK = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1.0)
+s.sendto(b"?", (sys.argv[1], int(sys.argv[2])))
+try:
+    print(s.recv(8).decode())
+except OSError:
+    print("blocked")
+"""
+ECHO = """
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7000)); s.listen(4)
+print("up", flush=True)
+while True:
+    conn, _ = s.accept()
+    while data := conn.recv(64):
+        conn.sendall(data)
+"""
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=check, timeout=30)
+
+
+@dataclass
+class PodLab:
+    """A host namespace with one bridge per node (10.77.<node>.0/24, routed between them) and pods as
+    network namespaces on veths, as pykubelet-cni wires them."""
+
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:5])
+    netns: list[str] = field(default_factory=list)
+    procs: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        return f"npl-{self.tag}-host"
+
+    def ns(self, pod: str) -> str:
+        return f"npl-{self.tag}-{pod}"
+
+    def open(self, bridges: int) -> PodLab:
+        sh("ip", "netns", "add", self.host)
+        self.netns.append(self.host)
+        sh("ip", "-n", self.host, "link", "set", "lo", "up")
+        sh("ip", "netns", "exec", self.host, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        for i in range(bridges):
+            sh("ip", "-n", self.host, "link", "add", f"br{i}", "type", "bridge")
+            sh("ip", "-n", self.host, "addr", "add", f"10.77.{i}.1/24", "dev", f"br{i}")
+            sh("ip", "-n", self.host, "link", "set", f"br{i}", "up")
+        return self
+
+    def add_pod(self, pod: str, bridge: int, ip: str) -> None:
+        ns, index = self.ns(pod), len(self.netns)
+        sh("ip", "netns", "add", ns)
+        self.netns.append(ns)
+        outer = f"v{self.tag}{index}"
+        sh("ip", "-n", self.host, "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "-n", self.host, "link", "set", outer, "master", f"br{bridge}", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "route", "add", "default", "via", f"10.77.{bridge}.1")
+
+    def start(self, pod: str, code: str, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(pod), sys.executable, "-c", code, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() in ("up", "connected")
+        return proc
+
+    def connect(self, pod: str, ip: str, port: int) -> str:
+        """'ok' when the server answered, 'blocked' when the connection timed out, 'refused'."""
+        out = sh(
+            "ip", "netns", "exec", self.ns(pod), sys.executable, "-c", CONNECT, ip, str(port), check=False
+        )
+        return out.stdout.strip() or out.stderr.strip()
+
+    def ask_udp(self, pod: str, ip: str, port: int) -> str:
+        out = sh(
+            "ip", "netns", "exec", self.ns(pod), sys.executable, "-c", UDP_ASK, ip, str(port), check=False
+        )
+        return out.stdout.strip() or out.stderr.strip()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            proc.kill()
+            proc.wait()
+        for ns in reversed(self.netns):
+            sh("ip", "netns", "del", ns, check=False)
+
+
+# Pods: (name, namespace key, node/bridge, ip, labels)
+SERVER_IP, CLIENT_IP, OTHER_IP, FAR_IP, FAR_OTHER_IP = (
+    "10.77.0.2",
+    "10.77.0.3",
+    "10.77.0.4",
+    "10.77.1.2",
+    "10.77.1.3",
+)
+PODS = [
+    ("server", "a", 0, SERVER_IP, {"app": "server"}),
+    ("client", "a", 0, CLIENT_IP, {"role": "client"}),
+    ("other", "a", 0, OTHER_IP, {"role": "other"}),
+    ("far", "b", 1, FAR_IP, {"role": "client"}),
+    ("far-other", "b", 1, FAR_OTHER_IP, {"role": "other"}),
+]
+
+
+@dataclass
+class World:
+    lab: PodLab
+    net: client.NetworkingV1Api
+    ns: dict[str, str]
+    agent: subprocess.Popen[str]
+    kubeconfig: Path
+
+    def table(self) -> subprocess.CompletedProcess[str]:
+        return sh("ip", "netns", "exec", self.lab.host, "nft", "list", "table", "inet", TABLE, check=False)
+
+    def policy(self, name: str, ns: str = "a", **spec: object) -> None:
+        body: dict = {"metadata": {"name": name}, "spec": {"podSelector": {"matchLabels": {"app": "server"}}}}
+        body["spec"].update(spec)
+        self.net.create_namespaced_network_policy(self.ns[ns], body)
+
+    def delete(self, name: str, ns: str = "a") -> None:
+        self.net.delete_namespaced_network_policy(name, self.ns[ns])
+
+    def reach(self, pod: str, port: int = 8080, ip: str = SERVER_IP) -> str:
+        return self.lab.connect(pod, ip, port)
+
+    def expect(self, want: dict[tuple[str, int], str], ip: str = SERVER_IP) -> None:
+        """Wait (bounded) until every (client, port) pair gets the wanted answer at once."""
+
+        def matrix() -> dict[tuple[str, int], str]:
+            return {(pod, port): self.reach(pod, port, ip) for pod, port in want}
+
+        seen: dict = {}
+
+        def holds() -> bool:
+            seen.update(matrix())
+            return seen == want
+
+        try:
+            wait_for(holds, timeout=20, interval=0.2, what="the policy's effect")
+        except AssertionError:
+            raise AssertionError(f"wanted {want}, saw {seen}\n{self.table().stdout}") from None
+
+
+def _agent_argv(kubeconfig: Path, host: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "netpolicy",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--netns",
+        host,
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("netpol")
+    lab = PodLab().open(bridges=2)
+    agent: subprocess.Popen[str] | None = None
+    try:
+        with ApiServer(root / "api") as server, server.api_client() as api:
+            core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+            rbac_api.create_cluster_role(rbac.cluster_role())
+            rbac_api.create_cluster_role_binding(rbac.cluster_role_binding())
+            names = {"a": f"np-a-{lab.tag}", "b": f"np-b-{lab.tag}"}
+            for key, name in names.items():
+                core.create_namespace({"metadata": {"name": name, "labels": {"team": key}}})
+                core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+            for pod, key, node, ip, labels in PODS:
+                lab.add_pod(pod, node, ip)
+                ports = [{"name": "http", "containerPort": 8080}, {"name": "alt", "containerPort": 8081}]
+                body = {
+                    "metadata": {"name": pod, "labels": labels},
+                    "spec": {
+                        "nodeName": f"n{node}",
+                        "containers": [{"name": "c", "image": "busybox", "ports": ports}],
+                    },
+                }
+                core.create_namespaced_pod(names[key], body)
+                core.patch_namespaced_pod_status(
+                    pod, names[key], {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
+                )
+            lab.start("server", SERVER, *map(str, SERVER_PORTS))
+            lab.start("far", SERVER, "8080")
+            lab.start("server", ECHO)
+            lab.start("server", UDP_ECHO)
+            kubeconfig = server.client_kubeconfig(rbac.USER, (), root / "netpol.kubeconfig")
+            log = (root / "agent.log").open("w")
+            agent = subprocess.Popen(
+                _agent_argv(
+                    kubeconfig,
+                    lab.host,
+                    "--node-name",
+                    "n0",
+                    "--node-name",
+                    "n1",
+                    "--min-sync-period",
+                    "50ms",
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            world = World(lab, client.NetworkingV1Api(api), names, agent, kubeconfig)
+            wait_for(lambda: world.table().returncode == 0, timeout=60, what="the agent's table")
+            yield world
+    finally:
+        if agent is not None and agent.poll() is None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(20)
+        lab.close()
+        leaked = Scope.of(root, named_netns=lab.netns).leaked(settle=2.0)
+        assert not leaked, f"left on the host: {leaked}"
+
+
+@pytest.fixture(autouse=True)
+def no_policies_left(world: World) -> Iterator[None]:
+    yield
+    for ns in world.ns.values():
+        world.net.delete_collection_namespaced_network_policy(ns)
+    world.expect({("client", 8080): "ok", ("other", 8080): "ok", ("far", 8080): "ok"})
+
+
+def test_default_deny_then_deletion_restores(world: World) -> None:
+    world.expect({("client", 8080): "ok", ("other", 8080): "ok", ("far", 8080): "ok"})
+    world.policy("deny", podSelector={})
+    world.expect({("client", 8080): "blocked", ("other", 8080): "blocked", ("far", 8080): "blocked"})
+    # pods of another namespace are not isolated by it; the node itself still reaches the pod
+    assert world.reach("client", 8080, ip=FAR_IP) == "ok"
+    assert (
+        sh(
+            "ip", "netns", "exec", world.lab.host, sys.executable, "-c", CONNECT, SERVER_IP, "8080"
+        ).stdout.strip()
+        == "ok"
+    )
+    world.delete("deny")
+    world.expect({("client", 8080): "ok", ("other", 8080): "ok", ("far", 8080): "ok"})
+
+
+def test_pod_selector_admits_one_client_and_not_another(world: World) -> None:
+    world.policy("clients", ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}])
+    # "far" is labelled role=client too, but in another namespace: a bare podSelector means this namespace
+    world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("far", 8080): "blocked"})
+
+
+def test_namespace_selector_alone_and_with_a_pod_selector(world: World) -> None:
+    world.policy("from-b", ingress=[{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}}}]}])
+    world.expect({("client", 8080): "blocked", ("far", 8080): "ok", ("far-other", 8080): "ok"})
+    world.delete("from-b")
+    both = {
+        "namespaceSelector": {"matchLabels": {"team": "b"}},
+        "podSelector": {"matchLabels": {"role": "client"}},
+    }
+    world.policy("client-in-b", ingress=[{"from": [both]}])
+    world.expect({("client", 8080): "blocked", ("far", 8080): "ok", ("far-other", 8080): "blocked"})
+
+
+def test_ip_block_with_except(world: World) -> None:
+    block = {"ipBlock": {"cidr": "10.77.0.0/16", "except": ["10.77.0.4/32", "10.77.1.0/24"]}}
+    world.policy("block", ingress=[{"from": [block]}])
+    world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("far", 8080): "blocked"})
+
+
+def test_ports_by_number_name_and_range(world: World) -> None:
+    world.policy("port", ingress=[{"ports": [{"port": 8081}]}])
+    world.expect({("client", 8081): "ok", ("client", 8080): "blocked", ("client", 9001): "blocked"})
+    world.delete("port")
+    world.policy("named", ingress=[{"ports": [{"port": "http"}]}])
+    world.expect({("client", 8080): "ok", ("client", 8081): "blocked"})
+    world.delete("named")
+    world.policy("range", ingress=[{"ports": [{"port": 8081, "endPort": 9001}]}])
+    world.expect({("client", 8080): "blocked", ("client", 8081): "ok", ("client", 9001): "ok"})
+    world.delete("range")
+    world.policy("udp-only", ingress=[{"ports": [{"port": 5353, "protocol": "UDP"}]}])
+    world.expect({("client", 8080): "blocked"})
+    assert world.lab.ask_udp("client", SERVER_IP, 5353) == "ok"
+    world.delete("udp-only")
+    world.policy("tcp-only", ingress=[{"ports": [{"port": 5353}]}])  # TCP by default
+    wait_for(
+        lambda: world.lab.ask_udp("client", SERVER_IP, 5353) == "blocked", timeout=20, what="UDP refused"
+    )
+
+
+def test_egress_isolation_with_a_named_port(world: World) -> None:
+    to_server = {"podSelector": {"matchLabels": {"app": "server"}}}
+    world.policy(
+        "client-out",
+        podSelector={"matchLabels": {"role": "client"}},
+        policyTypes=["Egress"],
+        egress=[{"to": [to_server], "ports": [{"port": "http"}]}],
+    )
+    world.expect({("client", 8080): "ok", ("client", 8081): "blocked", ("other", 8081): "ok"})
+    # egress to a pod of another node (routed): not allowed by the rule
+    world.expect({("client", 8080): "blocked"}, ip=FAR_IP)
+    # the server is not isolated by it: others still reach it
+    assert world.reach("far", 8080, ip=SERVER_IP) == "ok"
+
+
+def test_an_established_connection_survives_a_new_deny(world: World) -> None:
+    held = world.lab.start("client", HOLD, SERVER_IP, "7000")
+    assert held.stdin is not None and held.stdout is not None
+    world.policy("deny", podSelector={})
+    world.expect({("client", 7000): "blocked"})
+    held.stdin.write("ping\n")
+    held.stdin.flush()
+    assert held.stdout.readline().strip() == "ping"
+
+
+def test_stop_keeps_the_rules_and_cleanup_removes_the_table(world: World) -> None:
+    """Last: it ends the module's agent."""
+    world.policy("deny", podSelector={})
+    world.expect({("client", 8080): "blocked"})
+    world.agent.send_signal(signal.SIGTERM)
+    assert world.agent.wait(20) == 0
+    assert world.reach("client", 8080) == "blocked"
+    done = sh(*_agent_argv(world.kubeconfig, world.lab.host, "--cleanup"))
+    assert done.returncode == 0
+    assert world.table().returncode != 0
+    assert world.reach("client", 8080) == "ok"

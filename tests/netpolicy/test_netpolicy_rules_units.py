@@ -1,0 +1,158 @@
+"""The network-policy agent's pure parts: policies, pods and namespaces parsed once, and the chains
+the semantics of upstream's NetworkPolicy give the local pods (isolation per policyType, the union of
+rules, selectors of both kinds and both combined, ipBlock with except, ports by number, range and
+name, fail-closed withholding)."""
+
+from __future__ import annotations
+
+from netpolicy.model import isolation_only, parse_pod, parse_policy
+from netpolicy.rules import Cluster, build, chain_name
+
+
+def pod(
+    name: str, ip: str, ns: str = "a", node: str = "n1", ports: dict | None = None, **labels: str
+) -> dict:
+    containers = [{"name": "c", "ports": [{"name": k, "containerPort": v} for k, v in (ports or {}).items()]}]
+    return {
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node, "containers": containers},
+        "status": {"phase": "Running", "podIPs": [{"ip": ip}]},
+    }
+
+
+def policy(name: str, ns: str = "a", **spec: object) -> dict:
+    body: dict = {"metadata": {"name": name, "namespace": ns}, "spec": {"podSelector": {}}}
+    body["spec"].update(spec)
+    return body
+
+
+PODS = [
+    pod("server", "10.0.0.2", app="server", ports={"http": 8080}),
+    pod("client", "10.0.0.3", role="client"),
+    pod("other", "10.0.0.4", role="other"),
+    pod("far", "10.0.1.2", ns="b", node="n2", role="client", ports={"http": 9090}),
+]
+NAMESPACES = {"a": {"team": "a"}, "b": {"team": "b"}}
+
+
+def ruleset(*policies: dict, nodes: tuple[str, ...] = ("n1",), withheld: frozenset[str] = frozenset()):
+    cluster = Cluster(
+        tuple(parse_policy(p) for p in policies),
+        tuple(p for p in (parse_pod(o) for o in PODS) if p is not None),
+        NAMESPACES,
+        frozenset(nodes),
+    )
+    return build(cluster, withheld)
+
+
+def test_no_policy_isolates_nothing() -> None:
+    built = ruleset()
+    assert built.chains == {} and built.ingress == {} and built.egress == {}
+
+
+def test_default_deny_ingress_isolates_every_local_pod_of_the_namespace_only() -> None:
+    built = ruleset(policy("deny"))
+    assert built.ingress == {
+        "10.0.0.2": "ingress-a/server",
+        "10.0.0.3": "ingress-a/client",
+        "10.0.0.4": "ingress-a/other",
+    }
+    assert built.egress == {}
+    assert built.chains["ingress-a/server"] == ["drop"]
+
+
+def test_pod_selector_peer_and_union_of_policies() -> None:
+    built = ruleset(
+        policy(
+            "from-clients",
+            podSelector={"matchLabels": {"app": "server"}},
+            ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}],
+        ),
+        policy(
+            "from-other",
+            podSelector={"matchLabels": {"app": "server"}},
+            ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "other"}}}]}],
+        ),
+    )
+    assert list(built.ingress) == ["10.0.0.2"]
+    assert built.chains["ingress-a/server"] == [
+        "ip saddr { 10.0.0.3 } return",
+        "ip saddr { 10.0.0.4 } return",
+        "drop",
+    ]
+
+
+def test_namespace_selector_alone_and_combined_with_a_pod_selector() -> None:
+    every = {"namespaceSelector": {"matchLabels": {"team": "b"}}}
+    both = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"role": "client"}}}
+    built = ruleset(policy("ns", ingress=[{"from": [every]}, {"from": [both]}]))
+    assert built.chains["ingress-a/server"] == [
+        "ip saddr { 10.0.1.2 } return",
+        "ip saddr { 10.0.0.3, 10.0.1.2 } return",
+        "drop",
+    ]
+
+
+def test_ip_block_with_except_ports_ranges_and_named_ports() -> None:
+    block = {"ipBlock": {"cidr": "10.0.0.0/16", "except": ["10.0.0.4/32"]}}
+    built = ruleset(
+        policy(
+            "ports",
+            podSelector={"matchLabels": {"app": "server"}},
+            ingress=[
+                {"from": [block], "ports": [{"port": 80}, {"port": 9000, "endPort": 9100, "protocol": "UDP"}]}
+            ],
+            egress=[{"ports": [{"port": "http"}, {"protocol": "SCTP"}]}],
+        )
+    )
+    assert built.chains["ingress-a/server"] == [
+        "ip saddr 10.0.0.0/16 ip saddr != { 10.0.0.4/32 } meta l4proto tcp th dport 80 return",
+        "ip saddr 10.0.0.0/16 ip saddr != { 10.0.0.4/32 } meta l4proto udp th dport 9000-9100 return",
+        "drop",
+    ]
+    # egress by name: each destination pod's own number for it
+    assert built.chains["egress-a/server"] == [
+        "ip daddr { 10.0.0.2 } meta l4proto tcp th dport 8080 return",
+        "ip daddr { 10.0.1.2 } meta l4proto tcp th dport 9090 return",
+        "meta l4proto sctp return",
+        "drop",
+    ]
+
+
+def test_named_ingress_port_the_pod_lacks_admits_nothing() -> None:
+    built = ruleset(policy("named", ingress=[{"ports": [{"port": "http"}]}]))
+    assert built.chains["ingress-a/server"] == ["meta l4proto tcp th dport 8080 return", "drop"]
+    assert built.chains["ingress-a/client"] == ["drop"]
+
+
+def test_egress_only_policy_and_remote_pods() -> None:
+    built = ruleset(policy("out", ns="b", policyTypes=["Egress"], egress=[{"to": [{"podSelector": {}}]}]))
+    assert built.chains == {} and built.egress == {}  # the only pod of b is on n2
+    built = ruleset(policy("out", ns="b", policyTypes=["Egress"]), nodes=("n1", "n2"))
+    assert built.egress == {"10.0.1.2": "egress-b/far"} and built.ingress == {}
+    assert chain_name("egress", parse_pod(PODS[3])) == "egress-b/far"
+
+
+def test_a_selector_matching_no_pod_admits_nothing_and_withheld_policies_fail_closed() -> None:
+    nobody = {"podSelector": {"matchLabels": {"role": "ghost"}}}
+    allow = policy("allow-all", ingress=[{}])
+    assert ruleset(policy("x", ingress=[{"from": [nobody]}])).chains["ingress-a/client"] == ["drop"]
+    assert ruleset(allow).chains["ingress-a/client"] == ["return", "drop"]
+    assert ruleset(allow, withheld=frozenset({"a/allow-all"})).chains["ingress-a/client"] == ["drop"]
+
+
+def test_pods_without_a_part_in_policies() -> None:
+    host = pod("h", "10.0.0.9")
+    host["spec"]["hostNetwork"] = True
+    done = pod("d", "10.0.0.8")
+    done["status"]["phase"] = "Succeeded"
+    pending = pod("p", "10.0.0.7")
+    pending["status"] = {"phase": "Pending"}
+    assert [parse_pod(p) for p in (host, done, pending)] == [None, None, None]
+
+
+def test_isolation_only_keeps_selection_and_types() -> None:
+    bad = policy("bad", egress=[{"to": [{}]}], podSelector={"matchLabels": {"app": "server"}})
+    fallback = isolation_only(bad)
+    assert fallback is not None and fallback.ingress == () and fallback.egress == ()
+    assert fallback.selector.matches({"app": "server"}) and not fallback.selector.matches({})
