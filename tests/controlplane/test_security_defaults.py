@@ -8,8 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from controlplane.apiserver.admission import default_chain, plugin_name
+from controlplane.apiserver.admission import plugin_name
 from controlplane.apiserver.authmodes import DEFAULT_MODES
+from controlplane.apiserver.kindparts import builtin_table
 from tests.controlplane.conftest import Kubectl
 
 
@@ -18,7 +19,7 @@ def test_authorization_is_node_and_rbac_never_always_allow() -> None:  # CIS 1.2
 
 
 def test_the_default_admission_chain() -> None:  # CIS 1.2.10, 1.2.12, 1.2.13, 1.2.14, 5.2.1
-    chain = default_chain()
+    chain = builtin_table().admission_chain()
     names = {plugin_name(p) for p in chain.mutating + chain.validating + chain.deleting}
     assert {"ServiceAccount", "NamespaceLifecycle", "NodeRestriction", "PodSecurity"} <= names
     assert "AlwaysAdmit" not in names

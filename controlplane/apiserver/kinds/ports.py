@@ -41,6 +41,7 @@ class Registry(Protocol):
     admission: Any  # the admission chain (admission.AdmissionChain)
     authorization: Any  # the server's authorizers and RBAC index (authmodes.Authorization), or None
     service_ranges: Any  # --service-cluster-ip-range and --service-node-port-range (serviceranges.py)
+    kinds: Any  # the kinds this server serves (kindtable.KindTable): by_kind, by_path
 
     async def get(self, res: Kind, namespace: str, name: str, consistent: bool = True) -> Cached: ...
 

@@ -102,9 +102,7 @@ class PodSecurity:
     def _namespace_policy(
         self, request: AdmissionRequest, config: PodSecurityConfig
     ) -> tuple[Policy, list[errors.FieldError]]:
-        from controlplane.apiserver.kinds import by_kind  # the kinds table lists this plugin
-
-        ns_kind = by_kind("v1", "Namespace")
+        ns_kind = request.registry.kinds.by_kind("v1", "Namespace")
         cached = request.registry.cache.get(ns_kind.key("", request.namespace)) if ns_kind else None
         labels = ((cached.view.get("metadata") or {}).get("labels") or {}) if cached is not None else {}
         return policy_from_labels(labels, config.defaults)
@@ -238,9 +236,7 @@ class PodSecurity:
     ) -> list[str]:
         """The existing pods judged under the new enforce level: one line per distinct set of reasons,
         naming the first pod (by name) and how many others share it."""
-        from controlplane.apiserver.kinds import by_kind
-
-        pod_kind = by_kind("v1", "Pod")
+        pod_kind = request.registry.kinds.by_kind("v1", "Pod")
         if pod_kind is None:
             return []
         pods = [c.obj for c in request.registry.cache.list(pod_kind.bucket, pod_kind.prefix(namespace))]
