@@ -456,6 +456,12 @@ def test_crd_created_in_protobuf_reads_back_the_same_in_protobuf_and_json(conn: 
         assert status == 200 and content_type == PB
         assert listed["kind"] == "CustomResourceDefinitionList"
         assert name in {item["metadata"]["name"] for item in listed["items"]}
+        watch = conn.open("GET", f"{_CRDS}?watch=1&timeoutSeconds=5&fieldSelector=metadata.name={name}")
+        assert watch.headers["Content-Type"] == f"{PB};stream=watch"
+        (added,) = _frames(watch, 1)
+        watch.close()
+        assert added["type"] == "ADDED" and added["object"]["kind"] == "CustomResourceDefinition"
+        assert added["object"]["spec"]["versions"][0]["schema"] == crd["spec"]["versions"][0]["schema"]
         path = "/apis/pbcrd.example.com/v1/namespaces/default/gadgets"
         gadget = {
             "apiVersion": "pbcrd.example.com/v1",

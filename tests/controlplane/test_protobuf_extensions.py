@@ -9,6 +9,8 @@ import copy
 import struct
 from typing import Any
 
+import pytest
+
 from controlplane.apiserver.protobuf import codec, wire
 
 SCHEMA = "ApiextensionsV1JSONSchemaProps"
@@ -168,3 +170,11 @@ def test_apiservice_with_a_ca_bundle_round_trips() -> None:
         "items": [],
     }
     assert codec.decode_envelope(codec.encode_object(listed))[0] == listed
+
+
+def test_a_schema_number_json_cannot_hold_is_refused() -> None:
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(codec.CodecError, match="unsupported value"):
+            codec.decode_message(b"\x49" + struct.pack("<d", bad), SCHEMA)
+    assert codec.decode_message(b"\x49" + struct.pack("<d", 1e21), SCHEMA) == {"maximum": 1e21}
+    assert codec.decode_message(b"\x49" + struct.pack("<d", -2.0), SCHEMA) == {"maximum": -2}

@@ -22,6 +22,7 @@ import base64
 import binascii
 import datetime as dt
 import json
+import math
 import re
 import struct
 from collections.abc import Callable
@@ -262,7 +263,10 @@ def _scalar(t: str, w: int, value: int | bytes, depth: int) -> Any:
         if w != wire.FIXED64:
             raise CodecError(f"proto: wrong wireType = {w} for field of type {t}")
         (number,) = struct.unpack("<d", value)
-        return int(number) if number.is_integer() else number  # Go's JSON prints 10.0 as 10
+        if not math.isfinite(number):  # JSON has no NaN or infinity: upstream cannot store it either
+            raise CodecError(f"json: unsupported value: {number}")
+        # Go's JSON prints an integral float64 as an integer below 1e21 (10.0 as 10), larger ones as 1e+21.
+        return int(number) if number.is_integer() and abs(number) < 1e21 else number
     if w != wire.BYTES:
         raise CodecError(f"proto: wrong wireType = {w} for field of type {t}")
     data: bytes = value  # type: ignore[assignment]
