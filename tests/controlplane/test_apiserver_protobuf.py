@@ -456,24 +456,33 @@ def test_crd_created_in_protobuf_reads_back_the_same_in_protobuf_and_json(conn: 
         assert status == 200 and content_type == PB
         assert listed["kind"] == "CustomResourceDefinitionList"
         assert name in {item["metadata"]["name"] for item in listed["items"]}
-        watch = conn.open("GET", f"{_CRDS}?watch=1&timeoutSeconds=5&fieldSelector=metadata.name={name}")
+        watch = conn.open("GET", f"{_CRDS}?watch=1&timeoutSeconds=20&fieldSelector=metadata.name={name}")
         assert watch.headers["Content-Type"] == f"{PB};stream=watch"
-        (added,) = _frames(watch, 1)
+        (event,) = _frames(watch, 1)
+        assert event["type"] == "ADDED" and event["object"]["kind"] == "CustomResourceDefinition"
+        assert event["object"]["spec"]["versions"][0]["schema"] == crd["spec"]["versions"][0]["schema"]
+
+        def established(obj: dict[str, Any]) -> bool:
+            conditions = obj.get("status", {}).get("conditions", [])
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        while not established(event["object"]):  # the watch's timeout bounds the wait
+            (event,) = _frames(watch, 1)
         watch.close()
-        assert added["type"] == "ADDED" and added["object"]["kind"] == "CustomResourceDefinition"
-        assert added["object"]["spec"]["versions"][0]["schema"] == crd["spec"]["versions"][0]["schema"]
-        path = "/apis/pbcrd.example.com/v1/namespaces/default/gadgets"
         gadget = {
             "apiVersion": "pbcrd.example.com/v1",
             "kind": "Gadget",
             "metadata": {"name": "g"},
             "spec": {},
         }
-        for _ in range(50):  # served once the CRD is established
-            answer = conn.open("POST", path, json.dumps(gadget).encode(), PB_ACCEPT, "application/json")
-            data = answer.read()
-            if answer.status != 404:
-                break
+        answer = conn.open(
+            "POST",
+            "/apis/pbcrd.example.com/v1/namespaces/default/gadgets",
+            json.dumps(gadget).encode(),
+            PB_ACCEPT,
+            "application/json",
+        )
+        data = answer.read()
         assert answer.status == 201, data
         assert answer.headers["Content-Type"].startswith("application/json")  # custom resources: JSON
         assert json.loads(data)["spec"] == {"size": 3}  # the default from the schema posted as protobuf
@@ -543,3 +552,28 @@ def test_bad_protobuf_crd_or_apiservice_is_a_400(conn: Http, path: str, body: by
     assert text in answer["message"]
     status, _, listed = conn.call("GET", path)
     assert status == 200 and "bad.pb.example.com" not in {i["metadata"]["name"] for i in listed["items"]}
+
+
+def test_kubectl_manages_crds_and_apiservices_as_before(kubectl: Any) -> None:
+    """kubectl reads and writes CRDs and APIServices through its unstructured (JSON) client: apply,
+    get -o json, wait and delete work as before they had a protobuf form, and get prints its Table."""
+    crd = open_crd("pbkubectl.example.com", "Thing", "things")
+    name = crd["metadata"]["name"]
+    kubectl("apply", "-f", "-", input=json.dumps(crd))
+    try:
+        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+        got = json.loads(kubectl("get", "crd", name, "-o", "json"))
+        assert got["spec"]["versions"][0]["schema"] == crd["spec"]["versions"][0]["schema"]
+        proc = kubectl.run("get", "crd", name, "-v=8")
+        assert name in proc.stdout
+        lines = proc.stderr.splitlines()
+        accepts = [  # -v=8 logs each request's URL, then its headers on the lines after it
+            next(h.split("Accept:", 1)[1].strip() for h in lines[at + 1 :] if "Accept:" in h)
+            for at, line in enumerate(lines)
+            if " GET https" in line and f"customresourcedefinitions/{name}" in line
+        ]
+        # kubectl asks a Table in JSON: the CRD's protobuf form changes nothing it receives
+        assert accepts and all(a.startswith("application/json;as=Table") for a in accepts), accepts
+        assert kubectl("get", "apiservices", "v1.apps", "-o", "jsonpath={.spec.version}") == "v1"
+    finally:
+        kubectl("delete", "crd", name)
