@@ -178,3 +178,5 @@ def test_a_schema_number_json_cannot_hold_is_refused() -> None:
             codec.decode_message(b"\x49" + struct.pack("<d", bad), SCHEMA)
     assert codec.decode_message(b"\x49" + struct.pack("<d", 1e21), SCHEMA) == {"maximum": 1e21}
     assert codec.decode_message(b"\x49" + struct.pack("<d", -2.0), SCHEMA) == {"maximum": -2}
+    with pytest.raises(codec.CodecError, match="float64"):
+        codec.encode_message({"maximum": 10**400}, SCHEMA)

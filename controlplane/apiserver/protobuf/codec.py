@@ -7,6 +7,9 @@ a zero time, which Go writes for an unset non-pointer time, is left out); a Quan
 {type=1, intVal=2, strVal=3} and prints as the int or the string; a RawExtension / FieldsV1 is
 {raw=1} holding JSON text; int64 prints as a JSON number, bytes as base64; an embedded struct is a
 message on the wire and inline in JSON; a named slice (UserInfo's extra values) is a wrapper message.
+A CRD schema's (`extensiontables`) double is a fixed 64-bit float printed as Go prints it; its JSON
+values are {raw=1} messages (null: an empty one); its OrArray / OrBool / OrStringArray unions print as
+the list, the schema or the bool upstream's MarshalJSON picks.
 
 Decoding drops what upstream's JSON drops: unknown field numbers, empty strings and bytes (Go writes
 every non-pointer field, so "" means unset), and the zeros of the non-pointer `omitempty` numbers and
@@ -295,7 +298,7 @@ def _scalar(t: str, w: int, value: int | bytes, depth: int) -> Any:
 
 # JSONSchemaProps' unions: (the message's field numbers of the schema and of the list, the list's item type).
 _SCHEMA_UNIONS = {
-    "schemaorarray": (1, 2, "schema"),
+    "schemaorarray": (1, 2, extensiontables.SCHEMA),
     "schemaorstrings": (1, 2, "string"),
     "schemaorbool": (2, 0, ""),
 }
@@ -312,9 +315,7 @@ def _decode_union(t: str, data: bytes, depth: int) -> Any:
         if n == schema_number and w == wire.BYTES:
             schema = decode_message(value, extensiontables.SCHEMA, depth + 1)  # type: ignore[arg-type]
         elif list_number and n == list_number and w == wire.BYTES:
-            items.append(
-                _scalar(item_type if item_type == "string" else extensiontables.SCHEMA, w, value, depth)
-            )
+            items.append(_scalar(item_type, w, value, depth))
         elif t == "schemaorbool" and n == 1 and w == wire.VARINT:
             allows = bool(value)
     if items:
@@ -337,8 +338,7 @@ def _encode_union(t: str, value: Any) -> bytes:
                 + wire.record(2, encode_message(value, extensiontables.SCHEMA))
             )
     elif isinstance(value, list):
-        message = item_type if item_type == "string" else extensiontables.SCHEMA
-        return b"".join(_field_bytes(list_number, message, item) for item in value)
+        return b"".join(_field_bytes(list_number, item_type, item) for item in value)
     elif isinstance(value, dict):
         return wire.record(schema_number, encode_message(value, extensiontables.SCHEMA))
     raise CodecError(f"cannot encode {type(value).__name__} as {t}")
@@ -515,7 +515,10 @@ def _encode_value(t: str, value: Any) -> tuple[int, bytes]:
     if t == "double":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise CodecError(f"cannot encode {value!r} as a number")
-        return wire.FIXED64, struct.pack("<d", float(value))
+        try:
+            return wire.FIXED64, struct.pack("<d", float(value))
+        except OverflowError:
+            raise CodecError(f"cannot encode {value!r} as a float64") from None
     if t == "duration":
         return wire.BYTES, wire.key(1, wire.VARINT) + wire.varint(_duration_nanos(value))
     if not isinstance(value, dict):
