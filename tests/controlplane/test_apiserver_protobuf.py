@@ -5,6 +5,7 @@ with upstream's text and writes nothing."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import ssl
@@ -406,3 +407,173 @@ def test_metadata_watch_and_table_negotiation(conn: Http, ns: str) -> None:
     )
     status, content_type, got = conn.call("GET", f"/api/v1/namespaces/{ns}/pods", accept=table)
     assert status == 200 and content_type.startswith("application/json") and got["kind"] == "Table"
+
+
+_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+_APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
+
+
+def _same_in_protobuf_and_json(conn: Http, path: str) -> dict[str, Any]:
+    """The object at `path` read in protobuf and in JSON (again while a controller moved it between
+    the two reads): both forms must be the same object."""
+    for _ in range(20):
+        status, content_type, in_pb = conn.call("GET", path)
+        assert status == 200 and content_type == PB, in_pb
+        status, content_type, in_json = conn.call("GET", path, accept="application/json")
+        assert status == 200 and content_type.startswith("application/json")
+        if in_pb["metadata"]["resourceVersion"] == in_json["metadata"]["resourceVersion"]:
+            assert in_pb == in_json
+            return in_pb
+    raise AssertionError(f"{path} kept changing between reads")
+
+
+def test_crd_created_in_protobuf_reads_back_the_same_in_protobuf_and_json(conn: Http) -> None:
+    """A CRD with a nested schema (properties, items, additionalProperties as bool and as schema,
+    defaults, enum, x-kubernetes-int-or-string) posted as protobuf keeps every field; GET and LIST answer
+    it in protobuf equal to its JSON; its custom resources stay JSON."""
+    spec_schema = {
+        "type": "object",
+        "properties": {
+            "size": {"type": "integer", "default": 3, "minimum": 1, "maximum": 9, "enum": [1, 3, 9]},
+            "port": {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "closed": {"type": "object", "additionalProperties": False},
+            "tags": {"type": "array", "items": {"type": "string", "default": "x"}},
+        },
+    }
+    crd = open_crd("pbcrd.example.com", "Gadget", "gadgets")
+    crd["spec"]["versions"][0]["schema"] = {
+        "openAPIV3Schema": {"type": "object", "properties": {"spec": spec_schema}}
+    }
+    name = crd["metadata"]["name"]
+    status, content_type, created = conn.call("POST", _CRDS, crd)
+    assert status == 201 and content_type == PB, created
+    try:
+        assert created["kind"] == "CustomResourceDefinition"
+        got = _same_in_protobuf_and_json(conn, f"{_CRDS}/{name}")
+        assert got["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] == spec_schema
+        status, content_type, listed = conn.call("GET", _CRDS)
+        assert status == 200 and content_type == PB
+        assert listed["kind"] == "CustomResourceDefinitionList"
+        assert name in {item["metadata"]["name"] for item in listed["items"]}
+        watch = conn.open("GET", f"{_CRDS}?watch=1&timeoutSeconds=20&fieldSelector=metadata.name={name}")
+        assert watch.headers["Content-Type"] == f"{PB};stream=watch"
+        (event,) = _frames(watch, 1)
+        assert event["type"] == "ADDED" and event["object"]["kind"] == "CustomResourceDefinition"
+        assert event["object"]["spec"]["versions"][0]["schema"] == crd["spec"]["versions"][0]["schema"]
+
+        def established(obj: dict[str, Any]) -> bool:
+            conditions = obj.get("status", {}).get("conditions", [])
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        while not established(event["object"]):  # the watch's timeout bounds the wait
+            (event,) = _frames(watch, 1)
+        watch.close()
+        gadget = {
+            "apiVersion": "pbcrd.example.com/v1",
+            "kind": "Gadget",
+            "metadata": {"name": "g"},
+            "spec": {},
+        }
+        answer = conn.open(
+            "POST",
+            "/apis/pbcrd.example.com/v1/namespaces/default/gadgets",
+            json.dumps(gadget).encode(),
+            PB_ACCEPT,
+            "application/json",
+        )
+        data = answer.read()
+        assert answer.status == 201, data
+        assert answer.headers["Content-Type"].startswith("application/json")  # custom resources: JSON
+        assert json.loads(data)["spec"] == {"size": 3}  # the default from the schema posted as protobuf
+    finally:
+        assert conn.call("DELETE", f"{_CRDS}/{name}")[0] == 200
+
+
+def test_apiservice_created_in_protobuf_keeps_its_ca_bundle(conn: Http) -> None:
+    bundle = b"-----BEGIN CERTIFICATE-----\nMIIBpbext\n-----END CERTIFICATE-----\n"
+    service = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": "v1.pbagg.example.com"},
+        "spec": {
+            "service": {"namespace": "default", "name": "pbagg", "port": 443},
+            "group": "pbagg.example.com",
+            "version": "v1",
+            "caBundle": base64.b64encode(bundle).decode(),
+            "groupPriorityMinimum": 1000,
+            "versionPriority": 15,
+        },
+    }
+    status, content_type, created = conn.call("POST", _APISERVICES, service)
+    assert status == 201 and content_type == PB, created
+    try:
+        got = _same_in_protobuf_and_json(conn, f"{_APISERVICES}/v1.pbagg.example.com")
+        assert got["spec"] == service["spec"]
+        status, content_type, listed = conn.call("GET", _APISERVICES)
+        assert status == 200 and content_type == PB and listed["kind"] == "APIServiceList"
+        (item,) = [i for i in listed["items"] if i["metadata"]["name"] == "v1.pbagg.example.com"]
+        assert base64.b64decode(item["spec"]["caBundle"]) == bundle
+    finally:
+        assert conn.call("DELETE", f"{_APISERVICES}/v1.pbagg.example.com")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "text"),
+    [
+        (
+            _CRDS,
+            codec.encode_envelope("apiextensions.k8s.io/v1", "CustomResourceDefinition", b"\x12\x05\x0a"),
+            'CustomResourceDefinition in version "v1" cannot be handled as a CustomResourceDefinition: '
+            "unexpected EOF",
+        ),
+        (
+            _CRDS,
+            # a schema's maximum (a double, field 9) sent as a varint
+            codec.encode_envelope(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                wire.record(1, wire.record(1, b"bad.pb.example.com"))
+                + wire.record(2, wire.record(7, wire.record(4, wire.record(1, b"\x48\x01")))),
+            ),
+            "cannot be handled as a CustomResourceDefinition: proto: wrong wireType = 0",
+        ),
+        (
+            _APISERVICES,
+            codec.encode_envelope("apiregistration.k8s.io/v1", "APIService", b"\x0a\x02\x0a"),
+            'APIService in version "v1" cannot be handled as a APIService: unexpected EOF',
+        ),
+    ],
+    ids=["crd-truncated", "crd-schema-wire-type", "apiservice-truncated"],
+)
+def test_bad_protobuf_crd_or_apiservice_is_a_400(conn: Http, path: str, body: bytes, text: str) -> None:
+    status, _, answer = conn.call("POST", path, body)
+    assert status == 400, answer
+    assert text in answer["message"]
+    status, _, listed = conn.call("GET", path)
+    assert status == 200 and "bad.pb.example.com" not in {i["metadata"]["name"] for i in listed["items"]}
+
+
+def test_kubectl_manages_crds_and_apiservices_as_before(kubectl: Any) -> None:
+    """kubectl reads and writes CRDs and APIServices through its unstructured (JSON) client: apply,
+    get -o json, wait and delete work as before they had a protobuf form, and get prints its Table."""
+    crd = open_crd("pbkubectl.example.com", "Thing", "things")
+    name = crd["metadata"]["name"]
+    kubectl("apply", "-f", "-", input=json.dumps(crd))
+    try:
+        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+        got = json.loads(kubectl("get", "crd", name, "-o", "json"))
+        assert got["spec"]["versions"][0]["schema"] == crd["spec"]["versions"][0]["schema"]
+        proc = kubectl.run("get", "crd", name, "-v=8")
+        assert name in proc.stdout
+        lines = proc.stderr.splitlines()
+        accepts = [  # -v=8 logs each request's URL, then its headers on the lines after it
+            next(h.split("Accept:", 1)[1].strip() for h in lines[at + 1 :] if "Accept:" in h)
+            for at, line in enumerate(lines)
+            if " GET https" in line and f"customresourcedefinitions/{name}" in line
+        ]
+        # kubectl asks a Table in JSON: the CRD's protobuf form changes nothing it receives
+        assert accepts and all(a.startswith("application/json;as=Table") for a in accepts), accepts
+        assert kubectl("get", "apiservices", "v1.apps", "-o", "jsonpath={.spec.version}") == "v1"
+    finally:
+        kubectl("delete", "crd", name)

@@ -7,6 +7,9 @@ a zero time, which Go writes for an unset non-pointer time, is left out); a Quan
 {type=1, intVal=2, strVal=3} and prints as the int or the string; a RawExtension / FieldsV1 is
 {raw=1} holding JSON text; int64 prints as a JSON number, bytes as base64; an embedded struct is a
 message on the wire and inline in JSON; a named slice (UserInfo's extra values) is a wrapper message.
+A CRD schema's (`extensiontables`) double is a fixed 64-bit float printed as Go prints it; its JSON
+values are {raw=1} messages (null: an empty one); its OrArray / OrBool / OrStringArray unions print as
+the list, the schema or the bool upstream's MarshalJSON picks.
 
 Decoding drops what upstream's JSON drops: unknown field numbers, empty strings and bytes (Go writes
 every non-pointer field, so "" means unset), and the zeros of the non-pointer `omitempty` numbers and
@@ -22,11 +25,13 @@ import base64
 import binascii
 import datetime as dt
 import json
+import math
 import re
+import struct
 from collections.abc import Callable
 from typing import Any
 
-from controlplane.apiserver.protobuf import tables, wire
+from controlplane.apiserver.protobuf import extensiontables, tables, wire
 from controlplane.apiserver.protobuf.wire import varint
 
 Obj = dict[str, Any]
@@ -43,6 +48,9 @@ class CodecError(ValueError):
 Field = tuple[int, str, str, str]
 MESSAGES: dict[str, tuple[Field, ...]] = dict(tables.MESSAGES)
 ROOTS: dict[tuple[str, str], str] = dict(tables.ROOTS)
+# CustomResourceDefinition and APIService: not in the fixtures, written from upstream's generated.proto.
+MESSAGES.update(extensiontables.MESSAGES)
+ROOTS.update(extensiontables.ROOTS)
 
 # apimachinery's meta.k8s.io/v1 messages that are not in the fixtures as kinds of their own.
 MESSAGES["PartialObjectMetadata"] = ((1, "metadata", "ObjectMeta", ""),)
@@ -118,16 +126,24 @@ for _name, _fields in MESSAGES.items():
     _omit = {o for markers, omitted in _OMIT_ZERO_RULES if set(markers) <= _names for o in omitted}
     if _omit:
         OMIT_ZERO[_name] = frozenset(_omit & _names)
+OMIT_ZERO.update(extensiontables.OMIT_ZERO)
 _BY_NUMBER: dict[str, dict[int, Field]] = {
     name: {f[0]: f for f in fields} for name, fields in MESSAGES.items()
 }
 _VARINT_TYPES = frozenset(("bool", "int"))
+
+
+def _wire_type(t: str, label: str) -> int:
+    if label == "map":
+        return wire.BYTES
+    if t in _VARINT_TYPES:
+        return wire.VARINT
+    return wire.FIXED64 if t == "double" else wire.BYTES
+
+
 # Each field with its tag bytes (number and wire type) computed once.
 _ENCODE: dict[str, tuple[tuple[int, str, str, str, bytes], ...]] = {
-    name: tuple(
-        (n, j, t, label, wire.key(n, wire.VARINT if t in _VARINT_TYPES and label != "map" else wire.BYTES))
-        for n, j, t, label in fields
-    )
+    name: tuple((n, j, t, label, wire.key(n, _wire_type(t, label))) for n, j, t, label in fields)
     for name, fields in MESSAGES.items()
 }
 
@@ -246,6 +262,14 @@ def _scalar(t: str, w: int, value: int | bytes, depth: int) -> Any:
         if w != wire.VARINT:
             raise CodecError(f"proto: wrong wireType = {w} for field of type {t}")
         return bool(value) if t == "bool" else wire.signed(value)  # type: ignore[arg-type]
+    if t == "double":
+        if w != wire.FIXED64:
+            raise CodecError(f"proto: wrong wireType = {w} for field of type {t}")
+        (number,) = struct.unpack("<d", value)
+        if not math.isfinite(number):  # JSON has no NaN or infinity: upstream cannot store it either
+            raise CodecError(f"json: unsupported value: {number}")
+        # Go's JSON prints an integral float64 as an integer below 1e21 (10.0 as 10), larger ones as 1e+21.
+        return int(number) if number.is_integer() and abs(number) < 1e21 else number
     if w != wire.BYTES:
         raise CodecError(f"proto: wrong wireType = {w} for field of type {t}")
     data: bytes = value  # type: ignore[assignment]
@@ -259,8 +283,10 @@ def _scalar(t: str, w: int, value: int | bytes, depth: int) -> Any:
         return _string_field(data, 1)
     if t == "intorstring":
         return _int_or_string(data)
-    if t == "rawextension" or t == "fieldsv1":
+    if t == "rawextension" or t == "fieldsv1" or t == "json":
         return _raw_json(data, depth)
+    if t in _SCHEMA_UNIONS:
+        return _decode_union(t, data, depth)
     if t == "duration":
         nanos = 0
         for n, fw, v in wire.fields(data):
@@ -268,6 +294,54 @@ def _scalar(t: str, w: int, value: int | bytes, depth: int) -> Any:
                 nanos = wire.signed(v)  # type: ignore[arg-type]
         return _duration_text(nanos)
     return decode_message(data, t, depth + 1)
+
+
+# JSONSchemaProps' unions: (the message's field numbers of the schema and of the list, the list's item type).
+_SCHEMA_UNIONS = {
+    "schemaorarray": (1, 2, extensiontables.SCHEMA),
+    "schemaorstrings": (1, 2, "string"),
+    "schemaorbool": (2, 0, ""),
+}
+
+
+def _decode_union(t: str, data: bytes, depth: int) -> Any:
+    """A schema union as upstream's MarshalJSON prints it: the list when it has items, else the schema,
+    else (OrBool) the bool."""
+    schema_number, list_number, item_type = _SCHEMA_UNIONS[t]
+    schema: Any = None
+    items: list[Any] = []
+    allows = False
+    for n, w, value in wire.fields(data):
+        if n == schema_number and w == wire.BYTES:
+            schema = decode_message(value, extensiontables.SCHEMA, depth + 1)  # type: ignore[arg-type]
+        elif list_number and n == list_number and w == wire.BYTES:
+            items.append(_scalar(item_type, w, value, depth))
+        elif t == "schemaorbool" and n == 1 and w == wire.VARINT:
+            allows = bool(value)
+    if items:
+        return items
+    if schema is not None:
+        return schema
+    return allows if t == "schemaorbool" else None
+
+
+def _encode_union(t: str, value: Any) -> bytes:
+    """A schema union's message from its JSON: a list, a schema (OrBool: allows=true), or a bool."""
+    schema_number, list_number, item_type = _SCHEMA_UNIONS[t]
+    if t == "schemaorbool":
+        if isinstance(value, bool):
+            return wire.key(1, wire.VARINT) + (b"\x01" if value else b"\x00")
+        if isinstance(value, dict):
+            return (
+                wire.key(1, wire.VARINT)
+                + b"\x01"
+                + wire.record(2, encode_message(value, extensiontables.SCHEMA))
+            )
+    elif isinstance(value, list):
+        return b"".join(_field_bytes(list_number, item_type, item) for item in value)
+    elif isinstance(value, dict):
+        return wire.record(schema_number, encode_message(value, extensiontables.SCHEMA))
+    raise CodecError(f"cannot encode {type(value).__name__} as {t}")
 
 
 def _list_items(data: bytes, message: str, depth: int) -> list[Any]:
@@ -434,6 +508,17 @@ def _encode_value(t: str, value: Any) -> tuple[int, bytes]:
         return wire.BYTES, payload + wire.record(3, b"")
     if t == "rawextension" or t == "fieldsv1":
         return wire.BYTES, wire.record(1, _raw_bytes(value))
+    if t == "json":  # apiextensions' JSON: a null value is an empty message (upstream keeps no raw for it)
+        return wire.BYTES, b"" if value is None else wire.record(1, _raw_bytes(value))
+    if t in _SCHEMA_UNIONS:
+        return wire.BYTES, _encode_union(t, value)
+    if t == "double":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise CodecError(f"cannot encode {value!r} as a number")
+        try:
+            return wire.FIXED64, struct.pack("<d", float(value))
+        except OverflowError:
+            raise CodecError(f"cannot encode {value!r} as a float64") from None
     if t == "duration":
         return wire.BYTES, wire.key(1, wire.VARINT) + wire.varint(_duration_nanos(value))
     if not isinstance(value, dict):
@@ -457,12 +542,12 @@ def _fast(tag: bytes, t: str, value: Any) -> bytes:
     elif t == "bool":
         return tag + (b"\x01" if value else b"\x00")
     w, payload = _encode_value(t, value)
-    return tag + (payload if w == wire.VARINT else varint(len(payload)) + payload)
+    return tag + (varint(len(payload)) + payload if w == wire.BYTES else payload)
 
 
 def _field_bytes(number: int, t: str, value: Any) -> bytes:
     w, payload = _encode_value(t, value)
-    if w == wire.VARINT:
+    if w != wire.BYTES:
         return wire.key(number, w) + payload
     return wire.record(number, payload)
 
