@@ -157,6 +157,9 @@ class ProtobufWatchWriter:
         frames = [_frame_of_line(line) for line in data.splitlines() if line.strip()]
         await self.response.write(b"".join(frames))
 
+    async def write_eof(self) -> None:
+        await self.response.write_eof()
+
 
 _EVENT_HEAD = b'{"type":"'
 _EVENT_OBJECT = b'","object":'
@@ -173,9 +176,6 @@ def _frame_of_line(line: bytes) -> bytes:
         message = wire.record(1, kind) + wire.record(2, wire.record(1, raw))
         return struct.pack(">I", len(message)) + message
     return watch_frame(json.loads(line))
-
-    async def write_eof(self) -> None:
-        await self.response.write_eof()
 
 
 def decode_body(body: bytes) -> dict[str, Any]:
