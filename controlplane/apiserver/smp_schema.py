@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 
@@ -63,7 +63,7 @@ class ListSpec:
 # field -> nested schema (a dict), a ListSpec or ATOMIC
 Schema = dict[str, Any]
 
-_TABLE = Path(__file__).with_name("mergemarkers.json")
+_TABLE = resources.files("controlplane.apiserver") / "mergemarkers.json"
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
 

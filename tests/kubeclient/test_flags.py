@@ -148,6 +148,7 @@ def parse(command: str, *argv: str) -> argparse.Namespace:
     required = {"server": ["--data-dir", "/tmp/x"], "join": ["https://h:6443", "--token", "a.b"]}
     required.update({"trace": ["pod/x"], "diagnose": ["pod/x"], "token": ["list"]})
     required["migrate-store"] = ["--from", "sqlite:/x", "--to", "etcd:https://h:2379"]
+    required.update({"restart": ["proxy"], "etcd-snapshot": ["list"]})
     return parser.parse_args([*required.get(command, []), *argv])
 
 
