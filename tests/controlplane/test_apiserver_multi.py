@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from controlplane.apiserver.protobuf import codec, wire
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from e2e.waiting import wait_for
 from kubeclient.client import KubeClient
@@ -27,6 +28,7 @@ from kubeclient.informer import Informer
 from kubeclient.leaderelection import LeaderElection, LeaderElector
 from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas, api_client
 from pykubelet.rig.etcd import Etcd
+from tests.controlplane.test_apiserver_protobuf import Http, _pod
 
 pytestmark = pytest.mark.integration  # real servers, etcd or processes
 
@@ -366,3 +368,39 @@ def test_replicas_share_the_ca_and_service_account_keys(group: ApiServerReplicas
         review = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
     assert review.status.user_info.username == f"system:serviceaccount:default:{name}"
     assert first.ca_cert.read_bytes() == second.ca_cert.read_bytes()
+
+
+def test_protobuf_written_through_one_replica_is_read_and_watched_in_protobuf_through_the_other(
+    group: ApiServerReplicas,
+) -> None:
+    """Upstream's components write protobuf to whichever replica their connection reached: a pod POSTed in
+    protobuf through replica A is read back in protobuf through replica B, and B's protobuf watch carries it."""
+    a, b = Http(group.servers[0]), Http(group.servers[1])
+    name = f"pb-{uuid.uuid4().hex[:6]}"
+    status, _, listed = b.call("GET", "/api/v1/namespaces/default/pods?limit=1")
+    assert status == 200
+    since = listed["metadata"]["resourceVersion"]
+    status, content_type, made = a.call("POST", "/api/v1/namespaces/default/pods", _pod(name))
+    assert status == 201 and content_type.startswith("application/vnd.kubernetes.protobuf"), made
+    got = wait_for(
+        lambda: (r := b.call("GET", f"/api/v1/namespaces/default/pods/{name}"))[0] == 200 and r,
+        30,
+        what="the pod through replica B",
+    )
+    assert got[1].startswith("application/vnd.kubernetes.protobuf")
+    assert got[2]["spec"]["containers"][0]["livenessProbe"] == made["spec"]["containers"][0]["livenessProbe"]
+    assert got[2]["metadata"]["uid"] == made["metadata"]["uid"]
+    response = b.open(
+        "GET", f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={since}&timeoutSeconds=5"
+    )
+    assert response.headers["Content-Type"].startswith("application/vnd.kubernetes.protobuf;stream=watch")
+    events = []
+    while not any(obj["metadata"]["name"] == name for _, obj in events):
+        head = response.read(4)
+        if len(head) < 4:
+            break  # the watch's timeout ended it
+        frame = dict((n, v) for n, _, v in wire.fields(response.read(int.from_bytes(head, "big"))))
+        raw = dict((n, v) for n, _, v in wire.fields(frame[2]))[1]
+        events.append((frame[1].decode(), codec.decode_envelope(raw)[0]))
+    assert ("ADDED", name) in [(kind, obj["metadata"]["name"]) for kind, obj in events], events
+    a.call("DELETE", f"/api/v1/namespaces/default/pods/{name}")
