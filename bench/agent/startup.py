@@ -260,6 +260,23 @@ class PySpy:
         return {k: round(100 * v / total, 1) for k, v in top}
 
 
+def status_patches(stack: Stack) -> float:
+    """PATCHes of pods/status the API server has answered so far (its apiserver_request_total)."""
+    text = subprocess.run(
+        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "get", "--raw", "/metrics"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    wanted = ('verb="PATCH"', 'resource="pods"', 'subresource="status"')
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("apiserver_request_total{") and all(w in line for w in wanted)
+    )
+
+
 async def bench(stack: Stack, size: Size) -> dict:
     assert stack.images and stack.containerd and stack.agent and stack.agent.pid
     image = stack.images.busybox_pinned
@@ -294,6 +311,7 @@ async def bench(stack: Stack, size: Size) -> dict:
             else None
         )
         CREATE_SECONDS.clear()
+        patches0 = status_patches(stack)
         for r in range(rounds):
             floor += await raw_floor(cri, n, image, log_dir)
             sent, created = await sampled(watch, agent_run(client, n, stack.node_name, image, tag=f"r{r}"))
@@ -302,6 +320,9 @@ async def bench(stack: Stack, size: Size) -> dict:
             if r < rounds - 1:
                 await delete_all(client)
         burst = watch.result()
+        # counted once the last status writes of the burst are in (the pods are Running by now)
+        await asyncio.sleep(size.settle_seconds)
+        burst["status_patches_per_pod"] = round((status_patches(stack) - patches0) / (n * rounds), 2)
         if spy is not None:
             burst["pyspy_pct_by_module"] = spy.stop()
         entry = {
@@ -376,6 +397,12 @@ def markdown(report: dict) -> str:
         )
     idle = report["idle"]
     lines += [
+        "",
+        "Status PATCHes per pod during each size's rounds (the API server's apiserver_request_total): "
+        + ", ".join(
+            f"{n} pods {e['agent_during_burst'].get('status_patches_per_pod')}"
+            for n, e in report["sizes"].items()
+        ),
         "",
         f"Idle with {idle['pods']} pods over {idle['wall_seconds']} s: {idle['cpu_percent_of_core']} % of one core, max RSS {idle['max_rss_mib']} MiB.",
     ]
