@@ -171,9 +171,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from agent.app import serve
     from kubeclient.config import ConfigError
+    from kubeclient.eventloop import loop_factory
 
     try:
-        return asyncio.run(serve(cfg))
+        # uvloop, as every other component: its TLS is what the streaming server's bytes pass through
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            return runner.run(serve(cfg))
     except ConfigError as err:
         print(f"pykubelet agent: {err}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 """The event loop every component's command runs on, and how a component's command lives on it.
 
-uvloop when installed, the standard loop otherwise. Measured here: uvloop's sockets and TLS cost about
+uvloop when installed, the standard loop otherwise (or when PYKUBELET_EVENT_LOOP=asyncio: a way out
+should uvloop misbehave somewhere, and how a benchmark compares the two in one run). Measured here: uvloop's sockets and TLS cost about
 a third less CPU per API call (the scheduler) and roughly halve the per-request cost of the API
 server's HTTP layer.
 
@@ -13,6 +14,7 @@ systemd's stop and a Ctrl-C in `pykubelet up` both end with the component's own 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -22,6 +24,8 @@ T = TypeVar("T")
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """For `asyncio.Runner(loop_factory=...)`."""
+    if os.environ.get("PYKUBELET_EVENT_LOOP") == "asyncio":
+        return None
     try:
         import uvloop
     except ImportError:

@@ -20,7 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -116,6 +121,7 @@ class Size:
     idle_seconds: float = 30.0
     settle_seconds: float = 10.0  # for the last status writes and event posts before an idle window
     rounds: int | None = None  # None: rounds_for(n)
+    pyspy: str = ""  # py-spy's path: sample the agent during each size's rounds
 
 
 SMOKE = Size(sizes=(1,), idle_pods=2, idle_seconds=1.0, settle_seconds=1.0, rounds=1)
@@ -218,6 +224,59 @@ async def sampled(watch: ProcWatch, coro):
     return task.result()
 
 
+class PySpy:
+    """py-spy sampling a process (--pyspy): its raw stacks, grouped at the end by the module each
+    sample's innermost frame of our code (agent, kubeclient, ...) lies in, else by the innermost
+    library, so that each second of the agent's CPU has a name."""
+
+    def __init__(self, binary: str, pid: int, out: Path) -> None:
+        self.out = out
+        self.proc = subprocess.Popen(
+            [binary, "record", "--pid", str(pid), "--format", "raw", "--rate", "50", "--nonblocking"]
+            + ["--output", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> dict[str, float]:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=60)
+        groups: dict[str, int] = {}
+        for line in self.out.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            paths = [m.group(1) for m in re.finditer(r"\(([^()]*?):\d+\)", stack)]
+            ours = [p for p in paths if re.search(r"(?:^|/)(agent|kubeclient)/", p)]
+            if ours:
+                key = re.split(r"/(?=(?:agent|kubeclient)/)", ours[-1])[-1]
+                if paths[-1] != ours[-1]:  # time spent in a library called from this module
+                    key += " -> " + "/".join(paths[-1].split("/")[-2:])
+            elif paths and "site-packages/" in paths[-1]:
+                key = paths[-1].split("site-packages/")[1].split("/")[0]
+            else:
+                key = "/".join(paths[-1].split("/")[-2:]) if paths else stack[:60]
+            groups[key] = groups.get(key, 0) + int(count)
+        total = sum(groups.values()) or 1
+        top = sorted(groups.items(), key=lambda kv: -kv[1])[:40]
+        return {k: round(100 * v / total, 1) for k, v in top}
+
+
+def status_patches(stack: Stack) -> float:
+    """PATCHes of pods/status the API server has answered so far (its apiserver_request_total)."""
+    text = subprocess.run(
+        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "get", "--raw", "/metrics"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    wanted = ('verb="PATCH"', 'resource="pods"', 'subresource="status"')
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("apiserver_request_total{") and all(w in line for w in wanted)
+    )
+
+
 async def bench(stack: Stack, size: Size) -> dict:
     assert stack.images and stack.containerd and stack.agent and stack.agent.pid
     image = stack.images.busybox_pinned
@@ -242,7 +301,17 @@ async def bench(stack: Stack, size: Size) -> dict:
         from_send: list[float] = []
         from_creation: list[float] = []
         watch = ProcWatch(stack.agent.pid)
+        spy = (
+            PySpy(
+                size.pyspy,
+                stack.agent.pid,
+                Path(tempfile.gettempdir()) / f"agent-pyspy-{os.getpid()}-{n}.txt",
+            )
+            if size.pyspy
+            else None
+        )
         CREATE_SECONDS.clear()
+        patches0 = status_patches(stack)
         for r in range(rounds):
             floor += await raw_floor(cri, n, image, log_dir)
             sent, created = await sampled(watch, agent_run(client, n, stack.node_name, image, tag=f"r{r}"))
@@ -251,6 +320,11 @@ async def bench(stack: Stack, size: Size) -> dict:
             if r < rounds - 1:
                 await delete_all(client)
         burst = watch.result()
+        # counted once the last status writes of the burst are in (the pods are Running by now)
+        await asyncio.sleep(size.settle_seconds)
+        burst["status_patches_per_pod"] = round((status_patches(stack) - patches0) / (n * rounds), 2)
+        if spy is not None:
+            burst["pyspy_pct_by_module"] = spy.stop()
         entry = {
             "floor": summary(floor),
             "agent": summary(from_send),
@@ -324,6 +398,12 @@ def markdown(report: dict) -> str:
     idle = report["idle"]
     lines += [
         "",
+        "Status PATCHes per pod during each size's rounds (the API server's apiserver_request_total): "
+        + ", ".join(
+            f"{n} pods {e['agent_during_burst'].get('status_patches_per_pod')}"
+            for n, e in report["sizes"].items()
+        ),
+        "",
         f"Idle with {idle['pods']} pods over {idle['wall_seconds']} s: {idle['cpu_percent_of_core']} % of one core, max RSS {idle['max_rss_mib']} MiB.",
     ]
     return "\n".join(lines)
@@ -334,10 +414,11 @@ def main() -> int:
     parser.add_argument("--sizes", default=None, help="pods per burst, e.g. 1,30,110")
     parser.add_argument("--idle-seconds", type=float, default=None)
     parser.add_argument("--idle-pods", type=int, default=None)
+    parser.add_argument("--pyspy", default="", help="py-spy binary: where the agent's CPU goes, by module")
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)
-    size = SMOKE if args.smoke else Size()
+    size = replace(SMOKE if args.smoke else Size(), pyspy=args.pyspy)
     if args.sizes:
         size = replace(size, sizes=tuple(int(s) for s in args.sizes.split(",")))
     if args.idle_seconds is not None:
