@@ -195,6 +195,7 @@ class ApiServer:
             if config.etcd
             else SQLiteStore(config.data_dir / "state.db")
         )
+        self.backend = backend  # the store itself, below the metrics and encryption wrappers
         self.store = MeasuredStore(backend, self.metrics.registry)
         if config.encryption is not None:  # --encryption-provider-config: values encrypted at rest
             self.store = TransformingStore(self.store, config.encryption.transformer_for_key())
@@ -248,8 +249,8 @@ class ApiServer:
 
     async def start(self) -> None:
         await self.store.start()
-        if isinstance(self.store, EtcdStore):
-            await relayout_store(self.store, self.kinds)  # an older pykubelet's layout, moved once
+        if isinstance(self.backend, EtcdStore):
+            await relayout_store(self.backend, self.kinds)  # an older pykubelet's layout, moved once
         await self.cache.start()
         self.steps.done.add(health.INFORMER_SYNC)
         self.authorization.start(self.cache)
