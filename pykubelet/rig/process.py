@@ -42,12 +42,40 @@ def bindable(host: str, port: int) -> bool:
     return True
 
 
+# A port handed out is reserved for RESERVATION_SECONDS (longer than any daemon takes from the pick to its
+# bind) by a file of that name here, made with O_EXCL: neither this process nor another session's (the
+# suite runs tests/, e2e/ and `pykubelet up` processes side by side) hands it out again meanwhile. A
+# daemon's port was twice taken by another stack's daemon picked in the same second.
+RESERVATIONS = Path(os.environ.get("PYKUBELET_PORT_RESERVATIONS", "/run/pykubelet/port-reservations"))
+RESERVATION_SECONDS = 600.0
+
+
+def _reserve(port: int) -> bool:
+    """Whether `port` is now ours to hand out (no live reservation of another pick holds it)."""
+    path = RESERVATIONS / str(port)
+    for _ in range(2):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return True
+        except FileNotFoundError:
+            RESERVATIONS.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            try:
+                if time.time() - path.stat().st_mtime < RESERVATION_SECONDS:
+                    return False
+                path.unlink()  # an old pick's: expired
+            except FileNotFoundError:
+                pass
+    return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody holds right now (TCP and UDP), at random in RIG_PORTS; the OS's pick if none is."""
+    """A port nobody holds right now (TCP and UDP) and nobody was handed in the last RESERVATION_SECONDS,
+    at random in RIG_PORTS; the OS's pick if none is."""
     pick = random.SystemRandom()
     for _ in range(100):
         port = pick.randrange(RIG_PORTS.start, RIG_PORTS.stop)
-        if bindable(host, port) and (host == "0.0.0.0" or bindable("0.0.0.0", port)):
+        if bindable(host, port) and (host == "0.0.0.0" or bindable("0.0.0.0", port)) and _reserve(port):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))

@@ -3,8 +3,10 @@ kernel's ephemeral range), never a node port, and never one somebody holds."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,14 @@ def test_picks_lie_below_the_ephemeral_range_and_the_node_ports() -> None:
     assert all(p in RIG_PORTS and p < low and p < 30000 for p in picks), sorted(picks)
 
 
+@pytest.fixture(autouse=True)
+def reservations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A reservation folder of the test's own: the host's holds other sessions' live picks."""
+    folder = tmp_path / "reservations"
+    monkeypatch.setattr(process, "RESERVATIONS", folder)
+    return folder
+
+
 def test_a_held_port_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
     free = (p for p in RIG_PORTS if process.bindable("127.0.0.1", p))
     taken, spare = next(free), next(free)
@@ -27,3 +37,19 @@ def test_a_held_port_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
         choices = iter([taken, taken, spare])
         monkeypatch.setattr(random.SystemRandom, "randrange", lambda self, a, b: next(choices))
         assert free_port() == spare
+
+
+def test_a_port_handed_out_is_not_handed_out_again_until_its_reservation_expires(
+    monkeypatch: pytest.MonkeyPatch, reservations: Path
+) -> None:
+    """Two picks (in this process or another session's) never get the same port while the first daemon
+    may still be on its way to binding it; an expired reservation frees the port again."""
+    free = (p for p in RIG_PORTS if process.bindable("127.0.0.1", p))
+    first, spare = next(free), next(free)
+    choices = iter([first, first, spare, first])
+    monkeypatch.setattr(random.SystemRandom, "randrange", lambda self, a, b: next(choices))
+    assert free_port() == first
+    assert free_port() == spare  # `first` is nobody's socket yet, but it was handed out
+    old = time.time() - process.RESERVATION_SECONDS - 1
+    os.utime(reservations / str(first), (old, old))
+    assert free_port() == first
