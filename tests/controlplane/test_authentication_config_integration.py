@@ -15,6 +15,7 @@ import jwt
 import pytest
 import yaml
 
+from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer
 from tests.controlplane.conftest import KUBECTL, Kubectl
 from tests.controlplane.oidcissuer import Issuer, issuer
@@ -82,13 +83,12 @@ def whoami(kubectl: Kubectl, token: str) -> subprocess.CompletedProcess[str]:
 
 def login(kubectl: Kubectl, token: str, timeout: float = 30) -> dict:
     """The user the token logs in as, once the server has the issuer's keys (fetched at start)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def logged_in() -> dict | None:
         proc = whoami(kubectl, token)
-        if proc.returncode == 0:
-            return yaml.safe_load(proc.stdout)["status"]["userInfo"]
-        assert time.monotonic() < deadline, proc.stderr
-        time.sleep(0.2)
+        return yaml.safe_load(proc.stdout)["status"]["userInfo"] if proc.returncode == 0 else None
+
+    return wait_for(logged_in, timeout, 0.2, "a login with the token")
 
 
 def test_an_external_token_logs_in_with_the_mapped_user(setup: tuple[ApiServer, Issuer, Kubectl]) -> None:
@@ -154,10 +154,12 @@ def test_the_file_is_reloaded_when_it_changes(setup: tuple[ApiServer, Issuer, Ku
     try:
         path.write_text("jwt: [unclosed")  # a broken edit: refused, the last good configuration stays
         path.write_text(yaml.safe_dump(changed))
-        deadline = time.monotonic() + 30
-        while login(kubectl, served.token(sub="c-2", **claims))["username"] != "sso:carol@example.com":
-            assert time.monotonic() < deadline, "the changed file was not reloaded"
-            time.sleep(0.2)
+        wait_for(
+            lambda: login(kubectl, served.token(sub="c-2", **claims))["username"] == "sso:carol@example.com",
+            30,
+            0.2,
+            "the changed file reloaded",
+        )
     finally:
         path.write_text(original)
         deadline = time.monotonic() + 30

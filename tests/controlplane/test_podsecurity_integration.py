@@ -5,7 +5,6 @@ dry run of a namespace relabel, and the audit annotations in the audit log."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer
 from tests.controlplane.conftest import KUBECTL, Kubectl
 
@@ -124,16 +124,13 @@ def audit_event(
 ) -> dict[str, Any]:
     """The first ResponseComplete event of the audit log `match` accepts (the writer is asynchronous)."""
     path = server.data_dir.parent / "audit.log"
-    deadline = time.monotonic() + timeout
-    while True:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                ev = json.loads(line)
-                if ev.get("stage") == "ResponseComplete" and match(ev):
-                    return ev
-        if time.monotonic() > deadline:
-            pytest.fail(f"no matching audit event in {path}")
-        time.sleep(0.05)
+
+    def found() -> dict[str, Any] | None:
+        lines = path.read_text().splitlines() if path.exists() else []
+        events = (json.loads(line) for line in lines)
+        return next((ev for ev in events if ev.get("stage") == "ResponseComplete" and match(ev)), None)
+
+    return wait_for(found, timeout, 0.05, f"a matching audit event in {path}")
 
 
 def _ref(ev: dict[str, Any], namespace: str, name: str) -> bool:

@@ -4,12 +4,12 @@ compared with upstream 1.32's for the same situation."""
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
 from kubernetes.client import ApiException
 
+from e2e.waiting import wait_for
 from tests.scheduler.conftest import WAIT
 
 pytestmark = pytest.mark.integration
@@ -34,12 +34,13 @@ def test_anti_affinity_spreads_three_replicas_over_two_nodes(cluster, start_sche
     start_scheduler()
     for i in range(3):
         cluster.create(cluster.pod(f"web-{i}", labels=WEB, affinity=anti_web()))
+
     # Two bind (one per node); the third is refused, whichever of the three it is.
-    deadline = time.monotonic() + WAIT
-    bound = cluster.bound_nodes()
-    while len(bound) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    def two_bound() -> dict[str, str] | None:
         bound = cluster.bound_nodes()
+        return bound if len(bound) >= 2 else None
+
+    bound = wait_for(two_bound, WAIT, 0.05, "two of the three bound")
     pending = [f"web-{i}" for i in range(3) if f"web-{i}" not in bound]
     assert set(bound.values()) == nodes and len(pending) == 1
     message = cluster.wait_unschedulable(pending[0])

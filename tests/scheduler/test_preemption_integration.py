@@ -4,13 +4,13 @@ node and binds there; preemptionPolicy Never only waits."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
+from e2e.waiting import wait_for
 from tests.scheduler.conftest import WAIT
 
 pytestmark = pytest.mark.integration
@@ -34,16 +34,16 @@ def classes(v1: client.CoreV1Api) -> Iterator[dict[str, str]]:
 
 
 def wait_gone(cluster, name: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         try:
             cluster.get(name)
         except client.ApiException as err:
             if err.status == 404:
-                return
+                return True
             raise
-        time.sleep(0.05)
-    raise AssertionError(f"pod {name} still exists")
+        return False
+
+    wait_for(gone, timeout, 0.05, f"pod {name} gone")
 
 
 def test_preempts_a_lower_priority_pod(cluster, start_scheduler, classes):
@@ -74,21 +74,20 @@ def test_victim_gets_disruption_target_and_nomination_is_set(cluster, start_sche
     )
     assert cluster.wait_bound("victim") == node
     cluster.create(cluster.pod("preemptor", cpu="800m", priorityClassName=classes["high"]))
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
+
+    def marked() -> client.V1Pod | None:
         victim = cluster.get("victim")
-        if victim.metadata.deletion_timestamp:
-            break
-        time.sleep(0.05)
+        return victim if victim.metadata.deletion_timestamp else None
+
+    victim = wait_for(marked, WAIT, 0.05, "the victim marked for deletion")
     conditions = {c.type: c for c in victim.status.conditions or ()}
     target = conditions["DisruptionTarget"]
     assert (target.status, target.reason) == ("True", "PreemptionByScheduler")
     assert target.message == "default-scheduler: preempting to accommodate a higher priority pod"
     assert victim.metadata.deletion_timestamp is not None
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline and cluster.get("preemptor").status.nominated_node_name != node:
-        time.sleep(0.05)
-    assert cluster.get("preemptor").status.nominated_node_name == node
+    wait_for(
+        lambda: cluster.get("preemptor").status.nominated_node_name == node, WAIT, 0.05, "the nominated node"
+    )
     # The kubelet's part, which this node lacks: the victim finishes; the preemptor takes its room.
     cluster.v1.delete_namespaced_pod("victim", cluster.namespace, grace_period_seconds=0)
     assert cluster.wait_bound("preemptor") == node
