@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -25,18 +26,16 @@ from kubeclient.eventwait import wait_event
 log = logging.getLogger(__name__)
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: have the kernel SIGTERM it when the server dies, even by SIGKILL,
-    so a crashed server never leaves an orphan scheduler behind (Linux only; elsewhere a no-op)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+def _dying_with_parent(command: list[str]) -> list[str]:
+    """`command` run so the kernel SIGTERMs it when the server dies, even by SIGKILL (PR_SET_PDEATHSIG),
+    so a crashed server never leaves an orphan scheduler behind. util-linux's `setpriv` sets it before
+    exec, rather than a `preexec_fn`: a Python callback before exec makes subprocess fork() where it
+    would otherwise vfork(), and a fork runs gRPC's at-fork handlers, which break the TLS streams of the
+    server's open etcd watch ("Stream removed", TSI_DATA_CORRUPTED: grpc/grpc#28557)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:  # not Linux, or util-linux missing: the child outlives a killed server
+        return command
+    return [setpriv, "--pdeathsig", "TERM", "--", *command]
 
 
 def component_command(
@@ -64,17 +63,17 @@ async def supervise(
     """Keep one child running `command` until `stop` is set. Each child's pid goes to `started`
     (tests use it). Its output goes to `log_path` (appended), or to this process's stderr."""
     name = command[3] if len(command) > 3 else command[0]
+    argv = _dying_with_parent(command)
     failures = 0
     while not stop.is_set():
         # A descriptor only the child keeps open (opening a local log file does not block for long).
         out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if log_path else None
         try:
             child = await asyncio.create_subprocess_exec(
-                *command,
+                *argv,
                 stdout=out if out is not None else sys.stderr,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         finally:

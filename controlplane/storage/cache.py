@@ -21,6 +21,9 @@ from typing import Any, Literal
 from controlplane.storage.interface import CompactedError, Event, Store
 
 log = logging.getLogger("controlplane.storage.cache")
+# Back-off between attempts to open the store's watch again (seconds; the last repeats), as a reflector
+# backs off after a failed watch.
+_FEED_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Predicate = Callable[[dict[str, Any]], bool]
 
@@ -247,25 +250,43 @@ class WatchCache:
                 watcher.close()
 
     async def _feed(self, from_revision: int) -> None:
-        try:
-            while True:
+        """Apply the store's events for as long as the server runs. Like upstream's cacher (a reflector
+        under it), a watch that ends for any reason is opened again from the last applied revision after
+        a back-off, and one that fell behind a compaction relists: the cache is never left stale for good,
+        whatever broke the stream (meanwhile reads that need freshness time out rather than serve old
+        data)."""
+        failures = 0
+        while True:
+            try:
+                async for batch in self.store.watch(from_revision):
+                    failures = 0
+                    for event in batch:
+                        self._apply(event)
+                    from_revision = self.revision
+                return
+            except asyncio.CancelledError:
+                raise
+            except CompactedError as err:
+                # The watch fell behind a compaction (etcd away for longer than a compaction round, or
+                # etcd's own auto-compaction): relist and go on from there, as an informer does.
+                log.warning("event=watch-cache-relist from=%d compacted=%d", from_revision, err.compacted)
                 try:
-                    async for batch in self.store.watch(from_revision):
-                        for event in batch:
-                            self._apply(event)
-                    return
-                except CompactedError as err:
-                    # The watch fell behind a compaction (etcd away for longer than a compaction round,
-                    # or etcd's own auto-compaction): relist and go on from there, as an informer does.
-                    log.warning("event=watch-cache-relist from=%d compacted=%d", from_revision, err.compacted)
                     from_revision = await self._relist()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # The store's watch already retries what can be retried; past this the cache is stale, and
-            # reads that wait for freshness time out (a 504-like error) rather than serve old data.
-            log.exception("event=watch-cache-feed-ended revision=%d", self.revision)
-            raise
+                except asyncio.CancelledError:
+                    raise
+                except Exception as relist_err:  # retried below, as the watch is
+                    failures = await self._back_off(failures, relist_err)
+            except Exception as err:  # any broken watch is opened again
+                from_revision = self.revision
+                failures = await self._back_off(failures, err)
+
+    async def _back_off(self, failures: int, err: BaseException) -> int:
+        delay = _FEED_BACKOFF[min(failures, len(_FEED_BACKOFF) - 1)]
+        log.warning(
+            "event=watch-cache-feed-broken revision=%d retry_in=%.1f err=%s", self.revision, delay, err
+        )
+        await asyncio.sleep(delay)
+        return failures + 1
 
     async def _relist(self) -> int:
         """Replace every bucket's state with a fresh list. Watchers are closed (they resume from their

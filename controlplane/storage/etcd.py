@@ -53,6 +53,10 @@ log = logging.getLogger("controlplane.storage.etcd")
 # API servers only the one whose transaction wins compacts.
 COMPACT_KEY = b"compact_rev_key"
 _UNAVAILABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+# A watch stream that broke below the RPC ("Stream removed", a TLS frame that failed to unwrap): the
+# transport's fault, not the request's, so the watch is opened again as for an unavailable member
+# (etcd's own client retries every watch error except a compacted or cancelled start).
+_STREAM_BROKEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 _COMPACTED = "required revision has been compacted"
 _FUTURE = "required revision is a future revision"
 # gRPC's words for a connection that was never made (so a request was never sent).
@@ -509,7 +513,7 @@ class EtcdStore:
                     yield batch
                 return
             except grpc.aio.AioRpcError as err:
-                if err.code() not in _UNAVAILABLE:
+                if err.code() not in _UNAVAILABLE | _STREAM_BROKEN:
                     raise _translate(err, "watch") from None
                 if hops < len(self.config.servers) - 1 and self._failover(err, used):
                     hops += 1  # another member, at once (backing off once every one has failed)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from controlplane.storage.cache import CLOSED, GoneError, WatchCache
+from controlplane.storage.interface import StoreError
 
 from .conftest import Backend
 
@@ -137,3 +138,45 @@ async def test_a_restart_starts_a_new_window(backend: Backend) -> None:
     assert await drain(watcher, 1) == [("MODIFIED", "r1", str(rev))]
     await c.stop()
     await reopened.close()
+
+
+class _BreakingWatch:
+    """The store as the cache sees it through a watch (no in-process subscription), whose first watch
+    stream breaks after its first batch, as an etcd stream does on "Stream removed"."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self.opened: list[int] = []
+
+    def __getattr__(self, name: str):
+        if name == "subscribe":
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+    async def watch(self, from_revision: int):
+        self.opened.append(from_revision)
+        broken = len(self.opened) == 1
+        async for batch in self._store.watch(from_revision):
+            yield batch
+            if broken:
+                raise StoreError("etcd watch: UNKNOWN: Stream removed")
+
+
+async def test_a_broken_watch_is_opened_again_from_the_last_applied_revision(backend: Backend) -> None:
+    """A watch that breaks for any reason is opened again (as upstream's reflector does), from the
+    revision the cache had applied: nothing is missed and nothing is applied twice, and reads that wait
+    for freshness are served, not left to time out."""
+    store = backend.open("db4")
+    await store.start()
+    wrapped = _BreakingWatch(store)
+    c = WatchCache(wrapped, window=100)  # type: ignore[arg-type]
+    await c.start()
+    first = await store.create("/configmaps/ns/b0", obj("b0"))
+    await c.wait_for(first)
+    later = [await store.create(f"/configmaps/ns/b{i}", obj(f"b{i}")) for i in range(1, 4)]
+    await c.wait_for(later[-1], patience=10.0)
+    await c.wait_fresh()
+    assert len(wrapped.opened) >= 2 and wrapped.opened[1] >= first
+    assert [k.key for k in c.list("configmaps", "/configmaps/")] == [f"/configmaps/ns/b{i}" for i in range(4)]
+    await c.stop()
+    await store.close()
