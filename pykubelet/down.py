@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from pykubelet.rig.process import forget_expired_reservations
 from pykubelet.rig.sweep import looks_like_a_stack, sweep, ups_for
 from pykubelet.up import DEFAULT_STATE_DIR
 
@@ -21,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     state_dir = args.state_dir.resolve()
+    forget_expired_reservations()
     if not looks_like_a_stack(state_dir) and not ups_for(state_dir):
         print(
             f"pykubelet down: no stack in {state_dir} (no record, files or processes): nothing to stop",

@@ -50,6 +50,29 @@ RESERVATIONS = Path(os.environ.get("PYKUBELET_PORT_RESERVATIONS", "/run/pykubele
 RESERVATION_SECONDS = 600.0
 
 
+_swept = False
+
+
+def forget_expired_reservations() -> int:
+    """Delete the reservations whose time is up (a pick's file stays until then; without this they
+    would pile up, one per port ever handed out). Returns how many went. `free_port` calls it once per
+    process, `pykubelet down` on each run."""
+    gone = 0
+    now = time.time()
+    try:
+        entries = list(os.scandir(RESERVATIONS))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        try:
+            if now - entry.stat().st_mtime >= RESERVATION_SECONDS:
+                os.unlink(entry.path)
+                gone += 1
+        except FileNotFoundError:
+            pass  # another process swept it
+    return gone
+
+
 def _reserve(port: int) -> bool:
     """Whether `port` is now ours to hand out (no live reservation of another pick holds it)."""
     path = RESERVATIONS / str(port)
@@ -72,6 +95,10 @@ def _reserve(port: int) -> bool:
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody holds right now (TCP and UDP) and nobody was handed in the last RESERVATION_SECONDS,
     at random in RIG_PORTS; the OS's pick if none is."""
+    global _swept
+    if not _swept:
+        _swept = True
+        forget_expired_reservations()
     pick = random.SystemRandom()
     for _ in range(100):
         port = pick.randrange(RIG_PORTS.start, RIG_PORTS.stop)

@@ -519,6 +519,9 @@ def watch_events(api: client.ApiClient, path: str, selector: str, rv: str, count
                 if line.strip():
                     events.append(json.loads(line))
     finally:
+        # Closed, not returned to the pool: the watch is still open on the server, and a pooled
+        # connection would be drained until its timeoutSeconds before the next request could use it.
+        stream.close()
         stream.release_conn()
     return events
 

@@ -53,3 +53,19 @@ def test_a_port_handed_out_is_not_handed_out_again_until_its_reservation_expires
     old = time.time() - process.RESERVATION_SECONDS - 1
     os.utime(reservations / str(first), (old, old))
     assert free_port() == first
+
+
+def test_expired_reservations_are_deleted_and_live_ones_kept(
+    monkeypatch: pytest.MonkeyPatch, reservations: Path
+) -> None:
+    """Reservations do not pile up: a process's first pick (and `pykubelet down`) deletes the expired."""
+    reservations.mkdir()
+    old = time.time() - process.RESERVATION_SECONDS - 1
+    for port in (20001, 20002):
+        (reservations / str(port)).touch()
+        os.utime(reservations / str(port), (old, old))
+    (reservations / "20003").touch()
+    monkeypatch.setattr(process, "_swept", False)
+    picked = free_port()
+    assert sorted(p.name for p in reservations.iterdir()) == sorted(["20003", str(picked)])
+    assert process.forget_expired_reservations() == 0
