@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import os
 import shutil
 import ssl
@@ -250,8 +251,8 @@ class EtcdCluster:
         if members < 1:
             raise ValueError("an etcd cluster needs at least one member")
         self.state_dir = Path(state_dir)
-        peers = [free_port() for _ in range(members)]
         names = [f"m{i}" for i in range(members)]
+        peers = self._peer_ports(names)
         initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peers, strict=True))
         self.members = [
             Etcd(
@@ -265,6 +266,24 @@ class EtcdCluster:
             for name, peer in zip(names, peers, strict=True)
         ]
         self.pki = self.members[0].pki
+
+    @property
+    def _peers_file(self) -> Path:
+        return self.state_dir / "peers.json"
+
+    def _peer_ports(self, names: list[str]) -> list[int]:
+        """The members' peer ports: those of the cluster's first start when its data is kept (etcd keeps
+        its members' peer URLs in its data, and a member started on another one never meets the others:
+        no quorum, so no restart and no restore of a stopped cluster), fresh ones for a new cluster."""
+        try:
+            known = json.loads(self._peers_file.read_text())
+        except (FileNotFoundError, ValueError):
+            known = {}
+        if all(isinstance(known.get(n), int) for n in names) and all(
+            (self.state_dir / n / "data").is_dir() for n in names
+        ):
+            return [known[n] for n in names]
+        return [free_port() for _ in names]
 
     @property
     def urls(self) -> list[str]:
@@ -289,6 +308,8 @@ class EtcdCluster:
         import time
 
         waiting = [m for m in self.members if not m.running]
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._peers_file.write_text(json.dumps({m.name: m.peer_port for m in self.members}))
         for member in waiting:
             member.state_dir.mkdir(parents=True, exist_ok=True)
             member.daemon.start(lambda: True, timeout=timeout)

@@ -15,8 +15,9 @@
   restore`, the old keys deleted, the snapshot's put, then a compaction). Either way a watcher that
   comes back with a resourceVersion from before the restore is told 410 Gone and relists, instead of
   seeing time go back. Keys attached to an etcd lease (events, the API servers' master leases) are
-  transient and not restored. A multi-member etcd is backed up but not restored here (its members'
-  peer addresses change on every start of the rig's cluster).
+  transient and not restored. A multi-member etcd is restored the same way: its members start on the
+  peer ports their data knows, the snapshot's keys are written through one of them and raft carries them
+  to the others (etcdctl's own per-member restore would start a new cluster at revision 1).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pykubelet.rig import host
-from pykubelet.rig.etcd import Etcd, make_pki
+from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members, make_pki
 
 SNAPSHOTS_DIR = "snapshots"
 ETCDCTL = "etcdctl"
@@ -257,11 +258,6 @@ def restore(state_dir: Path, name_or_path: str) -> SnapshotInfo:
     if info.store == "sqlite":
         _restore_sqlite(state_dir, path)
     else:
-        if len(_members(state_dir)) > 1:
-            raise SnapshotError(
-                "restoring a multi-member etcd is not supported by the rig (its members' peer addresses "
-                "change on every start); restore onto a single-member stack"
-            )
         _restore_etcd(state_dir, path)
     return info
 
@@ -323,20 +319,27 @@ def _restore_etcd(state_dir: Path, snapshot: Path) -> None:
     if done.returncode != 0:
         shutil.rmtree(scratch, ignore_errors=True)
         raise SnapshotError(f"etcdctl snapshot restore failed: {done.stderr.strip()}")
-    source, live = Etcd(scratch, pki_dir=root / "pki"), Etcd(root)
+    members = _members(state_dir)
+    source = Etcd(scratch, pki_dir=root / "pki")
+    # Every member of a cluster starts (on the peer ports its data knows) so the writes reach a quorum;
+    # they go through the first, and raft carries them to the others.
+    live: Etcd | EtcdCluster = EtcdCluster(root, len(members)) if len(members) > 1 else Etcd(root)
+    target = etcd_members(live)[0]
     try:
         source.start()
         live.start()
         kvs = _all_kvs(source)
-        _gateway(live, "/v3/kv/deleterange", {"key": _b64(b"\0"), "range_end": _b64(b"\0")})
+        _gateway(target, "/v3/kv/deleterange", {"key": _b64(b"\0"), "range_end": _b64(b"\0")})
         for i in range(0, len(kvs), TXN_OPS):
             puts = [
                 {"request_put": {"key": kv["key"], "value": kv.get("value", "")}}
                 for kv in kvs[i : i + TXN_OPS]
             ]
-            _gateway(live, "/v3/kv/txn", {"success": puts})
-        revision = int(_gateway(live, "/v3/kv/range", {"key": _b64(b"\0"), "limit": 1})["header"]["revision"])
-        _gateway(live, "/v3/kv/compaction", {"revision": revision, "physical": True})
+            _gateway(target, "/v3/kv/txn", {"success": puts})
+        revision = int(
+            _gateway(target, "/v3/kv/range", {"key": _b64(b"\0"), "limit": 1})["header"]["revision"]
+        )
+        _gateway(target, "/v3/kv/compaction", {"revision": revision, "physical": True})
     finally:
         source.stop()
         live.stop()

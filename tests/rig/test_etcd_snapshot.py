@@ -1,5 +1,5 @@
 """`pykubelet etcd-snapshot save|list|restore` on a real API server (with its controllers) on etcd and on
-SQLite, laid out as `pykubelet up` lays out a stack: a snapshot is taken while it runs, a namespace is
+SQLite (one etcd member and three), laid out as `pykubelet up` lays out a stack: a snapshot is taken while it runs, a namespace is
 deleted, a restore is refused while the control plane runs and for a truncated snapshot or one of
 another cluster (nothing changed), the control plane stops, the restore brings the namespace back, and
 the resourceVersions go on upward from where they were: a watch from before the restore is told 410."""
@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer, api_client
-from pykubelet.rig.etcd import Etcd
+from pykubelet.rig.etcd import Etcd, EtcdCluster
 from tests.rig.stacks import run_pykubelet
 
 pytestmark = pytest.mark.integration
@@ -32,11 +32,14 @@ class ControlPlane:
 
     def __init__(self, state: Path, store: str) -> None:
         self.state, self.store = state, store
-        self.etcd: Etcd | None = None
+        self.etcd: Etcd | EtcdCluster | None = None
         self.server: ApiServer | None = None
 
     def start(self) -> client.CoreV1Api:
-        self.etcd = Etcd(self.state / "etcd") if self.store == "etcd" else None
+        if self.store == "etcd-3":  # three members, as `up --etcd-members 3` lays them out
+            self.etcd = EtcdCluster(self.state / "etcd", 3)
+        else:
+            self.etcd = Etcd(self.state / "etcd") if self.store == "etcd" else None
         if self.etcd is not None:
             self.etcd.start()
         self.server = ApiServer(self.state / "apiserver", controllers=True, etcd=self.etcd).start()
@@ -76,7 +79,7 @@ def _watch_from(core: client.CoreV1Api, rv: str) -> int:
     return 200
 
 
-@pytest.mark.parametrize("store", ["etcd", "sqlite"])
+@pytest.mark.parametrize("store", ["etcd", "etcd-3", "sqlite"])
 def test_snapshot_delete_restore_brings_the_namespace_back(tmp_path: Path, store: str) -> None:
     state = tmp_path / "s"
     plane = ControlPlane(state, store)
