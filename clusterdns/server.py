@@ -189,7 +189,8 @@ class Resolver:
             try:
                 sent = time.perf_counter()
                 transport.sendto(data)
-                reply = await asyncio.wait_for(future, UPSTREAM_TIMEOUT)
+                async with asyncio.timeout(UPSTREAM_TIMEOUT):
+                    reply = await future
                 if self.metrics is not None:
                     self.metrics.forwarded(f"{host}:{port or 53}", reply, time.perf_counter() - sent)
                 return reply

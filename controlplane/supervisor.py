@@ -103,7 +103,8 @@ async def _terminate(
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(exited), grace)
+            async with asyncio.timeout(grace):
+                await asyncio.shield(exited)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 child.kill()

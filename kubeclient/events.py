@@ -178,7 +178,8 @@ class EventRecorder:
         """Send what is queued (up to `flush_timeout`), then stop the senders."""
         if self._tasks:
             try:
-                await asyncio.wait_for(self.flush(), flush_timeout)
+                async with asyncio.timeout(flush_timeout):
+                    await self.flush()
             except TimeoutError:
                 log.warning("events not flushed in time dropped=%d", len(self._queue))
         for task in self._tasks:

@@ -64,7 +64,8 @@ def standard_checks(store: Store, steps: Steps) -> list[Check]:
         return None
 
     async def store_answers() -> None:
-        await asyncio.wait_for(store.get("/health"), STORE_TIMEOUT)
+        async with asyncio.timeout(STORE_TIMEOUT):
+            await store.get("/health")
 
     return [
         Check("ping", ok),

@@ -21,6 +21,7 @@ import jwt
 
 from controlplane.apiserver import cel
 from controlplane.apiserver.authnconfig import JwtConfig, Mapping
+from kubeclient.eventwait import wait_event
 
 log = logging.getLogger("controlplane.apiserver.jwtauthn")
 
@@ -69,7 +70,7 @@ class JwtAuthenticator:
                 wait = RETRY
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await wait_event(self._wake, wait)
             except TimeoutError:
                 pass
 

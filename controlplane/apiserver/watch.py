@@ -168,7 +168,8 @@ async def _pump(
             wait = min(wait, remaining - 1 if remaining > 2 else remaining)
         wait = min(wait, DISCONNECT_CHECK)
         try:
-            event = await asyncio.wait_for(watcher.queue.get(), max(wait, 0.01))
+            async with asyncio.timeout(max(wait, 0.01)):
+                event = await watcher.queue.get()
         except TimeoutError:
             if bookmarks and (time.monotonic() >= next_bookmark or deadline - time.monotonic() <= 1.5):
                 if watcher.queue.empty():

@@ -356,7 +356,8 @@ class WatchCache:
         entry = (revision, future)
         self._waiters.append(entry)
         try:
-            await asyncio.wait_for(future, patience)
+            async with asyncio.timeout(patience):
+                await future
         except TimeoutError:
             raise TooLargeResourceVersionError(revision, self.revision) from None
         finally:

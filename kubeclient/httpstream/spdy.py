@@ -190,7 +190,8 @@ class SpdyClient:
                 self.writer.write(control_frame(GOAWAY, 0, struct.pack(">II", 0, 0)))
         self.writer.close()
         with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-            await asyncio.wait_for(self.writer.wait_closed(), 2.0)  # a peer that never answers TLS's close
+            async with asyncio.timeout(2.0):  # a peer that never answers TLS's close
+                await self.writer.wait_closed()
 
 
 __all__ = [

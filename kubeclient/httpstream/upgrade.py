@@ -79,7 +79,8 @@ class BackendResponse:
             return await self.reader.read(limit)
 
         try:
-            return await asyncio.wait_for(read(), wait)
+            async with asyncio.timeout(wait):
+                return await read()
         except (asyncio.IncompleteReadError, TimeoutError, ValueError, OSError):
             return b""
 
@@ -101,9 +102,10 @@ async def dial(
     port = parts.port or (443 if secure else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        reader, writer = await asyncio.wait_for(
-            open_tap_connection(host, port, ssl=ssl_context if secure else None, limit=CHUNK * 2), wait
-        )
+        async with asyncio.timeout(wait):
+            reader, writer = await open_tap_connection(
+                host, port, ssl=ssl_context if secure else None, limit=CHUNK * 2
+            )
     except (OSError, TimeoutError) as err:
         raise UpgradeError(f"error dialing backend: {err or type(err).__name__}") from None
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -112,7 +114,8 @@ async def dial(
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
     try:
         await writer.drain()
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), wait)
+        async with asyncio.timeout(wait):
+            head = await reader.readuntil(b"\r\n\r\n")
         status_line, *header_lines = head.decode("latin-1").split("\r\n")
         _version, code, *reason = status_line.split(" ", 2)
         parsed: CIMultiDict[str] = CIMultiDict()

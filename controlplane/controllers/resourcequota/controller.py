@@ -159,7 +159,7 @@ class ResourceQuotaController(Controller):
             informer = self._watch(gr, resource.collection())
             self.ctx.informers.start()
         if not informer.synced.is_set():
-            await asyncio.wait_for(informer.synced.wait(), 30)
+            await wait_event(informer.synced, 30)
         return informer
 
     async def _discover(self, gr: tuple[str, str]) -> ApiResource | None:
