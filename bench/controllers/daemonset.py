@@ -14,6 +14,9 @@ Both sides are sent by the same client (bench/controllers/workload.py says why k
 `kubectl create --dry-run=server` of the manifest, beside each round). Also counted: store writes and
 the CPU of the controller manager and the API server. Floor and DaemonSet alternate; between them
 everything is deleted and gone. Figures are reported, never asserted. `--smoke`: 2 nodes, 1 round.
+
+Each round runs the controller's phase twice, under the two definitions bench/controllers/workload.py
+describes: sent by the bench's in-process client, and from a `kubectl apply -f` process's start.
 """
 
 from __future__ import annotations
@@ -90,12 +93,12 @@ async def floor_round(client: KubeClient, nodes: list[str], image: str, tag: str
 
 
 async def daemonset_round(
-    client: KubeClient, kubeconfig: Path, nodes: list[str], image: str, procs: dict[str, int]
+    client: KubeClient, kubeconfig: Path, nodes: list[str], image: str, procs: dict[str, int], via: wl.Via
 ) -> Obj:
     n = len(nodes)
     w, phases = wl.watched(client, {"pods": PODS, "sets": SETS}, procs)
     async with w:
-        await client.create(SETS, daemonset(image))
+        await wl.send(client, kubeconfig, via, SETS, daemonset(image))
         pods_ready = await w.until(lambda: ready_count(w) >= n)
 
         def counted() -> bool:
@@ -129,7 +132,7 @@ async def bench(stack: Stack, rounds: int) -> Obj:
             rounds,
             "daemonset",
             lambda r: floor_round(client, nodes, image, f"r{r}"),
-            lambda: daemonset_round(client, stack.kubeconfig, nodes, image, procs),
+            lambda via: daemonset_round(client, stack.kubeconfig, nodes, image, procs, via),
             lambda: wl.delete_everything(client, NS, ["apps/v1/daemonsets"]),
         )
     finally:

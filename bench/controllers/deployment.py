@@ -17,6 +17,9 @@ One stack (registry, containerd, API server with scheduler and controller manage
               deployment alternate (the machine is shared, so the ratio is of
               neighbouring measurements); between them everything is deleted and gone.
 Figures are reported, never asserted. `--smoke`: 10 replicas, 1 round (for CI).
+
+Each round runs the controller's phase twice, under the two definitions bench/controllers/workload.py
+describes: sent by the bench's in-process client, and from a `kubectl apply -f` process's start.
 """
 
 from __future__ import annotations
@@ -98,11 +101,11 @@ async def floor_round(client: KubeClient, n: int, node: str, image: str, tag: st
 
 
 async def deployment_round(
-    client: KubeClient, kubeconfig: Path, n: int, image: str, procs: dict[str, int]
+    client: KubeClient, kubeconfig: Path, n: int, image: str, procs: dict[str, int], via: wl.Via
 ) -> Obj:
     paths = {"pods": PODS, "deployments": DEPLOYMENTS, "replicasets": REPLICASETS}
     async with wl.Window(client, paths, procs) as w:
-        await client.create(DEPLOYMENTS, deployment(n, image))
+        await wl.send(client, kubeconfig, via, DEPLOYMENTS, deployment(n, image))
         seconds = await w.until(lambda: ready_count(w) >= n)
 
         def available() -> bool:  # the controller's own account of it
@@ -134,7 +137,7 @@ async def bench(stack: Stack, replicas: int, rounds: int) -> Obj:
             rounds,
             "deployment",
             lambda r: floor_round(client, replicas, stack.node_name, image, f"r{r}"),
-            lambda: deployment_round(client, stack.kubeconfig, replicas, image, procs),
+            lambda via: deployment_round(client, stack.kubeconfig, replicas, image, procs, via),
             lambda: wl.delete_everything(client, NS, ["apps/v1/deployments", "apps/v1/replicasets"]),
         )
     finally:

@@ -15,6 +15,9 @@ One stack (registry, containerd, API server with scheduler and controller manage
          `kubectl create --dry-run=server` of the manifest (bench/controllers/workload.py says why apart).
 Floor and Job alternate; between them everything is deleted and gone. Figures are reported, never
 asserted. `--smoke`: 10 completions, 3 at a time, 1 round.
+
+Each round runs the controller's phase twice, under the two definitions bench/controllers/workload.py
+describes: sent by the bench's in-process client, and from a `kubectl apply -f` process's start.
 """
 
 from __future__ import annotations
@@ -101,10 +104,10 @@ async def floor_round(client: KubeClient, n: int, p: int, node: str, image: str,
 
 
 async def job_round(
-    client: KubeClient, kubeconfig: Path, n: int, p: int, image: str, procs: dict[str, int]
+    client: KubeClient, kubeconfig: Path, n: int, p: int, image: str, procs: dict[str, int], via: wl.Via
 ) -> Obj:
     async with wl.Window(client, {"pods": PODS, "jobs": JOBS}, procs) as w:
-        await client.create(JOBS, job(n, p, image))
+        await wl.send(client, kubeconfig, via, JOBS, job(n, p, image))
         pods_done = await w.until(lambda: succeeded(w) >= n)
 
         def complete() -> bool:
@@ -131,7 +134,7 @@ async def bench(stack: Stack, completions: int, parallelism: int, rounds: int) -
             rounds,
             "job",
             lambda r: floor_round(client, completions, parallelism, stack.node_name, image, f"r{r}"),
-            lambda: job_round(client, stack.kubeconfig, completions, parallelism, image, procs),
+            lambda via: job_round(client, stack.kubeconfig, completions, parallelism, image, procs, via),
             lambda: wl.delete_everything(client, NS, ["batch/v1/jobs"]),
         )
     finally:

@@ -14,6 +14,9 @@ One stack (registry, containerd, API server with scheduler and controller manage
          --dry-run=server` of the manifest (bench/controllers/workload.py says why apart).
 Floor and set alternate; between them everything is deleted and gone. Figures are reported, never
 asserted. `--smoke`: 3 replicas, 1 round.
+
+Each round runs the controller's phase twice, under the two definitions bench/controllers/workload.py
+describes: sent by the bench's in-process client, and from a `kubectl apply -f` process's start.
 """
 
 from __future__ import annotations
@@ -88,10 +91,12 @@ async def floor_round(client: KubeClient, n: int, node: str, image: str, tag: st
         }
 
 
-async def set_round(client: KubeClient, kubeconfig: Path, n: int, image: str, procs: dict[str, int]) -> Obj:
+async def set_round(
+    client: KubeClient, kubeconfig: Path, n: int, image: str, procs: dict[str, int], via: wl.Via
+) -> Obj:
     w, phases = wl.watched(client, {"pods": PODS, "sets": SETS}, procs)
     async with w:
-        await client.create(SETS, statefulset(n, image))
+        await wl.send(client, kubeconfig, via, SETS, statefulset(n, image))
         pods_ready = await w.until(lambda: ready_count(w) >= n)
         status_seconds = await w.until(
             lambda: (
@@ -118,7 +123,7 @@ async def bench(stack: Stack, replicas: int, rounds: int) -> Obj:
             rounds,
             "statefulset",
             lambda r: floor_round(client, replicas, stack.node_name, image, f"r{r}"),
-            lambda: set_round(client, stack.kubeconfig, replicas, image, procs),
+            lambda via: set_round(client, stack.kubeconfig, replicas, image, procs, via),
             lambda: wl.delete_everything(
                 client, NS, ["apps/v1/statefulsets"], also=("apps/v1/controllerrevisions",)
             ),
