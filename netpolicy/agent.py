@@ -1,7 +1,8 @@
 """The network-policy agent's loop (the role kube-router's and Calico felix's policy controllers play on
 each node): informers on NetworkPolicies, Pods and Namespaces; every change wakes one sync, at most one
-per `min_sync_period`; a sync builds the whole wanted table from the caches (rules.py) and writes it in
-one atomic `nft -f` transaction when it differs from the last one written.
+per `min_sync_period`; a sync builds the whole wanted table from the caches (rules.py) and writes what
+differs from the last one written (delta.py) in one atomic `nft -f` transaction. The first sync, the
+periodic one (every `resync_period`) and any after a refused transaction replace the whole table.
 
 One bad policy never breaks the others: a policy the agent cannot parse, or whose rules nft refuses
 (found with `nft -c`, one policy at a time, only after a refused sync), keeps isolating the pods it
@@ -20,6 +21,7 @@ from typing import Any
 from kubeclient.client import KubeClient
 from kubeclient.events import WARNING, EventRecorder, EventSource
 from kubeclient.informer import Informer, key_of
+from netpolicy.delta import delta
 from netpolicy.model import PodInfo, Policy, PolicyError, isolation_only, parse_pod, parse_policy
 from netpolicy.nft import NftError, NftTable
 from netpolicy.rules import Cluster, Ruleset, build
@@ -52,7 +54,8 @@ class PolicyAgent:
                 on_delete=lambda _o: self._wake.set(),
             )
         self._wake = asyncio.Event()
-        self.last_script = ""
+        self.last_script = ""  # the last transaction written; "" makes the next sync replace the table
+        self.applied: Ruleset | None = None  # what the table holds after it
         self.syncs = 0
         self.failures = 0
         self.withheld: frozenset[str] = frozenset()  # policy keys whose rules nft refused
@@ -127,9 +130,13 @@ class PolicyAgent:
             k for k in self.withheld if self._withheld_versions.get(k) == versions.get(k)
         )
         ruleset: Ruleset = build(cluster, self.withheld)
-        script = ruleset.script(self.config.nft.table)
-        if script == self.last_script:
-            return True
+        table = self.config.nft.table
+        if self.last_script and self.applied is not None:
+            script = delta(self.applied, ruleset, table)
+            if not script:
+                return True
+        else:
+            script = ruleset.script(table)
         try:
             try:
                 await self.config.nft.write(script)
@@ -143,13 +150,14 @@ class PolicyAgent:
                     if obj is not None:
                         self._report(obj, "nft refused its rules; the pods it selects admit nothing by it")
                 ruleset = build(cluster, self.withheld)
-                script = ruleset.script(self.config.nft.table)
+                script = ruleset.script(table)  # the whole table: also mends one changed behind our back
                 await self.config.nft.write(script)
         except NftError as err:
             self.failures += 1
+            self.applied, self.last_script = None, ""
             log.error("sync failed: %s", err)
             return False
-        self.last_script = script
+        self.last_script, self.applied = script, ruleset
         self.syncs += 1
         log.info(
             "synced policies=%d isolated_ingress=%d isolated_egress=%d took=%.3fs",

@@ -16,7 +16,10 @@ output hooks and is never filtered, as the upstream CNI plugins leave it.
 
 Shape: `forward` accepts established/related traffic, then jumps through the `egress-pods` verdict map
 (source address -> `egress-<ns>/<pod>`) and the `ingress-pods` map (destination address ->
-`ingress-<ns>/<pod>`); each per-pod chain `return`s on an allowing rule and ends in `drop`.
+`ingress-<ns>/<pod>`); each per-pod chain `return`s on an allowing rule and ends in `drop`. A peer given
+by selectors is a named set of pod addresses (`peers-<hash>`, one per distinct selection, shared by every
+rule naming it), so a pod coming or going changes set elements, not rules (delta.py writes only what
+changed). An ipBlock matches with `ip` or `ip6` by its own family (the inet table holds both).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class Cluster:
 @dataclass
 class Ruleset:
     chains: dict[str, list[str]] = field(default_factory=dict)
+    sets: dict[str, frozenset[str]] = field(default_factory=dict)  # peers-<hash> -> pod IPv4 addresses
     ingress: dict[str, str] = field(default_factory=dict)  # pod IP -> chain
     egress: dict[str, str] = field(default_factory=dict)
 
@@ -65,6 +69,8 @@ class Ruleset:
             f"add rule {at} forward ip saddr vmap @{EGRESS_MAP}",
             f"add rule {at} forward ip daddr vmap @{INGRESS_MAP}",
         ]
+        for name, ips in self.sets.items():
+            lines += set_lines(at, name, ips)
         for name, rules in self.chains.items():
             lines.append(f"add chain {at} {name}")
             lines += [f"add rule {at} {name} {rule}" for rule in rules]
@@ -73,6 +79,14 @@ class Ruleset:
                 body = ", ".join(f"{ip} : jump {chain}" for ip, chain in elements.items())
                 lines.append(f"add element {at} {map_name} {{ {body} }}")
         return "\n".join(lines) + "\n"
+
+
+def set_lines(at: str, name: str, ips: frozenset[str]) -> list[str]:
+    """A named set of pod addresses, declared and filled."""
+    lines = [f"add set {at} {name} {{ type ipv4_addr ; }}"]
+    if ips:
+        lines.append(f"add element {at} {name} {address_set(ips)}")
+    return lines
 
 
 def chain_name(direction: str, pod: PodInfo) -> str:
@@ -88,7 +102,7 @@ def _ip_key(ip: str) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(ip)
 
 
-def _address_set(ips: Iterable[str]) -> str:
+def address_set(ips: Iterable[str]) -> str:
     return "{ " + ", ".join(sorted(set(ips), key=_ip_key)) + " }"
 
 
@@ -109,6 +123,13 @@ class _Target:
     block: Peer | None = None
 
 
+def peer_set_name(namespace: str, peer: Peer) -> str:
+    """The set of a selector peer: named for the selection, so every rule naming the same pods shares it."""
+    scope = namespace if peer.namespaces is None else "*"
+    digest = hashlib.sha256(f"{scope}|{peer.pods!r}|{peer.namespaces!r}".encode()).hexdigest()
+    return f"peers-{digest[:16]}"
+
+
 class _Builder:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -118,15 +139,20 @@ class _Builder:
         # A rule's peers are the same for every pod the policy selects: resolved once per build.
         self._targets: dict[tuple[int, str], list[_Target]] = {}
         self._blocks: dict[Peer, tuple[PodInfo, ...]] = {}
+        self.sets: dict[str, frozenset[str]] = {}
 
     def in_block(self, peer: Peer) -> tuple[PodInfo, ...]:
         if peer not in self._blocks:
-            network = ipaddress.IPv4Network(peer.cidr)
-            holes = [ipaddress.IPv4Network(e) for e in peer.excepts]
-            self._blocks[peer] = tuple(
-                p
-                for p in self.cluster.pods
-                if _ip_key(p.ip) in network and not any(_ip_key(p.ip) in h for h in holes)
+            network = ipaddress.ip_network(peer.cidr)
+            holes = [ipaddress.ip_network(e) for e in peer.excepts]
+            self._blocks[peer] = (
+                ()
+                if network.version != 4  # pods here have IPv4 addresses only
+                else tuple(
+                    p
+                    for p in self.cluster.pods
+                    if _ip_key(p.ip) in network and not any(_ip_key(p.ip) in h for h in holes)
+                )
             )
         return self._blocks[peer]
 
@@ -140,33 +166,34 @@ class _Builder:
         pods = [p for n in spaces for p in self.by_namespace.get(n, [])]
         return [p for p in pods if peer_pods is None or peer_pods.matches(p.labels)]
 
-    def targets(self, policy: Policy, rule: Rule, field_name: str) -> list[_Target]:
-        key = (id(rule), field_name)
+    def targets(self, policy: Policy, rule: Rule, direction: str) -> list[_Target]:
+        key = (id(rule), direction)
         if key not in self._targets:
-            self._targets[key] = self._resolve(policy, rule, field_name)
+            self._targets[key] = self._resolve(policy, rule, "saddr" if direction == "ingress" else "daddr")
         return self._targets[key]
 
-    def _resolve(self, policy: Policy, rule: Rule, field_name: str) -> list[_Target]:
+    def _resolve(self, policy: Policy, rule: Rule, end: str) -> list[_Target]:
         if not rule.peers:
             return [_Target("", self.cluster.pods)]
         out = []
         for peer in rule.peers:
             if peer.cidr:
+                field_name = f"{'ip6' if ':' in peer.cidr else 'ip'} {end}"
                 match = f"{field_name} {peer.cidr}"
                 if peer.excepts:
                     match += f" {field_name} != {{ {', '.join(peer.excepts)} }}"
                 out.append(_Target(match, block=peer))
                 continue
             pods = self._selected(policy, peer.pods, peer.namespaces)
-            if pods:
-                out.append(_Target(f"{field_name} {_address_set(p.ip for p in pods)}", tuple(pods)))
+            name = peer_set_name(policy.namespace, peer)
+            self.sets[name] = frozenset(p.ip for p in pods)
+            out.append(_Target(f"ip {end} @{name}", tuple(pods)))
         return out
 
     def statements(self, policy: Policy, rule: Rule, direction: str, pod: PodInfo) -> list[str]:
         """The `return` rules one policy rule gives `pod`'s chain for `direction`."""
-        field_name = "ip saddr" if direction == "ingress" else "ip daddr"
         out: list[str] = []
-        for target in self.targets(policy, rule, field_name):
+        for target in self.targets(policy, rule, direction):
             if not rule.ports:
                 out.append(f"{target.match} return".strip())
             for port in rule.ports:
@@ -186,7 +213,7 @@ class _Builder:
             if number is not None:
                 by_number.setdefault(number, []).append(peer.ip)
         return [
-            f"ip daddr {_address_set(ips)} {_port_match(port.protocol, number)}"
+            f"ip daddr {address_set(ips)} {_port_match(port.protocol, number)}"
             for number, ips in sorted(by_number.items())
         ]
 
@@ -217,4 +244,5 @@ def build(cluster: Cluster, withheld: frozenset[str] = frozenset()) -> Ruleset:
             name = chain_name(direction, pod)
             ruleset.chains[name] = [*dict.fromkeys(rules), "drop"]
             elements[pod.ip] = name
+    ruleset.sets = dict(sorted(builder.sets.items()))
     return ruleset

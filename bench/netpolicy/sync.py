@@ -128,8 +128,9 @@ async def measure(server: ApiServer, netns: str, pods: int, policies: int, chang
                 raise TimeoutError(f"policy np{j}'s change not written after 30 s")
             await asyncio.sleep(0.005)
         latencies.append(time.perf_counter() - began)
-    chains = agent.last_script.count("add chain ")
-    rules = agent.last_script.count("add rule ")
+    whole = agent.applied.script(nft.table) if agent.applied is not None else ""  # the table, not a delta
+    chains = whole.count("add chain ")
+    rules = whole.count("add rule ")
     stop.set()
     await runner
     await agent.cleanup()
