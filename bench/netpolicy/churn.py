@@ -17,23 +17,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.netpolicy.sync import NAMESPACES, pct, populate
+from bench.netpolicy.sync import NAMESPACES, in_lab, pct, populate
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from netpolicy.agent import AgentConfig, PolicyAgent
 from netpolicy.nft import NftTable
 from pykubelet.rig.apiserver import ApiServer
-from pykubelet.rig.leaks import Scope
 
 
 async def relabel(admin: KubeClient, agent: PolicyAgent, i: int, tier: str, whole: bool) -> tuple[float, int]:
@@ -92,16 +89,7 @@ def main() -> int:
     out = out_dir(parser, args)
     if args.smoke:
         args.policies, args.pods, args.changes = 20, 10, 2
-    netns = f"npc-{uuid.uuid4().hex[:6]}"
-    work = Path(tempfile.mkdtemp(prefix="netpol-churn-"))
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    try:
-        with ApiServer(work / "api") as server:
-            data = asyncio.run(measure(server, netns, args.pods, args.policies, args.changes))
-    finally:
-        subprocess.run(["ip", "netns", "del", netns], check=False)
-    leaked = Scope.of(work, named_netns=[netns]).leaked()
-    assert not leaked, f"left {leaked}"
+    data = in_lab("npc", lambda server, netns: measure(server, netns, args.pods, args.policies, args.changes))
     rows = [(k, v) for k, v in data.items() if k.endswith("_s")]
     markdown = "\n".join(
         [
