@@ -1,5 +1,6 @@
 """The network-policy agent's loop (the role kube-router's and Calico felix's policy controllers play on
-each node): informers on NetworkPolicies, Pods and Namespaces; every change wakes one sync, at most one
+each node): informers on NetworkPolicies, Pods, Namespaces and Nodes (their pod CIDRs, for the guard of
+pods whose address is not known yet: rules.py); every change wakes one sync, at most one
 per `min_sync_period`; a sync builds the whole wanted table from the caches (rules.py) and writes what
 differs from the last one written (delta.py) in one atomic `nft -f` transaction. The first sync, the
 periodic one (every `resync_period`) and any after a refused transaction replace the whole table.
@@ -22,7 +23,7 @@ from kubeclient.client import KubeClient
 from kubeclient.events import WARNING, EventRecorder, EventSource
 from kubeclient.informer import Informer, key_of
 from netpolicy.delta import delta
-from netpolicy.model import PodInfo, Policy, PolicyError, isolation_only, parse_pod, parse_policy
+from netpolicy.model import PodInfo, Policy, PolicyError, isolation_only, node_cidrs, parse_pod, parse_policy
 from netpolicy.nft import NftError, NftTable
 from netpolicy.rules import Cluster, Ruleset, build
 
@@ -47,7 +48,8 @@ class PolicyAgent:
         self.policies = Informer(client, "/apis/networking.k8s.io/v1/networkpolicies")
         self.pods = Informer(client, "/api/v1/pods")
         self.namespaces = Informer(client, "/api/v1/namespaces")
-        for informer in (self.policies, self.pods, self.namespaces):
+        self.nodes = Informer(client, "/api/v1/nodes")
+        for informer in self._informers:
             informer.add_handler(
                 on_add=lambda _o: self._wake.set(),
                 on_update=lambda _o, _n: self._wake.set(),
@@ -63,6 +65,10 @@ class PolicyAgent:
         self._reported: set[tuple[str, str]] = set()
         self._parsed: dict[str, tuple[str, Policy | None]] = {}  # key -> (resourceVersion, parsed)
         self.recorder = EventRecorder(client, EventSource(COMPONENT, ",".join(sorted(config.node_names))))
+
+    @property
+    def _informers(self) -> tuple[Informer, ...]:
+        return (self.policies, self.pods, self.namespaces, self.nodes)
 
     # --- the caches, parsed ---------------------------------------------------------------------------
 
@@ -84,12 +90,26 @@ class PolicyAgent:
         return [policy for _, policy in cache.values() if policy is not None]
 
     def cluster(self) -> Cluster:
-        pods: list[PodInfo] = [p for p in (parse_pod(o) for o in self.pods.list()) if p is not None]
+        objects = self.pods.list()
+        pods: list[PodInfo] = [p for p in (parse_pod(o) for o in objects) if p is not None]
+        pending = [p for p in (parse_pod(o, pending=True) for o in objects) if p is not None]
         namespaces = {
             (o.get("metadata") or {}).get("name", ""): dict((o.get("metadata") or {}).get("labels") or {})
             for o in self.namespaces.list()
         }
-        return Cluster(tuple(self._parsed_policies()), tuple(pods), namespaces, self.config.node_names)
+        cidrs = {
+            name: node_cidrs(o)
+            for o in self.nodes.list()
+            if (name := str((o.get("metadata") or {}).get("name", ""))) in self.config.node_names
+        }
+        return Cluster(
+            tuple(self._parsed_policies()),
+            tuple(pods),
+            namespaces,
+            self.config.node_names,
+            pending=tuple(pending),
+            node_cidrs=cidrs,
+        )
 
     def _report(self, obj: Obj, problem: str) -> None:
         meta = obj.get("metadata") or {}
@@ -176,10 +196,11 @@ class PolicyAgent:
             asyncio.create_task(self.policies.run(), name="networkpolicies informer"),
             asyncio.create_task(self.pods.run(), name="pods informer"),
             asyncio.create_task(self.namespaces.run(), name="namespaces informer"),
+            asyncio.create_task(self.nodes.run(), name="nodes informer"),
         ]
         self.recorder.start()
         try:
-            synced = asyncio.gather(*(i.synced.wait() for i in (self.policies, self.pods, self.namespaces)))
+            synced = asyncio.gather(*(i.synced.wait() for i in self._informers))
             halt = asyncio.create_task(stop.wait())
             await asyncio.wait({halt, synced}, return_when=asyncio.FIRST_COMPLETED)
             if stop.is_set():

@@ -17,11 +17,12 @@ def delta(old: Ruleset, new: Ruleset, table: str = TABLE) -> str:
     """The transaction turning a table holding `old` into one holding `new` ("" when they are equal)."""
     at = f"{FAMILY} {table}"
     lines: list[str] = []
-    for name, ips in new.sets.items():
-        if name not in old.sets:
+    was_sets, now_sets = {**old.guards, **old.sets}, {**new.guards, **new.sets}
+    for name, ips in now_sets.items():
+        if name not in was_sets:
             lines += set_lines(at, name, ips)
             continue
-        gone, came = old.sets[name] - ips, ips - old.sets[name]
+        gone, came = was_sets[name] - ips, ips - was_sets[name]
         if gone:
             lines.append(f"delete element {at} {name} {address_set(gone)}")
         if came:
@@ -43,5 +44,5 @@ def delta(old: Ruleset, new: Ruleset, table: str = TABLE) -> str:
     for name in old.chains:
         if name not in new.chains:
             lines += [f"flush chain {at} {name}", f"delete chain {at} {name}"]
-    lines += [f"delete set {at} {name}" for name in old.sets if name not in new.sets]
+    lines += [f"delete set {at} {name}" for name in was_sets if name not in now_sets]
     return "\n".join(lines) + "\n" if lines else ""

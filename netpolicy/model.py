@@ -152,15 +152,18 @@ def parse_policy(obj: Obj) -> Policy:
     )
 
 
-def parse_pod(obj: Obj) -> PodInfo | None:
+def parse_pod(obj: Obj, pending: bool = False) -> PodInfo | None:
     """The pod as policies see it; None when it has no IPv4 address of its own, runs in the host's
-    network or has finished (its address may already be another pod's)."""
+    network or has finished (its address may already be another pod's). With `pending`, the other way
+    round: a pod bound to a node whose address the API does not know yet (ip ""), else None."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if spec.get("hostNetwork") or status.get("phase") in ("Succeeded", "Failed"):
         return None
     ips = [p.get("ip") for p in status.get("podIPs") or [] if isinstance(p, dict)] or [status.get("podIP")]
     ip = next((i for i in ips if isinstance(i, str) and "." in i), "")
-    if not ip:
+    if pending and (ip or not spec.get("nodeName") or meta.get("deletionTimestamp")):
+        return None
+    if not ip and not pending:
         return None
     named: dict[tuple[str, str], int] = {}
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -175,6 +178,21 @@ def parse_pod(obj: Obj) -> PodInfo | None:
         labels=dict(meta.get("labels") or {}),
         named_ports=named,
     )
+
+
+def node_cidrs(obj: Obj) -> tuple[str, ...]:
+    """A Node's IPv4 pod CIDRs (spec.podCIDRs, else spec.podCIDR)."""
+    spec = obj.get("spec") or {}
+    cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+    out = []
+    for cidr in cidrs:
+        try:
+            network = ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            continue
+        if network.version == 4:
+            out.append(str(network))
+    return tuple(out)
 
 
 def isolation_only(obj: Obj) -> Policy | None:

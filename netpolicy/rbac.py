@@ -1,7 +1,7 @@
 """What the agent may read, as the ClusterRole and ClusterRoleBinding a network-policy addon ships with
-its DaemonSet (kube-router's and Calico's manifests do the same): get/list/watch NetworkPolicies, Pods
-and Namespaces, and create/patch Events (a policy it cannot program is reported on the policy). The
-rig applies them before it starts the agent; any cluster can apply them the same way. A second binding
+its DaemonSet (kube-router's and Calico's manifests do the same): get/list/watch NetworkPolicies, Pods,
+Namespaces and Nodes (their pod CIDRs), and create/patch Events (a policy it cannot program is reported
+on the policy). The rig applies them before it starts the agent; any cluster can apply them the same way. A second binding
 gives the role to the group system:nodes: on a host joined with `pykubelet join` the agent runs on its
 node's own credential (as k3s's agent runs its policy controller), which has no CA key to make another."""
 
@@ -22,7 +22,7 @@ def cluster_role() -> dict[str, Any]:
         "metadata": {"name": ROLE},
         "rules": [
             {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": READ},
-            {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": READ},
+            {"apiGroups": [""], "resources": ["pods", "namespaces", "nodes"], "verbs": READ},
             {
                 "apiGroups": ["", "events.k8s.io"],
                 "resources": ["events"],

@@ -16,7 +16,11 @@ output hooks and is never filtered, as the upstream CNI plugins leave it.
 
 Shape: `forward` accepts established/related traffic, then jumps through the `egress-pods` verdict map
 (source address -> `egress-<ns>/<pod>`) and the `ingress-pods` map (destination address ->
-`ingress-<ns>/<pod>`); each per-pod chain `return`s on an allowing rule and ends in `drop`. A peer given
+`ingress-<ns>/<pod>`); each per-pod chain `return`s on an allowing rule and ends in `drop`. Before the
+maps, a guard for pods bound to a local node whose address the API does not know yet (the sandbox has
+one before the kubelet reports it): while such a pod is selected by a policy, traffic to (ingress) or
+from (egress) an address of its node's pod CIDR that is no known pod's is dropped, so a new pod is never
+reachable before its rules exist (Calico drops traffic of workloads it does not know yet the same way). A peer given
 by selectors is a named set of pod addresses (`peers-<hash>`, one per distinct selection, shared by every
 rule naming it), so a pod coming or going changes set elements, not rules (delta.py writes only what
 changed). An ipBlock matches with `ip` or `ip6` by its own family (the inet table holds both).
@@ -36,6 +40,8 @@ from netpolicy.model import Peer, PodInfo, Policy, Port, Rule
 TABLE = "pykubelet-netpol"
 FAMILY = "inet"
 INGRESS_MAP, EGRESS_MAP = "ingress-pods", "egress-pods"
+KNOWN, PENDING_INGRESS, PENDING_EGRESS = "known-pods", "pending-ingress", "pending-egress"
+INTERVAL_SETS = (PENDING_INGRESS, PENDING_EGRESS)  # pod CIDRs
 
 
 @dataclass(frozen=True)
@@ -46,12 +52,23 @@ class Cluster:
     pods: tuple[PodInfo, ...]
     namespaces: Mapping[str, Mapping[str, str]]  # name -> labels
     local_nodes: frozenset[str]
+    pending: tuple[PodInfo, ...] = ()  # pods bound to a node, address not known yet (ip "")
+    node_cidrs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> IPv4 pod CIDRs
 
 
 @dataclass
 class Ruleset:
     chains: dict[str, list[str]] = field(default_factory=dict)
     sets: dict[str, frozenset[str]] = field(default_factory=dict)  # peers-<hash> -> pod IPv4 addresses
+    # the guard's sets, always there: known-pods (local pods' addresses, while a guard is up) and the
+    # pod CIDRs of nodes with a pending pod isolated for ingress / egress
+    guards: dict[str, frozenset[str]] = field(
+        default_factory=lambda: {
+            KNOWN: frozenset(),
+            PENDING_INGRESS: frozenset(),
+            PENDING_EGRESS: frozenset(),
+        }
+    )
     ingress: dict[str, str] = field(default_factory=dict)  # pod IP -> chain
     egress: dict[str, str] = field(default_factory=dict)
 
@@ -65,12 +82,16 @@ class Ruleset:
             f"add chain {at} forward {{ type filter hook forward priority filter ; policy accept ; }}",
             f"add map {at} {INGRESS_MAP} {{ type ipv4_addr : verdict ; }}",
             f"add map {at} {EGRESS_MAP} {{ type ipv4_addr : verdict ; }}",
+        ]
+        for name, ips in [*self.guards.items(), *self.sets.items()]:
+            lines += set_lines(at, name, ips)
+        lines += [
             f"add rule {at} forward ct state established,related accept",
+            f"add rule {at} forward ip daddr @{PENDING_INGRESS} ip daddr != @{KNOWN} drop",
+            f"add rule {at} forward ip saddr @{PENDING_EGRESS} ip saddr != @{KNOWN} drop",
             f"add rule {at} forward ip saddr vmap @{EGRESS_MAP}",
             f"add rule {at} forward ip daddr vmap @{INGRESS_MAP}",
         ]
-        for name, ips in self.sets.items():
-            lines += set_lines(at, name, ips)
         for name, rules in self.chains.items():
             lines.append(f"add chain {at} {name}")
             lines += [f"add rule {at} {name} {rule}" for rule in rules]
@@ -82,8 +103,9 @@ class Ruleset:
 
 
 def set_lines(at: str, name: str, ips: frozenset[str]) -> list[str]:
-    """A named set of pod addresses, declared and filled."""
-    lines = [f"add set {at} {name} {{ type ipv4_addr ; }}"]
+    """A named set of pod addresses (of CIDRs for the guard's pending sets), declared and filled."""
+    flags = " flags interval ;" if name in INTERVAL_SETS else ""
+    lines = [f"add set {at} {name} {{ type ipv4_addr ;{flags} }}"]
     if ips:
         lines.append(f"add element {at} {name} {address_set(ips)}")
     return lines
@@ -102,8 +124,14 @@ def _ip_key(ip: str) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(ip)
 
 
+@functools.lru_cache(maxsize=65536)
+def _net_key(text: str) -> ipaddress.IPv4Network:
+    return ipaddress.IPv4Network(text)
+
+
 def address_set(ips: Iterable[str]) -> str:
-    return "{ " + ", ".join(sorted(set(ips), key=_ip_key)) + " }"
+    """`{ a, b }` of addresses or CIDRs, in address order."""
+    return "{ " + ", ".join(sorted(set(ips), key=_net_key)) + " }"
 
 
 def _port_match(protocol: str, number: int | None = None, end: int | None = None) -> str:
@@ -218,6 +246,32 @@ class _Builder:
         ]
 
 
+def _selecting(cluster: Cluster, pod: PodInfo, direction: str) -> list[Policy]:
+    """The policies of the pod's namespace that select it and have `direction` among their types."""
+    return [
+        policy
+        for policy in cluster.policies
+        if policy.namespace == pod.namespace
+        and getattr(policy, direction) is not None
+        and policy.selector.matches(pod.labels)
+    ]
+
+
+def _guards(cluster: Cluster, local: list[PodInfo]) -> dict[str, frozenset[str]]:
+    pending: dict[str, set[str]] = {"ingress": set(), "egress": set()}
+    for pod in cluster.pending:
+        cidrs = cluster.node_cidrs.get(pod.node, ()) if pod.node in cluster.local_nodes else ()
+        for direction, found in pending.items():
+            if cidrs and _selecting(cluster, pod, direction):
+                found.update(cidrs)
+    up = pending["ingress"] or pending["egress"]
+    return {
+        KNOWN: frozenset(p.ip for p in local) if up else frozenset(),
+        PENDING_INGRESS: frozenset(pending["ingress"]),
+        PENDING_EGRESS: frozenset(pending["egress"]),
+    }
+
+
 def build(cluster: Cluster, withheld: frozenset[str] = frozenset()) -> Ruleset:
     """The ruleset for the local pods; policies in `withheld` (keys nft refused) isolate but admit
     nothing (fail closed)."""
@@ -226,13 +280,7 @@ def build(cluster: Cluster, withheld: frozenset[str] = frozenset()) -> Ruleset:
     local = sorted((p for p in cluster.pods if p.node in cluster.local_nodes), key=lambda p: p.key)
     for pod in local:
         for direction, elements in (("ingress", ruleset.ingress), ("egress", ruleset.egress)):
-            selecting = [
-                policy
-                for policy in cluster.policies
-                if policy.namespace == pod.namespace
-                and getattr(policy, direction) is not None
-                and policy.selector.matches(pod.labels)
-            ]
+            selecting = _selecting(cluster, pod, direction)
             if not selecting or pod.ip in elements:
                 continue
             rules: list[str] = []
@@ -245,4 +293,5 @@ def build(cluster: Cluster, withheld: frozenset[str] = frozenset()) -> Ruleset:
             ruleset.chains[name] = [*dict.fromkeys(rules), "drop"]
             elements[pod.ip] = name
     ruleset.sets = dict(sorted(builder.sets.items()))
+    ruleset.guards = _guards(cluster, local)
     return ruleset

@@ -1,7 +1,7 @@
 """Real nftables (in a network namespace of the test's own): a table written whole and then moved by
 the agent's incremental transactions through a run of changes (pods coming, going and getting their
 address late, a policy changed, SCTP ports and ranges, an IPv6 ipBlock beside IPv4 ones, every policy
-removed) holds, after each step, exactly what a table written whole from the same ruleset holds; the
+removed, the guard for a pod whose address is not known raised and lowered) holds, after each step, exactly what a table written whole from the same ruleset holds; the
 kernel shows the IPv6 block as an `ip6` match and the SCTP port as `sctp dport` in the same inet table."""
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ SERVER, CLIENT = pod("server", "10.0.0.2", app="server"), pod("client", "10.0.0.
 STEPS: list[tuple[tuple[dict, ...], tuple[dict, ...]]] = [
     ((SERVER, CLIENT), (MIXED,)),
     ((SERVER, CLIENT, pod("late", "", role="client")), (MIXED,)),
+    (
+        (SERVER, CLIENT, pod("late", "", role="client"), pod("new-server", "", app="server")),
+        (MIXED,),
+    ),  # guard
     ((SERVER, CLIENT, pod("late", "10.0.0.7", role="client")), (MIXED,)),  # its address appears
     ((SERVER, pod("late", "10.0.0.7", role="client")), (MIXED, DENY)),
     ((pod("late", "10.0.0.7", role="client"),), (DENY,)),
@@ -62,7 +66,10 @@ STEPS: list[tuple[tuple[dict, ...], tuple[dict, ...]]] = [
 
 def ruleset(pods: tuple[dict, ...], policies: tuple[dict, ...]) -> Ruleset:
     parsed = tuple(p for p in (parse_pod(o) for o in pods) if p is not None)
-    return build(Cluster(tuple(parse_policy(p) for p in policies), parsed, {"a": {}}, frozenset({"n1"})))
+    pending = tuple(p for p in (parse_pod(o, pending=True) for o in pods) if p is not None)
+    parsed_policies = tuple(parse_policy(p) for p in policies)
+    cidrs = {"n1": ("10.0.0.0/24",)}
+    return build(Cluster(parsed_policies, parsed, {"a": {}}, frozenset({"n1"}), pending, cidrs))
 
 
 @pytest.fixture
@@ -116,8 +123,17 @@ def test_incremental_transactions_leave_the_table_a_whole_write_would(netns: str
     assert not previous.chains
 
 
+def test_the_guard_is_in_the_forward_chain_before_the_pods_maps(netns: str) -> None:
+    nft(netns, "-f", "-", script=ruleset(*STEPS[2]).script("guarded"))
+    forward = nft(netns, "list", "chain", "inet", "guarded", "forward")
+    assert forward.index("ip daddr @pending-ingress ip daddr != @known-pods drop") < forward.index(
+        "ip daddr vmap @ingress-pods"
+    )
+    assert "elements = { 10.0.0.0/24 }" in nft(netns, "list", "set", "inet", "guarded", "pending-ingress")
+
+
 def test_the_kernel_holds_sctp_ports_and_the_ipv6_block_in_the_inet_table(netns: str) -> None:
-    nft(netns, "-f", "-", script=ruleset(*STEPS[2]).script("listed"))
+    nft(netns, "-f", "-", script=ruleset(*STEPS[3]).script("listed"))
     listing = nft(netns, "list", "chain", "inet", "listed", "ingress-a/server")
     assert "ip6 saddr fd00:77::/64 ip6 saddr != fd00:77::9 sctp dport 7777-7780 return" in listing
     assert "ip saddr 10.9.0.0/16 ip saddr != 10.9.1.0/24 sctp dport 7777-7780 return" in listing

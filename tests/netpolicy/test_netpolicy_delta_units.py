@@ -88,3 +88,22 @@ def test_a_changed_policy_rewrites_only_the_chains_of_the_pods_it_selects() -> N
         f"add rule {AT} ingress-a/server drop",
         f"delete set {AT} {name}",
     ]
+
+
+def test_the_guard_goes_up_and_down_with_a_pending_pod_in_one_transaction_each() -> None:
+    def with_pending(*pending: dict) -> Ruleset:
+        parsed = tuple(p for p in (parse_pod(o) for o in (SERVER, CLIENT)) if p is not None)
+        waiting = tuple(p for p in (parse_pod(o, pending=True) for o in pending) if p is not None)
+        cluster = Cluster((parse_policy(FROM_CLIENTS),), parsed, SPACES, frozenset({"n1"}), waiting, CIDRS)
+        return build(cluster)
+
+    CIDRS = {"n1": ("10.0.0.0/24",)}
+    down, up = with_pending(), with_pending(pod("server2", "", app="server"))
+    assert delta(down, up).splitlines() == [
+        f"add element {AT} known-pods {{ 10.0.0.2, 10.0.0.3 }}",
+        f"add element {AT} pending-ingress {{ 10.0.0.0/24 }}",
+    ]
+    assert delta(up, down).splitlines() == [
+        f"delete element {AT} known-pods {{ 10.0.0.2, 10.0.0.3 }}",
+        f"delete element {AT} pending-ingress {{ 10.0.0.0/24 }}",
+    ]

@@ -404,8 +404,10 @@ def test_an_established_connection_survives_a_new_deny(world: World) -> None:
 
 def test_pods_get_their_rules_and_join_peer_sets_when_their_address_appears(world: World) -> None:
     """A client and a server selected before the API knows their addresses (already running, as
-    between sandbox and status): each takes its part in the one transaction that follows the address."""
+    between sandbox and status): the server is unreachable even then (the guard on its node's pod CIDR,
+    known from the Node), and each takes its part in the one transaction that follows the address."""
     late = {"late-client": ("10.77.0.6", {"role": "client"}), "late-server": ("10.77.0.7", {"app": "server"})}
+    world.core.create_node({"metadata": {"name": "n0"}, "spec": {"podCIDR": "10.77.0.0/24"}})
     for name, (ip, labels) in late.items():
         world.lab.add_pod(name, 0, ip)
         body = {
@@ -417,6 +419,9 @@ def test_pods_get_their_rules_and_join_peer_sets_when_their_address_appears(worl
     try:
         world.policy("clients", ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}])
         world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "blocked"})
+        # not yet known, already guarded: no client reaches the new server before its rules exist
+        world.expect({("client", 8080): "blocked", ("other", 8080): "blocked"}, ip=late["late-server"][0])
+        assert world.reach("client", 8080, ip=FAR_IP) == "ok"  # a known pod of another node: unguarded
         for name, (ip, _) in late.items():
             status = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
             world.core.patch_namespaced_pod_status(name, world.ns["a"], status)
@@ -426,6 +431,7 @@ def test_pods_get_their_rules_and_join_peer_sets_when_their_address_appears(worl
     finally:
         for name in late:
             world.core.delete_namespaced_pod(name, world.ns["a"], grace_period_seconds=0)
+        world.core.delete_node("n0")
 
 
 def test_stop_keeps_the_rules_and_cleanup_removes_the_table(world: World) -> None:

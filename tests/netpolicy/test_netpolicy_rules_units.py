@@ -204,3 +204,30 @@ def test_sctp_ports_ranges_and_ipv6_blocks_in_their_own_family() -> None:
     ]
     # a named port resolves on the destination pods inside the block: none has an IPv6 address
     assert built.chains["egress-a/server"] == ["drop"]
+
+
+def test_a_pending_pod_under_a_policy_raises_the_guard_for_its_nodes_pod_cidr() -> None:
+    pending = pod("new", "", app="server")
+    pending["status"] = {"phase": "Pending"}
+    info = parse_pod(pending, pending=True)
+    assert info is not None and info.ip == "" and parse_pod(pending) is None
+    known = tuple(p for p in (parse_pod(o) for o in PODS) if p is not None)
+    deny_in = parse_policy(policy("deny-in", podSelector={"matchLabels": {"app": "server"}}))
+
+    def guards(*pending_pods, node_cidrs=None, policies=(deny_in,)):  # type: ignore[no-untyped-def]
+        cidrs = {"n1": ("10.0.0.0/24",)} if node_cidrs is None else node_cidrs
+        return build(Cluster(policies, known, NAMESPACES, frozenset({"n1"}), pending_pods, cidrs)).guards
+
+    assert guards(info) == {
+        "known-pods": frozenset({"10.0.0.2", "10.0.0.3", "10.0.0.4"}),  # the local pods: n1's
+        "pending-ingress": frozenset({"10.0.0.0/24"}),
+        "pending-egress": frozenset(),
+    }
+    down = {"known-pods": frozenset(), "pending-ingress": frozenset(), "pending-egress": frozenset()}
+    assert guards() == down  # nobody pending
+    assert guards(info, policies=()) == down  # pending, but no policy selects it
+    assert guards(info, node_cidrs={}) == down  # its node's pod CIDR unknown: nothing to guard
+    remote = parse_pod({**pending, "spec": {"nodeName": "n2"}}, pending=True)
+    assert guards(remote) == down  # another host's pod: its agent guards it
+    unbound = {**pending, "spec": {}}
+    assert parse_pod(unbound, pending=True) is None  # not scheduled: nothing runs yet
