@@ -119,8 +119,8 @@ def _httproute_problem(route: Obj, found: set[str], young: bool) -> Problem | No
         return Problem(
             "no Gateway controller has taken it up (status.parents is empty)",
             [f"parentRefs: {', '.join(refs) or 'none'}"],
-            "check that the parent Gateway exists, its GatewayClass's controller runs, and the listener allows "
-            "routes from this namespace",
+            "check that the parent Gateway exists, its GatewayClass's controller runs, and the listener "
+            "allows routes from this namespace",
         )
     for parent in parents:
         ref = (parent or {}).get("parentRef") or {}
@@ -128,7 +128,8 @@ def _httproute_problem(route: Obj, found: set[str], young: bool) -> Problem | No
         for cond in (parent or {}).get("conditions") or []:
             if cond.get("type") in ("Accepted", "ResolvedRefs") and cond.get("status") != "True":
                 return Problem(
-                    f"{where}: {cond.get('type')}={cond.get('status')} {cond.get('reason')} - {cond.get('message')}",
+                    f"{where}: {cond.get('type')}={cond.get('status')} {cond.get('reason')} - "
+                    f"{cond.get('message')}",
                     [f"controller {(parent or {}).get('controllerName')}"],
                     "RefNotPermitted wants a ReferenceGrant in the backend's namespace; BackendNotFound a "
                     "Service; NotAllowedByListeners a listener whose allowedRoutes admit this namespace",
@@ -159,6 +160,8 @@ def summary(route: Obj) -> str:
         where = [
             a.get("ip") or a.get("hostname") for a in (status.get("loadBalancer") or {}).get("ingress") or []
         ]
-        return f"backends {', '.join(backend_services(route)) or 'none'}; addresses {', '.join(map(str, where)) or 'none yet'}"
-    parents = [((p or {}).get("parentRef") or {}).get("name") for p in status.get("parents") or []]
-    return f"backends {', '.join(backend_services(route)) or 'none'}; accepted by {', '.join(map(str, parents)) or 'none yet'}"
+        served = f"addresses {', '.join(map(str, where)) or 'none yet'}"
+    else:
+        parents = [((p or {}).get("parentRef") or {}).get("name") for p in status.get("parents") or []]
+        served = f"accepted by {', '.join(map(str, parents)) or 'none yet'}"
+    return f"backends {', '.join(backend_services(route)) or 'none'}; {served}"

@@ -1,9 +1,10 @@
 """What the agent may read, as the ClusterRole and ClusterRoleBinding a network-policy addon ships with
 its DaemonSet (kube-router's and Calico's manifests do the same): get/list/watch NetworkPolicies, Pods,
 Namespaces and Nodes (their pod CIDRs), and create/patch Events (a policy it cannot program is reported
-on the policy). The rig applies them before it starts the agent; any cluster can apply them the same way. A second binding
-gives the role to the group system:nodes: on a host joined with `pykubelet join` the agent runs on its
-node's own credential (as k3s's agent runs its policy controller), which has no CA key to make another."""
+on the policy). The rig applies them before it starts the agent; any cluster can apply them the same
+way. A second binding gives the role to the group system:nodes: on a host joined with `pykubelet join`
+the agent runs on its node's own credential (as k3s's agent runs its policy controller), which has no CA
+key to make another."""
 
 from __future__ import annotations
 

@@ -16,14 +16,18 @@ output hooks and is never filtered, as the upstream CNI plugins leave it.
 
 Shape: `forward` accepts established/related traffic, then jumps through the `egress-pods` verdict map
 (source address -> `egress-<ns>/<pod>`) and the `ingress-pods` map (destination address ->
-`ingress-<ns>/<pod>`); each per-pod chain `return`s on an allowing rule and ends in `drop`. Before the
-maps, a guard for pods bound to a local node whose address the API does not know yet (the sandbox has
-one before the kubelet reports it): while such a pod is selected by a policy, traffic to (ingress) or
-from (egress) an address of its node's pod CIDR that is no known pod's is dropped, so a new pod is never
-reachable before its rules exist (Calico drops traffic of workloads it does not know yet the same way). A peer given
-by selectors is a named set of pod addresses (`peers-<hash>`, one per distinct selection, shared by every
-rule naming it), so a pod coming or going changes set elements, not rules (delta.py writes only what
-changed). An ipBlock matches with `ip` or `ip6` by its own family (the inet table holds both).
+`ingress-<ns>/<pod>`); each per-pod chain `return`s on an allowing rule and ends in `drop`.
+
+Before the maps, a guard for pods bound to a local node whose address the API does not know yet (the
+sandbox has one before the kubelet reports it): while such a pod is selected by a policy, traffic to
+(ingress) or from (egress) an address of its node's pod CIDR that is no known pod's is dropped, so a new
+pod is never reachable before its rules exist (Calico drops traffic of workloads it does not know yet
+the same way).
+
+A peer given by selectors is a named set of pod addresses (`peers-<hash>`, one per distinct selection,
+shared by every rule naming it), so a pod coming or going changes set elements, not rules (delta.py
+writes only what changed). An ipBlock matches with `ip` or `ip6` by its own family (the inet table
+holds both).
 """
 
 from __future__ import annotations

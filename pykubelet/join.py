@@ -13,7 +13,7 @@ node so that `pykubelet reset` (pykubelet.rig.sweep) finds every part:
   cni/                           the pod network's plugin, conflist and IPAM state (the agent's)
   stack.json                     the node's record (bridge, pod CIDR, pids) for reset
   join.json                      what was asked (without the token)
-  netpolicy/                     the network-policy agent's log (its nftables table: pykubelet-netpol[-<bridge>])
+  netpolicy/                     the network-policy agent's log (its table: inet pykubelet-netpol[-<bridge>])
 
 The Debian packages come through pykubelet.rig.install. containerd and the agent then run as systemd
 units where systemd is PID 1 (pykubelet-containerd.service, pykubelet-node.service; the agent from
@@ -157,7 +157,7 @@ def units(
     policy = (
         {
             NETPOLICY_UNIT: (
-                f"# The network-policy agent of the pykubelet node in {plan.root} (written by pykubelet join)\n"
+                f"# The network-policy agent of the pykubelet node in {plan.root} (written by join)\n"
                 f"[Unit]\nDescription=pykubelet: network policies of the node's pods\nAfter={AGENT_UNIT}\n\n"
                 f"[Service]\nExecStart={shlex.join(netpolicy)}\nRestart=always\nRestartSec=5\n\n"
                 "[Install]\nWantedBy=multi-user.target\n"

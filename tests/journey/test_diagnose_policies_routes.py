@@ -70,7 +70,8 @@ def test_a_pods_diagnose_names_its_policies() -> None:
     verdict, found = finding(facts_for(pod_with_ip(), policies), "network policy")
     assert verdict.status == "healthy" and found.state == "ok"
     assert found.message == (
-        "pod web-7d9c-a: selected by NetworkPolicy deny-in; ingress default deny (deny-in), egress not isolated"
+        "pod web-7d9c-a: selected by NetworkPolicy deny-in; ingress default deny (deny-in), "
+        "egress not isolated"
     )
 
 

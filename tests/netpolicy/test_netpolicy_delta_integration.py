@@ -1,8 +1,9 @@
 """Real nftables (in a network namespace of the test's own): a table written whole and then moved by
 the agent's incremental transactions through a run of changes (pods coming, going and getting their
 address late, a policy changed, SCTP ports and ranges, an IPv6 ipBlock beside IPv4 ones, every policy
-removed, the guard for a pod whose address is not known raised and lowered) holds, after each step, exactly what a table written whole from the same ruleset holds; the
-kernel shows the IPv6 block as an `ip6` match and the SCTP port as `sctp dport` in the same inet table."""
+removed, the guard for a pod whose address is not known raised and lowered) holds, after each step,
+exactly what a table written whole from the same ruleset holds; the kernel shows the IPv6 block as an
+`ip6` match and the SCTP port as `sctp dport` in the same inet table."""
 
 from __future__ import annotations
 
