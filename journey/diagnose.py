@@ -20,7 +20,7 @@ from typing import Any
 from journey.auditlog import is_admission_denial, is_rbac_denial
 from journey.graph import Journey, Obj, label, meta, uid_of
 from journey.policies import isolation
-from journey.routes import GRACE, ROUTE_KINDS, RouteFacts, route_problem, summary
+from journey.routes import GRACE, ROUTE_KINDS, RouteFacts, conditions, route_problem, summary
 from journey.timeline import parse_time
 
 OK, STALLED, SKIPPED = "ok", "stalled", "skipped"
@@ -364,7 +364,7 @@ def check_routes(facts: Facts) -> Finding:
     problem = route_problem(root, journey.of_kind("Service"), facts.routes, young)
     if problem is not None:
         return _stall("routes", f"{label(root)}: {problem.message}", problem.evidence, problem.next_step)
-    return _ok("routes", f"{label(root)}: {summary(root)}", facts.routes.notes)
+    return _ok("routes", f"{label(root)}: {summary(root)}", [*conditions(root), *facts.routes.notes])
 
 
 def check_scheduling(facts: Facts) -> Finding:

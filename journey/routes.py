@@ -153,6 +153,19 @@ def route_problem(route: Obj, services: list[Obj], facts: RouteFacts, young: boo
     return _httproute_problem(route, found, young)
 
 
+def conditions(route: Obj) -> list[str]:
+    """Each parent's conditions as its controller wrote them (an HTTPRoute; an Ingress has none)."""
+    out = []
+    for parent in (route.get("status") or {}).get("parents") or []:
+        name = ((parent or {}).get("parentRef") or {}).get("name")
+        listed = ", ".join(
+            f"{c.get('type')}={c.get('status')} ({c.get('reason')})"
+            for c in (parent or {}).get("conditions") or []
+        )
+        out.append(f"parent {name} ({(parent or {}).get('controllerName')}): {listed or 'no conditions'}")
+    return out
+
+
 def summary(route: Obj) -> str:
     """What routes: the backends and where the controller says it serves."""
     status = route.get("status") or {}

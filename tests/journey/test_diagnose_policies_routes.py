@@ -213,6 +213,9 @@ def test_an_httproute_accepted_with_resolved_refs_is_healthy() -> None:
     verdict, found = finding(facts_for(httproute([parent()])), "routes")
     assert verdict.status == "healthy", verdict.summary
     assert found.message == "HTTPRoute web: backends web; accepted by gw"
+    assert found.evidence == [
+        "parent gw (pykubelet.io/gateway-controller): Accepted=True (Accepted), ResolvedRefs=True (ResolvedRefs)"
+    ]
 
 
 def test_an_httproute_not_accepted_or_unresolved_or_untaken_stalls_with_the_reason() -> None:
