@@ -214,7 +214,8 @@ def test_an_httproute_accepted_with_resolved_refs_is_healthy() -> None:
     assert verdict.status == "healthy", verdict.summary
     assert found.message == "HTTPRoute web: backends web; accepted by gw"
     assert found.evidence == [
-        "parent gw (pykubelet.io/gateway-controller): Accepted=True (Accepted), ResolvedRefs=True (ResolvedRefs)"
+        "parent gw (pykubelet.io/gateway-controller): "
+        "Accepted=True (Accepted), ResolvedRefs=True (ResolvedRefs)"
     ]
 
 
