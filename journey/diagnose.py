@@ -19,6 +19,8 @@ from typing import Any
 
 from journey.auditlog import is_admission_denial, is_rbac_denial
 from journey.graph import Journey, Obj, label, meta, uid_of
+from journey.policies import isolation
+from journey.routes import GRACE, ROUTE_KINDS, RouteFacts, conditions, route_problem, summary
 from journey.timeline import parse_time
 
 OK, STALLED, SKIPPED = "ok", "stalled", "skipped"
@@ -74,6 +76,10 @@ class Facts:
     # nothing was tried when nothing was.
     probes: list[Probe] = field(default_factory=list)
     probes_note: str = ""
+    # The NetworkPolicies of the journey's namespace (policies.py); why they could not be read.
+    policies: list[Obj] = field(default_factory=list)
+    policies_note: str = ""
+    routes: RouteFacts = field(default_factory=RouteFacts)  # for an Ingress or HTTPRoute root
 
 
 @dataclass(frozen=True)
@@ -346,6 +352,21 @@ def check_controller(facts: Facts) -> Finding:
     return _ok("controller", "the controllers have observed every generation", evidence)
 
 
+def check_routes(facts: Facts) -> Finding:
+    """An Ingress's or HTTPRoute's own state (routes.py); other roots skip it."""
+    journey = facts.journey
+    assert journey is not None
+    root = journey.root
+    if root.get("kind") not in ROUTE_KINDS:
+        return _skip("routes", f"{label(root)} is not an Ingress or HTTPRoute")
+    created = parse_time(meta(root).get("creationTimestamp"))
+    young = created is not None and (facts.now - created[0]).total_seconds() < GRACE
+    problem = route_problem(root, journey.of_kind("Service"), facts.routes, young)
+    if problem is not None:
+        return _stall("routes", f"{label(root)}: {problem.message}", problem.evidence, problem.next_step)
+    return _ok("routes", f"{label(root)}: {summary(root)}", [*conditions(root), *facts.routes.notes])
+
+
 def check_scheduling(facts: Facts) -> Finding:
     pods = [p for p in _pods(facts) if not meta(p).get("deletionTimestamp")]
     if not pods:
@@ -593,6 +614,42 @@ def check_endpoints(facts: Facts) -> Finding:
     return _ok("endpoints", f"{len(services)} Services have ready endpoints")
 
 
+def check_network_policy(facts: Facts) -> Finding:
+    """Which NetworkPolicies select the journey's pods and what they isolate; a policy is the boundary
+    when traffic the dataplane tried reached neither the Service nor its endpoint, and that endpoint is
+    isolated for ingress (or the pod it came from for egress)."""
+    pods = [p for p in _pods(facts) if not meta(p).get("deletionTimestamp")]
+    if facts.policies_note:
+        return _skip("network policy", facts.policies_note)
+    if not pods:
+        return _skip("network policy", "no pods")
+    states = {str(meta(p).get("name")): isolation(p, facts.policies) for p in pods}
+    by_ip = {str((p.get("status") or {}).get("podIP")): states[str(meta(p).get("name"))] for p in pods}
+    evidence = [s.describe() for s in states.values()]
+    for probe in facts.probes:
+        if probe.service_answered is not False or probe.endpoint_answered is not False:
+            continue
+        target, source = by_ip.get(probe.endpoint.rpartition(":")[0]), states.get(probe.from_pod)
+        blockers = []
+        if target is not None and target.ingress_by:
+            blockers.append(f"pod {target.pod}'s ingress is {target.ingress}")
+        if source is not None and source.egress_by:
+            blockers.append(f"pod {source.pod}'s egress is {source.egress}")
+        if blockers:
+            return _stall(
+                "network policy",
+                f"{probe.service}: connections from pod {probe.from_pod} to {probe.endpoint} do not arrive, "
+                f"and {'; '.join(blockers)}",
+                evidence,
+                "a NetworkPolicy refuses this traffic: add a rule admitting it (from/to a podSelector or "
+                "namespaceSelector on the port), or check the pods listen if the rules admit it",
+            )
+    if len(states) == 1:
+        return _ok("network policy", evidence[0], evidence)
+    under = sum(1 for s in states.values() if s.policies)
+    return _ok("network policy", f"{under} of {len(states)} pods selected by NetworkPolicies", evidence)
+
+
 def check_dataplane(facts: Facts) -> Finding:
     """Whether each Service's traffic arrives, from what was tried inside a pod: the cluster address not
     answering while an endpoint does is the service proxy's fault; neither answering, the pods'."""
@@ -639,12 +696,14 @@ BOUNDARIES: tuple[Callable[[Facts], Finding], ...] = (
     check_authentication,
     check_authorization,
     check_admission,
+    check_routes,
     check_controller,
     check_scheduling,
     check_node,
     check_runtime,
     check_probes,
     check_endpoints,
+    check_network_policy,
     check_dataplane,
 )
 REQUEST_SIDE = 3  # the first three need no journey

@@ -1,5 +1,6 @@
 """`pykubelet diagnose KIND/NAME [-n NS] [-v] [--json] [--no-dataplane]`: read the facts (who am I, may I
-read the journey, the journey, its nodes and their Leases), try the Services' traffic from inside a pod
+read the journey, the journey, its nodes and their Leases, the namespace's NetworkPolicies, for an Ingress
+the IngressClasses and whether its TLS Secrets exist), try the Services' traffic from inside a pod
 (`dataplane.py`), and print the first boundary that stalled. Exit status: 0
 healthy (or progressing with nothing stalled), 1 stalled, 2 cannot tell."""
 
@@ -15,6 +16,7 @@ from journey import auditlog, dataplane, graph
 from journey.connect import add_common, open_client, target
 from journey.diagnose import Facts, controller_needs, diagnose, render
 from journey.kinds import BY_KIND, Kind
+from journey.routes import tls_secrets
 from kubeclient.client import KubeClient
 from kubeclient.config import ConfigError
 from kubeclient.errors import ApiError
@@ -23,6 +25,7 @@ SSR = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 SAR = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+INGRESS_CLASSES = "/apis/networking.k8s.io/v1/ingressclasses"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -176,6 +179,38 @@ async def _nodes(client: KubeClient, facts: Facts) -> None:
     await asyncio.gather(*(one(n) for n in names))
 
 
+async def _policies(client: KubeClient, namespace: str, facts: Facts) -> None:
+    try:
+        facts.policies, _ = await client.list(
+            f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+        )
+    except ApiError as err:
+        facts.policies_note = (
+            f"cannot list networkpolicies.networking.k8s.io -n {namespace}: {err.message or err}"
+        )
+
+
+async def _route(client: KubeClient, namespace: str, facts: Facts) -> None:
+    """For an Ingress: the IngressClasses, and which of its TLS Secrets do not exist (asked for by name;
+    what the API server answers is dropped, never shown)."""
+    assert facts.journey is not None
+    root = facts.journey.root
+    if root.get("kind") != "Ingress":
+        return
+    try:
+        facts.routes.classes, _ = await client.list(INGRESS_CLASSES)
+    except ApiError as err:
+        facts.routes.notes.append(f"IngressClasses not read: {err.message or err}")
+    for name in tls_secrets(root):
+        try:
+            await client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        except ApiError as err:
+            if err.status == 404:
+                facts.routes.missing_secrets.append(name)
+            else:
+                facts.routes.notes.append(f"Secret {name} not read: {err.message or err}")
+
+
 async def gather_facts(
     client: KubeClient,
     kind: Kind,
@@ -206,7 +241,12 @@ async def gather_facts(
             facts.missing = f"reading {kind.kind} {name}: {err.message or err}"
         return facts
     _rejections(log, kind, name, namespace, facts)
-    await asyncio.gather(_nodes(client, facts), _controllers(client, facts))
+    await asyncio.gather(
+        _nodes(client, facts),
+        _controllers(client, facts),
+        _policies(client, namespace, facts),
+        _route(client, namespace, facts),
+    )
     if try_dataplane:
         await dataplane.probe(client, facts)
     else:

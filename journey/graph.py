@@ -1,5 +1,6 @@
 """The objects of one journey: the root, what it owns (down ownerReferences, transitively), the Services
-selecting its pods, their EndpointSlices, and the Events about any of them.
+selecting its pods (for an Ingress or HTTPRoute: the Services it routes to, and their pods), their
+EndpointSlices, and the Events about any of them.
 
 `build` is pure (namespace-wide lists in, the journey out) so ordering and diagnosis are tested on
 recorded objects; `collect` reads those lists once, concurrently: a handful of LISTs whatever the
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from journey.kinds import BY_KIND, Kind
+from journey.routes import ROUTE_KINDS, backend_services
 from kubeclient.client import KubeClient
 
 Obj = dict[str, Any]
@@ -77,6 +79,9 @@ def build(root: Obj, pools: dict[str, list[Obj]]) -> Journey:
         journey.objects.extend(frontier)
     pods = journey.of_kind("Pod")
     services = [root] if root.get("kind") == "Service" else []
+    if root.get("kind") in ROUTE_KINDS:
+        wanted = backend_services(root)
+        services = [s for s in pools.get("Service", []) if meta(s).get("name") in wanted]
     services += [
         s for s in pools.get("Service", []) if uid_of(s) not in seen and any(_selects(s, p) for p in pods)
     ]
@@ -84,7 +89,7 @@ def build(root: Obj, pools: dict[str, list[Obj]]) -> Journey:
         if uid_of(svc) not in seen:
             seen.add(uid_of(svc))
             journey.objects.append(svc)
-        if svc is root:  # a Service's journey passes through the pods it selects
+        if svc is root or root.get("kind") in ROUTE_KINDS:  # through the pods it selects
             for pod in pools.get("Pod", []):
                 if uid_of(pod) not in seen and _selects(svc, pod):
                     seen.add(uid_of(pod))

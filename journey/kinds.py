@@ -50,6 +50,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("Pod", "v1", "pods", ("pod", "po")),
     Kind("Service", "v1", "services", ("service", "svc")),
     Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", ("endpointslice",)),
+    Kind("Ingress", "networking.k8s.io/v1", "ingresses", ("ingress", "ing")),
+    Kind("HTTPRoute", "gateway.networking.k8s.io/v1", "httproutes", ("httproute",)),
     Kind("Event", "v1", "events", ("event", "ev")),
 )
 BY_KIND: dict[str, Kind] = {k.kind: k for k in KINDS}

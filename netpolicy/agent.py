@@ -1,7 +1,9 @@
 """The network-policy agent's loop (the role kube-router's and Calico felix's policy controllers play on
-each node): informers on NetworkPolicies, Pods and Namespaces; every change wakes one sync, at most one
-per `min_sync_period`; a sync builds the whole wanted table from the caches (rules.py) and writes it in
-one atomic `nft -f` transaction when it differs from the last one written.
+each node): informers on NetworkPolicies, Pods, Namespaces and Nodes (their pod CIDRs, for the guard of
+pods whose address is not known yet: rules.py); every change wakes one sync, at most one
+per `min_sync_period`; a sync builds the whole wanted table from the caches (rules.py) and writes what
+differs from the last one written (delta.py) in one atomic `nft -f` transaction. The first sync, the
+periodic one (every `resync_period`) and any after a refused transaction replace the whole table.
 
 One bad policy never breaks the others: a policy the agent cannot parse, or whose rules nft refuses
 (found with `nft -c`, one policy at a time, only after a refused sync), keeps isolating the pods it
@@ -20,7 +22,8 @@ from typing import Any
 from kubeclient.client import KubeClient
 from kubeclient.events import WARNING, EventRecorder, EventSource
 from kubeclient.informer import Informer, key_of
-from netpolicy.model import PodInfo, Policy, PolicyError, isolation_only, parse_pod, parse_policy
+from netpolicy.delta import delta
+from netpolicy.model import PodInfo, Policy, PolicyError, isolation_only, node_cidrs, parse_pod, parse_policy
 from netpolicy.nft import NftError, NftTable
 from netpolicy.rules import Cluster, Ruleset, build
 
@@ -45,14 +48,16 @@ class PolicyAgent:
         self.policies = Informer(client, "/apis/networking.k8s.io/v1/networkpolicies")
         self.pods = Informer(client, "/api/v1/pods")
         self.namespaces = Informer(client, "/api/v1/namespaces")
-        for informer in (self.policies, self.pods, self.namespaces):
+        self.nodes = Informer(client, "/api/v1/nodes")
+        for informer in self._informers:
             informer.add_handler(
                 on_add=lambda _o: self._wake.set(),
                 on_update=lambda _o, _n: self._wake.set(),
                 on_delete=lambda _o: self._wake.set(),
             )
         self._wake = asyncio.Event()
-        self.last_script = ""
+        self.last_script = ""  # the last transaction written; "" makes the next sync replace the table
+        self.applied: Ruleset | None = None  # what the table holds after it
         self.syncs = 0
         self.failures = 0
         self.withheld: frozenset[str] = frozenset()  # policy keys whose rules nft refused
@@ -60,6 +65,10 @@ class PolicyAgent:
         self._reported: set[tuple[str, str]] = set()
         self._parsed: dict[str, tuple[str, Policy | None]] = {}  # key -> (resourceVersion, parsed)
         self.recorder = EventRecorder(client, EventSource(COMPONENT, ",".join(sorted(config.node_names))))
+
+    @property
+    def _informers(self) -> tuple[Informer, ...]:
+        return (self.policies, self.pods, self.namespaces, self.nodes)
 
     # --- the caches, parsed ---------------------------------------------------------------------------
 
@@ -81,12 +90,26 @@ class PolicyAgent:
         return [policy for _, policy in cache.values() if policy is not None]
 
     def cluster(self) -> Cluster:
-        pods: list[PodInfo] = [p for p in (parse_pod(o) for o in self.pods.list()) if p is not None]
+        objects = self.pods.list()
+        pods: list[PodInfo] = [p for p in (parse_pod(o) for o in objects) if p is not None]
+        pending = [p for p in (parse_pod(o, pending=True) for o in objects) if p is not None]
         namespaces = {
             (o.get("metadata") or {}).get("name", ""): dict((o.get("metadata") or {}).get("labels") or {})
             for o in self.namespaces.list()
         }
-        return Cluster(tuple(self._parsed_policies()), tuple(pods), namespaces, self.config.node_names)
+        cidrs = {
+            name: node_cidrs(o)
+            for o in self.nodes.list()
+            if (name := str((o.get("metadata") or {}).get("name", ""))) in self.config.node_names
+        }
+        return Cluster(
+            tuple(self._parsed_policies()),
+            tuple(pods),
+            namespaces,
+            self.config.node_names,
+            pending=tuple(pending),
+            node_cidrs=cidrs,
+        )
 
     def _report(self, obj: Obj, problem: str) -> None:
         meta = obj.get("metadata") or {}
@@ -127,9 +150,13 @@ class PolicyAgent:
             k for k in self.withheld if self._withheld_versions.get(k) == versions.get(k)
         )
         ruleset: Ruleset = build(cluster, self.withheld)
-        script = ruleset.script(self.config.nft.table)
-        if script == self.last_script:
-            return True
+        table = self.config.nft.table
+        if self.last_script and self.applied is not None:
+            script = delta(self.applied, ruleset, table)
+            if not script:
+                return True
+        else:
+            script = ruleset.script(table)
         try:
             try:
                 await self.config.nft.write(script)
@@ -143,13 +170,14 @@ class PolicyAgent:
                     if obj is not None:
                         self._report(obj, "nft refused its rules; the pods it selects admit nothing by it")
                 ruleset = build(cluster, self.withheld)
-                script = ruleset.script(self.config.nft.table)
+                script = ruleset.script(table)  # the whole table: also mends one changed behind our back
                 await self.config.nft.write(script)
         except NftError as err:
             self.failures += 1
+            self.applied, self.last_script = None, ""
             log.error("sync failed: %s", err)
             return False
-        self.last_script = script
+        self.last_script, self.applied = script, ruleset
         self.syncs += 1
         log.info(
             "synced policies=%d isolated_ingress=%d isolated_egress=%d took=%.3fs",
@@ -168,10 +196,11 @@ class PolicyAgent:
             asyncio.create_task(self.policies.run(), name="networkpolicies informer"),
             asyncio.create_task(self.pods.run(), name="pods informer"),
             asyncio.create_task(self.namespaces.run(), name="namespaces informer"),
+            asyncio.create_task(self.nodes.run(), name="nodes informer"),
         ]
         self.recorder.start()
         try:
-            synced = asyncio.gather(*(i.synced.wait() for i in (self.policies, self.pods, self.namespaces)))
+            synced = asyncio.gather(*(i.synced.wait() for i in self._informers))
             halt = asyncio.create_task(stop.wait())
             await asyncio.wait({halt, synced}, return_when=asyncio.FIRST_COMPLETED)
             if stop.is_set():

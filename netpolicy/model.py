@@ -33,7 +33,7 @@ class Port:
 @dataclass(frozen=True)
 class Peer:
     """One NetworkPolicyPeer: pods (by selector, in the policy's namespace unless `namespaces` is
-    given), every pod of some namespaces, or an IPv4 block with holes."""
+    given), every pod of some namespaces, or an IPv4 or IPv6 block with holes of its own family."""
 
     pods: Selector | None = None
     namespaces: Selector | None = None
@@ -100,25 +100,23 @@ def _port(raw: Any) -> Port:
     return Port(protocol, number, end)
 
 
-def _ipv4_block(text: Any) -> str:
+def _network(text: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     try:
-        network = ipaddress.ip_network(str(text), strict=False)
+        return ipaddress.ip_network(str(text), strict=False)
     except ValueError:
         raise PolicyError(f"invalid CIDR {text!r}") from None
-    return str(network) if network.version == 4 else ""
 
 
-def _peer(raw: Any) -> Peer | None:
-    """A peer; None for an IPv6 block (no pod here has an IPv6 address: it admits nothing)."""
+def _peer(raw: Any) -> Peer:
     if not isinstance(raw, dict):
         raise PolicyError("a peer must be an object")
     block = raw.get("ipBlock")
     if block is not None:
-        cidr = _ipv4_block((block or {}).get("cidr"))
-        if not cidr:
-            return None
-        excepts = tuple(e for e in (_ipv4_block(x) for x in (block or {}).get("except") or []) if e)
-        return Peer(cidr=cidr, excepts=excepts)
+        cidr = _network((block or {}).get("cidr"))
+        holes = (_network(x) for x in (block or {}).get("except") or [])
+        # the API server keeps an except inside its cidr (so of the same family)
+        excepts = tuple(str(e) for e in holes if e.version == cidr.version)
+        return Peer(cidr=str(cidr), excepts=excepts)
     pods, namespaces = raw.get("podSelector"), raw.get("namespaceSelector")
     if pods is None and namespaces is None:
         raise PolicyError("a peer needs a podSelector, a namespaceSelector or an ipBlock")
@@ -132,10 +130,7 @@ def _rules(raw: Any, peers_field: str) -> tuple[Rule, ...]:
     rules = []
     for item in raw or []:
         item = item if isinstance(item, dict) else {}
-        given = item.get(peers_field) or []
-        peers = tuple(p for p in (_peer(x) for x in given) if p is not None)
-        if given and not peers:
-            continue  # only IPv6 blocks: this rule admits nothing here
+        peers = tuple(_peer(x) for x in item.get(peers_field) or [])
         rules.append(Rule(peers, tuple(_port(p) for p in item.get("ports") or [])))
     return tuple(rules)
 
@@ -157,15 +152,18 @@ def parse_policy(obj: Obj) -> Policy:
     )
 
 
-def parse_pod(obj: Obj) -> PodInfo | None:
+def parse_pod(obj: Obj, pending: bool = False) -> PodInfo | None:
     """The pod as policies see it; None when it has no IPv4 address of its own, runs in the host's
-    network or has finished (its address may already be another pod's)."""
+    network or has finished (its address may already be another pod's). With `pending`, the other way
+    round: a pod bound to a node whose address the API does not know yet (ip ""), else None."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if spec.get("hostNetwork") or status.get("phase") in ("Succeeded", "Failed"):
         return None
     ips = [p.get("ip") for p in status.get("podIPs") or [] if isinstance(p, dict)] or [status.get("podIP")]
     ip = next((i for i in ips if isinstance(i, str) and "." in i), "")
-    if not ip:
+    if pending and (ip or not spec.get("nodeName") or meta.get("deletionTimestamp")):
+        return None
+    if not ip and not pending:
         return None
     named: dict[tuple[str, str], int] = {}
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -180,6 +178,21 @@ def parse_pod(obj: Obj) -> PodInfo | None:
         labels=dict(meta.get("labels") or {}),
         named_ports=named,
     )
+
+
+def node_cidrs(obj: Obj) -> tuple[str, ...]:
+    """A Node's IPv4 pod CIDRs (spec.podCIDRs, else spec.podCIDR)."""
+    spec = obj.get("spec") or {}
+    cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+    out = []
+    for cidr in cidrs:
+        try:
+            network = ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            continue
+        if network.version == 4:
+            out.append(str(network))
+    return tuple(out)
 
 
 def isolation_only(obj: Obj) -> Policy | None:

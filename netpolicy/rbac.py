@@ -1,13 +1,17 @@
 """What the agent may read, as the ClusterRole and ClusterRoleBinding a network-policy addon ships with
-its DaemonSet (kube-router's and Calico's manifests do the same): get/list/watch NetworkPolicies, Pods
-and Namespaces, and create/patch Events (a policy it cannot program is reported on the policy). The
-rig applies them before it starts the agent; any cluster can apply them the same way."""
+its DaemonSet (kube-router's and Calico's manifests do the same): get/list/watch NetworkPolicies, Pods,
+Namespaces and Nodes (their pod CIDRs), and create/patch Events (a policy it cannot program is reported
+on the policy). The rig applies them before it starts the agent; any cluster can apply them the same
+way. A second binding gives the role to the group system:nodes: on a host joined with `pykubelet join`
+the agent runs on its node's own credential (as k3s's agent runs its policy controller), which has no CA
+key to make another."""
 
 from __future__ import annotations
 
 from typing import Any
 
 USER = "system:pykubelet-netpolicy"
+NODES = "system:nodes"
 ROLE = "system:pykubelet-netpolicy"
 READ = ["get", "list", "watch"]
 
@@ -19,7 +23,7 @@ def cluster_role() -> dict[str, Any]:
         "metadata": {"name": ROLE},
         "rules": [
             {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": READ},
-            {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": READ},
+            {"apiGroups": [""], "resources": ["pods", "namespaces", "nodes"], "verbs": READ},
             {
                 "apiGroups": ["", "events.k8s.io"],
                 "resources": ["events"],
@@ -29,16 +33,16 @@ def cluster_role() -> dict[str, Any]:
     }
 
 
-def cluster_role_binding(user: str = USER) -> dict[str, Any]:
+def cluster_role_binding(user: str = USER, kind: str = "User", name: str = ROLE) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": {"name": ROLE},
+        "metadata": {"name": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": user}],
     }
 
 
 def manifests(user: str = USER) -> list[dict[str, Any]]:
     """The objects to apply, in order."""
-    return [cluster_role(), cluster_role_binding(user)]
+    return [cluster_role(), cluster_role_binding(user), cluster_role_binding(NODES, "Group", f"{ROLE}:nodes")]

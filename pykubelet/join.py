@@ -13,11 +13,15 @@ node so that `pykubelet reset` (pykubelet.rig.sweep) finds every part:
   cni/                           the pod network's plugin, conflist and IPAM state (the agent's)
   stack.json                     the node's record (bridge, pod CIDR, pids) for reset
   join.json                      what was asked (without the token)
+  netpolicy/                     the network-policy agent's log (its table: inet pykubelet-netpol[-<bridge>])
 
 The Debian packages come through pykubelet.rig.install. containerd and the agent then run as systemd
 units where systemd is PID 1 (pykubelet-containerd.service, pykubelet-node.service; the agent from
 pykubelet's own virtual environment, pykubelet.hostenv: /opt/pykubelet/venv on a host install), in the
-foreground otherwise (`--foreground` forces it): this command then runs until SIGTERM/SIGINT and stops both.
+foreground otherwise (`--foreground` forces it): this command then runs until SIGTERM/SIGINT and stops them.
+With join's own pod network (no --cri-socket) the network-policy agent (`pykubelet netpolicy`) runs for
+this node as `up` runs it for its nodes, on the node's own credentials (netpolicy.rbac binds its
+ClusterRole to system:nodes), as pykubelet-netpolicy.service or a third child.
 Running join again over a half-finished one stops what the earlier one left running and starts again;
 the agent keeps its certificate if it already has one.
 """
@@ -34,6 +38,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubeclient.duration import format_go_duration
 from kubeclient.flags import go_duration
@@ -52,11 +57,15 @@ from pykubelet.rig.nodeplan import (
     write_node_files,
 )
 
+if TYPE_CHECKING:
+    from pykubelet.rig.process import Daemon
+
 DEFAULT_ROOT = Path("/var/lib/pykubelet")
 DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 SYSTEMD_DIR = Path("/etc/systemd/system")
 CONTAINERD_UNIT = "pykubelet-containerd.service"
 AGENT_UNIT = "pykubelet-node.service"
+NETPOLICY_UNIT = "pykubelet-netpolicy.service"
 MARKER = "join.json"
 INSTALL_LOG = "install.log"  # apt's output, when packages were missing
 
@@ -118,9 +127,21 @@ def systemd_running() -> bool:
     return Path("/run/systemd/system").is_dir()
 
 
-def units(plan: NodePlan, containerd_argv: list[str] | None, agent: list[str]) -> dict[str, str]:
-    """The two units, as the shipped systemd/ ones run containerd and the agent (KillMode=process: pods
-    outlive a restarted agent or containerd); only the agent's with --cri-socket (containerd_argv None)."""
+def netpolicy_argv(plan: NodePlan, python: str = sys.executable) -> list[str]:
+    """The network-policy agent of this node, on the credential the node agent's TLS bootstrap writes."""
+    from pykubelet.rig.stack import netpolicy_table
+
+    kubeconfig, table = str(plan.kubeconfig), netpolicy_table(plan.bridge)
+    return [python, "-m", "pykubelet", "netpolicy", "--kubeconfig", kubeconfig, "--node-name", plan.node_name,
+            "--nft-table", table]  # fmt: skip
+
+
+def units(
+    plan: NodePlan, containerd_argv: list[str] | None, agent: list[str], netpolicy: list[str] | None = None
+) -> dict[str, str]:
+    """The units, as the shipped systemd/ ones run containerd and the agent (KillMode=process: pods
+    outlive a restarted agent or containerd); only the agent's with --cri-socket (containerd_argv None);
+    the network-policy agent's when `netpolicy` is given (it restarts until the node's credential exists)."""
     import shlex
 
     if containerd_argv is None:
@@ -133,7 +154,20 @@ def units(plan: NodePlan, containerd_argv: list[str] | None, agent: list[str]) -
                 "Restart=always\nRestartSec=5\nKillMode=process\nLimitNOFILE=1048576\n\n[Install]\nWantedBy=multi-user.target\n"
             )
         }
+    policy = (
+        {
+            NETPOLICY_UNIT: (
+                f"# The network-policy agent of the pykubelet node in {plan.root} (written by join)\n"
+                f"[Unit]\nDescription=pykubelet: network policies of the node's pods\nAfter={AGENT_UNIT}\n\n"
+                f"[Service]\nExecStart={shlex.join(netpolicy)}\nRestart=always\nRestartSec=5\n\n"
+                "[Install]\nWantedBy=multi-user.target\n"
+            )
+        }
+        if netpolicy is not None
+        else {}
+    )
     return {
+        **policy,
         CONTAINERD_UNIT: (
             f"# containerd for the pykubelet node in {plan.root} (written by pykubelet join; pykubelet reset removes it)\n"
             "[Unit]\nDescription=containerd for the pykubelet node\nAfter=network-online.target\n"
@@ -227,7 +261,7 @@ def _stop_previous(plan: NodePlan, systemd_dir: Path) -> None:
     """A half-finished (or finished) earlier join on this root: its units stopped, its daemons and
     network swept; its files (and the agent's certificate) stay to be rewritten or reused."""
     if (systemd_dir / AGENT_UNIT).exists() and shutil.which("systemctl") and systemd_running():
-        subprocess.run(["systemctl", "stop", AGENT_UNIT, CONTAINERD_UNIT], check=False)
+        subprocess.run(["systemctl", "stop", NETPOLICY_UNIT, AGENT_UNIT, CONTAINERD_UNIT], check=False)
     from pykubelet.rig.sweep import looks_like_a_stack, sweep
 
     if looks_like_a_stack(plan.root):
@@ -248,11 +282,15 @@ def _install_units(plan: NodePlan, systemd_dir: Path, python: str) -> int:
     for d in (ctd.root, ctd.state, ctd.cni_conf_dir):
         d.mkdir(parents=True, exist_ok=True)
     ctd.config_path.write_text(ctd.render_config())
-    for name, text in units(plan, ctd.daemon.argv, agent_argv(plan, ctd.endpoint, python)).items():
+    (plan.root / "netpolicy").mkdir(exist_ok=True)  # its table is swept with the node's
+    written = units(
+        plan, ctd.daemon.argv, agent_argv(plan, ctd.endpoint, python), netpolicy_argv(plan, python)
+    )
+    for name, text in written.items():
         write_file(systemd_dir / name, text.encode())
     node_record(plan, ctd.endpoint, {}).save()
     subprocess.run(["systemctl", "daemon-reload"], check=True)
-    subprocess.run(["systemctl", "enable", "--now", CONTAINERD_UNIT, AGENT_UNIT], check=True)
+    subprocess.run(["systemctl", "enable", "--now", CONTAINERD_UNIT, AGENT_UNIT, NETPOLICY_UNIT], check=True)
     print(f"This node has joined the cluster as {plan.node_name} ({AGENT_UNIT}).", file=sys.stderr)
     return 0
 
@@ -270,6 +308,7 @@ def _run_foreground(plan: NodePlan, progress: Progress) -> int:
     ctd = None if plan.cri_socket else containerd_for(plan)
     endpoint = plan.cri_socket or (ctd.endpoint if ctd is not None else "")
     agent: Daemon | None = None
+    policies: Daemon | None = None
     code = 1
     try:
         node_record(plan, endpoint, {}).save()
@@ -286,6 +325,15 @@ def _run_foreground(plan: NodePlan, progress: Progress) -> int:
                 time.sleep(0.5)
             if not agent.running():
                 raise RuntimeError("the agent exited before its certificate was issued")
+        if ctd is not None:
+            (plan.root / "netpolicy").mkdir(exist_ok=True)  # its table is swept with the node's
+            policies = Daemon(
+                "pykubelet netpolicy", netpolicy_argv(plan), plan.root / "netpolicy" / "netpolicy.log"
+            )
+            _start_netpolicy(policies, plan, progress)
+            node_record(
+                plan, endpoint, {**pids, "agent": agent.pid or 0, "netpolicy": policies.pid or 0}
+            ).save()
         progress.note(
             f"[kubelet-start] node {plan.node_name} runs (log {agent.log_path}); stop with Ctrl-C, "
             f"remove with pykubelet reset --root-dir {plan.root}"
@@ -298,8 +346,19 @@ def _run_foreground(plan: NodePlan, progress: Progress) -> int:
     except SystemExit as stop:
         code = int(stop.code or 0)
     finally:
+        if policies is not None:
+            policies.stop()  # its rules stay until reset, as the rig's agent leaves them
         if agent is not None:
             agent.stop()
         if ctd is not None:
             ctd.stop(remove_state=False)
     return code
+
+
+def _start_netpolicy(policies: Daemon, plan: NodePlan, progress: Progress) -> None:
+    """The network-policy agent as a child, until its table exists (as the rig waits for its own)."""
+    from pykubelet.rig.stack import netpolicy_table
+
+    listed = ["nft", "list", "chain", "inet", netpolicy_table(plan.bridge), "forward"]
+    with progress.stage("network policies", policies.log_path):
+        policies.start(lambda: subprocess.run(listed, capture_output=True).returncode == 0, timeout=60)

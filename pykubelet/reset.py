@@ -20,7 +20,14 @@ from pathlib import Path
 
 import psutil
 
-from pykubelet.join import AGENT_UNIT, CONTAINERD_UNIT, DEFAULT_ROOT, SYSTEMD_DIR, systemd_running
+from pykubelet.join import (
+    AGENT_UNIT,
+    CONTAINERD_UNIT,
+    DEFAULT_ROOT,
+    NETPOLICY_UNIT,
+    SYSTEMD_DIR,
+    systemd_running,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +60,7 @@ def _stop_joins(root: Path) -> None:
 
 
 def _remove_units(systemd_dir: Path) -> list[str]:
-    present = [u for u in (AGENT_UNIT, CONTAINERD_UNIT) if (systemd_dir / u).exists()]
+    present = [u for u in (NETPOLICY_UNIT, AGENT_UNIT, CONTAINERD_UNIT) if (systemd_dir / u).exists()]
     if not present:
         return []
     if systemd_running() and shutil.which("systemctl"):

@@ -191,13 +191,14 @@ async def test_join_with_an_unsigned_token_refuses_and_writes_nothing(
 def test_join_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     if shutil.which("systemd-analyze") is None:
         pytest.skip("no systemd-analyze")
-    from pykubelet.join import AGENT_UNIT, units
+    from pykubelet.join import AGENT_UNIT, NETPOLICY_UNIT, netpolicy_argv, units
     from pykubelet.rig.nodeplan import NodePlan, agent_argv
 
     plan = NodePlan(tmp_path, "n1", "10.244.9.0/24", "pykbr9", 10250, "pause", "", False)
-    for name, text in units(
-        plan, ["/usr/bin/containerd", "--config", "/x.toml"], agent_argv(plan, "unix:///s")
-    ).items():
+    containerd = ["/usr/bin/containerd", "--config", "/x.toml"]
+    written = units(plan, containerd, agent_argv(plan, "unix:///s"), netpolicy_argv(plan))
+    assert "--nft-table pykubelet-netpol-pykbr9" in written[NETPOLICY_UNIT]
+    for name, text in written.items():
         (tmp_path / name).write_text(text)
     done = subprocess.run(
         [
@@ -205,6 +206,7 @@ def test_join_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
             "verify",
             str(tmp_path / AGENT_UNIT),
             str(tmp_path / "pykubelet-containerd.service"),
+            str(tmp_path / NETPOLICY_UNIT),
         ],
         capture_output=True,
         text=True,

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -128,8 +129,9 @@ async def measure(server: ApiServer, netns: str, pods: int, policies: int, chang
                 raise TimeoutError(f"policy np{j}'s change not written after 30 s")
             await asyncio.sleep(0.005)
         latencies.append(time.perf_counter() - began)
-    chains = agent.last_script.count("add chain ")
-    rules = agent.last_script.count("add rule ")
+    whole = agent.applied.script(nft.table) if agent.applied is not None else ""  # the table, not a delta
+    chains = whole.count("add chain ")
+    rules = whole.count("add rule ")
     stop.set()
     await runner
     await agent.cleanup()
@@ -147,6 +149,21 @@ async def measure(server: ApiServer, netns: str, pods: int, policies: int, chang
     }
 
 
+def in_lab(tag: str, run: Callable[[ApiServer, str], Awaitable[dict]]) -> dict:
+    """`run` with the real API server and a network namespace of its own (for nft); nothing left after."""
+    netns = f"{tag}-{uuid.uuid4().hex[:6]}"
+    work = Path(tempfile.mkdtemp(prefix=f"{tag}-bench-"))
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        with ApiServer(work / "api") as server:
+            data = asyncio.run(run(server, netns))
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)
+    leaked = Scope.of(work, named_netns=[netns]).leaked()
+    assert not leaked, f"left {leaked}"
+    return data
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", type=int, default=500)
@@ -157,16 +174,7 @@ def main() -> int:
     out = out_dir(parser, args)
     if args.smoke:
         args.policies, args.pods, args.changes = 20, 10, 3
-    netns = f"npb-{uuid.uuid4().hex[:6]}"
-    work = Path(tempfile.mkdtemp(prefix="netpol-bench-"))
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    try:
-        with ApiServer(work / "api") as server:
-            data = asyncio.run(measure(server, netns, args.pods, args.policies, args.changes))
-    finally:
-        subprocess.run(["ip", "netns", "del", netns], check=False)
-    leaked = Scope.of(work, named_netns=[netns]).leaked()
-    assert not leaked, f"left {leaked}"
+    data = in_lab("npb", lambda server, netns: measure(server, netns, args.pods, args.policies, args.changes))
     rows = [(k, v) for k, v in data.items() if k.endswith("_s")]
     markdown = "\n".join(
         [

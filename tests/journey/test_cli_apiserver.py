@@ -188,3 +188,39 @@ def test_trace_reaches_a_cluster_through_an_exec_plugin_and_a_kubeconfig_list(
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["steps"][0]["object"] == "Pod cloud"
     assert int((tmp_path / "state" / "runs").read_text()) == 1
+
+
+def test_diagnose_names_a_pods_network_policies_and_an_ingress_without_a_class(server: ApiServer) -> None:
+    """Through the API only: the NetworkPolicies selecting a pod, each direction's isolation; an Ingress
+    whose IngressClass does not exist stalls at routes (no controller would serve it)."""
+    from kubernetes import client
+
+    make_pod(server, "policed")
+    mark_ready(server, "policed")
+    deny = {
+        "metadata": {"name": "deny-policed"},
+        "spec": {"podSelector": {"matchLabels": {"app": "policed"}}},
+    }
+    route = {
+        "metadata": {"name": "classless"},
+        "spec": {
+            "ingressClassName": "no-such-class",
+            "defaultBackend": {"service": {"name": "policed", "port": {"number": 80}}},
+        },
+    }
+    with server.api_client() as api:
+        net = client.NetworkingV1Api(api)
+        net.create_namespaced_network_policy(NS, deny)
+        net.create_namespaced_ingress(NS, route)
+    done = run(server.kubeconfig, "diagnose", "pod/policed", "--json", "--no-dataplane")
+    verdict = json.loads(done.stdout)
+    [found] = [f for f in verdict["findings"] if f["boundary"] == "network policy"]
+    assert found["message"] == (
+        "pod policed: selected by NetworkPolicy deny-policed; ingress default deny (deny-policed), "
+        "egress not isolated"
+    ), verdict
+    done = run(server.kubeconfig, "diagnose", "ingress/classless", "--no-dataplane")
+    assert (done.returncode, done.stdout.splitlines()[0]) == (
+        1,
+        "stalled at: routes - Ingress classless: IngressClass no-such-class does not exist",
+    ), done.stdout + done.stderr

@@ -89,3 +89,30 @@ async def test_a_policy_that_cannot_be_parsed_isolates_with_nothing_admitted() -
     assert "add rule inet pykubelet-netpol ingress-a/web drop" in nft.applied[-1]
     assert "10.55.0.0/16" not in nft.applied[-1]
     assert built.recorder.recorded[0][2] == NOT_PROGRAMMED
+
+
+async def test_after_the_first_whole_table_only_what_changed_is_written() -> None:
+    nft = RefusingNft()
+    built = agent(nft)
+    built.policies.store["a/clients"] = {
+        **obj("NetworkPolicy", "clients"),
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "web"}},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}],
+        },
+    }
+    assert await built.sync() is True
+    assert nft.applied[-1].startswith("add table inet pykubelet-netpol\ndelete table")
+    assert built.applied is not None
+    [name] = built.applied.sets
+    # a client pod whose address is not known yet takes no part; once it is, one set element
+    late = pod("late", "", role="client")
+    built.pods.store["a/late"] = late
+    assert await built.sync() is True and len(nft.applied) == 1
+    built.pods.store["a/late"] = pod("late", "10.0.0.9", role="client")
+    assert await built.sync() is True
+    assert nft.applied[-1] == f"add element inet pykubelet-netpol {name} {{ 10.0.0.9 }}\n"
+    # the periodic resync (the last transaction forgotten) writes the whole table again
+    built.last_script = ""
+    assert await built.sync() is True
+    assert nft.applied[-1].startswith("add table inet pykubelet-netpol\ndelete table")

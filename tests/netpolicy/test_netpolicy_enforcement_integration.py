@@ -8,7 +8,8 @@ kubelet reports them.
 A default deny blocks connections that worked; podSelector, namespaceSelector, both combined, ipBlock
 with except, a port rule, a named port, a port range, egress isolation; an established connection
 survives a new deny; deleting a policy restores access; stopping the agent keeps its rules and
-`--cleanup` removes its table. One lab and one agent for the module."""
+`--cleanup` removes its table; pods whose addresses the API learns after they run get their rules and
+join the peer sets when it does. One lab and one agent for the module."""
 
 from __future__ import annotations
 
@@ -199,6 +200,7 @@ class World:
     ns: dict[str, str]
     agent: subprocess.Popen[str]
     kubeconfig: Path
+    core: client.CoreV1Api
 
     def table(self) -> subprocess.CompletedProcess[str]:
         return sh("ip", "netns", "exec", self.lab.host, "nft", "list", "table", "inet", TABLE, check=False)
@@ -295,7 +297,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-            world = World(lab, client.NetworkingV1Api(api), names, agent, kubeconfig)
+            world = World(lab, client.NetworkingV1Api(api), names, agent, kubeconfig, core)
             wait_for(lambda: world.table().returncode == 0, timeout=60, what="the agent's table")
             yield world
     finally:
@@ -398,6 +400,38 @@ def test_an_established_connection_survives_a_new_deny(world: World) -> None:
     held.stdin.write("ping\n")
     held.stdin.flush()
     assert held.stdout.readline().strip() == "ping"
+
+
+def test_pods_get_their_rules_and_join_peer_sets_when_their_address_appears(world: World) -> None:
+    """A client and a server selected before the API knows their addresses (already running, as
+    between sandbox and status): the server is unreachable even then (the guard on its node's pod CIDR,
+    known from the Node), and each takes its part in the one transaction that follows the address."""
+    late = {"late-client": ("10.77.0.6", {"role": "client"}), "late-server": ("10.77.0.7", {"app": "server"})}
+    world.core.create_node({"metadata": {"name": "n0"}, "spec": {"podCIDR": "10.77.0.0/24"}})
+    for name, (ip, labels) in late.items():
+        world.lab.add_pod(name, 0, ip)
+        body = {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"nodeName": "n0", "containers": [{"name": "c", "image": "busybox"}]},
+        }
+        world.core.create_namespaced_pod(world.ns["a"], body)
+    world.lab.start("late-server", SERVER, "8080")
+    try:
+        world.policy("clients", ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}])
+        world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "blocked"})
+        # not yet known, already guarded: no client reaches the new server before its rules exist
+        world.expect({("client", 8080): "blocked", ("other", 8080): "blocked"}, ip=late["late-server"][0])
+        assert world.reach("client", 8080, ip=FAR_IP) == "ok"  # a known pod of another node: unguarded
+        for name, (ip, _) in late.items():
+            status = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
+            world.core.patch_namespaced_pod_status(name, world.ns["a"], status)
+        world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "ok"})
+        want = {("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "ok"}
+        world.expect(want, ip=late["late-server"][0])
+    finally:
+        for name in late:
+            world.core.delete_namespaced_pod(name, world.ns["a"], grace_period_seconds=0)
+        world.core.delete_node("n0")
 
 
 def test_stop_keeps_the_rules_and_cleanup_removes_the_table(world: World) -> None:

@@ -6,7 +6,7 @@ name, fail-closed withholding)."""
 from __future__ import annotations
 
 from netpolicy.model import isolation_only, parse_pod, parse_policy
-from netpolicy.rules import Cluster, build, chain_name
+from netpolicy.rules import Cluster, Ruleset, build, chain_name
 
 
 def pod(
@@ -45,6 +45,16 @@ def ruleset(*policies: dict, nodes: tuple[str, ...] = ("n1",), withheld: frozens
     return build(cluster, withheld)
 
 
+def resolved(built: Ruleset, chain: str) -> list[str]:
+    """The chain's rules with each named peer set written out as its elements (sorted)."""
+    out = []
+    for rule in built.chains[chain]:
+        for name, ips in built.sets.items():
+            rule = rule.replace(f"@{name}", "{ " + ", ".join(sorted(ips)) + " }")
+        out.append(rule)
+    return out
+
+
 def test_no_policy_isolates_nothing() -> None:
     built = ruleset()
     assert built.chains == {} and built.ingress == {} and built.egress == {}
@@ -75,7 +85,7 @@ def test_pod_selector_peer_and_union_of_policies() -> None:
         ),
     )
     assert list(built.ingress) == ["10.0.0.2"]
-    assert built.chains["ingress-a/server"] == [
+    assert resolved(built, "ingress-a/server") == [
         "ip saddr { 10.0.0.3 } return",
         "ip saddr { 10.0.0.4 } return",
         "drop",
@@ -86,7 +96,7 @@ def test_namespace_selector_alone_and_combined_with_a_pod_selector() -> None:
     every = {"namespaceSelector": {"matchLabels": {"team": "b"}}}
     both = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"role": "client"}}}
     built = ruleset(policy("ns", ingress=[{"from": [every]}, {"from": [both]}]))
-    assert built.chains["ingress-a/server"] == [
+    assert resolved(built, "ingress-a/server") == [
         "ip saddr { 10.0.1.2 } return",
         "ip saddr { 10.0.0.3, 10.0.1.2 } return",
         "drop",
@@ -136,7 +146,10 @@ def test_egress_only_policy_and_remote_pods() -> None:
 def test_a_selector_matching_no_pod_admits_nothing_and_withheld_policies_fail_closed() -> None:
     nobody = {"podSelector": {"matchLabels": {"role": "ghost"}}}
     allow = policy("allow-all", ingress=[{}])
-    assert ruleset(policy("x", ingress=[{"from": [nobody]}])).chains["ingress-a/client"] == ["drop"]
+    assert resolved(ruleset(policy("x", ingress=[{"from": [nobody]}])), "ingress-a/client") == [
+        "ip saddr {  } return",  # an empty set: matches nothing until a pod joins it
+        "drop",
+    ]
     assert ruleset(allow).chains["ingress-a/client"] == ["return", "drop"]
     assert ruleset(allow, withheld=frozenset({"a/allow-all"})).chains["ingress-a/client"] == ["drop"]
 
@@ -156,3 +169,65 @@ def test_isolation_only_keeps_selection_and_types() -> None:
     fallback = isolation_only(bad)
     assert fallback is not None and fallback.ingress == () and fallback.egress == ()
     assert fallback.selector.matches({"app": "server"}) and not fallback.selector.matches({})
+
+
+def test_one_selection_is_one_set_shared_by_every_rule_naming_it() -> None:
+    clients = {"podSelector": {"matchLabels": {"role": "client"}}}
+    built = ruleset(
+        policy("one", podSelector={"matchLabels": {"app": "server"}}, ingress=[{"from": [clients]}]),
+        policy("two", podSelector={"matchLabels": {"role": "other"}}, ingress=[{"from": [clients]}]),
+    )
+    [name] = built.sets
+    assert built.sets[name] == frozenset({"10.0.0.3"})
+    assert (
+        built.chains["ingress-a/server"][0]
+        == built.chains["ingress-a/other"][0]
+        == f"ip saddr @{name} return"
+    )
+
+
+def test_sctp_ports_ranges_and_ipv6_blocks_in_their_own_family() -> None:
+    v6 = {"ipBlock": {"cidr": "fd00:10::/64", "except": ["fd00:10::5/128"]}}
+    v4 = {"ipBlock": {"cidr": "10.0.0.0/24"}}
+    built = ruleset(
+        policy(
+            "mixed",
+            podSelector={"matchLabels": {"app": "server"}},
+            ingress=[{"from": [v6, v4], "ports": [{"port": 7777, "endPort": 7780, "protocol": "SCTP"}]}],
+            egress=[{"to": [v6], "ports": [{"port": "http"}]}],
+        )
+    )
+    assert built.chains["ingress-a/server"] == [
+        "ip6 saddr fd00:10::/64 ip6 saddr != { fd00:10::5/128 } meta l4proto sctp th dport 7777-7780 return",
+        "ip saddr 10.0.0.0/24 meta l4proto sctp th dport 7777-7780 return",
+        "drop",
+    ]
+    # a named port resolves on the destination pods inside the block: none has an IPv6 address
+    assert built.chains["egress-a/server"] == ["drop"]
+
+
+def test_a_pending_pod_under_a_policy_raises_the_guard_for_its_nodes_pod_cidr() -> None:
+    pending = pod("new", "", app="server")
+    pending["status"] = {"phase": "Pending"}
+    info = parse_pod(pending, pending=True)
+    assert info is not None and info.ip == "" and parse_pod(pending) is None
+    known = tuple(p for p in (parse_pod(o) for o in PODS) if p is not None)
+    deny_in = parse_policy(policy("deny-in", podSelector={"matchLabels": {"app": "server"}}))
+
+    def guards(*pending_pods, node_cidrs=None, policies=(deny_in,)):  # type: ignore[no-untyped-def]
+        cidrs = {"n1": ("10.0.0.0/24",)} if node_cidrs is None else node_cidrs
+        return build(Cluster(policies, known, NAMESPACES, frozenset({"n1"}), pending_pods, cidrs)).guards
+
+    assert guards(info) == {
+        "known-pods": frozenset({"10.0.0.2", "10.0.0.3", "10.0.0.4"}),  # the local pods: n1's
+        "pending-ingress": frozenset({"10.0.0.0/24"}),
+        "pending-egress": frozenset(),
+    }
+    down = {"known-pods": frozenset(), "pending-ingress": frozenset(), "pending-egress": frozenset()}
+    assert guards() == down  # nobody pending
+    assert guards(info, policies=()) == down  # pending, but no policy selects it
+    assert guards(info, node_cidrs={}) == down  # its node's pod CIDR unknown: nothing to guard
+    remote = parse_pod({**pending, "spec": {"nodeName": "n2"}}, pending=True)
+    assert guards(remote) == down  # another host's pod: its agent guards it
+    unbound = {**pending, "spec": {}}
+    assert parse_pod(unbound, pending=True) is None  # not scheduled: nothing runs yet

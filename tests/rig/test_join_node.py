@@ -2,8 +2,9 @@
 --print-join-command` on the control plane, that command (plus a node name, a root dir, its own pod
 network, kubelet port and the stack's registry as mirror) run with `--foreground`. The joined node runs
 its own containerd under its root dir; its Node goes Ready, its credential is a certificate for
-system:node:<name> issued through an approved CSR its bootstrap token posted; then `pykubelet reset`
-(with the join still running) leaves nothing on the host. Real containerd: run under the host lock."""
+system:node:<name> issued through an approved CSR its bootstrap token posted; its network-policy agent,
+on that credential, puts a pod of that node under a policy into its nftables table; then `pykubelet reset`
+(with the join still running) leaves nothing on the host, that table included. Real containerd: run under the host lock."""
 
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ def test_join_a_second_node_then_reset_leaves_nothing(stack, tmp_path: Path) -> 
     log = tmp_path / "join.log"
     core = stack.core_api()
     with lease_network("j") as net:
-        scope = Scope.of(root, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+        table = f"pykubelet-netpol-{net.bridge}"
+        scope = Scope.of(root, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"inet {table}"])
         argv = [
             sys.executable, "-m", "pykubelet", "join", *join,
             "--node-name", NODE, "--root-dir", str(root), "--foreground",
@@ -128,8 +130,14 @@ def test_join_a_second_node_then_reset_leaves_nothing(stack, tmp_path: Path) -> 
         try:
             _wait(f"node {NODE} Ready", lambda: _node_ready(core, NODE), proc, log)
             # join showed each stage as it finished, the TLS bootstrap last.
-            stages = ["packages", "node files", "containerd", f"TLS bootstrap of node {NODE}"]
-            _wait("join's stage lines", lambda: len(_join_stages(log)) == 5, proc, log)
+            stages = [
+                "packages",
+                "node files",
+                "containerd",
+                f"TLS bootstrap of node {NODE}",
+                "network policies",
+            ]
+            _wait("join's stage lines", lambda: len(_join_stages(log)) == 6, proc, log)
             assert _join_stages(log)[0].startswith("discovery of https://")
             assert _join_stages(log)[1:] == stages, log.read_text()
 
@@ -152,6 +160,7 @@ def test_join_a_second_node_then_reset_leaves_nothing(stack, tmp_path: Path) -> 
             assert (root / "containerd" / "containerd.sock").exists()
             assert scope.owned()  # the node's processes and bridge are there now
             _logs_through_a_serving_bootstrapped_kubelet(stack, core)
+            _a_policy_reaches_the_joined_nodes_table(stack, core, table)
         finally:
             reset = _pykubelet("reset", "--root-dir", str(root), timeout=180)
             proc.wait(timeout=60)
@@ -233,6 +242,45 @@ def _logs_through_a_serving_bootstrapped_kubelet(stack, core: client.CoreV1Api) 
         core.delete_namespaced_pod("joined-logs", "default", grace_period_seconds=0)
 
 
+def _a_policy_reaches_the_joined_nodes_table(stack, core: client.CoreV1Api, table: str) -> None:  # type: ignore[no-untyped-def]
+    """A pod of the joined node selected by a default deny: its address in the verdict map of the joined
+    node's own agent (on the node's credential; the stack's agent leaves that node's pods alone)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "joined-policed", "labels": {"joined": "policed"}},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "c", "image": stack.images.busybox, "command": ["sleep", "3600"]}],
+        },
+    }
+    deny = {
+        "metadata": {"name": "joined-deny"},
+        "spec": {"podSelector": {"matchLabels": {"joined": "policed"}}},
+    }
+    net = client.NetworkingV1Api(core.api_client)
+    core.create_namespaced_pod("default", pod)
+    net.create_namespaced_network_policy("default", deny)
+    try:
+        ip = _eventually(
+            "the pod's address", lambda: core.read_namespaced_pod("joined-policed", "default").status.pod_ip
+        )
+
+        def mapped() -> bool:
+            listed = subprocess.run(
+                ["nft", "list", "map", "inet", table, "ingress-pods"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            return f"{ip} : jump ingress-default/joined-policed" in listed.stdout
+
+        _eventually("the pod in the joined node's policy table", mapped)
+    finally:
+        net.delete_namespaced_network_policy("joined-deny", "default")
+        core.delete_namespaced_pod("joined-policed", "default", grace_period_seconds=0)
+
+
 def _kubelet_address(core: client.CoreV1Api) -> tuple[str, int]:
     node = core.read_node(NODE)
     ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
@@ -247,7 +295,8 @@ def test_a_join_killed_half_way_can_be_run_again(stack, tmp_path: Path) -> None:
     root = tmp_path / "node3"
     core = stack.core_api()
     with lease_network("k") as net:
-        scope = Scope.of(root, bridges=[net.bridge], pod_cidrs=[net.pod_cidr])
+        table = f"pykubelet-netpol-{net.bridge}"
+        scope = Scope.of(root, bridges=[net.bridge], pod_cidrs=[net.pod_cidr], nft_tables=[f"inet {table}"])
         argv = [
             sys.executable, "-m", "pykubelet", "join", *join,
             "--node-name", name, "--root-dir", str(root), "--foreground",
