@@ -297,7 +297,11 @@ class RangeAllocator:
 
     async def release(self, uid: str, values: Iterable[str]) -> None:
         """Give back `values` held by `uid` (others' entries, and values already free, stay)."""
-        for value in set(values):
+        values = set(values)
+        if not values:
+            return
+        await self._ensure()  # an older record's owners are value keys before any is given back
+        for value in values:
             for _ in range(_RETRIES):
                 kv = await self.store.get(self.value_key(value))
                 if kv is None or Holder.decode(kv.value).uid != uid:
