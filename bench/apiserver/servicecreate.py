@@ -22,11 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
+from bench.scale.density import ProcessUse
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from kubeclient.eventloop import loop_factory
@@ -41,18 +40,6 @@ def cpu_seconds(pid: int) -> float:
     """User and system CPU time of one process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """The same for the process and its children (the controller manager and scheduler it supervises)."""
-    total = 0.0
-    for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 async def create_range(kube: KubeClient, first: int, count: int) -> None:
@@ -81,10 +68,11 @@ async def measure(server: ApiServer, marks: list[int], sample: int) -> list[dict
             stored = mark
             assert server.pid is not None
             load = os.getloadavg()[0]
-            cpu, tree, start = cpu_seconds(server.pid), tree_cpu_seconds(server.pid), time.perf_counter()
+            tree_use = ProcessUse(server.pid)  # the process and its children (controllers, scheduler)
+            cpu, start = cpu_seconds(server.pid), time.perf_counter()
             await create_range(kube, stored, sample)
             wall, cpu = time.perf_counter() - start, cpu_seconds(server.pid) - cpu
-            tree = tree_cpu_seconds(server.pid) - tree
+            tree = tree_use.cpu_seconds() - tree_use.start
             stored += sample
             rows.append(
                 {

@@ -272,7 +272,7 @@ class ProcessUse:
 
     def __init__(self, pid: int) -> None:
         self.proc = psutil.Process(pid)
-        self.start = self._cpu()
+        self.start = self.cpu_seconds()
         self.peak_rss = 0
 
     def _tree(self) -> list[psutil.Process]:
@@ -281,7 +281,8 @@ class ProcessUse:
         except psutil.NoSuchProcess:
             return []
 
-    def _cpu(self) -> float:
+    def cpu_seconds(self) -> float:
+        """User and system CPU seconds of the process and its children so far."""
         total = 0.0
         for p in self._tree():
             try:
@@ -301,7 +302,10 @@ class ProcessUse:
         self.peak_rss = max(self.peak_rss, rss)
 
     def result(self) -> dict[str, float]:
-        return {"cpu_s": round(self._cpu() - self.start, 1), "peak_rss_mib": round(self.peak_rss / 2**20, 1)}
+        return {
+            "cpu_s": round(self.cpu_seconds() - self.start, 1),
+            "peak_rss_mib": round(self.peak_rss / 2**20, 1),
+        }
 
 
 async def wait_until(check: Any, timeout: float, what: str) -> None:
