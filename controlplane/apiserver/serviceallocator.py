@@ -150,6 +150,7 @@ class RangeAllocator:
         self.contains = contains
         self.next = 0  # the offset the next search for a new value starts at
         self._ready = False  # the record was seen current: value keys are complete
+        self._known: set[str] | None = None  # values known to be taken (a hint: the store decides)
 
     def value_key(self, value: str) -> str:
         return f"{self.key}/{value}"
@@ -255,28 +256,40 @@ class RangeAllocator:
         raise ConflictError(self.value_key(value), 0, 0)
 
     async def _take_fresh(self, count: int, skip: set[str], owner: Holder, dry_run: bool) -> list[str]:
-        """`count` values nobody holds, searched from `self.next` round the range. Raises Full."""
+        """`count` values nobody holds, searched from `self.next` round the range. Raises Full.
+
+        The values this process knows to be taken (read once, then kept up to date with its own takes
+        and releases) are passed over without a store call, so a restarted server does not try every
+        taken value once; the store's create still decides. The knowledge may miss values freed by
+        another replica since, so a search that comes up short asks the store of every value once more."""
+        if self._known is None:
+            self._known = set(await self.holders())
         found: list[str] = []
-        start = self.next
-        for step in range(self.size):
-            if len(found) == count:
-                break
-            offset = (start + step) % self.size
-            value = self.value_at(offset)
-            if value in skip:
-                continue
-            if dry_run:
-                free = await self.store.get(self.value_key(value)) is None
-            else:
-                free = await self._put(value, owner)
-            if free:
+        for hinted in (True, False):
+            start = self.next
+            for step in range(self.size):
+                if len(found) == count:
+                    return found
+                offset = (start + step) % self.size
+                value = self.value_at(offset)
+                if value in skip or value in found or (hinted and value in self._known):
+                    continue
+                if dry_run:
+                    free = await self.store.get(self.value_key(value)) is None
+                else:
+                    free = await self._put(value, owner)
+                if not free:
+                    self._known.add(value)
+                    continue
                 found.append(value)
                 self.next = (offset + 1) % self.size
-        if len(found) < count:
-            if not dry_run:
-                await self.release(owner.uid, found)
-            raise Full(RANGE_FULL)
-        return found
+                if not dry_run:
+                    self._known.add(value)
+            if len(found) == count:
+                return found
+        if not dry_run:
+            await self.release(owner.uid, found)
+        raise Full(RANGE_FULL)
 
     async def take(self, request: Request, dry_run: bool = False) -> list[str]:
         """Reserve the named values and `fresh` new ones for the owner; returns the new ones.
@@ -289,6 +302,8 @@ class RangeAllocator:
             for value in request.named:
                 if await self._take_named(value, request.owner, dry_run):
                     created.append(value)
+                    if self._known is not None:
+                        self._known.add(value)
             return await self._take_fresh(request.fresh, set(request.named), request.owner, dry_run)
         except BaseException:
             if created:
@@ -308,6 +323,8 @@ class RangeAllocator:
                     break
                 try:
                     await self.store.delete(self.value_key(value), kv.mod_revision)
+                    if self._known is not None:
+                        self._known.discard(value)
                     break
                 except NotFoundError:
                     break
