@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--job-duration", type=go_duration, default="1s", help="how long a Job's pod runs before it exits 0"
     )
     parser.add_argument(
+        "--stage-file",
+        type=Path,
+        default=None,
+        help="YAML of Stage objects: per pod selector, start delay, run time, exit code or phase",
+    )
+    parser.add_argument(
         "--node-lease-duration-seconds",
         type=int,
         default=40,
@@ -60,9 +66,15 @@ def run(args: argparse.Namespace) -> int:
     from kubeclient.config import load_kubeconfig
     from nodesim.settings import SimSettings
     from nodesim.simulation import NotOurs, Simulation
+    from nodesim.stagefile import StageFileError, load_stages
 
     if args.nodes < 1:
         print("error: --nodes must be at least 1")
+        return 2
+    try:
+        found = load_stages(args.stage_file) if args.stage_file else ()
+    except StageFileError as err:
+        print(f"error: {err}")
         return 2
     settings = SimSettings(
         nodes=args.nodes,
@@ -73,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         labels=args.node_labels,
         start_delay=args.start_delay,
         job_duration=args.job_duration,
+        stages=found,
         lease_duration=args.node_lease_duration_seconds,
         status_report_frequency=args.node_status_report_frequency,
         concurrency=args.concurrency,

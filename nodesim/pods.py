@@ -18,7 +18,7 @@ from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
 from kubeclient.workqueue import WorkQueue
-from nodesim import podstatus, stages
+from nodesim import podstatus, stagefile, stages
 from nodesim.addressing import Addresses
 from nodesim.heartbeats import SimNode
 from nodesim.nodeobjects import now
@@ -113,6 +113,7 @@ class PodDriver:
         if pod is None or not self._ours(pod):
             self._forget(key)
             return
+        pod = stagefile.staged(pod, self.settings.stages)
         node = self.nodes[pod["spec"]["nodeName"]]
         clock = time.monotonic()
         record = self.records.get(key)

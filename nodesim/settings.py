@@ -8,6 +8,10 @@ N real kubelets would put on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nodesim.stagefile import Stage
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,8 @@ class SimSettings:
     # How long a Job's pod runs before its container exits 0 (pods of other owners run until deleted
     # unless their annotation says otherwise: see stages.py).
     job_duration: float = 1.0
+    # Per pod selector, how its pods move (a --stage-file; stagefile.py): the first match wins.
+    stages: tuple[Stage, ...] = ()
     lease_duration: int = 40
     status_report_frequency: float = 300.0
     # Requests in flight at once, across every node and pod: what keeps a refusing server (429s, a dying

@@ -37,6 +37,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.cri import CRIClient, pb
+from bench.perfprofile import Profile
 from bench.reporting import add_run_options, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
@@ -122,6 +123,7 @@ class Size:
     settle_seconds: float = 10.0  # for the last status writes and event posts before an idle window
     rounds: int | None = None  # None: rounds_for(n)
     pyspy: str = ""  # py-spy's path: sample the agent during each size's rounds
+    perf: bool = False  # `perf` samples of the agent during each size's rounds: its CPU seconds by category
 
 
 SMOKE = Size(sizes=(1,), idle_pods=2, idle_seconds=1.0, settle_seconds=1.0, rounds=1)
@@ -260,6 +262,17 @@ class PySpy:
         return {k: round(100 * v / total, 1) for k, v in top}
 
 
+def seconds_by_category(profile: Profile, cpu_seconds: float) -> dict:
+    """The burst's CPU seconds split by perf's categories (gRPC here is the CRI client, not etcd's)."""
+    if profile.skipped:
+        return {"skipped": profile.skipped}
+    split = {
+        name.replace("etcd gRPC client", "gRPC client (CRI)"): round(pct / 100 * cpu_seconds, 2)
+        for name, pct in profile.categories.items()
+    }
+    return {"seconds_by_category": split, "top_symbols_pct": profile.top_symbols}
+
+
 def status_patches(stack: Stack) -> float:
     """PATCHes of pods/status the API server has answered so far (its apiserver_request_total)."""
     text = subprocess.run(
@@ -310,6 +323,9 @@ async def bench(stack: Stack, size: Size) -> dict:
             if size.pyspy
             else None
         )
+        profile = Profile(stack.agent.pid) if size.perf else None
+        if profile is not None:
+            await asyncio.to_thread(profile.__enter__)
         CREATE_SECONDS.clear()
         patches0 = status_patches(stack)
         for r in range(rounds):
@@ -320,6 +336,9 @@ async def bench(stack: Stack, size: Size) -> dict:
             if r < rounds - 1:
                 await delete_all(client)
         burst = watch.result()
+        if profile is not None:
+            await asyncio.to_thread(profile.__exit__, None, None, None)
+            burst["perf"] = seconds_by_category(profile, burst["cpu_seconds"])
         # counted once the last status writes of the burst are in (the pods are Running by now)
         await asyncio.sleep(size.settle_seconds)
         burst["status_patches_per_pod"] = round((status_patches(stack) - patches0) / (n * rounds), 2)
@@ -415,10 +434,11 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=None)
     parser.add_argument("--idle-pods", type=int, default=None)
     parser.add_argument("--pyspy", default="", help="py-spy binary: where the agent's CPU goes, by module")
+    parser.add_argument("--perf", action="store_true", help="perf: the agent's CPU seconds by category")
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)
-    size = replace(SMOKE if args.smoke else Size(), pyspy=args.pyspy)
+    size = replace(SMOKE if args.smoke else Size(), pyspy=args.pyspy, perf=args.perf)
     if args.sizes:
         size = replace(size, sizes=tuple(int(s) for s in args.sizes.split(",")))
     if args.idle_seconds is not None:

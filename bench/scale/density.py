@@ -12,11 +12,16 @@ then the Deployments scaled to 0 and deleted. Measured, against upstream's SLOs:
 - pod startup latency, from a pod's first appearance on the bench's watch to its Running and Ready on the
   same watch: SLO p99 <= 5 s;
 - scheduling throughput (pods bound per second while the creates run);
+- watch fan-out delay to --watchers node watchers (1 000 by default): each holds a watch of every Service,
+  as each kubelet does, and while the Deployments are created a Service is written every 2 s (or once
+  the last write reached every watcher, 30 s at most); per write, the delay from sending it to its event
+  at the first, median and last watcher (the watchers share the bench's process, whose own decoding is
+  in the figure);
 - CPU seconds and peak RSS of the API server's process tree (scheduler and controller manager
   included), of etcd and of the simulator.
 
 Usage: python bench/scale/density.py [--nodes 100,500,1000] [--pods-per-node 30] [--rate 50]
-                                     [--store etcd|sqlite] [--out DIR]
+                                     [--store etcd|sqlite] [--watchers 1000] [--out DIR]
        python bench/scale/density.py --smoke --out DIR     # 5 nodes x 4 pods
 Writes scale-density.{json,md,svg} (default bench/results/).
 """
@@ -174,12 +179,100 @@ class Prober:
             await asyncio.sleep(1 / rate)
 
 
+class FanOut:
+    """`count` watchers of every Service, as `count` kubelets hold; a Service written every `period` s,
+    and the delay from each write to its event at each watcher."""
+
+    def __init__(self, server: ApiServer, count: int, namespace: str) -> None:
+        self.client = KubeClient(
+            load_kubeconfig(server.kubeconfig), qps=0, max_connections=count + 4, component="fanout"
+        )
+        self.count = count
+        self.path = f"/api/v1/namespaces/{namespace}/services"
+        self.arrivals: list[dict[str, float]] = [{} for _ in range(count)]
+        self.rounds: list[dict[str, float]] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def _watch(self, i: int, rv: str) -> None:
+        while True:
+            try:
+                async for event in self.client.watch(
+                    "/api/v1/services", {"resourceVersion": rv, "timeoutSeconds": 3600}
+                ):
+                    obj = event["object"]
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    mark = (obj["metadata"].get("annotations") or {}).get("bench/round")
+                    if mark is not None:
+                        self.arrivals[i].setdefault(mark, time.monotonic())
+            except ApiError:
+                await asyncio.sleep(0.5)
+
+    async def _write(self, mark: str) -> float:
+        sent = time.monotonic()
+        await self.client.patch(
+            f"{self.path}/fanout",
+            {"metadata": {"annotations": {"bench/round": mark}}},
+            content_type=MERGE_PATCH,
+        )
+        return sent
+
+    async def start(self) -> float:
+        """The watchers connected: a first write reached every one. Returns the seconds that took."""
+        created = await self.client.create(
+            self.path, {"metadata": {"name": "fanout"}, "spec": {"ports": [{"port": 80}]}}
+        )
+        rv = created["metadata"]["resourceVersion"]
+        t0 = time.monotonic()
+        self.tasks = [asyncio.create_task(self._watch(i, rv)) for i in range(self.count)]
+        for attempt in range(120):
+            await self._write(f"warm-{attempt}")
+            await asyncio.sleep(0.5)
+            if all(f"warm-{attempt}" in a for a in self.arrivals):
+                return time.monotonic() - t0
+        raise TimeoutError(f"{self.count} Service watchers not all connected after 60 s")
+
+    async def run(self, period: float = 2.0, bound: float = 30.0) -> None:
+        """A write every `period` s; each waits for every watcher (at most `bound` s) before the next."""
+        n = 0
+        while True:
+            n += 1
+            mark = str(n)
+            sent = await self._write(mark)
+            while time.monotonic() - sent < bound and not all(mark in a for a in self.arrivals):
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(max(0.0, sent + period - time.monotonic()))
+            got = sorted(a[mark] - sent for a in self.arrivals if mark in a)
+            self.rounds.append(
+                {
+                    "first": got[0] if got else float("nan"),
+                    "median": pct(got, 0.5),
+                    "last": got[-1] if len(got) == self.count else float("nan"),
+                    "missing": self.count - len(got),
+                }
+            )
+
+    async def close(self) -> dict[str, Any]:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.client.close()
+        last = [r["last"] for r in self.rounds if not r["missing"]]  # writes every watcher saw
+        return {
+            "watchers": self.count,
+            "writes": len(self.rounds),
+            "first": figures([r["first"] for r in self.rounds if r["missing"] < self.count]),
+            "median_watcher": figures([r["median"] for r in self.rounds if r["missing"] < self.count]),
+            "last_watcher": figures(last),
+            "writes_missing_a_watcher": sum(1 for r in self.rounds if r["missing"]),
+        }
+
+
 class ProcessUse:
     """CPU seconds and peak RSS of a process and its children over the run."""
 
     def __init__(self, pid: int) -> None:
         self.proc = psutil.Process(pid)
-        self.start = self._cpu()
+        self.start = self.cpu_seconds()
         self.peak_rss = 0
 
     def _tree(self) -> list[psutil.Process]:
@@ -188,7 +281,8 @@ class ProcessUse:
         except psutil.NoSuchProcess:
             return []
 
-    def _cpu(self) -> float:
+    def cpu_seconds(self) -> float:
+        """User and system CPU seconds of the process and its children so far."""
         total = 0.0
         for p in self._tree():
             try:
@@ -208,7 +302,10 @@ class ProcessUse:
         self.peak_rss = max(self.peak_rss, rss)
 
     def result(self) -> dict[str, float]:
-        return {"cpu_s": round(self._cpu() - self.start, 1), "peak_rss_mib": round(self.peak_rss / 2**20, 1)}
+        return {
+            "cpu_s": round(self.cpu_seconds() - self.start, 1),
+            "peak_rss_mib": round(self.peak_rss / 2**20, 1),
+        }
 
 
 async def wait_until(check: Any, timeout: float, what: str) -> None:
@@ -274,9 +371,12 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
                 ns = f"density-{i}"
                 await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
                 await client.create(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "probe"}})
+            fanout = FanOut(server, args.watchers, "density-0")
+            fanout_connect = await fanout.start()
             watcher = PodWatch(client)
             prober = Prober(client, f"sim-{0:0{len(str(nodes - 1))}d}")
             tasks = [asyncio.create_task(watcher.run()), asyncio.create_task(prober.run())]
+            fanout_task = asyncio.create_task(fanout.run())
             total = nodes * args.pods_per_node
             deployments = nodes
             create_latency: list[float] = []
@@ -300,6 +400,14 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
 
             await wait_until(all_running, 120 + total / 10, f"{total} pods Running")
             saturation = time.monotonic() - first
+
+            async def fanned_out() -> bool:
+                return bool(fanout.rounds)
+
+            await wait_until(fanned_out, 30, "a Service write seen by the watchers")
+            fanout_task.cancel()
+            await asyncio.gather(fanout_task, return_exceptions=True)
+            watch_fanout = {"connect_all_s": round(fanout_connect, 2), **await fanout.close()}
             bound = sorted(watcher.bound.values())
             throughput = (
                 (len(bound) - 1) / (bound[-1] - bound[0])
@@ -341,6 +449,7 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             "calls": calls,
             "pod_startup": startup,
             "scheduling_pods_per_s": round(throughput, 1),
+            "watch_fanout": watch_fanout,
             "slo_held": held,
             "processes": {k: u.result() for k, u in use.items()},
         }
@@ -383,18 +492,20 @@ def markdown(result: dict[str, Any]) -> str:
         f"load average before the run {tuple(round(x, 2) for x in result['load_average'])}, {result['cpus']} CPUs",
         "",
         "| nodes | pods | single p99 s | ns list p99 s | cluster list p99 s | startup p50 / p99 s | sched pods/s "
-        "| SLOs held | API server CPU s / RSS MiB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| SLOs held | API server CPU s / RSS MiB | watch fan-out: watchers, last watcher p50 / p99 s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result["runs"]:
         held = ", ".join(k for k, ok in r["slo_held"].items() if ok)
         broken = ", ".join(k for k, ok in r["slo_held"].items() if not ok)
         api = r["processes"]["apiserver"]
+        fan = r["watch_fanout"]
         lines.append(
             f"| {r['nodes']} | {r['pods']} | {r['calls']['single']['p99']} | {r['calls']['namespaced list']['p99']} "
             f"| {r['calls']['cluster list']['p99']} | {r['pod_startup']['p50']} / {r['pod_startup']['p99']} "
             f"| {r['scheduling_pods_per_s']} | {held or '-'}{' (broken: ' + broken + ')' if broken else ''} "
-            f"| {api['cpu_s']} / {api['peak_rss_mib']} |"
+            f"| {api['cpu_s']} / {api['peak_rss_mib']} "
+            f"| {fan['watchers']}, {fan['last_watcher']['p50']} / {fan['last_watcher']['p99']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -416,11 +527,12 @@ def cli() -> None:
     parser.add_argument("--pods-per-node", type=int, default=30)
     parser.add_argument("--rate", type=float, default=50.0, help="pods created per second")
     parser.add_argument("--store", choices=["etcd", "sqlite"], default="etcd")
+    parser.add_argument("--watchers", type=int, default=1000, help="node watchers of every Service")
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)
     if args.smoke:
-        args.nodes, args.pods_per_node, args.rate = "5", 4, 20.0
+        args.nodes, args.pods_per_node, args.rate, args.watchers = "5", 4, 20.0, 5
     from kubeclient.eventloop import loop_factory
 
     with asyncio.Runner(loop_factory=loop_factory()) as runner:

@@ -9,7 +9,6 @@ allocator hands out the rest, keeping the first ten for addresses people pin (cl
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 DEFAULT_CLUSTER_IP_RANGE = "10.96.0.0/16"
@@ -58,12 +57,16 @@ class ServiceRanges:
     def kubernetes_service_ip(self) -> str:
         return str(self.cluster_ip_range.network_address + 1)
 
-    def ip_candidates(self) -> Iterator[str]:
-        """Addresses to allocate from, in order (the network, broadcast and pinned ones left out)."""
+    @property
+    def ip_count(self) -> int:
+        """How many addresses are handed out (the network, broadcast and pinned ones left out)."""
         net = self.cluster_ip_range
         last = net.num_addresses - 1 if net.version == 4 else net.num_addresses
-        for offset in range(_PINNED, last):
-            yield str(net.network_address + offset)
+        return max(0, last - _PINNED)
+
+    def ip_at(self, index: int) -> str:
+        """The allocator's `index`th address, in order."""
+        return str(self.cluster_ip_range.network_address + _PINNED + index)
 
     def contains_ip(self, ip: str) -> bool:
         try:

@@ -45,6 +45,9 @@ BENCHMARKS = {
     "apiserver-security": Benchmark("bench/apiserver/security.py", "apiserver-security", needs_root=False),
     "apiserver-crd": Benchmark("bench/apiserver/crd.py", "apiserver-crd", needs_root=False),
     "apiserver-protobuf": Benchmark("bench/apiserver/protobuf.py", "apiserver-protobuf", needs_root=False),
+    "apiserver-servicecreate": Benchmark(
+        "bench/apiserver/servicecreate.py", "apiserver-servicecreate", needs_root=False
+    ),
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),
     "scheduler-perf-workloads": Benchmark(
         "bench/scheduler/perf_workloads.py", "scheduler-perf-workloads", needs_root=False

@@ -9,6 +9,7 @@ import asyncio
 import ipaddress
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,8 @@ def _port_allocator(store: SQLiteStore) -> RangeAllocator:
         store,
         serviceallocator.PORTS_KEY,
         "30000-30009",
-        lambda: (str(n) for n in ports),
+        len(ports),
+        lambda index: str(ports[index]),
         serviceallocator.service_ports,
         lambda v: v.isdigit() and int(v) in ports,
     )
@@ -177,51 +179,162 @@ def _stored_service(name: str, uid: str, node_port: int) -> bytes:
     return json.dumps(body).encode()
 
 
-def test_record_rebuilt_from_services_and_leaks_taken_over(tmp_path: Path) -> None:
+def on_store(
+    path: Path, body: Callable[[Any], Awaitable[None]], kind: type[SQLiteStore] = SQLiteStore
+) -> None:
+    """body(store) on a started SQLite store under `path`, closed afterwards."""
+
     async def run() -> None:
-        store = SQLiteStore(tmp_path / "state.db")
+        store = kind(path / "state.db")
         await store.start()
         try:
-            await store.create("/services/ns/old", _stored_service("old", "u-old", 30000))
-            allocator = _port_allocator(store)
-            me = Holder(str(uuid.uuid4()), "ns/new", 0.0)
-            # no record yet: rebuilt from the stored Service, whose port is then not free
-            with pytest.raises(Taken) as taken:
-                await allocator.take(Request(me, ["30000"]))
-            assert taken.value.owner == "ns/old"
-            assert await allocator.take(Request(me, [], 2)) == ["30001", "30002"]
-            record = serviceallocator.Record.decode((await store.get(serviceallocator.PORTS_KEY)).value)
-            assert set(record.owners) == {"30000", "30001", "30002"}
-            # a Service gone without its release (a crash): its entry, older than the grace, is a leak
-            await store.delete("/services/ns/old", 0)
-            assert await allocator.take(Request(me, ["30000"])) == []
-            # release gives back only the owner's own entries
-            await allocator.release("someone-else", ["30001"])
-            await allocator.release(me.uid, ["30001", "30002"])
-            record = serviceallocator.Record.decode((await store.get(serviceallocator.PORTS_KEY)).value)
-            assert set(record.owners) == {"30000"}
+            await body(store)
         finally:
             await store.close()
 
     asyncio.run(run())
+
+
+def test_record_rebuilt_from_services_and_leaks_taken_over(tmp_path: Path) -> None:
+    async def run(store: SQLiteStore) -> None:
+        await store.create("/services/ns/old", _stored_service("old", "u-old", 30000))
+        allocator = _port_allocator(store)
+        me = Holder(str(uuid.uuid4()), "ns/new", 0.0)
+        # no record yet: rebuilt from the stored Service, whose port is then not free
+        with pytest.raises(Taken) as taken:
+            await allocator.take(Request(me, ["30000"]))
+        assert taken.value.owner == "ns/old"
+        assert await allocator.take(Request(me, [], 2)) == ["30001", "30002"]
+        assert set(await allocator.holders()) == {"30000", "30001", "30002"}
+        # a Service gone without its release (a crash): its entry, older than the grace, is a leak
+        await store.delete("/services/ns/old", 0)
+        assert await allocator.take(Request(me, ["30000"])) == []
+        # release gives back only the owner's own entries
+        await allocator.release("someone-else", ["30001"])
+        await allocator.release(me.uid, ["30001", "30002"])
+        assert set(await allocator.holders()) == {"30000"}
+
+    on_store(tmp_path, run)
 
 
 def test_concurrent_takes_on_one_store_never_share(tmp_path: Path) -> None:
     """Many allocators (as many API servers) racing on one record: every value once."""
 
-    async def run() -> None:
-        store = SQLiteStore(tmp_path / "state.db")
-        await store.start()
-        try:
-            allocators = [_port_allocator(store) for _ in range(4)]
-            results = await asyncio.gather(
-                *(a.take(Request(Holder(f"u{i}", f"ns/s{i}", 1e12), [], 2)) for i, a in enumerate(allocators))
-            )
-            values = [v for r in results for v in r]
-            assert len(values) == 8 and len(set(values)) == 8
-            with pytest.raises(serviceallocator.Full):
-                await allocators[0].take(Request(Holder("u9", "ns/s9", 1e12), [], 3))
-        finally:
-            await store.close()
+    async def run(store: SQLiteStore) -> None:
+        allocators = [_port_allocator(store) for _ in range(4)]
+        results = await asyncio.gather(
+            *(a.take(Request(Holder(f"u{i}", f"ns/s{i}", 1e12), [], 2)) for i, a in enumerate(allocators))
+        )
+        values = [v for r in results for v in r]
+        assert len(values) == 8 and len(set(values)) == 8
+        with pytest.raises(serviceallocator.Full):
+            await allocators[0].take(Request(Holder("u9", "ns/s9", 1e12), [], 3))
 
-    asyncio.run(run())
+    on_store(tmp_path, run)
+
+
+def test_an_older_record_holding_its_owners_is_moved_into_value_keys(tmp_path: Path) -> None:
+    """A store written when one record held every owner: its owners become value keys, kept as held."""
+
+    async def run(store: SQLiteStore) -> None:
+        older = {
+            "kind": "RangeAllocation",
+            "range": "30000-30009",
+            "owners": {"30003": ["u-a", "ns/a", 1e12], "30005": ["u-b", "ns/b", 1e12]},
+        }
+        await store.create(serviceallocator.PORTS_KEY, json.dumps(older).encode())
+        allocator = _port_allocator(store)
+        # a release first (the Service holding 30003 deleted): the move comes before it
+        await allocator.release("u-a", ["30003"])
+        me = Holder("u-me", "ns/me", 1e12)
+        with pytest.raises(Taken) as taken:
+            await allocator.take(Request(me, ["30005"]))
+        assert taken.value.owner == "ns/b"
+        assert await allocator.take(Request(me, [], 4)) == ["30000", "30001", "30002", "30003"]
+        held = await allocator.holders()
+        assert {v: h.name for v, h in held.items() if h.name != "ns/me"} == {"30005": "ns/b"}
+        record = serviceallocator.Record.decode((await store.get(serviceallocator.PORTS_KEY)).value)
+        assert record.range == "30000-30009" and record.owners is None
+
+    on_store(tmp_path, run)
+
+
+def test_a_failed_take_keeps_nothing(tmp_path: Path) -> None:
+    """Named values taken before a refusal, or new ones before the range ran out, are given back."""
+
+    async def run(store: SQLiteStore) -> None:
+        allocator = _port_allocator(store)
+        other = Holder("u-other", "ns/other", 1e12)
+        me = Holder("u-me", "ns/me", 1e12)
+        await allocator.take(Request(other, ["30002"], 6))
+        with pytest.raises(Taken):
+            await allocator.take(Request(me, ["30009", "30002"]))
+        with pytest.raises(serviceallocator.Full):
+            await allocator.take(Request(me, [], 4))
+        assert {h.name for h in (await allocator.holders()).values()} == {"ns/other"}
+        assert len(await allocator.holders()) == 7
+
+    on_store(tmp_path, run)
+
+
+def test_a_take_reads_and_writes_the_same_whatever_is_stored(tmp_path: Path) -> None:
+    """The cost of a take does not grow with the values taken: the store calls, and the bytes read and
+    written, of the 10th and of the 2 000th cluster IP are the same (one record holding every owner, read
+    and written whole, made each create cost more with every Service: issue 36)."""
+
+    class Counting(SQLiteStore):
+        calls = 0
+        moved = 0  # bytes read and written
+
+        async def get(self, key: str) -> Any:
+            Counting.calls += 1
+            kv = await super().get(key)
+            Counting.moved += len(kv.value) if kv is not None else 0
+            return kv
+
+        async def create(self, key: str, value: bytes) -> int:
+            Counting.calls += 1
+            Counting.moved += len(value)
+            return await super().create(key, value)
+
+        async def update(self, key: str, value: bytes, expected_revision: int) -> int:
+            Counting.calls += 1
+            Counting.moved += len(value)
+            return await super().update(key, value, expected_revision)
+
+        async def list(self, *args: Any, **kwargs: Any) -> Any:
+            Counting.calls += 1
+            items, revision, more = await super().list(*args, **kwargs)
+            Counting.moved += sum(len(kv.value) for kv in items)
+            return items, revision, more
+
+    async def run(store: SQLiteStore) -> None:
+        net = ipaddress.ip_network("10.96.0.0/16")
+
+        def ip_allocator() -> RangeAllocator:
+            return RangeAllocator(
+                store,
+                serviceallocator.IPS_KEY,
+                str(net),
+                net.num_addresses - 12,
+                lambda index: str(net.network_address + 10 + index),
+                serviceallocator.service_ips,
+                lambda value: ipaddress.ip_address(value) in net,
+            )
+
+        allocator = ip_allocator()
+        costs = {}
+        for n in range(2000):
+            before = (Counting.calls, Counting.moved)
+            await allocator.take(Request(Holder(f"u{n:04d}", f"ns/s{n:04d}", 1e12), [], 1))
+            costs[n] = (Counting.calls - before[0], Counting.moved - before[1])
+        assert costs[1999] == costs[10], (costs[10], costs[1999])
+        assert len(await allocator.holders()) == 2000
+        # a restarted server: one read of the taken values, not a create tried on each of them
+        restarted, before = ip_allocator(), Counting.calls
+        assert await restarted.take(Request(Holder("u-new", "ns/new", 1e12), [], 1)) == [
+            str(net.network_address + 10 + 2000)
+        ]
+        assert Counting.calls - before <= 10, Counting.calls - before
+
+    on_store(tmp_path, run, Counting)

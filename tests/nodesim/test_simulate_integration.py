@@ -29,6 +29,16 @@ pytestmark = pytest.mark.integration
 PREFIX = "nsim-"
 NODES = [f"{PREFIX}{i}" for i in range(3)]
 LEASE_SECONDS = 4  # renewed every second
+# The simulation's stage file: pods labelled nsim-stage=fails run 200 ms and exit 1 (phase Failed).
+STAGES = """
+apiVersion: nodesim.pykubelet.io/v1alpha1
+kind: Stage
+metadata: {name: fails}
+spec:
+  selector: {matchLabels: {nsim-stage: fails}}
+  runFor: 200ms
+  phase: Failed
+"""
 
 
 class Simulator:
@@ -73,9 +83,12 @@ def v1(apiserver: ApiServer) -> Iterator[client.CoreV1Api]:
 def simulation(
     apiserver: ApiServer, v1: client.CoreV1Api, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Simulator]:
+    folder = tmp_path_factory.mktemp("nodesim")
+    (folder / "stages.yaml").write_text(STAGES)
     sim = Simulator(
         apiserver.kubeconfig,
-        tmp_path_factory.mktemp("nodesim") / "simulate.log",
+        folder / "simulate.log",
+        f"--stage-file={folder / 'stages.yaml'}",
         "--nodes=3",
         f"--name-prefix={PREFIX}",
         "--node-labels=topology.kubernetes.io/zone=sim-a",
@@ -220,6 +233,25 @@ def test_a_crashing_container_backs_off_with_its_exit_shown(
     status = wait_for(backing_off, 30, what="CrashLoopBackOff")
     assert status.state.waiting.reason == "CrashLoopBackOff"
     assert status.last_state.terminated.exit_code == 1 and status.restart_count == 1
+
+
+def test_a_stage_file_ends_the_pods_it_selects_in_its_phase(
+    simulation: Simulator, v1: client.CoreV1Api, namespace: str
+) -> None:
+    staged = _pod("staged", {}, restartPolicy="Never")
+    staged["metadata"]["labels"] = {"nsim-stage": "fails"}
+    v1.create_namespaced_pod(namespace, staged)
+    v1.create_namespaced_pod(namespace, _pod("unstaged", {}, restartPolicy="Never"))
+
+    def ended() -> Any:
+        pod = v1.read_namespaced_pod("staged", namespace)
+        return pod.status.phase in ("Succeeded", "Failed") and pod
+
+    pod = wait_for(ended, 30, what="the staged pod ended")
+    assert pod.status.phase == "Failed"
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 1
+    other = v1.read_namespaced_pod("unstaged", namespace)
+    assert other.status.phase == "Running", "a pod no stage selects runs until deleted"
 
 
 def test_deletion_is_honoured_and_a_stubborn_pod_takes_its_grace_period(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import errors, serviceallocator, tables
@@ -246,13 +247,24 @@ def _check_in_ranges(obj: Obj, ranges: ServiceRanges, old: Obj | None = None) ->
         raise errors.invalid_object("Service", "", obj["metadata"].get("name", ""), problems)
 
 
+_allocators_of: weakref.WeakKeyDictionary[Any, tuple[RangeAllocator, RangeAllocator]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _allocators(registry: Registry) -> tuple[RangeAllocator, RangeAllocator]:
+    """The registry's two allocators, kept with it: each remembers where its next search for a free
+    value starts and that its record was seen complete."""
+    pair = _allocators_of.get(registry)
+    if pair is not None:
+        return pair
     ranges = registry.service_ranges
     ips = RangeAllocator(
         registry.store,
         serviceallocator.IPS_KEY,
         str(ranges.cluster_ip_range),
-        ranges.ip_candidates,
+        ranges.ip_count,
+        ranges.ip_at,
         serviceallocator.service_ips,
         ranges.contains_ip,
     )
@@ -260,10 +272,12 @@ def _allocators(registry: Registry) -> tuple[RangeAllocator, RangeAllocator]:
         registry.store,
         serviceallocator.PORTS_KEY,
         ranges.port_range_text(),
-        lambda: (str(n) for n in ranges.node_ports),
+        len(ranges.node_ports),
+        lambda index: str(ranges.node_ports[index]),
         serviceallocator.service_ports,
         lambda value: value.isdigit() and int(value) in ranges.node_ports,
     )
+    _allocators_of[registry] = (ips, ports)
     return ips, ports
 
 
