@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.cri import CRIClient
-from bench.agent.startup import NS, agent_run, delete_all
+from bench.agent.startup import NS, agent_run, delete_all, ensure_namespace
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
@@ -74,13 +74,7 @@ async def bench(stack: Stack, pods: int) -> dict[str, object]:
     cri = await CRIClient.connect(stack.containerd.endpoint)
     try:
         await cri.pull_image(image)
-        try:
-            await client.create(
-                "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-            )
-        except ApiError as err:
-            if not err.conflict:
-                raise
+        await ensure_namespace(client)
         await agent_run(client, pods, stack.node_name, image)
         before = await _running_containers(cri)
         if len(before) != pods:
