@@ -13,6 +13,8 @@ processes throughout:
   ReplicaSet's pod) is done once their API servers have started them again and one is leader;
 - a validating webhook that hangs (failurePolicy Fail) blocks the writes it matches through every
   replica with upstream's 500, and nothing else, until its policy is Ignore;
+- the ReplicaSet controller's RBAC binding deleted: a new ReplicaSet gets no pod (the controller
+  manager's log has the 403), and its pod once the binding is back;
 - `pykubelet down` stops the supervisor with the rest and leaves nothing."""
 
 from __future__ import annotations
@@ -481,3 +483,61 @@ def test_a_hanging_webhook_blocks_through_every_replica_until_its_failure_policy
         core.delete_namespace(ns)
         for i in range(3):
             core.delete_namespaced_config_map(f"unmatched-{i}", "default")
+
+
+def test_a_controller_whose_rbac_binding_is_gone_stops_and_resumes_when_it_is_back(ha: HaStack) -> None:
+    """The seeds' broken-RBAC drill: the ReplicaSet controller's ClusterRoleBinding deleted (the
+    controller manager writes as each controller's service account, as kubeadm runs it). A new ReplicaSet
+    gets no pod, and everything else goes on. Who detects it: the controller manager's log carries the
+    API's 403 (upstream's text); no Event says so, as upstream's controller records its events with the
+    same forbidden identity. The binding put back, the controller's next retry creates the pod."""
+    core = ha.core
+    rbac = client.RbacAuthorizationV1Api(core.api_client)
+    apps = client.AppsV1Api(core.api_client)
+    binding_name = "system:controller:replicaset-controller"
+    saved = core.api_client.sanitize_for_serialization(rbac.read_cluster_role_binding(binding_name))
+    rbac.delete_cluster_role_binding(binding_name)
+    name, labels = "drill-rbac", {"drill": "rbac"}
+    sleeper = {"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}
+    forbidden = (
+        'pods is forbidden: User "system:serviceaccount:kube-system:replicaset-controller" '
+        'cannot create resource "pods" in API group "" in the namespace "default"'
+    )
+    logs = sorted(ha.state.glob("apiserver/**/controller-manager.log"))
+    assert len(logs) == 3, logs
+    try:
+        apps.create_namespaced_replica_set(
+            "default",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"terminationGracePeriodSeconds": 0, "containers": [sleeper]},
+                    },
+                },
+            },
+        )
+        wait_for(
+            lambda: any(f"default/{name}" in line and forbidden in line
+                        for log in logs for line in log.read_text(errors="replace").splitlines()),
+            timeout=60,
+            interval=0.5,
+            what="the controller manager logging the 403",
+        )  # fmt: skip
+        assert not core.list_namespaced_pod("default", label_selector="drill=rbac").items
+        core.create_namespaced_config_map("default", {"metadata": {"name": "drill-rbac-unaffected"}})
+        core.delete_namespaced_config_map("drill-rbac-unaffected", "default")
+    finally:
+        for field in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+            saved["metadata"].pop(field, None)
+        rbac.create_cluster_role_binding(saved)
+    wait_for(
+        lambda: core.list_namespaced_pod("default", label_selector="drill=rbac").items,
+        timeout=60,
+        interval=0.5,
+        what="the ReplicaSet's pod once the binding is back",
+    )
+    apps.delete_namespaced_replica_set(name, "default", propagation_policy="Background")
