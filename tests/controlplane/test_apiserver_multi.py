@@ -116,33 +116,37 @@ def test_kubernetes_endpoints_list_every_live_ready_replica(group: ApiServerRepl
     leases = master_leases(etcd)
     assert sorted(ip for ip, _ in leases) == both
     assert all(lease for _, lease in leases), "every record expires unless renewed"
+
+    def listed(ips: list[str]) -> bool:
+        # The Endpoints and the EndpointSlice are two writes: wait for both.
+        return endpoint_ips(v1)[0] == ips and slice_ips(v1.api_client) == ips
+
     second.stop()
-    wait_for(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=5, interval=0.1, retrying=RETRY)
-    assert slice_ips(v1.api_client) == ["127.0.0.1"]
-    # The second replica again, its only way to etcd through a relay the test cuts.
-    with TcpRelay(etcd.port) as relay:
-        args = [arg for s in group.servers for arg in ("--tls-san", s.host)]
-        args += ["--etcd-servers", f"https://127.0.0.1:{relay.port}", *etcd.server_args()[2:]]
-        cut_off = ApiServer(second.data_dir, group.port, host=second.host, extra_args=args)
-        try:
-            cut_off.start()
-            wait_for(lambda: endpoint_ips(v1)[0] == both, timeout=5, interval=0.1, retrying=RETRY)
-            relay.cut()
-            wait_for(lambda: readyz(cut_off) == 500, timeout=15, interval=0.2)
-            started = time.monotonic()
-            wait_for(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=40, interval=0.5, retrying=RETRY)
-            assert time.monotonic() - started <= 15 + 10 + 5  # the record's TTL, a round, our polling
-            assert slice_ips(v1.api_client) == ["127.0.0.1"]
-            assert [ip for ip, _ in master_leases(etcd)] == ["127.0.0.1"]
-            assert readyz(cut_off) == 500  # still cut off: not listed while not ready
-            relay.restore()
-            wait_for(lambda: readyz(cut_off) == 200, timeout=20, interval=0.2)
-            wait_for(lambda: endpoint_ips(v1)[0] == both, timeout=15, interval=0.2, retrying=RETRY)
-            assert slice_ips(v1.api_client) == both
-        finally:
-            cut_off.stop()
-    second.start()
-    wait_for(lambda: endpoint_ips(v1)[0] == both, timeout=5, interval=0.1, retrying=RETRY)
+    try:
+        wait_for(lambda: listed(["127.0.0.1"]), timeout=5, interval=0.1, retrying=RETRY)
+        # The second replica again, its only way to etcd through a relay the test cuts.
+        with TcpRelay(etcd.port) as relay:
+            args = [arg for s in group.servers for arg in ("--tls-san", s.host)]
+            args += ["--etcd-servers", f"https://127.0.0.1:{relay.port}", *etcd.server_args()[2:]]
+            cut_off = ApiServer(second.data_dir, group.port, host=second.host, extra_args=args)
+            try:
+                cut_off.start()
+                wait_for(lambda: listed(both), timeout=5, interval=0.1, retrying=RETRY)
+                relay.cut()
+                wait_for(lambda: readyz(cut_off) == 500, timeout=15, interval=0.2)
+                started = time.monotonic()
+                wait_for(lambda: listed(["127.0.0.1"]), timeout=40, interval=0.5, retrying=RETRY)
+                assert time.monotonic() - started <= 15 + 10 + 5  # the record's TTL, a round, our polling
+                assert [ip for ip, _ in master_leases(etcd)] == ["127.0.0.1"]
+                assert readyz(cut_off) == 500  # still cut off: not listed while not ready
+                relay.restore()
+                wait_for(lambda: readyz(cut_off) == 200, timeout=20, interval=0.2)
+                wait_for(lambda: listed(both), timeout=15, interval=0.2, retrying=RETRY)
+            finally:
+                cut_off.stop()
+    finally:
+        second.start()
+    wait_for(lambda: listed(both), timeout=5, interval=0.1, retrying=RETRY)
 
 
 def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versions(
