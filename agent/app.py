@@ -212,6 +212,12 @@ class Agent:
         ctx.services = lambda: services_of(services)
         self._spawn(services.run(), "service-informer")  # early: pods wait for its first list
         self.pods.attach(self.informer)
+        objects = self.objects  # its copies are kept while a pod on the node names them
+        self.informer.add_handler(
+            on_add=objects.register_pod,
+            on_update=lambda _old, pod: objects.register_pod(pod),
+            on_delete=lambda pod: objects.unregister_pod(pod["metadata"]["uid"]),
+        )
         self._spawn(recorder.run(), "events")
         self._spawn(runtime.run(), "runtime-up")
         self._spawn(ctx.prober.run(), "prober-updates")

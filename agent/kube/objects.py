@@ -6,16 +6,24 @@ The node keeps its pods running while the API is unreachable (every API server d
 quorum): each object read is remembered, and a read that finds the API unreachable (or answering a
 5xx) gets the object as last seen, as upstream's kubelet serves its ConfigMap and Secret managers from
 their caches. A remembered object is read with a single bounded attempt, so a restart during an outage
-waits seconds at most, not the client's whole retry budget. Secrets are held in memory only."""
+waits seconds at most, not the client's whole retry budget. Secrets are held in memory only.
+
+The copies are kept while a pod on the node names them: `register_pod` (a pod added or changed) and
+`unregister_pod` (a pod gone from the node) count the pods naming each ConfigMap and Secret, and the
+copy of one no pod names any more is dropped, as upstream's kubelet's ConfigMap and Secret managers
+stop an object's watch and drop it when the last pod referencing it is unregistered. Objects of other
+kinds, and a Secret only a volume's PersistentVolume names, are read the same way and kept."""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
+from kubeclient.podrefs import pod_object_names
 
 log = logging.getLogger("agent.kube.objects")
 
@@ -37,10 +45,51 @@ def _outage(err: ApiError) -> bool:
     return err.unreachable or err.status >= 500
 
 
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+def named_objects(pod: dict[str, Any]) -> frozenset[Key]:
+    """The ConfigMaps and Secrets a pod names, as keys of the reader's copies."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    names = pod_object_names(pod)
+    return frozenset(
+        [("ConfigMap", namespace, n) for n in names.configmaps]
+        + [("Secret", namespace, n) for n in names.secrets]
+    )
+
+
 class ObjectReader:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
-        self._seen: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+        self._seen: dict[Key, dict[str, Any] | None] = {}
+        self._pods: dict[str, frozenset[Key]] = {}  # pod uid -> the ConfigMaps and Secrets it names
+        self._users: Counter[Key] = Counter()  # how many registered pods name each
+
+    def register_pod(self, pod: dict[str, Any]) -> None:
+        """A pod is on the node (added, or its spec changed): its objects are kept while it names them."""
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        if uid:
+            self._set(uid, named_objects(pod))
+
+    def unregister_pod(self, uid: str) -> None:
+        """The pod is gone from the node: copies no other pod names are dropped."""
+        self._set(uid, frozenset())
+
+    def _set(self, uid: str, keys: frozenset[Key]) -> None:
+        before = self._pods.pop(uid, frozenset())
+        if keys:
+            self._pods[uid] = keys
+        self._users.update(keys - before)
+        for key in before - keys:
+            self._users[key] -= 1
+            if self._users[key] <= 0:
+                del self._users[key]
+                if self._seen.pop(key, None) is not None:
+                    log.debug("copy dropped, no pod names it kind=%s namespace=%s name=%s", *key)
+
+    def cached(self) -> set[Key]:
+        """The objects a copy is kept of."""
+        return set(self._seen)
 
     async def fetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None if it does not exist (other API errors are raised); the last copy seen

@@ -176,6 +176,17 @@ async def agent_run(
 CREATE_SECONDS: list[float] = []
 
 
+async def ensure_namespace(client: KubeClient, namespace: str = NS) -> None:
+    """A bench's namespace, created unless it is there."""
+    try:
+        await client.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
+    except ApiError as err:
+        if not err.conflict:
+            raise
+
+
 async def delete_all(client: KubeClient) -> None:
     pods = (await client.get(f"/api/v1/namespaces/{NS}/pods"))["items"]
     await asyncio.gather(
@@ -296,13 +307,7 @@ async def bench(stack: Stack, size: Size) -> dict:
     client = KubeClient(load_kubeconfig(stack.kubeconfig), qps=5000, burst=5000)
     cri = await CRIClient.connect(stack.containerd.endpoint)
     await cri.pull_image(image)
-    try:
-        await client.create(
-            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-        )
-    except ApiError as err:
-        if not err.conflict:
-            raise
+    await ensure_namespace(client)
     report: dict = {"sizes": {}}
     log_dir = stack.config.state_dir / "floor-logs"
     sizes = list(size.sizes)

@@ -36,10 +36,10 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.cri import CRIClient
+from bench.agent.startup import ensure_namespace
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
-from kubeclient.errors import ApiError
 from pykubelet.rig.onstack import run_on_stack
 from pykubelet.rig.stack import Stack
 
@@ -139,13 +139,7 @@ async def bench(stack: Stack, size: Size) -> dict[str, Any]:
     client = KubeClient(load_kubeconfig(stack.kubeconfig), qps=5000, burst=5000)
     cri = await CRIClient.connect(stack.containerd.endpoint)
     await cri.pull_image(image)
-    try:
-        await client.create(
-            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-        )
-    except ApiError as err:
-        if not err.conflict:
-            raise
+    await ensure_namespace(client, NS)
     startup = await run_pods(client, size.pods, stack.node_name, image)
     base = f"https://127.0.0.1:{stack.kubelet_port}"
     tls = kubelet_tls(stack)

@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 from controlplane.apiserver import decoding, errors
-from controlplane.apiserver.decoding import MAX_BODY, MAX_OBJECT
+from controlplane.apiserver.decoding import MAX_BODY
 from controlplane.apiserver.kinds import BUILT_IN
 from controlplane.apiserver.kinds import namespace as namespaces
 from controlplane.apiserver.kinds.base import Kind
@@ -86,4 +86,4 @@ def decode(body: bytes, content_type: str) -> Any:
     return decoding.decode(body, content_type)
 
 
-__all__ = ["MAX_BODY", "MAX_OBJECT", "RequestInfo", "bool_param", "decode", "int_param", "parse_path"]
+__all__ = ["MAX_BODY", "RequestInfo", "bool_param", "decode", "int_param", "parse_path"]

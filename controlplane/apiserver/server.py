@@ -73,7 +73,7 @@ from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.storemetrics import MeasuredStore
 from controlplane.apiserver.tokenwebhook import TokenWebhook
 from controlplane.apiserver.webhooks import context as admission_context
-from controlplane.storage import StoreError, StoreTooLargeError, StoreUnavailableError
+from controlplane.storage import StoreError, StoreRefusedError, StoreUnavailableError
 from controlplane.storage.cache import CachedObject, WatchCache, encode
 from controlplane.storage.encryption import TransformingStore
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
@@ -683,10 +683,13 @@ class ApiServer:
             return json_response(
                 ApiError(500, "ServerTimeout", message, {"retryAfterSeconds": 2}).status(), 500
             )
-        except StoreTooLargeError:
-            return json_response(
-                ApiError(413, "RequestEntityTooLarge", "etcdserver: request is too large").status(), 413
-            )
+        except StoreRefusedError as exc:
+            # etcd refused the write (over --max-request-bytes, or --quota-backend-bytes reached); the SQLite
+            # store holds the first limit too. Upstream translates neither: its ErrorToAPIStatus answers
+            # 500 with no reason and etcd's words (kubectl: `Error from server: etcdserver: request is too
+            # large`). Nothing was written.
+            log.warning("path=%s method=%s store=refused cause=%s", request.path, request.method, exc)
+            return json_response(ApiError(500, "", exc.backend_message).status(), 500)
         except Exception as exc:
             log.exception("path=%s method=%s", request.path, request.method)
             audit.panicked(request, exc)

@@ -15,6 +15,7 @@ from controlplane.storage.interface import (
     NotFoundError,
     Store,
     StoreError,
+    StoreRefusedError,
     StoreTooLargeError,
     StoreUnavailableError,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "NotFoundError",
     "Store",
     "StoreError",
+    "StoreRefusedError",
     "StoreTooLargeError",
     "StoreUnavailableError",
 ]

@@ -14,8 +14,9 @@ Values are the objects' JSON (what the SQLite store keeps). kube-apiserver write
 with etcdctl; so JSON it is.
 
 Failures are typed: etcd unreachable or timing out is `StoreUnavailableError` (a retryable 5xx above),
-a value over etcd's request limit is `StoreTooLargeError` (413), a compacted revision `CompactedError`
-(410). A lost watch stream is re-established from the last revision it delivered.
+a value over etcd's request limit is `StoreTooLargeError` and a write past etcd's database quota
+`StoreRefusedError` (both a 500 with etcd's words above, as upstream answers), a compacted revision
+`CompactedError` (410). A lost watch stream is re-established from the last revision it delivered.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,8 @@ from controlplane.storage.etcdkeys import PREFIX, KeyLayout, normal_prefix, pref
 from controlplane.storage.etcdpb import rpc_pb2 as pb
 from controlplane.storage.etcdpb import rpc_pb2_grpc as pb_grpc
 from controlplane.storage.interface import (
+    NO_SPACE,
+    TOO_LARGE,
     CompactedError,
     ConflictError,
     Event,
@@ -43,6 +47,7 @@ from controlplane.storage.interface import (
     KeyValue,
     NotFoundError,
     StoreError,
+    StoreRefusedError,
     StoreTooLargeError,
     StoreUnavailableError,
 )
@@ -62,6 +67,11 @@ _FUTURE = "required revision is a future revision"
 # gRPC's words for a connection that was never made (so a request was never sent).
 _NOT_SENT = ("failed to connect", "Connection refused", "connections to all backends failing")
 _WATCH_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
+# etcd's Go client sends at most 2 MiB in one request (clientv3's defaultMaxCallSendMsgSize), as
+# kube-apiserver's does: a larger transaction never reaches etcd.
+MAX_SEND_BYTES = 2 * 1024 * 1024
+# gRPC's words for a message over a limit, on either side: "... larger than max (2200000 vs. 2097152)".
+_OVER_MAX = re.compile(r"larger than max \((\d+) vs\. (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ def _channel(target: str, credentials: grpc.ChannelCredentials | None) -> grpc.a
     # Reconnect within about a second of a member coming back (gRPC's default backoff grows to 120 s).
     options = [
         ("grpc.max_receive_message_length", -1),
+        ("grpc.max_send_message_length", MAX_SEND_BYTES),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
@@ -108,8 +119,16 @@ def _range_op(key: bytes) -> pb.RequestOp:
 
 def _translate(err: grpc.aio.AioRpcError, what: str) -> StoreError:
     details = err.details() or ""
-    if "request is too large" in details or err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return StoreTooLargeError(f"etcdserver: request is too large ({what})")
+    if TOO_LARGE in details:
+        return StoreTooLargeError(TOO_LARGE, what)
+    if NO_SPACE in details:
+        return StoreRefusedError(NO_SPACE, what)
+    sizes = _OVER_MAX.search(details)
+    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and sizes:
+        # Over the client's own send limit (or etcd's gRPC receive limit): etcd's Go client refuses the
+        # request before sending it, and its status error reaches kube-apiserver's clients as it is.
+        message = f"rpc error: code = ResourceExhausted desc = trying to send message larger than max ({sizes[1]} vs. {MAX_SEND_BYTES})"
+        return StoreTooLargeError(message, what)
     if err.code() in _UNAVAILABLE or "etcdserver:" in details:
         own = details if details.startswith("etcdserver:") else ""
         return StoreUnavailableError(f"etcd {what}: {err.code().name}: {details}", own)

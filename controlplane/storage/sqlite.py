@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from controlplane.storage.interface import (
+    MAX_REQUEST_BYTES,
+    TOO_LARGE,
     CompactedError,
     ConflictError,
     Event,
@@ -25,6 +27,8 @@ from controlplane.storage.interface import (
     KeyExistsError,
     KeyValue,
     NotFoundError,
+    StoreTooLargeError,
+    write_too_large,
 )
 
 _SCHEMA = """
@@ -49,8 +53,10 @@ def _prefix_end(prefix: str) -> str:
 class SQLiteStore:
     """The default `Store`: one file, one writer, revisions from the log's primary key."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
         self._path = str(path)
+        # etcd's --max-request-bytes, held here too: an object etcd would refuse is refused on SQLite.
+        self.max_request_bytes = max_request_bytes
         self._db: sqlite3.Connection | None = None
         self._revision = 0
         self._compacted = 0
@@ -204,7 +210,13 @@ class SQLiteStore:
         for queue in self._subscribers:
             queue.put_nowait(batch)
 
+    def _check_size(self, key: str, value: bytes) -> None:
+        # Before any other check, as etcd measures a request before it applies the transaction.
+        if write_too_large(key, value, self.max_request_bytes):
+            raise StoreTooLargeError(TOO_LARGE, key)
+
     async def create(self, key: str, value: bytes) -> int:
+        self._check_size(key, value)
         if self._live(key) is not None:
             raise KeyExistsError(key)
         entry = self._index.get(key)
@@ -214,6 +226,7 @@ class SQLiteStore:
         return rev
 
     async def update(self, key: str, value: bytes, expected_revision: int) -> int:
+        self._check_size(key, value)
         live = self._live(key)
         if live is None:
             raise NotFoundError(key)

@@ -132,6 +132,7 @@ class Etcd:
         *,
         port: int | None = None,
         max_request_bytes: int | None = None,
+        quota_backend_bytes: int | None = None,
         progress_notify_interval: str = "",
         name: str = "default",
         peer_port: int | None = None,
@@ -179,6 +180,8 @@ class Etcd:
         ]
         if max_request_bytes:
             argv += ["--max-request-bytes", str(max_request_bytes)]
+        if quota_backend_bytes:
+            argv += ["--quota-backend-bytes", str(quota_backend_bytes)]
         if progress_notify_interval:
             argv += ["--experimental-watch-progress-notify-interval", progress_notify_interval]
         self.daemon = Daemon("etcd", argv, self.state_dir / "etcd.log")

@@ -77,3 +77,53 @@ def test_an_object_never_seen_has_no_copy() -> None:
     with pytest.raises(ApiError) as err:
         asyncio.run(reader.fetch("ConfigMap", "ns", "never"))
     assert err.value.unreachable
+
+
+def _pod(uid: str, *configmaps: str, secret: str = "") -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [
+        {"name": f"v{i}", "configMap": {"name": n}} for i, n in enumerate(configmaps)
+    ]
+    env = [{"name": "S", "valueFrom": {"secretKeyRef": {"name": secret, "key": "k"}}}] if secret else []
+    return {
+        "metadata": {"uid": uid, "namespace": "ns", "name": uid},
+        "spec": {"containers": [{"name": "c", "image": "i", "env": env}], "volumes": volumes},
+    }
+
+
+def test_a_copy_goes_when_the_last_pod_naming_it_goes() -> None:
+    """As upstream's ConfigMap and Secret managers: an object's copy lives while a registered pod names
+    it; a spec change that stops naming it counts like the pod going; others' copies stay."""
+    obj = {"metadata": {"name": "x"}}
+    client = ScriptedClient(*[obj] * 5, ApiError(0, "Unreachable", "refused"))
+    reader = ObjectReader(client)  # type: ignore[arg-type]
+    a, b = _pod("a", "shared", "only-a", secret="token"), _pod("b", "shared")
+    reader.register_pod(a)
+    reader.register_pod(b)
+
+    async def read_all() -> None:
+        for kind, name in (("ConfigMap", "shared"), ("ConfigMap", "only-a"), ("Secret", "token")):
+            await reader.fetch(kind, "ns", name)
+        await reader.fetch("Secret", "ns", "pv-secret")  # named by no pod spec (a PV's CSI secret)
+        await reader.fetch("RuntimeClass", "", "gvisor")
+
+    asyncio.run(read_all())
+    everything = {
+        ("ConfigMap", "ns", "shared"),
+        ("ConfigMap", "ns", "only-a"),
+        ("Secret", "ns", "token"),
+        ("Secret", "ns", "pv-secret"),
+        ("RuntimeClass", "", "gvisor"),
+    }
+    assert reader.cached() == everything
+    reader.register_pod(_pod("a", "shared", "only-a"))  # a's spec no longer names the secret
+    assert reader.cached() == everything - {("Secret", "ns", "token")}
+    reader.unregister_pod("a")
+    assert reader.cached() == everything - {("Secret", "ns", "token"), ("ConfigMap", "ns", "only-a")}
+    reader.unregister_pod("b")
+    left = {("Secret", "ns", "pv-secret"), ("RuntimeClass", "", "gvisor")}
+    assert reader.cached() == left
+    # A dropped copy no longer serves during an outage: the object is read as never seen.
+    with pytest.raises(ApiError):
+        asyncio.run(reader.fetch("ConfigMap", "ns", "shared"))
+    reader.unregister_pod("never-registered")  # nothing to drop, nothing breaks
+    assert reader.cached() == left

@@ -78,6 +78,10 @@ BENCHMARKS = {
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
     "journey": Benchmark("bench/journey/timing.py", "journey", needs_root=False),
     "scale-density": Benchmark("bench/scale/density.py", "scale-density", needs_root=False),
+    "snapshot-saverestore": Benchmark(
+        "bench/snapshot/saverestore.py", "snapshot-saverestore", needs_root=False
+    ),
+    "reliability-outage": Benchmark("bench/reliability/outage.py", "reliability-outage", needs_root=True),
 }
 
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +33,7 @@ from kubeclient.leaderelection import LeaderElection, LeaderElector
 from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas, api_client
 from pykubelet.rig.etcd import Etcd
 from tests.controlplane.test_apiserver_protobuf import Http, _pod
+from tests.tcprelay import TcpRelay
 
 pytestmark = pytest.mark.integration  # real servers, etcd or processes
 
@@ -86,38 +90,64 @@ def master_leases(etcd: Etcd) -> list[tuple[str, int]]:
     return asyncio.run(read())
 
 
-def test_kubernetes_endpoints_list_every_live_replica(group: ApiServerReplicas) -> None:
+def readyz(server: ApiServer) -> int:
+    """The replica's /readyz status (anonymous, as a load balancer asks)."""
+    context = ssl.create_default_context(cafile=str(server.ca_cert))
+    context.check_hostname = False
+    try:
+        with urllib.request.urlopen(f"{server.url}/readyz", context=context, timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_kubernetes_endpoints_list_every_live_ready_replica(group: ApiServerReplicas) -> None:
+    """Upstream's lease reconciler: every replica renews a /masterleases record (TTL 15 s) every 10 s and
+    lists the live records. A replica that stops takes itself out at once (RemoveEndpoints on shutdown);
+    one cut off from etcd is not ready (its /readyz fails on the etcd check) and cannot renew, so its
+    record runs out and a ready replica's round drops it (a replica that dies goes the same way); once
+    etcd is reachable again it is ready, renews, and lists itself again at its next round."""
     first, second = group.servers
+    etcd = first.etcd
+    assert isinstance(etcd, Etcd)
     v1 = core(first)
-    assert endpoint_ips(v1) == (["127.0.0.1", "127.0.0.2"], [group.port])
-    assert slice_ips(v1.api_client) == ["127.0.0.1", "127.0.0.2"]
-    leases = master_leases(first.etcd)  # type: ignore[arg-type]
-    assert sorted(ip for ip, _ in leases) == ["127.0.0.1", "127.0.0.2"]
+    both = ["127.0.0.1", "127.0.0.2"]
+    assert endpoint_ips(v1) == (both, [group.port])
+    assert slice_ips(v1.api_client) == both
+    leases = master_leases(etcd)
+    assert sorted(ip for ip, _ in leases) == both
     assert all(lease for _, lease in leases), "every record expires unless renewed"
-    # A replica that stops takes itself out at once (upstream's RemoveEndpoints on shutdown)...
+
+    def listed(ips: list[str]) -> bool:
+        # The Endpoints and the EndpointSlice are two writes: wait for both.
+        return endpoint_ips(v1)[0] == ips and slice_ips(v1.api_client) == ips
+
     second.stop()
-    wait_for(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=5, interval=0.1, retrying=RETRY)
-    assert slice_ips(v1.api_client) == ["127.0.0.1"]
-    second.start()
-    wait_for(
-        lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"],
-        timeout=5,
-        interval=0.1,
-        retrying=RETRY,
-    )
-    # ...one that dies is dropped once its record's TTL (15 s) runs out and a survivor's round (10 s) runs.
-    second.kill()
-    started = time.monotonic()
-    wait_for(lambda: endpoint_ips(v1)[0] == ["127.0.0.1"], timeout=40, interval=0.5, retrying=RETRY)
-    assert time.monotonic() - started <= 40
-    assert [ip for ip, _ in master_leases(first.etcd)] == ["127.0.0.1"]  # type: ignore[arg-type]
-    second.start()
-    wait_for(
-        lambda: endpoint_ips(v1)[0] == ["127.0.0.1", "127.0.0.2"],
-        timeout=5,
-        interval=0.1,
-        retrying=RETRY,
-    )
+    try:
+        wait_for(lambda: listed(["127.0.0.1"]), timeout=5, interval=0.1, retrying=RETRY)
+        # The second replica again, its only way to etcd through a relay the test cuts.
+        with TcpRelay(etcd.port) as relay:
+            args = [arg for s in group.servers for arg in ("--tls-san", s.host)]
+            args += ["--etcd-servers", f"https://127.0.0.1:{relay.port}", *etcd.server_args()[2:]]
+            cut_off = ApiServer(second.data_dir, group.port, host=second.host, extra_args=args)
+            try:
+                cut_off.start()
+                wait_for(lambda: listed(both), timeout=5, interval=0.1, retrying=RETRY)
+                relay.cut()
+                wait_for(lambda: readyz(cut_off) == 500, timeout=15, interval=0.2)
+                started = time.monotonic()
+                wait_for(lambda: listed(["127.0.0.1"]), timeout=40, interval=0.5, retrying=RETRY)
+                assert time.monotonic() - started <= 15 + 10 + 5  # the record's TTL, a round, our polling
+                assert [ip for ip, _ in master_leases(etcd)] == ["127.0.0.1"]
+                assert readyz(cut_off) == 500  # still cut off: not listed while not ready
+                relay.restore()
+                wait_for(lambda: readyz(cut_off) == 200, timeout=20, interval=0.2)
+                wait_for(lambda: listed(both), timeout=15, interval=0.2, retrying=RETRY)
+            finally:
+                cut_off.stop()
+    finally:
+        second.start()
+    wait_for(lambda: listed(both), timeout=5, interval=0.1, retrying=RETRY)
 
 
 def test_a_watch_on_one_replica_sees_writes_through_the_other_at_the_same_versions(

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from pathlib import Path
 
 import pytest
 
-from controlplane.storage import ConflictError, KeyExistsError, StoreUnavailableError
+from controlplane.storage import (
+    ConflictError,
+    KeyExistsError,
+    StoreRefusedError,
+    StoreTooLargeError,
+    StoreUnavailableError,
+)
 from controlplane.storage.cache import GoneError, WatchCache
 from controlplane.storage.etcd import EtcdConfig, EtcdStore, parse_servers
 from controlplane.storage.etcdkeys import prefix_end
@@ -280,3 +287,42 @@ async def test_current_revision_and_the_unchanged_check_for_revisions_spent_else
     deleted = await a.delete("/configmaps/ns/one", live_one.mod_revision)
     # Since `updated`, only a deletion: no live key is newer, but the count is one lower than held then.
     assert await b.live_count_if_unchanged(updated, deleted) == 1
+
+
+async def test_etcds_refusals_keep_etcds_words(etcd: Etcd, tmp_path: Path) -> None:
+    """A transaction over etcd's Go client's 2 MiB send limit never leaves the client (its gRPC status
+        text, as kube-apiserver's clients see it), and past --quota-backend-bytes etcd raises its NOSPACE alarm:
+        `etcdserver: mvcc: database space exceeded` for every write (the one that crossed the quota is applied
+    and refused, as etcd's quota applier does), reads and deletes still served."""
+    store = etcd_store(etcd, f"/t-{tmp_path.name[-12:]}/")
+    await store.start()
+    try:
+        with pytest.raises(StoreTooLargeError) as err:
+            await store.create("/configmaps/ns/huge", b"x" * 2_500_000)
+        sent = re.fullmatch(
+            r"rpc error: code = ResourceExhausted desc = trying to send message larger than max "
+            r"\((\d+) vs\. 2097152\)",
+            err.value.backend_message,
+        )
+        assert sent is not None and 2_500_000 < int(sent[1]) < 2_500_300  # the value, key and framing
+    finally:
+        await store.close()
+    with Etcd(tmp_path / "small", quota_backend_bytes=1024 * 1024) as small:
+        pki = small.pki
+        full = EtcdStore(EtcdConfig((small.url,), pki.ca_cert, pki.client_cert, pki.client_key), LAYOUT)
+        await full.start()
+        try:
+            written = 0
+            with pytest.raises(StoreRefusedError) as refused:
+                for written in range(100):  # a 1 MiB quota holds about ten of these
+                    await full.create(f"/configmaps/ns/c{written}", b"x" * 100_000)
+            assert refused.value.backend_message == "etcdserver: mvcc: database space exceeded"
+            assert not isinstance(refused.value, StoreTooLargeError) and 0 < written < 100
+            # The alarm is raised: every write after it is refused, however small.
+            with pytest.raises(StoreRefusedError, match="database space exceeded"):
+                await full.create("/configmaps/ns/small", b"x")
+            assert await full.get("/configmaps/ns/small") is None
+            assert await full.get("/configmaps/ns/c0") is not None
+            await full.delete("/configmaps/ns/c0", 0)
+        finally:
+            await full.close()

@@ -16,7 +16,10 @@ from controlplane.storage import (
     KeyExistsError,
     NotFoundError,
     Store,
+    StoreTooLargeError,
 )
+from controlplane.storage.etcd import EtcdStore
+from controlplane.storage.interface import MAX_REQUEST_BYTES, TOO_LARGE
 
 from .conftest import Backend
 
@@ -142,3 +145,25 @@ async def test_watch_replays_history_then_streams(store: Store) -> None:
         ("DELETE", "/a/2", b"2"),
     ]
     await replay.aclose()
+
+
+async def test_a_write_over_etcds_request_limit_is_refused_whole_on_both_stores(store: Store) -> None:
+    """etcd refuses a write over its --max-request-bytes (1.5 MiB by default) with `etcdserver: request is
+    too large`; the SQLite store holds the same limit, measured the same way (the key counted as etcd's
+    transaction counts it), so the largest object each takes is the same."""
+    key = "/configmaps/ns/big"
+    # The etcd stores of these tests live under a prefix of their own rather than /registry.
+    prefix = store.config.prefix.rstrip("/") if isinstance(store, EtcdStore) else "/registry"
+    fits = MAX_REQUEST_BYTES - 3 * len(prefix + key) - 76
+    first = await store.create(key, b"x" * fits)
+    with pytest.raises(StoreTooLargeError) as err:
+        await store.create("/configmaps/ns/bigger", b"x" * (fits + 1))
+    assert err.value.backend_message == TOO_LARGE
+    with pytest.raises(StoreTooLargeError):  # measured before the key's existence is looked at
+        await store.create(key, b"y" * (fits + 10))
+    with pytest.raises(StoreTooLargeError):
+        await store.update(key, b"y" * (fits + 10), first)
+    assert store.revision == first
+    kv = await store.get(key)
+    assert kv is not None and kv.mod_revision == first and kv.value == b"x" * fits
+    assert await store.get("/configmaps/ns/bigger") is None

@@ -9,10 +9,17 @@ processes throughout:
   (restartCount 1, the new container's ID) within 10 s;
 - the daemons `up` started are supervised: a killed service proxy, API server, etcd member and node
   agent are back within 30 s by themselves, and `pykubelet restart dns` restarts the DNS on purpose;
+- every scheduler or every controller manager killed: the work waiting for them (a Pending pod, a new
+  ReplicaSet's pod) is done once their API servers have started them again and one is leader;
+- a validating webhook that hangs (failurePolicy Fail) blocks the writes it matches through every
+  replica with upstream's 500, and nothing else, until its policy is Ignore;
+- the ReplicaSet controller's RBAC binding deleted: a new ReplicaSet gets no pod (the controller
+  manager's log has the 403), and its pod once the binding is back;
 - `pykubelet down` stops the supervisor with the rest and leaves nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -304,3 +311,233 @@ def test_fifty_concurrent_creates_through_three_api_servers_never_exceed_a_quota
     assert len(core.list_namespaced_config_map(ns).items) == 11
     assert used() == {"count/configmaps": "11"}
     core.delete_namespace(ns)
+
+
+def _component_pids(state: Path, component: str) -> list[int]:
+    """The `pykubelet <component>` processes every API server of the stack supervises."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if cmdline[1:4] == ["-m", "pykubelet", component] and any(str(state) in arg for arg in cmdline):
+            found.append(proc.pid)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("component", ["scheduler", "controller-manager"])
+def test_killed_schedulers_or_controller_managers_come_back_and_the_work_waiting_for_them_is_done(
+    ha: HaStack, component: str
+) -> None:
+    """The seeds' drill, on all three replicas at once: while no scheduler (controller manager) runs,
+    a new pod stays Pending (a new ReplicaSet gets no pod) and everything running runs on; each API
+    server detects its child's exit and starts it again (as the kubelet restarts kubeadm's static pods),
+    the new ones elect a leader once the dead leader's lease runs out, and the waiting work is done."""
+    core = ha.core
+    apps = client.AppsV1Api(core.api_client)
+    old = _component_pids(ha.state, component)
+    assert len(old) == 3, old
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    sleeper = {"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}
+    name = f"drill-{component}"
+    if component == "scheduler":
+        core.create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": name},
+                "spec": {"terminationGracePeriodSeconds": 0, "containers": [sleeper]},
+            },
+        )
+    else:
+        labels = {"drill": component}
+        apps.create_namespaced_replica_set(
+            "default",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"terminationGracePeriodSeconds": 0, "containers": [sleeper]},
+                    },
+                },
+            },
+        )
+    wait_for(
+        lambda: len(new := [p for p in _component_pids(ha.state, component) if p not in old]) == 3 and new,
+        timeout=30,
+        interval=0.5,
+        what=f"three new {component} processes",
+    )
+    try:
+        if component == "scheduler":
+            # Leader election: the killed leader's lease (15 s) runs out, a new one schedules.
+            wait_for(
+                lambda: core.read_namespaced_pod(name, "default").spec.node_name, timeout=60, interval=0.5
+            )
+        else:
+            wait_for(
+                lambda: core.list_namespaced_pod("default", label_selector=f"drill={component}").items,
+                timeout=60,
+                interval=0.5,
+            )
+    finally:
+        if component == "scheduler":
+            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+        else:
+            apps.delete_namespaced_replica_set(name, "default", propagation_policy="Background")
+
+
+class _Silent:
+    """A TCP port that accepts connections and never answers: a webhook that hangs."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_hanging_webhook_blocks_through_every_replica_until_its_failure_policy_is_ignore(
+    ha: HaStack,
+) -> None:
+    """The seeds' blocked-webhook drill: a validating webhook whose server accepts and never answers,
+    failurePolicy Fail, 1 s timeout. Every replica refuses the writes it matches with upstream's 500
+    (`failed calling webhook ...: context deadline exceeded`) and nothing else; the configuration
+    changed to Ignore (through one replica) lets them through on all three."""
+    core = ha.core
+    adm = client.AdmissionregistrationV1Api(core.api_client)
+    ns = "webhook-drill"
+    core.create_namespace({"metadata": {"name": ns, "labels": {"drill": "webhook"}}})
+    silent = _Silent()
+    url = f"https://127.0.0.1:{silent.port}/validate"
+    hook_name = "blocker.drill.pykubelet.io"
+    config = {
+        "metadata": {"name": "drill-blocker"},
+        "webhooks": [
+            {
+                "name": hook_name,
+                "clientConfig": {"url": url},
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["configmaps"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"drill": "webhook"}},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 1,
+            }
+        ],
+    }
+    replicas = [
+        client.CoreV1Api(kconfig.new_client_from_config(config_file=str(d / "admin.kubeconfig")))
+        for d in (
+            ha.state / "apiserver",
+            ha.state / "apiserver" / "replica-1",
+            ha.state / "apiserver" / "replica-2",
+        )
+    ]
+    adm.create_validating_webhook_configuration(config)
+    expected = (
+        f'Internal error occurred: failed calling webhook "{hook_name}": failed to call webhook: '
+        f'Post "{url}?timeout=1s": context deadline exceeded'
+    )
+    try:
+        for i, replica in enumerate(replicas):
+
+            def refused(replica: client.CoreV1Api = replica, i: int = i) -> bool:
+                try:
+                    replica.create_namespaced_config_map(ns, {"metadata": {"name": f"blocked-{i}"}})
+                except ApiException as err:
+                    body = json.loads(err.body)
+                    assert (err.status, body["reason"], body["message"]) == (500, "InternalError", expected)
+                    return True
+                replica.delete_namespaced_config_map(f"blocked-{i}", ns)  # its cache had no hook yet
+                return False
+
+            wait_for(refused, timeout=30, interval=0.5, what=f"replica {i} calling the hanging webhook")
+            replica.create_namespaced_config_map("default", {"metadata": {"name": f"unmatched-{i}"}})
+        adm.patch_validating_webhook_configuration(
+            "drill-blocker", [{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]
+        )
+        for i, replica in enumerate(replicas):
+            wait_for(
+                lambda r=replica, i=i: r.create_namespaced_config_map(
+                    ns, {"metadata": {"name": f"through-{i}"}}
+                ),
+                timeout=30,
+                interval=0.5,
+                retrying=(ApiException,),
+            )
+    finally:
+        adm.delete_validating_webhook_configuration("drill-blocker")
+        silent.close()
+        core.delete_namespace(ns)
+        for i in range(3):
+            core.delete_namespaced_config_map(f"unmatched-{i}", "default")
+
+
+def test_a_controller_whose_rbac_binding_is_gone_stops_and_resumes_when_it_is_back(ha: HaStack) -> None:
+    """The seeds' broken-RBAC drill: the ReplicaSet controller's ClusterRoleBinding deleted (the
+    controller manager writes as each controller's service account, as kubeadm runs it). A new ReplicaSet
+    gets no pod, and everything else goes on. Who detects it: the controller manager's log carries the
+    API's 403 (upstream's text); no Event says so, as upstream's controller records its events with the
+    same forbidden identity. The binding put back, the controller's next retry creates the pod."""
+    core = ha.core
+    rbac = client.RbacAuthorizationV1Api(core.api_client)
+    apps = client.AppsV1Api(core.api_client)
+    binding_name = "system:controller:replicaset-controller"
+    saved = core.api_client.sanitize_for_serialization(rbac.read_cluster_role_binding(binding_name))
+    rbac.delete_cluster_role_binding(binding_name)
+    name, labels = "drill-rbac", {"drill": "rbac"}
+    sleeper = {"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}
+    forbidden = (
+        'pods is forbidden: User "system:serviceaccount:kube-system:replicaset-controller" '
+        'cannot create resource "pods" in API group "" in the namespace "default"'
+    )
+    logs = sorted(ha.state.glob("apiserver/**/controller-manager.log"))
+    assert len(logs) == 3, logs
+    try:
+        apps.create_namespaced_replica_set(
+            "default",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"terminationGracePeriodSeconds": 0, "containers": [sleeper]},
+                    },
+                },
+            },
+        )
+        wait_for(
+            lambda: any(f"default/{name}" in line and forbidden in line
+                        for log in logs for line in log.read_text(errors="replace").splitlines()),
+            timeout=60,
+            interval=0.5,
+            what="the controller manager logging the 403",
+        )  # fmt: skip
+        assert not core.list_namespaced_pod("default", label_selector="drill=rbac").items
+        core.create_namespaced_config_map("default", {"metadata": {"name": "drill-rbac-unaffected"}})
+        core.delete_namespaced_config_map("drill-rbac-unaffected", "default")
+    finally:
+        for field in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+            saved["metadata"].pop(field, None)
+        rbac.create_cluster_role_binding(saved)
+    wait_for(
+        lambda: core.list_namespaced_pod("default", label_selector="drill=rbac").items,
+        timeout=60,
+        interval=0.5,
+        what="the ReplicaSet's pod once the binding is back",
+    )
+    apps.delete_namespaced_replica_set(name, "default", propagation_policy="Background")

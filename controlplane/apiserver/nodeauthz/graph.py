@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kubeclient.podrefs import pod_object_names
+
 if TYPE_CHECKING:
     from controlplane.storage.cache import CachedObject, CacheEvent, WatchCache
 
@@ -25,19 +27,6 @@ PV = "pv"
 Vertex = tuple[str, str, str]  # (type, namespace, name)
 PODS_BUCKET = "pods"
 PVS_BUCKET = "persistentvolumes"
-
-# Volume sources naming a secret, and the field that does (podutil.VisitPodSecretNames).
-_SECRET_REFS = {
-    "azureFile": "secretName",
-    "cephfs": ("secretRef", "name"),
-    "cinder": ("secretRef", "name"),
-    "flexVolume": ("secretRef", "name"),
-    "rbd": ("secretRef", "name"),
-    "scaleIO": ("secretRef", "name"),
-    "iscsi": ("secretRef", "name"),
-    "storageos": ("secretRef", "name"),
-    "csi": ("nodePublishSecretRef", "name"),
-}
 
 
 @dataclass(frozen=True)
@@ -59,57 +48,14 @@ class PodRefs:
             yield (SERVICE_ACCOUNT, namespace, self.service_account)
 
 
-def _containers(spec: Obj) -> Iterator[Obj]:
-    for field in ("initContainers", "containers", "ephemeralContainers"):
-        for c in spec.get(field) or []:
-            if isinstance(c, dict):
-                yield c
-
-
-def _get(obj: Any, *path: str) -> str:
-    for part in path:
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj if isinstance(obj, str) else ""
-
-
 def pod_refs(pod: Obj) -> PodRefs | None:
     """The references of a pod bound to a node (None for an unbound pod: it reaches no node)."""
     spec = pod.get("spec") or {}
     node = spec.get("nodeName") or ""
     if not node:
         return None
-    secrets = {_get(s, "name") for s in spec.get("imagePullSecrets") or []}
-    configmaps: set[str] = set()
-    for c in _containers(spec):
-        for env_from in c.get("envFrom") or []:
-            secrets.add(_get(env_from, "secretRef", "name"))
-            configmaps.add(_get(env_from, "configMapRef", "name"))
-        for env in c.get("env") or []:
-            secrets.add(_get(env, "valueFrom", "secretKeyRef", "name"))
-            configmaps.add(_get(env, "valueFrom", "configMapKeyRef", "name"))
-    pvcs: set[str] = set()
-    pod_name = _get(pod, "metadata", "name")
-    for volume in spec.get("volumes") or []:
-        if not isinstance(volume, dict):
-            continue
-        secrets.add(_get(volume, "secret", "secretName"))
-        configmaps.add(_get(volume, "configMap", "name"))
-        pvcs.add(_get(volume, "persistentVolumeClaim", "claimName"))
-        if isinstance(volume.get("ephemeral"), dict):
-            pvcs.add(f"{pod_name}-{volume.get('name', '')}")
-        for source in (volume.get("projected") or {}).get("sources") or []:
-            secrets.add(_get(source, "secret", "name"))
-            configmaps.add(_get(source, "configMap", "name"))
-        for field, ref in _SECRET_REFS.items():
-            if isinstance(volume.get(field), dict):
-                secrets.add(_get(volume[field], ref) if isinstance(ref, str) else _get(volume[field], *ref))
-    return PodRefs(
-        node,
-        frozenset(secrets - {""}),
-        frozenset(configmaps - {""}),
-        frozenset(pvcs - {""}),
-        spec.get("serviceAccountName") or "",
-    )
+    names = pod_object_names(pod)
+    return PodRefs(node, names.secrets, names.configmaps, names.pvcs, spec.get("serviceAccountName") or "")
 
 
 class NodeGraph:
