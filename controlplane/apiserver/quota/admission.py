@@ -4,7 +4,8 @@ before the object is stored, as upstream's quota evaluator does.
 
 Each charge is a compare-and-swap at the quota's revision read from a fresh cache: a write that lost a
 race (another request, another API server replica, the controller's recount) is evaluated again on the
-new status, up to three more times, then refused with the conflict; so concurrent creates never push
+new status (read consistently, so another replica's charge is in it), up to three more times, then refused
+with the conflict (409, as upstream's quota evaluator answers when its retries run out); so concurrent creates never push
 used past hard and never lose a charge. Writes in one namespace are evaluated one at a time (upstream
 serializes per namespace in its work queue, which keeps conflicts rare); namespaces never wait on each
 other. Dry runs are checked, not charged. A charged write that fails later is over-counted until the
@@ -68,8 +69,13 @@ class ResourceQuotaAdmission:
         registry = request.registry
         charged: set[str] = set()
         lost_name = ""
-        for _ in range(RETRIES + 1):
-            await registry.cache.wait_fresh()
+        for attempt in range(RETRIES + 1):
+            if attempt == 0:
+                await registry.cache.wait_fresh()
+            else:
+                # Lost to a write this server may not have seen yet (another replica's charge): read the
+                # quota as of now, not as of this server's own last write, or the retry loses again at once.
+                await registry.cache.wait_consistent()
             cached = [c for c in self._quotas(registry, request.namespace) if c.key not in charged]
             quotas = [json.loads(c.raw) for c in cached]
             try:
