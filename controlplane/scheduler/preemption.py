@@ -28,6 +28,7 @@ from controlplane.scheduler.framework import ClusterView, FilterPlugin
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
 from controlplane.scheduler.volumelimits import MAX_VOLUME_COUNT
+from controlplane.scheduler.volumerestrictions import DISK_CONFLICT, RWOP_CONFLICT
 from kubeclient.selectors import Selector
 
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -42,6 +43,8 @@ _RESOLVABLE = frozenset(
         EXISTING_ANTI_AFFINITY_REASON,
         SPREAD_REASON,
         MAX_VOLUME_COUNT,
+        DISK_CONFLICT,
+        RWOP_CONFLICT,
     }
 )
 MIN_CANDIDATES_PERCENT, MIN_CANDIDATES = 10, 100

@@ -32,6 +32,8 @@ from controlplane.scheduler.spreadselectors import SpreadSelectors
 from controlplane.scheduler.victims import budgets, evict
 from controlplane.scheduler.volumebinding import VolumeBinding
 from controlplane.scheduler.volumelimits import NodeVolumeLimits
+from controlplane.scheduler.volumerestrictions import VolumeRestrictions
+from controlplane.scheduler.volumezone import VolumeZone
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import rfc3339
@@ -93,7 +95,13 @@ class Scheduler:
         # NodeVolumeLimits: the CSI drivers' allocatable counts from the nodes' CSINodes.
         self.csinodes = Informer(client, "/apis/storage.k8s.io/v1/csinodes")
         self.volume_limits = NodeVolumeLimits(self.claims, self.volumes, self.classes, self.csinodes)
-        self.filters = default_filters(self.volume_limits, self.volume_binding)
+        # Upstream's order: VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone.
+        self.filters = default_filters(
+            VolumeRestrictions(self.claims),
+            self.volume_limits,
+            self.volume_binding,
+            VolumeZone(self.claims, self.volumes, self.classes),
+        )
         # Namespace labels (affinity terms' namespaceSelector) and the Services and controllers whose
         # selectors PodTopologySpread's default constraints spread by.
         self.namespaces = Informer(client, "/api/v1/namespaces")

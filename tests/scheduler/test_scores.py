@@ -79,6 +79,17 @@ def test_image_locality():
     assert plugin.prepare(make_pod(image="other"), [have, lack], view) is SKIP
 
 
+def test_image_locality_counts_init_containers_as_upstream():
+    """1.32 sums the init containers' images too and spreads the range over all containers: an init
+    image of 600 MiB on every node and a 400 MiB app image on this one, two containers."""
+    node = make_node("n", images={"docker.io/library/init:1": 600 * MB, "docker.io/library/app:1": 400 * MB})
+    view = ClusterView(1, Counter({"docker.io/library/init:1": 1, "docker.io/library/app:1": 1}))
+    pod = make_pod(image="app:1", initContainers=[{"name": "i", "image": "init:1"}])
+    plugin = ImageLocality()
+    # (1000 MiB - 23 MiB) * 100 // (2000 MiB - 23 MiB) = 49
+    assert plugin.score_all(pod, [node], plugin.prepare(pod, [node], view)) == [49]
+
+
 def test_taint_toleration_score_counts_untolerated_prefer_no_schedule():
     soft = {"key": "spot", "effect": "PreferNoSchedule"}
     clean, one, two = (
