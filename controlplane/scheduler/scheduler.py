@@ -19,9 +19,16 @@ from controlplane.scheduler import hints
 from controlplane.scheduler.algorithm import FitError, Search, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
+from controlplane.scheduler.cyclemetrics import SAMPLE_EVERY, CycleMetrics
 from controlplane.scheduler.events import scheduler_events
 from controlplane.scheduler.filters import default_filters
-from controlplane.scheduler.framework import ClusterView
+from controlplane.scheduler.framework import (
+    ERROR_STATUS,
+    SUCCESS,
+    UNSCHEDULABLE_STATUS,
+    ClusterView,
+    Observer,
+)
 from controlplane.scheduler.metrics import ERROR, PENDING_QUEUES, UNSCHEDULABLE, LiveState, SchedulerMetrics
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.plugins import build_scores
@@ -83,6 +90,7 @@ class Scheduler:
         self._bind_slots = asyncio.Semaphore(config.bind_concurrency)
         self._background: set[asyncio.Task[None]] = set()
         self._binding = 0
+        self._cycles = 0
         self.nodes = Informer(client, "/api/v1/nodes")
         self.nodes.add_handler(self._node_added, self._node_updated, self._node_deleted)
         self.pods = Informer(client, "/api/v1/pods", field_selector=POD_FIELD_SELECTOR)
@@ -226,6 +234,8 @@ class Scheduler:
             return False
         nodes = self.cache.nodes()
         view = self.cluster_view(nodes)
+        self._cycles += 1
+        observer = CycleMetrics(self.metrics, pod.scheduler_name, self._cycles % SAMPLE_EVERY == 1)
         decided = time.monotonic()
         try:
             node = schedule(
@@ -236,18 +246,19 @@ class Scheduler:
                 view,
                 self.rng,
                 self.search,
+                observer,
             )
         except FitError as err:
             self.metrics.algorithm_duration.observe(time.monotonic() - decided)
             self.volume_binding.forget(pod.uid)
-            nominate = self._post_filter(pod, err, view) if err.num_nodes else None
+            nominate = self._post_filter(pod, err, view, observer) if err.num_nodes else None
             self._failed(qp, str(err), nominate, err.plugins)
             self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, time.monotonic() - started)
             return False
         self.metrics.algorithm_duration.observe(time.monotonic() - decided)
         self.cache.assume(pod, node.name)
         self.queue.done(pod.uid)
-        self._spawn(self._bind(qp, node.name, started), hold_slot=True)
+        self._spawn(self._bind(qp, node.name, started, observer), hold_slot=True)
         return True
 
     def cluster_view(self, nodes: list[NodeInfo]) -> ClusterView:
@@ -260,10 +271,16 @@ class Scheduler:
             {node: list(pods.values()) for node, pods in self.nominated.items() if pods},
         )
 
-    def _post_filter(self, pod: PodInfo, err: FitError, view: ClusterView) -> str | None:
+    def _post_filter(self, pod: PodInfo, err: FitError, view: ClusterView, observer: Observer) -> str | None:
         """DefaultPreemption: evict what frees a node for the pod and nominate that node (its name is
         returned), or say why not in the message ("" returned: any old nomination is cleared)."""
+        begun = time.perf_counter()
         outcome = preempt(pod, err.reasons, self.filters, view, budgets(self.budgets.store.values()))
+        took = time.perf_counter() - begun
+        status = UNSCHEDULABLE_STATUS if outcome.candidate is None else SUCCESS
+        if observer.sampled:
+            observer.plugin("DefaultPreemption", "PostFilter", status, took)
+        observer.point("PostFilter", status, took)
         self.metrics.preemption(len(outcome.candidate.victims) if outcome.candidate else None)
         if outcome.candidate is None:
             err.post_filter = f"preemption: {outcome.message}"
@@ -304,7 +321,7 @@ class Scheduler:
         counts = self.queue.counts()
         return LiveState({q: counts.get(q, 0) for q in PENDING_QUEUES}, self.cache.sizes(), self._binding)
 
-    async def _bind(self, qp: QueuedPod, node: str, started: float) -> None:
+    async def _bind(self, qp: QueuedPod, node: str, started: float, observer: Observer) -> None:
         pod = qp.info
         body = {
             "apiVersion": "v1",
@@ -315,8 +332,14 @@ class Scheduler:
         try:
             info = self.cache.node(node)
             labels = dict(info.facts.labels) if info is not None and info.facts is not None else {}
-            await self.volume_binding.pre_bind(self.client, pod, node, labels)  # PreBind: volumes first
-            await self.client.create(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body)
+            await timed(
+                observer,
+                "VolumeBinding",
+                "PreBind",
+                self.volume_binding.pre_bind(self.client, pod, node, labels),
+            )
+            path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+            await timed(observer, "DefaultBinder", "Bind", self.client.create(path, body))
         except Exception as err:  # any failure: forget the assumption, retry later
             self.cache.forget(pod.uid)
             self.stats.bind_errors += 1
@@ -453,6 +476,21 @@ class Scheduler:
 
     def _node_deleted(self, obj: Obj) -> None:
         self.cache.remove_node(str((obj.get("metadata") or {}).get("name") or ""))
+
+
+async def timed(observer: Observer, plugin: str, point: str, step: Any) -> None:
+    """Await one bind-cycle step (the extension point's only plugin), reporting its duration and
+    outcome (Success or Error) as upstream's PreBind and Bind do."""
+    begun = time.perf_counter()
+    status = ERROR_STATUS
+    try:
+        await step
+        status = SUCCESS
+    finally:
+        took = time.perf_counter() - begun
+        if observer.sampled:
+            observer.plugin(plugin, point, status, took)
+        observer.point(point, status, took)
 
 
 def _unschedulable_patch(pod: Obj, message: str, nominate: str | None = None) -> Obj | None:
