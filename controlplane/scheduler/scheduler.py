@@ -80,6 +80,13 @@ class Scheduler:
         # One process serves every profile: pods choose theirs by spec.schedulerName, and each profile
         # has its own scores and its own event source (upstream's per-profile recorder).
         self.profiles = {p.scheduler_name: build_scores(p) for p in config.all_profiles()}
+        # A profile's own percentageOfNodesToScore, else the top-level one (upstream's rule).
+        self.percentages = {
+            p.scheduler_name: config.percentage_of_nodes_to_score
+            if p.percentage_of_nodes_to_score is None
+            else p.percentage_of_nodes_to_score
+            for p in config.all_profiles()
+        }
         self.recorders = {
             name: scheduler_events(client, name, config.event_concurrency) for name in self.profiles
         }
@@ -236,6 +243,9 @@ class Scheduler:
         view = self.cluster_view(nodes)
         self._cycles += 1
         observer = CycleMetrics(self.metrics, pod.scheduler_name, self._cycles % SAMPLE_EVERY == 1)
+        self.search.percentage = self.percentages.get(
+            pod.scheduler_name, self.config.percentage_of_nodes_to_score
+        )
         decided = time.monotonic()
         try:
             node = schedule(
