@@ -13,8 +13,8 @@ reason is upstream's `preemption: 0/N nodes are available: ...` suffix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from controlplane.scheduler.algorithm import fit_message
 from controlplane.scheduler.filters.inter_pod_affinity import (
@@ -95,27 +95,46 @@ def eligible(pod: PodInfo, nodes: dict[str, NodeInfo], rejected: dict[str, tuple
     return ""
 
 
-FitCheck = Callable[[PodInfo, NodeInfo], tuple[str, ...]]
+class Trial:
+    """Preemption's what-if on one candidate node: a copy of the node, and the filters' PreFilter state
+    (computed once for the pod) kept in step as pods are taken off and given back, through the filters'
+    add_pod/remove_pod extensions, as upstream's SelectVictimsOnNode does, instead of recounting the
+    cluster for every check."""
 
+    def __init__(self, pod: PodInfo, node: NodeInfo, filters: Sequence[FilterPlugin]) -> None:
+        self.pod = pod
+        self.node = node.copy()
+        self.filters = [f for f in filters if f.applies(pod)]
+        self.extensions = [f for f in self.filters if hasattr(f, "add_pod")]
 
-def fit_checker(filters: Sequence[FilterPlugin], cluster: ClusterView) -> FitCheck:
-    """Run every filter on one changed node, the per-pod state recomputed with that node in place."""
+    def remove(self, other: PodInfo) -> None:
+        self.node.remove_pod(other.uid)
+        for f in self.extensions:
+            f.remove_pod(self.pod, other, self.node)  # type: ignore[attr-defined]
 
-    def check(pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
-        all_nodes = [node if n.name == node.name else n for n in cluster.all_nodes]
-        view = replace(cluster, all_nodes=all_nodes)
-        for f in filters:
-            if not f.applies(pod):
-                continue
-            prepare = getattr(f, "prepare", None)
-            if prepare is not None:
-                prepare(pod, view)
-            reasons = f.filter(pod, node)
+    def add(self, other: PodInfo) -> None:
+        self.node.add_pod(other)
+        for f in self.extensions:
+            f.add_pod(self.pod, other, self.node)  # type: ignore[attr-defined]
+
+    def fits(self) -> tuple[str, ...]:
+        for f in self.filters:
+            reasons = f.filter(self.pod, self.node)
             if reasons:
                 return reasons
         return ()
 
-    return check
+
+class SavedStates:
+    """The pod's PreFilter states, restored (as copies) before each candidate node is tried."""
+
+    def __init__(self, pod: PodInfo, filters: Sequence[FilterPlugin]) -> None:
+        self.pod = pod
+        self.saved = [(f, f.save()) for f in filters if f.applies(pod) and hasattr(f, "save")]  # type: ignore[attr-defined]
+
+    def restore(self) -> None:
+        for f, state in self.saved:
+            f.restore(state, self.pod)  # type: ignore[attr-defined]
 
 
 def violating(victims: Sequence[PodInfo], budgets: Sequence[Budget]) -> set[str]:
@@ -135,15 +154,15 @@ def violating(victims: Sequence[PodInfo], budgets: Sequence[Budget]) -> set[str]
 
 
 def select_victims(
-    pod: PodInfo, node: NodeInfo, fits: FitCheck, budgets: Sequence[Budget]
+    pod: PodInfo, node: NodeInfo, filters: Sequence[FilterPlugin], budgets: Sequence[Budget]
 ) -> tuple[Candidate | None, tuple[str, ...]]:
-    trial = node.copy()
     potential = [p for p in node.pods.values() if p.priority < pod.priority]
     if not potential:
         return None, (NO_VICTIMS,)
+    trial = Trial(pod, node, filters)
     for p in potential:
-        trial.remove_pod(p.uid)
-    reasons = fits(pod, trial)
+        trial.remove(p)
+    reasons = trial.fits()
     if reasons:
         return None, reasons
     potential.sort(key=more_important)
@@ -155,9 +174,9 @@ def select_victims(
         ([p for p in potential if p.uid not in bad], False),
     ):
         for p in group:
-            trial.add_pod(p)
-            if fits(pod, trial):
-                trial.remove_pod(p.uid)
+            trial.add(p)
+            if trial.fits():
+                trial.remove(p)
                 victims.append(p)
                 violations += counts
     victims.sort(key=more_important)
@@ -207,16 +226,20 @@ def preempt(
         else:
             statuses[node.name] = (NOT_HELPFUL,)
     wanted = min(max(len(cluster.all_nodes) * MIN_CANDIDATES_PERCENT // 100, MIN_CANDIDATES), len(potential))
-    fits = fit_checker(filters, cluster)
+    states = SavedStates(pod, filters)
     candidates: list[Candidate] = []
-    for node in potential:
-        candidate, reasons = select_victims(pod, node, fits, budgets)
-        if candidate is None:
-            statuses[node.name] = reasons
-            continue
-        candidates.append(candidate)
-        if len(candidates) >= wanted and any(c.violations == 0 for c in candidates):
-            break
+    try:
+        for node in potential:
+            states.restore()
+            candidate, reasons = select_victims(pod, node, filters, budgets)
+            if candidate is None:
+                statuses[node.name] = reasons
+                continue
+            candidates.append(candidate)
+            if len(candidates) >= wanted and any(c.violations == 0 for c in candidates):
+                break
+    finally:
+        states.restore()
     if not candidates:
         return Outcome(None, fit_message(len(cluster.all_nodes), statuses), statuses)
     return Outcome(pick(candidates))

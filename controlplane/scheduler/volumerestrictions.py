@@ -99,6 +99,24 @@ class VolumeRestrictions:
                 conflicts += 1
         self.state = RestrictionsState(claims, conflicts)
 
+    # PreFilter extensions (preemption's what-if on one node): a victim gives its claims back.
+    def save(self) -> RestrictionsState:
+        return self.state
+
+    def restore(self, saved: RestrictionsState, pod: PodInfo) -> None:
+        self.state = RestrictionsState(saved.claims, saved.conflicts)
+
+    def _update(self, other: PodInfo, delta: int) -> None:
+        if self.state.claims:
+            uses = sum(1 for c in other.claims if f"{other.namespace}/{c}" in self.state.claims)
+            self.state.conflicts += delta * uses
+
+    def add_pod(self, pod: PodInfo, other: PodInfo, node: NodeInfo) -> None:
+        self._update(other, 1)
+
+    def remove_pod(self, pod: PodInfo, other: PodInfo, node: NodeInfo) -> None:
+        self._update(other, -1)
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         if pod.disk_volumes and disk_conflict(pod, [p for p in node.pods.values() if p.uid != pod.uid]):
             return (DISK_CONFLICT,)
