@@ -101,11 +101,22 @@ class Trial:
     add_pod/remove_pod extensions, as upstream's SelectVictimsOnNode does, instead of recounting the
     cluster for every check."""
 
-    def __init__(self, pod: PodInfo, node: NodeInfo, filters: Sequence[FilterPlugin]) -> None:
+    def __init__(
+        self,
+        pod: PodInfo,
+        node: NodeInfo,
+        filters: Sequence[FilterPlugin],
+        nominated: Sequence[PodInfo] = (),
+    ) -> None:
         self.pod = pod
         self.node = node.copy()
         self.filters = [f for f in filters if f.applies(pod)]
         self.extensions = [f for f in self.filters if hasattr(f, "add_pod")]
+        # Pods preemption already nominated to this node, at least as important: the room freed for
+        # them is not this pod's (upstream's RunFilterPluginsWithNominatedPods).
+        self.nominated = [
+            p for p in nominated if p.uid != pod.uid and p.priority >= pod.priority and p.uid not in node.pods
+        ]
 
     def remove(self, other: PodInfo) -> None:
         self.node.remove_pod(other.uid)
@@ -118,6 +129,20 @@ class Trial:
             f.add_pod(self.pod, other, self.node)  # type: ignore[attr-defined]
 
     def fits(self) -> tuple[str, ...]:
+        """The filters' verdict with the nominated pods on the node, then (as upstream) without them."""
+        if self.nominated:
+            for p in self.nominated:
+                self.add(p)
+            try:
+                reasons = self._filter()
+            finally:
+                for p in self.nominated:
+                    self.remove(p)
+            if reasons:
+                return reasons
+        return self._filter()
+
+    def _filter(self) -> tuple[str, ...]:
         for f in self.filters:
             reasons = f.filter(self.pod, self.node)
             if reasons:
@@ -154,12 +179,16 @@ def violating(victims: Sequence[PodInfo], budgets: Sequence[Budget]) -> set[str]
 
 
 def select_victims(
-    pod: PodInfo, node: NodeInfo, filters: Sequence[FilterPlugin], budgets: Sequence[Budget]
+    pod: PodInfo,
+    node: NodeInfo,
+    filters: Sequence[FilterPlugin],
+    budgets: Sequence[Budget],
+    nominated: Sequence[PodInfo] = (),
 ) -> tuple[Candidate | None, tuple[str, ...]]:
     potential = [p for p in node.pods.values() if p.priority < pod.priority]
     if not potential:
         return None, (NO_VICTIMS,)
-    trial = Trial(pod, node, filters)
+    trial = Trial(pod, node, filters, nominated)
     for p in potential:
         trial.remove(p)
     reasons = trial.fits()
@@ -231,7 +260,8 @@ def preempt(
     try:
         for node in potential:
             states.restore()
-            candidate, reasons = select_victims(pod, node, filters, budgets)
+            nominated = cluster.nominated.get(node.name, ())
+            candidate, reasons = select_victims(pod, node, filters, budgets, nominated)
             if candidate is None:
                 statuses[node.name] = reasons
                 continue

@@ -132,3 +132,21 @@ def test_the_trial_keeps_prefilter_state_as_a_recount_would():
     assert incremental != original  # the trial did change them
     states.restore()  # the pod's own state is back for the next candidate
     assert [(f.name, f.state) for f in filters if hasattr(f, "save")] == original  # type: ignore[attr-defined]
+
+
+def test_a_node_freed_for_a_nominated_pod_is_not_freed_again():
+    """Upstream's RunFilterPluginsWithNominatedPods in SelectVictimsOnNode: with the first preemptor
+    nominated to `a` (its victims still there), the second one of equal priority goes to `b`."""
+    a, b = make_node("a", cpu="4"), make_node("b", cpu="4")
+    for node in (a, b):
+        for i in range(4):
+            node.add_pod(make_pod(cpu="900m", name=f"{node.name}-low{i}", priority=0))
+    first = make_pod(cpu="3", priority=10, name="first")
+    second = make_pod(cpu="3", priority=10, name="second")
+    filters = default_filters()
+    view = ClusterView(2, Counter(), [a, b], {}, None, {"a": [first]})
+    pre_filter_all(second, filters, view, 2)
+    _, rejected = find_feasible(second, [a, b], filters, None, view)
+    outcome = preempt(second, rejected, filters, view)
+    assert outcome.candidate is not None and outcome.candidate.node.name == "b"
+    assert len(outcome.candidate.victims) == 3
