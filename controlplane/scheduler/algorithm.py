@@ -125,10 +125,11 @@ def find_feasible(
     limit = feasible_nodes_to_find(total, search.percentage) if search else total
     start = search.next_start % total if search and total else 0
     processed = 0
+    nominations = cluster if cluster is not None and cluster.nominated else None
     for i in range(total):
         node = nodes[(start + i) % total]
         processed += 1
-        seen = with_nominated(pod, node, cluster)
+        seen = with_nominated(pod, node, nominations) if nominations is not None else node
         for f in filters:
             reasons = f.filter(pod, seen)
             if reasons:

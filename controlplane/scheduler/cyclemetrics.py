@@ -30,7 +30,7 @@ class CycleMetrics:
         self.sampled = sampled
 
     def plugin(self, name: str, point: str, status: str | tuple[str, ...], seconds: float) -> None:
-        self.metrics.plugin_duration.labels(name, point, status_code(status)).observe(seconds)
+        self.metrics.plugin(name, point, status if isinstance(status, str) else status_code(status), seconds)
 
     def point(self, point: str, status: str | tuple[str, ...], seconds: float) -> None:
         self.metrics.point_duration.labels(point, status_code(status), self.profile).observe(seconds)

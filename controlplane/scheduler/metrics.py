@@ -140,6 +140,15 @@ class SchedulerMetrics:
             registry=r,
         )
         r.register(_Gauges(lambda: self.live()))
+        # Label children looked up once: a sampled cycle observes every filter on every node.
+        self._plugin_series: dict[tuple[str, str, str], Histogram] = {}
+
+    def plugin(self, name: str, point: str, status: str, seconds: float) -> None:
+        key = (name, point, status)
+        series = self._plugin_series.get(key)
+        if series is None:
+            series = self._plugin_series[key] = self.plugin_duration.labels(name, point, status)
+        series.observe(seconds)
 
     def preemption(self, victims: int | None) -> None:
         """One PostFilter run; `victims` when it chose a node."""

@@ -24,9 +24,12 @@ _NO_DOMAIN = 2**31 - 1  # upstream's critical-path sentinel: no domain at all
 class SpreadState:
     counts: list[dict[str, int]] = field(default_factory=list)
     minimum: list[int] = field(default_factory=list)
+    # Per constraint: 1 if the pod matches its own selector (it adds itself to the domain), read per
+    # node, so matched once per pod.
+    self_match: list[int] = field(default_factory=list)
 
     def copy(self) -> SpreadState:
-        return SpreadState([dict(c) for c in self.counts], list(self.minimum))
+        return SpreadState([dict(c) for c in self.counts], list(self.minimum), self.self_match)
 
 
 def minimums(pod: PodInfo, counts: list[dict[str, int]]) -> list[int]:
@@ -39,7 +42,8 @@ def minimums(pod: PodInfo, counts: list[dict[str, int]]) -> list[int]:
 
 def spread_state(pod: PodInfo, cluster: ClusterView) -> SpreadState:
     counts = domain_counts(pod, cluster.all_nodes, pod.spread_hard)
-    return SpreadState(counts, minimums(pod, counts))
+    self_match = [1 if c.selector.matches(pod.labels) else 0 for c in pod.spread_hard]
+    return SpreadState(counts, minimums(pod, counts), self_match)
 
 
 def update_with_pod(state: SpreadState, pod: PodInfo, other: PodInfo, node: NodeInfo, delta: int) -> None:
@@ -67,8 +71,7 @@ def check(pod: PodInfo, node: NodeInfo, state: SpreadState) -> tuple[str, ...]:
         value = labels.get(c.topology_key)
         if value is None:
             return (MISSING_LABEL_REASON,)
-        self_match = 1 if c.selector.matches(pod.labels) else 0
-        if state.counts[i].get(value, 0) + self_match - state.minimum[i] > c.max_skew:
+        if state.counts[i].get(value, 0) + state.self_match[i] - state.minimum[i] > c.max_skew:
             return (REASON,)
     return FITS
 
