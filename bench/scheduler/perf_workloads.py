@@ -1,15 +1,19 @@
-"""Upstream's scheduler_perf workloads SchedulingPodAntiAffinity and TopologySpreading, at their 500-node
-sizes, through the project's API server with agent-less nodes, beside upstream's CI thresholds.
+"""Upstream's scheduler_perf workloads SchedulingPodAntiAffinity, TopologySpreading and PreemptionBasic, at
+their 500-node sizes, through the project's API server with agent-less nodes, beside upstream's CI
+thresholds.
 
 As scheduler_perf: nodes (TopologySpreading's labelled with zones moon-1..3), the init pods scheduled
 first and not measured, then the measured pods; pods/s = measured pods / (last bound - first created),
 with the scheduler (`pykubelet scheduler`) running throughout. The pod templates are upstream's:
 anti-affinity on kubernetes.io/hostname against `color: green` in namespaces sched-test/sched-setup
-(100m cpu, 500Mi), and a DoNotSchedule zone spread with maxSkew 5 over `color: blue`. Upstream's
-thresholds are set for its 5000-node CI runs (60 and 460 pods/s); there is none at 500 nodes, so they
-are shown as the reference. A last column times the decisions alone (same plugins, no API, CPU time).
+(100m cpu, 500Mi), a DoNotSchedule zone spread with maxSkew 5 over `color: blue`, and PreemptionBasic's
+four low-priority pods per node (900m each, terminationGracePeriodSeconds 0) then high-priority pods
+(priority 10, 3 cpu) that each preempt three of them. Upstream's thresholds are set for its 5000-node CI
+runs (60 and 460 pods/s); there is none at 500 nodes, so they are shown as the reference (PreemptionBasic
+has none at all). A last column times the decisions alone (same plugins, preemption included, no API,
+CPU time).
 
-Usage: python bench/scheduler/perf_workloads.py [--nodes 500] [--out DIR]
+Usage: python bench/scheduler/perf_workloads.py [--nodes 500] [--workload NAME ...] [--out DIR]
        python bench/scheduler/perf_workloads.py --smoke --out DIR    # 10 nodes, a few pods
 Writes scheduler-perf-workloads.{json,md,svg} (default bench/results/).
 """
@@ -38,18 +42,20 @@ from bench.scheduler.throughput import (
     wait_bound,
     wait_synced,
 )
-from controlplane.scheduler.algorithm import schedule
+from controlplane.scheduler.algorithm import FitError, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import pod_info
+from controlplane.scheduler.preemption import preempt
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
 
 ZONE = "topology.kubernetes.io/zone"
+HIGH_PRIORITY = "perf-high-priority"  # value 10
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Workload:
 WORKLOADS = (
     Workload("SchedulingPodAntiAffinity", 100, 400, (), "anti", "anti", 60),
     Workload("TopologySpreading", 1000, 1000, ("moon-1", "moon-2", "moon-3"), "default", "spread", 460),
+    Workload("PreemptionBasic", 2000, 500, (), "low", "high", 0),
 )
 
 
@@ -84,7 +91,8 @@ def node(i: int, zones: tuple[str, ...]) -> dict:
 
 
 def pod(name: str, kind: str) -> dict:
-    requests = {"cpu": "100m", "memory": "500Mi"}
+    cpu = {"low": "900m", "high": "3000m"}.get(kind, "100m")
+    requests = {"cpu": cpu, "memory": "500Mi"}
     spec: dict = {
         "containers": [
             {
@@ -109,6 +117,10 @@ def pod(name: str, kind: str) -> dict:
                 ]
             }
         }
+    elif kind == "low":
+        spec["terminationGracePeriodSeconds"] = 0
+    elif kind == "high":  # upstream's template sets priority 10; the Priority admission wants a class
+        spec["priorityClassName"] = HIGH_PRIORITY
     elif kind == "spread":
         labels = {"color": "blue"}
         spec["topologySpreadConstraints"] = [
@@ -129,6 +141,11 @@ async def run_workload(work: Path, w: Workload, nodes: int) -> dict:
             await create_all(client, "/api/v1/nodes", [node(i, w.zones) for i in range(nodes)])
             for ns in ("sched-0", "sched-1"):
                 await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+            if w.kind == "high":
+                await client.create(
+                    "/apis/scheduling.k8s.io/v1/priorityclasses",
+                    {"metadata": {"name": HIGH_PRIORITY}, "value": 10},
+                )
             log = work / f"scheduler-{w.name}.log"
             sched = start_scheduler(server.scheduler_kubeconfig, log)
             try:
@@ -173,9 +190,19 @@ def decisions_only(w: Workload, nodes: int) -> float:
 
     def place(body: dict, ns: str, uid: str) -> None:
         body["metadata"].update(namespace=ns, uid=uid)
+        if body["spec"].get("priorityClassName") == HIGH_PRIORITY:
+            body["spec"]["priority"] = 10  # what the API server's Priority admission writes
         info = pod_info(body)
         now = cache.nodes()
-        chosen = schedule(info, now, filters, scores, ClusterView(len(now), cache.image_nodes, now), rng)
+        view = ClusterView(len(now), cache.image_nodes, now)
+        try:
+            chosen = schedule(info, now, filters, scores, view, rng)
+        except FitError as err:  # PreemptionBasic: evict, then the next attempt fits
+            outcome = preempt(info, err.reasons, filters, view)
+            assert outcome.candidate is not None, outcome.message
+            for victim in outcome.candidate.victims:
+                cache.remove_pod(victim.uid)
+            chosen = schedule(info, now, filters, scores, view, rng)
         cache.assume(info, chosen.name)
 
     for i in range(w.init_pods):
@@ -199,7 +226,7 @@ def report(results: list[dict]) -> str:
         cpu = " + ".join(f"{r['cpu'][k] * 1000 / r['measure_pods']:.2f}" for k in ("server", "scheduler"))
         lines.append(
             f"| {r['workload']} | {r['nodes']} | {r['init_pods']} + {r['measure_pods']} | {r['seconds']:.2f} "
-            f"| {r['pods_per_second']:.0f} | {r['threshold']:.0f} | {r['create_per_second']:.0f} | {cpu} "
+            f"| {r['pods_per_second']:.0f} | {r['threshold'] or '-'} | {r['create_per_second']:.0f} | {cpu} "
             f"| {r['measure_pods'] / max(r['cpu'].values()):.0f} | {r['decisions_per_second']:.0f} |"
         )
     lines += [
@@ -244,8 +271,11 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-sched-perf-") as tmp:
         results = []
         for w in WORKLOADS:
-            if args.smoke:
-                w = Workload(w.name, 5, 10, w.zones, w.init_kind, w.kind, w.threshold)
+            if args.workload and w.name not in args.workload:
+                continue
+            if args.smoke:  # PreemptionBasic keeps its four low pods per node, so each high one preempts
+                init, measure = (4 * args.nodes, args.nodes) if w.kind == "high" else (5, 10)
+                w = Workload(w.name, init, measure, w.zones, w.init_kind, w.kind, w.threshold)
             results.append(await run_workload(Path(tmp), w, args.nodes))
         return results
 
@@ -253,6 +283,9 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=None, help="default 500 (smoke: 10)")
+    parser.add_argument(
+        "--workload", action="append", choices=[w.name for w in WORKLOADS], help="only these (repeatable)"
+    )
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)

@@ -7,11 +7,21 @@ loop halfway through a decision, which is what keeps the assumed-pod bookkeeping
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controlplane.scheduler.framework import SKIP, ClusterView, FilterPlugin, ScorePlugin
+from controlplane.scheduler.framework import (
+    SKIP,
+    SKIP_STATUS,
+    UNOBSERVED,
+    UNRESOLVABLE_STATUS,
+    ClusterView,
+    FilterPlugin,
+    Observer,
+    ScorePlugin,
+)
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
 
@@ -103,19 +113,23 @@ def find_feasible(
     search: Search | None = None,
     cluster: ClusterView | None = None,
     rejectors: set[str] | None = None,
+    observer: Observer = UNOBSERVED,
 ) -> tuple[list[NodeInfo], dict[str, tuple[str, ...]]]:
     # Upstream's PreFilter "Skip": a filter with nothing to check for this pod is not run per node.
     filters = [f for f in filters if f.applies(pod)]
+    if observer.sampled:
+        filters = [_TimedFilter(f, observer) for f in filters]
     feasible: list[NodeInfo] = []
     rejected: dict[str, tuple[str, ...]] = {}
     total = len(nodes)
     limit = feasible_nodes_to_find(total, search.percentage) if search else total
     start = search.next_start % total if search and total else 0
     processed = 0
+    nominations = cluster if cluster is not None and cluster.nominated else None
     for i in range(total):
         node = nodes[(start + i) % total]
         processed += 1
-        seen = with_nominated(pod, node, cluster)
+        seen = with_nominated(pod, node, nominations) if nominations is not None else node
         for f in filters:
             reasons = f.filter(pod, seen)
             if reasons:
@@ -132,20 +146,65 @@ def find_feasible(
     return feasible, rejected
 
 
+@dataclass
+class _TimedFilter:
+    """A filter whose every call is reported to the cycle's observer (sampled cycles only)."""
+
+    inner: FilterPlugin
+    observer: Observer
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def applies(self, pod: PodInfo) -> bool:
+        return self.inner.applies(pod)
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
+        started = time.perf_counter()
+        reasons = self.inner.filter(pod, node)
+        self.observer.plugin(self.inner.name, "Filter", reasons, time.perf_counter() - started)
+        return reasons
+
+
 def score_nodes(
-    pod: PodInfo, nodes: Sequence[NodeInfo], scores: Sequence[WeightedScore], cluster: ClusterView
+    pod: PodInfo,
+    nodes: Sequence[NodeInfo],
+    scores: Sequence[WeightedScore],
+    cluster: ClusterView,
+    observer: Observer = UNOBSERVED,
 ) -> list[int]:
+    """Upstream's PreScore (each plugin's `prepare`) then Score (`score_all` and `normalize`, timed as
+    one call per plugin over all nodes) and the weighted sum."""
     totals = [0] * len(nodes)
+    sampled = observer.sampled
+    states = []
+    started = time.perf_counter()
     for ws in scores:
         if ws.weight <= 0:
             continue
+        begun = time.perf_counter()
         state = ws.plugin.prepare(pod, nodes, cluster)
-        if state is SKIP:
-            continue
+        if sampled:
+            skipped = state is SKIP
+            observer.plugin(ws.plugin.name, "PreScore", SKIP_STATUS if skipped else (), _since(begun))
+        if state is not SKIP:
+            states.append((ws, state))
+    scored = time.perf_counter()
+    for ws, state in states:
+        begun = time.perf_counter()
         raw = ws.plugin.score_all(pod, nodes, state)
         for i, s in enumerate(ws.plugin.normalize(raw)):
             totals[i] += s * ws.weight
+        if sampled:
+            observer.plugin(ws.plugin.name, "Score", (), _since(begun))
+    observer.point("PreScore", (), scored - started)
+    observer.point("Score", (), _since(scored))
     return totals
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
 
 
 def select_host(nodes: Sequence[NodeInfo], totals: Sequence[int], rng: random.Random) -> NodeInfo:
@@ -164,25 +223,53 @@ def select_host(nodes: Sequence[NodeInfo], totals: Sequence[int], rng: random.Ra
 
 
 def pre_filter_all(
-    pod: PodInfo, filters: Sequence[FilterPlugin], cluster: ClusterView, num_nodes: int
+    pod: PodInfo,
+    filters: Sequence[FilterPlugin],
+    cluster: ClusterView,
+    num_nodes: int,
+    observer: Observer = UNOBSERVED,
 ) -> None:
     """Upstream's PreFilter: a verdict on the pod whatever the node (FitError), then each filter's
     per-pod state for its per-node checks."""
+    started = time.perf_counter()
+    try:
+        _pre_filter_plugins(pod, filters, cluster, num_nodes, observer)
+    except FitError:
+        observer.point("PreFilter", UNRESOLVABLE_STATUS, _since(started))
+        raise
+    observer.point("PreFilter", (), _since(started))
+
+
+def _pre_filter_plugins(
+    pod: PodInfo,
+    filters: Sequence[FilterPlugin],
+    cluster: ClusterView,
+    num_nodes: int,
+    observer: Observer,
+) -> None:
     if pod.parse_error:
         raise FitError(
             num_nodes, {}, f"parsing pod: {pod.parse_error}", plugins=frozenset({"InterPodAffinity"})
         )
     for f in filters:
+        sampled = observer.sampled and getattr(f, "has_pre_filter", True)
+        begun = time.perf_counter()
         if not f.applies(pod):
+            if sampled:
+                observer.plugin(f.name, "PreFilter", SKIP_STATUS, _since(begun))
             continue
         pre_filter = getattr(f, "pre_filter", None)
         if pre_filter is not None:
             verdict = pre_filter(pod)
             if verdict:
+                if sampled:
+                    observer.plugin(f.name, "PreFilter", UNRESOLVABLE_STATUS, _since(begun))
                 raise FitError(num_nodes, {}, verdict, plugins=frozenset({f.name}))
         prepare = getattr(f, "prepare", None)
         if prepare is not None:
             prepare(pod, cluster)
+        if sampled:
+            observer.plugin(f.name, "PreFilter", (), _since(begun))
 
 
 def schedule(
@@ -193,22 +280,23 @@ def schedule(
     cluster: ClusterView,
     rng: random.Random,
     search: Search | None = None,
+    observer: Observer = UNOBSERVED,
 ) -> NodeInfo:
     """The chosen node, or FitError saying why none fits. With `search`, big clusters are searched
     only until enough nodes fit (upstream's percentageOfNodesToScore); without, every node is."""
     if not nodes:
         raise FitError(0, {})
-    pre_filter_all(pod, filters, cluster, len(nodes))
+    pre_filter_all(pod, filters, cluster, len(nodes), observer)
     if pod.nominated_node:  # the node preemption freed for it: taken at once if it fits now
         nominated = next((n for n in nodes if n.name == pod.nominated_node), None)
         if nominated is not None:
-            fits, _ = find_feasible(pod, [nominated], filters, None, cluster)
+            fits, _ = find_feasible(pod, [nominated], filters, None, cluster, observer=observer)
             if fits:
                 return fits[0]
     rejectors: set[str] = set()
-    feasible, rejected = find_feasible(pod, nodes, filters, search, cluster, rejectors)
+    feasible, rejected = find_feasible(pod, nodes, filters, search, cluster, rejectors, observer)
     if not feasible:
         raise FitError(len(nodes), rejected, plugins=frozenset(rejectors))
     if len(feasible) == 1:
         return feasible[0]
-    return select_host(feasible, score_nodes(pod, feasible, scores, cluster), rng)
+    return select_host(feasible, score_nodes(pod, feasible, scores, cluster, observer), rng)

@@ -76,6 +76,8 @@ class Profile:
     scoring_strategy: str = LEAST_ALLOCATED
     resource_weights: list[tuple[str, int]] = field(default_factory=lambda: [("cpu", 1), ("memory", 1)])
     score_weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
+    # The profile's own percentageOfNodesToScore, over the top-level one when set (as upstream's v1).
+    percentage_of_nodes_to_score: int | None = None
 
 
 @dataclass
@@ -141,10 +143,10 @@ def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
         cfg.client_burst = int(connection["burst"])
     if cfg.client_qps < 0 or cfg.client_burst < 1:
         raise ValueError("clientConnection needs qps >= 0 and burst >= 1")
-    if "percentageOfNodesToScore" in doc:
-        cfg.percentage_of_nodes_to_score = int(doc["percentageOfNodesToScore"] or 0)
-        if not 0 <= cfg.percentage_of_nodes_to_score <= 100:
-            raise ValueError("percentageOfNodesToScore must be within 0..100")
+    if doc.get("percentageOfNodesToScore") is not None:
+        cfg.percentage_of_nodes_to_score = _percentage(
+            doc["percentageOfNodesToScore"], "percentageOfNodesToScore"
+        )
     if "podInitialBackoffSeconds" in doc:
         cfg.backoff_initial = float(doc["podInitialBackoffSeconds"])
     if "podMaxBackoffSeconds" in doc:
@@ -154,7 +156,7 @@ def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
     profiles = doc.get("profiles") or []
     if not profiles:
         return cfg
-    cfg.profiles = [_profile(p or {}) for p in profiles]
+    cfg.profiles = [_profile(p or {}, f"profiles[{i}]") for i, p in enumerate(profiles)]
     names = [p.scheduler_name for p in cfg.profiles]
     for name in names:
         if names.count(name) > 1:
@@ -165,8 +167,19 @@ def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
     return cfg
 
 
-def _profile(profile: dict[str, Any]) -> Profile:
+def _percentage(value: Any, path: str) -> int:
+    """Upstream's validation of percentageOfNodesToScore (0 is the adaptive default)."""
+    percentage = int(value)
+    if not 0 <= percentage <= 100:
+        raise ValueError(f"{path}: Invalid value: {percentage}: not in valid range [0-100]")
+    return percentage
+
+
+def _profile(profile: dict[str, Any], path: str = "profiles[0]") -> Profile:
     out = Profile(str(profile.get("schedulerName") or SCHEDULER_NAME))
+    if profile.get("percentageOfNodesToScore") is not None:
+        key = "percentageOfNodesToScore"
+        out.percentage_of_nodes_to_score = _percentage(profile[key], f"{path}.{key}")
     plugins = profile.get("plugins") or {}
     for point in ("multiPoint", "score"):
         section = plugins.get(point) or {}

@@ -37,7 +37,8 @@ class FilterPlugin(Protocol):
     # before any node, a non-empty answer makes the pod unschedulable whatever the node (VolumeBinding);
     # and `prepare(pod, cluster)`: run once per pod before any node, it computes what `filter` then
     # reads per node (InterPodAffinity's and PodTopologySpread's per-topology counts), so a node's check
-    # does not walk every pod of the cluster.
+    # does not walk every pod of the cluster. `has_pre_filter = False` marks the filters whose upstream
+    # plugin has no PreFilter, so none is reported in the plugin duration metric.
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +81,33 @@ def normalize_to_max(scores: list[int], reverse: bool = False) -> list[int]:
         return [MAX_NODE_SCORE] * len(scores) if reverse else list(scores)
     out = [MAX_NODE_SCORE * s // top for s in scores]
     return [MAX_NODE_SCORE - s for s in out] if reverse else out
+
+
+# Upstream's framework statuses, as the metrics label them.
+SUCCESS, SKIP_STATUS, ERROR_STATUS = "Success", "Skip", "Error"
+UNSCHEDULABLE_STATUS, UNRESOLVABLE_STATUS = "Unschedulable", "UnschedulableAndUnresolvable"
+
+
+class Observer(Protocol):
+    """Where one scheduling cycle reports how long its plugins and extension points took
+    (scheduler_plugin_execution_duration_seconds, scheduler_framework_extension_point_duration_seconds).
+    A status is upstream's code name, or a filter's reasons (() is Success) for the observer to classify."""
+
+    sampled: bool  # plugin durations are recorded in this cycle (upstream samples a tenth of cycles)
+
+    def plugin(self, name: str, point: str, status: str | tuple[str, ...], seconds: float) -> None: ...
+
+    def point(self, point: str, status: str | tuple[str, ...], seconds: float) -> None: ...
+
+
+class _Unobserved:
+    sampled = False
+
+    def plugin(self, name: str, point: str, status: str | tuple[str, ...], seconds: float) -> None:
+        pass
+
+    def point(self, point: str, status: str | tuple[str, ...], seconds: float) -> None:
+        pass
+
+
+UNOBSERVED: Observer = _Unobserved()  # a cycle nobody measures (tests, benchmarks, preemption's trials)

@@ -17,11 +17,12 @@ POD_REMOVED = frozenset(
         "PodTopologySpread",
         "VolumeBinding",
         "NodeVolumeLimits",
+        "VolumeRestrictions",
     }
 )
 # A pod was placed (or a placed pod's labels changed): affinity may now be satisfied, spread changes.
 POD_PLACED = frozenset({"InterPodAffinity", "PodTopologySpread"})
-VOLUMES = frozenset({"VolumeBinding", "NodeVolumeLimits"})
+VOLUMES = frozenset({"VolumeBinding", "NodeVolumeLimits", "VolumeRestrictions", "VolumeZone"})
 NAMESPACE = frozenset({"InterPodAffinity"})
 
 
@@ -31,7 +32,7 @@ def node_changed(before: NodeFacts | None, after: NodeFacts) -> frozenset[str] |
         return None
     plugins: set[str] = set()
     if before.labels != after.labels:
-        plugins |= {"NodeAffinity", "PodTopologySpread", "InterPodAffinity", "VolumeBinding"}
+        plugins |= {"NodeAffinity", "PodTopologySpread", "InterPodAffinity", "VolumeBinding", "VolumeZone"}
     if before.taints != after.taints:
         plugins |= {"TaintToleration", "PodTopologySpread"}
     if before.unschedulable != after.unschedulable:

@@ -76,6 +76,9 @@ class NodeInfo:
     # Counts of this node's pods matching a (namespace, selector), kept until its pods change: pods of
     # one workload share a selector, so PodTopologySpread recounts only the node that changed.
     match_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # (namespace or kind, id)
+    # "namespace/claim" -> how many of this node's pods use the claim (upstream's PVCRefCounts), which
+    # VolumeRestrictions sums over nodes for a ReadWriteOncePod claim.
+    claim_refs: dict[str, int] = field(default_factory=dict)
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.uid in self.pods:
@@ -93,6 +96,9 @@ class NodeInfo:
             self.affinity_pods[pod.uid] = pod
         for term in terms.required_anti_affinity:
             self.anti_terms[term] = self.anti_terms.get(term, 0) + 1
+        for claim in pod.claims:
+            key = f"{pod.namespace}/{claim}"
+            self.claim_refs[key] = self.claim_refs.get(key, 0) + 1
 
     def copy(self) -> NodeInfo:
         """A copy whose pods can be changed without touching this one (preemption's what-if)."""
@@ -106,6 +112,7 @@ class NodeInfo:
             list(self.ports),
             dict(self.affinity_pods),
             dict(self.anti_terms),
+            claim_refs=dict(self.claim_refs),
         )
 
     def remove_pod(self, uid: str) -> PodInfo | None:
@@ -127,4 +134,11 @@ class NodeInfo:
                 self.anti_terms[term] = left
             else:
                 self.anti_terms.pop(term, None)
+        for claim in pod.claims:
+            key = f"{pod.namespace}/{claim}"
+            left = self.claim_refs.get(key, 0) - 1
+            if left > 0:
+                self.claim_refs[key] = left
+            else:
+                self.claim_refs.pop(key, None)
         return pod

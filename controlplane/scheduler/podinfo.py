@@ -82,6 +82,10 @@ class PodInfo:
     start_time: str = ""
     # Non-zero requests in the order NodeResourcesFit checks them: cpu, memory, ephemeral-storage, rest.
     fit_checks: tuple[tuple[str, int], ...] = ()
+    # The claimNames of its persistentVolumeClaim volumes (what upstream's NodeInfo counts per claim),
+    # and the volumes VolumeRestrictions checks for a disk shared with another pod of the node.
+    claims: tuple[str, ...] = ()
+    disk_volumes: tuple[dict[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -192,6 +196,19 @@ def _host_ports(spec: dict[str, Any]) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
+# The volume sources two pods of one node may conflict on (upstream's VolumeRestrictions).
+DISK_SOURCES = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
+
+
+def _claims(spec: dict[str, Any]) -> tuple[str, ...]:
+    out = []
+    for v in spec.get("volumes") or ():
+        source = v.get("persistentVolumeClaim")
+        if isinstance(source, dict):
+            out.append(str(source.get("claimName") or ""))
+    return tuple(out)
+
+
 def pod_info(pod: dict[str, Any]) -> PodInfo:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -254,6 +271,10 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         preempt_never=spec.get("preemptionPolicy") == "Never",
         nominated_node=str(status.get("nominatedNodeName") or ""),
         start_time=str(status.get("startTime") or ""),
+        claims=_claims(spec),
+        disk_volumes=tuple(
+            v for v in spec.get("volumes") or () if any(isinstance(v.get(k), dict) for k in DISK_SOURCES)
+        ),
     )
 
 

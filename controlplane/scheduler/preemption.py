@@ -13,8 +13,8 @@ reason is upstream's `preemption: 0/N nodes are available: ...` suffix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from controlplane.scheduler.algorithm import fit_message
 from controlplane.scheduler.filters.inter_pod_affinity import (
@@ -28,6 +28,7 @@ from controlplane.scheduler.framework import ClusterView, FilterPlugin
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
 from controlplane.scheduler.volumelimits import MAX_VOLUME_COUNT
+from controlplane.scheduler.volumerestrictions import DISK_CONFLICT, RWOP_CONFLICT
 from kubeclient.selectors import Selector
 
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -42,6 +43,8 @@ _RESOLVABLE = frozenset(
         EXISTING_ANTI_AFFINITY_REASON,
         SPREAD_REASON,
         MAX_VOLUME_COUNT,
+        DISK_CONFLICT,
+        RWOP_CONFLICT,
     }
 )
 MIN_CANDIDATES_PERCENT, MIN_CANDIDATES = 10, 100
@@ -92,27 +95,71 @@ def eligible(pod: PodInfo, nodes: dict[str, NodeInfo], rejected: dict[str, tuple
     return ""
 
 
-FitCheck = Callable[[PodInfo, NodeInfo], tuple[str, ...]]
+class Trial:
+    """Preemption's what-if on one candidate node: a copy of the node, and the filters' PreFilter state
+    (computed once for the pod) kept in step as pods are taken off and given back, through the filters'
+    add_pod/remove_pod extensions, as upstream's SelectVictimsOnNode does, instead of recounting the
+    cluster for every check."""
 
+    def __init__(
+        self,
+        pod: PodInfo,
+        node: NodeInfo,
+        filters: Sequence[FilterPlugin],
+        nominated: Sequence[PodInfo] = (),
+    ) -> None:
+        self.pod = pod
+        self.node = node.copy()
+        self.filters = [f for f in filters if f.applies(pod)]
+        self.extensions = [f for f in self.filters if hasattr(f, "add_pod")]
+        # Pods preemption already nominated to this node, at least as important: the room freed for
+        # them is not this pod's (upstream's RunFilterPluginsWithNominatedPods).
+        self.nominated = [
+            p for p in nominated if p.uid != pod.uid and p.priority >= pod.priority and p.uid not in node.pods
+        ]
 
-def fit_checker(filters: Sequence[FilterPlugin], cluster: ClusterView) -> FitCheck:
-    """Run every filter on one changed node, the per-pod state recomputed with that node in place."""
+    def remove(self, other: PodInfo) -> None:
+        self.node.remove_pod(other.uid)
+        for f in self.extensions:
+            f.remove_pod(self.pod, other, self.node)  # type: ignore[attr-defined]
 
-    def check(pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
-        all_nodes = [node if n.name == node.name else n for n in cluster.all_nodes]
-        view = replace(cluster, all_nodes=all_nodes)
-        for f in filters:
-            if not f.applies(pod):
-                continue
-            prepare = getattr(f, "prepare", None)
-            if prepare is not None:
-                prepare(pod, view)
-            reasons = f.filter(pod, node)
+    def add(self, other: PodInfo) -> None:
+        self.node.add_pod(other)
+        for f in self.extensions:
+            f.add_pod(self.pod, other, self.node)  # type: ignore[attr-defined]
+
+    def fits(self) -> tuple[str, ...]:
+        """The filters' verdict with the nominated pods on the node, then (as upstream) without them."""
+        if self.nominated:
+            for p in self.nominated:
+                self.add(p)
+            try:
+                reasons = self._filter()
+            finally:
+                for p in self.nominated:
+                    self.remove(p)
+            if reasons:
+                return reasons
+        return self._filter()
+
+    def _filter(self) -> tuple[str, ...]:
+        for f in self.filters:
+            reasons = f.filter(self.pod, self.node)
             if reasons:
                 return reasons
         return ()
 
-    return check
+
+class SavedStates:
+    """The pod's PreFilter states, restored (as copies) before each candidate node is tried."""
+
+    def __init__(self, pod: PodInfo, filters: Sequence[FilterPlugin]) -> None:
+        self.pod = pod
+        self.saved = [(f, f.save()) for f in filters if f.applies(pod) and hasattr(f, "save")]  # type: ignore[attr-defined]
+
+    def restore(self) -> None:
+        for f, state in self.saved:
+            f.restore(state, self.pod)  # type: ignore[attr-defined]
 
 
 def violating(victims: Sequence[PodInfo], budgets: Sequence[Budget]) -> set[str]:
@@ -132,15 +179,19 @@ def violating(victims: Sequence[PodInfo], budgets: Sequence[Budget]) -> set[str]
 
 
 def select_victims(
-    pod: PodInfo, node: NodeInfo, fits: FitCheck, budgets: Sequence[Budget]
+    pod: PodInfo,
+    node: NodeInfo,
+    filters: Sequence[FilterPlugin],
+    budgets: Sequence[Budget],
+    nominated: Sequence[PodInfo] = (),
 ) -> tuple[Candidate | None, tuple[str, ...]]:
-    trial = node.copy()
     potential = [p for p in node.pods.values() if p.priority < pod.priority]
     if not potential:
         return None, (NO_VICTIMS,)
+    trial = Trial(pod, node, filters, nominated)
     for p in potential:
-        trial.remove_pod(p.uid)
-    reasons = fits(pod, trial)
+        trial.remove(p)
+    reasons = trial.fits()
     if reasons:
         return None, reasons
     potential.sort(key=more_important)
@@ -152,9 +203,9 @@ def select_victims(
         ([p for p in potential if p.uid not in bad], False),
     ):
         for p in group:
-            trial.add_pod(p)
-            if fits(pod, trial):
-                trial.remove_pod(p.uid)
+            trial.add(p)
+            if trial.fits():
+                trial.remove(p)
                 victims.append(p)
                 violations += counts
     victims.sort(key=more_important)
@@ -204,16 +255,21 @@ def preempt(
         else:
             statuses[node.name] = (NOT_HELPFUL,)
     wanted = min(max(len(cluster.all_nodes) * MIN_CANDIDATES_PERCENT // 100, MIN_CANDIDATES), len(potential))
-    fits = fit_checker(filters, cluster)
+    states = SavedStates(pod, filters)
     candidates: list[Candidate] = []
-    for node in potential:
-        candidate, reasons = select_victims(pod, node, fits, budgets)
-        if candidate is None:
-            statuses[node.name] = reasons
-            continue
-        candidates.append(candidate)
-        if len(candidates) >= wanted and any(c.violations == 0 for c in candidates):
-            break
+    try:
+        for node in potential:
+            states.restore()
+            nominated = cluster.nominated.get(node.name, ())
+            candidate, reasons = select_victims(pod, node, filters, budgets, nominated)
+            if candidate is None:
+                statuses[node.name] = reasons
+                continue
+            candidates.append(candidate)
+            if len(candidates) >= wanted and any(c.violations == 0 for c in candidates):
+                break
+    finally:
+        states.restore()
     if not candidates:
         return Outcome(None, fit_message(len(cluster.all_nodes), statuses), statuses)
     return Outcome(pick(candidates))

@@ -19,9 +19,16 @@ from controlplane.scheduler import hints
 from controlplane.scheduler.algorithm import FitError, Search, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
+from controlplane.scheduler.cyclemetrics import SAMPLE_EVERY, CycleMetrics
 from controlplane.scheduler.events import scheduler_events
 from controlplane.scheduler.filters import default_filters
-from controlplane.scheduler.framework import ClusterView
+from controlplane.scheduler.framework import (
+    ERROR_STATUS,
+    SUCCESS,
+    UNSCHEDULABLE_STATUS,
+    ClusterView,
+    Observer,
+)
 from controlplane.scheduler.metrics import ERROR, PENDING_QUEUES, UNSCHEDULABLE, LiveState, SchedulerMetrics
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.plugins import build_scores
@@ -32,6 +39,8 @@ from controlplane.scheduler.spreadselectors import SpreadSelectors
 from controlplane.scheduler.victims import budgets, evict
 from controlplane.scheduler.volumebinding import VolumeBinding
 from controlplane.scheduler.volumelimits import NodeVolumeLimits
+from controlplane.scheduler.volumerestrictions import VolumeRestrictions
+from controlplane.scheduler.volumezone import VolumeZone
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import rfc3339
@@ -71,6 +80,13 @@ class Scheduler:
         # One process serves every profile: pods choose theirs by spec.schedulerName, and each profile
         # has its own scores and its own event source (upstream's per-profile recorder).
         self.profiles = {p.scheduler_name: build_scores(p) for p in config.all_profiles()}
+        # A profile's own percentageOfNodesToScore, else the top-level one (upstream's rule).
+        self.percentages = {
+            p.scheduler_name: config.percentage_of_nodes_to_score
+            if p.percentage_of_nodes_to_score is None
+            else p.percentage_of_nodes_to_score
+            for p in config.all_profiles()
+        }
         self.recorders = {
             name: scheduler_events(client, name, config.event_concurrency) for name in self.profiles
         }
@@ -81,6 +97,7 @@ class Scheduler:
         self._bind_slots = asyncio.Semaphore(config.bind_concurrency)
         self._background: set[asyncio.Task[None]] = set()
         self._binding = 0
+        self._cycles = 0
         self.nodes = Informer(client, "/api/v1/nodes")
         self.nodes.add_handler(self._node_added, self._node_updated, self._node_deleted)
         self.pods = Informer(client, "/api/v1/pods", field_selector=POD_FIELD_SELECTOR)
@@ -93,7 +110,13 @@ class Scheduler:
         # NodeVolumeLimits: the CSI drivers' allocatable counts from the nodes' CSINodes.
         self.csinodes = Informer(client, "/apis/storage.k8s.io/v1/csinodes")
         self.volume_limits = NodeVolumeLimits(self.claims, self.volumes, self.classes, self.csinodes)
-        self.filters = default_filters(self.volume_limits, self.volume_binding)
+        # Upstream's order: VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone.
+        self.filters = default_filters(
+            VolumeRestrictions(self.claims),
+            self.volume_limits,
+            self.volume_binding,
+            VolumeZone(self.claims, self.volumes, self.classes),
+        )
         # Namespace labels (affinity terms' namespaceSelector) and the Services and controllers whose
         # selectors PodTopologySpread's default constraints spread by.
         self.namespaces = Informer(client, "/api/v1/namespaces")
@@ -218,6 +241,11 @@ class Scheduler:
             return False
         nodes = self.cache.nodes()
         view = self.cluster_view(nodes)
+        self._cycles += 1
+        observer = CycleMetrics(self.metrics, pod.scheduler_name, self._cycles % SAMPLE_EVERY == 1)
+        self.search.percentage = self.percentages.get(
+            pod.scheduler_name, self.config.percentage_of_nodes_to_score
+        )
         decided = time.monotonic()
         try:
             node = schedule(
@@ -228,18 +256,19 @@ class Scheduler:
                 view,
                 self.rng,
                 self.search,
+                observer,
             )
         except FitError as err:
             self.metrics.algorithm_duration.observe(time.monotonic() - decided)
             self.volume_binding.forget(pod.uid)
-            nominate = self._post_filter(pod, err, view) if err.num_nodes else None
+            nominate = self._post_filter(pod, err, view, observer) if err.num_nodes else None
             self._failed(qp, str(err), nominate, err.plugins)
             self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, time.monotonic() - started)
             return False
         self.metrics.algorithm_duration.observe(time.monotonic() - decided)
         self.cache.assume(pod, node.name)
         self.queue.done(pod.uid)
-        self._spawn(self._bind(qp, node.name, started), hold_slot=True)
+        self._spawn(self._bind(qp, node.name, started, observer), hold_slot=True)
         return True
 
     def cluster_view(self, nodes: list[NodeInfo]) -> ClusterView:
@@ -252,10 +281,16 @@ class Scheduler:
             {node: list(pods.values()) for node, pods in self.nominated.items() if pods},
         )
 
-    def _post_filter(self, pod: PodInfo, err: FitError, view: ClusterView) -> str | None:
+    def _post_filter(self, pod: PodInfo, err: FitError, view: ClusterView, observer: Observer) -> str | None:
         """DefaultPreemption: evict what frees a node for the pod and nominate that node (its name is
         returned), or say why not in the message ("" returned: any old nomination is cleared)."""
+        begun = time.perf_counter()
         outcome = preempt(pod, err.reasons, self.filters, view, budgets(self.budgets.store.values()))
+        took = time.perf_counter() - begun
+        status = UNSCHEDULABLE_STATUS if outcome.candidate is None else SUCCESS
+        if observer.sampled:
+            observer.plugin("DefaultPreemption", "PostFilter", status, took)
+        observer.point("PostFilter", status, took)
         self.metrics.preemption(len(outcome.candidate.victims) if outcome.candidate else None)
         if outcome.candidate is None:
             err.post_filter = f"preemption: {outcome.message}"
@@ -296,7 +331,7 @@ class Scheduler:
         counts = self.queue.counts()
         return LiveState({q: counts.get(q, 0) for q in PENDING_QUEUES}, self.cache.sizes(), self._binding)
 
-    async def _bind(self, qp: QueuedPod, node: str, started: float) -> None:
+    async def _bind(self, qp: QueuedPod, node: str, started: float, observer: Observer) -> None:
         pod = qp.info
         body = {
             "apiVersion": "v1",
@@ -307,8 +342,14 @@ class Scheduler:
         try:
             info = self.cache.node(node)
             labels = dict(info.facts.labels) if info is not None and info.facts is not None else {}
-            await self.volume_binding.pre_bind(self.client, pod, node, labels)  # PreBind: volumes first
-            await self.client.create(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding", body)
+            await timed(
+                observer,
+                "VolumeBinding",
+                "PreBind",
+                self.volume_binding.pre_bind(self.client, pod, node, labels),
+            )
+            path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+            await timed(observer, "DefaultBinder", "Bind", self.client.create(path, body))
         except Exception as err:  # any failure: forget the assumption, retry later
             self.cache.forget(pod.uid)
             self.stats.bind_errors += 1
@@ -445,6 +486,21 @@ class Scheduler:
 
     def _node_deleted(self, obj: Obj) -> None:
         self.cache.remove_node(str((obj.get("metadata") or {}).get("name") or ""))
+
+
+async def timed(observer: Observer, plugin: str, point: str, step: Any) -> None:
+    """Await one bind-cycle step (the extension point's only plugin), reporting its duration and
+    outcome (Success or Error) as upstream's PreBind and Bind do."""
+    begun = time.perf_counter()
+    status = ERROR_STATUS
+    try:
+        await step
+        status = SUCCESS
+    finally:
+        took = time.perf_counter() - begun
+        if observer.sampled:
+            observer.plugin(plugin, point, status, took)
+        observer.point(point, status, took)
 
 
 def _unschedulable_patch(pod: Obj, message: str, nominate: str | None = None) -> Obj | None:

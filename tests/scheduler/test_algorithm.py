@@ -148,3 +148,29 @@ def test_big_clusters_stop_early_and_rotate_the_start():
             search,
         )
     assert str(err.value) == "0/500 nodes are available: 500 Insufficient cpu."
+
+
+def test_rejected_nodes_count_as_evaluated_and_move_the_start():
+    """Upstream's search: it stops at the 420th feasible node of 1000 (50% - 1000/125 = 42%), the
+    rejected nodes it met on the way counted as processed, so the next pod starts after both."""
+    nodes = [make_node(f"n{i:04d}", cpu="100m" if i < 100 else "4") for i in range(1000)]
+    evaluated: list[str] = []
+
+    class Counting:
+        name = "Counting"
+
+        def applies(self, pod):
+            return True
+
+        def filter(self, pod, node):
+            evaluated.append(node.name)
+            return ()
+
+    search = Search()
+    feasible, rejected = find_feasible(make_pod(cpu="1"), nodes, [*default_filters(), Counting()], search)
+    assert len(feasible) == 420 and len(rejected) == 100
+    assert len(evaluated) == 420  # the filter after NodeResourcesFit saw only the nodes that fit so far
+    assert search.next_start == 520
+    search.percentage = 10  # a profile's own setting: 10% of 1000 is 100
+    feasible, _ = find_feasible(make_pod(cpu="1"), nodes, default_filters(), search)
+    assert len(feasible) == 100 and feasible[0].name == "n0520"

@@ -176,3 +176,24 @@ def test_profiles_each_with_their_scoring_and_unique_names():
     assert "PodTopologySpread" in {s.plugin.name for s in build_scores(first)}
     with pytest.raises(ValueError, match="duplicate schedulerName"):
         config_from_dict({"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]})
+
+
+def test_percentage_of_nodes_to_score_top_level_and_per_profile():
+    cfg = config_from_dict(
+        {
+            "percentageOfNodesToScore": 30,
+            "profiles": [{"schedulerName": "a"}, {"schedulerName": "b", "percentageOfNodesToScore": 70}],
+        }
+    )
+    assert cfg.percentage_of_nodes_to_score == 30
+    assert [p.percentage_of_nodes_to_score for p in cfg.profiles] == [None, 70]
+    with pytest.raises(
+        ValueError, match=r"^percentageOfNodesToScore: Invalid value: 101: not in valid range \[0-100\]$"
+    ):
+        config_from_dict({"percentageOfNodesToScore": 101})
+    with pytest.raises(
+        ValueError, match=r"^profiles\[1\]\.percentageOfNodesToScore: Invalid value: -1: not in valid range"
+    ):
+        config_from_dict(
+            {"profiles": [{"schedulerName": "a"}, {"schedulerName": "b", "percentageOfNodesToScore": -1}]}
+        )

@@ -328,3 +328,60 @@ def test_a_host_port_on_every_address_conflicts_with_one_address(cluster, start_
         "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
         + preemption(1, no_victims=1)
     )
+
+
+def test_volume_zone_and_a_read_write_once_pod_claim(cluster, start_scheduler):
+    """VolumeZone sends the pod to its volume's zone; a second pod of the ReadWriteOncePod claim waits
+    with VolumeRestrictions' message; a volume of a zone no node is in: VolumeZone's, not for preemption."""
+    zone = "topology.kubernetes.io/zone"
+    cluster.add_node("za", labels={zone: "a"})
+    in_b = cluster.add_node("zb", labels={zone: "b"})
+    volumes = []
+    for name, where in (("solo", "b"), ("far", "c")):
+        pv = f"{cluster.namespace}-{name}"
+        cluster.v1.create_persistent_volume(
+            {
+                "metadata": {"name": pv, "labels": {zone: where}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOncePod"],
+                    "hostPath": {"path": f"/tmp/{pv}"},
+                    "storageClassName": "",
+                    "claimRef": {"namespace": cluster.namespace, "name": name},
+                },
+            }
+        )
+        volumes.append(pv)
+        cluster.v1.create_namespaced_persistent_volume_claim(
+            cluster.namespace,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "accessModes": ["ReadWriteOncePod"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                    "storageClassName": "",
+                    "volumeName": pv,
+                },
+            },
+        )
+    try:
+        start_scheduler()
+
+        def using(pod: str, claim: str) -> dict:
+            volume = {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
+            return cluster.pod(pod, volumes=[volume])
+
+        cluster.create(using("first", "solo"))
+        assert cluster.wait_bound("first") == in_b
+        cluster.create(using("second", "solo"))
+        assert cluster.wait_unschedulable("second") == (
+            "0/2 nodes are available: 2 node has pod using PersistentVolumeClaim with the same name and "
+            "ReadWriteOncePod access mode." + preemption(2, no_victims=2)
+        )
+        cluster.create(using("elsewhere", "far"))
+        assert cluster.wait_unschedulable("elsewhere") == (
+            "0/2 nodes are available: 2 node(s) had no available volume zone." + preemption(2, not_helpful=2)
+        )
+    finally:
+        for pv in volumes:
+            cluster.v1.delete_persistent_volume(pv)

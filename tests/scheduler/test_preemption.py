@@ -8,7 +8,7 @@ from collections import Counter
 from controlplane.scheduler.algorithm import FitError, find_feasible, pre_filter_all
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
-from controlplane.scheduler.preemption import NOT_HELPFUL, Budget, preempt
+from controlplane.scheduler.preemption import NOT_HELPFUL, Budget, SavedStates, Trial, preempt
 from kubeclient.selectors import from_set
 from tests.scheduler.helpers import make_node, make_pod
 
@@ -76,3 +76,77 @@ def test_nominated_pods_keep_their_room():
     assert find_feasible(lower, [node], filters, None, view)[0] == []
     higher = make_pod(cpu="500m", priority=20)
     assert find_feasible(higher, [node], filters, None, view)[0] == [node]
+
+
+def _anti(**labels):
+    return {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": labels}, "topologyKey": "topology.kubernetes.io/zone"}
+            ]
+        }
+    }
+
+
+def test_the_trial_keeps_prefilter_state_as_a_recount_would():
+    """Upstream's AddPod/RemovePod extensions: after pods leave and return on the trial node, each
+    filter's PreFilter state equals what counting the changed cluster afresh gives."""
+    zone = "topology.kubernetes.io/zone"
+    nodes = [make_node(f"n{i}", labels={zone: f"z{i % 2}"}) for i in range(4)]
+    pods = []
+    for i, node in enumerate(nodes):
+        for j in range(3):
+            p = make_pod(
+                name=f"p{i}{j}", priority=j, labels={"app": "db" if j else "web"}, affinity=_anti(app="x")
+            )
+            node.add_pod(p)
+            pods.append(p)
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": zone,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "db"}},
+        }
+    ]
+    pod = make_pod(
+        priority=10, labels={"app": "x"}, affinity=_anti(app="db"), topologySpreadConstraints=spread
+    )
+    filters = default_filters()
+    view = ClusterView(len(nodes), Counter(), nodes, {})
+    pre_filter_all(pod, filters, view, len(nodes))
+    original = [(f.name, f.state.copy()) for f in filters if hasattr(f, "save")]  # type: ignore[attr-defined]
+    states = SavedStates(pod, filters)
+    states.restore()  # as preempt() does before each candidate: the trial works on copies
+    trial = Trial(pod, nodes[0], filters)
+    victims = [p for p in nodes[0].pods.values() if p.priority > 0]
+    for p in victims:
+        trial.remove(p)
+    trial.add(victims[0])
+    incremental = [(f.name, f.state) for f in filters if hasattr(f, "save")]  # type: ignore[attr-defined]
+    changed = [trial.node if n.name == "n0" else n for n in nodes]
+    pre_filter_all(pod, filters, ClusterView(4, Counter(), changed, {}), 4)
+    recounted = [(f.name, f.state) for f in filters if hasattr(f, "save")]  # type: ignore[attr-defined]
+    assert incremental == recounted
+    assert [n for n, _ in recounted] == ["PodTopologySpread", "InterPodAffinity"]
+    assert incremental != original  # the trial did change them
+    states.restore()  # the pod's own state is back for the next candidate
+    assert [(f.name, f.state) for f in filters if hasattr(f, "save")] == original  # type: ignore[attr-defined]
+
+
+def test_a_node_freed_for_a_nominated_pod_is_not_freed_again():
+    """Upstream's RunFilterPluginsWithNominatedPods in SelectVictimsOnNode: with the first preemptor
+    nominated to `a` (its victims still there), the second one of equal priority goes to `b`."""
+    a, b = make_node("a", cpu="4"), make_node("b", cpu="4")
+    for node in (a, b):
+        for i in range(4):
+            node.add_pod(make_pod(cpu="900m", name=f"{node.name}-low{i}", priority=0))
+    first = make_pod(cpu="3", priority=10, name="first")
+    second = make_pod(cpu="3", priority=10, name="second")
+    filters = default_filters()
+    view = ClusterView(2, Counter(), [a, b], {}, None, {"a": [first]})
+    pre_filter_all(second, filters, view, 2)
+    _, rejected = find_feasible(second, [a, b], filters, None, view)
+    outcome = preempt(second, rejected, filters, view)
+    assert outcome.candidate is not None and outcome.candidate.node.name == "b"
+    assert len(outcome.candidate.victims) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 from controlplane.scheduler.framework import SKIP, ClusterView, normalize_to_max
@@ -79,6 +80,17 @@ def test_image_locality():
     assert plugin.prepare(make_pod(image="other"), [have, lack], view) is SKIP
 
 
+def test_image_locality_counts_init_containers_as_upstream():
+    """1.32 sums the init containers' images too and spreads the range over all containers: an init
+    image of 600 MiB on every node and a 400 MiB app image on this one, two containers."""
+    node = make_node("n", images={"docker.io/library/init:1": 600 * MB, "docker.io/library/app:1": 400 * MB})
+    view = ClusterView(1, Counter({"docker.io/library/init:1": 1, "docker.io/library/app:1": 1}))
+    pod = make_pod(image="app:1", initContainers=[{"name": "i", "image": "init:1"}])
+    plugin = ImageLocality()
+    # (1000 MiB - 23 MiB) * 100 // (2000 MiB - 23 MiB) = 49
+    assert plugin.score_all(pod, [node], plugin.prepare(pod, [node], view)) == [49]
+
+
 def test_taint_toleration_score_counts_untolerated_prefer_no_schedule():
     soft = {"key": "spot", "effect": "PreferNoSchedule"}
     clean, one, two = (
@@ -153,3 +165,37 @@ def test_default_normalize():
     assert normalize_to_max([0, 5, 10]) == [0, 50, 100]
     assert normalize_to_max([0, 0]) == [0, 0]
     assert normalize_to_max([0, 0], reverse=True) == [100, 100]
+
+
+def test_the_unrolled_cpu_memory_scores_equal_the_general_ones():
+    """BalancedAllocation's and LeastAllocated's two-resource fast paths give what the general
+    arithmetic gives (LeastAllocated's general loop is taken by naming the resources in the other
+    order; nodes without cpu included)."""
+    rng = random.Random(7)
+    nodes = []
+    for i in range(200):
+        node = make_node(f"n{i}", cpu=f"{rng.randint(0, 8)}", memory=f"{rng.randint(1, 16)}Gi")
+        for _ in range(rng.randint(0, 5)):
+            node.add_pod(make_pod(cpu=f"{rng.randint(0, 3000)}m", memory=f"{rng.randint(0, 4096)}Mi"))
+        nodes.append(node)
+    for pod in (
+        make_pod(cpu="1", memory="1Gi"),
+        make_pod(cpu=None, memory=None),
+        make_pod(cpu="7", memory="20Gi"),
+    ):
+        assert _general_balanced(pod, nodes) == BalancedAllocation().score_all(pod, nodes, None)
+        fast = ResourceAllocation(resources=(("cpu", 2), ("memory", 1))).score_all(pod, nodes, None)
+        general = ResourceAllocation(resources=(("memory", 1), ("cpu", 2))).score_all(pod, nodes, None)
+        assert fast == general
+
+
+def _general_balanced(pod, nodes):
+    out = []
+    for node in nodes:
+        fractions = []
+        for r in ("cpu", "memory"):
+            a = node.facts.allocatable.get(r, 0)
+            if a:
+                fractions.append(min((node.requested.get(r, 0) + pod.requests.get(r, 0)) / a, 1.0))
+        out.append(balanced_score(fractions))
+    return out

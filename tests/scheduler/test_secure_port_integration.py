@@ -162,4 +162,20 @@ def test_health_is_open_and_metrics_are_authorized(apiserver, scheduler_port, cl
         "unschedulable",
         "gated",
     }
+    # Extension points every cycle, by profile; plugin durations in the sampled cycles, the first
+    # ("fits", popped first) among them.
+    points = "scheduler_framework_extension_point_duration_seconds"
+    assert value(points, f"{points}_count", extension_point="PreFilter", status="Success", **profile) >= 2
+    assert value(points, f"{points}_count", extension_point="Bind", status="Success", **profile) >= 1
+    assert (
+        value(points, f"{points}_count", extension_point="PostFilter", status="Unschedulable", **profile) >= 1
+    )
+    assert not any(s.labels.get("extension_point") == "Filter" for s in got[points].samples)  # per node
+    plugins = "scheduler_plugin_execution_duration_seconds"
+    fit = {"plugin": "NodeResourcesFit", "extension_point": "Filter", "status": "Success"}
+    assert value(plugins, f"{plugins}_count", **fit) >= 1
+    assert (
+        value(plugins, f"{plugins}_count", plugin="DefaultBinder", extension_point="Bind", status="Success")
+        >= 1
+    )
     assert not any(s.name.endswith("_created") for f in got.values() for s in f.samples)

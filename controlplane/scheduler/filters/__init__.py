@@ -15,8 +15,8 @@ from controlplane.scheduler.framework import FilterPlugin
 
 
 def default_filters(*volume_filters: FilterPlugin) -> list[FilterPlugin]:
-    """Upstream's order, the volume filters (VolumeBinding) between NodeResourcesFit and
-    PodTopologySpread."""
+    """Upstream's order, the volume filters (VolumeRestrictions, NodeVolumeLimits, VolumeBinding,
+    VolumeZone) between NodeResourcesFit and PodTopologySpread."""
     return [
         NodeUnschedulableFilter(),
         NodeNameFilter(),

@@ -41,6 +41,11 @@ class AffinityCounts:
     anti: Counter[Pair] = field(default_factory=Counter)
     self_match: bool = False  # no pod matches, but the pod matches all its own affinity terms
 
+    def copy(self) -> AffinityCounts:
+        return AffinityCounts(
+            Counter(self.existing_anti), Counter(self.affinity), Counter(self.anti), self.self_match
+        )
+
 
 term_id = SmallIds()
 
@@ -104,6 +109,45 @@ def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterVie
     return state
 
 
+def _bump(counts: Counter[Pair], pair: Pair, delta: int) -> None:
+    left = counts[pair] + delta
+    if left > 0:
+        counts[pair] = left
+    else:
+        del counts[pair]  # upstream drops a pair whose count reaches 0
+
+
+def update_with_pod(
+    state: AffinityCounts,
+    pod: PodInfo,
+    other: PodInfo,
+    node: NodeInfo,
+    ns_of: Mapping[str, Mapping[str, str]],
+    delta: int,
+) -> None:
+    """Upstream's updateWithPod: `other` placed on (1) or taken off (-1) `node`, the counts kept as if
+    `prepare` had walked the cluster again."""
+    assert node.facts is not None
+    labels = node.facts.labels
+    own_ns = ns_of.get(pod.namespace, {})
+    other_ns = ns_of.get(other.namespace, {})
+    for term in other.affinity.required_anti_affinity:
+        value = labels.get(term.topology_key)
+        if value is not None and term.matches(pod.namespace, pod.labels, own_ns):
+            _bump(state.existing_anti, (term.topology_key, value), delta)
+    required = pod.affinity.required_affinity
+    if required and matches_all(required, other, other_ns):
+        for term in required:
+            value = labels.get(term.topology_key)
+            if value is not None:
+                _bump(state.affinity, (term.topology_key, value), delta)
+    for term in pod.affinity.required_anti_affinity:
+        value = labels.get(term.topology_key)
+        if value is not None and term.matches(other.namespace, other.labels, other_ns):
+            _bump(state.anti, (term.topology_key, value), delta)
+    state.self_match = not state.affinity and matches_all(required, pod, own_ns)
+
+
 def check(pod: PodInfo, node: NodeInfo, state: AffinityCounts) -> tuple[str, ...]:
     assert node.facts is not None
     labels = node.facts.labels
@@ -134,15 +178,36 @@ class InterPodAffinityFilter:
     def __init__(self) -> None:
         self.state = AffinityCounts()
         self.active = False
+        self.namespace_labels: Mapping[str, Mapping[str, str]] = {}
 
     def applies(self, pod: PodInfo) -> bool:
         return True  # placed pods' anti-affinity may reject it; `prepare` decides
 
     def prepare(self, pod: PodInfo, cluster: ClusterView) -> None:
         self.state = affinity_counts(pod, cluster.all_nodes, cluster)
+        self.namespace_labels = cluster.namespace_labels
+        self._activate(pod)
+
+    def _activate(self, pod: PodInfo) -> None:
         self.active = bool(
             pod.affinity.required_affinity or pod.affinity.required_anti_affinity or self.state.existing_anti
         )
+
+    # PreFilter extensions (preemption's what-if on one node): the state follows pods added and removed.
+    def save(self) -> AffinityCounts:
+        return self.state
+
+    def restore(self, saved: AffinityCounts, pod: PodInfo) -> None:
+        self.state = saved.copy()
+        self._activate(pod)
+
+    def add_pod(self, pod: PodInfo, other: PodInfo, node: NodeInfo) -> None:
+        update_with_pod(self.state, pod, other, node, self.namespace_labels, 1)
+        self._activate(pod)
+
+    def remove_pod(self, pod: PodInfo, other: PodInfo, node: NodeInfo) -> None:
+        update_with_pod(self.state, pod, other, node, self.namespace_labels, -1)
+        self._activate(pod)
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         if not self.active:

@@ -12,6 +12,7 @@ REASON = "node(s) didn't match the requested node name"
 
 class NodeNameFilter:
     name = "NodeName"
+    has_pre_filter = False  # upstream's plugin has no PreFilter (nothing to time there)
 
     def applies(self, pod: PodInfo) -> bool:
         return bool(pod.node_name)

@@ -14,6 +14,7 @@ _TAINT = Taint(TAINT_UNSCHEDULABLE, "", NO_SCHEDULE)
 
 class NodeUnschedulableFilter:
     name = "NodeUnschedulable"
+    has_pre_filter = False  # upstream's plugin has no PreFilter (nothing to time there)
 
     def applies(self, pod: PodInfo) -> bool:
         return True  # depends on the node

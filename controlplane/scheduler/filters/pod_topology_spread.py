@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from controlplane.scheduler.framework import FITS, ClusterView
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
-from controlplane.scheduler.topologyspread import domain_counts
+from controlplane.scheduler.topologyspread import domain_counts, has_all_keys, node_included
 
 REASON = "node(s) didn't match pod topology spread constraints"
 MISSING_LABEL_REASON = REASON + " (missing required label)"
@@ -24,16 +24,44 @@ _NO_DOMAIN = 2**31 - 1  # upstream's critical-path sentinel: no domain at all
 class SpreadState:
     counts: list[dict[str, int]] = field(default_factory=list)
     minimum: list[int] = field(default_factory=list)
+    # Per constraint: 1 if the pod matches its own selector (it adds itself to the domain), read per
+    # node, so matched once per pod.
+    self_match: list[int] = field(default_factory=list)
+
+    def copy(self) -> SpreadState:
+        return SpreadState([dict(c) for c in self.counts], list(self.minimum), self.self_match)
+
+
+def minimums(pod: PodInfo, counts: list[dict[str, int]]) -> list[int]:
+    minimum = []
+    for c, by_value in zip(pod.spread_hard, counts, strict=True):
+        low = min(by_value.values(), default=_NO_DOMAIN)
+        minimum.append(0 if len(by_value) < c.min_domains else low)
+    return minimum
 
 
 def spread_state(pod: PodInfo, cluster: ClusterView) -> SpreadState:
-    constraints = pod.spread_hard
-    counts = domain_counts(pod, cluster.all_nodes, constraints)
-    minimum = []
-    for c, by_value in zip(constraints, counts, strict=True):
-        low = min(by_value.values(), default=_NO_DOMAIN)
-        minimum.append(0 if len(by_value) < c.min_domains else low)
-    return SpreadState(counts, minimum)
+    counts = domain_counts(pod, cluster.all_nodes, pod.spread_hard)
+    self_match = [1 if c.selector.matches(pod.labels) else 0 for c in pod.spread_hard]
+    return SpreadState(counts, minimums(pod, counts), self_match)
+
+
+def update_with_pod(state: SpreadState, pod: PodInfo, other: PodInfo, node: NodeInfo, delta: int) -> None:
+    """Upstream's updateWithPod: `other` added to (1) or removed from (-1) `node` changes its domain's
+    count for each constraint whose selector it matches, if the node counts for that constraint."""
+    assert node.facts is not None
+    labels = node.facts.labels
+    if other.namespace != pod.namespace or other.deleting or not has_all_keys(labels, pod.spread_hard):
+        return
+    changed = False
+    for i, c in enumerate(pod.spread_hard):
+        if not node_included(pod, node, c) or not c.selector.matches(other.labels):
+            continue
+        value = labels[c.topology_key]
+        state.counts[i][value] = state.counts[i].get(value, 0) + delta
+        changed = True
+    if changed:
+        state.minimum = minimums(pod, state.counts)
 
 
 def check(pod: PodInfo, node: NodeInfo, state: SpreadState) -> tuple[str, ...]:
@@ -43,8 +71,7 @@ def check(pod: PodInfo, node: NodeInfo, state: SpreadState) -> tuple[str, ...]:
         value = labels.get(c.topology_key)
         if value is None:
             return (MISSING_LABEL_REASON,)
-        self_match = 1 if c.selector.matches(pod.labels) else 0
-        if state.counts[i].get(value, 0) + self_match - state.minimum[i] > c.max_skew:
+        if state.counts[i].get(value, 0) + state.self_match[i] - state.minimum[i] > c.max_skew:
             return (REASON,)
     return FITS
 
@@ -60,6 +87,19 @@ class PodTopologySpreadFilter:
 
     def prepare(self, pod: PodInfo, cluster: ClusterView) -> None:
         self.state = spread_state(pod, cluster)
+
+    # PreFilter extensions (preemption's what-if on one node): the counts follow pods added and removed.
+    def save(self) -> SpreadState:
+        return self.state
+
+    def restore(self, saved: SpreadState, pod: PodInfo) -> None:
+        self.state = saved.copy()
+
+    def add_pod(self, pod: PodInfo, other: PodInfo, node: NodeInfo) -> None:
+        update_with_pod(self.state, pod, other, node, 1)
+
+    def remove_pod(self, pod: PodInfo, other: PodInfo, node: NodeInfo) -> None:
+        update_with_pod(self.state, pod, other, node, -1)
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         return check(pod, node, self.state)

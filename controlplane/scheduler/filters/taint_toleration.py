@@ -16,6 +16,7 @@ def reason(key: str, value: str) -> str:
 
 class TaintTolerationFilter:
     name = "TaintToleration"
+    has_pre_filter = False  # upstream's plugin has no PreFilter (nothing to time there)
 
     def applies(self, pod: PodInfo) -> bool:
         return True  # depends on the node
