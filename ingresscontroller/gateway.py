@@ -6,12 +6,12 @@ Served: GatewayClasses whose `controllerName` is ours (Accepted); their Gateways
 (served on the controller's HTTP port whatever port they name; `hostname`, `allowedRoutes.namespaces.from`
 Same or All; other protocols are refused with UnsupportedProtocol); HTTPRoutes attached to them by
 `parentRefs` (optionally a `sectionName`), their `hostnames` intersected with the listener's, rules
-whose matches are paths (Exact, PathPrefix) and whose backendRefs are Services in the route's namespace,
-weighted (nginx's per-address weights: each backend's share of the rule is its weight, whatever its
-number of endpoints). Not served, and said so in the route's status (Accepted False, UnsupportedValue):
-header, query parameter and method matches, filters. A backendRef to another namespace is refused with
-RefNotPermitted (no ReferenceGrant support), a missing Service with BackendNotFound; a rule left with no
-usable backend answers 500, as the API asks.
+read by `routematch` (path, header, query parameter and method matches in the API's precedence; header
+modifiers, redirects, URL rewrites) whose backendRefs are Services in the route's namespace, weighted
+(nginx's per-address weights: each backend's share of the rule is its weight, whatever its number of
+endpoints). A rule `routematch.unsupported` refuses makes the route Accepted False (UnsupportedValue). A
+backendRef to another namespace is refused with RefNotPermitted (no ReferenceGrant support), a missing
+Service with BackendNotFound; a rule left with no usable backend answers 500, as the API asks.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingresscontroller import model
+from ingresscontroller import model, routematch
 
 Obj = dict[str, Any]
 GROUP = "gateway.networking.k8s.io"
@@ -79,18 +79,6 @@ def _hostnames(listener: Obj, route: Obj) -> list[str] | None:
         return list(wanted)
     kept = [h for h in wanted if _host_matches(mine, h)] + [mine for h in wanted if _host_matches(h, mine)]
     return sorted(set(kept)) or None
-
-
-def _unsupported(rule: Obj) -> str:
-    if rule.get("filters"):
-        return "filters are not supported"
-    for match in rule.get("matches") or []:
-        for key in ("headers", "queryParams", "method"):
-            if match.get(key):
-                return f"{key} matches are not supported"
-        if (match.get("path") or {}).get("type", "PathPrefix") not in ("Exact", "PathPrefix"):
-            return "only Exact and PathPrefix path matches are supported"
-    return ""
 
 
 def _backends(
@@ -182,7 +170,9 @@ def _route_status(
     controller: str,
 ) -> list[Obj]:
     parents = []
-    unsupported = next((why for rule in route["spec"].get("rules") or [] if (why := _unsupported(rule))), "")
+    unsupported = next(
+        (why for rule in route["spec"].get("rules") or [] if (why := routematch.unsupported(rule))), ""
+    )
     resolved = ("ResolvedRefs", "all references are resolved")
     upstreams: list[model.Upstream | None] = []
     for index, rule in enumerate(route["spec"].get("rules") or []):
@@ -217,25 +207,14 @@ def _route_status(
 
 def _merge(config: model.Config, route: Obj, host: str, upstreams: list[model.Upstream | None]) -> None:
     server = config.servers.setdefault(host, model.Server(host))
+    age = route["metadata"].get("creationTimestamp") or ""
     for index, rule in enumerate(route["spec"].get("rules") or []):
         upstream = upstreams[index]
         if upstream is not None:
             config.upstreams[upstream.name] = upstream
-        for match in rule.get("matches") or [{"path": {"type": "PathPrefix", "value": "/"}}]:
-            path = match.get("path") or {}
-            where = model.normalize(
-                path.get("value") or "/", "Exact" if path.get("type") == "Exact" else "Prefix"
-            )
-            location = model.Location(
-                where[1], where[0], upstream.name if upstream else "", fixed=0 if upstream else 500
-            )
-            taken = server.locations.get(where)
-            if taken is None or taken.implied:
-                server.locations[where] = location
-            if not where[0] and where[1] != "/" and (True, where[1]) not in server.locations:
-                server.locations[(True, where[1])] = model.Location(
-                    where[1], True, location.upstream, True, location.fixed
-                )
+        for number, match in enumerate(routematch.matches(rule)):
+            action = routematch.action(rule, match, upstream.name if upstream else "")
+            server.routes.append(model.RouteEntry(match, (age, _key(route), index, number), action))
 
 
 def build(

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingresscontroller.model import Config, Location, Server
+from ingresscontroller.nginxtext import DOLLAR_VARIABLE, PROXY_HEADERS, quote
+from ingresscontroller.routeconf import render_routes, route_paths
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,6 @@ class Files:
 
     def key(self, name: str) -> Path:
         return self.root / "certs" / f"{name}.key"
-
-
-def quote(text: str) -> str:
-    """An nginx string literal: paths may hold spaces, quotes, braces or semicolons."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def server_name(host: str) -> str:
@@ -99,7 +96,8 @@ def render_server(config: Config, server: Server, listen: Listen, files: Files) 
     locations = sorted(server.locations.values(), key=lambda loc: (loc.path, loc.exact))
     for location in locations:
         lines += _location(config, location)
-    if not any(not loc.exact and loc.path == "/" for loc in locations):
+    lines += render_routes(server)
+    if (False, "/") not in server.locations and (False, "/") not in route_paths(server):
         fallback = (
             _proxy(config, server.default_upstream) if server.default_upstream else ["        return 404;"]
         )
@@ -131,14 +129,11 @@ def render(config: Config, listen: Listen, files: Files) -> str:
         "        default upgrade;",
         "        '' close;",
         "    }",
+        "    geo $" + DOLLAR_VARIABLE + " {",
+        '        default "$";',
+        "    }",
         "    proxy_http_version 1.1;",
-        "    proxy_set_header Host $host;",
-        "    proxy_set_header Upgrade $http_upgrade;",
-        "    proxy_set_header Connection $connection_upgrade;",
-        "    proxy_set_header X-Real-IP $remote_addr;",
-        "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
-        "    proxy_set_header X-Forwarded-Proto $scheme;",
-        "    proxy_set_header X-Forwarded-Host $host;",
+        *(f"    proxy_set_header {name} {value};" for name, value in PROXY_HEADERS),
         "    proxy_connect_timeout 5s;",
         "    proxy_next_upstream error timeout;",
     ]

@@ -294,6 +294,16 @@ ROUTES = [
         },
     ),
     _http_route(
+        "mirror",
+        "mirror.example",
+        {
+            "filters": [
+                {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "green", "port": 80}}}
+            ],
+            "backendRefs": [{"name": "blue", "port": 80}],
+        },
+    ),
+    _http_route(
         "elsewhere", "elsewhere.example", {"backendRefs": [{"name": "web", "namespace": "web", "port": 80}]}
     ),
 ]
@@ -365,7 +375,13 @@ def test_gateway_api_once_its_crds_are_installed(
     request = urllib.request.Request(f"http://{HOST}:{http_port}/green", headers={"Host": "shop.example"})
     with urllib.request.urlopen(request, timeout=5) as answer:
         assert answer.read().decode() == "green shop.example"  # the Exact rule
-    assert _get(http_port, "headers.example") == "<404>"  # a header match: refused, not served
+    request = urllib.request.Request(
+        f"http://{HOST}:{http_port}/", headers={"Host": "headers.example", "X-Env": "canary"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        assert answer.read().decode() == "blue headers.example"  # the header match met
+    assert _get(http_port, "headers.example") == "<404>"  # ... and not met: no rule matches
+    assert _get(http_port, "mirror.example") == "<404>"  # a filter not supported: refused, not served
     assert _get(http_port, "elsewhere.example") == "<500>"  # its only backend refused: 500
 
     assert _conditions(_read(api, "gatewayclasses/pykubelet")["status"])["Accepted"] == ("True", "Accepted")
@@ -380,13 +396,15 @@ def test_gateway_api_once_its_crds_are_installed(
     assert _conditions(gw)["Programmed"] == ("True", "Programmed")
     assert gw["addresses"] == [{"type": "IPAddress", "value": HOST}]
     listeners = {entry["name"]: entry for entry in gw["listeners"]}
-    assert listeners["http"]["attachedRoutes"] == 2  # split and elsewhere; headers is not accepted
+    assert listeners["http"]["attachedRoutes"] == 3  # split, headers and elsewhere; mirror is not accepted
     assert _conditions(listeners["http"])["Accepted"] == ("True", "Accepted")
     assert _conditions(listeners["tcp"])["Accepted"] == ("False", "UnsupportedProtocol")
     split = _read(api, "namespaces/shop/httproutes/split")["status"]["parents"][0]
     assert split["controllerName"] == "pykubelet.io/gateway-controller"
     assert _conditions(split) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
     headers = _read(api, "namespaces/shop/httproutes/headers")["status"]["parents"][0]
-    assert _conditions(headers)["Accepted"] == ("False", "UnsupportedValue")
+    assert _conditions(headers)["Accepted"] == ("True", "Accepted")
+    mirror = _read(api, "namespaces/shop/httproutes/mirror")["status"]["parents"][0]
+    assert _conditions(mirror)["Accepted"] == ("False", "UnsupportedValue")
     elsewhere = _read(api, "namespaces/shop/httproutes/elsewhere")["status"]["parents"][0]
     assert _conditions(elsewhere)["ResolvedRefs"] == ("False", "RefNotPermitted")
