@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingresscontroller import model, routematch
+from ingresscontroller import model, referencegrant, routematch
+from ingresscontroller.tlscerts import check_pair
 
 Obj = dict[str, Any]
 GROUP = "gateway.networking.k8s.io"
@@ -59,8 +60,27 @@ def _key(obj: Obj) -> str:
 class _Listener:
     gateway: Obj
     spec: Obj
-    ok: bool
+    ok: bool  # a protocol we serve (HTTP, HTTPS)
+    refs: tuple[str, str] = ("ResolvedRefs", "")  # the ResolvedRefs reason and message
+    certificate: model.Certificate | None = None  # an HTTPS listener's, resolved
     attached: int = 0
+
+    @property
+    def tls(self) -> bool:
+        return self.spec.get("protocol") == "HTTPS"
+
+    @property
+    def serving(self) -> bool:
+        return self.ok and self.refs[0] == "ResolvedRefs"
+
+
+@dataclass(frozen=True)
+class _Refs:
+    """What resolving references needs: the cache's objects, the ReferenceGrants, the pair check."""
+
+    cluster: model.Cluster
+    grants: list[Obj]
+    check: model.CertCheck
 
 
 def _host_matches(pattern: str, host: str) -> bool:
@@ -82,7 +102,7 @@ def _hostnames(listener: Obj, route: Obj) -> list[str] | None:
 
 
 def _backends(
-    route: Obj, index: int, rule: Obj, cluster: model.Cluster
+    route: Obj, index: int, rule: Obj, cluster: model.Cluster, grants: list[Obj] | None = None
 ) -> tuple[model.Upstream | None, str, str]:
     """The rule's weighted upstream (None: no usable backend), and a ResolvedRefs problem (reason, message)."""
     namespace = route["metadata"]["namespace"]
@@ -92,15 +112,18 @@ def _backends(
         if (ref.get("group") or "") != "" or (ref.get("kind") or "Service") != "Service":
             problem = ("InvalidKind", f"backendRef {ref.get('name')}: only Services are supported")
             continue
-        if (ref.get("namespace") or namespace) != namespace:
+        target = ref.get("namespace") or namespace
+        if not referencegrant.permitted(
+            grants or [], ("HTTPRoute", namespace), ("", "Service", target, ref.get("name") or "")
+        ):
             problem = (
                 "RefNotPermitted",
-                f"backendRef {ref['namespace']}/{ref.get('name')}: no ReferenceGrant support",
+                f"backendRef {target}/{ref.get('name')}: no ReferenceGrant in {target} allows it",
             )
             continue
         try:
             upstream = model.resolve_backend(
-                namespace,
+                target,
                 {"service": {"name": ref.get("name", ""), "port": {"number": ref.get("port") or 0}}},
                 cluster,
             )
@@ -124,14 +147,46 @@ def _backends(
     return model.Upstream(name, tuple(addresses), tuple(w // divisor for w in weights)), *problem
 
 
-def _listeners(gateways: list[Obj], ours: set[str]) -> dict[str, list[_Listener]]:
+def _certificate(gateway: Obj, spec: Obj, refs: _Refs) -> tuple[model.Certificate | None, str, str]:
+    """An HTTPS listener's certificate (its first certificateRef), or the ResolvedRefs (reason, message)."""
+    tls = spec.get("tls") or {}
+    if (tls.get("mode") or "Terminate") != "Terminate":
+        return None, "InvalidCertificateRef", f"TLS mode {tls.get('mode')} is not supported on HTTPS"
+    certificate_refs = tls.get("certificateRefs") or []
+    if not certificate_refs:
+        return None, "InvalidCertificateRef", "an HTTPS listener needs a certificateRef"
+    ref = certificate_refs[0]
+    namespace = gateway["metadata"]["namespace"]
+    target, name = ref.get("namespace") or namespace, ref.get("name") or ""
+    if (ref.get("group") or "") != "" or (ref.get("kind") or "Secret") != "Secret":
+        return None, "InvalidCertificateRef", f"certificateRef {name}: only core Secrets are supported"
+    if not referencegrant.permitted(refs.grants, ("Gateway", namespace), ("", "Secret", target, name)):
+        return (
+            None,
+            "RefNotPermitted",
+            f"certificateRef {target}/{name}: no ReferenceGrant in {target} allows it",
+        )
+    try:
+        return model.resolve_certificate(target, name, refs.cluster, refs.check), "ResolvedRefs", ""
+    except model.LeftOut as err:
+        return None, "InvalidCertificateRef", str(err)
+
+
+def _listener(gateway: Obj, spec: Obj, refs: _Refs) -> _Listener:
+    protocol = spec.get("protocol")
+    if protocol == "HTTPS":
+        certificate, reason, message = _certificate(gateway, spec, refs)
+        return _Listener(gateway, spec, True, (reason, message), certificate)
+    return _Listener(gateway, spec, protocol == "HTTP")
+
+
+def _listeners(gateways: list[Obj], ours: set[str], refs: _Refs) -> dict[str, list[_Listener]]:
     found: dict[str, list[_Listener]] = {}
     for gateway in gateways:
         if gateway["spec"].get("gatewayClassName") not in ours:
             continue
         found[_key(gateway)] = [
-            _Listener(gateway, spec, spec.get("protocol") == "HTTP")
-            for spec in gateway["spec"].get("listeners") or []
+            _listener(gateway, spec, refs) for spec in gateway["spec"].get("listeners") or []
         ]
     return found
 
@@ -152,7 +207,7 @@ def _attach(
     if candidates is None:
         return [], "NoMatchingParent", f"no Gateway {namespace}/{ref.get('name')} of this controller"
     section = ref.get("sectionName")
-    candidates = [c for c in candidates if c.ok and (not section or c.spec.get("name") == section)]
+    candidates = [c for c in candidates if c.serving and (not section or c.spec.get("name") == section)]
     allowed = [c for c in candidates if _allowed(c.spec, c.gateway, route)]
     if not allowed:
         return [], "NotAllowedByListeners", "no listener of the Gateway admits this route"
@@ -165,7 +220,7 @@ def _attach(
 def _route_status(
     route: Obj,
     config: model.Config,
-    cluster: model.Cluster,
+    refs: _Refs,
     listeners: dict[str, list[_Listener]],
     controller: str,
 ) -> list[Obj]:
@@ -176,7 +231,7 @@ def _route_status(
     resolved = ("ResolvedRefs", "all references are resolved")
     upstreams: list[model.Upstream | None] = []
     for index, rule in enumerate(route["spec"].get("rules") or []):
-        upstream, reason, message = _backends(route, index, rule, cluster)
+        upstream, reason, message = _backends(route, index, rule, refs.cluster, refs.grants)
         upstreams.append(upstream)
         if reason:
             resolved = (reason, message)
@@ -190,7 +245,7 @@ def _route_status(
         for listener, hosts in attached:
             listener.attached += 1
             for host in hosts:
-                _merge(config, route, host, upstreams)
+                _merge(config, route, listener, host, upstreams)
         gen = _gen(route)
         parents.append(
             {
@@ -205,8 +260,16 @@ def _route_status(
     return parents
 
 
-def _merge(config: model.Config, route: Obj, host: str, upstreams: list[model.Upstream | None]) -> None:
-    server = config.servers.setdefault(host, model.Server(host))
+def _merge(
+    config: model.Config, route: Obj, listener: _Listener, host: str, upstreams: list[model.Upstream | None]
+) -> None:
+    """The route's matches on `host` through `listener` (an HTTPS listener's on the HTTPS port alone,
+    with its certificate)."""
+    servers = config.tls_servers if listener.tls else config.servers
+    server = servers.setdefault(host, model.Server(host))
+    if listener.certificate is not None and not server.certificate:
+        server.certificate = listener.certificate.name
+        config.certificates[listener.certificate.name] = listener.certificate
     age = route["metadata"].get("creationTimestamp") or ""
     for index, rule in enumerate(route["spec"].get("rules") or []):
         upstream = upstreams[index]
@@ -225,8 +288,11 @@ def build(
     cluster: model.Cluster,
     controller: str,
     address: str,
+    grants: list[Obj] | None = None,
+    check: model.CertCheck = check_pair,
 ) -> Statuses:
-    """Add the routes of our Gateways to `config`; the statuses to write."""
+    """Add the routes of our Gateways to `config`; the statuses to write. `grants` are the
+    ReferenceGrants, `check` the test of a certificate pair."""
     statuses = Statuses()
     ours = {
         c["metadata"]["name"] for c in classes if (c.get("spec") or {}).get("controllerName") == controller
@@ -236,9 +302,10 @@ def build(
             statuses.classes[_key(cls)] = {
                 "conditions": [condition("Accepted", True, "Accepted", "GatewayClass is accepted", _gen(cls))]
             }
-    listeners = _listeners(gateways, ours)
+    refs = _Refs(cluster, grants or [], check)
+    listeners = _listeners(gateways, ours, refs)
     for route in sorted(routes, key=lambda r: (r["metadata"].get("creationTimestamp") or "", _key(r))):
-        parents = _route_status(route, config, cluster, listeners, controller)
+        parents = _route_status(route, config, refs, listeners, controller)
         if parents:
             statuses.routes[_key(route)] = {"parents": parents}
     for key, items in listeners.items():
@@ -252,15 +319,21 @@ def build(
                 condition(
                     "Accepted",
                     True,
-                    "Accepted" if all(i.ok for i in items) else "ListenersNotValid",
+                    "Accepted" if all(i.serving for i in items) else "ListenersNotValid",
                     "Gateway is accepted",
                     gen,
                 ),
-                condition("Programmed", True, "Programmed", "Gateway is programmed", gen),
+                _programmed(items, gen),
             ],
             "listeners": [_listener_status(i, gen) for i in items],
         }
     return statuses
+
+
+def _programmed(items: list[_Listener], gen: int) -> Obj:
+    if any(i.serving for i in items):
+        return condition("Programmed", True, "Programmed", "Gateway is programmed", gen)
+    return condition("Programmed", False, "Invalid", "no listener of the Gateway can be served", gen)
 
 
 def _listener_status(listener: _Listener, gen: int) -> Obj:
@@ -277,14 +350,19 @@ def _listener_status(listener: _Listener, gen: int) -> Obj:
                 condition("Conflicted", False, "NoConflicts", "", gen),
             ],
         }
+    reason, message = listener.refs
+    if listener.serving:
+        programmed = condition("Programmed", True, "Programmed", "Listener is programmed", gen)
+    else:
+        programmed = condition("Programmed", False, "Invalid", message, gen)
     return {
         "name": listener.spec.get("name"),
         "supportedKinds": [{"group": GROUP, "kind": "HTTPRoute"}],
         "attachedRoutes": listener.attached,
         "conditions": [
             condition("Accepted", True, "Accepted", "Listener is accepted", gen),
-            condition("Programmed", True, "Programmed", "Listener is programmed", gen),
-            condition("ResolvedRefs", True, "ResolvedRefs", "", gen),
+            programmed,
+            condition("ResolvedRefs", listener.serving, reason, message, gen),
             condition("Conflicted", False, "NoConflicts", "", gen),
         ],
     }

@@ -141,6 +141,7 @@ class Problem:
 @dataclass
 class Config:
     servers: dict[str, Server] = field(default_factory=dict)
+    tls_servers: dict[str, Server] = field(default_factory=dict)  # HTTPS only (Gateway HTTPS listeners)
     upstreams: dict[str, Upstream] = field(default_factory=dict)
     certificates: dict[str, Certificate] = field(default_factory=dict)
     served: list[str] = field(default_factory=list)  # the Ingresses (namespace/name) taken

@@ -72,7 +72,10 @@ def _location(config: Config, location: Location) -> list[str]:
     return [head, *body, "    }"]
 
 
-def render_server(config: Config, server: Server, listen: Listen, files: Files) -> list[str]:
+def render_server(
+    config: Config, server: Server, listen: Listen, files: Files, http: bool = True, https: bool = True
+) -> list[str]:
+    """One server block, on the HTTP port, the HTTPS port or both."""
     default = server.host == ""
     if server.certificate:
         cert, key = files.cert(server.certificate), files.key(server.certificate)
@@ -80,13 +83,13 @@ def render_server(config: Config, server: Server, listen: Listen, files: Files) 
         cert, key = files.default_cert, files.default_key
     lines = [
         "server {",
-        _listen(listen.address, listen.http_port, False, default),
-        _listen(listen.address, listen.https_port, True, default),
+        *([_listen(listen.address, listen.http_port, False, default)] if http else []),
+        *([_listen(listen.address, listen.https_port, True, default)] if https else []),
         f"    server_name {server_name(server.host)};",
         f"    ssl_certificate {quote(str(cert))};",
         f"    ssl_certificate_key {quote(str(key))};",
     ]
-    if server.certificate and not default:
+    if server.certificate and not default and http:
         port = "" if listen.https_port == 443 else f":{listen.https_port}"
         lines += [
             "    if ($scheme = http) {",
@@ -147,8 +150,11 @@ def render(config: Config, listen: Listen, files: Files) -> str:
             lines += [f"    upstream {upstream.name} {{", *servers, "    }"]
     servers = dict(config.servers)
     servers.setdefault("", Server(""))
-    for host in sorted(servers):
+    blocks = [(servers[h], True, h not in config.tls_servers) for h in sorted(servers)]
+    blocks += [(config.tls_servers[h], False, True) for h in sorted(config.tls_servers)]
+    for server, http, https in blocks:
         lines += [
-            "    " + line if line else line for line in render_server(config, servers[host], listen, files)
+            "    " + line if line else line
+            for line in render_server(config, server, listen, files, http=http, https=https)
         ]
     return "\n".join([*lines, "}", ""])

@@ -4,20 +4,25 @@ make from the objects, served by the controller's `Nginx`, in front of an echo b
 API v1.2.1 conformance tests (httproute-header-matching, -query-param-matching, -method-matching,
 -matching-across-routes, -request-header-modifier, -response-header-modifier, -rewrite-path,
 -redirect-*): precedence across rules and routes, header/query/method conditions, header set/add/remove
-on the request and the response, URL rewrites and redirects."""
+on the request and the response, URL rewrites and redirects; an HTTPS listener terminating TLS with its
+Secret's certificate, chosen by SNI, its routes not served on the HTTP port."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.client
 import http.server
 import json
 import shutil
+import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from ingresscontroller import gateway, model
 from ingresscontroller.nginx import Nginx
@@ -71,7 +76,7 @@ def echoes() -> Iterator[dict[str, int]]:
         server.server_close()
 
 
-def _cluster(ports: dict[str, int]) -> model.Cluster:
+def _cluster(ports: dict[str, int], secrets: dict[str, dict]) -> model.Cluster:
     services, slices = {}, {}
     for label, port in ports.items():
         services[f"gw/{label}"] = {"metadata": {"name": label}, "spec": {"ports": [{"port": 8080}]}}
@@ -82,7 +87,7 @@ def _cluster(ports: dict[str, int]) -> model.Cluster:
                 "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
             }
         ]
-    return model.Cluster(services, slices, {})
+    return model.Cluster(services, slices, secrets)
 
 
 def _route(name: str, created: str, host: str, *rules: dict) -> dict:
@@ -223,39 +228,71 @@ ROUTES = [
             "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}],
         },
     ),
+    {
+        **_route("secure", "2026-01-01T00:00:00Z", "secure.example", _to("v3")),
+        "spec": {
+            "parentRefs": [{"name": "gw", "sectionName": "https"}],
+            "hostnames": ["secure.example"],
+            "rules": [_to("v3")],
+        },
+    },
 ]
 
 
 @pytest.fixture(scope="module")
-def proxy(echoes: dict[str, int], tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """The real nginx serving ROUTES; its HTTP port."""
+def served(echoes: dict[str, int], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listen]:
+    """The real nginx serving ROUTES; its ports."""
     root = tmp_path_factory.mktemp("gateway-nginx")
     for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (root / "tmp" / sub).mkdir(parents=True, exist_ok=True)
     cert, key = ensure_self_signed(root / "certs", "ingress.local", [], "default-fake")
     files, listen = Files(root, cert, key), Listen("127.0.0.1", free_port(), free_port())
+    site_cert, site_key = ensure_self_signed(root / "site", "secure.example", [], "secure")
+    secret = {
+        "metadata": {"name": "secure", "namespace": "gw"},
+        "type": "kubernetes.io/tls",
+        "data": {
+            "tls.crt": base64.b64encode(site_cert.read_bytes()).decode(),
+            "tls.key": base64.b64encode(site_key.read_bytes()).decode(),
+        },
+    }
+    https = {
+        "name": "https",
+        "protocol": "HTTPS",
+        "port": 443,
+        "tls": {"certificateRefs": [{"name": "secure"}]},
+    }
     gateways = [
         {
             "metadata": {"name": "gw", "namespace": "gw", "generation": 1},
             "spec": {
                 "gatewayClassName": "ours",
-                "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}],
+                "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}, https],
             },
         }
     ]
     classes = [{"metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER}}]
     config = model.Config()
-    statuses = gateway.build(config, classes, gateways, ROUTES, _cluster(echoes), CONTROLLER, "127.0.0.1")
+    cluster = _cluster(echoes, {"gw/secure": secret})
+    statuses = gateway.build(config, classes, gateways, ROUTES, cluster, CONTROLLER, "127.0.0.1")
     assert all(
         c["status"] == "True" for s in statuses.routes.values() for p in s["parents"] for c in p["conditions"]
     ), statuses.routes
+    for certificate in config.certificates.values():  # as the controller writes them
+        files.cert(certificate.name).write_bytes(certificate.cert)
+        files.key(certificate.name).write_bytes(certificate.key)
     nginx = Nginx(root)
     with asyncio.Runner() as runner:  # one loop owns the nginx child from start to stop
         runner.run(nginx.apply(render(config, listen, files)))
         try:
-            yield listen.http_port
+            yield listen
         finally:
             runner.run(nginx.stop())
+
+
+@pytest.fixture(scope="module")
+def proxy(served: Listen) -> int:
+    return served.http_port
 
 
 def _call(port: int, host: str, path: str, method: str = "GET", **headers: str) -> http.client.HTTPResponse:
@@ -329,3 +366,23 @@ def test_redirects(proxy: int) -> None:
     assert (answer.status, answer.getheader("Location")) == (302, "http://example.org:8083/port")
     answer = _call(proxy, "filters.example", "/same-port/x")
     assert (answer.status, answer.getheader("Location")) == (302, f"http://example.org:{proxy}/same-port/x")
+
+
+def test_an_https_listener_terminates_tls_with_its_secrets_certificate(served: Listen) -> None:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("secure.example", served.https_port, timeout=5, context=context)
+    conn.sock = context.wrap_socket(
+        socket.create_connection(("127.0.0.1", served.https_port), timeout=5),
+        server_hostname="secure.example",
+    )
+    try:
+        der = conn.sock.getpeercert(binary_form=True)
+        conn.request("GET", "/", headers={"Host": "secure.example"})
+        answer = conn.getresponse()
+        body = json.loads(answer.read())
+    finally:
+        conn.close()
+    assert x509.load_der_x509_certificate(der).subject.rfc4514_string().startswith("CN=secure.example@")
+    assert body["backend"] == "v3"
+    assert _call(served.http_port, "secure.example", "/").status == 404  # not the HTTP listener's route
