@@ -19,6 +19,9 @@ from ingresscontroller.model import Config, Location, Server
 from ingresscontroller.nginxtext import DOLLAR_VARIABLE, PROXY_HEADERS, quote
 from ingresscontroller.routeconf import render_routes, route_paths
 
+# Idle connections to an upstream's pods each worker keeps (ingress-nginx keeps 320 by default).
+UPSTREAM_KEEPALIVE = 32
+
 
 @dataclass(frozen=True)
 class Listen:
@@ -128,9 +131,11 @@ def render(config: Config, listen: Listen, files: Files) -> str:
         ),
         "    server_names_hash_bucket_size 128;",
         "    map_hash_bucket_size 128;",
+        # As ingress-nginx with upstream keepalive: no Connection header unless upgrading, so nginx keeps
+        # its connections to the pods open between requests.
         "    map $http_upgrade $connection_upgrade {",
         "        default upgrade;",
-        "        '' close;",
+        "        '' '';",
         "    }",
         "    geo $" + DOLLAR_VARIABLE + " {",
         '        default "$";',
@@ -147,7 +152,8 @@ def render(config: Config, listen: Listen, files: Files) -> str:
                 f"        server {a}{f' weight={w}' if w != 1 else ''};"
                 for a, w in zip(upstream.addresses, weights, strict=True)
             ]
-            lines += [f"    upstream {upstream.name} {{", *servers, "    }"]
+            keep = [f"        keepalive {UPSTREAM_KEEPALIVE};"]
+            lines += [f"    upstream {upstream.name} {{", *servers, *keep, "    }"]
     servers = dict(config.servers)
     servers.setdefault("", Server(""))
     blocks = [(servers[h], True, h not in config.tls_servers) for h in sorted(servers)]

@@ -36,11 +36,43 @@ SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "Request
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]+$")
 
 
+def _values(rule: Obj) -> list[str]:
+    """Every user string the rule puts into nginx's configuration."""
+    found = []
+    for match in rule.get("matches") or []:
+        found += [
+            c.get("value") or "" for c in [*(match.get("headers") or []), *(match.get("queryParams") or [])]
+        ]
+        found += [c.get("name") or "" for c in match.get("queryParams") or []]
+    for item in rule.get("filters") or []:
+        for spec in item.values():
+            if isinstance(spec, dict):
+                for key in ("set", "add"):
+                    found += [h.get("value") or "" for h in spec.get(key) or []]
+    return found
+
+
+def _bad_regex(rule: Obj) -> str:
+    for match in rule.get("matches") or []:
+        for condition in [*(match.get("headers") or []), *(match.get("queryParams") or [])]:
+            if condition.get("type") == "RegularExpression":
+                try:
+                    re.compile(condition.get("value") or "")
+                except re.error as err:
+                    return f"invalid regular expression {condition.get('value')!r}: {err}"
+    return ""
+
+
 def unsupported(rule: Obj) -> str:
-    """Why this rule cannot be served as written ("" when it can)."""
+    """Why this rule cannot be served as written ("" when it can). What nginx would refuse is refused
+    here, for this route alone: a regular expression that does not compile, a control character."""
     for item in rule.get("filters") or []:
         if item.get("type") not in SUPPORTED_FILTERS:
             return f"filter type {item.get('type')} is not supported"
+    if any(ord(c) < 0x20 or c == "\x7f" for value in _values(rule) for c in value):
+        return "a header or query parameter value holds a control character"
+    if why := _bad_regex(rule):
+        return why
     if any(ref.get("filters") for ref in rule.get("backendRefs") or []):
         return "backendRef filters are not supported"
     for match in rule.get("matches") or []:

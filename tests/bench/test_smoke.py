@@ -73,6 +73,8 @@ BENCHMARKS = {
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
     "journey": Benchmark("bench/journey/timing.py", "journey", needs_root=False),
     "scale-density": Benchmark("bench/scale/density.py", "scale-density", needs_root=False),
+    "ingress-hop": Benchmark("bench/ingress/hop.py", "ingress-hop", needs_root=False),
+    "ingress-routes": Benchmark("bench/ingress/routes.py", "ingress-routes", needs_root=False),
 }
 
 

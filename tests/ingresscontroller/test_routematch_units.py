@@ -87,3 +87,17 @@ def test_redirect_and_rewrite_actions() -> None:
     assert action.fixed == 0 and action.redirect is not None and action.redirect.status == 302
     assert action.redirect.path is not None and action.redirect.path.prefix == "/old"
     assert routematch.action({}, match, "").fixed == 500  # no usable backend, no redirect
+
+
+def test_what_nginx_would_refuse_is_refused_for_the_route_alone() -> None:
+    bad_regex = {"matches": [{"headers": [{"name": "a", "type": "RegularExpression", "value": "(unclosed"}]}]}
+    assert routematch.unsupported(bad_regex).startswith("invalid regular expression '(unclosed'")
+    injected = {
+        "filters": [
+            {
+                "type": "RequestHeaderModifier",
+                "requestHeaderModifier": {"set": [{"name": "x", "value": "a\r\nEvil: 1"}]},
+            }
+        ]
+    }
+    assert "control character" in routematch.unsupported(injected)
