@@ -303,7 +303,9 @@ class IngressController:
         self.recorder.start()
         elector = asyncio.create_task(self._elect(stop))
         try:
-            await asyncio.gather(*(i.synced.wait() for i in self.informers))
+            # Ingresses are served without waiting for the CRD list (an identity that may not list CRDs
+            # still serves them; the Gateway API then waits).
+            await asyncio.gather(*(i.synced.wait() for i in self.informers if i is not self.kinds.crds))
             log.info("caches synced controller=%s", self.config.controller_name)
             while not stop.is_set():
                 self._wake.clear()
