@@ -130,6 +130,7 @@ def render(config: Config, listen: Listen, files: Files) -> str:
             for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
         ),
         "    server_names_hash_bucket_size 128;",
+        f"    server_names_hash_max_size {max(512, 2 * (len(config.servers) + len(config.tls_servers)))};",
         "    map_hash_bucket_size 128;",
         # As ingress-nginx with upstream keepalive: no Connection header unless upgrading, so nginx keeps
         # its connections to the pods open between requests.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -194,9 +195,12 @@ def main() -> int:
         args.seconds, args.rounds, args.requests = 0.3, 1, 50
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="ingress-hop-"))
-    figures = asyncio.run(measure(work, args.seconds, args.rounds, args.requests))
-    leaked = Scope.of(work).leaked()
-    assert not leaked, f"left {leaked}"
+    try:
+        figures = asyncio.run(measure(work, args.seconds, args.rounds, args.requests))
+        leaked = Scope.of(work).leaked()
+        assert not leaked, f"left {leaked}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     data = {"seconds": args.seconds, "rounds": args.rounds, "requests": args.requests, **figures}
     rows = "\n".join(f"| {k} | {v} |" for k, v in figures.items())
     markdown = (

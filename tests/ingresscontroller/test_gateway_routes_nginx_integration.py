@@ -368,6 +368,17 @@ def test_redirects(proxy: int) -> None:
     assert (answer.status, answer.getheader("Location")) == (302, f"http://example.org:{proxy}/same-port/x")
 
 
+def _subject(port: int, host: str) -> str:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with context.wrap_socket(
+        socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname=host
+    ) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+
+
 def test_an_https_listener_terminates_tls_with_its_secrets_certificate(served: Listen) -> None:
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
@@ -386,3 +397,6 @@ def test_an_https_listener_terminates_tls_with_its_secrets_certificate(served: L
     assert x509.load_der_x509_certificate(der).subject.rfc4514_string().startswith("CN=secure.example@")
     assert body["backend"] == "v3"
     assert _call(served.http_port, "secure.example", "/").status == 404  # not the HTTP listener's route
+    # A host no listener serves over HTTPS gets the controller's default certificate (ingress-nginx's fake).
+    assert _subject(served.https_port, "nobody.example").startswith("CN=ingress.local@")
+    assert _subject(served.https_port, "secure.example").startswith("CN=secure.example@")
