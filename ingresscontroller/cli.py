@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="the address written into the Ingresses' status (default: --bind-address, else the host's default route address)",
     )
+    parser.add_argument(
+        "--gateway-class",
+        default="",
+        help="create this GatewayClass (controllerName pykubelet.io/gateway-controller) once the Gateway API CRDs exist",
+    )
     parser.add_argument("--election-id", default=LEASE, help="the leader-election Lease's name")
     parser.add_argument(
         "--election-namespace", default=NAMESPACE, help="the leader-election Lease's namespace"
@@ -67,6 +72,7 @@ async def _main(args: argparse.Namespace) -> int:
             args.election_id, enabled=args.leader_elect == "true", namespace=args.election_namespace
         ),
         nginx_binary=args.nginx_binary,
+        gateway_class=args.gateway_class,
     )
     client = KubeClient(load_kubeconfig(args.kubeconfig), component="ingress-nginx-controller")
     controller = IngressController(client, config)

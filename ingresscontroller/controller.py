@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ingresscontroller import gateway, model
+from ingresscontroller.gatewaykinds import GatewayKinds
 from ingresscontroller.gatewaystatus import StatusWriter
 from ingresscontroller.nginx import Nginx, NginxError
 from ingresscontroller.nginxconf import Files, Listen, render
@@ -53,6 +54,7 @@ class ControllerConfig:
     )
     nginx_binary: str = "nginx"
     gateway_controller: str = "pykubelet.io/gateway-controller"  # the GatewayClass controllerName served
+    gateway_class: str = ""  # a GatewayClass to create once its CRD exists ("" = none)
 
 
 class IngressController:
@@ -71,15 +73,13 @@ class IngressController:
         self.slices = Informer(client, "/apis/discovery.k8s.io/v1/endpointslices")
         self.secrets = Informer(client, "/api/v1/secrets")
         self.informers = [self.classes, self.ingresses, self.services, self.slices, self.secrets]
-        # The Gateway API's kinds exist only once their CRDs are installed (maybe after the start): these
-        # informers retry until then, and the Gateway API is served once they have listed.
-        base = f"/apis/{gateway.GROUP}/{gateway.VERSION}"
-        self.gateway_caches = {
-            plural: Informer(client, f"{base}/{plural}")
-            for plural in ("gatewayclasses", "gateways", "httproutes")
-        }
+        # The Gateway API's kinds exist only once their CRDs are installed (maybe after the start):
+        # their informers run while the CRDs are there, and the Gateway API is served once they listed.
+        self.kinds = GatewayKinds(client, self._wake_up, config.gateway_controller, config.gateway_class)
+        self.informers.append(self.kinds.crds)
+        self.gateway_caches = self.kinds.caches
         self.gateway_status = StatusWriter(client, self.gateway_caches, config.gateway_controller)
-        for informer in [*self.informers, *self.gateway_caches.values()]:
+        for informer in self.informers:
             informer.add_handler(
                 on_add=lambda _o: self._wake.set(),
                 on_update=lambda _o, _n: self._wake.set(),
@@ -119,7 +119,7 @@ class IngressController:
     ) -> tuple[model.Config, gateway.Statuses | None]:
         config = model.build(ingresses, cluster, check_pair, excluded=frozenset(self.refused))
         caches = self.gateway_caches
-        if not all(c.synced.is_set() for c in caches.values()):
+        if not self.kinds.ready:
             return config, None
         statuses = gateway.build(
             config,
@@ -129,6 +129,8 @@ class IngressController:
             cluster,
             self.config.gateway_controller,
             self.config.publish_address,
+            grants=caches["referencegrants"].list(),
+            check=check_pair,
         )
         return config, statuses
 
@@ -169,8 +171,12 @@ class IngressController:
             if why is not None:
                 self.refused[key] = (resource_version(ingress), why)
 
+    def _wake_up(self) -> None:
+        self._wake.set()
+
     async def sync(self) -> None:
         self.syncs += 1
+        self.kinds.reconcile()
         ingresses = self._ours()
         current = {key_of(i): resource_version(i) for i in ingresses}
         self.refused = {k: v for k, v in self.refused.items() if current.get(k) == v[0]}
@@ -208,6 +214,7 @@ class IngressController:
         self._report(ingresses, config.served, problems)
         if self.leading:
             await self._write_status(ingresses, set(config.served))
+            await self.kinds.ensure_class()
             if statuses is not None:
                 await self.gateway_status.write(statuses)
 
@@ -292,11 +299,13 @@ class IngressController:
                 await asyncio.sleep(self.config.election.retry_period)
 
     async def run(self, stop: asyncio.Event) -> None:
-        tasks = [asyncio.create_task(i.run()) for i in [*self.informers, *self.gateway_caches.values()]]
+        tasks = [asyncio.create_task(i.run()) for i in self.informers]
         self.recorder.start()
         elector = asyncio.create_task(self._elect(stop))
         try:
-            await asyncio.gather(*(i.synced.wait() for i in self.informers))
+            # Ingresses are served without waiting for the CRD list (an identity that may not list CRDs
+            # still serves them; the Gateway API then waits).
+            await asyncio.gather(*(i.synced.wait() for i in self.informers if i is not self.kinds.crds))
             log.info("caches synced controller=%s", self.config.controller_name)
             while not stop.is_set():
                 self._wake.clear()
@@ -314,6 +323,7 @@ class IngressController:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(elector, *tasks, return_exceptions=True)
+            await self.kinds.stop()
             await self.nginx.stop()
             await self.recorder.stop()
 

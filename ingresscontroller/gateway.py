@@ -6,12 +6,12 @@ Served: GatewayClasses whose `controllerName` is ours (Accepted); their Gateways
 (served on the controller's HTTP port whatever port they name; `hostname`, `allowedRoutes.namespaces.from`
 Same or All; other protocols are refused with UnsupportedProtocol); HTTPRoutes attached to them by
 `parentRefs` (optionally a `sectionName`), their `hostnames` intersected with the listener's, rules
-whose matches are paths (Exact, PathPrefix) and whose backendRefs are Services in the route's namespace,
-weighted (nginx's per-address weights: each backend's share of the rule is its weight, whatever its
-number of endpoints). Not served, and said so in the route's status (Accepted False, UnsupportedValue):
-header, query parameter and method matches, filters. A backendRef to another namespace is refused with
-RefNotPermitted (no ReferenceGrant support), a missing Service with BackendNotFound; a rule left with no
-usable backend answers 500, as the API asks.
+read by `routematch` (path, header, query parameter and method matches in the API's precedence; header
+modifiers, redirects, URL rewrites) whose backendRefs are Services in the route's namespace, weighted
+(nginx's per-address weights: each backend's share of the rule is its weight, whatever its number of
+endpoints). A rule `routematch.unsupported` refuses makes the route Accepted False (UnsupportedValue). A
+backendRef to another namespace is refused with RefNotPermitted (no ReferenceGrant support), a missing
+Service with BackendNotFound; a rule left with no usable backend answers 500, as the API asks.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingresscontroller import model
+from ingresscontroller import model, referencegrant, routematch
+from ingresscontroller.tlscerts import check_pair
 
 Obj = dict[str, Any]
 GROUP = "gateway.networking.k8s.io"
@@ -59,8 +60,27 @@ def _key(obj: Obj) -> str:
 class _Listener:
     gateway: Obj
     spec: Obj
-    ok: bool
+    ok: bool  # a protocol we serve (HTTP, HTTPS)
+    refs: tuple[str, str] = ("ResolvedRefs", "")  # the ResolvedRefs reason and message
+    certificate: model.Certificate | None = None  # an HTTPS listener's, resolved
     attached: int = 0
+
+    @property
+    def tls(self) -> bool:
+        return self.spec.get("protocol") == "HTTPS"
+
+    @property
+    def serving(self) -> bool:
+        return self.ok and self.refs[0] == "ResolvedRefs"
+
+
+@dataclass(frozen=True)
+class _Refs:
+    """What resolving references needs: the cache's objects, the ReferenceGrants, the pair check."""
+
+    cluster: model.Cluster
+    grants: list[Obj]
+    check: model.CertCheck
 
 
 def _host_matches(pattern: str, host: str) -> bool:
@@ -81,20 +101,8 @@ def _hostnames(listener: Obj, route: Obj) -> list[str] | None:
     return sorted(set(kept)) or None
 
 
-def _unsupported(rule: Obj) -> str:
-    if rule.get("filters"):
-        return "filters are not supported"
-    for match in rule.get("matches") or []:
-        for key in ("headers", "queryParams", "method"):
-            if match.get(key):
-                return f"{key} matches are not supported"
-        if (match.get("path") or {}).get("type", "PathPrefix") not in ("Exact", "PathPrefix"):
-            return "only Exact and PathPrefix path matches are supported"
-    return ""
-
-
 def _backends(
-    route: Obj, index: int, rule: Obj, cluster: model.Cluster
+    route: Obj, index: int, rule: Obj, cluster: model.Cluster, grants: list[Obj] | None = None
 ) -> tuple[model.Upstream | None, str, str]:
     """The rule's weighted upstream (None: no usable backend), and a ResolvedRefs problem (reason, message)."""
     namespace = route["metadata"]["namespace"]
@@ -104,15 +112,18 @@ def _backends(
         if (ref.get("group") or "") != "" or (ref.get("kind") or "Service") != "Service":
             problem = ("InvalidKind", f"backendRef {ref.get('name')}: only Services are supported")
             continue
-        if (ref.get("namespace") or namespace) != namespace:
+        target = ref.get("namespace") or namespace
+        if not referencegrant.permitted(
+            grants or [], ("HTTPRoute", namespace), ("", "Service", target, ref.get("name") or "")
+        ):
             problem = (
                 "RefNotPermitted",
-                f"backendRef {ref['namespace']}/{ref.get('name')}: no ReferenceGrant support",
+                f"backendRef {target}/{ref.get('name')}: no ReferenceGrant in {target} allows it",
             )
             continue
         try:
             upstream = model.resolve_backend(
-                namespace,
+                target,
                 {"service": {"name": ref.get("name", ""), "port": {"number": ref.get("port") or 0}}},
                 cluster,
             )
@@ -136,14 +147,46 @@ def _backends(
     return model.Upstream(name, tuple(addresses), tuple(w // divisor for w in weights)), *problem
 
 
-def _listeners(gateways: list[Obj], ours: set[str]) -> dict[str, list[_Listener]]:
+def _certificate(gateway: Obj, spec: Obj, refs: _Refs) -> tuple[model.Certificate | None, str, str]:
+    """An HTTPS listener's certificate (its first certificateRef), or the ResolvedRefs (reason, message)."""
+    tls = spec.get("tls") or {}
+    if (tls.get("mode") or "Terminate") != "Terminate":
+        return None, "InvalidCertificateRef", f"TLS mode {tls.get('mode')} is not supported on HTTPS"
+    certificate_refs = tls.get("certificateRefs") or []
+    if not certificate_refs:
+        return None, "InvalidCertificateRef", "an HTTPS listener needs a certificateRef"
+    ref = certificate_refs[0]
+    namespace = gateway["metadata"]["namespace"]
+    target, name = ref.get("namespace") or namespace, ref.get("name") or ""
+    if (ref.get("group") or "") != "" or (ref.get("kind") or "Secret") != "Secret":
+        return None, "InvalidCertificateRef", f"certificateRef {name}: only core Secrets are supported"
+    if not referencegrant.permitted(refs.grants, ("Gateway", namespace), ("", "Secret", target, name)):
+        return (
+            None,
+            "RefNotPermitted",
+            f"certificateRef {target}/{name}: no ReferenceGrant in {target} allows it",
+        )
+    try:
+        return model.resolve_certificate(target, name, refs.cluster, refs.check), "ResolvedRefs", ""
+    except model.LeftOut as err:
+        return None, "InvalidCertificateRef", str(err)
+
+
+def _listener(gateway: Obj, spec: Obj, refs: _Refs) -> _Listener:
+    protocol = spec.get("protocol")
+    if protocol == "HTTPS":
+        certificate, reason, message = _certificate(gateway, spec, refs)
+        return _Listener(gateway, spec, True, (reason, message), certificate)
+    return _Listener(gateway, spec, protocol == "HTTP")
+
+
+def _listeners(gateways: list[Obj], ours: set[str], refs: _Refs) -> dict[str, list[_Listener]]:
     found: dict[str, list[_Listener]] = {}
     for gateway in gateways:
         if gateway["spec"].get("gatewayClassName") not in ours:
             continue
         found[_key(gateway)] = [
-            _Listener(gateway, spec, spec.get("protocol") == "HTTP")
-            for spec in gateway["spec"].get("listeners") or []
+            _listener(gateway, spec, refs) for spec in gateway["spec"].get("listeners") or []
         ]
     return found
 
@@ -164,7 +207,7 @@ def _attach(
     if candidates is None:
         return [], "NoMatchingParent", f"no Gateway {namespace}/{ref.get('name')} of this controller"
     section = ref.get("sectionName")
-    candidates = [c for c in candidates if c.ok and (not section or c.spec.get("name") == section)]
+    candidates = [c for c in candidates if c.serving and (not section or c.spec.get("name") == section)]
     allowed = [c for c in candidates if _allowed(c.spec, c.gateway, route)]
     if not allowed:
         return [], "NotAllowedByListeners", "no listener of the Gateway admits this route"
@@ -177,16 +220,18 @@ def _attach(
 def _route_status(
     route: Obj,
     config: model.Config,
-    cluster: model.Cluster,
+    refs: _Refs,
     listeners: dict[str, list[_Listener]],
     controller: str,
 ) -> list[Obj]:
     parents = []
-    unsupported = next((why for rule in route["spec"].get("rules") or [] if (why := _unsupported(rule))), "")
+    unsupported = next(
+        (why for rule in route["spec"].get("rules") or [] if (why := routematch.unsupported(rule))), ""
+    )
     resolved = ("ResolvedRefs", "all references are resolved")
     upstreams: list[model.Upstream | None] = []
     for index, rule in enumerate(route["spec"].get("rules") or []):
-        upstream, reason, message = _backends(route, index, rule, cluster)
+        upstream, reason, message = _backends(route, index, rule, refs.cluster, refs.grants)
         upstreams.append(upstream)
         if reason:
             resolved = (reason, message)
@@ -200,7 +245,7 @@ def _route_status(
         for listener, hosts in attached:
             listener.attached += 1
             for host in hosts:
-                _merge(config, route, host, upstreams)
+                _merge(config, route, listener, host, upstreams)
         gen = _gen(route)
         parents.append(
             {
@@ -215,27 +260,24 @@ def _route_status(
     return parents
 
 
-def _merge(config: model.Config, route: Obj, host: str, upstreams: list[model.Upstream | None]) -> None:
-    server = config.servers.setdefault(host, model.Server(host))
+def _merge(
+    config: model.Config, route: Obj, listener: _Listener, host: str, upstreams: list[model.Upstream | None]
+) -> None:
+    """The route's matches on `host` through `listener` (an HTTPS listener's on the HTTPS port alone,
+    with its certificate)."""
+    servers = config.tls_servers if listener.tls else config.servers
+    server = servers.setdefault(host, model.Server(host))
+    if listener.certificate is not None and not server.certificate:
+        server.certificate = listener.certificate.name
+        config.certificates[listener.certificate.name] = listener.certificate
+    age = route["metadata"].get("creationTimestamp") or ""
     for index, rule in enumerate(route["spec"].get("rules") or []):
         upstream = upstreams[index]
         if upstream is not None:
             config.upstreams[upstream.name] = upstream
-        for match in rule.get("matches") or [{"path": {"type": "PathPrefix", "value": "/"}}]:
-            path = match.get("path") or {}
-            where = model.normalize(
-                path.get("value") or "/", "Exact" if path.get("type") == "Exact" else "Prefix"
-            )
-            location = model.Location(
-                where[1], where[0], upstream.name if upstream else "", fixed=0 if upstream else 500
-            )
-            taken = server.locations.get(where)
-            if taken is None or taken.implied:
-                server.locations[where] = location
-            if not where[0] and where[1] != "/" and (True, where[1]) not in server.locations:
-                server.locations[(True, where[1])] = model.Location(
-                    where[1], True, location.upstream, True, location.fixed
-                )
+        for number, match in enumerate(routematch.matches(rule)):
+            action = routematch.action(rule, match, upstream.name if upstream else "")
+            server.routes.append(model.RouteEntry(match, (age, _key(route), index, number), action))
 
 
 def build(
@@ -246,8 +288,11 @@ def build(
     cluster: model.Cluster,
     controller: str,
     address: str,
+    grants: list[Obj] | None = None,
+    check: model.CertCheck = check_pair,
 ) -> Statuses:
-    """Add the routes of our Gateways to `config`; the statuses to write."""
+    """Add the routes of our Gateways to `config`; the statuses to write. `grants` are the
+    ReferenceGrants, `check` the test of a certificate pair."""
     statuses = Statuses()
     ours = {
         c["metadata"]["name"] for c in classes if (c.get("spec") or {}).get("controllerName") == controller
@@ -257,9 +302,10 @@ def build(
             statuses.classes[_key(cls)] = {
                 "conditions": [condition("Accepted", True, "Accepted", "GatewayClass is accepted", _gen(cls))]
             }
-    listeners = _listeners(gateways, ours)
+    refs = _Refs(cluster, grants or [], check)
+    listeners = _listeners(gateways, ours, refs)
     for route in sorted(routes, key=lambda r: (r["metadata"].get("creationTimestamp") or "", _key(r))):
-        parents = _route_status(route, config, cluster, listeners, controller)
+        parents = _route_status(route, config, refs, listeners, controller)
         if parents:
             statuses.routes[_key(route)] = {"parents": parents}
     for key, items in listeners.items():
@@ -273,15 +319,21 @@ def build(
                 condition(
                     "Accepted",
                     True,
-                    "Accepted" if all(i.ok for i in items) else "ListenersNotValid",
+                    "Accepted" if all(i.serving for i in items) else "ListenersNotValid",
                     "Gateway is accepted",
                     gen,
                 ),
-                condition("Programmed", True, "Programmed", "Gateway is programmed", gen),
+                _programmed(items, gen),
             ],
             "listeners": [_listener_status(i, gen) for i in items],
         }
     return statuses
+
+
+def _programmed(items: list[_Listener], gen: int) -> Obj:
+    if any(i.serving for i in items):
+        return condition("Programmed", True, "Programmed", "Gateway is programmed", gen)
+    return condition("Programmed", False, "Invalid", "no listener of the Gateway can be served", gen)
 
 
 def _listener_status(listener: _Listener, gen: int) -> Obj:
@@ -298,14 +350,19 @@ def _listener_status(listener: _Listener, gen: int) -> Obj:
                 condition("Conflicted", False, "NoConflicts", "", gen),
             ],
         }
+    reason, message = listener.refs
+    if listener.serving:
+        programmed = condition("Programmed", True, "Programmed", "Listener is programmed", gen)
+    else:
+        programmed = condition("Programmed", False, "Invalid", message, gen)
     return {
         "name": listener.spec.get("name"),
         "supportedKinds": [{"group": GROUP, "kind": "HTTPRoute"}],
         "attachedRoutes": listener.attached,
         "conditions": [
             condition("Accepted", True, "Accepted", "Listener is accepted", gen),
-            condition("Programmed", True, "Programmed", "Listener is programmed", gen),
-            condition("ResolvedRefs", True, "ResolvedRefs", "", gen),
+            programmed,
+            condition("ResolvedRefs", listener.serving, reason, message, gen),
             condition("Conflicted", False, "NoConflicts", "", gen),
         ],
     }

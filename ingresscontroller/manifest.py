@@ -69,6 +69,9 @@ def rbac() -> list[Obj]:
                     ["gatewayclasses/status", "gateways/status", "httproutes/status"],
                     ["update"],
                 ),
+                # Its GatewayClass made once the CRDs are there; the CRDs watched to know when they are.
+                _rule(["gateway.networking.k8s.io"], ["gatewayclasses"], ["create"]),
+                _rule(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get", "list", "watch"]),
             ],
         },
         {

@@ -52,12 +52,83 @@ class Certificate:
     key: bytes
 
 
+@dataclass(frozen=True)
+class Condition:
+    """One header or query parameter condition of an HTTPRoute match."""
+
+    name: str
+    regex: bool  # RegularExpression, else Exact
+    value: str
+
+
+@dataclass(frozen=True)
+class RouteMatch:
+    """One HTTPRouteMatch: a path (exact or by path elements) and what else the request must carry."""
+
+    exact: bool
+    path: str  # as `normalize` leaves it
+    method: str = ""
+    headers: tuple[Condition, ...] = ()
+    query: tuple[Condition, ...] = ()
+
+
+@dataclass(frozen=True)
+class HeaderEdit:
+    """An HTTPHeaderFilter: set replaces, add appends (comma-joined), remove drops."""
+
+    set: tuple[tuple[str, str], ...] = ()
+    add: tuple[tuple[str, str], ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PathChange:
+    """URLRewrite's or RequestRedirect's path: ReplaceFullPath, or ReplacePrefixMatch of `prefix`."""
+
+    full: bool
+    value: str
+    prefix: str = ""  # the matched prefix ReplacePrefixMatch replaces
+
+
+@dataclass(frozen=True)
+class Redirect:
+    scheme: str = ""
+    hostname: str = ""
+    port: int = 0
+    path: PathChange | None = None
+    status: int = 302
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a matched HTTPRoute rule does: proxy (with its filters) to `upstream`, redirect, or answer
+    `fixed` (a rule without a usable backend: 500)."""
+
+    upstream: str = ""
+    fixed: int = 0
+    request_headers: HeaderEdit = HeaderEdit()
+    response_headers: HeaderEdit = HeaderEdit()
+    redirect: Redirect | None = None
+    host: str = ""  # URLRewrite hostname
+    path: PathChange | None = None  # URLRewrite path
+
+
+@dataclass(frozen=True)
+class RouteEntry:
+    """A match of one HTTPRoute rule on one host; `order` ranks ties (route age and name, rule, match)."""
+
+    match: RouteMatch
+    order: tuple[str, str, int, int]
+    action: Action
+
+
 @dataclass
 class Server:
     host: str  # "" = the catch-all (default_server)
     locations: dict[tuple[bool, str], Location] = field(default_factory=dict)  # (exact, path) -> location
     certificate: str = ""  # a Certificate's name, "" = plain HTTP only
     default_upstream: str = ""  # for requests no location matches
+    routes: list[RouteEntry] = field(default_factory=list)  # HTTPRoute matches (Gateway API)
 
 
 @dataclass(frozen=True)
@@ -70,6 +141,7 @@ class Problem:
 @dataclass
 class Config:
     servers: dict[str, Server] = field(default_factory=dict)
+    tls_servers: dict[str, Server] = field(default_factory=dict)  # HTTPS only (Gateway HTTPS listeners)
     upstreams: dict[str, Upstream] = field(default_factory=dict)
     certificates: dict[str, Certificate] = field(default_factory=dict)
     served: list[str] = field(default_factory=list)  # the Ingresses (namespace/name) taken

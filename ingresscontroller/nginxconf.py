@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingresscontroller.model import Config, Location, Server
+from ingresscontroller.nginxtext import DOLLAR_VARIABLE, PROXY_HEADERS, quote
+from ingresscontroller.routeconf import render_routes, route_paths
+
+# Idle connections to an upstream's pods each worker keeps (ingress-nginx keeps 320 by default).
+UPSTREAM_KEEPALIVE = 32
 
 
 @dataclass(frozen=True)
@@ -38,11 +43,6 @@ class Files:
 
     def key(self, name: str) -> Path:
         return self.root / "certs" / f"{name}.key"
-
-
-def quote(text: str) -> str:
-    """An nginx string literal: paths may hold spaces, quotes, braces or semicolons."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def server_name(host: str) -> str:
@@ -75,7 +75,10 @@ def _location(config: Config, location: Location) -> list[str]:
     return [head, *body, "    }"]
 
 
-def render_server(config: Config, server: Server, listen: Listen, files: Files) -> list[str]:
+def render_server(
+    config: Config, server: Server, listen: Listen, files: Files, http: bool = True, https: bool = True
+) -> list[str]:
+    """One server block, on the HTTP port, the HTTPS port or both."""
     default = server.host == ""
     if server.certificate:
         cert, key = files.cert(server.certificate), files.key(server.certificate)
@@ -83,13 +86,13 @@ def render_server(config: Config, server: Server, listen: Listen, files: Files) 
         cert, key = files.default_cert, files.default_key
     lines = [
         "server {",
-        _listen(listen.address, listen.http_port, False, default),
-        _listen(listen.address, listen.https_port, True, default),
+        *([_listen(listen.address, listen.http_port, False, default)] if http else []),
+        *([_listen(listen.address, listen.https_port, True, default)] if https else []),
         f"    server_name {server_name(server.host)};",
         f"    ssl_certificate {quote(str(cert))};",
         f"    ssl_certificate_key {quote(str(key))};",
     ]
-    if server.certificate and not default:
+    if server.certificate and not default and http:
         port = "" if listen.https_port == 443 else f":{listen.https_port}"
         lines += [
             "    if ($scheme = http) {",
@@ -99,7 +102,8 @@ def render_server(config: Config, server: Server, listen: Listen, files: Files) 
     locations = sorted(server.locations.values(), key=lambda loc: (loc.path, loc.exact))
     for location in locations:
         lines += _location(config, location)
-    if not any(not loc.exact and loc.path == "/" for loc in locations):
+    lines += render_routes(server)
+    if (False, "/") not in server.locations and (False, "/") not in route_paths(server):
         fallback = (
             _proxy(config, server.default_upstream) if server.default_upstream else ["        return 404;"]
         )
@@ -126,19 +130,19 @@ def render(config: Config, listen: Listen, files: Files) -> str:
             for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
         ),
         "    server_names_hash_bucket_size 128;",
+        f"    server_names_hash_max_size {max(512, 2 * (len(config.servers) + len(config.tls_servers)))};",
         "    map_hash_bucket_size 128;",
+        # As ingress-nginx with upstream keepalive: no Connection header unless upgrading, so nginx keeps
+        # its connections to the pods open between requests.
         "    map $http_upgrade $connection_upgrade {",
         "        default upgrade;",
-        "        '' close;",
+        "        '' '';",
+        "    }",
+        "    geo $" + DOLLAR_VARIABLE + " {",
+        '        default "$";',
         "    }",
         "    proxy_http_version 1.1;",
-        "    proxy_set_header Host $host;",
-        "    proxy_set_header Upgrade $http_upgrade;",
-        "    proxy_set_header Connection $connection_upgrade;",
-        "    proxy_set_header X-Real-IP $remote_addr;",
-        "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
-        "    proxy_set_header X-Forwarded-Proto $scheme;",
-        "    proxy_set_header X-Forwarded-Host $host;",
+        *(f"    proxy_set_header {name} {value};" for name, value in PROXY_HEADERS),
         "    proxy_connect_timeout 5s;",
         "    proxy_next_upstream error timeout;",
     ]
@@ -149,11 +153,15 @@ def render(config: Config, listen: Listen, files: Files) -> str:
                 f"        server {a}{f' weight={w}' if w != 1 else ''};"
                 for a, w in zip(upstream.addresses, weights, strict=True)
             ]
-            lines += [f"    upstream {upstream.name} {{", *servers, "    }"]
+            keep = [f"        keepalive {UPSTREAM_KEEPALIVE};"]
+            lines += [f"    upstream {upstream.name} {{", *servers, *keep, "    }"]
     servers = dict(config.servers)
     servers.setdefault("", Server(""))
-    for host in sorted(servers):
+    blocks = [(servers[h], True, h not in config.tls_servers) for h in sorted(servers)]
+    blocks += [(config.tls_servers[h], False, True) for h in sorted(config.tls_servers)]
+    for server, http, https in blocks:
         lines += [
-            "    " + line if line else line for line in render_server(config, servers[host], listen, files)
+            "    " + line if line else line
+            for line in render_server(config, server, listen, files, http=http, https=https)
         ]
     return "\n".join([*lines, "}", ""])

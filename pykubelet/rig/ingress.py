@@ -16,6 +16,7 @@ from pathlib import Path
 from pykubelet.rig.process import Daemon, bindable, free_port
 
 STATE = "ingress"
+GATEWAY_CLASS = "pykubelet"  # controllerName pykubelet.io/gateway-controller
 
 
 def pick_ports(address: str, wanted: tuple[int, int] | None) -> tuple[int, int]:
@@ -45,6 +46,9 @@ def controller_argv(kubeconfig: Path, state: Path, address: str, ports: tuple[in
         str(ports[0]),
         "--https-port",
         str(ports[1]),
+        # Its GatewayClass, made once a user installs the Gateway API CRDs.
+        "--gateway-class",
+        GATEWAY_CLASS,
     ]
 
 

@@ -82,6 +82,8 @@ BENCHMARKS = {
         "bench/snapshot/saverestore.py", "snapshot-saverestore", needs_root=False
     ),
     "reliability-outage": Benchmark("bench/reliability/outage.py", "reliability-outage", needs_root=True),
+    "ingress-hop": Benchmark("bench/ingress/hop.py", "ingress-hop", needs_root=False),
+    "ingress-routes": Benchmark("bench/ingress/routes.py", "ingress-routes", needs_root=False),
 }
 
 

@@ -4,7 +4,9 @@ transition time while their status stays, and another implementation's parents l
 
 from __future__ import annotations
 
-from ingresscontroller import gateway, model
+import base64
+
+from ingresscontroller import gateway, gatewaykinds, model
 
 
 def _route(hostnames: list[str], *refs: dict) -> dict:
@@ -81,3 +83,101 @@ def test_routes_of_other_implementations_get_no_status_from_us() -> None:
         config, [], [], [route], model.Cluster({}, {}, {}), "pykubelet.io/gateway-controller", "192.0.2.1"
     )
     assert statuses.routes == {} and config.servers == {}
+
+
+def _grant(namespace: str, kind: str, from_kind: str, from_namespace: str, name: str = "") -> dict:
+    to = {"group": "", "kind": kind, **({"name": name} if name else {})}
+    return {
+        "metadata": {"name": "g", "namespace": namespace},
+        "spec": {
+            "from": [{"group": gateway.GROUP, "kind": from_kind, "namespace": from_namespace}],
+            "to": [to],
+        },
+    }
+
+
+def test_a_reference_grant_lets_a_backend_in_another_namespace_be_used() -> None:
+    cluster = model.Cluster(
+        services={"x/a": {"metadata": {"name": "a"}, "spec": {"ports": [{"port": 80}]}}},
+        slices={"x/a": [_slice("a", "10.0.0.1")]},
+        secrets={},
+    )
+    route = _route([], {"name": "a", "namespace": "x", "port": 80})
+    rule = route["spec"]["rules"][0]
+    granted = [_grant("x", "Service", "HTTPRoute", "ns")]
+    upstream, reason, _ = gateway._backends(route, 0, rule, cluster, granted)
+    assert reason == "" and upstream is not None and upstream.addresses == ("10.0.0.1:8080",)
+    for wrong in (
+        _grant("x", "Service", "HTTPRoute", "other"),  # from another namespace
+        _grant("x", "Secret", "HTTPRoute", "ns"),  # to another kind
+        _grant("x", "Service", "HTTPRoute", "ns", name="b"),  # to another Service by name
+        _grant("y", "Service", "HTTPRoute", "ns"),  # in another namespace than the target's
+    ):
+        assert gateway._backends(route, 0, rule, cluster, [wrong])[1] == "RefNotPermitted"
+
+
+def _https_gateway(ref: dict) -> dict:
+    listener = {"name": "https", "protocol": "HTTPS", "port": 443, "tls": {"certificateRefs": [ref]}}
+    return {
+        "metadata": {"name": "gw", "namespace": "ns", "generation": 3},
+        "spec": {"gatewayClassName": "ours", "listeners": [listener]},
+    }
+
+
+def _listener_conditions(ref: dict, secrets: dict, grants: list[dict]) -> dict[str, tuple[str, str]]:
+    statuses = gateway.build(
+        model.Config(),
+        [{"metadata": {"name": "ours"}, "spec": {"controllerName": "c"}}],
+        [_https_gateway(ref)],
+        [],
+        model.Cluster({}, {}, secrets),
+        "c",
+        "192.0.2.1",
+        grants=grants,
+        check=lambda cert, key: None if cert == b"good" else "tls.crt is not a PEM certificate",
+    )
+    (listener,) = statuses.gateways["ns/gw"]["listeners"]
+    assert listener["supportedKinds"] == [{"group": gateway.GROUP, "kind": "HTTPRoute"}]
+    return {c["type"]: (c["status"], c["reason"]) for c in listener["conditions"]}
+
+
+def _secret(namespace: str, cert: bytes) -> dict:
+    data = {"tls.crt": base64.b64encode(cert).decode(), "tls.key": base64.b64encode(b"key").decode()}
+    return {"metadata": {"name": "s", "namespace": namespace}, "data": data}
+
+
+def test_https_listener_certificate_refs_as_the_conformance_tests_expect() -> None:
+    good = {"ns/s": _secret("ns", b"good"), "other/s": _secret("other", b"good")}
+    resolved = _listener_conditions({"name": "s"}, good, [])
+    assert resolved["ResolvedRefs"] == ("True", "ResolvedRefs") and resolved["Programmed"] == (
+        "True",
+        "Programmed",
+    )
+    for ref, secrets in (
+        ({"name": "missing"}, good),
+        ({"name": "s", "kind": "ConfigMap"}, good),
+        ({"name": "s", "group": "example.com"}, good),
+        ({"name": "s"}, {"ns/s": _secret("ns", b"malformed")}),
+    ):
+        conditions = _listener_conditions(ref, secrets, [])
+        assert conditions["ResolvedRefs"] == ("False", "InvalidCertificateRef"), ref
+        assert conditions["Programmed"] == ("False", "Invalid")
+    across = {"name": "s", "namespace": "other"}
+    assert _listener_conditions(across, good, [])["ResolvedRefs"] == ("False", "RefNotPermitted")
+    assert _listener_conditions(across, {}, [])["ResolvedRefs"] == ("False", "RefNotPermitted")  # missing too
+    granted = [_grant("other", "Secret", "Gateway", "ns")]
+    assert _listener_conditions(across, good, granted)["ResolvedRefs"] == ("True", "ResolvedRefs")
+
+
+def test_a_kind_is_watched_once_its_crd_is_established_and_serves_the_version() -> None:
+    def crd(established: str, versions: list[tuple[str, bool]]) -> dict:
+        return {
+            "spec": {"versions": [{"name": n, "served": s} for n, s in versions]},
+            "status": {"conditions": [{"type": "Established", "status": established}]},
+        }
+
+    assert gatewaykinds.established(crd("True", [("v1", True)]), "v1")
+    assert not gatewaykinds.established(crd("False", [("v1", True)]), "v1")  # being set up
+    assert not gatewaykinds.established(crd("True", [("v1", False)]), "v1")  # not served
+    assert not gatewaykinds.established(crd("True", [("v1beta1", True)]), "v1")  # an older release
+    assert not gatewaykinds.established(None, "v1")

@@ -3,7 +3,8 @@ and RBAC, with its real nginx, and no node: the backend is an HTTP server of the
 host's address, named by a hand-written EndpointSlice (so no pod is needed). Two replicas: both serve,
 one holds the Lease and writes the status. Ingresses of another class are not touched; an Ingress
 whose Service is missing gets a Warning event and is served once the Service exists; one turned bad
-loses its address from the status."""
+loses its address from the status. Then the Gateway API's CRDs installed while they run: routes served
+with their statuses, a backend in another namespace refused until a ReferenceGrant allows it."""
 
 from __future__ import annotations
 
@@ -294,6 +295,16 @@ ROUTES = [
         },
     ),
     _http_route(
+        "mirror",
+        "mirror.example",
+        {
+            "filters": [
+                {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "green", "port": 80}}}
+            ],
+            "backendRefs": [{"name": "blue", "port": 80}],
+        },
+    ),
+    _http_route(
         "elsewhere", "elsewhere.example", {"backendRefs": [{"name": "web", "namespace": "web", "port": 80}]}
     ),
 ]
@@ -310,7 +321,7 @@ def _read(api: client.ApiClient, path: str) -> dict:
 
 
 def test_gateway_api_once_its_crds_are_installed(
-    controllers, api, apiserver, backends, tmp_path: Path
+    controllers, api, apiserver, backends, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The CRDs come after the controllers started (as on a cluster where they are installed later)."""
     kubectl = ["kubectl", "--kubeconfig", str(apiserver.kubeconfig)]
@@ -326,6 +337,15 @@ def test_gateway_api_once_its_crds_are_installed(
         capture_output=True,
         timeout=90,
     )
+    # The controllers made their GatewayClass once its CRD appeared, and never asked for a kind before.
+    _wait(
+        lambda: raw(api, "GET", "/apis/gateway.networking.k8s.io/v1/gatewayclasses/pykubelet")[0] == 200,
+        "the GatewayClass made by the controller",
+    )
+    made = _read(api, "gatewayclasses/pykubelet")
+    assert made["spec"]["controllerName"] == "pykubelet.io/gateway-controller"
+    logs = [p.read_text() for p in tmp_path_factory.getbasetemp().glob("ingress[0-9]*/r*/log")]
+    assert len(logs) == 2 and not any("watch failed" in log for log in logs), logs
     v1, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
     v1.create_namespace({"metadata": {"name": "shop"}})
     _service(v1, discovery, "shop", "blue", backends["blue"])
@@ -365,7 +385,13 @@ def test_gateway_api_once_its_crds_are_installed(
     request = urllib.request.Request(f"http://{HOST}:{http_port}/green", headers={"Host": "shop.example"})
     with urllib.request.urlopen(request, timeout=5) as answer:
         assert answer.read().decode() == "green shop.example"  # the Exact rule
-    assert _get(http_port, "headers.example") == "<404>"  # a header match: refused, not served
+    request = urllib.request.Request(
+        f"http://{HOST}:{http_port}/", headers={"Host": "headers.example", "X-Env": "canary"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        assert answer.read().decode() == "blue headers.example"  # the header match met
+    assert _get(http_port, "headers.example") == "<404>"  # ... and not met: no rule matches
+    assert _get(http_port, "mirror.example") == "<404>"  # a filter not supported: refused, not served
     assert _get(http_port, "elsewhere.example") == "<500>"  # its only backend refused: 500
 
     assert _conditions(_read(api, "gatewayclasses/pykubelet")["status"])["Accepted"] == ("True", "Accepted")
@@ -380,13 +406,40 @@ def test_gateway_api_once_its_crds_are_installed(
     assert _conditions(gw)["Programmed"] == ("True", "Programmed")
     assert gw["addresses"] == [{"type": "IPAddress", "value": HOST}]
     listeners = {entry["name"]: entry for entry in gw["listeners"]}
-    assert listeners["http"]["attachedRoutes"] == 2  # split and elsewhere; headers is not accepted
+    assert listeners["http"]["attachedRoutes"] == 3  # split, headers and elsewhere; mirror is not accepted
     assert _conditions(listeners["http"])["Accepted"] == ("True", "Accepted")
     assert _conditions(listeners["tcp"])["Accepted"] == ("False", "UnsupportedProtocol")
     split = _read(api, "namespaces/shop/httproutes/split")["status"]["parents"][0]
     assert split["controllerName"] == "pykubelet.io/gateway-controller"
     assert _conditions(split) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
     headers = _read(api, "namespaces/shop/httproutes/headers")["status"]["parents"][0]
-    assert _conditions(headers)["Accepted"] == ("False", "UnsupportedValue")
+    assert _conditions(headers)["Accepted"] == ("True", "Accepted")
+    mirror = _read(api, "namespaces/shop/httproutes/mirror")["status"]["parents"][0]
+    assert _conditions(mirror)["Accepted"] == ("False", "UnsupportedValue")
     elsewhere = _read(api, "namespaces/shop/httproutes/elsewhere")["status"]["parents"][0]
     assert _conditions(elsewhere)["ResolvedRefs"] == ("False", "RefNotPermitted")
+
+    # A ReferenceGrant in web for shop's HTTPRoutes: the refused backend is now resolved and served.
+    grant = {
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"name": "shop-routes", "namespace": "web"},
+        "spec": {
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "shop"}],
+            "to": [{"group": "", "kind": "Service", "name": "web"}],
+        },
+    }
+    code, answer = raw(
+        api, "POST", "/apis/gateway.networking.k8s.io/v1beta1/namespaces/web/referencegrants", grant
+    )
+    assert code == 201, answer
+    _wait(
+        lambda: _get(http_port, "elsewhere.example") == "backend elsewhere.example",
+        "elsewhere.example served",
+    )
+
+    def resolved() -> bool:
+        parent = _read(api, "namespaces/shop/httproutes/elsewhere")["status"]["parents"][0]
+        return _conditions(parent)["ResolvedRefs"] == ("True", "ResolvedRefs")
+
+    _wait(resolved, "elsewhere's ResolvedRefs True")
