@@ -405,6 +405,7 @@ class Agent:
                     runtime_cgroups=cfg.runtime_cgroups,
                     runtime_endpoint=cfg.container_runtime_endpoint,
                 ),
+                plugin_volumes=self.pods.ctx.volumes.stats if self.pods.ctx.volumes else None,
             ),
         )
         await self.server.start(cfg.address, cfg.port)

@@ -10,7 +10,10 @@ STAGE_UNSTAGE_VOLUME); NodePublishVolume runs once per pod at
 readOnly, the volume attributes and, when the CSIDriver asks for podInfoOnMount, the pod's name,
 namespace, uid and service account. Beside each mount a vol_data.json records what was done, so the
 reverse (NodeUnpublishVolume per pod, NodeUnstageVolume once no pod of the node publishes the volume)
-needs nothing but the folder: it runs when the pod goes, also after the agent restarted.
+needs nothing but the folder: it runs when the pod goes, also after the agent restarted. vol_data.json
+also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats, where the driver
+has GET_VOLUME_STATS, at most once a minute per volume) gives the Summary and kubelet_volume_stats_*
+their figures.
 
 A driver that is not registered, an attachment not there yet, or a driver call that fails keeps the pod
 waiting with upstream's message; the pod manager tries again on its next pass.
@@ -23,6 +26,7 @@ import base64
 import hashlib
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +34,10 @@ from typing import Any
 from agent.csi.registry import DriverRegistry, RegisteredDriver
 from agent.volumes.claims import ClaimError
 from agent.volumes.emptydir import unmount_under
-from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost
+from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost, VolumeUsage
 from kubeclient.csi.client import ACCESS_MODES, CSICallError, attachment_name, capability
 from kubeclient.csi.pb import csi_pb2 as pb
+from kubeclient.volumes import ephemeral_claim_name
 
 log = logging.getLogger("agent.volumes.csi")
 
@@ -46,6 +51,8 @@ POD_INFO = {
 }
 EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
 STAGE_CAP = pb.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME
+STATS_CAP = pb.NodeServiceCapability.RPC.GET_VOLUME_STATS
+STATS_PERIOD = 60.0  # upstream's volumeStatsAggPeriod: a volume's figures are asked for at most this often
 
 
 @dataclass
@@ -91,6 +98,7 @@ class CSIPlugin:
         self.registry = registry
         self.node_name = node_name
         self._lock = asyncio.Lock()  # stage counts and unstage decisions see one state
+        self._stats: dict[str, VolumeUsage] = {}  # by publication target, each at most STATS_PERIOD old
 
     # inline ephemeral volume
     async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
@@ -111,7 +119,9 @@ class CSIPlugin:
         read_only = bool(src.get("readOnly"))
         cap = capability(src.get("fsType") or "", [], ACCESS_MODES["ReadWriteOnce"])
         target = host.folder(pod, "csi", name) / "mount"
-        await self._publish(driver, name, handle, "", target, cap, read_only, {}, context, secrets, True)
+        await self._publish(
+            driver, name, handle, "", target, cap, read_only, {}, context, secrets, True, {"volume": name}
+        )
         return ReadyVolume(name, self.kind, str(target), read_only)
 
     # persistent volume behind a claim
@@ -141,7 +151,18 @@ class CSIPlugin:
         secrets = await _secrets(host, "", src.get("nodePublishSecretRef"))
         target = host.folder(pod, "csi", pv_name) / "mount"
         await self._publish(
-            driver, pv_name, handle, staging, target, cap, read_only, publish_context, context, secrets, False
+            driver,
+            pv_name,
+            handle,
+            staging,
+            target,
+            cap,
+            read_only,
+            publish_context,
+            context,
+            secrets,
+            False,
+            _claim_of(pod, volume),
         )
         await self._own(host, pod, csidriver, src, modes[0], target, read_only)
         return str(target)
@@ -166,6 +187,55 @@ class CSIPlugin:
                     users = await asyncio.to_thread(_publications, host.root_dir)
                     if not any(u.staging == data.staging for u in users):
                         await self._unstage(data)
+
+    async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
+        """NodeGetVolumeStats on each CSI volume the pod has published, when its driver has the
+        GET_VOLUME_STATS capability (upstream's csi metrics provider; a driver without it, or one not
+        registered, reports nothing for the volume), remembered for STATS_PERIOD."""
+        folder = host.pod_volumes_dir(uid) / FOLDER
+        entries = await asyncio.to_thread(lambda: sorted(folder.glob(f"*/{DATA_FILE}")))
+        now = time.time()
+        out = []
+        for data_file in entries:
+            data = await asyncio.to_thread(_read_data, data_file)
+            if data is None:
+                continue
+            known = self._stats.get(data.target)
+            if known is None or now - known.time >= STATS_PERIOD:
+                known = await self._measure(data, f"{FOLDER}/{data_file.parent.name}", now)
+                if known is None:
+                    continue
+                self._stats[data.target] = known
+            out.append(known)
+        live = {str(f.parent / "mount") for f in entries}
+        for target in [t for t in self._stats if t.startswith(str(folder) + "/") and t not in live]:
+            del self._stats[target]
+        return out
+
+    async def _measure(self, data: VolumeData, folder: str, now: float) -> VolumeUsage | None:
+        driver = self.registry.get(data.driver)
+        if driver is None:
+            return None
+        try:
+            if STATS_CAP not in await driver.client.node_capabilities():
+                return None
+            got = await driver.client.volume_stats(data.handle, data.target, data.staging)
+        except CSICallError as err:
+            log.info("NodeGetVolumeStats failed volume=%s error=%r", data.handle, str(err))
+            return None
+        claim = (data.extra.get("namespace", ""), data.extra["claim"]) if data.extra.get("claim") else None
+        return VolumeUsage(
+            data.extra.get("volume") or Path(folder).name,
+            folder,
+            now,
+            got.total,
+            got.available,
+            got.used,
+            got.inodes,
+            got.inodes_free,
+            got.inodes_used,
+            claim,
+        )
 
     async def _driver(
         self, host: VolumeHost, name: str, volume: str, wait: bool = False
@@ -241,6 +311,7 @@ class CSIPlugin:
         context: dict[str, str],
         secrets: dict[str, str],
         ephemeral: bool,
+        extra: dict[str, str],
     ) -> None:
         folder = target.parent
         if await asyncio.to_thread((folder / DATA_FILE).exists):
@@ -254,7 +325,7 @@ class CSIPlugin:
             message = f'MountVolume.SetUp failed for volume "{volume}" : {err}'
             raise (VolumeError(message) if ephemeral else ClaimError(message)) from None
         await asyncio.to_thread(
-            _write_data, folder, VolumeData(driver.name, handle, str(target), staging, ephemeral)
+            _write_data, folder, VolumeData(driver.name, handle, str(target), staging, ephemeral, extra)
         )
 
     async def _unpublish(self, data: VolumeData) -> None:
@@ -303,6 +374,20 @@ class CSIPlugin:
         ):
             if not read_only:
                 await host.own(pod, target, read_only=False)
+
+
+def _claim_of(pod: dict[str, Any], volume: str) -> dict[str, str]:
+    """What vol_data.json keeps of the pod's volume for its stats: the pod's volume name and the claim
+    behind it (the claim of a generic ephemeral volume is the one the controller made)."""
+    spec = next((v for v in (pod.get("spec") or {}).get("volumes") or [] if v.get("name") == volume), {})
+    out = {"volume": volume}
+    if isinstance(spec.get("persistentVolumeClaim"), dict):
+        out["claim"] = spec["persistentVolumeClaim"].get("claimName", "")
+    elif isinstance(spec.get("ephemeral"), dict):
+        out["claim"] = ephemeral_claim_name(pod, spec)
+    if "claim" in out:
+        out["namespace"] = pod["metadata"].get("namespace", "")
+    return out
 
 
 def _remove_global(folder: Path) -> None:

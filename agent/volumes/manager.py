@@ -30,6 +30,7 @@ from agent.volumes.plugin import (
     VolumeError,
     VolumeHost,
     VolumePlugin,
+    VolumeUsage,
 )
 from agent.volumes.projection import KINDS as WRITTEN_KINDS
 from agent.volumes.projection import ProjectionPlugin
@@ -135,6 +136,13 @@ class VolumeManager:
         for plugin in self.table:
             await plugin.tear_down(self.host, uid)
         return await asyncio.to_thread(unmount_under, self.root_dir / "pods" / uid)
+
+    async def stats(self, uid: str) -> list[VolumeUsage]:
+        """The figures the plugins measure themselves for the pod `uid`'s volumes (CSI volumes)."""
+        out: list[VolumeUsage] = []
+        for plugin in self.table:
+            out.extend(await plugin.stats(self.host, uid))
+        return out
 
     async def _prepare_one(self, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
         kind = self.table.kind_of(volume)

@@ -37,6 +37,25 @@ class ReadyVolume:
     read_only: bool
 
 
+@dataclass(frozen=True)
+class VolumeUsage:
+    """A volume's figures as its plugin measured them (upstream's volume.Metrics), for the Summary's pod
+    volume stats and the kubelet_volume_stats_* series: `name` is the pod's volume name, `folder` the
+    volume's folder under the pod's volumes (<kind>/<name>), `claim` (namespace, name) the claim behind
+    it, if any."""
+
+    name: str
+    folder: str
+    time: float
+    capacity: int
+    available: int
+    used: int
+    inodes: int
+    inodes_free: int
+    inodes_used: int
+    claim: tuple[str, str] | None = None
+
+
 @dataclass
 class VolumeHost:
     root_dir: Path
@@ -80,6 +99,11 @@ class VolumePlugin(Protocol):
         """Undo what this type did for the pod `uid` (its spec may be gone), before its folder goes."""
         ...
 
+    async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
+        """The figures of the pod `uid`'s volumes of this type that the plugin measures itself (CSI:
+        NodeGetVolumeStats); the stats provider measures the others' folders."""
+        ...
+
 
 class PluginBase:
     """Defaults for a plugin with nothing to rewrite on sync and nothing of its own to take down."""
@@ -91,6 +115,9 @@ class PluginBase:
 
     async def tear_down(self, host: VolumeHost, uid: str) -> None:
         return None
+
+    async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
+        return []
 
 
 class PluginTable:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.waiting import finished, wait_for
 from pykubelet.rig.leaks import Scope
@@ -462,6 +463,43 @@ def test_generic_ephemeral_volume_made_and_gone_with_its_pod(
         storage.delete_storage_class(sc_name)
 
 
+def _volume_stats_reported(stack, kube, namespace: str, pod_name: str, claim: str, backing) -> None:
+    """The node's /metrics and /stats/summary (through the API server's nodes/proxy) carry the driver's
+    NodeGetVolumeStats figures for the claim's volume: kubelet_volume_stats_* labelled namespace and
+    persistentvolumeclaim, and the pod's volume entry with its pvcRef."""
+    fs = os.statvfs(backing)
+    labels = {"namespace": namespace, "persistentvolumeclaim": claim}
+
+    def series() -> dict[str, float]:
+        text = kube.connect_get_node_proxy_with_path(stack.node_name, "metrics")
+        return {
+            s.name: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name.startswith("kubelet_volume_stats_") and s.labels == labels
+        }
+
+    got = wait_for(lambda: len(series()) == 6 and series(), 60, what="the claim's volume stats series")
+    assert got["kubelet_volume_stats_capacity_bytes"] == fs.f_blocks * fs.f_frsize
+    assert got["kubelet_volume_stats_inodes"] == fs.f_files
+    assert 0 < got["kubelet_volume_stats_used_bytes"] <= got["kubelet_volume_stats_capacity_bytes"]
+    assert 0 < got["kubelet_volume_stats_inodes_used"] <= got["kubelet_volume_stats_inodes"]
+    assert {k.removeprefix("kubelet_volume_stats_") for k in got} == {
+        "capacity_bytes",
+        "available_bytes",
+        "used_bytes",
+        "inodes",
+        "inodes_free",
+        "inodes_used",
+    }
+    raw = kube.connect_get_node_proxy_with_path(stack.node_name, "stats/summary", _preload_content=False)
+    summary = json.loads(raw.data)
+    (entry,) = [p for p in summary["pods"] if p["podRef"]["name"] == pod_name]
+    (volume,) = [v for v in entry["volume"] if v["name"] == "data"]
+    assert volume["pvcRef"] == {"name": claim, "namespace": namespace}
+    assert (volume["capacityBytes"], volume["inodes"]) == (fs.f_blocks * fs.f_frsize, fs.f_files)
+
+
 def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, csidriver, namespace) -> None:
     """The driver restarted while a pod's volume is mounted: the mount stays, the agent deregisters the
     driver when its socket goes and registers it again when it is back (a second handshake), and the
@@ -493,6 +531,7 @@ def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, c
         )
         handle = kube.read_persistent_volume(volume).spec.csi.volume_handle
         wait_for(lambda: (beside.backing / handle / "b").exists(), 180, what="the container's write")
+        _volume_stats_reported(stack, kube, namespace, "keeper", "keep", beside.backing / handle)
         mounted = mounts_under(beside.agent_root)
         notified = len(beside.calls("NotifyRegistrationStatus"))
         beside.restart_driver()

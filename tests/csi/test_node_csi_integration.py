@@ -9,6 +9,7 @@ reads are a dict here (the API kinds are tested in the stack test)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,19 @@ async def test_registration_staging_publishing_and_nothing_left(short_dir: Path,
         Path(ready_a["data"].host_path, "f.txt").write_text("from pod a")
         assert (driver.state_dir / "volumes/vol-1/f.txt").read_text() == "from pod a"
 
+        # NodeGetVolumeStats on the publication, named by the pod's volume, with the claim behind it
+        (usage,) = await manager.stats("uid-a")
+        fs = os.statvfs(driver.state_dir / "volumes/vol-1")
+        assert (usage.name, usage.folder, usage.claim) == ("data", "kubernetes.io~csi/pv-1", ("ns", "data"))
+        assert (usage.capacity, usage.inodes) == (fs.f_blocks * fs.f_frsize, fs.f_files)
+        assert 0 < usage.used <= usage.capacity and usage.available <= usage.capacity
+        assert 0 < usage.inodes_used and usage.inodes_free <= usage.inodes
+        stats_call = driver.calls("NodeGetVolumeStats")[-1]
+        assert stats_call["volume_path"] == publishes[0]["target_path"]
+        assert stats_call["staging_target_path"] == stage["staging_target_path"]
+        assert await manager.stats("uid-a") == [usage]  # remembered: asked once per period
+        assert len(driver.calls("NodeGetVolumeStats")) == 1
+
         await manager.teardown("uid-a")
         assert driver.calls("NodeUnstageVolume") == []  # pod b still uses the volume
         await manager.teardown("uid-b")
@@ -141,6 +155,8 @@ async def test_registration_staging_publishing_and_nothing_left(short_dir: Path,
         inline = {"name": "scratch", "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1"}}}
         ready = await manager.prepare(pod("uid-c", inline, name="c"))
         Path(ready["scratch"].host_path, "x").write_text("x")
+        (inline_usage,) = await manager.stats("uid-c")
+        assert (inline_usage.name, inline_usage.claim) == ("scratch", None)  # no claim behind it
         assert (
             driver.calls("NodePublishVolume")[-1]["volume_context"]["csi.storage.k8s.io/ephemeral"] == "true"
         )
