@@ -201,6 +201,8 @@ class Agent:
             tokens=TokenManager(self.credentials.request_token),
             node_memory=lambda: allocatable_memory(ctx.node_allocatable()),
             table=default_table(extra=[csi], claim_sources=[csi]),
+            patch=lambda path, body: self.client.patch(path, body, "application/merge-patch+json"),
+            record=recorder.event,
         )
         self.pods = PodManager(ctx)
         ctx.prober = ProberManager.for_runtime(

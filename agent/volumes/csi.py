@@ -13,7 +13,8 @@ reverse (NodeUnpublishVolume per pod, NodeUnstageVolume once no pod of the node 
 needs nothing but the folder: it runs when the pod goes, also after the agent restarted. vol_data.json
 also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats, where the driver
 has GET_VOLUME_STATS, at most once a minute per volume) gives the Summary and kubelet_volume_stats_*
-their figures.
+their figures. On each sync of the pod, a claim the resizer left waiting for the node
+(NodeResizePending) gets NodeExpandVolume on the publication and its new capacity (expand_persistent).
 
 A driver that is not registered, an attachment not there yet, or a driver call that fails keeps the pod
 waiting with upstream's message; the pod manager tries again on its next pass.
@@ -37,7 +38,9 @@ from agent.volumes.emptydir import unmount_under
 from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost, VolumeUsage
 from kubeclient.csi.client import ACCESS_MODES, CSICallError, attachment_name, capability
 from kubeclient.csi.pb import csi_pb2 as pb
-from kubeclient.volumes import ephemeral_claim_name
+from kubeclient.csi.resize import NODE_IN_PROGRESS, NODE_PENDING, merge_conditions, resize_status
+from kubeclient.events import NORMAL, WARNING
+from kubeclient.volumes import claim_path, ephemeral_claim_name, storage_bytes
 
 log = logging.getLogger("agent.volumes.csi")
 
@@ -52,6 +55,7 @@ POD_INFO = {
 EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
 STAGE_CAP = pb.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME
 STATS_CAP = pb.NodeServiceCapability.RPC.GET_VOLUME_STATS
+EXPAND_CAP = pb.NodeServiceCapability.RPC.EXPAND_VOLUME
 STATS_PERIOD = 60.0  # upstream's volumeStatsAggPeriod: a volume's figures are asked for at most this often
 
 
@@ -122,6 +126,7 @@ class CSIPlugin:
         await self._publish(
             driver, name, handle, "", target, cap, read_only, {}, context, secrets, True, {"volume": name}
         )
+        await self._own(host, pod, csidriver, src.get("fsType") or "", None, target, read_only)
         return ReadyVolume(name, self.kind, str(target), read_only)
 
     # persistent volume behind a claim
@@ -164,7 +169,15 @@ class CSIPlugin:
             False,
             _claim_of(pod, volume),
         )
-        await self._own(host, pod, csidriver, src, modes[0], target, read_only)
+        await self._own(
+            host,
+            pod,
+            csidriver,
+            src.get("fsType") or "",
+            list(spec.get("accessModes") or []),
+            target,
+            read_only,
+        )
         return str(target)
 
     async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
@@ -211,6 +224,72 @@ class CSIPlugin:
         for target in [t for t in self._stats if t.startswith(str(folder) + "/") and t not in live]:
             del self._stats[target]
         return out
+
+    async def expand_persistent(
+        self, host: VolumeHost, pod: dict[str, Any], volume: str, claim_name: str
+    ) -> None:
+        """The kubelet's part of an online expansion (upstream's NodeExpander): when the PV has grown past
+        the claim's capacity and the resizer left the claim NodeResizePending (or a previous try left it
+        NodeResizeInProgress), mark it NodeResizeInProgress, call NodeExpandVolume on the publication
+        (where the driver has the node EXPAND_VOLUME capability), then record FileSystemResizeSuccessful
+        on the pod and the claim and set the claim's capacity, its resize condition and status gone. A
+        failed call is a FileSystemResizeFailed warning; the next sync of the pod tries again."""
+        data = await asyncio.to_thread(_publication_of, host.pod_volumes_dir(pod["metadata"]["uid"]), volume)
+        namespace = pod["metadata"].get("namespace", "")
+        if data is None or host.patch is None:
+            return
+        claim = await host.fetch("PersistentVolumeClaim", namespace, claim_name)
+        pv_name = ((claim or {}).get("spec") or {}).get("volumeName") or ""
+        pv = await host.fetch("PersistentVolume", "", pv_name) if pv_name else None
+        if claim is None or pv is None:
+            return
+        new_size = ((pv.get("spec") or {}).get("capacity") or {}).get("storage")
+        status_size = ((claim.get("status") or {}).get("capacity") or {}).get("storage")
+        if storage_bytes(new_size) <= storage_bytes(status_size) or resize_status(claim) not in (
+            NODE_PENDING,
+            NODE_IN_PROGRESS,
+        ):
+            return
+        driver = self.registry.get(data.driver)
+        if driver is None:
+            return
+        path = claim_path(namespace, claim_name) + "/status"
+        claim = await host.patch(
+            path, {"status": {"allocatedResourceStatuses": {"storage": NODE_IN_PROGRESS}}}
+        )
+        where = f'MountVolume.NodeExpandVolume {{}} for volume "{pv_name}"'
+        try:
+            if EXPAND_CAP in await driver.client.node_capabilities():
+                spec = pv.get("spec") or {}
+                modes = spec.get("accessModes") or ["ReadWriteOnce"]
+                cap = capability(
+                    (spec.get("csi") or {}).get("fsType") or "",
+                    list(spec.get("mountOptions") or []),
+                    ACCESS_MODES.get(modes[0], 1),
+                )
+                await driver.client.node_expand(
+                    data.handle, data.target, data.staging, storage_bytes(new_size), cap, {}
+                )
+        except CSICallError as err:
+            if host.record is not None:
+                host.record(pod, WARNING, "FileSystemResizeFailed", f"{where.format('failed')} : {err}")
+            return
+        message = f"{where.format('succeeded')} {self.node_name}"
+        if host.record is not None:
+            host.record(pod, NORMAL, "FileSystemResizeSuccessful", message)
+            host.record(claim, NORMAL, "FileSystemResizeSuccessful", message)
+        conditions = merge_conditions((claim.get("status") or {}).get("conditions") or [], [])
+        await host.patch(
+            path,
+            {
+                "status": {
+                    "capacity": {"storage": new_size},
+                    "conditions": conditions or None,
+                    "allocatedResourceStatuses": {"storage": None},
+                }
+            },
+        )
+        log.info("expanded volume=%s on the node size=%s", pv_name, new_size)
 
     async def _measure(self, data: VolumeData, folder: str, now: float) -> VolumeUsage | None:
         driver = self.registry.get(data.driver)
@@ -361,19 +440,24 @@ class CSIPlugin:
         host: VolumeHost,
         pod: dict[str, Any],
         csidriver: dict[str, Any] | None,
-        src: dict[str, Any],
-        mode: str,
+        fs_type: str,
+        modes: list[str] | None,
         target: Path,
         read_only: bool,
     ) -> None:
-        """fsGroup by the CSIDriver's fsGroupPolicy: File always, ReadWriteOnceWithFSType (the default)
-        for a ReadWriteOnce volume with an fsType, None never."""
-        policy = ((csidriver or {}).get("spec") or {}).get("fsGroupPolicy") or "ReadWriteOnceWithFSType"
-        if policy == "File" or (
-            policy == "ReadWriteOnceWithFSType" and src.get("fsType") and mode == "ReadWriteOnce"
-        ):
-            if not read_only:
-                await host.own(pod, target, read_only=False)
+        """fsGroup on the publication where upstream's csiMountMgr applies it (supportsFSGroup)."""
+        psc = (pod.get("spec") or {}).get("securityContext") or {}
+        if fs_group_applies(csidriver, psc.get("fsGroup"), fs_type, modes, read_only):
+            await host.own(pod, target, read_only=False)
+
+
+def _publication_of(pod_volumes: Path, volume: str) -> VolumeData | None:
+    """The persistent CSI publication of the pod's volume `volume`, from its vol_data.json."""
+    for data_file in sorted((pod_volumes / FOLDER).glob(f"*/{DATA_FILE}")):
+        data = _read_data(data_file)
+        if data is not None and not data.ephemeral and data.extra.get("volume") == volume:
+            return data
+    return None
 
 
 def _claim_of(pod: dict[str, Any], volume: str) -> dict[str, str]:
@@ -388,6 +472,22 @@ def _claim_of(pod: dict[str, Any], volume: str) -> dict[str, str]:
     if "claim" in out:
         out["namespace"] = pod["metadata"].get("namespace", "")
     return out
+
+
+def fs_group_applies(
+    csidriver: dict[str, Any] | None, fs_group: Any, fs_type: str, modes: list[str] | None, read_only: bool
+) -> bool:
+    """Whether the kubelet sets the pod's fsGroup on a CSI publication, by the CSIDriver's fsGroupPolicy
+    (ReadWriteOnceWithFSType without a CSIDriver or a policy): never without an fsGroup, for a read-only
+    publication or with None; always with File; with ReadWriteOnceWithFSType when the volume has an
+    fsType and one of the PV's access modes is ReadWriteOnce (`modes` None: an inline volume, always
+    mounted ReadWriteOnce)."""
+    policy = ((csidriver or {}).get("spec") or {}).get("fsGroupPolicy") or "ReadWriteOnceWithFSType"
+    if fs_group is None or policy == "None" or read_only:
+        return False
+    if policy == "File":
+        return True
+    return bool(fs_type) and (modes is None or "ReadWriteOnce" in modes)
 
 
 def _remove_global(folder: Path) -> None:

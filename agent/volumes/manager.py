@@ -13,7 +13,7 @@ every plugin's part down when the pod goes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from agent.volumes.plugin import (
     FieldValue,
     PluginTable,
     ReadyVolume,
+    Record,
     ResourceValue,
     VolumeError,
     VolumeHost,
@@ -66,8 +67,12 @@ class VolumeManager:
         tokens: TokenManager | None = None,
         node_memory: Callable[[], int] = lambda: 0,
         table: PluginTable | None = None,
+        patch: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
+        record: Record | None = None,
     ) -> None:
-        self.host = VolumeHost(Path(root_dir), fetch, field_value, resource_value, tokens, node_memory)
+        self.host = VolumeHost(
+            Path(root_dir), fetch, field_value, resource_value, tokens, node_memory, patch, record
+        )
         self.table = table if table is not None else default_table()
         self.root_dir = self.host.root_dir
         self.tokens = tokens

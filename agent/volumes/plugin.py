@@ -4,8 +4,9 @@ upstream's kubelet keeps its VolumePluginMgr. The manager finds a volume's plugi
 it to set the volume up, to rewrite it on sync and to take it down when the pod goes; a type the table
 does not hold is upstream's "volume type X is not supported by this node".
 
-`VolumeHost` is what every plugin may use of the node: the agent's root folder, the API reads, the
-field resolvers of the downward API, the token manager and the node's memory.
+`VolumeHost` is what every plugin may use of the node: the agent's root folder, the API reads (and the
+few writes: a claim's status, events), the field resolvers of the downward API, the token manager and
+the node's memory.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 FieldValue = Callable[[dict[str, Any], str], str]
 # (pod, resourceFieldRef) -> the value as text; the pod layer knows the rule (requests, limits, divisors).
 ResourceValue = Callable[[dict[str, Any], dict[str, Any]], str]
+Record = Callable[[dict[str, Any], str, str, str], None]
 
 
 class VolumeError(Exception):
@@ -64,6 +66,9 @@ class VolumeHost:
     resource_value: ResourceValue | None = None
     tokens: TokenManager | None = None
     node_memory: Callable[[], int] = lambda: 0  # the node's allocatable memory: the largest tmpfs emptyDir
+    # API writes a volume type may need (a claim's status after NodeExpandVolume): a merge patch of a path
+    patch: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    record: Record | None = None  # an event: (object, type, reason, message)
 
     def pod_volumes_dir(self, uid: str) -> Path:
         return self.root_dir / "pods" / uid / "volumes"

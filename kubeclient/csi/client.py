@@ -190,6 +190,42 @@ class CSIClient:
         i = by_unit.get(pb.VolumeUsage.INODES) or pb.VolumeUsage()
         return Usage(b.total, b.used, b.available, i.total, i.used, i.available)
 
+    async def node_expand(
+        self,
+        volume_id: str,
+        path: str,
+        staging_path: str,
+        required_bytes: int,
+        cap: pb.VolumeCapability,
+        secrets: Mapping[str, str],
+    ) -> int:
+        """NodeExpandVolume; the capacity the driver reports (0: it does not say)."""
+        request = pb.NodeExpandVolumeRequest(
+            volume_id=volume_id,
+            volume_path=path,
+            capacity_range=pb.CapacityRange(required_bytes=required_bytes),
+            staging_target_path=staging_path,
+            volume_capability=cap,
+            secrets=dict(secrets),
+        )
+        got = await _call("NodeExpandVolume", self._node.NodeExpandVolume, request, NODE_TIMEOUT)
+        return got.capacity_bytes
+
+    async def controller_expand(
+        self, volume_id: str, required_bytes: int, cap: pb.VolumeCapability, secrets: Mapping[str, str]
+    ) -> tuple[int, bool]:
+        """ControllerExpandVolume: the new capacity and whether the node must finish the expansion."""
+        request = pb.ControllerExpandVolumeRequest(
+            volume_id=volume_id,
+            capacity_range=pb.CapacityRange(required_bytes=required_bytes),
+            secrets=dict(secrets),
+            volume_capability=cap,
+        )
+        got = await _call(
+            "ControllerExpandVolume", self._controller.ControllerExpandVolume, request, CONTROLLER_TIMEOUT
+        )
+        return got.capacity_bytes, got.node_expansion_required
+
     async def create_volume(
         self,
         name: str,

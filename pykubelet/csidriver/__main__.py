@@ -32,6 +32,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-volumes", type=int, default=0, help="NodeGetInfo's max_volumes_per_node")
     p.add_argument("--topology-key", default="", help="report the node's topology under this key")
     p.add_argument("--call-log", type=Path, help="append every call here as a JSON line")
+    p.add_argument("--no-expansion", action="store_true", help="advertise no volume expansion")
     return p.parse_args(argv)
 
 
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_volumes,
         args.topology_key,
         args.call_log,
+        not args.no_expansion,
     )
     driver = Driver(cfg)
     endpoint = os.path.abspath(args.endpoint)

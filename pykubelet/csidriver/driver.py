@@ -3,7 +3,9 @@
 A volume is the folder <state>/volumes/<volume_id>. CreateVolume makes it (the CO's name is the id, so a
 retried call finds the same volume), DeleteVolume removes it. NodeStageVolume binds it at the staging
 path, NodePublishVolume binds the staging path (or, for an ephemeral inline volume, a folder made for it
-then) at the target, read-only when asked; the Unpublish and Unstage calls undo that. ControllerPublish
+then) at the target, read-only when asked; the Unpublish and Unstage calls undo that. Expansion (on
+unless switched off) is online: ControllerExpandVolume takes the new size and asks for the node's part,
+NodeExpandVolume checks the published path. ControllerPublish
 records the attachment as a file <state>/attachments/<volume_id>@<node_id>.
 
 Every call is appended to the call log (one JSON line: the method and its request, secrets left out),
@@ -40,6 +42,7 @@ class DriverConfig:
     max_volumes: int = 0
     topology_key: str = ""
     call_log: Path | None = None
+    expansion: bool = True  # ControllerExpandVolume and NodeExpandVolume (online expansion)
 
 
 class CallLog:
@@ -79,9 +82,11 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         kinds = [pb.PluginCapability.Service.CONTROLLER_SERVICE]
         if self.cfg.topology_key:
             kinds.append(pb.PluginCapability.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS)
-        return pb.GetPluginCapabilitiesResponse(
-            capabilities=[pb.PluginCapability(service=pb.PluginCapability.Service(type=k)) for k in kinds]
-        )
+        caps = [pb.PluginCapability(service=pb.PluginCapability.Service(type=k)) for k in kinds]
+        if self.cfg.expansion:
+            online = pb.PluginCapability.VolumeExpansion(type=pb.PluginCapability.VolumeExpansion.ONLINE)
+            caps.append(pb.PluginCapability(volume_expansion=online))
+        return pb.GetPluginCapabilitiesResponse(capabilities=caps)
 
     def Probe(self, request, context):
         return pb.ProbeResponse()
@@ -92,6 +97,8 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         kinds = [rpc.CREATE_DELETE_VOLUME] + (
             [rpc.PUBLISH_UNPUBLISH_VOLUME] if self.cfg.attach_required else []
         )
+        if self.cfg.expansion:
+            kinds.append(rpc.EXPAND_VOLUME)
         return pb.ControllerGetCapabilitiesResponse(
             capabilities=[pb.ControllerServiceCapability(rpc=rpc(type=k)) for k in kinds]
         )
@@ -130,10 +137,33 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         )
         return pb.ControllerUnpublishVolumeResponse()
 
+    def ControllerExpandVolume(self, request, context):
+        """A folder has no size to grow: the new capacity is recorded and the node is asked to finish
+        (node_expansion_required), as a block-backed driver asks for the file system's resize."""
+        self.log.write("ControllerExpandVolume", request)
+        if not self.cfg.expansion:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "ControllerExpandVolume is not supported")
+        if not self._volume(request.volume_id, context).is_dir():
+            context.abort(grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
+        return pb.ControllerExpandVolumeResponse(
+            capacity_bytes=request.capacity_range.required_bytes, node_expansion_required=True
+        )
+
     # Node
+    def NodeExpandVolume(self, request, context):
+        self.log.write("NodeExpandVolume", request)
+        if not self.cfg.expansion:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "NodeExpandVolume is not supported")
+        self._volume(request.volume_id, context)
+        if not request.volume_path or not os.path.isdir(request.volume_path):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"volume path {request.volume_path!r} not found")
+        return pb.NodeExpandVolumeResponse(capacity_bytes=request.capacity_range.required_bytes)
+
     def NodeGetCapabilities(self, request, context):
         rpc = pb.NodeServiceCapability.RPC
-        kinds = [rpc.STAGE_UNSTAGE_VOLUME, rpc.GET_VOLUME_STATS]
+        kinds = [rpc.STAGE_UNSTAGE_VOLUME, rpc.GET_VOLUME_STATS] + (
+            [rpc.EXPAND_VOLUME] if self.cfg.expansion else []
+        )
         return pb.NodeGetCapabilitiesResponse(
             capabilities=[pb.NodeServiceCapability(rpc=rpc(type=k)) for k in kinds]
         )

@@ -8,7 +8,9 @@ unstages (no mount left), the claim's deletion deletes the volume; a CSI ephemer
 and goes with its pod; a generic ephemeral volume's claim is made and goes with its pod; a driver needing
 attach gets its VolumeAttachment from the attach/detach controller, attached by the attacher beside it,
 and its allocatable count refuses one volume too many (NodeVolumeLimits); a driver restarted under a
-mounted volume keeps the mount and registers again."""
+mounted volume keeps the mount and registers again; the node reports the volume's stats; a claim of an
+expandable class grows online through the resizer beside the driver and the node, and is refused a
+shrink below its capacity."""
 
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ class Beside:
                 "--kubeconfig",
                 str(stack.kubeconfig),
                 "--controllers",
-                "csi-provisioner,csi-attacher",
+                "csi-provisioner,csi-attacher,csi-resizer",
                 "--csi-address",
                 self.endpoint,
                 "--leader-elect=false",
@@ -136,11 +138,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
             running.beside, running.attaching = besides
             yield running
         finally:
+            _pods_gone(running)  # a failed test's pods: their volumes unpublished while the drivers run
             for beside in besides:
                 beside.stop()
             problems = running.stop()
             assert not problems, problems
             assert not scope.leaked()
+
+
+def _pods_gone(stack) -> None:
+    kube = client.CoreV1Api(config.new_client_from_config(config_file=str(stack.kubeconfig)))
+    for p in kube.list_pod_for_all_namespaces().items:
+        if p.metadata.namespace.startswith("csi-"):
+            kube.delete_namespaced_pod(p.metadata.name, p.metadata.namespace, grace_period_seconds=0)
+    root = stack.config.state_dir / "agent"
+    wait_for(lambda: mounts_under(root) == [], 120, what="the node's CSI mounts gone")
 
 
 @pytest.fixture(scope="module")
@@ -555,3 +567,144 @@ def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, c
         wait_for(lambda: not (beside.backing / handle).exists(), 90, what="the volume deleted")
     finally:
         storage.delete_storage_class(sc_name)
+
+
+def _claim(name: str, size: str, sc_name: str) -> dict:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+            "storageClassName": sc_name,
+        },
+    }
+
+
+def _resize(kube, namespace: str, name: str, size: str):
+    return kube.patch_namespaced_persistent_volume_claim(
+        name, namespace, {"spec": {"resources": {"requests": {"storage": size}}}}
+    )
+
+
+def _reasons(kube, namespace: str, name: str) -> dict[str, str]:
+    return {
+        e.reason: e.message
+        for e in kube.list_namespaced_event(namespace).items
+        if e.involved_object.name == name
+    }
+
+
+def test_online_expansion_through_the_resizer_and_the_node(
+    stack, kube, storage, csidriver, namespace
+) -> None:
+    """A running pod's claim raised on a class with allowVolumeExpansion: the resizer marks it Resizing,
+    calls ControllerExpandVolume, grows the PV and leaves FileSystemResizePending / NodeResizePending with
+    allocatedResources; the pod's next sync on the node calls NodeExpandVolume on its publication and sets
+    the claim's capacity, the condition gone; upstream's events on the claim and the pod. A request below
+    the claim's capacity is upstream's 422, an expansion on a class without allowVolumeExpansion its 403."""
+    beside = stack.beside
+    grow_sc, fixed_sc = f"grow-{namespace}", f"fixed-{namespace}"
+    storage.create_storage_class(
+        {"metadata": {"name": grow_sc}, "provisioner": DRIVER, "allowVolumeExpansion": True}
+    )
+    storage.create_storage_class({"metadata": {"name": fixed_sc}, "provisioner": DRIVER})
+    try:
+        kube.create_namespaced_persistent_volume_claim(namespace, _claim("grow", "8Mi", grow_sc))
+        kube.create_namespaced_persistent_volume_claim(namespace, _claim("fixed", "8Mi", fixed_sc))
+        script = "echo grown > /data/g && sleep 3600"
+        kube.create_namespaced_pod(
+            namespace,
+            pod("grower", stack.images.busybox, script, {"persistentVolumeClaim": {"claimName": "grow"}}),
+        )
+        pv_name = wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("grow", namespace).spec.volume_name,
+            120,
+            what="bound",
+        )
+        handle = kube.read_persistent_volume(pv_name).spec.csi.volume_handle
+        wait_for(lambda: (beside.backing / handle / "g").exists(), 180, what="the container's write")
+        wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("fixed", namespace).status.phase == "Bound",
+            60,
+            what="the fixed claim bound",
+        )
+
+        with pytest.raises(ApiException) as shrink:
+            _resize(kube, namespace, "grow", "4Mi")
+        assert shrink.value.status == 422
+        assert json.loads(shrink.value.body)["message"] == (
+            'PersistentVolumeClaim "grow" is invalid: spec.resources.requests.storage: Forbidden: field can '
+            "not be less than status.capacity"
+        )
+        with pytest.raises(ApiException) as fixed:
+            _resize(kube, namespace, "fixed", "16Mi")
+        assert fixed.value.status == 403
+        assert json.loads(fixed.value.body)["message"] == (
+            'persistentvolumeclaims "fixed" is forbidden: only dynamically provisioned pvc can be resized and '
+            "the storageclass that provisions the pvc must support resize"
+        )
+
+        _resize(kube, namespace, "grow", "16Mi")
+        wait_for(
+            lambda: kube.read_persistent_volume(pv_name).spec.capacity["storage"] == "16Mi",
+            60,
+            what="the PV grown by the resizer",
+        )
+        expand = beside.calls("ControllerExpandVolume")[-1]
+        assert (expand["volume_id"], expand["capacity_range"]) == (handle, {"required_bytes": str(16 << 20)})
+        claim = wait_for(
+            lambda: (
+                (
+                    (c := kube.read_namespaced_persistent_volume_claim("grow", namespace)).status.conditions
+                    or c.status.capacity["storage"] == "16Mi"
+                )
+                and c
+            ),
+            60,
+            what="the claim waiting for the node (or done by a sync of the pod meanwhile)",
+        )
+        assert claim.status.allocated_resources == {"storage": "16Mi"}
+        if claim.status.capacity["storage"] == "8Mi":
+            assert [c.type for c in claim.status.conditions] == ["FileSystemResizePending"]
+            assert claim.status.conditions[0].message == (
+                "Waiting for user to (re-)start a pod to finish file system resize of volume on node."
+            )
+            assert claim.status.allocated_resource_statuses == {"storage": "NodeResizePending"}
+        # an update of the pod makes the node sync it now (upstream reprocesses a pod's volumes on
+        # each of its syncs; the periodic one would come within a minute)
+        kube.patch_namespaced_pod("grower", namespace, {"metadata": {"annotations": {"sync": "now"}}})
+        done = wait_for(
+            lambda: (
+                (c := kube.read_namespaced_persistent_volume_claim("grow", namespace)).status.capacity[
+                    "storage"
+                ]
+                == "16Mi"
+                and c
+            ),
+            90,
+            what="the node's expansion",
+        )
+        assert not done.status.conditions and not done.status.allocated_resource_statuses
+        assert done.status.allocated_resources == {"storage": "16Mi"}
+        node_call = beside.calls("NodeExpandVolume")[-1]
+        assert node_call["volume_path"].endswith(f"/volumes/kubernetes.io~csi/{pv_name}/mount")
+        assert node_call["capacity_range"] == {"required_bytes": str(16 << 20)}
+        succeeded = f'MountVolume.NodeExpandVolume succeeded for volume "{pv_name}" {stack.node_name}'
+        claim_events = wait_for(
+            lambda: (r := _reasons(kube, namespace, "grow")).get("FileSystemResizeSuccessful") and r,
+            30,
+            what="the claim's events",
+        )
+        assert claim_events["Resizing"] == f"External resizer is resizing volume {pv_name}"
+        assert claim_events["FileSystemResizeRequired"] == "Require file system resize of volume on node"
+        assert claim_events["FileSystemResizeSuccessful"] == succeeded
+        assert _reasons(kube, namespace, "grower")["FileSystemResizeSuccessful"] == succeeded
+
+        kube.delete_namespaced_pod("grower", namespace, grace_period_seconds=0)
+        wait_for(lambda: mounts_under(beside.agent_root) == [], 90, what="the mounts gone")
+        for name in ("grow", "fixed"):
+            kube.delete_namespaced_persistent_volume_claim(name, namespace)
+        wait_for(lambda: not (beside.backing / handle).exists(), 90, what="the volume deleted")
+    finally:
+        storage.delete_storage_class(grow_sc)
+        storage.delete_storage_class(fixed_sc)
