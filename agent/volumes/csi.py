@@ -46,6 +46,7 @@ log = logging.getLogger("agent.volumes.csi")
 
 FOLDER = "kubernetes.io~csi"
 DATA_FILE = "vol_data.json"
+GLOBAL = "plugins/kubernetes.io/csi"  # under the root dir: <driver>/<sha256(handle)>/globalmount
 POD_INFO = {
     "csi.storage.k8s.io/pod.name": ("metadata", "name"),
     "csi.storage.k8s.io/pod.namespace": ("metadata", "namespace"),
@@ -225,6 +226,18 @@ class CSIPlugin:
             del self._stats[target]
         return out
 
+    async def in_use(self, host: VolumeHost) -> list[str]:
+        """kubernetes.io/csi/<driver>^<handle> of each persistent CSI volume published or staged on the
+        node (upstream's unique volume name), for node.status.volumesInUse: the attach/detach controller
+        detaches none of them."""
+
+        def scan() -> list[str]:
+            found = _publications(host.root_dir)
+            found += [d for f in host.root_dir.glob(f"{GLOBAL}/*/*/{DATA_FILE}") if (d := _read_data(f))]
+            return [f"kubernetes.io/csi/{d.driver}^{d.handle}" for d in found if not d.ephemeral]
+
+        return await asyncio.to_thread(scan)
+
     async def expand_persistent(
         self, host: VolumeHost, pod: dict[str, Any], volume: str, claim_name: str
     ) -> None:
@@ -353,7 +366,7 @@ class CSIPlugin:
 
     def _global_dir(self, host: VolumeHost, driver: str, handle: str) -> Path:
         digest = hashlib.sha256(handle.encode()).hexdigest()
-        return host.root_dir / "plugins" / "kubernetes.io" / "csi" / driver / digest
+        return host.root_dir / GLOBAL / driver / digest
 
     async def _stage(
         self,

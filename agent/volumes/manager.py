@@ -149,6 +149,13 @@ class VolumeManager:
             out.extend(await plugin.stats(self.host, uid))
         return out
 
+    async def in_use(self) -> list[str]:
+        """node.status.volumesInUse: the attachable volumes mounted on the node, by unique name, sorted."""
+        names: set[str] = set()
+        for plugin in self.table:
+            names.update(await plugin.in_use(self.host))
+        return sorted(names)
+
     async def _prepare_one(self, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
         kind = self.table.kind_of(volume)
         plugin = self.table.find(kind)

@@ -109,6 +109,10 @@ class VolumePlugin(Protocol):
         NodeGetVolumeStats); the stats provider measures the others' folders."""
         ...
 
+    async def in_use(self, host: VolumeHost) -> list[str]:
+        """The unique names of this type's attachable volumes mounted on the node (volumesInUse)."""
+        ...
+
 
 class PluginBase:
     """Defaults for a plugin with nothing to rewrite on sync and nothing of its own to take down."""
@@ -122,6 +126,9 @@ class PluginBase:
         return None
 
     async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
+        return []
+
+    async def in_use(self, host: VolumeHost) -> list[str]:
         return []
 
 

@@ -7,7 +7,8 @@ node, what its container writes lands in the driver's backing folder; the pod's 
 unstages (no mount left), the claim's deletion deletes the volume; a CSI ephemeral inline volume lives
 and goes with its pod; a generic ephemeral volume's claim is made and goes with its pod; a driver needing
 attach gets its VolumeAttachment from the attach/detach controller, attached by the attacher beside it,
-and its allocatable count refuses one volume too many (NodeVolumeLimits); a driver restarted under a
+and its allocatable count refuses one volume too many (NodeVolumeLimits), detached only once the node
+no longer reports it in volumesInUse; a driver restarted under a
 mounted volume keeps the mount and registers again; the node reports the volume's stats; a claim of an
 expandable class grows online through the resizer beside the driver and the node, and is refused a
 shrink below its capacity."""
@@ -380,6 +381,13 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
         publish = attaching.calls("ControllerPublishVolume")[-1]
         assert (publish["volume_id"], publish["node_id"]) == (handle, stack.node_name)
         assert attaching.calls("NodeStageVolume")[-1]["publish_context"] == {"attachedTo": stack.node_name}
+        # the node reports the mounted volume in use (upstream's unique name), so it is not detached yet
+        unique = f"kubernetes.io/csi/{ATTACHING}^{handle}"
+        wait_for(
+            lambda: unique in (kube.read_node(stack.node_name).status.volumes_in_use or []),
+            60,
+            what="the volume in the node's volumesInUse",
+        )
         # the driver's allocatable count is 1: a second volume of it does not fit the node (NodeVolumeLimits)
         kube.create_namespaced_persistent_volume_claim(
             namespace,
@@ -423,6 +431,10 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
             lambda: not _exists(lambda: storage.read_volume_attachment(name)), 90, what="detached and gone"
         )
         assert attaching.calls("ControllerUnpublishVolume")[-1]["volume_id"] == handle
+        # detached only after the node unmounted it and stopped reporting it in use
+        order = [json.loads(line)["method"] for line in attaching.call_log.read_text().splitlines()]
+        assert order.index("NodeUnstageVolume") < order.index("ControllerUnpublishVolume")
+        assert unique not in (kube.read_node(stack.node_name).status.volumes_in_use or [])
         wait_for(lambda: mounts_under(attaching.agent_root) == [], 60, what="the node's mounts gone")
         kube.delete_namespaced_persistent_volume_claim("att", namespace)
         wait_for(lambda: not (attaching.backing / handle).exists(), 90, what="the volume deleted")

@@ -6,10 +6,11 @@ attacher beside the driver attaches it and the node waits for `attached`. A Volu
 its node needs any more is deleted (the attacher detaches it and lets it go). An attach error reported
 on the attachment becomes upstream's FailedAttachVolume event on the pods waiting for it.
 
-Upstream waits, before detaching, for the kubelet to report the volume unmounted (node.status
-.volumesInUse); this node agent does not report it, so detaching follows the pods: a pod's volumes are
-unpublished by the agent as the pod goes, before the attacher's ControllerUnpublish of a driver that
-takes time; a driver that must see the unmount first is not served yet.
+As upstream's reconciler, an attachment no pod needs is deleted (detached) only once the node no longer
+lists the volume (`kubernetes.io/csi/<driver>^<handle>`) in node.status.volumesInUse, which the kubelet
+reports while the volume is mounted ("Cannot detach volume because it is still mounted"); a node that is
+gone, or tainted node.kubernetes.io/out-of-service, is not waited for. A change of the Node's status
+brings the node's attachments back to the queue.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ log = logging.getLogger("controlplane.controllers")
 Obj = dict[str, Any]
 ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
 RECHECK = 5.0  # seconds: a node whose pods' claims are not bound yet is looked at again
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 
 
 def _running(pod: Obj) -> bool:
@@ -48,6 +50,8 @@ class AttachDetachController(Controller):
         self.volumes = ctx.informers.get("/api/v1/persistentvolumes")
         self.drivers = ctx.informers.get("/apis/storage.k8s.io/v1/csidrivers")
         self.attachments = ctx.informers.get(ATTACHMENTS)
+        self.nodes = ctx.informers.get("/api/v1/nodes")
+        self.nodes.add_handler(**self.handlers(lambda n: meta(n).get("name") or None))
         self.pods.add_handler(**self.handlers(lambda p: (p.get("spec") or {}).get("nodeName") or None))
         self.attachments.add_handler(**self.handlers(lambda a: (a.get("spec") or {}).get("nodeName") or None))
 
@@ -120,6 +124,11 @@ class AttachDetachController(Controller):
                     )
         for name, current in have.items():
             if name not in wanted and not meta(current).get("deletionTimestamp") and not pending:
+                if self._mounted(node, current):
+                    log.info(
+                        "cannot detach volume because it is still mounted node=%s attachment=%s", node, name
+                    )
+                    continue
                 try:
                     await self.client.delete(f"{ATTACHMENTS}/{name}")
                     log.info("attachment deleted node=%s attachment=%s", node, name)
@@ -128,3 +137,16 @@ class AttachDetachController(Controller):
                         raise
         if pending:
             self.queue.add_after(node, RECHECK)
+
+    def _mounted(self, node_name: str, attachment: Obj) -> bool:
+        """Whether the node still reports the attachment's volume in use (its kubelet has it mounted)."""
+        node = self.nodes.get(node_name)
+        if node is None or any(
+            t.get("key") == OUT_OF_SERVICE for t in (node.get("spec") or {}).get("taints") or []
+        ):
+            return False
+        spec = attachment.get("spec") or {}
+        pv = self.volumes.get((spec.get("source") or {}).get("persistentVolumeName") or "")
+        handle = (((pv or {}).get("spec") or {}).get("csi") or {}).get("volumeHandle", "")
+        unique = f"kubernetes.io/csi/{spec.get('attacher', '')}^{handle}"
+        return unique in ((node.get("status") or {}).get("volumesInUse") or [])
