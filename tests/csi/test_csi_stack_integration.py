@@ -21,6 +21,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -28,14 +29,38 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.waiting import finished, wait_for
+from pykubelet.rig import csi as rigcsi
+from pykubelet.rig.csi import CLASS, DEFAULT_CLASS
 from pykubelet.rig.leaks import Scope
 from pykubelet.rig.netlease import lease_network
 from tests.csi.conftest import mounts_under
 
 pytestmark = pytest.mark.integration
-DRIVER = "hostpath.csi.pykubelet.io"
-TOPOLOGY = "topology.hostpath.csi.pykubelet.io/node"
+DRIVER, TOPOLOGY = rigcsi.DRIVER, rigcsi.TOPOLOGY_KEY
 ATTACHING = "attach.csi.pykubelet.io"  # a second driver, with ControllerPublish
+
+
+def _calls(call_log: Path, method: str) -> list[dict]:
+    lines = call_log.read_text().splitlines() if call_log.exists() else []
+    return [c["request"] for c in map(json.loads, lines) if c["method"] == method]
+
+
+class Rigged:
+    """The rig's own host-path CSI driver and sidecars (pykubelet.rig.csi, what `up` runs), seen as the
+    tests see a driver beside the node."""
+
+    def __init__(self, stack) -> None:
+        self.csi = stack.csi
+        self.endpoint = self.csi.endpoint
+        self.call_log = self.csi.call_log
+        self.backing = self.csi.backing
+        self.agent_root = stack.config.state_dir / "agent"
+
+    def calls(self, method: str) -> list[dict]:
+        return _calls(self.call_log, method)
+
+    def restart_driver(self) -> None:
+        self.csi.restart_driver()
 
 
 class Beside:
@@ -93,8 +118,7 @@ class Beside:
             f.close()
 
     def calls(self, method: str) -> list[dict]:
-        lines = self.call_log.read_text().splitlines() if self.call_log.exists() else []
-        return [c["request"] for c in map(json.loads, lines) if c["method"] == method]
+        return _calls(self.call_log, method)
 
     def restart_driver(self) -> None:
         """Stop the driver (its sockets go) and start it again, as a driver pod's restart does."""
@@ -123,6 +147,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
             node_name="csi-node",
             bridge=net.bridge,
             pod_cidr=net.pod_cidr,
+            csi_driver=True,
         )
         scope = Scope.of(
             cfg.state_dir,
@@ -134,9 +159,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         running.start()
         besides: list[Beside] = []
         try:
-            besides.append(Beside(running, DRIVER, "--topology-key", TOPOLOGY, "--max-volumes", "10"))
             besides.append(Beside(running, ATTACHING, "--attach-required", "--max-volumes", "1"))
-            running.beside, running.attaching = besides
+            running.beside, running.attaching = Rigged(running), besides[0]
             yield running
         finally:
             _pods_gone(running)  # a failed test's pods: their volumes unpublished while the drivers run
@@ -172,19 +196,20 @@ def storage(api) -> client.StorageV1Api:
 
 
 @pytest.fixture(scope="module")
-def csidriver(storage) -> Iterator[None]:
-    storage.create_csi_driver(
-        {
-            "metadata": {"name": DRIVER},
-            "spec": {
-                "attachRequired": False,
-                "podInfoOnMount": True,
-                "volumeLifecycleModes": ["Persistent", "Ephemeral"],
-            },
-        }
+def csidriver(storage) -> None:
+    """The rig applied the driver's CSIDriver: no attach, pod info on mount, both lifecycle modes."""
+    spec = storage.read_csi_driver(DRIVER).spec
+    assert (
+        spec.attach_required,
+        spec.pod_info_on_mount,
+        spec.volume_lifecycle_modes,
+        spec.fs_group_policy,
+    ) == (
+        False,
+        True,
+        ["Persistent", "Ephemeral"],
+        "File",
     )
-    yield
-    storage.delete_csi_driver(DRIVER)
 
 
 @pytest.fixture
@@ -237,11 +262,7 @@ def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
         what="both drivers on the node's CSINode",
     )
     driver = drivers[DRIVER]
-    assert (driver.node_id, driver.topology_keys, driver.allocatable.count) == (
-        stack.node_name,
-        [TOPOLOGY],
-        10,
-    )
+    assert (driver.node_id, driver.topology_keys, driver.allocatable) == (stack.node_name, [TOPOLOGY], None)
     assert (drivers[ATTACHING].topology_keys, drivers[ATTACHING].allocatable.count) == (None, 1)
     csinode = storage.read_csi_node(stack.node_name)
     assert (csinode.metadata.owner_references[0].kind, csinode.metadata.owner_references[0].name) == (
@@ -258,69 +279,60 @@ def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
 
 
 def test_provisioned_claim_mounted_written_and_cleaned_up(stack, kube, storage, csidriver, namespace) -> None:
+    """Through the class the rig (`up`) offers: csi-hostpath, WaitForFirstConsumer, not the default while
+    local-path is; the volume made on the node the pod got (its topology as requisite and node affinity)."""
     beside = stack.beside
-    sc_name = f"csi-{namespace}"
-    storage.create_storage_class(
-        {
-            "metadata": {"name": sc_name},
-            "provisioner": DRIVER,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "parameters": {"kind": "dir"},
-        }
+    sc_name = CLASS
+    classes = {c.metadata.name: c for c in storage.list_storage_class().items}
+    assert (
+        classes[CLASS].volume_binding_mode == "WaitForFirstConsumer" and classes[CLASS].allow_volume_expansion
     )
-    try:
-        kube.create_namespaced_persistent_volume_claim(
-            namespace,
-            {
-                "metadata": {"name": "data"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "64Mi"}},
-                    "storageClassName": sc_name,
-                },
+    defaults = [n for n, c in classes.items() if (c.metadata.annotations or {}).get(DEFAULT_CLASS) == "true"]
+    assert defaults == ["local-path"]
+    kube.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "64Mi"}},
+                "storageClassName": sc_name,
             },
-        )
-        claim_volume = {"persistentVolumeClaim": {"claimName": "data"}}
-        kube.create_namespaced_pod(
-            namespace,
-            pod("writer", stack.images.busybox, "echo from-the-container > /data/hello", claim_volume),
-        )
-        assert finished(kube, namespace, "writer", 180).status.phase == "Succeeded"
-        claim = kube.read_namespaced_persistent_volume_claim("data", namespace)
-        pv = kube.read_persistent_volume(claim.spec.volume_name)
-        assert pv.spec.csi.driver == DRIVER and pv.spec.csi.volume_handle == f"pvc-{claim.metadata.uid}"
-        assert pv.metadata.annotations["pv.kubernetes.io/provisioned-by"] == DRIVER
-        term = pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
-        assert (term.key, term.values) == (TOPOLOGY, [stack.node_name])
-        create = beside.calls("CreateVolume")[-1]
-        assert create["parameters"] == {"kind": "dir"} and create["capacity_range"]["required_bytes"] == str(
-            64 << 20
-        )
-        assert create["accessibility_requirements"]["requisite"] == [
-            {"segments": {TOPOLOGY: stack.node_name}}
-        ]
-        backing = beside.backing / pv.spec.csi.volume_handle
-        assert (backing / "hello").read_text() == "from-the-container\n"
-        publish = beside.calls("NodePublishVolume")[-1]
-        assert publish["volume_context"]["csi.storage.k8s.io/pod.name"] == "writer"
-        assert publish["volume_context"]["csi.storage.k8s.io/pod.namespace"] == namespace
-        assert len(beside.calls("NodeStageVolume")) >= 1
+        },
+    )
+    claim_volume = {"persistentVolumeClaim": {"claimName": "data"}}
+    kube.create_namespaced_pod(
+        namespace,
+        pod("writer", stack.images.busybox, "echo from-the-container > /data/hello", claim_volume),
+    )
+    assert finished(kube, namespace, "writer", 180).status.phase == "Succeeded"
+    claim = kube.read_namespaced_persistent_volume_claim("data", namespace)
+    pv = kube.read_persistent_volume(claim.spec.volume_name)
+    assert pv.spec.csi.driver == DRIVER and pv.spec.csi.volume_handle == f"pvc-{claim.metadata.uid}"
+    assert pv.metadata.annotations["pv.kubernetes.io/provisioned-by"] == DRIVER
+    term = pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
+    assert (term.key, term.values) == (TOPOLOGY, [stack.node_name])
+    create = beside.calls("CreateVolume")[-1]
+    assert "parameters" not in create and create["capacity_range"]["required_bytes"] == str(64 << 20)
+    assert create["accessibility_requirements"]["requisite"] == [{"segments": {TOPOLOGY: stack.node_name}}]
+    backing = beside.backing / pv.spec.csi.volume_handle
+    assert (backing / "hello").read_text() == "from-the-container\n"
+    publish = beside.calls("NodePublishVolume")[-1]
+    assert publish["volume_context"]["csi.storage.k8s.io/pod.name"] == "writer"
+    assert publish["volume_context"]["csi.storage.k8s.io/pod.namespace"] == namespace
+    assert len(beside.calls("NodeStageVolume")) >= 1
 
-        kube.delete_namespaced_pod("writer", namespace, grace_period_seconds=0)
-        wait_for(
-            lambda: not _exists(lambda: kube.read_namespaced_pod("writer", namespace)), 90, what="pod gone"
-        )
-        wait_for(lambda: mounts_under(beside.agent_root) == [], 60, what="the node's CSI mounts gone")
-        assert beside.calls("NodeUnpublishVolume") and beside.calls("NodeUnstageVolume")
+    kube.delete_namespaced_pod("writer", namespace, grace_period_seconds=0)
+    wait_for(lambda: not _exists(lambda: kube.read_namespaced_pod("writer", namespace)), 90, what="pod gone")
+    wait_for(lambda: mounts_under(beside.agent_root) == [], 60, what="the node's CSI mounts gone")
+    assert beside.calls("NodeUnpublishVolume") and beside.calls("NodeUnstageVolume")
 
-        kube.delete_namespaced_persistent_volume_claim("data", namespace)
-        wait_for(
-            lambda: not _exists(lambda: kube.read_persistent_volume(pv.metadata.name)), 90, what="PV deleted"
-        )
-        assert not backing.exists()
-        assert beside.calls("DeleteVolume")[-1]["volume_id"] == pv.spec.csi.volume_handle
-    finally:
-        storage.delete_storage_class(sc_name)
+    kube.delete_namespaced_persistent_volume_claim("data", namespace)
+    wait_for(
+        lambda: not _exists(lambda: kube.read_persistent_volume(pv.metadata.name)), 90, what="PV deleted"
+    )
+    assert not backing.exists()
+    assert beside.calls("DeleteVolume")[-1]["volume_id"] == pv.spec.csi.volume_handle
 
 
 def test_inline_ephemeral_volume_lives_with_its_pod(stack, kube, csidriver, namespace) -> None:
