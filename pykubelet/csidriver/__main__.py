@@ -16,7 +16,7 @@ import grpc
 
 from kubeclient.csi.pb import csi_pb2_grpc as pb_grpc
 from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
-from pykubelet.csidriver.driver import Driver, DriverConfig, Registrar
+from pykubelet.csidriver.driver import Driver, DriverConfig, Registrar, registration_socket
 
 DEFAULT_NAME = "hostpath.csi.pykubelet.io"
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     ]
     if args.registration_dir:
-        reg_socket = os.path.join(args.registration_dir, f"{args.name}-reg.sock")
+        reg_socket = registration_socket(args.registration_dir, args.name)
         registrar = Registrar(cfg, endpoint)
         servers.append(
             (

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pykubelet.csidriver.driver import registration_socket
 from pykubelet.rig.process import Daemon
 
 DRIVER = "hostpath.csi.pykubelet.io"
@@ -131,7 +132,13 @@ class HostPathCSI:
         self.driver = Daemon(
             "csi-hostpath driver", self.driver_argv(), self.state / "driver.log", on_spawn=self.on_spawn
         )
-        self.driver.start(lambda: os.path.exists(self.endpoint), timeout=timeout)
+        self.driver.start(self._driver_ready, timeout=timeout)
+
+    def _driver_ready(self) -> bool:
+        """Both of its sockets are there: the CSI endpoint and the registration socket."""
+        return os.path.exists(self.endpoint) and os.path.exists(
+            registration_socket(str(self.registration_dir), DRIVER)
+        )
 
     def start(
         self, apply: Callable[[dict], dict], classes: Callable[[], list[dict]], timeout: float = 30.0

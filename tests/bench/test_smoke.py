@@ -73,6 +73,7 @@ BENCHMARKS = {
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
     "journey": Benchmark("bench/journey/timing.py", "journey", needs_root=False),
     "scale-density": Benchmark("bench/scale/density.py", "scale-density", needs_root=False),
+    "csi-startup": Benchmark("bench/csi/startup.py", "csi-startup", needs_root=True),
 }
 
 

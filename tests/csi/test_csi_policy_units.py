@@ -83,3 +83,14 @@ def test_fs_group_policy_decides_where_the_kubelet_applies_fs_group() -> None:
     for (policy, group, fs_type, modes, read_only), expected in cases:
         got = fs_group_applies(driver(policy), group, fs_type, modes, read_only)
         assert got is expected, (policy, group, fs_type, modes, read_only)
+
+
+def test_registration_socket_keeps_upstreams_name_where_it_fits() -> None:
+    from pykubelet.csidriver.driver import registration_socket
+
+    assert registration_socket("/var/lib/kubelet/plugins_registry", "hostpath.csi.pykubelet.io") == (
+        "/var/lib/kubelet/plugins_registry/hostpath.csi.pykubelet.io-reg.sock"
+    )
+    deep = "/tmp/" + "d" * 50 + "/plugins_registry"  # the upstream name would pass 100 bytes here
+    short = registration_socket(deep, "hostpath.csi.pykubelet.io")
+    assert short.startswith(deep + "/csi-") and short.endswith("-reg.sock") and len(short) < 100
