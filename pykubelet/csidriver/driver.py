@@ -54,6 +54,7 @@ class DriverConfig:
     topology_key: str = ""
     call_log: Path | None = None
     expansion: bool = True  # ControllerExpandVolume and NodeExpandVolume (online expansion)
+    max_volume_size: int = 1 << 40  # bytes: a larger capacity is OUT_OF_RANGE (csi-driver-host-path's 1 TiB)
 
 
 class CallLog:
@@ -77,6 +78,13 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         (cfg.state_dir / "volumes").mkdir(parents=True, exist_ok=True)
         (cfg.state_dir / "attachments").mkdir(parents=True, exist_ok=True)
         (cfg.state_dir / "ephemeral").mkdir(parents=True, exist_ok=True)
+
+    def _check_size(self, capacity: pb.CapacityRange, context) -> None:
+        if capacity.required_bytes > self.cfg.max_volume_size:
+            context.abort(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"Requested capacity {capacity.required_bytes} exceeds maximum allowed {self.cfg.max_volume_size}",
+            )
 
     def _volume(self, volume_id: str, context) -> Path:
         if not volume_id or "/" in volume_id or volume_id.startswith("."):
@@ -118,6 +126,7 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         self.log.write("CreateVolume", request)
         if not request.volume_capabilities:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "volume capabilities missing in request")
+        self._check_size(request.capacity_range, context)
         folder = self._volume(request.name, context)
         folder.mkdir(exist_ok=True)
         volume = pb.Volume(
@@ -156,6 +165,7 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "ControllerExpandVolume is not supported")
         if not self._volume(request.volume_id, context).is_dir():
             context.abort(grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
+        self._check_size(request.capacity_range, context)
         return pb.ControllerExpandVolumeResponse(
             capacity_bytes=request.capacity_range.required_bytes, node_expansion_required=True
         )

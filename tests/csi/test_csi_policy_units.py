@@ -5,6 +5,8 @@ resizer writes it; where the kubelet applies fsGroup to a CSI publication by the
 
 from __future__ import annotations
 
+import pytest
+
 from agent.volumes.csi import fs_group_applies
 from controlplane.controllers.volume.csiresizer import target_size
 from kubeclient.csi.resize import binary, condition, merge_conditions
@@ -94,3 +96,25 @@ def test_registration_socket_keeps_upstreams_name_where_it_fits() -> None:
     deep = "/tmp/" + "d" * 50 + "/plugins_registry"  # the upstream name would pass 100 bytes here
     short = registration_socket(deep, "hostpath.csi.pykubelet.io")
     assert short.startswith(deep + "/csi-") and short.endswith("-reg.sock") and len(short) < 100
+
+
+def test_allowed_topologies_become_the_requisite() -> None:
+    """external-provisioner's requirements without strict topology: the class's allowedTopologies
+    multiplied out, the selected node's segment preferred first; without them the selected node's."""
+    from controlplane.controllers.volume.csiprovisioner import allowed_segments, requirements
+
+    zone, rack = "topology.example.com/zone", "topology.example.com/rack"
+    sc = {
+        "allowedTopologies": [
+            {"matchLabelExpressions": [{"key": zone, "values": ["a", "b"]}, {"key": rack, "values": ["1"]}]},
+            {"matchLabelExpressions": [{"key": zone, "values": ["c"]}]},
+        ]
+    }
+    segments = [{zone: "a", rack: "1"}, {zone: "b", rack: "1"}, {zone: "c"}]
+    assert allowed_segments(sc) == segments
+    assert requirements(sc, {zone: "b", rack: "1"}) == (segments, [segments[1], segments[0], segments[2]])
+    assert requirements(sc, None) == (segments, segments)
+    assert requirements({}, {zone: "a"}) == ([{zone: "a"}], [{zone: "a"}])
+    assert requirements({}, None) == ([], [])
+    with pytest.raises(ValueError, match="from selected node is not in requisite"):
+        requirements(sc, {zone: "d"})

@@ -624,14 +624,19 @@ def test_online_expansion_through_the_resizer_and_the_node(
     """A running pod's claim raised on a class with allowVolumeExpansion: the resizer marks it Resizing,
     calls ControllerExpandVolume, grows the PV and leaves FileSystemResizePending / NodeResizePending with
     allocatedResources; the pod's next sync on the node calls NodeExpandVolume on its publication and sets
-    the claim's capacity, the condition gone; upstream's events on the claim and the pod. A request below
-    the claim's capacity is upstream's 422, an expansion on a class without allowVolumeExpansion its 403."""
+    the claim's capacity, the condition gone; upstream's events on the claim and the pod. A size the
+    driver refuses is VolumeResizeFailed and ControllerResizeInfeasible until the request comes down. A
+    request below the claim's capacity is upstream's 422, an expansion on a class without
+    allowVolumeExpansion its 403 (that class binds at once within its allowedTopologies)."""
     beside = stack.beside
     grow_sc, fixed_sc = f"grow-{namespace}", f"fixed-{namespace}"
     storage.create_storage_class(
         {"metadata": {"name": grow_sc}, "provisioner": DRIVER, "allowVolumeExpansion": True}
     )
-    storage.create_storage_class({"metadata": {"name": fixed_sc}, "provisioner": DRIVER})
+    allowed = [{"matchLabelExpressions": [{"key": TOPOLOGY, "values": [stack.node_name]}]}]
+    storage.create_storage_class(
+        {"metadata": {"name": fixed_sc}, "provisioner": DRIVER, "allowedTopologies": allowed}
+    )
     try:
         kube.create_namespaced_persistent_volume_claim(namespace, _claim("grow", "8Mi", grow_sc))
         kube.create_namespaced_persistent_volume_claim(namespace, _claim("fixed", "8Mi", fixed_sc))
@@ -652,6 +657,14 @@ def test_online_expansion_through_the_resizer_and_the_node(
             60,
             what="the fixed claim bound",
         )
+        # Immediate binding with allowedTopologies: the class's topology is the requisite
+        fixed_pv = kube.read_namespaced_persistent_volume_claim("fixed", namespace).spec.volume_name
+        fixed_handle = kube.read_persistent_volume(fixed_pv).spec.csi.volume_handle
+        (create,) = [c for c in beside.calls("CreateVolume") if c["name"] == fixed_handle]
+        assert create["accessibility_requirements"] == {
+            "requisite": [{"segments": {TOPOLOGY: stack.node_name}}],
+            "preferred": [{"segments": {TOPOLOGY: stack.node_name}}],
+        }
 
         with pytest.raises(ApiException) as shrink:
             _resize(kube, namespace, "grow", "4Mi")
@@ -723,6 +736,33 @@ def test_online_expansion_through_the_resizer_and_the_node(
         assert claim_events["FileSystemResizeRequired"] == "Require file system resize of volume on node"
         assert claim_events["FileSystemResizeSuccessful"] == succeeded
         assert _reasons(kube, namespace, "grower")["FileSystemResizeSuccessful"] == succeeded
+
+        # a size the driver refuses (OUT_OF_RANGE past its 1 TiB): VolumeResizeFailed and
+        # ControllerResizeInfeasible; the request may then come down (above the capacity) and succeeds
+        _resize(kube, namespace, "grow", "2Ti")
+        failed = wait_for(
+            lambda: _reasons(kube, namespace, "grow").get("VolumeResizeFailed"), 60, what="VolumeResizeFailed"
+        )
+        assert failed == (
+            f'resize volume "{pv_name}" by resizer "{DRIVER}" failed: rpc error: code = OutOfRange desc = '
+            f"Requested capacity {2 << 40} exceeds maximum allowed {1 << 40}"
+        )
+        wait_for(
+            lambda: (
+                kube.read_namespaced_persistent_volume_claim(
+                    "grow", namespace
+                ).status.allocated_resource_statuses
+                == {"storage": "ControllerResizeInfeasible"}
+            ),
+            30,
+            what="ControllerResizeInfeasible",
+        )
+        _resize(kube, namespace, "grow", "32Mi")
+        wait_for(
+            lambda: kube.read_persistent_volume(pv_name).spec.capacity["storage"] == "32Mi",
+            60,
+            what="the PV grown to the lowered request",
+        )
 
         kube.delete_namespaced_pod("grower", namespace, grace_period_seconds=0)
         wait_for(lambda: mounts_under(beside.agent_root) == [], 90, what="the mounts gone")

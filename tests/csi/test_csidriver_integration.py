@@ -130,8 +130,8 @@ async def test_bad_requests_get_csi_error_codes(csi_driver, tmp_path: Path):
 
 
 async def test_expansion_controller_then_node(csi_driver, tmp_path: Path):
-    """ControllerExpandVolume takes the size and asks for the node's part; NodeExpandVolume needs the
-    published path; a volume that does not exist is NOT_FOUND."""
+    """ControllerExpandVolume takes the size and asks for the node's part (past 1 TiB: OUT_OF_RANGE);
+    NodeExpandVolume needs the published path; a volume that does not exist is NOT_FOUND."""
     client = CSIClient(csi_driver.endpoint)
     cap = capability("", [], RWO)
     try:
@@ -141,6 +141,9 @@ async def test_expansion_controller_then_node(csi_driver, tmp_path: Path):
         path.mkdir()
         assert await client.node_expand("pvc-grow", str(path), "", 16 << 20, cap, {}) == 16 << 20
         assert csi_driver.calls("NodeExpandVolume")[-1]["volume_path"] == str(path)
+        with pytest.raises(CSICallError) as err:
+            await client.controller_expand("pvc-grow", 2 << 40, cap, {})  # past the driver's 1 TiB
+        assert err.value.code == grpc.StatusCode.OUT_OF_RANGE
         with pytest.raises(CSICallError) as err:
             await client.controller_expand("missing", 1, cap, {})
         assert err.value.code == grpc.StatusCode.NOT_FOUND
