@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,9 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.waiting import finished, wait_for
 from pykubelet.rig import csi as rigcsi
 from pykubelet.rig.csi import CLASS, DEFAULT_CLASS
-from pykubelet.rig.leaks import Scope
-from pykubelet.rig.netlease import lease_network
 from tests.csi.conftest import mounts_under
+from tests.rig.stacks import exists, fresh_namespace, leased_stack
 
 pytestmark = pytest.mark.integration
 DRIVER, TOPOLOGY = rigcsi.DRIVER, rigcsi.TOPOLOGY_KEY
@@ -139,36 +137,17 @@ class Beside:
 def stack(tmp_path_factory: pytest.TempPathFactory):
     if os.geteuid() != 0:
         pytest.skip("needs root (containerd, network namespaces, mounts)")
-    from pykubelet.rig.stack import Stack, StackConfig, proxy_table
-
-    with lease_network("c") as net:
-        cfg = StackConfig(
-            state_dir=tmp_path_factory.mktemp("csi"),
-            node_name="csi-node",
-            bridge=net.bridge,
-            pod_cidr=net.pod_cidr,
-            csi_driver=True,
-        )
-        scope = Scope.of(
-            cfg.state_dir,
-            bridges=[net.bridge],
-            pod_cidrs=[net.pod_cidr],
-            nft_tables=[f"ip {proxy_table(net.bridge)}"],
-        )
-        running = Stack(cfg)
-        running.start()
-        besides: list[Beside] = []
+    state = tmp_path_factory.mktemp("csi")
+    with leased_stack(state, "c", "csi-node", csi_driver=True) as running:
+        attaching = None
         try:
-            besides.append(Beside(running, ATTACHING, "--attach-required", "--max-volumes", "1"))
-            running.beside, running.attaching = Rigged(running), besides[0]
+            attaching = Beside(running, ATTACHING, "--attach-required", "--max-volumes", "1")
+            running.beside, running.attaching = Rigged(running), attaching
             yield running
         finally:
             _pods_gone(running)  # a failed test's pods: their volumes unpublished while the drivers run
-            for beside in besides:
-                beside.stop()
-            problems = running.stop()
-            assert not problems, problems
-            assert not scope.leaked()
+            if attaching is not None:
+                attaching.stop()
 
 
 def _pods_gone(stack) -> None:
@@ -214,21 +193,8 @@ def csidriver(storage) -> None:
 
 @pytest.fixture
 def namespace(kube: client.CoreV1Api) -> Iterator[str]:
-    name = f"csi-{uuid.uuid4().hex[:6]}"
-    kube.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: _exists(lambda: kube.read_namespaced_service_account("default", name)), timeout=30)
-    yield name
-    kube.delete_namespace(name)
-
-
-def _exists(read) -> bool:
-    try:
-        read()
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+    with fresh_namespace(kube, "csi") as name:
+        yield name
 
 
 def pod(name: str, image: str, script: str, volume: dict) -> dict:
@@ -253,7 +219,7 @@ def pod(name: str, image: str, script: str, volume: dict) -> dict:
 def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
     drivers = wait_for(
         lambda: (
-            _exists(lambda: storage.read_csi_node(stack.node_name))
+            exists(lambda: storage.read_csi_node(stack.node_name))
             and {d.name: d for d in storage.read_csi_node(stack.node_name).spec.drivers or []}.keys()
             == {DRIVER, ATTACHING}
             and {d.name: d for d in storage.read_csi_node(stack.node_name).spec.drivers}
@@ -323,14 +289,12 @@ def test_provisioned_claim_mounted_written_and_cleaned_up(stack, kube, storage, 
     assert len(beside.calls("NodeStageVolume")) >= 1
 
     kube.delete_namespaced_pod("writer", namespace, grace_period_seconds=0)
-    wait_for(lambda: not _exists(lambda: kube.read_namespaced_pod("writer", namespace)), 90, what="pod gone")
+    wait_for(lambda: not exists(lambda: kube.read_namespaced_pod("writer", namespace)), 90, what="pod gone")
     wait_for(lambda: mounts_under(beside.agent_root) == [], 60, what="the node's CSI mounts gone")
     assert beside.calls("NodeUnpublishVolume") and beside.calls("NodeUnstageVolume")
 
     kube.delete_namespaced_persistent_volume_claim("data", namespace)
-    wait_for(
-        lambda: not _exists(lambda: kube.read_persistent_volume(pv.metadata.name)), 90, what="PV deleted"
-    )
+    wait_for(lambda: not exists(lambda: kube.read_persistent_volume(pv.metadata.name)), 90, what="PV deleted")
     assert not backing.exists()
     assert beside.calls("DeleteVolume")[-1]["volume_id"] == pv.spec.csi.volume_handle
 
@@ -400,6 +364,10 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
             60,
             what="the volume in the node's volumesInUse",
         )
+        attached = wait_for(
+            lambda: kube.read_node(stack.node_name).status.volumes_attached, 30, what="volumesAttached"
+        )
+        assert [(v.name, v.device_path) for v in attached] == [(unique, "")]
         # the driver's allocatable count is 1: a second volume of it does not fit the node (NodeVolumeLimits)
         kube.create_namespaced_persistent_volume_claim(
             namespace,
@@ -440,13 +408,18 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
         kube.delete_namespaced_pod("att", namespace, grace_period_seconds=0)
         name = attachments[0].metadata.name
         wait_for(
-            lambda: not _exists(lambda: storage.read_volume_attachment(name)), 90, what="detached and gone"
+            lambda: not exists(lambda: storage.read_volume_attachment(name)), 90, what="detached and gone"
         )
         assert attaching.calls("ControllerUnpublishVolume")[-1]["volume_id"] == handle
         # detached only after the node unmounted it and stopped reporting it in use
         order = [json.loads(line)["method"] for line in attaching.call_log.read_text().splitlines()]
         assert order.index("NodeUnstageVolume") < order.index("ControllerUnpublishVolume")
         assert unique not in (kube.read_node(stack.node_name).status.volumes_in_use or [])
+        wait_for(
+            lambda: not kube.read_node(stack.node_name).status.volumes_attached,
+            30,
+            what="volumesAttached empty",
+        )
         wait_for(lambda: mounts_under(attaching.agent_root) == [], 60, what="the node's mounts gone")
         kube.delete_namespaced_persistent_volume_claim("att", namespace)
         wait_for(lambda: not (attaching.backing / handle).exists(), 90, what="the volume deleted")
@@ -489,7 +462,7 @@ def test_generic_ephemeral_volume_made_and_gone_with_its_pod(
         assert (beside.backing / handle / "g").read_text() == "generic\n"
         kube.delete_namespaced_pod("eph", namespace, grace_period_seconds=0)
         wait_for(
-            lambda: not _exists(lambda: kube.read_namespaced_persistent_volume_claim("eph-data", namespace)),
+            lambda: not exists(lambda: kube.read_namespaced_persistent_volume_claim("eph-data", namespace)),
             120,
             what="the claim collected with its pod",
         )

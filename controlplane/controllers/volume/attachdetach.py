@@ -10,7 +10,8 @@ As upstream's reconciler, an attachment no pod needs is deleted (detached) only 
 lists the volume (`kubernetes.io/csi/<driver>^<handle>`) in node.status.volumesInUse, which the kubelet
 reports while the volume is mounted ("Cannot detach volume because it is still mounted"); a node that is
 gone, or tainted node.kubernetes.io/out-of-service, is not waited for. A change of the Node's status
-brings the node's attachments back to the queue.
+brings the node's attachments back to the queue. The node's status.volumesAttached lists the volumes
+whose attachment says attached.
 """
 
 from __future__ import annotations
@@ -135,8 +136,37 @@ class AttachDetachController(Controller):
                 except ApiError as err:
                     if not err.not_found:
                         raise
+        await self._report_attached(node, have)
         if pending:
             self.queue.add_after(node, RECHECK)
+
+    async def _report_attached(self, node_name: str, have: dict[str, Obj]) -> None:
+        """node.status.volumesAttached: the node's volumes whose attachment says attached, by unique name
+        (a CSI volume's device path is empty), as upstream's node status updater writes it."""
+        node = self.nodes.get(node_name)
+        if node is None:
+            return
+        attached = sorted(
+            self._unique_name(a) for a in have.values() if (a.get("status") or {}).get("attached")
+        )
+        want = [{"name": name, "devicePath": ""} for name in attached]
+        if ((node.get("status") or {}).get("volumesAttached") or []) == want:
+            return
+        try:
+            await self.client.patch(
+                f"/api/v1/nodes/{node_name}/status", {"status": {"volumesAttached": want or None}}
+            )
+        except ApiError as err:
+            if not err.not_found:
+                raise
+
+    def _unique_name(self, attachment: Obj) -> str:
+        """kubernetes.io/csi/<driver>^<handle>: the attachment's volume as the kubelet and the controller
+        name it in the Node's status."""
+        spec = attachment.get("spec") or {}
+        pv = self.volumes.get((spec.get("source") or {}).get("persistentVolumeName") or "")
+        handle = (((pv or {}).get("spec") or {}).get("csi") or {}).get("volumeHandle", "")
+        return f"kubernetes.io/csi/{spec.get('attacher', '')}^{handle}"
 
     def _mounted(self, node_name: str, attachment: Obj) -> bool:
         """Whether the node still reports the attachment's volume in use (its kubelet has it mounted)."""
@@ -145,8 +175,4 @@ class AttachDetachController(Controller):
             t.get("key") == OUT_OF_SERVICE for t in (node.get("spec") or {}).get("taints") or []
         ):
             return False
-        spec = attachment.get("spec") or {}
-        pv = self.volumes.get((spec.get("source") or {}).get("persistentVolumeName") or "")
-        handle = (((pv or {}).get("spec") or {}).get("csi") or {}).get("volumeHandle", "")
-        unique = f"kubernetes.io/csi/{spec.get('attacher', '')}^{handle}"
-        return unique in ((node.get("status") or {}).get("volumesInUse") or [])
+        return self._unique_name(attachment) in ((node.get("status") or {}).get("volumesInUse") or [])
