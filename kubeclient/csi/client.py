@@ -9,6 +9,7 @@ upstream's event texts.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -46,8 +47,24 @@ def _code_name(code: grpc.StatusCode) -> str:
     return "".join(part.capitalize() for part in code.name.split("_"))
 
 
+MAX_SOCKET_PATH = 100  # a unix socket's address holds 107 bytes; gRPC wants some of them
+_DIRS: dict[str, int] = {}  # folder -> an fd of it held open, for socket paths too long to name
+
+
+def socket_address(path: str) -> str:
+    """gRPC's address of the unix socket `path`; one whose path is too long for a socket address is
+    reached through its folder's descriptor (/proc/self/fd/N/name), held open for the process's life
+    (the kubelet's plugin folder under a deep root dir, as in tests, has such paths)."""
+    if len(os.fsencode(path)) < MAX_SOCKET_PATH:
+        return f"unix://{path}"
+    folder, name = os.path.split(os.path.abspath(path))
+    if folder not in _DIRS:
+        _DIRS[folder] = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return f"unix:///proc/self/fd/{_DIRS[folder]}/{name}"
+
+
 def _channel(socket: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(f"unix://{socket}")
+    return grpc.aio.insecure_channel(socket_address(socket))
 
 
 async def _call(method_name: str, method, request, deadline: float):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 
+from kubeclient.csi.client import socket_address
 from kubeclient.csi.pb import csi_pb2_grpc as pb_grpc
 from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
 from pykubelet.csidriver.driver import Driver, DriverConfig, Registrar, registration_socket
@@ -43,7 +44,7 @@ def _serve(servicer_adders, socket: str) -> grpc.Server:
     server = grpc.server(ThreadPoolExecutor(max_workers=4))
     for add in servicer_adders:
         add(server)
-    server.add_insecure_port(f"unix://{socket}")
+    server.add_insecure_port(socket_address(socket))
     server.start()
     return server
 

@@ -14,7 +14,6 @@ so tests can see what the kubelet and the sidecars asked for.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -32,16 +31,11 @@ from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
 from pykubelet.csidriver.mounts import bind, unbind
 
 EPHEMERAL = "csi.storage.k8s.io/ephemeral"
-MAX_SOCKET_PATH = 100  # sun_path's 108 bytes less gRPC's own margin
 
 
 def registration_socket(folder: str, name: str) -> str:
-    """node-driver-registrar's <folder>/<driver>-reg.sock; a short name of the driver's digest where that
-    path would not fit a unix socket's address (107 bytes; the kubelet watches every socket there)."""
-    path = os.path.join(folder, f"{name}-reg.sock")
-    if len(os.fsencode(path)) < MAX_SOCKET_PATH:
-        return path
-    return os.path.join(folder, f"csi-{hashlib.sha256(name.encode()).hexdigest()[:12]}-reg.sock")
+    """node-driver-registrar's <folder>/<driver>-reg.sock, which the kubelet watches for."""
+    return os.path.join(folder, f"{name}-reg.sock")
 
 
 @dataclass

@@ -5,6 +5,8 @@ resizer writes it; where the kubelet applies fsGroup to a CSI publication by the
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from agent.volumes.csi import fs_group_applies
@@ -87,15 +89,26 @@ def test_fs_group_policy_decides_where_the_kubelet_applies_fs_group() -> None:
         assert got is expected, (policy, group, fs_type, modes, read_only)
 
 
-def test_registration_socket_keeps_upstreams_name_where_it_fits() -> None:
-    from pykubelet.csidriver.driver import registration_socket
+def test_a_socket_path_too_long_for_an_address_is_reached_through_its_folder(tmp_path) -> None:
+    """A real socket bound and connected through socket_address where its path passes 100 bytes."""
+    import socket as sockets
 
-    assert registration_socket("/var/lib/kubelet/plugins_registry", "hostpath.csi.pykubelet.io") == (
-        "/var/lib/kubelet/plugins_registry/hostpath.csi.pykubelet.io-reg.sock"
+    from kubeclient.csi.client import socket_address
+
+    assert socket_address("/run/csi.sock") == "unix:///run/csi.sock"
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = str(deep / "hostpath.csi.pykubelet.io-reg.sock")
+    address = socket_address(path)
+    assert address.startswith("unix:///proc/self/fd/") and address.endswith(
+        "/hostpath.csi.pykubelet.io-reg.sock"
     )
-    deep = "/tmp/" + "d" * 50 + "/plugins_registry"  # the upstream name would pass 100 bytes here
-    short = registration_socket(deep, "hostpath.csi.pykubelet.io")
-    assert short.startswith(deep + "/csi-") and short.endswith("-reg.sock") and len(short) < 100
+    via = address.removeprefix("unix://")
+    with sockets.socket(sockets.AF_UNIX) as server, sockets.socket(sockets.AF_UNIX) as client:
+        server.bind(via)
+        server.listen(1)
+        assert os.path.exists(path)  # made in the deep folder itself
+        client.connect(via)
 
 
 def test_allowed_topologies_become_the_requisite() -> None:
