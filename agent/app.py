@@ -168,7 +168,9 @@ class Agent:
             return dataclasses.replace(state, pleg=problem) if problem else state
 
         recorder = kubelet_recorder(self.event_client, cfg.node_name)
-        self.node = NodeController(self.client, cfg, health, lambda: node_images(cri), recorder)
+        self.node = NodeController(
+            self.client, cfg, health, lambda: node_images(cri), recorder, self._volumes_in_use
+        )
         ctx = PodContext(
             cfg=cfg,
             cri=cri,
@@ -201,6 +203,8 @@ class Agent:
             tokens=TokenManager(self.credentials.request_token),
             node_memory=lambda: allocatable_memory(ctx.node_allocatable()),
             table=default_table(extra=[csi], claim_sources=[csi]),
+            patch=lambda path, body: self.client.patch(path, body, "application/merge-patch+json"),
+            record=recorder.event,
         )
         self.pods = PodManager(ctx)
         ctx.prober = ProberManager.for_runtime(
@@ -411,9 +415,15 @@ class Agent:
                     runtime_cgroups=cfg.runtime_cgroups,
                     runtime_endpoint=cfg.container_runtime_endpoint,
                 ),
+                plugin_volumes=self.pods.ctx.volumes.stats if self.pods and self.pods.ctx.volumes else None,
             ),
         )
         await self.server.start(cfg.address, cfg.port)
+
+    async def _volumes_in_use(self) -> list[str]:
+        """node.status.volumesInUse, from the volume manager once the pods run."""
+        volumes = self.pods.ctx.volumes if self.pods is not None else None
+        return await volumes.in_use() if volumes is not None else []
 
     def _pods_served(self) -> list[dict[str, Any]]:
         """/pods: the pods this node runs, static pods as themselves rather than their mirror pods."""

@@ -26,6 +26,7 @@ from pykubelet.rig.stack import (
     DEFAULT_STATE_DIR,
     Stack,
     StackConfig,
+    api_call,
     default_node_name,
 )
 from pykubelet.rig.supervisor import SUPERVISOR_LOG, start_supervisor
@@ -159,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
                 etcd_members=args.etcd_members,
                 apiservers=args.apiservers,
                 ingress_ports=(80, 443),
+                csi_driver=True,
             ),
             progress,
         )
@@ -172,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         progress.note(
             f"ingress controller (IngressClass nginx, the default) on {stack.ingress_address}:{http} and :{https}"
         )
+        progress.note(_csi_note(stack))
         if not args.no_example:
             with progress.stage(
                 "sample pod", lambda: stack.agent.log_path if stack and stack.agent else None
@@ -196,6 +199,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"export KUBECONFIG={stack.kubeconfig}")
     print("kubectl get nodes,pods -o wide     # pykubelet down   stops everything", file=sys.stderr)
     return 0
+
+
+def _csi_note(stack: Stack) -> str:
+    from pykubelet.rig.csi import CLASS, DEFAULT_CLASS, DRIVER
+
+    classes = stack.core_api().api_client
+    _, found = api_call(classes, "GET", f"/apis/storage.k8s.io/v1/storageclasses/{CLASS}")
+    default = ((found.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS) == "true"
+    why = "the default: no other class is" if default else "local-path stays the default"
+    return f"CSI driver {DRIVER} with StorageClass {CLASS} (WaitForFirstConsumer, expandable; {why})"
 
 
 def run_example(stack: Stack, timeout: float) -> str:

@@ -66,12 +66,14 @@ class NodeController:
         health: HealthProbe,
         images: ImageLister | None = None,
         recorder: EventRecorder | None = None,
+        volumes_in_use: Callable[[], Awaitable[list[str]]] | None = None,
     ) -> None:
         self.client = client
         self.cfg = cfg
         self.health = health
         self.images = images
         self.recorder = recorder
+        self.volumes_in_use = volumes_in_use  # the volume manager's attachable mounted volumes
         self.node: dict[str, Any] | None = None
         self.local: dict[str, Any] | None = None  # the Node built here before the API has one
         self.facts: host.HostFacts | None = None
@@ -117,6 +119,9 @@ class NodeController:
         self._pending_events = condition_events(previous, condition_specs(self.cfg, self.facts, use, health))
         if rebooted(held, self.facts):
             self._pending_events.append("Rebooted")
+        if self.volumes_in_use is not None:
+            # upstream's volumesInUse setter; null (strategic merge: removed) when there is none
+            status["volumesInUse"] = await self.volumes_in_use() or None
         if self.images is not None and health.reachable:
             try:
                 status["images"] = await self.images()

@@ -1,6 +1,7 @@
 """/stats/summary, /metrics/resource and /metrics/cadvisor of the kubelet API (upstream's
 pkg/kubelet/server/stats and the metrics paths of server.go), each from one StatsProvider pass, and
-/metrics, the kubelet's own registry (agent/metrics.py). A failed pass is upstream's answer: a 500 with
+/metrics, the kubelet's own registry (agent/metrics.py) with the claims' volume stats
+(stats/volume_metrics.py). A failed pass is upstream's answer: a 500 with
 "Internal Error: ..." for the Summary, resource_scrape_error 1 for the resource metrics, a 500 for
 cadvisor's."""
 
@@ -12,10 +13,11 @@ from aiohttp import web
 
 from agent.cri import CRIError
 from agent.metrics import KubeletMetrics
-from agent.stats import cadvisor_metrics
+from agent.stats import cadvisor_metrics, volume_metrics
 from agent.stats.provider import StatsProvider
 from agent.stats.resource_metrics import render
 from agent.stats.summary import summary_json
+from kubeclient import exposition
 from kubeclient.exposition import CONTENT_TYPE
 
 log = logging.getLogger("agent.server.stats")
@@ -68,4 +70,7 @@ class StatsHandlers:
 
     async def kubelet_metrics(self, request: web.Request) -> web.Response:
         assert self.kubelet is not None
-        return metrics_response(self.kubelet.exposition())
+        volumes = await self.provider.claim_volumes()
+        return metrics_response(
+            exposition.render([self.kubelet.registry, volume_metrics.registry_of(volumes)])
+        )

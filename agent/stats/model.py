@@ -81,6 +81,7 @@ class ContainerStats:
 class VolumeStats:
     name: str
     fs: FsStats
+    pvc: tuple[str, str] | None = None  # (namespace, name) of the claim behind the volume (pvcRef)
 
 
 @dataclass(frozen=True)

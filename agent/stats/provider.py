@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -44,9 +44,12 @@ from agent.stats.model import (
     VolumeStats,
 )
 from agent.volumes.emptydir import disk_usage
+from agent.volumes.plugin import VolumeUsage
 
 VOLUME_STATS_PERIOD = 60.0
 # Volume plugins whose data lives on the node's root file system (upstream's IsLocalEphemeralVolume).
+# Plugins whose volumes only the plugin measures (a CSI volume: its driver's NodeGetVolumeStats).
+_MEASURED_BY_PLUGIN = ("kubernetes.io~csi",)
 _EPHEMERAL_PLUGINS = (
     "kubernetes.io~emptydir",
     "kubernetes.io~configmap",
@@ -97,6 +100,8 @@ class StatsProvider:
     cgroups: Cgroups = field(default_factory=Cgroups)
     clock: Callable[[], float] = time.time
     rates: CpuRates = field(default_factory=CpuRates)
+    # The volume figures the volume plugins measure themselves, for a pod uid (VolumeManager.stats).
+    plugin_volumes: Callable[[str], Awaitable[list[VolumeUsage]]] | None = None
     _source: CriSource = field(init=False)
     _volumes: dict[str, _VolumeUsage] = field(init=False, default_factory=dict)
     _boot: float = field(init=False, default=0.0)
@@ -115,6 +120,7 @@ class StatsProvider:
                 early = asyncio.ensure_future(self._source.container_stats())
             try:
                 snap = await self._source.snapshot(with_image_fs=not only_cpu_and_memory)
+                measured = {} if only_cpu_and_memory else await self._measured(snap)
                 reads = await asyncio.to_thread(self._read_containers, snap)
                 stats = await self._container_stats(snap, reads, only_cpu_and_memory, early)
             finally:
@@ -123,7 +129,7 @@ class StatsProvider:
                 elif early is not None and not early.cancelled():
                     early.exception()  # retrieved: a failed pass reports its own error
             summary = await asyncio.to_thread(
-                self._build, replace(snap, stats=stats), reads, only_cpu_and_memory
+                self._build, replace(snap, stats=stats), reads, only_cpu_and_memory, measured
             )
             self.rates.sweep()
             return summary
@@ -161,7 +167,32 @@ class StatsProvider:
 
     # -- building (in a worker thread: file reads) ----------------------------------------------------
 
-    def _build(self, snap: CriSnapshot, reads: _CgroupReads, cpu_mem_only: bool) -> Summary:
+    async def claim_volumes(self) -> list[VolumeUsage]:
+        """The plugin-measured figures of every volume with a claim behind it, of every pod on the node
+        (for the kubelet_volume_stats_* series), each claim once."""
+        if self.plugin_volumes is None:
+            return []
+        uids = await asyncio.to_thread(_subdirs, os.path.join(self.config.root_dir, "pods"))
+        out: dict[tuple[str, str], VolumeUsage] = {}
+        for uid in uids:
+            for usage in await self.plugin_volumes(os.path.basename(uid)):
+                if usage.claim is not None:
+                    out.setdefault(usage.claim, usage)
+        return list(out.values())
+
+    async def _measured(self, snap: CriSnapshot) -> dict[str, list[VolumeUsage]]:
+        if self.plugin_volumes is None:
+            return {}
+        uids = {sb.labels.get(L.POD_UID, sb.metadata.uid) for sb in snap.sandboxes}
+        return {uid: await self.plugin_volumes(uid) for uid in sorted(uids)}
+
+    def _build(
+        self,
+        snap: CriSnapshot,
+        reads: _CgroupReads,
+        cpu_mem_only: bool,
+        measured: dict[str, list[VolumeUsage]] | None = None,
+    ) -> Summary:
         now = self.clock()
         if not self._boot:
             self._boot = host.boot_time()
@@ -178,7 +209,7 @@ class StatsProvider:
             ]
             if not containers:
                 continue  # upstream builds a pod from its containers' stats
-            pods.append(self._pod(sb, containers, snap, reads, now, cpu_mem_only, fs_cache))
+            pods.append(self._pod(sb, containers, snap, reads, now, cpu_mem_only, fs_cache, measured or {}))
         node = self._node(snap, now, cpu_mem_only, fs_cache)
         return Summary(node, tuple(pods))
 
@@ -335,6 +366,7 @@ class StatsProvider:
         now: float,
         cpu_mem_only: bool,
         fs_cache: dict[str, FsStats | None],
+        measured: dict[str, list[VolumeUsage]],
     ) -> PodStats:
         meta = sb.metadata
         ref = PodRef(
@@ -357,7 +389,7 @@ class StatsProvider:
         if not cpu_mem_only:
             ifaces = host.net_dev(info.pid) if info and info.pid else None
             network = NetworkStats(now, ifaces) if ifaces is not None else None
-            volumes = self._pod_volumes(ref.uid, now)
+            volumes = self._pod_volumes(ref.uid, now, measured.get(ref.uid, []))
             ephemeral = _ephemeral(cstats, volumes, now, self._shared_fs(self.config.root_dir, now, fs_cache))
         return PodStats(
             ref=ref,
@@ -374,10 +406,16 @@ class StatsProvider:
             process_count=self.cgroups.pids(cgroup) if cgroup and not cpu_mem_only else None,
         )
 
-    def _pod_volumes(self, uid: str, now: float) -> list[tuple[VolumeStats, bool]]:
+    def _pod_volumes(
+        self, uid: str, now: float, measured: list[VolumeUsage]
+    ) -> list[tuple[VolumeStats, bool]]:
+        """The du-measured folders of the pod's volumes, then what the plugins measured (CSI volumes:
+        not local ephemeral ones)."""
         base = os.path.join(self.config.root_dir, "pods", uid, "volumes")
         out: list[tuple[VolumeStats, bool]] = []
         for plugin in _subdirs(base):
+            if os.path.basename(plugin) in _MEASURED_BY_PLUGIN:
+                continue
             for folder in _subdirs(plugin):
                 fs = host.fs_stats(folder, now)
                 used = self._volume_usage(folder, now)
@@ -392,6 +430,9 @@ class StatsProvider:
                 )
                 name = os.path.basename(folder)
                 out.append((VolumeStats(name, stats), os.path.basename(plugin) in _EPHEMERAL_PLUGINS))
+        for m in measured:
+            fs = FsStats(m.time, m.available, m.capacity, m.used, m.inodes_free, m.inodes, m.inodes_used)
+            out.append((VolumeStats(m.name, fs, m.claim), False))
         return out
 
     def _volume_usage(self, folder: str, now: float) -> _VolumeUsage:

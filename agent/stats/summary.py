@@ -19,6 +19,7 @@ from agent.stats.model import (
     Summary,
     SwapStats,
     SystemContainer,
+    VolumeStats,
 )
 
 
@@ -130,6 +131,14 @@ def container_json(c: ContainerStats, full: bool) -> dict[str, Any]:
     return out
 
 
+def volume_json(v: VolumeStats) -> dict[str, Any]:
+    """upstream's VolumeStats: the file system figures inline, the name, the claim as pvcRef."""
+    out: dict[str, Any] = {**(fs_json(v.fs) or {}), "name": v.name}
+    if v.pvc is not None:
+        out["pvcRef"] = {"name": v.pvc[1], "namespace": v.pvc[0]}
+    return out
+
+
 def pod_json(p: PodStats, full: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "podRef": {"name": p.ref.name, "namespace": p.ref.namespace, "uid": p.ref.uid},
@@ -141,7 +150,7 @@ def pod_json(p: PodStats, full: bool) -> dict[str, Any]:
         if p.network is not None:
             out["network"] = network_json(p.network)
         if p.volumes:
-            out["volume"] = [{**(fs_json(v.fs) or {}), "name": v.name} for v in p.volumes]
+            out["volume"] = [volume_json(v) for v in p.volumes]
         if p.ephemeral_storage is not None:
             out["ephemeral-storage"] = fs_json(p.ephemeral_storage)
         if p.process_count is not None:

@@ -35,6 +35,10 @@ class PersistentSource(Protocol):
         """The host folder to bind into containers (ClaimError to wait and retry)."""
         ...
 
+    async def expand_persistent(self, host: VolumeHost, pod: dict[str, Any], volume: str, claim: str) -> None:
+        """Finish the expansion the claim `claim` behind the pod's volume `volume` waits for, if any."""
+        ...
+
 
 class ClaimPlugin(PluginBase):
     kind = "persistentVolumeClaim"
@@ -65,6 +69,17 @@ class ClaimPlugin(PluginBase):
                 path = await source.set_up_persistent(host, pod, volume["name"], pv, read_only)
                 return ReadyVolume(volume["name"], self.kind, path, read_only)
         return ReadyVolume(volume["name"], self.kind, await bind_path(pv), read_only)
+
+    async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
+        await self.expand(host, pod, volume["name"], (volume.get(self.kind) or {}).get("claimName", ""))
+        return False
+
+    async def expand(self, host: VolumeHost, pod: dict[str, Any], volume: str, claim: str) -> None:
+        """On the pod's sync, each persistent source that expands volumes on the node (CSI's
+        NodeExpandVolume) finishes an expansion the claim waits for, as upstream's kubelet does when it
+        reprocesses a pod's volumes."""
+        for source in self.sources.values():
+            await source.expand_persistent(host, pod, volume, claim)
 
 
 async def bound_volume(
@@ -150,3 +165,7 @@ class EphemeralPlugin(PluginBase):
             host, pod, volume, source, owner=pod["metadata"].get("uid", "")
         )
         return ReadyVolume(ready.name, self.kind, ready.host_path, ready.read_only)
+
+    async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
+        await self.claims.expand(host, pod, volume["name"], ephemeral_claim_name(pod, volume))
+        return False

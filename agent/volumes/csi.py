@@ -10,7 +10,11 @@ STAGE_UNSTAGE_VOLUME); NodePublishVolume runs once per pod at
 readOnly, the volume attributes and, when the CSIDriver asks for podInfoOnMount, the pod's name,
 namespace, uid and service account. Beside each mount a vol_data.json records what was done, so the
 reverse (NodeUnpublishVolume per pod, NodeUnstageVolume once no pod of the node publishes the volume)
-needs nothing but the folder: it runs when the pod goes, also after the agent restarted.
+needs nothing but the folder: it runs when the pod goes, also after the agent restarted. vol_data.json
+also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats, where the driver
+has GET_VOLUME_STATS, at most once a minute per volume) gives the Summary and kubelet_volume_stats_*
+their figures. On each sync of the pod, a claim the resizer left waiting for the node
+(NodeResizePending) gets NodeExpandVolume on the publication and its new capacity (expand_persistent).
 
 A driver that is not registered, an attachment not there yet, or a driver call that fails keeps the pod
 waiting with upstream's message; the pod manager tries again on its next pass.
@@ -23,6 +27,7 @@ import base64
 import hashlib
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,14 +35,18 @@ from typing import Any
 from agent.csi.registry import DriverRegistry, RegisteredDriver
 from agent.volumes.claims import ClaimError
 from agent.volumes.emptydir import unmount_under
-from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost
+from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost, VolumeUsage
 from kubeclient.csi.client import ACCESS_MODES, CSICallError, attachment_name, capability
 from kubeclient.csi.pb import csi_pb2 as pb
+from kubeclient.csi.resize import NODE_IN_PROGRESS, NODE_PENDING, merge_conditions, resize_status
+from kubeclient.events import NORMAL, WARNING
+from kubeclient.volumes import claim_path, ephemeral_claim_name, storage_bytes
 
 log = logging.getLogger("agent.volumes.csi")
 
 FOLDER = "kubernetes.io~csi"
 DATA_FILE = "vol_data.json"
+GLOBAL = "plugins/kubernetes.io/csi"  # under the root dir: <driver>/<sha256(handle)>/globalmount
 POD_INFO = {
     "csi.storage.k8s.io/pod.name": ("metadata", "name"),
     "csi.storage.k8s.io/pod.namespace": ("metadata", "namespace"),
@@ -46,6 +55,9 @@ POD_INFO = {
 }
 EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
 STAGE_CAP = pb.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME
+STATS_CAP = pb.NodeServiceCapability.RPC.GET_VOLUME_STATS
+EXPAND_CAP = pb.NodeServiceCapability.RPC.EXPAND_VOLUME
+STATS_PERIOD = 60.0  # upstream's volumeStatsAggPeriod: a volume's figures are asked for at most this often
 
 
 @dataclass
@@ -91,6 +103,7 @@ class CSIPlugin:
         self.registry = registry
         self.node_name = node_name
         self._lock = asyncio.Lock()  # stage counts and unstage decisions see one state
+        self._stats: dict[str, VolumeUsage] = {}  # by publication target, each at most STATS_PERIOD old
 
     # inline ephemeral volume
     async def set_up(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
@@ -111,7 +124,10 @@ class CSIPlugin:
         read_only = bool(src.get("readOnly"))
         cap = capability(src.get("fsType") or "", [], ACCESS_MODES["ReadWriteOnce"])
         target = host.folder(pod, "csi", name) / "mount"
-        await self._publish(driver, name, handle, "", target, cap, read_only, {}, context, secrets, True)
+        await self._publish(
+            driver, name, handle, "", target, cap, read_only, {}, context, secrets, True, {"volume": name}
+        )
+        await self._own(host, pod, csidriver, src.get("fsType") or "", None, target, read_only)
         return ReadyVolume(name, self.kind, str(target), read_only)
 
     # persistent volume behind a claim
@@ -141,9 +157,28 @@ class CSIPlugin:
         secrets = await _secrets(host, "", src.get("nodePublishSecretRef"))
         target = host.folder(pod, "csi", pv_name) / "mount"
         await self._publish(
-            driver, pv_name, handle, staging, target, cap, read_only, publish_context, context, secrets, False
+            driver,
+            pv_name,
+            handle,
+            staging,
+            target,
+            cap,
+            read_only,
+            publish_context,
+            context,
+            secrets,
+            False,
+            _claim_of(pod, volume),
         )
-        await self._own(host, pod, csidriver, src, modes[0], target, read_only)
+        await self._own(
+            host,
+            pod,
+            csidriver,
+            src.get("fsType") or "",
+            list(spec.get("accessModes") or []),
+            target,
+            read_only,
+        )
         return str(target)
 
     async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
@@ -166,6 +201,133 @@ class CSIPlugin:
                     users = await asyncio.to_thread(_publications, host.root_dir)
                     if not any(u.staging == data.staging for u in users):
                         await self._unstage(data)
+
+    async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
+        """NodeGetVolumeStats on each CSI volume the pod has published, when its driver has the
+        GET_VOLUME_STATS capability (upstream's csi metrics provider; a driver without it, or one not
+        registered, reports nothing for the volume), remembered for STATS_PERIOD."""
+        folder = host.pod_volumes_dir(uid) / FOLDER
+        entries = await asyncio.to_thread(lambda: sorted(folder.glob(f"*/{DATA_FILE}")))
+        now = time.time()
+        out = []
+        for data_file in entries:
+            data = await asyncio.to_thread(_read_data, data_file)
+            if data is None:
+                continue
+            known = self._stats.get(data.target)
+            if known is None or now - known.time >= STATS_PERIOD:
+                known = await self._measure(data, f"{FOLDER}/{data_file.parent.name}", now)
+                if known is None:
+                    continue
+                self._stats[data.target] = known
+            out.append(known)
+        live = {str(f.parent / "mount") for f in entries}
+        for target in [t for t in self._stats if t.startswith(str(folder) + "/") and t not in live]:
+            del self._stats[target]
+        return out
+
+    async def in_use(self, host: VolumeHost) -> list[str]:
+        """kubernetes.io/csi/<driver>^<handle> of each persistent CSI volume published or staged on the
+        node (upstream's unique volume name), for node.status.volumesInUse: the attach/detach controller
+        detaches none of them."""
+
+        def scan() -> list[str]:
+            found = _publications(host.root_dir)
+            found += [d for f in host.root_dir.glob(f"{GLOBAL}/*/*/{DATA_FILE}") if (d := _read_data(f))]
+            return [f"kubernetes.io/csi/{d.driver}^{d.handle}" for d in found if not d.ephemeral]
+
+        return await asyncio.to_thread(scan)
+
+    async def expand_persistent(
+        self, host: VolumeHost, pod: dict[str, Any], volume: str, claim_name: str
+    ) -> None:
+        """The kubelet's part of an online expansion (upstream's NodeExpander): when the PV has grown past
+        the claim's capacity and the resizer left the claim NodeResizePending (or a previous try left it
+        NodeResizeInProgress), mark it NodeResizeInProgress, call NodeExpandVolume on the publication
+        (where the driver has the node EXPAND_VOLUME capability), then record FileSystemResizeSuccessful
+        on the pod and the claim and set the claim's capacity, its resize condition and status gone. A
+        failed call is a FileSystemResizeFailed warning; the next sync of the pod tries again."""
+        data = await asyncio.to_thread(_publication_of, host.pod_volumes_dir(pod["metadata"]["uid"]), volume)
+        namespace = pod["metadata"].get("namespace", "")
+        if data is None or host.patch is None:
+            return
+        claim = await host.fetch("PersistentVolumeClaim", namespace, claim_name)
+        pv_name = ((claim or {}).get("spec") or {}).get("volumeName") or ""
+        pv = await host.fetch("PersistentVolume", "", pv_name) if pv_name else None
+        if claim is None or pv is None:
+            return
+        new_size = ((pv.get("spec") or {}).get("capacity") or {}).get("storage")
+        status_size = ((claim.get("status") or {}).get("capacity") or {}).get("storage")
+        if storage_bytes(new_size) <= storage_bytes(status_size) or resize_status(claim) not in (
+            NODE_PENDING,
+            NODE_IN_PROGRESS,
+        ):
+            return
+        driver = self.registry.get(data.driver)
+        if driver is None:
+            return
+        path = claim_path(namespace, claim_name) + "/status"
+        claim = await host.patch(
+            path, {"status": {"allocatedResourceStatuses": {"storage": NODE_IN_PROGRESS}}}
+        )
+        where = f'MountVolume.NodeExpandVolume {{}} for volume "{pv_name}"'
+        try:
+            if EXPAND_CAP in await driver.client.node_capabilities():
+                spec = pv.get("spec") or {}
+                modes = spec.get("accessModes") or ["ReadWriteOnce"]
+                cap = capability(
+                    (spec.get("csi") or {}).get("fsType") or "",
+                    list(spec.get("mountOptions") or []),
+                    ACCESS_MODES.get(modes[0], 1),
+                )
+                await driver.client.node_expand(
+                    data.handle, data.target, data.staging, storage_bytes(new_size), cap, {}
+                )
+        except CSICallError as err:
+            if host.record is not None:
+                host.record(pod, WARNING, "FileSystemResizeFailed", f"{where.format('failed')} : {err}")
+            return
+        message = f"{where.format('succeeded')} {self.node_name}"
+        if host.record is not None:
+            host.record(pod, NORMAL, "FileSystemResizeSuccessful", message)
+            host.record(claim, NORMAL, "FileSystemResizeSuccessful", message)
+        conditions = merge_conditions((claim.get("status") or {}).get("conditions") or [], [])
+        await host.patch(
+            path,
+            {
+                "status": {
+                    "capacity": {"storage": new_size},
+                    "conditions": conditions or None,
+                    "allocatedResourceStatuses": {"storage": None},
+                }
+            },
+        )
+        log.info("expanded volume=%s on the node size=%s", pv_name, new_size)
+
+    async def _measure(self, data: VolumeData, folder: str, now: float) -> VolumeUsage | None:
+        driver = self.registry.get(data.driver)
+        if driver is None:
+            return None
+        try:
+            if STATS_CAP not in await driver.client.node_capabilities():
+                return None
+            got = await driver.client.volume_stats(data.handle, data.target, data.staging)
+        except CSICallError as err:
+            log.info("NodeGetVolumeStats failed volume=%s error=%r", data.handle, str(err))
+            return None
+        claim = (data.extra.get("namespace", ""), data.extra["claim"]) if data.extra.get("claim") else None
+        return VolumeUsage(
+            data.extra.get("volume") or Path(folder).name,
+            folder,
+            now,
+            got.total,
+            got.available,
+            got.used,
+            got.inodes,
+            got.inodes_free,
+            got.inodes_used,
+            claim,
+        )
 
     async def _driver(
         self, host: VolumeHost, name: str, volume: str, wait: bool = False
@@ -204,7 +366,7 @@ class CSIPlugin:
 
     def _global_dir(self, host: VolumeHost, driver: str, handle: str) -> Path:
         digest = hashlib.sha256(handle.encode()).hexdigest()
-        return host.root_dir / "plugins" / "kubernetes.io" / "csi" / driver / digest
+        return host.root_dir / GLOBAL / driver / digest
 
     async def _stage(
         self,
@@ -241,6 +403,7 @@ class CSIPlugin:
         context: dict[str, str],
         secrets: dict[str, str],
         ephemeral: bool,
+        extra: dict[str, str],
     ) -> None:
         folder = target.parent
         if await asyncio.to_thread((folder / DATA_FILE).exists):
@@ -254,7 +417,7 @@ class CSIPlugin:
             message = f'MountVolume.SetUp failed for volume "{volume}" : {err}'
             raise (VolumeError(message) if ephemeral else ClaimError(message)) from None
         await asyncio.to_thread(
-            _write_data, folder, VolumeData(driver.name, handle, str(target), staging, ephemeral)
+            _write_data, folder, VolumeData(driver.name, handle, str(target), staging, ephemeral, extra)
         )
 
     async def _unpublish(self, data: VolumeData) -> None:
@@ -290,19 +453,54 @@ class CSIPlugin:
         host: VolumeHost,
         pod: dict[str, Any],
         csidriver: dict[str, Any] | None,
-        src: dict[str, Any],
-        mode: str,
+        fs_type: str,
+        modes: list[str] | None,
         target: Path,
         read_only: bool,
     ) -> None:
-        """fsGroup by the CSIDriver's fsGroupPolicy: File always, ReadWriteOnceWithFSType (the default)
-        for a ReadWriteOnce volume with an fsType, None never."""
-        policy = ((csidriver or {}).get("spec") or {}).get("fsGroupPolicy") or "ReadWriteOnceWithFSType"
-        if policy == "File" or (
-            policy == "ReadWriteOnceWithFSType" and src.get("fsType") and mode == "ReadWriteOnce"
-        ):
-            if not read_only:
-                await host.own(pod, target, read_only=False)
+        """fsGroup on the publication where upstream's csiMountMgr applies it (supportsFSGroup)."""
+        psc = (pod.get("spec") or {}).get("securityContext") or {}
+        if fs_group_applies(csidriver, psc.get("fsGroup"), fs_type, modes, read_only):
+            await host.own(pod, target, read_only=False)
+
+
+def _publication_of(pod_volumes: Path, volume: str) -> VolumeData | None:
+    """The persistent CSI publication of the pod's volume `volume`, from its vol_data.json."""
+    for data_file in sorted((pod_volumes / FOLDER).glob(f"*/{DATA_FILE}")):
+        data = _read_data(data_file)
+        if data is not None and not data.ephemeral and data.extra.get("volume") == volume:
+            return data
+    return None
+
+
+def _claim_of(pod: dict[str, Any], volume: str) -> dict[str, str]:
+    """What vol_data.json keeps of the pod's volume for its stats: the pod's volume name and the claim
+    behind it (the claim of a generic ephemeral volume is the one the controller made)."""
+    spec = next((v for v in (pod.get("spec") or {}).get("volumes") or [] if v.get("name") == volume), {})
+    out = {"volume": volume}
+    if isinstance(spec.get("persistentVolumeClaim"), dict):
+        out["claim"] = spec["persistentVolumeClaim"].get("claimName", "")
+    elif isinstance(spec.get("ephemeral"), dict):
+        out["claim"] = ephemeral_claim_name(pod, spec)
+    if "claim" in out:
+        out["namespace"] = pod["metadata"].get("namespace", "")
+    return out
+
+
+def fs_group_applies(
+    csidriver: dict[str, Any] | None, fs_group: Any, fs_type: str, modes: list[str] | None, read_only: bool
+) -> bool:
+    """Whether the kubelet sets the pod's fsGroup on a CSI publication, by the CSIDriver's fsGroupPolicy
+    (ReadWriteOnceWithFSType without a CSIDriver or a policy): never without an fsGroup, for a read-only
+    publication or with None; always with File; with ReadWriteOnceWithFSType when the volume has an
+    fsType and one of the PV's access modes is ReadWriteOnce (`modes` None: an inline volume, always
+    mounted ReadWriteOnce)."""
+    policy = ((csidriver or {}).get("spec") or {}).get("fsGroupPolicy") or "ReadWriteOnceWithFSType"
+    if fs_group is None or policy == "None" or read_only:
+        return False
+    if policy == "File":
+        return True
+    return bool(fs_type) and (modes is None or "ReadWriteOnce" in modes)
 
 
 def _remove_global(folder: Path) -> None:

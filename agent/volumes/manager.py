@@ -13,7 +13,7 @@ every plugin's part down when the pod goes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,12 @@ from agent.volumes.plugin import (
     FieldValue,
     PluginTable,
     ReadyVolume,
+    Record,
     ResourceValue,
     VolumeError,
     VolumeHost,
     VolumePlugin,
+    VolumeUsage,
 )
 from agent.volumes.projection import KINDS as WRITTEN_KINDS
 from agent.volumes.projection import ProjectionPlugin
@@ -65,8 +67,12 @@ class VolumeManager:
         tokens: TokenManager | None = None,
         node_memory: Callable[[], int] = lambda: 0,
         table: PluginTable | None = None,
+        patch: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
+        record: Record | None = None,
     ) -> None:
-        self.host = VolumeHost(Path(root_dir), fetch, field_value, resource_value, tokens, node_memory)
+        self.host = VolumeHost(
+            Path(root_dir), fetch, field_value, resource_value, tokens, node_memory, patch, record
+        )
         self.table = table if table is not None else default_table()
         self.root_dir = self.host.root_dir
         self.tokens = tokens
@@ -135,6 +141,20 @@ class VolumeManager:
         for plugin in self.table:
             await plugin.tear_down(self.host, uid)
         return await asyncio.to_thread(unmount_under, self.root_dir / "pods" / uid)
+
+    async def stats(self, uid: str) -> list[VolumeUsage]:
+        """The figures the plugins measure themselves for the pod `uid`'s volumes (CSI volumes)."""
+        out: list[VolumeUsage] = []
+        for plugin in self.table:
+            out.extend(await plugin.stats(self.host, uid))
+        return out
+
+    async def in_use(self) -> list[str]:
+        """node.status.volumesInUse: the attachable volumes mounted on the node, by unique name, sorted."""
+        names: set[str] = set()
+        for plugin in self.table:
+            names.update(await plugin.in_use(self.host))
+        return sorted(names)
 
     async def _prepare_one(self, pod: dict[str, Any], volume: dict[str, Any]) -> ReadyVolume:
         kind = self.table.kind_of(volume)

@@ -4,8 +4,9 @@ upstream's kubelet keeps its VolumePluginMgr. The manager finds a volume's plugi
 it to set the volume up, to rewrite it on sync and to take it down when the pod goes; a type the table
 does not hold is upstream's "volume type X is not supported by this node".
 
-`VolumeHost` is what every plugin may use of the node: the agent's root folder, the API reads, the
-field resolvers of the downward API, the token manager and the node's memory.
+`VolumeHost` is what every plugin may use of the node: the agent's root folder, the API reads (and the
+few writes: a claim's status, events), the field resolvers of the downward API, the token manager and
+the node's memory.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
 FieldValue = Callable[[dict[str, Any], str], str]
 # (pod, resourceFieldRef) -> the value as text; the pod layer knows the rule (requests, limits, divisors).
 ResourceValue = Callable[[dict[str, Any], dict[str, Any]], str]
+Record = Callable[[dict[str, Any], str, str, str], None]
 
 
 class VolumeError(Exception):
@@ -37,6 +39,25 @@ class ReadyVolume:
     read_only: bool
 
 
+@dataclass(frozen=True)
+class VolumeUsage:
+    """A volume's figures as its plugin measured them (upstream's volume.Metrics), for the Summary's pod
+    volume stats and the kubelet_volume_stats_* series: `name` is the pod's volume name, `folder` the
+    volume's folder under the pod's volumes (<kind>/<name>), `claim` (namespace, name) the claim behind
+    it, if any."""
+
+    name: str
+    folder: str
+    time: float
+    capacity: int
+    available: int
+    used: int
+    inodes: int
+    inodes_free: int
+    inodes_used: int
+    claim: tuple[str, str] | None = None
+
+
 @dataclass
 class VolumeHost:
     root_dir: Path
@@ -45,6 +66,9 @@ class VolumeHost:
     resource_value: ResourceValue | None = None
     tokens: TokenManager | None = None
     node_memory: Callable[[], int] = lambda: 0  # the node's allocatable memory: the largest tmpfs emptyDir
+    # API writes a volume type may need (a claim's status after NodeExpandVolume): a merge patch of a path
+    patch: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    record: Record | None = None  # an event: (object, type, reason, message)
 
     def pod_volumes_dir(self, uid: str) -> Path:
         return self.root_dir / "pods" / uid / "volumes"
@@ -80,6 +104,15 @@ class VolumePlugin(Protocol):
         """Undo what this type did for the pod `uid` (its spec may be gone), before its folder goes."""
         ...
 
+    async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
+        """The figures of the pod `uid`'s volumes of this type that the plugin measures itself (CSI:
+        NodeGetVolumeStats); the stats provider measures the others' folders."""
+        ...
+
+    async def in_use(self, host: VolumeHost) -> list[str]:
+        """The unique names of this type's attachable volumes mounted on the node (volumesInUse)."""
+        ...
+
 
 class PluginBase:
     """Defaults for a plugin with nothing to rewrite on sync and nothing of its own to take down."""
@@ -91,6 +124,12 @@ class PluginBase:
 
     async def tear_down(self, host: VolumeHost, uid: str) -> None:
         return None
+
+    async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
+        return []
+
+    async def in_use(self, host: VolumeHost) -> list[str]:
+        return []
 
 
 class PluginTable:

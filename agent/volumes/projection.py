@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost
+from agent.volumes.plugin import PluginBase, ReadyVolume, VolumeError, VolumeHost
 from kubeclient.errors import ApiError
 
 DEFAULT_MODE = 0o644
@@ -95,7 +95,7 @@ def _same_content(folder: Path, files: dict[str, tuple[bytes, int]]) -> bool:
         return False
 
 
-class ProjectionPlugin:
+class ProjectionPlugin(PluginBase):
     """One of the four written kinds (`kind` is configMap, secret, downwardAPI or projected)."""
 
     def __init__(self, kind: str) -> None:
@@ -112,9 +112,6 @@ class ProjectionPlugin:
         if written:
             await host.own(pod, folder, read_only=True)
         return written
-
-    async def tear_down(self, host: VolumeHost, uid: str) -> None:
-        return None
 
 
 async def _files(

@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--csi-address",
         default=None,
-        help="the CSI driver's controller socket (for the csi-provisioner and csi-attacher controllers)",
+        help="the CSI driver's controller socket (for the csi-provisioner, csi-attacher and csi-resizer controllers)",
     )
     parser.add_argument(
         "--local-path-root", default=None, help="the local-path provisioner's volume folder on each node"

@@ -39,6 +39,7 @@ from controlplane.controllers.volume import (
     AttachDetachController,
     CSIAttacher,
     CSIProvisioner,
+    CSIResizer,
     EphemeralVolumeController,
     LocalPathProvisioner,
     PersistentVolumeController,
@@ -80,6 +81,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         LocalPathProvisioner,
         CSIProvisioner,
         CSIAttacher,
+        CSIResizer,
         AttachDetachController,
         EphemeralVolumeController,
         HorizontalPodAutoscalerController,
@@ -91,7 +93,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...); the CSI sidecars
 # run only in a manager started beside a driver (--csi-address).
 OFF_BY_DEFAULT: frozenset[str] = frozenset(
-    {"bootstrapsigner", "tokencleaner", "csi-provisioner", "csi-attacher"}
+    {"bootstrapsigner", "tokencleaner", "csi-provisioner", "csi-attacher", "csi-resizer"}
 )
 
 

@@ -9,6 +9,7 @@ upstream's event texts.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -46,8 +47,24 @@ def _code_name(code: grpc.StatusCode) -> str:
     return "".join(part.capitalize() for part in code.name.split("_"))
 
 
+MAX_SOCKET_PATH = 100  # a unix socket's address holds 107 bytes; gRPC wants some of them
+_DIRS: dict[str, int] = {}  # folder -> an fd of it held open, for socket paths too long to name
+
+
+def socket_address(path: str) -> str:
+    """gRPC's address of the unix socket `path`; one whose path is too long for a socket address is
+    reached through its folder's descriptor (/proc/self/fd/N/name), held open for the process's life
+    (the kubelet's plugin folder under a deep root dir, as in tests, has such paths)."""
+    if len(os.fsencode(path)) < MAX_SOCKET_PATH:
+        return f"unix://{path}"
+    folder, name = os.path.split(os.path.abspath(path))
+    if folder not in _DIRS:
+        _DIRS[folder] = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return f"unix:///proc/self/fd/{_DIRS[folder]}/{name}"
+
+
 def _channel(socket: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(f"unix://{socket}")
+    return grpc.aio.insecure_channel(socket_address(socket))
 
 
 async def _call(method_name: str, method, request, deadline: float):
@@ -189,6 +206,42 @@ class CSIClient:
         b = by_unit.get(pb.VolumeUsage.BYTES) or pb.VolumeUsage()
         i = by_unit.get(pb.VolumeUsage.INODES) or pb.VolumeUsage()
         return Usage(b.total, b.used, b.available, i.total, i.used, i.available)
+
+    async def node_expand(
+        self,
+        volume_id: str,
+        path: str,
+        staging_path: str,
+        required_bytes: int,
+        cap: pb.VolumeCapability,
+        secrets: Mapping[str, str],
+    ) -> int:
+        """NodeExpandVolume; the capacity the driver reports (0: it does not say)."""
+        request = pb.NodeExpandVolumeRequest(
+            volume_id=volume_id,
+            volume_path=path,
+            capacity_range=pb.CapacityRange(required_bytes=required_bytes),
+            staging_target_path=staging_path,
+            volume_capability=cap,
+            secrets=dict(secrets),
+        )
+        got = await _call("NodeExpandVolume", self._node.NodeExpandVolume, request, NODE_TIMEOUT)
+        return got.capacity_bytes
+
+    async def controller_expand(
+        self, volume_id: str, required_bytes: int, cap: pb.VolumeCapability, secrets: Mapping[str, str]
+    ) -> tuple[int, bool]:
+        """ControllerExpandVolume: the new capacity and whether the node must finish the expansion."""
+        request = pb.ControllerExpandVolumeRequest(
+            volume_id=volume_id,
+            capacity_range=pb.CapacityRange(required_bytes=required_bytes),
+            secrets=dict(secrets),
+            volume_capability=cap,
+        )
+        got = await _call(
+            "ControllerExpandVolume", self._controller.ControllerExpandVolume, request, CONTROLLER_TIMEOUT
+        )
+        return got.capacity_bytes, got.node_expansion_required
 
     async def create_volume(
         self,

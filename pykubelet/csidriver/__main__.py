@@ -14,9 +14,10 @@ from pathlib import Path
 
 import grpc
 
+from kubeclient.csi.client import socket_address
 from kubeclient.csi.pb import csi_pb2_grpc as pb_grpc
 from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
-from pykubelet.csidriver.driver import Driver, DriverConfig, Registrar
+from pykubelet.csidriver.driver import Driver, DriverConfig, Registrar, registration_socket
 
 DEFAULT_NAME = "hostpath.csi.pykubelet.io"
 
@@ -32,6 +33,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-volumes", type=int, default=0, help="NodeGetInfo's max_volumes_per_node")
     p.add_argument("--topology-key", default="", help="report the node's topology under this key")
     p.add_argument("--call-log", type=Path, help="append every call here as a JSON line")
+    p.add_argument("--no-expansion", action="store_true", help="advertise no volume expansion")
     return p.parse_args(argv)
 
 
@@ -42,7 +44,7 @@ def _serve(servicer_adders, socket: str) -> grpc.Server:
     server = grpc.server(ThreadPoolExecutor(max_workers=4))
     for add in servicer_adders:
         add(server)
-    server.add_insecure_port(f"unix://{socket}")
+    server.add_insecure_port(socket_address(socket))
     server.start()
     return server
 
@@ -57,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_volumes,
         args.topology_key,
         args.call_log,
+        not args.no_expansion,
     )
     driver = Driver(cfg)
     endpoint = os.path.abspath(args.endpoint)
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     ]
     if args.registration_dir:
-        reg_socket = os.path.join(args.registration_dir, f"{args.name}-reg.sock")
+        reg_socket = registration_socket(args.registration_dir, args.name)
         registrar = Registrar(cfg, endpoint)
         servers.append(
             (

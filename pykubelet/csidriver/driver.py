@@ -3,7 +3,9 @@
 A volume is the folder <state>/volumes/<volume_id>. CreateVolume makes it (the CO's name is the id, so a
 retried call finds the same volume), DeleteVolume removes it. NodeStageVolume binds it at the staging
 path, NodePublishVolume binds the staging path (or, for an ephemeral inline volume, a folder made for it
-then) at the target, read-only when asked; the Unpublish and Unstage calls undo that. ControllerPublish
+then) at the target, read-only when asked; the Unpublish and Unstage calls undo that. Expansion (on
+unless switched off) is online: ControllerExpandVolume takes the new size and asks for the node's part,
+NodeExpandVolume checks the published path. ControllerPublish
 records the attachment as a file <state>/attachments/<volume_id>@<node_id>.
 
 Every call is appended to the call log (one JSON line: the method and its request, secrets left out),
@@ -31,6 +33,11 @@ from pykubelet.csidriver.mounts import bind, unbind
 EPHEMERAL = "csi.storage.k8s.io/ephemeral"
 
 
+def registration_socket(folder: str, name: str) -> str:
+    """node-driver-registrar's <folder>/<driver>-reg.sock, which the kubelet watches for."""
+    return os.path.join(folder, f"{name}-reg.sock")
+
+
 @dataclass
 class DriverConfig:
     name: str
@@ -40,6 +47,8 @@ class DriverConfig:
     max_volumes: int = 0
     topology_key: str = ""
     call_log: Path | None = None
+    expansion: bool = True  # ControllerExpandVolume and NodeExpandVolume (online expansion)
+    max_volume_size: int = 1 << 40  # bytes: a larger capacity is OUT_OF_RANGE (csi-driver-host-path's 1 TiB)
 
 
 class CallLog:
@@ -64,6 +73,13 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         (cfg.state_dir / "attachments").mkdir(parents=True, exist_ok=True)
         (cfg.state_dir / "ephemeral").mkdir(parents=True, exist_ok=True)
 
+    def _check_size(self, capacity: pb.CapacityRange, context) -> None:
+        if capacity.required_bytes > self.cfg.max_volume_size:
+            context.abort(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"Requested capacity {capacity.required_bytes} exceeds maximum allowed {self.cfg.max_volume_size}",
+            )
+
     def _volume(self, volume_id: str, context) -> Path:
         if not volume_id or "/" in volume_id or volume_id.startswith("."):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid volume id {volume_id!r}")
@@ -79,9 +95,11 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         kinds = [pb.PluginCapability.Service.CONTROLLER_SERVICE]
         if self.cfg.topology_key:
             kinds.append(pb.PluginCapability.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS)
-        return pb.GetPluginCapabilitiesResponse(
-            capabilities=[pb.PluginCapability(service=pb.PluginCapability.Service(type=k)) for k in kinds]
-        )
+        caps = [pb.PluginCapability(service=pb.PluginCapability.Service(type=k)) for k in kinds]
+        if self.cfg.expansion:
+            online = pb.PluginCapability.VolumeExpansion(type=pb.PluginCapability.VolumeExpansion.ONLINE)
+            caps.append(pb.PluginCapability(volume_expansion=online))
+        return pb.GetPluginCapabilitiesResponse(capabilities=caps)
 
     def Probe(self, request, context):
         return pb.ProbeResponse()
@@ -92,6 +110,8 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         kinds = [rpc.CREATE_DELETE_VOLUME] + (
             [rpc.PUBLISH_UNPUBLISH_VOLUME] if self.cfg.attach_required else []
         )
+        if self.cfg.expansion:
+            kinds.append(rpc.EXPAND_VOLUME)
         return pb.ControllerGetCapabilitiesResponse(
             capabilities=[pb.ControllerServiceCapability(rpc=rpc(type=k)) for k in kinds]
         )
@@ -100,6 +120,7 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         self.log.write("CreateVolume", request)
         if not request.volume_capabilities:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "volume capabilities missing in request")
+        self._check_size(request.capacity_range, context)
         folder = self._volume(request.name, context)
         folder.mkdir(exist_ok=True)
         volume = pb.Volume(
@@ -130,10 +151,34 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         )
         return pb.ControllerUnpublishVolumeResponse()
 
+    def ControllerExpandVolume(self, request, context):
+        """A folder has no size to grow: the new capacity is recorded and the node is asked to finish
+        (node_expansion_required), as a block-backed driver asks for the file system's resize."""
+        self.log.write("ControllerExpandVolume", request)
+        if not self.cfg.expansion:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "ControllerExpandVolume is not supported")
+        if not self._volume(request.volume_id, context).is_dir():
+            context.abort(grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
+        self._check_size(request.capacity_range, context)
+        return pb.ControllerExpandVolumeResponse(
+            capacity_bytes=request.capacity_range.required_bytes, node_expansion_required=True
+        )
+
     # Node
+    def NodeExpandVolume(self, request, context):
+        self.log.write("NodeExpandVolume", request)
+        if not self.cfg.expansion:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "NodeExpandVolume is not supported")
+        self._volume(request.volume_id, context)
+        if not request.volume_path or not os.path.isdir(request.volume_path):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"volume path {request.volume_path!r} not found")
+        return pb.NodeExpandVolumeResponse(capacity_bytes=request.capacity_range.required_bytes)
+
     def NodeGetCapabilities(self, request, context):
         rpc = pb.NodeServiceCapability.RPC
-        kinds = [rpc.STAGE_UNSTAGE_VOLUME, rpc.GET_VOLUME_STATS]
+        kinds = [rpc.STAGE_UNSTAGE_VOLUME, rpc.GET_VOLUME_STATS] + (
+            [rpc.EXPAND_VOLUME] if self.cfg.expansion else []
+        )
         return pb.NodeGetCapabilitiesResponse(
             capabilities=[pb.NodeServiceCapability(rpc=rpc(type=k)) for k in kinds]
         )

@@ -26,10 +26,15 @@ class StackLeftovers(RuntimeError):
 
 
 def run_on_stack(
-    run: Callable[[Stack], Awaitable[T]], tag: str = "b", node_name: str = "bench-node", nodes: int = 1
+    run: Callable[[Stack], Awaitable[T]],
+    tag: str = "b",
+    node_name: str = "bench-node",
+    nodes: int = 1,
+    csi_driver: bool = False,
 ) -> T:
     """Start a stack, `asyncio.run(run(stack))`, stop the stack and check that it left nothing.
     `nodes` > 1: that many nodes on this machine, their pod CIDRs from a leased cluster CIDR.
+    `csi_driver`: with the bundled host-path CSI driver and its StorageClass (pykubelet.rig.csi).
 
     Raises StackLeftovers when the teardown left anything (after a successful run; a failing run's
     own error is not hidden behind it)."""
@@ -45,6 +50,7 @@ def run_on_stack(
                 pod_cidr=net.pod_cidr,
                 nodes=nodes,
                 cluster_cidr=net.pod_cidr if nodes > 1 else "",
+                csi_driver=csi_driver,
             )
         )
         bridges = [net.bridge, *(node_bridge(net.bridge, i) for i in range(2, nodes + 1))]

@@ -121,6 +121,9 @@ class StackConfig:
     # The ingress controller's HTTP and HTTPS ports on the node's address (pykubelet.rig.ingress):
     # these when free (`up` asks for 80 and 443), else free ports.
     ingress_ports: tuple[int, int] | None = None
+    # The bundled host-path CSI driver beside the first node with its sidecars, its CSIDriver and the
+    # StorageClass csi-hostpath (pykubelet.rig.csi); `up` starts it.
+    csi_driver: bool = False
 
     @property
     def services(self) -> str:
@@ -211,6 +214,7 @@ class Stack:
         self.metrics_server: Daemon | None = None
         self.metrics_server_port = free_port()
         self.ingress: Daemon | None = None
+        self.csi = None  # pykubelet.rig.csi.HostPathCSI when config.csi_driver
         self.ingress_address = ""
         self.ingress_ports = (0, 0)
         self.dns_port = free_port()
@@ -319,6 +323,9 @@ class Stack:
                 self.start_metrics_server()
             with stage("ingress controller", lambda: self.ingress.log_path if self.ingress else None):
                 self.start_ingress()
+            if self.config.csi_driver:
+                with stage("CSI driver", lambda: d / "csi-hostpath" / "driver.log"):
+                    self.start_csi()
         except BaseException:
             self.stop()
             raise
@@ -882,6 +889,28 @@ class Stack:
                 raise TimeoutError(f"APIService {name} not Available after {timeout:.0f} s: {conditions}")
             time.sleep(0.2)
 
+    def start_csi(self, timeout: float = 30.0):
+        """The host-path CSI driver and its sidecars beside the first node (pykubelet.rig.csi), its
+        CSIDriver and StorageClass (default only when no other class is)."""
+        from pykubelet.rig.csi import HostPathCSI
+
+        d = self.config.state_dir
+        self.csi = HostPathCSI(
+            d / "csi-hostpath",
+            self.node_name,
+            d / "agent" / "plugins_registry",
+            self.kubeconfig,
+            self._spawned,
+        )
+        api = self.core_api().api_client
+        self.csi.start(
+            self.apply,
+            lambda: api_call(api, "GET", "/apis/storage.k8s.io/v1/storageclasses")[1].get("items") or [],
+            timeout,
+        )
+        self._started("csi-driver")
+        return self.csi
+
     def apply(self, obj: dict) -> dict:
         """Create the object, or replace it when it exists (as `kubectl apply` of a manifest would
         leave it), through the official client as the administrator."""
@@ -936,6 +965,8 @@ class Stack:
             ("dns", self.dns.pid if self.dns else None),
             ("metrics-server", self.metrics_server.pid if self.metrics_server else None),
             ("ingress", self.ingress.pid if self.ingress else None),
+            ("csi-driver", self.csi.driver.pid if self.csi and self.csi.driver else None),
+            ("csi-sidecars", self.csi.sidecars.pid if self.csi and self.csi.sidecars else None),
         ):
             if pid is not None:
                 pids[name] = pid
@@ -980,6 +1011,8 @@ class Stack:
             ("metrics-server", self.metrics_server, d, True),
             # its nginx runs in its process group: stopped with it, started again by it
             ("ingress", self.ingress, d, True),
+            ("csi-driver", self.csi.driver if self.csi else None, d, True),
+            ("csi-sidecars", self.csi.sidecars if self.csi else None, d, True),
         ]
         for node in self.extra_nodes:
             named += [
@@ -1016,6 +1049,8 @@ class Stack:
     def stop(self) -> list[str]:
         """Stop everything in reverse order; returns a description of anything left behind."""
         problems = []
+        if self.csi is not None:
+            self.csi.stop()
         if self.ingress is not None:
             self.ingress.stop()
         if self.metrics_server is not None:

@@ -18,8 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from e2e.waiting import finished, wait_for
-from pykubelet.rig.leaks import Scope
-from pykubelet.rig.netlease import lease_network
+from tests.rig.stacks import exists, fresh_namespace, leased_stack
 
 pytestmark = pytest.mark.integration
 
@@ -28,29 +27,8 @@ pytestmark = pytest.mark.integration
 def stack(tmp_path_factory: pytest.TempPathFactory):
     if os.geteuid() != 0:
         pytest.skip("needs root (containerd, network namespaces)")
-    from pykubelet.rig.stack import Stack, StackConfig, proxy_table
-
-    with lease_network("v") as net:
-        cfg = StackConfig(
-            state_dir=tmp_path_factory.mktemp("pvstack"),
-            node_name="pv-node",
-            bridge=net.bridge,
-            pod_cidr=net.pod_cidr,
-        )
-        scope = Scope.of(
-            cfg.state_dir,
-            bridges=[net.bridge],
-            pod_cidrs=[net.pod_cidr],
-            nft_tables=[f"ip {proxy_table(net.bridge)}"],
-        )
-        running = Stack(cfg)
-        running.start()
-        try:
-            yield running
-        finally:
-            problems = running.stop()
-            assert not problems, problems
-            assert not scope.leaked()
+    with leased_stack(tmp_path_factory.mktemp("pvstack"), "v", "pv-node") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -60,21 +38,8 @@ def kube(stack) -> client.CoreV1Api:
 
 @pytest.fixture
 def namespace(kube: client.CoreV1Api) -> Iterator[str]:
-    name = f"pv-{uuid.uuid4().hex[:6]}"
-    kube.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: _exists(lambda: kube.read_namespaced_service_account("default", name)), timeout=30)
-    yield name
-    kube.delete_namespace(name)
-
-
-def _exists(read) -> bool:
-    try:
-        read()
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+    with fresh_namespace(kube, "pv") as name:
+        yield name
 
 
 def pod(name: str, image: str, script: str, claim: str, read_only: bool = False, **spec) -> dict:
@@ -233,7 +198,7 @@ def test_local_path_folder_made_and_removed(stack, kube, namespace) -> None:
     kube.delete_namespaced_pod("lp-writer", namespace, grace_period_seconds=0)
     kube.delete_namespaced_persistent_volume_claim("lp", namespace)
     wait_for(
-        lambda: not _exists(lambda: kube.read_persistent_volume(pvc.spec.volume_name)), 180, what="PV deleted"
+        lambda: not exists(lambda: kube.read_persistent_volume(pvc.spec.volume_name)), 180, what="PV deleted"
     )
     assert not folder.exists()  # the helper pod removed it before the volume went
     assert root.is_dir()

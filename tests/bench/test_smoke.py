@@ -84,6 +84,7 @@ BENCHMARKS = {
     "reliability-outage": Benchmark("bench/reliability/outage.py", "reliability-outage", needs_root=True),
     "ingress-hop": Benchmark("bench/ingress/hop.py", "ingress-hop", needs_root=False),
     "ingress-routes": Benchmark("bench/ingress/routes.py", "ingress-routes", needs_root=False),
+    "csi-startup": Benchmark("bench/csi/startup.py", "csi-startup", needs_root=True),
 }
 
 

@@ -1,6 +1,6 @@
 """core/v1 PersistentVolumeClaim served as upstream serves it: defaults, the pvc-protection finalizer,
 DefaultStorageClass admission, ValidatePersistentVolumeClaim's 422s, the update rules (spec immutable
-but for volumeName once, a class on a claim without one, and a bound claim's request, never shrinking),
+but for volumeName once, a class on a claim without one, and a bound claim's request, never below its capacity),
 PersistentVolumeClaimResize, the status subresource and kubectl's columns."""
 
 from __future__ import annotations
@@ -143,13 +143,18 @@ def test_bound_claim_resize(
     )
     grown = v1.patch_namespaced_persistent_volume_claim("big", namespace, grow)
     assert grown.spec.resources.requests["storage"] == "2Gi"
+    # RecoverVolumeExpansionFailure (on in 1.32): a request may come down again, but not to the capacity
+    lowered = v1.patch_namespaced_persistent_volume_claim(
+        "big", namespace, {"spec": {"resources": {"requests": {"storage": "1536Mi"}}}}
+    )
+    assert lowered.spec.resources.requests["storage"] == "1536Mi"
     with pytest.raises(ApiException) as err:
         v1.patch_namespaced_persistent_volume_claim(
             "big", namespace, {"spec": {"resources": {"requests": {"storage": "1Gi"}}}}
         )
     assert message(err) == (
         'PersistentVolumeClaim "big" is invalid: spec.resources.requests.storage: Forbidden: field can not be less '
-        "than previous value"
+        "than status.capacity"
     )
 
 

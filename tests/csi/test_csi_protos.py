@@ -50,6 +50,14 @@ def test_field_numbers() -> None:
         ("VolumeCapability", "access_mode"): 3,
         ("VolumeCapability.MountVolume", "mount_flags"): 2,
         ("GetPluginCapabilitiesResponse", "capabilities"): 1,
+        ("ControllerExpandVolumeRequest", "capacity_range"): 2,
+        ("ControllerExpandVolumeRequest", "volume_capability"): 4,
+        ("ControllerExpandVolumeResponse", "node_expansion_required"): 2,
+        ("NodeExpandVolumeRequest", "volume_path"): 2,
+        ("NodeExpandVolumeRequest", "capacity_range"): 3,
+        ("NodeExpandVolumeRequest", "staging_target_path"): 4,
+        ("NodeExpandVolumeRequest", "volume_capability"): 5,
+        ("NodeExpandVolumeResponse", "capacity_bytes"): 1,
     }
     assert {key: number(csi_pb2, *key) for key in expected} == expected
     assert number(registration_pb2, "PluginInfo", "supported_versions") == 4

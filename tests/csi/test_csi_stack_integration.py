@@ -7,8 +7,11 @@ node, what its container writes lands in the driver's backing folder; the pod's 
 unstages (no mount left), the claim's deletion deletes the volume; a CSI ephemeral inline volume lives
 and goes with its pod; a generic ephemeral volume's claim is made and goes with its pod; a driver needing
 attach gets its VolumeAttachment from the attach/detach controller, attached by the attacher beside it,
-and its allocatable count refuses one volume too many (NodeVolumeLimits); a driver restarted under a
-mounted volume keeps the mount and registers again."""
+and its allocatable count refuses one volume too many (NodeVolumeLimits), detached only once the node
+no longer reports it in volumesInUse; a driver restarted under a
+mounted volume keeps the mount and registers again; the node reports the volume's stats; a claim of an
+expandable class grows online through the resizer beside the driver and the node, and is refused a
+shrink below its capacity."""
 
 from __future__ import annotations
 
@@ -16,22 +19,46 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.waiting import finished, wait_for
-from pykubelet.rig.leaks import Scope
-from pykubelet.rig.netlease import lease_network
+from pykubelet.rig import csi as rigcsi
+from pykubelet.rig.csi import CLASS, DEFAULT_CLASS
 from tests.csi.conftest import mounts_under
+from tests.rig.stacks import exists, fresh_namespace, leased_stack
 
 pytestmark = pytest.mark.integration
-DRIVER = "hostpath.csi.pykubelet.io"
-TOPOLOGY = "topology.hostpath.csi.pykubelet.io/node"
+DRIVER, TOPOLOGY = rigcsi.DRIVER, rigcsi.TOPOLOGY_KEY
 ATTACHING = "attach.csi.pykubelet.io"  # a second driver, with ControllerPublish
+
+
+def _calls(call_log: Path, method: str) -> list[dict]:
+    lines = call_log.read_text().splitlines() if call_log.exists() else []
+    return [c["request"] for c in map(json.loads, lines) if c["method"] == method]
+
+
+class Rigged:
+    """The rig's own host-path CSI driver and sidecars (pykubelet.rig.csi, what `up` runs), seen as the
+    tests see a driver beside the node."""
+
+    def __init__(self, stack) -> None:
+        self.csi = stack.csi
+        self.endpoint = self.csi.endpoint
+        self.call_log = self.csi.call_log
+        self.backing = self.csi.backing
+        self.agent_root = stack.config.state_dir / "agent"
+
+    def calls(self, method: str) -> list[dict]:
+        return _calls(self.call_log, method)
+
+    def restart_driver(self) -> None:
+        self.csi.restart_driver()
 
 
 class Beside:
@@ -75,7 +102,7 @@ class Beside:
                 "--kubeconfig",
                 str(stack.kubeconfig),
                 "--controllers",
-                "csi-provisioner,csi-attacher",
+                "csi-provisioner,csi-attacher,csi-resizer",
                 "--csi-address",
                 self.endpoint,
                 "--leader-elect=false",
@@ -89,8 +116,7 @@ class Beside:
             f.close()
 
     def calls(self, method: str) -> list[dict]:
-        lines = self.call_log.read_text().splitlines() if self.call_log.exists() else []
-        return [c["request"] for c in map(json.loads, lines) if c["method"] == method]
+        return _calls(self.call_log, method)
 
     def restart_driver(self) -> None:
         """Stop the driver (its sockets go) and start it again, as a driver pod's restart does."""
@@ -111,35 +137,26 @@ class Beside:
 def stack(tmp_path_factory: pytest.TempPathFactory):
     if os.geteuid() != 0:
         pytest.skip("needs root (containerd, network namespaces, mounts)")
-    from pykubelet.rig.stack import Stack, StackConfig, proxy_table
-
-    with lease_network("c") as net:
-        cfg = StackConfig(
-            state_dir=tmp_path_factory.mktemp("csi"),
-            node_name="csi-node",
-            bridge=net.bridge,
-            pod_cidr=net.pod_cidr,
-        )
-        scope = Scope.of(
-            cfg.state_dir,
-            bridges=[net.bridge],
-            pod_cidrs=[net.pod_cidr],
-            nft_tables=[f"ip {proxy_table(net.bridge)}"],
-        )
-        running = Stack(cfg)
-        running.start()
-        besides: list[Beside] = []
+    state = tmp_path_factory.mktemp("csi")
+    with leased_stack(state, "c", "csi-node", csi_driver=True) as running:
+        attaching = None
         try:
-            besides.append(Beside(running, DRIVER, "--topology-key", TOPOLOGY, "--max-volumes", "10"))
-            besides.append(Beside(running, ATTACHING, "--attach-required", "--max-volumes", "1"))
-            running.beside, running.attaching = besides
+            attaching = Beside(running, ATTACHING, "--attach-required", "--max-volumes", "1")
+            running.beside, running.attaching = Rigged(running), attaching
             yield running
         finally:
-            for beside in besides:
-                beside.stop()
-            problems = running.stop()
-            assert not problems, problems
-            assert not scope.leaked()
+            _pods_gone(running)  # a failed test's pods: their volumes unpublished while the drivers run
+            if attaching is not None:
+                attaching.stop()
+
+
+def _pods_gone(stack) -> None:
+    kube = client.CoreV1Api(config.new_client_from_config(config_file=str(stack.kubeconfig)))
+    for p in kube.list_pod_for_all_namespaces().items:
+        if p.metadata.namespace.startswith("csi-"):
+            kube.delete_namespaced_pod(p.metadata.name, p.metadata.namespace, grace_period_seconds=0)
+    root = stack.config.state_dir / "agent"
+    wait_for(lambda: mounts_under(root) == [], 120, what="the node's CSI mounts gone")
 
 
 @pytest.fixture(scope="module")
@@ -158,38 +175,26 @@ def storage(api) -> client.StorageV1Api:
 
 
 @pytest.fixture(scope="module")
-def csidriver(storage) -> Iterator[None]:
-    storage.create_csi_driver(
-        {
-            "metadata": {"name": DRIVER},
-            "spec": {
-                "attachRequired": False,
-                "podInfoOnMount": True,
-                "volumeLifecycleModes": ["Persistent", "Ephemeral"],
-            },
-        }
+def csidriver(storage) -> None:
+    """The rig applied the driver's CSIDriver: no attach, pod info on mount, both lifecycle modes."""
+    spec = storage.read_csi_driver(DRIVER).spec
+    assert (
+        spec.attach_required,
+        spec.pod_info_on_mount,
+        spec.volume_lifecycle_modes,
+        spec.fs_group_policy,
+    ) == (
+        False,
+        True,
+        ["Persistent", "Ephemeral"],
+        "File",
     )
-    yield
-    storage.delete_csi_driver(DRIVER)
 
 
 @pytest.fixture
 def namespace(kube: client.CoreV1Api) -> Iterator[str]:
-    name = f"csi-{uuid.uuid4().hex[:6]}"
-    kube.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: _exists(lambda: kube.read_namespaced_service_account("default", name)), timeout=30)
-    yield name
-    kube.delete_namespace(name)
-
-
-def _exists(read) -> bool:
-    try:
-        read()
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+    with fresh_namespace(kube, "csi") as name:
+        yield name
 
 
 def pod(name: str, image: str, script: str, volume: dict) -> dict:
@@ -214,7 +219,7 @@ def pod(name: str, image: str, script: str, volume: dict) -> dict:
 def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
     drivers = wait_for(
         lambda: (
-            _exists(lambda: storage.read_csi_node(stack.node_name))
+            exists(lambda: storage.read_csi_node(stack.node_name))
             and {d.name: d for d in storage.read_csi_node(stack.node_name).spec.drivers or []}.keys()
             == {DRIVER, ATTACHING}
             and {d.name: d for d in storage.read_csi_node(stack.node_name).spec.drivers}
@@ -223,11 +228,7 @@ def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
         what="both drivers on the node's CSINode",
     )
     driver = drivers[DRIVER]
-    assert (driver.node_id, driver.topology_keys, driver.allocatable.count) == (
-        stack.node_name,
-        [TOPOLOGY],
-        10,
-    )
+    assert (driver.node_id, driver.topology_keys, driver.allocatable) == (stack.node_name, [TOPOLOGY], None)
     assert (drivers[ATTACHING].topology_keys, drivers[ATTACHING].allocatable.count) == (None, 1)
     csinode = storage.read_csi_node(stack.node_name)
     assert (csinode.metadata.owner_references[0].kind, csinode.metadata.owner_references[0].name) == (
@@ -244,69 +245,58 @@ def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
 
 
 def test_provisioned_claim_mounted_written_and_cleaned_up(stack, kube, storage, csidriver, namespace) -> None:
+    """Through the class the rig (`up`) offers: csi-hostpath, WaitForFirstConsumer, not the default while
+    local-path is; the volume made on the node the pod got (its topology as requisite and node affinity)."""
     beside = stack.beside
-    sc_name = f"csi-{namespace}"
-    storage.create_storage_class(
-        {
-            "metadata": {"name": sc_name},
-            "provisioner": DRIVER,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "parameters": {"kind": "dir"},
-        }
+    sc_name = CLASS
+    classes = {c.metadata.name: c for c in storage.list_storage_class().items}
+    assert (
+        classes[CLASS].volume_binding_mode == "WaitForFirstConsumer" and classes[CLASS].allow_volume_expansion
     )
-    try:
-        kube.create_namespaced_persistent_volume_claim(
-            namespace,
-            {
-                "metadata": {"name": "data"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "64Mi"}},
-                    "storageClassName": sc_name,
-                },
+    defaults = [n for n, c in classes.items() if (c.metadata.annotations or {}).get(DEFAULT_CLASS) == "true"]
+    assert defaults == ["local-path"]
+    kube.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "64Mi"}},
+                "storageClassName": sc_name,
             },
-        )
-        claim_volume = {"persistentVolumeClaim": {"claimName": "data"}}
-        kube.create_namespaced_pod(
-            namespace,
-            pod("writer", stack.images.busybox, "echo from-the-container > /data/hello", claim_volume),
-        )
-        assert finished(kube, namespace, "writer", 180).status.phase == "Succeeded"
-        claim = kube.read_namespaced_persistent_volume_claim("data", namespace)
-        pv = kube.read_persistent_volume(claim.spec.volume_name)
-        assert pv.spec.csi.driver == DRIVER and pv.spec.csi.volume_handle == f"pvc-{claim.metadata.uid}"
-        assert pv.metadata.annotations["pv.kubernetes.io/provisioned-by"] == DRIVER
-        term = pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
-        assert (term.key, term.values) == (TOPOLOGY, [stack.node_name])
-        create = beside.calls("CreateVolume")[-1]
-        assert create["parameters"] == {"kind": "dir"} and create["capacity_range"]["required_bytes"] == str(
-            64 << 20
-        )
-        assert create["accessibility_requirements"]["requisite"] == [
-            {"segments": {TOPOLOGY: stack.node_name}}
-        ]
-        backing = beside.backing / pv.spec.csi.volume_handle
-        assert (backing / "hello").read_text() == "from-the-container\n"
-        publish = beside.calls("NodePublishVolume")[-1]
-        assert publish["volume_context"]["csi.storage.k8s.io/pod.name"] == "writer"
-        assert publish["volume_context"]["csi.storage.k8s.io/pod.namespace"] == namespace
-        assert len(beside.calls("NodeStageVolume")) >= 1
+        },
+    )
+    claim_volume = {"persistentVolumeClaim": {"claimName": "data"}}
+    kube.create_namespaced_pod(
+        namespace,
+        pod("writer", stack.images.busybox, "echo from-the-container > /data/hello", claim_volume),
+    )
+    assert finished(kube, namespace, "writer", 180).status.phase == "Succeeded"
+    claim = kube.read_namespaced_persistent_volume_claim("data", namespace)
+    pv = kube.read_persistent_volume(claim.spec.volume_name)
+    assert pv.spec.csi.driver == DRIVER and pv.spec.csi.volume_handle == f"pvc-{claim.metadata.uid}"
+    assert pv.metadata.annotations["pv.kubernetes.io/provisioned-by"] == DRIVER
+    term = pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
+    assert (term.key, term.values) == (TOPOLOGY, [stack.node_name])
+    create = beside.calls("CreateVolume")[-1]
+    assert "parameters" not in create and create["capacity_range"]["required_bytes"] == str(64 << 20)
+    assert create["accessibility_requirements"]["requisite"] == [{"segments": {TOPOLOGY: stack.node_name}}]
+    backing = beside.backing / pv.spec.csi.volume_handle
+    assert (backing / "hello").read_text() == "from-the-container\n"
+    publish = beside.calls("NodePublishVolume")[-1]
+    assert publish["volume_context"]["csi.storage.k8s.io/pod.name"] == "writer"
+    assert publish["volume_context"]["csi.storage.k8s.io/pod.namespace"] == namespace
+    assert len(beside.calls("NodeStageVolume")) >= 1
 
-        kube.delete_namespaced_pod("writer", namespace, grace_period_seconds=0)
-        wait_for(
-            lambda: not _exists(lambda: kube.read_namespaced_pod("writer", namespace)), 90, what="pod gone"
-        )
-        wait_for(lambda: mounts_under(beside.agent_root) == [], 60, what="the node's CSI mounts gone")
-        assert beside.calls("NodeUnpublishVolume") and beside.calls("NodeUnstageVolume")
+    kube.delete_namespaced_pod("writer", namespace, grace_period_seconds=0)
+    wait_for(lambda: not exists(lambda: kube.read_namespaced_pod("writer", namespace)), 90, what="pod gone")
+    wait_for(lambda: mounts_under(beside.agent_root) == [], 60, what="the node's CSI mounts gone")
+    assert beside.calls("NodeUnpublishVolume") and beside.calls("NodeUnstageVolume")
 
-        kube.delete_namespaced_persistent_volume_claim("data", namespace)
-        wait_for(
-            lambda: not _exists(lambda: kube.read_persistent_volume(pv.metadata.name)), 90, what="PV deleted"
-        )
-        assert not backing.exists()
-        assert beside.calls("DeleteVolume")[-1]["volume_id"] == pv.spec.csi.volume_handle
-    finally:
-        storage.delete_storage_class(sc_name)
+    kube.delete_namespaced_persistent_volume_claim("data", namespace)
+    wait_for(lambda: not exists(lambda: kube.read_persistent_volume(pv.metadata.name)), 90, what="PV deleted")
+    assert not backing.exists()
+    assert beside.calls("DeleteVolume")[-1]["volume_id"] == pv.spec.csi.volume_handle
 
 
 def test_inline_ephemeral_volume_lives_with_its_pod(stack, kube, csidriver, namespace) -> None:
@@ -367,6 +357,17 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
         publish = attaching.calls("ControllerPublishVolume")[-1]
         assert (publish["volume_id"], publish["node_id"]) == (handle, stack.node_name)
         assert attaching.calls("NodeStageVolume")[-1]["publish_context"] == {"attachedTo": stack.node_name}
+        # the node reports the mounted volume in use (upstream's unique name), so it is not detached yet
+        unique = f"kubernetes.io/csi/{ATTACHING}^{handle}"
+        wait_for(
+            lambda: unique in (kube.read_node(stack.node_name).status.volumes_in_use or []),
+            60,
+            what="the volume in the node's volumesInUse",
+        )
+        attached = wait_for(
+            lambda: kube.read_node(stack.node_name).status.volumes_attached, 30, what="volumesAttached"
+        )
+        assert [(v.name, v.device_path) for v in attached] == [(unique, "")]
         # the driver's allocatable count is 1: a second volume of it does not fit the node (NodeVolumeLimits)
         kube.create_namespaced_persistent_volume_claim(
             namespace,
@@ -407,9 +408,18 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
         kube.delete_namespaced_pod("att", namespace, grace_period_seconds=0)
         name = attachments[0].metadata.name
         wait_for(
-            lambda: not _exists(lambda: storage.read_volume_attachment(name)), 90, what="detached and gone"
+            lambda: not exists(lambda: storage.read_volume_attachment(name)), 90, what="detached and gone"
         )
         assert attaching.calls("ControllerUnpublishVolume")[-1]["volume_id"] == handle
+        # detached only after the node unmounted it and stopped reporting it in use
+        order = [json.loads(line)["method"] for line in attaching.call_log.read_text().splitlines()]
+        assert order.index("NodeUnstageVolume") < order.index("ControllerUnpublishVolume")
+        assert unique not in (kube.read_node(stack.node_name).status.volumes_in_use or [])
+        wait_for(
+            lambda: not kube.read_node(stack.node_name).status.volumes_attached,
+            30,
+            what="volumesAttached empty",
+        )
         wait_for(lambda: mounts_under(attaching.agent_root) == [], 60, what="the node's mounts gone")
         kube.delete_namespaced_persistent_volume_claim("att", namespace)
         wait_for(lambda: not (attaching.backing / handle).exists(), 90, what="the volume deleted")
@@ -452,7 +462,7 @@ def test_generic_ephemeral_volume_made_and_gone_with_its_pod(
         assert (beside.backing / handle / "g").read_text() == "generic\n"
         kube.delete_namespaced_pod("eph", namespace, grace_period_seconds=0)
         wait_for(
-            lambda: not _exists(lambda: kube.read_namespaced_persistent_volume_claim("eph-data", namespace)),
+            lambda: not exists(lambda: kube.read_namespaced_persistent_volume_claim("eph-data", namespace)),
             120,
             what="the claim collected with its pod",
         )
@@ -460,6 +470,43 @@ def test_generic_ephemeral_volume_made_and_gone_with_its_pod(
         assert mounts_under(beside.agent_root) == []
     finally:
         storage.delete_storage_class(sc_name)
+
+
+def _volume_stats_reported(stack, kube, namespace: str, pod_name: str, claim: str, backing) -> None:
+    """The node's /metrics and /stats/summary (through the API server's nodes/proxy) carry the driver's
+    NodeGetVolumeStats figures for the claim's volume: kubelet_volume_stats_* labelled namespace and
+    persistentvolumeclaim, and the pod's volume entry with its pvcRef."""
+    fs = os.statvfs(backing)
+    labels = {"namespace": namespace, "persistentvolumeclaim": claim}
+
+    def series() -> dict[str, float]:
+        text = kube.connect_get_node_proxy_with_path(stack.node_name, "metrics")
+        return {
+            s.name: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name.startswith("kubelet_volume_stats_") and s.labels == labels
+        }
+
+    got = wait_for(lambda: len(series()) == 6 and series(), 60, what="the claim's volume stats series")
+    assert got["kubelet_volume_stats_capacity_bytes"] == fs.f_blocks * fs.f_frsize
+    assert got["kubelet_volume_stats_inodes"] == fs.f_files
+    assert 0 < got["kubelet_volume_stats_used_bytes"] <= got["kubelet_volume_stats_capacity_bytes"]
+    assert 0 < got["kubelet_volume_stats_inodes_used"] <= got["kubelet_volume_stats_inodes"]
+    assert {k.removeprefix("kubelet_volume_stats_") for k in got} == {
+        "capacity_bytes",
+        "available_bytes",
+        "used_bytes",
+        "inodes",
+        "inodes_free",
+        "inodes_used",
+    }
+    raw = kube.connect_get_node_proxy_with_path(stack.node_name, "stats/summary", _preload_content=False)
+    summary = json.loads(raw.data)
+    (entry,) = [p for p in summary["pods"] if p["podRef"]["name"] == pod_name]
+    (volume,) = [v for v in entry["volume"] if v["name"] == "data"]
+    assert volume["pvcRef"] == {"name": claim, "namespace": namespace}
+    assert (volume["capacityBytes"], volume["inodes"]) == (fs.f_blocks * fs.f_frsize, fs.f_files)
 
 
 def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, csidriver, namespace) -> None:
@@ -493,6 +540,7 @@ def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, c
         )
         handle = kube.read_persistent_volume(volume).spec.csi.volume_handle
         wait_for(lambda: (beside.backing / handle / "b").exists(), 180, what="the container's write")
+        _volume_stats_reported(stack, kube, namespace, "keeper", "keep", beside.backing / handle)
         mounted = mounts_under(beside.agent_root)
         notified = len(beside.calls("NotifyRegistrationStatus"))
         beside.restart_driver()
@@ -516,3 +564,184 @@ def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, c
         wait_for(lambda: not (beside.backing / handle).exists(), 90, what="the volume deleted")
     finally:
         storage.delete_storage_class(sc_name)
+
+
+def _claim(name: str, size: str, sc_name: str) -> dict:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+            "storageClassName": sc_name,
+        },
+    }
+
+
+def _resize(kube, namespace: str, name: str, size: str):
+    return kube.patch_namespaced_persistent_volume_claim(
+        name, namespace, {"spec": {"resources": {"requests": {"storage": size}}}}
+    )
+
+
+def _reasons(kube, namespace: str, name: str) -> dict[str, str]:
+    return {
+        e.reason: e.message
+        for e in kube.list_namespaced_event(namespace).items
+        if e.involved_object.name == name
+    }
+
+
+def test_online_expansion_through_the_resizer_and_the_node(
+    stack, kube, storage, csidriver, namespace
+) -> None:
+    """A running pod's claim raised on a class with allowVolumeExpansion: the resizer marks it Resizing,
+    calls ControllerExpandVolume, grows the PV and leaves FileSystemResizePending / NodeResizePending with
+    allocatedResources; the pod's next sync on the node calls NodeExpandVolume on its publication and sets
+    the claim's capacity, the condition gone; upstream's events on the claim and the pod. A size the
+    driver refuses is VolumeResizeFailed and ControllerResizeInfeasible until the request comes down. A
+    request below the claim's capacity is upstream's 422, an expansion on a class without
+    allowVolumeExpansion its 403 (that class binds at once within its allowedTopologies)."""
+    beside = stack.beside
+    grow_sc, fixed_sc = f"grow-{namespace}", f"fixed-{namespace}"
+    storage.create_storage_class(
+        {"metadata": {"name": grow_sc}, "provisioner": DRIVER, "allowVolumeExpansion": True}
+    )
+    allowed = [{"matchLabelExpressions": [{"key": TOPOLOGY, "values": [stack.node_name]}]}]
+    storage.create_storage_class(
+        {"metadata": {"name": fixed_sc}, "provisioner": DRIVER, "allowedTopologies": allowed}
+    )
+    try:
+        kube.create_namespaced_persistent_volume_claim(namespace, _claim("grow", "8Mi", grow_sc))
+        kube.create_namespaced_persistent_volume_claim(namespace, _claim("fixed", "8Mi", fixed_sc))
+        script = "echo grown > /data/g && sleep 3600"
+        kube.create_namespaced_pod(
+            namespace,
+            pod("grower", stack.images.busybox, script, {"persistentVolumeClaim": {"claimName": "grow"}}),
+        )
+        pv_name = wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("grow", namespace).spec.volume_name,
+            120,
+            what="bound",
+        )
+        handle = kube.read_persistent_volume(pv_name).spec.csi.volume_handle
+        wait_for(lambda: (beside.backing / handle / "g").exists(), 180, what="the container's write")
+        wait_for(
+            lambda: kube.read_namespaced_persistent_volume_claim("fixed", namespace).status.phase == "Bound",
+            60,
+            what="the fixed claim bound",
+        )
+        # Immediate binding with allowedTopologies: the class's topology is the requisite
+        fixed_pv = kube.read_namespaced_persistent_volume_claim("fixed", namespace).spec.volume_name
+        fixed_handle = kube.read_persistent_volume(fixed_pv).spec.csi.volume_handle
+        (create,) = [c for c in beside.calls("CreateVolume") if c["name"] == fixed_handle]
+        assert create["accessibility_requirements"] == {
+            "requisite": [{"segments": {TOPOLOGY: stack.node_name}}],
+            "preferred": [{"segments": {TOPOLOGY: stack.node_name}}],
+        }
+
+        with pytest.raises(ApiException) as shrink:
+            _resize(kube, namespace, "grow", "4Mi")
+        assert shrink.value.status == 422
+        assert json.loads(shrink.value.body)["message"] == (
+            'PersistentVolumeClaim "grow" is invalid: spec.resources.requests.storage: Forbidden: field can '
+            "not be less than status.capacity"
+        )
+        with pytest.raises(ApiException) as fixed:
+            _resize(kube, namespace, "fixed", "16Mi")
+        assert fixed.value.status == 403
+        assert json.loads(fixed.value.body)["message"] == (
+            'persistentvolumeclaims "fixed" is forbidden: only dynamically provisioned pvc can be resized and '
+            "the storageclass that provisions the pvc must support resize"
+        )
+
+        _resize(kube, namespace, "grow", "16Mi")
+        wait_for(
+            lambda: kube.read_persistent_volume(pv_name).spec.capacity["storage"] == "16Mi",
+            60,
+            what="the PV grown by the resizer",
+        )
+        expand = beside.calls("ControllerExpandVolume")[-1]
+        assert (expand["volume_id"], expand["capacity_range"]) == (handle, {"required_bytes": str(16 << 20)})
+        claim = wait_for(
+            lambda: (
+                (
+                    (c := kube.read_namespaced_persistent_volume_claim("grow", namespace)).status.conditions
+                    or c.status.capacity["storage"] == "16Mi"
+                )
+                and c
+            ),
+            60,
+            what="the claim waiting for the node (or done by a sync of the pod meanwhile)",
+        )
+        assert claim.status.allocated_resources == {"storage": "16Mi"}
+        if claim.status.capacity["storage"] == "8Mi":
+            assert [c.type for c in claim.status.conditions] == ["FileSystemResizePending"]
+            assert claim.status.conditions[0].message == (
+                "Waiting for user to (re-)start a pod to finish file system resize of volume on node."
+            )
+            assert claim.status.allocated_resource_statuses == {"storage": "NodeResizePending"}
+        # an update of the pod makes the node sync it now (upstream reprocesses a pod's volumes on
+        # each of its syncs; the periodic one would come within a minute)
+        kube.patch_namespaced_pod("grower", namespace, {"metadata": {"annotations": {"sync": "now"}}})
+        done = wait_for(
+            lambda: (
+                (c := kube.read_namespaced_persistent_volume_claim("grow", namespace)).status.capacity[
+                    "storage"
+                ]
+                == "16Mi"
+                and c
+            ),
+            90,
+            what="the node's expansion",
+        )
+        assert not done.status.conditions and not done.status.allocated_resource_statuses
+        assert done.status.allocated_resources == {"storage": "16Mi"}
+        node_call = beside.calls("NodeExpandVolume")[-1]
+        assert node_call["volume_path"].endswith(f"/volumes/kubernetes.io~csi/{pv_name}/mount")
+        assert node_call["capacity_range"] == {"required_bytes": str(16 << 20)}
+        succeeded = f'MountVolume.NodeExpandVolume succeeded for volume "{pv_name}" {stack.node_name}'
+        claim_events = wait_for(
+            lambda: (r := _reasons(kube, namespace, "grow")).get("FileSystemResizeSuccessful") and r,
+            30,
+            what="the claim's events",
+        )
+        assert claim_events["Resizing"] == f"External resizer is resizing volume {pv_name}"
+        assert claim_events["FileSystemResizeRequired"] == "Require file system resize of volume on node"
+        assert claim_events["FileSystemResizeSuccessful"] == succeeded
+        assert _reasons(kube, namespace, "grower")["FileSystemResizeSuccessful"] == succeeded
+
+        # a size the driver refuses (OUT_OF_RANGE past its 1 TiB): VolumeResizeFailed and
+        # ControllerResizeInfeasible; the request may then come down (above the capacity) and succeeds
+        _resize(kube, namespace, "grow", "2Ti")
+        failed = wait_for(
+            lambda: _reasons(kube, namespace, "grow").get("VolumeResizeFailed"), 60, what="VolumeResizeFailed"
+        )
+        assert failed == (
+            f'resize volume "{pv_name}" by resizer "{DRIVER}" failed: rpc error: code = OutOfRange desc = '
+            f"Requested capacity {2 << 40} exceeds maximum allowed {1 << 40}"
+        )
+        wait_for(
+            lambda: (
+                kube.read_namespaced_persistent_volume_claim(
+                    "grow", namespace
+                ).status.allocated_resource_statuses
+                == {"storage": "ControllerResizeInfeasible"}
+            ),
+            30,
+            what="ControllerResizeInfeasible",
+        )
+        _resize(kube, namespace, "grow", "32Mi")
+        wait_for(
+            lambda: kube.read_persistent_volume(pv_name).spec.capacity["storage"] == "32Mi",
+            60,
+            what="the PV grown to the lowered request",
+        )
+
+        kube.delete_namespaced_pod("grower", namespace, grace_period_seconds=0)
+        wait_for(lambda: mounts_under(beside.agent_root) == [], 90, what="the mounts gone")
+        for name in ("grow", "fixed"):
+            kube.delete_namespaced_persistent_volume_claim(name, namespace)
+        wait_for(lambda: not (beside.backing / handle).exists(), 90, what="the volume deleted")
+    finally:
+        storage.delete_storage_class(grow_sc)
+        storage.delete_storage_class(fixed_sc)

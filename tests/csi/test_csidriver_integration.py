@@ -49,9 +49,13 @@ async def test_node_info_and_capabilities(csi_driver):
             {"topology.hostpath.csi.pykubelet.io/node": "node-a"},
         )
         rpc = pb.NodeServiceCapability.RPC
-        assert await client.node_capabilities() == {rpc.STAGE_UNSTAGE_VOLUME, rpc.GET_VOLUME_STATS}
+        assert await client.node_capabilities() == {
+            rpc.STAGE_UNSTAGE_VOLUME,
+            rpc.GET_VOLUME_STATS,
+            rpc.EXPAND_VOLUME,
+        }
         ctrl = pb.ControllerServiceCapability.RPC
-        assert await client.controller_capabilities() == {ctrl.CREATE_DELETE_VOLUME}
+        assert await client.controller_capabilities() == {ctrl.CREATE_DELETE_VOLUME, ctrl.EXPAND_VOLUME}
     finally:
         await client.close()
 
@@ -121,6 +125,31 @@ async def test_bad_requests_get_csi_error_codes(csi_driver, tmp_path: Path):
         with pytest.raises(CSICallError) as err:
             await client.publish("pvc-x", "", str(tmp_path / "t"), cap, False, {}, {}, {})
         assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        await client.close()
+
+
+async def test_expansion_controller_then_node(csi_driver, tmp_path: Path):
+    """ControllerExpandVolume takes the size and asks for the node's part (past 1 TiB: OUT_OF_RANGE);
+    NodeExpandVolume needs the published path; a volume that does not exist is NOT_FOUND."""
+    client = CSIClient(csi_driver.endpoint)
+    cap = capability("", [], RWO)
+    try:
+        await client.create_volume("pvc-grow", 8 << 20, [cap], {}, {})
+        assert await client.controller_expand("pvc-grow", 16 << 20, cap, {}) == (16 << 20, True)
+        path = tmp_path / "published"
+        path.mkdir()
+        assert await client.node_expand("pvc-grow", str(path), "", 16 << 20, cap, {}) == 16 << 20
+        assert csi_driver.calls("NodeExpandVolume")[-1]["volume_path"] == str(path)
+        with pytest.raises(CSICallError) as err:
+            await client.controller_expand("pvc-grow", 2 << 40, cap, {})  # past the driver's 1 TiB
+        assert err.value.code == grpc.StatusCode.OUT_OF_RANGE
+        with pytest.raises(CSICallError) as err:
+            await client.controller_expand("missing", 1, cap, {})
+        assert err.value.code == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(CSICallError) as err:
+            await client.node_expand("pvc-grow", str(tmp_path / "nowhere"), "", 1, cap, {})
+        assert err.value.code == grpc.StatusCode.NOT_FOUND
     finally:
         await client.close()
 

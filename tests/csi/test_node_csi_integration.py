@@ -9,6 +9,7 @@ reads are a dict here (the API kinds are tested in the stack test)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,19 @@ async def test_registration_staging_publishing_and_nothing_left(short_dir: Path,
         Path(ready_a["data"].host_path, "f.txt").write_text("from pod a")
         assert (driver.state_dir / "volumes/vol-1/f.txt").read_text() == "from pod a"
 
+        # NodeGetVolumeStats on the publication, named by the pod's volume, with the claim behind it
+        (usage,) = await manager.stats("uid-a")
+        fs = os.statvfs(driver.state_dir / "volumes/vol-1")
+        assert (usage.name, usage.folder, usage.claim) == ("data", "kubernetes.io~csi/pv-1", ("ns", "data"))
+        assert (usage.capacity, usage.inodes) == (fs.f_blocks * fs.f_frsize, fs.f_files)
+        assert 0 < usage.used <= usage.capacity and usage.available <= usage.capacity
+        assert 0 < usage.inodes_used and usage.inodes_free <= usage.inodes
+        stats_call = driver.calls("NodeGetVolumeStats")[-1]
+        assert stats_call["volume_path"] == publishes[0]["target_path"]
+        assert stats_call["staging_target_path"] == stage["staging_target_path"]
+        assert await manager.stats("uid-a") == [usage]  # remembered: asked once per period
+        assert len(driver.calls("NodeGetVolumeStats")) == 1
+
         await manager.teardown("uid-a")
         assert driver.calls("NodeUnstageVolume") == []  # pod b still uses the volume
         await manager.teardown("uid-b")
@@ -141,6 +155,8 @@ async def test_registration_staging_publishing_and_nothing_left(short_dir: Path,
         inline = {"name": "scratch", "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1"}}}
         ready = await manager.prepare(pod("uid-c", inline, name="c"))
         Path(ready["scratch"].host_path, "x").write_text("x")
+        (inline_usage,) = await manager.stats("uid-c")
+        assert (inline_usage.name, inline_usage.claim) == ("scratch", None)  # no claim behind it
         assert (
             driver.calls("NodePublishVolume")[-1]["volume_context"]["csi.storage.k8s.io/ephemeral"] == "true"
         )
@@ -219,3 +235,141 @@ async def test_a_plugin_that_is_not_csi_is_told_so(short_dir: Path):
     finally:
         await watcher.close()
         driver.stop()
+
+
+def _merge(target: dict, patch: dict) -> dict:
+    """A JSON merge patch applied in place (None deletes), as the API server applies one."""
+    for key, val in patch.items():
+        if val is None:
+            target.pop(key, None)
+        elif isinstance(val, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], val)
+        else:
+            target[key] = val
+    return target
+
+
+async def test_node_expansion_finishes_what_the_resizer_left_pending(short_dir: Path, objects: dict):
+    """The PV grown by the resizer past the claim's capacity, the claim NodeResizePending with its
+    FileSystemResizePending condition: the pod's next sync calls NodeExpandVolume on the publication
+    (NodeResizeInProgress first), records FileSystemResizeSuccessful on the pod and the claim, and sets the
+    claim's capacity with the condition and the resize status gone; a sync after that calls nothing."""
+    root = short_dir / "kubelet"
+    driver = start_driver(short_dir / "drv")
+    registry = DriverRegistry()
+
+    async def nothing(_):
+        return None
+
+    watcher = PluginWatcher(str(driver.registration_dir), registry, nothing, nothing)
+    task = asyncio.create_task(watcher.run())
+    patches: list[tuple[str, dict]] = []
+    events: list[tuple[str, str, str, str]] = []
+
+    async def fetch(kind, ns, name):
+        return objects.get((kind, name))
+
+    async def patch(path: str, body: dict) -> dict:
+        patches.append((path, body))
+        assert path == "/api/v1/namespaces/ns/persistentvolumeclaims/data/status"
+        return _merge(objects[("PersistentVolumeClaim", "data")], body)
+
+    def record(obj, type_, reason, message):
+        events.append((obj["metadata"]["name"], type_, reason, message))
+
+    csi = CSIPlugin(registry, "node-a")
+    manager = VolumeManager(
+        str(root),
+        fetch,
+        lambda p, f: "",
+        table=default_table(extra=[csi], claim_sources=[csi]),
+        patch=patch,
+        record=record,
+    )
+    claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    the_pod = pod("uid-x", claim_volume, name="x")
+    try:
+        await until(lambda: registry.get(DRIVER) is not None, "registration")
+        rwo = capability("", [], pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
+        await registry.get(DRIVER).client.create_volume("vol-1", 0, [rwo], {}, {})
+        await manager.prepare(the_pod)
+        claim = objects[("PersistentVolumeClaim", "data")]
+        claim["status"]["capacity"] = {"storage": "1Gi"}
+        objects[("PersistentVolume", "pv-1")]["spec"]["capacity"] = {"storage": "2Gi"}
+        await manager.refresh(the_pod)
+        assert driver.calls("NodeExpandVolume") == []  # the resizer has not asked the node yet
+        claim["status"]["allocatedResourceStatuses"] = {"storage": "NodeResizePending"}
+        claim["status"]["conditions"] = [
+            {"type": "FileSystemResizePending", "status": "True"},
+            {"type": "ModifyingVolume", "status": "True"},
+        ]
+        await manager.refresh(the_pod)
+        (call,) = driver.calls("NodeExpandVolume")
+        assert call["volume_path"] == str(root / "pods/uid-x/volumes/kubernetes.io~csi/pv-1/mount")
+        assert call["capacity_range"] == {"required_bytes": str(2 << 30)}
+        assert call["staging_target_path"].endswith("/globalmount")
+        assert patches[0][1] == {"status": {"allocatedResourceStatuses": {"storage": "NodeResizeInProgress"}}}
+        assert claim["status"] == {
+            "phase": "Bound",
+            "capacity": {"storage": "2Gi"},
+            "conditions": [{"type": "ModifyingVolume", "status": "True"}],
+            "allocatedResourceStatuses": {},
+        }
+        message = 'MountVolume.NodeExpandVolume succeeded for volume "pv-1" node-a'
+        assert events == [
+            ("x", "Normal", "FileSystemResizeSuccessful", message),
+            ("data", "Normal", "FileSystemResizeSuccessful", message),
+        ]
+        await manager.refresh(the_pod)
+        assert len(driver.calls("NodeExpandVolume")) == 1
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.close()
+        await manager.teardown("uid-x")
+        driver.stop()
+        assert mounts_under(root) == []
+
+
+async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, objects: dict):
+    """The pod's fsGroup on a real publication: left alone with fsGroupPolicy None, applied (group and
+    setgid on the volume's folder, seen through the driver's backing folder) with File."""
+    root = short_dir / "kubelet"
+    driver = start_driver(short_dir / "drv")
+    registry = DriverRegistry()
+
+    async def nothing(_):
+        return None
+
+    watcher = PluginWatcher(str(driver.registration_dir), registry, nothing, nothing)
+    task = asyncio.create_task(watcher.run())
+
+    async def fetch(kind, ns, name):
+        return objects.get((kind, name))
+
+    csi = CSIPlugin(registry, "node-a")
+    manager = VolumeManager(
+        str(root), fetch, lambda p, f: "", table=default_table(extra=[csi], claim_sources=[csi])
+    )
+    claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    backing = driver.state_dir / "volumes/vol-1"
+    try:
+        await until(lambda: registry.get(DRIVER) is not None, "registration")
+        rwo = capability("", [], pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
+        await registry.get(DRIVER).client.create_volume("vol-1", 0, [rwo], {}, {})
+        for uid, policy, group in (("uid-n", "None", 0), ("uid-f", "File", 4321)):
+            objects[("CSIDriver", DRIVER)]["spec"]["fsGroupPolicy"] = policy
+            the_pod = pod(uid, claim_volume, name=uid)
+            the_pod["spec"]["securityContext"] = {"fsGroup": 4321}
+            await manager.prepare(the_pod)
+            info = backing.stat()
+            assert (info.st_gid, bool(info.st_mode & 0o2000)) == (group, group != 0), policy
+            await manager.teardown(uid)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.close()
+        for uid in ("uid-n", "uid-f"):
+            await manager.teardown(uid)
+        driver.stop()
+        assert mounts_under(root) == []

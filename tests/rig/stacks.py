@@ -1,5 +1,6 @@
 """A whole one-node stack for a test module: on a leased bridge and pod /24, stopped at the end with
-nothing left on the host (its own state dir, bridge, pod CIDR and nft table checked by a leak scope)."""
+nothing left on the host (its own state dir, bridge, pod CIDR and nft table checked by a leak scope);
+a fresh namespace in it for a test."""
 
 from __future__ import annotations
 
@@ -37,6 +38,36 @@ def leased_stack(state_dir: Path, tag: str, node_name: str, **options: Any) -> I
             problems = stack.stop()
             assert not problems, problems
             assert not scope.leaked()
+
+
+def exists(read: Any) -> bool:
+    """Whether `read()` finds its object (the official client's 404 is False; other errors raise)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        read()
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+@contextmanager
+def fresh_namespace(kube: Any, prefix: str) -> Iterator[str]:
+    """A namespace `<prefix>-<random>` with its default ServiceAccount made (pods may be created), deleted
+    at the end."""
+    import uuid
+
+    from e2e.waiting import wait_for
+
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kube.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: exists(lambda: kube.read_namespaced_service_account("default", name)), timeout=30)
+    try:
+        yield name
+    finally:
+        kube.delete_namespace(name)
 
 
 def run_pykubelet(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:

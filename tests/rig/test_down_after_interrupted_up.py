@@ -62,7 +62,8 @@ STAGES: dict[str, Callable[[Path], bool]] = {
 # when each STAGES entry is reached.
 REPORTED = [
     "packages", "registry", "images", "containerd", "API server", "DNS", "node kill-test", "scheduler",
-    "controllers", "service proxy", "network policies", "metrics server", "ingress controller", "supervisor", "sample pod",
+    "controllers", "service proxy", "network policies", "metrics server", "ingress controller", "CSI driver", "supervisor",
+    "sample pod",
 ]  # fmt: skip
 REPORTED_AT = {
     "registry": "registry",

@@ -35,6 +35,7 @@ STAGES = [
     "network policies",
     "metrics server",
     "ingress controller",
+    "CSI driver",
     "supervisor",
     "sample pod",
 ]
@@ -102,6 +103,7 @@ def test_up_runs_the_sample_pod_and_down_cleans_up(tmp_path: Path, net) -> None:
             "netpolicy",
             "metrics-server",
             "ingress",
+            "csi-driver",
         ]
         kubeconfig = record.kubeconfig
         assert up.stdout.strip() == f"export KUBECONFIG={kubeconfig}"
@@ -207,6 +209,7 @@ def test_up_on_etcd_owns_a_local_etcd_and_down_stops_it(tmp_path: Path, net) -> 
             "netpolicy",
             "metrics-server",
             "ingress",
+            "csi-driver",
         ]
         assert all(pid_alive(pid) for pid in record.pids.values()), record.pids
         assert not (state / "apiserver" / "state.db").exists()

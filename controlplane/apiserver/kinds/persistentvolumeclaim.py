@@ -102,8 +102,15 @@ def validate_claim_update(new: Obj, old: Obj) -> list[FieldError]:
         new_spec["resources"]["requests"]["storage"] = old_size
     if new_spec != old_spec:
         errs.append(forbidden("spec", f"{IMMUTABLE_SPEC}\n{_diff(old_spec, new_spec)}"))
-    if storage_bytes(new_size) < storage_bytes(old_size):
-        errs.append(forbidden("spec.resources.requests.storage", "field can not be less than previous value"))
+    # RecoverVolumeExpansionFailure (beta, on in 1.32): a request may come back down after a failed
+    # expansion, but never to the capacity the claim has (volumes do not shrink).
+    status_size = ((old.get("status") or {}).get("capacity") or {}).get("storage")
+    if storage_bytes(new_size) < storage_bytes(old_size) and storage_bytes(new_size) <= storage_bytes(
+        status_size
+    ):
+        errs.append(
+            forbidden("spec.resources.requests.storage", "field can not be less than status.capacity")
+        )
     return errs
 
 

@@ -1,10 +1,11 @@
 """The persistent-volume loops: the PV controller (binding, release), the pvc- and pv-protection
-controllers, the attach/detach controller (VolumeAttachments for CSI volumes), the ephemeral volume controller, the local-path provisioner k3s ships, and the CSI external provisioner and attacher (off
+controllers, the attach/detach controller (VolumeAttachments for CSI volumes), the ephemeral volume controller, the local-path provisioner k3s ships, and the CSI external provisioner, attacher and resizer (off
 by default: a manager beside a CSI driver runs them)."""
 
 from controlplane.controllers.volume.attachdetach import AttachDetachController
 from controlplane.controllers.volume.csiattacher import CSIAttacher
 from controlplane.controllers.volume.csiprovisioner import CSIProvisioner
+from controlplane.controllers.volume.csiresizer import CSIResizer
 from controlplane.controllers.volume.ephemeral import EphemeralVolumeController
 from controlplane.controllers.volume.localpath import LocalPathProvisioner
 from controlplane.controllers.volume.protection import PVCProtectionController, PVProtectionController
@@ -14,6 +15,7 @@ __all__ = [
     "AttachDetachController",
     "CSIAttacher",
     "CSIProvisioner",
+    "CSIResizer",
     "EphemeralVolumeController",
     "LocalPathProvisioner",
     "PVCProtectionController",

@@ -6,10 +6,12 @@ attacher beside the driver attaches it and the node waits for `attached`. A Volu
 its node needs any more is deleted (the attacher detaches it and lets it go). An attach error reported
 on the attachment becomes upstream's FailedAttachVolume event on the pods waiting for it.
 
-Upstream waits, before detaching, for the kubelet to report the volume unmounted (node.status
-.volumesInUse); this node agent does not report it, so detaching follows the pods: a pod's volumes are
-unpublished by the agent as the pod goes, before the attacher's ControllerUnpublish of a driver that
-takes time; a driver that must see the unmount first is not served yet.
+As upstream's reconciler, an attachment no pod needs is deleted (detached) only once the node no longer
+lists the volume (`kubernetes.io/csi/<driver>^<handle>`) in node.status.volumesInUse, which the kubelet
+reports while the volume is mounted ("Cannot detach volume because it is still mounted"); a node that is
+gone, or tainted node.kubernetes.io/out-of-service, is not waited for. A change of the Node's status
+brings the node's attachments back to the queue. The node's status.volumesAttached lists the volumes
+whose attachment says attached.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ log = logging.getLogger("controlplane.controllers")
 Obj = dict[str, Any]
 ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
 RECHECK = 5.0  # seconds: a node whose pods' claims are not bound yet is looked at again
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 
 
 def _running(pod: Obj) -> bool:
@@ -48,6 +51,8 @@ class AttachDetachController(Controller):
         self.volumes = ctx.informers.get("/api/v1/persistentvolumes")
         self.drivers = ctx.informers.get("/apis/storage.k8s.io/v1/csidrivers")
         self.attachments = ctx.informers.get(ATTACHMENTS)
+        self.nodes = ctx.informers.get("/api/v1/nodes")
+        self.nodes.add_handler(**self.handlers(lambda n: meta(n).get("name") or None))
         self.pods.add_handler(**self.handlers(lambda p: (p.get("spec") or {}).get("nodeName") or None))
         self.attachments.add_handler(**self.handlers(lambda a: (a.get("spec") or {}).get("nodeName") or None))
 
@@ -120,11 +125,54 @@ class AttachDetachController(Controller):
                     )
         for name, current in have.items():
             if name not in wanted and not meta(current).get("deletionTimestamp") and not pending:
+                if self._mounted(node, current):
+                    log.info(
+                        "cannot detach volume because it is still mounted node=%s attachment=%s", node, name
+                    )
+                    continue
                 try:
                     await self.client.delete(f"{ATTACHMENTS}/{name}")
                     log.info("attachment deleted node=%s attachment=%s", node, name)
                 except ApiError as err:
                     if not err.not_found:
                         raise
+        await self._report_attached(node, have)
         if pending:
             self.queue.add_after(node, RECHECK)
+
+    async def _report_attached(self, node_name: str, have: dict[str, Obj]) -> None:
+        """node.status.volumesAttached: the node's volumes whose attachment says attached, by unique name
+        (a CSI volume's device path is empty), as upstream's node status updater writes it."""
+        node = self.nodes.get(node_name)
+        if node is None:
+            return
+        attached = sorted(
+            self._unique_name(a) for a in have.values() if (a.get("status") or {}).get("attached")
+        )
+        want = [{"name": name, "devicePath": ""} for name in attached]
+        if ((node.get("status") or {}).get("volumesAttached") or []) == want:
+            return
+        try:
+            await self.client.patch(
+                f"/api/v1/nodes/{node_name}/status", {"status": {"volumesAttached": want or None}}
+            )
+        except ApiError as err:
+            if not err.not_found:
+                raise
+
+    def _unique_name(self, attachment: Obj) -> str:
+        """kubernetes.io/csi/<driver>^<handle>: the attachment's volume as the kubelet and the controller
+        name it in the Node's status."""
+        spec = attachment.get("spec") or {}
+        pv = self.volumes.get((spec.get("source") or {}).get("persistentVolumeName") or "")
+        handle = (((pv or {}).get("spec") or {}).get("csi") or {}).get("volumeHandle", "")
+        return f"kubernetes.io/csi/{spec.get('attacher', '')}^{handle}"
+
+    def _mounted(self, node_name: str, attachment: Obj) -> bool:
+        """Whether the node still reports the attachment's volume in use (its kubelet has it mounted)."""
+        node = self.nodes.get(node_name)
+        if node is None or any(
+            t.get("key") == OUT_OF_SERVICE for t in (node.get("spec") or {}).get("taints") or []
+        ):
+            return False
+        return self._unique_name(attachment) in ((node.get("status") or {}).get("volumesInUse") or [])

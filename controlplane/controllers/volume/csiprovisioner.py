@@ -53,6 +53,34 @@ def node_topology(node: Obj | None, csinode: Obj | None, driver: str) -> dict[st
     return {k: labels[k] for k in keys if k in labels}
 
 
+def allowed_segments(sc: Obj) -> list[dict[str, str]]:
+    """A class's allowedTopologies as CSI topology segments (upstream's flatten): each term's label
+    expressions multiplied out, one segment per combination of their values."""
+    out: list[dict[str, str]] = []
+    for term in sc.get("allowedTopologies") or []:
+        segments: list[dict[str, str]] = [{}]
+        for expr in term.get("matchLabelExpressions") or []:
+            segments = [{**seg, expr.get("key", ""): v} for seg in segments for v in expr.get("values") or []]
+        out += [seg for seg in segments if seg and seg not in out]
+    return out
+
+
+def requirements(
+    sc: Obj, selected: dict[str, str] | None
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """CreateVolume's requisite and preferred topology (external-provisioner without strict topology):
+    the class's allowed topology, else the selected node's; the selected node's segment preferred first.
+    A selected node outside the allowed topology is an error, as upstream's."""
+    allowed = allowed_segments(sc)
+    if not allowed:
+        segment = [selected] if selected else []
+        return segment, segment
+    if selected and selected not in allowed:
+        raise ValueError(f"topology {selected} from selected node is not in requisite: {allowed}")
+    preferred = ([selected] if selected else []) + [a for a in allowed if a != selected]
+    return allowed, preferred
+
+
 def persistent_volume(claim: Obj, sc: Obj, driver: str, identity: str, created: pb.Volume) -> Obj:
     spec = claim.get("spec") or {}
     params = sc.get("parameters") or {}
@@ -169,13 +197,18 @@ class CSIProvisioner(Controller):
             )
             for mode in (claim.get("spec") or {}).get("accessModes") or ["ReadWriteOnce"]
         ]
-        requisite = []
+        selected = None
         if node_name:
-            segment = node_topology(self.nodes.get(node_name), self.csinodes.get(node_name), driver)
-            requisite = [segment] if segment else []
+            selected = node_topology(self.nodes.get(node_name), self.csinodes.get(node_name), driver) or None
+        try:
+            requisite, preferred = requirements(sc, selected)
+        except ValueError as err:
+            message = f'failed to provision volume with StorageClass "{sc_name}": error generating accessibility requirements: {err}'
+            self.recorder.event(claim, WARNING, "ProvisioningFailed", message)
+            raise
         try:
             created = await self.csi.create_volume(
-                volume_name(claim), vol.requested_bytes(claim), caps, params, {}, requisite, requisite
+                volume_name(claim), vol.requested_bytes(claim), caps, params, {}, requisite, preferred
             )
         except CSICallError as err:
             self.recorder.event(

@@ -231,7 +231,10 @@ class PersistentVolumeController(Controller):
         if volume is not None:
             spec = volume.get("spec") or {}
             want["accessModes"] = spec.get("accessModes") or []
-            want["capacity"] = dict(spec.get("capacity") or {})
+            # Only a claim becoming Bound takes the volume's capacity (upstream's updateClaimStatus): a
+            # bound claim's capacity lags its volume's during an expansion until the node finishes it.
+            if status.get("phase") != phase:
+                want["capacity"] = dict(spec.get("capacity") or {})
         if all(status.get(k) == v for k, v in want.items()):
             return claim
         status.update(want)

@@ -264,6 +264,33 @@ class DeleteVolumeResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ControllerExpandVolumeRequest(_message.Message):
+    __slots__ = ("volume_id", "capacity_range", "secrets", "volume_capability")
+    class SecretsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_RANGE_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    volume_id: str
+    capacity_range: CapacityRange
+    secrets: _containers.ScalarMap[str, str]
+    volume_capability: VolumeCapability
+    def __init__(self, volume_id: _Optional[str] = ..., capacity_range: _Optional[_Union[CapacityRange, _Mapping]] = ..., secrets: _Optional[_Mapping[str, str]] = ..., volume_capability: _Optional[_Union[VolumeCapability, _Mapping]] = ...) -> None: ...
+
+class ControllerExpandVolumeResponse(_message.Message):
+    __slots__ = ("capacity_bytes", "node_expansion_required")
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NODE_EXPANSION_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    capacity_bytes: int
+    node_expansion_required: bool
+    def __init__(self, capacity_bytes: _Optional[int] = ..., node_expansion_required: _Optional[bool] = ...) -> None: ...
+
 class ControllerPublishVolumeRequest(_message.Message):
     __slots__ = ("volume_id", "node_id", "volume_capability", "readonly", "secrets", "volume_context")
     class SecretsEntry(_message.Message):
@@ -490,6 +517,35 @@ class NodeUnpublishVolumeRequest(_message.Message):
 class NodeUnpublishVolumeResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class NodeExpandVolumeRequest(_message.Message):
+    __slots__ = ("volume_id", "volume_path", "capacity_range", "staging_target_path", "volume_capability", "secrets")
+    class SecretsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_PATH_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_RANGE_FIELD_NUMBER: _ClassVar[int]
+    STAGING_TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
+    volume_id: str
+    volume_path: str
+    capacity_range: CapacityRange
+    staging_target_path: str
+    volume_capability: VolumeCapability
+    secrets: _containers.ScalarMap[str, str]
+    def __init__(self, volume_id: _Optional[str] = ..., volume_path: _Optional[str] = ..., capacity_range: _Optional[_Union[CapacityRange, _Mapping]] = ..., staging_target_path: _Optional[str] = ..., volume_capability: _Optional[_Union[VolumeCapability, _Mapping]] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class NodeExpandVolumeResponse(_message.Message):
+    __slots__ = ("capacity_bytes",)
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    capacity_bytes: int
+    def __init__(self, capacity_bytes: _Optional[int] = ...) -> None: ...
 
 class NodeGetVolumeStatsRequest(_message.Message):
     __slots__ = ("volume_id", "volume_path", "staging_target_path")

@@ -217,6 +217,11 @@ class ControllerStub:
                 request_serializer=csi__pb2.ControllerGetCapabilitiesRequest.SerializeToString,
                 response_deserializer=csi__pb2.ControllerGetCapabilitiesResponse.FromString,
                 _registered_method=True)
+        self.ControllerExpandVolume = channel.unary_unary(
+                '/csi.v1.Controller/ControllerExpandVolume',
+                request_serializer=csi__pb2.ControllerExpandVolumeRequest.SerializeToString,
+                response_deserializer=csi__pb2.ControllerExpandVolumeResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -252,6 +257,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ControllerExpandVolume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -279,6 +290,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ControllerGetCapabilities,
                     request_deserializer=csi__pb2.ControllerGetCapabilitiesRequest.FromString,
                     response_serializer=csi__pb2.ControllerGetCapabilitiesResponse.SerializeToString,
+            ),
+            'ControllerExpandVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.ControllerExpandVolume,
+                    request_deserializer=csi__pb2.ControllerExpandVolumeRequest.FromString,
+                    response_serializer=csi__pb2.ControllerExpandVolumeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -426,6 +442,33 @@ class Controller:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ControllerExpandVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/ControllerExpandVolume',
+            csi__pb2.ControllerExpandVolumeRequest.SerializeToString,
+            csi__pb2.ControllerExpandVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class NodeStub:
     """Missing associated documentation comment in .proto file."""
@@ -460,6 +503,11 @@ class NodeStub:
                 '/csi.v1.Node/NodeGetVolumeStats',
                 request_serializer=csi__pb2.NodeGetVolumeStatsRequest.SerializeToString,
                 response_deserializer=csi__pb2.NodeGetVolumeStatsResponse.FromString,
+                _registered_method=True)
+        self.NodeExpandVolume = channel.unary_unary(
+                '/csi.v1.Node/NodeExpandVolume',
+                request_serializer=csi__pb2.NodeExpandVolumeRequest.SerializeToString,
+                response_deserializer=csi__pb2.NodeExpandVolumeResponse.FromString,
                 _registered_method=True)
         self.NodeGetCapabilities = channel.unary_unary(
                 '/csi.v1.Node/NodeGetCapabilities',
@@ -506,6 +554,12 @@ class NodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NodeExpandVolume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def NodeGetCapabilities(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -545,6 +599,11 @@ def add_NodeServicer_to_server(servicer, server):
                     servicer.NodeGetVolumeStats,
                     request_deserializer=csi__pb2.NodeGetVolumeStatsRequest.FromString,
                     response_serializer=csi__pb2.NodeGetVolumeStatsResponse.SerializeToString,
+            ),
+            'NodeExpandVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeExpandVolume,
+                    request_deserializer=csi__pb2.NodeExpandVolumeRequest.FromString,
+                    response_serializer=csi__pb2.NodeExpandVolumeResponse.SerializeToString,
             ),
             'NodeGetCapabilities': grpc.unary_unary_rpc_method_handler(
                     servicer.NodeGetCapabilities,
@@ -692,6 +751,33 @@ class Node:
             '/csi.v1.Node/NodeGetVolumeStats',
             csi__pb2.NodeGetVolumeStatsRequest.SerializeToString,
             csi__pb2.NodeGetVolumeStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeExpandVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Node/NodeExpandVolume',
+            csi__pb2.NodeExpandVolumeRequest.SerializeToString,
+            csi__pb2.NodeExpandVolumeResponse.FromString,
             options,
             channel_credentials,
             insecure,
