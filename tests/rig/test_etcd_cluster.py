@@ -142,10 +142,35 @@ def test_cluster_files_are_one_folder(tmp_path: Path) -> None:
     etcd = EtcdCluster(tmp_path / "etcd", 3)
     etcd.start()
     try:
-        assert sorted(p.name for p in (tmp_path / "etcd").iterdir()) == ["m0", "m1", "m2", "pki"]
+        names = sorted(p.name for p in (tmp_path / "etcd").iterdir())
+        assert names == ["m0", "m1", "m2", "peers.json", "pki"]
     finally:
         etcd.remove()
     assert not (tmp_path / "etcd").exists() and not etcd.running
+
+
+def test_a_stopped_cluster_starts_again_on_its_data(tmp_path: Path) -> None:
+    """etcd keeps its members' peer URLs in their data: a cluster started again on the same folder uses
+    the peer ports of its first start (peers.json), meets its quorum, and has its keys."""
+    import base64
+
+    def b64(raw: bytes) -> str:
+        return base64.b64encode(raw).decode()
+
+    first = EtcdCluster(tmp_path / "etcd", 3)
+    first.start()
+    try:
+        first._gateway(first.members[0], "/v3/kv/put", {"key": b64(b"kept"), "value": b64(b"yes")})
+    finally:
+        first.stop()
+    again = EtcdCluster(tmp_path / "etcd", 3)
+    assert [m.peer_port for m in again.members] == [m.peer_port for m in first.members]
+    again.start()
+    try:
+        got = again._gateway(again.members[2], "/v3/kv/range", {"key": b64(b"kept")})
+        assert [base64.b64decode(kv["value"]) for kv in got["kvs"]] == [b"yes"]  # type: ignore[index]
+    finally:
+        again.remove()
 
 
 @pytest.mark.integration

@@ -15,6 +15,12 @@ processes throughout:
   replica with upstream's 500, and nothing else, until its policy is Ignore;
 - the ReplicaSet controller's RBAC binding deleted: a new ReplicaSet gets no pod (the controller
   manager's log has the 403), and its pod once the binding is back;
+- a node gone silent (its agent hung): Ready Unknown after the grace period with upstream's reason, the
+  unreachable taint, its pod evicted once its toleration runs out and replaced on the other node; Ready
+  and untainted again once the agent answers;
+- an overloaded API: a flood of slow requests through a FlowSchema of few seats is shed with 429s at
+  every replica (and counted in apiserver_flowcontrol_rejected_requests_total) while the nodes' Leases
+  renew and an admin is served;
 - `pykubelet down` stops the supervisor with the rest and leaves nothing."""
 
 from __future__ import annotations
@@ -552,3 +558,276 @@ def test_a_controller_whose_rbac_binding_is_gone_stops_and_resumes_when_it_is_ba
         what="the ReplicaSet's pod once the binding is back",
     )
     apps.delete_namespaced_replica_set(name, "default", propagation_policy="Background")
+
+
+GRACE = 50  # kube-controller-manager's --node-monitor-grace-period in 1.32
+UNREACHABLE = "node.kubernetes.io/unreachable"
+
+
+def _ready(node: client.V1Node) -> client.V1NodeCondition:
+    return next(c for c in node.status.conditions if c.type == "Ready")
+
+
+def _pods_of(core: client.CoreV1Api, selector: str) -> list[client.V1Pod]:
+    return core.list_namespaced_pod("default", label_selector=selector).items
+
+
+def test_a_node_gone_silent_is_detected_tainted_and_its_pods_run_elsewhere(ha: HaStack) -> None:
+    """The seeds' kill-a-node drill, as a hung or cut-off node: the second node's agent stopped (SIGSTOP
+    of its process group; the supervisor restarts what dies, not what hangs). What stops: that node's
+    status and Lease. What continues: the cluster, and the other node's pods. Who detects it: the node
+    lifecycle controller, after the grace period: Ready Unknown with upstream's reason and message, the
+    unreachable NoExecute taint. Recovery: the pod's toleration runs out, it is evicted and its
+    Deployment's replacement runs on the healthy node; the agent back, the node is Ready and untainted."""
+    core = ha.core
+    apps = client.AppsV1Api(core.api_client)
+    labels = {"drill": "node"}
+    tolerate = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2}
+        for key in (UNREACHABLE, "node.kubernetes.io/not-ready")
+    ]
+    on_second = {
+        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [SECOND]}]
+    }
+    apps.create_namespaced_deployment(
+        "default",
+        {
+            "metadata": {"name": "drill-node"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 0,
+                        "tolerations": tolerate,
+                        "affinity": {
+                            "nodeAffinity": {
+                                "preferredDuringSchedulingIgnoredDuringExecution": [
+                                    {"weight": 100, "preference": on_second}
+                                ]
+                            }
+                        },
+                        "containers": [
+                            {"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    (first,) = wait_for(
+        lambda: [p for p in _pods_of(core, "drill=node") if p.status.phase == "Running"],
+        timeout=120,
+        interval=0.5,
+        what="the drill's pod running",
+    )
+    assert first.spec.node_name == SECOND
+    agent = StackRecord.load(ha.state / "nodes" / SECOND)
+    assert agent is not None
+    pgid = agent.pids["agent"]
+    _signal_group(pgid, signal.SIGSTOP)
+    silent = time.monotonic()
+    try:
+        node = wait_for(
+            lambda: (n := core.read_node(SECOND)) and _ready(n).status == "Unknown" and n,
+            timeout=GRACE + 40,
+            interval=1,
+            what=f"{SECOND} Ready=Unknown",
+        )
+        assert time.monotonic() - silent >= 0.75 * GRACE
+        assert (_ready(node).reason, _ready(node).message) == (
+            "NodeStatusUnknown",
+            "Kubelet stopped posting node status.",
+        )
+        assert _ready(core.read_node(FIRST)).status == "True"  # the other node goes on
+        wait_for(
+            lambda: any(t.key == UNREACHABLE and t.effect == "NoExecute" for t in core.read_node(SECOND).spec.taints or []),
+            timeout=30,
+            interval=0.5,
+            what="the unreachable NoExecute taint",
+        )  # fmt: skip
+        replacement = wait_for(
+            lambda: [
+                p
+                for p in _pods_of(core, "drill=node")
+                if p.metadata.uid != first.metadata.uid and p.status.phase == "Running"
+            ],
+            timeout=60,
+            interval=0.5,
+            what="the replacement pod running",
+        )
+        assert [p.spec.node_name for p in replacement] == [FIRST]
+    finally:
+        _signal_group(pgid, signal.SIGCONT)
+    wait_for(
+        lambda: (n := core.read_node(SECOND)) and _ready(n).status == "True"
+        and not any(t.key == UNREACHABLE for t in n.spec.taints or []),
+        timeout=60,
+        interval=0.5,
+        what=f"{SECOND} Ready again and untainted",
+    )  # fmt: skip
+    apps.delete_namespaced_deployment("drill-node", "default", propagation_policy="Background")
+    wait_for(lambda: not _pods_of(core, "drill=node"), timeout=60, interval=0.5, what="the drill's pods gone")
+
+
+def test_an_overloaded_api_sheds_the_flood_and_keeps_serving_the_cluster(ha: HaStack) -> None:
+    """The seeds' overload drill: a flood of slow requests from one user, at every API server, through a
+    FlowSchema sending that user to a priority level of few seats and a short queue (APF, as the
+    workload-low level is for any workload). What stops: most of the flood (429 with upstream's text).
+    What continues: the nodes' Lease renewals and status (both stay Ready) and an admin's requests. Who
+    detects it: apiserver_flowcontrol_rejected_requests_total on the replicas. Recovery: the flood ends,
+    the flooder is served again."""
+    import asyncio
+    import uuid
+
+    import aiohttp
+
+    from kubeclient.config import load_kubeconfig
+
+    tag = uuid.uuid4().hex[:6]
+    level, schema, user = f"drill-low-{tag}", f"drill-flood-{tag}", f"drill-flooder-{tag}"
+    fc = client.FlowcontrolApiserverV1Api(ha.core.api_client)
+    fc.create_priority_level_configuration(
+        {
+            "metadata": {"name": level},
+            "spec": {
+                "type": "Limited",
+                "limited": {
+                    "nominalConcurrencyShares": 1,
+                    "limitResponse": {
+                        "type": "Queue",
+                        "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 2},
+                    },
+                },
+            },
+        }
+    )
+    fc.create_flow_schema(
+        {
+            "metadata": {"name": schema},
+            "spec": {
+                "priorityLevelConfiguration": {"name": level},
+                "matchingPrecedence": 50,
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [
+                    {
+                        "subjects": [{"kind": "User", "user": {"name": user}}],
+                        "resourceRules": [
+                            {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"]}
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    configs = [
+        load_kubeconfig(ha.state / "apiserver" / sub / "admin.kubeconfig")
+        for sub in ("", "replica-1", "replica-2")
+    ]
+    tls = {config.server: config.ssl_context() for config in configs}
+
+    def applied() -> bool:  # every replica has the schema in its configuration
+        async def check() -> bool:
+            async with aiohttp.ClientSession() as session:
+                for config in configs:
+                    async with session.get(
+                        f"{config.server}/api/v1/namespaces/default/configmaps",
+                        headers={"Impersonate-User": user},
+                        ssl=tls[config.server],
+                    ) as resp:
+                        if resp.headers.get("X-Kubernetes-PF-PriorityLevel-UID") is None:
+                            return False
+                        level_uid = fc.read_priority_level_configuration(level).metadata.uid
+                        if resp.headers["X-Kubernetes-PF-PriorityLevel-UID"] != level_uid:
+                            return False
+            return True
+
+        return asyncio.run(check())
+
+    wait_for(applied, timeout=60, interval=0.5, what="the drill's FlowSchema in force on every replica")
+    renewed_before = {
+        n: client.CoordinationV1Api(ha.core.api_client)
+        .read_namespaced_lease(n, "kube-node-lease")
+        .spec.renew_time
+        for n in (FIRST, SECOND)
+    }
+
+    async def flood() -> tuple[list[int], list[int], str]:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def slow(config) -> tuple[int, str]:
+                # Waits the watch cache's 3 s for a resourceVersion from the future, holding its seat.
+                async with session.get(
+                    f"{config.server}/api/v1/namespaces/default/configmaps",
+                    params={"resourceVersion": "999999999", "resourceVersionMatch": "NotOlderThan"},
+                    headers={"Impersonate-User": user},
+                    ssl=tls[config.server],
+                ) as resp:
+                    return resp.status, await resp.text()
+
+            async def admin() -> list[int]:
+                statuses = []
+                for _ in range(10):
+                    for config in configs:
+                        async with session.get(
+                            f"{config.server}/api/v1/nodes", ssl=tls[config.server]
+                        ) as resp:
+                            statuses.append(resp.status)
+                    await asyncio.sleep(0.1)
+                return statuses
+
+            answers, admin_codes = await asyncio.gather(
+                asyncio.gather(*(slow(configs[i % 3]) for i in range(60))), admin()
+            )
+            refused = next((text for code, text in answers if code == 429), "")
+            return [code for code, _ in answers], admin_codes, refused
+
+    try:
+        codes, admin_codes, refused_text = asyncio.run(flood())
+        assert codes.count(429) >= 30, codes  # a few seats and two queue places per replica
+        assert set(codes) <= {429, 504}, codes  # the rest ran and waited out the cache, as upstream's
+        assert refused_text == "Too many requests, please try again later.\n"
+        assert set(admin_codes) == {200}
+        rejected = 0.0
+        for config in configs:
+
+            async def scrape(config=config) -> str:
+                async with aiohttp.ClientSession() as session:
+                    async with session.get(f"{config.server}/metrics", ssl=tls[config.server]) as resp:
+                        return await resp.text()
+
+            for line in asyncio.run(scrape()).splitlines():
+                if (
+                    line.startswith("apiserver_flowcontrol_rejected_requests_total{")
+                    and f'flow_schema="{schema}"' in line
+                ):
+                    rejected += float(line.rsplit(" ", 1)[1])
+        assert rejected == codes.count(429)
+        # The nodes kept renewing their Leases and stayed Ready.
+        coord = client.CoordinationV1Api(ha.core.api_client)
+        wait_for(
+            lambda: all(
+                coord.read_namespaced_lease(n, "kube-node-lease").spec.renew_time > renewed_before[n]
+                for n in (FIRST, SECOND)
+            ),
+            timeout=30,
+            interval=0.5,
+            what="both nodes' Leases renewed",
+        )
+        assert all(_ready(ha.core.read_node(n)).status == "True" for n in (FIRST, SECOND))
+
+        # The flood over, the flooder is served again (403: it has no RBAC rights; APF let it through).
+        async def once() -> int:
+            async with aiohttp.ClientSession() as session:
+                async with session.get(
+                    f"{configs[0].server}/api/v1/namespaces/default/configmaps",
+                    headers={"Impersonate-User": user},
+                    ssl=tls[configs[0].server],
+                ) as resp:
+                    return resp.status
+
+        assert asyncio.run(once()) == 403
+    finally:
+        fc.delete_flow_schema(schema)
+        fc.delete_priority_level_configuration(level)
