@@ -48,7 +48,12 @@ class PolicyAgent:
         self.policies = Informer(client, "/apis/networking.k8s.io/v1/networkpolicies")
         self.pods = Informer(client, "/api/v1/pods")
         self.namespaces = Informer(client, "/api/v1/namespaces")
-        self.nodes = Informer(client, "/api/v1/nodes")
+        # One node (a joined host, on its node's own credential): only that Node, which the Node
+        # authorizer lets a node read (a list or watch pinned by metadata.name); several: all of them.
+        (only,) = config.node_names if len(config.node_names) == 1 else (None,)
+        self.nodes = Informer(
+            client, "/api/v1/nodes", field_selector=f"metadata.name={only}" if only else None
+        )
         for informer in self._informers:
             informer.add_handler(
                 on_add=lambda _o: self._wake.set(),

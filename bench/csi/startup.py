@@ -137,8 +137,9 @@ async def bench(stack: Stack, n: int, rounds: int) -> Obj:
             rounds,
             "csi",
             lambda r: floor_round(client, n, image, f"r{r}", procs),
-            lambda: csi_round(client, stack.kubeconfig, n, image, f"r{next(csi_rounds)}", procs),
+            lambda _via: csi_round(client, stack.kubeconfig, n, image, f"r{next(csi_rounds)}", procs),
             lambda: cleanup(client),
+            vias=("client",),  # no controller object to apply: the pods are the bench's on both sides
         )
     finally:
         await client.close()

@@ -116,3 +116,17 @@ async def test_after_the_first_whole_table_only_what_changed_is_written() -> Non
     built.last_script = ""
     assert await built.sync() is True
     assert nft.applied[-1].startswith("add table inet pykubelet-netpol\ndelete table")
+
+
+def test_an_agent_of_one_node_watches_only_that_node() -> None:
+    """On a joined host the agent runs on its node's credential, which the Node authorizer lets read its
+    own Node only (a list or watch pinned by metadata.name); an agent of several nodes reads them all."""
+    from kubeclient.client import KubeClient
+    from kubeclient.config import ClusterConfig
+    from netpolicy.agent import AgentConfig, PolicyAgent
+
+    client = KubeClient(ClusterConfig(server="https://127.0.0.1:1"))
+    one = PolicyAgent(client, AgentConfig(frozenset({"n1"})))
+    several = PolicyAgent(client, AgentConfig(frozenset({"n1", "n2"})))
+    assert one.nodes.field_selector == "metadata.name=n1"
+    assert several.nodes.field_selector is None
