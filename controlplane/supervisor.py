@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from kubeclient.eventwait import wait_event
+from kubeclient.orphan import parent_environment
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ async def supervise(
                 stdout=out if out is not None else sys.stderr,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **parent_environment()},
             )
         finally:
             if out is not None:

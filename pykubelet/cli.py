@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -105,6 +106,10 @@ def command_parser(name: str) -> tuple[object, FlagParser]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # No component runs gRPC in a forked child (every child execs at once), and gRPC's at-fork handlers,
+    # which run on every fork (uvloop's spawn forks), can break the open TLS streams of the process's
+    # etcd or CRI connections (grpc/grpc#28557): off, before gRPC is first imported.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="pykubelet", description="A Kubernetes node agent in Python.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -12,6 +12,7 @@ from pathlib import Path
 from controlplane.controllers import options as tunables
 from kubeclient.eventloop import loop_factory
 from kubeclient.flags import StringSlice, go_duration
+from kubeclient.orphan import exit_if_orphaned, watch_parent
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +146,8 @@ def node_ipam_argv(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    exit_if_orphaned("controller-manager")
+    watch_parent("controller-manager")
     from controlplane.controllers.manager import LEASE_NAME, ManagerConfig, serve_forever
     from controlplane.controllers.registry import enabled
     from kubeclient.client import KubeClient

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from kubeclient.eventloop import loop_factory, termination_event
 from kubeclient.flags import go_duration
+from kubeclient.orphan import exit_if_orphaned, watch_parent
 
 # kube-scheduler's leader election flags: given, each overrides the config file's leaderElection field.
 LEADER_ELECTION_FLAGS = (
@@ -102,6 +103,8 @@ def serving_options(args: argparse.Namespace) -> SecureServingOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    exit_if_orphaned("scheduler")
+    watch_parent("scheduler")
     from controlplane.scheduler.config import load_config
     from controlplane.scheduler.runner import run_scheduler
 
