@@ -30,9 +30,11 @@ log = logging.getLogger(__name__)
 def _dying_with_parent(command: list[str]) -> list[str]:
     """`command` run so the kernel SIGTERMs it when the server dies, even by SIGKILL (PR_SET_PDEATHSIG),
     so a crashed server never leaves an orphan scheduler behind. util-linux's `setpriv` sets it before
-    exec, rather than a `preexec_fn`: a Python callback before exec makes subprocess fork() where it
-    would otherwise vfork(), and a fork runs gRPC's at-fork handlers, which break the TLS streams of the
-    server's open etcd watch ("Stream removed", TSI_DATA_CORRUPTED: grpc/grpc#28557)."""
+    exec, rather than a `preexec_fn`: no Python code runs between fork and exec (where a fork's copy of
+    gRPC's state is unsafe), and the standard loop can vfork. The child closes the race of a server dying
+    before the signal is armed itself (kubeclient/orphan.py); gRPC's at-fork handlers are off in every
+    component (pykubelet/cli.py), since uvloop's spawn forks (grpc/grpc#28557: they broke the server's
+    etcd TLS stream, "Stream removed", TSI_DATA_CORRUPTED)."""
     setpriv = shutil.which("setpriv")
     if setpriv is None:  # not Linux, or util-linux missing: the child outlives a killed server
         return command
