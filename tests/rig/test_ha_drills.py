@@ -376,12 +376,15 @@ def test_killed_schedulers_or_controller_managers_come_back_and_the_work_waiting
     apps = client.AppsV1Api(core.api_client)
     # One per API server; a child of a replica an earlier drill killed may still be on its way out (its
     # parent-death SIGTERM lets it shut down gracefully), so wait for the three.
-    old = wait_for(
-        lambda: len(p := _component_pids(ha.state, component)) == 3 and p,
-        timeout=30,
-        interval=0.5,
-        what=f"one {component} per API server: {_describe(_component_pids(ha.state, component))}",
-    )
+    try:
+        old = wait_for(
+            lambda: len(p := _component_pids(ha.state, component)) == 3 and p,
+            timeout=30,
+            interval=0.5,
+            what=f"one {component} per API server",
+        )
+    except AssertionError as err:  # say which processes there were when the wait ran out
+        raise AssertionError(f"{err}: {_describe(_component_pids(ha.state, component))}") from None
     for pid in old:
         os.kill(pid, signal.SIGKILL)
     sleeper = {"name": "c", "image": "busybox:latest", "command": ["sleep", "3600"]}
