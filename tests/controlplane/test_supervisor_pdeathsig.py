@@ -37,6 +37,13 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _exe(pid: int) -> str:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name
+    except OSError:
+        return ""
+
+
 def test_the_child_is_started_through_setpriv_with_a_parent_death_signal() -> None:
     argv = _dying_with_parent(["sleep", "1"])
     assert Path(argv[0]).name == "setpriv" and argv[1:4] == ["--pdeathsig", "TERM", "--"]
@@ -48,7 +55,10 @@ def test_a_supervised_child_dies_when_its_server_is_killed() -> None:
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
-        assert _alive(child)
+        # setpriv arms the signal and then execs: once the child is `sleep`, the signal is armed. Killing
+        # the server before that is the window kubeclient/orphan.py covers for the components (a plain
+        # `sleep` has no such guard), so the test waits it out rather than race it.
+        wait_for(lambda: _exe(child) == "sleep", timeout=10, interval=0.02, what=f"pid {child} to exec sleep")
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(10)
         wait_for(
