@@ -132,6 +132,14 @@ def kube(api_client):
 
 
 @pytest.fixture
+def two_nodes(kube, node_name: str) -> list[str]:
+    """Two schedulable nodes, this run's first; the test is skipped on a cluster with fewer."""
+    from e2e.twonodes import pick_two_nodes
+
+    return pick_two_nodes(kube, node_name)
+
+
+@pytest.fixture
 def namespace(kube) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards (with whatever it holds). As upstream's e2e
     framework, it is handed over once its `default` ServiceAccount exists: pods need it."""

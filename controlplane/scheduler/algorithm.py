@@ -45,7 +45,9 @@ class FitError(Exception):
             message = f"0/{self.num_nodes} nodes are available: {self.pre_filter}."
         else:
             message = fit_message(self.num_nodes, self.reasons)
-        return f"{message} {self.post_filter}" if self.post_filter else message
+        # Upstream appends each part as " %v." (FitError.Error, SeparatorFormat), and preemption's part
+        # ends with its own period: hence kube-scheduler's "..." incoming pod.." endings.
+        return f"{message} {self.post_filter}." if self.post_filter else message
 
 
 def fit_message(num_nodes: int, reasons: dict[str, tuple[str, ...]]) -> str:

@@ -401,7 +401,7 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
         # NodeVolumeLimits' rejection is one preemption could resolve, so 1.32 adds its preemption verdict.
         assert refused.message == (
             "0/1 nodes are available: 1 node(s) exceed max volume count. "
-            "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+            "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.."
         )
         kube.delete_namespaced_pod("att2", namespace, grace_period_seconds=0)
         kube.delete_namespaced_persistent_volume_claim("att2", namespace)

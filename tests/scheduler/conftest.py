@@ -27,13 +27,14 @@ WAIT = 30.0  # generous: backoff tops out at 10 s, and CI machines are busy
 
 def preemption(nodes: int, no_victims: int = 0, not_helpful: int = 0) -> str:
     """Upstream 1.32's suffix of a FailedScheduling message when preemption found nothing to evict:
-    per node, no lower-priority pod there, or a rejection eviction cannot fix."""
+    per node, no lower-priority pod there, or a rejection eviction cannot fix. The second period is
+    upstream's: the part is appended as " %v." and already ends with one."""
     parts = []
     if no_victims:
         parts.append(f"{no_victims} No preemption victims found for incoming pod")
     if not_helpful:
         parts.append(f"{not_helpful} Preemption is not helpful for scheduling")
-    return f" preemption: 0/{nodes} nodes are available: {', '.join(sorted(parts))}."
+    return f" preemption: 0/{nodes} nodes are available: {', '.join(sorted(parts))}.."
 
 
 @pytest.fixture(scope="session")

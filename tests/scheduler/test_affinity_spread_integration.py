@@ -46,7 +46,7 @@ def test_anti_affinity_spreads_three_replicas_over_two_nodes(cluster, start_sche
     message = cluster.wait_unschedulable(pending[0])
     assert message == (
         "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules. "
-        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.."
     )
     # A pod without anti-affinity that the placed pods' terms do not select still schedules.
     cluster.create(cluster.pod("other", labels={"app": "other"}))
@@ -80,7 +80,7 @@ def test_affinity_colocates_with_its_target(cluster, start_scheduler):
     cluster.create(cluster.pod("lonely", labels=WEB, affinity=lonely))
     assert cluster.wait_unschedulable("lonely") == (
         "0/3 nodes are available: 3 node(s) didn't match pod affinity rules. "
-        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.."
     )
 
 
@@ -119,7 +119,7 @@ def test_spread_min_domains_keeps_pods_pending_until_enough_zones(cluster, start
     cluster.wait_bound("web-1")
     assert cluster.wait_unschedulable("web-2") == (
         "0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints. "
-        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.."
     )
     third = cluster.add_node("c", labels={ZONE: "z3"})
     assert cluster.wait_bound("web-2") == third
@@ -131,7 +131,7 @@ def test_spread_on_a_key_no_node_has_stays_pending_and_the_queue_goes_on(cluster
     cluster.create(cluster.pod("bad", labels=WEB, topologySpreadConstraints=spread(key="example.com/rack")))
     assert cluster.wait_unschedulable("bad") == (
         "0/1 nodes are available: 1 node(s) didn't match pod topology spread constraints (missing required "
-        "label). preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        "label). preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.."
     )
     cluster.create(cluster.pod("good", labels=WEB))
     assert cluster.wait_bound("good") == node

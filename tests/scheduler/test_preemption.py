@@ -44,7 +44,7 @@ def test_no_lower_priority_pods_and_unresolvable_nodes_message():
     err = FitError(2, {"full": ("Insufficient cpu",)}, post_filter=f"preemption: {outcome.message}")
     assert str(err) == (
         "0/2 nodes are available: 1 Insufficient cpu. preemption: 0/2 nodes are available: "
-        "1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."
+        "1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling.."
     )
 
 

@@ -100,6 +100,6 @@ def test_preemption_policy_never_waits(cluster, start_scheduler, classes):
     assert cluster.wait_bound("low") == node
     cluster.create(cluster.pod("polite", cpu="800m", priorityClassName=classes["never"]))
     assert cluster.wait_unschedulable("polite") == (
-        "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never.."
     )
     assert cluster.get("low").metadata.deletion_timestamp is None

@@ -112,7 +112,7 @@ def test_missing_claim_is_upstreams_prefilter_text_with_the_preemption_verdict()
     err.post_filter = "preemption: " + preempt(with_claims("gone"), err.reasons, filters, view(nodes)).message
     assert str(err) == (
         '0/2 nodes are available: persistentvolumeclaim "gone" not found. '
-        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.."
     )
 
 
