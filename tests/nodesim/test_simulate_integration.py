@@ -6,10 +6,6 @@ and nothing the simulation made is left after it stops."""
 from __future__ import annotations
 
 import ipaddress
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +17,7 @@ import pytest
 from kubernetes import client, watch
 
 from e2e.manifests import deployment
+from e2e.simulator import Simulator
 from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer
 
@@ -39,32 +36,6 @@ spec:
   runFor: 200ms
   phase: Failed
 """
-
-
-class Simulator:
-    """`pykubelet simulate` as a user runs it; its output is kept for the failure message."""
-
-    def __init__(self, kubeconfig: Path, log: Path, *args: str) -> None:
-        self.log = log
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pykubelet", "simulate", "--kubeconfig", str(kubeconfig), *args],
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"simulate did not stop on SIGTERM:\n{self.output()}") from None
 
 
 @pytest.fixture(scope="module")
