@@ -213,8 +213,9 @@ def test_the_multinode_e2e_scenarios_on_a_two_node_stack(tmp_path: Path) -> None
     """e2e/test_multinode.py skips on the one-node stack the suite's e2e session runs; here it runs on a
     two-node stack of its own (PYKUBE_NODES=2, the e2e conftest's multi-node mode, with its leak check)
     so cross-node pod-to-pod and pod-to-Service traffic, drain moving a Deployment within its PDB, a
-    DaemonSet on every node and the scheduler's anti-affinity, spread and preemption decisions
-    (e2e/test_scheduling_multinode.py) are checked on every run, not only by hand."""
+    DaemonSet on every node, the scheduler's anti-affinity, spread and preemption decisions
+    (e2e/test_scheduling_multinode.py) and NetworkPolicy enforced on both nodes
+    (e2e/test_networkpolicy_multinode.py) are checked on every run, not only by hand."""
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "PYTEST_ADDOPTS")}
     env["PYKUBE_NODES"] = "2"
@@ -229,6 +230,7 @@ def test_the_multinode_e2e_scenarios_on_a_two_node_stack(tmp_path: Path) -> None
             "-rs",
             "e2e/test_multinode.py",
             "e2e/test_scheduling_multinode.py",
+            "e2e/test_networkpolicy_multinode.py",
         ],
         cwd=root,
         env=env,
@@ -238,4 +240,4 @@ def test_the_multinode_e2e_scenarios_on_a_two_node_stack(tmp_path: Path) -> None
     )
     tail = done.stdout[-6000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail
-    assert "6 passed" in done.stdout and "skipped" not in done.stdout, tail
+    assert "7 passed" in done.stdout and "skipped" not in done.stdout, tail
