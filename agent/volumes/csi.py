@@ -8,7 +8,10 @@ mount <root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount (wh
 STAGE_UNSTAGE_VOLUME); NodePublishVolume runs once per pod at
 <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount with the access mode, fsType, mount options,
 readOnly, the volume attributes and, when the CSIDriver asks for podInfoOnMount, the pod's name,
-namespace, uid and service account. Beside each mount a vol_data.json records what was done, so the
+namespace, uid and service account. The pod's fsGroup goes to a driver whose node service has
+VOLUME_MOUNT_GROUP as the capability's volume_mount_group (the driver mounts with it and the agent walks
+nothing); any other driver's publication gets it from the agent, as the CSIDriver's fsGroupPolicy says.
+Beside each mount a vol_data.json records what was done, so the
 reverse (NodeUnpublishVolume per pod, NodeUnstageVolume once no pod of the node publishes the volume)
 needs nothing but the folder: it runs when the pod goes, also after the agent restarted. vol_data.json
 also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats, where the driver
@@ -57,6 +60,7 @@ EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
 STAGE_CAP = pb.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME
 STATS_CAP = pb.NodeServiceCapability.RPC.GET_VOLUME_STATS
 EXPAND_CAP = pb.NodeServiceCapability.RPC.EXPAND_VOLUME
+MOUNT_GROUP_CAP = pb.NodeServiceCapability.RPC.VOLUME_MOUNT_GROUP
 STATS_PERIOD = 60.0  # upstream's volumeStatsAggPeriod: a volume's figures are asked for at most this often
 
 
@@ -122,12 +126,20 @@ class CSIPlugin:
         context.update(_pod_info(pod, csidriver, ephemeral=True))
         secrets = await _secrets(host, pod["metadata"]["namespace"], src.get("nodePublishSecretRef"))
         read_only = bool(src.get("readOnly"))
-        cap = capability(src.get("fsType") or "", [], ACCESS_MODES["ReadWriteOnce"])
+        try:
+            group = volume_mount_group(await driver.client.node_capabilities(), pod)
+        except CSICallError as err:
+            raise VolumeError(
+                f'MountVolume.SetUp failed for volume "{name}" : kubernetes.io/csi: mounter.SetUpAt failed to '
+                f"determine if the node service has VOLUME_MOUNT_GROUP capability: {err}"
+            ) from None
+        cap = capability(src.get("fsType") or "", [], ACCESS_MODES["ReadWriteOnce"], mount_group=group)
         target = host.folder(pod, "csi", name) / "mount"
         await self._publish(
             driver, name, handle, "", target, cap, read_only, {}, context, secrets, True, {"volume": name}
         )
-        await self._own(host, pod, csidriver, src.get("fsType") or "", None, target, read_only)
+        if not group:
+            await self._own(host, pod, csidriver, src.get("fsType") or "", None, target, read_only)
         return ReadyVolume(name, self.kind, str(target), read_only)
 
     # persistent volume behind a claim
@@ -144,12 +156,17 @@ class CSIPlugin:
         if attach:
             publish_context = await self._attached(host, driver_name, handle, pv_name)
         modes = spec.get("accessModes") or ["ReadWriteOnce"]
+        node_caps = await self._node_caps(driver, pv_name)
+        group = volume_mount_group(node_caps, pod)
         cap = capability(
-            src.get("fsType") or "", list(spec.get("mountOptions") or []), ACCESS_MODES.get(modes[0], 1)
+            src.get("fsType") or "",
+            list(spec.get("mountOptions") or []),
+            ACCESS_MODES.get(modes[0], 1),
+            mount_group=group,
         )
         context = dict(src.get("volumeAttributes") or {})
         staging = ""
-        if STAGE_CAP in await self._node_caps(driver, pv_name):
+        if STAGE_CAP in node_caps:
             staging = str(self._global_dir(host, driver_name, handle) / "globalmount")
             stage_secrets = await _secrets(host, "", src.get("nodeStageSecretRef"))
             await self._stage(driver, pv_name, handle, staging, cap, publish_context, context, stage_secrets)
@@ -170,15 +187,16 @@ class CSIPlugin:
             False,
             _claim_of(pod, volume),
         )
-        await self._own(
-            host,
-            pod,
-            csidriver,
-            src.get("fsType") or "",
-            list(spec.get("accessModes") or []),
-            target,
-            read_only,
-        )
+        if not group:  # a driver that mounts with the group applies it itself
+            await self._own(
+                host,
+                pod,
+                csidriver,
+                src.get("fsType") or "",
+                list(spec.get("accessModes") or []),
+                target,
+                read_only,
+            )
         return str(target)
 
     async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
@@ -485,6 +503,18 @@ def _claim_of(pod: dict[str, Any], volume: str) -> dict[str, str]:
     if "claim" in out:
         out["namespace"] = pod["metadata"].get("namespace", "")
     return out
+
+
+def volume_mount_group(node_caps: set[int], pod: dict[str, Any]) -> str:
+    """The pod's fsGroup as the driver is to mount the volume with it (VolumeCapability.MountVolume's
+    volume_mount_group in NodeStageVolume and NodePublishVolume), when the driver's node service has the
+    VOLUME_MOUNT_GROUP capability: upstream's DelegateFSGroupToCSIDriver, GA since 1.26, under which
+    the kubelet then changes no ownership itself and does not look at the CSIDriver's fsGroupPolicy.
+    "" when the driver lacks the capability or the pod sets no fsGroup."""
+    fs_group = ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
+    if fs_group is None or MOUNT_GROUP_CAP not in node_caps:
+        return ""
+    return str(int(fs_group))
 
 
 def fs_group_applies(

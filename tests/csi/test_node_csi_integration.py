@@ -373,3 +373,64 @@ async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, obj
             await manager.teardown(uid)
         driver.stop()
         assert mounts_under(root) == []
+
+
+async def test_fs_group_goes_to_a_driver_with_volume_mount_group(short_dir: Path, objects: dict):
+    """A driver whose node service has VOLUME_MOUNT_GROUP gets the pod's fsGroup as the capability's
+    volume_mount_group in NodeStageVolume and NodePublishVolume (also on an inline ephemeral volume) and
+    applies it itself (here to the volume's root); the agent walks nothing, though fsGroupPolicy File
+    would have it change every file otherwise: a file already in the volume keeps its group. A pod
+    without fsGroup sends none."""
+    root = short_dir / "kubelet"
+    driver = start_driver(short_dir / "drv", "--volume-mount-group")
+    registry = DriverRegistry()
+
+    async def nothing(_):
+        return None
+
+    watcher = PluginWatcher(str(driver.registration_dir), registry, nothing, nothing)
+    task = asyncio.create_task(watcher.run())
+
+    async def fetch(kind, ns, name):
+        return objects.get((kind, name))
+
+    csi = CSIPlugin(registry, "node-a")
+    manager = VolumeManager(
+        str(root), fetch, lambda p, f: "", table=default_table(extra=[csi], claim_sources=[csi])
+    )
+    objects[("CSIDriver", DRIVER)]["spec"]["fsGroupPolicy"] = "File"
+    claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    inline = {"name": "scratch", "csi": {"driver": DRIVER}}
+    backing = driver.state_dir / "volumes/vol-1"
+    try:
+        await until(lambda: registry.get(DRIVER) is not None, "registration")
+        rwo = capability("", [], pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
+        await registry.get(DRIVER).client.create_volume("vol-1", 0, [rwo], {}, {})
+        (backing / "old.txt").write_text("there before")
+        the_pod = pod("uid-g", claim_volume, inline, name="g")
+        the_pod["spec"]["securityContext"] = {"fsGroup": 4321}
+        ready = await manager.prepare(the_pod)
+        (stage,) = driver.calls("NodeStageVolume")
+        publishes = driver.calls("NodePublishVolume")
+        assert stage["volume_capability"]["mount"] == {
+            "mount_flags": ["noatime"],
+            "volume_mount_group": "4321",
+        }
+        assert [p["volume_capability"]["mount"].get("volume_mount_group") for p in publishes] == ["4321"] * 2
+        assert (backing.stat().st_gid, bool(backing.stat().st_mode & 0o2000)) == (4321, True)  # the driver's
+        assert (backing / "old.txt").stat().st_gid == 0  # not walked by the agent
+        assert Path(ready["scratch"].host_path).stat().st_gid == 4321
+        await manager.teardown("uid-g")
+
+        plain = pod("uid-h", claim_volume, name="h")
+        await manager.prepare(plain)
+        assert "volume_mount_group" not in driver.calls("NodePublishVolume")[-1]["volume_capability"]["mount"]
+        await manager.teardown("uid-h")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.close()
+        for uid in ("uid-g", "uid-h"):
+            await manager.teardown(uid)
+        driver.stop()
+        assert mounts_under(root) == []
