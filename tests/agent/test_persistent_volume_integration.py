@@ -158,7 +158,7 @@ def test_unbound_claim_waits_with_failed_mount_then_starts(stack, kube, namespac
     failed = wait_for(lambda: event(kube, namespace, "waits", "FailedMount"), 60, what="FailedMount")
     assert failed.type == "Warning"
     assert failed.message == (
-        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[data], failed to "
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to "
         f"process volumes=[data]: error processing PVC {namespace}/later: PVC is not bound"
     )
     waiting = kube.read_namespaced_pod("waits", namespace)
