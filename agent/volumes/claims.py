@@ -74,10 +74,10 @@ class ClaimPlugin(PluginBase):
             host.fetch, pod["metadata"]["namespace"], source, owner, pod["metadata"].get("name", "")
         )
         spec = pv.get("spec") or {}
-        for field, source in self.sources.items():
+        for field, persistent in self.sources.items():
             if isinstance(spec.get(field), dict):
                 read_only = read_only or bool(spec[field].get("readOnly"))
-                path = await source.set_up_persistent(host, pod, volume["name"], pv, read_only)
+                path = await persistent.set_up_persistent(host, pod, volume["name"], pv, read_only)
                 return ReadyVolume(volume["name"], self.kind, path, read_only)
         path = await bind_path(pv)
         if isinstance(spec.get("local"), dict):

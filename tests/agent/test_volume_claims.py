@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.volumes import VolumeError, VolumeManager, container_mounts
+from agent.csi.registry import DriverRegistry
+from agent.volumes import VolumeError, VolumeManager, container_mounts, default_table
+from agent.volumes.csi import CSIPlugin
 
 OBJECTS: dict[tuple[str, str], dict] = {}
 
@@ -92,9 +94,17 @@ async def test_local_volume_needs_its_path(manager, tmp_path) -> None:
     assert (await manager.prepare(pod(uses("data"))))["data"].host_path == str(tmp_path / "disk")
 
 
-async def test_local_volume_measured_as_its_file_system(manager, tmp_path) -> None:
+async def test_local_volume_measured_as_its_file_system(tmp_path) -> None:
     """A local volume's figures are the statfs of its path (upstream's local plugin metrics), named by
-    the pod's volume with the claim behind it; a hostPath volume reports none, as upstream's."""
+    the pod's volume with the claim behind it; a hostPath volume reports none, as upstream's. (The node's
+    table as the agent builds it: CSI serves the claims with a csi source.)"""
+    csi = CSIPlugin(DriverRegistry(), "node-a")
+    manager = VolumeManager(
+        str(tmp_path / "root"),
+        fetch,
+        lambda p, path: "",
+        table=default_table(extra=[csi], claim_sources=[csi]),
+    )
     disk = tmp_path / "disk"
     disk.mkdir()
     OBJECTS[("PersistentVolumeClaim", "data")] = claim("data", volume="local-1")
