@@ -9,6 +9,7 @@ reads are a dict here (the API kinds are tested in the stack test)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -337,11 +338,13 @@ async def test_node_expansion_finishes_what_the_resizer_left_pending(short_dir: 
         assert mounts_under(root) == []
 
 
-async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, objects: dict):
-    """The pod's fsGroup on a real publication: left alone with fsGroupPolicy None, applied (group and
-    setgid on the volume's folder, seen through the driver's backing folder) with File."""
+@contextlib.asynccontextmanager
+async def node_with_volume(short_dir: Path, objects: dict, *flags: str, uids: tuple[str, ...]):
+    """The driver (started with `flags`) registered beside a volume manager whose table has CSI, with its
+    volume vol-1 made; on the way out the pods `uids` are taken down, the driver stops and nothing stays
+    mounted."""
     root = short_dir / "kubelet"
-    driver = start_driver(short_dir / "drv")
+    driver = start_driver(short_dir / "drv", *flags)
     registry = DriverRegistry()
 
     async def nothing(_):
@@ -357,12 +360,27 @@ async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, obj
     manager = VolumeManager(
         str(root), fetch, lambda p, f: "", table=default_table(extra=[csi], claim_sources=[csi])
     )
-    claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
-    backing = driver.state_dir / "volumes/vol-1"
     try:
         await until(lambda: registry.get(DRIVER) is not None, "registration")
         rwo = capability("", [], pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
         await registry.get(DRIVER).client.create_volume("vol-1", 0, [rwo], {}, {})
+        yield driver, manager
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.close()
+        for uid in uids:
+            await manager.teardown(uid)
+        driver.stop()
+        assert mounts_under(root) == []
+
+
+async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, objects: dict):
+    """The pod's fsGroup on a real publication: left alone with fsGroupPolicy None, applied (group and
+    setgid on the volume's folder, seen through the driver's backing folder) with File."""
+    claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    async with node_with_volume(short_dir, objects, uids=("uid-n", "uid-f")) as (driver, manager):
+        backing = driver.state_dir / "volumes/vol-1"
         for uid, policy, group in (("uid-n", "None", 0), ("uid-f", "File", 4321)):
             objects[("CSIDriver", DRIVER)]["spec"]["fsGroupPolicy"] = policy
             the_pod = pod(uid, claim_volume, name=uid)
@@ -371,14 +389,6 @@ async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, obj
             info = backing.stat()
             assert (info.st_gid, bool(info.st_mode & 0o2000)) == (group, group != 0), policy
             await manager.teardown(uid)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await watcher.close()
-        for uid in ("uid-n", "uid-f"):
-            await manager.teardown(uid)
-        driver.stop()
-        assert mounts_under(root) == []
 
 
 async def test_fs_group_goes_to_a_driver_with_volume_mount_group(short_dir: Path, objects: dict):
@@ -387,31 +397,12 @@ async def test_fs_group_goes_to_a_driver_with_volume_mount_group(short_dir: Path
     applies it itself (here to the volume's root); the agent walks nothing, though fsGroupPolicy File
     would have it change every file otherwise: a file already in the volume keeps its group. A pod
     without fsGroup sends none."""
-    root = short_dir / "kubelet"
-    driver = start_driver(short_dir / "drv", "--volume-mount-group")
-    registry = DriverRegistry()
-
-    async def nothing(_):
-        return None
-
-    watcher = PluginWatcher(str(driver.registration_dir), registry, nothing, nothing)
-    task = asyncio.create_task(watcher.run())
-
-    async def fetch(kind, ns, name):
-        return objects.get((kind, name))
-
-    csi = CSIPlugin(registry, "node-a")
-    manager = VolumeManager(
-        str(root), fetch, lambda p, f: "", table=default_table(extra=[csi], claim_sources=[csi])
-    )
     objects[("CSIDriver", DRIVER)]["spec"]["fsGroupPolicy"] = "File"
     claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
     inline = {"name": "scratch", "csi": {"driver": DRIVER}}
-    backing = driver.state_dir / "volumes/vol-1"
-    try:
-        await until(lambda: registry.get(DRIVER) is not None, "registration")
-        rwo = capability("", [], pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
-        await registry.get(DRIVER).client.create_volume("vol-1", 0, [rwo], {}, {})
+    flag = "--volume-mount-group"
+    async with node_with_volume(short_dir, objects, flag, uids=("uid-g", "uid-h")) as (driver, manager):
+        backing = driver.state_dir / "volumes/vol-1"
         (backing / "old.txt").write_text("there before")
         the_pod = pod("uid-g", claim_volume, inline, name="g")
         the_pod["spec"]["securityContext"] = {"fsGroup": 4321}
@@ -432,11 +423,3 @@ async def test_fs_group_goes_to_a_driver_with_volume_mount_group(short_dir: Path
         await manager.prepare(plain)
         assert "volume_mount_group" not in driver.calls("NodePublishVolume")[-1]["volume_capability"]["mount"]
         await manager.teardown("uid-h")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await watcher.close()
-        for uid in ("uid-g", "uid-h"):
-            await manager.teardown(uid)
-        driver.stop()
-        assert mounts_under(root) == []
