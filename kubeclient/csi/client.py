@@ -71,7 +71,10 @@ async def _call(method_name: str, method, request, deadline: float):
     try:
         return await method(request, timeout=deadline)  # the gRPC deadline, sent to the driver
     except grpc.aio.AioRpcError as err:
-        raise CSICallError(method_name, err.code(), err.details() or "") from None
+        details = err.details() or ""
+        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and details == "Deadline Exceeded":
+            details = "context deadline exceeded"  # our deadline ran out: Go's text, as upstream's reads
+        raise CSICallError(method_name, err.code(), details) from None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 A volume is the folder <state>/volumes/<volume_id>. CreateVolume makes it (the CO's name is the id, so a
 retried call finds the same volume), DeleteVolume removes it. NodeStageVolume binds it at the staging
 path, NodePublishVolume binds the staging path (or, for an ephemeral inline volume, a folder made for it
-then) at the target, read-only when asked; the Unpublish and Unstage calls undo that. Expansion (on
+then) at the target, read-only when asked (after --publish-delay, mounting nothing once the caller's
+deadline has passed); the Unpublish and Unstage calls undo that. Expansion (on
 unless switched off) is online: ControllerExpandVolume takes the new size and asks for the node's part,
 NodeExpandVolume checks the published path. With the VOLUME_MOUNT_GROUP node capability switched on, a
 NodeStageVolume or NodePublishVolume whose capability carries volume_mount_group gives the volume's root
@@ -21,6 +22,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +55,7 @@ class DriverConfig:
     expansion: bool = True  # ControllerExpandVolume and NodeExpandVolume (online expansion)
     max_volume_size: int = 1 << 40  # bytes: a larger capacity is OUT_OF_RANGE (csi-driver-host-path's 1 TiB)
     mount_group: bool = False  # the VOLUME_MOUNT_GROUP node capability (the CO's fsGroup at mount)
+    publish_delay: float = 0.0  # seconds NodePublishVolume takes before it mounts (a slow driver)
 
 
 class CallLog:
@@ -214,6 +217,10 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
 
     def NodePublishVolume(self, request, context):
         self.log.write("NodePublishVolume", request)
+        if self.cfg.publish_delay:
+            time.sleep(self.cfg.publish_delay)
+            if not context.is_active():  # the CO gave up waiting: mount nothing it no longer expects
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the caller's deadline passed")
         if not request.target_path:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "target path missing in request")
         folder = self._volume(request.volume_id, context)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import agent.csi.watcher as w
+import kubeclient.csi.client as csiclient
 from agent.csi.registry import DriverRegistry, RegisteredDriver
 from agent.csi.watcher import PluginWatcher
 from agent.volumes import VolumeError, VolumeManager, container_mounts, default_table
@@ -423,3 +424,20 @@ async def test_fs_group_goes_to_a_driver_with_volume_mount_group(short_dir: Path
         await manager.prepare(plain)
         assert "volume_mount_group" not in driver.calls("NodePublishVolume")[-1]["volume_capability"]["mount"]
         await manager.teardown("uid-h")
+
+
+async def test_a_publish_that_times_out_is_upstreams_failed_mount(
+    short_dir: Path, objects: dict, monkeypatch: pytest.MonkeyPatch
+):
+    """A NodePublishVolume slower than the node's deadline (shortened here from upstream's 15 s): the
+    pod's FailedMount reads as upstream's kubelet's (Go's `context deadline exceeded`), the pod waits,
+    and nothing stays mounted once it goes."""
+    monkeypatch.setattr(csiclient, "NODE_TIMEOUT", 1.0)
+    inline = {"name": "scratch", "csi": {"driver": DRIVER}}
+    async with node_with_volume(short_dir, objects, "--publish-delay", "3", uids=("uid-t",)) as (_, manager):
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-t", inline, name="t"))
+        assert err.value.messages == (
+            'MountVolume.SetUp failed for volume "scratch" : rpc error: code = DeadlineExceeded desc = '
+            "context deadline exceeded",
+        )
