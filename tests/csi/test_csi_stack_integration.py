@@ -11,7 +11,8 @@ and its allocatable count refuses one volume too many (NodeVolumeLimits), detach
 no longer reports it in volumesInUse; a driver restarted under a
 mounted volume keeps the mount and registers again; the node reports the volume's stats; a claim of an
 expandable class grows online through the resizer beside the driver and the node, and is refused a
-shrink below its capacity."""
+shrink below its capacity; bad input (a refused CreateVolume, a driver not registered, a failed
+ControllerPublish) gets upstream 1.32's events word for word."""
 
 from __future__ import annotations
 

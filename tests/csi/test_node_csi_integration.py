@@ -3,8 +3,10 @@ plugin watcher sees its registration socket, does the GetInfo / NotifyRegistrati
 NodeGetInfo, hands the driver on for the CSINode entry, deregisters it when the socket goes; the volume
 manager (CSI plugin in its table) stages a claim's CSI volume once for two pods, publishes it per pod
 with the pod's info, read-only where asked, waits for the VolumeAttachment where the CSIDriver wants one,
-publishes an inline ephemeral volume, and leaves nothing mounted once the pods are taken down. The API
-reads are a dict here (the API kinds are tested in the stack test)."""
+publishes an inline ephemeral volume, and leaves nothing mounted once the pods are taken down; the
+pod's fsGroup goes by the fsGroupPolicy, or to a driver with VOLUME_MOUNT_GROUP as volume_mount_group;
+a NodePublishVolume that times out is upstream's FailedMount. The API reads are a dict here (the API
+kinds are tested in the stack test)."""
 
 from __future__ import annotations
 
