@@ -443,3 +443,25 @@ async def test_a_publish_that_times_out_is_upstreams_failed_mount(
             'MountVolume.SetUp failed for volume "scratch" : rpc error: code = DeadlineExceeded desc = '
             "context deadline exceeded",
         )
+
+
+async def test_wait_message_names_the_unattached_and_the_unprocessed(short_dir: Path, objects: dict):
+    """A claim the populator cannot process beside a CSI volume still waiting for its attachment: one
+    FailedMount, the volume manager's, listing both unmounted, the CSI one unattached, the missing claim
+    not processed, with the populator's error."""
+    objects[("CSIDriver", DRIVER)]["spec"]["attachRequired"] = True
+    volumes = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+        {"name": "extra", "persistentVolumeClaim": {"claimName": "nope"}},
+    ]
+    the_pod = pod("uid-w", *volumes, name="w")
+    mounts = [{"name": v["name"], "mountPath": f"/{v['name']}"} for v in volumes]
+    the_pod["spec"]["containers"] = [{"name": "c", "volumeMounts": mounts}]
+    async with node_with_volume(short_dir, objects, uids=("uid-w",)) as (_, manager):
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(the_pod)
+        assert err.value.messages == (
+            "Unable to attach or mount volumes: unmounted volumes=[data extra], unattached volumes=[data], "
+            "failed to process volumes=[extra]: error processing PVC ns/nope: failed to fetch PVC from API "
+            'server: persistentvolumeclaims "nope" not found',
+        )
