@@ -103,7 +103,8 @@ class CRIRuntime:
         try:
             self._ready[pod["metadata"]["uid"]] = await self.volumes.prepare(pod)
         except VolumeError as err:
-            self.recorder.event(pod, WARNING, "FailedMount", str(err))
+            for message in err.messages:  # one per failed operation; none for a volume awaiting attach
+                self.recorder.event(pod, WARNING, "FailedMount", message)
             return False
         except ApiError as err:
             self.recorder.event(pod, WARNING, "FailedMount", f"MountVolume.SetUp failed: {err}")

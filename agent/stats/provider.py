@@ -48,8 +48,9 @@ from agent.volumes.plugin import VolumeUsage
 
 VOLUME_STATS_PERIOD = 60.0
 # Volume plugins whose data lives on the node's root file system (upstream's IsLocalEphemeralVolume).
-# Plugins whose volumes only the plugin measures (a CSI volume: its driver's NodeGetVolumeStats).
-_MEASURED_BY_PLUGIN = ("kubernetes.io~csi",)
+# Plugins whose volumes only the plugin measures (a CSI volume: its driver's NodeGetVolumeStats; a local
+# PersistentVolume: the statfs of its path).
+_MEASURED_BY_PLUGIN = ("kubernetes.io~csi", "kubernetes.io~local-volume")
 _EPHEMERAL_PLUGINS = (
     "kubernetes.io~emptydir",
     "kubernetes.io~configmap",

@@ -4,20 +4,31 @@ claim that is missing, being deleted or not yet bound, or a volume that does not
 keeps the pod waiting (the caller reports FailedMount and tries again on the next pass). The volume's
 source is set up by bind for hostPath (its type checked or created as for a pod's hostPath) and local
 (the path must exist); any other source goes to the persistent-volume plugin registered for it (csi:
-agent/volumes/csi.py)."""
+agent/volumes/csi.py).
+
+A local volume's figures are those of the file system holding its path (upstream's local plugin
+measures its mount with statfs), named by the pod's volume and the claim behind it, for the Summary and
+kubelet_volume_stats_*: a record of the pod's local volumes is kept in the pod's folder, at
+kubernetes.io~local-volume/<pv>, where upstream's kubelet mounts them. A hostPath volume reports no
+figures (upstream's hostPath plugin has no metrics)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from agent.volumes.hostpath import host_path
-from agent.volumes.plugin import PluginBase, ReadyVolume, VolumeHost
+from agent.volumes.plugin import PluginBase, ReadyVolume, VolumeError, VolumeHost, VolumeUsage
 from kubeclient.volumes import ephemeral_claim_name
 
 Fetch = Callable[[str, str, str], Awaitable[dict[str, Any] | None]]
+LOCAL_FOLDER = "kubernetes.io~local-volume"
+LOCAL_RECORD = "local.json"
 
 
 class ClaimError(Exception):
@@ -63,12 +74,22 @@ class ClaimPlugin(PluginBase):
             host.fetch, pod["metadata"]["namespace"], source, owner, pod["metadata"].get("name", "")
         )
         spec = pv.get("spec") or {}
-        for field, source in self.sources.items():
+        for field, persistent in self.sources.items():
             if isinstance(spec.get(field), dict):
                 read_only = read_only or bool(spec[field].get("readOnly"))
-                path = await source.set_up_persistent(host, pod, volume["name"], pv, read_only)
+                path = await persistent.set_up_persistent(host, pod, volume["name"], pv, read_only)
                 return ReadyVolume(volume["name"], self.kind, path, read_only)
-        return ReadyVolume(volume["name"], self.kind, await bind_path(pv), read_only)
+        path = await bind_path(pv)
+        if isinstance(spec.get("local"), dict):
+            record = {"volume": volume["name"], "path": path, "namespace": pod["metadata"]["namespace"]}
+            record["claim"] = source.get("claimName", "")
+            folder = host.pod_volumes_dir(pod["metadata"]["uid"]) / LOCAL_FOLDER / pv["metadata"]["name"]
+            await asyncio.to_thread(_write_record, folder, record)
+        return ReadyVolume(volume["name"], self.kind, path, read_only)
+
+    async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
+        """The pod's local volumes, each measured as the file system holding its path (statfs)."""
+        return await asyncio.to_thread(_local_usage, host.pod_volumes_dir(uid) / LOCAL_FOLDER)
 
     async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
         await self.expand(host, pod, volume["name"], (volume.get(self.kind) or {}).get("claimName", ""))
@@ -80,6 +101,40 @@ class ClaimPlugin(PluginBase):
         reprocesses a pod's volumes."""
         for source in self.sources.values():
             await source.expand_persistent(host, pod, volume, claim)
+
+
+def _write_record(folder: Path, record: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / LOCAL_RECORD
+    if not target.exists():
+        target.write_text(json.dumps(record))
+
+
+def _local_usage(folder: Path) -> list[VolumeUsage]:
+    """upstream's MetricsStatFS on each recorded local volume: capacity, available and used bytes
+    ((blocks - free blocks) x fragment size) and the inodes of the file system holding its path."""
+    out = []
+    for record_file in sorted(folder.glob(f"*/{LOCAL_RECORD}")):
+        try:
+            record = json.loads(record_file.read_text())
+            st = os.statvfs(record["path"])
+        except (OSError, ValueError, KeyError):
+            continue
+        out.append(
+            VolumeUsage(
+                record["volume"],
+                f"{LOCAL_FOLDER}/{record_file.parent.name}",
+                time.time(),
+                st.f_blocks * st.f_frsize,
+                st.f_bavail * st.f_frsize,
+                (st.f_blocks - st.f_bfree) * st.f_frsize,
+                st.f_files,
+                st.f_ffree,
+                st.f_files - st.f_ffree,
+                (record["namespace"], record["claim"]),
+            )
+        )
+    return out
 
 
 async def bound_volume(
@@ -138,7 +193,7 @@ async def bind_path(pv: dict[str, Any]) -> str:
     if isinstance(spec.get("local"), dict):
         path = spec["local"].get("path", "")
         if not await asyncio.to_thread(os.path.exists, path):
-            raise ClaimError(
+            raise VolumeError(  # the mount operation's own FailedMount, not the populator's
                 f'MountVolume.NewMounter initialization failed for volume "{pv_name}" : path "{path}" does not exist'
             )
         return str(path)

@@ -8,7 +8,10 @@ mount <root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount (wh
 STAGE_UNSTAGE_VOLUME); NodePublishVolume runs once per pod at
 <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount with the access mode, fsType, mount options,
 readOnly, the volume attributes and, when the CSIDriver asks for podInfoOnMount, the pod's name,
-namespace, uid and service account. Beside each mount a vol_data.json records what was done, so the
+namespace, uid and service account. The pod's fsGroup goes to a driver whose node service has
+VOLUME_MOUNT_GROUP as the capability's volume_mount_group (the driver mounts with it and the agent walks
+nothing); any other driver's publication gets it from the agent, as the CSIDriver's fsGroupPolicy says.
+Beside each mount a vol_data.json records what was done, so the
 reverse (NodeUnpublishVolume per pod, NodeUnstageVolume once no pod of the node publishes the volume)
 needs nothing but the folder: it runs when the pod goes, also after the agent restarted. vol_data.json
 also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats, where the driver
@@ -16,8 +19,10 @@ has GET_VOLUME_STATS, at most once a minute per volume) gives the Summary and ku
 their figures. On each sync of the pod, a claim the resizer left waiting for the node
 (NodeResizePending) gets NodeExpandVolume on the publication and its new capacity (expand_persistent).
 
-A driver that is not registered, an attachment not there yet, or a driver call that fails keeps the pod
-waiting with upstream's message; the pod manager tries again on its next pass.
+A driver that is not registered or a driver call that fails keeps the pod waiting with upstream's
+FailedMount message for the operation (MountDevice for NodeStageVolume and a persistent volume's missing
+driver, SetUp for NodePublishVolume); an attachment not there yet keeps it waiting without one (the
+attach/detach controller reports FailedAttachVolume). The pod manager tries again on its next pass.
 """
 
 from __future__ import annotations
@@ -33,9 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.csi.registry import DriverRegistry, RegisteredDriver
-from agent.volumes.claims import ClaimError
 from agent.volumes.emptydir import unmount_under
-from agent.volumes.plugin import ReadyVolume, VolumeError, VolumeHost, VolumeUsage
+from agent.volumes.plugin import AttachPending, ReadyVolume, VolumeError, VolumeHost, VolumeUsage
 from kubeclient.csi.client import ACCESS_MODES, CSICallError, attachment_name, capability
 from kubeclient.csi.pb import csi_pb2 as pb
 from kubeclient.csi.resize import NODE_IN_PROGRESS, NODE_PENDING, merge_conditions, resize_status
@@ -57,6 +61,9 @@ EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
 STAGE_CAP = pb.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME
 STATS_CAP = pb.NodeServiceCapability.RPC.GET_VOLUME_STATS
 EXPAND_CAP = pb.NodeServiceCapability.RPC.EXPAND_VOLUME
+MOUNT_GROUP_CAP = pb.NodeServiceCapability.RPC.VOLUME_MOUNT_GROUP
+PUBLISH_SECRET = ("MountVolume.SetUp", "NodePublishSecretRef")
+STAGE_SECRET = ("MountVolume.MountDevice", "NodeStageSecretRef")
 STATS_PERIOD = 60.0  # upstream's volumeStatsAggPeriod: a volume's figures are asked for at most this often
 
 
@@ -120,14 +127,25 @@ class CSIPlugin:
         handle = "csi-" + hashlib.sha256((pod["metadata"]["uid"] + name).encode()).hexdigest()
         context = dict(src.get("volumeAttributes") or {})
         context.update(_pod_info(pod, csidriver, ephemeral=True))
-        secrets = await _secrets(host, pod["metadata"]["namespace"], src.get("nodePublishSecretRef"))
+        ref = src.get("nodePublishSecretRef")
+        secrets = await _secrets(
+            host, PUBLISH_SECRET, name, {**ref, "namespace": pod["metadata"]["namespace"]} if ref else None
+        )
         read_only = bool(src.get("readOnly"))
-        cap = capability(src.get("fsType") or "", [], ACCESS_MODES["ReadWriteOnce"])
+        try:
+            group = volume_mount_group(await driver.client.node_capabilities(), pod)
+        except CSICallError as err:
+            raise VolumeError(
+                f'MountVolume.SetUp failed for volume "{name}" : kubernetes.io/csi: mounter.SetUpAt failed to '
+                f"determine if the node service has VOLUME_MOUNT_GROUP capability: {err}"
+            ) from None
+        cap = capability(src.get("fsType") or "", [], ACCESS_MODES["ReadWriteOnce"], mount_group=group)
         target = host.folder(pod, "csi", name) / "mount"
         await self._publish(
             driver, name, handle, "", target, cap, read_only, {}, context, secrets, True, {"volume": name}
         )
-        await self._own(host, pod, csidriver, src.get("fsType") or "", None, target, read_only)
+        if not group:
+            await self._own(host, pod, csidriver, src.get("fsType") or "", None, target, read_only)
         return ReadyVolume(name, self.kind, str(target), read_only)
 
     # persistent volume behind a claim
@@ -138,23 +156,28 @@ class CSIPlugin:
         src = spec["csi"]
         pv_name = pv["metadata"]["name"]
         driver_name, handle = src.get("driver", ""), src.get("volumeHandle", "")
-        driver, csidriver = await self._driver(host, driver_name, pv_name, wait=True)
+        driver, csidriver = await self._driver(host, driver_name, pv_name, persistent=True)
         attach = ((csidriver or {}).get("spec") or {}).get("attachRequired", True) if csidriver else True
         publish_context: dict[str, str] = {}
         if attach:
             publish_context = await self._attached(host, driver_name, handle, pv_name)
         modes = spec.get("accessModes") or ["ReadWriteOnce"]
+        node_caps = await self._node_caps(driver, pv_name)
+        group = volume_mount_group(node_caps, pod)
         cap = capability(
-            src.get("fsType") or "", list(spec.get("mountOptions") or []), ACCESS_MODES.get(modes[0], 1)
+            src.get("fsType") or "",
+            list(spec.get("mountOptions") or []),
+            ACCESS_MODES.get(modes[0], 1),
+            mount_group=group,
         )
         context = dict(src.get("volumeAttributes") or {})
         staging = ""
-        if STAGE_CAP in await self._node_caps(driver, pv_name):
+        if STAGE_CAP in node_caps:
             staging = str(self._global_dir(host, driver_name, handle) / "globalmount")
-            stage_secrets = await _secrets(host, "", src.get("nodeStageSecretRef"))
+            stage_secrets = await _secrets(host, STAGE_SECRET, pv_name, src.get("nodeStageSecretRef"))
             await self._stage(driver, pv_name, handle, staging, cap, publish_context, context, stage_secrets)
         context.update(_pod_info(pod, csidriver, ephemeral=False))
-        secrets = await _secrets(host, "", src.get("nodePublishSecretRef"))
+        secrets = await _secrets(host, PUBLISH_SECRET, pv_name, src.get("nodePublishSecretRef"))
         target = host.folder(pod, "csi", pv_name) / "mount"
         await self._publish(
             driver,
@@ -170,15 +193,16 @@ class CSIPlugin:
             False,
             _claim_of(pod, volume),
         )
-        await self._own(
-            host,
-            pod,
-            csidriver,
-            src.get("fsType") or "",
-            list(spec.get("accessModes") or []),
-            target,
-            read_only,
-        )
+        if not group:  # a driver that mounts with the group applies it itself
+            await self._own(
+                host,
+                pod,
+                csidriver,
+                src.get("fsType") or "",
+                list(spec.get("accessModes") or []),
+                target,
+                read_only,
+            )
         return str(target)
 
     async def refresh(self, host: VolumeHost, pod: dict[str, Any], volume: dict[str, Any]) -> bool:
@@ -330,39 +354,39 @@ class CSIPlugin:
         )
 
     async def _driver(
-        self, host: VolumeHost, name: str, volume: str, wait: bool = False
+        self, host: VolumeHost, name: str, volume: str, persistent: bool = False
     ) -> tuple[RegisteredDriver, dict[str, Any] | None]:
+        """The registered driver and its CSIDriver object. Not registered: upstream's message from where
+        its kubelet first needs the client (MountDevice for a persistent volume, SetUp for an inline one)."""
         driver = self.registry.get(name)
         if driver is None:
-            message = (
-                f'MountVolume.SetUp failed for volume "{volume}" : kubernetes.io/csi: mounter.SetUpAt failed to get '
-                f"CSI client: driver name {name} not found in the list of registered CSI drivers"
+            where = (
+                f'MountVolume.MountDevice failed for volume "{volume}" : kubernetes.io/csi: attacher.MountDevice '
+                "failed to create newCsiDriverClient"
+                if persistent
+                else f'MountVolume.SetUp failed for volume "{volume}" : kubernetes.io/csi: mounter.SetUpAt '
+                "failed to get CSI client"
             )
-            raise ClaimError(message) if wait else VolumeError(message)
+            raise VolumeError(f"{where}: driver name {name} not found in the list of registered CSI drivers")
         return driver, await host.fetch("CSIDriver", "", name)
 
     async def _attached(self, host: VolumeHost, driver: str, handle: str, pv_name: str) -> dict[str, str]:
-        """The attachment's metadata once the attacher says attached; ClaimError (the pod waits) with
-        upstream's WaitForAttach texts until then."""
+        """The attachment's metadata once the attacher says attached. Until then the pod waits without an
+        event of the kubelet's (AttachPending): upstream's kubelet waits for the node's volumesAttached
+        silently, and the attach/detach controller reports FailedAttachVolume."""
         name = attachment_name(handle, driver, self.node_name)
         attachment = await host.fetch("VolumeAttachment", "", name)
-        where = f'MountVolume.WaitForAttach failed for volume "{pv_name}" : '
-        if attachment is None:
-            raise ClaimError(f'{where}volumeattachments.storage.k8s.io "{name}" not found')
-        status = attachment.get("status") or {}
-        if status.get("attached"):
+        status = (attachment or {}).get("status") or {}
+        if status.get("attached") and not (attachment or {}).get("metadata", {}).get("deletionTimestamp"):
             return dict(status.get("attachmentMetadata") or {})
-        if (status.get("attachError") or {}).get("message"):
-            raise ClaimError(f"{where}attachment for {handle} failed: {status['attachError']['message']}")
-        raise ClaimError(
-            f"{where}timed out waiting for external-attacher of {driver} CSI driver to attach volume {handle}"
-        )
+        log.info("volume not attached yet volume=%s attachment=%s", pv_name, name)
+        raise AttachPending()
 
     async def _node_caps(self, driver: RegisteredDriver, volume: str) -> set[int]:
         try:
             return await driver.client.node_capabilities()
         except CSICallError as err:
-            raise ClaimError(f'MountVolume.MountDevice failed for volume "{volume}" : {err}') from None
+            raise VolumeError(f'MountVolume.MountDevice failed for volume "{volume}" : {err}') from None
 
     def _global_dir(self, host: VolumeHost, driver: str, handle: str) -> Path:
         digest = hashlib.sha256(handle.encode()).hexdigest()
@@ -387,7 +411,7 @@ class CSIPlugin:
             try:
                 await driver.client.stage(handle, staging, cap, publish_context, context, secrets)
             except CSICallError as err:
-                raise ClaimError(f'MountVolume.MountDevice failed for volume "{volume}" : {err}') from None
+                raise VolumeError(f'MountVolume.MountDevice failed for volume "{volume}" : {err}') from None
             await asyncio.to_thread(_write_data, folder, VolumeData(driver.name, handle, "", staging))
 
     async def _publish(
@@ -415,7 +439,7 @@ class CSIPlugin:
             )
         except CSICallError as err:
             message = f'MountVolume.SetUp failed for volume "{volume}" : {err}'
-            raise (VolumeError(message) if ephemeral else ClaimError(message)) from None
+            raise VolumeError(message) from None
         await asyncio.to_thread(
             _write_data, folder, VolumeData(driver.name, handle, str(target), staging, ephemeral, extra)
         )
@@ -487,6 +511,18 @@ def _claim_of(pod: dict[str, Any], volume: str) -> dict[str, str]:
     return out
 
 
+def volume_mount_group(node_caps: set[int], pod: dict[str, Any]) -> str:
+    """The pod's fsGroup as the driver is to mount the volume with it (VolumeCapability.MountVolume's
+    volume_mount_group in NodeStageVolume and NodePublishVolume), when the driver's node service has the
+    VOLUME_MOUNT_GROUP capability: upstream's DelegateFSGroupToCSIDriver, GA since 1.26, under which
+    the kubelet then changes no ownership itself and does not look at the CSIDriver's fsGroupPolicy.
+    "" when the driver lacks the capability or the pod sets no fsGroup."""
+    fs_group = ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
+    if fs_group is None or MOUNT_GROUP_CAP not in node_caps:
+        return ""
+    return str(int(fs_group))
+
+
 def fs_group_applies(
     csidriver: dict[str, Any] | None, fs_group: Any, fs_type: str, modes: list[str] | None, read_only: bool
 ) -> bool:
@@ -522,12 +558,19 @@ def _pod_info(pod: dict[str, Any], csidriver: dict[str, Any] | None, ephemeral: 
     return out
 
 
-async def _secrets(host: VolumeHost, namespace: str, ref: dict[str, Any] | None) -> dict[str, str]:
+async def _secrets(
+    host: VolumeHost, which: tuple[str, str], volume: str, ref: dict[str, Any] | None
+) -> dict[str, str]:
+    """The data of the Secret `ref` names, for a stage or publish call (`which`: the operation and the
+    field); one that cannot be read fails the operation with upstream's message."""
     if not ref or not ref.get("name"):
         return {}
-    secret = await host.fetch("Secret", ref.get("namespace") or namespace, ref["name"])
+    namespace, name = ref.get("namespace") or "", ref["name"]
+    secret = await host.fetch("Secret", namespace, name)
     if secret is None:
-        raise ClaimError(
-            f"fetching NodePublishSecretRef {ref.get('namespace') or namespace}/{ref['name']} failed"
+        operation, field = which
+        raise VolumeError(
+            f'{operation} failed for volume "{volume}" : fetching {field} {namespace}/{name} failed: '
+            f'secrets "{name}" not found'
         )
     return {k: base64.b64decode(v).decode(errors="replace") for k, v in (secret.get("data") or {}).items()}

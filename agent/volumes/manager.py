@@ -22,6 +22,7 @@ from agent.volumes import claims, subpath
 from agent.volumes.emptydir import EmptyDirPlugin, disk_usage, unmount_under
 from agent.volumes.hostpath import HostPathPlugin
 from agent.volumes.plugin import (
+    AttachPending,
     Fetch,
     FieldValue,
     PluginTable,
@@ -81,21 +82,29 @@ class VolumeManager:
         return self.host.pod_volumes_dir(uid)
 
     async def prepare(self, pod: dict[str, Any]) -> dict[str, ReadyVolume]:
-        """Every volume of the pod, ready to mount; raises VolumeError for the first that is not (for
-        claims: every claim that is not, in the kubelet's `Unable to attach or mount volumes` form)."""
+        """Every volume of the pod, ready to mount. Each volume is tried (as upstream's reconciler tries
+        each on its own); when one is not ready, VolumeError carries the kubelet's FailedMount messages:
+        each failed operation's own (`MountVolume.SetUp failed for volume ...`) and, for claims the
+        desired-state populator could not process, the volume manager's `Unable to attach or mount
+        volumes` message. A volume that only waits for its attachment adds no message."""
         ready = {}
-        waiting: list[tuple[str, str]] = []
+        unprocessed: list[tuple[str, str]] = []
+        unattached: list[str] = []
+        failed: list[str] = []
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             try:
                 ready[volume["name"]] = await self._prepare_one(pod, volume)
             except claims.ClaimError as err:
-                waiting.append((volume["name"], str(err)))
-        if waiting:
-            names = " ".join(sorted(n for n, _ in waiting))
-            raise VolumeError(
-                f"Unable to attach or mount volumes: unmounted volumes=[{names}], unattached volumes=[{names}], "
-                f"failed to process volumes=[{names}]: {'; '.join(m for _, m in waiting)}"
-            )
+                unprocessed.append((volume["name"], str(err)))
+            except AttachPending:
+                unattached.append(volume["name"])
+            except VolumeError as err:
+                failed.extend(err.messages)
+        messages = []
+        if unprocessed:
+            messages.append(wait_message(pod, ready, sorted(unattached), unprocessed))
+        if messages or failed or unattached:
+            raise VolumeError(*messages, *failed)
         return ready
 
     async def refresh(self, pod: dict[str, Any]) -> bool:
@@ -165,6 +174,32 @@ class VolumeManager:
                 "by this node"
             )
         return await plugin.set_up(self.host, pod, volume)
+
+
+def wait_message(
+    pod: dict[str, Any],
+    ready: dict[str, ReadyVolume],
+    unattached: list[str],
+    unprocessed: list[tuple[str, str]],
+) -> str:
+    """upstream's FailedMount for a pod whose claims the populator could not process (kubelet.go's
+    `Unable to attach or mount volumes: %v` over WaitForAttachAndMount's error): the volumes the
+    containers use that are not mounted, those waiting for their attachment, those not processed, then
+    the populator's errors. Each list sorted, space-separated, as Go prints a []string."""
+    used = {
+        ref["name"]
+        for kind in ("initContainers", "containers", "ephemeralContainers")
+        for c in (pod.get("spec") or {}).get(kind) or []
+        for ref in [*(c.get("volumeMounts") or []), *(c.get("volumeDevices") or [])]
+    }
+    names = [v["name"] for v in (pod.get("spec") or {}).get("volumes") or []]
+    unmounted = sorted(n for n in names if n not in ready and n in used)
+    not_processed = sorted(n for n, _ in unprocessed)
+    return (
+        f"Unable to attach or mount volumes: unmounted volumes=[{' '.join(unmounted)}], "
+        f"unattached volumes=[{' '.join(unattached)}], failed to process volumes=[{' '.join(not_processed)}]: "
+        + "; ".join(m for _, m in unprocessed)
+    )
 
 
 def limited_empty_dirs(pod: dict[str, Any]) -> list[dict[str, Any]]:

@@ -28,7 +28,21 @@ Record = Callable[[dict[str, Any], str, str, str], None]
 
 
 class VolumeError(Exception):
-    """A volume cannot be set up now (FailedMount); the message is upstream's wording."""
+    """Volumes cannot be set up now: `messages` are the FailedMount events the kubelet records for it, in
+    upstream's wording (one per failed operation; none while a volume only waits for its attachment)."""
+
+    def __init__(self, *messages: str) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = messages
+
+
+class AttachPending(VolumeError):
+    """The volume waits for the attach/detach controller to attach it: the kubelet records no event for
+    that (the controller's FailedAttachVolume tells why); the pod waits and the volume counts among the
+    `unattached volumes` of the kubelet's wait message."""
+
+    def __init__(self) -> None:
+        super().__init__()
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,10 @@ async def _call(method_name: str, method, request, deadline: float):
     try:
         return await method(request, timeout=deadline)  # the gRPC deadline, sent to the driver
     except grpc.aio.AioRpcError as err:
-        raise CSICallError(method_name, err.code(), err.details() or "") from None
+        details = err.details() or ""
+        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and details == "Deadline Exceeded":
+            details = "context deadline exceeded"  # our deadline ran out: Go's text, as upstream's reads
+        raise CSICallError(method_name, err.code(), details) from None
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,17 @@ def attachment_name(handle: str, driver: str, node: str) -> str:
     return "csi-" + hashlib.sha256(f"{handle}{driver}{node}".encode()).hexdigest()
 
 
-def capability(fs_type: str, mount_flags: list[str], access_mode: int, block: bool = False):
-    """A VolumeCapability: mount (with fsType and flags) or block, and its access mode."""
+def capability(
+    fs_type: str, mount_flags: list[str], access_mode: int, block: bool = False, mount_group: str = ""
+):
+    """A VolumeCapability: mount (with fsType, flags and the volume_mount_group the driver is to mount
+    with, the pod's fsGroup as decimal text) or block, and its access mode."""
     mode = pb.VolumeCapability.AccessMode(mode=access_mode)
     if block:
         return pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(), access_mode=mode)
-    mount = pb.VolumeCapability.MountVolume(fs_type=fs_type, mount_flags=mount_flags)
+    mount = pb.VolumeCapability.MountVolume(
+        fs_type=fs_type, mount_flags=mount_flags, volume_mount_group=mount_group
+    )
     return pb.VolumeCapability(mount=mount, access_mode=mode)
 
 

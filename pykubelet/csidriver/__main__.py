@@ -34,6 +34,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--topology-key", default="", help="report the node's topology under this key")
     p.add_argument("--call-log", type=Path, help="append every call here as a JSON line")
     p.add_argument("--no-expansion", action="store_true", help="advertise no volume expansion")
+    p.add_argument("--publish-delay", type=float, default=0.0, help="seconds NodePublishVolume waits first")
+    p.add_argument(
+        "--volume-mount-group",
+        action="store_true",
+        help="advertise VOLUME_MOUNT_GROUP: mount with the CO's fsGroup (volume_mount_group)",
+    )
     return p.parse_args(argv)
 
 
@@ -60,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         args.topology_key,
         args.call_log,
         not args.no_expansion,
+        mount_group=args.volume_mount_group,
+        publish_delay=args.publish_delay,
     )
     driver = Driver(cfg)
     endpoint = os.path.abspath(args.endpoint)

@@ -3,9 +3,13 @@
 A volume is the folder <state>/volumes/<volume_id>. CreateVolume makes it (the CO's name is the id, so a
 retried call finds the same volume), DeleteVolume removes it. NodeStageVolume binds it at the staging
 path, NodePublishVolume binds the staging path (or, for an ephemeral inline volume, a folder made for it
-then) at the target, read-only when asked; the Unpublish and Unstage calls undo that. Expansion (on
+then) at the target, read-only when asked (after --publish-delay, mounting nothing once the caller's
+deadline has passed); the Unpublish and Unstage calls undo that. Expansion (on
 unless switched off) is online: ControllerExpandVolume takes the new size and asks for the node's part,
-NodeExpandVolume checks the published path. ControllerPublish
+NodeExpandVolume checks the published path. With the VOLUME_MOUNT_GROUP node capability switched on, a
+NodeStageVolume or NodePublishVolume whose capability carries volume_mount_group gives the volume's root
+that group with group read, write and search and the setgid bit, as a file system mounted with a gid=
+option shows its root (a bind mount has no such option; what lies inside keeps its owner). ControllerPublish
 records the attachment as a file <state>/attachments/<volume_id>@<node_id>.
 
 Every call is appended to the call log (one JSON line: the method and its request, secrets left out),
@@ -18,6 +22,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +54,8 @@ class DriverConfig:
     call_log: Path | None = None
     expansion: bool = True  # ControllerExpandVolume and NodeExpandVolume (online expansion)
     max_volume_size: int = 1 << 40  # bytes: a larger capacity is OUT_OF_RANGE (csi-driver-host-path's 1 TiB)
+    mount_group: bool = False  # the VOLUME_MOUNT_GROUP node capability (the CO's fsGroup at mount)
+    publish_delay: float = 0.0  # seconds NodePublishVolume takes before it mounts (a slow driver)
 
 
 class CallLog:
@@ -179,6 +186,8 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         kinds = [rpc.STAGE_UNSTAGE_VOLUME, rpc.GET_VOLUME_STATS] + (
             [rpc.EXPAND_VOLUME] if self.cfg.expansion else []
         )
+        if self.cfg.mount_group:
+            kinds.append(rpc.VOLUME_MOUNT_GROUP)
         return pb.NodeGetCapabilitiesResponse(
             capabilities=[pb.NodeServiceCapability(rpc=rpc(type=k)) for k in kinds]
         )
@@ -198,6 +207,7 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         if not folder.is_dir():
             context.abort(grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
         bind(str(folder), request.staging_target_path)
+        self._mount_group(request.volume_capability, request.staging_target_path, context)
         return pb.NodeStageVolumeResponse()
 
     def NodeUnstageVolume(self, request, context):
@@ -207,6 +217,10 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
 
     def NodePublishVolume(self, request, context):
         self.log.write("NodePublishVolume", request)
+        if self.cfg.publish_delay:
+            time.sleep(self.cfg.publish_delay)
+            if not context.is_active():  # the CO gave up waiting: mount nothing it no longer expects
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the caller's deadline passed")
         if not request.target_path:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "target path missing in request")
         folder = self._volume(request.volume_id, context)
@@ -219,7 +233,20 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         else:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "volume is not staged")
         bind(source, request.target_path, request.readonly)
+        if not request.readonly:
+            self._mount_group(request.volume_capability, request.target_path, context)
         return pb.NodePublishVolumeResponse()
+
+    def _mount_group(self, cap: pb.VolumeCapability, path: str, context) -> None:
+        group = cap.mount.volume_mount_group
+        if not group:
+            return
+        if not self.cfg.mount_group:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "volume_mount_group is not supported")
+        if not group.isdigit():
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid volume_mount_group {group!r}")
+        os.chown(path, -1, int(group))
+        os.chmod(path, os.stat(path).st_mode & 0o7777 | 0o2070)
 
     def NodeUnpublishVolume(self, request, context):
         self.log.write("NodeUnpublishVolume", request)

@@ -1,7 +1,8 @@
 """PVC-backed volumes on the real stack (our API server, controllers, scheduler and agent on a real
 containerd), checked on the host as e2e cannot: a static hostPath PersistentVolume bound to a claim is
 bind-mounted into the pod (what the pod writes is in the host folder; a readOnly claim source refuses
-writes); a pod bound to the node with an unbound claim waits in ContainerCreating with the kubelet's
+writes); a local PersistentVolume's figures reach /stats/summary and kubelet_volume_stats_*; a pod bound
+to the node with an unbound claim waits in ContainerCreating with the kubelet's
 FailedMount text and starts once a volume binds; the local-path provisioner's folder is made on the node
 and removed (by its helper pod) with the claim; a pod's RuntimeClass handler reaches RunPodSandbox, and a
 missing RuntimeClass fails the sandbox with the kubelet's message."""
@@ -18,6 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from e2e.waiting import finished, wait_for
+from tests.csi.conftest import volume_stats_reported
 from tests.rig.stacks import exists, fresh_namespace, leased_stack
 
 pytestmark = pytest.mark.integration
@@ -149,6 +151,33 @@ def test_static_host_path_volume_mounted_and_read_only(stack, kube, namespace, t
         cleanup_pv(kube, pv_name)
 
 
+def test_local_volume_reported_in_stats_and_metrics(stack, kube, namespace, tmp_path) -> None:
+    """A running pod's claim bound to a `local` PersistentVolume: its volume entry in /stats/summary
+    (with its pvcRef) and the claim's kubelet_volume_stats_* carry the statfs figures of the local path's
+    file system, as upstream's local plugin reports them."""
+    disk = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+    disk.mkdir()
+    pv_name = f"local-{namespace}"
+    body = static_pv(pv_name, disk, stack.node_name)
+    del body["spec"]["hostPath"]
+    body["spec"]["local"] = {"path": str(disk)}
+    kube.create_persistent_volume(body)
+    try:
+        kube.create_namespaced_persistent_volume_claim(namespace, static_claim("disk"))
+        kube.create_namespaced_pod(
+            namespace, pod("user", stack.images.busybox, "echo x > /data/f && sleep 3600", "disk")
+        )
+        wait_for(lambda: (disk / "f").exists(), 120, what="the container's write on the local volume")
+        volume_stats_reported(kube, stack.node_name, namespace, "user", "disk", disk)
+    finally:
+        try:
+            kube.delete_namespaced_pod("user", namespace, grace_period_seconds=0)
+        except ApiException:
+            pass
+        kube.delete_namespaced_persistent_volume_claim("disk", namespace)
+        cleanup_pv(kube, pv_name)
+
+
 def test_unbound_claim_waits_with_failed_mount_then_starts(stack, kube, namespace, tmp_path) -> None:
     kube.create_namespaced_persistent_volume_claim(namespace, static_claim("later"))
     # nodeName set: no scheduler stands between the pod and the agent, so the agent meets the unbound claim
@@ -158,7 +187,7 @@ def test_unbound_claim_waits_with_failed_mount_then_starts(stack, kube, namespac
     failed = wait_for(lambda: event(kube, namespace, "waits", "FailedMount"), 60, what="FailedMount")
     assert failed.type == "Warning"
     assert failed.message == (
-        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[data], failed to "
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to "
         f"process volumes=[data]: error processing PVC {namespace}/later: PVC is not bound"
     )
     waiting = kube.read_namespaced_pod("waits", namespace)

@@ -5,11 +5,14 @@ FailedMount text naming every waiting volume."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from agent.volumes import VolumeError, VolumeManager, container_mounts
+from agent.csi.registry import DriverRegistry
+from agent.volumes import VolumeError, VolumeManager, container_mounts, default_table
+from agent.volumes.csi import CSIPlugin
 
 OBJECTS: dict[tuple[str, str], dict] = {}
 
@@ -34,7 +37,11 @@ def pv(name: str, uid: str | None = "c-uid", **source) -> dict:
 
 
 def pod(*volumes: dict) -> dict:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "pod-1"}, "spec": {"volumes": list(volumes)}}
+    mounts = [{"name": v["name"], "mountPath": f"/{v['name']}"} for v in volumes]
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "pod-1"},
+        "spec": {"volumes": list(volumes), "containers": [{"name": "c", "volumeMounts": mounts}]},
+    }
 
 
 def uses(name: str, volume: str = "data", read_only: bool = False) -> dict:
@@ -77,10 +84,46 @@ async def test_bound_claim_host_path_is_created_and_mounted(manager, tmp_path) -
 async def test_local_volume_needs_its_path(manager, tmp_path) -> None:
     OBJECTS[("PersistentVolumeClaim", "data")] = claim("data", volume="local-1")
     OBJECTS[("PersistentVolume", "local-1")] = pv("local-1", local={"path": str(tmp_path / "disk")})
-    with pytest.raises(VolumeError, match='path ".*disk" does not exist'):
+    with pytest.raises(VolumeError) as err:
         await manager.prepare(pod(uses("data")))
+    assert err.value.messages == (
+        f'MountVolume.NewMounter initialization failed for volume "local-1" : path "{tmp_path / "disk"}" '
+        "does not exist",
+    )
     (tmp_path / "disk").mkdir()
     assert (await manager.prepare(pod(uses("data"))))["data"].host_path == str(tmp_path / "disk")
+
+
+async def test_local_volume_measured_as_its_file_system(tmp_path) -> None:
+    """A local volume's figures are the statfs of its path (upstream's local plugin metrics), named by
+    the pod's volume with the claim behind it; a hostPath volume reports none, as upstream's. (The node's
+    table as the agent builds it: CSI serves the claims with a csi source.)"""
+    csi = CSIPlugin(DriverRegistry(), "node-a")
+    manager = VolumeManager(
+        str(tmp_path / "root"),
+        fetch,
+        lambda p, path: "",
+        table=default_table(extra=[csi], claim_sources=[csi]),
+    )
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    OBJECTS[("PersistentVolumeClaim", "data")] = claim("data", volume="local-1")
+    OBJECTS[("PersistentVolume", "local-1")] = pv("local-1", local={"path": str(disk)})
+    OBJECTS[("PersistentVolumeClaim", "other")] = claim("other", volume="host-1")
+    OBJECTS[("PersistentVolume", "host-1")] = pv("host-1", hostPath={"path": str(tmp_path / "h")})
+    the_pod = pod(uses("data", "store"), uses("other", "plain"))
+    await manager.prepare(the_pod)
+    (usage,) = await manager.stats(the_pod["metadata"]["uid"])
+    fs = os.statvfs(disk)
+    assert (usage.name, usage.folder, usage.claim) == (
+        "store",
+        "kubernetes.io~local-volume/local-1",
+        ("ns", "data"),
+    )
+    assert (usage.capacity, usage.inodes) == (fs.f_blocks * fs.f_frsize, fs.f_files)
+    assert 0 < usage.used <= usage.capacity and 0 < usage.available <= usage.capacity
+    assert usage.inodes_used == usage.inodes - usage.inodes_free and usage.inodes_used > 0
+    await manager.teardown(the_pod["metadata"]["uid"])
 
 
 @pytest.mark.parametrize(
@@ -121,6 +164,6 @@ async def test_claims_not_ready_keep_the_pod_waiting(manager, objects_, why) -> 
     with pytest.raises(VolumeError) as err:
         await manager.prepare(pod(uses("data"), {"name": "scratch", "emptyDir": {}}))
     assert str(err.value) == (
-        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[data], "
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], "
         f"failed to process volumes=[data]: error processing PVC ns/data: {why}"
     )

@@ -1,4 +1,5 @@
-"""The host-path CSI driver (pykubelet.csidriver) started as a process, as the rig and a node run it."""
+"""The host-path CSI driver (pykubelet.csidriver) started as a process, as the rig and a node run it; what
+a node reports of a claim's volume (shared with the agent's persistent-volume stack tests)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.waiting import wait_for
 
 
 @dataclass
@@ -95,3 +99,40 @@ def csi_driver(short_dir: Path) -> Iterator[RunningDriver]:
     )
     yield driver
     driver.stop()
+
+
+def volume_stats_reported(kube, node: str, namespace: str, pod_name: str, claim: str, path: Path) -> None:
+    """The node's /metrics and /stats/summary (through the API server's nodes/proxy) carry the figures of
+    the file system holding `path` for the claim's volume (the pod's volume `data`): kubelet_volume_stats_*
+    labelled namespace and persistentvolumeclaim, and the pod's volume entry with its pvcRef."""
+    fs = os.statvfs(path)
+    labels = {"namespace": namespace, "persistentvolumeclaim": claim}
+
+    def series() -> dict[str, float]:
+        text = kube.connect_get_node_proxy_with_path(node, "metrics")
+        return {
+            s.name: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name.startswith("kubelet_volume_stats_") and s.labels == labels
+        }
+
+    got = wait_for(lambda: len(series()) == 6 and series(), 60, what="the claim's volume stats series")
+    assert got["kubelet_volume_stats_capacity_bytes"] == fs.f_blocks * fs.f_frsize
+    assert got["kubelet_volume_stats_inodes"] == fs.f_files
+    assert 0 < got["kubelet_volume_stats_used_bytes"] <= got["kubelet_volume_stats_capacity_bytes"]
+    assert 0 < got["kubelet_volume_stats_inodes_used"] <= got["kubelet_volume_stats_inodes"]
+    assert {k.removeprefix("kubelet_volume_stats_") for k in got} == {
+        "capacity_bytes",
+        "available_bytes",
+        "used_bytes",
+        "inodes",
+        "inodes_free",
+        "inodes_used",
+    }
+    raw = kube.connect_get_node_proxy_with_path(node, "stats/summary", _preload_content=False)
+    summary = json.loads(raw.data)
+    (entry,) = [p for p in summary["pods"] if p["podRef"]["name"] == pod_name]
+    (volume,) = [v for v in entry["volume"] if v["name"] == "data"]
+    assert volume["pvcRef"] == {"name": claim, "namespace": namespace}
+    assert (volume["capacityBytes"], volume["inodes"]) == (fs.f_blocks * fs.f_frsize, fs.f_files)

@@ -1,7 +1,8 @@
 """The CSI resizer's decisions without a driver or an API (kubeclient.csi.resize and
 controlplane/controllers/volume/csiresizer.py): which size a claim's volume is expanded to from the
 claim's resize status (upstream's expandAndRecover), how the resize conditions merge, and the size as the
-resizer writes it; where the kubelet applies fsGroup to a CSI publication by the fsGroupPolicy."""
+resizer writes it; where the kubelet applies fsGroup to a CSI publication by the fsGroupPolicy; when
+the attach/detach controller reports an attachment that waited too long."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import pytest
 
 from agent.volumes.csi import fs_group_applies
+from controlplane.controllers.volume.attachdetach import ATTACH_TIMEOUT, attach_timeout
 from controlplane.controllers.volume.csiresizer import target_size
 from kubeclient.csi.resize import binary, condition, merge_conditions
 
@@ -131,3 +133,22 @@ def test_allowed_topologies_become_the_requisite() -> None:
     assert requirements({}, None) == ([], [])
     with pytest.raises(ValueError, match="from selected node is not in requisite"):
         requirements(sc, {zone: "d"})
+
+
+def test_attach_timeout_is_due_two_minutes_after_the_attachment_or_its_last_report() -> None:
+    """upstream's csiAttacher waits 2 minutes for `attached`, then fails the attach (FailedAttachVolume
+    with its timeout text) and tries again, waiting as long."""
+    attachment = {
+        "metadata": {"name": "csi-1", "creationTimestamp": "2026-12-06T04:00:00Z"},
+        "spec": {"attacher": "attach.csi.example.com", "nodeName": "n"},
+    }
+    made = 1796529600.0  # 2026-12-06T04:00:00Z
+    assert attach_timeout(attachment, "vol-9", 0.0, made + 30) == ("", 90.0)
+    message, wait = attach_timeout(attachment, "vol-9", 0.0, made + 120)
+    assert message == (
+        "timed out waiting for external-attacher of attach.csi.example.com CSI driver to attach volume vol-9"
+    )
+    assert wait == ATTACH_TIMEOUT == 120.0
+    # reported at +120: the next one is due at +240
+    assert attach_timeout(attachment, "vol-9", made + 120, made + 200) == ("", 40.0)
+    assert attach_timeout(attachment, "vol-9", made + 120, made + 240)[0] == message

@@ -11,7 +11,8 @@ and its allocatable count refuses one volume too many (NodeVolumeLimits), detach
 no longer reports it in volumesInUse; a driver restarted under a
 mounted volume keeps the mount and registers again; the node reports the volume's stats; a claim of an
 expandable class grows online through the resizer beside the driver and the node, and is refused a
-shrink below its capacity."""
+shrink below its capacity; bad input (a refused CreateVolume, a driver not registered, a failed
+ControllerPublish) gets upstream 1.32's events word for word."""
 
 from __future__ import annotations
 
@@ -25,12 +26,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.waiting import finished, wait_for
 from pykubelet.rig import csi as rigcsi
 from pykubelet.rig.csi import CLASS, DEFAULT_CLASS
-from tests.csi.conftest import mounts_under
+from tests.csi.conftest import mounts_under, volume_stats_reported
 from tests.rig.stacks import exists, fresh_namespace, leased_stack
 
 pytestmark = pytest.mark.integration
@@ -472,43 +472,6 @@ def test_generic_ephemeral_volume_made_and_gone_with_its_pod(
         storage.delete_storage_class(sc_name)
 
 
-def _volume_stats_reported(stack, kube, namespace: str, pod_name: str, claim: str, backing) -> None:
-    """The node's /metrics and /stats/summary (through the API server's nodes/proxy) carry the driver's
-    NodeGetVolumeStats figures for the claim's volume: kubelet_volume_stats_* labelled namespace and
-    persistentvolumeclaim, and the pod's volume entry with its pvcRef."""
-    fs = os.statvfs(backing)
-    labels = {"namespace": namespace, "persistentvolumeclaim": claim}
-
-    def series() -> dict[str, float]:
-        text = kube.connect_get_node_proxy_with_path(stack.node_name, "metrics")
-        return {
-            s.name: s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-            if s.name.startswith("kubelet_volume_stats_") and s.labels == labels
-        }
-
-    got = wait_for(lambda: len(series()) == 6 and series(), 60, what="the claim's volume stats series")
-    assert got["kubelet_volume_stats_capacity_bytes"] == fs.f_blocks * fs.f_frsize
-    assert got["kubelet_volume_stats_inodes"] == fs.f_files
-    assert 0 < got["kubelet_volume_stats_used_bytes"] <= got["kubelet_volume_stats_capacity_bytes"]
-    assert 0 < got["kubelet_volume_stats_inodes_used"] <= got["kubelet_volume_stats_inodes"]
-    assert {k.removeprefix("kubelet_volume_stats_") for k in got} == {
-        "capacity_bytes",
-        "available_bytes",
-        "used_bytes",
-        "inodes",
-        "inodes_free",
-        "inodes_used",
-    }
-    raw = kube.connect_get_node_proxy_with_path(stack.node_name, "stats/summary", _preload_content=False)
-    summary = json.loads(raw.data)
-    (entry,) = [p for p in summary["pods"] if p["podRef"]["name"] == pod_name]
-    (volume,) = [v for v in entry["volume"] if v["name"] == "data"]
-    assert volume["pvcRef"] == {"name": claim, "namespace": namespace}
-    assert (volume["capacityBytes"], volume["inodes"]) == (fs.f_blocks * fs.f_frsize, fs.f_files)
-
-
 def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, csidriver, namespace) -> None:
     """The driver restarted while a pod's volume is mounted: the mount stays, the agent deregisters the
     driver when its socket goes and registers it again when it is back (a second handshake), and the
@@ -540,7 +503,7 @@ def test_driver_restart_keeps_mounts_and_registers_again(stack, kube, storage, c
         )
         handle = kube.read_persistent_volume(volume).spec.csi.volume_handle
         wait_for(lambda: (beside.backing / handle / "b").exists(), 180, what="the container's write")
-        _volume_stats_reported(stack, kube, namespace, "keeper", "keep", beside.backing / handle)
+        volume_stats_reported(kube, stack.node_name, namespace, "keeper", "keep", beside.backing / handle)
         mounted = mounts_under(beside.agent_root)
         notified = len(beside.calls("NotifyRegistrationStatus"))
         beside.restart_driver()
@@ -745,3 +708,136 @@ def test_online_expansion_through_the_resizer_and_the_node(
     finally:
         storage.delete_storage_class(grow_sc)
         storage.delete_storage_class(fixed_sc)
+
+
+def _static_pv(name: str, driver: str, handle: str) -> dict:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "8Mi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "csi": {"driver": driver, "volumeHandle": handle},
+        },
+    }
+
+
+def _static_claim(name: str, pv_name: str) -> dict:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "8Mi"}},
+            "storageClassName": "",
+            "volumeName": pv_name,
+        },
+    }
+
+
+def test_bad_input_gets_upstreams_events_word_for_word(stack, kube, storage, namespace) -> None:
+    """A CreateVolume the driver refuses: the PV controller's ExternalProvisioning, the provisioner's
+    Provisioning and ProvisioningFailed; a PV naming a driver not registered on the node: the kubelet's
+    MountDevice FailedMount; a ControllerPublish that fails: the attach/detach controller's
+    FailedAttachVolume and no FailedMount of the kubelet's (it waits for the attachment in silence). Each
+    pod stays ContainerCreating; the texts are upstream 1.32's."""
+    sc_name, missing = f"bad-{namespace}", "missing.csi.pykubelet.io"
+    ghost_pv, lost_pv = f"ghost-{namespace}", f"lost-{namespace}"
+    storage.create_storage_class({"metadata": {"name": sc_name}, "provisioner": DRIVER})
+    storage.create_csi_driver({"metadata": {"name": missing}, "spec": {"attachRequired": False}})
+    try:
+        kube.create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "huge"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "2Ti"}},
+                    "storageClassName": sc_name,
+                },
+            },
+        )
+        for name, pv_name, driver, handle in (
+            ("ghost", ghost_pv, missing, "h-1"),
+            ("lost", lost_pv, ATTACHING, "nowhere"),
+        ):
+            kube.create_persistent_volume(_static_pv(pv_name, driver, handle))
+            kube.create_namespaced_persistent_volume_claim(namespace, _static_claim(name, pv_name))
+        for name in ("ghost", "lost"):  # bound first: the node meets no claim still binding
+            wait_for(
+                lambda n=name: (
+                    kube.read_namespaced_persistent_volume_claim(n, namespace).status.phase == "Bound"
+                ),
+                60,
+                what="the claim bound",
+            )
+            kube.create_namespaced_pod(
+                namespace,
+                pod(name, stack.images.busybox, "true", {"persistentVolumeClaim": {"claimName": name}}),
+            )
+
+        huge = wait_for(
+            lambda: (r := _reasons(kube, namespace, "huge")).get("ProvisioningFailed") and r,
+            90,
+            what="ProvisioningFailed",
+        )
+        assert huge["ExternalProvisioning"] == (
+            f"Waiting for a volume to be created either by the external provisioner '{DRIVER}' or manually by "
+            "the system administrator. If volume creation is delayed, please verify that the provisioner is "
+            "running and correctly registered."
+        )
+        assert (
+            huge["Provisioning"]
+            == f'External provisioner is provisioning volume for claim "{namespace}/huge"'
+        )
+        assert huge["ProvisioningFailed"] == (
+            f'failed to provision volume with StorageClass "{sc_name}": rpc error: code = OutOfRange desc = '
+            f"Requested capacity {2 << 40} exceeds maximum allowed {1 << 40}"
+        )
+
+        ghost = wait_for(
+            lambda: _reasons(kube, namespace, "ghost").get("FailedMount"), 120, what="FailedMount"
+        )
+        assert ghost == (
+            f'MountVolume.MountDevice failed for volume "{ghost_pv}" : kubernetes.io/csi: attacher.MountDevice '
+            f"failed to create newCsiDriverClient: driver name {missing} not found in the list of registered "
+            "CSI drivers"
+        )
+
+        lost = wait_for(
+            lambda: _reasons(kube, namespace, "lost").get("FailedAttachVolume"),
+            120,
+            what="FailedAttachVolume",
+        )
+        assert lost == (
+            f'AttachVolume.Attach failed for volume "{lost_pv}" : rpc error: code = NotFound desc = volume '
+            "nowhere not found"
+        )
+        for name in ("ghost", "lost"):
+            waiting = kube.read_namespaced_pod(name, namespace).status
+            assert waiting.phase == "Pending"
+            assert waiting.container_statuses[0].state.waiting.reason == "ContainerCreating"
+        assert "FailedMount" not in _reasons(kube, namespace, "lost")
+        for name in ("ghost", "lost"):
+            kube.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        for name in ("ghost", "lost"):
+            wait_for(
+                lambda n=name: not exists(lambda: kube.read_namespaced_pod(n, namespace)), 90, what="pod gone"
+            )
+        wait_for(
+            lambda: not [a for a in storage.list_volume_attachment().items if a.spec.attacher == ATTACHING],
+            90,
+            what="the failed attachment gone",
+        )
+    finally:
+        for name in ("huge", "ghost", "lost"):
+            try:
+                kube.delete_namespaced_persistent_volume_claim(name, namespace)
+            except ApiException:
+                pass
+        for name in (ghost_pv, lost_pv):
+            try:
+                kube.delete_persistent_volume(name)
+            except ApiException:
+                pass
+        storage.delete_csi_driver(missing)
+        storage.delete_storage_class(sc_name)

@@ -3,18 +3,22 @@ plugin watcher sees its registration socket, does the GetInfo / NotifyRegistrati
 NodeGetInfo, hands the driver on for the CSINode entry, deregisters it when the socket goes; the volume
 manager (CSI plugin in its table) stages a claim's CSI volume once for two pods, publishes it per pod
 with the pod's info, read-only where asked, waits for the VolumeAttachment where the CSIDriver wants one,
-publishes an inline ephemeral volume, and leaves nothing mounted once the pods are taken down. The API
-reads are a dict here (the API kinds are tested in the stack test)."""
+publishes an inline ephemeral volume, and leaves nothing mounted once the pods are taken down; the
+pod's fsGroup goes by the fsGroupPolicy, or to a driver with VOLUME_MOUNT_GROUP as volume_mount_group;
+a NodePublishVolume that times out is upstream's FailedMount. The API reads are a dict here (the API
+kinds are tested in the stack test)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
 import pytest
 
 import agent.csi.watcher as w
+import kubeclient.csi.client as csiclient
 from agent.csi.registry import DriverRegistry, RegisteredDriver
 from agent.csi.watcher import PluginWatcher
 from agent.volumes import VolumeError, VolumeManager, container_mounts, default_table
@@ -164,21 +168,18 @@ async def test_registration_staging_publishing_and_nothing_left(short_dir: Path,
         assert mounts_under(root) == []
         assert [v.name for v in (driver.state_dir / "volumes").iterdir()] == ["vol-1"]  # the inline one went
 
-        # attachRequired: the pod waits for the VolumeAttachment to say attached
+        # attachRequired: the pod waits for the VolumeAttachment to say attached, with no FailedMount of
+        # the kubelet's (the attach/detach controller reports FailedAttachVolume)
         objects[("CSIDriver", DRIVER)]["spec"]["attachRequired"] = True
-        with pytest.raises(VolumeError) as err:
-            await manager.prepare(pod("uid-d", claim, name="d"))
         name = attachment_name("vol-1", DRIVER, "node-a")
-        assert str(err.value).endswith(
-            f'MountVolume.WaitForAttach failed for volume "pv-1" : volumeattachments.storage.k8s.io "{name}" not found'
-        )
-        assert str(err.value).startswith("Unable to attach or mount volumes: unmounted volumes=[data]")
-        objects[("VolumeAttachment", name)] = {"metadata": {"name": name}, "status": {"attached": False}}
-        with pytest.raises(VolumeError) as err:
-            await manager.prepare(pod("uid-d", claim, name="d"))
-        assert str(err.value).endswith(
-            f"timed out waiting for external-attacher of {DRIVER} CSI driver to attach volume vol-1"
-        )
+        stages = len(driver.calls("NodeStageVolume"))
+        for attachment in (None, {"attached": False}, {"attached": False, "attachError": {"message": "x"}}):
+            if attachment is not None:
+                objects[("VolumeAttachment", name)] = {"metadata": {"name": name}, "status": attachment}
+            with pytest.raises(VolumeError) as err:
+                await manager.prepare(pod("uid-d", claim, name="d"))
+            assert err.value.messages == ()
+        assert len(driver.calls("NodeStageVolume")) == stages  # nothing staged while it waits
         objects[("VolumeAttachment", name)] = {
             "metadata": {"name": name},
             "status": {"attached": True, "attachmentMetadata": {"lun": "3"}},
@@ -193,7 +194,16 @@ async def test_registration_staging_publishing_and_nothing_left(short_dir: Path,
         assert registry.get(DRIVER) is None
         with pytest.raises(VolumeError) as err:
             await manager.prepare(pod("uid-e", claim, name="e"))
-        assert f"driver name {DRIVER} not found in the list of registered CSI drivers" in str(err.value)
+        assert err.value.messages == (
+            'MountVolume.MountDevice failed for volume "pv-1" : kubernetes.io/csi: attacher.MountDevice failed '
+            f"to create newCsiDriverClient: driver name {DRIVER} not found in the list of registered CSI drivers",
+        )
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-e", inline, name="e"))
+        assert err.value.messages == (
+            'MountVolume.SetUp failed for volume "scratch" : kubernetes.io/csi: mounter.SetUpAt failed to get '
+            f"CSI client: driver name {DRIVER} not found in the list of registered CSI drivers",
+        )
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -331,11 +341,13 @@ async def test_node_expansion_finishes_what_the_resizer_left_pending(short_dir: 
         assert mounts_under(root) == []
 
 
-async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, objects: dict):
-    """The pod's fsGroup on a real publication: left alone with fsGroupPolicy None, applied (group and
-    setgid on the volume's folder, seen through the driver's backing folder) with File."""
+@contextlib.asynccontextmanager
+async def node_with_volume(short_dir: Path, objects: dict, *flags: str, uids: tuple[str, ...]):
+    """The driver (started with `flags`) registered beside a volume manager whose table has CSI, with its
+    volume vol-1 made; on the way out the pods `uids` are taken down, the driver stops and nothing stays
+    mounted."""
     root = short_dir / "kubelet"
-    driver = start_driver(short_dir / "drv")
+    driver = start_driver(short_dir / "drv", *flags)
     registry = DriverRegistry()
 
     async def nothing(_):
@@ -351,12 +363,27 @@ async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, obj
     manager = VolumeManager(
         str(root), fetch, lambda p, f: "", table=default_table(extra=[csi], claim_sources=[csi])
     )
-    claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
-    backing = driver.state_dir / "volumes/vol-1"
     try:
         await until(lambda: registry.get(DRIVER) is not None, "registration")
         rwo = capability("", [], pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
         await registry.get(DRIVER).client.create_volume("vol-1", 0, [rwo], {}, {})
+        yield driver, manager
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.close()
+        for uid in uids:
+            await manager.teardown(uid)
+        driver.stop()
+        assert mounts_under(root) == []
+
+
+async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, objects: dict):
+    """The pod's fsGroup on a real publication: left alone with fsGroupPolicy None, applied (group and
+    setgid on the volume's folder, seen through the driver's backing folder) with File."""
+    claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    async with node_with_volume(short_dir, objects, uids=("uid-n", "uid-f")) as (driver, manager):
+        backing = driver.state_dir / "volumes/vol-1"
         for uid, policy, group in (("uid-n", "None", 0), ("uid-f", "File", 4321)):
             objects[("CSIDriver", DRIVER)]["spec"]["fsGroupPolicy"] = policy
             the_pod = pod(uid, claim_volume, name=uid)
@@ -365,11 +392,76 @@ async def test_fs_group_follows_the_drivers_fs_group_policy(short_dir: Path, obj
             info = backing.stat()
             assert (info.st_gid, bool(info.st_mode & 0o2000)) == (group, group != 0), policy
             await manager.teardown(uid)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await watcher.close()
-        for uid in ("uid-n", "uid-f"):
-            await manager.teardown(uid)
-        driver.stop()
-        assert mounts_under(root) == []
+
+
+async def test_fs_group_goes_to_a_driver_with_volume_mount_group(short_dir: Path, objects: dict):
+    """A driver whose node service has VOLUME_MOUNT_GROUP gets the pod's fsGroup as the capability's
+    volume_mount_group in NodeStageVolume and NodePublishVolume (also on an inline ephemeral volume) and
+    applies it itself (here to the volume's root); the agent walks nothing, though fsGroupPolicy File
+    would have it change every file otherwise: a file already in the volume keeps its group. A pod
+    without fsGroup sends none."""
+    objects[("CSIDriver", DRIVER)]["spec"]["fsGroupPolicy"] = "File"
+    claim_volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    inline = {"name": "scratch", "csi": {"driver": DRIVER}}
+    flag = "--volume-mount-group"
+    async with node_with_volume(short_dir, objects, flag, uids=("uid-g", "uid-h")) as (driver, manager):
+        backing = driver.state_dir / "volumes/vol-1"
+        (backing / "old.txt").write_text("there before")
+        the_pod = pod("uid-g", claim_volume, inline, name="g")
+        the_pod["spec"]["securityContext"] = {"fsGroup": 4321}
+        ready = await manager.prepare(the_pod)
+        (stage,) = driver.calls("NodeStageVolume")
+        publishes = driver.calls("NodePublishVolume")
+        assert stage["volume_capability"]["mount"] == {
+            "mount_flags": ["noatime"],
+            "volume_mount_group": "4321",
+        }
+        assert [p["volume_capability"]["mount"].get("volume_mount_group") for p in publishes] == ["4321"] * 2
+        assert (backing.stat().st_gid, bool(backing.stat().st_mode & 0o2000)) == (4321, True)  # the driver's
+        assert (backing / "old.txt").stat().st_gid == 0  # not walked by the agent
+        assert Path(ready["scratch"].host_path).stat().st_gid == 4321
+        await manager.teardown("uid-g")
+
+        plain = pod("uid-h", claim_volume, name="h")
+        await manager.prepare(plain)
+        assert "volume_mount_group" not in driver.calls("NodePublishVolume")[-1]["volume_capability"]["mount"]
+        await manager.teardown("uid-h")
+
+
+async def test_a_publish_that_times_out_is_upstreams_failed_mount(
+    short_dir: Path, objects: dict, monkeypatch: pytest.MonkeyPatch
+):
+    """A NodePublishVolume slower than the node's deadline (shortened here from upstream's 15 s): the
+    pod's FailedMount reads as upstream's kubelet's (Go's `context deadline exceeded`), the pod waits,
+    and nothing stays mounted once it goes."""
+    monkeypatch.setattr(csiclient, "NODE_TIMEOUT", 1.0)
+    inline = {"name": "scratch", "csi": {"driver": DRIVER}}
+    async with node_with_volume(short_dir, objects, "--publish-delay", "3", uids=("uid-t",)) as (_, manager):
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-t", inline, name="t"))
+        assert err.value.messages == (
+            'MountVolume.SetUp failed for volume "scratch" : rpc error: code = DeadlineExceeded desc = '
+            "context deadline exceeded",
+        )
+
+
+async def test_wait_message_names_the_unattached_and_the_unprocessed(short_dir: Path, objects: dict):
+    """A claim the populator cannot process beside a CSI volume still waiting for its attachment: one
+    FailedMount, the volume manager's, listing both unmounted, the CSI one unattached, the missing claim
+    not processed, with the populator's error."""
+    objects[("CSIDriver", DRIVER)]["spec"]["attachRequired"] = True
+    volumes = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+        {"name": "extra", "persistentVolumeClaim": {"claimName": "nope"}},
+    ]
+    the_pod = pod("uid-w", *volumes, name="w")
+    mounts = [{"name": v["name"], "mountPath": f"/{v['name']}"} for v in volumes]
+    the_pod["spec"]["containers"] = [{"name": "c", "volumeMounts": mounts}]
+    async with node_with_volume(short_dir, objects, uids=("uid-w",)) as (_, manager):
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(the_pod)
+        assert err.value.messages == (
+            "Unable to attach or mount volumes: unmounted volumes=[data extra], unattached volumes=[data], "
+            "failed to process volumes=[extra]: error processing PVC ns/nope: failed to fetch PVC from API "
+            'server: persistentvolumeclaims "nope" not found',
+        )

@@ -4,7 +4,10 @@ ones included) whose CSIDriver requires attach (or that have no CSIDriver object
 a VolumeAttachment `csi-<sha256(handle + driver + node)>` naming the driver as attacher; the external
 attacher beside the driver attaches it and the node waits for `attached`. A VolumeAttachment no pod of
 its node needs any more is deleted (the attacher detaches it and lets it go). An attach error reported
-on the attachment becomes upstream's FailedAttachVolume event on the pods waiting for it.
+on the attachment becomes upstream's FailedAttachVolume event on the pods waiting for it, and so does an
+attachment still not attached ATTACH_TIMEOUT after it was made (upstream's csiAttacher gives up its wait
+after 2 minutes, `timed out waiting for external-attacher of <driver> CSI driver to attach volume <handle>`,
+and tries again: one such event per timeout).
 
 As upstream's reconciler, an attachment no pod needs is deleted (detached) only once the node no longer
 lists the volume (`kubernetes.io/csi/<driver>^<handle>`) in node.status.volumesInUse, which the kubelet
@@ -17,9 +20,12 @@ whose attachment says attached.
 from __future__ import annotations
 
 import logging
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from controlplane.controllers.base import Controller, ControllerContext
+from controlplane.controllers.podutil import parse_time
 from kubeclient import volumes as vol
 from kubeclient.csi.client import attachment_name
 from kubeclient.errors import ApiError
@@ -32,6 +38,7 @@ Obj = dict[str, Any]
 ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
 RECHECK = 5.0  # seconds: a node whose pods' claims are not bound yet is looked at again
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+ATTACH_TIMEOUT = 120.0  # seconds: upstream's csiTimeout, how long its attacher waits for `attached`
 
 
 def _running(pod: Obj) -> bool:
@@ -55,6 +62,7 @@ class AttachDetachController(Controller):
         self.nodes.add_handler(**self.handlers(lambda n: meta(n).get("name") or None))
         self.pods.add_handler(**self.handlers(lambda p: (p.get("spec") or {}).get("nodeName") or None))
         self.attachments.add_handler(**self.handlers(lambda a: (a.get("spec") or {}).get("nodeName") or None))
+        self._timed_out: dict[str, float] = {}  # attachment -> when its last timeout was reported
 
     def _wanted(self, node: str) -> tuple[dict[str, Obj], dict[str, list[Obj]], bool]:
         """The attachments the node's pods need (name -> body), the pods needing each, and whether some
@@ -114,6 +122,8 @@ class AttachDetachController(Controller):
                         raise
                 continue
             error = ((current.get("status") or {}).get("attachError") or {}).get("message")
+            if not error:
+                error = self._timed_out_waiting(node, name, current)
             if error:
                 pv_name = body["spec"]["source"]["persistentVolumeName"]
                 for pod in users[name]:
@@ -130,6 +140,7 @@ class AttachDetachController(Controller):
                         "cannot detach volume because it is still mounted node=%s attachment=%s", node, name
                     )
                     continue
+                self._timed_out.pop(name, None)
                 try:
                     await self.client.delete(f"{ATTACHMENTS}/{name}")
                     log.info("attachment deleted node=%s attachment=%s", node, name)
@@ -139,6 +150,21 @@ class AttachDetachController(Controller):
         await self._report_attached(node, have)
         if pending:
             self.queue.add_after(node, RECHECK)
+
+    def _timed_out_waiting(self, node: str, name: str, attachment: Obj) -> str:
+        """The attach timeout's text when it is due (the node looked at again when the next is due)."""
+        if (attachment.get("status") or {}).get("attached"):
+            self._timed_out.pop(name, None)
+            return ""
+        spec = attachment.get("spec") or {}
+        pv = self.volumes.get((spec.get("source") or {}).get("persistentVolumeName") or "")
+        handle = (((pv or {}).get("spec") or {}).get("csi") or {}).get("volumeHandle", "")
+        now = time.time()
+        message, wait = attach_timeout(attachment, handle, self._timed_out.get(name, 0.0), now)
+        if message:
+            self._timed_out[name] = now
+        self.queue.add_after(node, wait)
+        return message
 
     async def _report_attached(self, node_name: str, have: dict[str, Obj]) -> None:
         """node.status.volumesAttached: the node's volumes whose attachment says attached, by unique name
@@ -176,3 +202,19 @@ class AttachDetachController(Controller):
         ):
             return False
         return self._unique_name(attachment) in ((node.get("status") or {}).get("volumesInUse") or [])
+
+
+def attach_timeout(attachment: Obj, handle: str, reported: float, now: float) -> tuple[str, float]:
+    """Whether an attachment not attached yet has waited a whole ATTACH_TIMEOUT since it was made (or
+    since its last timeout was `reported`): upstream's attacher's timeout text ("" before that), and the
+    seconds until the next timeout is due."""
+    created = parse_time(meta(attachment).get("creationTimestamp")) or datetime.now(UTC)
+    left = max(created.timestamp(), reported) + ATTACH_TIMEOUT - now
+    if left > 0:
+        return "", left
+    spec = attachment.get("spec") or {}
+    return (
+        f"timed out waiting for external-attacher of {spec.get('attacher', '')} CSI driver to attach "
+        f"volume {handle}",
+        ATTACH_TIMEOUT,
+    )
