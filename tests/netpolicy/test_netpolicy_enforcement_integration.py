@@ -9,7 +9,9 @@ A default deny blocks connections that worked; podSelector, namespaceSelector, b
 with except, a port rule, a named port, a port range, egress isolation; an established connection
 survives a new deny; deleting a policy restores access; stopping the agent keeps its rules and
 `--cleanup` removes its table; pods whose addresses the API learns after they run get their rules and
-join the peer sets when it does. One lab and one agent for the module."""
+join the peer sets when it does. The lab is dual-stack (each pod has an IPv4 and an IPv6 address, both
+in its status.podIPs): a default deny, a podSelector, an IPv6 ipBlock with except, egress and the guard
+for late addresses hold for IPv6 connections too. One lab and one agent for the module."""
 
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ SERVER_PORTS = (8080, 8081, 9001)
 SERVER = """
 import socket, sys, threading
 def serve(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port)); s.listen(64)
+    s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # both families
+    s.bind(("::", port)); s.listen(64)
     while True:
         conn, _ = s.accept()
         conn.sendall(b"ok\\n"); conn.close()
@@ -102,10 +105,22 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, check=check, timeout=30)
 
 
+def v6(ip: str) -> str:
+    """A lab pod's IPv6 address beside its IPv4 one: 10.77.<node>.<n> -> fd77:<node>::<n>."""
+    _, _, node, host = ip.split(".")
+    return f"fd77:{node}::{host}"
+
+
+def no_dad(ns: str) -> None:
+    """Addresses usable at once in `ns` (duplicate address detection would hold them for a while)."""
+    for conf in ("all", "default"):
+        sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{conf}.accept_dad=0")
+
+
 @dataclass
 class PodLab:
-    """A host namespace with one bridge per node (10.77.<node>.0/24, routed between them) and pods as
-    network namespaces on veths, as pykubelet-cni wires them."""
+    """A host namespace with one bridge per node (10.77.<node>.0/24 and fd77:<node>::/64, routed between
+    them) and dual-stack pods as network namespaces on veths, as pykubelet-cni wires them."""
 
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:5])
     netns: list[str] = field(default_factory=list)
@@ -123,9 +138,12 @@ class PodLab:
         self.netns.append(self.host)
         sh("ip", "-n", self.host, "link", "set", "lo", "up")
         sh("ip", "netns", "exec", self.host, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sh("ip", "netns", "exec", self.host, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+        no_dad(self.host)
         for i in range(bridges):
             sh("ip", "-n", self.host, "link", "add", f"br{i}", "type", "bridge")
             sh("ip", "-n", self.host, "addr", "add", f"10.77.{i}.1/24", "dev", f"br{i}")
+            sh("ip", "-n", self.host, "addr", "add", f"fd77:{i}::1/64", "dev", f"br{i}", "nodad")
             sh("ip", "-n", self.host, "link", "set", f"br{i}", "up")
         return self
 
@@ -133,13 +151,16 @@ class PodLab:
         ns, index = self.ns(pod), len(self.netns)
         sh("ip", "netns", "add", ns)
         self.netns.append(ns)
+        no_dad(ns)
         outer = f"v{self.tag}{index}"
         sh("ip", "-n", self.host, "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns)
         sh("ip", "-n", self.host, "link", "set", outer, "master", f"br{bridge}", "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "addr", "add", f"{v6(ip)}/64", "dev", "eth0", "nodad")
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
         sh("ip", "-n", ns, "route", "add", "default", "via", f"10.77.{bridge}.1")
+        sh("ip", "-n", ns, "-6", "route", "add", "default", "via", f"fd77:{bridge}::1")
 
     def start(self, pod: str, code: str, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
@@ -273,9 +294,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     },
                 }
                 core.create_namespaced_pod(names[key], body)
-                core.patch_namespaced_pod_status(
-                    pod, names[key], {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
-                )
+                status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}, {"ip": v6(ip)}]}
+                core.patch_namespaced_pod_status(pod, names[key], {"status": status})
             lab.start("server", SERVER, *map(str, SERVER_PORTS))
             lab.start("far", SERVER, "8080")
             lab.start("server", ECHO)
@@ -407,7 +427,8 @@ def test_pods_get_their_rules_and_join_peer_sets_when_their_address_appears(worl
     between sandbox and status): the server is unreachable even then (the guard on its node's pod CIDR,
     known from the Node), and each takes its part in the one transaction that follows the address."""
     late = {"late-client": ("10.77.0.6", {"role": "client"}), "late-server": ("10.77.0.7", {"app": "server"})}
-    world.core.create_node({"metadata": {"name": "n0"}, "spec": {"podCIDR": "10.77.0.0/24"}})
+    cidrs = ["10.77.0.0/24", "fd77:0::/64"]
+    world.core.create_node({"metadata": {"name": "n0"}, "spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs}})
     for name, (ip, labels) in late.items():
         world.lab.add_pod(name, 0, ip)
         body = {
@@ -421,17 +442,50 @@ def test_pods_get_their_rules_and_join_peer_sets_when_their_address_appears(worl
         world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "blocked"})
         # not yet known, already guarded: no client reaches the new server before its rules exist
         world.expect({("client", 8080): "blocked", ("other", 8080): "blocked"}, ip=late["late-server"][0])
+        world.expect({("client", 8080): "blocked"}, ip=v6(late["late-server"][0]))  # its IPv6 CIDR too
         assert world.reach("client", 8080, ip=FAR_IP) == "ok"  # a known pod of another node: unguarded
+        assert world.reach("client", 8080, ip=v6(FAR_IP)) == "ok"
         for name, (ip, _) in late.items():
-            status = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
+            status = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}, {"ip": v6(ip)}]}}
             world.core.patch_namespaced_pod_status(name, world.ns["a"], status)
         world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "ok"})
         want = {("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "ok"}
         world.expect(want, ip=late["late-server"][0])
+        world.expect(want, ip=v6(late["late-server"][0]))
     finally:
         for name in late:
             world.core.delete_namespaced_pod(name, world.ns["a"], grace_period_seconds=0)
         world.core.delete_node("n0")
+
+
+def test_ipv6_default_deny_pod_selector_ip_block_and_egress(world: World) -> None:
+    """The pods' IPv6 addresses (the second of their status.podIPs) are isolated as their IPv4 ones:
+    bridged (client, other) and routed (far) IPv6 connections to the server's IPv6 address."""
+    server6 = v6(SERVER_IP)
+    everyone = {("client", 8080): "ok", ("other", 8080): "ok", ("far", 8080): "ok"}
+    world.expect(everyone, ip=server6)
+    world.policy("deny", podSelector={})
+    world.expect(
+        {("client", 8080): "blocked", ("other", 8080): "blocked", ("far", 8080): "blocked"}, ip=server6
+    )
+    world.delete("deny")
+    world.policy("clients", ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}])
+    world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("far", 8080): "blocked"}, ip=server6)
+    world.delete("clients")
+    block = {"ipBlock": {"cidr": "fd77::/16", "except": [f"{v6(OTHER_IP)}/128", "fd77:1::/64"]}}
+    world.policy("block6", ingress=[{"from": [block]}])
+    world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("far", 8080): "blocked"}, ip=server6)
+    # an IPv6 block admits no IPv4 connection
+    world.expect({("client", 8080): "blocked"})
+    world.delete("block6")
+    world.policy(
+        "client-out",
+        podSelector={"matchLabels": {"role": "client"}},
+        policyTypes=["Egress"],
+        egress=[{"to": [{"podSelector": {"matchLabels": {"app": "server"}}}], "ports": [{"port": "http"}]}],
+    )
+    world.expect({("client", 8080): "ok", ("client", 8081): "blocked", ("other", 8081): "ok"}, ip=server6)
+    world.expect({("client", 8080): "blocked"}, ip=v6(FAR_IP))
 
 
 def test_stop_keeps_the_rules_and_cleanup_removes_the_table(world: World) -> None:
