@@ -15,14 +15,12 @@ for late addresses hold for IPv6 connections too. One lab and one agent for the 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,170 +30,24 @@ from e2e.waiting import wait_for
 from netpolicy import rbac
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.leaks import Scope
+from tests.netpolicy.podlab import (
+    CONNECT,
+    ECHO,
+    HOLD,
+    SERVER,
+    SERVER_PORTS,
+    TABLE,
+    UDP_ECHO,
+    PodLab,
+    agent_argv,
+    sh,
+    v6,
+)
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and nftables"),
 ]
-
-TABLE = "pykubelet-netpol"
-SERVER_PORTS = (8080, 8081, 9001)
-SERVER = """
-import socket, sys, threading
-def serve(port):
-    s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # both families
-    s.bind(("::", port)); s.listen(64)
-    while True:
-        conn, _ = s.accept()
-        conn.sendall(b"ok\\n"); conn.close()
-ports = [int(p) for p in sys.argv[1:]]
-for p in ports[1:]:
-    threading.Thread(target=serve, args=(p,), daemon=True).start()
-print("up", flush=True)
-serve(ports[0])
-"""
-CONNECT = """
-import socket, sys
-try:
-    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1.0)
-    print(s.recv(8).decode().strip() or "closed")
-except OSError as err:
-    print("refused" if isinstance(err, ConnectionRefusedError) else "blocked")
-"""
-HOLD = """
-import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2.0)
-print("connected", flush=True)
-for line in sys.stdin:
-    s.sendall(line.encode()); print(s.recv(64).decode().strip() or "closed", flush=True)
-"""
-UDP_ECHO = """
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("0.0.0.0", 5353))
-print("up", flush=True)
-while True:
-    data, peer = s.recvfrom(64)
-    s.sendto(b"ok", peer)
-"""
-UDP_ASK = """
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(1.0)
-s.sendto(b"?", (sys.argv[1], int(sys.argv[2])))
-try:
-    print(s.recv(8).decode())
-except OSError:
-    print("blocked")
-"""
-ECHO = """
-import socket
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 7000)); s.listen(4)
-print("up", flush=True)
-while True:
-    conn, _ = s.accept()
-    while data := conn.recv(64):
-        conn.sendall(data)
-"""
-
-
-def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=check, timeout=30)
-
-
-def v6(ip: str) -> str:
-    """A lab pod's IPv6 address beside its IPv4 one: 10.77.<node>.<n> -> fd77:<node>::<n>."""
-    _, _, node, host = ip.split(".")
-    return f"fd77:{node}::{host}"
-
-
-def no_dad(ns: str) -> None:
-    """Addresses usable at once in `ns` (duplicate address detection would hold them for a while)."""
-    for conf in ("all", "default"):
-        sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{conf}.accept_dad=0")
-
-
-@dataclass
-class PodLab:
-    """A host namespace with one bridge per node (10.77.<node>.0/24 and fd77:<node>::/64, routed between
-    them) and dual-stack pods as network namespaces on veths, as pykubelet-cni wires them."""
-
-    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:5])
-    netns: list[str] = field(default_factory=list)
-    procs: list[subprocess.Popen[str]] = field(default_factory=list)
-
-    @property
-    def host(self) -> str:
-        return f"npl-{self.tag}-host"
-
-    def ns(self, pod: str) -> str:
-        return f"npl-{self.tag}-{pod}"
-
-    def open(self, bridges: int) -> PodLab:
-        sh("ip", "netns", "add", self.host)
-        self.netns.append(self.host)
-        sh("ip", "-n", self.host, "link", "set", "lo", "up")
-        sh("ip", "netns", "exec", self.host, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        sh("ip", "netns", "exec", self.host, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
-        no_dad(self.host)
-        for i in range(bridges):
-            sh("ip", "-n", self.host, "link", "add", f"br{i}", "type", "bridge")
-            sh("ip", "-n", self.host, "addr", "add", f"10.77.{i}.1/24", "dev", f"br{i}")
-            sh("ip", "-n", self.host, "addr", "add", f"fd77:{i}::1/64", "dev", f"br{i}", "nodad")
-            sh("ip", "-n", self.host, "link", "set", f"br{i}", "up")
-        return self
-
-    def add_pod(self, pod: str, bridge: int, ip: str) -> None:
-        ns, index = self.ns(pod), len(self.netns)
-        sh("ip", "netns", "add", ns)
-        self.netns.append(ns)
-        no_dad(ns)
-        outer = f"v{self.tag}{index}"
-        sh("ip", "-n", self.host, "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        sh("ip", "-n", self.host, "link", "set", outer, "master", f"br{bridge}", "up")
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-        sh("ip", "-n", ns, "addr", "add", f"{v6(ip)}/64", "dev", "eth0", "nodad")
-        sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        sh("ip", "-n", ns, "route", "add", "default", "via", f"10.77.{bridge}.1")
-        sh("ip", "-n", ns, "-6", "route", "add", "default", "via", f"fd77:{bridge}::1")
-
-    def start(self, pod: str, code: str, *args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns(pod), sys.executable, "-c", code, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.procs.append(proc)
-        assert proc.stdout is not None and proc.stdout.readline().strip() in ("up", "connected")
-        return proc
-
-    def connect(self, pod: str, ip: str, port: int) -> str:
-        """'ok' when the server answered, 'blocked' when the connection timed out, 'refused'."""
-        out = sh(
-            "ip", "netns", "exec", self.ns(pod), sys.executable, "-c", CONNECT, ip, str(port), check=False
-        )
-        return out.stdout.strip() or out.stderr.strip()
-
-    def ask_udp(self, pod: str, ip: str, port: int) -> str:
-        out = sh(
-            "ip", "netns", "exec", self.ns(pod), sys.executable, "-c", UDP_ASK, ip, str(port), check=False
-        )
-        return out.stdout.strip() or out.stderr.strip()
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-            proc.kill()
-            proc.wait()
-        for ns in reversed(self.netns):
-            sh("ip", "netns", "del", ns, check=False)
-
 
 # Pods: (name, namespace key, node/bridge, ip, labels)
 SERVER_IP, CLIENT_IP, OTHER_IP, FAR_IP, FAR_OTHER_IP = (
@@ -255,20 +107,6 @@ class World:
             raise AssertionError(f"wanted {want}, saw {seen}\n{self.table().stdout}") from None
 
 
-def _agent_argv(kubeconfig: Path, host: str, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pykubelet",
-        "netpolicy",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--netns",
-        host,
-        *extra,
-    ]
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("netpol")
@@ -303,7 +141,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             kubeconfig = server.client_kubeconfig(rbac.USER, (), root / "netpol.kubeconfig")
             log = (root / "agent.log").open("w")
             agent = subprocess.Popen(
-                _agent_argv(
+                agent_argv(
                     kubeconfig,
                     lab.host,
                     "--node-name",
@@ -495,7 +333,7 @@ def test_stop_keeps_the_rules_and_cleanup_removes_the_table(world: World) -> Non
     world.agent.send_signal(signal.SIGTERM)
     assert world.agent.wait(20) == 0
     assert world.reach("client", 8080) == "blocked"
-    done = sh(*_agent_argv(world.kubeconfig, world.lab.host, "--cleanup"))
+    done = sh(*agent_argv(world.kubeconfig, world.lab.host, "--cleanup"))
     assert done.returncode == 0
     assert world.table().returncode != 0
     assert world.reach("client", 8080) == "ok"
