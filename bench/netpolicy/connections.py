@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.netpolicy.sync import NAMESPACES, in_lab, populate
+from bench.proxy.connections import CLIENT, SERVER
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
@@ -44,34 +45,6 @@ from netpolicy.rules import Ruleset
 from pykubelet.rig.apiserver import ApiServer
 
 SERVER_POD, CLIENT_POD, PORT = 0, NAMESPACES, 8080  # p0 and p10: namespace ns0, node n1, tier t0
-
-SERVER = """
-import asyncio, sys
-async def handle(reader, writer):
-    while line := await reader.readline():
-        writer.write(line)
-        await writer.drain()
-    writer.close()
-async def main():
-    server = await asyncio.start_server(handle, sys.argv[1], int(sys.argv[2]), backlog=1024, reuse_address=True)
-    print("ready", flush=True)
-    async with server:
-        await server.serve_forever()
-asyncio.run(main())
-"""
-
-CLIENT = """
-import json, socket, sys, time
-host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-count, started = 0, time.monotonic()
-deadline = started + seconds
-while time.monotonic() < deadline:
-    with socket.create_connection((host, port), timeout=5) as conn:
-        conn.sendall(b"x\\n")
-        assert conn.recv(16) == b"x\\n"
-    count += 1
-print(json.dumps({"conn_per_s": count / (time.monotonic() - started)}))
-"""
 
 
 def pod_ip(i: int) -> str:
@@ -95,23 +68,10 @@ def wire_pod(host: str, ns: str, ip: str) -> None:
 
 
 def run_client(ns: str, seconds: float) -> float:
+    """The service proxy bench's client (connect, a line each way, close, for `seconds`) in pod `ns`."""
+    argv = [sys.executable, "-c", CLIENT, pod_ip(SERVER_POD), str(PORT), str(seconds), "1"]
     out = subprocess.run(
-        [
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            sys.executable,
-            "-c",
-            CLIENT,
-            pod_ip(SERVER_POD),
-            str(PORT),
-            str(seconds),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=seconds + 60,
+        ["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, check=True, timeout=seconds + 60
     )
     return float(json.loads(out.stdout)["conn_per_s"])
 
@@ -159,7 +119,7 @@ async def measure(
             "no_table": f"add table inet {nft.table}\ndelete table inet {nft.table}\n",
         }
         echo = subprocess.Popen(
-            ["ip", "netns", "exec", names[SERVER_POD], sys.executable, "-c", SERVER, "0.0.0.0", str(PORT)],
+            ["ip", "netns", "exec", names[SERVER_POD], sys.executable, "-c", SERVER, f"0.0.0.0:{PORT}"],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -6,11 +6,20 @@ UDP servers, probes). The machine's own rules are never touched; `close()` remov
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kubernetes import client
+
+from e2e.waiting import wait_for
+from netpolicy import rbac
+from pykubelet.rig.apiserver import ApiServer
+from pykubelet.rig.leaks import Scope
 
 TABLE = "pykubelet-netpol"
 SERVER_PORTS = (8080, 8081, 9001)
@@ -160,6 +169,10 @@ class PodLab:
         )
         return out.stdout.strip() or out.stderr.strip()
 
+    def table(self) -> subprocess.CompletedProcess[str]:
+        """`nft list table` of the agent's table in the host namespace."""
+        return sh("ip", "netns", "exec", self.host, "nft", "list", "table", "inet", TABLE, check=False)
+
     def close(self) -> None:
         for proc in self.procs:
             if proc.stdin is not None:
@@ -232,3 +245,57 @@ with concurrent.futures.ThreadPoolExecutor(max_workers=128) as pool:
         probes = json.loads(line)
         print(json.dumps(list(pool.map(lambda p: probe(*p), probes))), flush=True)
 """
+
+
+@contextlib.contextmanager
+def lab_beside_api(root: Path, bridges: int = 2) -> Iterator[tuple[PodLab, ApiServer, client.ApiClient]]:
+    """A pod lab and the real API server holding the agent's ClusterRole and binding; the lab removed
+    after, and nothing of it left on the machine (checked)."""
+    lab = PodLab().open(bridges)
+    try:
+        with ApiServer(root / "api") as server, server.api_client() as api:
+            rbac_api = client.RbacAuthorizationV1Api(api)
+            rbac_api.create_cluster_role(rbac.cluster_role())
+            rbac_api.create_cluster_role_binding(rbac.cluster_role_binding())
+            yield lab, server, api
+    finally:
+        lab.close()
+        leaked = Scope.of(root, named_netns=lab.netns).leaked(settle=2.0)
+        assert not leaked, f"left on the host: {leaked}"
+
+
+def report_pod(core: client.CoreV1Api, namespace: str, name: str, node: str, ip: str, **spec: object) -> None:
+    """A pod in the API as the kubelet reports a dual-stack one: bound to `node`, Running at `ip` and
+    its IPv6 twin; `spec` adds labels and container ports (`labels=`, `ports=`)."""
+    container = {"name": "c", "image": "busybox", "ports": spec.get("ports") or []}
+    body = {
+        "metadata": {"name": name, "labels": spec.get("labels") or {}},
+        "spec": {"nodeName": node, "containers": [container]},
+    }
+    core.create_namespaced_pod(namespace, body)
+    status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}, {"ip": v6(ip)}]}
+    core.patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+@contextlib.contextmanager
+def running_agent(
+    server: ApiServer, lab: PodLab, root: Path, *nodes: str
+) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """The agent as its own process on its own identity, for `nodes`, in the lab's host namespace,
+    once its table exists; stopped after (when a test has not stopped it). Yields it and its kubeconfig."""
+    kubeconfig = server.client_kubeconfig(rbac.USER, (), root / "netpol.kubeconfig")
+    names = [arg for node in nodes for arg in ("--node-name", node)]
+    with (root / "agent.log").open("w") as log:
+        agent = subprocess.Popen(
+            agent_argv(kubeconfig, lab.host, *names, "--min-sync-period", "50ms"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        wait_for(lambda: lab.table().returncode == 0, timeout=60, what="the agent's table")
+        yield agent, kubeconfig
+    finally:
+        if agent.poll() is None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(20)

@@ -27,19 +27,18 @@ import pytest
 from kubernetes import client
 
 from e2e.waiting import wait_for
-from netpolicy import rbac
-from pykubelet.rig.apiserver import ApiServer
-from pykubelet.rig.leaks import Scope
 from tests.netpolicy.podlab import (
     CONNECT,
     ECHO,
     HOLD,
     SERVER,
     SERVER_PORTS,
-    TABLE,
     UDP_ECHO,
     PodLab,
     agent_argv,
+    lab_beside_api,
+    report_pod,
+    running_agent,
     sh,
     v6,
 )
@@ -76,7 +75,7 @@ class World:
     core: client.CoreV1Api
 
     def table(self) -> subprocess.CompletedProcess[str]:
-        return sh("ip", "netns", "exec", self.lab.host, "nft", "list", "table", "inet", TABLE, check=False)
+        return self.lab.table()
 
     def policy(self, name: str, ns: str = "a", **spec: object) -> None:
         body: dict = {"metadata": {"name": name}, "spec": {"podSelector": {"matchLabels": {"app": "server"}}}}
@@ -110,61 +109,22 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("netpol")
-    lab = PodLab().open(bridges=2)
-    agent: subprocess.Popen[str] | None = None
-    try:
-        with ApiServer(root / "api") as server, server.api_client() as api:
-            core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-            rbac_api.create_cluster_role(rbac.cluster_role())
-            rbac_api.create_cluster_role_binding(rbac.cluster_role_binding())
-            names = {"a": f"np-a-{lab.tag}", "b": f"np-b-{lab.tag}"}
-            for key, name in names.items():
-                core.create_namespace({"metadata": {"name": name, "labels": {"team": key}}})
-                core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
-            for pod, key, node, ip, labels in PODS:
-                lab.add_pod(pod, node, ip)
-                ports = [{"name": "http", "containerPort": 8080}, {"name": "alt", "containerPort": 8081}]
-                body = {
-                    "metadata": {"name": pod, "labels": labels},
-                    "spec": {
-                        "nodeName": f"n{node}",
-                        "containers": [{"name": "c", "image": "busybox", "ports": ports}],
-                    },
-                }
-                core.create_namespaced_pod(names[key], body)
-                status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}, {"ip": v6(ip)}]}
-                core.patch_namespaced_pod_status(pod, names[key], {"status": status})
-            lab.start("server", SERVER, *map(str, SERVER_PORTS))
-            lab.start("far", SERVER, "8080")
-            lab.start("server", ECHO)
-            lab.start("server", UDP_ECHO)
-            kubeconfig = server.client_kubeconfig(rbac.USER, (), root / "netpol.kubeconfig")
-            log = (root / "agent.log").open("w")
-            agent = subprocess.Popen(
-                agent_argv(
-                    kubeconfig,
-                    lab.host,
-                    "--node-name",
-                    "n0",
-                    "--node-name",
-                    "n1",
-                    "--min-sync-period",
-                    "50ms",
-                ),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            world = World(lab, client.NetworkingV1Api(api), names, agent, kubeconfig, core)
-            wait_for(lambda: world.table().returncode == 0, timeout=60, what="the agent's table")
-            yield world
-    finally:
-        if agent is not None and agent.poll() is None:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(20)
-        lab.close()
-        leaked = Scope.of(root, named_netns=lab.netns).leaked(settle=2.0)
-        assert not leaked, f"left on the host: {leaked}"
+    with lab_beside_api(root) as (lab, server, api):
+        core = client.CoreV1Api(api)
+        names = {"a": f"np-a-{lab.tag}", "b": f"np-b-{lab.tag}"}
+        for key, name in names.items():
+            core.create_namespace({"metadata": {"name": name, "labels": {"team": key}}})
+            core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+        ports = [{"name": "http", "containerPort": 8080}, {"name": "alt", "containerPort": 8081}]
+        for pod, key, node, ip, labels in PODS:
+            lab.add_pod(pod, node, ip)
+            report_pod(core, names[key], pod, f"n{node}", ip, labels=labels, ports=ports)
+        lab.start("server", SERVER, *map(str, SERVER_PORTS))
+        lab.start("far", SERVER, "8080")
+        lab.start("server", ECHO)
+        lab.start("server", UDP_ECHO)
+        with running_agent(server, lab, root, "n0", "n1") as (agent, kubeconfig):
+            yield World(lab, client.NetworkingV1Api(api), names, agent, kubeconfig, core)
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,10 +28,7 @@ import pytest
 from kubernetes import client
 
 from e2e.waiting import wait_for
-from netpolicy import rbac
-from pykubelet.rig.apiserver import ApiServer
-from pykubelet.rig.leaks import Scope
-from tests.netpolicy.podlab import PROBE_POD, TABLE, PodLab, agent_argv, sh, v6
+from tests.netpolicy.podlab import PROBE_POD, PodLab, lab_beside_api, report_pod, running_agent, v6
 
 pytestmark = [
     pytest.mark.integration,
@@ -88,6 +84,21 @@ class Reachability:
 ALL_PODS = tuple(f"{ns}/{pod}" for ns in NAMESPACES for pod in PODS)
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One cell of one matrix: `src` connecting to `dst` by a protocol, port and address family."""
+
+    protocol: str
+    port: int
+    family: int
+    src: str
+    dst: str
+
+    def address(self) -> str:
+        ip = pod_ip(*self.dst.split("/"))
+        return v6(ip) if self.family == 6 else ip
+
+
 def table(values: dict[tuple[str, str], bool]) -> str:
     """Upstream's rendering: a row per client, a column per server, `.` connected, `X` not."""
     rows = ["\t" + "\t".join(ALL_PODS)]
@@ -107,112 +118,91 @@ class Matrix:
     def policy(self, ns: str, name: str, spec: dict) -> None:
         self.net.create_namespaced_network_policy(self.names[ns], {"metadata": {"name": name}, "spec": spec})
 
-    def probe(self, pairs: list[tuple[str, str]], protocol: str, port: int, family: int) -> dict:
-        """One probe per pair, every client's probes at once; (src, dst) -> connected."""
-        by_source: dict[str, list[str]] = {}
-        for src, dst in pairs:
-            by_source.setdefault(src, []).append(dst)
-        for src, dsts in by_source.items():
-            ips = [pod_ip(*d.split("/")) for d in dsts]
-            line = [[protocol, v6(ip) if family == 6 else ip, port] for ip in ips]
+    def probe(self, probes: list[Probe]) -> dict[Probe, bool]:
+        """Every client's probes at once (each client probes its own concurrently)."""
+        by_source: dict[str, list[Probe]] = {}
+        for probe in probes:
+            by_source.setdefault(probe.src, []).append(probe)
+        for src, mine in by_source.items():
+            line = [[p.protocol, p.address(), p.port] for p in mine]
             stdin = self.probers[src].stdin
             assert stdin is not None
             stdin.write(json.dumps(line) + "\n")
             stdin.flush()
-        out = {}
-        for src, dsts in by_source.items():
+        out: dict[Probe, bool] = {}
+        for src, mine in by_source.items():
             stdout = self.probers[src].stdout
             assert stdout is not None
-            out.update(zip(((src, d) for d in dsts), json.loads(stdout.readline()), strict=True))
+            out.update(zip(mine, json.loads(stdout.readline()), strict=True))
         return out
 
-    def observe(self, protocol: str, port: int, family: int, want: dict) -> dict:
-        """The matrix, loopback left out. A pair that should connect and did not is probed again
-        (a probe that connects proves the way open; one lost to the load proves nothing)."""
-        pairs = [pair for pair in want if pair[0] != pair[1]]
-        seen = self.probe(pairs, protocol, port, family)
+    def observe(self, want: dict[Probe, bool]) -> dict[Probe, bool]:
+        """One pass over every probe, loopback left out (as upstream leaves it). A probe that should
+        connect and did not is tried again (a probe that connects proves the way open; one lost to the
+        load proves nothing)."""
+        probes = [p for p in want if p.src != p.dst]
+        seen = self.probe(probes)
         for _ in range(2):
-            retry = [pair for pair in pairs if want[pair] and not seen[pair]]
+            retry = [p for p in probes if want[p] and not seen[p]]
             if not retry:
                 break
-            seen.update(self.probe(retry, protocol, port, family))
-        return {pair: seen.get(pair, want[pair]) for pair in want}
+            seen.update(self.probe(retry))
+        return {p: seen.get(p, want[p]) for p in want}
 
     def validate(self, reach: Reachability, *cases: tuple[str, int]) -> None:
-        """Each case's matrix, in both families, is the truth table."""
-        for protocol, port in cases:
-            for family in (4, 6):
-                self._validate(reach.expected, protocol, port, family)
-
-    def _validate(self, want: dict, protocol: str, port: int, family: int) -> None:
-        """Wait (bounded) until the matrix is `want`."""
-        seen: dict = {}
+        """Wait (bounded) until the matrix of each case (protocol, port), over IPv4 and IPv6, is the
+        truth table."""
+        want = {
+            Probe(protocol, port, family, src, dst): connected
+            for protocol, port in cases
+            for family in (4, 6)
+            for (src, dst), connected in reach.expected.items()
+        }
+        seen: dict[Probe, bool] = {}
 
         def holds() -> bool:
             seen.clear()
-            seen.update(self.observe(protocol, port, family, want))
+            seen.update(self.observe(want))
             return seen == want
 
         try:
-            wait_for(holds, timeout=40, interval=0.2, what=f"{protocol}/{port} IPv{family} matrix")
+            wait_for(holds, timeout=40, interval=0.2, what="the probe matrix")
         except AssertionError:
-            wrong = sorted(pair for pair in want if seen.get(pair) != want[pair])
-            raise AssertionError(
-                f"{protocol}/{port} over IPv{family}: wrong {wrong}\nexpected:\n{table(want)}\n"
-                f"observed:\n{table(seen)}"
-            ) from None
+            report = []
+            for case in dict.fromkeys((p.protocol, p.port, p.family) for p in want):
+                mine = [p for p in want if (p.protocol, p.port, p.family) == case]
+                if any(seen.get(p) != want[p] for p in mine):
+                    expected = {(p.src, p.dst): want[p] for p in mine}
+                    observed = {(p.src, p.dst): seen.get(p, want[p]) for p in mine}
+                    report.append(
+                        f"{case[0]}/{case[1]} IPv{case[2]}: expected\n{table(expected)}\n"
+                        f"observed\n{table(observed)}"
+                    )
+            raise AssertionError("\n".join(report)) from None
 
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     root = tmp_path_factory.mktemp("netpol-matrix")
-    lab = PodLab().open(bridges=2)
-    agent: subprocess.Popen[str] | None = None
-    try:
-        with ApiServer(root / "api") as server, server.api_client() as api:
-            core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-            rbac_api.create_cluster_role(rbac.cluster_role())
-            rbac_api.create_cluster_role_binding(rbac.cluster_role_binding())
-            names = {ns: f"{ns}-{lab.tag}" for ns in NAMESPACES}
-            ports = []
-            for served in SERVED:  # named as agnhost's are in upstream's test: serve-80-tcp
-                protocol, number = served.split("/")
-                name = f"serve-{number}-{protocol.lower()}"
-                ports.append({"name": name, "containerPort": int(number), "protocol": protocol})
-            probers = {}
-            for ns, real in names.items():
-                core.create_namespace({"metadata": {"name": real, "labels": {"ns": ns}}})
-                core.create_namespaced_service_account(real, {"metadata": {"name": "default"}})
-                for pod in PODS:
-                    ip = pod_ip(ns, pod)
-                    lab.add_pod(f"{ns}-{pod}", BRIDGE[ns], ip)
-                    body = {
-                        "metadata": {"name": pod, "labels": {"pod": pod}},
-                        "spec": {
-                            "nodeName": f"n{BRIDGE[ns]}",
-                            "containers": [{"name": "c", "image": "agnhost", "ports": ports}],
-                        },
-                    }
-                    core.create_namespaced_pod(real, body)
-                    status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}, {"ip": v6(ip)}]}
-                    core.patch_namespaced_pod_status(pod, real, {"status": status})
-                    probers[f"{ns}/{pod}"] = lab.start(f"{ns}-{pod}", PROBE_POD, str(PROBE_TIMEOUT), *SERVED)
-            kubeconfig = server.client_kubeconfig(rbac.USER, (), root / "netpol.kubeconfig")
-            log = (root / "agent.log").open("w")
-            argv = agent_argv(kubeconfig, lab.host, "--node-name", "n0", "--node-name", "n1")
-            agent = subprocess.Popen(
-                [*argv, "--min-sync-period", "50ms"], stdout=log, stderr=subprocess.STDOUT, text=True
-            )
-            listing = ("ip", "netns", "exec", lab.host, "nft", "list", "table", "inet", TABLE)
-            wait_for(lambda: sh(*listing, check=False).returncode == 0, timeout=60, what="the agent's table")
+    with lab_beside_api(root) as (lab, server, api):
+        core = client.CoreV1Api(api)
+        names = {ns: f"{ns}-{lab.tag}" for ns in NAMESPACES}
+        ports = []
+        for served in SERVED:  # named as agnhost's are in upstream's test: serve-80-tcp
+            protocol, number = served.split("/")
+            name = f"serve-{number}-{protocol.lower()}"
+            ports.append({"name": name, "containerPort": int(number), "protocol": protocol})
+        probers = {}
+        for ns, real in names.items():
+            core.create_namespace({"metadata": {"name": real, "labels": {"ns": ns}}})
+            core.create_namespaced_service_account(real, {"metadata": {"name": "default"}})
+            for pod in PODS:
+                ip = pod_ip(ns, pod)
+                lab.add_pod(f"{ns}-{pod}", BRIDGE[ns], ip)
+                report_pod(core, real, pod, f"n{BRIDGE[ns]}", ip, labels={"pod": pod}, ports=ports)
+                probers[f"{ns}/{pod}"] = lab.start(f"{ns}-{pod}", PROBE_POD, str(PROBE_TIMEOUT), *SERVED)
+        with running_agent(server, lab, root, "n0", "n1") as (agent, _):
             yield Matrix(lab, probers, client.NetworkingV1Api(api), names, agent)
-    finally:
-        if agent is not None and agent.poll() is None:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(20)
-        lab.close()
-        leaked = Scope.of(root, named_netns=lab.netns).leaked(settle=2.0)
-        assert not leaked, f"left on the host: {leaked}"
 
 
 @pytest.fixture(autouse=True)
