@@ -11,7 +11,7 @@ survives a new deny; deleting a policy restores access; stopping the agent keeps
 `--cleanup` removes its table; pods whose addresses the API learns after they run get their rules and
 join the peer sets when it does. The lab is dual-stack (each pod has an IPv4 and an IPv6 address, both
 in its status.podIPs): a default deny, a podSelector, an IPv6 ipBlock with except, egress and the guard
-for late addresses hold for IPv6 connections too. One lab and one agent for the module."""
+for late addresses hold for IPv6 connections too, and neighbour discovery reaches isolated pods. One lab and one agent for the module."""
 
 from __future__ import annotations
 
@@ -284,6 +284,19 @@ def test_ipv6_default_deny_pod_selector_ip_block_and_egress(world: World) -> Non
     )
     world.expect({("client", 8080): "ok", ("client", 8081): "blocked", ("other", 8081): "ok"}, ip=server6)
     world.expect({("client", 8080): "blocked"}, ip=v6(FAR_IP))
+
+
+def test_ipv6_neighbour_discovery_passes_to_isolated_pods(world: World) -> None:
+    """IPv6 finds a neighbour with ICMPv6 (IPv4 with ARP, which the forward hook never sees): with the
+    client isolated for ingress, the server's neighbour advertisement to it must still pass, or an
+    allowed IPv6 connection fails as soon as the client has to ask for the server's link address."""
+    world.policy("deny-in", podSelector={})  # every pod of a isolated for ingress, the client too
+    world.policy("clients", ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}])
+    server6 = v6(SERVER_IP)
+    world.expect({("client", 8080): "ok", ("other", 8080): "blocked"}, ip=server6)
+    for pod in ("client", "server"):
+        sh("ip", "-n", world.lab.ns(pod), "-6", "neigh", "flush", "all")
+    assert world.reach("client", 8080, ip=server6) == "ok"
 
 
 def test_stop_keeps_the_rules_and_cleanup_removes_the_table(world: World) -> None:
