@@ -10,7 +10,7 @@ chains they jump to are flushed and deleted; sets go last, once no rule names th
 
 from __future__ import annotations
 
-from netpolicy.rules import EGRESS_MAP, FAMILY, INGRESS_MAP, TABLE, Ruleset, address_set, set_lines
+from netpolicy.rules import EGRESS_MAP, FAMILY, INGRESS_MAP, TABLE, Ruleset, address_set, map_lines, set_lines
 
 
 def delta(old: Ruleset, new: Ruleset, table: str = TABLE) -> str:
@@ -34,13 +34,10 @@ def delta(old: Ruleset, new: Ruleset, table: str = TABLE) -> str:
         lines.append(f"{'flush' if before is not None else 'add'} chain {at} {name}")
         lines += [f"add rule {at} {name} {rule}" for rule in rules]
     for map_name, was, now in ((INGRESS_MAP, old.ingress, new.ingress), (EGRESS_MAP, old.egress, new.egress)):
-        stale = [ip for ip, chain in was.items() if now.get(ip) != chain]
-        fresh = [ip for ip, chain in now.items() if was.get(ip) != chain]
-        if stale:
-            lines.append(f"delete element {at} {map_name} {{ {', '.join(stale)} }}")
-        if fresh:
-            body = ", ".join(f"{ip} : jump {now[ip]}" for ip in fresh)
-            lines.append(f"add element {at} {map_name} {{ {body} }}")
+        stale = {ip: chain for ip, chain in was.items() if now.get(ip) != chain}
+        fresh = {ip: chain for ip, chain in now.items() if was.get(ip) != chain}
+        lines += map_lines(at, "delete", map_name, stale)
+        lines += map_lines(at, "add", map_name, fresh)
     for name in old.chains:
         if name not in new.chains:
             lines += [f"flush chain {at} {name}", f"delete chain {at} {name}"]

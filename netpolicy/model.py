@@ -1,7 +1,8 @@
 """NetworkPolicies, Pods and Namespaces parsed once into frozen dataclasses, the only shapes the rules
 are built from. A policy that cannot be parsed raises `PolicyError` on its own (the agent reports it
 and keeps the others); a pod that cannot carry traffic under a policy (no IP yet, host network,
-finished) is no `PodInfo` at all."""
+finished) is no `PodInfo` at all. A pod may have an IPv4 address, an IPv6 one or both (dual-stack
+`status.podIPs`); each of its addresses gets the same rules."""
 
 from __future__ import annotations
 
@@ -67,14 +68,20 @@ class PodInfo:
     namespace: str
     name: str
     node: str
-    ip: str
+    ip: str  # IPv4, "" when it has none
     labels: Mapping[str, str] = field(default_factory=dict)
     # (name, protocol) -> number: the containers' named ports
     named_ports: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    ip6: str = ""  # IPv6, "" when it has none
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Its addresses, IPv4 first."""
+        return tuple(a for a in (self.ip, self.ip6) if a)
 
 
 def _selector(value: Any, where: str) -> Selector:
@@ -153,17 +160,17 @@ def parse_policy(obj: Obj) -> Policy:
 
 
 def parse_pod(obj: Obj, pending: bool = False) -> PodInfo | None:
-    """The pod as policies see it; None when it has no IPv4 address of its own, runs in the host's
-    network or has finished (its address may already be another pod's). With `pending`, the other way
-    round: a pod bound to a node whose address the API does not know yet (ip ""), else None."""
+    """The pod as policies see it; None when it has no address of its own (IPv4 or IPv6), runs in the
+    host's network or has finished (its address may already be another pod's). With `pending`, the other
+    way round: a pod bound to a node whose address the API does not know yet (ip and ip6 ""), else None."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if spec.get("hostNetwork") or status.get("phase") in ("Succeeded", "Failed"):
         return None
     ips = [p.get("ip") for p in status.get("podIPs") or [] if isinstance(p, dict)] or [status.get("podIP")]
-    ip = next((i for i in ips if isinstance(i, str) and "." in i), "")
-    if pending and (ip or not spec.get("nodeName") or meta.get("deletionTimestamp")):
+    ip, ip6 = _address(ips, 4), _address(ips, 6)
+    if pending and (ip or ip6 or not spec.get("nodeName") or meta.get("deletionTimestamp")):
         return None
-    if not ip and not pending:
+    if not (ip or ip6) and not pending:
         return None
     named: dict[tuple[str, str], int] = {}
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -177,11 +184,24 @@ def parse_pod(obj: Obj, pending: bool = False) -> PodInfo | None:
         ip=ip,
         labels=dict(meta.get("labels") or {}),
         named_ports=named,
+        ip6=ip6,
     )
 
 
+def _address(candidates: list[Any], version: int) -> str:
+    """The first valid address of one family among status.podIPs, in its canonical text ("" if none)."""
+    for text in candidates:
+        try:
+            address = ipaddress.ip_address(str(text))
+        except ValueError:
+            continue
+        if address.version == version:
+            return str(address)
+    return ""
+
+
 def node_cidrs(obj: Obj) -> tuple[str, ...]:
-    """A Node's IPv4 pod CIDRs (spec.podCIDRs, else spec.podCIDR)."""
+    """A Node's pod CIDRs of both families (spec.podCIDRs, else spec.podCIDR)."""
     spec = obj.get("spec") or {}
     cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
     out = []
@@ -190,8 +210,7 @@ def node_cidrs(obj: Obj) -> tuple[str, ...]:
             network = ipaddress.ip_network(str(cidr), strict=False)
         except ValueError:
             continue
-        if network.version == 4:
-            out.append(str(network))
+        out.append(str(network))
     return tuple(out)
 
 

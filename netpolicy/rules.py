@@ -28,6 +28,12 @@ A peer given by selectors is a named set of pod addresses (`peers-<hash>`, one p
 shared by every rule naming it), so a pod coming or going changes set elements, not rules (delta.py
 writes only what changed). An ipBlock matches with `ip` or `ip6` by its own family (the inet table
 holds both).
+
+IPv6: a pod's IPv6 address (dual-stack `status.podIPs`) gets what its IPv4 address gets, in sets and
+maps of their own family (`-v6` names: `ingress-pods-v6`, `peers-<hash>-v6`, `known-pods-v6`, ...):
+both addresses jump to the pod's one chain, and once any pod has an IPv6 address each selector peer
+matches as `ip ... @peers-<hash>` and `ip6 ... @peers-<hash>-v6`. Neighbour discovery (ICMPv6 types
+133 to 136, IPv6's ARP, which is no IP traffic to filter in IPv4) always passes.
 """
 
 from __future__ import annotations
@@ -45,7 +51,27 @@ TABLE = "pykubelet-netpol"
 FAMILY = "inet"
 INGRESS_MAP, EGRESS_MAP = "ingress-pods", "egress-pods"
 KNOWN, PENDING_INGRESS, PENDING_EGRESS = "known-pods", "pending-ingress", "pending-egress"
-INTERVAL_SETS = (PENDING_INGRESS, PENDING_EGRESS)  # pod CIDRs
+V6 = "-v6"  # the name of a set or map of IPv6 addresses: its IPv4 twin's and this
+INTERVAL_SETS = (PENDING_INGRESS, PENDING_EGRESS, PENDING_INGRESS + V6, PENDING_EGRESS + V6)  # pod CIDRs
+NEIGHBOUR_DISCOVERY = "nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert"
+
+
+def is_v6(address: str) -> bool:
+    """An IPv6 address or CIDR (else IPv4)."""
+    return ":" in address
+
+
+def family_name(name: str, address: str) -> str:
+    """The set or map of `name` that holds `address`'s family."""
+    return name + V6 if is_v6(address) else name
+
+
+def by_family(name: str, addresses: Iterable[str]) -> dict[str, list[str]]:
+    """`addresses` split between `name` (IPv4) and its IPv6 twin, each in the given order."""
+    out: dict[str, list[str]] = {}
+    for address in addresses:
+        out.setdefault(family_name(name, address), []).append(address)
+    return out
 
 
 @dataclass(frozen=True)
@@ -56,24 +82,25 @@ class Cluster:
     pods: tuple[PodInfo, ...]
     namespaces: Mapping[str, Mapping[str, str]]  # name -> labels
     local_nodes: frozenset[str]
-    pending: tuple[PodInfo, ...] = ()  # pods bound to a node, address not known yet (ip "")
-    node_cidrs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> IPv4 pod CIDRs
+    pending: tuple[PodInfo, ...] = ()  # pods bound to a node, address not known yet (ip and ip6 "")
+    node_cidrs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> pod CIDRs
 
 
 @dataclass
 class Ruleset:
     chains: dict[str, list[str]] = field(default_factory=dict)
-    sets: dict[str, frozenset[str]] = field(default_factory=dict)  # peers-<hash> -> pod IPv4 addresses
-    # the guard's sets, always there: known-pods (local pods' addresses, while a guard is up) and the
-    # pod CIDRs of nodes with a pending pod isolated for ingress / egress
+    # peers-<hash> -> pod IPv4 addresses, peers-<hash>-v6 -> pod IPv6 addresses
+    sets: dict[str, frozenset[str]] = field(default_factory=dict)
+    # the guard's sets, always there, each with its IPv6 twin: known-pods (local pods' addresses, while
+    # a guard is up) and the pod CIDRs of nodes with a pending pod isolated for ingress / egress
     guards: dict[str, frozenset[str]] = field(
         default_factory=lambda: {
-            KNOWN: frozenset(),
-            PENDING_INGRESS: frozenset(),
-            PENDING_EGRESS: frozenset(),
+            name + suffix: frozenset()
+            for name in (KNOWN, PENDING_INGRESS, PENDING_EGRESS)
+            for suffix in ("", V6)
         }
     )
-    ingress: dict[str, str] = field(default_factory=dict)  # pod IP -> chain
+    ingress: dict[str, str] = field(default_factory=dict)  # pod address (either family) -> chain
     egress: dict[str, str] = field(default_factory=dict)
 
     def script(self, table: str = TABLE) -> str:
@@ -84,32 +111,57 @@ class Ruleset:
             f"delete table {at}",
             f'add table {at} {{ comment "network policies (pykubelet netpolicy)" ; }}',
             f"add chain {at} forward {{ type filter hook forward priority filter ; policy accept ; }}",
-            f"add map {at} {INGRESS_MAP} {{ type ipv4_addr : verdict ; }}",
-            f"add map {at} {EGRESS_MAP} {{ type ipv4_addr : verdict ; }}",
         ]
+        for name in (INGRESS_MAP, EGRESS_MAP):
+            lines += [
+                f"add map {at} {name} {{ type ipv4_addr : verdict ; }}",
+                f"add map {at} {name}{V6} {{ type ipv6_addr : verdict ; }}",
+            ]
         for name, ips in [*self.guards.items(), *self.sets.items()]:
             lines += set_lines(at, name, ips)
         lines += [
             f"add rule {at} forward ct state established,related accept",
-            f"add rule {at} forward ip daddr @{PENDING_INGRESS} ip daddr != @{KNOWN} drop",
-            f"add rule {at} forward ip saddr @{PENDING_EGRESS} ip saddr != @{KNOWN} drop",
+            f"add rule {at} forward icmpv6 type {{ {NEIGHBOUR_DISCOVERY} }} accept",
+        ]
+        for proto, suffix in (("ip", ""), ("ip6", V6)):
+            lines += [
+                f"add rule {at} forward {proto} daddr @{PENDING_INGRESS}{suffix} "
+                f"{proto} daddr != @{KNOWN}{suffix} drop",
+                f"add rule {at} forward {proto} saddr @{PENDING_EGRESS}{suffix} "
+                f"{proto} saddr != @{KNOWN}{suffix} drop",
+            ]
+        lines += [
             f"add rule {at} forward ip saddr vmap @{EGRESS_MAP}",
+            f"add rule {at} forward ip6 saddr vmap @{EGRESS_MAP}{V6}",
             f"add rule {at} forward ip daddr vmap @{INGRESS_MAP}",
+            f"add rule {at} forward ip6 daddr vmap @{INGRESS_MAP}{V6}",
         ]
         for name, rules in self.chains.items():
             lines.append(f"add chain {at} {name}")
             lines += [f"add rule {at} {name} {rule}" for rule in rules]
-        for map_name, elements in ((INGRESS_MAP, self.ingress), (EGRESS_MAP, self.egress)):
-            if elements:
-                body = ", ".join(f"{ip} : jump {chain}" for ip, chain in elements.items())
-                lines.append(f"add element {at} {map_name} {{ {body} }}")
+        for base, elements in ((INGRESS_MAP, self.ingress), (EGRESS_MAP, self.egress)):
+            lines += map_lines(at, "add", base, elements)
         return "\n".join(lines) + "\n"
 
 
+def map_lines(at: str, verb: str, base: str, elements: Mapping[str, str]) -> list[str]:
+    """`add` (address -> jump chain) or `delete` (by address) elements of a verdict map and its IPv6 twin."""
+    out = []
+    for name, addresses in by_family(base, elements).items():
+        if verb == "add":
+            body = ", ".join(f"{a} : jump {elements[a]}" for a in addresses)
+        else:
+            body = ", ".join(addresses)
+        out.append(f"{verb} element {at} {name} {{ {body} }}")
+    return out
+
+
 def set_lines(at: str, name: str, ips: frozenset[str]) -> list[str]:
-    """A named set of pod addresses (of CIDRs for the guard's pending sets), declared and filled."""
+    """A named set of pod addresses (of CIDRs for the guard's pending sets), declared and filled; of
+    IPv6 addresses when its name ends in -v6."""
     flags = " flags interval ;" if name in INTERVAL_SETS else ""
-    lines = [f"add set {at} {name} {{ type ipv4_addr ;{flags} }}"]
+    kind = "ipv6_addr" if name.endswith(V6) else "ipv4_addr"
+    lines = [f"add set {at} {name} {{ type {kind} ;{flags} }}"]
     if ips:
         lines.append(f"add element {at} {name} {address_set(ips)}")
     return lines
@@ -124,17 +176,18 @@ def chain_name(direction: str, pod: PodInfo) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _ip_key(ip: str) -> ipaddress.IPv4Address:
-    return ipaddress.IPv4Address(ip)
+def _ip_key(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.ip_address(ip)
 
 
 @functools.lru_cache(maxsize=65536)
-def _net_key(text: str) -> ipaddress.IPv4Network:
-    return ipaddress.IPv4Network(text)
+def _net_key(text: str) -> tuple[int, ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    network = ipaddress.ip_network(text)
+    return network.version, network
 
 
 def address_set(ips: Iterable[str]) -> str:
-    """`{ a, b }` of addresses or CIDRs, in address order."""
+    """`{ a, b }` of addresses or CIDRs (of one family), in address order."""
     return "{ " + ", ".join(sorted(set(ips), key=_net_key)) + " }"
 
 
@@ -153,6 +206,7 @@ class _Target:
     match: str
     pods: tuple[PodInfo, ...] = ()
     block: Peer | None = None
+    family: int = 0  # 4 or 6: only the pods' addresses of that family; 0: both
 
 
 def peer_set_name(namespace: str, peer: Peer) -> str:
@@ -172,19 +226,20 @@ class _Builder:
         self._targets: dict[tuple[int, str], list[_Target]] = {}
         self._blocks: dict[Peer, tuple[PodInfo, ...]] = {}
         self.sets: dict[str, frozenset[str]] = {}
+        # once any pod has an IPv6 address, selector peers match in both families
+        self.dual = any(p.ip6 for p in cluster.pods)
 
     def in_block(self, peer: Peer) -> tuple[PodInfo, ...]:
         if peer not in self._blocks:
             network = ipaddress.ip_network(peer.cidr)
             holes = [ipaddress.ip_network(e) for e in peer.excepts]
-            self._blocks[peer] = (
-                ()
-                if network.version != 4  # pods here have IPv4 addresses only
-                else tuple(
-                    p
-                    for p in self.cluster.pods
-                    if _ip_key(p.ip) in network and not any(_ip_key(p.ip) in h for h in holes)
-                )
+            field_name = "ip6" if network.version == 6 else "ip"
+            self._blocks[peer] = tuple(
+                p
+                for p in self.cluster.pods
+                if (address := getattr(p, field_name))
+                and _ip_key(address) in network
+                and not any(_ip_key(address) in h for h in holes)
             )
         return self._blocks[peer]
 
@@ -214,12 +269,15 @@ class _Builder:
                 match = f"{field_name} {peer.cidr}"
                 if peer.excepts:
                     match += f" {field_name} != {{ {', '.join(peer.excepts)} }}"
-                out.append(_Target(match, block=peer))
+                out.append(_Target(match, block=peer, family=6 if is_v6(peer.cidr) else 4))
                 continue
-            pods = self._selected(policy, peer.pods, peer.namespaces)
+            pods = tuple(self._selected(policy, peer.pods, peer.namespaces))
             name = peer_set_name(policy.namespace, peer)
-            self.sets[name] = frozenset(p.ip for p in pods)
-            out.append(_Target(f"ip {end} @{name}", tuple(pods)))
+            self.sets[name] = frozenset(p.ip for p in pods if p.ip)
+            out.append(_Target(f"ip {end} @{name}", pods, family=4))
+            if self.dual:
+                self.sets[name + V6] = frozenset(p.ip6 for p in pods if p.ip6)
+                out.append(_Target(f"ip6 {end} @{name}{V6}", pods, family=6))
         return out
 
     def statements(self, policy: Policy, rule: Rule, direction: str, pod: PodInfo) -> list[str]:
@@ -239,14 +297,17 @@ class _Builder:
             number = pod.named_ports.get((port.name, port.protocol))
             return [] if number is None else [f"{target.match} {_port_match(port.protocol, number)}"]
         # egress: the name is each destination pod's, which may map it to different numbers
-        by_number: dict[int, list[str]] = {}
+        by_number: dict[tuple[int, int], list[str]] = {}
         for peer in self.in_block(target.block) if target.block is not None else target.pods:
             number = peer.named_ports.get((port.name, port.protocol))
-            if number is not None:
-                by_number.setdefault(number, []).append(peer.ip)
+            if number is None:
+                continue
+            for version, address in ((4, peer.ip), (6, peer.ip6)):
+                if address and target.family in (0, version):
+                    by_number.setdefault((version, number), []).append(address)
         return [
-            f"ip daddr {address_set(ips)} {_port_match(port.protocol, number)}"
-            for number, ips in sorted(by_number.items())
+            f"{'ip6' if version == 6 else 'ip'} daddr {address_set(ips)} {_port_match(port.protocol, number)}"
+            for (version, number), ips in sorted(by_number.items())
         ]
 
 
@@ -269,11 +330,15 @@ def _guards(cluster: Cluster, local: list[PodInfo]) -> dict[str, frozenset[str]]
             if cidrs and _selecting(cluster, pod, direction):
                 found.update(cidrs)
     up = pending["ingress"] or pending["egress"]
-    return {
-        KNOWN: frozenset(p.ip for p in local) if up else frozenset(),
-        PENDING_INGRESS: frozenset(pending["ingress"]),
-        PENDING_EGRESS: frozenset(pending["egress"]),
-    }
+    known = [a for p in local for a in p.addresses] if up else []
+    guards = {name: frozenset() for name in Ruleset().guards}
+    for name, found in (
+        (KNOWN, known),
+        (PENDING_INGRESS, pending["ingress"]),
+        (PENDING_EGRESS, pending["egress"]),
+    ):
+        guards.update((twin, frozenset(items)) for twin, items in by_family(name, found).items())
+    return guards
 
 
 def build(cluster: Cluster, withheld: frozenset[str] = frozenset()) -> Ruleset:
@@ -285,7 +350,7 @@ def build(cluster: Cluster, withheld: frozenset[str] = frozenset()) -> Ruleset:
     for pod in local:
         for direction, elements in (("ingress", ruleset.ingress), ("egress", ruleset.egress)):
             selecting = _selecting(cluster, pod, direction)
-            if not selecting or pod.ip in elements:
+            if not selecting or any(a in elements for a in pod.addresses):
                 continue
             rules: list[str] = []
             for policy in sorted(selecting, key=lambda p: p.key):
@@ -295,7 +360,7 @@ def build(cluster: Cluster, withheld: frozenset[str] = frozenset()) -> Ruleset:
                     rules += builder.statements(policy, rule, direction, pod)
             name = chain_name(direction, pod)
             ruleset.chains[name] = [*dict.fromkeys(rules), "drop"]
-            elements[pod.ip] = name
+            elements.update((a, name) for a in pod.addresses)
     ruleset.sets = dict(sorted(builder.sets.items()))
     ruleset.guards = _guards(cluster, local)
     return ruleset

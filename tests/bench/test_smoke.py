@@ -63,6 +63,9 @@ BENCHMARKS = {
     "proxy-connections": Benchmark("bench/proxy/connections.py", "proxy-connections", needs_root=True),
     "netpolicy-sync": Benchmark("bench/netpolicy/sync.py", "netpolicy-sync", needs_root=True),
     "netpolicy-churn": Benchmark("bench/netpolicy/churn.py", "netpolicy-churn", needs_root=True),
+    "netpolicy-connections": Benchmark(
+        "bench/netpolicy/connections.py", "netpolicy-connections", needs_root=True
+    ),
     "dns-latency": Benchmark("bench/dns/latency.py", "dns-latency", needs_root=False),
     "dns-distinct": Benchmark("bench/dns/distinct.py", "dns-distinct", needs_root=False),
     "controllers-deployment": Benchmark(

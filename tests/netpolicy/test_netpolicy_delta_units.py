@@ -107,3 +107,28 @@ def test_the_guard_goes_up_and_down_with_a_pending_pod_in_one_transaction_each()
         f"delete element {AT} known-pods {{ 10.0.0.2, 10.0.0.3 }}",
         f"delete element {AT} pending-ingress {{ 10.0.0.0/24 }}",
     ]
+
+
+def test_dual_stack_pods_move_in_both_families_at_once() -> None:
+    """A dual-stack client joins the selection: one element in each family's peer set; a dual-stack
+    server going away leaves both verdict maps in the same transaction."""
+
+    def dual(name: str, ip: str, ip6: str, **labels: str) -> dict:
+        body = pod(name, ip, **labels)
+        body["status"]["podIPs"] = [{"ip": ip}, {"ip": ip6}]
+        return body
+
+    server, client = (
+        dual("server", "10.0.0.2", "fd00::2", app="server"),
+        dual("client", "10.0.0.3", "fd00::3", role="client"),
+    )
+    old = built(server, client)
+    name = next(n for n in old.sets if not n.endswith("-v6"))
+    joined = delta(old, built(server, client, dual("late", "10.0.0.9", "fd00::9", role="client")))
+    assert joined == f"add element {AT} {name} {{ 10.0.0.9 }}\nadd element {AT} {name}-v6 {{ fd00::9 }}\n"
+    gone = delta(old, built(client)).splitlines()
+    assert gone[:2] == [
+        f"delete element {AT} ingress-pods {{ 10.0.0.2 }}",
+        f"delete element {AT} ingress-pods-v6 {{ fd00::2 }}",
+    ]
+    assert f"delete chain {AT} ingress-a/server" in gone

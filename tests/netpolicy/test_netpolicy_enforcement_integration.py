@@ -9,172 +9,44 @@ A default deny blocks connections that worked; podSelector, namespaceSelector, b
 with except, a port rule, a named port, a port range, egress isolation; an established connection
 survives a new deny; deleting a policy restores access; stopping the agent keeps its rules and
 `--cleanup` removes its table; pods whose addresses the API learns after they run get their rules and
-join the peer sets when it does. One lab and one agent for the module."""
+join the peer sets when it does. The lab is dual-stack (each pod has an IPv4 and an IPv6 address, both
+in its status.podIPs): a default deny, a podSelector, an IPv6 ipBlock with except, egress and the guard
+for late addresses hold for IPv6 connections too, and neighbour discovery reaches isolated pods. One lab and one agent for the module."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from e2e.waiting import wait_for
-from netpolicy import rbac
-from pykubelet.rig.apiserver import ApiServer
-from pykubelet.rig.leaks import Scope
+from tests.netpolicy.podlab import (
+    CONNECT,
+    ECHO,
+    HOLD,
+    SERVER,
+    SERVER_PORTS,
+    UDP_ECHO,
+    PodLab,
+    agent_argv,
+    lab_beside_api,
+    report_pod,
+    running_agent,
+    sh,
+    v6,
+)
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and nftables"),
 ]
-
-TABLE = "pykubelet-netpol"
-SERVER_PORTS = (8080, 8081, 9001)
-SERVER = """
-import socket, sys, threading
-def serve(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port)); s.listen(64)
-    while True:
-        conn, _ = s.accept()
-        conn.sendall(b"ok\\n"); conn.close()
-ports = [int(p) for p in sys.argv[1:]]
-for p in ports[1:]:
-    threading.Thread(target=serve, args=(p,), daemon=True).start()
-print("up", flush=True)
-serve(ports[0])
-"""
-CONNECT = """
-import socket, sys
-try:
-    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1.0)
-    print(s.recv(8).decode().strip() or "closed")
-except OSError as err:
-    print("refused" if isinstance(err, ConnectionRefusedError) else "blocked")
-"""
-HOLD = """
-import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2.0)
-print("connected", flush=True)
-for line in sys.stdin:
-    s.sendall(line.encode()); print(s.recv(64).decode().strip() or "closed", flush=True)
-"""
-UDP_ECHO = """
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("0.0.0.0", 5353))
-print("up", flush=True)
-while True:
-    data, peer = s.recvfrom(64)
-    s.sendto(b"ok", peer)
-"""
-UDP_ASK = """
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(1.0)
-s.sendto(b"?", (sys.argv[1], int(sys.argv[2])))
-try:
-    print(s.recv(8).decode())
-except OSError:
-    print("blocked")
-"""
-ECHO = """
-import socket
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 7000)); s.listen(4)
-print("up", flush=True)
-while True:
-    conn, _ = s.accept()
-    while data := conn.recv(64):
-        conn.sendall(data)
-"""
-
-
-def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=check, timeout=30)
-
-
-@dataclass
-class PodLab:
-    """A host namespace with one bridge per node (10.77.<node>.0/24, routed between them) and pods as
-    network namespaces on veths, as pykubelet-cni wires them."""
-
-    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:5])
-    netns: list[str] = field(default_factory=list)
-    procs: list[subprocess.Popen[str]] = field(default_factory=list)
-
-    @property
-    def host(self) -> str:
-        return f"npl-{self.tag}-host"
-
-    def ns(self, pod: str) -> str:
-        return f"npl-{self.tag}-{pod}"
-
-    def open(self, bridges: int) -> PodLab:
-        sh("ip", "netns", "add", self.host)
-        self.netns.append(self.host)
-        sh("ip", "-n", self.host, "link", "set", "lo", "up")
-        sh("ip", "netns", "exec", self.host, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        for i in range(bridges):
-            sh("ip", "-n", self.host, "link", "add", f"br{i}", "type", "bridge")
-            sh("ip", "-n", self.host, "addr", "add", f"10.77.{i}.1/24", "dev", f"br{i}")
-            sh("ip", "-n", self.host, "link", "set", f"br{i}", "up")
-        return self
-
-    def add_pod(self, pod: str, bridge: int, ip: str) -> None:
-        ns, index = self.ns(pod), len(self.netns)
-        sh("ip", "netns", "add", ns)
-        self.netns.append(ns)
-        outer = f"v{self.tag}{index}"
-        sh("ip", "-n", self.host, "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        sh("ip", "-n", self.host, "link", "set", outer, "master", f"br{bridge}", "up")
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-        sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        sh("ip", "-n", ns, "route", "add", "default", "via", f"10.77.{bridge}.1")
-
-    def start(self, pod: str, code: str, *args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns(pod), sys.executable, "-c", code, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.procs.append(proc)
-        assert proc.stdout is not None and proc.stdout.readline().strip() in ("up", "connected")
-        return proc
-
-    def connect(self, pod: str, ip: str, port: int) -> str:
-        """'ok' when the server answered, 'blocked' when the connection timed out, 'refused'."""
-        out = sh(
-            "ip", "netns", "exec", self.ns(pod), sys.executable, "-c", CONNECT, ip, str(port), check=False
-        )
-        return out.stdout.strip() or out.stderr.strip()
-
-    def ask_udp(self, pod: str, ip: str, port: int) -> str:
-        out = sh(
-            "ip", "netns", "exec", self.ns(pod), sys.executable, "-c", UDP_ASK, ip, str(port), check=False
-        )
-        return out.stdout.strip() or out.stderr.strip()
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.stdin is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-            proc.kill()
-            proc.wait()
-        for ns in reversed(self.netns):
-            sh("ip", "netns", "del", ns, check=False)
-
 
 # Pods: (name, namespace key, node/bridge, ip, labels)
 SERVER_IP, CLIENT_IP, OTHER_IP, FAR_IP, FAR_OTHER_IP = (
@@ -203,7 +75,7 @@ class World:
     core: client.CoreV1Api
 
     def table(self) -> subprocess.CompletedProcess[str]:
-        return sh("ip", "netns", "exec", self.lab.host, "nft", "list", "table", "inet", TABLE, check=False)
+        return self.lab.table()
 
     def policy(self, name: str, ns: str = "a", **spec: object) -> None:
         body: dict = {"metadata": {"name": name}, "spec": {"podSelector": {"matchLabels": {"app": "server"}}}}
@@ -234,79 +106,25 @@ class World:
             raise AssertionError(f"wanted {want}, saw {seen}\n{self.table().stdout}") from None
 
 
-def _agent_argv(kubeconfig: Path, host: str, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pykubelet",
-        "netpolicy",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--netns",
-        host,
-        *extra,
-    ]
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("netpol")
-    lab = PodLab().open(bridges=2)
-    agent: subprocess.Popen[str] | None = None
-    try:
-        with ApiServer(root / "api") as server, server.api_client() as api:
-            core, rbac_api = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-            rbac_api.create_cluster_role(rbac.cluster_role())
-            rbac_api.create_cluster_role_binding(rbac.cluster_role_binding())
-            names = {"a": f"np-a-{lab.tag}", "b": f"np-b-{lab.tag}"}
-            for key, name in names.items():
-                core.create_namespace({"metadata": {"name": name, "labels": {"team": key}}})
-                core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
-            for pod, key, node, ip, labels in PODS:
-                lab.add_pod(pod, node, ip)
-                ports = [{"name": "http", "containerPort": 8080}, {"name": "alt", "containerPort": 8081}]
-                body = {
-                    "metadata": {"name": pod, "labels": labels},
-                    "spec": {
-                        "nodeName": f"n{node}",
-                        "containers": [{"name": "c", "image": "busybox", "ports": ports}],
-                    },
-                }
-                core.create_namespaced_pod(names[key], body)
-                core.patch_namespaced_pod_status(
-                    pod, names[key], {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
-                )
-            lab.start("server", SERVER, *map(str, SERVER_PORTS))
-            lab.start("far", SERVER, "8080")
-            lab.start("server", ECHO)
-            lab.start("server", UDP_ECHO)
-            kubeconfig = server.client_kubeconfig(rbac.USER, (), root / "netpol.kubeconfig")
-            log = (root / "agent.log").open("w")
-            agent = subprocess.Popen(
-                _agent_argv(
-                    kubeconfig,
-                    lab.host,
-                    "--node-name",
-                    "n0",
-                    "--node-name",
-                    "n1",
-                    "--min-sync-period",
-                    "50ms",
-                ),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            world = World(lab, client.NetworkingV1Api(api), names, agent, kubeconfig, core)
-            wait_for(lambda: world.table().returncode == 0, timeout=60, what="the agent's table")
-            yield world
-    finally:
-        if agent is not None and agent.poll() is None:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(20)
-        lab.close()
-        leaked = Scope.of(root, named_netns=lab.netns).leaked(settle=2.0)
-        assert not leaked, f"left on the host: {leaked}"
+    with lab_beside_api(root) as (lab, server, api):
+        core = client.CoreV1Api(api)
+        names = {"a": f"np-a-{lab.tag}", "b": f"np-b-{lab.tag}"}
+        for key, name in names.items():
+            core.create_namespace({"metadata": {"name": name, "labels": {"team": key}}})
+            core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+        ports = [{"name": "http", "containerPort": 8080}, {"name": "alt", "containerPort": 8081}]
+        for pod, key, node, ip, labels in PODS:
+            lab.add_pod(pod, node, ip)
+            report_pod(core, names[key], pod, f"n{node}", ip, labels=labels, ports=ports)
+        lab.start("server", SERVER, *map(str, SERVER_PORTS))
+        lab.start("far", SERVER, "8080")
+        lab.start("server", ECHO)
+        lab.start("server", UDP_ECHO)
+        with running_agent(server, lab, root, "n0", "n1") as (agent, kubeconfig):
+            yield World(lab, client.NetworkingV1Api(api), names, agent, kubeconfig, core)
 
 
 @pytest.fixture(autouse=True)
@@ -407,7 +225,8 @@ def test_pods_get_their_rules_and_join_peer_sets_when_their_address_appears(worl
     between sandbox and status): the server is unreachable even then (the guard on its node's pod CIDR,
     known from the Node), and each takes its part in the one transaction that follows the address."""
     late = {"late-client": ("10.77.0.6", {"role": "client"}), "late-server": ("10.77.0.7", {"app": "server"})}
-    world.core.create_node({"metadata": {"name": "n0"}, "spec": {"podCIDR": "10.77.0.0/24"}})
+    cidrs = ["10.77.0.0/24", "fd77:0::/64"]
+    world.core.create_node({"metadata": {"name": "n0"}, "spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs}})
     for name, (ip, labels) in late.items():
         world.lab.add_pod(name, 0, ip)
         body = {
@@ -421,17 +240,63 @@ def test_pods_get_their_rules_and_join_peer_sets_when_their_address_appears(worl
         world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "blocked"})
         # not yet known, already guarded: no client reaches the new server before its rules exist
         world.expect({("client", 8080): "blocked", ("other", 8080): "blocked"}, ip=late["late-server"][0])
+        world.expect({("client", 8080): "blocked"}, ip=v6(late["late-server"][0]))  # its IPv6 CIDR too
         assert world.reach("client", 8080, ip=FAR_IP) == "ok"  # a known pod of another node: unguarded
+        assert world.reach("client", 8080, ip=v6(FAR_IP)) == "ok"
         for name, (ip, _) in late.items():
-            status = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
+            status = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}, {"ip": v6(ip)}]}}
             world.core.patch_namespaced_pod_status(name, world.ns["a"], status)
         world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "ok"})
         want = {("client", 8080): "ok", ("other", 8080): "blocked", ("late-client", 8080): "ok"}
         world.expect(want, ip=late["late-server"][0])
+        world.expect(want, ip=v6(late["late-server"][0]))
     finally:
         for name in late:
             world.core.delete_namespaced_pod(name, world.ns["a"], grace_period_seconds=0)
         world.core.delete_node("n0")
+
+
+def test_ipv6_default_deny_pod_selector_ip_block_and_egress(world: World) -> None:
+    """The pods' IPv6 addresses (the second of their status.podIPs) are isolated as their IPv4 ones:
+    bridged (client, other) and routed (far) IPv6 connections to the server's IPv6 address."""
+    server6 = v6(SERVER_IP)
+    everyone = {("client", 8080): "ok", ("other", 8080): "ok", ("far", 8080): "ok"}
+    world.expect(everyone, ip=server6)
+    world.policy("deny", podSelector={})
+    world.expect(
+        {("client", 8080): "blocked", ("other", 8080): "blocked", ("far", 8080): "blocked"}, ip=server6
+    )
+    world.delete("deny")
+    world.policy("clients", ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}])
+    world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("far", 8080): "blocked"}, ip=server6)
+    world.delete("clients")
+    block = {"ipBlock": {"cidr": "fd77::/16", "except": [f"{v6(OTHER_IP)}/128", "fd77:1::/64"]}}
+    world.policy("block6", ingress=[{"from": [block]}])
+    world.expect({("client", 8080): "ok", ("other", 8080): "blocked", ("far", 8080): "blocked"}, ip=server6)
+    # an IPv6 block admits no IPv4 connection
+    world.expect({("client", 8080): "blocked"})
+    world.delete("block6")
+    world.policy(
+        "client-out",
+        podSelector={"matchLabels": {"role": "client"}},
+        policyTypes=["Egress"],
+        egress=[{"to": [{"podSelector": {"matchLabels": {"app": "server"}}}], "ports": [{"port": "http"}]}],
+    )
+    world.expect({("client", 8080): "ok", ("client", 8081): "blocked", ("other", 8081): "ok"}, ip=server6)
+    world.expect({("client", 8080): "blocked"}, ip=v6(FAR_IP))
+
+
+def test_ipv6_neighbour_discovery_passes_to_isolated_pods(world: World) -> None:
+    """IPv6 finds a neighbour with ICMPv6 (IPv4 with ARP, which the forward hook never sees): with the
+    client isolated for ingress, the server's neighbour advertisement to it must still pass, or an
+    allowed IPv6 connection fails as soon as the client has to ask for the server's link address."""
+    world.policy("deny-in", podSelector={})  # every pod of a isolated for ingress, the client too
+    world.policy("clients", ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}])
+    server6 = v6(SERVER_IP)
+    world.expect({("client", 8080): "ok", ("other", 8080): "blocked"}, ip=server6)
+    for pod in ("client", "server"):
+        sh("ip", "-n", world.lab.ns(pod), "-6", "neigh", "flush", "all")
+    assert world.reach("client", 8080, ip=server6) == "ok"
 
 
 def test_stop_keeps_the_rules_and_cleanup_removes_the_table(world: World) -> None:
@@ -441,7 +306,7 @@ def test_stop_keeps_the_rules_and_cleanup_removes_the_table(world: World) -> Non
     world.agent.send_signal(signal.SIGTERM)
     assert world.agent.wait(20) == 0
     assert world.reach("client", 8080) == "blocked"
-    done = sh(*_agent_argv(world.kubeconfig, world.lab.host, "--cleanup"))
+    done = sh(*agent_argv(world.kubeconfig, world.lab.host, "--cleanup"))
     assert done.returncode == 0
     assert world.table().returncode != 0
     assert world.reach("client", 8080) == "ok"

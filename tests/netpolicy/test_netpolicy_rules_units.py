@@ -10,13 +10,20 @@ from netpolicy.rules import Cluster, Ruleset, build, chain_name
 
 
 def pod(
-    name: str, ip: str, ns: str = "a", node: str = "n1", ports: dict | None = None, **labels: str
+    name: str,
+    ip: str,
+    ns: str = "a",
+    node: str = "n1",
+    ports: dict | None = None,
+    ips: list[str] | None = None,
+    **labels: str,
 ) -> dict:
+    """A pod as the kubelet reports it; `ips`: its dual-stack status.podIPs (else just `ip`)."""
     containers = [{"name": "c", "ports": [{"name": k, "containerPort": v} for k, v in (ports or {}).items()]}]
     return {
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {"nodeName": node, "containers": containers},
-        "status": {"phase": "Running", "podIPs": [{"ip": ip}]},
+        "status": {"phase": "Running", "podIPs": [{"ip": i} for i in ips or [ip]]},
     }
 
 
@@ -49,7 +56,7 @@ def resolved(built: Ruleset, chain: str) -> list[str]:
     """The chain's rules with each named peer set written out as its elements (sorted)."""
     out = []
     for rule in built.chains[chain]:
-        for name, ips in built.sets.items():
+        for name, ips in sorted(built.sets.items(), key=lambda item: -len(item[0])):  # a -v6 twin first
             rule = rule.replace(f"@{name}", "{ " + ", ".join(sorted(ips)) + " }")
         out.append(rule)
     return out
@@ -218,12 +225,31 @@ def test_a_pending_pod_under_a_policy_raises_the_guard_for_its_nodes_pod_cidr() 
         cidrs = {"n1": ("10.0.0.0/24",)} if node_cidrs is None else node_cidrs
         return build(Cluster(policies, known, NAMESPACES, frozenset({"n1"}), pending_pods, cidrs)).guards
 
+    down = {
+        name + suffix: frozenset()
+        for name in ("known-pods", "pending-ingress", "pending-egress")
+        for suffix in ("", "-v6")
+    }
     assert guards(info) == {
+        **down,
         "known-pods": frozenset({"10.0.0.2", "10.0.0.3", "10.0.0.4"}),  # the local pods: n1's
         "pending-ingress": frozenset({"10.0.0.0/24"}),
-        "pending-egress": frozenset(),
     }
-    down = {"known-pods": frozenset(), "pending-ingress": frozenset(), "pending-egress": frozenset()}
+    # a dual-stack node: its IPv6 pod CIDR guarded too, a dual-stack pod known in both families
+    dual = parse_pod(pod("dual", "10.0.0.5", ips=["10.0.0.5", "fd00::5"]))
+    assert dual is not None and dual.addresses == ("10.0.0.5", "fd00::5")
+    both = build(
+        Cluster(
+            (deny_in,), (dual,), NAMESPACES, frozenset({"n1"}), (info,), {"n1": ("10.0.0.0/24", "fd00::/64")}
+        )
+    ).guards
+    assert both == {
+        **down,
+        "known-pods": frozenset({"10.0.0.5"}),
+        "known-pods-v6": frozenset({"fd00::5"}),
+        "pending-ingress": frozenset({"10.0.0.0/24"}),
+        "pending-ingress-v6": frozenset({"fd00::/64"}),
+    }
     assert guards() == down  # nobody pending
     assert guards(info, policies=()) == down  # pending, but no policy selects it
     assert guards(info, node_cidrs={}) == down  # its node's pod CIDR unknown: nothing to guard
@@ -231,3 +257,59 @@ def test_a_pending_pod_under_a_policy_raises_the_guard_for_its_nodes_pod_cidr() 
     assert guards(remote) == down  # another host's pod: its agent guards it
     unbound = {**pending, "spec": {}}
     assert parse_pod(unbound, pending=True) is None  # not scheduled: nothing runs yet
+
+
+def test_dual_stack_pods_get_their_ipv6_address_in_the_maps_and_peer_sets() -> None:
+    """A pod's IPv6 address (dual-stack status.podIPs) jumps to the same chain as its IPv4 one; once
+    any pod has one, each selector peer matches both families through twin sets; a named egress port
+    resolves on both addresses of the destination pods; an IPv6-only pod takes part too."""
+    pods = [
+        pod("server", "10.0.0.2", ips=["10.0.0.2", "fd00::2"], app="server", ports={"http": 8080}),
+        pod("client", "10.0.0.3", ips=["10.0.0.3", "fd00::3"], role="client"),
+        pod("v6only", "fd00::4", role="client"),
+        pod("old", "10.0.0.6", role="client"),
+    ]
+    clients = {"podSelector": {"matchLabels": {"role": "client"}}}
+    policies = (
+        policy("in", podSelector={"matchLabels": {"app": "server"}}, ingress=[{"from": [clients]}]),
+        policy(
+            "out",
+            podSelector={"matchLabels": {"role": "client"}},
+            policyTypes=["Egress"],
+            egress=[
+                {"to": [{"podSelector": {"matchLabels": {"app": "server"}}}], "ports": [{"port": "http"}]}
+            ],
+        ),
+    )
+    parsed = tuple(p for p in (parse_pod(o) for o in pods) if p is not None)
+    assert [p.addresses for p in parsed] == [
+        ("10.0.0.2", "fd00::2"),
+        ("10.0.0.3", "fd00::3"),
+        ("fd00::4",),
+        ("10.0.0.6",),
+    ]
+    built = build(Cluster(tuple(parse_policy(p) for p in policies), parsed, NAMESPACES, frozenset({"n1"})))
+    assert built.ingress == {"10.0.0.2": "ingress-a/server", "fd00::2": "ingress-a/server"}
+    assert built.egress == {
+        "10.0.0.3": "egress-a/client",
+        "fd00::3": "egress-a/client",
+        "fd00::4": "egress-a/v6only",
+        "10.0.0.6": "egress-a/old",
+    }
+    v6 = sorted(n for n in built.sets if n.endswith("-v6"))
+    assert len(v6) == 2 and sorted(built.sets) == sorted([*v6, *(n.removesuffix("-v6") for n in v6)])
+    assert resolved(built, "ingress-a/server") == [
+        "ip saddr { 10.0.0.3, 10.0.0.6 } return",
+        "ip6 saddr { fd00::3, fd00::4 } return",
+        "drop",
+    ]
+    assert built.chains["egress-a/client"] == [
+        "ip daddr { 10.0.0.2 } meta l4proto tcp th dport 8080 return",
+        "ip6 daddr { fd00::2 } meta l4proto tcp th dport 8080 return",
+        "drop",
+    ]
+    script = built.script()
+    assert "add element inet pykubelet-netpol ingress-pods-v6 { fd00::2 : jump ingress-a/server }" in script
+    assert "add rule inet pykubelet-netpol forward ip6 daddr vmap @ingress-pods-v6" in script
+    # IPv4 only: no IPv6 twin of a peer set
+    assert not [n for n in ruleset(policies[0]).sets if n.endswith("-v6")]
