@@ -161,17 +161,16 @@ def ensure_bridge(
         link = rtnl.get_link(name)
         if link is None:
             raise CniError(errors.INTERNAL, "bridge vanished after creation", name)
-    info = link.get_attr("IFLA_LINKINFO")
-    if info is None or info.get_attr("IFLA_INFO_KIND") != "bridge":
+    if link.kind != "bridge":
         raise CniError(errors.INVALID_CONFIG, "interface exists and is not a bridge", name)
-    idx = int(link["index"])
-    if not link["flags"] & IFF_UP:
+    idx = link.index
+    if not link.flags & IFF_UP:
         rtnl.set_link(idx, up=True)
     with _bridges_lock:
         memo = _bridges.get(name)
     if memo is None or memo.index != idx or memo.gateway != gateway:
         if not _address_is_set(name):
-            rtnl.set_link(idx, address=link.get_attr("IFLA_ADDRESS"))
+            rtnl.set_link(idx, address=link.address)
         if gateway is not None and gateway not in rtnl.addresses(idx):
             add_address(rtnl, idx, gateway, "gateway")
         with _bridges_lock:
@@ -179,7 +178,7 @@ def ensure_bridge(
     if localnet:
         # lets a hostPort DNAT from 127.0.0.1 be routed out to the pod (as the portmap plugin does)
         _write_sysctl(f"/proc/sys/net/ipv4/conf/{name}/route_localnet", "1")
-    return LinkInfo(name=name, mac=link.get_attr("IFLA_ADDRESS"), index=idx)
+    return LinkInfo(name=name, mac=link.address, index=idx)
 
 
 def delete_link(rtnl: Rtnl, name: str) -> bool:
@@ -210,14 +209,14 @@ def create_veth(
     link = rtnl.get_link(host_name)
     if link is None:
         raise CniError(errors.INTERNAL, "veth vanished after creation", host_name)
-    idx = int(link["index"])
-    if not link["flags"] & IFF_UP:
+    idx = link.index
+    if not link.flags & IFF_UP:
         rtnl.set_link(idx, up=True)
     if hairpin:
         Path(f"/sys/class/net/{host_name}/brport/hairpin_mode").write_text("1")
     return VethPair(
-        host=LinkInfo(name=host_name, mac=link.get_attr("IFLA_ADDRESS"), index=idx),
-        peer_index=int(link.get_attr("IFLA_LINK")),
+        host=LinkInfo(name=host_name, mac=link.address, index=idx),
+        peer_index=link.link,
         peer_mac=peer_mac,
     )
 
@@ -285,16 +284,15 @@ def inspect_container(netns_path: str, ifname: str) -> ContainerState | None:
         link = rtnl.get_link(ifname)
         if link is None:
             return None
-        idx = int(link["index"])
         lo = rtnl.get_link(index=LOOPBACK_INDEX)
         return ContainerState(
             ifname=ifname,
-            mac=link.get_attr("IFLA_ADDRESS"),
-            up=bool(link["flags"] & IFF_UP),
-            mtu=link.get_attr("IFLA_MTU"),
-            addresses=rtnl.addresses(idx),
-            routes=rtnl.routes(idx),
-            lo_up=bool(lo is not None and lo["flags"] & IFF_UP),
+            mac=link.address,
+            up=bool(link.flags & IFF_UP),
+            mtu=link.mtu,
+            addresses=rtnl.addresses(link.index),
+            routes=rtnl.routes(link.index),
+            lo_up=bool(lo is not None and lo.flags & IFF_UP),
         )
 
     return _in_pod(netns_path, work)
@@ -311,8 +309,7 @@ def host_link_master(rtnl: Rtnl, name: str) -> str | None:
     link = rtnl.get_link(name)
     if link is None:
         return None
-    master = link.get_attr("IFLA_MASTER")
-    if not master:
+    if not link.master:
         return ""
-    bridge = rtnl.get_link(index=master)
-    return bridge.get_attr("IFLA_IFNAME") if bridge is not None else ""
+    bridge = rtnl.get_link(index=link.master)
+    return bridge.name if bridge is not None else ""

@@ -59,10 +59,13 @@ class HostLocalStore:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _owner(self, name: str) -> tuple[str, str] | None:
+    def _owner(self, name: str, dir_fd: int | None = None) -> tuple[str, str] | None:
         # os.open/os.read: pathlib's read_bytes costs ~5x more, and DEL/ADD read every IP file
         try:
-            fd = os.open(os.path.join(self.dir, name), os.O_RDONLY | os.O_CLOEXEC)
+            if dir_fd is None:
+                fd = os.open(os.path.join(self.dir, name), os.O_RDONLY | os.O_CLOEXEC)
+            else:
+                fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
         except (FileNotFoundError, IsADirectoryError):
             return None
         try:
@@ -72,22 +75,36 @@ class HostLocalStore:
         cid, _, ifname = text.partition(LINE_BREAK)
         return cid.strip(), ifname.strip()
 
+    def _owners(self) -> Iterator[tuple[str, tuple[str, str]]]:
+        """(file name, owner) of every file that may be an allocation, names not parsed: ADD reads all
+        of them on every call, and parsing each name as an address cost more than reading the file."""
+        try:
+            dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            for name in os.listdir(dir_fd):
+                if not name[:1].isdigit():
+                    continue  # lock, last_reserved_ip.0, temporary files
+                owner = self._owner(name, dir_fd)
+                if owner is not None:
+                    yield name, owner
+        finally:
+            os.close(dir_fd)
+
+    @staticmethod
+    def _address(name: str) -> ipaddress.IPv4Address | None:
+        try:
+            return ipaddress.IPv4Address(name)
+        except ValueError:
+            return None
+
     def entries(self) -> dict[ipaddress.IPv4Address, tuple[str, str]]:
         """Every allocated IP with its (container id, ifname); files that are not IPs are skipped."""
         out: dict[ipaddress.IPv4Address, tuple[str, str]] = {}
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return out
-        for name in names:
-            if not name[:1].isdigit():
-                continue  # lock, last_reserved_ip.0, temporary files
-            try:
-                ip = ipaddress.IPv4Address(name)
-            except ValueError:
-                continue
-            owner = self._owner(name)
-            if owner is not None:
+        for name, owner in self._owners():
+            ip = self._address(name)
+            if ip is not None:
                 out[ip] = owner
         return out
 
@@ -99,16 +116,17 @@ class HostLocalStore:
     def allocate(self, container_id: str, ifname: str, ranges: list[IPRange]) -> Allocation:
         """Reserve the next free IP after the last reserved one, wrapping round the range set."""
         with self.locked():
-            entries = self.entries()
-            for ip, owner in entries.items():
-                if owner == (container_id, ifname):
+            taken: set[str] = set()  # file names: an address is free when no file has its name
+            for name, owner in self._owners():
+                if owner == (container_id, ifname) and (ip := self._address(name)) is not None:
                     raise CniError(
                         errors.INTERNAL,
                         "duplicate allocation is not allowed",
                         f"{ip} has been allocated to {container_id}/{ifname}",
                     )
+                taken.add(name)
             for ip, rng in self._order(ranges, self._last_reserved()):
-                if ip in entries:
+                if str(ip) in taken:
                     continue
                 if self._reserve(ip, container_id, ifname):
                     self._write_last_reserved(ip)

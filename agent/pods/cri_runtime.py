@@ -25,7 +25,7 @@ from agent.pods.env import ConfigError, Fetch, resolve_env
 from agent.pods.events import WARNING, EventRecorder, container_field
 from agent.pods.images import ImageError, ImageManager
 from agent.pods.qos import cgroup_parent, remove_pod_cgroup
-from agent.pods.runtime import ContainerRecord, PodRuntime, RuntimeInspector, SandboxRecord
+from agent.pods.runtime import ContainerRecord, Fingerprint, PodRuntime, RuntimeInspector, SandboxRecord
 from agent.pods.runtime_service import SandboxError, StartError
 from agent.pods.sandbox import HostnameError, hosts_file, pod_log_dir, sandbox_config
 from agent.pods.service_env import NOT_SYNCED, service_env
@@ -94,6 +94,9 @@ class CRIRuntime:
 
     async def pod_state(self, uid: str) -> PodRuntime:
         return await self.inspector.inspect(uid)
+
+    def observed(self, uid: str) -> Fingerprint | None:
+        return self.inspector.observed(uid)
 
     # -- volumes and sandboxes -------------------------------------------------------------------
 

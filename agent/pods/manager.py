@@ -28,6 +28,7 @@ from agent.pods.backoff import format_go_duration
 from agent.pods.context import PodContext
 from agent.pods.cri_runtime import log_dir_uid, remove_pod_log_dirs
 from agent.pods.events import field_of
+from agent.pods.runtime import Fingerprint, fingerprint
 from agent.pods.sysctls import Allowlist
 from agent.pods.worker import PodWorker
 from agent.staticpods.keys import full_name, is_mirror, is_static
@@ -65,7 +66,7 @@ class PodManager:
         self.workers: dict[str, PodWorker] = {}
         self._seen: dict[str, str] = {}  # uid -> what of the pod a worker acts on, serialized
         self._stopping = False
-        self._fingerprints: dict[str, tuple[tuple[str, int], ...]] = {}
+        self._fingerprints: dict[str, Fingerprint] = {}
         self.relists = 0
         self.last_relist = time.monotonic()  # for the PLEG health check, as upstream's
         self._admission = asyncio.Lock()
@@ -231,7 +232,7 @@ class PodManager:
             uid = c.labels.get(L.POD_UID)
             if uid:
                 prints.setdefault(uid, []).append((c.id, c.state))
-        current = {uid: tuple(sorted(v)) for uid, v in prints.items()}
+        current = {uid: fingerprint(v) for uid, v in prints.items()}
         changed = {
             uid
             for uid in set(current) | set(self._fingerprints)
@@ -243,7 +244,11 @@ class PodManager:
         synced = self.informer is not None and self.informer.synced.is_set()
         for uid in changed:
             if uid in self.workers:
-                self.workers[uid].wake()
+                # Each pass reads CRI itself (upstream's reads the PLEG's cache): a worker whose last
+                # look already found this state (its own sandbox and container starts, mostly) has
+                # nothing new to see, and a pass more would only repeat the same reads and writes.
+                if self.ctx.service.observed(uid) != current.get(uid):
+                    self.workers[uid].wake()
             elif uid in current and synced:
                 # In CRI but no worker: a pod the API has (worker retired) or an orphan to clean up.
                 self._ensure_worker(uid).wake()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,6 +55,15 @@ class SandboxRecord:
     host_network: bool
 
 
+# Every sandbox and container ID of one pod with its CRI state, sorted: what the relist compares to
+# tell that a pod's runtime state moved.
+Fingerprint = tuple[tuple[str, int], ...]
+
+
+def fingerprint(items: Iterable[tuple[str, int]]) -> Fingerprint:
+    return tuple(sorted(items))
+
+
 @dataclass
 class PodRuntime:
     uid: str
@@ -91,11 +101,21 @@ class RuntimeInspector:
         self.cri = cri
         self._status_cache: dict[str, ContainerRecord] = {}
         self._sandbox_net: dict[str, tuple[str, tuple[str, ...], bool]] = {}
+        self._observed: dict[str, Fingerprint] = {}  # pod uid -> its state as the last inspect saw it
+
+    def observed(self, uid: str) -> Fingerprint | None:
+        """The pod's runtime state as its last inspection listed it (None: nothing, or never looked)."""
+        return self._observed.get(uid)
 
     async def inspect(self, uid: str) -> PodRuntime:
         selector = {L.POD_UID: uid}
         sandboxes = await self.cri.list_pod_sandbox(labels=selector)
         containers = await self.cri.list_containers(labels=selector)
+        seen = fingerprint([(sb.id, sb.state) for sb in sandboxes] + [(c.id, c.state) for c in containers])
+        if seen:
+            self._observed[uid] = seen
+        else:
+            self._observed.pop(uid, None)
         rt = PodRuntime(uid)
         for sb in sorted(sandboxes, key=lambda s: s.created_at, reverse=True):
             ready = sb.state == pb.SANDBOX_READY

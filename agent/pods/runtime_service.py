@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from agent.pods.runtime import ContainerRecord, PodRuntime, SandboxRecord
+from agent.pods.runtime import ContainerRecord, Fingerprint, PodRuntime, SandboxRecord
 
 
 class SandboxError(Exception):
@@ -38,6 +38,11 @@ class RuntimeService(Protocol):
 
     async def pod_state(self, uid: str) -> PodRuntime:
         """The pod's sandboxes and containers, newest first."""
+        ...
+
+    def observed(self, uid: str) -> Fingerprint | None:
+        """The pod's sandbox and container IDs with their states as `pod_state` last saw them (None:
+        none, or not known), so the relist wakes a worker only for a change it has not looked at yet."""
         ...
 
     async def prepare_volumes(self, pod: dict[str, Any]) -> bool:

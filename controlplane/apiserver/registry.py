@@ -87,11 +87,12 @@ class Registry:
     async def get(self, res: Kind, namespace: str, name: str, consistent: bool = True) -> CachedObject:
         """The object as of now, also when it was written through another API server a moment ago
         (`cache.wait_consistent`). `consistent=False` is for read-modify-write loops: they start from
-        what this server has seen, a stale copy costs a conflict and a retry from the newer revision the
-        conflict taught the store; only a miss is checked against the store's current revision."""
+        what this server has seen of the key (its own last write of it at least), a stale copy costs a
+        conflict and a retry from the newer revision the conflict taught the store; only a miss is
+        checked against the store's current revision."""
         key = res.key(namespace, name)
         if not consistent:
-            await self.cache.wait_fresh()
+            await self.cache.wait_fresh(key)
             cached = self.cache.get(key)
             if cached is not None:
                 return cached

@@ -67,6 +67,8 @@ _FUTURE = "required revision is a future revision"
 # gRPC's words for a connection that was never made (so a request was never sent).
 _NOT_SENT = ("failed to connect", "Connection refused", "connections to all backends failing")
 _WATCH_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
+# How many keys' last written revisions are kept before those the cache has applied are dropped.
+_KEY_REVISIONS_KEPT = 10_000
 # etcd's Go client sends at most 2 MiB in one request (clientv3's defaultMaxCallSendMsgSize), as
 # kube-apiserver's does: a larger transaction never reaches etcd.
 MAX_SEND_BYTES = 2 * 1024 * 1024
@@ -177,6 +179,8 @@ class EtcdStore:
         self._credentials: grpc.ChannelCredentials | None = None
         self._revision = 0
         self._compacted = 0
+        # key -> the newest revision of it this server wrote, or a failed write found there
+        self._key_revisions: dict[str, int] = {}
         self._compact_version = 0  # compact_rev_key's version: the compactor's round counter
         # Consistent reads share etcd round trips: callers arriving while one is in flight wait for the
         # next, which starts after them (an earlier one may have been answered before their write).
@@ -299,6 +303,21 @@ class EtcdStore:
         if revision > self._revision:
             self._revision = revision
 
+    def _note(self, key: str, revision: int) -> None:
+        self._seen(revision)
+        if revision > self._key_revisions.get(key, 0):
+            self._key_revisions[key] = revision
+
+    def key_revision(self, key: str, applied: int) -> int:
+        """The newest revision of `key` this server wrote or a failed write of it found, when a cache
+        at revision `applied` does not hold it yet; else 0. What a read-modify-write of the key waits
+        for before it reads the cache: its own last write, not every write of every other request (a
+        change made elsewhere shows as the write's conflict, noted here for the retry)."""
+        if len(self._key_revisions) > _KEY_REVISIONS_KEPT:
+            self._key_revisions = {k: r for k, r in self._key_revisions.items() if r > applied}
+        revision = self._key_revisions.get(key, 0)
+        return revision if revision > applied else 0
+
     def _key(self, key: str) -> bytes:
         return self.layout.to_etcd(key, self.prefix).encode()
 
@@ -415,8 +434,8 @@ class EtcdStore:
     def _mod_compare(key: bytes, result: int, revision: int) -> pb.Compare:
         return pb.Compare(result=result, target=pb.Compare.MOD, key=key, mod_revision=revision)
 
-    def _written(self, response: pb.TxnResponse) -> int:
-        self._seen(response.header.revision)
+    def _written(self, key: str, response: pb.TxnResponse) -> int:
+        self._note(key, response.header.revision)
         return response.header.revision
 
     def _failed(self, key: str, response: pb.TxnResponse, expected: int) -> StoreError:
@@ -425,7 +444,7 @@ class EtcdStore:
             return NotFoundError(key)
         # Another API server wrote it since our cache saw it: a retry waits until our watch has brought
         # that write here (reads wait for `revision`), instead of failing again on the same stale copy.
-        self._seen(found[0].mod_revision)
+        self._note(key, found[0].mod_revision)
         return ConflictError(key, expected, found[0].mod_revision)
 
     async def create(self, key: str, value: bytes) -> int:
@@ -434,7 +453,7 @@ class EtcdStore:
         response = await self._txn(key, self._mod_compare(ekey, pb.Compare.EQUAL, 0), put, "create")
         if not response.succeeded:
             raise KeyExistsError(key)
-        return self._written(response)
+        return self._written(key, response)
 
     async def update(self, key: str, value: bytes, expected_revision: int) -> int:
         ekey = self._key(key)
@@ -446,7 +465,7 @@ class EtcdStore:
         response = await self._txn(key, compare, put, "update")
         if not response.succeeded:
             raise self._failed(key, response, expected_revision)
-        return self._written(response)
+        return self._written(key, response)
 
     async def delete(self, key: str, expected_revision: int) -> int:
         ekey = self._key(key)
@@ -458,7 +477,7 @@ class EtcdStore:
         response = await self._txn(key, compare, remove, "delete")
         if not response.succeeded:
             raise self._failed(key, response, expected_revision)
-        return self._written(response)
+        return self._written(key, response)
 
     async def put_with_ttl(self, key: str, value: bytes, ttl: int) -> int:
         """Write `key` on a fresh etcd lease of `ttl` seconds: etcd deletes it (a DELETE event for every
@@ -467,7 +486,7 @@ class EtcdStore:
         grant = await self._call("LeaseGrant", pb.LeaseGrantRequest(TTL=ttl), f"lease {key}", "lease")
         put = pb.PutRequest(key=self._key(key), value=value, lease=grant.ID)
         response = await self._call("Put", put, f"put {key}")
-        self._seen(response.header.revision)
+        self._note(key, response.header.revision)
         return response.header.revision
 
     # --- layout --------------------------------------------------------------------------------------

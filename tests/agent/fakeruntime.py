@@ -19,7 +19,7 @@ from agent.pods import labels as L
 from agent.pods.backoff import BackoffTable
 from agent.pods.context import PodContext
 from agent.pods.events import kubelet_recorder
-from agent.pods.runtime import ContainerRecord, PodRuntime, SandboxRecord
+from agent.pods.runtime import ContainerRecord, Fingerprint, PodRuntime, SandboxRecord
 from agent.pods.runtime_service import SandboxError, StartError
 from agent.pods.status_manager import StatusManager
 
@@ -102,6 +102,9 @@ class FakeRuntime:
         for rec in sorted(self.containers.get(uid, []), key=lambda r: r.created_at, reverse=True):
             rt.containers.setdefault(rec.name, []).append(rec)
         return rt
+
+    def observed(self, uid: str) -> Fingerprint | None:
+        return None  # the fake keeps no record of what was looked at
 
     async def prepare_volumes(self, pod: dict[str, Any]) -> bool:
         return self.volumes_ready

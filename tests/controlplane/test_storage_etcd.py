@@ -105,6 +105,36 @@ async def test_racing_writes_one_wins_whole(pair: tuple[EtcdStore, EtcdStore]) -
         await b.create("/cm/ns/x", b"again")
 
 
+async def test_a_read_modify_write_waits_for_its_own_key_only(pair) -> None:
+    """An update reads the cache once it holds this server's last write of that key (read-your-writes
+    for a client that writes the same object twice), not every write of every other request in flight;
+    a write of the key through another server is learnt from the conflict, and the retry waits for it."""
+    a, b = pair
+    first = await a.create("/configmaps/ns/one", b'{"metadata":{"name":"one"}}')
+    other = await a.create("/configmaps/ns/two", b'{"metadata":{"name":"two"}}')
+    assert a.revision == other > first
+    # a cache that has applied `first` need not wait for `two` before reading `one`
+    assert a.key_revision("/configmaps/ns/one", first) == 0
+    assert a.key_revision("/configmaps/ns/two", first) == other
+    # nor for its own write once applied
+    assert a.key_revision("/configmaps/ns/two", other) == 0
+    # b writes `one`; a's stale update conflicts and notes the revision its retry must wait for
+    moved = await b.update("/configmaps/ns/one", b'{"metadata":{"name":"one","labels":{"by":"b"}}}', first)
+    with pytest.raises(ConflictError):
+        await a.update("/configmaps/ns/one", b'{"metadata":{"name":"one","labels":{"by":"a"}}}', first)
+    assert a.key_revision("/configmaps/ns/one", other) == moved
+
+    cache = WatchCache(a)
+    await cache.start()
+    try:
+        rev = await a.update("/configmaps/ns/one", b'{"metadata":{"name":"one","labels":{"by":"a2"}}}', moved)
+        await cache.wait_fresh("/configmaps/ns/one")
+        cached = cache.get("/configmaps/ns/one")
+        assert cached is not None and cached.revision == rev
+    finally:
+        await cache.stop()
+
+
 async def test_client_certificate_is_required(etcd: Etcd, tmp_path: Path) -> None:
     no_cert = EtcdStore(EtcdConfig((etcd.url,), etcd.pki.ca_cert, dial_timeout=2))
     started = time.monotonic()
