@@ -180,6 +180,13 @@ def test_node_selector_and_match_fields(cluster, start_scheduler):
         "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
         + preemption(2, not_helpful=2)
     )
+    # As a DaemonSet's pod: pinned by name to a node it does not fit; the other node is left out by
+    # NodeAffinity's PreFilter (upstream 1.32's schedule_one.go text), not filtered.
+    cluster.create(cluster.pod("pinned", cpu="64", affinity=by_name))
+    assert cluster.wait_unschedulable("pinned") == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+        + preemption(2, no_victims=1, not_helpful=1)
+    )
 
 
 def test_taint_toleration(cluster, start_scheduler):
