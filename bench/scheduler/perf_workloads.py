@@ -1,16 +1,21 @@
-"""Upstream's scheduler_perf workloads SchedulingPodAntiAffinity, TopologySpreading and PreemptionBasic, at
-their 500-node sizes, through the project's API server with agent-less nodes, beside upstream's CI
-thresholds.
+"""Upstream's scheduler_perf workloads SchedulingPodAntiAffinity, SchedulingPodAffinity,
+SchedulingPreferredPodAffinity, SchedulingPreferredPodAntiAffinity, SchedulingNodeAffinity,
+MixedSchedulingBasePod, TopologySpreading and PreemptionBasic, at their 500-node sizes, through the
+project's API server with agent-less nodes, beside upstream's CI thresholds.
 
-As scheduler_perf: nodes (TopologySpreading's labelled with zones moon-1..3), the init pods scheduled
-first and not measured, then the measured pods; pods/s = measured pods / (last bound - first created),
-with the scheduler (`pykubelet scheduler`) running throughout. The pod templates are upstream's:
-anti-affinity on kubernetes.io/hostname against `color: green` in namespaces sched-test/sched-setup
-(100m cpu, 500Mi), a DoNotSchedule zone spread with maxSkew 5 over `color: blue`, and PreemptionBasic's
-four low-priority pods per node (900m each, terminationGracePeriodSeconds 0) then high-priority pods
-(priority 10, 3 cpu) that each preempt three of them. Upstream's thresholds are set for its 5000-node CI
-runs (60 and 460 pods/s); there is none at 500 nodes, so they are shown as the reference (PreemptionBasic
-has none at all). A last column times the decisions alone (same plugins, preemption included, no API,
+As scheduler_perf: nodes (4 cpu, 32Gi, 110 pods; TopologySpreading's labelled with zones moon-1..3, the
+affinity and node-affinity workloads' with zone1), the init pods scheduled first and not measured (each
+createPods step waits for its pods, as upstream's), then the measured pods; pods/s = measured pods /
+(last bound - first created), with the scheduler (`pykubelet scheduler`) running throughout. The pod
+templates are upstream's (100m cpu, 500Mi each): required anti-affinity on kubernetes.io/hostname against
+`color: green` in namespaces sched-test/sched-setup; required affinity on the zone to `color: blue`;
+preferred (weight 1) hostname affinity to `color: red` and anti-affinity to `color: yellow`, those three
+in namespaces sched-1/sched-0; required node affinity to zone1 or zone2; MixedSchedulingBasePod's 200 pods
+of each of five kinds then plain pods; a DoNotSchedule zone spread with maxSkew 5 over `color: blue`; and
+PreemptionBasic's four low-priority pods per node (900m each, terminationGracePeriodSeconds 0) then
+high-priority pods (priority 10, 3 cpu) that each preempt three of them. Upstream's thresholds are set
+for its 5000-node CI runs (60, 35, 90, 90, 220, 140, 460 pods/s); there is none at 500 nodes, so they
+are shown as the reference (PreemptionBasic has none at all). A last column times the decisions alone (same plugins, preemption included, no API,
 CPU time).
 
 Usage: python bench/scheduler/perf_workloads.py [--nodes 500] [--workload NAME ...] [--out DIR]
@@ -52,6 +57,7 @@ from controlplane.scheduler.podinfo import pod_info
 from controlplane.scheduler.preemption import preempt
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
+from kubeclient.errors import ApiError
 from pykubelet.rig.apiserver import ApiServer
 
 ZONE = "topology.kubernetes.io/zone"
@@ -61,18 +67,32 @@ HIGH_PRIORITY = "perf-high-priority"  # value 10
 @dataclass(frozen=True)
 class Workload:
     name: str
-    init_pods: int
+    init: tuple[tuple[str, int], ...]  # (pod kind, count), created and bound in this order
     measure_pods: int
     zones: tuple[str, ...]
-    init_kind: str
     kind: str
     threshold: float  # upstream's CI threshold (its 5000-node workload), pods/s
 
+    @property
+    def init_pods(self) -> int:
+        return sum(n for _, n in self.init)
 
+
+ZONE1 = ("zone1",)  # upstream's labelNodePrepareStrategy for the affinity workloads
+MIXED_INIT = tuple((k, 200) for k in ("default", "affinity", "anti", "preferred", "preferred-anti"))
+# Sizes: each workload's 500Nodes entry; thresholds: its 5000-node entry's (upstream's
+# test/integration/scheduler_perf/{affinity,misc,topology_spreading}/performance-config.yaml).
 WORKLOADS = (
-    Workload("SchedulingPodAntiAffinity", 100, 400, (), "anti", "anti", 60),
-    Workload("TopologySpreading", 1000, 1000, ("moon-1", "moon-2", "moon-3"), "default", "spread", 460),
-    Workload("PreemptionBasic", 2000, 500, (), "low", "high", 0),
+    Workload("SchedulingPodAntiAffinity", (("anti", 100),), 400, (), "anti", 60),
+    Workload("SchedulingPodAffinity", (("affinity", 500),), 1000, ZONE1, "affinity", 35),
+    Workload("SchedulingPreferredPodAffinity", (("preferred", 500),), 1000, (), "preferred", 90),
+    Workload(
+        "SchedulingPreferredPodAntiAffinity", (("preferred-anti", 500),), 1000, (), "preferred-anti", 90
+    ),
+    Workload("SchedulingNodeAffinity", (("node-affinity", 500),), 1000, ZONE1, "node-affinity", 220),
+    Workload("MixedSchedulingBasePod", MIXED_INIT, 1000, ZONE1, "default", 140),
+    Workload("TopologySpreading", (("default", 1000),), 1000, ("moon-1", "moon-2", "moon-3"), "spread", 460),
+    Workload("PreemptionBasic", (("low", 2000),), 500, (), "high", 0),
 )
 
 
@@ -104,7 +124,36 @@ def pod(name: str, kind: str) -> dict:
         ]
     }
     labels: dict = {}
-    if kind == "anti":
+    namespaces = ["sched-1", "sched-0"]
+    if kind == "affinity":
+        labels = {"color": "blue"}
+        term = {
+            "labelSelector": {"matchLabels": {"color": "blue"}},
+            "topologyKey": ZONE,
+            "namespaces": namespaces,
+        }
+        spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    elif kind in ("preferred", "preferred-anti"):
+        colour, key = ("red", "podAffinity") if kind == "preferred" else ("yellow", "podAntiAffinity")
+        labels = {"color": colour}
+        term = {
+            "labelSelector": {"matchLabels": {"color": colour}},
+            "topologyKey": "kubernetes.io/hostname",
+            "namespaces": namespaces,
+        }
+        spec["affinity"] = {
+            key: {"preferredDuringSchedulingIgnoredDuringExecution": [{"podAffinityTerm": term, "weight": 1}]}
+        }
+    elif kind == "node-affinity":
+        expr = {"key": ZONE, "operator": "In", "values": ["zone1", "zone2"]}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [expr]}]
+                }
+            }
+        }
+    elif kind == "anti":
         labels = {"color": "green"}
         spec["affinity"] = {
             "podAntiAffinity": {
@@ -134,37 +183,41 @@ def pod(name: str, kind: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
-async def run_workload(work: Path, w: Workload, nodes: int) -> dict:
-    with ApiServer(work / w.name) as server:
-        client = KubeClient(load_kubeconfig(server.kubeconfig), qps=0, max_connections=64)
+async def run_workload(server: ApiServer, work: Path, w: Workload, nodes: int) -> dict:
+    client = KubeClient(load_kubeconfig(server.kubeconfig), qps=0, max_connections=64)
+    try:
+        await create_all(client, "/api/v1/nodes", [node(i, w.zones) for i in range(nodes)])
+        for ns in ("sched-0", "sched-1"):
+            await create_missing(client, "/api/v1/namespaces", {"metadata": {"name": ns}})
+        if w.kind == "high":
+            await create_missing(
+                client,
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                {"metadata": {"name": HIGH_PRIORITY}, "value": 10},
+            )
+        log = work / f"scheduler-{w.name}.log"
+        sched = start_scheduler(server.scheduler_kubeconfig, log)
         try:
-            await create_all(client, "/api/v1/nodes", [node(i, w.zones) for i in range(nodes)])
-            for ns in ("sched-0", "sched-1"):
-                await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-            if w.kind == "high":
-                await client.create(
-                    "/apis/scheduling.k8s.io/v1/priorityclasses",
-                    {"metadata": {"name": HIGH_PRIORITY}, "value": 10},
-                )
-            log = work / f"scheduler-{w.name}.log"
-            sched = start_scheduler(server.scheduler_kubeconfig, log)
-            try:
-                await wait_synced(log)
-                init = [pod(f"init-{i:05d}", w.init_kind) for i in range(w.init_pods)]
+            await wait_synced(log)
+            created = 0
+            for kind, count in w.init:  # as scheduler_perf: each createPods op waits for its pods
+                init = [pod(f"init-{kind}-{i:05d}", kind) for i in range(count)]
                 await create_all(client, "/api/v1/namespaces/sched-0/pods", init)
-                await wait_bound(client, "sched-0", w.init_pods, 600)
-                waiter = asyncio.create_task(wait_bound(client, "sched-1", w.measure_pods, 600))
-                await asyncio.sleep(0.2)  # the watch is open before the first create
-                meter = CpuMeter(server=server_pid(server), scheduler=sched.pid).start()
-                first = time.monotonic()
-                measured = [pod(f"m-{i:05d}", w.kind) for i in range(w.measure_pods)]
-                create_seconds = await create_all(client, "/api/v1/namespaces/sched-1/pods", measured)
-                last, per_node = await waiter
-                cpu = meter.stop()
-            finally:
-                stop_process(sched)
+                created += count
+                await wait_bound(client, "sched-0", created, 600)
+            waiter = asyncio.create_task(wait_bound(client, "sched-1", w.measure_pods, 600))
+            await asyncio.sleep(0.2)  # the watch is open before the first create
+            meter = CpuMeter(server=server_pid(server), scheduler=sched.pid).start()
+            first = time.monotonic()
+            measured = [pod(f"m-{i:05d}", w.kind) for i in range(w.measure_pods)]
+            create_seconds = await create_all(client, "/api/v1/namespaces/sched-1/pods", measured)
+            last, per_node = await waiter
+            cpu = meter.stop()
         finally:
-            await client.close()
+            stop_process(sched)
+        await clear(client)
+    finally:
+        await client.close()
     seconds = last - first
     return {
         "workload": w.name,
@@ -179,6 +232,21 @@ async def run_workload(work: Path, w: Workload, nodes: int) -> dict:
         "nodes_used": len(per_node),
         "decisions_per_second": decisions_only(w, nodes),
     }
+
+
+async def create_missing(client: KubeClient, path: str, body: dict) -> None:
+    try:
+        await client.create(path, body)
+    except ApiError as err:
+        if err.status != 409:
+            raise
+
+
+async def clear(client: KubeClient) -> None:
+    """Leave the server empty for the next workload (the smoke run shares one server)."""
+    for ns in ("sched-0", "sched-1"):
+        await client.delete(f"/api/v1/namespaces/{ns}/pods", gracePeriodSeconds=0)
+    await client.delete("/api/v1/nodes")
 
 
 def decisions_only(w: Workload, nodes: int) -> float:
@@ -205,8 +273,9 @@ def decisions_only(w: Workload, nodes: int) -> float:
             chosen = schedule(info, now, filters, scores, view, rng)
         cache.assume(info, chosen.name)
 
-    for i in range(w.init_pods):
-        place(pod(f"init-{i}", w.init_kind), "sched-0", f"i{i}")
+    for kind, count in w.init:
+        for i in range(count):
+            place(pod(f"init-{kind}-{i}", kind), "sched-0", f"i-{kind}-{i}")
     start = time.process_time()
     for i in range(w.measure_pods):
         place(pod(f"m-{i}", w.kind), "sched-1", f"m{i}")
@@ -270,13 +339,25 @@ def svg_plot(results: list[dict]) -> str:
 async def main_async(args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-sched-perf-") as tmp:
         results = []
-        for w in WORKLOADS:
-            if args.workload and w.name not in args.workload:
-                continue
-            if args.smoke:  # PreemptionBasic keeps its four low pods per node, so each high one preempts
-                init, measure = (4 * args.nodes, args.nodes) if w.kind == "high" else (5, 10)
-                w = Workload(w.name, init, measure, w.zones, w.init_kind, w.kind, w.threshold)
-            results.append(await run_workload(Path(tmp), w, args.nodes))
+        shared = ApiServer(Path(tmp) / "shared") if args.smoke else None  # smoke: one server for all
+        try:
+            for w in WORKLOADS:
+                if args.workload and w.name not in args.workload:
+                    continue
+                if args.smoke:  # PreemptionBasic keeps its four low pods per node, so each high one preempts
+                    high = w.kind == "high"
+                    small = tuple((k, 4 * args.nodes if high else 5) for k, _ in w.init)
+                    w = Workload(w.name, small, args.nodes if high else 10, w.zones, w.kind, w.threshold)
+                if shared is not None:
+                    if not shared.running:
+                        shared.start()
+                    results.append(await run_workload(shared, Path(tmp), w, args.nodes))
+                    continue
+                with ApiServer(Path(tmp) / w.name) as server:
+                    results.append(await run_workload(server, Path(tmp), w, args.nodes))
+        finally:
+            if shared is not None and shared.running:
+                shared.stop()
         return results
 
 

@@ -274,6 +274,28 @@ def _pre_filter_plugins(
             observer.plugin(f.name, "PreFilter", (), _since(begun))
 
 
+def narrow(
+    pod: PodInfo, nodes: Sequence[NodeInfo], filters: Sequence[FilterPlugin], rejectors: set[str]
+) -> tuple[Sequence[NodeInfo], dict[str, tuple[str, ...]]]:
+    """Upstream's PreFilterResult: the nodes the filters naming nodes (NodeAffinity's matchFields)
+    leave, and for every other node `node(s) didn't satisfy plugin(s) [<those plugins>]`."""
+    names: frozenset[str] | None = None
+    plugins: list[str] = []
+    for f in filters:
+        node_names = getattr(f, "node_names", None)
+        if node_names is None or not f.applies(pod):
+            continue
+        wanted = node_names(pod)
+        if wanted is not None:
+            names = wanted if names is None else names & wanted
+            plugins.append(f.name)
+    if names is None:
+        return nodes, {}
+    rejectors.update(plugins)
+    reason = (f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(plugins))}]",)
+    return [n for n in nodes if n.name in names], {n.name: reason for n in nodes if n.name not in names}
+
+
 def schedule(
     pod: PodInfo,
     nodes: Sequence[NodeInfo],
@@ -296,9 +318,10 @@ def schedule(
             if fits:
                 return fits[0]
     rejectors: set[str] = set()
-    feasible, rejected = find_feasible(pod, nodes, filters, search, cluster, rejectors, observer)
+    candidates, absent = narrow(pod, nodes, filters, rejectors)
+    feasible, rejected = find_feasible(pod, candidates, filters, search, cluster, rejectors, observer)
     if not feasible:
-        raise FitError(len(nodes), rejected, plugins=frozenset(rejectors))
+        raise FitError(len(nodes), {**absent, **rejected}, plugins=frozenset(rejectors))
     if len(feasible) == 1:
         return feasible[0]
     return select_host(feasible, score_nodes(pod, feasible, scores, cluster, observer), rng)

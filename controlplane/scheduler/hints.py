@@ -23,6 +23,7 @@ POD_REMOVED = frozenset(
 # A pod was placed (or a placed pod's labels changed): affinity may now be satisfied, spread changes.
 POD_PLACED = frozenset({"InterPodAffinity", "PodTopologySpread"})
 VOLUMES = frozenset({"VolumeBinding", "NodeVolumeLimits", "VolumeRestrictions", "VolumeZone"})
+VOLUME_BINDING = frozenset({"VolumeBinding"})  # storage capacity grew, or a driver stopped tracking it
 NAMESPACE = frozenset({"InterPodAffinity"})
 
 

@@ -68,6 +68,9 @@ class PodInfo:
     deleting: bool
     gated: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    # The labels as a hashable key: affinity terms are matched once per distinct (namespace, labels)
+    # in a decision, as pods of one template share them.
+    label_key: tuple[tuple[str, str], ...] = ()
     affinity: PodAffinity = NO_AFFINITY
     # The hard (DoNotSchedule) and soft (ScheduleAnyway) topology spread constraints; `spread_given`:
     # the pod has constraints of its own (else the cluster's defaults apply to scoring).
@@ -263,6 +266,7 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         gated=bool(spec.get("schedulingGates")),
         fit_checks=fit_order(requests),
         labels=labels,
+        label_key=tuple(sorted(labels.items())),
         affinity=affinity,
         spread_hard=spread_hard,
         spread_soft=spread_soft,

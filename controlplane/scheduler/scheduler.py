@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.scheduler import hints
+from controlplane.scheduler import hints, storagecapacity
 from controlplane.scheduler.algorithm import FitError, Search, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
@@ -37,7 +37,7 @@ from controlplane.scheduler.preemption import preempt
 from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
 from controlplane.scheduler.spreadselectors import SpreadSelectors
 from controlplane.scheduler.victims import budgets, evict
-from controlplane.scheduler.volumebinding import VolumeBinding
+from controlplane.scheduler.volumebinding import PodGone, VolumeBinding
 from controlplane.scheduler.volumelimits import NodeVolumeLimits
 from controlplane.scheduler.volumerestrictions import VolumeRestrictions
 from controlplane.scheduler.volumezone import VolumeZone
@@ -106,7 +106,12 @@ class Scheduler:
         self.claims = Informer(client, "/api/v1/persistentvolumeclaims")
         self.volumes = Informer(client, "/api/v1/persistentvolumes")
         self.classes = Informer(client, "/apis/storage.k8s.io/v1/storageclasses")
-        self.volume_binding = VolumeBinding(self.claims, self.volumes, self.classes)
+        # Storage capacity: CSIDrivers that opt in, and the capacities their provisioners publish.
+        self.drivers = Informer(client, "/apis/storage.k8s.io/v1/csidrivers")
+        self.capacities = Informer(client, "/apis/storage.k8s.io/v1/csistoragecapacities")
+        self.volume_binding = VolumeBinding(
+            self.claims, self.volumes, self.classes, self.drivers, self.capacities
+        )
         # NodeVolumeLimits: the CSI drivers' allocatable counts from the nodes' CSINodes.
         self.csinodes = Informer(client, "/apis/storage.k8s.io/v1/csinodes")
         self.volume_limits = NodeVolumeLimits(self.claims, self.volumes, self.classes, self.csinodes)
@@ -132,6 +137,8 @@ class Scheduler:
             self.volumes,
             self.classes,
             self.csinodes,
+            self.drivers,
+            self.capacities,
             self.namespaces,
             self.budgets,
             *self.spread_selectors.informers,
@@ -149,6 +156,9 @@ class Scheduler:
                 lambda _o, _n: self._volumes_changed(),
                 lambda _o: self._volumes_changed(),
             )
+        # Upstream's hints: a new capacity or a larger limit; a driver that stops tracking capacity.
+        self.capacities.add_handler(lambda o: self._capacity_changed(None, o), self._capacity_changed, None)
+        self.drivers.add_handler(None, self._driver_changed, None)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; then finish in-flight bindings and flush events."""
@@ -358,7 +368,7 @@ class Scheduler:
             # moves its unschedulable pods on a binding failure for the same reason).
             self.queue.move_all()
             status = err.status if isinstance(err, ApiError) else 0
-            if status == 404 or (status == 409 and self.cache.has_pod(pod.uid)):
+            if status == 404 or isinstance(err, PodGone) or (status == 409 and self.cache.has_pod(pod.uid)):
                 # Gone, or already bound elsewhere and seen so: the pod watch has told the rest.
                 log.info("binding refused pod=%s node=%s status=%d", pod.key, node, status)
                 return
@@ -464,6 +474,7 @@ class Scheduler:
 
     def _pod_deleted(self, obj: Obj) -> None:
         uid = str((obj.get("metadata") or {}).get("uid") or "")
+        self.volume_binding.pod_deleted(uid)
         node = self._nominated_node.pop(uid, None)
         if node is not None:
             self.nominated.get(node, {}).pop(uid, None)
@@ -474,6 +485,14 @@ class Scheduler:
     def _volumes_changed(self) -> None:
         self.volume_binding.notify()
         self.queue.move_all(hints.VOLUMES)
+
+    def _capacity_changed(self, old: Obj | None, new: Obj) -> None:
+        if storagecapacity.limit_grew(old, new):
+            self.queue.move_all(hints.VOLUME_BINDING)
+
+    def _driver_changed(self, old: Obj, new: Obj) -> None:
+        if storagecapacity.capacity_disabled(old, new):
+            self.queue.move_all(hints.VOLUME_BINDING)
 
     def _node_added(self, obj: Obj) -> None:
         self.cache.set_node(obj)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from kubernetes import client
 from kubernetes.client import ApiException
 
-from tests.scheduler.conftest import preemption
+from tests.scheduler.conftest import WAIT, preemption
 
 pytestmark = pytest.mark.integration
 ONE_CPU = "0/1 nodes are available: 1 Insufficient cpu." + preemption(1, no_victims=1)
@@ -176,6 +179,13 @@ def test_node_selector_and_match_fields(cluster, start_scheduler):
     assert cluster.wait_unschedulable("nowhere") == (
         "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
         + preemption(2, not_helpful=2)
+    )
+    # As a DaemonSet's pod: pinned by name to a node it does not fit; the other node is left out by
+    # NodeAffinity's PreFilter (upstream 1.32's schedule_one.go text), not filtered.
+    cluster.create(cluster.pod("pinned", cpu="64", affinity=by_name))
+    assert cluster.wait_unschedulable("pinned") == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+        + preemption(2, no_victims=1, not_helpful=1)
     )
 
 
@@ -355,7 +365,9 @@ def test_volume_zone_and_a_read_write_once_pod_claim(cluster, start_scheduler):
         cluster.v1.create_namespaced_persistent_volume_claim(
             cluster.namespace,
             {
-                "metadata": {"name": name},
+                # Bound as the PV controller leaves a claim (upstream's scheduler counts a claim as bound
+                # only with this annotation; without it, "pod has unbound immediate PersistentVolumeClaims").
+                "metadata": {"name": name, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
                 "spec": {
                     "accessModes": ["ReadWriteOncePod"],
                     "resources": {"requests": {"storage": "1Gi"}},
@@ -385,3 +397,76 @@ def test_volume_zone_and_a_read_write_once_pod_claim(cluster, start_scheduler):
     finally:
         for pv in volumes:
             cluster.v1.delete_persistent_volume(pv)
+
+
+def test_volume_binding_storage_capacity(cluster, start_scheduler):
+    """A WaitForFirstConsumer claim of a CSIDriver with storageCapacity: true goes only to the zone whose
+    CSIStorageCapacity is large enough (the claim gets that node as selected-node); a claim larger than
+    every capacity waits with upstream's text, and a capacity that grows wakes it (queueing hint)."""
+    zone = "topology.kubernetes.io/zone"
+    storage = client.StorageV1Api(cluster.v1.api_client)
+    ns = cluster.namespace
+    driver, cls = f"{ns}.csi.example.com", f"{ns}-csi"
+    za = cluster.add_node("za", labels={zone: f"{ns}-a"})
+    zb = cluster.add_node("zb", labels={zone: f"{ns}-b"})
+    storage.create_csi_driver({"metadata": {"name": driver}, "spec": {"storageCapacity": True}})
+    storage.create_storage_class(
+        {"metadata": {"name": cls}, "provisioner": driver, "volumeBindingMode": "WaitForFirstConsumer"}
+    )
+
+    def capacity(name: str, where: str, size: str) -> dict:
+        return {
+            "metadata": {"name": name},
+            "storageClassName": cls,
+            "nodeTopology": {"matchLabels": {zone: f"{ns}-{where}"}},
+            "capacity": size,
+        }
+
+    storage.create_namespaced_csi_storage_capacity(ns, capacity("cap-a", "a", "1Gi"))
+    storage.create_namespaced_csi_storage_capacity(ns, capacity("cap-b", "b", "10Gi"))
+    for name, size in (("fits-b", "5Gi"), ("huge", "20Gi")):
+        cluster.v1.create_namespaced_persistent_volume_claim(
+            ns,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": size}},
+                    "storageClassName": cls,
+                },
+            },
+        )
+
+    def selected_node(claim: str) -> str | None:
+        annotations = cluster.v1.read_namespaced_persistent_volume_claim(claim, ns).metadata.annotations
+        return (annotations or {}).get("volume.kubernetes.io/selected-node")
+
+    def wait_selected(claim: str) -> str:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            node = selected_node(claim)
+            if node:
+                return node
+            time.sleep(0.1)
+        raise AssertionError(f"claim {claim} was given no node")
+
+    try:
+        start_scheduler()
+        volume = {"name": "data", "persistentVolumeClaim": {"claimName": "fits-b"}}
+        cluster.create(cluster.pod("small", volumes=[volume]))
+        assert wait_selected("fits-b") == zb  # PreBind then waits for a provisioner this test has not
+        volume = {"name": "data", "persistentVolumeClaim": {"claimName": "huge"}}
+        cluster.create(cluster.pod("big", volumes=[volume]))
+        assert cluster.wait_unschedulable("big") == (
+            "0/2 nodes are available: 2 node(s) did not have enough free storage."
+            + preemption(2, not_helpful=2)
+        )
+        assert selected_node("huge") is None
+        storage.patch_namespaced_csi_storage_capacity("cap-a", ns, {"capacity": "50Gi"})
+        assert wait_selected("huge") == za
+        # Deleted pods end their PreBind waits (no provisioner here), so the scheduler stops at once.
+        for pod in ("small", "big"):
+            cluster.v1.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+    finally:
+        storage.delete_storage_class(cls)
+        storage.delete_csi_driver(driver)

@@ -76,6 +76,7 @@ def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterVie
     required = pod.affinity.required_affinity
     required_anti = pod.affinity.required_anti_affinity
     verdicts: dict[int, bool] = {}  # one match per distinct placed term
+    matched_by: dict[tuple[str, tuple[tuple[str, str], ...]], bool] = {}  # one per distinct labels
     anti_keys = [(t, (":affinity", term_id(t))) for t in required_anti]
     for node in nodes:
         assert node.facts is not None
@@ -100,7 +101,11 @@ def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterVie
         if not required:
             continue
         for existing in node.pods.values():
-            if matches_all(required, existing, ns_of.get(existing.namespace, {})):
+            key = (existing.namespace, existing.label_key)
+            matched = matched_by.get(key)
+            if matched is None:
+                matched = matched_by[key] = matches_all(required, existing, ns_of.get(existing.namespace, {}))
+            if matched:
                 for term in required:
                     value = labels.get(term.topology_key)
                     if value is not None:

@@ -1,5 +1,10 @@
 """NodeAffinity (filter): spec.nodeSelector must match the node's labels exactly, and, if present, one of
-the required node affinity terms must match."""
+the required node affinity terms must match.
+
+Its PreFilter, as upstream's: when every required term names nodes by `matchFields` metadata.name In
+(a DaemonSet's pods do), only those nodes are filtered at all (`node_names`); the others are reported as
+`node(s) didn't satisfy plugin(s) [NodeAffinity]`, and terms whose names have nothing in common make the
+pod unschedulable whatever the node (`pod affinity terms conflict`)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo, node_matches
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
+CONFLICT = "pod affinity terms conflict"
+NAME_FIELD = "metadata.name"
 
 
 class NodeAffinityFilter:
@@ -21,3 +28,27 @@ class NodeAffinityFilter:
         if not pod.node_selector and pod.required_terms is None:
             return FITS
         return FITS if node_matches(pod, node.facts.labels, node.name) else (REASON,)
+
+    def node_names(self, pod: PodInfo) -> frozenset[str] | None:
+        """The only nodes the pod's required terms can match by name; None when some term names none."""
+        affinity = ((pod.obj.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+        terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+            "nodeSelectorTerms"
+        )
+        if not terms:
+            return None
+        names: set[str] = set()
+        for term in terms:
+            term_names: set[str] | None = None
+            for field in (term or {}).get("matchFields") or []:
+                if field.get("key") == NAME_FIELD and field.get("operator") == "In":
+                    values = set(field.get("values") or [])
+                    term_names = values if term_names is None else term_names & values
+            if term_names is None:
+                return None  # the terms are ORed: this one may match any node
+            names |= term_names
+        return frozenset(names)
+
+    def pre_filter(self, pod: PodInfo) -> str | None:
+        names = self.node_names(pod)
+        return CONFLICT if names is not None and not names else None

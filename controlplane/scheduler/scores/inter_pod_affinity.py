@@ -40,12 +40,29 @@ def _add(
             by_value[value] += sign * (term.weight if weight is None else weight)
 
 
+def _own_matches(pod: PodInfo, existing: PodInfo, ns_labels: Mapping[str, str]) -> list[tuple[str, int]]:
+    """The incoming pod's preferred terms an existing pod matches: (topology key, signed weight)."""
+    own = pod.affinity
+    hits = [
+        (t.topology_key, t.weight)
+        for t in own.preferred_affinity
+        if t.matches(existing.namespace, existing.labels, ns_labels)
+    ]
+    hits += [
+        (t.topology_key, -t.weight)
+        for t in own.preferred_anti_affinity
+        if t.matches(existing.namespace, existing.labels, ns_labels)
+    ]
+    return hits
+
+
 def topology_score(pod: PodInfo, cluster: ClusterView) -> TopologyScore:
     score: TopologyScore = {}
     own = pod.affinity
     has_preferred = bool(own.preferred_affinity or own.preferred_anti_affinity)
     ns_of = cluster.namespace_labels
     own_ns = ns_of.get(pod.namespace, {})
+    memo: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[str, int]]] = {}
     for node in cluster.all_nodes:
         assert node.facts is not None
         labels = node.facts.labels
@@ -53,13 +70,20 @@ def topology_score(pod: PodInfo, cluster: ClusterView) -> TopologyScore:
             continue
         for existing in (node.pods if has_preferred else node.affinity_pods).values():
             if has_preferred:
-                ns_labels = ns_of.get(existing.namespace, {})
-                _add(score, own.preferred_affinity, existing, ns_labels, labels, 1)
-                _add(score, own.preferred_anti_affinity, existing, ns_labels, labels, -1)
+                key = (existing.namespace, existing.label_key)
+                hits = memo.get(key)
+                if hits is None:
+                    hits = memo[key] = _own_matches(pod, existing, ns_of.get(existing.namespace, {}))
+                for topology_key, delta in hits:
+                    value = labels.get(topology_key)
+                    if value is not None:
+                        by_value = score.setdefault(topology_key, defaultdict(int))
+                        by_value[value] += delta
             theirs = existing.affinity
-            _add(score, theirs.required_affinity, pod, own_ns, labels, 1, HARD_POD_AFFINITY_WEIGHT)
-            _add(score, theirs.preferred_affinity, pod, own_ns, labels, 1)
-            _add(score, theirs.preferred_anti_affinity, pod, own_ns, labels, -1)
+            if theirs.any:
+                _add(score, theirs.required_affinity, pod, own_ns, labels, 1, HARD_POD_AFFINITY_WEIGHT)
+                _add(score, theirs.preferred_affinity, pod, own_ns, labels, 1)
+                _add(score, theirs.preferred_anti_affinity, pod, own_ns, labels, -1)
     return score
 
 
