@@ -211,7 +211,9 @@ def test_preemption_suffix_for_left_out_nodes() -> None:
     assert str(err.value) == (
         "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]. "
         "preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, "
-        "2 Preemption is not helpful for scheduling."
+        # FitError.Error appends each part as " %v." (pkg/scheduler/framework/types.go): the preemption
+        # part's own period and the separator's make kube-scheduler's "..".
+        "2 Preemption is not helpful for scheduling.."
     )
 
 
