@@ -70,6 +70,7 @@ class RouteMatch:
     method: str = ""
     headers: tuple[Condition, ...] = ()
     query: tuple[Condition, ...] = ()
+    path_regex: str = ""  # a RegularExpression path (the whole path must match; `path` is then "/")
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Action:
     redirect: Redirect | None = None
     host: str = ""  # URLRewrite hostname
     path: PathChange | None = None  # URLRewrite path
+    mirrors: tuple[str, ...] = ()  # RequestMirror: upstreams each request is copied to
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ class Cluster:
     services: dict[str, Obj]
     slices: dict[str, list[Obj]]  # namespace/service -> its EndpointSlices
     secrets: dict[str, Obj]
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # for allowedRoutes Selector
 
 
 def _key(obj: Obj) -> str:

@@ -25,6 +25,7 @@ from ingresscontroller.model import Action, PathChange, RouteEntry, RouteMatch, 
 from ingresscontroller.nginxtext import PROXY_HEADERS, expand, literal, quote
 
 TARGET_PREFIX = "/.pykubelet-gateway/"
+MIRROR_PREFIX = "/.pykubelet-mirror/"
 _FAIL = "{ set $gw_ok 0; }"
 
 
@@ -39,6 +40,8 @@ def _query(name: str, value: str) -> str:
 def _tests(match: RouteMatch) -> list[str]:
     """`if`s that clear `$gw_ok` when the request does not meet `match`'s conditions."""
     lines = []
+    if match.path_regex:
+        lines.append(f"if ($uri !~ {quote('^(?:' + match.path_regex + ')$')}) {_FAIL}")
     if match.method:
         lines.append(f"if ($request_method != {literal(match.method)}) {_FAIL}")
     for header in match.headers:
@@ -156,7 +159,21 @@ def _response_headers(action: Action) -> list[str]:
     ]
 
 
+def _mirror(number: int, index: int) -> str:
+    return f"{MIRROR_PREFIX}{number}/{index}"
+
+
 def _target(number: int, action: Action) -> list[str]:
+    """The internal location a match leads to, and those its mirrored copies go through (nginx's
+    `mirror`: a subrequest per copy with the client's URI and body, its answer dropped)."""
+    mirrors: list[str] = []
+    for index, upstream in enumerate(action.mirrors):
+        mirrors += [
+            f"    location = {quote(_mirror(number, index))} {{",
+            "        internal;",
+            f"        proxy_pass http://{upstream}$request_uri;",
+            "    }",
+        ]
     if action.redirect is not None:
         body = _redirect(action)
     elif action.fixed:
@@ -173,11 +190,13 @@ def _target(number: int, action: Action) -> list[str]:
             *_response_headers(action),
             f"proxy_pass http://{action.upstream}{uri};",
         ]
+    copies = [f"mirror {quote(_mirror(number, index))};" for index in range(len(action.mirrors))]
     return [
         f"    location = {quote(TARGET_PREFIX + str(number))} {{",
         "        internal;",
-        *("        " + line for line in body),
+        *("        " + line for line in [*copies, *body]),
         "    }",
+        *mirrors,
     ]
 
 
