@@ -171,6 +171,7 @@ def _target(number: int, action: Action) -> list[str]:
         mirrors += [
             f"    location = {quote(_mirror(number, index))} {{",
             "        internal;",
+            *("        " + line for line in _request_headers(action)),  # the copy as the backend gets it
             f"        proxy_pass http://{upstream}$request_uri;",
             "    }",
         ]

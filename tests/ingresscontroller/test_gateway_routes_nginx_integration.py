@@ -44,7 +44,7 @@ class _Echo(http.server.BaseHTTPRequestHandler):
     seen: list[str] = []  # the URIs received (each backend its own list)
 
     def _answer(self) -> None:
-        self.seen.append(self.path)
+        self.seen.append(f"{self.path} {self.headers.get('X-Header-Set', '')}".strip())
         body = json.dumps(
             {
                 "backend": self.label,
@@ -250,6 +250,15 @@ ROUTES = [
             {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "v3", "port": 8080}}},
             path=_prefix("/mirrored"),
         ),
+        _to(  # httproute-request-multiple-mirrors' second rule: the copies carry the modified headers
+            "v1",
+            {
+                "type": "RequestHeaderModifier",
+                "requestHeaderModifier": {"set": [_headers(x_header_set="m")[0]]},
+            },
+            {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "v2", "port": 8080}}},
+            path=_prefix("/mirror-and-modify"),
+        ),
     ),
     {
         **_route("other", "2026-01-01T00:00:00Z", "other.example", _to("v2")),
@@ -453,6 +462,11 @@ def test_request_mirror_copies_each_request_to_its_backends(proxy: int) -> None:
         assert time.monotonic() < deadline, {k: b.seen[-3:] for k, b in backends.items()}
         time.sleep(0.05)
     assert "/mirrored/one?x=1" in backends["v1"].seen
+    assert _echo(proxy, "mirror.example", "/mirror-and-modify/a")["headers"]["x-header-set"] == "m"
+    deadline = time.monotonic() + 10
+    while "/mirror-and-modify/a m" not in backends["v2"].seen:
+        assert time.monotonic() < deadline, backends["v2"].seen[-3:]
+        time.sleep(0.05)
 
 
 def test_a_listener_with_two_certificates_answers_each_name_with_its_own(served: Listen) -> None:
