@@ -240,3 +240,21 @@ def test_allowed_routes_from_a_namespace_selector() -> None:
     gw["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["selector"] = expressions
     statuses = _statuses([gw], [route], {"ns": {"gateway": "no"}})
     assert _reasons(statuses.routes["ns/r"]["parents"][0])["Accepted"] == ("True", "Accepted")
+
+
+def test_mirror_backends_resolve_like_backend_refs() -> None:
+    cluster = model.Cluster(
+        services={"ns/s": {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}},
+        slices={"ns/s": [_slice("s", "10.0.0.1")]},
+        secrets={},
+    )
+
+    def mirror(**ref: object) -> dict:
+        return {"type": "RequestMirror", "requestMirror": {"backendRef": {"port": 80, **ref}}}
+
+    route = _route([])
+    rule = {"filters": [mirror(name="s"), mirror(name="gone"), mirror(name="s", namespace="x")]}
+    copies, problem = gateway._mirrors(route, rule, cluster, [])
+    assert [u.addresses for u in copies] == [("10.0.0.1:8080",)]
+    assert problem[0] == "RefNotPermitted"  # the last problem is the one said
+    assert gateway._mirrors(route, {"filters": [mirror(name="gone")]}, cluster, [])[1][0] == "BackendNotFound"
