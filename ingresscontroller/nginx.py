@@ -1,6 +1,6 @@
 """The nginx process the controller owns: started in the foreground as its child (`daemon off`, so it
 stops with the controller and `pykubelet down` finds it by its state dir), stopped with SIGQUIT
-(graceful) then SIGKILL.
+(graceful) then, after the grace, SIGKILL to its process group (the workers with the master).
 
 The first configuration is checked with `nginx -t` before the master starts on it. A later one is
 applied by SIGHUP to the master alone (it starts workers on the new configuration and lets the old ones
@@ -14,6 +14,7 @@ refused file is replaced by the one still running, so a restart takes that."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -120,6 +121,7 @@ class Nginx:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: the master and its workers, killed together
         )
         pid_file = self.root / "nginx.pid"
         for _ in range(100):  # the master writes its pid once it listens: up to 10 s
@@ -140,8 +142,9 @@ class Nginx:
         proc.send_signal(signal.SIGQUIT)
         try:
             await asyncio.wait_for(proc.wait(), grace)
-        except TimeoutError:
-            proc.kill()
+        except TimeoutError:  # the workers too: a master killed alone leaves them serving on
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
         log.info("nginx stopped")
 
