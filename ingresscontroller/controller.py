@@ -90,7 +90,7 @@ class IngressController:
         for informer in self.informers:
             informer.add_handler(
                 on_add=lambda _o: self._wake.set(),
-                on_update=lambda _o, _n: self._wake.set(),
+                on_update=lambda o, n: self._wake.set() if model.changes_config(o, n) else None,
                 on_delete=lambda _o: self._wake.set(),
             )
         self.recorder = EventRecorder(client, EventSource(COMPONENT))

@@ -261,6 +261,22 @@ def resolve_certificate(namespace: str, secret_name: str, cluster: Cluster, chec
     return Certificate(f"{namespace}_{secret_name}", cert, key)
 
 
+# What an update may change that no configuration reads: a status (the controller's own writes among
+# them) and the bookkeeping of the write.
+_UNREAD_METADATA = ("resourceVersion", "managedFields")
+
+
+def _read_part(obj: Obj) -> Obj:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _UNREAD_METADATA}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+
+def changes_config(old: Obj, new: Obj) -> bool:
+    """Whether an update touches anything `build` reads: a status-only write (the statuses the
+    controller writes itself) wakes no sync."""
+    return _read_part(old) != _read_part(new)
+
+
 def normalize(path: str, path_type: str) -> tuple[bool, str]:
     """(exact, path): Exact as given; Prefix and ImplementationSpecific without a trailing slash."""
     if path_type == "Exact":
