@@ -72,7 +72,15 @@ class IngressController:
         self.services = Informer(client, "/api/v1/services")
         self.slices = Informer(client, "/apis/discovery.k8s.io/v1/endpointslices")
         self.secrets = Informer(client, "/api/v1/secrets")
-        self.informers = [self.classes, self.ingresses, self.services, self.slices, self.secrets]
+        self.namespaces = Informer(client, "/api/v1/namespaces")  # for allowedRoutes `from: Selector`
+        self.informers = [
+            self.classes,
+            self.ingresses,
+            self.services,
+            self.slices,
+            self.secrets,
+            self.namespaces,
+        ]
         # The Gateway API's kinds exist only once their CRDs are installed (maybe after the start):
         # their informers run while the CRDs are there, and the Gateway API is served once they listed.
         self.kinds = GatewayKinds(client, self._wake_up, config.gateway_controller, config.gateway_class)
@@ -82,7 +90,7 @@ class IngressController:
         for informer in self.informers:
             informer.add_handler(
                 on_add=lambda _o: self._wake.set(),
-                on_update=lambda _o, _n: self._wake.set(),
+                on_update=lambda o, n: self._wake.set() if model.changes_config(o, n) else None,
                 on_delete=lambda _o: self._wake.set(),
             )
         self.recorder = EventRecorder(client, EventSource(COMPONENT))
@@ -112,6 +120,9 @@ class IngressController:
             services={key_of(s): s for s in self.services.list()},
             slices=slices,
             secrets={key_of(s): s for s in self.secrets.list()},
+            namespace_labels={
+                n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in self.namespaces.list()
+            },
         )
 
     def _build(

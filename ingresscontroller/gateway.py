@@ -2,16 +2,18 @@
 locations the HTTPRoutes attached to our Gateways add to nginx's configuration, and the status each
 object should carry (conditions with upstream's reasons), for the controller to write.
 
-Served: GatewayClasses whose `controllerName` is ours (Accepted); their Gateways' HTTP listeners
-(served on the controller's HTTP port whatever port they name; `hostname`, `allowedRoutes.namespaces.from`
-Same or All; other protocols are refused with UnsupportedProtocol); HTTPRoutes attached to them by
+Served: GatewayClasses whose `controllerName` is ours (Accepted); their Gateways' HTTP and HTTPS
+(Terminate) listeners (served on the controller's ports whatever port they name; `hostname`; an HTTPS
+listener's certificateRefs all resolved, each host given the first certificate whose names cover it;
+`allowedRoutes.namespaces.from` Same, All or Selector; `allowedRoutes.kinds` HTTPRoute, any other kind
+InvalidRouteKinds; other protocols are refused with UnsupportedProtocol); HTTPRoutes attached to them by
 `parentRefs` (optionally a `sectionName`), their `hostnames` intersected with the listener's, rules
 read by `routematch` (path, header, query parameter and method matches in the API's precedence; header
-modifiers, redirects, URL rewrites) whose backendRefs are Services in the route's namespace, weighted
-(nginx's per-address weights: each backend's share of the rule is its weight, whatever its number of
+modifiers, redirects, URL rewrites, request mirrors) whose backendRefs are Services, weighted (nginx's
+per-address weights: each backend's share of the rule is its weight, whatever its number of
 endpoints). A rule `routematch.unsupported` refuses makes the route Accepted False (UnsupportedValue). A
-backendRef to another namespace is refused with RefNotPermitted (no ReferenceGrant support), a missing
-Service with BackendNotFound; a rule left with no usable backend answers 500, as the API asks.
+backendRef or mirror to another namespace without a ReferenceGrant is refused with RefNotPermitted, a
+missing Service with BackendNotFound; a rule left with no usable backend answers 500, as the API asks.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingresscontroller import model, referencegrant, routematch
-from ingresscontroller.tlscerts import check_pair
+from ingresscontroller.tlscerts import check_pair, names
+from kubeclient.selectors import SelectorError, from_label_selector
 
 Obj = dict[str, Any]
 GROUP = "gateway.networking.k8s.io"
@@ -62,7 +65,8 @@ class _Listener:
     spec: Obj
     ok: bool  # a protocol we serve (HTTP, HTTPS)
     refs: tuple[str, str] = ("ResolvedRefs", "")  # the ResolvedRefs reason and message
-    certificate: model.Certificate | None = None  # an HTTPS listener's, resolved
+    certificates: tuple[model.Certificate, ...] = ()  # an HTTPS listener's, resolved, in its order
+    kinds: tuple[Obj, ...] = ({"group": GROUP, "kind": "HTTPRoute"},)  # supportedKinds
     attached: int = 0
 
     @property
@@ -101,6 +105,48 @@ def _hostnames(listener: Obj, route: Obj) -> list[str] | None:
     return sorted(set(kept)) or None
 
 
+def _resolve_ref(
+    route: Obj, ref: Obj, cluster: model.Cluster, grants: list[Obj]
+) -> tuple[model.Upstream | None, tuple[str, str]]:
+    """A backendRef's Service port as an upstream, else None and the ResolvedRefs (reason, message)."""
+    namespace = route["metadata"]["namespace"]
+    if (ref.get("group") or "") != "" or (ref.get("kind") or "Service") != "Service":
+        return None, ("InvalidKind", f"backendRef {ref.get('name')}: only Services are supported")
+    target = ref.get("namespace") or namespace
+    if not referencegrant.permitted(
+        grants, ("HTTPRoute", namespace), ("", "Service", target, ref.get("name") or "")
+    ):
+        return None, (
+            "RefNotPermitted",
+            f"backendRef {target}/{ref.get('name')}: no ReferenceGrant in {target} allows it",
+        )
+    try:
+        backend = {"service": {"name": ref.get("name", ""), "port": {"number": ref.get("port") or 0}}}
+        return model.resolve_backend(target, backend, cluster), ("", "")
+    except model.LeftOut as err:
+        return None, ("BackendNotFound", str(err))
+
+
+def _mirrors(
+    route: Obj, rule: Obj, cluster: model.Cluster, grants: list[Obj]
+) -> tuple[tuple[model.Upstream, ...], tuple[str, str]]:
+    """The upstreams a rule's RequestMirror filters copy requests to (those with ready endpoints), and a
+    ResolvedRefs problem (reason, message) of one that does not resolve."""
+    found: list[model.Upstream] = []
+    problem = ("", "")
+    for item in rule.get("filters") or []:
+        if item.get("type") != "RequestMirror":
+            continue
+        upstream, why = _resolve_ref(
+            route, (item.get("requestMirror") or {}).get("backendRef") or {}, cluster, grants
+        )
+        if upstream is None:
+            problem = why
+        elif upstream.addresses:
+            found.append(upstream)
+    return tuple(found), problem
+
+
 def _backends(
     route: Obj, index: int, rule: Obj, cluster: model.Cluster, grants: list[Obj] | None = None
 ) -> tuple[model.Upstream | None, str, str]:
@@ -109,26 +155,9 @@ def _backends(
     chosen: list[tuple[model.Upstream, int]] = []
     problem = ("", "")
     for ref in rule.get("backendRefs") or []:
-        if (ref.get("group") or "") != "" or (ref.get("kind") or "Service") != "Service":
-            problem = ("InvalidKind", f"backendRef {ref.get('name')}: only Services are supported")
-            continue
-        target = ref.get("namespace") or namespace
-        if not referencegrant.permitted(
-            grants or [], ("HTTPRoute", namespace), ("", "Service", target, ref.get("name") or "")
-        ):
-            problem = (
-                "RefNotPermitted",
-                f"backendRef {target}/{ref.get('name')}: no ReferenceGrant in {target} allows it",
-            )
-            continue
-        try:
-            upstream = model.resolve_backend(
-                target,
-                {"service": {"name": ref.get("name", ""), "port": {"number": ref.get("port") or 0}}},
-                cluster,
-            )
-        except model.LeftOut as err:
-            problem = ("BackendNotFound", str(err))
+        upstream, why = _resolve_ref(route, ref, cluster, grants or [])
+        if upstream is None:
+            problem = why
             continue
         weight = int(ref.get("weight", 1))
         if weight > 0 and upstream.addresses:
@@ -147,37 +176,57 @@ def _backends(
     return model.Upstream(name, tuple(addresses), tuple(w // divisor for w in weights)), *problem
 
 
-def _certificate(gateway: Obj, spec: Obj, refs: _Refs) -> tuple[model.Certificate | None, str, str]:
-    """An HTTPS listener's certificate (its first certificateRef), or the ResolvedRefs (reason, message)."""
+def _certificates(gateway: Obj, spec: Obj, refs: _Refs) -> tuple[tuple[model.Certificate, ...], str, str]:
+    """An HTTPS listener's certificates (every certificateRef, each usable), or the ResolvedRefs (reason,
+    message) of the first that is not."""
     tls = spec.get("tls") or {}
     if (tls.get("mode") or "Terminate") != "Terminate":
-        return None, "InvalidCertificateRef", f"TLS mode {tls.get('mode')} is not supported on HTTPS"
+        return (), "InvalidCertificateRef", f"TLS mode {tls.get('mode')} is not supported on HTTPS"
     certificate_refs = tls.get("certificateRefs") or []
     if not certificate_refs:
-        return None, "InvalidCertificateRef", "an HTTPS listener needs a certificateRef"
-    ref = certificate_refs[0]
+        return (), "InvalidCertificateRef", "an HTTPS listener needs a certificateRef"
     namespace = gateway["metadata"]["namespace"]
-    target, name = ref.get("namespace") or namespace, ref.get("name") or ""
-    if (ref.get("group") or "") != "" or (ref.get("kind") or "Secret") != "Secret":
-        return None, "InvalidCertificateRef", f"certificateRef {name}: only core Secrets are supported"
-    if not referencegrant.permitted(refs.grants, ("Gateway", namespace), ("", "Secret", target, name)):
-        return (
-            None,
-            "RefNotPermitted",
-            f"certificateRef {target}/{name}: no ReferenceGrant in {target} allows it",
-        )
-    try:
-        return model.resolve_certificate(target, name, refs.cluster, refs.check), "ResolvedRefs", ""
-    except model.LeftOut as err:
-        return None, "InvalidCertificateRef", str(err)
+    found = []
+    for ref in certificate_refs:
+        target, name = ref.get("namespace") or namespace, ref.get("name") or ""
+        if (ref.get("group") or "") != "" or (ref.get("kind") or "Secret") != "Secret":
+            return (), "InvalidCertificateRef", f"certificateRef {name}: only core Secrets are supported"
+        if not referencegrant.permitted(refs.grants, ("Gateway", namespace), ("", "Secret", target, name)):
+            return (
+                (),
+                "RefNotPermitted",
+                f"certificateRef {target}/{name}: no ReferenceGrant in {target} allows it",
+            )
+        try:
+            found.append(model.resolve_certificate(target, name, refs.cluster, refs.check))
+        except model.LeftOut as err:
+            return (), "InvalidCertificateRef", str(err)
+    return tuple(found), "ResolvedRefs", ""
+
+
+def _route_kinds(spec: Obj) -> tuple[tuple[Obj, ...], str]:
+    """The listener's supportedKinds (those of `allowedRoutes.kinds` we serve: HTTPRoute) and the
+    InvalidRouteKinds message when it names others."""
+    wanted = (spec.get("allowedRoutes") or {}).get("kinds")
+    if wanted is None:
+        return ({"group": GROUP, "kind": "HTTPRoute"},), ""
+    valid = [k for k in wanted if (k.get("group") or GROUP) == GROUP and k.get("kind") == "HTTPRoute"]
+    kinds = ({"group": GROUP, "kind": "HTTPRoute"},) if valid else ()
+    invalid = [k.get("kind") for k in wanted if k not in valid]
+    return kinds, (f"route kinds {', '.join(map(str, invalid))} are not supported" if invalid else "")
 
 
 def _listener(gateway: Obj, spec: Obj, refs: _Refs) -> _Listener:
     protocol = spec.get("protocol")
+    kinds, bad_kinds = _route_kinds(spec)
     if protocol == "HTTPS":
-        certificate, reason, message = _certificate(gateway, spec, refs)
-        return _Listener(gateway, spec, True, (reason, message), certificate)
-    return _Listener(gateway, spec, protocol == "HTTP")
+        certificates, reason, message = _certificates(gateway, spec, refs)
+        listener = _Listener(gateway, spec, True, (reason, message), certificates, kinds)
+    else:
+        listener = _Listener(gateway, spec, protocol == "HTTP", kinds=kinds)
+    if bad_kinds and listener.refs[0] == "ResolvedRefs":
+        listener.refs = ("InvalidRouteKinds", bad_kinds)
+    return listener
 
 
 def _listeners(gateways: list[Obj], ours: set[str], refs: _Refs) -> dict[str, list[_Listener]]:
@@ -191,15 +240,23 @@ def _listeners(gateways: list[Obj], ours: set[str], refs: _Refs) -> dict[str, li
     return found
 
 
-def _allowed(listener: Obj, gateway: Obj, route: Obj) -> bool:
-    where = ((listener.get("allowedRoutes") or {}).get("namespaces") or {}).get("from", "Same")
-    return where == "All" or (
-        where == "Same" and gateway["metadata"]["namespace"] == route["metadata"]["namespace"]
-    )
+def _allowed(listener: Obj, gateway: Obj, route: Obj, cluster: model.Cluster) -> bool:
+    """Whether the listener's `allowedRoutes.namespaces` admits the route's namespace (Same by default;
+    All; Selector: a label selector on the route's Namespace, one that does not parse admitting none)."""
+    namespaces = (listener.get("allowedRoutes") or {}).get("namespaces") or {}
+    where = namespaces.get("from", "Same")
+    namespace = route["metadata"]["namespace"]
+    if where == "Selector":
+        try:
+            selector = from_label_selector(namespaces.get("selector"))
+        except SelectorError:
+            return False
+        return namespace in cluster.namespace_labels and selector.matches(cluster.namespace_labels[namespace])
+    return where == "All" or (where == "Same" and gateway["metadata"]["namespace"] == namespace)
 
 
 def _attach(
-    route: Obj, ref: Obj, listeners: dict[str, list[_Listener]]
+    route: Obj, ref: Obj, listeners: dict[str, list[_Listener]], cluster: model.Cluster
 ) -> tuple[list[tuple[_Listener, list[str]]], str, str]:
     """The listeners a parentRef attaches the route to, with its hostnames there; else (reason, message)."""
     namespace = ref.get("namespace") or route["metadata"]["namespace"]
@@ -208,7 +265,7 @@ def _attach(
         return [], "NoMatchingParent", f"no Gateway {namespace}/{ref.get('name')} of this controller"
     section = ref.get("sectionName")
     candidates = [c for c in candidates if c.serving and (not section or c.spec.get("name") == section)]
-    allowed = [c for c in candidates if _allowed(c.spec, c.gateway, route)]
+    allowed = [c for c in candidates if _allowed(c.spec, c.gateway, route, cluster)]
     if not allowed:
         return [], "NotAllowedByListeners", "no listener of the Gateway admits this route"
     matched = [(c, hosts) for c in allowed if (hosts := _hostnames(c.spec, route)) is not None]
@@ -230,22 +287,26 @@ def _route_status(
     )
     resolved = ("ResolvedRefs", "all references are resolved")
     upstreams: list[model.Upstream | None] = []
+    mirrors: list[tuple[model.Upstream, ...]] = []
     for index, rule in enumerate(route["spec"].get("rules") or []):
         upstream, reason, message = _backends(route, index, rule, refs.cluster, refs.grants)
         upstreams.append(upstream)
-        if reason:
-            resolved = (reason, message)
+        copies, problem = _mirrors(route, rule, refs.cluster, refs.grants)
+        mirrors.append(copies)
+        for why in ((reason, message), problem):
+            if why[0]:
+                resolved = why
     for ref in route["spec"].get("parentRefs") or []:
         namespace = ref.get("namespace") or route["metadata"]["namespace"]
         if (ref.get("kind") or "Gateway") != "Gateway" or f"{namespace}/{ref.get('name')}" not in listeners:
             continue  # another implementation's parent: its status entry is not ours to write
-        attached, reason, message = _attach(route, ref, listeners)
+        attached, reason, message = _attach(route, ref, listeners, refs.cluster)
         if attached and unsupported:
             attached, reason, message = [], "UnsupportedValue", unsupported
         for listener, hosts in attached:
             listener.attached += 1
             for host in hosts:
-                _merge(config, route, listener, host, upstreams)
+                _merge(config, route, listener, host, upstreams, mirrors)
         gen = _gen(route)
         parents.append(
             {
@@ -261,23 +322,47 @@ def _route_status(
 
 
 def _merge(
-    config: model.Config, route: Obj, listener: _Listener, host: str, upstreams: list[model.Upstream | None]
+    config: model.Config,
+    route: Obj,
+    listener: _Listener,
+    host: str,
+    upstreams: list[model.Upstream | None],
+    mirrors: list[tuple[model.Upstream, ...]],
 ) -> None:
     """The route's matches on `host` through `listener` (an HTTPS listener's on the HTTPS port alone,
     with its certificate)."""
     servers = config.tls_servers if listener.tls else config.servers
     server = servers.setdefault(host, model.Server(host))
-    if listener.certificate is not None and not server.certificate:
-        server.certificate = listener.certificate.name
-        config.certificates[listener.certificate.name] = listener.certificate
+    certificate = _certificate_for(host, listener.certificates)
+    if certificate is not None and not server.certificate:
+        server.certificate = certificate.name
+        config.certificates[certificate.name] = certificate
     age = route["metadata"].get("creationTimestamp") or ""
     for index, rule in enumerate(route["spec"].get("rules") or []):
         upstream = upstreams[index]
-        if upstream is not None:
-            config.upstreams[upstream.name] = upstream
+        for used in (upstream, *mirrors[index]):
+            if used is not None:
+                config.upstreams[used.name] = used
+        copies = tuple(m.name for m in mirrors[index])
         for number, match in enumerate(routematch.matches(rule)):
-            action = routematch.action(rule, match, upstream.name if upstream else "")
+            action = routematch.action(rule, match, upstream.name if upstream else "", copies)
             server.routes.append(model.RouteEntry(match, (age, _key(route), index, number), action))
+
+
+def _host_matches_name(name: str, host: str) -> bool:
+    """Whether a certificate's DNS name covers `host` (a `*.` name one label, as TLS matches it)."""
+    if name.startswith("*."):
+        return host.endswith(name[1:]) and host.count(".") == name.count(".")
+    return name == host
+
+
+def _certificate_for(host: str, certificates: tuple[model.Certificate, ...]) -> model.Certificate | None:
+    """Of a listener's certificates, the first whose names cover `host` (a wildcard host by the same
+    wildcard), else the first: SNI then gets the certificate made for the name asked."""
+    for certificate in certificates:
+        if any(n == host or _host_matches_name(n, host) for n in names(certificate.cert)):
+            return certificate
+    return certificates[0] if certificates else None
 
 
 def build(
@@ -357,7 +442,7 @@ def _listener_status(listener: _Listener, gen: int) -> Obj:
         programmed = condition("Programmed", False, "Invalid", message, gen)
     return {
         "name": listener.spec.get("name"),
-        "supportedKinds": [{"group": GROUP, "kind": "HTTPRoute"}],
+        "supportedKinds": list(listener.kinds),
         "attachedRoutes": listener.attached,
         "conditions": [
             condition("Accepted", True, "Accepted", "Listener is accepted", gen),

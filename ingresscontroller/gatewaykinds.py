@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ingresscontroller.model import changes_config
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
@@ -71,7 +72,7 @@ class GatewayKinds:
                 informer = Informer(self.client, f"/apis/{GROUP}/{version}/{plural}")
                 informer.add_handler(
                     on_add=lambda _o: self.wake(),
-                    on_update=lambda _o, _n: self.wake(),
+                    on_update=lambda o, n: self.wake() if changes_config(o, n) else None,
                     on_delete=lambda _o: self.wake(),
                 )
                 self.caches[plural] = informer

@@ -70,6 +70,7 @@ class RouteMatch:
     method: str = ""
     headers: tuple[Condition, ...] = ()
     query: tuple[Condition, ...] = ()
+    path_regex: str = ""  # a RegularExpression path (the whole path must match; `path` is then "/")
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Action:
     redirect: Redirect | None = None
     host: str = ""  # URLRewrite hostname
     path: PathChange | None = None  # URLRewrite path
+    mirrors: tuple[str, ...] = ()  # RequestMirror: upstreams each request is copied to
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ class Cluster:
     services: dict[str, Obj]
     slices: dict[str, list[Obj]]  # namespace/service -> its EndpointSlices
     secrets: dict[str, Obj]
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # for allowedRoutes Selector
 
 
 def _key(obj: Obj) -> str:
@@ -256,6 +259,22 @@ def resolve_certificate(namespace: str, secret_name: str, cluster: Cluster, chec
     if why is not None:
         raise LeftOut("InvalidCertificate", f'TLS Secret "{namespace}/{secret_name}": {why}')
     return Certificate(f"{namespace}_{secret_name}", cert, key)
+
+
+# What an update may change that no configuration reads: a status (the controller's own writes among
+# them) and the bookkeeping of the write.
+_UNREAD_METADATA = ("resourceVersion", "managedFields")
+
+
+def _read_part(obj: Obj) -> Obj:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _UNREAD_METADATA}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+
+def changes_config(old: Obj, new: Obj) -> bool:
+    """Whether an update touches anything `build` reads: a status-only write (the statuses the
+    controller writes itself) wakes no sync."""
+    return _read_part(old) != _read_part(new)
 
 
 def normalize(path: str, path_type: str) -> tuple[bool, str]:

@@ -2,11 +2,16 @@
 
 Each match of a rule becomes a `RouteMatch` (path, method, header and query parameter conditions; of
 several conditions on one name only the first counts, as the API says) and the rule's filters an
-`Action` (RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite). Other filter
-types, backendRef filters and RegularExpression paths are not served (`unsupported` names them).
+`Action` (RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror).
+Other filter types and backendRef filters are not served (`unsupported` names them).
+
+A RegularExpression path (implementation-specific in the API) is a PCRE the whole request path
+(`$uri`: decoded, normalized) must match, tested as a condition at the `/` location; it ranks after
+Exact and every longer PathPrefix and before the PathPrefix `/` (a regex is more specific than the
+catch-all), then by method, headers and query parameters as the others.
 
 Precedence, as the HTTPRoute API orders it across every rule of every route on a host: an Exact path
-first, then the longest PathPrefix, then a method match, then the most header matches, then the most
+first, then the longest PathPrefix (a RegularExpression path as said above), then a method match, then the most header matches, then the most
 query parameter matches; ties go to the oldest route, then the first by namespace/name, then the first
 rule and match in the route's order. `candidates` hands each nginx location (an exact path, or a prefix
 served by path elements) every match that can apply to it in that order, so a request a longer
@@ -31,7 +36,14 @@ from ingresscontroller.model import (
 
 Obj = dict[str, Any]
 
-SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite")
+SUPPORTED_FILTERS = (
+    "RequestHeaderModifier",
+    "ResponseHeaderModifier",
+    "RequestRedirect",
+    "URLRewrite",
+    "RequestMirror",
+)
+PATH_REGEX = "RegularExpression"
 # Header names nginx can read as `$http_<name>` (a name with other token characters is refused).
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]+$")
 
@@ -40,6 +52,7 @@ def _values(rule: Obj) -> list[str]:
     """Every user string the rule puts into nginx's configuration."""
     found = []
     for match in rule.get("matches") or []:
+        found.append((match.get("path") or {}).get("value") or "")
         found += [
             c.get("value") or "" for c in [*(match.get("headers") or []), *(match.get("queryParams") or [])]
         ]
@@ -54,7 +67,8 @@ def _values(rule: Obj) -> list[str]:
 
 def _bad_regex(rule: Obj) -> str:
     for match in rule.get("matches") or []:
-        for condition in [*(match.get("headers") or []), *(match.get("queryParams") or [])]:
+        path = match.get("path") or {}
+        for condition in [*(match.get("headers") or []), *(match.get("queryParams") or []), path]:
             if condition.get("type") == "RegularExpression":
                 try:
                     re.compile(condition.get("value") or "")
@@ -76,8 +90,8 @@ def unsupported(rule: Obj) -> str:
     if any(ref.get("filters") for ref in rule.get("backendRefs") or []):
         return "backendRef filters are not supported"
     for match in rule.get("matches") or []:
-        if (match.get("path") or {}).get("type", "PathPrefix") not in ("Exact", "PathPrefix"):
-            return "only Exact and PathPrefix path matches are supported"
+        if (match.get("path") or {}).get("type", "PathPrefix") not in ("Exact", "PathPrefix", PATH_REGEX):
+            return f"path match type {(match.get('path') or {}).get('type')} is not supported"
         for header in match.get("headers") or []:
             if not _HEADER_NAME.match(header.get("name") or ""):
                 return f"header name {header.get('name')!r} is not supported"
@@ -103,8 +117,9 @@ def matches(rule: Obj) -> list[RouteMatch]:
     found = []
     for match in rule.get("matches") or [{}]:
         path = match.get("path") or {}
+        regex = (path.get("value") or "") if path.get("type") == PATH_REGEX else ""
         exact, where = normalize(
-            path.get("value") or "/", "Exact" if path.get("type") == "Exact" else "Prefix"
+            "/" if regex else path.get("value") or "/", "Exact" if path.get("type") == "Exact" else "Prefix"
         )
         found.append(
             RouteMatch(
@@ -113,6 +128,7 @@ def matches(rule: Obj) -> list[RouteMatch]:
                 match.get("method") or "",
                 _conditions(match.get("headers") or [], fold=True),
                 _conditions(match.get("queryParams") or [], fold=False),
+                regex,
             )
         )
     return found
@@ -135,8 +151,9 @@ def _path_change(spec: Obj | None, match: RouteMatch) -> PathChange | None:
     return PathChange(False, spec.get("replacePrefixMatch") or "/", match.path)
 
 
-def action(rule: Obj, match: RouteMatch, upstream: str) -> Action:
-    """What the rule does for a request `match` took; `upstream` "" when the rule has no usable backend."""
+def action(rule: Obj, match: RouteMatch, upstream: str, mirrors: tuple[str, ...] = ()) -> Action:
+    """What the rule does for a request `match` took; `upstream` "" when the rule has no usable backend,
+    `mirrors` the upstreams its RequestMirror filters copy the request to."""
     found: dict[str, Obj] = {}
     for item in rule.get("filters") or []:
         found.setdefault(item.get("type") or "", item)
@@ -161,6 +178,7 @@ def action(rule: Obj, match: RouteMatch, upstream: str) -> Action:
         redirect=redirect,
         host=rewrite.get("hostname") or "",
         path=_path_change(rewrite.get("path"), match),
+        mirrors=mirrors if redirect is None else (),
     )
 
 
@@ -170,6 +188,7 @@ def precedence(entry: RouteEntry) -> tuple[Any, ...]:
     return (
         not match.exact,
         -len(match.path),
+        not match.path_regex,
         not match.method,
         -len(match.headers),
         -len(match.query),

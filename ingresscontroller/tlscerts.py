@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
 
 
 def check_pair(cert_pem: bytes, key_pem: bytes) -> str | None:
@@ -25,3 +26,16 @@ def check_pair(cert_pem: bytes, key_pem: bytes) -> str | None:
     ):
         return "tls.key does not match the certificate in tls.crt"
     return None
+
+
+def names(cert_pem: bytes) -> list[str]:
+    """The DNS names a certificate is for: its subjectAltName DNS entries, else its common name."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        found = alt.get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        found = []
+    if found:
+        return [n.lower() for n in found]
+    return [str(a.value).lower() for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]

@@ -18,6 +18,7 @@ import shutil
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,8 +41,10 @@ CONTROLLER = "pykubelet.io/gateway-controller"
 
 class _Echo(http.server.BaseHTTPRequestHandler):
     label = "echo"
+    seen: list[str] = []  # the URIs received (each backend its own list)
 
     def _answer(self) -> None:
+        self.seen.append(f"{self.path} {self.headers.get('X-Header-Set', '')}".strip())
         body = json.dumps(
             {
                 "backend": self.label,
@@ -67,9 +70,10 @@ class _Echo(http.server.BaseHTTPRequestHandler):
 def echoes() -> Iterator[dict[str, int]]:
     servers = {}
     for label in ("v1", "v2", "v3"):
-        handler = type(f"Echo_{label}", (_Echo,), {"label": label})
+        handler = type(f"Echo_{label}", (_Echo,), {"label": label, "seen": []})
         servers[label] = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=servers[label].serve_forever, daemon=True).start()
+    _Echo.backends = {label: server.RequestHandlerClass for label, server in servers.items()}  # type: ignore[attr-defined]
     yield {label: server.server_address[1] for label, server in servers.items()}
     for server in servers.values():
         server.shutdown()
@@ -228,6 +232,42 @@ ROUTES = [
             "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}],
         },
     ),
+    _route(
+        "regex",
+        "2026-01-01T00:00:00Z",
+        "regex.example",
+        _to("v1", path=_prefix("/")),
+        _to("v2", path={"type": "RegularExpression", "value": "/v[0-9]+/.*"}),
+        _to("v3", path=_prefix("/v1")),
+    ),
+    _route(
+        "mirror",
+        "2026-01-01T00:00:00Z",
+        "mirror.example",
+        _to(
+            "v1",
+            {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "v2", "port": 8080}}},
+            {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "v3", "port": 8080}}},
+            path=_prefix("/mirrored"),
+        ),
+        _to(  # httproute-request-multiple-mirrors' second rule: the copies carry the modified headers
+            "v1",
+            {
+                "type": "RequestHeaderModifier",
+                "requestHeaderModifier": {"set": [_headers(x_header_set="m")[0]]},
+            },
+            {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "v2", "port": 8080}}},
+            path=_prefix("/mirror-and-modify"),
+        ),
+    ),
+    {
+        **_route("other", "2026-01-01T00:00:00Z", "other.example", _to("v2")),
+        "spec": {
+            "parentRefs": [{"name": "gw", "sectionName": "https"}],
+            "hostnames": ["other.example"],
+            "rules": [_to("v2")],
+        },
+    },
     {
         **_route("secure", "2026-01-01T00:00:00Z", "secure.example", _to("v3")),
         "spec": {
@@ -247,20 +287,22 @@ def served(echoes: dict[str, int], tmp_path_factory: pytest.TempPathFactory) -> 
         (root / "tmp" / sub).mkdir(parents=True, exist_ok=True)
     cert, key = ensure_self_signed(root / "certs", "ingress.local", [], "default-fake")
     files, listen = Files(root, cert, key), Listen("127.0.0.1", free_port(), free_port())
-    site_cert, site_key = ensure_self_signed(root / "site", "secure.example", [], "secure")
-    secret = {
-        "metadata": {"name": "secure", "namespace": "gw"},
-        "type": "kubernetes.io/tls",
-        "data": {
-            "tls.crt": base64.b64encode(site_cert.read_bytes()).decode(),
-            "tls.key": base64.b64encode(site_key.read_bytes()).decode(),
-        },
-    }
-    https = {
+    secrets = {}
+    for name in ("secure", "other"):
+        site_cert, site_key = ensure_self_signed(root / "site", f"{name}.example", [], name)
+        secrets[f"gw/{name}"] = {
+            "metadata": {"name": name, "namespace": "gw"},
+            "type": "kubernetes.io/tls",
+            "data": {
+                "tls.crt": base64.b64encode(site_cert.read_bytes()).decode(),
+                "tls.key": base64.b64encode(site_key.read_bytes()).decode(),
+            },
+        }
+    https = {  # two certificateRefs: SNI gets the one made for the name asked
         "name": "https",
         "protocol": "HTTPS",
         "port": 443,
-        "tls": {"certificateRefs": [{"name": "secure"}]},
+        "tls": {"certificateRefs": [{"name": "secure"}, {"name": "other"}]},
     }
     gateways = [
         {
@@ -273,7 +315,7 @@ def served(echoes: dict[str, int], tmp_path_factory: pytest.TempPathFactory) -> 
     ]
     classes = [{"metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER}}]
     config = model.Config()
-    cluster = _cluster(echoes, {"gw/secure": secret})
+    cluster = _cluster(echoes, secrets)
     statuses = gateway.build(config, classes, gateways, ROUTES, cluster, CONTROLLER, "127.0.0.1")
     assert all(
         c["status"] == "True" for s in statuses.routes.values() for p in s["parents"] for c in p["conditions"]
@@ -399,4 +441,34 @@ def test_an_https_listener_terminates_tls_with_its_secrets_certificate(served: L
     assert _call(served.http_port, "secure.example", "/").status == 404  # not the HTTP listener's route
     # A host no listener serves over HTTPS gets the controller's default certificate (ingress-nginx's fake).
     assert _subject(served.https_port, "nobody.example").startswith("CN=ingress.local@")
+    assert _subject(served.https_port, "secure.example").startswith("CN=secure.example@")
+
+
+def test_a_regular_expression_path_matches_the_whole_path(proxy: int) -> None:
+    assert _echo(proxy, "regex.example", "/v2/x")["backend"] == "v2"
+    assert _echo(proxy, "regex.example", "/v10/a/b")["backend"] == "v2"
+    assert _echo(proxy, "regex.example", "/v1/x")["backend"] == "v3"  # the longer prefix ranks first
+    assert _echo(proxy, "regex.example", "/v22")["backend"] == "v1"  # the whole path must match
+    assert _echo(proxy, "regex.example", "/other")["backend"] == "v1"
+
+
+def test_request_mirror_copies_each_request_to_its_backends(proxy: int) -> None:
+    """httproute-request-mirror / -multiple-mirrors: the client gets the backend's answer, each mirror
+    a copy of the request (its answer dropped)."""
+    assert _echo(proxy, "mirror.example", "/mirrored/one?x=1")["backend"] == "v1"
+    backends = _Echo.backends  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while not all("/mirrored/one?x=1" in backends[label].seen for label in ("v2", "v3")):
+        assert time.monotonic() < deadline, {k: b.seen[-3:] for k, b in backends.items()}
+        time.sleep(0.05)
+    assert "/mirrored/one?x=1" in backends["v1"].seen
+    assert _echo(proxy, "mirror.example", "/mirror-and-modify/a")["headers"]["x-header-set"] == "m"
+    deadline = time.monotonic() + 10
+    while "/mirror-and-modify/a m" not in backends["v2"].seen:
+        assert time.monotonic() < deadline, backends["v2"].seen[-3:]
+        time.sleep(0.05)
+
+
+def test_a_listener_with_two_certificates_answers_each_name_with_its_own(served: Listen) -> None:
+    assert _subject(served.https_port, "other.example").startswith("CN=other.example@")
     assert _subject(served.https_port, "secure.example").startswith("CN=secure.example@")

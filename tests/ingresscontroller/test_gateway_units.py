@@ -181,3 +181,80 @@ def test_a_kind_is_watched_once_its_crd_is_established_and_serves_the_version() 
     assert not gatewaykinds.established(crd("True", [("v1", False)]), "v1")  # not served
     assert not gatewaykinds.established(crd("True", [("v1beta1", True)]), "v1")  # an older release
     assert not gatewaykinds.established(None, "v1")
+
+
+def _gateway(name: str, **allowed: object) -> dict:
+    listener = {"name": "http", "protocol": "HTTP", "port": 80, "allowedRoutes": allowed}
+    return {
+        "metadata": {"name": name, "namespace": "infra", "generation": 1},
+        "spec": {"gatewayClassName": "ours", "listeners": [listener]},
+    }
+
+
+def _statuses(
+    gateways: list[dict], routes: list[dict], labels: dict[str, dict[str, str]]
+) -> gateway.Statuses:
+    cluster = model.Cluster(
+        services={"ns/s": {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}},
+        slices={"ns/s": [_slice("s", "10.0.0.1")]},
+        secrets={},
+        namespace_labels=labels,
+    )
+    classes = [{"metadata": {"name": "ours"}, "spec": {"controllerName": "ctl"}}]
+    return gateway.build(model.Config(), classes, gateways, routes, cluster, "ctl", "1.2.3.4")
+
+
+def _reasons(status: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_listener_route_kinds_as_the_conformance_suite_expects() -> None:
+    """gateway-invalid-route-kind: an unknown kind is ResolvedRefs False InvalidRouteKinds, supportedKinds
+    keeps only HTTPRoute, and no route attaches (attachedRoutes 0)."""
+    only_invalid = _gateway("only", namespaces={"from": "All"}, kinds=[{"kind": "InvalidRoute"}])
+    mixed = _gateway(
+        "mixed", namespaces={"from": "All"}, kinds=[{"kind": "InvalidRoute"}, {"kind": "HTTPRoute"}]
+    )
+    route = _route([], {"name": "s", "port": 80})
+    route["spec"]["parentRefs"] = [{"name": "mixed", "namespace": "infra", "sectionName": "http"}]
+    statuses = _statuses([only_invalid, mixed], [route], {})
+    for name, kinds in (("only", []), ("mixed", [{"group": gateway.GROUP, "kind": "HTTPRoute"}])):
+        (listener,) = statuses.gateways[f"infra/{name}"]["listeners"]
+        assert listener["supportedKinds"] == kinds and listener["attachedRoutes"] == 0
+        assert _reasons(listener)["ResolvedRefs"] == ("False", "InvalidRouteKinds")
+    (parent,) = statuses.routes["ns/r"]["parents"]
+    assert _reasons(parent)["Accepted"] == ("False", "NotAllowedByListeners")
+
+
+def test_allowed_routes_from_a_namespace_selector() -> None:
+    selector = {"matchLabels": {"gateway": "yes"}}
+    gw = _gateway("gw", namespaces={"from": "Selector", "selector": selector})
+    route = _route([], {"name": "s", "port": 80})
+    route["spec"]["parentRefs"] = [{"name": "gw", "namespace": "infra"}]
+    statuses = _statuses([gw], [route], {"ns": {"gateway": "yes"}, "infra": {}})
+    assert _reasons(statuses.routes["ns/r"]["parents"][0])["Accepted"] == ("True", "Accepted")
+    assert statuses.gateways["infra/gw"]["listeners"][0]["attachedRoutes"] == 1
+    statuses = _statuses([gw], [route], {"ns": {"gateway": "no"}, "infra": {}})
+    assert _reasons(statuses.routes["ns/r"]["parents"][0])["Accepted"] == ("False", "NotAllowedByListeners")
+    expressions = {"matchExpressions": [{"key": "gateway", "operator": "Exists"}]}
+    gw["spec"]["listeners"][0]["allowedRoutes"]["namespaces"]["selector"] = expressions
+    statuses = _statuses([gw], [route], {"ns": {"gateway": "no"}})
+    assert _reasons(statuses.routes["ns/r"]["parents"][0])["Accepted"] == ("True", "Accepted")
+
+
+def test_mirror_backends_resolve_like_backend_refs() -> None:
+    cluster = model.Cluster(
+        services={"ns/s": {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}},
+        slices={"ns/s": [_slice("s", "10.0.0.1")]},
+        secrets={},
+    )
+
+    def mirror(**ref: object) -> dict:
+        return {"type": "RequestMirror", "requestMirror": {"backendRef": {"port": 80, **ref}}}
+
+    route = _route([])
+    rule = {"filters": [mirror(name="s"), mirror(name="gone"), mirror(name="s", namespace="x")]}
+    copies, problem = gateway._mirrors(route, rule, cluster, [])
+    assert [u.addresses for u in copies] == [("10.0.0.1:8080",)]
+    assert problem[0] == "RefNotPermitted"  # the last problem is the one said
+    assert gateway._mirrors(route, {"filters": [mirror(name="gone")]}, cluster, [])[1][0] == "BackendNotFound"

@@ -254,6 +254,28 @@ spec:
   listeners:
   - {name: http, protocol: HTTP, port: 80}
   - {name: tcp, protocol: TCP, port: 9000}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: labelled, namespace: shop}
+spec:
+  gatewayClassName: pykubelet
+  listeners:
+  - name: http
+    protocol: HTTP
+    port: 80
+    allowedRoutes:
+      namespaces:
+        from: Selector
+        selector: {matchLabels: {team: web}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: selected, namespace: web}
+spec:
+  parentRefs: [{name: labelled, namespace: shop}]
+  hostnames: [selected.example]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
 """
 
 
@@ -295,11 +317,14 @@ ROUTES = [
         },
     ),
     _http_route(
-        "mirror",
-        "mirror.example",
+        "extension",
+        "extension.example",
         {
             "filters": [
-                {"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "green", "port": 80}}}
+                {
+                    "type": "ExtensionRef",
+                    "extensionRef": {"group": "example.com", "kind": "Cache", "name": "c"},
+                }
             ],
             "backendRefs": [{"name": "blue", "port": 80}],
         },
@@ -391,7 +416,7 @@ def test_gateway_api_once_its_crds_are_installed(
     with urllib.request.urlopen(request, timeout=5) as answer:
         assert answer.read().decode() == "blue headers.example"  # the header match met
     assert _get(http_port, "headers.example") == "<404>"  # ... and not met: no rule matches
-    assert _get(http_port, "mirror.example") == "<404>"  # a filter not supported: refused, not served
+    assert _get(http_port, "extension.example") == "<404>"  # a filter not supported: refused, not served
     assert _get(http_port, "elsewhere.example") == "<500>"  # its only backend refused: 500
 
     assert _conditions(_read(api, "gatewayclasses/pykubelet")["status"])["Accepted"] == ("True", "Accepted")
@@ -406,7 +431,7 @@ def test_gateway_api_once_its_crds_are_installed(
     assert _conditions(gw)["Programmed"] == ("True", "Programmed")
     assert gw["addresses"] == [{"type": "IPAddress", "value": HOST}]
     listeners = {entry["name"]: entry for entry in gw["listeners"]}
-    assert listeners["http"]["attachedRoutes"] == 3  # split, headers and elsewhere; mirror is not accepted
+    assert listeners["http"]["attachedRoutes"] == 3  # split, headers and elsewhere; extension is not accepted
     assert _conditions(listeners["http"])["Accepted"] == ("True", "Accepted")
     assert _conditions(listeners["tcp"])["Accepted"] == ("False", "UnsupportedProtocol")
     split = _read(api, "namespaces/shop/httproutes/split")["status"]["parents"][0]
@@ -414,8 +439,19 @@ def test_gateway_api_once_its_crds_are_installed(
     assert _conditions(split) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
     headers = _read(api, "namespaces/shop/httproutes/headers")["status"]["parents"][0]
     assert _conditions(headers)["Accepted"] == ("True", "Accepted")
-    mirror = _read(api, "namespaces/shop/httproutes/mirror")["status"]["parents"][0]
-    assert _conditions(mirror)["Accepted"] == ("False", "UnsupportedValue")
+    extension = _read(api, "namespaces/shop/httproutes/extension")["status"]["parents"][0]
+    assert _conditions(extension)["Accepted"] == ("False", "UnsupportedValue")
+
+    # allowedRoutes from a Selector: the web namespace lacks the label, so its route is not admitted ...
+    def selected(reason: str) -> bool:
+        parents = (_read(api, "namespaces/web/httproutes/selected").get("status") or {}).get("parents")
+        return bool(parents) and _conditions(parents[0])["Accepted"][1] == reason
+
+    _wait(lambda: selected("NotAllowedByListeners"), "the selected route refused")
+    assert _get(http_port, "selected.example") == "<404>"
+    v1.patch_namespace("web", {"metadata": {"labels": {"team": "web"}}})  # ... until it has it
+    _wait(lambda: _get(http_port, "selected.example") == "backend selected.example", "served")
+    _wait(lambda: selected("Accepted"), "the selected route Accepted")
     elsewhere = _read(api, "namespaces/shop/httproutes/elsewhere")["status"]["parents"][0]
     assert _conditions(elsewhere)["ResolvedRefs"] == ("False", "RefNotPermitted")
 

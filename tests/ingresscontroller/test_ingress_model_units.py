@@ -238,3 +238,12 @@ def test_rendered_configuration_passes_nginx_t(tmp_path: Path) -> None:
         and 'location "/odd path;{x}/"' in text
         and "return 308 https://$host:18443$request_uri;" in text
     )
+
+
+def test_only_an_update_the_configuration_reads_wakes_a_sync() -> None:
+    old = {"metadata": {"name": "r", "resourceVersion": "1", "generation": 1}, "spec": {"a": 1}}
+    status_only = {**old, "metadata": {**old["metadata"], "resourceVersion": "2"}, "status": {"x": 1}}
+    assert not model.changes_config(old, status_only)
+    assert model.changes_config(old, {**old, "spec": {"a": 2}})
+    assert model.changes_config(old, {**old, "metadata": {**old["metadata"], "labels": {"k": "v"}}})
+    assert model.changes_config(old, {**old, "data": {"tls.crt": "new"}})  # a Secret's data

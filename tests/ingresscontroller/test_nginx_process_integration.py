@@ -1,19 +1,23 @@
-"""The controller's nginx as a real process: a configuration refused by `nginx -t` leaves the running
-one serving, a reload takes a new one without restarting the master, SIGQUIT stops it, and an nginx
+"""The controller's nginx as a real process: a configuration the master refuses on reload leaves the
+running one serving (and in place on disk), a reload takes a new one without restarting the master, SIGQUIT stops it, and an nginx
 left running under a stack's state dir (its controller killed) is found and stopped by `pykubelet
 down`'s sweep, workers included."""
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import shutil
+import socket
+import ssl
 import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
+from cryptography import x509
 
-from ingresscontroller.model import Config, Location, Server, Upstream
+from ingresscontroller.model import Certificate, Config, Location, Server, Upstream
 from ingresscontroller.nginx import Nginx, NginxError
 from ingresscontroller.nginxconf import Files, Listen, render
 from kubeclient.serving import ensure_self_signed
@@ -61,6 +65,7 @@ async def test_apply_reload_refusal_and_stop(tmp_path: Path) -> None:
                 render(_config("a.example"), listen, files).replace("worker_connections", "bogus")
             )
         assert await asyncio.to_thread(_status, listen.http_port, "a.example") == 503  # still the old one
+        assert "bogus" not in nginx.conf.read_text()  # a restart starts on what the workers run
         await nginx.apply(render(_config("b.example"), listen, files))
         assert nginx.reloads == 1 and nginx.proc is not None and nginx.proc.pid == master
         deadline = asyncio.get_running_loop().time() + 10
@@ -106,3 +111,45 @@ async def test_a_restarted_controller_replaces_the_nginx_its_predecessor_left(tm
     finally:
         await second.stop()
         await first.stop()
+
+
+def _https(port: int, sni: str) -> tuple[str, int]:
+    """The certificate's subject nginx shows for `sni`, and the status of GET / with that Host."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    conn = http.client.HTTPSConnection(sni, port, timeout=5, context=context)
+    conn.sock = context.wrap_socket(
+        socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname=sni
+    )
+    try:
+        der = conn.sock.getpeercert(binary_form=True)
+        conn.request("GET", "/", headers={"Host": sni})
+        status = conn.getresponse().status
+    finally:
+        conn.close()
+    assert der is not None
+    return x509.load_der_x509_certificate(der).subject.rfc4514_string().split("@")[0], status
+
+
+async def test_hosts_without_a_certificate_share_the_default_servers_context(tmp_path: Path) -> None:
+    """Only the default server and a host with its own certificate name one (one SSL context and key
+    load per named certificate, not per server block); a host without one is reached over HTTPS by its
+    Host header on the default certificate, a host with one by SNI."""
+    files, listen = _setup(tmp_path)
+    site_cert, site_key = ensure_self_signed(tmp_path / "site", "tls.example", [], "site")
+    config = _config("a.example")
+    config.servers["tls.example"] = Server("tls.example", {(False, "/"): Location("/", False, "none")})
+    config.servers["tls.example"].certificate = "site"
+    config.certificates["site"] = Certificate("site", site_cert.read_bytes(), site_key.read_bytes())
+    files.cert("site").write_bytes(site_cert.read_bytes())
+    files.key("site").write_bytes(site_key.read_bytes())
+    text = render(config, listen, files)
+    assert text.count("ssl_certificate ") == 2  # the default server's and tls.example's
+    nginx = Nginx(tmp_path)
+    await nginx.apply(text)
+    try:
+        assert await asyncio.to_thread(_https, listen.https_port, "a.example") == ("CN=ingress.local", 503)
+        assert await asyncio.to_thread(_https, listen.https_port, "b.example") == ("CN=ingress.local", 404)
+        assert await asyncio.to_thread(_https, listen.https_port, "tls.example") == ("CN=tls.example", 503)
+    finally:
+        await nginx.stop()

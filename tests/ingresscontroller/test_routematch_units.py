@@ -56,13 +56,19 @@ def test_each_location_weighs_every_match_that_covers_it() -> None:
 
 
 def test_unsupported_rules_are_named() -> None:
-    assert routematch.unsupported({"filters": [{"type": "RequestMirror"}]}) == (
-        "filter type RequestMirror is not supported"
+    assert routematch.unsupported({"filters": [{"type": "ExtensionRef"}]}) == (
+        "filter type ExtensionRef is not supported"
     )
+    assert routematch.unsupported({"filters": [{"type": "RequestMirror"}, {"type": "RequestMirror"}]}) == ""
     assert "RegularExpression" not in routematch.unsupported(
         {"matches": [{"headers": [{"name": "a", "type": "RegularExpression", "value": "x"}]}]}
     )
-    assert routematch.unsupported({"matches": [{"path": {"type": "RegularExpression", "value": "/.*"}}]})
+    assert (
+        routematch.unsupported({"matches": [{"path": {"type": "RegularExpression", "value": "/.*"}}]}) == ""
+    )
+    assert "invalid regular expression" in routematch.unsupported(
+        {"matches": [{"path": {"type": "RegularExpression", "value": "/v[0-9"}}]}
+    )
     assert routematch.unsupported({"backendRefs": [{"name": "s", "filters": [{"type": "URLRewrite"}]}]})
     assert (
         routematch.unsupported({"filters": [{"type": "URLRewrite"}, {"type": "RequestHeaderModifier"}]}) == ""
@@ -101,3 +107,14 @@ def test_what_nginx_would_refuse_is_refused_for_the_route_alone() -> None:
         ]
     }
     assert "control character" in routematch.unsupported(injected)
+
+
+def test_a_regular_expression_path_ranks_after_longer_prefixes_and_before_the_catch_all() -> None:
+    (regex,) = routematch.matches(
+        {"matches": [{"path": {"type": "RegularExpression", "value": "/v[0-9]+/.*"}}]}
+    )
+    assert (regex.exact, regex.path, regex.path_regex) == (False, "/", "/v[0-9]+/.*")
+    root, prefix = RouteMatch(False, "/"), RouteMatch(False, "/v1")
+    found = routematch.candidates([_entry(root), _entry(regex), _entry(prefix)])
+    assert [e.match for e in found[(False, "/")]] == [regex, root]
+    assert [e.match for e in found[(False, "/v1")]] == [prefix, regex, root]
