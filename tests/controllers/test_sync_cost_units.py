@@ -22,6 +22,7 @@ from controlplane.controllers.deployment.controller import DeploymentController
 from controlplane.controllers.informers import SharedInformers
 from controlplane.controllers.refmanager import CLAIM_INDEXERS, claim_candidates
 from controlplane.controllers.replicaset import ReplicaSetController, calculate_status
+from controlplane.controllers.volume.attachdetach import AttachDetachController
 from kubeclient.client import KubeClient
 from kubeclient.config import ClusterConfig
 from kubeclient.informer import Informer, key_of
@@ -178,3 +179,17 @@ async def test_a_deployment_claims_from_its_own_replicasets(ctx: ControllerConte
     assert [rs["metadata"]["name"] for rs in claimed] == ["d-0-rs"]
     others = {n: sum(rs.reads for rs in s) for n, s in sets.items() if n != "d-0"}
     assert not any(others.values()), f"d-0's claim read other Deployments' ReplicaSets: {others}"
+
+
+async def test_an_attach_detach_sync_reads_only_its_nodes_pods(ctx: ControllerContext) -> None:
+    controller = AttachDetachController(ctx)
+    pods = {
+        f"n{i}": cache(
+            controller.pods, [ready_pod(f"p{i}-{j}", f"n{i}", None, {"app": "x"}) for j in range(PER_OWNER)]
+        )
+        for i in range(OWNERS)
+    }
+    await controller.sync("n0")
+    assert all(p.reads for p in pods["n0"])
+    others = {n: sum(p.reads for p in ps) for n, ps in pods.items() if n != "n0"}
+    assert not any(others.values()), f"the sync of node n0 read other nodes' pods: {others}"
