@@ -178,8 +178,14 @@ class PodDriver:
         if not record.ip and not (pod.get("spec") or {}).get("hostNetwork"):
             record.ip = self.addresses.take_pod_ip(node.index)
         stamp = now()
+        before = (record.started_at, record.start_stamp, record.waiting_until)
         record.started_at, record.start_stamp, record.waiting_until = clock, stamp, None
-        await self._write(pod, podstatus.running(pod, record, node.ip, stamp))
+        try:
+            await self._write(pod, podstatus.running(pod, record, node.ip, stamp))
+        except BaseException:
+            # Not started as far as the API knows: the retry must start it again, not wait for its exit.
+            record.started_at, record.start_stamp, record.waiting_until = before
+            raise
         run_for = stages.run_for(pod, self.settings)
         if run_for is not None:
             self.queue.add_after(key, run_for)
@@ -191,14 +197,19 @@ class PodDriver:
         stamp = now()
         if stages.restarts_after_exit(pod, code):
             backoff = stages.crash_backoff(record.restarts)
+            before = (record.last_exit, record.restarts, record.waiting_until)
             record.last_exit = (code, record.start_stamp, stamp)
             record.restarts += 1
             record.waiting_until = clock + backoff
-            await self._write(pod, podstatus.backing_off(pod, record, node.ip, stamp))
+            try:
+                await self._write(pod, podstatus.backing_off(pod, record, node.ip, stamp))
+            except BaseException:
+                record.last_exit, record.restarts, record.waiting_until = before  # the retry exits it again
+                raise
             self.queue.add_after(key, backoff)
             return
-        record.ended = True
         await self._write(pod, podstatus.ended(pod, record, node.ip, stamp, code))
+        record.ended = True  # only once written: a failed write is retried
 
     async def _terminate(self, key: str, pod: dict[str, Any], clock: float) -> None:
         """A deleted pod: its containers stop (at once, or after the grace period when they ignore

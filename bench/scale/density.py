@@ -23,7 +23,8 @@ then the Deployments scaled to 0 and deleted. Measured, against upstream's SLOs:
 Usage: python bench/scale/density.py [--nodes 100,500,1000] [--pods-per-node 30] [--rate 50]
                                      [--store etcd|sqlite] [--watchers 1000] [--out DIR]
        python bench/scale/density.py --smoke --out DIR     # 5 nodes x 4 pods
-Writes scale-density.{json,md,svg} (default bench/results/).
+Writes scale-density.{json,md,svg} (default bench/results/) as each N finishes: a run stopped at a
+larger N keeps the figures of the sizes before it.
 """
 
 from __future__ import annotations
@@ -466,22 +467,36 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             etcd.stop()
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
+async def main(args: argparse.Namespace, out: Path | None = None) -> dict[str, Any]:
+    """Every size in --nodes, one after the other; with `out`, the report is written again as each size
+    finishes, so a run stopped (or broken) at a larger N keeps the figures of the sizes it finished."""
     sizes = [int(n) for n in str(args.nodes).split(",")]
-    load = os.getloadavg()
-    runs = []
-    for nodes in sizes:
-        with tempfile.TemporaryDirectory(prefix="density-bench-") as tmp:
-            runs.append(await one_size(Path(tmp), nodes, args))
-    return {
+    runs: list[dict[str, Any]] = []
+    result = {
         "store": args.store,
         "pods_per_node": args.pods_per_node,
         "rate_pods_per_s": args.rate,
-        "load_average": load,
+        "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
         "slo_seconds": SLO,
         "runs": runs,
     }
+    for nodes in sizes:
+        load = os.getloadavg()
+        with tempfile.TemporaryDirectory(prefix="density-bench-") as tmp:
+            run = await one_size(Path(tmp), nodes, args)
+        # The machine is shared: the load around each size stands beside its figures.
+        runs.append({**run, "load_before": load, "load_after": os.getloadavg()})
+        if out is not None:
+            report(out, result)
+    return result
+
+
+def report(out: Path, result: dict[str, Any]) -> str:
+    """The report of the sizes finished so far (JSON, markdown, SVG) into `out`; returns the markdown."""
+    text = markdown(result)
+    write_report(out, "scale-density", result, text, svg(result))
+    return text
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -492,8 +507,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"load average before the run {tuple(round(x, 2) for x in result['load_average'])}, {result['cpus']} CPUs",
         "",
         "| nodes | pods | single p99 s | ns list p99 s | cluster list p99 s | startup p50 / p99 s | sched pods/s "
-        "| SLOs held | API server CPU s / RSS MiB | watch fan-out: watchers, last watcher p50 / p99 s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| SLOs held | API server CPU s / RSS MiB | watch fan-out: watchers, last watcher p50 / p99 s "
+        "| load average before / after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result["runs"]:
         held = ", ".join(k for k, ok in r["slo_held"].items() if ok)
@@ -505,9 +521,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['calls']['cluster list']['p99']} | {r['pod_startup']['p50']} / {r['pod_startup']['p99']} "
             f"| {r['scheduling_pods_per_s']} | {held or '-'}{' (broken: ' + broken + ')' if broken else ''} "
             f"| {api['cpu_s']} / {api['peak_rss_mib']} "
-            f"| {fan['watchers']}, {fan['last_watcher']['p50']} / {fan['last_watcher']['p99']} |"
+            f"| {fan['watchers']}, {fan['last_watcher']['p50']} / {fan['last_watcher']['p99']} "
+            f"| {_load(r.get('load_before'))} / {_load(r.get('load_after'))} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _load(average: Any) -> str:
+    return " ".join(f"{x:.2f}" for x in average) if average else "-"
 
 
 def svg(result: dict[str, Any]) -> str:
@@ -536,10 +557,8 @@ def cli() -> None:
     from kubeclient.eventloop import loop_factory
 
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        result = runner.run(main(args))
-    text = markdown(result)
-    write_report(out, "scale-density", result, text, svg(result))
-    print(text)
+        result = runner.run(main(args, out))
+    print(markdown(result))
 
 
 if __name__ == "__main__":

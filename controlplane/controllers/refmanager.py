@@ -18,7 +18,7 @@ from urllib.parse import quote
 from controlplane.controllers.podcontrol import controller_ref
 from kubeclient.client import STRATEGIC_PATCH, KubeClient
 from kubeclient.errors import ApiError
-from kubeclient.informer import Informer, meta
+from kubeclient.informer import Informer, by_controller_uid, meta
 from kubeclient.informer import controller_ref as owner_ref_of
 from kubeclient.selectors import Selector, SelectorError, from_label_selector
 
@@ -44,6 +44,24 @@ def resolve_controller_ref(owners: Informer, kind: str, child: Obj) -> Obj | Non
         return None
     owner = owners.get(f"{meta(child).get('namespace', '')}/{ref.get('name', '')}")
     return owner if owner is not None and meta(owner).get("uid") == ref.get("uid") else None
+
+
+def orphan_in_namespace(child: Obj) -> list[str]:
+    """Index function: the namespace of a child no controller owns (an orphan its owners may adopt)."""
+    return [] if owner_ref_of(child) is not None else [str(meta(child).get("namespace", ""))]
+
+
+# The indexes `claim_candidates` reads: children by their controller's UID, orphans by namespace.
+CLAIM_INDEXERS = {"controller": by_controller_uid, "orphans": orphan_in_namespace}
+
+
+def claim_candidates(children: Informer, owner: Obj) -> list[Obj]:
+    """What an owner's claim looks at: the children it controls and the orphans of its namespace, as
+    upstream's FilterPodsByOwner reads them from its controller-UID index. A child another controller
+    owns is never claimed, so it is never read: a sync costs its own children, not its namespace's
+    (a walk of the namespace made each of N owners' syncs cost N)."""
+    uid, namespace = meta(owner).get("uid", ""), str(meta(owner).get("namespace", ""))
+    return [*children.by_index("controller", uid), *children.by_index("orphans", namespace)]
 
 
 def label_selector_of(owner: Obj) -> Selector:

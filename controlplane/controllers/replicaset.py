@@ -26,7 +26,14 @@ from controlplane.controllers.base import Controller, ControllerContext
 from controlplane.controllers.expectations import Expectations
 from controlplane.controllers.podcontrol import PodControl, pod_from_template
 from controlplane.controllers.ranking import pods_to_delete
-from controlplane.controllers.refmanager import RefManager, recheck, resolve_controller_ref, selecting_owners
+from controlplane.controllers.refmanager import (
+    CLAIM_INDEXERS,
+    RefManager,
+    claim_candidates,
+    recheck,
+    resolve_controller_ref,
+    selecting_owners,
+)
 from kubeclient.errors import ApiError
 from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, key_of, meta, split_key
 from kubeclient.selectors import Selector, SelectorError, from_label_selector, from_set
@@ -133,10 +140,10 @@ class ReplicaSetController(Controller):
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
         self.expectations = Expectations()
-        self.owners = ctx.informers.get(self.kind.collection, indexers={"namespace": by_namespace})
-        self.pods = ctx.informers.get(
-            "/api/v1/pods", indexers={"namespace": by_namespace, "controller": by_controller_uid}
+        self.owners = ctx.informers.get(
+            self.kind.collection, indexers={"namespace": by_namespace, "controller": by_controller_uid}
         )
+        self.pods = ctx.informers.get("/api/v1/pods", indexers=CLAIM_INDEXERS)
         self.recorder = ctx.recorder(self.kind.component)
         self.pod_control = PodControl(self.client, self.recorder)
         self.owners.add_handler(
@@ -212,7 +219,7 @@ class ReplicaSetController(Controller):
             return self._invalid_selector(owner, err)
         namespace, name = split_key(key)
         needs_sync = self.expectations.satisfied(key)
-        candidates = [p for p in self.pods.by_index("namespace", namespace) if podutil.is_active(p)]
+        candidates = [p for p in claim_candidates(self.pods, owner) if podutil.is_active(p)]
         manager = RefManager(
             self.client,
             owner,
@@ -296,11 +303,7 @@ class ReplicaSetController(Controller):
         parent = controller_ref(owner)
         if parent is None:
             return pods
-        siblings = [
-            o
-            for o in self.owners.by_index("namespace", meta(owner).get("namespace", ""))
-            if (controller_ref(o) or {}).get("uid") == parent.get("uid")
-        ]
+        siblings = self.owners.by_index("controller", str(parent.get("uid", "")))
         related: list[Obj] = []
         for sibling in siblings:
             related.extend(self.pods.by_index("controller", meta(sibling)["uid"]))

@@ -30,7 +30,14 @@ from controlplane.controllers.deployment.sync import (
     sync_status_only,
 )
 from controlplane.controllers.deployment.util import meta, spec
-from controlplane.controllers.refmanager import RefManager, recheck, replicaset_path, selecting_owners
+from controlplane.controllers.refmanager import (
+    CLAIM_INDEXERS,
+    RefManager,
+    claim_candidates,
+    recheck,
+    replicaset_path,
+    selecting_owners,
+)
 from kubeclient.errors import ApiError
 from kubeclient.events import WARNING
 from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, key_of
@@ -50,12 +57,8 @@ class DeploymentController(Controller):
         self.deployments = ctx.informers.get(
             "/apis/apps/v1/deployments", indexers={"namespace": by_namespace}
         )
-        self.replicasets = ctx.informers.get(
-            "/apis/apps/v1/replicasets", indexers={"namespace": by_namespace, "controller": by_controller_uid}
-        )
-        self.pods = ctx.informers.get(
-            "/api/v1/pods", indexers={"namespace": by_namespace, "controller": by_controller_uid}
-        )
+        self.replicasets = ctx.informers.get("/apis/apps/v1/replicasets", indexers=CLAIM_INDEXERS)
+        self.pods = ctx.informers.get("/api/v1/pods", indexers={"controller": by_controller_uid})
         self.recorder = ctx.recorder("deployment-controller")
         self.writes = 0  # API writes made by syncs (the benchmark reports it)
         self.own_deployments = OwnWrites()
@@ -140,7 +143,7 @@ class DeploymentController(Controller):
 
     async def _claim_replica_sets(self, d: Obj, selector: Selector) -> list[Obj]:
         ns, name = meta(d)["namespace"], meta(d)["name"]
-        cached = self.replicasets.by_index("namespace", ns)
+        cached = claim_candidates(self.replicasets, d)
         candidates = [self.own_replicasets.view(key_of(rs), rs) or rs for rs in cached]
         candidates += self.own_replicasets.unseen_created(f"{ns}/", {key_of(rs) for rs in cached})
         manager = RefManager(

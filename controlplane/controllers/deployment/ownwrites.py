@@ -37,6 +37,9 @@ class OwnWrites:
     ttl: float = 60.0
     clock: Callable[[], float] = time.monotonic
     _entries: dict[str, _Entry] = field(default_factory=dict)
+    # The keys of the entries we created, apart: a sync asks for them, and a walk of every entry (one
+    # per object written, across namespaces) made each sync cost as much as all the objects.
+    _created: set[str] = field(default_factory=set)
 
     def wrote(self, key: str, replaced_rv: str, obj: Obj) -> None:
         """`obj` (as the server returned it) replaced the version `replaced_rv` of `key`."""
@@ -46,6 +49,11 @@ class OwnWrites:
 
     def created(self, key: str, obj: Obj) -> None:
         self._entries[key] = _Entry(set(), obj, True, self.clock())
+        self._created.add(key)
+
+    def _drop(self, key: str) -> None:
+        self._entries.pop(key, None)
+        self._created.discard(key)
 
     def view(self, key: str, cached: Obj | None) -> Obj | None:
         """What to believe about `key`, given the cache's copy."""
@@ -53,28 +61,30 @@ class OwnWrites:
         if entry is None:
             return cached
         if self.clock() - entry.at > self.ttl:
-            del self._entries[key]
+            self._drop(key)
             return cached
         if cached is None:
             if entry.created:
                 return entry.obj  # not seen yet
-            del self._entries[key]
+            self._drop(key)
             return None
         if _rv(cached) in entry.replaced:
             return entry.obj
-        del self._entries[key]
+        self._drop(key)
         return cached
 
     def unseen_created(self, prefix: str, cached_keys: set[str]) -> list[Obj]:
         """Objects we created under `prefix` (`namespace/`) that the cache does not have yet."""
-        return [
-            e.obj
-            for k, e in list(self._entries.items())
-            if e.created and k.startswith(prefix) and k not in cached_keys and self.view(k, None) is not None
-        ]
+        found = []
+        for key in list(self._created):
+            if key.startswith(prefix) and key not in cached_keys:
+                obj = self.view(key, None)
+                if obj is not None:
+                    found.append(obj)
+        return found
 
     def forget(self, key: str) -> None:
-        self._entries.pop(key, None)
+        self._drop(key)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -30,7 +30,7 @@ from kubeclient import volumes as vol
 from kubeclient.csi.client import attachment_name
 from kubeclient.errors import ApiError
 from kubeclient.events import WARNING
-from kubeclient.informer import meta
+from kubeclient.informer import by_node_name, meta
 
 log = logging.getLogger("controlplane.controllers")
 
@@ -53,11 +53,13 @@ class AttachDetachController(Controller):
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
         self.recorder = ctx.recorder("attachdetach-controller")
-        self.pods = ctx.informers.get("/api/v1/pods")
+        # A node's sync reads its own pods and attachments only (by index): a walk of every pod per
+        # sync, which every pod and node event asks for, grows with the square of the cluster.
+        self.pods = ctx.informers.get("/api/v1/pods", indexers={"node": by_node_name})
         self.claims = ctx.informers.get("/api/v1/persistentvolumeclaims")
         self.volumes = ctx.informers.get("/api/v1/persistentvolumes")
         self.drivers = ctx.informers.get("/apis/storage.k8s.io/v1/csidrivers")
-        self.attachments = ctx.informers.get(ATTACHMENTS)
+        self.attachments = ctx.informers.get(ATTACHMENTS, indexers={"node": by_node_name})
         self.nodes = ctx.informers.get("/api/v1/nodes")
         self.nodes.add_handler(**self.handlers(lambda n: meta(n).get("name") or None))
         self.pods.add_handler(**self.handlers(lambda p: (p.get("spec") or {}).get("nodeName") or None))
@@ -70,8 +72,8 @@ class AttachDetachController(Controller):
         wanted: dict[str, Obj] = {}
         users: dict[str, list[Obj]] = {}
         pending = False
-        for pod in self.pods.list():
-            if (pod.get("spec") or {}).get("nodeName") != node or not _running(pod):
+        for pod in self.pods.by_index("node", node):
+            if not _running(pod):
                 continue
             namespace = meta(pod).get("namespace", "")
             for claim_name in vol.claim_names(pod):
@@ -107,9 +109,8 @@ class AttachDetachController(Controller):
         wanted, users, pending = self._wanted(node)
         have = {
             meta(a).get("name", ""): a
-            for a in self.attachments.list()
-            if (a.get("spec") or {}).get("nodeName") == node
-            and ((a.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
+            for a in self.attachments.by_index("node", node)
+            if ((a.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
         }
         for name, body in wanted.items():
             current = have.get(name)
