@@ -11,6 +11,7 @@ so a lost race is a 409 or an automatic retry, never a silent overwrite.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import uuid
@@ -92,8 +93,7 @@ class Registry:
         checked against the store's current revision."""
         key = res.key(namespace, name)
         if not consistent:
-            await self.cache.wait_fresh(key)
-            cached = self.cache.get(key)
+            cached = await self.cache.get_for_update(key)
             if cached is not None:
                 return cached
         try:
@@ -152,7 +152,11 @@ class Registry:
         else:
             meta.pop("namespace", None)
         generate = not meta.get("name") and meta.get("generateName")
-        await self.cache.wait_fresh()
+        # Admission reads what this server wrote before (a namespace, a quota): wait for the cache to
+        # hold it, but a cache lagging past the patience (a loaded server) does not fail the create;
+        # admission then reads the cache as it is, as upstream's informer-fed admission always does.
+        with contextlib.suppress(TooLargeResourceVersionError):
+            await self.cache.wait_fresh()
         for attempt in range(_RETRIES):
             if generate:
                 meta["name"] = generate_name(meta["generateName"])

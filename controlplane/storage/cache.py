@@ -381,6 +381,23 @@ class WatchCache:
             return
         await self.wait_for(self.store.revision)
 
+    async def get_for_update(self, key: str, patience: float = 3.0) -> CachedObject | None:
+        """The copy of `key` a read-modify-write starts from: the cache's, once it holds this server's
+        last write of the key (`wait_fresh`). When the watch lags further behind than `patience` (a loaded
+        server), the key is read from the store itself instead, as upstream's GuaranteedUpdate reads etcd
+        when its cached copy is stale: a write is never refused only because the cache is slow."""
+        try:
+            async with asyncio.timeout(patience):
+                await self.wait_fresh(key)
+        except (TimeoutError, TooLargeResourceVersionError):
+            kv = await self.store.get(key)
+            return (
+                None
+                if kv is None
+                else CachedObject.from_value(kv.key, kv.value, kv.mod_revision, self.viewer)
+            )
+        return self.get(key)
+
     async def wait_consistent(self, patience: float = 0.25, bound: float = 5.0) -> None:
         """Wait until the cache holds every write acknowledged anywhere before this call, also through
         another API server on the same etcd: upstream's consistent read from the cache. The store says

@@ -140,18 +140,26 @@ async def test_a_restart_starts_a_new_window(backend: Backend) -> None:
     await reopened.close()
 
 
-class _BreakingWatch:
-    """The store as the cache sees it through a watch (no in-process subscription), whose first watch
-    stream breaks after its first batch, as an etcd stream does on "Stream removed"."""
+class _WatchOnly:
+    """The store as the cache sees it through its watch alone (no in-process subscription), so that
+    stopping the cache's feed leaves the cache behind the store, as a lagging etcd watch does."""
 
     def __init__(self, store) -> None:
         self._store = store
-        self.opened: list[int] = []
 
     def __getattr__(self, name: str):
         if name == "subscribe":
             raise AttributeError(name)
         return getattr(self._store, name)
+
+
+class _BreakingWatch(_WatchOnly):
+    """The store seen through its watch, whose first watch stream breaks after its first batch, as an
+    etcd stream does on "Stream removed"."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.opened: list[int] = []
 
     async def watch(self, from_revision: int):
         self.opened.append(from_revision)
@@ -180,3 +188,30 @@ async def test_a_broken_watch_is_opened_again_from_the_last_applied_revision(bac
     assert [k.key for k in c.list("configmaps", "/configmaps/")] == [f"/configmaps/ns/b{i}" for i in range(4)]
     await c.stop()
     await store.close()
+
+
+async def test_a_write_reads_the_store_when_the_watch_lags_too_far(backend: Backend) -> None:
+    """A read-modify-write starts from the cache's copy once the cache holds the key's last write; when the
+    watch lags further than the patience, it reads the store instead of failing (upstream's
+    GuaranteedUpdate reads etcd when its cached copy is stale), so a slow cache never turns a write into
+    a 500."""
+    store = backend.open("db5")
+    await store.start()
+    c = WatchCache(_WatchOnly(store), window=100)  # type: ignore[arg-type]
+    await c.start()
+    first = await store.create("/configmaps/ns/lag", obj("lag"))
+    await c.wait_for(first)
+    fresh = await c.get_for_update("/configmaps/ns/lag")
+    assert fresh is not None and fresh.revision == first
+    await c.stop()  # the watch stops: the cache stays at `first`
+    moved = await store.update("/configmaps/ns/lag", obj("lag", by="other"), first)
+    try:
+        read = await c.get_for_update("/configmaps/ns/lag", patience=0.2)
+        assert read is not None and read.revision == moved
+        assert read.obj["metadata"]["labels"] == {"by": "other"}
+        assert read.obj["metadata"]["resourceVersion"] == str(moved)
+        assert c.get("/configmaps/ns/lag").revision == first  # the cache itself is left as it was
+        await store.delete("/configmaps/ns/lag", moved)
+        assert await c.get_for_update("/configmaps/ns/lag", patience=0.2) is None
+    finally:
+        await store.close()
