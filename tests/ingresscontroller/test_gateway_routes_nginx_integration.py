@@ -18,13 +18,13 @@ import shutil
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from cryptography import x509
 
+from e2e.waiting import wait_for
 from ingresscontroller import gateway, model
 from ingresscontroller.nginx import Nginx
 from ingresscontroller.nginxconf import Files, Listen, render
@@ -457,16 +457,20 @@ def test_request_mirror_copies_each_request_to_its_backends(proxy: int) -> None:
     a copy of the request (its answer dropped)."""
     assert _echo(proxy, "mirror.example", "/mirrored/one?x=1")["backend"] == "v1"
     backends = _Echo.backends  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 10
-    while not all("/mirrored/one?x=1" in backends[label].seen for label in ("v2", "v3")):
-        assert time.monotonic() < deadline, {k: b.seen[-3:] for k, b in backends.items()}
-        time.sleep(0.05)
+    wait_for(
+        lambda: all("/mirrored/one?x=1" in backends[label].seen for label in ("v2", "v3")),
+        timeout=10,
+        interval=0.05,
+        what=f"the mirrors' copies; seen { ({k: b.seen[-3:] for k, b in backends.items()}) }",
+    )
     assert "/mirrored/one?x=1" in backends["v1"].seen
     assert _echo(proxy, "mirror.example", "/mirror-and-modify/a")["headers"]["x-header-set"] == "m"
-    deadline = time.monotonic() + 10
-    while "/mirror-and-modify/a m" not in backends["v2"].seen:
-        assert time.monotonic() < deadline, backends["v2"].seen[-3:]
-        time.sleep(0.05)
+    wait_for(
+        lambda: "/mirror-and-modify/a m" in backends["v2"].seen,
+        timeout=10,
+        interval=0.05,
+        what="the modified mirror copy at v2",
+    )
 
 
 def test_a_listener_with_two_certificates_answers_each_name_with_its_own(served: Listen) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
+from e2e.waiting import wait_for
 from tests.scheduler.conftest import WAIT, preemption
 
 pytestmark = pytest.mark.integration
@@ -442,13 +441,9 @@ def test_volume_binding_storage_capacity(cluster, start_scheduler):
         return (annotations or {}).get("volume.kubernetes.io/selected-node")
 
     def wait_selected(claim: str) -> str:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            node = selected_node(claim)
-            if node:
-                return node
-            time.sleep(0.1)
-        raise AssertionError(f"claim {claim} was given no node")
+        return wait_for(
+            lambda: selected_node(claim), timeout=WAIT, interval=0.1, what=f"claim {claim} given a node"
+        )
 
     try:
         start_scheduler()
