@@ -172,7 +172,9 @@ async def test_summary_and_resource_metrics_follow_the_cgroups(
         assert second["process_stats"]["process_count"] >= 2  # pause + sh
         assert "logs" in spin1 and "rootfs" in spin1
         # The kubelet's cgroup is this process's (the agent runs in the test), shared with whatever else
-        # runs in it: its working set moves while the summary is made, so it is read on both sides.
+        # runs in it (under CI, every lane of the suite): its working set and page cache move by tens of
+        # MiB while a summary is made, so the figure that proves it is the cgroup's is the CPU counter,
+        # which only rises: read on both sides of the summary, it must fall between the two readings.
         own = parse_proc_cgroup(Path("/proc/self/cgroup").read_text())
         kubelet_before = cgroups.usage(*own)
         full = await summary()
@@ -185,11 +187,11 @@ async def test_summary_and_resource_metrics_follow_the_cgroups(
         # the peer of its CRI socket) and the pods, each with its cgroup's figures.
         system = {s["name"]: s for s in node["systemContainers"]}
         assert list(system) == ["kubelet", "runtime", "pods"]
-        assert kubelet_before is not None and kubelet_before.working_set is not None
-        assert kubelet_after is not None and kubelet_after.working_set is not None
-        around = sorted((kubelet_before.working_set, kubelet_after.working_set))
-        assert around[0] - 8 * MIB < system["kubelet"]["memory"]["workingSetBytes"] < around[1] + 8 * MIB
-        assert system["kubelet"]["cpu"]["usageCoreNanoSeconds"] > 0
+        assert kubelet_before is not None and kubelet_before.cpu_usage_ns is not None
+        assert kubelet_after is not None and kubelet_after.cpu_usage_ns is not None
+        kubelet_cpu = system["kubelet"]["cpu"]["usageCoreNanoSeconds"]
+        assert kubelet_before.cpu_usage_ns <= kubelet_cpu <= kubelet_after.cpu_usage_ns
+        assert system["kubelet"]["memory"]["workingSetBytes"] > 0
         runtime_pid = unix_socket_peer(agent.cfg.container_runtime_endpoint)
         assert runtime_pid is not None and runtime_pid != os.getpid()
         assert Path(f"/proc/{runtime_pid}/comm").read_text().strip() == "containerd"
