@@ -38,7 +38,10 @@ def read(fn: Callable[[], T]) -> T | None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    with ApiServer(tmp_path_factory.mktemp("cm-api"), controllers=True) as srv:
+    # The controller manager's client limits as `pykubelet server` passes them on (upstream's scale tests
+    # raise kube-controller-manager's --kube-api-qps above its default 20).
+    limits = ["--controller-manager-kube-api-qps", "40", "--controller-manager-kube-api-burst", "60"]
+    with ApiServer(tmp_path_factory.mktemp("cm-api"), controllers=True, extra_args=limits) as srv:
         yield srv
 
 
@@ -127,6 +130,23 @@ def test_healthz_is_open_and_metrics_need_authorization(server: ApiServer, v1: c
     assert status == 200
     assert 'workqueue_adds_total{name="serviceaccount"}' in text
     assert 'leader_election_master_status{name="kube-controller-manager"} 1.0' in text
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(p) for p in (task / "children").read_text().split()]
+    return out
+
+
+def test_the_server_passes_its_client_limits_to_the_controller_manager(server: ApiServer) -> None:
+    assert server.pid is not None
+    argvs = [Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0") for c in _children(server.pid)]
+    manager = [a for a in argvs if b"controller-manager" in a]
+    assert len(manager) == 1, argvs
+    argv = manager[0]
+    assert argv[argv.index(b"--kube-api-qps") + 1] == b"40.0"
+    assert argv[argv.index(b"--kube-api-burst") + 1] == b"60"
 
 
 def _manager(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
