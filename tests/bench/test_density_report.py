@@ -54,7 +54,9 @@ async def test_a_size_that_breaks_leaves_the_report_of_the_sizes_before_it(
         return finished_size(nodes)
 
     monkeypatch.setattr(density, "one_size", one_size)
-    args = argparse.Namespace(nodes="100,500", store="etcd", pods_per_node=30, rate=50.0, controller_manager_qps=None)
+    args = argparse.Namespace(
+        nodes="100,500", store="etcd", pods_per_node=30, rate=50.0, controller_manager_qps=None
+    )
     with pytest.raises(Broken):
         await density.main(args, tmp_path)
     assert ran == [100, 500]
@@ -72,7 +74,9 @@ async def test_every_size_finished_is_in_the_report(tmp_path: Path, monkeypatch:
         return finished_size(nodes)
 
     monkeypatch.setattr(density, "one_size", one_size)
-    args = argparse.Namespace(nodes="5,10", store="sqlite", pods_per_node=30, rate=50.0, controller_manager_qps=None)
+    args = argparse.Namespace(
+        nodes="5,10", store="sqlite", pods_per_node=30, rate=50.0, controller_manager_qps=None
+    )
     result = await density.main(args, tmp_path)
     written = json.loads((tmp_path / "scale-density.json").read_text())
     assert [r["nodes"] for r in written["runs"]] == [5, 10] == [r["nodes"] for r in result["runs"]]
