@@ -26,8 +26,10 @@ from typing import Any
 from ingresscontroller import gateway, model
 from ingresscontroller.gatewaykinds import GatewayKinds
 from ingresscontroller.gatewaystatus import StatusWriter
+from ingresscontroller.listenerports import Ports
 from ingresscontroller.nginx import Nginx, NginxError
 from ingresscontroller.nginxconf import Files, Listen, render
+from ingresscontroller.portcheck import held_elsewhere
 from ingresscontroller.tlscerts import check_pair
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
@@ -41,6 +43,7 @@ log = logging.getLogger("ingresscontroller")
 Obj = dict[str, Any]
 INGRESSES = "/apis/networking.k8s.io/v1/ingresses"
 COMPONENT = "nginx-ingress-controller"
+PORT_RECHECK = 10.0  # seconds between checks of listener ports another process holds
 
 
 @dataclass
@@ -102,6 +105,8 @@ class IngressController:
         self._reported: dict[str, tuple[str, str]] = {}  # ingress key -> (reason, message) said
         self._synced_versions: dict[str, int] = {}  # ingress key -> the generation a Sync event was said for
         self.served: list[str] = []
+        self.listening: set[int] = set()  # Gateway listener ports the running nginx listens on
+        self.blocked: dict[int, str] = {}  # listener ports another process holds (PortUnavailable)
 
     # --- the sync ------------------------------------------------------------------------------------
 
@@ -128,6 +133,19 @@ class IngressController:
     def _build(
         self, ingresses: list[Obj], cluster: model.Cluster
     ) -> tuple[model.Config, gateway.Statuses | None]:
+        """The configuration and the Gateway API statuses; listener ports another process holds (checked
+        by binding them, those the running nginx holds excepted) are left out as PortUnavailable."""
+        self.blocked = {}
+        config, statuses = self._build_once(ingresses, cluster)
+        wanted = {port for port, _ in config.ports} - self.listening
+        self.blocked = held_elsewhere(self.config.listen.address, sorted(wanted))
+        if self.blocked:
+            config, statuses = self._build_once(ingresses, cluster)
+        return config, statuses
+
+    def _build_once(
+        self, ingresses: list[Obj], cluster: model.Cluster
+    ) -> tuple[model.Config, gateway.Statuses | None]:
         config = model.build(ingresses, cluster, check_pair, excluded=frozenset(self.refused))
         caches = self.gateway_caches
         if not self.kinds.ready:
@@ -142,6 +160,7 @@ class IngressController:
             self.config.publish_address,
             grants=caches["referencegrants"].list(),
             check=check_pair,
+            ports=Ports(self.config.listen.http_port, self.config.listen.https_port, self.blocked),
         )
         return config, statuses
 
@@ -192,6 +211,8 @@ class IngressController:
         current = {key_of(i): resource_version(i) for i in ingresses}
         self.refused = {k: v for k, v in self.refused.items() if current.get(k) == v[0]}
         cluster = self._cluster()
+        if not self.nginx.running:
+            self.listening = set()  # every listener port is checked before nginx starts
         config, statuses = self._build(ingresses, cluster)
         text = render(config, self.config.listen, self.files)
         digest = self._digest(text, config)
@@ -208,6 +229,7 @@ class IngressController:
                 self._write_certificates(config)
                 await self.nginx.apply(text)  # still refused: the running configuration stays, retried later
             self.applied = digest
+            self.listening = {port for port, _ in config.ports}
             log.info(
                 "configuration applied servers=%d upstreams=%d ingresses=%d",
                 len(config.servers),
@@ -327,7 +349,8 @@ class IngressController:
                     await _either(stop, self._wake, 5.0)
                     self._wake.set()
                     continue
-                await _either(stop, self._wake, None)
+                # A listener port another process holds is checked again now and then (it may be freed).
+                await _either(stop, self._wake, PORT_RECHECK if self.blocked else None)
                 await asyncio.sleep(0.1)  # coalesce a burst of changes into one sync
         finally:
             elector.cancel()

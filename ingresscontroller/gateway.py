@@ -3,7 +3,8 @@ locations the HTTPRoutes attached to our Gateways add to nginx's configuration, 
 object should carry (conditions with upstream's reasons), for the controller to write.
 
 Served: GatewayClasses whose `controllerName` is ours (Accepted); their Gateways' HTTP and HTTPS
-(Terminate) listeners (served on the controller's ports whatever port they name; `hostname`; an HTTPS
+(Terminate) listeners (each on the port it names, as `listenerports` places it: a port that cannot be
+served is PortUnavailable, one Gateway's protocols clashing on a port ProtocolConflict; `hostname`; an HTTPS
 listener's certificateRefs all resolved, each host given the first certificate whose names cover it;
 `allowedRoutes.namespaces.from` Same, All or Selector; `allowedRoutes.kinds` HTTPRoute, any other kind
 InvalidRouteKinds; other protocols are refused with UnsupportedProtocol); HTTPRoutes attached to them by
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingresscontroller import model, referencegrant, routematch
+from ingresscontroller.listenerports import Placement, Ports, place
 from ingresscontroller.tlscerts import check_pair, names
 from kubeclient.selectors import SelectorError, from_label_selector
 
@@ -68,6 +70,7 @@ class _Listener:
     certificates: tuple[model.Certificate, ...] = ()  # an HTTPS listener's, resolved, in its order
     kinds: tuple[Obj, ...] = ({"group": GROUP, "kind": "HTTPRoute"},)  # supportedKinds
     attached: int = 0
+    placement: Placement = Placement(0, False)  # its port, or why it cannot be served there
 
     @property
     def tls(self) -> bool:
@@ -75,7 +78,7 @@ class _Listener:
 
     @property
     def serving(self) -> bool:
-        return self.ok and self.refs[0] == "ResolvedRefs"
+        return self.ok and self.refs[0] == "ResolvedRefs" and self.placement.ok
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,7 @@ def _route_kinds(spec: Obj) -> tuple[tuple[Obj, ...], str]:
     return kinds, (f"route kinds {', '.join(map(str, invalid))} are not supported" if invalid else "")
 
 
-def _listener(gateway: Obj, spec: Obj, refs: _Refs) -> _Listener:
+def _listener(gateway: Obj, spec: Obj, refs: _Refs, placement: Placement) -> _Listener:
     protocol = spec.get("protocol")
     kinds, bad_kinds = _route_kinds(spec)
     if protocol == "HTTPS":
@@ -226,16 +229,21 @@ def _listener(gateway: Obj, spec: Obj, refs: _Refs) -> _Listener:
         listener = _Listener(gateway, spec, protocol == "HTTP", kinds=kinds)
     if bad_kinds and listener.refs[0] == "ResolvedRefs":
         listener.refs = ("InvalidRouteKinds", bad_kinds)
+    listener.placement = placement
     return listener
 
 
-def _listeners(gateways: list[Obj], ours: set[str], refs: _Refs) -> dict[str, list[_Listener]]:
+def _listeners(gateways: list[Obj], ours: set[str], refs: _Refs, ports: Ports) -> dict[str, list[_Listener]]:
+    mine = [g for g in gateways if g["spec"].get("gatewayClassName") in ours]
+    placements = place(mine, ports)
     found: dict[str, list[_Listener]] = {}
-    for gateway in gateways:
-        if gateway["spec"].get("gatewayClassName") not in ours:
-            continue
+    for gateway in mine:
+        meta = gateway["metadata"]
         found[_key(gateway)] = [
-            _listener(gateway, spec, refs) for spec in gateway["spec"].get("listeners") or []
+            _listener(
+                gateway, spec, refs, placements[(meta["namespace"], meta["name"], spec.get("name") or "")]
+            )
+            for spec in gateway["spec"].get("listeners") or []
         ]
     return found
 
@@ -329,9 +337,9 @@ def _merge(
     upstreams: list[model.Upstream | None],
     mirrors: list[tuple[model.Upstream, ...]],
 ) -> None:
-    """The route's matches on `host` through `listener` (an HTTPS listener's on the HTTPS port alone,
+    """The route's matches on `host` through `listener`, on the listener's port (an HTTPS listener's
     with its certificate)."""
-    servers = config.tls_servers if listener.tls else config.servers
+    servers = _servers(config, listener.placement)
     server = servers.setdefault(host, model.Server(host))
     certificate = _certificate_for(host, listener.certificates)
     if certificate is not None and not server.certificate:
@@ -347,6 +355,15 @@ def _merge(
         for number, match in enumerate(routematch.matches(rule)):
             action = routematch.action(rule, match, upstream.name if upstream else "", copies)
             server.routes.append(model.RouteEntry(match, (age, _key(route), index, number), action))
+
+
+def _servers(config: model.Config, placement: Placement) -> dict[str, model.Server]:
+    """The servers of a listener's port: the Ingresses' on the controller's ports, else the port's own."""
+    if placement.slot == "http":
+        return config.servers
+    if placement.slot == "https":
+        return config.tls_servers
+    return config.ports.setdefault((placement.port, placement.tls), {})
 
 
 def _host_matches_name(name: str, host: str) -> bool:
@@ -375,9 +392,11 @@ def build(
     address: str,
     grants: list[Obj] | None = None,
     check: model.CertCheck = check_pair,
+    ports: Ports | None = None,
 ) -> Statuses:
     """Add the routes of our Gateways to `config`; the statuses to write. `grants` are the
-    ReferenceGrants, `check` the test of a certificate pair."""
+    ReferenceGrants, `check` the test of a certificate pair, `ports` the controller's Ingress ports and
+    those no listener can have."""
     statuses = Statuses()
     ours = {
         c["metadata"]["name"] for c in classes if (c.get("spec") or {}).get("controllerName") == controller
@@ -388,7 +407,11 @@ def build(
                 "conditions": [condition("Accepted", True, "Accepted", "GatewayClass is accepted", _gen(cls))]
             }
     refs = _Refs(cluster, grants or [], check)
-    listeners = _listeners(gateways, ours, refs)
+    listeners = _listeners(gateways, ours, refs, ports or Ports())
+    for items in listeners.values():  # a listener's port is listened on, with or without routes
+        for item in items:
+            if item.serving and item.placement.slot == "own":
+                config.ports.setdefault((item.placement.port, item.placement.tls), {})
     for route in sorted(routes, key=lambda r: (r["metadata"].get("creationTimestamp") or "", _key(r))):
         parents = _route_status(route, config, refs, listeners, controller)
         if parents:
@@ -422,6 +445,19 @@ def _programmed(items: list[_Listener], gen: int) -> Obj:
 
 
 def _listener_status(listener: _Listener, gen: int) -> Obj:
+    placement = listener.placement
+    if placement.reason == "ProtocolConflict":
+        return {
+            "name": listener.spec.get("name"),
+            "supportedKinds": list(listener.kinds) if listener.ok else [],
+            "attachedRoutes": 0,
+            "conditions": [
+                condition("Accepted", False, "Invalid", placement.message, gen),
+                condition("Programmed", False, "Invalid", placement.message, gen),
+                condition("ResolvedRefs", listener.refs[0] == "ResolvedRefs", *listener.refs, gen),
+                condition("Conflicted", True, "ProtocolConflict", placement.message, gen),
+            ],
+        }
     if not listener.ok:
         reason, message = "UnsupportedProtocol", f"protocol {listener.spec.get('protocol')} is not supported"
         return {
@@ -439,15 +475,19 @@ def _listener_status(listener: _Listener, gen: int) -> Obj:
     if listener.serving:
         programmed = condition("Programmed", True, "Programmed", "Listener is programmed", gen)
     else:
-        programmed = condition("Programmed", False, "Invalid", message, gen)
+        programmed = condition("Programmed", False, "Invalid", placement.message or message, gen)
+    if placement.ok:
+        accepted = condition("Accepted", True, "Accepted", "Listener is accepted", gen)
+    else:
+        accepted = condition("Accepted", False, placement.reason, placement.message, gen)
     return {
         "name": listener.spec.get("name"),
         "supportedKinds": list(listener.kinds),
         "attachedRoutes": listener.attached,
         "conditions": [
-            condition("Accepted", True, "Accepted", "Listener is accepted", gen),
+            accepted,
             programmed,
-            condition("ResolvedRefs", listener.serving, reason, message, gen),
+            condition("ResolvedRefs", reason == "ResolvedRefs", reason, message, gen),
             condition("Conflicted", False, "NoConflicts", "", gen),
         ],
     }

@@ -144,6 +144,8 @@ class Problem:
 class Config:
     servers: dict[str, Server] = field(default_factory=dict)
     tls_servers: dict[str, Server] = field(default_factory=dict)  # HTTPS only (Gateway HTTPS listeners)
+    # Gateway listeners on ports of their own (not the Ingresses'): (port, TLS) -> host -> server.
+    ports: dict[tuple[int, bool], dict[str, Server]] = field(default_factory=dict)
     upstreams: dict[str, Upstream] = field(default_factory=dict)
     certificates: dict[str, Certificate] = field(default_factory=dict)
     served: list[str] = field(default_factory=list)  # the Ingresses (namespace/name) taken

@@ -9,7 +9,8 @@ one: nginx builds an SSL context and loads a key for every server block that nam
 default server's context, and its requests still reach it by their Host header; a host with a certificate answers plain HTTP with a 308 to HTTPS, as
 ingress-nginx's ssl-redirect does. Exact paths are `location = /p`, Prefix paths `location /p/` (plus
 `= /p`), so nginx's longest-prefix choice is the API's. Each Service port is an `upstream` of its
-ready pod addresses; a Service with none answers 503, a request no rule matches 404.
+ready pod addresses; a Service with none answers 503, a request no rule matches 404. Gateway listeners
+on ports of their own (`Config.ports`) get server blocks on those ports, each port with its catch-all.
 """
 
 from __future__ import annotations
@@ -116,6 +117,10 @@ def render_server(
     return [*lines, "}"]
 
 
+def _server_count(config: Config) -> int:
+    return len(config.servers) + len(config.tls_servers) + sum(len(h) + 1 for h in config.ports.values())
+
+
 def render(config: Config, listen: Listen, files: Files) -> str:
     root = files.root
     lines = [
@@ -135,7 +140,7 @@ def render(config: Config, listen: Listen, files: Files) -> str:
             for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
         ),
         "    server_names_hash_bucket_size 128;",
-        f"    server_names_hash_max_size {max(512, 2 * (len(config.servers) + len(config.tls_servers)))};",
+        f"    server_names_hash_max_size {max(512, 2 * _server_count(config))};",
         "    map_hash_bucket_size 128;",
         # As ingress-nginx with upstream keepalive: no Connection header unless upgrading, so nginx keeps
         # its connections to the pods open between requests.
@@ -169,4 +174,18 @@ def render(config: Config, listen: Listen, files: Files) -> str:
             "    " + line if line else line
             for line in render_server(config, server, listen, files, http=http, https=https)
         ]
+    lines += _listener_ports(config, listen, files)
     return "\n".join([*lines, "}", ""])
+
+
+def _listener_ports(config: Config, listen: Listen, files: Files) -> list[str]:
+    """The servers of Gateway listeners on ports of their own, each port with its catch-all (404; the
+    default certificate on HTTPS), on the controller's address."""
+    lines = []
+    for (port, tls), hosts in sorted(config.ports.items()):
+        servers = {"": Server(""), **hosts}
+        on = Listen(listen.address, port, port)
+        for host in sorted(servers):
+            rendered = render_server(config, servers[host], on, files, http=not tls, https=tls)
+            lines += ["    " + line if line else line for line in rendered]
+    return lines

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from kubeclient.flags import go_duration
+from kubeclient.hostaddr import default_route_ip
 from pykubelet.progress import Progress
 from pykubelet.rig.install import ensure_packages
 from pykubelet.rig.stack import (
@@ -160,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
                 etcd_members=args.etcd_members,
                 apiservers=args.apiservers,
                 ingress_ports=(80, 443),
+                ingress_address=default_route_ip(),  # users' clients and pods reach the node's address
                 csi_driver=True,
             ),
             progress,

@@ -147,3 +147,23 @@ def service_range_for(pod_or_cluster_cidr: str) -> str | None:
     if net.subnet_of(CLUSTER_POOL):
         return f"10.203.{third}.0/24"
     return None
+
+
+def loopback_for(pod_or_cluster_cidr: str, host: int = 1) -> str | None:
+    """A loopback address of a leased network's own, or None for a range no lease hands out.
+
+    Stacks on one host bind their ingress controller here, so each can serve ports 80 and 443 and every
+    Gateway listener's port without meeting another stack's: every 127.0.0.0/8 address binds on Linux
+    with no configuration, and the address is as unique as the lease: 10.200.N.0/24 (a pod network)
+    gives 127.200.N.`host`, 10.201.M.0/20 (a cluster network) 127.201.M.`host`. Only the host reaches it
+    (not the pods, whose loopback is their own): nothing of the stack's reaches its ingress from a pod.
+    """
+    try:
+        net = ipaddress.IPv4Network(pod_or_cluster_cidr, strict=False)
+    except ValueError:
+        return None
+    third = int(net.network_address) >> 8 & 0xFF
+    for pool in (POOL, CLUSTER_POOL):
+        if net.subnet_of(pool):
+            return f"127.{int(pool.network_address) >> 16 & 0xFF}.{third}.{host}"
+    return None

@@ -30,7 +30,7 @@ from pykubelet.rig.containerd import Containerd
 from pykubelet.rig.encryption import encryption_args
 from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members
 from pykubelet.rig.images import RigImages, publish_test_images
-from pykubelet.rig.netlease import service_range_for
+from pykubelet.rig.netlease import loopback_for, service_range_for
 from pykubelet.rig.nodeplan import DEFAULT_BRIDGE, default_node_name
 from pykubelet.rig.process import Daemon, free_port
 from pykubelet.rig.record import RECORD_FILE, StackRecord
@@ -118,9 +118,13 @@ class StackConfig:
     # .10). "" = the one a leased network implies (pykubelet.rig.netlease.service_range_for: stacks on one
     # host never DNAT each other's cluster IPs), else DEFAULT_SERVICE_CIDR.
     service_cidr: str = ""
-    # The ingress controller's HTTP and HTTPS ports on the node's address (pykubelet.rig.ingress):
-    # these when free (`up` asks for 80 and 443), else free ports.
+    # The ingress controller's HTTP and HTTPS ports on its address (pykubelet.rig.ingress): these when
+    # free (`up` asks for 80 and 443), else free ports.
     ingress_ports: tuple[int, int] | None = None
+    # Its address (nginx's, and the one Ingress and Gateway statuses publish): "" = the loopback address
+    # a leased network implies (pykubelet.rig.netlease.loopback_for: stacks on one host then never meet on
+    # a Gateway listener's port), else the node's; `up` passes the node's.
+    ingress_address: str = ""
     # The bundled host-path CSI driver beside the first node with its sidecars, its CSIDriver and the
     # StorageClass csi-hostpath (pykubelet.rig.csi); `up` starts it.
     csi_driver: bool = False
@@ -857,13 +861,17 @@ class Stack:
         return self.metrics_server
 
     def start_ingress(self, timeout: float = 60.0) -> Daemon:
-        """The ingress controller (pykubelet.rig.ingress) on the node's address, with the default
-        IngressClass `nginx`; waits until its nginx runs."""
+        """The ingress controller (pykubelet.rig.ingress) on its address (see StackConfig.ingress_address),
+        with the default IngressClass `nginx`; waits until its nginx runs."""
         from kubeclient.hostaddr import default_route_ip
         from pykubelet.rig import ingress
 
         assert self.apiserver is not None
-        self.ingress_address = default_route_ip()
+        self.ingress_address = (
+            self.config.ingress_address
+            or loopback_for(self.config.cluster_cidr or self.config.pod_cidr)
+            or default_route_ip()
+        )
         self.ingress_ports = ingress.pick_ports(self.ingress_address, self.config.ingress_ports)
         self.ingress = ingress.start_controller(
             self.config.state_dir,

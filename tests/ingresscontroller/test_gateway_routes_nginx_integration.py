@@ -26,6 +26,7 @@ from cryptography import x509
 
 from e2e.waiting import wait_for
 from ingresscontroller import gateway, model
+from ingresscontroller.listenerports import Ports
 from ingresscontroller.nginx import Nginx
 from ingresscontroller.nginxconf import Files, Listen, render
 from kubeclient.serving import ensure_self_signed
@@ -281,12 +282,14 @@ ROUTES = [
 
 @pytest.fixture(scope="module")
 def served(echoes: dict[str, int], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listen]:
-    """The real nginx serving ROUTES; its ports."""
+    """The real nginx serving ROUTES; the ports of its HTTP and HTTPS listeners (each served on the port
+    it names, not on the controller's Ingress ports)."""
     root = tmp_path_factory.mktemp("gateway-nginx")
     for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (root / "tmp" / sub).mkdir(parents=True, exist_ok=True)
     cert, key = ensure_self_signed(root / "certs", "ingress.local", [], "default-fake")
     files, listen = Files(root, cert, key), Listen("127.0.0.1", free_port(), free_port())
+    listeners = Listen("127.0.0.1", free_port(), free_port())
     secrets = {}
     for name in ("secure", "other"):
         site_cert, site_key = ensure_self_signed(root / "site", f"{name}.example", [], name)
@@ -301,7 +304,7 @@ def served(echoes: dict[str, int], tmp_path_factory: pytest.TempPathFactory) -> 
     https = {  # two certificateRefs: SNI gets the one made for the name asked
         "name": "https",
         "protocol": "HTTPS",
-        "port": 443,
+        "port": listeners.https_port,
         "tls": {"certificateRefs": [{"name": "secure"}, {"name": "other"}]},
     }
     gateways = [
@@ -309,14 +312,15 @@ def served(echoes: dict[str, int], tmp_path_factory: pytest.TempPathFactory) -> 
             "metadata": {"name": "gw", "namespace": "gw", "generation": 1},
             "spec": {
                 "gatewayClassName": "ours",
-                "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}, https],
+                "listeners": [{"name": "http", "protocol": "HTTP", "port": listeners.http_port}, https],
             },
         }
     ]
     classes = [{"metadata": {"name": "ours"}, "spec": {"controllerName": CONTROLLER}}]
     config = model.Config()
     cluster = _cluster(echoes, secrets)
-    statuses = gateway.build(config, classes, gateways, ROUTES, cluster, CONTROLLER, "127.0.0.1")
+    ports = Ports(listen.http_port, listen.https_port)
+    statuses = gateway.build(config, classes, gateways, ROUTES, cluster, CONTROLLER, "127.0.0.1", ports=ports)
     assert all(
         c["status"] == "True" for s in statuses.routes.values() for p in s["parents"] for c in p["conditions"]
     ), statuses.routes
@@ -327,7 +331,7 @@ def served(echoes: dict[str, int], tmp_path_factory: pytest.TempPathFactory) -> 
     with asyncio.Runner() as runner:  # one loop owns the nginx child from start to stop
         runner.run(nginx.apply(render(config, listen, files)))
         try:
-            yield listen
+            yield listeners
         finally:
             runner.run(nginx.stop())
 

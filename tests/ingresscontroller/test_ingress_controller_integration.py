@@ -1,14 +1,18 @@
 """`pykubelet ingress-controller` as a process against a real API server, on ingress-nginx's identity
 and RBAC, with its real nginx, and no node: the backend is an HTTP server of the test's own on the
 host's address, named by a hand-written EndpointSlice (so no pod is needed). Two replicas: both serve,
-one holds the Lease and writes the status. Ingresses of another class are not touched; an Ingress
+one holds the Lease and writes the status; each replica on a loopback address of its own (from a
+network lease), as replicas on different nodes. Ingresses of another class are not touched; an Ingress
 whose Service is missing gets a Warning event and is served once the Service exists; one turned bad
 loses its address from the status. Then the Gateway API's CRDs installed while they run: routes served
-with their statuses, a backend in another namespace refused until a ReferenceGrant allows it."""
+on their listener's port with their statuses, a backend in another namespace refused until a
+ReferenceGrant allows it, a listener on a port another process holds Accepted False PortUnavailable while
+the others are served, then served once the port is free."""
 
 from __future__ import annotations
 
 import http.server
+import socket
 import subprocess
 import threading
 import urllib.request
@@ -25,6 +29,7 @@ from ingresscontroller import manifest
 from kubeclient.hostaddr import default_route_ip
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.ingress import controller_argv
+from pykubelet.rig.netlease import lease_network, loopback_for
 from pykubelet.rig.process import Daemon, free_port
 from tests.controlplane.test_apiserver_crd import raw
 
@@ -104,31 +109,35 @@ def _create(api: client.ApiClient, obj: dict) -> None:
 @pytest.fixture(scope="module")
 def controllers(
     apiserver: ApiServer, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[tuple[int, int]]]:
-    """Two replicas of the controller, each on its own ports; [(http, https)] of each."""
+) -> Iterator[list[tuple[str, int, int]]]:
+    """Two replicas of the controller, each on its own address and ports; [(address, http, https)]."""
     for obj in [*manifest.rbac(), manifest.ingress_class(default=True)]:
         _create(api, obj)
     _create(api, manifest.ingress_class(default=False, name="other", controller="example.com/other"))
     root = tmp_path_factory.mktemp("ingress")
     kubeconfig = apiserver.client_kubeconfig(manifest.USER, manifest.GROUPS, root / "kubeconfig")
-    daemons, ports = [], []
-    try:
-        for i in range(2):
-            state = root / f"r{i}"
-            (state / "nginx").mkdir(parents=True)
-            pair = (free_port(HOST), free_port(HOST))
-            daemon = Daemon(f"ingress-{i}", controller_argv(kubeconfig, state, HOST, pair), state / "log")
-            daemon.start((state / "nginx" / "nginx.pid").exists, timeout=60, interval=0.2)
-            daemons.append(daemon)
-            ports.append(pair)
-        yield ports
-    finally:
-        for daemon in daemons:
-            daemon.stop()
+    daemons, replicas = [], []
+    with lease_network("i") as net:
+        try:
+            for i in range(2):
+                state = root / f"r{i}"
+                (state / "nginx").mkdir(parents=True)
+                address = loopback_for(net.pod_cidr, i + 1)
+                assert address is not None
+                pair = (free_port(address), free_port(address))
+                argv = controller_argv(kubeconfig, state, address, pair)
+                daemon = Daemon(f"ingress-{i}", argv, state / "log")
+                daemon.start((state / "nginx" / "nginx.pid").exists, timeout=60, interval=0.2)
+                daemons.append(daemon)
+                replicas.append((address, *pair))
+            yield replicas
+        finally:
+            for daemon in daemons:
+                daemon.stop()
 
 
-def _get(port: int, host: str) -> str:
-    request = urllib.request.Request(f"http://{HOST}:{port}/", headers={"Host": host})
+def _get(address: str, port: int, host: str) -> str:
+    request = urllib.request.Request(f"http://{address}:{port}/", headers={"Host": host})
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
             return answer.read().decode()
@@ -197,19 +206,18 @@ def test_both_replicas_serve_and_the_leader_writes_the_status(
     made = net.create_namespaced_ingress(namespace, _ingress("web", "web.example", "web"))
     assert made.spec.ingress_class_name == "nginx"  # the default class, by admission
     net.create_namespaced_ingress(namespace, _ingress("theirs", "theirs.example", "web", cls="other"))
-    for http_port, _ in controllers:
+    for address, http_port, _ in controllers:
         _wait(
-            lambda p=http_port: _get(p, "web.example") == "backend web.example",
-            f"replica on {http_port} serving",
+            lambda a=address, p=http_port: _get(a, p, "web.example") == "backend web.example",
+            f"replica on {address}:{http_port} serving",
         )
-    _wait(lambda: _status_ips(net, namespace, "web") == [HOST], "the status written")
+    leaders = [[c[0]] for c in controllers]  # the Lease holder publishes its own address
+    _wait(lambda: _status_ips(net, namespace, "web") in leaders, "the status written")
     entry = net.read_namespaced_ingress_status("web", namespace).status.load_balancer.ingress[0]
-    assert [p.port for p in entry.ports] == list(controllers[0]) or [p.port for p in entry.ports] == list(
-        controllers[1]
-    )
+    assert any([entry.ip, *[p.port for p in entry.ports]] == list(c) for c in controllers), entry
     lease = client.CoordinationV1Api(api).read_namespaced_lease(manifest.LEASE, manifest.NAMESPACE)
     assert lease.spec.holder_identity
-    assert _get(controllers[0][0], "theirs.example") == "<404>"  # another controller's class
+    assert _get(*controllers[0][:2], "theirs.example") == "<404>"  # another controller's class
     assert _status_ips(net, namespace, "theirs") == []
 
     # A missing Service: a Warning event, nothing served; the Service created: served.
@@ -225,14 +233,14 @@ def test_both_replicas_serve_and_the_leader_writes_the_status(
     assert events[0].reason == "ServiceNotFound" and 'Service "web/later" not found' in events[0].message
     assert events[0].source.component == "nginx-ingress-controller"
     _service(v1, discovery, namespace, "later", backend)
-    _wait(lambda: _get(controllers[1][0], "later.example") == "backend later.example", "later.example served")
-    _wait(lambda: _status_ips(net, namespace, "later") == [HOST], "its status written")
+    _wait(lambda: _get(*controllers[1][:2], "later.example") == "backend later.example", "later served")
+    _wait(lambda: _status_ips(net, namespace, "later") in leaders, "its status written")
 
     # Its Service gone: served by an upstream without endpoints (503, as ingress-nginx), status kept.
     v1.delete_namespaced_service("later", namespace)
-    _wait(lambda: _get(controllers[0][0], "later.example") == "<503>", "later.example answers 503")
-    assert _status_ips(net, namespace, "later") == [HOST]
-    assert _get(controllers[0][0], "web.example") == "backend web.example"
+    _wait(lambda: _get(*controllers[0][:2], "later.example") == "<503>", "later.example answers 503")
+    assert _status_ips(net, namespace, "later") in leaders
+    assert _get(*controllers[0][:2], "web.example") == "backend web.example"
 
 
 GATEWAY_OBJECTS = """
@@ -252,8 +260,9 @@ metadata: {name: gw, namespace: shop}
 spec:
   gatewayClassName: pykubelet
   listeners:
-  - {name: http, protocol: HTTP, port: 80}
+  - {name: http, protocol: HTTP, port: LISTENER_PORT}
   - {name: tcp, protocol: TCP, port: 9000}
+  - {name: held, protocol: HTTP, port: HELD_PORT}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -263,7 +272,7 @@ spec:
   listeners:
   - name: http
     protocol: HTTP
-    port: 80
+    port: LISTENER_PORT
     allowedRoutes:
       namespaces:
         from: Selector
@@ -375,20 +384,32 @@ def test_gateway_api_once_its_crds_are_installed(
     v1.create_namespace({"metadata": {"name": "shop"}})
     _service(v1, discovery, "shop", "blue", backends["blue"])
     _service(v1, discovery, "shop", "green", backends["green"])
+    # The listener `held` names a port another process holds on both replicas' addresses.
+    address, listener_port = controllers[0][0], free_port(controllers[0][0])
+    holders = [socket.socket() for _ in controllers]
+    for holder, (replica, _, _) in zip(holders, controllers, strict=True):
+        holder.bind((replica, holders[0].getsockname()[1] if holder is not holders[0] else 0))
+        holder.listen()
+    held_port = holders[0].getsockname()[1]
+    objects = GATEWAY_OBJECTS.replace("LISTENER_PORT", str(listener_port)).replace(
+        "HELD_PORT", str(held_port)
+    )
     subprocess.run(
         [*kubectl, "apply", "-f", "-"],
-        input=GATEWAY_OBJECTS + "---\n" + yaml.safe_dump_all(ROUTES),
+        input=objects + "---\n" + yaml.safe_dump_all(ROUTES),
         text=True,
         check=True,
         capture_output=True,
         timeout=60,
     )
-    http_port = controllers[0][0]
+
+    http_port = listener_port
     _wait(
-        lambda: _get(http_port, "shop.example").startswith(("blue", "green")),
-        "shop.example served",
+        lambda: _get(address, http_port, "shop.example").startswith(("blue", "green")),
+        "shop.example served on its listener's port",
         timeout=90,
     )
+    assert _get(address, controllers[0][1], "shop.example") == "<404>"  # not on the Ingress port
 
     def statuses_written() -> bool:
         route = _read(api, "namespaces/shop/httproutes/elsewhere")
@@ -398,26 +419,30 @@ def test_gateway_api_once_its_crds_are_installed(
     # Every object taken in: 20 answers in a row from the routes (while a reload goes on, a worker of an
     # earlier configuration may still answer 404).
     _wait(
-        lambda: all(_get(http_port, "shop.example").startswith(("blue", "green")) for _ in range(20)),
+        lambda: all(
+            _get(address, http_port, "shop.example").startswith(("blue", "green")) for _ in range(20)
+        ),
         "stable",
     )
 
     # Weighted backends: nginx's smooth weighted round robin gives the 90/10 split over 200 requests.
-    answers = [_get(http_port, "shop.example").split()[0] for _ in range(200)]
+    answers = [_get(address, http_port, "shop.example").split()[0] for _ in range(200)]
     assert 170 <= answers.count("blue") <= 190 and answers.count("blue") + answers.count("green") == 200, (
         answers
     )
-    request = urllib.request.Request(f"http://{HOST}:{http_port}/green", headers={"Host": "shop.example"})
+    request = urllib.request.Request(f"http://{address}:{http_port}/green", headers={"Host": "shop.example"})
     with urllib.request.urlopen(request, timeout=5) as answer:
         assert answer.read().decode() == "green shop.example"  # the Exact rule
     request = urllib.request.Request(
-        f"http://{HOST}:{http_port}/", headers={"Host": "headers.example", "X-Env": "canary"}
+        f"http://{address}:{http_port}/", headers={"Host": "headers.example", "X-Env": "canary"}
     )
     with urllib.request.urlopen(request, timeout=5) as answer:
         assert answer.read().decode() == "blue headers.example"  # the header match met
-    assert _get(http_port, "headers.example") == "<404>"  # ... and not met: no rule matches
-    assert _get(http_port, "extension.example") == "<404>"  # a filter not supported: refused, not served
-    assert _get(http_port, "elsewhere.example") == "<500>"  # its only backend refused: 500
+    assert _get(address, http_port, "headers.example") == "<404>"  # ... and not met: no rule matches
+    assert (
+        _get(address, http_port, "extension.example") == "<404>"
+    )  # a filter not supported: refused, not served
+    assert _get(address, http_port, "elsewhere.example") == "<500>"  # its only backend refused: 500
 
     assert _conditions(_read(api, "gatewayclasses/pykubelet")["status"])["Accepted"] == ("True", "Accepted")
     assert (
@@ -429,11 +454,17 @@ def test_gateway_api_once_its_crds_are_installed(
     )  # another controller's class is not ours to accept
     gw = _read(api, "namespaces/shop/gateways/gw")["status"]
     assert _conditions(gw)["Programmed"] == ("True", "Programmed")
-    assert gw["addresses"] == [{"type": "IPAddress", "value": HOST}]
+    assert gw["addresses"] in [[{"type": "IPAddress", "value": c[0]}] for c in controllers]
     listeners = {entry["name"]: entry for entry in gw["listeners"]}
     assert listeners["http"]["attachedRoutes"] == 3  # split, headers and elsewhere; extension is not accepted
     assert _conditions(listeners["http"])["Accepted"] == ("True", "Accepted")
     assert _conditions(listeners["tcp"])["Accepted"] == ("False", "UnsupportedProtocol")
+    # The held port: PortUnavailable, not programmed, its routes not attached; the others served all along.
+    assert _conditions(listeners["held"])["Accepted"] == ("False", "PortUnavailable")
+    assert _conditions(listeners["held"])["Programmed"] == ("False", "Invalid")
+    assert (
+        listeners["held"]["attachedRoutes"] == 0 and "in use" in listeners["held"]["conditions"][0]["message"]
+    )
     split = _read(api, "namespaces/shop/httproutes/split")["status"]["parents"][0]
     assert split["controllerName"] == "pykubelet.io/gateway-controller"
     assert _conditions(split) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
@@ -448,9 +479,9 @@ def test_gateway_api_once_its_crds_are_installed(
         return bool(parents) and _conditions(parents[0])["Accepted"][1] == reason
 
     _wait(lambda: selected("NotAllowedByListeners"), "the selected route refused")
-    assert _get(http_port, "selected.example") == "<404>"
+    assert _get(address, http_port, "selected.example") == "<404>"
     v1.patch_namespace("web", {"metadata": {"labels": {"team": "web"}}})  # ... until it has it
-    _wait(lambda: _get(http_port, "selected.example") == "backend selected.example", "served")
+    _wait(lambda: _get(address, http_port, "selected.example") == "backend selected.example", "served")
     _wait(lambda: selected("Accepted"), "the selected route Accepted")
     elsewhere = _read(api, "namespaces/shop/httproutes/elsewhere")["status"]["parents"][0]
     assert _conditions(elsewhere)["ResolvedRefs"] == ("False", "RefNotPermitted")
@@ -470,7 +501,7 @@ def test_gateway_api_once_its_crds_are_installed(
     )
     assert code == 201, answer
     _wait(
-        lambda: _get(http_port, "elsewhere.example") == "backend elsewhere.example",
+        lambda: _get(address, http_port, "elsewhere.example") == "backend elsewhere.example",
         "elsewhere.example served",
     )
 
@@ -479,3 +510,15 @@ def test_gateway_api_once_its_crds_are_installed(
         return _conditions(parent)["ResolvedRefs"] == ("True", "ResolvedRefs")
 
     _wait(resolved, "elsewhere's ResolvedRefs True")
+
+    # The port freed: the controllers find it again (checked every few seconds) and serve the listener.
+    for holder in holders:
+        holder.close()
+
+    def held_accepted() -> bool:
+        status = _read(api, "namespaces/shop/gateways/gw")["status"]
+        held = next(e for e in status["listeners"] if e["name"] == "held")
+        return _conditions(held)["Accepted"] == ("True", "Accepted") and held["attachedRoutes"] == 3
+
+    _wait(held_accepted, "the freed port's listener Accepted", timeout=60)
+    _wait(lambda: _get(address, held_port, "shop.example").startswith(("blue", "green")), "served on it")

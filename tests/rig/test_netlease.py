@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import subprocess
 import uuid
 
 import pytest
 
-from pykubelet.rig.netlease import POOL, lease_network
+from pykubelet.rig.netlease import POOL, lease_cluster_network, lease_network, loopback_for
 
 
 @pytest.fixture(autouse=True)
@@ -42,3 +43,17 @@ def test_a_range_the_host_routes_is_never_leased() -> None:
         subprocess.run(["ip", "link", "del", link], check=False)
     with lease_network("q") as after:
         assert after.pod_cidr == taken  # free again once nothing routes it and nobody holds it
+
+
+def test_each_lease_implies_a_loopback_address_of_its_own() -> None:
+    """The stacks' ingress addresses: as unique as the leases, and bindable with no configuration."""
+    with lease_network("q") as a, lease_network("q") as b, lease_cluster_network("q") as c:
+        addresses = [loopback_for(x.pod_cidr) for x in (a, b, c)]
+        assert len(set(addresses)) == 3 and all(x and x.startswith("127.") for x in addresses), addresses
+        assert loopback_for(a.pod_cidr, 2) not in addresses
+        for address in addresses:
+            with socket.socket() as held:
+                held.bind((address, 0))
+                held.listen()
+                assert socket.create_connection(held.getsockname(), timeout=5).close() is None
+    assert loopback_for("10.244.0.0/16") is None  # not a leased range: `up`'s node address stays

@@ -1,0 +1,180 @@
+"""Gateway listeners on the ports they name (`listenerports` and `gateway.build`, pure, plus the rendered
+configuration through the real `nginx -t` where nginx is installed): a listener on a port of its own
+gets `listen` directives on the controller's address and its routes there, not on the Ingress ports; an
+HTTP listener on the Ingress HTTP port shares the Ingresses' servers; one Gateway's HTTP and HTTPS
+listeners on one port are each Conflicted (ProtocolConflict, Accepted False Invalid, Programmed False, as
+the conformance suite's gateway-listener-protocol-and-route-kind-conflicts expects); a port held
+elsewhere, the Ingress port of the other protocol, or another Gateway's port of another protocol is
+Accepted False PortUnavailable; the other listeners and their routes are served all the same."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ingresscontroller import gateway, model
+from ingresscontroller.listenerports import Ports, place
+from ingresscontroller.nginxconf import Files, Listen, render
+from kubeclient.serving import ensure_self_signed
+
+
+def _gateway(name: str, created: str, *listeners: tuple[str, str, int]) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "generation": 1, "creationTimestamp": created},
+        "spec": {
+            "gatewayClassName": "ours",
+            "listeners": [{"name": n, "protocol": p, "port": port} for n, p, port in listeners],
+        },
+    }
+
+
+def _route(gateway_name: str, host: str) -> dict:
+    return {
+        "metadata": {"name": f"r-{host}", "namespace": "ns", "generation": 1, "creationTimestamp": "t"},
+        "spec": {
+            "parentRefs": [{"name": gateway_name}],
+            "hostnames": [host],
+            "rules": [{"backendRefs": [{"name": "web", "port": 80}]}],
+        },
+    }
+
+
+CLUSTER = model.Cluster(
+    services={"ns/web": {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}},
+    slices={
+        "ns/web": [
+            {
+                "addressType": "IPv4",
+                "ports": [{"name": "", "port": 8080}],
+                "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}],
+            }
+        ]
+    },
+    secrets={},
+)
+CLASSES = [{"metadata": {"name": "ours"}, "spec": {"controllerName": "c"}}]
+
+
+def _conditions(listener: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in listener["conditions"]}
+
+
+def test_placement_of_each_listener() -> None:
+    gateways = [
+        _gateway(
+            "a",
+            "2026-01-01T00:00:00Z",
+            ("web", "HTTP", 8080),
+            ("ingress-port", "HTTP", 80),
+            ("held", "HTTP", 9999),
+            ("clash-http", "HTTP", 8443),
+            ("clash-https", "HTTPS", 8443),
+        ),
+        _gateway("b", "2026-01-02T00:00:00Z", ("other-protocol", "HTTPS", 8080), ("same", "HTTP", 8080)),
+        _gateway("c", "2026-01-03T00:00:00Z", ("wrong-ingress-port", "HTTPS", 80)),
+    ]
+    placed = place(gateways, Ports(80, 443, {9999: "port 9999 is in use"}))
+    assert placed[("ns", "a", "web")].ok and placed[("ns", "a", "web")].slot == "own"
+    assert placed[("ns", "a", "ingress-port")].slot == "http"
+    assert placed[("ns", "c", "wrong-ingress-port")].reason == "PortUnavailable"
+    assert placed[("ns", "a", "held")].reason == "PortUnavailable"
+    assert placed[("ns", "a", "held")].message == "port 9999 is in use"
+    assert placed[("ns", "a", "clash-http")].reason == "ProtocolConflict"
+    assert placed[("ns", "a", "clash-https")].reason == "ProtocolConflict"
+    # Gateway b is newer: within b, HTTPS and HTTP on 8080 conflict; a keeps 8080 for HTTP either way.
+    assert placed[("ns", "b", "other-protocol")].reason == "ProtocolConflict"
+    # Another Gateway's port of another protocol (every Gateway shares the address): the older keeps it.
+    alone = place([_gateway("b", "2026-01-02T00:00:00Z", ("tls", "HTTPS", 8080)), gateways[0]], Ports())
+    assert alone[("ns", "b", "tls")].reason == "PortUnavailable"
+    assert "ns/a" in alone[("ns", "b", "tls")].message
+    assert alone[("ns", "a", "web")].ok
+
+
+def test_statuses_and_configuration_of_good_and_bad_listeners(tmp_path: Path) -> None:
+    gw = _gateway(
+        "gw",
+        "2026-01-01T00:00:00Z",
+        ("web", "HTTP", 18080),
+        ("held", "HTTP", 18081),
+        ("clash-http", "HTTP", 18443),
+        ("clash-https", "HTTPS", 18443),
+    )
+    config = model.Config()
+    statuses = gateway.build(
+        config,
+        CLASSES,
+        [gw],
+        [_route("gw", "web.example")],
+        CLUSTER,
+        "c",
+        "127.0.0.1",
+        ports=Ports(18000, 18001, {18081: "port 18081 is in use on 127.0.0.1"}),
+    )
+    status = statuses.gateways["ns/gw"]
+    listeners = {entry["name"]: entry for entry in status["listeners"]}
+    assert _conditions(listeners["web"]) == {
+        "Accepted": ("True", "Accepted"),
+        "Programmed": ("True", "Programmed"),
+        "ResolvedRefs": ("True", "ResolvedRefs"),
+        "Conflicted": ("False", "NoConflicts"),
+    }
+    assert listeners["web"]["attachedRoutes"] == 1
+    assert _conditions(listeners["held"])["Accepted"] == ("False", "PortUnavailable")
+    assert _conditions(listeners["held"])["Programmed"] == ("False", "Invalid")
+    assert _conditions(listeners["held"])["ResolvedRefs"] == ("True", "ResolvedRefs")
+    assert listeners["held"]["attachedRoutes"] == 0
+    for name in ("clash-http", "clash-https"):
+        assert _conditions(listeners[name])["Accepted"] == ("False", "Invalid")
+        assert _conditions(listeners[name])["Programmed"] == ("False", "Invalid")
+        assert _conditions(listeners[name])["Conflicted"] == ("True", "ProtocolConflict")
+        assert listeners[name]["attachedRoutes"] == 0
+    gateway_conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert gateway_conditions == {
+        "Accepted": ("True", "ListenersNotValid"),
+        "Programmed": ("True", "Programmed"),
+    }
+    # The route is served on its listener's port alone: not on the Ingress ports, not on the bad ones.
+    assert list(config.ports) == [(18080, False)]
+    assert "web.example" in config.ports[(18080, False)] and "web.example" not in config.servers
+    cert, key = ensure_self_signed(tmp_path / "certs", "ingress.local", [], "default-fake")
+    text = render(config, Listen("127.0.0.1", 18000, 18001), Files(tmp_path, cert, key))
+    assert "listen 127.0.0.1:18080 default_server;" in text
+    assert "listen 127.0.0.1:18080;" in text
+    assert "18081" not in text and "18443" not in text
+    if shutil.which("nginx"):
+        for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (tmp_path / "tmp" / sub).mkdir(parents=True, exist_ok=True)
+        conf = tmp_path / "nginx.conf"
+        conf.write_text(text)
+        checked = subprocess.run(
+            ["nginx", "-t", "-c", str(conf), "-p", str(tmp_path), "-e", str(tmp_path / "e.log")],
+            capture_output=True,
+            text=True,
+        )
+        assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize("port", [18000, 18001])
+def test_a_listener_on_an_ingress_port(port: int) -> None:
+    """HTTP on the Ingress HTTP port shares the Ingresses' servers; on the HTTPS one it cannot be served."""
+    config = model.Config()
+    statuses = gateway.build(
+        config,
+        CLASSES,
+        [_gateway("gw", "t", ("web", "HTTP", port))],
+        [_route("gw", "web.example")],
+        CLUSTER,
+        "c",
+        "127.0.0.1",
+        ports=Ports(18000, 18001),
+    )
+    (listener,) = statuses.gateways["ns/gw"]["listeners"]
+    if port == 18000:
+        assert _conditions(listener)["Accepted"] == ("True", "Accepted")
+        assert "web.example" in config.servers and not config.ports
+    else:
+        assert _conditions(listener)["Accepted"] == ("False", "PortUnavailable")
+        assert not config.servers and not config.ports
