@@ -44,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="create this GatewayClass (controllerName pykubelet.io/gateway-controller) once the Gateway API CRDs exist",
     )
+    parser.add_argument(
+        "--reserved-ports",
+        default="",
+        help="ports no Gateway listener may have, e.g. 30000-32767 (the Services' node ports): PortUnavailable",
+    )
     parser.add_argument("--election-id", default=LEASE, help="the leader-election Lease's name")
     parser.add_argument(
         "--election-namespace", default=NAMESPACE, help="the leader-election Lease's namespace"
@@ -56,12 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _main(args: argparse.Namespace) -> int:
     from ingresscontroller.controller import ControllerConfig, IngressController
+    from ingresscontroller.listenerports import parse_ranges
     from ingresscontroller.nginxconf import Listen
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
     from kubeclient.hostaddr import default_route_ip
     from kubeclient.leaderelection import LeaderElection
 
+    try:
+        reserved = parse_ranges(args.reserved_ports)
+    except ValueError as err:
+        raise SystemExit(f"--reserved-ports: {err}") from err
     publish = args.publish_address or args.bind_address or default_route_ip()
     config = ControllerConfig(
         controller_name=args.controller_class,
@@ -73,6 +83,7 @@ async def _main(args: argparse.Namespace) -> int:
         ),
         nginx_binary=args.nginx_binary,
         gateway_class=args.gateway_class,
+        reserved_ports=reserved,
     )
     client = KubeClient(load_kubeconfig(args.kubeconfig), component="ingress-nginx-controller")
     controller = IngressController(client, config)

@@ -58,6 +58,7 @@ class ControllerConfig:
     nginx_binary: str = "nginx"
     gateway_controller: str = "pykubelet.io/gateway-controller"  # the GatewayClass controllerName served
     gateway_class: str = ""  # a GatewayClass to create once its CRD exists ("" = none)
+    reserved_ports: tuple[range, ...] = ()  # ports no Gateway listener may have (PortUnavailable)
 
 
 class IngressController:
@@ -160,7 +161,12 @@ class IngressController:
             self.config.publish_address,
             grants=caches["referencegrants"].list(),
             check=check_pair,
-            ports=Ports(self.config.listen.http_port, self.config.listen.https_port, self.blocked),
+            ports=Ports(
+                self.config.listen.http_port,
+                self.config.listen.https_port,
+                self.blocked,
+                self.config.reserved_ports,
+            ),
         )
         return config, statuses
 

@@ -10,8 +10,10 @@ listener condition Accepted False):
   (gateway-listener-protocol-and-route-kind-conflicts: Accepted False Invalid, Programmed False,
   Conflicted True ProtocolConflict);
 - `PortUnavailable`: the port is the Ingresses' port of the other protocol, another (older) Gateway of
-  ours serves it with another protocol, or it is in `unavailable` (held by another process, found by
-  the controller's bind check or nginx's `bind()` refusal; or a port the controller must not use).
+  ours serves it with another protocol, it is in `unavailable` (held by another process, found by the
+  controller's bind check), or in `reserved` (ports the controller is told not to use: the rig reserves
+  the Services' node ports, which the service proxy DNATs on every local address before nginx would see
+  a connection).
 """
 
 from __future__ import annotations
@@ -31,6 +33,19 @@ class Ports:
     http: int = 80
     https: int = 443
     unavailable: Mapping[int, str] = field(default_factory=dict)
+    reserved: tuple[range, ...] = ()  # ports the controller is told not to use (--reserved-ports)
+
+
+def parse_ranges(text: str) -> tuple[range, ...]:
+    """`--reserved-ports`: "30000-32767,10250" as ranges; ValueError for anything else."""
+    found = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        low, _, high = item.partition("-")
+        first, last = int(low), int(high or low)
+        if not 0 < first <= last <= 65535:
+            raise ValueError(f"not a port or port range: {item!r}")
+        found.append(range(first, last + 1))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,11 @@ def _placement(
         return Placement(port, tls)
     if port in ports.unavailable:
         return Placement(port, tls, reason="PortUnavailable", message=ports.unavailable[port])
+    reserved = next((r for r in ports.reserved if port in r), None)
+    if reserved is not None:
+        span = f"{reserved.start}-{reserved.stop - 1}" if len(reserved) > 1 else str(reserved.start)
+        message = f"port {port} is reserved on this controller (--reserved-ports {span})"
+        return Placement(port, tls, reason="PortUnavailable", message=message)
     if port == ports.http:
         if tls:
             return Placement(port, tls, reason="PortUnavailable", message=f"port {port} serves plain HTTP")

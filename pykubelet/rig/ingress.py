@@ -13,10 +13,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from controlplane.apiserver.serviceranges import DEFAULT_NODE_PORT_RANGE
 from pykubelet.rig.process import Daemon, bindable, free_port
 
 STATE = "ingress"
 GATEWAY_CLASS = "pykubelet"  # controllerName pykubelet.io/gateway-controller
+NODE_PORTS = (
+    DEFAULT_NODE_PORT_RANGE  # the API server's --service-node-port-range: the stack keeps its default
+)
 
 
 def pick_ports(address: str, wanted: tuple[int, int] | None) -> tuple[int, int]:
@@ -49,6 +53,10 @@ def controller_argv(kubeconfig: Path, state: Path, address: str, ports: tuple[in
         # Its GatewayClass, made once a user installs the Gateway API CRDs.
         "--gateway-class",
         GATEWAY_CLASS,
+        # The Services' node ports: the service proxy DNATs them on every local address, so a Gateway
+        # listener there would lose its connections to a NodePort Service (PortUnavailable instead).
+        "--reserved-ports",
+        NODE_PORTS,
     ]
 
 

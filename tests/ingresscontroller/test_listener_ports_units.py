@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ingresscontroller import gateway, model
-from ingresscontroller.listenerports import Ports, place
+from ingresscontroller.listenerports import Ports, parse_ranges, place
 from ingresscontroller.nginxconf import Files, Listen, render
 from kubeclient.serving import ensure_self_signed
 
@@ -178,3 +178,22 @@ def test_a_listener_on_an_ingress_port(port: int) -> None:
     else:
         assert _conditions(listener)["Accepted"] == ("False", "PortUnavailable")
         assert not config.servers and not config.ports
+
+
+def test_reserved_ports_are_port_unavailable() -> None:
+    """--reserved-ports (the rig reserves the Services' node ports, DNATed on every local address)."""
+    assert parse_ranges("30000-32767, 10250") == (range(30000, 32768), range(10250, 10251))
+    for bad in ("0", "70000", "9-8", "x"):
+        with pytest.raises(ValueError):
+            parse_ranges(bad)
+    gateways = [
+        _gateway("gw", "t", ("node-port", "HTTP", 30080), ("kubelet", "HTTP", 10250), ("web", "HTTP", 8080))
+    ]
+    placed = place(gateways, Ports(reserved=parse_ranges("30000-32767,10250")))
+    assert placed[("ns", "gw", "node-port")].reason == "PortUnavailable"
+    assert "30000-32767" in placed[("ns", "gw", "node-port")].message
+    assert (
+        placed[("ns", "gw", "kubelet")].message
+        == "port 10250 is reserved on this controller (--reserved-ports 10250)"
+    )
+    assert placed[("ns", "gw", "web")].ok
