@@ -27,7 +27,7 @@ from ingresscontroller import gateway, model
 from ingresscontroller.gatewaykinds import GatewayKinds
 from ingresscontroller.gatewaystatus import StatusWriter
 from ingresscontroller.listenerports import Ports
-from ingresscontroller.nginx import Nginx, NginxError
+from ingresscontroller.nginx import Nginx, NginxError, leftover_master
 from ingresscontroller.nginxconf import Files, Listen, render
 from ingresscontroller.portcheck import held_elsewhere
 from ingresscontroller.tlscerts import check_pair
@@ -138,6 +138,8 @@ class IngressController:
         by binding them, those the running nginx holds excepted) are left out as PortUnavailable."""
         self.blocked = {}
         config, statuses = self._build_once(ingresses, cluster)
+        if not self.nginx.running and leftover_master(self.nginx.root / "nginx.pid", self.nginx.conf):
+            return config, statuses  # an nginx an earlier run left holds its ports: the start stops it first
         wanted = {port for port, _ in config.ports} - self.listening
         self.blocked = held_elsewhere(self.config.listen.address, sorted(wanted))
         if self.blocked:
