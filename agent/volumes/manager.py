@@ -13,6 +13,7 @@ every plugin's part down when the pod goes.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ from agent.volumes.projection import KINDS as WRITTEN_KINDS
 from agent.volumes.projection import ProjectionPlugin
 from agent.volumes.tokens import TokenManager
 from kubeclient.quantity import QuantityError, value
+
+log = logging.getLogger("agent.volumes")
 
 
 def default_table(
@@ -82,16 +85,19 @@ class VolumeManager:
         return self.host.pod_volumes_dir(uid)
 
     async def prepare(self, pod: dict[str, Any]) -> dict[str, ReadyVolume]:
-        """Every volume of the pod, ready to mount. Each volume is tried (as upstream's reconciler tries
-        each on its own); when one is not ready, VolumeError carries the kubelet's FailedMount messages:
-        each failed operation's own (`MountVolume.SetUp failed for volume ...`) and, for claims the
-        desired-state populator could not process, the volume manager's `Unable to attach or mount
-        volumes` message. A volume that only waits for its attachment adds no message."""
+        """Every volume of the pod a container uses, ready to mount. A volume no container (init,
+        regular or ephemeral) mounts or uses as a device is not set up at all, as upstream's
+        desired-state populator skips it (`Skipping unused volume`): its source need not exist. Each
+        used volume is tried (as upstream's reconciler tries each on its own); when one is not ready,
+        VolumeError carries the kubelet's FailedMount messages: each failed operation's own
+        (`MountVolume.SetUp failed for volume ...`) and, for claims the desired-state populator could not
+        process, the volume manager's `Unable to attach or mount volumes` message. A volume that only
+        waits for its attachment adds no message."""
         ready = {}
         unprocessed: list[tuple[str, str]] = []
         unattached: list[str] = []
         failed: list[str] = []
-        for volume in (pod.get("spec") or {}).get("volumes") or []:
+        for volume in used_volumes(pod):
             try:
                 ready[volume["name"]] = await self._prepare_one(pod, volume)
             except claims.ClaimError as err:
@@ -113,7 +119,7 @@ class VolumeManager:
         volume only when its content changed. True when something was rewritten. Mounts with a subPath
         keep what they bound at start (upstream's behaviour too)."""
         written = False
-        for volume in (pod.get("spec") or {}).get("volumes") or []:
+        for volume in used_volumes(pod):
             plugin = self.table.find(self.table.kind_of(volume))
             if plugin is not None:
                 written |= await plugin.refresh(self.host, pod, volume)
@@ -186,20 +192,42 @@ def wait_message(
     `Unable to attach or mount volumes: %v` over WaitForAttachAndMount's error): the volumes the
     containers use that are not mounted, those waiting for their attachment, those not processed, then
     the populator's errors. Each list sorted, space-separated, as Go prints a []string."""
-    used = {
-        ref["name"]
-        for kind in ("initContainers", "containers", "ephemeralContainers")
-        for c in (pod.get("spec") or {}).get(kind) or []
-        for ref in [*(c.get("volumeMounts") or []), *(c.get("volumeDevices") or [])]
-    }
-    names = [v["name"] for v in (pod.get("spec") or {}).get("volumes") or []]
-    unmounted = sorted(n for n in names if n not in ready and n in used)
+    unmounted = sorted(n for n in used_volume_names(pod) if n not in ready)
     not_processed = sorted(n for n, _ in unprocessed)
     return (
         f"Unable to attach or mount volumes: unmounted volumes=[{' '.join(unmounted)}], "
         f"unattached volumes=[{' '.join(unattached)}], failed to process volumes=[{' '.join(not_processed)}]: "
         + "; ".join(m for _, m in unprocessed)
     )
+
+
+def used_volume_names(pod: dict[str, Any]) -> set[str]:
+    """The volumes a container of the pod (init, regular or ephemeral) mounts or uses as a block device
+    (upstream's GetPodVolumeNames over all containers)."""
+    return {
+        ref["name"]
+        for kind in ("initContainers", "containers", "ephemeralContainers")
+        for c in (pod.get("spec") or {}).get(kind) or []
+        for ref in [*(c.get("volumeMounts") or []), *(c.get("volumeDevices") or [])]
+    }
+
+
+def used_volumes(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's volumes that some container uses, in the pod's order; the others are skipped (logged
+    at debug level, as upstream's populator logs `Skipping unused volume` at V(4))."""
+    used = used_volume_names(pod)
+    out = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if volume.get("name") in used:
+            out.append(volume)
+        else:
+            log.debug("Skipping unused volume pod=%s volume=%s", pod_name(pod), volume.get("name"))
+    return out
+
+
+def pod_name(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def limited_empty_dirs(pod: dict[str, Any]) -> list[dict[str, Any]]:

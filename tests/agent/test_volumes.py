@@ -24,9 +24,11 @@ async def fetch(kind, ns, name):
 
 
 def make_pod(volumes, uid="u-1"):
+    """A pod whose one container mounts every volume (a volume no container uses is not set up)."""
+    mounts = [{"name": v["name"], "mountPath": f"/v/{v['name']}"} for v in volumes]
     return {
         "metadata": {"name": "p", "namespace": "ns", "uid": uid, "labels": {"app": "x", "tier": "web"}},
-        "spec": {"volumes": volumes},
+        "spec": {"volumes": volumes, "containers": [{"name": "c", "volumeMounts": mounts}]},
     }
 
 
@@ -98,6 +100,36 @@ async def test_missing_objects_and_optional(manager: VolumeManager):
     assert [n for n in os.listdir(ready["c"].host_path) if not n.startswith("..")] == []
     with pytest.raises(VolumeError, match="not supported"):
         await manager.prepare(make_pod([{"name": "n", "nfs": {"server": "x", "path": "/"}}]))
+
+
+@pytest.mark.parametrize("user", ["initContainers", "ephemeralContainers", "volumeDevices"])
+async def test_only_volumes_a_container_uses_are_set_up(manager: VolumeManager, tmp_path: Path, user: str):
+    """upstream's populator skips a volume no container (init, regular, ephemeral) mounts or uses as a
+    device: a configMap volume of a missing ConfigMap and an emptyDir nobody mounts are not set up (the
+    pod is not held, nothing is made on disk, a sync rewrites nothing, the wait message does not name
+    them); a volume any kind of container uses is."""
+    missing = {"name": "conf", "configMap": {"name": "absent"}}
+    unused_dir = {"name": "spare", "emptyDir": {}}
+    used = {"name": "work", "emptyDir": {}}
+    pod = make_pod([missing, unused_dir, used])
+    pod["spec"]["containers"] = [{"name": "c"}]
+    if user == "volumeDevices":
+        pod["spec"]["containers"][0]["volumeDevices"] = [{"name": "work", "devicePath": "/dev/x"}]
+    else:
+        pod["spec"][user] = [{"name": "i", "volumeMounts": [{"name": "work", "mountPath": "/w"}]}]
+    ready = await manager.prepare(pod)
+    assert list(ready) == ["work"]
+    volumes = tmp_path / "pods/u-1/volumes"
+    assert [p.name for p in volumes.glob("*/*")] == ["work"]
+    assert await manager.refresh(pod) is False  # the missing ConfigMap is not looked for on sync either
+    pod["spec"]["volumes"].append({"name": "claim", "persistentVolumeClaim": {"claimName": "nope"}})
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "claim", "mountPath": "/c"}]
+    with pytest.raises(VolumeError) as err:
+        await manager.prepare(pod)
+    assert err.value.messages[0].startswith(
+        "Unable to attach or mount volumes: unmounted volumes=[claim], unattached volumes=[], "
+        "failed to process volumes=[claim]: "
+    )
 
 
 async def test_host_path_types(manager: VolumeManager, tmp_path: Path):

@@ -38,9 +38,15 @@ async def until(condition, what: str, timeout: float = 20.0) -> None:
 
 
 def pod(uid: str, *volumes: dict, name: str = "p") -> dict:
+    """A pod whose container mounts each of `volumes` (a volume no container uses is not set up)."""
+    mounts = [{"name": v["name"], "mountPath": f"/v/{v['name']}"} for v in volumes]
     return {
         "metadata": {"name": name, "namespace": "ns", "uid": uid},
-        "spec": {"volumes": list(volumes), "serviceAccountName": "sa"},
+        "spec": {
+            "volumes": list(volumes),
+            "serviceAccountName": "sa",
+            "containers": [{"name": "c", "volumeMounts": mounts}],
+        },
     }
 
 
