@@ -22,6 +22,7 @@ from agent.cri import pb
 from agent.volumes import claims, subpath
 from agent.volumes.emptydir import EmptyDirPlugin, disk_usage, unmount_under
 from agent.volumes.hostpath import HostPathPlugin
+from agent.volumes.mountwait import MountWaits
 from agent.volumes.plugin import (
     AttachPending,
     Fetch,
@@ -73,6 +74,7 @@ class VolumeManager:
         table: PluginTable | None = None,
         patch: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
         record: Record | None = None,
+        waits: MountWaits | None = None,
     ) -> None:
         self.host = VolumeHost(
             Path(root_dir), fetch, field_value, resource_value, tokens, node_memory, patch, record
@@ -80,6 +82,7 @@ class VolumeManager:
         self.table = table if table is not None else default_table()
         self.root_dir = self.host.root_dir
         self.tokens = tokens
+        self.waits = waits if waits is not None else MountWaits()
 
     def pod_volumes_dir(self, uid: str) -> Path:
         return self.host.pod_volumes_dir(uid)
@@ -92,7 +95,8 @@ class VolumeManager:
         VolumeError carries the kubelet's FailedMount messages: each failed operation's own
         (`MountVolume.SetUp failed for volume ...`) and, for claims the desired-state populator could not
         process, the volume manager's `Unable to attach or mount volumes` message. A volume that only
-        waits for its attachment adds no message."""
+        waits for its attachment adds no message. A pod whose volumes are still not ready after
+        upstream's 2 min 3 s gets upstream's `Error syncing pod, skipping` log line (mountwait.py)."""
         ready = {}
         unprocessed: list[tuple[str, str]] = []
         unattached: list[str] = []
@@ -106,12 +110,14 @@ class VolumeManager:
                 unattached.append(volume["name"])
             except VolumeError as err:
                 failed.extend(err.messages)
-        messages = []
-        if unprocessed:
-            messages.append(wait_message(pod, ready, sorted(unattached), unprocessed))
-        if messages or failed or unattached:
-            raise VolumeError(*messages, *failed)
-        return ready
+        uid = pod["metadata"]["uid"]
+        if not (unprocessed or failed or unattached):
+            self.waits.done(uid)
+            return ready
+        lists = wait_lists(pod, ready, sorted(unattached), unprocessed)
+        self.waits.failed(pod_name(pod), uid, lists)
+        messages = [wait_message(lists, unprocessed)] if unprocessed else []
+        raise VolumeError(*messages, *failed)
 
     async def refresh(self, pod: dict[str, Any]) -> bool:
         """Rewrite the pod's volumes from their sources as they are now (the written kinds: configMap,
@@ -130,7 +136,8 @@ class VolumeManager:
         return self.tokens.next_refresh_in(uid) if self.tokens is not None else None
 
     def forget(self, uid: str) -> None:
-        """The pod is gone: drop its tokens."""
+        """The pod is gone: drop its tokens and its wait."""
+        self.waits.done(uid)
         if self.tokens is not None:
             self.tokens.forget(uid)
 
@@ -182,23 +189,28 @@ class VolumeManager:
         return await plugin.set_up(self.host, pod, volume)
 
 
-def wait_message(
+def wait_lists(
     pod: dict[str, Any],
     ready: dict[str, ReadyVolume],
     unattached: list[str],
     unprocessed: list[tuple[str, str]],
 ) -> str:
-    """upstream's FailedMount for a pod whose claims the populator could not process (kubelet.go's
-    `Unable to attach or mount volumes: %v` over WaitForAttachAndMount's error): the volumes the
-    containers use that are not mounted, those waiting for their attachment, those not processed, then
-    the populator's errors. Each list sorted, space-separated, as Go prints a []string."""
+    """WaitForAttachAndMount's error without its cause: the volumes the containers use that are not
+    mounted, those waiting for their attachment, those not processed. Each list sorted, space-separated,
+    as Go prints a []string."""
     unmounted = sorted(n for n in used_volume_names(pod) if n not in ready)
     not_processed = sorted(n for n, _ in unprocessed)
     return (
-        f"Unable to attach or mount volumes: unmounted volumes=[{' '.join(unmounted)}], "
-        f"unattached volumes=[{' '.join(unattached)}], failed to process volumes=[{' '.join(not_processed)}]: "
-        + "; ".join(m for _, m in unprocessed)
+        f"unmounted volumes=[{' '.join(unmounted)}], unattached volumes=[{' '.join(unattached)}], "
+        f"failed to process volumes=[{' '.join(not_processed)}]"
     )
+
+
+def wait_message(lists: str, unprocessed: list[tuple[str, str]]) -> str:
+    """upstream's FailedMount for a pod whose claims the populator could not process (kubelet.go's
+    `Unable to attach or mount volumes: %v` over WaitForAttachAndMount's error, whose cause is then
+    the populator's errors)."""
+    return f"Unable to attach or mount volumes: {lists}: " + "; ".join(m for _, m in unprocessed)
 
 
 def used_volume_names(pod: dict[str, Any]) -> set[str]:

@@ -4,6 +4,7 @@ hostPath type checks, emptyDir, and volumeMounts turned into CRI mounts."""
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from agent.cri import pb
 from agent.volumes import VolumeError, VolumeManager, container_mounts
+from agent.volumes.mountwait import MountWaits
 from agent.volumes.projection import write_atomic
 
 OBJECTS = {
@@ -130,6 +132,49 @@ async def test_only_volumes_a_container_uses_are_set_up(manager: VolumeManager, 
         "Unable to attach or mount volumes: unmounted volumes=[claim], unattached volumes=[], "
         "failed to process volumes=[claim]: "
     )
+
+
+async def test_a_mount_wait_past_upstreams_timeout_is_logged(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+):
+    """1.32's kubelet waits 2 min 3 s (podAttachAndMountTimeout) for a pod's volumes; when that passes
+    it records no event (an interrupted wait: the reconciler's FailedMount events already say why) and
+    the pod worker logs `Error syncing pod, skipping` with WaitForAttachAndMount's error, then waits
+    anew. A fake clock stands for the passes' times; the log line comes once per timed-out wait, never
+    before, and a wait that ends in ready volumes is over."""
+    now = [1000.0]
+    manager = VolumeManager(str(tmp_path), fetch, lambda pod, path: "", waits=MountWaits(lambda: now[0]))
+    pod = make_pod([{"name": "conf", "configMap": {"name": "absent"}}], uid="u-w")
+    caplog.set_level(logging.ERROR, logger="agent.volumes")
+    expected = (
+        'Error syncing pod, skipping err="unmounted volumes=[conf], unattached volumes=[], failed to '
+        'process volumes=[]: context deadline exceeded" pod="ns/p" podUID="u-w"'
+    )
+    logged = []
+    for at in (1000.0, 1060.0, 1122.9, 1123.0, 1124.0, 1245.9, 1246.0):
+        now[0] = at
+        caplog.clear()
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod)
+        assert err.value.messages == (
+            'MountVolume.SetUp failed for volume "conf" : configmap "absent" not found',
+        )
+        logged += [(at, r.getMessage()) for r in caplog.records]
+    assert logged == [(1123.0, expected), (1246.0, expected)]
+    pod["spec"]["volumes"][0]["configMap"]["name"] = "cfg"
+    now[0] = 1300.0
+    await manager.prepare(pod)  # ready: the wait is over
+    pod["spec"]["volumes"][0]["configMap"]["name"] = "absent"
+    caplog.clear()
+    for at in (1400.0, 1522.9):  # a new wait, begun at 1400
+        now[0] = at
+        with pytest.raises(VolumeError):
+            await manager.prepare(pod)
+    manager.forget("u-w")  # the pod went: a wait of the same uid would start from nothing
+    now[0] = 1523.0
+    with pytest.raises(VolumeError):
+        await manager.prepare(pod)
+    assert caplog.records == []
 
 
 async def test_host_path_types(manager: VolumeManager, tmp_path: Path):
