@@ -21,11 +21,12 @@ have mounted (the driver goes on after the agent stopped waiting), so the record
 calls the driver again (the calls are idempotent), and when the pod goes the volume is unpublished and
 unstaged as if the call had succeeded (upstream's VolumeMountUncertain / DeviceMountUncertain). A final
 error means nothing was mounted: the record goes and nothing is undone. The staging's record names the
-pods that staged it, so a staging no pod needs any more is unstaged even when no publication followed. vol_data.json
-also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats, where the driver
-has GET_VOLUME_STATS, at most once a minute per volume) gives the Summary and kubelet_volume_stats_*
-their figures. On each sync of the pod, a claim the resizer left waiting for the node
-(NodeResizePending) gets NodeExpandVolume on the publication and its new capacity (expand_persistent).
+pods that staged it, so a staging no pod needs any more is unstaged even when no publication followed.
+vol_data.json also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats,
+where the driver has GET_VOLUME_STATS, at most once a minute per volume, not on an uncertain
+publication) gives the Summary and kubelet_volume_stats_* their figures. On each sync of the pod, a
+claim the resizer left waiting for the node (NodeResizePending) gets NodeExpandVolume on the
+publication and its new capacity (expand_persistent).
 
 A driver that is not registered or a driver call that fails keeps the pod waiting with upstream's
 FailedMount message for the operation (MountDevice for NodeStageVolume and a persistent volume's missing
