@@ -3,7 +3,7 @@ environment and exits 0 only if it holds, so Succeeded (seen through the API) is
 
 Covers env with $(VAR) expansion, fieldRef, configMap/secret sources, args and workingDir, runAsUser,
 readOnlyRootFilesystem, a memory limit, dnsPolicy None with dnsConfig, hostNetwork, the termination
-message, and CreateContainerConfigError for a missing ConfigMap.
+message, CreateContainerConfigError for a missing ConfigMap, and a volume no container uses left alone.
 """
 
 from __future__ import annotations
@@ -331,6 +331,34 @@ def test_missing_configmap_volume_holds_pod(kube, namespace, node_name, image):
         lambda: kube.read_namespaced_pod("novol", namespace).status.phase == "Running",
         what="Running once mounted",
     )
+
+
+def test_a_volume_no_container_uses_is_not_waited_for(kube, namespace, node_name, image):
+    """A configMap volume of a ConfigMap that does not exist, mounted by no container: the kubelet's
+    populator skips the unused volume, so the pod runs (and records no FailedMount for it)."""
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="unused"),
+        spec=client.V1PodSpec(
+            node_name=node_name,
+            restart_policy="Never",
+            volumes=[
+                client.V1Volume(name="conf", config_map=client.V1ConfigMapVolumeSource(name="not-there")),
+                client.V1Volume(name="scratch", empty_dir=client.V1EmptyDirVolumeSource()),
+            ],
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image=image,
+                    command=["sh", "-c", "touch /scratch/ok"],
+                    volume_mounts=[client.V1VolumeMount(name="scratch", mount_path="/scratch")],
+                )
+            ],
+        ),
+    )
+    kube.create_namespaced_pod(namespace, pod)
+    assert_succeeded(finished(kube, namespace, "unused"))
+    events = kube.list_namespaced_event(namespace, field_selector="involvedObject.name=unused").items
+    assert [e.message for e in events if e.reason == "FailedMount"] == []
 
 
 def test_host_port_reaches_the_pod(kube, namespace, node_name, image):

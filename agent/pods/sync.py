@@ -172,7 +172,10 @@ async def sync_pod(ctx: PodContext, state: PodState, pod: dict[str, Any]) -> Syn
         await collect_dead(ctx.service, pod, rt)
         next_in = min(next_in, await ctx.service.refresh_volumes(pod))
     elif (
-        actions.create_sandbox or actions.containers_to_start or actions.init_to_start
+        actions.create_sandbox
+        or actions.containers_to_start
+        or actions.init_to_start
+        or actions.ephemeral_to_start
     ) and not await ctx.service.prepare_volumes(pod):
         return SyncOutcome(next_in=RETRY_AFTER_ERROR)
     else:

@@ -2,9 +2,10 @@
 configMap, secret, downwardAPI and projected (with service-account tokens), persistentVolumeClaim and
 CSI.
 
-Each volume is made ready under <root-dir>/pods/<uid>/volumes/<kind>/<name> before the pod's sandbox
-starts (a memory emptyDir as a tmpfs there, fsGroup applied), rewritten on each sync of the pod from its
-sources, and bind-mounted into containers by their volumeMounts (subPath, subPathExpr: subpath.py);
+Each volume a container uses (one no container mounts is skipped, as upstream's populator skips it) is
+made ready under <root-dir>/pods/<uid>/volumes/<kind>/<name> before the pod's sandbox starts (a memory
+emptyDir as a tmpfs there, fsGroup applied), rewritten on each sync of the pod from its sources, and
+bind-mounted into containers by their volumeMounts (subPath, subPathExpr: subpath.py);
 mounts are taken away and everything goes with the pod's folder.
 """
 

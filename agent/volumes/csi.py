@@ -12,12 +12,21 @@ namespace, uid and service account. The pod's fsGroup goes to a driver whose nod
 VOLUME_MOUNT_GROUP as the capability's volume_mount_group (the driver mounts with it and the agent walks
 nothing); any other driver's publication gets it from the agent, as the CSIDriver's fsGroupPolicy says.
 Beside each mount a vol_data.json records what was done, so the
-reverse (NodeUnpublishVolume per pod, NodeUnstageVolume once no pod of the node publishes the volume)
-needs nothing but the folder: it runs when the pod goes, also after the agent restarted. vol_data.json
-also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats, where the driver
-has GET_VOLUME_STATS, at most once a minute per volume) gives the Summary and kubelet_volume_stats_*
-their figures. On each sync of the pod, a claim the resizer left waiting for the node
-(NodeResizePending) gets NodeExpandVolume on the publication and its new capacity (expand_persistent).
+reverse (NodeUnpublishVolume per pod, NodeUnstageVolume once no pod of the node needs the volume)
+needs nothing but the folder: it runs when the pod goes, also after the agent restarted. As upstream's
+kubelet saves its volume data before the call, the record is written before NodeStageVolume and
+NodePublishVolume, marked uncertain until the call succeeds: a call that ends in a non-final error
+(upstream's isFinalError: DeadlineExceeded, Unavailable, Canceled, ResourceExhausted, Aborted) may still
+have mounted (the driver goes on after the agent stopped waiting), so the record stays, the next try
+calls the driver again (the calls are idempotent), and when the pod goes the volume is unpublished and
+unstaged as if the call had succeeded (upstream's VolumeMountUncertain / DeviceMountUncertain). A final
+error means nothing was mounted: the record goes and nothing is undone. The staging's record names the
+pods that staged it, so a staging no pod needs any more is unstaged even when no publication followed.
+vol_data.json also names the pod's volume and the claim behind it, so `stats` (NodeGetVolumeStats,
+where the driver has GET_VOLUME_STATS, at most once a minute per volume, not on an uncertain
+publication) gives the Summary and kubelet_volume_stats_* their figures. On each sync of the pod, a
+claim the resizer left waiting for the node (NodeResizePending) gets NodeExpandVolume on the
+publication and its new capacity (expand_persistent).
 
 A driver that is not registered or a driver call that fails keeps the pod waiting with upstream's
 FailedMount message for the operation (MountDevice for NodeStageVolume and a persistent volume's missing
@@ -33,9 +42,11 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import grpc
 
 from agent.csi.registry import DriverRegistry, RegisteredDriver
 from agent.volumes.emptydir import unmount_under
@@ -65,6 +76,16 @@ MOUNT_GROUP_CAP = pb.NodeServiceCapability.RPC.VOLUME_MOUNT_GROUP
 PUBLISH_SECRET = ("MountVolume.SetUp", "NodePublishSecretRef")
 STAGE_SECRET = ("MountVolume.MountDevice", "NodeStageSecretRef")
 STATS_PERIOD = 60.0  # upstream's volumeStatsAggPeriod: a volume's figures are asked for at most this often
+# gRPC codes after which a stage or publish call may still be under way or done (upstream's isFinalError)
+NOT_FINAL = frozenset(
+    {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }
+)
 
 
 @dataclass
@@ -77,6 +98,8 @@ class VolumeData:
     staging: str = ""
     ephemeral: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    uncertain: bool = False  # the call was made and did not succeed: it may have mounted
+    pods: list[str] = field(default_factory=list)  # a staging's: the uids of the pods that staged it
 
 
 def _write_data(folder: Path, data: VolumeData) -> None:
@@ -175,7 +198,17 @@ class CSIPlugin:
         if STAGE_CAP in node_caps:
             staging = str(self._global_dir(host, driver_name, handle) / "globalmount")
             stage_secrets = await _secrets(host, STAGE_SECRET, pv_name, src.get("nodeStageSecretRef"))
-            await self._stage(driver, pv_name, handle, staging, cap, publish_context, context, stage_secrets)
+            await self._stage(
+                driver,
+                pod["metadata"]["uid"],
+                pv_name,
+                handle,
+                staging,
+                cap,
+                publish_context,
+                context,
+                stage_secrets,
+            )
         context.update(_pod_info(pod, csidriver, ephemeral=False))
         secrets = await _secrets(host, PUBLISH_SECRET, pv_name, src.get("nodePublishSecretRef"))
         target = host.folder(pod, "csi", pv_name) / "mount"
@@ -209,22 +242,28 @@ class CSIPlugin:
         return False
 
     async def tear_down(self, host: VolumeHost, uid: str) -> None:
-        """NodeUnpublishVolume for each CSI volume of the pod, then NodeUnstageVolume for each volume no
-        other pod of the node publishes any more. A driver that is gone meanwhile cannot be asked: its
-        mounts are taken away here, so nothing stays mounted."""
+        """NodeUnpublishVolume for each CSI volume of the pod (an uncertain publication too), then
+        NodeUnstageVolume for each staging the pod used (an uncertain one too) that no other pod of the
+        node publishes or staged. A driver that is gone meanwhile cannot be asked: its mounts are taken
+        away here, so nothing stays mounted."""
         folder = host.pod_volumes_dir(uid) / FOLDER
         entries = await asyncio.to_thread(lambda: sorted(folder.glob(f"*/{DATA_FILE}")))
         async with self._lock:
+            stagings: dict[str, VolumeData] = {}
             for data_file in entries:
                 data = await asyncio.to_thread(_read_data, data_file)
                 if data is None:
                     continue
                 await self._unpublish(data)
                 await asyncio.to_thread(data_file.unlink, True)
-                if data.staging:
-                    users = await asyncio.to_thread(_publications, host.root_dir)
-                    if not any(u.staging == data.staging for u in users):
-                        await self._unstage(data)
+                if data.staging:  # its own record (naming the pods that staged it), else the publication's
+                    own = await asyncio.to_thread(_read_data, Path(data.staging).parent / DATA_FILE)
+                    stagings[data.staging] = own or data
+            stagings.update(await asyncio.to_thread(_release_stagings, host.root_dir, uid))
+            users = await asyncio.to_thread(_publications, host.root_dir)
+            for staging, data in stagings.items():
+                if not data.pods and not any(u.staging == staging for u in users):
+                    await self._unstage(data)
 
     async def stats(self, host: VolumeHost, uid: str) -> list[VolumeUsage]:
         """NodeGetVolumeStats on each CSI volume the pod has published, when its driver has the
@@ -236,7 +275,7 @@ class CSIPlugin:
         out = []
         for data_file in entries:
             data = await asyncio.to_thread(_read_data, data_file)
-            if data is None:
+            if data is None or data.uncertain:
                 continue
             known = self._stats.get(data.target)
             if known is None or now - known.time >= STATS_PERIOD:
@@ -395,6 +434,7 @@ class CSIPlugin:
     async def _stage(
         self,
         driver: RegisteredDriver,
+        uid: str,
         volume: str,
         handle: str,
         staging: str,
@@ -405,14 +445,25 @@ class CSIPlugin:
     ) -> None:
         folder = Path(staging).parent
         async with self._lock:
-            if await asyncio.to_thread((folder / DATA_FILE).exists):
-                return  # staged once for the node
-            await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+            known = await asyncio.to_thread(_read_data, folder / DATA_FILE)
+            pods = sorted({*(known.pods if known else []), uid})
+            record = VolumeData(driver.name, handle, "", staging, pods=pods)
+            if known is not None and not known.uncertain:  # staged once for the node
+                if uid not in known.pods:
+                    await asyncio.to_thread(_write_data, folder, record)
+                return
+            await asyncio.to_thread(_write_data, folder, replace(record, uncertain=True))
             try:
                 await driver.client.stage(handle, staging, cap, publish_context, context, secrets)
             except CSICallError as err:
+                if is_final(err):  # nothing was staged: nothing to unstage
+                    await asyncio.to_thread(_remove_folder, folder, "globalmount")
+                else:
+                    log.info(
+                        "NodeStageVolume uncertain volume=%s staging=%s error=%r", volume, staging, str(err)
+                    )
                 raise VolumeError(f'MountVolume.MountDevice failed for volume "{volume}" : {err}') from None
-            await asyncio.to_thread(_write_data, folder, VolumeData(driver.name, handle, "", staging))
+            await asyncio.to_thread(_write_data, folder, record)
 
     async def _publish(
         self,
@@ -430,19 +481,22 @@ class CSIPlugin:
         extra: dict[str, str],
     ) -> None:
         folder = target.parent
-        if await asyncio.to_thread((folder / DATA_FILE).exists):
+        known = await asyncio.to_thread(_read_data, folder / DATA_FILE)
+        if known is not None and not known.uncertain:
             return  # published for this pod already
-        await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+        record = VolumeData(driver.name, handle, str(target), staging, ephemeral, extra)
+        await asyncio.to_thread(_write_data, folder, replace(record, uncertain=True))
         try:
             await driver.client.publish(
                 handle, staging, str(target), cap, read_only, publish_context, context, secrets
             )
         except CSICallError as err:
-            message = f'MountVolume.SetUp failed for volume "{volume}" : {err}'
-            raise VolumeError(message) from None
-        await asyncio.to_thread(
-            _write_data, folder, VolumeData(driver.name, handle, str(target), staging, ephemeral, extra)
-        )
+            if is_final(err):  # nothing was published: nothing to unpublish
+                await asyncio.to_thread(_remove_folder, folder, target.name)
+            else:
+                log.info("NodePublishVolume uncertain volume=%s target=%s error=%r", volume, target, str(err))
+            raise VolumeError(f'MountVolume.SetUp failed for volume "{volume}" : {err}') from None
+        await asyncio.to_thread(_write_data, folder, record)
 
     async def _unpublish(self, data: VolumeData) -> None:
         driver = self.registry.get(data.driver)
@@ -470,7 +524,7 @@ class CSIPlugin:
                 log.warning("NodeUnstageVolume failed volume=%s error=%r", data.handle, str(err))
         if not done:
             await asyncio.to_thread(unmount_under, Path(data.staging))
-        await asyncio.to_thread(_remove_global, folder)
+        await asyncio.to_thread(_remove_folder, folder, "globalmount")
 
     async def _own(
         self,
@@ -492,7 +546,12 @@ def _publication_of(pod_volumes: Path, volume: str) -> VolumeData | None:
     """The persistent CSI publication of the pod's volume `volume`, from its vol_data.json."""
     for data_file in sorted((pod_volumes / FOLDER).glob(f"*/{DATA_FILE}")):
         data = _read_data(data_file)
-        if data is not None and not data.ephemeral and data.extra.get("volume") == volume:
+        if (
+            data is not None
+            and not data.ephemeral
+            and not data.uncertain
+            and data.extra.get("volume") == volume
+        ):
             return data
     return None
 
@@ -539,13 +598,34 @@ def fs_group_applies(
     return bool(fs_type) and (modes is None or "ReadWriteOnce" in modes)
 
 
-def _remove_global(folder: Path) -> None:
+def _remove_folder(folder: Path, mount_dir: str) -> None:
+    """A staging's or publication's record and its folders (a mount point among them stays)."""
     (folder / DATA_FILE).unlink(missing_ok=True)
-    for sub in (folder / "globalmount", folder):
+    for sub in (folder / mount_dir, folder):
         try:
             sub.rmdir()
         except OSError:
             pass
+
+
+def _release_stagings(root: Path, uid: str) -> dict[str, VolumeData]:
+    """The node's stagings the pod `uid` staged, each with the pod taken off its record."""
+    out = {}
+    for data_file in root.glob(f"{GLOBAL}/*/*/{DATA_FILE}"):
+        data = _read_data(data_file)
+        if data is None or uid not in data.pods:
+            continue
+        data = replace(data, pods=[p for p in data.pods if p != uid])
+        _write_data(data_file.parent, data)
+        out[data.staging] = data
+    return out
+
+
+def is_final(err: CSICallError) -> bool:
+    """Whether a failed stage or publish call surely did nothing (upstream's isFinalError): a timeout,
+    a cancelled call, an unavailable or exhausted driver and an operation still pending (Aborted) may
+    have mounted, or may still mount."""
+    return err.code not in NOT_FINAL
 
 
 def _pod_info(pod: dict[str, Any], csidriver: dict[str, Any] | None, ephemeral: bool) -> dict[str, str]:

@@ -13,6 +13,7 @@ every plugin's part down when the pod goes.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from agent.cri import pb
 from agent.volumes import claims, subpath
 from agent.volumes.emptydir import EmptyDirPlugin, disk_usage, unmount_under
 from agent.volumes.hostpath import HostPathPlugin
+from agent.volumes.mountwait import MountWaits
 from agent.volumes.plugin import (
     AttachPending,
     Fetch,
@@ -38,6 +40,8 @@ from agent.volumes.projection import KINDS as WRITTEN_KINDS
 from agent.volumes.projection import ProjectionPlugin
 from agent.volumes.tokens import TokenManager
 from kubeclient.quantity import QuantityError, value
+
+log = logging.getLogger("agent.volumes")
 
 
 def default_table(
@@ -70,6 +74,7 @@ class VolumeManager:
         table: PluginTable | None = None,
         patch: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
         record: Record | None = None,
+        waits: MountWaits | None = None,
     ) -> None:
         self.host = VolumeHost(
             Path(root_dir), fetch, field_value, resource_value, tokens, node_memory, patch, record
@@ -77,21 +82,26 @@ class VolumeManager:
         self.table = table if table is not None else default_table()
         self.root_dir = self.host.root_dir
         self.tokens = tokens
+        self.waits = waits if waits is not None else MountWaits()
 
     def pod_volumes_dir(self, uid: str) -> Path:
         return self.host.pod_volumes_dir(uid)
 
     async def prepare(self, pod: dict[str, Any]) -> dict[str, ReadyVolume]:
-        """Every volume of the pod, ready to mount. Each volume is tried (as upstream's reconciler tries
-        each on its own); when one is not ready, VolumeError carries the kubelet's FailedMount messages:
-        each failed operation's own (`MountVolume.SetUp failed for volume ...`) and, for claims the
-        desired-state populator could not process, the volume manager's `Unable to attach or mount
-        volumes` message. A volume that only waits for its attachment adds no message."""
+        """Every volume of the pod a container uses, ready to mount. A volume no container (init,
+        regular or ephemeral) mounts or uses as a device is not set up at all, as upstream's
+        desired-state populator skips it (`Skipping unused volume`): its source need not exist. Each
+        used volume is tried (as upstream's reconciler tries each on its own); when one is not ready,
+        VolumeError carries the kubelet's FailedMount messages: each failed operation's own
+        (`MountVolume.SetUp failed for volume ...`) and, for claims the desired-state populator could not
+        process, the volume manager's `Unable to attach or mount volumes` message. A volume that only
+        waits for its attachment adds no message. A pod whose volumes are still not ready after
+        upstream's 2 min 3 s gets upstream's `Error syncing pod, skipping` log line (mountwait.py)."""
         ready = {}
         unprocessed: list[tuple[str, str]] = []
         unattached: list[str] = []
         failed: list[str] = []
-        for volume in (pod.get("spec") or {}).get("volumes") or []:
+        for volume in used_volumes(pod):
             try:
                 ready[volume["name"]] = await self._prepare_one(pod, volume)
             except claims.ClaimError as err:
@@ -100,12 +110,14 @@ class VolumeManager:
                 unattached.append(volume["name"])
             except VolumeError as err:
                 failed.extend(err.messages)
-        messages = []
-        if unprocessed:
-            messages.append(wait_message(pod, ready, sorted(unattached), unprocessed))
-        if messages or failed or unattached:
-            raise VolumeError(*messages, *failed)
-        return ready
+        uid = pod["metadata"]["uid"]
+        if not (unprocessed or failed or unattached):
+            self.waits.done(uid)
+            return ready
+        lists = wait_lists(pod, ready, sorted(unattached), unprocessed)
+        self.waits.failed(pod_name(pod), uid, lists)
+        messages = [wait_message(lists, unprocessed)] if unprocessed else []
+        raise VolumeError(*messages, *failed)
 
     async def refresh(self, pod: dict[str, Any]) -> bool:
         """Rewrite the pod's volumes from their sources as they are now (the written kinds: configMap,
@@ -113,7 +125,7 @@ class VolumeManager:
         volume only when its content changed. True when something was rewritten. Mounts with a subPath
         keep what they bound at start (upstream's behaviour too)."""
         written = False
-        for volume in (pod.get("spec") or {}).get("volumes") or []:
+        for volume in used_volumes(pod):
             plugin = self.table.find(self.table.kind_of(volume))
             if plugin is not None:
                 written |= await plugin.refresh(self.host, pod, volume)
@@ -124,7 +136,8 @@ class VolumeManager:
         return self.tokens.next_refresh_in(uid) if self.tokens is not None else None
 
     def forget(self, uid: str) -> None:
-        """The pod is gone: drop its tokens."""
+        """The pod is gone: drop its tokens and its wait."""
+        self.waits.done(uid)
         if self.tokens is not None:
             self.tokens.forget(uid)
 
@@ -176,30 +189,57 @@ class VolumeManager:
         return await plugin.set_up(self.host, pod, volume)
 
 
-def wait_message(
+def wait_lists(
     pod: dict[str, Any],
     ready: dict[str, ReadyVolume],
     unattached: list[str],
     unprocessed: list[tuple[str, str]],
 ) -> str:
+    """WaitForAttachAndMount's error without its cause: the volumes the containers use that are not
+    mounted, those waiting for their attachment, those not processed. Each list sorted, space-separated,
+    as Go prints a []string."""
+    unmounted = sorted(n for n in used_volume_names(pod) if n not in ready)
+    not_processed = sorted(n for n, _ in unprocessed)
+    return (
+        f"unmounted volumes=[{' '.join(unmounted)}], unattached volumes=[{' '.join(unattached)}], "
+        f"failed to process volumes=[{' '.join(not_processed)}]"
+    )
+
+
+def wait_message(lists: str, unprocessed: list[tuple[str, str]]) -> str:
     """upstream's FailedMount for a pod whose claims the populator could not process (kubelet.go's
-    `Unable to attach or mount volumes: %v` over WaitForAttachAndMount's error): the volumes the
-    containers use that are not mounted, those waiting for their attachment, those not processed, then
-    the populator's errors. Each list sorted, space-separated, as Go prints a []string."""
-    used = {
+    `Unable to attach or mount volumes: %v` over WaitForAttachAndMount's error, whose cause is then
+    the populator's errors)."""
+    return f"Unable to attach or mount volumes: {lists}: " + "; ".join(m for _, m in unprocessed)
+
+
+def used_volume_names(pod: dict[str, Any]) -> set[str]:
+    """The volumes a container of the pod (init, regular or ephemeral) mounts or uses as a block device
+    (upstream's GetPodVolumeNames over all containers)."""
+    return {
         ref["name"]
         for kind in ("initContainers", "containers", "ephemeralContainers")
         for c in (pod.get("spec") or {}).get(kind) or []
         for ref in [*(c.get("volumeMounts") or []), *(c.get("volumeDevices") or [])]
     }
-    names = [v["name"] for v in (pod.get("spec") or {}).get("volumes") or []]
-    unmounted = sorted(n for n in names if n not in ready and n in used)
-    not_processed = sorted(n for n, _ in unprocessed)
-    return (
-        f"Unable to attach or mount volumes: unmounted volumes=[{' '.join(unmounted)}], "
-        f"unattached volumes=[{' '.join(unattached)}], failed to process volumes=[{' '.join(not_processed)}]: "
-        + "; ".join(m for _, m in unprocessed)
-    )
+
+
+def used_volumes(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's volumes that some container uses, in the pod's order; the others are skipped (logged
+    at debug level, as upstream's populator logs `Skipping unused volume` at V(4))."""
+    used = used_volume_names(pod)
+    out = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if volume.get("name") in used:
+            out.append(volume)
+        else:
+            log.debug("Skipping unused volume pod=%s volume=%s", pod_name(pod), volume.get("name"))
+    return out
+
+
+def pod_name(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def limited_empty_dirs(pod: dict[str, Any]) -> list[dict[str, Any]]:

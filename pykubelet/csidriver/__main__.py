@@ -35,6 +35,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--call-log", type=Path, help="append every call here as a JSON line")
     p.add_argument("--no-expansion", action="store_true", help="advertise no volume expansion")
     p.add_argument("--publish-delay", type=float, default=0.0, help="seconds NodePublishVolume waits first")
+    p.add_argument("--stage-delay", type=float, default=0.0, help="seconds NodeStageVolume waits first")
+    p.add_argument(
+        "--finish-late",
+        action="store_true",
+        help="a delayed call mounts even after the caller's deadline passed",
+    )
     p.add_argument(
         "--volume-mount-group",
         action="store_true",
@@ -68,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         not args.no_expansion,
         mount_group=args.volume_mount_group,
         publish_delay=args.publish_delay,
+        stage_delay=args.stage_delay,
+        finish_late=args.finish_late,
     )
     driver = Driver(cfg)
     endpoint = os.path.abspath(args.endpoint)

@@ -3,8 +3,10 @@
 A volume is the folder <state>/volumes/<volume_id>. CreateVolume makes it (the CO's name is the id, so a
 retried call finds the same volume), DeleteVolume removes it. NodeStageVolume binds it at the staging
 path, NodePublishVolume binds the staging path (or, for an ephemeral inline volume, a folder made for it
-then) at the target, read-only when asked (after --publish-delay, mounting nothing once the caller's
-deadline has passed); the Unpublish and Unstage calls undo that. Expansion (on
+then) at the target, read-only when asked; the Unpublish and Unstage calls undo that. A slow driver:
+--stage-delay and --publish-delay make a call whose path is not mounted yet wait first, then mount
+nothing once the caller's deadline has passed, or (with --finish-late) mount all the same, as a driver
+whose mount completes after the CO stopped waiting (the CO then cannot know whether it mounted). Expansion (on
 unless switched off) is online: ControllerExpandVolume takes the new size and asks for the node's part,
 NodeExpandVolume checks the published path. With the VOLUME_MOUNT_GROUP node capability switched on, a
 NodeStageVolume or NodePublishVolume whose capability carries volume_mount_group gives the volume's root
@@ -33,7 +35,7 @@ from kubeclient.csi.pb import csi_pb2 as pb
 from kubeclient.csi.pb import csi_pb2_grpc as pb_grpc
 from kubeclient.csi.pb import registration_pb2 as reg
 from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
-from pykubelet.csidriver.mounts import bind, unbind
+from pykubelet.csidriver.mounts import bind, is_mount_point, unbind
 
 EPHEMERAL = "csi.storage.k8s.io/ephemeral"
 
@@ -56,6 +58,8 @@ class DriverConfig:
     max_volume_size: int = 1 << 40  # bytes: a larger capacity is OUT_OF_RANGE (csi-driver-host-path's 1 TiB)
     mount_group: bool = False  # the VOLUME_MOUNT_GROUP node capability (the CO's fsGroup at mount)
     publish_delay: float = 0.0  # seconds NodePublishVolume takes before it mounts (a slow driver)
+    stage_delay: float = 0.0  # seconds NodeStageVolume takes before it mounts
+    finish_late: bool = False  # a delayed call mounts even after the caller's deadline passed
 
 
 class CallLog:
@@ -206,6 +210,7 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         folder = self._volume(request.volume_id, context)
         if not folder.is_dir():
             context.abort(grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
+        self._slow(self.cfg.stage_delay, request.staging_target_path, context)
         bind(str(folder), request.staging_target_path)
         self._mount_group(request.volume_capability, request.staging_target_path, context)
         return pb.NodeStageVolumeResponse()
@@ -217,10 +222,7 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
 
     def NodePublishVolume(self, request, context):
         self.log.write("NodePublishVolume", request)
-        if self.cfg.publish_delay:
-            time.sleep(self.cfg.publish_delay)
-            if not context.is_active():  # the CO gave up waiting: mount nothing it no longer expects
-                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the caller's deadline passed")
+        self._slow(self.cfg.publish_delay, request.target_path, context)
         if not request.target_path:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "target path missing in request")
         folder = self._volume(request.volume_id, context)
@@ -236,6 +238,16 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         if not request.readonly:
             self._mount_group(request.volume_capability, request.target_path, context)
         return pb.NodePublishVolumeResponse()
+
+    def _slow(self, delay: float, path: str, context) -> None:
+        """Wait `delay` seconds before mounting at `path` when it is not mounted yet (a retried call
+        finds the first one's mount and returns at once); past the caller's deadline mount nothing it
+        no longer expects, unless the driver finishes late."""
+        if not delay or (path and is_mount_point(path)):
+            return
+        time.sleep(delay)
+        if not context.is_active() and not self.cfg.finish_late:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the caller's deadline passed")
 
     def _mount_group(self, cap: pb.VolumeCapability, path: str, context) -> None:
         group = cap.mount.volume_mount_group

@@ -36,7 +36,10 @@ def manager(tmp_path: Path) -> VolumeManager:
 
 
 def make_pod(volumes, uid="u-1", security=None, containers=None, labels=None):
-    spec = {"volumes": volumes, "containers": containers or [{"name": "c"}]}
+    """A pod whose container mounts every volume unless `containers` says otherwise (a volume no
+    container uses is not set up)."""
+    mounts = [{"name": v["name"], "mountPath": f"/v/{v['name']}"} for v in volumes]
+    spec = {"volumes": volumes, "containers": containers or [{"name": "c", "volumeMounts": mounts}]}
     if security:
         spec["securityContext"] = security
     return {

@@ -40,7 +40,12 @@ class Scratch(PluginBase):
 
 
 def pod(*volumes: dict) -> dict:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": {"volumes": list(volumes)}}
+    """A pod whose one container mounts every volume (a volume no container uses is not set up)."""
+    mounts = [{"name": v["name"], "mountPath": f"/v/{v['name']}"} for v in volumes]
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+        "spec": {"volumes": list(volumes), "containers": [{"name": "c", "volumeMounts": mounts}]},
+    }
 
 
 def test_kind_is_the_first_registered_field():

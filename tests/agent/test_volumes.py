@@ -4,6 +4,7 @@ hostPath type checks, emptyDir, and volumeMounts turned into CRI mounts."""
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from agent.cri import pb
 from agent.volumes import VolumeError, VolumeManager, container_mounts
+from agent.volumes.mountwait import MountWaits
 from agent.volumes.projection import write_atomic
 
 OBJECTS = {
@@ -24,9 +26,11 @@ async def fetch(kind, ns, name):
 
 
 def make_pod(volumes, uid="u-1"):
+    """A pod whose one container mounts every volume (a volume no container uses is not set up)."""
+    mounts = [{"name": v["name"], "mountPath": f"/v/{v['name']}"} for v in volumes]
     return {
         "metadata": {"name": "p", "namespace": "ns", "uid": uid, "labels": {"app": "x", "tier": "web"}},
-        "spec": {"volumes": volumes},
+        "spec": {"volumes": volumes, "containers": [{"name": "c", "volumeMounts": mounts}]},
     }
 
 
@@ -98,6 +102,79 @@ async def test_missing_objects_and_optional(manager: VolumeManager):
     assert [n for n in os.listdir(ready["c"].host_path) if not n.startswith("..")] == []
     with pytest.raises(VolumeError, match="not supported"):
         await manager.prepare(make_pod([{"name": "n", "nfs": {"server": "x", "path": "/"}}]))
+
+
+@pytest.mark.parametrize("user", ["initContainers", "ephemeralContainers", "volumeDevices"])
+async def test_only_volumes_a_container_uses_are_set_up(manager: VolumeManager, tmp_path: Path, user: str):
+    """upstream's populator skips a volume no container (init, regular, ephemeral) mounts or uses as a
+    device: a configMap volume of a missing ConfigMap and an emptyDir nobody mounts are not set up (the
+    pod is not held, nothing is made on disk, a sync rewrites nothing, the wait message does not name
+    them); a volume any kind of container uses is."""
+    missing = {"name": "conf", "configMap": {"name": "absent"}}
+    unused_dir = {"name": "spare", "emptyDir": {}}
+    used = {"name": "work", "emptyDir": {}}
+    pod = make_pod([missing, unused_dir, used])
+    pod["spec"]["containers"] = [{"name": "c"}]
+    if user == "volumeDevices":
+        pod["spec"]["containers"][0]["volumeDevices"] = [{"name": "work", "devicePath": "/dev/x"}]
+    else:
+        pod["spec"][user] = [{"name": "i", "volumeMounts": [{"name": "work", "mountPath": "/w"}]}]
+    ready = await manager.prepare(pod)
+    assert list(ready) == ["work"]
+    volumes = tmp_path / "pods/u-1/volumes"
+    assert [p.name for p in volumes.glob("*/*")] == ["work"]
+    assert await manager.refresh(pod) is False  # the missing ConfigMap is not looked for on sync either
+    pod["spec"]["volumes"].append({"name": "claim", "persistentVolumeClaim": {"claimName": "nope"}})
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "claim", "mountPath": "/c"}]
+    with pytest.raises(VolumeError) as err:
+        await manager.prepare(pod)
+    assert err.value.messages[0].startswith(
+        "Unable to attach or mount volumes: unmounted volumes=[claim], unattached volumes=[], "
+        "failed to process volumes=[claim]: "
+    )
+
+
+async def test_a_mount_wait_past_upstreams_timeout_is_logged(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+):
+    """1.32's kubelet waits 2 min 3 s (podAttachAndMountTimeout) for a pod's volumes; when that passes
+    it records no event (an interrupted wait: the reconciler's FailedMount events already say why) and
+    the pod worker logs `Error syncing pod, skipping` with WaitForAttachAndMount's error, then waits
+    anew. A fake clock stands for the passes' times; the log line comes once per timed-out wait, never
+    before, and a wait that ends in ready volumes is over."""
+    now = [1000.0]
+    manager = VolumeManager(str(tmp_path), fetch, lambda pod, path: "", waits=MountWaits(lambda: now[0]))
+    pod = make_pod([{"name": "conf", "configMap": {"name": "absent"}}], uid="u-w")
+    caplog.set_level(logging.ERROR, logger="agent.volumes")
+    expected = (
+        'Error syncing pod, skipping err="unmounted volumes=[conf], unattached volumes=[], failed to '
+        'process volumes=[]: context deadline exceeded" pod="ns/p" podUID="u-w"'
+    )
+    logged = []
+    for at in (1000.0, 1060.0, 1122.9, 1123.0, 1124.0, 1245.9, 1246.0):
+        now[0] = at
+        caplog.clear()
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod)
+        assert err.value.messages == (
+            'MountVolume.SetUp failed for volume "conf" : configmap "absent" not found',
+        )
+        logged += [(at, r.getMessage()) for r in caplog.records]
+    assert logged == [(1123.0, expected), (1246.0, expected)]
+    pod["spec"]["volumes"][0]["configMap"]["name"] = "cfg"
+    now[0] = 1300.0
+    await manager.prepare(pod)  # ready: the wait is over
+    pod["spec"]["volumes"][0]["configMap"]["name"] = "absent"
+    caplog.clear()
+    for at in (1400.0, 1522.9):  # a new wait, begun at 1400
+        now[0] = at
+        with pytest.raises(VolumeError):
+            await manager.prepare(pod)
+    manager.forget("u-w")  # the pod went: a wait of the same uid would start from nothing
+    now[0] = 1523.0
+    with pytest.raises(VolumeError):
+        await manager.prepare(pod)
+    assert caplog.records == []
 
 
 async def test_host_path_types(manager: VolumeManager, tmp_path: Path):

@@ -2,17 +2,20 @@
 controlplane/controllers/volume/csiresizer.py): which size a claim's volume is expanded to from the
 claim's resize status (upstream's expandAndRecover), how the resize conditions merge, and the size as the
 resizer writes it; where the kubelet applies fsGroup to a CSI publication by the fsGroupPolicy; when
-the attach/detach controller reports an attachment that waited too long."""
+the attach/detach controller reports an attachment that waited too long; which failed stage or publish
+calls leave the mount uncertain."""
 
 from __future__ import annotations
 
 import os
 
+import grpc
 import pytest
 
-from agent.volumes.csi import fs_group_applies
+from agent.volumes.csi import fs_group_applies, is_final
 from controlplane.controllers.volume.attachdetach import ATTACH_TIMEOUT, attach_timeout
 from controlplane.controllers.volume.csiresizer import target_size
+from kubeclient.csi.client import CSICallError
 from kubeclient.csi.resize import binary, condition, merge_conditions
 
 
@@ -152,3 +155,24 @@ def test_attach_timeout_is_due_two_minutes_after_the_attachment_or_its_last_repo
     # reported at +120: the next one is due at +240
     assert attach_timeout(attachment, "vol-9", made + 120, made + 200) == ("", 40.0)
     assert attach_timeout(attachment, "vol-9", made + 120, made + 240)[0] == message
+
+
+@pytest.mark.parametrize(
+    ("code", "final"),
+    [
+        (grpc.StatusCode.DEADLINE_EXCEEDED, False),
+        (grpc.StatusCode.UNAVAILABLE, False),
+        (grpc.StatusCode.CANCELLED, False),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, False),
+        (grpc.StatusCode.ABORTED, False),
+        (grpc.StatusCode.NOT_FOUND, True),
+        (grpc.StatusCode.INVALID_ARGUMENT, True),
+        (grpc.StatusCode.INTERNAL, True),
+        (grpc.StatusCode.FAILED_PRECONDITION, True),
+        (grpc.StatusCode.UNKNOWN, True),
+    ],
+)
+def test_which_failed_calls_may_still_have_mounted(code, final):
+    """upstream's isFinalError: a timeout, a cancelled call, an unavailable or exhausted driver and a
+    pending operation (Aborted) leave the mount uncertain; every other code means nothing was done."""
+    assert is_final(CSICallError("NodeStageVolume", code, "x")) is final

@@ -5,8 +5,9 @@ manager (CSI plugin in its table) stages a claim's CSI volume once for two pods,
 with the pod's info, read-only where asked, waits for the VolumeAttachment where the CSIDriver wants one,
 publishes an inline ephemeral volume, and leaves nothing mounted once the pods are taken down; the
 pod's fsGroup goes by the fsGroupPolicy, or to a driver with VOLUME_MOUNT_GROUP as volume_mount_group;
-a NodePublishVolume that times out is upstream's FailedMount. The API reads are a dict here (the API
-kinds are tested in the stack test)."""
+a NodeStageVolume or NodePublishVolume that times out is upstream's FailedMount, and its mount, done by
+the driver after the agent stopped waiting, is undone when the pod goes; one that fails for good is not.
+The API reads are a dict here (the API kinds are tested in the stack test)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,15 @@ async def until(condition, what: str, timeout: float = 20.0) -> None:
 
 
 def pod(uid: str, *volumes: dict, name: str = "p") -> dict:
+    """A pod whose container mounts each of `volumes` (a volume no container uses is not set up)."""
+    mounts = [{"name": v["name"], "mountPath": f"/v/{v['name']}"} for v in volumes]
     return {
         "metadata": {"name": name, "namespace": "ns", "uid": uid},
-        "spec": {"volumes": list(volumes), "serviceAccountName": "sa"},
+        "spec": {
+            "volumes": list(volumes),
+            "serviceAccountName": "sa",
+            "containers": [{"name": "c", "volumeMounts": mounts}],
+        },
     }
 
 
@@ -428,21 +435,88 @@ async def test_fs_group_goes_to_a_driver_with_volume_mount_group(short_dir: Path
         await manager.teardown("uid-h")
 
 
-async def test_a_publish_that_times_out_is_upstreams_failed_mount(
+async def test_a_publish_that_times_out_is_uncertain_and_unpublished_when_the_pod_goes(
     short_dir: Path, objects: dict, monkeypatch: pytest.MonkeyPatch
 ):
     """A NodePublishVolume slower than the node's deadline (shortened here from upstream's 15 s): the
-    pod's FailedMount reads as upstream's kubelet's (Go's `context deadline exceeded`), the pod waits,
-    and nothing stays mounted once it goes."""
+    pod's FailedMount reads as upstream's kubelet's (Go's `context deadline exceeded`) and the pod waits;
+    the driver mounts after the agent stopped waiting, so the publication is uncertain: when the pod goes
+    it is unpublished all the same (upstream's VolumeMountUncertain) and nothing stays mounted."""
     monkeypatch.setattr(csiclient, "NODE_TIMEOUT", 1.0)
     inline = {"name": "scratch", "csi": {"driver": DRIVER}}
-    async with node_with_volume(short_dir, objects, "--publish-delay", "3", uids=("uid-t",)) as (_, manager):
+    root = short_dir / "kubelet"
+    target = str(root / "pods/uid-t/volumes/kubernetes.io~csi/scratch/mount")
+    flags = ("--publish-delay", "3", "--finish-late")
+    async with node_with_volume(short_dir, objects, *flags, uids=("uid-t",)) as (driver, manager):
         with pytest.raises(VolumeError) as err:
             await manager.prepare(pod("uid-t", inline, name="t"))
         assert err.value.messages == (
             'MountVolume.SetUp failed for volume "scratch" : rpc error: code = DeadlineExceeded desc = '
             "context deadline exceeded",
         )
+        await until(lambda: target in mounts_under(root), "the driver's late mount")
+        await manager.teardown("uid-t")
+        assert [c["target_path"] for c in driver.calls("NodeUnpublishVolume")] == [target]
+        assert mounts_under(root) == []
+
+
+async def test_a_stage_that_times_out_is_uncertain_unstaged_when_the_pod_goes_and_staged_again(
+    short_dir: Path, objects: dict, monkeypatch: pytest.MonkeyPatch
+):
+    """A NodeStageVolume slower than the node's deadline whose mount the driver completes afterwards:
+    upstream's MountDevice FailedMount, the staging uncertain (DeviceMountUncertain). The pod deleted
+    before any retry: NodeUnstageVolume all the same, nothing left mounted. The next pod's retry after an
+    uncertain stage calls NodeStageVolume again (idempotent: the driver finds its mount), then publishes,
+    and its teardown unpublishes and unstages."""
+    monkeypatch.setattr(csiclient, "NODE_TIMEOUT", 1.0)
+    claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    root = short_dir / "kubelet"
+    flags = ("--stage-delay", "3", "--finish-late")
+    timed_out = (
+        'MountVolume.MountDevice failed for volume "pv-1" : rpc error: code = DeadlineExceeded desc = '
+        "context deadline exceeded",
+    )
+    async with node_with_volume(short_dir, objects, *flags, uids=("uid-s", "uid-r")) as (driver, manager):
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-s", claim, name="s"))
+        assert err.value.messages == timed_out
+        (stage,) = driver.calls("NodeStageVolume")
+        staging = stage["staging_target_path"]
+        await until(lambda: staging in mounts_under(root), "the driver's late staging")
+        await manager.teardown("uid-s")
+        assert driver.calls("NodePublishVolume") == []
+        assert [c["staging_target_path"] for c in driver.calls("NodeUnstageVolume")] == [staging]
+        assert mounts_under(root) == []
+
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-r", claim, name="r"))
+        assert err.value.messages == timed_out
+        await until(lambda: staging in mounts_under(root), "the driver's late staging")
+        ready = await manager.prepare(pod("uid-r", claim, name="r"))
+        assert len(driver.calls("NodeStageVolume")) == 3  # staged again after the uncertain try
+        Path(ready["data"].host_path, "f").write_text("x")
+        assert (driver.state_dir / "volumes/vol-1/f").read_text() == "x"
+        await manager.teardown("uid-r")
+        assert len(driver.calls("NodeUnpublishVolume")) == 1
+        assert len(driver.calls("NodeUnstageVolume")) == 2
+        assert mounts_under(root) == []
+
+
+async def test_a_stage_that_fails_for_good_leaves_nothing_to_unstage(short_dir: Path, objects: dict):
+    """A NodeStageVolume ending in a final error (the volume does not exist: NotFound) mounted nothing:
+    the pod waits with upstream's message, and when it goes nothing is unstaged and no record stays."""
+    objects[("PersistentVolume", "pv-1")]["spec"]["csi"]["volumeHandle"] = "vol-missing"
+    claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    async with node_with_volume(short_dir, objects, uids=("uid-f",)) as (driver, manager):
+        with pytest.raises(VolumeError) as err:
+            await manager.prepare(pod("uid-f", claim, name="f"))
+        assert err.value.messages == (
+            'MountVolume.MountDevice failed for volume "pv-1" : rpc error: code = NotFound desc = '
+            "volume vol-missing not found",
+        )
+        await manager.teardown("uid-f")
+        assert driver.calls("NodeUnstageVolume") == []
+        assert list((short_dir / "kubelet").glob("plugins/kubernetes.io/csi/*/*")) == []
 
 
 async def test_wait_message_names_the_unattached_and_the_unprocessed(short_dir: Path, objects: dict):
