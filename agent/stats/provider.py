@@ -52,10 +52,10 @@ VOLUME_STATS_PERIOD = 60.0
 # PersistentVolume: the statfs of its path).
 _MEASURED_BY_PLUGIN = ("kubernetes.io~csi", "kubernetes.io~local-volume")
 _EPHEMERAL_PLUGINS = (
-    "kubernetes.io~emptydir",
+    "kubernetes.io~empty-dir",
     "kubernetes.io~configmap",
     "kubernetes.io~secret",
-    "kubernetes.io~downwardapi",
+    "kubernetes.io~downward-api",
 )
 
 

@@ -45,6 +45,16 @@ class AttachPending(VolumeError):
         super().__init__()
 
 
+# Upstream's in-tree plugin names where they are not the volume type's name in lower case
+# (pkg/volume/emptydir: kubernetes.io/empty-dir; pkg/volume/downwardapi: kubernetes.io/downward-api).
+_PLUGIN_NAMES = {"emptyDir": "empty-dir", "downwardAPI": "downward-api"}
+
+
+def plugin_folder(kind: str) -> str:
+    """The folder of a volume type's volumes under a pod's volumes/: kubernetes.io~<plugin name>."""
+    return "kubernetes.io~" + _PLUGIN_NAMES.get(kind, kind.lower())
+
+
 @dataclass(frozen=True)
 class ReadyVolume:
     name: str
@@ -88,8 +98,10 @@ class VolumeHost:
         return self.root_dir / "pods" / uid / "volumes"
 
     def folder(self, pod: dict[str, Any], kind: str, name: str) -> Path:
-        """<root>/pods/<uid>/volumes/kubernetes.io~<kind>/<name>, upstream's layout."""
-        return self.pod_volumes_dir(pod["metadata"]["uid"]) / f"kubernetes.io~{kind.lower()}" / name
+        """<root>/pods/<uid>/volumes/<plugin>/<name>, upstream's layout: the plugin's name with its '/'
+        escaped as '~' (kubernetes.io~empty-dir, kubernetes.io~configmap, ...), which tools that read a
+        node's pod folders (backup agents, log shippers, du scripts) look for."""
+        return self.pod_volumes_dir(pod["metadata"]["uid"]) / plugin_folder(kind) / name
 
     async def own(self, pod: dict[str, Any], folder: Path, read_only: bool) -> None:
         """fsGroup and fsGroupChangePolicy (agent/volumes/ownership.py)."""

@@ -79,6 +79,14 @@ async def test_config_secret_downward_projected(manager: VolumeManager, tmp_path
     assert ready["c"].read_only and not ready["e"].read_only
     assert Path(ready["e"].host_path).is_dir()
     assert str(c).startswith(str(tmp_path / "pods" / "u-1" / "volumes"))
+    # Each under its plugin's folder as upstream's kubelet names them (the plugin name, '/' as '~').
+    assert {name: Path(v.host_path).parent.name for name, v in ready.items()} == {
+        "c": "kubernetes.io~configmap",
+        "s": "kubernetes.io~secret",
+        "d": "kubernetes.io~downward-api",
+        "pr": "kubernetes.io~projected",
+        "e": "kubernetes.io~empty-dir",
+    }
 
 
 def test_atomic_update_swaps_data(tmp_path: Path):
