@@ -8,7 +8,13 @@ import os
 import threading
 import time
 
-from bench.streaming.portforward import PROCESSES, scheduled_delta, scheduled_seconds, scheduled_table
+from bench.streaming.portforward import (
+    PROCESSES,
+    per_mib,
+    scheduled_delta,
+    scheduled_seconds,
+    scheduled_table,
+)
 
 
 def test_a_thread_born_between_two_samples_counts_its_whole_run() -> None:
@@ -40,10 +46,16 @@ def test_a_gone_process_has_no_threads() -> None:
     assert scheduled_seconds(2**22 + 1) == {}  # above pid_max's ceiling: never a live process
 
 
+def test_rounds_become_medians_per_mib_and_an_unmeasured_wait_stays_unmeasured() -> None:
+    assert per_mib([(0.1, 0.2), (0.3, 0.4), (0.2, 0.6)], 100) == {"run": 2.0, "wait": 4.0}
+    assert per_mib([(0.1, None), (0.3, None)], 100) == {"run": 2.0, "wait": None}
+
+
 def test_the_table_sums_every_process_of_a_path() -> None:
-    procs = {n: {"run": 1.0, "wait": 0.5} for n in PROCESSES}
+    procs: dict[str, dict[str, float | None]] = {n: {"run": 1.0, "wait": 0.5} for n in PROCESSES}
+    procs["httpd"] = {"run": 1.0, "wait": None}
     table = scheduled_table({"kubectl": procs})
     row = next(line for line in table.splitlines() if line.startswith("| kubectl"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1 : 1 + len(PROCESSES)] == ["1.0 / 0.5"] * len(PROCESSES)
-    assert cells[-2:] == [str(float(len(PROCESSES))), str(len(PROCESSES) * 0.5)]
+    assert cells[1 : 1 + len(PROCESSES)] == ["1.0 / -"] + ["1.0 / 0.5"] * (len(PROCESSES) - 1)
+    assert cells[-2:] == [str(float(len(PROCESSES))), str((len(PROCESSES) - 1) * 0.5)]
