@@ -17,8 +17,12 @@ machine hits all paths alike; each round carries the load average when it starte
 The SPDY client is ours (kubeclient/httpstream/spdy.py, Python), the same for both SPDY paths, so the
 difference between them is the agent's and the API server's hops. With --profile, `perf` samples the API
 server and the agent (bench/perfprofile.py's categories) during extra kubectl fetches. CPU ms per MiB of
-each process is taken over the kubectl fetches. Figures are reported, never asserted. Writes
-streaming-portforward.{json,md,svg}.
+each process is taken over the kubectl fetches (clock ticks, as before). Beside it, for every path, each
+process's time on a CPU and time runnable but waiting for one (the scheduler's per-thread schedstat, in
+nanoseconds; busybox httpd serves each connection from a forked child, so its figure is its container's
+CPU as CRI's stats give it, with no wait): their sum over a path's processes is the CPU a tunnelled MiB
+costs the machine, which bounds a path's rate once the cores are busy, and the waits say how busy they
+were. Figures are reported, never asserted. Writes streaming-portforward.{json,md,svg}.
 """
 
 from __future__ import annotations
@@ -50,6 +54,34 @@ from pykubelet.rig.stack import Stack
 
 PORT = 8080
 PATHS = ("direct", "containerd", "apiserver_spdy", "kubectl")
+PROCESSES = ("httpd", "containerd", "agent", "apiserver", "kubectl", "client")
+
+
+def scheduled_seconds(pid: int) -> dict[int, tuple[float, float]]:
+    """{thread id: (seconds on a CPU, seconds runnable waiting for one)} of a process's live threads
+    (/proc/PID/task/TID/schedstat)."""
+    out: dict[int, tuple[float, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run, wait, _ = f.read().split()
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (int(run) / 1e9, int(wait) / 1e9)
+    return out
+
+
+def scheduled_delta(
+    before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]
+) -> tuple[float, float]:
+    """Run and wait seconds between two samples (a thread born in between counts from zero)."""
+    run = sum(r - before.get(tid, (0.0, 0.0))[0] for tid, (r, _) in after.items())
+    wait = sum(w - before.get(tid, (0.0, 0.0))[1] for tid, (_, w) in after.items())
+    return run, wait
 
 
 @dataclass(frozen=True)
@@ -166,6 +198,10 @@ async def bench(stack: Stack, size: Size) -> dict:
     loop = asyncio.get_running_loop()
     try:
         (sandbox,) = [s for s in await cri.list_pod_sandbox() if s.metadata.uid == uid]
+        (container,) = [c for c in await cri.list_containers() if c.pod_sandbox_id == sandbox.id]
+
+        async def httpd_seconds() -> float:
+            return (await cri.container_stats(container.id)).cpu.usage_core_nano_seconds.value / 1e9
 
         async def via_containerd() -> float:
             return await spdy_fetch(await cri.port_forward(sandbox.id, [PORT]), nbytes)
@@ -184,12 +220,19 @@ async def bench(stack: Stack, size: Size) -> dict:
         pids |= {"kubectl": forward.pid, "client": os.getpid()}
         rounds: list[dict] = []
         cpu = dict.fromkeys(pids, 0.0)
+        scheduled: dict[str, list[dict[str, tuple[float, float | None]]]] = {name: [] for name in PATHS}
         for _ in range(size.rounds):
             row: dict = {"loadavg_1m": os.getloadavg()[0]}
             for name in PATHS:
                 if name == "kubectl":
                     before = {n: cpu_seconds(p) for n, p in pids.items()}
+                sched_before = {n: scheduled_seconds(p) for n, p in pids.items()}
+                httpd_before = await httpd_seconds()
                 row[name] = round(await fetchers[name](), 1)
+                scheduled[name].append(
+                    {n: scheduled_delta(sched_before[n], scheduled_seconds(p)) for n, p in pids.items()}
+                    | {"httpd": (await httpd_seconds() - httpd_before, None)}
+                )
                 if name == "kubectl":
                     cpu = {n: cpu[n] + cpu_seconds(p) - before[n] for n, p in pids.items()}
             rounds.append(row)
@@ -218,8 +261,39 @@ async def bench(stack: Stack, size: Size) -> dict:
             for n in ("apiserver_spdy", "kubectl")
         },
         "kubectl_cpu_ms_per_mib": {n: round(v * 1e3 / (size.rounds * size.mib), 2) for n, v in cpu.items()},
+        "scheduled_ms_per_mib": {
+            path: {n: per_mib([r[n] for r in per_round], size.mib) for n in PROCESSES}
+            for path, per_round in scheduled.items()
+        },
         "profiles": profiles,
     }
+
+
+def per_mib(samples: list[tuple[float, float | None]], mib: int) -> dict[str, float | None]:
+    """{run, wait}: the rounds' median seconds as ms per MiB (wait None where it was not measured)."""
+    waits = [w for _, w in samples if w is not None]
+    return {
+        "run": round(statistics.median(r for r, _ in samples) * 1e3 / mib, 2),
+        "wait": round(statistics.median(waits) * 1e3 / mib, 2) if len(waits) == len(samples) else None,
+    }
+
+
+def scheduled_table(scheduled: dict[str, dict[str, dict[str, float | None]]]) -> str:
+    """ms per MiB on a CPU / waiting for one, each process on each path (median of the rounds)."""
+    head = "| path | " + " | ".join(PROCESSES) + " | all: on a CPU | all: waiting (measured) |\n"
+    head += "| --- " * (len(PROCESSES) + 3) + "|\n"
+    rows = ""
+    for path, procs in scheduled.items():
+        cells = [
+            f"{procs[n]['run']} / {'-' if procs[n]['wait'] is None else procs[n]['wait']}" for n in PROCESSES
+        ]
+        run = round(sum(procs[n]["run"] or 0.0 for n in PROCESSES), 2)
+        wait = round(sum(procs[n]["wait"] or 0.0 for n in PROCESSES), 2)
+        rows += f"| {path} | " + " | ".join(cells) + f" | {run} | {wait} |\n"
+    return (
+        "\nms per MiB each process spent on a CPU / runnable waiting for one (schedstat, every thread; httpd: "
+        "its container's CPU from CRI, no wait; median of the rounds):\n\n" + head + rows
+    )
 
 
 def markdown(r: dict) -> str:
@@ -240,6 +314,7 @@ def markdown(r: dict) -> str:
         + "\n\nCPU ms per MiB over the kubectl fetches: "
         + ", ".join(f"{k} {v}" for k, v in r["kubectl_cpu_ms_per_mib"].items())
         + "\n"
+        + scheduled_table(r["scheduled_ms_per_mib"])
     )
     for target, summary in r["profiles"].items():
         text += f"\n`perf` of the {target} during kubectl fetches: {json.dumps(summary)}\n"
