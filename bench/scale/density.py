@@ -403,7 +403,13 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
                     u.sample()
                 return watcher.count >= total
 
-            await wait_until(all_running, 120 + total / 10, f"{total} pods Running")
+            try:
+                await wait_until(all_running, 120 + total / 10, f"{total} pods Running")
+            except TimeoutError as err:  # say how far it got: the rate it managed is the figure then
+                took = time.monotonic() - first
+                raise TimeoutError(
+                    f"{err} ({watcher.count} Running after {took:.0f} s, {watcher.count / took:.1f} pods/s)"
+                ) from None
             saturation = time.monotonic() - first
 
             async def fanned_out() -> bool:
