@@ -25,6 +25,7 @@ from agent.cri.client import Timeouts
 from agent.csi.registry import DriverRegistry
 from agent.csi.watcher import PluginWatcher
 from agent.kube.objects import ObjectReader
+from agent.kube.objectwatch import ObjectWatches
 from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.kube.services import service_informer, services_of
 from agent.kube.tokens import CredentialClient
@@ -116,7 +117,8 @@ class Agent:
         self.event_client = KubeClient(
             cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet"
         )
-        self.objects = ObjectReader(self.client)
+        # ConfigMaps and Secrets the pods name are watched one by one (upstream's Watch strategy).
+        self.objects = ObjectReader(self.client, ObjectWatches(self.client))
         self.csi_drivers = DriverRegistry()
         self.plugin_watcher: PluginWatcher | None = None
         self.credentials = CredentialClient(self.client)
@@ -492,6 +494,8 @@ class Agent:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.objects.watches is not None:
+            await self.objects.watches.close()
         if self.pods is not None:
             await self.pods.stop()
             if self.pods.ctx.prober is not None:
