@@ -117,8 +117,12 @@ class Agent:
         self.event_client = KubeClient(
             cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet"
         )
-        # ConfigMaps and Secrets the pods name are watched one by one (upstream's Watch strategy).
-        self.objects = ObjectReader(self.client, ObjectWatches(self.client))
+        # ConfigMaps and Secrets the pods name are watched one by one (upstream's Watch strategy). Each
+        # watch holds a connection (HTTP/1.1; upstream's HTTP/2 multiplexes them), so they have a pool of
+        # their own without a bound, and cannot starve the node's other calls; the rate limit is shared.
+        self.watch_client = KubeClient(cluster, component="kubelet", max_connections=0)
+        self.watch_client.limiter = self.client.limiter
+        self.objects = ObjectReader(self.client, ObjectWatches(self.watch_client))
         self.csi_drivers = DriverRegistry()
         self.plugin_watcher: PluginWatcher | None = None
         self.credentials = CredentialClient(self.client)
@@ -145,7 +149,9 @@ class Agent:
             self._spawn(self.healthz.serve(cfg.healthz_bind_address, cfg.healthz_port), "healthz")
         current = paths_for(cfg.root_dir, cfg.kubeconfig, cfg.cert_dir).current
         if cfg.rotate_certificates and current.exists():
-            self.rotator = CertRotator([self.client, self.event_client], cfg.node_name, current)
+            self.rotator = CertRotator(
+                [self.client, self.event_client, self.watch_client], cfg.node_name, current
+            )
             self.rotator.start()
         self.cri = cri = await connect_runtime(cfg)
         cri.observer = self.metrics.runtime_operation
@@ -496,6 +502,7 @@ class Agent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.objects.watches is not None:
             await self.objects.watches.close()
+        await self.watch_client.close()
         if self.pods is not None:
             await self.pods.stop()
             if self.pods.ctx.prober is not None:

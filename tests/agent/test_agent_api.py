@@ -581,12 +581,13 @@ async def test_a_configmap_is_read_from_its_own_watch(
     """Upstream's Watch strategy on the node's own credentials: the Node authorizer lets the node watch
     the one ConfigMap its pod names (fieldSelector metadata.name); once that watch has listed, the pod
     worker's passes read it without a GET, a change reaches the pod's configMap volume through the watch,
-    and the watch ends on the server when the pod goes."""
+    and the watch ends on the server when the pod goes. The pod names more ConfigMaps than the node's
+    client has connections (64): a watch holds one each, and the node's other calls still get theirs."""
     name = f"live-{uuid.uuid4().hex[:6]}"
     cm_path = f"/api/v1/namespaces/default/configmaps/{name}"
-    await admin.create(
-        "/api/v1/namespaces/default/configmaps", {"metadata": {"name": name}, "data": {"value": "one"}}
-    )
+    many = [f"{name}-{i}" for i in range(70)]
+    for cm, data in [(name, {"value": "one"}), *((n, {"k": "x"}) for n in many)]:
+        await admin.create("/api/v1/namespaces/default/configmaps", {"metadata": {"name": cm}, "data": data})
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -594,7 +595,10 @@ async def test_a_configmap_is_read_from_its_own_watch(
         "spec": {
             "nodeName": agent.cfg.node_name,
             "terminationGracePeriodSeconds": 1,
-            "volumes": [{"name": "live", "configMap": {"name": name}}],
+            "volumes": [
+                {"name": "live", "configMap": {"name": name}},
+                {"name": "many", "projected": {"sources": [{"configMap": {"name": n}} for n in many]}},
+            ],
             "containers": [
                 {
                     "name": "main",
@@ -621,7 +625,11 @@ async def test_a_configmap_is_read_from_its_own_watch(
         return key in watches.held()
 
     await wait_for_async(listed, timeout=10.0, interval=0.1, what="the ConfigMap's watch listed")
-    assert await asyncio.to_thread(configmap_watches, apiserver) >= 1
+
+    async def all_watched():
+        return await asyncio.to_thread(configmap_watches, apiserver) == 1 + len(many)
+
+    await wait_for_async(all_watched, timeout=20.0, interval=0.2, what="a watch open for each ConfigMap")
     gets: list[str] = []
     request = agent.client.request
 
@@ -655,4 +663,5 @@ async def test_a_configmap_is_read_from_its_own_watch(
 
     await wait_for_async(unwatched, timeout=30.0, interval=0.2, what="the ConfigMap's watch ended")
     assert key not in agent.objects.cached()
-    await admin.delete(cm_path)
+    for gone in [name, *many]:
+        await admin.delete(f"/api/v1/namespaces/default/configmaps/{gone}")
