@@ -66,10 +66,6 @@ class ObjectWatches:
         self.retry = retry
         self._watches: dict[Key, ObjectWatch] = {}
 
-    @staticmethod
-    def watchable(key: Key) -> bool:
-        return key[0] in WATCHED
-
     def start(self, key: Key) -> None:
         """Watch the object from now on (called from the event loop)."""
         kind, namespace, name = key
