@@ -76,6 +76,11 @@ from kubeclient.version import KUBERNETES_VERSION
 
 log = logging.getLogger("agent")
 POD_CIDR_POLL = 0.5  # seconds between reads of the node while it waits for the control plane's pod CIDR
+# Connections the API and event clients keep. Upstream's kubelet sends every call over one HTTP/2
+# connection; over HTTP/1.1 a pool opens one per call in flight, and a 110-pod burst (token requests,
+# status patches, events all at once) opened 64 for each client, a TLS handshake each. The rate limits
+# (kubeAPIQPS, eventRecordQPS: 50/s) keep a handful busy; the two informer watches hold one each.
+API_CONNECTIONS, EVENT_CONNECTIONS = 16, 8
 
 
 async def connect_runtime(cfg: AgentConfig) -> CRIClient:
@@ -113,9 +118,19 @@ class Agent:
     def __init__(self, cfg: AgentConfig) -> None:
         self.cfg = cfg
         cluster = load_config(cfg.kubeconfig)
-        self.client = KubeClient(cluster, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst, component="kubelet")
+        self.client = KubeClient(
+            cluster,
+            qps=cfg.kube_api_qps,
+            burst=cfg.kube_api_burst,
+            component="kubelet",
+            max_connections=API_CONNECTIONS,
+        )
         self.event_client = KubeClient(
-            cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet"
+            cluster,
+            qps=cfg.event_record_qps,
+            burst=cfg.event_burst,
+            component="kubelet",
+            max_connections=EVENT_CONNECTIONS,
         )
         # ConfigMaps and Secrets the pods name are watched one by one (upstream's Watch strategy). Each
         # watch holds a connection (HTTP/1.1; upstream's HTTP/2 multiplexes them), so they have a pool of
