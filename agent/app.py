@@ -25,6 +25,7 @@ from agent.cri.client import Timeouts
 from agent.csi.registry import DriverRegistry
 from agent.csi.watcher import PluginWatcher
 from agent.kube.objects import ObjectReader
+from agent.kube.objectwatch import ObjectWatches
 from agent.kube.pods import node_pod_informer, pod_by_name
 from agent.kube.services import service_informer, services_of
 from agent.kube.tokens import CredentialClient
@@ -75,6 +76,11 @@ from kubeclient.version import KUBERNETES_VERSION
 
 log = logging.getLogger("agent")
 POD_CIDR_POLL = 0.5  # seconds between reads of the node while it waits for the control plane's pod CIDR
+# Connections the API and event clients keep. Upstream's kubelet sends every call over one HTTP/2
+# connection; over HTTP/1.1 a pool opens one per call in flight, and a 110-pod burst (token requests,
+# status patches, events all at once) opened 64 for each client, a TLS handshake each. The rate limits
+# (kubeAPIQPS, eventRecordQPS: 50/s) keep a handful busy; the two informer watches hold one each.
+API_CONNECTIONS, EVENT_CONNECTIONS = 16, 8
 
 
 async def connect_runtime(cfg: AgentConfig) -> CRIClient:
@@ -112,11 +118,26 @@ class Agent:
     def __init__(self, cfg: AgentConfig) -> None:
         self.cfg = cfg
         cluster = load_config(cfg.kubeconfig)
-        self.client = KubeClient(cluster, qps=cfg.kube_api_qps, burst=cfg.kube_api_burst, component="kubelet")
-        self.event_client = KubeClient(
-            cluster, qps=cfg.event_record_qps, burst=cfg.event_burst, component="kubelet"
+        self.client = KubeClient(
+            cluster,
+            qps=cfg.kube_api_qps,
+            burst=cfg.kube_api_burst,
+            component="kubelet",
+            max_connections=API_CONNECTIONS,
         )
-        self.objects = ObjectReader(self.client)
+        self.event_client = KubeClient(
+            cluster,
+            qps=cfg.event_record_qps,
+            burst=cfg.event_burst,
+            component="kubelet",
+            max_connections=EVENT_CONNECTIONS,
+        )
+        # ConfigMaps and Secrets the pods name are watched one by one (upstream's Watch strategy). Each
+        # watch holds a connection (HTTP/1.1; upstream's HTTP/2 multiplexes them), so they have a pool of
+        # their own without a bound, and cannot starve the node's other calls; the rate limit is shared.
+        self.watch_client = KubeClient(cluster, component="kubelet", max_connections=0)
+        self.watch_client.limiter = self.client.limiter
+        self.objects = ObjectReader(self.client, ObjectWatches(self.watch_client))
         self.csi_drivers = DriverRegistry()
         self.plugin_watcher: PluginWatcher | None = None
         self.credentials = CredentialClient(self.client)
@@ -143,7 +164,9 @@ class Agent:
             self._spawn(self.healthz.serve(cfg.healthz_bind_address, cfg.healthz_port), "healthz")
         current = paths_for(cfg.root_dir, cfg.kubeconfig, cfg.cert_dir).current
         if cfg.rotate_certificates and current.exists():
-            self.rotator = CertRotator([self.client, self.event_client], cfg.node_name, current)
+            self.rotator = CertRotator(
+                [self.client, self.event_client, self.watch_client], cfg.node_name, current
+            )
             self.rotator.start()
         self.cri = cri = await connect_runtime(cfg)
         cri.observer = self.metrics.runtime_operation
@@ -492,6 +515,9 @@ class Agent:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.objects.watches is not None:
+            await self.objects.watches.close()
+        await self.watch_client.close()
         if self.pods is not None:
             await self.pods.stop()
             if self.pods.ctx.prober is not None:

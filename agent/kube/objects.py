@@ -12,7 +12,11 @@ The copies are kept while a pod on the node names them: `register_pod` (a pod ad
 `unregister_pod` (a pod gone from the node) count the pods naming each ConfigMap and Secret, and the
 copy of one no pod names any more is dropped, as upstream's kubelet's ConfigMap and Secret managers
 stop an object's watch and drop it when the last pod referencing it is unregistered. Objects of other
-kinds, and a Secret only a volume's PersistentVolume names, are read the same way and kept."""
+kinds, and a Secret only a volume's PersistentVolume names, are read the same way and kept.
+
+With watches (`objectwatch.py`, the agent's default as upstream's `Watch` strategy) a ConfigMap or Secret
+a pod names is watched from its registration on and read from the watch's store once that has listed it;
+a read before then is the GET above, and the watch's store is the copy that serves through an outage."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
+from agent.kube.objectwatch import ObjectWatches
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.podrefs import pod_object_names
@@ -59,8 +64,9 @@ def named_objects(pod: dict[str, Any]) -> frozenset[Key]:
 
 
 class ObjectReader:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, watches: ObjectWatches | None = None) -> None:
         self.client = client
+        self.watches = watches  # None: every read is a GET
         self._seen: dict[Key, dict[str, Any] | None] = {}
         self._pods: dict[str, frozenset[Key]] = {}  # pod uid -> the ConfigMaps and Secrets it names
         self._users: Counter[Key] = Counter()  # how many registered pods name each
@@ -79,17 +85,22 @@ class ObjectReader:
         before = self._pods.pop(uid, frozenset())
         if keys:
             self._pods[uid] = keys
-        self._users.update(keys - before)
+        for key in keys - before:
+            self._users[key] += 1
+            if self._users[key] == 1 and self.watches is not None:
+                self.watches.start(key)
         for key in before - keys:
             self._users[key] -= 1
             if self._users[key] <= 0:
                 del self._users[key]
+                if self.watches is not None:
+                    self.watches.stop(key)
                 if self._seen.pop(key, None) is not None:
                     log.debug("copy dropped, no pod names it kind=%s namespace=%s name=%s", *key)
 
     def cached(self) -> set[Key]:
-        """The objects a copy is kept of."""
-        return set(self._seen)
+        """The objects a copy is kept of (read, or held by a watch)."""
+        return set(self._seen) | (self.watches.held() if self.watches is not None else set())
 
     async def fetch(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None if it does not exist (other API errors are raised); the last copy seen
@@ -101,6 +112,11 @@ class ObjectReader:
             else f"/api/v1/namespaces/{quote(namespace)}/{where}/{quote(name)}"
         )
         key = (kind, namespace, name)
+        if self.watches is not None and key in self._users:
+            served, obj = self.watches.read(key)
+            if served:
+                self._seen.pop(key, None)  # the watch's copy is the one kept now
+                return obj
         seen = key in self._seen
         try:
             if seen:

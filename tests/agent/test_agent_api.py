@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import ssl
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agent.app import Agent
 from agent.config import AgentConfig
@@ -556,3 +558,110 @@ async def test_a_pod_bound_right_after_its_node_label_runs(agent: Agent, admin: 
     got = await wait_for_async(settled, timeout=30.0, interval=0.2)
     assert got["status"]["phase"] == "Running", got["status"]
     await admin.delete(path)
+
+
+def configmap_watches(server: ApiServer) -> float:
+    """The configmaps watches the API server has open now (its apiserver_longrunning_requests)."""
+    exposition = subprocess.run(
+        ["kubectl", "--kubeconfig", str(server.kubeconfig), "get", "--raw", "/metrics"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(exposition)
+        if family.name == "apiserver_longrunning_requests"
+        for sample in family.samples
+        if sample.labels.get("verb") == "WATCH" and sample.labels.get("resource") == "configmaps"
+    )
+
+
+async def test_a_configmap_is_read_from_its_own_watch(
+    agent: Agent, admin: KubeClient, apiserver: ApiServer, test_images: RigImages, monkeypatch
+):
+    """Upstream's Watch strategy on the node's own credentials: the Node authorizer lets the node watch
+    the one ConfigMap its pod names (fieldSelector metadata.name); once that watch has listed, the pod
+    worker's passes read it without a GET, a change reaches the pod's configMap volume through the watch,
+    and the watch ends on the server when the pod goes. The pod names more ConfigMaps than the node's
+    client has connections (64): a watch holds one each, and the node's other calls still get theirs."""
+    name = f"live-{uuid.uuid4().hex[:6]}"
+    cm_path = f"/api/v1/namespaces/default/configmaps/{name}"
+    many = [f"{name}-{i}" for i in range(70)]
+    for cm, data in [(name, {"value": "one"}), *((n, {"k": "x"}) for n in many)]:
+        await admin.create("/api/v1/namespaces/default/configmaps", {"metadata": {"name": cm}, "data": data})
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"watched-{uuid.uuid4().hex[:6]}", "namespace": "default"},
+        "spec": {
+            "nodeName": agent.cfg.node_name,
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [
+                {"name": "live", "configMap": {"name": name}},
+                {"name": "many", "projected": {"sources": [{"configMap": {"name": n}} for n in many]}},
+            ],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": test_images.busybox_pinned,
+                    "command": ["sleep", "3600"],
+                    "volumeMounts": [{"name": "live", "mountPath": "/live"}],
+                    "env": [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": name, "key": "value"}}}],
+                }
+            ],
+        },
+    }
+    created = await admin.create("/api/v1/namespaces/default/pods", pod)
+    uid, path = created["metadata"]["uid"], f"/api/v1/namespaces/default/pods/{created['metadata']['name']}"
+
+    async def running():
+        return (await admin.get(path)).get("status", {}).get("phase") == "Running"
+
+    await wait_for_async(running, timeout=30.0, interval=0.2, what="the pod Running")
+    watches = agent.objects.watches
+    assert watches is not None and agent.pods is not None
+    key = ("ConfigMap", "default", name)
+
+    async def listed():
+        return key in watches.held()
+
+    await wait_for_async(listed, timeout=10.0, interval=0.1, what="the ConfigMap's watch listed")
+
+    async def all_watched():
+        return await asyncio.to_thread(configmap_watches, apiserver) == 1 + len(many)
+
+    await wait_for_async(all_watched, timeout=20.0, interval=0.2, what="a watch open for each ConfigMap")
+    gets: list[str] = []
+    request = agent.client.request
+
+    async def counted(method: str, where: str, **kwargs):
+        if method == "GET" and where == cm_path:
+            gets.append(where)
+        return await request(method, where, **kwargs)
+
+    monkeypatch.setattr(agent.client, "request", counted)
+    worker = agent.pods.workers[uid]
+    value = Path(agent.cfg.root_dir) / "pods" / uid / "volumes" / "kubernetes.io~configmap" / "live" / "value"
+    assert value.read_text() == "one"
+    await admin.patch(cm_path, {"data": {"value": "two"}}, "application/merge-patch+json")
+
+    async def refreshed():
+        worker.wake()  # a pass, as the periodic sync makes one: it rewrites the volume from the reads
+        return value.read_text() == "two"
+
+    await wait_for_async(refreshed, timeout=10.0, interval=0.2, what="the new value in the volume")
+    syncs = worker.syncs
+    for _ in range(3):
+        worker.wake()
+        await asyncio.sleep(0.2)
+    assert worker.syncs > syncs
+    assert gets == []  # every pass read the watch's copy
+
+    await admin.delete(path)
+
+    async def unwatched():
+        return key not in watches.watching() and await asyncio.to_thread(configmap_watches, apiserver) == 0
+
+    await wait_for_async(unwatched, timeout=30.0, interval=0.2, what="the ConfigMap's watch ended")
+    assert key not in agent.objects.cached()
+    for gone in [name, *many]:
+        await admin.delete(f"/api/v1/namespaces/default/configmaps/{gone}")
