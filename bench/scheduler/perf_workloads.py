@@ -51,7 +51,6 @@ from controlplane.scheduler.algorithm import FitError, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
 from controlplane.scheduler.filters import default_filters
-from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import pod_info
 from controlplane.scheduler.preemption import preempt
@@ -261,8 +260,8 @@ def decisions_only(w: Workload, nodes: int) -> float:
         if body["spec"].get("priorityClassName") == HIGH_PRIORITY:
             body["spec"]["priority"] = 10  # what the API server's Priority admission writes
         info = pod_info(body)
-        now = cache.nodes()
-        view = ClusterView(len(now), cache.image_nodes, now)
+        view = cache.cluster_view()
+        now = view.all_nodes
         try:
             chosen = schedule(info, now, filters, scores, view, rng)
         except FitError as err:  # PreemptionBasic: evict, then the next attempt fits

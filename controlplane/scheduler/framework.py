@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
+from controlplane.scheduler.topologyspread import SpreadIndex
 from kubeclient.selectors import Selector
 
 MAX_NODE_SCORE = 100
@@ -54,6 +55,12 @@ class ClusterView:
     default_selector: Callable[[PodInfo], Selector | None] | None = None
     # Node name -> pods preemption nominated to it that are not bound yet.
     nominated: Mapping[str, Sequence[PodInfo]] = field(default_factory=dict)
+    # The nodes of all_nodes holding pods with any inter-pod affinity term, and those holding pods with
+    # required anti-affinity (None: not known, look at all of them).
+    affinity_nodes: Sequence[NodeInfo] | None = None
+    anti_affinity_nodes: Sequence[NodeInfo] | None = None
+    # PodTopologySpread's domain counts over all_nodes, kept by the cache (None: walk the nodes).
+    spread_index: SpreadIndex | None = None
 
 
 class ScorePlugin(Protocol):

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.scheduler.affinityterms import AffinityTerm
-from controlplane.scheduler.podinfo import HostPort, PodInfo, Resources, normalize_image, resource_amount
+from controlplane.scheduler.podinfo import (
+    HostPort,
+    PodInfo,
+    Resources,
+    node_matches,
+    normalize_image,
+    resource_amount,
+)
 from controlplane.scheduler.taints import PREFER_NO_SCHEDULE, Taint, parse_taints
 
 
@@ -27,6 +34,9 @@ class NodeFacts:
     unschedulable: bool
     allocatable: Resources
     images: dict[str, int]  # normalized image name -> size in bytes
+    # PodInfo.node_affinity_id -> whether these labels satisfy it: facts are replaced, never changed,
+    # when the node's labels change, so a verdict stays true for as long as it is reachable.
+    affinity_verdicts: dict[int, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_node(cls, node: dict[str, Any]) -> NodeFacts:
@@ -56,6 +66,24 @@ class NodeFacts:
             allocatable=allocatable,
             images=images,
         )
+
+
+VERDICTS_KEPT = 256  # distinct node affinities remembered per node before its memo starts afresh
+
+
+def fits_node_affinity(pod: PodInfo, facts: NodeFacts) -> bool:
+    """`podinfo.node_matches` for this node, remembered per distinct (nodeSelector, required terms):
+    a workload's pods share them, so the terms are matched once per node, not once per pod and node."""
+    key = pod.node_affinity_id
+    if not key:
+        return True
+    verdicts = facts.affinity_verdicts
+    verdict = verdicts.get(key)
+    if verdict is None:
+        if len(verdicts) >= VERDICTS_KEPT:
+            verdicts.clear()
+        verdict = verdicts[key] = node_matches(pod, facts.labels, facts.name)
+    return verdict
 
 
 @dataclass(slots=True)

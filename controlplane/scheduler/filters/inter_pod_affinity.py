@@ -19,7 +19,7 @@ from controlplane.scheduler.affinityterms import AffinityTerm
 from controlplane.scheduler.framework import FITS, ClusterView
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
-from controlplane.scheduler.topologyspread import SmallIds
+from controlplane.scheduler.smallids import SmallIds
 
 AFFINITY_REASON = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY_REASON = "node(s) didn't match pod anti-affinity rules"
@@ -78,6 +78,8 @@ def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterVie
     verdicts: dict[int, bool] = {}  # one match per distinct placed term
     matched_by: dict[tuple[str, tuple[tuple[str, str], ...]], bool] = {}  # one per distinct labels
     anti_keys = [(t, (":affinity", term_id(t))) for t in required_anti]
+    if not required and not required_anti and cluster.anti_affinity_nodes is not None:
+        nodes = cluster.anti_affinity_nodes  # only placed pods' anti-affinity can reject this pod
     for node in nodes:
         assert node.facts is not None
         labels = node.facts.labels

@@ -63,7 +63,7 @@ def topology_score(pod: PodInfo, cluster: ClusterView) -> TopologyScore:
     ns_of = cluster.namespace_labels
     own_ns = ns_of.get(pod.namespace, {})
     memo: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[str, int]]] = {}
-    for node in cluster.all_nodes:
+    for node in cluster.all_nodes if has_preferred else with_affinity(cluster):
         assert node.facts is not None
         labels = node.facts.labels
         if not labels:
@@ -87,14 +87,19 @@ def topology_score(pod: PodInfo, cluster: ClusterView) -> TopologyScore:
     return score
 
 
+def with_affinity(cluster: ClusterView) -> Sequence[NodeInfo]:
+    """The nodes whose pods have affinity terms (all that matter to a pod without preferred terms)."""
+    if cluster.affinity_nodes is not None:
+        return cluster.affinity_nodes
+    return [n for n in cluster.all_nodes if n.affinity_pods]
+
+
 class InterPodAffinityScore:
     name = "InterPodAffinity"
 
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
         own = pod.affinity
-        if not (own.preferred_affinity or own.preferred_anti_affinity) and not any(
-            n.affinity_pods for n in cluster.all_nodes
-        ):
+        if not (own.preferred_affinity or own.preferred_anti_affinity) and not with_affinity(cluster):
             return SKIP
         score = topology_score(pod, cluster)
         return score if score else SKIP
