@@ -101,6 +101,12 @@ class NodeInfo:
     # The required anti-affinity terms of this node's pods, each with how many pods hold it (terms
     # are interned: a workload's replicas share one), which the incoming pod must not match.
     anti_terms: dict[AffinityTerm, int] = field(default_factory=dict)
+    # How many of this node's pods have each (namespace, labels): pods of a template share them, so
+    # a term is matched once per group, not once per pod (InterPodAffinity's filter and score).
+    label_groups: dict[tuple[str, tuple[tuple[str, str], ...]], int] = field(default_factory=dict)
+    # The terms of this node's pods that InterPodAffinity's score reads (their required affinity,
+    # preferred affinity and preferred anti-affinity: SCORED_TERM_KINDS), each with how many pods hold it.
+    scored_terms: dict[tuple[int, AffinityTerm], int] = field(default_factory=dict)
     # Counts of this node's pods matching a (namespace, selector), kept until its pods change: pods of
     # one workload share a selector, so PodTopologySpread recounts only the node that changed.
     match_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # (namespace or kind, id)
@@ -127,6 +133,10 @@ class NodeInfo:
         for claim in pod.claims:
             key = f"{pod.namespace}/{claim}"
             self.claim_refs[key] = self.claim_refs.get(key, 0) + 1
+        group = (pod.namespace, pod.label_key)
+        self.label_groups[group] = self.label_groups.get(group, 0) + 1
+        for held in scored_terms(pod):
+            self.scored_terms[held] = self.scored_terms.get(held, 0) + 1
 
     def copy(self) -> NodeInfo:
         """A copy whose pods can be changed without touching this one (preemption's what-if)."""
@@ -140,6 +150,8 @@ class NodeInfo:
             list(self.ports),
             dict(self.affinity_pods),
             dict(self.anti_terms),
+            dict(self.label_groups),
+            dict(self.scored_terms),
             claim_refs=dict(self.claim_refs),
         )
 
@@ -157,16 +169,34 @@ class NodeInfo:
             self.ports.remove(p)
         self.affinity_pods.pop(uid, None)
         for term in pod.affinity.required_anti_affinity:
-            left = self.anti_terms.get(term, 0) - 1
-            if left > 0:
-                self.anti_terms[term] = left
-            else:
-                self.anti_terms.pop(term, None)
+            _drop(self.anti_terms, term)
         for claim in pod.claims:
-            key = f"{pod.namespace}/{claim}"
-            left = self.claim_refs.get(key, 0) - 1
-            if left > 0:
-                self.claim_refs[key] = left
-            else:
-                self.claim_refs.pop(key, None)
+            _drop(self.claim_refs, f"{pod.namespace}/{claim}")
+        _drop(self.label_groups, (pod.namespace, pod.label_key))
+        for held in scored_terms(pod):
+            _drop(self.scored_terms, held)
         return pod
+
+
+# The kinds of scored_terms' keys: a placed pod's required affinity term (the incoming pod matching it
+# earns the hard-affinity weight), preferred affinity term (+weight), preferred anti-affinity (-weight).
+REQUIRED_AFFINITY, PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY = 0, 1, 2
+SCORED_TERM_KINDS = (REQUIRED_AFFINITY, PREFERRED_AFFINITY, PREFERRED_ANTI_AFFINITY)
+
+
+def scored_terms(pod: PodInfo) -> list[tuple[int, AffinityTerm]]:
+    terms = pod.affinity
+    if not terms.any:
+        return []
+    held = [(REQUIRED_AFFINITY, t) for t in terms.required_affinity]
+    held += [(PREFERRED_AFFINITY, t) for t in terms.preferred_affinity]
+    held += [(PREFERRED_ANTI_AFFINITY, t) for t in terms.preferred_anti_affinity]
+    return held
+
+
+def _drop(counts: dict[Any, int], key: Any) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

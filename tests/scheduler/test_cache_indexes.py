@@ -16,6 +16,7 @@ from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.nodeinfo import fits_node_affinity
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import node_matches, pod_info
+from controlplane.scheduler.scores.inter_pod_affinity import topology_score
 from controlplane.scheduler.topologyspread import domain_counts
 from tests.scheduler.helpers import make_pod
 
@@ -194,11 +195,12 @@ def test_decisions_with_the_cache_indexes_equal_decisions_walking_every_node():
         "anti": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [anti]}}},
         "node": {"nodeSelector": {ZONE: "z1"}, "topologySpreadConstraints": spread()},
         "plain": {},
+        **{f"affinity-{c}": {"affinity": a} for c, a in affinity_kinds().items() if a},
     }
     outcomes: Counter[str] = Counter()
     for i in range(250):
         kind = random.Random(i).choice(list(kinds))
-        color = {"spread": "blue", "anti": "green", "node": "blue"}.get(kind, "red")
+        color = {"spread": "blue", "anti": "green", "node": "blue"}.get(kind, kind.rpartition("-")[2])
         body = make_pod(cpu="300m", labels={"color": color}, name=f"p{i}", **kinds[kind]).obj
         results = []
         for cache, filters, rng, search, bare in (
@@ -217,3 +219,81 @@ def test_decisions_with_the_cache_indexes_equal_decisions_walking_every_node():
         assert results[0] == results[1], f"pod {i} ({kind})"
         outcomes["fit" if results[0].startswith("n") else "unschedulable"] += 1
     assert outcomes["fit"] > 150 and outcomes["unschedulable"] > 0  # both paths exercised
+
+
+def naive_topology_score(pod, nodes, ns_of) -> dict[str, dict[str, int]]:
+    """InterPodAffinity's score sums, pod by pod (upstream's processExistingPod), as the oracle."""
+    out: dict[str, dict[str, int]] = {}
+    own_ns = ns_of.get(pod.namespace, {})
+
+    def add(key, value, delta):
+        out.setdefault(key, {}).setdefault(value, 0)
+        out[key][value] += delta
+
+    for node in nodes:
+        labels = node.facts.labels
+        for existing in node.pods.values():
+            there = ns_of.get(existing.namespace, {})
+            for sign, terms in (
+                (1, pod.affinity.preferred_affinity),
+                (-1, pod.affinity.preferred_anti_affinity),
+            ):
+                for t in terms:
+                    if t.topology_key in labels and t.matches(existing.namespace, existing.labels, there):
+                        add(t.topology_key, labels[t.topology_key], sign * t.weight)
+            theirs = existing.affinity
+            for weight, terms in (
+                (lambda _t: 1, theirs.required_affinity),
+                (lambda t: t.weight, theirs.preferred_affinity),
+                (lambda t: -t.weight, theirs.preferred_anti_affinity),
+            ):
+                for t in terms:
+                    if t.topology_key in labels and t.matches(pod.namespace, pod.labels, own_ns):
+                        add(t.topology_key, labels[t.topology_key], weight(t))
+    return out
+
+
+def affinity_kinds() -> dict[str, dict]:
+    def term(color: str, key: str) -> dict:
+        return {"labelSelector": {"matchLabels": {"color": color}}, "topologyKey": key}
+
+    def preferred(color: str, key: str, weight: int) -> list[dict]:
+        return [{"weight": weight, "podAffinityTerm": term(color, key)}]
+
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    wanted = "preferredDuringSchedulingIgnoredDuringExecution"
+    return {
+        "red": {"podAffinity": {wanted: preferred("red", HOST, 3)}},
+        "yellow": {"podAntiAffinity": {wanted: preferred("yellow", ZONE, 5)}},
+        "blue": {"podAffinity": {required: [term("blue", ZONE)]}},
+        "plain": {},
+    }
+
+
+def test_affinity_groups_follow_placements_and_score_as_pod_by_pod():
+    cache = SchedulerCache()
+    for i in range(9):
+        cache.set_node(node_obj(f"n{i}", f"z{i % 3}"))
+    kinds = affinity_kinds()
+    rng = random.Random(11)
+    placed = []
+    ns_of = {"ns": {"team": "a"}, "other": {}}
+    for step in range(150):
+        if rng.random() < 0.7 or not placed:
+            color = rng.choice(list(kinds))
+            pod = make_pod(
+                labels={"color": color}, namespace=rng.choice(["ns", "other"]), affinity=kinds[color]
+            )
+            cache.assume(pod, f"n{rng.randrange(9)}")
+            placed.append(pod)
+        else:
+            cache.remove_pod(placed.pop(rng.randrange(len(placed))).uid)
+        for node in cache.nodes():
+            groups = Counter((p.namespace, p.label_key) for p in node.pods.values())
+            assert node.label_groups == dict(groups), f"step {step}"
+            assert node.copy().scored_terms == node.scored_terms
+        color = rng.choice(list(kinds))
+        asker = make_pod(labels={"color": color}, affinity=kinds[color])
+        view = cache.cluster_view(namespace_labels=ns_of)
+        got = {k: dict(v) for k, v in topology_score(asker, view).items()}
+        assert got == naive_topology_score(asker, cache.nodes(), ns_of), f"step {step}"

@@ -102,16 +102,18 @@ def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterVie
                     state.anti[(term.topology_key, value)] += matching
         if not required:
             continue
-        for existing in node.pods.values():
-            key = (existing.namespace, existing.label_key)
-            matched = matched_by.get(key)
+        for group, pods in node.label_groups.items():  # placed pods by (namespace, labels)
+            matched = matched_by.get(group)
             if matched is None:
-                matched = matched_by[key] = matches_all(required, existing, ns_of.get(existing.namespace, {}))
+                namespace, label_key = group
+                matched = matched_by[group] = all(
+                    t.matches(namespace, dict(label_key), ns_of.get(namespace, {})) for t in required
+                )
             if matched:
                 for term in required:
                     value = labels.get(term.topology_key)
                     if value is not None:
-                        state.affinity[(term.topology_key, value)] += 1
+                        state.affinity[(term.topology_key, value)] += pods
     state.self_match = not state.affinity and matches_all(required, pod, own_ns)
     return state
 
