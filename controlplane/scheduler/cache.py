@@ -48,6 +48,7 @@ class SchedulerCache:
             self.image_nodes.subtract(old.images.keys())
         self.image_nodes.update(facts.images.keys())
         info.facts = facts
+        info.by_requests = {}  # allocatable may have changed
         if old is None:
             self._schedulable = None
             self._listed.clear()

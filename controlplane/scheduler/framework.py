@@ -8,6 +8,7 @@ about this pod (it would give every node the same score), so no per-node work is
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,15 @@ class ScorePlugin(Protocol):
     def normalize(self, scores: list[int]) -> list[int]:
         """Rescale the raw scores of all feasible nodes into 0..MAX_NODE_SCORE."""
         ...
+
+
+_plugin_keys = itertools.count(1)
+
+
+def plugin_key() -> str:
+    """A key of its own for a plugin instance (its configuration), under which it remembers results
+    per node (`NodeInfo.by_requests`); unlike id(), never reused by a later instance."""
+    return f"p{next(_plugin_keys)}"
 
 
 def normalize_to_max(scores: list[int], reverse: bool = False) -> list[int]:

@@ -110,6 +110,10 @@ class NodeInfo:
     # Counts of this node's pods matching a (namespace, selector), kept until its pods change: pods of
     # one workload share a selector, so PodTopologySpread recounts only the node that changed.
     match_counts: dict[tuple[str, int], int] = field(default_factory=dict)  # (namespace or kind, id)
+    # Results that depend only on this node (its facts and pods) and on the pod's requests: keyed by
+    # PodInfo.requests_id (NodeResourcesFit's verdict) or a score plugin's key for it; a workload's pods
+    # share them, so each is worked out once per node until the node's pods or facts change.
+    by_requests: dict[int | str, Any] = field(default_factory=dict)
     # "namespace/claim" -> how many of this node's pods use the claim (upstream's PVCRefCounts), which
     # VolumeRestrictions sums over nodes for a ReadWriteOncePod claim.
     claim_refs: dict[str, int] = field(default_factory=dict)
@@ -120,6 +124,8 @@ class NodeInfo:
         self.pods[pod.uid] = pod
         if self.match_counts:
             self.match_counts = {}
+        if self.by_requests:
+            self.by_requests = {}
         for k, v in pod.requests.items():
             self.requested[k] = self.requested.get(k, 0) + v
         self.nonzero_cpu += pod.nonzero_cpu
@@ -161,6 +167,8 @@ class NodeInfo:
             return None
         if self.match_counts:
             self.match_counts = {}
+        if self.by_requests:
+            self.by_requests = {}
         for k, v in pod.requests.items():
             self.requested[k] = self.requested.get(k, 0) - v
         self.nonzero_cpu -= pod.nonzero_cpu

@@ -93,6 +93,9 @@ class PodInfo:
     # A number for the pod's (nodeSelector, required node affinity), 0 when it has neither: pods of one
     # template share it, so a node's verdict on it is remembered (`nodeinfo.fits_node_affinity`).
     node_affinity_id: int = 0
+    # A number for the pod's requests (and their non-zero variant): what NodeResourcesFit's verdict and
+    # the resource scores depend on besides the node, remembered per node (`NodeInfo.by_requests`).
+    requests_id: int = 0
 
     @property
     def key(self) -> str:
@@ -114,6 +117,7 @@ def node_matches(pod: PodInfo, labels: dict[str, str], node_name: str) -> bool:
 
 
 node_affinity_ids = SmallIds()
+requests_ids = SmallIds()
 
 
 def node_affinity_id(node_selector: dict[str, str], required_terms: tuple[Term, ...] | None) -> int:
@@ -294,6 +298,7 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
             v for v in spec.get("volumes") or () if any(isinstance(v.get(k), dict) for k in DISK_SOURCES)
         ),
         node_affinity_id=node_affinity_id(node_selector, required_terms),
+        requests_id=requests_ids((tuple(sorted(requests.items())), nz.get("cpu", 0), nz.get("memory", 0))),
     )
 
 

@@ -11,11 +11,12 @@ from collections import Counter
 from controlplane.scheduler.algorithm import FitError, Search, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
-from controlplane.scheduler.filters import default_filters
+from controlplane.scheduler.filters import NodeResourcesFitFilter, default_filters
 from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.nodeinfo import fits_node_affinity
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import node_matches, pod_info
+from controlplane.scheduler.scores import BalancedAllocation, ResourceAllocation
 from controlplane.scheduler.scores.inter_pod_affinity import topology_score
 from controlplane.scheduler.topologyspread import domain_counts
 from tests.scheduler.helpers import make_pod
@@ -297,3 +298,23 @@ def test_affinity_groups_follow_placements_and_score_as_pod_by_pod():
         view = cache.cluster_view(namespace_labels=ns_of)
         got = {k: dict(v) for k, v in topology_score(asker, view).items()}
         assert got == naive_topology_score(asker, cache.nodes(), ns_of), f"step {step}"
+
+
+def test_results_by_requests_are_forgotten_when_the_node_changes():
+    cache = SchedulerCache()
+    cache.set_node(node_obj("n0", "z", cpu="1"))
+    fit, least, balanced = NodeResourcesFitFilter(), ResourceAllocation(), BalancedAllocation()
+    pod, twin = make_pod(cpu="600m"), make_pod(cpu="600m")
+    assert pod.requests_id == twin.requests_id != make_pod(cpu="700m").requests_id
+
+    def results(p):
+        node = cache.node("n0")
+        return fit.filter(p, node), least.score_all(p, [node], None), balanced.score_all(p, [node], None)
+
+    empty = results(pod)
+    assert empty[0] == () and results(twin) == empty and len(cache.node("n0").by_requests) == 3
+    cache.assume(make_pod(cpu="500m"), "n0")  # the node's pods changed
+    busy = results(twin)
+    assert busy[0] == ("Insufficient cpu",) and busy[1] != empty[1] and busy[2] != empty[2]
+    cache.set_node(node_obj("n0", "z", cpu="2"))  # its allocatable changed
+    assert results(pod)[0] == ()
