@@ -19,6 +19,8 @@ are shown as the reference (PreemptionBasic has none at all). A last column time
 CPU time).
 
 Usage: python bench/scheduler/perf_workloads.py [--nodes 500] [--workload NAME ...] [--out DIR]
+       python bench/scheduler/perf_workloads.py --nodes 5000 --init-pods 5000 --measure-pods 5000 \
+           --workload TopologySpreading    # an upstream 5000-node size (5000Nodes_5000Pods)
        python bench/scheduler/perf_workloads.py --smoke --out DIR    # 10 nodes, a few pods
 Writes scheduler-perf-workloads.{json,md,svg} (default bench/results/).
 """
@@ -51,7 +53,6 @@ from controlplane.scheduler.algorithm import FitError, schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
 from controlplane.scheduler.filters import default_filters
-from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import pod_info
 from controlplane.scheduler.preemption import preempt
@@ -261,8 +262,8 @@ def decisions_only(w: Workload, nodes: int) -> float:
         if body["spec"].get("priorityClassName") == HIGH_PRIORITY:
             body["spec"]["priority"] = 10  # what the API server's Priority admission writes
         info = pod_info(body)
-        now = cache.nodes()
-        view = ClusterView(len(now), cache.image_nodes, now)
+        view = cache.cluster_view()
+        now = view.all_nodes
         try:
             chosen = schedule(info, now, filters, scores, view, rng)
         except FitError as err:  # PreemptionBasic: evict, then the next attempt fits
@@ -336,6 +337,15 @@ def svg_plot(results: list[dict]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def resized(w: Workload, init_pods: int | None, measure_pods: int | None) -> Workload:
+    """Another of upstream's sizes of the workload: `init_pods` shared equally by its init kinds."""
+    init = w.init
+    if init_pods is not None:
+        init = tuple((kind, init_pods // len(w.init)) for kind, _ in w.init)
+    measure = w.measure_pods if measure_pods is None else measure_pods
+    return Workload(w.name, init, measure, w.zones, w.kind, w.threshold)
+
+
 async def main_async(args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-sched-perf-") as tmp:
         results = []
@@ -344,6 +354,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
             for w in WORKLOADS:
                 if args.workload and w.name not in args.workload:
                     continue
+                w = resized(w, args.init_pods, args.measure_pods)
                 if args.smoke:  # PreemptionBasic keeps its four low pods per node, so each high one preempts
                     high = w.kind == "high"
                     small = tuple((k, 4 * args.nodes if high else 5) for k, _ in w.init)
@@ -366,6 +377,12 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=None, help="default 500 (smoke: 10)")
     parser.add_argument(
         "--workload", action="append", choices=[w.name for w in WORKLOADS], help="only these (repeatable)"
+    )
+    parser.add_argument(
+        "--init-pods", type=int, default=None, help="init pods instead of the 500-node size's"
+    )
+    parser.add_argument(
+        "--measure-pods", type=int, default=None, help="measured pods instead of the 500-node size's"
     )
     add_run_options(parser)
     args = parser.parse_args()

@@ -39,7 +39,6 @@ from controlplane.scheduler.algorithm import schedule
 from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig
 from controlplane.scheduler.filters import default_filters
-from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import pod_info
 from kubeclient.client import KubeClient
@@ -180,6 +179,9 @@ def start_scheduler(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
                 str(kubeconfig),
                 "--secure-port",
                 "0",
+                # As scheduler_perf's scheduler: no lease, so a server slowed by the load a run puts
+                # on it cannot make the scheduler step down mid-run (seen at 5000 nodes).
+                "--leader-elect=false",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -330,10 +332,8 @@ def decisions_only(pods: int, nodes: int) -> dict:
     filters, scores, rng = default_filters(), build_scores(SchedulerConfig()), random.Random(0)
     start = time.process_time()
     for info in infos:
-        nodes_now = cache.nodes()
-        chosen = schedule(
-            info, nodes_now, filters, scores, ClusterView(len(nodes_now), cache.image_nodes, nodes_now), rng
-        )
+        view = cache.cluster_view()
+        chosen = schedule(info, view.all_nodes, filters, scores, view, rng)
         cache.assume(info, chosen.name)
     seconds = time.process_time() - start
     per_node = Counter(cache.pod_node(i.uid) for i in infos)

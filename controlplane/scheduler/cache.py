@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from controlplane.scheduler.framework import ClusterView
 from controlplane.scheduler.nodeinfo import NodeFacts, NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
+from controlplane.scheduler.topologyspread import SpreadIndex
 
 
 class SchedulerCache:
@@ -22,6 +24,13 @@ class SchedulerCache:
         self._assumed: set[str] = set()
         self.image_nodes: Counter[str] = Counter()  # image -> number of nodes that have it
         self._schedulable: list[NodeInfo] | None = None
+        # The nodes holding pods with inter-pod affinity terms, and those holding pods with required
+        # anti-affinity (upstream's HavePodsWithAffinityNodeInfoList and ...RequiredAntiAffinity...):
+        # InterPodAffinity walks only these for a pod without terms of its own.
+        self._with_affinity: dict[str, NodeInfo] = {}
+        self._with_anti: dict[str, NodeInfo] = {}
+        self._listed: dict[str, list[NodeInfo]] = {}
+        self.spread_index = SpreadIndex()  # PodTopologySpread's domain counts, kept as pods move
 
     def sizes(self) -> dict[str, int]:
         """scheduler_scheduler_cache_size: nodes, pods placed on them, and those of them only assumed."""
@@ -39,7 +48,12 @@ class SchedulerCache:
             self.image_nodes.subtract(old.images.keys())
         self.image_nodes.update(facts.images.keys())
         info.facts = facts
-        self._schedulable = None
+        info.by_requests = {}  # allocatable may have changed
+        if old is None:
+            self._schedulable = None
+            self._listed.clear()
+        if old is None or old.labels != facts.labels:
+            self.spread_index.clear()
         return old, facts
 
     def remove_node(self, name: str) -> None:
@@ -51,6 +65,8 @@ class SchedulerCache:
         if not info.pods:
             del self._nodes[name]
         self._schedulable = None
+        self._listed.clear()
+        self.spread_index.clear()
 
     def nodes(self) -> list[NodeInfo]:
         """Nodes that exist as objects, in a stable order (by name)."""
@@ -59,6 +75,49 @@ class SchedulerCache:
                 (n for n in self._nodes.values() if n.facts is not None), key=lambda n: n.name
             )
         return self._schedulable
+
+    def cluster_view(self, **more: Any) -> ClusterView:
+        """The existing nodes and what the cache keeps about them for one decision; `more`: the
+        ClusterView fields from outside the cache (namespace labels, selectors, nominations)."""
+        nodes = self.nodes()
+        return ClusterView(
+            len(nodes),
+            self.image_nodes,
+            nodes,
+            affinity_nodes=self.affinity_nodes(),
+            anti_affinity_nodes=self.anti_affinity_nodes(),
+            spread_index=self.spread_index,
+            **more,
+        )
+
+    def affinity_nodes(self) -> list[NodeInfo]:
+        """Nodes (existing as objects) holding a pod with any inter-pod affinity term."""
+        return self._listing("affinity", self._with_affinity)
+
+    def anti_affinity_nodes(self) -> list[NodeInfo]:
+        """Nodes (existing as objects) holding a pod with a required anti-affinity term."""
+        return self._listing("anti", self._with_anti)
+
+    def _listing(self, kind: str, holders: dict[str, NodeInfo]) -> list[NodeInfo]:
+        listed = self._listed.get(kind)
+        if listed is None:
+            listed = self._listed[kind] = sorted(
+                (n for n in holders.values() if n.facts is not None), key=lambda n: n.name
+            )
+        return listed
+
+    def _track_affinity(self, info: NodeInfo) -> None:
+        """Keep `info` in (or out of) the affinity listings after its pods changed."""
+        for kind, holders, holds in (
+            ("affinity", self._with_affinity, bool(info.affinity_pods)),
+            ("anti", self._with_anti, bool(info.anti_terms)),
+        ):
+            if holds != (info.name in holders):
+                if holds:
+                    holders[info.name] = info
+                else:
+                    del holders[info.name]
+                self._listed.pop(kind, None)
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)
@@ -106,8 +165,13 @@ class SchedulerCache:
         info = self._nodes.get(node_name)
         if info is None:
             info = self._nodes[node_name] = NodeInfo(node_name)
+        replaced = info.pods.get(pod.uid)
+        if replaced is not None:
+            self.spread_index.follow(replaced, info, -1)
         info.add_pod(pod)
+        self.spread_index.follow(pod, info, 1)
         self._pod_node[pod.uid] = node_name
+        self._track_affinity(info)
 
     def _unplace(self, uid: str) -> bool:
         node_name = self._pod_node.pop(uid, None)
@@ -115,7 +179,10 @@ class SchedulerCache:
             return False
         info = self._nodes.get(node_name)
         if info is not None:
-            info.remove_pod(uid)
+            gone = info.remove_pod(uid)
+            if gone is not None:
+                self.spread_index.follow(gone, info, -1)
+            self._track_affinity(info)
             if info.facts is None and not info.pods:
                 del self._nodes[node_name]
         return True

@@ -8,6 +8,7 @@ about this pod (it would give every node the same score), so no per-node work is
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
+from controlplane.scheduler.topologyspread import SpreadIndex
 from kubeclient.selectors import Selector
 
 MAX_NODE_SCORE = 100
@@ -54,6 +56,12 @@ class ClusterView:
     default_selector: Callable[[PodInfo], Selector | None] | None = None
     # Node name -> pods preemption nominated to it that are not bound yet.
     nominated: Mapping[str, Sequence[PodInfo]] = field(default_factory=dict)
+    # The nodes of all_nodes holding pods with any inter-pod affinity term, and those holding pods with
+    # required anti-affinity (None: not known, look at all of them).
+    affinity_nodes: Sequence[NodeInfo] | None = None
+    anti_affinity_nodes: Sequence[NodeInfo] | None = None
+    # PodTopologySpread's domain counts over all_nodes, kept by the cache (None: walk the nodes).
+    spread_index: SpreadIndex | None = None
 
 
 class ScorePlugin(Protocol):
@@ -71,6 +79,15 @@ class ScorePlugin(Protocol):
     def normalize(self, scores: list[int]) -> list[int]:
         """Rescale the raw scores of all feasible nodes into 0..MAX_NODE_SCORE."""
         ...
+
+
+_plugin_keys = itertools.count(1)
+
+
+def plugin_key() -> str:
+    """A key of its own for a plugin instance (its configuration), under which it remembers results
+    per node (`NodeInfo.by_requests`); unlike id(), never reused by a later instance."""
+    return f"p{next(_plugin_keys)}"
 
 
 def normalize_to_max(scores: list[int], reverse: bool = False) -> list[int]:

@@ -22,6 +22,7 @@ from controlplane.scheduler.affinityterms import (
     parse_affinity,
     parse_spread,
 )
+from controlplane.scheduler.smallids import SmallIds
 from controlplane.scheduler.taints import Toleration, parse_tolerations
 from kubeclient.nodeaffinity import Term, any_term_matches
 from kubeclient.quantity import milli_value, value
@@ -89,6 +90,12 @@ class PodInfo:
     # and the volumes VolumeRestrictions checks for a disk shared with another pod of the node.
     claims: tuple[str, ...] = ()
     disk_volumes: tuple[dict[str, Any], ...] = ()
+    # A number for the pod's (nodeSelector, required node affinity), 0 when it has neither: pods of one
+    # template share it, so a node's verdict on it is remembered (`nodeinfo.fits_node_affinity`).
+    node_affinity_id: int = 0
+    # A number for the pod's requests (and their non-zero variant): what NodeResourcesFit's verdict and
+    # the resource scores depend on besides the node, remembered per node (`NodeInfo.by_requests`).
+    requests_id: int = 0
 
     @property
     def key(self) -> str:
@@ -107,6 +114,16 @@ def node_matches(pod: PodInfo, labels: dict[str, str], node_name: str) -> bool:
     if pod.required_terms is not None and not any_term_matches(pod.required_terms, labels, node_name):
         return False
     return True
+
+
+node_affinity_ids = SmallIds()
+requests_ids = SmallIds()
+
+
+def node_affinity_id(node_selector: dict[str, str], required_terms: tuple[Term, ...] | None) -> int:
+    if not node_selector and required_terms is None:
+        return 0
+    return node_affinity_ids((tuple(sorted(node_selector.items())), required_terms))
 
 
 def resource_amount(name: str, text: str | int | float) -> int:
@@ -236,6 +253,7 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
     )
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     namespace = str(meta.get("namespace") or "")
+    node_selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
     affinity, spread_hard, spread_soft, parse_error = NO_AFFINITY, (), (), ""
     constraints = spec.get("topologySpreadConstraints") or ()
     try:
@@ -254,7 +272,7 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         nonzero_memory=nz.get("memory", 0),
         host_ports=_host_ports(spec),
         tolerations=parse_tolerations(spec.get("tolerations")),
-        node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+        node_selector=node_selector,
         required_terms=required_terms,
         preferred_terms=preferred,
         images=images,
@@ -279,6 +297,8 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         disk_volumes=tuple(
             v for v in spec.get("volumes") or () if any(isinstance(v.get(k), dict) for k in DISK_SOURCES)
         ),
+        node_affinity_id=node_affinity_id(node_selector, required_terms),
+        requests_id=requests_ids((tuple(sorted(requests.items())), nz.get("cpu", 0), nz.get("memory", 0))),
     )
 
 

@@ -30,7 +30,6 @@ from controlplane.scheduler.framework import (
     Observer,
 )
 from controlplane.scheduler.metrics import ERROR, PENDING_QUEUES, UNSCHEDULABLE, LiveState, SchedulerMetrics
-from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.plugins import build_scores
 from controlplane.scheduler.podinfo import PodInfo, pod_info
 from controlplane.scheduler.preemption import preempt
@@ -249,8 +248,8 @@ class Scheduler:
         if self.cache.has_pod(pod.uid):
             self.queue.done(pod.uid)  # bound by someone else meanwhile
             return False
-        nodes = self.cache.nodes()
-        view = self.cluster_view(nodes)
+        view = self.cluster_view()
+        nodes = view.all_nodes
         self._cycles += 1
         observer = CycleMetrics(self.metrics, pod.scheduler_name, self._cycles % SAMPLE_EVERY == 1)
         self.search.percentage = self.percentages.get(
@@ -281,14 +280,11 @@ class Scheduler:
         self._spawn(self._bind(qp, node.name, started, observer), hold_slot=True)
         return True
 
-    def cluster_view(self, nodes: list[NodeInfo]) -> ClusterView:
-        return ClusterView(
-            len(nodes),
-            self.cache.image_nodes,
-            nodes,
-            self._namespace_labels(),
-            self.spread_selectors.selector,
-            {node: list(pods.values()) for node, pods in self.nominated.items() if pods},
+    def cluster_view(self) -> ClusterView:
+        return self.cache.cluster_view(
+            namespace_labels=self._namespace_labels(),
+            default_selector=self.spread_selectors.selector,
+            nominated={node: list(pods.values()) for node, pods in self.nominated.items() if pods},
         )
 
     def _post_filter(self, pod: PodInfo, err: FitError, view: ClusterView, observer: Observer) -> str | None:

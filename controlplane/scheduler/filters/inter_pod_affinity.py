@@ -19,7 +19,7 @@ from controlplane.scheduler.affinityterms import AffinityTerm
 from controlplane.scheduler.framework import FITS, ClusterView
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
-from controlplane.scheduler.topologyspread import SmallIds
+from controlplane.scheduler.smallids import SmallIds
 
 AFFINITY_REASON = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY_REASON = "node(s) didn't match pod anti-affinity rules"
@@ -78,6 +78,8 @@ def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterVie
     verdicts: dict[int, bool] = {}  # one match per distinct placed term
     matched_by: dict[tuple[str, tuple[tuple[str, str], ...]], bool] = {}  # one per distinct labels
     anti_keys = [(t, (":affinity", term_id(t))) for t in required_anti]
+    if not required and not required_anti and cluster.anti_affinity_nodes is not None:
+        nodes = cluster.anti_affinity_nodes  # only placed pods' anti-affinity can reject this pod
     for node in nodes:
         assert node.facts is not None
         labels = node.facts.labels
@@ -100,16 +102,18 @@ def affinity_counts(pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterVie
                     state.anti[(term.topology_key, value)] += matching
         if not required:
             continue
-        for existing in node.pods.values():
-            key = (existing.namespace, existing.label_key)
-            matched = matched_by.get(key)
+        for group, pods in node.label_groups.items():  # placed pods by (namespace, labels)
+            matched = matched_by.get(group)
             if matched is None:
-                matched = matched_by[key] = matches_all(required, existing, ns_of.get(existing.namespace, {}))
+                namespace, label_key = group
+                matched = matched_by[group] = all(
+                    t.matches(namespace, dict(label_key), ns_of.get(namespace, {})) for t in required
+                )
             if matched:
                 for term in required:
                     value = labels.get(term.topology_key)
                     if value is not None:
-                        state.affinity[(term.topology_key, value)] += 1
+                        state.affinity[(term.topology_key, value)] += pods
     state.self_match = not state.affinity and matches_all(required, pod, own_ns)
     return state
 

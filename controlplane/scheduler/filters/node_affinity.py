@@ -9,8 +9,8 @@ pod unschedulable whatever the node (`pod affinity terms conflict`)."""
 from __future__ import annotations
 
 from controlplane.scheduler.framework import FITS
-from controlplane.scheduler.nodeinfo import NodeInfo
-from controlplane.scheduler.podinfo import PodInfo, node_matches
+from controlplane.scheduler.nodeinfo import NodeInfo, fits_node_affinity
+from controlplane.scheduler.podinfo import PodInfo
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
 CONFLICT = "pod affinity terms conflict"
@@ -25,9 +25,7 @@ class NodeAffinityFilter:
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         assert node.facts is not None
-        if not pod.node_selector and pod.required_terms is None:
-            return FITS
-        return FITS if node_matches(pod, node.facts.labels, node.name) else (REASON,)
+        return FITS if fits_node_affinity(pod, node.facts) else (REASON,)
 
     def node_names(self, pod: PodInfo) -> frozenset[str] | None:
         """The only nodes the pod's required terms can match by name; None when some term names none."""

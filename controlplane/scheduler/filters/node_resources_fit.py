@@ -23,6 +23,12 @@ class NodeResourcesFitFilter:
         return True  # the pod count always applies
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
+        verdict = node.by_requests.get(pod.requests_id)
+        if verdict is None:
+            verdict = node.by_requests[pod.requests_id] = self._check(pod, node)
+        return verdict  # type: ignore[no-any-return]
+
+    def _check(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         assert node.facts is not None
         alloc = node.facts.allocatable
         used = node.requested

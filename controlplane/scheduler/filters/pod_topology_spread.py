@@ -41,7 +41,7 @@ def minimums(pod: PodInfo, counts: list[dict[str, int]]) -> list[int]:
 
 
 def spread_state(pod: PodInfo, cluster: ClusterView) -> SpreadState:
-    counts = domain_counts(pod, cluster.all_nodes, pod.spread_hard)
+    counts = domain_counts(pod, cluster.all_nodes, pod.spread_hard, cluster.spread_index)
     self_match = [1 if c.selector.matches(pod.labels) else 0 for c in pod.spread_hard]
     return SpreadState(counts, minimums(pod, counts), self_match)
 

@@ -11,12 +11,12 @@ pod has preferred terms of its own.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controlplane.scheduler.affinityterms import AffinityTerm
 from controlplane.scheduler.framework import MAX_NODE_SCORE, SKIP, ClusterView
-from controlplane.scheduler.nodeinfo import NodeInfo
+from controlplane.scheduler.nodeinfo import PREFERRED_AFFINITY, REQUIRED_AFFINITY, NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
 
 HARD_POD_AFFINITY_WEIGHT = 1  # upstream's InterPodAffinityArgs default
@@ -24,67 +24,81 @@ HARD_POD_AFFINITY_WEIGHT = 1  # upstream's InterPodAffinityArgs default
 TopologyScore = dict[str, dict[str, int]]
 
 
-def _add(
-    score: TopologyScore,
-    terms: Iterable[AffinityTerm],
-    target: PodInfo,
-    ns_labels: Mapping[str, str],
-    node_labels: Mapping[str, str],
-    sign: int,
-    weight: int | None = None,
-) -> None:
-    for term in terms:
-        value = node_labels.get(term.topology_key)
-        if value is not None and term.matches(target.namespace, target.labels, ns_labels):
-            by_value = score.setdefault(term.topology_key, defaultdict(int))
-            by_value[value] += sign * (term.weight if weight is None else weight)
-
-
-def _own_matches(pod: PodInfo, existing: PodInfo, ns_labels: Mapping[str, str]) -> list[tuple[str, int]]:
-    """The incoming pod's preferred terms an existing pod matches: (topology key, signed weight)."""
+def _own_matches(
+    pod: PodInfo, namespace: str, labels: Mapping[str, str], ns_labels: Mapping[str, str]
+) -> list[tuple[str, int]]:
+    """The incoming pod's preferred terms a placed pod (in `namespace`, with `labels`) matches:
+    (topology key, signed weight)."""
     own = pod.affinity
     hits = [
-        (t.topology_key, t.weight)
-        for t in own.preferred_affinity
-        if t.matches(existing.namespace, existing.labels, ns_labels)
+        (t.topology_key, t.weight) for t in own.preferred_affinity if t.matches(namespace, labels, ns_labels)
     ]
     hits += [
         (t.topology_key, -t.weight)
         for t in own.preferred_anti_affinity
-        if t.matches(existing.namespace, existing.labels, ns_labels)
+        if t.matches(namespace, labels, ns_labels)
     ]
     return hits
 
 
+def _signed_weight(kind: int, term: AffinityTerm) -> int:
+    if kind == REQUIRED_AFFINITY:
+        return HARD_POD_AFFINITY_WEIGHT
+    return term.weight if kind == PREFERRED_AFFINITY else -term.weight
+
+
 def topology_score(pod: PodInfo, cluster: ClusterView) -> TopologyScore:
+    """Per topology key and value, the summed weights; each node's pods visited by group (pods with
+    the same namespace and labels, and pods holding the same term), not one by one."""
     score: TopologyScore = {}
     own = pod.affinity
     has_preferred = bool(own.preferred_affinity or own.preferred_anti_affinity)
     ns_of = cluster.namespace_labels
     own_ns = ns_of.get(pod.namespace, {})
     memo: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[str, int]]] = {}
-    for node in cluster.all_nodes:
+    verdicts: dict[tuple[int, int], int | None] = {}  # (id(term), kind) -> signed weight if it matches
+
+    def bump(topology_key: str, value: str, delta: int) -> None:
+        by_value = score.setdefault(topology_key, defaultdict(int))
+        by_value[value] += delta
+
+    for node in cluster.all_nodes if has_preferred else with_affinity(cluster):
         assert node.facts is not None
         labels = node.facts.labels
         if not labels:
             continue
-        for existing in (node.pods if has_preferred else node.affinity_pods).values():
-            if has_preferred:
-                key = (existing.namespace, existing.label_key)
-                hits = memo.get(key)
+        if has_preferred:
+            for group, pods in node.label_groups.items():
+                hits = memo.get(group)
                 if hits is None:
-                    hits = memo[key] = _own_matches(pod, existing, ns_of.get(existing.namespace, {}))
-                for topology_key, delta in hits:
+                    namespace, label_key = group
+                    hits = memo[group] = _own_matches(
+                        pod, namespace, dict(label_key), ns_of.get(namespace, {})
+                    )
+                for topology_key, weight in hits:
                     value = labels.get(topology_key)
                     if value is not None:
-                        by_value = score.setdefault(topology_key, defaultdict(int))
-                        by_value[value] += delta
-            theirs = existing.affinity
-            if theirs.any:
-                _add(score, theirs.required_affinity, pod, own_ns, labels, 1, HARD_POD_AFFINITY_WEIGHT)
-                _add(score, theirs.preferred_affinity, pod, own_ns, labels, 1)
-                _add(score, theirs.preferred_anti_affinity, pod, own_ns, labels, -1)
+                        bump(topology_key, value, weight * pods)
+        for (kind, term), holders in node.scored_terms.items():
+            value = labels.get(term.topology_key)
+            if value is None:
+                continue
+            key = (id(term), kind)
+            if key in verdicts:
+                weight = verdicts[key]
+            else:
+                matched = term.matches(pod.namespace, pod.labels, own_ns)
+                weight = verdicts[key] = _signed_weight(kind, term) if matched else None
+            if weight is not None:
+                bump(term.topology_key, value, weight * holders)
     return score
+
+
+def with_affinity(cluster: ClusterView) -> Sequence[NodeInfo]:
+    """The nodes whose pods have affinity terms (all that matter to a pod without preferred terms)."""
+    if cluster.affinity_nodes is not None:
+        return cluster.affinity_nodes
+    return [n for n in cluster.all_nodes if n.affinity_pods]
 
 
 class InterPodAffinityScore:
@@ -92,9 +106,7 @@ class InterPodAffinityScore:
 
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
         own = pod.affinity
-        if not (own.preferred_affinity or own.preferred_anti_affinity) and not any(
-            n.affinity_pods for n in cluster.all_nodes
-        ):
+        if not (own.preferred_affinity or own.preferred_anti_affinity) and not with_affinity(cluster):
             return SKIP
         score = topology_score(pod, cluster)
         return score if score else SKIP

@@ -64,10 +64,11 @@ class PodTopologySpreadScore:
         for i, c in enumerate(constraints):
             size = len(nodes) - len(ignored) if c.topology_key == HOSTNAME else len(domains[i])
             weights.append(math.log(size + 2))
+        index = cluster.spread_index
         counts = (
-            domain_counts(pod, cluster.all_nodes, constraints)
+            domain_counts(pod, cluster.all_nodes, constraints, index)
             if require_all
-            else _loose_counts(pod, cluster.all_nodes, constraints)
+            else [domain_counts(pod, cluster.all_nodes, (c,), index)[0] for c in constraints]
         )
         # Only domains of feasible nodes matter (upstream counts no others).
         counts = [{v: n for v, n in by.items() if v in domains[i]} for i, by in enumerate(counts)]
@@ -117,13 +118,3 @@ class PodTopologySpreadScore:
 def _round(x: float) -> int:
     """Go's math.Round: halves away from zero."""
     return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
-
-
-def _loose_counts(
-    pod: PodInfo, nodes: Sequence[NodeInfo], constraints: Sequence[SpreadConstraint]
-) -> list[dict[str, int]]:
-    """The default constraints' counts: a node missing one key still counts for the others."""
-    out: list[dict[str, int]] = []
-    for c in constraints:
-        out.append(domain_counts(pod, nodes, (c,))[0])
-    return out

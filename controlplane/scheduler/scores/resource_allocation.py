@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from controlplane.scheduler.framework import MAX_NODE_SCORE, ClusterView
+from controlplane.scheduler.framework import MAX_NODE_SCORE, ClusterView, plugin_key
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
 
@@ -55,6 +55,7 @@ class ResourceAllocation:
         self.resources = tuple((r, w) for r, w in resources if w > 0)
         self.weight_sum = sum(w for _, w in self.resources)
         self._fn = least_requested if strategy == LEAST_ALLOCATED else most_requested
+        self.key = plugin_key()
 
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
         return None
@@ -67,7 +68,8 @@ class ResourceAllocation:
             return [0] * len(nodes)
         fn, resources, weight_sum = self._fn, self.resources, self.weight_sum
         if fn is least_requested and [r for r, _ in resources] == ["cpu", "memory"]:
-            return _least_cpu_memory(pod, nodes, resources[0][1], resources[1][1], weight_sum)
+            key = f"{self.key}:{pod.requests_id}"
+            return _least_cpu_memory(pod, nodes, resources[0][1], resources[1][1], weight_sum, key)
         out: list[int] = []
         for node in nodes:
             assert node.facts is not None
@@ -83,20 +85,24 @@ class ResourceAllocation:
 
 
 def _least_cpu_memory(
-    pod: PodInfo, nodes: Sequence[NodeInfo], cpu_weight: int, memory_weight: int, weight_sum: int
+    pod: PodInfo, nodes: Sequence[NodeInfo], cpu_weight: int, memory_weight: int, weight_sum: int, key: str
 ) -> list[int]:
     """The default case (LeastAllocated over cpu and memory) unrolled: `least_requested` of each
-    resource's non-zero request inlined, as this loop runs for every feasible node."""
+    resource's non-zero request inlined, as this loop runs for every feasible node; each node's score
+    is remembered under `key` (this plugin and the pod's requests) until the node changes."""
     pod_cpu, pod_memory = pod.nonzero_cpu, pod.nonzero_memory
     out: list[int] = []
     for node in nodes:
-        alloc = node.facts.allocatable  # type: ignore[union-attr]
-        cpu, memory = alloc.get("cpu", 0), alloc.get("memory", 0)
-        want_cpu, want_memory = node.nonzero_cpu + pod_cpu, node.nonzero_memory + pod_memory
-        total = 0
-        if cpu and want_cpu <= cpu:
-            total += (cpu - want_cpu) * MAX_NODE_SCORE // cpu * cpu_weight
-        if memory and want_memory <= memory:
-            total += (memory - want_memory) * MAX_NODE_SCORE // memory * memory_weight
-        out.append(total // weight_sum)
+        score = node.by_requests.get(key)
+        if score is None:
+            alloc = node.facts.allocatable  # type: ignore[union-attr]
+            cpu, memory = alloc.get("cpu", 0), alloc.get("memory", 0)
+            want_cpu, want_memory = node.nonzero_cpu + pod_cpu, node.nonzero_memory + pod_memory
+            total = 0
+            if cpu and want_cpu <= cpu:
+                total += (cpu - want_cpu) * MAX_NODE_SCORE // cpu * cpu_weight
+            if memory and want_memory <= memory:
+                total += (memory - want_memory) * MAX_NODE_SCORE // memory * memory_weight
+            score = node.by_requests[key] = total // weight_sum
+        out.append(score)
     return out
