@@ -138,6 +138,15 @@ def test_a_change_after_a_quiet_spell_is_synced_at_once() -> None:
     assert 0.0 < settle_delay(last_sync_end=100.0, now=100.0 + COALESCE / 2) < COALESCE
 
 
+def test_in_a_burst_the_next_sync_waits_as_long_as_the_last_one_took() -> None:
+    # Changes came during a sync that took 0.8 s: the next waits 0.8 s after it, so nginx reloads at
+    # most half the time; a quiet spell that long still syncs at once.
+    assert settle_delay(last_sync_end=100.0, now=100.0, spacing=0.8) == pytest.approx(0.8)
+    assert settle_delay(last_sync_end=100.0, now=100.5, spacing=0.8) == pytest.approx(0.3)
+    assert settle_delay(last_sync_end=100.0, now=101.0, spacing=0.8) == 0.0
+    assert settle_delay(last_sync_end=100.0, now=100.0, spacing=0.01) == pytest.approx(COALESCE)
+
+
 def test_cached_objects_are_frozen_out_of_full_collections_as_the_caches_grow(tmp_path: Path) -> None:
     controller = _controller(_HeldStatusClient(), tmp_path)
     try:
