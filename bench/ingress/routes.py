@@ -146,7 +146,7 @@ def without_tls(text: str) -> str:
 def previous_loop() -> Iterator[None]:
     """The controller's loop waits 0.1 s after every wake while this lasts, as it did before."""
     current = controller_module.settle_delay
-    controller_module.settle_delay = lambda _ended, _now: controller_module.COALESCE
+    controller_module.settle_delay = lambda _ended, _now, _spacing=0.0: controller_module.COALESCE
     try:
         yield
     finally:
