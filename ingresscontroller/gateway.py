@@ -167,6 +167,12 @@ def _backends(
             chosen.append((upstream, weight))
     if not chosen:
         return None, *problem
+    if len(chosen) == 1:
+        # One Service: its own upstream (`namespace_service_port`), shared by every rule, route and
+        # Ingress sending there, so its idle connections serve them all and nginx parses one upstream
+        # block for them, not one per rule (1 000 single-backend routes were 1 000 upstreams, each with
+        # its own pool of idle connections allocated on every reload).
+        return chosen[0][0], *problem
     common = math.lcm(*(len(u.addresses) for u, _ in chosen))
     addresses: list[str] = []
     weights: list[int] = []

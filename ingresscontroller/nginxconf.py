@@ -23,8 +23,13 @@ from ingresscontroller.model import Config, Location, Server
 from ingresscontroller.nginxtext import DOLLAR_VARIABLE, PROXY_HEADERS, quote
 from ingresscontroller.routeconf import render_routes, route_paths
 
-# Idle connections to an upstream's pods each worker keeps (ingress-nginx keeps 320 by default).
-UPSTREAM_KEEPALIVE = 32
+# ingress-nginx's defaults for the connections to the pods: idle connections each worker keeps per
+# upstream (upstream-keepalive-connections; a pool smaller than the requests in flight closes the rest
+# after each answer, so every request above it opens a new connection), requests per connection and idle
+# seconds before nginx closes one (upstream-keepalive-requests, -timeout).
+UPSTREAM_KEEPALIVE = 320
+UPSTREAM_KEEPALIVE_REQUESTS = 10000
+UPSTREAM_KEEPALIVE_TIMEOUT = "60s"
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,8 @@ def render(config: Config, listen: Listen, files: Files) -> str:
     lines = [
         "# Written by the pykubelet ingress controller; rewritten on every change.",
         "daemon off;",
-        "worker_processes 1;",
+        # One worker per CPU (ingress-nginx's worker-processes): one worker is one core at most.
+        "worker_processes auto;",
         "user www-data;",
         f"pid {quote(str(root / 'nginx.pid'))};",
         f"error_log {quote(str(root / 'error.log'))} notice;",
@@ -152,6 +158,9 @@ def render(config: Config, listen: Listen, files: Files) -> str:
         '        default "$";',
         "    }",
         "    proxy_http_version 1.1;",
+        # ingress-nginx's proxy-buffering "off": the pod's answer goes to the client as it comes, not
+        # first into a buffer (or a temporary file for a large one).
+        "    proxy_buffering off;",
         *(f"    proxy_set_header {name} {value};" for name, value in PROXY_HEADERS),
         "    proxy_connect_timeout 5s;",
         "    proxy_next_upstream error timeout;",
@@ -163,7 +172,11 @@ def render(config: Config, listen: Listen, files: Files) -> str:
                 f"        server {a}{f' weight={w}' if w != 1 else ''};"
                 for a, w in zip(upstream.addresses, weights, strict=True)
             ]
-            keep = [f"        keepalive {UPSTREAM_KEEPALIVE};"]
+            keep = [
+                f"        keepalive {UPSTREAM_KEEPALIVE};",
+                f"        keepalive_requests {UPSTREAM_KEEPALIVE_REQUESTS};",
+                f"        keepalive_timeout {UPSTREAM_KEEPALIVE_TIMEOUT};",
+            ]
             lines += [f"    upstream {upstream.name} {{", *servers, *keep, "    }"]
     servers = dict(config.servers)
     servers.setdefault("", Server(""))

@@ -44,6 +44,8 @@ PACKAGES: dict[str, str] = {
 # server, whose unit a systemd host would start on :9090, so it stays off the runtime list.
 TEST_PACKAGES: dict[str, str] = {
     "prometheus": "/usr/bin/promtool",
+    # The load generator of bench/ingress/hop.py's concurrent figures (its smoke run is in the suite).
+    "wrk": "/usr/bin/wrk",
 }
 
 

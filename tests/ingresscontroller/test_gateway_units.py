@@ -67,6 +67,26 @@ def test_each_backend_gets_its_weights_share() -> None:
     )
 
 
+def test_a_rule_with_one_service_uses_that_services_upstream() -> None:
+    """Rules (of any route) sending to one Service share its upstream, the one an Ingress to it uses;
+    a weighted split has its own."""
+    cluster = model.Cluster(
+        services={
+            f"ns/{n}": {"metadata": {"name": n}, "spec": {"ports": [{"port": 80}]}} for n in ("a", "b")
+        },
+        slices={"ns/a": [_slice("a", "10.0.0.2", "10.0.0.1")], "ns/b": [_slice("b", "10.0.1.1")]},
+        secrets={},
+    )
+    service = model.resolve_backend("ns", {"service": {"name": "a", "port": {"number": 80}}}, cluster)
+    for index, refs in enumerate(([{"name": "a", "port": 80}], [{"name": "a", "port": 80, "weight": 7}])):
+        route = _route([], *refs)
+        assert gateway._backends(route, index, route["spec"]["rules"][0], cluster) == (service, "", "")
+    assert service.name == "ns_a_80" and service.addresses == ("10.0.0.1:8080", "10.0.0.2:8080")
+    split = _route([], {"name": "a", "port": 80}, {"name": "b", "port": 80})
+    upstream = gateway._backends(split, 0, split["spec"]["rules"][0], cluster)[0]
+    assert upstream is not None and upstream.name == "route_ns_r_0"
+
+
 def test_transition_times_kept_while_the_status_stays() -> None:
     old = [{"type": "Accepted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
     same = gateway.with_transition_times([{"type": "Accepted", "status": "True"}], old, "NOW")

@@ -238,6 +238,13 @@ def test_rendered_configuration_passes_nginx_t(tmp_path: Path) -> None:
         and 'location "/odd path;{x}/"' in text
         and "return 308 https://$host:18443$request_uri;" in text
     )
+    # ingress-nginx's defaults for the proxy hop: a worker per CPU, answers passed on unbuffered, and
+    # per worker 320 idle connections to an upstream kept for up to 10 000 requests and 60 s idle.
+    assert "worker_processes auto;" in text and "    proxy_buffering off;" in text
+    assert text.count("        keepalive 320;") == text.count("    upstream ") == 2
+    assert (
+        text.count("        keepalive_requests 10000;") == text.count("        keepalive_timeout 60s;") == 2
+    )
 
 
 def test_only_an_update_the_configuration_reads_wakes_a_sync() -> None:

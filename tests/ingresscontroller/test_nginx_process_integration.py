@@ -153,3 +153,71 @@ async def test_hosts_without_a_certificate_share_the_default_servers_context(tmp
         assert await asyncio.to_thread(_https, listen.https_port, "tls.example") == ("CN=tls.example", 503)
     finally:
         await nginx.stop()
+
+
+class _HeldBackend:
+    """A pod that holds every request until `together` are waiting, then answers them all: so that
+    many requests are in flight at once through the proxy. Counts the connections it accepted."""
+
+    def __init__(self, together: int) -> None:
+        self.together = together
+        self.accepted = 0
+        self._waiting = 0
+        self._release = asyncio.Event()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                release = self._release
+                self._waiting += 1
+                if self._waiting == self.together:
+                    self._waiting, self._release = 0, asyncio.Event()
+                    release.set()
+                await asyncio.wait_for(release.wait(), 30)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> bytes:
+    writer.write(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")).split()[1])
+    return head.split(b"\r\n", 1)[0] + b" " + await reader.readexactly(length)
+
+
+async def test_connections_to_the_pods_are_kept_for_the_next_requests(tmp_path: Path) -> None:
+    """As ingress-nginx (upstream keepalive 320 per worker, HTTP/1.1, no Connection: close): clients on
+    kept connections, more requests in flight at once than 32 per worker, ten rounds of them: the pod
+    sees one connection per request in flight and no more, none opened again for the next rounds (with
+    32 idle connections kept per worker, those above were closed after each answer and opened anew)."""
+    files, listen = _setup(tmp_path)
+    nginx = Nginx(tmp_path)
+    backend_port = free_port()
+    config = _config("a.example")
+    config.upstreams["ns_web_80"] = Upstream("ns_web_80", (f"127.0.0.1:{backend_port}",))
+    await nginx.apply(render(config, listen, files))
+    assert nginx.proc is not None
+    workers = len(psutil.Process(nginx.proc.pid).children())
+    clients = 40 * workers + 40  # above the 32 idle connections per worker kept before
+    held = _HeldBackend(clients)
+    server = await asyncio.start_server(held.serve, "127.0.0.1", backend_port)
+    streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        streams = [await asyncio.open_connection("127.0.0.1", listen.http_port) for _ in range(clients)]
+        for _ in range(10):
+            answers = await asyncio.wait_for(
+                asyncio.gather(*(_get(r, w, "a.example") for r, w in streams)), 60
+            )
+            assert set(answers) == {b"HTTP/1.1 200 OK ok\n"}
+        assert held.accepted == clients
+    finally:
+        for _, writer in streams:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+        await nginx.stop()
