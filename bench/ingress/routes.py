@@ -186,7 +186,10 @@ async def served(port: int, host: str, path: str, timeout: float = 300.0) -> flo
     return time.perf_counter() - began
 
 
-async def base_objects(client: KubeClient, pod_port: int, gateway: bool) -> None:
+async def base_objects(client: KubeClient, pod_port: int, gateway_port: int | None) -> None:
+    """The pod, its Service and EndpointSlice and, with `gateway_port`, a Gateway whose HTTP listener
+    is on the controller's HTTP port (a listener is served on the port it names, so the routes and the
+    Ingresses answer on the same port)."""
     await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
     await client.request("POST", "/apis/networking.k8s.io/v1/ingressclasses", body=manifest.ingress_class())
     service = {
@@ -203,9 +206,9 @@ async def base_objects(client: KubeClient, pod_port: int, gateway: bool) -> None
     await client.request(
         "POST", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices", body=endpoint_slice
     )
-    if gateway:
+    if gateway_port is not None:
         await client.request("POST", f"{GW}/v1/gatewayclasses", body=manifest.gateway_class())
-        listener = {"name": "http", "protocol": "HTTP", "port": 80}
+        listener = {"name": "http", "protocol": "HTTP", "port": gateway_port}
         body = {
             "metadata": {"name": "gw"},
             "spec": {"gatewayClassName": "pykubelet", "listeners": [listener]},
@@ -306,7 +309,7 @@ async def measure(
     figures: dict[str, Any] = {"routes": routes, "changes": changes}
     try:
         await pod.apply(pod_config(pod_root, pod_port, default_route_ip()))
-        await base_objects(client, pod_port, crds is not None)
+        await base_objects(client, pod_port, listen.http_port if crds is not None else None)
         figures.update(await measure_kind(client, controller, listen.http_port, "ingress", routes, changes))
         if crds is not None:
             figures.update(
