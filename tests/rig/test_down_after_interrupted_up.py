@@ -40,8 +40,11 @@ def _ready(name: str) -> Callable[[Path], bool]:
 
 
 def _sandbox_started(state: Path) -> bool:
-    """The sample pod's sandbox has a task bundle: its netns, veth and shim exist."""
-    return any((state / "containerd" / "state" / "io.containerd.runtime.v2.task" / "k8s.io").glob("*"))
+    """The sample pod's sandbox has a running shim: its task bundle holds `address`, which the shim's
+    start writes once the shim runs (the bundle folder itself comes first, so a SIGKILL right after it
+    could take containerd down before any shim ran); the CRI plugin sets up the netns and veth before."""
+    bundles = state / "containerd" / "state" / "io.containerd.runtime.v2.task" / "k8s.io"
+    return any(bundles.glob("*/address"))
 
 
 STAGES: dict[str, Callable[[Path], bool]] = {
