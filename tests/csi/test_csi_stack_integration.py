@@ -293,6 +293,19 @@ def test_provisioned_claim_mounted_written_and_cleaned_up(stack, kube, storage, 
     wait_for(lambda: mounts_under(beside.agent_root) == [], 60, what="the node's CSI mounts gone")
     assert beside.calls("NodeUnpublishVolume") and beside.calls("NodeUnstageVolume")
 
+    # A new pod on the same claim reads what the first one wrote (staged and published again).
+    stages = len(beside.calls("NodeStageVolume"))
+    kube.create_namespaced_pod(
+        namespace,
+        pod("reader", stack.images.busybox, 'test "$(cat /data/hello)" = from-the-container', claim_volume),
+    )
+    assert finished(kube, namespace, "reader", 180).status.phase == "Succeeded"
+    assert len(beside.calls("NodeStageVolume")) > stages
+    assert beside.calls("NodePublishVolume")[-1]["volume_context"]["csi.storage.k8s.io/pod.name"] == "reader"
+    kube.delete_namespaced_pod("reader", namespace, grace_period_seconds=0)
+    wait_for(lambda: not exists(lambda: kube.read_namespaced_pod("reader", namespace)), 90, what="pod gone")
+    wait_for(lambda: mounts_under(beside.agent_root) == [], 60, what="the node's CSI mounts gone again")
+
     kube.delete_namespaced_persistent_volume_claim("data", namespace)
     wait_for(lambda: not exists(lambda: kube.read_persistent_volume(pv.metadata.name)), 90, what="PV deleted")
     assert not backing.exists()
