@@ -649,11 +649,14 @@ async def test_a_configmap_is_read_from_its_own_watch(
         return value.read_text() == "two"
 
     await wait_for_async(refreshed, timeout=10.0, interval=0.2, what="the new value in the volume")
-    syncs = worker.syncs
-    for _ in range(3):
+    for _ in range(3):  # three more passes, each reading the ConfigMap for its volume
+        syncs = worker.syncs
         worker.wake()
-        await asyncio.sleep(0.2)
-    assert worker.syncs > syncs
+
+        async def passed(before: int = syncs) -> bool:
+            return worker.syncs > before
+
+        await wait_for_async(passed, timeout=10.0, interval=0.05, what="one more pass of the pod's worker")
     assert gets == []  # every pass read the watch's copy
 
     await admin.delete(path)

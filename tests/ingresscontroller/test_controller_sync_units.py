@@ -108,10 +108,11 @@ async def test_a_change_is_synced_while_the_previous_status_writes_wait(tmp_path
 
 
 async def test_status_work_writes_the_newest_hand_over_and_no_stale_one() -> None:
-    release = asyncio.Event()
+    release, taken = asyncio.Event(), asyncio.Event()
     written: list[int] = []
 
     async def write(item: int) -> None:
+        taken.set()
         await release.wait()
         written.append(item)
 
@@ -119,7 +120,7 @@ async def test_status_work_writes_the_newest_hand_over_and_no_stale_one() -> Non
     runner = asyncio.create_task(work.run())
     try:
         work.hand_over(1)
-        await asyncio.sleep(0)  # the writer takes 1 and waits
+        await asyncio.wait_for(taken.wait(), 10)  # the writer took 1 and waits
         for item in (2, 3, 4):  # handed over while 1 is written: only the newest is
             work.hand_over(item)
         release.set()
