@@ -316,32 +316,21 @@ spec:
   listeners:
   - {name: http, protocol: HTTP, port: LISTENER_PORT}
   - {name: spare, protocol: HTTP, port: LISTENER_PORT, hostname: late.example}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: late, namespace: shop}
-spec:
-  parentRefs: [{name: late}]
-  hostnames: [late.example]
-  rules: [{backendRefs: [{name: blue, port: 80}]}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: lost, namespace: shop}
-spec:
-  parentRefs: [{name: late, sectionName: http}]
-  hostnames: [lost.example]
-  rules: [{backendRefs: [{name: blue, port: 80}]}]
 """
 
 
-def _http_route(name: str, host: str, *rules: dict) -> dict:
+def _http_route(
+    name: str, host: str, *rules: dict, parent: dict | None = None, namespace: str = "shop"
+) -> dict:
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
-        "metadata": {"name": name, "namespace": "shop"},
-        "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host], "rules": list(rules)},
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"parentRefs": [parent or {"name": "gw"}], "hostnames": [host], "rules": list(rules)},
     }
+
+
+TO_BLUE = {"backendRefs": [{"name": "blue", "port": 80}]}
 
 
 def _prefix(value: str) -> list[dict]:
@@ -388,6 +377,9 @@ ROUTES = [
     _http_route(
         "elsewhere", "elsewhere.example", {"backendRefs": [{"name": "web", "namespace": "web", "port": 80}]}
     ),
+    # To Gateway late: through its listeners that serve (spare), and through its conflicted one alone.
+    _http_route("late", "late.example", TO_BLUE, parent={"name": "late"}),
+    _http_route("lost", "lost.example", TO_BLUE, parent={"name": "late", "sectionName": "http"}),
 ]
 
 
@@ -640,16 +632,7 @@ def _race_objects(port: int) -> list[dict]:
                 "listeners": [{"name": "steady", "protocol": "HTTP", "port": port}],
             },
         },
-        {
-            "apiVersion": group,
-            "kind": "HTTPRoute",
-            "metadata": {"name": "first", "namespace": "race"},
-            "spec": {
-                "parentRefs": [{"name": "race"}],
-                "hostnames": ["first.example"],
-                "rules": [{"backendRefs": [{"name": "blue", "port": 80}]}],
-            },
-        },
+        _http_route("first", "first.example", TO_BLUE, parent={"name": "race"}, namespace="race"),
     ]
 
 
@@ -736,16 +719,7 @@ async def test_a_listener_port_taken_between_the_check_and_the_reload(
             "True",
             "Programmed",
         )
-        second = {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": {"name": "second", "namespace": "race"},
-            "spec": {
-                "parentRefs": [{"name": "race"}],
-                "hostnames": ["second.example"],
-                "rules": [{"backendRefs": [{"name": "blue", "port": 80}]}],
-            },
-        }
+        second = _http_route("second", "second.example", TO_BLUE, parent={"name": "race"}, namespace="race")
         await asyncio.to_thread(_create, api, second)
         await until(
             lambda: _get(address, steady, "second.example") == "blue second.example", "a new route served"
