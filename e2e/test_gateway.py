@@ -188,7 +188,11 @@ def test_a_listener_on_a_port_something_else_holds(
     api_client: Any, namespace: str, gateway_class: str
 ) -> None:
     objects = client.CustomObjectsApi(api_client)
-    gw = _gateway("held", gateway_class, {"name": "free", "protocol": "HTTP", "port": 80})
+    # A hostname of its own: distinct from another test's listener on port 80 (one address may serve
+    # every Gateway of a class, and two listeners on a port without hostnames conflict).
+    gw = _gateway(
+        "held", gateway_class, {"name": "free", "protocol": "HTTP", "port": 80, "hostname": "held.example"}
+    )
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "gateways", gw)
     address = wait_for(
         lambda: _programmed(objects, namespace, "held"), timeout=120, what="the Gateway Programmed"

@@ -1,7 +1,9 @@
 """The control loop: Ingresses of our IngressClass, with the Services, EndpointSlices and Secrets they
 name, watched through informers; every change wakes one sync, which builds the configuration
 (`model.build`), writes the certificates and nginx.conf, and applies them when they changed (`nginx -t`,
-then `nginx -s reload`).
+then `nginx -s reload`). A Gateway listener's port another process took between the bind check and
+nginx's reload costs that listener alone (PortUnavailable; the configuration without it is applied at
+once), as a port found held by the check does; both are checked again every PORT_RECHECK seconds.
 
 One bad Ingress never breaks the others: what the model cannot serve is left out before nginx sees it
 (a missing Service or TLS Secret is served as ingress-nginx serves it, with a Warning);
@@ -23,6 +25,7 @@ import gc
 import hashlib
 import logging
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,7 @@ from ingresscontroller import gateway, model
 from ingresscontroller.gatewaykinds import GatewayKinds
 from ingresscontroller.gatewaystatus import StatusWriter
 from ingresscontroller.listenerports import Ports
-from ingresscontroller.nginx import Nginx, NginxError, leftover_master
+from ingresscontroller.nginx import Nginx, NginxError, PortsTaken, leftover_master
 from ingresscontroller.nginxconf import Files, Listen, render
 from ingresscontroller.portcheck import held_elsewhere
 from ingresscontroller.statuswork import StatusWork
@@ -134,6 +137,8 @@ class IngressController:
         self.served: list[str] = []
         self.listening: set[int] = set()  # Gateway listener ports the running nginx listens on
         self.blocked: dict[int, str] = {}  # listener ports another process holds (PortUnavailable)
+        # Which listener ports another process holds (tests check a port taken right after this check).
+        self.check_ports: Callable[[str, Iterable[int]], dict[int, str]] = held_elsewhere
         self.changes = 0  # changes that woke the loop so far
         self.frozen_at = -1  # objects cached when the GC last froze them (-1: never)
 
@@ -160,17 +165,20 @@ class IngressController:
         )
 
     def _build(
-        self, ingresses: list[Obj], cluster: model.Cluster
+        self, ingresses: list[Obj], cluster: model.Cluster, taken: Mapping[int, str] | None = None
     ) -> tuple[model.Config, gateway.Statuses | None]:
         """The configuration and the Gateway API statuses; listener ports another process holds (checked
-        by binding them, those the running nginx holds excepted) are left out as PortUnavailable."""
-        self.blocked = {}
+        by binding them, those the running nginx holds excepted) are left out as PortUnavailable, and so
+        are those in `taken` (nginx could not listen there at this sync's reload: taken since the check;
+        checked again at the next sync)."""
+        self.blocked = dict(taken or {})
         config, statuses = self._build_once(ingresses, cluster)
         if not self.nginx.running and leftover_master(self.nginx.root / "nginx.pid", self.nginx.conf):
             return config, statuses  # an nginx an earlier run left holds its ports: the start stops it first
         wanted = {port for port, _ in config.ports} - self.listening
-        self.blocked = held_elsewhere(self.config.listen.address, sorted(wanted))
-        if self.blocked:
+        held = self.check_ports(self.config.listen.address, sorted(wanted))
+        if held:
+            self.blocked.update(held)
             config, statuses = self._build_once(ingresses, cluster)
         return config, statuses
 
@@ -237,6 +245,46 @@ class IngressController:
             if why is not None:
                 self.refused[key] = (resource_version(ingress), why)
 
+    async def _apply(
+        self,
+        ingresses: list[Obj],
+        cluster: model.Cluster,
+        config: model.Config,
+        statuses: gateway.Statuses | None,
+        text: str,
+    ) -> tuple[model.Config, gateway.Statuses | None, str]:
+        """nginx takes `text` (the configuration, its statuses and digest are returned as applied). When
+        it cannot listen on a listener's port (another process took it after the check), that listener is
+        left out (PortUnavailable) and the rest applied at once, so every other route stays served; when
+        it refuses the configuration otherwise, each Ingress is tried alone and those refused are left
+        out. Still refused: NginxError, the running configuration stays (the sync is retried)."""
+        taken: dict[int, str] = {}
+        isolated = False
+        while True:
+            self._write_certificates(config)
+            try:
+                await self.nginx.apply(text)
+                return config, statuses, self._digest(text, config)
+            except PortsTaken as err:
+                listeners = {port for port, _ in config.ports}
+                fresh = {p: why for p, why in err.ports.items() if p in listeners and p not in taken}
+                if not fresh:
+                    raise  # not a listener's port (the Ingress ports): nothing to leave out
+                log.warning(
+                    "listener ports taken since their check; applied without them ports=%s", sorted(fresh)
+                )
+                taken.update(
+                    {p: f"port {p}: nginx could not listen on it: {why}" for p, why in fresh.items()}
+                )
+            except NginxError as err:
+                if isolated:
+                    raise
+                isolated = True
+                log.error("nginx refused the configuration error=%r; trying each Ingress alone", str(err))
+                await self._isolate(ingresses, cluster)
+            config, statuses = self._build(ingresses, cluster, taken)
+            text = render(config, self.config.listen, self.files)
+
     def _wake_up(self) -> None:
         self.changes += 1
         self._wake.set()
@@ -254,17 +302,7 @@ class IngressController:
         text = render(config, self.config.listen, self.files)
         digest = self._digest(text, config)
         if digest != self.applied or not self.nginx.running:
-            self._write_certificates(config)
-            try:
-                await self.nginx.apply(text)
-            except NginxError as err:
-                log.error("nginx refused the configuration error=%r; trying each Ingress alone", str(err))
-                await self._isolate(ingresses, cluster)
-                config, statuses = self._build(ingresses, cluster)
-                text = render(config, self.config.listen, self.files)
-                digest = self._digest(text, config)
-                self._write_certificates(config)
-                await self.nginx.apply(text)  # still refused: the running configuration stays, retried later
+            config, statuses, digest = await self._apply(ingresses, cluster, config, statuses, text)
             self.applied = digest
             self.listening = {port for port, _ in config.ports}
             log.info(

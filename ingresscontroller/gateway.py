@@ -4,7 +4,8 @@ object should carry (conditions with upstream's reasons), for the controller to 
 
 Served: GatewayClasses whose `controllerName` is ours (Accepted); their Gateways' HTTP and HTTPS
 (Terminate) listeners (each on the port it names, as `listenerports` places it: a port that cannot be
-served is PortUnavailable, one Gateway's protocols clashing on a port ProtocolConflict; `hostname`; an HTTPS
+served is PortUnavailable, one Gateway's protocols clashing on a port ProtocolConflict, listeners with the
+same port, protocol and hostname HostnameConflict (the older Gateway's kept); `hostname`; an HTTPS
 listener's certificateRefs all resolved, each host given the first certificate whose names cover it;
 `allowedRoutes.namespaces.from` Same, All or Selector; `allowedRoutes.kinds` HTTPRoute, any other kind
 InvalidRouteKinds; other protocols are refused with UnsupportedProtocol); HTTPRoutes attached to them by
@@ -429,19 +430,30 @@ def build(
         gen = _gen(gateway)
         statuses.gateways[key] = {
             "addresses": [{"type": "IPAddress", "value": address}],
-            "conditions": [
-                condition(
-                    "Accepted",
-                    True,
-                    "Accepted" if all(i.serving for i in items) else "ListenersNotValid",
-                    "Gateway is accepted",
-                    gen,
-                ),
-                _programmed(items, gen),
-            ],
+            "conditions": [_accepted(items, gen), _programmed(items, gen)],
             "listeners": [_listener_status(i, gen) for i in items],
         }
     return statuses
+
+
+def _accepted(items: list[_Listener], gen: int) -> Obj:
+    """Accepted, with ListenersNotValid naming the listeners not served (conflicted ones among them, as
+    the API asks) and those that are."""
+    invalid = [str(i.spec.get("name")) for i in items if not i.serving]
+    if not invalid:
+        return condition("Accepted", True, "Accepted", "Gateway is accepted", gen)
+    conflicted = [str(i.spec.get("name")) for i in items if i.placement.conflict]
+    valid = [str(i.spec.get("name")) for i in items if i.serving]
+    message = "; ".join(
+        part
+        for part in (
+            f"listeners not valid: {', '.join(invalid)}",
+            f"conflicted: {', '.join(conflicted)}" if conflicted else "",
+            f"accepted: {', '.join(valid)}" if valid else "",
+        )
+        if part
+    )
+    return condition("Accepted", True, "ListenersNotValid", message, gen)
 
 
 def _programmed(items: list[_Listener], gen: int) -> Obj:
@@ -452,16 +464,16 @@ def _programmed(items: list[_Listener], gen: int) -> Obj:
 
 def _listener_status(listener: _Listener, gen: int) -> Obj:
     placement = listener.placement
-    if placement.reason == "ProtocolConflict":
+    if placement.conflict:  # not distinct: Conflicted True, neither accepted nor programmed, no route
         return {
             "name": listener.spec.get("name"),
             "supportedKinds": list(listener.kinds) if listener.ok else [],
             "attachedRoutes": 0,
             "conditions": [
-                condition("Accepted", False, "Invalid", placement.message, gen),
+                condition("Accepted", False, placement.reason, placement.message, gen),
                 condition("Programmed", False, "Invalid", placement.message, gen),
                 condition("ResolvedRefs", listener.refs[0] == "ResolvedRefs", *listener.refs, gen),
-                condition("Conflicted", True, "ProtocolConflict", placement.message, gen),
+                condition("Conflicted", True, placement.conflict, placement.message, gen),
             ],
         }
     if not listener.ok:

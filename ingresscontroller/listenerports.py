@@ -5,10 +5,15 @@ As Gateway implementations do, a listener is served on the port it names. An HTT
 controller's Ingress HTTP port (an HTTPS one on its HTTPS port) shares the Ingresses' servers there;
 any other (port, protocol) gets `listen` directives of its own. A listener cannot be served (upstream's
 listener condition Accepted False):
-- `ProtocolConflict` (with Conflicted True): listeners of one Gateway naming one port with different
+- Conflicted True `ProtocolConflict`: listeners of one Gateway naming one port with different
   protocols, each of them, as the Gateway API conformance suite expects
-  (gateway-listener-protocol-and-route-kind-conflicts: Accepted False Invalid, Programmed False,
-  Conflicted True ProtocolConflict);
+  (gateway-listener-protocol-and-route-kind-conflicts: Accepted False Invalid, Programmed False);
+- Conflicted True `HostnameConflict`: listeners that are not distinct (the same port and protocol and
+  the same hostname, none counting as one): within one Gateway each of them (Accepted False Invalid; the
+  API forbids picking a winner there, and its CEL rule already refuses such a Gateway); across Gateways,
+  which share our one address, the older Gateway (creationTimestamp, then namespace/name: GEP-1713's
+  order for merged listeners) keeps it and the newer one's listener is Accepted False PortUnavailable
+  (as GEP-1713 reports a merged listener that conflicts);
 - `PortUnavailable`: the port is the Ingresses' port of the other protocol, another (older) Gateway of
   ours serves it with another protocol, it is in `unavailable` (held by another process, found by the
   controller's bind check), or in `reserved` (ports the controller is told not to use: the rig reserves
@@ -18,8 +23,9 @@ listener condition Accepted False):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 Obj = dict[str, Any]
@@ -51,13 +57,15 @@ def parse_ranges(text: str) -> tuple[range, ...]:
 @dataclass(frozen=True)
 class Placement:
     """A listener's port: where it is served (`slot`: "http", "https" for the Ingress ports, else
-    "own"), or the reason (`PortUnavailable`, `ProtocolConflict`) and message it is not."""
+    "own"), or why it is not: its Accepted False `reason` (`PortUnavailable`, `Invalid`) and message, and
+    for a conflict the Conflicted True reason (`conflict`: `ProtocolConflict`, `HostnameConflict`)."""
 
     port: int
     tls: bool
     slot: str = "own"
     reason: str = ""
     message: str = ""
+    conflict: str = ""
 
     @property
     def ok(self) -> bool:
@@ -69,24 +77,58 @@ def _age(gateway: Obj) -> tuple[str, str, str]:
     return (meta.get("creationTimestamp") or "", meta.get("namespace") or "", meta.get("name") or "")
 
 
+def _distinct(spec: Obj) -> tuple[int, str, str]:
+    """What tells listeners on one address apart: port, protocol and hostname (none is "")."""
+    return int(spec.get("port") or 0), str(spec.get("protocol")), spec.get("hostname") or ""
+
+
 def place(gateways: list[Obj], ports: Ports) -> dict[tuple[str, str, str], Placement]:
     """Each listener's placement, by (gateway namespace, gateway name, listener name); listeners of a
     protocol we do not serve are placed too (a conflict names them), their slot unused."""
     placed: dict[tuple[str, str, str], Placement] = {}
     owner: dict[int, tuple[str, tuple[str, str, str]]] = {}  # port -> (protocol, the Gateway keeping it)
+    claimed: dict[tuple[int, str, str], str] = {}  # (port, protocol, hostname) -> the listener serving it
     for gateway in sorted(gateways, key=_age):
         meta = gateway["metadata"]
         listeners = gateway["spec"].get("listeners") or []
         protocols: dict[int, set[str]] = {}
         for spec in listeners:
             protocols.setdefault(int(spec.get("port") or 0), set()).add(str(spec.get("protocol")))
+        twins = Counter(_distinct(spec) for spec in listeners)
+        mine: dict[tuple[int, str, str], str] = {}
         for spec in listeners:
             port, protocol = int(spec.get("port") or 0), str(spec.get("protocol"))
             key = (meta.get("namespace") or "", meta["name"], spec.get("name") or "")
-            placed[key] = _placement(port, protocol, protocols[port], _age(gateway), owner, ports)
-            if placed[key].ok and protocol in SERVED and placed[key].slot == "own":
-                owner.setdefault(port, (protocol, _age(gateway)))
+            placement = _placement(port, protocol, protocols[port], _age(gateway), owner, ports)
+            if placement.ok and protocol in SERVED:
+                placement = _hostname_conflict(placement, spec, twins, claimed)
+            placed[key] = placement
+            if placement.ok and protocol in SERVED:
+                mine[_distinct(spec)] = f"listener {key[2]} of Gateway {key[0]}/{key[1]}"
+                if placement.slot == "own":
+                    owner.setdefault(port, (protocol, _age(gateway)))
+        claimed.update(mine)
     return placed
+
+
+def _hostname_conflict(
+    placement: Placement,
+    spec: Obj,
+    twins: Counter[tuple[int, str, str]],
+    claimed: dict[tuple[int, str, str], str],
+) -> Placement:
+    """HostnameConflict for a listener not distinct from another one of its Gateway, or from one an older
+    Gateway serves on the same address; else the placement as it was."""
+    distinct = _distinct(spec)
+    port, protocol, hostname = distinct
+    named = f"hostname {hostname}" if hostname else "no hostname"
+    if twins[distinct] > 1:
+        message = f"another listener of this Gateway has port {port} ({protocol}, {named})"
+        return replace(placement, reason="Invalid", message=message, conflict="HostnameConflict")
+    if distinct in claimed:
+        message = f"port {port} ({protocol}, {named}) is served for {claimed[distinct]} (older, same address)"
+        return replace(placement, reason="PortUnavailable", message=message, conflict="HostnameConflict")
+    return placement
 
 
 def _placement(
@@ -100,7 +142,8 @@ def _placement(
     tls = protocol == "HTTPS"
     if len(protocols) > 1:
         others = ", ".join(sorted(protocols - {protocol}))
-        return Placement(port, tls, reason="ProtocolConflict", message=f"port {port} is also {others} here")
+        message = f"port {port} is also {others} here"
+        return Placement(port, tls, reason="Invalid", message=message, conflict="ProtocolConflict")
     if protocol not in SERVED:
         return Placement(port, tls)
     if port in ports.unavailable:

@@ -9,14 +9,22 @@ keeps its workers, so a separate `nginx -t` would only parse the whole configura
 2 000 server blocks each parse is most of a change's cost), and so would `nginx -s reload`, which reads
 the configuration again just to find the pid. The outcome is read from the error log as the master
 writes it (inotify, bounded): its new workers started, or the `[emerg]` that kept the old ones; a
-refused file is replaced by the one still running, so a restart takes that."""
+refused file is replaced by the one still running, so a restart takes that.
+
+A port another process took after the controller's check fails nginx's `bind()` (or `listen()`): the
+master retries for 2.5 s, then refuses the whole configuration (a reload) or exits (a start). Its
+complaints name each address:port, and `PortsTaken` hands them on (the controller then leaves those
+listeners out and applies the rest at once); a reload's outcome is read up to the master's last word on
+it ("still could not bind()"), so the next reload's outcome is never this one's."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
+import re
 import signal
 from pathlib import Path
 from typing import BinaryIO
@@ -29,8 +37,35 @@ log = logging.getLogger("ingresscontroller.nginx")
 RELOAD_TIMEOUT = 60.0  # seconds for the master to parse a configuration and start its workers
 
 
+# nginx's complaint when it cannot listen: "bind() to 127.0.0.1:8080 failed (98: Address already in use)",
+# or "listen() to 127.0.0.1:8080, backlog 511 failed (98: ...)".
+_LISTEN_FAILED = re.compile(r"(?:bind|listen)\(\) to (\S+):(\d+)(?:,| failed).*\((\d+): ")
+
+
 class NginxError(Exception):
     pass
+
+
+class PortsTaken(NginxError):
+    """nginx could not listen on these ports (port -> its complaint), so it refused the configuration."""
+
+    def __init__(self, ports: dict[int, str]) -> None:
+        super().__init__("; ".join(ports.values()))
+        self.ports = ports
+
+
+def listen_failure(complaint: str) -> tuple[int, bool] | None:
+    """The port of a complaint saying nginx could not listen there, and whether the port was in use
+    (EADDRINUSE, which nginx retries for 2.5 s); None for any other complaint."""
+    found = _LISTEN_FAILED.search(complaint)
+    if found is None:
+        return None
+    return int(found.group(2)), int(found.group(3)) == errno.EADDRINUSE
+
+
+def _complaint(line: str) -> str:
+    """An error-log line's message: "2026/01/01 00:00:00 [emerg] 12#12: bind() to ..." -> "bind() to ..."."""
+    return line.split("] ", 1)[-1].split(": ", 1)[-1]
 
 
 class Nginx:
@@ -94,9 +129,11 @@ class Nginx:
             lines.seek(0, os.SEEK_END)
             self.proc.send_signal(signal.SIGHUP)
             try:
-                why = await asyncio.wait_for(_reload_outcome(lines, inotify), RELOAD_TIMEOUT)
+                why, taken = await asyncio.wait_for(_reload_outcome(lines, inotify), RELOAD_TIMEOUT)
             except TimeoutError:
-                why = f"the master did not answer the reload within {RELOAD_TIMEOUT:.0f} s"
+                why, taken = f"the master did not answer the reload within {RELOAD_TIMEOUT:.0f} s", {}
+        if taken:
+            raise PortsTaken(taken)
         if why:
             raise NginxError(why)
 
@@ -115,6 +152,8 @@ class Nginx:
 
     async def _start(self) -> None:
         await self._stop_leftover()
+        error_log = self.root / "error.log"
+        logged = error_log.stat().st_size if error_log.exists() else 0  # what this start adds is read
         self.proc = await asyncio.create_subprocess_exec(
             *self._argv(self.conf),
             cwd=self.root,
@@ -126,9 +165,10 @@ class Nginx:
         pid_file = self.root / "nginx.pid"
         for _ in range(100):  # the master writes its pid once it listens: up to 10 s
             if self.proc.returncode is not None:
-                raise NginxError(
-                    f"nginx exited at start ({self.proc.returncode}): see {self.root / 'error.log'}"
-                )
+                taken = _taken(_lines_from(error_log, logged))
+                if taken:
+                    raise PortsTaken(taken)
+                raise NginxError(f"nginx exited at start ({self.proc.returncode}): see {error_log}")
             if pid_file.exists() and pid_file.read_text().strip() == str(self.proc.pid):
                 log.info("nginx started pid=%d", self.proc.pid)
                 return
@@ -149,19 +189,47 @@ class Nginx:
         log.info("nginx stopped")
 
 
-async def _reload_outcome(lines: BinaryIO, inotify: Inotify) -> str:
-    """ "" when the master's new workers started, else the complaint that kept the old ones."""
+async def _reload_outcome(lines: BinaryIO, inotify: Inotify) -> tuple[str, dict[int, str]]:
+    """("", {}) when the master's new workers started, else the complaint that kept the old ones and the
+    ports it could not listen on (port -> complaint). A port in use is retried by the master for 2.5 s
+    and ends with "still could not bind()": read up to there."""
     pending = b""
+    taken: dict[int, str] = {}
     while True:
         pending += lines.read()
         *complete, pending = pending.split(b"\n")
         for raw in complete:
             line = raw.decode(errors="replace")
-            if "[emerg]" in line:
-                return line.split("] ", 1)[-1].split(": ", 1)[-1]
-            if "start worker process " in line:
-                return ""
+            if "start worker process " in line and not taken:
+                return "", {}
+            if "[emerg]" not in line:
+                continue
+            why = _complaint(line)
+            failed = listen_failure(why)
+            if failed is not None:
+                taken[failed[0]] = why
+                if failed[1]:
+                    continue  # in use: the master tries again, then says it still could not bind()
+            return why, taken
         await inotify.get()
+
+
+def _lines_from(path: Path, offset: int) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _taken(lines: list[str]) -> dict[int, str]:
+    """The ports nginx said it could not listen on (port -> its complaint), from error-log lines."""
+    taken: dict[int, str] = {}
+    for line in lines:
+        if "[emerg]" in line and (failed := listen_failure(why := _complaint(line))) is not None:
+            taken[failed[0]] = why
+    return taken
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -6,17 +6,22 @@ network lease), as replicas on different nodes. Ingresses of another class are n
 whose Service is missing gets a Warning event and is served once the Service exists; one turned bad
 loses its address from the status. Then the Gateway API's CRDs installed while they run: routes served
 on their listener's port with their statuses, a backend in another namespace refused until a
-ReferenceGrant allows it, a listener on a port another process holds Accepted False PortUnavailable while
-the others are served, then served once the port is free."""
+ReferenceGrant allows it, a listener with the port and hostname of an older Gateway's Conflicted
+HostnameConflict while its Gateway's distinct one serves (one Gateway's twin listeners refused by the
+CRD's CEL rule), a listener on a port another process holds Accepted False PortUnavailable while the
+others are served, then served once the port is free. Last, a controller in the test's process whose bind
+check is told a port the test holds is free: nginx's reload names the port, that listener alone is left
+out (PortUnavailable) and the rest applied at once, and it is served once the port is freed."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import socket
 import subprocess
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +31,16 @@ from kubernetes import client
 
 from e2e.waiting import wait_for
 from ingresscontroller import manifest
+from ingresscontroller.controller import ControllerConfig, IngressController
+from ingresscontroller.nginxconf import Listen
+from ingresscontroller.portcheck import held_elsewhere
+from kubeclient.client import KubeClient
+from kubeclient.config import load_kubeconfig
 from kubeclient.hostaddr import default_route_ip
+from kubeclient.leaderelection import LeaderElection
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.ingress import controller_argv
-from pykubelet.rig.netlease import lease_network, loopback_for
+from pykubelet.rig.netlease import NetworkLease, lease_network, loopback_for
 from pykubelet.rig.process import Daemon, free_port
 from tests.controlplane.test_apiserver_crd import raw
 
@@ -98,7 +109,9 @@ def api(apiserver: ApiServer) -> Iterator[client.ApiClient]:
 
 def _create(api: client.ApiClient, obj: dict) -> None:
     group_version, kind = obj["apiVersion"], obj["kind"]
-    plural = {"IngressClass": "ingressclasses", "Namespace": "namespaces"}.get(kind, kind.lower() + "s")
+    plural = {"IngressClass": "ingressclasses", "GatewayClass": "gatewayclasses"}.get(
+        kind, kind.lower() + "s"
+    )
     base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
     namespace = obj["metadata"].get("namespace")
     path = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
@@ -107,8 +120,15 @@ def _create(api: client.ApiClient, obj: dict) -> None:
 
 
 @pytest.fixture(scope="module")
+def net() -> Iterator[NetworkLease]:
+    """The network lease whose loopback addresses the controllers listen on (127.200.N.x)."""
+    with lease_network("i") as lease:
+        yield lease
+
+
+@pytest.fixture(scope="module")
 def controllers(
-    apiserver: ApiServer, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+    apiserver: ApiServer, api: client.ApiClient, net: NetworkLease, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[tuple[str, int, int]]]:
     """Two replicas of the controller, each on its own address and ports; [(address, http, https)]."""
     for obj in [*manifest.rbac(), manifest.ingress_class(default=True)]:
@@ -117,23 +137,22 @@ def controllers(
     root = tmp_path_factory.mktemp("ingress")
     kubeconfig = apiserver.client_kubeconfig(manifest.USER, manifest.GROUPS, root / "kubeconfig")
     daemons, replicas = [], []
-    with lease_network("i") as net:
-        try:
-            for i in range(2):
-                state = root / f"r{i}"
-                (state / "nginx").mkdir(parents=True)
-                address = loopback_for(net.pod_cidr, i + 1)
-                assert address is not None
-                pair = (free_port(address), free_port(address))
-                argv = controller_argv(kubeconfig, state, address, pair)
-                daemon = Daemon(f"ingress-{i}", argv, state / "log")
-                daemon.start((state / "nginx" / "nginx.pid").exists, timeout=60, interval=0.2)
-                daemons.append(daemon)
-                replicas.append((address, *pair))
-            yield replicas
-        finally:
-            for daemon in daemons:
-                daemon.stop()
+    try:
+        for i in range(2):
+            state = root / f"r{i}"
+            (state / "nginx").mkdir(parents=True)
+            address = loopback_for(net.pod_cidr, i + 1)
+            assert address is not None
+            pair = (free_port(address), free_port(address))
+            argv = controller_argv(kubeconfig, state, address, pair)
+            daemon = Daemon(f"ingress-{i}", argv, state / "log")
+            daemon.start((state / "nginx" / "nginx.pid").exists, timeout=60, interval=0.2)
+            daemons.append(daemon)
+            replicas.append((address, *pair))
+        yield replicas
+    finally:
+        for daemon in daemons:
+            daemon.stop()
 
 
 def _get(address: str, port: int, host: str) -> str:
@@ -273,6 +292,7 @@ spec:
   - name: http
     protocol: HTTP
     port: LISTENER_PORT
+    hostname: selected.example
     allowedRoutes:
       namespaces:
         from: Selector
@@ -285,16 +305,32 @@ spec:
   parentRefs: [{name: labelled, namespace: shop}]
   hostnames: [selected.example]
   rules: [{backendRefs: [{name: web, port: 80}]}]
+---
+# Its listener `http` has gw's port, protocol and no hostname: gw, older (or as old and first by name),
+# keeps them; `spare` is distinct (its hostname) and serves.
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: late, namespace: shop}
+spec:
+  gatewayClassName: pykubelet
+  listeners:
+  - {name: http, protocol: HTTP, port: LISTENER_PORT}
+  - {name: spare, protocol: HTTP, port: LISTENER_PORT, hostname: late.example}
 """
 
 
-def _http_route(name: str, host: str, *rules: dict) -> dict:
+def _http_route(
+    name: str, host: str, *rules: dict, parent: dict | None = None, namespace: str = "shop"
+) -> dict:
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
-        "metadata": {"name": name, "namespace": "shop"},
-        "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host], "rules": list(rules)},
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"parentRefs": [parent or {"name": "gw"}], "hostnames": [host], "rules": list(rules)},
     }
+
+
+TO_BLUE = {"backendRefs": [{"name": "blue", "port": 80}]}
 
 
 def _prefix(value: str) -> list[dict]:
@@ -341,6 +377,9 @@ ROUTES = [
     _http_route(
         "elsewhere", "elsewhere.example", {"backendRefs": [{"name": "web", "namespace": "web", "port": 80}]}
     ),
+    # To Gateway late: through its listeners that serve (spare), and through its conflicted one alone.
+    _http_route("late", "late.example", TO_BLUE, parent={"name": "late"}),
+    _http_route("lost", "lost.example", TO_BLUE, parent={"name": "late", "sectionName": "http"}),
 ]
 
 
@@ -354,16 +393,13 @@ def _read(api: client.ApiClient, path: str) -> dict:
     return obj
 
 
-def test_gateway_api_once_its_crds_are_installed(
-    controllers, api, apiserver, backends, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    """The CRDs come after the controllers started (as on a cluster where they are installed later)."""
-    kubectl = ["kubectl", "--kubeconfig", str(apiserver.kubeconfig)]
+def _install_crds(apiserver: ApiServer) -> None:
+    """The Gateway API's standard channel, applied as users install it (again: nothing changes)."""
     if CRDS is None:
         pytest.skip("the Gateway API v1.2.1 CRDs are not beside the clone (shared/gateway-api)")
-    crds = str(CRDS)
+    kubectl = ["kubectl", "--kubeconfig", str(apiserver.kubeconfig)]
     subprocess.run(
-        [*kubectl, "apply", "--server-side", "-f", crds], check=True, capture_output=True, timeout=120
+        [*kubectl, "apply", "--server-side", "-f", str(CRDS)], check=True, capture_output=True, timeout=120
     )
     subprocess.run(
         [*kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
@@ -371,6 +407,14 @@ def test_gateway_api_once_its_crds_are_installed(
         capture_output=True,
         timeout=90,
     )
+
+
+def test_gateway_api_once_its_crds_are_installed(
+    controllers, api, apiserver, backends, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The CRDs come after the controllers started (as on a cluster where they are installed later)."""
+    kubectl = ["kubectl", "--kubeconfig", str(apiserver.kubeconfig)]
+    _install_crds(apiserver)
     # The controllers made their GatewayClass once its CRD appeared, and never asked for a kind before.
     _wait(
         lambda: raw(api, "GET", "/apis/gateway.networking.k8s.io/v1/gatewayclasses/pykubelet")[0] == 200,
@@ -465,6 +509,47 @@ def test_gateway_api_once_its_crds_are_installed(
     assert (
         listeners["held"]["attachedRoutes"] == 0 and "in use" in listeners["held"]["conditions"][0]["message"]
     )
+    # Gateway late's `http` is not distinct from gw's (port, protocol, no hostname): Conflicted, not
+    # accepted, no route; its `spare` serves late.example; the route to `http` alone is not accepted.
+    late = _wait(
+        lambda: (
+            (status := _read(api, "namespaces/shop/gateways/late").get("status") or {}).get("listeners")
+            and status
+        ),
+        "Gateway late's status",
+    )
+    late_listeners = {entry["name"]: entry for entry in late["listeners"]}
+    assert _conditions(late_listeners["http"]) == {
+        "Accepted": ("False", "PortUnavailable"),
+        "Programmed": ("False", "Invalid"),
+        "ResolvedRefs": ("True", "ResolvedRefs"),
+        "Conflicted": ("True", "HostnameConflict"),
+    }
+    assert "listener http of Gateway shop/gw" in late_listeners["http"]["conditions"][0]["message"]
+    assert late_listeners["http"]["attachedRoutes"] == 0 and late_listeners["spare"]["attachedRoutes"] == 1
+    assert _conditions(late_listeners["spare"])["Conflicted"] == ("False", "NoConflicts")
+    assert _conditions(late) == {
+        "Accepted": ("True", "ListenersNotValid"),
+        "Programmed": ("True", "Programmed"),
+    }
+    assert _get(address, http_port, "late.example") == "blue late.example"
+    assert _get(address, http_port, "lost.example") == "<404>"
+    lost = _read(api, "namespaces/shop/httproutes/lost")["status"]["parents"][0]
+    assert _conditions(lost)["Accepted"][0] == "False"
+    # Within one Gateway the CRD's CEL rule refuses such twins before any controller sees them.
+    twins = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "twins"},
+        "spec": {
+            "gatewayClassName": "pykubelet",
+            "listeners": [{"name": n, "protocol": "HTTP", "port": listener_port} for n in ("a", "b")],
+        },
+    }
+    code, refused = raw(api, "POST", "/apis/gateway.networking.k8s.io/v1/namespaces/shop/gateways", twins)
+    assert code == 422, refused
+    assert "Combination of port, protocol and hostname must be unique for each listener" in refused["message"]
+
     split = _read(api, "namespaces/shop/httproutes/split")["status"]["parents"][0]
     assert split["controllerName"] == "pykubelet.io/gateway-controller"
     assert _conditions(split) == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
@@ -522,3 +607,139 @@ def test_gateway_api_once_its_crds_are_installed(
 
     _wait(held_accepted, "the freed port's listener Accepted", timeout=60)
     _wait(lambda: _get(address, held_port, "shop.example").startswith(("blue", "green")), "served on it")
+
+
+RACE_CONTROLLER = "pykubelet.io/race-gateway-controller"
+
+
+def _race_objects(port: int) -> list[dict]:
+    """A GatewayClass of the in-process controller's own (the replicas leave it alone), its Gateway with
+    one listener and a route on it."""
+    group = "gateway.networking.k8s.io/v1"
+    return [
+        {
+            "apiVersion": group,
+            "kind": "GatewayClass",
+            "metadata": {"name": "race"},
+            "spec": {"controllerName": RACE_CONTROLLER},
+        },
+        {
+            "apiVersion": group,
+            "kind": "Gateway",
+            "metadata": {"name": "race", "namespace": "race"},
+            "spec": {
+                "gatewayClassName": "race",
+                "listeners": [{"name": "steady", "protocol": "HTTP", "port": port}],
+            },
+        },
+        _http_route("first", "first.example", TO_BLUE, parent={"name": "race"}, namespace="race"),
+    ]
+
+
+def _listener_conditions(api: client.ApiClient, name: str) -> dict[str, tuple[str, str]]:
+    status = _read(api, "namespaces/race/gateways/race").get("status") or {}
+    found = next((e for e in status.get("listeners") or [] if e["name"] == name), None)
+    return _conditions(found) if found else {}
+
+
+async def test_a_listener_port_taken_between_the_check_and_the_reload(
+    controllers, api, apiserver, backends, net: NetworkLease, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The controller in this process, on a loopback address of its own, its bind check told that a port
+    the test holds is free (as when another process takes it right after the check): nginx's reload
+    fails on that port, the listener is Accepted False PortUnavailable naming nginx's complaint, and the
+    configuration without it is applied at once (the other listener serves on, a route added meanwhile
+    is served); checked again every 10 s, it is served once the port is freed."""
+    await asyncio.to_thread(_install_crds, apiserver)
+    address = loopback_for(net.pod_cidr, 3)
+    assert address is not None
+    steady, raced = free_port(address), free_port(address)
+    holder = socket.socket()
+    holder.bind((address, raced))
+    holder.listen()
+
+    def told_free(where: str, ports: Iterable[int]) -> dict[int, str]:
+        found = held_elsewhere(where, ports)
+        if holder.fileno() != -1:  # held by the test: the check is told it is free
+            found.pop(raced, None)
+        return found
+
+    v1, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    v1.create_namespace({"metadata": {"name": "race"}})
+    _service(v1, discovery, "race", "blue", backends["blue"])
+    for obj in _race_objects(steady):
+        _create(api, obj)
+    root = tmp_path_factory.mktemp("race")
+    (root / "nginx").mkdir()
+    kubeconfig = apiserver.client_kubeconfig(manifest.USER, manifest.GROUPS, root / "kubeconfig")
+    kube = KubeClient(load_kubeconfig(kubeconfig), component="ingress-race-test")
+    config = ControllerConfig(
+        controller_name="example.com/no-ingress-class",
+        state_dir=root / "nginx",
+        listen=Listen(address, free_port(address), free_port(address)),
+        publish_address=address,
+        election=LeaderElection("unused", enabled=False),
+        gateway_controller=RACE_CONTROLLER,
+    )
+    controller = IngressController(kube, config)
+    controller.check_ports = told_free
+    stop = asyncio.Event()
+    running = asyncio.create_task(controller.run(stop))
+
+    async def until(check: Any, what: str, timeout: float = 60.0) -> Any:
+        return await asyncio.to_thread(_wait, check, what, timeout)
+
+    try:
+        await until(lambda: _get(address, steady, "first.example") == "blue first.example", "first.example")
+        # The listener on the held port comes: the reload fails there, and the rest is applied at once.
+        listeners = [
+            {"name": "steady", "protocol": "HTTP", "port": steady},
+            {"name": "raced", "protocol": "HTTP", "port": raced},
+        ]
+        patch = {"spec": {"listeners": listeners}}
+        code, answer = await asyncio.to_thread(
+            raw,
+            api,
+            "PATCH",
+            "/apis/gateway.networking.k8s.io/v1/namespaces/race/gateways/race",
+            patch,
+            "application/merge-patch+json",
+        )
+        assert code == 200, answer
+        await until(
+            lambda: _listener_conditions(api, "raced").get("Accepted") == ("False", "PortUnavailable"),
+            "raced PortUnavailable",
+        )
+        status = await asyncio.to_thread(_read, api, "namespaces/race/gateways/race")
+        entry = next(e for e in status["status"]["listeners"] if e["name"] == "raced")
+        message = entry["conditions"][0]["message"]
+        assert f"nginx could not listen on it: bind() to {address}:{raced} failed (98: " in message, message
+        assert _conditions(entry)["Programmed"] == ("False", "Invalid") and entry["attachedRoutes"] == 0
+        assert (await asyncio.to_thread(_listener_conditions, api, "steady"))["Programmed"] == (
+            "True",
+            "Programmed",
+        )
+        second = _http_route("second", "second.example", TO_BLUE, parent={"name": "race"}, namespace="race")
+        await asyncio.to_thread(_create, api, second)
+        await until(
+            lambda: _get(address, steady, "second.example") == "blue second.example", "a new route served"
+        )
+        answers = await asyncio.to_thread(lambda: [_get(address, steady, "first.example") for _ in range(20)])
+        assert set(answers) == {"blue first.example"}, answers
+        assert controller.nginx.running
+        # The port freed: found at the next check (every 10 s), listened on, the routes served there.
+        holder.close()
+        await until(
+            lambda: _get(address, raced, "second.example") == "blue second.example",
+            "served on the freed port",
+        )
+        await until(
+            lambda: _listener_conditions(api, "raced").get("Accepted") == ("True", "Accepted"),
+            "raced Accepted",
+        )
+    finally:
+        holder.close()
+        stop.set()
+        await asyncio.wait_for(running, 60)
+        await kube.close()
+    assert not controller.nginx.running

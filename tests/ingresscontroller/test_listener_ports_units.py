@@ -3,8 +3,10 @@ configuration through the real `nginx -t` where nginx is installed): a listener 
 gets `listen` directives on the controller's address and its routes there, not on the Ingress ports; an
 HTTP listener on the Ingress HTTP port shares the Ingresses' servers; one Gateway's HTTP and HTTPS
 listeners on one port are each Conflicted (ProtocolConflict, Accepted False Invalid, Programmed False, as
-the conformance suite's gateway-listener-protocol-and-route-kind-conflicts expects); a port held
-elsewhere, the Ingress port of the other protocol, or another Gateway's port of another protocol is
+the conformance suite's gateway-listener-protocol-and-route-kind-conflicts expects); listeners with the same
+port, protocol and hostname are Conflicted HostnameConflict (across Gateways, which share the address,
+the older one's kept and the newer one's Accepted False PortUnavailable; within one Gateway both); a port
+held elsewhere, the Ingress port of the other protocol, or another Gateway's port of another protocol is
 Accepted False PortUnavailable; the other listeners and their routes are served all the same."""
 
 from __future__ import annotations
@@ -21,21 +23,31 @@ from ingresscontroller.nginxconf import Files, Listen, render
 from kubeclient.serving import ensure_self_signed
 
 
-def _gateway(name: str, created: str, *listeners: tuple[str, str, int]) -> dict:
+def _gateway(name: str, created: str, *listeners: tuple[str, str, int] | tuple[str, str, int, str]) -> dict:
+    """A Gateway of ours; each listener (name, protocol, port[, hostname])."""
     return {
         "metadata": {"name": name, "namespace": "ns", "generation": 1, "creationTimestamp": created},
         "spec": {
             "gatewayClassName": "ours",
-            "listeners": [{"name": n, "protocol": p, "port": port} for n, p, port in listeners],
+            "listeners": [
+                {
+                    "name": item[0],
+                    "protocol": item[1],
+                    "port": item[2],
+                    **({"hostname": item[3]} if item[3:] else {}),
+                }
+                for item in listeners
+            ],
         },
     }
 
 
-def _route(gateway_name: str, host: str) -> dict:
+def _route(gateway_name: str, host: str, section: str = "") -> dict:
+    parent = {"name": gateway_name, **({"sectionName": section} if section else {})}
     return {
         "metadata": {"name": f"r-{host}", "namespace": "ns", "generation": 1, "creationTimestamp": "t"},
         "spec": {
-            "parentRefs": [{"name": gateway_name}],
+            "parentRefs": [parent],
             "hostnames": [host],
             "rules": [{"backendRefs": [{"name": "web", "port": 80}]}],
         },
@@ -82,10 +94,10 @@ def test_placement_of_each_listener() -> None:
     assert placed[("ns", "c", "wrong-ingress-port")].reason == "PortUnavailable"
     assert placed[("ns", "a", "held")].reason == "PortUnavailable"
     assert placed[("ns", "a", "held")].message == "port 9999 is in use"
-    assert placed[("ns", "a", "clash-http")].reason == "ProtocolConflict"
-    assert placed[("ns", "a", "clash-https")].reason == "ProtocolConflict"
+    assert placed[("ns", "a", "clash-http")].conflict == "ProtocolConflict"
+    assert placed[("ns", "a", "clash-https")].conflict == "ProtocolConflict"
     # Gateway b is newer: within b, HTTPS and HTTP on 8080 conflict; a keeps 8080 for HTTP either way.
-    assert placed[("ns", "b", "other-protocol")].reason == "ProtocolConflict"
+    assert placed[("ns", "b", "other-protocol")].conflict == "ProtocolConflict"
     # Another Gateway's port of another protocol (every Gateway shares the address): the older keeps it.
     alone = place([_gateway("b", "2026-01-02T00:00:00Z", ("tls", "HTTPS", 8080)), gateways[0]], Ports())
     assert alone[("ns", "b", "tls")].reason == "PortUnavailable"
@@ -197,3 +209,94 @@ def test_reserved_ports_are_port_unavailable() -> None:
         == "port 10250 is reserved on this controller (--reserved-ports 10250)"
     )
     assert placed[("ns", "gw", "web")].ok
+
+
+def test_listeners_not_distinct_by_hostname_conflict() -> None:
+    """Same port, protocol and hostname (none counts as one): the older Gateway keeps the listener, by
+    creationTimestamp, then namespace/name; within one Gateway (which the CRD's CEL rule refuses) both."""
+    old = _gateway(
+        "old",
+        "2026-01-01T00:00:00Z",
+        ("any", "HTTP", 8080),
+        ("named", "HTTP", 8080, "a.example"),
+        ("tls", "HTTPS", 8443, "a.example"),
+        ("ingress", "HTTP", 80),
+    )
+    new = _gateway(
+        "new",
+        "2026-01-02T00:00:00Z",
+        ("any", "HTTP", 8080),
+        ("named", "HTTP", 8080, "a.example"),
+        ("tls", "HTTPS", 8443, "a.example"),
+        ("ingress", "HTTP", 80),
+        ("other-name", "HTTP", 8080, "b.example"),
+        ("wildcard", "HTTP", 8080, "*.a.example"),
+        ("other-tls", "HTTPS", 8443, "b.example"),
+    )
+    placed = place([new, old], Ports())
+    for name in ("any", "named", "tls", "ingress"):
+        assert placed[("ns", "old", name)].ok, name
+        lost = placed[("ns", "new", name)]
+        assert (lost.reason, lost.conflict) == ("PortUnavailable", "HostnameConflict"), name
+        assert f"listener {name} of Gateway ns/old" in lost.message, lost.message
+    assert placed[("ns", "new", "any")].message == (
+        "port 8080 (HTTP, no hostname) is served for listener any of Gateway ns/old (older, same address)"
+    )
+    for name in ("other-name", "wildcard", "other-tls"):  # distinct hostnames: both served
+        assert placed[("ns", "new", name)].ok, name
+    # The same second: namespace/name decides.
+    same_time = place(
+        [_gateway("b", "t", ("x", "HTTP", 8080)), _gateway("a", "t", ("x", "HTTP", 8080))], Ports()
+    )
+    assert same_time[("ns", "a", "x")].ok and same_time[("ns", "b", "x")].conflict == "HostnameConflict"
+    # Within one Gateway no listener wins: each is conflicted (Accepted False Invalid), the rest served.
+    twins = place(
+        [_gateway("g", "t", ("one", "HTTP", 8080), ("two", "HTTP", 8080), ("own", "HTTP", 9090))], Ports()
+    )
+    for name in ("one", "two"):
+        assert (twins[("ns", "g", name)].reason, twins[("ns", "g", name)].conflict) == (
+            "Invalid",
+            "HostnameConflict",
+        )
+    assert twins[("ns", "g", "own")].ok
+    # A conflicted listener claims nothing: a third Gateway's twin of it loses to the oldest alone.
+    third = place([old, new, _gateway("z", "2026-01-03T00:00:00Z", ("any", "HTTP", 8080))], Ports())
+    assert "listener any of Gateway ns/old" in third[("ns", "z", "any")].message
+
+
+def test_a_conflicted_listener_serves_no_route_and_the_others_keep_theirs() -> None:
+    old = _gateway("old", "2026-01-01T00:00:00Z", ("web", "HTTP", 18080))
+    new = _gateway(
+        "new", "2026-01-02T00:00:00Z", ("web", "HTTP", 18080), ("mine", "HTTP", 18080, "mine.example")
+    )
+    config = model.Config()
+    statuses = gateway.build(
+        config,
+        CLASSES,
+        [new, old],
+        [_route("old", "kept.example"), _route("new", "lost.example", "web"), _route("new", "mine.example")],
+        CLUSTER,
+        "c",
+        "127.0.0.1",
+        ports=Ports(18000, 18001),
+    )
+    listeners = {e["name"]: e for e in statuses.gateways["ns/new"]["listeners"]}
+    assert _conditions(listeners["web"]) == {
+        "Accepted": ("False", "PortUnavailable"),
+        "Programmed": ("False", "Invalid"),
+        "ResolvedRefs": ("True", "ResolvedRefs"),
+        "Conflicted": ("True", "HostnameConflict"),
+    }
+    assert listeners["web"]["attachedRoutes"] == 0
+    assert _conditions(listeners["mine"])["Accepted"] == ("True", "Accepted")
+    assert _conditions(listeners["mine"])["Conflicted"] == ("False", "NoConflicts")
+    assert listeners["mine"]["attachedRoutes"] == 1
+    (kept,) = statuses.gateways["ns/old"]["listeners"]
+    assert _conditions(kept)["Accepted"] == ("True", "Accepted") and kept["attachedRoutes"] == 1
+    accepted = next(c for c in statuses.gateways["ns/new"]["conditions"] if c["type"] == "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("True", "ListenersNotValid")
+    assert accepted["message"] == "listeners not valid: web; conflicted: web; accepted: mine"
+    lost = statuses.routes["ns/r-lost.example"]["parents"][0]
+    assert [c["status"] for c in lost["conditions"] if c["type"] == "Accepted"] == ["False"]
+    # Served: the older Gateway's route and the newer one's on its distinct listener; not the lost one.
+    assert set(config.ports[(18080, False)]) == {"kept.example", "mine.example"}

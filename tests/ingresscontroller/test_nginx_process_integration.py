@@ -1,5 +1,6 @@
 """The controller's nginx as a real process: a configuration the master refuses on reload leaves the
-running one serving (and in place on disk), a reload takes a new one without restarting the master, SIGQUIT stops it, and an nginx
+running one serving (and in place on disk), a reload takes a new one without restarting the master, SIGQUIT stops it, a port
+another process holds is named (PortsTaken) when a reload or a start cannot listen there, and an nginx
 left running under a stack's state dir (its controller killed) is found and stopped by `pykubelet
 down`'s sweep, workers included."""
 
@@ -18,7 +19,7 @@ import pytest
 from cryptography import x509
 
 from ingresscontroller.model import Certificate, Config, Location, Server, Upstream
-from ingresscontroller.nginx import Nginx, NginxError
+from ingresscontroller.nginx import Nginx, NginxError, PortsTaken, listen_failure
 from ingresscontroller.nginxconf import Files, Listen, render
 from kubeclient.serving import ensure_self_signed
 from pykubelet.rig.process import free_port
@@ -75,6 +76,44 @@ async def test_apply_reload_refusal_and_stop(tmp_path: Path) -> None:
     finally:
         await nginx.stop()
     assert not psutil.pid_exists(master) or psutil.Process(master).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_a_port_another_process_holds_is_named_by_the_reload_and_the_start(tmp_path: Path) -> None:
+    """nginx -t passes (it ignores a port in use), the master's bind() then fails: the reload is refused
+    with the port named, the old workers serve on, and the next reload's outcome is its own (the refused
+    one was read to its end, the master's 2.5 s of retries). A start on that port is refused the same way."""
+    files, listen = _setup(tmp_path)
+    nginx = Nginx(tmp_path)
+    await nginx.apply(render(_config("a.example"), listen, files))
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        held = holder.getsockname()[1]
+        config = _config("a.example")
+        config.ports[(held, False)] = {"b.example": Server("b.example")}
+        with pytest.raises(PortsTaken) as refused:
+            await nginx.apply(render(config, listen, files))
+        assert list(refused.value.ports) == [held]
+        assert refused.value.ports[held].startswith(f"bind() to 127.0.0.1:{held} failed (98: ")
+        assert await asyncio.to_thread(_status, listen.http_port, "a.example") == 503  # the old workers
+        await nginx.apply(render(_config("c.example"), listen, files))  # taken at once: its own outcome
+        assert nginx.reloads == 1
+        second = Nginx(tmp_path / "second")
+        second_files, second_listen = _setup(second.root)
+        with pytest.raises(PortsTaken) as at_start:
+            await second.apply(render(config, second_listen, second_files))
+        assert list(at_start.value.ports) == [held] and not second.running
+    finally:
+        holder.close()
+        await nginx.stop()
+    # nginx's other wording (listen() rather than bind()), and complaints that name no port.
+    assert listen_failure("listen() to 0.0.0.0:8080, backlog 511 failed (98: Address already in use)") == (
+        8080,
+        True,
+    )
+    assert listen_failure("bind() to [::]:81 failed (13: Permission denied)") == (81, False)
+    assert listen_failure('unknown directive "bogus" in /x/nginx.conf:3') is None
 
 
 async def test_down_stops_an_nginx_its_controller_left(tmp_path: Path) -> None:
