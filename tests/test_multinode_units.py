@@ -6,13 +6,15 @@ before the CIDR was known, and `up`'s refusals."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pykubelet.rig.nodelabels import labels_of, node_labels_flag
+from agent.nodelabels import NodeLabelError
+from pykubelet.rig.nodelabels import checked_labels, labels_of, node_labels_flag, parse_zones
 from pykubelet.rig.nodeplan import NodePlan, agent_argv, kubelet_config
 from pykubelet.rig.nodes import node_bridge
 from pykubelet.rig.stack import StackConfig, StackRecord
@@ -48,6 +50,26 @@ def test_zones_are_dealt_round_robin_beside_every_nodes_labels(tmp_path: Path) -
     assert "--node-labels" not in agent_argv(plan(tmp_path, ""), "unix:///s")
 
 
+def test_up_checks_the_labels_and_zones_as_the_agents_would() -> None:
+    """What `up` refuses before it starts anything (its wiring: the subprocess case below)."""
+    for zones, labels, text in (
+        ("", "pool", "malformed pair, expect string=string"),
+        ("zone a", "", "invalid zone 'zone a': a valid label must be an empty string"),
+        (
+            "a,b",
+            "topology.kubernetes.io/zone=c",
+            "--zones and a topology.kubernetes.io/zone in --node-labels",
+        ),
+        ("", "kubernetes.io/role=x", "labels specified with --node-labels: [kubernetes.io/role]"),
+    ):
+        with pytest.raises(NodeLabelError, match=re.escape(text)):
+            checked_labels(labels, parse_zones(zones))
+    assert checked_labels(" example.com/pool=blue ", parse_zones(" zone-a, zone-b,")) == {
+        "example.com/pool": "blue"
+    }
+    assert parse_zones(" zone-a, zone-b,") == ("zone-a", "zone-b")
+
+
 def test_the_sweep_reads_an_ipam_nodes_cidr_from_its_conflist(tmp_path: Path) -> None:
     node = tmp_path / "nodes" / "n2"
     record = StackRecord(str(node), "n2", "", {}, "", "", "br0-2", "")
@@ -70,12 +92,6 @@ def test_up_refuses_a_pod_cidr_with_several_nodes_no_nodes_and_labels_a_kubelet_
             ["--node-labels", "node-role.kubernetes.io/worker="],
             "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: "
             "[node-role.kubernetes.io/worker]",
-        ),
-        (["--node-labels", "pool"], "malformed pair, expect string=string"),
-        (["--zones", "zone a"], "invalid zone 'zone a': a valid label must be an empty string"),
-        (
-            ["--zones", "a,b", "--node-labels", "topology.kubernetes.io/zone=c"],
-            "--zones and a topology.kubernetes.io/zone in --node-labels: give one of them",
         ),
     ):
         done = subprocess.run(
