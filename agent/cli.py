@@ -9,7 +9,8 @@ import argparse
 import asyncio
 import sys
 
-from agent.config import AgentConfig, ConfigFileError, load_config, parse_labels, swap_on
+from agent.config import AgentConfig, ConfigFileError, load_config, swap_on
+from agent.nodelabels import NodeLabelError, parse_node_labels, validate_node_labels
 from agent.taints import TaintError, parse_taints
 from kubeclient import logsetup
 
@@ -48,7 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--node-ip", dest="node_ip", help="the Node's InternalIP (default: the default route's)"
     )
-    parser.add_argument("--node-labels", dest="node_labels", help="extra labels: k1=v1,k2=v2")
+    parser.add_argument(
+        "--node-labels",
+        dest="node_labels",
+        help="labels to register the Node with: k1=v1,k2=v2 (of the kubernetes.io and k8s.io domains only "
+        "those a kubelet may set, e.g. topology.kubernetes.io/zone or node.kubernetes.io/*)",
+    )
     parser.add_argument(
         "--pod-cidr", dest="pod_cidr", help="this node's pod range (default: the Node's podCIDR)"
     )
@@ -139,7 +145,10 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
         if value is not None:
             setattr(cfg, attr, value)
     if args.node_labels:
-        cfg.node_labels.update(parse_labels(args.node_labels))
+        try:
+            cfg.node_labels.update(parse_node_labels(args.node_labels))
+        except NodeLabelError as err:
+            raise ConfigFileError(str(err)) from None
     if getattr(args, "register_with_taints", None) is not None:
         try:
             cfg.register_with_taints = parse_taints(args.register_with_taints)
@@ -156,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigFileError as err:
         print(f"pykubelet agent: {err}", file=sys.stderr)
         return 2
+    try:
+        validate_node_labels(cfg.node_labels)
+    except NodeLabelError as err:  # upstream's kubelet exits 1 before it starts anything
+        print(f"pykubelet agent: failed to validate kubelet flags: {err}", file=sys.stderr)
+        return 1
     flag_v, flag_format = getattr(args, "v", 0), getattr(args, "logging_format", "text")
     if (cfg.verbosity and not flag_v) or (cfg.logging_format and flag_format == "text"):
         # the config file's logging.verbosity and .format where the flags did not say (flags win)

@@ -322,12 +322,3 @@ def swap_on(swaps: str = "/proc/swaps") -> bool:
         return len(Path(swaps).read_text().strip().splitlines()) > 1
     except OSError:
         return False
-
-
-def parse_labels(text: str) -> dict[str, str]:
-    """--node-labels k1=v1,k2=v2"""
-    labels: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, _, value = part.partition("=")
-        labels[key] = value
-    return labels

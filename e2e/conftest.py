@@ -3,11 +3,12 @@
 With KUBECONFIG set, the suite runs against that cluster (a kind cluster's upstream kubelet, say), on
 node NODE_NAME (default: the first node) with image E2E_IMAGE (default busybox:1.36), and for the gRPC
 probe scenarios E2E_GRPC_IMAGE (the rig's grpc-health image pushed somewhere the cluster pulls from;
-those scenarios skip without it). Without KUBECONFIG, the
-suite starts the project's own single-machine stack for the session (on a bridge and pod CIDR leased
-for it; PYKUBE_NODES=N: N nodes on this machine, their pod CIDRs from a leased cluster CIDR) and tears it down at the end, checking that nothing the stack owns is left on the host: no
-process, shim, mount or netns under its state dir, no veth on its bridge, the bridge gone, no NAT entry
-for its CIDR (pykubelet.rig.leaks; what is not the stack's is never reported).
+those scenarios skip without it). Without KUBECONFIG, the suite starts the project's own single-machine
+stack for the session (on a bridge and pod CIDR leased for it; PYKUBE_NODES=N: N nodes on this machine,
+their pod CIDRs from a leased cluster CIDR; PYKUBE_ZONES=a,b: their topology.kubernetes.io/zone labels,
+dealt round-robin as `up --zones` does) and tears it down at the end, checking that nothing the stack owns
+is left on the host: no process, shim, mount or netns under its state dir, no veth on its bridge, the
+bridge gone, no NAT entry for its CIDR (pykubelet.rig.leaks; what is not the stack's is never reported).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
             store=os.environ.get("PYKUBE_STORE", "sqlite"),  # PYKUBE_STORE=etcd: the stack on a local etcd
             nodes=nodes,
             cluster_cidr=net.pod_cidr if nodes > 1 else "",
+            # PYKUBE_ZONES=zone-a,zone-b: the nodes' topology.kubernetes.io/zone, as `up --zones` deals them
+            zones=tuple(z for z in os.environ.get("PYKUBE_ZONES", "").split(",") if z),
         )
         scope = Scope.of(
             config.state_dir,
@@ -137,6 +140,14 @@ def two_nodes(kube, node_name: str) -> list[str]:
     from e2e.twonodes import pick_two_nodes
 
     return pick_two_nodes(kube, node_name)
+
+
+@pytest.fixture
+def schedulable_nodes(kube) -> list[str]:
+    """Every schedulable node (two or more: the test is skipped on a cluster with fewer), by name."""
+    from e2e.twonodes import pick_schedulable_nodes
+
+    return pick_schedulable_nodes(kube)
 
 
 @pytest.fixture

@@ -1,22 +1,28 @@
-"""The default scheduler's decisions on two real nodes, through the API only (skipped on a one-node cluster;
-the project's two-node stack runs them, tests/rig/test_multinode_up.py):
+"""The default scheduler's decisions on two or more real nodes, through the API only (skipped on a one-node
+cluster; the project's stack of three nodes in two zones runs them, tests/rig/test_multinode_up.py):
 
-- required pod anti-affinity on the hostname: two replicas of three run, one per node, and the third stays
-  Pending with kube-scheduler 1.32's FailedScheduling text;
-- topology spread with minDomains above the number of zones (a zone label this test puts on the two nodes
-  and takes off again): one pod per zone, the rest Pending with the spread message;
+- required pod anti-affinity on the hostname: of N+1 replicas on N schedulable nodes, N run, one per node,
+  and the last stays Pending with kube-scheduler 1.32's FailedScheduling text;
+- topology spread across zones: with maxSkew 1, twice as many replicas as zones land two in every zone
+  whatever the zones' node counts; with minDomains above the number of zones, one pod per zone runs and
+  the rest stay Pending with the spread message. The zones are the nodes' topology.kubernetes.io/zone when
+  every schedulable node has one (the project's stack started with zones, a cloud's cluster), else a zone
+  label of this test's own dealt to the nodes and taken off again (kind's nodes have no zones);
 - preemption: a pod of a higher PriorityClass that fits nowhere evicts the lower-priority pod holding the
   node's CPU (the victim gets the DisruptionTarget condition and goes), is nominated to that node and runs
   there; with `preemptionPolicy: Never` (its PriorityClass's) the same pod stays Pending and evicts nothing.
 
-The messages are compared character for character when the cluster has exactly the two nodes (they count
-every node of the cluster). kube-scheduler joins each part with " %v." (FitError.Error in
-pkg/scheduler/framework/types.go) and the preemption part already ends with a period, hence the "..".
+The messages count every node of the cluster, so they are compared character for character when every node
+is schedulable (on kind, the control-plane node's taint adds a part of its own). kube-scheduler joins each
+part with " %v." (FitError.Error in pkg/scheduler/framework/types.go) and the preemption part already ends
+with a period, hence the "..".
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,7 @@ from e2e.twonodes import kubectl, on_nodes
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
+ZONE = "topology.kubernetes.io/zone"
 
 
 def _pod(name: str, image: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
@@ -58,8 +65,9 @@ def _unschedulable(pod: client.V1Pod) -> str | None:
     return None
 
 
-def _split(kube: client.CoreV1Api, namespace: str, app: str, running: int, pending: int) -> str:
-    """Wait until `running` pods of the app run and `pending` are unschedulable; the Pending message."""
+def _settled(kube: client.CoreV1Api, namespace: str, app: str, running: int, pending: int) -> tuple:
+    """Wait until `running` pods of the app run and `pending` are unschedulable: (the running pods, the
+    Pending pods' messages)."""
 
     def check() -> tuple[list[client.V1Pod], list[str]] | None:
         pods = kube.list_namespaced_pod(namespace, label_selector=f"app={app}").items
@@ -67,25 +75,36 @@ def _split(kube: client.CoreV1Api, namespace: str, app: str, running: int, pendi
         waiting = [m for p in pods if (m := _unschedulable(p)) is not None]
         return (up, waiting) if len(up) == running and len(waiting) == pending else None
 
-    up, waiting = wait_for(check, timeout=120, what=f"{running} {app} pods Running and {pending} Pending")
+    return wait_for(check, timeout=120, what=f"{running} {app} pods Running and {pending} Pending")
+
+
+def _split(kube: client.CoreV1Api, namespace: str, app: str, running: int, pending: int) -> str:
+    """As _settled, each running pod on a node of its own; the Pending message."""
+    up, waiting = _settled(kube, namespace, app, running, pending)
     assert len({p.spec.node_name for p in up}) == running, [p.spec.node_name for p in up]
     return waiting[0]
 
 
-def _node_count(kube: client.CoreV1Api) -> int:
-    return len(kube.list_node().items)
+def _every_node_schedulable(kube: client.CoreV1Api, schedulable: list[str]) -> bool:
+    """Whether the message's node count is the schedulable nodes' (no tainted control plane beside them)."""
+    return len(kube.list_node().items) == len(schedulable)
 
 
-def test_required_anti_affinity_runs_one_replica_per_node_and_says_why_the_third_waits(
-    api_client, kube, namespace, image, two_nodes
+def _no_victims(n: int) -> str:
+    return f"preemption: 0/{n} nodes are available: {n} No preemption victims found for incoming pod.."
+
+
+def test_required_anti_affinity_runs_one_replica_per_node_and_says_why_the_last_waits(
+    api_client, kube, namespace, image, schedulable_nodes
 ) -> None:  # type: ignore[no-untyped-def]
+    n = len(schedulable_nodes)
     template = {
         "spec": _pod(
             "x",
             image,
             {},
             affinity={
-                **on_nodes(two_nodes),
+                **on_nodes(schedulable_nodes),
                 "podAntiAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": [
                         {
@@ -97,66 +116,105 @@ def test_required_anti_affinity_runs_one_replica_per_node_and_says_why_the_third
             },
         )["spec"]
     }
-    client.AppsV1Api(api_client).create_namespaced_deployment(namespace, _deployment("apart", 3, template))
-    message = _split(kube, namespace, "apart", running=2, pending=1)
-    n = _node_count(kube)
-    assert message.startswith(f"0/{n} nodes are available: "), message
-    assert "2 node(s) didn't match pod anti-affinity rules" in message, message
-    if n == 2:
-        assert message == (
-            "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules. "
-            "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.."
+    client.AppsV1Api(api_client).create_namespaced_deployment(
+        namespace, _deployment("apart", n + 1, template)
+    )
+    message = _split(kube, namespace, "apart", running=n, pending=1)
+    total = len(kube.list_node().items)
+    assert message.startswith(f"0/{total} nodes are available: "), message
+    assert f"{n} node(s) didn't match pod anti-affinity rules" in message, message
+    if _every_node_schedulable(kube, schedulable_nodes):
+        assert message == f"0/{n} nodes are available: {n} node(s) didn't match pod anti-affinity rules. " + (
+            _no_victims(n)
         )
 
 
+@dataclass(frozen=True)
+class Zones:
+    key: str  # the node label the zones are values of
+    of: dict[str, str]  # node -> its zone, for every schedulable node
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(set(self.of.values()))
+
+
 @pytest.fixture
-def zones(kubeconfig: Path, namespace: str, two_nodes: list[str]) -> Iterator[str]:
-    """A zone label of this test's own on the two nodes (zone-a, zone-b), removed afterwards: the test
-    never changes the cluster's own topology labels."""
+def zones(kube, kubeconfig: Path, namespace: str, schedulable_nodes: list[str]) -> Iterator[Zones]:  # type: ignore[no-untyped-def]
+    """The cluster's zones when every schedulable node has one; else a zone label of this test's own on
+    the nodes (zone-a, zone-b, zone-a, ...), removed afterwards: the test never changes the cluster's own
+    topology labels."""
+    labels = {node.metadata.name: node.metadata.labels or {} for node in kube.list_node().items}
+    own = {node: labels[node].get(ZONE, "") for node in schedulable_nodes}
+    if all(own.values()):
+        yield Zones(ZONE, own)
+        return
     key = f"e2e.pykubelet.io/zone-{namespace}"
+    dealt = {node: ("zone-a", "zone-b")[i % 2] for i, node in enumerate(schedulable_nodes)}
     try:
-        for node, zone in zip(two_nodes, ("zone-a", "zone-b"), strict=True):
+        for node, zone in dealt.items():
             kubectl(kubeconfig, "label", "node", node, f"{key}={zone}", "--overwrite")
-        yield key
+        yield Zones(key, dealt)
     finally:
-        for node in two_nodes:
+        for node in dealt:
             kubectl(kubeconfig, "label", "node", node, f"{key}-", check=False)
 
 
-def test_spread_with_more_min_domains_than_zones_holds_one_pod_per_zone(
-    api_client, kube, namespace, image, two_nodes, zones
-) -> None:  # type: ignore[no-untyped-def]
-    template = {
+def _spread(image: str, nodes: list[str], key: str, app: str, **constraint: Any) -> dict[str, Any]:
+    return {
         "spec": _pod(
             "x",
             image,
             {},
-            affinity=on_nodes(two_nodes),
+            affinity=on_nodes(nodes),
             topologySpreadConstraints=[
                 {
                     "maxSkew": 1,
-                    "topologyKey": zones,
+                    "topologyKey": key,
                     "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": {"app": "spread"}},
-                    # Fewer eligible domains than minDomains: the global minimum counts as 0, so each
-                    # zone may hold at most maxSkew pods.
-                    "minDomains": 3,
+                    "labelSelector": {"matchLabels": {"app": app}},
+                    **constraint,
                 }
             ],
         )["spec"]
     }
-    client.AppsV1Api(api_client).create_namespaced_deployment(namespace, _deployment("spread", 3, template))
-    message = _split(kube, namespace, "spread", running=2, pending=1)
+
+
+def test_spread_with_max_skew_one_puts_as_many_pods_in_every_zone(
+    api_client, kube, namespace, image, schedulable_nodes, zones
+) -> None:  # type: ignore[no-untyped-def]
+    # Two per zone, however many nodes each zone has: a zone of one node takes both on that node.
+    replicas = 2 * len(zones.names)
+    template = _spread(image, schedulable_nodes, zones.key, "even")
+    client.AppsV1Api(api_client).create_namespaced_deployment(
+        namespace, _deployment("even", replicas, template)
+    )
+    up, _ = _settled(kube, namespace, "even", running=replicas, pending=0)
+    per_zone = Counter(zones.of[p.spec.node_name] for p in up)
+    assert per_zone == dict.fromkeys(zones.names, 2), per_zone
+
+
+def test_spread_with_more_min_domains_than_zones_holds_one_pod_per_zone(
+    api_client, kube, namespace, image, schedulable_nodes, zones
+) -> None:  # type: ignore[no-untyped-def]
+    count = len(zones.names)
+    # Fewer eligible domains than minDomains: the global minimum counts as 0, so each zone may hold at
+    # most maxSkew pods.
+    template = _spread(image, schedulable_nodes, zones.key, "spread", minDomains=count + 1)
+    client.AppsV1Api(api_client).create_namespaced_deployment(
+        namespace, _deployment("spread", count + 1, template)
+    )
+    message = _split(kube, namespace, "spread", running=count, pending=1)
     running = kube.list_namespaced_pod(
         namespace, label_selector="app=spread", field_selector="status.phase=Running"
     )
-    assert sorted(p.spec.node_name for p in running.items) == sorted(two_nodes)
-    n = _node_count(kube)
-    assert "2 node(s) didn't match pod topology spread constraints" in message, message
-    if n == 2:
+    assert sorted(zones.of[p.spec.node_name] for p in running.items) == zones.names
+    n = len(schedulable_nodes)
+    assert f"{n} node(s) didn't match pod topology spread constraints" in message, message
+    if _every_node_schedulable(kube, schedulable_nodes):
         assert message == (
-            "0/2 nodes are available: 2 node(s) didn't match pod topology spread constraints. "
-            "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.."
+            f"0/{n} nodes are available: {n} node(s) didn't match pod topology spread constraints. "
+            + _no_victims(n)
         )
 
 
@@ -204,7 +262,7 @@ def priorities(api_client, namespace: str) -> Iterator[tuple[str, str, str]]:  #
 
 
 def test_a_higher_priority_pod_preempts_the_lower_one_holding_the_cpu_unless_its_policy_is_never(
-    kube, namespace, image, two_nodes, priorities
+    kube, namespace, image, two_nodes, schedulable_nodes, priorities
 ) -> None:  # type: ignore[no-untyped-def]
     low, high, never = priorities
     node = two_nodes[0]
@@ -232,14 +290,14 @@ def test_a_higher_priority_pod_preempts_the_lower_one_holding_the_cpu_unless_its
         timeout=60,
         what="the Never pod unschedulable",
     )
-    n = _node_count(kube)
     assert "1 Insufficient cpu" in message and message.endswith(
         " preemption: not eligible due to preemptionPolicy=Never.."
     ), message
-    if n == 2:
+    if _every_node_schedulable(kube, schedulable_nodes):
+        n = len(schedulable_nodes)  # the others fail on the nodeSelector
         assert message == (
-            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector. "
-            "preemption: not eligible due to preemptionPolicy=Never.."
+            f"0/{n} nodes are available: 1 Insufficient cpu, {n - 1} node(s) didn't match Pod's node "
+            "affinity/selector. preemption: not eligible due to preemptionPolicy=Never.."
         )
     patient = kube.read_namespaced_pod("patient", namespace)
     assert not patient.status.nominated_node_name

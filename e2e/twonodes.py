@@ -1,5 +1,6 @@
-"""What the scenarios that need two schedulable nodes share: the choice of them (the `two_nodes` fixture
-skips on a one-node cluster), a node affinity keeping a pod to them, and kubectl."""
+"""What the scenarios that need two or more schedulable nodes share: the choice of them (the `two_nodes` and
+`schedulable_nodes` fixtures skip on a one-node cluster), a node affinity keeping a pod to them, and
+kubectl."""
 
 from __future__ import annotations
 
@@ -30,11 +31,17 @@ def schedulable(node: client.V1Node) -> bool:
 
 def pick_two_nodes(kube: client.CoreV1Api, node_name: str) -> list[str]:
     """The `two_nodes` fixture (e2e/conftest.py): this run's node and another schedulable one."""
+    names = pick_schedulable_nodes(kube)
+    first = node_name if node_name in names else names[0]
+    return [first, next(n for n in names if n != first)]
+
+
+def pick_schedulable_nodes(kube: client.CoreV1Api) -> list[str]:
+    """The `schedulable_nodes` fixture (e2e/conftest.py): every schedulable node, by name."""
     names = sorted(n.metadata.name for n in kube.list_node().items if schedulable(n))
     if len(names) < 2:
         pytest.skip(f"needs 2 schedulable nodes, the cluster has {len(names)}")
-    first = node_name if node_name in names else names[0]
-    return [first, next(n for n in names if n != first)]
+    return names
 
 
 def on_nodes(nodes: list[str]) -> dict[str, Any]:

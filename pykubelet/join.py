@@ -40,11 +40,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent.nodelabels import NodeLabelError
 from kubeclient.duration import format_go_duration
 from kubeclient.flags import go_duration
 from pykubelet.discovery import DEFAULT_TIMEOUT, DiscoveryError, discover
 from pykubelet.hostenv import VenvError, check_venv, chosen_venv
 from pykubelet.progress import Progress
+from pykubelet.rig.nodelabels import checked_labels, node_labels_flag
 from pykubelet.rig.nodeplan import (
     DEFAULT_BRIDGE,
     NodePlan,
@@ -118,6 +120,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the CRI socket of a container runtime already running on this host (unix:///PATH or PATH): "
         "the agent uses it and join starts no containerd of its own; the pod network is then the "
         "runtime's CNI configuration, as with kubeadm (default: join runs its own containerd)",
+    )
+    parser.add_argument(
+        "--node-labels",
+        default="",
+        metavar="KEY=VALUE,...",
+        help="labels the node registers with (the agent's --node-labels, as kubeadm's kubeletExtraArgs "
+        "carry them; of the kubernetes.io and k8s.io domains only those a kubelet may set)",
     )
     parser.add_argument("--systemd-dir", type=Path, default=SYSTEMD_DIR, help=argparse.SUPPRESS)
 
@@ -207,11 +216,15 @@ def plan_from(args: argparse.Namespace) -> NodePlan:
         registry_mirror=args.registry_mirror,
         server_tls_bootstrap=args.server_tls_bootstrap,
         cri_socket=cri_endpoint(args.cri_socket),
+        node_labels=node_labels_flag(checked_labels(args.node_labels, ())),
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = plan_from(args)
+    try:
+        plan = plan_from(args)
+    except NodeLabelError as err:  # what the agent would refuse to start with: before anything is written
+        return _refuse(str(err))
     if (plan.root / "apiserver").exists():
         return _refuse(f"{plan.root} holds a control plane (pykubelet up): join with another --root-dir")
     if plan.cri_socket:

@@ -17,10 +17,13 @@ from pathlib import Path
 
 import yaml
 
+from agent.nodelabels import NodeLabelError
 from kubeclient.flags import go_duration
 from kubeclient.hostaddr import default_route_ip
+from kubeclient.kubeletlabels import ZONE_LABEL
 from pykubelet.progress import Progress
 from pykubelet.rig.install import ensure_packages
+from pykubelet.rig.nodelabels import checked_labels, parse_zones
 from pykubelet.rig.stack import (
     DEFAULT_BRIDGE,
     DEFAULT_POD_CIDR,
@@ -60,6 +63,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"the node IPAM's range: each node gets a /24 of it (default {DEFAULT_CLUSTER_CIDR}; "
         "off when only --pod-cidr is given)",
+    )
+    parser.add_argument(
+        "--zones",
+        default="",
+        metavar="ZONE,ZONE,...",
+        help="deal these zones out to the nodes round-robin as their topology.kubernetes.io/zone label "
+        "(node 1 the first, node 2 the second, ...), set by each node's agent at registration",
+    )
+    parser.add_argument(
+        "--node-labels",
+        default="",
+        metavar="KEY=VALUE,...",
+        help="labels every node registers with (its agent's --node-labels; of the kubernetes.io and "
+        "k8s.io domains only those a kubelet may set)",
     )
     parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="the pod network's bridge")
     parser.add_argument("--api-port", type=int, default=6443, help="the API server's HTTPS port")
@@ -134,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(
             "pykubelet up: --pod-cidr names one node's range; with --nodes each node's comes from --cluster-cidr"
         )
+    try:
+        zones = parse_zones(args.zones)
+        node_labels = checked_labels(args.node_labels, zones)
+    except NodeLabelError as err:
+        raise SystemExit(f"pykubelet up: {err}") from None
     # The node IPAM unless one node's range is given by hand (as before it existed).
     cluster_cidr = args.cluster_cidr or ("" if args.pod_cidr is not None else DEFAULT_CLUSTER_CIDR)
     state_dir = args.state_dir.resolve()
@@ -156,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
                 bridge=args.bridge,
                 nodes=args.nodes,
                 cluster_cidr=cluster_cidr,
+                node_labels=node_labels,
+                zones=zones,
                 api_port=args.api_port,
                 store=args.store,
                 etcd_members=args.etcd_members,
@@ -170,8 +194,10 @@ def run(args: argparse.Namespace) -> int:
         started = True
         with progress.stage("supervisor", state_dir / SUPERVISOR_LOG):
             start_supervisor(state_dir, stack.supervised())
-        for name in stack.node_names:
-            progress.note(f"node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)})")
+        for index, name in enumerate(stack.node_names, start=1):
+            zone = stack.config.labels_of(index).get(ZONE_LABEL)
+            where = f", zone {zone}" if zone else ""
+            progress.note(f"node {name} is Ready (pod CIDR {stack.pod_cidr_of(name)}{where})")
         http, https = stack.ingress_ports
         progress.note(
             f"ingress controller (IngressClass nginx, the default) on {stack.ingress_address}:{http} and :{https}"

@@ -214,3 +214,18 @@ def test_join_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "pykubelet" not in done.stderr, done.stderr
+
+
+def test_join_with_a_label_a_kubelet_may_not_set_refuses_and_writes_nothing(tmp_path: Path) -> None:
+    """Refused before discovery: the agent would refuse to start with it (agent.nodelabels)."""
+    root = tmp_path / "node"
+    done = _join(
+        "https://127.0.0.1:1", "--token", bt.generate(), "--discovery-token-ca-cert-hash", "sha256:" + "1" * 64,
+        "--root-dir", str(root), "--node-labels", "topology.kubernetes.io/zone=a,node-role.kubernetes.io/x=",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        "pykubelet join: unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: "
+        "[node-role.kubernetes.io/x]\n"
+    ), done.stderr
+    assert not root.exists()

@@ -27,6 +27,7 @@ from agent.config import AgentConfig
 from agent.node import facts as host
 from agent.node.allocatable import enforce_node_allocatable
 from agent.node.status import (
+    DEFAULT_LABELS,
     RuntimeHealth,
     condition_events,
     condition_specs,
@@ -179,9 +180,10 @@ class NodeController:
                     raise
                 self.node = await self.client.get(self.path)
         else:
-            missing = {
-                k: v for k, v in labels.items() if existing.get("metadata", {}).get("labels", {}).get(k) != v
-            }
+            held = existing.get("metadata", {}).get("labels") or {}
+            # As upstream's updateDefaultLabels: only the default labels; an administrator's relabelling of
+            # the rest stands.
+            missing = {k: v for k, v in labels.items() if k in DEFAULT_LABELS and held.get(k) != v}
             self.node = existing
             if missing:
                 self.node = await self.client.patch(self.path, {"metadata": {"labels": missing}})

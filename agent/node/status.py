@@ -13,6 +13,7 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.node.facts import HostFacts, Usage
+from kubeclient.kubeletlabels import REGION_LABEL, ZONE_LABEL
 from kubeclient.quantity import QuantityError, format_ki, milli_value, parse_quantity, value
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -67,6 +68,24 @@ class RuntimeHealth:
                     f"message:{self.network_message}"
                 )
         return list(dict.fromkeys(out))
+
+
+# updateDefaultLabels' list: the labels an adopted Node (one that existed before this agent registered) is
+# brought in line with; the --node-labels beyond these are set only when the agent creates the Node.
+DEFAULT_LABELS = (
+    "kubernetes.io/hostname",
+    ZONE_LABEL,
+    REGION_LABEL,
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "node.kubernetes.io/instance-type",
+    "beta.kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "node.kubernetes.io/windows-build",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+)
 
 
 def node_labels(cfg: AgentConfig, facts: HostFacts) -> dict[str, str]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from pykubelet.rig.nodelabels import node_labels_args
 from pykubelet.rig.record import StackRecord
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class NodePlan:
     cri_socket: str = ""  # --cri-socket: the host's runtime (unix://...), or "" for join's own containerd
     healthz_port: int = 10248  # the rig gives each node of one host its own
     cluster_dns: str = KUBE_DNS_IP  # the cluster DNS Service's address
+    node_labels: str = ""  # the agent's --node-labels (k=v,...), as kubeadm's kubeletExtraArgs carry it
 
     @property
     def agent_dir(self) -> Path:
@@ -164,6 +166,7 @@ def agent_argv(plan: NodePlan, endpoint: str, python: str = sys.executable) -> l
         str(plan.config_file),
         "--root-dir",
         str(plan.agent_dir),
+        *node_labels_args(plan.node_labels),
     ]
     if plan.cri_socket:
         return argv

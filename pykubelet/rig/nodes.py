@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pykubelet.rig.nodelabels import node_labels_flag
 from pykubelet.rig.nodeplan import NodePlan, agent_argv, containerd_for, node_record, write_node_files
 from pykubelet.rig.process import Daemon, free_port
 from pykubelet.rig.record import NODES_DIR, RECORD_FILE
@@ -56,6 +57,7 @@ class StackNode:
             server_tls_bootstrap=False,
             healthz_port=free_port(),
             cluster_dns=stack.config.dns_ip,
+            node_labels=node_labels_flag(stack.config.labels_of(index)),
         )
         self.containerd = containerd_for(self.plan)
         self.agent: Daemon | None = None

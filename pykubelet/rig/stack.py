@@ -31,6 +31,7 @@ from pykubelet.rig.encryption import encryption_args
 from pykubelet.rig.etcd import Etcd, EtcdCluster, etcd_members
 from pykubelet.rig.images import RigImages, publish_test_images
 from pykubelet.rig.netlease import loopback_for, service_range_for
+from pykubelet.rig.nodelabels import labels_of, node_labels_args, node_labels_flag
 from pykubelet.rig.nodeplan import DEFAULT_BRIDGE, default_node_name
 from pykubelet.rig.process import Daemon, free_port
 from pykubelet.rig.record import RECORD_FILE, StackRecord
@@ -114,6 +115,10 @@ class StackConfig:
     # node's `pod_cidr` from its kubelet config, as before).
     cluster_cidr: str = ""
     node_cidr_mask_size: int = 24
+    # The labels every node registers with (its agent's --node-labels) and the zones dealt out to the
+    # nodes round-robin as topology.kubernetes.io/zone (pykubelet.rig.nodelabels; `up --zones`).
+    node_labels: dict[str, str] = field(default_factory=dict)
+    zones: tuple[str, ...] = ()
     # The Services' range (--service-cluster-ip-range; the proxy's --service-cidrs; cluster DNS at its
     # .10). "" = the one a leased network implies (pykubelet.rig.netlease.service_range_for: stacks on one
     # host never DNAT each other's cluster IPs), else DEFAULT_SERVICE_CIDR.
@@ -134,6 +139,10 @@ class StackConfig:
         return (
             self.service_cidr or service_range_for(self.cluster_cidr or self.pod_cidr) or DEFAULT_SERVICE_CIDR
         )
+
+    def labels_of(self, index: int) -> dict[str, str]:
+        """Node `index`'s labels (1: the first node)."""
+        return labels_of(index, self.node_labels, self.zones)
 
     @property
     def dns_ip(self) -> str:
@@ -573,6 +582,7 @@ class Stack:
             str(self.network.data_dir),
             "--cni-bridge",
             self.config.bridge,
+            *node_labels_args(node_labels_flag(self.config.labels_of(1))),
         ]
 
     def start_agent(self, wait_ready: float = 120.0) -> Daemon:

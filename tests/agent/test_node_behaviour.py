@@ -268,3 +268,41 @@ def test_runtime_is_asked_once_a_period_and_judged_from_the_last_answer():
         assert calls == [0.0, 5]
 
     asyncio.run(run())
+
+
+async def test_an_adopted_node_gets_its_default_labels_back_and_keeps_the_rest(tmp_path: Path, monkeypatch):
+    """Upstream's updateDefaultLabels: a Node that already exists has its well-known labels (zone, hostname,
+    os, arch, ...) set as the agent's flags say; its other labels, an administrator's included, stand, and
+    the agent's other --node-labels are for a Node it creates."""
+    monkeypatch.setattr(host, "host_facts", lambda: FACTS)
+    monkeypatch.setattr(host, "usage", lambda root: USAGE)
+
+    async def health():
+        return HEALTHY
+
+    cfg = AgentConfig(
+        node_name="n",
+        node_ip="192.0.2.7",
+        root_dir=str(tmp_path),
+        node_labels={"topology.kubernetes.io/zone": "zone-b", "example.com/pool": "blue"},
+    )
+    held = {"topology.kubernetes.io/zone": "zone-a", "example.com/pool": "green", "team": "a"}
+    existing = {"metadata": {"name": "n", "uid": "u", "labels": dict(held)}, "status": {}}
+    client = StandInClient(existing)
+    await NodeController(client, cfg, health, None, None).register()  # type: ignore[arg-type]
+    assert client.node is not None
+    assert client.node["metadata"]["labels"] == {
+        **held,
+        "topology.kubernetes.io/zone": "zone-b",
+        "kubernetes.io/hostname": "n",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+    }
+    # A Node the agent creates carries every --node-labels.
+    fresh = StandInClient()
+    await NodeController(fresh, cfg, health, None, None).register()  # type: ignore[arg-type]
+    assert fresh.node is not None
+    assert fresh.node["metadata"]["labels"]["example.com/pool"] == "blue"
+    assert fresh.node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-b"

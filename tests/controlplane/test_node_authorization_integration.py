@@ -174,3 +174,49 @@ def test_a_node_touches_only_its_pods_and_lease(
         rules.status.incomplete
         and rules.status.evaluation_error == "node authorizer does not support user rule resolution"
     )
+
+
+async def test_the_agent_registers_its_node_with_its_zone_and_a_reserved_label_is_refused(
+    apiserver: ApiServer, v1: client.CoreV1Api, tmp_path: Path
+) -> None:
+    """The agent's registration on its own certificate: the Node is created with --node-labels (a zone,
+    another domain's label) as NodeRestriction lets a kubelet; a label of the reserved domains outside the
+    kubelet's set (which the agent's flag check refuses first, agent.nodelabels) is refused by the server
+    too, with upstream's 403."""
+    from agent.config import AgentConfig
+    from agent.node.controller import NodeController
+    from agent.node.status import RuntimeHealth
+    from kubeclient.client import KubeClient
+    from kubeclient.config import load_kubeconfig
+    from kubeclient.errors import ApiError
+
+    async def health() -> RuntimeHealth:
+        return RuntimeHealth(True, True, "", "", True, "", "", "containerd://1.6.20")
+
+    def agent(name: str, labels: dict[str, str]) -> NodeController:
+        kubeconfig = apiserver.client_kubeconfig(
+            f"system:node:{name}", ("system:nodes",), tmp_path / f"{name}.kubeconfig"
+        )
+        cfg = AgentConfig(node_name=name, node_ip="192.0.2.7", root_dir=str(tmp_path), node_labels=labels)
+        return NodeController(KubeClient(load_kubeconfig(kubeconfig)), cfg, health)
+
+    zoned, roled = f"n-{uuid.uuid4().hex[:6]}", f"n-{uuid.uuid4().hex[:6]}"
+    node = agent(zoned, {"topology.kubernetes.io/zone": "zone-a", "example.com/pool": "blue"})
+    refused = agent(roled, {"topology.kubernetes.io/zone": "zone-a", "node-role.kubernetes.io/worker": ""})
+    try:
+        await node.register()
+        labels = v1.read_node(zoned).metadata.labels
+        assert (labels["topology.kubernetes.io/zone"], labels["example.com/pool"]) == ("zone-a", "blue")
+        assert labels["kubernetes.io/hostname"] == zoned
+        with pytest.raises(ApiError) as err:
+            await refused._register_once()  # one attempt: register() retries with backoff
+        assert err.value.status == 403
+        assert err.value.message == (
+            f'nodes "{roled}" is forbidden: node "{roled}" is not allowed to set the following labels: '
+            "node-role.kubernetes.io/worker"
+        )
+        assert roled not in {n.metadata.name for n in v1.list_node().items}
+    finally:
+        await node.client.close()
+        await refused.client.close()
+        v1.delete_node(zoned)

@@ -1,8 +1,9 @@
 """`pykubelet up --nodes 2`: two nodes on this machine, each with its own containerd, root dir, kubelet
-port and bridge, both Ready with a pod CIDR the node IPAM gave them from --cluster-cidr, both joined by
-TLS bootstrap (a bootstrap token's CSR, approved and signed) and running as system:node:<name>; an
-expired bootstrap token cannot join; `pykubelet down` then leaves nothing: no process, mount or netns
-under the state dir, neither bridge, no route into the cluster range, no NAT entry, no proxy table.
+port and bridge, both Ready with a pod CIDR the node IPAM gave them from --cluster-cidr, labelled at
+registration with `--zones` (one each) and `--node-labels`, both joined by TLS bootstrap (a bootstrap
+token's CSR, approved and signed) and running as system:node:<name>; an expired bootstrap token cannot
+join; `pykubelet down` then leaves nothing: no process, mount or netns under the state dir, neither
+bridge, no route into the cluster range, no NAT entry, no proxy table.
 Real containerd: run under the host lock."""
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def test_up_two_nodes_ipam_bootstrap_identities_then_down_leaves_nothing(
     tmp_path = tmp_path_factory.mktemp("mn")  # short: containerd's socket paths are limited to 104 bytes
     state = tmp_path / "s"
     with lease_cluster_network("u") as lease:
-        up, scope, bridges = up_cluster(state, lease, FIRST, 2)
+        up, scope, bridges = up_cluster(
+            state, lease, FIRST, 2, "--zones", "zone-a,zone-b", "--node-labels", "example.com/pool=blue"
+        )
         try:
             assert up.returncode == 0, up.stderr[-4000:]
             kubeconfig = state / "apiserver" / "admin.kubeconfig"
@@ -86,6 +89,10 @@ def _check_nodes(core: client.CoreV1Api, state: Path, cluster_cidr: str, bridges
         assert block.prefixlen == 24 and block.subnet_of(ipaddress.IPv4Network(cluster_cidr)), block
         cidrs.append(block)
     assert cidrs[0] != cidrs[1]
+    # Each agent registered its Node with up's labels (--node-labels): the zones dealt in turn.
+    for name, zone in ((FIRST, "zone-a"), (SECOND, "zone-b")):
+        labels = nodes[name].metadata.labels
+        assert (labels["topology.kubernetes.io/zone"], labels["example.com/pool"]) == (zone, "blue"), labels
     # A pod on each node takes an address of its node's block; each node's bridge on the host then
     # carries its block's gateway: the host's route to that node's pods, the way between the networks.
     image = f"{StackRecord.load(state).registry}/library/busybox:latest"
@@ -209,16 +216,18 @@ def test_down_after_up_of_two_nodes_was_killed_while_the_second_joined(
         assert _routes_into(lease.pod_cidr) == []
 
 
-def test_the_multinode_e2e_scenarios_on_a_two_node_stack(tmp_path: Path) -> None:
+def test_the_multinode_e2e_scenarios_on_three_nodes_in_two_zones(tmp_path: Path) -> None:
     """e2e/test_multinode.py skips on the one-node stack the suite's e2e session runs; here it runs on a
-    two-node stack of its own (PYKUBE_NODES=2, the e2e conftest's multi-node mode, with its leak check)
-    so cross-node pod-to-pod and pod-to-Service traffic, drain moving a Deployment within its PDB, a
-    DaemonSet on every node, the scheduler's anti-affinity, spread and preemption decisions
-    (e2e/test_scheduling_multinode.py) and NetworkPolicy enforced on both nodes
-    (e2e/test_networkpolicy_multinode.py) are checked on every run, not only by hand."""
+    stack of its own of three nodes in zones a, b, a (PYKUBE_NODES=3 and PYKUBE_ZONES, the e2e conftest's
+    multi-node mode, with its leak check) so cross-node pod-to-pod and pod-to-Service traffic, drain moving
+    a Deployment within its PDB, a DaemonSet on every node, the scheduler's anti-affinity, spread across
+    the zones and preemption decisions (e2e/test_scheduling_multinode.py, with upstream's messages for three
+    nodes) and NetworkPolicy enforced across nodes (e2e/test_networkpolicy_multinode.py) are checked on
+    every run, not only by hand."""
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "PYTEST_ADDOPTS")}
-    env["PYKUBE_NODES"] = "2"
+    env["PYKUBE_NODES"] = "3"
+    env["PYKUBE_ZONES"] = "zone-a,zone-b"
     done = subprocess.run(
         [
             sys.executable,
@@ -240,4 +249,4 @@ def test_the_multinode_e2e_scenarios_on_a_two_node_stack(tmp_path: Path) -> None
     )
     tail = done.stdout[-6000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail
-    assert "7 passed" in done.stdout and "skipped" not in done.stdout, tail
+    assert "8 passed" in done.stdout and "skipped" not in done.stdout, tail

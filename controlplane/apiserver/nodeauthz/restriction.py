@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from controlplane.apiserver import errors
 from controlplane.apiserver.nodeauthz.authorizer import NODE_LEASE_NAMESPACE, node_identity
 from controlplane.apiserver.nodeauthz.graph import pod_refs
+from kubeclient.kubeletlabels import in_domain, is_kubelet_label, is_kubernetes_label, label_namespace
 
 if TYPE_CHECKING:
     from controlplane.apiserver.kinds.ports import AdmissionRequest
@@ -23,36 +24,6 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 NODE_RESTRICTION_LABELS = "node-restriction.kubernetes.io"
-# kubeletapis.IsKubeletLabel: the kubernetes.io labels a kubelet may set on its Node.
-KUBELET_LABELS = frozenset(
-    {
-        "kubernetes.io/hostname",
-        "topology.kubernetes.io/zone",
-        "topology.kubernetes.io/region",
-        "failure-domain.beta.kubernetes.io/zone",
-        "failure-domain.beta.kubernetes.io/region",
-        "beta.kubernetes.io/instance-type",
-        "node.kubernetes.io/instance-type",
-        "kubernetes.io/os",
-        "kubernetes.io/arch",
-        "beta.kubernetes.io/os",
-        "beta.kubernetes.io/arch",
-    }
-)
-KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
-
-
-def _namespace_of(label: str) -> str:
-    prefix, sep, _ = label.partition("/")
-    return prefix if sep else ""
-
-
-def _in(namespace: str, domain: str) -> bool:
-    return namespace == domain or namespace.endswith("." + domain)
-
-
-def is_kubelet_label(label: str) -> bool:
-    return label in KUBELET_LABELS or any(_in(_namespace_of(label), d) for d in KUBELET_LABEL_NAMESPACES)
 
 
 def forbidden_labels(new: dict[str, str] | None, old: dict[str, str] | None) -> list[str]:
@@ -61,10 +32,9 @@ def forbidden_labels(new: dict[str, str] | None, old: dict[str, str] | None) -> 
     modified = {k for k in set(new) | set(old) if new.get(k) != old.get(k) or (k in new) != (k in old)}
     out = set()
     for label in modified:
-        namespace = _namespace_of(label)
-        if _in(namespace, NODE_RESTRICTION_LABELS):
+        if in_domain(label_namespace(label), NODE_RESTRICTION_LABELS):
             out.add(label)
-        if (_in(namespace, "kubernetes.io") or _in(namespace, "k8s.io")) and not is_kubelet_label(label):
+        if is_kubernetes_label(label) and not is_kubelet_label(label):
             out.add(label)
     return sorted(out)
 
@@ -283,4 +253,4 @@ class NodeRestriction:
             )
 
 
-__all__ = ["NodeRestriction", "forbidden_labels", "is_kubelet_label"]
+__all__ = ["NodeRestriction", "forbidden_labels"]
