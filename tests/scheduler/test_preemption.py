@@ -8,7 +8,9 @@ from collections import Counter
 from controlplane.scheduler.algorithm import FitError, find_feasible, pre_filter_all
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
+from controlplane.scheduler.podinfo import pod_info
 from controlplane.scheduler.preemption import NOT_HELPFUL, Budget, SavedStates, Trial, preempt
+from controlplane.scheduler.victims import budgets
 from kubeclient.selectors import from_set
 from tests.scheduler.helpers import make_node, make_pod
 
@@ -150,3 +152,53 @@ def test_a_node_freed_for_a_nominated_pod_is_not_freed_again():
     outcome = preempt(second, rejected, filters, view)
     assert outcome.candidate is not None and outcome.candidate.node.name == "b"
     assert len(outcome.candidate.victims) == 3
+
+
+def test_a_victim_already_terminating_on_the_nominated_node_is_waited_for():
+    """Upstream's PodEligibleToPreemptOthers: a pod nominated to a node where a lower-priority pod is
+    already terminating waits for it to go rather than evicting more (issue 33's bad input)."""
+    node = make_node("a", cpu="1")
+    going = make_pod(cpu="1", priority=0, name="going")
+    going = pod_info(
+        {**going.obj, "metadata": {**going.obj["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    )
+    node.add_pod(going)
+    preemptor = make_pod(cpu="1", priority=10, name="p")
+    nominated = pod_info({**preemptor.obj, "status": {"nominatedNodeName": "a"}})
+    outcome = run(nominated, [node])
+    assert outcome.candidate is None
+    assert outcome.message == "not eligible due to a terminating pod on the nominated node."
+    # Not nominated there yet: the node is a candidate as any other.
+    outcome = run(preemptor, [node])
+    assert outcome.candidate is not None and outcome.candidate.node.name == "a"
+
+
+def test_a_budget_whose_selector_does_not_parse_or_is_empty_protects_nothing():
+    """Upstream's filterPodsWithPDBViolation: a PDB whose selector does not parse, or is empty, matches no
+    pod, so it neither blocks preemption nor stops the cycle."""
+    pdbs = [
+        {
+            "metadata": {"namespace": "ns", "name": "bad"},
+            "spec": {
+                "selector": {"matchExpressions": [{"key": "app", "operator": "Sideways", "values": ["db"]}]}
+            },
+            "status": {"disruptionsAllowed": 0},
+        },
+        {"metadata": {"namespace": "ns", "name": "empty"}, "spec": {"selector": {}}, "status": {}},
+        {
+            "metadata": {"namespace": "ns", "name": "good"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": 0},
+        },
+    ]
+    read = budgets(pdbs)
+    assert len(read) == 2  # the one that does not parse is skipped
+    node = make_node("a", cpu="1")
+    node.add_pod(make_pod(cpu="1", priority=1, labels={"app": "web"}))
+    outcome = run(make_pod(cpu="1", priority=10), [node], read)
+    assert outcome.candidate is not None and outcome.candidate.violations == 0
+    # The parsed budget still counts for the pods it selects.
+    guarded = make_node("b", cpu="1")
+    guarded.add_pod(make_pod(cpu="1", priority=1, labels={"app": "db"}))
+    outcome = run(make_pod(cpu="1", priority=10), [guarded], read)
+    assert outcome.candidate is not None and outcome.candidate.violations == 1
