@@ -1,0 +1,445 @@
+"""Storage capacity tracking, as kubernetes-csi/external-provisioner's capacity controller
+(`--enable-capacity`, pkg/capacity) does it beside a driver: the scheduler's VolumeBinding only places a
+WaitForFirstConsumer claim of a driver with `storageCapacity: true` on a node some CSIStorageCapacity
+says has room (controlplane/scheduler/storagecapacity.py); this loop writes those objects.
+
+The driver's topology segments come from the CSINodes that list the driver: each node's values of the
+driver's topology keys (a node missing one of those labels is left out until it has it; a driver without
+topology keys has one empty segment, every node). For each StorageClass whose provisioner is the driver
+(not the Immediate ones, unless `capacity_immediate_binding`) and each segment, one GetCapacity (the
+class's parameters, the segment as accessible topology) feeds one CSIStorageCapacity in the driver's
+namespace: generateName `csisc-`, labels `csi.storage.k8s.io/drivername` and
+`csi.storage.k8s.io/managed-by: external-provisioner`, `storageClassName`, `nodeTopology` matching the
+segment's labels, `capacity` and, when the driver says, `maximumVolumeSize`. No owner reference: the
+loop does not run in a pod (upstream's `--capacity-ownerref-level=-1`).
+
+Refreshed every `capacity_poll_interval` (1 min, upstream's default), at once when a class, a CSINode's
+topology keys or a node's labels change, and after the provisioner made or deleted a volume (seen as the
+PV appearing or going: the segments of its node affinity, else its class). A GetCapacity that fails is
+logged and retried with back-off; the object is neither created nor changed meanwhile (it stays stale,
+as upstream's), and other items go on. Objects of a class or segment that went, duplicates, and objects
+found at start that match nothing are deleted; objects with other labels are never touched.
+
+Tracked only when the driver reports the GET_CAPACITY controller capability and its CSIDriver asks for
+capacity tracking (`storageCapacity: true`; otherwise the scheduler would not read the objects anyway).
+
+Where it runs: beside the driver, as the `csi-capacity` controller of the manager that runs the
+csi-provisioner (same account, as upstream runs it inside external-provisioner):
+`pykubelet controller-manager --controllers csi-provisioner,csi-capacity --csi-address SOCKET`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.controllers.base import Controller, ControllerContext
+from kubeclient import volumes as vol
+from kubeclient.csi.client import Capacity, CSICallError, CSIClient
+from kubeclient.csi.pb import csi_pb2 as pb
+from kubeclient.csi.resize import binary
+from kubeclient.errors import ApiError
+from kubeclient.informer import meta
+
+log = logging.getLogger("controlplane.controllers")
+
+Obj = dict[str, Any]
+Segment = tuple[tuple[str, str], ...]  # sorted (key, value) pairs
+
+DRIVER_LABEL = "csi.storage.k8s.io/drivername"
+MANAGED_BY_LABEL = "csi.storage.k8s.io/managed-by"
+MANAGED_BY = "external-provisioner"
+NAMESPACE = "kube-system"
+POLL_INTERVAL = 60.0
+TOPOLOGY, POLL = "topology", "poll"
+ITEM, OBJECT, CLASS, SEGMENT = "item:", "object:", "class:", "segment:"
+
+
+def _encode(segment: Segment) -> str:
+    return json.dumps([list(pair) for pair in segment])
+
+
+def _decode(text: str) -> Segment:
+    return tuple((str(k), str(v)) for k, v in json.loads(text))
+
+
+@dataclass(frozen=True)
+class Item:
+    """One CSIStorageCapacity to keep: a class in a segment."""
+
+    class_name: str
+    segment: Segment
+
+    @property
+    def key(self) -> str:
+        return f"{ITEM}{self.class_name}:{_encode(self.segment)}"
+
+    @classmethod
+    def parse(cls, rest: str) -> Item:
+        name, _, segment = rest.partition(":")
+        return cls(name, _decode(segment))
+
+    def __str__(self) -> str:
+        return f"{self.class_name}@{dict(self.segment)}"
+
+
+def driver_topology_keys(csinode: Obj, driver: str) -> list[str] | None:
+    """The driver's topology keys on a CSINode; None when the driver is not on that node."""
+    for entry in (csinode.get("spec") or {}).get("drivers") or []:
+        if entry.get("name") == driver:
+            return list(entry.get("topologyKeys") or [])
+    return None
+
+
+def segments_of(driver: str, csinodes: Iterable[Obj], node: Callable[[str], Obj | None]) -> list[Segment]:
+    """The driver's topology segments (upstream's nodeTopology.sync): for each CSINode listing the driver
+    whose Node exists and carries every one of its topology keys, those labels; each segment once."""
+    found: list[Segment] = []
+    for csinode in csinodes:
+        keys = driver_topology_keys(csinode, driver)
+        current = node(meta(csinode).get("name", ""))
+        if keys is None or current is None:
+            continue
+        labels = meta(current).get("labels") or {}
+        if any(k not in labels for k in keys):
+            continue  # the kubelet has not labelled the node yet
+        segment = tuple(sorted((k, labels[k]) for k in set(keys)))
+        if segment not in found:
+            found.append(segment)
+    return sorted(found)
+
+
+def segment_of(capacity: Obj) -> Segment | None:
+    """The segment a CSIStorageCapacity's nodeTopology names; None when it is not a plain label match."""
+    topology = capacity.get("nodeTopology")
+    if not isinstance(topology, dict) or topology.get("matchExpressions"):
+        return None
+    return tuple(sorted((topology.get("matchLabels") or {}).items()))
+
+
+def item_of(capacity: Obj) -> Item | None:
+    segment = segment_of(capacity)
+    name = capacity.get("storageClassName")
+    return Item(name, segment) if segment is not None and name else None
+
+
+def affinity_segments(volume: Obj) -> list[Segment]:
+    """The segments of a PV's required node affinity as the provisioner writes it (upstream's
+    termToSegment: each term's expressions `In` with one value; other terms are skipped)."""
+    affinity = ((volume.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}
+    out: list[Segment] = []
+    for term in affinity.get("nodeSelectorTerms") or []:
+        exprs = term.get("matchExpressions") or []
+        plain = all(e.get("operator") == "In" and len(e.get("values") or []) == 1 for e in exprs)
+        if exprs and plain and not term.get("matchFields"):
+            out.append(tuple(sorted((e["key"], e["values"][0]) for e in exprs)))
+    return out
+
+
+def tracked_class(sc: Obj, driver: str, immediate: bool) -> bool:
+    """A class of the driver; Immediate classes only with capacity_immediate_binding (the scheduler
+    reads capacity for WaitForFirstConsumer claims only)."""
+    return sc.get("provisioner") == driver and (immediate or sc.get("volumeBindingMode") != "Immediate")
+
+
+def capacity_fields(got: Capacity) -> Obj:
+    fields: Obj = {"capacity": binary(got.available)}
+    if got.maximum_volume_size is not None:
+        fields["maximumVolumeSize"] = binary(got.maximum_volume_size)
+    return fields
+
+
+def capacity_object(item: Item, driver: str, namespace: str, got: Capacity) -> Obj:
+    """A new CSIStorageCapacity, as external-provisioner writes it."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIStorageCapacity",
+        "metadata": {
+            "generateName": "csisc-",
+            "namespace": namespace,
+            "labels": {DRIVER_LABEL: driver, MANAGED_BY_LABEL: MANAGED_BY},
+        },
+        "storageClassName": item.class_name,
+        "nodeTopology": {"matchLabels": dict(item.segment)} if item.segment else {},
+        **capacity_fields(got),
+    }
+
+
+def up_to_date(capacity: Obj, got: Capacity) -> bool:
+    """The object already says what the driver said (values compared, not their spelling)."""
+    maximum = capacity.get("maximumVolumeSize")
+    return vol.storage_bytes(capacity.get("capacity")) == got.available and (
+        (maximum is None and got.maximum_volume_size is None)
+        or (maximum is not None and vol.storage_bytes(maximum) == got.maximum_volume_size)
+    )
+
+
+class CapacityQueryFailed(Exception):
+    """GetCapacity failed for an item: retried with the item's back-off."""
+
+
+class CSICapacity(Controller):
+    name = "csi-capacity"
+    account = "csi-provisioner"  # upstream runs it inside external-provisioner, on its account
+    workers = 1  # upstream's --capacity-threads
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        super().__init__(ctx)
+        self.csi = CSIClient(str(ctx.option("csi_address", "")))
+        self.namespace = str(ctx.option("capacity_namespace", NAMESPACE))
+        self.poll_interval = float(ctx.option("capacity_poll_interval", POLL_INTERVAL))
+        self.immediate = bool(ctx.option("capacity_immediate_binding", False))
+        self.collection = f"/apis/storage.k8s.io/v1/namespaces/{self.namespace}/csistoragecapacities"
+        self.driver = ""  # GetPluginInfo's name, asked before the first sync
+        self.supported: bool | None = None  # the GET_CAPACITY capability, asked once
+        self.wanted: set[Item] = set()
+        self.reconciled = False
+        self.created: dict[Item, Obj] = {}  # written, not yet seen by the informer
+        self.classes = ctx.informers.get("/apis/storage.k8s.io/v1/storageclasses")
+        self.nodes = ctx.informers.get("/api/v1/nodes")
+        self.csinodes = ctx.informers.get("/apis/storage.k8s.io/v1/csinodes")
+        self.csidrivers = ctx.informers.get("/apis/storage.k8s.io/v1/csidrivers")
+        self.volumes = ctx.informers.get("/api/v1/persistentvolumes")
+        self.capacities = ctx.informers.get(
+            self.collection, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+        )
+        self.classes.add_handler(**self.handlers(lambda sc: CLASS + meta(sc).get("name", "")))
+        self.nodes.add_handler(
+            on_add=self._topology_changed,
+            on_update=lambda old, new: self._labels_changed(old, new),
+            on_delete=self._topology_changed,
+        )
+        self.csinodes.add_handler(
+            on_add=self._topology_changed,
+            on_update=lambda old, new: self._keys_changed(old, new),
+            on_delete=self._topology_changed,
+        )
+        self.csidrivers.add_handler(**self.handlers(lambda d: TOPOLOGY))
+        self.volumes.add_handler(on_add=self._volume_made, on_delete=self._volume_gone)
+        self.capacities.add_handler(
+            on_add=self._object_changed,
+            on_update=lambda _old, new: self._object_changed(new),
+            on_delete=self._object_gone,
+        )
+
+    # --- what wakes it -------------------------------------------------------------------------------
+
+    def _topology_changed(self, _obj: Obj) -> None:
+        self.queue.add(TOPOLOGY)
+
+    def _labels_changed(self, old: Obj, new: Obj) -> None:
+        if meta(old).get("labels") != meta(new).get("labels"):
+            self.queue.add(TOPOLOGY)
+
+    def _keys_changed(self, old: Obj, new: Obj) -> None:
+        if not self.driver or driver_topology_keys(old, self.driver) != driver_topology_keys(
+            new, self.driver
+        ):
+            self.queue.add(TOPOLOGY)
+
+    def _ours(self, volume: Obj) -> bool:
+        return bool(self.driver) and vol.annotations(volume).get(vol.PROVISIONED_BY) == self.driver
+
+    def _volume_made(self, volume: Obj) -> None:
+        """After CreateVolume: the segments the volume went to, else its class (upstream's wrapper
+        around Provision)."""
+        if not self._ours(volume):
+            return
+        segments = affinity_segments(volume)
+        for segment in segments:
+            self.queue.add(SEGMENT + _encode(segment))
+        if not segments and vol.volume_class(volume):
+            self.queue.add(CLASS + vol.volume_class(volume))
+
+    def _volume_gone(self, volume: Obj) -> None:
+        """After DeleteVolume (the provisioner deletes the PV once the volume is gone)."""
+        if self._ours(volume):
+            for segment in affinity_segments(volume):
+                self.queue.add(SEGMENT + _encode(segment))
+
+    def _object_changed(self, capacity: Obj) -> None:
+        self.queue.add(OBJECT + meta(capacity).get("name", ""))
+
+    def _object_gone(self, capacity: Obj) -> None:
+        item = item_of(capacity)
+        if item is not None:
+            self.queue.add(item.key)  # made again if still wanted
+
+    # --- running -------------------------------------------------------------------------------------
+
+    async def run(self, stop) -> None:  # type: ignore[no-untyped-def]
+        self.queue.add(TOPOLOGY)
+        self.queue.add_after(POLL, self.poll_interval)
+        try:
+            await super().run(stop)
+        finally:
+            await self.csi.close()
+
+    async def _ready(self) -> bool:
+        if not self.driver:
+            self.driver = await self.csi.plugin_name()
+        if self.supported is None:
+            caps = await self.csi.controller_capabilities()
+            self.supported = pb.ControllerServiceCapability.RPC.GET_CAPACITY in caps
+            if not self.supported:
+                log.error(
+                    "driver=%s does not report the GET_CAPACITY controller capability: no storage "
+                    "capacity is tracked",
+                    self.driver,
+                )
+        return self.supported
+
+    async def sync(self, key: str) -> None:
+        if key == POLL:
+            try:
+                await self._poll()
+            finally:
+                self.queue.add_after(POLL, self.poll_interval)
+            return
+        if not await self._ready():
+            return
+        if key == TOPOLOGY or key.startswith(CLASS) or not self.reconciled:
+            self._reconcile()
+        if key.startswith(CLASS):
+            name = key[len(CLASS) :]
+            self._refresh(lambda item: item.class_name == name)
+        elif key.startswith(SEGMENT):
+            segment = _decode(key[len(SEGMENT) :])
+            self._refresh(lambda item: item.segment == segment)
+        elif key.startswith(ITEM):
+            await self._sync_item(Item.parse(key[len(ITEM) :]))
+        elif key.startswith(OBJECT):
+            await self._sync_object(key[len(OBJECT) :])
+
+    async def _poll(self) -> None:
+        """Every item again: the driver's figures change without any event (upstream's pollCapacities)."""
+        if not await self._ready():
+            return
+        if not self.reconciled:
+            self._reconcile()
+        self._refresh(lambda item: True)
+
+    def _refresh(self, which: Callable[[Item], bool]) -> None:
+        for item in self.wanted:
+            if which(item):
+                self.queue.add(item.key)
+
+    def _tracking(self) -> bool:
+        driver = self.csidrivers.get(self.driver)
+        return bool(driver and (driver.get("spec") or {}).get("storageCapacity") is True)
+
+    def _reconcile(self) -> None:
+        """Which objects should exist now: new items get their first GetCapacity, objects that match no
+        item any more are deleted."""
+        self.reconciled = True
+        segments = segments_of(self.driver, self.csinodes.list(), self.nodes.get)
+        tracking = self._tracking()
+        classes = [
+            meta(sc).get("name", "")
+            for sc in self.classes.list()
+            if tracking and tracked_class(sc, self.driver, self.immediate)
+        ]
+        wanted = {Item(c, s) for c in classes for s in segments}
+        if wanted != self.wanted:
+            log.info(
+                "capacity items driver=%s classes=%d segments=%d items=%d",
+                self.driver,
+                len(classes),
+                len(segments),
+                len(wanted),
+            )
+        for item in wanted - self.wanted:
+            self.queue.add(item.key)
+        self.wanted = wanted
+        for capacity in self._managed():
+            if item_of(capacity) not in wanted:
+                self.queue.add(OBJECT + meta(capacity).get("name", ""))
+
+    # --- the objects ---------------------------------------------------------------------------------
+
+    def _managed(self) -> list[Obj]:
+        return [
+            c
+            for c in self.capacities.list()
+            if (meta(c).get("labels") or {}).get(DRIVER_LABEL) == self.driver
+            and (meta(c).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
+        ]
+
+    def _objects(self, item: Item) -> list[Obj]:
+        """The item's objects, oldest first (the first is kept, the others are duplicates); the one just
+        created stands in until the informer brings it."""
+        found = sorted(
+            (c for c in self._managed() if item_of(c) == item),
+            key=lambda c: (meta(c).get("creationTimestamp", ""), meta(c).get("name", "")),
+        )
+        if found:
+            self.created.pop(item, None)
+            return found
+        return [self.created[item]] if item in self.created else []
+
+    async def _sync_item(self, item: Item) -> None:
+        objects = self._objects(item)
+        sc = self.classes.get(item.class_name)
+        if item not in self.wanted or sc is None:
+            for capacity in objects:
+                await self._delete(capacity)
+            return
+        try:
+            got = await self.csi.get_capacity(sc.get("parameters") or {}, dict(item.segment))
+        except CSICallError as err:
+            log.error("CSI GetCapacity for %s: %s", item, err)
+            raise CapacityQueryFailed(f"CSI GetCapacity for {item}: {err}") from None
+        if not objects:
+            created = await self.client.create(
+                self.collection, capacity_object(item, self.driver, self.namespace, got)
+            )
+            self.created[item] = created
+            log.info(
+                "created CSIStorageCapacity=%s item=%s capacity=%d",
+                meta(created).get("name"),
+                item,
+                got.available,
+            )
+            return
+        kept, *duplicates = objects
+        if not up_to_date(kept, got):
+            await self._update(item, kept, got)
+        for capacity in duplicates:
+            await self._delete(capacity)
+
+    async def _update(self, item: Item, capacity: Obj, got: Capacity) -> None:
+        body = {k: v for k, v in capacity.items() if k not in ("capacity", "maximumVolumeSize")}
+        name = meta(capacity).get("name", "")
+        try:
+            updated = await self.client.replace(f"{self.collection}/{name}", {**body, **capacity_fields(got)})
+        except ApiError as err:
+            if err.not_found:
+                self.created.pop(item, None)  # gone before the informer saw it: made again on retry
+            raise
+        if item in self.created:
+            self.created[item] = updated
+
+    async def _delete(self, capacity: Obj) -> None:
+        name = meta(capacity).get("name", "")
+        try:
+            await self.client.delete(f"{self.collection}/{name}")
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        self.created = {i: c for i, c in self.created.items() if meta(c).get("name") != name}
+        log.info("deleted CSIStorageCapacity=%s", name)
+
+    async def _sync_object(self, name: str) -> None:
+        """An object the informer brought: deleted when it matches no wanted item; its item re-synced
+        when it has a duplicate."""
+        capacity = self.capacities.get(f"{self.namespace}/{name}")
+        if capacity is None or capacity not in self._managed():
+            return
+        item = item_of(capacity)
+        if item is None or item not in self.wanted:
+            await self._delete(capacity)
+        elif len(self._objects(item)) > 1:
+            self.queue.add(item.key)
