@@ -5,7 +5,9 @@ CSIStorageCapacity per tracked class and segment with the driver's figures and u
 object of ours goes, another manager's stays; a volume made in the pool shows at the next refresh; an
 object deleted by hand comes back; a segment or a class that goes takes its objects with it; a class
 whose GetCapacity fails gets no object while the others do, an object whose GetCapacity starts failing
-keeps its last figures, and a CSIDriver that stops asking for capacity tracking loses its objects."""
+keeps its last figures, and a CSIDriver that stops asking for capacity tracking loses its objects. With
+the poll a long way off, a new class and a volume the provisioner made or deleted (its PV coming or
+going) are reflected at once."""
 
 from __future__ import annotations
 
@@ -252,6 +254,63 @@ async def test_a_failing_get_capacity_spares_the_others_and_keeps_its_object(
     finally:
         opt_in(storage, True)
         delete_classes(storage, *classes)
+
+
+def provisioned_pv(name: str, handle: str, size: str, cls: str, node: str) -> dict:
+    """A PV as the CSI provisioner writes it: its annotation, the csi source, the segment as affinity."""
+    term = {"matchExpressions": [{"key": TOPOLOGY_KEY, "operator": "In", "values": [node]}]}
+    return {
+        "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": DRIVER}},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": cls,
+            "csi": {"driver": DRIVER, "volumeHandle": handle},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [term]}},
+        },
+    }
+
+
+async def test_events_refresh_at_once_without_waiting_for_the_poll(
+    apiserver, v1, storage, cluster, driver: RunningDriver
+) -> None:
+    opt_in(storage, True)
+    csi = CSIClient(driver.endpoint)
+    try:
+        async with running(  # pv-protection: the admission's finalizer lets the deleted PV go
+            apiserver,
+            "csi-capacity",
+            "pv-protection",
+            csi_address=driver.endpoint,
+            capacity_poll_interval=600,
+        ):
+            storage.create_storage_class(wffc("ev-class"))
+            await eventually(
+                lambda: figures(storage).get(("ev-class", "node-a")) == ("1Gi", "1Gi"),
+                20,
+                what="the new class",
+            )
+            calls = len(driver.calls("GetCapacity"))
+            await csi.create_volume("pvc-ev", 128 << 20, [capability("", [], 1)], {}, {})
+            v1.create_persistent_volume(provisioned_pv("pvc-ev", "pvc-ev", "128Mi", "ev-class", "node-a"))
+            await eventually(
+                lambda: figures(storage)[("ev-class", "node-a")] == ("896Mi", "896Mi"),
+                20,
+                what="the refresh after the volume was made",
+            )
+            # only the volume's segment was asked again, not node-b's
+            again = driver.calls("GetCapacity")[calls:]
+            assert {c["accessible_topology"]["segments"][TOPOLOGY_KEY] for c in again} == {"node-a"}
+            await csi.delete_volume("pvc-ev", {})
+            v1.delete_persistent_volume("pvc-ev")
+            await eventually(
+                lambda: figures(storage)[("ev-class", "node-a")] == ("1Gi", "1Gi"),
+                20,
+                what="the refresh after the volume was deleted",
+            )
+    finally:
+        await csi.close()
+        delete_classes(storage, "ev-class")
 
 
 def test_the_provisioner_account_may_write_capacities_in_its_namespace_only(api, cluster) -> None:
