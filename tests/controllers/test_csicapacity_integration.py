@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.controllers.volume.csicapacity import Item
 from kubeclient.csi.client import CSIClient, capability
@@ -89,6 +90,17 @@ def figures(storage: client.StorageV1Api) -> dict[tuple[str, str], tuple[str, st
     }
 
 
+def gauges(manager) -> dict[str, float]:
+    """The tracker's gauges as the manager's /metrics serves them."""
+    text = manager._metrics().decode()
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("csistoragecapacities_")
+    }
+
+
 def wffc(name: str, provisioner: str = DRIVER, mode: str = "WaitForFirstConsumer", **params: str) -> dict:
     return {
         "metadata": {"name": name},
@@ -140,7 +152,7 @@ async def test_objects_per_class_and_segment_follow_the_cluster(
     try:
         async with running(
             apiserver, "csi-capacity", csi_address=driver.endpoint, capacity_poll_interval=POLL
-        ):
+        ) as manager:
             want = {
                 ("cap-plain", "node-a"): ("1Gi", "1Gi"),
                 ("cap-plain", "node-b"): ("0", "0"),  # the driver serves node-a's segment only
@@ -148,6 +160,14 @@ async def test_objects_per_class_and_segment_follow_the_cluster(
                 ("cap-fast", "node-b"): ("0", "0"),
             }
             await eventually(lambda: figures(storage) == want, 30, what="one object per class and segment")
+            await eventually(
+                lambda: not gauges(manager)["csistoragecapacities_obsolete"], 10, what="no stray"
+            )
+            assert gauges(manager) == {
+                "csistoragecapacities_desired_goal": 4.0,
+                "csistoragecapacities_desired_current": 4.0,
+                "csistoragecapacities_obsolete": 0.0,
+            }
             made = storage.list_namespaced_csi_storage_capacity(NAMESPACE, label_selector=OURS).items
             for obj in made:
                 assert obj.metadata.name.startswith("csisc-") and not obj.metadata.owner_references

@@ -23,6 +23,10 @@ found at start that match nothing are deleted; objects with other labels are nev
 Tracked only when the driver reports the GET_CAPACITY controller capability and its CSIDriver asks for
 capacity tracking (`storageCapacity: true`; otherwise the scheduler would not read the objects anyway).
 
+Its gauges, under upstream's names: csistoragecapacities_desired_goal (objects that should exist),
+csistoragecapacities_desired_current (those that do) and csistoragecapacities_obsolete (those that exist
+and will be deleted).
+
 Where it runs: beside the driver, as the `csi-capacity` controller of the manager that runs the
 csi-provisioner (same account, as upstream runs it inside external-provisioner):
 `pykubelet controller-manager --controllers csi-provisioner,csi-capacity --csi-address SOCKET`.
@@ -32,9 +36,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from controlplane.controllers.base import Controller, ControllerContext
 from kubeclient import volumes as vol
@@ -177,6 +184,27 @@ def up_to_date(capacity: Obj, got: Capacity) -> bool:
     )
 
 
+class _Gauges(Collector):
+    """external-provisioner's capacity gauges, read from the tracker at scrape time."""
+
+    HELP = {
+        "csistoragecapacities_desired_goal": "Number of CSIStorageCapacity objects that are supposed to be "
+        "managed automatically.",
+        "csistoragecapacities_desired_current": "Number of CSIStorageCapacity objects that exist and are "
+        "supposed to be managed automatically.",
+        "csistoragecapacities_obsolete": "Number of CSIStorageCapacity objects that exist and will be deleted "
+        "automatically. Objects that exist and may need an update are not considered obsolete and therefore "
+        "not included in this value.",
+    }
+
+    def __init__(self, tracker: CSICapacity) -> None:
+        self.tracker = tracker
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in self.tracker.counts().items():
+            yield GaugeMetricFamily(name, f"[ALPHA] {self.HELP[name]}", value=value)
+
+
 class CapacityQueryFailed(Exception):
     """GetCapacity failed for an item: retried with the item's back-off."""
 
@@ -206,6 +234,7 @@ class CSICapacity(Controller):
         self.capacities = ctx.informers.get(
             self.collection, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
         )
+        ctx.registry.register(_Gauges(self))
         self.classes.add_handler(**self.handlers(lambda sc: CLASS + meta(sc).get("name", "")))
         self.nodes.add_handler(
             on_add=self._topology_changed,
@@ -357,6 +386,16 @@ class CSICapacity(Controller):
         for capacity in self._managed():
             if item_of(capacity) not in wanted:
                 self.queue.add(OBJECT + meta(capacity).get("name", ""))
+
+    def counts(self) -> dict[str, int]:
+        """The objects that should exist, those of them that do, and those that exist and will go."""
+        managed = self._managed()
+        present = {item_of(c) for c in managed} | set(self.created)
+        return {
+            "csistoragecapacities_desired_goal": len(self.wanted),
+            "csistoragecapacities_desired_current": len(self.wanted & present),
+            "csistoragecapacities_obsolete": sum(1 for c in managed if item_of(c) not in self.wanted),
+        }
 
     # --- the objects ---------------------------------------------------------------------------------
 
