@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.controllers.volume.csicapacity import Item
+from controlplane.controllers.volume.capacityitems import Item
 from kubeclient.csi.client import CSIClient, capability
 from pykubelet.rig.csi import DRIVER, NAMESPACE, PROVISIONER_ACCOUNT, TOPOLOGY_KEY, provisioner_rbac
 from tests.controllers.conftest import eventually, running

@@ -1,4 +1,4 @@
-"""The capacity tracker's pure parts (controlplane/controllers/volume/csicapacity.py): the driver's
+"""The capacity tracker's pure parts (controlplane/controllers/volume/capacityitems.py): the driver's
 topology segments from CSINodes and node labels, the item a CSIStorageCapacity stands for, the segments
 of a provisioned PV's node affinity, which classes are tracked, the object external-provisioner writes
 and when it needs an update; and the host-path driver's `--capacity` values."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.controllers.volume.csicapacity import (
+from controlplane.controllers.volume.capacityitems import (
     Item,
     affinity_segments,
     capacity_object,
