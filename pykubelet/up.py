@@ -230,13 +230,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _csi_note(stack: Stack) -> str:
-    from pykubelet.rig.csi import CLASS, DEFAULT_CLASS, DRIVER
+    from pykubelet.rig.csi import CAPACITY, CLASS, DEFAULT_CLASS, DRIVER
 
     classes = stack.core_api().api_client
     _, found = api_call(classes, "GET", f"/apis/storage.k8s.io/v1/storageclasses/{CLASS}")
     default = ((found.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS) == "true"
     why = "the default: no other class is" if default else "local-path stays the default"
-    return f"CSI driver {DRIVER} with StorageClass {CLASS} (WaitForFirstConsumer, expandable; {why})"
+    return (
+        f"CSI driver {DRIVER} with StorageClass {CLASS} (WaitForFirstConsumer, expandable, a {CAPACITY} pool "
+        f"its CSIStorageCapacity objects offer the scheduler; {why})"
+    )
 
 
 def run_example(stack: Stack, timeout: float) -> str:

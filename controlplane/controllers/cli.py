@@ -92,7 +92,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--csi-address",
         default=None,
-        help="the CSI driver's controller socket (for the csi-provisioner, csi-attacher and csi-resizer controllers)",
+        help="the CSI driver's controller socket (for the csi-provisioner, csi-capacity, csi-attacher and "
+        "csi-resizer controllers)",
+    )
+    parser.add_argument(
+        "--capacity-namespace",
+        default=None,
+        help="where csi-capacity keeps the driver's CSIStorageCapacity objects (default kube-system; "
+        "external-provisioner's NAMESPACE)",
+    )
+    parser.add_argument(
+        "--capacity-poll-interval",
+        type=float,
+        default=None,
+        help="seconds between csi-capacity's GetCapacity refreshes (default 60, external-provisioner's 1m)",
+    )
+    parser.add_argument(
+        "--capacity-for-immediate-binding",
+        action="store_true",
+        help="csi-capacity tracks classes with Immediate binding too",
     )
     parser.add_argument(
         "--local-path-root", default=None, help="the local-path provisioner's volume folder on each node"
@@ -221,6 +239,9 @@ def run(args: argparse.Namespace) -> int:
                 for k, v in (
                     ("local_path_root", args.local_path_root),
                     ("csi_address", args.csi_address),
+                    ("capacity_namespace", args.capacity_namespace),
+                    ("capacity_poll_interval", args.capacity_poll_interval),
+                    ("capacity_immediate_binding", args.capacity_for_immediate_binding),
                     ("local_path_helper_image", args.local_path_helper_image),
                 )
                 if v

@@ -26,17 +26,20 @@ class SharedInformers:
         path: str,
         *,
         field_selector: str | None = None,
+        label_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
         resync_period: float | None = None,
     ) -> Informer:
-        """The informer of `path` (e.g. /api/v1/pods), created on first request."""
-        key = (path, field_selector or "")
+        """The informer of `path` (e.g. /api/v1/pods), created on first request; one per path and
+        selectors."""
+        key = (path, (field_selector or "") + "|" + (label_selector or ""))
         informer = self._informers.get(key)
         if informer is None:
             informer = Informer(
                 self.client,
                 path,
                 field_selector=field_selector,
+                label_selector=label_selector,
                 resync_period=self.resync_period if resync_period is None else resync_period,
             )
             self._informers[key] = informer

@@ -38,6 +38,7 @@ from controlplane.controllers.ttlafterfinished import TTLAfterFinishedController
 from controlplane.controllers.volume import (
     AttachDetachController,
     CSIAttacher,
+    CSICapacity,
     CSIProvisioner,
     CSIResizer,
     EphemeralVolumeController,
@@ -82,6 +83,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
         CSIProvisioner,
         CSIAttacher,
         CSIResizer,
+        CSICapacity,
         AttachDetachController,
         EphemeralVolumeController,
         HorizontalPodAutoscalerController,
@@ -93,7 +95,7 @@ CONTROLLERS: dict[str, type[Controller]] = {
 # Upstream leaves a few controllers off unless named (bootstrapsigner, tokencleaner, ...); the CSI sidecars
 # run only in a manager started beside a driver (--csi-address).
 OFF_BY_DEFAULT: frozenset[str] = frozenset(
-    {"bootstrapsigner", "tokencleaner", "csi-provisioner", "csi-attacher", "csi-resizer"}
+    {"bootstrapsigner", "tokencleaner", "csi-provisioner", "csi-attacher", "csi-resizer", "csi-capacity"}
 )
 
 

@@ -30,6 +30,7 @@ ACCESS_MODES = {
 NODE_TIMEOUT = 15.0  # upstream's csiTimeout for the node calls
 CONTROLLER_TIMEOUT = 120.0
 INFO_TIMEOUT = 10.0
+CAPACITY_TIMEOUT = 10.0  # external-provisioner's --timeout, which bounds its GetCapacity calls
 
 
 class CSICallError(Exception):
@@ -82,6 +83,16 @@ class NodeInfo:
     node_id: str
     max_volumes: int
     topology: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """GetCapacityResponse: the bytes available, and the largest and smallest volume when the driver
+    says (None: the wrapper field was not set)."""
+
+    available: int
+    maximum_volume_size: int | None = None
+    minimum_volume_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +288,26 @@ class CSIClient:
             )
         got = await _call("CreateVolume", self._controller.CreateVolume, request, CONTROLLER_TIMEOUT)
         return got.volume
+
+    async def get_capacity(
+        self, parameters: Mapping[str, str], segment: Mapping[str, str] | None
+    ) -> Capacity:
+        """GetCapacity for a class's parameters in a topology segment (None: no topology), asked as
+        external-provisioner asks: one mount capability of access mode UNKNOWN, the capacity being taken
+        as independent of the capabilities."""
+        cap = pb.VolumeCapability(
+            mount=pb.VolumeCapability.MountVolume(),
+            access_mode=pb.VolumeCapability.AccessMode(mode=pb.VolumeCapability.AccessMode.UNKNOWN),
+        )
+        request = pb.GetCapacityRequest(volume_capabilities=[cap], parameters=dict(parameters))
+        if segment is not None:
+            request.accessible_topology.CopyFrom(pb.Topology(segments=dict(segment)))
+        got = await _call("GetCapacity", self._controller.GetCapacity, request, CAPACITY_TIMEOUT)
+        return Capacity(
+            got.available_capacity,
+            got.maximum_volume_size.value if got.HasField("maximum_volume_size") else None,
+            got.minimum_volume_size.value if got.HasField("minimum_volume_size") else None,
+        )
 
     async def delete_volume(self, volume_id: str, secrets: Mapping[str, str]) -> None:
         request = pb.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(secrets))

@@ -17,6 +17,7 @@ import grpc
 from kubeclient.csi.client import socket_address
 from kubeclient.csi.pb import csi_pb2_grpc as pb_grpc
 from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
+from pykubelet.csidriver.capacity import parse_capacity
 from pykubelet.csidriver.driver import Driver, DriverConfig, Registrar, registration_socket
 
 DEFAULT_NAME = "hostpath.csi.pykubelet.io"
@@ -42,6 +43,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="a delayed call mounts even after the caller's deadline passed",
     )
     p.add_argument(
+        "--capacity",
+        action="append",
+        default=[],
+        metavar="[KIND=]SIZE",
+        help="simulate a storage pool of SIZE bytes (10Gi) for the classes whose `kind` parameter is KIND "
+        "(none: the classes without one); repeatable. Without it GetCapacity reports the largest volume size",
+    )
+    p.add_argument(
+        "--no-capacity", action="store_true", help="advertise no GET_CAPACITY controller capability"
+    )
+    p.add_argument(
         "--volume-mount-group",
         action="store_true",
         help="advertise VOLUME_MOUNT_GROUP: mount with the CO's fsGroup (volume_mount_group)",
@@ -63,6 +75,11 @@ def _serve(servicer_adders, socket: str) -> grpc.Server:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    try:
+        pools = parse_capacity(args.capacity)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
     cfg = DriverConfig(
         args.name,
         args.node_id,
@@ -76,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         publish_delay=args.publish_delay,
         stage_delay=args.stage_delay,
         finish_late=args.finish_late,
+        get_capacity=not args.no_capacity,
+        capacity=pools,
     )
     driver = Driver(cfg)
     endpoint = os.path.abspath(args.endpoint)

@@ -12,7 +12,9 @@ NodeExpandVolume checks the published path. With the VOLUME_MOUNT_GROUP node cap
 NodeStageVolume or NodePublishVolume whose capability carries volume_mount_group gives the volume's root
 that group with group read, write and search and the setgid bit, as a file system mounted with a gid=
 option shows its root (a bind mount has no such option; what lies inside keeps its owner). ControllerPublish
-records the attachment as a file <state>/attachments/<volume_id>@<node_id>.
+records the attachment as a file <state>/attachments/<volume_id>@<node_id>. GetCapacity (on unless
+switched off) reports what is left of the pool a class's `kind` parameter names in the driver's own
+topology segment (none elsewhere), and CreateVolume takes a volume's size from that pool (capacity.py).
 
 Every call is appended to the call log (one JSON line: the method and its request, secrets left out),
 so tests can see what the kubelet and the sidecars asked for.
@@ -25,16 +27,19 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.wrappers_pb2 import Int64Value
 
 from kubeclient.csi.pb import csi_pb2 as pb
 from kubeclient.csi.pb import csi_pb2_grpc as pb_grpc
 from kubeclient.csi.pb import registration_pb2 as reg
 from kubeclient.csi.pb import registration_pb2_grpc as reg_grpc
+from kubeclient.csi.resize import binary
+from pykubelet.csidriver.capacity import KIND, Pools
 from pykubelet.csidriver.mounts import bind, is_mount_point, unbind
 
 EPHEMERAL = "csi.storage.k8s.io/ephemeral"
@@ -60,6 +65,8 @@ class DriverConfig:
     publish_delay: float = 0.0  # seconds NodePublishVolume takes before it mounts (a slow driver)
     stage_delay: float = 0.0  # seconds NodeStageVolume takes before it mounts
     finish_late: bool = False  # a delayed call mounts even after the caller's deadline passed
+    get_capacity: bool = True  # the GET_CAPACITY controller capability
+    capacity: dict[str, int] = field(default_factory=dict)  # pool sizes by kind (--capacity); none: no pools
 
 
 class CallLog:
@@ -83,6 +90,8 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         (cfg.state_dir / "volumes").mkdir(parents=True, exist_ok=True)
         (cfg.state_dir / "attachments").mkdir(parents=True, exist_ok=True)
         (cfg.state_dir / "ephemeral").mkdir(parents=True, exist_ok=True)
+        self.pools = Pools(cfg.capacity, cfg.state_dir / "sizes")
+        self._space = threading.Lock()  # a pool's check and its new volume's record go together
 
     def _check_size(self, capacity: pb.CapacityRange, context) -> None:
         if capacity.required_bytes > self.cfg.max_volume_size:
@@ -123,6 +132,8 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         )
         if self.cfg.expansion:
             kinds.append(rpc.EXPAND_VOLUME)
+        if self.cfg.get_capacity:
+            kinds.append(rpc.GET_CAPACITY)
         return pb.ControllerGetCapabilitiesResponse(
             capabilities=[pb.ControllerServiceCapability(rpc=rpc(type=k)) for k in kinds]
         )
@@ -133,7 +144,12 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "volume capabilities missing in request")
         self._check_size(request.capacity_range, context)
         folder = self._volume(request.name, context)
-        folder.mkdir(exist_ok=True)
+        size = request.capacity_range.required_bytes
+        with self._space:
+            if not self.pools.has(request.name):  # a retried call finds its volume made
+                kind = self._pool_for(request.parameters.get(KIND, ""), size, context)
+                self.pools.record(request.name, size, kind)
+            folder.mkdir(exist_ok=True)
         volume = pb.Volume(
             volume_id=request.name,
             capacity_bytes=request.capacity_range.required_bytes,
@@ -145,8 +161,65 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
 
     def DeleteVolume(self, request, context):
         self.log.write("DeleteVolume", request)
-        shutil.rmtree(self._volume(request.volume_id, context), ignore_errors=True)
+        with self._space:
+            shutil.rmtree(self._volume(request.volume_id, context), ignore_errors=True)
+            self.pools.forget(request.volume_id)
         return pb.DeleteVolumeResponse()
+
+    def _pool_for(self, kind: str, size: int, context) -> str:
+        """The pool a new volume of `size` bytes takes its space from (csi-driver-host-path's checks and
+        texts); aborts when it has no room."""
+        self._check_kind(kind, context)
+        if not self.pools.enabled:
+            return ""
+        if not kind and "" not in self.pools.totals:  # no pool of its own: any with room
+            chosen = self.pools.kind_with_room(size)
+            if chosen is None:
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"requested capacity {size} of arbitrary storage exceeds all remaining capacity",
+                )
+            kind = chosen
+        used, total = self.pools.used(kind), self.pools.totals[kind]
+        if used + size > total:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f'requested capacity {size} exceeds remaining capacity for "{kind}", '
+                f"{binary(used)} out of {binary(total)} already used",
+            )
+        return kind
+
+    def _check_kind(self, kind: str, context) -> None:
+        """A `kind` parameter must name a pool."""
+        if kind and not self.pools.enabled:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f'capacity tracking disabled, specifying kind "{kind}" is invalid',
+            )
+        if kind and kind not in self.pools.totals:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f'storage kind "{kind}" is not configured')
+
+    def _own_segment(self) -> dict[str, str]:
+        return {self.cfg.topology_key: self.cfg.node_id} if self.cfg.topology_key else {}
+
+    def GetCapacity(self, request, context):
+        """What is left of the pool the parameters' kind names (the largest volume size when no pools
+        are simulated); nothing in a topology segment other than the driver's own."""
+        self.log.write("GetCapacity", request)
+        if not self.cfg.get_capacity:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetCapacity is not supported")
+        kind = request.parameters.get(KIND, "")
+        self._check_kind(kind, context)
+        with self._space:
+            available = self.pools.available(kind) if self.pools.enabled else self.cfg.max_volume_size
+        own = self._own_segment()
+        if any(own.get(k) != v for k, v in request.accessible_topology.segments.items()):
+            available = 0
+        return pb.GetCapacityResponse(
+            available_capacity=available,
+            maximum_volume_size=Int64Value(value=min(self.cfg.max_volume_size, available)),
+            minimum_volume_size=Int64Value(value=0),
+        )
 
     def ControllerPublishVolume(self, request, context):
         self.log.write("ControllerPublishVolume", request)
@@ -171,6 +244,8 @@ class Driver(pb_grpc.IdentityServicer, pb_grpc.ControllerServicer, pb_grpc.NodeS
         if not self._volume(request.volume_id, context).is_dir():
             context.abort(grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
         self._check_size(request.capacity_range, context)
+        with self._space:
+            self.pools.resize(request.volume_id, request.capacity_range.required_bytes)
         return pb.ControllerExpandVolumeResponse(
             capacity_bytes=request.capacity_range.required_bytes, node_expansion_required=True
         )

@@ -29,6 +29,11 @@ def test_wire_names() -> None:
     registration = registration_pb2.DESCRIPTOR.services_by_name["Registration"]
     assert registration.full_name == "pluginregistration.Registration"
     assert {m.name for m in registration.methods} == {"GetInfo", "NotifyRegistrationStatus"}
+    controller = csi_pb2.DESCRIPTOR.services_by_name["Controller"].methods_by_name["GetCapacity"]
+    assert (controller.input_type.full_name, controller.output_type.full_name) == (
+        "csi.v1.GetCapacityRequest",
+        "csi.v1.GetCapacityResponse",
+    )
 
 
 def test_field_numbers() -> None:
@@ -58,7 +63,32 @@ def test_field_numbers() -> None:
         ("NodeExpandVolumeRequest", "staging_target_path"): 4,
         ("NodeExpandVolumeRequest", "volume_capability"): 5,
         ("NodeExpandVolumeResponse", "capacity_bytes"): 1,
+        ("GetCapacityRequest", "volume_capabilities"): 1,
+        ("GetCapacityRequest", "parameters"): 2,
+        ("GetCapacityRequest", "accessible_topology"): 3,
+        ("GetCapacityResponse", "available_capacity"): 1,
+        ("GetCapacityResponse", "maximum_volume_size"): 2,
+        ("GetCapacityResponse", "minimum_volume_size"): 3,
     }
     assert {key: number(csi_pb2, *key) for key in expected} == expected
     assert number(registration_pb2, "PluginInfo", "supported_versions") == 4
     assert number(registration_pb2, "RegistrationStatus", "error") == 2
+
+
+def test_get_capacity_on_the_wire() -> None:
+    """GetCapacity's bytes as the spec lays them out: the sizes are int64 in the wrapper messages
+    google.protobuf.Int64Value (field 1), so an unset wrapper is told from a zero one."""
+    response = csi_pb2.GetCapacityResponse.FromString(
+        bytes([0x08, 0x80, 0x80, 0x40])  # 1: available_capacity = 1 << 20 (varint)
+        + bytes([0x12, 0x03, 0x08, 0x80, 0x08])  # 2: maximum_volume_size { 1: 1024 }
+        + bytes([0x1A, 0x00])  # 3: minimum_volume_size {} (set, value 0)
+    )
+    assert response.available_capacity == 1 << 20
+    assert response.maximum_volume_size.value == 1024
+    assert response.HasField("minimum_volume_size") and response.minimum_volume_size.value == 0
+    assert not csi_pb2.GetCapacityResponse(available_capacity=1).HasField("maximum_volume_size")
+    request = csi_pb2.GetCapacityRequest(parameters={"k": "v"})
+    request.accessible_topology.SetInParent()  # an empty segment is still sent (every node)
+    assert request.SerializeToString() == (
+        bytes([0x12, 0x06, 0x0A, 0x01]) + b"k" + bytes([0x12, 0x01]) + b"v" + bytes([0x1A, 0x00])
+    )

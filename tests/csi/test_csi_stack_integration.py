@@ -11,7 +11,9 @@ and its allocatable count refuses one volume too many (NodeVolumeLimits), detach
 no longer reports it in volumesInUse; a driver restarted under a
 mounted volume keeps the mount and registers again; the node reports the volume's stats; a claim of an
 expandable class grows online through the resizer beside the driver and the node, and is refused a
-shrink below its capacity; bad input (a refused CreateVolume, a driver not registered, a failed
+shrink below its capacity; the rig's class gets a CSIStorageCapacity for the node's segment with the
+driver's figures, a provisioned claim takes its size from it, and a claim bigger than what is left keeps
+its pod Pending with the scheduler's message while a smaller one binds; bad input (a refused CreateVolume, a driver not registered, a failed
 ControllerPublish) gets upstream 1.32's events word for word."""
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from e2e.waiting import finished, wait_for
+from kubeclient.volumes import storage_bytes
 from pykubelet.rig import csi as rigcsi
 from pykubelet.rig.csi import CLASS, DEFAULT_CLASS
 from tests.csi.conftest import mounts_under, volume_stats_reported
@@ -721,6 +724,84 @@ def test_online_expansion_through_the_resizer_and_the_node(
     finally:
         storage.delete_storage_class(grow_sc)
         storage.delete_storage_class(fixed_sc)
+
+
+def _pool_left(kube) -> int:
+    """What the rig driver's pool should offer: its size less the volumes it made that are still there
+    (each has its PV: made after CreateVolume, deleted after DeleteVolume)."""
+    used = sum(
+        storage_bytes(v.spec.capacity["storage"])
+        for v in kube.list_persistent_volume().items
+        if v.spec.csi and v.spec.csi.driver == DRIVER
+    )
+    return storage_bytes(rigcsi.CAPACITY) - used
+
+
+def _offered(storage) -> dict[tuple[str, str], tuple[int, int]]:
+    """(class, segment's node) -> (capacity, maximumVolumeSize) of the rig driver's CSIStorageCapacities."""
+    selector = f"csi.storage.k8s.io/drivername={DRIVER},csi.storage.k8s.io/managed-by=external-provisioner"
+    return {
+        (c.storage_class_name, c.node_topology.match_labels[TOPOLOGY]): (
+            storage_bytes(c.capacity),
+            storage_bytes(c.maximum_volume_size),
+        )
+        for c in storage.list_namespaced_csi_storage_capacity(rigcsi.NAMESPACE, label_selector=selector).items
+    }
+
+
+def test_capacity_tracked_and_honoured_by_the_scheduler(stack, kube, storage, csidriver, namespace) -> None:
+    """Driver -> csi-capacity -> CSIStorageCapacity -> scheduler: the rig's class has one object for the
+    node's segment offering what is left of the driver's pool; a claim bigger than that keeps its pod
+    Pending (FailedScheduling, upstream's message) and is never provisioned, a smaller one binds and the
+    offer drops by its size at once (the PV's appearance triggers the refresh, not the minute's poll)."""
+    assert storage.read_csi_driver(DRIVER).spec.storage_capacity is True
+    key = (CLASS, stack.node_name)
+
+    def offered_as_expected():
+        left = _pool_left(kube)
+        return _offered(storage) == {key: (left, left)} and left
+
+    wait_for(offered_as_expected, 60, what="the class's CSIStorageCapacity with the pool's figures")
+
+    kube.create_namespaced_persistent_volume_claim(namespace, _claim("huge", "200Gi", CLASS))
+    kube.create_namespaced_pod(
+        namespace, pod("huge", stack.images.busybox, "true", {"persistentVolumeClaim": {"claimName": "huge"}})
+    )
+    waiting = wait_for(
+        lambda: _reasons(kube, namespace, "huge").get("FailedScheduling"), 60, what="FailedScheduling"
+    )
+    assert waiting.startswith("0/1 nodes are available: 1 node(s) did not have enough free storage.")
+    conditions = kube.read_namespaced_pod("huge", namespace).status.conditions or []
+    (scheduled,) = [c for c in conditions if c.type == "PodScheduled"]
+    assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
+
+    kube.create_namespaced_persistent_volume_claim(namespace, _claim("small", "1Gi", CLASS))
+    kube.create_namespaced_pod(
+        namespace,
+        pod("small", stack.images.busybox, "true", {"persistentVolumeClaim": {"claimName": "small"}}),
+    )
+    assert finished(kube, namespace, "small", 180).status.phase == "Succeeded"
+    small = kube.read_namespaced_persistent_volume_claim("small", namespace)
+    assert small.status.phase == "Bound"
+    left = wait_for(offered_as_expected, 30, what="the offer down by the new volume")
+    assert left <= storage_bytes(rigcsi.CAPACITY) - (1 << 30)
+
+    huge = kube.read_namespaced_persistent_volume_claim("huge", namespace)
+    assert huge.status.phase == "Pending" and not huge.spec.volume_name
+    assert kube.read_namespaced_pod("huge", namespace).status.phase == "Pending"
+    assert f"pvc-{huge.metadata.uid}" not in {c["name"] for c in stack.beside.calls("CreateVolume")}
+
+    for name in ("huge", "small"):
+        kube.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    for name in ("huge", "small"):
+        wait_for(
+            lambda n=name: not exists(lambda: kube.read_namespaced_pod(n, namespace)), 90, what="pod gone"
+        )
+        kube.delete_namespaced_persistent_volume_claim(name, namespace)
+    wait_for(
+        lambda: not exists(lambda: kube.read_persistent_volume(small.spec.volume_name)), 90, what="PV deleted"
+    )
+    wait_for(offered_as_expected, 30, what="the offer back up once the volume is deleted")
 
 
 def _static_pv(name: str, driver: str, handle: str) -> dict:

@@ -2,7 +2,9 @@
 registration handshake on its plugins_registry socket, NodeGetInfo, and a volume's whole life with real
 bind mounts (created, staged, published read-write and read-only, written through the publication and
 seen in the backing folder, unpublished, unstaged, deleted), nothing left mounted; an ephemeral inline
-volume goes with its publication; bad requests get the CSI error codes."""
+volume goes with its publication; bad requests get the CSI error codes; GetCapacity reports what is
+left of a `--capacity` pool in the driver's own topology segment, CreateVolume takes from it (and refuses
+a volume it has no room for), expansion and deletion change it, a restarted driver still counts it."""
 
 from __future__ import annotations
 
@@ -11,13 +13,22 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubeclient.csi.client import CSICallError, CSIClient, capability, notify_registration, registration_info
+from kubeclient.csi.client import (
+    Capacity,
+    CSICallError,
+    CSIClient,
+    capability,
+    notify_registration,
+    registration_info,
+)
 from kubeclient.csi.pb import csi_pb2 as pb
 from pykubelet.csidriver.mounts import is_mount_point
-from tests.csi.conftest import mounts_under
+from tests.csi.conftest import mounts_under, start_driver
 
 pytestmark = pytest.mark.integration
 RWO = pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+TOPOLOGY = "topology.hostpath.csi.pykubelet.io/node"
+MI, GI, TI = 1 << 20, 1 << 30, 1 << 40
 
 
 async def test_registration_handshake(csi_driver):
@@ -55,7 +66,11 @@ async def test_node_info_and_capabilities(csi_driver):
             rpc.EXPAND_VOLUME,
         }
         ctrl = pb.ControllerServiceCapability.RPC
-        assert await client.controller_capabilities() == {ctrl.CREATE_DELETE_VOLUME, ctrl.EXPAND_VOLUME}
+        assert await client.controller_capabilities() == {
+            ctrl.CREATE_DELETE_VOLUME,
+            ctrl.EXPAND_VOLUME,
+            ctrl.GET_CAPACITY,
+        }
     finally:
         await client.close()
 
@@ -162,3 +177,77 @@ async def test_no_socket_is_unavailable(tmp_path: Path):
         assert err.value.code == grpc.StatusCode.UNAVAILABLE
     finally:
         await client.close()
+
+
+async def test_capacity_pools_in_the_driver_segment(short_dir: Path):
+    pools = ("--topology-key", TOPOLOGY, "--capacity", "1Gi", "--capacity", "fast=2Gi")
+    driver = start_driver(short_dir, *pools)
+    client = CSIClient(driver.endpoint)
+    cap, own = capability("", [], RWO), {TOPOLOGY: "node-a"}
+    try:
+        assert await client.get_capacity({}, own) == Capacity(GI, GI, 0)
+        assert await client.get_capacity({"kind": "fast"}, own) == Capacity(2 * GI, 2 * GI, 0)
+        assert await client.get_capacity({}, None) == Capacity(GI, GI, 0)  # no topology asked: the pool
+        assert await client.get_capacity({}, {}) == Capacity(GI, GI, 0)  # the empty segment: every node
+        assert await client.get_capacity({}, {TOPOLOGY: "node-b"}) == Capacity(0, 0, 0)  # not its node
+
+        await client.create_volume("v1", 256 * MI, [cap], {}, {})
+        await client.create_volume("v2", GI, [cap], {"kind": "fast"}, {})
+        await client.create_volume("v1", 256 * MI, [cap], {}, {})  # retried: takes nothing more
+        assert await client.get_capacity({}, own) == Capacity(768 * MI, 768 * MI, 0)
+        assert (await client.get_capacity({"kind": "fast"}, own)).available == GI
+        with pytest.raises(CSICallError) as err:
+            await client.create_volume("v3", GI, [cap], {}, {})
+        assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert err.value.details == (
+            f'requested capacity {GI} exceeds remaining capacity for "", 256Mi out of 1Gi already used'
+        )
+        assert not (driver.state_dir / "volumes" / "v3").exists()
+        await client.controller_expand("v1", 512 * MI, cap, {})
+        assert (await client.get_capacity({}, own)).available == 512 * MI
+
+        driver.stop()  # a restarted driver counts the volumes it made before
+        driver = start_driver(short_dir, *pools)
+        assert (await client.get_capacity({}, own)).available == 512 * MI
+        await client.delete_volume("v1", {})
+        assert (await client.get_capacity({}, own)).available == GI
+
+        with pytest.raises(CSICallError) as err:
+            await client.get_capacity({"kind": "nope"}, own)
+        assert (err.value.code, err.value.details) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            'storage kind "nope" is not configured',
+        )
+        asked = driver.calls("GetCapacity")[-1]
+        assert asked == {
+            "volume_capabilities": [{"mount": {}, "access_mode": {}}],
+            "parameters": {"kind": "nope"},
+            "accessible_topology": {"segments": own},
+        }
+    finally:
+        await client.close()
+        driver.stop()
+
+
+async def test_capacity_without_pools_and_switched_off(csi_driver, short_dir: Path):
+    """Without --capacity the largest volume size is reported and a `kind` is refused (as
+    csi-driver-host-path); --no-capacity takes GET_CAPACITY away."""
+    client = CSIClient(csi_driver.endpoint)
+    try:
+        assert await client.get_capacity({}, {TOPOLOGY: "node-a"}) == Capacity(TI, TI, 0)
+        with pytest.raises(CSICallError) as err:
+            await client.get_capacity({"kind": "fast"}, None)
+        assert err.value.details == 'capacity tracking disabled, specifying kind "fast" is invalid'
+    finally:
+        await client.close()
+    off = start_driver(short_dir / "off", "--no-capacity")
+    client = CSIClient(off.endpoint)
+    try:
+        rpc = pb.ControllerServiceCapability.RPC
+        assert rpc.GET_CAPACITY not in await client.controller_capabilities()
+        with pytest.raises(CSICallError) as err:
+            await client.get_capacity({}, None)
+        assert err.value.code == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await client.close()
+        off.stop()

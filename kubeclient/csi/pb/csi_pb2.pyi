@@ -355,6 +355,33 @@ class ControllerUnpublishVolumeResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class GetCapacityRequest(_message.Message):
+    __slots__ = ("volume_capabilities", "parameters", "accessible_topology")
+    class ParametersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VOLUME_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    ACCESSIBLE_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    volume_capabilities: _containers.RepeatedCompositeFieldContainer[VolumeCapability]
+    parameters: _containers.ScalarMap[str, str]
+    accessible_topology: Topology
+    def __init__(self, volume_capabilities: _Optional[_Iterable[_Union[VolumeCapability, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., accessible_topology: _Optional[_Union[Topology, _Mapping]] = ...) -> None: ...
+
+class GetCapacityResponse(_message.Message):
+    __slots__ = ("available_capacity", "maximum_volume_size", "minimum_volume_size")
+    AVAILABLE_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    MAXIMUM_VOLUME_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MINIMUM_VOLUME_SIZE_FIELD_NUMBER: _ClassVar[int]
+    available_capacity: int
+    maximum_volume_size: _wrappers_pb2.Int64Value
+    minimum_volume_size: _wrappers_pb2.Int64Value
+    def __init__(self, available_capacity: _Optional[int] = ..., maximum_volume_size: _Optional[_Union[_wrappers_pb2.Int64Value, _Mapping]] = ..., minimum_volume_size: _Optional[_Union[_wrappers_pb2.Int64Value, _Mapping]] = ...) -> None: ...
+
 class ControllerGetCapabilitiesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -212,6 +212,11 @@ class ControllerStub:
                 request_serializer=csi__pb2.ControllerUnpublishVolumeRequest.SerializeToString,
                 response_deserializer=csi__pb2.ControllerUnpublishVolumeResponse.FromString,
                 _registered_method=True)
+        self.GetCapacity = channel.unary_unary(
+                '/csi.v1.Controller/GetCapacity',
+                request_serializer=csi__pb2.GetCapacityRequest.SerializeToString,
+                response_deserializer=csi__pb2.GetCapacityResponse.FromString,
+                _registered_method=True)
         self.ControllerGetCapabilities = channel.unary_unary(
                 '/csi.v1.Controller/ControllerGetCapabilities',
                 request_serializer=csi__pb2.ControllerGetCapabilitiesRequest.SerializeToString,
@@ -251,6 +256,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCapacity(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ControllerGetCapabilities(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -285,6 +296,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ControllerUnpublishVolume,
                     request_deserializer=csi__pb2.ControllerUnpublishVolumeRequest.FromString,
                     response_serializer=csi__pb2.ControllerUnpublishVolumeResponse.SerializeToString,
+            ),
+            'GetCapacity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCapacity,
+                    request_deserializer=csi__pb2.GetCapacityRequest.FromString,
+                    response_serializer=csi__pb2.GetCapacityResponse.SerializeToString,
             ),
             'ControllerGetCapabilities': grpc.unary_unary_rpc_method_handler(
                     servicer.ControllerGetCapabilities,
@@ -405,6 +421,33 @@ class Controller:
             '/csi.v1.Controller/ControllerUnpublishVolume',
             csi__pb2.ControllerUnpublishVolumeRequest.SerializeToString,
             csi__pb2.ControllerUnpublishVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCapacity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/GetCapacity',
+            csi__pb2.GetCapacityRequest.SerializeToString,
+            csi__pb2.GetCapacityResponse.FromString,
             options,
             channel_credentials,
             insecure,
