@@ -19,7 +19,8 @@ config written for kube-scheduler means the same here where it overlaps:
       - name: NodeResourcesFit
         args:
           scoringStrategy:
-            type: MostAllocated                  # or LeastAllocated (default)
+            type: MostAllocated                  # or LeastAllocated (default), RequestedToCapacityRatio
+            # requestedToCapacityRatio: {shape: [{utilization: 0, score: 0}, {utilization: 100, score: 10}]}
             resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]
 
 Every profile is served by the one process (pods pick theirs by spec.schedulerName); the first also
@@ -35,7 +36,13 @@ from typing import Any
 import yaml
 
 from controlplane.scheduler.podinfo import SCHEDULER_NAME
-from controlplane.scheduler.scores.resource_allocation import LEAST_ALLOCATED, MOST_ALLOCATED
+from controlplane.scheduler.scores.resource_allocation import (
+    LEAST_ALLOCATED,
+    MAX_CUSTOM_PRIORITY_SCORE,
+    MAX_UTILIZATION,
+    REQUESTED_TO_CAPACITY_RATIO,
+    STRATEGIES,
+)
 from kubeclient.duration import parse_duration
 from kubeclient.leaderelection import LeaderElection
 
@@ -76,6 +83,8 @@ class Profile:
     scoring_strategy: str = LEAST_ALLOCATED
     resource_weights: list[tuple[str, int]] = field(default_factory=lambda: [("cpu", 1), ("memory", 1)])
     score_weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
+    # RequestedToCapacityRatio's shape: (utilization 0-100, score 0-10) points, utilization increasing.
+    scoring_shape: list[tuple[int, int]] = field(default_factory=list)
     # The profile's own percentageOfNodesToScore, over the top-level one when set (as upstream's v1).
     percentage_of_nodes_to_score: int | None = None
 
@@ -86,6 +95,7 @@ class SchedulerConfig:
     scoring_strategy: str = LEAST_ALLOCATED
     resource_weights: list[tuple[str, int]] = field(default_factory=lambda: [("cpu", 1), ("memory", 1)])
     score_weights: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SCORE_WEIGHTS))
+    scoring_shape: list[tuple[int, int]] = field(default_factory=list)
     backoff_initial: float = 1.0
     backoff_max: float = 10.0
     # Unschedulable pods are retried on a relevant cluster change; this is the safety net.
@@ -105,7 +115,13 @@ class SchedulerConfig:
 
     def all_profiles(self) -> list[Profile]:
         return self.profiles or [
-            Profile(self.scheduler_name, self.scoring_strategy, self.resource_weights, self.score_weights)
+            Profile(
+                self.scheduler_name,
+                self.scoring_strategy,
+                self.resource_weights,
+                self.score_weights,
+                self.scoring_shape,
+            )
         ]
 
 
@@ -164,6 +180,7 @@ def config_from_dict(doc: dict[str, Any]) -> SchedulerConfig:
     first = cfg.profiles[0]
     cfg.scheduler_name, cfg.scoring_strategy = first.scheduler_name, first.scoring_strategy
     cfg.resource_weights, cfg.score_weights = first.resource_weights, first.score_weights
+    cfg.scoring_shape = first.scoring_shape
     return cfg
 
 
@@ -194,20 +211,67 @@ def _profile(profile: dict[str, Any], path: str = "profiles[0]") -> Profile:
             if name in DEFAULT_SCORE_WEIGHTS:
                 weight = item.get("weight")
                 out.score_weights[name] = int(weight) if weight is not None else DEFAULT_SCORE_WEIGHTS[name]
-    for entry in profile.get("pluginConfig") or ():
+    for i, entry in enumerate(profile.get("pluginConfig") or ()):
         if entry.get("name") != "NodeResourcesFit":
             continue
         strategy = ((entry.get("args") or {}).get("scoringStrategy")) or {}
+        where = f"{path}.pluginConfig[{i}].args.scoringStrategy"
         kind = str(strategy.get("type") or LEAST_ALLOCATED)
-        if kind not in (LEAST_ALLOCATED, MOST_ALLOCATED):
-            raise ValueError(f"unsupported scoringStrategy.type {kind!r} (LeastAllocated or MostAllocated)")
+        if kind not in STRATEGIES:
+            supported = ", ".join(f'"{k}"' for k in STRATEGIES)
+            raise ValueError(f'{where}.type: Unsupported value: "{kind}": supported values: {supported}')
         out.scoring_strategy = kind
         if strategy.get("resources"):
-            out.resource_weights = [(str(r["name"]), int(r.get("weight", 1))) for r in strategy["resources"]]
+            out.resource_weights = _resource_weights(strategy["resources"], f"{where}.resources")
+        if kind == REQUESTED_TO_CAPACITY_RATIO:
+            ratio = strategy.get("requestedToCapacityRatio") or {}
+            out.scoring_shape = _shape(ratio.get("shape") or [], f"{where}.shape")
     for name, weight in out.score_weights.items():
         if weight < 0:
             raise ValueError(f"score weight of {name} must not be negative")
     return out
+
+
+def _resource_weights(resources: list[dict[str, Any]], path: str) -> list[tuple[str, int]]:
+    """scoringStrategy.resources, a missing weight defaulted to 1, each weight checked as upstream's
+    validateResources does."""
+    out = []
+    for i, resource in enumerate(resources):
+        name, weight = str(resource.get("name")), int(resource.get("weight") or 1)
+        if not 0 < weight <= 100:
+            raise ValueError(
+                f"{path}[{i}].weight: Invalid value: {weight}: resource weight of {name} not in valid range (0, 100]"
+            )
+        out.append((name, weight))
+    return out
+
+
+def _shape(points: list[dict[str, Any]], path: str) -> list[tuple[int, int]]:
+    """RequestedToCapacityRatio's shape, checked as upstream's validateFunctionShape (its texts)."""
+    if not points:
+        raise ValueError(f"{path}: Required value: at least one point must be specified")
+    shape = [(int(p.get("utilization") or 0), int(p.get("score") or 0)) for p in points]
+    errors = []
+    for i in range(1, len(shape)):
+        if shape[i - 1][0] >= shape[i][0]:
+            errors.append(
+                f"{path}[{i}].utilization: Invalid value: {shape[i][0]}: "
+                "utilization values must be sorted in increasing order"
+            )
+            break
+    for i, (utilization, score) in enumerate(shape):
+        if not 0 <= utilization <= MAX_UTILIZATION:
+            errors.append(
+                f"{path}[{i}].utilization: Invalid value: {utilization}: "
+                f"not in valid range [0, {MAX_UTILIZATION}]"
+            )
+        if not 0 <= score <= MAX_CUSTOM_PRIORITY_SCORE:
+            errors.append(
+                f"{path}[{i}].score: Invalid value: {score}: not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]"
+            )
+    if errors:
+        raise ValueError("; ".join(errors))
+    return shape
 
 
 def load_config(path: Path | None) -> SchedulerConfig:

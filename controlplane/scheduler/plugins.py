@@ -20,7 +20,7 @@ def build_scores(config: SchedulerConfig | Profile) -> list[WeightedScore]:
     plugins: list[ScorePlugin] = [
         TaintTolerationScore(),
         NodeAffinityScore(),
-        ResourceAllocation(config.scoring_strategy, config.resource_weights),
+        ResourceAllocation(config.scoring_strategy, config.resource_weights, config.scoring_shape),
         PodTopologySpreadScore(),
         InterPodAffinityScore(),
         BalancedAllocation(),

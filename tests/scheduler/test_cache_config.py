@@ -197,3 +197,72 @@ def test_percentage_of_nodes_to_score_top_level_and_per_profile():
         config_from_dict(
             {"profiles": [{"schedulerName": "a"}, {"schedulerName": "b", "percentageOfNodesToScore": -1}]}
         )
+
+
+def _fit_args(strategy: dict) -> dict:
+    return {
+        "profiles": [{"pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": strategy}}]}]
+    }
+
+
+def test_requested_to_capacity_ratio_profile_and_upstreams_validation_texts():
+    """NodeResourcesFit's third scoring strategy: the shape reaches the scorer; a bad shape or weight gets
+    upstream's validateFunctionShape / validateResources texts on the field."""
+    cfg = config_from_dict(
+        _fit_args(
+            {
+                "type": "RequestedToCapacityRatio",
+                "resources": [{"name": "cpu", "weight": 2}, {"name": "memory"}],
+                "requestedToCapacityRatio": {
+                    "shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]
+                },
+            }
+        )
+    )
+    (profile,) = cfg.all_profiles()
+    assert (profile.scoring_strategy, profile.scoring_shape) == (
+        "RequestedToCapacityRatio",
+        [(0, 0), (100, 10)],
+    )
+    assert profile.resource_weights == [("cpu", 2), ("memory", 1)]
+    (fit,) = [s.plugin for s in build_scores(profile) if s.plugin.name == "NodeResourcesFit"]
+    assert fit.strategy == "RequestedToCapacityRatio"
+    where = r"profiles\[0\]\.pluginConfig\[0\]\.args\.scoringStrategy"
+    bad = {
+        "RequestedToCapacityRatio without a shape": (
+            {"type": "RequestedToCapacityRatio"},
+            rf"^{where}\.shape: Required value: at least one point must be specified$",
+        ),
+        "unsorted": (
+            {
+                "type": "RequestedToCapacityRatio",
+                "requestedToCapacityRatio": {
+                    "shape": [{"utilization": 50, "score": 1}, {"utilization": 50, "score": 2}]
+                },
+            },
+            rf"^{where}\.shape\[1\]\.utilization: Invalid value: 50: utilization values must be sorted in increasing order$",
+        ),
+        "out of range": (
+            {
+                "type": "RequestedToCapacityRatio",
+                "requestedToCapacityRatio": {
+                    "shape": [{"utilization": 0, "score": 11}, {"utilization": 101, "score": 0}]
+                },
+            },
+            rf"^{where}\.shape\[0\]\.score: Invalid value: 11: not in valid range \[0, 10\]; "
+            rf"{where}\.shape\[1\]\.utilization: Invalid value: 101: not in valid range \[0, 100\]$",
+        ),
+        "weight": (
+            {"type": "LeastAllocated", "resources": [{"name": "cpu", "weight": 101}]},
+            rf"^{where}\.resources\[0\]\.weight: Invalid value: 101: resource weight of cpu not in valid range \(0, 100\]$",
+        ),
+        "unknown type": (
+            {"type": "Balanced"},
+            rf'^{where}\.type: Unsupported value: "Balanced": supported values: "LeastAllocated", '
+            '"MostAllocated", "RequestedToCapacityRatio"$',
+        ),
+    }
+    for name, (strategy, text) in bad.items():
+        with pytest.raises(ValueError, match=text):
+            config_from_dict(_fit_args(strategy))
+        assert name

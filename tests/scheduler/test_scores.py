@@ -6,6 +6,7 @@ import random
 from collections import Counter
 
 from controlplane.scheduler.framework import SKIP, ClusterView, normalize_to_max
+from controlplane.scheduler.podinfo import pod_info
 from controlplane.scheduler.scores import (
     BalancedAllocation,
     ImageLocality,
@@ -16,7 +17,7 @@ from controlplane.scheduler.scores import (
 )
 from controlplane.scheduler.scores.balanced_allocation import balanced_score
 from controlplane.scheduler.scores.image_locality import MB, image_priority
-from controlplane.scheduler.scores.resource_allocation import least_requested, most_requested
+from controlplane.scheduler.scores.resource_allocation import broken_linear, least_requested, most_requested
 from kubeclient.selectors import from_set
 from tests.scheduler.helpers import make_node, make_pod
 
@@ -39,6 +40,78 @@ def test_least_allocated_prefers_the_emptier_node_most_allocated_the_fuller():
     most = ResourceAllocation("MostAllocated").score_all(pod, [empty, busy], None)
     assert least == [75, 25]  # (4-1)/4 and (4-3)/4 for both cpu and memory
     assert most == [25, 75]
+
+
+def test_broken_linear_function_as_upstreams_cases():
+    """pkg/scheduler/framework/plugins/noderesources' TestBrokenLinearFunction, point for point."""
+    cases = {
+        ((10, 1), (90, 9)): {
+            -10: 1,
+            0: 1,
+            9: 1,
+            10: 1,
+            15: 1,
+            19: 1,
+            20: 2,
+            89: 8,
+            90: 9,
+            99: 9,
+            100: 9,
+            110: 9,
+        },
+        ((0, 2), (40, 10), (100, 0)): {-10: 2, 0: 2, 20: 6, 30: 8, 40: 10, 70: 5, 100: 0, 110: 0},
+        ((0, 2), (40, 2), (100, 2)): {-10: 2, 0: 2, 20: 2, 40: 2, 70: 2, 100: 2, 110: 2},
+    }
+    for shape, points in cases.items():
+        at = broken_linear(shape)
+        assert {p: at(p) for p in points} == points, shape
+
+
+def _bare_pod(requests: dict[str, str] | None = None, node: str = ""):
+    """A pod as upstream's st.MakePod() builds it: no container unless it requests something."""
+    containers = [{"name": "c", "image": "i", "resources": {"requests": requests}}] if requests else []
+    return pod_info(
+        {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"containers": containers}}
+    )
+
+
+def test_requested_to_capacity_ratio_as_upstreams_cases():
+    """TestRequestedToCapacityRatioScoringStrategy's three cases (shape 0->10, 100->0; cpu and memory):
+    a resource scoring 0 is left out and the mean is rounded."""
+    ratio = ResourceAllocation("RequestedToCapacityRatio", shape=[(0, 10), (100, 0)])
+    small, big = make_node("n1", cpu="4000", memory="10000"), make_node("n2", cpu="6000", memory="10000")
+    assert ratio.score_all(_bare_pod(), [small, big], None) == [100, 100]
+    pod = _bare_pod({"cpu": "3000", "memory": "5000"})
+    assert ratio.score_all(pod, [small, big], None) == [38, 50]  # (25 + 50) / 2 = 37.5 -> 38
+    small, big = make_node("n1", cpu="4000", memory="10000"), make_node("n2", cpu="6000", memory="10000")
+    for node in (small, big):
+        node.add_pod(make_pod(cpu="3000", memory="5000"))
+    assert ratio.score_all(_bare_pod(), [small, big], None) == [38, 50]
+
+
+def test_requested_to_capacity_ratio_on_an_extended_resource_as_upstream():
+    """TestResourceBinPackingSingleExtended: shape 0->0, 100->1 on intel.com/foo alone; a pod that does
+    not request it scores 0 everywhere (the resource is not scored at all)."""
+    ratio = ResourceAllocation("RequestedToCapacityRatio", [("intel.com/foo", 1)], shape=[(0, 0), (100, 1)])
+
+    def nodes():
+        return [make_node("n1", extra={"intel.com/foo": "8"}), make_node("n2", extra={"intel.com/foo": "4"})]
+
+    assert ratio.score_all(_bare_pod(), nodes(), None) == [0, 0]
+    assert ratio.score_all(_bare_pod({"intel.com/foo": "2"}), nodes(), None) == [2, 5]
+    busy = nodes()
+    busy[1].add_pod(_bare_pod({"intel.com/foo": "2"}))
+    assert ratio.score_all(_bare_pod({"intel.com/foo": "2"}), busy, None) == [2, 10]
+    assert ratio.score_all(_bare_pod({"intel.com/foo": "4"}), nodes(), None) == [5, 10]
+
+
+def test_least_allocated_leaves_out_a_resource_the_node_has_none_of():
+    """Upstream's leastResourceScorer skips a resource whose allocatable is 0 (weight and all)."""
+    with_gpu, without = make_node("g", extra={"example.com/gpu": "4"}), make_node("n")
+    scorer = ResourceAllocation("LeastAllocated", [("cpu", 1), ("example.com/gpu", 3)])
+    pod = _bare_pod({"cpu": "1", "example.com/gpu": "1"})
+    # with: cpu (4-1)/4 = 75, gpu (4-1)/4 = 75 -> 75; without: the gpu is left out, cpu alone 75
+    assert scorer.score_all(pod, [with_gpu, without], None) == [75, 75]
 
 
 def test_resource_weights_and_nonzero_requests():

@@ -1,15 +1,22 @@
-"""NodeResourcesFit (score): LeastAllocated spreads load, MostAllocated packs it (bin packing).
+"""NodeResourcesFit (score): LeastAllocated spreads load, MostAllocated packs it (bin packing),
+RequestedToCapacityRatio scores utilization along a shape the profile draws.
 
 Per resource, with `requested` = what the node's pods request (cpu/memory counted with the non-zero
 defaults, 100m/200Mi for a container that requests nothing) plus this pod:
   LeastAllocated: (allocatable - requested) * 100 / allocatable   (0 when it would not fit)
   MostAllocated:  min(requested, allocatable) * 100 / allocatable
-The node's score is the weighted mean over the configured resources (default cpu and memory, weight 1).
+  RequestedToCapacityRatio: the shape's broken line at requested * 100 / allocatable (at 100 when it
+    would not fit), the shape's 0-10 scores scaled to 0-100; a resource scoring 0 is left out of the mean
+The node's score is the weighted mean over the configured resources (default cpu and memory, weight 1),
+as upstream's scorers take it: a resource the node has none of is left out, and so is an extended
+resource the pod does not request (upstream's calculateResourceAllocatableRequest); integer division,
+except RequestedToCapacityRatio's mean, which rounds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controlplane.scheduler.framework import MAX_NODE_SCORE, ClusterView, plugin_key
@@ -18,6 +25,13 @@ from controlplane.scheduler.podinfo import PodInfo
 
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
+REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
+STRATEGIES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
+MAX_UTILIZATION = 100
+MAX_CUSTOM_PRIORITY_SCORE = 10  # a shape's scores are 0-10, scaled to the node score's 0-100
+# Resources scored as "scalar" upstream (schedutil.IsScalarResourceName) are the ones not named here:
+# extended, hugepages-*, attachable volumes; a pod that does not request one is not scored on it.
+_NATIVE = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
 def least_requested(requested: int, allocatable: int) -> int:
@@ -30,6 +44,42 @@ def most_requested(requested: int, allocatable: int) -> int:
     if allocatable == 0:
         return 0
     return min(requested, allocatable) * MAX_NODE_SCORE // allocatable
+
+
+def _go_div(a: int, b: int) -> int:
+    """Go's integer division, which truncates toward zero (Python's // floors)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def broken_linear(shape: Sequence[tuple[int, int]]) -> Callable[[int], int]:
+    """Upstream's BuildBrokenLinearFunction over (utilization, score) points sorted by utilization:
+    the first score before the first point, the last after the last, straight lines between."""
+    points = tuple(shape)
+
+    def at(p: int) -> int:
+        for i, (utilization, score) in enumerate(points):
+            if p <= utilization:
+                if i == 0:
+                    return points[0][1]
+                u0, s0 = points[i - 1]
+                return s0 + _go_div((score - s0) * (p - u0), utilization - u0)
+        return points[-1][1]
+
+    return at
+
+
+def ratio_scorer(shape: Sequence[tuple[int, int]]) -> Callable[[int, int], int]:
+    """One resource's RequestedToCapacityRatio score (0-100) for (requested, allocatable)."""
+    scale = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
+    raw = broken_linear([(u, s * scale) for u, s in shape])
+
+    def score(requested: int, allocatable: int) -> int:
+        if allocatable == 0 or requested > allocatable:
+            return raw(MAX_UTILIZATION)
+        return raw(requested * MAX_UTILIZATION // allocatable)
+
+    return score
 
 
 def node_requested(pod: PodInfo, node: NodeInfo, resource: str) -> int:
@@ -48,13 +98,23 @@ class ResourceAllocation:
         self,
         strategy: str = LEAST_ALLOCATED,
         resources: Sequence[tuple[str, int]] = (("cpu", 1), ("memory", 1)),
+        shape: Sequence[tuple[int, int]] = (),
     ) -> None:
-        if strategy not in (LEAST_ALLOCATED, MOST_ALLOCATED):
-            raise ValueError(f"unknown scoring strategy {strategy!r} (LeastAllocated or MostAllocated)")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown scoring strategy {strategy!r} ({', '.join(STRATEGIES)})")
+        if strategy == REQUESTED_TO_CAPACITY_RATIO and not shape:
+            raise ValueError("RequestedToCapacityRatio needs a shape of at least one point")
         self.strategy = strategy
         self.resources = tuple((r, w) for r, w in resources if w > 0)
         self.weight_sum = sum(w for _, w in self.resources)
-        self._fn = least_requested if strategy == LEAST_ALLOCATED else most_requested
+        self._ratio = strategy == REQUESTED_TO_CAPACITY_RATIO
+        self._fn: Callable[[int, int], int] = (
+            ratio_scorer(shape)
+            if self._ratio
+            else least_requested
+            if strategy == LEAST_ALLOCATED
+            else most_requested
+        )
         self.key = plugin_key()
 
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
@@ -70,14 +130,29 @@ class ResourceAllocation:
         if fn is least_requested and [r for r, _ in resources] == ["cpu", "memory"]:
             key = f"{self.key}:{pod.requests_id}"
             return _least_cpu_memory(pod, nodes, resources[0][1], resources[1][1], weight_sum, key)
+        ratio = self._ratio
+        # Extended resources the pod does not request are not scored (the same for every node).
+        scored = [(r, w) for r, w in resources if r in _NATIVE or pod.requests.get(r, 0)]
         out: list[int] = []
         for node in nodes:
             assert node.facts is not None
             alloc = node.facts.allocatable
-            total = 0
-            for resource, weight in resources:
-                total += fn(node_requested(pod, node, resource), alloc.get(resource, 0)) * weight
-            out.append(total // weight_sum)
+            total = weights = 0
+            for resource, weight in scored:
+                allocatable = alloc.get(resource, 0)
+                if allocatable == 0:
+                    continue
+                score = fn(node_requested(pod, node, resource), allocatable)
+                if ratio and score <= 0:
+                    continue  # upstream's ratio scorer counts only resources that score
+                total += score * weight
+                weights += weight
+            if not weights:
+                out.append(0)
+            elif ratio:
+                out.append(math.floor(total / weights + 0.5))  # Go's math.Round of a positive mean
+            else:
+                out.append(total // weights)
         return out
 
     def normalize(self, scores: list[int]) -> list[int]:
@@ -103,6 +178,9 @@ def _least_cpu_memory(
                 total += (cpu - want_cpu) * MAX_NODE_SCORE // cpu * cpu_weight
             if memory and want_memory <= memory:
                 total += (memory - want_memory) * MAX_NODE_SCORE // memory * memory_weight
-            score = node.by_requests[key] = total // weight_sum
+            weights = weight_sum
+            if not (cpu and memory):  # a resource the node has none of is left out of the mean
+                weights = (cpu_weight if cpu else 0) + (memory_weight if memory else 0)
+            score = node.by_requests[key] = total // weights if weights else 0
         out.append(score)
     return out
