@@ -13,8 +13,10 @@ mounted volume keeps the mount and registers again; the node reports the volume'
 expandable class grows online through the resizer beside the driver and the node, and is refused a
 shrink below its capacity; the rig's class gets a CSIStorageCapacity for the node's segment with the
 driver's figures, a provisioned claim takes its size from it, and a claim bigger than what is left keeps
-its pod Pending with the scheduler's message while a smaller one binds; bad input (a refused CreateVolume, a driver not registered, a failed
-ControllerPublish) gets upstream 1.32's events word for word."""
+its pod Pending with the scheduler's message while a smaller one binds; each sidecar writes as its own
+account with its repo's RBAC, their manager reads as system:csi-sidecars only; bad input (a refused
+CreateVolume, a driver not registered, a failed ControllerPublish) gets upstream 1.32's events word for
+word."""
 
 from __future__ import annotations
 
@@ -424,7 +426,7 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
             (a.spec.node_name, a.spec.source.persistent_volume_name, a.status.attached) for a in attachments
         ] == [(stack.node_name, pv.metadata.name, True)]
         assert attachments[0].status.attachment_metadata == {"attachedTo": stack.node_name}
-        # each sidecar wrote as its own account, never as the admin whose kubeconfig its manager reads with
+        # each sidecar wrote as its own account (the audit log's user), not as its manager nor the admin
         status = wait_for(
             lambda: _writers(stack, "volumeattachments", attachments[0].metadata.name, "status"),
             30,
