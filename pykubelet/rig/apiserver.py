@@ -124,8 +124,7 @@ class ApiServer:
     @property
     def signing_pair(self) -> tuple[bytes, bytes]:
         """The cluster CA's certificate and key (PEM): what kubeadm hands the controller manager to sign with."""
-        pki = self.data_dir / "pki"
-        return (pki / "ca.crt").read_bytes(), (pki / "ca.key").read_bytes()
+        return self.ca_cert.read_bytes(), self.ca_key.read_bytes()
 
     def api_client(self) -> ApiClient:
         """The official client as the cluster admin (a context manager: `with server.api_client() as api`)."""
@@ -138,6 +137,11 @@ class ApiServer:
     @property
     def ca_cert(self) -> Path:
         return self.data_dir / "pki" / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        """The cluster CA's key: what the controller managers sign their controllers' credentials with."""
+        return self.data_dir / "pki" / "ca.key"
 
     @property
     def pid(self) -> int | None:

@@ -2,9 +2,12 @@
 driver: the driver's node plugin registered through the agent's plugins_registry (node topology under
 TOPOLOGY_KEY, online expansion, a storage pool of CAPACITY), and its controller sidecars
 (csi-provisioner with its storage capacity tracking, csi-attacher, csi-resizer) in a controller manager
-beside it on the driver's socket. The provisioner's RBAC (external-provisioner's ClusterRole and its
-Role in kube-system for the CSIStorageCapacity objects) is bound to the account kube-system/csi-provisioner
-the manager gives it. Its CSIDriver object (no attach, pod info on mount, persistent and ephemeral
+beside it on the driver's socket. Each sidecar writes on its own account, as upstream runs each in
+its own pod: the manager signs each one's credentials with the cluster CA
+(--use-service-account-credentials) for kube-system/csi-provisioner (csi-capacity too), csi-attacher and
+csi-resizer, and each account holds what its kubernetes-csi repo's rbac.yaml grants (its ServiceAccount,
+ClusterRole and namespace Role, applied here before the manager starts). The manager's own identity,
+system:csi-sidecars, only reads what its shared informers list and watch. Its CSIDriver object (no attach, pod info on mount, persistent and ephemeral
 volumes, fsGroupPolicy File, storage capacity tracking, so the scheduler places a claim only where the
 pool has room) and the StorageClass
 `csi-hostpath` (WaitForFirstConsumer, so a volume is made on the node its pod got; expandable) are
@@ -31,6 +34,9 @@ SIDECARS = "csi-provisioner,csi-capacity,csi-attacher,csi-resizer"
 CAPACITY = "100Gi"  # the driver's pool: what the CSIStorageCapacity objects offer before any volume
 NAMESPACE = "kube-system"  # the sidecars' (and their CSIStorageCapacity objects')
 PROVISIONER_ACCOUNT = "csi-provisioner"  # the account the manager gives csi-provisioner and csi-capacity
+MANAGER_USER = (
+    "system:csi-sidecars"  # the sidecars' manager's own identity: what its shared informers read as
+)
 RBAC = "rbac.authorization.k8s.io"
 
 
@@ -53,10 +59,49 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict:
     return {"apiGroups": groups, "resources": resources, "verbs": verbs}
 
 
+def sidecar_rbac(sidecar: str, runner: list[dict], cfg: list[dict], namespace: str = NAMESPACE) -> list[dict]:
+    """What a kubernetes-csi sidecar's deploy/kubernetes/rbac.yaml ships, under its names (its
+    ServiceAccount csi-<sidecar>, ClusterRole external-<sidecar>-runner bound by csi-<sidecar>-role, Role external-<sidecar>-cfg in the
+    sidecars' namespace bound by csi-<sidecar>-role-cfg), bound to the account csi-<sidecar> the sidecars'
+    manager runs it as."""
+    subject = [{"kind": "ServiceAccount", "name": f"csi-{sidecar}", "namespace": namespace}]
+    version = f"{RBAC}/v1"
+    cluster_role, role = f"external-{sidecar}-runner", f"external-{sidecar}-cfg"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": f"csi-{sidecar}", "namespace": namespace},
+        },
+        {"apiVersion": version, "kind": "ClusterRole", "metadata": {"name": cluster_role}, "rules": runner},
+        {
+            "apiVersion": version,
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"csi-{sidecar}-role"},
+            "subjects": subject,
+            "roleRef": {"kind": "ClusterRole", "name": cluster_role, "apiGroup": RBAC},
+        },
+        {
+            "apiVersion": version,
+            "kind": "Role",
+            "metadata": {"name": role, "namespace": namespace},
+            "rules": cfg,
+        },
+        {
+            "apiVersion": version,
+            "kind": "RoleBinding",
+            "metadata": {"name": f"csi-{sidecar}-role-cfg", "namespace": namespace},
+            "subjects": subject,
+            "roleRef": {"kind": "Role", "name": role, "apiGroup": RBAC},
+        },
+    ]
+
+
+_LEASES = _rule(["coordination.k8s.io"], ["leases"], ["get", "watch", "list", "delete", "update", "create"])
+
+
 def provisioner_rbac(namespace: str = NAMESPACE) -> list[dict]:
-    """external-provisioner's deploy/kubernetes/rbac.yaml (its rules, role and binding names), bound to
-    the account the sidecars' manager runs csi-provisioner and csi-capacity as."""
-    subject = [{"kind": "ServiceAccount", "name": PROVISIONER_ACCOUNT, "namespace": namespace}]
+    """external-provisioner's rules (csi-provisioner and csi-capacity run on its account)."""
     runner = [
         _rule([""], ["persistentvolumes"], ["get", "list", "watch", "create", "patch", "delete"]),
         _rule([""], ["persistentvolumeclaims"], ["get", "list", "watch", "update"]),
@@ -69,7 +114,7 @@ def provisioner_rbac(namespace: str = NAMESPACE) -> list[dict]:
         _rule(["storage.k8s.io"], ["volumeattachments"], ["get", "list", "watch"]),
     ]
     cfg = [
-        _rule(["coordination.k8s.io"], ["leases"], ["get", "watch", "list", "delete", "update", "create"]),
+        _LEASES,
         _rule(
             ["storage.k8s.io"],
             ["csistoragecapacities"],
@@ -78,34 +123,116 @@ def provisioner_rbac(namespace: str = NAMESPACE) -> list[dict]:
         _rule([""], ["pods"], ["get"]),
         _rule(["apps"], ["replicasets"], ["get"]),
     ]
+    return sidecar_rbac("provisioner", runner, cfg, namespace)
+
+
+def attacher_rbac(namespace: str = NAMESPACE) -> list[dict]:
+    """external-attacher's rules: it writes VolumeAttachments (their status through the subresource, as
+    the attacher has since 3.0) and the finalizers of PersistentVolumes; it records no events."""
+    runner = [
+        _rule([""], ["persistentvolumes"], ["get", "list", "watch", "update", "patch"]),
+        _rule(["storage.k8s.io"], ["csinodes"], ["get", "list", "watch"]),
+        _rule(["storage.k8s.io"], ["volumeattachments"], ["get", "list", "watch", "update", "patch"]),
+        _rule(["storage.k8s.io"], ["volumeattachments/status"], ["patch"]),
+    ]
+    return sidecar_rbac("attacher", runner, [_LEASES], namespace)
+
+
+def resizer_rbac(namespace: str = NAMESPACE) -> list[dict]:
+    """external-resizer's rules: the volume's capacity, the claim's status, its events."""
+    runner = [
+        _rule([""], ["persistentvolumes"], ["get", "list", "watch", "patch"]),
+        _rule([""], ["persistentvolumeclaims"], ["get", "list", "watch"]),
+        _rule([""], ["persistentvolumeclaims/status"], ["patch"]),
+        _rule([""], ["events"], ["list", "watch", "create", "update", "patch"]),
+    ]
+    return sidecar_rbac("resizer", runner, [_LEASES], namespace)
+
+
+def manager_rbac(namespace: str = NAMESPACE) -> list[dict]:
+    """The sidecars' manager's own rights (MANAGER_USER, its client certificate from the cluster CA): read
+    of what the sidecars' shared informers list and watch, and get of the sidecars' ServiceAccounts (the
+    rig applies them, so the manager finds them and creates none). It writes nothing itself: each sidecar
+    writes on its account."""
+    subject = [{"kind": "User", "name": MANAGER_USER, "apiGroup": RBAC}]
+    read = ["get", "list", "watch"]
+    cluster_rules = [
+        _rule([""], ["persistentvolumes", "persistentvolumeclaims", "nodes"], read),
+        _rule(["storage.k8s.io"], ["storageclasses", "csinodes", "csidrivers", "volumeattachments"], read),
+    ]
+    rules = [
+        _rule([""], ["serviceaccounts"], ["get"]),
+        _rule(["storage.k8s.io"], ["csistoragecapacities"], read),  # csi-capacity's, in its namespace
+    ]
     version = f"{RBAC}/v1"
+    ref = {"apiGroup": RBAC, "name": MANAGER_USER}
     return [
         {
             "apiVersion": version,
             "kind": "ClusterRole",
-            "metadata": {"name": "external-provisioner-runner"},
-            "rules": runner,
+            "metadata": {"name": MANAGER_USER},
+            "rules": cluster_rules,
         },
         {
             "apiVersion": version,
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": "csi-provisioner-role"},
+            "metadata": {"name": MANAGER_USER},
             "subjects": subject,
-            "roleRef": {"kind": "ClusterRole", "name": "external-provisioner-runner", "apiGroup": RBAC},
+            "roleRef": {"kind": "ClusterRole", **ref},
         },
         {
             "apiVersion": version,
             "kind": "Role",
-            "metadata": {"name": "external-provisioner-cfg", "namespace": namespace},
-            "rules": cfg,
+            "metadata": {"name": MANAGER_USER, "namespace": namespace},
+            "rules": rules,
         },
         {
             "apiVersion": version,
             "kind": "RoleBinding",
-            "metadata": {"name": "csi-provisioner-role-cfg", "namespace": namespace},
+            "metadata": {"name": MANAGER_USER, "namespace": namespace},
             "subjects": subject,
-            "roleRef": {"kind": "Role", "name": "external-provisioner-cfg", "apiGroup": RBAC},
+            "roleRef": {"kind": "Role", **ref},
         },
+    ]
+
+
+def sidecars_rbac(namespace: str = NAMESPACE) -> list[dict]:
+    """What the rig applies before the sidecars start: each sidecar's own, bound to its account, and the
+    manager's."""
+    return (
+        provisioner_rbac(namespace)
+        + attacher_rbac(namespace)
+        + resizer_rbac(namespace)
+        + manager_rbac(namespace)
+    )
+
+
+def sidecars_argv(
+    kubeconfig: Path, controllers: str, endpoint: str, signing: tuple[Path, Path], *extra: str
+) -> list[str]:
+    """A controller manager running CSI sidecars beside a driver's socket, each sidecar writing as its own
+    account (kube-system/csi-provisioner, csi-attacher, csi-resizer: --use-service-account-credentials,
+    its credentials signed with the cluster CA `signing` (certificate, key))."""
+    return [
+        sys.executable,
+        "-m",
+        "pykubelet",
+        "controller-manager",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--controllers",
+        controllers,
+        "--csi-address",
+        endpoint,
+        "--use-service-account-credentials",
+        "--cluster-signing-cert-file",
+        str(signing[0]),
+        "--cluster-signing-key-file",
+        str(signing[1]),
+        "--leader-elect=false",
+        "--secure-port",
+        "0",
+        *extra,
     ]
 
 
@@ -139,7 +266,8 @@ class HostPathCSI:
     state: Path
     node_name: str
     registration_dir: Path  # the agent's <root-dir>/plugins_registry
-    kubeconfig: Path
+    kubeconfig: Path  # the manager's own (MANAGER_USER)
+    signing: tuple[Path, Path]  # the cluster CA's certificate and key the sidecars' credentials are signed by
     on_spawn: Callable[[int], None] | None = None
     driver: Daemon | None = field(default=None, init=False)
     sidecars: Daemon | None = field(default=None, init=False)
@@ -182,23 +310,9 @@ class HostPathCSI:
         ]
 
     def sidecars_argv(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "pykubelet",
-            "controller-manager",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--controllers",
-            SIDECARS,
-            "--csi-address",
-            self.endpoint,
-            "--capacity-namespace",
-            NAMESPACE,
-            "--leader-elect=false",
-            "--secure-port",
-            "0",
-        ]
+        return sidecars_argv(
+            self.kubeconfig, SIDECARS, self.endpoint, self.signing, "--capacity-namespace", NAMESPACE
+        )
 
     def start_driver(self, timeout: float = 30.0) -> None:
         self.state.mkdir(parents=True, exist_ok=True)
@@ -216,15 +330,15 @@ class HostPathCSI:
     def start(
         self, apply: Callable[[dict], dict], classes: Callable[[], list[dict]], timeout: float = 30.0
     ) -> None:
-        """The driver (until its socket is there), its sidecars, then their RBAC, its CSIDriver and
+        """The driver (until its socket is there), the sidecars' RBAC, the sidecars, its CSIDriver and
         StorageClass."""
         self.start_driver(timeout)
+        for obj in sidecars_rbac():
+            apply(obj)
         self.sidecars = Daemon(
             "csi-hostpath sidecars", self.sidecars_argv(), self.state / "sidecars.log", on_spawn=self.on_spawn
         )
         self.sidecars.start(lambda: True, timeout=timeout)
-        for obj in provisioner_rbac():
-            apply(obj)
         apply(csidriver_object())
         if not any((c.get("metadata") or {}).get("name") == CLASS for c in classes()):
             apply(storage_class(default=not has_default(classes())))

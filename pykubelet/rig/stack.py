@@ -908,16 +908,18 @@ class Stack:
             time.sleep(0.2)
 
     def start_csi(self, timeout: float = 30.0):
-        """The host-path CSI driver and its sidecars beside the first node (pykubelet.rig.csi), its
-        CSIDriver and StorageClass (default only when no other class is)."""
-        from pykubelet.rig.csi import HostPathCSI
+        """The host-path CSI driver and its sidecars beside the first node (pykubelet.rig.csi; their
+        manager on its own identity, each sidecar on its account), its CSIDriver and StorageClass (default
+        only when no other class is)."""
+        from pykubelet.rig.csi import MANAGER_USER, HostPathCSI
 
         d = self.config.state_dir
         self.csi = HostPathCSI(
             d / "csi-hostpath",
             self.node_name,
             d / "agent" / "plugins_registry",
-            self.kubeconfig,
+            self.client_kubeconfig(MANAGER_USER, (), d / "csi-hostpath" / "sidecars.kubeconfig"),
+            (self.apiserver.ca_cert, self.apiserver.ca_key),
             self._spawned,
         )
         api = self.core_api().api_client

@@ -56,11 +56,12 @@ def storage(api: client.ApiClient) -> client.StorageV1Api:
 
 @pytest.fixture(scope="module")
 def cluster(api: client.ApiClient, v1: client.CoreV1Api, storage: client.StorageV1Api) -> None:
-    """The provisioner's RBAC, the driver's CSIDriver, and two nodes whose CSINodes list the driver."""
+    """The provisioner's account and RBAC, the driver's CSIDriver, and two nodes whose CSINodes list the driver."""
     rbac = client.RbacAuthorizationV1Api(api)
     for obj in provisioner_rbac():
         kind, ns = obj["kind"], obj["metadata"].get("namespace")
         create = {
+            "ServiceAccount": lambda o, ns=ns: v1.create_namespaced_service_account(ns, o),
             "ClusterRole": lambda o: rbac.create_cluster_role(o),
             "ClusterRoleBinding": lambda o: rbac.create_cluster_role_binding(o),
             "Role": lambda o, ns=ns: rbac.create_namespaced_role(ns, o),

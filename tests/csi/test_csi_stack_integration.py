@@ -13,8 +13,10 @@ mounted volume keeps the mount and registers again; the node reports the volume'
 expandable class grows online through the resizer beside the driver and the node, and is refused a
 shrink below its capacity; the rig's class gets a CSIStorageCapacity for the node's segment with the
 driver's figures, a provisioned claim takes its size from it, and a claim bigger than what is left keeps
-its pod Pending with the scheduler's message while a smaller one binds; bad input (a refused CreateVolume, a driver not registered, a failed
-ControllerPublish) gets upstream 1.32's events word for word."""
+its pod Pending with the scheduler's message while a smaller one binds; each sidecar writes as its own
+account with its repo's RBAC, their manager reads as system:csi-sidecars only; bad input (a refused
+CreateVolume, a driver not registered, a failed ControllerPublish) gets upstream 1.32's events word for
+word."""
 
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from e2e.waiting import finished, wait_for
+from journey.auditlog import log_files, parse_event
 from kubeclient.volumes import storage_bytes
 from pykubelet.rig import csi as rigcsi
+from pykubelet.rig.auditlog import AUDIT_LOG
 from pykubelet.rig.csi import CLASS, DEFAULT_CLASS
 from tests.csi.conftest import mounts_under, volume_stats_reported
 from tests.rig.stacks import exists, fresh_namespace, leased_stack
@@ -39,6 +43,8 @@ from tests.rig.stacks import exists, fresh_namespace, leased_stack
 pytestmark = pytest.mark.integration
 DRIVER, TOPOLOGY = rigcsi.DRIVER, rigcsi.TOPOLOGY_KEY
 ATTACHING = "attach.csi.pykubelet.io"  # a second driver, with ControllerPublish
+ADMIN = "kubernetes-admin"  # the stack's admin.kubeconfig user
+SA = f"system:serviceaccount:{rigcsi.NAMESPACE}:"  # the sidecars' accounts: SA + "csi-attacher"
 
 
 def _calls(call_log: Path, method: str) -> list[dict]:
@@ -97,21 +103,12 @@ class Beside:
         self.driver = subprocess.Popen(self.driver_argv, stdout=logs[0], stderr=subprocess.STDOUT)
         wait_for(lambda: os.path.exists(self.endpoint), 30, what="the driver's socket")
         self.sidecars = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pykubelet",
-                "controller-manager",
-                "--kubeconfig",
-                str(stack.kubeconfig),
-                "--controllers",
+            rigcsi.sidecars_argv(
+                stack.csi.kubeconfig,  # the rig's sidecars' manager's identity: the same reads
                 "csi-provisioner,csi-attacher,csi-resizer",
-                "--csi-address",
                 self.endpoint,
-                "--leader-elect=false",
-                "--secure-port",
-                "0",
-            ],
+                (stack.apiserver.ca_cert, stack.apiserver.ca_key),
+            ),
             stdout=logs[1],
             stderr=subprocess.STDOUT,
         )
@@ -151,6 +148,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
             _pods_gone(running)  # a failed test's pods: their volumes unpublished while the drivers run
             if attaching is not None:
                 attaching.stop()
+
+
+def _writers(stack, resource: str, name: str, subresource: str = "") -> set[tuple[str, str]]:
+    """(verb, user) of each successful write of the object, from the stack's audit log: who wrote it."""
+    found = set()
+    for file in log_files(stack.config.state_dir / "apiserver" / AUDIT_LOG):
+        for line in file.read_text().splitlines():
+            write = parse_event(json.loads(line))
+            if write is not None and (write.resource, write.name, write.subresource) == (
+                resource,
+                name,
+                subresource,
+            ):
+                found.add((write.verb, write.user))
+    return found
 
 
 def _pods_gone(stack) -> None:
@@ -245,6 +257,50 @@ def test_registration_writes_csinode_and_topology(stack, kube, storage) -> None:
         ATTACHING: stack.node_name,
     }
     assert stack.beside.calls("NotifyRegistrationStatus") == [{"plugin_registered": True}]
+
+
+def test_each_sidecar_holds_only_its_upstream_rights(api, kube) -> None:
+    """The rig applied each sidecar's ServiceAccount, and each account holds what its repo's rbac.yaml
+    grants, nothing of the others' and no admin rights; the sidecars' manager's own identity only reads."""
+    accounts = ("csi-provisioner", "csi-attacher", "csi-resizer")
+    made = [kube.read_namespaced_service_account(a, rigcsi.NAMESPACE).metadata.name for a in accounts]
+    assert made == list(accounts)
+    authz = client.AuthorizationV1Api(api)
+    sa_groups = [
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{rigcsi.NAMESPACE}",
+        "system:authenticated",
+    ]
+
+    def allowed(user: str, verb: str, group: str, resource: str, subresource: str = "") -> bool:
+        attributes = {"verb": verb, "group": group, "resource": resource, "subresource": subresource}
+        if resource in ("pods", "persistentvolumeclaims", "secrets"):
+            attributes["namespace"] = "default"
+        groups = sa_groups if user.startswith(SA) else ["system:authenticated"]
+        body = {"spec": {"user": user, "groups": groups, "resourceAttributes": attributes}}
+        return authz.create_subject_access_review(body).status.allowed
+
+    storage, manager = "storage.k8s.io", rigcsi.MANAGER_USER
+    asked = {
+        (SA + "csi-attacher", "patch", storage, "volumeattachments", "status"): True,
+        (SA + "csi-attacher", "patch", "", "persistentvolumes"): True,
+        (SA + "csi-attacher", "delete", "", "pods"): False,
+        (SA + "csi-attacher", "create", "", "persistentvolumes"): False,
+        (SA + "csi-attacher", "create", "", "events"): False,
+        (SA + "csi-resizer", "patch", "", "persistentvolumeclaims", "status"): True,
+        (SA + "csi-resizer", "patch", "", "persistentvolumes"): True,
+        (SA + "csi-resizer", "update", "", "persistentvolumeclaims"): False,
+        (SA + "csi-resizer", "patch", storage, "volumeattachments", "status"): False,
+        (SA + "csi-provisioner", "create", "", "persistentvolumes"): True,
+        (SA + "csi-provisioner", "patch", storage, "volumeattachments", "status"): False,
+        (SA + "csi-provisioner", "delete", "", "pods"): False,
+        (manager, "watch", "", "persistentvolumes"): True,
+        (manager, "list", storage, "volumeattachments"): True,
+        (manager, "create", "", "persistentvolumes"): False,
+        (manager, "patch", storage, "volumeattachments"): False,
+        (manager, "get", "", "secrets"): False,
+    }
+    assert {ask: allowed(*ask) for ask in asked} == asked
 
 
 def test_provisioned_claim_mounted_written_and_cleaned_up(stack, kube, storage, csidriver, namespace) -> None:
@@ -370,6 +426,17 @@ def test_attach_required_driver_gets_its_volume_attachment(stack, kube, storage,
             (a.spec.node_name, a.spec.source.persistent_volume_name, a.status.attached) for a in attachments
         ] == [(stack.node_name, pv.metadata.name, True)]
         assert attachments[0].status.attachment_metadata == {"attachedTo": stack.node_name}
+        # each sidecar wrote as its own account (the audit log's user), not as its manager nor the admin
+        status = wait_for(
+            lambda: _writers(stack, "volumeattachments", attachments[0].metadata.name, "status"),
+            30,
+            what="the attachment's status write in the audit log",
+        )
+        assert {user for _, user in status} == {SA + "csi-attacher"}
+        created = {
+            user for verb, user in _writers(stack, "persistentvolumes", pv.metadata.name) if verb == "create"
+        }
+        assert created == {SA + "csi-provisioner"}
         publish = attaching.calls("ControllerPublishVolume")[-1]
         assert (publish["volume_id"], publish["node_id"]) == (handle, stack.node_name)
         assert attaching.calls("NodeStageVolume")[-1]["publish_context"] == {"attachedTo": stack.node_name}
@@ -639,6 +706,13 @@ def test_online_expansion_through_the_resizer_and_the_node(
             60,
             what="the PV grown by the resizer",
         )
+        wait_for(
+            lambda: ("patch", SA + "csi-resizer") in _writers(stack, "persistentvolumes", pv_name),
+            30,
+            what="the resizer's patch of the PV in the audit log",
+        )
+        status_writers = {user for _, user in _writers(stack, "persistentvolumeclaims", "grow", "status")}
+        assert SA + "csi-resizer" in status_writers and ADMIN not in status_writers
         expand = beside.calls("ControllerExpandVolume")[-1]
         assert (expand["volume_id"], expand["capacity_range"]) == (handle, {"required_bytes": str(16 << 20)})
         claim = wait_for(
