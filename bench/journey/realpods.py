@@ -14,7 +14,9 @@ the stack keeps its audit log (so trace reads every write from it, as on `pykube
   - `pykubelet trace deployment/web` (the text a user reads),
   - `pykubelet diagnose deployment/web` (with its dataplane probe: `nc` through pods/exec in a pod),
   - `pykubelet diagnose deployment/web --no-dataplane`,
-and the same reads and the timeline / the verdict in this process (`*_inproc`, the audit log included).
+each CLI process's CPU seconds beside its wall time (`*_cpu`: on a loaded machine the wall time is
+mostly waiting for a core), and the same reads and the timeline / the verdict in this process
+(`*_inproc`, the audit log included).
 Medians of the rounds; goal < 2 s for trace. Writes journey-pods.{json,md,svg}. Figures are reported,
 never asserted.
 """
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -154,26 +157,26 @@ async def roll_out(stack: Stack, replicas: int) -> float:
 async def measure(stack: Stack, size: Size) -> Obj:
     kubeconfig = stack.kubeconfig
     log = find_stack_log(str(kubeconfig))
+    runs = {
+        "baseline_version_cli": (None, ("version",)),
+        "trace_cli": (kubeconfig, ("trace", f"deployment/{APP}")),
+        "diagnose_cli": (kubeconfig, ("diagnose", f"deployment/{APP}")),
+        "diagnose_no_dataplane_cli": (kubeconfig, ("diagnose", f"deployment/{APP}", "--no-dataplane")),
+    }
     figures: dict[str, list[float]] = {
-        "baseline_version_cli": [],
-        "trace_cli": [],
-        "diagnose_cli": [],
-        "diagnose_no_dataplane_cli": [],
+        **{key: [] for key in runs},
         "trace_inproc": [],
         "diagnose_inproc": [],
+        **{f"{key}_cpu": [] for key in runs},
     }
     load_before = os.getloadavg()[0]
     for _ in range(size.rounds):
-        figures["baseline_version_cli"].append((await asyncio.to_thread(cli, None, "version"))[0])
-        for key, argv in (
-            ("trace_cli", ("trace", f"deployment/{APP}")),
-            ("diagnose_cli", ("diagnose", f"deployment/{APP}")),
-            ("diagnose_no_dataplane_cli", ("diagnose", f"deployment/{APP}", "--no-dataplane")),
-        ):
-            seconds, done = await asyncio.to_thread(cli, kubeconfig, *argv, namespace=NS, as_json=False)
-            if done.returncode not in ((0,) if argv[0] == "trace" else (0, 1)):  # 1: diagnose's stalled
+        for key, (config, argv) in runs.items():
+            seconds, cpu, done = await user_runs(config, *argv)
+            if done.returncode not in ((1,) if argv[0] == "diagnose" else ()) + (0,):  # 1: stalled
                 raise RuntimeError(f"pykubelet {' '.join(argv)} exited {done.returncode}: {done.stderr}")
             figures[key].append(seconds)
+            figures[f"{key}_cpu"].append(cpu)
         t_trace, t_diag, _, _ = await in_process(kubeconfig, NS, log)
         figures["trace_inproc"].append(t_trace)
         figures["diagnose_inproc"].append(t_diag)
@@ -194,6 +197,20 @@ async def measure(stack: Stack, size: Size) -> Obj:
 async def bench(stack: Stack, size: Size) -> Obj:
     rollout_s = await roll_out(stack, size.replicas)
     return {"rollout_s": round(rollout_s, 3), **await measure(stack, size)}
+
+
+def children_cpu() -> float:
+    """CPU seconds (user and system) of this process's ended children so far: a CLI run's own CPU is the
+    difference around it, a figure the machine's load stretches far less than the wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def user_runs(kubeconfig: Path | None, *argv: str) -> tuple[float, float, subprocess.CompletedProcess]:
+    """`pykubelet ARGV` as a user runs it (text output): wall seconds, CPU seconds, the process."""
+    before = children_cpu()
+    seconds, done = await asyncio.to_thread(cli, kubeconfig, *argv, namespace=NS, as_json=False)
+    return seconds, children_cpu() - before, done
 
 
 def report(size: Size, run: Obj) -> tuple[Obj, str, str]:
@@ -220,8 +237,10 @@ def report(size: Size, run: Obj) -> tuple[Obj, str, str]:
         f"and behind the Service ({run['rollout_s']:.1f} s from the apply), then median of {size.rounds} "
         "rounds; goal < 2 s for trace. `*_cli` are subprocesses as a user runs them (interpreter start "
         "and imports included: the baseline is `pykubelet version`), reading the stack's audit log beside "
-        "its kubeconfig; `*_inproc` the reads and the timeline / verdict alone. `diagnose_cli` includes "
-        "its dataplane probe (nc through pods/exec), `diagnose_no_dataplane_cli` leaves it out.",
+        "its kubeconfig; `*_inproc` the reads and the timeline / verdict alone; `*_cpu` the CPU seconds "
+        "(user and system) of each CLI process, which the machine's load stretches far less than its wall "
+        "time. `diagnose_cli` includes its dataplane probe (nc through pods/exec), `diagnose_no_dataplane_cli` "
+        "leaves it out.",
         "",
         "| what | median (s) |",
         "| --- | --- |",
