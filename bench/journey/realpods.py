@@ -39,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.controllers import deployment as deployment_bench
 from bench.controllers import workload as wl
 from bench.journey.timing import cli, in_process
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
@@ -64,36 +65,14 @@ SMOKE = Size(replicas=5, rounds=2)
 
 
 def manifest(replicas: int, image: str) -> list[Obj]:
-    labels = {"app": APP}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": APP, "namespace": NS},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": ["sh", "-c", "exec httpd -f -p 8080"],
-                            "ports": [{"containerPort": 8080}],
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    """The Deployment bench's Deployment (busybox serving HTTP on 8080), here, and a Service before it."""
+    deployment = deployment_bench.deployment(replicas, image, APP)
+    deployment["metadata"]["namespace"] = NS
     service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": APP, "namespace": NS},
-        "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": 8080}]},
+        "spec": {"selector": {"app": deployment_bench.APP}, "ports": [{"port": 80, "targetPort": 8080}]},
     }
     return [deployment, service]
 
