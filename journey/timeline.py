@@ -419,44 +419,59 @@ def _links(journey: Journey) -> _Links:
     return links
 
 
-def _cause_rule(step: Step, links: _Links) -> Callable[[Step], bool] | None:
+@dataclass(frozen=True)
+class _Rule:
+    """Which earlier steps a step reacts to: those `matches` accepts, all of them the steps of the
+    object `scope` (a uid) when it is set, so only that object's steps need looking at."""
+
+    matches: Callable[[Step], bool]
+    scope: str | None = None
+
+
+def _cause_rule(step: Step, links: _Links) -> _Rule | None:
     """Which earlier steps this one reacts to (the latest of them is its cause)."""
     owner = links.owner.get(step.uid)
     spec_write = ("created", "updated")
     if step.kind == "Pod" and step.what in POD_REACTS_TO:
         wanted = POD_REACTS_TO[step.what]
-        return lambda s: s.uid == step.uid and s.what in wanted
+        return _Rule(lambda s: s.what in wanted, step.uid)
     if step.action == "created" and step.kind == "EndpointSlice":
-        return lambda s: s.kind == "Service" and s.action == "created"
+        return _Rule(lambda s: s.kind == "Service" and s.action == "created")
     if step.action == "created" and owner:
-        return lambda s: s.uid == owner and s.action in spec_write
+        return _Rule(lambda s: s.action in spec_write, owner)
     if step.action == "event" and step.what in ("SuccessfulCreate", "ScalingReplicaSet", "FailedCreate"):
-        return lambda s: s.uid == step.uid and s.action in spec_write
+        return _Rule(lambda s: s.action in spec_write, step.uid)
     if step.kind == "Pod" and 3 <= step.stage <= 8:
-        return lambda s: s.uid == step.uid and s.stage < step.stage
+        return _Rule(lambda s: s.stage < step.stage, step.uid)
     if step.kind == "EndpointSlice":
-        return lambda s: (
-            s.kind == "Pod" and (s.what == "Ready=True" or s.stage == 8 or s.action == "deleting")
+        return _Rule(
+            lambda s: s.kind == "Pod" and (s.what == "Ready=True" or s.stage == 8 or s.action == "deleting")
         )
     if step.stage == OWNER_STATUS:
-        return lambda s: links.owner.get(s.uid) == step.uid or (s.uid != step.uid and s.stage >= 8)
+        return _Rule(lambda s: links.owner.get(s.uid) == step.uid or (s.uid != step.uid and s.stage >= 8))
     return None
 
 
 def link(steps: list[Step], journey: Journey) -> None:
-    """Fill each step's cause and gap (in place; `steps` in causal order)."""
+    """Fill each step's cause and gap (in place; `steps` in causal order). A rule scoped to one object
+    looks only at that object's earlier steps (kept per uid as the walk goes), so a hundred pods'
+    interleaved steps cost each step its own pod's few, not every step before it."""
     links = _links(journey)
+    earlier: dict[str, list[int]] = {}  # uid -> positions of its steps so far, in order
     for i, step in enumerate(steps):
         rule = _cause_rule(step, links)
-        if rule is None:
-            continue
-        for j in range(i - 1, -1, -1):
-            if rule(steps[j]):
-                cause = steps[j]
-                step.cause = j
-                step.gap_ms = max(0.0, (step.time - cause.time).total_seconds() * 1000)
-                step.gap_exact = step.exact and cause.exact
-                break
+        if rule is not None:
+            candidates = (
+                reversed(earlier.get(rule.scope, ())) if rule.scope is not None else range(i - 1, -1, -1)
+            )
+            for j in candidates:
+                if rule.matches(steps[j]):
+                    cause = steps[j]
+                    step.cause = j
+                    step.gap_ms = max(0.0, (step.time - cause.time).total_seconds() * 1000)
+                    step.gap_exact = step.exact and cause.exact
+                    break
+        earlier.setdefault(step.uid, []).append(i)
 
 
 # The steps managedFields, creationTimestamp and deletionTimestamp give, which an audit log replaces.

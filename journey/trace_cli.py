@@ -14,6 +14,7 @@ from journey.connect import add_common, open_client, target
 from journey.kinds import BY_KIND, Kind
 from journey.svg import render_svg
 from journey.timeline import Step, gap_text, parse_time, precision_note, render, timeline
+from kubeclient.client import KubeClient
 from kubeclient.config import ConfigError
 from kubeclient.errors import ApiError
 from kubeclient.informer import Informer
@@ -64,13 +65,21 @@ def _audit(journey: graph.Journey, namespace: str, path: Path | None) -> auditlo
     return auditlog.load(path, namespace, created[0] if created else None)
 
 
+async def trace_steps(
+    client: KubeClient, kind: Kind, name: str, namespace: str, log: Path | None
+) -> list[Step]:
+    """What `pykubelet trace` prints, as steps: the journey's reads, then its timeline (with the audit
+    log's writes when `log` is given)."""
+    journey = await graph.collect(client, kind, name, namespace)
+    return timeline(journey, _audit(journey, namespace, log))
+
+
 async def _once(
     kind: Kind, name: str, namespace: str, args: argparse.Namespace, log: Path | None
 ) -> list[Step]:
     client, _ = open_client(args)
     async with client:
-        journey = await graph.collect(client, kind, name, namespace)
-    return timeline(journey, _audit(journey, namespace, log))
+        return await trace_steps(client, kind, name, namespace, log)
 
 
 async def _follow_from(

@@ -2,7 +2,8 @@
 against the floor of the same N pods the bench creates itself, one per node with spec.nodeName set, in
 the same run (issue 18; goal: at most 1.3x the floor).
 
-  python bench/controllers/daemonset.py [--nodes 3] [--rounds 3] [--smoke] [--out DIR]
+  python bench/controllers/daemonset.py [--nodes 3] [--simulated-nodes 0] [--rounds 3] [--smoke] [--out DIR]
+  python bench/controllers/daemonset.py --simulated-nodes 97     # 100 nodes: 3 real, 97 simulated
 
 One multi-node stack (`pykubelet up --nodes N`'s: each node its own containerd and agent, joined by TLS
 bootstrap, pod CIDRs from the node IPAM). The image is pulled on every node first. Each round:
@@ -13,7 +14,14 @@ bootstrap, pod CIDRs from the node IPAM). The image is pulled on every node firs
 Both sides are sent by the same client (bench/controllers/workload.py says why kubectl is timed apart:
 `kubectl create --dry-run=server` of the manifest, beside each round). Also counted: store writes and
 the CPU of the controller manager and the API server. Floor and DaemonSet alternate; between them
-everything is deleted and gone. Figures are reported, never asserted. `--smoke`: 2 nodes, 1 round.
+everything is deleted and gone. Figures are reported, never asserted. `--smoke`: 2 nodes and 2
+simulated ones, 1 round.
+
+A DaemonSet's size is its number of nodes, and one machine runs a few real ones at most: with
+`--simulated-nodes M`, `pykubelet simulate` keeps M more nodes beside the real ones for the whole run
+(bench/controllers/workload.py's SimulatedNodes), and both sides cover every node, real and simulated.
+A simulated node's pods run at once (no image pull, no container start behind them), so at that size
+the figure is what the DaemonSet controller, the scheduler and the API server add to N pods' writes.
 
 Each round runs the controller's phase twice, under the two definitions bench/controllers/workload.py
 describes: sent by the bench's in-process client, and from a `kubectl apply -f` process's start.
@@ -123,30 +131,42 @@ async def daemonset_round(
     }
 
 
-async def bench(stack: Stack, rounds: int) -> Obj:
+async def bench(stack: Stack, rounds: int, simulated: int) -> Obj:
     client, image = await wl.prepare(stack, NS)
-    nodes = stack.node_names
     procs = {k: v for k, v in wl.component_pids(stack).items() if k in ("apiserver", "controller-manager")}
+    log = stack.config.state_dir / "simulate.log"
     try:
-        report = await wl.alternate(
-            rounds,
-            "daemonset",
-            lambda r: floor_round(client, nodes, image, f"r{r}"),
-            lambda via: daemonset_round(client, stack.kubeconfig, nodes, image, procs, via),
-            lambda: wl.delete_everything(client, NS, ["apps/v1/daemonsets"]),
-        )
+        async with wl.SimulatedNodes(client, stack.kubeconfig, simulated, log) as sim:
+            nodes = [*stack.node_names, *sim.names]
+            if sim.proc is not None:
+                procs["simulator"] = sim.proc.pid
+            report = await wl.alternate(
+                rounds,
+                "daemonset",
+                lambda r: floor_round(client, nodes, image, f"r{r}"),
+                lambda via: daemonset_round(client, stack.kubeconfig, nodes, image, procs, via),
+                lambda: wl.delete_everything(client, NS, ["apps/v1/daemonsets"]),
+            )
     finally:
         await client.close()
-    return {"nodes": len(nodes), **report}
+    return {"nodes": len(nodes), "real_nodes": len(nodes) - simulated, "simulated_nodes": simulated, **report}
+
+
+def nodes_text(report: Obj) -> str:
+    """`3 nodes of one machine`, or `100 nodes (3 of one machine, 97 simulated)`."""
+    simulated = report.get("simulated_nodes") or 0
+    if not simulated:
+        return f"{report['nodes']} nodes of one machine"
+    return f"{report['nodes']} nodes ({report['real_nodes']} of one machine, {simulated} simulated)"
 
 
 def svg_plot(report: Obj) -> str:
-    title = f"one pod on each of {report['nodes']} nodes (s): the bench's own pods vs a DaemonSet"
+    title = f"one pod on each of {nodes_text(report)} (s): the bench's own pods vs a DaemonSet"
     return wl.bars_svg(title, wl.round_bars(report, "daemonset"))
 
 
 def markdown(report: Obj) -> str:
-    title = f"A DaemonSet on {report['nodes']} nodes of one machine vs the same pods created by the bench"
+    title = f"A DaemonSet on {nodes_text(report)} vs the same pods created by the bench"
     columns: list[wl.Column] = [
         ("status numberReady s", lambda _f, d: d["status_seconds"]),
         ("last created/bound floor s", lambda f, _d: f"{f['last']['created']}/{f['last']['bound']}"),
@@ -159,15 +179,17 @@ def markdown(report: Obj) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--simulated-nodes", type=int, default=0, help="simulated nodes beside the real ones")
     parser.add_argument("--rounds", type=int, default=3)
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)
-    nodes, rounds = (2, 1) if args.smoke else (args.nodes, args.rounds)
-    report = run_on_stack(lambda stack: bench(stack, rounds), tag="d", node_name="bn", nodes=nodes)
+    nodes, simulated, rounds = (2, 2, 1) if args.smoke else (args.nodes, args.simulated_nodes, args.rounds)
+    report = run_on_stack(lambda stack: bench(stack, rounds, simulated), tag="d", node_name="bn", nodes=nodes)
     text = markdown(report)
     print(text)
-    write_report(out, "controllers-daemonset", report, text, svg_plot(report))
+    name = "controllers-daemonset" + (f"-{nodes + simulated}" if simulated and not args.smoke else "")
+    write_report(out, name, report, text, svg_plot(report))
     return 0
 
 

@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -35,6 +39,8 @@ from bench.agent.startup import ProcWatch
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from kubeclient.errors import ApiError
+from nodesim.nodeobjects import SIMULATED_LABEL
+from nodesim.settings import SimSettings
 from pykubelet.rig.stack import Stack
 
 Obj = dict[str, Any]
@@ -253,6 +259,98 @@ async def kubectl_seconds(kubeconfig: Path, body: Obj) -> float:
         return round(time.monotonic() - t0, 3)
     finally:
         manifest.unlink()
+
+
+async def watch_until(
+    client: KubeClient,
+    path: str,
+    params: dict[str, str],
+    done: Callable[[dict[str, Obj]], bool],
+    bound: float,
+) -> None:
+    """Until `done(objects by name)` holds for the collection at `path` (a list, then its watch from the
+    list's resourceVersion, listed again if the server ends the watch); TimeoutError after `bound` s."""
+    async with asyncio.timeout(bound):
+        while True:
+            listed = await client.get(path, **params)
+            objects = {o["metadata"]["name"]: o for o in listed["items"]}
+            if done(objects):
+                return
+            rv = listed["metadata"]["resourceVersion"]
+            async for event in client.watch(path, {**params, "resourceVersion": rv}):
+                name = event["object"]["metadata"]["name"]
+                if event["type"] == "DELETED":
+                    objects.pop(name, None)
+                elif event["type"] in ("ADDED", "MODIFIED"):
+                    objects[name] = event["object"]
+                if done(objects):
+                    return
+
+
+def node_schedulable(node: Obj) -> bool:
+    """Ready, and without the not-ready taint the node lifecycle controller keeps until it saw so."""
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+    taints = (node.get("spec") or {}).get("taints") or []
+    return ready and not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints)
+
+
+class SimulatedNodes:
+    """`pykubelet simulate --nodes N` beside a stack's real nodes for the time of a bench, run as a user
+    runs it: entered once its N nodes are Ready and schedulable; left by SIGTERM, on which it removes its
+    nodes, their Leases and the pods bound to them. Its pods run at once (`--start-delay 0s`: no image
+    pull or container start stands behind them)."""
+
+    PREFIX = "bsim-"
+    BOUND = 120.0  # seconds for the registration, and again for the stop
+
+    def __init__(self, client: KubeClient, kubeconfig: Path, count: int, log: Path) -> None:
+        self.client, self.kubeconfig, self.count, self.log = client, kubeconfig, count, log
+        self.names = SimSettings(nodes=count, prefix=self.PREFIX).node_names() if count else []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def __aenter__(self) -> SimulatedNodes:
+        if not self.count:
+            return self
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "pykubelet", "simulate", "--kubeconfig", str(self.kubeconfig),
+                    f"--nodes={self.count}", f"--name-prefix={self.PREFIX}", "--start-delay=0s",
+                    "--kube-api-qps=1000", "--kube-api-burst=2000",
+                ],
+                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+        wanted = set(self.names)
+        try:
+            await watch_until(
+                self.client,
+                "/api/v1/nodes",
+                {"labelSelector": f"{SIMULATED_LABEL}=true"},
+                lambda nodes: wanted <= {n for n, node in nodes.items() if node_schedulable(node)},
+                self.BOUND,
+            )
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.to_thread(proc.wait, self.BOUND)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+            raise RuntimeError(f"pykubelet simulate did not stop on SIGTERM (see {self.log})") from None
+        if code != 0 and (not exc or exc[0] is None):  # a failing bench's own error goes first
+            raise RuntimeError(f"pykubelet simulate exited {code} (see {self.log})")
 
 
 Via = str  # how the controller's object is sent: "client" (in-process) or "kubectl" (kubectl apply -f)

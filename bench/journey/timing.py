@@ -34,11 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.reporting import add_run_options, bar_svg, out_dir, write_report
-from journey import graph
 from journey.diagnose import diagnose
 from journey.diagnose_cli import gather_facts
 from journey.kinds import BY_KIND
-from journey.timeline import timeline
+from journey.trace_cli import trace_steps
 from kubeclient.client import KubeClient
 from kubeclient.config import load_kubeconfig
 from pykubelet.rig.apiserver import ApiServer
@@ -346,9 +345,14 @@ async def write_cluster(client: KubeClient, replicas: int) -> None:
     )
 
 
-def cli(kubeconfig: Path | None, *args: str) -> tuple[float, subprocess.CompletedProcess]:
+def cli(
+    kubeconfig: Path | None, *args: str, namespace: str = NS, as_json: bool = True
+) -> tuple[float, subprocess.CompletedProcess]:
+    """`pykubelet ARGS --kubeconfig K -n NS [--json]` as a user runs it: its wall time and its output."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    extra = ["--kubeconfig", str(kubeconfig), "-n", NS, "--json"] if kubeconfig else []
+    extra = ["--kubeconfig", str(kubeconfig), "-n", namespace] if kubeconfig else []
+    if kubeconfig and as_json:
+        extra.append("--json")
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pykubelet.cli", *args, *extra],
@@ -360,13 +364,18 @@ def cli(kubeconfig: Path | None, *args: str) -> tuple[float, subprocess.Complete
     return time.perf_counter() - start, done
 
 
-async def in_process(kubeconfig: Path) -> tuple[float, float, int, str]:
+async def in_process(
+    kubeconfig: Path, namespace: str = NS, log: Path | None = None
+) -> tuple[float, float, int, str]:
+    """trace's and diagnose's reads and their timeline / verdict in this process (with the audit log
+    `log`, as the CLI reads it beside the stack's kubeconfig): their seconds, the steps, the verdict."""
+    deployment = BY_KIND["Deployment"]
     async with KubeClient(load_kubeconfig(kubeconfig), component="bench") as client:
         start = time.perf_counter()
-        steps = timeline(await graph.collect(client, BY_KIND["Deployment"], "web", NS))
+        steps = await trace_steps(client, deployment, "web", namespace, log)
         t_trace = time.perf_counter() - start
         start = time.perf_counter()
-        verdict = diagnose(await gather_facts(client, BY_KIND["Deployment"], "web", NS))
+        verdict = diagnose(await gather_facts(client, deployment, "web", namespace, log))
         t_diag = time.perf_counter() - start
     return t_trace, t_diag, len(steps), verdict.status
 

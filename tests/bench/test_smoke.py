@@ -80,6 +80,7 @@ BENCHMARKS = {
     ),
     "streaming-roundtrip": Benchmark("bench/streaming/roundtrip.py", "streaming-roundtrip", needs_root=True),
     "journey": Benchmark("bench/journey/timing.py", "journey", needs_root=False),
+    "journey-pods": Benchmark("bench/journey/realpods.py", "journey-pods", needs_root=True),
     "scale-density": Benchmark("bench/scale/density.py", "scale-density", needs_root=False),
     "snapshot-saverestore": Benchmark(
         "bench/snapshot/saverestore.py", "snapshot-saverestore", needs_root=False

@@ -167,3 +167,38 @@ def test_resource_versions_order_writes_of_one_second():
     # Without resourceVersions the stage order stands: the owner's status after its pods'.
     steps = timeline(graph.build(fx.deployment(), fx.pools(Pod=[fx.pod()])))
     assert index(steps, "Deployment web", "Available=True") > index(steps, "Pod web-7d9c-a", "Ready=True")
+
+
+def test_among_many_pods_each_pods_steps_react_to_its_own():
+    """Forty pods whose steps share the same seconds and interleave: every node-side step's cause is the
+    latest earlier step of the same pod that its rule names, never another pod's (link looks only at the
+    pod's own steps)."""
+    n = 40
+    pods = [fx.pod(f"web-7d9c-{i:02d}", f"p{i}") for i in range(n)]
+    kubelet = (("Pulled", "already present"), ("Created", "Created container main"), ("Started", "Started"))
+    pod_events = [
+        fx.event(f"p{i}", "Pod", f"web-7d9c-{i:02d}", reason, "kubelet", fx.T1, message)
+        for reason, message in kubelet
+        for i in range(n)
+    ] + [
+        fx.event(f"p{i}", "Pod", f"web-7d9c-{i:02d}", "Scheduled", "default-scheduler", fx.T0, "assigned")
+        for i in reversed(range(n))
+    ]
+    others = [e for e in fx.events() if e["involvedObject"]["kind"] != "Pod"]
+    steps = timeline(graph.build(fx.deployment(), fx.pools(Pod=pods, Event=others + pod_events)))
+    for i in range(n):
+        name = f"Pod web-7d9c-{i:02d}"
+        for what, reacts_to in (
+            ("Scheduled", {"created"}),
+            ("Pulled", {"Scheduled", "PodScheduled=True"}),
+            ("Created", {"Pulled"}),
+            ("Started", {"Created"}),
+            ("Ready=True", {"ContainersReady=True"}),
+        ):
+            step = steps[index(steps, name, what)]
+            cause = steps[step.cause]
+            assert (cause.obj, cause.what in reacts_to) == (name, True), (what, cause.obj, cause.what)
+        created = steps[index(steps, name, "created")]
+        assert steps[created.cause].obj == "ReplicaSet web-7d9c"
+    slice_update = steps[index(steps, "EndpointSlice web-abc", "endpoints published (1/1 ready)")]
+    assert steps[slice_update.cause].kind == "Pod" and steps[slice_update.cause].what == "Ready=True"
