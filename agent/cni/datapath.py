@@ -213,7 +213,7 @@ def create_veth(
     if not link.flags & IFF_UP:
         rtnl.set_link(idx, up=True)
     if hairpin:
-        Path(f"/sys/class/net/{host_name}/brport/hairpin_mode").write_text("1")
+        rtnl.set_hairpin(idx)
     return VethPair(
         host=LinkInfo(name=host_name, mac=link.address, index=idx),
         peer_index=link.link,
