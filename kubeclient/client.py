@@ -395,9 +395,14 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     with a large last-applied annotation can exceed that)."""
     buf = b""
     async for chunk in stream.iter_any():
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
+        if b"\n" not in chunk:
+            buf += chunk
+            continue
+        # Every complete line of the chunk at once: splitting one line off at a time copied the rest
+        # of the buffer for each (a burst of events arrives as one large chunk).
+        lines = (buf + chunk).split(b"\n")
+        buf = lines.pop()
+        for line in lines:
             if line.strip():
                 yield line
     if buf.strip():

@@ -23,6 +23,7 @@ from kubeclient.client import MERGE_PATCH, KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.eventcorrelator import EventCorrelator, Verdict, rfc3339
 from kubeclient.eventwait import wait_event
+from kubeclient.logsetup import V
 
 log = logging.getLogger("kubeclient.events")
 
@@ -74,8 +75,12 @@ class EventRecorder:
         max_lag: float = 0.0,
         correlator: EventCorrelator | None = None,
         clock: Callable[[], float] = time.time,
+        verbosity: int = 0,
     ) -> None:
         self.client = client
+        # Each event is also logged, at klog verbosity `verbosity` (the broadcaster's
+        # StartStructuredLogging(v): 0 for most components, 3 for the kubelet).
+        self.log_level = V(verbosity)
         self.source = source
         self.reporting_instance = reporting_instance if reporting_instance is not None else source.host
         self.correlator = correlator or EventCorrelator(clock=clock)
@@ -130,7 +135,8 @@ class EventRecorder:
         }
         if action:
             body["action"] = action
-        log.info(
+        log.log(
+            self.log_level,
             "event object=%s/%s kind=%s type=%s reason=%s message=%r",
             ref.get("namespace", ""),
             ref["name"],

@@ -213,7 +213,7 @@ def create_veth(
     if not link.flags & IFF_UP:
         rtnl.set_link(idx, up=True)
     if hairpin:
-        Path(f"/sys/class/net/{host_name}/brport/hairpin_mode").write_text("1")
+        rtnl.set_hairpin(idx)
     return VethPair(
         host=LinkInfo(name=host_name, mac=link.address, index=idx),
         peer_index=link.link,
@@ -228,22 +228,41 @@ def configure_container(
     address: ipaddress.IPv4Interface,
     routes: list[tuple[ipaddress.IPv4Network, ipaddress.IPv4Address]],
 ) -> LinkInfo:
-    """Inside the pod: bring up lo and CNI_IFNAME, address it, add the routes."""
-
-    def work(rtnl: Rtnl) -> None:
-        rtnl.set_link(LOOPBACK_INDEX, up=True)
-        rtnl.set_link(veth.peer_index, up=True)
-        add_address(rtnl, veth.peer_index, address, "pod")
-        for dst, gw in routes:
-            try:
-                rtnl.add_route(dst, gw, veth.peer_index)
-            except NetlinkError as exc:
-                if exc.code != errno.EEXIST:
-                    raise CniError(errors.INTERNAL, "cannot add route", f"{dst} via {gw}: {exc}") from exc
-
-    _in_pod(netns_path, work)
-    announce(netns_path, ifname, veth.peer_mac, address.ip)
+    """Inside the pod: bring up lo and CNI_IFNAME, address it, add the routes, announce the address.
+    Both sockets are opened in one visit to the namespace (a thread each visit)."""
+    fd = open_netns(netns_path)
+    try:
+        rtnl, arp = in_netns(fd, _pod_sockets)
+    finally:
+        os.close(fd)
+    try:
+        with rtnl:
+            rtnl.set_link(LOOPBACK_INDEX, up=True)
+            rtnl.set_link(veth.peer_index, up=True)
+            add_address(rtnl, veth.peer_index, address, "pod")
+            for dst, gw in routes:
+                try:
+                    rtnl.add_route(dst, gw, veth.peer_index)
+                except NetlinkError as exc:
+                    if exc.code != errno.EEXIST:
+                        raise CniError(errors.INTERNAL, "cannot add route", f"{dst} via {gw}: {exc}") from exc
+        if arp is not None:
+            announce(arp, ifname, veth.peer_mac, address.ip)
+    finally:
+        if arp is not None:
+            arp.close()
     return LinkInfo(name=ifname, mac=veth.peer_mac, sandbox=netns_path, index=veth.peer_index)
+
+
+def _pod_sockets() -> tuple[Rtnl, socket.socket | None]:
+    """A netlink socket and a raw ARP socket born in the namespace of the calling thread (the ARP one
+    None when it cannot be had: the announcement is best effort)."""
+    rtnl = Rtnl()
+    try:
+        arp: socket.socket | None = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP))
+    except OSError:
+        arp = None
+    return rtnl, arp
 
 
 def garp_frame(mac: str, ip: ipaddress.IPv4Address) -> bytes:
@@ -254,27 +273,19 @@ def garp_frame(mac: str, ip: ipaddress.IPv4Address) -> bytes:
     return ethernet + arp
 
 
-def announce(netns_path: str, ifname: str, mac: str, ip: ipaddress.IPv4Address) -> None:
-    """Tell the segment that `ip` is now at `mac` (upstream's bridge plugin does the same). Pod IPs come
-    round again once the range wraps; the host and the other pods may still hold the last owner's MAC
-    for it (the host's entry stays usable for up to half a minute after it was last confirmed), and
-    would send the new pod's first packets (probes, Service traffic) to a MAC that is gone. A
-    gratuitous ARP updates every entry that exists (it creates none, under the default arp_accept).
-    Best effort, as upstream: a pod whose announcement is lost is still reachable once entries age."""
-    fd = open_netns(netns_path)
+def announce(sock: socket.socket, ifname: str, mac: str, ip: ipaddress.IPv4Address) -> None:
+    """Tell the segment that `ip` is now at `mac` (upstream's bridge plugin does the same), through a
+    raw ARP socket opened in the pod's namespace. Pod IPs come round again once the range wraps; the
+    host and the other pods may still hold the last owner's MAC for it (the host's entry stays usable
+    for up to half a minute after it was last confirmed), and would send the new pod's first packets
+    (probes, Service traffic) to a MAC that is gone. A gratuitous ARP updates every entry that exists
+    (it creates none, under the default arp_accept). Best effort, as upstream: a pod whose
+    announcement is lost is still reachable once entries age."""
     try:
-        # The socket stays in the namespace it was born in, as the netlink ones do.
-        sock = in_netns(fd, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)))
-    except (OSError, CniError):
+        sock.bind((ifname, ETH_P_ARP))  # the name is looked up in the socket's namespace
+        sock.send(garp_frame(mac, ip))
+    except OSError:
         return
-    finally:
-        os.close(fd)
-    with sock:
-        try:
-            sock.bind((ifname, ETH_P_ARP))  # the name is looked up in the socket's namespace
-            sock.send(garp_frame(mac, ip))
-        except OSError:
-            return
 
 
 def inspect_container(netns_path: str, ifname: str) -> ContainerState | None:

@@ -183,10 +183,14 @@ class HostLocalStore:
 
     def _write_last_reserved(self, ip: ipaddress.IPv4Address) -> None:
         # written in place like host-local: a torn write only makes the next scan start at the
-        # beginning of the range, and a rename would cost a directory update on every ADD
-        fd = os.open(self.dir / LAST_RESERVED, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        # beginning of the range, and a rename would cost a directory update on every ADD. Cut to
+        # length after the write rather than emptied before it: ext4 writes back a file emptied by
+        # O_TRUNC when it is closed (auto_da_alloc), a disk write on every ADD.
+        data = str(ip).encode()
+        fd = os.open(self.dir / LAST_RESERVED, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, str(ip).encode())
+            os.write(fd, data)
+            os.ftruncate(fd, len(data))
         finally:
             os.close(fd)
 

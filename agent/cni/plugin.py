@@ -191,7 +191,11 @@ def cmd_del(conf: NetConf, args: CniArgs) -> dict[str, Any] | None:
     if conf.type == "loopback":
         return _loopback(conf, args)
     args.require("container_id", "ifname")
-    nat.remove_port_mappings(nat.attachment_key(args.container_id, args.ifname))
+    if conf.port_mappings:
+        # As upstream's portmap plugin: a DEL without port mappings has none to remove (the runtime
+        # passes the pod's mappings again on DEL), so the NAT table is not even read; rules a DEL
+        # could not name are GC's to remove.
+        nat.remove_port_mappings(nat.attachment_key(args.container_id, args.ifname))
     _delete_host_veth(datapath.host_veth_name(args.container_id, args.ifname))
     HostLocalStore(conf.data_dir, conf.name).release(args.container_id, args.ifname, _prev_ips(conf))
     return None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.cri import CRIClient, CRIError, NotFoundError
+from agent.cri import CRIClient, CRIError, NotFoundError, pb
 from agent.pods.container import container_config
 from agent.pods.dns import DNS
 from agent.pods.env import ConfigError, Fetch, resolve_env
@@ -143,8 +143,7 @@ class CRIRuntime:
             log.warning("sandbox failed pod=%s error=%r", pod_ref(pod), str(err))
             raise SandboxError(err.rpc_text) from None
         log.info("sandbox started pod=%s sandbox=%s attempt=%d", pod_ref(pod), sid[:13], attempt)
-        rt = await self.inspector.inspect(pod["metadata"]["uid"])
-        sandbox = next((sb for sb in rt.sandboxes if sb.id == sid), None)
+        sandbox = await self.inspector.sandbox(sid)
         if sandbox is None:
             raise SandboxError(f"sandbox {sid} not found after it was created")
         return sandbox
@@ -247,19 +246,29 @@ class CRIRuntime:
             self.node_allocatable(),
             service_env(pod, services or []),
         )
-        term_file = await asyncio.to_thread(self._termination_file, pod, container["name"])
-        hosts = (
-            ""
-            if (pod.get("spec") or {}).get("hostNetwork")
-            else await asyncio.to_thread(self._hosts_file, pod, sandbox.ip)
-        )
-        mounts = await asyncio.to_thread(container_mounts, container, volumes, dict(env))
-        await asyncio.to_thread(
-            os.makedirs, os.path.join(pod_log_dir(self.cfg, pod), container["name"]), 0o755, True
+        term_file, hosts, mounts = await asyncio.to_thread(
+            self._host_files, pod, container, sandbox.ip, volumes, dict(env)
         )
         return container_config(
             pod, container, kind, restart_count, image_ref, env, self.node_memory(), term_file, hosts, mounts
         )
+
+    def _host_files(
+        self,
+        pod: dict[str, Any],
+        container: dict[str, Any],
+        pod_ip: str,
+        volumes: dict[str, Any],
+        env: dict[str, str],
+    ) -> tuple[str, str, list[pb.Mount]]:
+        """The host side of a container about to be created, in one trip to a worker thread: its
+        termination-message file, the pod's /etc/hosts (none on the host network), its mounts and its
+        log folder. Returns (termination file, hosts file or "", mounts)."""
+        term_file = self._termination_file(pod, container["name"])
+        hosts = "" if (pod.get("spec") or {}).get("hostNetwork") else self._hosts_file(pod, pod_ip)
+        mounts = container_mounts(container, volumes, env)
+        os.makedirs(os.path.join(pod_log_dir(self.cfg, pod), container["name"]), 0o755, True)
+        return term_file, hosts, mounts
 
     def _pod_dir(self, uid: str) -> Path:
         return Path(self.cfg.root_dir) / "pods" / uid

@@ -15,8 +15,9 @@ __all__ = ["NORMAL", "WARNING", "EventRecorder", "container_field", "field_of", 
 
 
 def kubelet_recorder(client: KubeClient | None, node_name: str) -> EventRecorder:
-    """Events from source `kubelet` on this node, as upstream's kubelet reports them."""
-    return EventRecorder(client, EventSource("kubelet", node_name))
+    """Events from source `kubelet` on this node, as upstream's kubelet reports them (and logs them: at
+    verbosity 3, its makeEventRecorder's StartStructuredLogging(3))."""
+    return EventRecorder(client, EventSource("kubelet", node_name), verbosity=3)
 
 
 _FIELDS = {"init": "initContainers", "ephemeral": "ephemeralContainers"}

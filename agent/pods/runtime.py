@@ -122,10 +122,7 @@ class RuntimeInspector:
             net = self._sandbox_net.get(sb.id)
             if net is None and ready:
                 try:
-                    st = (await self.cri.pod_sandbox_status(sb.id)).status
-                    host_net = st.linux.namespaces.options.network == pb.NODE
-                    net = (st.network.ip, tuple(ip.ip for ip in st.network.additional_ips), host_net)
-                    self._sandbox_net[sb.id] = net
+                    net = self._network((await self.cri.pod_sandbox_status(sb.id)).status)
                 except NotFoundError:
                     continue
             ip, ips, host_net = net or ("", (), False)
@@ -139,6 +136,25 @@ class RuntimeInspector:
         for recs in rt.containers.values():
             recs.sort(key=lambda r: r.created_at, reverse=True)
         return rt
+
+    async def sandbox(self, sandbox_id: str) -> SandboxRecord | None:
+        """One sandbox as PodSandboxStatus tells it (None: the runtime does not know it), as upstream
+        reads a sandbox it has just created; its network is kept for the pod's next inspection."""
+        try:
+            st = (await self.cri.pod_sandbox_status(sandbox_id)).status
+        except NotFoundError:
+            return None
+        ip, ips, host_net = self._network(st) if st.state == pb.SANDBOX_READY else ("", (), False)
+        return SandboxRecord(
+            st.id, st.metadata.attempt, st.state == pb.SANDBOX_READY, st.created_at, ip, ips, host_net
+        )
+
+    def _network(self, st: pb.PodSandboxStatus) -> tuple[str, tuple[str, ...], bool]:
+        """A ready sandbox's (IP, additional IPs, host network), remembered by its ID."""
+        host_net = st.linux.namespaces.options.network == pb.NODE
+        net = (st.network.ip, tuple(ip.ip for ip in st.network.additional_ips), host_net)
+        self._sandbox_net[st.id] = net
+        return net
 
     async def _record(self, c: pb.Container) -> ContainerRecord | None:
         state = STATE_NAMES.get(c.state, "unknown")

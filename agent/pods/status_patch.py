@@ -11,7 +11,6 @@ them (pkg/kubelet/status/status_manager.go: normalizeStatus, mergePodStatus; sta
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from agent.pods.conditions import KUBELET_CONDITION_TYPES, TERMINAL
@@ -37,7 +36,9 @@ KUBELET_FIELDS = (
 
 
 def normalize(pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(status)
+    """The status as upstream writes it. A new dict: what it changes (a cut message, the order of the
+    container statuses) is copied, the rest is shared with `status`, which stays as it was."""
+    out = dict(status)
     spec = pod.get("spec") or {}
     count = (
         len(spec.get("containers") or [])
@@ -46,21 +47,29 @@ def normalize(pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     )
     per_status = MAX_POD_TERMINATION_MESSAGE // count if count else MAX_POD_TERMINATION_MESSAGE
     for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
-        for cs in out.get(key) or []:
-            for part in ("state", "lastState"):
-                term = (cs.get(part) or {}).get("terminated")
-                if term and term.get("message"):
-                    data = term["message"].encode()
-                    if len(data) > per_status:
-                        term["message"] = data[:per_status].decode(errors="replace")
+        if out.get(key):
+            out[key] = [_cut_messages(cs, per_status) for cs in out[key]]
     if out.get("containerStatuses"):
         out["containerStatuses"] = sorted(out["containerStatuses"], key=lambda cs: cs.get("name", ""))
     return out
 
 
+def _cut_messages(cs: dict[str, Any], limit: int) -> dict[str, Any]:
+    """A container status whose terminated messages fit in `limit` bytes (copied where one is cut)."""
+    for part in ("state", "lastState"):
+        term = (cs.get(part) or {}).get("terminated")
+        if term and term.get("message"):
+            data = term["message"].encode()
+            if len(data) > limit:
+                cut = {**term, "message": data[:limit].decode(errors="replace")}
+                cs = {**cs, part: {**cs[part], "terminated": cut}}
+    return cs
+
+
 def merge(api: dict[str, Any], ours: dict[str, Any], could_have_running: bool) -> dict[str, Any]:
-    """upstream's mergePodStatus: the status to write over what the API holds."""
-    out = copy.deepcopy(ours)
+    """upstream's mergePodStatus: the status to write over what the API holds (a new dict sharing the
+    values it keeps with `ours`)."""
+    out = dict(ours)
     others = [c for c in api.get("conditions") or [] if c.get("type") not in KUBELET_CONDITION_TYPES]
     mine = [c for c in ours.get("conditions") or [] if c.get("type") in KUBELET_CONDITION_TYPES]
     out["conditions"] = [*others, *mine]

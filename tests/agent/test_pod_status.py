@@ -507,6 +507,9 @@ def test_termination_messages_share_twelve_kib_per_pod():
     out = normalize(p, st)
     assert [cs["name"] for cs in out["containerStatuses"]] == ["a", "b", "c", "d"]
     assert all(len(cs["state"]["terminated"]["message"]) == 3072 for cs in out["containerStatuses"])
+    # the status handed in stays as it was (the worker keeps it as its last computed status)
+    assert [cs["name"] for cs in st["containerStatuses"]] == ["d", "c", "b", "a"]
+    assert all(len(cs["state"]["terminated"]["message"]) == 4003 for cs in st["containerStatuses"])
     one = normalize(
         pod(), {"containerStatuses": [{"name": "main", "state": {"terminated": {"message": "y" * 4096}}}]}
     )
