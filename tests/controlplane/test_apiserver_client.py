@@ -329,11 +329,14 @@ def test_status_subresource_and_binding(v1: client.CoreV1Api, namespace: str) ->
         target=client.V1ObjectReference(kind="Node", name="n1"),
     )
     before_bind = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    managed = v1.read_namespaced_pod("s", namespace).metadata.managed_fields
     v1.create_namespaced_pod_binding("s", namespace, binding, _preload_content=False)
     p = v1.read_namespaced_pod("s", namespace)
     scheduled = next(c for c in p.status.conditions if c.type == "PodScheduled")
     assert p.spec.node_name == "n1" and scheduled.status == "True"
     assert scheduled.last_transition_time >= before_bind  # the time of binding, not of creation
+    # upstream's BindingREST writes the pod below the field manager: no managedFields entry for it
+    assert p.metadata.managed_fields == managed and managed
     with pytest.raises(ApiException) as err:
         v1.create_namespaced_pod_binding("s", namespace, binding, _preload_content=False)
     assert err.value.status == 409
