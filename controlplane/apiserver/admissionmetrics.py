@@ -5,6 +5,8 @@ As upstream's, the histograms live in one process-wide registry the server's /me
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=False)
@@ -37,12 +39,26 @@ WEBHOOK = Histogram(
 )
 
 
+# Each label set's child, looked up once: prometheus_client's labels() costs more than the observation,
+# and every write passes each plugin of the chain (a dozen observations per request).
+_STEPS: dict[tuple[str, str, bool], Any] = {}
+_CONTROLLERS: dict[tuple[str, str, str, bool], Any] = {}
+
+
 def step(phase: str, operation: str, rejected: bool, seconds: float) -> None:
-    STEP.labels(phase, operation, _flag(rejected)).observe(seconds)
+    key = (phase, operation, rejected)
+    child = _STEPS.get(key)
+    if child is None:
+        child = _STEPS[key] = STEP.labels(phase, operation, _flag(rejected))
+    child.observe(seconds)
 
 
 def controller(name: str, phase: str, operation: str, rejected: bool, seconds: float) -> None:
-    CONTROLLER.labels(name, phase, operation, _flag(rejected)).observe(seconds)
+    key = (name, phase, operation, rejected)
+    child = _CONTROLLERS.get(key)
+    if child is None:
+        child = _CONTROLLERS[key] = CONTROLLER.labels(name, phase, operation, _flag(rejected))
+    child.observe(seconds)
 
 
 def webhook(name: str, phase: str, operation: str, rejected: bool, seconds: float) -> None:
