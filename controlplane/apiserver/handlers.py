@@ -48,6 +48,7 @@ from controlplane.apiserver.responses import (
     out_raw,
     partial,
     raw_json_response,
+    raw_object_response,
     revision,
     too_large,
     wants_metadata,
@@ -492,7 +493,7 @@ class RestHandler:
         created = await self.registry.create(
             res, info.namespace, obj, self.user(request), self.dry_run(request), self.manager(request)
         )
-        return self.warn(json_response(await self.served(res, created), 201), unknown)
+        return self.warn(self._written(res, info.namespace, await self.served(res, created), 201), unknown)
 
     async def _update(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
@@ -516,7 +517,19 @@ class RestHandler:
             self.dry_run(request),
             self.manager(request),
         )
-        return self.warn(json_response(await self.served(res, updated)), unknown)
+        return self.warn(self._written(res, info.namespace, await self.served(res, updated)), unknown)
+
+    def _written(self, res: Kind, namespace: str, served: Obj, status: int = 200) -> web.Response:
+        """The answer to a create or update: the watch cache's bytes of the version just written when
+        the object is served as stored (they are its encoding: the registry puts the resourceVersion
+        where the cache's copy has it), else the object encoded."""
+        meta = served.get("metadata") or {}
+        rv = meta.get("resourceVersion")
+        if not res.converts and rv:
+            cached = self.cache.get(res.key(namespace, meta.get("name", "")))
+            if cached is not None and str(cached.revision) == rv:
+                return raw_object_response(served, cached.raw, status)
+        return json_response(served, status)
 
     async def _patch(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
