@@ -120,6 +120,11 @@ def leaves(fs: Obj, prefix: Path = ()) -> set[Path]:
     return out
 
 
+def _sorted(fs: Obj) -> Obj:
+    """A field set with every level's keys in order: what `build(leaves(fs))` makes of it."""
+    return {key: _sorted(sub) if sub else {} for key, sub in sorted(fs.items())}
+
+
 def build(paths: set[Path]) -> Obj:
     root: Obj = {}
     for path in sorted(paths):
@@ -189,7 +194,14 @@ def track_update(
     """Record an Update by `manager`: it now owns every field it changed; others lose those fields."""
     meta = new.setdefault("metadata", {})
     managed = [dict(m) for m in ((old or {}).get("metadata") or {}).get("managedFields") or []]
-    new_paths = leaves(_object_fields(new, schema, reset))
+    fields = _object_fields(new, schema, reset)
+    if old is None and not managed:  # a create: the manager owns every field it set
+        if fields:
+            meta["managedFields"] = [
+                _entry(manager, "Update", new.get("apiVersion", ""), _sorted(fields), subresource)
+            ]
+        return
+    new_paths = leaves(fields)
     old_paths = leaves(_object_fields(old, schema, reset)) if old else set()
     changed = {
         p for p in new_paths if old is None or p not in old_paths or value_at(old, p) != value_at(new, p)
