@@ -90,6 +90,9 @@ class CacheEvent:
     obj: CachedObject
     prev: CachedObject | None
     revision: int
+    # While in-process subscribers are called: the object decoded, when this server's write handed it
+    # over (read only; never kept: the event window holds events long after). None: decode obj.raw.
+    decoded: dict[str, Any] | None = None
 
 
 class GoneError(Exception):
@@ -343,11 +346,12 @@ class WatchCache:
             return
         bucket = self._bucket(bucket_of(event.key))
         prev = bucket.objects.get(event.key)
-        cached = None
+        cached = decoded = None
         expected = self._expected
         if expected is not None and expected.value is event.value and event.type != "DELETE":
             self._expected = None
             cached = CachedObject.from_written(event.key, expected, event.revision, self.viewer)
+            decoded = expected.versioned_obj(event.revision) if cached is not None else None
         if cached is None:
             cached = CachedObject.from_value(event.key, event.value, event.revision, self.viewer)
         if event.type == "DELETE":
@@ -357,8 +361,11 @@ class WatchCache:
             bucket.objects[event.key] = cached
             ce = CacheEvent("MODIFIED" if prev is not None else "ADDED", cached, prev, event.revision)
         self.revision = event.revision
-        for subscriber in bucket.subscribers:
-            subscriber(ce)
+        if bucket.subscribers:
+            ce.decoded = decoded
+            for subscriber in bucket.subscribers:
+                subscriber(ce)
+            ce.decoded = None
         bucket.events.append(ce)
         if len(bucket.events) > bucket.window:
             dropped = bucket.events.popleft()
