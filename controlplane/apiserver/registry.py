@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.deletion import Step
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.meta import generate_name, metadata, timestamp
+from controlplane.apiserver.meta import generate_name, metadata, new_uid, timestamp
 from controlplane.apiserver.options import DeleteOptions
 from controlplane.apiserver.responses import too_large
 from controlplane.apiserver.serviceranges import ServiceRanges
@@ -165,7 +164,7 @@ class Registry:
                 meta["name"] = generate_name(meta["generateName"])
             for field in ("resourceVersion", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(field, None)
-            meta["uid"] = str(uuid.uuid4())
+            meta["uid"] = new_uid()
             meta["creationTimestamp"] = timestamp()
             if res.generation:
                 meta["generation"] = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pytest
 
@@ -12,7 +13,7 @@ from controlplane.apiserver.kinds.deployment import KIND as DEPLOYMENT
 from controlplane.apiserver.kinds.event import KIND as EVENT
 from controlplane.apiserver.kinds.pod import KIND as PODS
 from controlplane.apiserver.kinds.priorityclass import resolve_pod_priority
-from controlplane.apiserver.meta import human_duration
+from controlplane.apiserver.meta import human_duration, new_uid, timestamp
 from controlplane.apiserver.patch import json_patch, merge_patch, strategic_merge
 
 POD = {
@@ -360,3 +361,19 @@ async def test_idle_events_expire(tmp_path) -> None:  # type: ignore[no-untyped-
         ]
     finally:
         await server.stop()
+
+
+def test_new_uid_is_a_version_4_uuid_as_uuid4_writes_it() -> None:
+    uids = {new_uid() for _ in range(2000)}
+    assert len(uids) == 2000
+    for text in uids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+def test_timestamp_is_now_to_the_second_and_formats_a_given_time() -> None:
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    stamp = timestamp()
+    after = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    assert before <= dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC) <= after
+    assert timestamp(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)) == "2026-01-02T03:04:05Z"
