@@ -651,6 +651,11 @@ def test_dry_run_deletecollection_and_events_v1_views(
     assert [c.metadata.name for c in v1.list_namespaced_config_map(namespace).items] == ["c3"]
     v1.delete_namespaced_config_map("c3", namespace, dry_run="All")
     assert v1.read_namespaced_config_map("c3", namespace).metadata.name == "c3"
+    # A dry-run update answers with the object it would store, which is not stored.
+    current = v1.read_namespaced_config_map("c3", namespace)
+    current.data = {"k": "dry"}
+    answer = v1.replace_namespaced_config_map("c3", namespace, current, dry_run="All")
+    assert answer.data == {"k": "dry"} and v1.read_namespaced_config_map("c3", namespace).data is None
     # events.k8s.io/v1 is a view of core events: selectors and watches use its field names.
     ev1 = client.EventsV1Api(api)
     stamp = v1.read_namespaced_config_map("c3", namespace).metadata.creation_timestamp
