@@ -141,28 +141,46 @@ def value_at(obj: Any, path: Path) -> Any:
     """The value a FieldsV1 path points at in `obj` (_MISSING when absent)."""
     current = obj
     for key in path:
-        if key == ".":
-            continue
-        if key.startswith("f:"):
-            if not isinstance(current, dict) or key[2:] not in current:
-                return _MISSING
-            current = current[key[2:]]
-        elif key.startswith("k:"):
-            wanted = json.loads(key[2:])
-            if not isinstance(current, list):
-                return _MISSING
-            current = next(
-                (i for i in current if isinstance(i, dict) and all(i.get(k) == v for k, v in wanted.items())),
-                _MISSING,
-            )
-            if current is _MISSING:
-                return _MISSING
-        elif key.startswith("v:"):
-            wanted = json.loads(key[2:])
-            if not isinstance(current, list) or wanted not in current:
-                return _MISSING
-            current = wanted
+        current = _step(current, key)
+        if current is _MISSING:
+            return _MISSING
     return current
+
+
+def _step(current: Any, key: str) -> Any:
+    """The value one FieldsV1 key names inside `current` (_MISSING when absent)."""
+    if key == ".":
+        return current
+    if key.startswith("f:"):
+        if not isinstance(current, dict) or key[2:] not in current:
+            return _MISSING
+        return current[key[2:]]
+    if key.startswith("k:"):
+        wanted = json.loads(key[2:])
+        if not isinstance(current, list):
+            return _MISSING
+        return next(
+            (i for i in current if isinstance(i, dict) and all(i.get(k) == v for k, v in wanted.items())),
+            _MISSING,
+        )
+    if key.startswith("v:"):
+        wanted = json.loads(key[2:])
+        if not isinstance(current, list) or wanted not in current:
+            return _MISSING
+        return wanted
+    return current
+
+
+def _changed(fs: Obj, old: Any, new: Any, prefix: Path, old_paths: set[Path], out: set[Path]) -> None:
+    """The leaves of `fs` (new's field set) whose value differs in `old` or that old's set lacks: each
+    node is looked up once on the way down, not once per leaf from the root (value_at's walk)."""
+    for key, sub in fs.items():
+        path = (*prefix, key)
+        old_value, new_value = _step(old, key), _step(new, key)
+        if isinstance(sub, dict) and sub:
+            _changed(sub, old_value, new_value, path, old_paths, out)
+        elif path not in old_paths or old_value != new_value:
+            out.add(path)
 
 
 def _object_fields(obj: Obj, schema: Schema, reset: frozenset[str] = frozenset()) -> Obj:
@@ -203,9 +221,11 @@ def track_update(
         return
     new_paths = leaves(fields)
     old_paths = leaves(_object_fields(old, schema, reset)) if old else set()
-    changed = {
-        p for p in new_paths if old is None or p not in old_paths or value_at(old, p) != value_at(new, p)
-    }
+    changed: set[Path] = set()
+    if old is None:
+        changed = new_paths
+    else:
+        _changed(fields, old, new, (), old_paths, changed)
     gone = old_paths - new_paths
     if not changed and not gone:
         if managed:
