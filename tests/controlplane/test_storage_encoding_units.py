@@ -31,7 +31,7 @@ def reference(value: bytes, revision: int) -> bytes:
     return CachedObject.from_value("/pods/ns/p", value, revision, lambda o: o).raw
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(obj=objects, meta=metadata, position=st.integers(0, 5), revision=st.integers(1, 10**12))
 def test_the_spliced_versioned_bytes_equal_decode_set_encode(
     obj: dict[str, Any], meta: dict[str, Any], position: int, revision: int
