@@ -22,6 +22,7 @@ Usage: python bench/scheduler/perf_workloads.py [--nodes 500] [--workload NAME .
        python bench/scheduler/perf_workloads.py --nodes 5000 --init-pods 5000 --measure-pods 5000 \
            --workload TopologySpreading    # an upstream 5000-node size (5000Nodes_5000Pods)
        python bench/scheduler/perf_workloads.py --smoke --out DIR    # 10 nodes, a few pods
+       ... --pyspy DIR    # py-spy of the API server and the scheduler in the measured phase (bench/pyspy.py)
 Writes scheduler-perf-workloads.{json,md,svg} (default bench/results/).
 """
 
@@ -39,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.pyspy import Sampler
 from bench.reporting import add_run_options, out_dir, write_report
 from bench.scheduler.throughput import (
     CpuMeter,
@@ -184,7 +186,9 @@ def pod(name: str, kind: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
-async def run_workload(server: ApiServer, work: Path, w: Workload, nodes: int) -> dict:
+async def run_workload(
+    server: ApiServer, work: Path, w: Workload, nodes: int, pyspy: Path | None = None, shared: bool = False
+) -> dict:
     client = KubeClient(load_kubeconfig(server.kubeconfig), qps=0, max_connections=64)
     try:
         await create_all(client, "/api/v1/nodes", [node(i, w.zones) for i in range(nodes)])
@@ -208,15 +212,23 @@ async def run_workload(server: ApiServer, work: Path, w: Workload, nodes: int) -
                 await wait_bound(client, "sched-0", created, 600)
             waiter = asyncio.create_task(wait_bound(client, "sched-1", w.measure_pods, 600))
             await asyncio.sleep(0.2)  # the watch is open before the first create
-            meter = CpuMeter(server=server_pid(server), scheduler=sched.pid).start()
+            pids = {"server": server_pid(server), "scheduler": sched.pid}
+            meter = CpuMeter(**pids).start()
+            samplers = (
+                {n: Sampler(pid, pyspy / f"{w.name}-{nodes}-{n}.txt") for n, pid in pids.items()}
+                if pyspy
+                else {}
+            )
             first = time.monotonic()
             measured = [pod(f"m-{i:05d}", w.kind) for i in range(w.measure_pods)]
             create_seconds = await create_all(client, "/api/v1/namespaces/sched-1/pods", measured)
             last, per_node = await waiter
             cpu = meter.stop()
+            profile = {n: s.stop() for n, s in samplers.items()}
         finally:
             stop_process(sched)
-        await clear(client)
+        if shared:  # a server of its own is thrown away with everything in it (at 5000 nodes the
+            await clear(client)  # deletion of 15 000 pods outlasts the client's timeout)
     finally:
         await client.close()
     seconds = last - first
@@ -232,6 +244,7 @@ async def run_workload(server: ApiServer, work: Path, w: Workload, nodes: int) -
         "cpu": cpu,
         "nodes_used": len(per_node),
         "decisions_per_second": decisions_only(w, nodes),
+        **({"pyspy": profile} if profile else {}),
     }
 
 
@@ -309,6 +322,19 @@ def report(results: list[dict]) -> str:
         "",
         f"Load average while running: {os.getloadavg()[0]:.1f} (2 cores, shared).",
     ]
+    for r in results:
+        for process, prof in r.get("pyspy", {}).items():
+            lines += [
+                "",
+                f"py-spy, {r['workload']} at {r['nodes']} nodes, {process} ({prof['samples']} samples):",
+            ]
+            lines += [
+                "",
+                "| self % | function | | inclusive % | function |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            for own, incl in zip(prof["self_pct"][:15], prof["inclusive_pct"][:15], strict=False):
+                lines.append(f"| {own[1]} | `{own[0]}` | | {incl[1]} | `{incl[0]}` |")
     return "\n".join(lines) + "\n"
 
 
@@ -362,10 +388,10 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
                 if shared is not None:
                     if not shared.running:
                         shared.start()
-                    results.append(await run_workload(shared, Path(tmp), w, args.nodes))
+                    results.append(await run_workload(shared, Path(tmp), w, args.nodes, args.pyspy, True))
                     continue
                 with ApiServer(Path(tmp) / w.name) as server:
-                    results.append(await run_workload(server, Path(tmp), w, args.nodes))
+                    results.append(await run_workload(server, Path(tmp), w, args.nodes, args.pyspy))
         finally:
             if shared is not None and shared.running:
                 shared.stop()
@@ -384,9 +410,18 @@ def main() -> int:
     parser.add_argument(
         "--measure-pods", type=int, default=None, help="measured pods instead of the 500-node size's"
     )
+    parser.add_argument(
+        "--pyspy",
+        type=Path,
+        default=None,
+        help="sample the API server and the scheduler with py-spy during the measured phase: raw stacks "
+        "into this folder, the top functions into the report (bench/pyspy.py)",
+    )
     add_run_options(parser)
     args = parser.parse_args()
     out = out_dir(parser, args)
+    if args.pyspy:
+        args.pyspy.mkdir(parents=True, exist_ok=True)
     args.nodes = args.nodes or (10 if args.smoke else 500)
     results = asyncio.run(main_async(args))
     text = report(results)

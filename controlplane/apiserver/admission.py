@@ -84,7 +84,7 @@ async def _run_plugin(plugin: Any, phase: str, request: AdmissionRequest) -> Non
     rejected = True
     try:
         result = plugin.admit(request) if phase == "admit" else plugin.validate(request)
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):  # most plugins are plain functions
             await result
         rejected = False
     finally:

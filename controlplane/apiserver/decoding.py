@@ -108,13 +108,29 @@ class _Pairs(list):  # type: ignore[type-arg]
     """An object's members as written, duplicates kept (for duplicate_fields)."""
 
 
+class _Duplicate(Exception):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _Duplicate
+    return obj
+
+
 def duplicate_fields(body: bytes) -> list[str]:
     """The paths of the fields a JSON body names twice in one object (`spec.replicas`,
     `spec.containers[0].name`), in document order, as upstream's strict decoder reports them."""
     try:
-        tree = json.loads(body, object_pairs_hook=_Pairs)
+        # Nearly every body names each field once: one parse says so, without building paths.
+        json.loads(body, object_pairs_hook=_unique)
+        return []
+    except _Duplicate:
+        pass
     except (ValueError, UnicodeDecodeError, RecursionError):
         return []  # decode() already answered what cannot be parsed
+    tree = json.loads(body, object_pairs_hook=_Pairs)
     out: list[str] = []
     stack: list[tuple[Any, str]] = [(tree, "")]
     while stack:

@@ -48,6 +48,7 @@ from controlplane.apiserver.responses import (
     out_raw,
     partial,
     raw_json_response,
+    raw_object_response,
     revision,
     too_large,
     wants_metadata,
@@ -489,10 +490,12 @@ class RestHandler:
             raise errors.bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
+        dry_run = self.dry_run(request)
         created = await self.registry.create(
-            res, info.namespace, obj, self.user(request), self.dry_run(request), self.manager(request)
+            res, info.namespace, obj, self.user(request), dry_run, self.manager(request)
         )
-        return self.warn(json_response(await self.served(res, created), 201), unknown)
+        served = await self.served(res, created)
+        return self.warn(self._written(res, info.namespace, served, dry_run, 201), unknown)
 
     async def _update(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource
@@ -506,6 +509,7 @@ class RestHandler:
             raise errors.bad_request(
                 f"the name of the object ({meta['name']}) does not match the name on the URL ({info.name})"
             )
+        dry_run = self.dry_run(request)
         updated = await self.registry.update(
             res,
             info.namespace,
@@ -513,10 +517,26 @@ class RestHandler:
             obj,
             info.subresource,
             self.user(request),
-            self.dry_run(request),
+            dry_run,
             self.manager(request),
         )
-        return self.warn(json_response(await self.served(res, updated)), unknown)
+        served = await self.served(res, updated)
+        return self.warn(self._written(res, info.namespace, served, dry_run), unknown)
+
+    def _written(
+        self, res: Kind, namespace: str, served: Obj, dry_run: bool, status: int = 200
+    ) -> web.Response:
+        """The answer to a create or update: the watch cache's bytes of the version just written when
+        the object is served as stored (they are its encoding: the registry puts the resourceVersion
+        where the cache's copy has it), else the object encoded. A dry run wrote nothing: the cache's
+        copy of that version is the object before it."""
+        meta = served.get("metadata") or {}
+        rv = meta.get("resourceVersion")
+        if not res.converts and rv and not dry_run:
+            cached = self.cache.get(res.key(namespace, meta.get("name", "")))
+            if cached is not None and str(cached.revision) == rv:
+                return raw_object_response(served, cached.raw, status)
+        return json_response(served, status)
 
     async def _patch(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource

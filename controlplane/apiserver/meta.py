@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import secrets
+import time
 from typing import Any
 
 Obj = dict[str, Any]
@@ -19,8 +21,30 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
+_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_STAMP: list[Any] = [-1, ""]  # the second the current-time stamp was made for, and the stamp
+
+
 def timestamp(when: dt.datetime | None = None) -> str:
-    return (when or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """An RFC 3339 time to the second (metav1.Time); without `when`, now (formatted once per second:
+    every write stamps a time or two, and strftime is no cheap call)."""
+    if when is not None:
+        return when.strftime(_FORMAT)
+    second = int(time.time())
+    if second != _STAMP[0]:
+        _STAMP[1] = dt.datetime.fromtimestamp(second, dt.UTC).strftime(_FORMAT)
+        _STAMP[0] = second
+    return _STAMP[1]
+
+
+def new_uid() -> str:
+    """A random (version 4, RFC 4122 variant) UUID's text, as str(uuid.uuid4()) makes it, without the
+    UUID object: objects' metadata.uid and requests' audit IDs."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def parse_time(value: str | None) -> dt.datetime | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +23,14 @@ from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.deletion import Step
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Kind
-from controlplane.apiserver.meta import generate_name, metadata, timestamp
+from controlplane.apiserver.meta import generate_name, metadata, new_uid, timestamp
 from controlplane.apiserver.options import DeleteOptions
 from controlplane.apiserver.responses import too_large
 from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.typed import fill_required
 from controlplane.storage import ConflictError, KeyExistsError, NotFoundError
-from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, WatchCache, encode
+from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, WatchCache
+from controlplane.storage.encoding import Unversioned, unversioned
 
 if TYPE_CHECKING:
     from controlplane.apiserver.kindtable import KindTable
@@ -43,11 +43,13 @@ _RETRIES = 8
 _DEFAULTED = ("", "status")
 
 
-def _strip_rv(obj: Obj) -> bytes:
+def _stored(obj: Obj) -> Unversioned:
+    """The object's stored form (no resourceVersion); its resourceVersion field, if any, moves to the
+    end of metadata, where the new one is then set (and where the watch cache's copy has it)."""
     meta = obj.get("metadata") or {}
     rv = meta.pop("resourceVersion", None)
     try:
-        return encode(obj)
+        return unversioned(obj)
     finally:
         if rv is not None:
             meta["resourceVersion"] = rv
@@ -162,7 +164,7 @@ class Registry:
                 meta["name"] = generate_name(meta["generateName"])
             for field in ("resourceVersion", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(field, None)
-            meta["uid"] = str(uuid.uuid4())
+            meta["uid"] = new_uid()
             meta["creationTimestamp"] = timestamp()
             if res.generation:
                 meta["generation"] = 1
@@ -225,7 +227,9 @@ class Registry:
                 return None
             raise errors.already_exists(res.plural, res.group, meta["name"])
         try:
-            return await self.store.create(res.key(namespace, meta["name"]), _strip_rv(obj))
+            stored = _stored(obj)
+            with self.cache.expecting(stored):
+                return await self.store.create(res.key(namespace, meta["name"]), stored.value)
         except KeyExistsError:
             if generated and attempt < _RETRIES - 1:
                 return None
@@ -349,7 +353,9 @@ class Registry:
                 new["metadata"]["resourceVersion"] = str(self.store.revision)
                 await res.after_delete(self, new)
                 return new
-            rev = await self.store.update(key, _strip_rv(new), cached.revision)
+            stored = _stored(new)
+            with self.cache.expecting(stored):
+                rev = await self.store.update(key, stored.value, cached.revision)
         except ConflictError:
             return None
         except NotFoundError:
@@ -441,7 +447,9 @@ class Registry:
                     obj["metadata"]["resourceVersion"] = str(self.store.revision)
                     await res.after_delete(self, obj)
                     return obj, True
-                rev = await self.store.update(key, _strip_rv(obj), cached.revision)
+                stored = _stored(obj)
+                with self.cache.expecting(stored):
+                    rev = await self.store.update(key, stored.value, cached.revision)
             except ConflictError:
                 continue
             except NotFoundError:

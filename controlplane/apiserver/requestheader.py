@@ -9,6 +9,7 @@ either, unless the cluster CA signed it too)."""
 from __future__ import annotations
 
 import ssl
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -30,7 +31,20 @@ def _ca_subject(path: Path) -> DN:
     return frozenset((attr.oid._name, str(attr.value)) for attr in cert.subject)
 
 
+# A connection's verified certificate never changes (no renegotiation on the server context), and
+# getpeercert() parses it anew on each call: read once per connection, dropped with it.
+_PEERS: weakref.WeakKeyDictionary[ssl.SSLObject, tuple[DN, str] | None] = weakref.WeakKeyDictionary()
+
+
 def peer_issuer_and_cn(ssl_object: ssl.SSLObject) -> tuple[DN, str] | None:
+    try:
+        return _PEERS[ssl_object]
+    except KeyError:
+        found = _PEERS[ssl_object] = _issuer_and_cn(ssl_object)
+        return found
+
+
+def _issuer_and_cn(ssl_object: ssl.SSLObject) -> tuple[DN, str] | None:
     cert = ssl_object.getpeercert()
     if not cert:
         return None

@@ -23,6 +23,13 @@ def json_response(obj: Obj, status: int = 200) -> web.Response:
     return response
 
 
+def raw_object_response(obj: Obj, body: bytes, status: int = 200) -> web.Response:
+    """`obj` answered with `body`, its encoding already made (the watch cache's)."""
+    response = raw_json_response(body, status)
+    response[OBJECT] = obj
+    return response
+
+
 def raw_json_response(body: bytes, status: int = 200) -> web.Response:
     """An encoded object as upstream's JSON serializer writes it: Go's json.Encoder ends it with a newline."""
     return web.Response(body=body + b"\n", status=status, content_type="application/json")

@@ -120,6 +120,11 @@ def leaves(fs: Obj, prefix: Path = ()) -> set[Path]:
     return out
 
 
+def _sorted(fs: Obj) -> Obj:
+    """A field set with every level's keys in order: what `build(leaves(fs))` makes of it."""
+    return {key: _sorted(sub) if sub else {} for key, sub in sorted(fs.items())}
+
+
 def build(paths: set[Path]) -> Obj:
     root: Obj = {}
     for path in sorted(paths):
@@ -136,28 +141,46 @@ def value_at(obj: Any, path: Path) -> Any:
     """The value a FieldsV1 path points at in `obj` (_MISSING when absent)."""
     current = obj
     for key in path:
-        if key == ".":
-            continue
-        if key.startswith("f:"):
-            if not isinstance(current, dict) or key[2:] not in current:
-                return _MISSING
-            current = current[key[2:]]
-        elif key.startswith("k:"):
-            wanted = json.loads(key[2:])
-            if not isinstance(current, list):
-                return _MISSING
-            current = next(
-                (i for i in current if isinstance(i, dict) and all(i.get(k) == v for k, v in wanted.items())),
-                _MISSING,
-            )
-            if current is _MISSING:
-                return _MISSING
-        elif key.startswith("v:"):
-            wanted = json.loads(key[2:])
-            if not isinstance(current, list) or wanted not in current:
-                return _MISSING
-            current = wanted
+        current = _step(current, key)
+        if current is _MISSING:
+            return _MISSING
     return current
+
+
+def _step(current: Any, key: str) -> Any:
+    """The value one FieldsV1 key names inside `current` (_MISSING when absent)."""
+    if key == ".":
+        return current
+    if key.startswith("f:"):
+        if not isinstance(current, dict) or key[2:] not in current:
+            return _MISSING
+        return current[key[2:]]
+    if key.startswith("k:"):
+        wanted = json.loads(key[2:])
+        if not isinstance(current, list):
+            return _MISSING
+        return next(
+            (i for i in current if isinstance(i, dict) and all(i.get(k) == v for k, v in wanted.items())),
+            _MISSING,
+        )
+    if key.startswith("v:"):
+        wanted = json.loads(key[2:])
+        if not isinstance(current, list) or wanted not in current:
+            return _MISSING
+        return wanted
+    return current
+
+
+def _changed(fs: Obj, old: Any, new: Any, prefix: Path, old_paths: set[Path], out: set[Path]) -> None:
+    """The leaves of `fs` (new's field set) whose value differs in `old` or that old's set lacks: each
+    node is looked up once on the way down, not once per leaf from the root (value_at's walk)."""
+    for key, sub in fs.items():
+        path = (*prefix, key)
+        old_value, new_value = _step(old, key), _step(new, key)
+        if isinstance(sub, dict) and sub:
+            _changed(sub, old_value, new_value, path, old_paths, out)
+        elif path not in old_paths or old_value != new_value:
+            out.add(path)
 
 
 def _object_fields(obj: Obj, schema: Schema, reset: frozenset[str] = frozenset()) -> Obj:
@@ -189,11 +212,20 @@ def track_update(
     """Record an Update by `manager`: it now owns every field it changed; others lose those fields."""
     meta = new.setdefault("metadata", {})
     managed = [dict(m) for m in ((old or {}).get("metadata") or {}).get("managedFields") or []]
-    new_paths = leaves(_object_fields(new, schema, reset))
+    fields = _object_fields(new, schema, reset)
+    if old is None and not managed:  # a create: the manager owns every field it set
+        if fields:
+            meta["managedFields"] = [
+                _entry(manager, "Update", new.get("apiVersion", ""), _sorted(fields), subresource)
+            ]
+        return
+    new_paths = leaves(fields)
     old_paths = leaves(_object_fields(old, schema, reset)) if old else set()
-    changed = {
-        p for p in new_paths if old is None or p not in old_paths or value_at(old, p) != value_at(new, p)
-    }
+    changed: set[Path] = set()
+    if old is None:
+        changed = new_paths
+    else:
+        _changed(fields, old, new, (), old_paths, changed)
     gone = old_paths - new_paths
     if not changed and not gone:
         if managed:

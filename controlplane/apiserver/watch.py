@@ -40,6 +40,7 @@ log = logging.getLogger("controlplane.apiserver")
 
 BOOKMARK_INTERVAL = 60.0
 DISCONNECT_CHECK = 5.0  # how often an idle watch looks whether its client is still there
+WRITE_BATCH = 64  # queued events written at once, at most
 
 
 async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
@@ -179,32 +180,52 @@ async def _pump(
                     await asyncio.sleep(max(deadline - time.monotonic(), 0))
                     return
             continue
-        if event is CLOSED:
-            return
-        if mode == "table":
+        # The events already queued go out in one write (one TLS record and one send for a burst of
+        # them, not one each); the stream's bytes are the same.
+        lines: list[bytes] = []
+        while event is not CLOSED:
             try:
-                shown = await res.table_forms([event.obj.obj], cache)
-            except errors.ApiError as err:
-                log.warning("event=watch-conversion-failed resource=%s error=%s", res.plural, err.message)
-                return
-            obj = tables.table(res, shown, include, headers=not sent_headers)
-            sent_headers = True
-            line = encode({"type": event.type, "object": obj})
-        elif mode == "metadata":
-            line = encode({"type": event.type, "object": partial(event.obj.obj)})
-        else:
-            try:
-                raw = await _served_raw(res, event.obj, cache)
+                line = await _event_line(event, res, cache, mode, include, not sent_headers)
             except errors.ApiError as err:
                 # A conversion webhook failed: upstream's watch handler ends the stream (the client's
                 # relist then gets the 500).
                 log.warning("event=watch-conversion-failed resource=%s error=%s", res.plural, err.message)
-                return
-            line = b"".join([b'{"type":"', event.type.encode(), b'","object":', raw, b"}"])
-        await response.write(line + b"\n")
-        sent += 1
-        if sent == initial_count:
-            await response.write(_bookmark(res, initial_rv, True))
+                event = CLOSED
+                break
+            sent_headers = True
+            lines.append(line)
+            sent += 1
+            if sent == initial_count:
+                lines.append(_bookmark(res, initial_rv, True))
+            if len(lines) >= WRITE_BATCH or watcher.queue.empty():
+                break
+            event = watcher.queue.get_nowait()
+        if lines:
+            await _send(response, lines)
+        if event is CLOSED:
+            return
+
+
+async def _event_line(
+    event: Any, res: Kind, cache: WatchCache, mode: str, include: str, headers: bool
+) -> bytes:
+    """One event as its JSON line: the cache's encoded object unless the kind converts or another form
+    (Table, metadata only) is asked for."""
+    if mode == "table":
+        shown = await res.table_forms([event.obj.obj], cache)
+        obj = tables.table(res, shown, include, headers=headers)
+        return encode({"type": event.type, "object": obj}) + b"\n"
+    if mode == "metadata":
+        return encode({"type": event.type, "object": partial(event.obj.obj)}) + b"\n"
+    raw = await _served_raw(res, event.obj, cache)
+    return b"".join([b'{"type":"', event.type.encode(), b'","object":', raw, b"}\n"])
+
+
+async def _send(out: Any, lines: list[bytes]) -> None:
+    if isinstance(out, _CountedWriter):
+        await out.write_lines(lines)
+    else:
+        await out.write(b"".join(lines))
 
 
 class _CountedWriter:
@@ -216,6 +237,12 @@ class _CountedWriter:
     async def write(self, data: bytes) -> None:
         await self.inner.write(data)
         self.recorder.sent(len(data))
+
+    async def write_lines(self, lines: list[bytes]) -> None:
+        """Several events in one write, each counted."""
+        await self.inner.write(b"".join(lines))
+        for line in lines:
+            self.recorder.sent(len(line))
 
 
 async def _served_raw(res: Kind, cached: Any, cache: WatchCache) -> bytes:

@@ -14,10 +14,11 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from controlplane.storage.encoding import Unversioned, encode
 from controlplane.storage.interface import CompactedError, Event, Store
 
 log = logging.getLogger("controlplane.storage.cache")
@@ -26,10 +27,6 @@ log = logging.getLogger("controlplane.storage.cache")
 _FEED_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Predicate = Callable[[dict[str, Any]], bool]
-
-
-def encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def bucket_of(key: str) -> str:
@@ -64,6 +61,22 @@ class CachedObject:
     def obj(self) -> dict[str, Any]:
         return json.loads(self.raw)
 
+    @classmethod
+    def from_written(
+        cls, key: str, written: Unversioned, revision: int, viewer: Viewer
+    ) -> CachedObject | None:
+        """The same as `from_value` of the written bytes, from the object that was encoded into them
+        (None when that cannot be done exactly: no metadata, or a viewer that keeps the whole object,
+        which would share the writer's dicts)."""
+        raw = written.versioned(revision)
+        if raw is None:
+            return None
+        obj = written.versioned_obj(revision)
+        view = viewer(obj)
+        if view is obj:
+            return None
+        return cls(key, raw, revision, json.loads(encode(view)))  # a copy: the writer keeps its object
+
     def at_revision(self, revision: int) -> CachedObject:
         """This object's state, as a later revision's event carries it."""
         obj = self.obj
@@ -77,6 +90,9 @@ class CacheEvent:
     obj: CachedObject
     prev: CachedObject | None
     revision: int
+    # While in-process subscribers are called: the object decoded, when this server's write handed it
+    # over (read only; never kept: the event window holds events long after). None: decode obj.raw.
+    decoded: dict[str, Any] | None = None
 
 
 class GoneError(Exception):
@@ -201,6 +217,8 @@ class WatchCache:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         # Every bucket holds all events after this revision until its window overflows.
         self._floor = 0
+        # The object a write of this server is storing, while the store commits it (`expecting`).
+        self._expected: Unversioned | None = None
 
     def _bucket(self, name: str) -> _Bucket:
         bucket = self._buckets.get(name)
@@ -328,7 +346,14 @@ class WatchCache:
             return
         bucket = self._bucket(bucket_of(event.key))
         prev = bucket.objects.get(event.key)
-        cached = CachedObject.from_value(event.key, event.value, event.revision, self.viewer)
+        cached = decoded = None
+        expected = self._expected
+        if expected is not None and expected.value is event.value and event.type != "DELETE":
+            self._expected = None
+            cached = CachedObject.from_written(event.key, expected, event.revision, self.viewer)
+            decoded = expected.versioned_obj(event.revision) if cached is not None else None
+        if cached is None:
+            cached = CachedObject.from_value(event.key, event.value, event.revision, self.viewer)
         if event.type == "DELETE":
             bucket.objects.pop(event.key, None)
             ce = CacheEvent("DELETED", cached, prev, event.revision)
@@ -336,8 +361,11 @@ class WatchCache:
             bucket.objects[event.key] = cached
             ce = CacheEvent("MODIFIED" if prev is not None else "ADDED", cached, prev, event.revision)
         self.revision = event.revision
-        for subscriber in bucket.subscribers:
-            subscriber(ce)
+        if bucket.subscribers:
+            ce.decoded = decoded
+            for subscriber in bucket.subscribers:
+                subscriber(ce)
+            ce.decoded = None
         bucket.events.append(ce)
         if len(bucket.events) > bucket.window:
             dropped = bucket.events.popleft()
@@ -347,6 +375,19 @@ class WatchCache:
             watcher.offer(ce)
         if self._waiters:
             self._wake()
+
+    @contextlib.contextmanager
+    def expecting(self, written: Unversioned) -> Iterator[None]:
+        """While the store commits `written.value`: an in-process store tells the cache of the commit
+        with these very bytes (the same object), and the cache then takes its copy from the written
+        object instead of decoding and encoding the value again. Any other event (another store's watch,
+        a transformed value) is read from its bytes as always."""
+        self._expected = written
+        try:
+            yield
+        finally:
+            if self._expected is written:
+                self._expected = None
 
     async def wait_for(self, revision: int, patience: float = 3.0) -> None:
         """Wait until the cache has applied `revision` (consistent reads, watches from the future)."""

@@ -329,11 +329,14 @@ def test_status_subresource_and_binding(v1: client.CoreV1Api, namespace: str) ->
         target=client.V1ObjectReference(kind="Node", name="n1"),
     )
     before_bind = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    managed = v1.read_namespaced_pod("s", namespace).metadata.managed_fields
     v1.create_namespaced_pod_binding("s", namespace, binding, _preload_content=False)
     p = v1.read_namespaced_pod("s", namespace)
     scheduled = next(c for c in p.status.conditions if c.type == "PodScheduled")
     assert p.spec.node_name == "n1" and scheduled.status == "True"
     assert scheduled.last_transition_time >= before_bind  # the time of binding, not of creation
+    # upstream's BindingREST writes the pod below the field manager: no managedFields entry for it
+    assert p.metadata.managed_fields == managed and managed
     with pytest.raises(ApiException) as err:
         v1.create_namespaced_pod_binding("s", namespace, binding, _preload_content=False)
     assert err.value.status == 409
@@ -648,6 +651,11 @@ def test_dry_run_deletecollection_and_events_v1_views(
     assert [c.metadata.name for c in v1.list_namespaced_config_map(namespace).items] == ["c3"]
     v1.delete_namespaced_config_map("c3", namespace, dry_run="All")
     assert v1.read_namespaced_config_map("c3", namespace).metadata.name == "c3"
+    # A dry-run update answers with the object it would store, which is not stored.
+    current = v1.read_namespaced_config_map("c3", namespace)
+    current.data = {"k": "dry"}
+    answer = v1.replace_namespaced_config_map("c3", namespace, current, dry_run="All")
+    assert answer.data == {"k": "dry"} and v1.read_namespaced_config_map("c3", namespace).data is None
     # events.k8s.io/v1 is a view of core events: selectors and watches use its field names.
     ev1 = client.EventsV1Api(api)
     stamp = v1.read_namespaced_config_map("c3", namespace).metadata.creation_timestamp

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controlplane.apiserver import fieldselect, ssa, tables
 from controlplane.apiserver.errors import ApiError
@@ -12,7 +15,7 @@ from controlplane.apiserver.kinds.deployment import KIND as DEPLOYMENT
 from controlplane.apiserver.kinds.event import KIND as EVENT
 from controlplane.apiserver.kinds.pod import KIND as PODS
 from controlplane.apiserver.kinds.priorityclass import resolve_pod_priority
-from controlplane.apiserver.meta import human_duration
+from controlplane.apiserver.meta import human_duration, new_uid, timestamp
 from controlplane.apiserver.patch import json_patch, merge_patch, strategic_merge
 
 POD = {
@@ -360,3 +363,68 @@ async def test_idle_events_expire(tmp_path) -> None:  # type: ignore[no-untyped-
         ]
     finally:
         await server.stop()
+
+
+def test_new_uid_is_a_version_4_uuid_as_uuid4_writes_it() -> None:
+    uids = {new_uid() for _ in range(2000)}
+    assert len(uids) == 2000
+    for text in uids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+def test_timestamp_is_now_to_the_second_and_formats_a_given_time() -> None:
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    stamp = timestamp()
+    after = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    assert before <= dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC) <= after
+    assert timestamp(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)) == "2026-01-02T03:04:05Z"
+
+
+_small = st.none() | st.booleans() | st.integers(0, 3) | st.sampled_from(["a", "b"])
+_container = st.fixed_dictionaries(
+    {"name": st.sampled_from(["c1", "c2", "c3"])},
+    optional={
+        "image": st.sampled_from(["i1", "i2"]),
+        "ports": st.lists(
+            st.fixed_dictionaries(
+                {"containerPort": st.sampled_from([80, 81])}, optional={"protocol": st.sampled_from(["TCP"])}
+            ),
+            max_size=2,
+        ),
+        "args": st.lists(st.sampled_from(["x", "y"]), max_size=2),
+    },
+)
+_pod = st.fixed_dictionaries(
+    {"apiVersion": st.just("v1"), "kind": st.just("Pod")},
+    optional={
+        "metadata": st.fixed_dictionaries(
+            {}, optional={"labels": st.dictionaries(st.sampled_from(["a", "b"]), _small, max_size=2)}
+        ),
+        "spec": st.fixed_dictionaries(
+            {},
+            optional={
+                "containers": st.lists(_container, max_size=3),
+                "nodeName": st.sampled_from(["n1", "n2"]),
+                "tolerations": st.lists(
+                    st.dictionaries(st.sampled_from(["key", "effect"]), _small), max_size=2
+                ),
+            },
+        ),
+        "status": st.dictionaries(st.sampled_from(["phase", "podIP"]), _small, max_size=2),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(old=_pod, new=_pod)
+def test_changed_fields_walk_agrees_with_looking_each_leaf_up_from_the_root(old: dict, new: dict) -> None:
+    schema = PODS.apply_schema
+    fields = ssa._object_fields(new, schema)
+    old_paths = ssa.leaves(ssa._object_fields(old, schema))
+    expected = {
+        p for p in ssa.leaves(fields) if p not in old_paths or ssa.value_at(old, p) != ssa.value_at(new, p)
+    }
+    walked: set = set()
+    ssa._changed(fields, old, new, (), old_paths, walked)
+    assert walked == expected

@@ -15,7 +15,6 @@ import copy
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +27,7 @@ from controlplane.apiserver.audit.backend import Backends
 from controlplane.apiserver.audit.requestinfo import Attributes, request_attributes
 from controlplane.apiserver.authn import UserInfo
 from controlplane.apiserver.authz import Decision
+from controlplane.apiserver.meta import new_uid
 from controlplane.apiserver.webhooks import context as admission_context
 
 log = logging.getLogger("controlplane.apiserver.audit")
@@ -208,7 +208,7 @@ class Auditor:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
-        ctx = AuditContext(request.headers.get(HEADER) or str(uuid.uuid4()), time.time(), self)
+        ctx = AuditContext(request.headers.get(HEADER) or new_uid(), time.time(), self)
         request[AUDIT_KEY] = ctx
         if self.policy is None:
             return await handler(request)

@@ -65,8 +65,11 @@ async def bind(rest: RestHandler, request: web.Request, info: RequestInfo, pods:
         )
         return pod
 
+    # As upstream's BindingREST, a conditional write of the stored pod below the strategy: admission
+    # judges the request, but the pod is neither validated again nor given a managedFields entry (the
+    # field manager works on the Binding, which is never stored).
     await rest.registry.guaranteed_update(
-        pods, info.namespace, pod_name, mutate, "binding", rest.user(request), False, rest.manager(request)
+        pods, info.namespace, pod_name, mutate, "binding", rest.user(request), False, None, validate=False
     )
     return rest.json(_SUCCESS, 201)
 

@@ -84,9 +84,9 @@ class NodeGraph:
             self.pv_claims.pop(name, None)
 
     def _on_event(self, event: CacheEvent) -> None:
-        self._apply_cached(event.obj, deleted=event.type == "DELETED")
+        self._apply_cached(event.obj, event.type == "DELETED", event.decoded)
 
-    def _apply_cached(self, cached: CachedObject, deleted: bool) -> None:
+    def _apply_cached(self, cached: CachedObject, deleted: bool, decoded: Obj | None = None) -> None:
         parts = cached.key.split("/")
         key = (parts[2], parts[3]) if len(parts) == 4 else ("", parts[-1])
         if deleted:
@@ -94,7 +94,7 @@ class NodeGraph:
             return
         if not (cached.view.get("spec") or {}).get("nodeName") and key not in self.pods:
             return  # unbound and never bound: nothing to decode
-        self.set_pod(key, json.loads(cached.raw))
+        self.set_pod(key, decoded if decoded is not None else json.loads(cached.raw))
 
     def set_pod(self, key: tuple[str, str], pod: Obj | None) -> None:
         """Record (or with None, forget) the pod at (namespace, name)."""
