@@ -325,7 +325,7 @@ def test_status_subresource_and_binding(v1: client.CoreV1Api, namespace: str) ->
     )
     assert v1.read_namespaced_pod("s", namespace).spec.node_name is None
     binding = client.V1Binding(
-        metadata=client.V1ObjectMeta(name="s", uid=uid),
+        metadata=client.V1ObjectMeta(name="s", uid=uid, annotations={"example.com/placed-by": "test"}),
         target=client.V1ObjectReference(kind="Node", name="n1"),
     )
     before_bind = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
@@ -335,6 +335,8 @@ def test_status_subresource_and_binding(v1: client.CoreV1Api, namespace: str) ->
     scheduled = next(c for c in p.status.conditions if c.type == "PodScheduled")
     assert p.spec.node_name == "n1" and scheduled.status == "True"
     assert scheduled.last_transition_time >= before_bind  # the time of binding, not of creation
+    # upstream's setPodHostAndAnnotations: the Binding's annotations are merged into the pod's
+    assert (p.metadata.annotations or {}).get("example.com/placed-by") == "test"
     # upstream's BindingREST writes the pod below the field manager: no managedFields entry for it
     assert p.metadata.managed_fields == managed and managed
     with pytest.raises(ApiException) as err:

@@ -30,6 +30,7 @@ async def bind(rest: RestHandler, request: web.Request, info: RequestInfo, pods:
     # A uid in the Binding's metadata is a precondition, as upstream: a scheduler that decided for a pod
     # which has since been deleted and recreated under the same name must not bind the new one.
     want_uid = meta.get("uid")
+    annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
 
     def mutate(pod: Obj) -> Obj:
         spec = pod.setdefault("spec", {})
@@ -53,6 +54,8 @@ async def bind(rest: RestHandler, request: web.Request, info: RequestInfo, pods:
                 "pods/binding", "", pod_name, f"pod {pod_name} is being deleted, cannot be assigned to a host"
             )
         spec["nodeName"] = node
+        if annotations:  # upstream's setPodHostAndAnnotations merges the Binding's into the pod's
+            pod["metadata"]["annotations"] = {**(pod["metadata"].get("annotations") or {}), **annotations}
         conditions = pod.setdefault("status", {}).setdefault("conditions", [])
         conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
         conditions.append(
