@@ -46,6 +46,12 @@ def most_requested(requested: int, allocatable: int) -> int:
     return min(requested, allocatable) * MAX_NODE_SCORE // allocatable
 
 
+_PER_RESOURCE: dict[str, Callable[[int, int], int]] = {
+    LEAST_ALLOCATED: least_requested,
+    MOST_ALLOCATED: most_requested,
+}
+
+
 def _go_div(a: int, b: int) -> int:
     """Go's integer division, which truncates toward zero (Python's // floors)."""
     q = abs(a) // abs(b)
@@ -108,13 +114,7 @@ class ResourceAllocation:
         self.resources = tuple((r, w) for r, w in resources if w > 0)
         self.weight_sum = sum(w for _, w in self.resources)
         self._ratio = strategy == REQUESTED_TO_CAPACITY_RATIO
-        self._fn: Callable[[int, int], int] = (
-            ratio_scorer(shape)
-            if self._ratio
-            else least_requested
-            if strategy == LEAST_ALLOCATED
-            else most_requested
-        )
+        self._fn: Callable[[int, int], int] = ratio_scorer(shape) if self._ratio else _PER_RESOURCE[strategy]
         self.key = plugin_key()
 
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
