@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -24,8 +25,17 @@ def _labels(text: str) -> dict[str, str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
-    parser.add_argument("--kubeconfig", type=Path, default=Path(default), help="kubeconfig to write with")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        action="append",
+        default=None,
+        help="kubeconfig to write with (default $KUBECONFIG's first file, else ~/.kube/config). Give it "
+        "once per API server of an HA control plane to spread the nodes over them as a load balancer in "
+        "front of the servers spreads kubelets: node i registers, renews its Lease, reports its status and "
+        "watches and writes its pods through the (i mod K)-th of the K kubeconfigs; the request limits "
+        "(--concurrency, --kube-api-qps, --kube-api-burst) stay the whole simulation's",
+    )
     parser.add_argument("--nodes", type=int, default=1, help="how many nodes to simulate")
     parser.add_argument("--name-prefix", default="sim-", help="node names are PREFIX0, PREFIX1, ...")
     parser.add_argument("--node-labels", type=_labels, default={}, help="k=v,... labels on every node")
@@ -61,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def kubeconfigs(given: list[Path] | None) -> list[Path]:
+    """The --kubeconfig files in order, or the default one (what kubectl would read first)."""
+    if given:
+        return given
+    default = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
+    return [Path(default)]
+
+
 def run(args: argparse.Namespace) -> int:
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
@@ -94,12 +112,20 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         stop = termination_event()
-        config = load_kubeconfig(args.kubeconfig)
-        async with KubeClient(
-            config, qps=args.kube_api_qps, burst=args.kube_api_burst, component="nodesim"
-        ) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            clients = []
+            for path in kubeconfigs(args.kubeconfig):
+                client = KubeClient(
+                    load_kubeconfig(path),
+                    qps=args.kube_api_qps,
+                    burst=args.kube_api_burst,
+                    component="nodesim",
+                )
+                clients.append(await stack.enter_async_context(client))
+            for client in clients[1:]:  # one rate limit for the whole simulation, however many servers
+                client.limiter = clients[0].limiter
             try:
-                await Simulation(client, settings).run(stop)
+                await Simulation(clients, settings).run(stop)
             except NotOurs as err:
                 log.error("%s", err)
                 return 1

@@ -18,19 +18,30 @@ then the Deployments scaled to 0 and deleted. Measured, against upstream's SLOs:
   at the first, median and last watcher (the watchers share the bench's process, whose own decoding is
   in the figure);
 - CPU seconds and peak RSS of the API server's process tree (scheduler and controller manager
-  included), of etcd and of the simulator.
+  included), of etcd and of the simulator; each tree also by process (server, scheduler, controller
+  manager), and which tree's scheduler and controller manager hold the leader Leases.
+
+With --apiservers K (K > 1, etcd only): K API servers on the one etcd (`ApiServerReplicas`), each with its
+own scheduler and controller manager leader-electing, as upstream's HA control plane runs them, and the
+load spread as a load balancer in front of them spreads it: the simulator takes every server's
+kubeconfig and node i talks to server i mod K (registration, Lease, status, its pods' watch and writes);
+watcher i of the fan-out watches through server i mod K; the probe calls go round-robin over the servers
+(their figures per class as with one server, and per server); the Deployments are created, and the pods
+watched, through the first server. Each server's process tree is reported on its own.
 
 Usage: python bench/scale/density.py [--nodes 100,500,1000] [--pods-per-node 30] [--rate 50]
-                                     [--store etcd|sqlite] [--watchers 1000] [--out DIR]
+                                     [--store etcd|sqlite] [--apiservers 1] [--watchers 1000] [--out DIR]
        python bench/scale/density.py --smoke --out DIR     # 5 nodes x 4 pods
-Writes scale-density.{json,md,svg} (default bench/results/) as each N finishes: a run stopped at a
-larger N keeps the figures of the sizes before it.
+Writes scale-density.{json,md,svg} (default bench/results/; scale-density-Kapiservers.* with
+--apiservers K > 1) as each N finishes: a run stopped at a larger N keeps the figures of the sizes
+before it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import subprocess
@@ -48,11 +59,35 @@ from bench.reporting import add_run_options, bar_svg, out_dir, write_report
 from kubeclient.client import MERGE_PATCH, KubeClient
 from kubeclient.config import load_kubeconfig
 from kubeclient.errors import ApiError
-from pykubelet.rig.apiserver import ApiServer
+from pykubelet.rig.apiserver import ApiServer, ApiServerReplicas
 from pykubelet.rig.etcd import Etcd
 
 SLO = {"single": 1.0, "namespaced list": 5.0, "cluster list": 30.0, "pod startup": 5.0}
 NAMESPACES = 10
+# The components that leader-elect among the API servers' children, and their Leases in kube-system.
+LEADER_LEASES = {"scheduler": "kube-scheduler", "controller-manager": "kube-controller-manager"}
+
+
+def report_name(apiservers: int) -> str:
+    """One server keeps the original definition's name; N servers are another definition beside it."""
+    return "scale-density" if apiservers == 1 else f"scale-density-{apiservers}apiservers"
+
+
+def apiservers_problem(apiservers: int, store: str) -> str | None:
+    """Why --apiservers cannot run with this store (None: it can)."""
+    if apiservers < 1:
+        return f"--apiservers must be at least 1, not {apiservers}"
+    if apiservers > 1 and store != "etcd":
+        return (
+            f"--apiservers {apiservers} needs --store etcd: several API servers share one etcd, while a "
+            f"SQLite store is one server's own file"
+        )
+    return None
+
+
+def server_names(count: int) -> list[str]:
+    """The API servers' names in the report: `apiserver` alone, else apiserver-0, apiserver-1, ..."""
+    return ["apiserver"] if count == 1 else [f"apiserver-{i}" for i in range(count)]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -144,50 +179,71 @@ class PodWatch:
 
 
 class Prober:
-    """Calls of each SLO class at a steady rate during the run, each timed by the caller."""
+    """Calls of each SLO class at a steady rate during the run, each timed by the caller; each round of
+    calls goes to the next of the servers (round-robin), timed per class and per server."""
 
-    def __init__(self, client: KubeClient, node: str) -> None:
-        self.client = client
+    def __init__(self, clients: dict[str, KubeClient], node: str) -> None:
+        self.clients = clients
         self.node = node
         self.latency: dict[str, list[float]] = {"single": [], "namespaced list": [], "cluster list": []}
+        self.by_server: dict[str, dict[str, list[float]]] = {
+            name: {kind: [] for kind in self.latency} for name in clients
+        }
 
-    async def _timed(self, kind: str, call: Any) -> None:
+    async def _timed(self, server: str, kind: str, call: Any) -> None:
         start = time.monotonic()
         try:
             await call
         except ApiError:
             return
-        self.latency[kind].append(time.monotonic() - start)
+        took = time.monotonic() - start
+        self.latency[kind].append(took)
+        self.by_server[server][kind].append(took)
 
     async def run(self, rate: float = 5.0) -> None:
         tick = 0
+        names = list(self.clients)
         while True:
             tick += 1
             ns = f"density-{tick % NAMESPACES}"
+            server = names[tick % len(names)]
+            client = self.clients[server]
             await asyncio.gather(
-                self._timed("single", self.client.get(f"/api/v1/nodes/{self.node}")),
+                self._timed(server, "single", client.get(f"/api/v1/nodes/{self.node}")),
                 self._timed(
+                    server,
                     "single",
-                    self.client.patch(
+                    client.patch(
                         f"/api/v1/namespaces/{ns}/configmaps/probe",
                         {"data": {"tick": str(tick)}},
                         content_type=MERGE_PATCH,
                     ),
                 ),
-                self._timed("namespaced list", self.client.get(f"/api/v1/namespaces/{ns}/pods")),
-                self._timed("cluster list", self.client.get("/api/v1/nodes")),
+                self._timed(server, "namespaced list", client.get(f"/api/v1/namespaces/{ns}/pods")),
+                self._timed(server, "cluster list", client.get("/api/v1/nodes")),
             )
             await asyncio.sleep(1 / rate)
 
+    def result(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The figures per class, and per server and class."""
+        calls = {k: figures(v) for k, v in self.latency.items()}
+        per_server = {s: {k: figures(v) for k, v in kinds.items()} for s, kinds in self.by_server.items()}
+        return calls, per_server
+
 
 class FanOut:
-    """`count` watchers of every Service, as `count` kubelets hold; a Service written every `period` s,
-    and the delay from each write to its event at each watcher."""
+    """`count` watchers of every Service, as `count` kubelets hold; a Service written every `period` s
+    (through the first server), and the delay from each write to its event at each watcher. Watcher i
+    watches through server i mod N, as N servers behind a load balancer share the kubelets."""
 
-    def __init__(self, server: ApiServer, count: int, namespace: str) -> None:
-        self.client = KubeClient(
-            load_kubeconfig(server.kubeconfig), qps=0, max_connections=count + 4, component="fanout"
-        )
+    def __init__(self, kubeconfigs: dict[str, Path], count: int, namespace: str) -> None:
+        per_server = math.ceil(count / len(kubeconfigs))
+        self.clients = [
+            KubeClient(load_kubeconfig(k), qps=0, max_connections=per_server + 4, component="fanout")
+            for k in kubeconfigs.values()
+        ]
+        self.servers = list(kubeconfigs)
+        self.client = self.clients[0]
         self.count = count
         self.path = f"/api/v1/namespaces/{namespace}/services"
         self.arrivals: list[dict[str, float]] = [{} for _ in range(count)]
@@ -195,9 +251,10 @@ class FanOut:
         self.tasks: list[asyncio.Task[None]] = []
 
     async def _watch(self, i: int, rv: str) -> None:
+        client = self.clients[i % len(self.clients)]
         while True:
             try:
-                async for event in self.client.watch(
+                async for event in client.watch(
                     "/api/v1/services", {"resourceVersion": rv, "timeoutSeconds": 3600}
                 ):
                     obj = event["object"]
@@ -249,32 +306,73 @@ class FanOut:
                     "median": pct(got, 0.5),
                     "last": got[-1] if len(got) == self.count else float("nan"),
                     "missing": self.count - len(got),
+                    "last_by_server": self._last_by_server(mark, sent),
                 }
             )
+
+    def _last_by_server(self, mark: str, sent: float) -> list[float]:
+        """Per server, the delay to the last of its watchers (NaN when one of them missed the write)."""
+        n = len(self.clients)
+        out = []
+        for s in range(n):
+            mine = [a.get(mark) for a in self.arrivals[s::n]]
+            whole = bool(mine) and None not in mine
+            out.append(max(t for t in mine if t is not None) - sent if whole else float("nan"))
+        return out
 
     async def close(self) -> dict[str, Any]:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.client.close()
+        for client in self.clients:
+            await client.close()
         last = [r["last"] for r in self.rounds if not r["missing"]]  # writes every watcher saw
+        by_server = {
+            name: figures([r["last_by_server"][s] for r in self.rounds if not r["missing"]])
+            for s, name in enumerate(self.servers)
+        }
         return {
             "watchers": self.count,
             "writes": len(self.rounds),
             "first": figures([r["first"] for r in self.rounds if r["missing"] < self.count]),
             "median_watcher": figures([r["median"] for r in self.rounds if r["missing"] < self.count]),
             "last_watcher": figures(last),
+            "last_watcher_by_server": by_server,
             "writes_missing_a_watcher": sum(1 for r in self.rounds if r["missing"]),
         }
 
 
+def role(proc: psutil.Process) -> str:
+    """What a process is: the component of `python -m pykubelet <component>` (server, scheduler,
+    controller-manager, simulate), else its executable's name (etcd)."""
+    try:
+        argv = proc.cmdline()
+        if "pykubelet" in argv[:-1]:
+            return argv[argv.index("pykubelet") + 1]
+        return proc.name()
+    except psutil.Error:
+        return "gone"
+
+
+def _cpu(proc: psutil.Process) -> float:
+    try:
+        t = proc.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return t.user + t.system
+
+
 class ProcessUse:
-    """CPU seconds and peak RSS of a process and its children over the run."""
+    """CPU seconds and peak RSS of a process and its children over the run, in all and by role (a
+    server's own process, its scheduler, its controller manager)."""
 
     def __init__(self, pid: int) -> None:
         self.proc = psutil.Process(pid)
         self.start = self.cpu_seconds()
+        self.base = {p.pid: _cpu(p) for p in self._tree()}
+        self.roles: dict[int, str] = {p.pid: role(p) for p in self._tree()}  # every process of it seen
         self.peak_rss = 0
+        self.peak_by_role: dict[str, int] = {}
 
     def _tree(self) -> list[psutil.Process]:
         try:
@@ -295,18 +393,58 @@ class ProcessUse:
 
     def sample(self) -> None:
         rss = 0
+        by_role: dict[str, int] = {}
         for p in self._tree():
             try:
-                rss += p.memory_info().rss
+                used = p.memory_info().rss
             except psutil.NoSuchProcess:
-                pass
+                continue
+            name = self.roles.setdefault(p.pid, role(p))
+            rss += used
+            by_role[name] = by_role.get(name, 0) + used
         self.peak_rss = max(self.peak_rss, rss)
+        for name, used in by_role.items():
+            self.peak_by_role[name] = max(self.peak_by_role.get(name, 0), used)
 
-    def result(self) -> dict[str, float]:
+    def pids(self) -> set[int]:
+        return {p.pid for p in self._tree()}
+
+    def result(self) -> dict[str, Any]:
+        """The tree's CPU seconds and peak RSS, and each role's (only the processes alive at the end
+        count their CPU: a component restarted during the run loses its first life's)."""
+        cpu: dict[str, float] = {}
+        for p in self._tree():
+            name = self.roles.setdefault(p.pid, role(p))
+            cpu[name] = cpu.get(name, 0.0) + _cpu(p) - self.base.get(p.pid, 0.0)
+        parts = {
+            name: {
+                "cpu_s": round(cpu.get(name, 0.0), 1),
+                "peak_rss_mib": round(self.peak_by_role.get(name, 0) / 2**20, 1),
+            }
+            for name in sorted(set(cpu) | set(self.peak_by_role))
+        }
         return {
             "cpu_s": round(self.cpu_seconds() - self.start, 1),
             "peak_rss_mib": round(self.peak_rss / 2**20, 1),
+            "by_process": parts,
         }
+
+
+async def leaders(client: KubeClient, uses: dict[str, ProcessUse]) -> dict[str, list[str]]:
+    """Per process tree, the components whose leader Lease one of its processes holds. Our components'
+    holder identity is `hostname_pid_suffix` (kubeclient.leaderelection): the pid names the process."""
+    held: dict[str, list[str]] = {name: [] for name in uses}
+    for component, lease in LEADER_LEASES.items():
+        try:
+            obj = await client.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{lease}")
+        except ApiError:
+            continue
+        parts = ((obj.get("spec") or {}).get("holderIdentity") or "").rsplit("_", 2)
+        pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        for name, use in uses.items():
+            if pid in use.pids():
+                held[name].append(component)
+    return held
 
 
 async def wait_until(check: Any, timeout: float, what: str) -> None:
@@ -317,19 +455,32 @@ async def wait_until(check: Any, timeout: float, what: str) -> None:
         await asyncio.sleep(0.5)
 
 
-async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
-    etcd = Etcd(root / "etcd") if args.store == "etcd" else None
+def control_plane(root: Path, args: argparse.Namespace, etcd: Etcd | None) -> ApiServer | ApiServerReplicas:
+    """One API server (on etcd or SQLite), or --apiservers of them on the one etcd; each with its
+    scheduler and controller manager (with several, they leader-elect)."""
     limits = []
     if args.controller_manager_qps is not None:  # upstream's scale tests raise the controller manager's
         limits = ["--controller-manager-kube-api-qps", str(args.controller_manager_qps)]
         limits += ["--controller-manager-kube-api-burst", str(int(args.controller_manager_qps * 1.5))]
-    server = ApiServer(root / "api", scheduler=True, controllers=True, etcd=etcd, extra_args=limits)
+    count = args.apiservers
+    if count == 1:
+        return ApiServer(root / "api", scheduler=True, controllers=True, etcd=etcd, extra_args=limits)
+    assert etcd is not None, apiservers_problem(count, args.store)
+    return ApiServerReplicas(root / "api", count, etcd, scheduler=True, controllers=True, extra_args=limits)
+
+
+async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+    etcd = Etcd(root / "etcd") if args.store == "etcd" else None
+    plane = control_plane(root, args, etcd)
+    servers = plane.servers if isinstance(plane, ApiServerReplicas) else [plane]
+    names = server_names(len(servers))
+    kubeconfigs = {name: server.kubeconfig for name, server in zip(names, servers, strict=True)}
     sim: subprocess.Popen[bytes] | None = None
     try:
         if etcd is not None:
             etcd.start()
-        server.start()
-        use = {"apiserver": ProcessUse(server.pid or 0)}
+        plane.start()
+        use = {name: ProcessUse(s.pid or 0) for name, s in zip(names, servers, strict=True)}
         if etcd is not None:
             use["etcd"] = ProcessUse(etcd.pid or 0)
         log = (root / "simulate.log").open("w")
@@ -339,7 +490,7 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
                 "-m",
                 "pykubelet",
                 "simulate",
-                f"--kubeconfig={server.kubeconfig}",
+                *(f"--kubeconfig={k}" for k in kubeconfigs.values()),
                 f"--nodes={nodes}",
                 "--start-delay=0s",
                 "--kube-api-qps=2000",
@@ -350,7 +501,11 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             stderr=subprocess.STDOUT,
         )
         use["simulator"] = ProcessUse(sim.pid)
-        async with KubeClient(load_kubeconfig(server.kubeconfig), qps=5000, burst=10000) as client:
+        probes = {
+            name: KubeClient(load_kubeconfig(k), qps=5000, burst=10000) for name, k in kubeconfigs.items()
+        }
+        client = probes[names[0]]
+        try:
 
             async def all_ready() -> bool:
                 items, _ = await client.list(
@@ -376,10 +531,10 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
                 ns = f"density-{i}"
                 await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
                 await client.create(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "probe"}})
-            fanout = FanOut(server, args.watchers, "density-0")
+            fanout = FanOut(kubeconfigs, args.watchers, "density-0")
             fanout_connect = await fanout.start()
             watcher = PodWatch(client)
-            prober = Prober(client, f"sim-{0:0{len(str(nodes - 1))}d}")
+            prober = Prober(probes, f"sim-{0:0{len(str(nodes - 1))}d}")
             tasks = [asyncio.create_task(watcher.run()), asyncio.create_task(prober.run())]
             fanout_task = asyncio.create_task(fanout.run())
             total = nodes * args.pods_per_node
@@ -446,7 +601,11 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        calls = {k: figures(v) for k, v in prober.latency.items()}
+            leading = await leaders(client, {name: use[name] for name in names})
+        finally:
+            for probe in probes.values():
+                await probe.close()
+        calls, calls_by_server = prober.result()
         startup = figures(watcher.startup())
         held = {k: (calls[k]["p99"] <= SLO[k]) for k in calls}
         held["pod startup"] = startup["p99"] <= SLO["pod startup"]
@@ -462,7 +621,10 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             "scheduling_pods_per_s": round(throughput, 1),
             "watch_fanout": watch_fanout,
             "slo_held": held,
-            "processes": {k: u.result() for k, u in use.items()},
+            "calls_by_server": calls_by_server,
+            "processes": {
+                k: {**u.result(), **({"leads": leading[k]} if k in leading else {})} for k, u in use.items()
+            },
         }
     finally:
         if sim is not None and sim.poll() is None:
@@ -472,7 +634,7 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             except subprocess.TimeoutExpired:
                 sim.kill()
                 sim.wait()
-        server.stop()
+        plane.stop()
         if etcd is not None:
             etcd.stop()
 
@@ -484,6 +646,7 @@ async def main(args: argparse.Namespace, out: Path | None = None) -> dict[str, A
     runs: list[dict[str, Any]] = []
     result = {
         "store": args.store,
+        "apiservers": args.apiservers,
         "pods_per_node": args.pods_per_node,
         "rate_pods_per_s": args.rate,
         "controller_manager_qps": args.controller_manager_qps or 20.0,
@@ -506,14 +669,16 @@ async def main(args: argparse.Namespace, out: Path | None = None) -> dict[str, A
 def report(out: Path, result: dict[str, Any]) -> str:
     """The report of the sizes finished so far (JSON, markdown, SVG) into `out`; returns the markdown."""
     text = markdown(result)
-    write_report(out, "scale-density", result, text, svg(result))
+    write_report(out, report_name(result.get("apiservers", 1)), result, text, svg(result))
     return text
 
 
 def markdown(result: dict[str, Any]) -> str:
+    count = result.get("apiservers", 1)
+    servers = "one API server" if count == 1 else f"{count} API servers on one etcd"
     lines = [
         f"# Density: simulated nodes, {result['pods_per_node']} pods per node through Deployments at "
-        f"{result['rate_pods_per_s']} pods/s, store {result['store']}, controller manager client "
+        f"{result['rate_pods_per_s']} pods/s, store {result['store']}, {servers}, controller manager client "
         f"{result.get('controller_manager_qps', 20.0)} QPS",
         "",
         f"load average before the run {tuple(round(x, 2) for x in result['load_average'])}, {result['cpus']} CPUs",
@@ -526,16 +691,38 @@ def markdown(result: dict[str, Any]) -> str:
     for r in result["runs"]:
         held = ", ".join(k for k, ok in r["slo_held"].items() if ok)
         broken = ", ".join(k for k, ok in r["slo_held"].items() if not ok)
-        api = r["processes"]["apiserver"]
+        api = "; ".join(
+            f"{u['cpu_s']} / {u['peak_rss_mib']}"
+            for n, u in r["processes"].items()
+            if n.startswith("apiserver")
+        )
         fan = r["watch_fanout"]
         lines.append(
             f"| {r['nodes']} | {r['pods']} | {r['calls']['single']['p99']} | {r['calls']['namespaced list']['p99']} "
             f"| {r['calls']['cluster list']['p99']} | {r['pod_startup']['p50']} / {r['pod_startup']['p99']} "
             f"| {r['scheduling_pods_per_s']} | {held or '-'}{' (broken: ' + broken + ')' if broken else ''} "
-            f"| {api['cpu_s']} / {api['peak_rss_mib']} "
+            f"| {api} "
             f"| {fan['watchers']}, {fan['last_watcher']['p50']} / {fan['last_watcher']['p99']} "
             f"| {_load(r.get('load_before'))} / {_load(r.get('load_after'))} |"
         )
+    lines += [
+        "",
+        "Each process tree: its CPU seconds and peak RSS, by process, and the leader Leases it holds "
+        "(with several API servers only the leaders' scheduler and controller manager work).",
+        "",
+        "| nodes | process tree | CPU s / peak RSS MiB | by process: CPU s / peak RSS MiB | leads |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in result["runs"]:
+        for name, u in r["processes"].items():
+            parts = ", ".join(
+                f"{part} {p['cpu_s']} / {p['peak_rss_mib']}"
+                for part, p in (u.get("by_process") or {}).items()
+            )
+            leads = ", ".join(u.get("leads") or []) or "-"
+            lines.append(
+                f"| {r['nodes']} | {name} | {u['cpu_s']} / {u['peak_rss_mib']} | {parts or '-'} | {leads} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -560,6 +747,14 @@ def cli() -> None:
     parser.add_argument("--pods-per-node", type=int, default=30)
     parser.add_argument("--rate", type=float, default=50.0, help="pods created per second")
     parser.add_argument("--store", choices=["etcd", "sqlite"], default="etcd")
+    parser.add_argument(
+        "--apiservers",
+        type=int,
+        default=1,
+        help="API servers on the one etcd (N > 1 needs --store etcd), each with its scheduler and controller "
+        "manager leader-electing; the simulated nodes, the watchers and the probes spread over them "
+        "(report scale-density-Kapiservers.*, K the count)",
+    )
     parser.add_argument("--watchers", type=int, default=1000, help="node watchers of every Service")
     parser.add_argument(
         "--controller-manager-qps",
@@ -570,6 +765,9 @@ def cli() -> None:
     )
     add_run_options(parser)
     args = parser.parse_args()
+    problem = apiservers_problem(args.apiservers, args.store)
+    if problem:
+        parser.error(problem)
     out = out_dir(parser, args)
     if args.smoke:
         args.nodes, args.pods_per_node, args.rate, args.watchers = "5", 4, 20.0, 5

@@ -7,13 +7,20 @@ loop over sizes and the report it writes."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.scale import density
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def finished_size(nodes: int) -> dict[str, Any]:
@@ -55,7 +62,7 @@ async def test_a_size_that_breaks_leaves_the_report_of_the_sizes_before_it(
 
     monkeypatch.setattr(density, "one_size", one_size)
     args = argparse.Namespace(
-        nodes="100,500", store="etcd", pods_per_node=30, rate=50.0, controller_manager_qps=None
+        nodes="100,500", store="etcd", apiservers=1, pods_per_node=30, rate=50.0, controller_manager_qps=None
     )
     with pytest.raises(Broken):
         await density.main(args, tmp_path)
@@ -75,9 +82,111 @@ async def test_every_size_finished_is_in_the_report(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(density, "one_size", one_size)
     args = argparse.Namespace(
-        nodes="5,10", store="sqlite", pods_per_node=30, rate=50.0, controller_manager_qps=None
+        nodes="5,10", store="sqlite", apiservers=1, pods_per_node=30, rate=50.0, controller_manager_qps=None
     )
     result = await density.main(args, tmp_path)
     written = json.loads((tmp_path / "scale-density.json").read_text())
     assert [r["nodes"] for r in written["runs"]] == [5, 10] == [r["nodes"] for r in result["runs"]]
     assert "| 10 | 300 |" in (tmp_path / "scale-density.md").read_text()
+
+
+async def test_several_api_servers_report_under_their_own_name_each_process_tree_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def one_size(_root: Path, nodes: int, _args: argparse.Namespace) -> dict[str, Any]:
+        run = finished_size(nodes)
+        tree = {"cpu_s": 1.0, "peak_rss_mib": 100.0}
+        run["processes"] = {
+            "apiserver-0": {
+                **tree,
+                "by_process": {"server": tree, "scheduler": tree},
+                "leads": ["scheduler"],
+            },
+            "apiserver-1": {**tree, "by_process": {"server": tree}, "leads": ["controller-manager"]},
+            "apiserver-2": {**tree, "by_process": {"server": tree}, "leads": []},
+        }
+        return run
+
+    monkeypatch.setattr(density, "one_size", one_size)
+    args = argparse.Namespace(
+        nodes="5", store="etcd", apiservers=3, pods_per_node=30, rate=50.0, controller_manager_qps=None
+    )
+    await density.main(args, tmp_path)
+    assert not (tmp_path / "scale-density.json").exists(), "a 3-server run overwrote the 1-server report"
+    written = json.loads((tmp_path / "scale-density-3apiservers.json").read_text())
+    assert written["apiservers"] == 3
+    table = (tmp_path / "scale-density-3apiservers.md").read_text()
+    assert "3 API servers on one etcd" in table.splitlines()[0]
+    assert (
+        "| 5 | apiserver-0 | 1.0 / 100.0 | server 1.0 / 100.0, scheduler 1.0 / 100.0 | scheduler |" in table
+    )
+    assert "| 5 | apiserver-2 | 1.0 / 100.0 | server 1.0 / 100.0 | - |" in table
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--apiservers", "0"], "--apiservers must be at least 1, not 0"),
+        (["--apiservers", "3", "--store", "sqlite"], "--apiservers 3 needs --store etcd"),
+    ],
+)
+def test_a_server_count_that_cannot_run_is_refused_before_anything_starts(
+    tmp_path: Path, given: list[str], said: str
+) -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench/scale/density.py"),
+            *given,
+            "--smoke",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "something started (or wrote) before the refusal"
+    assert time.monotonic() - started < 30
+
+
+class Answers:
+    """A stand-in client that answers every call at once, counting them (the prober's spreading is
+    what is tested; the real servers are the smoke run's)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get(self, path: str) -> dict[str, Any]:
+        self.calls += 1
+        return {}
+
+    async def patch(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        return {}
+
+
+async def test_the_probe_rounds_go_round_robin_over_the_servers() -> None:
+    clients = {f"apiserver-{i}": Answers() for i in range(3)}
+    prober = density.Prober(clients, "sim-0")  # type: ignore[arg-type]
+    task = asyncio.create_task(prober.run(rate=1000.0))
+    try:
+        for _ in range(2000):  # 9 rounds of 4 calls, bounded
+            if sum(c.calls for c in clients.values()) >= 36:
+                break
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    counts = [c.calls for c in clients.values()]
+    assert sum(counts) >= 36 and max(counts) - min(counts) <= 4, counts  # even, to one round of 4
+    calls, per_server = prober.result()
+    assert calls["single"]["n"] == sum(per_server[s]["single"]["n"] for s in clients)
+    for name, client in clients.items():
+        assert per_server[name]["single"]["n"] == client.calls // 2
+        assert per_server[name]["cluster list"]["n"] == client.calls // 4

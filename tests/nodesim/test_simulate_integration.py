@@ -266,3 +266,73 @@ def test_a_node_that_is_not_the_simulations_is_left_alone(
         assert not (node.metadata.annotations or {}).get("nodesim.pykubelet.io/simulation")
     finally:
         v1.delete_node("taken-0")
+
+
+def test_nodes_spread_over_several_api_servers_one_kubeconfig_each(
+    apiserver: ApiServer, v1: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    """Given a kubeconfig per API server, node i registers, renews its Lease and runs its pods through
+    the (i mod K)-th. Two servers of separate stores (not replicas of one) show where each node's writes
+    went: a node's objects exist on its own server only."""
+    prefix = "spread-"
+    with ApiServer(tmp_path / "second") as second, second.api_client() as api:
+        v1b = client.CoreV1Api(api)
+        v1b.create_namespace({"metadata": {"name": "spread"}})
+        sim = Simulator(
+            apiserver.kubeconfig,
+            tmp_path / "spread.log",
+            f"--kubeconfig={second.kubeconfig}",
+            "--nodes=3",
+            f"--name-prefix={prefix}",
+            "--start-delay=0s",
+            f"--node-lease-duration-seconds={LEASE_SECONDS}",
+        )
+        try:
+            on = {"first": ["spread-0", "spread-2"], "second": ["spread-1"]}
+            for where, api_v1 in (("first", v1), ("second", v1b)):
+                wait_for(
+                    lambda a=api_v1, w=where: all(_ready(a, n) for n in on[w]),
+                    60,
+                    what=f"{on[where]} Ready on the {where} server",
+                    retrying=(client.ApiException,),
+                )
+            assert _ours(v1, prefix) == on["first"], sim.output()
+            assert _ours(v1b, prefix) == on["second"], sim.output()
+            wait_for(
+                lambda: _leases(v1, prefix) == on["first"] and _leases(v1b, prefix) == on["second"],
+                10,
+                what="each node's Lease on its own server",
+            )
+            v1.create_namespaced_pod(namespace, _bound("a", "spread-0"))
+            v1b.create_namespaced_pod("spread", _bound("b", "spread-1"))
+            for api_v1, ns, name in ((v1, namespace, "a"), (v1b, "spread", "b")):
+                pod = wait_for(
+                    lambda a=api_v1, s=ns, n=name: (
+                        (p := a.read_namespaced_pod(n, s)).status.phase == "Running" and p
+                    ),
+                    30,
+                    what=f"pod {name} Running",
+                )
+                assert pod.status.pod_ip, pod.status
+        finally:
+            code = sim.stop()
+        assert code == 0, sim.output()
+        for api_v1 in (v1, v1b):
+            assert not _ours(api_v1, prefix) and not _leases(api_v1, prefix)
+        assert not v1b.list_namespaced_pod("spread").items, "the simulation's pod was left on its server"
+
+
+def _ours(v1: client.CoreV1Api, prefix: str) -> list[str]:
+    return sorted(n.metadata.name for n in v1.list_node().items if n.metadata.name.startswith(prefix))
+
+
+def _leases(v1: client.CoreV1Api, prefix: str) -> list[str]:
+    leases = client.CoordinationV1Api(v1.api_client).list_namespaced_lease("kube-node-lease").items
+    return sorted(x.metadata.name for x in leases if x.metadata.name.startswith(prefix))
+
+
+def _bound(name: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+    }
