@@ -172,13 +172,21 @@ class NodeController:
             if self.cfg.register_with_taints:
                 # Only at creation, as upstream's initialNode: an adopted Node keeps the taints it has.
                 body["spec"]["taints"] = [dict(t) for t in self.cfg.register_with_taints]
+            # Created with its status, as upstream's registerWithAPIServer (setNodeStatus on the initial
+            # Node): no reader ever sees this Node without one. The conditions are judged against none.
+            self.node = None
+            status = await self._compute()
+            body["status"] = {k: v for k, v in status.items() if v is not None}
             try:
                 self.node = await self.client.create("/api/v1/nodes", body)
-                log.info("node registered node=%s", self.cfg.node_name)
             except ApiError as err:
                 if not err.conflict:
                     raise
-                self.node = await self.client.get(self.path)
+                self.node = await self.client.get(self.path)  # created meanwhile: adopted below
+            else:
+                log.info("node registered node=%s", self.cfg.node_name)
+                self._reported(status)
+                return
         else:
             held = existing.get("metadata", {}).get("labels") or {}
             # As upstream's updateDefaultLabels: only the default labels; an administrator's relabelling of
@@ -194,6 +202,11 @@ class NodeController:
 
     async def _post(self, status: dict[str, Any]) -> None:
         self.node = await self.client.patch(self.path + "/status", {"status": status})
+        self._reported(status)
+
+    def _reported(self, status: dict[str, Any]) -> None:
+        """`status` is in the API now (created with the Node or posted): remembered, and the changes it
+        made announced once."""
         self._last_reported = without_heartbeats(status)
         self._last_report_at = time.monotonic()
         for event in self._pending_events:

@@ -284,10 +284,12 @@ class Registry:
         dry_run: bool = False,
         manager: str | None = None,
         validate: bool = True,
+        admit: bool = True,
     ) -> Obj:
         """Read, mutate, write with the read revision; retry from a fresh read when another write won.
 
-        `manager` records field ownership for the change (None: the mutation did, as apply does)."""
+        `manager` records field ownership for the change (None: the mutation did, as apply does).
+        `admit=False`: a write the caller has admitted as a request of its own (a Binding's pod)."""
         key = res.key(namespace, name)
         for _ in range(_RETRIES):
             cached = await self.get(res, namespace, name, consistent=False)
@@ -301,7 +303,10 @@ class Registry:
             if not subresource and res.generation and new.get("spec") != current.get("spec"):
                 new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
             fill_required(new, res.storage_schema)
-            await self._admit("UPDATE", res, subresource, namespace, new, current, user, validate, dry_run)
+            if admit:
+                await self._admit(
+                    "UPDATE", res, subresource, namespace, new, current, user, validate, dry_run
+                )
             finish = await res.begin_update(self, new, current, dry_run) if not subresource else None
             try:
                 result = await self._write_updated(

@@ -15,7 +15,8 @@ What the walk does, in upstream's words:
 - unknown fields are reported (fieldValidation=Strict) or dropped (Warn, Ignore), never stored;
 - null means "not set": a null field is dropped (times keep it, as Go prints them), a null list or map
   item becomes the item type's zero value.
-`fill_required` puts in the zero values of fields Go always serializes (no omitempty).
+`fill_required` puts in the zero values of fields Go always serializes (scalars without omitempty,
+struct fields that are no pointers).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
+from controlplane.apiserver.valuestructs import VALUE_STRUCTS, ZERO_SCALARS
 from kubeclient.quantity import QuantityError, canonical
 
 FIELDS_FILE = resources.files("controlplane.apiserver") / "fields.json"
@@ -87,6 +89,7 @@ class Type:
     inner: Type | None = None
     fields: dict[str, Type] = field(default_factory=dict)
     zeros: dict[str, Any] = field(default_factory=dict)  # required scalar fields and their zero values
+    structs: tuple[str, ...] = ()  # struct fields Go always writes (valuestructs.py)
 
 
 def _go_struct(name: str) -> tuple[str, str]:
@@ -139,6 +142,10 @@ def build_table(data: dict[str, Any]) -> Table:
             sub_t = t.fields.get(name)
             if sub_t is not None and sub_t.code in _ZERO and sub_t.code not in (QUANTITY, INT_OR_STRING):
                 t.zeros[name] = _ZERO[sub_t.code]
+        t.zeros.update(ZERO_SCALARS.get(ref, {}))
+        t.structs = tuple(
+            name for name in VALUE_STRUCTS.get(ref, ()) if name in t.fields and t.fields[name].code == STRUCT
+        )
         return t
 
     for name in raw:
@@ -460,6 +467,9 @@ def _fill(value: Any, t: Type) -> None:
         for name, zero in t.zeros.items():
             if value.get(name) is None:
                 value[name] = zero
+        for name in t.structs:
+            if value.get(name) is None:
+                value[name] = {}
         for key, item in value.items():
             sub = t.fields.get(key)
             if sub is not None and sub.code in (STRUCT, LIST, MAP) and isinstance(item, dict | list):
@@ -467,8 +477,9 @@ def _fill(value: Any, t: Type) -> None:
 
 
 def fill_required(obj: Any, root: str) -> None:
-    """Zero values for the fields Go always serializes; strict clients (the Python client's models)
-    refuse objects without them."""
+    """Zero values for the fields Go always serializes: required scalars (strict clients, the Python
+    client's models, refuse objects without them) and struct fields that are no pointers (empty structs,
+    as upstream writes them; valuestructs.py)."""
     t = table().root(root)
     if t is not None:
         _fill(obj, t)

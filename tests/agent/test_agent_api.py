@@ -6,12 +6,14 @@ re-posted only on change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import ssl
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -58,11 +60,17 @@ def own_containerd(
         yield ctd
 
 
-@pytest.fixture
-async def agent(
-    apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path, client_pki: dict[str, Path]
+@contextlib.asynccontextmanager
+async def running_agent(
+    apiserver: ApiServer,
+    own_containerd: Containerd,
+    tmp_path: Path,
+    client_pki: dict[str, Path],
+    node_name: str = "",
 ) -> AsyncIterator[Agent]:
-    node_name = f"api-{uuid.uuid4().hex[:6]}"
+    """An agent of a node of its own (a fresh name unless given) on the module's API server and
+    containerd."""
+    node_name = node_name or f"api-{uuid.uuid4().hex[:6]}"
     # The node's own credentials, as a kubelet has: the Node authorizer and NodeRestriction apply.
     kubeconfig = apiserver.client_kubeconfig(
         f"system:node:{node_name}", ("system:nodes",), tmp_path / "kubelet.kubeconfig"
@@ -84,8 +92,10 @@ async def agent(
     )
     a = Agent(cfg)
     await asyncio.wait_for(a.start(), 30)
-    yield a
-    await a.stop()
+    try:
+        yield a
+    finally:
+        await a.stop()
     # Remove what the test's pods left (the agent may have been half-way through removing them).
     async with await CRIClient.connect(own_containerd.endpoint) as cri:
         for sb in await cri.list_pod_sandbox():
@@ -94,6 +104,14 @@ async def agent(
                 await cri.remove_pod_sandbox(sb.id)
             except CRIError:
                 pass
+
+
+@pytest.fixture
+async def agent(
+    apiserver: ApiServer, own_containerd: Containerd, tmp_path: Path, client_pki: dict[str, Path]
+) -> AsyncIterator[Agent]:
+    async with running_agent(apiserver, own_containerd, tmp_path, client_pki) as a:
+        yield a
 
 
 @pytest.fixture
@@ -524,6 +542,51 @@ async def test_node_events_reach_the_api(agent: Agent, admin: KubeClient):
         "component": "kubelet",
         "host": node,
     }
+
+
+async def test_the_node_is_created_with_its_status_and_announces_it_once(
+    apiserver: ApiServer,
+    own_containerd: Containerd,
+    tmp_path: Path,
+    client_pki: dict[str, Path],
+    admin: KubeClient,
+):
+    """Upstream's registerWithAPIServer: the Node is created with the status setNodeStatus computed, so
+    its first version (the watch's ADDED event) already has conditions, addresses, capacity, nodeInfo
+    and the kubelet's endpoint; the conditions' events are sent once."""
+    node = f"api-{uuid.uuid4().hex[:6]}"
+    since = (await admin.get("/api/v1/nodes"))["metadata"]["resourceVersion"]
+
+    async def first_version() -> dict[str, Any]:
+        params = {"resourceVersion": since, "fieldSelector": f"metadata.name={node}"}
+        async for event in admin.watch("/api/v1/nodes", params):
+            return event
+        raise AssertionError("the watch ended without an event")
+
+    async with running_agent(apiserver, own_containerd, tmp_path, client_pki, node) as agent:
+        first = await asyncio.wait_for(first_version(), 30)
+        assert first["type"] == "ADDED"
+        status = first["object"].get("status") or {}
+        assert sorted(c["type"] for c in status.get("conditions") or []) == [
+            "DiskPressure",
+            "MemoryPressure",
+            "PIDPressure",
+            "Ready",
+        ]
+        assert {"type": "Hostname", "address": node} in status["addresses"]
+        assert any(a["type"] == "InternalIP" for a in status["addresses"])
+        assert status["capacity"]["pods"] == status["allocatable"]["pods"] == str(agent.cfg.max_pods)
+        assert status["nodeInfo"]["bootID"] and status["nodeInfo"]["kubeletVersion"]
+        assert status["daemonEndpoints"] == {"kubeletEndpoint": {"Port": agent.cfg.port}}
+        wanted = {"NodeHasSufficientMemory", "NodeHasNoDiskPressure", "NodeHasSufficientPID"}
+
+        async def announced() -> list[dict[str, Any]] | None:
+            items = (await admin.get("/api/v1/namespaces/default/events"))["items"]
+            mine = [e for e in items if e["involvedObject"].get("name") == node and e["reason"] in wanted]
+            return mine if {e["reason"] for e in mine} == wanted else None
+
+        events = await wait_for_async(announced, timeout=20, interval=0.2)
+        assert sorted((e["reason"], e["count"]) for e in events) == sorted((r, 1) for r in wanted)
 
 
 async def test_a_pod_bound_right_after_its_node_label_runs(agent: Agent, admin: KubeClient, test_images):

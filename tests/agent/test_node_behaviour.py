@@ -163,7 +163,8 @@ class StandInClient:
 
     def __init__(self, node: dict[str, Any] | None = None) -> None:
         self.node = node
-        self.posts: list[tuple[float, dict[str, Any]]] = []
+        self.posts: list[tuple[float, dict[str, Any]]] = []  # the statuses written: created or patched
+        self.patches = 0  # of nodes/status
 
     async def get(self, path: str, **params: Any) -> dict[str, Any]:
         if self.node is None:
@@ -172,6 +173,8 @@ class StandInClient:
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.node = {**body, "metadata": {**body["metadata"], "uid": "node-uid"}}
+        if "status" in body:
+            self.posts.append((time.monotonic(), body["status"]))
         return copy.deepcopy(self.node)
 
     async def patch(self, path: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
@@ -179,6 +182,7 @@ class StandInClient:
         if path.endswith("/status"):
             self.node["status"] = body["status"]
             self.posts.append((time.monotonic(), body["status"]))
+            self.patches += 1
         else:
             self.node["metadata"]["labels"].update(body["metadata"]["labels"])
         return copy.deepcopy(self.node)
@@ -227,6 +231,33 @@ async def test_first_ready_is_posted_at_once_not_at_the_next_tick(tmp_path: Path
     assert ("NodeHasSufficientPID", "Node n status is now: NodeHasSufficientPID") in reasons
     assert ("NodeReady", "Node n status is now: NodeReady") in reasons
     assert all(u == "n" for u, *_ in recorder.recorded)  # about the Node (its name as the UID, as upstream)
+
+
+async def test_a_new_node_is_created_with_its_status_and_announced_once(tmp_path: Path, monkeypatch):
+    """Upstream's registerWithAPIServer: the status goes in the create, no status write follows it, and
+    the conditions' events are recorded once."""
+    monkeypatch.setattr(host, "host_facts", lambda: FACTS)
+    monkeypatch.setattr(host, "usage", lambda root: USAGE)
+
+    async def health():
+        return HEALTHY
+
+    async def no_volumes() -> list[str]:
+        return []
+
+    cfg = AgentConfig(node_name="n", node_ip="192.0.2.7", root_dir=str(tmp_path))
+    client = StandInClient()
+    recorder = kubelet_recorder(None, "n")
+    controller = NodeController(client, cfg, health, None, recorder, no_volumes)  # type: ignore[arg-type]
+    await controller.register()
+    assert client.node is not None and client.patches == 0
+    status = client.node["status"]
+    assert status["nodeInfo"]["bootID"] == "boot-2"
+    assert {"type": "InternalIP", "address": "192.0.2.7"} in status["addresses"]
+    assert _ready(status) == "True"
+    assert "volumesInUse" not in status  # no nulls in a created object
+    reasons = sorted(r for _u, _t, r, _m in recorder.recorded)
+    assert reasons == ["NodeHasNoDiskPressure", "NodeHasSufficientMemory", "NodeHasSufficientPID"]
 
 
 async def test_adopted_node_from_another_boot_reports_rebooted(tmp_path: Path, monkeypatch):

@@ -145,7 +145,14 @@ def test_status_and_columns(kubectl: Kubectl, apps: client.AppsV1Api, namespace:
             },
         },
     )
-    assert apps.read_namespaced_daemon_set_status("agent", namespace).status is None
+    reset = apps.read_namespaced_daemon_set_status("agent", namespace).status  # Go's zero DaemonSetStatus
+    assert (
+        reset.current_number_scheduled,
+        reset.number_misscheduled,
+        reset.desired_number_scheduled,
+        reset.number_ready,
+        reset.number_available,
+    ) == (0, 0, 0, 0, None)
     apps.patch_namespaced_daemon_set_status(
         "agent",
         namespace,

@@ -103,7 +103,8 @@ def test_validation(v1: client.CoreV1Api, namespace: str, spec: Obj, expected: s
 def test_status_is_the_controllers_and_scopes_are_immutable(v1: client.CoreV1Api, namespace: str) -> None:
     body = {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "2"}, "scopes": ["NotTerminating"]},
             "status": {"hard": {"pods": "9"}, "used": {"pods": "0"}}}  # fmt: skip
-    assert v1.create_namespaced_resource_quota(namespace, body).status is None
+    status = v1.create_namespaced_resource_quota(namespace, body).status
+    assert status is not None and (status.hard, status.used) == (None, None)  # reset: `"status":{}`
     # A spec update keeps the status; a status update keeps the spec.
     make = v1.read_namespaced_resource_quota("q", namespace)
     make.status = client.V1ResourceQuotaStatus(hard={"pods": "2"}, used={"pods": "0"})

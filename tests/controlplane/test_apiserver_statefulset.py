@@ -52,7 +52,7 @@ def test_defaults(apps: client.AppsV1Api, namespace: str) -> None:
     assert spec.template.spec.restart_policy == "Always"
     assert spec.volume_claim_templates[0].spec.volume_mode == "Filesystem"
     assert spec.volume_claim_templates[0].status.phase == "Pending"
-    assert made.metadata.generation == 1 and made.status is None
+    assert made.metadata.generation == 1 and made.status.replicas == 0 and made.status.ready_replicas is None
     on_delete = apps.create_namespaced_stateful_set(
         namespace, sts("manual", updateStrategy={"type": "OnDelete"}, podManagementPolicy="Parallel")
     )
@@ -162,7 +162,7 @@ def test_forbidden_update(apps: client.AppsV1Api, namespace: str) -> None:
 
 def test_status_scale_and_columns(kubectl: Kubectl, apps: client.AppsV1Api, namespace: str) -> None:
     apps.create_namespaced_stateful_set(namespace, {**sts("web", replicas=3), "status": {"replicas": 9}})
-    assert apps.read_namespaced_stateful_set_status("web", namespace).status is None
+    assert apps.read_namespaced_stateful_set_status("web", namespace).status.replicas == 0  # reset
     apps.patch_namespaced_stateful_set_status(
         "web",
         namespace,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.apiserver import decoding, typed
+from controlplane.apiserver import decoding, typed, valuestructs
 from controlplane.apiserver.errors import ApiError
 
 
@@ -109,7 +109,53 @@ def test_nulls_unknown_fields_and_required_zero_values() -> None:
         "imageID": "",
         "ready": False,
         "restartCount": 0,
+        "state": {},
+        "lastState": {},
     }
+    assert status["spec"] == {}
+
+
+def test_struct_fields_go_always_writes_are_filled_in_empty_at_every_depth() -> None:
+    node: dict = {"metadata": {"name": "n"}}
+    typed.fill_required(node, "V1Node")
+    assert node["spec"] == {}
+    assert node["status"] == {
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        "nodeInfo": dict.fromkeys(
+            (
+                "architecture",
+                "bootID",
+                "containerRuntimeVersion",
+                "kernelVersion",
+                "kubeProxyVersion",
+                "kubeletVersion",
+                "machineID",
+                "operatingSystem",
+                "osImage",
+                "systemUUID",
+            ),
+            "",
+        ),
+    }
+    template = {
+        "spec": {"template": {"spec": {"containers": [{"name": "a"}, {"name": "b", "resources": {"x": 1}}]}}}
+    }
+    typed.fill_required(template, "V1Deployment")
+    assert template["status"] == {} and template["spec"]["strategy"] == {}
+    assert template["spec"]["template"]["metadata"] == {}
+    assert [c["resources"] for c in template["spec"]["template"]["spec"]["containers"]] == [{}, {"x": 1}]
+    # pointers stay unset: a pod's securityContext, a container's probes
+    assert "securityContext" not in template["spec"]["template"]["spec"]
+    assert "livenessProbe" not in template["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_value_struct_table_names_struct_fields_of_known_types() -> None:
+    types = typed.table().types
+    for name, fields in valuestructs.VALUE_STRUCTS.items():
+        assert name in types, name
+        for field in fields:
+            assert types[name].fields[field].code == typed.STRUCT, (name, field)
+            assert field in types[name].structs
 
 
 def _body(raw: bytes, content_type: str = "application/json") -> object:

@@ -137,6 +137,14 @@ class WebhookServer(ReviewServer):
                 else [{"op": "add", "path": "/metadata/labels", "value": {"webhook": "seen"}}]
             )
             return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
+        if path == "/annotate":  # an annotation, on whatever object it is sent
+            annotations = ((obj or {}).get("metadata") or {}).get("annotations")
+            ops = (
+                [{"op": "add", "path": "/metadata/annotations/webhook", "value": "seen"}]
+                if annotations
+                else [{"op": "add", "path": "/metadata/annotations", "value": {"webhook": "seen"}}]
+            )
+            return web.json_response(_answer(req, allowed=True, patchType="JSONPatch", patch=_patch(ops)))
         if path == "/mutate-again":  # changes the object every time it sees no `again` label
             if _labels(obj).get("again") == "yes":
                 return web.json_response(_answer(req, allowed=True))

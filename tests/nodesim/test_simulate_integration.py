@@ -86,10 +86,7 @@ def simulation(
 
 def _ready(v1: client.CoreV1Api, name: str) -> bool:
     node = v1.read_node(name)
-    # A Node the agent has just created has no status until its first status write (not ready yet).
-    return any(
-        c.type == "Ready" and c.status == "True" for c in (node.status and node.status.conditions) or []
-    )
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
 @pytest.fixture

@@ -84,10 +84,7 @@ def _node_ready(core: client.CoreV1Api, name: str) -> bool:
         if err.status == 404:
             return False
         raise
-    # A Node the agent has just created has no status until its first status write (not ready yet).
-    return any(
-        c.type == "Ready" and c.status == "True" for c in (node.status and node.status.conditions) or []
-    )
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
 def _join_stages(log: Path) -> list[str]:

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from controlplane.apiserver import errors
 from controlplane.apiserver.kinds.base import Kind, Subresource
+from controlplane.apiserver.kinds.ports import AdmissionRequest
 from controlplane.apiserver.meta import timestamp
 
 if TYPE_CHECKING:
@@ -20,13 +21,36 @@ SCHEMA = "V1Binding"
 _SUCCESS = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
-async def bind(rest: RestHandler, request: web.Request, info: RequestInfo, pods: Kind) -> web.StreamResponse:
+async def bind(
+    rest: RestHandler, request: web.Request, info: RequestInfo, pods: Kind, subresource: str
+) -> web.StreamResponse:
+    """`info.resource` and `subresource` name what admission sees, as upstream's attributes do: pods
+    subresource binding for pods/{name}/binding, the `bindings` resource for the collection."""
     body, _ = await rest.decode_body(request, info, "Binding", "v1", SCHEMA)
+    body.setdefault("metadata", {})  # as the decoded Go object has it, for webhooks to patch
+    dry_run = rest.dry_run(request)
+    pod_name = info.name or (body.get("metadata") or {}).get("name", "")
+    # Admission judges a CREATE of the Binding (no old object), never an update of the pod: mutating
+    # webhooks may change the Binding (its annotations then land on the pod), validating ones and
+    # policies on pods/binding CREATE may refuse it; the pod's own write below is admitted by nobody.
+    admission = AdmissionRequest(
+        "CREATE",
+        info.resource,
+        subresource,
+        info.namespace,
+        pod_name,
+        body,
+        None,
+        rest.user(request),
+        rest.registry,
+        dry_run,
+    )
+    await rest.registry.admission.admit(admission)
     meta = body.get("metadata") or {}
-    pod_name = info.name or meta.get("name", "")
     node = (body.get("target") or {}).get("name")
     if not node:
         raise errors.invalid_object("Binding", "", pod_name, [errors.required("target.name")])
+    await rest.registry.admission.validate(admission)
     # A uid in the Binding's metadata is a precondition, as upstream: a scheduler that decided for a pod
     # which has since been deleted and recreated under the same name must not bind the new one.
     want_uid = meta.get("uid")
@@ -69,10 +93,10 @@ async def bind(rest: RestHandler, request: web.Request, info: RequestInfo, pods:
         return pod
 
     # As upstream's BindingREST, a conditional write of the stored pod below the strategy: admission
-    # judges the request, but the pod is neither validated again nor given a managedFields entry (the
-    # field manager works on the Binding, which is never stored).
+    # judged the Binding above; the pod is neither admitted nor validated again, nor given a
+    # managedFields entry (the field manager works on the Binding, which is never stored).
     await rest.registry.guaranteed_update(
-        pods, info.namespace, pod_name, mutate, "binding", rest.user(request), False, None, validate=False
+        pods, info.namespace, pod_name, mutate, "binding", None, dry_run, None, validate=False, admit=False
     )
     return rest.json(_SUCCESS, 201)
 
@@ -86,7 +110,7 @@ class BindingSubresource(Subresource):
     schema = SCHEMA
 
     async def create(self, rest: RestHandler, request: web.Request, info: RequestInfo) -> web.StreamResponse:
-        return await bind(rest, request, info, info.resource)
+        return await bind(rest, request, info, info.resource, self.name)
 
 
 class Binding(Kind):
@@ -101,7 +125,7 @@ class Binding(Kind):
     ) -> web.StreamResponse:
         from controlplane.apiserver.kinds.pod import KIND as POD
 
-        return await bind(rest, request, info, POD)
+        return await bind(rest, request, info, POD, "")
 
 
 BINDING = BindingSubresource()

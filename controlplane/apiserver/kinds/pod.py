@@ -244,8 +244,6 @@ class Pod(Kind):
         return podspec.validate_pod_spec(obj.get("spec"))
 
     def validate_update(self, new: Obj, old: Obj, subresource: str) -> list[FieldError]:
-        if subresource == "binding":
-            return []
         if subresource == "ephemeralcontainers":
             return validate_ephemeral_update(new, old)
         old_spec = dict(old.get("spec") or {})

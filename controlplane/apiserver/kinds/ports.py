@@ -82,6 +82,7 @@ class Registry(Protocol):
         dry_run: bool = False,
         manager: str | None = None,
         validate: bool = True,
+        admit: bool = True,
     ) -> Obj: ...
 
     async def delete(

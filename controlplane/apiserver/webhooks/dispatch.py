@@ -167,7 +167,8 @@ def equivalents(kind: Kind, table: Iterable[Kind]) -> list[Kind]:
 def invocation(request: AdmissionRequest, mutating: bool = False) -> Invocation:
     """A DELETE carries the object as `old` only (the chain passes it in both). `mutating`: for the
     mutating webhooks, which see a create before the store has named and stamped the object."""
-    before_create = mutating and request.operation == "CREATE"
+    # (a create through a subresource, a Binding or an Eviction, is shown as sent: no store stamps it)
+    before_create = mutating and request.operation == "CREATE" and not request.subresource
     name = "" if before_create and request.generated_name else request.name
     kind = request.kind
     obj = None if request.operation == "DELETE" else request.obj

@@ -245,7 +245,10 @@ class MutatingAdmissionWebhook(_Plugin):
             # a custom resource is pruned to its schema again (upstream decodes the patched object
             # through the CRD's pruning decoder): fields a webhook adds that the schema lacks are dropped
             typed.decode(patched, request.kind.schema)
-        request.kind.default(patched, request.operation == "CREATE")
+        if not request.subresource or request.operation != "CREATE":
+            # a create through a subresource (a Binding, an Eviction) is an object of its own kind,
+            # which the parent's defaults do not fit
+            request.kind.default(patched, request.operation == "CREATE")
         if patched == request.obj:
             return False
         _replace(request.obj, patched)
