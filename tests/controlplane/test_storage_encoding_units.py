@@ -86,39 +86,6 @@ def pod(name: str, node: str = "") -> dict[str, Any]:
     }
 
 
-async def test_a_write_through_sqlite_lands_in_the_cache_as_if_read_back_from_its_bytes(
-    tmp_path: Path,
-) -> None:
-    store = SQLiteStore(tmp_path / "state.db")
-    await store.start()
-    cache = WatchCache(store, viewer=slim_view)
-    await cache.start()
-    try:
-        watcher = cache.watch("pods", "/pods/ns/", None, cache.revision)
-        obj = pod("a")
-        written = unversioned(obj)
-        with cache.expecting(written):
-            rev = await store.create("/pods/ns/a", written.value)
-        bound = pod("a", node="n1")
-        bound_written = unversioned(bound)
-        with cache.expecting(bound_written):
-            rev2 = await store.update("/pods/ns/a", bound_written.value, rev)
-        # Not handed over: read from the bytes as before.
-        await store.update("/pods/ns/a", encode(pod("a", node="n2")), rev2)
-        events = [watcher.queue.get_nowait() for _ in range(3)]
-        for event, value in zip(events, (written.value, bound_written.value), strict=False):
-            read_back = CachedObject.from_value(event.obj.key, value, event.obj.revision, slim_view)
-            assert (event.obj.raw, event.obj.view) == (read_back.raw, read_back.view)
-        assert [(e.obj.view.get("spec") or {}).get("nodeName") for e in events] == [None, "n1", "n2"]
-        # The cache's copy shares nothing with the writer's object.
-        obj["metadata"]["labels"]["app"] = "changed"
-        assert events[0].obj.view["metadata"]["labels"] == {"app": "é"}
-        assert cache._expected is None
-    finally:
-        await cache.stop()
-        await store.close()
-
-
 async def test_a_handed_over_write_lands_in_the_cache_as_if_read_back_from_its_bytes_on_both_stores(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
