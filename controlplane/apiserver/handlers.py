@@ -45,6 +45,7 @@ from controlplane.apiserver.registry import Registry
 from controlplane.apiserver.request import MAX_BODY, RequestInfo, bool_param, decode, int_param, parse_path
 from controlplane.apiserver.responses import (
     json_response,
+    list_json_response,
     out_raw,
     partial,
     raw_json_response,
@@ -392,7 +393,7 @@ class RestHandler:
             raws = [out_raw(res, c) for c in items]
         if protobufhttp.wants_protobuf(request, res.api_version, res.kind):
             return protobufhttp.list_response(res.api_version, res.kind, res.list_kind, list_meta, raws)
-        return raw_json_response(b"".join([head[:-1], b',"items":[', b",".join(raws), b"]}"]))
+        return list_json_response(head, raws)
 
     async def _list_from_store(
         self, res: Kind, prefix: str, predicate: Any, limit: int, token: str, rv: str, match: str
@@ -526,16 +527,17 @@ class RestHandler:
     def _written(
         self, res: Kind, namespace: str, served: Obj, dry_run: bool, status: int = 200
     ) -> web.Response:
-        """The answer to a create or update: the watch cache's bytes of the version just written when
-        the object is served as stored (they are its encoding: the registry puts the resourceVersion
-        where the cache's copy has it), else the object encoded. A dry run wrote nothing: the cache's
-        copy of that version is the object before it."""
+        """The answer to a create, update or patch: the watch cache's bytes of the version just written
+        when the object is served as stored (they are its encoding: the registry puts the resourceVersion
+        where the cache's copy has it; on etcd, before its event is back, the same splice of the write's
+        bytes), else the object encoded. A dry run wrote nothing: the cache's copy of that version is the
+        object before it."""
         meta = served.get("metadata") or {}
         rv = meta.get("resourceVersion")
-        if not res.converts and rv and not dry_run:
-            cached = self.cache.get(res.key(namespace, meta.get("name", "")))
-            if cached is not None and str(cached.revision) == rv:
-                return raw_object_response(served, cached.raw, status)
+        if not res.converts and rv and rv.isdigit() and not dry_run:
+            raw = self.cache.written_raw(res.key(namespace, meta.get("name", "")), served, int(rv))
+            if raw is not None:
+                return raw_object_response(served, raw, status)
         return json_response(served, status)
 
     async def _patch(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
@@ -576,7 +578,8 @@ class RestHandler:
             self.dry_run(request),
             self.manager(request),
         )
-        return self.warn(json_response(await self.served(res, updated)), unknown)
+        served = await self.served(res, updated)
+        return self.warn(self._written(res, info.namespace, served, self.dry_run(request)), unknown)
 
     async def _apply(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
         res = info.resource

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,11 @@ log = logging.getLogger("controlplane.storage.cache")
 _FEED_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Predicate = Callable[[dict[str, Any]], bool]
+# The longest stretch (seconds) the watch feed applies events before the event loop serves others.
+APPLY_SLICE = 0.005
+# This server's writes remembered for their watch events at most (a write that failed after etcd
+# committed it, or a value the store transformed, never comes back as the bytes it was handed).
+_HANDED_KEPT = 4096
 
 
 def bucket_of(key: str) -> str:
@@ -53,9 +59,16 @@ class CachedObject:
 
     @classmethod
     def from_value(cls, key: str, value: bytes, revision: int, viewer: Viewer = full_view) -> CachedObject:
+        return cls.decoded_from_value(key, value, revision, viewer)[0]
+
+    @classmethod
+    def decoded_from_value(
+        cls, key: str, value: bytes, revision: int, viewer: Viewer = full_view
+    ) -> tuple[CachedObject, dict[str, Any]]:
+        """`from_value`, and the object it decoded (with its resourceVersion; the view may be it)."""
         obj = json.loads(value)
         obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
-        return cls(key, encode(obj), revision, viewer(obj))
+        return cls(key, encode(obj), revision, viewer(obj)), obj
 
     @property
     def obj(self) -> dict[str, Any]:
@@ -82,6 +95,15 @@ class CachedObject:
         obj = self.obj
         obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
         return CachedObject(self.key, encode(obj), revision, self.view)
+
+
+@dataclass(slots=True)
+class _Handed:
+    """A write of this server on its way back through the store's watch: what it stored, and the view
+    of the object taken when it was handed over."""
+
+    written: Unversioned
+    view: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -219,6 +241,10 @@ class WatchCache:
         self._floor = 0
         # The object a write of this server is storing, while the store commits it (`expecting`).
         self._expected: Unversioned | None = None
+        # On a store whose commits come back through a watch (etcd): this server's writes by their
+        # stored bytes, and by the written object's id, until their events arrive (`expecting`).
+        self._handed: dict[bytes, _Handed] = {}
+        self._handed_objs: dict[int, _Handed] = {}
 
     def _bucket(self, name: str) -> _Bucket:
         bucket = self._buckets.get(name)
@@ -278,8 +304,7 @@ class WatchCache:
             try:
                 async for batch in self.store.watch(from_revision):
                     failures = 0
-                    for event in batch:
-                        self._apply(event)
+                    await self._apply_batch(batch)
                     from_revision = self.revision
                 return
             except asyncio.CancelledError:
@@ -297,6 +322,20 @@ class WatchCache:
             except Exception as err:  # any broken watch is opened again
                 from_revision = self.revision
                 failures = await self._back_off(failures, err)
+
+    async def _apply_batch(self, batch: list[Event]) -> None:
+        """A store watch's batch (etcd sends hundreds of events in one response when writes come fast),
+        applied without holding the event loop for long: once a stretch has run `APPLY_SLICE` seconds
+        the feed lets the loop serve others, only ever between two revisions, so a reader never sees
+        part of one revision's changes."""
+        started = time.perf_counter()
+        previous = -1
+        for event in batch:
+            if event.revision != previous and time.perf_counter() - started > APPLY_SLICE:
+                await asyncio.sleep(0)
+                started = time.perf_counter()
+            previous = event.revision
+            self._apply(event)
 
     async def _back_off(self, failures: int, err: BaseException) -> int:
         delay = _FEED_BACKOFF[min(failures, len(_FEED_BACKOFF) - 1)]
@@ -346,14 +385,11 @@ class WatchCache:
             return
         bucket = self._bucket(bucket_of(event.key))
         prev = bucket.objects.get(event.key)
-        cached = decoded = None
-        expected = self._expected
-        if expected is not None and expected.value is event.value and event.type != "DELETE":
-            self._expected = None
-            cached = CachedObject.from_written(event.key, expected, event.revision, self.viewer)
-            decoded = expected.versioned_obj(event.revision) if cached is not None else None
+        cached, decoded = self._own_write(event) if event.type != "DELETE" else (None, None)
         if cached is None:
-            cached = CachedObject.from_value(event.key, event.value, event.revision, self.viewer)
+            cached, decoded = CachedObject.decoded_from_value(
+                event.key, event.value, event.revision, self.viewer
+            )
         if event.type == "DELETE":
             bucket.objects.pop(event.key, None)
             ce = CacheEvent("DELETED", cached, prev, event.revision)
@@ -376,18 +412,75 @@ class WatchCache:
         if self._waiters:
             self._wake()
 
+    def _own_write(self, event: Event) -> tuple[CachedObject | None, dict[str, Any] | None]:
+        """The copy of a write this server handed over (`expecting`), spliced from its bytes, and the
+        object for subscribers when the writer's is still as written (an in-process store's commit);
+        (None, None) for anything else."""
+        expected = self._expected
+        if expected is not None and expected.value is event.value:
+            self._expected = None
+            cached = CachedObject.from_written(event.key, expected, event.revision, self.viewer)
+            return cached, expected.versioned_obj(event.revision) if cached is not None else None
+        handed = self._handed.get(event.value) if self._handed else None
+        if handed is None:
+            return None, None
+        self._forget(handed)
+        raw = handed.written.versioned(event.revision)
+        return (None if raw is None else CachedObject(event.key, raw, event.revision, handed.view)), None
+
     @contextlib.contextmanager
     def expecting(self, written: Unversioned) -> Iterator[None]:
         """While the store commits `written.value`: an in-process store tells the cache of the commit
         with these very bytes (the same object), and the cache then takes its copy from the written
-        object instead of decoding and encoding the value again. Any other event (another store's watch,
-        a transformed value) is read from its bytes as always."""
+        object instead of decoding and encoding the value again. A store that tells the cache through a
+        watch (etcd) brings the commit back later, as equal bytes: the write is remembered by them, with
+        its view taken now (the writer may change its object once the write returns), and its event's
+        copy is spliced from them. Any other event (another server's write, a transformed value, a
+        write that failed here yet committed) is read from its bytes as always."""
         self._expected = written
+        handed = self._hand_over(written) if self._task is not None else None
         try:
             yield
+        except BaseException:
+            if handed is not None:
+                self._forget(handed)
+            raise
         finally:
             if self._expected is written:
                 self._expected = None
+
+    def _hand_over(self, written: Unversioned) -> _Handed | None:
+        """Remember a write whose event the store's watch will bring (None: its event is decoded, as
+        `from_written` would not take it either: no metadata, or a view that is the whole object)."""
+        if written.meta_end < 0:
+            return None
+        view = self.viewer(written.obj)
+        if view is written.obj:
+            return None
+        for table in (self._handed, self._handed_objs):
+            if len(table) >= _HANDED_KEPT:  # events that never came back as these bytes
+                self._forget(next(iter(table.values())))
+        handed = _Handed(written, json.loads(encode(view)))
+        self._handed[written.value] = self._handed_objs[id(written.obj)] = handed
+        return handed
+
+    def _forget(self, handed: _Handed) -> None:
+        if self._handed.get(handed.written.value) is handed:
+            del self._handed[handed.written.value]
+        if self._handed_objs.get(id(handed.written.obj)) is handed:
+            del self._handed_objs[id(handed.written.obj)]
+
+    def written_raw(self, key: str, obj: dict[str, Any], revision: int) -> bytes | None:
+        """The encoding, with its resourceVersion, of `obj` as this server's write stored it at
+        `revision`: the cache's copy once it holds that version, else (etcd's event still on its way)
+        the same splice of the write's bytes. None when neither is known (a dry run, another object)."""
+        cached = self.get(key)
+        if cached is not None and cached.revision == revision:
+            return cached.raw
+        handed = self._handed_objs.get(id(obj))
+        if handed is None or handed.written.obj is not obj:
+            return None
+        return handed.written.versioned(revision)
 
     async def wait_for(self, revision: int, patience: float = 3.0) -> None:
         """Wait until the cache has applied `revision` (consistent reads, watches from the future)."""
@@ -447,9 +540,13 @@ class WatchCache:
 
         The revision may have been spent outside the watched prefix (the compactor's key), so that no
         event will ever bring the cache to it; etcd 3.4 has no reliable on-demand progress notification
-        (etcd issue 15220). After `patience` the store is asked whether anything under the prefix changed
-        since the cache's revision; if not, the cache is current up to the target (as after a progress
-        notification). Past `bound`, TooLargeResourceVersionError (a 504 above), never a stale answer."""
+        (etcd issue 15220). After `patience` without the watch bringing anything, the store is asked
+        whether anything under the prefix changed since the cache's revision; if not, the cache is current
+        up to the target (as after a progress notification). While the watch is bringing events the cache
+        is on its way (a loaded server's feed lags): that question, which makes etcd read every key under
+        the prefix, is not asked then (its answer would be "changed" but for the last stretch of the way,
+        which the next quiet wait asks about), and the wait goes on. Past
+        `bound`, TooLargeResourceVersionError (a 504 above), never a stale answer."""
         current = getattr(self.store, "current_revision", None)
         if current is None:
             await self.wait_fresh()
@@ -458,12 +555,15 @@ class WatchCache:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound
         while self.revision < target:
+            before = self.revision
             try:
                 await self.wait_for(target, min(patience, max(deadline - loop.time(), 0.0)))
                 return
             except TooLargeResourceVersionError:
                 if loop.time() >= deadline:
                     raise
+            if self.revision > before:
+                continue  # the feed moved: wait on rather than have etcd scan the prefix
             held, count = self.revision, sum(len(b.objects) for b in self._buckets.values())
             live = await self.store.live_count_if_unchanged(held, target)  # type: ignore[attr-defined]
             if live == count and self.revision == held:

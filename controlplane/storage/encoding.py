@@ -16,9 +16,16 @@ from typing import Any
 Obj = dict[str, Any]
 
 
+# json.dumps with these arguments builds this very encoder on every call (several times per write).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+# What that encoder writes a string key with (its `ensure_ascii=False` escaping).
+_encode_key = json.encoder.encode_basestring
+
+
 def encode(obj: Any) -> bytes:
-    """Compact JSON, as every response and stored value is written."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    """Compact JSON, as every response and stored value is written
+    (`json.dumps(obj, separators=(",", ":"), ensure_ascii=False)`)."""
+    return _ENCODER.encode(obj).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +65,8 @@ def unversioned(obj: Obj) -> Unversioned:
     offset = 1  # after "{"
     meta_end = -1
     for key, value in obj.items():
-        piece = encode(key) + b":" + encode(meta if key == "metadata" else value)
+        name = _encode_key(key).encode() if type(key) is str else encode(key)
+        piece = name + b":" + encode(meta if key == "metadata" else value)
         if key == "metadata":
             meta_end = offset + len(piece) - 1
         pieces.append(piece)

@@ -365,6 +365,62 @@ async def test_idle_events_expire(tmp_path) -> None:  # type: ignore[no-untyped-
         await server.stop()
 
 
+async def test_the_event_sweep_decodes_only_events_written_since_its_last_round_and_yields(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Tens of thousands of events at scale: a sweep judges an event again only when it was written since
+    the last round, and lets the event loop run while it walks them (the ticker below moves)."""
+    import asyncio
+
+    from controlplane.apiserver import eventttl
+    from controlplane.apiserver.server import ApiServer, ServerConfig
+
+    server = ApiServer(ServerConfig(tmp_path / "d", port=0, insecure_http=True))
+    await server.start()
+    try:
+        for name in ("a", "b", "c"):
+            body = {"metadata": {"name": name}, "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R"}
+            await server.registry.create(EVENT, "default", {"apiVersion": "v1", "kind": "Event", **body})
+        seen: eventttl.Seen = {}
+        assert await eventttl.expire_events(server.registry, EVENT, dt.timedelta(hours=1), seen=seen) == 0
+        assert sorted(seen) == [f"/events/default/{n}" for n in ("a", "b", "c")]
+        changed = server.cache.get("/events/default/b")
+        assert changed is not None
+        again = changed.obj
+        again["message"] = "seen again"
+        await server.registry.update(EVENT, "default", "b", again)
+        judged: list[str] = []
+        original = eventttl.last_activity
+
+        def counted(event):  # type: ignore[no-untyped-def]
+            judged.append(event["metadata"]["name"])
+            return original(event)
+
+        monkeypatch.setattr(eventttl, "last_activity", counted)
+        monkeypatch.setattr(eventttl, "SLICE", -1.0)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        assert await eventttl.expire_events(server.registry, EVENT, dt.timedelta(hours=1), seen=seen) == 0
+        task.cancel()
+        assert judged == ["b"] and ticks > before
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+        swept = await eventttl.expire_events(
+            server.registry, EVENT, dt.timedelta(hours=1), at=later, seen=seen
+        )
+        assert swept == 3 and server.cache.list(EVENT.bucket, EVENT.prefix("default")) == []
+    finally:
+        await server.stop()
+
+
 def test_new_uid_is_a_version_4_uuid_as_uuid4_writes_it() -> None:
     uids = {new_uid() for _ in range(2000)}
     assert len(uids) == 2000

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from controlplane.storage.cache import CLOSED, GoneError, WatchCache
-from controlplane.storage.interface import StoreError
+from controlplane.storage.interface import Event, StoreError
 
 from .conftest import Backend
 
@@ -215,3 +215,45 @@ async def test_a_write_reads_the_store_when_the_watch_lags_too_far(backend: Back
         assert await c.get_for_update("/configmaps/ns/lag", patience=0.2) is None
     finally:
         await store.close()
+
+
+class _CountingStore:
+    """What wait_consistent asks of etcd: its current revision, and the scan of the prefix (answered as
+    etcd would: unchanged only from the last revision written under the prefix on)."""
+
+    def __init__(self, target: int) -> None:
+        self.target, self.last_in_prefix = target, 0
+        self.asked: list[int] = []
+
+    async def current_revision(self) -> int:
+        return self.target
+
+    async def live_count_if_unchanged(self, since: int, at: int) -> int | None:
+        self.asked.append(since)
+        return 1 if since >= self.last_in_prefix else None
+
+
+async def test_a_consistent_read_waits_for_a_moving_feed_without_having_etcd_scan_the_prefix() -> None:
+    """A loaded server's watch lags behind etcd's revision: while it keeps bringing events the read
+    waits for it (no scan of every key, whose answer would be "changed"); once the feed stops short of
+    the target (the rest spent outside the prefix: the compactor's key), one scan says so."""
+    store = _CountingStore(target=20)
+    cache = WatchCache(store)  # type: ignore[arg-type]
+
+    def write(revision: int) -> None:
+        store.last_in_prefix = revision
+        cache._apply(Event("PUT", "/configmaps/ns/a", obj("a"), revision, 1, None))
+
+    async def feed() -> None:
+        for revision in range(1, 20):
+            await asyncio.sleep(0.01)
+            write(revision)
+
+    task = asyncio.create_task(feed())
+    await cache.wait_consistent(patience=0.3)
+    await task
+    assert cache.revision == 20 and store.asked == [19]  # asked once, when the feed had stopped
+    store.target = 40
+    write(30)
+    await cache.wait_consistent(patience=0.3)
+    assert cache.revision == 40 and store.asked == [19, 30]

@@ -1,20 +1,28 @@
 """controlplane/storage/encoding.py and the watch cache's use of it: the versioned bytes spliced from one
 encoding are exactly what decoding the stored value, setting the revision and encoding again gives, and
-a write through an in-process store lands in the cache the same either way (a real SQLite store)."""
+a write handed over lands in the cache the same either way (a real SQLite store, and a real etcd whose
+watch brings the write back later); the watch feed's batches applied in slices of whole revisions."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.apiserver.fieldselect import slim_view
+from controlplane.storage import ConflictError
+from controlplane.storage import cache as cache_module
 from controlplane.storage.cache import CachedObject, WatchCache
 from controlplane.storage.encoding import encode, unversioned
+from controlplane.storage.interface import Event
 from controlplane.storage.sqlite import SQLiteStore
+
+from .conftest import Backend
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
 values = st.recursive(
@@ -23,7 +31,10 @@ values = st.recursive(
     max_leaves=12,
 )
 metadata = st.dictionaries(st.text(max_size=6), values, max_size=4)
-objects = st.dictionaries(st.sampled_from(["apiVersion", "kind", "spec", "status", "x"]), values, max_size=4)
+# Any key text too: the splice writes the top-level keys itself (escaping as the encoder does).
+objects = st.dictionaries(
+    st.sampled_from(["apiVersion", "kind", "spec", "status", "x"]) | st.text(max_size=4), values, max_size=4
+)
 
 
 def reference(value: bytes, revision: int) -> bytes:
@@ -47,6 +58,13 @@ def test_the_spliced_versioned_bytes_equal_decode_set_encode(
     assert written.versioned(revision) == reference(written.value, revision)
 
 
+@settings(max_examples=150, deadline=None)
+@given(value=values | objects)
+def test_encode_writes_what_json_dumps_writes(value: Any) -> None:
+    """One encoder kept for every call writes what json.dumps with the same arguments builds each time."""
+    assert encode(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def test_an_object_without_metadata_has_no_splice_and_a_stale_resource_version_is_left_out() -> None:
     assert unversioned({"kind": "X"}).versioned(3) is None
     obj = {"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "7", "uid": "u"}, "spec": {}}
@@ -68,10 +86,24 @@ def pod(name: str, node: str = "") -> dict[str, Any]:
     }
 
 
-async def test_a_write_through_sqlite_lands_in_the_cache_as_if_read_back_from_its_bytes(
-    tmp_path: Path,
+async def test_a_handed_over_write_lands_in_the_cache_as_if_read_back_from_its_bytes_on_both_stores(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = SQLiteStore(tmp_path / "state.db")
+    """SQLite tells the cache of a commit while the write runs; etcd brings it back through the watch
+    after the write returned, by which time the writer may have changed its object. Either way the copy
+    of a handed-over write is spliced, never decoded from the bytes, and equals what decoding them gives;
+    a write that lost its compare-and-swap leaves nothing behind, and a write not handed over is read
+    from its bytes."""
+    decoded: list[bytes] = []
+    original = CachedObject.decoded_from_value.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[CachedObject], key: str, value: bytes, revision: int, viewer: Any) -> Any:
+        if key.startswith("/pods/"):
+            decoded.append(value)
+        return original(cls, key, value, revision, viewer)
+
+    monkeypatch.setattr(CachedObject, "decoded_from_value", classmethod(spy))
+    store = backend.open("handed")
     await store.start()
     cache = WatchCache(store, viewer=slim_view)
     await cache.start()
@@ -81,21 +113,57 @@ async def test_a_write_through_sqlite_lands_in_the_cache_as_if_read_back_from_it
         written = unversioned(obj)
         with cache.expecting(written):
             rev = await store.create("/pods/ns/a", written.value)
-        bound = pod("a", node="n1")
-        bound_written = unversioned(bound)
+        # the answer's bytes, at once (on etcd usually before the event is back)
+        answer = cache.written_raw("/pods/ns/a", obj, rev)
+        obj["metadata"]["labels"]["app"] = "changed"  # before etcd's event arrives
+        bound_written = unversioned(pod("a", node="n1"))
         with cache.expecting(bound_written):
             rev2 = await store.update("/pods/ns/a", bound_written.value, rev)
-        # Not handed over: read from the bytes as before.
-        await store.update("/pods/ns/a", encode(pod("a", node="n2")), rev2)
-        events = [watcher.queue.get_nowait() for _ in range(3)]
-        for event, value in zip(events, (written.value, bound_written.value), strict=False):
+        lost = unversioned(pod("a", node="n9"))
+        with pytest.raises(ConflictError), cache.expecting(lost):
+            await store.update("/pods/ns/a", lost.value, rev)
+        plain = encode(pod("a", node="n2"))
+        rev3 = await store.update("/pods/ns/a", plain, rev2)
+        events = [await asyncio.wait_for(watcher.queue.get(), 5) for _ in range(3)]
+        assert decoded == [plain]  # the handed-over writes were never decoded
+        assert [e.revision for e in events[:2]] == [rev, rev2]  # type: ignore[union-attr]
+        for event, value in zip(events, (written.value, bound_written.value, plain), strict=True):
+            assert event is not None
             read_back = CachedObject.from_value(event.obj.key, value, event.obj.revision, slim_view)
             assert (event.obj.raw, event.obj.view) == (read_back.raw, read_back.view)
-        assert [(e.obj.view.get("spec") or {}).get("nodeName") for e in events] == [None, "n1", "n2"]
-        # The cache's copy shares nothing with the writer's object.
-        obj["metadata"]["labels"]["app"] = "changed"
-        assert events[0].obj.view["metadata"]["labels"] == {"app": "é"}
-        assert cache._expected is None
+        assert events[0].obj.view["metadata"]["labels"] == {"app": "é"}  # type: ignore[union-attr]
+        assert [(e.obj.view.get("spec") or {}).get("nodeName") for e in events] == [None, "n1", "n2"]  # type: ignore[union-attr]
+        assert answer == events[0].obj.raw  # type: ignore[union-attr]
+        assert cache.written_raw("/pods/ns/a", obj, rev2) is None  # not the object written at rev2
+        assert cache.written_raw("/pods/ns/a", {}, rev3) == events[2].obj.raw  # type: ignore[union-attr]
+        assert cache._handed == {} == cache._handed_objs and cache._expected is None
     finally:
         await cache.stop()
         await store.close()
+
+
+async def test_a_store_batch_is_applied_in_slices_that_never_split_a_revision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """etcd hands the feed hundreds of events in one response under load: applying them lets the event
+    loop serve others between slices, and what a reader sees then is always a whole revision."""
+    monkeypatch.setattr(cache_module, "APPLY_SLICE", -1.0)  # every revision boundary is a slice's end
+    cache = WatchCache(SQLiteStore(tmp_path / "unused.db"))
+    batch = [
+        Event("PUT", f"/pods/ns/{name}", encode(pod(name)), revision, revision, None)
+        for name, revision in (("a", 5), ("b", 5), ("c", 6), ("d", 7), ("e", 7))
+    ]
+    seen: list[tuple[int, list[str]]] = []
+
+    async def reader() -> None:
+        while True:
+            seen.append((cache.revision, [c.key[-1] for c in cache.list("pods", "/pods/")]))
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(reader())
+    await asyncio.sleep(0)
+    await cache._apply_batch(batch)
+    task.cancel()
+    wholes = {0: [], 5: ["a", "b"], 6: ["a", "b", "c"], 7: ["a", "b", "c", "d", "e"]}
+    assert {rev for rev, _ in seen} >= {0, 5, 6}  # the reader ran between the slices
+    assert all(keys == wholes[rev] for rev, keys in seen)
