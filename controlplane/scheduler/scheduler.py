@@ -31,7 +31,7 @@ from controlplane.scheduler.framework import (
 )
 from controlplane.scheduler.metrics import ERROR, PENDING_QUEUES, UNSCHEDULABLE, LiveState, SchedulerMetrics
 from controlplane.scheduler.plugins import build_scores
-from controlplane.scheduler.podinfo import PodInfo, pod_info
+from controlplane.scheduler.podinfo import PodInfo, pod_info, rebound
 from controlplane.scheduler.preemption import preempt
 from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
 from controlplane.scheduler.spreadselectors import SpreadSelectors
@@ -438,7 +438,9 @@ class Scheduler:
         self._pod_seen(pod_info(obj))
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
-        self._pod_seen(pod_info(new))
+        # A pod this scheduler placed comes back bound: what the cache holds of it still holds.
+        placed = self.cache.placed(str((new.get("metadata") or {}).get("uid") or ""))
+        self._pod_seen((rebound(placed, new) if placed is not None else None) or pod_info(new))
 
     def _pod_seen(self, info: PodInfo) -> None:
         # Nominations: kept until the pod is bound or goes (our own is recorded when made, before
