@@ -40,4 +40,4 @@ class CycleMetrics:
         self.metrics.plugin_many(name, point, status_code(status), seconds)
 
     def point(self, point: str, status: str | tuple[str, ...], seconds: float) -> None:
-        self.metrics.point_duration.labels(point, status_code(status), self.profile).observe(seconds)
+        self.metrics.point(point, status_code(status), self.profile, seconds)

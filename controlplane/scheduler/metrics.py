@@ -142,6 +142,15 @@ class SchedulerMetrics:
         )
         r.register(self.plugin_duration)
         r.register(_Gauges(lambda: self.live()))
+        self._point_series: dict[tuple[str, str, str], Histogram] = {}
+
+    def point(self, point: str, status: str, profile: str, seconds: float) -> None:
+        """One extension point's run; its series looked up once (several points every cycle)."""
+        key = (point, status, profile)
+        series = self._point_series.get(key)
+        if series is None:
+            series = self._point_series[key] = self.point_duration.labels(point, status, profile)
+        series.observe(seconds)
 
     def plugin(self, name: str, point: str, status: str, seconds: float) -> None:
         self.plugin_duration.observe((name, point, status), seconds)

@@ -149,6 +149,9 @@ class Scheduler:
             lambda o, n: self._namespace_changed(o, n),
             None,
         )
+        # Namespace name -> labels, for every decision; made again after any namespace event.
+        self._ns_labels: dict[str, dict[str, str]] | None = None
+        self.namespaces.add_handler(*self._forget_namespace_labels())
         for informer in (self.claims, self.volumes, self.classes, self.csinodes):
             informer.add_handler(
                 lambda _o: self._volumes_changed(),
@@ -324,10 +327,19 @@ class Scheduler:
             self.nominated.setdefault(node, {})[pod.uid] = pod
 
     def _namespace_labels(self) -> dict[str, dict[str, str]]:
-        return {
-            str((ns.get("metadata") or {}).get("name") or ""): (ns.get("metadata") or {}).get("labels") or {}
-            for ns in self.namespaces.store.values()
-        }
+        if self._ns_labels is None:
+            self._ns_labels = {
+                str((ns.get("metadata") or {}).get("name") or ""): (ns.get("metadata") or {}).get("labels")
+                or {}
+                for ns in self.namespaces.store.values()
+            }
+        return self._ns_labels
+
+    def _forget_namespace_labels(self) -> tuple[Any, Any, Any]:
+        def forget(*_objs: Obj) -> None:
+            self._ns_labels = None
+
+        return forget, forget, forget
 
     def _namespace_changed(self, old: Obj, new: Obj) -> None:
         if (old.get("metadata") or {}).get("labels") != (new.get("metadata") or {}).get("labels"):
