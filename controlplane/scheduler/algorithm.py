@@ -131,16 +131,17 @@ def find_feasible(
     start = search.next_start % total if search and total else 0
     processed = 0
     nominations = cluster if cluster is not None and cluster.nominated else None
+    checks = [(f.name, f.filter) for f in filters]  # bound once: this loop runs per node and filter
     for i in range(total):
         node = nodes[(start + i) % total]
         processed += 1
         seen = with_nominated(pod, node, nominations) if nominations is not None else node
-        for f in filters:
-            reasons = f.filter(pod, seen)
+        for name, check in checks:
+            reasons = check(pod, seen)
             if reasons:
                 rejected[node.name] = reasons
                 if rejectors is not None:
-                    rejectors.add(f.name)
+                    rejectors.add(name)
                 break
         else:
             feasible.append(node)

@@ -83,18 +83,6 @@ def update_with_pod(state: SpreadState, pod: PodInfo, other: PodInfo, node: Node
         judge(pod, state)
 
 
-def check(pod: PodInfo, node: NodeInfo, state: SpreadState) -> tuple[str, ...]:
-    """Per constraint in order: the node must have its topology key, and its domain must fit."""
-    labels = node.facts.labels  # type: ignore[union-attr]
-    for key, by_domain, otherwise in state.verdicts:
-        value = labels.get(key)
-        if value is None:
-            return MISSING
-        if not by_domain.get(value, otherwise):
-            return NO_FIT
-    return FITS
-
-
 class PodTopologySpreadFilter:
     name = "PodTopologySpread"
 
@@ -121,4 +109,12 @@ class PodTopologySpreadFilter:
         update_with_pod(self.state, pod, other, node, -1)
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
-        return check(pod, node, self.state)
+        labels = node.facts.labels  # type: ignore[union-attr]
+        # Per constraint in order: the node must have its topology key, and its domain must fit.
+        for key, by_domain, otherwise in self.state.verdicts:
+            value = labels.get(key)
+            if value is None:
+                return MISSING
+            if not by_domain.get(value, otherwise):
+                return NO_FIT
+        return FITS
