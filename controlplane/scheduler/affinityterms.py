@@ -9,6 +9,7 @@ is kept as an error text: the pod then stays Pending with it, and no other pod i
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ HONOR, IGNORE = "Honor", "Ignore"
 DO_NOT_SCHEDULE, SCHEDULE_ANYWAY = "DoNotSchedule", "ScheduleAnyway"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class AffinityTerm:
     namespaces: frozenset[str]
     namespace_selector: Selector
@@ -87,13 +88,20 @@ def _term(
     ns_selector = term.get("namespaceSelector")
     if not names and ns_selector is None:
         names = [namespace]
-    return AffinityTerm(
+    parsed = AffinityTerm(
         frozenset(names),
         from_label_selector(ns_selector),
         selector,
         str(term.get("topologyKey") or ""),
         weight,
     )
+    return _interned.setdefault(parsed, parsed)
+
+
+# One object per distinct term while any pod holds it: a workload's replicas share their terms, and
+# the plugins remember a term's verdict on the incoming pod by the term's identity for one decision
+# (a node's placed terms are each matched once per decision, not once per node holding them).
+_interned: weakref.WeakValueDictionary[AffinityTerm, AffinityTerm] = weakref.WeakValueDictionary()
 
 
 def parse_affinity(

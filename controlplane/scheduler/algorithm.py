@@ -10,7 +10,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controlplane.scheduler.framework import (
     SKIP,
@@ -119,8 +119,11 @@ def find_feasible(
 ) -> tuple[list[NodeInfo], dict[str, tuple[str, ...]]]:
     # Upstream's PreFilter "Skip": a filter with nothing to check for this pod is not run per node.
     filters = [f for f in filters if f.applies(pod)]
-    if observer.sampled:
-        filters = [_TimedFilter(f, observer) for f in filters]
+    timed = [_TimedFilter(f) for f in filters] if observer.sampled else []
+    if timed:
+        filters = timed
+    elif cluster is not None:  # nor, unless timed, one that passes every node anyway
+        filters = [f for f in filters if not _idle(f, pod, cluster)]
     feasible: list[NodeInfo] = []
     rejected: dict[str, tuple[str, ...]] = {}
     total = len(nodes)
@@ -128,16 +131,17 @@ def find_feasible(
     start = search.next_start % total if search and total else 0
     processed = 0
     nominations = cluster if cluster is not None and cluster.nominated else None
+    checks = [(f.name, f.filter) for f in filters]  # bound once: this loop runs per node and filter
     for i in range(total):
         node = nodes[(start + i) % total]
         processed += 1
         seen = with_nominated(pod, node, nominations) if nominations is not None else node
-        for f in filters:
-            reasons = f.filter(pod, seen)
+        for name, check in checks:
+            reasons = check(pod, seen)
             if reasons:
                 rejected[node.name] = reasons
                 if rejectors is not None:
-                    rejectors.add(f.name)
+                    rejectors.add(name)
                 break
         else:
             feasible.append(node)
@@ -145,15 +149,24 @@ def find_feasible(
                 break
     if search is not None and total:
         search.next_start = (start + processed) % total
+    for f in timed:
+        f.report(observer)
     return feasible, rejected
+
+
+def _idle(f: FilterPlugin, pod: PodInfo, cluster: ClusterView) -> bool:
+    idle = getattr(f, "idle", None)
+    return idle is not None and bool(idle(pod, cluster))
 
 
 @dataclass
 class _TimedFilter:
-    """A filter whose every call is reported to the cycle's observer (sampled cycles only)."""
+    """A filter whose every call is timed (sampled cycles only); the durations, by outcome, go to the
+    cycle's observer together once the nodes are filtered, as a call's own reporting would cost several
+    times the call."""
 
     inner: FilterPlugin
-    observer: Observer
+    took: dict[tuple[str, ...], list[float]] = field(default_factory=dict)  # reasons -> durations
 
     @property
     def name(self) -> str:
@@ -165,8 +178,17 @@ class _TimedFilter:
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         started = time.perf_counter()
         reasons = self.inner.filter(pod, node)
-        self.observer.plugin(self.inner.name, "Filter", reasons, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        durations = self.took.get(reasons)
+        if durations is None:
+            durations = self.took[reasons] = []
+        durations.append(seconds)
         return reasons
+
+    def report(self, observer: Observer) -> None:
+        for reasons, durations in self.took.items():
+            observer.plugin_calls(self.inner.name, "Filter", reasons, durations)
+        self.took = {}
 
 
 def score_nodes(
@@ -196,8 +218,8 @@ def score_nodes(
     for ws, state in states:
         begun = time.perf_counter()
         raw = ws.plugin.score_all(pod, nodes, state)
-        for i, s in enumerate(ws.plugin.normalize(raw)):
-            totals[i] += s * ws.weight
+        weight = ws.weight
+        totals = [t + s * weight for t, s in zip(totals, ws.plugin.normalize(raw), strict=True)]
         if sampled:
             observer.plugin(ws.plugin.name, "Score", (), _since(begun))
     observer.point("PreScore", (), scored - started)

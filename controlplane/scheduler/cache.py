@@ -31,6 +31,10 @@ class SchedulerCache:
         self._with_anti: dict[str, NodeInfo] = {}
         self._listed: dict[str, list[NodeInfo]] = {}
         self.spread_index = SpreadIndex()  # PodTopologySpread's domain counts, kept as pods move
+        # The nodes with any taint and the unschedulable ones: while there are none, TaintToleration's
+        # and NodeUnschedulable's filters pass every node and need not be asked node by node.
+        self._tainted: set[str] = set()
+        self._unschedulable: set[str] = set()
 
     def sizes(self) -> dict[str, int]:
         """scheduler_scheduler_cache_size: nodes, pods placed on them, and those of them only assumed."""
@@ -49,6 +53,8 @@ class SchedulerCache:
         self.image_nodes.update(facts.images.keys())
         info.facts = facts
         info.by_requests = {}  # allocatable may have changed
+        _mark(self._tainted, facts.name, bool(facts.taints))
+        _mark(self._unschedulable, facts.name, facts.unschedulable)
         if old is None:
             self._schedulable = None
             self._listed.clear()
@@ -62,6 +68,8 @@ class SchedulerCache:
             return
         self.image_nodes.subtract(info.facts.images.keys())
         info.facts = None
+        self._tainted.discard(name)
+        self._unschedulable.discard(name)
         if not info.pods:
             del self._nodes[name]
         self._schedulable = None
@@ -87,6 +95,8 @@ class SchedulerCache:
             affinity_nodes=self.affinity_nodes(),
             anti_affinity_nodes=self.anti_affinity_nodes(),
             spread_index=self.spread_index,
+            any_taints=bool(self._tainted),
+            any_unschedulable=bool(self._unschedulable),
             **more,
         )
 
@@ -186,3 +196,10 @@ class SchedulerCache:
             if info.facts is None and not info.pods:
                 del self._nodes[node_name]
         return True
+
+
+def _mark(names: set[str], name: str, member: bool) -> None:
+    if member:
+        names.add(name)
+    else:
+        names.discard(name)

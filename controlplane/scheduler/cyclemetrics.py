@@ -8,6 +8,8 @@ rest, `Success` for none.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from controlplane.scheduler.framework import SUCCESS, UNRESOLVABLE_STATUS, UNSCHEDULABLE_STATUS
 from controlplane.scheduler.metrics import SchedulerMetrics
 from controlplane.scheduler.preemption import resolvable
@@ -32,5 +34,10 @@ class CycleMetrics:
     def plugin(self, name: str, point: str, status: str | tuple[str, ...], seconds: float) -> None:
         self.metrics.plugin(name, point, status if isinstance(status, str) else status_code(status), seconds)
 
+    def plugin_calls(
+        self, name: str, point: str, status: str | tuple[str, ...], seconds: Sequence[float]
+    ) -> None:
+        self.metrics.plugin_many(name, point, status_code(status), seconds)
+
     def point(self, point: str, status: str | tuple[str, ...], seconds: float) -> None:
-        self.metrics.point_duration.labels(point, status_code(status), self.profile).observe(seconds)
+        self.metrics.point(point, status_code(status), self.profile, seconds)

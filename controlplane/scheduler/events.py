@@ -18,6 +18,9 @@ from kubeclient.events import EventRecorder, EventSource
 
 MAX_LAG = 2.0  # seconds an event may wait for the bindings in flight to finish
 CAPACITY = 10_000
+# kube-scheduler starts no logging of its events (only the sink), so they are not logged at the default
+# verbosity: a line per Scheduled event was a log write per pod.
+LOG_VERBOSITY = 5
 
 
 def scheduler_events(client: KubeClient, component: str, workers: int) -> EventRecorder:
@@ -28,4 +31,5 @@ def scheduler_events(client: KubeClient, component: str, workers: int) -> EventR
         workers=workers,
         capacity=CAPACITY,
         max_lag=MAX_LAG,
+        verbosity=LOG_VERBOSITY,
     )

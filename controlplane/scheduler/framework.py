@@ -40,7 +40,10 @@ class FilterPlugin(Protocol):
     # and `prepare(pod, cluster)`: run once per pod before any node, it computes what `filter` then
     # reads per node (InterPodAffinity's and PodTopologySpread's per-topology counts), so a node's check
     # does not walk every pod of the cluster. `has_pre_filter = False` marks the filters whose upstream
-    # plugin has no PreFilter, so none is reported in the plugin duration metric.
+    # plugin has no PreFilter, so none is reported in the plugin duration metric. `idle(pod, cluster)`,
+    # asked after `prepare`: True when the filter passes every node of the cluster for this pod, so the
+    # search may leave it out (upstream calls it anyway; only a cycle whose plugin durations are sampled
+    # does here, so the metric counts the calls upstream makes).
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,9 @@ class ClusterView:
     anti_affinity_nodes: Sequence[NodeInfo] | None = None
     # PodTopologySpread's domain counts over all_nodes, kept by the cache (None: walk the nodes).
     spread_index: SpreadIndex | None = None
+    # Whether any of all_nodes has a taint, or is unschedulable (True: not known, so maybe).
+    any_taints: bool = True
+    any_unschedulable: bool = True
 
 
 class ScorePlugin(Protocol):
@@ -114,6 +120,12 @@ class Observer(Protocol):
 
     def plugin(self, name: str, point: str, status: str | tuple[str, ...], seconds: float) -> None: ...
 
+    def plugin_calls(
+        self, name: str, point: str, status: str | tuple[str, ...], seconds: Sequence[float]
+    ) -> None:
+        """Several calls at once (one per node), each of `seconds` one call's duration."""
+        ...
+
     def point(self, point: str, status: str | tuple[str, ...], seconds: float) -> None: ...
 
 
@@ -121,6 +133,11 @@ class _Unobserved:
     sampled = False
 
     def plugin(self, name: str, point: str, status: str | tuple[str, ...], seconds: float) -> None:
+        pass
+
+    def plugin_calls(
+        self, name: str, point: str, status: str | tuple[str, ...], seconds: Sequence[float]
+    ) -> None:
         pass
 
     def point(self, point: str, status: str | tuple[str, ...], seconds: float) -> None:

@@ -9,7 +9,7 @@ counts a container without a cpu/memory request as 100m / 200Mi, so empty pods s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controlplane.scheduler.affinityterms import (
@@ -299,6 +299,37 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
         ),
         node_affinity_id=node_affinity_id(node_selector, required_terms),
         requests_id=requests_ids((tuple(sorted(requests.items())), nz.get("cpu", 0), nz.get("memory", 0))),
+    )
+
+
+_ABSENT = object()
+# The metadata `pod_info` reads; the rest (resourceVersion, managedFields...) changes nothing in PodInfo.
+_READ_META = ("uid", "namespace", "name", "labels", "deletionTimestamp")
+
+
+def rebound(info: PodInfo, pod: dict[str, Any]) -> PodInfo | None:
+    """`pod_info(pod)` for `pod`, a later version of `info`'s pod, taken from `info` when nothing
+    but spec.nodeName and the status changed (what a binding changes: the watch shows every pod the
+    scheduler placed once more, bound, and parsing it afresh cost as much as a decision's scoring);
+    None when anything else `pod_info` reads differs, for the caller to parse the pod."""
+    meta, known_meta = pod.get("metadata") or {}, info.obj.get("metadata") or {}
+    for key in _READ_META:
+        if meta.get(key) != known_meta.get(key):
+            return None
+    spec, known_spec = pod.get("spec") or {}, info.obj.get("spec") or {}
+    if len(spec) - ("nodeName" in spec) != len(known_spec) - ("nodeName" in known_spec):
+        return None
+    for key, item in spec.items():
+        if key != "nodeName" and known_spec.get(key, _ABSENT) != item:
+            return None
+    status = pod.get("status") or {}
+    return replace(
+        info,
+        obj=pod,
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or ""),
+        nominated_node=str(status.get("nominatedNodeName") or ""),
+        start_time=str(status.get("startTime") or ""),
     )
 
 

@@ -31,7 +31,7 @@ from controlplane.scheduler.framework import (
 )
 from controlplane.scheduler.metrics import ERROR, PENDING_QUEUES, UNSCHEDULABLE, LiveState, SchedulerMetrics
 from controlplane.scheduler.plugins import build_scores
-from controlplane.scheduler.podinfo import PodInfo, pod_info
+from controlplane.scheduler.podinfo import PodInfo, pod_info, rebound
 from controlplane.scheduler.preemption import preempt
 from controlplane.scheduler.queue import QueuedPod, SchedulingQueue
 from controlplane.scheduler.spreadselectors import SpreadSelectors
@@ -149,6 +149,9 @@ class Scheduler:
             lambda o, n: self._namespace_changed(o, n),
             None,
         )
+        # Namespace name -> labels, for every decision; made again after any namespace event.
+        self._ns_labels: dict[str, dict[str, str]] | None = None
+        self.namespaces.add_handler(*self._forget_namespace_labels())
         for informer in (self.claims, self.volumes, self.classes, self.csinodes):
             informer.add_handler(
                 lambda _o: self._volumes_changed(),
@@ -324,10 +327,19 @@ class Scheduler:
             self.nominated.setdefault(node, {})[pod.uid] = pod
 
     def _namespace_labels(self) -> dict[str, dict[str, str]]:
-        return {
-            str((ns.get("metadata") or {}).get("name") or ""): (ns.get("metadata") or {}).get("labels") or {}
-            for ns in self.namespaces.store.values()
-        }
+        if self._ns_labels is None:
+            self._ns_labels = {
+                str((ns.get("metadata") or {}).get("name") or ""): (ns.get("metadata") or {}).get("labels")
+                or {}
+                for ns in self.namespaces.store.values()
+            }
+        return self._ns_labels
+
+    def _forget_namespace_labels(self) -> tuple[Any, Any, Any]:
+        def forget(*_objs: Obj) -> None:
+            self._ns_labels = None
+
+        return forget, forget, forget
 
     def _namespace_changed(self, old: Obj, new: Obj) -> None:
         if (old.get("metadata") or {}).get("labels") != (new.get("metadata") or {}).get("labels"):
@@ -438,7 +450,9 @@ class Scheduler:
         self._pod_seen(pod_info(obj))
 
     def _pod_updated(self, old: Obj, new: Obj) -> None:
-        self._pod_seen(pod_info(new))
+        # A pod this scheduler placed comes back bound: what the cache holds of it still holds.
+        placed = self.cache.placed(str((new.get("metadata") or {}).get("uid") or ""))
+        self._pod_seen((rebound(placed, new) if placed is not None else None) or pod_info(new))
 
     def _pod_seen(self, info: PodInfo) -> None:
         # Nominations: kept until the pod is bound or goes (our own is recorded when made, before

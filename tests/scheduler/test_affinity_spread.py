@@ -188,3 +188,21 @@ def test_spread_node_policies():
     # Honor: the tainted zone does not count; zone a is the only domain.
     honor = make_pod(labels={"app": "web"}, topologySpreadConstraints=[spread(nodeTaintsPolicy="Honor")])
     assert verdicts(PodTopologySpreadFilter(), honor, nodes)[0] == ()
+
+
+def test_replicas_share_one_term_object_and_different_terms_stay_apart():
+    """Terms are interned: the InterPodAffinity plugins remember a placed term's verdict by identity
+    for one decision, which only saves work when a workload's replicas hold the same object."""
+    from controlplane.scheduler.affinityterms import parse_affinity
+
+    def anti(color: str) -> dict:  # type: ignore[type-arg]
+        term = {"labelSelector": {"matchLabels": {"color": color}}, "topologyKey": "kubernetes.io/hostname"}
+        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+    first = parse_affinity("ns", {"color": "green"}, anti("green")).required_anti_affinity[0]
+    second = parse_affinity("ns", {"color": "green"}, anti("green")).required_anti_affinity[0]
+    other_ns = parse_affinity("other", {"color": "green"}, anti("green")).required_anti_affinity[0]
+    other_color = parse_affinity("ns", {"color": "green"}, anti("red")).required_anti_affinity[0]
+    assert first is second
+    assert other_ns != first and other_color != first
+    assert other_ns.namespaces == frozenset({"other"}) and first.namespaces == frozenset({"ns"})

@@ -16,9 +16,12 @@ from controlplane.scheduler.algorithm import (
     schedule,
     select_host,
 )
+from controlplane.scheduler.cache import SchedulerCache
 from controlplane.scheduler.config import SchedulerConfig, config_from_dict
+from controlplane.scheduler.cyclemetrics import CycleMetrics
 from controlplane.scheduler.filters import default_filters
 from controlplane.scheduler.framework import ClusterView
+from controlplane.scheduler.metrics import SchedulerMetrics
 from controlplane.scheduler.plugins import build_scores
 from tests.scheduler.helpers import make_node, make_pod
 
@@ -174,3 +177,57 @@ def test_rejected_nodes_count_as_evaluated_and_move_the_start():
     search.percentage = 10  # a profile's own setting: 10% of 1000 is 100
     feasible, _ = find_feasible(make_pod(cpu="1"), nodes, default_filters(), search)
     assert len(feasible) == 100 and feasible[0].name == "n0520"
+
+
+def _node(name: str, taints: list | None = None, unschedulable: bool = False) -> dict:  # type: ignore[type-arg]
+    alloc = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+    spec = {"taints": taints or [], "unschedulable": unschedulable}
+    return {"metadata": {"name": name}, "spec": spec, "status": {"allocatable": alloc}}
+
+
+def _counting_calls(cache: SchedulerCache, pod, sampled: bool) -> tuple[str, Counter]:  # type: ignore[type-arg]
+    """The chosen node and how often each filter was asked, through the cache's view of the cluster."""
+    calls: Counter[str] = Counter()
+    filters = default_filters()
+    for f in filters:
+        inner = f.filter
+
+        def counted(p, node, _inner=inner, _name=f.name):
+            calls[_name] += 1
+            return _inner(p, node)
+
+        f.filter = counted  # type: ignore[method-assign]
+    view = cache.cluster_view()
+    observer = CycleMetrics(SchedulerMetrics(), "p", sampled)
+    chosen = schedule(pod, view.all_nodes, filters, [], view, random.Random(0), None, observer)
+    return chosen.name, calls
+
+
+def test_filters_that_pass_every_node_are_asked_only_when_their_durations_are_sampled():
+    """No node is tainted or cordoned and the pod has no inter-pod terms: TaintToleration,
+    NodeUnschedulable and InterPodAffinity cannot reject a node, so an unsampled cycle does not ask them
+    (same node chosen); a sampled cycle asks them per node, as upstream's calls are timed."""
+    cache = SchedulerCache()
+    for name in ("a", "b", "c"):
+        cache.set_node(_node(name))
+    pod = make_pod(cpu="1")
+    chosen, unsampled = _counting_calls(cache, pod, sampled=False)
+    assert unsampled == {"NodeResourcesFit": 3}
+    again, sampled = _counting_calls(cache, pod, sampled=True)
+    assert again == chosen
+    every = {"NodeUnschedulable": 3, "TaintToleration": 3, "NodeResourcesFit": 3, "InterPodAffinity": 3}
+    assert sampled == every
+    cache.set_node(_node("c", taints=[{"key": "k", "effect": "NoSchedule"}]))
+    _, calls = _counting_calls(cache, pod, sampled=False)
+    assert calls["TaintToleration"] == 3 and "NodeUnschedulable" not in calls
+    cache.set_node(_node("a", unschedulable=True))
+    cache.assume(make_pod(cpu="3"), "b")
+    with pytest.raises(FitError) as err:  # c: untolerated taint, a: cordoned, b: too full for 2 cpu
+        _counting_calls(cache, make_pod(cpu="2"), sampled=False)
+    assert str(err.value) == (
+        "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: }, "
+        "1 node(s) were unschedulable."
+    )
+    cache.set_node(_node("a"))
+    cache.set_node(_node("c"))  # untainted again: the filters are left out again
+    assert _counting_calls(cache, pod, sampled=False)[1] == {"NodeResourcesFit": 3}

@@ -10,6 +10,7 @@ from controlplane.scheduler.podinfo import (
     normalize_image,
     pod_info,
     pod_requests,
+    rebound,
 )
 from kubeclient.quantity import milli_value, parse_quantity, value
 
@@ -126,3 +127,61 @@ def test_pod_info_collects_what_filters_need():
 )
 def test_image_names_normalize(name, expected):
     assert normalize_image(name) == expected
+
+
+def _pending() -> dict:  # type: ignore[type-arg]
+    spread = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+    spread["labelSelector"] = {"matchLabels": {"app": "a"}}
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u1",
+            "labels": {"app": "a"},
+            "resourceVersion": "5",
+        },
+        "spec": {
+            "containers": [c("250m", "64Mi", image="busybox")],
+            "topologySpreadConstraints": [spread],
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_pod_seen_again_bound_is_taken_from_what_was_parsed_and_equals_a_fresh_parse():
+    known = pod_info(_pending())
+    bound = _pending()
+    bound["metadata"]["resourceVersion"] = "9"
+    bound["spec"]["nodeName"] = "n1"
+    bound["status"] = {
+        "phase": "Running",
+        "startTime": "2026-12-06T10:00:00Z",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+    }
+    again = rebound(known, bound)
+    assert again is not None and again == pod_info(bound)
+    assert again.node_name == "n1" and again.phase == "Running" and again.obj is bound
+    assert again.spread_hard is known.spread_hard  # the parsed parts are shared, not parsed again
+    nominated = _pending()
+    nominated["status"]["nominatedNodeName"] = "n2"
+    assert rebound(known, nominated) == pod_info(nominated)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda p: p["metadata"]["labels"].update(app="b"),
+        lambda p: p["metadata"].update(deletionTimestamp="2026-12-06T10:00:00Z"),
+        lambda p: p["metadata"].update(uid="u2"),
+        lambda p: p["spec"]["containers"][0]["resources"]["requests"].update(cpu="1"),
+        lambda p: p["spec"].update(priority=5),
+        lambda p: p["spec"].pop("tolerations"),
+        lambda p: p["spec"].update(schedulingGates=[{"name": "g"}]),
+    ],
+)
+def test_anything_else_changed_means_parsing_again(change):
+    known = pod_info(_pending())
+    changed = _pending()
+    change(changed)
+    assert rebound(known, changed) is None

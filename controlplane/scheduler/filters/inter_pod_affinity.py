@@ -218,6 +218,9 @@ class InterPodAffinityFilter:
         update_with_pod(self.state, pod, other, node, self.namespace_labels, -1)
         self._activate(pod)
 
+    def idle(self, pod: PodInfo, cluster: ClusterView) -> bool:
+        return not self.active  # no terms of its own, and no placed pod's anti-affinity matches it
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         if not self.active:
             return FITS

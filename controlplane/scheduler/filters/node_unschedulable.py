@@ -3,7 +3,7 @@ node.kubernetes.io/unschedulable:NoSchedule taint (DaemonSet pods do)."""
 
 from __future__ import annotations
 
-from controlplane.scheduler.framework import FITS
+from controlplane.scheduler.framework import FITS, ClusterView
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
 from controlplane.scheduler.taints import NO_SCHEDULE, TAINT_UNSCHEDULABLE, Taint, tolerated
@@ -18,6 +18,9 @@ class NodeUnschedulableFilter:
 
     def applies(self, pod: PodInfo) -> bool:
         return True  # depends on the node
+
+    def idle(self, pod: PodInfo, cluster: ClusterView) -> bool:
+        return not cluster.any_unschedulable
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         assert node.facts is not None

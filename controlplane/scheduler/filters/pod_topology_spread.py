@@ -17,6 +17,7 @@ from controlplane.scheduler.topologyspread import domain_counts, has_all_keys, n
 
 REASON = "node(s) didn't match pod topology spread constraints"
 MISSING_LABEL_REASON = REASON + " (missing required label)"
+MISSING, NO_FIT = (MISSING_LABEL_REASON,), (REASON,)
 _NO_DOMAIN = 2**31 - 1  # upstream's critical-path sentinel: no domain at all
 
 
@@ -27,9 +28,24 @@ class SpreadState:
     # Per constraint: 1 if the pod matches its own selector (it adds itself to the domain), read per
     # node, so matched once per pod.
     self_match: list[int] = field(default_factory=list)
+    # Per constraint: (topology key, domain -> whether the pod may go there, the verdict for a domain
+    # without matching pods): the skew worked out once per domain, not once per node.
+    verdicts: list[tuple[str, dict[str, bool], bool]] = field(default_factory=list)
 
     def copy(self) -> SpreadState:
-        return SpreadState([dict(c) for c in self.counts], list(self.minimum), self.self_match)
+        return SpreadState([dict(c) for c in self.counts], list(self.minimum), self.self_match, self.verdicts)
+
+
+def judge(pod: PodInfo, state: SpreadState) -> None:
+    """Fill `state.verdicts` from its counts: a domain fits a constraint if its matching pods, plus
+    the pod itself when it matches, exceed the smallest domain's count by at most maxSkew."""
+    state.verdicts = []
+    for c, by_value, self_match, low in zip(
+        pod.spread_hard, state.counts, state.self_match, state.minimum, strict=True
+    ):
+        limit = c.max_skew + low - self_match  # a domain fits while its count stays within this
+        by_domain = {value: count <= limit for value, count in by_value.items()}
+        state.verdicts.append((c.topology_key, by_domain, 0 <= limit))
 
 
 def minimums(pod: PodInfo, counts: list[dict[str, int]]) -> list[int]:
@@ -43,7 +59,9 @@ def minimums(pod: PodInfo, counts: list[dict[str, int]]) -> list[int]:
 def spread_state(pod: PodInfo, cluster: ClusterView) -> SpreadState:
     counts = domain_counts(pod, cluster.all_nodes, pod.spread_hard, cluster.spread_index)
     self_match = [1 if c.selector.matches(pod.labels) else 0 for c in pod.spread_hard]
-    return SpreadState(counts, minimums(pod, counts), self_match)
+    state = SpreadState(counts, minimums(pod, counts), self_match)
+    judge(pod, state)
+    return state
 
 
 def update_with_pod(state: SpreadState, pod: PodInfo, other: PodInfo, node: NodeInfo, delta: int) -> None:
@@ -62,18 +80,7 @@ def update_with_pod(state: SpreadState, pod: PodInfo, other: PodInfo, node: Node
         changed = True
     if changed:
         state.minimum = minimums(pod, state.counts)
-
-
-def check(pod: PodInfo, node: NodeInfo, state: SpreadState) -> tuple[str, ...]:
-    assert node.facts is not None
-    labels = node.facts.labels
-    for i, c in enumerate(pod.spread_hard):
-        value = labels.get(c.topology_key)
-        if value is None:
-            return (MISSING_LABEL_REASON,)
-        if state.counts[i].get(value, 0) + state.self_match[i] - state.minimum[i] > c.max_skew:
-            return (REASON,)
-    return FITS
+        judge(pod, state)
 
 
 class PodTopologySpreadFilter:
@@ -102,4 +109,12 @@ class PodTopologySpreadFilter:
         update_with_pod(self.state, pod, other, node, -1)
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
-        return check(pod, node, self.state)
+        labels = node.facts.labels  # type: ignore[union-attr]
+        # Per constraint in order: the node must have its topology key, and its domain must fit.
+        for key, by_domain, otherwise in self.state.verdicts:
+            value = labels.get(key)
+            if value is None:
+                return MISSING
+            if not by_domain.get(value, otherwise):
+                return NO_FIT
+        return FITS

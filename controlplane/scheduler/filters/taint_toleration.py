@@ -4,7 +4,7 @@ sets: the scheduler reads node health through taints only, as upstream does."""
 
 from __future__ import annotations
 
-from controlplane.scheduler.framework import FITS
+from controlplane.scheduler.framework import FITS, ClusterView
 from controlplane.scheduler.nodeinfo import NodeInfo
 from controlplane.scheduler.podinfo import PodInfo
 from controlplane.scheduler.taints import first_untolerated
@@ -20,6 +20,9 @@ class TaintTolerationFilter:
 
     def applies(self, pod: PodInfo) -> bool:
         return True  # depends on the node
+
+    def idle(self, pod: PodInfo, cluster: ClusterView) -> bool:
+        return not cluster.any_taints
 
     def filter(self, pod: PodInfo, node: NodeInfo) -> tuple[str, ...]:
         assert node.facts is not None

@@ -16,7 +16,7 @@ class TaintTolerationScore:
     name = "TaintToleration"
 
     def prepare(self, pod: PodInfo, nodes: Sequence[NodeInfo], cluster: ClusterView) -> Any:
-        if not any(n.facts is not None and n.facts.soft_taints for n in nodes):
+        if not cluster.any_taints or not any(n.facts is not None and n.facts.soft_taints for n in nodes):
             return SKIP  # no PreferNoSchedule taint anywhere: all nodes score the same
         # Only tolerations that can apply to PreferNoSchedule count, as upstream filters them.
         return tuple(t for t in pod.tolerations if t.effect in ("", PREFER_NO_SCHEDULE))
