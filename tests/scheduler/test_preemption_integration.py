@@ -103,3 +103,48 @@ def test_preemption_policy_never_waits(cluster, start_scheduler, classes):
         "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never.."
     )
     assert cluster.get("low").metadata.deletion_timestamp is None
+
+
+@pytest.mark.parametrize("budget", [True, False], ids=["with-budget", "without"])
+def test_a_disruption_budget_steers_preemption_to_the_victim_it_does_not_protect(
+    cluster, start_scheduler, classes, budget: bool
+):
+    """Two nodes, each full with one lower-priority pod. Without a budget, upstream's second criterion
+    (the lowest highest-priority victim) picks the node of the lower one; a PodDisruptionBudget that
+    would be violated by evicting it (no disruption allowed) outranks that: the fewest budget violations
+    come first, so the other node's pod is preempted instead and the guarded one stays."""
+    scheduling = client.SchedulingV1Api(cluster.v1.api_client)
+    mid = f"sched-mid-{uuid.uuid4().hex[:6]}"
+    scheduling.create_priority_class({"metadata": {"name": mid}, "value": 20})
+    try:
+        a = cluster.add_node("a", cpu="1")
+        b = cluster.add_node("b", cpu="1")
+        for name, node, priority in (("guarded", a, classes["low"]), ("other", b, mid)):
+            pod = cluster.pod(
+                name,
+                cpu="800m",
+                priorityClassName=priority,
+                nodeName=node,
+                labels={"app": name},
+                terminationGracePeriodSeconds=0,
+            )
+            cluster.create(pod)
+        if budget:  # no disruption controller runs here: its status allows none, as a fresh budget's
+            client.PolicyV1Api(cluster.v1.api_client).create_namespaced_pod_disruption_budget(
+                cluster.namespace,
+                {
+                    "metadata": {"name": "keep"},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+                },
+            )
+        start_scheduler()  # after the budget: the scheduler's informers have it when the preemptor comes
+        cluster.create(cluster.pod("preemptor", cpu="800m", priorityClassName=classes["high"]))
+        victim, kept, node = ("other", "guarded", b) if budget else ("guarded", "other", a)
+        preemptor_uid = cluster.get("preemptor").metadata.uid
+        event = cluster.wait_event(victim, "Preempted")
+        assert event.message == f"Preempted by pod {preemptor_uid} on node {node}"
+        wait_gone(cluster, victim)
+        assert cluster.wait_bound("preemptor") == node
+        assert cluster.get(kept).metadata.deletion_timestamp is None
+    finally:
+        scheduling.delete_priority_class(mid)
