@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.controlplane.rawapi import call
 from tests.controlplane.test_apiserver_crd import wait_for
 from tests.controlplane.webhookserver import serving
 
@@ -31,17 +32,7 @@ def post_binding(api: client.ApiClient, namespace: str, pod: str, node: str) -> 
         "metadata": {"name": pod},
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
-    try:
-        answer = api.call_api(
-            "POST",
-            f"{api.configuration.host}/api/v1/namespaces/{namespace}/pods/{pod}/binding",
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            body=body,
-        )
-    except ApiException as err:
-        return err.status, json.loads(err.body)
-    answer.read()
-    return answer.status, json.loads(answer.data)
+    return call(api, "POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body)
 
 
 def rule(operation: str, *resources: str) -> Obj:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from pykubelet.rig.apiserver import ApiServer
+from tests.controlplane.rawapi import call
 from tests.controlplane.test_apiserver_protobuf import Http
 
 Obj = dict[str, Any]
@@ -36,20 +36,6 @@ NODE_INFO = {
     "architecture": "",
 }
 BARE_NODE_STATUS = {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}, "nodeInfo": NODE_INFO}
-
-
-def call(api: client.ApiClient, method: str, path: str, body: Obj | None = None) -> tuple[int, Obj]:
-    try:
-        answer = api.call_api(
-            method,
-            f"{api.configuration.host}{path}",
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            body=body,
-        )
-    except ApiException as err:
-        return err.status, json.loads(err.body)
-    answer.read()
-    return answer.status, json.loads(answer.data)
 
 
 def at(obj: Any, path: str) -> Any:
