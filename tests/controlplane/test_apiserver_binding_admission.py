@@ -185,3 +185,23 @@ def test_a_mutating_webhooks_annotation_on_the_binding_lands_on_the_pod(
     got = v1.read_namespaced_pod(pod, namespace)
     assert got.spec.node_name == "n1"
     assert got.metadata.annotations == {"webhook": "seen"}
+
+
+def test_a_dry_run_binding_answers_success_and_leaves_the_pod_unbound(
+    api: client.ApiClient, v1: client.CoreV1Api, namespace: str, pod: str
+) -> None:
+    """Upstream's BindingREST hands dryRun to the pod's conditional update: the checks run, nothing is
+    written, and the answer is the same Success."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+    }
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/binding"
+    code, status = call(api, "POST", path + "?dryRun=All", body)
+    assert (code, status["status"]) == (201, "Success"), status
+    assert v1.read_namespaced_pod(pod, namespace).spec.node_name is None
+    code, status = post_binding(api, namespace, pod, "n1")
+    assert code == 201, status
+    assert v1.read_namespaced_pod(pod, namespace).spec.node_name == "n1"
