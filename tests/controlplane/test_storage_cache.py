@@ -236,9 +236,19 @@ class _CountingStore:
 async def test_a_consistent_read_waits_for_a_moving_feed_without_having_etcd_scan_the_prefix() -> None:
     """A loaded server's watch lags behind etcd's revision: while it keeps bringing events the read
     waits for it (no scan of every key, whose answer would be "changed"); once the feed stops short of
-    the target (the rest spent outside the prefix: the compactor's key), one scan says so."""
+    the target (the rest spent outside the prefix: the compactor's key), one scan says so. The feed
+    brings one revision in each of the read's waits, so it moves through many of them whatever the
+    machine's load (asking during the first would have the read scan at revision 1)."""
     store = _CountingStore(target=20)
     cache = WatchCache(store)  # type: ignore[arg-type]
+    waiting = asyncio.Event()
+    wait_for = cache.wait_for
+
+    async def each_wait_told(revision: int, patience: float = 3.0) -> None:
+        waiting.set()
+        await wait_for(revision, patience)
+
+    cache.wait_for = each_wait_told  # type: ignore[method-assign]
 
     def write(revision: int) -> None:
         store.last_in_prefix = revision
@@ -246,14 +256,18 @@ async def test_a_consistent_read_waits_for_a_moving_feed_without_having_etcd_sca
 
     async def feed() -> None:
         for revision in range(1, 20):
-            await asyncio.sleep(0.01)
+            await waiting.wait()
+            waiting.clear()
             write(revision)
 
     task = asyncio.create_task(feed())
-    await cache.wait_consistent(patience=0.3)
-    await task
-    assert cache.revision == 20 and store.asked == [19]  # asked once, when the feed had stopped
+    try:
+        await cache.wait_consistent(patience=0.02)
+        assert store.asked == [19]  # asked once, when the feed had stopped
+        assert task.done() and cache.revision == 20
+    finally:
+        task.cancel()
     store.target = 40
     write(30)
-    await cache.wait_consistent(patience=0.3)
+    await cache.wait_consistent(patience=0.02)
     assert cache.revision == 40 and store.asked == [19, 30]
