@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +24,17 @@ pytestmark = pytest.mark.integration
 Obj = dict[str, Any]
 
 
-def post_binding(api: client.ApiClient, namespace: str, pod: str, node: str) -> tuple[int, Obj]:
-    """POST a Binding as the scheduler does: (status, the answer's body)."""
+def post_binding(
+    api: client.ApiClient, namespace: str, pod: str, node: str, query: str = ""
+) -> tuple[int, Obj]:
+    """POST a Binding as the scheduler does (`query`: e.g. "?dryRun=All"): (status, the answer's body)."""
     body = {
         "apiVersion": "v1",
         "kind": "Binding",
         "metadata": {"name": pod},
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
-    return call(api, "POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body)
+    return call(api, "POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding{query}", body)
 
 
 def rule(operation: str, *resources: str) -> Obj:
@@ -82,6 +84,18 @@ def webhook(url: str, ca_bundle: str, namespace: str, rules: list[Obj]) -> Obj:
     }
 
 
+def bind_under_webhook(
+    api: client.ApiClient, create: Callable[[Obj], Any], namespace: str, pod: str, tmp_path: Path, path: str
+) -> tuple[int, Obj, list[Obj]]:
+    """Bind `pod` to n1 with one webhook configuration (made by `create`, validating or mutating) sending
+    pods/binding CREATEs to the test server's `path`: (status, the answer's body, the reviews it got)."""
+    with serving(tmp_path) as server:
+        hook = webhook(server.url(path), server.ca_bundle, namespace, [rule("CREATE", "pods/binding")])
+        create({"metadata": {"name": f"b-{uuid.uuid4().hex[:8]}"}, "webhooks": [hook]})
+        code, status = post_binding(api, namespace, pod, "n1")
+        return code, status, server.got(path)
+
+
 def test_a_validating_webhook_on_binding_create_refuses_the_binding(
     api: client.ApiClient,
     v1: client.CoreV1Api,
@@ -90,12 +104,8 @@ def test_a_validating_webhook_on_binding_create_refuses_the_binding(
     pod: str,
     tmp_path: Path,
 ) -> None:
-    name = f"b-{uuid.uuid4().hex[:8]}"
-    with serving(tmp_path) as server:
-        hook = webhook(server.url("/refuse"), server.ca_bundle, namespace, [rule("CREATE", "pods/binding")])
-        adm.create_validating_webhook_configuration({"metadata": {"name": name}, "webhooks": [hook]})
-        code, status = post_binding(api, namespace, pod, "n1")
-        reviews = server.got("/refuse")
+    create = adm.create_validating_webhook_configuration
+    code, status, reviews = bind_under_webhook(api, create, namespace, pod, tmp_path, "/refuse")
     assert code == 403, status
     assert (
         status["message"]
@@ -172,12 +182,8 @@ def test_a_mutating_webhooks_annotation_on_the_binding_lands_on_the_pod(
     pod: str,
     tmp_path: Path,
 ) -> None:
-    name = f"b-{uuid.uuid4().hex[:8]}"
-    with serving(tmp_path) as server:
-        hook = webhook(server.url("/annotate"), server.ca_bundle, namespace, [rule("CREATE", "pods/binding")])
-        adm.create_mutating_webhook_configuration({"metadata": {"name": name}, "webhooks": [hook]})
-        code, status = post_binding(api, namespace, pod, "n1")
-        reviews = server.got("/annotate")
+    create = adm.create_mutating_webhook_configuration
+    code, status, reviews = bind_under_webhook(api, create, namespace, pod, tmp_path, "/annotate")
     assert code == 201, status
     assert [(r["operation"], r["kind"]["kind"], r["oldObject"]) for r in reviews] == [
         ("CREATE", "Binding", None)
@@ -192,14 +198,7 @@ def test_a_dry_run_binding_answers_success_and_leaves_the_pod_unbound(
 ) -> None:
     """Upstream's BindingREST hands dryRun to the pod's conditional update: the checks run, nothing is
     written, and the answer is the same Success."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {"name": pod},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
-    }
-    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/binding"
-    code, status = call(api, "POST", path + "?dryRun=All", body)
+    code, status = post_binding(api, namespace, pod, "n1", "?dryRun=All")
     assert (code, status["status"]) == (201, "Success"), status
     assert v1.read_namespaced_pod(pod, namespace).spec.node_name is None
     code, status = post_binding(api, namespace, pod, "n1")
