@@ -382,14 +382,7 @@ class ProcessUse:
 
     def cpu_seconds(self) -> float:
         """User and system CPU seconds of the process and its children so far."""
-        total = 0.0
-        for p in self._tree():
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.NoSuchProcess:
-                pass
-        return total
+        return sum(_cpu(p) for p in self._tree())
 
     def sample(self) -> None:
         rss = 0
