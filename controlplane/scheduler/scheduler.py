@@ -151,7 +151,8 @@ class Scheduler:
         )
         # Namespace name -> labels, for every decision; made again after any namespace event.
         self._ns_labels: dict[str, dict[str, str]] | None = None
-        self.namespaces.add_handler(*self._forget_namespace_labels())
+        forget = self._forget_namespace_labels
+        self.namespaces.add_handler(forget, forget, forget)
         for informer in (self.claims, self.volumes, self.classes, self.csinodes):
             informer.add_handler(
                 lambda _o: self._volumes_changed(),
@@ -335,11 +336,8 @@ class Scheduler:
             }
         return self._ns_labels
 
-    def _forget_namespace_labels(self) -> tuple[Any, Any, Any]:
-        def forget(*_objs: Obj) -> None:
-            self._ns_labels = None
-
-        return forget, forget, forget
+    def _forget_namespace_labels(self, *_objs: Obj) -> None:
+        self._ns_labels = None
 
     def _namespace_changed(self, old: Obj, new: Obj) -> None:
         if (old.get("metadata") or {}).get("labels") != (new.get("metadata") or {}).get("labels"):
