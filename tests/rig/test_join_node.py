@@ -322,14 +322,24 @@ def test_a_join_killed_half_way_can_be_run_again(stack, tmp_path: Path) -> None:
                 second = subprocess.Popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
                 )
-            _wait(
-                f"node {name} Ready after the second join",
-                lambda: _node_ready(core, name),
-                second,
-                second_log,
-            )
+            # The first join's agent may have created the Node Ready already (an agent creates its Node
+            # with its status), so Ready alone does not show the second join's work: wait for its own
+            # containerd and agent (pids the first did not leave) beside a Ready node.
+            orphan_pids = {p.split()[0] for p in orphans}
+
+            def second_join_running() -> bool:
+                procs = scope.owned().as_dict().get("processes", [])
+                fresh = [p for p in procs if p.split()[0] not in orphan_pids]
+                return (
+                    any(" agent " in f" {p} " for p in fresh)
+                    and any("/usr/bin/containerd" in p for p in fresh)
+                    and _node_ready(core, name)
+                )
+
+            _wait(f"node {name} Ready on the second join's agent", second_join_running, second, second_log)
             # One containerd and one agent for the node: the first join's were stopped.
             procs = scope.owned().as_dict()["processes"]
+            assert not {p.split()[0] for p in procs} & orphan_pids, (orphans, procs)
             assert sum(" agent " in f" {p} " for p in procs) == 1, procs
             assert sum("/usr/bin/containerd" in p for p in procs) == 1, procs
         finally:
