@@ -1,17 +1,20 @@
 """The API server's request metrics with upstream's names, labels and buckets
 (k8s.io/apiserver/pkg/endpoints/metrics): apiserver_request_total and apiserver_request_duration_seconds
 per verb, dry_run, group, version, resource, subresource, scope and component (and code for the total),
-apiserver_response_sizes of reads (GET, LIST), apiserver_longrunning_requests for the watches and
-connections open now, apiserver_current_inflight_requests (the most requests of each kind, readOnly or
-mutating, in flight at once within the last second, long-running ones aside), apiserver_watch_events_total
-and apiserver_watch_events_sizes per group, version and kind, and the process_* family (prometheus_client's
+apiserver_request_sli_duration_seconds (the same labels but dry_run: the duration less the admission
+webhooks' and the priority-and-fairness queue's time, which `latencytrackers` keeps; what the API call
+latency SLO and ClusterLoader2 judge), apiserver_response_sizes of reads (GET, LIST),
+apiserver_longrunning_requests for the watches and connections open now,
+apiserver_current_inflight_requests (the most requests of each kind, readOnly or mutating, in flight at
+once within the last second, long-running ones aside), apiserver_watch_events_total and
+apiserver_watch_events_sizes per group, version and kind, and the process_* family (prometheus_client's
 process collector). /metrics also shows admissionmetrics' histograms, storemetrics' etcd latencies and
 flowcontrol's.
 
 The REST handler marks a resource request once it has been parsed and authorized (`mark`), so, as
 upstream's instrumented routes, refusals by authentication and authorization are not counted; a
 non-resource request is counted by its path when it was served (not 401, 403 or 404). A request's
-cost is one dict write, two clock reads and two label lookups; the long-running gauge is counted from
+cost is one dict write, two clock reads, a context variable set and reset, and two label lookups; the long-running gauge is counted from
 the set of requests in flight when /metrics is scraped, so nothing is done per watch event.
 """
 
@@ -28,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controlplane.apiserver import admissionmetrics
+from controlplane.apiserver import admissionmetrics, latencytrackers
 from kubeclient.exposition import render
 from kubeclient.logsetup import V, kv
 
@@ -62,6 +65,8 @@ DURATION_BUCKETS = (
     45,
     60,
 )
+# requestSliLatencies' buckets: the duration's without 5 ms and 25 ms.
+SLI_BUCKETS = DURATION_BUCKETS[2:]
 _LABELS = ["verb", "dry_run", "group", "version", "resource", "subresource", "scope", "component"]
 _LONG_LABELS = ["verb", "group", "version", "resource", "subresource", "scope", "component"]
 # The REST verbs as upstream's installer names its routes (what `verb` says in the metrics).
@@ -98,9 +103,12 @@ class RequestLabels:
 INFO_KEY = web.RequestKey("metrics_request_labels", RequestLabels)
 
 
-def scope_of(namespace: str, name: str) -> str:
-    """upstream's CleanScope for a resource request."""
-    return "namespace" if namespace else "resource" if name else "cluster"
+def scope_of(namespace: str, name: str, verb: str) -> str:
+    """upstream's CleanScope for a resource request: a call naming one object, or creating one, is of
+    `resource` scope (the SLO's single-object calls), else of its namespace's, else of the cluster's."""
+    if name or verb == "create":
+        return "resource"
+    return "namespace" if namespace else "cluster"
 
 
 def mark(
@@ -130,7 +138,7 @@ def mark(
         version,
         resource,
         subresource,
-        scope_of(namespace, name),
+        scope_of(namespace, name, verb),
         reported in ("WATCH", "CONNECT") or follow,
     )
 
@@ -250,6 +258,15 @@ class ApiServerMetrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        self.sli_durations = Histogram(
+            "apiserver_request_sli_duration_seconds",
+            "[ALPHA] Response latency distribution (not counting webhook duration and priority & fairness "
+            "queue wait times) in seconds for each verb, group, version, resource, subresource, scope and "
+            "component.",
+            _SIZE_LABELS,
+            buckets=SLI_BUCKETS,
+            registry=r,
+        )
         self.sizes = Histogram(
             "apiserver_response_sizes",
             "[STABLE] Response size distribution in bytes for each group, version, verb, resource, subresource, "
@@ -272,7 +289,7 @@ class ApiServerMetrics:
             registry=r,
         )
         ProcessCollector(registry=r)
-        self._children: dict[tuple[tuple[str, ...], int], tuple[Any, Any, Any]] = {}
+        self._children: dict[tuple[tuple[str, ...], int], tuple[Any, Any, Any, Any]] = {}
         self.inflight: dict[int, web.Request] = {}  # id -> request (requests are unhashable)
         self.watermark = _Watermark()
         r.register(_LongRunning(self.inflight))
@@ -281,6 +298,7 @@ class ApiServerMetrics:
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         started = time.perf_counter()
+        trackers, token = latencytrackers.begin()
         self.inflight[id(request)] = request
         request[METRICS_KEY] = self
         kind = _inflight_kind(request)
@@ -301,7 +319,8 @@ class ApiServerMetrics:
             if kind is not None:
                 self.watermark.leave(kind)
             self.inflight.pop(id(request), None)
-            self._record(request, status, time.perf_counter() - started, size)
+            latencytrackers.end(token)
+            self._record(request, status, time.perf_counter() - started, size, trackers.excluded())
             if httplog.isEnabledFor(HTTPLOG_LEVEL):
                 _log_request(request, status, time.perf_counter() - started)
 
@@ -312,7 +331,9 @@ class ApiServerMetrics:
             self.watch_event_sizes.labels(group, version, kind),
         )
 
-    def _record(self, request: web.Request, status: int, seconds: float, size: int = 0) -> None:
+    def _record(
+        self, request: web.Request, status: int, seconds: float, size: int = 0, excluded: float = 0.0
+    ) -> None:
         info = request.get(INFO_KEY)
         if info is not None:
             labels = (
@@ -340,11 +361,13 @@ class ApiServerMetrics:
                 self.durations.labels(*labels),
                 # upstream measures the sizes of reads only
                 self.sizes.labels(*labels[:1], *labels[2:]) if labels[0] in ("GET", "LIST") else None,
+                self.sli_durations.labels(*labels[:1], *labels[2:]),
             )
         children[0].inc()
         children[1].observe(seconds)
         if children[2] is not None:
             children[2].observe(size)
+        children[3].observe(seconds - excluded)
 
     def exposition(self) -> bytes:
         return render([self.registry, admissionmetrics.REGISTRY])

@@ -190,3 +190,86 @@ async def test_the_probe_rounds_go_round_robin_over_the_servers() -> None:
     for name, client in clients.items():
         assert per_server[name]["single"]["n"] == client.calls // 2
         assert per_server[name]["cluster list"]["n"] == client.calls // 4
+
+
+def sli_of(p99_bucket: str) -> dict[str, Any]:
+    """An api_sli section from two hand-written scrapes: 100 lease PUTs in the given bucket."""
+    from bench.scale import apisli
+
+    def scrape(count: int) -> str:
+        labels = 'verb="PUT",group="coordination.k8s.io",version="v1",resource="leases",subresource="",scope="resource",component="apiserver"'
+        lines = ["# TYPE apiserver_request_sli_duration_seconds histogram"]
+        for le in ("0.05", "1.0", "1.25", "+Inf"):
+            n = count if float(le) >= float(p99_bucket) else 0
+            lines.append(f'apiserver_request_sli_duration_seconds_bucket{{{labels},le="{le}"}} {n}')
+        return "\n".join(lines) + "\n"
+
+    return apisli.report([(0.0, [scrape(0)]), (120.0, [scrape(100)])])
+
+
+async def test_the_sli_table_stands_beside_the_client_timed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def one_size(_root: Path, nodes: int, _args: argparse.Namespace) -> dict[str, Any]:
+        run = finished_size(nodes)
+        run["api_sli"] = sli_of("1.25")  # p99 in (1, 1.25]: the single-object class breaks
+        run["bench_loop_lag"] = {"n": 10, "p50": 0.001, "p99": 0.2}
+        run["pod_startup_cl2"] = {"n": 3, "p50": 1.2, "p90": 1.5, "p99": 1.9}
+        return run
+
+    monkeypatch.setattr(density, "one_size", one_size)
+    args = argparse.Namespace(
+        nodes="100", store="etcd", apiservers=1, pods_per_node=30, rate=50.0, controller_manager_qps=None
+    )
+    await density.main(args, tmp_path)
+    table = (tmp_path / "scale-density.md").read_text()
+    # the client-timed row is as it was: its SLO verdicts untouched
+    (row,) = [line for line in table.splitlines() if line.startswith("| 100 | 3000 |")]
+    assert "single, namespaced list, cluster list, pod startup" in row
+    assert "API call latency by two definitions" in table
+    (sli_row,) = [
+        line for line in table.splitlines() if line.startswith("| 100 | single object (resource) |")
+    ]
+    assert "PUT leases" in sli_row and "| BROKEN / BROKEN / BROKEN |" in sli_row
+    assert "bench event-loop lag (100 ms ticker) p50 / p99 0.001 / 0.2 s" in table
+    written = json.loads((tmp_path / "scale-density.json").read_text())
+    assert set(written["definitions"]) == {"calls", "api_sli", "pod_startup", "pod_startup_cl2"}
+    classes = written["runs"][0]["api_sli"]["windowed"]["classes"]
+    assert classes["single object"]["broken"][0]["resource"] == "leases"
+
+
+@pytest.mark.integration
+def test_a_smoke_run_reports_upstreams_sli_beside_the_probes(tmp_path: Path) -> None:
+    """The real thing at the smoke size: every API call of the run, timed inside the server, grouped as
+    ClusterLoader2 groups them; each p99 is what Prometheus's interpolation gives for its buckets."""
+    from bench.scale import apisli
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/scale/density.py"), "--smoke", "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = json.loads((tmp_path / "out/scale-density.json").read_text())["runs"]
+    sli = run["api_sli"]
+    assert sli["scrapes"] >= 2 and sli["windowed"]["windows"] >= 1
+    groups = sli["whole_run"]["groups"]
+    assert {"leases", "pods", "nodes"} <= {g["resource"] for g in groups if g["count"] > 0}
+    assert not [g for g in groups if g["verb"] == "WATCH" or g["subresource"] in ("exec", "log")]
+    for g in groups:
+        buckets = {float(le): n for le, n in g["buckets"].items()}
+        assert g["count"] == buckets[float("inf")] > 0
+        assert g["p99"] == pytest.approx(apisli.histogram_quantile(0.99, buckets), abs=1e-4)
+        assert 0 < g["p50"] <= g["p90"] <= g["p99"] <= 60
+    created = [g for g in groups if (g["resource"], g["verb"]) == ("pods", "POST")]
+    assert created and created[0]["scope"] == "resource" and created[0]["count"] >= run["pods"]
+    single = sli["whole_run"]["classes"]["single object"]
+    assert single["groups"] > 0 and single["worst"]["p99"] == max(
+        g["p99"] for g in groups if g["scope"] == "resource"
+    )
+    assert run["bench_loop_lag"]["n"] > 0
+    assert run["pod_startup_cl2"]["n"] == run["pods"]
+    assert "API call latency by two definitions" in (tmp_path / "out/scale-density.md").read_text()

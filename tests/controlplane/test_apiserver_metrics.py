@@ -18,7 +18,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.apiserver.metrics import DURATION_BUCKETS
+from controlplane.apiserver.metrics import DURATION_BUCKETS, SLI_BUCKETS
 from pykubelet.rig.apiserver import ApiServer, api_client
 
 pytestmark = pytest.mark.integration
@@ -60,7 +60,7 @@ CREATE = {
     "version": "v1",
     "resource": "configmaps",
     "subresource": "",
-    "scope": "namespace",
+    "scope": "resource",  # upstream's CleanScope: a create is a single-object call
     "component": "apiserver",
     "dry_run": "",
 }
@@ -79,16 +79,23 @@ def test_request_counters_move_for_a_request(server: ApiServer) -> None:
     )
     missing = {**CREATE, "verb": "GET", "code": "404"}
     assert value(after, "apiserver_request", "apiserver_request_total", **missing) >= 1
-    count = "apiserver_request_duration_seconds_count"
-    assert value(after, "apiserver_request_duration_seconds", count, **CREATE) == (
-        value(before, "apiserver_request_duration_seconds", count, **CREATE) + 1
-    )
-    bounds = [
-        s.labels["le"]
-        for s in after["apiserver_request_duration_seconds"].samples
-        if s.name.endswith("_bucket") and all(s.labels.get(k) == v for k, v in CREATE.items())
-    ]
-    assert [float(b) for b in bounds[:-1]] == list(DURATION_BUCKETS) and bounds[-1] == "+Inf"
+    # The duration and the SLI histograms count the call once each, in upstream's buckets; the SLI's
+    # labels are the duration's without dry_run.
+    sli = {k: v for k, v in CREATE.items() if k != "dry_run"}
+    for family, labels, buckets in (
+        ("apiserver_request_duration_seconds", CREATE, DURATION_BUCKETS),
+        ("apiserver_request_sli_duration_seconds", sli, SLI_BUCKETS),
+    ):
+        count = f"{family}_count"
+        assert value(after, family, count, **labels) == value(before, family, count, **labels) + 1
+        bounds = [
+            s.labels["le"]
+            for s in after[family].samples
+            if s.name.endswith("_bucket") and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
+        assert [float(b) for b in bounds[:-1]] == list(buckets) and bounds[-1] == "+Inf"
+    upstream = "0.05 0.1 0.2 0.4 0.6 0.8 1 1.25 1.5 2 3 4 5 6 8 10 15 20 30 45 60"
+    assert SLI_BUCKETS == tuple(float(b) for b in upstream.split())
     # A server-side apply is APPLY; a dry run says so.
     v1.create_namespaced_config_map(
         "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="m2")), dry_run="All"
@@ -156,49 +163,14 @@ def test_metrics_are_for_system_monitoring(server: ApiServer, tmp_path: Path) ->
 
 
 # Every family a dashboard reads, with upstream's label names (histograms: beside `le`).
+REQUEST_LABELS = {"verb", "group", "version", "resource", "subresource", "scope", "component"}
 FAMILIES = {
-    "apiserver_request_total": {
-        "verb",
-        "dry_run",
-        "group",
-        "version",
-        "resource",
-        "subresource",
-        "scope",
-        "component",
-        "code",
-    },
-    "apiserver_request_duration_seconds_bucket": {
-        "verb",
-        "dry_run",
-        "group",
-        "version",
-        "resource",
-        "subresource",
-        "scope",
-        "component",
-        "le",
-    },
-    "apiserver_response_sizes_bucket": {
-        "verb",
-        "group",
-        "version",
-        "resource",
-        "subresource",
-        "scope",
-        "component",
-        "le",
-    },
+    "apiserver_request_total": REQUEST_LABELS | {"dry_run", "code"},
+    "apiserver_request_duration_seconds_bucket": REQUEST_LABELS | {"dry_run", "le"},
+    "apiserver_request_sli_duration_seconds_bucket": REQUEST_LABELS | {"le"},
+    "apiserver_response_sizes_bucket": REQUEST_LABELS | {"le"},
     "apiserver_current_inflight_requests": {"request_kind"},
-    "apiserver_longrunning_requests": {
-        "verb",
-        "group",
-        "version",
-        "resource",
-        "subresource",
-        "scope",
-        "component",
-    },
+    "apiserver_longrunning_requests": REQUEST_LABELS,
     "apiserver_watch_events_total": {"group", "version", "kind"},
     "apiserver_watch_events_sizes_bucket": {"group", "version", "kind", "le"},
     "apiserver_storage_objects": {"resource"},
@@ -321,7 +293,7 @@ def test_every_standard_family_moves_with_upstreams_labels(server: ApiServer) ->
     )
     assert grew("etcd_request_duration_seconds_count", operation="create", type="configmaps")
     reads = {"group": "", "version": "v1", "resource": "configmaps", "component": "apiserver"}
-    assert grew("apiserver_response_sizes_count", verb="GET", scope="namespace", **reads)
+    assert grew("apiserver_response_sizes_count", verb="GET", scope="resource", **reads)
     assert grew("apiserver_response_sizes_count", verb="LIST", scope="namespace", **reads)
     assert total(after, "apiserver_response_sizes_sum", verb="LIST", scope="namespace", **reads) > 0
     assert grew("apiserver_watch_events_total", group="", version="v1", kind="ConfigMap")
@@ -377,6 +349,8 @@ async def test_labels_follow_upstreams_rules() -> None:
     )
     await served(_request("GET", "/apis/apps/v1/deployments"), "list", ns="", name="")
     await served(_request("GET", "/apis/apps/v1/deployments/x"), "get", ns="")
+    await served(_request("GET", "/apis/apps/v1/namespaces/default/deployments"), "list", name="")
+    await served(_request("POST", "/apis/apps/v1/namespaces/default/deployments"), "create", name="")
     await served(
         _request("POST", "/api/v1/namespaces/default/pods/x/exec"), "create", sub="exec", connects=True
     )
@@ -399,10 +373,12 @@ async def test_labels_follow_upstreams_rules() -> None:
         for s in _families(m)["apiserver_request"].samples
     }
     assert totals == {
-        ("APPLY", "All", "namespace", "", "200"),
+        ("APPLY", "All", "resource", "", "200"),
         ("LIST", "", "cluster", "", "200"),
         ("GET", "", "resource", "", "200"),
-        ("CONNECT", "", "namespace", "exec", "200"),
+        ("LIST", "", "namespace", "", "200"),
+        ("POST", "", "resource", "", "200"),  # a create is a single-object call, named or not
+        ("CONNECT", "", "resource", "exec", "200"),
         ("GET", "", "", "/healthz", "200"),
         ("GET", "", "", "/apis/apps/v1", "200"),
     }
@@ -435,3 +411,104 @@ async def test_long_running_requests_are_counted_while_they_run() -> None:
     await task
     (sample,) = _families(m)["apiserver_longrunning_requests"].samples
     assert sample.value == 0  # closed: the series stays, at 0, as a child of upstream's gauge vec
+
+
+async def test_the_sli_leaves_out_webhooks_and_the_priority_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """apiserver_request_sli_duration_seconds is the request's duration less its mutating webhooks (called
+    in turn: summed), its validating webhooks (called in parallel: the longest) and its wait in a
+    priority level's queue, as upstream's LatencyTrackers subtract them; the duration keeps them all."""
+    import asyncio
+
+    from aiohttp import web
+
+    from controlplane.apiserver import latencytrackers, metrics
+    from controlplane.apiserver.metrics import ApiServerMetrics, mark
+
+    clock = [100.0]
+    monkeypatch.setattr(metrics.time, "perf_counter", lambda: clock[0])
+    m = ApiServerMetrics()
+
+    async def validating(seconds: float) -> None:
+        latencytrackers.webhook(False, seconds)
+
+    async def handler(req):
+        mark(req, "create", "", "v1", "configmaps", "", "default", "", False)
+        latencytrackers.apf_wait(0.25)
+        latencytrackers.webhook(True, 0.3)
+        latencytrackers.webhook(True, 0.2)
+        await asyncio.gather(validating(0.4), validating(0.7))  # each in its own task, as dispatched
+        clock[0] += 2.0
+        return web.Response(status=201)
+
+    await m.middleware(_request("POST", "/api/v1/namespaces/default/configmaps"), handler)
+    families = _families(m)
+    labels = {"verb": "POST", "resource": "configmaps", "scope": "resource"}
+    (duration,) = samples(families, "apiserver_request_duration_seconds_sum", **labels)
+    (sli,) = samples(families, "apiserver_request_sli_duration_seconds_sum", **labels)
+    assert duration.value == 2.0
+    assert sli.value == pytest.approx(2.0 - 0.25 - (0.3 + 0.2) - 0.7)
+    buckets = {
+        s.labels["le"]: s.value for s in samples(families, "apiserver_request_sli_duration_seconds_bucket")
+    }
+    assert (buckets["0.4"], buckets["0.6"]) == (0.0, 1.0)  # 0.55 s
+    assert "dry_run" not in sli.labels
+    # Outside a request nothing is tracked, and nothing fails.
+    latencytrackers.webhook(True, 1.0)
+    latencytrackers.apf_wait(1.0)
+
+
+def test_a_webhooks_time_is_out_of_the_sli_but_in_the_duration(server: ApiServer, tmp_path: Path) -> None:
+    """Through the real server: a create whose validating webhook never answers (the call times out after
+    its 1 s, failing open) lasts over a second, and the SLI leaves that second out."""
+    from tests.controlplane.webhookserver import serving
+
+    admin = server.api_client()
+    v1 = client.CoreV1Api(admin)
+    hooks = client.AdmissionregistrationV1Api(admin)
+    labels = {"verb": "POST", "resource": "configmaps", "scope": "resource"}
+    with serving(tmp_path) as hook_server:
+        hooks.create_validating_webhook_configuration(
+            {
+                "metadata": {"name": "sli-hang"},
+                "webhooks": [
+                    {
+                        "name": "hang.sli.example.com",
+                        "clientConfig": {"url": hook_server.url("/hang"), "caBundle": hook_server.ca_bundle},
+                        "rules": [
+                            {
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "operations": ["CREATE"],
+                                "resources": ["configmaps"],
+                            }
+                        ],
+                        "objectSelector": {"matchLabels": {"sli": "hang"}},
+                        "failurePolicy": "Ignore",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "timeoutSeconds": 1,
+                    }
+                ],
+            }
+        )
+        try:
+            deadline = time.monotonic() + 20
+            n = 0
+            while not hook_server.got("/hang") and time.monotonic() < deadline:  # the webhook is in force
+                n += 1
+                before = scrape(admin)
+                v1.create_namespaced_config_map(
+                    "default", {"metadata": {"name": f"sli-hang-{n}", "labels": {"sli": "hang"}}}
+                )
+                after = scrape(admin)
+        finally:
+            hooks.delete_validating_webhook_configuration("sli-hang")
+    assert hook_server.got("/hang")
+    took = total(after, "apiserver_request_duration_seconds_sum", **labels) - total(
+        before, "apiserver_request_duration_seconds_sum", **labels
+    )
+    sli = total(after, "apiserver_request_sli_duration_seconds_sum", **labels) - total(
+        before, "apiserver_request_sli_duration_seconds_sum", **labels
+    )
+    assert took >= 1.0, took
+    assert 0 <= sli <= took - 0.9, (sli, took)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from controlplane.apiserver import latencytrackers
 from controlplane.apiserver.authn import USER_KEY
 from controlplane.apiserver.flowcontrol import defaults
 from controlplane.apiserver.flowcontrol.classify import Classifier, flow_hash
@@ -174,6 +175,7 @@ class Dispatcher:
         else:
             seat, wait = await level.acquire(0)
         waited.observe(wait)
+        latencytrackers.apf_wait(wait)  # left out of apiserver_request_sli_duration_seconds
         dispatched.inc()
         seat_done = _Release(seat, running)
         if info.verb == "watch":
