@@ -13,6 +13,7 @@ from typing import Any
 
 from controlplane.apiserver import errors, kinds
 from controlplane.apiserver.kinds.base import Kind, SelectableField
+from controlplane.storage.cache import Trigger
 from kubeclient.selectors import FieldRequirement, Selector, SelectorError, parse_fields, parse_labels
 
 Obj = dict[str, Any]
@@ -57,7 +58,8 @@ def _fields(kind: Kind, requirements: list[FieldRequirement]) -> list[tuple[Sele
 
 
 def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Predicate | None, str | None]:
-    """The filter of a list or watch (None: everything), and the name a `metadata.name=X` pins."""
+    """The filter of a list or watch (None: everything), and the name a `metadata.name=X` pins. The
+    filter is a `Selection`: a watch indexes itself by its `trigger`."""
     try:
         labels: Selector = parse_labels(label_selector)
         fields = _fields(kind, parse_fields(field_selector))
@@ -66,13 +68,35 @@ def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Pre
     one_name = next((v for f, equal, v in fields if f.at == "metadata.name" and equal), None)
     if labels.empty and not fields:
         return None, one_name
+    return Selection(labels, fields), one_name
 
-    def matches(obj: Obj) -> bool:
-        if not labels.empty and not labels.matches((obj.get("metadata") or {}).get("labels")):
+
+class Selection:
+    """A label and field selector as one predicate over cached objects (their views), and the field
+    value it requires, if any (`trigger`): the first `field=value` requirement, by which the watch
+    cache routes events to the watch (upstream indexes pod watches by spec.nodeName the same way)."""
+
+    __slots__ = ("labels", "fields", "trigger")
+
+    def __init__(self, labels: Selector, fields: list[tuple[SelectableField, bool, str]]) -> None:
+        self.labels = labels
+        self.fields = fields
+        self.trigger = next((field_trigger(f, v) for f, equal, v in fields if equal), None)
+
+    def __call__(self, obj: Obj) -> bool:
+        if not self.labels.empty and not self.labels.matches((obj.get("metadata") or {}).get("labels")):
             return False
-        return all((_value(obj, f) == value) == equal for f, equal, value in fields)
+        return all((_value(obj, f) == value) == equal for f, equal, value in self.fields)
 
-    return matches, one_name
+
+def field_trigger(field: SelectableField, value: str) -> Trigger:
+    """The trigger of `field=value`: the index key is what reading the field depends on, so that
+    spec.host and spec.nodeName (one path) share an index."""
+
+    def value_of(view: Obj) -> str:
+        return _value(view, field)
+
+    return Trigger((field.at, field.fallback, field.missing, field.exposed), value_of, value)
 
 
 # Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.

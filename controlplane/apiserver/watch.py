@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from controlplane.apiserver import errors, listoptions, tables
-from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver import errors, fieldselect, listoptions, tables
+from controlplane.apiserver.kinds.base import Kind, SelectableField
 from controlplane.apiserver.metrics import METRICS_KEY, WatchRecorder
 from controlplane.apiserver.protobuf.codec import message_for
 from controlplane.apiserver.protobufhttp import WATCH_CONTENT_TYPE, ProtobufWatchWriter, prefers_protobuf
@@ -30,7 +30,14 @@ from controlplane.apiserver.responses import (
     wants_metadata,
     wants_table,
 )
-from controlplane.storage.cache import CLOSED, GoneError, TooLargeResourceVersionError, WatchCache, encode
+from controlplane.storage.cache import (
+    CLOSED,
+    GoneError,
+    TooLargeResourceVersionError,
+    Trigger,
+    WatchCache,
+    encode,
+)
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
@@ -48,10 +55,13 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     res = info.resource
     q = request.query
     predicate, one_name = rest.predicate(request, res)
+    # The field value the selector requires, by which the cache routes events to this watch.
+    trigger: Trigger | None = getattr(predicate, "trigger", None)
     if info.name:
         one_name = info.name
         base = predicate
         predicate = lambda o: o["metadata"].get("name") == info.name and (base is None or base(o))  # noqa: E731
+        trigger = trigger or fieldselect.field_trigger(SelectableField("metadata.name"), info.name)
     rv = q.get("resourceVersion", "")
     bookmarks = bool_param(q, "allowWatchBookmarks")
     listoptions.check(q, watch=True)
@@ -87,7 +97,7 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
         raise too_large(err) from None
     watcher = None
     try:
-        watcher = rest.cache.watch(res.bucket, key_prefix, predicate, from_revision)
+        watcher = rest.cache.watch(res.bucket, key_prefix, predicate, from_revision, trigger)
     except GoneError as err:
         error_status = errors.gone(f"too old resource version: {err.requested} ({err.oldest})").status()
     initial_count = watcher.queue.qsize() if (watcher and send_initial) else -1
