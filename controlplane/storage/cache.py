@@ -170,6 +170,9 @@ class Watcher:
     after: int = 0
     # The field value the selector requires, by which the cache indexes the watcher (None: offered all).
     trigger: Trigger | None = None
+    # Set by a consumer waiting for the queue to fill (a future, cheaper than a Queue.get per event):
+    # resolved with the next item queued.
+    waiter: asyncio.Future[None] | None = None
 
     def matches(self, cached: CachedObject | None) -> bool:
         if cached is None or not cached.key.startswith(self.key_prefix):
@@ -213,6 +216,12 @@ class Watcher:
             return
         self.queue.put_nowait(event)
         self.last_revision = event.revision
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def close(self) -> None:
         if not self.closed:
@@ -226,6 +235,7 @@ class Watcher:
                     break
                 except asyncio.QueueFull:
                     self.queue.get_nowait()
+            self._wake()
 
 
 @dataclass(slots=True)
