@@ -26,10 +26,11 @@ import argparse
 import asyncio
 import json
 import os
+import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.apiserver.run import cpu_seconds, pct, ssl_context
 from bench.reporting import bar_svg, run_and_report
+from controlplane.apiserver.protobuf import codec, wire
 from pykubelet.rig.apiserver import ApiServer
 from pykubelet.rig.etcd import Etcd
 
 NS = "fanout"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -75,13 +78,28 @@ def step_of(event: dict[str, Any]) -> str:
     return "b" if (obj.get("spec") or {}).get("nodeName") else "c"
 
 
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, Any]]:
+    async for line in stream:
+        yield json.loads(line)
+
+
+async def _frames(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, Any]]:
+    """A protobuf watch's events: each a length and a WatchEvent{type, RawExtension{k8s envelope}}."""
+    while True:
+        (length,) = struct.unpack(">I", await stream.readexactly(4))
+        fields = {n: v for n, _, v in wire.fields(await stream.readexactly(length))}
+        raw = {n: v for n, _, v in wire.fields(fields[2])}[1]
+        yield {"type": fields[1].decode(), "object": codec.decode_envelope(raw)[0]}
+
+
 class Watchers:
     """Watch streams read by one task each; every event counted, and its delay from the write's send
     time (`sent`, by object name and step) kept per group of watchers."""
 
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+    def __init__(self, session: aiohttp.ClientSession, base: str, protobuf: bool = False) -> None:
         self.session = session
         self.base = base
+        self.protobuf = protobuf  # watch streams in protobuf (as client-go's kubelets ask), not JSON
         self.sent: dict[tuple[str, str], float] = {}
         self.delays: dict[str, list[float]] = {}
         self.received = 0
@@ -96,13 +114,14 @@ class Watchers:
         self, group: str, path: str, params: dict[str, str], step: Callable[[dict], str]
     ) -> None:
         query = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": "3600", **params}
-        async with self.session.get(self.base + path, params=query) as resp:
+        headers = {"Accept": f"{PROTOBUF}, application/json"} if self.protobuf else None
+        async with self.session.get(self.base + path, params=query, headers=headers) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"watch {path} {params}: {resp.status} {await resp.text()}")
             self.ready += 1
-            async for line in resp.content:
+            events = _frames(resp.content) if self.protobuf else _lines(resp.content)
+            async for event in events:
                 now = time.perf_counter()
-                event = json.loads(line)
                 if event["type"] == "BOOKMARK":
                     continue
                 self.received += 1
@@ -257,11 +276,16 @@ async def run_phases(server: ApiServer, args: argparse.Namespace) -> dict[str, A
             await r.read()
         async with session.get(f"{server.url}{PODS}") as r:
             rv = (await r.json())["metadata"]["resourceVersion"]
-        watchers = Watchers(session, server.url)
+        watchers = Watchers(session, server.url, args.protobuf)
         for _ in range(args.all_watchers):
             watchers.open("all-pods", "/api/v1/pods", {"resourceVersion": rv}, step_of)
         await watchers.wait_ready(args.all_watchers)
-        report: dict[str, Any] = {"nodes": args.nodes, "all_watchers": args.all_watchers, "rate": args.rate}
+        report: dict[str, Any] = {
+            "nodes": args.nodes,
+            "all_watchers": args.all_watchers,
+            "rate": args.rate,
+            "protobuf": bool(args.protobuf),
+        }
         report["a_all_pod_watchers_only"] = await churn(server, session, watchers, args, "a")
         print(json.dumps(report["a_all_pod_watchers_only"]), flush=True)
         async with session.get(f"{server.url}{PODS}") as r:
@@ -288,7 +312,7 @@ async def run_phases(server: ApiServer, args: argparse.Namespace) -> dict[str, A
 
 def markdown(r: dict[str, Any]) -> str:
     lines = [
-        f"# Watch fan-out on etcd: {r['nodes']} per-node pod watchers, {r['all_watchers']} all-pod watchers, "
+        f"# Watch fan-out on etcd ({'protobuf' if r.get('protobuf') else 'JSON'}): {r['nodes']} per-node pod watchers, {r['all_watchers']} all-pod watchers, "
         f"{r['rate']:g} pod lives/s",
         "",
         "| phase | writes | events delivered | server CPU ms per write | per event delivered | "
@@ -338,6 +362,7 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
     "--rate": (float, 20.0, "pod lives started per second"),
     "--seconds": (float, 20.0, "of pod lives started, per phase"),
     "--broadcasts": (int, 10, "ConfigMap writes in phase C"),
+    "--protobuf": (int, 0, "1: every watch in protobuf (as client-go's components ask) instead of JSON"),
 }
 
 
