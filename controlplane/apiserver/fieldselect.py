@@ -20,26 +20,38 @@ Obj = dict[str, Any]
 Predicate = Callable[[Obj], bool]
 
 
-def _at(obj: Obj, path: str) -> Any:
+def _at(obj: Obj, parts: tuple[str, ...]) -> Any:
     current: Any = obj
-    for part in path.split("."):
+    for part in parts:
         if not isinstance(current, dict):
             return None
         current = current.get(part)
     return current
 
 
-def _value(obj: Obj, field: SelectableField) -> str:
+Reader = Callable[[Obj], str]
+
+
+def reader(field: SelectableField) -> Reader:
+    """How a selector reads `field` of an object, as upstream's fields.Set holds it (its path split once:
+    a selector reads it of every object a list or an unindexed watch weighs)."""
     if not field.exposed:
-        return ""
-    current = _at(obj, field.at)
-    if current in (None, "") and field.fallback:
-        current = _at(obj, field.fallback)
-    if current is None:
-        return field.missing
-    if isinstance(current, bool):
-        return "true" if current else "false"
-    return str(current)
+        return lambda obj: ""
+    parts = tuple(field.at.split("."))
+    fallback = tuple(field.fallback.split(".")) if field.fallback else ()
+    missing = field.missing
+
+    def read(obj: Obj) -> str:
+        current = _at(obj, parts)
+        if fallback and current in (None, ""):
+            current = _at(obj, fallback)
+        if current is None:
+            return missing
+        if isinstance(current, bool):
+            return "true" if current else "false"
+        return current if type(current) is str else str(current)
+
+    return read
 
 
 def _fields(kind: Kind, requirements: list[FieldRequirement]) -> list[tuple[SelectableField, bool, str]]:
@@ -79,24 +91,23 @@ class Selection:
     __slots__ = ("labels", "fields", "trigger")
 
     def __init__(self, labels: Selector, fields: list[tuple[SelectableField, bool, str]]) -> None:
-        self.labels = labels
-        self.fields = fields
+        self.labels = None if labels.empty else labels
+        self.fields = tuple((reader(f), equal, value) for f, equal, value in fields)
         self.trigger = next((field_trigger(f, v) for f, equal, v in fields if equal), None)
 
     def __call__(self, obj: Obj) -> bool:
-        if not self.labels.empty and not self.labels.matches((obj.get("metadata") or {}).get("labels")):
+        if self.labels is not None and not self.labels.matches((obj.get("metadata") or {}).get("labels")):
             return False
-        return all((_value(obj, f) == value) == equal for f, equal, value in self.fields)
+        for read, equal, value in self.fields:
+            if (read(obj) == value) != equal:
+                return False
+        return True
 
 
 def field_trigger(field: SelectableField, value: str) -> Trigger:
     """The trigger of `field=value`: the index key is what reading the field depends on, so that
     spec.host and spec.nodeName (one path) share an index."""
-
-    def value_of(view: Obj) -> str:
-        return _value(view, field)
-
-    return Trigger((field.at, field.fallback, field.missing, field.exposed), value_of, value)
+    return Trigger((field.at, field.fallback, field.missing, field.exposed), reader(field), value)
 
 
 # Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.
