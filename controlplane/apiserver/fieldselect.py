@@ -13,32 +13,45 @@ from typing import Any
 
 from controlplane.apiserver import errors, kinds
 from controlplane.apiserver.kinds.base import Kind, SelectableField
+from controlplane.storage.cache import Trigger
 from kubeclient.selectors import FieldRequirement, Selector, SelectorError, parse_fields, parse_labels
 
 Obj = dict[str, Any]
 Predicate = Callable[[Obj], bool]
 
 
-def _at(obj: Obj, path: str) -> Any:
+def _at(obj: Obj, parts: tuple[str, ...]) -> Any:
     current: Any = obj
-    for part in path.split("."):
+    for part in parts:
         if not isinstance(current, dict):
             return None
         current = current.get(part)
     return current
 
 
-def _value(obj: Obj, field: SelectableField) -> str:
+Reader = Callable[[Obj], str]
+
+
+def reader(field: SelectableField) -> Reader:
+    """How a selector reads `field` of an object, as upstream's fields.Set holds it (its path split once:
+    a selector reads it of every object a list or an unindexed watch weighs)."""
     if not field.exposed:
-        return ""
-    current = _at(obj, field.at)
-    if current in (None, "") and field.fallback:
-        current = _at(obj, field.fallback)
-    if current is None:
-        return field.missing
-    if isinstance(current, bool):
-        return "true" if current else "false"
-    return str(current)
+        return lambda obj: ""
+    parts = tuple(field.at.split("."))
+    fallback = tuple(field.fallback.split(".")) if field.fallback else ()
+    missing = field.missing
+
+    def read(obj: Obj) -> str:
+        current = _at(obj, parts)
+        if fallback and current in (None, ""):
+            current = _at(obj, fallback)
+        if current is None:
+            return missing
+        if isinstance(current, bool):
+            return "true" if current else "false"
+        return current if type(current) is str else str(current)
+
+    return read
 
 
 def _fields(kind: Kind, requirements: list[FieldRequirement]) -> list[tuple[SelectableField, bool, str]]:
@@ -57,7 +70,8 @@ def _fields(kind: Kind, requirements: list[FieldRequirement]) -> list[tuple[Sele
 
 
 def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Predicate | None, str | None]:
-    """The filter of a list or watch (None: everything), and the name a `metadata.name=X` pins."""
+    """The filter of a list or watch (None: everything), and the name a `metadata.name=X` pins. The
+    filter is a `Selection`: a watch indexes itself by its `trigger`."""
     try:
         labels: Selector = parse_labels(label_selector)
         fields = _fields(kind, parse_fields(field_selector))
@@ -66,13 +80,34 @@ def predicate(kind: Kind, label_selector: str, field_selector: str) -> tuple[Pre
     one_name = next((v for f, equal, v in fields if f.at == "metadata.name" and equal), None)
     if labels.empty and not fields:
         return None, one_name
+    return Selection(labels, fields), one_name
 
-    def matches(obj: Obj) -> bool:
-        if not labels.empty and not labels.matches((obj.get("metadata") or {}).get("labels")):
+
+class Selection:
+    """A label and field selector as one predicate over cached objects (their views), and the field
+    value it requires, if any (`trigger`): the first `field=value` requirement, by which the watch
+    cache routes events to the watch (upstream indexes pod watches by spec.nodeName the same way)."""
+
+    __slots__ = ("labels", "fields", "trigger")
+
+    def __init__(self, labels: Selector, fields: list[tuple[SelectableField, bool, str]]) -> None:
+        self.labels = None if labels.empty else labels
+        self.fields = tuple((reader(f), equal, value) for f, equal, value in fields)
+        self.trigger = next((field_trigger(f, v) for f, equal, v in fields if equal), None)
+
+    def __call__(self, obj: Obj) -> bool:
+        if self.labels is not None and not self.labels.matches((obj.get("metadata") or {}).get("labels")):
             return False
-        return all((_value(obj, f) == value) == equal for f, equal, value in fields)
+        for read, equal, value in self.fields:
+            if (read(obj) == value) != equal:
+                return False
+        return True
 
-    return matches, one_name
+
+def field_trigger(field: SelectableField, value: str) -> Trigger:
+    """The trigger of `field=value`: the index key is what reading the field depends on, so that
+    spec.host and spec.nodeName (one path) share an index."""
+    return Trigger((field.at, field.fallback, field.missing, field.exposed), reader(field), value)
 
 
 # Paths a selector or the registry reads from cached objects; the watch cache keeps only these decoded.

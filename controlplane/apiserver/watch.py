@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from controlplane.apiserver import errors, listoptions, tables
-from controlplane.apiserver.kinds.base import Kind
+from controlplane.apiserver import errors, fieldselect, listoptions, tables
+from controlplane.apiserver.kinds.base import Kind, SelectableField
 from controlplane.apiserver.metrics import METRICS_KEY, WatchRecorder
 from controlplane.apiserver.protobuf.codec import message_for
 from controlplane.apiserver.protobufhttp import WATCH_CONTENT_TYPE, ProtobufWatchWriter, prefers_protobuf
@@ -30,7 +30,14 @@ from controlplane.apiserver.responses import (
     wants_metadata,
     wants_table,
 )
-from controlplane.storage.cache import CLOSED, GoneError, TooLargeResourceVersionError, WatchCache, encode
+from controlplane.storage.cache import (
+    CLOSED,
+    GoneError,
+    TooLargeResourceVersionError,
+    Trigger,
+    WatchCache,
+    encode,
+)
 
 if TYPE_CHECKING:
     from controlplane.apiserver.handlers import RestHandler
@@ -48,10 +55,13 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     res = info.resource
     q = request.query
     predicate, one_name = rest.predicate(request, res)
+    # The field value the selector requires, by which the cache routes events to this watch.
+    trigger: Trigger | None = getattr(predicate, "trigger", None)
     if info.name:
         one_name = info.name
         base = predicate
         predicate = lambda o: o["metadata"].get("name") == info.name and (base is None or base(o))  # noqa: E731
+        trigger = trigger or fieldselect.field_trigger(SelectableField("metadata.name"), info.name)
     rv = q.get("resourceVersion", "")
     bookmarks = bool_param(q, "allowWatchBookmarks")
     listoptions.check(q, watch=True)
@@ -87,7 +97,7 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
         raise too_large(err) from None
     watcher = None
     try:
-        watcher = rest.cache.watch(res.bucket, key_prefix, predicate, from_revision)
+        watcher = rest.cache.watch(res.bucket, key_prefix, predicate, from_revision, trigger)
     except GoneError as err:
         error_status = errors.gone(f"too old resource version: {err.requested} ({err.oldest})").status()
     initial_count = watcher.queue.qsize() if (watcher and send_initial) else -1
@@ -105,6 +115,7 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
     if metrics is not None:
         out = _CountedWriter(out, metrics.watch_recorder(res.group, res.version, res.kind))
     rest.active_watches += 1
+    alarm = _Alarm(asyncio.get_running_loop())
     try:
         if error_status is not None or watcher is None:
             await out.write(encode({"type": "ERROR", "object": error_status}) + b"\n")
@@ -121,10 +132,12 @@ async def serve_watch(rest: RestHandler, request: web.Request, info: RequestInfo
             timeout,
             initial_count,
             initial_rv,
+            alarm,
         )
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
+        alarm.cancel()
         rest.active_watches -= 1
         if watcher is not None:
             watcher.close()
@@ -145,11 +158,13 @@ async def _pump(
     duration: float,
     initial_count: int,
     initial_rv: int,
+    alarm: _Alarm,
 ) -> None:
     deadline = time.monotonic() + duration
     next_bookmark = time.monotonic() + BOOKMARK_INTERVAL
     sent_headers = False
     sent = 0
+    plain = mode == "object" and not res.converts  # each line from the cache's bytes, nothing awaited
     if initial_count == 0:
         await response.write(_bookmark(res, initial_rv, True))
     while True:
@@ -169,8 +184,7 @@ async def _pump(
             wait = min(wait, remaining - 1 if remaining > 2 else remaining)
         wait = min(wait, DISCONNECT_CHECK)
         try:
-            async with asyncio.timeout(max(wait, 0.01)):
-                event = await watcher.queue.get()
+            event = await alarm.next(watcher, max(wait, 0.01))
         except TimeoutError:
             if bookmarks and (time.monotonic() >= next_bookmark or deadline - time.monotonic() <= 1.5):
                 if watcher.queue.empty():
@@ -185,7 +199,10 @@ async def _pump(
         lines: list[bytes] = []
         while event is not CLOSED:
             try:
-                line = await _event_line(event, res, cache, mode, include, not sent_headers)
+                if plain:
+                    line = _object_line(event.type, event.obj.raw)
+                else:
+                    line = await _event_line(event, res, cache, mode, include, not sent_headers)
             except errors.ApiError as err:
                 # A conversion webhook failed: upstream's watch handler ends the stream (the client's
                 # relist then gets the 500).
@@ -217,8 +234,53 @@ async def _event_line(
         return encode({"type": event.type, "object": obj}) + b"\n"
     if mode == "metadata":
         return encode({"type": event.type, "object": partial(event.obj.obj)}) + b"\n"
-    raw = await _served_raw(res, event.obj, cache)
-    return b"".join([b'{"type":"', event.type.encode(), b'","object":', raw, b"}\n"])
+    return _object_line(event.type, await _served_raw(res, event.obj, cache))
+
+
+_HEADS = {t: b'{"type":"' + t.encode() + b'","object":' for t in ("ADDED", "MODIFIED", "DELETED")}
+
+
+def _object_line(event_type: str, raw: bytes) -> bytes:
+    """`{"type":T,"object":RAW}` and a newline: the line of an event whose object is sent as encoded."""
+    return b"".join((_HEADS[event_type], raw, b"}\n"))
+
+
+class _Alarm:
+    """What the pump waits on: the watcher's next queued item, or the alarm of its next check (bookmark,
+    end, a look at the connection). One timer stands until it rings, however many events come before
+    (an `asyncio.timeout` and a `Queue.get` per event cost more than the write of most events); it may
+    ring early for a later bound, which only makes the pump look again."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.timer: asyncio.TimerHandle | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    async def next(self, watcher: Any, wait: float) -> Any:
+        """The next queued item; TimeoutError when the alarm rang first."""
+        queue = watcher.queue
+        if not queue.empty():
+            return queue.get_nowait()
+        if self.timer is None:
+            self.timer = self.loop.call_later(wait, self._ring)
+        self.waiter = watcher.waiter = self.loop.create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = watcher.waiter = None
+        if not queue.empty():
+            return queue.get_nowait()
+        raise TimeoutError
+
+    def _ring(self) -> None:
+        self.timer = None
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 async def _send(out: Any, lines: list[bytes]) -> None:

@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -138,6 +138,21 @@ class TooLargeResourceVersionError(Exception):
 CLOSED = None  # queued to a watcher when the cache drops it (too slow or shutting down)
 
 
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """A value one field must have for a watcher's selector to match (upstream's indexed trigger: a
+    kubelet's pod watch with spec.nodeName=X). The cache offers such a watcher only the events whose
+    object has that value now or had it before (entering or leaving the selection), so with 1 000
+    per-node watchers a pod's event is weighed by its node's watcher alone, not by 1 000. Exact: the
+    selector holds `value_of(view) == value` as a conjunct, so every event skipped is one it would have
+    dropped. `field` keys the index (watchers of one field share it); `value_of` reads the field from a
+    cached object's view as the selector does."""
+
+    field: Hashable
+    value_of: Callable[[dict[str, Any]], str]
+    value: str
+
+
 @dataclass(eq=False)
 class Watcher:
     """One watch stream's view: events it matches, in revision order, delivered through `queue`."""
@@ -153,6 +168,11 @@ class Watcher:
     last_revision: int = 0
     # A watch from a resourceVersion the cache has not reached: nothing at or below it is delivered.
     after: int = 0
+    # The field value the selector requires, by which the cache indexes the watcher (None: offered all).
+    trigger: Trigger | None = None
+    # Set by a consumer waiting for the queue to fill (a future, cheaper than a Queue.get per event):
+    # resolved with the next item queued.
+    waiter: asyncio.Future[None] | None = None
 
     def matches(self, cached: CachedObject | None) -> bool:
         if cached is None or not cached.key.startswith(self.key_prefix):
@@ -170,9 +190,16 @@ class Watcher:
                 return
             out = event
         elif new_ok and old_ok:
-            out = CacheEvent("MODIFIED", event.obj, event.prev, event.revision)
+            # The event itself when its type stands (most): one object shared by every watcher.
+            out = (
+                event
+                if event.type == "MODIFIED"
+                else CacheEvent("MODIFIED", event.obj, event.prev, event.revision)
+            )
         elif new_ok:
-            out = CacheEvent("ADDED", event.obj, event.prev, event.revision)
+            out = (
+                event if event.type == "ADDED" else CacheEvent("ADDED", event.obj, event.prev, event.revision)
+            )
         elif old_ok and event.prev is not None:
             # It left the selection: upstream's cacheWatcher sends DELETED with the previous state (the
             # state that matched), at the event's resourceVersion.
@@ -189,6 +216,12 @@ class Watcher:
             return
         self.queue.put_nowait(event)
         self.last_revision = event.revision
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def close(self) -> None:
         if not self.closed:
@@ -202,6 +235,25 @@ class Watcher:
                     break
                 except asyncio.QueueFull:
                     self.queue.get_nowait()
+            self._wake()
+
+
+@dataclass(slots=True)
+class _Index:
+    """The watchers of one trigger field, by the value their selector requires."""
+
+    value_of: Callable[[dict[str, Any]], str]
+    by_value: dict[str, set[Watcher]] = field(default_factory=dict)
+
+    def candidates(self, event: CacheEvent) -> list[Watcher]:
+        """The watchers whose value the event's object has, or had before it (one that left)."""
+        value = self.value_of(event.obj.view)
+        found = list(self.by_value.get(value, ()))
+        if event.prev is not None:
+            before = self.value_of(event.prev.view)
+            if before != value:
+                found += self.by_value.get(before, ())
+        return found
 
 
 @dataclass
@@ -212,8 +264,45 @@ class _Bucket:
     window_start: int = 0
     window: int = 10_000  # events kept (the cache's window, or --watch-cache-sizes' for this resource)
     watchers: set[Watcher] = field(default_factory=set)
+    # The same watchers split by how they are reached: offered every event, or through a trigger index.
+    unindexed: set[Watcher] = field(default_factory=set)
+    indexes: dict[Hashable, _Index] = field(default_factory=dict)
     # In-process readers kept in step with every commit, before any watcher or reader sees it.
     subscribers: list[Callable[[CacheEvent], None]] = field(default_factory=list)
+
+    def add(self, watcher: Watcher) -> None:
+        self.watchers.add(watcher)
+        trigger = watcher.trigger
+        if trigger is None:
+            self.unindexed.add(watcher)
+            return
+        index = self.indexes.get(trigger.field)
+        if index is None:
+            index = self.indexes[trigger.field] = _Index(trigger.value_of)
+        index.by_value.setdefault(trigger.value, set()).add(watcher)
+
+    def discard(self, watcher: Watcher) -> None:
+        self.watchers.discard(watcher)
+        self.unindexed.discard(watcher)
+        trigger = watcher.trigger
+        index = self.indexes.get(trigger.field) if trigger is not None else None
+        if index is None or trigger is None:
+            return
+        same = index.by_value.get(trigger.value)
+        if same is not None:
+            same.discard(watcher)
+            if not same:
+                del index.by_value[trigger.value]
+                if not index.by_value:
+                    del self.indexes[trigger.field]
+
+    def fan_out(self, event: CacheEvent) -> None:
+        """Offer an event to every watcher that may want it (a watcher closed meanwhile is skipped)."""
+        for watcher in list(self.unindexed):
+            watcher.offer(event)
+        for index in list(self.indexes.values()):
+            for watcher in index.candidates(event):
+                watcher.offer(event)
 
 
 class WatchCache:
@@ -407,8 +496,7 @@ class WatchCache:
             dropped = bucket.events.popleft()
             # Upstream's cache serves a watch from one before its oldest event on.
             bucket.window_start = bucket.events[0].revision - 1 if bucket.events else dropped.revision
-        for watcher in list(bucket.watchers):
-            watcher.offer(ce)
+        bucket.fan_out(ce)
         if self._waiters:
             self._wake()
 
@@ -594,15 +682,17 @@ class WatchCache:
         key_prefix: str,
         predicate: Predicate | None,
         from_revision: int | None,
+        trigger: Trigger | None = None,
     ) -> Watcher:
         """Register a watcher. `from_revision=None` means synthetic ADDED events for current state first.
+        `trigger`: a field value `predicate` requires, by which live events are routed to the watcher.
 
         Registration is synchronous so no event can slip between the replay and the live feed.
         """
         bucket = self._bucket(bucket_name)
         initial = self.list(bucket_name, key_prefix, predicate) if from_revision is None else []
         queue: asyncio.Queue[CacheEvent | None] = asyncio.Queue(self.watcher_queue + len(initial))
-        watcher = Watcher(bucket_name, key_prefix, predicate, queue, self)
+        watcher = Watcher(bucket_name, key_prefix, predicate, queue, self, trigger=trigger)
         if from_revision is None:
             for cached in initial:
                 watcher._put(CacheEvent("ADDED", cached, None, cached.revision))
@@ -615,7 +705,7 @@ class WatchCache:
         watcher.last_revision = self.revision
         if from_revision is not None and from_revision > self.revision:
             watcher.after = from_revision
-        bucket.watchers.add(watcher)
+        bucket.add(watcher)
         return watcher
 
     def subscribe(self, bucket_name: str, callback: Callable[[CacheEvent], None]) -> list[CachedObject]:
@@ -629,7 +719,7 @@ class WatchCache:
     def _remove(self, watcher: Watcher) -> None:
         bucket = self._buckets.get(watcher.bucket)
         if bucket:
-            bucket.watchers.discard(watcher)
+            bucket.discard(watcher)
 
     def object_counts(self) -> dict[str, int]:
         return {name: len(bucket.objects) for name, bucket in self._buckets.items()}

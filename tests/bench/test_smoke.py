@@ -45,6 +45,12 @@ BENCHMARKS = {
     "apiserver-webhooks": Benchmark("bench/apiserver/webhooks.py", "apiserver-webhooks", needs_root=False),
     "apiserver-security": Benchmark("bench/apiserver/security.py", "apiserver-security", needs_root=False),
     "apiserver-crd": Benchmark("bench/apiserver/crd.py", "apiserver-crd", needs_root=False),
+    "apiserver-watchfanout": Benchmark(
+        "bench/apiserver/watchfanout.py", "apiserver-watchfanout", needs_root=False
+    ),
+    "apiserver-selectorcost": Benchmark(
+        "bench/apiserver/selectorcost.py", "apiserver-selectorcost", needs_root=False
+    ),
     "apiserver-protobuf": Benchmark("bench/apiserver/protobuf.py", "apiserver-protobuf", needs_root=False),
     "apiserver-servicecreate": Benchmark(
         "bench/apiserver/servicecreate.py", "apiserver-servicecreate", needs_root=False

@@ -176,6 +176,31 @@ def test_watch_in_protobuf_sends_length_prefixed_watch_events(conn: Http, ns: st
     response.close()
 
 
+def test_a_per_node_watch_in_protobuf_gets_its_pods_binding_and_deletion(conn: Http, ns: str) -> None:
+    """A kubelet's watch (fieldSelector spec.nodeName, protobuf, as client-go asks): the watch cache
+    routes it by its node, and it gets the binding as ADDED and the deletion, nothing of other nodes."""
+    node = f"node-{ns}"
+    watch = conn.open("GET", f"/api/v1/pods?watch=1&timeoutSeconds=20&fieldSelector=spec.nodeName%3D{node}")
+    assert watch.headers["Content-Type"] == f"{PB};stream=watch"
+    for name, target in (("other", f"else-{ns}"), ("mine", node)):
+        assert conn.call("POST", f"/api/v1/namespaces/{ns}/pods", _pod(name))[0] == 201
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"kind": "Node", "name": target},
+        }
+        assert conn.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)[0] == 201
+    assert conn.call("DELETE", f"/api/v1/namespaces/{ns}/pods/other?gracePeriodSeconds=0")[0] == 200
+    assert conn.call("DELETE", f"/api/v1/namespaces/{ns}/pods/mine?gracePeriodSeconds=0")[0] == 200
+    events = [
+        (e["type"], e["object"]["metadata"]["name"], e["object"]["spec"]["nodeName"])
+        for e in _frames(watch, 2)
+    ]
+    assert events == [("ADDED", "mine", node), ("DELETED", "mine", node)]
+    watch.close()
+
+
 def test_nodes_events_leases_bindings_and_deployments(conn: Http, ns: str) -> None:
     node = {
         "apiVersion": "v1",
