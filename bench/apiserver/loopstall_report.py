@@ -64,13 +64,13 @@ def summarize(records: list[dict[str, Any]], threshold_ms: float) -> dict[str, A
     stalls = [r for r in records if r["kind"] == "stall"]
     windows = [r for r in records if r["kind"] == "window"]
     gcs = [r for r in records if r["kind"] == "gc"]
+    probes = [r for r in records if r["kind"] == "probe" and "error" not in r]
     busy = [r for r in stalls if r["main_cpu_ms"] >= threshold_ms]
     starved = [r for r in stalls if r["main_cpu_ms"] < threshold_ms]
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in busy:
         names = Counter(where(s) for s in r["stacks"]) or Counter({"(no sample)": 1})
         groups[names.most_common(1)[0][0]].append(r)
-    lags = [w for w in windows]
     return {
         "stalls": len(stalls),
         "starved": len(starved),
@@ -87,7 +87,13 @@ def summarize(records: list[dict[str, Any]], threshold_ms: float) -> dict[str, A
         },
         "starved_lag_p50_ms": pct([r["lag_ms"] for r in starved], 0.5),
         "starved_lag_max_ms": max((r["lag_ms"] for r in starved), default=float("nan")),
-        "windows": lags,
+        "windows": windows,
+        "probes": {
+            field: {q: pct([p[field] for p in probes], q) for q in (0.5, 0.99, 1.0)}
+            for field in ("revision_ms", "catch_up_ms", "behind")
+        }
+        if probes
+        else {},
         "gc_over_threshold": [(g["generation"], g["ms"], g.get("cpu_ms")) for g in gcs],
     }
 
@@ -116,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {w['at']:.0f} | {w['lag_p50_ms']}/{w['lag_p99_ms']}/{w['lag_max_ms']} | "
             f"{w['process_cpu_share']} | {w['main_cpu_share']} | {gc_text} |"
         )
+    for field, qs in result["probes"].items():
+        print(f"consistent-read probe {field}: p50 {qs[0.5]}, p99 {qs[0.99]}, max {qs[1.0]}")
     print(f"GC passes over threshold (generation, ms, loop CPU ms): {result['gc_over_threshold']}")
     return 0
 

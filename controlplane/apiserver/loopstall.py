@@ -12,12 +12,14 @@ tell them apart. This watch can:
   gap: one long stretch) or not scheduled (CPU far below it: the machine's other load);
 - on asyncio's own loop (PYKUBELET_EVENT_LOOP=asyncio) every callback is timed too, so a stall names its
   callbacks (a task's coroutine, a handle's function) with their durations;
-- gc.callbacks time every collection by generation (the server freezes its startup heap and collects
-  the young generation every 20 000 allocations: a gen2 pass still walks every object made since).
+- gc.callbacks time every collection by generation (the server freezes its startup heap: a gen2 pass
+  still walks every object made since);
+- a probe the server gives (`probe`, every second) times what a consistent read waits for besides the
+  loop: etcd's current revision, then the watch cache catching up to it.
 
 Records are JSON lines, to PYKUBELET_LOOP_STALL_FILE when set (else this module's logger at WARNING):
 `stall` for each beat later than the threshold (lag, main-thread CPU, stacks, callbacks), `gc` for each
-collection longer than the threshold, and `window` every PYKUBELET_LOOP_STALL_WINDOW seconds (10): lag
+collection longer than the threshold, `probe` for each probe, and `window` every PYKUBELET_LOOP_STALL_WINDOW seconds (10): lag
 p50/p99/max over the window, the process's and the main thread's CPU share, GC passes and time by
 generation. `bench/apiserver/loopstall_report.py` turns a file of them into tables.
 
@@ -37,7 +39,7 @@ import threading
 import time
 from asyncio import events
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 log = logging.getLogger("controlplane.apiserver.loopstall")
@@ -99,6 +101,9 @@ class LoopStallWatch:
         period: float = 0.01,
         window: float = 10.0,
     ) -> None:
+        self.probe: Callable[[], Awaitable[dict[str, Any]]] | None = None  # set by the server
+        self.probe_period = 1.0
+        self._probe_task: asyncio.Task[None] | None = None
         self.threshold = threshold
         self.period = period
         self.window = window
@@ -147,6 +152,8 @@ class LoopStallWatch:
             self._patch_handles()
         self._thread = threading.Thread(target=self._watchdog, name="loop-stall-watchdog", daemon=True)
         self._thread.start()
+        if self.probe is not None:
+            self._probe_task = asyncio.create_task(self._probe_loop(self.probe), name="loop-stall-probe")
         log.info(
             "event=loop-stall-watch threshold_ms=%d timed_callbacks=%s",
             self.threshold * 1000,
@@ -155,6 +162,8 @@ class LoopStallWatch:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._probe_task is not None:
+            self._probe_task.cancel()
         if self._beat_handle is not None:
             self._beat_handle.cancel()
         if self._on_gc in gc.callbacks:
@@ -164,6 +173,15 @@ class LoopStallWatch:
             self._patched = None
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+
+    async def _probe_loop(self, probe: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        while True:
+            await asyncio.sleep(self.probe_period)
+            try:
+                found = await probe()
+            except Exception as err:  # a diagnosis never takes the server down
+                found = {"error": f"{type(err).__name__}: {err}"}
+            self._sink({"kind": "probe", "at": round(time.time(), 3), **found})
 
     # --- the heartbeat (on the loop) -----------------------------------------------------------------
 

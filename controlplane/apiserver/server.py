@@ -81,7 +81,7 @@ from controlplane.apiserver.storemetrics import MeasuredStore
 from controlplane.apiserver.tokenwebhook import TokenWebhook
 from controlplane.apiserver.webhooks import context as admission_context
 from controlplane.storage import StoreError, StoreRefusedError, StoreUnavailableError
-from controlplane.storage.cache import CachedObject, WatchCache, encode
+from controlplane.storage.cache import CachedObject, TooLargeResourceVersionError, WatchCache, encode
 from controlplane.storage.encryption import TransformingStore
 from controlplane.storage.etcd import EtcdConfig, EtcdStore
 from controlplane.storage.sqlite import SQLiteStore
@@ -418,6 +418,8 @@ class ApiServer:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         if self._stall_watch is not None:
+            if hasattr(self.store, "current_revision"):
+                self._stall_watch.probe = self._consistent_read_probe
             self._stall_watch.start()
         # The kubernetes Service, its endpoints and the kubeconfigs are all in place: ready.
         self.steps.done.add(health.BOOTSTRAP_CONTROLLER)
@@ -428,6 +430,22 @@ class ApiServer:
             ssl_context is not None,
             self.config.data_dir,
         )
+
+    async def _consistent_read_probe(self) -> dict[str, float]:
+        """What a consistent read (a GET without resourceVersion) waits for now besides the loop: etcd's
+        current revision, then the watch cache reaching it (the loop-stall watch's probe)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        target = await self.store.current_revision()  # type: ignore[attr-defined]
+        asked = loop.time()
+        behind = max(0, target - self.cache.revision)
+        with contextlib.suppress(TooLargeResourceVersionError):
+            await self.cache.wait_for(target, patience=10.0)
+        return {
+            "revision_ms": round((asked - started) * 1000, 1),
+            "catch_up_ms": round((loop.time() - asked) * 1000, 1),
+            "behind": behind,
+        }
 
     async def _start_service_account_tokens(self) -> None:
         config = self.config

@@ -139,3 +139,24 @@ def test_describe_names_a_plain_function_and_a_method() -> None:
         loopstall.describe(loopstall.LoopStallWatch.stop)
         == "controlplane.apiserver.loopstall.LoopStallWatch.stop"
     )
+
+
+async def test_the_probe_is_recorded_and_its_failure_too() -> None:
+    records: list[dict[str, Any]] = []
+    answers: list[dict[str, Any]] = [{"catch_up_ms": 3.0}]
+
+    async def probe() -> dict[str, Any]:
+        if not answers:
+            raise ConnectionError("etcd away")  # recorded, not raised
+        return answers.pop()
+
+    watch = loopstall.LoopStallWatch(0.05, records.append, window=60)
+    watch.probe, watch.probe_period = probe, 0.01
+    watch.start()
+    try:
+        first = await next_record(records, "probe")
+        second = await next_record(records, "probe", records.index(first) + 1)
+    finally:
+        watch.stop()
+    assert first["catch_up_ms"] == 3.0
+    assert second["error"] == "ConnectionError: etcd away"
