@@ -20,7 +20,7 @@ tell them apart. This watch can:
 Records are JSON lines, to PYKUBELET_LOOP_STALL_FILE when set (else this module's logger at WARNING):
 `stall` for each beat later than the threshold (lag, main-thread CPU, stacks, callbacks), `gc` for each
 collection longer than the threshold, `probe` for each probe, and `window` every PYKUBELET_LOOP_STALL_WINDOW seconds (10): lag
-p50/p99/max over the window, the process's and the main thread's CPU share, GC passes and time by
+p50/p99/max over the window, the process's and the main thread's CPU share, GC passes, wall and CPU time by
 generation. `bench/apiserver/loopstall_report.py` turns a file of them into tables.
 
 Cost when off: none (nothing is started, nothing patched). When on: a heartbeat every 10 ms, a thread
@@ -128,6 +128,7 @@ class LoopStallWatch:
         self._gc_cpu = 0.0
         self._gc_time: Counter[int] = Counter()
         self._gc_count: Counter[int] = Counter()
+        self._gc_cpu_time: Counter[int] = Counter()
         # asyncio's own loop: the callbacks run since the last beat (count, total, the longest).
         self._patched: Any = None
         self._callbacks = 0
@@ -244,6 +245,7 @@ class LoopStallWatch:
                 "main_cpu_share": round((main_cpu - self._window_cpu[1]) / elapsed, 3),
                 "gc_count": {str(g): n for g, n in sorted(self._gc_count.items())},
                 "gc_ms": {str(g): round(t * 1000, 1) for g, t in sorted(self._gc_time.items())},
+                "gc_cpu_ms": {str(g): round(t * 1000, 1) for g, t in sorted(self._gc_cpu_time.items())},
             }
         )
         self._lags = []
@@ -251,6 +253,7 @@ class LoopStallWatch:
         self._window_cpu = (process_cpu, main_cpu)
         self._gc_count.clear()
         self._gc_time.clear()
+        self._gc_cpu_time.clear()
 
     # --- the watchdog (its own thread) ---------------------------------------------------------------
 
@@ -281,6 +284,8 @@ class LoopStallWatch:
         generation = info.get("generation", -1)
         self._gc_count[generation] += 1
         self._gc_time[generation] += took
+        if on_loop:
+            self._gc_cpu_time[generation] += self._thread_cpu() - self._gc_cpu
         if took > self.threshold and on_loop:
             self._sink(
                 {
