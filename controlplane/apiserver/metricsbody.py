@@ -6,7 +6,8 @@ the server has seen (the request histograms by resource, verb and scope): the lo
 other request is served. Families are collected lazily by their registries, so this module takes them
 one at a time, renders each with the same rules as one `exposition.render` of all of them (a family's
 text does not depend on the others: the whole is their concatenation), and gives the loop back after
-each SLICE of work. Collectors read the loop's own structures unlocked, which is why this stays on the
+each SLICE of work. A family is its HELP and TYPE lines, then a line per sample: a large one (a request
+histogram is a third of the body) is rendered CHUNK samples at a time, its header kept once. Collectors read the loop's own structures unlocked, which is why this stays on the
 loop instead of going to a thread.
 """
 
@@ -23,6 +24,7 @@ from prometheus_client.registry import Collector
 from kubeclient.exposition import render
 
 SLICE = 0.005  # seconds of work between two yields, as the list answers and the watch feed do
+CHUNK = 1000  # samples of one family rendered at a time
 
 
 class _One(Collector):
@@ -42,14 +44,35 @@ def render_one(metric: Metric) -> bytes:
     return render([registry])
 
 
-async def body(registries: Iterable[CollectorRegistry], slice_seconds: float = SLICE) -> bytes:
+def chunks(metric: Metric, size: int = CHUNK) -> Iterator[bytes]:
+    """One family's text in pieces of `size` samples, joined equal to `render_one(metric)`."""
+    if len(metric.samples) <= size:
+        yield render_one(metric)
+        return
+    header_done = False
+    for start in range(0, len(metric.samples), size):
+        part = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+        part.samples = metric.samples[start : start + size]
+        text = render_one(part)
+        if not text:
+            continue  # every sample of the piece left out (`_created`)
+        if header_done:
+            text = text.split(b"\n", 2)[2]  # the HELP and TYPE lines, written with the first piece
+        header_done = True
+        yield text
+
+
+async def body(
+    registries: Iterable[CollectorRegistry], slice_seconds: float = SLICE, chunk: int = CHUNK
+) -> bytes:
     """The registries' text exposition, equal to `render(registries)`, with the loop free between slices."""
     parts: list[bytes] = []
     started = time.perf_counter()
     for registry in registries:
         for metric in registry.collect():
-            parts.append(render_one(metric))
-            if time.perf_counter() - started >= slice_seconds:
-                await asyncio.sleep(0)
-                started = time.perf_counter()
+            for text in chunks(metric, chunk):
+                parts.append(text)
+                if time.perf_counter() - started >= slice_seconds:
+                    await asyncio.sleep(0)
+                    started = time.perf_counter()
     return b"".join(parts)

@@ -47,6 +47,9 @@ async def test_the_body_is_the_one_render_of_all_registries() -> None:
     assert b"_created" not in expected
     assert steady(await metricsbody.body(registries)) == steady(expected)
     assert steady(await metricsbody.body(registries, slice_seconds=0.0)) == steady(expected)
+    # a family in pieces: its header once, every sample in order, `_created` samples still left out
+    for chunk in (1, 7, 1000):
+        assert steady(await metricsbody.body(registries, slice_seconds=0.0, chunk=chunk)) == steady(expected)
 
 
 async def test_the_loop_serves_another_task_between_slices() -> None:
@@ -65,7 +68,7 @@ async def test_the_loop_serves_another_task_between_slices() -> None:
     await asyncio.sleep(0)
     ticks = 0
     families = sum(1 for registry in registries for _ in registry.collect())
-    body = await metricsbody.body(registries, slice_seconds=0.0)  # a yield after every family
+    body = await metricsbody.body(registries, slice_seconds=0.0)  # a yield after every piece
     done = True
     await task
     assert steady(body) == steady(render(registries))
