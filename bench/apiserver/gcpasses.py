@@ -30,7 +30,7 @@ from typing import Any
 SETTINGS = {
     "before (20000, 20, 50)": (20_000, 20, 50),
     "young passes 10x more often (2000, 20, 500)": (2_000, 20, 500),
-    "gen1 10x more often (20000, 2, 500)": (20_000, 2, 500),
+    "server's GC_THRESHOLDS: gen1 10x more often (20000, 2, 500)": (20_000, 2, 500),
 }
 
 

@@ -102,7 +102,7 @@ PUBLIC_PATHS = {"/healthz", "/livez", "/readyz", "/version"}
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:@SECLEVEL=0"
 SCHEDULER_KUBECONFIG = "scheduler.conf"
 CONTROLLER_MANAGER_KUBECONFIG = "controller-manager.conf"
-GC_THRESHOLDS = (2_000, 20, 500)  # set after the startup freeze (see ApiServer.start)
+GC_THRESHOLDS = (20_000, 2, 500)  # set after the startup freeze (see ApiServer.start)
 
 
 def _is_ip(host: str) -> bool:
@@ -409,11 +409,13 @@ class ApiServer:
             )
         self._compactor = asyncio.create_task(self._compact_loop(), name="compactor")
         # The cache holds every object as nested dicts, which the cyclic GC would keep traversing (tens of
-        # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight. A young
-        # pass walks what survived since the last one and holds the loop meanwhile, so passes stay short
-        # (gen0 every 2 000 net allocations, gen1 every 20 of those: bench/apiserver/gcpasses.py measured a
-        # gen1 pass at 107 ms of CPU with 20 000, 10 ms with 2 000, and less GC CPU in all); a full pass
-        # comes after as many allocations as before (2 000 x 20 x 500).
+        # ms with 10 000 pods) although they hold no cycles: move what exists now out of its sight. A pass
+        # walks what survived since the last pass of its generation and holds the loop meanwhile: gen0 every
+        # 20 000 net allocations (every 2 000 made 50 times the passes and 4 times the GC wall time in the
+        # density bench: more requests' objects caught in flight), gen1 every 2 gen0 passes instead of 20
+        # (density bench, 200 nodes, two runs side by side, the loop-stall watch: a gen1 pass held the loop
+        # up to 166 ms of CPU, now up to 68 ms; GC 2.1 % and 2.2 % of the loop's CPU); a full pass after as
+        # many allocations as before (20 000 x 2 x 500).
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
