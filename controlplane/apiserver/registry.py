@@ -25,7 +25,6 @@ from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.kinds.base import Kind
 from controlplane.apiserver.meta import generate_name, metadata, new_uid, timestamp
 from controlplane.apiserver.options import DeleteOptions
-from controlplane.apiserver.responses import too_large
 from controlplane.apiserver.serviceranges import ServiceRanges
 from controlplane.apiserver.typed import fill_required
 from controlplane.storage import ConflictError, KeyExistsError, NotFoundError
@@ -88,21 +87,15 @@ class Registry:
     # --- reads ---------------------------------------------------------------------------------------
 
     async def get(self, res: Kind, namespace: str, name: str, consistent: bool = True) -> CachedObject:
-        """The object as of now, also when it was written through another API server a moment ago
-        (`cache.wait_consistent`). `consistent=False` is for read-modify-write loops: they start from
-        what this server has seen of the key (its own last write of it at least), a stale copy costs a
-        conflict and a retry from the newer revision the conflict taught the store; only a miss is
-        checked against the store's current revision."""
+        """The object as of now, also when it was written through another API server a moment ago: read
+        from the store, as upstream's GET without a resourceVersion (`cache.read_through`).
+        `consistent=False` is for read-modify-write loops: they start from what this server has seen of
+        the key (its own last write of it at least), a stale copy costs a conflict and a retry from the
+        newer revision the conflict taught the store; only a miss is read from the store."""
         key = res.key(namespace, name)
-        if not consistent:
-            cached = await self.cache.get_for_update(key)
-            if cached is not None:
-                return cached
-        try:
-            await self.cache.wait_consistent()
-        except TooLargeResourceVersionError as err:
-            raise too_large(err) from None
-        cached = self.cache.get(key)
+        cached = await self.cache.get_for_update(key) if not consistent else None
+        if cached is None:
+            cached = await self.cache.read_through(key)
         if cached is None:
             raise errors.not_found(res.plural, res.group, name)
         return cached

@@ -620,6 +620,19 @@ class WatchCache:
             )
         return self.get(key)
 
+    async def read_through(self, key: str) -> CachedObject | None:
+        """The key as the store holds it now (on etcd a linearizable read): upstream's Cacher.Get with
+        resourceVersion "" reads etcd and never waits for the watch cache, whose feed may lag hundreds of
+        revisions behind on a loaded server (the wait was most of a single GET's p99 at 1 000 nodes). The
+        cached copy is answered when it is that very version (nothing decoded), else the store's value."""
+        kv = await self.store.get(key)
+        if kv is None:
+            return None
+        cached = self.get(key)
+        if cached is not None and cached.revision == kv.mod_revision:
+            return cached
+        return CachedObject.from_value(kv.key, kv.value, kv.mod_revision, self.viewer)
+
     async def wait_consistent(self, patience: float = 0.25, bound: float = 5.0) -> None:
         """Wait until the cache holds every write acknowledged anywhere before this call, also through
         another API server on the same etcd: upstream's consistent read from the cache. The store says

@@ -271,3 +271,32 @@ async def test_a_consistent_read_waits_for_a_moving_feed_without_having_etcd_sca
     write(30)
     await cache.wait_consistent(patience=0.02)
     assert cache.revision == 40 and store.asked == [19, 30]
+
+
+async def test_a_read_through_answers_the_stores_version_without_waiting_for_the_feed(
+    backend: Backend,
+) -> None:
+    """A GET without a resourceVersion reads the store, as upstream's Cacher.Get does: a cache whose
+    feed has not brought a write (here: never started) still answers it, and its later versions and its
+    deletion; once the cache holds that very version, its own copy is answered (nothing decoded)."""
+    store = backend.open("db")
+    await store.start()
+    key = "/configmaps/ns/a"
+    try:
+        cache = WatchCache(store)
+        rev = await store.create(key, obj("a"))
+        assert cache.get(key) is None
+        read = await cache.read_through(key)
+        assert read is not None and read.revision == rev
+        assert read.obj["metadata"]["resourceVersion"] == str(rev)
+        cache._apply(Event("PUT", key, obj("a"), rev, rev, None))
+        held = cache.get(key)
+        assert held is not None and await cache.read_through(key) is held
+        newer_rev = await store.update(key, obj("a", app="x"), rev)
+        newer = await cache.read_through(key)
+        assert newer is not None and newer.revision == newer_rev
+        assert newer.obj["metadata"]["labels"] == {"app": "x"} and cache.get(key) is held
+        await store.delete(key, newer_rev)
+        assert await cache.read_through(key) is None
+    finally:
+        await store.close()
