@@ -285,14 +285,14 @@ def track_update(
     """Record an Update by `manager`: it now owns every field it changed; others lose those fields."""
     meta = new.setdefault("metadata", {})
     managed = [dict(m) for m in ((old or {}).get("metadata") or {}).get("managedFields") or []]
-    fields = _object_fields(new, schema, reset)
-    if old is None and not managed:  # a create: the manager owns every field it set
-        if fields:
-            meta["managedFields"] = [
-                _entry(manager, "Update", new.get("apiVersion", ""), _sorted(fields), subresource)
-            ]
-        return
     if old is None:
+        fields = _object_fields(new, schema, reset)
+        if not managed:  # a create: the manager owns every field it set
+            if fields:
+                meta["managedFields"] = [
+                    _entry(manager, "Update", new.get("apiVersion", ""), _sorted(fields), subresource)
+                ]
+            return
         changed, gone = leaves(fields), set()
     else:
         changed, gone = changes(old, new, schema, reset)
