@@ -232,22 +232,30 @@ def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec, ordered: 
                 out.append(_copy(item))
         return _normalize(out, patch, original, spec) if ordered else out
     result = list(original)
+    idents = [spec.identity(cur) for cur in result]  # result's identities, kept in step with it
     kept = []
     for item in patch:
         ident = spec.identity(item)
-        position = next((i for i, cur in enumerate(result) if spec.identity(cur) == ident), None)
+        position = next((i for i, cur in enumerate(idents) if cur == ident), None)
         if isinstance(item, dict) and item.get("$patch") == "delete":
             if position is not None:
                 result.pop(position)
+                idents.pop(position)
             continue
         kept.append(item)
         if position is None:
             result.append(strategic_merge({}, item, spec.item, ordered))
+            idents.append(spec.identity(result[-1]))
         else:
             result[position] = strategic_merge(result[position], item, spec.item, ordered)
+            idents[position] = spec.identity(result[position])
     if not ordered:
         return result
-    live = [o for o in original if any(spec.identity(o) == spec.identity(r) for r in result)]
+    live = [
+        o
+        for o, own in zip(original, map(spec.identity, original), strict=True)
+        if any(own == r for r in idents)
+    ]
     return _normalize(result, kept, live, spec)
 
 
