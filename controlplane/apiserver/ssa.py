@@ -219,6 +219,49 @@ def changes(
     return changed, gone
 
 
+def _keyed(items: list[Any], spec: ListSpec) -> dict[str, Any] | None:
+    """A map list's items by their `k:` name, when that name finds each item as a field-set path does
+    (`_step`): a non-empty list of objects each naming every key as a string, no name twice. None:
+    anything else (the caller lists the leaves instead)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if not isinstance(item, dict) or not all(type(item.get(k)) is str for k in spec.keys):
+            return None
+        out["k:" + json.dumps(spec.key_fields(item), separators=(",", ":"))] = item
+    return out if out and len(out) == len(items) else None
+
+
+def _diff_items(
+    olds: dict[str, Any],
+    news: dict[str, Any],
+    spec: ListSpec,
+    path: Path,
+    changed: set[Path],
+    gone: set[Path],
+) -> None:
+    """`changes` below a map list, item by item: an item is a leaf (atomic) or its "." (the whole item,
+    changed when any of it is) and its fields."""
+    for ident, b in news.items():
+        a = olds.get(ident)
+        at = (*path, ident)
+        if a is None:
+            changed |= leaves(
+                {ident: {} if spec.item is ATOMIC else {".": {}, **field_set(b, spec.item)}}, path
+            )
+        elif _same(a, b):
+            continue
+        elif spec.item is ATOMIC:
+            if a != b:
+                changed.add(at)
+        else:
+            if a != b:
+                changed.add((*at, "."))
+            _diff(a, b, spec.item if isinstance(spec.item, dict) else None, at, frozenset(), changed, gone)
+    for ident, a in olds.items():
+        if ident not in news:
+            gone |= leaves({ident: {} if spec.item is ATOMIC else {".": {}, **field_set(a, spec.item)}}, path)
+
+
 def _diff(
     old: Obj, new: Obj, schema: Any, prefix: Path, skip: frozenset[str], changed: set[Path], gone: set[Path]
 ) -> None:
@@ -252,6 +295,11 @@ def _diff(
         if isinstance(a, dict) and a and isinstance(b, dict) and b and sub is not ATOMIC:
             _diff(a, b, sub if isinstance(sub, dict) else None, path, frozenset(), changed, gone)
             continue
+        if isinstance(sub, ListSpec) and sub.keys and isinstance(a, list) and isinstance(b, list):
+            olds, news = _keyed(a, sub), _keyed(b, sub)
+            if olds is not None and news is not None:
+                _diff_items(olds, news, sub, path, changed, gone)
+                continue
         # Different in shape or in a list: this key's part of both field sets, compared leaf by leaf.
         new_fs = field_set({key: b}, schema) if in_new else {}
         old_paths = leaves(field_set({key: a}, schema), prefix) if in_old else set()

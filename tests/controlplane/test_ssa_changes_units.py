@@ -19,6 +19,40 @@ from controlplane.apiserver.kinds.pod import KIND as PODS
 from tests.controlplane.test_apiserver_units import _pod
 
 RESETS = (frozenset(), frozenset(("status",)))
+_value = st.none() | st.booleans() | st.integers(0, 2) | st.sampled_from(["True", "False", 1.0])
+# Pods whose status has map lists (conditions by type, container statuses by name): names unique or
+# not, missing or not strings, items changed in part or whole.
+_status_pod = st.fixed_dictionaries(
+    {"metadata": st.just({"name": "p"}), "spec": st.just({"containers": [{"name": "c"}]})},
+    optional={
+        "status": st.fixed_dictionaries(
+            {},
+            optional={
+                "conditions": st.lists(
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "type": st.sampled_from(["Ready", "Initialized", 1, True]),
+                            "status": _value,
+                            "reason": _value,
+                        },
+                    ),
+                    max_size=3,
+                ),
+                "containerStatuses": st.lists(
+                    st.fixed_dictionaries(
+                        {"name": st.sampled_from(["c", "d"])},
+                        optional={
+                            "ready": _value,
+                            "state": st.dictionaries(st.sampled_from(["running"]), _value),
+                        },
+                    ),
+                    max_size=2,
+                ),
+            },
+        )
+    },
+)
 
 
 def defined_changes(old: dict, new: dict, schema: ssa.Schema, reset: frozenset[str]) -> tuple[set, set]:
@@ -153,3 +187,10 @@ def test_a_lease_renewal_changes_renew_time_alone_and_a_new_holder_takes_it_over
     assert ("f:spec", "f:holderIdentity") not in owners["kubelet"] and ("f:spec", "f:renewTime") in owners[
         "kubelet"
     ]
+
+
+@settings(max_examples=400, deadline=None)
+@given(old=_status_pod, new=_status_pod)
+def test_changes_below_map_lists_item_by_item(old: dict, new: dict) -> None:
+    schema = PODS.apply_schema
+    assert ssa.changes(old, new, schema) == defined_changes(old, new, schema, frozenset())
