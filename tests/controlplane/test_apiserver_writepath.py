@@ -47,6 +47,13 @@ def put(server: ApiServer, path: str, body: dict) -> tuple[int, dict, bytes]:
     return status, json.loads(answer), answer
 
 
+def patch_status(server: ApiServer, path: str, patch: dict) -> tuple[int, bytes]:
+    status, answer, _ = fetch(
+        server, path, "PATCH", json.dumps(patch).encode(), "application/strategic-merge-patch+json"
+    )
+    return status, answer
+
+
 def same_as_read(server: ApiServer, path: str, answer: bytes) -> bool:
     version = json.loads(answer)["metadata"]["resourceVersion"]
     status, read, _ = fetch(server, f"{path}?resourceVersion={version}")
@@ -130,13 +137,7 @@ def test_status_patches_that_change_conditions(server: ApiServer) -> None:
                 ],
             },
         }
-        status, answer, _ = fetch(
-            server,
-            f"{path}/status?fieldManager=kubelet",
-            "PATCH",
-            json.dumps(patch).encode(),
-            "application/strategic-merge-patch+json",
-        )
+        status, answer = patch_status(server, f"{path}/status?fieldManager=kubelet", patch)
         assert status == 200, answer
         assert same_as_read(server, path, answer)
         got = json.loads(answer)
@@ -149,13 +150,7 @@ def test_status_patches_that_change_conditions(server: ApiServer) -> None:
         assert all(p[0] == "f:status" for p in kubelet)
         last = got
     wrong_uid = {"metadata": {"uid": "not-it"}, "status": {"phase": "Failed"}}
-    status, answer, _ = fetch(
-        server,
-        f"{path}/status",
-        "PATCH",
-        json.dumps(wrong_uid).encode(),
-        "application/strategic-merge-patch+json",
-    )
+    status, answer = patch_status(server, f"{path}/status", wrong_uid)
     assert status == 409
     status, read, _ = fetch(server, path)
     assert read == fetch(server, f"{path}?resourceVersion={last['metadata']['resourceVersion']}")[1]
