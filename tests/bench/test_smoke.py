@@ -53,6 +53,9 @@ BENCHMARKS = {
     "apiserver-writefunctions": Benchmark(
         "bench/apiserver/writefunctions.py", "apiserver-writefunctions", needs_root=False
     ),
+    "apiserver-etcdclient": Benchmark(
+        "bench/apiserver/etcdclient.py", "apiserver-etcdclient", needs_root=False
+    ),
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),
     "scheduler-perf-workloads": Benchmark(
         "bench/scheduler/perf_workloads.py", "scheduler-perf-workloads", needs_root=False
