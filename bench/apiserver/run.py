@@ -114,6 +114,23 @@ async def bulk(session: aiohttp.ClientSession, url: str, bodies: list[dict], con
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
+async def schedule(
+    queue: asyncio.Queue[tuple[int, float] | None], total: int, rate: float, workers: list[asyncio.Task[None]]
+) -> None:
+    """Open loop: request i goes on `queue` (with its scheduled time) at `i / rate` seconds from now,
+    whatever the answers do; then each worker is told to stop and is waited for."""
+    start = time.perf_counter()
+    for i in range(total):
+        target = start + i / rate
+        delay = target - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        queue.put_nowait((i, target))
+    for _ in workers:
+        queue.put_nowait(None)
+    await asyncio.gather(*workers)
+
+
 async def bench_leases(
     server: ApiServer,
     session: aiohttp.ClientSession,
@@ -169,15 +186,7 @@ async def bench_leases(
     workers = [asyncio.create_task(worker(c)) for c in conns]
     cpu_before = cpu_seconds(pid)
     start = time.perf_counter()
-    for i in range(total):
-        target = start + i / rate
-        delay = target - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        queue.put_nowait((i, target))
-    for _ in workers:
-        queue.put_nowait(None)
-    await asyncio.gather(*workers)
+    await schedule(queue, total, rate, workers)
     for conn in conns:
         conn.close()
     elapsed = time.perf_counter() - start

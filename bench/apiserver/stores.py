@@ -30,7 +30,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.apiserver.run import RawConnection, bulk, cpu_seconds, pct, ssl_context
+from bench.apiserver.run import RawConnection, bulk, cpu_seconds, pct, schedule, ssl_context
 from bench.perfprofile import Profile
 from bench.reporting import bar_svg, run_and_report
 from pykubelet.rig.apiserver import ApiServer
@@ -103,15 +103,7 @@ async def renew(
     cpu0 = {k: cpu_seconds(p) for k, p in pids.items() if p}
     workers = [asyncio.create_task(worker(c)) for c in conns]
     start = time.perf_counter()
-    for i in range(total):
-        target = start + i / rate
-        delay = target - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        queue.put_nowait((i, target))
-    for _ in workers:
-        queue.put_nowait(None)
-    await asyncio.gather(*workers)
+    await schedule(queue, total, rate, workers)
     elapsed = time.perf_counter() - start
     for conn in conns:
         conn.close()

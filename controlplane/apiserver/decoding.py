@@ -88,9 +88,15 @@ def _json_float(text: str) -> float:
     return number
 
 
-def _json(body: bytes) -> Any:
+def _json(body: bytes, unique: bool = False) -> Any:
+    """The body's JSON value; `unique`: raise _Duplicate at an object naming a field twice."""
     try:
-        value = json.loads(body, parse_constant=_json_constant, parse_float=_json_float)
+        value = json.loads(
+            body,
+            parse_constant=_json_constant,
+            parse_float=_json_float,
+            object_pairs_hook=_unique if unique else None,
+        )
     except RecursionError:
         raise errors.bad_request(
             "couldn't get version/kind; json parse error: invalid character '[' exceeded max depth"
@@ -117,6 +123,17 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(obj) != len(pairs):
         raise _Duplicate
     return obj
+
+
+def decode_json(body: bytes) -> tuple[Any, list[str]]:
+    """`decode` of a JSON body and its `duplicate_fields`, from one parse when it names each field once
+    (nearly every body): not a parse to decode it and another to look for duplicates."""
+    if not body.strip():
+        raise errors.bad_request("the body of the request was empty")
+    try:
+        return _json(body, unique=True), []
+    except _Duplicate:
+        return _json(body), duplicate_fields(body)
 
 
 def duplicate_fields(body: bytes) -> list[str]:

@@ -33,7 +33,7 @@ from controlplane.apiserver import (
 from controlplane.apiserver.admission import AdmissionRequest
 from controlplane.apiserver.authn import USER_KEY, Authenticator, UserInfo
 from controlplane.apiserver.authz import Attributes, AuthorizerChain, exact_field, forbidden
-from controlplane.apiserver.decoding import duplicate_fields
+from controlplane.apiserver.decoding import decode_json
 from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.fieldselect import slim_view
 from controlplane.apiserver.kinds.base import Kind
@@ -229,9 +229,10 @@ class RestHandler:
                 413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}"
             )
         raw = await request.read()
-        obj = decode(raw, request.content_type or "application/json")
         if (request.content_type or "application/json") == "application/json":
-            request[DUPLICATES] = duplicate_fields(raw)
+            obj, request[DUPLICATES] = decode_json(raw)
+        else:
+            obj = decode(raw, request.content_type)
         audit.request_object(request, obj)
         return obj
 

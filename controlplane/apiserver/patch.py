@@ -16,10 +16,19 @@ from typing import Any
 from controlplane.apiserver.errors import ApiError, bad_request
 from controlplane.apiserver.smp_schema import ATOMIC, ListSpec, Schema
 
+# JSON's scalars: deepcopy hands each back as it is, after a dispatch and a memo per call (a status
+# patch has dozens of them).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _copy(value: Any) -> Any:
+    """copy.deepcopy of a JSON value, without deepcopy's machinery for the scalars it returns as they are."""
+    return value if type(value) in _SCALARS else copy.deepcopy(value)
+
 
 def merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return _copy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -166,7 +175,7 @@ def strategic_merge(original: Any, patch: Any, schema: Schema | None, ordered: b
     list items in the order upstream's strategic merge gives them (_normalize); server-side apply, whose
     merge keeps live items first and appends new ones, passes False."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return _copy(patch)
     directive = patch.get("$patch")
     if directive == "replace":
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
@@ -200,7 +209,7 @@ def strategic_merge(original: Any, patch: Any, schema: Schema | None, ordered: b
         elif isinstance(value, list) and isinstance(sub, ListSpec):
             result[key] = _merge_list(result.get(key) or [], value, sub, ordered)
         else:
-            result[key] = copy.deepcopy(value)
+            result[key] = _copy(value)
     for field, order in orders.items():
         sub = schema.get(field) if isinstance(schema, dict) else None
         if isinstance(result.get(field), list) and isinstance(sub, ListSpec):
@@ -220,25 +229,33 @@ def _merge_list(original: list[Any], patch: list[Any], spec: ListSpec, ordered: 
         out = list(original)
         for item in patch:
             if item not in out:
-                out.append(copy.deepcopy(item))
+                out.append(_copy(item))
         return _normalize(out, patch, original, spec) if ordered else out
     result = list(original)
+    idents = [spec.identity(cur) for cur in result]  # result's identities, kept in step with it
     kept = []
     for item in patch:
         ident = spec.identity(item)
-        position = next((i for i, cur in enumerate(result) if spec.identity(cur) == ident), None)
+        position = next((i for i, cur in enumerate(idents) if cur == ident), None)
         if isinstance(item, dict) and item.get("$patch") == "delete":
             if position is not None:
                 result.pop(position)
+                idents.pop(position)
             continue
         kept.append(item)
         if position is None:
             result.append(strategic_merge({}, item, spec.item, ordered))
+            idents.append(spec.identity(result[-1]))
         else:
             result[position] = strategic_merge(result[position], item, spec.item, ordered)
+            idents[position] = spec.identity(result[position])
     if not ordered:
         return result
-    live = [o for o in original if any(spec.identity(o) == spec.identity(r) for r in result)]
+    live = [
+        o
+        for o, own in zip(original, map(spec.identity, original), strict=True)
+        if any(own == r for r in idents)
+    ]
     return _normalize(result, kept, live, spec)
 
 
@@ -253,14 +270,19 @@ def _normalize(merged: list[Any], order: list[Any], live: list[Any], spec: ListS
     goes first only when both stand in the live list and it stood before. So an item the patch adds
     comes before the live items it is compared with (a container added by a patch comes first)."""
 
+    keys: dict[int, str] = {}  # by the item's id: each item's identity is written out once
+
+    def key(item: Any) -> str:
+        found = keys.get(id(item))
+        if found is None:
+            found = keys[id(item)] = _rank_key(spec.identity(item))
+        return found
+
     def positions(items: list[Any]) -> dict[str, int]:
         out: dict[str, int] = {}
         for i, item in enumerate(items):
-            out.setdefault(_rank_key(spec.identity(item)), i)
+            out.setdefault(key(item), i)
         return out
-
-    def key(item: Any) -> str:
-        return _rank_key(spec.identity(item))
 
     wanted, served = positions(order), positions(live)
     patched = sorted((m for m in merged if key(m) in wanted), key=lambda m: wanted[key(m)])

@@ -263,7 +263,7 @@ class Registry:
             return body
 
         return await self.guaranteed_update(
-            res, namespace, name, mutate, subresource, user, dry_run, manager, validate
+            res, namespace, name, mutate, subresource, user, dry_run, manager, validate, keeps_current=True
         )
 
     async def guaranteed_update(
@@ -278,16 +278,20 @@ class Registry:
         manager: str | None = None,
         validate: bool = True,
         admit: bool = True,
+        keeps_current: bool = False,
     ) -> Obj:
         """Read, mutate, write with the read revision; retry from a fresh read when another write won.
 
         `manager` records field ownership for the change (None: the mutation did, as apply does).
-        `admit=False`: a write the caller has admitted as a request of its own (a Binding's pod)."""
+        `admit=False`: a write the caller has admitted as a request of its own (a Binding's pod).
+        `keeps_current`: `mutate` neither changes the object it is given nor returns any part of it (a
+        PUT's body replaces it), so it is handed the copy the update compares with instead of a second
+        decoding of the stored bytes."""
         key = res.key(namespace, name)
         for _ in range(_RETRIES):
             cached = await self.get(res, namespace, name, consistent=False)
             current = json.loads(cached.raw)
-            desired = mutate(json.loads(cached.raw))
+            desired = mutate(current if keeps_current else json.loads(cached.raw))
             if inspect.isawaitable(desired):  # a mutation that converts through a webhook
                 desired = await desired
             new = self._merge_update(res, current, desired, subresource)

@@ -21,6 +21,7 @@ from controlplane.apiserver.errors import ApiError
 from controlplane.apiserver.meta import timestamp
 from controlplane.apiserver.patch import strategic_merge
 from controlplane.apiserver.smp_schema import ATOMIC, OBJECT, ListSpec, Schema, fill_key_defaults
+from controlplane.storage.encoding import encode
 
 Obj = dict[str, Any]
 _SKIP_META = {
@@ -122,7 +123,7 @@ def leaves(fs: Obj, prefix: Path = ()) -> set[Path]:
 
 def _sorted(fs: Obj) -> Obj:
     """A field set with every level's keys in order: what `build(leaves(fs))` makes of it."""
-    return {key: _sorted(sub) if sub else {} for key, sub in sorted(fs.items())}
+    return {key: _sorted(sub) if isinstance(sub, dict) and sub else {} for key, sub in sorted(fs.items())}
 
 
 def build(paths: set[Path]) -> Obj:
@@ -187,6 +188,126 @@ def _object_fields(obj: Obj, schema: Schema, reset: frozenset[str] = frozenset()
     return _meta_fields(obj, schema, reset)
 
 
+def _has_leaf(fs: Obj, path: Path) -> bool:
+    """Whether `path` is one of the leaves of field set `fs` (`path in leaves(fs)`, without listing them)."""
+    node: Any = fs
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return not (isinstance(node, dict) and node)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and spelled the same in JSON: a field set's `v:`/`k:` keys spell values, and Python's `==`
+    takes 1, 1.0 and True for one another."""
+    return a is b or (a == b and encode(a) == encode(b))
+
+
+def changes(
+    old: Obj, new: Obj, schema: Schema, reset: frozenset[str] = frozenset()
+) -> tuple[set[Path], set[Path]]:
+    """The leaves of `new`'s field set whose value differs in `old` or that `old`'s set lacks (changed),
+    and those of `old`'s set that `new`'s lacks (gone), as computing both field sets and their leaves
+    would give. Walks the two objects together and lists the leaves only where they differ: an update
+    changes a few fields of an object (a Lease's renewTime, a pod's status, never its spec), and every
+    leaf of the rest would cost a tuple, a set entry and a comparison for nothing."""
+    changed: set[Path] = set()
+    gone: set[Path] = set()
+    skip = frozenset(("apiVersion", "kind", *reset))
+    _diff(old, new, schema, (), skip, changed, gone)
+    return changed, gone
+
+
+def _keyed(items: list[Any], spec: ListSpec) -> dict[str, Any] | None:
+    """A map list's items by their `k:` name, when that name finds each item as a field-set path does
+    (`_step`): a non-empty list of objects each naming every key as a string, no name twice. None:
+    anything else (the caller lists the leaves instead)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if not isinstance(item, dict) or not all(type(item.get(k)) is str for k in spec.keys):
+            return None
+        out["k:" + json.dumps(spec.key_fields(item), separators=(",", ":"))] = item
+    return out if out and len(out) == len(items) else None
+
+
+def _diff_items(
+    olds: dict[str, Any],
+    news: dict[str, Any],
+    spec: ListSpec,
+    path: Path,
+    changed: set[Path],
+    gone: set[Path],
+) -> None:
+    """`changes` below a map list, item by item: an item is a leaf (atomic) or its "." (the whole item,
+    changed when any of it is) and its fields."""
+    for ident, b in news.items():
+        a = olds.get(ident)
+        at = (*path, ident)
+        if a is None:
+            changed |= leaves(
+                {ident: {} if spec.item is ATOMIC else {".": {}, **field_set(b, spec.item)}}, path
+            )
+        elif _same(a, b):
+            continue
+        elif spec.item is ATOMIC:
+            if a != b:
+                changed.add(at)
+        else:
+            if a != b:
+                changed.add((*at, "."))
+            _diff(a, b, spec.item if isinstance(spec.item, dict) else None, at, frozenset(), changed, gone)
+    for ident, a in olds.items():
+        if ident not in news:
+            gone |= leaves({ident: {} if spec.item is ATOMIC else {".": {}, **field_set(a, spec.item)}}, path)
+
+
+def _diff(
+    old: Obj, new: Obj, schema: Any, prefix: Path, skip: frozenset[str], changed: set[Path], gone: set[Path]
+) -> None:
+    """`changes` below two struct values `old` and `new` (dicts) at field-set path `prefix`."""
+    for key in {**old, **new}:
+        if key in skip:
+            continue
+        in_old, in_new = key in old, key in new
+        a, b = old.get(key), new.get(key)
+        if in_old and in_new:
+            if not isinstance(b, dict | list) and not isinstance(a, dict | list):
+                if a != b:  # a scalar is a leaf whatever its value: only its value can change
+                    changed.add((*prefix, f"f:{key}"))
+                continue
+            if _same(a, b):
+                continue
+        sub = schema.get(key) if isinstance(schema, dict) else None
+        path = (*prefix, f"f:{key}")
+        if key == "metadata" and not prefix:
+            # Its system fields are nobody's; metadata itself is never a leaf (_meta_fields).
+            _diff(
+                a if isinstance(a, dict) else {},
+                b if isinstance(b, dict) else {},
+                sub,
+                path,
+                _SKIP_META,
+                changed,
+                gone,
+            )
+            continue
+        if isinstance(a, dict) and a and isinstance(b, dict) and b and sub is not ATOMIC:
+            _diff(a, b, sub if isinstance(sub, dict) else None, path, frozenset(), changed, gone)
+            continue
+        if isinstance(sub, ListSpec) and sub.keys and isinstance(a, list) and isinstance(b, list):
+            olds, news = _keyed(a, sub), _keyed(b, sub)
+            if olds is not None and news is not None:
+                _diff_items(olds, news, sub, path, changed, gone)
+                continue
+        # Different in shape or in a list: this key's part of both field sets, compared leaf by leaf.
+        new_fs = field_set({key: b}, schema) if in_new else {}
+        old_paths = leaves(field_set({key: a}, schema), prefix) if in_old else set()
+        if in_new:
+            _changed(new_fs, old, new, prefix, old_paths, changed)
+        gone |= old_paths - leaves(new_fs, prefix)
+
+
 def _entry(manager: str, operation: str, api_version: str, fields: Obj, subresource: str = "") -> Obj:
     entry: Obj = {
         "manager": manager,
@@ -212,37 +333,39 @@ def track_update(
     """Record an Update by `manager`: it now owns every field it changed; others lose those fields."""
     meta = new.setdefault("metadata", {})
     managed = [dict(m) for m in ((old or {}).get("metadata") or {}).get("managedFields") or []]
-    fields = _object_fields(new, schema, reset)
-    if old is None and not managed:  # a create: the manager owns every field it set
-        if fields:
-            meta["managedFields"] = [
-                _entry(manager, "Update", new.get("apiVersion", ""), _sorted(fields), subresource)
-            ]
-        return
-    new_paths = leaves(fields)
-    old_paths = leaves(_object_fields(old, schema, reset)) if old else set()
-    changed: set[Path] = set()
     if old is None:
-        changed = new_paths
+        fields = _object_fields(new, schema, reset)
+        if not managed:  # a create: the manager owns every field it set
+            if fields:
+                meta["managedFields"] = [
+                    _entry(manager, "Update", new.get("apiVersion", ""), _sorted(fields), subresource)
+                ]
+            return
+        changed, gone = leaves(fields), set()
     else:
-        _changed(fields, old, new, (), old_paths, changed)
-    gone = old_paths - new_paths
+        changed, gone = changes(old, new, schema, reset)
     if not changed and not gone:
         if managed:
             meta["managedFields"] = managed
         return
     kept = []
     mine = None
+    taken = changed | gone
     for m in managed:
-        paths = leaves(m.get("fieldsV1") or {})
+        fs = m.get("fieldsV1") or {}
         if (
             m.get("manager") == manager
             and m.get("operation") == "Update"
             and m.get("subresource", "") == subresource
         ):
-            mine = paths
+            mine = leaves(fs)
             continue
-        paths -= changed | gone
+        if not any(_has_leaf(fs, path) for path in taken):
+            # Nothing of it taken: what rebuilding it from its leaves gives, without listing them.
+            if fs:
+                kept.append({**m, "fieldsV1": _sorted(fs)})
+            continue
+        paths = leaves(fs) - taken
         if paths:
             kept.append({**m, "fieldsV1": build(paths)})
     owned = ((mine or set()) - gone) | changed

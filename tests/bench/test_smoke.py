@@ -55,6 +55,13 @@ BENCHMARKS = {
     "apiserver-servicecreate": Benchmark(
         "bench/apiserver/servicecreate.py", "apiserver-servicecreate", needs_root=False
     ),
+    "apiserver-writepath": Benchmark("bench/apiserver/writepath.py", "apiserver-writepath", needs_root=False),
+    "apiserver-writefunctions": Benchmark(
+        "bench/apiserver/writefunctions.py", "apiserver-writefunctions", needs_root=False
+    ),
+    "apiserver-etcdclient": Benchmark(
+        "bench/apiserver/etcdclient.py", "apiserver-etcdclient", needs_root=False
+    ),
     "scheduler": Benchmark("bench/scheduler/throughput.py", "scheduler-throughput", needs_root=False),
     "scheduler-perf-workloads": Benchmark(
         "bench/scheduler/perf_workloads.py", "scheduler-perf-workloads", needs_root=False
