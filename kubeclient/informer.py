@@ -95,6 +95,9 @@ class Handler:
     on_delete: Callable[[Obj], None] | None = None
 
 
+_HANDLER_ATTRIBUTES = {"add": "on_add", "update": "on_update", "delete": "on_delete"}
+
+
 class Informer:
     def __init__(
         self,
@@ -164,14 +167,18 @@ class Informer:
 
     def _index(self, key: str, old: Obj | None, new: Obj | None) -> None:
         for name, fn in self._indexers.items():
+            before = fn(old) if old is not None else ()
+            after = fn(new) if new is not None else ()
+            if before == after:
+                continue  # most updates (a status change) keep every index value: nothing to move
             index = self._indices[name]
-            for value in fn(old) if old is not None else ():
+            for value in before:
                 keys = index.get(value)
                 if keys is not None:
                     keys.discard(key)
                     if not keys:
                         del index[value]
-            for value in fn(new) if new is not None else ():
+            for value in after:
                 index.setdefault(value, set()).add(key)
 
     def _put(self, key: str, obj: Obj) -> Obj | None:
@@ -187,8 +194,9 @@ class Informer:
         return old
 
     def _emit(self, kind: str, *objs: Obj) -> None:
+        attribute = _HANDLER_ATTRIBUTES[kind]
         for handler in self._handlers:
-            fn = {"add": handler.on_add, "update": handler.on_update, "delete": handler.on_delete}[kind]
+            fn = getattr(handler, attribute)
             if fn is None:
                 continue
             try:
