@@ -41,6 +41,7 @@ from kubeclient.backoff import Backoff
 from kubeclient.config import ClusterConfig, load_client_certificate
 from kubeclient.errors import ApiError
 from kubeclient.execcredential import ExecError
+from kubeclient.jsondecode import loads
 from kubeclient.ratelimit import TokenBucket
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -257,7 +258,7 @@ class KubeClient:
                 ) as resp:
                     raw = await resp.read()
                     if resp.status < 400:
-                        return json.loads(raw) if raw else {}
+                        return loads(raw) if raw else {}
                     self._refused(resp.status, headers)
                     err = ApiError.from_response(resp.status, raw, what)
                     wait = _retry_after(resp.headers.get("Retry-After"))
@@ -358,7 +359,7 @@ class KubeClient:
                     self._refused(resp.status, headers)
                     raise ApiError.from_response(resp.status, await resp.read(), what)
                 async for line in _lines(resp.content):
-                    event = json.loads(line)
+                    event = loads(line)
                     if not isinstance(event, dict):
                         raise ValueError("a watch event is not an object")
                     if event.get("type") == "ERROR":
