@@ -88,6 +88,17 @@ def by_controller_uid(obj: Obj) -> list[str]:
     return [str(ref.get("uid", ""))] if ref else []
 
 
+def drop_managed_fields(obj: Obj) -> Obj:
+    """A transform for informers whose owner never reads field ownership (upstream's controller manager
+    and scheduler trim it the same way, "for memory efficiency"): a pod's managedFields, one entry per
+    writer with its field tree, are a large share of the pod, kept for every cached pod and decoded
+    again into every copy a controller makes."""
+    m = obj.get("metadata")
+    if isinstance(m, dict):
+        m.pop("managedFields", None)
+    return obj
+
+
 @dataclass
 class Handler:
     on_add: Callable[[Obj], None] | None = None
@@ -110,9 +121,13 @@ class Informer:
         resync_period: float = 0.0,
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.client = client
         self.path = path
+        # Applied to each object as it arrives (list or watch), before it is cached or handed to a
+        # handler (client-go's TransformFunc); it may change the freshly decoded object in place.
+        self.transform = transform
         self.field_selector = field_selector
         self.label_selector = label_selector
         self.page_size = page_size
@@ -213,6 +228,8 @@ class Informer:
         """List everything selected and reconcile the cache with it, emitting the differences."""
         items, rv = await self.client.list(self.path, self._selectors(), self.page_size)
         self.lists += 1
+        if self.transform is not None:
+            items = [self.transform(o) for o in items]
         fresh = {key_of(o): o for o in items}
         for key in [k for k in self.store if k not in fresh]:
             old = self._drop(key)
@@ -240,6 +257,8 @@ class Informer:
             self.resource_version = rv
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return  # BOOKMARK: only the resourceVersion moves
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = key_of(obj)
         if kind == "DELETED":
             self._drop(key)
