@@ -178,6 +178,10 @@ class Informer:
     def index_keys(self, index: str, value: str) -> set[str]:
         return set(self._indices[index].get(value, ()))
 
+    def index_values(self, index: str) -> list[str]:
+        """Every value the index holds at least one object under (client-go's ListIndexFuncValues)."""
+        return list(self._indices[index])
+
     # --- the cache -----------------------------------------------------------------------------------
 
     def _index(self, key: str, old: Obj | None, new: Obj | None) -> None:
