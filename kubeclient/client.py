@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import logging
 import os
 import ssl
@@ -41,7 +40,7 @@ from kubeclient.backoff import Backoff
 from kubeclient.config import ClusterConfig, load_client_certificate
 from kubeclient.errors import ApiError
 from kubeclient.execcredential import ExecError
-from kubeclient.jsondecode import loads
+from kubeclient.jsoncodec import dumps, loads
 from kubeclient.ratelimit import TokenBucket
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -240,7 +239,7 @@ class KubeClient:
         replicas = len(self.replicas.urls)
         # With several replicas each gets a try before the attempts run out.
         attempts = max(self.max_attempts, replicas) if retry else 1
-        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        data = None if body is None else (body if isinstance(body, bytes) else dumps(body))
         query = _query(params)
         what = f"{method} {path}"
         for attempt in range(1, attempts + 1):

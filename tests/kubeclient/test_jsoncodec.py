@@ -1,4 +1,4 @@
-"""The client's JSON decoder: orjson when installed, else the standard library, with the same results
+"""The client's JSON codec: orjson when installed, else the standard library, with the same results
 and the same error type either way, and PYKUBELET_JSON=json choosing the standard library."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kubeclient import jsondecode
+from kubeclient import jsoncodec
 
 EVENT = (
     b'{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"p","resourceVersion":"9"},'
@@ -20,18 +20,30 @@ EVENT = (
 
 
 def test_decodes_what_the_standard_library_decodes() -> None:
-    assert jsondecode.loads(EVENT) == json.loads(EVENT)
-    assert jsondecode.loads(EVENT.decode()) == json.loads(EVENT)
+    assert jsoncodec.loads(EVENT) == json.loads(EVENT)
+    assert jsoncodec.loads(EVENT.decode()) == json.loads(EVENT)
 
 
 @pytest.mark.parametrize("bad", [b'{"type": "ADDED", "object": {', b"not json", b'{"a": 1} trailing'])
 def test_malformed_input_raises_a_value_error(bad: bytes) -> None:
     with pytest.raises(ValueError):
-        jsondecode.loads(bad)
+        jsoncodec.loads(bad)
 
 
 def test_the_environment_chooses_the_standard_library() -> None:
-    code = "from kubeclient import jsondecode; print(jsondecode.BACKEND)"
+    code = "from kubeclient import jsoncodec; print(jsoncodec.BACKEND)"
     env = {**os.environ, "PYKUBELET_JSON": "json"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "json"
+
+
+def test_encodes_what_the_standard_library_encodes() -> None:
+    body = {"metadata": {"name": "caf\u00e9", "labels": {1: "int key"}}, "spec": {"n": 2**63, "r": 0.5}}
+    assert json.loads(jsoncodec.dumps(body)) == json.loads(json.dumps(body))
+    huge = {"n": 2**70}  # beyond 64 bits: orjson refuses it, the standard library writes it
+    assert json.loads(jsoncodec.dumps(huge)) == huge
+
+
+def test_a_value_json_cannot_encode_is_refused_either_way() -> None:
+    with pytest.raises(TypeError):
+        jsoncodec.dumps({"when": object()})
