@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import logging
 import os
 import ssl
@@ -41,6 +40,7 @@ from kubeclient.backoff import Backoff
 from kubeclient.config import ClusterConfig, load_client_certificate
 from kubeclient.errors import ApiError
 from kubeclient.execcredential import ExecError
+from kubeclient.jsoncodec import dumps, loads
 from kubeclient.ratelimit import TokenBucket
 from kubeclient.version import KUBERNETES_VERSION
 
@@ -239,7 +239,7 @@ class KubeClient:
         replicas = len(self.replicas.urls)
         # With several replicas each gets a try before the attempts run out.
         attempts = max(self.max_attempts, replicas) if retry else 1
-        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        data = None if body is None else (body if isinstance(body, bytes) else dumps(body))
         query = _query(params)
         what = f"{method} {path}"
         for attempt in range(1, attempts + 1):
@@ -257,7 +257,7 @@ class KubeClient:
                 ) as resp:
                     raw = await resp.read()
                     if resp.status < 400:
-                        return json.loads(raw) if raw else {}
+                        return loads(raw) if raw else {}
                     self._refused(resp.status, headers)
                     err = ApiError.from_response(resp.status, raw, what)
                     wait = _retry_after(resp.headers.get("Retry-After"))
@@ -358,7 +358,7 @@ class KubeClient:
                     self._refused(resp.status, headers)
                     raise ApiError.from_response(resp.status, await resp.read(), what)
                 async for line in _lines(resp.content):
-                    event = json.loads(line)
+                    event = loads(line)
                     if not isinstance(event, dict):
                         raise ValueError("a watch event is not an object")
                     if event.get("type") == "ERROR":

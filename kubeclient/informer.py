@@ -88,11 +88,25 @@ def by_controller_uid(obj: Obj) -> list[str]:
     return [str(ref.get("uid", ""))] if ref else []
 
 
+def drop_managed_fields(obj: Obj) -> Obj:
+    """A transform for informers whose owner never reads field ownership (upstream's controller manager
+    and scheduler trim it the same way, "for memory efficiency"): a pod's managedFields, one entry per
+    writer with its field tree, are a large share of the pod, kept for every cached pod and decoded
+    again into every copy a controller makes."""
+    m = obj.get("metadata")
+    if isinstance(m, dict):
+        m.pop("managedFields", None)
+    return obj
+
+
 @dataclass
 class Handler:
     on_add: Callable[[Obj], None] | None = None
     on_update: Callable[[Obj, Obj], None] | None = None
     on_delete: Callable[[Obj], None] | None = None
+
+
+_HANDLER_ATTRIBUTES = {"add": "on_add", "update": "on_update", "delete": "on_delete"}
 
 
 class Informer:
@@ -107,9 +121,13 @@ class Informer:
         resync_period: float = 0.0,
         page_size: int = 500,
         watch_timeout: tuple[int, int] = (300, 600),
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.client = client
         self.path = path
+        # Applied to each object as it arrives (list or watch), before it is cached or handed to a
+        # handler (client-go's TransformFunc); it may change the freshly decoded object in place.
+        self.transform = transform
         self.field_selector = field_selector
         self.label_selector = label_selector
         self.page_size = page_size
@@ -160,18 +178,26 @@ class Informer:
     def index_keys(self, index: str, value: str) -> set[str]:
         return set(self._indices[index].get(value, ()))
 
+    def index_values(self, index: str) -> list[str]:
+        """Every value the index holds at least one object under (client-go's ListIndexFuncValues)."""
+        return list(self._indices[index])
+
     # --- the cache -----------------------------------------------------------------------------------
 
     def _index(self, key: str, old: Obj | None, new: Obj | None) -> None:
         for name, fn in self._indexers.items():
+            before = fn(old) if old is not None else ()
+            after = fn(new) if new is not None else ()
+            if before == after:
+                continue  # most updates (a status change) keep every index value: nothing to move
             index = self._indices[name]
-            for value in fn(old) if old is not None else ():
+            for value in before:
                 keys = index.get(value)
                 if keys is not None:
                     keys.discard(key)
                     if not keys:
                         del index[value]
-            for value in fn(new) if new is not None else ():
+            for value in after:
                 index.setdefault(value, set()).add(key)
 
     def _put(self, key: str, obj: Obj) -> Obj | None:
@@ -187,8 +213,9 @@ class Informer:
         return old
 
     def _emit(self, kind: str, *objs: Obj) -> None:
+        attribute = _HANDLER_ATTRIBUTES[kind]
         for handler in self._handlers:
-            fn = {"add": handler.on_add, "update": handler.on_update, "delete": handler.on_delete}[kind]
+            fn = getattr(handler, attribute)
             if fn is None:
                 continue
             try:
@@ -205,6 +232,8 @@ class Informer:
         """List everything selected and reconcile the cache with it, emitting the differences."""
         items, rv = await self.client.list(self.path, self._selectors(), self.page_size)
         self.lists += 1
+        if self.transform is not None:
+            items = [self.transform(o) for o in items]
         fresh = {key_of(o): o for o in items}
         for key in [k for k in self.store if k not in fresh]:
             old = self._drop(key)
@@ -232,6 +261,8 @@ class Informer:
             self.resource_version = rv
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return  # BOOKMARK: only the resourceVersion moves
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = key_of(obj)
         if kind == "DELETED":
             self._drop(key)

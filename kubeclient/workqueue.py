@@ -162,6 +162,21 @@ class QueueMetrics:
         return metrics
 
 
+class _Series:
+    """One queue's series of the metrics, labelled once: `labels()` takes a lock and a dict lookup on
+    every call, and a queue calls it on every add, get and done (2.7 % of the controller manager's CPU
+    in a density run). client-go creates a queue's series when the queue is made, as this does."""
+
+    def __init__(self, metrics: QueueMetrics, name: str) -> None:
+        self.depth = metrics.depth.labels(name)
+        self.adds = metrics.adds.labels(name)
+        self.retries = metrics.retries.labels(name)
+        self.latency = metrics.latency.labels(name)
+        self.work = metrics.work.labels(name)
+        self.unfinished = metrics.unfinished.labels(name)
+        self.longest = metrics.longest.labels(name)
+
+
 # --- the queue ------------------------------------------------------------------------------------
 
 
@@ -187,8 +202,7 @@ class WorkQueue(Generic[K]):
         self._timer: asyncio.TimerHandle | None = None
         self._shutting_down = False
         self._drained = asyncio.Event()
-        self._metrics = metrics
-        self._labels = (name or "unnamed",)
+        self._metrics = _Series(metrics, name or "unnamed") if metrics is not None else None
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -203,7 +217,7 @@ class WorkQueue(Generic[K]):
         self._dirty.add(key)
         self._added_at.setdefault(key, self._clock())
         if self._metrics:
-            self._metrics.adds.labels(*self._labels).inc()
+            self._metrics.adds.inc()
         if key in self._processing:
             return
         self._queue.append(key)
@@ -224,7 +238,7 @@ class WorkQueue(Generic[K]):
 
     def add_rate_limited(self, key: K) -> None:
         if self._metrics:
-            self._metrics.retries.labels(*self._labels).inc()
+            self._metrics.retries.inc()
         self.add_after(key, self.rate_limiter.when(key))
 
     def forget(self, key: K) -> None:
@@ -246,14 +260,14 @@ class WorkQueue(Generic[K]):
         self._dirty.discard(key)
         added = self._added_at.pop(key, now)
         if self._metrics:
-            self._metrics.latency.labels(*self._labels).observe(now - added)
+            self._metrics.latency.observe(now - added)
         self._update_depth()
         return key
 
     def done(self, key: K) -> None:
         started = self._processing.pop(key, None)
         if started is not None and self._metrics:
-            self._metrics.work.labels(*self._labels).observe(self._clock() - started)
+            self._metrics.work.observe(self._clock() - started)
         if key in self._dirty:
             self._queue.append(key)
             self._changed()
@@ -283,8 +297,8 @@ class WorkQueue(Generic[K]):
             return
         now = self._clock()
         ages = [now - t for t in self._processing.values()]
-        self._metrics.unfinished.labels(*self._labels).set(sum(ages))
-        self._metrics.longest.labels(*self._labels).set(max(ages, default=0.0))
+        self._metrics.unfinished.set(sum(ages))
+        self._metrics.longest.set(max(ages, default=0.0))
 
     # --- internals -----------------------------------------------------------------------------------
 
@@ -294,7 +308,7 @@ class WorkQueue(Generic[K]):
 
     def _update_depth(self) -> None:
         if self._metrics:
-            self._metrics.depth.labels(*self._labels).set(len(self._queue))
+            self._metrics.depth.set(len(self._queue))
 
     def _arm_timer(self) -> None:
         if not self._waiting:

@@ -82,6 +82,7 @@ def kubeconfigs(given: list[Path] | None) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
+    from kubeclient.gctuning import tune_for_large_caches
     from nodesim.settings import SimSettings
     from nodesim.simulation import NotOurs, Simulation
     from nodesim.stagefile import StageFileError, load_stages
@@ -131,4 +132,5 @@ def run(args: argparse.Namespace) -> int:
                 return 1
         return 0
 
+    tune_for_large_caches()  # the pod informer holds every scheduled pod of the cluster
     return run_component(main())

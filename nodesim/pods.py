@@ -16,7 +16,7 @@ from typing import Any
 
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, drop_managed_fields
 from kubeclient.workqueue import WorkQueue
 from nodesim import podstatus, stagefile, stages
 from nodesim.addressing import Addresses
@@ -55,7 +55,9 @@ class PodDriver:
         self.records: dict[str, PodRecord] = {}
         self.deleting_since: dict[str, float] = {}
         self.queue: WorkQueue[str] = WorkQueue("nodesim_pods")
-        self.informer = Informer(client, "/api/v1/pods", field_selector="spec.nodeName!=")
+        self.informer = Informer(
+            client, "/api/v1/pods", field_selector="spec.nodeName!=", transform=drop_managed_fields
+        )
         self.informer.add_handler(
             on_add=self._changed, on_update=lambda _, p: self._changed(p), on_delete=self._gone
         )

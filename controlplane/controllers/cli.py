@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     from controlplane.controllers.registry import enabled
     from kubeclient.client import KubeClient
     from kubeclient.config import load_kubeconfig
+    from kubeclient.gctuning import tune_for_large_caches
     from kubeclient.leaderelection import LeaderElection, LeadershipLost
 
     if args.allocate_node_cidrs and not args.cluster_cidr:
@@ -252,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
     client = KubeClient(
         cluster, qps=args.kube_api_qps, burst=args.kube_api_burst, component="kube-controller-manager"
     )
+    tune_for_large_caches()  # the informers hold every pod, node and ReplicaSet of the cluster
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         try:
             runner.run(serve_forever(client, config))

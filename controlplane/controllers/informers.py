@@ -2,7 +2,9 @@
 
 Controllers ask for the informers they need while they are built (adding their handlers and indexes);
 the manager then starts them all and waits until every one has listed before any worker runs, so no
-controller decides from a cache that has not seen the cluster yet.
+controller decides from a cache that has not seen the cluster yet. Cached objects carry no
+managedFields, as upstream's controller manager trims them from its informers: no controller reads
+them, and they were a large share of every cached pod.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import contextlib
 
 from kubeclient.client import KubeClient
-from kubeclient.informer import IndexFunc, Informer
+from kubeclient.informer import IndexFunc, Informer, drop_managed_fields
 
 
 class SharedInformers:
@@ -41,6 +43,7 @@ class SharedInformers:
                 field_selector=field_selector,
                 label_selector=label_selector,
                 resync_period=self.resync_period if resync_period is None else resync_period,
+                transform=drop_managed_fields,
             )
             self._informers[key] = informer
         if indexers:

@@ -24,6 +24,7 @@ from typing import Any
 
 from controlplane.controllers.podutil import parse_time
 from kubeclient.informer import meta
+from kubeclient.objcopy import deep_copy
 
 Obj = dict[str, Any]
 
@@ -131,7 +132,7 @@ def _observe(
 
 def _silenced(status: Obj, created: datetime, now: datetime) -> Obj:
     """The status with every kubelet condition Unknown (added where it was never posted)."""
-    new_status = copy.deepcopy(status)
+    new_status = deep_copy(status)
     conditions = new_status.setdefault("conditions", [])
     for type_ in KUBELET_CONDITIONS:
         cond = condition(new_status, type_)

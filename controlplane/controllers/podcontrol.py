@@ -9,13 +9,13 @@ FailedDelete `Error deleting: ...`.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 from urllib.parse import quote
 
 from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.events import NORMAL, WARNING, EventRecorder
+from kubeclient.objcopy import deep_copy
 
 Obj = dict[str, Any]
 
@@ -42,12 +42,12 @@ def pod_from_template(template: Obj, owner: Obj, generate_name: str | None = Non
     }
     for field in ("labels", "annotations", "finalizers"):
         if tmeta.get(field):
-            meta[field] = copy.deepcopy(tmeta[field])
+            meta[field] = deep_copy(tmeta[field])
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": copy.deepcopy(template.get("spec") or {}),
+        "spec": deep_copy(template.get("spec") or {}),
     }
 
 

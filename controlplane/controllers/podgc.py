@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +34,7 @@ from controlplane.controllers.options import DEFAULTS
 from controlplane.controllers.podutil import now as utcnow
 from controlplane.controllers.podutil import parse_time
 from kubeclient.errors import ApiError
-from kubeclient.informer import meta
+from kubeclient.informer import by_node_name, meta
 
 log = logging.getLogger("controlplane.controllers")
 
@@ -43,6 +43,7 @@ GC_CHECK_PERIOD = 20.0  # option pod_gc_period (tests)
 QUARANTINE = 40.0  # option pod_gc_quarantine (tests)
 GC_KEY = "gc"
 TERMINATED, ORPHANED = "terminated", "orphaned"
+TERMINATING = "terminating"  # index value only: terminating pods (out of service, unscheduled)
 TERMINATING_OUT_OF_SERVICE, TERMINATING_UNSCHEDULED = "terminating_out_of_service", "terminating_unscheduled"
 ORPHAN_REASON, ORPHAN_MESSAGE = "DeletionByPodGC", "PodGC: node no longer exists"
 
@@ -104,12 +105,24 @@ def terminating_out_of_service(pods: list[Obj], nodes: dict[str, Obj]) -> list[O
     return sorted(chosen, key=_eviction_then_age)
 
 
-def missing_nodes(pods: list[Obj], existing: set[str]) -> set[str]:
-    return {name for name in map(_node_name, pods) if name and name not in existing}
+def missing_nodes(bound_to: Iterable[str], existing: set[str]) -> set[str]:
+    """The nodes pods are bound to (the pods' node index) that the node cache does not have."""
+    return {name for name in bound_to if name and name not in existing}
 
 
 def unscheduled_terminating(pods: list[Obj]) -> list[Obj]:
     return [p for p in pods if is_terminating(p) and not _node_name(p)]
+
+
+def by_gc_state(pod: Obj) -> list[str]:
+    """Index function: which of the collector's rules may concern the pod, so that a pass reads those
+    pods only (most pods of a cluster are running, and a pass every 20 s over all of them grows with
+    the cluster twice: more pods, and more passes while they are made)."""
+    return [
+        state
+        for state, holds in ((TERMINATED, is_terminated(pod)), (TERMINATING, is_terminating(pod)))
+        if holds
+    ]
 
 
 class Quarantine:
@@ -157,7 +170,7 @@ class PodGCController(Controller):
         )
         self.period = float(ctx.option("pod_gc_period", GC_CHECK_PERIOD))
         self.quarantine = Quarantine(float(ctx.option("pod_gc_quarantine", QUARANTINE)))
-        self.pods = ctx.informers.get("/api/v1/pods")
+        self.pods = ctx.informers.get("/api/v1/pods", indexers={"gc": by_gc_state, "node": by_node_name})
         self.nodes = ctx.informers.get("/api/v1/nodes")
         self.deleting = Counter(
             "pod_gc_collector_force_delete_pods",
@@ -184,17 +197,21 @@ class PodGCController(Controller):
             self.queue.add_after(GC_KEY, self.period)
 
     async def gc(self) -> None:
-        pods, nodes = self.pods.list(), {meta(n).get("name", ""): n for n in self.nodes.list()}
-        if self.threshold > 0:
-            victims = terminated_to_delete(pods, self.threshold)
+        nodes = {meta(n).get("name", ""): n for n in self.nodes.list()}
+        if self.threshold > 0 and len(self.pods.index_keys("gc", TERMINATED)) > self.threshold:
+            victims = terminated_to_delete(self.pods.by_index("gc", TERMINATED), self.threshold)
             if victims:
                 log.info("garbage collecting terminated pods count=%d", len(victims))
             await asyncio.gather(*(self._delete(p, TERMINATED) for p in victims))
+        terminating = self.pods.by_index("gc", TERMINATING)
         await asyncio.gather(
-            *(self._delete(p, TERMINATING_OUT_OF_SERVICE) for p in terminating_out_of_service(pods, nodes))
+            *(
+                self._delete(p, TERMINATING_OUT_OF_SERVICE)
+                for p in terminating_out_of_service(terminating, nodes)
+            )
         )
-        await self._gc_orphaned(pods, set(nodes))
-        for pod in unscheduled_terminating(pods):
+        await self._gc_orphaned(set(nodes))
+        for pod in unscheduled_terminating(terminating):
             log.info(
                 "deleting unscheduled terminating pod pod=%s/%s",
                 meta(pod).get("namespace"),
@@ -202,8 +219,8 @@ class PodGCController(Controller):
             )
             await self._delete(pod, TERMINATING_UNSCHEDULED)
 
-    async def _gc_orphaned(self, pods: list[Obj], existing: set[str]) -> None:
-        self.quarantine.note(missing_nodes(pods, existing))
+    async def _gc_orphaned(self, existing: set[str]) -> None:
+        self.quarantine.note(missing_nodes(self.pods.index_values("node"), existing))
         gone = set()
         for name in self.quarantine.drain():
             if name in existing:
@@ -215,7 +232,7 @@ class PodGCController(Controller):
                     gone.add(name)
                 else:
                     log.warning("node not read node=%s error=%s", name, err)
-        for pod in pods:
+        for pod in [p for name in sorted(gone) for p in self.pods.by_index("node", name)]:
             if _node_name(pod) in gone:
                 log.info(
                     "deleting orphaned pod pod=%s/%s node=%s",

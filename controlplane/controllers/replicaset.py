@@ -16,7 +16,6 @@ One sync, as upstream's syncReplicaSet (pkg/controller/replicaset/replica_set.go
 from __future__ import annotations
 
 import asyncio
-import copy
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -36,6 +35,7 @@ from controlplane.controllers.refmanager import (
 )
 from kubeclient.errors import ApiError
 from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, key_of, meta, split_key
+from kubeclient.objcopy import deep_copy
 from kubeclient.selectors import Selector, SelectorError, from_label_selector, from_set
 
 Obj = dict[str, Any]
@@ -210,7 +210,7 @@ class ReplicaSetController(Controller):
         if owner is None:
             self.expectations.delete(key)
             return
-        owner = copy.deepcopy(owner)
+        owner = deep_copy(owner)
         owner.setdefault("apiVersion", self.kind.api_version)
         owner.setdefault("kind", self.kind.kind)
         try:

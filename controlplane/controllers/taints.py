@@ -9,9 +9,10 @@ JSON dicts so the node lifecycle controller and the taint eviction controller ag
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from typing import Any
+
+from kubeclient.objcopy import deep_copy
 
 Obj = dict[str, Any]
 
@@ -72,12 +73,12 @@ def add_or_update(taints: list[Obj], taint: Obj) -> tuple[list[Obj], bool]:
         if same_taint(existing, taint):
             if _significant(existing) == _significant(taint):
                 return list(taints), False
-            out.append(copy.deepcopy(taint))
+            out.append(deep_copy(taint))
             replaced = True
         else:
             out.append(existing)
     if not replaced:
-        out.append(copy.deepcopy(taint))
+        out.append(deep_copy(taint))
     return out, True
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from controlplane.controllers.base import Controller, ControllerContext
 from controlplane.controllers.informers import SharedInformers
 from kubeclient.client import KubeClient
 from kubeclient.config import ClusterConfig
+from kubeclient.logsetup import V
 from kubeclient.workqueue import ItemExponentialFailureRateLimiter
 
 
@@ -50,4 +52,20 @@ async def test_a_failing_key_is_retried_then_dropped_and_others_go_on() -> None:
     assert controller.calls["ns/broken"] == 1 + Flaky.max_retries  # first try, then the retries, then dropped
     assert controller.calls["ns/fine"] >= 2
     assert controller.queue.num_requeues("ns/broken") == 0  # forgotten once dropped
+    await unused.close()
+
+
+async def test_a_controllers_events_are_logged_at_v3_only(caplog: pytest.LogCaptureFixture) -> None:
+    """Upstream's controllers start their event broadcasters' structured logging at 3: an event is not
+    logged at the default verbosity, and is at -v=3."""
+    unused = KubeClient(ClusterConfig(server="http://127.0.0.1:9"))
+    ctx = ControllerContext(client=unused, informers=SharedInformers(unused), registry=CollectorRegistry())
+    recorder = ctx.recorder("replicaset-controller")
+    pod = {"kind": "Pod", "metadata": {"name": "web-1", "namespace": "ns", "uid": "u1"}}
+    with caplog.at_level(V(0), logger="kubeclient.events"):
+        recorder.event(pod, "Normal", "SuccessfulCreate", "Created pod: web-1")
+    assert not [r for r in caplog.records if "SuccessfulCreate" in r.getMessage()]
+    with caplog.at_level(V(3), logger="kubeclient.events"):
+        recorder.event(pod, "Normal", "SuccessfulDelete", "Deleted pod: web-1")
+    assert [r for r in caplog.records if "SuccessfulDelete" in r.getMessage()]
     await unused.close()

@@ -77,8 +77,18 @@ def test_terminating_on_out_of_service_nodes_only():
 
 def test_orphans_and_unscheduled_terminating():
     pods = [pod("a", node="gone"), pod("b", node="n1"), pod("c", node=""), pod("d", node="", deleting=True)]
-    assert podgc.missing_nodes(pods, {"n1"}) == {"gone"}
+    assert podgc.missing_nodes([n for p in pods for n in podgc.by_node_name(p)], {"n1"}) == {"gone"}
     assert names(podgc.unscheduled_terminating(pods)) == ["d"]
+
+
+def test_a_pass_reads_the_pods_each_rule_may_concern_by_index():
+    """The collector's index holds a pod under each rule that may concern it (an empty phase counts as
+    terminated); a running pod is under none, so a pass never reads it."""
+    assert podgc.by_gc_state(pod("run")) == []
+    assert podgc.by_gc_state(pod("done", "Succeeded")) == [podgc.TERMINATED]
+    assert podgc.by_gc_state(pod("blank", "")) == [podgc.TERMINATED]
+    assert podgc.by_gc_state(pod("going", deleting=True)) == [podgc.TERMINATING]
+    assert podgc.by_gc_state(pod("both", "Failed", deleting=True)) == [podgc.TERMINATED, podgc.TERMINATING]
 
 
 class Clock:

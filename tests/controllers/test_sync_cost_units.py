@@ -193,3 +193,32 @@ async def test_an_attach_detach_sync_reads_only_its_nodes_pods(ctx: ControllerCo
     assert all(p.reads for p in pods["n0"])
     others = {n: sum(p.reads for p in ps) for n, ps in pods.items() if n != "n0"}
     assert not any(others.values()), f"the sync of node n0 read other nodes' pods: {others}"
+
+
+def with_volumes(pod: Obj, *volumes: Obj) -> Obj:
+    return {**pod, "spec": {**pod["spec"], "volumes": list(volumes)}}
+
+
+async def test_only_a_pod_with_claims_wakes_its_nodes_attach_detach_sync(ctx: ControllerContext) -> None:
+    """Upstream's attach/detach pod handlers process the pod's own volumes only; a pod without a claim
+    can need no attachment, so its events must not cost a sync of its node (every pod event did)."""
+    controller = AttachDetachController(ctx)
+    plain = with_volumes(ready_pod("plain", "n1", None, {"app": "x"}), {"name": "tmp", "emptyDir": {}})
+    claiming = with_volumes(
+        ready_pod("claiming", "n2", None, {"app": "x"}),
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+    )
+    ephemeral = with_volumes(
+        ready_pod("ephemeral", "n3", None, {"app": "x"}),
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+    )
+    for pod in (plain, claiming, ephemeral):
+        controller.pods._apply({"type": "ADDED", "object": pod})
+        controller.pods._apply({"type": "MODIFIED", "object": pod})
+        controller.pods._apply({"type": "DELETED", "object": pod})
+    woken = []
+    while len(controller.queue):
+        key = await controller.queue.get()
+        woken.append(key)
+        controller.queue.done(key)
+    assert sorted(woken) == ["n2", "n3"]

@@ -8,7 +8,7 @@ import pytest
 
 from kubeclient.client import MERGE_PATCH, KubeClient
 from kubeclient.config import load_kubeconfig
-from kubeclient.informer import Informer
+from kubeclient.informer import Informer, drop_managed_fields
 from pykubelet.rig.apiserver import ApiServer
 
 pytestmark = pytest.mark.integration
@@ -62,5 +62,30 @@ async def test_resumes_and_relists_after_410(tmp_path):
             await until(lambda: "after" in seen)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        finally:
+            await client.close()
+
+
+async def test_a_transform_applies_to_listed_and_watched_objects(tmp_path):
+    """drop_managed_fields, as the controller manager's informers use it: what the cache holds and the
+    handlers see has no managedFields, while the server keeps them."""
+    with ApiServer(tmp_path / "api") as server:
+        client = KubeClient(load_kubeconfig(server.kubeconfig))
+        handed: list[dict] = []
+        informer = Informer(client, PATH, transform=drop_managed_fields)
+        informer.add_handler(on_add=handed.append, on_update=lambda _old, new: handed.append(new))
+        try:
+            await client.create(PATH, {"metadata": {"name": "listed"}, "data": {"v": "0"}})
+            task = asyncio.create_task(informer.run())
+            await asyncio.wait_for(informer.synced.wait(), 15)
+            await client.create(PATH, {"metadata": {"name": "watched"}, "data": {"v": "1"}})
+            await client.patch(f"{PATH}/listed", {"data": {"v": "2"}}, content_type=MERGE_PATCH)
+            await until(lambda: len(handed) == 3)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            assert (await client.get(f"{PATH}/watched"))["metadata"]["managedFields"]
+            for obj in [*handed, *informer.list()]:
+                assert "managedFields" not in obj["metadata"], obj["metadata"]["name"]
+            assert informer.get("default/listed")["data"] == {"v": "2"}
         finally:
             await client.close()

@@ -12,7 +12,6 @@ and the labels, and the controller relies on that to publish the revision in the
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from kubeclient.client import KubeClient
 from kubeclient.errors import ApiError
 from kubeclient.events import EventRecorder
 from kubeclient.informer import Informer
+from kubeclient.objcopy import deep_copy
 
 log = logging.getLogger("controlplane.controllers.deployment")
 
@@ -103,14 +103,14 @@ class SyncContext:
         status = self.d.get("status") or {}
         changed_annotations = annotations(self.d) != annotations(self.stored)
         if changed_annotations or significant(status) != significant(self.stored.get("status") or {}):
-            body = copy.deepcopy(self.stored)
+            body = deep_copy(self.stored)
             body["metadata"]["annotations"] = dict(annotations(self.d))
             body["status"] = status
             self._stored(await self.client.replace(f"{path}/status", body))
 
     async def update(self) -> None:
         """Store the working copy's spec and metadata (a rollback)."""
-        body = copy.deepcopy(self.d)
+        body = deep_copy(self.d)
         body.pop("status", None)
         self._stored(await self.client.replace(deployment_path(self.namespace, self.name), body))
 

@@ -11,7 +11,6 @@ something differs from what is stored, so a resync of a settled Deployment sends
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
@@ -41,6 +40,7 @@ from controlplane.controllers.refmanager import (
 from kubeclient.errors import ApiError
 from kubeclient.events import WARNING
 from kubeclient.informer import by_controller_uid, by_namespace, controller_ref, key_of
+from kubeclient.objcopy import deep_copy
 from kubeclient.selectors import Selector, SelectorError, from_label_selector
 
 log = logging.getLogger("controlplane.controllers.deployment")
@@ -153,7 +153,7 @@ class DeploymentController(Controller):
             recheck(self.client, deployment_path(ns, name), meta(d)["uid"]),
             path_of=replicaset_path,
         )
-        return [copy.deepcopy(rs) for rs in await manager.claim(candidates)]
+        return [deep_copy(rs) for rs in await manager.claim(candidates)]
 
     def _pods_of(self, d: Obj, rs_list: list[Obj]) -> dict[str, list[Obj]]:
         """The Deployment's pods (its selector matching) by the UID of their ReplicaSet, terminating and
@@ -180,7 +180,7 @@ class DeploymentController(Controller):
         if cached is None:
             self.own_deployments.forget(key)
             return  # deleted: its ReplicaSets are the garbage collector's
-        d = copy.deepcopy(cached)
+        d = deep_copy(cached)
         d.setdefault("apiVersion", "apps/v1")
         d.setdefault("kind", KIND)
         ctx = SyncContext(
@@ -188,7 +188,7 @@ class DeploymentController(Controller):
             recorder=self.recorder,
             replicasets=self.replicasets,
             d=d,
-            stored=copy.deepcopy(d),
+            stored=deep_copy(d),
             now=podutil.now,
             enqueue_after=lambda delay: self.queue.add_after(key, delay),
             enqueue_rate_limited=lambda: self.queue.add_rate_limited(key),

@@ -11,7 +11,6 @@ DeploymentRollbackTemplateUnchanged.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from controlplane.controllers.deployment import util
@@ -19,6 +18,7 @@ from controlplane.controllers.deployment.context import SyncContext
 from controlplane.controllers.deployment.sync import get_all_and_sync_revision
 from controlplane.controllers.deployment.util import spec
 from kubeclient.events import NORMAL, WARNING
+from kubeclient.objcopy import deep_copy
 
 Obj = dict[str, Any]
 
@@ -49,7 +49,7 @@ async def rollback(ctx: SyncContext, rs_list: list[Obj]) -> None:
         except ValueError:
             continue
         if not util.equal_ignore_hash(spec(d).get("template"), spec(rs).get("template")):
-            d["spec"]["template"] = util.template_without_hash(copy.deepcopy(spec(rs).get("template") or {}))
+            d["spec"]["template"] = util.template_without_hash(deep_copy(spec(rs).get("template") or {}))
             util.set_annotations_from_rs(d, rs)
             await _clear_and_update(ctx)
             ctx.event(NORMAL, ROLLBACK_DONE, f'Rolled back deployment "{ctx.name}" to revision {to}')

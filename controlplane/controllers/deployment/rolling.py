@@ -11,7 +11,6 @@ spec.replicas - maxUnavailable available ones. The decisions are pure functions 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from controlplane.controllers.deployment import util
@@ -20,6 +19,7 @@ from controlplane.controllers.deployment.progress import sync_rollout_status
 from controlplane.controllers.deployment.sync import Scale, apply, cleanup, get_all_and_sync_revision
 from controlplane.controllers.deployment.util import meta, replicas, status
 from kubeclient.errors import ApiError
+from kubeclient.objcopy import deep_copy
 
 Obj = dict[str, Any]
 
@@ -44,7 +44,7 @@ def _available(rs: Obj) -> int:
 def cleanup_unhealthy(olds: list[Obj], most: int) -> tuple[list[Obj], list[Scale], int]:
     """Scale old ReplicaSets down by their unavailable replicas, oldest first, at most `most` in all.
     (the old ReplicaSets as they will be, the steps, how many replicas go)."""
-    result = [copy.deepcopy(rs) for rs in util.by_creation(olds)]
+    result = [deep_copy(rs) for rs in util.by_creation(olds)]
     steps: list[Scale] = []
     total = 0
     for rs in result:

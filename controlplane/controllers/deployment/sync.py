@@ -9,7 +9,6 @@ pods instead of being hurried (more new pods before they proved themselves) or h
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ from controlplane.controllers.deployment.util import meta, replicas, spec, statu
 from controlplane.controllers.podcontrol import controller_ref
 from kubeclient.errors import ApiError
 from kubeclient.events import NORMAL, WARNING
+from kubeclient.objcopy import deep_copy
 
 Obj = dict[str, Any]
 
@@ -48,7 +48,7 @@ async def scale_replica_set(ctx: SyncContext, rs: Obj, new_scale: int) -> tuple[
     size_changes = old_scale != new_scale
     if not size_changes and not util.replicas_annotations_need_update(rs, desired, most):
         return False, rs
-    body = copy.deepcopy(rs)
+    body = deep_copy(rs)
     util.set_replicas(body, new_scale)
     util.set_replicas_annotations(body, desired, most)
     body.setdefault("apiVersion", "apps/v1")
@@ -93,11 +93,11 @@ def new_replica_set_body(d: Obj, old_rss: list[Obj]) -> Obj:
     """The ReplicaSet a Deployment's template asks for: named and labelled by the template's hash
     (with status.collisionCount), owned by the Deployment, with the next revision and as many replicas
     as the strategy allows now."""
-    template = copy.deepcopy(spec(d).get("template") or {})
+    template = deep_copy(spec(d).get("template") or {})
     pod_hash = compute_hash(template, status(d).get("collisionCount"))
     tmeta = template.setdefault("metadata", {})
     tmeta["labels"] = {**(tmeta.get("labels") or {}), util.UNIQUE_LABEL_KEY: pod_hash}
-    selector = copy.deepcopy(spec(d).get("selector") or {})
+    selector = deep_copy(spec(d).get("selector") or {})
     selector["matchLabels"] = {**(selector.get("matchLabels") or {}), util.UNIQUE_LABEL_KEY: pod_hash}
     rs: Obj = {
         "apiVersion": "apps/v1",
@@ -178,7 +178,7 @@ async def get_new_replica_set(
 
 async def _sync_existing(ctx: SyncContext, existing: Obj, new_revision: str) -> Obj:
     d = ctx.d
-    rs = copy.deepcopy(existing)
+    rs = deep_copy(existing)
     rs.setdefault("apiVersion", "apps/v1")
     rs.setdefault("kind", "ReplicaSet")
     annotations_changed = util.set_new_rs_annotations(d, rs, new_revision, exists=True)

@@ -11,7 +11,6 @@ against upstream's worked examples in milliseconds.
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -26,6 +25,7 @@ from controlplane.controllers.deployment.conditions import (
     get_condition,
 )
 from controlplane.controllers.podutil import parse_time
+from kubeclient.objcopy import deep_copy
 
 Obj = dict[str, Any]
 
@@ -300,7 +300,7 @@ def _prune(value: Any) -> Any:
 
 
 def _without_hash(template: Obj | None) -> Obj:
-    t = copy.deepcopy(template or {})
+    t = deep_copy(template or {})
     labels = (t.get("metadata") or {}).get("labels")
     if isinstance(labels, dict):
         labels.pop(UNIQUE_LABEL_KEY, None)
@@ -474,7 +474,7 @@ def rollback_to(d: Obj) -> int | None:
 
 
 def template_without_hash(rs_template: Obj) -> Obj:
-    t = copy.deepcopy(rs_template)
+    t = deep_copy(rs_template)
     labels = (t.get("metadata") or {}).get("labels")
     if isinstance(labels, dict):
         labels.pop(UNIQUE_LABEL_KEY, None)
