@@ -24,6 +24,24 @@ def test_decodes_what_the_standard_library_decodes() -> None:
     assert jsoncodec.loads(EVENT.decode()) == json.loads(EVENT)
 
 
+def test_an_integer_beyond_64_bits_is_read_as_a_float_as_go_clients_read_it() -> None:
+    """A custom resource may hold any JSON number. apimachinery's JSON decoding into unstructured
+    objects keeps an integer that fits int64 and makes any other a float64; orjson does the same (the
+    standard library, the way out, keeps Python's unbounded int)."""
+    body = b'{"spec": {"n": 1180591620717411303424, "fits": 9223372036854775807}}'
+    decoded = jsoncodec.loads(body)["spec"]
+    assert decoded["fits"] == 2**63 - 1 and isinstance(decoded["fits"], int)
+    if jsoncodec.BACKEND == "orjson":
+        assert decoded["n"] == float(2**70) and isinstance(decoded["n"], float)
+    else:
+        assert decoded["n"] == 2**70
+
+
+def test_the_installed_codec_is_orjson() -> None:
+    """orjson is a declared dependency: the standard library is the way out, not what runs."""
+    assert jsoncodec.BACKEND == ("json" if os.environ.get("PYKUBELET_JSON") == "json" else "orjson")
+
+
 @pytest.mark.parametrize("bad", [b'{"type": "ADDED", "object": {', b"not json", b'{"a": 1} trailing'])
 def test_malformed_input_raises_a_value_error(bad: bytes) -> None:
     with pytest.raises(ValueError):
