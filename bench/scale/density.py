@@ -394,15 +394,29 @@ def _cpu(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
+def _reaped_cpu(proc: psutil.Process) -> float:
+    """The CPU seconds of the process's children that have ended and been waited for (the kernel adds
+    them to their parent's), so a component that exited and was started again keeps its first life's."""
+    try:
+        t = proc.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return t.children_user + t.children_system
+
+
 class ProcessUse:
     """CPU seconds and peak RSS of a process and its children over the run, in all and by role (a
-    server's own process, its scheduler, its controller manager)."""
+    server's own process, its scheduler, its controller manager). A child that ends during the run (a
+    scheduler or controller manager that lost its leader Lease and was started again) keeps its CPU: in
+    the tree's total through its parent's reaped-children times, and in its role's by the last reading
+    `sample` took of it."""
 
     def __init__(self, pid: int) -> None:
         self.proc = psutil.Process(pid)
         self.start = self.cpu_seconds()
         self.base = {p.pid: _cpu(p) for p in self._tree()}
         self.roles: dict[int, str] = {p.pid: role(p) for p in self._tree()}  # every process of it seen
+        self.last_cpu: dict[int, float] = dict(self.base)  # each process's CPU at its latest sample
         self.peak_rss = 0
         self.peak_by_role: dict[str, int] = {}
 
@@ -413,8 +427,8 @@ class ProcessUse:
             return []
 
     def cpu_seconds(self) -> float:
-        """User and system CPU seconds of the process and its children so far."""
-        return sum(_cpu(p) for p in self._tree())
+        """User and system CPU seconds of the process and its children so far, ended ones included."""
+        return sum(_cpu(p) + _reaped_cpu(p) for p in self._tree())
 
     def sample(self) -> None:
         rss = 0
@@ -425,22 +439,30 @@ class ProcessUse:
             except psutil.NoSuchProcess:
                 continue
             name = self.roles.setdefault(p.pid, role(p))
+            self._saw_cpu(p)
             rss += used
             by_role[name] = by_role.get(name, 0) + used
         self.peak_rss = max(self.peak_rss, rss)
         for name, used in by_role.items():
             self.peak_by_role[name] = max(self.peak_by_role.get(name, 0), used)
 
+    def _saw_cpu(self, proc: psutil.Process) -> None:
+        # A process that ended since reads as 0: keep what it had used.
+        self.last_cpu[proc.pid] = max(self.last_cpu.get(proc.pid, 0.0), _cpu(proc))
+
     def pids(self) -> set[int]:
         return {p.pid for p in self._tree()}
 
     def result(self) -> dict[str, Any]:
-        """The tree's CPU seconds and peak RSS, and each role's (only the processes alive at the end
-        count their CPU: a component restarted during the run loses its first life's)."""
+        """The tree's CPU seconds and peak RSS, and each role's (a process that ended counts what it
+        had used at its last sample)."""
         cpu: dict[str, float] = {}
         for p in self._tree():
-            name = self.roles.setdefault(p.pid, role(p))
-            cpu[name] = cpu.get(name, 0.0) + _cpu(p) - self.base.get(p.pid, 0.0)
+            self.roles.setdefault(p.pid, role(p))
+            self._saw_cpu(p)
+        for pid, used in self.last_cpu.items():
+            name = self.roles.get(pid, "gone")
+            cpu[name] = cpu.get(name, 0.0) + used - self.base.get(pid, 0.0)
         parts = {
             name: {
                 "cpu_s": round(cpu.get(name, 0.0), 1),

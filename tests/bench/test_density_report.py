@@ -273,3 +273,37 @@ def test_a_smoke_run_reports_upstreams_sli_beside_the_probes(tmp_path: Path) -> 
     assert run["bench_loop_lag"]["n"] > 0
     assert run["pod_startup_cl2"]["n"] == run["pods"]
     assert "API call latency by two definitions" in (tmp_path / "out/scale-density.md").read_text()
+
+
+def test_a_child_that_ends_during_the_run_keeps_its_cpu_in_the_tree_and_its_role(tmp_path: Path) -> None:
+    """A scheduler or controller manager that loses its leader Lease exits and is started again: its
+    first life's CPU stays in the tree's figure (its parent's reaped-children times) and in its role's
+    (the last sample taken of it). Before, both dropped it."""
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass"
+    started, ended = tmp_path / "started", tmp_path / "ended"
+    parent_code = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {burn!r}, 'pykubelet', 'burner'])\n"
+        f"open({str(started)!r}, 'w').close()\n"
+        "child.wait()\n"
+        f"open({str(ended)!r}, 'w').close()\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code, "pykubelet", "parent"])
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline and parent.poll() is None
+            time.sleep(0.01)
+        use = density.ProcessUse(parent.pid)
+        while not ended.exists():
+            assert time.monotonic() < deadline and parent.poll() is None
+            use.sample()
+            time.sleep(0.01)
+        assert "burner" not in {density.role(p) for p in use._tree()}  # it has ended
+        result = use.result()
+        assert result["by_process"]["burner"]["cpu_s"] >= 0.2, result
+        assert result["cpu_s"] >= 0.3, result
+    finally:
+        parent.kill()
+        parent.wait()
