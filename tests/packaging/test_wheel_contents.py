@@ -34,6 +34,8 @@ BY_PATH_ALLOWED = {
     "controlplane/apiserver/gen_mergemarkers.py",  # writes mergemarkers.json from upstream's definitions
     "controlplane/apiserver/protobuf/derive.py",  # derives tables.py from the fixtures, in a checkout
     "agent/cni/install.py",
+    # the loop-stall watch strips the import root from the paths of the stacks it samples: no file read
+    "controlplane/apiserver/loopstall.py",
 }
 
 
