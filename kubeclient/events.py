@@ -213,7 +213,7 @@ class EventRecorder:
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                log.warning("event not written reason=%s error=%s", intent.verdict.event.get("reason"), err)
+                _log_unwritten(intent.verdict.event, err)
             finally:
                 self._busy -= 1
                 if not self._queue and not self._busy:
@@ -247,3 +247,21 @@ class EventRecorder:
                 raise
         finally:
             posted.set()
+
+
+def _log_unwritten(event: dict[str, Any], err: Exception) -> None:
+    """An event the server refused is logged whole, at error level, as client-go's broadcaster logs it
+    ("Server rejected event (will not retry!)"): the event is often the only account of what failed (a
+    controller whose RBAC binding is gone can neither create its pods nor record that it could not, and
+    its log is where an operator finds both). An already-existing event is only worth a V(5) line."""
+    involved = event.get("involvedObject") or {}
+    where = "/".join(p for p in (involved.get("namespace"), involved.get("name")) if p)
+    details = (
+        f"object={involved.get('kind', '')}:{where} reason={event.get('reason')} "
+        f"type={event.get('type')} message={event.get('message')!r}"
+    )
+    if isinstance(err, ApiError):
+        level = V(5) if err.status == 409 else logging.ERROR
+        log.log(level, "Server rejected event (will not retry!) err=%s %s", err, details)
+        return
+    log.warning("event not written error=%s %s", err, details)

@@ -118,3 +118,35 @@ async def _record_into(client: object, sink: EventSink) -> None:
         assert sink.calls[-1][1] == "/api/v1/namespaces/default/events"  # cluster-scoped: default
     finally:
         await recorder.stop()
+
+
+async def test_an_event_the_server_refuses_is_logged_whole_at_error_level(caplog: Any) -> None:
+    """client-go's broadcaster logs a refused event with the event itself ("Server rejected event (will
+    not retry!)"): for a controller whose RBAC binding is gone, that line is where its log shows what it
+    could not do (the pods it could not create are only in the event's message)."""
+    forbidden = (
+        'events is forbidden: User "system:serviceaccount:kube-system:x" cannot create resource "events"'
+    )
+
+    async def refuse(request: web.Request) -> web.Response:
+        body = {
+            "kind": "Status",
+            "status": "Failure",
+            "reason": "Forbidden",
+            "code": 403,
+            "message": forbidden,
+        }
+        return web.json_response(body, status=403)
+
+    async with served(refuse) as client:
+        recorder = EventRecorder(client, EventSource("replicaset-controller"))  # type: ignore[arg-type]
+        recorder.start()
+        try:
+            with caplog.at_level("ERROR", logger="kubeclient.events"):
+                recorder.event(POD, "Warning", "FailedCreate", "Error creating: pods is forbidden: no")
+                await asyncio.wait_for(recorder.flush(), 5)
+        finally:
+            await recorder.stop()
+    (line,) = [r.getMessage() for r in caplog.records if "Server rejected event" in r.getMessage()]
+    assert "Pod:d/web" in line and "FailedCreate" in line and "Error creating: pods is forbidden: no" in line
+    assert forbidden in line
