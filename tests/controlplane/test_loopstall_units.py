@@ -49,13 +49,21 @@ def ran(name: str) -> Callable[[dict[str, Any]], bool]:
     return lambda stall: any(name in what for _, what in stall.get("longest", []))
 
 
+async def first_beat(watch: loopstall.LoopStallWatch) -> None:
+    """Wait until the started watch's heartbeat has run once (lags are measured from a beat)."""
+    started = watch._last_beat
+    async with asyncio.timeout(5):
+        while watch._last_beat == started:
+            await asyncio.sleep(0.001)
+
+
 async def stall_of(stretch: Callable[[], Any], name: str) -> dict[str, Any]:
     """The stall record of `stretch` (a callback the loop runs, or a coroutine it awaits), named `name`."""
     records: list[dict[str, Any]] = []
     watch = loopstall.LoopStallWatch(0.03, records.append, window=60)
     watch.start()
     try:
-        await asyncio.sleep(0.05)
+        await first_beat(watch)
         if asyncio.iscoroutinefunction(stretch):
             await asyncio.create_task(stretch())
         else:
@@ -96,7 +104,7 @@ async def test_windows_and_gc_passes_are_recorded() -> None:
     watch = loopstall.LoopStallWatch(0.0, records.append, window=0.1)
     watch.start()
     try:
-        await asyncio.sleep(0.02)
+        await first_beat(watch)
         gc.collect(0)
         gc_record = await next_record(records, "gc")
         window = await next_record(records, "window")
