@@ -597,11 +597,13 @@ class WatchCache:
         of that key: enough for a read-modify-write of one object, which learns of any newer change from
         its write's conflict, and it no longer waits for the watch to bring back the writes of every
         other request in flight (with 500 renewals a second, each one waited for the others')."""
+        await self.wait_for(self._fresh_target(key))
+
+    def _fresh_target(self, key: str | None) -> int:
+        """The revision `wait_fresh(key)` waits for: this server's last write of `key` where the store
+        tracks writes by key (0 when the cache holds it already), else every change it knows of."""
         written = getattr(self.store, "key_revision", None) if key is not None else None
-        if written is not None:
-            await self.wait_for(written(key, self.revision))
-            return
-        await self.wait_for(self.store.revision)
+        return written(key, self.revision) if written is not None else self.store.revision
 
     async def get_for_update(self, key: str, patience: float = 0.1) -> CachedObject | None:
         """The copy of `key` a read-modify-write starts from: the cache's, once it holds this server's
@@ -610,8 +612,7 @@ class WatchCache:
         GuaranteedUpdate reads etcd when its cached copy is stale: a write never waits long, nor is it
         refused, only because the cache is slow (upstream does not wait for its cache at all; a short
         wait saves the store read when the feed is a moment behind, which is most of the time)."""
-        written = getattr(self.store, "key_revision", None)
-        target = written(key, self.revision) if written is not None else self.store.revision
+        target = self._fresh_target(key)
         if self.revision >= target:  # most calls: nothing to wait for, no timer set up
             return self.get(key)
         try:
