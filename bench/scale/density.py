@@ -394,14 +394,14 @@ def _cpu(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
-def _reaped_cpu(proc: psutil.Process) -> float:
-    """The CPU seconds of the process's children that have ended and been waited for (the kernel adds
+def _cpu_with_reaped(proc: psutil.Process) -> float:
+    """`_cpu`, plus that of the process's children that have ended and been waited for (the kernel adds
     them to their parent's), so a component that exited and was started again keeps its first life's."""
     try:
         t = proc.cpu_times()
     except psutil.NoSuchProcess:
         return 0.0
-    return t.children_user + t.children_system
+    return t.user + t.system + t.children_user + t.children_system
 
 
 class ProcessUse:
@@ -428,7 +428,7 @@ class ProcessUse:
 
     def cpu_seconds(self) -> float:
         """User and system CPU seconds of the process and its children so far, ended ones included."""
-        return sum(_cpu(p) + _reaped_cpu(p) for p in self._tree())
+        return sum(_cpu_with_reaped(p) for p in self._tree())
 
     def sample(self) -> None:
         rss = 0
