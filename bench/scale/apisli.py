@@ -191,6 +191,9 @@ class Group:
     p90: float
     p99: float
     buckets: tuple[tuple[str, int], ...] = ()  # the increase per bound (whole run), to recompute from
+    # Windowed only: the window with the highest p99 (its end in seconds from the first scrape, its calls,
+    # p50 and p99), so a report can say when in the run a group broke and what else ran then.
+    worst_window: dict[str, float] | None = None
 
     @property
     def threshold(self) -> float:
@@ -215,6 +218,7 @@ class Group:
             "p90": _round(self.p90),
             "p99": _round(self.p99),
             **({"buckets": dict(self.buckets)} if self.buckets else {}),
+            **({"worst_window": self.worst_window} if self.worst_window else {}),
         }
 
 
@@ -245,6 +249,7 @@ def windowed(scrapes: Sequence[tuple[float, dict[Key, Buckets]]]) -> tuple[list[
     first, last = scrapes[0][0], scrapes[-1][0]
     judged = max(last - first - SKIPPED_S, LEAST_RANGE_S)
     series: dict[Key, list[tuple[float, float, float]]] = {}
+    edges: dict[Key, list[tuple[float, float]]] = {}  # per window of a group: its end, its calls
     windows = 0
     for (_, before), (at, after) in zip(scrapes, scrapes[1:], strict=False):
         if at <= last - judged:
@@ -254,6 +259,7 @@ def windowed(scrapes: Sequence[tuple[float, dict[Key, Buckets]]]) -> tuple[list[
             if not excluded(key):
                 q = tuple(histogram_quantile(x, buckets) for x in QUANTILES)
                 series.setdefault(key, []).append(q)  # type: ignore[arg-type]
+                edges.setdefault(key, []).append((at - first, buckets.get(math.inf, 0.0)))
     whole = increase(scrapes[0][1], scrapes[-1][1])
     groups = []
     for key, values in series.items():
@@ -262,7 +268,15 @@ def windowed(scrapes: Sequence[tuple[float, dict[Key, Buckets]]]) -> tuple[list[
         p50, p90, p99 = (quantile_over_time(0.99, [v[i] for v in values]) for i in range(3))
         buckets = whole.get(key, {})
         count = int(round(buckets.get(math.inf, 0.0)))
-        groups.append(Group(key, count, _slow(key, buckets, count), p50, p90, p99))
+        worst = max((i for i, v in enumerate(values) if not math.isnan(v[2])), key=lambda i: values[i][2])
+        end, calls = edges[key][worst]
+        window = {
+            "end_s": round(end, 1),
+            "calls": int(round(calls)),
+            "p50": _round(values[worst][0]),
+            "p99": _round(values[worst][2]),
+        }
+        groups.append(Group(key, count, _slow(key, buckets, count), p50, p90, p99, worst_window=window))
     return _worst_first(groups), windows, judged
 
 

@@ -92,6 +92,24 @@ DEFINITIONS = {
 }
 
 
+def git_commit() -> str | None:
+    """The commit the bench runs (None outside a git checkout): runs taken one size at a time are joined
+    later (`bynodes.py`), and each size's figures must say which code they measured."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
 def report_name(apiservers: int) -> str:
     """One server keeps the original definition's name; N servers are another definition beside it."""
     return "scale-density" if apiservers == 1 else f"scale-density-{apiservers}apiservers"
@@ -583,6 +601,8 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             fanout = FanOut(kubeconfigs, args.watchers, "density-0")
             fanout_connect = await fanout.start()
             await scrapes.scrape()  # the load phase starts: the SLI's first edge
+            load_start = time.monotonic()
+            phases: dict[str, float] = {}  # each phase's end, in seconds from the load phase's start
             watcher = PodWatch(client)
             prober = Prober(probes, f"sim-{0:0{len(str(nodes - 1))}d}")
             tasks = [
@@ -607,6 +627,7 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
                 create_latency.append(time.monotonic() - t0)
                 for u in use.values():
                     u.sample()
+            phases["creating"] = time.monotonic() - load_start
 
             async def all_running() -> bool:
                 for u in use.values():
@@ -621,6 +642,7 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
                     f"{err} ({watcher.count} Running after {took:.0f} s, {watcher.count / took:.1f} pods/s)"
                 ) from None
             saturation = time.monotonic() - first
+            phases["starting the last pods"] = time.monotonic() - load_start
 
             async def fanned_out() -> bool:
                 return bool(fanout.rounds)
@@ -637,6 +659,7 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             )
             # Scale to 0 and delete, timed.
             t0 = time.monotonic()
+            phases["all running (watch fan-out)"] = t0 - load_start
             for d in range(deployments):
                 ns = f"density-{d % NAMESPACES}"
                 await client.patch(
@@ -651,12 +674,14 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
 
             await wait_until(no_pods, 120 + total / 10, "every pod gone after scaling to 0")
             scale_down = time.monotonic() - t0
+            phases["scaling to 0"] = time.monotonic() - load_start
             for d in range(deployments):
                 await client.delete(f"/apis/apps/v1/namespaces/density-{d % NAMESPACES}/deployments/d{d}")
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await scrapes.scrape()  # the load phase is over: the SLI's last edge
+            phases["deleting the Deployments"] = time.monotonic() - load_start
             leading = await leaders(client, {name: use[name] for name in names})
         finally:
             for probe in probes.values():
@@ -673,6 +698,7 @@ async def one_size(root: Path, nodes: int, args: argparse.Namespace) -> dict[str
             "registration_s": round(registration, 2),
             "saturation_s": round(saturation, 2),
             "scale_to_zero_s": round(scale_down, 2),
+            "phases_end_s": {name: round(end, 1) for name, end in phases.items()},
             "create_deployment": figures(create_latency),
             "calls": calls,
             "pod_startup": startup,
@@ -711,6 +737,7 @@ async def main(args: argparse.Namespace, out: Path | None = None) -> dict[str, A
         "pods_per_node": args.pods_per_node,
         "rate_pods_per_s": args.rate,
         "controller_manager_qps": args.controller_manager_qps or 20.0,
+        "commit": git_commit(),
         "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
         "slo_seconds": SLO,
@@ -736,15 +763,32 @@ def report(out: Path, result: dict[str, Any]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    commit = f" at {result['commit'][:12]}" if result.get("commit") else ""
+    head = [
+        f"# {title(result)}",
+        "",
+        f"load average before the run {tuple(round(x, 2) for x in result['load_average'])}, "
+        f"{result['cpus']} CPUs, main{commit}",
+        "",
+    ]
+    return "\n".join(head + tables(result)) + "\n"
+
+
+def title(result: dict[str, Any]) -> str:
+    """What was measured: the settings that make two runs the same benchmark."""
     count = result.get("apiservers", 1)
     servers = "one API server" if count == 1 else f"{count} API servers on one etcd"
-    lines = [
-        f"# Density: simulated nodes, {result['pods_per_node']} pods per node through Deployments at "
+    return (
+        f"Density: simulated nodes, {result['pods_per_node']} pods per node through Deployments at "
         f"{result['rate_pods_per_s']} pods/s, store {result['store']}, {servers}, controller manager client "
-        f"{result.get('controller_manager_qps', 20.0)} QPS",
-        "",
-        f"load average before the run {tuple(round(x, 2) for x in result['load_average'])}, {result['cpus']} CPUs",
-        "",
+        f"{result.get('controller_manager_qps', 20.0)} QPS"
+    )
+
+
+def tables(result: dict[str, Any]) -> list[str]:
+    """The report's tables over every size of `result`: the client-timed figures and SLOs, upstream's SLI,
+    each process tree."""
+    lines = [
         "| nodes | pods | single p99 s | ns list p99 s | cluster list p99 s | startup p50 / p99 s | sched pods/s "
         "| SLOs held | API server CPU s / RSS MiB | watch fan-out: watchers, last watcher p50 / p99 s "
         "| load average before / after |",
@@ -786,7 +830,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['nodes']} | {name} | {u['cpu_s']} / {u['peak_rss_mib']} | {parts or '-'} | {leads} |"
             )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def sli_table(runs: list[dict[str, Any]]) -> list[str]:
@@ -816,7 +860,7 @@ def sli_table(runs: list[dict[str, Any]]) -> list[str]:
             if c["groups"] == 0 and whole[name]["groups"] == 0:
                 continue
             issue = "-" if c["held_at_issue_slo"] is None else _yes(c["held_at_issue_slo"])
-            broken = ", ".join(_group(g) for g in c["broken"]) or "-"
+            broken = ", ".join(_broken(g, r.get("phases_end_s")) for g in c["broken"]) or "-"
             lines.append(
                 f"| {r['nodes']} | {name} ({c['scope'] or '-'}) | {c['threshold_s']} ({c['issue_slo_s'] or '-'}) "
                 f"| {c['groups']} / {c['calls']} | {_group(w) if w else '-'} | {_quantiles(w)} | {_quantiles(o)} "
@@ -839,6 +883,22 @@ def _group(g: dict[str, Any]) -> str:
     if not g["resource"]:
         return f"{g['verb']} {g['subresource']}"
     return f"{g['verb']} {g['resource']}{'/' + g['subresource'] if g['subresource'] else ''}"
+
+
+def _broken(g: dict[str, Any], phases: dict[str, float] | None) -> str:
+    """A broken group, with its worst minute: when it ended, in which phase, its calls and p99."""
+    w = g.get("worst_window")
+    if not w:
+        return _group(g)
+    when = f"ending {w['end_s']} s in"
+    phase = phase_at(phases or {}, w["end_s"])
+    return f"{_group(g)} (worst minute {when}{', ' + phase if phase else ''}: {w['calls']} calls, p99 {w['p99']} s)"
+
+
+def phase_at(phases: dict[str, float], at: float) -> str | None:
+    """The phase of the load a moment `at` (seconds from its start) fell in: the first phase ending at or
+    after it (`phases` in their order, each with its end)."""
+    return next((name for name, end in phases.items() if at <= end), None)
 
 
 def _quantiles(g: dict[str, Any] | None) -> str:

@@ -251,3 +251,26 @@ def test_a_group_without_a_call_in_the_judged_windows_is_left_out() -> None:
     idle = ("leases", "", "GET", "resource")
     scrapes = [(0.0, {idle: spread(b0_05=3)}), (60.0, {idle: spread(b0_05=3)})]
     assert apisli.windowed(scrapes) == ([], 1, 60.0)
+
+
+def test_a_groups_worst_window_says_when_it_ended_and_how_many_calls_it_had() -> None:
+    key = ("events", "", "POST", "resource")
+    totals = cumulative(
+        spread(b0_05=500), spread(b0_05=100), spread(b0_05=10, b1_25=50), spread(b0_1=80), spread(b0_05=5)
+    )
+    scrapes = [(t, {key: c}) for t, c in zip([0.0, 300.0, 360.0, 420.0, 480.0], totals, strict=True)]
+    (group,), windows, _judged = apisli.windowed(scrapes)
+    assert windows == 3
+    slow = spread(b0_05=10, b1_25=50)
+    assert group.worst_window == {
+        "end_s": 360.0,
+        "calls": 60,
+        "p50": round(histogram_quantile(0.5, slow), 4),
+        "p99": round(histogram_quantile(0.99, slow), 4),
+    }
+    assert group.row()["worst_window"]["end_s"] == 360.0
+    assert (
+        group.breaks(0)
+        and "worst_window"
+        not in apisli.whole_run(apisli.increase({key: totals[0]}, {key: totals[-1]}))[0].row()
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bench.scale import density
+from bench.scale import apisli, density
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -307,3 +308,42 @@ def test_a_child_that_ends_during_the_run_keeps_its_cpu_in_the_tree_and_its_role
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_group_broken_in_a_window_is_named_with_the_minute_and_the_phase_it_broke_in() -> None:
+    from tests.bench.test_apisli import rows, text
+
+    def scrape(fast: int, slow: int) -> str:
+        return text(
+            rows(
+                "POST",
+                "events",
+                "resource",
+                {"0.05": fast, "1.0": fast, "1.25": fast + slow, "+Inf": fast + slow},
+            )
+        )
+
+    # a run of 7 minutes: the last 2 are judged, the slow calls (10 of the 100) in the minute ending at 420 s
+    counts = [(0.0, 0, 0), (360.0, 2000, 0), (420.0, 2090, 10), (425.0, 2095, 10)]
+    scrapes = [(t, [scrape(fast, slow)]) for t, fast, slow in counts]
+    run = {
+        **finished_size(1000),
+        "api_sli": apisli.report(scrapes),
+        "bench_loop_lag": {},
+        "pod_startup_cl2": {},
+    }
+    run["phases_end_s"] = {
+        "creating": 300.0,
+        "starting the last pods": 330.0,
+        "all running (watch fan-out)": 400.0,
+        "scaling to 0": 600.0,
+    }
+    table = "\n".join(density.sli_table([run]))
+    p99 = round(apisli.histogram_quantile(0.99, {0.05: 90.0, 1.0: 90.0, 1.25: 100.0, math.inf: 100.0}), 4)
+    assert (
+        f"| BROKEN / held / BROKEN | POST events (worst minute ending 420.0 s in, scaling to 0: 100 calls, "
+        f"p99 {p99} s) |" in table
+    )
+    assert density.phase_at(run["phases_end_s"], 300.0) == "creating"
+    assert density.phase_at(run["phases_end_s"], 301.0) == "starting the last pods"
+    assert density.phase_at(run["phases_end_s"], 700.0) is None
