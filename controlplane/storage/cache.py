@@ -30,6 +30,12 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Predicate = Callable[[dict[str, Any]], bool]
 # The longest stretch (seconds) the watch feed applies events before the event loop serves others.
 APPLY_SLICE = 0.005
+# The longest a write waits for the watch cache (seconds) before going on without it: a read-modify-write
+# then reads the store, a create's admission reads the cache as it is (upstream waits for neither: its
+# GuaranteedUpdate reads etcd when its copy is stale, its admission plugins read informers as they are).
+# Most of the time the feed is a moment behind and the wait ends at once; on a loaded server the feed lags
+# seconds, and a longer wait made every create wait that long.
+WRITE_PATIENCE = 0.1
 # This server's writes remembered for their watch events at most (a write that failed after etcd
 # committed it, or a value the store transformed, never comes back as the bytes it was handed).
 _HANDED_KEPT = 4096
@@ -591,13 +597,14 @@ class WatchCache:
             if revision <= self.revision and not future.done():
                 future.set_result(None)
 
-    async def wait_fresh(self, key: str | None = None) -> None:
+    async def wait_fresh(self, key: str | None = None, patience: float = 3.0) -> None:
         """Wait for every change this server knows of (its own writes; for one server on a store, all).
         With `key`, on a store that tracks its writes by key (etcd's), only for this server's last write
         of that key: enough for a read-modify-write of one object, which learns of any newer change from
         its write's conflict, and it no longer waits for the watch to bring back the writes of every
-        other request in flight (with 500 renewals a second, each one waited for the others')."""
-        await self.wait_for(self._fresh_target(key))
+        other request in flight (with 500 renewals a second, each one waited for the others').
+        TooLargeResourceVersionError after `patience`."""
+        await self.wait_for(self._fresh_target(key), patience)
 
     def _fresh_target(self, key: str | None) -> int:
         """The revision `wait_fresh(key)` waits for: this server's last write of `key` where the store
@@ -605,7 +612,7 @@ class WatchCache:
         written = getattr(self.store, "key_revision", None) if key is not None else None
         return written(key, self.revision) if written is not None else self.store.revision
 
-    async def get_for_update(self, key: str, patience: float = 0.1) -> CachedObject | None:
+    async def get_for_update(self, key: str, patience: float = WRITE_PATIENCE) -> CachedObject | None:
         """The copy of `key` a read-modify-write starts from: the cache's, once it holds this server's
         last write of the key (what `wait_fresh` waits for). When the watch lags further behind than
         `patience` (a loaded server), the key is read from the store itself instead, as upstream's

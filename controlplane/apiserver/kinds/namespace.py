@@ -7,6 +7,7 @@ refuses new content in a missing or terminating namespace.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from controlplane.apiserver import deletion, errors, tables
@@ -50,20 +51,35 @@ class Finalize(Subresource):
 
 class Lifecycle:
     """NamespaceLifecycle: namespaced objects are created only in namespaces that exist and are not
-    being terminated."""
+    being terminated. A namespace the cache does not hold is read from the store before the create is
+    refused, as upstream's plugin makes a live call when its informer lacks the namespace: one created a
+    moment ago may not have reached the cache of a loaded server yet."""
 
     name = "NamespaceLifecycle"
 
-    def admit(self, request: AdmissionRequest) -> None:
+    def admit(self, request: AdmissionRequest) -> Awaitable[None] | None:
         kind = request.kind
         if request.operation != "CREATE" or not kind.namespaced or request.subresource:
-            return
-        ns = request.registry.cache.get(KIND.key("", request.namespace))
+            return None
+        key = KIND.key("", request.namespace)
+        ns = request.registry.cache.get(key)
+        if ns is None:
+            return self._live(request, key)
+        self._check(request, ns.view)
+        return None
+
+    async def _live(self, request: AdmissionRequest, key: str) -> None:
+        ns = await request.registry.cache.read_through(key)
         if ns is None:
             raise errors.not_found(KIND.plural, "", request.namespace)
-        if ns.view.get("metadata", {}).get("deletionTimestamp"):
+        self._check(request, ns.view)
+
+    @staticmethod
+    def _check(request: AdmissionRequest, namespace: Obj) -> None:
+        if namespace.get("metadata", {}).get("deletionTimestamp"):
             meta = request.obj.get("metadata") or {}
             name = meta.get("name") or meta.get("generateName") or ""
+            kind = request.kind
             raise errors.forbidden_request(
                 f'{kind.resource} "{name}" is forbidden: unable to create new content in namespace '
                 f"{request.namespace} because it is being terminated",
