@@ -1,5 +1,5 @@
 """The cyclic garbage collector's settings for a process that caches many API objects (the controller
-manager's informers, the node simulator's pods).
+manager's informers, the node simulator's pods, cluster DNS's Services and EndpointSlices).
 
 Every cached object is a tree of dicts and lists, and the collector keeps traversing them although they
 hold no cycles: each young collection scans what the last 700 allocations left alive (a decoded watch
