@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kubernetes import client
+
 
 class Simulator:
     """`pykubelet simulate` as a user runs it; its output is kept for the failure message."""
@@ -34,3 +36,16 @@ class Simulator:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(f"simulate did not stop on SIGTERM:\n{self.output()}") from None
+
+
+def node_ready(node: client.V1Node) -> bool:
+    """The node's Ready condition is True (a node `kubectl get nodes` shows Ready)."""
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+def simulation_leftovers(v1: client.CoreV1Api, prefix: str) -> list[str]:
+    """The Nodes and node Leases named with a simulation's `--name-prefix`: what it must not leave behind
+    once stopped."""
+    nodes = [n.metadata.name for n in v1.list_node().items if n.metadata.name.startswith(prefix)]
+    leases = client.CoordinationV1Api(v1.api_client).list_namespaced_lease("kube-node-lease").items
+    return nodes + [f"lease {x.metadata.name}" for x in leases if x.metadata.name.startswith(prefix)]

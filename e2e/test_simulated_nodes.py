@@ -17,16 +17,12 @@ import pytest
 from kubernetes import client
 
 from e2e.manifests import deployment
-from e2e.simulator import Simulator
+from e2e.simulator import Simulator, node_ready
 from e2e.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 SIMULATED_POD_RANGE = ipaddress.ip_network("100.64.0.0/10")  # nodesim's pod addresses (its README)
-
-
-def _ready(node: client.V1Node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
 @pytest.fixture
@@ -39,7 +35,7 @@ def simulation(kube, kubeconfig: Path, tmp_path: Path) -> Iterator[tuple[Simulat
 
         def joined() -> bool:
             nodes = {n.metadata.name: n for n in kube.list_node().items}
-            return all(name in nodes and _ready(nodes[name]) for name in names)
+            return all(name in nodes and node_ready(nodes[name]) for name in names)
 
         wait_for(joined, timeout=60, what="the simulated nodes Ready")
         yield sim, names

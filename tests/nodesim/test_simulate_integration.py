@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client, watch
 
 from e2e.manifests import deployment
-from e2e.simulator import Simulator
+from e2e.simulator import Simulator, node_ready, simulation_leftovers
 from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer
 
@@ -78,15 +78,12 @@ def simulation(
     finally:
         code = sim.stop()
     assert code == 0, sim.output()
-    left = [n.metadata.name for n in v1.list_node().items if n.metadata.name.startswith(PREFIX)]
-    assert not left, f"nodes left after simulate stopped: {left}"
-    leases = client.CoordinationV1Api(v1.api_client).list_namespaced_lease("kube-node-lease").items
-    assert not [x.metadata.name for x in leases if x.metadata.name.startswith(PREFIX)]
+    left = simulation_leftovers(v1, PREFIX)
+    assert not left, f"left after simulate stopped: {left}"
 
 
 def _ready(v1: client.CoreV1Api, name: str) -> bool:
-    node = v1.read_node(name)
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return node_ready(v1.read_node(name))
 
 
 @pytest.fixture
