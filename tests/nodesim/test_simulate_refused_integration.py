@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
 import pytest
 from kubernetes import client
 
-from e2e.simulator import Simulator
+from e2e.simulator import Simulator, node_ready, simulation_leftovers
 from e2e.waiting import wait_for
 from pykubelet.rig.apiserver import ApiServer
 
@@ -64,14 +64,7 @@ def calls_by(server: ApiServer, user: str, start: datetime, end: datetime) -> li
 
 
 def ready(v1: client.CoreV1Api, name: str) -> bool:
-    node = v1.read_node(name)
-    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-
-
-def left_behind(v1: client.CoreV1Api, prefix: str) -> list[str]:
-    nodes = [n.metadata.name for n in v1.list_node().items if n.metadata.name.startswith(prefix)]
-    leases = client.CoordinationV1Api(v1.api_client).list_namespaced_lease("kube-node-lease").items
-    return nodes + [f"lease {x.metadata.name}" for x in leases if x.metadata.name.startswith(prefix)]
+    return node_ready(v1.read_node(name))
 
 
 def test_refused_by_rbac_it_backs_off_reports_and_registers_once_allowed(
@@ -87,12 +80,14 @@ def test_refused_by_rbac_it_backs_off_reports_and_registers_once_allowed(
             wait_for(lambda: refused in sim.output(), 30, what="the 403 reported in simulate's output")
             assert "registration failed, retrying in" in sim.output()
             # Every node is refused and retries: count its calls in the server's own log over 10 s.
+            # The 10 s counted are the server's, from now on: they are over once its log holds a refused
+            # call received after them, and then it holds every call of them (it is written in order).
             start = datetime.now(UTC)
-            time.sleep(10)  # the stretch whose requests are counted, not a wait for a condition
-            end = datetime.now(UTC)
-            # The log holds every call of the stretch once it holds a later one (it is written in order).
+            end = start + timedelta(seconds=10)
             far = datetime(9999, 1, 1, tzinfo=UTC)
-            wait_for(lambda: calls_by(apiserver, USER, end, far), 20, what="a refused call after the stretch")
+            wait_for(
+                lambda: calls_by(apiserver, USER, end, far), 30, what="a refused call after the 10 s counted"
+            )
             codes = calls_by(apiserver, USER, start, end)
             assert set(codes) == {403}, codes
             # Back-off from 0.2 s doubling to 7 s (+ up to 20 % jitter): after its first refusal a node
@@ -123,7 +118,7 @@ def test_refused_by_rbac_it_backs_off_reports_and_registers_once_allowed(
             code = sim.stop()
             rbac.delete_cluster_role_binding(USER)
         assert code == 0, sim.output()
-        assert not left_behind(v1, prefix)
+        assert not simulation_leftovers(v1, prefix)
 
 
 def test_a_killed_api_server_costs_no_busy_loop_and_leases_renew_once_it_is_back(
@@ -174,7 +169,7 @@ def test_a_killed_api_server_costs_no_busy_loop_and_leases_renew_once_it_is_back
             wait_for(lambda: "lease writes succeed again" in sim.output(), 10, what="the recovery reported")
             code = sim.stop()
             assert code == 0, sim.output()
-            assert not left_behind(v1, prefix)
+            assert not simulation_leftovers(v1, prefix)
     finally:
         if sim.proc.poll() is None:
             sim.stop()
